@@ -1,0 +1,77 @@
+"""kiln: a PyTorch-compatible deep-learning framework built around a compiler.
+
+``import kiln as torch`` runs simple PyTorch programs eagerly on numpy buffers; ``kiln.compile``
+captures them into graphs and compiles fused kernels.
+"""
+
+from __future__ import annotations
+
+import builtins as _builtins
+
+import numpy as _np
+
+# PyTorch returns IEEE results (inf, nan) silently; numpy would warn on each one
+_np.seterr(all="ignore")
+
+from .runtime.dtypes import (  # noqa: E402
+    bfloat16,
+    dtype,
+    float16,
+    float32,
+    float64,
+    get_default_dtype,
+    int8,
+    int16,
+    int32,
+    int64,
+    set_default_dtype,
+    uint8,
+)
+from .runtime.dtypes import bool_ as bool  # noqa: E402,A004
+from .runtime.device import device  # noqa: E402
+from .runtime.tensor import Size, Tensor  # noqa: E402
+from .runtime.random import (  # noqa: E402
+    Generator,
+    default_generator,
+    get_rng_state,
+    initial_seed,
+    manual_seed,
+    seed,
+    set_rng_state,
+)
+from .runtime.printing import set_printoptions  # noqa: E402
+from . import autograd  # noqa: E402
+from .autograd import (  # noqa: E402
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
+from . import ops  # noqa: E402
+from .ops.api import *  # noqa: E402,F401,F403
+from .ops import namespace as _namespace  # noqa: E402
+
+half = float16
+float = float32  # noqa: A001
+double = float64
+long = int64
+int = int32  # noqa: A001
+short = int16
+
+globals().update(_namespace.public_functions())
+
+
+def _creation_hook(cls, args, kwargs):
+    """``kiln.Tensor(data)`` / ``kiln.Tensor(2, 3)``: PyTorch's legacy float constructor."""
+    from .ops import api
+
+    if len(args) == 1 and isinstance(args[0], (list, tuple, _np.ndarray)):
+        return api.tensor(args[0], dtype=get_default_dtype())
+    if all(isinstance(a, _builtins.int) for a in args):
+        return api.empty(*args)
+    raise TypeError(f"kiln.Tensor() got unsupported arguments {args!r}")
+
+
+__version__ = "0.1.0"

@@ -1,0 +1,335 @@
+"""The backward engine: run grad_fn nodes in reverse topological order.
+
+Ready nodes are taken most-recent-first (by creation sequence number), which frees activations
+early and runs hooks in the order PyTorch users expect. Gradients arriving at a node are summed
+per output; before they are stored they are reduced to the receiving tensor's shape and cast to
+its dtype (so derivative formulas may return broadcast-shaped or promoted gradients). With
+``create_graph`` the formulas run with grad mode on and the gradients carry their own history.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from ..runtime import state
+from ..runtime.tensor import Tensor
+from .graph import AccumulateGrad, Node, grad_accumulator
+
+__all__ = ["run_backward", "backward", "grad"]
+
+
+def _root_edge(t: Tensor, i: int):
+    if not t._requires_grad:
+        raise RuntimeError(
+            f"element {i} of tensors does not require grad and does not have a grad_fn"
+        )
+    if t.grad_fn is None:
+        return grad_accumulator(t), 0
+    return t.grad_fn, t._output_nr
+
+
+def _output_meta(node: Node, nr: int):
+    if isinstance(node, AccumulateGrad):
+        v = node.variable
+        return v._shape, v._dtype
+    meta = getattr(node, "out_meta", None)
+    if meta is None:
+        return None
+    return meta[nr]
+
+
+def _conform(g: Tensor, node: Node, nr: int) -> Tensor:
+    """Reduce a broadcast gradient and cast a promoted one to the receiving tensor's metadata."""
+    meta = _output_meta(node, nr)
+    if meta is None:
+        return g
+    shape, dtype = meta
+    if g._shape != shape:
+        g = g.sum_to_size(shape)
+        if g._shape != shape:
+            raise RuntimeError(
+                f"Function {node.name()} returned an invalid gradient at index {nr} - got "
+                f"{list(g._shape)} but expected shape compatible with {list(shape)}"
+            )
+    if g._dtype is not dtype and dtype.is_floating_point:
+        g = g.to(dtype)
+    return g
+
+
+def run_backward(
+    roots,
+    grad_roots,
+    retain_graph: bool = False,
+    create_graph: bool = False,
+    inputs=None,
+    allow_unused: bool = False,
+    accumulate: bool = True,
+):
+    """Shared core of ``Tensor.backward``, ``kiln.autograd.backward`` and ``kiln.autograd.grad``.
+
+    ``inputs``: tensors whose gradients to capture (``grad``) or to restrict accumulation to
+    (``backward(inputs=...)``). Returns the captured gradients when ``accumulate`` is False.
+    """
+    from .. import ones_like
+
+    root_edges = []
+    root_grads = []
+    for i, (t, g) in enumerate(zip(roots, grad_roots)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"backward expects tensors, got {type(t).__name__}")
+        edge = _root_edge(t, i)
+        if g is None:
+            if t.numel() != 1:
+                raise RuntimeError(
+                    f"grad can be implicitly created only for scalar outputs (got a tensor of "
+                    f"shape {list(t._shape)}; pass gradient= with that shape)"
+                )
+            g = ones_like(t)
+        elif not isinstance(g, Tensor):
+            raise TypeError(f"gradients must be tensors, got {type(g).__name__}")
+        elif g._shape != t._shape:
+            raise RuntimeError(
+                f"Mismatch in shape: grad_output[{i}] has a shape of {list(g._shape)} and "
+                f"output[{i}] has a shape of {list(t._shape)}."
+            )
+        root_edges.append(edge)
+        root_grads.append(g)
+
+    # targets: (node, output_nr) whose incoming gradient we capture or restrict to
+    targets = None
+    if inputs is not None:
+        targets = {}
+        for k, t in enumerate(inputs):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"inputs must be tensors, got {type(t).__name__}")
+            if not t._requires_grad:
+                raise RuntimeError(
+                    f"One of the differentiated Tensors (index {k}) does not require grad"
+                )
+            node = t.grad_fn if t.grad_fn is not None else grad_accumulator(t)
+            targets.setdefault((node, t._output_nr if t.grad_fn is not None else 0), []).append(k)
+
+    # discover the graph: dependency counts for every reachable node
+    deps: dict[Node, int] = {}
+    seen = set()
+    order = []
+    stack = [e[0] for e in root_edges]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        order.append(node)
+        for nxt, _ in node.next_functions:
+            if nxt is not None:
+                deps[nxt] = deps.get(nxt, 0) + 1
+                if nxt not in seen:
+                    stack.append(nxt)
+
+    needed = None
+    if targets is not None:
+        target_nodes = {n for n, _ in targets}
+        needed = set()
+        # a node is needed if it is a target or leads to one; iterate to a fixed point in
+        # reverse discovery order (children were discovered after parents)
+        changed = True
+        while changed:
+            changed = False
+            for node in reversed(order):
+                if node in needed:
+                    continue
+                if node in target_nodes or any(
+                    n is not None and n in needed for n, _ in node.next_functions
+                ):
+                    needed.add(node)
+                    changed = True
+
+    captured = [None] * (len(inputs) if inputs is not None else 0)
+    buffers: dict[Node, dict] = {}
+    ready = []
+
+    def deliver(node, nr, g):
+        if g is None:
+            return
+        g = _conform(g, node, nr)
+        buf = buffers.setdefault(node, {})
+        prev = buf.get(nr)
+        buf[nr] = g if prev is None else prev + g
+
+    for (node, nr), g in zip(root_edges, root_grads):
+        deliver(node, nr, g)
+    pushed = set()
+    for node, _ in root_edges:
+        if deps.get(node, 0) == 0 and node not in pushed:
+            pushed.add(node)
+            heapq.heappush(ready, (-node.sequence_nr, id(node), node))
+
+    prev_grad_mode = state.grad_enabled[0]
+    state.grad_enabled[0] = create_graph
+    try:
+        while ready:
+            _, _, node = heapq.heappop(ready)
+            buf = buffers.pop(node, None) or {}
+            if node._tensor_pre_hooks:
+                for nr, hooks in node._tensor_pre_hooks.items():
+                    if nr in buf:
+                        for hook in list(hooks):
+                            out = hook(buf[nr])
+                            if out is not None:
+                                buf[nr] = out
+            if targets is not None:
+                for nr, g in buf.items():
+                    for k in targets.get((node, nr), ()):
+                        captured[k] = g
+            run = needed is None or node in needed
+            if isinstance(node, AccumulateGrad):
+                if accumulate and run and 0 in buf and (targets is None or (node, 0) in targets):
+                    _accumulate(node.variable, buf[0], create_graph)
+                continue
+            outputs = None
+            skip = targets is not None and not accumulate and _only_target(node, needed)
+            if run and buf and not skip:
+                grads_in = _materialize(node, buf)
+                if node._pre_hooks:
+                    for hook in node._pre_hooks:
+                        res = hook(grads_in)
+                        if res is not None:
+                            grads_in = tuple(res)
+                outputs = node.apply(grads_in)
+                if node._post_hooks:
+                    for hook in node._post_hooks:
+                        res = hook(outputs, grads_in)
+                        if res is not None:
+                            outputs = tuple(res)
+                if not retain_graph:
+                    node.release()
+            for i, (nxt, nr) in enumerate(node.next_functions):
+                if nxt is None:
+                    continue
+                if outputs is not None and i < len(outputs):
+                    deliver(nxt, nr, outputs[i])
+                deps[nxt] -= 1
+                if deps[nxt] == 0:
+                    heapq.heappush(ready, (-nxt.sequence_nr, id(nxt), nxt))
+    finally:
+        state.grad_enabled[0] = prev_grad_mode
+
+    if inputs is not None and not accumulate:
+        for k, g in enumerate(captured):
+            if g is None and not allow_unused:
+                raise RuntimeError(
+                    f"One of the differentiated Tensors (index {k}) appears to not have been used "
+                    "in the graph. Set allow_unused=True if this is the desired behavior."
+                )
+        return tuple(captured)
+    return None
+
+
+def _only_target(node, needed) -> bool:
+    """In ``grad`` mode a target node whose children lead nowhere needed need not run."""
+    return not any(n is not None and n in needed for n, _ in node.next_functions)
+
+
+def _materialize(node: Node, buf: dict) -> tuple:
+    n_out = len(node.out_meta) if getattr(node, "out_meta", None) else max(buf) + 1
+    if n_out == 1:
+        return (buf.get(0),)
+    from .. import zeros
+
+    grads = []
+    for nr in range(n_out):
+        g = buf.get(nr)
+        if g is None:
+            shape, dtype = node.out_meta[nr]
+            g = zeros(shape, dtype=dtype) if dtype.is_floating_point else None
+        grads.append(g)
+    return tuple(grads)
+
+
+def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool) -> None:
+    hooks = leaf._hooks
+    if hooks:
+        for hook in list(hooks):
+            out = hook(g)
+            if out is not None:
+                g = out
+    if not create_graph:
+        g = g.detach()
+    if leaf._grad is None:
+        if (
+            g._base is not None
+            or not g.is_contiguous()
+            or g._storage is not None
+            and _shares(g, leaf)
+        ):
+            g = g.clone()
+        leaf._grad = g
+    elif create_graph or state.grad_enabled[0]:
+        leaf._grad = leaf._grad + g
+    else:
+        from .grad_mode import no_grad
+
+        with no_grad():
+            leaf._grad = leaf._grad + g
+    if leaf._post_accumulate_hooks:
+        for hook in list(leaf._post_accumulate_hooks):
+            hook(leaf)
+
+
+def _shares(g: Tensor, leaf: Tensor) -> bool:
+    return g._storage is leaf._storage
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """``kiln.autograd.backward``: accumulate gradients of ``tensors`` into the leaves' ``.grad``."""
+    if isinstance(tensors, Tensor):
+        tensors = (tensors,)
+    tensors = tuple(tensors)
+    if grad_tensors is None:
+        grad_tensors = (None,) * len(tensors)
+    elif isinstance(grad_tensors, Tensor):
+        grad_tensors = (grad_tensors,)
+    if retain_graph is None:
+        retain_graph = create_graph
+    if isinstance(inputs, Tensor):
+        inputs = (inputs,)
+    run_backward(tensors, tuple(grad_tensors), retain_graph, create_graph, inputs=inputs)
+
+
+def grad(
+    outputs,
+    inputs,
+    grad_outputs=None,
+    retain_graph=None,
+    create_graph: bool = False,
+    allow_unused: bool | None = None,
+    materialize_grads: bool = False,
+):
+    """``kiln.autograd.grad``: gradients of ``outputs`` with respect to ``inputs``, returned."""
+    if isinstance(outputs, Tensor):
+        outputs = (outputs,)
+    single = isinstance(inputs, Tensor)
+    inputs = (inputs,) if single else tuple(inputs)
+    outputs = tuple(outputs)
+    if grad_outputs is None:
+        grad_outputs = (None,) * len(outputs)
+    elif isinstance(grad_outputs, Tensor):
+        grad_outputs = (grad_outputs,)
+    if retain_graph is None:
+        retain_graph = create_graph
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    result = run_backward(
+        outputs,
+        tuple(grad_outputs),
+        retain_graph,
+        create_graph,
+        inputs=inputs,
+        allow_unused=allow_unused,
+        accumulate=False,
+    )
+    if materialize_grads:
+        from .. import zeros_like
+
+        result = tuple(zeros_like(t) if g is None else g for t, g in zip(inputs, result))
+    return result

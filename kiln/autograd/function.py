@@ -1,0 +1,192 @@
+"""``kiln.autograd.Function``: user-defined forward/backward pairs, as in PyTorch.
+
+``forward(ctx, *args)`` runs with grad mode off; ``backward(ctx, *grads)`` returns one gradient per
+forward input (None for non-tensors). ``ctx.save_for_backward`` stores tensors with their version
+counters so in-place changes after saving are reported like any other saved tensor.
+"""
+
+from __future__ import annotations
+
+from ..runtime import state
+from ..runtime.tensor import Tensor
+from .graph import _RELEASED_MSG, Node, grad_accumulator
+
+__all__ = ["Function", "FunctionCtx", "once_differentiable"]
+
+
+class FunctionCtx:
+    """The ``ctx`` object: saved tensors, flags, and anything the user attaches."""
+
+    def __init__(self):
+        self._saved = None
+        self._saved_versions = ()
+        self._released = False
+        self.needs_input_grad = ()
+        self.materialize_grads = True
+        self._non_differentiable = set()
+        self._dirty = set()
+
+    def save_for_backward(self, *tensors) -> None:
+        for t in tensors:
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(
+                    f"save_for_backward can only save tensors or None, got {type(t).__name__}"
+                )
+        self._saved = tensors
+        self._saved_versions = tuple(
+            t._get_storage().version if t is not None else None for t in tensors
+        )
+
+    @property
+    def saved_tensors(self) -> tuple:
+        if self._released:
+            raise RuntimeError(_RELEASED_MSG)
+        if self._saved is None:
+            return ()
+        for t, v in zip(self._saved, self._saved_versions):
+            if t is not None and t._get_storage().version != v:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by an "
+                    f"inplace operation: [kiln.{t._dtype.name} tensor of shape {list(t._shape)}] is "
+                    f"at version {t._get_storage().version}; expected version {v} instead."
+                )
+        return self._saved
+
+    def mark_non_differentiable(self, *tensors) -> None:
+        self._non_differentiable.update(id(t) for t in tensors)
+
+    def mark_dirty(self, *tensors) -> None:
+        self._dirty.update(id(t) for t in tensors)
+
+    def set_materialize_grads(self, value: bool) -> None:
+        self.materialize_grads = value
+
+
+class _FunctionBackward(Node):
+    __slots__ = ("ctx", "fn_cls", "out_meta", "_n_inputs", "_input_positions")
+
+    def name(self) -> str:
+        return f"{self.fn_cls.__name__}Backward"
+
+    def apply(self, grad_outputs: tuple) -> tuple:
+        ctx = self.ctx
+        if ctx._released:
+            raise RuntimeError(_RELEASED_MSG)
+        if ctx.materialize_grads:
+            from .. import zeros
+
+            grad_outputs = tuple(
+                zeros(shape, dtype=dtype) if g is None and dtype.is_floating_point else g
+                for g, (shape, dtype) in zip(grad_outputs, self.out_meta)
+            )
+        grads = self.fn_cls.backward(ctx, *grad_outputs)
+        if not isinstance(grads, tuple):
+            grads = (grads,)
+        if len(grads) < self._n_inputs:
+            raise RuntimeError(
+                f"function {self.fn_cls.__name__}Backward returned an incorrect number of gradients "
+                f"(expected {self._n_inputs}, got {len(grads)})"
+            )
+        return tuple(grads[p] for p in self._input_positions)
+
+    def release(self) -> None:
+        self._released = True
+        if self.ctx._saved:
+            self.ctx._released = True
+            self.ctx._saved = None
+
+
+class _FunctionMeta(type):
+    def __init__(cls, name, bases, attrs):
+        super().__init__(name, bases, attrs)
+
+
+class Function(metaclass=_FunctionMeta):
+    """Subclass with static ``forward(ctx, ...)`` and ``backward(ctx, ...)``; call ``Fn.apply(...)``."""
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("Function subclasses must implement forward")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("Function subclasses must implement backward")
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        ctx = FunctionCtx()
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
+        uses_setup = cls.setup_context is not Function.setup_context
+        prev = state.grad_enabled[0]
+        state.grad_enabled[0] = False
+        try:
+            if uses_setup:
+                out = cls.forward(*args, **kwargs)
+                cls.setup_context(ctx, args, out)
+            else:
+                out = cls.forward(ctx, *args, **kwargs)
+        finally:
+            state.grad_enabled[0] = prev
+        if not (prev and any(ctx.needs_input_grad)):
+            return out
+        positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+        next_functions = []
+        for i in positions:
+            a = args[i]
+            if not a._requires_grad:
+                next_functions.append((None, 0))
+            elif a.grad_fn is None:
+                next_functions.append((grad_accumulator(a), 0))
+            else:
+                next_functions.append((a.grad_fn, a._output_nr))
+        node = _FunctionBackward(tuple(next_functions))
+        node.ctx = ctx
+        node.fn_cls = cls
+        node._n_inputs = len(args)
+        node._input_positions = tuple(positions)
+        outs = out if isinstance(out, tuple) else (out,)
+        wrapped = []
+        metas = []
+        input_ids = {id(a) for a in args if isinstance(a, Tensor)}
+        for i, o in enumerate(outs):
+            if isinstance(o, Tensor):
+                if id(o) in input_ids and id(o) not in ctx._dirty:
+                    # returning an input as-is: PyTorch returns a view of it carrying the new history
+                    o = o.view_as(o)
+                metas.append((o._shape, o._dtype))
+                if id(o) not in ctx._non_differentiable and o._dtype.is_floating_point:
+                    o._requires_grad = True
+                    o.grad_fn = node
+                    o._output_nr = i
+            else:
+                metas.append(((), None))
+            wrapped.append(o)
+        node.out_meta = tuple(
+            (shape, dtype) if dtype is not None else ((), _NoneDtype) for shape, dtype in metas
+        )
+        return tuple(wrapped) if isinstance(out, tuple) else wrapped[0]
+
+
+class _NoneDtypeType:
+    is_floating_point = False
+
+
+_NoneDtype = _NoneDtypeType()
+
+
+def once_differentiable(fn):
+    """Mark a backward as not differentiable twice: runs it with grad mode off."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(ctx, *args):
+        from .grad_mode import no_grad
+
+        with no_grad():
+            return fn(ctx, *args)
+
+    return wrapper

@@ -1,0 +1,133 @@
+"""Grad-mode context managers: ``no_grad``, ``enable_grad``, ``set_grad_enabled``, ``inference_mode``.
+
+Each works as a context manager and as a decorator, as in PyTorch. The flag itself lives in
+``kiln.runtime.state`` so the dispatcher reads it without importing autograd.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+from ..runtime import state
+
+__all__ = [
+    "no_grad",
+    "enable_grad",
+    "set_grad_enabled",
+    "inference_mode",
+    "is_grad_enabled",
+    "is_inference_mode_enabled",
+]
+
+
+def is_grad_enabled() -> bool:
+    return state.grad_enabled[0]
+
+
+def is_inference_mode_enabled() -> bool:
+    return state.inference_mode_enabled[0]
+
+
+class _GradModeBase:
+    _target = True
+
+    def __enter__(self):
+        self._prev = state.grad_enabled[0]
+        state.grad_enabled[0] = self._target
+        return self
+
+    def __exit__(self, *exc):
+        state.grad_enabled[0] = self._prev
+        return False
+
+    def __call__(self, fn):
+        if inspect.isclass(fn):
+            raise TypeError(f"{type(self).__name__} cannot decorate a class")
+        if inspect.isgeneratorfunction(fn):
+
+            @functools.wraps(fn)
+            def gen_wrapper(*args, **kwargs):
+                gen = fn(*args, **kwargs)
+                with self.clone():
+                    response = gen.send(None)
+                while True:
+                    try:
+                        request = yield response
+                    except GeneratorExit:
+                        with self.clone():
+                            gen.close()
+                        raise
+                    with self.clone():
+                        try:
+                            response = gen.send(request)
+                        except StopIteration as stop:
+                            return stop.value
+
+            return gen_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.clone():
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+    def clone(self):
+        return type(self)()
+
+
+class no_grad(_GradModeBase):  # noqa: N801
+    """Disable gradient recording inside the block."""
+
+    _target = False
+
+    def __init__(self, orig_func=None):
+        # ``@no_grad`` without parentheses is an error in PyTorch too; support ``@no_grad()``
+        if orig_func is not None:
+            raise TypeError("use @kiln.no_grad() with parentheses")
+
+
+class enable_grad(_GradModeBase):  # noqa: N801
+    """Enable gradient recording inside the block (e.g. within a no_grad region)."""
+
+    _target = True
+
+
+class set_grad_enabled(_GradModeBase):  # noqa: N801
+    """Set grad mode to ``mode``; takes effect immediately, like PyTorch (also usable with ``with``)."""
+
+    def __init__(self, mode: bool):
+        self._target = bool(mode)
+        self._prev = state.grad_enabled[0]
+        state.grad_enabled[0] = self._target
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        state.grad_enabled[0] = self._prev
+        return False
+
+    def clone(self):
+        return set_grad_enabled(self._target)
+
+
+class inference_mode(_GradModeBase):  # noqa: N801
+    """Like no_grad (kiln has no separate inference tensors; the speed benefit is the same)."""
+
+    def __init__(self, mode: bool = True):
+        self._target = not mode
+        self._mode = mode
+
+    def __enter__(self):
+        self._prev_inf = state.inference_mode_enabled[0]
+        state.inference_mode_enabled[0] = self._mode
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        state.inference_mode_enabled[0] = self._prev_inf
+        return super().__exit__(*exc)
+
+    def clone(self):
+        return inference_mode(self._mode)

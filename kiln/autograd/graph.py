@@ -1,0 +1,305 @@
+"""Autograd graph nodes: what a tensor's ``grad_fn`` is.
+
+``OpBackward`` records one op call: the saved inputs/outputs its derivative formula needs (with
+their version counters, so in-place changes after saving are caught) and one edge per tensor
+input. ``AccumulateGrad`` ends a path at a leaf. Derivative formulas themselves live with the
+ops (``op.derivative``); they are ordinary kiln code, so running them with grad mode on records
+a graph of the backward (higher-order gradients) and running them under a tracer records nodes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+
+from ..runtime import state
+from ..runtime.tensor import Tensor
+
+__all__ = ["Node", "OpBackward", "AccumulateGrad", "SavedMeta", "grad_accumulator"]
+
+_sequence = itertools.count()
+
+_RELEASED_MSG = (
+    "Trying to backward through the graph a second time (or directly access saved tensors after "
+    "they have already been freed). Saved intermediate values of the graph are freed when you "
+    "call .backward() or autograd.grad(). Specify retain_graph=True if you need to backward "
+    "through the graph a second time or if you need to access saved tensors after calling "
+    "backward."
+)
+
+
+class Node:
+    """A backward function: takes gradients of its outputs, returns gradients of its inputs."""
+
+    __slots__ = (
+        "next_functions",
+        "sequence_nr",
+        "_pre_hooks",
+        "_post_hooks",
+        "_tensor_pre_hooks",
+        "_released",
+        "metadata_",
+        "__weakref__",
+    )
+
+    def __init__(self, next_functions: tuple):
+        self.next_functions = next_functions
+        self.sequence_nr = next(_sequence)
+        self._pre_hooks = None
+        self._post_hooks = None
+        self._tensor_pre_hooks = None  # {output_nr: [hook]} from Tensor.register_hook
+        self._released = False
+        self.metadata_ = None
+
+    def name(self) -> str:
+        return type(self).__name__
+
+    @property
+    def metadata(self) -> dict:
+        if self.metadata_ is None:
+            self.metadata_ = {}
+        return self.metadata_
+
+    def apply(self, grad_outputs: tuple) -> tuple:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        self._released = True
+
+    def register_hook(self, fn):
+        """``fn(grad_inputs, grad_outputs)`` after this node runs; may return new grad_inputs."""
+        if self._post_hooks is None:
+            self._post_hooks = []
+        self._post_hooks.append(fn)
+        return _RemovableHandle(self._post_hooks, fn)
+
+    def register_prehook(self, fn):
+        """``fn(grad_outputs)`` before this node runs; may return new grad_outputs."""
+        if self._pre_hooks is None:
+            self._pre_hooks = []
+        self._pre_hooks.append(fn)
+        return _RemovableHandle(self._pre_hooks, fn)
+
+    def _add_tensor_pre_hook(self, output_nr: int, fn):
+        if self._tensor_pre_hooks is None:
+            self._tensor_pre_hooks = {}
+        hooks = self._tensor_pre_hooks.setdefault(output_nr, [])
+        hooks.append(fn)
+        return _RemovableHandle(hooks, fn)
+
+    def __call__(self, *grads):
+        return self.apply(grads)
+
+    def __repr__(self) -> str:
+        return f"<{self.name()} object at {id(self):#x}>"
+
+
+class _RemovableHandle:
+    __slots__ = ("_hooks", "_fn")
+
+    def __init__(self, hooks: list, fn):
+        self._hooks = hooks
+        self._fn = fn
+
+    def remove(self) -> None:
+        try:
+            self._hooks.remove(self._fn)
+        except ValueError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+class SavedMeta:
+    """Stands in for an input tensor an op's derivative doesn't need: only its metadata."""
+
+    __slots__ = ("shape", "dtype", "device", "_strides")
+
+    def __init__(self, t: Tensor):
+        self.shape = t.shape
+        self.dtype = t._dtype
+        self.device = t._device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def numel(self) -> int:
+        return self.shape.numel()
+
+
+def _camel(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_") if part)
+
+
+class OpBackward(Node):
+    """The grad_fn of one op call. Derivatives read ``ctx.args``, ``ctx.out``, ``ctx.needs_input_grad``."""
+
+    __slots__ = (
+        "op",
+        "_args",
+        "_out",
+        "_versions",
+        "needs_input_grad",
+        "edge_positions",
+        "out_meta",
+    )
+
+    def __init__(self, op, args: tuple, out, next_functions, edge_positions, needs_input_grad):
+        super().__init__(next_functions)
+        self.op = op
+        self.edge_positions = edge_positions  # (arg position, index in list or -1) per edge
+        self.needs_input_grad = needs_input_grad
+        saves = op.saves_inputs
+        if callable(saves):
+            saves = saves(args, needs_input_grad)
+        versions = []
+        if saves is None:
+            saved_args = args
+            for p, _ in edge_positions:
+                a = args[p]
+                if isinstance(a, Tensor):
+                    versions.append((a, a._get_storage().version))
+        else:
+            saved_args = list(args)
+            for p in op.tensor_positions:
+                a = args[p]
+                if isinstance(a, Tensor):
+                    if p in saves:
+                        versions.append((a, a._get_storage().version))
+                    else:
+                        saved_args[p] = SavedMeta(a)
+            for p in op.list_positions:
+                if p not in saves:
+                    saved_args[p] = [SavedMeta(t) if isinstance(t, Tensor) else t for t in args[p]]
+            saved_args = tuple(saved_args)
+        self._args = saved_args
+        if op.saves_output:
+            outs = out if isinstance(out, tuple) else (out,)
+            saved = []
+            for o in outs:
+                alias = _detached_alias(o)
+                versions.append((alias, alias._get_storage().version))
+                saved.append(alias)
+            self._out = tuple(saved) if isinstance(out, tuple) else saved[0]
+        else:
+            self._out = None
+        self._versions = versions
+        if isinstance(out, (tuple, list)):
+            self.out_meta = tuple((o._shape, o._dtype) for o in out)
+        else:
+            self.out_meta = ((out._shape, out._dtype),)
+
+    def name(self) -> str:
+        return _camel(self.op.name) + "Backward0"
+
+    @property
+    def args(self) -> tuple:
+        if self._released:
+            raise RuntimeError(_RELEASED_MSG)
+        return self._args
+
+    @property
+    def out(self):
+        if self._released:
+            raise RuntimeError(_RELEASED_MSG)
+        out = self._out
+        if out is None or not state.grad_enabled[0]:
+            return out
+        # under create_graph the saved output must carry this node as its history
+        if isinstance(out, tuple):
+            return tuple(_with_history(o, self, i) for i, o in enumerate(out))
+        return _with_history(out, self, 0)
+
+    def _check_versions(self) -> None:
+        for t, v in self._versions:
+            now = t._get_storage().version
+            if now != v:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by "
+                    f"an inplace operation: [{_describe(t)}], which is output 0 of "
+                    f"{self.name()}, is at version {now}; expected version {v} instead. Hint: "
+                    "the operation that failed was computing the gradient of "
+                    f"{self.op.name}; find the in-place op that changed this tensor after it "
+                    "was used."
+                )
+
+    def apply(self, grad_outputs: tuple) -> tuple:
+        if self._released and (self._versions or self.op.saves_output):
+            raise RuntimeError(_RELEASED_MSG)
+        self._check_versions()
+        grads = self.op.derivative(self, *grad_outputs)
+        if not isinstance(grads, (tuple, list)):
+            grads = (grads,)
+        out = []
+        for p, j in self.edge_positions:
+            g = grads[p] if p < len(grads) else None
+            if j >= 0 and g is not None:
+                g = g[j]
+            out.append(g)
+        return tuple(out)
+
+    def release(self) -> None:
+        self._released = True
+        if self._versions or self.op.saves_output:
+            self._args = None
+            self._out = None
+            self._versions = ()
+
+
+def _describe(t: Tensor) -> str:
+    return f"kiln.{t._dtype.name} tensor of shape {list(t._shape)}"
+
+
+def _detached_alias(t: Tensor) -> Tensor:
+    alias = object.__new__(Tensor)
+    alias._data = t._data
+    alias._shape = t._shape
+    alias._dtype = t._dtype
+    alias._device = t._device
+    alias._storage = t._get_storage()
+    alias._stride = t._stride
+    if t._data is None and t._offset:
+        alias._offset = t._offset
+    return alias
+
+
+def _with_history(alias: Tensor, node: Node, output_nr: int) -> Tensor:
+    t = _detached_alias(alias)
+    t.grad_fn = node
+    t._output_nr = output_nr
+    t._requires_grad = True
+    return t
+
+
+class AccumulateGrad(Node):
+    """Sink for a leaf tensor: adds incoming gradients into ``leaf.grad``."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable: Tensor):
+        super().__init__(())
+        self.variable = variable
+
+    def apply(self, grad_outputs: tuple) -> tuple:
+        raise AssertionError("AccumulateGrad is handled by the engine")
+
+
+def grad_accumulator(leaf: Tensor) -> AccumulateGrad:
+    """The one AccumulateGrad node of a leaf (shared so hooks and dependency counts agree)."""
+    ref = leaf.__dict__.get("_accumulator_ref")
+    acc = ref() if ref is not None else None
+    if acc is None:
+        acc = AccumulateGrad(leaf)
+        leaf.__dict__["_accumulator_ref"] = weakref.ref(acc)
+    return acc

@@ -1,0 +1,188 @@
+"""Shared helpers for op definitions: promotion, broadcasting, dims, output wrapping, meta layouts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..runtime import dtypes as dt
+from ..runtime.storage import empty_array
+from ..runtime.tensor import Tensor, contiguous_strides, make_fake, wrap_array
+
+__all__ = [
+    "Tensor",
+    "result_dtype",
+    "broadcast_shapes",
+    "wrap_dim",
+    "wrap_dims",
+    "wrap",
+    "compute_np_dtype",
+    "pointwise_meta",
+    "dense_strides_like",
+    "to_float_dtype",
+    "is_scalar",
+    "fake",
+]
+
+_PROMOTE = dt._PROMOTE
+_SCALAR_TYPES = (bool, int, float)
+_np_generic = np.generic
+
+
+def is_scalar(x) -> bool:
+    return isinstance(x, (bool, int, float, np.generic))
+
+
+def result_dtype(*operands) -> dt.dtype:
+    """PyTorch's type promotion over tensors and Python scalars (``None`` entries ignored)."""
+    dims = []
+    zeros = []
+    scalars = []
+    for o in operands:
+        if isinstance(o, Tensor):
+            (dims if o._shape else zeros).append(o._dtype)
+        elif o is not None:
+            if isinstance(o, _np_generic):
+                zeros.append(dt.from_numpy_dtype(o.dtype))
+            else:
+                scalars.append(dt.dtype_of_python_scalar(o))
+    return dt.result_type_of(dims, zeros, scalars)
+
+
+def binary_dtype(a, b) -> dt.dtype:
+    """Fast path of ``result_dtype`` for the common two-operand case."""
+    if a.__class__ is Tensor and b.__class__ is Tensor and a._shape and b._shape:
+        return _PROMOTE[a._dtype, b._dtype]
+    return result_dtype(a, b)
+
+
+def to_float_dtype(d: dt.dtype) -> dt.dtype:
+    """Integer and bool inputs of float math (exp, sqrt, true division) give the default dtype."""
+    return d if d.is_floating_point else dt.get_default_dtype()
+
+
+def compute_np_dtype(d: dt.dtype):
+    """numpy dtype to do float math in: half types compute in float32, as PyTorch's CPU kernels do."""
+    if d is dt.float16 or d is dt.bfloat16:
+        return np.float32
+    return d.np
+
+
+def broadcast_shapes(*shapes) -> tuple:
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        off = ndim - len(s)
+        for i, size in enumerate(s):
+            j = off + i
+            cur = out[j]
+            if size == cur or size == 1:
+                continue
+            if cur == 1:
+                out[j] = size
+            else:
+                raise RuntimeError(
+                    f"The size of tensor a ({cur}) must match the size of tensor b ({size}) at "
+                    f"non-singleton dimension {i}; shapes {' and '.join(str(list(x)) for x in shapes)} "
+                    "cannot be broadcast together"
+                )
+    return tuple(out)
+
+
+def wrap_dim(dim: int, ndim: int) -> int:
+    if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})"
+        )
+    return int(dim) % n if ndim else 0
+
+
+def wrap_dims(dims, ndim: int) -> tuple:
+    """Normalise ``dim`` arguments (int, sequence, or None meaning all) to sorted unique ints."""
+    if dims is None:
+        return tuple(range(ndim))
+    if isinstance(dims, (int, np.integer)):
+        dims = (dims,)
+    out = []
+    for d in dims:
+        w = wrap_dim(d, ndim)
+        if w in out:
+            raise RuntimeError(f"dim {w} appears multiple times in the list of dims")
+        out.append(w)
+    return tuple(sorted(out))
+
+
+def wrap(array, dtype: dt.dtype) -> Tensor:
+    """Wrap a kernel's numpy result, turning numpy scalars back into 0-d arrays."""
+    if array.__class__ is not np.ndarray:
+        array = np.asarray(array, dtype=dtype.np)
+    elif array.dtype != dtype.np:
+        array = array.astype(dtype.np)
+    return wrap_array(array, dtype)
+
+
+def dense_strides_like(shape: tuple, like_stride: tuple | None) -> tuple:
+    """Dense strides for ``shape`` whose dim order follows ``like_stride`` (PyTorch's layout rule)."""
+    if like_stride is None:
+        return contiguous_strides(shape)
+    ndim = len(shape)
+    order = sorted(range(ndim), key=lambda i: (-like_stride[i], -i))
+    strides = [0] * ndim
+    acc = 1
+    for i in reversed(order):
+        strides[i] = acc
+        acc *= max(shape[i], 1)
+    return tuple(strides)
+
+
+def output_layout_source(shape: tuple, operands) -> tuple | None:
+    """The strides of the first operand with the full output shape, when it is not contiguous."""
+    for o in operands:
+        if isinstance(o, Tensor) and o._shape == shape and shape:
+            st = o.stride()
+            if st != contiguous_strides(shape) and 0 not in st:
+                return st
+            return None
+    return None
+
+
+def fake(shape, dtype: dt.dtype, like: Tensor, stride=None, offset: int = 0) -> Tensor:
+    """A data-less output on ``like``'s device (meta functions build their results with this)."""
+    return make_fake(shape, dtype, like._device, stride, offset)
+
+
+def first_tensor(*xs) -> Tensor | None:
+    for x in xs:
+        if isinstance(x, Tensor):
+            return x
+    return None
+
+
+def pointwise_meta(out_dtype: dt.dtype, *operands) -> Tensor:
+    shapes = [o._shape for o in operands if isinstance(o, Tensor)]
+    shape = broadcast_shapes(*shapes)
+    stride = dense_strides_like(shape, output_layout_source(shape, operands))
+    return fake(shape, out_dtype, first_tensor(*operands), stride)
+
+
+def empty_like_layout(shape: tuple, dtype: dt.dtype, layout_stride: tuple | None) -> np.ndarray:
+    """A (possibly pooled) output buffer with PyTorch's layout for a pointwise result."""
+    if layout_stride is None:
+        return empty_array(shape, dtype.np)
+    order = sorted(range(len(shape)), key=lambda i: (-layout_stride[i], -i))
+    buf = empty_array(tuple(shape[i] for i in order), dtype.np)
+    inverse = [0] * len(order)
+    for pos, i in enumerate(order):
+        inverse[i] = pos
+    return buf.transpose(inverse)
+
+
+def scalar_value(x):
+    """A Python number from a scalar argument that may be a 0-d tensor or numpy scalar."""
+    if isinstance(x, Tensor):
+        return x.item()
+    if isinstance(x, np.generic):
+        return x.item()
+    return x

@@ -1,0 +1,342 @@
+"""The one dispatch function every op call goes through.
+
+Order of concerns, outermost first:
+1. composite ops (no kernel of their own) run their decomposition, unless a mode wants them whole;
+2. autograd: if grad mode is on and an input requires grad, run the op below autograd and record
+   an ``OpBackward`` node on the outputs (in-place ops rebase history; see ``_inplace_autograd``);
+3. modes: the innermost dispatch mode (graph tracing, fake propagation) gets the call;
+4. kernels: by device of the first tensor argument; view and in-place bookkeeping.
+
+The fast path (no grad needed, no mode, CPU) is a handful of attribute reads and one call.
+"""
+
+from __future__ import annotations
+
+from ..autograd.graph import Node, OpBackward, grad_accumulator
+from ..runtime import state
+from ..runtime.device import cpu, meta
+from ..runtime.tensor import Tensor
+from . import registry
+
+__all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "CopySlices"]
+
+_grad_enabled = state.grad_enabled
+_mode_stack = state.mode_stack
+
+
+def dispatch(op, args: tuple):
+    if op.kernel is None and op.decomposition is not None:
+        if not (_mode_stack and _mode_stack[-1].wants(op)):
+            return op.decomposition(*args)
+    if _grad_enabled[0]:
+        for p in op.tensor_positions:
+            a = args[p]
+            if a.__class__ is not Tensor and not isinstance(a, Tensor):
+                continue
+            if a._requires_grad:
+                return _autograd(op, args)
+        for p in op.list_positions:
+            for a in args[p]:
+                if isinstance(a, Tensor) and a._requires_grad:
+                    return _autograd(op, args)
+    if _mode_stack:
+        return _mode_stack[-1].dispatch(op, args)
+    return _run_kernel(op, args)
+
+
+def run_below_autograd(op, args: tuple):
+    """Run ``op`` as if autograd were not there (modes and kernels only)."""
+    if _mode_stack:
+        return _mode_stack[-1].dispatch(op, args)
+    return _run_kernel(op, args)
+
+
+def _first_tensor(op, args):
+    for p in op.tensor_positions:
+        a = args[p]
+        if isinstance(a, Tensor):
+            return a
+    for p in op.list_positions:
+        for a in args[p]:
+            if isinstance(a, Tensor):
+                return a
+    return None
+
+
+def _run_kernel(op, args):
+    first = _first_tensor(op, args)
+    dev = cpu if first is None else first._device
+    if dev is cpu and (first is None or first._data is not None):
+        _check_same_device(op, args, cpu)
+        if op.kernel is None:
+            raise NotImplementedError(f"kiln op '{op.name}' has no CPU kernel")
+        out = op.kernel(*args)
+    elif dev is meta:
+        if op.meta is None:
+            raise NotImplementedError(f"kiln op '{op.name}' has no meta function")
+        out = op.meta(*args)
+    elif first._data is None:
+        raise RuntimeError(
+            f"kiln op '{op.name}' got a fake tensor (shape {list(first._shape)}) outside of graph "
+            "capture: fake tensors carry no data and can only flow through a tracing mode"
+        )
+    else:
+        from ..runtime import devices
+
+        out = devices.run_kernel(dev, op, args)
+    if op.is_view:
+        mark_view(out, args[0], op, args)
+    elif op.inplace:
+        args[0]._get_storage().version += 1
+    return out
+
+
+def _check_same_device(op, args, dev) -> None:
+    """CPU kernels read numpy buffers: a tensor from another device must never reach one."""
+    for p in op.tensor_positions:
+        a = args[p]
+        if isinstance(a, Tensor) and a._device is not dev:
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two devices, "
+                f"{dev} and {a._device}! (while running {op.name})"
+            )
+
+
+def mark_view(out, src: Tensor, op, args) -> None:
+    """Views share the source's storage (and version counter) and remember how they were made."""
+    storage = src._get_storage()
+    base = src._base if src._base is not None else src
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    for o in outs:
+        o._storage = storage
+        o._base = base
+        o.__dict__["_view_src"] = (op, args)
+
+
+def view_replay(view: Tensor):
+    """A function that applies to a base-shaped tensor the view ops that made ``view`` from its base."""
+    chain = []
+    t = view
+    base = view._base
+    while t is not base:
+        op, args = t.__dict__["_view_src"]
+        chain.append((op, args))
+        t = args[0]
+        if t._base is None and t is not base:
+            raise RuntimeError("internal error: broken view chain")
+    chain.reverse()
+
+    def replay(x: Tensor) -> Tensor:
+        for op, args in chain:
+            out = dispatch(op, (x,) + tuple(args[1:]))
+            x = out if not isinstance(out, (tuple, list)) else out[_index_in(op, args)]
+        return x
+
+    return replay
+
+
+def _index_in(op, args) -> int:
+    raise RuntimeError(f"cannot replay multi-output view op {op.name} (split/unbind) in place")
+
+
+# ---------------------------------------------------------------------------------- autograd
+
+
+def _edge(t: Tensor):
+    if not t._requires_grad:
+        return (None, 0)
+    fn = t.grad_fn
+    if fn is None:
+        return (grad_accumulator(t), 0)
+    return (fn, t._output_nr)
+
+
+def _autograd(op, args):
+    if op.inplace:
+        return _inplace_autograd(op, args)
+    if op.derivative is None:
+        if op.differentiable:
+            raise NotImplementedError(
+                f"the derivative for '{op.name}' is not implemented; call it under kiln.no_grad() "
+                "or on detached inputs"
+            )
+        return run_below_autograd(op, args)
+    _grad_enabled[0] = False
+    try:
+        out = run_below_autograd(op, args)
+    finally:
+        _grad_enabled[0] = True
+    next_functions = []
+    positions = []
+    needs = [False] * len(args)
+    for p in op.edge_arg_positions:
+        a = args[p]
+        if p in op.list_positions:
+            any_needs = False
+            for j, t in enumerate(a):
+                if isinstance(t, Tensor):
+                    next_functions.append(_edge(t))
+                    positions.append((p, j))
+                    any_needs = any_needs or t._requires_grad
+            needs[p] = any_needs
+        elif isinstance(a, Tensor):
+            next_functions.append(_edge(a))
+            positions.append((p, -1))
+            needs[p] = a._requires_grad
+    node = OpBackward(op, args, out, tuple(next_functions), tuple(positions), tuple(needs))
+    if isinstance(out, tuple):
+        for i, o in enumerate(out):
+            if isinstance(o, Tensor) and o._dtype.is_floating_point:
+                o._requires_grad = True
+                o.grad_fn = node
+                o._output_nr = i
+    elif isinstance(out, list):  # split / unbind / chunk: a list of views
+        for i, o in enumerate(out):
+            o._requires_grad = True
+            o.grad_fn = node
+            o._output_nr = i
+    elif out._dtype.is_floating_point:
+        out._requires_grad = True
+        out.grad_fn = node
+    return out
+
+
+def _inplace_autograd(op, args):
+    self = args[0]
+    if self._requires_grad and self.grad_fn is None:
+        raise RuntimeError(
+            f"a leaf Variable that requires grad is being used in an in-place operation "
+            f"({op.name} on a tensor of shape {list(self._shape)})."
+        )
+    base = self._base
+    if base is not None and base._requires_grad and base.grad_fn is None:
+        raise RuntimeError(
+            f"a view of a leaf Variable that requires grad is being used in an in-place "
+            f"operation ({op.name} on a view of shape {list(self._shape)})."
+        )
+    result = dispatch(op.functional, args)
+    if not isinstance(result, Tensor):
+        raise RuntimeError(f"internal error: in-place {op.name} needs a single-tensor result")
+    _grad_enabled[0] = False
+    try:
+        run_below_autograd(_copy_op(), (self, result, False))
+    finally:
+        _grad_enabled[0] = True
+    if not (
+        result._requires_grad or self._requires_grad or (base is not None and base._requires_grad)
+    ):
+        return self
+    if base is None:
+        if result._requires_grad:
+            self.grad_fn = result.grad_fn
+            self._output_nr = result._output_nr
+        else:  # overwritten by values that need no grad: the old history gets zero gradient
+            self.grad_fn = _Overwritten(_edge(self))
+            self._output_nr = 0
+        self._requires_grad = True
+        return self
+    replay = view_replay(self)
+    node = CopySlices(_edge(base), _edge(result), base, replay)
+    base.grad_fn = node
+    base._output_nr = 0
+    base._requires_grad = True
+    fresh = replay(base)  # records the view ops from the new base: the view's new history
+    self.grad_fn = fresh.grad_fn
+    self._output_nr = fresh._output_nr
+    self._requires_grad = True
+    return self
+
+
+_COPY = []
+
+
+def _copy_op():
+    if not _COPY:
+        _COPY.append(registry.get_op("copy_"))
+    return _COPY[0]
+
+
+class _Overwritten(Node):
+    """History of a tensor fully overwritten in place by values that do not require grad."""
+
+    __slots__ = ("out_meta",)
+
+    def __init__(self, old_edge):
+        super().__init__((old_edge,))
+
+    def name(self) -> str:
+        return "CopyBackwards"
+
+    def apply(self, grad_outputs: tuple) -> tuple:
+        return (grad_outputs[0] * 0,)
+
+
+class CopySlices(Node):
+    """History of a base after an in-place op on one of its views.
+
+    The new base equals the old base outside the view's region and the in-place result inside
+    it, so its gradient splits into the masked gradient (to the old base) and the view of the
+    gradient (to the result). Both halves are kiln ops, so higher-order gradients work.
+    """
+
+    __slots__ = ("_base_shape", "_base_dtype", "_replay", "_mask", "out_meta")
+
+    def __init__(self, base_edge, result_edge, base: Tensor, replay):
+        super().__init__((base_edge, result_edge))
+        self._base_shape = base._shape
+        self._base_dtype = base._dtype
+        self._replay = replay
+        self._mask = None
+        self.out_meta = ((base._shape, base._dtype),)
+
+    def apply(self, grad_outputs: tuple) -> tuple:
+        from .. import ones
+        from ..autograd.grad_mode import no_grad
+
+        (g,) = grad_outputs
+        if self._mask is None:
+            with no_grad():
+                mask = ones(self._base_shape, dtype=g.dtype)
+                self._replay(mask).fill_(0)
+            self._mask = mask
+        grad_result = self._replay(g) if self.next_functions[1][0] is not None else None
+        grad_base = g * self._mask if self.next_functions[0][0] is not None else None
+        return (grad_base, grad_result)
+
+
+class DispatchMode:
+    """Base class for modes: push with ``with mode:``; ``dispatch(op, args)`` gets every op call.
+
+    A mode runs ops below itself with ``self.below(op, args)`` (the mode is popped meanwhile).
+    ``wants(op)`` lets a mode receive composite ops whole instead of their decompositions.
+    """
+
+    def dispatch(self, op, args):
+        return self.below(op, args)
+
+    def wants(self, op) -> bool:
+        return False
+
+    def below(self, op, args):
+        popped = _mode_stack.pop()
+        try:
+            if (
+                op.kernel is None
+                and op.decomposition is not None
+                and not (_mode_stack and _mode_stack[-1].wants(op))
+            ):
+                return op.decomposition(*args)
+            return run_below_autograd(op, args)
+        finally:
+            _mode_stack.append(popped)
+
+    def __enter__(self):
+        _mode_stack.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        popped = _mode_stack.pop()
+        assert popped is self, "dispatch modes must be exited in LIFO order"
+
+
+registry._install_dispatch(dispatch)

@@ -1,0 +1,35 @@
+"""What ``kiln.<name>`` means for ops: the op itself where PyTorch's function has the op's
+signature, else the Python function registered with ``torch_function``.
+"""
+
+from __future__ import annotations
+
+from .methods import _ALIASES, _SAME_NAME_METHODS
+from .registry import NAMESPACE, OPS
+
+__all__ = ["public_functions"]
+
+_NOT_PUBLIC = {
+    "view",
+    "slice",
+    "select",
+    "alias",
+    "to_device",
+    "convert_element_type",
+    "sum_to_size",
+}
+
+
+def public_functions() -> dict:
+    out = {}
+    for name in _SAME_NAME_METHODS:
+        if name in OPS and name not in _NOT_PUBLIC:
+            out[name] = OPS[name]
+    for alias, target in _ALIASES.items():
+        if target in OPS:
+            out[alias] = OPS[target]
+    for name in ("relu_", "sigmoid_", "tanh_", "exp_", "zero_", "fill_"):
+        if name in OPS:
+            out[name] = OPS[name]
+    out.update(NAMESPACE)
+    return out

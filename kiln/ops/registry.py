@@ -1,0 +1,255 @@
+"""The operator registry: one ``Op`` per operator, holding every piece the stack needs.
+
+An op is declared once with a schema (a Python signature whose annotations say which arguments
+are tensors). Calls are bound to a canonical positional tuple by a generated function, so the
+kernel, the meta function, the derivative and the decomposition all see the same arguments, and
+graph nodes record them the same way. Pieces are attached by decorators in the files that define
+each family of ops (tables, not ``if name == ...`` chains):
+
+    @defop(kind="pointwise")
+    def add(self: Tensor, other: TensorOrScalar, *, alpha: Scalar = 1): ...
+
+    @add.register_kernel       # CPU kernel over numpy
+    @add.register_meta         # shapes/dtypes/strides without data
+    @add.register_derivative   # backward, written in kiln ops
+    @add.register_decomposition
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+from collections.abc import Callable
+
+__all__ = [
+    "Op",
+    "defop",
+    "OPS",
+    "get_op",
+    "list_ops",
+    "METHODS",
+    "tensor_method",
+    "NAMESPACE",
+    "torch_function",
+]
+
+OPS: dict[str, Op] = {}
+# Tensor methods written as Python functions (argument parsing around ops); installed on Tensor
+METHODS: dict[str, Callable] = {}
+
+
+# ``kiln.<name>`` functions written in Python (argument parsing around ops)
+NAMESPACE: dict[str, Callable] = {}
+
+
+def torch_function(*names: str):
+    """Register a function as ``kiln.<name>`` for each name given (default: its own name)."""
+
+    def deco(fn):
+        for n in names or (fn.__name__.lstrip("_"),):
+            NAMESPACE[n] = fn
+        return fn
+
+    return deco
+
+
+def tensor_method(*names: str):
+    """Register a function as ``Tensor.<name>`` for each name given (default: its own name)."""
+
+    def deco(fn):
+        for n in names or (fn.__name__.lstrip("_"),):
+            METHODS[n] = fn
+        return fn
+
+    return deco
+
+
+# annotation strings that mark tensor-carrying parameters
+_TENSOR_ANNOTATIONS = {"Tensor", "Tensor | None", "TensorOrScalar", "Tensor | Scalar"}
+_TENSORLIST_ANNOTATIONS = {"TensorList", "list[Tensor]", "Sequence[Tensor]"}
+
+
+class Op:
+    """An operator: schema, kernels, meta, derivative, decomposition and flags."""
+
+    __slots__ = (
+        "name",
+        "signature",
+        "bind",
+        "param_names",
+        "tensor_positions",
+        "list_positions",
+        "edge_arg_positions",
+        "differentiable",
+        "kernel",
+        "meta",
+        "derivative",
+        "decomposition",
+        "kind",
+        "is_prim",
+        "is_view",
+        "inplace",
+        "functional",
+        "inplace_variant",
+        "saves_inputs",
+        "saves_output",
+        "returns",
+        "result_type",
+        "nondeterministic_seeded",
+        "doc",
+        "overloadpacket",
+        "__weakref__",
+        "__dict__",
+    )
+
+    def __init__(self, name: str, schema: Callable, kind: str, prim: bool, view: bool):
+        self.name = name
+        self.signature = inspect.signature(schema)
+        self.param_names = tuple(self.signature.parameters)
+        self.bind = _make_binder(name, self.signature)
+        tensor_positions, list_positions = [], []
+        for i, p in enumerate(self.signature.parameters.values()):
+            ann = (
+                p.annotation
+                if isinstance(p.annotation, str)
+                else getattr(p.annotation, "__name__", "")
+            )
+            if ann in _TENSOR_ANNOTATIONS:
+                tensor_positions.append(i)
+            elif ann in _TENSORLIST_ANNOTATIONS:
+                list_positions.append(i)
+        self.tensor_positions = tuple(tensor_positions)
+        self.list_positions = tuple(list_positions)
+        self.edge_arg_positions = tuple(sorted(tensor_positions + list_positions))
+        self.differentiable = True
+        self.kernel = None
+        self.meta = None
+        self.derivative = None
+        self.decomposition = None
+        self.kind = kind
+        self.is_prim = prim
+        self.is_view = view
+        self.inplace = False  # mutates its first argument
+        self.functional = None  # for an in-place op: its out-of-place twin
+        self.inplace_variant = None
+        self.saves_inputs = None  # None: all tensor inputs; else a tuple of positions
+        self.saves_output = False
+        self.returns = None  # namedtuple class for multi-output ops
+        self.result_type = None
+        self.nondeterministic_seeded = False
+        self.doc = (schema.__doc__ or "").strip()
+
+    def __call__(self, *args, **kwargs):
+        return _dispatch(self, self.bind(*args, **kwargs))
+
+    def __repr__(self) -> str:
+        return f"kiln.ops.{self.name}"
+
+    def __reduce__(self):
+        return (get_op, (self.name,))
+
+    # ---- registration decorators (each returns the function so they can stack)
+    def register_kernel(self, fn: Callable) -> Callable:
+        self.kernel = fn
+        return fn
+
+    def register_meta(self, fn: Callable) -> Callable:
+        self.meta = fn
+        return fn
+
+    def register_derivative(
+        self, fn: Callable | None = None, *, save_inputs=None, save_output=False
+    ):
+        def deco(f):
+            self.derivative = f
+            self.saves_inputs = save_inputs
+            self.saves_output = save_output
+            return f
+
+        return deco(fn) if fn is not None else deco
+
+    def register_decomposition(self, fn: Callable) -> Callable:
+        self.decomposition = fn
+        return fn
+
+    @property
+    def is_composite(self) -> bool:
+        """Implemented only by its decomposition (autograd flows through the parts)."""
+        return self.kernel is None and self.decomposition is not None
+
+
+def _make_binder(name: str, sig: inspect.Signature) -> Callable:
+    """Generate ``def bind(<schema params>): return (<all params>,)`` for fast canonicalization."""
+    params = []
+    names = []
+    defaults = {}
+    seen_kwonly = False
+    for p in sig.parameters.values():
+        if p.kind is inspect.Parameter.VAR_POSITIONAL or p.kind is inspect.Parameter.VAR_KEYWORD:
+            raise TypeError(f"op {name}: schemas cannot take *args/**kwargs")
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and not seen_kwonly:
+            params.append("*")
+            seen_kwonly = True
+        if p.default is inspect.Parameter.empty:
+            params.append(p.name)
+        else:
+            key = f"_d_{p.name}"
+            defaults[key] = p.default
+            params.append(f"{p.name}={key}")
+        names.append(p.name)
+    tup = "(" + "".join(f"{n}, " for n in names) + ")"
+    src = f"def bind_{name}({', '.join(params)}):\n    return {tup}\n"
+    namespace = dict(defaults)
+    exec(compile(src, f"<kiln op schema {name}>", "exec"), namespace)
+    return namespace[f"bind_{name}"]
+
+
+def defop(
+    fn: Callable | None = None,
+    *,
+    name: str | None = None,
+    kind: str = "pointwise",
+    prim: bool = False,
+    view: bool = False,
+    returns: tuple | None = None,
+    differentiable: bool = True,
+):
+    """Declare an op from a schema function; the function body is never run."""
+
+    def deco(schema):
+        op_name = name or schema.__name__
+        if op_name in OPS:
+            raise ValueError(f"op {op_name} is defined twice")
+        op = Op(op_name, schema, kind, prim, view)
+        op.differentiable = differentiable
+        if returns:
+            op.returns = collections.namedtuple(op_name, returns)
+        OPS[op_name] = op
+        return op
+
+    return deco(fn) if fn is not None else deco
+
+
+def get_op(name: str) -> Op:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise AttributeError(f"kiln has no op named {name!r}") from None
+
+
+def list_ops(kind: str | None = None, prims_only: bool = False) -> list[str]:
+    """Names of the registered ops, optionally of one kind or only the prims."""
+    return sorted(
+        n
+        for n, op in OPS.items()
+        if (kind is None or op.kind == kind) and (not prims_only or op.is_prim)
+    )
+
+
+def _dispatch(op, args):  # replaced by kiln.ops.dispatch at import (breaks an import cycle)
+    raise RuntimeError("kiln.ops.dispatch not initialised")
+
+
+def _install_dispatch(fn: Callable) -> None:
+    global _dispatch
+    _dispatch = fn

@@ -1,0 +1,199 @@
+"""PyTorch dtypes over numpy dtypes, and PyTorch's type-promotion rules.
+
+A ``dtype`` is a singleton per kind; ``to_numpy`` gives the numpy storage dtype (bfloat16 comes
+from ml_dtypes, the only way to get a real numpy bfloat16 with casts and ufuncs). Promotion
+follows c10's lattice and ResultTypeState: dimensioned tensors, then 0-dim tensors, then Python
+scalars, each only able to raise the result's *category* (bool < integral < floating).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+__all__ = [
+    "dtype",
+    "bool_",
+    "uint8",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "all_dtypes",
+    "promote_types",
+    "get_default_dtype",
+    "set_default_dtype",
+    "from_numpy_dtype",
+    "dtype_of_python_scalar",
+]
+
+
+class dtype:  # noqa: N801 - PyTorch's spelling
+    """A tensor element type; compare by identity (``x.dtype is kiln.float32``)."""
+
+    __slots__ = (
+        "name",
+        "np",
+        "itemsize",
+        "is_floating_point",
+        "is_complex",
+        "is_signed",
+        "category",
+        "_rank",
+    )
+
+    def __init__(self, name: str, np_dtype, category: int, rank: int, signed: bool):
+        self.name = name
+        self.np = np.dtype(np_dtype)
+        self.itemsize = self.np.itemsize
+        self.is_floating_point = category == 2
+        self.is_complex = False
+        self.is_signed = signed
+        self.category = category  # 0 bool, 1 integral, 2 floating
+        self._rank = rank
+
+    def __repr__(self) -> str:
+        return f"kiln.{self.name}"
+
+    def __reduce__(self):
+        return (_dtype_by_name, (self.name,))
+
+    def to_numpy(self) -> np.dtype:
+        return self.np
+
+    @property
+    def is_integral(self) -> bool:
+        return self.category == 1
+
+    def to_real(self) -> dtype:
+        return self
+
+    @property
+    def itemsize_bits(self) -> int:
+        return self.itemsize * 8
+
+
+bool_ = dtype("bool", np.bool_, 0, 0, False)
+uint8 = dtype("uint8", np.uint8, 1, 1, False)
+int8 = dtype("int8", np.int8, 1, 2, True)
+int16 = dtype("int16", np.int16, 1, 3, True)
+int32 = dtype("int32", np.int32, 1, 4, True)
+int64 = dtype("int64", np.int64, 1, 5, True)
+float16 = dtype("float16", np.float16, 2, 6, True)
+bfloat16 = dtype("bfloat16", ml_dtypes.bfloat16, 2, 7, True)
+float32 = dtype("float32", np.float32, 2, 8, True)
+float64 = dtype("float64", np.float64, 2, 9, True)
+
+all_dtypes = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
+_BY_NAME = {d.name: d for d in all_dtypes}
+_BY_NP = {d.np: d for d in all_dtypes}
+
+
+def _dtype_by_name(name: str) -> dtype:
+    return _BY_NAME[name]
+
+
+def from_numpy_dtype(np_dtype) -> dtype:
+    """Map a numpy dtype to kiln's, with the error PyTorch gives for unsupported ones."""
+    try:
+        return _BY_NP[np.dtype(np_dtype)]
+    except KeyError:
+        raise TypeError(
+            f"can't convert np.ndarray of type numpy.{np.dtype(np_dtype)}. The only supported "
+            "types are: float64, float32, float16, bfloat16, int64, int32, int16, int8, uint8, "
+            "and bool."
+        ) from None
+
+
+def _promote_pair(a: dtype, b: dtype) -> dtype:
+    if a is b:
+        return a
+    if a.category != b.category:
+        hi, lo = (a, b) if a.category > b.category else (b, a)
+        return hi
+    if a.category == 0:
+        return a
+    if a.category == 2:
+        if {a, b} == {float16, bfloat16}:
+            return float32
+        return a if a._rank > b._rank else b
+    # integral: uint8 mixes with signed types by widening to at least int16
+    if a is uint8 or b is uint8:
+        other = b if a is uint8 else a
+        return int16 if other is int8 else other
+    return a if a._rank > b._rank else b
+
+
+_PROMOTE = {(a, b): _promote_pair(a, b) for a in all_dtypes for b in all_dtypes}
+
+
+def promote_types(a: dtype, b: dtype) -> dtype:
+    """The smallest dtype both ``a`` and ``b`` convert to without losing category."""
+    return _PROMOTE[a, b]
+
+
+_default_dtype = [float32]
+
+
+def get_default_dtype() -> dtype:
+    return _default_dtype[0]
+
+
+def set_default_dtype(d: dtype) -> None:
+    if not isinstance(d, dtype) or not d.is_floating_point:
+        raise TypeError(f"only floating-point types are supported as the default type, got {d}")
+    _default_dtype[0] = d
+
+
+def dtype_of_python_scalar(value) -> dtype:
+    """The dtype a bare Python number gets when it becomes a tensor (``kiln.tensor(1.5)``)."""
+    if isinstance(value, bool):
+        return bool_
+    if isinstance(value, int):
+        return int64
+    if isinstance(value, float):
+        return _default_dtype[0]
+    if isinstance(value, np.generic):
+        return from_numpy_dtype(value.dtype)
+    raise TypeError(f"unsupported scalar type {type(value).__name__}")
+
+
+def _combine_categories(higher: dtype | None, lower: dtype | None) -> dtype | None:
+    if higher is None:
+        return lower
+    if lower is None:
+        return higher
+    if higher.is_floating_point:
+        return higher
+    if higher is bool_ or lower.is_floating_point:
+        return _PROMOTE[higher, lower]
+    return higher
+
+
+def result_type_of(dim_dtypes, zero_dim_dtypes, scalar_dtypes) -> dtype:
+    """c10's ResultTypeState: each group can only raise the category of the one before it."""
+
+    def fold(ds):
+        out = None
+        for d in ds:
+            out = d if out is None else _PROMOTE[out, d]
+        return out
+
+    wrapped = fold(scalar_dtypes)
+    if wrapped is not None and wrapped.is_floating_point:
+        wrapped = _default_dtype[0]
+    result = _combine_categories(
+        fold(dim_dtypes), _combine_categories(fold(zero_dim_dtypes), wrapped)
+    )
+    if result is None:
+        raise TypeError("result_type needs at least one tensor or scalar")
+    return result
+
+
+def can_cast(from_: dtype, to: dtype) -> bool:
+    """PyTorch's same-kind rule for writing results into an existing tensor."""
+    return from_.category <= to.category

@@ -1,0 +1,178 @@
+"""Counter-based random numbers: Philox4x32-10 keyed by (seed, offset).
+
+Every random op is a pure function of (seed, offset, element index): element ``i`` of a call uses
+counter ``offset + i`` and key ``seed``. A ``Generator`` only hands out disjoint offset ranges.
+Compiled kernels (LLVM and Triton) implement the same function, so a compiled dropout can
+regenerate its mask in the backward, and compiled and eager runs draw the same numbers.
+
+Uniform floats take the top 24 bits of the first Philox word: ``(w >> 8) * 2**-24`` in [0, 1).
+Normals use Box-Muller on the first two words.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+
+import numpy as np
+
+__all__ = [
+    "Generator",
+    "default_generator",
+    "manual_seed",
+    "seed",
+    "initial_seed",
+    "get_rng_state",
+    "set_rng_state",
+    "philox4x32",
+    "uniform_from_bits",
+    "philox_uniform",
+    "philox_normal",
+    "philox_bits",
+]
+
+PHILOX_M0 = 0xD2511F53
+PHILOX_M1 = 0xCD9E8D57
+PHILOX_W0 = 0x9E3779B9
+PHILOX_W1 = 0xBB67AE85
+_MASK32 = 0xFFFFFFFF
+
+
+def philox4x32(counter_lo: np.ndarray, counter_hi: np.ndarray, seed: int, rounds: int = 10):
+    """Philox4x32 over counters (c0=lo, c1=hi, c2=c3=0) with key (seed_lo, seed_hi): four uint32 words."""
+    c0 = counter_lo.astype(np.uint64)
+    c1 = counter_hi.astype(np.uint64)
+    c2 = np.zeros_like(c0)
+    c3 = np.zeros_like(c0)
+    k0 = seed & _MASK32
+    k1 = (seed >> 32) & _MASK32
+    m0 = np.uint64(PHILOX_M0)
+    m1 = np.uint64(PHILOX_M1)
+    mask = np.uint64(_MASK32)
+    shift = np.uint64(32)
+    for _ in range(rounds):
+        p0 = c0 * m0
+        p1 = c2 * m1
+        hi0 = p0 >> shift
+        lo0 = p0 & mask
+        hi1 = p1 >> shift
+        lo1 = p1 & mask
+        c0, c1, c2, c3 = (hi1 ^ c1 ^ np.uint64(k0)), lo1, (hi0 ^ c3 ^ np.uint64(k1)), lo0
+        k0 = (k0 + PHILOX_W0) & _MASK32
+        k1 = (k1 + PHILOX_W1) & _MASK32
+    return (
+        c0.astype(np.uint32),
+        c1.astype(np.uint32),
+        c2.astype(np.uint32),
+        c3.astype(np.uint32),
+    )
+
+
+def _counters(offset: int, n: int):
+    idx = np.arange(n, dtype=np.uint64) + np.uint64(offset)
+    return (idx & np.uint64(_MASK32)).astype(np.uint32), (idx >> np.uint64(32)).astype(np.uint32)
+
+
+def uniform_from_bits(bits: np.ndarray) -> np.ndarray:
+    """uint32 words -> float32 uniform in [0, 1) using the top 24 bits (exactly representable)."""
+    return (bits >> np.uint32(8)).astype(np.float32) * np.float32(2.0**-24)
+
+
+def philox_bits(seed: int, offset: int, n: int) -> np.ndarray:
+    lo, hi = _counters(offset, n)
+    return philox4x32(lo, hi, seed)[0]
+
+
+def philox_uniform(seed: int, offset: int, n: int) -> np.ndarray:
+    return uniform_from_bits(philox_bits(seed, offset, n))
+
+
+def philox_normal(seed: int, offset: int, n: int) -> np.ndarray:
+    """Standard normals (float32) by Box-Muller on the first two Philox words of each counter."""
+    lo, hi = _counters(offset, n)
+    w0, w1, _, _ = philox4x32(lo, hi, seed)
+    u1 = uniform_from_bits(w0).astype(np.float64)
+    u2 = uniform_from_bits(w1).astype(np.float64)
+    # 1 - u1 is in (0, 1]: log never sees zero
+    r = np.sqrt(-2.0 * np.log(1.0 - u1))
+    return (r * np.cos(2.0 * np.pi * u2)).astype(np.float32)
+
+
+class Generator:
+    """A (seed, offset) pair; each random call takes the next ``numel`` counters."""
+
+    def __init__(self, device="cpu"):
+        self.device = device
+        self._seed = 67280421310721
+        self._offset = 0
+
+    def manual_seed(self, seed: int) -> Generator:
+        seed = int(seed)
+        if seed < 0:
+            seed &= (1 << 64) - 1
+        if seed >= 1 << 64:
+            raise RuntimeError(f"Overflow when unpacking long: seed {seed} does not fit in 64 bits")
+        self._seed = seed
+        self._offset = 0
+        return self
+
+    def seed(self) -> int:
+        s = int.from_bytes(os.urandom(8), "little") ^ time.time_ns()
+        self.manual_seed(s & ((1 << 63) - 1))
+        return self._seed
+
+    def initial_seed(self) -> int:
+        return self._seed
+
+    def next_offset(self, n: int) -> tuple[int, int]:
+        """Reserve ``n`` counters; returns (seed, first counter)."""
+        start = self._offset
+        # round up to 4 so consecutive calls stay aligned with vector widths in compiled code
+        self._offset = start + ((n + 3) & ~3)
+        return self._seed, start
+
+    def get_state(self):
+        from . import dtypes
+        from .tensor import wrap_array
+
+        raw = np.frombuffer(struct.pack("<QQ", self._seed, self._offset), dtype=np.uint8).copy()
+        return wrap_array(raw, dtypes.uint8)
+
+    def set_state(self, new_state) -> Generator:
+        raw = bytes(
+            np.asarray(
+                new_state._data if hasattr(new_state, "_data") else new_state, dtype=np.uint8
+            )
+        )
+        if len(raw) != 16:
+            raise RuntimeError(f"RNG state must be 16 bytes (seed, offset), got {len(raw)}")
+        self._seed, self._offset = struct.unpack("<QQ", raw)
+        return self
+
+    def __repr__(self) -> str:
+        return f"<kiln.Generator seed={self._seed} offset={self._offset}>"
+
+
+default_generator = Generator()
+
+
+def manual_seed(seed: int) -> Generator:
+    """Seed the default generator (and the CUDA one, which shares it)."""
+    return default_generator.manual_seed(seed)
+
+
+def seed() -> int:
+    return default_generator.seed()
+
+
+def initial_seed() -> int:
+    return default_generator.initial_seed()
+
+
+def get_rng_state():
+    return default_generator.get_state()
+
+
+def set_rng_state(new_state) -> None:
+    default_generator.set_state(new_state)

@@ -1,0 +1,129 @@
+"""Storage identity and the pooled CPU allocator.
+
+A ``Storage`` is shared by a tensor and all of its views: it carries the version counter that
+autograd uses to detect in-place modification of saved tensors. The numpy buffer itself is owned
+by the arrays; ``Storage`` only remembers the base array so ``data_ptr`` and ``storage_offset``
+can be computed.
+
+Large CPU buffers come from ``BufferPool``: a fresh 64 MB allocation costs milliseconds of page
+faults on this class of machine, far more than the elementwise work done in it. A pooled buffer is
+free again once nothing but the pool references its base array (every numpy view keeps its base
+alive, so the reference count tells whether any tensor or user array still sees it).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import numpy as np
+
+__all__ = ["Storage", "BufferPool", "pool", "empty_array"]
+
+
+class Storage:
+    """The shared identity of a buffer: base array plus in-place version counter."""
+
+    __slots__ = ("base", "version", "__weakref__")
+
+    def __init__(self, base: np.ndarray | None):
+        self.base = base
+        self.version = 0
+
+    def data_ptr(self) -> int:
+        if self.base is None:
+            return 0
+        return self.base.__array_interface__["data"][0]
+
+    def nbytes(self) -> int:
+        return 0 if self.base is None else self.base.nbytes
+
+
+_POOL_MIN_BYTES = 1 << 20  # below this numpy's own small-block cache is as good
+
+
+def _calibrate_free_refs() -> int:
+    """getrefcount of a buffer held only by a pool list, seen from the pool's scan loop.
+
+    CPython versions count borrowed references differently, so measure rather than assume.
+    """
+    bucket = [np.empty(1, np.uint8)]
+    for buf in bucket:
+        return sys.getrefcount(buf)
+    raise AssertionError
+
+
+_FREE_REFS = _calibrate_free_refs()
+
+
+class BufferPool:
+    """Size-bucketed cache of large 1-D byte buffers, reused when nothing else references them."""
+
+    def __init__(self, max_bytes: int = 4 << 30):
+        self.max_bytes = max_bytes
+        self._buckets: dict[int, list[np.ndarray]] = {}
+        self._total = 0
+        self._lock = threading.Lock()
+        self._free_refs = _FREE_REFS
+
+    def _bucket_size(self, nbytes: int) -> int:
+        # round up to 1/8 steps of the next power of two: bounded waste, good reuse
+        top = 1 << (nbytes - 1).bit_length()
+        step = max(top >> 3, 4096)
+        return (nbytes + step - 1) // step * step
+
+    def allocate(self, nbytes: int) -> np.ndarray:
+        size = self._bucket_size(nbytes)
+        with self._lock:
+            bucket = self._buckets.setdefault(size, [])
+            for buf in bucket:
+                if sys.getrefcount(buf) <= self._free_refs:
+                    return buf
+            if self._total + size > self.max_bytes:
+                self._trim()
+            buf = np.empty(size, dtype=np.uint8)
+            bucket.append(buf)
+            self._total += size
+            return buf
+
+    def _trim(self) -> None:
+        for size, bucket in self._buckets.items():
+            keep = []
+            for buf in bucket:
+                if sys.getrefcount(buf) <= self._free_refs:
+                    self._total -= size
+                else:
+                    keep.append(buf)
+            bucket[:] = keep
+
+    def clear(self) -> None:
+        with self._lock:
+            self._trim()
+
+    @property
+    def pooled_bytes(self) -> int:
+        return self._total
+
+
+pool = BufferPool()
+
+
+def empty_array(shape: tuple, np_dtype: np.dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array, from the pool when it is large."""
+    itemsize = np_dtype.itemsize
+    n = 1
+    for s in shape:
+        n *= s
+    nbytes = n * itemsize
+    if nbytes < _POOL_MIN_BYTES:
+        return np.empty(shape, np_dtype)
+    buf = pool.allocate(nbytes)
+    return buf[:nbytes].view(np_dtype).reshape(shape)
+
+
+def storage_of(array: np.ndarray) -> np.ndarray:
+    """The array that owns ``array``'s memory (numpy collapses view chains to the owner)."""
+    base = array
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    return base

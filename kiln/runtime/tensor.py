@@ -1,0 +1,371 @@
+"""The Tensor: a strided view of a buffer plus the autograd fields.
+
+A CPU tensor wraps a numpy array that *is* the strided view (numpy shares memory between views
+exactly as PyTorch does), so shape and strides are read off the array. A fake tensor (used while
+capturing graphs) and a ``meta`` tensor have no data and carry shape, strides and offset
+explicitly. Operator methods (``x.add``, ``x + y``, ``x[0]``) are attached by ``kiln.ops``;
+``backward`` by ``kiln.autograd``; this module only knows storage and metadata.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes as _dt
+from .device import cpu, device, meta
+from .storage import Storage
+
+__all__ = ["Tensor", "Size", "contiguous_strides", "wrap_array", "make_fake"]
+
+
+class Size(tuple):
+    """``x.shape``: a tuple of ints with ``numel()``, printed like PyTorch."""
+
+    __slots__ = ()
+
+    def numel(self) -> int:
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+    def __repr__(self) -> str:
+        return f"kiln.Size([{', '.join(str(s) for s in self)}])"
+
+    def __getitem__(self, item):
+        out = tuple.__getitem__(self, item)
+        return Size(out) if isinstance(item, slice) else out
+
+    def __add__(self, other):
+        return Size(tuple.__add__(self, tuple(other)))
+
+
+def contiguous_strides(shape: tuple) -> tuple:
+    strides = []
+    acc = 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+class Tensor:
+    """A multi-dimensional array with PyTorch's semantics (see the module docstring)."""
+
+    # hot fields live in slots; rare ones (grad, hooks, views) default from the class attributes
+    __slots__ = (
+        "_data",
+        "_shape",
+        "_dtype",
+        "_device",
+        "_storage",
+        "_stride",
+        "__dict__",
+        "__weakref__",
+    )
+
+    _offset = 0
+    _base = None
+    _view_fn = None
+    _requires_grad = False
+    grad_fn = None
+    _output_nr = 0
+    _grad = None
+    _hooks = None
+    _retains_grad = False
+    _post_accumulate_hooks = None
+    _is_param = False
+
+    # ------------------------------------------------------------------ construction
+    def __new__(cls, *args, **kwargs):
+        # ``kiln.Tensor(data)`` and ``kiln.Tensor(2, 3)`` as PyTorch's legacy constructor
+        self = object.__new__(cls)
+        if args or kwargs:
+            from .. import _creation_hook
+
+            return _creation_hook(cls, args, kwargs)
+        self._data = np.empty((0,), np.float32)
+        self._shape = (0,)
+        self._dtype = _dt.float32
+        self._device = cpu
+        self._storage = None
+        self._stride = None
+        return self
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    # ------------------------------------------------------------------ metadata
+    @property
+    def shape(self) -> Size:
+        return Size(self._shape)
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return Size(self._shape)
+        return self._shape[_wrap_dim(dim, len(self._shape))]
+
+    @property
+    def dtype(self) -> _dt.dtype:
+        return self._dtype
+
+    @property
+    def device(self) -> device:
+        return self._device
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    def dim(self) -> int:
+        return len(self._shape)
+
+    def ndimension(self) -> int:
+        return len(self._shape)
+
+    def numel(self) -> int:
+        n = 1
+        for s in self._shape:
+            n *= s
+        return n
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self._dtype.itemsize
+
+    def stride(self, dim: int | None = None):
+        st = self._stride
+        if st is None:
+            data = self._data
+            item = data.itemsize
+            st = tuple(s // item for s in data.strides)
+            if any(s < 0 for s in st):
+                raise RuntimeError("internal error: negative stride in a kiln tensor")
+            self._stride = st
+        if dim is None:
+            return st
+        return st[_wrap_dim(dim, len(self._shape))]
+
+    def storage_offset(self) -> int:
+        data = self._data
+        if data is None:
+            return self._offset
+        base = self._get_storage().base
+        return (
+            data.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+        ) // data.itemsize
+
+    def data_ptr(self) -> int:
+        data = self._data
+        if data is None:
+            return 0
+        return data.__array_interface__["data"][0]
+
+    def _get_storage(self) -> Storage:
+        st = self._storage
+        if st is None:
+            base = self._data
+            if base is not None:
+                while isinstance(base.base, np.ndarray):
+                    base = base.base
+            st = self._storage = Storage(base)
+        return st
+
+    def untyped_storage(self) -> Storage:
+        return self._get_storage()
+
+    @property
+    def _version(self) -> int:
+        return self._get_storage().version
+
+    def _bump_version(self) -> None:
+        self._get_storage().version += 1
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        expected = 1
+        shape = self._shape
+        strides = self.stride()
+        for size, st in zip(reversed(shape), reversed(strides)):
+            if size == 1:
+                continue
+            if size == 0:
+                return True
+            if st != expected:
+                return False
+            expected *= size
+        return True
+
+    @property
+    def is_meta(self) -> bool:
+        return self._device is meta
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._device.type == "cuda"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self._device.type == "cpu"
+
+    @property
+    def is_fake(self) -> bool:
+        """True for shape-only tensors used during graph capture (no data, not ``meta``)."""
+        return self._data is None and self._device is not meta
+
+    def is_floating_point(self) -> bool:
+        return self._dtype.is_floating_point
+
+    def is_complex(self) -> bool:
+        return False
+
+    @property
+    def layout(self):
+        return "strided"
+
+    # ------------------------------------------------------------------ autograd fields
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        value = bool(value)
+        if not self.is_leaf:
+            if not value:
+                raise RuntimeError(
+                    "you can only change requires_grad flags of leaf variables. If you want to "
+                    "use a computed variable in a subgraph that doesn't require differentiation "
+                    "use var_no_grad = var.detach()."
+                )
+            return
+        if value and not self._dtype.is_floating_point:
+            raise RuntimeError(
+                f"only Tensors of floating point dtype can require gradients, got {self._dtype}"
+            )
+        self._requires_grad = value
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(
+                    f"assigned grad expected to be a Tensor or None but got {type(value).__name__}"
+                )
+            if value._shape != self._shape:
+                raise RuntimeError(
+                    f"assigned grad has data of a different size: grad {list(value._shape)} "
+                    f"vs tensor {list(self._shape)}"
+                )
+        self._grad = value
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    @property
+    def _is_view(self) -> bool:
+        return self._base is not None
+
+    def _is_view_fn(self) -> bool:
+        return self._base is not None
+
+    def is_view(self) -> bool:
+        return self._base is not None
+
+    # ------------------------------------------------------------------ Python protocol
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __reduce_ex__(self, protocol):
+        return (_rebuild_tensor, (self.detach().numpy().copy(), self._requires_grad))
+
+    def __format__(self, spec: str) -> str:
+        if not self._shape:
+            return format(self.item(), spec)
+        return repr(self)
+
+    @staticmethod
+    def _wrap_view(array: np.ndarray, src: Tensor) -> Tensor:
+        """Wrap a numpy view of ``src``'s data; dispatch links storage and base afterwards."""
+        return wrap_array(array, src._dtype)
+
+    def _check_data(self, what: str):
+        if self._data is None:
+            kind = "meta" if self._device is meta else "fake (being captured into a graph)"
+            raise RuntimeError(f"cannot {what} a {kind} tensor: it has no data")
+        return self._data
+
+
+def _rebuild_tensor(array, requires_grad):
+    t = wrap_array(np.require(array, requirements="C"), _dt.from_numpy_dtype(array.dtype))
+    t._requires_grad = requires_grad
+    return t
+
+
+def _wrap_dim(dim: int, ndim: int) -> int:
+    lo = -max(ndim, 1)
+    hi = max(ndim, 1) - 1
+    if not lo <= dim <= hi:
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})"
+        )
+    return dim + ndim if dim < 0 else dim
+
+
+_new = object.__new__
+
+
+def wrap_array(array: np.ndarray, dtype: _dt.dtype, storage: Storage | None = None) -> Tensor:
+    """Make a CPU tensor around ``array`` without copying (the hot path of every kernel)."""
+    t = _new(Tensor)
+    t._data = array
+    t._shape = array.shape
+    t._dtype = dtype
+    t._device = cpu
+    t._storage = storage
+    t._stride = None
+    return t
+
+
+def make_fake(shape, dtype: _dt.dtype, dev: device, stride=None, offset: int = 0) -> Tensor:
+    """A data-less tensor carrying only metadata (graph capture and the ``meta`` device)."""
+    t = _new(Tensor)
+    t._data = None
+    t._shape = tuple(shape)
+    t._dtype = dtype
+    t._device = dev
+    t._storage = None
+    t._stride = tuple(stride) if stride is not None else contiguous_strides(t._shape)
+    if offset:
+        t._offset = offset
+    return t
