@@ -50,6 +50,7 @@ from .autograd import (  # noqa: E402
     set_grad_enabled,
 )
 from . import ops  # noqa: E402
+from . import nn  # noqa: E402
 from .ops.api import *  # noqa: E402,F401,F403
 from .ops import namespace as _namespace  # noqa: E402
 

@@ -5,10 +5,25 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import dtypes as dt
+from ..runtime.device import device as _device
+from ..runtime.random import Generator
 from ..runtime.storage import empty_array
 from ..runtime.tensor import Tensor, contiguous_strides, make_fake, wrap_array
 
+# names used in op schemas (the registry reads the annotation text, these make it checkable)
+Scalar = bool | int | float
+TensorOrScalar = Tensor | Scalar
+TensorList = list[Tensor]
+Device = str | _device
+DType = dt.dtype
+
 __all__ = [
+    "Scalar",
+    "TensorOrScalar",
+    "TensorList",
+    "Device",
+    "DType",
+    "Generator",
     "Tensor",
     "result_dtype",
     "broadcast_shapes",

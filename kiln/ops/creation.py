@@ -16,7 +16,17 @@ from ..runtime import random as rng
 from ..runtime.device import as_device, cpu, meta
 from ..runtime.storage import empty_array
 from ..runtime.tensor import contiguous_strides, make_fake, wrap_array
-from .common import Tensor, dense_strides_like, fake, wrap
+from .common import (
+    Device,
+    DType,
+    Generator,
+    Scalar,
+    Tensor,
+    TensorOrScalar,
+    dense_strides_like,
+    fake,
+    wrap,
+)
 from .registry import defop
 
 __all__: list[str] = []
@@ -52,8 +62,8 @@ def _creation_device(device):
 
 @defop(kind="creation", prim=True)
 def full(
-    size: list[int], fill_value: Scalar, *, dtype: dtype | None = None, device: Device | None = None
-): ...  # noqa: F821
+    size: list[int], fill_value: Scalar, *, dtype: DType | None = None, device: Device | None = None
+): ...
 
 
 def _full_dtype(fill_value, dtype):
@@ -88,7 +98,7 @@ def _full_meta(size, fill_value, dtype=None, device=None):
 
 
 @defop(kind="creation", prim=True)
-def empty(size: list[int], *, dtype: dtype | None = None, device: Device | None = None): ...  # noqa: F821
+def empty(size: list[int], *, dtype: DType | None = None, device: Device | None = None): ...
 
 
 @empty.register_kernel
@@ -114,8 +124,8 @@ empty.register_meta(
 
 @defop(kind="creation", prim=True)
 def empty_strided(
-    size: list[int], stride: list[int], *, dtype: dtype | None = None, device: Device | None = None
-): ...  # noqa: F821
+    size: list[int], stride: list[int], *, dtype: DType | None = None, device: Device | None = None
+): ...
 
 
 @empty_strided.register_kernel
@@ -150,9 +160,9 @@ def arange(
     end: Scalar,
     step: Scalar = 1,
     *,
-    dtype: dtype | None = None,
+    dtype: DType | None = None,
     device: Device | None = None,
-): ...  # noqa: F821
+): ...
 
 
 def _arange_geometry(start, end, step, dtype):
@@ -200,9 +210,9 @@ def linspace(
     end: Scalar,
     steps: int,
     *,
-    dtype: dtype | None = None,
+    dtype: DType | None = None,
     device: Device | None = None,
-): ...  # noqa: F821
+): ...
 
 
 @linspace.register_kernel
@@ -254,9 +264,9 @@ def philox_rand(
     seed: int,
     offset: int,
     *,
-    dtype: dtype | None = None,
+    dtype: DType | None = None,
     device: Device | None = None,
-): ...  # noqa: F821
+): ...
 
 
 @defop(kind="random", prim=True)
@@ -265,9 +275,9 @@ def philox_randn(
     seed: int,
     offset: int,
     *,
-    dtype: dtype | None = None,
+    dtype: DType | None = None,
     device: Device | None = None,
-): ...  # noqa: F821
+): ...
 
 
 def _philox_kernel(sampler):
@@ -309,9 +319,9 @@ def rand(
     size: list[int],
     *,
     generator: Generator | None = None,
-    dtype: dtype | None = None,
+    dtype: DType | None = None,
     device: Device | None = None,
-): ...  # noqa: F821
+): ...
 
 
 @defop(kind="random")
@@ -319,9 +329,9 @@ def randn(
     size: list[int],
     *,
     generator: Generator | None = None,
-    dtype: dtype | None = None,
+    dtype: DType | None = None,
     device: Device | None = None,
-): ...  # noqa: F821
+): ...
 
 
 def _stateful(prim):
@@ -352,9 +362,9 @@ def randint(
     size: list[int],
     *,
     generator: Generator | None = None,
-    dtype: dtype | None = None,
+    dtype: DType | None = None,
     device: Device | None = None,
-): ...  # noqa: F821
+): ...
 
 
 @randint.register_decomposition
@@ -381,9 +391,9 @@ def randperm(
     n: int,
     *,
     generator: Generator | None = None,
-    dtype: dtype | None = None,
+    dtype: DType | None = None,
     device: Device | None = None,
-): ...  # noqa: F821
+): ...
 
 
 @randperm.register_kernel
@@ -406,7 +416,7 @@ randperm.differentiable = False
 @defop(kind="random")
 def multinomial(
     self: Tensor, num_samples: int, replacement: bool = False, *, generator: Generator | None = None
-): ...  # noqa: F821
+): ...
 
 
 @multinomial.register_kernel
@@ -508,7 +518,7 @@ clone.register_derivative(lambda c, g: (g,), save_inputs=())
 
 
 @defop(kind="pointwise", prim=True, name="convert_element_type")
-def convert_element_type(self: Tensor, dtype: dtype): ...  # noqa: F821
+def convert_element_type(self: Tensor, dtype: DType): ...
 
 
 @convert_element_type.register_kernel
@@ -541,7 +551,7 @@ convert_element_type.register_derivative(_convert_grad, save_inputs=())
 
 
 @defop(kind="copy", prim=True)
-def copy_(self: Tensor, src: TensorOrScalar, non_blocking: bool = False): ...  # noqa: F821
+def copy_(self: Tensor, src: TensorOrScalar, non_blocking: bool = False): ...
 
 
 @copy_.register_kernel
@@ -579,7 +589,7 @@ copy_.inplace = True
 
 
 @defop(kind="copy")
-def _copy_from(self: Tensor, src: TensorOrScalar, non_blocking: bool = False): ...  # noqa: F821
+def _copy_from(self: Tensor, src: TensorOrScalar, non_blocking: bool = False): ...
 
 
 def _copy_functional_decomp(x, src, non_blocking=False):
@@ -654,7 +664,7 @@ def contiguous_meta_strides(shape):
 
 
 @defop(kind="pointwise")
-def fill(self: Tensor, value: TensorOrScalar): ...  # noqa: F821
+def fill(self: Tensor, value: TensorOrScalar): ...
 
 
 @fill.register_kernel
@@ -681,7 +691,7 @@ fill.register_decomposition(lambda x, value: full(x.shape, value, dtype=x.dtype,
 
 
 @defop(kind="copy", prim=True)
-def to_device(self: Tensor, device: Device): ...  # noqa: F821
+def to_device(self: Tensor, device: Device): ...
 
 
 @to_device.register_kernel

@@ -214,6 +214,9 @@ def _inplace_autograd(op, args):
             f"a view of a leaf Variable that requires grad is being used in an in-place "
             f"operation ({op.name} on a view of shape {list(self._shape)})."
         )
+    if _functional_saves_self(op.functional, args):
+        # the derivative needs self's value from before the write: give it a copy
+        args = (dispatch(_clone_op(), (self, None)),) + tuple(args[1:])
     result = dispatch(op.functional, args)
     if not isinstance(result, Tensor):
         raise RuntimeError(f"internal error: in-place {op.name} needs a single-tensor result")
@@ -248,6 +251,25 @@ def _inplace_autograd(op, args):
 
 
 _COPY = []
+_CLONE = []
+
+
+def _clone_op():
+    if not _CLONE:
+        _CLONE.append(registry.get_op("clone"))
+    return _CLONE[0]
+
+
+def _functional_saves_self(op, args) -> bool:
+    if op.derivative is None:
+        return op.kernel is None  # composite: its parts may save self
+    saves = op.saves_inputs
+    if saves is None:
+        return True
+    if callable(saves):
+        needs = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
+        saves = saves(args, needs)
+    return 0 in saves
 
 
 def _copy_op():

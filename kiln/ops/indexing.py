@@ -32,7 +32,7 @@ def index(self: Tensor, indices: list[Tensor | None]): ...
 
 def _np_indices(x, indices):
     out = []
-    for i, idx in enumerate(indices):
+    for idx in indices:
         if idx is None:
             out.append(np.s_[:])
             continue

@@ -665,3 +665,7 @@ def install() -> None:
     T.__ifloordiv__ = lambda self, other: OPS["div_"](self, other, rounding_mode="floor")
     for name, fn in METHODS.items():
         setattr(T, name, fn)
+    # every other op taking ``self`` first is a method of the same name
+    for name, op in OPS.items():
+        if op.param_names[:1] == ("self",) and not name.startswith("_") and not hasattr(T, name):
+            setattr(T, name, _method_of(op))

@@ -21,7 +21,12 @@ _NOT_PUBLIC = {
 
 
 def public_functions() -> dict:
+    from . import api
+
     out = {}
+    for name, op in OPS.items():
+        if not name.startswith("_") and name not in _NOT_PUBLIC and name not in api.__all__:
+            out[name] = op
     for name in _SAME_NAME_METHODS:
         if name in OPS and name not in _NOT_PUBLIC:
             out[name] = OPS[name]

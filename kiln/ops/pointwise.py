@@ -15,7 +15,9 @@ import numpy as np
 from ..runtime import dtypes as dt
 from ..runtime.storage import _POOL_MIN_BYTES
 from .common import (
+    Scalar,
     Tensor,
+    TensorOrScalar,
     binary_dtype,
     broadcast_shapes,
     compute_np_dtype,
@@ -490,7 +492,7 @@ hardswish = _float_unary_decomp_op(
 # ------------------------------------------------------------------------------ binary family
 
 
-def _binary_schema(self: TensorOrScalar, other: TensorOrScalar): ...  # noqa: F821
+def _binary_schema(self: TensorOrScalar, other: TensorOrScalar): ...
 
 
 def _arr(x, np_dtype):
@@ -671,7 +673,7 @@ for _op in (bitwise_and, bitwise_or, bitwise_xor, bitwise_left_shift, bitwise_ri
 # add/sub carry alpha; div carries a rounding mode; pow has its own promotion
 
 
-def _alpha_schema(self: TensorOrScalar, other: TensorOrScalar, *, alpha: Scalar = 1): ...  # noqa: F821
+def _alpha_schema(self: TensorOrScalar, other: TensorOrScalar, *, alpha: Scalar = 1): ...
 
 
 def _make_alpha_kernel(np_fn):
@@ -721,7 +723,7 @@ sub.register_derivative(
 
 
 @defop(kind="pointwise", prim=True)
-def div(self: TensorOrScalar, other: TensorOrScalar, *, rounding_mode: str | None = None): ...  # noqa: F821
+def div(self: TensorOrScalar, other: TensorOrScalar, *, rounding_mode: str | None = None): ...
 
 
 _true_div = _make_binary_kernel(np.true_divide, "float")
@@ -776,7 +778,7 @@ div.register_derivative(
 
 
 @defop(kind="pointwise", prim=True)
-def pow(self: TensorOrScalar, exponent: TensorOrScalar): ...  # noqa: A001, F821
+def pow(self: TensorOrScalar, exponent: TensorOrScalar): ...  # noqa: A001
 
 
 @pow.register_kernel
@@ -827,7 +829,7 @@ pow.register_derivative(_pow_grad)
 
 
 @defop(kind="pointwise", prim=True)
-def where(condition: Tensor, self: TensorOrScalar, other: TensorOrScalar): ...  # noqa: F821
+def where(condition: Tensor, self: TensorOrScalar, other: TensorOrScalar): ...
 
 
 @where.register_kernel
@@ -861,7 +863,7 @@ where.register_derivative(_where_grad)
 
 
 @defop(kind="pointwise")
-def clamp(self: Tensor, min: TensorOrScalar | None = None, max: TensorOrScalar | None = None): ...  # noqa: A002, F821
+def clamp(self: Tensor, min: TensorOrScalar | None = None, max: TensorOrScalar | None = None): ...  # noqa: A002
 
 
 @clamp.register_kernel
@@ -914,7 +916,7 @@ def _clamp_decomp(x, lo=None, hi=None):
 
 
 @defop(kind="pointwise")
-def lerp(self: Tensor, end: Tensor, weight: TensorOrScalar): ...  # noqa: F821
+def lerp(self: Tensor, end: Tensor, weight: TensorOrScalar): ...
 
 
 @lerp.register_kernel
@@ -948,7 +950,7 @@ lerp.register_decomposition(lambda x, e, w: x + w * (e - x))
 
 
 @defop(kind="pointwise")
-def masked_fill(self: Tensor, mask: Tensor, value: TensorOrScalar): ...  # noqa: F821
+def masked_fill(self: Tensor, mask: Tensor, value: TensorOrScalar): ...
 
 
 @masked_fill.register_kernel
@@ -1012,7 +1014,7 @@ nan_to_num.register_meta(lambda x, *a: pointwise_meta(x._dtype, x))
 nan_to_num.register_derivative(lambda c, g: (where(c.args[0].isfinite(), g, g * 0),))
 
 
-def _addc_schema(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Scalar = 1): ...  # noqa: F821
+def _addc_schema(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Scalar = 1): ...
 
 
 addcmul = defop(_addc_schema, name="addcmul", kind="pointwise")
@@ -1029,7 +1031,7 @@ square.register_decomposition(lambda x: x * x)
 
 
 @defop(kind="pointwise")
-def xlogy(self: Tensor, other: TensorOrScalar): ...  # noqa: F821
+def xlogy(self: Tensor, other: TensorOrScalar): ...
 
 
 xlogy.register_decomposition(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import dtypes as dt
-from .common import Tensor, fake, wrap, wrap_dims
+from .common import DType, Tensor, fake, wrap, wrap_dims
 from .registry import defop
 
 __all__: list[str] = []
@@ -57,8 +57,8 @@ def _axis(dims, ndim):
 
 @defop(kind="reduction", prim=True)
 def sum(
-    self: Tensor, dim: list[int] | None = None, keepdim: bool = False, *, dtype: dtype | None = None
-): ...  # noqa: A001, F821
+    self: Tensor, dim: list[int] | None = None, keepdim: bool = False, *, dtype: DType | None = None
+): ...  # noqa: A001
 
 
 @sum.register_kernel
@@ -82,8 +82,8 @@ sum.register_derivative(
 
 @defop(kind="reduction")
 def mean(
-    self: Tensor, dim: list[int] | None = None, keepdim: bool = False, *, dtype: dtype | None = None
-): ...  # noqa: F821
+    self: Tensor, dim: list[int] | None = None, keepdim: bool = False, *, dtype: DType | None = None
+): ...
 
 
 def _mean_dtype(x, dtype=None):

@@ -64,9 +64,7 @@ def tensor_method(*names: str):
     return deco
 
 
-# annotation strings that mark tensor-carrying parameters
-_TENSOR_ANNOTATIONS = {"Tensor", "Tensor | None", "TensorOrScalar", "Tensor | Scalar"}
-_TENSORLIST_ANNOTATIONS = {"TensorList", "list[Tensor]", "Sequence[Tensor]"}
+# parameters annotated with "Tensor..." carry tensors; "TensorList"/"list[Tensor...]" lists of them
 
 
 class Op:
@@ -114,10 +112,10 @@ class Op:
                 if isinstance(p.annotation, str)
                 else getattr(p.annotation, "__name__", "")
             )
-            if ann in _TENSOR_ANNOTATIONS:
-                tensor_positions.append(i)
-            elif ann in _TENSORLIST_ANNOTATIONS:
+            if "TensorList" in ann or "list[Tensor" in ann:
                 list_positions.append(i)
+            elif "Tensor" in ann:
+                tensor_positions.append(i)
         self.tensor_positions = tuple(tensor_positions)
         self.list_positions = tuple(list_positions)
         self.edge_arg_positions = tuple(sorted(tensor_positions + list_positions))
