@@ -10,7 +10,6 @@ import numpy as np
 
 from ..runtime.tensor import Tensor
 from .engine import grad as autograd_grad
-from .grad_mode import no_grad
 
 __all__ = ["gradcheck", "gradgradcheck", "GradcheckError"]
 
@@ -27,6 +26,10 @@ def _outputs(fn, inputs):
     return tuple(o for o in _as_tuple(fn(*inputs)) if isinstance(o, Tensor))
 
 
+def _flat64(t: Tensor) -> np.ndarray:
+    return t.detach().numpy().astype(np.float64).reshape(-1).copy()
+
+
 def _numerical_jacobian(fn, inputs, diff_idx, eps):
     """Per (input, output) pair: a (numel_in, numel_out) matrix of central differences."""
     jacobians = []
@@ -37,18 +40,13 @@ def _numerical_jacobian(fn, inputs, diff_idx, eps):
         for k in range(x.numel()):
             idx = np.unravel_index(k, x.shape) if x.ndim else ()
             orig = data[idx].item() if x.ndim else data[()].item()
-            with no_grad():
-                data[idx] = orig + eps
-                plus = [
-                    o.detach().numpy().astype(np.float64).reshape(-1).copy()
-                    for o in _outputs(fn, inputs)
-                ]
-                data[idx] = orig - eps
-                minus = [
-                    o.detach().numpy().astype(np.float64).reshape(-1).copy()
-                    for o in _outputs(fn, inputs)
-                ]
-                data[idx] = orig
+            # written straight into the buffer (no op, no version bump); fn runs with grad mode
+            # as the caller has it, since gradgradcheck's fn itself calls autograd.grad
+            data[idx] = orig + eps
+            plus = [_flat64(o) for o in _outputs(fn, inputs)]
+            data[idx] = orig - eps
+            minus = [_flat64(o) for o in _outputs(fn, inputs)]
+            data[idx] = orig
             columns.append([(p - m) / (2 * eps) for p, m in zip(plus, minus)])
         n_out = len(columns[0]) if columns else len(_outputs(fn, inputs))
         per_output = []

@@ -13,7 +13,7 @@ import itertools
 import weakref
 
 from ..runtime import state
-from ..runtime.tensor import Tensor
+from ..runtime.tensor import Size, Tensor
 
 __all__ = ["Node", "OpBackward", "AccumulateGrad", "SavedMeta", "grad_accumulator"]
 
@@ -45,11 +45,8 @@ class Node:
     def __init__(self, next_functions: tuple):
         self.next_functions = next_functions
         self.sequence_nr = next(_sequence)
-        self._pre_hooks = None
-        self._post_hooks = None
-        self._tensor_pre_hooks = None  # {output_nr: [hook]} from Tensor.register_hook
+        self._pre_hooks = self._post_hooks = self._tensor_pre_hooks = self.metadata_ = None
         self._released = False
-        self.metadata_ = None
 
     def name(self) -> str:
         return type(self).__name__
@@ -117,25 +114,32 @@ class _RemovableHandle:
 class SavedMeta:
     """Stands in for an input tensor an op's derivative doesn't need: only its metadata."""
 
-    __slots__ = ("shape", "dtype", "device", "_strides")
+    __slots__ = ("_shape", "dtype", "device")
 
     def __init__(self, t: Tensor):
-        self.shape = t.shape
+        self._shape = t._shape
         self.dtype = t._dtype
         self.device = t._device
 
     @property
+    def shape(self) -> Size:
+        return Size(self._shape)
+
+    @property
     def ndim(self) -> int:
-        return len(self.shape)
+        return len(self._shape)
 
     def dim(self) -> int:
-        return len(self.shape)
+        return len(self._shape)
 
     def size(self, dim=None):
-        return self.shape if dim is None else self.shape[dim]
+        return Size(self._shape) if dim is None else self._shape[dim]
 
     def numel(self) -> int:
-        return self.shape.numel()
+        n = 1
+        for s in self._shape:
+            n *= s
+        return n
 
 
 def _camel(name: str) -> str:
@@ -174,7 +178,7 @@ class OpBackward(Node):
             saved_args = list(args)
             for p in op.tensor_positions:
                 a = args[p]
-                if isinstance(a, Tensor):
+                if a.__class__ is Tensor or isinstance(a, Tensor):
                     if p in saves:
                         versions.append((a, a._get_storage().version))
                     else:
@@ -195,10 +199,10 @@ class OpBackward(Node):
         else:
             self._out = None
         self._versions = versions
-        if isinstance(out, (tuple, list)):
-            self.out_meta = tuple((o._shape, o._dtype) for o in out)
-        else:
+        if out.__class__ is Tensor:
             self.out_meta = ((out._shape, out._dtype),)
+        else:
+            self.out_meta = tuple((o._shape, o._dtype) for o in out)
 
     def name(self) -> str:
         return _camel(self.op.name) + "Backward0"

@@ -100,6 +100,8 @@ def _infer_dtype(data) -> dt.dtype:
             raise TypeError(f"Could not infer dtype of {type(x).__name__}")
 
     walk(data)
+    if not kinds:
+        return dt.get_default_dtype()
     tensor_dtypes = [k for k in kinds if isinstance(k, dt.dtype)]
     if tensor_dtypes and len(kinds) == len(tensor_dtypes):
         out = tensor_dtypes[0]

@@ -28,19 +28,32 @@ def dispatch(op, args: tuple):
     if op.kernel is None and op.decomposition is not None:
         if not (_mode_stack and _mode_stack[-1].wants(op)):
             return op.decomposition(*args)
-    if _grad_enabled[0]:
-        for p in op.tensor_positions:
-            a = args[p]
-            if a.__class__ is not Tensor and not isinstance(a, Tensor):
-                continue
-            if a._requires_grad:
+    # one pass over the tensor arguments: does autograd apply, and is this the CPU fast path?
+    on_cpu = True
+    grad = _grad_enabled[0]
+    for p in op.tensor_positions:
+        a = args[p]
+        if a.__class__ is Tensor or isinstance(a, Tensor):
+            if grad and a._requires_grad:
                 return _autograd(op, args)
-        for p in op.list_positions:
-            for a in args[p]:
-                if isinstance(a, Tensor) and a._requires_grad:
+            if a._device is not cpu or a._data is None:
+                on_cpu = False
+    for p in op.list_positions:
+        for a in args[p]:
+            if isinstance(a, Tensor):
+                if grad and a._requires_grad:
                     return _autograd(op, args)
+                if a._device is not cpu or a._data is None:
+                    on_cpu = False
     if _mode_stack:
         return _mode_stack[-1].dispatch(op, args)
+    if on_cpu and op.kernel is not None:
+        out = op.kernel(*args)
+        if op.is_view:
+            mark_view(out, args[0], op, args)
+        elif op.inplace:
+            args[0]._get_storage().version += 1
+        return out
     return _run_kernel(op, args)
 
 
@@ -65,6 +78,19 @@ def _first_tensor(op, args):
 
 def _run_kernel(op, args):
     first = _first_tensor(op, args)
+    if (
+        first is not None
+        and first._device is cpu
+        and first._data is not None
+        and op.kernel is not None
+    ):
+        _check_same_device(op, args, cpu)
+        out = op.kernel(*args)
+        if op.is_view:
+            mark_view(out, args[0], op, args)
+        elif op.inplace:
+            args[0]._get_storage().version += 1
+        return out
     dev = cpu if first is None else first._device
     if dev is cpu and (first is None or first._data is not None):
         _check_same_device(op, args, cpu)
@@ -169,9 +195,10 @@ def _autograd(op, args):
     next_functions = []
     positions = []
     needs = [False] * len(args)
+    list_positions = op.list_positions
     for p in op.edge_arg_positions:
         a = args[p]
-        if p in op.list_positions:
+        if list_positions and p in list_positions:
             any_needs = False
             for j, t in enumerate(a):
                 if isinstance(t, Tensor):
@@ -179,10 +206,16 @@ def _autograd(op, args):
                     positions.append((p, j))
                     any_needs = any_needs or t._requires_grad
             needs[p] = any_needs
-        elif isinstance(a, Tensor):
-            next_functions.append(_edge(a))
+        elif a.__class__ is Tensor or isinstance(a, Tensor):
+            if a._requires_grad:
+                fn = a.grad_fn
+                next_functions.append(
+                    (grad_accumulator(a), 0) if fn is None else (fn, a._output_nr)
+                )
+                needs[p] = True
+            else:
+                next_functions.append((None, 0))
             positions.append((p, -1))
-            needs[p] = a._requires_grad
     node = OpBackward(op, args, out, tuple(next_functions), tuple(positions), tuple(needs))
     if isinstance(out, tuple):
         for i, o in enumerate(out):

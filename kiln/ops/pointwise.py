@@ -14,6 +14,7 @@ import numpy as np
 
 from ..runtime import dtypes as dt
 from ..runtime.storage import _POOL_MIN_BYTES
+from ..runtime.tensor import wrap_array
 from .common import (
     Scalar,
     Tensor,
@@ -504,10 +505,13 @@ def _arr(x, np_dtype):
 
 
 def _binary_out(a, b, d: dt.dtype, x, y):
-    """A pooled output buffer for large results (fresh large buffers cost page faults)."""
-    shape = a.shape if a.ndim >= np.ndim(b) else np.shape(b)
-    if a.shape != np.shape(b):
-        shape = np.broadcast_shapes(a.shape, np.shape(b))
+    """A pooled output buffer for large results (fresh large buffers cost page faults).
+
+    Also where mismatched shapes are caught, with PyTorch's message (before numpy's).
+    """
+    sa = a.shape
+    sb = np.shape(b)
+    shape = sa if sa == sb else broadcast_shapes(sa, sb)
     n = 1
     for s in shape:
         n *= s
@@ -516,19 +520,51 @@ def _binary_out(a, b, d: dt.dtype, x, y):
     return empty_like_layout(shape, d, output_layout_source(shape, (x, y)))
 
 
+_NUMPY_NATIVE_FLOATS = (dt.float16, dt.float32, dt.float64)
+
+
 def _make_binary_kernel(fn, kind: str):
     """kind: 'same' (result dtype), 'float' (true division style), 'bool' (comparisons)."""
 
     def kernel(x, y):
-        d = binary_dtype(x, y)
-        if kind == "float":
-            d = to_float_dtype(d)
-        cd = compute_np_dtype(d) if kind == "float" else d.np
-        a = _arr(x, cd)
-        b = _arr(y, cd)
-        if kind == "bool":
-            return wrap(fn(a, b), _bool)
-        out = _binary_out(a, b, d, x, y) if cd == d.np else None
+        # hot path: a float tensor and a Python number (numpy treats the number as weak, so
+        # the result keeps the tensor's dtype exactly as PyTorch's promotion does)
+        if (
+            kind == "same"
+            and x.__class__ is Tensor
+            and (y.__class__ is float or y.__class__ is int)
+            and x._dtype in _NUMPY_NATIVE_FLOATS
+            and x._data.nbytes < _POOL_MIN_BYTES
+        ):
+            return wrap(fn(x._data, y), x._dtype)
+        # hot path: two same-dtype tensors with dims (no promotion, no casts)
+        if (
+            x.__class__ is Tensor
+            and y.__class__ is Tensor
+            and x._dtype is y._dtype
+            and x._shape
+            and y._shape
+            and kind != "float"
+        ):
+            d = x._dtype
+            a = x._data
+            b = y._data
+            if kind == "bool":
+                return wrap_array(fn(a, b), _bool)
+            if a.nbytes < _POOL_MIN_BYTES and b.nbytes < _POOL_MIN_BYTES and x._shape == y._shape:
+                return wrap_array(fn(a, b), d)
+        else:
+            d = binary_dtype(x, y)
+            if kind == "float":
+                d = to_float_dtype(d)
+            cd = compute_np_dtype(d) if kind == "float" else d.np
+            a = _arr(x, cd)
+            b = _arr(y, cd)
+            if kind == "bool":
+                return wrap(fn(a, b), _bool)
+            if cd != d.np:
+                return wrap(fn(a, b), d)
+        out = _binary_out(a, b, d, x, y)
         if out is not None:
             return wrap(fn(a, b, out=out), d)
         return wrap(fn(a, b), d)
@@ -680,7 +716,7 @@ def _make_alpha_kernel(np_fn):
     plain = _make_binary_kernel(np_fn, "same")
 
     def kernel(x, y, alpha):
-        if alpha != 1:
+        if alpha != 1 and alpha is not True:
             d = binary_dtype(x, y)
             if isinstance(alpha, float) and not d.is_floating_point:
                 raise RuntimeError(

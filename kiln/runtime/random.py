@@ -39,12 +39,15 @@ PHILOX_W1 = 0xBB67AE85
 _MASK32 = 0xFFFFFFFF
 
 
-def philox4x32(counter_lo: np.ndarray, counter_hi: np.ndarray, seed: int, rounds: int = 10):
-    """Philox4x32 over counters (c0=lo, c1=hi, c2=c3=0) with key (seed_lo, seed_hi): four uint32 words."""
-    c0 = counter_lo.astype(np.uint64)
-    c1 = counter_hi.astype(np.uint64)
-    c2 = np.zeros_like(c0)
-    c3 = np.zeros_like(c0)
+def philox4x32(counter_lo, counter_hi, seed: int, rounds: int = 10, counter_2=None, counter_3=None):
+    """Philox4x32 over counters (c0=lo, c1=hi, c2, c3 default 0) with key (seed_lo, seed_hi).
+
+    Returns the four uint32 output words (Salmon et al., SC'11; Random123's philox4x32-10).
+    """
+    c0 = np.asarray(counter_lo).astype(np.uint64)
+    c1 = np.asarray(counter_hi).astype(np.uint64)
+    c2 = np.zeros_like(c0) if counter_2 is None else np.asarray(counter_2).astype(np.uint64)
+    c3 = np.zeros_like(c0) if counter_3 is None else np.asarray(counter_3).astype(np.uint64)
     k0 = seed & _MASK32
     k1 = (seed >> 32) & _MASK32
     m0 = np.uint64(PHILOX_M0)

@@ -1,0 +1,344 @@
+"""The autograd engine: accumulation, retain_graph, create_graph, grad(), hooks, in-place rules, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from tests.oracle import assert_close, needs_torch, torch
+
+
+def test_backward_accumulates_into_leaf_grad():
+    x = kiln.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    (x * x).sum().backward()
+    (3 * x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.array([1, 2, 3.0]) + 3)
+
+
+def test_grad_of_shared_subexpression_sums_both_paths():
+    x = kiln.tensor(2.0, requires_grad=True)
+    y = x * x
+    z = y + y * 3
+    z.backward()
+    assert x.grad.item() == pytest.approx(4 * 2 * 2.0)
+
+
+def test_backward_twice_without_retain_graph_raises():
+    x = kiln.tensor([1.0, 2.0], requires_grad=True)
+    y = (x.exp() * x).sum()
+    y.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.backward()
+
+
+def test_retain_graph_allows_second_backward():
+    x = kiln.tensor([1.0, 2.0], requires_grad=True)
+    y = (x.exp()).sum()
+    y.backward(retain_graph=True)
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.exp([1.0, 2.0]), rtol=1e-6)
+
+
+def test_non_scalar_backward_needs_gradient():
+    x = kiln.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="implicitly created only for scalar outputs"):
+        (x * 2).backward()
+    (x * 2).backward(kiln.ones(3))
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.ones(3))
+
+
+def test_backward_on_tensor_without_grad_raises():
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        kiln.ones(2).sum().backward()
+
+
+def test_in_place_on_leaf_requiring_grad_raises():
+    x = kiln.ones(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        x.add_(1)
+    with pytest.raises(RuntimeError, match="view of a leaf Variable"):
+        x[0:2].mul_(2)
+
+
+def test_in_place_on_leaf_is_allowed_under_no_grad():
+    x = kiln.ones(3, requires_grad=True)
+    with kiln.no_grad():
+        x.add_(1)
+    np.testing.assert_allclose(x.detach().numpy(), 2 * np.ones(3))
+
+
+def test_modifying_a_saved_tensor_is_detected():
+    x = kiln.randn(4, requires_grad=True)
+    y = x.sigmoid()  # saves its output
+    y.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_version_counter_counts_in_place_ops_and_is_shared_by_views():
+    x = kiln.zeros(4)
+    v = x[1:3]
+    before = x._version
+    v.add_(1)
+    x.mul_(2)
+    assert x._version == before + 2
+    assert v._version == x._version
+
+
+def test_grad_returns_without_touching_dot_grad():
+    x = kiln.tensor([1.0, 2.0], requires_grad=True)
+    (g,) = kiln.autograd.grad((x**2).sum(), x)
+    np.testing.assert_allclose(g.numpy(), [2.0, 4.0])
+    assert x.grad is None
+
+
+def test_grad_allow_unused():
+    x = kiln.tensor([1.0], requires_grad=True)
+    z = kiln.tensor([1.0], requires_grad=True)
+    y = (x * 2).sum()
+    with pytest.raises(RuntimeError, match="not have been used"):
+        kiln.autograd.grad(y, [x, z], retain_graph=True)
+    gx, gz = kiln.autograd.grad(y, [x, z], allow_unused=True)
+    assert gz is None and gx.item() == 2.0
+
+
+def test_grad_with_respect_to_intermediate():
+    x = kiln.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 3
+    y = (h * h).sum()
+    (gh,) = kiln.autograd.grad(y, h)
+    np.testing.assert_allclose(gh.numpy(), 2 * 3 * np.array([1.0, 2.0]))
+
+
+def test_second_derivative_with_create_graph():
+    x = kiln.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    y = (x.sin() * x**3).sum()
+    (g,) = kiln.autograd.grad(y, x, create_graph=True)
+    (h,) = kiln.autograd.grad(g.sum(), x)
+    xs = np.array([0.5, -1.0, 2.0])
+    # d2/dx2 [sin(x) x^3] = -sin x^3 + 6 x^2 cos + 6 x sin
+    expected = -np.sin(xs) * xs**3 + 6 * xs**2 * np.cos(xs) + 6 * xs * np.sin(xs)
+    np.testing.assert_allclose(h.numpy(), expected, rtol=1e-5)
+
+
+def test_third_derivative():
+    x = kiln.tensor(0.7, dtype=kiln.float64, requires_grad=True)
+    y = x.exp() * x
+    (g1,) = kiln.autograd.grad(y, x, create_graph=True)
+    (g2,) = kiln.autograd.grad(g1, x, create_graph=True)
+    (g3,) = kiln.autograd.grad(g2, x)
+    assert g3.item() == pytest.approx(np.exp(0.7) * (0.7 + 3))
+
+
+def test_tensor_hook_modifies_gradient():
+    x = kiln.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2
+    y.register_hook(lambda g: g * 10)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [20.0, 20.0])
+
+
+def test_leaf_hook_and_handle_remove():
+    x = kiln.tensor([1.0, 2.0], requires_grad=True)
+    seen = []
+    handle = x.register_hook(lambda g: seen.append(g.numpy().copy()))
+    (x * 3).sum().backward()
+    handle.remove()
+    (x * 3).sum().backward()
+    assert len(seen) == 1
+    np.testing.assert_allclose(seen[0], [3.0, 3.0])
+
+
+def test_retain_grad_on_non_leaf():
+    x = kiln.tensor([1.0, 2.0], requires_grad=True)
+    h = x * x
+    h.retain_grad()
+    h.sum().backward()
+    np.testing.assert_allclose(h.grad.numpy(), [1.0, 1.0])
+
+
+def test_node_pre_and_post_hooks():
+    x = kiln.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2
+    calls = []
+    y.grad_fn.register_prehook(lambda grads: calls.append("pre"))
+    y.grad_fn.register_hook(lambda gin, gout: calls.append("post"))
+    y.sum().backward()
+    assert calls == ["pre", "post"]
+
+
+def test_no_grad_enable_grad_and_set_grad_enabled():
+    x = kiln.ones(2, requires_grad=True)
+    with kiln.no_grad():
+        assert not (x * 2).requires_grad
+        with kiln.enable_grad():
+            assert (x * 2).requires_grad
+    with kiln.set_grad_enabled(False):
+        assert not kiln.is_grad_enabled()
+    assert kiln.is_grad_enabled()
+
+    @kiln.no_grad()
+    def f(t):
+        return t * 2
+
+    assert not f(x).requires_grad
+    with kiln.inference_mode():
+        assert not (x + 1).requires_grad
+
+
+def test_detach_shares_storage_and_cuts_history():
+    x = kiln.ones(3, requires_grad=True)
+    y = x * 2
+    d = y.detach()
+    assert not d.requires_grad and d.grad_fn is None
+    d[0] = 5.0
+    assert y[0].item() == 5.0
+
+
+def test_requires_grad_only_for_floats():
+    with pytest.raises(RuntimeError, match="floating point"):
+        kiln.ones(2, dtype=kiln.int64).requires_grad_()
+
+
+def test_integer_outputs_do_not_require_grad():
+    x = kiln.randn(3, requires_grad=True)
+    assert not (x > 0).requires_grad
+    assert not x.floor().long().requires_grad
+
+
+def test_in_place_on_view_of_non_leaf_propagates_gradient():
+    x = kiln.randn(3, 4, requires_grad=True)
+    y = x * 1
+    y[:, 1] = 0
+    y[0].mul_(3)
+    y.sum().backward()
+    expected = np.ones((3, 4))
+    expected[:, 1] = 0
+    expected[0] *= 3
+    np.testing.assert_allclose(x.grad.numpy(), expected)
+
+
+def test_setitem_with_tensor_requiring_grad():
+    buf = kiln.zeros(4)
+    w = kiln.tensor([2.0, 3.0], requires_grad=True)
+    buf[1:3] = w * w
+    buf.sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), [4.0, 6.0])
+
+
+def test_gradient_dtype_and_shape_conform_to_inputs():
+    x = kiln.randn(3, requires_grad=True)
+    y = kiln.randn(2, 3, dtype=kiln.float64)
+    (x * y).sum().backward()
+    assert x.grad.dtype is kiln.float32 and x.grad.shape == (3,)
+
+
+def test_custom_function():
+    class Cube(kiln.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x**3
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 3 * x**2
+
+    x = kiln.tensor([1.0, 2.0], requires_grad=True)
+    y = Cube.apply(x)
+    assert y.grad_fn.name() == "CubeBackward"
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [3.0, 12.0])
+
+
+def test_custom_function_is_differentiable_twice_when_backward_uses_kiln_ops():
+    class Square(kiln.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2 * x * g
+
+    x = kiln.tensor([3.0], requires_grad=True)
+    (g,) = kiln.autograd.grad(Square.apply(x).sum(), x, create_graph=True)
+    (h,) = kiln.autograd.grad(g.sum(), x)
+    assert h.item() == pytest.approx(2.0)
+
+
+def test_custom_function_multiple_outputs_and_non_tensor_args():
+    class SplitScale(kiln.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, k):
+            ctx.k = k
+            return x * k, x + k
+
+        @staticmethod
+        def backward(ctx, ga, gb):
+            return ga * ctx.k + gb, None
+
+    x = kiln.tensor([1.0, 2.0], requires_grad=True)
+    a, b = SplitScale.apply(x, 3.0)
+    (a.sum() + 2 * b.sum()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), [5.0, 5.0])
+
+
+def test_gradcheck_and_gradgradcheck():
+    x = kiln.randn(3, dtype=kiln.float64, requires_grad=True)
+    w = kiln.randn(3, dtype=kiln.float64, requires_grad=True)
+    assert kiln.autograd.gradcheck(lambda a, b: (a * b).tanh(), (x, w))
+    assert kiln.autograd.gradgradcheck(lambda a, b: (a * b).tanh(), (x, w))
+
+
+def test_gradcheck_catches_a_wrong_derivative():
+    class Wrong(kiln.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            return g  # should be 2x*g
+
+    x = kiln.randn(3, dtype=kiln.float64, requires_grad=True)
+    assert not kiln.autograd.gradcheck(Wrong.apply, (x,), raise_exception=False)
+
+
+def test_backward_inputs_argument_restricts_accumulation():
+    x = kiln.ones(2, requires_grad=True)
+    z = kiln.ones(2, requires_grad=True)
+    (x * z).sum().backward(inputs=[x])
+    assert z.grad is None and x.grad is not None
+
+
+@needs_torch
+def test_grad_fn_names_match_pytorch_for_common_ops():
+    x = kiln.randn(3, requires_grad=True)
+    t = torch.randn(3, requires_grad=True)
+    for kfn, tfn in [
+        (lambda a: a + 1, lambda a: a + 1),
+        (lambda a: a * a, lambda a: a * a),
+        (lambda a: a.exp(), lambda a: a.exp()),
+        (lambda a: a.sum(), lambda a: a.sum()),
+    ]:
+        assert kfn(x).grad_fn.name() == tfn(t).grad_fn.name()
+
+
+@needs_torch
+def test_mixed_graph_matches_torch():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((4, 5)).astype(np.float32)
+    b = rng.standard_normal((5, 3)).astype(np.float32)
+    ka, kb = kiln.tensor(a, requires_grad=True), kiln.tensor(b, requires_grad=True)
+    ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    for lib, x, w in ((kiln, ka, kb), (torch, ta, tb)):
+        h = (x @ w).tanh()
+        out = (h * h.sigmoid()).sum(1).exp().mean() + x[1:3, ::2].abs().sum()
+        out.backward()
+    assert_close(ka.grad, ta.grad, rtol=1e-5, atol=1e-6)
+    assert_close(kb.grad, tb.grad, rtol=1e-5, atol=1e-6)
