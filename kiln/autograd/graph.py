@@ -273,6 +273,8 @@ def _detached_alias(t: Tensor) -> Tensor:
     alias._device = t._device
     alias._storage = t._get_storage()
     alias._stride = t._stride
+    alias._base = None
+    alias._view_src = None
     if t._data is None and t._offset:
         alias._offset = t._offset
     return alias

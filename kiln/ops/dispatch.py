@@ -26,7 +26,7 @@ _mode_stack = state.mode_stack
 
 def dispatch(op, args: tuple):
     if op.kernel is None and op.decomposition is not None:
-        if not (_mode_stack and _mode_stack[-1].wants(op)):
+        if not (_mode_stack and _mode_stack[-1].wants(op)) or _needs_composite_autograd(op, args):
             return op.decomposition(*args)
     # one pass over the tensor arguments: does autograd apply, and is this the CPU fast path?
     on_cpu = True
@@ -55,6 +55,21 @@ def dispatch(op, args: tuple):
             args[0]._get_storage().version += 1
         return out
     return _run_kernel(op, args)
+
+
+def _needs_composite_autograd(op, args: tuple) -> bool:
+    """A composite without a derivative that autograd must see: only its parts can be recorded."""
+    if op.derivative is not None or not op.differentiable or not _grad_enabled[0]:
+        return False
+    for p in op.tensor_positions:
+        a = args[p]
+        if isinstance(a, Tensor) and a._requires_grad:
+            return True
+    for p in op.list_positions:
+        for a in args[p]:
+            if isinstance(a, Tensor) and a._requires_grad:
+                return True
+    return False
 
 
 def run_below_autograd(op, args: tuple):
@@ -130,13 +145,21 @@ def _check_same_device(op, args, dev) -> None:
 
 def mark_view(out, src: Tensor, op, args) -> None:
     """Views share the source's storage (and version counter) and remember how they were made."""
-    storage = src._get_storage()
-    base = src._base if src._base is not None else src
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    for o in outs:
+    storage = src._storage
+    if storage is None:
+        storage = src._get_storage()
+    base = src._base
+    if base is None:
+        base = src
+    if out.__class__ is Tensor:
+        out._storage = storage
+        out._base = base
+        out._view_src = (op, args)
+        return
+    for o in out:
         o._storage = storage
         o._base = base
-        o.__dict__["_view_src"] = (op, args)
+        o._view_src = (op, args)
 
 
 def view_replay(view: Tensor):
@@ -145,7 +168,7 @@ def view_replay(view: Tensor):
     t = view
     base = view._base
     while t is not base:
-        op, args = t.__dict__["_view_src"]
+        op, args = t._view_src
         chain.append((op, args))
         t = args[0]
         if t._base is None and t is not base:

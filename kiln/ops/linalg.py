@@ -10,10 +10,14 @@ import numpy as np
 
 from ..runtime import dtypes as dt
 from ..runtime.storage import _POOL_MIN_BYTES, empty_array
+from ..runtime.tensor import wrap_array
 from .common import Tensor, broadcast_shapes, fake, wrap
 from .registry import defop
 
 __all__: list[str] = []
+
+
+_NATIVE = (dt.float32, dt.float64)
 
 
 def _check_mm_dtypes(name, a, b):
@@ -153,6 +157,15 @@ def matmul(self: Tensor, other: Tensor): ...
 
 @matmul.register_kernel
 def _matmul_kernel(a, b):
+    if (
+        a._dtype is b._dtype
+        and len(a._shape) == 2
+        and len(b._shape) == 2
+        and a._shape[1] == b._shape[0]
+        and a._dtype in _NATIVE
+        and a._shape[0] * b._shape[1] < 4096
+    ):
+        return wrap_array(np.matmul(a._data, b._data), a._dtype)
     shape = matmul_shape(a._shape, b._shape)
     _check_mm_dtypes("matmul", a, b)
     return _np_matmul(a, b, shape, a._dtype)

@@ -439,18 +439,6 @@ def _cuda(self, device=None, non_blocking=False):
     )
 
 
-def _getitem(self, index):
-    from .indexing import getitem
-
-    return getitem(self, index)
-
-
-def _setitem(self, index, value):
-    from .indexing import setitem
-
-    setitem(self, index, value)
-
-
 def _repr(self, *, tensor_contents=None):
     from ..runtime.printing import tensor_repr
 
@@ -611,8 +599,10 @@ def install() -> None:
     T.retain_grad = _retain_grad
     T.zero_ = _zero_
     T.fill_ = _fill_
-    T.__getitem__ = _getitem
-    T.__setitem__ = _setitem
+    from .indexing import getitem, setitem
+
+    T.__getitem__ = getitem
+    T.__setitem__ = setitem
     T.__repr__ = _repr
     T.__str__ = _repr
 

@@ -154,6 +154,12 @@ def permute(self: Tensor, dims: list[int]): ...
 
 
 def _perm(dims, ndim):
+    if (
+        len(dims) == ndim
+        and all(d.__class__ is int and 0 <= d < ndim for d in dims)
+        and len(set(dims)) == ndim
+    ):
+        return dims
     dims = [wrap_dim(d, ndim) for d in dims]
     if len(dims) != ndim or sorted(dims) != list(range(ndim)):
         raise RuntimeError(
@@ -309,6 +315,9 @@ def _select_index(x, dim, index):
 
 @select.register_kernel
 def _select_kernel(x, dim, index):
+    shape = x._shape
+    if dim == 0 and shape and -shape[0] <= index < shape[0]:
+        return Tensor._wrap_view(x._data[index, ...], x)
     if x.ndim == 0:
         raise IndexError("select() cannot be applied to a 0-dim tensor.")
     d, i = _select_index(x, dim, index)

@@ -65,8 +65,6 @@ class Tensor:
     )
 
     _offset = 0
-    _base = None
-    _view_fn = None
     _requires_grad = False
     grad_fn = None
     _output_nr = 0
@@ -90,6 +88,8 @@ class Tensor:
         self._device = cpu
         self._storage = None
         self._stride = None
+        self._base = None
+        self._view_src = None
         return self
 
     def __init__(self, *args, **kwargs):
@@ -354,6 +354,8 @@ def wrap_array(array: np.ndarray, dtype: _dt.dtype, storage: Storage | None = No
     t._device = cpu
     t._storage = storage
     t._stride = None
+    t._base = None
+    t._view_src = None
     return t
 
 
@@ -365,6 +367,8 @@ def make_fake(shape, dtype: _dt.dtype, dev: device, stride=None, offset: int = 0
     t._dtype = dtype
     t._device = dev
     t._storage = None
+    t._base = None
+    t._view_src = None
     t._stride = tuple(stride) if stride is not None else contiguous_strides(t._shape)
     if offset:
         t._offset = offset
