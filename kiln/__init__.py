@@ -51,6 +51,9 @@ from .autograd import (  # noqa: E402
 )
 from . import ops  # noqa: E402
 from . import nn  # noqa: E402
+from . import optim, utils  # noqa: E402
+from . import cuda  # noqa: E402
+from .serialization import load, save  # noqa: E402
 from .ops.api import *  # noqa: E402,F401,F403
 from .ops import namespace as _namespace  # noqa: E402
 
@@ -62,6 +65,8 @@ int = int32  # noqa: A001
 short = int16
 
 globals().update(_namespace.public_functions())
+from . import backends, compiler, dynamo  # noqa: E402
+from .dynamo import compile  # noqa: E402,A004
 
 
 def _creation_hook(cls, args, kwargs):

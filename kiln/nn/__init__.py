@@ -1,3 +1,8 @@
-"""Neural-network building blocks: ``functional`` now; modules, init and losses follow."""
+"""``kiln.nn``: modules, parameters, initialisers, functional ops and utilities (as ``torch.nn``)."""
 
-from . import functional  # noqa: F401
+from . import functional, init, modules, utils  # noqa: F401
+from .modules import *  # noqa: F401,F403
+from .modules import __all__ as _modules_all
+from .parameter import Buffer, Parameter
+
+__all__ = ["functional", "init", "modules", "utils", "Parameter", "Buffer", *_modules_all]

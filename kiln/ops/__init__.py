@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from . import (  # noqa: F401
     api,  # noqa: F401
+    conv,
     creation,
+    gather_scatter,
     indexing,
     linalg,
+    loss,
+    nn_ops,
     pointwise,
     reductions,
     shape,
+    sorting,
     views,
 )
 from . import dispatch as _dispatch  # noqa: F401  (installs the dispatcher)
@@ -21,6 +26,7 @@ from . import methods as _methods
 from .registry import OPS, Op, get_op, list_ops
 
 _methods.install()
+globals().update({k: v for k, v in OPS.items() if k not in globals()})  # fast kiln.ops.<op>
 
 
 def __getattr__(name: str) -> Op:

@@ -135,6 +135,10 @@ def _empty_strided_kernel(size, stride, dtype, device):
     dev = _creation_device(device)
     if dev is meta:
         return make_fake(size, d, dev, stride)
+    if dev is not cpu:
+        from ..runtime import devices
+
+        return devices.empty(size, d, dev, stride)
     extent = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
     buf = np.empty(max(extent, 0), d.np)
     item = buf.itemsize
@@ -186,6 +190,10 @@ def _arange_kernel(start, end, step, dtype, device):
     dev = _creation_device(device)
     if dev is meta:
         return make_fake((n,), d, dev)
+    if dev is not cpu:
+        from ..runtime import devices
+
+        return devices.run_kernel(dev, arange, (start, end, step, d, dev))
     if d.is_floating_point:
         # PyTorch computes start + i*step in double, then rounds
         a = (start + np.arange(n, dtype=np.float64) * step).astype(d.np)
@@ -223,6 +231,10 @@ def _linspace_kernel(start, end, steps, dtype, device):
     dev = _creation_device(device)
     if dev is meta:
         return make_fake((steps,), d, dev)
+    if dev is not cpu:
+        from ..runtime import devices
+
+        return devices.run_kernel(dev, linspace, (start, end, steps, d, dev))
     # PyTorch fills the first half from start and the second half from end (symmetric rounding)
     i = np.arange(steps, dtype=np.float64)
     if steps > 1:
@@ -261,8 +273,8 @@ def _linspace_decomp(start, end, steps, dtype=None, device=None):
 @defop(kind="random", prim=True)
 def philox_rand(
     size: list[int],
-    seed: int,
-    offset: int,
+    seed: TensorOrScalar,
+    offset: TensorOrScalar,
     *,
     dtype: DType | None = None,
     device: Device | None = None,
@@ -272,8 +284,8 @@ def philox_rand(
 @defop(kind="random", prim=True)
 def philox_randn(
     size: list[int],
-    seed: int,
-    offset: int,
+    seed: TensorOrScalar,
+    offset: TensorOrScalar,
     *,
     dtype: DType | None = None,
     device: Device | None = None,
@@ -287,6 +299,11 @@ def _philox_kernel(sampler):
         dev = _creation_device(device)
         if dev is meta:
             return make_fake(size, d, dev)
+        if dev is not cpu:
+            from ..runtime import devices
+
+            op = philox_rand if sampler is rng.philox_uniform else philox_randn
+            return devices.run_kernel(dev, op, (size, seed, offset, d, dev))
         n = 1
         for s in size:
             n *= s

@@ -1,9 +1,10 @@
 """``x[...]`` and ``x[...] = v``: basic indexing as view ops, advanced indexing as ``index``/``index_put``.
 
-Basic items (ints, slices, None, Ellipsis) become ``select``/``slice``/``unsqueeze`` views, so the
-result shares storage exactly as in PyTorch. Integer-tensor and boolean-mask items become one
-``index`` op (numpy's advanced-indexing rules are PyTorch's: adjacent advanced dims stay in place,
-separated ones move to the front). Assignment is a copy into the basic view, or ``index_put_``.
+Basic items (ints, 0-d integer tensors, slices, None, Ellipsis) become ``select``/``slice``/
+``unsqueeze`` views, so the result shares storage exactly as in PyTorch. Integer-tensor, list and
+boolean-mask items become one ``index`` op over the view: numpy's advanced-indexing rules are
+PyTorch's once ints have been applied as ``select`` (adjacent advanced dims stay in place,
+separated ones move to the front). Assignment is ``copy_`` into the basic view, or ``index_put_``.
 """
 
 from __future__ import annotations
@@ -16,41 +17,55 @@ from ..runtime import dtypes as dt
 from .common import Tensor, broadcast_shapes, fake, wrap
 from .registry import OPS, defop
 
-__all__ = ["getitem", "setitem"]
+__all__ = ["getitem", "setitem", "DataDependentOutputError"]
+
+_MASK_DTYPES = (dt.bool_, dt.uint8)
 
 
 class DataDependentOutputError(RuntimeError):
     """An op whose output shape depends on tensor values was asked for its shape without data."""
 
 
-# ------------------------------------------------------------------------------ ops
+def _dtype_name(d: dt.dtype) -> str:
+    return {"bool": "Bool", "bfloat16": "BFloat16", "int64": "Long", "int32": "Int"}.get(
+        d.name, d.name.capitalize()
+    )
+
+
+# ------------------------------------------------------------------------------ index (prim)
 
 
 @defop(kind="indexing", prim=True)
 def index(self: Tensor, indices: list[Tensor | None]): ...
 
 
-def _np_indices(x, indices):
+def _np_indices(indices) -> tuple:
     out = []
     for idx in indices:
         if idx is None:
             out.append(np.s_[:])
             continue
         if idx._dtype.is_floating_point:
-            raise IndexError(
-                f"tensors used as indices must be long, int, byte or bool tensors (got {idx._dtype.name})"
-            )
-        out.append(idx._data)
+            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+        out.append(idx._data if idx._dtype is not dt.uint8 else idx._data.astype(np.bool_))
     return tuple(out)
 
 
-def _check_bounds(x, indices):
+def _check_bounds(x, indices) -> None:
+    if len(indices) > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
     dim = 0
     for idx in indices:
         if idx is None:
             dim += 1
             continue
-        if idx._dtype is dt.bool_ or idx._dtype is dt.uint8:
+        if idx._dtype in _MASK_DTYPES:
+            mask_shape = tuple(x._shape[dim : dim + idx.ndim])
+            if tuple(idx._shape) != mask_shape:
+                raise IndexError(
+                    f"The shape of the mask {list(idx._shape)} at index {dim} does not match the "
+                    f"shape of the indexed tensor {list(x._shape)} at index {dim}"
+                )
             dim += idx.ndim
             continue
         size = x._shape[dim]
@@ -67,44 +82,48 @@ def _check_bounds(x, indices):
 
 @index.register_kernel
 def _index_kernel(x, indices):
-    if len(indices) > x.ndim:
-        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
     _check_bounds(x, indices)
-    return wrap(np.require(x._data[_np_indices(x, indices)], requirements="C"), x._dtype)
+    r = x._data[_np_indices(indices)]
+    if all(i is None for i in indices):  # only full slices: numpy gave a view, the op copies
+        r = r.copy()
+    return wrap(np.require(r, requirements="C"), x._dtype)
+
+
+def index_result_shape(shape, indices) -> tuple:
+    """Shape of ``x[indices]`` for integer index tensors (PyTorch's and numpy's placement rule)."""
+    positions = [i for i, idx in enumerate(indices) if idx is not None]
+    if not positions:
+        return tuple(shape)
+    bshape = broadcast_shapes(*(indices[i]._shape for i in positions))
+    adjacent = positions == list(range(positions[0], positions[-1] + 1))
+    rest = [s for i, s in enumerate(shape) if i >= len(indices) or indices[i] is None]
+    if adjacent:
+        before = list(shape[: positions[0]])
+        return tuple(before + list(bshape) + rest[len(before) :])
+    return tuple(list(bshape) + rest)
 
 
 @index.register_meta
 def _index_meta(x, indices):
+    if len(indices) > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
     for idx in indices:
-        if idx is not None and (idx._dtype is dt.bool_ or idx._dtype is dt.uint8):
+        if idx is not None and idx._dtype in _MASK_DTYPES:
             raise DataDependentOutputError(
                 "boolean-mask indexing has a data-dependent output shape"
             )
-    shapes = [idx._shape for idx in indices if idx is not None]
-    bshape = broadcast_shapes(*shapes) if shapes else ()
-    positions = [i for i, idx in enumerate(indices) if idx is not None]
-    adjacent = positions == list(range(positions[0], positions[-1] + 1)) if positions else True
-    rest = [s for i, s in enumerate(x._shape) if i >= len(indices) or indices[i] is None]
-    if adjacent and positions:
-        before = list(x._shape[: positions[0]])
-        after = [
-            s
-            for i, s in enumerate(x._shape)
-            if i > positions[-1] and (i >= len(indices) or indices[i] is None)
-        ]
-        shape = before + list(bshape) + after
-    else:
-        shape = list(bshape) + rest
-    return fake(shape, x._dtype, x)
+    return fake(index_result_shape(x._shape, indices), x._dtype, x)
 
 
 def _index_grad(c, g):
     x, indices = c.args
-    zeros = g.new_zeros(x.shape)
-    return (index_put(zeros, indices, g, True),)
+    return (index_put(g.new_zeros(tuple(x.shape)), indices, g, True),)
 
 
 index.register_derivative(_index_grad, save_inputs=(1,))
+
+
+# ------------------------------------------------------------------------------ index_put (prim)
 
 
 @defop(kind="indexing", prim=True)
@@ -113,24 +132,38 @@ def index_put(
 ): ...
 
 
+def _put_values(x, indices, values):
+    """Bounds and dtype checks; the values as a numpy array of ``x``'s dtype."""
+    _check_bounds(x, indices)
+    if isinstance(values, Tensor):
+        if values._dtype is not x._dtype:
+            raise RuntimeError(
+                "Index put requires the source and destination dtypes match, got "
+                f"{_dtype_name(x._dtype)} for the destination and {_dtype_name(values._dtype)} "
+                "for the source."
+            )
+        return values._data
+    return np.asarray(values).astype(x._dtype.np)
+
+
+def _assign(target: np.ndarray, idx: tuple, v: np.ndarray, accumulate: bool) -> None:
+    try:
+        if accumulate:
+            np.add.at(target, idx, v)
+        else:
+            target[idx] = v
+    except ValueError:
+        raise RuntimeError(
+            f"shape mismatch: value tensor of shape {list(np.shape(v))} cannot be broadcast to "
+            f"indexing result of shape {list(target[idx].shape)}"
+        ) from None
+
+
 @index_put.register_kernel
 def _index_put_kernel(x, indices, values, accumulate):
-    _check_bounds(x, indices)
+    v = _put_values(x, indices, values)
     out = x._data.copy()
-    idx = _np_indices(x, indices)
-    v = values._data if isinstance(values, Tensor) else values
-    if isinstance(values, Tensor) and values._dtype is not x._dtype:
-        v = v.astype(x._dtype.np)
-    if accumulate:
-        np.add.at(out, idx, v)
-    else:
-        try:
-            out[idx] = v
-        except ValueError:
-            raise RuntimeError(
-                f"shape mismatch: value tensor of shape {list(np.shape(v))} cannot be broadcast to "
-                f"indexing result of shape {list(out[idx].shape)}"
-            ) from None
+    _assign(out, _np_indices(indices), v, accumulate)
     return wrap(out, x._dtype)
 
 
@@ -145,11 +178,37 @@ def _index_put_grad(c, g):
     gv = None
     if c.needs_input_grad[2]:
         gv = index(g, indices)
-        gv = gv.sum_to_size(values.shape) if tuple(gv.shape) != tuple(values.shape) else gv
+        if tuple(gv.shape) != tuple(values.shape):
+            gv = gv.sum_to_size(tuple(values.shape))
     return gx, None, gv
 
 
-index_put.register_derivative(_index_put_grad, save_inputs=(1, 2))
+index_put.register_derivative(_index_put_grad, save_inputs=(1,))
+
+
+def _index_put_inplace_kernel(x, indices, values, accumulate):
+    """``index_put_`` writes straight into ``x``'s buffer (no copy of the whole tensor)."""
+    v = _put_values(x, indices, values)
+    target = x._data
+    if not target.flags.writeable:
+        raise RuntimeError(
+            "unsupported operation: more than one element of the written-to tensor refers to a "
+            "single memory location. Please clone() the tensor before performing the operation."
+        )
+    _assign(target, _np_indices(indices), v, accumulate)
+    return x
+
+
+def _install_index_put_inplace() -> None:
+    from .methods import _make_inplace_op
+
+    _make_inplace_op(index_put).kernel = _index_put_inplace_kernel
+
+
+_install_index_put_inplace()
+
+
+# ------------------------------------------------------------------------------ nonzero / alias
 
 
 @defop(kind="indexing")
@@ -169,183 +228,6 @@ def _nonzero_meta(x):
 nonzero.differentiable = False
 
 
-# ------------------------------------------------------------------------------ index parsing
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
-
-
-def _as_index_tensor(item, device):
-    from .api import tensor
-
-    if isinstance(item, Tensor):
-        return item
-    if isinstance(item, np.ndarray):
-        return tensor(item)
-    if isinstance(item, (list, tuple)):
-        return tensor(item, device=device)
-    if isinstance(item, bool):
-        return tensor(item, device=device)
-    raise IndexError(
-        "only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables are valid indices "
-        f"(got {type(item).__name__})"
-    )
-
-
-def _normalize(index) -> tuple:
-    if isinstance(index, tuple):
-        return index
-    if isinstance(index, list) and any(
-        isinstance(i, (slice, type(None), type(Ellipsis), list, Tensor)) for i in index
-    ):
-        return tuple(index)
-    return (index,)
-
-
-def _consumes(item) -> int:
-    if item is None or item is Ellipsis or isinstance(item, bool):
-        return 0
-    if isinstance(item, Tensor) and item._dtype in (dt.bool_, dt.uint8):
-        return item.ndim
-    if isinstance(item, np.ndarray) and item.dtype == np.bool_:
-        return item.ndim
-    return 1
-
-
-def _apply_basic(x: Tensor, index):
-    """Apply ints/slices/None/Ellipsis as views; return the view and the advanced items per dim."""
-    items = _normalize(index)
-    n_ellipsis = sum(1 for i in items if i is Ellipsis)
-    if n_ellipsis > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    consumed = sum(_consumes(i) for i in items)
-    if consumed > x.ndim:
-        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
-    out = x
-    dim = 0
-    advanced = []  # (dim in `out`, index tensor)
-    for item in items:
-        if item is Ellipsis:
-            dim += x.ndim - consumed
-            continue
-        if item is None:
-            out = OPS["unsqueeze"](out, dim)
-            dim += 1
-            continue
-        if _is_int(item) or _is_scalar_int_tensor(item):
-            i = int(item)
-            size = out._shape[dim]
-            if not -size <= i < size:
-                raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
-            out = OPS["select"](out, dim, i)
-            continue
-        if isinstance(item, slice):
-            start, stop, step = item.start, item.stop, item.step
-            step = 1 if step is None else int(step)
-            if step <= 0:
-                raise ValueError("step must be greater than zero")
-            if not (start is None and stop is None and step == 1):
-                out = OPS["slice"](out, dim, _opt_int(start), _opt_int(stop), step)
-            dim += 1
-            continue
-        t = _as_index_tensor(item, x._device)
-        if t._dtype.is_floating_point:
-            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
-        if isinstance(item, bool) or (t._dtype is dt.bool_ and t.ndim == 0):
-            out = OPS["unsqueeze"](out, dim)
-            advanced.append((dim, t.unsqueeze(0) if t.ndim == 0 else t))
-            dim += 1
-            continue
-        advanced.append((dim, t))
-        dim += t.ndim if t._dtype in (dt.bool_, dt.uint8) else 1
-    return out, advanced
-
-
-def _is_scalar_int_tensor(item) -> bool:
-    """A 0-d integer tensor with data indexes like an int in PyTorch (a view, not a copy)."""
-    return (
-        isinstance(item, Tensor)
-        and item.ndim == 0
-        and item._dtype.category == 1
-        and item._dtype is not dt.uint8
-        and item._data is not None
-    )
-
-
-def _opt_int(v):
-    if v is None:
-        return None
-    if isinstance(v, Tensor):
-        return int(v.item())
-    return int(v)
-
-
-def _index_list(out: Tensor, advanced):
-    """Expand bool masks to integer indices and lay out one entry per leading dim."""
-    indices: list = []
-    for dim, t in advanced:
-        while len(indices) < dim:
-            indices.append(None)
-        if t._dtype in (dt.bool_, dt.uint8):
-            mask_shape = out._shape[dim : dim + t.ndim]
-            if tuple(t._shape) != tuple(mask_shape):
-                raise IndexError(
-                    f"The shape of the mask {list(t._shape)} at index {dim} does not match the shape "
-                    f"of the indexed tensor {list(out._shape)} at index {dim}"
-                )
-            nz = OPS["nonzero"](t.to(dt.bool_))
-            for k in range(t.ndim):
-                indices.append(nz.select(1, k))
-        else:
-            indices.append(t)
-    return indices
-
-
-def getitem(x: Tensor, index) -> Tensor:
-    """``x[index]`` with PyTorch's semantics."""
-    if isinstance(index, (numbers.Integral,)) and not isinstance(index, bool):
-        if x.ndim == 0:
-            raise IndexError(
-                "invalid index of a 0-dim tensor. Use `tensor.item()` to convert a 0-dim tensor to a number"
-            )
-        return OPS["select"](x, 0, int(index))
-    out, advanced = _apply_basic(x, index)
-    if not advanced:
-        if out is x:
-            out = OPS["alias"](x)
-        return out
-    return OPS["index"](out, _index_list(out, advanced))
-
-
-def setitem(x: Tensor, index, value) -> None:
-    """``x[index] = value``: copy into the basic view, or ``index_put_`` for advanced indices."""
-    if isinstance(value, (list, tuple, np.ndarray)):
-        from .api import tensor
-
-        value = tensor(value, dtype=x._dtype, device=x._device)
-    # whole-tensor boolean mask with a scalar: a masked fill (no data-dependent shapes)
-    if (
-        isinstance(index, Tensor)
-        and index._dtype is dt.bool_
-        and tuple(index._shape) == tuple(x._shape)
-        and (not isinstance(value, Tensor) or value.ndim == 0)
-    ):
-        OPS["masked_fill_"](x, index, value)
-        return
-    out, advanced = _apply_basic(x, index)
-    if not advanced:
-        OPS["copy_"](out, value)
-        return
-    if not isinstance(value, Tensor):
-        from .api import full
-
-        value = full((), value, dtype=out._dtype, device=out._device)
-    elif value._dtype is not out._dtype:
-        value = value.to(out._dtype)
-    OPS["index_put_"](out, _index_list(out, advanced), value, False)
-
-
 @defop(kind="view", prim=True, view=True)
 def alias(self: Tensor): ...
 
@@ -355,3 +237,232 @@ alias.register_meta(
     lambda x: fake(x._shape, x._dtype, x, x.stride(), x._offset if x._data is None else 0)
 )
 alias.register_derivative(lambda c, g: (g,), save_inputs=())
+
+
+# ------------------------------------------------------------------------------ index parsing
+
+
+def _is_int(x) -> bool:
+    kind = type(x)
+    if kind is int:
+        return True
+    if kind is bool or kind is slice or x is None:
+        return False
+    return isinstance(x, numbers.Integral) and not isinstance(x, np.bool_)
+
+
+def _sequence_as_tuple(seq: list) -> bool:
+    """PyTorch's legacy rule: a short list holding slices, None, ... or sequences is a tuple."""
+    if len(seq) >= 32:
+        return False
+    return any(
+        i is None or i is Ellipsis or isinstance(i, (slice, Tensor, list, tuple, np.ndarray))
+        for i in seq
+    )
+
+
+def _normalize(index) -> tuple:
+    if isinstance(index, tuple):
+        return index
+    if isinstance(index, list) and _sequence_as_tuple(index):
+        return tuple(index)
+    return (index,)
+
+
+def _convert(item, device):
+    """One index item as int, slice, None, Ellipsis, bool or an index tensor."""
+    if item is None or item is Ellipsis or isinstance(item, slice):
+        return item
+    if isinstance(item, (bool, np.bool_)):
+        return bool(item)
+    if _is_int(item):
+        return int(item)
+    if isinstance(item, np.ndarray):
+        from .api import tensor
+
+        item = tensor(item, device=device)
+    elif isinstance(item, (list, tuple)):
+        from .api import tensor
+
+        # PyTorch: a list of only bools is a mask; any other list is int64 (floats truncated)
+        dtype = dt.bool_ if item and _all_bools(item) else dt.int64
+        item = tensor(item, dtype=dtype, device=device)
+    if not isinstance(item, Tensor):
+        raise IndexError(
+            "only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables are "
+            f"valid indices (got {type(item).__name__})"
+        )
+    if item._dtype.is_floating_point:
+        raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+    if item.ndim == 0 and item._data is not None:
+        if item._dtype is dt.bool_:
+            return bool(item.item())
+        if item._dtype is not dt.uint8:
+            return int(item.item())  # a 0-d integer tensor indexes like an int: a view
+    return item
+
+
+def _all_bools(seq) -> bool:
+    return all(
+        _all_bools(v) if isinstance(v, (list, tuple)) else isinstance(v, (bool, np.bool_))
+        for v in seq
+    )
+
+
+def _consumes(item) -> int:
+    if item is None or item is Ellipsis or isinstance(item, bool):
+        return 0
+    if isinstance(item, Tensor) and item._dtype in _MASK_DTYPES:
+        return item.ndim
+    return 1
+
+
+def _slice_int(v):
+    if v is None or type(v) is int:
+        return v
+    if isinstance(v, Tensor):
+        return int(v.item())
+    if not _is_int(v):
+        raise TypeError(
+            "slice indices must be integers or None or have an __index__ method "
+            f"(got {type(v).__name__})"
+        )
+    return int(v)
+
+
+def _apply_basic(x: Tensor, items: list):
+    """Apply basic items as views; return the view and the advanced items as (dim, tensor)."""
+    consumed = sum(_consumes(i) for i in items)
+    if consumed > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+    out = x
+    dim = 0
+    ellipsis_seen = False
+    advanced = []
+    for item in items:
+        if item is Ellipsis:
+            # PyTorch lets a later Ellipsis stand for no dims at all
+            if not ellipsis_seen:
+                dim += x.ndim - consumed
+                ellipsis_seen = True
+            continue
+        if item is None:
+            out = OPS["unsqueeze"](out, dim)
+            dim += 1
+        elif isinstance(item, bool):
+            # a new size-1 dim indexed by [0] (True) or [] (False): a copy with a known shape,
+            # as PyTorch's mask [True]/[False] gives
+            from .api import tensor
+
+            out = OPS["unsqueeze"](out, dim)
+            rows = tensor([0] if item else [], dtype=dt.int64, device=x._device)
+            advanced.append((dim, rows))
+            dim += 1
+        elif isinstance(item, int):
+            size = out._shape[dim]
+            if not -size <= item < size:
+                raise IndexError(
+                    f"index {item} is out of bounds for dimension {dim} with size {size}"
+                )
+            out = OPS["select"](out, dim, item)
+        elif isinstance(item, slice):
+            step = _slice_int(item.step)
+            step = 1 if step is None else step
+            if step <= 0:
+                raise ValueError("step must be greater than zero")
+            start, stop = _slice_int(item.start), _slice_int(item.stop)
+            if not (start is None and stop is None and step == 1):
+                out = OPS["slice"](out, dim, start, stop, step)
+            dim += 1
+        else:
+            advanced.append((dim, item))
+            dim += _consumes(item)
+    return out, advanced
+
+
+def _index_list(out: Tensor, advanced) -> list:
+    """Entries for ``index``/``index_put``: None for a whole dim, an integer index tensor for one
+    dim, or a boolean mask for as many dims as it has (numpy's and PyTorch's mask rule)."""
+    indices: list = []
+    covered = 0
+    for dim, t in advanced:
+        while covered < dim:
+            indices.append(None)
+            covered += 1
+        if t._dtype not in _MASK_DTYPES:
+            indices.append(t)
+            covered += 1
+            continue
+        mask_shape = tuple(out._shape[dim : dim + t.ndim])
+        if tuple(t._shape) != mask_shape:
+            raise IndexError(
+                f"The shape of the mask {list(t._shape)} at index {dim} does not match the shape "
+                f"of the indexed tensor {list(out._shape)} at index {dim}"
+            )
+        indices.append(t if t._dtype is dt.bool_ else t.to(dt.bool_))
+        covered += t.ndim
+    return indices
+
+
+def _parse(x: Tensor, index):
+    return _apply_basic(x, [_convert(i, x._device) for i in _normalize(index)])
+
+
+def getitem(x: Tensor, index) -> Tensor:
+    """``x[index]`` with PyTorch's semantics."""
+    if _is_int(index):
+        if x.ndim == 0:
+            raise IndexError(
+                "invalid index of a 0-dim tensor. Use `tensor.item()` in Python or "
+                "`tensor.item<T>()` in C++ to convert a 0-dim tensor to a number"
+            )
+        return OPS["select"](x, 0, int(index))
+    out, advanced = _parse(x, index)
+    if not advanced:
+        return OPS["alias"](x) if out is x else out
+    return OPS["index"](out, _index_list(out, advanced))
+
+
+def _strip_leading_ones(value: Tensor) -> Tensor:
+    """PyTorch drops leading size-1 dims of an assigned value (``x[0] = v[None]`` works)."""
+    k = 0
+    while k < value.ndim and value._shape[k] == 1:
+        k += 1
+    return OPS["reshape"](value, value._shape[k:]) if k else value
+
+
+def setitem(x: Tensor, index, value) -> None:
+    """``x[index] = value``: copy into the basic view, or ``index_put_`` for advanced indices."""
+    if not isinstance(value, (Tensor, bool, int, float)):
+        kind = type(value)
+        name = (
+            kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+        )
+        raise TypeError(f"can't assign a {name} to a {x.type()}")
+    if (
+        isinstance(index, Tensor)
+        and index._dtype is dt.bool_
+        and index._shape == x._shape
+        and (not isinstance(value, Tensor) or value.ndim == 0)
+    ):
+        # a whole-tensor mask with one value is a masked fill: no data-dependent shapes
+        OPS["masked_fill_"](x, index, value)
+        return
+    if _is_int(index) and x.ndim:
+        out, advanced = OPS["select"](x, 0, int(index)), []
+    else:
+        out, advanced = _parse(x, index)
+    if isinstance(value, Tensor):
+        value = _strip_leading_ones(value)
+    if not advanced:
+        OPS["copy_"](out, value)
+        return
+    if not isinstance(value, Tensor):
+        from .api import full
+
+        value = full((), value, dtype=out._dtype, device=out._device)
+    elif value._dtype is not out._dtype and value.ndim == 0:
+        # a 0-d value is cast when only masks index (PyTorch fills); integer indices need a match
+        if all(t._dtype in _MASK_DTYPES for _, t in advanced):
+            value = value.to(out._dtype)
+    OPS["index_put_"](out, _index_list(out, advanced), value, False)

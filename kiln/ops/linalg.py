@@ -1,18 +1,23 @@
-"""Matrix products: ``mm`` and ``bmm`` are the extern prims; ``matmul`` handles every rank combination.
+"""Matrix products: ``mm`` and ``bmm`` are the extern prims; everything else is built on them.
 
-``matmul`` has a direct numpy kernel for eager speed (BLAS through ``np.matmul``) and a
-decomposition into reshapes/expands around ``mm``/``bmm`` that compilers use.
+``matmul``, ``einsum`` and the ``addmm`` family have direct numpy kernels for eager speed (BLAS
+through ``np.matmul``/``np.einsum``) and decompositions into permute/reshape/sum around
+``mm``/``bmm`` that compilers use. Vector products, ``kron``, ``diag``/``trace`` are composites.
 """
 
 from __future__ import annotations
+
+import string
 
 import numpy as np
 
 from ..runtime import dtypes as dt
 from ..runtime.storage import _POOL_MIN_BYTES, empty_array
 from ..runtime.tensor import wrap_array
-from .common import Tensor, broadcast_shapes, fake, wrap
-from .registry import defop
+from .common import Scalar, Tensor, TensorList, broadcast_shapes, fake, wrap, wrap_dim
+from .registry import OPS, defop, tensor_method, torch_function
+from .shape import narrow
+from .views import expand_shape
 
 __all__: list[str] = []
 
@@ -235,3 +240,610 @@ def _matmul_decomp(a, b):
     if db == 1:
         out = out.squeeze(-1)
     return out
+
+
+# ------------------------------------------------------------------------------ vector products
+
+
+def _vector_check(name, a, b):
+    if a.ndim != 1 or b.ndim != 1:
+        raise RuntimeError(f"1D tensors expected, but got {a.ndim}D and {b.ndim}D tensors")
+    if a.shape[0] != b.shape[0]:
+        raise RuntimeError(
+            f"inconsistent tensor size, expected tensor [{a.shape[0]}] and src [{b.shape[0]}] to "
+            f"have the same number of elements, but got {a.shape[0]} and {b.shape[0]} elements "
+            "respectively"
+        )
+    if a.dtype is not b.dtype:
+        raise RuntimeError(
+            f"{name} : expected both vectors to have same dtype, but found "
+            f"{_dtype_name(a.dtype)} and {_dtype_name(b.dtype)}"
+        )
+
+
+def _dtype_name(d) -> str:
+    return {"int64": "Long", "int32": "Int", "bfloat16": "BFloat16"}.get(
+        d.name, d.name.capitalize()
+    )
+
+
+@defop(kind="linalg")
+def dot(self: Tensor, tensor: Tensor): ...
+
+
+@dot.register_decomposition
+def _dot_decomp(a, b):
+    _vector_check("dot", a, b)
+    return OPS["sum"](a * b, None, False, dtype=a.dtype)
+
+
+@defop(kind="linalg")
+def vdot(self: Tensor, other: Tensor): ...
+
+
+@vdot.register_decomposition
+def _vdot_decomp(a, b):
+    _vector_check("vdot", a, b)
+    return OPS["sum"](a * b, None, False, dtype=a.dtype)
+
+
+@defop(kind="linalg")
+def outer(self: Tensor, vec2: Tensor): ...
+
+
+@outer.register_decomposition
+def _outer_decomp(a, b):
+    for name, t in (("self", a), ("vec2", b)):
+        if t.ndim != 1:
+            raise RuntimeError(f"outer: Expected 1-D argument {name}, but got {t.ndim}-D")
+    return a.unsqueeze(1) * b.unsqueeze(0)
+
+
+@torch_function("ger")
+@tensor_method("ger")
+def _ger(input: Tensor, vec2: Tensor) -> Tensor:
+    return outer(input, vec2)
+
+
+@defop(kind="linalg")
+def mv(self: Tensor, vec: Tensor): ...
+
+
+def _mv_check(m, v):
+    if m.ndim != 2 or v.ndim != 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got 1, {m.ndim}, {v.ndim}")
+    if m.shape[1] != v.shape[0]:
+        raise RuntimeError(
+            f"size mismatch, got input ({m.shape[0]}), mat ({m.shape[0]}x{m.shape[1]}), "
+            f"vec ({v.shape[0]})"
+        )
+
+
+@mv.register_decomposition
+def _mv_decomp(m, v):
+    _mv_check(m, v)
+    return mm(m, v.unsqueeze(1)).squeeze(1)
+
+
+# ------------------------------------------------------------------------------ beta*self + alpha*product
+
+
+def _scaled_sum(self_part, product, beta, alpha):
+    """``beta * self + alpha * product``; ``self`` is ignored when beta is 0 (even NaN), as in PyTorch."""
+    out = product * alpha if alpha != 1 else product
+    if beta == 0:
+        return out
+    return out + (self_part * beta if beta != 1 else self_part)
+
+
+def _addmm_like(name, schema, product_shape, product, np_product, grads):
+    """An op ``beta * self + alpha * product(m1, m2)`` with a numpy kernel and a decomposition.
+
+    ``product`` computes the product with kiln ops (the decomposition's core), ``np_product`` with
+    numpy (the kernel's); ``grads`` gives the gradients of the two factors for an output gradient
+    already scaled by alpha.
+    """
+    op = defop(schema, name=name, kind="linalg")
+
+    def check(x, m1, m2):
+        shape = product_shape(m1, m2)
+        for t in (m1, m2):
+            if t.dtype is not x.dtype:
+                raise RuntimeError(
+                    f"{name}: self and mat2 must have the same dtype, but got "
+                    f"{_dtype_name(x.dtype)} and {_dtype_name(t.dtype)}"
+                )
+        expand_shape(x.shape, shape)
+        return shape
+
+    def kernel(x, m1, m2, beta, alpha):
+        shape = check(x, m1, m2)
+        cd = np.float32 if x._dtype in (dt.float16, dt.bfloat16) else x._dtype.np
+        prod = np_product(m1._data.astype(cd, copy=False), m2._data.astype(cd, copy=False))
+        base = np.broadcast_to(x._data, shape).astype(cd, copy=False)
+        out = prod * alpha if alpha != 1 else prod
+        if beta != 0:
+            out = out + (base * beta if beta != 1 else base)
+        return wrap(np.require(out, requirements="C"), x._dtype)
+
+    def meta(x, m1, m2, beta=1, alpha=1):
+        return fake(check(x, m1, m2), x._dtype, x)
+
+    def derivative(c, g):
+        x, m1, m2, beta, alpha = c.args
+        ga = g * alpha if alpha != 1 else g
+        g1, g2 = grads(ga, m1, m2, c.needs_input_grad[1], c.needs_input_grad[2])
+        return (g * beta if c.needs_input_grad[0] else None), g1, g2, None, None
+
+    def decomposition(x, m1, m2, beta=1, alpha=1):
+        shape = check(x, m1, m2)
+        return _scaled_sum(x.expand(shape), product(m1, m2), beta, alpha)
+
+    op.register_kernel(kernel)
+    op.register_meta(meta)
+    op.register_derivative(derivative)
+    op.register_decomposition(decomposition)
+    return op
+
+
+def _addmm_schema(
+    self: Tensor, mat1: Tensor, mat2: Tensor, *, beta: Scalar = 1, alpha: Scalar = 1
+): ...
+
+
+def _addmv_schema(
+    self: Tensor, mat: Tensor, vec: Tensor, *, beta: Scalar = 1, alpha: Scalar = 1
+): ...
+
+
+def _baddbmm_schema(
+    self: Tensor, batch1: Tensor, batch2: Tensor, *, beta: Scalar = 1, alpha: Scalar = 1
+): ...
+
+
+def _mm_shape(a, b):
+    _mm_check(a, b)
+    return (a.shape[0], b.shape[1])
+
+
+def _mv_shape(m, v):
+    _mv_check(m, v)
+    return (m.shape[0],)
+
+
+def _bmm_shape(a, b):
+    _bmm_check(a, b)
+    return (a.shape[0], a.shape[1], b.shape[2])
+
+
+def _addbmm_shape(a, b):
+    _bmm_check(a, b)
+    return (a.shape[1], b.shape[2])
+
+
+addmm = _addmm_like(
+    "addmm",
+    _addmm_schema,
+    _mm_shape,
+    mm,
+    np.matmul,
+    lambda g, a, b, na, nb: (mm(g, b.t()) if na else None, mm(a.t(), g) if nb else None),
+)
+addmv = _addmm_like(
+    "addmv",
+    _addmv_schema,
+    _mv_shape,
+    lambda m, v: mv(m, v),
+    np.matmul,
+    lambda g, m, v, nm, nv: (outer(g, v) if nm else None, mv(m.t(), g) if nv else None),
+)
+baddbmm = _addmm_like(
+    "baddbmm",
+    _baddbmm_schema,
+    _bmm_shape,
+    bmm,
+    np.matmul,
+    lambda g, a, b, na, nb: (
+        bmm(g, b.transpose(1, 2)) if na else None,
+        bmm(a.transpose(1, 2), g) if nb else None,
+    ),
+)
+
+
+def _addbmm_grads(g, a, b, na, nb):
+    every = g.unsqueeze(0).expand((a.shape[0],) + tuple(g.shape))
+    return (
+        bmm(every, b.transpose(1, 2)) if na else None,
+        bmm(a.transpose(1, 2), every) if nb else None,
+    )
+
+
+addbmm = _addmm_like(
+    "addbmm",
+    _baddbmm_schema,
+    _addbmm_shape,
+    lambda a, b: OPS["sum"](bmm(a, b), [0], False, dtype=a.dtype),
+    lambda a, b: np.matmul(a, b).sum(0, dtype=a.dtype),
+    _addbmm_grads,
+)
+
+
+# ------------------------------------------------------------------------------ kron / tensordot / cross
+
+
+@defop(kind="linalg")
+def kron(self: Tensor, other: Tensor): ...
+
+
+@kron.register_decomposition
+def _kron_decomp(a, b):
+    n = max(a.ndim, b.ndim)
+    sa = (1,) * (n - a.ndim) + tuple(a.shape)
+    sb = (1,) * (n - b.ndim) + tuple(b.shape)
+    pairs_a, pairs_b = [], []
+    for x, y in zip(sa, sb):
+        pairs_a += [x, 1]
+        pairs_b += [1, y]
+    block = a.reshape(pairs_a) * b.reshape(pairs_b)
+    return block.reshape([x * y for x, y in zip(sa, sb)])
+
+
+def _prod(sizes) -> int:
+    n = 1
+    for s in sizes:
+        n *= s
+    return n
+
+
+@torch_function()
+def tensordot(a: Tensor, b: Tensor, dims=2, out=None) -> Tensor:
+    """Contract ``dims`` of ``a`` with ``dims`` of ``b``: one ``mm`` between two permuted reshapes."""
+    if isinstance(dims, Tensor):
+        dims = dims.tolist()
+    if isinstance(dims, int):
+        if dims < 0:
+            raise RuntimeError(f"tensordot expects dims >= 0, but got dims={dims}")
+        dims_a, dims_b = list(range(a.ndim - dims, a.ndim)), list(range(dims))
+    else:
+        dims_a, dims_b = ([d] if isinstance(d, int) else list(d) for d in dims)
+    if len(dims_a) != len(dims_b):
+        raise RuntimeError("both dimension lists should have same length")
+    dims_a = [wrap_dim(d, a.ndim) for d in dims_a]
+    dims_b = [wrap_dim(d, b.ndim) for d in dims_b]
+    for da, db in zip(dims_a, dims_b):
+        if a.shape[da] != b.shape[db]:
+            raise RuntimeError(
+                f"contracted dimensions need to match, but first has size {a.shape[da]} in dim "
+                f"{da} and second has size {b.shape[db]} in dim {db}"
+            )
+    free_a = [d for d in range(a.ndim) if d not in dims_a]
+    free_b = [d for d in range(b.ndim) if d not in dims_b]
+    k = _prod(a.shape[d] for d in dims_a)
+    left = a.permute(free_a + dims_a).reshape(_prod(a.shape[d] for d in free_a), k)
+    right = b.permute(dims_b + free_b).reshape(k, _prod(b.shape[d] for d in free_b))
+    return mm(left, right).reshape([a.shape[d] for d in free_a] + [b.shape[d] for d in free_b])
+
+
+@torch_function()
+@tensor_method()
+def cross(input: Tensor, other: Tensor, dim: int | None = None) -> Tensor:
+    shape = broadcast_shapes(tuple(input.shape), tuple(other.shape))
+    if dim is None:
+        dim = next((i for i, s in enumerate(shape) if s == 3), None)
+        if dim is None:
+            raise RuntimeError("no dimension of size 3 in input")
+    d = wrap_dim(dim, len(shape))
+    if input.shape[d] != 3 or other.shape[d] != 3:
+        raise RuntimeError(
+            f"linalg.cross: inputs dimension {d} must have length 3. Got {input.shape[d]} and "
+            f"{other.shape[d]}"
+        )
+    a0, a1, a2 = (narrow(input, d, i, 1) for i in range(3))
+    b0, b1, b2 = (narrow(other, d, i, 1) for i in range(3))
+    return OPS["cat"]([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], d)
+
+
+# ------------------------------------------------------------------------------ diagonals
+
+
+@defop(kind="linalg")
+def diag_embed(self: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1): ...
+
+
+@diag_embed.register_decomposition
+def _diag_embed_decomp(x, offset=0, dim1=-2, dim2=-1):
+    """Write the last dim of ``x`` onto a diagonal of zeros: one ``diagonal_scatter``."""
+    nd = x.ndim + 1
+    d1, d2 = wrap_dim(dim1, nd), wrap_dim(dim2, nd)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    n = (x.shape[-1] if x.ndim else 1) + abs(offset)
+    shape = list(x.shape[:-1])
+    for d in sorted((d1, d2)):
+        shape.insert(d, n)
+    zeros = OPS["full"](shape, 0, dtype=x.dtype, device=x.device)
+    return OPS["diagonal_scatter"](zeros, x.reshape(1) if x.ndim == 0 else x, offset, d1, d2)
+
+
+@defop(kind="linalg")
+def diag(self: Tensor, diagonal: int = 0): ...
+
+
+@diag.register_decomposition
+def _diag_decomp(x, diagonal=0):
+    if x.ndim == 1:
+        return diag_embed(x, diagonal, 0, 1)
+    if x.ndim == 2:
+        return OPS["clone"](OPS["diagonal"](x, diagonal, 0, 1))
+    raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {x.ndim}D")
+
+
+@defop(kind="linalg")
+def trace(self: Tensor): ...
+
+
+@trace.register_decomposition
+def _trace_decomp(x):
+    if x.ndim != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {x.ndim}")
+    return OPS["sum"](OPS["diagonal"](x, 0, 0, 1))
+
+
+# ------------------------------------------------------------------------------ einsum
+
+_LETTERS = string.ascii_uppercase + string.ascii_lowercase
+
+
+def _einsum_terms(equation: str, ndims) -> tuple[list[str], str]:
+    """Explicit subscripts per operand and for the output, each ``...`` replaced by letters."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    for i, ch in enumerate(eq):
+        if not (ch in _LETTERS or ch in ",.->"):
+            raise RuntimeError(
+                f"einsum(): invalid subscript given at index {i} in the equation string, "
+                "subscripts must be in [a-zA-Z]"
+            )
+    terms = lhs.split(",")
+    if len(terms) != len(ndims):
+        more = "more" if len(ndims) > len(terms) else "fewer"
+        raise RuntimeError(
+            f"einsum(): {more} operands were provided than specified in the equation"
+        )
+    spare = [c for c in _LETTERS if c not in eq]
+    widths = []
+    for k, (term, nd) in enumerate(zip(terms, ndims)):
+        letters = term.replace("...", "")
+        if "." in letters:
+            raise RuntimeError(
+                f"einsum(): found '.' for operand {k} that is not part of any ellipsis"
+            )
+        width = nd - len(letters)
+        if ("..." in term and width < 0) or ("..." not in term and width != 0):
+            raise RuntimeError(
+                f"einsum(): the number of subscripts in the equation ({len(letters)}) does not "
+                f"match the number of dimensions ({nd}) for operand {k}"
+                + ("" if "..." in term else " and no ellipsis was given")
+            )
+        widths.append(width)
+    n_ell = max(widths, default=0)
+    ell = "".join(spare[:n_ell])
+    subs = [t.replace("...", ell[n_ell - w :]) for t, w in zip(terms, widths)]
+    if arrow:
+        out = rhs.replace("...", ell)
+        for ch in out:
+            if not any(ch in s for s in subs):
+                raise RuntimeError(
+                    f"einsum(): output subscript {ch} does not appear in the equation for any "
+                    "input operand"
+                )
+            if out.count(ch) > 1:
+                raise RuntimeError(
+                    f"einsum(): output subscript {ch} appears more than once in the output"
+                )
+    else:
+        joined = "".join(subs)
+        out = ell + "".join(sorted(c for c in set(joined) if joined.count(c) == 1 and c not in ell))
+    return subs, out
+
+
+def _einsum_plan(equation: str, tensors) -> tuple[list[str], str, dict]:
+    """Subscripts plus the size of every letter (size-1 dims broadcast, as in PyTorch)."""
+    subs, out = _einsum_terms(equation, [t.ndim for t in tensors])
+    sizes: dict = {}
+    for k, (s, t) in enumerate(zip(subs, tensors)):
+        seen: dict = {}
+        for ch, n in zip(s, t.shape):
+            if ch in seen and seen[ch] != n:
+                raise RuntimeError(
+                    f"einsum(): subscript {ch} is repeated for operand {k} but the sizes don't "
+                    f"match, {seen[ch]} != {n}"
+                )
+            seen[ch] = n
+            cur = sizes.get(ch)
+            if cur is None or cur == 1:
+                sizes[ch] = n
+            elif n != 1 and n != cur:
+                raise RuntimeError(
+                    f"einsum(): subscript {ch} has size {n} for operand {k} which does not "
+                    f"broadcast with previously seen size {cur}"
+                )
+    return subs, out, sizes
+
+
+@defop(kind="linalg")
+def einsum(equation: str, tensors: TensorList): ...
+
+
+def _einsum_dtype(tensors):
+    if not tensors:
+        raise RuntimeError("einsum(): must provide at least one operand")
+    d = tensors[0].dtype
+    for t in tensors[1:]:
+        if t.dtype is not d:
+            raise RuntimeError(
+                f"expected scalar type {_dtype_name(d)} but found {_dtype_name(t.dtype)}"
+            )
+    return d
+
+
+@einsum.register_kernel
+def _einsum_kernel(equation, tensors):
+    tensors = list(tensors)
+    d = _einsum_dtype(tensors)
+    subs, out, sizes = _einsum_plan(equation, tensors)
+    cd = np.float32 if d in (dt.float16, dt.bfloat16) else d.np
+    arrays = []
+    for t, s in zip(tensors, subs):
+        a = t._data.astype(cd, copy=False)
+        full_shape = tuple(sizes[c] for c in s)
+        arrays.append(a if a.shape == full_shape else np.broadcast_to(a, full_shape))
+    r = np.einsum(",".join(subs) + "->" + out, *arrays, optimize=len(arrays) > 1)
+    if any(np.may_share_memory(r, a) for a in arrays):  # numpy returns views for ij->ji, ii->i
+        r = r.copy()
+    return wrap(np.require(r, requirements="C"), d)
+
+
+@einsum.register_meta
+def _einsum_meta(equation, tensors):
+    tensors = list(tensors)
+    d = _einsum_dtype(tensors)
+    _, out, sizes = _einsum_plan(equation, tensors)
+    return fake([sizes[c] for c in out], d, tensors[0])
+
+
+def _einsum_grad(c, g):
+    """The gradient of operand i is an einsum of the output gradient with the other operands.
+
+    Letters only operand i has are broadcast back with a ones vector; a letter repeated in
+    operand i (a diagonal) is renamed and tied to its first occurrence with an identity matrix.
+    """
+    equation, tensors = c.args
+    tensors = list(tensors)
+    subs, out, sizes = _einsum_plan(equation, tensors)
+    fresh = [ch for ch in _LETTERS if ch not in out and all(ch not in s for s in subs)]
+    grads = []
+    for i, s in enumerate(subs):
+        terms, operands = [out], [g]
+        for j, t in enumerate(tensors):
+            if j != i:
+                terms.append(subs[j])
+                operands.append(t)
+        available = set("".join(terms))
+        target, spare = [], iter(fresh)
+        for ch in s:
+            if ch in target:
+                renamed = next(spare)
+                terms.append(ch + renamed)
+                operands.append(_identity(sizes[ch], g))
+                target.append(renamed)
+                continue
+            if ch not in available:
+                terms.append(ch)
+                operands.append(OPS["full"]((sizes[ch],), 1, dtype=g.dtype, device=g.device))
+                available.add(ch)
+            target.append(ch)
+        grad = einsum(",".join(terms) + "->" + "".join(target), operands)
+        shape = tuple(tensors[i].shape)
+        if tuple(grad.shape) != shape:  # a size-1 letter broadcast against operand i's size
+            grad = grad.expand(broadcast_shapes(tuple(grad.shape), shape))
+        grads.append(grad)
+    return None, grads
+
+
+def _identity(n: int, like: Tensor) -> Tensor:
+    r = OPS["arange"](0, n, 1, dtype=dt.int64, device=like.device)
+    return (r.unsqueeze(1) == r.unsqueeze(0)).to(like.dtype)
+
+
+einsum.register_derivative(_einsum_grad)
+
+
+def _einsum_diagonals(t: Tensor, s: str):
+    """Take a diagonal for every letter repeated within one operand."""
+    while True:
+        for p, ch in enumerate(s):
+            q = s.find(ch, p + 1)
+            if q >= 0:
+                break
+        else:
+            return t, s
+        t = OPS["diagonal"](t, 0, p, q)
+        s = s[:p] + s[p + 1 : q] + s[q + 1 :] + ch
+
+
+def _einsum_sum_out(t: Tensor, s: str, keep: set):
+    drop = [i for i, ch in enumerate(s) if ch not in keep]
+    if not drop:
+        return t, s
+    return OPS["sum"](t, drop, False, dtype=t.dtype), "".join(ch for ch in s if ch in keep)
+
+
+def _einsum_pair(a: Tensor, sa: str, b: Tensor, sb: str, keep: set, sizes: dict):
+    """Contract two operands with one ``bmm``: [batch, a-only, summed] @ [batch, summed, b-only]."""
+    batch = [ch for ch in sa if ch in sb and ch in keep]
+    summed = [ch for ch in sa if ch in sb and ch not in keep]
+    only_a = [ch for ch in sa if ch not in sb]
+    only_b = [ch for ch in sb if ch not in sa]
+
+    def numel(letters):
+        return _prod(sizes[ch] for ch in letters)
+
+    a3 = a.permute([sa.index(ch) for ch in batch + only_a + summed])
+    a3 = a3.reshape(numel(batch), numel(only_a), numel(summed))
+    b3 = b.permute([sb.index(ch) for ch in batch + summed + only_b])
+    b3 = b3.reshape(numel(batch), numel(summed), numel(only_b))
+    letters = batch + only_a + only_b
+    return bmm(a3, b3).reshape([sizes[ch] for ch in letters]), "".join(letters)
+
+
+@einsum.register_decomposition
+def _einsum_decomp(equation, tensors):
+    """Diagonals, then sum out private letters, then contract operands left to right with bmm."""
+    tensors = list(tensors)
+    _einsum_dtype(tensors)
+    subs, out, sizes = _einsum_plan(equation, tensors)
+    terms = []
+    for t, s in zip(tensors, subs):
+        t, s = _einsum_diagonals(t, s)
+        full_shape = [sizes[ch] for ch in s]
+        terms.append((t if list(t.shape) == full_shape else t.expand(full_shape), s))
+    later = [set(out).union(*(s for _, s in terms[k + 1 :])) for k in range(len(terms))]
+    t, s = _einsum_sum_out(*terms[0], later[0] | set(terms[1][1] if len(terms) > 1 else ""))
+    for k in range(1, len(terms)):
+        u, r = _einsum_sum_out(*terms[k], later[k] | set(s))
+        t, s = _einsum_sum_out(t, s, later[k] | set(r))
+        t, s = _einsum_pair(t, s, u, r, later[k], sizes)
+    t, s = _einsum_sum_out(t, s, set(out))
+    return t.permute([s.index(ch) for ch in out])
+
+
+def _sublist_term(sublist) -> str:
+    out = []
+    for item in sublist:
+        if item is Ellipsis:
+            out.append("...")
+        elif isinstance(item, int) and 0 <= item < len(_LETTERS):
+            out.append(_LETTERS[item])
+        else:
+            raise ValueError(
+                "einsum(): subscript in subscript list is not within the valid range [0, 52)"
+            )
+    return "".join(out)
+
+
+@torch_function("einsum")
+def _einsum_fn(*args) -> Tensor:
+    """``einsum(eq, *operands)``, ``einsum(eq, [operands])`` or the sublist form."""
+    if args and isinstance(args[0], str):
+        operands = args[1:]
+        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+            operands = operands[0]
+        return einsum(args[0], list(operands))
+    items = list(args)
+    operands, terms = [], []
+    while len(items) >= 2:
+        operands.append(items.pop(0))
+        terms.append(_sublist_term(items.pop(0)))
+    equation = ",".join(terms) + ("->" + _sublist_term(items[0]) if items else "")
+    return einsum(equation, operands)

@@ -49,6 +49,7 @@ _EXTRA_INPLACE = {
     "index_fill",
     "index_copy",
     "masked_scatter",
+    "put",
 }
 
 _ALIASES = {

@@ -1,19 +1,64 @@
-"""Reductions over dims (sum, mean, prod, amax, amin, argmax, ...) with ``keepdim``.
+"""Reductions over dims: sums and products, extremes, statistics, norms, logical tests, scans.
 
-Shared machinery: ``_reduce_meta`` computes the output shape for (dim, keepdim); ``_expand_back``
-turns a reduced gradient back into the input's shape (unsqueeze the reduced dims, then expand).
-Integer and bool inputs of ``sum``/``prod`` accumulate in int64, as in PyTorch.
+``dim`` is an int, a tuple/list, or None (an empty list also means every dim); ``reduce_dims``
+normalises it once and ``reduced_shape`` gives the (dim, keepdim) output shape. Integer and bool
+inputs of sum/prod/cumsum/cumprod accumulate in int64, as in PyTorch; float32 sums use numpy's
+pairwise ``add.reduce`` in float32 (PyTorch's accuracy, not a float64 accumulator); half types
+accumulate in float32. Value-selecting reductions differentiate like PyTorch: the full ones
+(amax, amin, max(), min()) split the gradient evenly among ties, the ``dim`` forms (max(x, dim))
+send it to the index they return. Scans decompose into O(n^2) masked reductions over the prims,
+which suits short dims; a compiler may prefer the eager kernel for long ones.
 """
 
 from __future__ import annotations
 
+import collections
+import math
+
 import numpy as np
 
 from ..runtime import dtypes as dt
-from .common import DType, Tensor, fake, wrap, wrap_dims
-from .registry import defop
+from ..runtime.tensor import wrap_array
+from .common import DType, Scalar, Tensor, fake, to_float_dtype, wrap, wrap_dim, wrap_dims
+from .creation import arange
+from .gather_scatter import gather, scatter_add
+from .pointwise import maximum, minimum, where
+from .registry import defop, tensor_method, torch_function
+from .shape import flip
 
-__all__: list[str] = []
+__all__ = [
+    "reduced_shape",
+    "reduce_dims",
+    "expand_back",
+    "scatter_back",
+    "float_sum",
+    "torch_type_name",
+]
+
+_add_reduce = np.add.reduce
+_int64 = dt.int64
+_INF = float("inf")
+
+_TYPE_NAMES = {
+    dt.bool_: "Bool",
+    dt.uint8: "Byte",
+    dt.int8: "Char",
+    dt.int16: "Short",
+    dt.int32: "Int",
+    dt.int64: "Long",
+    dt.float16: "Half",
+    dt.bfloat16: "BFloat16",
+    dt.float32: "Float",
+    dt.float64: "Double",
+}
+
+
+def torch_type_name(d: dt.dtype) -> str:
+    """PyTorch's scalar type name ('Long', 'Float'...), as its error messages spell it."""
+    return _TYPE_NAMES[d]
+
+
+# ------------------------------------------------------------------------------ machinery
 
 
 def reduced_shape(shape, dims, keepdim):
@@ -22,11 +67,25 @@ def reduced_shape(shape, dims, keepdim):
     return tuple(s for i, s in enumerate(shape) if i not in dims)
 
 
-def reduce_dims(x, dim):
-    """Wrapped reduction dims; an empty list means all dims, as in PyTorch."""
-    if dim is not None and not isinstance(dim, int) and len(dim) == 0:
-        dim = None
-    return wrap_dims(dim, x.ndim)
+def reduce_dims(x, dim) -> tuple:
+    """Wrapped reduction dims; None or an empty list means all dims. A 0-d tensor has none."""
+    n = x.ndim
+    if dim.__class__ is int and -n <= dim < n:  # the common single dim, without the general path
+        return (dim + n if dim < 0 else dim,)
+    dims = wrap_dims(None if _is_full(dim) else dim, n)
+    return dims if n else ()
+
+
+def _is_full(dim) -> bool:
+    """No ``dim`` (None or an empty list): reduce every element."""
+    return dim is None or (not isinstance(dim, (int, np.integer)) and len(dim) == 0)
+
+
+def _count(shape, dims) -> int:
+    n = 1
+    for d in dims:
+        n *= shape[d]
+    return n
 
 
 def _reduce_meta(out_dtype_fn):
@@ -45,14 +104,118 @@ def expand_back(g: Tensor, shape, dims, keepdim: bool) -> Tensor:
     return g.expand(shape)
 
 
+def _acc(d: dt.dtype):
+    """numpy accumulator dtype: half types accumulate in float32, as PyTorch's CPU kernels do."""
+    return np.float32 if d is dt.float16 or d is dt.bfloat16 else d.np
+
+
+_CASCADE_MIN_SIZE = 4096  # smaller sums are accurate enough added slice by slice
+_CASCADE_MIN_LENGTH = 128
+
+
+def float_sum(a: np.ndarray, dims: tuple, dtype=None, keepdims: bool = False) -> np.ndarray:
+    """``np.add.reduce`` with the accuracy of PyTorch's float sums.
+
+    numpy sums pairwise only along the axis its inner loop runs over (the smallest stride); it
+    adds slice after slice across the other reduced axes, an error growing like n * eps. Long
+    reduced axes of that kind are summed in blocks of about sqrt(n) first, a two-level cascade
+    like PyTorch's, at nearly the speed of the plain reduction.
+    """
+    if a.size < _CASCADE_MIN_SIZE or np.dtype(dtype or a.dtype).kind != "f" or _collapses(a, dims):
+        return _add_reduce(a, dims, dtype, keepdims=keepdims, out=...)
+    shape, strides = a.shape, a.strides
+    inner = min((i for i in range(a.ndim) if shape[i] > 1), key=lambda i: abs(strides[i]))
+    long_axes = [d for d in dims if d != inner and shape[d] >= _CASCADE_MIN_LENGTH]
+    if not long_axes:
+        return _add_reduce(a, dims, dtype, keepdims=keepdims)
+    r = a
+    for d in long_axes:
+        r = _cascade(r, d, dtype)
+    rest = tuple(d for d in dims if d not in long_axes)
+    if rest:
+        r = _add_reduce(r, rest, dtype, keepdims=True)
+    return r if keepdims else r.reshape(reduced_shape(shape, dims, False))
+
+
+def _collapses(a: np.ndarray, dims) -> bool:
+    """The reduced dims form one contiguous run numpy sums pairwise (a contiguous suffix)."""
+    n = a.ndim
+    return not n or (a.flags.c_contiguous and tuple(dims) == tuple(range(n - len(dims), n)))
+
+
+def _cascade(a: np.ndarray, d: int, dtype) -> np.ndarray:
+    """Sum axis ``d`` (kept, size 1) as sums of blocks of about sqrt(n) elements."""
+    n = a.shape[d]
+    block = math.isqrt(n)
+    whole = n - n % block
+    before = (slice(None),) * d
+    blocks = a[before + (slice(0, whole),)].reshape(
+        a.shape[:d] + (whole // block, block) + a.shape[d + 1 :]
+    )
+    r = _add_reduce(_add_reduce(blocks, d + 1, dtype), d, dtype, keepdims=True)
+    if whole < n:
+        r = r + _add_reduce(a[before + (slice(whole, None),)], d, dtype, keepdims=True)
+    return r
+
+
 def _sum_dtype(x, dtype=None):
     if dtype is not None:
         return dtype
-    return dt.int64 if not x._dtype.is_floating_point else x._dtype
+    return _int64 if not x._dtype.is_floating_point else x._dtype
 
 
-def _axis(dims, ndim):
-    return dims if len(dims) != ndim or ndim == 0 else None
+def _as_dtype(x, dtype):
+    """The input's data converted to ``dtype`` (PyTorch casts before reducing when given one)."""
+    a = x._data
+    if dtype is not None and dtype is not x._dtype:
+        a = a.astype(_acc(dtype))
+    return a
+
+
+def scatter_back(g: Tensor, indices: Tensor, dim: int, shape) -> Tensor:
+    """zeros(shape) with ``g`` placed at ``indices`` along ``dim``: the gradient of taking
+    values at those indices (max(x, dim), sort...), where indices are distinct per slice."""
+    return scatter_add(g.new_zeros(tuple(shape)), dim, indices, g)
+
+
+def _scale_by_count(g, mask, dims):
+    """Split ``g`` evenly among the True entries of ``mask`` within each reduced slice."""
+    return g * mask / mask.sum(dims, True)
+
+
+def evenly_distribute(g: Tensor, x: Tensor, value: Tensor) -> Tensor:
+    """Gradient of a full value-selecting reduction (max(), median()): shared among the elements
+    equal to the result; a NaN result shares it among the NaNs, as PyTorch does."""
+    mask = x == value
+    if x.dtype.is_floating_point:
+        mask = where(value.isnan(), x.isnan(), mask)
+    return _scale_by_count(g, mask, tuple(range(x.ndim)))
+
+
+def select_evenly(x: Tensor, value: Tensor) -> Tensor:
+    """``value`` (a 0-d result picked out of ``x``) rebuilt as the mean of the elements equal to
+    it, so decompositions differentiate like ``evenly_distribute``; the boolean mask carries no
+    gradient, and the mean equals ``value`` (up to rounding for odd numbers of ties)."""
+    if not x.dtype.is_floating_point:
+        return value
+    mask = where(value.isnan(), x.isnan(), x == value)
+    return sum(where(mask, x, 0)) / sum(mask)
+
+
+def _check_reducible(name: str, x, dims, full: bool, error=RuntimeError) -> None:
+    """Reductions without an identity (max, argmax...) refuse empty slices, as PyTorch does."""
+    shape = x._shape
+    for d in dims:
+        if shape[d] == 0:
+            if full:
+                raise error(
+                    f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                    "Specify the reduction dim with the 'dim' argument."
+                )
+            raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+
+
+# ------------------------------------------------------------------------------ sum / prod
 
 
 @defop(kind="reduction", prim=True)
@@ -63,14 +226,15 @@ def sum(
 
 @sum.register_kernel
 def _sum_kernel(x, dim, keepdim, dtype):
-    dims = reduce_dims(x, dim)
-    od = _sum_dtype(x, dtype)
+    d = x._dtype
     a = x._data
-    if od is dt.float16 or od is dt.bfloat16:
-        r = np.sum(a, axis=dims, keepdims=keepdim, dtype=np.float32)
-    else:
-        r = np.sum(a, axis=dims, keepdims=keepdim, dtype=od.np)
-    return wrap(r, od)
+    if dim is None and dtype is None and not keepdim and (d is dt.float32 or d is dt.float64):
+        if a.flags.c_contiguous:
+            # the common ``x.sum()``: one pairwise add.reduce straight into a 0-d array
+            return wrap_array(_add_reduce(a, None, out=...), d)
+    od = _sum_dtype(x, dtype)
+    a = _as_dtype(x, dtype)
+    return wrap(float_sum(a, reduce_dims(x, dim), _acc(od), keepdim), od)
 
 
 sum.register_meta(_reduce_meta(lambda x, dtype=None: _sum_dtype(x, dtype)))
@@ -78,6 +242,257 @@ sum.register_derivative(
     lambda c, g: (expand_back(g, c.args[0].shape, reduce_dims(c.args[0], c.args[1]), c.args[2]),),
     save_inputs=(),
 )
+
+
+@defop(kind="reduction", prim=True)
+def prod(
+    self: Tensor, dim: int | None = None, keepdim: bool = False, *, dtype: DType | None = None
+): ...
+
+
+@prod.register_kernel
+def _prod_kernel(x, dim, keepdim, dtype):
+    od = _sum_dtype(x, dtype)
+    a = _as_dtype(x, dtype)
+    return wrap(np.multiply.reduce(a, reduce_dims(x, dim), _acc(od), keepdims=keepdim), od)
+
+
+prod.register_meta(_reduce_meta(lambda x, dtype=None: _sum_dtype(x, dtype)))
+
+
+def _prod_grad(c, g):
+    # d prod / d x_i is the product of the others: prod/x_i without zeros; with exactly one zero
+    # in the slice only that zero's gradient survives; with two or more, all are zero
+    x, dim, keepdim, dtype = c.args
+    dims = reduce_dims(x, dim)
+    if dtype is not None:
+        x = x.to(dtype)
+    zero = x == 0
+    zeros = zero.sum(dims, True)
+    safe = where(zero, 1, x)
+    others = prod(safe, dims, True)
+    grad_others = where(zeros == 0, others / safe, where(zero & (zeros == 1), others, 0))
+    return (expand_back(g, x.shape, dims, keepdim) * grad_others,)
+
+
+prod.register_derivative(_prod_grad)
+
+
+# ------------------------------------------------------------------------------ extremes
+
+
+def _amax_schema(self: Tensor, dim: list[int] = (), keepdim: bool = False): ...
+
+
+def _extreme_kernel(name, np_fn):
+    def kernel(x, dim, keepdim):
+        a = x._data
+        full = _is_full(dim)
+        dims = None if full else reduce_dims(x, dim)
+        if not a.size:
+            _check_reducible(name, x, range(a.ndim) if full else dims, full)
+        return wrap_array(np_fn(a, dims, keepdims=keepdim, out=...), x._dtype)
+
+    return kernel
+
+
+def _extreme_grad(c, g):
+    # PyTorch's amax/amin backward: even split among the elements equal to the result
+    x, dim, keepdim = c.args
+    dims = reduce_dims(x, dim)
+    mask = x == expand_back(c.out, x.shape, dims, keepdim)
+    return (_scale_by_count(expand_back(g, x.shape, dims, keepdim), mask, dims),)
+
+
+amax = defop(_amax_schema, name="amax", kind="reduction", prim=True)
+amin = defop(_amax_schema, name="amin", kind="reduction", prim=True)
+for _op, _np_fn in ((amax, np.maximum.reduce), (amin, np.minimum.reduce)):
+    _op.register_kernel(_extreme_kernel(_op.name, _np_fn))
+    _op.register_meta(_reduce_meta(lambda x: x._dtype))
+    _op.register_derivative(_extreme_grad, save_output=True)
+
+
+def _arg_schema(self: Tensor, dim: int | None = None, keepdim: bool = False): ...
+
+
+def _arg_kernel(name, np_fn):
+    def kernel(x, dim, keepdim):
+        if x._dtype is dt.bool_:
+            raise RuntimeError(f"{name}(): does not support bool input")
+        a = x._data
+        if dim is None:
+            _check_reducible(name, x, range(x.ndim), True, IndexError)
+            return wrap(np.asarray(np_fn(a)).reshape((1,) * a.ndim if keepdim else ()), _int64)
+        d = wrap_dim(dim, x.ndim)
+        if not a.ndim:
+            return wrap(np.zeros((), np.int64), _int64)
+        _check_reducible(name, x, (d,), False)
+        return wrap(np_fn(a, axis=d, keepdims=keepdim), _int64)
+
+    return kernel
+
+
+def _arg_meta(x, dim=None, keepdim=False):
+    if dim is None:
+        return fake((1,) * x.ndim if keepdim else (), _int64, x)
+    return fake(reduced_shape(x._shape, reduce_dims(x, dim), keepdim), _int64, x)
+
+
+argmax = defop(_arg_schema, name="argmax", kind="reduction", prim=True, differentiable=False)
+argmin = defop(_arg_schema, name="argmin", kind="reduction", prim=True, differentiable=False)
+for _op, _np_fn in ((argmax, np.argmax), (argmin, np.argmin)):
+    _op.register_kernel(_arg_kernel(_op.name, _np_fn))
+    _op.register_meta(_arg_meta)
+
+
+# max(x) / min(x): the full reduction, with max()'s NaN-aware even split of the gradient
+
+
+def _full_schema(self: Tensor): ...
+
+
+def _full_extreme_kernel(name, extreme):
+    def kernel(x):
+        if not x._data.size:
+            _check_reducible(name, x, range(x.ndim), True)
+        return extreme.kernel(x, (), False)
+
+    return kernel
+
+
+max_all = defop(_full_schema, name="max", kind="reduction")
+min_all = defop(_full_schema, name="min", kind="reduction")
+for _op, _extreme in ((max_all, amax), (min_all, amin)):
+    _op.register_kernel(_full_extreme_kernel(_op.name, _extreme))
+    _op.register_meta(lambda x: fake((), x._dtype, x))
+    _op.register_derivative(
+        lambda c, g: (evenly_distribute(g, c.args[0], c.out),), save_output=True
+    )
+    _op.register_decomposition(lambda x, _ex=_extreme: select_evenly(x, _ex(x)))
+
+
+# max(x, dim) / min(x, dim): (values, indices); the gradient goes to the returned index
+
+
+def _dim_select_schema(input: Tensor, dim: int, keepdim: bool = False): ...
+
+
+max_dim = defop(_dim_select_schema, name="max_dim", kind="reduction")
+min_dim = defop(_dim_select_schema, name="min_dim", kind="reduction")
+max_dim.returns = collections.namedtuple("max", ("values", "indices"))
+min_dim.returns = collections.namedtuple("min", ("values", "indices"))
+
+
+def _dim_select_kernel(op, np_arg, np_extreme):
+    def kernel(x, dim, keepdim):
+        a = x._data
+        d = wrap_dim(dim, x.ndim)
+        if not a.ndim:
+            return op.returns(wrap(a.copy(), x._dtype), wrap(np.zeros((), np.int64), _int64))
+        _check_reducible(op.returns.__name__, x, (d,), False)
+        # the extreme value itself equals the element at the arg index (NaN included)
+        values = np_extreme(a, d, keepdims=keepdim)
+        return op.returns(wrap(values, x._dtype), wrap(np_arg(a, d, keepdims=keepdim), _int64))
+
+    return kernel
+
+
+def _dim_select_meta(op):
+    def meta(x, dim, keepdim=False):
+        shape = reduced_shape(x._shape, reduce_dims(x, dim), keepdim)
+        return op.returns(fake(shape, x._dtype, x), fake(shape, _int64, x))
+
+    return meta
+
+
+def _dim_select_grad(c, g, _g_indices=None):
+    x, dim, keepdim = c.args
+    indices = c.out[1]
+    if x.ndim and not keepdim:
+        g, indices = g.unsqueeze(dim), indices.unsqueeze(dim)
+    return (scatter_back(g, indices, dim, x.shape),)
+
+
+def _dim_select_decomp(op, arg_op):
+    def decomposition(x, dim, keepdim=False):
+        if not x.ndim:
+            return op.returns(x.clone(), x.new_zeros((), dtype=_int64))
+        d = wrap_dim(dim, x.ndim)
+        indices = arg_op(x.to(dt.uint8) if x.dtype is dt.bool_ else x, d, True)
+        values = gather(x, d, indices)
+        if not keepdim:
+            values, indices = values.squeeze(d), indices.squeeze(d)
+        return op.returns(values, indices)
+
+    return decomposition
+
+
+for _op, _np_arg, _np_extreme, _arg_op in (
+    (max_dim, np.argmax, np.maximum.reduce, argmax),
+    (min_dim, np.argmin, np.minimum.reduce, argmin),
+):
+    _op.register_kernel(_dim_select_kernel(_op, _np_arg, _np_extreme))
+    _op.register_meta(_dim_select_meta(_op))
+    _op.register_derivative(_dim_select_grad, save_output=True, save_inputs=())
+    _op.register_decomposition(_dim_select_decomp(_op, _arg_op))
+
+
+def _overloads(name, full_op, dim_op, binary_op):
+    """PyTorch's max/min: ``f(x)``, ``f(x, dim, keepdim=False)`` and ``f(x, other)``."""
+
+    def fn(input: Tensor, dim=None, keepdim: bool | None = None, *, other=None):
+        if isinstance(dim, Tensor) or other is not None:
+            if keepdim is not None:
+                raise TypeError(f"{name}() received an invalid combination of arguments")
+            return binary_op(input, dim if other is None else other)
+        if dim is None:
+            if keepdim is not None:
+                raise TypeError(
+                    f"{name}() received an invalid combination of arguments - got keepdim "
+                    "without dim"
+                )
+            return full_op(input)
+        if not isinstance(dim, (int, np.integer)):
+            raise TypeError(
+                f"{name}() received an invalid combination of arguments - dim must be an int, "
+                f"got {type(dim).__name__}"
+            )
+        return dim_op(input, dim, bool(keepdim))
+
+    fn.__name__ = name
+    return fn
+
+
+for _name, _full, _dim_op, _binary in (
+    ("max", max_all, max_dim, maximum),
+    ("min", min_all, min_dim, minimum),
+):
+    _fn = _overloads(_name, _full, _dim_op, _binary)
+    torch_function(_name)(_fn)
+    tensor_method(_name)(_fn)
+
+_AminmaxResult = collections.namedtuple("aminmax", ("min", "max"))
+
+
+@torch_function()
+@tensor_method()
+def aminmax(input: Tensor, *, dim: int | None = None, keepdim: bool = False):
+    """(amin, amax) in one call; over every element when ``dim`` is None."""
+    if dim is None:
+        if input.numel() == 0:
+            raise RuntimeError(
+                "aminmax(): cannot compute aminmax over an empty dimension as the operation has "
+                "no identity."
+            )
+        dims = ()
+    else:
+        dims = wrap_dim(dim, input.ndim)
+        if input.ndim and input.shape[dims] == 0:
+            raise IndexError(f"aminmax: Expected reduction dim {dims} to have non-zero size.")
+    return _AminmaxResult(amin(input, dims, keepdim), amax(input, dims, keepdim))
+
+
+# ------------------------------------------------------------------------------ mean / var / std
 
 
 @defop(kind="reduction")
@@ -90,8 +505,8 @@ def _mean_dtype(x, dtype=None):
     d = dtype or x._dtype
     if not d.is_floating_point:
         raise RuntimeError(
-            f"mean(): could not infer output dtype. Input dtype must be either a floating point or "
-            f"complex dtype. Got: {x._dtype.name.capitalize()}"
+            "mean(): could not infer output dtype. Input dtype must be either a floating point or "
+            f"complex dtype. Got: {torch_type_name(d)}"
         )
     return d
 
@@ -100,8 +515,8 @@ def _mean_dtype(x, dtype=None):
 def _mean_kernel(x, dim, keepdim, dtype):
     od = _mean_dtype(x, dtype)
     dims = reduce_dims(x, dim)
-    acc = np.float32 if od in (dt.float16, dt.bfloat16) else od.np
-    r = np.mean(x._data, axis=dims, keepdims=keepdim, dtype=acc)
+    r = np.asarray(float_sum(_as_dtype(x, dtype), dims, _acc(od), keepdim))
+    r = r / _count(x._shape, dims)
     return wrap(r, od)
 
 
@@ -111,14 +526,8 @@ mean.register_meta(_reduce_meta(lambda x, dtype=None: _mean_dtype(x, dtype)))
 def _mean_grad(c, g):
     x, dim, keepdim, _ = c.args
     dims = reduce_dims(x, dim)
-    n = 1
-    for d in dims:
-        n *= x.shape[d]
-    return (
-        expand_back(g, x.shape, dims, keepdim) / max(n, 1)
-        if n
-        else expand_back(g, x.shape, dims, keepdim) * float("nan"),
-    )
+    n = _count(x.shape, dims)
+    return (expand_back(g, x.shape, dims, keepdim) / n if n else g.expand(x.shape) * math.nan,)
 
 
 mean.register_derivative(_mean_grad, save_inputs=())
@@ -126,38 +535,525 @@ mean.register_derivative(_mean_grad, save_inputs=())
 
 @mean.register_decomposition
 def _mean_decomp(x, dim=None, keepdim=False, dtype=None):
+    _mean_dtype(x, dtype)
     dims = reduce_dims(x, dim)
-    n = 1
-    for d in dims:
-        n *= x.shape[d]
-    s = sum(x, dims, keepdim, dtype=dtype)
-    return s / n
+    return sum(x, dims, keepdim, dtype=dtype) / _count(x.shape, dims)
+
+
+def _var_schema(
+    self: Tensor, dim: list[int] | None = None, *, correction: Scalar = 1, keepdim: bool = False
+): ...
+
+
+def _check_var_dtype(x) -> None:
+    if not x._dtype.is_floating_point:
+        raise RuntimeError("std and var only support floating point and complex dtypes")
+
+
+def _divisor(x, dims, correction) -> float:
+    return _count(x.shape, dims) - correction
+
+
+def _var_np(x, dim, correction, keepdim):
+    _check_var_dtype(x)
+    dims = reduce_dims(x, dim)
+    a = x._data
+    acc = _acc(x._dtype)
+    centred = a - float_sum(a, dims, acc, True) / _count(x._shape, dims)
+    squares = float_sum(centred * centred, dims, acc, keepdim)
+    return squares / float(max(_divisor(x, dims, correction), 0))
+
+
+def _var_meta(x, dim=None, correction=1, keepdim=False):
+    _check_var_dtype(x)
+    return fake(reduced_shape(x._shape, reduce_dims(x, dim), keepdim), x._dtype, x)
+
+
+def _inverse(dof: float) -> float:
+    return 1.0 / dof if dof else _INF
+
+
+def _var_grad(c, g):
+    x, dim, correction, keepdim = c.args
+    dims = reduce_dims(x, dim)
+    scale = 2.0 * _inverse(_divisor(x, dims, correction))
+    return (expand_back(g, x.shape, dims, keepdim) * (x - mean(x, dims, True)) * scale,)
+
+
+def _std_grad(c, g):
+    # var's gradient divided by 2*std; zero where std is zero, as in PyTorch
+    x, dim, correction, keepdim = c.args
+    dims = reduce_dims(x, dim)
+    std_ = expand_back(c.out, x.shape, dims, keepdim)
+    flat = std_ == 0
+    g = expand_back(g, x.shape, dims, keepdim) / where(flat, 1, std_)
+    scale = _inverse(_divisor(x, dims, correction))
+    return (where(flat, 0, g * (x - mean(x, dims, True)) * scale),)
+
+
+var = defop(_var_schema, name="var", kind="reduction")
+std = defop(_var_schema, name="std", kind="reduction")
+var.register_kernel(
+    lambda x, dim, correction, keepdim: wrap(_var_np(x, dim, correction, keepdim), x._dtype)
+)
+std.register_kernel(
+    lambda x, dim, correction, keepdim: wrap(
+        np.sqrt(_var_np(x, dim, correction, keepdim)), x._dtype
+    )
+)
+var.register_meta(_var_meta)
+std.register_meta(_var_meta)
+var.register_derivative(_var_grad)
+std.register_derivative(_std_grad, save_output=True)
+
+
+@var.register_decomposition
+def _var_decomp(x, dim=None, correction=1, keepdim=False):
+    _check_var_dtype(x)
+    dims = reduce_dims(x, dim)
+    centred = x - mean(x, dims, True)
+    return sum(centred * centred, dims, keepdim) / max(_divisor(x, dims, correction), 0)
+
+
+std.register_decomposition(
+    lambda x, dim=None, correction=1, keepdim=False: var(
+        x, dim, correction=correction, keepdim=keepdim
+    ).sqrt()
+)
+
+
+def _correction(name: str, dim, unbiased, correction):
+    """PyTorch's three spellings: ``(x, unbiased)``, ``(x, dim, unbiased, keepdim)``, ``correction=``."""
+    if isinstance(dim, bool):
+        if unbiased is not None:
+            raise TypeError(f"{name}() received an invalid combination of arguments")
+        dim, unbiased = None, dim
+    if unbiased is not None and correction is not None:
+        raise TypeError(
+            f"{name}() received an invalid combination of arguments - got both unbiased and "
+            "correction"
+        )
+    if correction is None:
+        correction = 0 if unbiased is False else 1
+    return dim, correction
+
+
+def _var_like(name, op, with_mean):
+    def fn(input: Tensor, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        dim, correction = _correction(name, dim, unbiased, correction)
+        out = op(input, dim, correction=correction, keepdim=keepdim)
+        return (out, mean(input, dim, keepdim)) if with_mean else out
+
+    fn.__name__ = name
+    return fn
+
+
+for _name, _op in (("var", var), ("std", std)):
+    _fn = _var_like(_name, _op, False)
+    torch_function(_name)(_fn)
+    tensor_method(_name)(_fn)
+    torch_function(_name + "_mean")(_var_like(_name + "_mean", _op, True))
+
+
+# ------------------------------------------------------------------------------ logsumexp / norms
 
 
 @defop(kind="reduction")
-def sum_to_size(self: Tensor, size: list[int]): ...
+def logsumexp(self: Tensor, dim: list[int], keepdim: bool = False): ...
 
 
-def _sum_to_dims(shape, size):
-    lead = len(shape) - len(size)
-    if lead < 0:
-        raise RuntimeError(f"size {list(size)} is not expandable to size {list(shape)}")
-    dims = list(range(lead))
-    for i, s in enumerate(size):
-        if s == 1 and shape[lead + i] != 1:
-            dims.append(lead + i)
-        elif s != shape[lead + i]:
-            raise RuntimeError(f"size {list(size)} is not expandable to size {list(shape)}")
-    return tuple(dims), lead
+@logsumexp.register_kernel
+def _logsumexp_kernel(x, dim, keepdim):
+    od = to_float_dtype(x._dtype)
+    dims = reduce_dims(x, dim)
+    a = x._data.astype(_acc(od), copy=False)
+    if _count(x._shape, dims) == 0:
+        return wrap(np.full(reduced_shape(x._shape, dims, keepdim), -np.inf), od)
+    # shift by the (finite) max so exp never overflows; inf and nan pass through
+    m = np.maximum.reduce(a, dims, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    r = np.log(float_sum(np.exp(a - m), dims, keepdims=True)) + m
+    return wrap(r.reshape(reduced_shape(x._shape, dims, keepdim)), od)
 
 
-@sum_to_size.register_decomposition
-def _sum_to_size_decomp(x, size):
-    size = tuple(size)
-    if tuple(x.shape) == size:
-        return x
-    dims, lead = _sum_to_dims(x.shape, size)
-    out = sum(x, dims, True)
-    if lead:
-        out = out.reshape(size)
-    return out
+logsumexp.register_meta(
+    lambda x, dim, keepdim=False: fake(
+        reduced_shape(x._shape, reduce_dims(x, dim), keepdim), to_float_dtype(x._dtype), x
+    )
+)
+
+
+def _logsumexp_grad(c, g):
+    x, dim, keepdim = c.args
+    dims = reduce_dims(x, dim)
+    return (
+        expand_back(g, x.shape, dims, keepdim)
+        * (x - expand_back(c.out, x.shape, dims, keepdim)).exp(),
+    )
+
+
+logsumexp.register_derivative(_logsumexp_grad, save_output=True)
+
+
+@logsumexp.register_decomposition
+def _logsumexp_decomp(x, dim, keepdim=False):
+    if not x.dtype.is_floating_point:
+        x = x.to(to_float_dtype(x.dtype))
+    dims = reduce_dims(x, dim)
+    if _count(x.shape, dims) == 0:
+        return x.new_full(reduced_shape(x.shape, dims, keepdim), -_INF)
+    m = amax(x, dims, True)
+    m = where(m.abs() == _INF, 0, m)
+    out = sum((x - m).exp(), dims, True).log() + m
+    return out if keepdim else out.squeeze(dims)
+
+
+def _norm_schema(
+    input: Tensor,
+    ord: Scalar = 2,
+    dim: list[int] | None = None,
+    keepdim: bool = False,
+    *,
+    dtype: DType | None = None,
+): ...
+
+
+vector_norm = defop(_norm_schema, name="linalg_vector_norm", kind="reduction")
+
+
+def _norm_dtype(x, dtype):
+    if not x._dtype.is_floating_point:
+        raise RuntimeError(
+            "linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
+            f"{torch_type_name(x._dtype)}"
+        )
+    return dtype or x._dtype
+
+
+def _check_norm_identity(x, ord, dim, dims) -> None:
+    """Norms built on max/min (ord = inf or < 0) have no value over an empty slice."""
+    if not (ord < 0 or ord == _INF) or x.numel():
+        return
+    shown = "inf" if ord == _INF else ("-inf" if ord == -_INF else f"{ord:g}")
+    if _is_full(dim):
+        raise RuntimeError(
+            f"linalg.vector_norm cannot compute the {shown} norm on an empty tensor because the "
+            "operation does not have an identity"
+        )
+    for d in dims:
+        if x.shape[d] == 0:
+            raise RuntimeError(
+                f"linalg.vector_norm cannot compute the {shown} norm on the dimension {d}because "
+                "this dimension is empty and the operation does not have an identity"
+            )
+
+
+@vector_norm.register_kernel
+def _vector_norm_kernel(x, ord, dim, keepdim, dtype):
+    od = _norm_dtype(x, dtype)
+    dims = reduce_dims(x, dim)
+    _check_norm_identity(x, ord, dim, dims)
+    a = x._data.astype(_acc(od), copy=False)
+    if ord == 2:
+        r = np.sqrt(float_sum(a * a, dims, keepdims=keepdim))
+    elif ord == _INF or ord == -_INF:
+        fn = np.maximum.reduce if ord > 0 else np.minimum.reduce
+        r = fn(np.abs(a), dims, keepdims=keepdim)
+    elif ord == 0:
+        r = _add_reduce(a != 0, dims, a.dtype, keepdims=keepdim)
+    elif ord == 1:
+        r = float_sum(np.abs(a), dims, keepdims=keepdim)
+    else:
+        r = float_sum(np.abs(a) ** ord, dims, keepdims=keepdim) ** (1.0 / ord)
+    return wrap(r, od)
+
+
+vector_norm.register_meta(
+    lambda x, ord=2, dim=None, keepdim=False, dtype=None: fake(
+        reduced_shape(x._shape, reduce_dims(x, dim), keepdim), _norm_dtype(x, dtype), x
+    )
+)
+
+
+def _vector_norm_grad(c, g):
+    x, ord, dim, keepdim, dtype = c.args
+    dims = reduce_dims(x, dim)
+    if dtype is not None:
+        x = x.to(dtype)
+    g = expand_back(g, x.shape, dims, keepdim)
+    norm = expand_back(c.out, x.shape, dims, keepdim)
+    if ord == 0:
+        return (x * 0,)
+    if ord == 1:
+        return (g * x.sign(),)
+    if ord == _INF or ord == -_INF:
+        mask = x.abs() == norm
+        return (_scale_by_count(g * x.sign(), mask, dims),)
+    zero_norm = norm == 0
+    if ord == 2:
+        return (where(zero_norm, 0, g / where(zero_norm, 1, norm)) * x,)
+    # |x|^(p-1) sign(x): for p < 2 written without the 0 * inf that x * |x|^(p-2) hits at x = 0
+    ax = x.abs()
+    if ord < 2:
+        scaled = x.sign() * where(x == 0, 0, where(x == 0, 1, ax) ** (ord - 1))
+    else:
+        scaled = x * ax ** (ord - 2)
+    return (where(zero_norm, 0, g / where(zero_norm, 1, norm) ** (ord - 1)) * scaled,)
+
+
+vector_norm.register_derivative(_vector_norm_grad, save_output=True)
+
+
+@vector_norm.register_decomposition
+def _vector_norm_decomp(x, ord=2, dim=None, keepdim=False, dtype=None):
+    od = _norm_dtype(x, dtype)
+    dims = reduce_dims(x, dim)
+    _check_norm_identity(x, ord, dim, dims)
+    x = x.to(od)
+    if ord == _INF or ord == -_INF:
+        return (amax if ord > 0 else amin)(x.abs(), dims, keepdim)
+    if ord == 0:
+        return sum(x != 0, dims, keepdim).to(od)
+    if ord == 1:
+        return sum(x.abs(), dims, keepdim)
+    if ord == 2:
+        return _safe_pow(sum(x * x, dims, keepdim), 0.5)
+    if ord < 0:
+        return sum(x.abs() ** ord, dims, keepdim) ** (1.0 / ord)
+    return _safe_pow(sum(_safe_pow(x.abs(), ord), dims, keepdim), 1.0 / ord)
+
+
+def _safe_pow(base: Tensor, exponent: float) -> Tensor:
+    """``base ** exponent`` (exponent > 0) with a zero, not NaN, gradient where base is 0, like
+    the eager derivative: the power is taken of 1 there and its gradient masked away."""
+    zero = base == 0
+    return where(zero, 0, where(zero, 1, base) ** exponent)
+
+
+@torch_function()
+@tensor_method()
+def norm(input: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
+    """``torch.norm``: a vector norm over ``dim`` (all dims by default); 'fro' is the 2-norm."""
+    if p is None or p == "fro":
+        if dim is not None and not isinstance(dim, int) and len(dim) > 2:
+            raise RuntimeError(
+                f"linalg.matrix_norm: dim must be a 2-tuple. Got {' '.join(map(str, dim))}"
+            )
+        p = 2
+    elif isinstance(p, str):
+        if p == "nuc":
+            raise NotImplementedError("norm(p='nuc') needs singular values, which kiln lacks")
+        raise RuntimeError(f"norm(): unsupported norm type {p!r}")
+    return vector_norm(input, p, dim, keepdim, dtype=dtype)
+
+
+# ------------------------------------------------------------------------------ logical / counts
+
+
+def _logical_schema(self: Tensor, dim: list[int] | None = None, keepdim: bool = False): ...
+
+
+def _logical_dtype(x):
+    return dt.uint8 if x._dtype is dt.uint8 else dt.bool_
+
+
+def _logical_kernel(np_fn):
+    def kernel(x, dim, keepdim):
+        return wrap(np_fn(x._data, reduce_dims(x, dim), keepdims=keepdim), _logical_dtype(x))
+
+    return kernel
+
+
+all_ = defop(_logical_schema, name="all", kind="reduction", differentiable=False)
+any_ = defop(_logical_schema, name="any", kind="reduction", differentiable=False)
+all_.register_kernel(_logical_kernel(np.logical_and.reduce))
+any_.register_kernel(_logical_kernel(np.logical_or.reduce))
+for _op in (all_, any_):
+    _op.register_meta(_reduce_meta(_logical_dtype))
+# all: no zero in the slice; any: some nonzero (NaN counts as true, as in PyTorch)
+all_.register_decomposition(
+    lambda x, dim=None, keepdim=False: (sum(x == 0, dim, keepdim) == 0).to(_logical_dtype(x))
+)
+any_.register_decomposition(
+    lambda x, dim=None, keepdim=False: (sum(x != 0, dim, keepdim) > 0).to(_logical_dtype(x))
+)
+
+
+@defop(kind="reduction", differentiable=False)
+def count_nonzero(self: Tensor, dim: list[int] | None = None): ...
+
+
+count_nonzero.register_decomposition(lambda x, dim=None: sum(x != 0, dim))
+
+
+@defop(kind="reduction")
+def nansum(
+    self: Tensor, dim: list[int] | None = None, keepdim: bool = False, *, dtype: DType | None = None
+): ...
+
+
+@nansum.register_decomposition
+def _nansum_decomp(x, dim=None, keepdim=False, dtype=None):
+    if x.dtype.is_floating_point:
+        x = where(x.isnan(), 0, x)
+    return sum(x, dim, keepdim, dtype=dtype)
+
+
+@defop(kind="reduction")
+def nanmean(
+    self: Tensor, dim: list[int] | None = None, keepdim: bool = False, *, dtype: DType | None = None
+): ...
+
+
+@nanmean.register_decomposition
+def _nanmean_decomp(x, dim=None, keepdim=False, dtype=None):
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(
+            "nanmean(): expected input to have floating point or complex dtype but got "
+            f"{torch_type_name(x.dtype)}"
+        )
+    return nansum(x, dim, keepdim, dtype=dtype) / sum(x.isnan().logical_not(), dim, keepdim)
+
+
+# ------------------------------------------------------------------------------ scans
+
+
+def _scan_schema(self: Tensor, dim: int, *, dtype: DType | None = None): ...
+
+
+def _scan_kernel(ufunc):
+    def kernel(x, dim, dtype):
+        d = wrap_dim(dim, x.ndim)
+        od = _sum_dtype(x, dtype)
+        a = _as_dtype(x, dtype)
+        if not a.ndim:
+            return wrap(a.astype(od.np), od)
+        return wrap(ufunc.accumulate(a, axis=d, dtype=_acc(od)), od)
+
+    return kernel
+
+
+def _scan_meta(x, dim, dtype=None):
+    wrap_dim(dim, x.ndim)
+    return fake(x._shape, _sum_dtype(x, dtype), x)
+
+
+def _triangle(x: Tensor, dim: int):
+    """``x`` moved to the last dim and broadcast against the mask ``j <= i`` of shape (n, n)."""
+    n = x.shape[dim]
+    r = arange(0, n, 1, dtype=_int64, device=x.device)
+    return r.unsqueeze(1) >= r.unsqueeze(0), x.movedim(dim, -1).unsqueeze(-2)
+
+
+def _scan_decomp(reduce_op, identity):
+    # out[..., i] = reduce over j <= i: a masked reduction over an (n, n) triangle (O(n^2))
+    def decomposition(x, dim, dtype=None):
+        od = _sum_dtype(x, dtype)
+        if not x.ndim:
+            return x.to(od).clone()
+        d = wrap_dim(dim, x.ndim)
+        mask, row = _triangle(x, d)
+        return reduce_op(where(mask, row, identity), -1, dtype=od).movedim(-1, d)
+
+    return decomposition
+
+
+def reverse_cumsum(g: Tensor, dim: int) -> Tensor:
+    """``out[i] = sum(g[j] for j >= i)`` along ``dim``: the gradient of cumsum."""
+    if not g.ndim:
+        return g
+    return flip(cumsum(flip(g, (dim,)), dim), (dim,))
+
+
+cumsum = defop(_scan_schema, name="cumsum", kind="scan")
+cumprod = defop(_scan_schema, name="cumprod", kind="scan")
+cumsum.register_kernel(_scan_kernel(np.add))
+cumprod.register_kernel(_scan_kernel(np.multiply))
+for _op in (cumsum, cumprod):
+    _op.register_meta(_scan_meta)
+cumsum.register_derivative(lambda c, g: (reverse_cumsum(g, c.args[1]),), save_inputs=())
+cumsum.register_decomposition(_scan_decomp(sum, 0))
+cumprod.register_decomposition(_scan_decomp(lambda x, d, dtype: prod(x, d, dtype=dtype), 1))
+
+
+def _cumprod_grad(c, g):
+    # before the first zero of a slice: sum_{k>=i} g_k out_k / x_i; at the first zero z: the
+    # same sum taken with x_z replaced by 1; after it every product holds x_z = 0
+    x, dim, dtype = c.args
+    if not x.ndim:
+        return (g,)
+    d = wrap_dim(dim, x.ndim)
+    if dtype is not None:
+        x = x.to(dtype)
+    zero = x == 0
+    zeros_so_far = cumsum(zero, d)
+    before = zeros_so_far == 0
+    first = zero & (zeros_so_far == 1)
+    grad_before = reverse_cumsum(g * c.out, d) / where(before, x, 1)
+    grad_first = reverse_cumsum(g * cumprod(where(first, 1, x), d), d)
+    return (where(before, grad_before, where(first, grad_first, 0)),)
+
+
+cumprod.register_derivative(_cumprod_grad, save_output=True)
+
+
+@defop(kind="scan")
+def logcumsumexp(self: Tensor, dim: int): ...
+
+
+@logcumsumexp.register_kernel
+def _logcumsumexp_kernel(x, dim):
+    if not x._dtype.is_floating_point:
+        raise NotImplementedError(
+            f"\"logcumsumexp_out_cpu\" not implemented for '{torch_type_name(x._dtype)}'"
+        )
+    d = wrap_dim(dim, x.ndim)
+    a = x._data.astype(_acc(x._dtype), copy=False)
+    return wrap(np.logaddexp.accumulate(a, axis=d) if a.ndim else a.copy(), x._dtype)
+
+
+@logcumsumexp.register_meta
+def _logcumsumexp_meta(x, dim):
+    wrap_dim(dim, x.ndim)
+    return fake(x._shape, x._dtype, x)
+
+
+# the lowest finite value of each float dtype (bfloat16's largest is about 3.39e38)
+_LOWEST = {
+    dt.float16: -65504.0,
+    dt.bfloat16: -3.0e38,
+    dt.float32: float(np.finfo(np.float32).min),
+    dt.float64: float(np.finfo(np.float64).min),
+}
+
+
+def _logcumsumexp_grad(c, g):
+    # grad_i = sum_{k>=i} g_k exp(x_i - out_k), summed in log space for the positive and the
+    # negative parts of g separately so nothing overflows
+    x, dim = c.args
+    if not x.ndim:
+        return (g,)
+    d = wrap_dim(dim, x.ndim)
+    out = c.out
+
+    # "no gradient" is the lowest finite value, not -inf: -inf - (-inf) would make the second
+    # derivative NaN where out is -inf
+    lowest = _LOWEST[g.dtype]
+
+    def part(mask, magnitude):
+        log_g = where(mask, where(mask, magnitude, 1).log(), lowest)
+        return (flip(logcumsumexp(flip(log_g - out, (d,)), d), (d,)) + x).exp()
+
+    return (part(g > 0, g) - part(g < 0, -g),)
+
+
+logcumsumexp.register_derivative(_logcumsumexp_grad, save_output=True)
+
+
+@logcumsumexp.register_decomposition
+def _logcumsumexp_decomp(x, dim):
+    if not x.ndim:
+        return x.clone()
+    d = wrap_dim(dim, x.ndim)
+    mask, row = _triangle(x, d)
+    return logsumexp(where(mask, row, -_INF), -1).movedim(-1, d)

@@ -60,6 +60,8 @@ def view_strides(old_shape, old_stride, new_shape):
         numel *= s
     if numel == 0:
         return contiguous_strides(new_shape)
+    if not old_shape:  # a 0-d tensor views as any all-ones shape
+        return (1,) * len(new_shape)
     new_stride = [0] * len(new_shape)
     view_d = len(new_shape) - 1
     chunk_base_stride = old_stride[-1] if old_stride else 1
@@ -550,3 +552,36 @@ slice_scatter = _scatter_op("slice_scatter", slice, _slice_scatter_schema)
 select_scatter = _scatter_op("select_scatter", select, _select_scatter_schema)
 diagonal_scatter = _scatter_op("diagonal_scatter", diagonal, _diagonal_scatter_schema)
 as_strided_scatter = _scatter_op("as_strided_scatter", as_strided, _as_strided_scatter_schema)
+
+
+# ------------------------------------------------------------------------------ expand's inverse
+
+
+@defop(kind="reduction")
+def sum_to_size(self: Tensor, size: list[int]): ...
+
+
+def _sum_to_dims(shape, size):
+    lead = len(shape) - len(size)
+    if lead < 0:
+        raise RuntimeError(f"size {list(size)} is not expandable to size {list(shape)}")
+    dims = list(range(lead))
+    for i, s in enumerate(size):
+        if s == 1 and shape[lead + i] != 1:
+            dims.append(lead + i)
+        elif s != shape[lead + i]:
+            raise RuntimeError(f"size {list(size)} is not expandable to size {list(shape)}")
+    return tuple(dims), lead
+
+
+@sum_to_size.register_decomposition
+def _sum_to_size_decomp(x, size):
+    """Sum a broadcast gradient back to ``size``: the gradient of ``expand``."""
+    size = tuple(size)
+    if tuple(x.shape) == size:
+        return x
+    dims, lead = _sum_to_dims(x.shape, size)
+    out = x.sum(dims, True)
+    if lead:
+        out = out.reshape(size)
+    return out

@@ -159,6 +159,8 @@ class Tensor:
         data = self._data
         if data is None:
             return self._offset
+        if self._device is not cpu:  # a device array (kiln.runtime.cuda.CudaArray)
+            return data.offset
         base = self._get_storage().base
         return (
             data.__array_interface__["data"][0] - base.__array_interface__["data"][0]
@@ -168,6 +170,8 @@ class Tensor:
         data = self._data
         if data is None:
             return 0
+        if self._device is not cpu:
+            return data.data_ptr()
         return data.__array_interface__["data"][0]
 
     def _get_storage(self) -> Storage:

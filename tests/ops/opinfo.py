@@ -57,6 +57,7 @@ class Sample:
     grad: bool = True  # compare gradients with PyTorch
     gradcheck: bool = True  # float64 finite differences
     meta: bool = True  # run under FakeTensorMode and compare shape/dtype
+    oracle: bool = True  # compare with PyTorch (False for ops whose values differ by design: RNG)
     rtol: float | None = None
     atol: float | None = None
     grad_rtol: float | None = None

@@ -1,0 +1,101 @@
+"""The decomposition table: how every non-prim op is written in terms of the prim set.
+
+Decompositions are defined next to each op (``op.decomposition``); this module gathers them into
+the table AOT autograd traces with, and offers ``DecomposeMode`` to run any kiln code with every
+non-prim op expanded (used by tests to check each decomposition against the op's eager kernel).
+"""
+
+from __future__ import annotations
+
+from ..ops.dispatch import DispatchMode
+from ..ops.registry import OPS, Op
+
+__all__ = [
+    "list_decompositions",
+    "decomposition_table",
+    "prim_ops",
+    "DecomposeMode",
+    "force_decompositions",
+    "is_prim",
+]
+
+
+def is_prim(op: Op) -> bool:
+    return op.is_prim
+
+
+def prim_ops() -> list[str]:
+    """Names of the ops the compiler lowers directly (DESIGN.md's prim set)."""
+    return sorted(name for name, op in OPS.items() if op.is_prim)
+
+
+def decomposition_table(ops=None) -> dict[Op, object]:
+    """{op: decomposition} for every non-prim op that has one (or for the ``ops`` given)."""
+    chosen = OPS.values() if ops is None else [OPS[o] if isinstance(o, str) else o for o in ops]
+    return {
+        op: op.decomposition for op in chosen if op.decomposition is not None and not op.is_prim
+    }
+
+
+def list_decompositions() -> list[str]:
+    """Names of the ops that AOT autograd decomposes into prims."""
+    return sorted(op.name for op in decomposition_table())
+
+
+class DecomposeMode(DispatchMode):
+    """Runs every non-prim op through its decomposition (recursively), prims through their kernels.
+
+    Composite ops already decompose in eager; this mode also expands ops that have a fused eager
+    kernel (softmax, layer_norm, gelu...), so their decompositions get exercised for real.
+    """
+
+    def __init__(self, only=None):
+        self.only = None if only is None else {OPS[o] if isinstance(o, str) else o for o in only}
+        self.used: set[str] = set()
+
+    def wants(self, op) -> bool:
+        return True
+
+    def dispatch(self, op, args):
+        if (
+            not op.is_prim
+            and op.decomposition is not None
+            and (self.only is None or op in self.only)
+        ):
+            self.used.add(op.name)
+            return op.decomposition(*args)
+        return self.below(op, args)
+
+    def below(self, op, args):
+        from ..ops.dispatch import _mode_stack, run_below_autograd
+
+        popped = _mode_stack.pop()
+        try:
+            return run_below_autograd(op, args)
+        finally:
+            _mode_stack.append(popped)
+
+
+class force_decompositions:  # noqa: N801 - used like a function
+    """Within the block, non-prim ops run *only* through their decompositions, above autograd.
+
+    Their fused kernels and hand-written derivatives are switched off, so forward values and
+    gradients both come from the decomposition's parts. Tests compare this against normal eager
+    execution; it is not thread-safe and not for production use.
+    """
+
+    def __init__(self, ops=None):
+        table = decomposition_table(ops)
+        self._saved = {op: (op.kernel, op.derivative) for op in table}
+
+    def __enter__(self):
+        for op in self._saved:
+            op.kernel = None
+            op.derivative = None
+        return self
+
+    def __exit__(self, *exc):
+        for op, (kernel, derivative) in self._saved.items():
+            op.kernel = kernel
+            op.derivative = derivative
+        return False

@@ -1,0 +1,207 @@
+"""Functionalization: rewrite a traced graph so it has no in-place ops and no aliasing writes.
+
+The pass walks the graph once, in order. Every tensor belongs to a *base* (a non-view node); a view
+node remembers the chain of view ops from its base. An in-place op ``x.op_(...)`` becomes the
+out-of-place ``op(...)``; if ``x`` is a view, the new value is written back into a new version of
+the base with the matching ``*_scatter`` ops (slice_scatter, select_scatter, ...). Later reads of
+the base or of any of its views are redirected to the newest version (views are regenerated from
+it, lazily, right before the node that reads them). Graph inputs that were mutated are returned
+as extra outputs so the caller can copy the new values back into the real tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir import Graph, Node
+from ..ir.node import map_arg
+from ..ops.registry import OPS, Op
+
+__all__ = ["functionalize", "FunctionalizationResult", "UnsupportedMutationError"]
+
+
+class UnsupportedMutationError(RuntimeError):
+    """An in-place write through a view kind the pass cannot invert (the graph stays eager)."""
+
+
+@dataclass
+class FunctionalizationResult:
+    graph: Graph
+    # (placeholder index, index of the new value in the output tuple) for each mutated input
+    mutated_inputs: list = field(default_factory=list)
+    # how many outputs the original graph had, and whether it returned a bare value
+    num_outputs: int = 0
+    single_output: bool = False
+
+
+def _is_view(node: Node) -> bool:
+    return node.op == "call_function" and isinstance(node.target, Op) and node.target.is_view
+
+
+def _is_inplace(node: Node) -> bool:
+    return node.op == "call_function" and isinstance(node.target, Op) and node.target.inplace
+
+
+def _inverse_perm(dims):
+    ndim = len(dims)
+    dims = [d % ndim for d in dims]
+    inv = [0] * ndim
+    for i, d in enumerate(dims):
+        inv[d] = i
+    return inv
+
+
+class _Functionalizer:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.alias_of: dict[Node, Node] = {}  # in-place node -> the tensor it returns
+        self.base_cache: dict[Node, Node] = {}
+        self.current: dict[Node, Node] = {}  # base -> node with its newest value
+        self.version: dict[Node, int] = {}
+        self.view_value: dict[Node, tuple[Node, int]] = {}
+        # each view's parent as traced (args get rewritten to newer values as the pass goes)
+        self.parent: dict[Node, Node] = {}
+
+    # ------------------------------------------------------------------ alias structure
+    def source(self, node: Node) -> Node:
+        """The tensor a node stands for: an in-place node stands for its mutated argument."""
+        while node in self.alias_of:
+            node = self.alias_of[node]
+        return node
+
+    def base_of(self, node: Node) -> Node:
+        node = self.source(node)
+        cached = self.base_cache.get(node)
+        if cached is not None:
+            return cached
+        base = node
+        while base in self.parent:
+            base = self.source(self.parent[base])
+        self.base_cache[node] = base
+        return base
+
+    def chain_of(self, node: Node) -> list[Node]:
+        """View nodes from the base (exclusive) down to ``node`` (inclusive)."""
+        chain = []
+        n = self.source(node)
+        while n in self.parent:
+            chain.append(n)
+            n = self.source(self.parent[n])
+        chain.reverse()
+        return chain
+
+    # ------------------------------------------------------------------ reads and writes
+    def new_node(self, target, args, like: Node | None, anchor: Node) -> Node:
+        with self.graph.inserting_before(anchor):
+            node = self.graph.call_function(target, args)
+        if like is not None:
+            node.meta = dict(like.meta)
+        return node
+
+    def read(self, node: Node, anchor: Node) -> Node:
+        """The node holding ``node``'s value as of now (regenerating views after mutations)."""
+        src = self.source(node)
+        base = self.base_of(src)
+        v = self.version.get(base, 0)
+        if v == 0:
+            return src
+        if src is base:
+            return self.current[base]
+        cached = self.view_value.get(src)
+        if cached is not None and cached[1] == v:
+            return cached[0]
+        value = self.current[base]
+        for view in self.chain_of(src):
+            value = self.new_node(view.target, (value,) + tuple(view.args[1:]), view, anchor)
+        self.view_value[src] = (value, v)
+        return value
+
+    def write(self, target: Node, new_value: Node, anchor: Node) -> None:
+        """Record that tensor ``target`` now holds ``new_value``."""
+        base = self.base_of(target)
+        chain = self.chain_of(target)
+        if chain:
+            # values along the chain as of now, then scatter the new value back up to the base
+            values = [self.read(base, anchor)]
+            for view in chain[:-1]:
+                values.append(
+                    self.new_node(view.target, (values[-1],) + tuple(view.args[1:]), view, anchor)
+                )
+            updated = new_value
+            for view, parent_value in zip(reversed(chain), reversed(values)):
+                updated = self.scatter(view, parent_value, updated, anchor)
+            new_value = updated
+        self.version[base] = self.version.get(base, 0) + 1
+        self.current[base] = new_value
+
+    def scatter(self, view: Node, parent_value: Node, new: Node, anchor: Node) -> Node:
+        """The parent's value with the region ``view`` selects replaced by ``new``."""
+        name = view.target.name
+        rest = tuple(view.args[1:])
+        like = view.args[0] if isinstance(view.args[0], Node) else None
+        meta_like = self.source(like) if like is not None else None
+        if name in ("slice", "select", "diagonal", "as_strided"):
+            return self.new_node(
+                OPS[name + "_scatter"], (parent_value, new) + rest, meta_like, anchor
+            )
+        if name == "permute":
+            return self.new_node(OPS["permute"], (new, _inverse_perm(rest[0])), meta_like, anchor)
+        if name in ("view", "reshape", "squeeze", "unsqueeze", "alias"):
+            shape = tuple(meta_like.meta["val"].shape)
+            return self.new_node(OPS["view"], (new, shape), meta_like, anchor)
+        raise UnsupportedMutationError(
+            f"in-place write through a '{name}' view cannot be functionalized"
+        )
+
+    # ------------------------------------------------------------------ the pass
+    def run(self) -> FunctionalizationResult:
+        graph = self.graph
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        for node in list(graph.nodes):
+            if node.op in ("placeholder", "get_attr"):
+                continue
+            if node.op == "output":
+                node.args = map_arg(node.args, lambda n: self.read(n, node))
+                break
+            original_target = node.args[0] if node.args else None
+            if _is_view(node):
+                self.parent[node] = original_target
+            node.args = map_arg(node.args, lambda n: self.read(n, node))
+            node.kwargs = map_arg(node.kwargs, lambda n: self.read(n, node))
+            if _is_view(node):
+                base = self.base_of(node)
+                self.view_value[node] = (node, self.version.get(base, 0))
+                continue
+            if not _is_inplace(node):
+                continue
+            op = node.target
+            functional = op.functional
+            if functional is None:
+                raise UnsupportedMutationError(f"in-place op {op.name} has no functional variant")
+            new_value = self.new_node(functional, tuple(node.args), node, node)
+            self.alias_of[node] = original_target
+            self.write(original_target, new_value, node)
+        # mutated graph inputs come back as extra outputs
+        out_node = graph.output_node
+        outputs = out_node.args[0]
+        single = not isinstance(outputs, (tuple, list))
+        outputs = [outputs] if single else list(outputs)
+        result = FunctionalizationResult(graph, num_outputs=len(outputs), single_output=single)
+        extra = []
+        for i, ph in enumerate(placeholders):
+            if self.version.get(ph, 0):
+                result.mutated_inputs.append((i, len(outputs) + len(extra)))
+                extra.append(self.current[ph])
+        if extra:
+            out_node.args = (tuple(outputs) + tuple(extra),)
+        # in-place nodes are now dead (their users read the functional values): remove them
+        for node in reversed(list(graph.nodes)):
+            if _is_inplace(node) and not node.users:
+                graph.erase_node(node)
+        graph.eliminate_dead_code()
+        return result
+
+
+def functionalize(graph: Graph) -> FunctionalizationResult:
+    """Rewrite ``graph`` in place into a mutation-free graph (see the module docstring)."""
+    return _Functionalizer(graph).run()

@@ -1,0 +1,181 @@
+"""Split a joint forward+backward graph into a forward graph and a backward graph.
+
+The joint graph's placeholders are the primals then the tangents (``meta["aot_role"]``), and its
+output is ``(*forward_outputs, *input_gradients)``. Both partitioners return a forward graph
+``primals -> (*forward_outputs, *saved)`` and a backward graph ``(*saved, *tangents) ->
+input_gradients``; they differ in what they save.
+
+- ``default_partition`` saves every forward value the backward reads.
+- ``min_cut_partition`` chooses the saved set by a minimum cut (networkx max-flow) over a graph
+  whose edge capacities are tensor sizes in bytes: cheap ops (pointwise, views, creation,
+  counter-based random) may be recomputed in the backward from what is saved; matmuls,
+  convolutions and reductions never are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from ..ir import Graph, Node
+from ..ir.node import map_arg
+from ..ops.registry import Op
+from ..runtime.tensor import Tensor
+
+__all__ = ["Partition", "default_partition", "min_cut_partition", "tensor_bytes"]
+
+_RECOMPUTABLE_KINDS = {"pointwise", "view", "creation", "copy"}
+_RECOMPUTABLE_OPS = {"philox_rand", "philox_randn", "cat", "expand", "convert_element_type"}
+
+
+@dataclass
+class Partition:
+    forward: Graph
+    backward: Graph
+    saved: list = field(default_factory=list)  # names of the saved values, in order
+    saved_bytes: int = 0
+    num_fwd_outputs: int = 0
+
+
+def tensor_bytes(node: Node) -> int:
+    val = node.meta.get("val")
+    if isinstance(val, Tensor):
+        return val.numel() * val.dtype.itemsize
+    return 0
+
+
+def _roles(joint: Graph):
+    primals, tangents = [], []
+    for n in joint.nodes:
+        if n.op == "placeholder":
+            (tangents if n.meta.get("aot_role") == "tangent" else primals).append(n)
+    return primals, tangents
+
+
+def _outputs(joint: Graph, num_fwd_outputs: int):
+    out = joint.output_node.args[0]
+    out = list(out) if isinstance(out, (tuple, list)) else [out]
+    return out[:num_fwd_outputs], out[num_fwd_outputs:]
+
+
+def _tangent_dependent(joint: Graph, tangents) -> set:
+    dep = set(tangents)
+    for n in joint.nodes:
+        if n.op == "call_function" and any(i in dep for i in n.all_input_nodes):
+            dep.add(n)
+    return dep
+
+
+def _ancestors(targets, stop: set) -> set:
+    seen = set()
+    stack = [t for t in targets if isinstance(t, Node)]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in stop:
+            continue
+        stack.extend(n.all_input_nodes)
+    return seen
+
+
+def _extract(joint: Graph, inputs: list, outputs: list) -> Graph:
+    """A new graph computing ``outputs`` from ``inputs`` (which become its placeholders)."""
+    needed = _ancestors(outputs, set(inputs))
+    graph = Graph()
+    env: dict[Node, Node] = {}
+    for n in inputs:
+        ph = graph.placeholder(n.name)
+        ph.meta = dict(n.meta)
+        env[n] = ph
+    for n in joint.nodes:
+        if n in env or n not in needed or n.op == "output":
+            continue
+        if n.op == "placeholder":
+            raise RuntimeError(f"partition: {n.name} is needed but is not an input of this graph")
+        env[n] = graph.node_copy(n, lambda x: env[x])
+    graph.output(tuple(map_arg(o, lambda x: env[x]) if isinstance(o, Node) else o for o in outputs))
+    return graph
+
+
+def _build(joint: Graph, saved: list, num_fwd_outputs: int) -> Partition:
+    primals, tangents = _roles(joint)
+    fwd_outs, grads = _outputs(joint, num_fwd_outputs)
+    forward = _extract(joint, primals, list(fwd_outs) + saved)
+    backward = _extract(joint, saved + tangents, list(grads))
+    return Partition(
+        forward,
+        backward,
+        saved=[n.name for n in saved],
+        saved_bytes=sum(tensor_bytes(n) for n in saved),
+        num_fwd_outputs=num_fwd_outputs,
+    )
+
+
+def default_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
+    """Compute everything that does not need the tangents in the forward; save what backward reads."""
+    primals, tangents = _roles(joint)
+    backward_nodes = _tangent_dependent(joint, tangents)
+    _, grads = _outputs(joint, num_fwd_outputs)
+    needed_by_backward = _ancestors(grads, set())
+    direct = _forward_computed_grads(grads, backward_nodes)
+    saved = []
+    for n in joint.nodes:
+        if n in backward_nodes or n not in needed_by_backward or n.op == "output":
+            continue
+        if n in direct or any(u in backward_nodes for u in n.users):
+            saved.append(n)
+    return _build(joint, saved, num_fwd_outputs)
+
+
+def _forward_computed_grads(grads, backward_nodes) -> set:
+    """Gradients that do not depend on any tangent (``x * 0``): the backward must receive them."""
+    return {g for g in grads if isinstance(g, Node) and g not in backward_nodes}
+
+
+def _recomputable(node: Node) -> bool:
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if not isinstance(target, Op):
+        return False
+    if target.name in _RECOMPUTABLE_OPS:
+        return True
+    if target.nondeterministic_seeded or target.inplace:
+        return False
+    return target.kind in _RECOMPUTABLE_KINDS
+
+
+def min_cut_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
+    """Save the cheapest set of tensors from which the backward can recompute what it needs."""
+    primals, tangents = _roles(joint)
+    backward_nodes = _tangent_dependent(joint, tangents)
+    fwd_outs, grads = _outputs(joint, num_fwd_outputs)
+    needed_by_backward = _ancestors(grads, set())
+    direct = _forward_computed_grads(grads, backward_nodes)
+    forward_nodes = [
+        n
+        for n in joint.nodes
+        if n.op in ("placeholder", "call_function", "get_attr") and n not in backward_nodes
+    ]
+    flow = nx.DiGraph()
+    # edges without a capacity attribute are infinite for networkx
+    for n in forward_nodes:
+        if isinstance(n.meta.get("val"), Tensor):
+            flow.add_edge(("in", n), ("out", n), capacity=max(tensor_bytes(n), 1))
+        else:  # a tuple of results or a scalar cannot be saved as such
+            flow.add_edge(("in", n), ("out", n))
+        if n.op != "call_function" or not _recomputable(n):
+            flow.add_edge("source", ("in", n))
+        if n in direct or (n in needed_by_backward and any(u in backward_nodes for u in n.users)):
+            flow.add_edge(("out", n), "sink")
+        for user in n.users:
+            if user not in backward_nodes and user.op != "output":
+                flow.add_edge(("out", n), ("in", user))
+    if "sink" not in flow:
+        return _build(joint, [], num_fwd_outputs)
+    _, (reachable, _) = nx.minimum_cut(flow, "source", "sink")
+    saved = [n for n in forward_nodes if ("in", n) in reachable and ("out", n) not in reachable]
+    return _build(joint, saved, num_fwd_outputs)

@@ -1,0 +1,31 @@
+"""The compiling backends: ``"aot_eager"`` (AOT autograd, eager ops) and ``"inductor"`` (AOT
+autograd + fused kernels). Both compile the forward and backward graphs when the graph is captured,
+so a failure falls back to eager for that graph at capture time (dynamo's contract)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .registry import register_backend
+
+__all__ = ["aot_eager", "inductor"]
+
+
+@register_backend("aot_eager")
+def aot_eager(gm, example_inputs: list, options: dict | None = None) -> Callable:
+    """Functionalize, decompose to prims, partition; run both graphs with the eager ops.
+
+    ``options={"partitioner": "min_cut"}`` picks the min-cut partitioner (default: save all).
+    """
+    from ..aot.backend import aot_eager as build
+
+    return build(gm, example_inputs, options)
+
+
+@register_backend("inductor")
+def inductor(gm, example_inputs: list, options: dict | None = None) -> Callable:
+    """AOT autograd, then fused LLVM kernels (``options={"cpu_codegen": "numpy"|"triton"}`` for the
+    reference executor or Triton's interpreter)."""
+    from ..inductor.compile_fx import inductor as build
+
+    return build(gm, example_inputs, options)

@@ -1,0 +1,296 @@
+"""Capture one frame: evaluate it, resolve graph breaks, and build the transformed code.
+
+``convert_frame`` runs the root translator; when it meets an instruction it cannot evaluate,
+it restarts with a planned break there (so partial work of the failed attempt never leaks into
+the graph), or decides the frame must run eagerly (a break inside a loop, a ``try``/``with``
+block, a frame with cell variables, an unknown opcode). The result is a code object with the
+frame's own signature that calls the compiled graph, replays side effects and either returns or
+runs the breaking instruction and tail-calls a resume function.
+"""
+
+from __future__ import annotations
+
+import dis
+import io
+import types
+from dataclasses import dataclass, field
+
+from bytecode import FreeVar, Instr, Label
+
+from . import bytecode_versions as bv
+from . import config
+from . import logging as klog
+from .bytecode_analysis import break_stack_effect
+from .codegen import GRAPH_OUTPUT_VAR, PyCodegen, make_code
+from .exc import BreakReason, GraphBreakError, Unsupported
+from .guards import GuardSet
+from .output_graph import OutputGraph
+from .resume import original_position, resume_code
+from .symbolic_convert import BreakPoint, BreakRequest, InstructionTranslator
+from .variables.base import NullVariable, VariableTracker, pop_output, push_output
+
+__all__ = ["convert_frame", "CaptureResult", "EagerFrame"]
+
+_JUMP_BREAKS = frozenset(
+    {"POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"}
+)
+
+
+@dataclass
+class CaptureResult:
+    """A transformed code object and the guards under which it may run."""
+
+    code: types.CodeType
+    guards: GuardSet
+    breaks: list = field(default_factory=list)
+
+
+@dataclass
+class EagerFrame:
+    """The frame cannot be captured: run it eagerly (``permanent``: for every future call)."""
+
+    reason: BreakReason | str
+    permanent: bool = True
+
+
+def convert_frame(ctx, code, f_globals: dict, closure, arguments: dict, name: str):
+    """Capture ``code`` called with ``arguments``; a ``CaptureResult`` or an ``EagerFrame``."""
+    break_points: dict[int, BreakPoint] = {}
+    for _ in range(config.restart_limit):
+        output = OutputGraph(ctx, name)
+        push_output(output)
+        try:
+            tx = InstructionTranslator(output, code, f_globals, closure, arguments, break_points)
+            tx.run()
+            if tx.exit is None:
+                return _finish_return(ctx, tx)
+            return _finish_break(ctx, tx, tx.exit)
+        except BreakRequest as request:
+            reason = request.error.reason
+            if ctx.fullgraph:
+                if reason.kind == "user_exception":
+                    return EagerFrame(reason, permanent=False)
+                raise GraphBreakError(reason) from None
+            problem = _why_not_breakable(tx, request.ip)
+            if problem is not None:
+                return _eager(ctx, reason, problem, code.co_name)
+            instr = tx.instructions[request.ip]
+            compile_callee = request.inlined and instr.name in ("CALL", "CALL_FUNCTION_EX")
+            break_points[request.ip] = BreakPoint(request.ip, reason, compile_callee)
+        except Unsupported as e:
+            reason = e.reason or BreakReason(
+                e.kind, e.message, code.co_filename, code.co_firstlineno, name
+            )
+            if ctx.fullgraph:
+                raise GraphBreakError(reason) from None
+            return _eager(ctx, reason, "the values at the break cannot be rebuilt", code.co_name)
+        finally:
+            pop_output()
+    return EagerFrame(f"more than {config.restart_limit} graph breaks in {name}")
+
+
+def _eager(ctx, reason: BreakReason, why: str, frame: str) -> EagerFrame:
+    reason.message = f"{reason.message}; {why}, so {frame} runs eagerly"
+    ctx.record_break(reason)
+    klog.log("graph_breaks", f"{reason.location}: {reason.message} [{reason.category}]")
+    return EagerFrame(reason)
+
+
+def _why_not_breakable(tx, ip: int) -> str | None:
+    fc = tx.fc
+    instr = fc.instructions[ip]
+    if tx.code.co_cellvars:
+        return "the function has variables captured by inner functions"
+    if fc.regions[ip] is not None:
+        return "it is inside a try/with block"
+    if fc.in_loop(ip):
+        return "it is inside a loop"
+    name = bv.canonical(instr.name)
+    if name in _JUMP_BREAKS or name == "RAISE_VARARGS" or break_stack_effect(instr) is not None:
+        return None
+    return f"instruction {instr.name} cannot be run on its own"
+
+
+# ---------------------------------------------------------------------- code generation
+class _CompiledCallee(VariableTracker):
+    """The callee of a call whose inlining broke: called through its own compiled wrapper."""
+
+    def __init__(self, ctx, inner: VariableTracker):
+        self.ctx = ctx
+        self.inner = inner
+
+    def reconstruct(self, cg) -> None:
+        from .variables.functions import UserFunctionVariable, UserMethodVariable
+        from .variables.nn_module import NNModuleVariable
+
+        inner = self.inner
+        if isinstance(inner, UserFunctionVariable):
+            cg.load_const(self.ctx.wrapper_for(inner.fn))
+        elif isinstance(inner, UserMethodVariable):
+            cg.load_callable(types.MethodType)
+            cg.load_const(self.ctx.wrapper_for(inner.fn))
+            cg.load(inner.obj)
+            cg.call(2)
+        elif isinstance(inner, NNModuleVariable):
+            forward = type(inner.module).forward
+            cg.load_callable(types.MethodType)
+            cg.load_const(self.ctx.wrapper_for(forward))
+            cg.load(inner)
+            cg.call(2)
+        else:
+            cg.load(inner)
+
+
+def _graph_call(cg: PyCodegen, output: OutputGraph, compiled) -> None:
+    cg.load_callable(compiled)
+    for source, _ in output.inputs:
+        source.reconstruct(cg)
+    cg.call(len(output.inputs))
+    cg.append(Instr("STORE_FAST", GRAPH_OUTPUT_VAR))
+
+
+def _emit(ctx, tx, body, line: int):
+    """Run ``body(cg)`` twice: once to learn which tensors the graph must output, then for real
+    (after compiling the graph). Returns the instruction list."""
+    output = tx.output
+    probe = PyCodegen(tx.f_globals, None, line)
+    body(probe)
+    outputs = probe.requested
+    cg = PyCodegen(tx.f_globals, {id(vt): i for i, vt in enumerate(outputs)}, line)
+    cg.extend(bv.prologue(list(tx.code.co_freevars), [], lineno=line))
+    if output.has_graph(outputs):
+        _graph_call(cg, output, output.compile(outputs))
+    body(cg)
+    return cg.instructions
+
+
+def _prepare_all(cg: PyCodegen, values: list, side_effects) -> None:
+    for vt in values:
+        cg.prepare(vt)
+    for vt in side_effects.values():
+        cg.prepare(vt)
+    side_effects.codegen(cg)
+
+
+def _finish_return(ctx, tx) -> CaptureResult:
+    value = tx.returned
+    output = tx.output
+    line = tx.fc.lines[tx.current_ip]
+
+    def body(cg: PyCodegen) -> None:
+        _prepare_all(cg, [value], output.side_effects)
+        cg.load(value)
+        cg.append(Instr("RETURN_VALUE"))
+
+    instructions = _emit(ctx, tx, body, line)
+    return _result(tx, make_code(tx.code, instructions), [])
+
+
+def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
+    output = tx.output
+    ip = bp.ip
+    instr = tx.instructions[ip]
+    name = bv.canonical(instr.name)
+    line = tx.fc.lines[ip]
+    stack = list(tx.stack)
+    if name in _JUMP_BREAKS:
+        consumed, produced = 1, 0
+    elif name == "RAISE_VARARGS":
+        consumed, produced = instr.arg, 0
+    else:
+        consumed, produced = break_stack_effect(instr)
+    deep = stack[: len(stack) - consumed]
+    top = stack[len(stack) - consumed :]
+    if bp.compile_callee:
+        top[1] = _CompiledCallee(ctx, top[1])
+    names = list(tx.code.co_varnames)
+
+    def live_at(target: int) -> list[str]:
+        live = tx.fc.live_locals(target)
+        return [n for n in names if n in live and n in tx.symbolic_locals]
+
+    fallthrough = ip + 1
+    jump_target = tx.fc.target(ip) if name in _JUMP_BREAKS else None
+    local_sets = [live_at(fallthrough)] if name != "RAISE_VARARGS" else []
+    if jump_target is not None:
+        local_sets.append(live_at(jump_target))
+    all_locals = sorted({n for s in local_sets for n in s}, key=names.index)
+
+    def resume_call(cg: PyCodegen, target: int, slots: list, result_temps: list[str], live):
+        nulls = tuple(isinstance(v, NullVariable) for v in slots) + (False,) * len(result_temps)
+        original, original_target = original_position(tx.code, target)
+        rcode = resume_code(original, original_target, nulls, tuple(live))
+        caller = ctx.resume_caller(rcode, tx.f_globals)
+        cg.load_callable(caller)
+        nargs = 0
+        if rcode.co_freevars:
+            for var in rcode.co_freevars:
+                cg.append(Instr("LOAD_CLOSURE", FreeVar(var)))
+            cg.append(Instr("BUILD_TUPLE", len(rcode.co_freevars)))
+            nargs += 1
+        for vt in slots:
+            if not isinstance(vt, NullVariable):
+                cg.load(vt)
+                nargs += 1
+        for temp in result_temps:
+            cg.append(Instr("LOAD_FAST", temp))
+            nargs += 1
+        for local in live:
+            cg.load(tx.symbolic_locals[local])
+            nargs += 1
+        cg.call(nargs)
+        cg.append(Instr("RETURN_VALUE"))
+
+    def body(cg: PyCodegen) -> None:
+        _prepare_all(
+            cg, [*deep, *top, *(tx.symbolic_locals[n] for n in all_locals)], output.side_effects
+        )
+        for vt in top:
+            cg.load(vt)
+        if name in _JUMP_BREAKS:
+            taken = Label()
+            if instr.name.startswith("JUMP_IF"):
+                cg.append(Instr(instr.name, taken))
+                fall_slots, jump_slots = deep, deep + top
+            else:
+                cg.append(bv.jump_if(name.endswith("TRUE"), taken))
+                fall_slots, jump_slots = deep, deep
+            resume_call(cg, fallthrough, fall_slots, [], local_sets[0])
+            cg.append(taken)
+            if jump_slots is not deep:
+                cg.append(Instr("POP_TOP"))  # the kept value is passed from its temporary
+            resume_call(cg, jump_target, jump_slots, [], local_sets[1])
+            return
+        if name == "CALL":
+            cg.call(instr.arg, tx.kw_names)
+        else:
+            cg.append(Instr(instr.name, instr.arg) if instr.arg is not None else Instr(instr.name))
+        if name == "RAISE_VARARGS":
+            return
+        temps = [cg.new_temp("result") for _ in range(produced)]
+        for temp in reversed(temps):
+            cg.append(Instr("STORE_FAST", temp))
+        resume_call(cg, fallthrough, deep, temps, local_sets[0])
+
+    instructions = _emit(ctx, tx, body, line)
+    ctx.record_break(bp.reason)
+    klog.log(
+        "graph_breaks",
+        f"{bp.reason.location}: graph break in {bp.reason.function}: {bp.reason.message} "
+        f"[{bp.reason.category}]",
+    )
+    return _result(tx, make_code(tx.code, instructions), [bp.reason])
+
+
+def _result(tx, code: types.CodeType, breaks: list) -> CaptureResult:
+    if klog.enabled("bytecode") or klog.debug_dir():
+        text = _disassemble(code)
+        klog.log("bytecode", f"transformed bytecode of {tx.code.co_name}:\n{text}")
+        klog.dump(f"{tx.output.name}_bytecode", "txt", text)
+    return CaptureResult(code, tx.output.guards, breaks)
+
+
+def _disassemble(code: types.CodeType) -> str:
+    buf = io.StringIO()
+    dis.dis(code, file=buf, depth=0)
+    return buf.getvalue()

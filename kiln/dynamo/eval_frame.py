@@ -1,0 +1,395 @@
+"""``kiln.compile`` and the frame cache: the part of dynamo that runs on every call.
+
+Python has no PEP 523 frame hook, so a compiled function is a wrapper that does what the hook
+would: for each cache entry of the code object, call its generated guard function (bound with
+the frame's own signature); on a hit run the entry's transformed function (same globals, closure
+and defaults); on a miss capture a new entry. Resume functions get the same treatment through a
+"resume caller" the transformed code calls. The hot path is a loop, a guard call and a call:
+logging, ``inspect`` and failure explanations happen only on misses.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ..backends import lookup
+from ..nn.modules.module import Module
+from . import config
+from . import logging as klog
+from .bytecode_analysis import clear_cache as _clear_frame_code
+from .convert_frame import CaptureResult, EagerFrame, convert_frame
+from .exc import GraphBreakError
+from .guards import signature_source
+from .resume import clear_cache as _clear_resume
+from .sources import guard_param_name
+
+__all__ = ["compile", "reset", "CompileContext", "OptimizedModule", "FrameCache"]
+
+_GENERATOR_FLAGS = (
+    inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+    | inspect.CO_ITERABLE_COROUTINE
+)  # fmt: skip
+_CONTEXTS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _accepts_options(fn) -> bool:
+    """Backends may take ``options=`` (kiln.compile's options dict); plain ones need not."""
+    cached = getattr(fn, "_kiln_accepts_options", None)
+    if cached is not None:
+        return cached
+    import inspect
+
+    try:
+        accepts = "options" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        accepts = False
+    try:
+        fn._kiln_accepts_options = accepts
+    except (AttributeError, TypeError):
+        pass
+    return accepts
+
+
+class CompileContext:
+    """One ``kiln.compile`` call's settings, shared by the wrappers and resume functions it
+    creates; listeners (``explain``) hear about every graph and graph break."""
+
+    def __init__(self, backend, fullgraph=False, dynamic=None, options=None, mode=None):
+        self.backend = backend
+        self.compiler_fn = lookup(backend)
+        self.backend_name = (
+            backend
+            if isinstance(backend, str)
+            else getattr(backend, "__name__", type(backend).__name__)
+        )
+        self.fullgraph = fullgraph
+        self.dynamic = dynamic
+        self.options = dict(options or {})
+        self.mode = mode
+        self.listeners: list = []
+        self.caches: list[FrameCache] = []
+        self._wrappers: dict[int, tuple[Callable, Callable]] = {}
+        self._resume_callers: dict[tuple, Callable] = {}
+        self._graph_counter = 0
+        _CONTEXTS.add(self)
+
+    def next_graph_name(self, base: str) -> str:
+        self._graph_counter += 1
+        return f"{base}_{self._graph_counter - 1}"
+
+    def wrapper_for(self, fn: types.FunctionType) -> Callable:
+        """The compiled wrapper of ``fn`` in this context (made once)."""
+        entry = self._wrappers.get(id(fn))
+        if entry is None or entry[0] is not fn:
+            entry = (fn, _compiled_function(fn, self))
+            self._wrappers[id(fn)] = entry
+        return entry[1]
+
+    def resume_caller(self, code: types.CodeType, f_globals: dict) -> Callable:
+        key = (code, id(f_globals))
+        caller = self._resume_callers.get(key)
+        if caller is None:
+            caller = self._resume_callers[key] = _resume_caller(code, f_globals, self)
+        return caller
+
+    def compile_graph(self, gm, example_inputs: list, name: str) -> Callable:
+        """Run the backend; if it fails, the graph runs with the eager ops (and we say why)."""
+        try:
+            if _accepts_options(self.compiler_fn):
+                compiled = self.compiler_fn(gm, example_inputs, options=self.options)
+            else:
+                compiled = self.compiler_fn(gm, example_inputs)
+            if not callable(compiled):
+                raise TypeError(f"backend returned {type(compiled).__name__}, not a callable")
+        except Exception as e:
+            message = (
+                f"backend {self.backend_name!r} failed to compile {name} "
+                f"({type(e).__name__}: {e}); running the graph with the eager backend"
+            )
+            klog.log("graph_breaks", message)
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+            compiled = gm.forward
+        return compiled
+
+    def record_graph(self, gm, op_count: int, name: str) -> None:
+        for listener in self.listeners:
+            listener.on_graph(gm, op_count, name)
+
+    def record_break(self, reason) -> None:
+        for listener in self.listeners:
+            listener.on_break(reason)
+
+
+class FrameCache:
+    """Cache entries of one code object (one wrapper, or one resume code) in one context."""
+
+    def __init__(self, ctx: CompileContext, code: types.CodeType, name: str, f_globals: dict):
+        self.ctx = ctx
+        self.code = code
+        self.name = name
+        self.f_globals = f_globals
+        self.entries: list[tuple[Callable, Callable]] = []  # (guard, run): the hot path reads it
+        self.guards: list = []
+        self.eager_reason: str | None = None
+        ctx.caches.append(self)
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.guards.clear()
+        self.eager_reason = None
+
+    def capture(self, closure, arguments: dict, args: tuple, kwargs: dict):
+        """On a miss: decide between recompiling and running eagerly; returns a CaptureResult
+        or None (run eagerly)."""
+        if self.eager_reason is None and self.code.co_flags & _GENERATOR_FLAGS:
+            self.eager_reason = f"{self.name} is a generator or coroutine function"
+            klog.log("graph_breaks", f"{self.eager_reason}; it runs eagerly")
+        if self.eager_reason is not None:
+            return None
+        if self.guards:
+            why = self.guards[-1].failure_reason(closure, args, kwargs)
+            recompiles = len(self.entries)
+            if recompiles > config.recompile_limit:
+                self.eager_reason = (
+                    f"{self.name} was recompiled {config.recompile_limit} times (last guard "
+                    f"failure: {why}); it now runs eagerly"
+                )
+                klog.log("recompiles", self.eager_reason)
+                warnings.warn(self.eager_reason, RuntimeWarning, stacklevel=4)
+                return None
+            klog.log("recompiles", f"recompiling {self.name}: guard failed: {why}")
+        try:
+            result = convert_frame(
+                self.ctx, self.code, self.f_globals, closure, arguments,
+                self.ctx.next_graph_name(self.name),
+            )  # fmt: skip
+        except GraphBreakError:
+            raise
+        except Exception as e:
+            if not config.suppress_errors:
+                raise
+            self.eager_reason = (
+                f"internal error while capturing {self.name}: {type(e).__name__}: {e}"
+            )
+            klog.log("graph_breaks", self.eager_reason)
+            warnings.warn(self.eager_reason, RuntimeWarning, stacklevel=4)
+            return None
+        if isinstance(result, EagerFrame):
+            if result.permanent:
+                self.eager_reason = str(result.reason)
+            return None
+        return result
+
+    def add(self, result: CaptureResult, params: str, defaults: dict, run: Callable) -> None:
+        guard = result.guards.compile(params, defaults, self.name)
+        klog.log("guards", f"guards of {self.name} entry {len(self.entries)}:\n{guard.src}")
+        klog.dump(f"{self.name}_guards", "py", guard.src)
+        self.guards.append(guard)
+        self.entries.append((guard.fn, run))
+
+
+def _compiled_function(fn: types.FunctionType, ctx: CompileContext) -> Callable:
+    """A wrapper of ``fn`` with the frame cache's hot path (see the module docstring)."""
+    code = fn.__code__
+    cache = FrameCache(ctx, code, fn.__qualname__, fn.__globals__)
+    entries = cache.entries
+    closure = fn.__closure__
+    signature = None
+
+    def miss(args: tuple, kwargs: dict):
+        nonlocal signature
+        if cache.eager_reason is None:
+            if signature is None:
+                # the code's own parameters (not a ``__wrapped__`` or ``__signature__`` override)
+                plain = types.FunctionType(
+                    code, fn.__globals__, fn.__name__, fn.__defaults__, closure
+                )
+                plain.__kwdefaults__ = fn.__kwdefaults__
+                signature = inspect.signature(plain)
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:
+                return fn(*args, **kwargs)  # Python raises the same TypeError
+            bound.apply_defaults()
+            result = cache.capture(closure, dict(bound.arguments), args, kwargs)
+            if result is not None:
+                run = types.FunctionType(
+                    result.code, fn.__globals__, fn.__name__, fn.__defaults__, closure
+                )
+                run.__kwdefaults__ = fn.__kwdefaults__
+                params, defaults = signature_source(code, fn.__defaults__, fn.__kwdefaults__)
+                cache.add(result, params, defaults, run)
+                return run(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    def compiled(*args, **kwargs):
+        for guard, run in entries:
+            if guard(closure, *args, **kwargs):
+                return run(*args, **kwargs)
+        return miss(args, kwargs)
+
+    functools.update_wrapper(compiled, fn)
+    compiled._kiln_original = fn
+    compiled._kiln_cache = cache
+    compiled._kiln_context = ctx
+    return compiled
+
+
+def _resume_caller(code: types.CodeType, f_globals: dict, ctx: CompileContext) -> Callable:
+    """What transformed code calls to continue after a break (compiled on its first call)."""
+    cache = FrameCache(ctx, code, code.co_qualname, f_globals)
+    entries = cache.entries
+    names = code.co_varnames[: code.co_argcount]
+    params = ", ".join(guard_param_name(n) for n in names)
+
+    def function(closure) -> types.FunctionType:
+        return types.FunctionType(code, f_globals, code.co_name, None, closure)
+
+    def miss(closure, args: tuple):
+        result = cache.capture(closure, dict(zip(names, args)), args, {})
+        if result is None:
+            return function(closure)(*args)
+        if closure is None:
+            run = types.FunctionType(result.code, f_globals, code.co_name)
+        else:
+
+            def run(closure, *args, _code=result.code):
+                return types.FunctionType(_code, f_globals, code.co_name, None, closure)(*args)
+
+        cache.add(result, params, {}, run)
+        return run(*args) if closure is None else run(closure, *args)
+
+    if code.co_freevars:
+
+        def resume_with_closure(closure, *args):
+            for guard, run in entries:
+                if guard(closure, *args):
+                    return run(closure, *args)
+            return miss(closure, args)
+
+        return resume_with_closure
+
+    def resume(*args):
+        for guard, run in entries:
+            if guard(None, *args):
+                return run(*args)
+        return miss(None, args)
+
+    return resume
+
+
+class OptimizedModule(Module):
+    """What ``kiln.compile(module)`` returns: calls the module's ``forward`` through a compiled
+    wrapper. Parameters, buffers and attributes are the original module's own."""
+
+    def __init__(self, mod: Module, ctx: CompileContext):
+        super().__init__()
+        self._orig_mod = mod
+        forward = inspect.getattr_static(type(mod), "forward")
+        # a cache of its own: instances of one class must not share the recompile budget
+        object.__setattr__(self, "_compiled_forward", _compiled_function(forward, ctx))
+
+    def forward(self, *args, **kwargs):
+        mod = self._orig_mod
+        d = mod.__dict__
+        if d["_forward_pre_hooks"] or d["_forward_hooks"]:
+            return mod(*args, **kwargs)  # hooks run eagerly, as the module would run them
+        return self._compiled_forward(mod, *args, **kwargs)
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_modules"]["_orig_mod"], name)
+
+    def __repr__(self) -> str:
+        return f"OptimizedModule({self._orig_mod!r})"
+
+
+_SHARED_CONTEXTS: dict[tuple, CompileContext] = {}
+
+
+def _context_for(backend, fullgraph, dynamic, options, mode) -> CompileContext:
+    """``kiln.compile`` calls with equal settings share one context (and so, for a function
+    compiled twice, one cache), as PyTorch's caches are per code object."""
+    key = (
+        backend if isinstance(backend, str) else id(backend),
+        fullgraph, dynamic, mode, repr(sorted((options or {}).items())),
+    )  # fmt: skip
+    ctx = _SHARED_CONTEXTS.get(key)
+    if ctx is None or (not isinstance(backend, str) and ctx.backend is not backend):
+        ctx = _SHARED_CONTEXTS[key] = CompileContext(backend, fullgraph, dynamic, options, mode)
+    return ctx
+
+
+def compile(
+    fn: Callable | None = None,
+    *,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    backend: str | Callable = "inductor",
+    mode: str | None = None,
+    options: dict | None = None,
+    disable: bool = False,
+) -> Any:
+    """Capture ``fn`` (a function or an ``nn.Module``) into graphs compiled by ``backend``.
+
+    Works as ``kiln.compile(fn)``, ``@kiln.compile`` and ``@kiln.compile(backend=...)``.
+    ``fullgraph=True`` makes any graph break an error naming the user's file and line.
+    ``dynamic`` is accepted for PyTorch compatibility; shapes are always specialized (a new
+    shape recompiles).
+    """
+    if mode is not None and options is not None:
+        raise RuntimeError(
+            "Either mode or options can be specified, but both can't be specified at the same time."
+        )
+    if mode not in (
+        None,
+        "default",
+        "reduce-overhead",
+        "max-autotune",
+        "max-autotune-no-cudagraphs",
+    ):
+        raise RuntimeError(
+            f"Unrecognized mode={mode}, should be one of: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs"
+        )
+    if fn is None:
+        return lambda f: compile(
+            f, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
+            options=options, disable=disable,
+        )  # fmt: skip
+    if disable:
+        return fn
+    ctx = _context_for(backend, fullgraph, dynamic, options, mode)
+    if isinstance(fn, Module):
+        return OptimizedModule(fn, ctx)
+    if isinstance(fn, types.FunctionType):
+        original = fn.__dict__.get("_kiln_original", fn)
+        return ctx.wrapper_for(original)
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
+        return types.MethodType(ctx.wrapper_for(fn.__func__), fn.__self__)
+    if not callable(fn):
+        raise RuntimeError(f"kiln.compile expects a callable or a Module, got {type(fn).__name__}")
+
+    def call(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    call.__name__ = getattr(fn, "__name__", type(fn).__name__)
+    call.__qualname__ = call.__name__
+    return ctx.wrapper_for(call)
+
+
+def reset() -> None:
+    """Forget every compiled entry (all contexts) and the capture caches; the next call of any
+    compiled function captures again. Also ``kiln.compiler.reset()``."""
+    for ctx in list(_CONTEXTS):
+        for cache in ctx.caches:
+            cache.clear()
+    _clear_frame_code()
+    _clear_resume()

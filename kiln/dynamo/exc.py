@@ -1,0 +1,137 @@
+"""Why capture stopped: graph-break reasons, their categories and hints, and the user-facing errors.
+
+Every graph break is an ``Unsupported`` raised somewhere in the symbolic evaluator; it carries a
+``BreakReason`` naming a *kind* from the table below (category + one-line hint), a message and the
+user's ``file:line``. ``fullgraph=True`` turns a break into ``GraphBreakError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "USER_ERROR",
+    "UNSUPPORTED",
+    "FUNDAMENTAL",
+    "BREAK_KINDS",
+    "BreakReason",
+    "Unsupported",
+    "GraphBreakError",
+    "unsupported",
+]
+
+USER_ERROR = "user error"
+UNSUPPORTED = "unsupported-but-fixable"
+FUNDAMENTAL = "fundamental"
+
+# kind -> (category, one-line hint for the user)
+BREAK_KINDS: dict[str, tuple[str, str]] = {
+    "data_dependent_branch": (
+        FUNDAMENTAL,
+        "branch on shapes or Python values, or use kiln.where(cond, a, b) to keep both sides",
+    ),
+    "data_dependent_value": (
+        FUNDAMENTAL,
+        "keep the value as a tensor (avoid .item()/.tolist()/bool()/int() inside compiled code)",
+    ),
+    "data_dependent_shape": (
+        FUNDAMENTAL,
+        "ops like nonzero or boolean-mask indexing have value-dependent shapes; use kiln.where",
+    ),
+    "opaque_function": (
+        FUNDAMENTAL,
+        "this function is implemented in C (or has side effects kiln cannot see); "
+        "move the call outside the compiled function",
+    ),
+    "print": (
+        UNSUPPORTED,
+        "print() runs eagerly between graphs; remove it from hot code to get a single graph",
+    ),
+    "user_exception": (
+        USER_ERROR,
+        "the code raises an exception; it runs eagerly so the same error reaches the caller",
+    ),
+    "unsupported_bytecode": (
+        UNSUPPORTED,
+        "this Python construct is not captured yet; the surrounding code runs eagerly",
+    ),
+    "unsupported_object": (
+        UNSUPPORTED,
+        "kiln cannot model this object's behaviour; pass tensors and plain Python values instead",
+    ),
+    "unsupported_tensor_op": (
+        UNSUPPORTED,
+        "this tensor operation changes Python-level state (hooks, requires_grad, .grad)",
+    ),
+    "inline_failed": (
+        UNSUPPORTED,
+        "a called function could not be inlined; it is compiled on its own instead",
+    ),
+    "side_effect": (
+        UNSUPPORTED,
+        "this mutation cannot be replayed after the graph; do it outside the compiled function",
+    ),
+    "module_hooks": (
+        UNSUPPORTED,
+        "modules with forward/backward hooks are called eagerly; remove the hooks to capture them",
+    ),
+    "recursion": (
+        UNSUPPORTED,
+        "call nesting is too deep to inline; the innermost call runs on its own",
+    ),
+}
+
+
+@dataclass
+class BreakReason:
+    """One graph break: what, where (user file:line and function) and how to avoid it."""
+
+    kind: str
+    message: str
+    filename: str = "<unknown>"
+    lineno: int = 0
+    function: str = ""
+    user_stack: list[str] = field(default_factory=list)
+
+    @property
+    def category(self) -> str:
+        return BREAK_KINDS[self.kind][0]
+
+    @property
+    def hint(self) -> str:
+        return BREAK_KINDS[self.kind][1]
+
+    @property
+    def location(self) -> str:
+        return f"{self.filename}:{self.lineno}"
+
+    def __str__(self) -> str:
+        return f"{self.message} [{self.category}] at {self.location}"
+
+
+class Unsupported(Exception):  # noqa: N818 - Dynamo's name for the same idea
+    """Raised inside the symbolic evaluator: this instruction cannot be captured (a graph break)."""
+
+    def __init__(self, kind: str, message: str):
+        if kind not in BREAK_KINDS:
+            raise ValueError(f"unknown graph-break kind {kind!r}")
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.reason: BreakReason | None = None  # filled in with the user location when caught
+
+
+def unsupported(kind: str, message: str) -> Unsupported:
+    """Build the exception to raise for a graph break of ``kind``."""
+    return Unsupported(kind, message)
+
+
+class GraphBreakError(RuntimeError):
+    """``fullgraph=True`` and the function cannot be captured in one graph."""
+
+    def __init__(self, reason: BreakReason):
+        super().__init__(
+            f"{reason.location}: graph break in {reason.function or 'compiled code'}: "
+            f"{reason.message} [{reason.category}]. Hint: {reason.hint}"
+        )
+        self.reason = reason

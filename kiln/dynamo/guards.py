@@ -1,0 +1,275 @@
+"""Guards: the conditions under which a captured graph is valid, compiled into one function.
+
+While capturing, the evaluator adds guards on the sources it read (tensor metadata, constant
+values, object identity, global state). ``GuardSet.compile`` writes them as the source of one
+Python function with the frame's own signature (so calling it binds arguments at C speed) and
+one ``if`` per check; any exception while checking means "no match". ``failure_reason`` runs the
+checks one by one to say which failed (only on a cache miss, never on the hot path).
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from dataclasses import dataclass
+from typing import Any
+
+from ..runtime import dtypes as _dtypes
+from ..runtime import state as _state
+from ..runtime.tensor import Tensor
+from .sources import HoistingNamespace, Source
+
+__all__ = ["Guard", "GuardSet", "CompiledGuard", "signature_source"]
+
+_CONSTANT_BY_IDENTITY = (type(None), bool, type(Ellipsis), type(NotImplemented))
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One check: ``expr`` is Python over the guard's parameters; ``text`` reads well in logs;
+    ``setup`` assigns the hoisted source variables it is the first to use."""
+
+    expr: str
+    text: str
+    setup: tuple = ()
+
+
+class GuardSet:
+    """The guards of one cache entry, in the order they were added (cheap, broad checks first)."""
+
+    def __init__(self):
+        self.ns = HoistingNamespace()
+        self.guards: list[Guard] = []
+        self._seen: set[str] = set()
+        self._distinct: list[Source] = []
+
+    def _add(self, expr: str, text: str) -> None:
+        if expr not in self._seen:
+            self._seen.add(expr)
+            self.guards.append(Guard(expr, text, tuple(self.ns.pending)))
+            self.ns.pending.clear()
+
+    def __len__(self) -> int:
+        return len(self.guards)
+
+    # ------------------------------------------------------------------ kinds of guards
+    def tensor_match(self, source: Source, t: Tensor, distinct: bool = False) -> None:
+        """Type, dtype, device, shape, strides and requires_grad of a tensor input; ``distinct``
+        tensors must stay different objects (in-place ops on one must not reach the other)."""
+        e = self.ns.ref(source)
+        name = source.name()
+        cls = self.ns.name_of(type(t), "T")
+        dtype = self.ns.name_of(t._dtype, "dtype")
+        dev = self.ns.name_of(t._device, "device")
+        self._add(f"type({e}) is {cls}", f"type({name}) is {type(t).__name__}")
+        self._add(f"{e}._dtype is {dtype}", f"{name}.dtype == {t._dtype}")
+        self._add(f"{e}._device is {dev}", f"{name}.device == {t._device}")
+        self._add(f"{e}._shape == {tuple(t._shape)!r}", f"{name}.shape == {list(t._shape)}")
+        # ``_stride`` caches ``stride()`` (None until first asked): a cheap read on later calls
+        self._add(
+            f"({e}._stride or {e}.stride()) == {tuple(t.stride())!r}",
+            f"{name}.stride() == {t.stride()}",
+        )
+        self._add(
+            f"{e}._requires_grad is {t._requires_grad}",
+            f"{name}.requires_grad == {t._requires_grad}",
+        )
+        if distinct:
+            self._distinct.append(source)
+
+    def identity(self, source: Source, obj: Any) -> None:
+        e = self.ns.ref(source)
+        self._add(f"{e} is {self.ns.name_of(obj, 'id')}", f"{source.name()} is {_short(obj)}")
+
+    def same_object(self, source: Source, first: Source) -> None:
+        """``source`` reaches the same object as ``first`` (an alias the graph relies on)."""
+        self._add(
+            f"{self.ns.ref(source)} is {self.ns.ref(first)}",
+            f"{source.name()} is {first.name()}",
+        )
+
+    def type_match(self, source: Source, obj: Any) -> None:
+        cls = self.ns.name_of(type(obj), "T")
+        self._add(
+            f"type({self.ns.ref(source)}) is {cls}",
+            f"type({source.name()}) is {type(obj).__name__}",
+        )
+
+    def constant(self, source: Source, value: Any) -> None:
+        """A Python constant: by identity for None/bools, else by exact type and equality."""
+        e = self.ns.ref(source)
+        if isinstance(value, _CONSTANT_BY_IDENTITY):
+            self._add(f"{e} is {value!r}", f"{source.name()} is {value!r}")
+            return
+        if _is_interned(value):
+            self.identity(source, value)
+            return
+        self.type_match(source, value)
+        if isinstance(value, float) and value != value:
+            self._add(f"{e} != {e}", f"{source.name()} is nan")
+            return
+        lit = self.ns.name_of(value, "k") if not _has_literal(value) else repr(value)
+        self._add(f"{e} == {lit}", f"{source.name()} == {value!r}")
+
+    def equal(self, source: Source, snapshot: Any) -> None:
+        """``source == snapshot`` (a frozen copy taken at capture time)."""
+        e = self.ns.ref(source)
+        self._add(f"{e} == {self.ns.name_of(snapshot, 'k')}", f"{source.name()} == {snapshot!r}")
+
+    def length(self, source: Source, obj: Any) -> None:
+        self.type_match(source, obj)
+        self._add(
+            f"len({self.ns.ref(source)}) == {len(obj)}", f"len({source.name()}) == {len(obj)}"
+        )
+
+    def dict_keys(self, source: Source, d: dict) -> None:
+        self.type_match(source, d)
+        keys = list(d.keys())
+        lit = repr(keys) if all(_has_literal(k) for k in keys) else self.ns.name_of(keys, "keys")
+        self._add(f"list({self.ns.ref(source)}) == {lit}", f"keys of {source.name()} == {keys!r}")
+
+    def absent(self, source: Source, key: str) -> None:
+        """``key`` is not in the dict at ``source`` (a builtin is not shadowed by a global)."""
+        self._add(f"{key!r} not in {self.ns.ref(source)}", f"{key!r} not in {source.name()}")
+
+    def global_state(self) -> None:
+        """Grad mode and the default dtype: they change what eager code would do."""
+        grad = self.ns.name_of(_state.grad_enabled, "grad_enabled")
+        dflt = self.ns.name_of(_dtypes._default_dtype, "default_dtype")
+        current = _dtypes.get_default_dtype()
+        self._add(
+            f"{grad}[0] is {_state.grad_enabled[0]}", f"grad mode is {_state.grad_enabled[0]}"
+        )
+        self._add(
+            f"{dflt}[0] is {self.ns.name_of(current, 'dtype')}", f"default dtype is {current}"
+        )
+
+    def _distinct_guard(self) -> None:
+        srcs = self._distinct
+        if len(srcs) < 2:
+            return
+        exprs = [self.ns.ref(s) for s in srcs]
+        names = ", ".join(s.name() for s in srcs)
+        if len(srcs) <= 3:
+            for i in range(len(srcs)):
+                for j in range(i + 1, len(srcs)):
+                    self._add(f"{exprs[i]} is not {exprs[j]}", f"{names} are different tensors")
+        else:
+            ids = ", ".join(f"id({e})" for e in exprs)
+            self._add(f"len({{{ids}}}) == {len(srcs)}", f"{names} are different tensors")
+
+    # ------------------------------------------------------------------ compile
+    def compile(self, params: str, defaults: dict[str, Any], name: str) -> CompiledGuard:
+        self._distinct_guard()
+        lines = [f"def ___guard(___closure, {params}):" if params else "def ___guard(___closure):"]
+        lines.append("    try:")
+        for g in self.guards:
+            lines += [f"        {name} = {expr}" for name, expr in g.setup]
+            lines.append(f"        if not ({g.expr}):")
+            lines.append("            return False")
+        lines.append("    except Exception:")
+        lines.append("        return False")
+        lines.append("    return True")
+        src = "\n".join(lines) + "\n"
+        namespace = dict(self.ns.values)
+        namespace.update(defaults)
+        exec(compile(src, f"<kiln guards for {name}>", "exec"), namespace)
+        return CompiledGuard(namespace["___guard"], src, list(self.guards), params, namespace)
+
+
+class CompiledGuard:
+    """A generated guard function plus what is needed to explain why it failed."""
+
+    def __init__(self, fn, src: str, guards: list[Guard], params: str, namespace: dict):
+        self.fn = fn
+        self.src = src
+        self.guards = guards
+        self._params = params
+        self._namespace = namespace
+        self._checks = None
+
+    def failure_reason(self, closure, args: tuple, kwargs: dict) -> str | None:
+        """The text of the first guard that fails for these arguments (None if all pass)."""
+        if self._checks is None:
+            body = [
+                f"def ___why(___closure, {self._params}):"
+                if self._params
+                else "def ___why(___closure):"
+            ]
+            body.append("    ___i = -1")
+            body.append("    try:")
+            for i, g in enumerate(self.guards):
+                body.append(f"        ___i = {i}")
+                body += [f"        {name} = {expr}" for name, expr in g.setup]
+                body.append(f"        if not ({g.expr}):")
+                body.append(f"            return {i}")
+            body.append("    except Exception:")
+            body.append("        return ___i")
+            body.append("    return -1")
+            ns = dict(self._namespace)
+            exec(compile("\n".join(body) + "\n", "<kiln guard explain>", "exec"), ns)
+            self._checks = ns["___why"]
+        try:
+            index = self._checks(closure, *args, **kwargs)
+        except TypeError as e:  # the arguments no longer bind to the signature
+            return f"arguments do not match the signature: {e}"
+        return None if index < 0 else self.guards[index].text
+
+
+def signature_source(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | None):
+    """``(params_source, namespace)``: a parameter list equal to ``code``'s, defaults by name."""
+    argcount = code.co_argcount
+    posonly = code.co_posonlyargcount
+    kwonly = code.co_kwonlyargcount
+    names = code.co_varnames
+    flags = code.co_flags
+    parts: list[str] = []
+    ns: dict[str, Any] = {}
+    defaults = defaults or ()
+    first_default = argcount - len(defaults)
+    for i in range(argcount):
+        name = names[i]
+        if i >= first_default:
+            key = f"___default_{i}"
+            ns[key] = defaults[i - first_default]
+            parts.append(f"{name}={key}")
+        else:
+            parts.append(name)
+        if posonly and i == posonly - 1:
+            parts.append("/")
+    index = argcount + kwonly
+    if flags & inspect.CO_VARARGS:
+        parts.append("*" + names[index])
+    elif kwonly:
+        parts.append("*")
+    for i in range(argcount, argcount + kwonly):
+        name = names[i]
+        if kwdefaults and name in kwdefaults:
+            key = f"___kwdefault_{name}"
+            ns[key] = kwdefaults[name]
+            parts.append(f"{name}={key}")
+        else:
+            parts.append(name)
+    if flags & inspect.CO_VARKEYWORDS:
+        parts.append("**" + names[index + (1 if flags & inspect.CO_VARARGS else 0)])
+    return ", ".join(parts), ns
+
+
+def _has_literal(value: Any) -> bool:
+    if isinstance(value, (int, float, str, bytes, bool, type(None))):
+        return type(value) in (int, float, str, bytes, bool, type(None))
+    if isinstance(value, tuple) and type(value) is tuple:
+        return all(_has_literal(v) for v in value)
+    return False
+
+
+def _is_interned(value: Any) -> bool:
+    """Objects compared by identity: dtypes, devices, types, functions, modules."""
+    from ..runtime.device import device
+
+    return isinstance(value, (_dtypes.dtype, device, type, types.FunctionType, types.ModuleType))
+
+
+def _short(obj: Any) -> str:
+    text = repr(obj)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,619 @@
+"""The opcode handlers of the symbolic evaluator: one function per (canonical) opcode, in a table.
+
+``HANDLERS[name](tx, instr)`` evaluates one instruction on translator ``tx`` (its stack, locals,
+cells and output graph). ``bytecode_versions.canonical`` folds each Python version's spellings
+onto these names; opcodes that only exist in one version (3.12's ``LOAD_FAST_AND_CLEAR``,
+3.11's ``JUMP_IF_TRUE_OR_POP``...) simply never reach the other's handlers.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+
+from bytecode import BinaryOp, Compare
+
+from . import bytecode_versions as bv
+from .exc import unsupported
+from .variables.base import ConstantVariable, NullVariable, VariableTracker
+from .variables.functions import UNBOUND, CellVariable, NestedFunctionVariable
+from .variables.lists import (
+    DictVariable,
+    IteratorVariable,
+    ListVariable,
+    SetVariable,
+    SliceVariable,
+    TupleVariable,
+)
+from .variables.misc import (
+    ClassVariable,
+    ExceptionVariable,
+    GradModeVariable,
+    PythonModuleVariable,
+    SuperVariable,
+)
+from .variables.tensor import TensorVariable
+
+__all__ = ["HANDLERS", "handler"]
+
+HANDLERS: dict[str, Callable] = {}
+
+_BINARY_OPS = {
+    BinaryOp.ADD: operator.add, BinaryOp.AND: operator.and_,
+    BinaryOp.FLOOR_DIVIDE: operator.floordiv, BinaryOp.LSHIFT: operator.lshift,
+    BinaryOp.MATRIX_MULTIPLY: operator.matmul, BinaryOp.MULTIPLY: operator.mul,
+    BinaryOp.REMAINDER: operator.mod, BinaryOp.OR: operator.or_, BinaryOp.POWER: operator.pow,
+    BinaryOp.RSHIFT: operator.rshift, BinaryOp.SUBTRACT: operator.sub,
+    BinaryOp.TRUE_DIVIDE: operator.truediv, BinaryOp.XOR: operator.xor,
+    BinaryOp.INPLACE_ADD: operator.iadd, BinaryOp.INPLACE_AND: operator.iand,
+    BinaryOp.INPLACE_FLOOR_DIVIDE: operator.ifloordiv, BinaryOp.INPLACE_LSHIFT: operator.ilshift,
+    BinaryOp.INPLACE_MATRIX_MULTIPLY: operator.imatmul, BinaryOp.INPLACE_MULTIPLY: operator.imul,
+    BinaryOp.INPLACE_REMAINDER: operator.imod, BinaryOp.INPLACE_OR: operator.ior,
+    BinaryOp.INPLACE_POWER: operator.ipow, BinaryOp.INPLACE_RSHIFT: operator.irshift,
+    BinaryOp.INPLACE_SUBTRACT: operator.isub, BinaryOp.INPLACE_TRUE_DIVIDE: operator.itruediv,
+    BinaryOp.INPLACE_XOR: operator.ixor,
+}  # fmt: skip
+_COMPARE_OPS = {
+    Compare.LT: operator.lt, Compare.LE: operator.le, Compare.EQ: operator.eq,
+    Compare.NE: operator.ne, Compare.GT: operator.gt, Compare.GE: operator.ge,
+}  # fmt: skip
+
+
+def handler(*names: str):
+    """Register the decorated method as the handler of the opcodes ``names``."""
+
+    def deco(fn):
+        for name in names:
+            HANDLERS[name] = fn
+        return fn
+
+    return deco
+
+
+class _Unbound(VariableTracker):
+    """What ``LOAD_FAST_AND_CLEAR`` pushes for a local that had no value."""
+
+
+# ------------------------------------------------------------------ frame set-up
+
+
+@handler("NOP", "RESUME", "COPY_FREE_VARS", "CACHE", "PRECALL", "EXTENDED_ARG")
+def _nop(tx, instr):
+    pass
+
+
+@handler("MAKE_CELL")
+def MAKE_CELL(tx, instr):
+    name = instr.arg.name
+    tx.cells[name] = CellVariable(tx.symbolic_locals.pop(name, UNBOUND))
+
+
+# ------------------------------------------------------------------ locals and globals
+
+
+@handler("LOAD_FAST", "LOAD_FAST_CHECK")
+def LOAD_FAST(tx, instr):
+    value = tx.symbolic_locals.get(instr.arg)
+    if value is None:
+        raise unsupported(
+            "user_exception", f"UnboundLocalError: local variable {instr.arg!r} is unbound"
+        )
+    tx.push(value)
+
+
+@handler("LOAD_FAST_AND_CLEAR")
+def LOAD_FAST_AND_CLEAR(tx, instr):
+    tx.push(tx.symbolic_locals.pop(instr.arg, None) or _Unbound())
+
+
+@handler("STORE_FAST")
+def STORE_FAST(tx, instr):
+    value = tx.pop()
+    if isinstance(value, _Unbound):
+        tx.symbolic_locals.pop(instr.arg, None)
+    else:
+        tx.symbolic_locals[instr.arg] = value
+
+
+@handler("DELETE_FAST")
+def DELETE_FAST(tx, instr):
+    if tx.symbolic_locals.pop(instr.arg, None) is None:
+        raise unsupported("user_exception", f"UnboundLocalError: {instr.arg!r}")
+
+
+@handler("LOAD_CONST")
+def LOAD_CONST(tx, instr):
+    tx.push(tx.wrap(instr.arg, None))
+
+
+@handler("RETURN_CONST")
+def RETURN_CONST(tx, instr):
+    tx.push(tx.wrap(instr.arg, None))
+    RETURN_VALUE(tx, instr)
+
+
+@handler("LOAD_GLOBAL")
+def LOAD_GLOBAL(tx, instr):
+    push_null, name = instr.arg
+    if push_null:
+        tx.push(NullVariable())
+    tx.push(tx.load_global(name))
+
+
+@handler("STORE_GLOBAL")
+def STORE_GLOBAL(tx, instr):
+    tx.output.side_effects.store_global(tx.f_globals, instr.arg, tx.pop())
+
+
+@handler("LOAD_DEREF", "LOAD_CLASSDEREF")
+def LOAD_DEREF(tx, instr):
+    cell = tx.cells[instr.arg.name]
+    if cell.contents is UNBOUND:
+        raise unsupported(
+            "user_exception", f"NameError: free variable {instr.arg.name!r} is unbound"
+        )
+    tx.push(cell.contents)
+
+
+@handler("STORE_DEREF")
+def STORE_DEREF(tx, instr):
+    cell = tx.cells[instr.arg.name]
+    value = tx.pop()
+    cell.contents = value
+    if cell.cell is not None:
+        tx.output.side_effects.store_cell(cell.cell, value)
+    elif cell.source is not None:
+        raise unsupported("side_effect", "writing a nonlocal of the compiled function")
+
+
+@handler("LOAD_CLOSURE")
+def LOAD_CLOSURE(tx, instr):
+    tx.push(tx.cells[instr.arg.name])
+
+
+# ------------------------------------------------------------------ attributes
+
+
+@handler("LOAD_ATTR", "LOAD_METHOD")
+def LOAD_ATTR(tx, instr):
+    name, is_method = bv.attr_arg(instr)
+    obj = tx.pop()
+    value = tx.getattr(obj, name)
+    if is_method:
+        tx.push(NullVariable())
+    tx.push(value)
+
+
+@handler("LOAD_SUPER_ATTR")
+def LOAD_SUPER_ATTR(tx, instr):
+    name, is_method = bv.super_attr_arg(instr)
+    obj = tx.pop()
+    cls = tx.pop()
+    tx.pop()  # the ``super`` builtin
+    value = SuperVariable(cls.as_python_constant(), obj).var_getattr(tx, name)
+    if is_method:
+        tx.push(NullVariable())
+    tx.push(value)
+
+
+@handler("STORE_ATTR")
+def STORE_ATTR(tx, instr):
+    obj = tx.pop()
+    value = tx.pop()
+    obj.store_attr(tx, instr.arg, value)
+
+
+# ------------------------------------------------------------------ stack
+
+
+@handler("POP_TOP")
+def POP_TOP(tx, instr):
+    tx.pop()
+
+
+@handler("PUSH_NULL")
+def PUSH_NULL(tx, instr):
+    tx.push(NullVariable())
+
+
+@handler("COPY")
+def COPY(tx, instr):
+    tx.push(tx.stack[-instr.arg])
+
+
+@handler("SWAP")
+def SWAP(tx, instr):
+    n = instr.arg
+    tx.stack[-1], tx.stack[-n] = tx.stack[-n], tx.stack[-1]
+
+
+@handler("END_FOR")
+def END_FOR(tx, instr):
+    tx.popn(2)
+
+
+# ------------------------------------------------------------------ operators
+
+
+@handler("BINARY_OP")
+def BINARY_OP(tx, instr):
+    b = tx.pop()
+    a = tx.pop()
+    tx.push(tx.binary_op(_BINARY_OPS[instr.arg], a, b))
+
+
+@handler("COMPARE_OP")
+def COMPARE_OP(tx, instr):
+    b = tx.pop()
+    a = tx.pop()
+    tx.push(tx.binary_op(_COMPARE_OPS[instr.arg], a, b))
+
+
+@handler("IS_OP")
+def IS_OP(tx, instr):
+    b = tx.pop()
+    a = tx.pop()
+    tx.push(ConstantVariable(tx.is_same(a, b) != bool(instr.arg)))
+
+
+@handler("CONTAINS_OP")
+def CONTAINS_OP(tx, instr):
+    container = tx.pop()
+    item = tx.pop()
+    result = tx.contains_op(container, item)
+    tx.push(ConstantVariable(result.as_python_constant() != bool(instr.arg)))
+
+
+@handler("UNARY_NEGATIVE", "UNARY_POSITIVE", "UNARY_INVERT", "UNARY_NOT")
+def UNARY(tx, instr):
+    op = {
+        "UNARY_NEGATIVE": operator.neg,
+        "UNARY_POSITIVE": operator.pos,
+        "UNARY_INVERT": operator.invert,
+        "UNARY_NOT": operator.not_,
+    }[instr.name]
+    tx.push(tx.unary_op(op, tx.pop()))
+
+
+@handler("BINARY_SUBSCR")
+def BINARY_SUBSCR(tx, instr):
+    index = tx.pop()
+    obj = tx.pop()
+    tx.push(tx.getitem(obj, index))
+
+
+@handler("STORE_SUBSCR")
+def STORE_SUBSCR(tx, instr):
+    index = tx.pop()
+    obj = tx.pop()
+    value = tx.pop()
+    tx.setitem(obj, index, value)
+
+
+@handler("DELETE_SUBSCR")
+def DELETE_SUBSCR(tx, instr):
+    index = tx.pop()
+    obj = tx.pop()
+    if isinstance(obj, (ListVariable, DictVariable)):
+        obj.delitem(tx, index)
+    else:
+        raise unsupported("side_effect", f"`del` of an item of {obj}")
+
+
+@handler("BINARY_SLICE")
+def BINARY_SLICE(tx, instr):
+    stop = tx.pop()
+    start = tx.pop()
+    obj = tx.pop()
+    tx.push(tx.getitem(obj, SliceVariable(start, stop, ConstantVariable(None))))
+
+
+@handler("STORE_SLICE")
+def STORE_SLICE(tx, instr):
+    stop = tx.pop()
+    start = tx.pop()
+    obj = tx.pop()
+    value = tx.pop()
+    tx.setitem(obj, SliceVariable(start, stop, ConstantVariable(None)), value)
+
+
+@handler("CALL_INTRINSIC_1")
+def CALL_INTRINSIC_1(tx, instr):
+    name = instr.arg.name
+    if name == "INTRINSIC_LIST_TO_TUPLE":
+        tx.push(TupleVariable(tx.pop().unpack(tx)))
+    elif name == "INTRINSIC_UNARY_POSITIVE":
+        tx.push(tx.unary_op(operator.pos, tx.pop()))
+    else:
+        raise unsupported("unsupported_bytecode", f"CALL_INTRINSIC_1 {name}")
+
+
+# ------------------------------------------------------------------ building values
+
+
+@handler("BUILD_TUPLE")
+def BUILD_TUPLE(tx, instr):
+    tx.push(TupleVariable(tx.popn(instr.arg)))
+
+
+@handler("BUILD_LIST")
+def BUILD_LIST(tx, instr):
+    tx.push(ListVariable(tx.popn(instr.arg)))
+
+
+@handler("BUILD_SET")
+def BUILD_SET(tx, instr):
+    tx.push(SetVariable({v.as_python_constant() for v in tx.popn(instr.arg)}))
+
+
+@handler("BUILD_MAP")
+def BUILD_MAP(tx, instr):
+    flat = tx.popn(2 * instr.arg)
+    tx.push(DictVariable({k.as_python_constant(): v for k, v in zip(flat[::2], flat[1::2])}))
+
+
+@handler("BUILD_CONST_KEY_MAP")
+def BUILD_CONST_KEY_MAP(tx, instr):
+    keys = tx.pop().as_python_constant()
+    values = tx.popn(instr.arg)
+    tx.push(DictVariable(dict(zip(keys, values))))
+
+
+@handler("BUILD_SLICE")
+def BUILD_SLICE(tx, instr):
+    parts = tx.popn(instr.arg)
+    if len(parts) == 2:
+        parts.append(ConstantVariable(None))
+    tx.push(SliceVariable(*parts))
+
+
+@handler("BUILD_STRING")
+def BUILD_STRING(tx, instr):
+    parts = tx.popn(instr.arg)
+    tx.push(ConstantVariable("".join(p.as_python_constant() for p in parts)))
+
+
+@handler("FORMAT_VALUE")
+def FORMAT_VALUE(tx, instr):
+    flags = instr.arg
+    spec = tx.pop().as_python_constant() if flags & 0x04 else ""
+    value = tx.pop()
+    if isinstance(value, TensorVariable):
+        raise unsupported("data_dependent_value", "formatting a tensor reads its values")
+    if not value.is_python_constant():
+        raise unsupported("unsupported_object", f"formatting {value}")
+    v = value.as_python_constant()
+    conversion = flags & 0x03
+    if conversion == 1:
+        v = str(v)
+    elif conversion == 2:
+        v = repr(v)
+    elif conversion == 3:
+        v = ascii(v)
+    tx.push(ConstantVariable(format(v, spec)))
+
+
+@handler("LIST_APPEND")
+def LIST_APPEND(tx, instr):
+    value = tx.pop()
+    tx.stack[-instr.arg].items.append(value)
+
+
+@handler("LIST_EXTEND")
+def LIST_EXTEND(tx, instr):
+    value = tx.pop()
+    tx.stack[-instr.arg].items.extend(value.unpack(tx))
+
+
+@handler("SET_ADD")
+def SET_ADD(tx, instr):
+    value = tx.pop()
+    tx.stack[-instr.arg].values.add(value.as_python_constant())
+
+
+@handler("SET_UPDATE")
+def SET_UPDATE(tx, instr):
+    value = tx.pop()
+    tx.stack[-instr.arg].values.update(v.as_python_constant() for v in value.unpack(tx))
+
+
+@handler("MAP_ADD")
+def MAP_ADD(tx, instr):
+    value = tx.pop()
+    key = tx.pop()
+    tx.stack[-instr.arg].items[key.as_python_constant()] = value
+
+
+@handler("DICT_UPDATE", "DICT_MERGE")
+def DICT_UPDATE(tx, instr):
+    other = tx.pop()
+    target = tx.stack[-instr.arg]
+    if not isinstance(other, DictVariable):
+        raise unsupported("unsupported_object", f"** of {other}")
+    if instr.name == "DICT_MERGE":
+        dup = set(target.items) & set(other.items)
+        if dup:
+            raise unsupported(
+                "user_exception",
+                f"TypeError: got multiple values for keyword argument {dup.pop()!r}",
+            )
+    target.items.update(other.items)
+
+
+@handler("LIST_TO_TUPLE")
+def LIST_TO_TUPLE(tx, instr):
+    tx.push(TupleVariable(tx.pop().unpack(tx)))
+
+
+@handler("UNPACK_SEQUENCE")
+def UNPACK_SEQUENCE(tx, instr):
+    items = tx.pop().unpack(tx)
+    if len(items) != instr.arg:
+        raise unsupported(
+            "user_exception",
+            f"ValueError: expected {instr.arg} values to unpack, got {len(items)}",
+        )
+    tx.stack.extend(reversed(items))
+
+
+@handler("UNPACK_EX")
+def UNPACK_EX(tx, instr):
+    before, after = instr.arg & 0xFF, instr.arg >> 8
+    items = tx.pop().unpack(tx)
+    if len(items) < before + after:
+        raise unsupported("user_exception", "ValueError: not enough values to unpack")
+    head, rest = items[:before], items[before:]
+    middle, tail = (rest[: len(rest) - after], rest[len(rest) - after :]) if after else (rest, [])
+    tx.stack.extend(reversed(tail))
+    tx.push(ListVariable(middle))
+    tx.stack.extend(reversed(head))
+
+
+# ------------------------------------------------------------------ control flow
+
+
+@handler("JUMP_FORWARD", "JUMP_BACKWARD")
+def JUMP(tx, instr):
+    tx.jump(instr)
+
+
+@handler("POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE")
+def POP_JUMP_IF(tx, instr):
+    value = tx.pop()
+    if value.truth(tx) == bv.canonical(instr.name).endswith("TRUE"):
+        tx.jump(instr)
+
+
+@handler("POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE")
+def POP_JUMP_IF_NONE(tx, instr):
+    value = tx.pop()
+    is_none = value.is_python_constant() and value.as_python_constant() is None
+    if is_none == (bv.canonical(instr.name) == "POP_JUMP_IF_NONE"):
+        tx.jump(instr)
+
+
+@handler("JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP")
+def JUMP_IF_OR_POP(tx, instr):
+    value = tx.stack[-1]
+    if value.truth(tx) == instr.name.startswith("JUMP_IF_TRUE"):
+        tx.jump(instr)
+    else:
+        tx.pop()
+
+
+@handler("GET_ITER")
+def GET_ITER(tx, instr):
+    obj = tx.pop()
+    tx.push(obj if isinstance(obj, IteratorVariable) else IteratorVariable(obj.unpack(tx)))
+
+
+@handler("FOR_ITER")
+def FOR_ITER(tx, instr):
+    it = tx.stack[-1]
+    if not isinstance(it, IteratorVariable):
+        raise unsupported("unsupported_object", f"iterating over {it}")
+    value = it.next(tx)
+    if value is None:
+        tx.pop()
+        tx.jump(instr)
+        target = tx.instructions[tx.ip] if tx.ip < len(tx.instructions) else None
+        tx.ip += bv.for_iter_exhausted_skip(target)
+    else:
+        tx.push(value)
+
+
+@handler("RETURN_VALUE")
+def RETURN_VALUE(tx, instr):
+    tx.returned = tx.pop()
+    tx.done = True
+
+
+# ------------------------------------------------------------------ calls
+
+
+@handler("KW_NAMES")
+def KW_NAMES(tx, instr):
+    tx.kw_names = tuple(instr.arg)
+
+
+@handler("CALL")
+def CALL(tx, instr):
+    kw_names, tx.kw_names = tx.kw_names, ()
+    args = tx.popn(instr.arg)
+    callable_or_self = tx.pop()
+    null_or_method = tx.pop()
+    if isinstance(null_or_method, NullVariable):
+        fn = callable_or_self
+    else:
+        fn = null_or_method
+        args = [callable_or_self, *args]
+    kwargs = {}
+    if kw_names:
+        kwargs = dict(zip(kw_names, args[len(args) - len(kw_names) :]))
+        args = args[: len(args) - len(kw_names)]
+    tx.push(tx.call_function(fn, args, kwargs))
+
+
+@handler("CALL_FUNCTION_EX")
+def CALL_FUNCTION_EX(tx, instr):
+    kwargs_vt = tx.pop() if instr.arg & 1 else DictVariable({})
+    args_vt = tx.pop()
+    fn = tx.pop()
+    tx.pop()  # the NULL under the callable
+    if not isinstance(kwargs_vt, DictVariable):
+        raise unsupported("unsupported_object", f"** of {kwargs_vt}")
+    kwargs = {str(k): v for k, v in kwargs_vt.items.items()}
+    tx.push(tx.call_function(fn, args_vt.unpack(tx), kwargs))
+
+
+@handler("MAKE_FUNCTION")
+def MAKE_FUNCTION(tx, instr):
+    flags = instr.arg
+    code = tx.pop().as_python_constant()
+    closure = tx.pop().items if flags & 0x08 else None
+    if flags & 0x04:
+        tx.pop()  # annotations
+    kwdefaults = tx.pop() if flags & 0x02 else None
+    defaults = tx.pop() if flags & 0x01 else None
+    tx.push(NestedFunctionVariable(code, tx.f_globals, defaults, kwdefaults, closure))
+
+
+@handler("BEFORE_WITH")
+def BEFORE_WITH(tx, instr):
+    ctx = tx.pop()
+    if not isinstance(ctx, GradModeVariable):
+        raise unsupported("unsupported_bytecode", f"`with` on {ctx}")
+    tx.push(ctx.enter(tx))
+    tx.push(ctx)
+
+
+@handler("LOAD_ASSERTION_ERROR")
+def LOAD_ASSERTION_ERROR(tx, instr):
+    tx.push(ClassVariable(AssertionError))
+
+
+@handler("RAISE_VARARGS")
+def RAISE_VARARGS(tx, instr):
+    exc = tx.stack[-1] if instr.arg else None
+    text = exc.describe() if isinstance(exc, ExceptionVariable) else "an exception"
+    raise unsupported("user_exception", f"raise {text}")
+
+
+@handler("IMPORT_NAME")
+def IMPORT_NAME(tx, instr):
+    fromlist = tx.pop().as_python_constant()
+    level = tx.pop().as_python_constant()
+    module = __import__(instr.arg, tx.f_globals, None, fromlist, level)
+    tx.push(PythonModuleVariable(module))
+
+
+@handler("IMPORT_FROM")
+def IMPORT_FROM(tx, instr):
+    tx.push(tx.getattr(tx.stack[-1], instr.arg))
+
+
+@handler("GET_LEN")
+def GET_LEN(tx, instr):
+    from .variables.builtins import BuiltinVariable
+
+    tx.push(BuiltinVariable(len).call_function(tx, [tx.stack[-1]], {}))

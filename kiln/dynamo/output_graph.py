@@ -1,0 +1,205 @@
+"""The graph being captured, its inputs and guards, and compiling it with the backend.
+
+One ``OutputGraph`` lives for one capture attempt of one frame (inlined calls share it). It owns
+the ``TracingMode`` that records ops, the graph inputs (every tensor read from a source becomes
+a placeholder: arguments, parameters, globals), the guard set, the side effects, the grad mode
+the code runs under, and the identity caches that make one real object one variable.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..ir import Graph, GraphModule
+from ..ir.node import register_side_effect
+from ..ir.tracer import TracingMode
+from ..runtime import state
+from ..runtime.tensor import Tensor
+from . import config
+from . import logging as klog
+from .exc import unsupported
+from .guards import GuardSet
+from .side_effects import SideEffects
+from .sources import LocalSource, Source
+
+__all__ = ["OutputGraph", "set_grad_enabled_node"]
+
+
+@register_side_effect
+def set_grad_enabled_node(mode: bool) -> None:
+    """Graph node target: switch grad mode (a ``with kiln.no_grad()`` block in the graph)."""
+    state.grad_enabled[0] = mode
+
+
+def _restoring_grad_mode(compiled):
+    """A graph that switches grad mode must not leave it switched if it raises half-way."""
+
+    def run(*args):
+        saved = state.grad_enabled[0]
+        try:
+            return compiled(*args)
+        except BaseException:
+            state.grad_enabled[0] = saved
+            raise
+
+    return run
+
+
+class OutputGraph:
+    """State shared by the root translator and every inlined call during one capture."""
+
+    def __init__(self, ctx, name: str):
+        self.ctx = ctx
+        self.name = name
+        self.graph = Graph()
+        self.mode = TracingMode(self.graph)
+        self.guards = GuardSet()
+        self.guards.global_state()
+        self.side_effects = SideEffects()
+        self.grad_enabled = state.grad_enabled[0]
+        self.inputs: list[tuple[Source, Tensor]] = []
+        self._input_vts: dict[int, Any] = {}
+        self._proxy_vts: dict[int, Any] = {}
+        self._tracked: dict[int, tuple[Any, Any]] = {}
+        self._cells: dict[int, Any] = {}
+        self._names: set[str] = set()
+        self.instruction_count = 0
+        self.current_tx = None  # the translator evaluating the current instruction
+
+    def count_instruction(self) -> None:
+        self.instruction_count += 1
+        if self.instruction_count > config.instruction_limit:
+            raise unsupported(
+                "unsupported_bytecode",
+                f"more than {config.instruction_limit} instructions to evaluate (a long loop?)",
+            )
+
+    # ------------------------------------------------------------------ variables
+    def input_tensor(self, tensor: Tensor, source: Source | None):
+        """The variable of a real tensor: a placeholder (guarded) or, without a source, a
+        constant of the graph."""
+        from .variables.tensor import TensorVariable, make_fake_like
+
+        vt = self._input_vts.get(id(tensor))
+        if vt is not None and vt.example is tensor:
+            if source is not None and vt.source is not None and source != vt.source:
+                self.guards.same_object(source, vt.source)
+            return vt
+        if tensor._data is None:
+            raise TypeError("fake tensors cannot be inputs of a compiled function")
+        if source is None:
+            node = self.mode.node_of(tensor)  # a get_attr constant
+            proxy = make_fake_like(tensor)
+            proxy._requires_grad = tensor._requires_grad
+            self.bind_proxy(proxy, node)
+            vt = TensorVariable(proxy, None, tensor)
+        else:
+            if self.current_tx is not None:
+                self.mode.current_source, self.mode.current_source_text = (
+                    self.current_tx.source_location()
+                )
+            proxy = self.mode.placeholder(self._placeholder_name(source), tensor)
+            distinct = isinstance(source, LocalSource) or isinstance(source.root(), LocalSource)
+            self.guards.tensor_match(source, tensor, distinct=distinct)
+            self.inputs.append((source, tensor))
+            vt = TensorVariable(proxy, source, tensor)
+        self._input_vts[id(tensor)] = vt
+        self._proxy_vts[id(proxy)] = vt
+        return vt
+
+    def _placeholder_name(self, source: Source) -> str:
+        name = re.sub(r"\W+", "_", source.name()).strip("_") or "input"
+        if name[0].isdigit():
+            name = "_" + name
+        base, n = name, 1
+        while name in self._names:
+            name = f"{base}_{n}"
+            n += 1
+        self._names.add(name)
+        return name
+
+    def proxy_variable(self, proxy: Tensor):
+        """The variable of a proxy returned by kiln code (None if no node produced it)."""
+        from .variables.tensor import TensorVariable
+
+        vt = self._proxy_vts.get(id(proxy))
+        if vt is not None and vt.proxy is proxy:
+            return vt
+        try:
+            self.mode.node_of(proxy)
+        except RuntimeError:
+            return None
+        vt = TensorVariable(proxy)
+        self._proxy_vts[id(proxy)] = vt
+        return vt
+
+    def bind_proxy(self, proxy: Tensor, node) -> None:
+        """Make ``proxy`` stand for ``node`` (for nodes the dynamo frontend records itself)."""
+        self.mode._bind(proxy, node)
+
+    def track(self, value: Any, vt) -> None:
+        self._tracked[id(value)] = (value, vt)
+
+    def tracked_variable(self, value: Any, source: Source | None = None):
+        """The variable already made for ``value`` (guarding that ``source`` still aliases it)."""
+        entry = self._tracked.get(id(value))
+        if entry is None or entry[0] is not value:
+            return None
+        vt = entry[1]
+        if source is not None and vt.source is not None and source != vt.source:
+            self.guards.same_object(source, vt.source)
+        return vt
+
+    def cell_variable(self, cell, name: str):
+        """The variable of a real closure cell (of an inlined function)."""
+        from .sources import CellSource
+        from .variables.builder import wrap
+        from .variables.functions import UNBOUND, CellVariable
+
+        entry = self._cells.get(id(cell))
+        if entry is not None:
+            return entry
+        try:
+            contents = wrap(self, cell.cell_contents, CellSource(cell, name))
+        except ValueError:
+            contents = UNBOUND
+        vt = CellVariable(contents, cell=cell)
+        self._cells[id(cell)] = vt
+        return vt
+
+    def set_grad_enabled(self, mode: bool) -> None:
+        if mode != self.grad_enabled:
+            self.graph.call_function(set_grad_enabled_node, (mode,))
+            self.grad_enabled = mode
+
+    # ------------------------------------------------------------------ compiling
+    def op_count(self) -> int:
+        return sum(
+            1
+            for n in self.graph.nodes
+            if n.op == "call_function" and n.target is not set_grad_enabled_node
+        )
+
+    def has_graph(self, outputs: list) -> bool:
+        """Whether there is anything to run: ops recorded, or tensors to produce."""
+        return self.op_count() > 0 or bool(outputs)
+
+    def compile(self, outputs: list):
+        """Finish the graph with ``outputs`` (tensor variables) and compile it with the backend.
+
+        Returns the callable the transformed code calls with the graph inputs.
+        """
+        self.mode.output(tuple(vt.proxy for vt in outputs))
+        self.graph.eliminate_dead_code()
+        used = {n.target for n in self.graph.nodes if n.op == "get_attr"}
+        attrs = {k: v for k, v in self.mode.attributes.items() if k in used}
+        gm = GraphModule(attrs, self.graph, class_name=f"GraphModule_{self.name}")
+        example_inputs = [t for _, t in self.inputs]
+        klog.log("graph", f"captured graph for {self.name}:\n{gm.code}")
+        klog.dump(f"{self.name}_graph", "py", gm.code)
+        compiled = self.ctx.compile_graph(gm, example_inputs, self.name)
+        self.ctx.record_graph(gm, self.op_count(), self.name)
+        if any(n.target is set_grad_enabled_node for n in self.graph.nodes):
+            compiled = _restoring_grad_mode(compiled)
+        return compiled

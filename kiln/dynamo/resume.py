@@ -1,0 +1,103 @@
+"""Resume functions: the rest of a frame after a graph break, as a new code object.
+
+``resume_code(code, target, nulls, live)`` copies the *original* code object and puts a prologue
+in front: push the saved stack slots (``PUSH_NULL`` where the stack held a NULL; 3.12 crashes if
+a NULL is passed as an argument), then jump to ``target``. The resume function takes the stack
+slots and the live locals as positional arguments. Exception regions keep the original depths
+(``conserve_exception_block_stackdepth``): the prologue rebuilds exactly the original stack.
+
+Resume codes are cached by (original code, target, stack shape, live locals), and a break inside
+a resume function maps back to the original code, so a frame never grows a tower of resumes.
+"""
+
+from __future__ import annotations
+
+import types
+
+from bytecode import Bytecode, CompilerFlags, Instr, Label
+
+from . import bytecode_versions as bv
+
+__all__ = ["resume_code", "original_position", "clear_cache", "is_resume_code"]
+
+_CACHE: dict[tuple, types.CodeType] = {}
+# resume code -> (original code, prologue length in the resume, prologue length stripped)
+_ORIGIN: dict[types.CodeType, tuple[types.CodeType, int, int]] = {}
+
+
+def is_resume_code(code: types.CodeType) -> bool:
+    return code in _ORIGIN
+
+
+def original_position(code: types.CodeType, index: int) -> tuple[types.CodeType, int]:
+    """``(original code, instruction index)`` for instruction ``index`` of ``code``."""
+    origin = _ORIGIN.get(code)
+    if origin is None:
+        return code, index
+    original, added, stripped = origin
+    return original, index - added + stripped
+
+
+def resume_code(
+    original: types.CodeType, target: int, nulls: tuple[bool, ...], live: tuple[str, ...]
+) -> types.CodeType:
+    """The code of ``original`` resumed at instruction ``target`` with a stack of
+    ``len(nulls)`` slots (True = NULL) and the locals ``live`` passed as arguments."""
+    key = (original, target, nulls, live)
+    code = _CACHE.get(key)
+    if code is not None:
+        return code
+    bc = Bytecode.from_code(original, conserve_exception_block_stackdepth=True)
+    jump_to = Label()
+    body: list = []
+    index = -1
+    stripped = 0
+    in_prologue = True
+    line = original.co_firstlineno
+    for item in bc:
+        if isinstance(item, Instr):
+            index += 1
+            if in_prologue and item.name in ("RESUME", "COPY_FREE_VARS", "MAKE_CELL"):
+                stripped += 1
+                continue
+            in_prologue = False
+            if index == target:
+                body.append(jump_to)
+                line = item.lineno or line
+        body.append(item)
+    if index < target:
+        raise ValueError(f"resume target {target} is past the end of {original.co_name}")
+    stack_names = [f"___stack{i}" for i, is_null in enumerate(nulls) if not is_null]
+    prologue = bv.prologue(list(original.co_freevars), [], lineno=line)
+    slot = 0
+    for is_null in nulls:
+        if is_null:
+            prologue.append(Instr("PUSH_NULL", lineno=line))
+        else:
+            prologue.append(Instr("LOAD_FAST", stack_names[slot], lineno=line))
+            slot += 1
+    prologue.append(bv.jump_forward(jump_to, lineno=line))
+    new = Bytecode()
+    new.name = f"{original.co_name}_resume_at_line_{line}"
+    new.qualname = f"{original.co_qualname}_resume_at_line_{line}"
+    new.filename = original.co_filename
+    new.first_lineno = original.co_firstlineno
+    new.argnames = stack_names + list(live)
+    new.argcount = len(new.argnames)
+    keep = CompilerFlags.OPTIMIZED | CompilerFlags.NEWLOCALS | CompilerFlags.NESTED
+    new.flags = CompilerFlags(original.co_flags) & keep
+    new.freevars = list(original.co_freevars)
+    new.cellvars = []
+    new.extend(prologue)
+    new.extend(body)
+    code = new.to_code(
+        stacksize=original.co_stacksize + len(nulls) + 1, compute_exception_stack_depths=False
+    )
+    _CACHE[key] = code
+    _ORIGIN[code] = (original, len(prologue), stripped)
+    return code
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+    _ORIGIN.clear()

@@ -1,0 +1,130 @@
+"""Python-visible mutations made by captured code, replayed after the graph runs.
+
+The evaluator never mutates real objects. It records: contents of pre-existing lists, dicts and
+sets that were changed; attribute writes on objects and modules; writes to globals and to the
+cells of closures. Reads see the pending values. The transformed code then applies the final
+state of each, in the order first touched, after every value it needs has been computed (so
+``a.x, a.y = a.y, a.x`` swaps correctly).
+"""
+
+from __future__ import annotations
+
+from bytecode import Instr
+
+from .exc import unsupported
+
+__all__ = ["SideEffects"]
+
+
+def _replace_list(target: list, items: list) -> None:
+    target[:] = items
+
+
+def _replace_dict(target: dict, items: dict) -> None:
+    target.clear()
+    target.update(items)
+
+
+def _replace_set(target: set, items: set) -> None:
+    target.clear()
+    target.update(items)
+
+
+class SideEffects:
+    """Pending mutations, keyed by the variable (one per real object) they apply to."""
+
+    def __init__(self):
+        self.containers: dict[int, object] = {}  # id(variable) -> mutated container variable
+        self.attrs: dict[tuple[int, str], tuple] = {}  # (id(obj vt), name) -> (obj vt, value)
+        self.globals: dict[tuple[int, str], tuple] = {}  # (id(dict), name) -> (dict, value)
+        self.cells: dict[int, tuple] = {}  # id(cell) -> (cell, value)
+
+    def __bool__(self) -> bool:
+        return bool(self.containers or self.attrs or self.globals or self.cells)
+
+    # ------------------------------------------------------------------ recording
+    def mutated(self, container) -> None:
+        """``container`` (a list/dict/set variable) changed; replay it if it existed before."""
+        if container.source is not None:
+            self.containers[id(container)] = container
+
+    def store_attr(self, obj, name: str, value) -> None:
+        self.attrs[(id(obj), name)] = (obj, name, value)
+
+    def pending_attr(self, obj, name: str):
+        entry = self.attrs.get((id(obj), name))
+        return None if entry is None else entry[2]
+
+    def store_global(self, globals_dict: dict, name: str, value) -> None:
+        self.globals[(id(globals_dict), name)] = (globals_dict, name, value)
+
+    def pending_global(self, globals_dict: dict, name: str):
+        entry = self.globals.get((id(globals_dict), name))
+        return None if entry is None else entry[2]
+
+    def store_cell(self, cell, value) -> None:
+        self.cells[id(cell)] = (cell, value)
+
+    # ------------------------------------------------------------------ code generation
+    def values(self) -> list:
+        """Every variable the replay reads (prepared before any mutation runs)."""
+        out: list = []
+        for container in self.containers.values():
+            out.append(container)
+            items = getattr(container, "items", ())  # a set holds constants only
+            out.extend(items.values() if isinstance(items, dict) else items)
+        for obj, _, value in self.attrs.values():
+            out += [obj, value]
+        out += [value for _, _, value in self.globals.values()]
+        out += [value for _, value in self.cells.values()]
+        return out
+
+    def codegen(self, cg) -> None:
+        from .variables.lists import DictVariable, ListVariable, SetVariable
+
+        for container in self.containers.values():
+            if isinstance(container, ListVariable):
+                cg.load_callable(_replace_list)
+                cg.load(container)
+                for item in container.items:
+                    cg.load(item)
+                cg.append(Instr("BUILD_LIST", len(container.items)))
+            elif isinstance(container, DictVariable):
+                cg.load_callable(_replace_dict)
+                cg.load(container)
+                for key, value in container.items.items():
+                    cg.load_const(key)
+                    cg.load(value)
+                cg.append(Instr("BUILD_MAP", len(container.items)))
+            elif isinstance(container, SetVariable):
+                cg.load_callable(_replace_set)
+                cg.load(container)
+                cg.load_const(frozenset(container.values))
+            else:
+                raise unsupported("side_effect", f"replaying a mutation of {container}")
+            cg.call(2)
+            cg.append(Instr("POP_TOP"))
+        for obj, name, value in self.attrs.values():
+            cg.load(value)
+            cg.load(obj)
+            cg.append(Instr("STORE_ATTR", name))
+        for globals_dict, name, value in self.globals.values():
+            cg.load(value)
+            if globals_dict is cg.globals:
+                cg.append(Instr("STORE_GLOBAL", name))
+            else:
+                cg.load_const(globals_dict)
+                cg.load_const(name)
+                cg.append(Instr("STORE_SUBSCR"))
+        for cell, value in self.cells.values():
+            cg.load(value)
+            cg.load_const(cell)
+            cg.append(Instr("STORE_ATTR", "cell_contents"))
+
+    def describe(self) -> list[str]:
+        """One line per pending mutation, for logs."""
+        lines = [f"mutate {c}" for c in self.containers.values()]
+        lines += [f"set {obj}.{name}" for obj, name, _ in self.attrs.values()]
+        lines += [f"set global {name}" for _, name, _ in self.globals.values()]
+        lines += ["set a closure cell" for _ in self.cells.values()]
+        return lines

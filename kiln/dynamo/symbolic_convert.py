@@ -1,0 +1,380 @@
+"""The symbolic bytecode evaluator: translators that run a frame's instructions over variables.
+
+``InstructionTranslatorBase`` runs a code object's instructions on a stack of variables.
+``InliningTranslator`` evaluates a called user function inside the same graph and returns its
+result. ``InstructionTranslator`` is the root frame: it starts from the real arguments (wrapped
+with guards), stops at ``RETURN_VALUE`` or at a planned graph break, and turns an unsupported
+instruction into a ``BreakRequest`` that ``convert_frame`` resolves (restart with a break there,
+or run the frame eagerly). The per-opcode handlers live in ``opcodes``; the Python semantics
+they share (operators, ``is``, ``in``, subscripts, calls, inlining) are methods here.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import linecache
+import operator
+import os
+from dataclasses import dataclass
+
+from bytecode import Instr
+
+from . import bytecode_versions as bv
+from . import config
+from .bytecode_analysis import frame_code
+from .exc import BreakReason, Unsupported, unsupported
+from .opcodes import HANDLERS
+from .sources import ClosureSource, GlobalsDictSource, GlobalSource, LocalSource
+from .variables.base import ConstantVariable, VariableTracker, fold_binary
+from .variables.builder import wrap
+from .variables.functions import UNBOUND, CellVariable, bind_arguments
+from .variables.lists import (
+    BaseListVariable,
+    DictVariable,
+    ListVariable,
+    SetVariable,
+    TupleVariable,
+)
+from .variables.nn_module import NNModuleVariable
+from .variables.tensor import TensorVariable, call_kiln
+
+__all__ = [
+    "InstructionTranslatorBase",
+    "InliningTranslator",
+    "InstructionTranslator",
+    "BreakRequest",
+    "BreakPoint",
+]
+
+_INPLACE_TO_PLAIN = {
+    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv,
+    operator.imod: operator.mod, operator.ipow: operator.pow, operator.imatmul: operator.matmul,
+    operator.iand: operator.and_, operator.ior: operator.or_, operator.ixor: operator.xor,
+    operator.ilshift: operator.lshift, operator.irshift: operator.rshift,
+}  # fmt: skip
+_KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_FLAGS_UNSUPPORTED = (
+    inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+    | inspect.CO_ITERABLE_COROUTINE
+)  # fmt: skip
+
+
+@dataclass
+class BreakPoint:
+    """A planned graph break at instruction ``ip`` of the root frame."""
+
+    ip: int
+    reason: BreakReason
+    compile_callee: bool  # the instruction is a call whose inlining broke
+
+
+class BreakRequest(Exception):  # noqa: N818
+    """The root frame met an instruction it cannot evaluate (``convert_frame`` decides)."""
+
+    def __init__(self, ip: int, error: Unsupported, inlined: bool):
+        super().__init__(error.message)
+        self.ip = ip
+        self.error = error
+        self.inlined = inlined
+
+
+class InstructionTranslatorBase:
+    """Evaluates one frame's bytecode symbolically (see the module docstring)."""
+
+    def __init__(self, output, code, f_globals: dict, parent=None):
+        self.output = output
+        self.code = code
+        self.fc = frame_code(code)
+        self.instructions = self.fc.instructions
+        self.f_globals = f_globals
+        builtins_ = f_globals.get("__builtins__", builtins.__dict__)
+        self.f_builtins = builtins_.__dict__ if hasattr(builtins_, "__dict__") else builtins_
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.stack: list[VariableTracker] = []
+        self.symbolic_locals: dict[str, VariableTracker] = {}
+        self.cells: dict[str, CellVariable] = {}
+        self.kw_names: tuple = ()
+        self.ip = 0
+        self.current_ip = 0
+        self.done = False
+        self.returned: VariableTracker | None = None
+
+    # ------------------------------------------------------------------ running
+    def run(self) -> None:
+        while not self.done:
+            self.step()
+
+    def step(self) -> None:
+        ip = self.ip
+        instr = self.instructions[ip]
+        self.current_ip = ip
+        self.ip = ip + 1
+        output = self.output
+        output.current_tx = self
+        output.count_instruction()
+        fn = HANDLERS.get(bv.canonical(instr.name))
+        try:
+            if fn is None:
+                raise unsupported("unsupported_bytecode", f"opcode {instr.name} is not supported")
+            fn(self, instr)
+        except Unsupported as e:
+            if e.reason is None:
+                e.reason = self.break_reason(e)
+            raise
+
+    def break_reason(self, e: Unsupported) -> BreakReason:
+        """Where the break is: the innermost frame of user code (kiln's own frames, e.g. a
+        ``kiln.nn`` forward, point at the user line that called them)."""
+        stack = []
+        where = None
+        tx = self
+        while tx is not None:
+            filename, line = tx.code.co_filename, tx.fc.lines[tx.current_ip]
+            stack.append(f"{filename}:{line} in {tx.code.co_name}")
+            if where is None and not filename.startswith(_KILN_DIR):
+                where = (filename, line, tx.code.co_name)
+            tx = tx.parent
+        if where is None:
+            where = (self.code.co_filename, self.fc.lines[self.current_ip], self.code.co_name)
+        return BreakReason(e.kind, e.message, *where, stack)
+
+    def source_location(self) -> tuple[str, str | None]:
+        """``("file:line", text)`` of the instruction being evaluated (for graph nodes)."""
+        line = self.fc.lines[self.current_ip]
+        text = linecache.getline(self.code.co_filename, line).strip() or None
+        return f"{self.code.co_filename}:{line}", text
+
+    def push(self, vt: VariableTracker) -> None:
+        self.stack.append(vt)
+
+    def pop(self) -> VariableTracker:
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list:
+        if n == 0:
+            return []
+        out = self.stack[-n:]
+        del self.stack[-n:]
+        return out
+
+    def jump(self, instr: Instr) -> None:
+        self.ip = self.fc.label_index[instr.arg]
+
+    def wrap(self, value, source) -> VariableTracker:
+        return wrap(self.output, value, source)
+
+    # ------------------------------------------------------------------ Python semantics
+    def binary_op(self, op, a: VariableTracker, b: VariableTracker) -> VariableTracker:
+        if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+            return call_kiln(self, op, [a, b], {})
+        if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
+            try:
+                return fold_binary(op, a, b)
+            except Unsupported:
+                raise
+            except Exception as e:
+                raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
+        plain = _INPLACE_TO_PLAIN.get(op, op)
+        if isinstance(a, ListVariable) and op is operator.iadd:
+            return a.call_method(self, "__iadd__", [b], {})
+        if (
+            isinstance(a, BaseListVariable)
+            and isinstance(b, BaseListVariable)
+            and plain is operator.add
+        ):
+            if a.python_type() is not b.python_type() and not (
+                issubclass(a.python_type(), tuple) and issubclass(b.python_type(), tuple)
+            ):
+                raise unsupported(
+                    "user_exception", "TypeError: can only concatenate same sequences"
+                )
+            return (
+                a.new(a.items + b.items)
+                if isinstance(a, ListVariable)
+                else TupleVariable(a.items + b.items)
+            )
+        if isinstance(a, BaseListVariable) and plain is operator.mul and b.is_python_constant():
+            n = b.as_python_constant()
+            return a.new(a.items * n) if isinstance(a, ListVariable) else TupleVariable(a.items * n)
+        if op in (operator.eq, operator.ne) and not (
+            a.is_python_constant() and b.is_python_constant()
+        ):
+            same = self.is_same(a, b)
+            if same or _identity_eq(a) or _identity_eq(b):
+                return ConstantVariable(same if op is operator.eq else not same)
+        if a.is_python_constant() and b.is_python_constant():
+            try:
+                value = op(a.as_python_constant(), b.as_python_constant())
+            except Exception as e:
+                raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
+            from .variables.builder import wrap_constant_result
+
+            return wrap_constant_result(value)
+        raise unsupported("unsupported_object", f"operator {op.__name__} on {a} and {b}")
+
+    def unary_op(self, op, a: VariableTracker) -> VariableTracker:
+        if op is operator.not_:
+            return ConstantVariable(not a.truth(self))
+        if isinstance(a, TensorVariable):
+            return call_kiln(self, op, [a], {})
+        if a.is_python_constant():
+            try:
+                return ConstantVariable(op(a.as_python_constant()))
+            except Exception as e:
+                raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
+        raise unsupported("unsupported_object", f"operator {op.__name__} on {a}")
+
+    def is_same(self, a: VariableTracker, b: VariableTracker) -> bool:
+        """``a is b``: the same variable, or equal identity-compared constants."""
+        if a is b:
+            return True
+        if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
+            return a.as_python_constant() is b.as_python_constant()
+        if a.is_python_constant() and b.is_python_constant():
+            return a.as_python_constant() is b.as_python_constant()
+        for x, y in ((a, b), (b, a)):
+            if isinstance(x, NNModuleVariable) and isinstance(y, NNModuleVariable):
+                return x.module is y.module
+        return False
+
+    def contains_op(self, container: VariableTracker, item: VariableTracker) -> VariableTracker:
+        if isinstance(container, (DictVariable, SetVariable, BaseListVariable, NNModuleVariable)):
+            return container.call_method(self, "__contains__", [item], {})
+        if isinstance(container, ConstantVariable) and item.is_python_constant():
+            try:
+                return ConstantVariable(item.as_python_constant() in container.as_python_constant())
+            except TypeError as e:
+                raise unsupported("user_exception", f"TypeError: {e}") from None
+        raise unsupported("unsupported_object", f"`in` on {container}")
+
+    def contains(self, items: list, value: VariableTracker) -> bool:
+        for item in items:
+            if self.is_same(item, value):
+                return True
+            if isinstance(item, TensorVariable) or isinstance(value, TensorVariable):
+                raise unsupported("data_dependent_branch", "`in` compares tensors by value")
+            if item.is_python_constant() and value.is_python_constant():
+                if item.as_python_constant() == value.as_python_constant():
+                    return True
+        return False
+
+    def getitem(self, obj: VariableTracker, index: VariableTracker) -> VariableTracker:
+        if isinstance(obj, TensorVariable):
+            return call_kiln(self, operator.getitem, [obj, index], {})
+        if isinstance(obj, (BaseListVariable, DictVariable, NNModuleVariable)):
+            return obj.getitem(self, index)
+        if isinstance(obj, ConstantVariable):
+            if isinstance(index, TensorVariable):
+                raise unsupported("data_dependent_value", "indexing a Python value with a tensor")
+            try:
+                value = obj.as_python_constant()[index.as_python_constant()]
+            except Exception as e:
+                raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
+            from .variables.builder import wrap_constant_result
+
+            return wrap_constant_result(value)
+        return obj.call_method(self, "__getitem__", [index], {})
+
+    def setitem(self, obj: VariableTracker, index: VariableTracker, value: VariableTracker) -> None:
+        if isinstance(obj, TensorVariable):
+            call_kiln(self, operator.setitem, [obj, index, value], {})
+        elif isinstance(obj, (ListVariable, DictVariable)):
+            obj.setitem(self, index, value)
+        else:
+            raise unsupported("side_effect", f"item assignment on {obj}")
+
+    def getattr(self, obj: VariableTracker, name: str) -> VariableTracker:
+        return obj.var_getattr(self, name)
+
+    def call_function(self, fn: VariableTracker, args: list, kwargs: dict) -> VariableTracker:
+        return fn.call_function(self, args, kwargs)
+
+    def inline_call(self, fn: VariableTracker, args: list, kwargs: dict) -> VariableTracker:
+        """Evaluate a call to a user function in a child translator; return its result."""
+        code = fn.get_code()
+        if code.co_flags & _FLAGS_UNSUPPORTED:
+            raise unsupported(
+                "unsupported_bytecode", f"{code.co_name} is a generator or coroutine function"
+            )
+        if self.depth >= config.inline_depth_limit:
+            raise unsupported("recursion", f"inlining {code.co_name} would nest too deeply")
+        defaults, kwdefaults = fn.defaults(self)
+        bound = bind_arguments(code, defaults, kwdefaults, args, kwargs)
+        tx = InliningTranslator(
+            self.output, code, fn.get_globals(), self, bound, fn.closure_cells(self)
+        )
+        tx.run()
+        return tx.returned
+
+    def load_global(self, name: str) -> VariableTracker:
+        pending = self.output.side_effects.pending_global(self.f_globals, name)
+        if pending is not None:
+            return pending
+        if name in self.f_globals:
+            return self.wrap(self.f_globals[name], GlobalSource(name, self.f_globals))
+        if name in self.f_builtins:
+            self.output.guards.absent(GlobalsDictSource(self.f_globals), name)
+            return self.wrap(self.f_builtins[name], None)
+        raise unsupported("user_exception", f"NameError: name {name!r} is not defined")
+
+
+def _identity_eq(vt: VariableTracker) -> bool:
+    """Objects whose ``==`` is identity (modules, functions, user objects without __eq__)."""
+    from .variables.functions import UserFunctionVariable
+    from .variables.misc import UserObjectVariable
+
+    if isinstance(vt, (NNModuleVariable, UserFunctionVariable)):
+        return True
+    if isinstance(vt, UserObjectVariable):
+        return type(vt.value).__eq__ is object.__eq__
+    return False
+
+
+class InliningTranslator(InstructionTranslatorBase):
+    """Evaluates a called function inside the caller's graph."""
+
+    def __init__(self, output, code, f_globals, parent, bound: dict, closure_cells: list):
+        super().__init__(output, code, f_globals, parent)
+        self.symbolic_locals = dict(bound)
+        for name, cell in zip(code.co_freevars, closure_cells):
+            self.cells[name] = cell
+
+
+class InstructionTranslator(InstructionTranslatorBase):
+    """The root frame of a capture (see the module docstring)."""
+
+    def __init__(self, output, code, f_globals, closure, arguments: dict, break_points: dict):
+        super().__init__(output, code, f_globals)
+        self.break_points = break_points
+        self.exit: BreakPoint | None = None
+        for name, value in arguments.items():
+            self.symbolic_locals[name] = self.wrap(value, LocalSource(name))
+        for i, (name, cell) in enumerate(zip(code.co_freevars, closure or ())):
+            try:
+                contents = self.wrap(cell.cell_contents, ClosureSource(i, name))
+            except ValueError:
+                contents = UNBOUND
+            self.cells[name] = CellVariable(contents, source=ClosureSource(i, name))
+
+    def step(self) -> None:
+        bp = self.break_points.get(self.ip)
+        if bp is not None:
+            self.current_ip = self.ip
+            self.exit = bp
+            self.done = True
+            return
+        ip = self.ip
+        try:
+            super().step()
+        except Unsupported as e:
+            raise BreakRequest(ip, e, inlined=getattr(e, "inlined", False)) from None
+
+    def inline_call(self, fn, args, kwargs):
+        try:
+            return super().inline_call(fn, args, kwargs)
+        except Unsupported as e:
+            e.inlined = True
+            raise

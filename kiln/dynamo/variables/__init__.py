@@ -1,0 +1,23 @@
+"""Variable trackers: what the symbolic evaluator knows about each Python value it meets."""
+
+from .base import ConstantVariable, NullVariable, VariableTracker
+from .builder import wrap
+from .functions import NestedFunctionVariable, UserFunctionVariable, UserMethodVariable
+from .lists import DictVariable, ListVariable, TupleVariable
+from .nn_module import NNModuleVariable
+from .tensor import TensorVariable
+
+__all__ = [
+    "VariableTracker",
+    "ConstantVariable",
+    "NullVariable",
+    "TensorVariable",
+    "ListVariable",
+    "TupleVariable",
+    "DictVariable",
+    "UserFunctionVariable",
+    "NestedFunctionVariable",
+    "UserMethodVariable",
+    "NNModuleVariable",
+    "wrap",
+]

@@ -1,0 +1,283 @@
+"""``VariableTracker``: what the symbolic evaluator knows about one Python value.
+
+Subclasses model tensors (graph proxies), constants, containers, functions, modules... Each
+knows how to answer the operations bytecode performs on it (attribute reads, calls, iteration,
+truth) and how to ``reconstruct`` itself as bytecode when the transformed code must hand the real
+value back to Python (a return value, a local at a graph break, a side effect).
+
+Guards are lazy for constants: a value read from a source is only guarded when the evaluator
+needs it (``as_python_constant``); a value merely passed through (``self.step = self.step + 1``)
+is rebuilt from its source at run time instead, so a step counter does not recompile each call.
+"""
+
+from __future__ import annotations
+
+import operator
+import types
+from typing import Any
+
+from ..exc import unsupported
+from ..sources import Source
+
+__all__ = [
+    "VariableTracker",
+    "ConstantVariable",
+    "NullVariable",
+    "active_output",
+    "push_output",
+    "pop_output",
+    "is_constant_value",
+    "BoundMethodVariable",
+    "FixedObjectVariable",
+    "container_method",
+]
+
+# the OutputGraph being built (a stack: a backend may itself compile while we capture)
+_OUTPUTS: list = []
+
+
+def active_output():
+    return _OUTPUTS[-1]
+
+
+def push_output(output) -> None:
+    _OUTPUTS.append(output)
+
+
+def pop_output() -> None:
+    _OUTPUTS.pop()
+
+
+class VariableTracker:
+    """Base class: every operation is unsupported unless a subclass models it."""
+
+    source: Source | None = None
+    mutable = False
+
+    def python_type(self) -> type:
+        raise unsupported("unsupported_object", f"type of {self} is unknown")
+
+    def is_python_constant(self) -> bool:
+        return False
+
+    def as_python_constant(self) -> Any:
+        raise unsupported("unsupported_object", f"{self} is not a Python constant")
+
+    def reconstruct(self, cg) -> None:
+        if self.source is None:
+            raise unsupported("unsupported_object", f"cannot rebuild {self} as a Python value")
+        self.source.reconstruct(cg)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        raise unsupported("unsupported_object", f"attribute {name!r} of {self}")
+
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        raise unsupported("unsupported_object", f"calling {self}")
+
+    def call_method(self, tx, name: str, args: list, kwargs: dict) -> VariableTracker:
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def unpack(self, tx) -> list:
+        """The items of an iterable, in order."""
+        raise unsupported("unsupported_object", f"iterating over {self}")
+
+    def truth(self, tx) -> bool:
+        raise unsupported("unsupported_object", f"truth value of {self}")
+
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        raise unsupported("side_effect", f"setting attribute {name!r} of {self}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+_CONSTANT_TYPES = (
+    int,
+    float,
+    bool,
+    str,
+    bytes,
+    complex,
+    type(None),
+    type(Ellipsis),
+    type(NotImplemented),
+    range,
+    slice,
+)
+
+
+def is_constant_value(value: Any) -> bool:
+    """Immutable values the evaluator folds: scalars, strings, None, ranges, slices, tuples,
+    frozensets of those, dtypes, devices, sizes and code objects."""
+    from ...runtime.device import device
+    from ...runtime.dtypes import dtype
+
+    if isinstance(value, _CONSTANT_TYPES + (dtype, device)):
+        if isinstance(value, slice):
+            return all(is_constant_value(v) for v in (value.start, value.stop, value.step))
+        return True
+    if isinstance(value, (tuple, frozenset)):
+        return all(is_constant_value(v) for v in value)
+    return isinstance(value, types.CodeType)
+
+
+class ConstantVariable(VariableTracker):
+    """An immutable Python value. ``source``: where it was read (guarded when used);
+    ``recipe``: ``(binary_operator, a, b)`` when it was computed from unguarded values."""
+
+    def __init__(self, value: Any, source: Source | None = None, recipe=None):
+        self.value = value
+        self.source = source
+        self.recipe = recipe
+        self._guarded = source is None
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def is_python_constant(self) -> bool:
+        return True
+
+    def guard(self) -> None:
+        """Install the guards that make ``value`` safe to bake into the graph or the code."""
+        if not self._guarded:
+            self._guarded = True
+            active_output().guards.constant(self.source, self.value)
+        if self.recipe is not None:
+            _, a, b = self.recipe
+            a.guard()
+            b.guard()
+            self.recipe = None
+
+    def as_python_constant(self) -> Any:
+        self.guard()
+        return self.value
+
+    def reconstruct(self, cg) -> None:
+        if not self._guarded:
+            self.source.reconstruct(cg)
+        elif self.recipe is not None:
+            fn, a, b = self.recipe
+            cg.load_callable(fn)
+            cg.load(a)
+            cg.load(b)
+            cg.call(2)
+        else:
+            cg.load_const(self.value)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        try:
+            value = getattr(self.as_python_constant(), name)
+        except AttributeError as e:
+            raise unsupported("user_exception", f"AttributeError: {e}") from None
+        if callable(value) and not isinstance(value, type):
+            from .misc import ConstantMethodVariable
+
+            return ConstantMethodVariable(self, name)
+        from .builder import wrap_constant_result
+
+        return wrap_constant_result(value)
+
+    def unpack(self, tx) -> list:
+        value = self.as_python_constant()
+        try:
+            items = list(value)
+        except TypeError as e:
+            raise unsupported("user_exception", f"TypeError: {e}") from None
+        from .builder import wrap_constant_result
+
+        return [wrap_constant_result(v) for v in items]
+
+    def truth(self, tx) -> bool:
+        return bool(self.as_python_constant())
+
+    def __repr__(self) -> str:
+        return f"ConstantVariable({self.value!r})"
+
+
+def fold_binary(op, a: ConstantVariable, b: ConstantVariable) -> ConstantVariable:
+    """``op(a, b)`` on constants. Ints/floats read from sources stay unguarded (with a recipe)
+    so a pass-through update like ``self.step + 1`` is rebuilt at run time, not guarded."""
+    numeric = (int, float)
+    if (
+        op in _RECIPE_OPS
+        and type(a.value) in numeric
+        and type(b.value) in numeric
+        and (not a._guarded or a.recipe is not None or not b._guarded or b.recipe is not None)
+    ):
+        value = op(a.value, b.value)
+        return ConstantVariable(value, recipe=(op, a, b))
+    return ConstantVariable(op(a.as_python_constant(), b.as_python_constant()))
+
+
+_RECIPE_OPS = frozenset(
+    {operator.add, operator.sub, operator.mul, operator.iadd, operator.isub, operator.imul}
+)
+
+
+class FixedObjectVariable(VariableTracker):
+    """An object that exists at capture time and is its own constant (a function, a module, a
+    class): guarded by identity when read from a source, rebuilt from it or as a constant."""
+
+    def __init__(self, value: Any, source: Source | None = None):
+        self.value = value
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def is_python_constant(self) -> bool:
+        return True
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def reconstruct(self, cg) -> None:
+        if self.source is not None:
+            self.source.reconstruct(cg)
+        else:
+            cg.load_const(self.value)
+
+    def __repr__(self) -> str:
+        name = getattr(self.value, "__qualname__", None) or getattr(self.value, "__name__", None)
+        return f"{type(self).__name__}({name or self.value!r})"
+
+
+class BoundMethodVariable(VariableTracker):
+    """``obj.name`` for a method that ``obj``'s variable models in ``call_method``."""
+
+    def __init__(self, obj: VariableTracker, name: str):
+        self.obj = obj
+        self.name = name
+
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def reconstruct(self, cg) -> None:
+        cg.load(self.obj)
+        cg.append_load_attr(self.name)
+
+    def __repr__(self) -> str:
+        return f"BoundMethodVariable({self.obj!r}.{self.name})"
+
+
+def container_method(vt: VariableTracker, name: str) -> VariableTracker:
+    """``vt.name`` for containers: a bound method if the Python type has that method."""
+    attr = getattr(vt.python_type(), name, None)
+    if attr is None or not callable(attr):
+        raise unsupported(
+            "user_exception",
+            f"AttributeError: '{vt.python_type().__name__}' object has no attribute '{name}'",
+        )
+    return BoundMethodVariable(vt, name)
+
+
+class NullVariable(VariableTracker):
+    """The NULL slot that calls leave under a callable (3.11+); rebuilt with ``PUSH_NULL``."""
+
+    def reconstruct(self, cg) -> None:
+        from bytecode import Instr
+
+        cg.append(Instr("PUSH_NULL"))
+
+    def __repr__(self) -> str:
+        return "NULL"

@@ -1,0 +1,213 @@
+"""Turn a real Python value (an argument, a global, an attribute) into a variable, with guards.
+
+``wrap(output, value, source)`` decides the variable kind from the value's type and installs the
+guards that make the decision safe to reuse: tensor metadata, identity of functions/modules,
+container lengths and dict keys, the type of user objects. Mutable objects and tensors are
+cached by identity so that two paths to one object give one variable (aliasing stays visible).
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from typing import Any
+
+from ...ops.registry import Op
+from ...runtime.tensor import Tensor
+from ..sources import AttrSource, ItemSource, Source
+from .base import ConstantVariable, VariableTracker, active_output, is_constant_value
+from .builtins import BUILTIN_HANDLERS, PURE_MODULES, BuiltinVariable
+from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
+from .lists import DictVariable, ListVariable, NamedTupleVariable, SetVariable, TupleVariable
+from .misc import (
+    ClassVariable,
+    GradModeClassVariable,
+    GradModeVariable,
+    KilnFunctionVariable,
+    PythonModuleVariable,
+    UserObjectVariable,
+    grad_mode_classes,
+)
+from .nn_module import NNModuleVariable
+
+__all__ = ["wrap", "wrap_constant_result", "is_kiln_function"]
+
+# kiln functions that change global state: calling them at capture time would be wrong
+_STATEFUL_KILN_NAMES = frozenset(
+    {
+        "manual_seed", "seed", "set_rng_state", "get_rng_state", "initial_seed",
+        "set_default_dtype", "set_printoptions", "backward", "grad", "save", "load",
+        "compile", "set_grad_enabled", "use_deterministic_algorithms",
+    }
+)  # fmt: skip
+# kiln modules whose Python functions must be evaluated (not run on proxies): they take user
+# callables, hold user state, or are the capture machinery itself
+_INLINED_KILN_PREFIXES = ("kiln.nn.modules", "kiln.autograd", "kiln.utils", "kiln.optim")
+
+
+def kiln_function_kind(fn: Any) -> str | None:
+    """How capture treats a function defined in kiln: ``"kiln"`` (run directly on proxies: ops,
+    ``kiln.*``, ``kiln.nn.functional.*``, Tensor methods), ``"inline"`` (evaluated like user code:
+    module forwards, grad-mode wrappers), ``"opaque"`` (changes global state or is the capture
+    machinery: a graph break), or None for functions not in kiln."""
+    if isinstance(fn, Op):
+        return "kiln"
+    if not isinstance(fn, (types.FunctionType, types.BuiltinFunctionType)):
+        return None
+    module = getattr(fn, "__module__", None) or ""
+    if not (module == "kiln" or module.startswith("kiln.")):
+        return None
+    if module.startswith("kiln.dynamo") or fn.__name__ in _STATEFUL_KILN_NAMES:
+        return "opaque"
+    if module.startswith(_INLINED_KILN_PREFIXES):
+        return "inline"
+    return "kiln"
+
+
+def is_kiln_function(fn: Any) -> bool:
+    return kiln_function_kind(fn) == "kiln"
+
+
+def wrap(output, value: Any, source: Source | None) -> VariableTracker:
+    """The variable for ``value`` read from ``source`` (None: a value fixed at capture time)."""
+    if isinstance(value, Tensor):
+        return output.input_tensor(value, source)
+    if is_constant_value(value):
+        return ConstantVariable(value, source)
+    tracked = output.tracked_variable(value, source)
+    if tracked is not None:
+        return tracked
+    vt = _wrap_new(output, value, source)
+    if vt.mutable:
+        output.track(value, vt)
+    return vt
+
+
+def _wrap_new(output, value: Any, source: Source | None) -> VariableTracker:
+    guards = output.guards
+    from ...nn.modules.module import Module
+
+    def sub(v, src):
+        return wrap(output, v, src)
+
+    def item(i):
+        return ItemSource(source, i) if source is not None else None
+
+    if isinstance(value, Module):
+        if source is not None:
+            guards.identity(source, value)
+        return NNModuleVariable(value, source)
+    if isinstance(value, types.CellType):
+        raise TypeError("cells are wrapped by OutputGraph.cell_variable")
+    if type(value) is list:
+        if source is not None:
+            guards.length(source, value)
+        return ListVariable([sub(v, item(i)) for i, v in enumerate(value)], source)
+    if isinstance(value, tuple):
+        if source is not None:
+            guards.length(source, value)
+        items = [sub(v, item(i)) for i, v in enumerate(value)]
+        if hasattr(value, "_fields"):
+            return NamedTupleVariable(items, type(value), source)
+        if type(value) is not tuple:
+            return UserObjectVariable(value, source)
+        return TupleVariable(items, source)
+    if isinstance(value, dict) and type(value).__module__ in ("builtins", "collections"):
+        if not all(is_constant_value(k) for k in value):
+            return _opaque(output, value, source)
+        if source is not None:
+            guards.dict_keys(source, value)
+        return DictVariable({k: sub(v, item(k)) for k, v in value.items()}, source, type(value))
+    if type(value) is set:
+        if not all(is_constant_value(v) for v in value):
+            return _opaque(output, value, source)
+        if source is not None:
+            guards.type_match(source, value)
+            guards.equal(source, frozenset(value))
+        return SetVariable(value, source)
+    if _is_compiled_wrapper(value):
+        if source is not None:
+            guards.identity(source, value)
+        return UserFunctionVariable(value._kiln_original)
+    if isinstance(value, type) and value in grad_mode_classes():
+        return GradModeClassVariable(value, source)
+    from ...autograd.grad_mode import _GradModeBase
+
+    if isinstance(value, _GradModeBase):
+        return GradModeVariable(value._target, type(value))
+    if _identity_guarded(value):
+        if source is not None:
+            guards.identity(source, value)
+        return _wrap_identified(output, value, source)
+    if isinstance(value, types.MethodType):
+        self_src = AttrSource(source, "__self__") if source is not None else None
+        fn = value.__func__
+        if isinstance(fn, types.FunctionType) and not is_kiln_function(fn):
+            return UserMethodVariable(fn, sub(value.__self__, self_src))
+        return _opaque(output, value, source)
+    if isinstance(value, functools.partial):
+        if source is not None:
+            guards.type_match(source, value)
+        attr = (lambda n: AttrSource(source, n)) if source is not None else (lambda n: None)
+        return PartialVariable(
+            sub(value.func, attr("func")),
+            [
+                sub(v, ItemSource(attr("args"), i) if source else None)
+                for i, v in enumerate(value.args)
+            ],
+            {
+                k: sub(v, ItemSource(attr("keywords"), k) if source else None)
+                for k, v in value.keywords.items()
+            },
+        )
+    return _opaque(output, value, source)
+
+
+def _identity_guarded(value: Any) -> bool:
+    return isinstance(
+        value,
+        (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type, Op,
+         types.BuiltinMethodType, types.MethodWrapperType, types.WrapperDescriptorType,
+         types.MethodDescriptorType),
+    )  # fmt: skip
+
+
+def _wrap_identified(output, value: Any, source: Source | None) -> VariableTracker:
+    if isinstance(value, types.ModuleType):
+        return PythonModuleVariable(value, source)
+    kind = kiln_function_kind(value)
+    if kind == "kiln":
+        return KilnFunctionVariable(value, source)
+    if kind == "opaque":
+        return BuiltinVariable(value, source)
+    if isinstance(value, type):
+        if value in BUILTIN_HANDLERS:
+            return BuiltinVariable(value, source)
+        return ClassVariable(value, source)
+    if isinstance(value, types.FunctionType):
+        return UserFunctionVariable(value, source)
+    if value in BUILTIN_HANDLERS or getattr(value, "__module__", None) in PURE_MODULES:
+        return BuiltinVariable(value, source)
+    return BuiltinVariable(value, source)
+
+
+def _opaque(output, value: Any, source: Source | None) -> VariableTracker:
+    if source is not None:
+        output.guards.type_match(source, value)
+    return UserObjectVariable(value, source)
+
+
+def _is_compiled_wrapper(value: Any) -> bool:
+    """A function returned by ``kiln.compile``: captured code inlines the original."""
+    return isinstance(value, types.FunctionType) and "_kiln_original" in value.__dict__
+
+
+def wrap_constant_result(value: Any) -> VariableTracker:
+    """A variable for a value computed at capture time (folded constants, shapes...)."""
+    if is_constant_value(value):
+        return ConstantVariable(value)
+    if isinstance(value, list) and all(is_constant_value(v) for v in value):
+        return ListVariable([ConstantVariable(v) for v in value])
+    if type(value) is tuple:
+        return TupleVariable([wrap_constant_result(v) for v in value])
+    return wrap(active_output(), value, None)

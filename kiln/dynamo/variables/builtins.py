@@ -1,0 +1,414 @@
+"""Builtin functions and the ``operator``/``math`` modules during capture: one handler per
+function in a table. Pure functions of constants are folded; tensor arguments go to kiln;
+``print`` and unknown C functions are graph breaks."""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from ..exc import Unsupported, unsupported
+from .base import ConstantVariable, FixedObjectVariable, VariableTracker
+from .lists import (
+    BaseListVariable,
+    DictVariable,
+    IteratorVariable,
+    ListVariable,
+    SetVariable,
+    SliceVariable,
+    TupleVariable,
+)
+from .tensor import TensorVariable
+
+__all__ = ["BuiltinVariable", "BUILTIN_HANDLERS", "PURE_MODULES"]
+
+BUILTIN_HANDLERS: dict[Any, Callable] = {}
+# C functions of these modules are pure: folded when every argument is a constant
+PURE_MODULES = ("math", "operator", "cmath", "_operator")
+
+
+def _handles(*fns):
+    def deco(handler):
+        for fn in fns:
+            BUILTIN_HANDLERS[fn] = handler
+        return handler
+
+    return deco
+
+
+def _all_const(args, kwargs=None) -> bool:
+    return all(a.is_python_constant() for a in [*args, *(kwargs or {}).values()])
+
+
+def _consts(args) -> list:
+    return [a.as_python_constant() for a in args]
+
+
+def _fold(fn, args, kwargs) -> VariableTracker:
+    from .builder import wrap_constant_result
+
+    try:
+        value = fn(*_consts(args), **{k: v.as_python_constant() for k, v in kwargs.items()})
+    except Exception as e:
+        raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
+    return wrap_constant_result(value)
+
+
+class BuiltinVariable(FixedObjectVariable):
+    """A builtin function or type (``len``, ``range``, ``list``...), an ``operator`` function, or
+    a C function of a pure module (``math.sqrt``)."""
+
+    fn = property(lambda self: self.value)
+
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        fn = self.fn
+        handler = BUILTIN_HANDLERS.get(fn)
+        if handler is not None:
+            return handler(tx, fn, args, kwargs)
+        module = getattr(fn, "__module__", None)
+        if module in PURE_MODULES:
+            if _all_const(args, kwargs):
+                return _fold(fn, args, kwargs)
+            if any(isinstance(a, TensorVariable) for a in args):
+                raise unsupported(
+                    "data_dependent_value",
+                    f"{module}.{fn.__name__}() converts a tensor to a number",
+                )
+        raise unsupported(
+            "opaque_function", f"call to {getattr(fn, '__qualname__', fn)} (a C function)"
+        )
+
+
+# ------------------------------------------------------------------ operators
+_BINARY = {
+    operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
+    operator.pow, operator.matmul, operator.and_, operator.or_, operator.xor, operator.lshift,
+    operator.rshift, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+    operator.ifloordiv, operator.imod, operator.ipow, operator.imatmul, operator.iand,
+    operator.ior, operator.ixor, operator.ilshift, operator.irshift, operator.lt, operator.le,
+    operator.eq, operator.ne, operator.gt, operator.ge,
+}  # fmt: skip
+
+
+@_handles(*_BINARY)
+def _binary(tx, fn, args, kwargs):
+    return tx.binary_op(fn, args[0], args[1])
+
+
+@_handles(operator.neg, operator.pos, operator.invert, operator.not_, operator.abs, abs)
+def _unary(tx, fn, args, kwargs):
+    return tx.unary_op(fn, args[0])
+
+
+@_handles(operator.getitem)
+def _getitem(tx, fn, args, kwargs):
+    return tx.getitem(args[0], args[1])
+
+
+@_handles(operator.setitem)
+def _setitem(tx, fn, args, kwargs):
+    tx.setitem(args[0], args[1], args[2])
+    return ConstantVariable(None)
+
+
+@_handles(operator.contains)
+def _contains(tx, fn, args, kwargs):
+    return tx.contains_op(args[1], args[0])
+
+
+@_handles(operator.is_, operator.is_not)
+def _is(tx, fn, args, kwargs):
+    same = tx.is_same(args[0], args[1])
+    return ConstantVariable(same if fn is operator.is_ else not same)
+
+
+@_handles(operator.truth, bool)
+def _truth(tx, fn, args, kwargs):
+    if not args:
+        return ConstantVariable(False)
+    return ConstantVariable(args[0].truth(tx))
+
+
+# ------------------------------------------------------------------ builtins
+@_handles(len)
+def _len(tx, fn, args, kwargs):
+    (obj,) = args
+    if isinstance(obj, TensorVariable):
+        if not obj.proxy._shape:
+            raise unsupported("user_exception", "TypeError: len() of a 0-d tensor")
+        return ConstantVariable(obj.proxy._shape[0])
+    return obj.call_method(tx, "__len__", [], {})
+
+
+def _type_of(vt: VariableTracker) -> type:
+    return vt.python_type()
+
+
+@_handles(isinstance)
+def _isinstance(tx, fn, args, kwargs):
+    obj, classes = args
+    cls = classes.as_python_constant()
+    if isinstance(obj, TensorVariable):
+        return ConstantVariable(obj.isinstance_of(cls))
+    from .misc import UserObjectVariable
+    from .nn_module import NNModuleVariable
+
+    if isinstance(obj, NNModuleVariable):
+        return ConstantVariable(isinstance(obj.module, cls))
+    if isinstance(obj, UserObjectVariable):
+        return ConstantVariable(isinstance(obj.value, cls))
+    if obj.is_python_constant() and not isinstance(obj, BaseListVariable):
+        return ConstantVariable(isinstance(obj.as_python_constant(), cls))
+    try:
+        return ConstantVariable(issubclass(_type_of(obj), cls))
+    except TypeError as e:
+        raise unsupported("user_exception", f"TypeError: {e}") from None
+
+
+@_handles(issubclass, callable, repr, str, int, float, complex, chr, ord, hash, round, divmod,
+          pow, format, bin, hex, oct, ascii)  # fmt: skip
+def _pure(tx, fn, args, kwargs):
+    if (
+        fn in (int, float, complex, str, repr, format, round, hash)
+        and args
+        and isinstance(args[0], TensorVariable)
+    ):
+        raise unsupported("data_dependent_value", f"{fn.__name__}() of a tensor reads its value")
+    if fn is callable and args and not args[0].is_python_constant():
+        return ConstantVariable(_is_callable(args[0]))
+    if fn is str and args and not args[0].is_python_constant():
+        raise unsupported("unsupported_object", f"str() of {args[0]}")
+    return _fold(fn, args, kwargs)
+
+
+def _is_callable(vt: VariableTracker) -> bool:
+    from .functions import NestedFunctionVariable, PartialVariable, UserMethodVariable
+    from .misc import UserObjectVariable
+    from .nn_module import NNModuleVariable
+
+    if isinstance(
+        vt, (NestedFunctionVariable, PartialVariable, UserMethodVariable, NNModuleVariable)
+    ):
+        return True
+    if isinstance(vt, UserObjectVariable):
+        return callable(vt.value)
+    return False
+
+
+@_handles(getattr)
+def _getattr(tx, fn, args, kwargs):
+    obj, name = args[0], args[1].as_python_constant()
+    try:
+        return tx.getattr(obj, name)
+    except Unsupported as e:
+        if len(args) > 2 and e.message.startswith("AttributeError"):
+            return args[2]
+        raise
+
+
+@_handles(hasattr)
+def _hasattr(tx, fn, args, kwargs):
+    obj, name = args[0], args[1].as_python_constant()
+    try:
+        tx.getattr(obj, name)
+    except Unsupported as e:
+        if e.message.startswith("AttributeError"):
+            return ConstantVariable(False)
+        raise
+    return ConstantVariable(True)
+
+
+@_handles(setattr)
+def _setattr(tx, fn, args, kwargs):
+    args[0].store_attr(tx, args[1].as_python_constant(), args[2])
+    return ConstantVariable(None)
+
+
+@_handles(min, max)
+def _minmax(tx, fn, args, kwargs):
+    items = args[0].unpack(tx) if len(args) == 1 else list(args)
+    if any(isinstance(a, TensorVariable) for a in items):
+        raise unsupported(
+            "data_dependent_branch", f"{fn.__name__}() of tensors compares their values"
+        )
+    if not items and "default" in kwargs:
+        return kwargs["default"]
+    return _fold(fn, [TupleVariable(items)], {k: v for k, v in kwargs.items() if k != "default"})
+
+
+@_handles(sum)
+def _sum(tx, fn, args, kwargs):
+    items = args[0].unpack(tx)
+    total = args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))
+    for item in items:
+        total = tx.binary_op(operator.add, total, item)
+    return total
+
+
+@_handles(all, any)
+def _all_any(tx, fn, args, kwargs):
+    truths = [item.truth(tx) for item in args[0].unpack(tx)]
+    return ConstantVariable(fn(truths))
+
+
+@_handles(range)
+def _range(tx, fn, args, kwargs):
+    return ConstantVariable(range(*_consts(args)))
+
+
+@_handles(slice)
+def _slice(tx, fn, args, kwargs):
+    parts = list(args) + [ConstantVariable(None)] * (3 - len(args))
+    if len(args) == 1:
+        parts = [ConstantVariable(None), args[0], ConstantVariable(None)]
+    return SliceVariable(*parts)
+
+
+@_handles(enumerate)
+def _enumerate(tx, fn, args, kwargs):
+    start = args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))
+    start = start.as_python_constant()
+    items = args[0].unpack(tx)
+    return IteratorVariable(
+        [TupleVariable([ConstantVariable(start + i), v]) for i, v in enumerate(items)]
+    )
+
+
+@_handles(zip)
+def _zip(tx, fn, args, kwargs):
+    columns = [a.unpack(tx) for a in args]
+    strict = kwargs.get("strict", ConstantVariable(False)).as_python_constant()
+    if strict and len({len(c) for c in columns}) > 1:
+        raise unsupported("user_exception", "ValueError: zip() arguments have different lengths")
+    return IteratorVariable([TupleVariable(list(row)) for row in zip(*columns)])
+
+
+@_handles(reversed)
+def _reversed(tx, fn, args, kwargs):
+    return IteratorVariable(list(reversed(args[0].unpack(tx))))
+
+
+@_handles(iter)
+def _iter(tx, fn, args, kwargs):
+    obj = args[0]
+    return obj if isinstance(obj, IteratorVariable) else IteratorVariable(obj.unpack(tx))
+
+
+@_handles(next)
+def _next(tx, fn, args, kwargs):
+    it = args[0]
+    if not isinstance(it, IteratorVariable):
+        raise unsupported("unsupported_object", f"next() on {it}")
+    value = it.next(tx)
+    if value is None:
+        if len(args) > 1:
+            return args[1]
+        raise unsupported("user_exception", "StopIteration")
+    return value
+
+
+@_handles(sorted)
+def _sorted(tx, fn, args, kwargs):
+    result = ListVariable(args[0].unpack(tx))
+    result.method_sort(tx, kwargs.get("key"), kwargs.get("reverse"))
+    return result
+
+
+@_handles(list, tuple)
+def _list_tuple(tx, fn, args, kwargs):
+    items = args[0].unpack(tx) if args else []
+    return ListVariable(items) if fn is list else TupleVariable(items)
+
+
+@_handles(dict)
+def _dict(tx, fn, args, kwargs):
+    items: dict = {}
+    if args:
+        src = args[0]
+        if isinstance(src, DictVariable):
+            items.update(src.items)
+        else:
+            for pair in src.unpack(tx):
+                k, v = pair.unpack(tx)
+                items[k.as_python_constant()] = v
+    items.update(kwargs)
+    return DictVariable(items)
+
+
+@_handles(set, frozenset)
+def _set(tx, fn, args, kwargs):
+    values = {v.as_python_constant() for v in args[0].unpack(tx)} if args else set()
+    return SetVariable(values) if fn is set else ConstantVariable(frozenset(values))
+
+
+@_handles(type)
+def _type(tx, fn, args, kwargs):
+    if len(args) != 1:
+        raise unsupported("unsupported_object", "type() with three arguments")
+    return tx.wrap(_type_of(args[0]), None)
+
+
+@_handles(functools.partial)
+def _partial(tx, fn, args, kwargs):
+    from .functions import PartialVariable
+
+    if not args:
+        raise unsupported("user_exception", "TypeError: partial() needs a callable")
+    return PartialVariable(args[0], args[1:], kwargs)
+
+
+@_handles(super)
+def _super(tx, fn, args, kwargs):
+    from .misc import SuperVariable
+
+    if len(args) == 2:
+        return SuperVariable(args[0].as_python_constant(), args[1])
+    if args or "__class__" not in tx.cells or not tx.code.co_argcount:
+        raise unsupported("unsupported_object", "super() outside a method")
+    first = tx.code.co_varnames[0]
+    obj = tx.symbolic_locals.get(first)
+    if obj is None and first in tx.cells:
+        obj = tx.cells[first].contents
+    return SuperVariable(tx.cells["__class__"].contents.as_python_constant(), obj)
+
+
+def _value_type_handler(tx, fn, args, kwargs):
+    """kiln's immutable value types (``Size``, ``device``) built from constants."""
+    if not _all_const(args, kwargs):
+        args = [
+            TupleVariable(a.unpack(tx)) if isinstance(a, (BaseListVariable,)) else a for a in args
+        ]
+    return _fold(fn, args, kwargs)
+
+
+def _register_value_types() -> None:
+    from ...runtime.device import device
+    from ...runtime.tensor import Size
+
+    BUILTIN_HANDLERS[Size] = _value_type_handler
+    BUILTIN_HANDLERS[device] = _value_type_handler
+
+
+_register_value_types()
+
+
+@_handles(print)
+def _print(tx, fn, args, kwargs):
+    raise unsupported("print", "print() has a side effect on the console")
+
+
+@_handles(id, input, open, exec, eval, compile, globals, locals, vars, dir, breakpoint)
+def _opaque(tx, fn, args, kwargs):
+    raise unsupported("opaque_function", f"{fn.__name__}() cannot be captured")
+
+
+@_handles(math.isclose, math.floor, math.ceil, math.sqrt, math.log, math.exp, math.prod)
+def _math(tx, fn, args, kwargs):
+    if _all_const(args, kwargs):
+        return _fold(fn, args, kwargs)
+    if fn is math.prod and len(args) == 1 and not args[0].is_python_constant():
+        return _fold(fn, [TupleVariable(args[0].unpack(tx))], kwargs)
+    raise unsupported("data_dependent_value", f"math.{fn.__name__}() of a tensor reads its value")

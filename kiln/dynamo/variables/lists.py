@@ -1,0 +1,449 @@
+"""Python containers during capture: tuples, lists, dicts, sets, slices and iterators.
+
+Items are variables (a list may hold tensors). Containers that existed before the call carry a
+source; when one of them is mutated (``append``, ``d[k] = v``...) it is registered with the side
+effects, which rewrite the real object's contents after the graph runs. New containers are
+rebuilt with ``BUILD_LIST``/``BUILD_MAP``... only if they escape (returned, kept at a break).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bytecode import Instr
+
+from ..exc import unsupported
+from .base import ConstantVariable, VariableTracker, container_method
+
+__all__ = [
+    "BaseListVariable",
+    "TupleVariable",
+    "ListVariable",
+    "NamedTupleVariable",
+    "SliceVariable",
+    "DictVariable",
+    "SetVariable",
+    "IteratorVariable",
+]
+
+
+def _const(vt: VariableTracker, what: str) -> Any:
+    if not vt.is_python_constant():
+        raise unsupported("unsupported_object", f"{what} must be a Python constant, got {vt}")
+    return vt.as_python_constant()
+
+
+def _index(vt: VariableTracker) -> Any:
+    return _const(vt, "an index")
+
+
+def _user_error(e: Exception):
+    return unsupported("user_exception", f"{type(e).__name__}: {e}")
+
+
+class BaseListVariable(VariableTracker):
+    """Shared behaviour of tuples and lists (``items`` is a Python list of variables)."""
+
+    cls: type = tuple
+
+    def __init__(self, items: list, source=None):
+        self.items = list(items)
+        self.source = source
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def is_python_constant(self) -> bool:
+        return all(v.is_python_constant() for v in self.items)
+
+    def as_python_constant(self) -> Any:
+        return self.cls(_const(v, "a container item") for v in self.items)
+
+    def unpack(self, tx) -> list:
+        return list(self.items)
+
+    def truth(self, tx) -> bool:
+        return bool(self.items)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        return container_method(self, name)
+
+    def getitem(self, tx, index: VariableTracker) -> VariableTracker:
+        key = _index(index)
+        if isinstance(key, slice):
+            return self.new(self.items[key])
+        try:
+            return self.items[key]
+        except (IndexError, TypeError) as e:
+            raise _user_error(e) from None
+
+    def new(self, items: list) -> VariableTracker:
+        return type(self)(items) if type(self) is not NamedTupleVariable else TupleVariable(items)
+
+    def call_method(self, tx, name: str, args: list, kwargs: dict) -> VariableTracker:
+        handler = getattr(self, f"method_{name}", None)
+        if handler is None or kwargs and name not in ("sort",):
+            raise unsupported("unsupported_object", f"{self.cls.__name__}.{name}()")
+        return handler(tx, *args, **kwargs)
+
+    def method___getitem__(self, tx, index):
+        return self.getitem(tx, index)
+
+    def method___len__(self, tx):
+        return ConstantVariable(len(self.items))
+
+    def method___contains__(self, tx, value):
+        return ConstantVariable(tx.contains(self.items, value))
+
+    def method_index(self, tx, value, *rest):
+        target = _const(value, "list.index's argument")
+        for i, v in enumerate(self.items):
+            if v.is_python_constant() and v.as_python_constant() == target:
+                return ConstantVariable(i)
+        raise unsupported("user_exception", f"ValueError: {target!r} is not in the sequence")
+
+    def method_count(self, tx, value):
+        target = _const(value, "count's argument")
+        n = sum(
+            1 for v in self.items if v.is_python_constant() and v.as_python_constant() == target
+        )
+        return ConstantVariable(n)
+
+    def reconstruct(self, cg) -> None:
+        if self.source is not None:
+            self.source.reconstruct(cg)
+            return
+        for v in self.items:
+            cg.load(v)
+        cg.append(Instr("BUILD_TUPLE" if self.cls is tuple else "BUILD_LIST", len(self.items)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.items!r})"
+
+
+class TupleVariable(BaseListVariable):
+    cls = tuple
+
+
+class NamedTupleVariable(TupleVariable):
+    """A namedtuple (``x.max(dim=1)`` returns ``(values, indices)``)."""
+
+    def __init__(self, items: list, tuple_cls: type, source=None):
+        super().__init__(items, source)
+        self.cls = tuple_cls
+
+    def as_python_constant(self) -> Any:
+        return self.cls(*(_const(v, "a namedtuple field") for v in self.items))
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        fields = self.cls._fields
+        if name in fields:
+            return self.items[fields.index(name)]
+        return container_method(self, name)
+
+    def reconstruct(self, cg) -> None:
+        if self.source is not None:
+            self.source.reconstruct(cg)
+            return
+        cg.load_callable(self.cls)
+        for v in self.items:
+            cg.load(v)
+        cg.call(len(self.items))
+
+
+class ListVariable(BaseListVariable):
+    cls = list
+    mutable = True
+
+    def _mutated(self, tx) -> None:
+        tx.output.side_effects.mutated(self)
+
+    def method_append(self, tx, value):
+        self._mutated(tx)
+        self.items.append(value)
+        return ConstantVariable(None)
+
+    def method_extend(self, tx, other):
+        self._mutated(tx)
+        self.items.extend(other.unpack(tx))
+        return ConstantVariable(None)
+
+    def method___iadd__(self, tx, other):
+        self.method_extend(tx, other)
+        return self
+
+    def method_insert(self, tx, index, value):
+        self._mutated(tx)
+        self.items.insert(_index(index), value)
+        return ConstantVariable(None)
+
+    def method_pop(self, tx, index=None):
+        if not self.items:
+            raise unsupported("user_exception", "IndexError: pop from empty list")
+        self._mutated(tx)
+        return self.items.pop(-1 if index is None else _index(index))
+
+    def method_clear(self, tx):
+        self._mutated(tx)
+        self.items.clear()
+        return ConstantVariable(None)
+
+    def method_reverse(self, tx):
+        self._mutated(tx)
+        self.items.reverse()
+        return ConstantVariable(None)
+
+    def method_remove(self, tx, value):
+        index = self.method_index(tx, value).value
+        self._mutated(tx)
+        del self.items[index]
+        return ConstantVariable(None)
+
+    def method_copy(self, tx):
+        return ListVariable(list(self.items))
+
+    def method_sort(self, tx, key=None, reverse=None):
+        if key is not None and not (key.is_python_constant() and key.as_python_constant() is None):
+            raise unsupported("unsupported_object", "list.sort(key=...)")
+        rev = bool(_const(reverse, "reverse")) if reverse is not None else False
+        values = sorted(
+            ((_const(v, "a sorted item"), v) for v in self.items), key=lambda p: p[0], reverse=rev
+        )
+        self._mutated(tx)
+        self.items[:] = [v for _, v in values]
+        return ConstantVariable(None)
+
+    def setitem(self, tx, index: VariableTracker, value: VariableTracker) -> None:
+        key = _index(index)
+        self._mutated(tx)
+        try:
+            if isinstance(key, slice):
+                self.items[key] = value.unpack(tx)
+            else:
+                self.items[key] = value
+        except (IndexError, TypeError) as e:
+            raise _user_error(e) from None
+
+    def delitem(self, tx, index: VariableTracker) -> None:
+        key = _index(index)
+        self._mutated(tx)
+        try:
+            del self.items[key]
+        except (IndexError, TypeError) as e:
+            raise _user_error(e) from None
+
+
+class SliceVariable(VariableTracker):
+    """``a:b:c`` whose parts may be tensors (for ``x[t0:t1]``) or constants."""
+
+    def __init__(self, start, stop, step):
+        self.start, self.stop, self.step = start, stop, step
+
+    def python_type(self) -> type:
+        return slice
+
+    def is_python_constant(self) -> bool:
+        return all(v.is_python_constant() for v in (self.start, self.stop, self.step))
+
+    def as_python_constant(self) -> Any:
+        return slice(*(v.as_python_constant() for v in (self.start, self.stop, self.step)))
+
+    def reconstruct(self, cg) -> None:
+        for v in (self.start, self.stop, self.step):
+            cg.load(v)
+        cg.append(Instr("BUILD_SLICE", 3))
+
+
+class DictVariable(VariableTracker):
+    """A dict with constant (hashable) keys; ``items`` maps each key to a variable."""
+
+    mutable = True
+
+    def __init__(self, items: dict, source=None, user_cls: type = dict):
+        self.items = dict(items)
+        self.source = source
+        self.user_cls = user_cls
+
+    def python_type(self) -> type:
+        return self.user_cls
+
+    def is_python_constant(self) -> bool:
+        return False
+
+    def unpack(self, tx) -> list:
+        return [ConstantVariable(k) for k in self.items]
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        return container_method(self, name)
+
+    def truth(self, tx) -> bool:
+        return bool(self.items)
+
+    def _key(self, vt: VariableTracker) -> Any:
+        key = _const(vt, "a dict key")
+        try:
+            hash(key)
+        except TypeError as e:
+            raise _user_error(e) from None
+        return key
+
+    def _mutated(self, tx) -> None:
+        tx.output.side_effects.mutated(self)
+
+    def getitem(self, tx, key: VariableTracker) -> VariableTracker:
+        k = self._key(key)
+        if k not in self.items:
+            raise unsupported("user_exception", f"KeyError: {k!r}")
+        return self.items[k]
+
+    def setitem(self, tx, key: VariableTracker, value: VariableTracker) -> None:
+        self._mutated(tx)
+        self.items[self._key(key)] = value
+
+    def delitem(self, tx, key: VariableTracker) -> None:
+        k = self._key(key)
+        if k not in self.items:
+            raise unsupported("user_exception", f"KeyError: {k!r}")
+        self._mutated(tx)
+        del self.items[k]
+
+    def call_method(self, tx, name: str, args: list, kwargs: dict) -> VariableTracker:
+        items = self.items
+        if name == "__getitem__":
+            return self.getitem(tx, args[0])
+        if name == "__len__":
+            return ConstantVariable(len(items))
+        if name == "__contains__":
+            return ConstantVariable(self._key(args[0]) in items)
+        if name == "get":
+            k = self._key(args[0])
+            return (
+                items[k] if k in items else (args[1] if len(args) > 1 else ConstantVariable(None))
+            )
+        if name == "keys":
+            return ListVariable([ConstantVariable(k) for k in items])
+        if name == "values":
+            return ListVariable(list(items.values()))
+        if name == "items":
+            return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in items.items()])
+        if name == "copy":
+            return DictVariable(items)
+        if name == "update":
+            self._mutated(tx)
+            for arg in args:
+                if not isinstance(arg, DictVariable):
+                    raise unsupported("unsupported_object", f"dict.update({arg})")
+                items.update(arg.items)
+            for k, v in kwargs.items():
+                items[k] = v
+            return ConstantVariable(None)
+        if name == "setdefault":
+            k = self._key(args[0])
+            if k not in items:
+                self._mutated(tx)
+                items[k] = args[1] if len(args) > 1 else ConstantVariable(None)
+            return items[k]
+        if name == "pop":
+            k = self._key(args[0])
+            if k not in items:
+                if len(args) > 1:
+                    return args[1]
+                raise unsupported("user_exception", f"KeyError: {k!r}")
+            self._mutated(tx)
+            return items.pop(k)
+        if name == "clear":
+            self._mutated(tx)
+            items.clear()
+            return ConstantVariable(None)
+        raise unsupported("unsupported_object", f"dict.{name}()")
+
+    def reconstruct(self, cg) -> None:
+        if self.source is not None:
+            self.source.reconstruct(cg)
+            return
+        if self.user_cls is not dict:
+            cg.load_callable(self.user_cls)
+        for k, v in self.items.items():
+            cg.load_const(k)
+            cg.load(v)
+        cg.append(Instr("BUILD_MAP", len(self.items)))
+        if self.user_cls is not dict:
+            cg.call(1)
+
+    def __repr__(self) -> str:
+        return f"DictVariable({list(self.items)})"
+
+
+class SetVariable(VariableTracker):
+    """A set of Python constants."""
+
+    mutable = True
+
+    def __init__(self, values: set, source=None):
+        self.values = set(values)
+        self.source = source
+
+    def python_type(self) -> type:
+        return set
+
+    def unpack(self, tx) -> list:
+        return [ConstantVariable(v) for v in self.values]
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        return container_method(self, name)
+
+    def truth(self, tx) -> bool:
+        return bool(self.values)
+
+    def call_method(self, tx, name: str, args: list, kwargs: dict) -> VariableTracker:
+        values = self.values
+        consts = [_const(a, "a set element") for a in args]
+        if name == "__contains__":
+            return ConstantVariable(consts[0] in values)
+        if name == "__len__":
+            return ConstantVariable(len(values))
+        if name in ("add", "discard", "remove", "update", "clear"):
+            tx.output.side_effects.mutated(self)
+            if name == "update":
+                for a in args:
+                    values.update(_const(v, "a set element") for v in a.unpack(tx))
+            elif name == "remove" and consts[0] not in values:
+                raise unsupported("user_exception", f"KeyError: {consts[0]!r}")
+            else:
+                getattr(values, name)(*consts)
+            return ConstantVariable(None)
+        raise unsupported("unsupported_object", f"set.{name}()")
+
+    def reconstruct(self, cg) -> None:
+        if self.source is not None:
+            self.source.reconstruct(cg)
+            return
+        for v in self.values:
+            cg.load_const(v)
+        cg.append(Instr("BUILD_SET", len(self.values)))
+
+
+class IteratorVariable(VariableTracker):
+    """An iterator over known items (lists, ranges, zip, enumerate... are all materialised)."""
+
+    def __init__(self, items: list):
+        self.items = items
+        self.index = 0
+
+    def next(self, tx) -> VariableTracker | None:
+        if self.index >= len(self.items):
+            return None
+        self.index += 1
+        return self.items[self.index - 1]
+
+    def unpack(self, tx) -> list:
+        rest = self.items[self.index :]
+        self.index = len(self.items)
+        return rest
+
+    def reconstruct(self, cg) -> None:
+        cg.load_callable(iter)
+        for v in self.items[self.index :]:
+            cg.load(v)
+        cg.append(Instr("BUILD_TUPLE", len(self.items) - self.index))
+        cg.call(1)

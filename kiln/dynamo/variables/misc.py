@@ -1,0 +1,331 @@
+"""Everything else the evaluator meets: Python modules, kiln functions, classes, exceptions,
+grad-mode context managers, methods of constants and arbitrary user objects."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import types
+from typing import Any
+
+from ..exc import unsupported
+from ..sources import AttrSource
+from .base import ConstantVariable, FixedObjectVariable, VariableTracker
+from .functions import (
+    UserFunctionVariable,
+    UserMethodVariable,
+    bind_class_attribute,
+    missing_attribute,
+)
+
+__all__ = [
+    "PythonModuleVariable",
+    "KilnFunctionVariable",
+    "ClassVariable",
+    "ExceptionVariable",
+    "GradModeVariable",
+    "WithExitVariable",
+    "GradModeClassVariable",
+    "grad_mode_classes",
+    "ConstantMethodVariable",
+    "SuperVariable",
+    "UserObjectVariable",
+    "is_stable_module",
+]
+
+
+def is_stable_module(module: types.ModuleType) -> bool:
+    """kiln's and the standard library's modules: their attributes are not guarded."""
+    name = module.__name__
+    top = name.partition(".")[0]
+    return top == "kiln" or top in sys.stdlib_module_names
+
+
+class PythonModuleVariable(FixedObjectVariable):
+    """A Python module; attributes of kiln and standard-library modules are not guarded."""
+
+    module = property(lambda self: self.value)
+
+    def python_type(self) -> type:
+        return types.ModuleType
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        try:
+            value = getattr(self.module, name)
+        except AttributeError as e:
+            raise unsupported("user_exception", f"AttributeError: {e}") from None
+        stable = is_stable_module(self.module) or self.source is None
+        return tx.wrap(value, None if stable else AttrSource(self.source, name))
+
+
+class KilnFunctionVariable(FixedObjectVariable):
+    """A kiln op or Python-level kiln function: called directly on proxies."""
+
+    fn = property(lambda self: self.value)
+
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        from .tensor import call_kiln
+
+        return call_kiln(tx, self.fn, args, kwargs)
+
+
+class ClassVariable(FixedObjectVariable):
+    """A class object: usable in ``isinstance``, attribute reads; some calls are modelled."""
+
+    cls = property(lambda self: self.value)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        try:
+            attr = inspect.getattr_static(self.cls, name)
+        except AttributeError:
+            raise unsupported(
+                "user_exception",
+                f"AttributeError: type object '{self.cls.__name__}' has no attribute '{name}'",
+            ) from None
+        if isinstance(attr, classmethod):
+            return UserMethodVariable(attr.__func__, self)
+        if isinstance(attr, staticmethod):
+            attr = attr.__func__
+        src = AttrSource(self.source, name) if self.source is not None else None
+        return tx.wrap(getattr(self.cls, name) if not callable(attr) else attr, src)
+
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        cls = self.cls
+        if issubclass(cls, BaseException):
+            return ExceptionVariable(cls, args, kwargs)
+        if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+            from .functions import bind_arguments
+            from .lists import NamedTupleVariable
+
+            code = cls.__new__.__code__
+            bound = bind_arguments(code, [], {}, [self, *args], kwargs)
+            return NamedTupleVariable([bound[f] for f in cls._fields], cls)
+        raise unsupported("unsupported_object", f"creating a {cls.__qualname__} object")
+
+
+class ExceptionVariable(VariableTracker):
+    """An exception object built from constants (``raise ValueError("...")``, ``assert``)."""
+
+    def __init__(self, cls: type, args: list, kwargs: dict | None = None):
+        self.cls = cls
+        self.args = args
+        self.kwargs = kwargs or {}
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def reconstruct(self, cg) -> None:
+        cg.load_callable(self.cls)
+        for a in self.args:
+            cg.load(a)
+        names = tuple(self.kwargs)
+        for k in names:
+            cg.load(self.kwargs[k])
+        cg.call(len(self.args) + len(names), names)
+
+    def describe(self) -> str:
+        text = ", ".join(
+            repr(a.value) if isinstance(a, ConstantVariable) else "..." for a in self.args
+        )
+        return f"{self.cls.__name__}({text})"
+
+
+class SuperVariable(VariableTracker):
+    """``super()`` inside a method: attribute lookup continues after ``cls`` in the MRO."""
+
+    def __init__(self, cls: type, obj: VariableTracker):
+        self.cls = cls
+        self.obj = obj
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        mro = self.obj.python_type().__mro__
+        start = mro.index(self.cls) + 1 if self.cls in mro else len(mro)
+        for klass in mro[start:]:
+            if name in klass.__dict__:
+                attr = klass.__dict__[name]
+                bound = bind_class_attribute(tx, self.obj, attr, self.obj.python_type())
+                if bound is not None:
+                    return bound
+                if klass is object:
+                    break
+                return tx.wrap(attr, None)
+        raise unsupported("unsupported_object", f"super().{name}")
+
+
+class GradModeVariable(VariableTracker):
+    """``kiln.no_grad()``, ``enable_grad()``, ``set_grad_enabled(b)``, ``inference_mode(b)``.
+
+    Entering records a grad-mode switch node in the graph (so the backend runs the ops of the
+    block with the same mode) and changes the mode the evaluator propagates requires_grad with.
+    """
+
+    def __init__(self, target: bool, cls: type, restore_on_exit: bool | None = None):
+        self.target = target
+        self.cls = cls
+        # set_grad_enabled(b) switches at once; its ``with`` exit restores this value
+        self.restore_on_exit = restore_on_exit
+
+    def enter(self, tx) -> VariableTracker:
+        prev = tx.output.grad_enabled
+        if self.restore_on_exit is None:
+            tx.output.set_grad_enabled(self.target)
+            return WithExitVariable(self, prev)
+        return WithExitVariable(self, self.restore_on_exit)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name in ("clone", "__enter__"):
+            from .base import BoundMethodVariable
+
+            return BoundMethodVariable(self, name)
+        raise unsupported("unsupported_object", f"{self.cls.__name__}.{name}")
+
+    def call_method(self, tx, name: str, args: list, kwargs: dict) -> VariableTracker:
+        if name == "clone":
+            return GradModeVariable(self.target, self.cls)
+        if name == "__enter__":
+            tx.output.set_grad_enabled(self.target)
+            return ConstantVariable(None)
+        raise unsupported("unsupported_object", f"{self.cls.__name__}.{name}()")
+
+    def reconstruct(self, cg) -> None:
+        cg.load_callable(self.cls)
+        if self.cls.__name__ == "no_grad" or self.cls.__name__ == "enable_grad":
+            cg.call(0)
+        else:
+            cg.load_const(self.target if self.cls.__name__ != "inference_mode" else not self.target)
+            cg.call(1)
+
+
+def grad_mode_classes() -> tuple:
+    from ...autograd import grad_mode
+
+    return (
+        grad_mode.no_grad,
+        grad_mode.enable_grad,
+        grad_mode.set_grad_enabled,
+        grad_mode.inference_mode,
+    )
+
+
+class GradModeClassVariable(ClassVariable):
+    """``kiln.no_grad`` and friends: calling them makes a ``GradModeVariable``."""
+
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        from ...autograd import grad_mode
+
+        cls = self.cls
+        if cls is grad_mode.no_grad:
+            return GradModeVariable(False, cls)
+        if cls is grad_mode.enable_grad:
+            return GradModeVariable(True, cls)
+        mode = (
+            args[0] if args else kwargs.get("mode", ConstantVariable(True))
+        ).as_python_constant()
+        if cls is grad_mode.inference_mode:
+            return GradModeVariable(not mode, cls)
+        prev = tx.output.grad_enabled
+        tx.output.set_grad_enabled(bool(mode))
+        return GradModeVariable(bool(mode), cls, restore_on_exit=prev)
+
+
+class WithExitVariable(VariableTracker):
+    """The ``__exit__`` that ``BEFORE_WITH`` leaves on the stack: restores the grad mode."""
+
+    def __init__(self, ctx: GradModeVariable, restore: bool):
+        self.ctx = ctx
+        self.restore = restore
+
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        tx.output.set_grad_enabled(self.restore)
+        return ConstantVariable(None)
+
+    def reconstruct(self, cg) -> None:
+        raise unsupported("unsupported_bytecode", "a graph break inside a `with` block")
+
+
+class ConstantMethodVariable(VariableTracker):
+    """A method of an immutable constant (``"a,b".split``, ``dtype.is_floating_point``...)."""
+
+    def __init__(self, obj: ConstantVariable, name: str):
+        self.obj = obj
+        self.name = name
+
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        from .builder import wrap_constant_result
+
+        if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+            raise unsupported("unsupported_object", f"{self.name}() on non-constant arguments")
+        value = self.obj.as_python_constant()
+        try:
+            result = getattr(value, self.name)(
+                *(a.as_python_constant() for a in args),
+                **{k: v.as_python_constant() for k, v in kwargs.items()},
+            )
+        except Exception as e:
+            raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
+        return wrap_constant_result(result)
+
+    def reconstruct(self, cg) -> None:
+        cg.load(self.obj)
+        cg.append_load_attr(self.name)
+
+
+class UserObjectVariable(FixedObjectVariable):
+    """An instance of a user class (a config object, a model's helper...): guarded by type, not
+    a constant; attribute reads are guarded when used; attribute writes become side effects."""
+
+    mutable = True
+
+    def is_python_constant(self) -> bool:
+        return False
+
+    def as_python_constant(self) -> Any:
+        raise unsupported("unsupported_object", f"a {type(self.value).__name__} is not a constant")
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        pending = tx.output.side_effects.pending_attr(self, name)
+        if pending is not None:
+            return pending
+        value = self.value
+        src = AttrSource(self.source, name) if self.source is not None else None
+        d = getattr(value, "__dict__", None)
+        if isinstance(d, dict) and name in d:
+            return tx.wrap(d[name], src)
+        try:
+            attr = inspect.getattr_static(type(value), name)
+        except AttributeError:
+            if hasattr(type(value), "__getattr__"):
+                raise unsupported(
+                    "unsupported_object", f"{type(value).__name__}.__getattr__"
+                ) from None
+            raise missing_attribute(type(value), name) from None
+        bound = bind_class_attribute(tx, self, attr, type(value))
+        if bound is not None:
+            return bound
+        try:
+            return tx.wrap(getattr(value, name), src)
+        except AttributeError as e:
+            raise unsupported("user_exception", f"AttributeError: {e}") from None
+
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        tx.output.side_effects.store_attr(self, name, value)
+
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        call = inspect.getattr_static(type(self.value), "__call__", None)
+        if isinstance(call, types.FunctionType):
+            return tx.inline_call(UserFunctionVariable(call), [self, *args], kwargs)
+        raise unsupported("opaque_function", f"calling a {type(self.value).__name__} object")
+
+    def truth(self, tx) -> bool:
+        cls = type(self.value)
+        for name in ("__bool__", "__len__"):
+            attr = inspect.getattr_static(cls, name, None)
+            if isinstance(attr, types.FunctionType):
+                result = tx.inline_call(UserFunctionVariable(attr), [self], {})
+                return bool(result.as_python_constant())
+            if attr is not None:
+                raise unsupported("unsupported_object", f"truth value of a {cls.__name__}")
+        return True
+
+    def __repr__(self) -> str:
+        return f"UserObjectVariable({type(self.value).__name__})"

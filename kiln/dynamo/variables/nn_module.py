@@ -1,0 +1,191 @@
+"""``nn.Module`` objects during capture: attributes, submodules, parameters and calls.
+
+A module read from a source is guarded by identity. Its parameters and buffers become graph
+inputs read through ``module._parameters['w']`` (so optimizer updates are seen without
+recompiling, and guards avoid the slow ``Module.__getattr__``); plain attributes (``training``,
+sizes, flags) are constants guarded when used. Calling a module without hooks inlines its
+``forward``; containers (``Sequential``, ``ModuleList``, ``ModuleDict``) iterate and index.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any
+
+from ..exc import unsupported
+from ..sources import AttrSource, ModuleTableSource, Source
+from .base import BoundMethodVariable, ConstantVariable, VariableTracker
+from .functions import UserFunctionVariable, bind_class_attribute, missing_attribute
+
+__all__ = ["NNModuleVariable"]
+
+_TABLES = ("_parameters", "_buffers", "_modules")
+# methods answered from the real module's structure (``call_method``), not inlined
+_MODELLED_METHODS = frozenset(
+    {"parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children",
+     "modules", "named_modules", "items", "keys", "values", "__len__", "__getitem__"}
+)  # fmt: skip
+
+
+def _has_hooks(module) -> bool:
+    from ...nn.modules import _hooks
+
+    d = module.__dict__
+    return bool(any(d.get(name) for name in _hooks.HOOK_DICTS) or _hooks.GLOBAL_HOOKS_ACTIVE[0])
+
+
+class NNModuleVariable(VariableTracker):
+    """A ``kiln.nn.Module`` instance (guarded by identity when it has a source)."""
+
+    mutable = True
+
+    def __init__(self, module, source: Source | None = None):
+        self.module = module
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.module)
+
+    def _child_source(self, table: str | None, name: str) -> Source | None:
+        if self.source is None:
+            return None
+        if table is None:
+            return AttrSource(self.source, name)
+        return ModuleTableSource(self.source, table, name)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        pending = tx.output.side_effects.pending_attr(self, name)
+        if pending is not None:
+            return pending
+        module = self.module
+        d = module.__dict__
+        if name in d:
+            return tx.wrap(d[name], self._child_source(None, name))
+        for table in _TABLES:
+            entries = d.get(table)
+            if entries is not None and name in entries:
+                return tx.wrap(entries[name], self._child_source(table, name))
+        if name == "__dict__":
+            raise unsupported("unsupported_object", "reading a module's __dict__")
+        if name in _MODELLED_METHODS:
+            return BoundMethodVariable(self, name)
+        try:
+            attr = inspect.getattr_static(type(module), name)
+        except AttributeError:
+            raise missing_attribute(type(module), name) from None
+        bound = bind_class_attribute(tx, self, attr, type(module))
+        if bound is not None:
+            return bound
+        return tx.wrap(getattr(module, name), self._child_source(None, name))
+
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        tx.output.side_effects.store_attr(self, name, value)
+
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        if _has_hooks(self.module):
+            raise unsupported(
+                "module_hooks", f"{type(self.module).__name__} has forward/backward hooks"
+            )
+        forward = inspect.getattr_static(type(self.module), "forward")
+        if not isinstance(forward, types.FunctionType):
+            raise unsupported("unsupported_object", f"{type(self.module).__name__}.forward")
+        return tx.inline_call(UserFunctionVariable(forward), [self, *args], kwargs)
+
+    # ------------------------------------------------------------------ containers
+    def _children(self) -> list[tuple[str, Any]]:
+        return [(k, m) for k, m in self.module.__dict__["_modules"].items() if m is not None]
+
+    def _is_container(self) -> bool:
+        from ...nn.modules.container import ModuleDict, ModuleList, Sequential
+
+        return isinstance(self.module, (ModuleList, Sequential, ModuleDict))
+
+    def _is_dict(self) -> bool:
+        from ...nn.modules.container import ModuleDict
+
+        return isinstance(self.module, ModuleDict)
+
+    def unpack(self, tx) -> list:
+        if not self._is_container():
+            raise unsupported("unsupported_object", f"iterating over {type(self.module).__name__}")
+        if self._is_dict():
+            return [ConstantVariable(k) for k, _ in self._children()]
+        return [tx.wrap(m, self._child_source("_modules", k)) for k, m in self._children()]
+
+    def getitem(self, tx, index: VariableTracker) -> VariableTracker:
+        key = index.as_python_constant()
+        children = self._children()
+        if self._is_dict():
+            if key not in self.module.__dict__["_modules"]:
+                raise unsupported("user_exception", f"KeyError: {key!r}")
+            return tx.wrap(self.module[key], self._child_source("_modules", key))
+        if isinstance(key, slice):
+            return NNModuleVariable(self.module[key], None)
+        try:
+            name, child = children[key]
+        except (IndexError, TypeError) as e:
+            raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
+        return tx.wrap(child, self._child_source("_modules", name))
+
+    def call_method(self, tx, name: str, args: list, kwargs: dict) -> VariableTracker:
+        from .lists import ListVariable, TupleVariable
+
+        if name == "__len__" and self._is_container():
+            return ConstantVariable(len(self._children()))
+        if name == "__getitem__" and self._is_container():
+            return self.getitem(tx, args[0])
+        if name in ("children", "values") and (name == "children" or self._is_dict()):
+            return ListVariable(
+                [tx.wrap(m, self._child_source("_modules", k)) for k, m in self._children()]
+            )
+        if name in ("named_children", "items") and (name == "named_children" or self._is_dict()):
+            return ListVariable(
+                [
+                    TupleVariable(
+                        [ConstantVariable(k), tx.wrap(m, self._child_source("_modules", k))]
+                    )
+                    for k, m in self._children()
+                ]
+            )
+        if name == "keys" and self._is_dict():
+            return ListVariable([ConstantVariable(k) for k, _ in self._children()])
+        if name in ("parameters", "buffers", "named_parameters", "named_buffers"):
+            return self._members(tx, name, args, kwargs)
+        if name in ("modules", "named_modules"):
+            items = []
+            for path, module in self.module.named_modules():
+                vt = tx.wrap(module, self._path_source(path, "_modules") if path else self.source)
+                items.append(
+                    TupleVariable([ConstantVariable(path), vt]) if name == "named_modules" else vt
+                )
+            return ListVariable(items)
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def _members(self, tx, name: str, args, kwargs) -> VariableTracker:
+        from .lists import ListVariable, TupleVariable
+
+        py_args = [a.as_python_constant() for a in args]
+        py_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+        named = name if name.startswith("named_") else "named_" + name
+        items = []
+        for path, tensor in getattr(self.module, named)(*py_args, **py_kwargs):
+            vt = tx.wrap(
+                tensor, self._path_source(path, "_buffers" if "buffer" in name else "_parameters")
+            )
+            items.append(
+                TupleVariable([ConstantVariable(path), vt]) if name.startswith("named_") else vt
+            )
+        return ListVariable(items)
+
+    def _path_source(self, path: str, table: str) -> Source | None:
+        if self.source is None:
+            return None
+        *mods, leaf = path.split(".")
+        src: Source = self.source
+        for m in mods:
+            src = ModuleTableSource(src, "_modules", m)
+        return ModuleTableSource(src, table, leaf)
+
+    def __repr__(self) -> str:
+        return f"NNModuleVariable({type(self.module).__name__})"

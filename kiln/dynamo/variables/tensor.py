@@ -1,0 +1,300 @@
+"""Tensors during capture: ``TensorVariable`` wraps a data-less proxy bound to a graph node.
+
+Operations on tensor variables are *really run*: the kiln function, Tensor method or Python
+operator is called on the proxies under the output graph's ``TracingMode``, so kiln's own Python
+code executes and every op it dispatches becomes a node. What needs data (``.item()``, ``bool``,
+value-dependent shapes) raises inside kiln and becomes a graph break here; any other exception is
+the user's error and is re-raised by running that instruction eagerly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...ops.indexing import DataDependentOutputError
+from ...runtime import state
+from ...runtime.tensor import Size, Tensor, make_fake
+from ..exc import Unsupported, unsupported
+from .base import ConstantVariable, VariableTracker
+
+__all__ = ["TensorVariable", "TensorMethodVariable", "call_kiln", "wrap_kiln_result", "to_kiln_arg"]
+
+# metadata read straight off the proxy (shapes are static: guarded on the inputs)
+_META_ATTRS = frozenset(
+    {
+        "shape",
+        "dtype",
+        "device",
+        "ndim",
+        "requires_grad",
+        "layout",
+        "is_cuda",
+        "is_cpu",
+        "is_meta",
+        "itemsize",
+        "nbytes",
+        "_shape",
+        "_dtype",
+        "_device",
+        "_requires_grad",
+        "is_sparse",
+        "is_quantized",
+        "is_nested",
+        "is_mkldnn",
+        "is_complex_dtype",
+    }
+)
+_VIEW_PROPERTIES = frozenset({"T", "mT", "H", "mH", "real"})
+# reading these needs autograd or storage state that a graph cannot model
+_STATE_ATTRS = frozenset(
+    {"grad", "grad_fn", "data", "is_leaf", "_version", "_base", "retains_grad"}
+)
+_DATA_METHODS = frozenset(
+    {
+        "item",
+        "tolist",
+        "numpy",
+        "__bool__",
+        "__int__",
+        "__float__",
+        "__index__",
+        "__repr__",
+        "__str__",
+        "__format__",
+        "data_ptr",
+        "untyped_storage",
+        "storage_offset",
+    }
+)
+_STATE_METHODS = frozenset(
+    {
+        "backward",
+        "register_hook",
+        "register_post_accumulate_grad_hook",
+        "retain_grad",
+        "requires_grad_",
+        "detach_",
+        "__setattr__",
+        "__delattr__",
+        "share_memory_",
+        "set_",
+    }
+)
+
+
+_MISSING = object()
+
+
+class TensorVariable(VariableTracker):
+    """A tensor in the graph; ``source`` is set for graph inputs (arguments, parameters)."""
+
+    def __init__(self, proxy: Tensor, source=None, example: Tensor | None = None):
+        self.proxy = proxy
+        self.source = source
+        self.example = example  # the real input tensor, for graph inputs
+
+    def python_type(self) -> type:
+        return type(self.example) if self.example is not None else Tensor
+
+    def isinstance_of(self, cls) -> bool:
+        return isinstance(self.example if self.example is not None else self.proxy, cls)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name in _META_ATTRS:
+            value = getattr(self.proxy, name)
+            return ConstantVariable(Size(value) if name == "shape" else value)
+        if name in _STATE_ATTRS:
+            raise unsupported(
+                "unsupported_tensor_op", f"reading Tensor.{name} inside compiled code"
+            )
+        if name in _VIEW_PROPERTIES:
+            return call_kiln(tx, getattr, [self, ConstantVariable(name)], {})
+        attr = getattr(Tensor, name, _MISSING)
+        if attr is _MISSING:
+            raise unsupported(
+                "user_exception", f"AttributeError: 'Tensor' object has no attribute '{name}'"
+            )
+        if callable(attr):
+            return TensorMethodVariable(self, name)
+        raise unsupported("unsupported_tensor_op", f"Tensor attribute {name!r}")
+
+    def call_method(self, tx, name: str, args: list, kwargs: dict) -> VariableTracker:
+        return call_tensor_method(tx, self, name, args, kwargs)
+
+    def unpack(self, tx) -> list:
+        if not self.proxy._shape:
+            raise unsupported("user_exception", "TypeError: iteration over a 0-d tensor")
+        return call_tensor_method(tx, self, "unbind", [ConstantVariable(0)], {}).items
+
+    def truth(self, tx) -> bool:
+        raise unsupported("data_dependent_branch", "a branch or bool() depends on a tensor's value")
+
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        raise unsupported("unsupported_tensor_op", f"setting Tensor.{name} inside compiled code")
+
+    def reconstruct(self, cg) -> None:
+        if self.source is not None:
+            self.source.reconstruct(cg)
+        else:
+            cg.load_graph_output(self)
+
+    def __repr__(self) -> str:
+        p = self.proxy
+        return f"TensorVariable({p._dtype.name}{list(p._shape)})"
+
+
+class TensorMethodVariable(VariableTracker):
+    """``x.view`` before it is called."""
+
+    def __init__(self, tensor: TensorVariable, name: str):
+        self.tensor = tensor
+        self.name = name
+
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        return call_tensor_method(tx, self.tensor, self.name, args, kwargs)
+
+    def reconstruct(self, cg) -> None:
+        cg.load(self.tensor)
+        cg.append_load_attr(self.name)
+
+
+_METHOD_CALLERS: dict[str, Any] = {}
+
+
+def _method_caller(name: str):
+    fn = _METHOD_CALLERS.get(name)
+    if fn is None:
+
+        def fn(self, *args, **kwargs):
+            return getattr(self, name)(*args, **kwargs)
+
+        fn.__name__ = f"Tensor.{name}"
+        _METHOD_CALLERS[name] = fn
+    return fn
+
+
+def call_tensor_method(tx, tensor: TensorVariable, name: str, args, kwargs) -> VariableTracker:
+    if name in _DATA_METHODS:
+        raise unsupported("data_dependent_value", f"Tensor.{name}() needs the tensor's values")
+    if name in _STATE_METHODS:
+        raise unsupported("unsupported_tensor_op", f"Tensor.{name}() changes autograd state")
+    if name == "detach":
+        if args or kwargs:
+            raise unsupported("user_exception", "TypeError: detach() takes no arguments")
+        return record_call(tx, Tensor.detach, [tensor], make_fake_like(tensor.proxy))
+    return call_kiln(tx, _method_caller(name), [tensor, *args], kwargs)
+
+
+def make_fake_like(t: Tensor) -> Tensor:
+    return make_fake(t._shape, t._dtype, t._device, t.stride(), t._offset)
+
+
+def to_kiln_arg(vt: VariableTracker) -> Any:
+    """The Python value a kiln function receives for ``vt`` (proxies for tensors)."""
+    from .lists import BaseListVariable, DictVariable, SliceVariable
+
+    if isinstance(vt, TensorVariable):
+        return vt.proxy
+    if isinstance(vt, ConstantVariable):
+        return vt.as_python_constant()
+    if isinstance(vt, BaseListVariable):
+        items = [to_kiln_arg(v) for v in vt.items]
+        return vt.python_type()(items) if vt.python_type() in (list, tuple) else tuple(items)
+    if isinstance(vt, SliceVariable):
+        return slice(*(to_kiln_arg(v) for v in (vt.start, vt.stop, vt.step)))
+    if isinstance(vt, DictVariable):
+        return {k: to_kiln_arg(v) for k, v in vt.items.items()}
+    from .misc import KilnObjectVariable
+
+    if isinstance(vt, KilnObjectVariable):
+        return vt.value
+    raise unsupported("unsupported_object", f"passing {vt} to a kiln function")
+
+
+def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
+    """Run ``fn`` on proxies under the tracing mode and wrap what it returns."""
+    py_args = [to_kiln_arg(a) for a in args]
+    py_kwargs = {k: to_kiln_arg(v) for k, v in kwargs.items()}
+    output = tx.output
+    mode = output.mode
+    mode.current_source, mode.current_source_text = tx.source_location()
+    grad = state.grad_enabled
+    saved_grad = grad[0]
+    grad[0] = output.grad_enabled
+    try:
+        with mode:
+            result = fn(*py_args, **py_kwargs)
+    except Unsupported:
+        raise
+    except DataDependentOutputError as e:
+        raise unsupported("data_dependent_shape", f"{_name(fn)}: {e}") from None
+    except RuntimeError as e:
+        if "being captured into a graph" in str(e):
+            raise unsupported(
+                "data_dependent_value", f"{_name(fn)} reads a tensor's values: {e}"
+            ) from None
+        raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
+    except NotImplementedError as e:
+        raise unsupported("unsupported_tensor_op", f"{_name(fn)}: {e}") from None
+    except Exception as e:
+        raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
+    finally:
+        grad[0] = saved_grad
+    if isinstance(result, Tensor) and result._data is not None:
+        # a tensor made from Python data (kiln.tensor([...])): a fresh one on every call
+        return record_call(tx, fn, args, make_fake_like(result), kwargs, result)
+    return wrap_kiln_result(tx, result)
+
+
+def record_call(tx, fn, args: list, proxy: Tensor, kwargs: dict | None = None, example=None):
+    """Add ``fn(*args, **kwargs)`` to the graph as one node whose value is ``proxy``."""
+    output = tx.output
+    mode = output.mode
+    node_args = tuple(_to_node_arg(mode, a) for a in args)
+    node_kwargs = {k: _to_node_arg(mode, v) for k, v in (kwargs or {}).items()}
+    node = output.graph.call_function(fn, node_args, node_kwargs)
+    node.meta["val"] = make_fake_like(proxy)
+    src, text = tx.source_location()
+    if src is not None:
+        node.meta["source"] = src
+        if text:
+            node.meta["source_text"] = text
+    if example is not None and example._requires_grad:
+        proxy._requires_grad = True
+    output.bind_proxy(proxy, node)
+    return wrap_kiln_result(tx, proxy)
+
+
+def _to_node_arg(mode, vt: VariableTracker):
+    value = to_kiln_arg(vt)
+    from ...ir.node import map_aggregate
+
+    return map_aggregate(value, lambda v: mode.node_of(v) if isinstance(v, Tensor) else v)
+
+
+def wrap_kiln_result(tx, value: Any) -> VariableTracker:
+    """A variable for what a kiln function returned (proxies, tuples, Python values)."""
+    from .builder import wrap_constant_result
+    from .lists import ListVariable, NamedTupleVariable, TupleVariable
+
+    if isinstance(value, Tensor):
+        vt = tx.output.proxy_variable(value)
+        if vt is None:
+            raise unsupported(
+                "unsupported_tensor_op", "a kiln function returned a tensor outside the graph"
+            )
+        return vt
+    if isinstance(value, tuple) and not isinstance(value, Size):
+        items = [wrap_kiln_result(tx, v) for v in value]
+        if hasattr(value, "_fields"):
+            return NamedTupleVariable(items, type(value))
+        return TupleVariable(items)
+    if isinstance(value, list):
+        return ListVariable([wrap_kiln_result(tx, v) for v in value])
+    return wrap_constant_result(value)
+
+
+def _name(fn) -> str:
+    if fn is getattr:
+        return "attribute access"
+    return getattr(fn, "__name__", None) or repr(fn)

@@ -1,0 +1,1 @@
+"""kiln's compiler backend: lowering graphs to loop IR, scheduling, and CPU/GPU code generation."""

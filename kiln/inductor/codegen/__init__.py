@@ -1,0 +1,1 @@
+"""Code generators: LLVM (CPU) kernels through llvmlite, Triton (GPU) kernels."""

@@ -1,0 +1,1092 @@
+"""LLVM code generation for scheduled kernels (llvmlite IR, JIT-compiled for the host CPU).
+
+Every kernel becomes ``void kernel_N(i64 row_start, i64 row_end, i8** buffers)``: a loop over
+rows (threads call it with disjoint row ranges) whose body runs the kernel's steps for one row —
+per-row scalar work, and inner loops that are vectorized with explicit ``<8 x T>`` types plus a
+scalar tail (see ``loop_plan`` for how loops are chosen). The loop bodies are the lowering's
+``inner_fn``s run against ``LLVMOps``, an ops handler that emits IR; the same body is emitted
+twice per inner loop, once for vectors and once for the tail. Transcendental functions come from
+``llvm_math`` (polynomials in IR, no libm calls for float32).
+"""
+
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from ...runtime import dtypes as dt
+from .. import sym
+from ..ir import ComputedBuffer, Pointwise, Reduction
+from ..virtualized import set_ops_handler
+from . import llvm_math
+from .loop_plan import InnerLoop, LoopPlan
+
+__all__ = ["emit_kernel", "LANES", "UnsupportedInLLVM", "llvm_type"]
+
+LANES = 8
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+
+
+class UnsupportedInLLVM(NotImplementedError):  # noqa: N818 - reads as a reason
+    """The kernel uses something the LLVM generator does not emit; the kernel runs in numpy."""
+
+
+def llvm_type(d: dt.dtype):
+    """Register type of a value of dtype ``d`` (bool is i1 in registers, i8 in memory)."""
+    return {
+        dt.float32: F32,
+        dt.float64: F64,
+        dt.float16: ir.HalfType(),
+        dt.bfloat16: ir.IntType(16),
+        dt.int64: I64,
+        dt.int32: I32,
+        dt.int16: ir.IntType(16),
+        dt.int8: I8,
+        dt.uint8: I8,
+        dt.bool_: I1,
+    }[d]
+
+
+def memory_type(d: dt.dtype):
+    return I8 if d is dt.bool_ else llvm_type(d)
+
+
+class V:
+    """A value in a loop body: the LLVM value and its kiln dtype."""
+
+    __slots__ = ("value", "dtype")
+
+    def __init__(self, value, dtype):
+        self.value = value
+        self.dtype = dtype
+
+
+_FLOAT_MATH = {
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log1p",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "sin",
+    "cos",
+    "tan",
+    "atan",
+    "sqrt",
+    "rsqrt",
+    "floor",
+    "ceil",
+    "trunc",
+    "round",
+}
+
+
+class LLVMOps:
+    """Ops handler emitting IR (see the module docstring)."""
+
+    def __init__(self, emitter: KernelEmitter, lanes: int, env: dict):
+        self.e = emitter
+        self.b = emitter.builder
+        self.lanes = lanes  # 1 for scalar code
+        self.env = env  # sym atom -> i64 value (scalar) or <lanes x i64> for the inner var
+
+    # ------------------------------------------------------------------ types
+    def ty(self, d: dt.dtype):
+        t = llvm_type(d)
+        return t if self.lanes == 1 else ir.VectorType(t, self.lanes)
+
+    def splat(self, value, d: dt.dtype):
+        if self.lanes == 1:
+            return value
+        vec = ir.VectorType(value.type, self.lanes)
+        undef = ir.Constant(vec, ir.Undefined)
+        v = self.b.insert_element(undef, value, ir.Constant(I32, 0))
+        return self.b.shuffle_vector(
+            v, undef, ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes)
+        )
+
+    def const_of(self, value, d: dt.dtype):
+        t = llvm_type(d)
+        if d is dt.bool_:
+            c = ir.Constant(I1, int(bool(value)))
+        elif d.is_floating_point:
+            if d is dt.bfloat16:
+                raise UnsupportedInLLVM("bfloat16 constants")
+            c = ir.Constant(t, float(value))
+        else:
+            v = value
+            if isinstance(v, float):
+                if math.isinf(v):
+                    bits = d.itemsize * 8
+                    v = (1 << (bits - 1)) - 1 if v > 0 else -(1 << (bits - 1))
+                else:
+                    v = int(v)
+            c = ir.Constant(t, int(v))
+        return (
+            c
+            if self.lanes == 1
+            else ir.Constant(ir.VectorType(t, self.lanes), [c.constant] * self.lanes)
+        )
+
+    # ------------------------------------------------------------------ memory and indices
+    def index(self, expr) -> ir.Value:
+        """An i64 (or <lanes x i64> when it moves with the inner variable) for an index expression."""
+        return self.e.emit_index(sym.as_expr(expr), self.env, self.lanes)
+
+    def load(self, name, index):
+        e = self.e
+        if name in e.locals:
+            value, d = e.locals[name]
+            return V(self.splat(value, d), d)
+        d = e.buffer_dtypes[name]
+        expr = sym.as_expr(index)
+        j = e.j
+        if self.lanes > 1:
+            depends = j is not None and j in expr.free_vars()
+            if not depends:
+                offset = e.clamp(e.emit_index(expr, self.env, 1), expr, name, 1)
+                raw = self.b.load(self.b.gep(e.pointer(name), [offset]), align=d.itemsize)
+                return V(self.splat(self._from_memory(raw, d), d), d)
+            coeff = expr.coeff(j)
+            rest = expr - sym.as_expr(j) * coeff
+            lo, hi = expr.bounds()
+            in_bounds = lo >= 0 and hi < e.buffer_sizes.get(name, hi + 1)
+            if coeff == 1 and j not in rest.free_vars() and in_bounds:
+                base = e.emit_index(rest, self.env, 1)
+                ptr = self.b.gep(self.b.gep(e.pointer(name), [base]), [self.env[j]])
+                vec_ptr = self.b.bitcast(
+                    ptr, ir.VectorType(memory_type(d), self.lanes).as_pointer()
+                )
+                raw = self.b.load(vec_ptr, align=d.itemsize)
+                return V(self._from_memory(raw, d), d)
+            # gather: one scalar load per lane
+            offsets = e.clamp(e.emit_index(expr, self.env, self.lanes), expr, name, self.lanes)
+            vec = ir.Constant(ir.VectorType(memory_type(d), self.lanes), ir.Undefined)
+            base_ptr = e.pointer(name)
+            for lane in range(self.lanes):
+                off = self.b.extract_element(offsets, ir.Constant(I32, lane))
+                scalar = self.b.load(self.b.gep(base_ptr, [off]), align=d.itemsize)
+                vec = self.b.insert_element(vec, scalar, ir.Constant(I32, lane))
+            return V(self._from_memory(vec, d), d)
+        offset = e.clamp(e.emit_index(expr, self.env, 1), expr, name, 1)
+        raw = self.b.load(self.b.gep(e.pointer(name), [offset]), align=d.itemsize)
+        return V(self._from_memory(raw, d), d)
+
+    def _from_memory(self, raw, d):
+        if d is dt.bool_:
+            zero = ir.Constant(raw.type, None)
+            return self.b.icmp_unsigned("!=", raw, zero)
+        return raw
+
+    def constant(self, value, dtype):
+        return V(self.const_of(value, dtype), dtype)
+
+    def index_expr(self, expr, dtype):
+        v = self.index(expr)
+        return self.to_dtype(V(v, dt.int64), dtype)
+
+    def indirect_indexing(self, value, size):
+        atom = sym.Indirect(f"_ind{len(self.env)}", size)
+        v = value.value
+        t = I64 if self.lanes == 1 else ir.VectorType(I64, self.lanes)
+        if value.dtype is not dt.int64:
+            v = self.b.sext(v, t) if value.dtype.is_signed else self.b.zext(v, t)
+        zero = ir.Constant(t, None)
+        size_c = ir.Constant(t, size) if self.lanes == 1 else ir.Constant(t, [size] * self.lanes)
+        neg = self.b.icmp_signed("<", v, zero)
+        wrapped = self.b.select(neg, self.b.add(v, size_c), v)
+        self.env[atom] = wrapped
+        return sym.as_expr(atom)
+
+    # ------------------------------------------------------------------ conversions
+    def to_dtype(self, x: V, dtype):
+        src, b = x.dtype, self.b
+        v = x.value
+        if src is dtype:
+            return x
+        if dtype is dt.bfloat16 or src is dt.bfloat16:
+            raise UnsupportedInLLVM("bfloat16 arithmetic")
+        t = self.ty(dtype)
+        if dtype is dt.bool_:
+            if src.is_floating_point:
+                return V(b.fcmp_unordered("!=", v, ir.Constant(v.type, None)), dtype)
+            return V(b.icmp_unsigned("!=", v, ir.Constant(v.type, None)), dtype)
+        if src is dt.bool_:
+            if dtype.is_floating_point:
+                return V(b.uitofp(v, t), dtype)
+            return V(b.zext(v, t), dtype)
+        if src.is_floating_point and dtype.is_floating_point:
+            return V(b.fpext(v, t) if dtype.itemsize > src.itemsize else b.fptrunc(v, t), dtype)
+        if src.is_floating_point:
+            # fptosi of NaN or out-of-range values is poison: clamp (NaN -> 0) first
+            info_bits = dtype.itemsize * 8
+            lo = -(2.0 ** (info_bits - 1)) if dtype.is_signed else 0.0
+            hi = 2.0 ** (info_bits - 1) - 1 if dtype.is_signed else 2.0**info_bits - 1
+            nan = b.fcmp_unordered("uno", v, v)
+            clamped = self._fclamp(v, lo, hi, src)
+            zero = ir.Constant(v.type, None)
+            safe = b.select(nan, zero, clamped)
+            conv = b.fptosi(safe, t) if dtype.is_signed else b.fptoui(safe, t)
+            return V(conv, dtype)
+        if dtype.is_floating_point:
+            return V(b.sitofp(v, t) if src.is_signed else b.uitofp(v, t), dtype)
+        if dtype.itemsize > src.itemsize:
+            return V(b.sext(v, t) if src.is_signed else b.zext(v, t), dtype)
+        if dtype.itemsize < src.itemsize:
+            return V(b.trunc(v, t), dtype)
+        return V(v, dtype)
+
+    def _fclamp(self, v, lo, hi, d):
+        b = self.b
+        lo_c = self.const_of(lo, d)
+        hi_c = self.const_of(hi, d)
+        v = b.select(b.fcmp_ordered("<", v, lo_c), lo_c, v)
+        return b.select(b.fcmp_ordered(">", v, hi_c), hi_c, v)
+
+    # ------------------------------------------------------------------ selection
+    def where(self, c: V, a: V, b_: V):
+        return V(self.b.select(c.value, a.value, b_.value), a.dtype)
+
+    # ------------------------------------------------------------------ arithmetic
+    def _float(self, x: V) -> bool:
+        return x.dtype.is_floating_point
+
+    def add(self, a, b):
+        return V(
+            self.b.fadd(a.value, b.value, flags=("contract",))
+            if self._float(a)
+            else self.b.add(a.value, b.value),
+            a.dtype,
+        )
+
+    def sub(self, a, b):
+        return V(
+            self.b.fsub(a.value, b.value, flags=("contract",))
+            if self._float(a)
+            else self.b.sub(a.value, b.value),
+            a.dtype,
+        )
+
+    def mul(self, a, b):
+        if a.dtype is dt.bool_:
+            return V(self.b.and_(a.value, b.value), a.dtype)
+        return V(
+            self.b.fmul(a.value, b.value, flags=("contract",))
+            if self._float(a)
+            else self.b.mul(a.value, b.value),
+            a.dtype,
+        )
+
+    def truediv(self, a, b):
+        if not self._float(a):
+            raise UnsupportedInLLVM("integer true division (lowering casts first)")
+        return V(self.b.fdiv(a.value, b.value), a.dtype)
+
+    def floordiv(self, a, b):
+        if self._float(a):
+            return self.floor(self.truediv(a, b))
+        q = self.b.sdiv(a.value, b.value)
+        r = self.b.srem(a.value, b.value)
+        zero = ir.Constant(a.value.type, None)
+        adjust = self.b.and_(
+            self.b.icmp_signed("!=", r, zero),
+            self.b.icmp_signed(
+                "!=", self.b.icmp_signed("<", r, zero), self.b.icmp_signed("<", b.value, zero)
+            ),
+        )
+        return V(self.b.select(adjust, self.b.sub(q, self.const_of(1, a.dtype)), q), a.dtype)
+
+    def truncdiv(self, a, b):
+        if self._float(a):
+            return self.trunc(self.truediv(a, b))
+        return V(self.b.sdiv(a.value, b.value), a.dtype)
+
+    def remainder(self, a, b):
+        if self._float(a):
+            # a - floor(a / b) * b, PyTorch's (Python's) sign convention
+            q = self.floor(self.truediv(a, b))
+            return self.sub(a, self.mul(q, b))
+        r = self.b.srem(a.value, b.value)
+        zero = ir.Constant(a.value.type, None)
+        fix = self.b.and_(
+            self.b.icmp_signed("!=", r, zero),
+            self.b.icmp_signed(
+                "!=", self.b.icmp_signed("<", r, zero), self.b.icmp_signed("<", b.value, zero)
+            ),
+        )
+        return V(self.b.select(fix, self.b.add(r, b.value), r), a.dtype)
+
+    def fmod(self, a, b):
+        if self._float(a):
+            return V(self.b.frem(a.value, b.value), a.dtype)
+        return V(self.b.srem(a.value, b.value), a.dtype)
+
+    def neg(self, a):
+        if self._float(a):
+            return V(self.b.fneg(a.value), a.dtype)
+        return V(self.b.neg(a.value), a.dtype)
+
+    def abs(self, a):
+        if self._float(a):
+            return self._math("abs", a)
+        neg = self.b.icmp_signed("<", a.value, ir.Constant(a.value.type, None))
+        return V(self.b.select(neg, self.b.neg(a.value), a.value), a.dtype)
+
+    def reciprocal(self, a):
+        return self.truediv(V(self.const_of(1.0, a.dtype), a.dtype), a)
+
+    def sign(self, a):
+        zero = self.const_of(0, a.dtype)
+        one = self.const_of(1, a.dtype)
+        minus = self.const_of(-1, a.dtype)
+        if self._float(a):
+            pos = self.b.fcmp_ordered(">", a.value, zero)
+            neg = self.b.fcmp_ordered("<", a.value, zero)
+            nan = self.b.fcmp_unordered("uno", a.value, a.value)
+            v = self.b.select(pos, one, self.b.select(neg, minus, zero))
+            return V(self.b.select(nan, a.value, v), a.dtype)
+        if a.dtype is dt.bool_:
+            return a
+        pos = self.b.icmp_signed(">", a.value, zero)
+        neg = self.b.icmp_signed("<", a.value, zero)
+        return V(self.b.select(pos, one, self.b.select(neg, minus, zero)), a.dtype)
+
+    def maximum(self, a, b):
+        return self._minmax(a, b, ">")
+
+    def minimum(self, a, b):
+        return self._minmax(a, b, "<")
+
+    def _minmax(self, a, b, op):
+        if self._float(a):
+            # NaN in either operand gives NaN, as PyTorch's maximum/minimum
+            take_a = self.b.fcmp_unordered("uno", a.value, a.value)
+            better = self.b.fcmp_ordered(op, a.value, b.value)
+            pick = self.b.or_(
+                take_a, self.b.and_(better, self.b.fcmp_ordered("ord", b.value, b.value))
+            )
+            return V(self.b.select(pick, a.value, b.value), a.dtype)
+        if a.dtype is dt.bool_:
+            return V((self.b.or_ if op == ">" else self.b.and_)(a.value, b.value), a.dtype)
+        cmp = (
+            self.b.icmp_signed(op, a.value, b.value)
+            if a.dtype.is_signed
+            else self.b.icmp_unsigned(op, a.value, b.value)
+        )
+        return V(self.b.select(cmp, a.value, b.value), a.dtype)
+
+    def pow(self, a, b):
+        if self._float(a):
+            return self._math("pow", a, b)
+        raise UnsupportedInLLVM("integer pow")
+
+    def atan2(self, a, b):
+        raise UnsupportedInLLVM("atan2")
+
+    def hypot(self, a, b):
+        return self.sqrt(self.add(self.mul(a, a), self.mul(b, b)))
+
+    def copysign(self, a, b):
+        return self._math("copysign", a, b)
+
+    # ------------------------------------------------------------------ math functions
+    def _math(self, name, *args):
+        d = args[0].dtype
+        if d not in (dt.float32, dt.float64):
+            raise UnsupportedInLLVM(f"{name} on {d.name}")
+        return V(llvm_math.emit_math(self.b, name, *[a.value for a in args]), d)
+
+    def __getattr__(self, name):
+        if name in _FLOAT_MATH:
+            return lambda x: self._math(name, x)
+        if name in _COMPOSED:
+            return lambda *xs: _COMPOSED[name](self, *xs)
+        raise UnsupportedInLLVM(f"op {name}")
+
+    # ------------------------------------------------------------------ predicates and comparisons
+    def _cmp(self, a, b, op):
+        if self._float(a):
+            if op == "!=":
+                return V(self.b.fcmp_unordered("!=", a.value, b.value), dt.bool_)
+            return V(self.b.fcmp_ordered(op, a.value, b.value), dt.bool_)
+        if a.dtype.is_signed:
+            return V(self.b.icmp_signed(op, a.value, b.value), dt.bool_)
+        return V(self.b.icmp_unsigned(op, a.value, b.value), dt.bool_)
+
+    def eq(self, a, b):
+        return self._cmp(a, b, "==")
+
+    def ne(self, a, b):
+        return self._cmp(a, b, "!=")
+
+    def lt(self, a, b):
+        return self._cmp(a, b, "<")
+
+    def le(self, a, b):
+        return self._cmp(a, b, "<=")
+
+    def gt(self, a, b):
+        return self._cmp(a, b, ">")
+
+    def ge(self, a, b):
+        return self._cmp(a, b, ">=")
+
+    def _truth(self, a):
+        if a.dtype is dt.bool_:
+            return a.value
+        return self.to_dtype(a, dt.bool_).value
+
+    def logical_and(self, a, b):
+        return V(self.b.and_(self._truth(a), self._truth(b)), dt.bool_)
+
+    def logical_or(self, a, b):
+        return V(self.b.or_(self._truth(a), self._truth(b)), dt.bool_)
+
+    def logical_xor(self, a, b):
+        return V(self.b.xor(self._truth(a), self._truth(b)), dt.bool_)
+
+    def logical_not(self, a):
+        return V(self.b.not_(self._truth(a)), dt.bool_)
+
+    def isnan(self, a):
+        if not self._float(a):
+            return V(self.const_of(False, dt.bool_), dt.bool_)
+        return V(self.b.fcmp_unordered("uno", a.value, a.value), dt.bool_)
+
+    def isinf(self, a):
+        if not self._float(a):
+            return V(self.const_of(False, dt.bool_), dt.bool_)
+        absv = self._math("abs", a)
+        return V(
+            self.b.fcmp_ordered("==", absv.value, self.const_of(float("inf"), a.dtype)), dt.bool_
+        )
+
+    def isfinite(self, a):
+        if not self._float(a):
+            return V(self.const_of(True, dt.bool_), dt.bool_)
+        absv = self._math("abs", a)
+        return V(
+            self.b.fcmp_ordered("<", absv.value, self.const_of(float("inf"), a.dtype)), dt.bool_
+        )
+
+    def isposinf(self, a):
+        return V(self.b.fcmp_ordered("==", a.value, self.const_of(float("inf"), a.dtype)), dt.bool_)
+
+    def isneginf(self, a):
+        return V(
+            self.b.fcmp_ordered("==", a.value, self.const_of(float("-inf"), a.dtype)), dt.bool_
+        )
+
+    def signbit(self, a):
+        if not self._float(a):
+            return self.lt(a, V(self.const_of(0, a.dtype), a.dtype))
+        bits = ir.IntType(a.dtype.itemsize * 8)
+        t = bits if self.lanes == 1 else ir.VectorType(bits, self.lanes)
+        iv = self.b.bitcast(a.value, t)
+        return V(self.b.icmp_signed("<", iv, ir.Constant(t, None)), dt.bool_)
+
+    def bitwise_and(self, a, b):
+        return V(self.b.and_(a.value, b.value), a.dtype)
+
+    def bitwise_or(self, a, b):
+        return V(self.b.or_(a.value, b.value), a.dtype)
+
+    def bitwise_xor(self, a, b):
+        return V(self.b.xor(a.value, b.value), a.dtype)
+
+    def bitwise_not(self, a):
+        return V(self.b.not_(a.value), a.dtype)
+
+    def bitwise_left_shift(self, a, b):
+        return V(self.b.shl(a.value, b.value), a.dtype)
+
+    def bitwise_right_shift(self, a, b):
+        return V(
+            self.b.ashr(a.value, b.value) if a.dtype.is_signed else self.b.lshr(a.value, b.value),
+            a.dtype,
+        )
+
+    # ------------------------------------------------------------------ random numbers
+    def rand(self, seed, offset):
+        w0, _ = self.e.philox(self, seed, offset)
+        return V(self.e.uniform(self, w0), dt.float32)
+
+    def randn(self, seed, offset):
+        w0, w1 = self.e.philox(self, seed, offset)
+        u1 = self.to_dtype(V(self.e.uniform(self, w0), dt.float32), dt.float64)
+        u2 = self.to_dtype(V(self.e.uniform(self, w1), dt.float32), dt.float64)
+        one = V(self.const_of(1.0, dt.float64), dt.float64)
+        r = self.sqrt(
+            self.mul(V(self.const_of(-2.0, dt.float64), dt.float64), self.log(self.sub(one, u1)))
+        )
+        angle = self.mul(V(self.const_of(2.0 * math.pi, dt.float64), dt.float64), u2)
+        return self.to_dtype(self.mul(r, self.cos(angle)), dt.float32)
+
+
+def _sinh(o, x):
+    e = o.exp(x)
+    return o.mul(o.sub(e, o.reciprocal(e)), o.constant(0.5, x.dtype))
+
+
+def _cosh(o, x):
+    e = o.exp(x)
+    return o.mul(o.add(e, o.reciprocal(e)), o.constant(0.5, x.dtype))
+
+
+def _log10(o, x):
+    return o.mul(o.log(x), o.constant(1.0 / math.log(10.0), x.dtype))
+
+
+def _asinh(o, x):
+    ax = o.abs(x)
+    r = o.log1p(
+        o.add(
+            ax,
+            o.truediv(
+                o.mul(ax, ax),
+                o.add(
+                    o.constant(1.0, x.dtype), o.sqrt(o.add(o.mul(ax, ax), o.constant(1.0, x.dtype)))
+                ),
+            ),
+        )
+    )
+    return o.copysign(r, x)
+
+
+def _acosh(o, x):
+    return o.log(o.add(x, o.sqrt(o.sub(o.mul(x, x), o.constant(1.0, x.dtype)))))
+
+
+def _atanh(o, x):
+    one = o.constant(1.0, x.dtype)
+    return o.mul(
+        o.log1p(o.truediv(o.mul(o.constant(2.0, x.dtype), x), o.sub(one, x))),
+        o.constant(0.5, x.dtype),
+    )
+
+
+def _erfc(o, x):
+    return o.sub(o.constant(1.0, x.dtype), o.erf(x))
+
+
+_COMPOSED = {
+    "sinh": _sinh,
+    "cosh": _cosh,
+    "log10": _log10,
+    "asinh": _asinh,
+    "acosh": _acosh,
+    "atanh": _atanh,
+    "erfc": _erfc,
+}
+
+
+# ---------------------------------------------------------------------------------- kernels
+
+
+def _identity(rtype: str, d: dt.dtype):
+    if rtype == "sum":
+        return 0
+    if rtype == "prod":
+        return 1
+    if rtype in ("max", "argmax"):
+        return (
+            float("-inf")
+            if d.is_floating_point
+            else (-(1 << (d.itemsize * 8 - 1)) if d.is_signed else 0)
+        )
+    if rtype in ("min", "argmin"):
+        return (
+            float("inf")
+            if d.is_floating_point
+            else ((1 << (d.itemsize * 8 - 1)) - 1 if d.is_signed else (1 << (d.itemsize * 8)) - 1)
+        )
+    if rtype == "any":
+        return False
+    if rtype == "all":
+        return True
+    raise UnsupportedInLLVM(f"reduction {rtype}")
+
+
+class KernelEmitter:
+    """Emits one kernel function into a module (see the module docstring)."""
+
+    def __init__(
+        self,
+        module: ir.Module,
+        name: str,
+        plan: LoopPlan,
+        buffer_args: list,
+        buffer_dtypes: dict,
+        locals_: set,
+        buffer_sizes: dict | None = None,
+    ):
+        self.module = module
+        self.plan = plan
+        self.kernel = plan.kernel
+        self.buffer_args = buffer_args  # names, in the order of the i8** array
+        self.buffer_dtypes = buffer_dtypes
+        self.local_names = locals_
+        self.locals: dict = {}
+        fnty = ir.FunctionType(ir.VoidType(), [I64, I64, I8.as_pointer().as_pointer()])
+        self.function = ir.Function(module, fnty, name)
+        self.function.attributes.add("nounwind")
+        self.start, self.end, self.args = self.function.args
+        self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
+        self._pointers: dict = {}
+        self.j = plan.j
+        self.buffer_sizes = buffer_sizes or {}
+
+    # ------------------------------------------------------------------ helpers
+    def clamp(self, offsets, expr: sym.Expr, name: str, lanes: int):
+        """Keep a load inside its buffer when the index may leave it (untaken where-branches
+        of padding and scatters, invalid gather indices): never read outside memory."""
+        size = self.buffer_sizes.get(name)
+        if size is None:
+            return offsets
+        lo, hi = expr.bounds()
+        if (
+            lo >= 0
+            and hi < size
+            and not any(isinstance(a, sym.Indirect) for a in _atoms_deep(expr))
+        ):
+            return offsets
+        b = self.builder
+        t = offsets.type
+        zero = ir.Constant(t, None)
+        top = (
+            ir.Constant(t, max(size - 1, 0))
+            if lanes == 1
+            else ir.Constant(t, [max(size - 1, 0)] * lanes)
+        )
+        offsets = b.select(b.icmp_signed("<", offsets, zero), zero, offsets)
+        return b.select(b.icmp_signed(">", offsets, top), top, offsets)
+
+    def pointer(self, name):
+        ptr = self._pointers.get(name)
+        if ptr is None:
+            b = self.builder
+            with b.goto_entry_block():
+                idx = self.buffer_args.index(name)
+                raw = b.load(b.gep(self.args, [ir.Constant(I64, idx)]))
+                ptr = b.bitcast(
+                    raw, memory_type(self.buffer_dtypes[name]).as_pointer(), name=f"p_{name}"
+                )
+            self._pointers[name] = ptr
+        return ptr
+
+    def splat(self, value, lanes):
+        b = self.builder
+        vec = ir.VectorType(value.type, lanes)
+        undef = ir.Constant(vec, ir.Undefined)
+        v = b.insert_element(undef, value, ir.Constant(I32, 0))
+        return b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+    def emit_index(self, expr: sym.Expr, env: dict, lanes: int):
+        """An index as i64, or as <lanes x i64> when it depends on the inner loop variable."""
+        b = self.builder
+        j = self.j
+        if lanes > 1 and j is not None and j in expr.free_vars():
+            return self._emit_index_vec(expr, env, lanes)
+        if lanes > 1:
+            return self.splat(self.emit_index(expr, env, 1), lanes)
+        out = ir.Constant(I64, expr.const)
+        for atom, c in expr.terms.items():
+            if isinstance(atom, (sym.Var, sym.Indirect)):
+                v = env[atom]
+            elif isinstance(atom, sym.FloorDiv):
+                v = b.sdiv(self.emit_index(atom.expr, env, 1), ir.Constant(I64, atom.div))
+            else:
+                v = b.srem(self.emit_index(atom.expr, env, 1), ir.Constant(I64, atom.mod))
+            term = v if c == 1 else b.mul(v, ir.Constant(I64, c))
+            out = term if (isinstance(out, ir.Constant) and out.constant == 0) else b.add(out, term)
+        return out
+
+    def _emit_index_vec(self, expr: sym.Expr, env: dict, lanes: int):
+        b = self.builder
+        vty = ir.VectorType(I64, lanes)
+        j = self.j
+        invariant = sym.Expr(
+            {a: c for a, c in expr.terms.items() if j not in a.free_vars()}, expr.const
+        )
+        out = self.splat(self.emit_index(invariant, env, 1), lanes)
+        for atom, c in expr.terms.items():
+            if j not in atom.free_vars():
+                continue
+            if isinstance(atom, sym.Var):  # the inner variable itself: j + lane
+                v = b.add(self.splat(env[j], lanes), ir.Constant(vty, list(range(lanes))))
+            elif isinstance(atom, sym.FloorDiv):
+                v = b.sdiv(
+                    self._emit_index_vec(atom.expr, env, lanes),
+                    ir.Constant(vty, [atom.div] * lanes),
+                )
+            else:
+                v = b.srem(
+                    self._emit_index_vec(atom.expr, env, lanes),
+                    ir.Constant(vty, [atom.mod] * lanes),
+                )
+            out = b.add(out, v if c == 1 else b.mul(v, ir.Constant(vty, [c] * lanes)))
+        return out
+
+    def loop(self, count, body, name: str, step: int = 1, start=None):
+        """for (i = start; i + step <= count; i += step) body(i); returns the final index."""
+        b = self.builder
+        pre = b.block
+        head = self.function.append_basic_block(f"{name}_head")
+        body_bb = self.function.append_basic_block(f"{name}_body")
+        done = self.function.append_basic_block(f"{name}_done")
+        start = start if start is not None else ir.Constant(I64, 0)
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, name)
+        i.add_incoming(start, pre)
+        nxt = b.add(i, ir.Constant(I64, step))
+        b.cbranch(
+            b.icmp_signed("<=", nxt, count) if step > 1 else b.icmp_signed("<", i, count),
+            body_bb,
+            done,
+        )
+        b.position_at_end(body_bb)
+        body(i)
+        i.add_incoming(nxt, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        return i
+
+    # ------------------------------------------------------------------ emission
+    def emit(self):
+        b = self.builder
+        plan = self.plan
+
+        def row_body(row):
+            env = {}
+            rem = row
+            for v in reversed(plan.row_vars):
+                if v is plan.row_vars[0]:
+                    env[v] = rem
+                else:
+                    env[v] = b.srem(rem, ir.Constant(I64, v.size))
+                    rem = b.sdiv(rem, ir.Constant(I64, v.size))
+            self.locals = {}
+            for step in plan.steps:
+                if isinstance(step, InnerLoop):
+                    self.emit_inner_loop(step, env, row)
+                else:
+                    self.emit_row_scalar(step[1], env)
+
+        self.loop(self.end, row_body, "row", start=self.start)
+        b.ret_void()
+
+    def _inner_count(self, row):
+        plan = self.plan
+        if not plan.chunked:
+            return ir.Constant(I64, plan.inner_size)
+        b = self.builder
+        remaining = b.sub(
+            ir.Constant(I64, plan.total), b.mul(row, ir.Constant(I64, plan.inner_size))
+        )
+        chunk = ir.Constant(I64, plan.inner_size)
+        return b.select(b.icmp_signed("<", remaining, chunk), remaining, chunk)
+
+    def emit_row_scalar(self, node: ComputedBuffer, env):
+        index, _ = self.plan.node_index[node.name]
+        handler = LLVMOps(self, 1, dict(env))
+        with set_ops_handler(handler):
+            value = node.data.inner_fn(index)
+        self.finish_value(node, value, index, handler, 1)
+
+    def finish_value(self, node, value: V, index, handler, lanes):
+        if value.dtype is not node.dtype:
+            value = handler.to_dtype(value, node.dtype)
+        if node.name in self.local_names:
+            self.locals[node.name] = (value.value, node.dtype)
+            return
+        self.store(node, value, index, handler, lanes)
+
+    def store(self, node, value: V, index, handler, lanes):
+        b = self.builder
+        expr = node.layout.offset_expr(index)
+        raw = value.value
+        if node.dtype is dt.bool_:
+            raw = b.zext(raw, I8 if lanes == 1 else ir.VectorType(I8, lanes))
+        if lanes > 1:
+            j = self.j
+            coeff = expr.coeff(j)
+            rest = expr - sym.as_expr(j) * coeff
+            if coeff == 1 and j not in rest.free_vars():
+                base = self.emit_index(rest, handler.env, 1)
+                ptr = b.gep(b.gep(self.pointer(node.name), [base]), [handler.env[j]])
+                b.store(raw, b.bitcast(ptr, raw.type.as_pointer()), align=node.dtype.itemsize)
+                return
+            offsets = self.emit_index(expr, handler.env, lanes)
+            for lane in range(lanes):
+                off = b.extract_element(offsets, ir.Constant(I32, lane))
+                val = b.extract_element(raw, ir.Constant(I32, lane))
+                b.store(val, b.gep(self.pointer(node.name), [off]), align=node.dtype.itemsize)
+            return
+        offset = self.emit_index(expr, handler.env, 1)
+        b.store(raw, b.gep(self.pointer(node.name), [offset]), align=node.dtype.itemsize)
+
+    def emit_inner_loop(self, step: InnerLoop, env, row):
+        self._row_env = env
+        plan = self.plan
+        count = self._inner_count(row)
+        reductions = [n for n in step.nodes if isinstance(n.data, Reduction)]
+        lanes = LANES if step.vectorize else 1
+        # accumulators: allocas in the entry block (mem2reg turns them into registers)
+        accs = {}
+        for n in reductions:
+            accs[n.name] = self._alloc_accumulator(n, lanes)
+        j = plan.j
+
+        def body_for(width):
+            def body(i):
+                loop_env = dict(env)
+                loop_env[j] = i
+                handler = LLVMOps(self, width, loop_env)
+                for n in step.nodes:
+                    index, rindex = plan.node_index[n.name]
+                    with set_ops_handler(handler):
+                        if isinstance(n.data, Pointwise):
+                            value = n.data.inner_fn(index)
+                        else:
+                            value = n.data.inner_fn(index, rindex)
+                    if isinstance(n.data, Reduction):
+                        self._accumulate(n, accs[n.name], value, handler, width, i)
+                    else:
+                        self.finish_value(n, value, index, handler, width)
+                        if width > 1 and n.name in self.local_names:
+                            raise UnsupportedInLLVM("vector local")
+
+            return body
+
+        for n in reductions:
+            self._init_accumulator(n, accs[n.name], lanes)
+        tail_start = ir.Constant(I64, 0)
+        if lanes > 1:
+            tail_start = self.loop(count, body_for(lanes), "vec", step=lanes)
+            for n in reductions:
+                self._horizontal(n, accs[n.name], lanes)
+        self.loop(count, body_for(1), "tail", start=tail_start)
+        for n in reductions:
+            self._finish_reduction(n, accs[n.name])
+
+    # ------------------------------------------------------------------ reductions
+    def _alloc_accumulator(self, n, lanes):
+        b = self.builder
+        d = n.data.dtype if n.data.reduction_type not in ("argmax", "argmin") else n.data.src_dtype
+        t = llvm_type(d)
+        with b.goto_entry_block():
+            vec = b.alloca(ir.VectorType(t, lanes)) if lanes > 1 else None
+            scalar = b.alloca(t)
+            idx_vec = b.alloca(ir.VectorType(I64, lanes)) if lanes > 1 else None
+            idx = b.alloca(I64)
+        return {"vec": vec, "scalar": scalar, "idx_vec": idx_vec, "idx": idx, "dtype": d}
+
+    def _init_accumulator(self, n, acc, lanes):
+        rtype = n.data.reduction_type
+        d = acc["dtype"]
+        init = _identity(rtype, d)
+        h1 = LLVMOps(self, 1, {})
+        self.builder.store(h1.const_of(init, d), acc["scalar"])
+        self.builder.store(ir.Constant(I64, 0), acc["idx"])
+        if lanes > 1:
+            hv = LLVMOps(self, lanes, {})
+            self.builder.store(hv.const_of(init, d), acc["vec"])
+            self.builder.store(ir.Constant(ir.VectorType(I64, lanes), [0] * lanes), acc["idx_vec"])
+
+    def _combine(self, rtype, handler, acc_v: V, v: V):
+        if rtype == "sum":
+            return (
+                handler.add(acc_v, v)
+                if acc_v.dtype is not dt.bool_
+                else handler.logical_or(acc_v, v)
+            )
+        if rtype == "prod":
+            return handler.mul(acc_v, v)
+        if rtype == "max":
+            return handler.maximum(acc_v, v)
+        if rtype == "min":
+            return handler.minimum(acc_v, v)
+        if rtype == "any":
+            return handler.logical_or(acc_v, v)
+        if rtype == "all":
+            return handler.logical_and(acc_v, v)
+        raise UnsupportedInLLVM(rtype)
+
+    def _accumulate(self, n, acc, value: V, handler, width, i):
+        b = self.builder
+        rtype = n.data.reduction_type
+        d = acc["dtype"]
+        if value.dtype is not d:
+            value = handler.to_dtype(value, d)
+        slot = acc["vec"] if width > 1 else acc["scalar"]
+        cur = V(b.load(slot), d)
+        if rtype in ("argmax", "argmin"):
+            idx_slot = acc["idx_vec"] if width > 1 else acc["idx"]
+            cur_idx = b.load(idx_slot)
+            index = handler.index(sym.as_expr(self.j)) if width > 1 else i
+            better = self._arg_better(rtype, handler, value, cur)
+            b.store(b.select(better, value.value, cur.value), slot)
+            b.store(b.select(better, index, cur_idx), idx_slot)
+            return
+        b.store(self._combine(rtype, handler, cur, value).value, slot)
+
+    def _arg_better(self, rtype, handler, v: V, cur: V):
+        """v replaces cur: strictly better, or v is the first NaN (NaN wins, like PyTorch)."""
+        b = self.builder
+        op = ">" if rtype == "argmax" else "<"
+        if v.dtype.is_floating_point:
+            strictly = b.fcmp_ordered(op, v.value, cur.value)
+            v_nan = b.fcmp_unordered("uno", v.value, v.value)
+            cur_nan = b.fcmp_unordered("uno", cur.value, cur.value)
+            return b.or_(strictly, b.and_(v_nan, b.not_(cur_nan)))
+        return handler._cmp(v, cur, op).value
+
+    def _horizontal(self, n, acc, lanes):
+        """Fold the vector accumulator's lanes into the scalar one (lane order = index order)."""
+        b = self.builder
+        rtype = n.data.reduction_type
+        d = acc["dtype"]
+        h1 = LLVMOps(self, 1, {})
+        vec = b.load(acc["vec"])
+        cur = V(b.load(acc["scalar"]), d)
+        if rtype in ("argmax", "argmin"):
+            idx_vec = b.load(acc["idx_vec"])
+            cur_idx = b.load(acc["idx"])
+            # lanes hold interleaved index classes; pick the best, smallest index on ties
+            for lane in range(lanes):
+                v = V(b.extract_element(vec, ir.Constant(I32, lane)), d)
+                vi = b.extract_element(idx_vec, ir.Constant(I32, lane))
+                better = self._arg_better(rtype, h1, v, cur)
+                if d.is_floating_point:
+                    tie = b.and_(
+                        b.fcmp_ordered("==", v.value, cur.value), b.icmp_signed("<", vi, cur_idx)
+                    )
+                    both_nan = b.and_(
+                        b.fcmp_unordered("uno", v.value, v.value),
+                        b.fcmp_unordered("uno", cur.value, cur.value),
+                    )
+                    tie = b.or_(tie, b.and_(both_nan, b.icmp_signed("<", vi, cur_idx)))
+                else:
+                    tie = b.and_(
+                        b.icmp_signed("==", v.value, cur.value), b.icmp_signed("<", vi, cur_idx)
+                    )
+                take = b.or_(better, tie)
+                cur = V(b.select(take, v.value, cur.value), d)
+                cur_idx = b.select(take, vi, cur_idx)
+            b.store(cur.value, acc["scalar"])
+            b.store(cur_idx, acc["idx"])
+            return
+        # tree reduction by halves
+        width = lanes
+        value = vec
+        hv = LLVMOps(self, lanes, {})
+        while width > 1:
+            half = width // 2
+            lo = b.shuffle_vector(
+                value,
+                ir.Constant(value.type, ir.Undefined),
+                ir.Constant(ir.VectorType(I32, half), list(range(half))),
+            )
+            hi = b.shuffle_vector(
+                value,
+                ir.Constant(value.type, ir.Undefined),
+                ir.Constant(ir.VectorType(I32, half), list(range(half, width))),
+            )
+            hv.lanes = half
+            value = self._combine(rtype, hv, V(lo, d), V(hi, d)).value
+            width = half
+        scalar = (
+            b.extract_element(value, ir.Constant(I32, 0))
+            if isinstance(value.type, ir.VectorType)
+            else value
+        )
+        b.store(self._combine(rtype, h1, cur, V(scalar, d)).value, acc["scalar"])
+
+    def _finish_reduction(self, n, acc):
+        b = self.builder
+        rtype = n.data.reduction_type
+        h1 = LLVMOps(self, 1, {})
+        if rtype in ("argmax", "argmin"):
+            value = V(b.load(acc["idx"]), dt.int64)
+        else:
+            value = V(b.load(acc["scalar"]), acc["dtype"])
+        index, _ = self.plan.node_index[n.name]
+        handler = LLVMOps(self, 1, dict(self._row_env))
+        self.finish_value(
+            n, value if value.dtype is n.dtype else h1.to_dtype(value, n.dtype), index, handler, 1
+        )
+
+    # ------------------------------------------------------------------ random
+    def philox(self, handler, seed: V, offset: V):
+        """Philox4x32-10 words 0 and 1 for counter ``offset`` (c0/c1 = lo/hi), key ``seed``."""
+        b = self.builder
+        lanes = handler.lanes
+        i32 = I32 if lanes == 1 else ir.VectorType(I32, lanes)
+        i64 = I64 if lanes == 1 else ir.VectorType(I64, lanes)
+
+        def c32(v):
+            return ir.Constant(i32, v) if lanes == 1 else ir.Constant(i32, [v] * lanes)
+
+        def c64(v):
+            return ir.Constant(i64, v) if lanes == 1 else ir.Constant(i64, [v] * lanes)
+
+        off = offset.value
+        sd = seed.value
+        c0 = b.trunc(off, i32)
+        c1 = b.trunc(b.lshr(off, c64(32)), i32)
+        c2 = c32(0)
+        c3 = c32(0)
+        k0 = b.trunc(sd, i32)
+        k1 = b.trunc(b.lshr(sd, c64(32)), i32)
+        for _ in range(10):
+            p0 = b.mul(b.zext(c0, i64), c64(0xD2511F53))
+            p1 = b.mul(b.zext(c2, i64), c64(0xCD9E8D57))
+            hi0 = b.trunc(b.lshr(p0, c64(32)), i32)
+            lo0 = b.trunc(p0, i32)
+            hi1 = b.trunc(b.lshr(p1, c64(32)), i32)
+            lo1 = b.trunc(p1, i32)
+            c0, c1, c2, c3 = b.xor(b.xor(hi1, c1), k0), lo1, b.xor(b.xor(hi0, c3), k1), lo0
+            k0 = b.add(k0, c32(0x9E3779B9))
+            k1 = b.add(k1, c32(0xBB67AE85))
+        return c0, c1
+
+    def uniform(self, handler, word):
+        b = self.builder
+        lanes = handler.lanes
+        i32 = I32 if lanes == 1 else ir.VectorType(I32, lanes)
+        f32 = F32 if lanes == 1 else ir.VectorType(F32, lanes)
+        top = b.lshr(word, ir.Constant(i32, 8) if lanes == 1 else ir.Constant(i32, [8] * lanes))
+        as_float = b.uitofp(top, f32)
+        scale = ir.Constant(f32, 2.0**-24) if lanes == 1 else ir.Constant(f32, [2.0**-24] * lanes)
+        return b.fmul(as_float, scale)
+
+
+def _atoms_deep(expr: sym.Expr):
+    for atom in expr.terms:
+        yield atom
+        if isinstance(atom, (sym.FloorDiv, sym.Mod)):
+            yield from _atoms_deep(atom.expr)
+
+
+def emit_kernel(
+    module: ir.Module,
+    name: str,
+    plan: LoopPlan,
+    buffer_args: list,
+    buffer_dtypes: dict,
+    locals_: set,
+    buffer_sizes: dict | None = None,
+) -> ir.Function:
+    emitter = KernelEmitter(module, name, plan, buffer_args, buffer_dtypes, locals_, buffer_sizes)
+    emitter.emit()
+    return emitter.function

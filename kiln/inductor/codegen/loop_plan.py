@@ -1,0 +1,246 @@
+"""How a scheduled kernel's loops are laid out for code generation.
+
+A kernel runs over *rows* (the outer iteration space, flattened; threads take row ranges) and,
+per row, one or more *inner loops* (the reduction space, or the last dimension of a pointwise
+kernel). Before choosing the loops, adjacent dimensions that every memory access walks as one
+(stride of dim k equals stride of dim k+1 times its size) are merged, so a contiguous
+4096x4096 pointwise kernel becomes one flat loop, chunked into rows of ``CHUNK`` elements.
+
+Each node gets its loop index as expressions of the kernel variables (``row_vars`` after
+unflattening the row index, and ``j`` for the inner loop). A loop is *vectorizable* when every
+access moves by 0 or 1 element per step of ``j`` and ``j`` never appears inside a division,
+modulo or indirect index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import sym
+from ..dependencies import RecordingHandler
+from ..ir import ComputedBuffer, Pointwise, Reduction
+from ..scheduler import Kernel
+from ..virtualized import set_ops_handler
+
+__all__ = ["LoopPlan", "plan_kernel", "CHUNK", "InnerLoop"]
+
+CHUNK = 4096  # elements per row when a flat pointwise loop is chunked for threads
+
+
+@dataclass
+class InnerLoop:
+    nodes: list  # ComputedBuffers computed in this loop, in order
+    vectorize: bool = True
+
+
+@dataclass
+class LoopPlan:
+    kernel: Kernel
+    row_sizes: tuple  # sizes of the row dims (after merging); rows = prod
+    inner_size: int  # elements of the inner loop (1 for per-row scalar work)
+    chunked: bool  # a flat pointwise loop split into rows of CHUNK
+    total: int  # elements of the flat loop when chunked
+    node_index: dict = field(default_factory=dict)  # name -> (index exprs, rindex exprs)
+    row_vars: list = field(default_factory=list)
+    j: sym.Var | None = None
+    steps: list = field(default_factory=list)  # ("scalar", node) | InnerLoop, in order
+
+    @property
+    def rows(self) -> int:
+        n = 1
+        for s in self.row_sizes:
+            n *= s
+        return n
+
+
+def _accesses(buf: ComputedBuffer, index, rindex) -> list:
+    handler = RecordingHandler()
+    with set_ops_handler(handler):
+        if isinstance(buf.data, Pointwise):
+            buf.data.inner_fn(index)
+        else:
+            buf.data.inner_fn(index, rindex)
+    exprs = [r.index for r in handler.reads]
+    exprs.append(buf.layout.offset_expr(index))
+    return exprs, handler.indirect
+
+
+def _mergeable(dims_vars, k, exprs) -> bool:
+    a, b = dims_vars[k], dims_vars[k + 1]
+    if a.size == 1 or b.size == 1:
+        return True
+    for e in exprs:
+        for atom in e.atoms():
+            if not isinstance(atom, sym.Var) and (atom.free_vars() & {a, b}):
+                return False
+        if e.coeff(a) != e.coeff(b) * b.size:
+            return False
+    return True
+
+
+def _merge_dims(sizes, index_fn):
+    """Greedy merge of adjacent dims.
+
+    ``index_fn(exprs)`` gets one index expression per *original* dim (in terms of the current
+    merged variables) and returns the memory accesses that must stay affine.
+    """
+    original = tuple(sizes)
+    sizes = list(sizes)
+    changed = True
+    while changed and len(sizes) > 1:
+        changed = False
+        vars_ = [sym.Var(f"m{i}", s) for i, s in enumerate(sizes)]
+        exprs = index_fn(_expand(original, tuple(sizes), [sym.as_expr(v) for v in vars_]))
+        for k in range(len(sizes) - 1):
+            if _mergeable(vars_, k, exprs):
+                sizes[k : k + 2] = [sizes[k] * sizes[k + 1]]
+                changed = True
+                break
+    return tuple(sizes)
+
+
+def _expand(original_sizes, merged_sizes, merged_exprs):
+    """Map merged loop variables back to one expression per original dimension."""
+    out = []
+    k = 0
+    for m_size, m_expr in zip(merged_sizes, merged_exprs):
+        group = []
+        prod = 1
+        while prod < m_size or (not group and k < len(original_sizes)):
+            group.append(original_sizes[k])
+            prod *= original_sizes[k]
+            k += 1
+            if prod == m_size:
+                break
+        # peel the group's dims off the merged index, innermost last
+        strides = []
+        acc = 1
+        for s in reversed(group):
+            strides.append(acc)
+            acc *= s
+        strides.reverse()
+        for s, st in zip(group, strides):
+            e = m_expr // st if st != 1 else m_expr
+            out.append(e % s if st * s != m_size else e)
+    while k < len(original_sizes):  # trailing size-1 dims
+        out.append(sym.ZERO)
+        k += 1
+    return out
+
+
+def plan_kernel(kernel: Kernel) -> LoopPlan:
+    outer = tuple(kernel.outer)
+    inner = tuple(kernel.inner)
+    nodes = kernel.nodes
+
+    def node_exprs(outer_vars, inner_vars):
+        exprs = []
+        for n in nodes:
+            index, rindex = kernel.node_vars(n, outer_vars, inner_vars)
+            e, _ = _accesses(n, index, rindex)
+            exprs.extend(e)
+        return exprs
+
+    if inner or kernel.is_reduction:
+        # reduction kernel: merge inner dims (and outer dims) where accesses allow
+        inner_vars_fixed = [sym.Var(f"i{i}", s) for i, s in enumerate(inner)]
+        merged_outer = (
+            _merge_dims(outer, lambda vs: node_exprs(vs, inner_vars_fixed)) if outer else ()
+        )
+        outer_vars_fixed = [sym.Var(f"o{i}", s) for i, s in enumerate(outer)]
+        merged_inner = _merge_dims(inner, lambda vs: node_exprs(outer_vars_fixed, vs))
+        row_vars = [sym.Var(f"x{i}", s) for i, s in enumerate(merged_outer)]
+        total = 1
+        for size in merged_inner:
+            total *= size
+        j = sym.Var("r0", total)
+        outer_exprs = (
+            _expand(outer, merged_outer, [sym.as_expr(v) for v in row_vars]) if outer else []
+        )
+        full_inner = _expand(inner, (j.size,), [sym.as_expr(j)])
+        plan = LoopPlan(kernel, tuple(merged_outer), j.size, False, 0, row_vars=row_vars, j=j)
+        for n in nodes:
+            index, rindex = kernel.node_vars(n, outer_exprs, full_inner)
+            plan.node_index[n.name] = (index, rindex)
+        plan.steps = _group_loops(kernel, plan)
+        return plan
+    # pointwise kernel over `outer` (a 0-d result is one element)
+    if not outer:
+        plan = LoopPlan(kernel, (1,), 1, False, 0, row_vars=[sym.Var("x0", 1)], j=sym.Var("r0", 1))
+        for n in nodes:
+            plan.node_index[n.name] = ([], [])
+        plan.steps = [InnerLoop(list(nodes), False)]
+        return plan
+    merged = _merge_dims(outer, lambda vs: node_exprs(vs, []))
+    if len(merged) == 1:
+        total = merged[0]
+        rows = max((total + CHUNK - 1) // CHUNK, 1)
+        row = sym.Var("x0", rows)
+        j = sym.Var("r0", min(CHUNK, max(total, 1)))
+        flat = sym.as_expr(row) * CHUNK + j
+        exprs = _expand(outer, merged, [flat])
+        plan = LoopPlan(kernel, (rows,), j.size, True, total, row_vars=[row], j=j)
+    else:
+        row_vars = [sym.Var(f"x{i}", s) for i, s in enumerate(merged[:-1])]
+        j = sym.Var("r0", merged[-1])
+        exprs = _expand(outer, merged, [sym.as_expr(v) for v in row_vars] + [sym.as_expr(j)])
+        plan = LoopPlan(kernel, tuple(merged[:-1]), merged[-1], False, 0, row_vars=row_vars, j=j)
+    for n in nodes:
+        plan.node_index[n.name] = (exprs, [])
+    plan.steps = [InnerLoop(list(nodes), _vectorizable(plan, nodes))]
+    return plan
+
+
+def _vectorizable(plan: LoopPlan, nodes) -> bool:
+    """Vector code handles any access (strided ones become gathers); it only skips tiny loops
+    and loops where a value written is read back at another position of the same loop."""
+    return plan.inner_size >= 8 or plan.chunked
+
+
+def _group_loops(kernel: Kernel, plan: LoopPlan) -> list:
+    """Split a reduction kernel's nodes into per-row scalar work and shared inner loops."""
+    steps: list = []
+    current: list = []
+    produced_in_loop: set = set()
+    reductions_in_loop: set = set()
+    outer = tuple(kernel.outer)
+
+    def flush():
+        nonlocal current
+        if current:
+            steps.append(InnerLoop(current, _vectorizable(plan, current)))
+            current = []
+            produced_in_loop.clear()
+            reductions_in_loop.clear()
+
+    for n in kernel.nodes:
+        is_row_scalar = isinstance(n.data, Pointwise) and tuple(n.data.ranges) == outer
+        index, rindex = plan.node_index[n.name]
+        reads, _ = _accesses(n, index, rindex)
+        from ..dependencies import reads_of
+
+        read_names = {r.name for r in reads_of(n, index, rindex)}
+        if is_row_scalar:
+            flush()
+            steps.append(("scalar", n))
+            continue
+        # a value reduced in this loop is only complete after it: start a new loop
+        if read_names & reductions_in_loop:
+            flush()
+        elif read_names & produced_in_loop:
+            # reading a pointwise value of this loop is fine at the same inner index only
+            flush_needed = False
+            for r in reads_of(n, index, rindex):
+                if r.name in produced_in_loop:
+                    src = next(x for x in current if x.name == r.name)
+                    s_index, _ = plan.node_index[src.name]
+                    if r.index != src.layout.offset_expr(s_index):
+                        flush_needed = True
+            if flush_needed:
+                flush()
+        current.append(n)
+        produced_in_loop.add(n.name)
+        if isinstance(n.data, Reduction):
+            reductions_in_loop.add(n.name)
+    flush()
+    return steps

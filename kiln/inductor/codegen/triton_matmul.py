@@ -1,0 +1,203 @@
+"""The Triton matmul template (``tl.dot``), with the following pointwise kernel fused as epilogue.
+
+A scheduled ``mm``/``bmm`` extern call becomes a tiled matmul kernel when its operands are
+float32, float16 or bfloat16. If the very next kernel is pointwise over the matmul's output
+shape and reads the product only at the element it computes (bias add, activation, residual
+add, a cast), that kernel's nodes are printed after the K loop, reading the accumulator from
+registers: the product is then stored only if something else needs it. Block sizes come from a
+small config list, clamped to the problem and autotuned on the GPU by the runtime.
+"""
+
+from __future__ import annotations
+
+from ...runtime import dtypes as dt
+from .. import sym
+from ..dependencies import reads_of
+from ..scheduler import ExternCall, Kernel
+from ..virtualized import set_ops_handler
+from .triton import (
+    GeneratedKernel,
+    KernelPrinter,
+    TritonConfig,
+    _print_node,
+    _Produced,
+    next_power_of_2,
+)
+
+__all__ = ["MATMUL_CONFIGS", "matmul_shapes", "fusable_epilogue", "generate_matmul"]
+
+MATMUL_CONFIGS = [
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 2, "num_stages": 3},
+]
+_TEMPLATE_DTYPES = (dt.float32, dt.float16, dt.bfloat16)
+
+
+def matmul_shapes(call: ExternCall):
+    """(batch, M, N, K, layout_a, layout_b) when the template can compute ``call``, else None."""
+    buf = call.buffer
+    if buf.description != "matmul" or len(buf.inputs) != 2:
+        return None
+    if not all(isinstance(x, tuple) for x in buf.inputs):
+        return None
+    (a, la), (b, lb) = buf.inputs
+    if not (la.dtype is lb.dtype is buf.dtype and buf.dtype in _TEMPLATE_DTYPES):
+        return None
+    if len(la.shape) != len(lb.shape) or len(la.shape) not in (2, 3):
+        return None
+    if not buf.layout.is_contiguous():
+        return None
+    batch = la.shape[0] if len(la.shape) == 3 else 1
+    m, k = la.shape[-2:]
+    k2, n = lb.shape[-2:]
+    if k != k2 or (len(la.shape) == 3 and lb.shape[0] != batch) or m * n * batch == 0:
+        return None
+    return batch, m, n, k, la, lb
+
+
+def _outer_vars(shape: tuple) -> list:
+    return [sym.Var(f"x{i}", s) if s != 1 else sym.ZERO for i, s in enumerate(shape)]
+
+
+def fusable_epilogue(call: ExternCall, kernel: Kernel) -> bool:
+    """Whether ``kernel`` can run as the epilogue of the matmul ``call``."""
+    buf = call.buffer
+    if kernel.inner or tuple(kernel.outer) != tuple(buf.layout.shape):
+        return False
+    outer = _outer_vars(tuple(kernel.outer))
+    here = buf.layout.offset_expr(outer)
+    for node in kernel.nodes:
+        index, rindex = kernel.node_vars(node, outer, [])
+        for read in reads_of(node, index, rindex):
+            if read.name == buf.name and read.index != here:
+                return False
+    return True
+
+
+def tuning_configs(m: int, n: int, k: int) -> list[dict]:
+    """The config list clamped to the problem (tiny problems need no 128-wide tiles)."""
+    out = []
+    for c in MATMUL_CONFIGS:
+        c = dict(c)
+        c["BLOCK_M"] = min(c["BLOCK_M"], max(16, next_power_of_2(m)))
+        c["BLOCK_N"] = min(c["BLOCK_N"], max(16, next_power_of_2(n)))
+        c["BLOCK_K"] = min(c["BLOCK_K"], max(16, next_power_of_2(k)))
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def generate_matmul(
+    call: ExternCall,
+    epilogue: Kernel | None,
+    name: str,
+    must_store: set,
+    buffer_dtypes: dict,
+    cfg: TritonConfig,
+    comment: str = "",
+) -> GeneratedKernel:
+    """Print the matmul template for ``call`` with ``epilogue``'s nodes fused after the K loop."""
+    batch, m, n, k, la, lb = matmul_shapes(call)
+    buf = call.buffer
+    out_shape = tuple(buf.layout.shape)
+    batched = len(out_shape) == 3
+    outer = _outer_vars(out_shape)
+    xvars = {v for v in outer[-2:] if isinstance(v, sym.Var)}
+    p = KernelPrinter(2, xvars, set(), must_store)
+    p.buffer_dtypes = buffer_dtypes
+    p.outer_shape = p.full_shape = "[BLOCK_M, BLOCK_N]"
+    p.rmask = None
+    a_arg = p.arg(buf.inputs[0][0].name, la.dtype)
+    b_arg = p.arg(buf.inputs[1][0].name, lb.dtype)
+    sam, sak = la.stride[-2:]
+    sbk, sbn = lb.stride[-2:]
+    a_base = f"{la.offset}" + (f" + xb * {la.stride[0]}" if batched else "")
+    b_base = f"{lb.offset}" + (f" + xb * {lb.stride[0]}" if batched else "")
+    i64 = ".to(tl.int64)" if cfg.int64_indexing else ""
+    precision = ""
+    if la.dtype is dt.float32:
+        precision = ', input_precision="tf32"' if cfg.matmul_tf32 else ', input_precision="ieee"'
+    head = [
+        "pid = tl.program_id(0)",
+        f"num_pid_m = ({m} + BLOCK_M - 1) // BLOCK_M",
+        f"num_pid_n = ({n} + BLOCK_N - 1) // BLOCK_N",
+        "group_size = GROUP_M * num_pid_n",
+        "first_m = (pid // group_size) * GROUP_M",
+        "group_m = tl.minimum(num_pid_m - first_m, GROUP_M)",
+        "pid_m = first_m + (pid % group_size) % group_m",
+        "pid_n = (pid % group_size) // group_m",
+        f"rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M){i64}",
+        f"rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N){i64}",
+        "rk = tl.arange(0, BLOCK_K)",
+    ]
+    if batched:
+        head.append(f"xb = tl.program_id(1){i64}")
+    head += [
+        f"a_ptrs = {a_arg} + ({a_base}) + rm[:, None] * {sam} + rk[None, :] * {sak}",
+        f"b_ptrs = {b_arg} + ({b_base}) + rk[:, None] * {sbk} + rn[None, :] * {sbn}",
+        "acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)",
+        f"for k in range(0, {k}, BLOCK_K):",
+        f"    a = tl.load(a_ptrs, mask=(rm[:, None] < {m}) & (rk[None, :] < {k} - k), other=0.0)",
+        f"    b = tl.load(b_ptrs, mask=(rk[:, None] < {k} - k) & (rn[None, :] < {n}), other=0.0)",
+        "    if UPCAST:",
+        "        a = a.to(tl.float32)",
+        "        b = b.to(tl.float32)",
+        f"    acc = tl.dot(a, b, acc{precision})",
+        f"    a_ptrs += BLOCK_K * {sak}",
+        f"    b_ptrs += BLOCK_K * {sbk}",
+    ]
+    names = ["xb", "rm[:, None]", "rn[None, :]"][3 - len(out_shape) :]
+    for v, text in zip(outer, names):
+        if isinstance(v, sym.Var):
+            head.append(f"{v.name} = {text}")
+    head += [f"mmask = rm[:, None] < {m}", f"nmask = rn[None, :] < {n}", "xmask = mmask & nmask"]
+    p.var_masks = {}
+    for v, mask in zip(outer[-2:], ("mmask", "nmask")):
+        if isinstance(v, sym.Var):
+            p.var_masks[v.name] = mask
+    for h in head:
+        p.line(h)
+    with set_ops_handler(p):
+        value = p.emit("acc", dt.float32, True, False)
+        value = p.to_dtype(value, buf.dtype)
+        store_index = buf.layout.offset_expr(outer)
+        p.store(buf.name, store_index, value, buf.dtype, False)
+    p.pass_id = 1
+    p.produced[buf.name] = _Produced(value, store_index, 1, False, 0, False)
+    origins = []
+    if epilogue is not None:
+        for node in epilogue.nodes:
+            index, rindex = epilogue.node_vars(node, outer, [])
+            _print_node(p, node, index, rindex, "outer", False)
+            origins.append(node.name)
+    body = p.render()
+    params = list(p.args.values()) + [
+        f"{c}: tl.constexpr" for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "UPCAST")
+    ]
+    src = ["@triton.jit", f"def {name}({', '.join(params)}):"]
+    what = f"{'b' if batched else ''}mm [{m}, {k}] x [{k}, {n}]" + (
+        f" + epilogue {origins}" if origins else ""
+    )
+    src.append(f"    # {what}" + (f"; {comment}" if comment else ""))
+    src += ["    " + line for line in body]
+    configs = tuning_configs(m, n, k)
+    return GeneratedKernel(
+        name=name,
+        source="\n".join(src) + "\n",
+        args=list(p.args.keys()),
+        arg_dtypes=dict(p.arg_dtypes),
+        sizes=[m, n, batch],
+        constexprs={},
+        num_warps=4,
+        grid=(),
+        stored=set(p.stored),
+        helpers=set(p.helpers),
+        uses_libdevice=p.uses_libdevice,
+        kind="matmul",
+        comment=what,
+        tune_configs=configs,
+    )

@@ -1,0 +1,464 @@
+"""The Triton module of a graph: kernels plus a Python ``call`` that runs them, and its runtimes.
+
+``build_module`` prints every step of a schedule (pointwise/reduction kernels, the matmul
+template with its epilogue, extern calls) and a wrapper ``call(inputs)`` that allocates buffers
+(freeing each after its last use, so the device's caching allocator recycles memory), launches
+kernels on static grids and returns the output buffers. The module is written to disk as
+``output_code.py`` (Triton needs the source file) and executed with an ``rt`` object that knows
+the device: ``HostRuntime`` runs kernels through Triton's interpreter on numpy buffers (tests),
+``CudaKernelRuntime`` on the GPU. ``TritonCompiledGraph`` is what ``compile_graph`` returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+from ...runtime import dtypes as dt
+from ...runtime.storage import empty_array
+from .. import sym, wrapper_runtime
+from ..dependencies import reads_of
+from ..graph_lowering import _layout_of
+from ..ir import InputBuffer
+from ..scheduler import ExternCall, Kernel, Schedule
+from .triton import (
+    GeneratedKernel,
+    TritonConfig,
+    generate_kernel,
+    helper_source,
+    storage_dtype_name,
+)
+from .triton_interpret import LIBDEVICE, HostBuffer, interpret_mode
+from .triton_matmul import fusable_epilogue, generate_matmul, matmul_shapes
+
+__all__ = ["TritonModule", "build_module", "TritonCompiledGraph", "HostRuntime"]
+
+log = logging.getLogger("kiln.inductor")
+
+
+@dataclass
+class _Step:
+    kind: str  # "kernel" | "matmul" | "extern"
+    kernel: Kernel | None = None
+    call: ExternCall | None = None
+    writes: list = field(default_factory=list)
+    reads: list = field(default_factory=list)  # buffers read from outside the step
+    generated: GeneratedKernel | None = None
+
+
+@dataclass
+class TritonModule:
+    """A generated module: its source, where it was written, and its entry point."""
+
+    source: str
+    path: str
+    kernels: list  # GeneratedKernel
+    call: object
+    namespace: dict
+
+
+def _kernel_reads(kernel: Kernel) -> list:
+    names: list = []
+    outer = [sym.Var(f"o{i}", s) for i, s in enumerate(kernel.outer)]
+    inner = [sym.Var(f"i{i}", s) for i, s in enumerate(kernel.inner)]
+    for node in kernel.nodes:
+        index, rindex = kernel.node_vars(node, outer, inner)
+        for r in reads_of(node, index, rindex):
+            if r.name not in names:
+                names.append(r.name)
+    return names
+
+
+def _plan(sched: Schedule) -> list[_Step]:
+    """Group the schedule's steps: a matmul absorbs a following pointwise kernel as epilogue."""
+    steps: list[_Step] = []
+    i = 0
+    raw = sched.steps
+    while i < len(raw):
+        s = raw[i]
+        if isinstance(s, ExternCall) and matmul_shapes(s) is not None:
+            nxt = raw[i + 1] if i + 1 < len(raw) else None
+            epilogue = nxt if isinstance(nxt, Kernel) and fusable_epilogue(s, nxt) else None
+            step = _Step("matmul", epilogue, s)
+            i += 2 if epilogue is not None else 1
+        elif isinstance(s, ExternCall):
+            step = _Step("extern", None, s)
+            i += 1
+        else:
+            step = _Step("kernel", s)
+            i += 1
+        writes, reads = [], []
+        if step.call is not None:
+            writes.append(step.call.buffer.name)
+            for item in step.call.buffer.inputs:
+                if isinstance(item, tuple) and item[0].name not in reads:
+                    reads.append(item[0].name)
+        if step.kernel is not None:
+            writes += [n.name for n in step.kernel.nodes]
+            reads += [r for r in _kernel_reads(step.kernel) if r not in reads]
+        step.writes = writes
+        step.reads = [r for r in reads if r not in writes]
+        steps.append(step)
+    return steps
+
+
+def _origins(nodes) -> str:
+    names, sources = [], []
+    for n in nodes:
+        for o in getattr(n, "origins", []):
+            names.append(getattr(o, "name", str(o)))
+            src = getattr(o, "meta", {}).get("source")
+            if src and src not in sources:
+                sources.append(src)
+    text = ", ".join(names)
+    return text + (f"  [{'; '.join(sources)}]" if sources else "")
+
+
+MODULE_HEADER = """\
+# kiln inductor: generated Triton module (output_code.py)
+# `rt` (kiln's runtime for the device) and `externs` are provided by the loader.
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+# Triton's own combine functions (its interpreter reduces with them through numpy)
+_sum = tl.standard._sum_combine
+_max = tl.standard._elementwise_max
+_min = tl.standard._elementwise_min
+"""
+
+
+def _cache_dir() -> str:
+    root = os.environ.get("KILN_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "kiln"
+    )
+    return os.path.join(root, "triton")
+
+
+def _write_source(source: str) -> str:
+    """Write ``source`` to ``<cache>/<hash>/output_code.py`` (Triton reads kernels' source)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    directory = os.path.join(_cache_dir(), digest)
+    path = os.path.join(directory, "output_code.py")
+    if not os.path.exists(path):
+        os.makedirs(directory, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    return path
+
+
+def build_module(sched: Schedule, rt, cfg: TritonConfig | None = None) -> TritonModule:
+    """Generate, write and load the Triton module of ``sched`` for runtime ``rt``."""
+    cfg = cfg or TritonConfig()
+    lowered = sched.lowered
+    buffers = {b.name: b for b in lowered.buffers}
+    for b in lowered.inputs:
+        if b is not None:
+            buffers[b.name] = b
+    for name, t in lowered.constants.items():
+        buffers[name] = InputBuffer(name, _layout_of(t))
+    dtypes = {name: b.dtype for name, b in buffers.items()}
+    if not cfg.int64_indexing:
+        biggest = max([b.layout.storage_size() for b in buffers.values()] + [0])
+        cfg.int64_indexing = biggest > 2**31 - 1
+    outputs = [o[1].name for o in lowered.outputs if o[0] == "buffer"]
+    steps = _plan(sched)
+    for i, step in enumerate(steps):
+        others = {r for j, s in enumerate(steps) if j != i for r in s.reads}
+        must_store = {w for w in step.writes if w in others or w in outputs}
+        if step.kind == "kernel":
+            step.generated = generate_kernel(
+                step.kernel, step.kernel.name, must_store, dtypes, cfg, _origins(step.kernel.nodes)
+            )
+        elif step.kind == "matmul":
+            nodes = [step.call.buffer] + (step.kernel.nodes if step.kernel else [])
+            step.generated = generate_matmul(
+                step.call,
+                step.kernel,
+                f"mm_{step.call.buffer.name}",
+                must_store,
+                dtypes,
+                cfg,
+                _origins(nodes),
+            )
+    source, externs = _render(steps, lowered, buffers, outputs, rt.interpret)
+    namespace = load_source(source, rt, externs=externs)
+    path = namespace["__file__"]
+    _share_jit_functions(namespace, steps, rt.interpret)
+    if _log_enabled("output_code"):
+        print(f"[kiln.inductor] output code ({path}):\n{source}", file=sys.stderr)
+    kernels = [s.generated for s in steps if s.generated is not None]
+    return TritonModule(source, path, kernels, namespace["call"], namespace)
+
+
+def load_source(source: str, rt, **names) -> dict:
+    """Write ``source`` to disk and execute it as a module whose globals include ``rt``.
+
+    Under the interpreter, ``TRITON_INTERPRET`` is set only while the module runs (when its
+    kernels are decorated), and ``libdevice`` is replaced by numpy versions."""
+    path = _write_source(source)
+    namespace = {"__name__": f"kiln_triton_{os.path.basename(os.path.dirname(path))}"}
+    namespace.update(rt=rt, __file__=path, **names)
+    code = compile(source, path, "exec")
+    # Triton's own library must be imported as compiled (not interpreted) functions, so it
+    # stays usable for GPU kernels in this process: import it before interpret mode
+    import triton.language  # noqa: F401
+
+    if rt.interpret:
+        with interpret_mode():
+            exec(code, namespace)
+        namespace["libdevice"] = LIBDEVICE
+    else:
+        exec(code, namespace)
+    return namespace
+
+
+# (interpreted?, function source) -> the @triton.jit function first made from it. Reusing it
+# skips Triton's per-function work (the interpreter's AST rewrite, the JIT's hashing) for kernels
+# and helpers that recur across graphs; they only read helpers of identical source as globals.
+_JIT_FUNCTIONS: dict = {}
+
+
+def _share_jit_functions(namespace: dict, steps, interpret: bool) -> None:
+    kernels = [s.generated for s in steps if s.generated is not None]
+    named = [(k.name, k.source) for k in kernels]
+    helpers = set().union(*(k.helpers for k in kernels)) if kernels else set()
+    named += [(h, helper_source([h])) for h in sorted(helpers)]
+    for name, source in named:
+        namespace[name] = _JIT_FUNCTIONS.setdefault((interpret, source), namespace[name])
+
+
+def _log_enabled(name: str) -> bool:
+    return name in {s.strip() for s in os.environ.get("KILN_LOGS", "").split(",")}
+
+
+def _render(steps, lowered, buffers, outputs, interpret: bool):
+    """The module's text: header, helpers, kernels, then the ``call`` wrapper."""
+    kernels = [s.generated for s in steps if s.generated is not None]
+    helpers = set().union(*(k.helpers for k in kernels)) if kernels else set()
+    out = [MODULE_HEADER]
+    if helpers:
+        out += ["", helper_source(helpers)]
+    for k in kernels:
+        out += ["", k.source]
+        if k.kind == "matmul":
+            out.append(f"{k.name}_configs = {k.tune_configs!r}")
+            out.append("")
+    externs: list = []
+    body: list[str] = []
+    allocated: set = set()
+    last_use: dict = {}
+    for i, step in enumerate(steps):
+        for r in step.reads:
+            last_use[r] = i
+    names = {}  # buffer name -> python identifier in call()
+    inputs = [b for b in lowered.inputs if b is not None] + [buffers[n] for n in lowered.constants]
+    for b in inputs:
+        names[b.name] = _pyname(b.name)
+        body.append(f"{names[b.name]} = inputs[{b.name!r}]")
+    for i, step in enumerate(steps):
+        body.append("")
+        if step.kind == "extern":
+            buf = step.call.buffer
+            names[buf.name] = _pyname(buf.name)
+            body.append(f"# extern {buf.description}: {_origins([buf])}")
+            body.append(_alloc(names[buf.name], buf))
+            allocated.add(buf.name)
+            ins = [names[item[0].name] for item in buf.inputs if isinstance(item, tuple)]
+            body.append(
+                f"rt.extern(externs[{len(externs)}], {names[buf.name]}, [{', '.join(ins)}])"
+            )
+            externs.append(buf)
+        else:
+            k = step.generated
+            body.append(f"# {k.name}: {k.kind}; {k.comment}")
+            for name in step.writes:
+                if name in k.stored:
+                    names[name] = _pyname(name)
+                    body.append(_alloc(names[name], buffers[name]))
+                    allocated.add(name)
+            args = ", ".join(names[a] for a in k.args)
+            if k.kind == "matmul":
+                m, n, batch = k.sizes
+                body.append(
+                    f"rt.launch_tuned({k.name}, {k.name}_configs, "
+                    f"lambda c: (triton.cdiv({m}, c['BLOCK_M']) * triton.cdiv({n}, c['BLOCK_N']), "
+                    f"{batch}), {args})"
+                )
+            elif k.grid[0] == 0:
+                body.append(f"# {k.name} has nothing to compute (empty iteration space)")
+            else:
+                sizes = ", ".join(str(s) for s in k.sizes)
+                blocks = ", ".join(f"{c}={v}" for c, v in k.constexprs.items())
+                body.append(
+                    f"{k.name}[{k.grid!r}]({args}, {sizes}, {blocks}, num_warps={k.num_warps})"
+                )
+        dead = [
+            n for n, last in last_use.items() if last == i and n in allocated and n not in outputs
+        ] + [n for n in step.writes if n in allocated and n not in last_use and n not in outputs]
+        if dead:
+            body.append(f"del {', '.join(names[n] for n in sorted(set(dead)))}")
+    returned = ", ".join(f"{n!r}: {names[n]}" for n in dict.fromkeys(outputs) if n in names)
+    body.append("")
+    body.append(f"return {{{returned}}}")
+    out += ["", "def call(inputs):"] + ["    " + line if line else "" for line in body]
+    return "\n".join(out) + "\n", externs
+
+
+def _pyname(name: str) -> str:
+    ident = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return ident if ident and not ident[0].isdigit() else f"b_{ident}"
+
+
+def _alloc(pyname: str, buf) -> str:
+    return f"{pyname} = rt.empty({max(buf.layout.storage_size(), 1)}, {buf.dtype.name!r})"
+
+
+# ------------------------------------------------------------------------------ ahead of time
+
+_TRITON_TYPES = {
+    "float32": "fp32",
+    "float64": "fp64",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "int64": "i64",
+    "int32": "i32",
+    "int16": "i16",
+    "int8": "i8",
+    "uint8": "u8",
+}
+
+
+class _CompileOnly:
+    interpret = False
+
+
+def compile_for_gpu(module: TritonModule, capability: tuple = (9, 0)) -> dict:
+    """Compile every kernel of ``module`` to a cubin for an NVIDIA GPU of ``capability``.
+
+    Needs no GPU (Triton ships ptxas): it checks, on any machine, that generated kernels pass
+    Triton's compiler, which is stricter than its interpreter (loop-carried types, for one).
+    Returns kernel name -> compiled kernel."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    namespace = load_source(module.source, _CompileOnly())
+    target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
+    out = {}
+    for k in module.kernels:
+        fn = namespace[k.name]
+        names = fn.arg_names
+        signature = {
+            names[i]: "*" + _TRITON_TYPES[storage_dtype_name(k.arg_dtypes[a])]
+            for i, a in enumerate(k.args)
+        }
+        if k.kind == "matmul":
+            constexprs = {c: v for c, v in k.tune_configs[0].items() if not c.startswith("num_")}
+            constexprs["UPCAST"] = False
+            options = {c: k.tune_configs[0][c] for c in ("num_warps", "num_stages")}
+        else:
+            sizes = names[len(k.args) : len(k.args) + len(k.sizes)]
+            signature.update({n: "i32" for n in sizes})
+            constexprs = dict(k.constexprs)
+            options = {"num_warps": k.num_warps}
+        signature.update({c: "constexpr" for c in constexprs})
+        source = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+        out[k.name] = triton.compile(source, target=target, options=options)
+    return out
+
+
+# ------------------------------------------------------------------------------ runtimes
+
+
+class HostRuntime:
+    """Runs a module's kernels with Triton's interpreter on host memory (numpy buffers).
+
+    Every runtime offers the same small interface to generated code (``empty``, ``extern``,
+    ``launch_tuned``) and to ``TritonCompiledGraph`` (``input``, ``constant``, ``output``)."""
+
+    interpret = True
+
+    def activate(self) -> None:
+        pass
+
+    def empty(self, numel: int, dtype_name: str) -> HostBuffer:
+        d = dt._dtype_by_name(dtype_name)
+        return HostBuffer.of_array(empty_array((numel,), d.np), storage_dtype_name(d))
+
+    def input(self, t, layout) -> HostBuffer:
+        storage = wrapper_runtime.input_storage(t, layout)
+        return HostBuffer.of_array(storage, storage_dtype_name(t.dtype))
+
+    def constant(self, t) -> HostBuffer:
+        storage = wrapper_runtime.storage_of_tensor(t)
+        return HostBuffer.of_array(storage, storage_dtype_name(t.dtype))
+
+    def output(self, storage: HostBuffer, layout):
+        return wrapper_runtime.to_tensor(storage.array, layout)
+
+    def extern(self, ext, out: HostBuffer, inputs: list) -> None:
+        storages = {ext.name: out.array}
+        tensors = [item for item in ext.inputs if isinstance(item, tuple)]
+        for (src, _layout), b in zip(tensors, inputs):
+            storages[src.name] = b.array
+        wrapper_runtime.run_extern(ext, storages)
+
+    def launch_tuned(self, kernel, configs: list, grid, *args) -> None:
+        # the interpreter has no bfloat16 arithmetic: UPCAST makes tl.dot see float32
+        config = configs[0]
+        kernel[grid(config)](*args, UPCAST=True, **config)
+
+
+class TritonCompiledGraph:
+    """A graph compiled to Triton kernels; called like ``CompiledGraph``, with tensors."""
+
+    codegen = "triton"
+
+    def __init__(self, sched: Schedule, device=None, options: dict | None = None):
+        from ...runtime.device import cpu
+
+        self.schedule = sched
+        self.device = device or cpu
+        lowered = sched.lowered
+        self._inputs = lowered.inputs
+        self._constants = lowered.constants
+        self._outputs = lowered.outputs
+        if self.device.type == "cuda":
+            from .triton_cuda import CudaKernelRuntime
+
+            self.rt = CudaKernelRuntime.for_device(self.device)
+        else:
+            self.rt = HostRuntime()
+        started = time.perf_counter()
+        self.module = build_module(sched, self.rt, TritonConfig.from_options(options))
+        self.compile_seconds = time.perf_counter() - started
+        self.num_kernels = len(self.module.kernels)
+        self.source = self.module.source
+        self.source_path = self.module.path
+
+    def __call__(self, *args):
+        rt = self.rt
+        rt.activate()
+        inputs = {}
+        for buf, arg in zip(self._inputs, args):
+            if buf is not None:
+                inputs[buf.name] = rt.input(arg, buf.layout)
+        for name, t in self._constants.items():
+            inputs[name] = rt.constant(t)
+        results = self.module.call(inputs)
+        outs = []
+        for out in self._outputs:
+            if out[0] != "buffer":
+                outs.append(out[1])
+                continue
+            _, buf, layout = out
+            storage = results[buf.name] if buf.name in results else inputs[buf.name]
+            outs.append(rt.output(storage, layout))
+        return tuple(outs)

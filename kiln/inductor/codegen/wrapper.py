@@ -1,0 +1,132 @@
+"""The Python wrapper of a compiled graph: readable source that allocates and calls kernels.
+
+The source is what a compiled call executes (it is exec'd once) and what ``KILN_DEBUG_DIR`` dumps
+as ``output_code.py``. Each kernel call carries a comment naming the graph nodes it computes;
+buffers whose last reader has run lend their memory to later buffers of the same size.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from .. import wrapper_runtime
+from ..ir import InputBuffer
+from ..scheduler import Kernel, Schedule
+
+__all__ = ["generate_wrapper", "WrapperModule"]
+
+
+def _origins(step) -> str:
+    bufs = step.nodes if isinstance(step, Kernel) else [step.buffer]
+    names = []
+    for b in bufs:
+        for o in b.origins:
+            label = getattr(o, "name", str(o))
+            src = getattr(o, "meta", {}).get("source")
+            names.append(f"{label}@{src}" if src else label)
+    return ", ".join(names) or "-"
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+class WrapperModule:
+    """The exec'd wrapper: ``call(*args)`` runs the graph and returns its outputs as a tuple."""
+
+    def __init__(self, source: str, namespace: dict):
+        self.source = source
+        code = compile(source, "<kiln output_code>", "exec")
+        exec(code, namespace)
+        self.call = namespace["call"]
+
+
+def generate_wrapper(sched: Schedule, kernels: dict, numpy_steps: dict) -> WrapperModule:
+    """``kernels[i]``: compiled kernel for step i (LLVM); ``numpy_steps[i]``: a callable running
+    step i through the numpy executor (given the storages dict)."""
+    lowered = sched.lowered
+    ns: dict = {
+        "np": np,
+        "ctypes": ctypes,
+        "_ptr": _ptr,
+        "_input": wrapper_runtime.input_storage,
+        "_alloc": wrapper_runtime.allocate,
+        "_tensor": wrapper_runtime.to_tensor,
+        "_extern": wrapper_runtime.run_extern,
+    }
+    lines = []
+    buffers = {b.name: b for b in lowered.buffers}
+    inputs = lowered.inputs
+    arg_names = [f"a{i}" for i in range(len(inputs))]
+    lines.append("# kiln compiled graph")
+    lines.append(f"# steps: {len(sched.steps)} ({len(sched.kernels)} kernels)")
+    for step in sched.steps:
+        lines.append(f"#   {step.describe()}")
+    lines.append("")
+    lines.append(f"def call({', '.join(arg_names)}):")
+    body = []
+    for buf, a in zip(inputs, arg_names):
+        if buf is None:
+            continue
+        ns[f"L_{buf.name}"] = buf.layout
+        body.append(f"{buf.name} = _input({a}, L_{buf.name})")
+    for name, tensor in lowered.constants.items():
+        ns[f"C_{name}"] = tensor
+        ns[f"L_{name}"] = InputBuffer(name, _layout(tensor)).layout
+        body.append(f"{name} = _input(C_{name}, L_{name})")
+    allocated = set()
+    freed_owner = {}
+    for i, step in enumerate(sched.steps):
+        writes = [n.name for n in step.nodes] if isinstance(step, Kernel) else [step.buffer.name]
+        for name in writes:
+            if name in allocated:
+                continue
+            if isinstance(step, Kernel) and name in step.locals and i in kernels:
+                continue
+            allocated.add(name)
+            ns[f"L_{name}"] = buffers[name].layout
+            donor = sched.reuse.get(name)
+            if donor is not None:
+                body.append(f"{name} = {donor}  # reuses {donor}'s memory (dead by now)")
+                freed_owner[name] = donor
+            else:
+                body.append(f"{name} = _alloc(L_{name})")
+        body.append(f"# {step.name}: {_origins(step)}")
+        if i in kernels:
+            k = kernels[i]
+            ns[f"K{i}"] = k
+            ptype = f"P{i}"
+            ns[ptype] = ctypes.c_void_p * len(k.args)
+            body.append(f"K{i}({ptype}({', '.join(f'_ptr({n})' for n in k.args)}))")
+        else:
+            ns[f"S{i}"] = numpy_steps.get(i) or _extern_step(step)
+            body.append(f"S{i}(locals())")
+    outs = []
+    for out in lowered.outputs:
+        if out[0] == "buffer":
+            _, buf, layout = out
+            key = f"O{len(outs)}"
+            ns[key] = layout
+            outs.append(f"_tensor({buf.name}, {key})")
+        else:
+            key = f"V{len(outs)}"
+            ns[key] = out[1]
+            outs.append(key)
+    body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+    lines += ["    " + line for line in body]
+    return WrapperModule("\n".join(lines) + "\n", ns)
+
+
+def _layout(t):
+    from ..ir import Layout
+
+    return Layout(tuple(t.shape), tuple(t.stride()), t.dtype, 0, t.device.type)
+
+
+def _extern_step(step):
+    def run(storages):
+        wrapper_runtime.run_extern(step.buffer, storages)
+
+    return run

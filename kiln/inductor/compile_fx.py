@@ -1,0 +1,137 @@
+"""The inductor backend: lower a prim graph, schedule it, generate kernels, wrap them in a callable.
+
+``compile_graph(gm, example_inputs)`` compiles one (forward or backward) graph; ``inductor`` is the
+``kiln.compile`` backend that runs AOT autograd with ``compile_graph`` for both graphs.
+``options["cpu_codegen"]`` picks the kernel generator: ``"llvm"`` (default when available),
+``"numpy"`` (the reference executor) or ``"triton"`` (Triton's interpreter, a testing aid).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from . import wrapper_runtime
+from .graph_lowering import GraphLowering
+from .scheduler import schedule
+
+__all__ = ["compile_graph", "inductor", "CompiledGraph"]
+
+log = logging.getLogger("kiln.inductor")
+
+
+def _log_enabled(name: str) -> bool:
+    return name in {s.strip() for s in os.environ.get("KILN_LOGS", "").split(",")}
+
+
+class CompiledGraph:
+    """Calls the kernels of one graph in order (through its generated wrapper) and returns its
+    outputs as a tuple."""
+
+    def __init__(self, sched, codegen: str):
+        from .codegen.wrapper import generate_wrapper
+
+        self.schedule = sched
+        self.codegen = codegen
+        lowered = sched.lowered
+        buffers = {b.name: b for b in lowered.buffers}
+        self.num_kernels = len(sched.kernels)
+        kernels = {}
+        numpy_reasons = {}
+        self.ir_text = ""
+        if codegen == "llvm":
+            from .codegen.cpu import CPUKernels
+
+            dtypes = {name: b.dtype for name, b in buffers.items()}
+            dtypes.update({b.name: b.dtype for b in lowered.inputs if b is not None})
+            dtypes.update({name: t.dtype for name, t in lowered.constants.items()})
+            sizes = {name: b.layout.storage_size() for name, b in buffers.items()}
+            sizes.update({b.name: b.layout.storage_size() for b in lowered.inputs if b is not None})
+            sizes.update({name: _storage_elems(t) for name, t in lowered.constants.items()})
+            compiled = CPUKernels(sched, dtypes, sizes)
+            self._cpu_kernels = compiled  # owns the JIT engine the kernels live in
+            kernels = compiled.by_step
+            numpy_reasons = compiled.numpy_steps
+            self.ir_text = compiled.ir_text
+        elif codegen != "numpy":
+            raise ValueError(f"unknown cpu_codegen {codegen!r}")
+        numpy_steps = {}
+        for i, step in enumerate(sched.steps):
+            if hasattr(step, "nodes") and i not in kernels:
+                numpy_steps[i] = _numpy_step(step)
+        self.numpy_reasons = numpy_reasons
+        self.wrapper = generate_wrapper(sched, kernels, numpy_steps)
+        self.source = self.wrapper.source
+        self._call = self.wrapper.call
+
+    def __call__(self, *args):
+        return self._call(*args)
+
+
+def _storage_elems(t) -> int:
+    from .ir import Layout
+
+    return Layout(tuple(t.shape), tuple(t.stride()), t.dtype).storage_size()
+
+
+def _numpy_step(step):
+    import numpy as np
+
+    from .codegen.numpy_backend import compute_buffer
+
+    def run(storages):
+        for node in step.nodes:
+            values = compute_buffer(node, storages)
+            target = wrapper_runtime.strided_view(storages[node.name], node.layout)
+            np.copyto(target, values, casting="unsafe")
+
+    return run
+
+
+def compile_graph(gm, example_inputs, options: dict | None = None) -> CompiledGraph:
+    """Lower, schedule and generate code for one graph (see the module docstring)."""
+    options = options or {}
+    lowered = GraphLowering(gm, example_inputs).run()
+    sched = schedule(lowered)
+    if _log_enabled("inductor"):
+        print(f"[kiln.inductor] schedule:\n{sched.describe()}", file=sys.stderr)
+    codegen = options.get("cpu_codegen", "llvm")
+    device = _graph_device(gm, example_inputs)
+    if codegen == "triton" or device.type == "cuda":
+        from .codegen.triton_wrapper import TritonCompiledGraph
+
+        return TritonCompiledGraph(sched, device, options)
+    return CompiledGraph(sched, codegen)
+
+
+def _graph_device(gm, example_inputs):
+    """The device a graph computes on: its first CUDA input or output, else the CPU."""
+    from ..runtime.device import cpu
+    from ..runtime.tensor import Tensor
+
+    for t in example_inputs:
+        if isinstance(t, Tensor) and t.device.type == "cuda":
+            return t.device
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            vals = node.meta.get("val")
+            for v in vals if isinstance(vals, (list, tuple)) else [vals]:
+                if isinstance(v, Tensor) and v.device.type == "cuda":
+                    return v.device
+    return cpu
+
+
+def inductor(gm, example_inputs, options: dict | None = None):
+    """Backend: AOT autograd + inductor for both the forward and the backward graph."""
+    from ..aot.backend import aot_module_simplified
+    from ..aot.partitioners import min_cut_partition
+
+    options = options or {}
+
+    def compiler(graph_module, examples):
+        return compile_graph(graph_module, examples, options)
+
+    return aot_module_simplified(
+        gm, example_inputs, compiler, compiler, partition_fn=min_cut_partition
+    )

@@ -1,0 +1,84 @@
+"""Dependency analysis: run a loop body with a recording handler to see what it reads.
+
+The recorder returns opaque tokens for every op, so any body runs on it; ``load`` calls are
+collected as (buffer name, index expression) pairs in terms of the variables the body was given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import sym
+from .ir import Buffer, ComputedBuffer, Pointwise, Reduction
+from .virtualized import set_ops_handler
+
+__all__ = ["MemoryRead", "RecordingHandler", "reads_of", "read_names", "iteration_vars"]
+
+
+@dataclass(frozen=True)
+class MemoryRead:
+    name: str
+    index: sym.Expr
+
+
+class _Token:
+    __slots__ = ()
+
+
+_TOKEN = _Token()
+
+
+class RecordingHandler:
+    """An ops handler that records loads and otherwise does nothing."""
+
+    def __init__(self):
+        self.reads: list[MemoryRead] = []
+        self.indirect = 0
+
+    def load(self, name, index):
+        self.reads.append(MemoryRead(name, sym.as_expr(index)))
+        return _TOKEN
+
+    def indirect_indexing(self, value, size):
+        self.indirect += 1
+        return sym.Indirect(f"_ind{self.indirect}", size)
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: _TOKEN
+
+
+def iteration_vars(buf: ComputedBuffer, prefix: str = "x", rprefix: str = "r"):
+    """Fresh loop variables for a buffer's loop nest: (index vars, reduction vars)."""
+    data = buf.data
+    index = [sym.Var(f"{prefix}{i}", s) for i, s in enumerate(data.ranges)]
+    rindex = []
+    if isinstance(data, Reduction):
+        rindex = [sym.Var(f"{rprefix}{i}", s) for i, s in enumerate(data.reduction_ranges)]
+    return index, rindex
+
+
+def reads_of(buf: Buffer, index=None, rindex=None) -> list[MemoryRead]:
+    """The loads of ``buf``'s body with the given (or fresh) loop variables."""
+    if not isinstance(buf, ComputedBuffer):
+        return []
+    if index is None:
+        index, rindex = iteration_vars(buf)
+    handler = RecordingHandler()
+    with set_ops_handler(handler):
+        if isinstance(buf.data, Pointwise):
+            buf.data.inner_fn(index)
+        else:
+            buf.data.inner_fn(index, rindex)
+    return handler.reads
+
+
+def read_names(buf: Buffer) -> list[str]:
+    from .ir import ExternBuffer
+
+    if isinstance(buf, ExternBuffer):
+        return [b.name for b, _ in (x for x in buf.inputs if isinstance(x, tuple))]
+    seen = []
+    for r in reads_of(buf):
+        if r.name not in seen:
+            seen.append(r.name)
+    return seen

@@ -1,0 +1,175 @@
+"""Walk a prim-level GraphModule and lower every node into loop IR buffers.
+
+Inputs and attribute constants become ``InputBuffer``s; each ``call_function`` runs its lowering
+(or the eager fallback, logged) on ``TensorBox``es; values read by several nodes, or whose inlined
+expression grew large, are realized so work is not repeated; outputs are realized last. The
+result lists buffers in dependency order, ready for the scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from dataclasses import dataclass, field
+
+from ..ops.registry import Op
+from ..runtime.tensor import Tensor
+from .ir import Buffer, GraphContext, InputBuffer, Layout, TensorBox
+from .lowering import CURRENT_NODE, LOWERINGS, fallback
+
+__all__ = ["GraphLowering", "LoweredGraph", "REALIZE_SIZE_HINT"]
+
+log = logging.getLogger("kiln.inductor")
+
+# inline at most this many ops into one consumer before storing the value
+REALIZE_SIZE_HINT = 24
+# a value read by several nodes is recomputed in each when it costs at most this many ops
+REUSE_INLINE_LIMIT = 3
+
+
+@dataclass
+class LoweredGraph:
+    inputs: list  # InputBuffer per placeholder (None for non-tensor placeholders)
+    constants: dict  # buffer name -> real tensor (get_attr values)
+    buffers: list  # ComputedBuffer / ExternBuffer in dependency order
+    outputs: (
+        list  # per graph output: ("buffer", Buffer, Layout) | ("input", index) | ("const", value)
+    )
+    output_spec: object  # nesting of the graph's output value
+    fallbacks: list = field(default_factory=list)  # op names run through their eager kernel
+
+
+class GraphLowering:
+    def __init__(self, gm, example_inputs):
+        self.gm = gm
+        self.example_inputs = list(example_inputs)
+        self.ctx = GraphContext()
+        self.env: dict = {}
+        self.inputs: list = []
+        self.constants: dict = {}
+        self.fallbacks: list = []
+
+    def run(self) -> LoweredGraph:
+        graph = self.gm.graph
+        placeholder_index = 0
+        output_value = None
+        for node in graph.nodes:
+            if node.op == "placeholder":
+                example = self._example(node, placeholder_index)
+                placeholder_index += 1
+                if isinstance(example, Tensor):
+                    buf = InputBuffer(
+                        f"arg{placeholder_index - 1}_{node.name}", _layout_of(example)
+                    )
+                    self.inputs.append(buf)
+                    self.env[node] = TensorBox.of_buffer(buf, self.ctx)
+                else:
+                    self.inputs.append(None)
+                    self.env[node] = example
+            elif node.op == "get_attr":
+                value = _fetch(self.gm, node.target)
+                if isinstance(value, Tensor):
+                    name = f"const_{node.target.replace('.', '_')}"
+                    buf = InputBuffer(name, _layout_of(value))
+                    self.constants[name] = value
+                    self.env[node] = TensorBox.of_buffer(buf, self.ctx)
+                else:
+                    self.env[node] = value
+            elif node.op == "call_function":
+                self.env[node] = self._lower(node)
+            elif node.op == "output":
+                output_value = node.args[0]
+        return self._finish(output_value)
+
+    def _example(self, node, i):
+        if i < len(self.example_inputs):
+            return self.example_inputs[i]
+        return node.meta.get("val")
+
+    def _lower(self, node):
+        args = _map(node.args, lambda n: self.env[n])
+        kwargs = _map(node.kwargs, lambda n: self.env[n])
+        target = node.target
+        if target is operator.getitem:
+            return args[0][args[1]]
+        out_meta = node.meta.get("val")
+        if not isinstance(target, Op):
+            raise NotImplementedError(f"inductor cannot lower Python call {target!r}")
+        lowering = LOWERINGS.get(target)
+        result = None
+        CURRENT_NODE[0] = node
+        if lowering is not None:
+            try:
+                result = lowering(out_meta, *args, **kwargs)
+            except NotImplementedError as e:
+                log.info("inductor: %s falls back to eager: %s", target.name, e)
+        if result is None:
+            self.fallbacks.append(target.name)
+            log.info(
+                "inductor: no lowering for %s; running its eager kernel as an extern call",
+                target.name,
+            )
+            result = fallback(target, out_meta, list(args) + list(kwargs.values()))
+        if isinstance(result, TensorBox):
+            if result.ctx is None:
+                result.ctx = self.ctx
+            result.origins = [node]
+            if result.buffer is not None and not result.buffer.origins:
+                result.buffer.origins = [node]
+            self._maybe_realize(node, result)
+        return result
+
+    def _maybe_realize(self, node, box: TensorBox) -> None:
+        if box.is_realized() or getattr(box, "view_of", None) is not None:
+            return
+        users = len(node.users)
+        # several readers: store the value unless recomputing it is cheaper than a memory pass
+        if (users > 1 and box.size_hint > REUSE_INLINE_LIMIT) or box.size_hint > REALIZE_SIZE_HINT:
+            box.realize()
+
+    def _finish(self, output_value) -> LoweredGraph:
+        from ..aot.pytree import tree_flatten
+
+        flat, spec = tree_flatten(output_value)
+        outputs = []
+        for item in flat:
+            value = self.env[item] if hasattr(item, "op") else item
+            if isinstance(value, TensorBox):
+                if value.buffer is not None and isinstance(value.buffer, InputBuffer):
+                    outputs.append(("buffer", value.buffer, value.buffer.layout))
+                    continue
+                view = getattr(value, "view_of", None)
+                if view is not None:
+                    outputs.append(("buffer", view[0], view[1]))
+                    continue
+                buf = value.realize()
+                outputs.append(("buffer", buf, buf.layout))
+            else:
+                outputs.append(("const", value))
+        return LoweredGraph(
+            self.inputs, self.constants, list(self.ctx.buffers), outputs, spec, self.fallbacks
+        )
+
+
+def _layout_of(t: Tensor) -> Layout:
+    return Layout(tuple(t.shape), tuple(t.stride()), t.dtype, 0, t.device.type)
+
+
+def _fetch(module, qualified: str):
+    obj = module
+    for part in qualified.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _map(a, fn):
+    from ..ir.node import map_arg
+
+    return map_arg(a, fn)
+
+
+def buffers_read(buffer: Buffer) -> list:
+    """Names of the buffers a buffer's loop body loads (via the dependency recorder)."""
+    from .dependencies import read_names
+
+    return read_names(buffer)

@@ -1,0 +1,917 @@
+"""Lowerings: each prim becomes a lazily indexed ``TensorBox`` (or an extern call).
+
+``LOWERINGS[op]`` takes the node's canonical args with tensors replaced by ``TensorBox``es plus
+the node's fake result (``out_meta``) and returns a box. Elementwise ops compose loaders; views
+remap indices; reductions, extern kernels and random numbers become buffers or loops of their
+own. Ops without a lowering run their eager kernel as an extern call inside the compiled graph
+(``fallback``), so one unsupported op never sends the whole graph back to eager.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..ops.registry import OPS
+from ..runtime import dtypes as dt
+from ..runtime.tensor import Tensor
+from . import sym
+from .ir import ComputedBuffer, ExternBuffer, Layout, Reduction, TensorBox
+from .virtualized import BINARY_OPS, COMPARISONS, PREDICATES, UNARY_OPS, ops
+
+__all__ = ["LOWERINGS", "register_lowering", "fallback", "compute_dtype"]
+
+LOWERINGS: dict = {}
+
+
+def register_lowering(*names: str):
+    def deco(fn):
+        for n in names:
+            LOWERINGS[OPS[n]] = fn
+        return fn
+
+    return deco
+
+
+def compute_dtype(d: dt.dtype) -> dt.dtype:
+    """Arithmetic on half types happens in float32 (as PyTorch's CPU kernels and Inductor do)."""
+    return dt.float32 if d in (dt.float16, dt.bfloat16) else d
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def _broadcast_loader(x, out_shape: tuple, to: dt.dtype) -> Callable:
+    """Loader of ``x`` (box or Python scalar) at an index of ``out_shape``, cast to ``to``."""
+    if not isinstance(x, TensorBox):
+        value = x
+
+        def load_scalar(index):
+            return ops.constant(value, to)
+
+        return load_scalar
+    inner = x.loader
+    lead = len(out_shape) - len(x.shape)
+    broadcast = [s == 1 and out_shape[lead + i] != 1 for i, s in enumerate(x.shape)]
+    src = x.dtype
+
+    def load(index):
+        idx = [sym.ZERO if b else index[lead + i] for i, b in enumerate(broadcast)]
+        v = inner(idx)
+        return v if src is to else ops.to_dtype(v, to)
+
+    return load
+
+
+def _size_hint(*xs) -> int:
+    return 1 + sum(x.size_hint for x in xs if isinstance(x, TensorBox))
+
+
+def _box(ctx, shape, dtype, loader, *inputs) -> TensorBox:
+    return TensorBox(tuple(shape), dtype, loader, ctx, size_hint=_size_hint(*inputs))
+
+
+def _ctx(*xs):
+    for x in xs:
+        if isinstance(x, TensorBox):
+            return x.ctx
+        if isinstance(x, (list, tuple)):
+            c = _ctx(*x)
+            if c is not None:
+                return c
+    return None
+
+
+def _finish(value, computed: dt.dtype, out: dt.dtype):
+    return value if computed is out else ops.to_dtype(value, out)
+
+
+def _elementwise(
+    out_meta: Tensor, inputs, fn: Callable, compute: dt.dtype | None = None
+) -> TensorBox:
+    """A pointwise box computing ``fn(*input values)`` in ``compute`` dtype, stored as out's dtype."""
+    out_dtype = out_meta.dtype
+    compute = compute or compute_dtype(out_dtype)
+    shape = tuple(out_meta.shape)
+    loaders = [_broadcast_loader(x, shape, compute) for x in inputs]
+    result_is_bool = out_dtype is dt.bool_
+
+    def loader(index):
+        v = fn(*[ld(index) for ld in loaders])
+        return v if result_is_bool else _finish(v, compute, out_dtype)
+
+    return _box(_ctx(*inputs), shape, out_dtype, loader, *inputs)
+
+
+# ------------------------------------------------------------------------------ pointwise
+
+
+def _unary(name):
+    def lower(out_meta, x):
+        compute = compute_dtype(out_meta.dtype)
+        return _elementwise(out_meta, [x], lambda v: getattr(ops, name)(v), compute)
+
+    return lower
+
+
+for _name in UNARY_OPS:
+    if _name in OPS:
+        LOWERINGS[OPS[_name]] = _unary(_name)
+
+
+def _predicate(name):
+    def lower(out_meta, x):
+        compute = compute_dtype(x.dtype)
+        shape = tuple(out_meta.shape)
+        ld = _broadcast_loader(x, shape, compute)
+        return _box(x.ctx, shape, dt.bool_, lambda index: getattr(ops, name)(ld(index)), x)
+
+    return lower
+
+
+for _name in PREDICATES:
+    if _name in OPS:
+        LOWERINGS[OPS[_name]] = _predicate(_name)
+
+
+@register_lowering("frac")
+def _frac(out_meta, x):
+    return _elementwise(out_meta, [x], lambda v: ops.sub(v, ops.trunc(v)))
+
+
+@register_lowering("round")
+def _round(out_meta, x, decimals=0):
+    if decimals == 0:
+        return _elementwise(out_meta, [x], lambda v: ops.round(v))
+    c = compute_dtype(out_meta.dtype)
+    scale = 10.0**decimals
+    return _elementwise(
+        out_meta,
+        [x],
+        lambda v: ops.truediv(
+            ops.round(ops.mul(v, ops.constant(scale, c))), ops.constant(scale, c)
+        ),
+    )
+
+
+def _binary(name):
+    def lower(out_meta, a, b):
+        return _elementwise(out_meta, [a, b], lambda x, y: getattr(ops, name)(x, y))
+
+    return lower
+
+
+for _name in (
+    "mul",
+    "maximum",
+    "minimum",
+    "atan2",
+    "hypot",
+    "copysign",
+    "fmod",
+    "remainder",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_left_shift",
+    "bitwise_right_shift",
+    "pow",
+):
+    if _name in OPS and _name in BINARY_OPS:
+        LOWERINGS[OPS[_name]] = _binary(_name)
+
+
+def _comparison(name):
+    def lower(out_meta, a, b):
+        from ..ops.common import result_dtype
+
+        operand = compute_dtype(result_dtype(_fake(a), _fake(b)))
+        shape = tuple(out_meta.shape)
+        la = _broadcast_loader(a, shape, operand)
+        lb = _broadcast_loader(b, shape, operand)
+        return _box(
+            _ctx(a, b),
+            shape,
+            dt.bool_,
+            lambda index: getattr(ops, name)(la(index), lb(index)),
+            a,
+            b,
+        )
+
+    return lower
+
+
+for _name in COMPARISONS:
+    LOWERINGS[OPS[_name]] = _comparison(_name)
+
+
+def _fake(x):
+    """Promotion needs tensors' dtypes and dimensionality: a tiny stand-in for a box."""
+    if not isinstance(x, TensorBox):
+        return x
+    from ..runtime.device import meta
+    from ..runtime.tensor import make_fake
+
+    return make_fake(x.shape, x.dtype, meta)
+
+
+def _alpha_op(name):
+    def lower(out_meta, a, b, alpha=1):
+        c = compute_dtype(out_meta.dtype)
+
+        def fn(x, y):
+            if alpha != 1:
+                y = ops.mul(y, ops.constant(alpha, c))
+            return getattr(ops, name)(x, y)
+
+        return _elementwise(out_meta, [a, b], fn)
+
+    return lower
+
+
+LOWERINGS[OPS["add"]] = _alpha_op("add")
+LOWERINGS[OPS["sub"]] = _alpha_op("sub")
+
+
+@register_lowering("div")
+def _div(out_meta, a, b, rounding_mode=None):
+    c = compute_dtype(out_meta.dtype)
+    if rounding_mode is None:
+        return _elementwise(out_meta, [a, b], lambda x, y: ops.truediv(x, y), c)
+    name = {"floor": "floordiv", "trunc": "truncdiv"}[rounding_mode]
+    return _elementwise(out_meta, [a, b], lambda x, y: getattr(ops, name)(x, y), c)
+
+
+@register_lowering("where")
+def _where(out_meta, cond, a, b):
+    shape = tuple(out_meta.shape)
+    c = compute_dtype(out_meta.dtype)
+    lc = _broadcast_loader(cond, shape, dt.bool_)
+    la = _broadcast_loader(a, shape, c)
+    lb = _broadcast_loader(b, shape, c)
+    out_dtype = out_meta.dtype
+
+    def loader(index):
+        return _finish(ops.where(lc(index), la(index), lb(index)), c, out_dtype)
+
+    return _box(_ctx(cond, a, b), shape, out_dtype, loader, cond, a, b)
+
+
+@register_lowering("convert_element_type")
+def _convert(out_meta, x, dtype):
+    return _cast(out_meta, x, dtype)
+
+
+def _cast(out_meta, x, dtype):
+    ld = x.loader
+    src = x.dtype
+
+    def loader(index):
+        v = ld(index)
+        return v if src is dtype else ops.to_dtype(v, dtype)
+
+    return _box(x.ctx, x.shape, dtype, loader, x)
+
+
+@register_lowering("clone", "alias")
+def _clone(out_meta, x, memory_format=None):
+    # a copy is the same values; whether they end up in new memory is the scheduler's business
+    return _box(x.ctx, x.shape, x.dtype, x.loader, x)
+
+
+@register_lowering("to_device")
+def _to_device(out_meta, x, device):
+    if out_meta.device.type != "cpu":
+        raise NotImplementedError("inductor CPU graphs cannot move tensors to other devices")
+    return _clone(out_meta, x)
+
+
+# ------------------------------------------------------------------------------ creation
+
+
+@register_lowering("full")
+def _full(out_meta, size, fill_value, dtype=None, device=None):
+    d = out_meta.dtype
+    v = fill_value
+
+    def loader(index):
+        return ops.constant(v, d)
+
+    return TensorBox(tuple(out_meta.shape), d, loader, None)
+
+
+@register_lowering("empty", "empty_strided")
+def _empty(out_meta, *args, **kwargs):
+    d = out_meta.dtype
+    return TensorBox(tuple(out_meta.shape), d, lambda index: ops.constant(0, d), None)
+
+
+@register_lowering("arange")
+def _arange(out_meta, start, end, step=1, dtype=None, device=None):
+    d = out_meta.dtype
+    start_v = start.item() if isinstance(start, Tensor) else start
+    step_v = step.item() if isinstance(step, Tensor) else step
+    if d.is_floating_point:
+        c = compute_dtype(d)
+
+        def loader(index):
+            i = ops.index_expr(index[0], dt.float64)
+            v = ops.add(
+                ops.mul(i, ops.constant(float(step_v), dt.float64)),
+                ops.constant(float(start_v), dt.float64),
+            )
+            return ops.to_dtype(v, d) if d is not dt.float64 else v
+
+        del c
+        return TensorBox(tuple(out_meta.shape), d, loader, None)
+    if not (float(start_v).is_integer() and float(step_v).is_integer()):
+        raise NotImplementedError("integer arange with fractional bounds uses the fallback")
+
+    def int_loader(index):
+        return ops.index_expr(sym.as_expr(index[0]) * int(step_v) + int(start_v), d)
+
+    return TensorBox(tuple(out_meta.shape), d, int_loader, None)
+
+
+def _philox(which):
+    def lower(out_meta, size, seed, offset, dtype=None, device=None):
+        return _philox_box(which, out_meta, seed, offset)
+
+    return lower
+
+
+def _philox_box(which, out_meta, seed, offset):
+    d = out_meta.dtype
+    shape = tuple(out_meta.shape)
+    strides = Layout.contiguous(shape, d).stride
+    seed_ld = _scalar_loader(seed)
+    offset_ld = _scalar_loader(offset)
+
+    def loader(index):
+        linear = sym.ZERO
+        for i, st in zip(index, strides):
+            linear = linear + sym.as_expr(i) * st
+        off = ops.add(offset_ld(), ops.index_expr(linear, dt.int64))
+        v = getattr(ops, which)(seed_ld(), off)
+        return v if d is dt.float32 else ops.to_dtype(v, d)
+
+    return TensorBox(shape, d, loader, _ctx(seed, offset), size_hint=8)
+
+
+LOWERINGS[OPS["philox_rand"]] = _philox("rand")
+LOWERINGS[OPS["philox_randn"]] = _philox("randn")
+
+
+def _scalar_loader(x):
+    if isinstance(x, TensorBox):
+        ld = x.loader
+
+        def load():
+            v = ld([sym.ZERO] * len(x.shape))
+            return v if x.dtype is dt.int64 else ops.to_dtype(v, dt.int64)
+
+        return load
+    value = int(x)
+    return lambda: ops.constant(value, dt.int64)
+
+
+# ------------------------------------------------------------------------------ views
+
+
+def _view_box(x: TensorBox, shape, index_map: Callable, strided=None) -> TensorBox:
+    """A box reading ``x`` at ``index_map(index)``; ``strided(layout)`` gives the view's layout
+    when ``x`` is a buffer (so externs and outputs can use the view without a copy)."""
+    inner = x.loader
+    box = TensorBox(
+        tuple(shape), x.dtype, lambda index: inner(index_map(index)), x.ctx, size_hint=x.size_hint
+    )
+    base = getattr(x, "view_of", None)
+    if base is None and x.buffer is not None:
+        base = (x.buffer, x.buffer.layout)
+    if base is not None and strided is not None:
+        buffer, layout = base
+        new_layout = strided(layout)
+        if new_layout is not None:
+            box.view_of = (buffer, new_layout)
+    return box
+
+
+@register_lowering("permute")
+def _permute(out_meta, x, dims):
+    nd = len(x.shape)
+    dims = [d % nd for d in dims] if nd else []
+    inverse = [0] * nd
+    for i, d in enumerate(dims):
+        inverse[d] = i
+
+    def strided(layout):
+        return Layout(
+            tuple(layout.shape[d] for d in dims),
+            tuple(layout.stride[d] for d in dims),
+            layout.dtype,
+            layout.offset,
+        )
+
+    return _view_box(
+        x, out_meta.shape, lambda index: [index[inverse[i]] for i in range(nd)], strided
+    )
+
+
+@register_lowering("expand")
+def _expand(out_meta, x, size):
+    out_shape = tuple(out_meta.shape)
+    lead = len(out_shape) - len(x.shape)
+    broadcast = [s == 1 and out_shape[lead + i] != 1 for i, s in enumerate(x.shape)]
+
+    def index_map(index):
+        return [sym.ZERO if b else index[lead + i] for i, b in enumerate(broadcast)]
+
+    def strided(layout):
+        st = [0] * lead + [0 if b else s for b, s in zip(broadcast, layout.stride)]
+        return Layout(out_shape, tuple(st), layout.dtype, layout.offset)
+
+    return _view_box(x, out_shape, index_map, strided)
+
+
+def _norm_slice(size, start, end, step):
+    start = 0 if start is None else start
+    end = size if end is None else end
+    if start < 0:
+        start += size
+    if end < 0:
+        end += size
+    start = min(max(start, 0), size)
+    end = min(max(end, start), size)
+    return start, end, step
+
+
+@register_lowering("slice")
+def _slice(out_meta, x, dim=0, start=None, end=None, step=1):
+    nd = len(x.shape)
+    d = dim % nd
+    s, _, st = _norm_slice(x.shape[d], start, end, step)
+
+    def index_map(index):
+        idx = list(index)
+        idx[d] = sym.as_expr(idx[d]) * st + s
+        return idx
+
+    def strided(layout):
+        stride = list(layout.stride)
+        shape = list(out_meta.shape)
+        off = layout.offset + s * stride[d]
+        stride[d] *= st
+        return Layout(tuple(shape), tuple(stride), layout.dtype, off)
+
+    return _view_box(x, out_meta.shape, index_map, strided)
+
+
+@register_lowering("select")
+def _select(out_meta, x, dim, index):
+    nd = len(x.shape)
+    d = dim % nd
+    i = index % x.shape[d] if x.shape[d] else index
+
+    def index_map(idx):
+        idx = list(idx)
+        idx.insert(d, sym.const(i))
+        return idx
+
+    def strided(layout):
+        stride = list(layout.stride)
+        off = layout.offset + i * stride[d]
+        del stride[d]
+        return Layout(tuple(out_meta.shape), tuple(stride), layout.dtype, off)
+
+    return _view_box(x, out_meta.shape, index_map, strided)
+
+
+@register_lowering("unsqueeze")
+def _unsqueeze(out_meta, x, dim):
+    d = dim % (len(x.shape) + 1)
+
+    def index_map(index):
+        idx = list(index)
+        del idx[d]
+        return idx
+
+    def strided(layout):
+        stride = list(layout.stride)
+        stride.insert(d, 0)
+        return Layout(tuple(out_meta.shape), tuple(stride), layout.dtype, layout.offset)
+
+    return _view_box(x, out_meta.shape, index_map, strided)
+
+
+@register_lowering("squeeze")
+def _squeeze(out_meta, x, dim=None):
+    out_shape = tuple(out_meta.shape)
+    if dim is None:
+        removed = [i for i, s in enumerate(x.shape) if s == 1]
+    else:
+        dims = (dim,) if isinstance(dim, int) else tuple(dim)
+        nd = max(len(x.shape), 1)
+        removed = sorted({d % nd for d in dims if x.shape and x.shape[d % nd] == 1})
+    kept = [i for i in range(len(x.shape)) if i not in removed]
+
+    def index_map(index):
+        idx = [sym.ZERO] * len(x.shape)
+        for j, i in enumerate(kept):
+            idx[i] = index[j]
+        return idx
+
+    def strided(layout):
+        return Layout(out_shape, tuple(layout.stride[i] for i in kept), layout.dtype, layout.offset)
+
+    return _view_box(x, out_shape, index_map, strided)
+
+
+def _contiguous_strides(shape):
+    return Layout.contiguous(shape, dt.float32).stride
+
+
+@register_lowering("view", "reshape")
+def _view(out_meta, x, size):
+    out_shape = tuple(out_meta.shape)
+    in_shape = tuple(x.shape)
+    in_strides = _contiguous_strides(in_shape)
+    out_strides = _contiguous_strides(out_shape)
+
+    def index_map(index):
+        if 0 in in_shape or 0 in out_shape:  # nothing is ever loaded
+            return [sym.ZERO] * len(in_shape)
+        linear = sym.ZERO
+        for i, st, s in zip(index, out_strides, out_shape):
+            if s != 1:
+                linear = linear + sym.as_expr(i) * st
+        return [(linear // st) % s if s != 1 else sym.ZERO for st, s in zip(in_strides, in_shape)]
+
+    def strided(layout):
+        from ..ops.views import view_strides
+
+        st = view_strides(layout.shape, layout.stride, out_shape)
+        return None if st is None else Layout(out_shape, tuple(st), layout.dtype, layout.offset)
+
+    return _view_box(x, out_shape, index_map, strided)
+
+
+@register_lowering("diagonal")
+def _diagonal(out_meta, x, offset=0, dim1=0, dim2=1):
+    nd = len(x.shape)
+    d1, d2 = dim1 % nd, dim2 % nd
+    rest = [i for i in range(nd) if i not in (d1, d2)]
+
+    def index_map(index):
+        idx = [sym.ZERO] * nd
+        for j, i in enumerate(rest):
+            idx[i] = index[j]
+        k = sym.as_expr(index[-1])
+        idx[d1] = k + max(-offset, 0)
+        idx[d2] = k + max(offset, 0)
+        return idx
+
+    return _view_box(x, out_meta.shape, index_map)
+
+
+@register_lowering("as_strided")
+def _as_strided(out_meta, x, size, stride, storage_offset=None):
+    """as_strided reads the input's *storage*: use the buffer a view box looks into, or store the
+    value with exactly the layout eager would have given it (the node's recorded strides)."""
+    view = getattr(x, "view_of", None)
+    if view is not None:
+        buffer, base = view
+    else:
+        arg_meta = input_meta(0)
+        layout = None
+        if arg_meta is not None:
+            layout = Layout(tuple(arg_meta.shape), tuple(arg_meta.stride()), x.dtype, 0)
+        buffer = x.realize(layout)
+        base = buffer.layout
+    off = base.offset if storage_offset is None else storage_offset
+    name = buffer.name
+    layout = Layout(tuple(size), tuple(stride), x.dtype, off)
+
+    def loader(index):
+        return ops.load(name, layout.offset_expr(index))
+
+    box = TensorBox(tuple(size), x.dtype, loader, x.ctx)
+    box.view_of = (buffer, layout)
+    return box
+
+
+# the graph node being lowered (lowerings that need their inputs' recorded layouts read it)
+CURRENT_NODE: list = [None]
+
+
+def input_meta(i: int):
+    node = CURRENT_NODE[0]
+    if node is None or i >= len(node.args):
+        return None
+    arg = node.args[i]
+    val = getattr(arg, "meta", {}).get("val") if hasattr(arg, "meta") else None
+    return val if isinstance(val, Tensor) else None
+
+
+# ------------------------------------------------------------------------------ scatters of views
+
+
+def _scatter_of(view_lowering):
+    """``*_scatter(base, src, ...)``: base everywhere except where the view lands, src there."""
+
+    def lower(out_meta, base, src, *params):
+        shape = tuple(base.shape)
+        marker = _IndexProbe(shape)
+        view = view_lowering(_meta_like(src), marker.box(), *params)
+        src_ld = src.loader
+        base_ld = base.loader
+        # the view maps a src index to a base index; invert it per dimension where possible
+        inverse = marker.invert(view, tuple(src.shape))
+        d = base.dtype
+
+        def loader(index):
+            cond, src_index = inverse(index)
+            if cond is None:
+                return src_ld(src_index)
+            return ops.where(cond, src_ld(src_index), base_ld(index))
+
+        del d
+        return _box(_ctx(base, src), shape, base.dtype, loader, base, src)
+
+    return lower
+
+
+def _meta_like(box):
+    from ..runtime.device import meta
+    from ..runtime.tensor import make_fake
+
+    return make_fake(box.shape, box.dtype, meta)
+
+
+class _IndexProbe:
+    """Discovers how a view maps indices, by running its loader with symbolic variables."""
+
+    def __init__(self, shape):
+        self.shape = shape
+        self.seen = None
+
+    def box(self) -> TensorBox:
+        probe = self
+
+        def loader(index):
+            probe.seen = [sym.as_expr(i) for i in index]
+            return None
+
+        return TensorBox(self.shape, dt.float32, loader, None)
+
+    def invert(self, view: TensorBox, view_shape):
+        """From a base index, (condition, view index) such that view[view index] is base[index]."""
+        vars_ = [sym.Var(f"_v{i}", s) for i, s in enumerate(view_shape)]
+        view.loader(vars_)
+        seen = self.seen  # base index as a function of the view's variables
+        uses: dict = {}  # view var -> [(base dim, coeff, offset)]
+        fixed = []  # base dims pinned to a constant
+        for dim, e in enumerate(seen):
+            if not e.terms:
+                fixed.append((dim, e.const))
+                continue
+            if len(e.terms) != 1:
+                raise NotImplementedError("scatter into a view with mixed index expressions")
+            ((atom, coeff),) = e.terms.items()
+            if not isinstance(atom, sym.Var) or coeff <= 0:
+                raise NotImplementedError("scatter into a view with a non-affine index")
+            uses.setdefault(atom, []).append((dim, coeff, e.const))
+        for v in vars_:
+            if v not in uses and v.size != 1:
+                raise NotImplementedError("scatter into a view that drops a dimension")
+
+        def inverse(index):
+            conds = []
+            view_index = []
+            for v in vars_:
+                if v not in uses:
+                    view_index.append(sym.ZERO)
+                    continue
+                (dim, coeff, offset), *others = uses[v]
+                rel = sym.as_expr(index[dim]) - offset
+                value = rel // coeff if coeff != 1 else rel
+                view_index.append(value)
+                conds.append(_in_range(index[dim], offset, coeff, v.size))
+                for odim, ocoeff, ooffset in others:  # e.g. a diagonal: both dims move together
+                    lhs = ops.index_expr(sym.as_expr(index[odim]), dt.int64)
+                    rhs = ops.index_expr(value * ocoeff + ooffset, dt.int64)
+                    conds.append(ops.eq(lhs, rhs))
+            for dim, const_value in fixed:
+                iv = ops.index_expr(sym.as_expr(index[dim]), dt.int64)
+                conds.append(ops.eq(iv, ops.constant(const_value, dt.int64)))
+            cond = None
+            for c in conds:
+                cond = c if cond is None else ops.logical_and(cond, c)
+            return cond, view_index
+
+        return inverse
+
+
+def _in_range(i, offset, coeff, size):
+    """offset <= i < offset + coeff*size and (i - offset) % coeff == 0, as an ops bool value."""
+    iv = ops.index_expr(sym.as_expr(i), dt.int64)
+    lo = ops.ge(iv, ops.constant(offset, dt.int64))
+    hi = ops.lt(iv, ops.constant(offset + coeff * size, dt.int64))
+    cond = ops.logical_and(lo, hi)
+    if coeff != 1:
+        shifted = ops.sub(iv, ops.constant(offset, dt.int64))
+        on_grid = ops.eq(
+            ops.remainder(shifted, ops.constant(coeff, dt.int64)), ops.constant(0, dt.int64)
+        )
+        cond = ops.logical_and(cond, on_grid)
+    return cond
+
+
+LOWERINGS[OPS["slice_scatter"]] = _scatter_of(_slice)
+LOWERINGS[OPS["select_scatter"]] = _scatter_of(_select)
+LOWERINGS[OPS["diagonal_scatter"]] = _scatter_of(_diagonal)
+
+
+# ------------------------------------------------------------------------------ reductions
+
+
+def _reduction_dims(x, dim):
+    nd = len(x.shape)
+    if dim is None or (not isinstance(dim, int) and len(dim) == 0):
+        return tuple(range(nd))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    return tuple(sorted({d % max(nd, 1) for d in dims})) if nd else ()
+
+
+def make_reduction(
+    x: TensorBox, dims, keepdim: bool, rtype: str, out_dtype: dt.dtype, value_fn=None
+) -> TensorBox:
+    """Realize a reduction of ``x`` over ``dims``; ``value_fn(v, index)`` transforms loaded values."""
+    nd = len(x.shape)
+    kept = [i for i in range(nd) if i not in dims]
+    ranges = tuple(x.shape[i] for i in kept)
+    rranges = tuple(x.shape[i] for i in dims)
+    src = compute_dtype(x.dtype) if rtype not in ("argmax", "argmin", "any", "all") else x.dtype
+    if rtype in ("argmax", "argmin"):
+        src = compute_dtype(x.dtype)
+    ld = x.loader
+    src_dtype = x.dtype
+
+    def inner_fn(index, rindex):
+        full = [None] * nd
+        for j, i in enumerate(kept):
+            full[i] = index[j]
+        for j, i in enumerate(dims):
+            full[i] = rindex[j]
+        v = ld(full)
+        if src_dtype is not src:
+            v = ops.to_dtype(v, src)
+        return value_fn(v, rindex) if value_fn is not None else v
+
+    ctx = x.ctx
+    out_shape = tuple(1 if i in dims else s for i, s in enumerate(x.shape)) if keepdim else ranges
+    result_dtype = out_dtype
+    acc_dtype = (
+        compute_dtype(out_dtype) if rtype not in ("argmax", "argmin", "any", "all") else out_dtype
+    )
+    buf = ComputedBuffer(
+        ctx.new_name(),
+        Layout.contiguous(ranges, acc_dtype),
+        Reduction(ranges, rranges, rtype, acc_dtype, src, inner_fn),
+    )
+    ctx.buffers.append(buf)
+    box = TensorBox.of_buffer(buf, ctx)
+    if acc_dtype is not result_dtype:
+        box = _cast(None, box, result_dtype)
+    if keepdim and out_shape != ranges:
+        inner = box.loader
+        box = TensorBox(out_shape, result_dtype, lambda index: inner([index[i] for i in kept]), ctx)
+    return box
+
+
+@register_lowering("sum")
+def _sum(out_meta, x, dim=None, keepdim=False, dtype=None):
+    dims = _reduction_dims(x, dim)
+    out_dtype = out_meta.dtype
+    acc = compute_dtype(out_dtype)
+    fn = None if x.dtype is acc else (lambda v, r: v)
+    if x.dtype is not acc:
+        x = _cast(None, x, acc)
+    return make_reduction(x, dims, keepdim, "sum", out_dtype, fn)
+
+
+@register_lowering("prod")
+def _prod(out_meta, x, dim=None, keepdim=False, dtype=None):
+    dims = _reduction_dims(x, dim)
+    acc = compute_dtype(out_meta.dtype)
+    if x.dtype is not acc:
+        x = _cast(None, x, acc)
+    return make_reduction(x, dims, keepdim, "prod", out_meta.dtype)
+
+
+def _minmax(rtype):
+    def lower(out_meta, x, dim=None, keepdim=False):
+        return make_reduction(x, _reduction_dims(x, dim), keepdim, rtype, out_meta.dtype)
+
+    return lower
+
+
+LOWERINGS[OPS["amax"]] = _minmax("max")
+LOWERINGS[OPS["amin"]] = _minmax("min")
+
+
+def _arg_reduction(rtype):
+    def lower(out_meta, x, dim=None, keepdim=False):
+        return _argmax(rtype, out_meta, x, dim, keepdim)
+
+    return lower
+
+
+def _argmax(rtype, out_meta, x, dim=None, keepdim=False):
+    if dim is None:
+        x = _view(_meta_like_shape((x.numel(),), x.dtype), x, (x.numel(),))
+        box = make_reduction(x, (0,), False, rtype, dt.int64)
+        if keepdim:
+            inner = box.loader
+            return TensorBox(tuple(out_meta.shape), dt.int64, lambda index: inner([]), box.ctx)
+        return box
+    return make_reduction(x, _reduction_dims(x, dim), keepdim, rtype, dt.int64)
+
+
+LOWERINGS[OPS["argmax"]] = _arg_reduction("argmax")
+LOWERINGS[OPS["argmin"]] = _arg_reduction("argmin")
+
+
+def _meta_like_shape(shape, dtype):
+    from ..runtime.device import meta
+    from ..runtime.tensor import make_fake
+
+    return make_fake(shape, dtype, meta)
+
+
+# ------------------------------------------------------------------------------ extern kernels
+
+
+def _realized_input(box: TensorBox):
+    """(buffer, layout) to hand an extern kernel: a view of a buffer when possible, else a copy."""
+    view = getattr(box, "view_of", None)
+    if view is not None:
+        return view
+    buf = box.realize()
+    return buf, buf.layout
+
+
+def extern(out_meta, kernel: Callable, inputs: list, description: str, **kwargs) -> TensorBox:
+    ctx = _ctx(*inputs)
+    layout = Layout.contiguous(tuple(out_meta.shape), out_meta.dtype)
+    ins = [_realized_input(b) if isinstance(b, TensorBox) else b for b in inputs]
+    buf = ExternBuffer(ctx.new_name(), layout, kernel, ins, kwargs, description)
+    ctx.buffers.append(buf)
+    return TensorBox.of_buffer(buf, ctx)
+
+
+def _np_matmul_out(out, a, b):
+    if out.dtype in (np.float16,) or out.dtype.name == "bfloat16":
+        np.copyto(out, np.matmul(a.astype(np.float32), b.astype(np.float32)), casting="unsafe")
+    else:
+        np.matmul(a, b, out=out)
+
+
+@register_lowering("mm", "bmm")
+def _mm(out_meta, a, b):
+    return extern(out_meta, _np_matmul_out, [a, b], "matmul")
+
+
+def fallback(op, out_meta, args) -> TensorBox:
+    """Run ``op``'s eager kernel as an extern call (logged by the graph lowering)."""
+    from ..runtime.tensor import wrap_array
+
+    boxes = []
+    positions = []
+
+    def collect(a):
+        if isinstance(a, TensorBox):
+            positions.append(len(boxes))
+            boxes.append(a)
+            return ("__box__", len(boxes) - 1)
+        if isinstance(a, (list, tuple)):
+            return type(a)(collect(x) for x in a)
+        return a
+
+    template = tuple(collect(a) for a in args)
+    dtypes = [b.dtype for b in boxes]
+
+    def run(out, *arrays):
+        def fill(a):
+            if isinstance(a, tuple) and len(a) == 2 and a[0] == "__box__":
+                return wrap_array(arrays[a[1]], dtypes[a[1]])
+            if isinstance(a, (list, tuple)):
+                return type(a)(fill(x) for x in a)
+            return a
+
+        result = op.kernel(*[fill(a) for a in template])
+        np.copyto(out, result._data, casting="unsafe")
+
+    if not isinstance(out_meta, Tensor):
+        raise NotImplementedError(f"fallback for multi-output op {op.name} is not supported")
+    return extern(out_meta, run, boxes, f"fallback:{op.name}")

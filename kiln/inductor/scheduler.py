@@ -1,0 +1,287 @@
+"""The scheduler: group buffers into kernels, decide what lives in memory, plan buffer reuse.
+
+A kernel iterates an *outer* space (split across threads) and, for reduction kernels, runs one or
+more *inner* loops per outer point. A buffer joins the open kernel when
+
+- its loops fit: a pointwise over ``outer`` (an epilogue per outer point) or ``outer + inner``, or
+  a reduction over ``inner`` for each outer point; a pure-pointwise kernel becomes a reduction
+  kernel when the first reduction over its trailing dims joins; and
+- every read of a buffer computed earlier in the same kernel stays within the current outer
+  point (its outer index is exactly the current outer variables), so no other pass over memory
+  is needed. Anything else starts a new kernel: that is the rule that keeps fusion correct.
+
+Softmax (max, sum of exp, normalize) and layer_norm (mean/var, normalize) each become a single
+kernel; a chain of pointwise ops is one kernel. Buffers read only inside their kernel at the same
+outer point with no inner dims (a row's max) are *locals*: never stored to memory.
+Dependencies between kernels form a networkx DAG, used for ordering and for the dumps.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from . import sym
+from .dependencies import reads_of
+from .graph_lowering import LoweredGraph
+from .ir import Buffer, ComputedBuffer, ExternBuffer, InputBuffer, Pointwise, Reduction
+
+__all__ = ["Kernel", "ExternCall", "Schedule", "schedule"]
+
+
+@dataclass
+class Kernel:
+    name: str
+    outer: tuple
+    inner: tuple = ()
+    nodes: list = field(default_factory=list)  # ComputedBuffers in execution order
+    locals: set = field(default_factory=set)  # buffer names kept in registers (never stored)
+
+    @property
+    def is_reduction(self) -> bool:
+        return any(isinstance(n.data, Reduction) for n in self.nodes)
+
+    def node_vars(self, buf: ComputedBuffer, outer_vars, inner_vars):
+        """(index, rindex) loop variables of ``buf`` in terms of this kernel's variables."""
+        data = buf.data
+        if isinstance(data, Reduction):
+            return list(outer_vars), list(inner_vars)
+        if tuple(data.ranges) == tuple(self.outer):
+            return list(outer_vars), []
+        return list(outer_vars) + list(inner_vars), []
+
+    def describe(self) -> str:
+        origins = []
+        for n in self.nodes:
+            for o in n.origins:
+                origins.append(getattr(o, "name", str(o)))
+        kind = "reduction" if self.is_reduction else "pointwise"
+        return (
+            f"{self.name}: {kind} outer={list(self.outer)} inner={list(self.inner)} "
+            f"buffers={[n.name for n in self.nodes]} locals={sorted(self.locals)} fused graph nodes={origins}"
+        )
+
+
+@dataclass
+class ExternCall:
+    buffer: ExternBuffer
+
+    @property
+    def name(self) -> str:
+        return self.buffer.name
+
+    def describe(self) -> str:
+        origins = [getattr(o, "name", str(o)) for o in self.buffer.origins]
+        return f"{self.buffer.name}: extern {self.buffer.description} graph nodes={origins}"
+
+
+@dataclass
+class Schedule:
+    lowered: LoweredGraph
+    steps: list  # Kernel | ExternCall, in execution order
+    stored: set  # names of buffers that need memory
+    last_use: dict  # buffer name -> index of the last step reading it (graph outputs: len(steps))
+    reuse: dict = field(
+        default_factory=dict
+    )  # buffer name -> name of a dead buffer whose memory it takes
+    dag: nx.DiGraph | None = None
+
+    @property
+    def kernels(self) -> list:
+        return [s for s in self.steps if isinstance(s, Kernel)]
+
+    def describe(self) -> str:
+        lines = [s.describe() for s in self.steps]
+        if self.reuse:
+            lines.append("buffer reuse: " + ", ".join(f"{a} <- {b}" for a, b in self.reuse.items()))
+        return "\n".join(lines)
+
+
+def _ranges(buf: ComputedBuffer) -> tuple:
+    return tuple(buf.data.ranges)
+
+
+def _fits(kernel: Kernel, buf: ComputedBuffer):
+    """(new outer, new inner) if ``buf``'s loops fit the kernel, else None."""
+    data = buf.data
+    ranges = tuple(data.ranges)
+    if isinstance(data, Reduction):
+        rr = tuple(data.reduction_ranges)
+        if kernel.inner:
+            return (
+                (kernel.outer, kernel.inner)
+                if (ranges, rr) == (kernel.outer, kernel.inner)
+                else None
+            )
+        # a pointwise kernel over (ranges + rr) becomes a reduction kernel
+        if ranges + rr == kernel.outer and all(
+            tuple(n.data.ranges) == ranges + rr for n in kernel.nodes
+        ):
+            return (ranges, rr)
+        return None
+    if ranges == kernel.outer or (kernel.inner and ranges == kernel.outer + kernel.inner):
+        return (kernel.outer, kernel.inner)
+    return None
+
+
+def _legal(kernel: Kernel, buf: ComputedBuffer, outer: tuple, inner: tuple) -> bool:
+    """Every read of a buffer produced in this kernel stays within the current outer point."""
+    produced = {n.name: n for n in kernel.nodes}
+    if not produced:
+        return True
+    trial = Kernel(kernel.name, outer, inner, kernel.nodes + [buf])
+    outer_vars = [sym.Var(f"o{i}", s) for i, s in enumerate(outer)]
+    inner_vars = [sym.Var(f"i{i}", s) for i, s in enumerate(inner)]
+    outer_set = set(outer_vars)
+    for node in trial.nodes:
+        index, rindex = trial.node_vars(node, outer_vars, inner_vars)
+        for read in reads_of(node, index, rindex):
+            src = produced.get(read.name)
+            if src is None or src is node:
+                continue
+            # where the producer stored the element for the current outer point
+            s_index, _ = trial.node_vars(src, outer_vars, inner_vars)
+            store = src.layout.offset_expr(s_index[: len(src.data.ranges)])
+            load = read.index
+            for v in outer_set:
+                if load.coeff(v) != store.coeff(v):
+                    return False
+            for atom in load.atoms():
+                if not isinstance(atom, sym.Var) and atom.free_vars() & outer_set:
+                    return False
+            if tuple(src.data.ranges) == tuple(outer) and (load.free_vars() - outer_set):
+                return False
+    return True
+
+
+def schedule(lowered: LoweredGraph) -> Schedule:
+    counter = itertools.count()
+    steps: list = []
+    open_kernel: Kernel | None = None
+    kernel_of: dict[str, object] = {}
+
+    def close():
+        nonlocal open_kernel
+        if open_kernel is not None:
+            steps.append(open_kernel)
+            open_kernel = None
+
+    for buf in lowered.buffers:
+        if isinstance(buf, ExternBuffer):
+            close()
+            call = ExternCall(buf)
+            steps.append(call)
+            kernel_of[buf.name] = call
+            continue
+        if open_kernel is not None:
+            fit = _fits(open_kernel, buf)
+            if fit is not None and _legal(open_kernel, buf, *fit):
+                open_kernel.outer, open_kernel.inner = fit
+                open_kernel.nodes.append(buf)
+                kernel_of[buf.name] = open_kernel
+                continue
+            close()
+        open_kernel = Kernel(
+            f"kernel{next(counter)}",
+            _ranges(buf) if isinstance(buf.data, Pointwise) else tuple(buf.data.ranges),
+            () if isinstance(buf.data, Pointwise) else tuple(buf.data.reduction_ranges),
+            [buf],
+        )
+        kernel_of[buf.name] = open_kernel
+    close()
+
+    # who reads what
+    readers: dict[str, set] = {}
+    for step in steps:
+        names = _step_reads(step)
+        for n in names:
+            readers.setdefault(n, set()).add(id(step))
+    output_names = {o[1].name for o in lowered.outputs if o[0] == "buffer"}
+    stored: set = set()
+    for step in steps:
+        if isinstance(step, ExternCall):
+            stored.add(step.buffer.name)
+            continue
+        for node in step.nodes:
+            other_readers = readers.get(node.name, set()) - {id(step)}
+            if node.name in output_names or other_readers or not _is_local(step, node):
+                stored.add(node.name)
+            else:
+                step.locals.add(node.name)
+    # liveness and reuse of dead buffers' memory
+    last_use: dict = {}
+    for i, step in enumerate(steps):
+        for n in _step_reads(step):
+            last_use[n] = i
+    for n in output_names:
+        last_use[n] = len(steps)
+    reuse = _plan_reuse(steps, stored, last_use, lowered)
+    dag = nx.DiGraph()
+    producer = {}
+    for i, step in enumerate(steps):
+        dag.add_node(i, name=step.name)
+        for n in _step_writes(step):
+            producer[n] = i
+    for i, step in enumerate(steps):
+        for n in _step_reads(step):
+            if n in producer and producer[n] != i:
+                dag.add_edge(producer[n], i)
+    return Schedule(lowered, steps, stored, last_use, reuse, dag)
+
+
+def _is_local(kernel: Kernel, node: ComputedBuffer) -> bool:
+    """A per-outer-point scalar (a row's max or sum) read only at the current outer point."""
+    return tuple(node.data.ranges) == tuple(kernel.outer) and bool(kernel.inner)
+
+
+def _step_reads(step) -> list:
+    if isinstance(step, ExternCall):
+        return [b.name for b, _ in (x for x in step.buffer.inputs if isinstance(x, tuple))]
+    names = []
+    outer_vars = [sym.Var(f"o{i}", s) for i, s in enumerate(step.outer)]
+    inner_vars = [sym.Var(f"i{i}", s) for i, s in enumerate(step.inner)]
+    for node in step.nodes:
+        index, rindex = step.node_vars(node, outer_vars, inner_vars)
+        for r in reads_of(node, index, rindex):
+            if r.name not in names:
+                names.append(r.name)
+    return names
+
+
+def _step_writes(step) -> list:
+    if isinstance(step, ExternCall):
+        return [step.buffer.name]
+    return [n.name for n in step.nodes]
+
+
+def _plan_reuse(steps, stored, last_use, lowered) -> dict:
+    """Give a new buffer the memory of one that died earlier with the same size and dtype."""
+    free: dict = {}  # (nbytes, dtype) -> [buffer names]
+    reuse: dict = {}
+    buffers = {b.name: b for b in lowered.buffers}
+    outputs = {o[1].name for o in lowered.outputs if o[0] == "buffer"}
+    for i, step in enumerate(steps):
+        for name in _step_writes(step):
+            if name not in stored or name in outputs:
+                continue
+            size = (_nbytes(buffers[name]), buffers[name].dtype)
+            candidates = free.get(size)
+            if candidates:
+                reuse[name] = candidates.pop()
+        for name, last in list(last_use.items()):
+            if last == i and name in stored and name in buffers and name not in outputs:
+                owner = name
+                while owner in reuse:
+                    owner = reuse[owner]
+                free.setdefault((_nbytes(buffers[name]), buffers[name].dtype), []).append(name)
+    return reuse
+
+
+def _nbytes(buf: Buffer) -> int:
+    return buf.layout.storage_size() * buf.dtype.itemsize
+
+
+def is_input(buf) -> bool:
+    return isinstance(buf, InputBuffer)

@@ -1,0 +1,342 @@
+"""Index expressions: small integer affine expressions with floor division and modulo.
+
+An ``Expr`` is a sum of integer-weighted *atoms* plus a constant. Atoms are loop variables
+(``Var``, with a known range), ``FloorDiv(expr, d)`` and ``Mod(expr, d)`` (from reshapes), and
+``Indirect`` (a value loaded at run time, for gather/embedding). Expressions are immutable,
+hashable and simplified on construction using variable ranges (``(i * 4 + j) // 4 == i`` when
+``j < 4``), which keeps reshaped views as cheap as the original indexing. Building them is fast:
+compile time matters more than generality, which is why this is not sympy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ["Expr", "Var", "FloorDiv", "Mod", "Indirect", "const", "as_expr", "ZERO", "ONE"]
+
+
+class Atom:
+    """A non-linear building block of an expression (variable, division, modulo, indirect)."""
+
+    __slots__ = ("_hash",)
+
+    def bounds(self) -> tuple[int, int]:
+        """Inclusive (min, max) of the atom's value."""
+        raise NotImplementedError
+
+    def free_vars(self) -> set:
+        raise NotImplementedError
+
+    def subs(self, mapping: Mapping) -> Expr:
+        raise NotImplementedError
+
+    # atoms take part in arithmetic as one-term expressions
+    def __add__(self, other):
+        return as_expr(self) + other
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return as_expr(self) - other
+
+    def __rsub__(self, other):
+        return as_expr(other) - as_expr(self)
+
+    def __mul__(self, other):
+        return as_expr(self) * other
+
+    __rmul__ = __mul__
+
+    def __neg__(self):
+        return -as_expr(self)
+
+    def __floordiv__(self, other):
+        return as_expr(self) // other
+
+    def __mod__(self, other):
+        return as_expr(self) % other
+
+
+class Var(Atom):
+    """A loop variable ranging over [0, size)."""
+
+    __slots__ = ("name", "size")
+
+    def __init__(self, name: str, size: int):
+        self.name = name
+        self.size = int(size)
+        self._hash = hash(("var", name))
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return isinstance(other, Var) and other.name == self.name
+
+    def __repr__(self):
+        return self.name
+
+    def bounds(self):
+        return (0, max(self.size - 1, 0))
+
+    def free_vars(self):
+        return {self}
+
+    def subs(self, mapping):
+        return as_expr(mapping[self]) if self in mapping else Expr({self: 1}, 0)
+
+
+class FloorDiv(Atom):
+    __slots__ = ("expr", "div")
+
+    def __init__(self, expr: Expr, div: int):
+        self.expr = expr
+        self.div = div
+        self._hash = hash(("fdiv", expr, div))
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return isinstance(other, FloorDiv) and other.div == self.div and other.expr == self.expr
+
+    def __repr__(self):
+        return f"({self.expr} // {self.div})"
+
+    def bounds(self):
+        lo, hi = self.expr.bounds()
+        return (lo // self.div, hi // self.div)
+
+    def free_vars(self):
+        return self.expr.free_vars()
+
+    def subs(self, mapping):
+        return self.expr.subs(mapping) // self.div
+
+
+class Mod(Atom):
+    __slots__ = ("expr", "mod")
+
+    def __init__(self, expr: Expr, mod: int):
+        self.expr = expr
+        self.mod = mod
+        self._hash = hash(("mod", expr, mod))
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return isinstance(other, Mod) and other.mod == self.mod and other.expr == self.expr
+
+    def __repr__(self):
+        return f"({self.expr} % {self.mod})"
+
+    def bounds(self):
+        lo, hi = self.expr.bounds()
+        if lo >= 0 and hi < self.mod:
+            return (lo, hi)
+        return (0, self.mod - 1)
+
+    def free_vars(self):
+        return self.expr.free_vars()
+
+    def subs(self, mapping):
+        return self.expr.subs(mapping) % self.mod
+
+
+class Indirect(Atom):
+    """An index read from a tensor at run time (``table[ids[i]]``), known to be in [0, size)."""
+
+    __slots__ = ("name", "size")
+
+    def __init__(self, name: str, size: int):
+        self.name = name
+        self.size = size
+        self._hash = hash(("indirect", name))
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return isinstance(other, Indirect) and other.name == self.name
+
+    def __repr__(self):
+        return self.name
+
+    def bounds(self):
+        return (0, max(self.size - 1, 0))
+
+    def free_vars(self):
+        return set()
+
+    def subs(self, mapping):
+        return as_expr(mapping[self]) if self in mapping else Expr({self: 1}, 0)
+
+
+class Expr:
+    """``sum(coeff * atom) + const`` with integer coefficients (see the module docstring)."""
+
+    __slots__ = ("terms", "const", "_hash")
+
+    def __init__(self, terms: dict | None = None, const: int = 0):
+        self.terms = {a: c for a, c in (terms or {}).items() if c != 0}
+        self.const = int(const)
+        self._hash = None
+
+    # ---------------------------------------------------------------- identity
+    def __hash__(self):
+        if self._hash is None:
+            self._hash = hash((frozenset(self.terms.items()), self.const))
+        return self._hash
+
+    def __eq__(self, other):
+        if isinstance(other, int):
+            return not self.terms and self.const == other
+        return isinstance(other, Expr) and other.const == self.const and other.terms == self.terms
+
+    def __repr__(self):
+        parts = []
+        for atom, c in self.terms.items():
+            parts.append(repr(atom) if c == 1 else f"{c}*{atom!r}")
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts)
+
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def free_vars(self) -> set:
+        out = set()
+        for a in self.terms:
+            out |= a.free_vars()
+        return out
+
+    def atoms(self):
+        return self.terms.keys()
+
+    def coeff(self, atom: Atom) -> int:
+        return self.terms.get(atom, 0)
+
+    def bounds(self) -> tuple[int, int]:
+        lo = hi = self.const
+        for a, c in self.terms.items():
+            alo, ahi = a.bounds()
+            if c >= 0:
+                lo += c * alo
+                hi += c * ahi
+            else:
+                lo += c * ahi
+                hi += c * alo
+        return lo, hi
+
+    # ---------------------------------------------------------------- arithmetic
+    def __add__(self, other):
+        other = as_expr(other)
+        terms = dict(self.terms)
+        for a, c in other.terms.items():
+            terms[a] = terms.get(a, 0) + c
+        out = Expr(terms, self.const + other.const)
+        return _recombine(out) if len(out.terms) > 1 else out
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return Expr({a: -c for a, c in self.terms.items()}, -self.const)
+
+    def __sub__(self, other):
+        return self + (-as_expr(other))
+
+    def __rsub__(self, other):
+        return as_expr(other) - self
+
+    def __mul__(self, other):
+        if isinstance(other, Expr):
+            if other.is_const:
+                other = other.const
+            elif self.is_const:
+                return other * self.const
+            else:
+                raise TypeError(
+                    f"index expressions are affine: cannot multiply ({self}) by ({other})"
+                )
+        k = int(other)
+        return Expr({a: c * k for a, c in self.terms.items()}, self.const * k)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, d):
+        d = int(d.const if isinstance(d, Expr) else d)
+        if d == 1:
+            return self
+        if d <= 0:
+            raise ValueError("index floor division needs a positive divisor")
+        lo, hi = self.bounds()
+        if lo >= 0 and hi < d:
+            return Expr({}, 0)
+        if lo >= 0 and self.const % d == 0 and all(c % d == 0 for c in self.terms.values()):
+            return Expr({a: c // d for a, c in self.terms.items()}, self.const // d)
+        # floor((d*q + r) / d) == q + floor(r / d): split off the part divisible by d (only when
+        # r >= 0, since generated code divides with truncation)
+        whole = {a: c for a, c in self.terms.items() if c % d == 0}
+        rest = Expr({a: c for a, c in self.terms.items() if c % d != 0}, self.const % d)
+        rlo, rhi = rest.bounds()
+        if whole and rlo >= 0:
+            q = Expr({a: c // d for a, c in whole.items()}, self.const // d)
+            return q if rhi < d else q + rest // d
+        return Expr({FloorDiv(self, d): 1}, 0)
+
+    def __mod__(self, m):
+        m = int(m.const if isinstance(m, Expr) else m)
+        if m == 1:
+            return Expr({}, 0)
+        lo, hi = self.bounds()
+        if lo >= 0 and hi < m:
+            return self
+        # drop terms that are multiples of m (non-negative expressions only)
+        if lo >= 0:
+            kept = Expr({a: c for a, c in self.terms.items() if c % m != 0}, self.const % m)
+            klo, khi = kept.bounds()
+            if klo >= 0 and khi < m:
+                return kept
+            if kept != self:
+                return kept % m
+        return Expr({Mod(self, m): 1}, 0)
+
+    def subs(self, mapping: Mapping) -> Expr:
+        """Replace atoms (variables) by expressions or ints."""
+        out = Expr({}, self.const)
+        for a, c in self.terms.items():
+            out = out + a.subs(mapping) * c
+        return out
+
+
+def _recombine(e: Expr) -> Expr:
+    """``d*c*(E // d) + c*(E % d)`` is ``c*E``: undo a split of one index into two."""
+    mods = [(a, c) for a, c in e.terms.items() if isinstance(a, Mod)]
+    if not mods:
+        return e
+    for m, c in mods:
+        div = FloorDiv(m.expr, m.mod)
+        if e.terms.get(div, 0) == c * m.mod:
+            terms = dict(e.terms)
+            del terms[m]
+            del terms[div]
+            return Expr(terms, e.const) + m.expr * c
+    return e
+
+
+def const(v: int) -> Expr:
+    return Expr({}, int(v))
+
+
+def as_expr(v) -> Expr:
+    if isinstance(v, Expr):
+        return v
+    if isinstance(v, Atom):
+        return Expr({v: 1}, 0)
+    return Expr({}, int(v))
+
+
+ZERO = const(0)
+ONE = const(1)

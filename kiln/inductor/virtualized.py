@@ -1,0 +1,103 @@
+"""The virtual ``ops`` handler: loop bodies are written once, against whatever handler is installed.
+
+A loop body (``inner_fn``) calls ``ops.load(...)``, ``ops.add(...)``, ``ops.exp(...)``... Installing
+a different handler runs the same body differently: the numpy handler computes it, the LLVM and
+Triton handlers print code, the dependency recorder collects the buffers it reads. The handler
+protocol (``OpsHandler``) lists every method a handler must provide.
+
+Conventions every handler can rely on (lowering guarantees them): operands of binary ops share a
+dtype (casts are explicit ``to_dtype``); comparisons and predicates return bool values; half
+types never appear in arithmetic (loads of float16/bfloat16 are widened to float32).
+"""
+
+from __future__ import annotations
+
+import threading
+
+__all__ = [
+    "ops",
+    "set_ops_handler",
+    "current_handler",
+    "UNARY_OPS",
+    "BINARY_OPS",
+    "COMPARISONS",
+    "OpsHandler",
+]
+
+UNARY_OPS = (
+    "neg abs exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan sinh cosh "
+    "tanh asinh acosh atanh sigmoid erf erfc erfinv reciprocal floor ceil trunc round sign "
+    "bitwise_not"
+).split()
+PREDICATES = "isnan isinf isfinite isposinf isneginf signbit logical_not".split()
+BINARY_OPS = (
+    "add sub mul truediv floordiv truncdiv remainder fmod pow maximum minimum atan2 hypot "
+    "copysign bitwise_and bitwise_or bitwise_xor bitwise_left_shift bitwise_right_shift"
+).split()
+COMPARISONS = "eq ne lt le gt ge logical_and logical_or logical_xor".split()
+
+
+class OpsHandler:
+    """The protocol (documentation and a base with shared helpers)."""
+
+    def load(self, name: str, index):  # index: sym.Expr offset into the buffer's storage
+        raise NotImplementedError
+
+    def constant(self, value, dtype):
+        raise NotImplementedError
+
+    def index_expr(self, expr, dtype):
+        raise NotImplementedError
+
+    def to_dtype(self, x, dtype):
+        raise NotImplementedError
+
+    def where(self, cond, a, b):
+        raise NotImplementedError
+
+    def rand(self, seed, offset):  # seed, offset: int64 values; uniform float32 in [0, 1)
+        raise NotImplementedError
+
+    def randn(self, seed, offset):
+        raise NotImplementedError
+
+    def indirect_indexing(self, value, size: int):  # -> an index atom usable in expressions
+        raise NotImplementedError
+
+
+class _Local(threading.local):
+    def __init__(self):
+        self.stack = []
+
+
+_local = _Local()
+
+
+class _OpsProxy:
+    """``ops.<name>(...)`` forwards to the innermost installed handler."""
+
+    def __getattr__(self, name):
+        stack = _local.stack
+        if not stack:
+            raise RuntimeError(f"ops.{name} called with no ops handler installed")
+        return getattr(stack[-1], name)
+
+
+ops = _OpsProxy()
+
+
+class set_ops_handler:  # noqa: N801 - used like a function
+    def __init__(self, handler):
+        self.handler = handler
+
+    def __enter__(self):
+        _local.stack.append(self.handler)
+        return self.handler
+
+    def __exit__(self, *exc):
+        _local.stack.pop()
+        return False
+
+
+def current_handler():
+    return _local.stack[-1] if _local.stack else None

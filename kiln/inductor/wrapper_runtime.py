@@ -1,0 +1,80 @@
+"""Helpers the generated wrapper calls at run time: buffer allocation, views, extern calls."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..runtime.storage import empty_array
+from ..runtime.tensor import wrap_array
+from .ir import ExternBuffer, Layout
+
+__all__ = [
+    "allocate",
+    "strided_view",
+    "storage_of_tensor",
+    "input_storage",
+    "run_extern",
+    "to_tensor",
+]
+
+
+def allocate(layout: Layout) -> np.ndarray:
+    """A flat (pooled) storage array big enough for ``layout``."""
+    return empty_array((max(layout.storage_size(), 1),), layout.dtype.np)
+
+
+def strided_view(storage: np.ndarray, layout: Layout) -> np.ndarray:
+    """The numpy view of ``storage`` that ``layout`` describes."""
+    item = storage.itemsize
+    start = storage[layout.offset :] if layout.offset else storage
+    return np.lib.stride_tricks.as_strided(
+        start, shape=layout.shape, strides=tuple(s * item for s in layout.stride), writeable=True
+    )
+
+
+def storage_of_tensor(t) -> np.ndarray:
+    """A flat array whose element 0 is ``t``'s first element and that covers all of ``t``.
+
+    Index expressions for inputs use the tensor's own strides from offset 0, so the storage
+    handed to kernels starts at the tensor's data pointer.
+    """
+    a = t._data
+    if a.size == 0:
+        return np.empty(0, a.dtype)
+    if a.flags.c_contiguous:
+        return a.reshape(-1)
+    extent = 1 + sum((s - 1) * st for s, st in zip(a.shape, t.stride()) if s > 0) if a.size else 1
+    return np.lib.stride_tricks.as_strided(
+        a, shape=(extent,), strides=(a.itemsize,), writeable=True
+    )
+
+
+def input_storage(t, layout: Layout) -> np.ndarray:
+    """The storage of an input as the kernels expect it: its strides must be the compiled ones.
+
+    A tensor with other strides (an expanded gradient, a transposed view) is copied into the
+    compiled layout; the common case hands over the tensor's memory directly.
+    """
+    if tuple(t.stride()) == tuple(layout.stride) or t.numel() <= 1:
+        if t.numel() <= 1 and tuple(t.stride()) != tuple(layout.stride):
+            return np.array(t._data, copy=True).reshape(-1)
+        return storage_of_tensor(t)
+    storage = allocate(layout)
+    np.copyto(strided_view(storage, layout), t._data)
+    return storage
+
+
+def run_extern(buf: ExternBuffer, storages: dict) -> None:
+    arrays = []
+    for item in buf.inputs:
+        if isinstance(item, tuple):
+            src, layout = item
+            arrays.append(strided_view(storages[src.name], layout))
+        else:
+            arrays.append(item)
+    out = strided_view(storages[buf.name], buf.layout)
+    buf.kernel(out, *arrays, **buf.kwargs)
+
+
+def to_tensor(storage: np.ndarray, layout: Layout):
+    return wrap_array(strided_view(storage, layout), layout.dtype)

@@ -1,0 +1,76 @@
+"""Where in the user's code a graph node comes from.
+
+The tracer asks ``user_source()`` for each node it records. The answer is, in order: a source
+pushed by whoever is replaying an existing graph (``Interpreter`` pushes each node's own
+source), else the innermost stack frame outside the ``kiln`` package — except that a frame in a
+``GraphModule``'s generated code maps back to the source of the node on that line, so tracing a
+traced graph again keeps pointing at the user's code, and a frame running an autograd node's
+backward (``apply``) answers the source of the forward op that made it (the tracer leaves it in
+the autograd node's ``metadata["source"]``), so backward nodes point at the forward line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import os
+import sys
+
+from ..autograd.graph import Node as BackwardNode
+
+__all__ = ["user_source", "node_source", "register_generated", "forget_generated"]
+
+_KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+# generated file name -> {line number: (source, source_text)}
+_GENERATED: dict[str, dict[int, tuple[str, str | None]]] = {}
+_PUSHED: list[tuple[str, str | None]] = []
+
+
+def register_generated(filename: str, lines: dict[int, tuple[str, str | None]]) -> None:
+    """Record which user source each line of a generated file stands for."""
+    _GENERATED[filename] = lines
+
+
+def forget_generated(filename: str) -> None:
+    _GENERATED.pop(filename, None)
+
+
+def _is_internal(filename: str) -> bool:
+    return filename.startswith(_KILN_DIR) or filename.startswith("<kiln")
+
+
+def user_source() -> tuple[str | None, str | None]:
+    """``("path/file.py:LINE", "the line's text")`` of the code being traced, or ``(None, None)``."""
+    if _PUSHED:
+        return _PUSHED[-1]
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        generated = _GENERATED.get(filename)
+        if generated is not None:
+            hit = generated.get(frame.f_lineno)
+            if hit is not None:
+                return hit
+        elif not _is_internal(filename):
+            text = linecache.getline(filename, frame.f_lineno).strip() or None
+            return f"{filename}:{frame.f_lineno}", text
+        elif frame.f_code.co_name == "apply":
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, BackwardNode) and owner.metadata_ and "source" in owner.metadata_:
+                return owner.metadata_["source"]
+        frame = frame.f_back
+    return None, None
+
+
+@contextlib.contextmanager
+def node_source(source: str | None, text: str | None = None):
+    """Within the block, ``user_source()`` answers ``(source, text)`` (no-op when None)."""
+    if source is None:
+        yield
+        return
+    _PUSHED.append((source, text))
+    try:
+        yield
+    finally:
+        _PUSHED.pop()

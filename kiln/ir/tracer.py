@@ -1,0 +1,296 @@
+"""The make_fx-style tracer: run kiln code on fake proxy tensors and record every op as a node.
+
+``TracingMode`` is a dispatch mode. Inputs become placeholders bound to data-less "proxy"
+tensors; every op that reaches the mode computes its result's metadata with the op's meta
+function (nothing is computed) and becomes a ``call_function`` node whose target is the op and
+whose args are the op's canonical positional args with tensors replaced by their nodes. Real
+tensors met as arguments (weights, captured globals) become ``get_attr`` constants.
+
+The mode sits below autograd: when a placeholder requires grad, dispatch records ``grad_fn``
+nodes on the proxies as usual, so ``backward()`` / ``kiln.autograd.grad`` under the mode record
+the backward computation as more nodes (how AOT autograd traces joint graphs). In-place ops are
+recorded as in-place nodes and return the same proxy, which is then bound to the new node so
+later reads depend on the write; view ops record view nodes.
+
+``decompositions`` chooses what is recorded whole: ``None`` records every op (composites too),
+a dict ``{op: fn}`` or a set of ops decomposes those (``fn`` or the op's own decomposition gets
+the canonical positional args, and its parts are recorded), ``"prims"`` decomposes recursively
+until only ops with ``op.is_prim`` are left (in-place ops become their functional op plus
+``copy_``; ops with no decomposition stay whole, and so do random ops: their decompositions draw
+a seed and offset from the generator, which would bake one draw into the graph).
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ..ops.dispatch import DispatchMode, dispatch
+from ..ops.fake import FakeTensorMode, to_fake
+from ..ops.registry import OPS, Op
+from ..runtime.tensor import Tensor, make_fake
+from .graph import Graph
+from .graph_module import GraphModule
+from .node import Node, map_aggregate
+from .source import user_source
+
+__all__ = ["TracingMode", "trace"]
+
+PRIMS = "prims"
+
+
+def _normalize_decompositions(decompositions) -> dict | str | None:
+    if decompositions is None or decompositions == PRIMS:
+        return decompositions
+    if isinstance(decompositions, str):
+        raise ValueError(
+            f"decompositions must be None, 'prims', a dict or a set of ops; got {decompositions!r}"
+        )
+    table = {}
+    items = (
+        decompositions.items()
+        if isinstance(decompositions, Mapping)
+        else ((op, None) for op in decompositions)
+    )
+    for op, fn in items:
+        if not isinstance(op, Op):
+            raise TypeError(f"decomposition keys must be kiln ops, got {op!r}")
+        fn = fn if fn is not None else op.decomposition
+        if fn is None:
+            raise ValueError(f"kiln op '{op.name}' has no decomposition; pass one in a dict")
+        table[op] = fn
+    return table
+
+
+def _inplace_as_functional(op: Op) -> Callable:
+    """``x.add_(y)`` as ``copy_(x, add(x, y))``: the prim form of an in-place op."""
+
+    def decomposition(*args):
+        result = dispatch(op.functional, args)
+        return dispatch(OPS["copy_"], (args[0], result, False))
+
+    return decomposition
+
+
+def _meta_value(t: Tensor) -> Tensor:
+    """A detached, data-less record of ``t``'s metadata for ``node.meta["val"]``."""
+    return make_fake(t._shape, t._dtype, t._device, t.stride(), t.storage_offset())
+
+
+def _alias_key(t: Tensor) -> tuple:
+    return (id(t._get_storage()), t._shape, t.stride(), t.storage_offset(), t._dtype)
+
+
+class TracingMode(DispatchMode):
+    """Records kiln ops run on proxy tensors into ``graph`` (see the module docstring)."""
+
+    def __init__(self, graph: Graph, decompositions=None):
+        self.graph = graph
+        self.decompositions = _normalize_decompositions(decompositions)
+        # qualified name -> real tensor read by a get_attr node (the GraphModule's root)
+        self.attributes: dict[str, Tensor] = {}
+        # set by a caller (the bytecode frontend) to override the recorded source location
+        self.current_source: str | None = None
+        self.current_source_text: str | None = None
+        self._nodes: dict[int, tuple[Tensor, Node]] = {}
+        # detached aliases (``detach()``, saved outputs in grad_fn) share storage and layout
+        self._aliases: dict[tuple, tuple[Tensor, Node]] = {}
+        self._attr_names: dict[int, tuple[Tensor, str]] = {}
+        self._attr_nodes: dict[str, Node] = {}
+        self._constant_count = 0
+        self._fake_mode = FakeTensorMode()
+        # outputs of the last op: autograd gives them their grad_fn after the mode returns
+        self._new_outputs: list[tuple[Tensor, Node]] = []
+
+    # ---------------------------------------------------------------- building blocks
+    def placeholder(self, name: str, example: Any) -> Any:
+        """A graph input. A tensor example gives a bound proxy (requires_grad copied);
+        any other value is returned as is (the graph is specialized to it)."""
+        node = self.graph.placeholder(name)
+        if self.current_source is not None:
+            self._set_source(node)
+        if isinstance(example, Tensor):
+            proxy = to_fake(example)
+            node.meta["val"] = to_fake(proxy)
+            self._bind(proxy, node)
+            return proxy
+        node.meta["val"] = example
+        return example
+
+    def bind_attribute(self, qualified_name: str, tensor: Tensor) -> None:
+        """Name a real tensor (a module parameter): uses of it read ``get_attr(qualified_name)``."""
+        self._attr_names[id(tensor)] = (tensor, qualified_name)
+        self.attributes[qualified_name] = tensor
+
+    def node_of(self, tensor: Tensor) -> Node:
+        """The node whose value ``tensor`` is; a real tensor becomes a get_attr constant."""
+        entry = self._nodes.get(id(tensor))
+        if entry is not None and entry[0] is tensor:
+            return entry[1]
+        if tensor._data is not None:
+            return self._constant(tensor)
+        entry = self._aliases.get(_alias_key(tensor))
+        if entry is not None:
+            return entry[1]
+        raise RuntimeError(
+            f"a fake tensor of shape {list(tensor._shape)} and dtype {tensor.dtype} was not "
+            "produced by this trace; inputs must come from TracingMode.placeholder"
+        )
+
+    def output(self, value: Any) -> Node:
+        """The output node: nested tuples/lists/dicts of proxies, real tensors and constants."""
+        self._tag_grad_fns()
+        args = map_aggregate(value, lambda v: self.node_of(v) if isinstance(v, Tensor) else v)
+        node = self.graph.output(args)
+        node.meta["val"] = map_aggregate(
+            value, lambda v: _meta_value(v) if isinstance(v, Tensor) else v
+        )
+        return node
+
+    # ---------------------------------------------------------------- the dispatch mode
+    def wants(self, op: Op) -> bool:
+        # composites reach ``dispatch`` whole unless their own decomposition is what we want,
+        # which the dispatcher then runs above autograd
+        fn = self._decomposition_for(op)
+        return fn is None or fn is not op.decomposition
+
+    def dispatch(self, op: Op, args: tuple) -> Any:
+        self._tag_grad_fns()
+        fn = self._decomposition_for(op)
+        if fn is not None:
+            return fn(*args)
+        out = self._run_meta(op, args)
+        graph_args = map_aggregate(args, lambda a: self.node_of(a) if isinstance(a, Tensor) else a)
+        node = self.graph.call_function(op, graph_args)
+        self._set_source(node)
+        if isinstance(out, (tuple, list)):
+            node.meta["val"] = map_aggregate(
+                out, lambda o: _meta_value(o) if isinstance(o, Tensor) else o
+            )
+            for i, o in enumerate(out):
+                if isinstance(o, Tensor):
+                    part = self.graph.call_function(operator.getitem, (node, i))
+                    part.meta.update(node.meta, val=node.meta["val"][i])
+                    self._bind(o, part)
+        else:
+            node.meta["val"] = _meta_value(out) if isinstance(out, Tensor) else out
+            if isinstance(out, Tensor):
+                self._bind(out, node)
+        return out
+
+    # ---------------------------------------------------------------- internals
+    def _decomposition_for(self, op: Op) -> Callable | None:
+        table = self.decompositions
+        if table is None:
+            return None
+        if table == PRIMS:
+            if op.is_prim or op.kind == "random":
+                return None
+            if op.decomposition is not None:
+                return op.decomposition
+            if op.inplace and op.functional is not None:
+                return _inplace_as_functional(op)
+            return None
+        return table.get(op)
+
+    def _run_meta(self, op: Op, args: tuple) -> Any:
+        """The result's metadata from the op's meta function (or, without one, from its
+        decomposition's parts run on shapes only: the op itself is still recorded whole)."""
+        with self._fake_mode:
+            return self._fake_mode.dispatch(op, args)
+
+    def _bind(self, tensor: Tensor, node: Node) -> None:
+        self._nodes[id(tensor)] = (tensor, node)
+        self._aliases[_alias_key(tensor)] = (tensor, node)
+        if "source" in node.meta:
+            self._new_outputs.append((tensor, node))
+
+    def _tag_grad_fns(self) -> None:
+        """Leave each new grad_fn the source of its forward op, for nodes its backward records."""
+        for tensor, node in self._new_outputs:
+            grad_fn = tensor.grad_fn
+            if grad_fn is not None and "source" not in grad_fn.metadata:
+                grad_fn.metadata["source"] = (node.meta["source"], node.meta.get("source_text"))
+        self._new_outputs.clear()
+
+    def _constant(self, tensor: Tensor) -> Node:
+        entry = self._attr_names.get(id(tensor))
+        if entry is None or entry[0] is not tensor:
+            name = f"_tensor_constant{self._constant_count}"
+            while name in self.attributes:
+                name += "_"
+            self._constant_count += 1
+            self.bind_attribute(name, tensor)
+        else:
+            name = entry[1]
+        node = self._attr_nodes.get(name)
+        if node is None or node._erased:
+            node = self._attr_nodes[name] = self.graph.get_attr(name)
+            node.meta["val"] = _meta_value(tensor)
+            self._set_source(node)
+        return node
+
+    def _set_source(self, node: Node) -> None:
+        if self.current_source is not None:
+            source, text = self.current_source, self.current_source_text
+        else:
+            source, text = user_source()
+        if source is not None:
+            node.meta["source"] = source
+            if text:
+                node.meta["source_text"] = text
+
+
+def _input_names(fn: Callable, count: int) -> list[str]:
+    """Placeholder names from ``fn``'s parameters (``arg0``... where it has none to offer)."""
+    target = fn.forward if hasattr(fn, "named_parameters") else fn
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names: list[str] = []
+    for p in params:
+        if len(names) >= count:
+            break
+        if p.kind in positional:
+            names.append(p.name)
+        elif p.kind is inspect.Parameter.VAR_POSITIONAL:
+            names += [f"{p.name}_{k}" for k in range(count - len(names))]
+    names += [f"arg{i}" for i in range(len(names), count)]
+    return names
+
+
+def _module_tensors(fn: Any) -> Iterable[tuple[str, Tensor]]:
+    if not hasattr(fn, "named_parameters"):
+        return ()
+    return list(fn.named_parameters()) + list(fn.named_buffers())
+
+
+def trace(fn: Callable, *example_inputs: Any, decompositions=None) -> GraphModule:
+    """Trace ``fn(*example_inputs)`` into a ``GraphModule`` without computing anything.
+
+    A module's parameters and buffers are read by their qualified names (``fc1.weight``) and
+    shared with the returned module. Non-tensor inputs are baked in as constants.
+    """
+    graph = Graph()
+    mode = TracingMode(graph, decompositions)
+    for name, tensor in _module_tensors(fn):
+        mode.bind_attribute(name, tensor)
+    for ex in example_inputs:
+        if isinstance(ex, (list, tuple, dict)) and any(
+            isinstance(v, Tensor) for v in (ex.values() if isinstance(ex, dict) else ex)
+        ):
+            raise TypeError(
+                "trace() takes tensors or Python scalars as inputs; pass the tensors of a "
+                "list/tuple/dict as separate arguments"
+            )
+    names = _input_names(fn, len(example_inputs))
+    proxies = [mode.placeholder(n, ex) for n, ex in zip(names, example_inputs)]
+    with mode:
+        out = fn(*proxies)
+    mode.output(out)
+    used = {n.target for n in graph.nodes if n.op == "get_attr"}
+    return GraphModule({k: v for k, v in mode.attributes.items() if k in used}, graph)

@@ -1,0 +1,120 @@
+"""``kiln.nn.modules``: every layer class, one file per family (as ``torch.nn.modules``)."""
+
+from __future__ import annotations
+
+from ._hooks import register_module_forward_hook, register_module_forward_pre_hook
+from .activation import (
+    ELU,
+    GELU,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LeakyReLU,
+    LogSoftmax,
+    Mish,
+    ReLU,
+    ReLU6,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Softplus,
+    Tanh,
+)
+from .attention import MultiheadAttention
+from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d
+from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
+from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
+from .dropout import AlphaDropout, Dropout, Dropout1d, Dropout2d, Dropout3d
+from .flatten import Flatten, Unflatten
+from .linear import Bilinear, Identity, Linear
+from .loss import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    HuberLoss,
+    KLDivLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
+from .module import Module
+from .normalization import GroupNorm, LayerNorm, RMSNorm
+from .pooling import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AdaptiveMaxPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    MaxPool1d,
+    MaxPool2d,
+)
+from .sparse import Embedding
+from .transformer import TransformerEncoder, TransformerEncoderLayer
+
+__all__ = [
+    "register_module_forward_hook",
+    "register_module_forward_pre_hook",
+    "Module",
+    "Sequential",
+    "ModuleList",
+    "ModuleDict",
+    "ParameterList",
+    "ParameterDict",
+    "Identity",
+    "Linear",
+    "Bilinear",
+    "Flatten",
+    "Unflatten",
+    "Embedding",
+    "LayerNorm",
+    "RMSNorm",
+    "GroupNorm",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "Dropout",
+    "Dropout1d",
+    "Dropout2d",
+    "Dropout3d",
+    "AlphaDropout",
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "MaxPool1d",
+    "MaxPool2d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
+    "AdaptiveMaxPool2d",
+    "ReLU",
+    "ReLU6",
+    "GELU",
+    "SiLU",
+    "Tanh",
+    "Sigmoid",
+    "Softmax",
+    "LogSoftmax",
+    "LeakyReLU",
+    "ELU",
+    "Softplus",
+    "Mish",
+    "Hardtanh",
+    "Hardsigmoid",
+    "Hardswish",
+    "MultiheadAttention",
+    "TransformerEncoderLayer",
+    "TransformerEncoder",
+    "L1Loss",
+    "MSELoss",
+    "SmoothL1Loss",
+    "HuberLoss",
+    "NLLLoss",
+    "CrossEntropyLoss",
+    "BCELoss",
+    "BCEWithLogitsLoss",
+    "KLDivLoss",
+]

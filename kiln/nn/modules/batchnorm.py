@@ -1,0 +1,141 @@
+"""``BatchNorm1d``/``2d``/``3d``: batch statistics in training, running statistics in eval.
+
+Running statistics live in buffers updated in place by ``F.batch_norm``; ``momentum=None``
+means a cumulative moving average over ``num_batches_tracked`` batches, as in PyTorch.
+"""
+
+from __future__ import annotations
+
+from ...ops import api
+from ...runtime import dtypes as dt
+from ...runtime.tensor import Tensor
+from .. import functional as F
+from .. import init
+from ..parameter import Parameter
+from .module import Module
+
+__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
+
+
+class _BatchNorm(Module):
+    _expected_dims: tuple = ()
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        self.num_features = num_features
+        self.eps = eps
+        self.momentum = momentum
+        self.affine = affine
+        self.track_running_stats = track_running_stats
+        if affine:
+            self.weight = Parameter(api.empty(num_features, device=device, dtype=dtype))
+            if bias:
+                self.bias = Parameter(api.empty(num_features, device=device, dtype=dtype))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer(
+                "running_mean", api.zeros(num_features, device=device, dtype=dtype)
+            )
+            self.register_buffer("running_var", api.ones(num_features, device=device, dtype=dtype))
+            self.register_buffer(
+                "num_batches_tracked", api.tensor(0, dtype=dt.int64, device=device)
+            )
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+        self.reset_parameters()
+
+    def reset_running_stats(self) -> None:
+        if self.track_running_stats:
+            self.running_mean.zero_()
+            self.running_var.fill_(1)
+            self.num_batches_tracked.zero_()
+
+    def reset_parameters(self) -> None:
+        self.reset_running_stats()
+        if self.affine:
+            init.ones_(self.weight)
+            if self.bias is not None:
+                init.zeros_(self.bias)
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        if input.dim() not in self._expected_dims:
+            wanted = " or ".join(f"{d}D" for d in self._expected_dims)
+            raise ValueError(f"expected {wanted} input (got {input.dim()}D input)")
+
+    def forward(self, input: Tensor) -> Tensor:
+        self._check_input_dim(input)
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:
+                factor = 1.0 / float(self.num_batches_tracked)
+        use_batch_stats = self.training or (self.running_mean is None and self.running_var is None)
+        keep_running = not self.training or self.track_running_stats
+        return F.batch_norm(
+            input,
+            self.running_mean if keep_running else None,
+            self.running_var if keep_running else None,
+            self.weight,
+            self.bias,
+            use_batch_stats,
+            factor,
+            self.eps,
+        )
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ) -> None:
+        # checkpoints from before num_batches_tracked existed still load (PyTorch's rule)
+        key = prefix + "num_batches_tracked"
+        if self.track_running_stats and key not in state_dict:
+            state_dict = dict(state_dict)
+            state_dict[key] = (
+                self.num_batches_tracked
+                if self.num_batches_tracked is not None
+                else api.tensor(0, dtype=dt.int64)
+            )
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+            f"affine={self.affine}, bias={self.bias is not None}, "
+            f"track_running_stats={self.track_running_stats}"
+        )
+
+
+class BatchNorm1d(_BatchNorm):
+    """Over (N, C) or (N, C, L) inputs."""
+
+    _expected_dims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """Over (N, C, H, W) inputs."""
+
+    _expected_dims = (4,)
+
+
+class BatchNorm3d(_BatchNorm):
+    """Over (N, C, D, H, W) inputs."""
+
+    _expected_dims = (5,)

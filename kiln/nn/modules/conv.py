@@ -1,0 +1,273 @@
+"""Convolutions: ``Conv1d``, ``Conv2d``, ``Conv3d`` and ``ConvTranspose1d``/``2d``.
+
+Argument checking, ``padding='same'``/``'valid'``, non-zero padding modes (by explicit
+``F.pad``) and the default initialisation follow PyTorch; the arithmetic is ``F.conv*``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...ops import api
+from ...runtime.tensor import Tensor
+from .. import functional as F
+from .. import init
+from ..parameter import Parameter
+from .module import Module
+
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d"]
+
+_PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
+
+def _ntuple(value, n: int) -> tuple:
+    if isinstance(value, (tuple, list)):
+        return tuple(value)
+    return (value,) * n
+
+
+class _ConvNd(Module):
+    _dims = 0
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        transposed: bool,
+        output_padding,
+        groups: int,
+        bias: bool,
+        padding_mode: str,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        n = self._dims
+        if groups <= 0:
+            raise ValueError("groups must be a positive integer")
+        if in_channels % groups != 0:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups != 0:
+            raise ValueError("out_channels must be divisible by groups")
+        kernel_size = _ntuple(kernel_size, n)
+        stride = _ntuple(stride, n)
+        dilation = _ntuple(dilation, n)
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ValueError(
+                    f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}"
+                )
+            if padding == "same" and any(s != 1 for s in stride):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+        else:
+            padding = _ntuple(padding, n)
+        if padding_mode not in _PADDING_MODES:
+            raise ValueError(
+                f"padding_mode must be one of {set(_PADDING_MODES)}, but got "
+                f"padding_mode='{padding_mode}'"
+            )
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.padding = padding
+        self.dilation = dilation
+        self.transposed = transposed
+        self.output_padding = _ntuple(output_padding, n)
+        self.groups = groups
+        self.padding_mode = padding_mode
+        self._reversed_padding_repeated_twice = self._explicit_padding()
+        if transposed:
+            shape = (in_channels, out_channels // groups, *kernel_size)
+        else:
+            shape = (out_channels, in_channels // groups, *kernel_size)
+        self.weight = Parameter(api.empty(shape, device=device, dtype=dtype))
+        if bias:
+            self.bias = Parameter(api.empty(out_channels, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def _explicit_padding(self) -> list:
+        """``F.pad`` amounts (last dim first, left then right) for non-zero padding modes."""
+        if self.padding == "valid":
+            return [0, 0] * self._dims
+        if self.padding == "same":
+            out = [0, 0] * self._dims
+            for i, (d, k) in enumerate(zip(self.dilation, self.kernel_size)):
+                total = d * (k - 1)
+                j = self._dims - 1 - i
+                out[2 * j] = total // 2
+                out[2 * j + 1] = total - total // 2
+            return out
+        return [p for p in reversed(self.padding) for _ in range(2)]
+
+    def reset_parameters(self) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
+            if fan_in != 0:
+                bound = 1 / math.sqrt(fan_in)
+                init.uniform_(self.bias, -bound, bound)
+
+    def extra_repr(self) -> str:
+        s = (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}"
+        )
+        if self.padding != (0,) * len(self.padding):
+            s += f", padding={self.padding}"
+        if self.dilation != (1,) * len(self.dilation):
+            s += f", dilation={self.dilation}"
+        if self.output_padding != (0,) * len(self.output_padding):
+            s += f", output_padding={self.output_padding}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        if self.padding_mode != "zeros":
+            s += f", padding_mode={self.padding_mode}"
+        return s
+
+    def _conv_forward(self, conv, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        if self.padding_mode != "zeros":
+            padded = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            zero = (0,) * self._dims
+            return conv(padded, weight, bias, self.stride, zero, self.dilation, self.groups)
+        return conv(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class _Conv(_ConvNd):
+    """A forward convolution with PyTorch's ``ConvNd`` constructor; ``_fn`` is ``F.convNd``."""
+
+    _fn = None
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__(
+            in_channels, out_channels, kernel_size, stride, padding, dilation, False, 0,
+            groups, bias, padding_mode, device, dtype,
+        )  # fmt: skip
+
+    def forward(self, input: Tensor) -> Tensor:
+        return self._conv_forward(type(self)._fn, input, self.weight, self.bias)
+
+
+class Conv1d(_Conv):
+    """1-D convolution over (N, C, L) inputs."""
+
+    _dims = 1
+    _fn = staticmethod(F.conv1d)
+
+
+class Conv2d(_Conv):
+    """2-D convolution over (N, C, H, W) inputs."""
+
+    _dims = 2
+    _fn = staticmethod(F.conv2d)
+
+
+class Conv3d(_Conv):
+    """3-D convolution over (N, C, D, H, W) inputs."""
+
+    _dims = 3
+    _fn = staticmethod(F.conv3d)
+
+
+class _ConvTransposeNd(_ConvNd):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        output_padding=0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation=1,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+    ) -> None:
+        if padding_mode != "zeros":
+            raise ValueError(
+                f'Only "zeros" padding mode is supported for {self.__class__.__name__}'
+            )
+        super().__init__(
+            in_channels, out_channels, kernel_size, stride, padding, dilation, True,
+            output_padding, groups, bias, padding_mode, device, dtype,
+        )  # fmt: skip
+
+    def _output_padding(self, input: Tensor, output_size) -> tuple:
+        """The output padding that makes the result ``output_size`` (PyTorch's rule)."""
+        if output_size is None:
+            return self.output_padding
+        n = self._dims
+        output_size = list(output_size)
+        if len(output_size) == n + 2:
+            output_size = output_size[2:]
+        elif len(output_size) != n:
+            raise ValueError(
+                f"ConvTranspose{n}D: for {input.dim()}D input, output_size must have {n} or "
+                f"{n + 2} elements (got {len(output_size)})"
+            )
+        spatial = input.shape[-n:]
+        result = []
+        for d in range(n):
+            smallest = (
+                (spatial[d] - 1) * self.stride[d]
+                - 2 * self.padding[d]
+                + self.dilation[d] * (self.kernel_size[d] - 1)
+                + 1
+            )
+            largest = smallest + self.stride[d] - 1
+            if not smallest <= output_size[d] <= largest:
+                raise ValueError(
+                    f"requested an output size of {output_size}, but valid sizes range from "
+                    f"{smallest} to {largest} (for an input of {list(spatial)})"
+                )
+            result.append(output_size[d] - smallest)
+        return tuple(result)
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """Transposed 1-D convolution (the gradient of ``Conv1d`` with respect to its input)."""
+
+    _dims = 1
+
+    def forward(self, input: Tensor, output_size=None) -> Tensor:
+        output_padding = self._output_padding(input, output_size)
+        return F.conv_transpose1d(
+            input, self.weight, self.bias, self.stride, self.padding, output_padding,
+            self.groups, self.dilation,
+        )  # fmt: skip
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """Transposed 2-D convolution (the gradient of ``Conv2d`` with respect to its input)."""
+
+    _dims = 2
+
+    def forward(self, input: Tensor, output_size=None) -> Tensor:
+        output_padding = self._output_padding(input, output_size)
+        return F.conv_transpose2d(
+            input, self.weight, self.bias, self.stride, self.padding, output_padding,
+            self.groups, self.dilation,
+        )  # fmt: skip

@@ -1,0 +1,104 @@
+"""Gradient clipping: ``clip_grad_norm_`` and ``clip_grad_value_`` (in place on ``.grad``).
+
+The total norm is the norm of the per-parameter norms, computed with kiln ops and returned as a
+0-d tensor, and the scale is applied with ``mul_`` so no value leaves the device, as in PyTorch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import kiln
+
+from ...autograd.grad_mode import no_grad
+from ...runtime.tensor import Tensor
+
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm", "clip_grads_with_norm_"]
+
+
+def _as_list(parameters) -> list[Tensor]:
+    if isinstance(parameters, Tensor):
+        return [parameters]
+    return list(parameters)
+
+
+def _vector_norm(t: Tensor, p: float) -> Tensor:
+    """``linalg.vector_norm(t, p)`` over all elements (0, 1, 2, inf, -inf or any other order)."""
+    if p == math.inf:
+        return t.abs().amax()
+    if p == -math.inf:
+        return t.abs().amin()
+    if p == 0:
+        return (t != 0).sum().to(t.dtype)
+    if p == 1:
+        return t.abs().sum()
+    if p == 2:
+        return (t * t).sum().sqrt()
+    return t.abs().pow(p).sum().pow(1.0 / p)
+
+
+def get_total_norm(
+    tensors: Iterable[Tensor] | Tensor,
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+) -> Tensor:
+    """The ``norm_type`` norm of all ``tensors`` together, as if concatenated into one vector."""
+    tensors = [t for t in _as_list(tensors) if t is not None]
+    if not tensors:
+        return kiln.tensor(0.0)
+    norm_type = float(norm_type)
+    with no_grad():
+        norms = [_vector_norm(t, norm_type) for t in tensors]
+        first_device = tensors[0].device
+        total = _vector_norm(kiln.stack([n.to(first_device) for n in norms]), norm_type)
+    if error_if_nonfinite and bool(total.isnan() | total.isinf()):
+        raise RuntimeError(
+            f"The total norm of order {norm_type} for gradients from `parameters` is "
+            "non-finite, so it cannot be clipped. To disable this error and scale the gradients "
+            "by the non-finite norm anyway, set `error_if_nonfinite=False`"
+        )
+    return total
+
+
+def clip_grads_with_norm_(
+    parameters: Iterable[Tensor] | Tensor,
+    max_norm: float,
+    total_norm: Tensor,
+    foreach: bool | None = None,
+) -> None:
+    """Scale every ``.grad`` by ``min(1, max_norm / (total_norm + 1e-6))``."""
+    grads = [p.grad for p in _as_list(parameters) if p.grad is not None]
+    if not grads:
+        return
+    with no_grad():
+        coef = (float(max_norm) / (total_norm + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coef.to(g.device))
+
+
+def clip_grad_norm_(
+    parameters: Iterable[Tensor] | Tensor,
+    max_norm: float,
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+) -> Tensor:
+    """Rescale gradients so their total norm is at most ``max_norm``; returns the norm before."""
+    parameters = _as_list(parameters)
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = get_total_norm(grads, norm_type, error_if_nonfinite, foreach)
+    clip_grads_with_norm_(parameters, max_norm, total, foreach)
+    return total
+
+
+def clip_grad_value_(
+    parameters: Iterable[Tensor] | Tensor, clip_value: float, foreach: bool | None = None
+) -> None:
+    """Clamp every gradient element into ``[-clip_value, clip_value]`` in place."""
+    clip_value = float(clip_value)
+    with no_grad():
+        for p in _as_list(parameters):
+            if p.grad is not None:
+                p.grad.clamp_(min=-clip_value, max=clip_value)

@@ -1,0 +1,42 @@
+"""``parameters_to_vector`` / ``vector_to_parameters``: flatten parameters to one vector and back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import kiln
+
+from ...runtime.tensor import Tensor
+
+__all__ = ["parameters_to_vector", "vector_to_parameters"]
+
+
+def _check_same_device(param: Tensor, device):
+    if device is not None and param.device != device:
+        raise TypeError(
+            "Found two parameters on different devices, this is currently not supported."
+        )
+    return param.device
+
+
+def parameters_to_vector(parameters: Iterable[Tensor]) -> Tensor:
+    """One 1-D tensor of every parameter's values, in order (differentiable)."""
+    device = None
+    flat = []
+    for param in parameters:
+        device = _check_same_device(param, device)
+        flat.append(param.view(-1))
+    return kiln.cat(flat)
+
+
+def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:
+    """Write consecutive slices of ``vec`` into the parameters' data (replaces ``.data``)."""
+    if not isinstance(vec, Tensor):
+        raise TypeError(f"expected torch.Tensor, but got: {type(vec).__name__}")
+    device = None
+    offset = 0
+    for param in parameters:
+        device = _check_same_device(param, device)
+        n = param.numel()
+        param.data = vec[offset : offset + n].view_as(param).data
+        offset += n

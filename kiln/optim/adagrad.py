@@ -1,0 +1,88 @@
+"""``Adagrad``: per-coordinate learning rates from the running sum of squared gradients."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..ops import api
+from ..runtime import dtypes as dt
+from .optimizer import Optimizer, run_closure, scalar_value
+
+__all__ = ["Adagrad"]
+
+
+class Adagrad(Optimizer):
+    """Adagrad (Duchi et al.) with ``lr_decay``, weight decay and an initial accumulator."""
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-2,
+        lr_decay: float = 0,
+        weight_decay: float = 0,
+        initial_accumulator_value: float = 0,
+        eps: float = 1e-10,
+        foreach: bool | None = None,
+        *,
+        maximize: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+    ) -> None:
+        if not 0.0 <= scalar_value(lr):
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= lr_decay:
+            raise ValueError(f"Invalid lr_decay value: {lr_decay}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if not 0.0 <= initial_accumulator_value:
+            raise ValueError(
+                f"Invalid initial_accumulator_value value: {initial_accumulator_value}"
+            )
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        defaults = {
+            "lr": lr,
+            "lr_decay": lr_decay,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "initial_accumulator_value": initial_accumulator_value,
+            "foreach": foreach,
+            "maximize": maximize,
+            "differentiable": differentiable,
+            "fused": fused,
+        }
+        super().__init__(params, defaults)
+        # PyTorch creates Adagrad's state eagerly, so it appears in state_dict before any step
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                state["step"] = api.tensor(0.0, dtype=dt.float32)
+                state["sum"] = api.full_like(p, group["initial_accumulator_value"])
+
+    def __setstate__(self, state) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("maximize", False)
+
+    def step(self, closure: Callable[[], float] | None = None):
+        loss = run_closure(closure)
+        for group in self.param_groups:
+            lr = scalar_value(group["lr"])
+            lr_decay, eps = group["lr_decay"], group["eps"]
+            weight_decay = group["weight_decay"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = self.state[param]
+                step_t = state["step"]
+                step_t += 1
+                step = step_t.item()
+                grad = -param.grad if group["maximize"] else param.grad
+                if weight_decay != 0:
+                    grad = grad.add(param, alpha=weight_decay)
+                clr = lr / (1 + (step - 1) * lr_decay)
+                state_sum = state["sum"]
+                state_sum.addcmul_(grad, grad, value=1)
+                std = state_sum.sqrt().add_(eps)
+                param.addcdiv_(grad, std, value=-clr)
+        return loss

@@ -1,0 +1,126 @@
+"""``Adam`` (and the decoupled weight decay that ``AdamW`` turns on), as PyTorch computes it.
+
+State per parameter: ``step`` (a float32 0-d tensor), ``exp_avg``, ``exp_avg_sq`` and, with
+``amsgrad``, ``max_exp_avg_sq``. The update order and scalar folding follow PyTorch's
+single-tensor implementation so trajectories agree to float32 rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..ops import api
+from ..runtime import dtypes as dt
+from .optimizer import Optimizer, run_closure, scalar_value
+
+__all__ = ["Adam"]
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba); ``decoupled_weight_decay=True`` gives AdamW."""
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        amsgrad: bool = False,
+        *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        decoupled_weight_decay: bool = False,
+    ) -> None:
+        if not 0.0 <= scalar_value(lr):
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "amsgrad": amsgrad,
+            "maximize": maximize,
+            "foreach": foreach,
+            "capturable": capturable,
+            "differentiable": differentiable,
+            "fused": fused,
+            "decoupled_weight_decay": decoupled_weight_decay,
+        }
+        super().__init__(params, defaults)
+
+    def __setstate__(self, state) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("amsgrad", False)
+            group.setdefault("maximize", False)
+            group.setdefault("decoupled_weight_decay", False)
+
+    def _state_for(self, param, amsgrad: bool, capturable: bool) -> dict:
+        state = self.state[param]
+        if not state:
+            state["step"] = api.tensor(
+                0.0, dtype=dt.float32, device=param.device if capturable else None
+            )
+            state["exp_avg"] = api.zeros_like(param)
+            state["exp_avg_sq"] = api.zeros_like(param)
+            if amsgrad:
+                state["max_exp_avg_sq"] = api.zeros_like(param)
+        return state
+
+    def step(self, closure: Callable[[], float] | None = None):
+        loss = run_closure(closure)
+        for group in self.param_groups:
+            lr = scalar_value(group["lr"])
+            beta1, beta2 = (scalar_value(b) for b in group["betas"])
+            eps = group["eps"]
+            weight_decay = group["weight_decay"]
+            amsgrad = group["amsgrad"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                grad = -param.grad if group["maximize"] else param.grad
+                state = self._state_for(param, amsgrad, group["capturable"])
+                step_t = state["step"]
+                step_t += 1
+                if weight_decay != 0:
+                    if group["decoupled_weight_decay"]:
+                        param.mul_(1 - lr * weight_decay)
+                    else:
+                        grad = grad.add(param, alpha=weight_decay)
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                exp_avg.lerp_(grad, 1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                second = exp_avg_sq
+                if amsgrad:
+                    second = state["max_exp_avg_sq"]
+                    second.copy_(second.maximum(exp_avg_sq))
+                if group["capturable"]:
+                    _capturable_update(param, exp_avg, second, step_t, lr, beta1, beta2, eps)
+                    continue
+                step = step_t.item()
+                step_size = lr / (1 - beta1**step)
+                bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+                denom = (second.sqrt() / bias_correction2_sqrt).add_(eps)
+                param.addcdiv_(exp_avg, denom, value=-step_size)
+        return loss
+
+
+def _capturable_update(param, exp_avg, second, step_t, lr, beta1, beta2, eps) -> None:
+    """PyTorch's ``capturable`` form: bias corrections stay tensors (no ``.item()``), so a
+    captured optimizer step has no host synchronisation; they are computed in float32."""
+    step_size_neg = (lr / (1 - beta1**step_t)).neg()
+    bias_correction2_sqrt = (1 - beta2**step_t).sqrt()
+    denom = (second.sqrt() / (bias_correction2_sqrt * step_size_neg)).add_(eps / step_size_neg)
+    param.addcdiv_(exp_avg, denom)

@@ -1,0 +1,42 @@
+"""``kiln.optim.lr_scheduler``: learning-rate schedulers with PyTorch's formulas.
+
+Each ``get_lr`` computes the next rates from the optimizer's *current* rates exactly as PyTorch
+does (``lr * gamma``, the cosine recurrence ...), so sequences agree bit for bit in float64;
+``step(epoch)`` uses the closed forms, as in PyTorch.
+"""
+
+from .base import EPOCH_DEPRECATION_WARNING, LRScheduler
+from .composite import ChainedScheduler, SequentialLR
+from .one_cycle import OneCycleLR
+from .plateau import ReduceLROnPlateau
+from .schedules import (
+    ConstantLR,
+    CosineAnnealingLR,
+    CosineAnnealingWarmRestarts,
+    ExponentialLR,
+    LambdaLR,
+    LinearLR,
+    MultiplicativeLR,
+    MultiStepLR,
+    PolynomialLR,
+    StepLR,
+)
+
+__all__ = [
+    "EPOCH_DEPRECATION_WARNING",
+    "LRScheduler",
+    "LambdaLR",
+    "MultiplicativeLR",
+    "StepLR",
+    "MultiStepLR",
+    "ConstantLR",
+    "LinearLR",
+    "ExponentialLR",
+    "PolynomialLR",
+    "CosineAnnealingLR",
+    "CosineAnnealingWarmRestarts",
+    "OneCycleLR",
+    "SequentialLR",
+    "ChainedScheduler",
+    "ReduceLROnPlateau",
+]

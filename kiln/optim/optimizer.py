@@ -1,0 +1,309 @@
+"""``Optimizer``: parameter groups, per-parameter state and PyTorch-layout state dicts.
+
+Subclasses implement ``step`` with in-place kiln ops (``add_``, ``mul_``, ``addcdiv_`` ...) so a
+compiled optimizer step can later capture the updates as graph mutations. ``step`` runs with
+grad mode off (unless the optimizer is ``differentiable``), and step hooks run around it.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable
+from copy import deepcopy
+from itertools import chain
+from typing import Any
+
+from ..autograd.grad_mode import enable_grad, set_grad_enabled
+from ..runtime.tensor import Tensor
+from ..utils.hooks import RemovableHandle
+
+__all__ = ["Optimizer", "required", "register_optimizer_step_pre_hook"]
+
+
+class _RequiredParameter:
+    """Sentinel default for an option every parameter group must give."""
+
+    def __repr__(self) -> str:
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
+
+_global_step_pre_hooks: OrderedDict = OrderedDict()
+_global_step_post_hooks: OrderedDict = OrderedDict()
+
+
+def register_optimizer_step_pre_hook(hook: Callable) -> RemovableHandle:
+    """``hook(optimizer, args, kwargs)`` before every optimizer's ``step``."""
+    handle = RemovableHandle(_global_step_pre_hooks)
+    _global_step_pre_hooks[handle.id] = hook
+    return handle
+
+
+def register_optimizer_step_post_hook(hook: Callable) -> RemovableHandle:
+    """``hook(optimizer, args, kwargs)`` after every optimizer's ``step``."""
+    handle = RemovableHandle(_global_step_post_hooks)
+    _global_step_post_hooks[handle.id] = hook
+    return handle
+
+
+def _typename(obj) -> str:
+    return "kiln.Tensor" if isinstance(obj, Tensor) else type(obj).__qualname__
+
+
+def _wrap_step(step: Callable) -> Callable:
+    """Run step hooks around ``step``, with grad mode set by the ``differentiable`` option."""
+
+    @functools.wraps(step)
+    def wrapper(self, *args, **kwargs):
+        for hook in chain(_global_step_pre_hooks.values(), self._optimizer_step_pre_hooks.values()):
+            result = hook(self, args, kwargs)
+            if result is not None:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise RuntimeError(
+                        f"{hook} must return None or a tuple of (new_args, new_kwargs), but got "
+                        f"{result}."
+                    )
+                args, kwargs = result
+        self._opt_called = True
+        with set_grad_enabled(bool(self.defaults.get("differentiable", False))):
+            out = step(self, *args, **kwargs)
+        for hook in chain(
+            self._optimizer_step_post_hooks.values(), _global_step_post_hooks.values()
+        ):
+            hook(self, args, kwargs)
+        return out
+
+    wrapper._kiln_step_wrapped = True
+    return wrapper
+
+
+class Optimizer:
+    """Base class: holds ``param_groups`` (dicts with ``params`` and options) and ``state``."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        step = cls.__dict__.get("step")
+        if step is not None and not getattr(step, "_kiln_step_wrapped", False):
+            cls.step = _wrap_step(step)
+
+    def __init__(self, params, defaults: dict[str, Any]) -> None:
+        self.defaults = defaults
+        self._optimizer_step_pre_hooks: OrderedDict = OrderedDict()
+        self._optimizer_step_post_hooks: OrderedDict = OrderedDict()
+        self._optimizer_load_state_dict_post_hooks: OrderedDict = OrderedDict()
+        self._opt_called = False
+        if isinstance(params, Tensor):
+            raise TypeError(
+                "params argument given to the optimizer should be an iterable of Tensors or "
+                "dicts, but got " + _typename(params)
+            )
+        self.state: defaultdict = defaultdict(dict)
+        self.param_groups: list[dict[str, Any]] = []
+        groups = list(params)
+        if not groups:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            self.add_param_group(dict(group))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"defaults": self.defaults, "state": self.state, "param_groups": self.param_groups}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        for name in (
+            "_optimizer_step_pre_hooks",
+            "_optimizer_step_post_hooks",
+            "_optimizer_load_state_dict_post_hooks",
+        ):
+            self.__dict__.setdefault(name, OrderedDict())
+        self.__dict__.setdefault("_opt_called", False)
+
+    def __repr__(self) -> str:
+        text = self.__class__.__name__ + " ("
+        for i, group in enumerate(self.param_groups):
+            text += f"\nParameter Group {i}\n"
+            for key in sorted(group):
+                if key != "params":
+                    text += f"    {key}: {group[key]}\n"
+        return text + ")"
+
+    # ------------------------------------------------------------------ groups
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a group of parameters with its own options (missing ones take the defaults)."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group)}")
+        params = param_group["params"]
+        if isinstance(params, Tensor):
+            params = [params]
+        elif isinstance(params, set):
+            raise TypeError(
+                "optimizer parameters need to be organized in ordered collections, but the "
+                "ordering of tensors in sets will change between runs. Please use a list instead."
+            )
+        else:
+            params = list(params)
+        names = [p[0] for p in params if isinstance(p, tuple)]
+        params = [p[1] if isinstance(p, tuple) else p for p in params]
+        if names:
+            if len(names) != len(params):
+                raise ValueError(
+                    "all optimizer params should be with/without names. Some param names are "
+                    "missing"
+                )
+            param_group["param_names"] = names
+        param_group["params"] = params
+        for param in params:
+            if not isinstance(param, Tensor):
+                raise TypeError(
+                    "optimizer can only optimize Tensors, but one of the params is "
+                    + _typename(param)
+                )
+            if not self.defaults.get("differentiable", None) and not (
+                param.is_leaf or param.retains_grad
+            ):
+                raise ValueError("can't optimize a non-leaf Tensor")
+        for name, default in self.defaults.items():
+            if default is required and name not in param_group:
+                raise ValueError(
+                    "parameter group didn't specify a value of required optimization "
+                    f"parameter {name}"
+                )
+            param_group.setdefault(name, default)
+        if len({id(p) for p in params}) != len(params):
+            warnings.warn(
+                "optimizer contains a parameter group with duplicate parameters; in future, this "
+                "will cause an error; see github.com/pytorch/pytorch/issues/40967 for more "
+                "information",
+                stacklevel=3,
+            )
+        existing = {id(p) for group in self.param_groups for p in group["params"]}
+        if any(id(p) in existing for p in params):
+            raise ValueError("some parameters appear in more than one parameter group")
+        self.param_groups.append(param_group)
+
+    # ------------------------------------------------------------------ grads and steps
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                grad = p.grad
+                if grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    if grad.grad_fn is not None:
+                        grad.detach_()
+                    else:
+                        grad.requires_grad_(False)
+                    grad.zero_()
+
+    def step(self, closure: Callable[[], float] | None = None):
+        raise NotImplementedError
+
+    def register_step_pre_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(optimizer, args, kwargs)`` before ``step``; may return new (args, kwargs)."""
+        handle = RemovableHandle(self._optimizer_step_pre_hooks)
+        self._optimizer_step_pre_hooks[handle.id] = hook
+        return handle
+
+    def register_step_post_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(optimizer, args, kwargs)`` after ``step``."""
+        handle = RemovableHandle(self._optimizer_step_post_hooks)
+        self._optimizer_step_post_hooks[handle.id] = hook
+        return handle
+
+    def register_load_state_dict_post_hook(self, hook: Callable) -> RemovableHandle:
+        handle = RemovableHandle(self._optimizer_load_state_dict_post_hooks)
+        self._optimizer_load_state_dict_post_hooks[handle.id] = hook
+        return handle
+
+    # ------------------------------------------------------------------ state dicts
+    def state_dict(self) -> dict[str, Any]:
+        """``{"state": {param index: {...}}, "param_groups": [{..., "params": [indices]}]}``."""
+        index_of: dict[int, int] = {}
+        start = 0
+        groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            for i, p in enumerate(group["params"], start):
+                index_of.setdefault(id(p), i)
+            packed["params"] = [index_of[id(p)] for p in group["params"]]
+            start += len(packed["params"])
+            groups.append(packed)
+        state = {
+            (index_of[id(k)] if isinstance(k, Tensor) else k): v for k, v in self.state.items()
+        }
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load options and per-parameter state; tensors are cast to each parameter's dtype."""
+        state_dict = dict(state_dict)
+        groups = self.param_groups
+        saved_groups = deepcopy(state_dict["param_groups"])
+        if len(groups) != len(saved_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        if any(len(g["params"]) != len(s["params"]) for g, s in zip(groups, saved_groups)):
+            raise ValueError(
+                "loaded state dict contains a parameter group that doesn't match the size of "
+                "optimizer's group"
+            )
+        id_map = dict(
+            zip(
+                chain.from_iterable(g["params"] for g in saved_groups),
+                chain.from_iterable(g["params"] for g in groups),
+            )
+        )
+        state: defaultdict = defaultdict(dict)
+        for key, value in state_dict["state"].items():
+            if key in id_map:
+                param = id_map[key]
+                state[param] = _cast_state(param, value, key, saved_groups)
+            else:
+                state[key] = value
+        new_groups = []
+        for group, saved in zip(groups, saved_groups):
+            saved["params"] = group["params"]
+            if "param_names" in group and "param_names" not in saved:
+                saved["param_names"] = group["param_names"]
+            new_groups.append(saved)
+        self.__setstate__({"state": state, "param_groups": new_groups})
+        for hook in self._optimizer_load_state_dict_post_hooks.values():
+            hook(self)
+
+
+def _cast_state(param: Tensor, value, param_id, saved_groups, key=None):
+    """Move loaded state onto the parameter: float tensors take its dtype (except ``step``)."""
+    if isinstance(value, Tensor):
+        if key == "step":
+            group = next((g for g in saved_groups if param_id in g["params"]), {})
+            if group.get("capturable", False) or group.get("fused", False):
+                from ..runtime import dtypes as dt
+
+                return value.to(dt.float32).to(param.device)
+            return value
+        if param.is_floating_point():
+            return value.to(param.dtype).to(param.device)
+        return value.to(param.device)
+    if isinstance(value, dict):
+        return {k: _cast_state(param, v, param_id, saved_groups, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast_state(param, v, param_id, saved_groups) for v in value)
+    return value
+
+
+def run_closure(closure: Callable | None):
+    """The loss from ``closure`` (which re-evaluates the model and calls backward), with grad on."""
+    if closure is None:
+        return None
+    with enable_grad():
+        return closure()
+
+
+def scalar_value(x) -> float:
+    """A Python number from a float or a one-element tensor option (``lr`` may be a tensor)."""
+    return x.item() if isinstance(x, Tensor) else x

@@ -1,0 +1,102 @@
+"""``RMSprop`` (optionally centered, with momentum), following PyTorch's update order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..ops import api
+from ..runtime import dtypes as dt
+from .optimizer import Optimizer, run_closure, scalar_value
+
+__all__ = ["RMSprop"]
+
+
+class RMSprop(Optimizer):
+    """Divide the gradient by a running RMS of recent gradients (Hinton's lecture 6e)."""
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        momentum: float = 0,
+        centered: bool = False,
+        capturable: bool = False,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+    ) -> None:
+        if not 0.0 <= scalar_value(lr):
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= momentum:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if not 0.0 <= alpha:
+            raise ValueError(f"Invalid alpha value: {alpha}")
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "alpha": alpha,
+            "eps": eps,
+            "centered": centered,
+            "weight_decay": weight_decay,
+            "capturable": capturable,
+            "foreach": foreach,
+            "maximize": maximize,
+            "differentiable": differentiable,
+        }
+        super().__init__(params, defaults)
+
+    def __setstate__(self, state) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("momentum", 0)
+            group.setdefault("centered", False)
+            group.setdefault("maximize", False)
+
+    def _state_for(self, param, group) -> dict:
+        state = self.state[param]
+        if not state:
+            state["step"] = api.zeros((), dtype=dt.float32)
+            state["square_avg"] = api.zeros_like(param)
+            if group["momentum"] > 0:
+                state["momentum_buffer"] = api.zeros_like(param)
+            if group["centered"]:
+                state["grad_avg"] = api.zeros_like(param)
+        return state
+
+    def step(self, closure: Callable[[], float] | None = None):
+        loss = run_closure(closure)
+        for group in self.param_groups:
+            lr = scalar_value(group["lr"])
+            alpha, eps = group["alpha"], group["eps"]
+            momentum, weight_decay = group["momentum"], group["weight_decay"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                grad = -param.grad if group["maximize"] else param.grad
+                state = self._state_for(param, group)
+                state["step"] += 1
+                if weight_decay != 0:
+                    grad = grad.add(param, alpha=weight_decay)
+                square_avg = state["square_avg"]
+                square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+                if group["centered"]:
+                    grad_avg = state["grad_avg"]
+                    grad_avg.lerp_(grad, 1 - alpha)
+                    avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()
+                else:
+                    avg = square_avg.sqrt()
+                avg = avg.add_(eps)
+                if momentum > 0:
+                    buf = state["momentum_buffer"]
+                    buf.mul_(momentum).addcdiv_(grad, avg)
+                    param.add_(buf, alpha=-lr)
+                else:
+                    param.addcdiv_(grad, avg, value=-lr)
+        return loss

@@ -1,0 +1,79 @@
+"""``SGD`` with momentum, dampening, Nesterov, weight decay and ``maximize`` (PyTorch's math)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .optimizer import Optimizer, run_closure, scalar_value
+
+__all__ = ["SGD"]
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent; the momentum buffer starts as the first gradient."""
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        momentum: float = 0,
+        dampening: float = 0,
+        weight_decay: float = 0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        differentiable: bool = False,
+        fused: bool | None = None,
+    ) -> None:
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if momentum < 0.0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "dampening": dampening,
+            "weight_decay": weight_decay,
+            "nesterov": nesterov,
+            "maximize": maximize,
+            "foreach": foreach,
+            "differentiable": differentiable,
+            "fused": fused,
+        }
+        super().__init__(params, defaults)
+
+    def __setstate__(self, state) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("nesterov", False)
+            group.setdefault("maximize", False)
+
+    def step(self, closure: Callable[[], float] | None = None):
+        loss = run_closure(closure)
+        for group in self.param_groups:
+            lr = scalar_value(group["lr"])
+            momentum = group["momentum"]
+            dampening = group["dampening"]
+            weight_decay = group["weight_decay"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                grad = -param.grad if group["maximize"] else param.grad
+                if weight_decay != 0:
+                    grad = grad.add(param, alpha=weight_decay)
+                if momentum != 0:
+                    state = self.state[param]
+                    buf = state.get("momentum_buffer")
+                    if buf is None:
+                        buf = grad.detach().clone()
+                        state["momentum_buffer"] = buf
+                    else:
+                        buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+                    grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
+                param.add_(grad, alpha=-lr)
+        return loss

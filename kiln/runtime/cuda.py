@@ -1,0 +1,531 @@
+"""The CUDA device: device memory through the CUDA driver API (libcuda via ctypes).
+
+No PyTorch, CuPy or runtime library underneath: kiln loads ``libcuda.so.1``, makes each device's
+*primary* context current (the context Triton's launcher uses when PyTorch is absent), and
+allocates memory through a caching allocator (freed blocks are kept per size and reused, as
+``cuMemAlloc`` is slow and synchronizing). All work runs on the default stream, so a block freed
+after a kernel was queued can be handed to the next kernel safely.
+
+A cuda tensor is a kiln ``Tensor`` whose ``_data`` is a ``CudaArray``: a strided view (offset,
+shape, strides in elements) of a ``DeviceBuffer``. Views share the buffer like CPU views share a
+numpy base. Kernels come from inductor (see ``kiln.runtime.devices``).
+
+When no driver or device is present, ``is_available()`` is False and every request for a cuda
+device raises a ``RuntimeError`` that says why. ``HostMemoryDriver`` is a stand-in for libcuda
+backed by host memory, for tests on machines without a GPU (kernels then run in Triton's
+interpreter): ``use_driver(HostMemoryDriver())``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+
+from . import dtypes as dt
+from .device import device as Device
+from .storage import Storage
+
+__all__ = [
+    "CudaDriver",
+    "HostMemoryDriver",
+    "CachingAllocator",
+    "DeviceBuffer",
+    "CudaArray",
+    "is_available",
+    "device_count",
+    "require",
+    "use_driver",
+    "synchronize",
+    "allocator",
+    "empty",
+    "from_numpy",
+    "to_numpy",
+    "wrap",
+    "unavailable_reason",
+]
+
+_CUDA_ERROR_OUT_OF_MEMORY = 2
+_ATTR_CC_MAJOR = 75
+_ATTR_CC_MINOR = 76
+
+
+class CudaDriver:
+    """The few libcuda entry points kiln uses, with errors turned into ``RuntimeError``."""
+
+    emulated = False
+
+    def __init__(self, lib=None):
+        self.lib = lib if lib is not None else ctypes.CDLL("libcuda.so.1")
+        c = ctypes
+        sigs = {
+            "cuInit": [c.c_uint],
+            "cuDeviceGetCount": [c.POINTER(c.c_int)],
+            "cuDeviceGet": [c.POINTER(c.c_int), c.c_int],
+            "cuDeviceGetName": [c.c_char_p, c.c_int, c.c_int],
+            "cuDeviceGetAttribute": [c.POINTER(c.c_int), c.c_int, c.c_int],
+            "cuDeviceTotalMem_v2": [c.POINTER(c.c_size_t), c.c_int],
+            "cuDevicePrimaryCtxRetain": [c.POINTER(c.c_void_p), c.c_int],
+            "cuCtxSetCurrent": [c.c_void_p],
+            "cuCtxSynchronize": [],
+            "cuMemAlloc_v2": [c.POINTER(c.c_uint64), c.c_size_t],
+            "cuMemFree_v2": [c.c_uint64],
+            "cuMemcpyHtoD_v2": [c.c_uint64, c.c_void_p, c.c_size_t],
+            "cuMemcpyDtoH_v2": [c.c_void_p, c.c_uint64, c.c_size_t],
+            "cuMemcpyDtoD_v2": [c.c_uint64, c.c_uint64, c.c_size_t],
+            "cuMemsetD8_v2": [c.c_uint64, c.c_ubyte, c.c_size_t],
+            "cuMemGetInfo_v2": [c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)],
+            "cuGetErrorString": [c.c_int, c.POINTER(c.c_char_p)],
+        }
+        for name, args in sigs.items():
+            fn = getattr(self.lib, name)
+            fn.argtypes = args
+            fn.restype = c.c_int
+        self._contexts: dict[int, int] = {}
+        self._check(self.lib.cuInit(0), "cuInit")
+
+    def _check(self, result: int, what: str) -> None:
+        if result != 0:
+            msg = ctypes.c_char_p()
+            self.lib.cuGetErrorString(result, ctypes.byref(msg))
+            text = msg.value.decode() if msg.value else "unknown error"
+            err = RuntimeError(f"CUDA driver error {result} in {what}: {text}")
+            err.cuda_error = result
+            raise err
+
+    def device_count(self) -> int:
+        n = ctypes.c_int()
+        self._check(self.lib.cuDeviceGetCount(ctypes.byref(n)), "cuDeviceGetCount")
+        return n.value
+
+    def _device(self, ordinal: int) -> int:
+        d = ctypes.c_int()
+        self._check(self.lib.cuDeviceGet(ctypes.byref(d), ordinal), "cuDeviceGet")
+        return d.value
+
+    def name(self, ordinal: int) -> str:
+        buf = ctypes.create_string_buffer(256)
+        self._check(self.lib.cuDeviceGetName(buf, 256, self._device(ordinal)), "cuDeviceGetName")
+        return buf.value.decode()
+
+    def capability(self, ordinal: int) -> tuple[int, int]:
+        out = []
+        for attr in (_ATTR_CC_MAJOR, _ATTR_CC_MINOR):
+            v = ctypes.c_int()
+            self._check(
+                self.lib.cuDeviceGetAttribute(ctypes.byref(v), attr, self._device(ordinal)),
+                "cuDeviceGetAttribute",
+            )
+            out.append(v.value)
+        return out[0], out[1]
+
+    def total_memory(self, ordinal: int) -> int:
+        v = ctypes.c_size_t()
+        self._check(
+            self.lib.cuDeviceTotalMem_v2(ctypes.byref(v), self._device(ordinal)), "cuDeviceTotalMem"
+        )
+        return v.value
+
+    def activate(self, ordinal: int) -> None:
+        """Make the device's primary context current on this thread (retained once)."""
+        ctx = self._contexts.get(ordinal)
+        if ctx is None:
+            handle = ctypes.c_void_p()
+            self._check(
+                self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(handle), self._device(ordinal)),
+                "cuDevicePrimaryCtxRetain",
+            )
+            ctx = self._contexts[ordinal] = handle.value
+        self._check(self.lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+    def alloc(self, nbytes: int) -> int:
+        ptr = ctypes.c_uint64()
+        self._check(self.lib.cuMemAlloc_v2(ctypes.byref(ptr), nbytes), f"cuMemAlloc({nbytes})")
+        return ptr.value
+
+    def free(self, ptr: int) -> None:
+        self._check(self.lib.cuMemFree_v2(ptr), "cuMemFree")
+
+    def htod(self, dst: int, src: int, nbytes: int) -> None:
+        self._check(self.lib.cuMemcpyHtoD_v2(dst, src, nbytes), "cuMemcpyHtoD")
+
+    def dtoh(self, dst: int, src: int, nbytes: int) -> None:
+        self._check(self.lib.cuMemcpyDtoH_v2(dst, src, nbytes), "cuMemcpyDtoH")
+
+    def dtod(self, dst: int, src: int, nbytes: int) -> None:
+        self._check(self.lib.cuMemcpyDtoD_v2(dst, src, nbytes), "cuMemcpyDtoD")
+
+    def memset(self, ptr: int, byte: int, nbytes: int) -> None:
+        self._check(self.lib.cuMemsetD8_v2(ptr, byte, nbytes), "cuMemsetD8")
+
+    def synchronize(self) -> None:
+        self._check(self.lib.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def memory_info(self) -> tuple[int, int]:
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        self._check(
+            self.lib.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)), "cuMemGetInfo"
+        )
+        return free.value, total.value
+
+
+class HostMemoryDriver:
+    """libcuda's interface over host memory: a test stand-in where no GPU exists.
+
+    "Device" addresses are host addresses, so Triton's interpreter can run kernels on them;
+    ``emulated`` tells kiln to do that instead of launching compiled kernels."""
+
+    emulated = True
+
+    def __init__(self, devices: int = 1, memory: int = 1 << 30):
+        self._devices = devices
+        self._memory = memory
+        self._blocks: dict[int, np.ndarray] = {}
+        self.allocations = 0  # how many times memory was really allocated (allocator tests)
+
+    def device_count(self) -> int:
+        return self._devices
+
+    def name(self, ordinal: int) -> str:
+        return f"kiln host-memory CUDA stand-in {ordinal}"
+
+    def capability(self, ordinal: int) -> tuple[int, int]:
+        return (9, 0)
+
+    def total_memory(self, ordinal: int) -> int:
+        return self._memory
+
+    def activate(self, ordinal: int) -> None:
+        pass
+
+    def alloc(self, nbytes: int) -> int:
+        used = sum(b.nbytes for b in self._blocks.values())
+        if used + nbytes > self._memory:
+            err = RuntimeError(f"CUDA driver error 2 in cuMemAlloc({nbytes}): out of memory")
+            err.cuda_error = _CUDA_ERROR_OUT_OF_MEMORY
+            raise err
+        block = np.empty(max(nbytes, 1), np.uint8)
+        ptr = block.__array_interface__["data"][0]
+        self._blocks[ptr] = block
+        self.allocations += 1
+        return ptr
+
+    def free(self, ptr: int) -> None:
+        del self._blocks[ptr]
+
+    def htod(self, dst: int, src: int, nbytes: int) -> None:
+        ctypes.memmove(dst, src, nbytes)
+
+    dtoh = dtod = htod
+
+    def memset(self, ptr: int, byte: int, nbytes: int) -> None:
+        ctypes.memset(ptr, byte, nbytes)
+
+    def synchronize(self) -> None:
+        pass
+
+    def memory_info(self) -> tuple[int, int]:
+        used = sum(b.nbytes for b in self._blocks.values())
+        return self._memory - used, self._memory
+
+
+# ------------------------------------------------------------------------------ driver state
+
+_lock = threading.Lock()
+_state = {"driver": None, "reason": None, "loaded": False}
+
+
+def _load() -> None:
+    try:
+        driver = CudaDriver()
+        if driver.device_count() == 0:
+            _state["reason"] = "the CUDA driver reports no devices"
+        else:
+            _state["driver"] = driver
+    except OSError as e:
+        _state["reason"] = f"libcuda.so.1 could not be loaded ({e})"
+    except RuntimeError as e:
+        _state["reason"] = f"the CUDA driver failed to initialize ({e})"
+    _state["loaded"] = True
+
+
+def _driver():
+    if not _state["loaded"]:
+        with _lock:
+            if not _state["loaded"]:
+                _load()
+    return _state["driver"]
+
+
+def use_driver(driver) -> None:
+    """Install a driver (a ``HostMemoryDriver`` in tests; ``None`` to reload libcuda lazily)."""
+    with _lock:
+        _state.update(driver=driver, reason=None, loaded=driver is not None)
+        _allocators.clear()
+    from . import devices
+
+    devices.clear_cache()  # compiled kernels belong to the previous driver's runtime
+
+
+def unavailable_reason() -> str | None:
+    return None if _driver() is not None else _state["reason"]
+
+
+def is_available() -> bool:
+    """True when a CUDA driver with at least one device is usable; never raises."""
+    return _driver() is not None
+
+
+def device_count() -> int:
+    d = _driver()
+    return d.device_count() if d is not None else 0
+
+
+def require(index: int | None = None):
+    """The driver, or a ``RuntimeError`` saying why CUDA (device ``index``) is unusable."""
+    d = _driver()
+    if d is None:
+        raise RuntimeError(
+            f"kiln: CUDA is not available: {_state['reason']} (kiln.cuda.is_available() is "
+            "False); use device='cpu'"
+        )
+    if index is not None and not 0 <= index < d.device_count():
+        raise RuntimeError(
+            f"kiln: CUDA error: invalid device ordinal cuda:{index} "
+            f"({d.device_count()} device(s) available)"
+        )
+    return d
+
+
+def device_index(dev) -> int:
+    return 0 if dev.index is None else dev.index
+
+
+def synchronize(device=None) -> None:
+    d = require()
+    index = device_index(Device(device)) if device is not None else 0
+    d.activate(index)
+    d.synchronize()
+
+
+# ------------------------------------------------------------------------------ memory
+
+
+def _round_size(nbytes: int) -> int:
+    """Size classes: 512-byte steps up to 1 MiB, then 2 MiB steps."""
+    nbytes = max(nbytes, 1)
+    step = 512 if nbytes <= 1 << 20 else 2 << 20
+    return (nbytes + step - 1) // step * step
+
+
+class CachingAllocator:
+    """Keeps freed device blocks per size class and hands them out again."""
+
+    def __init__(self, driver, index: int):
+        self.driver = driver
+        self.index = index
+        self._free: dict[int, list[int]] = {}
+        self.allocated_bytes = 0  # held by live buffers
+        self.reserved_bytes = 0  # obtained from the driver
+        self._lock = threading.Lock()
+
+    def malloc(self, nbytes: int) -> DeviceBuffer:
+        size = _round_size(nbytes)
+        with self._lock:
+            ptrs = self._free.get(size)
+            ptr = ptrs.pop() if ptrs else None
+            if ptr is None:
+                self.driver.activate(self.index)
+                try:
+                    ptr = self.driver.alloc(size)
+                except RuntimeError as e:
+                    if getattr(e, "cuda_error", None) != _CUDA_ERROR_OUT_OF_MEMORY:
+                        raise
+                    self._release_cached()
+                    try:
+                        ptr = self.driver.alloc(size)
+                    except RuntimeError:
+                        raise RuntimeError(
+                            f"CUDA out of memory: tried to allocate {nbytes} bytes on "
+                            f"cuda:{self.index} ({self.allocated_bytes} bytes in use by kiln)"
+                        ) from e
+                self.reserved_bytes += size
+            self.allocated_bytes += size
+        return DeviceBuffer(ptr, size, self)
+
+    def release(self, ptr: int, size: int) -> None:
+        with self._lock:
+            self._free.setdefault(size, []).append(ptr)
+            self.allocated_bytes -= size
+
+    def _release_cached(self) -> None:
+        self.driver.synchronize()
+        for size, ptrs in self._free.items():
+            for p in ptrs:
+                self.driver.free(p)
+                self.reserved_bytes -= size
+        self._free.clear()
+
+    def empty_cache(self) -> None:
+        with self._lock:
+            self.driver.activate(self.index)
+            self._release_cached()
+
+
+_allocators: dict[int, CachingAllocator] = {}
+
+
+def allocator(index: int = 0) -> CachingAllocator:
+    a = _allocators.get(index)
+    if a is None:
+        a = _allocators[index] = CachingAllocator(require(index), index)
+    return a
+
+
+class DeviceBuffer:
+    """A block of device memory; returned to its allocator when garbage collected."""
+
+    __slots__ = ("ptr", "nbytes", "_allocator", "__weakref__")
+
+    def __init__(self, ptr: int, nbytes: int, owner: CachingAllocator):
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self._allocator = owner
+
+    @property
+    def index(self) -> int:
+        return self._allocator.index
+
+    @property
+    def driver(self):
+        return self._allocator.driver
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+    def __del__(self):
+        owner = self._allocator
+        if owner is not None:
+            self._allocator = None
+            owner.release(self.ptr, self.nbytes)
+
+
+class CudaArray:
+    """A cuda tensor's data: a strided view (elements) of a ``DeviceBuffer``."""
+
+    __slots__ = ("buffer", "offset", "shape", "strides", "dtype")
+    base = None  # never a numpy array: keeps numpy-oriented storage walks away
+
+    def __init__(self, buffer: DeviceBuffer, offset: int, shape, strides, dtype: dt.dtype):
+        self.buffer = buffer
+        self.offset = int(offset)
+        self.shape = tuple(int(s) for s in shape)
+        self.strides = tuple(int(s) for s in strides)
+        self.dtype = dtype
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    def data_ptr(self) -> int:
+        return self.buffer.ptr + self.offset * self.dtype.itemsize
+
+    def extent(self) -> int:
+        """Elements from the first one to the last one this view can reach."""
+        if any(s == 0 for s in self.shape):
+            return 0
+        return 1 + sum((s - 1) * st for s, st in zip(self.shape, self.strides))
+
+    def is_contiguous(self) -> bool:
+        from .tensor import contiguous_strides
+
+        expected = contiguous_strides(self.shape)
+        return all(n == 1 or a == b for n, a, b in zip(self.shape, self.strides, expected))
+
+    def __repr__(self) -> str:
+        return (
+            f"CudaArray({self.dtype.name}{list(self.shape)}, strides={list(self.strides)}, "
+            f"at {self.data_ptr():#x} on cuda:{self.buffer.index})"
+        )
+
+
+class CudaStorage(Storage):
+    """Storage identity of a cuda tensor and its views (version counter for autograd)."""
+
+    __slots__ = ()
+
+    def data_ptr(self) -> int:
+        return self.base.ptr
+
+    def nbytes(self) -> int:
+        return self.base.nbytes
+
+
+def wrap(array: CudaArray, storage: CudaStorage | None = None):
+    """A kiln Tensor around ``array`` (no copy); views pass their base's storage."""
+    from .tensor import Tensor
+
+    t = object.__new__(Tensor)
+    t._data = array
+    t._shape = array.shape
+    t._dtype = array.dtype
+    t._device = Device("cuda", array.buffer.index)
+    t._storage = storage if storage is not None else CudaStorage(array.buffer)
+    t._stride = array.strides
+    t._base = None
+    t._view_src = None
+    return t
+
+
+def empty(shape, dtype: dt.dtype, index: int = 0, strides=None) -> CudaArray:
+    from .tensor import contiguous_strides
+
+    shape = tuple(int(s) for s in shape)
+    strides = contiguous_strides(shape) if strides is None else tuple(strides)
+    array = CudaArray(None, 0, shape, strides, dtype)
+    nbytes = max(array.extent(), 1) * dtype.itemsize
+    array.buffer = allocator(index).malloc(nbytes)
+    return array
+
+
+def from_numpy(a: np.ndarray, dtype: dt.dtype, index: int = 0) -> CudaArray:
+    """Copy a host array to a new contiguous device array."""
+    a = np.ascontiguousarray(a)
+    out = empty(a.shape, dtype, index)
+    if a.nbytes:
+        d = out.buffer.driver
+        d.activate(index)
+        d.htod(out.buffer.ptr, a.__array_interface__["data"][0], a.nbytes)
+    return out
+
+
+def to_numpy(array: CudaArray) -> np.ndarray:
+    """Copy a device array (any strides) to a new C-contiguous host array."""
+    n = array.extent()
+    host = np.empty(max(n, 1), array.dtype.np)
+    if n:
+        d = array.buffer.driver
+        d.activate(array.buffer.index)
+        d.dtoh(host.__array_interface__["data"][0], array.data_ptr(), n * array.itemsize)
+    item = array.itemsize
+    view = np.lib.stride_tricks.as_strided(
+        host, shape=array.shape, strides=tuple(s * item for s in array.strides)
+    )
+    return np.array(view, copy=True, order="C")
+
+
+def copy_device_to_device(dst: CudaArray, src: CudaArray) -> None:
+    """Byte copy between contiguous arrays of the same size (on one device or across two)."""
+    nbytes = src.extent() * src.itemsize
+    if nbytes == 0:
+        return
+    if dst.buffer.index == src.buffer.index:
+        d = dst.buffer.driver
+        d.activate(dst.buffer.index)
+        d.dtod(dst.data_ptr(), src.data_ptr(), nbytes)
+        return
+    host = to_numpy(src)
+    d = dst.buffer.driver
+    d.activate(dst.buffer.index)
+    d.htod(dst.data_ptr(), host.__array_interface__["data"][0], nbytes)

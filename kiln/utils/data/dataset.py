@@ -1,0 +1,158 @@
+"""Datasets: the map-style and iterable protocols plus ``TensorDataset``, ``Subset``,
+``ConcatDataset``, ``ChainDataset`` and ``random_split`` (as ``torch.utils.data``)."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import warnings
+from collections.abc import Iterable, Sequence
+
+from ...ops import api
+from ...runtime.random import Generator, default_generator
+from ...runtime.tensor import Tensor
+
+__all__ = [
+    "Dataset",
+    "IterableDataset",
+    "TensorDataset",
+    "ConcatDataset",
+    "ChainDataset",
+    "Subset",
+    "random_split",
+]
+
+
+class Dataset:
+    """A map-style dataset: ``__getitem__(index)`` (and usually ``__len__``)."""
+
+    def __getitem__(self, index):
+        raise NotImplementedError("Subclasses of Dataset should implement __getitem__.")
+
+    def __add__(self, other: Dataset) -> ConcatDataset:
+        return ConcatDataset([self, other])
+
+
+class IterableDataset(Dataset):
+    """A stream of samples: ``__iter__`` yields them (shuffling is the dataset's own job)."""
+
+    def __iter__(self):
+        raise NotImplementedError("Subclasses of IterableDataset should implement __iter__.")
+
+    def __add__(self, other: Dataset) -> ChainDataset:
+        return ChainDataset([self, other])
+
+
+class TensorDataset(Dataset):
+    """Sample ``i`` is ``tuple(t[i] for t in tensors)``; all tensors share their first dim."""
+
+    def __init__(self, *tensors: Tensor) -> None:
+        if not all(tensors[0].size(0) == t.size(0) for t in tensors):
+            raise AssertionError("Size mismatch between tensors")
+        self.tensors = tensors
+
+    def __getitem__(self, index):
+        return tuple(t[index] for t in self.tensors)
+
+    def __len__(self) -> int:
+        return self.tensors[0].size(0)
+
+
+class ConcatDataset(Dataset):
+    """Map-style datasets one after another."""
+
+    def __init__(self, datasets: Iterable[Dataset]) -> None:
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise AssertionError("datasets should not be an empty iterable")
+        for d in self.datasets:
+            if isinstance(d, IterableDataset):
+                raise AssertionError("ConcatDataset does not support IterableDataset")
+        self.cumulative_sizes = list(itertools.accumulate(len(d) for d in self.datasets))
+
+    def __len__(self) -> int:
+        return self.cumulative_sizes[-1]
+
+    def __getitem__(self, idx: int):
+        if idx < 0:
+            if -idx > len(self):
+                raise ValueError("absolute value of index should not exceed dataset length")
+            idx = len(self) + idx
+        which = bisect.bisect_right(self.cumulative_sizes, idx)
+        start = 0 if which == 0 else self.cumulative_sizes[which - 1]
+        return self.datasets[which][idx - start]
+
+
+class ChainDataset(IterableDataset):
+    """Iterable datasets one after another."""
+
+    def __init__(self, datasets: Iterable[Dataset]) -> None:
+        self.datasets = datasets
+
+    def __iter__(self):
+        for d in self.datasets:
+            if not isinstance(d, IterableDataset):
+                raise AssertionError("ChainDataset only supports IterableDataset")
+            yield from d
+
+    def __len__(self) -> int:
+        total = 0
+        for d in self.datasets:
+            if not isinstance(d, IterableDataset):
+                raise AssertionError("ChainDataset only supports IterableDataset")
+            total += len(d)
+        return total
+
+
+class Subset(Dataset):
+    """The samples of ``dataset`` at ``indices``, in that order."""
+
+    def __init__(self, dataset: Dataset, indices: Sequence[int]) -> None:
+        self.dataset = dataset
+        self.indices = indices
+
+    def __getitem__(self, idx):
+        if isinstance(idx, list):
+            return self.dataset[[self.indices[i] for i in idx]]
+        return self.dataset[self.indices[idx]]
+
+    def __getitems__(self, indices: list[int]) -> list:
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if callable(getitems):
+            return getitems([self.indices[i] for i in indices])
+        return [self.dataset[self.indices[i]] for i in indices]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def random_split(
+    dataset: Dataset,
+    lengths: Sequence[int | float],
+    generator: Generator | None = default_generator,
+) -> list[Subset]:
+    """Split into non-overlapping random subsets of the given lengths (or fractions of 1)."""
+    n = len(dataset)
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        sizes = []
+        for i, frac in enumerate(lengths):
+            if frac < 0 or frac > 1:
+                raise ValueError(f"Fraction at index {i} is not between 0 and 1")
+            sizes.append(int(math.floor(n * frac)))
+        for i in range(n - sum(sizes)):
+            sizes[i % len(sizes)] += 1
+        lengths = sizes
+        for i, length in enumerate(lengths):
+            if length == 0:
+                warnings.warn(
+                    f"Length of split at index {i} is 0. This might result in an empty dataset.",
+                    stacklevel=2,
+                )
+    if sum(lengths) != n:
+        raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
+    order = api.randperm(sum(lengths), generator=generator).tolist()
+    return [
+        Subset(dataset, order[end - length : end])
+        for end, length in zip(itertools.accumulate(lengths), lengths)
+    ]

@@ -1,0 +1,75 @@
+"""Every decomposition equals its op's eager kernel, forward and backward.
+
+Runs the whole op sample database twice: normally, and with every non-prim op forced through its
+decomposition (``force_decompositions``), and compares values and gradients.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.aot.decompositions import decomposition_table, force_decompositions, list_decompositions
+from tests.ops import test_oracle as oracle
+from tests.ops.opinfo import T
+
+_DECOMPOSED = set(list_decompositions())
+_SAMPLES = [
+    (s, i)
+    for s, i in zip(oracle.SAMPLES, oracle._IDS)
+    if any(name in _DECOMPOSED for name in s.covered_ops())
+]
+
+
+def _run(sample, arrays):
+    args, leaves = oracle._build(kiln, sample, arrays, grad=sample.grad)
+    outs = oracle._tensors(sample.call(kiln, args, sample.kwargs))
+    diff = [o for o in outs if o.dtype.is_floating_point and o.requires_grad]
+    grads = []
+    if diff and leaves:
+        rng = oracle._rng(sample)
+        cot = [kiln.tensor(rng.uniform(-1, 1, size=tuple(o.shape)), dtype=o.dtype) for o in diff]
+        grads = kiln.autograd.grad(diff, leaves, cot, allow_unused=True)
+    return outs, grads
+
+
+@pytest.mark.parametrize("sample", [pytest.param(s, id=i) for s, i in _SAMPLES])
+def test_decomposition_matches_eager_kernel(sample):
+    arrays = oracle._arrays(sample)
+    kiln.manual_seed(0)
+    eager_outs, eager_grads = _run(sample, arrays)
+    kiln.manual_seed(0)
+    with force_decompositions():
+        dec_outs, dec_grads = _run(sample, arrays)
+    assert len(eager_outs) == len(dec_outs)
+    floats = any(isinstance(a, T) and a.dtype in ("float16", "bfloat16") for a in sample.args)
+    rtol, atol = (2e-2, 2e-2) if floats else (1e-4, 1e-5)
+    for e, d in zip(eager_outs, dec_outs):
+        assert e.dtype is d.dtype and tuple(e.shape) == tuple(d.shape)
+        np.testing.assert_allclose(
+            d.detach().float().numpy(),
+            e.detach().float().numpy(),
+            rtol=rtol,
+            atol=atol,
+            equal_nan=True,
+        )
+    grad_tol = (2e-2, 2e-2) if floats else (1e-4, 1e-5)
+    for e, d in zip(eager_grads, dec_grads):
+        if e is None:
+            continue
+        assert d is not None
+        np.testing.assert_allclose(
+            d.float().numpy(), e.float().numpy(), rtol=grad_tol[0], atol=grad_tol[1]
+        )
+
+
+def test_every_decomposition_is_exercised_by_some_sample():
+    covered = {name for s, _ in _SAMPLES for name in s.covered_ops()}
+    missing = sorted(set(list_decompositions()) - covered)
+    assert not missing, f"decompositions with no sample: {missing}"
+
+
+def test_table_contains_only_non_prims():
+    for op in decomposition_table():
+        assert not op.is_prim

@@ -1,0 +1,293 @@
+"""Capture suite, part 3: nn.Module trees, their parameters, buffers and containers."""
+
+from __future__ import annotations
+
+import pytest
+
+import kiln
+import kiln.nn as nn
+import kiln.nn.functional as F
+
+from .helpers import assert_same, check
+
+
+def t(*shape):
+    return kiln.randn(*shape)
+
+
+class TwoLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.fc2 = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class WithBuffer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("offset", kiln.ones(4))
+        self.weight = nn.Parameter(kiln.randn(4))
+
+    def forward(self, x):
+        return x * self.weight + self.offset
+
+
+class WithAttributes(nn.Module):
+    def __init__(self, scale, use_bias):
+        super().__init__()
+        self.scale = scale
+        self.use_bias = use_bias
+        self.lin = nn.Linear(3, 3, bias=use_bias)
+
+    def forward(self, x):
+        y = self.lin(x) * self.scale
+        if self.use_bias:
+            y = y + 1
+        return y
+
+
+class TrainingFlag(nn.Module):
+    def forward(self, x):
+        if self.training:
+            return x * 2
+        return x + 1
+
+
+class HelperMethods(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def _block(self, x, k):
+        return self.lin(x) * k
+
+    @property
+    def width(self):
+        return self.lin.out_features
+
+    def forward(self, x):
+        return self._block(x, 2.0) + self.width
+
+
+class SequentialModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class ModuleListLoop(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(3, 3) for _ in range(3)])
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            x = layer(x) + i
+        return x + len(self.layers) + self.layers[0](x).sum()
+
+
+class ModuleDictLookup(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleDict({"a": nn.Linear(3, 2), "b": nn.Linear(3, 2)})
+
+    def forward(self, x, which):
+        out = self.heads[which](x)
+        for name, head in self.heads.items():
+            out = out + head(x)
+        return out, list(self.heads.keys())
+
+
+class NestedModules(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = TwoLayer()
+        self.norm = nn.LayerNorm(2)
+
+    def forward(self, x):
+        return self.norm(self.inner(x))
+
+
+class Parameters(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(kiln.ones(3))
+        self.b = nn.Parameter(kiln.ones(3) * 2)
+
+    def forward(self, x):
+        total = x
+        for p in self.parameters():
+            total = total + p
+        return total
+
+
+class Embedder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.drop = nn.Dropout(0.0)
+
+    def forward(self, idx):
+        return self.drop(self.emb(idx)).mean(1)
+
+
+class SharedWeights(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.tied = self.lin
+
+    def forward(self, x):
+        return self.lin(x) + self.tied(x)
+
+
+MODULES = [
+    (TwoLayer, lambda: (t(2, 4),)),
+    (WithBuffer, lambda: (t(3, 4),)),
+    (lambda: WithAttributes(0.5, True), lambda: (t(2, 3),)),
+    (lambda: WithAttributes(2.0, False), lambda: (t(2, 3),)),
+    (TrainingFlag, lambda: (t(3),)),
+    (HelperMethods, lambda: (t(2, 3),)),
+    (SequentialModel, lambda: (t(5, 4),)),
+    (ModuleListLoop, lambda: (t(2, 3),)),
+    (ModuleDictLookup, lambda: (t(2, 3), "b")),
+    (NestedModules, lambda: (t(3, 4),)),
+    (Parameters, lambda: (t(3),)),
+    (Embedder, lambda: (kiln.tensor([[1, 2], [3, 4]]),)),
+    (SharedWeights, lambda: (t(2, 3),)),
+]
+
+
+def _call_module(model, *args):
+    return model(*args)
+
+
+@pytest.mark.parametrize("make, make_args", MODULES, ids=lambda v: getattr(v, "__name__", ""))
+def test_module_capture_matches_eager(make, make_args):
+    model = make()
+    args = make_args()
+    expected = model(*args)
+    compiled = kiln.compile(model, fullgraph=True)
+    assert_same(compiled(*args), expected)
+    assert_same(compiled(*args), expected)
+
+
+@pytest.mark.parametrize("make, make_args", MODULES[:4], ids=lambda v: getattr(v, "__name__", ""))
+def test_module_passed_as_argument(make, make_args):
+    model = make()
+    args = make_args()
+    compiled = kiln.compile(_call_module, fullgraph=True)
+    assert_same(compiled(model, *args), model(*args))
+    assert_same(compiled(model, *args), model(*args))
+
+
+def test_module_call_inside_function_counts_one_graph():
+    check(_call_with_global_model, t(2, 4))
+
+
+_GLOBAL_MODEL = TwoLayer()
+
+
+def _call_with_global_model(x):
+    return _GLOBAL_MODEL(x) * 2
+
+
+def test_compiled_module_shares_parameters_with_the_original():
+    model = TwoLayer()
+    compiled = kiln.compile(model)
+    names = {n for n, _ in compiled.named_parameters()}
+    assert names == {f"_orig_mod.{n}" for n, _ in model.named_parameters()}
+    assert compiled.fc1 is model.fc1
+    x = t(2, 4)
+    compiled(x)
+    with kiln.no_grad():
+        model.fc1.weight.mul_(0.0)
+        model.fc1.bias.fill_(1.0)
+    assert_same(compiled(x), model(x))
+
+
+def test_optimizer_updates_are_seen_without_recompiling():
+    from kiln.dynamo.testing import CompileCounter
+
+    model = TwoLayer()
+    counter = CompileCounter()
+    compiled = kiln.compile(model, backend=counter)
+    opt = kiln.optim.SGD(model.parameters(), lr=0.1)
+    x = t(4, 4)
+    for _ in range(3):
+        opt.zero_grad()
+        loss = compiled(x).pow(2).sum()
+        loss.backward()
+        opt.step()
+        assert_same(compiled(x), model(x))
+    assert counter.frame_count == 1
+
+
+def test_train_eval_switch_recompiles_once_each():
+    from kiln.dynamo.testing import CompileCounter
+
+    model = TrainingFlag()
+    counter = CompileCounter()
+    compiled = kiln.compile(model, backend=counter)
+    x = t(3)
+    assert_same(compiled(x), x * 2)
+    model.eval()
+    assert_same(compiled(x), x + 1)
+    model.train()
+    assert_same(compiled(x), x * 2)
+    assert counter.frame_count == 2
+
+
+def test_replacing_a_submodule_recompiles():
+    model = TwoLayer()
+    compiled = kiln.compile(model)
+    x = t(2, 4)
+    compiled(x)
+    model.fc2 = nn.Linear(8, 2)
+    assert_same(compiled(x), model(x))
+
+
+def test_module_compile_method_style_decorator():
+    class Decorated(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        @kiln.compile
+        def forward(self, x):
+            return self.lin(x).relu()
+
+    model = Decorated()
+    x = t(3, 2)
+    assert_same(model(x), model.lin(x).relu())
+
+
+def test_submodule_with_hooks_is_called_eagerly_with_its_hooks():
+    model = TwoLayer()
+    seen = []
+    model.fc1.register_forward_hook(lambda mod, args, out: seen.append(out.shape))
+    x = t(2, 4)
+    expected = model(x)
+    seen.clear()
+    compiled = kiln.compile(model)
+    assert_same(compiled(x), expected)
+    assert seen == [kiln.Size([2, 8])]
+    report = kiln.dynamo.explain(model)(x)
+    assert report.graph_break_count == 1
+    assert "hooks" in report.break_reasons[0].message
+
+
+def test_hooks_on_the_compiled_module_itself_run():
+    model = TwoLayer()
+    seen = []
+    model.register_forward_pre_hook(lambda mod, args: seen.append("pre"))
+    compiled = kiln.compile(model)
+    x = t(2, 4)
+    assert_same(compiled(x), model(x))
+    assert seen == ["pre", "pre"]

@@ -1,0 +1,196 @@
+"""Guards and recompilation: what invalidates a cache entry, the recompile limit, reset()."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import kiln
+from kiln.dynamo import config
+from kiln.dynamo.testing import CompileCounter
+
+from .helpers import assert_same
+
+
+def t(*shape):
+    return kiln.randn(*shape)
+
+
+def scale(x, k=2.0):
+    return x * k
+
+
+def compiled_with_counter(fn):
+    counter = CompileCounter()
+    return kiln.compile(fn, backend=counter), counter
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ((t(3),), (t(4),)),
+        ((t(3),), (t(3).double(),)),
+        ((t(3),), (t(3).requires_grad_(),)),
+        ((t(3), 2.0), (t(3), 3.0)),
+        ((t(3), 2), (t(3), 2.0)),
+        ((t(4, 4),), (t(4, 4).t(),)),
+    ],
+    ids=["shape", "dtype", "requires_grad", "constant value", "constant type", "strides"],
+)
+def test_a_changed_input_recompiles_once(first, second):
+    fn, counter = compiled_with_counter(scale)
+    for _ in range(2):
+        assert_same(fn(*first), scale(*first))
+    assert counter.frame_count == 1
+    for _ in range(2):
+        assert_same(fn(*second), scale(*second))
+    assert counter.frame_count == 2
+    assert_same(fn(*first), scale(*first))
+    assert counter.frame_count == 2
+
+
+def test_same_tensor_passed_twice_is_a_different_entry():
+    def add_inplace(a, b):
+        a.add_(b)
+        return a
+
+    fn, counter = compiled_with_counter(add_inplace)
+    x, y = t(3), t(3)
+    fn(x.clone(), y)
+    z = t(3)
+    expected = add_inplace(z.clone(), z.clone())
+    assert_same(fn(z, z), expected * 1)
+    assert counter.frame_count == 2
+
+
+HELPER_SCALE = 2.0
+
+
+def _uses_global(x):
+    return x * HELPER_SCALE
+
+
+def test_changing_a_global_constant_recompiles(monkeypatch):
+    fn, counter = compiled_with_counter(_uses_global)
+    x = t(3)
+    assert_same(fn(x), x * 2.0)
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "HELPER_SCALE", 5.0)
+    assert_same(fn(x), x * 5.0)
+    assert counter.frame_count == 2
+
+
+def _inner_a(x):
+    return x + 1
+
+
+def _inner_b(x):
+    return x - 1
+
+
+INNER = _inner_a
+
+
+def _calls_global_function(x):
+    return INNER(x)
+
+
+def test_rebinding_a_global_function_recompiles(monkeypatch):
+    fn, counter = compiled_with_counter(_calls_global_function)
+    x = t(3)
+    assert_same(fn(x), x + 1)
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "INNER", _inner_b)
+    assert_same(fn(x), x - 1)
+    assert counter.frame_count == 2
+
+
+def test_changing_a_closure_value_recompiles():
+    k = 2.0
+
+    def closure(x):
+        return x * k
+
+    fn, counter = compiled_with_counter(closure)
+    x = t(3)
+    assert_same(fn(x), x * 2.0)
+    k = 4.0
+    assert_same(fn(x), x * 4.0)
+    assert counter.frame_count == 2
+
+
+def test_grad_mode_is_guarded():
+    fn, counter = compiled_with_counter(scale)
+    x = t(3).requires_grad_()
+    assert fn(x).requires_grad
+    with kiln.no_grad():
+        assert not fn(x).requires_grad
+    assert counter.frame_count == 2
+
+
+def test_recompile_limit_runs_eagerly_and_warns_once():
+    fn, counter = compiled_with_counter(scale)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(1, config.recompile_limit + 5):
+            x = t(n)
+            assert_same(fn(x), scale(x))
+    assert counter.frame_count == config.recompile_limit + 1
+    messages = [str(w.message) for w in caught if "recompiled" in str(w.message)]
+    assert len(messages) == 1
+    assert "x.shape" in messages[0]
+
+
+def test_recompiles_log_names_the_failed_guard(capsys):
+    kiln.dynamo.set_logs("recompiles")
+    try:
+        fn, _ = compiled_with_counter(scale)
+        fn(t(3))
+        fn(t(3).double())
+    finally:
+        kiln.dynamo.set_logs("")
+    err = capsys.readouterr().err
+    assert "recompiling scale" in err
+    assert "x.dtype == kiln.float32" in err
+
+
+def test_guard_function_is_generated_python():
+    fn, _ = compiled_with_counter(scale)
+    fn(t(2, 3))
+    src = fn._kiln_cache.guards[0].src
+    assert src.startswith("def ___guard(___closure, x, k=")
+    assert "x._shape == (2, 3)" in src
+
+
+def test_reset_forgets_compiled_entries():
+    fn, counter = compiled_with_counter(scale)
+    x = t(3)
+    fn(x)
+    kiln.dynamo.reset()
+    fn(x)
+    kiln.compiler.reset()
+    fn(x)
+    assert counter.frame_count == 3
+
+
+def test_aliased_arguments_then_distinct_ones_recompile():
+    def add_inplace(a, b):
+        a.add_(b)
+        return a * 1
+
+    fn, counter = compiled_with_counter(add_inplace)
+    z = t(3)
+    expected = add_inplace(z.clone(), z.clone() * 1)
+    z1 = z.clone()
+    fn(z1, z1)
+    x, y = t(3), t(3)
+    assert_same(fn(x.clone(), y), add_inplace(x.clone(), y))
+    assert counter.frame_count == 2
+    assert expected is not None
+
+
+def test_compiling_the_same_function_twice_shares_the_cache():
+    counter = CompileCounter()
+    x = t(3)
+    for _ in range(3):
+        kiln.compile(scale, backend=counter)(x)
+    assert counter.frame_count == 1

@@ -1,0 +1,210 @@
+"""Capture suite, part 5: Python side effects replayed after the graph, in-place tensor ops kept."""
+
+from __future__ import annotations
+
+import pytest
+
+import kiln
+import kiln.nn as nn
+
+from .helpers import Case, assert_same, check
+
+
+def t(*shape):
+    return kiln.randn(*shape)
+
+
+class Box:
+    def __init__(self, value=0, tensor=None):
+        self.value = value
+        self.tensor = tensor
+
+
+def append_to_input_list(x, log):
+    log.append(x * 2)
+    return x + 1
+
+
+def extend_and_pop_input_list(x, items):
+    items.extend([x, x + 1])
+    first = items.pop(0)
+    return first
+
+
+def setitem_input_list(x, items):
+    items[0] = x * 3
+    del items[1]
+    return len(items)
+
+
+def update_input_dict(x, state):
+    state["last"] = x.sum()
+    state["count"] = state.get("count", 0) + 1
+    state.pop("drop", None)
+    return x
+
+
+def set_attribute_on_object(x, box):
+    box.value = box.value + 1
+    box.tensor = x * 2
+    return box.value
+
+
+def swap_attributes(x, box):
+    box.value, box.tensor = box.tensor, box.value
+    return x
+
+
+def attribute_read_after_write(x, box):
+    box.value = 10
+    return x * box.value
+
+
+def mutate_nested_list_in_dict(x, state):
+    state["history"].append(x.mean())
+    return len(state["history"])
+
+
+def new_list_returned_and_stored(x, box):
+    fresh = [x, x * 2]
+    box.tensor = fresh
+    return fresh
+
+
+def inplace_tensor_ops_on_inputs(x, y):
+    x.add_(y)
+    y.zero_()
+    return x * 2
+
+
+def inplace_on_view_of_input(x):
+    x[0].mul_(10)
+    x[:, 1] = -1.0
+    return x.sum()
+
+
+def set_add_on_input(x, seen):
+    seen.add(3)
+    return x
+
+
+CASES = [
+    Case(append_to_input_list, lambda: (t(3), [])),
+    Case(extend_and_pop_input_list, lambda: (t(3), [t(3)]), graphs=1),
+    Case(setitem_input_list, lambda: (t(3), [1, 2, 3]), graphs=1),
+    Case(update_input_dict, lambda: (t(3), {"drop": 1, "count": 2})),
+    Case(set_attribute_on_object, lambda: (t(3), Box(5))),
+    Case(swap_attributes, lambda: (t(3), Box(1, t(2))), graphs=0),
+    Case(attribute_read_after_write, lambda: (t(3), Box(1))),
+    Case(mutate_nested_list_in_dict, lambda: (t(3), {"history": []})),
+    Case(new_list_returned_and_stored, lambda: (t(3), Box())),
+    Case(inplace_tensor_ops_on_inputs, lambda: (t(3), t(3))),
+    Case(inplace_on_view_of_input, lambda: (t(3, 3),)),
+    Case(set_add_on_input, lambda: (t(3), {1, 2}), graphs=0),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_side_effects_match_eager(case):
+    check(case.fn, *case.make_args(), graphs=case.graphs, breaks=case.breaks)
+
+
+COUNTER = {"calls": 0}
+TOTAL = 0
+
+
+def bump_global_dict(x):
+    COUNTER["calls"] += 1
+    return x * COUNTER["calls"] if False else x + 1
+
+
+def write_global(x):
+    global TOTAL
+    TOTAL = TOTAL + 1
+    return x * 2
+
+
+def test_global_dict_mutation_is_replayed_every_call():
+    COUNTER["calls"] = 0
+    compiled = kiln.compile(bump_global_dict)
+    for _ in range(3):
+        compiled(t(2))
+    assert COUNTER["calls"] == 3
+
+
+def test_global_write_is_replayed_without_recompiling():
+    global TOTAL
+    from kiln.dynamo.testing import CompileCounter
+
+    TOTAL = 0
+    counter = CompileCounter()
+    compiled = kiln.compile(write_global, backend=counter)
+    for _ in range(4):
+        compiled(t(2))
+    assert TOTAL == 4
+    assert counter.frame_count == 1
+
+
+def _make_counter():
+    calls = 0
+
+    def step(x):
+        nonlocal calls
+        calls += 1
+        return x * 2
+
+    def read():
+        return calls
+
+    return step, read
+
+
+def test_closure_cell_write_is_replayed():
+    step, read = _make_counter()
+
+    def run(x):
+        return step(x) + 1
+
+    compiled = kiln.compile(run)
+    compiled(t(2))
+    compiled(t(2))
+    assert read() == 2
+
+
+class StepCounter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.steps = 0
+
+    def forward(self, x):
+        self.steps += 1
+        return self.lin(x)
+
+
+def test_module_step_counter_is_replayed_without_recompiling():
+    from kiln.dynamo.testing import CompileCounter
+
+    model = StepCounter()
+    counter = CompileCounter()
+    compiled = kiln.compile(model, backend=counter)
+    x = t(2, 3)
+    for _ in range(5):
+        assert_same(compiled(x), model.lin(x))
+    assert model.steps == 5
+    assert counter.frame_count == 1
+
+
+def test_side_effects_happen_before_a_graph_break_in_order(capsys):
+    log = []
+
+    def fn(x):
+        log.append("before")
+        print(len(log))
+        log.append("after")
+        return x
+
+    compiled = kiln.compile(fn)
+    compiled(t(2))
+    assert log == ["before", "after"]
+    assert capsys.readouterr().out.strip() == "1"

@@ -1,0 +1,88 @@
+"""nn.utils against torch.nn.utils: gradient clipping by norm (every norm type) and by value,
+and parameters <-> vector conversion."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.nn import utils as kutils
+from tests.oracle import assert_close, needs_torch, torch
+
+
+def _params(lib, scale: float = 1.0):
+    rng = np.random.default_rng(0)
+    shapes = [(3, 4), (4,), (2, 2, 2)]
+    params = []
+    for shape in shapes:
+        p = lib.tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
+        p.grad = lib.tensor((rng.standard_normal(shape) * scale).astype(np.float32))
+        params.append(p)
+    no_grad = lib.tensor(np.ones(2, np.float32), requires_grad=True)
+    return params + [no_grad]
+
+
+@needs_torch
+@pytest.mark.parametrize("norm_type", [2.0, 1, 3.5, math.inf, 0, "inf"])
+@pytest.mark.parametrize("max_norm", [0.5, 100.0])
+def test_clip_grad_norm_matches_torch(norm_type, max_norm):
+    norm_type = float(norm_type)
+    k_params, t_params = _params(kiln, 2.0), _params(torch, 2.0)
+    k_total = kutils.clip_grad_norm_(k_params, max_norm, norm_type)
+    t_total = torch.nn.utils.clip_grad_norm_(t_params, max_norm, norm_type)
+    assert_close(k_total, t_total, rtol=1e-5, atol=1e-6)
+    for k, t in zip(k_params, t_params):
+        if t.grad is None:
+            assert k.grad is None
+        else:
+            assert_close(k.grad, t.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_clip_grad_norm_single_tensor_and_no_grads():
+    p = kiln.tensor([3.0, 4.0], requires_grad=True)
+    p.grad = kiln.tensor([3.0, 4.0])
+    total = kutils.clip_grad_norm_(p, 1.0)
+    assert float(total) == 5.0
+    np.testing.assert_allclose(p.grad.numpy(), [0.6, 0.8], rtol=1e-5)
+    assert float(kutils.clip_grad_norm_([kiln.ones(2, requires_grad=True)], 1.0)) == 0.0
+
+
+def test_clip_grad_norm_error_if_nonfinite():
+    p = kiln.ones(2, requires_grad=True)
+    p.grad = kiln.tensor([1.0, float("inf")])
+    with pytest.raises(RuntimeError, match="The total norm of order 2.0 for gradients"):
+        kutils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True)
+    kutils.clip_grad_norm_([p], 1.0)
+
+
+@needs_torch
+def test_clip_grad_value_matches_torch():
+    k_params, t_params = _params(kiln, 3.0), _params(torch, 3.0)
+    kutils.clip_grad_value_(k_params, 0.7)
+    torch.nn.utils.clip_grad_value_(t_params, 0.7)
+    for k, t in zip(k_params, t_params):
+        if t.grad is not None:
+            assert_close(k.grad, t.grad)
+
+
+@needs_torch
+def test_parameters_to_vector_and_back_match_torch():
+    k_params, t_params = _params(kiln)[:3], _params(torch)[:3]
+    k_vec = kutils.parameters_to_vector(k_params)
+    t_vec = torch.nn.utils.parameters_to_vector(t_params)
+    assert_close(k_vec, t_vec)
+    for p in k_params:
+        p.grad = None
+    (k_vec * 2).sum().backward()
+    assert k_params[0].grad.tolist() == [[2.0] * 4] * 3  # the vector is differentiable
+    with kiln.no_grad():
+        new = kiln.arange(float(k_vec.numel()))
+    kutils.vector_to_parameters(new, k_params)
+    torch.nn.utils.vector_to_parameters(torch.arange(float(t_vec.numel())), t_params)
+    for k, t in zip(k_params, t_params):
+        assert_close(k, t)
+    with pytest.raises(TypeError, match="expected torch.Tensor, but got: list"):
+        kutils.vector_to_parameters([1.0], k_params)

@@ -1,0 +1,218 @@
+"""kiln.save / kiln.load: exact round trips of tensors, nested containers and model / optimizer /
+scheduler state; a zip with a JSON header and raw buffers, never pickle."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import zipfile
+from collections import Counter, OrderedDict
+
+import numpy as np
+import pytest
+
+import kiln
+from tests.oracle import needs_torch, torch
+
+
+def _round_trip(obj, **load_kwargs):
+    buf = io.BytesIO()
+    kiln.save(obj, buf)
+    buf.seek(0)
+    return kiln.load(buf, **load_kwargs)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [kiln.float32, kiln.float64, kiln.float16, kiln.bfloat16, kiln.int64, kiln.int32,
+     kiln.int16, kiln.int8, kiln.uint8, kiln.bool],
+)  # fmt: skip
+@pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 3, 4)])
+def test_tensor_round_trip_is_exact(dtype, shape):
+    rng = np.random.default_rng(0)
+    values = (rng.standard_normal(shape) * 50).astype(np.float64)
+    t = kiln.tensor(values).to(dtype)
+    out = _round_trip(t)
+    assert out.dtype is dtype and tuple(out.shape) == shape
+    np.testing.assert_array_equal(out.numpy(), t.numpy())
+
+
+def test_loaded_tensors_are_writable_and_independent():
+    t = kiln.arange(6.0)
+    out = _round_trip(t)
+    out.add_(1)
+    assert t.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_non_contiguous_views_are_saved_by_value():
+    base = kiln.arange(12.0).reshape(3, 4)
+    obj = {"t": base.t(), "col": base[:, 1], "base": base}
+    out = _round_trip(obj)
+    np.testing.assert_array_equal(out["t"].numpy(), base.t().numpy())
+    np.testing.assert_array_equal(out["col"].numpy(), [1.0, 5.0, 9.0])
+
+
+def test_same_tensor_and_same_layout_aliases_load_as_one_object():
+    w = kiln.randn(3, 3)
+    out = _round_trip({"a": w, "b": w, "c": w.detach(), "d": w[0]})
+    assert out["a"] is out["b"] is out["c"]
+    assert out["d"] is not out["a"]
+
+
+def test_containers_and_scalars_round_trip():
+    obj = {
+        "int": 3,
+        "float": 0.1,
+        "inf": math.inf,
+        "ninf": -math.inf,
+        "str": "héllo",
+        "bytes": b"\x00\xff",
+        "none": None,
+        "bool": True,
+        "list": [1, [2.5, "x"]],
+        "tuple": (1, (2, None)),
+        "odict": OrderedDict([("z", 1), ("a", 2)]),
+        "counter": Counter([3, 3, 5]),
+        "dtype": kiln.bfloat16,
+        "device": kiln.device("cpu"),
+        "size": kiln.Size([2, 3]),
+        7: "int key",
+        (1, 2): "tuple key",
+        0.5: "float key",
+    }
+    out = _round_trip(obj)
+    assert out == obj
+    assert type(out["odict"]) is OrderedDict and list(out["odict"]) == ["z", "a"]
+    assert type(out["counter"]) is Counter and type(out["tuple"]) is tuple
+    assert out["dtype"] is kiln.bfloat16 and isinstance(out["size"], kiln.Size)
+    assert math.isnan(_round_trip(float("nan")))
+
+
+def test_parameters_and_requires_grad_survive():
+    p = kiln.nn.Parameter(kiln.ones(2))
+    frozen = kiln.nn.Parameter(kiln.ones(2), requires_grad=False)
+    leaf = kiln.ones(2, requires_grad=True)
+    out = _round_trip([p, frozen, leaf, kiln.ones(1)])
+    assert isinstance(out[0], kiln.nn.Parameter) and out[0].requires_grad
+    assert isinstance(out[1], kiln.nn.Parameter) and not out[1].requires_grad
+    assert type(out[2]) is kiln.Tensor and out[2].requires_grad and not out[3].requires_grad
+
+
+def test_model_state_dict_via_file_path(tmp_path):
+    model = kiln.nn.Sequential(kiln.nn.Linear(3, 4), kiln.nn.BatchNorm1d(4), kiln.nn.Linear(4, 2))
+    model(kiln.randn(5, 3))
+    path = tmp_path / "model.pt"
+    kiln.save(model.state_dict(), path)
+    clone = kiln.nn.Sequential(kiln.nn.Linear(3, 4), kiln.nn.BatchNorm1d(4), kiln.nn.Linear(4, 2))
+    clone.load_state_dict(kiln.load(str(path)))
+    for (name, a), (_, b) in zip(model.state_dict().items(), clone.state_dict().items()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
+        assert a.dtype is b.dtype
+
+
+def test_optimizer_and_scheduler_state_resume_after_reload():
+    def setup():
+        kiln.manual_seed(0)
+        model = kiln.nn.Linear(3, 1)
+        opt = kiln.optim.AdamW(model.parameters(), lr=0.05)
+        sched = kiln.optim.lr_scheduler.MultiStepLR(opt, milestones=[2, 4], gamma=0.5)
+        return model, opt, sched
+
+    def train(model, opt, sched, steps, start):
+        for i in range(start, start + steps):
+            opt.zero_grad()
+            x = kiln.arange(3.0).reshape(1, 3) * (i + 1)
+            (model(x) ** 2).sum().backward()
+            opt.step()
+            sched.step()
+
+    model, opt, sched = setup()
+    train(model, opt, sched, 3, 0)
+    checkpoint = _round_trip(
+        {"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict()}
+    )
+    assert sorted(checkpoint["opt"]["state"]) == [0, 1]
+    assert checkpoint["opt"]["param_groups"][0]["betas"] == (0.9, 0.999)
+    train(model, opt, sched, 3, 3)
+    model2, opt2, sched2 = setup()
+    model2.load_state_dict(checkpoint["model"])
+    opt2.load_state_dict(checkpoint["opt"])
+    sched2.load_state_dict(checkpoint["sched"])
+    train(model2, opt2, sched2, 3, 3)
+    np.testing.assert_array_equal(model.weight.detach().numpy(), model2.weight.detach().numpy())
+    assert sched.get_last_lr() == sched2.get_last_lr()
+
+
+def test_plateau_scheduler_state_with_infinity():
+    opt = kiln.optim.SGD([kiln.zeros(1, requires_grad=True)], lr=0.1)
+    state = kiln.optim.lr_scheduler.ReduceLROnPlateau(opt).state_dict()
+    assert _round_trip(state)["best"] == math.inf
+
+
+def test_file_is_a_zip_with_json_header_and_no_pickle():
+    buf = io.BytesIO()
+    kiln.save({"w": kiln.ones(2, 2)}, buf)
+    buf.seek(0)
+    with zipfile.ZipFile(buf) as zf:
+        names = zf.namelist()
+        header = json.loads(zf.read("kiln_archive/data.json"))
+    assert names == ["kiln_archive/data.json", "kiln_archive/tensors/0"]
+    assert header["format"] == "kiln" and header["tensors"][0]["shape"] == [2, 2]
+    assert header["tensors"][0]["dtype"] == "float32"
+
+
+def test_unsupported_objects_are_refused():
+    with pytest.raises(TypeError, match="kiln.save cannot store an object of type builtins.object"):
+        kiln.save({"x": object()}, io.BytesIO())
+    with pytest.raises(TypeError, match="cannot store an object of type builtins.set"):
+        kiln.save({1, 2}, io.BytesIO())
+
+
+def test_loading_something_else_explains():
+    with pytest.raises(RuntimeError, match="not a kiln checkpoint"):
+        kiln.load(io.BytesIO(b"not a zip"))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("archive/data.pkl", b"")
+    buf.seek(0)
+    with pytest.raises(RuntimeError, match="zip archive but not a kiln checkpoint"):
+        kiln.load(buf)
+
+
+@needs_torch
+def test_pytorch_checkpoint_is_refused_with_a_hint():
+    buf = io.BytesIO()
+    torch.save({"w": torch.ones(2)}, buf)
+    buf.seek(0)
+    with pytest.raises(RuntimeError, match="PyTorch checkpoints must be converted"):
+        kiln.load(buf)
+
+
+def test_map_location_forms_and_weights_only_flag():
+    obj = {"w": kiln.ones(2)}
+    for loc in (None, "cpu", kiln.device("cpu"), {"cpu": "cpu"}):
+        assert _round_trip(obj, map_location=loc)["w"].device == kiln.device("cpu")
+    seen = []
+    out = _round_trip(obj, map_location=lambda t, where: seen.append(where) or t * 2)
+    assert seen == ["cpu"] and out["w"].tolist() == [2.0, 2.0]
+    assert _round_trip(obj, weights_only=False)["w"].tolist() == [1.0, 1.0]
+
+
+def test_non_seekable_file_objects_are_read():
+    class Stream(io.RawIOBase):
+        def __init__(self, data):
+            self._inner = io.BytesIO(data)
+
+        def readable(self):
+            return True
+
+        def seekable(self):
+            return False
+
+        def readinto(self, b):
+            return self._inner.readinto(b)
+
+    buf = io.BytesIO()
+    kiln.save([kiln.tensor([1, 2, 3])], buf)
+    assert kiln.load(Stream(buf.getvalue()))[0].tolist() == [1, 2, 3]
