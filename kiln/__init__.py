@@ -80,4 +80,17 @@ def _creation_hook(cls, args, kwargs):
     raise TypeError(f"kiln.Tensor() got unsupported arguments {args!r}")
 
 
+def set_num_threads(n: int) -> None:
+    """Threads used by compiled CPU kernels (default: the number of cores)."""
+    from .inductor.codegen.cpu import set_num_threads as _set
+
+    _set(n)
+
+
+def get_num_threads() -> int:
+    from .inductor.codegen.cpu import get_num_threads as _get
+
+    return _get()
+
+
 __version__ = "0.1.0"

@@ -8,65 +8,28 @@ are seen without recompiling.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
+from ..runtime import state
 from ..runtime.tensor import Tensor
-from .aot_autograd import aot_function
+from .aot_autograd import AOTConfig, aot_function, compile_entry
+from .module_state import functional_call, get_attribute, swapped
 from .partitioners import default_partition, min_cut_partition
 
-__all__ = ["aot_module_simplified", "aot_eager", "boxed_eager_compiler", "functional_call"]
-
-
-def _owner(module, qualified_name: str):
-    *path, leaf = qualified_name.split(".")
-    owner = module
-    for part in path:
-        owner = getattr(owner, part)
-    return owner, leaf
-
-
-def _get(module, qualified_name: str):
-    owner, leaf = _owner(module, qualified_name)
-    return getattr(owner, leaf)
-
-
-def _set(module, qualified_name: str, value) -> object:
-    """Set an attribute bypassing Module's Parameter checks; returns the previous value."""
-    owner, leaf = _owner(module, qualified_name)
-    for table in ("_parameters", "_buffers"):
-        d = owner.__dict__.get(table)
-        if d is not None and leaf in d:
-            old = d[leaf]
-            d[leaf] = value
-            return old
-    old = owner.__dict__.get(leaf)
-    object.__setattr__(owner, leaf, value)
-    return old
-
-
-@contextlib.contextmanager
-def _swapped(module, names, values):
-    olds = [_set(module, n, v) for n, v in zip(names, values)]
-    try:
-        yield
-    finally:
-        for n, old in zip(names, olds):
-            _set(module, n, old)
-
-
-def functional_call(module, tensors: dict, args=(), kwargs=None):
-    """Call ``module`` with some of its parameters/buffers replaced by ``tensors`` (by name)."""
-    names = list(tensors)
-    with _swapped(module, names, [tensors[n] for n in names]):
-        return module(*args, **(kwargs or {}))
+__all__ = [
+    "aot_module_simplified",
+    "aot_eager",
+    "boxed_eager_compiler",
+    "functional_call",
+    "partitioner_from_options",
+]
 
 
 def _attribute_tensors(gm) -> list[str]:
     names = []
     for node in gm.graph.nodes:
         if node.op == "get_attr":
-            value = _get(gm, node.target)
+            value = get_attribute(gm, node.target)
             if isinstance(value, Tensor) and value.requires_grad and node.target not in names:
                 names.append(node.target)
     return names
@@ -81,12 +44,27 @@ def aot_module_simplified(
     decompositions=None,
     inference_compiler: Callable | None = None,
 ) -> Callable:
-    """AOT-compile a captured graph whose trainable attributes become inputs of the joint graph."""
+    """AOT-compile a captured graph whose trainable attributes become inputs of the joint graph.
+
+    The graph is compiled once, for ``example_inputs``: the caller (dynamo) guards every call on
+    the inputs' metadata, requires_grad and the grad mode, so when nothing is lifted the returned
+    callable is the compiled runner itself, with no signature check of its own.
+    """
     lifted = _attribute_tensors(gm)
     n = len(lifted)
+    config = AOTConfig(
+        fw_compiler, bw_compiler or fw_compiler, partition_fn, decompositions, inference_compiler
+    )
+    if not lifted:
+        primals = [t for t in example_inputs if isinstance(t, Tensor)]
+        needs_grad = state.grad_enabled[0] and any(t.requires_grad for t in primals)
+        entry = compile_entry(gm, tuple(example_inputs), {}, config, needs_grad)
+        if len(primals) != len(example_inputs):
+            return _tensors_only(entry.runner)
+        return entry.runner
 
     def flat_fn(*args):
-        with _swapped(gm, lifted, args[:n]):
+        with swapped(gm, lifted, args[:n]):
             return gm(*args[n:])
 
     compiled = aot_function(
@@ -94,21 +72,49 @@ def aot_module_simplified(
     )
 
     def run(*args):
-        return compiled(*[_get(gm, name) for name in lifted], *args)
+        # the module's current tensors: an optimizer may have replaced them since capture
+        return compiled(*[get_attribute(gm, name) for name in lifted], *args)
 
-    compiled.precompile(*[_get(gm, name) for name in lifted], *example_inputs)
-    run._aot_compiled = compiled
+    compiled.precompile(*[get_attribute(gm, name) for name in lifted], *example_inputs)
+    return run
+
+
+def _tensors_only(runner: Callable) -> Callable:
+    """The runner takes the tensor arguments only: drop the (specialized) others."""
+
+    def run(*args):
+        return runner(*[a for a in args if isinstance(a, Tensor)])
+
     return run
 
 
 def boxed_eager_compiler(gm, example_inputs) -> Callable:
-    """Runs a graph with the eager ops, returning its outputs as a tuple (AOT's calling convention)."""
+    """Runs a graph with the eager ops, returning its outputs as a tuple (AOT's calling convention).
+
+    AOT graphs return tuples, so the generated ``forward`` itself is the compiled callable (no
+    ``Module.__call__`` hooks or result boxing per call)."""
+    output = gm.graph.output_node
+    if output is not None and isinstance(output.args[0], tuple):
+        return gm.forward
 
     def run(*args):
-        out = gm(*args)
+        out = gm.forward(*args)
         return out if isinstance(out, tuple) else (out,)
 
     return run
+
+
+PARTITIONERS = {"default": default_partition, "min_cut": min_cut_partition}
+
+
+def partitioner_from_options(options: dict | None, default: str = "default") -> Callable:
+    """The partition function ``options["partitioner"]`` names ("default" or "min_cut")."""
+    name = (options or {}).get("partitioner", default)
+    if callable(name):
+        return name
+    if name not in PARTITIONERS:
+        raise ValueError(f"unknown partitioner {name!r}; choose one of {sorted(PARTITIONERS)}")
+    return PARTITIONERS[name]
 
 
 def aot_eager(gm, example_inputs, options: dict | None = None) -> Callable:
@@ -116,8 +122,10 @@ def aot_eager(gm, example_inputs, options: dict | None = None) -> Callable:
 
     ``options={"partitioner": "min_cut"}`` selects the min-cut partitioner.
     """
-    options = options or {}
-    partition = min_cut_partition if options.get("partitioner") == "min_cut" else default_partition
     return aot_module_simplified(
-        gm, example_inputs, boxed_eager_compiler, boxed_eager_compiler, partition_fn=partition
+        gm,
+        example_inputs,
+        boxed_eager_compiler,
+        boxed_eager_compiler,
+        partition_fn=partitioner_from_options(options),
     )

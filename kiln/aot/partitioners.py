@@ -7,9 +7,12 @@ input_gradients``; they differ in what they save.
 
 - ``default_partition`` saves every forward value the backward reads.
 - ``min_cut_partition`` chooses the saved set by a minimum cut (networkx max-flow) over a graph
-  whose edge capacities are tensor sizes in bytes: cheap ops (pointwise, views, creation,
-  counter-based random) may be recomputed in the backward from what is saved; matmuls,
-  convolutions and reductions never are.
+  whose edge capacities are the bytes a saved value keeps alive: cheap ops (pointwise, views,
+  creation, counter-based random) may be recomputed in the backward from what is saved;
+  matmuls, convolutions, reductions and gathers never are.
+
+Memory is counted by storage: a view keeps its whole base alive, so saving a view costs its
+base's bytes, and several saved views of one base cost that base once (``saved_bytes``).
 """
 
 from __future__ import annotations
@@ -23,26 +26,68 @@ from ..ir.node import map_arg
 from ..ops.registry import Op
 from ..runtime.tensor import Tensor
 
-__all__ = ["Partition", "default_partition", "min_cut_partition", "tensor_bytes"]
+__all__ = ["Partition", "default_partition", "min_cut_partition", "tensor_bytes", "storage_root"]
 
-_RECOMPUTABLE_KINDS = {"pointwise", "view", "creation", "copy"}
-_RECOMPUTABLE_OPS = {"philox_rand", "philox_randn", "cat", "expand", "convert_element_type"}
+_RECOMPUTABLE_KINDS = {"pointwise", "view", "creation"}
+_RECOMPUTABLE_OPS = {"philox_rand", "philox_randn", "cat", "clone", "convert_element_type"}
 
 
 @dataclass
 class Partition:
+    """A forward/backward pair and what the forward saves for the backward.
+
+    ``saved_bytes`` is the storage the saved values keep alive (each base counted once);
+    ``saved_input_bytes`` is the part of it that is graph inputs (alive anyway, for parameters),
+    so ``saved_bytes - saved_input_bytes`` are the activation bytes the partition adds.
+    """
+
     forward: Graph
     backward: Graph
     saved: list = field(default_factory=list)  # names of the saved values, in order
     saved_bytes: int = 0
+    saved_input_bytes: int = 0
     num_fwd_outputs: int = 0
+    name: str = ""
+
+    @property
+    def saved_activation_bytes(self) -> int:
+        return self.saved_bytes - self.saved_input_bytes
+
+    def summary(self) -> str:
+        return (
+            f"{self.name}: saves {len(self.saved)} tensors, {self.saved_bytes} bytes "
+            f"({self.saved_activation_bytes} bytes of activations, "
+            f"{self.saved_input_bytes} bytes of inputs)"
+        )
 
 
 def tensor_bytes(node: Node) -> int:
+    """Bytes of the tensor a node computes (0 for non-tensors)."""
     val = node.meta.get("val")
     if isinstance(val, Tensor):
         return val.numel() * val.dtype.itemsize
     return 0
+
+
+def storage_root(node: Node) -> Node:
+    """The node whose storage ``node`` lives in: follows view ops back to their base."""
+    while (
+        node.op == "call_function"
+        and isinstance(node.target, Op)
+        and node.target.is_view
+        and node.args
+        and isinstance(node.args[0], Node)
+    ):
+        node = node.args[0]
+    return node
+
+
+def _storage_bytes(nodes) -> tuple[int, int]:
+    """(bytes kept alive by ``nodes``, of which graph inputs), counting each storage once."""
+    roots = {storage_root(n) for n in nodes}
+    total = sum(tensor_bytes(r) for r in roots)
+    inputs = sum(tensor_bytes(r) for r in roots if r.op == "placeholder")
+    return total, inputs
 
 
 def _roles(joint: Graph):
@@ -100,23 +145,31 @@ def _extract(joint: Graph, inputs: list, outputs: list) -> Graph:
     return graph
 
 
-def _build(joint: Graph, saved: list, num_fwd_outputs: int) -> Partition:
+def _build(joint: Graph, saved: list, num_fwd_outputs: int, name: str) -> Partition:
     primals, tangents = _roles(joint)
     fwd_outs, grads = _outputs(joint, num_fwd_outputs)
     forward = _extract(joint, primals, list(fwd_outs) + saved)
     backward = _extract(joint, saved + tangents, list(grads))
+    total, inputs = _storage_bytes(saved)
     return Partition(
         forward,
         backward,
         saved=[n.name for n in saved],
-        saved_bytes=sum(tensor_bytes(n) for n in saved),
+        saved_bytes=total,
+        saved_input_bytes=inputs,
         num_fwd_outputs=num_fwd_outputs,
+        name=name,
     )
+
+
+def _forward_computed_grads(grads, backward_nodes) -> set:
+    """Gradients that do not depend on any tangent (``x * 0``): the backward must receive them."""
+    return {g for g in grads if isinstance(g, Node) and g not in backward_nodes}
 
 
 def default_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
     """Compute everything that does not need the tangents in the forward; save what backward reads."""
-    primals, tangents = _roles(joint)
+    _, tangents = _roles(joint)
     backward_nodes = _tangent_dependent(joint, tangents)
     _, grads = _outputs(joint, num_fwd_outputs)
     needed_by_backward = _ancestors(grads, set())
@@ -127,12 +180,7 @@ def default_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
             continue
         if n in direct or any(u in backward_nodes for u in n.users):
             saved.append(n)
-    return _build(joint, saved, num_fwd_outputs)
-
-
-def _forward_computed_grads(grads, backward_nodes) -> set:
-    """Gradients that do not depend on any tangent (``x * 0``): the backward must receive them."""
-    return {g for g in grads if isinstance(g, Node) and g not in backward_nodes}
+    return _build(joint, saved, num_fwd_outputs, "default_partition")
 
 
 def _recomputable(node: Node) -> bool:
@@ -148,11 +196,17 @@ def _recomputable(node: Node) -> bool:
     return target.kind in _RECOMPUTABLE_KINDS
 
 
+def _save_cost(node: Node) -> int:
+    """Bytes that saving ``node`` keeps alive: a view holds its base's whole storage, so a view
+    is never cheaper to save than its base (the cut then saves the base and replays the view)."""
+    return max(tensor_bytes(node), tensor_bytes(storage_root(node)), 1)
+
+
 def min_cut_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
     """Save the cheapest set of tensors from which the backward can recompute what it needs."""
-    primals, tangents = _roles(joint)
+    _, tangents = _roles(joint)
     backward_nodes = _tangent_dependent(joint, tangents)
-    fwd_outs, grads = _outputs(joint, num_fwd_outputs)
+    _, grads = _outputs(joint, num_fwd_outputs)
     needed_by_backward = _ancestors(grads, set())
     direct = _forward_computed_grads(grads, backward_nodes)
     forward_nodes = [
@@ -164,10 +218,10 @@ def min_cut_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
     # edges without a capacity attribute are infinite for networkx
     for n in forward_nodes:
         if isinstance(n.meta.get("val"), Tensor):
-            flow.add_edge(("in", n), ("out", n), capacity=max(tensor_bytes(n), 1))
+            flow.add_edge(("in", n), ("out", n), capacity=_save_cost(n))
         else:  # a tuple of results or a scalar cannot be saved as such
             flow.add_edge(("in", n), ("out", n))
-        if n.op != "call_function" or not _recomputable(n):
+        if not _recomputable(n):
             flow.add_edge("source", ("in", n))
         if n in direct or (n in needed_by_backward and any(u in backward_nodes for u in n.users)):
             flow.add_edge(("out", n), "sink")
@@ -175,7 +229,7 @@ def min_cut_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
             if user not in backward_nodes and user.op != "output":
                 flow.add_edge(("out", n), ("in", user))
     if "sink" not in flow:
-        return _build(joint, [], num_fwd_outputs)
+        return _build(joint, [], num_fwd_outputs, "min_cut_partition")
     _, (reachable, _) = nx.minimum_cut(flow, "source", "sink")
     saved = [n for n in forward_nodes if ("in", n) in reachable and ("out", n) not in reachable]
-    return _build(joint, saved, num_fwd_outputs)
+    return _build(joint, saved, num_fwd_outputs, "min_cut_partition")

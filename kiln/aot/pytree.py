@@ -20,6 +20,13 @@ class TreeSpec:
     def __repr__(self) -> str:
         return f"TreeSpec({self.kind}, {self.context!r}, {self.children!r})"
 
+    def key(self) -> tuple:
+        """A hashable form: equal for values with the same structure (and dict keys)."""
+        if self.kind == "leaf":
+            return ()
+        context = tuple(self.context) if self.kind == "dict" else self.context
+        return (self.kind, context, tuple(c.key() for c in self.children))
+
 
 _LEAF = TreeSpec("leaf", None, [])
 

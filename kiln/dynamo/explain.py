@@ -22,6 +22,8 @@ class GraphInfo:
     name: str
     graph_module: object
     ops: list[str]
+    # bytes the forward saves for the backward, by AOT partitioner (None: no backward)
+    saved_bytes: dict[str, int] | None = None
 
     @property
     def op_count(self) -> int:
@@ -61,6 +63,9 @@ class ExplainOutput:
         ]
         for i, g in enumerate(self.graph_infos):
             lines.append(f"Graph {i} ({g.name}): {g.op_count} ops: {', '.join(g.ops)}")
+            if g.saved_bytes:
+                saved = ", ".join(f"{k} {v} bytes" for k, v in g.saved_bytes.items())
+                lines.append(f"  saved for backward: {saved}")
         if self.break_reasons:
             lines.append("Break reasons:")
         for i, r in enumerate(self.break_reasons):
@@ -78,7 +83,9 @@ class ExplainOutput:
             if n.op == "call_function"
             and not getattr(n.target, "__name__", "").startswith("set_grad")
         ]
-        self.graph_infos.append(GraphInfo(name, gm, ops))
+        from ..aot.aot_autograd import saved_bytes_report
+
+        self.graph_infos.append(GraphInfo(name, gm, ops, saved_bytes_report(gm)))
 
     def on_break(self, reason: BreakReason) -> None:
         self.break_reasons.append(reason)

@@ -14,7 +14,7 @@ import sys
 
 from . import wrapper_runtime
 from .graph_lowering import GraphLowering
-from .scheduler import schedule
+from .scheduler import ScatterStep, schedule
 
 __all__ = ["compile_graph", "inductor", "CompiledGraph"]
 
@@ -60,6 +60,8 @@ class CompiledGraph:
         for i, step in enumerate(sched.steps):
             if hasattr(step, "nodes") and i not in kernels:
                 numpy_steps[i] = _numpy_step(step)
+            elif isinstance(step, ScatterStep) and i not in kernels:
+                numpy_steps[i] = _numpy_scatter(step.buffer)
         self.numpy_reasons = numpy_reasons
         self.wrapper = generate_wrapper(sched, kernels, numpy_steps)
         self.source = self.wrapper.source
@@ -73,6 +75,15 @@ def _storage_elems(t) -> int:
     from .ir import Layout
 
     return Layout(tuple(t.shape), tuple(t.stride()), t.dtype).storage_size()
+
+
+def _numpy_scatter(buf):
+    from .codegen.numpy_backend import run_scatter
+
+    def run(storages):
+        run_scatter(buf, storages)
+
+    return run
 
 
 def _numpy_step(step):
@@ -101,8 +112,72 @@ def compile_graph(gm, example_inputs, options: dict | None = None) -> CompiledGr
     if codegen == "triton" or device.type == "cuda":
         from .codegen.triton_wrapper import TritonCompiledGraph
 
-        return TritonCompiledGraph(sched, device, options)
-    return CompiledGraph(sched, codegen)
+        compiled = TritonCompiledGraph(sched, device, options)
+    else:
+        compiled = CompiledGraph(sched, codegen)
+    _dump(gm, compiled)
+    return compiled
+
+
+_dump_counter = [0]
+
+
+def _dump(gm, compiled) -> None:
+    """KILN_LOGS=output_code prints the wrapper; KILN_DEBUG_DIR/inductor/<n>_graph/ gets the graph,
+    the loop IR and schedule, the wrapper (output_code.py) and the kernels (LLVM IR or Triton)."""
+    sched = compiled.schedule
+    source = getattr(compiled, "source", "")
+    if _log_enabled("inductor"):
+        reasons = getattr(compiled, "numpy_reasons", None)
+        if reasons:
+            print(f"[kiln.inductor] kernels run by numpy: {reasons}", file=sys.stderr)
+        if sched.lowered.fallbacks:
+            print(f"[kiln.inductor] eager fallbacks: {sched.lowered.fallbacks}", file=sys.stderr)
+    if _log_enabled("output_code"):
+        print(f"[kiln.inductor] output_code.py:\n{source}", file=sys.stderr)
+    debug_dir = os.environ.get("KILN_DEBUG_DIR")
+    if not debug_dir:
+        return
+    n = _dump_counter[0]
+    _dump_counter[0] += 1
+    folder = os.path.join(debug_dir, "inductor", f"{n:03d}_graph")
+    os.makedirs(folder, exist_ok=True)
+    files = {
+        "graph.py": getattr(gm, "code", ""),
+        "schedule.txt": sched.describe() + "\n" + _loop_ir(sched),
+        "output_code.py": source,
+    }
+    if getattr(compiled, "ir_text", ""):
+        files["kernels.ll"] = compiled.ir_text
+    for name, text in files.items():
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(text)
+
+
+def _loop_ir(sched) -> str:
+    """A readable listing of each buffer's loops: ranges, reduction, and what it reads."""
+    from .dependencies import reads_of
+    from .ir import ComputedBuffer, Reduction, Scatter
+
+    lines = ["", "loop IR:"]
+    for buf in sched.lowered.buffers:
+        if not isinstance(buf, ComputedBuffer):
+            lines.append(f"  {buf.name} = extern {getattr(buf, 'description', '')}")
+            continue
+        data = buf.data
+        kind = type(data).__name__
+        extra = ""
+        if isinstance(data, Reduction):
+            extra = f" reduce {data.reduction_type} over {list(data.reduction_ranges)}"
+        reads = (
+            ""
+            if isinstance(data, Scatter)
+            else ", ".join(f"{r.name}[{r.index}]" for r in reads_of(buf))
+        )
+        lines.append(
+            f"  {buf.name}: {kind} {list(data.ranges)}{extra} {buf.dtype.name} reads {reads}"
+        )
+    return "\n".join(lines)
 
 
 def _graph_device(gm, example_inputs):

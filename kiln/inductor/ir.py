@@ -28,6 +28,7 @@ __all__ = [
     "ExternBuffer",
     "Pointwise",
     "Reduction",
+    "Scatter",
     "TensorBox",
     "REDUCTION_TYPES",
     "GraphContext",
@@ -160,6 +161,31 @@ class Reduction:
     def reduction_numel(self) -> int:
         n = 1
         for s in self.reduction_ranges:
+            n *= s
+        return n
+
+
+@dataclass
+class Scatter:
+    """Start from ``base_fn`` over ``base_ranges``; then, for every index in ``ranges`` in order,
+    write (``mode="set"``) or add (``"add"``) ``value_fn(index)`` at ``index_fn(index)``.
+
+    The writes go to data-dependent places, so a scatter runs as its own single-threaded kernel
+    (sequential order makes duplicate indices behave like the eager kernels: adds accumulate,
+    the last write wins).
+    """
+
+    ranges: tuple
+    dtype: dt.dtype
+    base_ranges: tuple
+    base_fn: Callable
+    index_fn: Callable
+    value_fn: Callable
+    mode: str = "add"
+
+    def numel(self) -> int:
+        n = 1
+        for s in self.ranges:
             n *= s
         return n
 

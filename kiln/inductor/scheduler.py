@@ -26,9 +26,9 @@ import networkx as nx
 from . import sym
 from .dependencies import reads_of
 from .graph_lowering import LoweredGraph
-from .ir import Buffer, ComputedBuffer, ExternBuffer, InputBuffer, Pointwise, Reduction
+from .ir import Buffer, ComputedBuffer, ExternBuffer, InputBuffer, Pointwise, Reduction, Scatter
 
-__all__ = ["Kernel", "ExternCall", "Schedule", "schedule"]
+__all__ = ["Kernel", "ExternCall", "ScatterStep", "Schedule", "schedule"]
 
 
 @dataclass
@@ -75,6 +75,19 @@ class ExternCall:
     def describe(self) -> str:
         origins = [getattr(o, "name", str(o)) for o in self.buffer.origins]
         return f"{self.buffer.name}: extern {self.buffer.description} graph nodes={origins}"
+
+
+@dataclass
+class ScatterStep:
+    buffer: ComputedBuffer
+
+    @property
+    def name(self) -> str:
+        return self.buffer.name
+
+    def describe(self) -> str:
+        origins = [getattr(o, "name", str(o)) for o in self.buffer.origins]
+        return f"{self.buffer.name}: scatter-{self.buffer.data.mode} (single-threaded) graph nodes={origins}"
 
 
 @dataclass
@@ -169,9 +182,9 @@ def schedule(lowered: LoweredGraph) -> Schedule:
             open_kernel = None
 
     for buf in lowered.buffers:
-        if isinstance(buf, ExternBuffer):
+        if isinstance(buf, ExternBuffer) or isinstance(getattr(buf, "data", None), Scatter):
             close()
-            call = ExternCall(buf)
+            call = ExternCall(buf) if isinstance(buf, ExternBuffer) else ScatterStep(buf)
             steps.append(call)
             kernel_of[buf.name] = call
             continue
@@ -201,7 +214,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
     output_names = {o[1].name for o in lowered.outputs if o[0] == "buffer"}
     stored: set = set()
     for step in steps:
-        if isinstance(step, ExternCall):
+        if isinstance(step, (ExternCall, ScatterStep)):
             stored.add(step.buffer.name)
             continue
         for node in step.nodes:
@@ -239,6 +252,8 @@ def _is_local(kernel: Kernel, node: ComputedBuffer) -> bool:
 def _step_reads(step) -> list:
     if isinstance(step, ExternCall):
         return [b.name for b, _ in (x for x in step.buffer.inputs if isinstance(x, tuple))]
+    if isinstance(step, ScatterStep):
+        return _scatter_reads(step.buffer)
     names = []
     outer_vars = [sym.Var(f"o{i}", s) for i, s in enumerate(step.outer)]
     inner_vars = [sym.Var(f"i{i}", s) for i, s in enumerate(step.inner)]
@@ -250,8 +265,27 @@ def _step_reads(step) -> list:
     return names
 
 
+def _scatter_reads(buf) -> list:
+    from .dependencies import RecordingHandler
+    from .virtualized import set_ops_handler
+
+    data = buf.data
+    handler = RecordingHandler()
+    index = [sym.Var(f"x{i}", s) for i, s in enumerate(data.ranges)]
+    base_index = [sym.Var(f"b{i}", s) for i, s in enumerate(data.base_ranges)]
+    with set_ops_handler(handler):
+        data.base_fn(base_index)
+        data.index_fn(index)
+        data.value_fn(index)
+    names = []
+    for r in handler.reads:
+        if r.name not in names:
+            names.append(r.name)
+    return names
+
+
 def _step_writes(step) -> list:
-    if isinstance(step, ExternCall):
+    if isinstance(step, (ExternCall, ScatterStep)):
         return [step.buffer.name]
     return [n.name for n in step.nodes]
 

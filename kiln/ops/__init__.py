@@ -7,18 +7,34 @@ decomposition (see ``registry``).
 from __future__ import annotations
 
 from . import (  # noqa: F401
-    api,  # noqa: F401
+    activations,
+    api,
+    attention,
+    cat_split,
     conv,
     creation,
+    dropout,
+    einsum_ops,
+    embedding_ops,
     gather_scatter,
+    index_dim,
     indexing,
     linalg,
     loss,
+    masked,
     nn_ops,
+    normalization,
+    numpy_math,
+    padding,
     pointwise,
     reductions,
+    repeat_flip,
+    scans,
     shape,
     sorting,
+    ternary,
+    variance,
+    vector_norm,
     views,
 )
 from . import dispatch as _dispatch  # noqa: F401  (installs the dispatcher)

@@ -12,6 +12,7 @@ convolutions or matmuls with constant matrices.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -23,13 +24,6 @@ from .registry import OPS, defop
 __all__ = ["conv_output_size", "pool_output_size"]
 
 _as_strided = np.lib.stride_tricks.as_strided
-
-
-def _prod(xs) -> int:
-    n = 1
-    for s in xs:
-        n *= s
-    return n
 
 
 def _spatial(x: Tensor) -> tuple:
@@ -174,7 +168,7 @@ def _conv_forward_np(a, w, stride, padding, dilation, groups, out_spatial):
             out += sl * wg[(slice(None), slice(None)) + offset].reshape((groups, og) + (1,) * k)
         return out.reshape((n, groups * og) + tuple(out_spatial))
     win = _windows(a, out_spatial, kernel, stride, dilation)
-    p_out, p_k = _prod(out_spatial), _prod(kernel)
+    p_out, p_k = math.prod(out_spatial), math.prod(kernel)
     # (N, G, Cg, *out, *K) -> columns (G, N, Cg*K, P): the one im2col copy
     win = win.reshape((n, groups, cg) + tuple(out_spatial) + tuple(kernel))
     order = (1, 0, 2) + tuple(range(3 + k, 3 + 2 * k)) + tuple(range(3, 3 + k))
@@ -210,7 +204,7 @@ def _conv_transpose_np(a, w, stride, padding, dilation, groups, out_spatial):
             buf[(Ellipsis,) + _offset_slices(offset, in_spatial, stride, dilation)] += xg * tap
     else:
         # columns (G, N, Og*K, P_in) = W_g^T @ x_g, then one strided add per kernel offset
-        p_in, p_k = _prod(in_spatial), _prod(kernel)
+        p_in, p_k = math.prod(in_spatial), math.prod(kernel)
         wmat = w.reshape(groups, cg, og * p_k).transpose(0, 2, 1)[:, None]
         xs = a.reshape(n, groups, cg, p_in).transpose(1, 0, 2, 3)
         cols = np.matmul(wmat, xs).reshape((groups, n, og) + tuple(kernel) + tuple(in_spatial))
@@ -397,7 +391,7 @@ def _max_pool_meta(x, kernel, stride, padding, dilation, ceil_mode):
 def scatter_to_input(g: Tensor, indices: Tensor, input_shape) -> Tensor:
     """Add each gradient into the input element ``indices`` picked (max/adaptive-max backward)."""
     n, ch = input_shape[:2]
-    plane = _prod(input_shape[2:])
+    plane = math.prod(input_shape[2:])
     base = OPS["arange"](0, n * ch * plane, plane, dtype=dt.int64, device=g.device)
     flat = (indices.reshape(n * ch, -1) + base.unsqueeze(1)).reshape(-1)
     zeros = g.new_zeros((n * ch * plane,))
@@ -430,7 +424,7 @@ def _max_pool_decomp(x, kernel, stride, padding, dilation, ceil_mode):
     arg = win.argmax(-1)
     index = None
     rest = arg
-    divisors = [_prod(kernel[i + 1 :]) for i in range(k)]
+    divisors = [math.prod(kernel[i + 1 :]) for i in range(k)]
     for i in range(k):
         offset = rest.div(divisors[i], rounding_mode="floor")
         rest = rest - offset * divisors[i]
@@ -681,7 +675,7 @@ def _adaptive_max_pool_decomp(x, output_size):
     flat_index = None
     rest = arg
     for i in range(k):
-        tail = _prod(g.shape[1] for g in grids[i + 1 :])
+        tail = math.prod(g.shape[1] for g in grids[i + 1 :])
         offset = rest.div(tail, rounding_mode="floor")
         rest = rest - offset * tail
         rows = OPS["arange"](0, output_size[i], 1, dtype=dt.int64, device=x.device)

@@ -8,6 +8,8 @@ the summed weights of the non-ignored targets, as PyTorch does (NaN when every t
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..runtime import dtypes as dt
@@ -268,7 +270,7 @@ def _elementwise_loss(name, schema, np_fn, grad_fn, decomp_fn):
     def derivative(c, g):
         x, t, *params, reduction = c.args
         shape = broadcast_shapes(tuple(x.shape), tuple(t.shape))
-        scale = _grad_scale(g, reduction, _numel(shape))
+        scale = _grad_scale(g, reduction, math.prod(shape))
         gx, gt = grad_fn(x, t, *params)
         needs = c.needs_input_grad
         return (gx * scale if needs[0] else None, gt * scale if needs[1] else None) + (None,) * (
@@ -282,13 +284,6 @@ def _elementwise_loss(name, schema, np_fn, grad_fn, decomp_fn):
         lambda x, t, *rest: reduce_loss(decomp_fn(x, t, *rest[:-1]), check_reduction(rest[-1]))
     )
     return op
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def _mse_schema(input: Tensor, target: Tensor, reduction: str = "mean"): ...

@@ -3,7 +3,9 @@
 Unary float math promotes integer inputs to the default dtype and computes half types in float32
 (PyTorch's CPU kernels do the same). Binary ops follow PyTorch's type promotion, including 0-dim
 tensors and Python scalars. Derivatives return gradients of the broadcast shape; the autograd
-engine reduces them to each input's shape.
+engine reduces them to each input's shape. ``where`` (the ternary prim) is here because binary
+derivatives use it; the other ternary ops are in ``ternary``, activations in ``activations``,
+and the numpy special functions the kernels call in ``numpy_math``.
 """
 
 from __future__ import annotations
@@ -25,110 +27,15 @@ from .common import (
     empty_like_layout,
     output_layout_source,
     pointwise_meta,
-    result_dtype,
     to_float_dtype,
     wrap,
 )
+from .numpy_math import np_erf, np_erfinv, np_round, np_rsqrt, np_sigmoid
 from .registry import defop
 
-__all__: list[str] = []
+__all__ = ["as_np_operand", "needs_grad"]
 
 _bool = dt.bool_
-
-
-# ------------------------------------------------------------------------------ numpy math
-
-
-def np_sigmoid(a, out=None):
-    # split by sign so exp never overflows: 1/(1+e^-x) for x>=0, e^x/(1+e^x) otherwise
-    e = np.exp(-np.abs(a))
-    pos = 1.0 / (1.0 + e)
-    return np.where(a >= 0, pos, e * pos).astype(a.dtype, copy=False)
-
-
-def np_erf(a, out=None):
-    if a.dtype == np.float64 and a.size <= 4096:
-        return np.frompyfunc(math.erf, 1, 1)(a).astype(np.float64)
-    x = a.astype(np.float64)
-    z = np.abs(x)
-    # small |x|: Maclaurin series (exact to float64 rounding for |x| < 0.5)
-    x2 = x * x
-    term = x.copy()
-    series = x.copy()
-    for n in range(1, 14):
-        term = term * (-x2) / n
-        series = series + term / (2 * n + 1)
-    small = series * (2.0 / math.sqrt(math.pi))
-    # larger |x|: erfc by the Chebyshev fit of Numerical Recipes' erfcc (relative error < 1.2e-7)
-    t = 1.0 / (1.0 + 0.5 * z)
-    poly = -1.26551223 + t * (
-        1.00002368
-        + t
-        * (
-            0.37409196
-            + t
-            * (
-                0.09678418
-                + t
-                * (
-                    -0.18628806
-                    + t
-                    * (
-                        0.27886807
-                        + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))
-                    )
-                )
-            )
-        )
-    )
-    erfc = t * np.exp(-z * z + poly)
-    large = np.sign(x) * (1.0 - erfc)
-    return np.where(z < 0.5, small, large).astype(a.dtype, copy=False)
-
-
-def np_erfinv(a, out=None):
-    # Newton iterations on erf from Giles' single-precision starting point
-    x = a.astype(np.float64)
-    w = -np.log((1.0 - x) * (1.0 + x))
-    y = np.where(
-        w < 5.0,
-        x * (1.50140941 + 0.246640727 * (w - 2.5)),
-        x * (2.83297682 + 1.00167406 * (np.sqrt(w) - 3.0)),
-    )
-    for _ in range(4):
-        err = np_erf(y) - x
-        y = y - err / (2.0 / math.sqrt(math.pi) * np.exp(-y * y))
-    y = np.where(x == 1.0, np.inf, np.where(x == -1.0, -np.inf, y))
-    return y.astype(a.dtype, copy=False)
-
-
-def np_rsqrt(a, out=None):
-    return np.reciprocal(np.sqrt(a))
-
-
-def np_gelu(a, approximate="none"):
-    if approximate == "tanh":
-        k = math.sqrt(2.0 / math.pi)
-        return (0.5 * a * (1.0 + np.tanh(k * (a + 0.044715 * a * a * a)))).astype(
-            a.dtype, copy=False
-        )
-    return (0.5 * a * (1.0 + np_erf(a * (1.0 / math.sqrt(2.0))))).astype(a.dtype, copy=False)
-
-
-def np_silu(a, out=None):
-    return a * np_sigmoid(a)
-
-
-def np_softplus(a, beta=1.0, threshold=20.0):
-    bx = a * beta
-    soft = np.log1p(np.exp(-np.abs(bx))) + np.maximum(bx, 0)
-    return np.where(bx > threshold, a, soft / beta).astype(a.dtype, copy=False)
-
-
-def np_round(a, decimals=0):
-    if decimals == 0:
-        return np.round(a)
-    return np.round(a, decimals)
 
 
 # ------------------------------------------------------------------------------ unary family
@@ -278,225 +185,13 @@ def _round_kernel(x, decimals):
 round.register_meta(lambda x, decimals: pointwise_meta(x._dtype, x))
 round.register_derivative(lambda c, g: (g * 0,), save_inputs=())
 
-
-# --------------------------------------------------------------------- activation composites
-
-
-@defop(kind="pointwise")
-def relu(self: Tensor): ...
-
-
-@relu.register_kernel
-def _relu_kernel(x):
-    a = x._data
-    if x._dtype is _bool:
-        raise RuntimeError("relu is not implemented for bool tensors")
-    return wrap(np.maximum(a, a.dtype.type(0)), x._dtype)
-
-
-relu.register_meta(lambda x: pointwise_meta(x._dtype, x))
-relu.register_derivative(lambda c, g: (g * (c.out > 0),), save_output=True, save_inputs=())
-relu.register_decomposition(lambda x: where(x > 0, x, 0))
-
-
-@defop(kind="pointwise")
-def gelu(self: Tensor, approximate: str = "none"): ...
-
-
-def _float_compute(x):
-    od = to_float_dtype(x._dtype)
-    return x._data.astype(compute_np_dtype(od), copy=False), od
-
-
-@gelu.register_kernel
-def _gelu_kernel(x, approximate):
-    if approximate not in ("none", "tanh"):
-        raise ValueError(f"approximate argument must be either none or tanh, got {approximate!r}")
-    a, od = _float_compute(x)
-    return wrap(np_gelu(a, approximate), od)
-
-
-gelu.register_meta(lambda x, approximate="none": pointwise_meta(to_float_dtype(x._dtype), x))
-
-
-def _gelu_grad(c, g):
-    x, approximate = c.args
-    if approximate == "tanh":
-        k = math.sqrt(2.0 / math.pi)
-        inner = k * (x + 0.044715 * x * x * x)
-        t = inner.tanh()
-        dinner = k * (1 + 3 * 0.044715 * x * x)
-        return (g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * dinner),)
-    cdf = 0.5 * (1 + (x * (1 / math.sqrt(2.0))).erf())
-    pdf = (-0.5 * x * x).exp() * (1 / math.sqrt(2 * math.pi))
-    return (g * (cdf + x * pdf),)
-
-
-gelu.register_derivative(_gelu_grad)
-
-
-@gelu.register_decomposition
-def _gelu_decomp(x, approximate="none"):
-    if approximate == "tanh":
-        k = math.sqrt(2.0 / math.pi)
-        return 0.5 * x * (1 + (k * (x + 0.044715 * x * x * x)).tanh())
-    return 0.5 * x * (1 + (x * (1 / math.sqrt(2.0))).erf())
-
-
-@defop(kind="pointwise")
-def silu(self: Tensor): ...
-
-
-@silu.register_kernel
-def _silu_kernel(x):
-    a, od = _float_compute(x)
-    return wrap(np_silu(a), od)
-
-
-silu.register_meta(lambda x: pointwise_meta(to_float_dtype(x._dtype), x))
-
-
-def _silu_grad(c, g):
-    x = c.args[0]
-    s = x.sigmoid()
-    return (g * s * (1 + x * (1 - s)),)
-
-
-silu.register_derivative(_silu_grad)
-silu.register_decomposition(lambda x: x * x.sigmoid())
-
-
-@defop(kind="pointwise")
-def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0): ...
-
-
-@softplus.register_kernel
-def _softplus_kernel(x, beta, threshold):
-    a, od = _float_compute(x)
-    return wrap(np_softplus(a, beta, threshold), od)
-
-
-softplus.register_meta(
-    lambda x, beta=1.0, threshold=20.0: pointwise_meta(to_float_dtype(x._dtype), x)
-)
-
-
-def _softplus_grad(c, g):
-    x, beta, threshold = c.args
-    bx = x * beta
-    return (where(bx > threshold, g, g * bx.sigmoid()),)
-
-
-softplus.register_derivative(_softplus_grad)
-
-
-@softplus.register_decomposition
-def _softplus_decomp(x, beta=1.0, threshold=20.0):
-    bx = x * beta
-    soft = ((-bx.abs()).exp()).log1p() + bx.clamp(min=0)
-    return where(bx > threshold, x, soft / beta)
-
-
-def _float_unary_decomp_op(name, schema, np_fn, grad, decomp):
-    op = defop(schema, name=name, kind="pointwise")
-
-    def kernel(x, *params):
-        a, od = _float_compute(x)
-        return wrap(np_fn(a, *params), od)
-
-    op.register_kernel(kernel)
-    op.register_meta(lambda x, *params: pointwise_meta(to_float_dtype(x._dtype), x))
-    op.register_derivative(grad)
-    op.register_decomposition(decomp)
-    return op
-
-
-def _leaky_relu_schema(self: Tensor, negative_slope: float = 0.01): ...
-
-
-leaky_relu = _float_unary_decomp_op(
-    "leaky_relu",
-    _leaky_relu_schema,
-    lambda a, s: np.where(a > 0, a, a * s),
-    lambda c, g: (where(c.args[0] > 0, g, g * c.args[1]),),
-    lambda x, s=0.01: where(x > 0, x, x * s),
-)
-
-
-def _elu_schema(self: Tensor, alpha: float = 1.0): ...
-
-
-elu = _float_unary_decomp_op(
-    "elu",
-    _elu_schema,
-    lambda a, al: np.where(a > 0, a, al * np.expm1(np.minimum(a, 0))),
-    lambda c, g: (where(c.args[0] > 0, g, g * c.args[1] * c.args[0].exp()),),
-    lambda x, al=1.0: where(x > 0, x, al * x.clamp(max=0).expm1()),
-)
-
-
-def _hardtanh_schema(self: Tensor, min_val: float = -1.0, max_val: float = 1.0): ...
-
-
-hardtanh = _float_unary_decomp_op(
-    "hardtanh",
-    _hardtanh_schema,
-    lambda a, lo, hi: np.clip(a, lo, hi),
-    lambda c, g: (g * ((c.args[0] > c.args[1]) & (c.args[0] < c.args[2])),),
-    lambda x, lo=-1.0, hi=1.0: x.clamp(lo, hi),
-)
-
-
-def _mish_schema(self: Tensor): ...
-
-
-mish = _float_unary_decomp_op(
-    "mish",
-    _mish_schema,
-    lambda a: a * np.tanh(np_softplus(a)),
-    lambda c, g: _mish_grad(c.args[0], g),
-    lambda x: x * softplus(x).tanh(),
-)
-
-
-def _mish_grad(x, g):
-    t = softplus(x).tanh()
-    return (g * (t + x * (1 - t * t) * x.sigmoid()),)
-
-
-def _hardsigmoid_schema(self: Tensor): ...
-
-
-hardsigmoid = _float_unary_decomp_op(
-    "hardsigmoid",
-    _hardsigmoid_schema,
-    lambda a: np.clip(a / 6.0 + 0.5, 0.0, 1.0),
-    lambda c, g: (g * ((c.args[0] > -3) & (c.args[0] < 3)) / 6.0,),
-    lambda x: (x / 6.0 + 0.5).clamp(0.0, 1.0),
-)
-
-
-def _hardswish_schema(self: Tensor): ...
-
-
-hardswish = _float_unary_decomp_op(
-    "hardswish",
-    _hardswish_schema,
-    lambda a: a * np.clip(a + 3.0, 0.0, 6.0) / 6.0,
-    lambda c, g: (
-        where(c.args[0] < -3, g * 0, where(c.args[0] > 3, g, g * (2 * c.args[0] + 3) / 6.0)),
-    ),
-    lambda x: x * (x + 3.0).clamp(0.0, 6.0) / 6.0,
-)
-
-
 # ------------------------------------------------------------------------------ binary family
 
 
 def _binary_schema(self: TensorOrScalar, other: TensorOrScalar): ...
 
 
-def _arr(x, np_dtype):
+def as_np_operand(x, np_dtype):
     """numpy operand of dtype ``np_dtype`` from a tensor or a Python scalar."""
     if isinstance(x, Tensor):
         a = x._data
@@ -558,8 +253,8 @@ def _make_binary_kernel(fn, kind: str):
             if kind == "float":
                 d = to_float_dtype(d)
             cd = compute_np_dtype(d) if kind == "float" else d.np
-            a = _arr(x, cd)
-            b = _arr(y, cd)
+            a = as_np_operand(x, cd)
+            b = as_np_operand(y, cd)
             if kind == "bool":
                 return wrap(fn(a, b), _bool)
             if cd != d.np:
@@ -595,7 +290,8 @@ def binary(name, fn, derivative=None, *, kind="same", prim=True, schema=_binary_
     return op
 
 
-def _needs(c, i):
+def needs_grad(c, i):
+    """Whether input ``i`` of the op being differentiated (context ``c``) needs a gradient."""
     return c.needs_input_grad[i]
 
 
@@ -608,8 +304,8 @@ mul = binary(
     "mul",
     np.multiply,
     lambda c, g: (
-        g * c.args[1] if _needs(c, 0) else None,
-        g * c.args[0] if _needs(c, 1) else None,
+        g * c.args[1] if needs_grad(c, 0) else None,
+        g * c.args[0] if needs_grad(c, 1) else None,
     ),
 )
 mul.saves_inputs = _save_cross
@@ -622,8 +318,8 @@ def _maxmin_grad(c, g):
     eq_a = a == out
     eq_b = b == out
     share = where(eq_a & eq_b, g * 0.5, g)
-    ga = where(eq_a, share, g * 0) if _needs(c, 0) else None
-    gb = where(eq_b, share, g * 0) if _needs(c, 1) else None
+    ga = where(eq_a, share, g * 0) if needs_grad(c, 0) else None
+    gb = where(eq_b, share, g * 0) if needs_grad(c, 1) else None
     return ga, gb
 
 
@@ -636,7 +332,10 @@ fmin = binary("fmin", np.fmin, None)
 def _atan2_grad(c, g):
     a, b = c.args
     denom = a * a + b * b
-    return (g * b / denom if _needs(c, 0) else None, -g * a / denom if _needs(c, 1) else None)
+    return (
+        g * b / denom if needs_grad(c, 0) else None,
+        -g * a / denom if needs_grad(c, 1) else None,
+    )
 
 
 atan2 = binary("atan2", np.arctan2, _atan2_grad, kind="float")
@@ -663,12 +362,12 @@ def _fmod_np(a, b, out=None):
 remainder = binary(
     "remainder",
     _remainder_np,
-    lambda c, g: (g, -g * (c.args[0] / c.args[1]).floor() if _needs(c, 1) else None),
+    lambda c, g: (g, -g * (c.args[0] / c.args[1]).floor() if needs_grad(c, 1) else None),
 )
 fmod = binary(
     "fmod",
     _fmod_np,
-    lambda c, g: (g, -g * (c.args[0] / c.args[1]).trunc() if _needs(c, 1) else None),
+    lambda c, g: (g, -g * (c.args[0] / c.args[1]).trunc() if needs_grad(c, 1) else None),
 )
 
 eq = binary("eq", np.equal, kind="bool")
@@ -740,8 +439,8 @@ add.register_kernel(_make_alpha_kernel(np.add))
 add.register_meta(lambda x, y, alpha=1: pointwise_meta(binary_dtype(x, y), x, y))
 add.register_derivative(
     lambda c, g: (
-        g if _needs(c, 0) else None,
-        (g * c.args[2] if c.args[2] != 1 else g) if _needs(c, 1) else None,
+        g if needs_grad(c, 0) else None,
+        (g * c.args[2] if c.args[2] != 1 else g) if needs_grad(c, 1) else None,
     ),
     save_inputs=(),
 )
@@ -751,8 +450,8 @@ sub.register_kernel(_make_alpha_kernel(np.subtract))
 sub.register_meta(lambda x, y, alpha=1: pointwise_meta(binary_dtype(x, y), x, y))
 sub.register_derivative(
     lambda c, g: (
-        g if _needs(c, 0) else None,
-        (-g * c.args[2] if c.args[2] != 1 else -g) if _needs(c, 1) else None,
+        g if needs_grad(c, 0) else None,
+        (-g * c.args[2] if c.args[2] != 1 else -g) if needs_grad(c, 1) else None,
     ),
     save_inputs=(),
 )
@@ -774,8 +473,8 @@ def _div_kernel(x, y, rounding_mode):
             f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'"
         )
     d = binary_dtype(x, y)
-    a = _arr(x, d.np)
-    b = _arr(y, d.np)
+    a = as_np_operand(x, d.np)
+    b = as_np_operand(y, d.np)
     if d.is_floating_point:
         cd = compute_np_dtype(d)
         q = np.true_divide(a.astype(cd, copy=False), b.astype(cd, copy=False))
@@ -802,9 +501,9 @@ def _div_meta(x, y, rounding_mode=None):
 def _div_grad(c, g):
     a, b, mode = c.args
     if mode is not None:
-        return (g * 0 if _needs(c, 0) else None, g * 0 if _needs(c, 1) else None)
-    ga = g / b if _needs(c, 0) else None
-    gb = -g * a / (b * b) if _needs(c, 1) else None
+        return (g * 0 if needs_grad(c, 0) else None, g * 0 if needs_grad(c, 1) else None)
+    ga = g / b if needs_grad(c, 0) else None
+    gb = -g * a / (b * b) if needs_grad(c, 1) else None
     return ga, gb
 
 
@@ -823,10 +522,10 @@ def _pow_kernel(x, y):
     if not d.is_floating_point and isinstance(y, Tensor) is False and y < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
     cd = compute_np_dtype(d)
-    a = _arr(x, cd)
+    a = as_np_operand(x, cd)
     if not isinstance(y, Tensor) and y == 2:
         return wrap(np.square(a), d)
-    b = _arr(y, cd)
+    b = as_np_operand(y, cd)
     if d.is_floating_point:
         return wrap(np.power(a, b), d)
     if np.any(b < 0):
@@ -840,14 +539,14 @@ pow.register_meta(lambda x, y: pointwise_meta(binary_dtype(x, y), x, y))
 def _pow_grad(c, g):
     a, b = c.args
     ga = gb = None
-    if _needs(c, 0):
+    if needs_grad(c, 0):
         if isinstance(b, Tensor):
             ga = where(b == 0, g * 0, g * b * a ** (b - 1))
         elif b == 0:
             ga = g * 0
         else:
             ga = g * b * a ** (b - 1)
-    if _needs(c, 1):
+    if needs_grad(c, 1):
         out = a**b
         la = a.log() if isinstance(a, Tensor) else math.log(a) if a > 0 else float("nan")
         gb = (
@@ -860,8 +559,7 @@ def _pow_grad(c, g):
 
 pow.register_derivative(_pow_grad)
 
-
-# ------------------------------------------------------------------------------ ternary family
+# ------------------------------------------------------------------------------ where
 
 
 @defop(kind="pointwise", prim=True)
@@ -875,7 +573,7 @@ def _where_kernel(cond, x, y):
             f"where expected condition to be a boolean tensor, but got a tensor with dtype {cond._dtype.name}"
         )
     d = binary_dtype(x, y)
-    return wrap(np.where(cond._data, _arr(x, d.np), _arr(y, d.np)), d)
+    return wrap(np.where(cond._data, as_np_operand(x, d.np), as_np_operand(y, d.np)), d)
 
 
 @where.register_meta
@@ -890,214 +588,9 @@ def _where_grad(c, g):
     zero = g * 0
     return (
         None,
-        where(cond, g, zero) if _needs(c, 1) else None,
-        where(cond, zero, g) if _needs(c, 2) else None,
+        where(cond, g, zero) if needs_grad(c, 1) else None,
+        where(cond, zero, g) if needs_grad(c, 2) else None,
     )
 
 
 where.register_derivative(_where_grad)
-
-
-@defop(kind="pointwise")
-def clamp(self: Tensor, min: TensorOrScalar | None = None, max: TensorOrScalar | None = None): ...  # noqa: A002
-
-
-@clamp.register_kernel
-def _clamp_kernel(x, lo, hi):
-    if lo is None and hi is None:
-        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
-    d = result_dtype(x, lo, hi)
-    a = x._data if x._dtype is d else x._data.astype(d.np)
-    if lo is not None:
-        a = np.maximum(a, _arr(lo, d.np))
-    if hi is not None:
-        a = np.minimum(a, _arr(hi, d.np))
-    if isinstance(lo, float) and isinstance(hi, float) and lo > hi:
-        a = np.full_like(a, hi)
-    return wrap(a, d)
-
-
-@clamp.register_meta
-def _clamp_meta(x, lo=None, hi=None):
-    return pointwise_meta(
-        result_dtype(x, lo, hi), x, *(t for t in (lo, hi) if isinstance(t, Tensor))
-    )
-
-
-def _clamp_grad(c, g):
-    x, lo, hi = c.args
-    mask = None
-    if lo is not None:
-        mask = x >= lo
-    if hi is not None:
-        m = x <= hi
-        mask = m if mask is None else mask & m
-    gx = where(mask, g, g * 0) if _needs(c, 0) else None
-    glo = where(x < lo, g, g * 0) if isinstance(lo, Tensor) and _needs(c, 1) else None
-    ghi = where(x > hi, g, g * 0) if isinstance(hi, Tensor) and _needs(c, 2) else None
-    return gx, glo, ghi
-
-
-clamp.register_derivative(_clamp_grad)
-
-
-@clamp.register_decomposition
-def _clamp_decomp(x, lo=None, hi=None):
-    out = x
-    if lo is not None:
-        out = where(out < lo, lo, out)
-    if hi is not None:
-        out = where(out > hi, hi, out)
-    return out
-
-
-@defop(kind="pointwise")
-def lerp(self: Tensor, end: Tensor, weight: TensorOrScalar): ...
-
-
-@lerp.register_kernel
-def _lerp_kernel(x, end, w):
-    d = result_dtype(x, end, w)
-    cd = compute_np_dtype(d)
-    a, b, ww = _arr(x, cd), _arr(end, cd), _arr(w, cd)
-    # PyTorch's two-sided formula keeps lerp exact at both ends
-    out = np.where(np.abs(ww) < 0.5, a + ww * (b - a), b - (b - a) * (1 - ww))
-    return wrap(out, d)
-
-
-lerp.register_meta(
-    lambda x, e, w: pointwise_meta(
-        result_dtype(x, e, w), x, e, *((w,) if isinstance(w, Tensor) else ())
-    )
-)
-
-
-def _lerp_grad(c, g):
-    x, end, w = c.args
-    return (
-        g * (1 - w) if _needs(c, 0) else None,
-        g * w if _needs(c, 1) else None,
-        g * (end - x) if isinstance(w, Tensor) and _needs(c, 2) else None,
-    )
-
-
-lerp.register_derivative(_lerp_grad)
-lerp.register_decomposition(lambda x, e, w: x + w * (e - x))
-
-
-@defop(kind="pointwise")
-def masked_fill(self: Tensor, mask: Tensor, value: TensorOrScalar): ...
-
-
-@masked_fill.register_kernel
-def _masked_fill_kernel(x, mask, value):
-    if mask._dtype is not _bool:
-        raise RuntimeError(
-            f"masked_fill_ only supports boolean masks, but got mask with dtype {mask._dtype.name}"
-        )
-    if isinstance(value, Tensor) and value._shape:
-        raise RuntimeError(
-            f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with {len(value._shape)} dimension(s)."
-        )
-    v = value.item() if isinstance(value, Tensor) else value
-    out = np.where(mask._data, np.asarray(v).astype(x._dtype.np), x._data)
-    shape = broadcast_shapes(x._shape, mask._shape)
-    if out.shape != shape:
-        out = np.broadcast_to(out, shape).copy()
-    return wrap(out, x._dtype)
-
-
-masked_fill.register_meta(lambda x, m, v: pointwise_meta(x._dtype, x, m))
-
-
-def _masked_fill_grad(c, g):
-    x, mask, value = c.args
-    return (
-        where(mask, g * 0, g) if _needs(c, 0) else None,
-        None,
-        where(mask, g, g * 0).sum() if isinstance(value, Tensor) and _needs(c, 2) else None,
-    )
-
-
-masked_fill.register_derivative(_masked_fill_grad)
-masked_fill.register_decomposition(
-    lambda x, m, v: where(m, v.to(x.dtype) if isinstance(v, Tensor) else v, x)
-)
-
-
-@defop(kind="pointwise")
-def nan_to_num(
-    self: Tensor, nan: float | None = 0.0, posinf: float | None = None, neginf: float | None = None
-): ...
-
-
-@nan_to_num.register_kernel
-def _nan_to_num_kernel(x, nan, posinf, neginf):
-    a = x._data
-    if not x._dtype.is_floating_point:
-        return wrap(a.copy(), x._dtype)
-    info = np.finfo(a.dtype)
-    out = np.nan_to_num(
-        a,
-        nan=0.0 if nan is None else nan,
-        posinf=info.max if posinf is None else posinf,
-        neginf=info.min if neginf is None else neginf,
-    )
-    return wrap(out, x._dtype)
-
-
-nan_to_num.register_meta(lambda x, *a: pointwise_meta(x._dtype, x))
-nan_to_num.register_derivative(lambda c, g: (where(c.args[0].isfinite(), g, g * 0),))
-
-
-def _addc_schema(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Scalar = 1): ...
-
-
-addcmul = defop(_addc_schema, name="addcmul", kind="pointwise")
-addcmul.register_decomposition(lambda x, a, b, value=1: x + value * a * b)
-addcdiv = defop(_addc_schema, name="addcdiv", kind="pointwise")
-addcdiv.register_decomposition(lambda x, a, b, value=1: x + value * a / b)
-
-
-@defop(kind="pointwise")
-def square(self: Tensor): ...
-
-
-square.register_decomposition(lambda x: x * x)
-
-
-@defop(kind="pointwise")
-def xlogy(self: Tensor, other: TensorOrScalar): ...
-
-
-xlogy.register_decomposition(
-    lambda x, y: where(x == 0, x * 0, x * (y.log() if isinstance(y, Tensor) else math.log(y)))
-)
-
-
-@defop(kind="pointwise")
-def logit(self: Tensor, eps: float | None = None): ...
-
-
-@logit.register_decomposition
-def _logit_decomp(x, eps=None):
-    if eps is not None:
-        x = x.clamp(eps, 1 - eps)
-    return (x / (1 - x)).log()
-
-
-@defop(kind="pointwise")
-def relu6(self: Tensor): ...
-
-
-relu6.register_decomposition(lambda x: hardtanh(x, 0.0, 6.0))
-
-
-@defop(kind="pointwise")
-def logaddexp(self: Tensor, other: Tensor): ...
-
-
-@logaddexp.register_decomposition
-def _logaddexp_decomp(a, b):
-    m = maximum(a, b)
-    return m + ((a - m).exp() + (b - m).exp()).log()

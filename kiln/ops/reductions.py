@@ -1,13 +1,12 @@
-"""Reductions over dims: sums and products, extremes, statistics, norms, logical tests, scans.
+"""Reductions over dims: sums and products, extremes, mean, logsumexp, logical tests and counts.
 
 ``dim`` is an int, a tuple/list, or None (an empty list also means every dim); ``reduce_dims``
 normalises it once and ``reduced_shape`` gives the (dim, keepdim) output shape. Integer and bool
-inputs of sum/prod/cumsum/cumprod accumulate in int64, as in PyTorch; float32 sums use numpy's
-pairwise ``add.reduce`` in float32 (PyTorch's accuracy, not a float64 accumulator); half types
-accumulate in float32. Value-selecting reductions differentiate like PyTorch: the full ones
-(amax, amin, max(), min()) split the gradient evenly among ties, the ``dim`` forms (max(x, dim))
-send it to the index they return. Scans decompose into O(n^2) masked reductions over the prims,
-which suits short dims; a compiler may prefer the eager kernel for long ones.
+inputs of sum/prod accumulate in int64, as in PyTorch; float32 sums use numpy's pairwise
+``add.reduce`` in float32 (PyTorch's accuracy, not a float64 accumulator); half types accumulate
+in float32. Value-selecting reductions differentiate like PyTorch: the full ones (amax, amin,
+max(), min()) split the gradient evenly among ties, the ``dim`` forms (max(x, dim)) send it to
+the index they return. The helpers here are shared by ``variance``, ``vector_norm`` and ``scans``.
 """
 
 from __future__ import annotations
@@ -19,21 +18,34 @@ import numpy as np
 
 from ..runtime import dtypes as dt
 from ..runtime.tensor import wrap_array
-from .common import DType, Scalar, Tensor, fake, to_float_dtype, wrap, wrap_dim, wrap_dims
-from .creation import arange
+from .common import (
+    DType,
+    Tensor,
+    compute_np_dtype,
+    fake,
+    to_float_dtype,
+    wrap,
+    wrap_dim,
+    wrap_dims,
+)
 from .gather_scatter import gather, scatter_add
 from .pointwise import maximum, minimum, where
 from .registry import defop, tensor_method, torch_function
-from .shape import flip
 
 __all__ = [
     "reduced_shape",
     "reduce_dims",
+    "reduced_numel",
+    "is_full_reduction",
     "expand_back",
+    "sum_dtype",
+    "data_as_dtype",
+    "scale_by_count",
     "scatter_back",
     "float_sum",
     "torch_type_name",
 ]
+
 
 _add_reduce = np.add.reduce
 _int64 = dt.int64
@@ -72,20 +84,18 @@ def reduce_dims(x, dim) -> tuple:
     n = x.ndim
     if dim.__class__ is int and -n <= dim < n:  # the common single dim, without the general path
         return (dim + n if dim < 0 else dim,)
-    dims = wrap_dims(None if _is_full(dim) else dim, n)
+    dims = wrap_dims(None if is_full_reduction(dim) else dim, n)
     return dims if n else ()
 
 
-def _is_full(dim) -> bool:
+def is_full_reduction(dim) -> bool:
     """No ``dim`` (None or an empty list): reduce every element."""
     return dim is None or (not isinstance(dim, (int, np.integer)) and len(dim) == 0)
 
 
-def _count(shape, dims) -> int:
-    n = 1
-    for d in dims:
-        n *= shape[d]
-    return n
+def reduced_numel(shape, dims) -> int:
+    """How many elements each output of a reduction over ``dims`` combines."""
+    return math.prod(shape[d] for d in dims)
 
 
 def _reduce_meta(out_dtype_fn):
@@ -102,11 +112,6 @@ def expand_back(g: Tensor, shape, dims, keepdim: bool) -> Tensor:
         for d in dims:
             g = g.unsqueeze(d)
     return g.expand(shape)
-
-
-def _acc(d: dt.dtype):
-    """numpy accumulator dtype: half types accumulate in float32, as PyTorch's CPU kernels do."""
-    return np.float32 if d is dt.float16 or d is dt.bfloat16 else d.np
 
 
 _CASCADE_MIN_SIZE = 4096  # smaller sums are accurate enough added slice by slice
@@ -158,17 +163,19 @@ def _cascade(a: np.ndarray, d: int, dtype) -> np.ndarray:
     return r
 
 
-def _sum_dtype(x, dtype=None):
+def sum_dtype(x, dtype=None):
+    """Result dtype of sum/prod/cumsum/cumprod: ``dtype`` if given, else int64 for integer and
+    bool inputs (PyTorch's rule), else the input's."""
     if dtype is not None:
         return dtype
     return _int64 if not x._dtype.is_floating_point else x._dtype
 
 
-def _as_dtype(x, dtype):
+def data_as_dtype(x, dtype):
     """The input's data converted to ``dtype`` (PyTorch casts before reducing when given one)."""
     a = x._data
     if dtype is not None and dtype is not x._dtype:
-        a = a.astype(_acc(dtype))
+        a = a.astype(compute_np_dtype(dtype))
     return a
 
 
@@ -178,7 +185,7 @@ def scatter_back(g: Tensor, indices: Tensor, dim: int, shape) -> Tensor:
     return scatter_add(g.new_zeros(tuple(shape)), dim, indices, g)
 
 
-def _scale_by_count(g, mask, dims):
+def scale_by_count(g, mask, dims):
     """Split ``g`` evenly among the True entries of ``mask`` within each reduced slice."""
     return g * mask / mask.sum(dims, True)
 
@@ -189,7 +196,7 @@ def evenly_distribute(g: Tensor, x: Tensor, value: Tensor) -> Tensor:
     mask = x == value
     if x.dtype.is_floating_point:
         mask = where(value.isnan(), x.isnan(), mask)
-    return _scale_by_count(g, mask, tuple(range(x.ndim)))
+    return scale_by_count(g, mask, tuple(range(x.ndim)))
 
 
 def select_evenly(x: Tensor, value: Tensor) -> Tensor:
@@ -232,12 +239,12 @@ def _sum_kernel(x, dim, keepdim, dtype):
         if a.flags.c_contiguous:
             # the common ``x.sum()``: one pairwise add.reduce straight into a 0-d array
             return wrap_array(_add_reduce(a, None, out=...), d)
-    od = _sum_dtype(x, dtype)
-    a = _as_dtype(x, dtype)
-    return wrap(float_sum(a, reduce_dims(x, dim), _acc(od), keepdim), od)
+    od = sum_dtype(x, dtype)
+    a = data_as_dtype(x, dtype)
+    return wrap(float_sum(a, reduce_dims(x, dim), compute_np_dtype(od), keepdim), od)
 
 
-sum.register_meta(_reduce_meta(lambda x, dtype=None: _sum_dtype(x, dtype)))
+sum.register_meta(_reduce_meta(lambda x, dtype=None: sum_dtype(x, dtype)))
 sum.register_derivative(
     lambda c, g: (expand_back(g, c.args[0].shape, reduce_dims(c.args[0], c.args[1]), c.args[2]),),
     save_inputs=(),
@@ -252,12 +259,14 @@ def prod(
 
 @prod.register_kernel
 def _prod_kernel(x, dim, keepdim, dtype):
-    od = _sum_dtype(x, dtype)
-    a = _as_dtype(x, dtype)
-    return wrap(np.multiply.reduce(a, reduce_dims(x, dim), _acc(od), keepdims=keepdim), od)
+    od = sum_dtype(x, dtype)
+    a = data_as_dtype(x, dtype)
+    return wrap(
+        np.multiply.reduce(a, reduce_dims(x, dim), compute_np_dtype(od), keepdims=keepdim), od
+    )
 
 
-prod.register_meta(_reduce_meta(lambda x, dtype=None: _sum_dtype(x, dtype)))
+prod.register_meta(_reduce_meta(lambda x, dtype=None: sum_dtype(x, dtype)))
 
 
 def _prod_grad(c, g):
@@ -287,7 +296,7 @@ def _amax_schema(self: Tensor, dim: list[int] = (), keepdim: bool = False): ...
 def _extreme_kernel(name, np_fn):
     def kernel(x, dim, keepdim):
         a = x._data
-        full = _is_full(dim)
+        full = is_full_reduction(dim)
         dims = None if full else reduce_dims(x, dim)
         if not a.size:
             _check_reducible(name, x, range(a.ndim) if full else dims, full)
@@ -301,7 +310,7 @@ def _extreme_grad(c, g):
     x, dim, keepdim = c.args
     dims = reduce_dims(x, dim)
     mask = x == expand_back(c.out, x.shape, dims, keepdim)
-    return (_scale_by_count(expand_back(g, x.shape, dims, keepdim), mask, dims),)
+    return (scale_by_count(expand_back(g, x.shape, dims, keepdim), mask, dims),)
 
 
 amax = defop(_amax_schema, name="amax", kind="reduction", prim=True)
@@ -492,7 +501,7 @@ def aminmax(input: Tensor, *, dim: int | None = None, keepdim: bool = False):
     return _AminmaxResult(amin(input, dims, keepdim), amax(input, dims, keepdim))
 
 
-# ------------------------------------------------------------------------------ mean / var / std
+# ------------------------------------------------------------------------------ mean
 
 
 @defop(kind="reduction")
@@ -515,8 +524,8 @@ def _mean_dtype(x, dtype=None):
 def _mean_kernel(x, dim, keepdim, dtype):
     od = _mean_dtype(x, dtype)
     dims = reduce_dims(x, dim)
-    r = np.asarray(float_sum(_as_dtype(x, dtype), dims, _acc(od), keepdim))
-    r = r / _count(x._shape, dims)
+    r = np.asarray(float_sum(data_as_dtype(x, dtype), dims, compute_np_dtype(od), keepdim))
+    r = r / reduced_numel(x._shape, dims)
     return wrap(r, od)
 
 
@@ -526,7 +535,7 @@ mean.register_meta(_reduce_meta(lambda x, dtype=None: _mean_dtype(x, dtype)))
 def _mean_grad(c, g):
     x, dim, keepdim, _ = c.args
     dims = reduce_dims(x, dim)
-    n = _count(x.shape, dims)
+    n = reduced_numel(x.shape, dims)
     return (expand_back(g, x.shape, dims, keepdim) / n if n else g.expand(x.shape) * math.nan,)
 
 
@@ -537,125 +546,10 @@ mean.register_derivative(_mean_grad, save_inputs=())
 def _mean_decomp(x, dim=None, keepdim=False, dtype=None):
     _mean_dtype(x, dtype)
     dims = reduce_dims(x, dim)
-    return sum(x, dims, keepdim, dtype=dtype) / _count(x.shape, dims)
+    return sum(x, dims, keepdim, dtype=dtype) / reduced_numel(x.shape, dims)
 
 
-def _var_schema(
-    self: Tensor, dim: list[int] | None = None, *, correction: Scalar = 1, keepdim: bool = False
-): ...
-
-
-def _check_var_dtype(x) -> None:
-    if not x._dtype.is_floating_point:
-        raise RuntimeError("std and var only support floating point and complex dtypes")
-
-
-def _divisor(x, dims, correction) -> float:
-    return _count(x.shape, dims) - correction
-
-
-def _var_np(x, dim, correction, keepdim):
-    _check_var_dtype(x)
-    dims = reduce_dims(x, dim)
-    a = x._data
-    acc = _acc(x._dtype)
-    centred = a - float_sum(a, dims, acc, True) / _count(x._shape, dims)
-    squares = float_sum(centred * centred, dims, acc, keepdim)
-    return squares / float(max(_divisor(x, dims, correction), 0))
-
-
-def _var_meta(x, dim=None, correction=1, keepdim=False):
-    _check_var_dtype(x)
-    return fake(reduced_shape(x._shape, reduce_dims(x, dim), keepdim), x._dtype, x)
-
-
-def _inverse(dof: float) -> float:
-    return 1.0 / dof if dof else _INF
-
-
-def _var_grad(c, g):
-    x, dim, correction, keepdim = c.args
-    dims = reduce_dims(x, dim)
-    scale = 2.0 * _inverse(_divisor(x, dims, correction))
-    return (expand_back(g, x.shape, dims, keepdim) * (x - mean(x, dims, True)) * scale,)
-
-
-def _std_grad(c, g):
-    # var's gradient divided by 2*std; zero where std is zero, as in PyTorch
-    x, dim, correction, keepdim = c.args
-    dims = reduce_dims(x, dim)
-    std_ = expand_back(c.out, x.shape, dims, keepdim)
-    flat = std_ == 0
-    g = expand_back(g, x.shape, dims, keepdim) / where(flat, 1, std_)
-    scale = _inverse(_divisor(x, dims, correction))
-    return (where(flat, 0, g * (x - mean(x, dims, True)) * scale),)
-
-
-var = defop(_var_schema, name="var", kind="reduction")
-std = defop(_var_schema, name="std", kind="reduction")
-var.register_kernel(
-    lambda x, dim, correction, keepdim: wrap(_var_np(x, dim, correction, keepdim), x._dtype)
-)
-std.register_kernel(
-    lambda x, dim, correction, keepdim: wrap(
-        np.sqrt(_var_np(x, dim, correction, keepdim)), x._dtype
-    )
-)
-var.register_meta(_var_meta)
-std.register_meta(_var_meta)
-var.register_derivative(_var_grad)
-std.register_derivative(_std_grad, save_output=True)
-
-
-@var.register_decomposition
-def _var_decomp(x, dim=None, correction=1, keepdim=False):
-    _check_var_dtype(x)
-    dims = reduce_dims(x, dim)
-    centred = x - mean(x, dims, True)
-    return sum(centred * centred, dims, keepdim) / max(_divisor(x, dims, correction), 0)
-
-
-std.register_decomposition(
-    lambda x, dim=None, correction=1, keepdim=False: var(
-        x, dim, correction=correction, keepdim=keepdim
-    ).sqrt()
-)
-
-
-def _correction(name: str, dim, unbiased, correction):
-    """PyTorch's three spellings: ``(x, unbiased)``, ``(x, dim, unbiased, keepdim)``, ``correction=``."""
-    if isinstance(dim, bool):
-        if unbiased is not None:
-            raise TypeError(f"{name}() received an invalid combination of arguments")
-        dim, unbiased = None, dim
-    if unbiased is not None and correction is not None:
-        raise TypeError(
-            f"{name}() received an invalid combination of arguments - got both unbiased and "
-            "correction"
-        )
-    if correction is None:
-        correction = 0 if unbiased is False else 1
-    return dim, correction
-
-
-def _var_like(name, op, with_mean):
-    def fn(input: Tensor, dim=None, unbiased=None, keepdim=False, *, correction=None):
-        dim, correction = _correction(name, dim, unbiased, correction)
-        out = op(input, dim, correction=correction, keepdim=keepdim)
-        return (out, mean(input, dim, keepdim)) if with_mean else out
-
-    fn.__name__ = name
-    return fn
-
-
-for _name, _op in (("var", var), ("std", std)):
-    _fn = _var_like(_name, _op, False)
-    torch_function(_name)(_fn)
-    tensor_method(_name)(_fn)
-    torch_function(_name + "_mean")(_var_like(_name + "_mean", _op, True))
-
-
-# ------------------------------------------------------------------------------ logsumexp / norms
+# ------------------------------------------------------------------------------ logsumexp
 
 
 @defop(kind="reduction")
@@ -666,8 +560,8 @@ def logsumexp(self: Tensor, dim: list[int], keepdim: bool = False): ...
 def _logsumexp_kernel(x, dim, keepdim):
     od = to_float_dtype(x._dtype)
     dims = reduce_dims(x, dim)
-    a = x._data.astype(_acc(od), copy=False)
-    if _count(x._shape, dims) == 0:
+    a = x._data.astype(compute_np_dtype(od), copy=False)
+    if reduced_numel(x._shape, dims) == 0:
         return wrap(np.full(reduced_shape(x._shape, dims, keepdim), -np.inf), od)
     # shift by the (finite) max so exp never overflows; inf and nan pass through
     m = np.maximum.reduce(a, dims, keepdims=True)
@@ -700,151 +594,12 @@ def _logsumexp_decomp(x, dim, keepdim=False):
     if not x.dtype.is_floating_point:
         x = x.to(to_float_dtype(x.dtype))
     dims = reduce_dims(x, dim)
-    if _count(x.shape, dims) == 0:
+    if reduced_numel(x.shape, dims) == 0:
         return x.new_full(reduced_shape(x.shape, dims, keepdim), -_INF)
     m = amax(x, dims, True)
     m = where(m.abs() == _INF, 0, m)
     out = sum((x - m).exp(), dims, True).log() + m
     return out if keepdim else out.squeeze(dims)
-
-
-def _norm_schema(
-    input: Tensor,
-    ord: Scalar = 2,
-    dim: list[int] | None = None,
-    keepdim: bool = False,
-    *,
-    dtype: DType | None = None,
-): ...
-
-
-vector_norm = defop(_norm_schema, name="linalg_vector_norm", kind="reduction")
-
-
-def _norm_dtype(x, dtype):
-    if not x._dtype.is_floating_point:
-        raise RuntimeError(
-            "linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
-            f"{torch_type_name(x._dtype)}"
-        )
-    return dtype or x._dtype
-
-
-def _check_norm_identity(x, ord, dim, dims) -> None:
-    """Norms built on max/min (ord = inf or < 0) have no value over an empty slice."""
-    if not (ord < 0 or ord == _INF) or x.numel():
-        return
-    shown = "inf" if ord == _INF else ("-inf" if ord == -_INF else f"{ord:g}")
-    if _is_full(dim):
-        raise RuntimeError(
-            f"linalg.vector_norm cannot compute the {shown} norm on an empty tensor because the "
-            "operation does not have an identity"
-        )
-    for d in dims:
-        if x.shape[d] == 0:
-            raise RuntimeError(
-                f"linalg.vector_norm cannot compute the {shown} norm on the dimension {d}because "
-                "this dimension is empty and the operation does not have an identity"
-            )
-
-
-@vector_norm.register_kernel
-def _vector_norm_kernel(x, ord, dim, keepdim, dtype):
-    od = _norm_dtype(x, dtype)
-    dims = reduce_dims(x, dim)
-    _check_norm_identity(x, ord, dim, dims)
-    a = x._data.astype(_acc(od), copy=False)
-    if ord == 2:
-        r = np.sqrt(float_sum(a * a, dims, keepdims=keepdim))
-    elif ord == _INF or ord == -_INF:
-        fn = np.maximum.reduce if ord > 0 else np.minimum.reduce
-        r = fn(np.abs(a), dims, keepdims=keepdim)
-    elif ord == 0:
-        r = _add_reduce(a != 0, dims, a.dtype, keepdims=keepdim)
-    elif ord == 1:
-        r = float_sum(np.abs(a), dims, keepdims=keepdim)
-    else:
-        r = float_sum(np.abs(a) ** ord, dims, keepdims=keepdim) ** (1.0 / ord)
-    return wrap(r, od)
-
-
-vector_norm.register_meta(
-    lambda x, ord=2, dim=None, keepdim=False, dtype=None: fake(
-        reduced_shape(x._shape, reduce_dims(x, dim), keepdim), _norm_dtype(x, dtype), x
-    )
-)
-
-
-def _vector_norm_grad(c, g):
-    x, ord, dim, keepdim, dtype = c.args
-    dims = reduce_dims(x, dim)
-    if dtype is not None:
-        x = x.to(dtype)
-    g = expand_back(g, x.shape, dims, keepdim)
-    norm = expand_back(c.out, x.shape, dims, keepdim)
-    if ord == 0:
-        return (x * 0,)
-    if ord == 1:
-        return (g * x.sign(),)
-    if ord == _INF or ord == -_INF:
-        mask = x.abs() == norm
-        return (_scale_by_count(g * x.sign(), mask, dims),)
-    zero_norm = norm == 0
-    if ord == 2:
-        return (where(zero_norm, 0, g / where(zero_norm, 1, norm)) * x,)
-    # |x|^(p-1) sign(x): for p < 2 written without the 0 * inf that x * |x|^(p-2) hits at x = 0
-    ax = x.abs()
-    if ord < 2:
-        scaled = x.sign() * where(x == 0, 0, where(x == 0, 1, ax) ** (ord - 1))
-    else:
-        scaled = x * ax ** (ord - 2)
-    return (where(zero_norm, 0, g / where(zero_norm, 1, norm) ** (ord - 1)) * scaled,)
-
-
-vector_norm.register_derivative(_vector_norm_grad, save_output=True)
-
-
-@vector_norm.register_decomposition
-def _vector_norm_decomp(x, ord=2, dim=None, keepdim=False, dtype=None):
-    od = _norm_dtype(x, dtype)
-    dims = reduce_dims(x, dim)
-    _check_norm_identity(x, ord, dim, dims)
-    x = x.to(od)
-    if ord == _INF or ord == -_INF:
-        return (amax if ord > 0 else amin)(x.abs(), dims, keepdim)
-    if ord == 0:
-        return sum(x != 0, dims, keepdim).to(od)
-    if ord == 1:
-        return sum(x.abs(), dims, keepdim)
-    if ord == 2:
-        return _safe_pow(sum(x * x, dims, keepdim), 0.5)
-    if ord < 0:
-        return sum(x.abs() ** ord, dims, keepdim) ** (1.0 / ord)
-    return _safe_pow(sum(_safe_pow(x.abs(), ord), dims, keepdim), 1.0 / ord)
-
-
-def _safe_pow(base: Tensor, exponent: float) -> Tensor:
-    """``base ** exponent`` (exponent > 0) with a zero, not NaN, gradient where base is 0, like
-    the eager derivative: the power is taken of 1 there and its gradient masked away."""
-    zero = base == 0
-    return where(zero, 0, where(zero, 1, base) ** exponent)
-
-
-@torch_function()
-@tensor_method()
-def norm(input: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
-    """``torch.norm``: a vector norm over ``dim`` (all dims by default); 'fro' is the 2-norm."""
-    if p is None or p == "fro":
-        if dim is not None and not isinstance(dim, int) and len(dim) > 2:
-            raise RuntimeError(
-                f"linalg.matrix_norm: dim must be a 2-tuple. Got {' '.join(map(str, dim))}"
-            )
-        p = 2
-    elif isinstance(p, str):
-        if p == "nuc":
-            raise NotImplementedError("norm(p='nuc') needs singular values, which kiln lacks")
-        raise RuntimeError(f"norm(): unsupported norm type {p!r}")
-    return vector_norm(input, p, dim, keepdim, dtype=dtype)
 
 
 # ------------------------------------------------------------------------------ logical / counts
@@ -913,147 +668,3 @@ def _nanmean_decomp(x, dim=None, keepdim=False, dtype=None):
             f"{torch_type_name(x.dtype)}"
         )
     return nansum(x, dim, keepdim, dtype=dtype) / sum(x.isnan().logical_not(), dim, keepdim)
-
-
-# ------------------------------------------------------------------------------ scans
-
-
-def _scan_schema(self: Tensor, dim: int, *, dtype: DType | None = None): ...
-
-
-def _scan_kernel(ufunc):
-    def kernel(x, dim, dtype):
-        d = wrap_dim(dim, x.ndim)
-        od = _sum_dtype(x, dtype)
-        a = _as_dtype(x, dtype)
-        if not a.ndim:
-            return wrap(a.astype(od.np), od)
-        return wrap(ufunc.accumulate(a, axis=d, dtype=_acc(od)), od)
-
-    return kernel
-
-
-def _scan_meta(x, dim, dtype=None):
-    wrap_dim(dim, x.ndim)
-    return fake(x._shape, _sum_dtype(x, dtype), x)
-
-
-def _triangle(x: Tensor, dim: int):
-    """``x`` moved to the last dim and broadcast against the mask ``j <= i`` of shape (n, n)."""
-    n = x.shape[dim]
-    r = arange(0, n, 1, dtype=_int64, device=x.device)
-    return r.unsqueeze(1) >= r.unsqueeze(0), x.movedim(dim, -1).unsqueeze(-2)
-
-
-def _scan_decomp(reduce_op, identity):
-    # out[..., i] = reduce over j <= i: a masked reduction over an (n, n) triangle (O(n^2))
-    def decomposition(x, dim, dtype=None):
-        od = _sum_dtype(x, dtype)
-        if not x.ndim:
-            return x.to(od).clone()
-        d = wrap_dim(dim, x.ndim)
-        mask, row = _triangle(x, d)
-        return reduce_op(where(mask, row, identity), -1, dtype=od).movedim(-1, d)
-
-    return decomposition
-
-
-def reverse_cumsum(g: Tensor, dim: int) -> Tensor:
-    """``out[i] = sum(g[j] for j >= i)`` along ``dim``: the gradient of cumsum."""
-    if not g.ndim:
-        return g
-    return flip(cumsum(flip(g, (dim,)), dim), (dim,))
-
-
-cumsum = defop(_scan_schema, name="cumsum", kind="scan")
-cumprod = defop(_scan_schema, name="cumprod", kind="scan")
-cumsum.register_kernel(_scan_kernel(np.add))
-cumprod.register_kernel(_scan_kernel(np.multiply))
-for _op in (cumsum, cumprod):
-    _op.register_meta(_scan_meta)
-cumsum.register_derivative(lambda c, g: (reverse_cumsum(g, c.args[1]),), save_inputs=())
-cumsum.register_decomposition(_scan_decomp(sum, 0))
-cumprod.register_decomposition(_scan_decomp(lambda x, d, dtype: prod(x, d, dtype=dtype), 1))
-
-
-def _cumprod_grad(c, g):
-    # before the first zero of a slice: sum_{k>=i} g_k out_k / x_i; at the first zero z: the
-    # same sum taken with x_z replaced by 1; after it every product holds x_z = 0
-    x, dim, dtype = c.args
-    if not x.ndim:
-        return (g,)
-    d = wrap_dim(dim, x.ndim)
-    if dtype is not None:
-        x = x.to(dtype)
-    zero = x == 0
-    zeros_so_far = cumsum(zero, d)
-    before = zeros_so_far == 0
-    first = zero & (zeros_so_far == 1)
-    grad_before = reverse_cumsum(g * c.out, d) / where(before, x, 1)
-    grad_first = reverse_cumsum(g * cumprod(where(first, 1, x), d), d)
-    return (where(before, grad_before, where(first, grad_first, 0)),)
-
-
-cumprod.register_derivative(_cumprod_grad, save_output=True)
-
-
-@defop(kind="scan")
-def logcumsumexp(self: Tensor, dim: int): ...
-
-
-@logcumsumexp.register_kernel
-def _logcumsumexp_kernel(x, dim):
-    if not x._dtype.is_floating_point:
-        raise NotImplementedError(
-            f"\"logcumsumexp_out_cpu\" not implemented for '{torch_type_name(x._dtype)}'"
-        )
-    d = wrap_dim(dim, x.ndim)
-    a = x._data.astype(_acc(x._dtype), copy=False)
-    return wrap(np.logaddexp.accumulate(a, axis=d) if a.ndim else a.copy(), x._dtype)
-
-
-@logcumsumexp.register_meta
-def _logcumsumexp_meta(x, dim):
-    wrap_dim(dim, x.ndim)
-    return fake(x._shape, x._dtype, x)
-
-
-# the lowest finite value of each float dtype (bfloat16's largest is about 3.39e38)
-_LOWEST = {
-    dt.float16: -65504.0,
-    dt.bfloat16: -3.0e38,
-    dt.float32: float(np.finfo(np.float32).min),
-    dt.float64: float(np.finfo(np.float64).min),
-}
-
-
-def _logcumsumexp_grad(c, g):
-    # grad_i = sum_{k>=i} g_k exp(x_i - out_k), summed in log space for the positive and the
-    # negative parts of g separately so nothing overflows
-    x, dim = c.args
-    if not x.ndim:
-        return (g,)
-    d = wrap_dim(dim, x.ndim)
-    out = c.out
-
-    # "no gradient" is the lowest finite value, not -inf: -inf - (-inf) would make the second
-    # derivative NaN where out is -inf
-    lowest = _LOWEST[g.dtype]
-
-    def part(mask, magnitude):
-        log_g = where(mask, where(mask, magnitude, 1).log(), lowest)
-        return (flip(logcumsumexp(flip(log_g - out, (d,)), d), (d,)) + x).exp()
-
-    return (part(g > 0, g) - part(g < 0, -g),)
-
-
-logcumsumexp.register_derivative(_logcumsumexp_grad, save_output=True)
-
-
-@logcumsumexp.register_decomposition
-def _logcumsumexp_decomp(x, dim):
-    if not x.ndim:
-        return x.clone()
-    d = wrap_dim(dim, x.ndim)
-    mask, row = _triangle(x, d)
-    return logsumexp(where(mask, row, -_INF), -1).movedim(-1, d)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime.tensor import contiguous_strides
-from .common import Tensor, fake, wrap_dim, wrap_dims
+from .common import Tensor, fake, wrap, wrap_dim, wrap_dims
 from .registry import defop
 
 __all__: list[str] = []
@@ -439,9 +439,61 @@ def _as_strided_meta(x, size, stride, storage_offset=None):
     return _meta_view(x, size, stride, off)
 
 
-as_strided.register_derivative(
-    lambda c, g: (as_strided_scatter(g.new_zeros(c.args[0].shape), g, *c.args[1:]),), save_inputs=()
-)
+def _as_strided_grad(c, g):
+    x = c.args[0]
+    size, stride, offset = c.args[1], c.args[2], c.args[3]
+    return (
+        as_strided_backward(
+            g,
+            tuple(x.shape),
+            tuple(x.stride()),
+            x.storage_offset(),
+            tuple(size),
+            tuple(stride),
+            offset,
+        ),
+    )
+
+
+as_strided.register_derivative(_as_strided_grad)
+
+
+@defop(kind="scatter")
+def as_strided_backward(
+    grad: Tensor,
+    input_size: list[int],
+    input_stride: list[int],
+    input_offset: int,
+    size: list[int],
+    stride: list[int],
+    storage_offset: int | None = None,
+): ...
+
+
+def _strided_positions(shape, strides, offset) -> np.ndarray:
+    pos = np.full(tuple(shape), offset, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(shape, strides)):
+        idx = np.arange(n, dtype=np.int64) * st
+        pos = pos + idx.reshape((n,) + (1,) * (len(shape) - d - 1))
+    return pos
+
+
+@as_strided_backward.register_kernel
+def _as_strided_backward_kernel(g, input_size, input_stride, input_offset, size, stride, offset):
+    """Sum the gradient of every view element into the storage cell it reads (overlapping
+    windows add up), then read the input's geometry back out of that storage."""
+    offset = input_offset if offset is None else offset
+    out_pos = _strided_positions(size, stride, offset)
+    in_pos = _strided_positions(input_size, input_stride, input_offset)
+    extent = int(max(out_pos.max(initial=0), in_pos.max(initial=0))) + 1
+    storage = np.zeros(extent, dtype=g._data.dtype)
+    np.add.at(storage, out_pos.reshape(-1), g._data.reshape(-1))
+    result = storage[in_pos]
+    # input elements that alias one storage cell share its gradient once, as PyTorch does
+    return wrap(np.require(result, requirements="C"), g._dtype)
+
+
+as_strided_backward.register_meta(lambda g, input_size, *rest: fake(tuple(input_size), g._dtype, g))
 
 
 @defop(kind="view", view=True, prim=True)

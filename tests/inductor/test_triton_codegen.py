@@ -347,6 +347,17 @@ _GPU_CASES = {
         TRITON,
     ),
     "float64": (lambda x: x.rsqrt().exp() / 3, lambda: [kiln.rand(5, dtype=kiln.float64)], TRITON),
+    "gather_scatter_pad": (
+        lambda x, i: (
+            x.scatter_add(0, i, x),
+            x.scatter(0, i, x * 2),
+            x.to(kiln.int8).scatter_add(0, i, x.to(kiln.int8)),
+            x.gather(0, i),
+            F.pad(x, (1, 2)),
+        ),
+        lambda: [kiln.randn(4, 5), kiln.tensor([[0, 1, 2, 3, 0], [3, 2, 1, 0, 3]])],
+        TRITON,
+    ),
     "linear_epilogue": (
         lambda x, w, r: F.relu(x @ w.t()) + r,
         lambda: [kiln.randn(6, 10), kiln.randn(8, 10), kiln.randn(6, 8)],

@@ -19,9 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from llvmlite import ir
 
 from ..ir import Reduction
-from ..scheduler import ExternCall, Kernel, Schedule
+from ..scheduler import Kernel, ScatterStep, Schedule
 from . import llvm_jit
-from .llvm import UnsupportedInLLVM, emit_kernel
+from .llvm import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel
 from .loop_plan import plan_kernel
 
 __all__ = ["CPUKernels", "set_num_threads", "get_num_threads"]
@@ -96,6 +96,19 @@ class _LLVMKernel:
             f.result()
 
 
+class _SingleRow:
+    rows = 1
+
+
+def _scatter_buffer_names(buf) -> list:
+    from ..scheduler import _scatter_reads
+
+    names = [n for n in _scatter_reads(buf)]
+    if buf.name not in names:
+        names.append(buf.name)
+    return names
+
+
 def _buffer_names(kernel: Kernel, plan, sched: Schedule) -> list:
     from ..dependencies import reads_of
 
@@ -123,7 +136,24 @@ class CPUKernels:
         module.triple = llvm_jit.host_target().triple
         pending = []
         for i, step in enumerate(sched.steps):
-            if isinstance(step, ExternCall):
+            if isinstance(step, ScatterStep):
+                try:
+                    names = _scatter_buffer_names(step.buffer)
+                    emit_scatter_kernel(
+                        ir.Module(name="scratch"),
+                        step.name,
+                        step.buffer,
+                        names,
+                        dtypes,
+                        sizes or {},
+                    )
+                except UnsupportedInLLVM as e:
+                    self.numpy_steps[i] = str(e)
+                    continue
+                emit_scatter_kernel(module, step.name, step.buffer, names, dtypes, sizes or {})
+                pending.append((i, step.name, _SingleRow(), 0, names))
+                continue
+            if not isinstance(step, Kernel):
                 continue
             try:
                 plan = plan_kernel(step)

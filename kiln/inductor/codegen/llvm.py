@@ -151,7 +151,7 @@ class LLVMOps:
         expr = sym.as_expr(index)
         j = e.j
         if self.lanes > 1:
-            depends = j is not None and j in expr.free_vars()
+            depends = e.varies(expr, self.env)
             if not depends:
                 offset = e.clamp(e.emit_index(expr, self.env, 1), expr, name, 1)
                 raw = self.b.load(self.b.gep(e.pointer(name), [offset]), align=d.itemsize)
@@ -160,7 +160,7 @@ class LLVMOps:
             rest = expr - sym.as_expr(j) * coeff
             lo, hi = expr.bounds()
             in_bounds = lo >= 0 and hi < e.buffer_sizes.get(name, hi + 1)
-            if coeff == 1 and j not in rest.free_vars() and in_bounds:
+            if coeff == 1 and not e.varies(rest, self.env) and in_bounds:
                 base = e.emit_index(rest, self.env, 1)
                 ptr = self.b.gep(self.b.gep(e.pointer(name), [base]), [self.env[j]])
                 vec_ptr = self.b.bitcast(
@@ -690,11 +690,23 @@ class KernelEmitter:
         v = b.insert_element(undef, value, ir.Constant(I32, 0))
         return b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
 
-    def emit_index(self, expr: sym.Expr, env: dict, lanes: int):
-        """An index as i64, or as <lanes x i64> when it depends on the inner loop variable."""
-        b = self.builder
+    def varies(self, expr: sym.Expr, env: dict) -> bool:
+        """Whether an index differs between vector lanes (the inner variable, or an indirect
+        index loaded as a vector)."""
         j = self.j
-        if lanes > 1 and j is not None and j in expr.free_vars():
+        if j is not None and j in expr.free_vars():
+            return True
+        for atom in _atoms_deep(expr):
+            if isinstance(atom, sym.Indirect) and isinstance(
+                getattr(env.get(atom), "type", None), ir.VectorType
+            ):
+                return True
+        return False
+
+    def emit_index(self, expr: sym.Expr, env: dict, lanes: int):
+        """An index as i64, or as <lanes x i64> when it varies across vector lanes."""
+        b = self.builder
+        if lanes > 1 and self.varies(expr, env):
             return self._emit_index_vec(expr, env, lanes)
         if lanes > 1:
             return self.splat(self.emit_index(expr, env, 1), lanes)
@@ -714,14 +726,20 @@ class KernelEmitter:
         b = self.builder
         vty = ir.VectorType(I64, lanes)
         j = self.j
+
+        def lane_varying(atom) -> bool:
+            return self.varies(sym.as_expr(atom), env)
+
         invariant = sym.Expr(
-            {a: c for a, c in expr.terms.items() if j not in a.free_vars()}, expr.const
+            {a: c for a, c in expr.terms.items() if not lane_varying(a)}, expr.const
         )
         out = self.splat(self.emit_index(invariant, env, 1), lanes)
         for atom, c in expr.terms.items():
-            if j not in atom.free_vars():
+            if not lane_varying(atom):
                 continue
-            if isinstance(atom, sym.Var):  # the inner variable itself: j + lane
+            if isinstance(atom, sym.Indirect):  # loaded per lane
+                v = env[atom]
+            elif isinstance(atom, sym.Var):  # the inner variable itself: j + lane
                 v = b.add(self.splat(env[j], lanes), ir.Constant(vty, list(range(lanes))))
             elif isinstance(atom, sym.FloorDiv):
                 v = b.sdiv(
@@ -821,7 +839,7 @@ class KernelEmitter:
             j = self.j
             coeff = expr.coeff(j)
             rest = expr - sym.as_expr(j) * coeff
-            if coeff == 1 and j not in rest.free_vars():
+            if coeff == 1 and not self.varies(rest, handler.env):
                 base = self.emit_index(rest, handler.env, 1)
                 ptr = b.gep(b.gep(self.pointer(node.name), [base]), [handler.env[j]])
                 b.store(raw, b.bitcast(ptr, raw.type.as_pointer()), align=node.dtype.itemsize)
@@ -1089,4 +1107,82 @@ def emit_kernel(
 ) -> ir.Function:
     emitter = KernelEmitter(module, name, plan, buffer_args, buffer_dtypes, locals_, buffer_sizes)
     emitter.emit()
+    return emitter.function
+
+
+class _ScatterPlan:
+    """The part of a loop plan a scatter kernel needs: no inner vector variable, one row."""
+
+    j = None
+    rows = 1
+    kernel = None
+
+
+def emit_scatter_kernel(
+    module: ir.Module, name: str, buf, buffer_args: list, buffer_dtypes: dict, buffer_sizes: dict
+) -> ir.Function:
+    """``void name(i64, i64, i8**)``: copy the base into the output, then scatter in index order.
+
+    Scalar code, one thread: writes land on data-dependent positions, so order matters for
+    duplicate indices ("set") and lanes could collide ("add").
+    """
+    data = buf.data
+    emitter = KernelEmitter(
+        module, name, _ScatterPlan(), buffer_args, buffer_dtypes, set(), buffer_sizes
+    )
+    b = emitter.builder
+
+    def unflatten(flat, sizes, prefix):
+        env = {}
+        vars_ = [sym.Var(f"{prefix}{i}", s) for i, s in enumerate(sizes)]
+        rem = flat
+        for v in reversed(vars_):
+            if v is vars_[0]:
+                env[v] = rem
+            else:
+                env[v] = b.srem(rem, ir.Constant(I64, v.size))
+                rem = b.sdiv(rem, ir.Constant(I64, v.size))
+        return vars_, env
+
+    def total(sizes):
+        n = 1
+        for s in sizes:
+            n *= s
+        return n
+
+    def init_body(i):
+        vars_, env = unflatten(i, data.base_ranges, "b")
+        handler = LLVMOps(emitter, 1, env)
+        with set_ops_handler(handler):
+            value = data.base_fn(vars_)
+        if value.dtype is not buf.dtype:
+            value = handler.to_dtype(value, buf.dtype)
+        emitter.store(buf, value, vars_, handler, 1)
+
+    def scatter_body(i):
+        vars_, env = unflatten(i, data.ranges, "x")
+        handler = LLVMOps(emitter, 1, env)
+        with set_ops_handler(handler):
+            targets = data.index_fn(vars_)
+            value = data.value_fn(vars_)
+        if value.dtype is not buf.dtype:
+            value = handler.to_dtype(value, buf.dtype)
+        expr = buf.layout.offset_expr(targets)
+        offset = emitter.clamp(emitter.emit_index(expr, handler.env, 1), expr, buf.name, 1)
+        ptr = b.gep(emitter.pointer(buf.name), [offset])
+        raw = value.value
+        if buf.dtype is dt.bool_:
+            raw = b.zext(raw, I8)
+        if data.mode == "add":
+            old = V(emitter.builder.load(ptr), buf.dtype)
+            if buf.dtype is dt.bool_:
+                old = V(b.icmp_unsigned("!=", old.value, ir.Constant(I8, 0)), dt.bool_)
+                raw = b.zext(handler.logical_or(old, value).value, I8)
+            else:
+                raw = handler.add(old, value).value
+        b.store(raw, ptr, align=buf.dtype.itemsize)
+
+    emitter.loop(ir.Constant(I64, total(data.base_ranges)), init_body, "init")
+    emitter.loop(ir.Constant(I64, total(data.ranges)), scatter_body, "scatter")
+    b.ret_void()
     return emitter.function

@@ -86,6 +86,8 @@ def _merge_dims(sizes, index_fn):
     """
     original = tuple(sizes)
     sizes = list(sizes)
+    if 0 in sizes:  # nothing runs (or only identities are written): keep the loops as they are
+        return tuple(sizes)
     changed = True
     while changed and len(sizes) > 1:
         changed = False

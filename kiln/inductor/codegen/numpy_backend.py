@@ -295,3 +295,33 @@ def run_schedule(sched: Schedule, storages: dict) -> None:
             values = compute_buffer(node, storages)
             target = wrapper_runtime.strided_view(storages[node.name], node.layout)
             np.copyto(target, values, casting="unsafe")
+
+
+def run_scatter(buf, storages: dict) -> None:
+    """Execute a ``Scatter`` buffer: initialize from its base, then write/add in index order."""
+    from .. import wrapper_runtime
+
+    data = buf.data
+    out = wrapper_runtime.strided_view(storages[buf.name], buf.layout)
+    nd = len(data.base_ranges)
+    base_index, env = _grid_vars("b", data.base_ranges, 0, nd)
+    with set_ops_handler(NumpyHandler(storages, env)):
+        base = data.base_fn(base_index)
+    np.copyto(out, np.broadcast_to(np.asarray(base), tuple(data.base_ranges)), casting="unsafe")
+    if data.numel() == 0:
+        return
+    nd = len(data.ranges)
+    index, env = _grid_vars("x", data.ranges, 0, nd)
+    handler = NumpyHandler(storages, env)
+    with set_ops_handler(handler):
+        targets = data.index_fn(index)
+        values = np.asarray(data.value_fn(index))
+    offsets = eval_expr(buf.layout.offset_expr(targets), handler.env)
+    shape = tuple(data.ranges)
+    offsets = np.broadcast_to(np.asarray(offsets), shape).reshape(-1)
+    values = np.broadcast_to(values, shape).reshape(-1).astype(buf.dtype.np)
+    storage = storages[buf.name]
+    if data.mode == "add":
+        np.add.at(storage, offsets, values)
+    else:
+        storage[offsets] = values

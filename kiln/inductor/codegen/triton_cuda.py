@@ -16,11 +16,12 @@ import numpy as np
 from ...runtime import cuda
 from ...runtime import dtypes as dt
 from .. import sym, wrapper_runtime
-from ..ir import ComputedBuffer, Layout, Pointwise
+from ..ir import ComputedBuffer, InputBuffer, Layout, Pointwise
 from ..scheduler import Kernel
 from ..virtualized import ops
-from .triton import TritonConfig, generate_kernel, storage_dtype_name
+from .triton import TritonConfig, storage_dtype_name
 from .triton_interpret import HostBuffer
+from .triton_kernels import generate_kernel
 from .triton_wrapper import MODULE_HEADER, load_source
 
 __all__ = ["CudaKernelRuntime", "DevicePointer"]
@@ -204,7 +205,7 @@ class CudaKernelRuntime:
             kernel,
             "copy_kernel",
             {"dst"},
-            {"src": src.dtype, "dst": dst.dtype},
+            {"src": InputBuffer("src", src_layout), "dst": node},
             TritonConfig(int64_indexing=big),
             "strided copy",
         )

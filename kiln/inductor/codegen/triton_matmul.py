@@ -15,24 +15,16 @@ from .. import sym
 from ..dependencies import reads_of
 from ..scheduler import ExternCall, Kernel
 from ..virtualized import set_ops_handler
-from .triton import (
-    GeneratedKernel,
-    KernelPrinter,
-    TritonConfig,
-    _print_node,
-    _Produced,
-    next_power_of_2,
-)
+from .triton import KernelPrinter, TritonConfig, _Produced, next_power_of_2
+from .triton_kernels import GeneratedKernel, _print_node
 
 __all__ = ["MATMUL_CONFIGS", "matmul_shapes", "fusable_epilogue", "generate_matmul"]
 
 MATMUL_CONFIGS = [
     {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
     {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
-    {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 4},
     {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 4},
     {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3},
-    {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 2, "num_stages": 3},
 ]
 _TEMPLATE_DTYPES = (dt.float32, dt.float16, dt.bfloat16)
 
@@ -78,10 +70,13 @@ def fusable_epilogue(call: ExternCall, kernel: Kernel) -> bool:
     return True
 
 
-def tuning_configs(m: int, n: int, k: int) -> list[dict]:
-    """The config list clamped to the problem (tiny problems need no 128-wide tiles)."""
+def tuning_configs(m: int, n: int, k: int, dtype: dt.dtype) -> list[dict]:
+    """The config list clamped to the problem (tiny problems need no 128-wide tiles); float32
+    (no tensor cores for IEEE products) skips the widest tile."""
     out = []
     for c in MATMUL_CONFIGS:
+        if dtype is dt.float32 and c["BLOCK_M"] * c["BLOCK_N"] > 128 * 128:
+            continue
         c = dict(c)
         c["BLOCK_M"] = min(c["BLOCK_M"], max(16, next_power_of_2(m)))
         c["BLOCK_N"] = min(c["BLOCK_N"], max(16, next_power_of_2(n)))
@@ -96,7 +91,7 @@ def generate_matmul(
     epilogue: Kernel | None,
     name: str,
     must_store: set,
-    buffer_dtypes: dict,
+    buffers: dict,
     cfg: TritonConfig,
     comment: str = "",
 ) -> GeneratedKernel:
@@ -108,7 +103,7 @@ def generate_matmul(
     outer = _outer_vars(out_shape)
     xvars = {v for v in outer[-2:] if isinstance(v, sym.Var)}
     p = KernelPrinter(2, xvars, set(), must_store)
-    p.buffer_dtypes = buffer_dtypes
+    p.buffers = buffers
     p.outer_shape = p.full_shape = "[BLOCK_M, BLOCK_N]"
     p.rmask = None
     a_arg = p.arg(buf.inputs[0][0].name, la.dtype)
@@ -184,7 +179,7 @@ def generate_matmul(
     )
     src.append(f"    # {what}" + (f"; {comment}" if comment else ""))
     src += ["    " + line for line in body]
-    configs = tuning_configs(m, n, k)
+    configs = tuning_configs(m, n, k, la.dtype)
     return GeneratedKernel(
         name=name,
         source="\n".join(src) + "\n",

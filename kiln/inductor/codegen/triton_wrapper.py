@@ -24,15 +24,11 @@ from .. import sym, wrapper_runtime
 from ..dependencies import reads_of
 from ..graph_lowering import _layout_of
 from ..ir import InputBuffer
-from ..scheduler import ExternCall, Kernel, Schedule
-from .triton import (
-    GeneratedKernel,
-    TritonConfig,
-    generate_kernel,
-    helper_source,
-    storage_dtype_name,
-)
+from ..scheduler import ExternCall, Kernel, ScatterStep, Schedule, _scatter_reads
+from .triton import TritonConfig, storage_dtype_name
 from .triton_interpret import LIBDEVICE, HostBuffer, interpret_mode
+from .triton_kernels import GeneratedKernel, generate_kernel, generate_scatter
+from .triton_math import helper_source
 from .triton_matmul import fusable_epilogue, generate_matmul, matmul_shapes
 
 __all__ = ["TritonModule", "build_module", "TritonCompiledGraph", "HostRuntime"]
@@ -42,12 +38,12 @@ log = logging.getLogger("kiln.inductor")
 
 @dataclass
 class _Step:
-    kind: str  # "kernel" | "matmul" | "extern"
+    kind: str  # "kernel" | "matmul" | "scatter" | "extern"
     kernel: Kernel | None = None
-    call: ExternCall | None = None
+    call: ExternCall | ScatterStep | None = None
     writes: list = field(default_factory=list)
     reads: list = field(default_factory=list)  # buffers read from outside the step
-    generated: GeneratedKernel | None = None
+    generated: list = field(default_factory=list)  # GeneratedKernels, launched in order
 
 
 @dataclass
@@ -88,11 +84,17 @@ def _plan(sched: Schedule) -> list[_Step]:
         elif isinstance(s, ExternCall):
             step = _Step("extern", None, s)
             i += 1
+        elif isinstance(s, ScatterStep):
+            step = _Step("scatter", None, s)
+            i += 1
         else:
             step = _Step("kernel", s)
             i += 1
         writes, reads = [], []
-        if step.call is not None:
+        if step.kind == "scatter":
+            writes.append(s.buffer.name)
+            reads += _scatter_reads(s.buffer)
+        elif step.call is not None:
             writes.append(step.call.buffer.name)
             for item in step.call.buffer.inputs:
                 if isinstance(item, tuple) and item[0].name not in reads:
@@ -163,7 +165,6 @@ def build_module(sched: Schedule, rt, cfg: TritonConfig | None = None) -> Triton
             buffers[b.name] = b
     for name, t in lowered.constants.items():
         buffers[name] = InputBuffer(name, _layout_of(t))
-    dtypes = {name: b.dtype for name, b in buffers.items()}
     if not cfg.int64_indexing:
         biggest = max([b.layout.storage_size() for b in buffers.values()] + [0])
         cfg.int64_indexing = biggest > 2**31 - 1
@@ -173,27 +174,41 @@ def build_module(sched: Schedule, rt, cfg: TritonConfig | None = None) -> Triton
         others = {r for j, s in enumerate(steps) if j != i for r in s.reads}
         must_store = {w for w in step.writes if w in others or w in outputs}
         if step.kind == "kernel":
-            step.generated = generate_kernel(
-                step.kernel, step.kernel.name, must_store, dtypes, cfg, _origins(step.kernel.nodes)
+            step.generated = [
+                generate_kernel(
+                    step.kernel,
+                    step.kernel.name,
+                    must_store,
+                    buffers,
+                    cfg,
+                    _origins(step.kernel.nodes),
+                )
+            ]
+        elif step.kind == "scatter":
+            buf = step.call.buffer
+            step.generated = generate_scatter(
+                buf, f"scatter_{buf.name}", buffers, cfg, _origins([buf])
             )
         elif step.kind == "matmul":
             nodes = [step.call.buffer] + (step.kernel.nodes if step.kernel else [])
-            step.generated = generate_matmul(
-                step.call,
-                step.kernel,
-                f"mm_{step.call.buffer.name}",
-                must_store,
-                dtypes,
-                cfg,
-                _origins(nodes),
-            )
+            step.generated = [
+                generate_matmul(
+                    step.call,
+                    step.kernel,
+                    f"mm_{step.call.buffer.name}",
+                    must_store,
+                    buffers,
+                    cfg,
+                    _origins(nodes),
+                )
+            ]
     source, externs = _render(steps, lowered, buffers, outputs, rt.interpret)
     namespace = load_source(source, rt, externs=externs)
     path = namespace["__file__"]
     _share_jit_functions(namespace, steps, rt.interpret)
     if _log_enabled("output_code"):
         print(f"[kiln.inductor] output code ({path}):\n{source}", file=sys.stderr)
-    kernels = [s.generated for s in steps if s.generated is not None]
+    kernels = [k for s in steps for k in s.generated]
     return TritonModule(source, path, kernels, namespace["call"], namespace)
 
 
@@ -226,7 +241,7 @@ _JIT_FUNCTIONS: dict = {}
 
 
 def _share_jit_functions(namespace: dict, steps, interpret: bool) -> None:
-    kernels = [s.generated for s in steps if s.generated is not None]
+    kernels = [k for s in steps for k in s.generated]
     named = [(k.name, k.source) for k in kernels]
     helpers = set().union(*(k.helpers for k in kernels)) if kernels else set()
     named += [(h, helper_source([h])) for h in sorted(helpers)]
@@ -240,7 +255,7 @@ def _log_enabled(name: str) -> bool:
 
 def _render(steps, lowered, buffers, outputs, interpret: bool):
     """The module's text: header, helpers, kernels, then the ``call`` wrapper."""
-    kernels = [s.generated for s in steps if s.generated is not None]
+    kernels = [k for s in steps for k in s.generated]
     helpers = set().union(*(k.helpers for k in kernels)) if kernels else set()
     out = [MODULE_HEADER]
     if helpers:
@@ -276,29 +291,14 @@ def _render(steps, lowered, buffers, outputs, interpret: bool):
             )
             externs.append(buf)
         else:
-            k = step.generated
-            body.append(f"# {k.name}: {k.kind}; {k.comment}")
             for name in step.writes:
-                if name in k.stored:
+                if any(name in k.stored for k in step.generated):
                     names[name] = _pyname(name)
                     body.append(_alloc(names[name], buffers[name]))
                     allocated.add(name)
-            args = ", ".join(names[a] for a in k.args)
-            if k.kind == "matmul":
-                m, n, batch = k.sizes
-                body.append(
-                    f"rt.launch_tuned({k.name}, {k.name}_configs, "
-                    f"lambda c: (triton.cdiv({m}, c['BLOCK_M']) * triton.cdiv({n}, c['BLOCK_N']), "
-                    f"{batch}), {args})"
-                )
-            elif k.grid[0] == 0:
-                body.append(f"# {k.name} has nothing to compute (empty iteration space)")
-            else:
-                sizes = ", ".join(str(s) for s in k.sizes)
-                blocks = ", ".join(f"{c}={v}" for c, v in k.constexprs.items())
-                body.append(
-                    f"{k.name}[{k.grid!r}]({args}, {sizes}, {blocks}, num_warps={k.num_warps})"
-                )
+            for k in step.generated:
+                body.append(f"# {k.name}: {k.kind}; {k.comment}")
+                body.append(_launch(k, names))
         dead = [
             n for n, last in last_use.items() if last == i and n in allocated and n not in outputs
         ] + [n for n in step.writes if n in allocated and n not in last_use and n not in outputs]
@@ -309,6 +309,22 @@ def _render(steps, lowered, buffers, outputs, interpret: bool):
     body.append(f"return {{{returned}}}")
     out += ["", "def call(inputs):"] + ["    " + line if line else "" for line in body]
     return "\n".join(out) + "\n", externs
+
+
+def _launch(k: GeneratedKernel, names: dict) -> str:
+    args = ", ".join(names[a] for a in k.args)
+    if k.kind == "matmul":
+        m, n, batch = k.sizes
+        return (
+            f"rt.launch_tuned({k.name}, {k.name}_configs, "
+            f"lambda c: (triton.cdiv({m}, c['BLOCK_M']) * triton.cdiv({n}, c['BLOCK_N']), "
+            f"{batch}), {args})"
+        )
+    if k.grid[0] == 0:
+        return f"# {k.name} has nothing to compute (empty iteration space)"
+    sizes = ", ".join(str(s) for s in k.sizes)
+    blocks = ", ".join(f"{c}={v}" for c, v in k.constexprs.items())
+    return f"{k.name}[{k.grid!r}]({args}, {sizes}, {blocks}, num_warps={k.num_warps})"
 
 
 def _pyname(name: str) -> str:

@@ -1,0 +1,224 @@
+"""The runtime wrapper of a compiled forward/backward pair: what runs on every call.
+
+``make_runner`` builds, once per compiled signature, the smallest callable that gives the
+compiled graphs eager semantics: it draws the RNG seed/offset, runs the forward, copies mutated
+inputs back, regenerates outputs that alias inputs or each other, and (in training) hangs a
+``CompiledFunctionBackward`` node on the differentiable outputs. That node plays the part of an
+``autograd.Function`` without its generic bookkeeping (ctx objects, argument scans, output
+wrapping): the work per call is what this signature needs and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..autograd.graph import _RELEASED_MSG, Node, _detached_alias
+from ..ops.api import tensor
+from ..ops.dispatch import _edge as autograd_edge
+from ..runtime import random as rng
+from ..runtime import state
+from ..runtime.tensor import Tensor
+from .pytree import tree_unflatten
+from .trace import OUT_CONST, OUT_GRAPH, OUT_INPUT, TraceResult
+
+__all__ = ["CompiledFunctionBackward", "make_runner", "RuntimeLayout"]
+
+_grad_enabled = state.grad_enabled
+
+_DOUBLE_BACKWARD_MSG = (
+    "double backward through a kiln-compiled region is not supported: compile the outer "
+    "computation instead, or run this region eagerly for higher-order gradients"
+)
+
+
+class RuntimeLayout:
+    """Where things are in the compiled forward's output tuple, and what to do with them.
+
+    Forward outputs: ``graph outputs`` (user outputs, shared bases, new values of inputs
+    mutated with autograd history), then ``new values of other mutated inputs``, then the
+    tensors saved for the backward (training only).
+    """
+
+    def __init__(
+        self,
+        trace: TraceResult,
+        mutated_inputs: list,
+        saved_checks: list | None = None,
+        saved_outputs: list | None = None,
+    ):
+        self.trace = trace
+        self.num_graph = trace.num_graph_outputs
+        # (primal index, forward output index) copied back under no_grad
+        self.mutated = list(mutated_inputs)
+        self.num_fw = self.num_graph + len(self.mutated)
+        self.grad_mutations = list(trace.grad_mutations)
+        self.diff = list(trace.diff_outputs)
+        self.grad_primals = list(trace.grad_primals)
+        # saved-tensor positions whose storage user code can reach (inputs, outputs)
+        self.saved_checks = list(saved_checks or [])
+        # saved-tensor positions that are also graph outputs (kept as separate aliases)
+        self.saved_outputs = list(saved_outputs or [])
+        self.plan = trace.plan
+        # the backward node's outputs: shape and dtype (to materialize missing gradients) and
+        # whether the compiled backward was traced with a contiguous tangent
+        self.out_meta = tuple((t._shape, t._dtype) for t in trace.diff_values)
+        self.contiguous = tuple(t.is_contiguous() for t in trace.diff_values)
+        self.out_spec = trace.out_spec
+        # fn returned a flat tuple of graph outputs in order: return the forward's slice as is
+        spec = trace.out_spec
+        self.direct = (
+            spec.kind == "tuple"
+            and all(c.kind == "leaf" for c in spec.children)
+            and [(k, i) for k, i, _ in self.plan] == [(OUT_GRAPH, j) for j in range(self.num_graph)]
+        )
+        self.single = spec.kind == "leaf"
+
+
+def _rng_args(total: int) -> tuple:
+    """The (seed, offset) inputs of a graph with random ops: ``total`` counters drawn now."""
+    seed, offset = rng.default_generator.next_offset(total)
+    return tensor(seed), tensor(offset)
+
+
+def _copy_back(primals, outs, mutated) -> None:
+    prev = _grad_enabled[0]
+    _grad_enabled[0] = False
+    try:
+        for k, j in mutated:
+            primals[k].copy_(outs[j])
+    finally:
+        _grad_enabled[0] = prev
+
+
+def _finish(layout: RuntimeLayout, primals, graph_outs):
+    """fn's return value: graph outputs, constants and regenerated aliases, in fn's structure."""
+    if layout.direct:
+        return tuple(graph_outs)
+    leaves = []
+    for kind, index, replay in layout.plan:
+        if kind == OUT_GRAPH:
+            leaves.append(graph_outs[index])
+        elif kind == OUT_CONST:
+            leaves.append(index)
+        elif kind == OUT_INPUT:
+            leaves.append(primals[index])
+        else:
+            source = primals[index] if index >= 0 else graph_outs[-index - 1]
+            leaves.append(replay(source))
+    if layout.single:
+        return leaves[0]
+    return tree_unflatten(leaves, layout.out_spec)
+
+
+def _fresh_alias(t: Tensor) -> Tensor:
+    """A new tensor object over ``t``'s storage, with no base and no autograd history.
+
+    A differentiable graph output that is a view of a value the graph made must not carry that
+    base (an in-place op on it would rebase history onto a tensor the user never saw), and a
+    saved tensor that is also an output must not be the object whose grad_fn is the node that
+    saves it (a reference cycle)."""
+    return _detached_alias(t)
+
+
+class CompiledFunctionBackward(Node):
+    """The grad_fn of a compiled region's differentiable outputs: runs the compiled backward on
+    the saved tensors and the incoming gradients."""
+
+    __slots__ = ("backward", "saved", "versions", "out_meta", "contiguous")
+
+    def name(self) -> str:
+        return "CompiledFunctionBackward"
+
+    def apply(self, grad_outputs: tuple) -> tuple:
+        if _grad_enabled[0]:
+            raise RuntimeError(_DOUBLE_BACKWARD_MSG)
+        if self._released:
+            raise RuntimeError(_RELEASED_MSG)
+        for t, version in self.versions:
+            if t._get_storage().version != version:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by "
+                    f"an inplace operation: [kiln.{t._dtype.name} tensor of shape "
+                    f"{list(t._shape)}], saved by a compiled region, is at version "
+                    f"{t._get_storage().version}; expected version {version} instead."
+                )
+        tangents = [
+            g if not want or g.is_contiguous() else g.contiguous()
+            for g, want in zip(grad_outputs, self.contiguous)
+        ]
+        return tuple(self.backward(*self.saved, *tangents))
+
+    def release(self) -> None:
+        self._released = True
+        self.saved = None
+        self.versions = ()
+
+
+def make_runner(layout: RuntimeLayout, forward: Callable, backward: Callable | None) -> Callable:
+    """The per-call function for one compiled signature (see the module docstring)."""
+    trace = layout.trace
+    rng_total = trace.rng_total if trace.uses_rng else None
+    if backward is None:
+        return _inference_runner(layout, forward, rng_total)
+    return _training_runner(layout, forward, backward, rng_total)
+
+
+def _inference_runner(layout: RuntimeLayout, forward: Callable, rng_total) -> Callable:
+    num_graph, mutated = layout.num_graph, layout.mutated
+    if rng_total is None and not mutated and layout.direct:
+        return forward  # the forward's tuple is fn's result: nothing to add per call
+
+    def run(*primals):
+        outs = (
+            forward(*primals, *_rng_args(rng_total)) if rng_total is not None else forward(*primals)
+        )
+        if mutated:
+            _copy_back(primals, outs, mutated)
+        return _finish(layout, primals, outs[:num_graph] if mutated else outs)
+
+    return run
+
+
+def _training_runner(layout: RuntimeLayout, forward: Callable, backward: Callable, rng_total):
+    num_graph, num_fw, mutated = layout.num_graph, layout.num_fw, layout.mutated
+    diff, grad_primals = layout.diff, layout.grad_primals
+    grad_mutations, saved_checks = layout.grad_mutations, layout.saved_checks
+    saved_outputs = layout.saved_outputs
+    out_meta, contiguous = layout.out_meta, layout.contiguous
+
+    def run(*primals):
+        _grad_enabled[0] = False
+        try:
+            outs = (
+                forward(*primals, *_rng_args(rng_total))
+                if rng_total is not None
+                else forward(*primals)
+            )
+            for k, j in mutated:
+                primals[k].copy_(outs[j])
+        finally:
+            _grad_enabled[0] = True
+        node = CompiledFunctionBackward(tuple([autograd_edge(primals[k]) for k in grad_primals]))
+        node.backward = backward
+        saved = outs[num_fw:]
+        if saved_outputs:
+            saved = list(saved)
+            for i in saved_outputs:
+                saved[i] = _fresh_alias(saved[i])
+        node.saved = saved
+        node.versions = [(saved[i], saved[i]._get_storage().version) for i in saved_checks]
+        graph_outs = list(outs[:num_graph])
+        for nr, j in enumerate(diff):
+            o = graph_outs[j]
+            if o._base is not None:
+                o = graph_outs[j] = _fresh_alias(o)
+            o._requires_grad = True
+            o.grad_fn = node
+            o._output_nr = nr
+        node.out_meta = out_meta
+        node.contiguous = contiguous
+        for k, j in grad_mutations:
+            primals[k].copy_(graph_outs[j])
+        return _finish(layout, primals, graph_outs)
+
+    return run

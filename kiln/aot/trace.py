@@ -1,0 +1,283 @@
+"""Tracing for AOT autograd: the joint forward+backward graph (or the forward alone) and the
+metadata the runtime wrapper needs to give the compiled call eager semantics.
+
+The function runs on proxies under ``TracingMode`` with autograd recording, so the derivative
+formulas the eager engine would run become graph nodes: ``autograd.grad`` of the differentiable
+outputs against tangent placeholders adds the backward to the same graph.
+
+What eager code can observe beyond values is recorded here, not compiled:
+
+- *Aliasing outputs.* An output that shares storage with an input (``x.t()``, ``x[0]``, ``x``
+  itself) is not a graph output: the wrapper regenerates it from the real input, so it stays a
+  view as in eager. Outputs that share storage with each other (``y, y.view(-1)``) are
+  regenerated as views of one *base* the graph returns.
+- *Inputs that require grad and are mutated with autograd history* (``x.mul_(2)`` on a
+  non-leaf ``x``). Such an argument is handed to ``fn`` as a clone (folded back into the
+  placeholder after tracing, so it costs nothing), its new value becomes a differentiable
+  output, and the wrapper copies it into the real input with grad mode on, so the input's
+  history continues through the compiled region like eager's would. Inputs that do not require
+  grad (buffers) get their new values copied back without history: captured graphs do not
+  record the ``no_grad`` blocks inside library functions (BatchNorm's running-stat update), so
+  their in-place updates would otherwise wrongly start requiring grad.
+- *Random ops.* ``rand``/``randn`` become ``philox_rand(seed, offset + k)`` on two extra inputs
+  filled from the runtime generator on each call, so a mask recomputed in the backward equals
+  the forward's, and a compiled call draws the same numbers as eager after the same seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .. import autograd
+from ..autograd.grad_mode import enable_grad, no_grad
+from ..ir import Graph
+from ..ir.tracer import TracingMode
+from ..ops.dispatch import view_replay
+from ..ops.registry import OPS
+from ..runtime import state
+from ..runtime.tensor import Tensor
+from .decompositions import decomposition_table
+from .pytree import tree_flatten, tree_unflatten
+
+__all__ = ["TraceResult", "trace_function", "OUT_GRAPH", "OUT_CONST", "OUT_INPUT", "OUT_VIEW"]
+
+# output plan entries: (kind, index, replay)
+OUT_GRAPH = 0  # graph output ``index``
+OUT_CONST = 1  # the constant ``index`` (a Python value the function returned)
+OUT_INPUT = 2  # the real input ``index`` itself
+OUT_VIEW = 3  # ``replay(source)``: source is the real input ``index`` (index >= 0) or graph
+#                output ``-index - 1`` (a base shared by several outputs)
+
+
+@dataclass
+class TraceResult:
+    """A traced graph and how its outputs map back to what ``fn`` returns."""
+
+    graph: Graph
+    constants: dict
+    out_spec: object
+    # one (kind, index, replay) per leaf of fn's output (see OUT_*)
+    plan: list
+    num_primals: int
+    num_graph_outputs: int
+    # indices (into graph outputs) of the differentiable ones, in tangent order, and their
+    # example values
+    diff_outputs: list
+    diff_values: list
+    # primals that require grad (the backward returns one gradient for each, in order)
+    grad_primals: list
+    # (primal index, graph output index): inputs mutated with autograd history
+    grad_mutations: list = field(default_factory=list)
+    rng_total: int = 0
+    uses_rng: bool = False
+
+
+class _RngState:
+    """Seed/offset placeholders of one trace and how many counters its random ops use."""
+
+    def __init__(self, mode_ref: list):
+        self.mode_ref = mode_ref
+        self.seed = None
+        self.offset = None
+        self.total = 0
+
+    def placeholders(self):
+        if self.seed is None:
+            mode = self.mode_ref[0]
+            self.seed = mode.placeholder("rng_seed", _int_scalar())
+            self.offset = mode.placeholder("rng_offset", _int_scalar())
+            mode.node_of(self.seed).meta["aot_role"] = "rng"
+            mode.node_of(self.offset).meta["aot_role"] = "rng"
+        return self.seed, self.offset
+
+    def table(self) -> dict:
+        def make(prim):
+            def decomposition(size, generator=None, dtype=None, device=None):
+                seed, offset = self.placeholders()
+                n = 1
+                for s in size:
+                    n *= int(s)
+                start = self.total
+                # the generator rounds every draw up to 4 counters: so do we, to match eager
+                self.total += (n + 3) & ~3
+                return prim(size, seed, offset + start if start else offset, dtype=dtype,
+                            device=device)  # fmt: skip
+
+            return decomposition
+
+        return {OPS["rand"]: make(OPS["philox_rand"]), OPS["randn"]: make(OPS["philox_randn"])}
+
+
+def _int_scalar() -> Tensor:
+    from ..ops.api import tensor
+
+    return tensor(0)
+
+
+def _replayer(view: Tensor, base: Tensor) -> Callable[[Tensor], Tensor] | None:
+    """How to make ``view`` from a real tensor laid out like ``base``: the recorded view ops
+    (so autograd sees eager's view ops), else ``as_strided`` at the same relative offset."""
+    if view is base:
+        return None
+    if view._base is base:
+        try:
+            replay = view_replay(view)
+        except RuntimeError:  # multi-output views (split, unbind) cannot be replayed one by one
+            pass
+        else:
+            if view._requires_grad or not base._requires_grad:
+                return replay
+            return lambda real: replay(real.detach())
+    size, stride = tuple(view._shape), tuple(view.stride())
+    relative = view.storage_offset() - base.storage_offset()
+    detach = base._requires_grad and not view._requires_grad
+
+    def as_strided(real: Tensor) -> Tensor:
+        src = real.detach() if detach else real
+        return src.as_strided(size, stride, real.storage_offset() + relative)
+
+    return as_strided
+
+
+class _OutputAnalysis:
+    """Classifies fn's output leaves into the plan and the graph outputs (module docstring)."""
+
+    def __init__(self, flat_out: list, args: list, proxies: list):
+        self.plan: list = [None] * len(flat_out)
+        self.graph_outputs: list[Tensor] = []
+        self._graph_index: dict[int, int] = {}
+        input_storage = {}
+        for k, (a, p) in enumerate(zip(args, proxies)):
+            input_storage[id(p._get_storage())] = k
+            input_storage[id(a._get_storage())] = k
+        groups: dict[int, list[int]] = {}
+        for i, o in enumerate(flat_out):
+            if not isinstance(o, Tensor) or o._data is not None:  # a real tensor is a constant
+                self.plan[i] = (OUT_CONST, o, None)
+                continue
+            sid = id(o._get_storage())
+            k = input_storage.get(sid)
+            if k is None:
+                groups.setdefault(sid, []).append(i)
+            elif o is args[k] or o is proxies[k]:
+                self.plan[i] = (OUT_INPUT, k, None)
+            else:
+                self.plan[i] = (OUT_VIEW, k, _replayer(o, args[k]))
+        for members in groups.values():
+            self._plan_group(flat_out, members)
+
+    def graph_index(self, t: Tensor) -> int:
+        j = self._graph_index.get(id(t))
+        if j is None:
+            j = self._graph_index[id(t)] = len(self.graph_outputs)
+            self.graph_outputs.append(t)
+        return j
+
+    def _plan_group(self, flat_out: list, members: list[int]) -> None:
+        """Outputs sharing one storage: the graph returns their base once, the wrapper makes
+        each output from it (a detached alias too, which is no view but shares the storage)."""
+        tensors = [flat_out[i] for i in members]
+        first = tensors[0]
+        same_object = all(t is first for t in tensors)
+        base = first if same_object or first._base is None else first._base
+        j = self.graph_index(base)
+        for i, t in zip(members, tensors):
+            replay = _replayer(t, base)
+            self.plan[i] = (OUT_GRAPH, j, None) if replay is None else (OUT_VIEW, -j - 1, replay)
+
+
+def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceResult:
+    """Trace ``fn(*args, **kwargs)`` on proxies; ``with_grad`` adds tangents and the backward."""
+    graph = Graph()
+    mode_ref: list = []
+    rng_state = _RngState(mode_ref)
+    table = decomposition_table() if decompositions is None else dict(decompositions)
+    table.update(rng_state.table())
+    mode = TracingMode(graph, decompositions=table)
+    mode_ref.append(mode)
+    flat_args, in_spec = tree_flatten((args, kwargs))
+    positions = [i for i, a in enumerate(flat_args) if isinstance(a, Tensor)]
+    prev = state.grad_enabled[0]
+    try:
+        with mode:
+            proxies = []
+            for k, i in enumerate(positions):
+                p = mode.placeholder(f"primals_{k + 1}", flat_args[i])
+                mode.node_of(p).meta["aot_role"] = "primal"
+                proxies.append(p)
+            requires_grad = [with_grad and p._requires_grad for p in proxies]
+            grad_ctx = enable_grad() if with_grad else no_grad()
+            with grad_ctx:
+                fn_args, clones = _arguments_for_fn(mode, proxies, with_grad)
+                history = [a.grad_fn for a in fn_args]
+                call_args = list(flat_args)
+                for i, a in zip(positions, fn_args):
+                    call_args[i] = a
+                call_positional, call_keywords = tree_unflatten(call_args, in_spec)
+                out = fn(*call_positional, **call_keywords)
+            flat_out, out_spec = tree_flatten(out)
+            outputs = _OutputAnalysis(flat_out, fn_args, proxies)
+            grad_mutations = []
+            if with_grad:
+                for k, (arg, before) in enumerate(zip(fn_args, history)):
+                    if requires_grad[k] and arg.grad_fn is not before:
+                        grad_mutations.append((k, outputs.graph_index(arg)))
+            graph_outputs = outputs.graph_outputs
+            diff = [j for j, o in enumerate(graph_outputs) if with_grad and _is_differentiable(o)]
+            grad_primals = [k for k, r in enumerate(requires_grad) if r]
+            results = list(graph_outputs)
+            if with_grad:
+                results += _backward(mode, [graph_outputs[j] for j in diff],
+                                     [proxies[k] for k in grad_primals])  # fmt: skip
+            mode.output(tuple(results))
+    finally:
+        state.grad_enabled[0] = prev
+    for clone_node, placeholder in clones:
+        clone_node.replace_all_uses_with(placeholder)
+        graph.erase_node(clone_node)
+    return TraceResult(
+        graph=graph,
+        constants=dict(mode.attributes),
+        out_spec=out_spec,
+        plan=outputs.plan,
+        num_primals=len(proxies),
+        num_graph_outputs=len(graph_outputs),
+        diff_outputs=diff,
+        diff_values=[graph_outputs[j] for j in diff],
+        grad_primals=grad_primals,
+        grad_mutations=grad_mutations,
+        rng_total=rng_state.total,
+        uses_rng=rng_state.seed is not None,
+    )
+
+
+def _is_differentiable(t: Tensor) -> bool:
+    return t._requires_grad and t._dtype.is_floating_point
+
+
+def _arguments_for_fn(mode: TracingMode, proxies: list, with_grad: bool):
+    """What ``fn`` receives: the proxies, with a clone in front of each that requires grad so an
+    in-place op on it is legal, as it is on the real (non-leaf) input in eager."""
+    args, clones = [], []
+    for p in proxies:
+        if with_grad and p._requires_grad:
+            q = p.clone()
+            clones.append((mode.node_of(q), mode.node_of(p)))
+            args.append(q)
+        else:
+            args.append(p)
+    return args, clones
+
+
+def _backward(mode: TracingMode, diff_outs: list, diff_inputs: list) -> list:
+    """Tangent placeholders for ``diff_outs`` and the traced gradients of ``diff_inputs``."""
+    tangents = []
+    for j, o in enumerate(diff_outs):
+        t = mode.placeholder(f"tangents_{j + 1}", o)
+        mode.node_of(t).meta["aot_role"] = "tangent"
+        t._requires_grad = False
+        tangents.append(t)
+    if not (diff_outs and diff_inputs):
+        return [None] * len(diff_inputs)
+    return list(autograd.grad(diff_outs, diff_inputs, tangents, allow_unused=True))

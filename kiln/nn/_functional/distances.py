@@ -1,0 +1,81 @@
+"""``F`` distances: pdist, normalize, cosine_similarity and pairwise_distance.
+
+They share ``safe_vector_norm``, a p-norm whose gradient is 0 rather than NaN where the norm is
+0 (as PyTorch's is).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...ops import OPS
+from ...ops.api import tensor as kiln_tensor
+from ...ops.registry import torch_function
+from ...runtime.tensor import Tensor
+
+
+def safe_vector_norm(x: Tensor, p: float, dim, keepdim: bool = False) -> Tensor:
+    """p-norm over ``dim`` whose gradient is 0 (not NaN) where the norm is 0, as in PyTorch."""
+    if p == 1:
+        return x.abs().sum(dim, keepdim)
+    if p == math.inf:
+        return x.abs().amax(dim, keepdim)
+    if p == -math.inf:
+        return x.abs().amin(dim, keepdim)
+    if p == 0:
+        return (x != 0).to(x.dtype).sum(dim, keepdim)
+    powered = x * x if p == 2 else x.abs() ** p
+    total = powered.sum(dim, keepdim)
+    positive = total > 0
+    safe = OPS["where"](positive, total, 1.0)
+    root = safe.sqrt() if p == 2 else safe ** (1.0 / p)
+    return OPS["where"](positive, root, 0.0)
+
+
+def pdist(input: Tensor, p: float = 2) -> Tensor:
+    """Distances between every pair of rows i < j, in row-major order of the pairs."""
+    if input.ndim != 2:
+        raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
+    first, second = np.triu_indices(input.shape[0], 1)
+    rows_i = OPS["index"](input, [kiln_tensor(first, device=input.device)])
+    rows_j = OPS["index"](input, [kiln_tensor(second, device=input.device)])
+    return safe_vector_norm(rows_i - rows_j, p, -1)
+
+
+def normalize(
+    input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out: Tensor | None = None
+) -> Tensor:
+    denom = safe_vector_norm(input, p, dim, True).clamp(min=eps).expand(tuple(input.shape))
+    result = input / denom
+    return out.copy_(result) if out is not None else result
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    n1 = safe_vector_norm(x1, 2, dim, True)
+    n2 = safe_vector_norm(x2, 2, dim, True)
+    # PyTorch clamps the norms in place under no_grad: the value is clamped, the gradient is not
+    n1 = n1 + (n1.clamp(min=eps) - n1).detach()
+    n2 = n2 + (n2.clamp(min=eps) - n2).detach()
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+def pairwise_distance(
+    x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False
+) -> Tensor:
+    return safe_vector_norm(x1 - x2 + eps, p, -1, keepdim)
+
+
+# ------------------------------------------------------------------------------ kiln.<name> forms
+# ``torch.<name>`` versions of these functions take other argument orders (aten schemas)
+
+
+@torch_function("cosine_similarity")
+def _torch_cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8):
+    return cosine_similarity(x1, x2, dim, eps)
+
+
+@torch_function("pairwise_distance")
+def _torch_pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
+    return pairwise_distance(x1, x2, p, eps, keepdim)

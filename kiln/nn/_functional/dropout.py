@@ -1,0 +1,125 @@
+"""``F`` dropout family: plain, feature (channel-wise) and alpha dropout.
+
+Masks come from ``kiln.rand``, so ``manual_seed`` reproduces them; plain and feature dropout apply
+theirs with the ``_masked_scale`` op.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+from ...ops import OPS
+from ...ops.registry import torch_function
+from ...runtime import dtypes as dt
+from ...runtime.tensor import Tensor
+
+
+def _check_p(p: float) -> None:
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
+def _apply_mask(input: Tensor, p: float, mask_shape, inplace: bool) -> Tensor:
+    """input * keep / (1 - p) with keep ~ Bernoulli(1 - p) drawn from kiln's generator."""
+    if p == 1.0:
+        out = input * 0
+    else:
+        keep = OPS["rand"](mask_shape, dtype=dt.float32, device=input.device) < 1.0 - p
+        out = OPS["_masked_scale"](input, keep, 1.0 / (1.0 - p))
+    return input.copy_(out) if inplace else out
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    _check_p(p)
+    if not training or p == 0.0 or input.numel() == 0:
+        return input
+    return _apply_mask(input, p, tuple(input.shape), inplace)
+
+
+def _feature_dropout(name, input, p, training, inplace, dims):
+    _check_p(p)
+    if input.ndim not in (dims + 1, dims + 2):
+        raise RuntimeError(
+            f"{name}: Expected {dims + 1}D or {dims + 2}D input, but received a {input.ndim}D "
+            f"input. Note that {name} exists to provide channel-wise dropout on inputs with "
+            f"{dims} spatial dimension(s), a channel dimension, and an optional batch dimension "
+            f"(i.e. {dims + 1}D or {dims + 2}D inputs)."
+        )
+    if not training or p == 0.0 or input.numel() == 0:
+        return input
+    batched = input.ndim == dims + 2
+    x = input if batched else input.unsqueeze(0)
+    mask_shape = tuple(x.shape[:2]) + (1,) * dims
+    out = _apply_mask(x, p, mask_shape, False)
+    out = out if batched else out.squeeze(0)
+    return input.copy_(out) if inplace else out
+
+
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    return _feature_dropout("dropout1d", input, p, training, inplace, 1)
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    if input.ndim == 3:
+        warnings.warn(
+            "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D "
+            "dropout behavior is desired - input is interpreted as shape (N, C, L).",
+            stacklevel=2,
+        )
+        return _feature_dropout("dropout2d", input, p, training, inplace, 1)
+    return _feature_dropout("dropout2d", input, p, training, inplace, 2)
+
+
+def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    return _feature_dropout("dropout3d", input, p, training, inplace, 3)
+
+
+_SELU_ALPHA_PRIME = 1.7580993408473766
+
+
+def _alpha_dropout(input, p, training, inplace, mask_shape):
+    _check_p(p)
+    if not training or p == 0.0 or input.numel() == 0:
+        return input
+    if p == 1.0:
+        out = input * 0
+    else:
+        keep = (OPS["rand"](mask_shape, dtype=dt.float32, device=input.device) < 1.0 - p).to(
+            input.dtype
+        )
+        a = 1.0 / math.sqrt((_SELU_ALPHA_PRIME**2 * p + 1) * (1 - p))
+        shift = (keep - 1) * (_SELU_ALPHA_PRIME * a) + _SELU_ALPHA_PRIME * a * p
+        out = input * (keep * a) + shift
+    return input.copy_(out) if inplace else out
+
+
+def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False):
+    """Dropout that keeps SELU's self-normalizing mean and variance."""
+    return _alpha_dropout(input, p, training, inplace, tuple(input.shape))
+
+
+def feature_alpha_dropout(
+    input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False
+):
+    shape = tuple(input.shape[:2]) + (1,) * (input.ndim - 2)
+    return _alpha_dropout(input, p, training, inplace, shape)
+
+
+# ------------------------------------------------------------------------------ kiln.<name> forms
+# ``torch.<name>`` versions of these functions take other argument orders (aten schemas)
+
+
+@torch_function("dropout")
+def _torch_dropout(input: Tensor, p: float, train: bool) -> Tensor:
+    return dropout(input, p, train)
+
+
+@torch_function("feature_dropout")
+def _torch_feature_dropout(input: Tensor, p: float, train: bool) -> Tensor:
+    return _feature_dropout("feature_dropout", input, p, train, False, input.ndim - 2)
+
+
+@torch_function("alpha_dropout")
+def _torch_alpha_dropout(input: Tensor, p: float, train: bool) -> Tensor:
+    return alpha_dropout(input, p, train)

@@ -1,0 +1,106 @@
+"""``F`` wrappers of single-op layers.
+
+embedding (with ``max_norm`` renormalization), one_hot, pad, linear, bilinear and
+scaled_dot_product_attention.
+"""
+
+from __future__ import annotations
+
+from ...autograd.grad_mode import no_grad
+from ...ops import OPS
+from ...ops import padding as _padding
+from ...ops.registry import torch_function
+from ...runtime.tensor import Tensor
+from .distances import safe_vector_norm
+
+# ------------------------------------------------------------------------------ embedding, padding
+
+
+def embedding(
+    input: Tensor,
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
+    num = weight.shape[0]
+    if padding_idx is not None:
+        if padding_idx > 0 and padding_idx >= num:
+            raise AssertionError("Padding_idx must be within num_embeddings")
+        if padding_idx < 0:
+            if padding_idx < -num:
+                raise AssertionError("Padding_idx must be within num_embeddings")
+            padding_idx = num + padding_idx
+    else:
+        padding_idx = -1
+    if sparse:
+        raise NotImplementedError("kiln has no sparse tensors: use sparse=False")
+    if max_norm is not None:
+        _embedding_renorm_(weight, input, max_norm, norm_type)
+    return OPS["embedding"](weight, input, padding_idx, scale_grad_by_freq, sparse)
+
+
+def _embedding_renorm_(weight: Tensor, indices: Tensor, max_norm: float, norm_type: float):
+    """Rescale (in place) the looked-up rows whose norm exceeds ``max_norm``."""
+    with no_grad():
+        flat = indices.reshape(-1)
+        rows = OPS["index"](weight, [flat])
+        norms = safe_vector_norm(rows, norm_type, 1, True)
+        scale = OPS["where"](norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+        OPS["index_put_"](weight, [flat], rows * scale, False)
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    return OPS["_one_hot"](tensor, num_classes)
+
+
+def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:
+    if mode == "constant":
+        return OPS["constant_pad_nd"](input, list(pad), 0 if value is None else value)
+    if value is not None and value != 0:
+        raise RuntimeError(f'Padding mode "{mode}" doesn\'t take in value argument.')
+    if mode not in ("reflect", "replicate", "circular"):
+        raise NotImplementedError(
+            f"Unrecognised padding mode {mode}: expected constant, reflect, replicate or circular"
+        )
+    return _padding.pad_indexed(input, pad, mode)
+
+
+# ------------------------------------------------------------------------------ linear, attention
+
+
+linear = OPS["linear"]  # the op itself: its schema is PyTorch's signature
+
+
+def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None):
+    """out[..., o] = input1 @ weight[o] @ input2 (+ bias[o]), as one matmul and a reduction."""
+    if (
+        weight.ndim != 3
+        or input1.shape[-1] != weight.shape[1]
+        or input2.shape[-1] != weight.shape[2]
+    ):
+        raise RuntimeError(
+            f"bilinear: shapes do not match: input1 {list(input1.shape)}, input2 "
+            f"{list(input2.shape)}, weight {list(weight.shape)}"
+        )
+    out_features, in1, in2 = weight.shape
+    lead = list(input1.shape[:-1])
+    left = OPS["matmul"](input1.reshape(-1, in1), weight.permute(1, 0, 2).reshape(in1, -1))
+    out = (left.reshape(-1, out_features, in2) * input2.reshape(-1, 1, in2)).sum(-1)
+    out = out.reshape(lead + [out_features])
+    return out + bias if bias is not None else out
+
+
+# the op itself: its schema is PyTorch's signature
+scaled_dot_product_attention = OPS["scaled_dot_product_attention"]
+
+
+# ------------------------------------------------------------------------------ kiln.<name> forms
+# ``torch.<name>`` versions of these functions take other argument orders (aten schemas)
+
+
+@torch_function("bilinear")
+def _torch_bilinear(input1, input2, weight, bias=None):
+    return bilinear(input1, input2, weight, bias)

@@ -1,0 +1,314 @@
+"""``F`` losses.
+
+Legacy ``size_average``/``reduce`` parsing and per-element weights around the loss ops, and the
+losses composed from other ops (kl_div, poisson/gaussian nll, margin and triplet losses).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+from ...ops import OPS
+from ...ops import loss as _loss
+from ...runtime import dtypes as dt
+from ...runtime.tensor import Tensor
+from .activations import logsigmoid
+from .distances import pairwise_distance
+
+
+def _reduction(size_average, reduce, reduction: str) -> str:
+    """PyTorch's legacy ``size_average``/``reduce`` flags, mapped to a reduction string."""
+    if size_average is None and reduce is None:
+        return reduction
+    warnings.warn(
+        "size_average and reduce args will be deprecated, please use reduction='...' instead.",
+        stacklevel=3,
+    )
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    if size_average and reduce:
+        return "mean"
+    return "sum" if reduce else "none"
+
+
+def _warn_size(input: Tensor, target: Tensor) -> None:
+    if tuple(input.shape) != tuple(target.shape):
+        warnings.warn(
+            f"Using a target size ({target.shape}) that is different to the input size "
+            f"({input.shape}). This will likely lead to incorrect results due to broadcasting. "
+            "Please ensure they have the same size.",
+            stacklevel=3,
+        )
+
+
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    reduction = _reduction(size_average, reduce, reduction)
+    return OPS["cross_entropy"](input, target, weight, reduction, ignore_index, label_smoothing)
+
+
+def nll_loss(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    reduction = _reduction(size_average, reduce, reduction)
+    return OPS["nll_loss"](input, target, weight, reduction, ignore_index)
+
+
+def _weighted_elementwise(name, input, target, reduction, weight, mean_by_weight, *params):
+    _warn_size(input, target)
+    _loss.check_reduction(reduction)
+    if weight is None:
+        return OPS[name](input, target, *params, reduction)
+    if tuple(weight.shape) != tuple(input.shape):
+        raise ValueError("Weights and input must have the same size.")
+    loss = OPS[name](input, target, *params, "none") * weight
+    if reduction == "none":
+        return loss
+    if reduction == "sum" or not mean_by_weight:
+        return loss.sum() if reduction == "sum" else loss.mean()
+    return loss.sum() / weight.sum()
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    reduction = _reduction(size_average, reduce, reduction)
+    return _weighted_elementwise("mse_loss", input, target, reduction, weight, True)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    reduction = _reduction(size_average, reduce, reduction)
+    return _weighted_elementwise("l1_loss", input, target, reduction, weight, True)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    reduction = _reduction(size_average, reduce, reduction)
+    if beta < 0:
+        raise RuntimeError(f"smooth_l1_loss does not support negative values for beta (got {beta})")
+    return _weighted_elementwise("smooth_l1_loss", input, target, reduction, None, True, beta)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    if delta <= 0:
+        raise RuntimeError(
+            f"huber_loss does not support non-positive values for delta (got {delta})"
+        )
+    return _weighted_elementwise("huber_loss", input, target, reduction, weight, False, delta)
+
+
+def binary_cross_entropy(
+    input, target, weight=None, size_average=None, reduce=None, reduction="mean"
+) -> Tensor:
+    reduction = _reduction(size_average, reduce, reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(
+            f"Using a target size ({target.shape}) that is different to the input size "
+            f"({input.shape}) is deprecated. Please ensure they have the same size."
+        )
+    if weight is not None:
+        weight = weight.expand(tuple(input.shape))
+    return OPS["binary_cross_entropy"](input, target, weight, reduction)
+
+
+def binary_cross_entropy_with_logits(
+    input,
+    target,
+    weight=None,
+    size_average=None,
+    reduce=None,
+    reduction="mean",
+    pos_weight=None,
+) -> Tensor:
+    reduction = _reduction(size_average, reduce, reduction)
+    return OPS["binary_cross_entropy_with_logits"](input, target, weight, pos_weight, reduction)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    if size_average is not None or reduce is not None:
+        reduction = _reduction(size_average, reduce, reduction)
+    elif reduction == "mean":
+        warnings.warn(
+            "reduction: 'mean' divides the total loss by both the batch size and the support "
+            "size.'batchmean' divides only by the batch size, and aligns with the KL div math "
+            "definition.'mean' will be changed to behave the same as 'batchmean' in the next "
+            "major release.",
+            stacklevel=2,
+        )
+    if log_target:
+        pointwise = target.exp() * (target - input)
+    else:
+        pointwise = OPS["xlogy"](target, target) - target * input
+    if reduction == "batchmean":
+        total = pointwise.sum()
+        return total / input.shape[0] if input.ndim else total
+    return _loss.reduce_loss(pointwise, _loss.check_reduction(reduction))
+
+
+def poisson_nll_loss(
+    input,
+    target,
+    log_input=True,
+    full=False,
+    size_average=None,
+    eps=1e-8,
+    reduce=None,
+    reduction="mean",
+) -> Tensor:
+    reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
+    if log_input:
+        loss = input.exp() - target * input
+    else:
+        loss = input - target * (input + eps).log()
+    if full:
+        stirling = target * target.log() - target + 0.5 * (2 * math.pi * target).log()
+        loss = loss + OPS["where"](target > 1, stirling, 0.0)
+    return _loss.reduce_loss(loss, reduction)
+
+
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean") -> Tensor:
+    if not isinstance(var, Tensor):
+        var = OPS["full"](tuple(input.shape), float(var), dtype=input.dtype, device=input.device)
+    if tuple(var.shape) != tuple(input.shape):
+        if tuple(input.shape[:-1]) == tuple(var.shape):
+            var = var.unsqueeze(-1)
+        elif not (
+            input.ndim == var.ndim and sum(v for i, v in zip(input.shape, var.shape) if i != v) == 1
+        ):
+            raise ValueError("var is of incorrect size")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(reduction + " is not valid")
+    if not var.is_fake and (var < 0).any().item():
+        raise ValueError("var has negative entry/entries")
+    var = var + (var.clamp(min=eps) - var).detach()
+    loss = 0.5 * (var.log() + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _loss.reduce_loss(loss, reduction)
+
+
+def margin_ranking_loss(
+    input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"
+) -> Tensor:
+    reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
+    if not input1.ndim == input2.ndim == target.ndim:
+        raise RuntimeError(
+            f"margin_ranking_loss : All input tensors should have same dimension but got sizes: "
+            f"input1: {input1.shape}, input2: {input2.shape}, target: {target.shape} "
+        )
+    loss = (-target * (input1 - input2) + margin).clamp(min=0)
+    return _loss.reduce_loss(loss, reduction)
+
+
+def hinge_embedding_loss(
+    input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"
+) -> Tensor:
+    reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
+    margin_part = OPS["where"](target != 1, (margin - input).clamp(min=0), 0.0)
+    self_part = OPS["where"](target != -1, input, 0.0)
+    return _loss.reduce_loss(margin_part + self_part, reduction)
+
+
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean") -> Tensor:
+    reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
+    return _loss.reduce_loss((-target * input).exp().log1p(), reduction)
+
+
+def cosine_embedding_loss(
+    input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"
+) -> Tensor:
+    reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
+    dim = 1 if input1.ndim == 2 else 0
+    dot = (input1 * input2).sum(dim)
+    mag1 = (input1 * input1).sum(dim) + 1e-12
+    mag2 = (input2 * input2).sum(dim) + 1e-12
+    cos = dot / (mag1 * mag2).sqrt()
+    pos = OPS["where"](target == 1, 1 - cos, 0.0)
+    neg = OPS["where"](target == -1, (cos - margin).clamp(min=0), 0.0)
+    return _loss.reduce_loss(pos + neg, reduction)
+
+
+def triplet_margin_loss(
+    anchor,
+    positive,
+    negative,
+    margin=1.0,
+    p=2,
+    eps=1e-6,
+    swap=False,
+    size_average=None,
+    reduce=None,
+    reduction="mean",
+) -> Tensor:
+    reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
+    if margin <= 0:
+        raise ValueError(
+            f"TripletMarginLoss: expected margin to be greater than 0, got {margin} instead"
+        )
+    d_pos = pairwise_distance(anchor, positive, p, eps)
+    d_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_neg = OPS["minimum"](d_neg, pairwise_distance(positive, negative, p, eps))
+    return _loss.reduce_loss((margin + d_pos - d_neg).clamp(min=0), reduction)
+
+
+def triplet_margin_with_distance_loss(
+    anchor, positive, negative, *, distance_function=None, margin=1.0, swap=False, reduction="mean"
+) -> Tensor:
+    reduction = _loss.check_reduction(reduction)
+    if margin <= 0:
+        raise ValueError(
+            f"TripletMarginWithDistanceLoss: expected margin to be greater than 0, got {margin} instead"
+        )
+    distance = distance_function or pairwise_distance
+    d_pos = distance(anchor, positive)
+    d_neg = distance(anchor, negative)
+    if swap:
+        d_neg = OPS["minimum"](d_neg, distance(positive, negative))
+    return _loss.reduce_loss((margin + d_pos - d_neg).clamp(min=0), reduction)
+
+
+def multilabel_soft_margin_loss(
+    input, target, weight=None, size_average=None, reduce=None, reduction="mean"
+) -> Tensor:
+    reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
+    loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
+    if weight is not None:
+        loss = loss * weight
+    class_dim = input.ndim - 1
+    loss = loss.sum(class_dim) / input.shape[class_dim]
+    return _loss.reduce_loss(loss, reduction)
+
+
+def multi_margin_loss(
+    input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None, reduction="mean"
+) -> Tensor:
+    """Multi-class hinge loss: sum over wrong classes of max(0, margin - x[y] + x[j])**p / C."""
+    reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
+    if p not in (1, 2):
+        raise ValueError("only p == 1 and p == 2 supported")
+    x = input if input.ndim == 2 else input.reshape(1, -1)
+    t = target.reshape(-1)
+    classes = OPS["arange"](0, x.shape[1], 1, dtype=dt.int64, device=x.device)
+    is_target = classes.unsqueeze(0) == t.unsqueeze(1)
+    picked = OPS["where"](is_target, x, 0.0).sum(1, True)
+    hinge = (margin - picked + x).clamp(min=0)
+    if p == 2:
+        hinge = hinge * hinge
+    if weight is not None:
+        hinge = hinge * OPS["index"](weight, [t]).unsqueeze(1)
+    loss = OPS["where"](is_target, 0.0, hinge).sum(1) / x.shape[1]
+    loss = loss if input.ndim == 2 else loss.reshape(())
+    return _loss.reduce_loss(loss, reduction)

@@ -1,0 +1,166 @@
+"""``F`` normalizations: layer, rms, group, batch, instance and local response norm.
+
+batch_norm updates the running statistics in place (unbiased variance); instance_norm is batch
+norm over a (1, N*C, ...) view.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...autograd.grad_mode import no_grad
+from ...ops import OPS
+from ...ops.registry import torch_function
+from ...runtime.tensor import Tensor
+from .layers import pad
+from .pooling import avg_pool2d
+
+
+def layer_norm(
+    input: Tensor,
+    normalized_shape,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    return OPS["layer_norm"](input, _shape_list(normalized_shape), weight, bias, eps)
+
+
+def rms_norm(
+    input: Tensor, normalized_shape, weight: Tensor | None = None, eps: float | None = None
+) -> Tensor:
+    return OPS["rms_norm"](input, _shape_list(normalized_shape), weight, eps)
+
+
+def group_norm(
+    input: Tensor,
+    num_groups: int,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    if input.ndim < 2:
+        raise RuntimeError(
+            f"Expected at least 2 dimensions for input tensor but received {input.ndim}"
+        )
+    return OPS["group_norm"](input, num_groups, weight, bias, eps)
+
+
+def _shape_list(shape) -> list:
+    return [shape] if isinstance(shape, int) else list(shape)
+
+
+def batch_norm(
+    input: Tensor,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Batch norm; in training the running stats are updated in place with the unbiased variance."""
+    if training:
+        per_channel = input.numel() // input.shape[1] if input.ndim >= 2 else input.numel()
+        if per_channel == 1:
+            raise ValueError(
+                f"Expected more than 1 value per channel when training, got input size {input.shape}"
+            )
+    out, mean, var = OPS["_native_batch_norm"](
+        input, weight, bias, running_mean, running_var, training, momentum, eps
+    )
+    if training and (running_mean is not None or running_var is not None):
+        n = input.numel() // input.shape[1]
+        with no_grad():
+            if running_mean is not None:
+                running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype) * momentum)
+            if running_var is not None:
+                unbiased = var * (n / (n - 1))
+                running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype) * momentum)
+    return out
+
+
+def instance_norm(
+    input: Tensor,
+    running_mean: Tensor | None = None,
+    running_var: Tensor | None = None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    use_input_stats: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Batch norm over a (1, N*C, *spatial) view: each (sample, channel) is its own channel."""
+    if use_input_stats and math.prod(input.shape[2:]) == 1:
+        raise ValueError(
+            f"Expected more than 1 spatial element when training, got input size {input.shape}"
+        )
+    n, c = input.shape[:2]
+
+    def repeat(t):
+        return None if t is None else t.unsqueeze(0).expand(n, c).reshape(n * c)
+
+    stats = [repeat(t) for t in (running_mean, running_var)]
+    stats = [None if s is None else s.clone() for s in stats]
+    flat = input.reshape([1, n * c] + list(input.shape[2:]))
+    out = batch_norm(
+        flat, stats[0], stats[1], repeat(weight), repeat(bias), use_input_stats, momentum, eps
+    )
+    with no_grad():
+        for running, updated in zip((running_mean, running_var), stats):
+            if running is not None:
+                running.copy_(updated.reshape(n, c).mean(0))
+    return out.reshape(tuple(input.shape))
+
+
+def local_response_norm(
+    input: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0
+) -> Tensor:
+    """Divide by (k + alpha * mean of squares over ``size`` neighbouring channels) ** beta."""
+    if input.ndim < 3:
+        raise ValueError(
+            f"Expected 3D or higher dimensionality input (got {input.ndim} dimensions)"
+        )
+    if input.numel() == 0:
+        return input
+    sq = (input * input).unsqueeze(1)
+    shape = list(input.shape)
+    flat = sq.reshape([shape[0], 1, shape[1], -1])
+    padded = pad(flat, (0, 0, size // 2, (size - 1) // 2))
+    div = avg_pool2d(padded, (size, 1), stride=1).reshape(shape)
+    return input / (div * alpha + k) ** beta
+
+
+# ------------------------------------------------------------------------------ kiln.<name> forms
+# ``torch.<name>`` versions of these functions take other argument orders (aten schemas)
+
+
+@torch_function("batch_norm")
+def _torch_batch_norm(
+    input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled=True
+):
+    return batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+@torch_function("instance_norm")
+def _torch_instance_norm(
+    input, weight, bias, running_mean, running_var, use_input_stats, momentum, eps, cudnn_enabled
+):
+    return instance_norm(
+        input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps
+    )
+
+
+@torch_function("layer_norm")
+def _torch_layer_norm(
+    input, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True
+) -> Tensor:
+    return layer_norm(input, normalized_shape, weight, bias, eps)
+
+
+@torch_function("group_norm")
+def _torch_group_norm(
+    input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True
+) -> Tensor:
+    return group_norm(input, num_groups, weight, bias, eps)

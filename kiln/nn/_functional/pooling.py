@@ -1,0 +1,273 @@
+"""``F`` pooling in 1-3d: max (with indices) and max_unpool, average, lp and adaptive pooling.
+
+Unbatched inputs gain a batch dim around the pooling ops and lose it after; lp pooling is
+average pooling of ``|x|**p``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...ops import OPS
+from ...ops.registry import torch_function
+from ...runtime import dtypes as dt
+from ...runtime.tensor import Tensor
+from .activations import relu
+from .convolution import batched, ntuple
+
+
+def _pool_args(kernel_size, stride, padding, dims):
+    kernel = ntuple(kernel_size, dims, "kernel_size")
+    stride = (
+        kernel if stride is None or (not isinstance(stride, int) and len(stride) == 0) else stride
+    )
+    return kernel, ntuple(stride, dims, "stride"), ntuple(padding, dims, "padding")
+
+
+def _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, dims):
+    x, unbatched = batched(input, dims, f"max_pool{dims}d")
+    kernel, stride, padding = _pool_args(kernel_size, stride, padding, dims)
+    dilation = ntuple(dilation, dims, "dilation")
+    values, indices = OPS["_max_pool"](x, kernel, stride, padding, dilation, ceil_mode)
+    if unbatched:
+        values, indices = values.squeeze(0), indices.squeeze(0)
+    return (values, indices) if return_indices else values
+
+
+def max_pool1d(
+    input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
+):
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 1)
+
+
+def max_pool2d(
+    input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
+):
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2)
+
+
+def max_pool3d(
+    input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
+):
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3)
+
+
+def max_pool1d_with_indices(
+    input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
+):
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, True, 1)
+
+
+def max_pool2d_with_indices(
+    input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
+):
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, True, 2)
+
+
+def max_pool3d_with_indices(
+    input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
+):
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, True, 3)
+
+
+def _max_unpool(input, indices, kernel_size, stride, padding, output_size, dims):
+    """Scatter pooled values back to the positions ``indices`` name; zeros elsewhere."""
+    kernel, stride, padding = _pool_args(kernel_size, stride, padding, dims)
+    x, unbatched = batched(input, dims, f"max_unpool{dims}d")
+    idx = indices.unsqueeze(0) if unbatched else indices
+    default = [(x.shape[2 + d] - 1) * stride[d] + kernel[d] - 2 * padding[d] for d in range(dims)]
+    if output_size is None:
+        size = default
+    else:
+        size = list(output_size)[-dims:] if len(output_size) in (dims, dims + 2) else None
+        if size is None:
+            raise ValueError(
+                f"output_size should be a sequence containing {dims} or {dims + 2} elements, but "
+                f"it has a length of '{len(output_size)}'"
+            )
+        for d in range(dims):
+            if not default[d] - stride[d] < size[d] < default[d] + stride[d]:
+                raise ValueError(
+                    f'invalid output_size "{list(output_size)}" (dim {d} must be between '
+                    f"{default[d] - stride[d]} and {default[d] + stride[d]})"
+                )
+    n, c = x.shape[:2]
+    plane = math.prod(size)
+    base = OPS["arange"](0, n * c * plane, plane, dtype=dt.int64, device=x.device)
+    flat = (idx.reshape(n * c, -1) + base.unsqueeze(1)).reshape(-1)
+    out = OPS["index_put"](x.new_zeros((n * c * plane,)), [flat], x.reshape(-1), False)
+    out = out.reshape([n, c] + size)
+    return out.squeeze(0) if unbatched else out
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 1)
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 2)
+
+
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 3)
+
+
+def _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, dims):
+    """(sum of |x|**p over each window) ** (1/p), through average pooling."""
+    kernel = ntuple(kernel_size, dims, "kernel_size")
+    pool = (avg_pool1d, avg_pool2d, avg_pool3d)[dims - 1]
+    if norm_type == math.inf:
+        return _max_pool(input.abs(), kernel, stride, 0, 1, ceil_mode, False, dims)
+    if norm_type == -math.inf:
+        return -_max_pool(-input.abs(), kernel, stride, 0, 1, ceil_mode, False, dims)
+    out = pool(input**norm_type, kernel, stride, 0, ceil_mode)
+    return (out.sign() * relu(out.abs()) * math.prod(kernel)) ** (1.0 / norm_type)
+
+
+def lp_pool1d(input, norm_type, kernel_size, stride=None, ceil_mode=False) -> Tensor:
+    return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, 1)
+
+
+def lp_pool2d(input, norm_type, kernel_size, stride=None, ceil_mode=False) -> Tensor:
+    return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, 2)
+
+
+def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False) -> Tensor:
+    return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, 3)
+
+
+def _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor, dims):
+    x, unbatched = batched(input, dims, f"avg_pool{dims}d")
+    kernel, stride, padding = _pool_args(kernel_size, stride, padding, dims)
+    out = OPS["_avg_pool"](x, kernel, stride, padding, ceil_mode, count_include_pad, divisor)
+    return out.squeeze(0) if unbatched else out
+
+
+def avg_pool1d(
+    input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True
+) -> Tensor:
+    return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1)
+
+
+def avg_pool2d(
+    input,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+) -> Tensor:
+    return _avg_pool(
+        input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2
+    )
+
+
+def avg_pool3d(
+    input,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+) -> Tensor:
+    return _avg_pool(
+        input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3
+    )
+
+
+def _output_size(input: Tensor, output_size, dims: int) -> list:
+    sizes = [output_size] * dims if isinstance(output_size, int) else list(output_size)
+    if len(sizes) == 1:
+        sizes = sizes * dims
+    if len(sizes) != dims:
+        raise ValueError(f"output_size must have {dims} elements, got {list(sizes)}")
+    spatial = input.shape[input.ndim - dims :]
+    return [spatial[i] if s is None else int(s) for i, s in enumerate(sizes)]
+
+
+def adaptive_avg(input, output_size, dims):
+    """Adaptive average pooling over the last ``dims`` dims (``None`` sizes keep the input's)."""
+    return OPS["_adaptive_avg_pool"](input, _output_size(input, output_size, dims))
+
+
+def adaptive_avg_pool1d(input: Tensor, output_size) -> Tensor:
+    return adaptive_avg(input, output_size, 1)
+
+
+def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
+    return adaptive_avg(input, output_size, 2)
+
+
+def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:
+    return adaptive_avg(input, output_size, 3)
+
+
+def _adaptive_max(input, output_size, return_indices, dims):
+    sizes = _output_size(input, output_size, dims)
+    x, unbatched = batched(input, dims, f"adaptive_max_pool{dims}d")
+    values, indices = OPS["_adaptive_max_pool"](x, sizes)
+    if unbatched:
+        values, indices = values.squeeze(0), indices.squeeze(0)
+    return (values, indices) if return_indices else values
+
+
+def adaptive_max_pool1d(input: Tensor, output_size, return_indices: bool = False):
+    return _adaptive_max(input, output_size, return_indices, 1)
+
+
+def adaptive_max_pool2d(input: Tensor, output_size, return_indices: bool = False):
+    return _adaptive_max(input, output_size, return_indices, 2)
+
+
+def adaptive_max_pool3d(input: Tensor, output_size, return_indices: bool = False):
+    return _adaptive_max(input, output_size, return_indices, 3)
+
+
+def adaptive_max_pool1d_with_indices(input: Tensor, output_size, return_indices: bool = False):
+    return _adaptive_max(input, output_size, True, 1)
+
+
+def adaptive_max_pool2d_with_indices(input: Tensor, output_size, return_indices: bool = False):
+    return _adaptive_max(input, output_size, True, 2)
+
+
+def adaptive_max_pool3d_with_indices(input: Tensor, output_size, return_indices: bool = False):
+    return _adaptive_max(input, output_size, True, 3)
+
+
+# ------------------------------------------------------------------------------ kiln.<name> forms
+# ``torch.<name>`` versions of these functions take other argument orders (aten schemas)
+
+
+@torch_function("max_pool1d")
+def _torch_max_pool1d(input, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@torch_function("max_pool2d")
+def _torch_max_pool2d(input, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@torch_function("max_pool3d")
+def _torch_max_pool3d(input, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return max_pool3d(input, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@torch_function("avg_pool1d")
+def _torch_avg_pool1d(
+    input, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True
+):
+    return avg_pool1d(input, kernel_size, stride, padding, ceil_mode, count_include_pad)
+
+
+@torch_function("adaptive_avg_pool1d")
+def _torch_adaptive_avg_pool1d(input: Tensor, output_size) -> Tensor:
+    return adaptive_avg_pool1d(input, output_size)
+
+
+@torch_function("adaptive_max_pool1d")
+def _torch_adaptive_max_pool1d(input: Tensor, output_size):
+    return adaptive_max_pool1d(input, output_size, return_indices=True)

@@ -1,0 +1,149 @@
+"""``F`` resizing: interpolate and its upsample aliases, pixel_shuffle, pixel_unshuffle and
+channel_shuffle.
+
+interpolate supports nearest, nearest-exact, (bi/tri)linear, bicubic and area modes; the
+shuffles are reshapes and permutes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...ops import conv as _conv_ops
+from ...ops.registry import torch_function
+from ...runtime.tensor import Tensor
+from .pooling import adaptive_avg
+
+_INTERP_DIMS = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+
+
+def interpolate(
+    input: Tensor,
+    size=None,
+    scale_factor=None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+    antialias: bool = False,
+) -> Tensor:
+    """Resize the spatial dims: nearest/nearest-exact, (bi/tri)linear, bicubic and area."""
+    dims = input.ndim - 2
+    if dims < 1:
+        raise ValueError(
+            f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D)"
+        )
+    if mode in ("nearest", "area", "nearest-exact"):
+        if align_corners is not None:
+            raise ValueError(
+                "align_corners option can only be set with the interpolating modes: "
+                "linear | bilinear | bicubic | trilinear"
+            )
+    elif mode in _INTERP_DIMS:
+        if _INTERP_DIMS[mode] != dims:
+            raise NotImplementedError(
+                f"Got {input.ndim}D input, but {mode} mode needs {_INTERP_DIMS[mode] + 2}D input"
+            )
+        align_corners = bool(align_corners)
+    else:
+        raise NotImplementedError(
+            f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for the "
+            f"modes: nearest | linear | bilinear | bicubic | trilinear | area | nearest-exact "
+            f"(got {mode})"
+        )
+    if antialias:
+        raise NotImplementedError("kiln's interpolate has no antialias mode")
+    if size is not None and scale_factor is not None:
+        raise ValueError("only one of size or scale_factor should be defined")
+    spatial = input.shape[2:]
+    if size is not None:
+        sizes = [size] * dims if isinstance(size, int) else list(size)
+        if len(sizes) != dims:
+            raise ValueError(
+                f"Input and output must have the same number of spatial dimensions, but got input "
+                f"with spatial dimensions of {list(spatial)} and output size of {sizes}."
+            )
+        scales = [None] * dims
+    elif scale_factor is not None:
+        factors = (
+            [scale_factor] * dims if isinstance(scale_factor, (int, float)) else list(scale_factor)
+        )
+        if len(factors) != dims:
+            raise ValueError(
+                f"Input and scale_factor must have the same number of spatial dimensions, but got "
+                f"input with spatial dimensions of {list(spatial)} and scale_factor of {factors}."
+            )
+        sizes = [int(math.floor(float(s) * f)) for s, f in zip(spatial, factors)]
+        scales = [None] * dims if recompute_scale_factor else [float(f) for f in factors]
+    else:
+        raise ValueError("either size or scale_factor should be defined")
+    if mode == "area":
+        return adaptive_avg(input, sizes, dims)
+    return _conv_ops.resample(input, sizes, mode, bool(align_corners), scales)
+
+
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
+def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
+    """(*, C*r*r, H, W) -> (*, C, H*r, W*r)."""
+    r = upscale_factor
+    *lead, c, h, w = input.shape
+    if c % (r * r):
+        raise RuntimeError(
+            f"pixel_shuffle expects its input's 'channel' dimension to be divisible by the square "
+            f"of upscale_factor, but input.size(-3)={c} is not divisible by {r * r}"
+        )
+    n = len(lead)
+    x = input.reshape(lead + [c // (r * r), r, r, h, w])
+    x = x.permute(list(range(n)) + [n, n + 3, n + 1, n + 4, n + 2])
+    return x.reshape(lead + [c // (r * r), h * r, w * r])
+
+
+def channel_shuffle(input: Tensor, groups: int) -> Tensor:
+    """(N, g*k, *) -> (N, k*g, *): interleave the channels of ``groups`` groups."""
+    n, c = input.shape[:2]
+    if groups <= 0 or c % groups:
+        raise RuntimeError(
+            f"Number of channels must be divisible by groups. Got {c} channels and {groups} groups."
+        )
+    rest = list(input.shape[2:])
+    x = input.reshape([n, groups, c // groups] + rest).transpose(1, 2)
+    return x.reshape([n, c] + rest)
+
+
+def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
+    """(*, C, H*r, W*r) -> (*, C*r*r, H, W)."""
+    r = downscale_factor
+    *lead, c, h, w = input.shape
+    if h % r or w % r:
+        raise RuntimeError(
+            f"pixel_unshuffle expects height and width to be divisible by downscale_factor, but "
+            f"got {h}x{w} and {r}"
+        )
+    n = len(lead)
+    x = input.reshape(lead + [c, h // r, r, w // r, r])
+    x = x.permute(list(range(n)) + [n, n + 2, n + 4, n + 1, n + 3])
+    return x.reshape(lead + [c * r * r, h // r, w // r])
+
+
+# ------------------------------------------------------------------------------ kiln.<name> forms
+# ``torch.<name>`` versions of these functions take other argument orders (aten schemas)
+
+
+@torch_function("pixel_shuffle")
+def _torch_pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
+    return pixel_shuffle(input, upscale_factor)
+
+
+@torch_function("pixel_unshuffle")
+def _torch_pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
+    return pixel_unshuffle(input, downscale_factor)

@@ -1,0 +1,229 @@
+"""Pointwise ops beyond the unary and binary tables.
+
+clamp, lerp, masked_fill, nan_to_num and addcmul/addcdiv, and the small composites square,
+xlogy, logit and logaddexp. clamp and lerp promote over every operand (``result_dtype``);
+derivatives send no gradient to bounds or values given as Python numbers. ``where`` itself is
+in ``pointwise``, whose binary derivatives use it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..runtime import dtypes as dt
+from .common import (
+    Scalar,
+    Tensor,
+    TensorOrScalar,
+    broadcast_shapes,
+    compute_np_dtype,
+    pointwise_meta,
+    result_dtype,
+    wrap,
+)
+from .pointwise import as_np_operand, maximum, needs_grad, where
+from .registry import defop
+
+__all__: list[str] = []
+
+_bool = dt.bool_
+
+
+@defop(kind="pointwise")
+def clamp(self: Tensor, min: TensorOrScalar | None = None, max: TensorOrScalar | None = None): ...  # noqa: A002
+
+
+@clamp.register_kernel
+def _clamp_kernel(x, lo, hi):
+    if lo is None and hi is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    d = result_dtype(x, lo, hi)
+    a = x._data if x._dtype is d else x._data.astype(d.np)
+    if lo is not None:
+        a = np.maximum(a, as_np_operand(lo, d.np))
+    if hi is not None:
+        a = np.minimum(a, as_np_operand(hi, d.np))
+    if isinstance(lo, float) and isinstance(hi, float) and lo > hi:
+        a = np.full_like(a, hi)
+    return wrap(a, d)
+
+
+@clamp.register_meta
+def _clamp_meta(x, lo=None, hi=None):
+    return pointwise_meta(
+        result_dtype(x, lo, hi), x, *(t for t in (lo, hi) if isinstance(t, Tensor))
+    )
+
+
+def _clamp_grad(c, g):
+    x, lo, hi = c.args
+    mask = None
+    if lo is not None:
+        mask = x >= lo
+    if hi is not None:
+        m = x <= hi
+        mask = m if mask is None else mask & m
+    gx = where(mask, g, g * 0) if needs_grad(c, 0) else None
+    glo = where(x < lo, g, g * 0) if isinstance(lo, Tensor) and needs_grad(c, 1) else None
+    ghi = where(x > hi, g, g * 0) if isinstance(hi, Tensor) and needs_grad(c, 2) else None
+    return gx, glo, ghi
+
+
+clamp.register_derivative(_clamp_grad)
+
+
+@clamp.register_decomposition
+def _clamp_decomp(x, lo=None, hi=None):
+    out = x
+    if lo is not None:
+        out = where(out < lo, lo, out)
+    if hi is not None:
+        out = where(out > hi, hi, out)
+    return out
+
+
+@defop(kind="pointwise")
+def lerp(self: Tensor, end: Tensor, weight: TensorOrScalar): ...
+
+
+@lerp.register_kernel
+def _lerp_kernel(x, end, w):
+    d = result_dtype(x, end, w)
+    cd = compute_np_dtype(d)
+    a, b, ww = as_np_operand(x, cd), as_np_operand(end, cd), as_np_operand(w, cd)
+    # PyTorch's two-sided formula keeps lerp exact at both ends
+    out = np.where(np.abs(ww) < 0.5, a + ww * (b - a), b - (b - a) * (1 - ww))
+    return wrap(out, d)
+
+
+lerp.register_meta(
+    lambda x, e, w: pointwise_meta(
+        result_dtype(x, e, w), x, e, *((w,) if isinstance(w, Tensor) else ())
+    )
+)
+
+
+def _lerp_grad(c, g):
+    x, end, w = c.args
+    return (
+        g * (1 - w) if needs_grad(c, 0) else None,
+        g * w if needs_grad(c, 1) else None,
+        g * (end - x) if isinstance(w, Tensor) and needs_grad(c, 2) else None,
+    )
+
+
+lerp.register_derivative(_lerp_grad)
+lerp.register_decomposition(lambda x, e, w: x + w * (e - x))
+
+
+@defop(kind="pointwise")
+def masked_fill(self: Tensor, mask: Tensor, value: TensorOrScalar): ...
+
+
+@masked_fill.register_kernel
+def _masked_fill_kernel(x, mask, value):
+    if mask._dtype is not _bool:
+        raise RuntimeError(
+            f"masked_fill_ only supports boolean masks, but got mask with dtype {mask._dtype.name}"
+        )
+    if isinstance(value, Tensor) and value._shape:
+        raise RuntimeError(
+            f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with {len(value._shape)} dimension(s)."
+        )
+    v = value.item() if isinstance(value, Tensor) else value
+    out = np.where(mask._data, np.asarray(v).astype(x._dtype.np), x._data)
+    shape = broadcast_shapes(x._shape, mask._shape)
+    if out.shape != shape:
+        out = np.broadcast_to(out, shape).copy()
+    return wrap(out, x._dtype)
+
+
+masked_fill.register_meta(lambda x, m, v: pointwise_meta(x._dtype, x, m))
+
+
+def _masked_fill_grad(c, g):
+    x, mask, value = c.args
+    return (
+        where(mask, g * 0, g) if needs_grad(c, 0) else None,
+        None,
+        where(mask, g, g * 0).sum() if isinstance(value, Tensor) and needs_grad(c, 2) else None,
+    )
+
+
+masked_fill.register_derivative(_masked_fill_grad)
+masked_fill.register_decomposition(
+    lambda x, m, v: where(m, v.to(x.dtype) if isinstance(v, Tensor) else v, x)
+)
+
+
+@defop(kind="pointwise")
+def nan_to_num(
+    self: Tensor, nan: float | None = 0.0, posinf: float | None = None, neginf: float | None = None
+): ...
+
+
+@nan_to_num.register_kernel
+def _nan_to_num_kernel(x, nan, posinf, neginf):
+    a = x._data
+    if not x._dtype.is_floating_point:
+        return wrap(a.copy(), x._dtype)
+    info = np.finfo(a.dtype)
+    out = np.nan_to_num(
+        a,
+        nan=0.0 if nan is None else nan,
+        posinf=info.max if posinf is None else posinf,
+        neginf=info.min if neginf is None else neginf,
+    )
+    return wrap(out, x._dtype)
+
+
+nan_to_num.register_meta(lambda x, *a: pointwise_meta(x._dtype, x))
+nan_to_num.register_derivative(lambda c, g: (where(c.args[0].isfinite(), g, g * 0),))
+
+
+def _addc_schema(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Scalar = 1): ...
+
+
+addcmul = defop(_addc_schema, name="addcmul", kind="pointwise")
+addcmul.register_decomposition(lambda x, a, b, value=1: x + value * a * b)
+addcdiv = defop(_addc_schema, name="addcdiv", kind="pointwise")
+addcdiv.register_decomposition(lambda x, a, b, value=1: x + value * a / b)
+
+
+@defop(kind="pointwise")
+def square(self: Tensor): ...
+
+
+square.register_decomposition(lambda x: x * x)
+
+
+@defop(kind="pointwise")
+def xlogy(self: Tensor, other: TensorOrScalar): ...
+
+
+xlogy.register_decomposition(
+    lambda x, y: where(x == 0, x * 0, x * (y.log() if isinstance(y, Tensor) else math.log(y)))
+)
+
+
+@defop(kind="pointwise")
+def logit(self: Tensor, eps: float | None = None): ...
+
+
+@logit.register_decomposition
+def _logit_decomp(x, eps=None):
+    if eps is not None:
+        x = x.clamp(eps, 1 - eps)
+    return (x / (1 - x)).log()
+
+
+@defop(kind="pointwise")
+def logaddexp(self: Tensor, other: Tensor): ...
+
+
+@logaddexp.register_decomposition
+def _logaddexp_decomp(a, b):
+    m = maximum(a, b)
+    return m + ((a - m).exp() + (b - m).exp()).log()

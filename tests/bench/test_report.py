@@ -1,0 +1,109 @@
+"""The printed table, its notes and the JSON, from hand-made results (no timing involved)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from kiln.bench import report
+from kiln.bench.runner import ColumnResult, SuiteResult, WorkloadResult
+
+
+def _suite(torch_status: str = "ok") -> SuiteResult:
+    def ok(step, cold=None, warm=None):
+        return ColumnResult(step_seconds=step, samples=[step], calls_per_sample=1,
+                            cold_compile_seconds=cold, warm_compile_seconds=warm)  # fmt: skip
+
+    torch_eager = ok(0.004) if torch_status == "ok" else ColumnResult(status=torch_status)
+    torch_compiled = (
+        ok(0.001, 3.0, 0.2) if torch_status == "ok" else ColumnResult(status=torch_status)
+    )
+    chain = WorkloadResult(
+        "pointwise_chain",
+        "10 ops",
+        {
+            "kiln_eager": ok(0.010),
+            "kiln_compiled": ok(0.002, 0.15, 0.02),
+            "torch_eager": torch_eager,
+            "torch_compiled": torch_compiled,
+        },
+        kernels=1,
+        check={"kiln_compiled vs kiln_eager": 1e-7, "kiln_eager vs torch_eager": math.inf},
+    )
+    broken = WorkloadResult(
+        "softmax",
+        "softmax",
+        {
+            "kiln_eager": ok(0.5e-3),
+            "kiln_compiled": ColumnResult(status="failed: LoweringError: no lowering for op foo"),
+            "torch_eager": torch_eager,
+            "torch_compiled": torch_compiled,
+        },
+    )
+    return SuiteResult(
+        machine={"cpu": "Test CPU", "cores": 2, "threads": 2, "load_average": [0.1, 0.2, 0.3]},
+        settings={"repeat": 5, "warmup": 2, "device": "cpu", "quick": True},
+        startup={"kiln": 0.05},
+        workloads=[chain, broken],
+        seconds=1.0,
+    )
+
+
+def test_ratios_are_eager_over_compiled_and_kiln_over_torch():
+    chain = _suite().workloads[0]
+    assert chain.kiln_speedup == pytest.approx(5.0)
+    assert chain.torch_speedup == pytest.approx(4.0)
+    assert chain.eager_vs_torch == pytest.approx(2.5)
+    assert chain.compiled_vs_torch == pytest.approx(2.0)
+
+
+def test_a_ratio_with_a_missing_column_is_none():
+    broken = _suite().workloads[1]
+    assert broken.kiln_speedup is None and broken.compiled_vs_torch is None
+
+
+def test_table_has_one_row_per_workload_with_times_ratios_and_compile_times():
+    table, _ = report.format_table(_suite())
+    lines = table.splitlines()
+    chain = next(line for line in lines if line.startswith("pointwise_chain"))
+    for text in ("10.00 ms", "2.00 ms", "5.00x", "4.00x", "2.50x", "150.00 ms / 20.00 ms", " 1"):
+        assert text in chain
+    assert "kiln / PyTorch" in lines[0] and "compile: cold / warm cache" in lines[0]
+
+
+def test_long_failure_goes_to_a_numbered_note():
+    table, notes = report.format_table(_suite())
+    softmax = next(line for line in table.splitlines() if line.startswith("softmax"))
+    assert "failed [1]" in softmax
+    assert notes == ["failed: LoweringError: no lowering for op foo"]
+
+
+def test_missing_pytorch_says_not_installed_in_both_columns():
+    table, _ = report.format_table(_suite("not installed"))
+    chain = next(line for line in table.splitlines() if line.startswith("pointwise_chain"))
+    assert chain.count("not installed") == 2
+
+
+def test_report_names_machine_load_and_settings():
+    text = report.format_report(_suite())
+    assert "Test CPU, 2 cores" in text and "0.10/0.20/0.30" in text
+    assert "over 5 samples after 2 warm-up steps" in text and "quick shapes" in text
+
+
+def test_markdown_table_has_a_header_rule_and_a_row_per_workload():
+    table, _ = report.format_table(_suite(), markdown=True)
+    lines = table.splitlines()
+    assert lines[0].startswith("| workload |") and lines[1].startswith("|---|")
+    assert len(lines) == 4 and all(line.endswith("|") for line in lines)
+
+
+def test_json_is_strict_and_carries_derived_ratios(tmp_path):
+    path = tmp_path / "out.json"
+    report.write_json(_suite(), str(path))
+    data = json.loads(path.read_text())
+    chain = data["workloads"][0]
+    assert chain["kiln_speedup"] == pytest.approx(5.0)
+    assert chain["check"]["kiln_eager vs torch_eager"] is None  # inf is not JSON
+    assert chain["columns"]["kiln_compiled"]["cold_compile_seconds"] == 0.15

@@ -1,0 +1,30 @@
+"""The op table itself: names resolve to the ops, every op is complete enough to be used."""
+
+from __future__ import annotations
+
+import kiln
+from kiln.ops.registry import OPS
+
+
+def test_kiln_ops_attribute_is_the_registered_op():
+    # a module of kiln/ops named like an op would shadow it (and break compiled graphs)
+    for name, op in OPS.items():
+        assert getattr(kiln.ops, name) is op, name
+
+
+def test_every_op_can_run_eagerly_and_on_fakes():
+    for name, op in OPS.items():
+        assert op.kernel is not None or op.decomposition is not None, f"{name} cannot run"
+        assert op.meta is not None or op.decomposition is not None, f"{name} has no meta"
+
+
+def test_prims_have_kernels_and_meta():
+    for name, op in OPS.items():
+        if op.is_prim:
+            assert op.kernel is not None and op.meta is not None, name
+
+
+def test_list_ops():
+    names = kiln.ops.list_ops()
+    assert "add" in names and "softmax" in names
+    assert set(kiln.ops.list_ops(prims_only=True)) <= set(names)
