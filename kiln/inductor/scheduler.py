@@ -38,6 +38,9 @@ class Kernel:
     inner: tuple = ()
     nodes: list = field(default_factory=list)  # ComputedBuffers in execution order
     locals: set = field(default_factory=set)  # buffer names kept in registers (never stored)
+    # buffers no other step or output reads: codegen may keep them in registers when every
+    # read is in the same loop at the same index (see loop_plan.forward_only)
+    internal: set = field(default_factory=set)
 
     @property
     def is_reduction(self) -> bool:
@@ -219,6 +222,8 @@ def schedule(lowered: LoweredGraph) -> Schedule:
             continue
         for node in step.nodes:
             other_readers = readers.get(node.name, set()) - {id(step)}
+            if node.name not in output_names and not other_readers:
+                step.internal.add(node.name)
             if node.name in output_names or other_readers or not _is_local(step, node):
                 stored.add(node.name)
             else:

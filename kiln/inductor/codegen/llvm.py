@@ -98,6 +98,8 @@ class LLVMOps:
         self.b = emitter.builder
         self.lanes = lanes  # 1 for scalar code
         self.env = env  # sym atom -> i64 value (scalar) or <lanes x i64> for the inner var
+        # values computed earlier in this loop body: name -> (index expr, V)
+        self.forwarded: dict = {}
 
     # ------------------------------------------------------------------ types
     def ty(self, d: dt.dtype):
@@ -147,6 +149,9 @@ class LLVMOps:
         if name in e.locals:
             value, d = e.locals[name]
             return V(self.splat(value, d), d)
+        forwarded = self.forwarded.get(name)
+        if forwarded is not None and forwarded[0] == sym.as_expr(index):
+            return forwarded[1]
         d = e.buffer_dtypes[name]
         expr = sym.as_expr(index)
         j = e.j
@@ -826,6 +831,10 @@ class KernelEmitter:
             value = handler.to_dtype(value, node.dtype)
         if node.name in self.local_names:
             self.locals[node.name] = (value.value, node.dtype)
+            return
+        # later nodes of this loop body reading this buffer at this index reuse the value
+        handler.forwarded[node.name] = (node.layout.offset_expr(index), value)
+        if node.name in getattr(self.plan, "forward_only", ()):
             return
         self.store(node, value, index, handler, lanes)
 

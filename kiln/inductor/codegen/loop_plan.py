@@ -44,6 +44,8 @@ class LoopPlan:
     row_vars: list = field(default_factory=list)
     j: sym.Var | None = None
     steps: list = field(default_factory=list)  # ("scalar", node) | InnerLoop, in order
+    # internal buffers whose every read is in their own loop at their own index: never stored
+    forward_only: set = field(default_factory=set)
 
     @property
     def rows(self) -> int:
@@ -165,6 +167,7 @@ def plan_kernel(kernel: Kernel) -> LoopPlan:
             index, rindex = kernel.node_vars(n, outer_exprs, full_inner)
             plan.node_index[n.name] = (index, rindex)
         plan.steps = _group_loops(kernel, plan)
+        plan.forward_only = _find_forward_only(plan)
         return plan
     # pointwise kernel over `outer` (a 0-d result is one element)
     if not outer:
@@ -190,7 +193,42 @@ def plan_kernel(kernel: Kernel) -> LoopPlan:
     for n in nodes:
         plan.node_index[n.name] = (exprs, [])
     plan.steps = [InnerLoop(list(nodes), _vectorizable(plan, nodes))]
+    plan.forward_only = _find_forward_only(plan)
     return plan
+
+
+def _find_forward_only(plan: LoopPlan) -> set:
+    """Internal pointwise buffers read only inside their own inner loop, at the index they are
+    stored at: their values can be passed along in registers and never written to memory."""
+    from ..dependencies import reads_of
+
+    kernel = plan.kernel
+    out: set = set()
+    loop_of = {}
+    for k, step in enumerate(plan.steps):
+        if isinstance(step, InnerLoop):
+            for n in step.nodes:
+                loop_of[n.name] = k
+    candidates = {
+        n.name: n
+        for n in kernel.nodes
+        if n.name in kernel.internal and isinstance(n.data, Pointwise) and n.name in loop_of
+    }
+    ok = dict.fromkeys(candidates, True)
+    for n in kernel.nodes:
+        index, rindex = plan.node_index[n.name]
+        for r in reads_of(n, index, rindex):
+            src = candidates.get(r.name)
+            if src is None:
+                continue
+            s_index, _ = plan.node_index[src.name]
+            same_loop = loop_of.get(n.name) == loop_of[src.name]
+            if not same_loop or r.index != src.layout.offset_expr(s_index):
+                ok[r.name] = False
+    for name, good in ok.items():
+        if good:
+            out.add(name)
+    return out
 
 
 def _vectorizable(plan: LoopPlan, nodes) -> bool:

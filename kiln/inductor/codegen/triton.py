@@ -1,20 +1,12 @@
-"""Triton kernels for scheduled loop IR: a printer that is an ``ops`` handler.
+"""The Triton kernel printer: an ``ops`` handler that prints loop bodies as Triton code.
 
-Each scheduled ``Kernel`` becomes one ``@triton.jit`` function. A pointwise kernel walks its
-flattened outer space in 1-D blocks of ``XBLOCK`` (masked tails). A reduction kernel walks
-``[XBLOCK, RBLOCK]`` tiles: rows are outer points, columns the flattened reduction space. Its
-nodes run in *passes*: a pass is a run of nodes of one kind, either per row ("outer": epilogues,
-a row's statistics) or per element ("full": reductions and pointwise nodes over outer + inner).
-A full pass is one ``for`` loop over the reduction space in blocks of RBLOCK, or, when the
-reduction fits one block (*persistent*), straight-line code that keeps the whole row in
-registers. A node starts a new pass when it reads a result its own pass has not finished (a
-reduction) or an element another thread stored (then a barrier precedes it).
-
-Values a node reads from an earlier node of the same kernel at the element it stored come from
-registers, so intermediates read only inside their kernel are never stored. Values that do not
-depend on the reduction variables are hoisted out of the loops. Numerics follow the numpy
-reference backend: NaN-propagating max/min, NaN-first argmax/argmin, the runtime's Philox
-stream for random numbers.
+Loop bodies (``inner_fn``) run with ``KernelPrinter`` installed as the ops handler; every op
+returns a ``TVal`` (a variable or literal, its dtype, and whether it varies along the x/r block
+dimensions) and appends a line. Common subexpressions are shared within their scope; values that
+do not vary along the reduction are hoisted out of reduction loops; loads of an element the same
+kernel computed earlier come from registers, so stores are kept only for buffers someone reads
+from memory. Whole kernels (passes, loops, launch configs) are assembled in ``triton_kernels``
+and ``triton_matmul``; what each math op becomes is in ``triton_math``.
 """
 
 from __future__ import annotations
@@ -125,17 +117,18 @@ class _Store:
 
 
 @dataclass
-class _Produced:
+class Produced:
+    """A buffer computed earlier in the kernel: its value and where and when it was stored."""
+
     value: TVal
-    index: sym.Expr | None  # where it is stored (None for reductions read only as row values)
+    index: sym.Expr  # where the node stores it
     pass_id: int
     is_reduction: bool
     store_serial: int
     loop_scoped: bool  # a per-element value of a looped pass: gone once its loop ends
 
     def in_registers(self, index: sym.Expr, pass_id: int) -> bool:
-        same_element = self.index is None or self.index == index
-        return same_element and (not self.loop_scoped or self.pass_id == pass_id)
+        return self.index == index and (not self.loop_scoped or self.pass_id == pass_id)
 
 
 # ------------------------------------------------------------------------------ the printer
@@ -145,11 +138,13 @@ class KernelPrinter:
     """Prints one kernel body; installed as the ``ops`` handler while loop bodies run.
 
     The caller provides the indexing scheme: which names hold the x/r masks, the block shapes
-    for stores, and the loop variables (see ``FlatKernel`` and the matmul template).
+    for stores, and the loop variables (see ``triton_kernels.generate_kernel`` and the matmul
+    template).
     """
 
-    def __init__(self, rank: int, x_vars: set, r_vars: set, must_store: set):
+    def __init__(self, rank: int, x_vars: set, r_vars: set, must_store: set, buffers: dict):
         self.rank = rank
+        self.buffers = buffers  # name -> Buffer (dtype, layout) of everything it may load
         self.x_vars = x_vars
         self.r_vars = r_vars
         self.must_store = set(must_store)
@@ -159,8 +154,7 @@ class KernelPrinter:
         self.stored: set[str] = set()
         self.memory_reads: set[str] = set()  # buffers of this kernel read back from memory
         self.helpers: set[str] = set()
-        self.uses_libdevice = False
-        self.produced: dict[str, _Produced] = {}
+        self.produced: dict[str, Produced] = {}
         self.indirect: dict[str, TVal] = {}
         self._counter = 0
         self._top_cache: dict[str, TVal] = {}
@@ -457,7 +451,6 @@ class KernelPrinter:
         return self._random("_rand", seed, offset)
 
     def randn(self, seed: TVal, offset: TVal) -> TVal:
-        self.uses_libdevice = True
         return self._random("_randn", seed, offset)
 
     def _random(self, helper: str, seed: TVal, offset: TVal) -> TVal:
@@ -490,8 +483,6 @@ class KernelPrinter:
     def _unary(self, template: str, x: TVal, dtype: dt.dtype | None = None) -> TVal:
         if "libdevice" in template or "tl." in template:
             x = self.materialize(x)
-        if "libdevice" in template:
-            self.uses_libdevice = True
         return self.emit(template.format(x), dtype or x.dtype, x.xdep, x.rdep)
 
     def _binary(self, template: str, a: TVal, b: TVal, dtype: dt.dtype | None = None) -> TVal:
@@ -499,8 +490,6 @@ class KernelPrinter:
             a = self.materialize(a)
             if "libdevice" in template or "tl." in template:
                 b = self.materialize(b)
-        if "libdevice" in template:
-            self.uses_libdevice = True
         out = dtype or (a.dtype if not a.literal else b.dtype)
         xdep, rdep = self.deps(a, b)
         return self.emit(template.format(a, b), out, xdep, rdep)

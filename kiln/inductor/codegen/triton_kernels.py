@@ -1,9 +1,19 @@
 """Whole kernels from scheduled steps: pointwise and reduction kernels, and scatters.
 
-``generate_kernel`` turns a scheduled ``Kernel`` into a ``@triton.jit`` function (see
-``triton.py`` for the pass structure); ``generate_scatter`` the two kernels of a ``Scatter``
-buffer. Block sizes come from small heuristics (``_flat_config``); each result is a
-``GeneratedKernel`` carrying what the wrapper needs to launch it.
+A pointwise kernel walks its flattened outer space in 1-D blocks of ``XBLOCK`` (masked tails).
+A reduction kernel walks ``[XBLOCK, RBLOCK]`` tiles: rows are outer points, columns the
+flattened reduction space. Its nodes run in *passes*: a pass is a run of nodes of one kind,
+either per row ("outer": epilogues, a row's statistics) or per element ("full": reductions and
+pointwise nodes over outer + inner). A full pass is one ``for`` loop over the reduction space in
+blocks of RBLOCK, or, when the reduction fits one block (*persistent*), straight-line code that
+keeps whole rows in registers. A node starts a new pass when it reads a result its own pass has
+not finished (a reduction) or an element another thread stored (then a barrier precedes it).
+Reductions follow the numpy reference backend: NaN-propagating max/min, NaN-first and
+first-index argmax/argmin.
+
+``generate_scatter`` prints the two kernels of a ``Scatter`` buffer. Block sizes come from small
+heuristics (``_flat_config``); each result is a ``GeneratedKernel`` with what the wrapper needs
+to launch it.
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ from ..dependencies import reads_of
 from ..ir import ComputedBuffer, Pointwise, Reduction
 from ..scheduler import Kernel
 from ..virtualized import set_ops_handler
-from .triton import KernelPrinter, TritonConfig, TVal, _Produced, index_text, next_power_of_2
+from .triton import KernelPrinter, Produced, TritonConfig, TVal, index_text, next_power_of_2
 from .triton_math import int_limits, tl_dtype
 
 __all__ = ["GeneratedKernel", "generate_kernel", "generate_scatter"]
@@ -92,8 +102,6 @@ class _ReductionPrinter:
             p.loop_body(f"{acc} = tl.where({take}, {masked}, {acc})")
             p.loop_body(f"{acc}_index = tl.where({take}, rindex.to(tl.int64), {acc}_index)")
             return
-        if t == "prod":
-            p.helpers.add("_mul_combine")
         update = {
             "sum": f"{acc} + {masked}",
             "prod": f"{acc} * {masked}",
@@ -157,8 +165,7 @@ class GeneratedKernel:
     grid: tuple
     stored: set
     helpers: set
-    uses_libdevice: bool
-    kind: str  # "pointwise" | "reduction" | "persistent_reduction" | "matmul"
+    kind: str  # "pointwise" | "reduction" | "persistent_reduction" | "scatter" | "matmul"
     comment: str = ""
     tune_configs: list = field(default_factory=list)  # matmul: candidate constexpr dicts
 
@@ -242,8 +249,7 @@ def generate_kernel(
             head += ["rindex = rbase"] + r_head
     x_set = {v for v in outer_vars if isinstance(v, sym.Var)}
     r_set = {v for v in inner_vars if isinstance(v, sym.Var)}
-    p = KernelPrinter(2 if reduction else 1, x_set, r_set, must_store)
-    p.buffers = buffers
+    p = KernelPrinter(2 if reduction else 1, x_set, r_set, must_store, buffers)
     p.outer_shape = "[XBLOCK, 1]" if reduction else "[XBLOCK]"
     p.full_shape = "[XBLOCK, RBLOCK]"
     for h in head:
@@ -264,7 +270,7 @@ def generate_kernel(
             if kind == "full" and not persistent:
                 p.begin_loop()
         p.rmask = "rmask" if kind == "full" else None
-        _print_node(p, node, index, rindex, kind, persistent)
+        print_node(p, node, index, rindex, kind, persistent)
     if p.looping:
         p.end_loop(["rindex = roffset + rbase"] + r_head)
 
@@ -289,7 +295,6 @@ def generate_kernel(
         grid=((xnumel + constexprs["XBLOCK"] - 1) // constexprs["XBLOCK"],),
         stored=set(p.stored),
         helpers=set(p.helpers),
-        uses_libdevice=p.uses_libdevice,
         kind=kind,
         comment=comment,
     )
@@ -322,8 +327,7 @@ def generate_scatter(
     ]
     index, lines = _decompose("x", "xindex", tuple(data.ranges))
     head += lines
-    p = KernelPrinter(1, {v for v in index if isinstance(v, sym.Var)}, set(), {buf.name})
-    p.buffers = buffers
+    p = KernelPrinter(1, {v for v in index if isinstance(v, sym.Var)}, set(), {buf.name}, buffers)
     for h in head:
         p.line(h)
     with set_ops_handler(p):
@@ -362,7 +366,6 @@ def generate_scatter(
         grid=(min(1, xnumel),) if sequential else ((xnumel + xblock - 1) // xblock,),
         stored={buf.name},
         helpers=set(p.helpers),
-        uses_libdevice=p.uses_libdevice,
         kind="scatter",
         comment=f"scatter-{data.mode}" + ("" if not comment else f"; {comment}"),
     )
@@ -381,7 +384,7 @@ def _pass_break(p: KernelPrinter, node, index, rindex, kind, current_kind) -> tu
     reads = [(r, p.produced[r.name]) for r in reads_of(node, index, rindex) if r.name in p.produced]
     new_pass = kind != current_kind
     for read, prod in reads:
-        same_element = prod.index is None or prod.index == read.index
+        same_element = prod.index == read.index
         if prod.pass_id == p.pass_id and (prod.is_reduction or not same_element):
             new_pass = True
     barrier = False
@@ -392,7 +395,8 @@ def _pass_break(p: KernelPrinter, node, index, rindex, kind, current_kind) -> tu
     return new_pass, barrier
 
 
-def _print_node(p: KernelPrinter, node: ComputedBuffer, index, rindex, kind, persistent) -> None:
+def print_node(p: KernelPrinter, node: ComputedBuffer, index, rindex, kind, persistent) -> None:
+    """Print one node's body and store ("outer": per row, "full": per element)."""
     data = node.data
     layout = node.layout
     store_index = layout.offset_expr(index)
@@ -412,7 +416,7 @@ def _print_node(p: KernelPrinter, node: ComputedBuffer, index, rindex, kind, per
                 value = p.to_dtype(red.finish(), data.dtype)
                 p.store(node.name, store_index, value, layout.dtype, False)
     loop_scoped = kind == "full" and not persistent and not is_reduction
-    p.produced[node.name] = _Produced(
+    p.produced[node.name] = Produced(
         value, store_index, p.pass_id, is_reduction, p._store_serial, loop_scoped
     )
 

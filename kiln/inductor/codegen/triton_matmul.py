@@ -15,8 +15,8 @@ from .. import sym
 from ..dependencies import reads_of
 from ..scheduler import ExternCall, Kernel
 from ..virtualized import set_ops_handler
-from .triton import KernelPrinter, TritonConfig, _Produced, next_power_of_2
-from .triton_kernels import GeneratedKernel, _print_node
+from .triton import KernelPrinter, Produced, TritonConfig, next_power_of_2
+from .triton_kernels import GeneratedKernel, print_node
 
 __all__ = ["MATMUL_CONFIGS", "matmul_shapes", "fusable_epilogue", "generate_matmul"]
 
@@ -102,8 +102,7 @@ def generate_matmul(
     batched = len(out_shape) == 3
     outer = _outer_vars(out_shape)
     xvars = {v for v in outer[-2:] if isinstance(v, sym.Var)}
-    p = KernelPrinter(2, xvars, set(), must_store)
-    p.buffers = buffers
+    p = KernelPrinter(2, xvars, set(), must_store, buffers)
     p.outer_shape = p.full_shape = "[BLOCK_M, BLOCK_N]"
     p.rmask = None
     a_arg = p.arg(buf.inputs[0][0].name, la.dtype)
@@ -162,12 +161,12 @@ def generate_matmul(
         store_index = buf.layout.offset_expr(outer)
         p.store(buf.name, store_index, value, buf.dtype, False)
     p.pass_id = 1
-    p.produced[buf.name] = _Produced(value, store_index, 1, False, 0, False)
+    p.produced[buf.name] = Produced(value, store_index, 1, False, 0, False)
     origins = []
     if epilogue is not None:
         for node in epilogue.nodes:
             index, rindex = epilogue.node_vars(node, outer, [])
-            _print_node(p, node, index, rindex, "outer", False)
+            print_node(p, node, index, rindex, "outer", False)
             origins.append(node.name)
     body = p.render()
     params = list(p.args.values()) + [
@@ -191,7 +190,6 @@ def generate_matmul(
         grid=(),
         stored=set(p.stored),
         helpers=set(p.helpers),
-        uses_libdevice=p.uses_libdevice,
         kind="matmul",
         comment=what,
         tune_configs=configs,

@@ -11,20 +11,18 @@ the device: ``HostRuntime`` runs kernels through Triton's interpreter on numpy b
 
 from __future__ import annotations
 
+import collections
 import hashlib
-import logging
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 
 from ...runtime import dtypes as dt
 from ...runtime.storage import empty_array
-from .. import sym, wrapper_runtime
-from ..dependencies import reads_of
+from .. import wrapper_runtime
 from ..graph_lowering import _layout_of
 from ..ir import InputBuffer
-from ..scheduler import ExternCall, Kernel, ScatterStep, Schedule, _scatter_reads
+from ..scheduler import ExternCall, Kernel, ScatterStep, Schedule, _step_reads, _step_writes
 from .triton import TritonConfig, storage_dtype_name
 from .triton_interpret import LIBDEVICE, HostBuffer, interpret_mode
 from .triton_kernels import GeneratedKernel, generate_kernel, generate_scatter
@@ -32,8 +30,6 @@ from .triton_math import helper_source
 from .triton_matmul import fusable_epilogue, generate_matmul, matmul_shapes
 
 __all__ = ["TritonModule", "build_module", "TritonCompiledGraph", "HostRuntime"]
-
-log = logging.getLogger("kiln.inductor")
 
 
 @dataclass
@@ -57,18 +53,6 @@ class TritonModule:
     namespace: dict
 
 
-def _kernel_reads(kernel: Kernel) -> list:
-    names: list = []
-    outer = [sym.Var(f"o{i}", s) for i, s in enumerate(kernel.outer)]
-    inner = [sym.Var(f"i{i}", s) for i, s in enumerate(kernel.inner)]
-    for node in kernel.nodes:
-        index, rindex = kernel.node_vars(node, outer, inner)
-        for r in reads_of(node, index, rindex):
-            if r.name not in names:
-                names.append(r.name)
-    return names
-
-
 def _plan(sched: Schedule) -> list[_Step]:
     """Group the schedule's steps: a matmul absorbs a following pointwise kernel as epilogue."""
     steps: list[_Step] = []
@@ -90,20 +74,10 @@ def _plan(sched: Schedule) -> list[_Step]:
         else:
             step = _Step("kernel", s)
             i += 1
-        writes, reads = [], []
-        if step.kind == "scatter":
-            writes.append(s.buffer.name)
-            reads += _scatter_reads(s.buffer)
-        elif step.call is not None:
-            writes.append(step.call.buffer.name)
-            for item in step.call.buffer.inputs:
-                if isinstance(item, tuple) and item[0].name not in reads:
-                    reads.append(item[0].name)
-        if step.kernel is not None:
-            writes += [n.name for n in step.kernel.nodes]
-            reads += [r for r in _kernel_reads(step.kernel) if r not in reads]
-        step.writes = writes
-        step.reads = [r for r in reads if r not in writes]
+        parts = [x for x in (step.call, step.kernel) if x is not None]
+        step.writes = [w for x in parts for w in _step_writes(x)]
+        reads = [r for x in parts for r in _step_reads(x)]
+        step.reads = [r for r in dict.fromkeys(reads) if r not in step.writes]
         steps.append(step)
     return steps
 
@@ -202,12 +176,10 @@ def build_module(sched: Schedule, rt, cfg: TritonConfig | None = None) -> Triton
                     _origins(nodes),
                 )
             ]
-    source, externs = _render(steps, lowered, buffers, outputs, rt.interpret)
+    source, externs = _render(steps, lowered, buffers, outputs)
     namespace = load_source(source, rt, externs=externs)
     path = namespace["__file__"]
     _share_jit_functions(namespace, steps, rt.interpret)
-    if _log_enabled("output_code"):
-        print(f"[kiln.inductor] output code ({path}):\n{source}", file=sys.stderr)
     kernels = [k for s in steps for k in s.generated]
     return TritonModule(source, path, kernels, namespace["call"], namespace)
 
@@ -237,7 +209,8 @@ def load_source(source: str, rt, **names) -> dict:
 # (interpreted?, function source) -> the @triton.jit function first made from it. Reusing it
 # skips Triton's per-function work (the interpreter's AST rewrite, the JIT's hashing) for kernels
 # and helpers that recur across graphs; they only read helpers of identical source as globals.
-_JIT_FUNCTIONS: dict = {}
+_JIT_FUNCTIONS: collections.OrderedDict = collections.OrderedDict()
+_JIT_FUNCTIONS_MAX = 8192
 
 
 def _share_jit_functions(namespace: dict, steps, interpret: bool) -> None:
@@ -246,14 +219,15 @@ def _share_jit_functions(namespace: dict, steps, interpret: bool) -> None:
     helpers = set().union(*(k.helpers for k in kernels)) if kernels else set()
     named += [(h, helper_source([h])) for h in sorted(helpers)]
     for name, source in named:
-        namespace[name] = _JIT_FUNCTIONS.setdefault((interpret, source), namespace[name])
+        key = (interpret, source)
+        shared = _JIT_FUNCTIONS.setdefault(key, namespace[name])
+        _JIT_FUNCTIONS.move_to_end(key)
+        namespace[name] = shared
+    while len(_JIT_FUNCTIONS) > _JIT_FUNCTIONS_MAX:
+        _JIT_FUNCTIONS.popitem(last=False)
 
 
-def _log_enabled(name: str) -> bool:
-    return name in {s.strip() for s in os.environ.get("KILN_LOGS", "").split(",")}
-
-
-def _render(steps, lowered, buffers, outputs, interpret: bool):
+def _render(steps, lowered, buffers, outputs):
     """The module's text: header, helpers, kernels, then the ``call`` wrapper."""
     kernels = [k for s in steps for k in s.generated]
     helpers = set().union(*(k.helpers for k in kernels)) if kernels else set()
