@@ -17,7 +17,7 @@ import numpy as np
 import kiln
 import kiln.nn.functional as F
 from kiln.backends import lookup, register_backend
-from kiln.bench.dumps import observe_compiled_graphs
+from kiln.bench.dumps import graph_role, observe_compiled_graphs
 
 rewrites: list[str] = []  # what the backend did, for the summary at the end
 
@@ -83,11 +83,9 @@ def main() -> None:
     print(f"backend: {'; '.join(rewrites)}")
     print(f"loss compiled {loss.item():.4f} vs eager {expected.item():.4f}: same={same_value}")
     print(f"gradients of w1, w2 match eager: {same_grads}")
-    for gm, graph in graphs:
-        kind = (
-            "backward" if any(n.name.startswith("tangents") for n in gm.graph.nodes) else "forward"
-        )
-        print(f"inductor {kind} graph: {graph.num_kernels} kernels")
+    for observed in graphs:
+        graph = observed.graph
+        print(f"inductor {graph_role(observed.gm)} graph: {graph.num_kernels} kernels")
         print("  " + graph.schedule.describe().replace("\n", "\n  "))
     if not (same_value and same_grads):
         raise SystemExit("the rewritten graph computes something else")

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     files = dump_compiled(gelu_layer_norm, inputs, args.debug_dir)
     for path in files:
         print(f"  {os.path.relpath(path, args.debug_dir)}")
-    wrapper = next(p for p in files if p.endswith("_output_code.py"))
+    wrapper = next(p for p in files if p.endswith("output_code.py"))
     print(f"\n-- {os.path.relpath(wrapper)} (the Python that a compiled call runs) --")
     with open(wrapper) as f:
         print(f.read())

@@ -25,8 +25,6 @@ __all__ = [
     "empty_cache",
 ]
 
-_current = [0]
-
 
 def is_available() -> bool:
     return _cuda.is_available()
@@ -38,7 +36,7 @@ def device_count() -> int:
 
 def _index(device) -> int:
     if device is None:
-        return _current[0]
+        return _cuda.current_device()
     if isinstance(device, int):
         return device
     return _cuda.device_index(_device(device))
@@ -46,13 +44,12 @@ def _index(device) -> int:
 
 def current_device() -> int:
     _cuda.require()
-    return _current[0]
+    return _cuda.current_device()
 
 
 def set_device(device) -> None:
-    index = _index(device)
-    _cuda.require(index).activate(index)
-    _current[0] = index
+    """Make ``device`` what ``"cuda"`` without an index refers to."""
+    _cuda.set_current_device(_index(device))
 
 
 def synchronize(device=None) -> None:

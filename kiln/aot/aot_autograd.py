@@ -61,7 +61,7 @@ class CompiledEntry:
 
     runner: Callable
     trace: TraceResult
-    joint: GraphModule
+    graph_module: GraphModule  # the joint graph (or the inference graph)
     partition: Partition | None
 
 
@@ -133,12 +133,9 @@ def _saved_layout(forward: Graph, num_fwd_outputs: int, num_graph: int):
     outs = list(forward.output_node.args[0])
     saved = outs[num_fwd_outputs:]
     reachable = {storage_root(o) for o in outs[:num_fwd_outputs] if o is not None}
+    roots = [storage_root(s) for s in saved]
+    checks = [i for i, r in enumerate(roots) if r.op == "placeholder" or r in reachable]
     graph_outputs = set(outs[:num_graph])
-    checks = [
-        i
-        for i, s in enumerate(saved)
-        if storage_root(s).op == "placeholder" or storage_root(s) in reachable
-    ]
     return checks, [i for i, s in enumerate(saved) if s in graph_outputs]
 
 
@@ -147,13 +144,13 @@ def compile_entry(fn, args, kwargs, config: AOTConfig, with_grad: bool) -> Compi
     graph, trace, mutated, num_fwd = _joint_graph(
         fn, args, kwargs, config.decompositions, with_grad
     )
-    joint = GraphModule(trace.constants, graph)
-    logs.dump("joint" if with_grad else "inference", joint)
+    traced = GraphModule(trace.constants, graph)
+    logs.dump("joint" if with_grad else "inference", traced)
     if not with_grad:
         compiler = config.inference_compiler or config.fw_compiler
-        forward = compiler(joint, _example_fakes(graph))
+        forward = compiler(traced, _example_fakes(graph))
         runner = make_runner(RuntimeLayout(trace, mutated), forward, None)
-        return CompiledEntry(runner, trace, joint, None)
+        return CompiledEntry(runner, trace, traced, None)
     partition = config.partition_fn(graph, num_fwd_outputs=num_fwd)
     fw_gm = GraphModule(trace.constants, partition.forward)
     bw_gm = GraphModule(trace.constants, partition.backward)
@@ -165,7 +162,7 @@ def compile_entry(fn, args, kwargs, config: AOTConfig, with_grad: bool) -> Compi
     backward = config.bw_compiler(bw_gm, _example_fakes(partition.backward))
     checks, saved_outputs = _saved_layout(partition.forward, num_fwd, trace.num_graph_outputs)
     layout = RuntimeLayout(trace, mutated, checks, saved_outputs)
-    return CompiledEntry(make_runner(layout, forward, backward), trace, joint, partition)
+    return CompiledEntry(make_runner(layout, forward, backward), trace, traced, partition)
 
 
 def _log_saved_bytes(graph: Graph, num_fwd: int, chosen: Partition) -> None:

@@ -1,26 +1,30 @@
 """What the compiler made of a workload, written as files a user can open.
 
 ``observe_compiled_graphs`` keeps every graph the inductor compiles (forward and backward graphs
-alike: AOT autograd hands both to ``compile_fx.compile_graph``) without changing what is compiled;
-``write_inductor_dumps`` writes each one's loop IR, schedule, generated wrapper and LLVM IR. The
-dynamo graphs, guards, transformed bytecode and AOT graphs come from kiln's own ``KILN_DEBUG_DIR``
-dumps, which the runner points at the same folder while it compiles.
+alike: AOT autograd hands both to ``compile_fx.compile_graph``; on CUDA, eager ops are compiled
+there too, one op per graph) without changing what is compiled. ``dump_compiled`` compiles a
+function with kiln's own ``KILN_DEBUG_DIR`` dumps on (dynamo graph, guards, bytecode, AOT graphs,
+each inductor graph's schedule, wrapper and kernels) and adds what they leave out: each graph's
+loop IR printed with its bodies, and ``explain()``'s report.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 __all__ = [
+    "ObservedGraph",
     "count_kernels",
     "dump_compiled",
     "environ",
     "graph_role",
     "loop_ir",
     "observe_compiled_graphs",
-    "write_inductor_dumps",
+    "write_loop_ir",
 ]
 
 
@@ -40,19 +44,31 @@ def environ(**values: str):
                 os.environ[k] = v
 
 
+@dataclass
+class ObservedGraph:
+    """One graph the inductor compiled: its input GraphModule and the compiled graph."""
+
+    gm: object
+    graph: object  # CompiledGraph (CPU) or TritonCompiledGraph (CUDA)
+    eager_op: bool  # compiled for one eager CUDA op (kiln.runtime.devices), not by a backend
+
+
+_EAGER_DEVICE_MODULE = "kiln.runtime.devices"
+
+
 @contextlib.contextmanager
-def observe_compiled_graphs() -> Iterator[list]:
-    """Within the block, every ``(GraphModule, compiled graph)`` pair that
-    ``kiln.inductor.compile_fx.compile_graph`` makes is also appended to the yielded list (the
-    backend still gets the very same object)."""
+def observe_compiled_graphs() -> Iterator[list[ObservedGraph]]:
+    """Within the block, every graph ``kiln.inductor.compile_fx.compile_graph`` makes is also
+    appended to the yielded list (its caller still gets the very same object)."""
     from ..inductor import compile_fx
 
-    seen: list = []
+    seen: list[ObservedGraph] = []
     original = compile_fx.compile_graph
 
     def compile_graph(gm, example_inputs, options=None):
         graph = original(gm, example_inputs, options)
-        seen.append((gm, graph))
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        seen.append(ObservedGraph(gm, graph, eager_op=caller == _EAGER_DEVICE_MODULE))
         return graph
 
     compile_fx.compile_graph = compile_graph
@@ -68,9 +84,9 @@ def graph_role(gm) -> str:
     return "backward" if any(name.startswith("tangents") for name in names) else "forward"
 
 
-def count_kernels(observed: list) -> int:
-    """Generated kernels over the observed ``(GraphModule, compiled graph)`` pairs."""
-    return sum(graph.num_kernels for _, graph in observed)
+def count_kernels(observed: list[ObservedGraph]) -> int:
+    """Kernels generated for the graphs a backend compiled (eager CUDA ops left out)."""
+    return sum(o.graph.num_kernels for o in observed if not o.eager_op)
 
 
 class _LoopIRPrinter:
@@ -163,21 +179,23 @@ def _write(folder: str, name: str, text: str) -> str:
     return path
 
 
-def write_inductor_dumps(observed: list, folder: str) -> list[str]:
-    """Write loop IR, schedule, wrapper source and LLVM IR of the observed ``(GraphModule,
-    compiled graph)`` pairs under ``folder/inductor``; returns the paths written."""
-    out = os.path.join(folder, "inductor")
+def _graph_folders(root: str) -> list[str]:
+    """The inductor's ``KILN_DEBUG_DIR`` folders (``<n>_graph``) under ``root``, in order."""
+    if not os.path.isdir(root):
+        return []
+    return sorted(d for d in os.listdir(root) if d.endswith("_graph"))
+
+
+def write_loop_ir(observed: list[ObservedGraph], root: str, folders: list[str]) -> list[str]:
+    """Write each observed graph's loop IR, bodies included, as ``loop_ir.txt`` beside what the
+    inductor dumped for it (``folders`` are its new ``<n>_graph`` folders, made in the same order
+    as ``observed``); a graph without such a folder gets ``graph<i>/``. Returns the paths."""
     paths = []
-    for number, (gm, graph) in enumerate(observed):
-        stem = f"graph{number}_{graph_role(gm)}"
-        schedule = graph.schedule.describe() or "(no steps: the graph only returns inputs)"
-        codegen = getattr(graph, "codegen", "triton")
-        header = f"# {graph.num_kernels} kernels, codegen {codegen}\n"
-        paths.append(_write(out, f"{stem}_loop_ir.txt", loop_ir(graph)))
-        paths.append(_write(out, f"{stem}_schedule.txt", header + schedule + "\n"))
-        paths.append(_write(out, f"{stem}_output_code.py", graph.source))
-        if getattr(graph, "ir_text", ""):
-            paths.append(_write(out, f"{stem}_kernels.ll", graph.ir_text))
+    for i, item in enumerate(observed):
+        name = folders[i] if i < len(folders) else f"graph{i}"
+        what = "one eager CUDA op" if item.eager_op else f"{graph_role(item.gm)} graph"
+        header = f"# loop IR of a {what}: {item.graph.num_kernels} kernels\n"
+        paths.append(_write(os.path.join(root, name), "loop_ir.txt", header + loop_ir(item.graph)))
     return paths
 
 
@@ -185,9 +203,10 @@ def dump_compiled(
     fn: Callable, args: tuple, folder: str, backend: str = "inductor", options: dict | None = None
 ) -> list[str]:
     """Compile ``fn`` afresh, call it once on ``args`` and write everything the compiler made
-    under ``folder``: the dynamo graph, guards and bytecode and the AOT graphs (through
-    ``KILN_DEBUG_DIR``), each inductor graph's loop IR, schedule, wrapper and LLVM IR, and
-    ``explain.txt`` (which calls ``fn`` once more). Returns the files in ``folder``, sorted.
+    under ``folder``: through ``KILN_DEBUG_DIR`` the dynamo graph, guards and bytecode, the AOT
+    graphs and, per inductor graph (``inductor/<n>_graph/``), the graph, schedule, wrapper and
+    kernels; then each graph's loop IR with its bodies, and ``explain.txt`` (which calls ``fn``
+    once more). Returns the files in ``folder``, sorted.
 
     ``fn`` may already be compiled: it is captured again in a private compile context (as
     ``explain`` does), so the caller's compiled entries are neither reused nor disturbed."""
@@ -196,6 +215,8 @@ def dump_compiled(
     from ..nn.modules.module import Module
 
     os.makedirs(folder, exist_ok=True)
+    root = os.path.join(folder, "inductor")
+    earlier = set(_graph_folders(root))
     context = CompileContext(backend, options=options)
     if isinstance(fn, Module):
         fresh = OptimizedModule(getattr(fn, "_orig_mod", fn), context)
@@ -203,7 +224,7 @@ def dump_compiled(
         fresh = context.wrapper_for(getattr(fn, "_kiln_original", fn))
     with environ(KILN_DEBUG_DIR=os.path.abspath(folder)), observe_compiled_graphs() as observed:
         fresh(*args)
-    write_inductor_dumps(observed, folder)
+    write_loop_ir(observed, root, [d for d in _graph_folders(root) if d not in earlier])
     report = explain(fn)(*args)
     _write(folder, "explain.txt", f"{report}\n")
     found = [os.path.join(root, f) for root, _, files in os.walk(folder) for f in files]

@@ -185,7 +185,10 @@ def format_report(suite: SuiteResult, markdown: bool = False) -> str:
     dumped = [w for w in suite.workloads if w.debug_dir]
     if dumped:
         lines.append("")
-        lines.append("IR dumps (explain.txt, dynamo graphs and guards, aot/, inductor/):")
+        lines.append(
+            "IR dumps (explain.txt; dynamo graph, guards, bytecode; AOT graphs; per inductor "
+            "graph inductor/<n>_graph/: graph, loop IR, schedule, output_code.py, kernels):"
+        )
         lines += [f"  {w.debug_dir}/  ({w.debug_files} files)" for w in dumped]
     lines.append(f"\ntotal time {suite.seconds:.1f} s")
     return "\n".join(lines)

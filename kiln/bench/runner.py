@@ -154,7 +154,7 @@ class _Kiln(_Library):
         self.lib = kiln
         self.device = settings.device
         self.backend = settings.backend
-        self.observed = observed  # (GraphModule, compiled graph) for every inductor compile
+        self.observed = observed  # ObservedGraph for every inductor compile
 
     def compile(self, fn: Callable) -> Callable:
         return self.lib.compile(fn, backend=self.backend)
@@ -337,7 +337,7 @@ class _Runner:
             result.notes += [f"kiln: {w.message}" for w in caught if _is_compile_warning(w)]
             column.cold_compile_seconds = seconds
             result.kernels = count_kernels(kiln.observed[mark:])
-            result.graphs = len(kiln.observed) - mark
+            result.graphs = sum(not o.eager_op for o in kiln.observed[mark:])
             cold_output = _first_output(out)
             if self.settings.debug_dir:
                 self.progress(f"{workload.name}: writing IR dumps")
@@ -421,11 +421,7 @@ class _Runner:
                 columns["torch_compiled"] = compiled
         self._warm_up(workload, columns, result)
         self._check(columns, result)
-        compiled_before = len(self.kiln.observed)
         self._sample(workload, columns, result)
-        recompiled = len(self.kiln.observed) - compiled_before
-        if recompiled:
-            result.notes.append(f"kiln compiled {recompiled} graphs while being timed")
         return result
 
     def _warm_up(self, workload: Workload, columns: dict, result: WorkloadResult) -> None:
@@ -456,18 +452,29 @@ class _Runner:
             )
 
     def _sample(self, workload: Workload, columns: dict, result: WorkloadResult) -> None:
+        """Time each column ``repeat`` times, in a rotating order; note any column during whose
+        samples kiln compiled graphs (a recompile, or a CUDA eager op meeting a new shape or
+        scalar: those run as single-op compiled graphs), since then compile time is in its step."""
         order = list(columns)
         repeat = self.settings.repeat
+        observed = self.kiln.observed
+        compiles = dict.fromkeys(order, 0)
         for r in range(repeat):
             self.progress(f"{workload.name}: timing {r + 1}/{repeat}")
-            turn = order[r % len(order) :] + order[: r % len(order)] if order else []
-            for key in turn:
+            for key in order[r % len(order) :] + order[: r % len(order)]:
                 column = columns[key]
+                before = len(observed)
                 result.columns[key].samples.append(column.timed(column.calls))
+                compiles[key] += len(observed) - before
         for key, column in columns.items():
             record = result.columns[key]
             record.calls_per_sample = column.calls
             record.step_seconds = statistics.median(record.samples)
+            if compiles[key]:
+                result.notes.append(
+                    f"{key.replace('_', ' ')}: kiln compiled {compiles[key]} graphs while it "
+                    "was timed, so its times include compiling"
+                )
 
 
 def _warm_up(x):

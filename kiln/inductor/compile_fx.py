@@ -198,15 +198,33 @@ def _graph_device(gm, example_inputs):
 
 
 def inductor(gm, example_inputs, options: dict | None = None):
-    """Backend: AOT autograd + inductor for both the forward and the backward graph."""
+    """Backend: AOT autograd + inductor for both the forward and the backward graph.
+
+    Composite ops that inductor lowers itself (``var``: Welford's single pass) are kept whole
+    instead of being decomposed by AOT autograd.
+    """
     from ..aot.backend import aot_module_simplified
-    from ..aot.partitioners import min_cut_partition
+    from ..aot.partitioners import default_partition, min_cut_partition
 
     options = options or {}
 
     def compiler(graph_module, examples):
         return compile_graph(graph_module, examples, options)
 
+    partition = default_partition if options.get("partitioner") == "default" else min_cut_partition
     return aot_module_simplified(
-        gm, example_inputs, compiler, compiler, partition_fn=min_cut_partition
+        gm,
+        example_inputs,
+        compiler,
+        compiler,
+        partition_fn=partition,
+        decompositions=inductor_decompositions(),
     )
+
+
+def inductor_decompositions() -> dict:
+    """AOT's decomposition table minus the composite ops inductor lowers directly."""
+    from ..aot.decompositions import decomposition_table
+    from .lowering import LOWERINGS
+
+    return {op: fn for op, fn in decomposition_table().items() if op not in LOWERINGS}

@@ -34,7 +34,18 @@ __all__ = [
     "GraphContext",
 ]
 
-REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "welford")
+REDUCTION_TYPES = (
+    "sum",
+    "prod",
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "any",
+    "all",
+    "welford_mean",
+    "welford_m2",
+)
 
 
 @dataclass(frozen=True)
@@ -141,8 +152,9 @@ class Pointwise:
 class Reduction:
     """Reduce ``inner_fn(index, rindex)`` over ``reduction_ranges`` for every index in ``ranges``.
 
-    ``reduction_type`` is one of REDUCTION_TYPES. ``welford`` computes (mean, m2, count) in one pass
-    and is realized as three outputs by ``WelfordBuffers``.
+    ``reduction_type`` is one of REDUCTION_TYPES. ``welford_mean``/``welford_m2`` keep a running
+    (mean, sum of squared deviations, count) — Welford's single-pass update — and output one part;
+    a mean and a variance of the same rows share one loop, so the data is read once.
     """
 
     ranges: tuple

@@ -1099,3 +1099,22 @@ class _IndexRecorder(TensorBox):
 
     def __init__(self, like: TensorBox):
         super().__init__(tuple(like.shape), like.dtype, lambda index: list(index), like.ctx)
+
+
+@register_lowering("var")
+def _var(out_meta, x, dim=None, correction=1, keepdim=False):
+    """Single-pass variance: Welford's running sum of squared deviations, divided at the end."""
+    dims = _reduction_dims(x, dim)
+    acc = compute_dtype(out_meta.dtype)
+    if x.dtype is not acc:
+        x = _cast(None, x, acc)
+    m2 = make_reduction(x, dims, keepdim, "welford_m2", out_meta.dtype)
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    divisor = float(max(n - (correction if correction is not None else 1), 0))
+    return _elementwise(
+        out_meta,
+        [m2],
+        lambda v: ops.truediv(v, ops.constant(divisor, compute_dtype(out_meta.dtype))),
+    )

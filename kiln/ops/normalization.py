@@ -72,10 +72,14 @@ def _layer_norm_meta(x, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 def _normalized(x, axes, eps):
-    """(xhat, rstd) over ``axes`` in kiln ops, for derivatives and decompositions."""
-    xc = x - x.mean(axes, True)
-    rstd = ((xc * xc).mean(axes, True) + eps).rsqrt()
-    return xc * rstd, rstd
+    """(xhat, rstd) over ``axes`` in kiln ops, for derivatives and decompositions.
+
+    Mean and (biased) variance are two independent reductions of ``x``: compiled, they share one
+    loop and the variance is Welford's single-pass update, so the rows are read once.
+    """
+    mean = x.mean(axes, True)
+    rstd = (x.var(axes, correction=0, keepdim=True) + eps).rsqrt()
+    return (x - mean) * rstd, rstd
 
 
 def _norm_input_grad(gy, xhat, rstd, axes):

@@ -37,13 +37,15 @@ __all__ = [
     "device_count",
     "require",
     "use_driver",
-    "synchronize",
     "allocator",
     "empty",
     "from_numpy",
     "to_numpy",
     "wrap",
     "unavailable_reason",
+    "device_index",
+    "current_device",
+    "set_current_device",
 ]
 
 _CUDA_ERROR_OUT_OF_MEMORY = 2
@@ -263,6 +265,7 @@ def use_driver(driver) -> None:
     with _lock:
         _state.update(driver=driver, reason=None, loaded=driver is not None)
         _allocators.clear()
+        _current_device[0] = 0
     from . import devices
 
     devices.clear_cache()  # compiled kernels belong to the previous driver's runtime
@@ -298,15 +301,20 @@ def require(index: int | None = None):
     return d
 
 
+_current_device = [0]  # what "cuda" without an index means (kiln.cuda.set_device)
+
+
 def device_index(dev) -> int:
-    return 0 if dev.index is None else dev.index
+    return _current_device[0] if dev.index is None else dev.index
 
 
-def synchronize(device=None) -> None:
-    d = require()
-    index = device_index(Device(device)) if device is not None else 0
-    d.activate(index)
-    d.synchronize()
+def set_current_device(index: int) -> None:
+    require(index).activate(index)
+    _current_device[0] = index
+
+
+def current_device() -> int:
+    return _current_device[0]
 
 
 # ------------------------------------------------------------------------------ memory

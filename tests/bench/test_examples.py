@@ -28,7 +28,7 @@ def test_quickstart_explains_dumps_and_times(tmp_path):
     assert "Graph count: 1" in out and "Graph break count: 0" in out
     assert "def call(" in out  # the generated wrapper is printed
     dumps = tmp_path / "kiln_debug" / "quickstart"
-    assert (dumps / "explain.txt").exists() and list(dumps.glob("inductor/*_kernels.ll"))
+    assert (dumps / "explain.txt").exists() and list(dumps.glob("inductor/*/kernels.ll"))
     assert re.search(r"eager \S+ ms, compiled \S+ ms", out)
     assert "[kiln.recompiles] recompiling gelu_layer_norm" in proc.stderr
 

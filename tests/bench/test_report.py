@@ -107,3 +107,11 @@ def test_json_is_strict_and_carries_derived_ratios(tmp_path):
     assert chain["kiln_speedup"] == pytest.approx(5.0)
     assert chain["check"]["kiln_eager vs torch_eager"] is None  # inf is not JSON
     assert chain["columns"]["kiln_compiled"]["cold_compile_seconds"] == 0.15
+
+
+def test_plot_writes_a_png_when_matplotlib_is_installed(tmp_path):
+    pytest.importorskip("matplotlib")  # an optional extra: `pip install -e '.[plot]'`
+    from kiln.bench.plot import plot_speedups
+
+    path = plot_speedups(_suite(), str(tmp_path / "speedups.png"))
+    assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"

@@ -35,7 +35,9 @@ class Case:
         return self.fn.__name__
 
 
-def assert_same(actual: Any, expected: Any, path: str = "result") -> None:
+def assert_same(
+    actual: Any, expected: Any, path: str = "result", rtol: float = 1e-5, atol: float = 1e-6
+) -> None:
     """Recursive equality: tensors by dtype, shape and values; containers and objects by parts."""
     if isinstance(expected, kiln.Tensor):
         assert isinstance(actual, kiln.Tensor), f"{path}: expected a tensor, got {actual!r}"
@@ -43,7 +45,7 @@ def assert_same(actual: Any, expected: Any, path: str = "result") -> None:
         assert tuple(actual.shape) == tuple(expected.shape), f"{path}: shape differs"
         assert actual.requires_grad == expected.requires_grad, f"{path}: requires_grad differs"
         np.testing.assert_allclose(
-            actual.detach().numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-6,
+            actual.detach().numpy(), expected.detach().numpy(), rtol=rtol, atol=atol,
             err_msg=path,
         )  # fmt: skip
         return
@@ -51,13 +53,13 @@ def assert_same(actual: Any, expected: Any, path: str = "result") -> None:
         assert type(actual) is type(expected), f"{path}: {type(actual)} != {type(expected)}"
         assert len(actual) == len(expected), f"{path}: length differs"
         for i, (a, e) in enumerate(zip(actual, expected)):
-            assert_same(a, e, f"{path}[{i}]")
+            assert_same(a, e, f"{path}[{i}]", rtol, atol)
         return
     if isinstance(expected, dict):
         assert type(actual) is type(expected), f"{path}: {type(actual)} != {type(expected)}"
         assert list(actual) == list(expected), f"{path}: keys {list(actual)} != {list(expected)}"
         for k in expected:
-            assert_same(actual[k], expected[k], f"{path}[{k!r}]")
+            assert_same(actual[k], expected[k], f"{path}[{k!r}]", rtol, atol)
         return
     if isinstance(expected, kiln.nn.Module):
         assert_same(actual.state_dict(), expected.state_dict(), f"{path}.state_dict()")

@@ -65,5 +65,6 @@ def test_compiled_gpt_trains_like_eager():
             _, loss = m(idx, targets)
             loss.backward()
             o.step()
-        assert_same(model.lm_head.weight.grad, twin.lm_head.weight.grad)
-    assert_same(compiled(idx, targets), twin(idx, targets))
+        # compiled kernels sum in another order: float32 drift over training steps
+        assert_same(model.lm_head.weight.grad, twin.lm_head.weight.grad, rtol=1e-4, atol=1e-5)
+    assert_same(compiled(idx, targets), twin(idx, targets), rtol=1e-4, atol=1e-5)

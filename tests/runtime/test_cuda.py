@@ -52,7 +52,11 @@ def _close(got, expected, tol=1e-5):
     assert got.device.type == "cuda"
     assert got.dtype is expected.dtype and tuple(got.shape) == tuple(expected.shape)
     np.testing.assert_allclose(
-        got.cpu().float().numpy(), expected.float().numpy(), rtol=tol, atol=tol, equal_nan=True
+        got.detach().cpu().float().numpy(),
+        expected.detach().float().numpy(),
+        rtol=tol,
+        atol=tol,
+        equal_nan=True,
     )
 
 
@@ -351,3 +355,32 @@ def test_gpu_check_says_clearly_that_no_gpu_is_present():
     )
     assert proc.returncode == 2
     assert "no CUDA GPU" in proc.stdout + proc.stderr
+
+
+def test_set_device_chooses_what_plain_cuda_means(gpu):
+    kiln.cuda.set_device(1)
+    try:
+        assert kiln.zeros(2, device="cuda").device == kiln.device("cuda", 1)
+        assert kiln.ones(2).cuda().device.index == 1
+    finally:
+        kiln.cuda.set_device(0)
+
+
+def test_compiled_training_step_on_cuda_matches_cpu(gpu):
+    kiln.manual_seed(3)
+    model = kiln.nn.Sequential(kiln.nn.Linear(12, 16), kiln.nn.GELU(), kiln.nn.Linear(16, 4))
+    x, target = kiln.randn(8, 12), kiln.randint(0, 4, (8,))
+
+    def step(model, x, target):
+        loss = F.cross_entropy(model(x), target)
+        loss.backward()
+        return loss
+
+    loss_cpu = step(model, x, target)
+    grads_cpu = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model.cuda()
+    loss = kiln.compile(step)(model, x.cuda(), target.cuda())
+    _close(loss, loss_cpu)
+    for p, g in zip(model.parameters(), grads_cpu):
+        _close(p.grad, g)

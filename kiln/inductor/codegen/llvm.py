@@ -909,6 +909,15 @@ class KernelEmitter:
     # ------------------------------------------------------------------ reductions
     def _alloc_accumulator(self, n, lanes):
         b = self.builder
+        if n.data.reduction_type.startswith("welford"):
+            t = llvm_type(n.data.dtype)
+            slots = {}
+            with b.goto_entry_block():
+                for key in ("mean", "m2", "count"):
+                    slots[key] = b.alloca(t)
+                    slots["v" + key] = b.alloca(ir.VectorType(t, lanes)) if lanes > 1 else None
+            slots["dtype"] = n.data.dtype
+            return slots
         d = n.data.dtype if n.data.reduction_type not in ("argmax", "argmin") else n.data.src_dtype
         t = llvm_type(d)
         with b.goto_entry_block():
@@ -920,6 +929,13 @@ class KernelEmitter:
 
     def _init_accumulator(self, n, acc, lanes):
         rtype = n.data.reduction_type
+        if rtype.startswith("welford"):
+            d = acc["dtype"]
+            for key in ("mean", "m2", "count"):
+                self.builder.store(LLVMOps(self, 1, {}).const_of(0.0, d), acc[key])
+                if lanes > 1:
+                    self.builder.store(LLVMOps(self, lanes, {}).const_of(0.0, d), acc["v" + key])
+            return
         d = acc["dtype"]
         init = _identity(rtype, d)
         h1 = LLVMOps(self, 1, {})
@@ -955,6 +971,18 @@ class KernelEmitter:
         d = acc["dtype"]
         if value.dtype is not d:
             value = handler.to_dtype(value, d)
+        if rtype.startswith("welford"):
+            prefix = "v" if width > 1 else ""
+            mean = V(b.load(acc[prefix + "mean"]), d)
+            m2 = V(b.load(acc[prefix + "m2"]), d)
+            count = handler.add(V(b.load(acc[prefix + "count"]), d), handler.constant(1.0, d))
+            delta = handler.sub(value, mean)
+            mean = handler.add(mean, handler.truediv(delta, count))
+            m2 = handler.add(m2, handler.mul(delta, handler.sub(value, mean)))
+            b.store(mean.value, acc[prefix + "mean"])
+            b.store(m2.value, acc[prefix + "m2"])
+            b.store(count.value, acc[prefix + "count"])
+            return
         slot = acc["vec"] if width > 1 else acc["scalar"]
         cur = V(b.load(slot), d)
         if rtype in ("argmax", "argmin"):
@@ -978,12 +1006,33 @@ class KernelEmitter:
             return b.or_(strictly, b.and_(v_nan, b.not_(cur_nan)))
         return handler._cmp(v, cur, op).value
 
+    def _welford_merge(self, h, a, b_):
+        """Chan et al.'s combination of two (mean, m2, count) partial results."""
+        ma, m2a, na = a
+        mb, m2b, nb = b_
+        n = h.add(na, nb)
+        safe_n = h.where(h.eq(n, h.constant(0.0, n.dtype)), h.constant(1.0, n.dtype), n)
+        delta = h.sub(mb, ma)
+        frac_b = h.truediv(nb, safe_n)
+        mean = h.add(ma, h.mul(delta, frac_b))
+        m2 = h.add(h.add(m2a, m2b), h.mul(h.mul(delta, delta), h.mul(na, frac_b)))
+        return mean, m2, n
+
     def _horizontal(self, n, acc, lanes):
         """Fold the vector accumulator's lanes into the scalar one (lane order = index order)."""
         b = self.builder
         rtype = n.data.reduction_type
         d = acc["dtype"]
         h1 = LLVMOps(self, 1, {})
+        if rtype.startswith("welford"):
+            state = tuple(V(b.load(acc[k]), d) for k in ("mean", "m2", "count"))
+            vecs = [b.load(acc["v" + k]) for k in ("mean", "m2", "count")]
+            for lane in range(lanes):
+                part = tuple(V(b.extract_element(v, ir.Constant(I32, lane)), d) for v in vecs)
+                state = self._welford_merge(h1, state, part)
+            for key, value in zip(("mean", "m2", "count"), state):
+                b.store(value.value, acc[key])
+            return
         vec = b.load(acc["vec"])
         cur = V(b.load(acc["scalar"]), d)
         if rtype in ("argmax", "argmin"):
@@ -1045,6 +1094,10 @@ class KernelEmitter:
         h1 = LLVMOps(self, 1, {})
         if rtype in ("argmax", "argmin"):
             value = V(b.load(acc["idx"]), dt.int64)
+        elif rtype == "welford_mean":
+            value = V(b.load(acc["mean"]), acc["dtype"])
+        elif rtype == "welford_m2":
+            value = V(b.load(acc["m2"]), acc["dtype"])
         else:
             value = V(b.load(acc["scalar"]), acc["dtype"])
         index, _ = self.plan.node_index[n.name]

@@ -237,6 +237,12 @@ def _reduce(values: np.ndarray, rtype: str, axes: tuple, out_dtype):
         return values.sum(axis=axes, dtype=out_dtype)
     if rtype == "prod":
         return values.prod(axis=axes, dtype=out_dtype)
+    if rtype in ("welford_mean", "welford_m2"):
+        mean = values.mean(axis=axes, dtype=out_dtype, keepdims=True)
+        if rtype == "welford_mean":
+            return mean.reshape(mean.shape[: values.ndim - len(axes)])
+        centred = values - mean
+        return (centred * centred).sum(axis=axes, dtype=out_dtype)
     if rtype == "max":
         return values.max(axis=axes)
     if rtype == "min":
@@ -277,7 +283,11 @@ def compute_buffer(buf: ComputedBuffer, storages: dict) -> np.ndarray:
     full = tuple(data.ranges) + tuple(data.reduction_ranges)
     v = np.broadcast_to(np.asarray(v), full)
     axes = tuple(range(len(data.ranges), nd))
-    acc = data.dtype.np if data.reduction_type in ("sum", "prod") else None
+    acc = (
+        data.dtype.np
+        if data.reduction_type in ("sum", "prod", "welford_mean", "welford_m2")
+        else None
+    )
     out = _reduce(v, data.reduction_type, axes, acc)
     return np.asarray(out).astype(data.dtype.np).reshape(tuple(data.ranges))
 
