@@ -37,7 +37,7 @@ __all__ = ["GeneratedKernel", "generate_kernel", "generate_scatter"]
 
 
 def _reduction_init(rtype: str, d: dt.dtype) -> str:
-    if rtype in ("sum", "any"):
+    if rtype in ("sum", "any") or rtype.startswith("welford"):
         return "0.0" if d.is_floating_point else "0"
     if rtype in ("prod", "all"):
         return "1.0" if d.is_floating_point else "1"
@@ -65,7 +65,9 @@ class _ReductionPrinter:
             self.rtype = {"max": "any", "min": "all"}.get(rtype, rtype)
             self.acc_dtype = dt.int32
         else:
-            self.acc_dtype = src if rtype not in ("sum", "prod") else out
+            self.acc_dtype = (
+                src if rtype not in ("sum", "prod") and not rtype.startswith("welford") else out
+            )
         self.init = _reduction_init(self.rtype, self.acc_dtype)
         self.floating = self.acc_dtype.is_floating_point
         self.acc = self.index = None
@@ -85,6 +87,9 @@ class _ReductionPrinter:
     def start(self, v: TVal) -> None:
         p, t = self.p, self.rtype
         masked = self._masked(v)
+        if t.startswith("welford"):
+            self._welford_start(masked)
+            return
         if self.persistent:
             self.acc = masked.text
             self.index = "tl.broadcast_to(rindex.to(tl.int64), [XBLOCK, RBLOCK])"
@@ -114,12 +119,53 @@ class _ReductionPrinter:
             update = update.replace(", propagate_nan=tl.PropagateNan.ALL", "")
         p.loop_body(f"{acc} = {update}")
 
+    def _welford_start(self, masked: TVal) -> None:
+        """Welford's running (mean, M2, count) per lane; lanes merge in ``finish``."""
+        p = self.p
+        acc_t = tl_dtype(self.acc_dtype)
+        active = f"({p.xmask} & {p.rmask})"
+        if self.persistent:
+            self.acc = masked.text
+            self.index = active
+            return
+        acc = self.acc = p.fresh("wf")
+        for part in ("mean", "m2", "n"):
+            p.loop_pre(f"{acc}_{part} = tl.full([XBLOCK, RBLOCK], 0.0, {acc_t})")
+        p.loop_body(f"{acc}_n = tl.where({active}, {acc}_n + 1.0, {acc}_n)")
+        p.loop_body(f"{acc}_delta = {masked} - {acc}_mean")
+        p.loop_body(
+            f"{acc}_mean = tl.where({active}, {acc}_mean + {acc}_delta / tl.maximum({acc}_n, 1.0), {acc}_mean)"
+        )
+        p.loop_body(
+            f"{acc}_m2 = tl.where({active}, {acc}_m2 + {acc}_delta * ({masked} - {acc}_mean), {acc}_m2)"
+        )
+
+    def _welford_finish(self) -> TVal:
+        p, d, acc = self.p, self.acc_dtype, self.acc
+        want_mean = self.rtype == "welford_mean"
+        if self.persistent:  # the whole row is in registers: two exact passes over it
+            active = self.index
+            count = self._lanes(f"{active}.to({tl_dtype(d)})", "_sum", d)
+            total = self._lanes(acc, "_sum", d)
+            mean = p.emit(f"{total} / tl.maximum({count}, 1.0)", d, True, False)
+            if want_mean:
+                return mean
+            sq = f"tl.where({active}, ({acc} - {mean}) * ({acc} - {mean}), 0.0)"
+            return self._lanes(sq, "_sum", d)
+        p.helpers.add("_welford_combine")
+        parts = p.emit(
+            f"tl.reduce(({acc}_mean, {acc}_m2, {acc}_n), 1, _welford_combine)", d, True, False
+        )
+        return p.emit(f"{parts}[{0 if want_mean else 1}][:, None]", d, True, False)
+
     def _lanes(self, text: str, combine: str, dtype: dt.dtype) -> TVal:
         """``text`` reduced across the block's columns, as an [XBLOCK, 1] value."""
         return self.p.emit(f"tl.reduce({text}, 1, {combine})[:, None]", dtype, True, False)
 
     def finish(self) -> TVal:
         p, t, acc, d = self.p, self.rtype, self.acc, self.acc_dtype
+        if t.startswith("welford"):
+            return self._welford_finish()
         if t == "sum":
             return self._lanes(acc, "_sum", d)
         if t == "prod":

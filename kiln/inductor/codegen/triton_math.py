@@ -64,6 +64,15 @@ HELPERS = {
 def _mul_combine(a, b):
     return a * b
 """,
+    "_welford_combine": """\
+@triton.jit
+def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
+    # Chan et al.: merge two (mean, sum of squared deviations, count) partial results
+    n = n_a + n_b
+    frac_b = tl.where(n == 0.0, 0.0, n_b / tl.where(n == 0.0, 1.0, n))
+    delta = mean_b - mean_a
+    return mean_a + delta * frac_b, m2_a + m2_b + delta * delta * n_a * frac_b, n
+""",
     "_floordiv_int": """\
 @triton.jit
 def _floordiv_int(a, b):
