@@ -99,6 +99,7 @@ def _decompose(graph: Graph, constants: dict, decompositions) -> Graph:
     gm = GraphModule(constants, graph)
     new_graph = Graph()
     mode = TracingMode(new_graph, decompositions=table)
+    mode.replay_grad_mode = False
     for name, tensor in constants.items():
         mode.bind_attribute(name, tensor)
     proxies = []

@@ -195,6 +195,7 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
     table = decomposition_table() if decompositions is None else dict(decompositions)
     table.update(rng_state.table())
     mode = TracingMode(graph, decompositions=table)
+    mode.replay_grad_mode = False  # the compiled pair runs outside autograd
     mode_ref.append(mode)
     flat_args, in_spec = tree_flatten((args, kwargs))
     positions = [i for i, a in enumerate(flat_args) if isinstance(a, Tensor)]

@@ -21,6 +21,24 @@ __all__ = [
 ]
 
 
+def set_grad_enabled_node(mode: bool) -> None:
+    """Graph node target: switch grad mode where a traced region entered/left a grad-mode block."""
+    state.grad_enabled[0] = mode
+
+
+def _record(mode: bool) -> None:
+    """Tell an active tracing mode that grad mode changed, so the graph replays the switch.
+
+    Kiln's own functions (``F.batch_norm``'s running-stat update under ``no_grad``) run for real
+    while being traced; without this the graph would replay their ops with grad enabled.
+    """
+    for m in reversed(state.mode_stack):
+        record = getattr(m, "record_grad_mode", None)
+        if record is not None:
+            record(mode)
+            return
+
+
 def is_grad_enabled() -> bool:
     return state.grad_enabled[0]
 
@@ -35,9 +53,13 @@ class _GradModeBase:
     def __enter__(self):
         self._prev = state.grad_enabled[0]
         state.grad_enabled[0] = self._target
+        if state.mode_stack and self._prev != self._target:
+            _record(self._target)
         return self
 
     def __exit__(self, *exc):
+        if state.mode_stack and state.grad_enabled[0] != self._prev:
+            _record(self._prev)
         state.grad_enabled[0] = self._prev
         return False
 
@@ -101,11 +123,15 @@ class set_grad_enabled(_GradModeBase):  # noqa: N801
         self._target = bool(mode)
         self._prev = state.grad_enabled[0]
         state.grad_enabled[0] = self._target
+        if state.mode_stack and self._prev != self._target:
+            _record(self._target)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
+        if state.mode_stack and state.grad_enabled[0] != self._prev:
+            _record(self._prev)
         state.grad_enabled[0] = self._prev
         return False
 

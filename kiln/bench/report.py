@@ -118,7 +118,12 @@ def _plain(layout, rows: list[list[str]]) -> list[str]:
 
 
 def _markdown(layout, rows: list[list[str]]) -> list[str]:
-    headings = [f"{g} {h}".strip() if g else h for g, h, _ in layout]
+    def heading(group: str, name: str) -> str:
+        if group.startswith("compile"):
+            return f"{'kiln.compile' if name == 'kiln' else name}, cold / warm"
+        return f"{group} {name}".strip()
+
+    headings = [heading(g, h) for g, h, _ in layout]
     out = [
         "| " + " | ".join(headings) + " |",
         "|" + "|".join(["---"] + ["---:"] * (len(headings) - 1)) + "|",

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..autograd.grad_mode import set_grad_enabled_node
 from ..ir import Graph, GraphModule
-from ..ir.node import register_side_effect
 from ..ir.tracer import TracingMode
 from ..runtime import state
 from ..runtime.tensor import Tensor
@@ -24,12 +24,6 @@ from .side_effects import SideEffects
 from .sources import LocalSource, Source
 
 __all__ = ["OutputGraph", "set_grad_enabled_node"]
-
-
-@register_side_effect
-def set_grad_enabled_node(mode: bool) -> None:
-    """Graph node target: switch grad mode (a ``with kiln.no_grad()`` block in the graph)."""
-    state.grad_enabled[0] = mode
 
 
 def _restoring_grad_mode(compiled):

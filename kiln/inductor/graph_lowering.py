@@ -12,6 +12,7 @@ import logging
 import operator
 from dataclasses import dataclass, field
 
+from ..autograd.grad_mode import set_grad_enabled_node
 from ..ops.registry import Op
 from ..runtime.tensor import Tensor
 from .ir import Buffer, GraphContext, InputBuffer, Layout, TensorBox
@@ -92,6 +93,8 @@ class GraphLowering:
         target = node.target
         if target is operator.getitem:
             return args[0][args[1]]
+        if target is set_grad_enabled_node:  # kernels do not record gradients
+            return None
         out_meta = node.meta.get("val")
         if not isinstance(target, Op):
             raise NotImplementedError(f"inductor cannot lower Python call {target!r}")

@@ -27,16 +27,20 @@ import operator
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ..autograd.grad_mode import set_grad_enabled_node
 from ..ops.dispatch import DispatchMode, dispatch
 from ..ops.fake import FakeTensorMode, to_fake
 from ..ops.registry import OPS, Op
 from ..runtime.tensor import Tensor, make_fake
 from .graph import Graph
 from .graph_module import GraphModule
-from .node import Node, map_aggregate
+from .node import Node, map_aggregate, register_side_effect
 from .source import user_source
 
 __all__ = ["TracingMode", "trace"]
+
+# grad-mode switches replayed by graphs are side effects: never dead code, never merged
+register_side_effect(set_grad_enabled_node)
 
 PRIMS = "prims"
 
@@ -148,6 +152,16 @@ class TracingMode(DispatchMode):
             value, lambda v: _meta_value(v) if isinstance(v, Tensor) else v
         )
         return node
+
+    # graphs that run outside autograd (AOT's forward/backward) leave grad-mode switches out
+    replay_grad_mode = True
+
+    def record_grad_mode(self, mode: bool) -> None:
+        """A grad-mode block was entered or left while tracing: replay the switch there."""
+        if not self.replay_grad_mode:
+            return
+        node = self.graph.call_function(set_grad_enabled_node, (mode,))
+        self._set_source(node)
 
     # ---------------------------------------------------------------- the dispatch mode
     def wants(self, op: Op) -> bool:

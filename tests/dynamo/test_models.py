@@ -68,3 +68,17 @@ def test_compiled_gpt_trains_like_eager():
         # compiled kernels sum in another order: float32 drift over training steps
         assert_same(model.lm_head.weight.grad, twin.lm_head.weight.grad, rtol=1e-4, atol=1e-5)
     assert_same(compiled(idx, targets), twin(idx, targets), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_batch_norm_running_stats_stay_free_of_autograd_history(backend):
+    """F.batch_norm updates running stats under no_grad: graphs must replay that switch."""
+    x = kiln.randn(8, 4, requires_grad=True)
+    compiled_bn, eager_bn = kiln.nn.BatchNorm1d(4), kiln.nn.BatchNorm1d(4)
+    y = kiln.compile(compiled_bn, backend=backend)(x)
+    y.sum().backward()
+    expected = eager_bn(x)
+    assert not compiled_bn.running_mean.requires_grad and compiled_bn.running_mean.grad_fn is None
+    assert_same(compiled_bn.running_mean, eager_bn.running_mean, rtol=1e-5, atol=1e-6)
+    assert_same(y, expected, rtol=1e-5, atol=1e-6)
+    assert kiln.is_grad_enabled()
