@@ -132,41 +132,15 @@ class CPUKernels:
         self.numpy_steps: dict[int, str] = {}  # step index -> why it runs in numpy
         self.ir_text = ""
         self.compiled = None
-        module = ir.Module(name="kiln_graph")
-        module.triple = llvm_jit.host_target().triple
-        pending = []
-        for i, step in enumerate(sched.steps):
-            if isinstance(step, ScatterStep):
-                try:
-                    names = _scatter_buffer_names(step.buffer)
-                    emit_scatter_kernel(
-                        ir.Module(name="scratch"),
-                        step.name,
-                        step.buffer,
-                        names,
-                        dtypes,
-                        sizes or {},
-                    )
-                except UnsupportedInLLVM as e:
-                    self.numpy_steps[i] = str(e)
-                    continue
-                emit_scatter_kernel(module, step.name, step.buffer, names, dtypes, sizes or {})
-                pending.append((i, step.name, _SingleRow(), 0, names))
-                continue
-            if not isinstance(step, Kernel):
-                continue
-            try:
-                plan = plan_kernel(step)
-                names = _buffer_names(step, plan, sched)
-                scratch = ir.Module(name="scratch")
-                emit_kernel(scratch, step.name, plan, names, dtypes, step.locals, sizes)
-            except UnsupportedInLLVM as e:
-                self.numpy_steps[i] = str(e)
-                log.info("inductor: %s runs in numpy: %s", step.name, e)
-                continue
-            emit_kernel(module, step.name, plan, names, dtypes, step.locals, sizes)
-            work = _work(step)
-            pending.append((i, step.name, plan, work, names))
+        sizes = sizes or {}
+        # emit every kernel into one module; a kernel the generator cannot handle is dropped
+        # (it runs in numpy) and the module is rebuilt without it — rare, so emitted once usually
+        while True:
+            module, pending, failed = self._emit_all(sched, dtypes, sizes)
+            if failed is None:
+                break
+            self.numpy_steps[failed[0]] = failed[1]
+            log.info("inductor: %s runs in numpy: %s", sched.steps[failed[0]].name, failed[1])
         if pending:
             self.ir_text = str(module)
             self.compiled = llvm_jit.compile_module(self.ir_text)
@@ -174,6 +148,27 @@ class CPUKernels:
                 fn = _KERNEL_TYPE(self.compiled.address(name))
                 fn._kiln_module = self.compiled  # the engine owns the machine code: keep it alive
                 self.by_step[i] = _LLVMKernel(name, fn, plan.rows, work, names, plan)
+
+    def _emit_all(self, sched, dtypes, sizes):
+        module = ir.Module(name="kiln_graph")
+        module.triple = llvm_jit.host_target().triple
+        pending = []
+        for i, step in enumerate(sched.steps):
+            if i in self.numpy_steps:
+                continue
+            try:
+                if isinstance(step, ScatterStep):
+                    names = _scatter_buffer_names(step.buffer)
+                    emit_scatter_kernel(module, step.name, step.buffer, names, dtypes, sizes)
+                    pending.append((i, step.name, _SingleRow(), 0, names))
+                elif isinstance(step, Kernel):
+                    plan = plan_kernel(step)
+                    names = _buffer_names(step, plan, sched)
+                    emit_kernel(module, step.name, plan, names, dtypes, step.locals, sizes)
+                    pending.append((i, step.name, plan, _work(step), names))
+            except UnsupportedInLLVM as e:
+                return None, None, (i, str(e))
+        return module, pending, None
 
 
 def _work(kernel: Kernel) -> int:

@@ -24,7 +24,16 @@ from .loop_plan import InnerLoop, LoopPlan
 
 __all__ = ["emit_kernel", "LANES", "UnsupportedInLLVM", "llvm_type"]
 
-LANES = 8
+
+def _host_lanes() -> int:
+    """Vector width of the inner loops: one 512-bit register of float32 with AVX-512, else 8
+    (two 256-bit halves; both widths keep the vector units busy on AVX2 too)."""
+    from .llvm_jit import host_target
+
+    return 16 if "+avx512f" in host_target().features else 8
+
+
+LANES = _host_lanes()
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)
