@@ -156,8 +156,12 @@ def _machine(suite: SuiteResult) -> str:
     versions = ", ".join(
         f"{k} {m[k]}" for k in ("python", "numpy", "llvmlite", "torch") if m.get(k) is not None
     )
-    load = m.get("load_average_before") or m.get("load_average")
-    load_text = f"{'/'.join(f'{x:.2f}' for x in load)} (1/5/15 min) at start" if load else "unknown"
+    load_text = "unknown"
+    if m.get("load_average"):
+        start, end = m.get("load_average_before") or m["load_average"], m["load_average"]
+        load_text = (
+            f"{'/'.join(f'{x:.2f}' for x in start)} (1/5/15 min) at start, {end[0]:.2f} at the end"
+        )
     return (
         f"machine: {m['cpu']}, {m['cores']} cores, {m.get('threads', '?')} threads for compiled "
         f"kernels and PyTorch, numpy BLAS threads: {m.get('blas_threads')}; load average "

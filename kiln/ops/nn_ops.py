@@ -170,7 +170,12 @@ def _linear_kernel(x, w, b):
     _linear_check(x, w, b)
     cd = compute_np_dtype(x._dtype)
     a = x._data.astype(cd, copy=False)
-    out = np.matmul(a, w._data.astype(cd, copy=False).T)
+    wt = w._data.astype(cd, copy=False).T
+    if a.ndim > 2 and wt.ndim == 2 and a.flags.c_contiguous:
+        # one (rows, in) @ (in, out) BLAS call instead of numpy's loop over the batch dims
+        out = np.matmul(a.reshape(-1, a.shape[-1]), wt).reshape(a.shape[:-1] + (wt.shape[1],))
+    else:
+        out = np.matmul(a, wt)
     if b is not None:
         out = out + b._data if out.ndim < b.ndim else np.add(out, b._data, out=out)
     return wrap(out, x._dtype)

@@ -167,6 +167,7 @@ def _stage_arguments(op, args: tuple, dev) -> tuple:
         out[p] = fix(out[p])
     for p in op.list_positions:
         out[p] = type(out[p])(fix(a) for a in out[p])
+    _scalars_as_inputs(op, out, dev)
     if op.name in ("philox_rand", "philox_randn"):
         # seeds and offsets change every call: make them graph inputs, not baked constants
         for p in (1, 2):
@@ -174,6 +175,26 @@ def _stage_arguments(op, args: tuple, dev) -> tuple:
                 value = int(out[p]) & ((1 << 64) - 1)
                 out[p] = wrap_array(np.array(value, np.uint64).view(np.int64), dt.int64)
     return tuple(out)
+
+
+def _scalars_as_inputs(op, out: list, dev) -> None:
+    """Python floats in tensor-or-scalar positions become 0-d device tensors (graph inputs).
+
+    Otherwise each new value (an optimizer's bias correction, a learning-rate schedule) would be
+    a new constant, a new cache key and a new compiled kernel on every step. The 0-d tensor has
+    the dtype that keeps PyTorch's promotion: float64 next to float64 tensors (full precision),
+    else the default dtype (a Python float never raises an integer or half tensor's category
+    beyond the default float, and neither does a 0-d tensor of that dtype).
+    """
+    floats = [p for p in op.tensor_positions if type(out[p]) is float]
+    if not floats:
+        return
+    wide = any(
+        isinstance(out[p], Tensor) and out[p]._dtype is dt.float64 for p in op.tensor_positions
+    )
+    d = dt.float64 if wide else dt.get_default_dtype()
+    for p in floats:
+        out[p] = transfer(wrap_array(np.array(out[p], d.np), d), dev)
 
 
 def _view(op, args: tuple):

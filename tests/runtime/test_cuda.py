@@ -185,6 +185,22 @@ def test_eager_ops_are_cached_single_op_graphs(gpu):
     assert devices.op_cache_info()["misses"] == 2
 
 
+def test_changing_python_scalars_do_not_compile_new_kernels(gpu):
+    """An optimizer's per-step scalars are inputs of the cached kernel, not new constants."""
+    x = kiln.randn(3, 4).cuda()
+    devices.clear_cache()
+    for step in range(1, 5):
+        bias_correction = 1 - 0.9**step
+        y = x * (1 - 1e-3 * bias_correction)
+        np.testing.assert_allclose(
+            y.cpu().numpy(), x.cpu().numpy() * np.float32(1 - 1e-3 * bias_correction), rtol=1e-6
+        )
+    assert devices.op_cache_info()["misses"] == 1
+    d = kiln.randn(3, dtype=kiln.float64).cuda() * 0.1  # float64 keeps a float64 scalar
+    np.testing.assert_allclose(d.cpu().numpy(), (d.cpu() / 0.1 * 0.1).numpy())
+    assert (kiln.ones(2, dtype=kiln.int32).cuda() * 1.5).dtype is kiln.float32
+
+
 def test_views_share_device_memory(gpu):
     x = kiln.zeros(4, 6, device="cuda")
     view = x[1:3, ::2]
