@@ -30,6 +30,18 @@ from .runtime.dtypes import (  # noqa: E402
 from .runtime.dtypes import bool_ as bool  # noqa: E402,A004
 from .runtime.device import device  # noqa: E402
 from .runtime.tensor import Size, Tensor  # noqa: E402
+from .runtime.legacy_types import (  # noqa: E402
+    BFloat16Tensor,
+    BoolTensor,
+    ByteTensor,
+    CharTensor,
+    DoubleTensor,
+    FloatTensor,
+    HalfTensor,
+    IntTensor,
+    LongTensor,
+    ShortTensor,
+)
 from .runtime.random import (  # noqa: E402
     Generator,
     default_generator,

@@ -228,20 +228,14 @@ def _type_conv(d):
 
 
 def _type(self, dtype=None, non_blocking=False):
+    from ..runtime.legacy_types import dtype_of_type_spec, legacy_type_name
+
     if dtype is None:
-        return {
-            dt.float32: "kiln.FloatTensor",
-            dt.float64: "kiln.DoubleTensor",
-            dt.float16: "kiln.HalfTensor",
-            dt.bfloat16: "kiln.BFloat16Tensor",
-            dt.int64: "kiln.LongTensor",
-            dt.int32: "kiln.IntTensor",
-            dt.int16: "kiln.ShortTensor",
-            dt.int8: "kiln.CharTensor",
-            dt.uint8: "kiln.ByteTensor",
-            dt.bool_: "kiln.BoolTensor",
-        }[self._dtype]
-    return _to(self, dtype)
+        return legacy_type_name(self._dtype, self.device.type)
+    target = dtype_of_type_spec(dtype)
+    if isinstance(dtype, str) and ".cuda." in dtype:
+        return _to(self, "cuda", target, non_blocking=non_blocking)
+    return _to(self, target, non_blocking=non_blocking)
 
 
 def _contiguous(self, memory_format=None):

@@ -1,0 +1,122 @@
+"""The legacy typed constructors (``kiln.FloatTensor``, ``kiln.LongTensor``, ...).
+
+Old PyTorch code still builds tensors with ``torch.FloatTensor([1, 2])`` or
+``torch.LongTensor(3, 4)``, checks ``isinstance(x, torch.FloatTensor)`` and converts with
+``x.type(torch.DoubleTensor)``. Each name here is a class whose metaclass makes all three work
+on ordinary ``Tensor`` objects: calling it builds a CPU tensor of its dtype, and the instance
+check compares the dtype (there is no subclass per dtype at run time).
+"""
+
+from __future__ import annotations
+
+from . import dtypes as dt
+
+__all__ = [
+    "FloatTensor",
+    "DoubleTensor",
+    "HalfTensor",
+    "BFloat16Tensor",
+    "LongTensor",
+    "IntTensor",
+    "ShortTensor",
+    "CharTensor",
+    "ByteTensor",
+    "BoolTensor",
+    "legacy_type_name",
+    "dtype_of_type_spec",
+]
+
+
+class _LegacyTensorType(type):
+    """Metaclass: construction and ``isinstance`` for one dtype."""
+
+    _dtype: dt.dtype
+
+    def __instancecheck__(cls, obj) -> bool:
+        from .tensor import Tensor
+
+        return isinstance(obj, Tensor) and obj.dtype is cls._dtype and obj.device.type == "cpu"
+
+    def __call__(cls, *args, device=None):
+        from ..ops import api
+        from .tensor import Size, Tensor
+
+        if device is not None and str(device) != "cpu":
+            raise RuntimeError(
+                f"legacy constructor {cls.__name__} expects device type: cpu but device type: "
+                f"{device} was passed"
+            )
+        if not args:
+            return api.empty(0, dtype=cls._dtype)
+        if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+            return api.empty(*args, dtype=cls._dtype)
+        if len(args) == 1:
+            (arg,) = args
+            if isinstance(arg, Size):
+                return api.empty(arg, dtype=cls._dtype)
+            if isinstance(arg, Tensor):
+                if arg.dtype is not cls._dtype:
+                    raise TypeError(f"expected {cls._dtype} (got {arg.dtype})")
+                return arg
+            return api.tensor(arg, dtype=cls._dtype)
+        raise TypeError(
+            f"{cls.__name__}() received an invalid combination of arguments: "
+            f"{tuple(type(a).__name__ for a in args)}"
+        )
+
+    def __repr__(cls) -> str:
+        return f"<class 'kiln.{cls.__name__}'>"
+
+
+def _make(name: str, d: dt.dtype) -> type:
+    return _LegacyTensorType(name, (), {"_dtype": d, "dtype": d, "__module__": "kiln"})
+
+
+FloatTensor = _make("FloatTensor", dt.float32)
+DoubleTensor = _make("DoubleTensor", dt.float64)
+HalfTensor = _make("HalfTensor", dt.float16)
+BFloat16Tensor = _make("BFloat16Tensor", dt.bfloat16)
+LongTensor = _make("LongTensor", dt.int64)
+IntTensor = _make("IntTensor", dt.int32)
+ShortTensor = _make("ShortTensor", dt.int16)
+CharTensor = _make("CharTensor", dt.int8)
+ByteTensor = _make("ByteTensor", dt.uint8)
+BoolTensor = _make("BoolTensor", dt.bool_)
+
+_BY_DTYPE = {
+    c._dtype: c
+    for c in (
+        FloatTensor,
+        DoubleTensor,
+        HalfTensor,
+        BFloat16Tensor,
+        LongTensor,
+        IntTensor,
+        ShortTensor,
+        CharTensor,
+        ByteTensor,
+        BoolTensor,
+    )
+}
+_BY_NAME = {c.__name__: c for c in _BY_DTYPE.values()}
+
+
+def legacy_type_name(d: dt.dtype, device_type: str = "cpu") -> str:
+    """``x.type()``'s answer: ``kiln.FloatTensor``, ``kiln.cuda.FloatTensor``."""
+    prefix = "kiln." if device_type == "cpu" else f"kiln.{device_type}."
+    return prefix + _BY_DTYPE[d].__name__
+
+
+def dtype_of_type_spec(spec) -> dt.dtype:
+    """The dtype named by ``x.type(spec)``: a dtype, a legacy class or its dotted name
+    (``'torch.FloatTensor'`` is accepted too, so PyTorch code runs unchanged)."""
+    if isinstance(spec, dt.dtype):
+        return spec
+    if isinstance(spec, _LegacyTensorType):
+        return spec._dtype
+    if isinstance(spec, str):
+        cls = _BY_NAME.get(spec.rsplit(".", 1)[-1])
+        if cls is not None:
+            return cls._dtype
+        raise ValueError(f"invalid type: '{spec}'")
+    raise TypeError(f"type() expects a dtype, a tensor type or its name, got {type(spec).__name__}")
