@@ -18,6 +18,7 @@ from ..runtime import dtypes as _dtypes
 from ..runtime import state as _state
 from ..runtime.tensor import Tensor
 from .sources import HoistingNamespace, Source
+from .variables.base import is_constant_value
 
 __all__ = ["Guard", "GuardSet", "CompiledGuard", "signature_source"]
 
@@ -123,10 +124,21 @@ class GuardSet:
         )
 
     def dict_keys(self, source: Source, d: dict) -> None:
+        """The dict's keys, in order: constants by value, other keys (tensors, objects) by
+        identity (``==`` on tensors compares values)."""
         self.type_match(source, d)
         keys = list(d.keys())
-        lit = repr(keys) if all(_has_literal(k) for k in keys) else self.ns.name_of(keys, "keys")
-        self._add(f"list({self.ns.ref(source)}) == {lit}", f"keys of {source.name()} == {keys!r}")
+        e = self.ns.ref(source)
+        text = f"keys of {source.name()} == {keys!r}"
+        if all(_has_literal(k) for k in keys):
+            self._add(f"list({e}) == {keys!r}", text)
+        elif all(is_constant_value(k) for k in keys):
+            self._add(f"list({e}) == {self.ns.name_of(keys, 'keys')}", text)
+        else:
+            match = self.ns.name_of(_keys_match, "keys_match")
+            expected = self.ns.name_of(tuple(keys), "keys")
+            by_value = self.ns.name_of(tuple(is_constant_value(k) for k in keys), "by_value")
+            self._add(f"{match}({e}, {expected}, {by_value})", text)
 
     def absent(self, source: Source, key: str) -> None:
         """``key`` is not in the dict at ``source`` (a builtin is not shadowed by a global)."""
@@ -253,6 +265,19 @@ def signature_source(code: types.CodeType, defaults: tuple | None, kwdefaults: d
     if flags & inspect.CO_VARKEYWORDS:
         parts.append("**" + names[index + (1 if flags & inspect.CO_VARARGS else 0)])
     return ", ".join(parts), ns
+
+
+def _keys_match(d: dict, keys: tuple, by_value: tuple) -> bool:
+    """``d``'s keys are ``keys`` in order: the same objects, or (where ``by_value``) equal
+    constants of the same type."""
+    if len(d) != len(keys):
+        return False
+    for actual, expected, compare in zip(d, keys, by_value):
+        if actual is not expected and not (
+            compare and type(actual) is type(expected) and actual == expected
+        ):
+            return False
+    return True
 
 
 def _has_literal(value: Any) -> bool:

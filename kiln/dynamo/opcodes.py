@@ -16,9 +16,9 @@ from bytecode import BinaryOp, Compare
 from . import bytecode_versions as bv
 from .exc import unsupported
 from .variables.base import ConstantVariable, NullVariable, VariableTracker
+from .variables.dicts import DictVariable, dict_key
 from .variables.functions import UNBOUND, CellVariable, NestedFunctionVariable
 from .variables.lists import (
-    DictVariable,
     IteratorVariable,
     ListVariable,
     SetVariable,
@@ -349,7 +349,7 @@ def BUILD_SET(tx, instr):
 @handler("BUILD_MAP")
 def BUILD_MAP(tx, instr):
     flat = tx.popn(2 * instr.arg)
-    tx.push(DictVariable({k.as_python_constant(): v for k, v in zip(flat[::2], flat[1::2])}))
+    tx.push(DictVariable({dict_key(k): v for k, v in zip(flat[::2], flat[1::2])}))
 
 
 @handler("BUILD_CONST_KEY_MAP")
@@ -421,7 +421,7 @@ def SET_UPDATE(tx, instr):
 def MAP_ADD(tx, instr):
     value = tx.pop()
     key = tx.pop()
-    tx.stack[-instr.arg].items[key.as_python_constant()] = value
+    tx.stack[-instr.arg].items[dict_key(key)] = value
 
 
 @handler("DICT_UPDATE", "DICT_MERGE")

@@ -72,7 +72,11 @@ class SideEffects:
         for container in self.containers.values():
             out.append(container)
             items = getattr(container, "items", ())  # a set holds constants only
-            out.extend(items.values() if isinstance(items, dict) else items)
+            if isinstance(items, dict):
+                out.extend(container.key_variables())
+                out.extend(items.values())
+            else:
+                out.extend(items)
         for obj, _, value in self.attrs.values():
             out += [obj, value]
         out += [value for _, _, value in self.globals.values()]
@@ -80,7 +84,8 @@ class SideEffects:
         return out
 
     def codegen(self, cg) -> None:
-        from .variables.lists import DictVariable, ListVariable, SetVariable
+        from .variables.dicts import DictVariable, load_key
+        from .variables.lists import ListVariable, SetVariable
 
         for container in self.containers.values():
             if isinstance(container, ListVariable):
@@ -93,7 +98,7 @@ class SideEffects:
                 cg.load_callable(_replace_dict)
                 cg.load(container)
                 for key, value in container.items.items():
-                    cg.load_const(key)
+                    load_key(cg, key)
                     cg.load(value)
                 cg.append(Instr("BUILD_MAP", len(container.items)))
             elif isinstance(container, SetVariable):

@@ -25,6 +25,7 @@ __all__ = [
     "AttrSource",
     "ModuleTableSource",
     "ItemSource",
+    "IdentityItemSource",
     "ClosureSource",
     "CellSource",
     "ConstSource",
@@ -232,6 +233,31 @@ class ItemSource(Source):
 
     def root(self):
         return self.base.root()
+
+
+@dataclass(frozen=True, eq=False)
+class IdentityItemSource(ItemSource):
+    """``base[key]`` for a key a dict compares by identity (a tensor, a module...): the key
+    object is named as a constant, which the dict's key guard pins. ``label`` names it in
+    messages and placeholder names (``key 0``: the dict's first key)."""
+
+    label: str = "key"
+
+    def __eq__(self, other):
+        return (
+            type(other) is IdentityItemSource
+            and other.index is self.index
+            and other.base == self.base
+        )
+
+    def __hash__(self):
+        return hash((self.base, id(self.index)))
+
+    def expr(self, ns):
+        return f"{ns.ref(self.base)}[{ns.name_of(self.index, 'key')}]"
+
+    def name(self):
+        return f"{self.base.name()}[<{self.label}>]"
 
 
 @dataclass(frozen=True)

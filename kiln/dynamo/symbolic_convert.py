@@ -28,10 +28,10 @@ from .opcodes import HANDLERS
 from .sources import ClosureSource, GlobalsDictSource, GlobalSource, LocalSource
 from .variables.base import ConstantVariable, VariableTracker, fold_binary
 from .variables.builder import wrap
+from .variables.dicts import DictVariable, DictViewVariable
 from .variables.functions import UNBOUND, CellVariable, bind_arguments
 from .variables.lists import (
     BaseListVariable,
-    DictVariable,
     ListVariable,
     SetVariable,
     TupleVariable,
@@ -241,7 +241,10 @@ class InstructionTranslatorBase:
         return False
 
     def contains_op(self, container: VariableTracker, item: VariableTracker) -> VariableTracker:
-        if isinstance(container, (DictVariable, SetVariable, BaseListVariable, NNModuleVariable)):
+        if isinstance(
+            container,
+            (DictVariable, DictViewVariable, SetVariable, BaseListVariable, NNModuleVariable),
+        ):
             return container.call_method(self, "__contains__", [item], {})
         if isinstance(container, ConstantVariable) and item.is_python_constant():
             try:

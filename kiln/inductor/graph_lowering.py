@@ -100,6 +100,8 @@ class GraphLowering:
             raise NotImplementedError(f"inductor cannot lower Python call {target!r}")
         lowering = LOWERINGS.get(target)
         result = None
+        if isinstance(out_meta, Tensor) and out_meta.numel() > 1:
+            _realize_broadcast_scalars(self.ctx.buffers, args, kwargs)
         CURRENT_NODE[0] = node
         if lowering is not None:
             try:
@@ -126,8 +128,14 @@ class GraphLowering:
         if box.is_realized() or getattr(box, "view_of", None) is not None:
             return
         users = len(node.users)
-        # several readers: store the value unless recomputing it is cheaper than a memory pass
-        if (users > 1 and box.size_hint > REUSE_INLINE_LIMIT) or box.size_hint > REALIZE_SIZE_HINT:
+        # several readers: store the value unless recomputing it is cheaper than a memory pass;
+        # a graph output is stored where it is computed, so the scheduler (which fuses buffers
+        # in order) can put it in the kernel that computes its neighbours
+        if (
+            (users > 1 and box.size_hint > REUSE_INLINE_LIMIT)
+            or box.size_hint > REALIZE_SIZE_HINT
+            or any(user.op == "output" for user in node.users)
+        ):
             box.realize()
 
     def _finish(self, output_value) -> LoweredGraph:
@@ -152,6 +160,25 @@ class GraphLowering:
         return LoweredGraph(
             self.inputs, self.constants, list(self.ctx.buffers), outputs, spec, self.fallbacks
         )
+
+
+def _realize_broadcast_scalars(buffers: list, args, kwargs) -> None:
+    """A one-element value computed inline would be recomputed for every element of the bigger
+    loop that reads it (an optimizer's bias corrections: float64 ``pow`` per element), and the
+    loop cannot hoist it: store it once instead. Its buffer moves up to just after the buffers
+    it reads, so it does not sit between (and split) the kernels the scheduler fuses in order."""
+    for arg in (*args, *kwargs.values()):
+        if (
+            isinstance(arg, TensorBox)
+            and not arg.is_realized()
+            and arg.size_hint > 1
+            and arg.numel() == 1
+        ):
+            buf = arg.realize()
+            buffers.pop()  # ``realize`` appended it
+            reads = set(buffers_read(buf))
+            position = max((i + 1 for i, b in enumerate(buffers) if b.name in reads), default=0)
+            buffers.insert(position, buf)
 
 
 def _layout_of(t: Tensor) -> Layout:

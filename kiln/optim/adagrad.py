@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from ..ops import api
 from ..runtime import dtypes as dt
-from .optimizer import Optimizer, run_closure, scalar_value
+from .optimizer import Optimizer, run_closure, scalar_for, scalar_value, step_value
 
 __all__ = ["Adagrad"]
 
@@ -76,11 +76,11 @@ class Adagrad(Optimizer):
                 state = self.state[param]
                 step_t = state["step"]
                 step_t += 1
-                step = step_t.item()
+                step = step_value(step_t)
                 grad = -param.grad if group["maximize"] else param.grad
                 if weight_decay != 0:
                     grad = grad.add(param, alpha=weight_decay)
-                clr = lr / (1 + (step - 1) * lr_decay)
+                clr = scalar_for(lr / (1 + (step - 1) * lr_decay), param)
                 state_sum = state["sum"]
                 state_sum.addcmul_(grad, grad, value=1)
                 std = state_sum.sqrt().add_(eps)

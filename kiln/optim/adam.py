@@ -2,7 +2,8 @@
 
 State per parameter: ``step`` (a float32 0-d tensor), ``exp_avg``, ``exp_avg_sq`` and, with
 ``amsgrad``, ``max_exp_avg_sq``. The update order and scalar folding follow PyTorch's
-single-tensor implementation so trajectories agree to float32 rounding.
+single-tensor implementation so trajectories agree to float32 rounding. Under ``kiln.compile``
+the step count is never read as a Python number, so a whole ``step()`` is one graph.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable
 
 from ..ops import api
 from ..runtime import dtypes as dt
-from .optimizer import Optimizer, run_closure, scalar_value
+from .optimizer import Optimizer, run_closure, scalar_for, scalar_value, step_value
 
 __all__ = ["Adam"]
 
@@ -83,7 +84,7 @@ class Adam(Optimizer):
         loss = run_closure(closure)
         for group in self.param_groups:
             lr = scalar_value(group["lr"])
-            beta1, beta2 = (scalar_value(b) for b in group["betas"])
+            beta1, beta2 = scalar_value(group["betas"][0]), scalar_value(group["betas"][1])
             eps = group["eps"]
             weight_decay = group["weight_decay"]
             amsgrad = group["amsgrad"]
@@ -109,9 +110,9 @@ class Adam(Optimizer):
                 if group["capturable"]:
                     _capturable_update(param, exp_avg, second, step_t, lr, beta1, beta2, eps)
                     continue
-                step = step_t.item()
-                step_size = lr / (1 - beta1**step)
-                bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+                step = step_value(step_t)
+                step_size = scalar_for(lr / (1 - beta1**step), param)
+                bias_correction2_sqrt = scalar_for((1 - beta2**step) ** 0.5, param)
                 denom = (second.sqrt() / bias_correction2_sqrt).add_(eps)
                 param.addcdiv_(exp_avg, denom, value=-step_size)
         return loss

@@ -1,8 +1,10 @@
 """``Optimizer``: parameter groups, per-parameter state and PyTorch-layout state dicts.
 
-Subclasses implement ``step`` with in-place kiln ops (``add_``, ``mul_``, ``addcdiv_`` ...) so a
-compiled optimizer step can later capture the updates as graph mutations. ``step`` runs with
-grad mode off (unless the optimizer is ``differentiable``), and step hooks run around it.
+Subclasses implement ``step`` with in-place kiln ops (``add_``, ``mul_``, ``addcdiv_`` ...), which
+a compiled optimizer step captures as mutations of its inputs (parameters, state tensors);
+``step`` and ``zero_grad`` are written in the Python the capture frontend models (no reads of a
+tensor's value, state in ``self.state[param]``). ``step`` runs with grad mode off (unless the
+optimizer is ``differentiable``), and step hooks run around it.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from itertools import chain
 from typing import Any
 
 from ..autograd.grad_mode import enable_grad, set_grad_enabled
+from ..compiler import is_compiling
+from ..runtime import dtypes as dt
 from ..runtime.tensor import Tensor
 from ..utils.hooks import RemovableHandle
 
-__all__ = ["Optimizer", "required", "register_optimizer_step_pre_hook"]
+__all__ = ["Optimizer", "required", "register_optimizer_step_pre_hook", "step_value", "scalar_for"]
 
 
 class _RequiredParameter:
@@ -302,6 +306,20 @@ def run_closure(closure: Callable | None):
         return None
     with enable_grad():
         return closure()
+
+
+def step_value(step_t: Tensor):
+    """A step counter for scalar math: a Python float eagerly (``.item()`` is cheap); in captured
+    code a float64 0-d tensor, since reading the value would end the graph and bake the count
+    into it (recompiling every step)."""
+    return step_t.to(dt.float64) if is_compiling() else step_t.item()
+
+
+def scalar_for(value, param: Tensor):
+    """A scalar computed from ``step_value`` as ``param``'s update uses it: the Python float, or
+    the float64 tensor rounded to ``param``'s dtype, as a Python float is rounded when it meets
+    a tensor of that dtype — so a captured update computes the same numbers as an eager one."""
+    return value.to(param.dtype) if isinstance(value, Tensor) else value
 
 
 def scalar_value(x) -> float:

@@ -2,8 +2,9 @@
 
 from .base import ConstantVariable, NullVariable, VariableTracker
 from .builder import wrap
+from .dicts import DictVariable
 from .functions import NestedFunctionVariable, UserFunctionVariable, UserMethodVariable
-from .lists import DictVariable, ListVariable, TupleVariable
+from .lists import ListVariable, TupleVariable
 from .nn_module import NNModuleVariable
 from .tensor import TensorVariable
 

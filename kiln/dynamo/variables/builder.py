@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import functools
 import types
+from collections import defaultdict
 from typing import Any
 
 from ...ops.registry import Op
 from ...runtime.tensor import Tensor
-from ..sources import AttrSource, ItemSource, Source
+from ..sources import AttrSource, IdentityItemSource, ItemSource, Source
 from .base import ConstantVariable, VariableTracker, active_output, is_constant_value
 from .builtins import BUILTIN_HANDLERS, PURE_MODULES, BuiltinVariable
+from .dicts import DictVariable, IdentityKey, is_key_value, key_value
 from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
-from .lists import DictVariable, ListVariable, NamedTupleVariable, SetVariable, TupleVariable
+from .lists import ListVariable, NamedTupleVariable, SetVariable, TupleVariable
 from .misc import (
     ClassVariable,
     GradModeClassVariable,
@@ -57,7 +59,7 @@ def kiln_function_kind(fn: Any) -> str | None:
     module = getattr(fn, "__module__", None) or ""
     if not (module == "kiln" or module.startswith("kiln.")):
         return None
-    if module.startswith("kiln.dynamo") or fn.__name__ in _STATEFUL_KILN_NAMES:
+    if module.startswith(("kiln.dynamo", "kiln.compiler")) or fn.__name__ in _STATEFUL_KILN_NAMES:
         return "opaque"
     if module.startswith(_INLINED_KILN_PREFIXES):
         return "inline"
@@ -113,11 +115,7 @@ def _wrap_new(output, value: Any, source: Source | None) -> VariableTracker:
             return UserObjectVariable(value, source)
         return TupleVariable(items, source)
     if isinstance(value, dict) and type(value).__module__ in ("builtins", "collections"):
-        if not all(is_constant_value(k) for k in value):
-            return _opaque(output, value, source)
-        if source is not None:
-            guards.dict_keys(source, value)
-        return DictVariable({k: sub(v, item(k)) for k, v in value.items()}, source, type(value))
+        return _wrap_dict(output, value, source)
     if type(value) is set:
         if not all(is_constant_value(v) for v in value):
             return _opaque(output, value, source)
@@ -161,6 +159,30 @@ def _wrap_new(output, value: Any, source: Source | None) -> VariableTracker:
             },
         )
     return _opaque(output, value, source)
+
+
+def _wrap_dict(output, value: dict, source: Source | None) -> VariableTracker:
+    """A dict, OrderedDict or defaultdict whose keys are constants or identity-hashed objects
+    (guarded on its keys; its values are wrapped from ``source[key]``)."""
+    if not all(is_key_value(k) for k in value):
+        return _opaque(output, value, source)
+    if source is not None:
+        output.guards.dict_keys(source, value)
+    factory = None
+    if isinstance(value, defaultdict):
+        src = AttrSource(source, "default_factory") if source is not None else None
+        factory = wrap(output, value.default_factory, src)
+    items = {}
+    for i, (k, v) in enumerate(value.items()):
+        key = key_value(k)
+        if source is None:
+            src = None
+        elif type(key) is IdentityKey:
+            src = IdentityItemSource(source, k, f"key {i}")
+        else:
+            src = ItemSource(source, k)
+        items[key] = wrap(output, v, src)
+    return DictVariable(items, source, type(value), factory)
 
 
 def _identity_guarded(value: Any) -> bool:

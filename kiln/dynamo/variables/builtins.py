@@ -4,7 +4,9 @@ function in a table. Pure functions of constants are folded; tensor arguments go
 
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
 import math
 import operator
 from collections.abc import Callable
@@ -12,9 +14,9 @@ from typing import Any
 
 from ..exc import Unsupported, unsupported
 from .base import ConstantVariable, FixedObjectVariable, VariableTracker
+from .dicts import DictVariable, dict_key
 from .lists import (
     BaseListVariable,
-    DictVariable,
     IteratorVariable,
     ListVariable,
     SetVariable,
@@ -62,6 +64,14 @@ class BuiltinVariable(FixedObjectVariable):
     a C function of a pure module (``math.sqrt``)."""
 
     fn = property(lambda self: self.value)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        """``chain.from_iterable``, ``dict.fromkeys``...: attributes of a builtin type."""
+        try:
+            value = getattr(self.fn, name)
+        except AttributeError as e:
+            raise unsupported("user_exception", f"AttributeError: {e}") from None
+        return tx.wrap(value, None)
 
     def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
         fn = self.fn
@@ -323,9 +333,13 @@ def _list_tuple(tx, fn, args, kwargs):
     return ListVariable(items) if fn is list else TupleVariable(items)
 
 
-@_handles(dict)
+@_handles(dict, collections.OrderedDict, collections.defaultdict)
 def _dict(tx, fn, args, kwargs):
     items: dict = {}
+    factory = None
+    if fn is collections.defaultdict:
+        factory = args[0] if args else ConstantVariable(None)
+        args = args[1:]
     if args:
         src = args[0]
         if isinstance(src, DictVariable):
@@ -333,9 +347,9 @@ def _dict(tx, fn, args, kwargs):
         else:
             for pair in src.unpack(tx):
                 k, v = pair.unpack(tx)
-                items[k.as_python_constant()] = v
+                items[dict_key(k)] = v
     items.update(kwargs)
-    return DictVariable(items)
+    return DictVariable(items, None, fn, factory)
 
 
 @_handles(set, frozenset)
@@ -412,3 +426,91 @@ def _math(tx, fn, args, kwargs):
     if fn is math.prod and len(args) == 1 and not args[0].is_python_constant():
         return _fold(fn, [TupleVariable(args[0].unpack(tx))], kwargs)
     raise unsupported("data_dependent_value", f"math.{fn.__name__}() of a tensor reads its value")
+
+
+# ------------------------------------------------------------------ iteration tools
+# Their results are materialised (the arguments are finite and known while capturing).
+
+
+@_handles(itertools.chain)
+def _chain(tx, fn, args, kwargs):
+    return IteratorVariable([item for arg in args for item in arg.unpack(tx)])
+
+
+@_handles(itertools.chain.from_iterable)
+def _chain_from_iterable(tx, fn, args, kwargs):
+    return IteratorVariable([item for it in args[0].unpack(tx) for item in it.unpack(tx)])
+
+
+@_handles(itertools.islice)
+def _islice(tx, fn, args, kwargs):
+    bounds = _consts(args[1:])
+    window = slice(*bounds) if len(bounds) > 1 else slice(bounds[0])
+    start, stop, step = window.start or 0, window.stop, window.step or 1
+    source = args[0]
+    if isinstance(source, IteratorVariable) and stop is not None:
+        # an iterator is consumed only up to ``stop``: what follows stays for its next reader
+        taken = source.items[source.index : source.index + stop]
+        source.index += len(taken)
+    else:
+        taken = source.unpack(tx)
+    return IteratorVariable(taken[start:stop:step])
+
+
+@_handles(itertools.product)
+def _product(tx, fn, args, kwargs):
+    repeat = kwargs.get("repeat", ConstantVariable(1)).as_python_constant()
+    columns = [a.unpack(tx) for a in args]
+    return IteratorVariable(
+        [TupleVariable(list(row)) for row in itertools.product(*columns, repeat=repeat)]
+    )
+
+
+@_handles(itertools.pairwise)
+def _pairwise(tx, fn, args, kwargs):
+    items = args[0].unpack(tx)
+    return IteratorVariable([TupleVariable([a, b]) for a, b in zip(items, items[1:])])
+
+
+@_handles(itertools.repeat)
+def _repeat(tx, fn, args, kwargs):
+    times = args[1] if len(args) > 1 else kwargs.get("times")
+    if times is None:
+        raise unsupported("unsupported_object", "itertools.repeat() without times is endless")
+    return IteratorVariable([args[0]] * times.as_python_constant())
+
+
+@_handles(itertools.zip_longest)
+def _zip_longest(tx, fn, args, kwargs):
+    fill = kwargs.get("fillvalue", ConstantVariable(None))
+    columns = [a.unpack(tx) for a in args]
+    rows = itertools.zip_longest(*columns, fillvalue=fill)
+    return IteratorVariable([TupleVariable(list(row)) for row in rows])
+
+
+@_handles(map)
+def _map(tx, fn, args, kwargs):
+    func, columns = args[0], [a.unpack(tx) for a in args[1:]]
+    return IteratorVariable([func.call_function(tx, list(row), {}) for row in zip(*columns)])
+
+
+@_handles(filter)
+def _filter(tx, fn, args, kwargs):
+    func, items = args[0], args[1].unpack(tx)
+    if func.is_python_constant() and func.as_python_constant() is None:
+        return IteratorVariable([v for v in items if v.truth(tx)])
+    return IteratorVariable([v for v in items if func.call_function(tx, [v], {}).truth(tx)])
+
+
+def _is_compiling(tx, fn, args, kwargs):
+    """``kiln.compiler.is_compiling()`` is True in captured code (False when run eagerly)."""
+    return ConstantVariable(True)
+
+
+def _register_compiler_queries() -> None:
+    from ... import compiler
+
+    BUILTIN_HANDLERS[compiler.is_compiling] = _is_compiling
+
+
+_register_compiler_queries()

@@ -184,7 +184,8 @@ class PartialVariable(VariableTracker):
         return self.func.call_function(tx, [*self.args, *args], {**self.kwargs, **kwargs})
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from .lists import DictVariable, TupleVariable
+        from .dicts import DictVariable
+        from .lists import TupleVariable
 
         if name == "func":
             return self.func
@@ -285,7 +286,8 @@ def bind_arguments(code, defaults: list, kwdefaults: dict, args: list, kwargs: d
                     "user_exception",
                     f"TypeError: {fname}() missing required keyword-only argument: {name!r}",
                 )
-    from .lists import DictVariable, TupleVariable
+    from .dicts import DictVariable
+    from .lists import TupleVariable
 
     if varargs_name is not None:
         bound[varargs_name] = TupleVariable(list(extra))

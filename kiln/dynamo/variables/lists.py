@@ -1,4 +1,4 @@
-"""Python containers during capture: tuples, lists, dicts, sets, slices and iterators.
+"""Python containers during capture: tuples, lists, sets, slices and iterators (dicts: ``dicts``).
 
 Items are variables (a list may hold tensors). Containers that existed before the call carry a
 source; when one of them is mutated (``append``, ``d[k] = v``...) it is registered with the side
@@ -21,7 +21,6 @@ __all__ = [
     "ListVariable",
     "NamedTupleVariable",
     "SliceVariable",
-    "DictVariable",
     "SetVariable",
     "IteratorVariable",
 ]
@@ -252,126 +251,6 @@ class SliceVariable(VariableTracker):
         for v in (self.start, self.stop, self.step):
             cg.load(v)
         cg.append(Instr("BUILD_SLICE", 3))
-
-
-class DictVariable(VariableTracker):
-    """A dict with constant (hashable) keys; ``items`` maps each key to a variable."""
-
-    mutable = True
-
-    def __init__(self, items: dict, source=None, user_cls: type = dict):
-        self.items = dict(items)
-        self.source = source
-        self.user_cls = user_cls
-
-    def python_type(self) -> type:
-        return self.user_cls
-
-    def is_python_constant(self) -> bool:
-        return False
-
-    def unpack(self, tx) -> list:
-        return [ConstantVariable(k) for k in self.items]
-
-    def var_getattr(self, tx, name: str) -> VariableTracker:
-        return container_method(self, name)
-
-    def truth(self, tx) -> bool:
-        return bool(self.items)
-
-    def _key(self, vt: VariableTracker) -> Any:
-        key = _const(vt, "a dict key")
-        try:
-            hash(key)
-        except TypeError as e:
-            raise _user_error(e) from None
-        return key
-
-    def _mutated(self, tx) -> None:
-        tx.output.side_effects.mutated(self)
-
-    def getitem(self, tx, key: VariableTracker) -> VariableTracker:
-        k = self._key(key)
-        if k not in self.items:
-            raise unsupported("user_exception", f"KeyError: {k!r}")
-        return self.items[k]
-
-    def setitem(self, tx, key: VariableTracker, value: VariableTracker) -> None:
-        self._mutated(tx)
-        self.items[self._key(key)] = value
-
-    def delitem(self, tx, key: VariableTracker) -> None:
-        k = self._key(key)
-        if k not in self.items:
-            raise unsupported("user_exception", f"KeyError: {k!r}")
-        self._mutated(tx)
-        del self.items[k]
-
-    def call_method(self, tx, name: str, args: list, kwargs: dict) -> VariableTracker:
-        items = self.items
-        if name == "__getitem__":
-            return self.getitem(tx, args[0])
-        if name == "__len__":
-            return ConstantVariable(len(items))
-        if name == "__contains__":
-            return ConstantVariable(self._key(args[0]) in items)
-        if name == "get":
-            k = self._key(args[0])
-            return (
-                items[k] if k in items else (args[1] if len(args) > 1 else ConstantVariable(None))
-            )
-        if name == "keys":
-            return ListVariable([ConstantVariable(k) for k in items])
-        if name == "values":
-            return ListVariable(list(items.values()))
-        if name == "items":
-            return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in items.items()])
-        if name == "copy":
-            return DictVariable(items)
-        if name == "update":
-            self._mutated(tx)
-            for arg in args:
-                if not isinstance(arg, DictVariable):
-                    raise unsupported("unsupported_object", f"dict.update({arg})")
-                items.update(arg.items)
-            for k, v in kwargs.items():
-                items[k] = v
-            return ConstantVariable(None)
-        if name == "setdefault":
-            k = self._key(args[0])
-            if k not in items:
-                self._mutated(tx)
-                items[k] = args[1] if len(args) > 1 else ConstantVariable(None)
-            return items[k]
-        if name == "pop":
-            k = self._key(args[0])
-            if k not in items:
-                if len(args) > 1:
-                    return args[1]
-                raise unsupported("user_exception", f"KeyError: {k!r}")
-            self._mutated(tx)
-            return items.pop(k)
-        if name == "clear":
-            self._mutated(tx)
-            items.clear()
-            return ConstantVariable(None)
-        raise unsupported("unsupported_object", f"dict.{name}()")
-
-    def reconstruct(self, cg) -> None:
-        if self.source is not None:
-            self.source.reconstruct(cg)
-            return
-        if self.user_cls is not dict:
-            cg.load_callable(self.user_cls)
-        for k, v in self.items.items():
-            cg.load_const(k)
-            cg.load(v)
-        cg.append(Instr("BUILD_MAP", len(self.items)))
-        if self.user_cls is not dict:
-            cg.call(1)
-
-    def __repr__(self) -> str:
-        return f"DictVariable({list(self.items)})"
 
 
 class SetVariable(VariableTracker):

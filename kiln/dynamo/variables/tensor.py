@@ -15,6 +15,7 @@ from ...ops.indexing import DataDependentOutputError
 from ...runtime import state
 from ...runtime.tensor import Size, Tensor, make_fake
 from ..exc import Unsupported, unsupported
+from ..sources import AttrSource
 from .base import ConstantVariable, VariableTracker
 
 __all__ = ["TensorVariable", "TensorMethodVariable", "call_kiln", "wrap_kiln_result", "to_kiln_arg"]
@@ -49,6 +50,8 @@ _VIEW_PROPERTIES = frozenset({"T", "mT", "H", "mH", "real"})
 _STATE_ATTRS = frozenset(
     {"grad", "grad_fn", "data", "is_leaf", "_version", "_base", "retains_grad"}
 )
+# ... except on graph inputs, where they are read from the real tensor (with guards)
+_INPUT_STATE_ATTRS = frozenset({"grad", "grad_fn"})
 _DATA_METHODS = frozenset(
     {
         "item",
@@ -104,6 +107,8 @@ class TensorVariable(VariableTracker):
             value = getattr(self.proxy, name)
             return ConstantVariable(Size(value) if name == "shape" else value)
         if name in _STATE_ATTRS:
+            if name in _INPUT_STATE_ATTRS and self.source is not None:
+                return self._input_state(tx, name)
             raise unsupported(
                 "unsupported_tensor_op", f"reading Tensor.{name} inside compiled code"
             )
@@ -129,8 +134,39 @@ class TensorVariable(VariableTracker):
     def truth(self, tx) -> bool:
         raise unsupported("data_dependent_branch", "a branch or bool() depends on a tensor's value")
 
+    def _input_state(self, tx, name: str) -> VariableTracker:
+        """``.grad`` / ``.grad_fn`` of a graph input, read from the real tensor through its
+        source: a gradient becomes a graph input itself (guarded like one), None is guarded
+        by identity. A value written earlier in the capture is seen instead."""
+        pending = tx.output.side_effects.pending_attr(self, name)
+        if pending is not None:
+            return pending
+        value = getattr(self.example, name)
+        if name == "grad_fn" and value is not None:
+            raise unsupported("unsupported_tensor_op", "reading the grad_fn of an input tensor")
+        return tx.wrap(value, AttrSource(self.source, name))
+
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        if name == "grad" and self.source is not None:
+            self._check_grad(value)
+            tx.output.side_effects.store_attr(self, name, value)
+            return
         raise unsupported("unsupported_tensor_op", f"setting Tensor.{name} inside compiled code")
+
+    def _check_grad(self, value: VariableTracker) -> None:
+        """``Tensor.grad``'s setter checks, at capture time (a failing one runs eagerly)."""
+        if isinstance(value, TensorVariable):
+            if value.proxy._shape != self.proxy._shape:
+                raise unsupported(
+                    "user_exception",
+                    f"RuntimeError: assigned grad has data of a different size: grad "
+                    f"{list(value.proxy._shape)} vs tensor {list(self.proxy._shape)}",
+                )
+            return
+        if not (value.is_python_constant() and value.as_python_constant() is None):
+            raise unsupported(
+                "user_exception", "TypeError: assigned grad expected to be a Tensor or None"
+            )
 
     def reconstruct(self, cg) -> None:
         if self.source is not None:
@@ -176,6 +212,8 @@ def _method_caller(name: str):
 def call_tensor_method(tx, tensor: TensorVariable, name: str, args, kwargs) -> VariableTracker:
     if name in _DATA_METHODS:
         raise unsupported("data_dependent_value", f"Tensor.{name}() needs the tensor's values")
+    if name == "requires_grad_" and _requires_grad_unchanged(tensor, args, kwargs):
+        return tensor
     if name in _STATE_METHODS:
         raise unsupported("unsupported_tensor_op", f"Tensor.{name}() changes autograd state")
     if name == "detach":
@@ -185,13 +223,22 @@ def call_tensor_method(tx, tensor: TensorVariable, name: str, args, kwargs) -> V
     return call_kiln(tx, _method_caller(name), [tensor, *args], kwargs)
 
 
+def _requires_grad_unchanged(tensor: TensorVariable, args: list, kwargs: dict) -> bool:
+    """``t.requires_grad_(flag)`` where ``flag`` is already the tensor's: a no-op."""
+    flag = args[0] if args else kwargs.get("requires_grad", ConstantVariable(True))
+    if len(args) > 1 or not flag.is_python_constant():
+        return False
+    return bool(flag.as_python_constant()) == tensor.proxy._requires_grad
+
+
 def make_fake_like(t: Tensor) -> Tensor:
     return make_fake(t._shape, t._dtype, t._device, t.stride(), t._offset)
 
 
 def to_kiln_arg(vt: VariableTracker) -> Any:
     """The Python value a kiln function receives for ``vt`` (proxies for tensors)."""
-    from .lists import BaseListVariable, DictVariable, SliceVariable
+    from .dicts import DictVariable, IdentityKey
+    from .lists import BaseListVariable, SliceVariable
 
     if isinstance(vt, TensorVariable):
         return vt.proxy
@@ -203,6 +250,8 @@ def to_kiln_arg(vt: VariableTracker) -> Any:
     if isinstance(vt, SliceVariable):
         return slice(*(to_kiln_arg(v) for v in (vt.start, vt.stop, vt.step)))
     if isinstance(vt, DictVariable):
+        if any(type(k) is IdentityKey for k in vt.items):
+            raise unsupported("unsupported_object", "passing a dict keyed by objects to kiln")
         return {k: to_kiln_arg(v) for k, v in vt.items.items()}
     from .misc import KilnObjectVariable
 
@@ -241,9 +290,19 @@ def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
     finally:
         grad[0] = saved_grad
     if isinstance(result, Tensor) and result._data is not None:
-        # a tensor made from Python data (kiln.tensor([...])): a fresh one on every call
-        return record_call(tx, fn, args, make_fake_like(result), kwargs, result)
+        return _fresh_tensor(tx, fn, args, kwargs, result)
     return wrap_kiln_result(tx, result)
+
+
+def _fresh_tensor(tx, fn, args: list, kwargs: dict, result: Tensor) -> VariableTracker:
+    """A tensor made from Python data (``kiln.tensor([...])``) must be a new one on every call:
+    a copy of a graph constant (PyTorch's ``lift_fresh_copy``), which later graph stages see as
+    an op, so in-place updates of it are functionalized like any other. A leaf that requires
+    grad stays one node calling ``fn``."""
+    if result._requires_grad:
+        return record_call(tx, fn, args, make_fake_like(result), kwargs, result)
+    constant = tx.output.input_tensor(result, None)
+    return call_tensor_method(tx, constant, "clone", [], {})
 
 
 def record_call(tx, fn, args: list, proxy: Tensor, kwargs: dict | None = None, example=None):

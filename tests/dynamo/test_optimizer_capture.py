@@ -1,0 +1,233 @@
+"""Optimizers under ``kiln.compile``: ``step()`` and ``zero_grad()`` capture whole (no graph break
+inside them), and a compiled training loop follows the eager one step for step.
+
+A stateful optimizer's first captured step creates its state (new tensors stored into
+``self.state``); the second finds it, so it is captured once more; later steps hit the cache.
+Bias corrections stay tensors when captured (``kiln.compiler.is_compiling``), computed as eager
+computes them, so the captured step gives eager's bits; inductor's fused kernels round
+differently and are compared within float32 tolerance.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import pytest
+
+import kiln
+import kiln.nn as nn
+from kiln.bench.workloads import get_workload
+from kiln.dynamo.eval_frame import CompileContext
+from kiln.dynamo.explain import ExplainOutput
+from kiln.dynamo.testing import CompileCounter
+from kiln.optim import SGD, Adagrad, Adam, AdamW, RMSprop
+
+from .helpers import assert_same
+
+BACKENDS = ["eager", "aot_eager", "inductor"]
+# name -> (make, whether the first step creates state: then the second step is captured again)
+OPTIMIZERS = {
+    "sgd": (lambda ps: SGD(ps, lr=0.1), False),
+    "sgd_momentum": (lambda ps: SGD(ps, lr=0.1, momentum=0.9), True),
+    "sgd_nesterov_weight_decay": (
+        lambda ps: SGD(ps, lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01),
+        True,
+    ),
+    "adam": (lambda ps: Adam(ps, lr=1e-2), True),
+    "adam_weight_decay_amsgrad": (
+        lambda ps: Adam(ps, lr=1e-2, weight_decay=0.1, amsgrad=True),
+        True,
+    ),
+    "adamw": (lambda ps: AdamW(ps), True),
+    "adamw_maximize": (lambda ps: AdamW(ps, lr=1e-2, weight_decay=0.1, maximize=True), True),
+    "rmsprop_momentum": (lambda ps: RMSprop(ps, lr=1e-2, momentum=0.5), True),
+    # Adagrad makes its state in __init__: the first captured step already finds it
+    "adagrad": (lambda ps: Adagrad(ps, lr=0.1, lr_decay=0.01), False),
+}
+
+
+def _tolerance(backend: str, name: str = "") -> dict:
+    """The eager backend runs the captured ops with eager's kernels in eager's order: the same
+    bits (bias corrections included). AOT graphs run decompositions (today also bit-identical;
+    allowed float32 rounding). Inductor's fused kernels round differently; the difference stays
+    near float32 epsilon over the run, except where the update divides by a running RMS of small
+    gradients (RMSprop's momentum buffer): there rounding differences grow step by step."""
+    if backend == "eager":
+        return {"rtol": 0, "atol": 0}
+    if backend == "aot_eager":
+        return {"rtol": 1e-6, "atol": 1e-7}
+    return (
+        {"rtol": 1e-3, "atol": 1e-4} if name.startswith("rmsprop") else {"rtol": 1e-5, "atol": 1e-6}
+    )
+
+
+def _model():
+    kiln.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+
+
+def _assert_same_training_state(model, opt, twin, twin_opt, tol: dict) -> None:
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert p.is_leaf and p.grad_fn is None and p.requires_grad
+        assert_same(p.detach(), q.detach(), name, **tol)
+        state, expected = opt.state[p], twin_opt.state[q]
+        assert list(state) == list(expected), name
+        for key in expected:
+            assert state[key].grad_fn is None, f"{name} {key} has autograd history"
+            assert_same(state[key], expected[key], f"{name} state {key!r}", **tol)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_step_and_zero_grad_capture_whole_and_match_eager(name, backend):
+    make, creates_state = OPTIMIZERS[name]
+    model = _model()
+    twin = copy.deepcopy(model)
+    opt, twin_opt = make(model.parameters()), make(twin.parameters())
+    step_counter, zero_counter = CompileCounter(backend), CompileCounter(backend)
+    step = kiln.compile(opt.step, backend=step_counter, fullgraph=True)
+    zero_grad = kiln.compile(opt.zero_grad, backend=zero_counter, fullgraph=True)
+    x = kiln.randn(5, 8)
+    graphs_after = []
+    for _ in range(12):
+        for m, o, do_step, do_zero in (
+            (model, opt, step, zero_grad),
+            (twin, twin_opt, twin_opt.step, twin_opt.zero_grad),
+        ):
+            do_zero()
+            m(x).tanh().pow(2).sum().backward()
+            do_step()
+        graphs_after.append(step_counter.frame_count)
+    # one graph per capture: the state-creating first step, then the steady state
+    assert graphs_after[0] == 1
+    assert graphs_after[-1] == graphs_after[1] == (2 if creates_state else 1)
+    # zero_grad(set_to_none=True) only writes Python attributes: nothing to compute
+    assert zero_counter.frame_count == 0
+    _assert_same_training_state(model, opt, twin, twin_opt, _tolerance(backend, name))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_grad_in_place_is_one_graph_keeping_the_grad_tensors(backend):
+    model = _model()
+    opt = SGD(model.parameters(), lr=0.1)
+    counter = CompileCounter(backend)
+    zero_grad = kiln.compile(opt.zero_grad, backend=counter, fullgraph=True)
+    for _ in range(3):
+        model(kiln.randn(2, 8)).sum().backward()
+        grads = [p.grad for p in model.parameters()]
+        zero_grad(set_to_none=False)
+        for p, g in zip(model.parameters(), grads):
+            assert p.grad is g
+            assert_same(g, kiln.zeros(g.shape))
+    assert counter.frame_count == 1
+
+
+def test_step_with_grads_missing_skips_those_parameters():
+    model = _model()
+    twin = copy.deepcopy(model)
+    opt, twin_opt = Adam(model.parameters(), lr=0.1), Adam(twin.parameters(), lr=0.1)
+    step = kiln.compile(opt.step, backend=CompileCounter(), fullgraph=True)
+    for m in (model, twin):
+        m[0](kiln.ones(1, 8)).sum().backward()  # only the first layer gets gradients
+    step()
+    twin_opt.step()
+    assert len(opt.state) == len(twin_opt.state) == 2
+    _assert_same_training_state(model, opt, twin, twin_opt, _tolerance("eager"))
+
+
+def test_is_compiling_is_true_only_in_captured_code():
+    def where_am_i(x):
+        return x + 1, kiln.compiler.is_compiling()
+
+    assert where_am_i(kiln.zeros(1))[1] is False
+    assert kiln.compile(where_am_i, backend=CompileCounter())(kiln.zeros(1))[1] is True
+
+
+# ---------------------------------------------------------------------- whole training steps
+
+
+# The forward and backward are decomposed (AOT) and fused (inductor), so they round differently
+# from eager. In the GPT block the gradient of the key bias is zero up to that rounding
+# (softmax ignores a constant added to every score), and Adam scales such noise into steps of
+# size ``lr``: there the parameters can only agree to a few ``lr``.
+TRAIN_STEP_TOLERANCE = {
+    "mlp_train_step": {"rtol": 1e-5, "atol": 1e-6},
+    "gpt_block_train_step": {"rtol": 1e-4, "atol": 2e-3},
+}
+
+
+def _train_step_instances(name: str):
+    """Two identical copies of a benchmark training step (model, AdamW and loss in a closure)."""
+    workload = get_workload(name)
+    return workload.build(kiln, True, "cpu"), workload.build(kiln, True, "cpu")
+
+
+def _closure(instance) -> dict:
+    return inspect.getclosurevars(instance.fn).nonlocals
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["mlp_train_step", "gpt_block_train_step"])
+def test_compiled_train_step_matches_eager_with_one_break_at_backward(name, backend):
+    eager, compiled_instance = _train_step_instances(name)
+    counter = CompileCounter(backend)
+    report = ExplainOutput()
+    ctx = CompileContext(counter)
+    ctx.listeners.append(report)
+    compiled = ctx.wrapper_for(compiled_instance.fn)
+    tol = TRAIN_STEP_TOLERANCE[name] if backend != "eager" else _tolerance("eager")
+    graphs_after = []
+    for _ in range(5):
+        expected = eager.fn(*eager.args)
+        loss = compiled(*compiled_instance.args)
+        assert_same(loss, expected, "loss", rtol=1e-5, atol=1e-6)
+        graphs_after.append(counter.frame_count)
+    # before and after loss.backward(), captured again once the grads and state exist
+    assert graphs_after[1:] == [4] * 4
+    assert report.graph_break_count == 2
+    for reason in report.break_reasons:
+        assert "Tensor.backward()" in reason.message
+        assert reason.location.endswith(f"workloads.py:{_backward_line()}")
+    got, want = _closure(compiled_instance), _closure(eager)
+    _assert_same_training_state(
+        got["model"], got["optimizer"], want["model"], want["optimizer"], tol
+    )
+
+
+def _backward_line() -> int:
+    from kiln.bench import workloads
+
+    source, first = inspect.getsourcelines(workloads._train_step)
+    return first + next(i for i, line in enumerate(source) if "loss.backward()" in line)
+
+
+# ---------------------------------------------------------------------- inductor's kernels
+
+
+def test_adam_step_is_one_fused_pass_per_parameter(monkeypatch):
+    """The bias corrections (0-d, float64) are computed once, not per element of each update,
+    and each parameter's moments and new value come out of one loop over its elements."""
+    from kiln.inductor import compile_fx
+
+    schedules = []
+    original = compile_fx.compile_graph
+
+    def recording(gm, example_inputs, options=None):
+        compiled = original(gm, example_inputs, options)
+        schedules.append(compiled.schedule)
+        return compiled
+
+    monkeypatch.setattr(compile_fx, "compile_graph", recording)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
+    opt = Adam(model.parameters(), lr=1e-2)
+    step = kiln.compile(opt.step, backend="inductor", fullgraph=True)
+    for _ in range(2):
+        model(kiln.randn(4, 8)).sum().backward()
+        step()
+    steady = max(schedules[-2:], key=lambda s: len(s.kernels))  # the forward, not the backward
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    big = [k for k in steady.kernels if k.outer]
+    assert sorted(k.outer for k in big) == sorted(shapes)
+    for kernel in big:
+        assert len(kernel.nodes) == 3  # exp_avg, exp_avg_sq and the parameter, in one loop
