@@ -7,6 +7,7 @@ captures them into graphs and compiles fused kernels.
 from __future__ import annotations
 
 import builtins as _builtins
+import sys as _sys
 
 import numpy as _np
 
@@ -79,6 +80,10 @@ short = int16
 globals().update(_namespace.public_functions())
 from . import backends, compiler, dynamo  # noqa: E402
 from .dynamo import compile  # noqa: E402,A004
+
+# PyTorch code reaches the capture frontend as ``torch._dynamo`` (reset, explain, config)
+_dynamo = dynamo
+_sys.modules[__name__ + "._dynamo"] = dynamo
 
 
 def _creation_hook(cls, args, kwargs):

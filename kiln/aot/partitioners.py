@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from ..ir import Graph, Node
 from ..ir.node import map_arg
 from ..ops.registry import Op
@@ -204,6 +202,8 @@ def _save_cost(node: Node) -> int:
 
 def min_cut_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
     """Save the cheapest set of tensors from which the backward can recompute what it needs."""
+    import networkx as nx  # a tenth of a second to import: paid by training graphs only
+
     _, tangents = _roles(joint)
     backward_nodes = _tangent_dependent(joint, tangents)
     _, grads = _outputs(joint, num_fwd_outputs)

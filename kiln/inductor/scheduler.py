@@ -13,15 +13,15 @@ more *inner* loops per outer point. A buffer joins the open kernel when
 Softmax (max, sum of exp, normalize) and layer_norm (mean/var, normalize) each become a single
 kernel; a chain of pointwise ops is one kernel. Buffers read only inside their kernel at the same
 outer point with no inner dims (a row's max) are *locals*: never stored to memory.
-Dependencies between kernels form a networkx DAG, used for ordering and for the dumps.
+Dependencies between steps are recorded as edges (``Schedule.deps``); ``Schedule.dag`` turns
+them into a networkx DAG on request (networkx is imported only then: it costs a tenth of a
+second, which a warm compile should not pay).
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-
-import networkx as nx
 
 from . import sym
 from .dependencies import reads_of
@@ -102,7 +102,20 @@ class Schedule:
     reuse: dict = field(
         default_factory=dict
     )  # buffer name -> name of a dead buffer whose memory it takes
-    dag: nx.DiGraph | None = None
+    deps: dict = field(default_factory=dict)  # step index -> indices of the steps it reads from
+
+    @property
+    def dag(self):
+        """The step dependencies as a networkx DiGraph (for analysis and drawing)."""
+        import networkx as nx
+
+        g = nx.DiGraph()
+        for i, step in enumerate(self.steps):
+            g.add_node(i, name=step.name)
+        for i, sources in self.deps.items():
+            for j in sources:
+                g.add_edge(j, i)
+        return g
 
     @property
     def kernels(self) -> list:
@@ -236,17 +249,16 @@ def schedule(lowered: LoweredGraph) -> Schedule:
     for n in output_names:
         last_use[n] = len(steps)
     reuse = _plan_reuse(steps, stored, last_use, lowered)
-    dag = nx.DiGraph()
     producer = {}
     for i, step in enumerate(steps):
-        dag.add_node(i, name=step.name)
         for n in _step_writes(step):
             producer[n] = i
+    deps: dict = {}
     for i, step in enumerate(steps):
         for n in _step_reads(step):
             if n in producer and producer[n] != i:
-                dag.add_edge(producer[n], i)
-    return Schedule(lowered, steps, stored, last_use, reuse, dag)
+                deps.setdefault(i, set()).add(producer[n])
+    return Schedule(lowered, steps, stored, last_use, reuse, deps)
 
 
 def _is_local(kernel: Kernel, node: ComputedBuffer) -> bool:
