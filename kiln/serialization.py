@@ -1,12 +1,17 @@
-"""``kiln.save`` / ``kiln.load``: a safe checkpoint format (no pickle, so loading runs no code).
+"""``kiln.save`` / ``kiln.load``: a checkpoint format whose common case runs no code on load.
 
 A checkpoint is an uncompressed zip archive holding ``kiln_archive/data.json`` (the object tree)
 and one raw little-endian buffer per tensor under ``kiln_archive/tensors/``. The tree may hold
 dicts (any JSON-representable keys: strings, ints, floats, bools, None, tuples), OrderedDicts,
-Counters, lists, tuples, numbers (inf and nan included), strings, bytes, None, dtypes, devices,
-``Size`` and tensors (``Parameter``\\s come back as Parameters) -- enough for model, optimizer
-and scheduler state dicts. Tensors sharing memory with the same layout are stored once; other
-views are stored as copies.
+Counters, lists, tuples, sets, numbers (inf, nan and complex included), strings, bytes, None,
+dtypes, devices, ``Size`` and tensors (``Parameter``\\s come back as Parameters) -- enough for
+model, optimizer and scheduler state dicts. Tensors sharing memory with the same layout are
+stored once; other views are stored as copies.
+
+Like PyTorch, ``kiln.save`` also stores any other picklable object (a whole ``nn.Module``, a
+dataclass of settings): the tree then goes to ``kiln_archive/data.pkl`` with its tensors still in
+the raw buffers. Unpickling can run code, so ``kiln.load`` reads such a file only with
+``weights_only=False`` (PyTorch's default since 2.6 is the same refusal).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import io
 import json
 import math
 import os
+import pickle
 import sys
 import zipfile
 from collections import Counter, OrderedDict
@@ -30,6 +36,7 @@ __all__ = ["save", "load"]
 
 _ROOT = "kiln_archive/"
 _HEADER = _ROOT + "data.json"
+_PICKLE = _ROOT + "data.pkl"
 _FORMAT_VERSION = 1
 
 
@@ -68,13 +75,22 @@ class _Writer:
             return {"$type": "device", "name": str(value)}
         if isinstance(value, bytes):
             return {"$type": "bytes", "base64": base64.b64encode(value).decode("ascii")}
+        if isinstance(value, complex):
+            return {
+                "$type": "complex",
+                "real": self.encode(value.real),
+                "imag": self.encode(value.imag),
+            }
+        if isinstance(value, (set, frozenset)):
+            kind = "set" if isinstance(value, set) else "frozenset"
+            return {"$type": kind, "items": [self.encode(v) for v in value]}
         if isinstance(value, np.generic):
             return self.encode(value.item())
         if isinstance(value, list):
             return [self.encode(v) for v in value]
         if isinstance(value, tuple):
             return {"$type": "tuple", "items": [self.encode(v) for v in value]}
-        if isinstance(value, dict):
+        if isinstance(value, dict) and type(value) in (dict, OrderedDict, Counter):
             kind = (
                 "counter"
                 if isinstance(value, Counter)
@@ -125,10 +141,34 @@ class _Writer:
         return index
 
 
+class _Pickler(pickle.Pickler):
+    """Pickles arbitrary objects, sending every tensor to the archive's raw buffers."""
+
+    def __init__(self, file, protocol: int, writer: _Writer):
+        super().__init__(file, protocol=protocol)
+        self._writer = writer
+
+    def persistent_id(self, obj):
+        if isinstance(obj, Tensor):
+            return ("tensor", self._writer._tensor(obj))
+        return None
+
+
 def save(obj, f, pickle_module=None, pickle_protocol: int = 2, _use_new_zipfile_serialization=True):
     """Write ``obj`` to ``f`` (a path or a binary file object) in kiln's checkpoint format."""
     writer = _Writer()
-    root = writer.encode(obj)
+    pickled = None
+    try:
+        root = writer.encode(obj)
+    except TypeError:
+        root = None
+    if root is None and obj is not None:
+        # not a plain tree: pickle it, tensors still going to raw buffers
+        writer = _Writer()
+        stream = io.BytesIO()
+        _Pickler(stream, max(pickle_protocol, 2), writer).dump(obj)
+        pickled = stream.getvalue()
+        root = {"$type": "pickle"}
     header = {
         "format": "kiln",
         "version": _FORMAT_VERSION,
@@ -139,10 +179,24 @@ def save(obj, f, pickle_module=None, pickle_protocol: int = 2, _use_new_zipfile_
     target = os.fspath(f) if isinstance(f, (str, os.PathLike)) else f
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         zf.writestr(_HEADER, json.dumps(header, allow_nan=False))
+        if pickled is not None:
+            zf.writestr(_PICKLE, pickled)
         for i, array in enumerate(writer.buffers):
             with zf.open(f"{_ROOT}tensors/{i}", "w", force_zip64=True) as out:
                 if array.size:
                     out.write(memoryview(array.reshape(-1).view(np.uint8)))
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, reader: _Reader):
+        super().__init__(file)
+        self._reader = reader
+
+    def persistent_load(self, pid):
+        kind, index = pid
+        if kind != "tensor":
+            raise pickle.UnpicklingError(f"kiln.load: unknown persistent id {pid!r}")
+        return self._reader._tensor(index)
 
 
 class _Reader:
@@ -176,6 +230,11 @@ class _Reader:
             return device(value["name"])
         if kind == "bytes":
             return base64.b64decode(value["base64"])
+        if kind == "complex":
+            return complex(self.decode(value["real"]), self.decode(value["imag"]))
+        if kind in ("set", "frozenset"):
+            cls = set if kind == "set" else frozenset
+            return cls(self.decode(v) for v in value["items"])
         raise RuntimeError(f"kiln.load: unknown record type {kind!r} in the checkpoint")
 
     def _tensor(self, index: int) -> Tensor:
@@ -214,11 +273,15 @@ class _Reader:
         return t if target.type == "cpu" else t.to(target)
 
 
-def load(f, map_location=None, pickle_module=None, *, weights_only: bool = True, mmap=None, **kw):
+def load(
+    f, map_location=None, pickle_module=None, *, weights_only: bool | None = None, mmap=None, **kw
+):
     """Read a checkpoint written by ``kiln.save`` (a path or a binary file object).
 
-    The format never contains code, so ``weights_only`` has no effect; ``map_location`` may be a
-    device, a string, a ``{saved: target}`` dict or a ``fn(tensor, saved_device)`` callable.
+    Plain trees (state dicts) load without running code. A checkpoint holding pickled objects
+    loads only with ``weights_only=False``, because unpickling can execute code.
+    ``map_location`` may be a device, a string, a ``{saved: target}`` dict or a
+    ``fn(tensor, saved_device)`` callable.
     """
     if isinstance(f, (str, os.PathLike)):
         source = os.fspath(f)
@@ -245,4 +308,15 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool = True,
                 f"kiln.load: {name} has format {header.get('format')!r} version "
                 f"{header.get('version')}; this kiln reads version {_FORMAT_VERSION}"
             )
-        return _Reader(zf, header, map_location).decode(header["root"])
+        reader = _Reader(zf, header, map_location)
+        root = header["root"]
+        if isinstance(root, dict) and root.get("$type") == "pickle":
+            if weights_only is None or weights_only:
+                raise pickle.UnpicklingError(
+                    f"kiln.load: {name} holds pickled Python objects (saved from something other "
+                    "than tensors, numbers, strings and containers, such as a whole nn.Module); "
+                    "unpickling can run arbitrary code, so weights_only=True refuses it. Pass "
+                    "weights_only=False if you trust the file's source, or save state_dict()s."
+                )
+            return _Unpickler(io.BytesIO(zf.read(_PICKLE)), reader).load()
+        return reader.decode(root)

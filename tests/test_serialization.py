@@ -1,11 +1,13 @@
 """kiln.save / kiln.load: exact round trips of tensors, nested containers and model / optimizer /
-scheduler state; a zip with a JSON header and raw buffers, never pickle."""
+scheduler state; a zip with a JSON header and raw buffers, pickle only for other objects."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
+import pickle
 import zipfile
 from collections import Counter, OrderedDict
 
@@ -162,11 +164,42 @@ def test_file_is_a_zip_with_json_header_and_no_pickle():
     assert header["tensors"][0]["dtype"] == "float32"
 
 
-def test_unsupported_objects_are_refused():
-    with pytest.raises(TypeError, match="kiln.save cannot store an object of type builtins.object"):
-        kiln.save({"x": object()}, io.BytesIO())
-    with pytest.raises(TypeError, match="cannot store an object of type builtins.set"):
-        kiln.save({1, 2}, io.BytesIO())
+@dataclasses.dataclass
+class _Settings:
+    lr: float
+    scale: object
+
+
+def test_sets_and_complex_numbers_stay_in_the_safe_tree():
+    obj = {"s": {1, 2}, "f": frozenset({"a"}), "c": complex(1.5, float("inf"))}
+    buf = io.BytesIO()
+    kiln.save(obj, buf)
+    buf.seek(0)
+    with zipfile.ZipFile(buf) as zf:
+        assert "kiln_archive/data.pkl" not in zf.namelist()
+    buf.seek(0)
+    assert kiln.load(buf) == obj
+
+
+def test_arbitrary_objects_are_pickled_and_need_weights_only_false():
+    model = kiln.nn.Sequential(kiln.nn.Linear(3, 4), kiln.nn.BatchNorm1d(4))
+    shared = kiln.arange(6.0)
+    obj = {"model": model, "cfg": _Settings(0.1, shared), "view": shared[2:4]}
+    buf = io.BytesIO()
+    kiln.save(obj, buf)
+    buf.seek(0)
+    with pytest.raises(pickle.UnpicklingError, match="weights_only=False"):
+        kiln.load(buf)
+    buf.seek(0)
+    out = kiln.load(buf, weights_only=False)
+    x = kiln.randn(5, 3)
+    assert (out["model"](x) - model(x)).abs().max().item() == 0
+    assert isinstance(out["model"][0].weight, kiln.nn.Parameter)
+    assert out["cfg"].lr == 0.1 and out["cfg"].scale.tolist() == shared.tolist()
+    # a stored view keeps its values (stored as its own buffer)
+    assert out["view"].tolist() == [2.0, 3.0]
+    with pytest.raises((pickle.PicklingError, AttributeError)):
+        kiln.save({"f": lambda: 0}, io.BytesIO())
 
 
 def test_loading_something_else_explains():
