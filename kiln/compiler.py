@@ -1,12 +1,44 @@
 """``kiln.compiler``: PyTorch's spelling of the compiler controls (``kiln.compiler.reset()``).
 
 Low layers (``kiln.optim``) import this module to ask ``is_compiling()``, so it imports the
-capture frontend only when ``reset`` is called.
+capture frontend only when one of its controls (``reset``, ``disable``, ``allow_in_graph``,
+``graph_break``, ``mark_dynamic``...) is first used.
 """
 
 from __future__ import annotations
 
 __all__ = ["reset", "is_compiling"]
+
+# the capture frontend's controls, imported when first used (see the module docstring)
+_FROM_DECORATORS = frozenset(
+    {
+        "is_dynamo_compiling",
+        "disable",
+        "allow_in_graph",
+        "graph_break",
+        "mark_dynamic",
+        "maybe_mark_dynamic",
+        "mark_static",
+        "cudagraph_mark_step_begin",
+    }
+)
+_FROM_BACKENDS = frozenset({"list_backends", "register_backend"})
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _FROM_DECORATORS | _FROM_BACKENDS)
+
+
+def __getattr__(name: str):
+    if name in _FROM_DECORATORS:
+        from .dynamo import decorators
+
+        return getattr(decorators, name)
+    if name in _FROM_BACKENDS:
+        from . import backends
+
+        return getattr(backends, name)
+    raise AttributeError(f"module 'kiln.compiler' has no attribute {name!r}")
 
 
 def is_compiling() -> bool:

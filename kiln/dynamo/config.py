@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 # compiled versions kept per code object before it runs eagerly (with one warning)
 recompile_limit = 8
 # user-function calls inlined inside each other before the innermost runs on its own
@@ -12,3 +15,19 @@ instruction_limit = 200_000
 restart_limit = 32
 # an internal error while capturing runs the frame eagerly (logged) instead of raising
 suppress_errors = True
+
+
+class _ConfigModule(types.ModuleType):
+    """PyTorch code sets ``torch._dynamo.config.cache_size_limit``, the older name of
+    ``recompile_limit``: both names read and write one value."""
+
+    @property
+    def cache_size_limit(self) -> int:
+        return self.recompile_limit
+
+    @cache_size_limit.setter
+    def cache_size_limit(self, value: int) -> None:
+        self.recompile_limit = value
+
+
+sys.modules[__name__].__class__ = _ConfigModule

@@ -84,7 +84,10 @@ class CompileContext:
         return f"{base}_{self._graph_counter - 1}"
 
     def wrapper_for(self, fn: types.FunctionType) -> Callable:
-        """The compiled wrapper of ``fn`` in this context (made once)."""
+        """The compiled wrapper of ``fn`` in this context (made once); a function marked by
+        ``kiln.compiler.disable`` stays itself."""
+        if fn.__dict__.get("_kiln_disabled"):
+            return fn
         entry = self._wrappers.get(id(fn))
         if entry is None or entry[0] is not fn:
             entry = (fn, _compiled_function(fn, self))
@@ -364,7 +367,7 @@ def compile(
             f, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
             options=options, disable=disable,
         )  # fmt: skip
-    if disable:
+    if disable or getattr(fn, "_kiln_disabled", None):
         return fn
     ctx = _context_for(backend, fullgraph, dynamic, options, mode)
     if isinstance(fn, Module):

@@ -297,6 +297,9 @@ class InstructionTranslatorBase:
 
     def inline_call(self, fn: VariableTracker, args: list, kwargs: dict) -> VariableTracker:
         """Evaluate a call to a user function in a child translator; return its result."""
+        disabled = getattr(getattr(fn, "fn", None), "__dict__", {}).get("_kiln_disabled")
+        if disabled:
+            raise unsupported("opaque_function", f"call to {fn.fn.__qualname__} ({disabled})")
         code = fn.get_code()
         if code.co_flags & _FLAGS_UNSUPPORTED:
             raise unsupported(

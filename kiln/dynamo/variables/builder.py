@@ -56,6 +56,12 @@ def kiln_function_kind(fn: Any) -> str | None:
         return "kiln"
     if not isinstance(fn, (types.FunctionType, types.BuiltinFunctionType)):
         return None
+    marks = getattr(fn, "__dict__", None)
+    if marks:  # kiln.compiler.disable / allow_in_graph
+        if marks.get("_kiln_disabled"):
+            return "opaque"
+        if marks.get("_kiln_allow_in_graph"):
+            return "kiln"
     module = getattr(fn, "__module__", None) or ""
     if not (module == "kiln" or module.startswith("kiln.")):
         return None
@@ -140,7 +146,7 @@ def _wrap_new(output, value: Any, source: Source | None) -> VariableTracker:
     if isinstance(value, types.MethodType):
         self_src = AttrSource(source, "__self__") if source is not None else None
         fn = value.__func__
-        if isinstance(fn, types.FunctionType) and not is_kiln_function(fn):
+        if isinstance(fn, types.FunctionType) and kiln_function_kind(fn) not in ("kiln", "opaque"):
             return UserMethodVariable(fn, sub(value.__self__, self_src))
         return _opaque(output, value, source)
     if isinstance(value, functools.partial):

@@ -9,6 +9,7 @@ import functools
 import itertools
 import math
 import operator
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -87,9 +88,14 @@ class BuiltinVariable(FixedObjectVariable):
                     "data_dependent_value",
                     f"{module}.{fn.__name__}() converts a tensor to a number",
                 )
-        raise unsupported(
-            "opaque_function", f"call to {getattr(fn, '__qualname__', fn)} (a C function)"
-        )
+        name = getattr(fn, "__qualname__", fn)
+        disabled = getattr(fn, "__dict__", {}).get("_kiln_disabled")
+        if disabled:
+            raise unsupported("opaque_function", f"call to {name} ({disabled})")
+        if name == "graph_break" and module == "kiln.dynamo.decorators":
+            raise unsupported("opaque_function", "kiln.compiler.graph_break() was called")
+        kind = "a C function" if isinstance(fn, types.BuiltinFunctionType) else "not captured"
+        raise unsupported("opaque_function", f"call to {name} ({kind})")
 
 
 # ------------------------------------------------------------------ operators

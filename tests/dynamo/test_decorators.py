@@ -1,0 +1,166 @@
+"""PyTorch's capture controls: disable, allow_in_graph, graph_break, mark_dynamic, optimize,
+list/register_backend, as ``kiln.compiler.*`` and ``kiln._dynamo.*``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.dynamo.decorators import dynamic_dims
+
+
+def _counting_backend():
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    return backend, graphs
+
+
+def test_disabled_function_runs_eagerly_and_splits_the_graph():
+    calls = []
+
+    @kiln.compiler.disable
+    def helper(x):
+        calls.append(kiln.compiler.is_compiling())
+        return x * 2
+
+    def fn(x):
+        y = x.sin()
+        y = helper(y)
+        return y.cos()
+
+    backend, graphs = _counting_backend()
+    x = kiln.randn(4)
+    got = kiln.compile(fn, backend=backend)(x)
+    np.testing.assert_allclose(got.numpy(), fn(x).numpy(), rtol=1e-6)
+    assert len(graphs) == 2
+    assert calls == [False, False]  # eager in the compiled call, eager in the reference call
+    explanation = kiln._dynamo.explain(fn)(x)
+    assert explanation.graph_break_count == 1
+    assert "disable" in str(explanation.break_reasons[0])
+
+
+def test_compile_of_a_disabled_function_returns_it():
+    @kiln._dynamo.disable
+    def f(x):
+        return x + 1
+
+    assert kiln.compile(f) is f
+    assert f(kiln.ones(2)).tolist() == [2.0, 2.0]
+
+
+def test_disabled_method_of_a_module_is_not_captured():
+    class M(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = kiln.nn.Linear(3, 3)
+
+        @kiln.compiler.disable
+        def post(self, y):
+            return y.relu()
+
+        def forward(self, x):
+            return self.post(self.lin(x)) + 1
+
+    m = M()
+    backend, graphs = _counting_backend()
+    x = kiln.randn(2, 3)
+    got = kiln.compile(m, backend=backend)(x)
+    np.testing.assert_allclose(got.detach().numpy(), m(x).detach().numpy(), rtol=1e-6)
+    assert len(graphs) == 2
+
+
+def test_graph_break_splits_without_changing_results():
+    def fn(x):
+        y = x * 3
+        kiln._dynamo.graph_break()
+        return y - 1
+
+    backend, graphs = _counting_backend()
+    x = kiln.randn(5)
+    np.testing.assert_allclose(kiln.compile(fn, backend=backend)(x).numpy(), fn(x).numpy())
+    assert len(graphs) == 2
+    with pytest.raises(Exception, match="graph_break"):
+        kiln.compile(fn, backend=backend, fullgraph=True)(x)
+
+
+def test_allow_in_graph_puts_the_function_ops_in_one_graph():
+    @kiln.compiler.allow_in_graph
+    def scaled(x, k):
+        return x * k + x.exp()
+
+    def fn(x):
+        return scaled(x, 2.0).sum()
+
+    backend, graphs = _counting_backend()
+    x = kiln.randn(6, dtype=kiln.float64)
+    got = kiln.compile(fn, backend=backend, fullgraph=True)(x)
+    np.testing.assert_allclose(got.item(), fn(x).item(), rtol=1e-12)
+    assert len(graphs) == 1
+    with pytest.raises(TypeError, match="Python function"):
+        kiln.compiler.allow_in_graph(kiln.sin)
+
+
+def test_mark_dynamic_records_and_validates():
+    x = kiln.randn(4, 5)
+    kiln._dynamo.mark_dynamic(x, 0)
+    kiln._dynamo.maybe_mark_dynamic(x, [-1])
+    assert dynamic_dims(x) == {0, 1}
+    kiln._dynamo.mark_static(x, 1)
+    assert dynamic_dims(x) == {0}
+    with pytest.raises(IndexError, match="out of range"):
+        kiln._dynamo.mark_dynamic(x, 2)
+    f = kiln.compile(lambda t: t * 2, backend="eager")
+    np.testing.assert_allclose(f(x).numpy(), (x * 2).numpy())
+
+
+def test_optimize_and_backend_registry():
+    assert {"eager", "aot_eager", "inductor"} <= set(kiln._dynamo.list_backends())
+    assert kiln.compiler.list_backends() == kiln._dynamo.list_backends()
+    seen = []
+
+    @kiln._dynamo.register_backend(name="kiln_test_recording_backend")
+    def recording(gm, example_inputs):
+        seen.append(len(example_inputs))
+        return gm.forward
+
+    assert "kiln_test_recording_backend" in kiln.compiler.list_backends()
+
+    @kiln._dynamo.optimize("kiln_test_recording_backend")
+    def f(a, b):
+        return a @ b
+
+    a, b = kiln.randn(2, 3), kiln.randn(3, 2)
+    np.testing.assert_allclose(f(a, b).numpy(), (a @ b).numpy(), rtol=1e-6)
+    assert seen == [2]
+
+
+def test_is_compiling_aliases_answer_true_in_captured_code():
+    def fn(x):
+        if kiln.compiler.is_dynamo_compiling() and kiln._dynamo.is_compiling():
+            return x + 1
+        return x - 1
+
+    x = kiln.zeros(2)
+    assert fn(x).tolist() == [-1.0, -1.0]
+    assert kiln.compile(fn, backend="eager", fullgraph=True)(x).tolist() == [1.0, 1.0]
+    kiln.compiler.cudagraph_mark_step_begin()
+
+
+def test_cache_size_limit_is_the_recompile_limit():
+    config = kiln._dynamo.config
+    old = config.recompile_limit
+    try:
+        config.cache_size_limit = 2
+        assert config.recompile_limit == 2
+        f = kiln.compile(lambda x: x + 1, backend="eager")
+        with pytest.warns(RuntimeWarning, match="recompiled 2 times"):
+            for n in range(1, 5):
+                f(kiln.ones(n))
+    finally:
+        config.recompile_limit = old
+    assert config.cache_size_limit == old
