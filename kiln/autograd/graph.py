@@ -14,6 +14,7 @@ import weakref
 
 from ..runtime import state
 from ..runtime.tensor import Size, Tensor
+from .anomaly import anomaly_state, forward_stack
 
 __all__ = ["Node", "OpBackward", "AccumulateGrad", "SavedMeta", "grad_accumulator"]
 
@@ -47,6 +48,8 @@ class Node:
         self.sequence_nr = next(_sequence)
         self._pre_hooks = self._post_hooks = self._tensor_pre_hooks = self.metadata_ = None
         self._released = False
+        if anomaly_state[0]:
+            self.metadata_ = {"traceback_": forward_stack()}
 
     def name(self) -> str:
         return type(self).__name__
@@ -81,7 +84,14 @@ class Node:
         if self._tensor_pre_hooks is None:
             self._tensor_pre_hooks = {}
         hooks = self._tensor_pre_hooks.setdefault(output_nr, [])
-        hooks.append(fn)
+        # retain_grad's hook runs after the user's hooks, so ``.grad`` sees what they return
+        retain_at = next(
+            (i for i, h in enumerate(hooks) if getattr(h, "_retains_grad", False)), None
+        )
+        if retain_at is None or getattr(fn, "_retains_grad", False):
+            hooks.append(fn)
+        else:
+            hooks.insert(retain_at, fn)
         return _RemovableHandle(hooks, fn)
 
     def __call__(self, *grads):

@@ -31,6 +31,16 @@ def scaled_dot_product_attention(
 ): ...
 
 
+_CPP_NAMES = {dt.int64: "long int", dt.int32: "int", dt.int16: "short int", dt.int8: "signed char"}
+_CPP_NAMES |= {dt.uint8: "unsigned char", dt.float64: "double", dt.float32: "float"}
+_CPP_NAMES |= {dt.float16: "c10::Half", dt.bfloat16: "c10::BFloat16", dt.bool_: "bool"}
+
+
+def _cpp_name(dtype) -> str:
+    """The C++ type name PyTorch's attention error messages print."""
+    return _CPP_NAMES.get(dtype, str(dtype))
+
+
 def _repeat_heads(t: Tensor, groups: int) -> Tensor:
     """``repeat_interleave(groups, dim=-3)`` as expand + reshape."""
     if groups == 1:
@@ -48,6 +58,12 @@ def _sdpa_decomp(
         raise RuntimeError(
             f"scaled_dot_product_attention: query, key and value must be at least 2-D, got "
             f"{list(q.shape)}, {list(k.shape)}, {list(v.shape)}"
+        )
+    if attn_mask is not None and attn_mask.dtype not in (dt.bool_, dt.float32, q.dtype):
+        raise RuntimeError(
+            "Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+            f"attn_mask.dtype: {_cpp_name(attn_mask.dtype)} and  query.dtype: "
+            f"{_cpp_name(q.dtype)} instead."
         )
     if is_causal and attn_mask is not None:
         raise RuntimeError(

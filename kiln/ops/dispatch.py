@@ -261,14 +261,12 @@ def _inplace_autograd(op, args):
     self = args[0]
     if self._requires_grad and self.grad_fn is None:
         raise RuntimeError(
-            f"a leaf Variable that requires grad is being used in an in-place operation "
-            f"({op.name} on a tensor of shape {list(self._shape)})."
+            "a leaf Variable that requires grad is being used in an in-place operation."
         )
     base = self._base
     if base is not None and base._requires_grad and base.grad_fn is None:
         raise RuntimeError(
-            f"a view of a leaf Variable that requires grad is being used in an in-place "
-            f"operation ({op.name} on a view of shape {list(self._shape)})."
+            "a view of a leaf Variable that requires grad is being used in an in-place operation."
         )
     if _functional_saves_self(op.functional, args):
         # the derivative needs self's value from before the write: give it a copy

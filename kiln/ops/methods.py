@@ -59,6 +59,9 @@ _ALIASES = {
     "arccos": "acos",
     "arctan": "atan",
     "arctan2": "atan2",
+    "arccosh": "acosh",
+    "arcsinh": "asinh",
+    "arctanh": "atanh",
     "multiply": "mul",
     "subtract": "sub",
     "divide": "div",
@@ -335,8 +338,22 @@ def _T(self):  # noqa: N802
     return OPS["permute"](self, tuple(range(self.ndim - 1, -1, -1)))
 
 
-def _mT(self):  # noqa: N802
+def _mT(self, name="mT"):  # noqa: N802
+    if self.ndim < 2:
+        raise RuntimeError(
+            f"tensor.{name} is only supported on matrices or batches of matrices. Got "
+            f"{self.ndim}-D tensor."
+        )
     return self.transpose(-2, -1)
+
+
+def _H(self):  # noqa: N802
+    if self.ndim != 2:
+        hint = " For batches of matrices, consider using tensor.mH" if self.ndim > 2 else ""
+        raise RuntimeError(
+            f"tensor.H is only supported on matrices (2-D tensors). Got {self.ndim}-D tensor.{hint}"
+        )
+    return self.transpose(0, 1)
 
 
 def _data_get(self):
@@ -403,6 +420,7 @@ def _retain_grad(self):
         if t is not None:
             t._grad = g.detach() if t._grad is None else t._grad + g.detach()
 
+    hook._retains_grad = True
     self.grad_fn._add_tensor_pre_hook(self._output_nr, hook)
     self._retains_grad = True
 
@@ -586,7 +604,8 @@ def install() -> None:
     T.t = _t
     T.T = property(_T)
     T.mT = property(_mT)
-    T.H = property(_T)
+    T.mH = property(lambda self: _mT(self, "mH"))
+    T.H = property(_H)
     T.data = property(_data_get, _data_set)
     T.backward = _backward
     T.register_hook = _register_hook

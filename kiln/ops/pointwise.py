@@ -32,6 +32,7 @@ from .common import (
 )
 from .numpy_math import np_erf, np_erfinv, np_round, np_rsqrt, np_sigmoid
 from .registry import defop
+from .special_numpy import np_erfc
 
 __all__ = ["as_np_operand", "needs_grad"]
 
@@ -120,7 +121,7 @@ sigmoid = unary("sigmoid", np_sigmoid, lambda c, g: (g * c.out * (1 - c.out),), 
 erf = unary("erf", np_erf, lambda c, g: (g * _TWO_OVER_SQRT_PI * (-(c.args[0] * c.args[0])).exp(),))
 erfc = unary(
     "erfc",
-    lambda a, out=None: 1.0 - np_erf(a),
+    np_erfc,
     lambda c, g: (-g * _TWO_OVER_SQRT_PI * (-(c.args[0] * c.args[0])).exp(),),
 )
 erfinv = unary(

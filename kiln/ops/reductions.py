@@ -11,7 +11,6 @@ the index they return. The helpers here are shared by ``variance``, ``vector_nor
 
 from __future__ import annotations
 
-import collections
 import math
 
 import numpy as np
@@ -30,7 +29,7 @@ from .common import (
 )
 from .gather_scatter import gather, scatter_add
 from .pointwise import maximum, minimum, where
-from .registry import defop, tensor_method, torch_function
+from .registry import defop, return_type, tensor_method, torch_function
 
 __all__ = [
     "reduced_shape",
@@ -388,8 +387,8 @@ def _dim_select_schema(input: Tensor, dim: int, keepdim: bool = False): ...
 
 max_dim = defop(_dim_select_schema, name="max_dim", kind="reduction")
 min_dim = defop(_dim_select_schema, name="min_dim", kind="reduction")
-max_dim.returns = collections.namedtuple("max", ("values", "indices"))
-min_dim.returns = collections.namedtuple("min", ("values", "indices"))
+max_dim.returns = return_type("max", ("values", "indices"))
+min_dim.returns = return_type("min", ("values", "indices"))
 
 
 def _dim_select_kernel(op, np_arg, np_extreme):
@@ -480,7 +479,7 @@ for _name, _full, _dim_op, _binary in (
     torch_function(_name)(_fn)
     tensor_method(_name)(_fn)
 
-_AminmaxResult = collections.namedtuple("aminmax", ("min", "max"))
+_AminmaxResult = return_type("aminmax", ("min", "max"))
 
 
 @torch_function()

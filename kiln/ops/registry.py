@@ -202,6 +202,25 @@ def _make_binder(name: str, sig: inspect.Signature) -> Callable:
     return namespace[f"bind_{name}"]
 
 
+# kiln.return_types.<name>: the named tuples multi-output ops return (picklable by that path)
+RETURN_TYPES: dict[str, type] = {}
+
+
+def _return_type_repr(self) -> str:
+    fields = ",\n".join(f"{k}={v!r}" for k, v in zip(self._fields, self))
+    return f"kiln.return_types.{type(self).__qualname__}(\n{fields})"
+
+
+def return_type(op_name: str, fields) -> type:
+    """A named tuple printed as PyTorch prints ``torch.return_types.max``."""
+    public = op_name.lstrip("_")
+    base = collections.namedtuple(public, fields)
+    cls = type(public, (base,), {"__slots__": (), "__repr__": _return_type_repr})
+    cls.__module__ = "kiln.return_types"
+    RETURN_TYPES.setdefault(public, cls)
+    return cls
+
+
 def defop(
     fn: Callable | None = None,
     *,
@@ -221,7 +240,7 @@ def defop(
         op = Op(op_name, schema, kind, prim, view)
         op.differentiable = differentiable
         if returns:
-            op.returns = collections.namedtuple(op_name, returns)
+            op.returns = return_type(op_name, returns)
         OPS[op_name] = op
         return op
 

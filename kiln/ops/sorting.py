@@ -11,8 +11,6 @@ shapes that depend on the data: eager kernels only (their meta functions raise).
 
 from __future__ import annotations
 
-import collections
-
 import numpy as np
 
 from ..runtime import dtypes as dt
@@ -30,7 +28,7 @@ from .reductions import (
     sum,
     torch_type_name,
 )
-from .registry import defop, tensor_method, torch_function
+from .registry import defop, return_type, tensor_method, torch_function
 from .views import select, slice
 
 __all__: list[str] = []
@@ -267,7 +265,7 @@ def _median_along(result, x: Tensor, dim: int, keepdim: bool, ignore_nan: bool):
 
 
 def _median_function(name: str, full_op, ignore_nan: bool):
-    result = collections.namedtuple(name, ("values", "indices"))
+    result = return_type(name, ("values", "indices"))
 
     def fn(input: Tensor, dim: int | None = None, keepdim: bool = False):
         if dim is None:
@@ -297,13 +295,26 @@ def unique(
 ): ...
 
 
-unique.returns = collections.namedtuple("unique", ("values", "inverse", "counts"))
+unique.returns = return_type("unique", ("values", "inverse", "counts"))
 
 
 @unique.register_kernel
 def _unique_kernel(x, sorted_, return_inverse, return_counts, dim):
-    if dim is not None:
-        raise NotImplementedError("kiln's unique supports dim=None only (it flattens the input)")
+    if dim is not None:  # unique slices along dim, in lexicographic order
+        if not x.ndim:
+            raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+        d = wrap_dim(dim, x.ndim)
+        if any(size == 0 for i, size in enumerate(x._shape) if i != d):
+            raise RuntimeError(
+                "There are 0 sized dimensions, and they aren't selected, so unique cannot be "
+                "applied"
+            )
+        values, inverse, counts = np.unique(
+            x._data, return_inverse=True, return_counts=True, axis=d
+        )
+        return unique.returns(
+            wrap(values, x._dtype), wrap(inverse.reshape(-1), _int64), wrap(counts, _int64)
+        )
     # NaNs are all distinct, as in PyTorch; the result is always sorted
     values, inverse, counts = np.unique(
         x._data.reshape(-1), return_inverse=True, return_counts=True, equal_nan=False

@@ -153,9 +153,19 @@ def _masked_fill_grad(c, g):
 
 
 masked_fill.register_derivative(_masked_fill_grad)
-masked_fill.register_decomposition(
-    lambda x, m, v: where(m, v.to(x.dtype) if isinstance(v, Tensor) else v, x)
-)
+
+
+@masked_fill.register_decomposition
+def _masked_fill_decomp(x, m, v):
+    """``where`` promotes (a float scalar into an int tensor gives float): masked_fill keeps
+    ``x``'s dtype, so the value is cast first."""
+    if not isinstance(v, Tensor):
+        if x.dtype is dt.bool_:
+            v = bool(v)
+        elif not x.dtype.is_floating_point:
+            v = int(v)
+        return where(m, v, x).to(x.dtype)
+    return where(m, v.to(x.dtype), x)
 
 
 @defop(kind="pointwise")
@@ -203,9 +213,18 @@ square.register_decomposition(lambda x: x * x)
 def xlogy(self: Tensor, other: TensorOrScalar): ...
 
 
-xlogy.register_decomposition(
-    lambda x, y: where(x == 0, x * 0, x * (y.log() if isinstance(y, Tensor) else math.log(y)))
-)
+@xlogy.register_decomposition
+def _xlogy_decomp(x, y):
+    """x * log(y), 0 where x == 0 (unless y is NaN). The mask sits on log(y), not on the
+    product, so d/dx stays log(y) at x == 0 as in PyTorch (Beta/Dirichlet log_prob gradients
+    at concentration 1 need it)."""
+    if not isinstance(y, Tensor):
+        if y > 0 and y != math.inf:
+            return x * math.log(y)
+        log_y = math.inf if y == math.inf else -math.inf if y == 0 else math.nan
+        return where((x == 0) & (y == y), 0.0, x * log_y)
+    log_y = where((x == 0) & ((y <= 0) | (y == math.inf)), 0.0, y.log())
+    return x * log_y + 0.0  # + 0.0: 0 * log(0.5) is -0.0, PyTorch prints 0
 
 
 @defop(kind="pointwise")

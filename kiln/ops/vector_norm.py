@@ -163,8 +163,9 @@ def norm(input: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None) ->
                 f"linalg.matrix_norm: dim must be a 2-tuple. Got {' '.join(map(str, dim))}"
             )
         p = 2
-    elif isinstance(p, str):
-        if p == "nuc":
-            raise NotImplementedError("norm(p='nuc') needs singular values, which kiln lacks")
-        raise RuntimeError(f"norm(): unsupported norm type {p!r}")
+    elif isinstance(p, str):  # 'nuc' (or an unknown order, which matrix_norm reports)
+        from .linalg_functions import matrix_norm  # imports this module
+
+        dims = list(range(input.ndim)) if dim is None else dim
+        return matrix_norm(input, p, dims, keepdim, dtype=dtype)
     return vector_norm(input, p, dim, keepdim, dtype=dtype)

@@ -78,6 +78,10 @@ def _format_array(a: np.ndarray, dtype: dt.dtype) -> str:
     else:
         fmt = lambda v: str(int(v))  # noqa: E731
     flat_sample = (_sample(a, edge) if summarize else a).reshape(-1)
+    if dtype.is_floating_point:
+        # PyTorch pads to the widest nonzero finite value: -0., nan and inf may stick out
+        values = flat_sample.astype(np.float64)
+        flat_sample = values[np.isfinite(values) & (values != 0)]
     width = max((len(fmt(v)) for v in flat_sample), default=1)
 
     def rec(x: np.ndarray, indent: int) -> str:

@@ -342,3 +342,14 @@ def test_mixed_graph_matches_torch():
         out.backward()
     assert_close(ka.grad, ta.grad, rtol=1e-5, atol=1e-6)
     assert_close(kb.grad, tb.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_retained_grad_sees_what_tensor_hooks_return():
+    # PyTorch runs retain_grad's hook after the user's hooks, whatever the order of registration
+    y = kiln.tensor([1.0, 2.0], requires_grad=True)
+    z = y * 2
+    z.retain_grad()
+    z.register_hook(lambda g: g * 3)
+    (z**2).sum().backward()
+    assert z.grad.tolist() == [12.0, 24.0]
+    assert y.grad.tolist() == [24.0, 48.0]

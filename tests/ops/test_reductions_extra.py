@@ -90,14 +90,35 @@ def test_error_messages_name_the_problem(call, message):
         call()
 
 
-def test_norm_nuclear_is_reported_as_missing():
-    with pytest.raises(NotImplementedError, match="nuc"):
-        kiln.norm(kiln.ones(2, 2), "nuc")
+@needs_torch
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"dim": (0, 2)}, {"dim": (2, 0), "keepdim": True}], ids=["2d", "dims", "keep"]
+)
+def test_norm_nuclear_matches_torch(kwargs):
+    data = np.random.default_rng(0).standard_normal((3, 4, 5))
+    if not kwargs:
+        data = data[0]
+    x, t = kiln.tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+    out, expected = kiln.norm(x, "nuc", **kwargs), torch.norm(t, "nuc", **kwargs)
+    assert_close(out, expected)
+    out.sum().backward()
+    expected.sum().backward()
+    assert_close(x.grad, t.grad)
 
 
-def test_unique_along_a_dim_is_reported_as_missing():
-    with pytest.raises(NotImplementedError, match="dim=None"):
-        kiln.unique(kiln.ones(3, 2), dim=0)
+def test_norm_nuclear_of_a_batch_needs_two_dims():
+    with pytest.raises(RuntimeError, match="dim must be a 2-tuple"):
+        kiln.norm(kiln.ones(2, 2, 2), "nuc")
+
+
+@needs_torch
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_unique_along_a_dim_matches_torch(dim):
+    data = [[1, 2, 1], [3, 0, 3], [1, 2, 1], [0, 5, 0]]
+    out = kiln.unique(kiln.tensor(data), dim=dim, return_inverse=True, return_counts=True)
+    expected = torch.unique(torch.tensor(data), dim=dim, return_inverse=True, return_counts=True)
+    for a, e in zip(out, expected):
+        np.testing.assert_array_equal(a.numpy(), e.numpy())
 
 
 @pytest.mark.parametrize(
