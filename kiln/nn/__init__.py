@@ -3,6 +3,8 @@
 from . import functional, init, modules, utils  # noqa: F401
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
+from .modules.lazy import UninitializedBuffer, UninitializedParameter
 from .parameter import Buffer, Parameter
 
 __all__ = ["functional", "init", "modules", "utils", "Parameter", "Buffer", *_modules_all]
+__all__ += ["UninitializedParameter", "UninitializedBuffer"]

@@ -48,6 +48,7 @@ from ._functional.activations import (
     threshold,
     threshold_,
 )
+from ._functional.attention import multi_head_attention_forward
 from ._functional.convolution import (
     conv1d,
     conv2d,
@@ -58,6 +59,7 @@ from ._functional.convolution import (
     fold,
     unfold,
 )
+from ._functional.ctc import ctc_loss
 from ._functional.distances import (
     cosine_similarity,
     normalize,
@@ -72,6 +74,9 @@ from ._functional.dropout import (
     dropout3d,
     feature_alpha_dropout,
 )
+from ._functional.extra import *  # noqa: F403  (embedding_bag, fractional pooling)
+from ._functional.extra import __all__ as _extra_all
+from ._functional.grid import affine_grid, grid_sample
 from ._functional.layers import (
     bilinear,
     embedding,
@@ -92,7 +97,6 @@ from ._functional.losses import (
     l1_loss,
     margin_ranking_loss,
     mse_loss,
-    multi_margin_loss,
     multilabel_soft_margin_loss,
     nll_loss,
     poisson_nll_loss,
@@ -100,6 +104,11 @@ from ._functional.losses import (
     soft_margin_loss,
     triplet_margin_loss,
     triplet_margin_with_distance_loss,
+)
+from ._functional.losses_extra import (
+    linear_cross_entropy,
+    multi_margin_loss,
+    multilabel_margin_loss,
 )
 from ._functional.normalization import (
     batch_norm,
@@ -155,6 +164,7 @@ __all__ = [
     "adaptive_max_pool2d_with_indices",
     "adaptive_max_pool3d",
     "adaptive_max_pool3d_with_indices",
+    "affine_grid",
     "alpha_dropout",
     "avg_pool1d",
     "avg_pool2d",
@@ -175,6 +185,7 @@ __all__ = [
     "cosine_embedding_loss",
     "cosine_similarity",
     "cross_entropy",
+    "ctc_loss",
     "dropout",
     "dropout1d",
     "dropout2d",
@@ -187,6 +198,7 @@ __all__ = [
     "gaussian_nll_loss",
     "gelu",
     "glu",
+    "grid_sample",
     "group_norm",
     "gumbel_softmax",
     "hardshrink",
@@ -204,6 +216,7 @@ __all__ = [
     "leaky_relu",
     "leaky_relu_",
     "linear",
+    "linear_cross_entropy",
     "local_response_norm",
     "log_softmax",
     "logsigmoid",
@@ -222,7 +235,9 @@ __all__ = [
     "max_unpool3d",
     "mish",
     "mse_loss",
+    "multi_head_attention_forward",
     "multi_margin_loss",
+    "multilabel_margin_loss",
     "multilabel_soft_margin_loss",
     "nll_loss",
     "normalize",
@@ -263,3 +278,4 @@ __all__ = [
     "upsample_bilinear",
     "upsample_nearest",
 ]
+__all__ += _extra_all

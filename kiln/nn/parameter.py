@@ -104,5 +104,14 @@ class Buffer(Tensor, metaclass=_BufferMeta):
 
 
 def is_lazy(param) -> bool:
-    """kiln has no lazy (uninitialised) parameters; kept for code that asks."""
-    return False
+    """True for an ``UninitializedParameter``/``UninitializedBuffer`` (``nn.modules.lazy``)."""
+    return bool(getattr(param, "_is_uninitialized", False))
+
+
+def __getattr__(name: str):
+    # the placeholders live with the lazy modules (which import this module)
+    if name in ("UninitializedParameter", "UninitializedBuffer", "UninitializedTensorMixin"):
+        from .modules import lazy
+
+        return getattr(lazy, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

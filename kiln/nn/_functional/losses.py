@@ -11,7 +11,6 @@ import warnings
 
 from ...ops import OPS
 from ...ops import loss as _loss
-from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .activations import logsigmoid
 from .distances import pairwise_distance
@@ -147,14 +146,18 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
             "major release.",
             stacklevel=2,
         )
-    if log_target:
-        pointwise = target.exp() * (target - input)
-    else:
-        pointwise = OPS["xlogy"](target, target) - target * input
+    pointwise = kl_pointwise(input, target, log_target)
     if reduction == "batchmean":
         total = pointwise.sum()
         return total / input.shape[0] if input.ndim else total
     return _loss.reduce_loss(pointwise, _loss.check_reduction(reduction))
+
+
+def kl_pointwise(input: Tensor, target: Tensor, log_target: bool) -> Tensor:
+    """target * (log target - input), with 0 where target is 0 (``xlogy``)."""
+    if log_target:
+        return target.exp() * (target - input)
+    return OPS["xlogy"](target, target) - target * input
 
 
 def poisson_nll_loss(
@@ -179,8 +182,13 @@ def poisson_nll_loss(
 
 
 def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean") -> Tensor:
+    # PyTorch checks the sign before the size
     if not isinstance(var, Tensor):
+        if var < 0:
+            raise ValueError("var has negative entry/entries")
         var = OPS["full"](tuple(input.shape), float(var), dtype=input.dtype, device=input.device)
+    elif not var.is_fake and (var < 0).any().item():
+        raise ValueError("var has negative entry/entries")
     if tuple(var.shape) != tuple(input.shape):
         if tuple(input.shape[:-1]) == tuple(var.shape):
             var = var.unsqueeze(-1)
@@ -190,8 +198,6 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
             raise ValueError("var is of incorrect size")
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(reduction + " is not valid")
-    if not var.is_fake and (var < 0).any().item():
-        raise ValueError("var has negative entry/entries")
     var = var + (var.clamp(min=eps) - var).detach()
     loss = 0.5 * (var.log() + (input - target) ** 2 / var)
     if full:
@@ -230,7 +236,15 @@ def cosine_embedding_loss(
     input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"
 ) -> Tensor:
     reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
-    dim = 1 if input1.ndim == 2 else 0
+    if target.ndim > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    inputs_ndim = 2 if target.ndim == 1 else 1
+    if input1.ndim != inputs_ndim or input2.ndim != inputs_ndim:
+        raise RuntimeError(
+            f"{target.ndim}D target tensor expects {inputs_ndim}D input tensors, but found inputs "
+            f"with sizes {list(input1.shape)} and {list(input2.shape)}."
+        )
+    dim = target.ndim
     dot = (input1 * input2).sum(dim)
     mag1 = (input1 * input1).sum(dim) + 1e-12
     mag2 = (input2 * input2).sum(dim) + 1e-12
@@ -238,6 +252,15 @@ def cosine_embedding_loss(
     pos = OPS["where"](target == 1, 1 - cos, 0.0)
     neg = OPS["where"](target == -1, (cos - margin).clamp(min=0), 0.0)
     return _loss.reduce_loss(pos + neg, reduction)
+
+
+def _check_triplet_dims(anchor: Tensor, positive: Tensor, negative: Tensor) -> None:
+    if not anchor.ndim == positive.ndim == negative.ndim:
+        raise RuntimeError(
+            "The anchor, positive, and negative tensors are expected to have the same number of "
+            f"dimensions, but got: anchor {anchor.ndim}D, positive {positive.ndim}D, and negative "
+            f"{negative.ndim}D inputs"
+        )
 
 
 def triplet_margin_loss(
@@ -257,6 +280,7 @@ def triplet_margin_loss(
         raise ValueError(
             f"TripletMarginLoss: expected margin to be greater than 0, got {margin} instead"
         )
+    _check_triplet_dims(anchor, positive, negative)
     d_pos = pairwise_distance(anchor, positive, p, eps)
     d_neg = pairwise_distance(anchor, negative, p, eps)
     if swap:
@@ -272,6 +296,7 @@ def triplet_margin_with_distance_loss(
         raise ValueError(
             f"TripletMarginWithDistanceLoss: expected margin to be greater than 0, got {margin} instead"
         )
+    _check_triplet_dims(anchor, positive, negative)
     distance = distance_function or pairwise_distance
     d_pos = distance(anchor, positive)
     d_neg = distance(anchor, negative)
@@ -289,26 +314,4 @@ def multilabel_soft_margin_loss(
         loss = loss * weight
     class_dim = input.ndim - 1
     loss = loss.sum(class_dim) / input.shape[class_dim]
-    return _loss.reduce_loss(loss, reduction)
-
-
-def multi_margin_loss(
-    input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None, reduction="mean"
-) -> Tensor:
-    """Multi-class hinge loss: sum over wrong classes of max(0, margin - x[y] + x[j])**p / C."""
-    reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
-    if p not in (1, 2):
-        raise ValueError("only p == 1 and p == 2 supported")
-    x = input if input.ndim == 2 else input.reshape(1, -1)
-    t = target.reshape(-1)
-    classes = OPS["arange"](0, x.shape[1], 1, dtype=dt.int64, device=x.device)
-    is_target = classes.unsqueeze(0) == t.unsqueeze(1)
-    picked = OPS["where"](is_target, x, 0.0).sum(1, True)
-    hinge = (margin - picked + x).clamp(min=0)
-    if p == 2:
-        hinge = hinge * hinge
-    if weight is not None:
-        hinge = hinge * OPS["index"](weight, [t]).unsqueeze(1)
-    loss = OPS["where"](is_target, 0.0, hinge).sum(1) / x.shape[1]
-    loss = loss if input.ndim == 2 else loss.reshape(())
     return _loss.reduce_loss(loss, reduction)

@@ -23,7 +23,7 @@ from .activation import (
 from .attention import MultiheadAttention
 from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
-from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
+from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .dropout import AlphaDropout, Dropout, Dropout1d, Dropout2d, Dropout3d
 from .flatten import Flatten, Unflatten
 from .linear import Bilinear, Identity, Linear
@@ -49,8 +49,15 @@ from .pooling import (
     MaxPool1d,
     MaxPool2d,
 )
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .sparse import Embedding
-from .transformer import TransformerEncoder, TransformerEncoderLayer
+from .transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = [
     "register_module_forward_hook",
@@ -83,6 +90,7 @@ __all__ = [
     "Conv3d",
     "ConvTranspose1d",
     "ConvTranspose2d",
+    "ConvTranspose3d",
     "MaxPool1d",
     "MaxPool2d",
     "AvgPool1d",
@@ -106,8 +114,19 @@ __all__ = [
     "Hardsigmoid",
     "Hardswish",
     "MultiheadAttention",
+    "RNNBase",
+    "RNN",
+    "LSTM",
+    "GRU",
+    "RNNCellBase",
+    "RNNCell",
+    "LSTMCell",
+    "GRUCell",
     "TransformerEncoderLayer",
     "TransformerEncoder",
+    "TransformerDecoderLayer",
+    "TransformerDecoder",
+    "Transformer",
     "L1Loss",
     "MSELoss",
     "SmoothL1Loss",
@@ -118,3 +137,39 @@ __all__ = [
     "BCEWithLogitsLoss",
     "KLDivLoss",
 ]
+
+# the less common layers, one file per family; each file's __all__ extends this one
+from . import (  # noqa: E402
+    activation_extra,
+    distance,
+    embedding_bag,
+    fold,
+    instancenorm,
+    lazy,
+    padding,
+    pixelshuffle,
+    pooling_extra,
+    upsampling,
+)
+from .activation_extra import *  # noqa: E402,F403
+from .distance import *  # noqa: E402,F403
+from .embedding_bag import *  # noqa: E402,F403
+from .fold import *  # noqa: E402,F403
+from .instancenorm import *  # noqa: E402,F403
+from .lazy import *  # noqa: E402,F403
+from .padding import *  # noqa: E402,F403
+from .pixelshuffle import *  # noqa: E402,F403
+from .pooling_extra import *  # noqa: E402,F403
+from .upsampling import *  # noqa: E402,F403
+
+__all__ += [
+    name
+    for family in (activation_extra, distance, embedding_bag, fold, instancenorm, lazy, padding)
+    + (pixelshuffle, pooling_extra, upsampling)
+    for name in family.__all__
+]
+
+from . import loss_extra  # noqa: E402
+from .loss_extra import *  # noqa: E402,F403
+
+__all__ += loss_extra.__all__

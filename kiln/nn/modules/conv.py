@@ -1,4 +1,4 @@
-"""Convolutions: ``Conv1d``, ``Conv2d``, ``Conv3d`` and ``ConvTranspose1d``/``2d``.
+"""Convolutions: ``Conv1d``, ``Conv2d``, ``Conv3d`` and ``ConvTranspose1d``/``2d``/``3d``.
 
 Argument checking, ``padding='same'``/``'valid'``, non-zero padding modes (by explicit
 ``F.pad``) and the default initialisation follow PyTorch; the arithmetic is ``F.conv*``.
@@ -15,7 +15,7 @@ from .. import init
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
 
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
@@ -268,6 +268,19 @@ class ConvTranspose2d(_ConvTransposeNd):
     def forward(self, input: Tensor, output_size=None) -> Tensor:
         output_padding = self._output_padding(input, output_size)
         return F.conv_transpose2d(
+            input, self.weight, self.bias, self.stride, self.padding, output_padding,
+            self.groups, self.dilation,
+        )  # fmt: skip
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """Transposed 3-D convolution (the gradient of ``Conv3d`` with respect to its input)."""
+
+    _dims = 3
+
+    def forward(self, input: Tensor, output_size=None) -> Tensor:
+        output_padding = self._output_padding(input, output_size)
+        return F.conv_transpose3d(
             input, self.weight, self.bias, self.stride, self.padding, output_padding,
             self.groups, self.dilation,
         )  # fmt: skip

@@ -7,6 +7,7 @@ The total norm is the norm of the per-parameter norms, computed with kiln ops an
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable
 
 import kiln
@@ -14,7 +15,13 @@ import kiln
 from ...autograd.grad_mode import no_grad
 from ...runtime.tensor import Tensor
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm", "clip_grads_with_norm_"]
+__all__ = [
+    "clip_grad_norm_",
+    "clip_grad_norm",
+    "clip_grad_value_",
+    "get_total_norm",
+    "clip_grads_with_norm_",
+]
 
 
 def _as_list(parameters) -> list[Tensor]:
@@ -91,6 +98,23 @@ def clip_grad_norm_(
     total = get_total_norm(grads, norm_type, error_if_nonfinite, foreach)
     clip_grads_with_norm_(parameters, max_norm, total, foreach)
     return total
+
+
+def clip_grad_norm(
+    parameters: Iterable[Tensor] | Tensor,
+    max_norm: float,
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+) -> Tensor:
+    """Deprecated spelling of ``clip_grad_norm_`` (warns, then does the same)."""
+    warnings.warn(
+        "`torch.nn.utils.clip_grad_norm` is now deprecated in favor of "
+        "`torch.nn.utils.clip_grad_norm_`.",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return clip_grad_norm_(parameters, max_norm, norm_type, error_if_nonfinite, foreach)
 
 
 def clip_grad_value_(

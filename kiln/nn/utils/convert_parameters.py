@@ -12,11 +12,14 @@ __all__ = ["parameters_to_vector", "vector_to_parameters"]
 
 
 def _check_same_device(param: Tensor, device):
-    if device is not None and param.device != device:
+    """PyTorch's rule: every CUDA device is distinct, every other device (cpu, meta) counts as
+    the CPU; mixing two of these is a TypeError (``cat`` reports other mismatches)."""
+    index = (param.device.index or 0) if param.device.type == "cuda" else -1
+    if device is not None and index != device:
         raise TypeError(
             "Found two parameters on different devices, this is currently not supported."
         )
-    return param.device
+    return index
 
 
 def parameters_to_vector(parameters: Iterable[Tensor]) -> Tensor:
@@ -32,7 +35,13 @@ def parameters_to_vector(parameters: Iterable[Tensor]) -> Tensor:
 def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:
     """Write consecutive slices of ``vec`` into the parameters' data (replaces ``.data``)."""
     if not isinstance(vec, Tensor):
-        raise TypeError(f"expected torch.Tensor, but got: {type(vec).__name__}")
+        kind = type(vec)
+        name = (
+            kind.__qualname__
+            if kind.__module__ == "builtins"
+            else f"{kind.__module__}.{kind.__qualname__}"
+        )
+        raise TypeError(f"expected torch.Tensor, but got: {name}")
     device = None
     offset = 0
     for param in parameters:

@@ -1,0 +1,342 @@
+"""``F`` functions the other families lacked: embedding_bag, fractional max pooling and
+native_channel_shuffle.
+
+All are composites of kiln ops (index/scatter reductions, gathers and amax), so autograd and
+``kiln.compile`` see ordinary ops. Checks that need tensor values (offsets) run only on tensors
+with data, never while a graph is being captured.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+from ...ops import OPS
+from ...ops.registry import torch_function
+from ...runtime import dtypes as dt
+from ...runtime.tensor import Tensor
+from .layers import _embedding_renorm_
+from .resampling import channel_shuffle
+
+__all__ = [
+    "embedding_bag",
+    "fractional_max_pool2d",
+    "fractional_max_pool2d_with_indices",
+    "fractional_max_pool3d",
+    "fractional_max_pool3d_with_indices",
+    "native_channel_shuffle",
+]
+
+_MODES = ("sum", "mean", "max")
+
+
+def _has_data(t: Tensor) -> bool:
+    """True for a real tensor, False for a fake one (graph capture): value checks need data."""
+    return t._data is not None
+
+
+def _index_dtype_name(t: Tensor) -> str:
+    return str(t.dtype).split(".")[-1]
+
+
+def _bag_of_each_index(offsets: Tensor, n: int, include_last_offset: bool) -> tuple:
+    """(bag id of each of the ``n`` indices, number of bags); ids are -1 before the first bag
+    and ``num_bags`` past the last offset when ``include_last_offset`` closes the last bag."""
+    starts = offsets[:-1] if include_last_offset else offsets
+    num_bags = starts.shape[0]
+    positions = OPS["arange"](0, n, dtype=offsets.dtype, device=offsets.device)
+    bag = OPS["searchsorted"](starts.contiguous(), positions, right=True) - 1
+    if include_last_offset and offsets.shape[0] > 0:
+        bag = OPS["where"](positions < offsets[-1], bag, num_bags)
+    return bag, num_bags
+
+
+def _check_offsets(offsets: Tensor, n: int) -> None:
+    if offsets.shape[0] == 0 or not _has_data(offsets):
+        return
+    first, last = int(offsets[0]), int(offsets[-1])
+    if first != 0:
+        raise RuntimeError(
+            "offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start "
+            f"from position 0. However, got {first}"
+        )
+    if last > n:
+        raise RuntimeError(
+            f"offsets[-1] can not be greater than input's length {n} but got offsets[-1] of {last}"
+        )
+
+
+def embedding_bag(
+    input: Tensor,
+    weight: Tensor,
+    offsets: Tensor | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2,
+    scale_grad_by_freq: bool = False,
+    mode: str = "mean",
+    sparse: bool = False,
+    per_sample_weights: Tensor | None = None,
+    include_last_offset: bool = False,
+    padding_idx: int | None = None,
+) -> Tensor:
+    """Sums, means or maxima of bags of embedding rows, without building the (n, dim) lookup's
+    per-bag padding: each index is sent to its bag (or to a discarded extra bag when it is
+    padding or outside every bag) and the bags are reduced with ``index_add``/``scatter_reduce``.
+    """
+    if weight.dtype == dt.int64 and input.is_floating_point():
+        warnings.warn(
+            "Argument order of nn.functional.embedding_bag was changed. Usage "
+            "`embedding_bag(weight, input, ...)` is deprecated, and should now be "
+            "`embedding_bag(input, weight, ...)`.",
+            stacklevel=2,
+        )
+        weight, input = input, weight
+    if per_sample_weights is not None and input.size() != per_sample_weights.size():
+        raise ValueError(
+            f"embedding_bag: If per_sample_weights ({per_sample_weights.shape}) is not None, then "
+            f"it must have the same shape as the input ({input.shape})"
+        )
+    if weight.dim() != 2:
+        raise ValueError(
+            f"weight has to be a 2D Tensor, but got Tensor of dimension {weight.dim()}"
+        )
+    for name, t in (("indices", input), ("offsets", offsets)):
+        if t is not None and t.dtype not in (dt.int64, dt.int32):
+            raise RuntimeError(
+                f"Expected tensor for argument '{name}' to have one of the following scalar "
+                f"types: Long, Int; but got {_index_dtype_name(t)} instead (while checking "
+                "arguments for embedding_bag)"
+            )
+    if input.dim() == 2:
+        if offsets is not None:
+            raise ValueError(
+                "if input is 2D, then offsets has to be None, as input is treated is a mini-batch "
+                f"of fixed length sequences. However, found offsets of type {type(offsets)}"
+            )
+        offsets = OPS["arange"](
+            0, input.numel(), input.size(1), dtype=input.dtype, device=input.device
+        )
+        include_last_offset = False
+        input = input.reshape(-1)
+        if per_sample_weights is not None:
+            per_sample_weights = per_sample_weights.reshape(-1)
+    elif input.dim() == 1:
+        if offsets is None:
+            raise ValueError("offsets has to be a 1D Tensor but got None")
+        if offsets.dim() != 1:
+            raise ValueError("offsets has to be a 1D Tensor")
+    else:
+        raise ValueError(
+            f"input has to be 1D or 2D Tensor, but got Tensor of dimension {input.dim()}"
+        )
+    if mode not in _MODES:
+        raise ValueError("mode has to be one of sum, mean or max")
+    if mode == "max" and scale_grad_by_freq:
+        raise ValueError("max mode does not support scaling the gradient by the frequency")
+    if mode == "max" and sparse:
+        raise ValueError("max mode does not support sparse weights")
+    if sparse:
+        raise NotImplementedError("kiln has no sparse tensors: use sparse=False")
+    num_weights = weight.shape[0]
+    if padding_idx is not None:
+        if not -num_weights <= padding_idx < num_weights:
+            raise RuntimeError(
+                f"padding_idx must be within the number of embeddings, -{num_weights} through "
+                f"{num_weights - 1}, but got {padding_idx}"
+            )
+        padding_idx = padding_idx % num_weights
+    if max_norm is not None:
+        _embedding_renorm_(weight, input, max_norm, norm_type)
+    if per_sample_weights is not None and mode != "sum":
+        raise NotImplementedError(
+            "embedding_bag: per_sample_weights was not None. per_sample_weights is only supported "
+            f"for mode='sum' (got mode='{mode}'). Please open a feature request on GitHub."
+        )
+    n = input.shape[0]
+    _check_offsets(offsets, n)
+    bag, num_bags = _bag_of_each_index(offsets, n, include_last_offset)
+    # indices outside every bag and padding indices go to an extra bag that is dropped
+    keep = bag >= 0
+    if padding_idx is not None:
+        keep = keep & (input != padding_idx)
+    bag = OPS["where"](keep, bag, num_bags).to(dt.int64)
+    rows = OPS["embedding"](
+        weight, input, -1 if padding_idx is None else padding_idx, scale_grad_by_freq, False
+    )
+    dim = weight.shape[1]
+    zeros = OPS["full"]((num_bags + 1, dim), 0, dtype=weight.dtype, device=weight.device)
+    if mode == "max":
+        index = bag.unsqueeze(1).expand(n, dim)
+        out = OPS["scatter_reduce"](zeros, 0, index, rows, "amax", include_self=False)
+        return out[:num_bags]
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.unsqueeze(1)
+    out = OPS["index_add"](zeros, 0, bag, rows)[:num_bags]
+    if mode == "sum":
+        return out
+    ones = OPS["full"]((n,), 1, dtype=weight.dtype, device=weight.device)
+    counts = OPS["index_add"](zeros[:, 0], 0, bag, ones)[:num_bags]
+    return out / counts.clamp(min=1).unsqueeze(1)
+
+
+# ------------------------------------------------------------------------------ fractional pooling
+
+
+def _fractional_starts(sample: Tensor, in_size: int, out_size: int, kernel: int) -> Tensor:
+    """Window starts (…, out_size) for one spatial dim, from one uniform sample per plane:
+    ``int((i + u) * alpha) - int(u * alpha)``, the last window flush with the input's end."""
+    device = sample.device
+    last = OPS["full"]((*sample.shape, 1), in_size - kernel, dtype=dt.int64, device=device)
+    if out_size == 1:
+        return last
+    alpha = (in_size - kernel) / (out_size - 1)
+    steps = OPS["arange"](0, out_size - 1, dtype=sample.dtype, device=device)
+    u = sample.unsqueeze(-1)
+    starts = ((steps + u) * alpha).trunc() - (u * alpha).trunc()
+    return OPS["cat"]([starts.to(dt.int64), last], -1)
+
+
+def _fractional_max_pool(
+    input, kernel_size, output_size, output_ratio, random_samples, dims, name
+) -> tuple:
+    if output_size is None and output_ratio is None:
+        raise ValueError(f"{name} requires specifying either an output_size or an output_ratio")
+    if input.dim() not in (dims + 1, dims + 2):
+        raise RuntimeError(
+            f"{name}(): Expected {dims + 1}D or {dims + 2}D tensor, but got: {list(input.shape)}"
+        )
+    unbatched = input.dim() == dims + 1
+    x = input.unsqueeze(0) if unbatched else input
+    spatial = list(x.shape[2:])
+    kernel = _ntuple(kernel_size, dims)
+    if output_size is None:
+        ratio = _ntuple(output_ratio, dims)
+        output_size = [int(spatial[d] * ratio[d]) for d in range(dims)]
+    out_size = [int(s) for s in _ntuple(output_size, dims)]
+    names = ("time", "height", "width")[3 - dims :]
+    for d in range(dims):
+        if out_size[d] + kernel[d] - 1 > spatial[d]:
+            raise RuntimeError(
+                f"{name}(): pool {names[d]} {kernel[d]} too large relative to input "
+                f"{names[d]} {spatial[d]}"
+            )
+    n, c = x.shape[:2]
+    if random_samples is None:
+        random_samples = OPS["rand"]((n, c, dims), dtype=x.dtype, device=x.device)
+    elif list(random_samples.shape[:2]) != [n, c] or random_samples.shape[2] != dims:
+        if random_samples.shape[1] != c:
+            raise RuntimeError("Expect _random_samples.size(1) equals to input channel size.")
+        raise RuntimeError(
+            f"Expect _random_samples to have size ({n}, {c}, {dims}), got "
+            f"{list(random_samples.shape)}"
+        )
+    # 2-d samples are (width, height); 3-d ones (time, height, width)
+    order = [1, 0] if dims == 2 else [0, 1, 2]
+    starts = [
+        _fractional_starts(random_samples[..., order[d]], spatial[d], out_size[d], kernel[d])
+        for d in range(dims)
+    ]
+    # each spatial coordinate of each window element: (n, c, *out, *kernel) after broadcasting
+    total = 2 * dims
+    coords = []
+    for d in range(dims):
+        offsets = OPS["arange"](0, kernel[d], dtype=dt.int64, device=x.device)
+        pos = starts[d].unsqueeze(-1) + offsets  # (n, c, out_d, k_d)
+        shape = [n, c] + [1] * total
+        shape[2 + d], shape[2 + dims + d] = out_size[d], kernel[d]
+        coords.append(pos.reshape(shape))
+    flat = coords[0]
+    for d in range(1, dims):
+        flat = flat * spatial[d] + coords[d]
+    window_shape = [n, c, *out_size, math.prod(kernel)]
+    flat = flat.expand([n, c, *out_size, *kernel]).reshape(window_shape)
+    planes = x.reshape(n, c, -1)
+    values = OPS["gather"](planes, 2, flat.reshape(n, c, -1)).reshape(window_shape)
+    out = values.amax(-1)
+    pick = values.argmax(-1, keepdim=True)
+    indices = OPS["gather"](flat, -1, pick).squeeze(-1)
+    if unbatched:
+        out, indices = out.squeeze(0), indices.squeeze(0)
+    return out, indices
+
+
+def _ntuple(value, n: int) -> list:
+    if isinstance(value, (tuple, list)):
+        if len(value) == 1:
+            return list(value) * n
+        return list(value)
+    return [value] * n
+
+
+def fractional_max_pool2d_with_indices(
+    input: Tensor,
+    kernel_size,
+    output_size=None,
+    output_ratio=None,
+    return_indices: bool = False,
+    _random_samples: Tensor | None = None,
+) -> tuple:
+    """Max over pseudo-random windows whose starts grow by a fractional stride (Graham, 2014)."""
+    return _fractional_max_pool(
+        input, kernel_size, output_size, output_ratio, _random_samples, 2, "fractional_max_pool2d"
+    )
+
+
+def fractional_max_pool2d(
+    input: Tensor,
+    kernel_size,
+    output_size=None,
+    output_ratio=None,
+    return_indices: bool = False,
+    _random_samples: Tensor | None = None,
+):
+    out = fractional_max_pool2d_with_indices(
+        input, kernel_size, output_size, output_ratio, return_indices, _random_samples
+    )
+    return out if return_indices else out[0]
+
+
+def fractional_max_pool3d_with_indices(
+    input: Tensor,
+    kernel_size,
+    output_size=None,
+    output_ratio=None,
+    return_indices: bool = False,
+    _random_samples: Tensor | None = None,
+) -> tuple:
+    """3-d fractional max pooling; samples are (time, height, width) per (sample, channel)."""
+    return _fractional_max_pool(
+        input, kernel_size, output_size, output_ratio, _random_samples, 3, "fractional_max_pool3d"
+    )
+
+
+def fractional_max_pool3d(
+    input: Tensor,
+    kernel_size,
+    output_size=None,
+    output_ratio=None,
+    return_indices: bool = False,
+    _random_samples: Tensor | None = None,
+):
+    out = fractional_max_pool3d_with_indices(
+        input, kernel_size, output_size, output_ratio, return_indices, _random_samples
+    )
+    return out if return_indices else out[0]
+
+
+def native_channel_shuffle(input: Tensor, groups: int) -> Tensor:
+    """``channel_shuffle`` under its ATen name (the same result, as in PyTorch)."""
+    return channel_shuffle(input, groups)
+
+
+# ------------------------------------------------------------------------------ kiln.<name> forms
+
+
+@torch_function("channel_shuffle")
+def _torch_channel_shuffle(input: Tensor, groups: int) -> Tensor:
+    return channel_shuffle(input, groups)
+
+
+@torch_function("native_channel_shuffle")
+def _torch_native_channel_shuffle(input: Tensor, groups: int) -> Tensor:
+    return channel_shuffle(input, groups)

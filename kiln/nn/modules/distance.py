@@ -1,0 +1,34 @@
+"""``PairwiseDistance`` and ``CosineSimilarity``: row-wise distances between two inputs."""
+
+from __future__ import annotations
+
+from ...runtime.tensor import Tensor
+from .. import functional as F
+from .module import Module
+
+__all__ = ["CosineSimilarity", "PairwiseDistance"]
+
+
+class PairwiseDistance(Module):
+    """p-norm of ``x1 - x2 + eps`` over the last dim (``p`` is stored as ``norm``, as PyTorch)."""
+
+    def __init__(self, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> None:
+        super().__init__()
+        self.norm = p
+        self.eps = eps
+        self.keepdim = keepdim
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return F.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)
+
+
+class CosineSimilarity(Module):
+    """Cosine of the angle between ``x1`` and ``x2`` along ``dim``, norms clamped to ``eps``."""
+
+    def __init__(self, dim: int = 1, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return F.cosine_similarity(x1, x2, self.dim, self.eps)
