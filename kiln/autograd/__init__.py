@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from . import graph
+from . import anomaly, functional, graph
+from .anomaly import (
+    detect_anomaly,
+    is_anomaly_check_nan_enabled,
+    is_anomaly_enabled,
+    set_anomaly_enabled,
+    set_detect_anomaly,
+)
 from .engine import backward, grad
 from .function import Function, FunctionCtx, once_differentiable
 from .grad_mode import (
@@ -14,6 +21,9 @@ from .grad_mode import (
     set_grad_enabled,
 )
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
+from .variable import Variable
+
+anomaly_mode = anomaly
 
 __all__ = [
     "backward",
@@ -31,4 +41,11 @@ __all__ = [
     "gradgradcheck",
     "GradcheckError",
     "graph",
+    "functional",
+    "Variable",
+    "detect_anomaly",
+    "set_detect_anomaly",
+    "is_anomaly_enabled",
+    "is_anomaly_check_nan_enabled",
+    "set_anomaly_enabled",
 ]

@@ -10,9 +10,11 @@ its dtype (so derivative formulas may return broadcast-shaped or promoted gradie
 from __future__ import annotations
 
 import heapq
+import warnings
 
 from ..runtime import state
 from ..runtime.tensor import Tensor
+from .anomaly import anomaly_state, run_node
 from .graph import AccumulateGrad, Node, grad_accumulator
 
 __all__ = ["run_backward", "backward", "grad"]
@@ -164,6 +166,7 @@ def run_backward(
             pushed.add(node)
             heapq.heappush(ready, (-node.sequence_nr, id(node), node))
 
+    anomaly = anomaly_state[0]
     prev_grad_mode = state.grad_enabled[0]
     state.grad_enabled[0] = create_graph
     try:
@@ -195,7 +198,7 @@ def run_backward(
                         res = hook(grads_in)
                         if res is not None:
                             grads_in = tuple(res)
-                outputs = node.apply(grads_in)
+                outputs = run_node(node, grads_in) if anomaly else node.apply(grads_in)
                 if node._post_hooks:
                     for hook in node._post_hooks:
                         res = hook(outputs, grads_in)
@@ -302,10 +305,43 @@ def grad(
     grad_outputs=None,
     retain_graph=None,
     create_graph: bool = False,
+    only_inputs: bool = True,
     allow_unused: bool | None = None,
+    is_grads_batched: bool = False,
     materialize_grads: bool = False,
 ):
-    """``kiln.autograd.grad``: gradients of ``outputs`` with respect to ``inputs``, returned."""
+    """``kiln.autograd.grad``: gradients of ``outputs`` with respect to ``inputs``, returned.
+
+    ``inputs`` may be a dict of tensors (the result is then a dict with the same keys).
+    ``is_grads_batched`` runs one backward per row of the stacked ``grad_outputs`` and stacks
+    the results (a loop, where PyTorch uses vmap).
+    """
+    if not only_inputs:
+        warnings.warn(
+            "only_inputs argument is deprecated and is ignored now (defaults to True). To "
+            "accumulate gradient for other parts of the graph, please use "
+            "torch.autograd.backward.",
+            FutureWarning,
+            stacklevel=2,
+        )
+    if materialize_grads and allow_unused is False:
+        raise ValueError(
+            "Expected allow_unused to be True or not passed when materialize_grads=True, "
+            "but got: allow_unused=False."
+        )
+    if isinstance(inputs, dict):
+        names = list(inputs)
+        result = grad(
+            outputs,
+            [inputs[k] for k in names],
+            grad_outputs,
+            retain_graph,
+            create_graph,
+            allow_unused=allow_unused,
+            is_grads_batched=is_grads_batched,
+            materialize_grads=materialize_grads,
+        )
+        return dict(zip(names, result))
     if isinstance(outputs, Tensor):
         outputs = (outputs,)
     single = isinstance(inputs, Tensor)
@@ -315,21 +351,69 @@ def grad(
         grad_outputs = (None,) * len(outputs)
     elif isinstance(grad_outputs, Tensor):
         grad_outputs = (grad_outputs,)
+    grad_outputs = tuple(grad_outputs)
     if retain_graph is None:
         retain_graph = create_graph
     if allow_unused is None:
         allow_unused = materialize_grads
-    result = run_backward(
-        outputs,
-        tuple(grad_outputs),
-        retain_graph,
-        create_graph,
-        inputs=inputs,
-        allow_unused=allow_unused,
-        accumulate=False,
-    )
+    if is_grads_batched:
+        result = _batched_grad(
+            outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused
+        )
+    else:
+        result = run_backward(
+            outputs,
+            grad_outputs,
+            retain_graph,
+            create_graph,
+            inputs=inputs,
+            allow_unused=allow_unused,
+            accumulate=False,
+        )
     if materialize_grads:
         from .. import zeros_like
 
         result = tuple(zeros_like(t) if g is None else g for t, g in zip(inputs, result))
     return result
+
+
+def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused):
+    """One backward per index of the leading (batch) dimension of every ``grad_outputs`` entry."""
+    from .. import stack
+
+    batch = None
+    for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
+        if g is None or g._shape[1:] != out._shape:
+            got = "None" if g is None else f"kiln.Size({list(g._shape)})"
+            raise RuntimeError(
+                "If `is_grads_batched=True`, we interpret the first dimension of each "
+                "grad_output as the batch dimension. The sizes of the remaining dimensions are "
+                "expected to match the shape of corresponding output, but a mismatch was "
+                f"detected: grad_output[{i}] has a shape of {got} and output[{i}] has a shape "
+                f"of kiln.Size({list(out._shape)}). If you only want some tensors in "
+                "`grad_output` to be considered batched, consider using vmap."
+            )
+        if batch is not None and g._shape[0] != batch:
+            raise RuntimeError(
+                f"grad_output[{i}] has batch size {g._shape[0]}, but grad_output[0] has batch "
+                f"size {batch}; all batched grad_outputs must have the same leading size"
+            )
+        batch = g._shape[0]
+    rows = []
+    for b in range(batch or 0):
+        rows.append(
+            run_backward(
+                outputs,
+                tuple(g[b] for g in grad_outputs),
+                retain_graph or b + 1 < batch,
+                create_graph,
+                inputs=inputs,
+                allow_unused=allow_unused,
+                accumulate=False,
+            )
+        )
+    if not rows:
+        return tuple(t.new_zeros((0, *t._shape)) for t in inputs)
+    return tuple(
+        None if rows[0][k] is None else stack([r[k] for r in rows]) for k in range(len(inputs))
+    )
