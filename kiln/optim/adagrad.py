@@ -5,8 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..ops import api
-from ..runtime import dtypes as dt
-from .optimizer import Optimizer, run_closure, scalar_for, scalar_value, step_value
+from .optimizer import (
+    Optimizer,
+    check_fused,
+    check_lr,
+    run_closure,
+    scalar_dtype,
+    scalar_for,
+    scalar_value,
+    step_value,
+)
 
 __all__ = ["Adagrad"]
 
@@ -28,8 +36,7 @@ class Adagrad(Optimizer):
         differentiable: bool = False,
         fused: bool | None = None,
     ) -> None:
-        if not 0.0 <= scalar_value(lr):
-            raise ValueError(f"Invalid learning rate: {lr}")
+        check_lr(lr)
         if not 0.0 <= lr_decay:
             raise ValueError(f"Invalid lr_decay value: {lr_decay}")
         if not 0.0 <= weight_decay:
@@ -52,11 +59,12 @@ class Adagrad(Optimizer):
             "fused": fused,
         }
         super().__init__(params, defaults)
+        check_fused(fused, foreach, differentiable)
         # PyTorch creates Adagrad's state eagerly, so it appears in state_dict before any step
         for group in self.param_groups:
             for p in group["params"]:
                 state = self.state[p]
-                state["step"] = api.tensor(0.0, dtype=dt.float32)
+                state["step"] = api.tensor(0.0, dtype=scalar_dtype())
                 state["sum"] = api.full_like(p, group["initial_accumulator_value"])
 
     def __setstate__(self, state) -> None:
@@ -83,6 +91,6 @@ class Adagrad(Optimizer):
                 clr = scalar_for(lr / (1 + (step - 1) * lr_decay), param)
                 state_sum = state["sum"]
                 state_sum.addcmul_(grad, grad, value=1)
-                std = state_sum.sqrt().add_(eps)
+                std = state_sum.sqrt().add(eps)  # not in place: sqrt saves its output for autograd
                 param.addcdiv_(grad, std, value=-clr)
         return loss

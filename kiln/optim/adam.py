@@ -11,8 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..ops import api
-from ..runtime import dtypes as dt
-from .optimizer import Optimizer, run_closure, scalar_for, scalar_value, step_value
+from ..runtime.tensor import Tensor
+from .optimizer import (
+    Optimizer,
+    check_adam_options,
+    check_fused,
+    fill_group_defaults,
+    run_closure,
+    saved_operand,
+    scalar_dtype,
+    scalar_for,
+    scalar_value,
+    step_value,
+)
 
 __all__ = ["Adam"]
 
@@ -36,16 +47,12 @@ class Adam(Optimizer):
         fused: bool | None = None,
         decoupled_weight_decay: bool = False,
     ) -> None:
-        if not 0.0 <= scalar_value(lr):
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if not 0.0 <= betas[0] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
-        if not 0.0 <= betas[1] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if isinstance(lr, Tensor) and foreach and not capturable:
+            raise ValueError(
+                "lr as a Tensor is not supported for capturable=False and foreach=True"
+            )
+        check_adam_options(lr, eps, betas, weight_decay)
+        betas = _check_betas(betas, foreach, capturable)
         defaults = {
             "lr": lr,
             "betas": betas,
@@ -60,19 +67,17 @@ class Adam(Optimizer):
             "decoupled_weight_decay": decoupled_weight_decay,
         }
         super().__init__(params, defaults)
+        check_fused(fused, foreach, differentiable)
 
     def __setstate__(self, state) -> None:
         super().__setstate__(state)
-        for group in self.param_groups:
-            group.setdefault("amsgrad", False)
-            group.setdefault("maximize", False)
-            group.setdefault("decoupled_weight_decay", False)
+        fill_group_defaults(self, amsgrad=False, decoupled_weight_decay=False, fused=None)
 
     def _state_for(self, param, amsgrad: bool, capturable: bool) -> dict:
         state = self.state[param]
         if not state:
             state["step"] = api.tensor(
-                0.0, dtype=dt.float32, device=param.device if capturable else None
+                0.0, dtype=scalar_dtype(), device=param.device if capturable else None
             )
             state["exp_avg"] = api.zeros_like(param)
             state["exp_avg_sq"] = api.zeros_like(param)
@@ -104,10 +109,17 @@ class Adam(Optimizer):
                 exp_avg.lerp_(grad, 1 - beta1)
                 exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
                 second = exp_avg_sq
+                differentiable = group["differentiable"]
                 if amsgrad:
                     second = state["max_exp_avg_sq"]
-                    second.copy_(second.maximum(exp_avg_sq))
-                if group["capturable"]:
+                    second.copy_(
+                        saved_operand(second, differentiable).maximum(
+                            saved_operand(exp_avg_sq, differentiable)
+                        )
+                    )
+                if group["capturable"] or differentiable:
+                    # PyTorch's differentiable Adam also keeps the bias corrections as tensors
+                    exp_avg = saved_operand(exp_avg, differentiable)
                     _capturable_update(param, exp_avg, second, step_t, lr, beta1, beta2, eps)
                     continue
                 step = step_value(step_t)
@@ -125,3 +137,22 @@ def _capturable_update(param, exp_avg, second, step_t, lr, beta1, beta2, eps) ->
     bias_correction2_sqrt = (1 - beta2**step_t).sqrt()
     denom = (second.sqrt() / (bias_correction2_sqrt * step_size_neg)).add_(eps / step_size_neg)
     param.addcdiv_(exp_avg, denom)
+
+
+def _check_betas(betas, foreach, capturable) -> tuple:
+    """PyTorch's rules for ``betas``: both floats or both one-element tensors (made 0-d)."""
+    first, second = betas
+    if not (
+        (isinstance(first, float) and isinstance(second, float))
+        or (isinstance(first, Tensor) and isinstance(second, Tensor))
+    ):
+        raise ValueError("betas must be either both floats or both Tensors")
+    for i, beta in enumerate(betas):
+        if isinstance(beta, Tensor):
+            if foreach and not capturable:
+                raise ValueError(
+                    f"betas[{i}] as a Tensor is not supported for capturable=False and foreach=True"
+                )
+            if beta.numel() != 1:
+                raise ValueError(f"Tensor betas[{i}] must be 1-element")
+    return tuple(b.squeeze() if isinstance(b, Tensor) and b.dim() != 0 else b for b in betas)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..autograd.grad_mode import enable_grad, set_grad_enabled
 from ..compiler import is_compiling
+from ..ops import api
 from ..runtime import dtypes as dt
 from ..runtime.tensor import Tensor
 from ..utils.hooks import RemovableHandle
@@ -41,16 +42,12 @@ _global_step_post_hooks: OrderedDict = OrderedDict()
 
 def register_optimizer_step_pre_hook(hook: Callable) -> RemovableHandle:
     """``hook(optimizer, args, kwargs)`` before every optimizer's ``step``."""
-    handle = RemovableHandle(_global_step_pre_hooks)
-    _global_step_pre_hooks[handle.id] = hook
-    return handle
+    return _register(_global_step_pre_hooks, hook)
 
 
 def register_optimizer_step_post_hook(hook: Callable) -> RemovableHandle:
     """``hook(optimizer, args, kwargs)`` after every optimizer's ``step``."""
-    handle = RemovableHandle(_global_step_post_hooks)
-    _global_step_post_hooks[handle.id] = hook
-    return handle
+    return _register(_global_step_post_hooks, hook)
 
 
 def _typename(obj) -> str:
@@ -84,6 +81,25 @@ def _wrap_step(step: Callable) -> Callable:
     return wrapper
 
 
+_HOOK_DICTS = (
+    "_optimizer_step_pre_hooks",
+    "_optimizer_step_post_hooks",
+    "_optimizer_state_dict_pre_hooks",
+    "_optimizer_state_dict_post_hooks",
+    "_optimizer_load_state_dict_pre_hooks",
+    "_optimizer_load_state_dict_post_hooks",
+)
+
+
+def _register(hooks: OrderedDict, hook: Callable, prepend: bool = False) -> RemovableHandle:
+    """Add ``hook`` to an ordered hook table (first when ``prepend``); the handle removes it."""
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    if prepend:
+        hooks.move_to_end(handle.id, last=False)
+    return handle
+
+
 class Optimizer:
     """Base class: holds ``param_groups`` (dicts with ``params`` and options) and ``state``."""
 
@@ -97,6 +113,9 @@ class Optimizer:
         self.defaults = defaults
         self._optimizer_step_pre_hooks: OrderedDict = OrderedDict()
         self._optimizer_step_post_hooks: OrderedDict = OrderedDict()
+        self._optimizer_state_dict_pre_hooks: OrderedDict = OrderedDict()
+        self._optimizer_state_dict_post_hooks: OrderedDict = OrderedDict()
+        self._optimizer_load_state_dict_pre_hooks: OrderedDict = OrderedDict()
         self._optimizer_load_state_dict_post_hooks: OrderedDict = OrderedDict()
         self._opt_called = False
         if isinstance(params, Tensor):
@@ -119,11 +138,7 @@ class Optimizer:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        for name in (
-            "_optimizer_step_pre_hooks",
-            "_optimizer_step_post_hooks",
-            "_optimizer_load_state_dict_post_hooks",
-        ):
+        for name in _HOOK_DICTS:
             self.__dict__.setdefault(name, OrderedDict())
         self.__dict__.setdefault("_opt_called", False)
 
@@ -211,24 +226,42 @@ class Optimizer:
 
     def register_step_pre_hook(self, hook: Callable) -> RemovableHandle:
         """``hook(optimizer, args, kwargs)`` before ``step``; may return new (args, kwargs)."""
-        handle = RemovableHandle(self._optimizer_step_pre_hooks)
-        self._optimizer_step_pre_hooks[handle.id] = hook
-        return handle
+        return _register(self._optimizer_step_pre_hooks, hook)
 
     def register_step_post_hook(self, hook: Callable) -> RemovableHandle:
         """``hook(optimizer, args, kwargs)`` after ``step``."""
-        handle = RemovableHandle(self._optimizer_step_post_hooks)
-        self._optimizer_step_post_hooks[handle.id] = hook
-        return handle
+        return _register(self._optimizer_step_post_hooks, hook)
 
-    def register_load_state_dict_post_hook(self, hook: Callable) -> RemovableHandle:
-        handle = RemovableHandle(self._optimizer_load_state_dict_post_hooks)
-        self._optimizer_load_state_dict_post_hooks[handle.id] = hook
-        return handle
+    def register_state_dict_pre_hook(
+        self, hook: Callable, prepend: bool = False
+    ) -> RemovableHandle:
+        """``hook(optimizer)`` before ``state_dict`` builds its result."""
+        return _register(self._optimizer_state_dict_pre_hooks, hook, prepend)
+
+    def register_state_dict_post_hook(
+        self, hook: Callable, prepend: bool = False
+    ) -> RemovableHandle:
+        """``hook(optimizer, state_dict)`` after ``state_dict``; a non-None result replaces it."""
+        return _register(self._optimizer_state_dict_post_hooks, hook, prepend)
+
+    def register_load_state_dict_pre_hook(
+        self, hook: Callable, prepend: bool = False
+    ) -> RemovableHandle:
+        """``hook(optimizer, state_dict)`` before loading (on a shallow copy of the argument);
+        a non-None result is loaded instead."""
+        return _register(self._optimizer_load_state_dict_pre_hooks, hook, prepend)
+
+    def register_load_state_dict_post_hook(
+        self, hook: Callable, prepend: bool = False
+    ) -> RemovableHandle:
+        """``hook(optimizer)`` after ``load_state_dict``."""
+        return _register(self._optimizer_load_state_dict_post_hooks, hook, prepend)
 
     # ------------------------------------------------------------------ state dicts
     def state_dict(self) -> dict[str, Any]:
         """``{"state": {param index: {...}}, "param_groups": [{..., "params": [indices]}]}``."""
+        for pre_hook in self._optimizer_state_dict_pre_hooks.values():
+            pre_hook(self)
         index_of: dict[int, int] = {}
         start = 0
         groups = []
@@ -242,11 +275,20 @@ class Optimizer:
         state = {
             (index_of[id(k)] if isinstance(k, Tensor) else k): v for k, v in self.state.items()
         }
-        return {"state": state, "param_groups": groups}
+        state_dict = {"state": state, "param_groups": groups}
+        for post_hook in self._optimizer_state_dict_post_hooks.values():
+            result = post_hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        return state_dict
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load options and per-parameter state; tensors are cast to each parameter's dtype."""
         state_dict = dict(state_dict)
+        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
+            result = pre_hook(self, state_dict)
+            if result is not None:
+                state_dict = result
         groups = self.param_groups
         saved_groups = deepcopy(state_dict["param_groups"])
         if len(groups) != len(saved_groups):
@@ -325,3 +367,95 @@ def scalar_for(value, param: Tensor):
 def scalar_value(x) -> float:
     """A Python number from a float or a one-element tensor option (``lr`` may be a tensor)."""
     return x.item() if isinstance(x, Tensor) else x
+
+
+def scalar_dtype():
+    """The dtype of step counters and other per-parameter scalar state: float64 while the default
+    dtype is float64, else float32 (PyTorch's rule, so state dicts carry the same dtypes)."""
+    return dt.float64 if dt.get_default_dtype() is dt.float64 else dt.float32
+
+
+def check_lr(lr) -> None:
+    """PyTorch's learning-rate checks: a tensor ``lr`` must have one element, and none may be
+    negative."""
+    if isinstance(lr, Tensor) and lr.numel() != 1:
+        raise ValueError("Tensor lr must be 1-element")
+    if not 0.0 <= scalar_value(lr):
+        raise ValueError(f"Invalid learning rate: {lr}")
+
+
+def check_adam_options(lr, eps: float, betas, weight_decay: float) -> None:
+    """The checks (and messages) PyTorch's Adam family shares, in its order."""
+    check_lr(lr)
+    if not 0.0 <= eps:
+        raise ValueError(f"Invalid epsilon value: {eps}")
+    if not 0.0 <= betas[0] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+    if not 0.0 <= betas[1] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+    if not 0.0 <= weight_decay:
+        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+
+
+def fill_group_defaults(optimizer: Optimizer, **defaults) -> None:
+    """Give every group the options that state dicts of older versions lack (``__setstate__``
+    of each optimizer); ``foreach``, ``maximize``, ``differentiable`` and ``capturable`` are
+    filled unless named."""
+    defaults = {
+        "foreach": None,
+        "maximize": False,
+        "differentiable": False,
+        "capturable": False,
+        **defaults,
+    }
+    for group in optimizer.param_groups:
+        for key, value in defaults.items():
+            group.setdefault(key, value)
+
+
+def lazy_state(
+    optimizer: Optimizer, param: Tensor, capturable: bool, *buffers: str, **scalars: float
+) -> dict:
+    """``param``'s state, created at its first step in PyTorch's key order: a 0-d ``step``,
+    then 0-d tensors with the given ``scalars`` (both of the scalar dtype, on the parameter's
+    device only when ``capturable``), then a zero tensor like ``param`` per ``buffers`` name."""
+    state = optimizer.state[param]
+    if not state:
+        device = param.device if capturable else None
+        state["step"] = api.zeros((), dtype=scalar_dtype(), device=device)
+        for name, value in scalars.items():
+            state[name] = api.full((), value, dtype=scalar_dtype(), device=device)
+        for name in buffers:
+            state[name] = api.zeros_like(param)
+    return state
+
+
+def tensor_scalar_state(optimizer: Optimizer, keys: tuple[str, ...] = ("step",)) -> None:
+    """Turn plain-number scalar state (``step`` saved by old versions) into 0-d tensors, as
+    PyTorch's ``__setstate__`` does when a state dict is loaded."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            state = optimizer.state.get(param)
+            if not state:
+                continue
+            for key in keys:
+                if key in state and not isinstance(state[key], Tensor):
+                    device = param.device if group.get("capturable", False) else None
+                    state[key] = api.tensor(float(state[key]), dtype=scalar_dtype(), device=device)
+
+
+def saved_operand(tensor: Tensor, differentiable: bool) -> Tensor:
+    """``tensor`` as an operand that autograd saves: a copy when the optimizer is
+    ``differentiable``, because the next step updates that state tensor in place (which would
+    invalidate what the backward pass reads); the tensor itself otherwise."""
+    return tensor.clone() if differentiable else tensor
+
+
+def check_fused(fused, foreach, differentiable: bool) -> None:
+    """PyTorch's checks on ``fused`` (which kiln accepts and runs as the same update): it
+    excludes ``differentiable`` and ``foreach``."""
+    if fused:
+        if differentiable:
+            raise RuntimeError("`fused` does not support `differentiable`")
+        if foreach:
+            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")

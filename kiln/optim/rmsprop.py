@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..ops import api
-from ..runtime import dtypes as dt
-from .optimizer import Optimizer, run_closure, scalar_value
+from .optimizer import Optimizer, check_lr, run_closure, saved_operand, scalar_dtype, scalar_value
 
 __all__ = ["RMSprop"]
 
@@ -28,8 +27,7 @@ class RMSprop(Optimizer):
         maximize: bool = False,
         differentiable: bool = False,
     ) -> None:
-        if not 0.0 <= scalar_value(lr):
-            raise ValueError(f"Invalid learning rate: {lr}")
+        check_lr(lr)
         if not 0.0 <= eps:
             raise ValueError(f"Invalid epsilon value: {eps}")
         if not 0.0 <= momentum:
@@ -62,7 +60,7 @@ class RMSprop(Optimizer):
     def _state_for(self, param, group) -> dict:
         state = self.state[param]
         if not state:
-            state["step"] = api.zeros((), dtype=dt.float32)
+            state["step"] = api.zeros((), dtype=scalar_dtype())
             state["square_avg"] = api.zeros_like(param)
             if group["momentum"] > 0:
                 state["momentum_buffer"] = api.zeros_like(param)
@@ -89,10 +87,11 @@ class RMSprop(Optimizer):
                 if group["centered"]:
                     grad_avg = state["grad_avg"]
                     grad_avg.lerp_(grad, 1 - alpha)
+                    grad_avg = saved_operand(grad_avg, group["differentiable"])
                     avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()
                 else:
                     avg = square_avg.sqrt()
-                avg = avg.add_(eps)
+                avg = avg.add(eps)  # not in place: sqrt saves its output for autograd
                 if momentum > 0:
                     buf = state["momentum_buffer"]
                     buf.mul_(momentum).addcdiv_(grad, avg)

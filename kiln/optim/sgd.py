@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .optimizer import Optimizer, run_closure, scalar_value
+from ..runtime.tensor import Tensor
+from .optimizer import Optimizer, check_fused, run_closure, scalar_value
 
 __all__ = ["SGD"]
 
@@ -26,6 +27,8 @@ class SGD(Optimizer):
         differentiable: bool = False,
         fused: bool | None = None,
     ) -> None:
+        if isinstance(lr, Tensor) and lr.numel() != 1:
+            raise ValueError("Tensor lr must be 1-element")
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if momentum < 0.0:
@@ -46,6 +49,7 @@ class SGD(Optimizer):
             "fused": fused,
         }
         super().__init__(params, defaults)
+        check_fused(fused, foreach, differentiable)
 
     def __setstate__(self, state) -> None:
         super().__setstate__(state)

@@ -5,8 +5,9 @@ does (``lr * gamma``, the cosine recurrence ...), so sequences agree bit for bit
 ``step(epoch)`` uses the closed forms, as in PyTorch.
 """
 
-from .base import EPOCH_DEPRECATION_WARNING, LRScheduler
+from .base import EPOCH_DEPRECATION_WARNING, LRScheduler, _LRScheduler  # noqa: F401  (old name)
 from .composite import ChainedScheduler, SequentialLR
+from .cyclic import CyclicLR
 from .one_cycle import OneCycleLR
 from .plateau import ReduceLROnPlateau
 from .schedules import (
@@ -39,4 +40,5 @@ __all__ = [
     "SequentialLR",
     "ChainedScheduler",
     "ReduceLROnPlateau",
+    "CyclicLR",
 ]

@@ -52,6 +52,7 @@ class LRScheduler:
     """Base class: ``step()`` advances ``last_epoch`` and writes ``get_lr()`` into the groups."""
 
     _is_initial: bool = False
+    _get_lr_called_within_step: bool = False
 
     def __init__(self, optimizer: Optimizer, last_epoch: int = -1) -> None:
         if not isinstance(optimizer, Optimizer):
@@ -119,16 +120,35 @@ class LRScheduler:
         self._update_lr(epoch)
 
     def _update_lr(self, epoch: int | None = None) -> None:
-        if epoch is None:
-            self.last_epoch += 1
-            values = self.get_lr()
-        else:
-            self.last_epoch = epoch
-            closed_form = getattr(self, "_get_closed_form_lr", None)
-            values = closed_form() if closed_form is not None else self.get_lr()
+        self._get_lr_called_within_step = True
+        try:
+            if epoch is None:
+                self.last_epoch += 1
+                values = self.get_lr()
+            else:
+                self.last_epoch = epoch
+                closed_form = getattr(self, "_get_closed_form_lr", None)
+                values = closed_form() if closed_form is not None else self.get_lr()
+        finally:
+            self._get_lr_called_within_step = False
         for group, lr in zip(self.optimizer.param_groups, values):
             _set_group_value(group, "lr", lr)
         self._last_lr = _group_values(self.optimizer, "lr")
+
+
+class _LRScheduler(LRScheduler):
+    """The old name of ``LRScheduler``, kept for programs that subclass it."""
+
+
+def _warn_get_lr_called_within_step(scheduler: LRScheduler) -> None:
+    """``get_lr`` computes the *next* rates; called from outside ``step`` it is almost always
+    a mistake for ``get_last_lr``, so warn as PyTorch does."""
+    if not scheduler._get_lr_called_within_step:
+        warnings.warn(
+            "To get the last learning rate computed by the scheduler, please use `get_last_lr()`.",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _current(self: LRScheduler) -> list:

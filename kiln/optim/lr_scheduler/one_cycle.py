@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 
 from ..optimizer import Optimizer
-from .base import LRScheduler, _per_group
+from .base import LRScheduler, _per_group, _warn_get_lr_called_within_step
 
 __all__ = ["OneCycleLR"]
+
+_PHASE_KEYS = ("end_step", "start_lr", "end_lr", "start_momentum", "end_momentum")
 
 
 class OneCycleLR(LRScheduler):
@@ -49,7 +51,7 @@ class OneCycleLR(LRScheduler):
             raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
         warmup_end = float(pct_start * self.total_steps) - 1
         if three_phase:
-            self._schedule_phases = [
+            phases = [
                 (warmup_end, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
                 (
                     float(2 * pct_start * self.total_steps) - 2,
@@ -61,10 +63,12 @@ class OneCycleLR(LRScheduler):
                 (self.total_steps - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum"),
             ]
         else:
-            self._schedule_phases = [
+            phases = [
                 (warmup_end, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
                 (self.total_steps - 1, "max_lr", "min_lr", "base_momentum", "max_momentum"),
             ]
+        # dicts with PyTorch's keys, so state dicts load in either library
+        self._schedule_phases = [dict(zip(_PHASE_KEYS, phase)) for phase in phases]
         if pct_start < 0 or pct_start > 1 or not isinstance(pct_start, float):
             raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
         if anneal_strategy not in ("cos", "linear"):
@@ -106,6 +110,7 @@ class OneCycleLR(LRScheduler):
         return (end - start) * pct + start
 
     def get_lr(self) -> list:
+        _warn_get_lr_called_within_step(self)
         step = self.last_epoch
         if step > self.total_steps:
             raise ValueError(
@@ -116,12 +121,16 @@ class OneCycleLR(LRScheduler):
         last_phase = len(self._schedule_phases) - 1
         for group in self.optimizer.param_groups:
             start_step = 0.0
-            for i, (end_step, lr_a, lr_b, mom_a, mom_b) in enumerate(self._schedule_phases):
+            for i, phase in enumerate(self._schedule_phases):
+                end_step = phase["end_step"]
                 if step <= end_step or i == last_phase:
                     pct = (step - start_step) / (end_step - start_step)
-                    lrs.append(self._anneal(group[lr_a], group[lr_b], pct))
+                    lrs.append(self._anneal(group[phase["start_lr"]], group[phase["end_lr"]], pct))
                     if self.cycle_momentum:
-                        self._set_momentum(group, self._anneal(group[mom_a], group[mom_b], pct))
+                        momentum = self._anneal(
+                            group[phase["start_momentum"]], group[phase["end_momentum"]], pct
+                        )
+                        self._set_momentum(group, momentum)
                     break
                 start_step = end_step
         return lrs

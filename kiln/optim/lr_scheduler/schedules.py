@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..optimizer import Optimizer
-from .base import LRScheduler, _current, _set_group_value
+from .base import LRScheduler, _current, _set_group_value, _warn_get_lr_called_within_step
 
 __all__ = [
     "LambdaLR",
@@ -69,6 +69,7 @@ class LambdaLR(_LambdaScheduler):
         super().__init__(optimizer, lr_lambda, last_epoch)
 
     def get_lr(self) -> list:
+        _warn_get_lr_called_within_step(self)
         return [base * fn(self.last_epoch) for fn, base in zip(self.lr_lambdas, self.base_lrs)]
 
 
@@ -82,6 +83,7 @@ class MultiplicativeLR(_LambdaScheduler):
         super().__init__(optimizer, lr_lambda, last_epoch)
 
     def get_lr(self) -> list:
+        _warn_get_lr_called_within_step(self)
         if self._is_initial:
             return _current(self)
         return [
@@ -101,6 +103,7 @@ class StepLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list:
+        _warn_get_lr_called_within_step(self)
         if self.last_epoch == 0 or self.last_epoch % self.step_size != 0:
             return _current(self)
         return [g["lr"] * self.gamma for g in self.optimizer.param_groups]
@@ -124,6 +127,7 @@ class MultiStepLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list:
+        _warn_get_lr_called_within_step(self)
         if self.last_epoch not in self.milestones:
             return _current(self)
         factor = self.gamma ** self.milestones[self.last_epoch]
@@ -151,6 +155,7 @@ class ConstantLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list:
+        _warn_get_lr_called_within_step(self)
         if self.last_epoch == 0:
             return [g["lr"] * self.factor for g in self.optimizer.param_groups]
         if self.last_epoch != self.total_iters:
@@ -186,6 +191,7 @@ class LinearLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list:
+        _warn_get_lr_called_within_step(self)
         if self.last_epoch == 0:
             return [g["lr"] * self.start_factor for g in self.optimizer.param_groups]
         if self._is_initial or self.last_epoch > self.total_iters:
@@ -210,6 +216,7 @@ class ExponentialLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list:
+        _warn_get_lr_called_within_step(self)
         if self._is_initial:
             return _current(self)
         return [g["lr"] * self.gamma for g in self.optimizer.param_groups]
@@ -229,6 +236,7 @@ class PolynomialLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list:
+        _warn_get_lr_called_within_step(self)
         if self._is_initial or self.last_epoch > self.total_iters:
             return _current(self)
         decay = (
@@ -257,6 +265,7 @@ class CosineAnnealingLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list:
+        _warn_get_lr_called_within_step(self)
         groups = self.optimizer.param_groups
         t, T, lo = self.last_epoch, self.T_max, self.eta_min
         if self._is_initial:
@@ -304,6 +313,7 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list:
+        _warn_get_lr_called_within_step(self)
         lo = self.eta_min
         cos = 1 + math.cos(math.pi * self.T_cur / self.T_i)
         return [lo + (b - lo) * cos / 2 for b in self.base_lrs]
@@ -330,6 +340,11 @@ class CosineAnnealingWarmRestarts(LRScheduler):
             self.T_i = self.T_0
             self.T_cur = epoch
         self.last_epoch = math.floor(epoch)
-        for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
+        self._get_lr_called_within_step = True
+        try:
+            values = self.get_lr()
+        finally:
+            self._get_lr_called_within_step = False
+        for group, lr in zip(self.optimizer.param_groups, values):
             _set_group_value(group, "lr", lr)
         self._last_lr = _current(self)

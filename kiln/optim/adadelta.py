@@ -1,0 +1,84 @@
+"""``Adadelta``: steps scaled by the ratio of running RMS of updates to running RMS of gradients.
+
+State per parameter: ``step`` (0-d, counted but unused by the update, as in PyTorch),
+``square_avg`` and ``acc_delta``. The update has no scalar that depends on the step, so it
+captures under ``kiln.compile`` as straight-line tensor code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .optimizer import (
+    Optimizer,
+    check_lr,
+    fill_group_defaults,
+    lazy_state,
+    run_closure,
+    scalar_value,
+    tensor_scalar_state,
+)
+
+__all__ = ["Adadelta"]
+
+
+class Adadelta(Optimizer):
+    """Adadelta (Zeiler, 2012) with ``lr`` scaling the step, weight decay and ``maximize``."""
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1.0,
+        rho: float = 0.9,
+        eps: float = 1e-6,
+        weight_decay: float = 0,
+        foreach: bool | None = None,
+        *,
+        capturable: bool = False,
+        maximize: bool = False,
+        differentiable: bool = False,
+    ) -> None:
+        check_lr(lr)
+        if not 0.0 <= rho <= 1.0:
+            raise ValueError(f"Invalid rho value: {rho}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        defaults = {
+            "lr": lr,
+            "rho": rho,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "maximize": maximize,
+            "capturable": capturable,
+            "foreach": foreach,
+            "differentiable": differentiable,
+        }
+        super().__init__(params, defaults)
+
+    def __setstate__(self, state) -> None:
+        super().__setstate__(state)
+        fill_group_defaults(self)
+        tensor_scalar_state(self)
+
+    def step(self, closure: Callable[[], float] | None = None):
+        loss = run_closure(closure)
+        for group in self.param_groups:
+            lr = scalar_value(group["lr"])
+            rho, eps, weight_decay = group["rho"], group["eps"], group["weight_decay"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = lazy_state(self, param, group["capturable"], "square_avg", "acc_delta")
+                state["step"] += 1
+                grad = -param.grad if group["maximize"] else param.grad
+                if weight_decay != 0:
+                    grad = grad.add(param, alpha=weight_decay)
+                square_avg, acc_delta = state["square_avg"], state["acc_delta"]
+                square_avg.mul_(rho).addcmul_(grad, grad, value=1 - rho)
+                std = square_avg.add(eps).sqrt_()
+                delta = acc_delta.add(eps).sqrt_().div_(std).mul_(grad)
+                acc_delta.mul_(rho).addcmul_(delta, delta, value=1 - rho)
+                param.add_(delta, alpha=-lr)
+        return loss

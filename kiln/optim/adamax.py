@@ -1,0 +1,89 @@
+"""``Adamax``: Adam with the infinity norm of past gradients in place of their RMS.
+
+State per parameter: ``step`` (0-d), ``exp_avg`` and ``exp_inf``, updated in PyTorch's
+single-tensor order. The bias correction is a Python float eagerly and a 0-d tensor when
+captured by ``kiln.compile`` or when ``capturable`` (no host reads of the step count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .optimizer import (
+    Optimizer,
+    check_adam_options,
+    fill_group_defaults,
+    lazy_state,
+    run_closure,
+    saved_operand,
+    scalar_for,
+    scalar_value,
+    step_value,
+    tensor_scalar_state,
+)
+
+__all__ = ["Adamax"]
+
+
+class Adamax(Optimizer):
+    """Adamax (Kingma & Ba, section 7): ``exp_inf = max(beta2 * exp_inf, |grad| + eps)``."""
+
+    def __init__(
+        self,
+        params,
+        lr: float = 2e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        foreach: bool | None = None,
+        *,
+        maximize: bool = False,
+        differentiable: bool = False,
+        capturable: bool = False,
+    ) -> None:
+        check_adam_options(lr, eps, betas, weight_decay)
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "foreach": foreach,
+            "maximize": maximize,
+            "differentiable": differentiable,
+            "capturable": capturable,
+        }
+        super().__init__(params, defaults)
+
+    def __setstate__(self, state) -> None:
+        super().__setstate__(state)
+        fill_group_defaults(self)
+        tensor_scalar_state(self)
+
+    def step(self, closure: Callable[[], float] | None = None):
+        loss = run_closure(closure)
+        for group in self.param_groups:
+            lr = scalar_value(group["lr"])
+            beta1, beta2 = group["betas"]
+            eps, weight_decay = group["eps"], group["weight_decay"]
+            capturable = group["capturable"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                grad = -param.grad if group["maximize"] else param.grad
+                state = lazy_state(self, param, capturable, "exp_avg", "exp_inf")
+                step_t = state["step"]
+                step_t += 1
+                if weight_decay != 0:
+                    grad = grad.add(param, alpha=weight_decay)
+                exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
+                exp_avg.lerp_(grad, 1 - beta1)
+                exp_inf.copy_(exp_inf.mul(beta2).maximum(grad.abs().add_(eps)))
+                step = step_t if capturable else step_value(step_t)
+                clr = scalar_for(lr / (1 - beta1**step), param)
+                differentiable = group["differentiable"]
+                param.addcdiv_(
+                    saved_operand(exp_avg, differentiable),
+                    saved_operand(exp_inf, differentiable),
+                    value=-clr,
+                )
+        return loss

@@ -1,0 +1,146 @@
+"""``ASGD``: averaged stochastic gradient descent (Polyak & Juditsky) with PyTorch's schedule.
+
+State per parameter: ``step``, ``eta`` (the current step size), ``mu`` (the averaging rate), all
+0-d tensors of the scalar dtype, and ``ax`` (the running average of the parameter). Eagerly
+``eta`` and ``mu`` are read as Python numbers, as PyTorch does; captured by ``kiln.compile`` or
+with ``capturable`` they stay tensors and the ``mu == 1`` branch becomes a ``where``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .. import ops
+from ..ops import api
+from ..runtime import dtypes as dt
+from ..runtime.tensor import Tensor
+from .optimizer import (
+    Optimizer,
+    check_lr,
+    fill_group_defaults,
+    run_closure,
+    scalar_dtype,
+    scalar_for,
+    scalar_value,
+    step_value,
+    tensor_scalar_state,
+)
+
+__all__ = ["ASGD"]
+
+
+class ASGD(Optimizer):
+    """SGD whose iterates are averaged from step ``t0`` on; ``eta`` decays as
+    ``lr / (1 + lambd * lr * step) ** alpha``."""
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-2,
+        lambd: float = 1e-4,
+        alpha: float = 0.75,
+        t0: float = 1e6,
+        weight_decay: float = 0,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+        capturable: bool = False,
+    ) -> None:
+        check_lr(lr)
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        defaults = {
+            "lr": lr,
+            "lambd": lambd,
+            "alpha": alpha,
+            "t0": t0,
+            "weight_decay": weight_decay,
+            "foreach": foreach,
+            "maximize": maximize,
+            "differentiable": differentiable,
+            "capturable": capturable,
+        }
+        super().__init__(params, defaults)
+
+    def __setstate__(self, state) -> None:
+        super().__setstate__(state)
+        fill_group_defaults(self)
+        tensor_scalar_state(self, ("step", "eta", "mu"))
+
+    def _state_for(self, param, lr: float) -> dict:
+        state = self.state[param]
+        if not state:
+            state["step"] = api.zeros((), dtype=scalar_dtype(), device=param.device)
+            state["eta"] = api.tensor(lr, dtype=scalar_dtype(), device=param.device)
+            state["mu"] = api.ones((), dtype=scalar_dtype(), device=param.device)
+            state["ax"] = api.zeros_like(param)
+        return state
+
+    def step(self, closure: Callable[[], float] | None = None):
+        loss = run_closure(closure)
+        for group in self.param_groups:
+            lr = scalar_value(group["lr"])
+            lambd, alpha, t0 = group["lambd"], group["alpha"], group["t0"]
+            weight_decay = group["weight_decay"]
+            capturable = group["capturable"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                grad = -param.grad if group["maximize"] else param.grad
+                state = self._state_for(param, lr)
+                step_t, eta, mu, ax = state["step"], state["eta"], state["mu"], state["ax"]
+                step_t += 1
+                if weight_decay != 0:
+                    grad = grad.add(param, alpha=weight_decay)
+                if capturable:
+                    param.mul_(1 - lambd * eta)
+                    param.addcmul_(grad, eta, value=-1)
+                else:
+                    eta_value = step_value(eta)
+                    param.mul_(scalar_for(1 - lambd * eta_value, param))
+                    _add_scaled(param, grad, -scalar_for(eta_value, param))
+                _average(ax, param, mu, capturable)
+                step = step_t if capturable else step_value(step_t)
+                _assign(eta, lr / ((1 + lambd * lr * step) ** alpha))
+                _assign(mu, 1 / _at_least_one(step - t0))
+        return loss
+
+
+def _average(ax: Tensor, param: Tensor, mu: Tensor, capturable: bool) -> None:
+    """``ax += (param - ax) * mu``, except that ``mu == 1`` (before ``t0``) copies ``param``
+    exactly; a captured step decides that with ``where`` instead of reading ``mu``."""
+    if capturable:
+        ax.add_(param.sub(ax).mul_(mu))
+        return
+    mu_value = step_value(mu)
+    if isinstance(mu_value, Tensor):
+        ax.copy_(ops.where(mu_value != 1, ax.add(param.sub(ax).mul_(mu)), param))
+    elif mu_value != 1:
+        ax.add_(param.sub(ax).mul_(mu))
+    else:
+        ax.copy_(param)
+
+
+def _add_scaled(param: Tensor, grad: Tensor, scale) -> None:
+    """``param += scale * grad``; a 0-d tensor ``scale`` (captured code) goes through
+    ``addcmul_``, whose tensor operand every backend lowers, and rounds as ``alpha`` does."""
+    if isinstance(scale, Tensor):
+        param.addcmul_(grad, scale)
+    else:
+        param.add_(grad, alpha=scale)
+
+
+def _assign(target: Tensor, value) -> None:
+    """Store a number or a 0-d tensor into a 0-d state tensor. PyTorch stores
+    ``torch.as_tensor(value)``, so the value is rounded to the default dtype first even when
+    the state is wider (``load_state_dict`` casts ``eta`` and ``mu`` to a float64 parameter's
+    dtype); rounding the same way keeps resumed runs on the uninterrupted trajectory."""
+    default = dt.get_default_dtype()
+    if isinstance(value, Tensor):
+        target.copy_(value.to(default))
+    else:
+        target.copy_(api.tensor(value, dtype=default))
+
+
+def _at_least_one(x):
+    return x.clamp_min(1) if isinstance(x, Tensor) else max(1, x)

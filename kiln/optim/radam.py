@@ -1,0 +1,119 @@
+"""``RAdam``: Adam whose adaptive step is switched on only once the variance of the adaptive
+learning rate is tractable (Liu et al., 2019), with PyTorch's update order.
+
+Until the length of the approximated simple moving average ``rho_t`` exceeds 5 the update is
+SGD with momentum; afterwards it is Adam scaled by the rectification term. Eagerly that is a
+Python ``if`` on a float; captured (``kiln.compile``) or ``capturable`` it is a ``where`` on 0-d
+tensors, arranged so both multiply the same factors in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .. import ops
+from ..runtime.tensor import Tensor
+from .optimizer import (
+    Optimizer,
+    check_adam_options,
+    fill_group_defaults,
+    lazy_state,
+    run_closure,
+    scalar_for,
+    scalar_value,
+    step_value,
+    tensor_scalar_state,
+)
+
+__all__ = ["RAdam"]
+
+
+class RAdam(Optimizer):
+    """Rectified Adam; ``decoupled_weight_decay=True`` decays the parameters directly."""
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        decoupled_weight_decay: bool = False,
+        *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+    ) -> None:
+        check_adam_options(lr, eps, betas, weight_decay)
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "maximize": maximize,
+            "foreach": foreach,
+            "capturable": capturable,
+            "decoupled_weight_decay": decoupled_weight_decay,
+            "differentiable": differentiable,
+        }
+        super().__init__(params, defaults)
+
+    def __setstate__(self, state) -> None:
+        super().__setstate__(state)
+        fill_group_defaults(self, decoupled_weight_decay=False)
+        tensor_scalar_state(self)
+
+    def step(self, closure: Callable[[], float] | None = None):
+        loss = run_closure(closure)
+        for group in self.param_groups:
+            lr = scalar_value(group["lr"])
+            beta1, beta2 = group["betas"]
+            eps, weight_decay = group["eps"], group["weight_decay"]
+            capturable = group["capturable"]
+            # the maximum length of the approximated simple moving average
+            rho_inf = 2 / (1 - beta2) - 1
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                grad = -param.grad if group["maximize"] else param.grad
+                state = lazy_state(self, param, capturable, "exp_avg", "exp_avg_sq")
+                step_t = state["step"]
+                step_t += 1
+                step = step_t if capturable else step_value(step_t)
+                if weight_decay != 0:
+                    if group["decoupled_weight_decay"]:
+                        param.mul_(1 - lr * weight_decay)
+                    else:
+                        grad = grad.add(param, alpha=weight_decay)
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                exp_avg.lerp_(grad, 1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                bias_correction1 = 1 - beta1**step
+                bias_correction2 = 1 - beta2**step
+                update = exp_avg / scalar_for(bias_correction1, param) * lr
+                rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
+                rect = (
+                    (rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)
+                ) ** 0.5
+                adaptive_lr = _adaptive_lr(
+                    exp_avg_sq, eps, scalar_for(bias_correction2**0.5, param), group
+                )
+                if isinstance(rho_t, Tensor):
+                    # both factors are 1 while rho_t <= 5 (rect is NaN there), as eager skips them
+                    rectified = rho_t > 5.0
+                    update = update * ops.where(rectified, adaptive_lr, 1.0)
+                    update = update * ops.where(rectified, scalar_for(rect, param), 1.0)
+                elif rho_t > 5.0:
+                    update = update * adaptive_lr * rect
+                param.add_(update, alpha=-1.0)
+        return loss
+
+
+def _adaptive_lr(exp_avg_sq: Tensor, eps: float, bias_correction2_sqrt, group: dict) -> Tensor:
+    """``sqrt(bias_correction2) / (sqrt(exp_avg_sq) + eps)`` as PyTorch computes a number over
+    a tensor (reciprocal, then multiply). In place unless ``differentiable``: ``sqrt`` and
+    ``reciprocal`` save their outputs for the backward pass."""
+    if group["differentiable"]:
+        return exp_avg_sq.sqrt().add(eps).reciprocal().mul(bias_correction2_sqrt)
+    return exp_avg_sq.sqrt().add_(eps).reciprocal_().mul_(bias_correction2_sqrt)
