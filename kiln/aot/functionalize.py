@@ -98,6 +98,22 @@ class _Functionalizer:
             node.meta = dict(like.meta)
         return node
 
+    def cast_back(self, functional: Op, value: Node, inplace: Node) -> Node:
+        """An in-place op keeps its input's dtype where its functional form promotes (``cumsum_``
+        of int32 computes int64, then writes int32): cast the functional result back."""
+        want = getattr(inplace.meta.get("val"), "dtype", None)
+        if functional.meta is None or want is None:
+            return value
+        try:
+            got = functional.meta(*map_arg(tuple(value.args), lambda n: n.meta.get("val")))
+        except Exception:  # noqa: BLE001 - a meta that cannot rerun here keeps the old record
+            return value
+        if getattr(got, "dtype", want) is want:
+            return value
+        value.meta = dict(value.meta, val=got)
+        cast = self.new_node(OPS["convert_element_type"], (value, want), inplace, inplace)
+        return cast
+
     def read(self, node: Node, anchor: Node) -> Node:
         """The node holding ``node``'s value as of now (regenerating views after mutations)."""
         src = self.source(node)
@@ -179,6 +195,7 @@ class _Functionalizer:
             if functional is None:
                 raise UnsupportedMutationError(f"in-place op {op.name} has no functional variant")
             new_value = self.new_node(functional, tuple(node.args), node, node)
+            new_value = self.cast_back(functional, new_value, node)
             self.alias_of[node] = original_target
             self.write(original_target, new_value, node)
         # mutated graph inputs come back as extra outputs

@@ -9,6 +9,7 @@ own. Ops without a lowering run their eager kernel as an extern call inside the 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -901,7 +902,7 @@ def fallback(op, out_meta, args) -> TensorBox:
     template = tuple(collect(a) for a in args)
     dtypes = [b.dtype for b in boxes]
 
-    def run(out, *arrays):
+    def call_kernel(arrays):
         def fill(a):
             if isinstance(a, tuple) and len(a) == 2 and a[0] == "__box__":
                 return wrap_array(arrays[a[1]], dtypes[a[1]])
@@ -909,12 +910,40 @@ def fallback(op, out_meta, args) -> TensorBox:
                 return type(a)(fill(x) for x in a)
             return a
 
-        result = op.kernel(*[fill(a) for a in template])
-        np.copyto(out, result._data, casting="unsafe")
+        return op.kernel(*[fill(a) for a in template])
 
-    if not isinstance(out_meta, Tensor):
-        raise NotImplementedError(f"fallback for multi-output op {op.name} is not supported")
-    return extern(out_meta, run, boxes, f"fallback:{op.name}")
+    if isinstance(out_meta, Tensor):
+
+        def run(out, *arrays):
+            np.copyto(out, call_kernel(arrays)._data, casting="unsafe")
+
+        return extern(out_meta, run, boxes, f"fallback:{op.name}")
+    if not isinstance(out_meta, (tuple, list)) or not all(isinstance(m, Tensor) for m in out_meta):
+        raise NotImplementedError(f"fallback for op {op.name} with outputs {out_meta!r}")
+    return _multi_output_fallback(op, out_meta, boxes, call_kernel)
+
+
+def _multi_output_fallback(op, out_meta, boxes, call_kernel) -> tuple:
+    """One kernel call for an op with several outputs: the first extern buffer runs the eager
+    kernel and keeps the other results aside (per thread, so concurrent calls of one compiled
+    graph do not mix); each later output is an extern buffer that reads its result from there and
+    takes the first buffer as an input, which orders it after the call."""
+    stash = threading.local()
+
+    def run_first(out, *arrays):
+        results = call_kernel(arrays)
+        stash.results = [r._data for r in results]
+        np.copyto(out, stash.results[0], casting="unsafe")
+
+    first = extern(out_meta[0], run_first, boxes, f"fallback:{op.name}[0]")
+    outs = [first]
+    for i in range(1, len(out_meta)):
+
+        def run_other(out, _first, i=i):
+            np.copyto(out, stash.results[i], casting="unsafe")
+
+        outs.append(extern(out_meta[i], run_other, [first], f"fallback:{op.name}[{i}]"))
+    return tuple(outs)
 
 
 # ------------------------------------------------------------------------------ indirect indexing

@@ -229,6 +229,11 @@ class LLVMOps:
             return x
         if dtype is dt.bfloat16 or src is dt.bfloat16:
             raise UnsupportedInLLVM("bfloat16 arithmetic")
+        if (dtype is dt.float16 or src is dt.float16) and dt.float32 not in (src, dtype):
+            # only float32<->half has an instruction (F16C); any other half conversion becomes a
+            # compiler-rt call (__truncdfhf2, __floatdihf...) that the JIT cannot resolve, so go
+            # through float32 (a double rounding for float64->half, within half's tolerance)
+            return self.to_dtype(self.to_dtype(x, dt.float32), dtype)
         t = self.ty(dtype)
         if dtype is dt.bool_:
             if src.is_floating_point:

@@ -233,6 +233,11 @@ def _grid_vars(prefix, ranges, start_axis, ndim):
 def _reduce(values: np.ndarray, rtype: str, axes: tuple, out_dtype):
     if not axes:
         return values
+    if values.size == 0 and rtype in ("max", "min", "argmax", "argmin"):
+        # only reached when the output is empty too (eager rejects an empty max over a non-empty
+        # output), and numpy refuses identity-less reductions of empty arrays
+        kept = tuple(n for i, n in enumerate(values.shape) if i not in set(axes))
+        return np.zeros(kept, dtype=np.int64 if rtype.startswith("arg") else values.dtype)
     if rtype == "sum":
         return values.sum(axis=axes, dtype=out_dtype)
     if rtype == "prod":

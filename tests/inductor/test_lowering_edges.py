@@ -1,0 +1,79 @@
+"""Lowering corners the op samples reached first: eager fallbacks of multi-output ops, empty
+reductions in the numpy executor, half-precision conversions that have no single LLVM
+instruction, and in-place ops whose functional form promotes the dtype."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+
+CODEGENS = ["numpy", "llvm"]
+
+
+def _compile(fn, codegen):
+    return kiln.compile(fn, backend="inductor", options={"cpu_codegen": codegen})
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_multi_output_op_without_lowering_runs_its_kernel_once_per_call(codegen):
+    a = kiln.randn(3, 4, 4, dtype=kiln.float64)
+
+    def fn(a):
+        sign, logabs = kiln.linalg.slogdet(a)
+        return sign * logabs.exp() + 1
+
+    expected = fn(a)
+    got = _compile(fn, codegen)(a)
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-10)
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_empty_max_reduction_over_an_empty_output(codegen):
+    x = kiln.randn(3, 0, 5)
+    got = _compile(lambda x: x.amax(-1) + 1, codegen)(x)
+    assert tuple(got.shape) == (3, 0)
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+@pytest.mark.parametrize(
+    "src", [kiln.float64, kiln.int64, kiln.int32, kiln.int16, kiln.int8, kiln.uint8, kiln.bool]
+)
+def test_half_conversions_from_and_to_every_dtype(codegen, src):
+    x = (kiln.rand(37) * 40).to(src)
+    to_half = _compile(lambda x: x.half() * 1, codegen)(x)
+    np.testing.assert_array_equal(to_half.numpy(), x.half().numpy())
+    y = (kiln.rand(37) * 40).half()
+    from_half = _compile(lambda y: (y * 1).to(src), codegen)(y)
+    np.testing.assert_array_equal(from_half.numpy(), y.to(src).numpy())
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_half_gradient_through_a_float64_computation(codegen):
+    x = (kiln.rand(5) + 0.5).half().requires_grad_()
+    xe = x.detach().clone().requires_grad_()
+    fn = lambda x: kiln.float_power(x, 0.5)  # noqa: E731
+    (g,) = kiln.autograd.grad(_compile(fn, codegen)(x).sum(), x)
+    (ge,) = kiln.autograd.grad(fn(xe).sum(), xe)
+    assert g.dtype is kiln.float16
+    np.testing.assert_allclose(g.float().numpy(), ge.float().numpy(), rtol=2e-3)
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_inplace_scan_keeps_the_input_dtype(codegen):
+    def fn(x):
+        y = x.clone()
+        return y.cumsum_(1)
+
+    x = kiln.randint(-5, 5, (3, 4), dtype=kiln.int32)
+    got = _compile(fn, codegen)(x)
+    assert got.dtype is kiln.int32
+    np.testing.assert_array_equal(got.numpy(), fn(x).numpy())
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_cummin_of_bools(codegen):
+    x = kiln.tensor([True, False, True, True, False, False, True])
+    got = _compile(lambda x: kiln.cummin(x, 0).values, codegen)(x)
+    np.testing.assert_array_equal(got.numpy(), kiln.cummin(x, 0).values.numpy())
