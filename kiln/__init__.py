@@ -62,11 +62,21 @@ from .autograd import (  # noqa: E402
     no_grad,
     set_grad_enabled,
 )
+from .autograd.anomaly import (  # noqa: E402,F401
+    is_anomaly_check_nan_enabled,
+    is_anomaly_enabled,
+    set_anomaly_enabled,
+)
 from . import ops  # noqa: E402
+from . import linalg  # noqa: E402
 from . import nn  # noqa: E402
 from . import optim, utils  # noqa: E402
+from . import func  # noqa: E402
+from .func import vmap  # noqa: E402,F401
 from . import cuda  # noqa: E402
+from . import testing  # noqa: E402
 from .serialization import load, save  # noqa: E402
+from .runtime.dtype_info import can_cast, finfo, iinfo  # noqa: E402
 from .ops.api import *  # noqa: E402,F401,F403
 from .ops import namespace as _namespace  # noqa: E402
 
@@ -79,6 +89,9 @@ short = int16
 
 globals().update(_namespace.public_functions())
 from . import backends, compiler, dynamo  # noqa: E402
+from . import special  # noqa: E402
+from . import return_types  # noqa: E402,F401
+from . import distributions  # noqa: E402
 from .dynamo import compile  # noqa: E402,A004
 
 # PyTorch code reaches the capture frontend as ``torch._dynamo`` (reset, explain, config)

@@ -165,6 +165,7 @@ def _emit(ctx, tx, body, line: int):
 
 
 def _prepare_all(cg: PyCodegen, values: list, side_effects) -> None:
+    side_effects.prune_dead_objects(values)
     for vt in values:
         cg.prepare(vt)
     for vt in side_effects.values():

@@ -65,6 +65,43 @@ class SideEffects:
     def store_cell(self, cell, value) -> None:
         self.cells[id(cell)] = (cell, value)
 
+    def prune_dead_objects(self, roots: list) -> None:
+        """Forget attribute writes on objects created during capture that nothing reachable
+        from ``roots`` (what the transformed code rebuilds) or from a replayed mutation refers
+        to: such objects never need to exist at run time."""
+        from .variables.base import VariableTracker
+        from .variables.misc import NewObjectVariable
+
+        fields: dict[int, list] = {}
+        for obj, _, value in self.attrs.values():
+            if isinstance(obj, NewObjectVariable):
+                fields.setdefault(id(obj), []).append(value)
+        if not fields:
+            return
+        stack = list(roots)
+        stack += [v for o, _, v in self.attrs.values() if not isinstance(o, NewObjectVariable)]
+        stack += [v for _, _, v in self.globals.values()] + [v for _, v in self.cells.values()]
+        stack += list(self.containers.values())
+        seen: set[int] = set()
+        while stack:
+            item = stack.pop()
+            if isinstance(item, (list, tuple, set, frozenset)):
+                stack.extend(item)
+                continue
+            if isinstance(item, dict):
+                stack.extend(item.values())
+                continue
+            if not isinstance(item, VariableTracker) or id(item) in seen:
+                continue
+            seen.add(id(item))
+            stack.extend(fields.get(id(item), ()))
+            stack.extend(vars(item).values())
+        self.attrs = {
+            key: entry
+            for key, entry in self.attrs.items()
+            if not isinstance(entry[0], NewObjectVariable) or id(entry[0]) in seen
+        }
+
     # ------------------------------------------------------------------ code generation
     def values(self) -> list:
         """Every variable the replay reads (prepared before any mutation runs)."""

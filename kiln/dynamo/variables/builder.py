@@ -44,7 +44,9 @@ _STATEFUL_KILN_NAMES = frozenset(
 )  # fmt: skip
 # kiln modules whose Python functions must be evaluated (not run on proxies): they take user
 # callables, hold user state, or are the capture machinery itself
-_INLINED_KILN_PREFIXES = ("kiln.nn.modules", "kiln.autograd", "kiln.utils", "kiln.optim")
+_INLINED_KILN_PREFIXES = (
+    "kiln.nn.modules", "kiln.autograd", "kiln.utils", "kiln.optim", "kiln.distributions",
+)  # fmt: skip
 
 
 def kiln_function_kind(fn: Any) -> str | None:

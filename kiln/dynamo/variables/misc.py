@@ -100,7 +100,45 @@ class ClassVariable(FixedObjectVariable):
             code = cls.__new__.__code__
             bound = bind_arguments(code, [], {}, [self, *args], kwargs)
             return NamedTupleVariable([bound[f] for f in cls._fields], cls)
+        if cls.__dict__.get("_kiln_fold_constructor") and all(
+            a.is_python_constant() for a in [*args, *kwargs.values()]
+        ):
+            # a pure function of constants (kiln.finfo(dtype)): built now, a constant
+            value = cls(
+                *[a.as_python_constant() for a in args],
+                **{k: v.as_python_constant() for k, v in kwargs.items()},
+            )
+            return tx.wrap(value, None)
+        if _constructible(cls):
+            obj = NewObjectVariable(object.__new__(cls))
+            init = inspect.getattr_static(cls, "__init__")
+            if isinstance(init, types.FunctionType):
+                tx.inline_call(UserFunctionVariable(init), [obj, *args], kwargs)
+            elif args or kwargs:
+                raise unsupported(
+                    "user_exception", f"TypeError: {cls.__name__}() takes no arguments"
+                )
+            return obj
         raise unsupported("unsupported_object", f"creating a {cls.__qualname__} object")
+
+
+def _constructible(cls: type) -> bool:
+    """Plain Python classes whose instances capture can build field by field: ``object.__new__``
+    then an inlined ``__init__`` whose attribute writes are tracked (see NewObjectVariable)."""
+    import abc
+
+    from ...nn.modules.module import Module
+    from ...runtime.tensor import Tensor
+
+    if type(cls) not in (type, abc.ABCMeta) or cls.__new__ is not object.__new__:
+        return False
+    if issubclass(cls, (Module, Tensor, BaseException)):
+        return False
+    for name in ("__setattr__", "__getattribute__", "__getattr__", "__delattr__"):
+        if getattr(cls, name, None) is not getattr(object, name, None):
+            return False
+    init = inspect.getattr_static(cls, "__init__", None)
+    return init is object.__init__ or isinstance(init, types.FunctionType)
 
 
 class ExceptionVariable(VariableTracker):
@@ -147,9 +185,24 @@ class SuperVariable(VariableTracker):
                 if bound is not None:
                     return bound
                 if klass is object:
+                    if name == "__init__":
+                        return _ObjectInitVariable()
                     break
                 return tx.wrap(attr, None)
         raise unsupported("unsupported_object", f"super().{name}")
+
+
+class _ObjectInitVariable(VariableTracker):
+    """``super().__init__()`` reaching ``object.__init__``: nothing to do."""
+
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        if args or kwargs:
+            raise unsupported(
+                "user_exception",
+                "TypeError: object.__init__() takes exactly one argument (the instance to "
+                "initialize)",
+            )
+        return ConstantVariable(None)
 
 
 class GradModeVariable(VariableTracker):
@@ -329,3 +382,43 @@ class UserObjectVariable(FixedObjectVariable):
 
     def __repr__(self) -> str:
         return f"UserObjectVariable({type(self.value).__name__})"
+
+
+class NewObjectVariable(UserObjectVariable):
+    """An instance of a plain class created by captured code (a distribution, a small config or
+    result object). ``value`` is a blank instance used only for its type; the fields live as
+    pending attribute writes. If the object outlives the graph (returned, stored somewhere,
+    live at a break) the transformed code rebuilds it with ``object.__new__`` and replays the
+    writes; otherwise it costs nothing at run time."""
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        pending = tx.output.side_effects.pending_attr(self, name)
+        if pending is not None:
+            return pending
+        cls = type(self.value)
+        try:
+            attr = inspect.getattr_static(cls, name)
+        except AttributeError:
+            raise missing_attribute(cls, name) from None
+        getter = getattr(type(attr), "__get__", None)
+        if isinstance(getter, types.FunctionType):
+            # a Python descriptor (a lazily computed attribute): evaluate its __get__ on this
+            # object's tracked state; running it on the blank instance would see no fields
+            descriptor = tx.wrap(attr, None)
+            return tx.inline_call(
+                UserFunctionVariable(getter), [descriptor, self, tx.wrap(cls, None)], {}
+            )
+        bound = bind_class_attribute(tx, self, attr, cls)
+        if bound is not None:
+            return bound
+        if isinstance(attr, types.MemberDescriptorType):  # a __slots__ field never written
+            raise unsupported("user_exception", f"AttributeError: {name}")
+        return tx.wrap(attr, None)
+
+    def reconstruct(self, cg) -> None:
+        cg.load_callable(object.__new__)
+        cg.load_const(type(self.value))
+        cg.call(1)
+
+    def __repr__(self) -> str:
+        return f"NewObjectVariable({type(self.value).__name__})"

@@ -253,10 +253,10 @@ def to_kiln_arg(vt: VariableTracker) -> Any:
         if any(type(k) is IdentityKey for k in vt.items):
             raise unsupported("unsupported_object", "passing a dict keyed by objects to kiln")
         return {k: to_kiln_arg(v) for k, v in vt.items.items()}
-    from .misc import KilnObjectVariable
+    from .base import FixedObjectVariable
 
-    if isinstance(vt, KilnObjectVariable):
-        return vt.value
+    if isinstance(vt, FixedObjectVariable) and vt.is_python_constant():
+        return vt.value  # a class, a function, a dtype-like constant object
     raise unsupported("unsupported_object", f"passing {vt} to a kiln function")
 
 

@@ -1,0 +1,210 @@
+"""``kl_divergence(p, q)``: closed forms registered per (type of p, type of q) pair with
+``register_kl``; the most specific registered pair (by method resolution order) wins."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import kiln
+
+from .continuous import Beta, Exponential, Gamma, Gumbel, Laplace, LogNormal, Normal, Uniform
+from .discrete import Bernoulli, Categorical, OneHotCategorical, Poisson
+from .multivariate import Dirichlet, Independent, MultivariateNormal, _batch_mahalanobis
+
+__all__ = ["kl_divergence", "register_kl"]
+
+_KL_REGISTRY: dict[tuple[type, type], Callable] = {}
+_KL_MEMO: dict[tuple[type, type], Callable | None] = {}
+_EULER = 0.57721566490153286060
+
+
+def register_kl(type_p: type, type_q: type):
+    """Decorator: ``@register_kl(Normal, Normal) def kl(p, q): ...``."""
+    if not isinstance(type_p, type) or not isinstance(type_q, type):
+        raise TypeError(
+            f"Expected type_p and type_q to be Distribution subclasses but got {type_p}, {type_q}"
+        )
+
+    def decorator(fn):
+        _KL_REGISTRY[type_p, type_q] = fn
+        _KL_MEMO.clear()
+        return fn
+
+    return decorator
+
+
+def _dispatch(type_p: type, type_q: type) -> Callable | None:
+    best, best_rank = None, None
+    for (super_p, super_q), fn in _KL_REGISTRY.items():
+        if issubclass(type_p, super_p) and issubclass(type_q, super_q):
+            rank = (type_p.__mro__.index(super_p), type_q.__mro__.index(super_q))
+            if best_rank is None or rank < best_rank:
+                best, best_rank = fn, rank
+    return best
+
+
+def _kl_function(type_p: type, type_q: type) -> Callable | None:
+    key = (type_p, type_q)
+    if key not in _KL_MEMO:
+        _KL_MEMO[key] = _dispatch(type_p, type_q)
+    return _KL_MEMO[key]
+
+
+# captured code calls the lookup at capture time on the two (constant) types instead of
+# evaluating the registry loop (kiln.compiler.allow_in_graph's marker)
+_kl_function._kiln_allow_in_graph = True
+
+
+def kl_divergence(p, q):
+    """KL(p || q), batched over the distributions' batch shape."""
+    fn = _kl_function(type(p), type(q))
+    if fn is None:
+        raise NotImplementedError(
+            f"No KL(p || q) is implemented for p type {type(p).__name__} and q type "
+            f"{type(q).__name__}"
+        )
+    return fn(p, q)
+
+
+def _infinite_where(mask, value):
+    return kiln.where(mask, math.inf, value)
+
+
+@register_kl(Normal, Normal)
+def _kl_normal_normal(p, q):
+    var_ratio = (p.scale / q.scale).pow(2)
+    t1 = ((p.loc - q.loc) / q.scale).pow(2)
+    return 0.5 * (var_ratio + t1 - 1 - var_ratio.log())
+
+
+@register_kl(LogNormal, LogNormal)
+def _kl_lognormal_lognormal(p, q):
+    return _kl_normal_normal(p, q)  # KL is invariant under the shared exp
+
+
+@register_kl(Bernoulli, Bernoulli)
+def _kl_bernoulli_bernoulli(p, q):
+    softplus = kiln.nn.functional.softplus
+    t1 = p.probs * (softplus(-q.logits) - softplus(-p.logits))
+    t1 = kiln.where(q.probs == 0, math.inf, t1)
+    t1 = kiln.where(p.probs == 0, 0.0, t1)
+    t2 = (1 - p.probs) * (softplus(q.logits) - softplus(p.logits))
+    t2 = kiln.where(q.probs == 1, math.inf, t2)
+    t2 = kiln.where(p.probs == 1, 0.0, t2)
+    return t1 + t2
+
+
+@register_kl(Categorical, Categorical)
+def _kl_categorical_categorical(p, q):
+    t = p.probs * (p.logits - q.logits)
+    t = kiln.where((q.probs == 0).expand_as(t), math.inf, t)
+    t = kiln.where((p.probs == 0).expand_as(t), 0.0, t)
+    return t.sum(-1)
+
+
+@register_kl(OneHotCategorical, OneHotCategorical)
+def _kl_onehot_onehot(p, q):
+    return _kl_categorical_categorical(p._categorical, q._categorical)
+
+
+@register_kl(Uniform, Uniform)
+def _kl_uniform_uniform(p, q):
+    result = ((q.high - q.low) / (p.high - p.low)).log()
+    return _infinite_where((q.low > p.low) | (q.high < p.high), result)
+
+
+@register_kl(Exponential, Exponential)
+def _kl_exponential_exponential(p, q):
+    rate_ratio = q.rate / p.rate
+    return -rate_ratio.log() + rate_ratio - 1
+
+
+@register_kl(Laplace, Laplace)
+def _kl_laplace_laplace(p, q):
+    scale_ratio = p.scale / q.scale
+    loc_abs_diff = (p.loc - q.loc).abs()
+    t1 = -scale_ratio.log()
+    t2 = loc_abs_diff / q.scale
+    t3 = scale_ratio * kiln.exp(-loc_abs_diff / p.scale)
+    return t1 + t2 + t3 - 1
+
+
+@register_kl(Gumbel, Gumbel)
+def _kl_gumbel_gumbel(p, q):
+    ct1 = p.scale / q.scale
+    ct2 = q.loc / q.scale
+    ct3 = p.loc / q.scale
+    t1 = -ct1.log() - ct2 + ct3
+    t2 = ct1 * _EULER
+    t3 = kiln.exp(ct2 + kiln.lgamma(1 + ct1) - ct3)
+    return t1 + t2 + t3 - (1 + _EULER)
+
+
+@register_kl(Gamma, Gamma)
+def _kl_gamma_gamma(p, q):
+    t1 = q.concentration * kiln.log(p.rate / q.rate)
+    t2 = kiln.lgamma(q.concentration) - kiln.lgamma(p.concentration)
+    t3 = (p.concentration - q.concentration) * kiln.digamma(p.concentration)
+    t4 = (q.rate - p.rate) * (p.concentration / p.rate)
+    return t1 + t2 + t3 + t4
+
+
+@register_kl(Beta, Beta)
+def _kl_beta_beta(p, q):
+    p1, p0, q1, q0 = p.concentration1, p.concentration0, q.concentration1, q.concentration0
+    sum_p, sum_q = p1 + p0, q1 + q0
+    t1 = kiln.lgamma(q1) + kiln.lgamma(q0) + kiln.lgamma(sum_p)
+    t2 = kiln.lgamma(p1) + kiln.lgamma(p0) + kiln.lgamma(sum_q)
+    t3 = (p1 - q1) * kiln.digamma(p1)
+    t4 = (p0 - q0) * kiln.digamma(p0)
+    t5 = (sum_q - sum_p) * kiln.digamma(sum_p)
+    return t1 - t2 + t3 + t4 + t5
+
+
+@register_kl(Dirichlet, Dirichlet)
+def _kl_dirichlet_dirichlet(p, q):
+    sum_p = p.concentration.sum(-1)
+    sum_q = q.concentration.sum(-1)
+    t1 = kiln.lgamma(sum_p) - kiln.lgamma(sum_q)
+    t2 = (kiln.lgamma(p.concentration) - kiln.lgamma(q.concentration)).sum(-1)
+    t3 = p.concentration - q.concentration
+    t4 = kiln.digamma(p.concentration) - kiln.digamma(sum_p).unsqueeze(-1)
+    return t1 - t2 + (t3 * t4).sum(-1)
+
+
+@register_kl(Poisson, Poisson)
+def _kl_poisson_poisson(p, q):
+    return p.rate * (p.rate.log() - q.rate.log()) - (p.rate - q.rate)
+
+
+@register_kl(MultivariateNormal, MultivariateNormal)
+def _kl_mvn_mvn(p, q):
+    if p.event_shape != q.event_shape:
+        raise ValueError(
+            "KL-divergence between two Multivariate Normals with different event shapes "
+            "cannot be computed"
+        )
+    p_L, q_L = p._unbroadcasted_scale_tril, q._unbroadcasted_scale_tril
+    half_term1 = q_L.diagonal(dim1=-2, dim2=-1).log().sum(-1) - p_L.diagonal(
+        dim1=-2, dim2=-1
+    ).log().sum(-1)
+    n = p.event_shape[0]
+    batch = kiln.broadcast_shapes(q_L.shape[:-2], p_L.shape[:-2])
+    q_full = q_L.expand(batch + (n, n))
+    p_full = p_L.expand(batch + (n, n))
+    solved = kiln.linalg.solve_triangular(q_full, p_full, upper=False)
+    term2 = solved.pow(2).sum((-2, -1))
+    term3 = _batch_mahalanobis(q_L, q.loc - p.loc)
+    return half_term1 + 0.5 * (term2 + term3 - n)
+
+
+@register_kl(Independent, Independent)
+def _kl_independent_independent(p, q):
+    if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
+        raise NotImplementedError
+    result = kl_divergence(p.base_dist, q.base_dist)
+    dims = p.reinterpreted_batch_ndims
+    if dims == 0:
+        return result
+    return result.reshape(result.shape[: result.dim() - dims] + (-1,)).sum(-1)

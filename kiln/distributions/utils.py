@@ -1,0 +1,88 @@
+"""Shared helpers: broadcasting parameters, probs <-> logits, the lazily computed parameter
+property, and samplers that need distributions numpy has but the Philox stream does not."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+import kiln
+from kiln.runtime.random import default_generator
+
+__all__ = [
+    "broadcast_all",
+    "clamp_probs",
+    "lazy_property",
+    "logits_to_probs",
+    "probs_to_logits",
+    "numpy_sample",
+]
+
+
+def broadcast_all(*values):
+    """Tensors broadcast to one shape; Python numbers become tensors of the tensors' dtype (the
+    default dtype when there are none)."""
+    tensors = [v for v in values if isinstance(v, kiln.Tensor)]
+    for v in values:
+        if not isinstance(v, (kiln.Tensor, numbers.Number)):
+            raise ValueError(
+                "Input arguments must all be instances of numbers.Number or Tensor, got "
+                f"{type(v).__name__}"
+            )
+    if tensors:
+        like = tensors[0]
+        dtype = like.dtype if like.dtype.is_floating_point else kiln.get_default_dtype()
+        values = [
+            v if isinstance(v, kiln.Tensor) else kiln.tensor(v, dtype=dtype, device=like.device)
+            for v in values
+        ]
+    else:
+        values = [kiln.tensor(float(v), dtype=kiln.get_default_dtype()) for v in values]
+    return kiln.broadcast_tensors(*values)
+
+
+def clamp_probs(probs):
+    eps = kiln.finfo(probs.dtype).eps
+    return probs.clamp(min=eps, max=1 - eps)
+
+
+def probs_to_logits(probs, is_binary: bool = False):
+    clamped = clamp_probs(probs)
+    if is_binary:
+        return kiln.log(clamped) - kiln.log1p(-clamped)
+    return kiln.log(clamped)
+
+
+def logits_to_probs(logits, is_binary: bool = False):
+    if is_binary:
+        return kiln.sigmoid(logits)
+    return kiln.softmax(logits, dim=-1)
+
+
+class lazy_property:  # noqa: N801 - named like the decorator it stands for
+    """Computed on first access and stored on the instance, so ``probs`` and ``logits`` can be
+    given either way round and the other derived only when asked for."""
+
+    def __init__(self, wrapped):
+        self.wrapped = wrapped
+        self.__doc__ = wrapped.__doc__
+        self.__name__ = wrapped.__name__
+
+    def __get__(self, instance, obj_type=None):
+        if instance is None:
+            return self
+        with kiln.enable_grad():
+            value = self.wrapped(instance)
+        setattr(instance, self.wrapped.__name__, value)
+        return value
+
+
+def numpy_sample(shape, dtype, device, draw):
+    """``draw(rng, shape)`` with a numpy generator keyed by the default generator's next
+    (seed, offset): reproducible under ``kiln.manual_seed`` like the other random ops."""
+    n = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+    seed, offset = default_generator.next_offset(max(n, 1))
+    rng = np.random.Generator(np.random.Philox(key=(seed << 64) | offset))
+    values = np.asarray(draw(rng, tuple(shape)))
+    return kiln.from_numpy(np.ascontiguousarray(values)).to(dtype=dtype, device=device)
