@@ -77,3 +77,27 @@ def test_cummin_of_bools(codegen):
     x = kiln.tensor([True, False, True, True, False, False, True])
     got = _compile(lambda x: kiln.cummin(x, 0).values, codegen)(x)
     np.testing.assert_array_equal(got.numpy(), kiln.cummin(x, 0).values.numpy())
+
+
+@pytest.mark.parametrize("n", [1000, 4096 + 77])
+def test_wide_vector_loops_with_several_math_calls(n):
+    """Loops with two or more vector-math calls per element run 4x wider vectors, then the normal
+    width, then scalars: every tail length, strided and broadcast reads, mixed dtypes."""
+    x = kiln.randn(n)
+    y = kiln.randn(3, n)[1]  # a row of a matrix: offset reads
+    z = kiln.randn(n, 2)[:, 0]  # strided reads (gathers)
+
+    def fn(x, y, z):
+        a = x.sin().exp() + y.tanh() * z.sigmoid()
+        mask = a > 1.0
+        return a, mask, (a * 100).to(kiln.int32), kiln.where(mask, x.cos(), z.log1p().abs())
+
+    expected = fn(x, y, z)
+    got = _compile(fn, "llvm")(x, y, z)
+    for g, e in zip(got, expected):
+        assert g.dtype is e.dtype
+        if e.dtype.is_floating_point:
+            np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=2e-6, atol=1e-6)
+        else:
+            # the int cast may differ where a value sits within rounding of an integer
+            assert (g.numpy() != e.numpy()).mean() < 0.01
