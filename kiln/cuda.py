@@ -6,6 +6,9 @@ never raises; the other functions raise a ``RuntimeError`` saying why when CUDA 
 
 from __future__ import annotations
 
+import sys as _sys
+
+from .amp.device_amp import namespace as _amp_namespace
 from .runtime import cuda as _cuda
 from .runtime import random as _random
 from .runtime.device import device as _device
@@ -23,7 +26,12 @@ __all__ = [
     "memory_allocated",
     "memory_reserved",
     "empty_cache",
+    "amp",
 ]
+
+# ``torch.cuda.amp.autocast`` / ``GradScaler``: deprecated spellings of ``kiln.amp``'s
+amp = _amp_namespace("cuda")
+_sys.modules[__name__ + ".amp"] = amp
 
 
 def is_available() -> bool:

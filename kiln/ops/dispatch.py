@@ -1,6 +1,7 @@
 """The one dispatch function every op call goes through.
 
 Order of concerns, outermost first:
+0. autocast: inside ``kiln.autocast``, an op with a cast policy gets its inputs cast first;
 1. composite ops (no kernel of their own) run their decomposition, unless a mode wants them whole;
 2. autograd: if grad mode is on and an input requires grad, run the op below autograd and record
    an ``OpBackward`` node on the outputs (in-place ops rebase history; see ``_inplace_autograd``);
@@ -22,9 +23,12 @@ __all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "Cop
 
 _grad_enabled = state.grad_enabled
 _mode_stack = state.mode_stack
+_autocast = state.autocast
 
 
 def dispatch(op, args: tuple):
+    if _autocast[0] is not None and op.name in _autocast[0].policies:
+        return _autocast[0].run(op, args)  # casts the arguments, then dispatches again
     if op.kernel is None and op.decomposition is not None:
         if not (_mode_stack and _mode_stack[-1].wants(op)) or _needs_composite_autograd(op, args):
             return op.decomposition(*args)

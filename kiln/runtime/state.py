@@ -7,9 +7,11 @@ global to the thread that runs the model; worker threads inherit the main thread
 
 from __future__ import annotations
 
-__all__ = ["grad_enabled", "inference_mode_enabled", "mode_stack"]
+__all__ = ["grad_enabled", "inference_mode_enabled", "mode_stack", "autocast"]
 
 grad_enabled = [True]
 inference_mode_enabled = [False]
 # dispatch modes (tracing, meta propagation, logging); the innermost is last
 mode_stack: list = []
+# the active autocast configuration (kiln.amp.autocast_mode._Config), None when autocast is off
+autocast: list = [None]
