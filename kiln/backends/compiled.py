@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from .registry import register_backend
 
-__all__ = ["aot_eager", "inductor"]
+__all__ = ["aot_eager", "cudagraphs", "inductor"]
 
 
 @register_backend("aot_eager")
@@ -20,6 +20,13 @@ def aot_eager(gm, example_inputs: list, options: dict | None = None) -> Callable
     from ..aot.backend import aot_eager as build
 
     return build(gm, example_inputs, options)
+
+
+@register_backend("cudagraphs")
+def cudagraphs(gm, example_inputs: list, options: dict | None = None) -> Callable:
+    """PyTorch's CUDA-graph backend: AOT autograd with eager kernels, replayed as one CUDA
+    graph. kiln runs it as ``"aot_eager"`` (PyTorch also skips the graphs for CPU tensors)."""
+    return aot_eager(gm, example_inputs, options)
 
 
 @register_backend("inductor")
