@@ -167,11 +167,13 @@ class OpBackward(Node):
         "needs_input_grad",
         "edge_positions",
         "out_meta",
+        "display_name",
     )
 
     def __init__(self, op, args: tuple, out, next_functions, edge_positions, needs_input_grad):
         super().__init__(next_functions)
         self.op = op
+        self.display_name = None  # set where PyTorch's name depends on the call (``x.t()``)
         self.edge_positions = edge_positions  # (arg position, index in list or -1) per edge
         self.needs_input_grad = needs_input_grad
         saves = op.saves_inputs
@@ -215,7 +217,18 @@ class OpBackward(Node):
             self.out_meta = tuple((o._shape, o._dtype) for o in out)
 
     def name(self) -> str:
-        return _camel(self.op.name) + "Backward0"
+        """PyTorch's node name (``MmBackward0``), as tensor reprs print it: an op may carry a
+        ``grad_fn_name`` string, or a function of the call's arguments choosing the overload."""
+        if self.display_name is not None:
+            return self.display_name
+        namer = getattr(self.op, "grad_fn_name", None)
+        if namer is None:
+            return _camel(self.op.name) + "Backward0"
+        if callable(namer):
+            return (
+                namer(self._args) if self._args is not None else _camel(self.op.name) + "Backward0"
+            )
+        return namer
 
     @property
     def args(self) -> tuple:
@@ -266,6 +279,8 @@ class OpBackward(Node):
     def release(self) -> None:
         self._released = True
         if self._versions or self.op.saves_output:
+            if callable(getattr(self.op, "grad_fn_name", None)):
+                self.display_name = self.name()  # the name may depend on the arguments
             self._args = None
             self._out = None
             self._versions = ()

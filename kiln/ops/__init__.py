@@ -21,6 +21,7 @@ from . import (  # noqa: F401
     gather_scatter,
     index_dim,
     indexing,
+    introspection,
     linalg,
     linalg_compat,
     linalg_decomp,

@@ -13,7 +13,7 @@ import numpy as np
 from ..runtime import dtypes as dt
 from ..runtime.device import as_device, cpu, meta
 from ..runtime.tensor import Tensor, make_fake, wrap_array
-from .registry import OPS
+from .registry import OPS, torch_function
 
 __all__ = [
     "tensor",
@@ -69,6 +69,10 @@ def _size(args) -> tuple:
 
 def _finish(t: Tensor, requires_grad: bool) -> Tensor:
     if requires_grad:
+        if not t._dtype.is_floating_point:
+            raise RuntimeError(
+                "Only Tensors of floating point and complex dtype can require gradients"
+            )
         t.requires_grad_(True)
     return t
 
@@ -76,59 +80,122 @@ def _finish(t: Tensor, requires_grad: bool) -> Tensor:
 # ------------------------------------------------------------------------------ from data
 
 
+def _is_sequence(x) -> bool:
+    return isinstance(x, (list, tuple, range, np.ndarray))
+
+
+_PLAIN_NUMBERS = frozenset((bool, int, float))
+
+
+def _plain_leaf_types(data) -> set | None:
+    """The leaf types of nested lists/tuples of Python numbers (C-speed ``map(type, ...)`` per
+    innermost list), or None if anything else is inside: the fast path of ``kiln.tensor``."""
+    types = set(map(type, data))
+    if types <= _PLAIN_NUMBERS:
+        return types
+    if not types <= {list, tuple}:
+        return None
+    leaves = set()
+    for item in data:
+        inner = _plain_leaf_types(item)
+        if inner is None:
+            return None
+        leaves |= inner
+    return leaves
+
+
 def _infer_dtype(data) -> dt.dtype:
-    """PyTorch's inference: any float -> default float; else any int -> int64; else bool."""
-    kinds = set()
+    """PyTorch's inference: each leaf has a dtype (Python float: the default dtype, int: int64,
+    bool: bool, numpy scalars, arrays and tensors: their own) and a sequence promotes its items."""
+    if isinstance(data, (list, tuple)):
+        leaves = _plain_leaf_types(data)
+        if leaves is not None:
+            if float in leaves or not leaves:
+                return dt.get_default_dtype()
+            return dt.int64 if int in leaves else dt.bool_
+    return _infer_leaf_dtype(data)
 
-    def walk(x):
-        if isinstance(x, Tensor):
-            kinds.add(x._dtype)
-        elif isinstance(x, bool | np.bool_):
-            kinds.add("bool")
-        elif isinstance(x, numbers.Integral):
-            kinds.add("int")
-        elif isinstance(x, numbers.Real):
-            kinds.add("float")
-        elif isinstance(x, np.ndarray):
-            kinds.add(dt.from_numpy_dtype(x.dtype))
-        elif isinstance(x, (list, tuple)):
-            for v in x:
-                walk(v)
-        elif isinstance(x, complex):
-            raise TypeError("kiln does not support complex tensors")
-        else:
-            raise TypeError(f"Could not infer dtype of {type(x).__name__}")
 
-    walk(data)
-    if not kinds:
-        return dt.get_default_dtype()
-    tensor_dtypes = [k for k in kinds if isinstance(k, dt.dtype)]
-    if tensor_dtypes and len(kinds) == len(tensor_dtypes):
-        out = tensor_dtypes[0]
-        for d in tensor_dtypes[1:]:
-            out = dt.promote_types(out, d)
-        return out
-    if "float" in kinds or any(isinstance(k, dt.dtype) and k.is_floating_point for k in kinds):
-        return dt.get_default_dtype()
-    if "int" in kinds or any(isinstance(k, dt.dtype) and k.category == 1 for k in kinds):
+def _infer_leaf_dtype(data) -> dt.dtype:
+    if isinstance(data, Tensor):
+        return data._dtype
+    if isinstance(data, np.ndarray):
+        return dt.from_numpy_dtype(data.dtype)
+    if isinstance(data, (bool, np.bool_)):
+        return dt.bool_
+    if isinstance(data, np.generic):
+        return dt.from_numpy_dtype(data.dtype)
+    if isinstance(data, numbers.Integral):
         return dt.int64
-    return dt.bool_
+    if isinstance(data, numbers.Real):
+        return dt.get_default_dtype()
+    if isinstance(data, (list, tuple, range)):
+        out = None
+        for item in data:
+            d = _infer_leaf_dtype(item)
+            out = d if out is None else dt.promote_types(out, d)
+        return dt.get_default_dtype() if out is None else out
+    if isinstance(data, complex):
+        raise TypeError("kiln does not support complex tensors")
+    if isinstance(data, (str, bytes)):
+        raise TypeError(f"new(): invalid data type '{type(data).__name__}'")
+    raise RuntimeError(f"Could not infer dtype of {type(data).__name__}")
 
 
-def _to_nested_numpy(data):
+def _scalars_for_tensors(data):
+    """Tensors inside a sequence are scalars to PyTorch: one-element ones give their value."""
+    if isinstance(data, Tensor):
+        if data.numel() != 1:
+            raise ValueError("only one element tensors can be converted to Python scalars")
+        return data.item()
+    if isinstance(data, (list, tuple)):
+        return [_scalars_for_tensors(v) for v in data]
+    return data
+
+
+def _sequence_sizes(data) -> list[int]:
+    """The shape PyTorch reads off the first element at each depth."""
+    sizes = []
+    while _is_sequence(data):
+        sizes.append(len(data))
+        if not len(data):
+            break
+        data = data[0]
+    return sizes
+
+
+def _check_nested(data, sizes, depth=0) -> None:
+    """Raise PyTorch's error for the first element that does not fit ``sizes``."""
+    if depth == len(sizes):
+        if _is_sequence(data):
+            raise TypeError(f"'{type(data).__name__}' object cannot be interpreted as a number")
+        return
+    if not _is_sequence(data):
+        raise TypeError("not a sequence")
+    if len(data) != sizes[depth]:
+        raise ValueError(
+            f"expected sequence of length {sizes[depth]} at dim {depth} (got {len(data)})"
+        )
+    for item in data:
+        _check_nested(item, sizes, depth + 1)
+
+
+def _to_nested_numpy(data) -> np.ndarray:
     if isinstance(data, Tensor):
         return data.detach()._read_numpy("convert")
+    if isinstance(data, range):
+        return np.arange(data.start, data.stop, data.step, dtype=np.int64)
     if isinstance(data, (list, tuple)):
-        items = [_to_nested_numpy(v) for v in data]
-        if not items:
-            return np.zeros((0,), np.float64)
-        shapes = {np.shape(v) for v in items}
-        if len(shapes) > 1:
-            raise ValueError(
-                f"expected sequence of length {len(items[0]) if np.ndim(items[0]) else 0} at dim 1 "
-                f"(got a ragged nested sequence with element shapes {sorted(shapes)})"
-            )
-        return np.stack([np.asarray(v) for v in items])
+        if _plain_leaf_types(data) is None:
+            data = _scalars_for_tensors(data)
+        try:
+            arr = np.array(data)
+        except ValueError:
+            arr = None
+        if arr is None or arr.dtype == object:
+            _check_nested(data, _sequence_sizes(data))
+            raise ValueError("Overflow when unpacking long long")
+        return arr
     return np.asarray(data)
 
 
@@ -187,7 +254,7 @@ def from_numpy(array: np.ndarray) -> Tensor:
         raise ValueError(
             "At least one stride in the given numpy array is negative, and tensors with negative "
             "strides are not currently supported. (You can probably work around this by making a "
-            "copy of your array  with array.copy().)"
+            "copy of your array  with array.copy().) "
         )
     if any(s % array.itemsize for s in array.strides):
         array = array.copy()
@@ -320,6 +387,25 @@ def arange(
     if end is None:
         start, end = 0, start
     return _finish(OPS["arange"](start, end, step, dtype=dtype, device=device), requires_grad)
+
+
+@torch_function("range")
+def _range_inclusive(
+    start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False, out=None
+) -> Tensor:
+    """Deprecated ``torch.range``: like ``arange`` but including ``end``, default float dtype."""
+    if end is None:
+        start, end = 0, start
+    values = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
+    start, end, step = values
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
+    if (end - start) * step < 0:
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
+    count = int((end - start) / step) + 1
+    d = dtype or dt.get_default_dtype()
+    steps = OPS["arange"](0, count, 1, dtype=dt.float64, device=device)
+    return _finish((steps * step + start).to(d), requires_grad)
 
 
 def linspace(

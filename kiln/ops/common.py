@@ -57,9 +57,9 @@ def result_dtype(*operands) -> dt.dtype:
             (dims if o._shape else zeros).append(o._dtype)
         elif o is not None:
             if isinstance(o, _np_generic):
-                zeros.append(dt.from_numpy_dtype(o.dtype))
-            else:
-                scalars.append(dt.dtype_of_python_scalar(o))
+                # PyTorch reads numpy scalars as Python numbers (np.bool_ as a float)
+                o = o.item() if isinstance(o, np.integer) else float(o)
+            scalars.append(dt.dtype_of_python_scalar(o))
     return dt.result_type_of(dims, zeros, scalars)
 
 
@@ -87,7 +87,9 @@ def broadcast_shapes(*shapes) -> tuple:
     out = [1] * ndim
     for s in shapes:
         off = ndim - len(s)
-        for i, size in enumerate(s):
+        # right to left, naming the output dim, so the message is PyTorch's word for word
+        for i in range(len(s) - 1, -1, -1):
+            size = s[i]
             j = off + i
             cur = out[j]
             if size == cur or size == 1:
@@ -97,8 +99,7 @@ def broadcast_shapes(*shapes) -> tuple:
             else:
                 raise RuntimeError(
                     f"The size of tensor a ({cur}) must match the size of tensor b ({size}) at "
-                    f"non-singleton dimension {i}; shapes {' and '.join(str(list(x)) for x in shapes)} "
-                    "cannot be broadcast together"
+                    f"non-singleton dimension {j}"
                 )
     return tuple(out)
 

@@ -19,6 +19,7 @@ import numpy as np
 from ..runtime import dtypes as dt
 from .api import tensor
 from .common import Tensor, compute_np_dtype, fake, wrap
+from .reductions import c_type_name, torch_type_name
 from .registry import OPS, defop
 
 __all__ = ["conv_output_size", "pool_output_size"]
@@ -133,8 +134,15 @@ def _conv_geometry(x, w, b, stride, padding, dilation, transposed, output_paddin
             f"Given weight of size {list(w.shape)}, expected bias to be 1-dimensional with "
             f"{out_channels} elements, but got bias of size {list(b.shape)} instead"
         )
+    if b is not None and x.dtype is not b.dtype:
+        raise RuntimeError(
+            f"Input type ({c_type_name(x.dtype)}) and bias type ({c_type_name(b.dtype)}) should "
+            "be the same"
+        )
     if x.dtype is not w.dtype:
-        raise RuntimeError(f"Input type ({x.dtype}) and weight type ({w.dtype}) should be the same")
+        raise RuntimeError(
+            f"expected scalar type {torch_type_name(x.dtype)} but found {torch_type_name(w.dtype)}"
+        )
     return (x.shape[0], out_channels) + tuple(out)
 
 
@@ -219,9 +227,9 @@ def _conv_transpose_np(a, w, stride, padding, dilation, groups, out_spatial):
 
 @convolution.register_kernel
 def _convolution_kernel(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    shape = _conv_geometry(x, w, b, stride, padding, dilation, transposed, output_padding, groups)
     if not x._dtype.is_floating_point:
         raise NotImplementedError(f"\"convolution\" not implemented for '{x._dtype.name}'")
-    shape = _conv_geometry(x, w, b, stride, padding, dilation, transposed, output_padding, groups)
     cd = compute_np_dtype(x._dtype)
     a = x._data.astype(cd, copy=False)
     wa = w._data.astype(cd, copy=False)

@@ -8,13 +8,14 @@ are the stateless prims that compiled graphs use with explicit seed and offset.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
 from ..runtime import dtypes as dt
 from ..runtime import random as rng
 from ..runtime.device import as_device, cpu, meta
-from ..runtime.storage import empty_array
+from ..runtime.storage import empty_array, writable_target
 from ..runtime.tensor import contiguous_strides, make_fake, wrap_array
 from .common import (
     Device,
@@ -23,6 +24,7 @@ from .common import (
     Scalar,
     Tensor,
     TensorOrScalar,
+    broadcast_shapes,
     dense_strides_like,
     fake,
     wrap,
@@ -175,12 +177,11 @@ def _arange_geometry(start, end, step, dtype):
     if step == 0:
         raise RuntimeError("step must be nonzero")
     if dtype is None:
-        dtype = dt.get_default_dtype() if any(isinstance(v, float) for v in vals) else dt.int64
+        integral = all(isinstance(v, numbers.Integral) for v in vals)
+        dtype = dt.int64 if integral else dt.get_default_dtype()
     n = math.ceil((end - start) / step)
     if n < 0 or (step > 0 and start > end) or (step < 0 and start < end):
-        raise RuntimeError(
-            f"upper bound and larger bound inconsistent with step sign (start={start}, end={end}, step={step})"
-        )
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
     return start, end, step, dtype, max(int(n), 0)
 
 
@@ -583,21 +584,18 @@ def _copy_kernel(x, src, non_blocking):
             try:
                 s = np.broadcast_to(s, x._shape)
             except ValueError:
+                shape = broadcast_shapes(x._shape, src._shape)  # raises PyTorch's message
                 raise RuntimeError(
-                    f"The size of tensor a ({list(x._shape)}) must match the size of tensor b "
-                    f"({list(src._shape)}): copy_ source does not broadcast to the destination"
+                    f"output with shape {list(x._shape)} doesn't match the broadcast shape "
+                    f"{list(shape)}"
                 ) from None
-        if x._data.flags.writeable is False:
-            raise RuntimeError(
-                "unsupported operation: more than one element of the written-to tensor refers to a "
-                "single memory location. Please clone() the tensor before performing the operation."
-            )
+        target = writable_target(x._data)
         if src._dtype.is_floating_point and not x._dtype.is_floating_point:
             with np.errstate(invalid="ignore"):
                 s = np.trunc(s)
-        np.copyto(x._data, s, casting="unsafe")
+        np.copyto(target, s, casting="unsafe")
     else:
-        x._data[...] = src
+        writable_target(x._data)[...] = src
     return x
 
 

@@ -14,8 +14,10 @@ import numbers
 import numpy as np
 
 from ..runtime import dtypes as dt
+from ..runtime.storage import writable_target
 from .common import Tensor, broadcast_shapes, fake, wrap
 from .registry import OPS, defop
+from .views import expand_shape
 
 __all__ = ["getitem", "setitem", "DataDependentOutputError"]
 
@@ -189,12 +191,7 @@ index_put.register_derivative(_index_put_grad, save_inputs=(1,))
 def _index_put_inplace_kernel(x, indices, values, accumulate):
     """``index_put_`` writes straight into ``x``'s buffer (no copy of the whole tensor)."""
     v = _put_values(x, indices, values)
-    target = x._data
-    if not target.flags.writeable:
-        raise RuntimeError(
-            "unsupported operation: more than one element of the written-to tensor refers to a "
-            "single memory location. Please clone() the tensor before performing the operation."
-        )
+    target = writable_target(x._data)
     _assign(target, _np_indices(indices), v, accumulate)
     return x
 
@@ -368,7 +365,9 @@ def _apply_basic(x: Tensor, items: list):
         elif isinstance(item, slice):
             step = _slice_int(item.step)
             step = 1 if step is None else step
-            if step <= 0:
+            if step == 0:
+                raise ValueError("slice step cannot be zero")
+            if step < 0:
                 raise ValueError("step must be greater than zero")
             start, stop = _slice_int(item.start), _slice_int(item.stop)
             if not (start is None and stop is None and step == 1):
@@ -455,6 +454,8 @@ def setitem(x: Tensor, index, value) -> None:
     if isinstance(value, Tensor):
         value = _strip_leading_ones(value)
     if not advanced:
+        if isinstance(value, Tensor) and value._shape != out._shape:
+            expand_shape(value._shape, out._shape)  # PyTorch's expand error, not copy_'s
         OPS["copy_"](out, value)
         return
     if not isinstance(value, Tensor):

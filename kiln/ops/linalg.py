@@ -169,11 +169,25 @@ def matmul_shape(sa, sb):
     a2 = (1,) + tuple(sa) if len(sa) == 1 else tuple(sa)
     b2 = tuple(sb) + (1,) if len(sb) == 1 else tuple(sb)
     if a2[-1] != b2[-2]:
+        if len(sa) >= 2 and len(sb) == 1:  # PyTorch folds a batch into the rows of mat
+            rows = math.prod(sa[:-1])
+            raise RuntimeError(
+                f"size mismatch, got input ({rows}), mat ({rows}x{sa[-1]}), vec ({sb[0]})"
+            )
+        if len(sa) <= 2 and len(sb) <= 2:
+            raise RuntimeError(
+                f"mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, a2[-2:]))} and "
+                f"{'x'.join(map(str, b2[-2:]))})"
+            )
+        if len(sa) > 2 and len(sb) <= 2:  # PyTorch folds the batch into the rows of mat1
+            raise RuntimeError(
+                f"mat1 and mat2 shapes cannot be multiplied ({math.prod(sa[:-1])}x{sa[-1]} and "
+                f"{'x'.join(map(str, b2[-2:]))})"
+            )
+        batch_numel = math.prod(broadcast_shapes(a2[:-2], b2[:-2]))
         raise RuntimeError(
-            f"mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, a2[-2:]))} and {'x'.join(map(str, b2[-2:]))})"
-            if len(sa) <= 2 and len(sb) <= 2
-            else f"Expected size for first two dimensions of batch2 tensor to be: [{b2[-2]}] but got: [{a2[-1]}]; "
-            f"matmul shapes {list(sa)} and {list(sb)} are not compatible"
+            f"Expected size for first two dimensions of batch2 tensor to be: [{batch_numel}, "
+            f"{a2[-1]}] but got: [{batch_numel}, {b2[-2]}]."
         )
     batch = broadcast_shapes(a2[:-2], b2[:-2])
     out = batch + (a2[-2], b2[-1])

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from ..amp.autocast_mode import autocast_policy
 from ..runtime import dtypes as dt
 from . import linalg_decomp as dec
 from . import linalg_lu as lu_ops
@@ -393,6 +394,7 @@ def cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:
     return _cross(input, other, dim)
 
 
+@autocast_policy("linalg_vecdot")
 def vecdot(x: Tensor, y: Tensor, *, dim: int = -1) -> Tensor:
     """Dot products along ``dim`` of broadcast ``x`` and ``y``."""
     if not x.dtype.is_floating_point:

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..runtime import dtypes as dt
 from .common import Tensor, broadcast_shapes, compute_np_dtype, fake, result_dtype, wrap
+from .reductions import float_sum, torch_type_name
 from .registry import OPS, defop
 
 __all__ = ["check_reduction", "reduce_loss"]
@@ -37,6 +38,10 @@ def reduce_loss(loss: Tensor, reduction: str) -> Tensor:
 
 
 def _np_reduce(a: np.ndarray, reduction: str) -> np.ndarray:
+    if a.dtype == np.float32 and a.size and reduction in ("mean", "sum"):
+        # the sum PyTorch computes (its mean is that sum divided by the count)
+        total = float_sum(a, tuple(range(a.ndim)))
+        return np.asarray(total / a.size if reduction == "mean" else total, dtype=a.dtype)
     if reduction == "mean":
         return np.asarray(a.mean() if a.size else np.nan, dtype=a.dtype)
     if reduction == "sum":
@@ -66,7 +71,7 @@ def _nll_geometry(x, target, weight):
     """(class dim, number of classes) after PyTorch's argument checks."""
     if target._dtype not in (dt.int64, dt.uint8):
         raise RuntimeError(
-            f"expected target dtype to be Long or Byte, but got {target._dtype.name.capitalize()}"
+            f"expected target dtype to be Long or Byte, but got {torch_type_name(target._dtype)}"
         )
     if x.ndim == 0:
         raise ValueError("Expected 1 or more dimensions (got 0)")

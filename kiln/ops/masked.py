@@ -206,7 +206,13 @@ def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Te
             f"dimensions, but got {input.ndim} dimensions for input, and {indices.ndim} "
             "dimensions for indices"
         )
-    shape = list(broadcast_shapes(tuple(input.shape), tuple(indices.shape)))
+    # every dim but ``dim`` broadcasts
+    shape = list(
+        broadcast_shapes(
+            tuple(1 if i == d else n for i, n in enumerate(input.shape)),
+            tuple(1 if i == d else n for i, n in enumerate(indices.shape)),
+        )
+    )
     src_shape, idx_shape = list(shape), list(shape)
     src_shape[d], idx_shape[d] = input.shape[d], indices.shape[d]
     return gather(input.expand(src_shape), d, indices.expand(idx_shape))

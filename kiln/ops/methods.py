@@ -12,11 +12,13 @@ import builtins
 import numpy as np
 
 from ..runtime import dtypes as dt
+from ..runtime import state
 from ..runtime.device import as_device, device
+from ..runtime.storage import writable_target
 from ..runtime.tensor import Tensor
 from . import api
 from .dispatch import dispatch
-from .registry import METHODS, OPS, Op
+from .registry import METHODS, OPS, Op, torch_function
 
 __all__ = ["install"]
 
@@ -120,19 +122,48 @@ def _write_result(op, self: Tensor, result: Tensor) -> None:
     if result._shape != self._shape:
         raise RuntimeError(
             f"output with shape {list(self._shape)} doesn't match the broadcast shape "
-            f"{list(result._shape)} (in-place {op.name})"
+            f"{list(result._shape)}"
         )
     if not dt.can_cast(result._dtype, self._dtype):
+        from .reductions import torch_type_name
+
         raise RuntimeError(
-            f"result type {result._dtype.name.capitalize()} can't be cast to the desired output "
-            f"type {self._dtype.name.capitalize()} (in-place {op.name})"
+            f"result type {torch_type_name(result._dtype)} can't be cast to the desired output "
+            f"type {torch_type_name(self._dtype)}"
         )
-    if not self._data.flags.writeable:
+    # fill_ writes one value, so PyTorch lets it write through expanded (stride-0) dimensions
+    target = writable_target(self._data, allow_overlap=op.name == "fill_")
+    np.copyto(target, result._data, casting="unsafe")
+
+
+def call_with_out(op: Op, args: tuple, kwargs: dict):
+    """An op called with ``out=``: the result is written into ``out`` (a tensor, or a tuple for
+    multi-output ops), which is resized when its shape differs, as PyTorch does."""
+    out = kwargs.pop("out")
+    if out is None:
+        return op(*args, **kwargs)
+    if state.grad_enabled[0] and any(
+        isinstance(a, Tensor) and a._requires_grad for a in (*args, *kwargs.values())
+    ):
         raise RuntimeError(
-            "unsupported operation: more than one element of the written-to tensor refers to a "
-            "single memory location. Please clone() the tensor before performing the operation."
+            f"{op.name}(): functions with out=... arguments don't support automatic "
+            "differentiation, but one of the arguments requires grad."
         )
-    np.copyto(self._data, result._data, casting="unsafe")
+    result = op(*args, **kwargs)
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    results = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+    for target, value in zip(outs, results, strict=True):
+        if not dt.can_cast(value._dtype, target._dtype):
+            from .reductions import torch_type_name
+
+            raise RuntimeError(
+                f"result type {torch_type_name(value._dtype)} can't be cast to the desired "
+                f"output type {torch_type_name(target._dtype)}"
+            )
+        if target._shape != value._shape:
+            target.resize_(value._shape)
+        OPS["copy_"](target, value)
+    return out
 
 
 # ------------------------------------------------------------------------------ written-out methods
@@ -293,23 +324,33 @@ def _numpy(self, force=False):
 
 
 def _bool(self):
-    if self.numel() != 1:
-        raise RuntimeError(
-            f"Boolean value of Tensor with more than one value is ambiguous (shape {list(self._shape)})"
-        )
+    n = self.numel()
+    if n != 1:
+        amount = "no values" if n == 0 else "more than one value"
+        raise RuntimeError(f"Boolean value of Tensor with {amount} is ambiguous")
     return builtins.bool(self.item())
 
 
 def _float(self):
     if self.numel() != 1:
-        raise TypeError("only one element tensors can be converted to Python scalars")
+        raise ValueError("only one element tensors can be converted to Python scalars")
     return builtins.float(self.item())
 
 
 def _int(self):
     if self.numel() != 1:
-        raise TypeError("only one element tensors can be converted to Python scalars")
+        raise ValueError("only one element tensors can be converted to Python scalars")
     return builtins.int(self.item())
+
+
+def _contains(self, element):
+    """``x in t``: whether any element equals ``x`` (PyTorch's meaning, not row membership)."""
+    if not isinstance(element, (Tensor, builtins.int, builtins.float, builtins.bool, np.generic)):
+        raise RuntimeError(
+            "Tensor.__contains__ only supports Tensor or scalar, but you passed in a "
+            f"{type(element)}."
+        )
+    return builtins.bool(OPS["eq"](self, element).any().item())
 
 
 def _index(self):
@@ -331,7 +372,7 @@ def _size_eq(self, other):
 def _t(self):
     if self.ndim > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
-    return self if self.ndim < 2 else OPS["permute"](self, (1, 0))
+    return OPS["permute"](self, (1, 0) if self.ndim == 2 else tuple(range(self.ndim)))
 
 
 def _T(self):  # noqa: N802
@@ -499,6 +540,12 @@ def _rsub(self, other):
     return OPS["sub"](other, self)
 
 
+@torch_function("rsub")
+def _rsub_function(input, other, *, alpha=1):  # noqa: A002
+    """``kiln.rsub(input, other, alpha)``: ``other - alpha * input``."""
+    return OPS["sub"](other, input, alpha=alpha)
+
+
 def _rtruediv(self, other):
     return OPS["div"](other, self)
 
@@ -522,6 +569,10 @@ def _rmatmul(self, other):
 def _invert(self):
     if self._dtype is dt.bool_:
         return OPS["logical_not"](self)
+    if self._dtype.is_floating_point:
+        raise TypeError(
+            "~ (operator.invert) is only implemented on integer and Boolean-type tensors"
+        )
     return OPS["bitwise_not"](self)
 
 
@@ -644,6 +695,9 @@ def install() -> None:
     T.__rxor__ = _binary_dunder(OPS["bitwise_xor"], reverse=True)
     T.__lshift__ = _binary_dunder(OPS["bitwise_left_shift"])
     T.__rshift__ = _binary_dunder(OPS["bitwise_right_shift"])
+    T.__rlshift__ = _binary_dunder(OPS["bitwise_left_shift"], reverse=True)
+    T.__rrshift__ = _binary_dunder(OPS["bitwise_right_shift"], reverse=True)
+    T.__contains__ = _contains
     T.__neg__ = _method_of(OPS["neg"])
     T.__pos__ = lambda self: self
     T.__abs__ = _method_of(OPS["abs"])
@@ -673,3 +727,6 @@ def install() -> None:
     for name, op in OPS.items():
         if op.param_names[:1] == ("self",) and not name.startswith("_") and not hasattr(T, name):
             setattr(T, name, _method_of(op))
+    from .grad_fn_names import install as install_grad_fn_names
+
+    install_grad_fn_names()

@@ -15,6 +15,7 @@ import itertools
 
 import numpy as np
 
+from ..amp.autocast_mode import autocast_policy
 from ..runtime import dtypes as dt
 from .api import tensor
 from .cat_split import cat, stack, tensor_split
@@ -378,6 +379,7 @@ def _check_distance_p(name: str, p: float) -> None:
 
 
 @torch_function()
+@autocast_policy("cdist")
 def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str | None = None) -> Tensor:
     """p-norm distances between the rows of ``x1`` (..., P, M) and of ``x2`` (..., R, M):
     (..., P, R), batch dims broadcast. ``compute_mode`` is accepted and ignored (kiln always

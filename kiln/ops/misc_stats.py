@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 
+from ..amp.autocast_mode import autocast_policy
 from ..runtime import dtypes as dt
 from .common import Tensor, TensorOrScalar, fake, wrap, wrap_dim
 from .creation import arange, full
@@ -250,6 +251,7 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan: bool) -> Tensor
 
 @torch_function()
 @tensor_method()
+@autocast_policy("quantile")
 def quantile(
     input: Tensor,
     q: float | Tensor,
@@ -265,6 +267,7 @@ def quantile(
 
 @torch_function()
 @tensor_method()
+@autocast_policy("nanquantile")
 def nanquantile(
     input: Tensor,
     q: float | Tensor,

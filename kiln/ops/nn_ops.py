@@ -17,6 +17,7 @@ import numpy as np
 
 from ..runtime import dtypes as dt
 from .common import DType, Tensor, broadcast_shapes, compute_np_dtype, fake, wrap, wrap_dim
+from .reductions import c_type_name, float_sum, torch_type_name
 from .registry import OPS, defop
 
 __all__ = ["compute_array", "require_float", "upcast_half", "softmax_dim"]
@@ -73,11 +74,12 @@ def _np_softmax(a: np.ndarray, axis: int, log: bool) -> np.ndarray:
     if a.size == 0:
         return a.copy()
     out = a - a.max(axis=axis, keepdims=True)
+    # sums through ``float_sum``, as the decomposition's ``sum`` ops: compiled code matches eager
     if log:
-        out -= np.log(np.exp(out).sum(axis=axis, keepdims=True))
+        out -= np.log(float_sum(np.exp(out), (axis,), out.dtype.type, True))
     else:
         np.exp(out, out=out)
-        out /= out.sum(axis=axis, keepdims=True)
+        out /= float_sum(out, (axis,), out.dtype.type, True)
     return out
 
 
@@ -146,10 +148,21 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None): ...
 
 
 def _linear_check(x, w, b):
-    if x._dtype is not w._dtype or (b is not None and b._dtype is not x._dtype):
-        other = w._dtype if x._dtype is not w._dtype else b._dtype
+    # PyTorch words the error by the kernel it reaches: addmm with a bias, matmul without
+    if b is not None and x._dtype is not w._dtype:
         raise RuntimeError(
-            f"expected m1 and m2 to have the same dtype, but got: {x._dtype.name} != {other.name}"
+            "mat1 and mat2 must have the same dtype, but got "
+            f"{torch_type_name(x._dtype)} and {torch_type_name(w._dtype)}"
+        )
+    if b is not None and b._dtype is not w._dtype:
+        raise RuntimeError(
+            "self and mat2 must have the same dtype, but got "
+            f"{torch_type_name(b._dtype)} and {torch_type_name(w._dtype)}"
+        )
+    if x._dtype is not w._dtype:
+        raise RuntimeError(
+            "expected m1 and m2 to have the same dtype, but got: "
+            f"{c_type_name(x._dtype)} != {c_type_name(w._dtype)}"
         )
     if w.ndim == 1 and b is not None:
         raise RuntimeError("mat2 must be a matrix, got 1-D tensor")

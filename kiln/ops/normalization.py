@@ -8,11 +8,14 @@ derivatives. ``_native_batch_norm`` has no side effects: it returns the batch st
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..runtime import dtypes as dt
 from .common import Tensor, compute_np_dtype, fake, wrap
 from .nn_ops import compute_array, require_float, upcast_half
+from .reductions import float_sum
 from .registry import defop
 
 __all__: list[str] = []
@@ -45,10 +48,17 @@ def layer_norm(
 ): ...
 
 
+def _np_mean(a, axes):
+    """The mean over ``axes`` (kept) through ``float_sum``, as the decompositions' ``mean`` ops
+    compute it: compiled code then rounds like eager."""
+    axes = tuple(sorted(ax % a.ndim for ax in axes))
+    return float_sum(a, axes, a.dtype.type, True) / math.prod(a.shape[ax] for ax in axes)
+
+
 def _np_normalize(a, axes, eps):
     """(a - mean) * rstd over ``axes`` (biased variance), computed in place where possible."""
-    xc = a - a.mean(axis=axes, keepdims=True)
-    var = np.mean(np.square(xc), axis=axes, keepdims=True)
+    xc = a - _np_mean(a, axes)
+    var = _np_mean(np.square(xc), axes)
     xc *= 1.0 / np.sqrt(var + eps)
     return xc
 
@@ -137,7 +147,7 @@ def _rms_norm_kernel(x, normalized_shape, weight, eps):
     require_float("rms_norm", x)
     _, axes = _check_norm_shape(x, normalized_shape, weight, None)
     a = compute_array(x)
-    y = a * (1.0 / np.sqrt(np.mean(np.square(a), axis=axes, keepdims=True) + _rms_eps(x, eps)))
+    y = a * (1.0 / np.sqrt(_np_mean(np.square(a), axes) + _rms_eps(x, eps)))
     if weight is not None:
         y *= weight._data
     return wrap(y, x._dtype)
@@ -287,16 +297,14 @@ def _bn_geometry(x, weight, bias, running_mean, running_var, training):
             f"expected 2D or more input (got {x.ndim}D input of shape {list(x._shape)})"
         )
     c = x._shape[1]
-    for name, t in (
-        ("weight", weight),
-        ("bias", bias),
+    for name, t in (  # PyTorch's order, so the same tensor is named
         ("running_mean", running_mean),
         ("running_var", running_var),
+        ("weight", weight),
+        ("bias", bias),
     ):
         if t is not None and t.numel() != c:
-            raise RuntimeError(
-                f"{name} should contain {c} elements not {t.numel()} (input of shape {list(x._shape)})"
-            )
+            raise RuntimeError(f"{name} should contain {c} elements not {t.numel()}")
     if not training and (running_mean is None or running_var is None):
         raise RuntimeError("running_mean and running_var must be defined in evaluation mode")
     return c, (0,) + tuple(range(2, x.ndim)), (c,) + (1,) * (x.ndim - 2)
@@ -309,9 +317,9 @@ def _batch_norm_kernel(x, weight, bias, running_mean, running_var, training, mom
     a = compute_array(x)
     stat_dtype = dt.float32 if x._dtype in (dt.float16, dt.bfloat16) else x._dtype
     if training:
-        mean = a.mean(axis=axes, keepdims=True)
+        mean = _np_mean(a, axes)
         y = a - mean
-        var = np.mean(np.square(y), axis=axes, keepdims=True)
+        var = _np_mean(np.square(y), axes)
         y *= 1.0 / np.sqrt(var + eps)
         stats = (wrap(mean.reshape(c), stat_dtype), wrap(var.reshape(c), stat_dtype))
     else:

@@ -24,10 +24,8 @@ __all__ = [
 
 
 def np_sigmoid(a, out=None):
-    # split by sign so exp never overflows: 1/(1+e^-x) for x>=0, e^x/(1+e^x) otherwise
-    e = np.exp(-np.abs(a))
-    pos = 1.0 / (1.0 + e)
-    return np.where(a >= 0, pos, e * pos).astype(a.dtype, copy=False)
+    # PyTorch's formula, 1 / (1 + e^-x), rounds like it: an e^-x overflowing to inf gives 0
+    return (1 / (1 + np.exp(-a))).astype(a.dtype, copy=False)
 
 
 def np_erf(a, out=None):

@@ -94,7 +94,17 @@ _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
-neg = unary("neg", np.negative, lambda c, g: (-g,), float_math=False)
+
+def _negative(a):
+    if a.dtype == np.bool_:
+        raise RuntimeError(
+            "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+            "invert a mask, use the `~` or `logical_not()` operator instead."
+        )
+    return np.negative(a)
+
+
+neg = unary("neg", _negative, lambda c, g: (-g,), float_math=False)
 abs_ = unary("abs", np.abs, lambda c, g: (g * c.args[0].sign(),), float_math=False)
 exp = unary("exp", np.exp, lambda c, g: (g * c.out,), save_output=True)
 exp2 = unary("exp2", np.exp2, lambda c, g: (g * c.out * _LN2,), save_output=True)
@@ -382,23 +392,29 @@ logical_or = binary("logical_or", np.logical_or, kind="bool")
 logical_xor = binary("logical_xor", np.logical_xor, kind="bool")
 
 
-def _bitwise(np_fn, np_bool_fn):
+_FLOAT_TYPE_NAMES = {"float16": "Half", "float32": "Float", "float64": "Double"}
+
+
+def _bitwise(np_fn, np_bool_fn, kernel_name):
     def fn(a, b, out=None):
-        if a.dtype.kind == "f":
-            raise RuntimeError(
-                f"bitwise ops are not implemented for floating-point dtype {a.dtype}"
-            )
+        if a.dtype.kind not in "biu":
+            name = _FLOAT_TYPE_NAMES.get(a.dtype.name, "BFloat16")
+            raise NotImplementedError(f"\"{kernel_name}\" not implemented for '{name}'")
         f = np_bool_fn if a.dtype == np.bool_ else np_fn
         return f(a, b) if out is None else f(a, b, out=out)
 
     return fn
 
 
-bitwise_and = binary("bitwise_and", _bitwise(np.bitwise_and, np.logical_and))
-bitwise_or = binary("bitwise_or", _bitwise(np.bitwise_or, np.logical_or))
-bitwise_xor = binary("bitwise_xor", _bitwise(np.bitwise_xor, np.logical_xor))
-bitwise_left_shift = binary("bitwise_left_shift", _bitwise(np.left_shift, np.left_shift))
-bitwise_right_shift = binary("bitwise_right_shift", _bitwise(np.right_shift, np.right_shift))
+bitwise_and = binary("bitwise_and", _bitwise(np.bitwise_and, np.logical_and, "bitwise_and_cpu"))
+bitwise_or = binary("bitwise_or", _bitwise(np.bitwise_or, np.logical_or, "bitwise_or_cpu"))
+bitwise_xor = binary("bitwise_xor", _bitwise(np.bitwise_xor, np.logical_xor, "bitwise_xor_cpu"))
+bitwise_left_shift = binary(
+    "bitwise_left_shift", _bitwise(np.left_shift, np.left_shift, "lshift_cpu")
+)
+bitwise_right_shift = binary(
+    "bitwise_right_shift", _bitwise(np.right_shift, np.right_shift, "rshift_cpu")
+)
 
 for _op in (eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_xor, fmax, fmin, copysign):
     _op.differentiable = False
@@ -446,9 +462,42 @@ add.register_derivative(
     save_inputs=(),
 )
 
+
+def _is_bool_operand(x) -> bool:
+    return x._dtype is dt.bool_ if isinstance(x, Tensor) else isinstance(x, (bool, np.bool_))
+
+
+def _check_sub_operands(x, y) -> None:
+    """PyTorch refuses ``-`` on bools (it almost always means a mask inversion gone wrong)."""
+    x_bool, y_bool = _is_bool_operand(x), _is_bool_operand(y)
+    if x_bool and y_bool:
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with two bool tensors is not supported. "
+            "Use the `^` or `logical_xor()` operator instead."
+        )
+    if x_bool or y_bool:
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with a bool tensor is not supported. "
+            "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."
+        )
+
+
+_sub_kernel = _make_alpha_kernel(np.subtract)
+
+
+def _checked_sub_kernel(x, y, alpha):
+    _check_sub_operands(x, y)
+    return _sub_kernel(x, y, alpha)
+
+
+def _sub_meta(x, y, alpha=1):
+    _check_sub_operands(x, y)
+    return pointwise_meta(binary_dtype(x, y), x, y)
+
+
 sub = defop(_alpha_schema, name="sub", kind="pointwise", prim=True)
-sub.register_kernel(_make_alpha_kernel(np.subtract))
-sub.register_meta(lambda x, y, alpha=1: pointwise_meta(binary_dtype(x, y), x, y))
+sub.register_kernel(_checked_sub_kernel)
+sub.register_meta(_sub_meta)
 sub.register_derivative(
     lambda c, g: (
         g if needs_grad(c, 0) else None,
@@ -529,8 +578,12 @@ def _pow_kernel(x, y):
     b = as_np_operand(y, cd)
     if d.is_floating_point:
         return wrap(np.power(a, b), d)
-    if np.any(b < 0):
-        raise RuntimeError("Integers to negative integer powers are not allowed.")
+    negative = b < 0
+    if np.any(negative):
+        # integer powers with negative exponents truncate: 1 stays 1, -1 alternates, else 0
+        odd_sign = np.where(np.remainder(b, 2) == 0, 1, -1).astype(a.dtype)
+        small = np.where(a == 1, 1, np.where(a == -1, odd_sign, 0)).astype(a.dtype)
+        return wrap(np.where(negative, small, np.power(a, np.abs(b))), d)
     return wrap(np.power(a, b), d)
 
 

@@ -30,6 +30,7 @@ from .common import (
 from .gather_scatter import gather, scatter_add
 from .pointwise import maximum, minimum, where
 from .registry import defop, return_type, tensor_method, torch_function
+from .sum_order import EXACT_SUM_MAX_SIZE, torch_order_flat_sum, torch_order_sum
 
 __all__ = [
     "reduced_shape",
@@ -67,6 +68,25 @@ _TYPE_NAMES = {
 def torch_type_name(d: dt.dtype) -> str:
     """PyTorch's scalar type name ('Long', 'Float'...), as its error messages spell it."""
     return _TYPE_NAMES[d]
+
+
+_C_TYPE_NAMES = {
+    dt.bool_: "bool",
+    dt.uint8: "unsigned char",
+    dt.int8: "signed char",
+    dt.int16: "short int",
+    dt.int32: "int",
+    dt.int64: "long int",
+    dt.float16: "c10::Half",
+    dt.bfloat16: "c10::BFloat16",
+    dt.float32: "float",
+    dt.float64: "double",
+}
+
+
+def c_type_name(d: dt.dtype) -> str:
+    """The C++ spelling ('float', 'long int') some ATen messages use, e.g. matmul's and conv's."""
+    return _C_TYPE_NAMES.get(d, d.name)
 
 
 # ------------------------------------------------------------------------------ machinery
@@ -114,6 +134,7 @@ def expand_back(g: Tensor, shape, dims, keepdim: bool) -> Tensor:
 
 
 _CASCADE_MIN_SIZE = 4096  # smaller sums are accurate enough added slice by slice
+_f32 = np.float32
 _CASCADE_MIN_LENGTH = 128
 
 
@@ -125,6 +146,10 @@ def float_sum(a: np.ndarray, dims: tuple, dtype=None, keepdims: bool = False) ->
     reduced axes of that kind are summed in blocks of about sqrt(n) first, a two-level cascade
     like PyTorch's, at nearly the speed of the plain reduction.
     """
+    if a.size <= EXACT_SUM_MAX_SIZE and a.dtype == np.float32 and dims and dtype in (None, _f32):
+        exact = torch_order_sum(a, tuple(dims), keepdims)  # PyTorch's bits, for small sums
+        if exact is not None:
+            return exact
     if a.size < _CASCADE_MIN_SIZE or np.dtype(dtype or a.dtype).kind != "f" or _collapses(a, dims):
         return _add_reduce(a, dims, dtype, keepdims=keepdims, out=...)
     shape, strides = a.shape, a.strides
@@ -236,6 +261,8 @@ def _sum_kernel(x, dim, keepdim, dtype):
     a = x._data
     if dim is None and dtype is None and not keepdim and (d is dt.float32 or d is dt.float64):
         if a.flags.c_contiguous:
+            if d is dt.float32 and a.size <= EXACT_SUM_MAX_SIZE:
+                return wrap_array(torch_order_flat_sum(a.reshape(-1)), d)
             # the common ``x.sum()``: one pairwise add.reduce straight into a 0-d array
             return wrap_array(_add_reduce(a, None, out=...), d)
     od = sum_dtype(x, dtype)

@@ -138,6 +138,10 @@ class Op:
         self.doc = (schema.__doc__ or "").strip()
 
     def __call__(self, *args, **kwargs):
+        if "out" in kwargs:  # ``kiln.mul(a, b, out=c)``: compute, then write into ``out``
+            from .methods import call_with_out
+
+            return call_with_out(self, args, kwargs)
         return _dispatch(self, self.bind(*args, **kwargs))
 
     def __repr__(self) -> str:
@@ -176,28 +180,53 @@ class Op:
         return self.kernel is None and self.decomposition is not None
 
 
+_UNSET = object()
+_NUMPY_ALIASES = {"dim": "axis", "keepdim": "keepdims"}
+
+
 def _make_binder(name: str, sig: inspect.Signature) -> Callable:
     """Generate ``def bind(<schema params>): return (<all params>,)`` for fast canonicalization."""
     params = []
     names = []
     defaults = {}
     seen_kwonly = False
-    for p in sig.parameters.values():
+    aliased = [n for n in _NUMPY_ALIASES if n in sig.parameters]
+    # a required ``dim`` may come as ``axis=``: it and the required parameters after it get a
+    # placeholder default, checked once the aliases are resolved
+    optional_from = min(
+        (list(sig.parameters).index(n) for n in aliased), default=len(sig.parameters)
+    )
+    required = []
+    for i, p in enumerate(sig.parameters.values()):
         if p.kind is inspect.Parameter.VAR_POSITIONAL or p.kind is inspect.Parameter.VAR_KEYWORD:
             raise TypeError(f"op {name}: schemas cannot take *args/**kwargs")
         if p.kind is inspect.Parameter.KEYWORD_ONLY and not seen_kwonly:
             params.append("*")
             seen_kwonly = True
-        if p.default is inspect.Parameter.empty:
+        if p.default is inspect.Parameter.empty and i >= optional_from:
+            params.append(f"{p.name}=_unset")
+            required.append(p.name)
+        elif p.default is inspect.Parameter.empty:
             params.append(p.name)
         else:
             key = f"_d_{p.name}"
             defaults[key] = p.default
             params.append(f"{p.name}={key}")
         names.append(p.name)
+    # PyTorch's parser takes numpy's spellings too: ``x.sum(axis=0, keepdims=True)``
+    aliases = [(_NUMPY_ALIASES[n], n) for n in aliased]
+    body = ""
+    if aliases:
+        params.extend(([] if seen_kwonly else ["*"]) + [f"{a}=_unset" for a, _ in aliases])
+        body = "".join(f"    if {a} is not _unset:\n        {n} = {a}\n" for a, n in aliases)
+        body += "".join(
+            f"    if {n} is _unset:\n        raise TypeError('{name}() missing 1 required "
+            f'positional arguments: "{n}"\')\n'
+            for n in required
+        )
     tup = "(" + "".join(f"{n}, " for n in names) + ")"
-    src = f"def bind_{name}({', '.join(params)}):\n    return {tup}\n"
-    namespace = dict(defaults)
+    src = f"def bind_{name}({', '.join(params)}):\n{body}    return {tup}\n"
+    namespace = dict(defaults, _unset=_UNSET)
     exec(compile(src, f"<kiln op schema {name}>", "exec"), namespace)
     return namespace[f"bind_{name}"]
 

@@ -1,7 +1,7 @@
 """Scans along one dim: cumsum, cumprod and logcumsumexp.
 
-Integer and bool inputs of cumsum/cumprod accumulate in int64, as in PyTorch; half types in
-float32. Eager kernels are numpy ``accumulate``; the decompositions are O(n^2) masked reductions
+Integer and bool inputs of cumsum/cumprod accumulate in int64, as in PyTorch; floating ones in
+float64 (PyTorch's CPU kernels accumulate in double). Eager kernels are numpy ``accumulate``; the decompositions are O(n^2) masked reductions
 over an (n, n) triangle, which suits short dims (a compiler may prefer the kernel for long ones).
 Derivatives handle zeros (cumprod) and overflow (logcumsumexp) the way PyTorch's formulas do.
 """
@@ -41,7 +41,9 @@ def _scan_kernel(ufunc):
         a = data_as_dtype(x, dtype)
         if not a.ndim:
             return wrap(a.astype(od.np), od)
-        return wrap(ufunc.accumulate(a, axis=d, dtype=compute_np_dtype(od)), od)
+        # PyTorch's CPU scans accumulate floats in double: results round once, from that
+        acc = np.float64 if od.is_floating_point else compute_np_dtype(od)
+        return wrap(ufunc.accumulate(a, axis=d, dtype=acc), od)
 
     return kernel
 
@@ -66,7 +68,8 @@ def _scan_decomp(reduce_op, identity):
             return x.to(od).clone()
         d = wrap_dim(dim, x.ndim)
         mask, row = _triangle(x, d)
-        return reduce_op(where(mask, row, identity), -1, dtype=od).movedim(-1, d)
+        acc = dt.float64 if od.is_floating_point else od  # in double, as the kernel
+        return reduce_op(where(mask, row, identity), -1, dtype=acc).to(od).movedim(-1, d)
 
     return decomposition
 

@@ -45,6 +45,11 @@ def infer_size(shape, numel: int) -> tuple:
         else:
             known *= s
     if infer is not None:
+        if known == 0 and numel == 0:
+            raise RuntimeError(
+                f"cannot reshape tensor of 0 elements into shape {list(shape)} because the "
+                "unspecified dimension size -1 can be any value and is ambiguous"
+            )
         if known == 0 or numel % known:
             raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
         shape[infer] = numel // known
@@ -105,9 +110,8 @@ def _view_kernel(x, size):
     r = a.reshape(shape)
     if a.size and not np.may_share_memory(a, r):
         raise RuntimeError(
-            f"view size is not compatible with input tensor's size and stride (at least one "
-            f"dimension spans across two contiguous subspaces). Use .reshape(...) instead. "
-            f"(input shape {list(x._shape)}, strides {list(x.stride())}, requested {list(shape)})"
+            "view size is not compatible with input tensor's size and stride (at least one "
+            "dimension spans across two contiguous subspaces). Use .reshape(...) instead."
         )
     return Tensor._wrap_view(r, x)
 
@@ -118,8 +122,8 @@ def _view_meta(x, size):
     st = view_strides(x._shape, x.stride(), shape)
     if st is None:
         raise RuntimeError(
-            f"view size is not compatible with input tensor's size and stride (input shape "
-            f"{list(x._shape)}, strides {list(x.stride())}, requested {list(shape)}). Use .reshape(...) instead."
+            "view size is not compatible with input tensor's size and stride (at least one "
+            "dimension spans across two contiguous subspaces). Use .reshape(...) instead."
         )
     return _meta_view(x, shape, st, _x_offset(x))
 
@@ -201,7 +205,7 @@ def expand_shape(shape, size) -> tuple:
     size = list(size)
     if len(size) < len(shape):
         raise RuntimeError(
-            f"expand(kiln.FloatTensor{{{list(shape)}}}, size=[{len(size)}]): the number of sizes "
+            f"expand(kiln.FloatTensor{{{list(shape)}}}, size={list(size)}): the number of sizes "
             f"provided ({len(size)}) must be greater or equal to the number of dimensions in the "
             f"tensor ({len(shape)})"
         )

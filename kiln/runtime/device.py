@@ -13,6 +13,8 @@ _KNOWN_TYPES = ("cpu", "cuda", "meta")
 class device:  # noqa: N801 - PyTorch's spelling
     """A device type plus optional index, written like PyTorch (``"cuda:0"``)."""
 
+    __module__ = "kiln"  # printed as ``<class 'kiln.device'>``, like torch's
+
     __slots__ = ("type", "index")
     _interned: dict = {}
 

@@ -35,6 +35,8 @@ __all__ = [
 class dtype:  # noqa: N801 - PyTorch's spelling
     """A tensor element type; compare by identity (``x.dtype is kiln.float32``)."""
 
+    __module__ = "kiln"  # printed as ``<class 'kiln.dtype'>``, like torch's
+
     __slots__ = (
         "name",
         "np",

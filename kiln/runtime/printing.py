@@ -1,30 +1,39 @@
 """``repr(tensor)`` in PyTorch's style: ``tensor([[ 1.0000, -0.5000]], requires_grad=True)``.
 
-Floats use 4 decimals, or integer form (``1.``) when every value is whole, or scientific notation
-when the magnitudes span more than 1e3 or leave [1e-4, 1e8). Large tensors are summarised with
-three edge items per dimension, like PyTorch's default print options.
+Programs print tensors and their output is compared with PyTorch's, so this follows PyTorch's
+layout rules exactly: one formatter per tensor decides integer form (``1.``), fixed or
+scientific notation from the nonzero finite values (of the summarised data when the tensor is
+larger than ``threshold``) and pads every element to the widest of those; vectors break after a
+fixed number of elements per line; ``dtype=``, ``grad_fn=`` and other suffixes wrap at
+``linewidth``.
 """
 
 from __future__ import annotations
+
+import contextlib
+import math
 
 import numpy as np
 
 from . import dtypes as dt
 
-__all__ = ["tensor_repr", "set_printoptions"]
+__all__ = ["tensor_repr", "set_printoptions", "get_printoptions", "printoptions"]
 
-_OPTIONS = {"precision": 4, "threshold": 1000, "edgeitems": 3, "linewidth": 80, "sci_mode": None}
+_DEFAULTS = {"precision": 4, "threshold": 1000, "edgeitems": 3, "linewidth": 80}
+_PROFILES = {
+    "default": _DEFAULTS,
+    "short": {"precision": 2, "threshold": 1000, "edgeitems": 2, "linewidth": 80},
+    "full": {"precision": 4, "threshold": math.inf, "edgeitems": 3, "linewidth": 80},
+}
+_OPTIONS = dict(_DEFAULTS, sci_mode=None)
 
 
 def set_printoptions(
     precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None
-):
-    if profile == "default":
-        _OPTIONS.update(precision=4, threshold=1000, edgeitems=3, linewidth=80)
-    elif profile == "full":
-        _OPTIONS.update(precision=4, threshold=float("inf"), edgeitems=3, linewidth=80)
-    elif profile == "short":
-        _OPTIONS.update(precision=2, threshold=1000, edgeitems=2, linewidth=80)
+) -> None:
+    """PyTorch's print options; ``sci_mode`` is reset to automatic unless given, as in torch."""
+    if profile is not None:
+        _OPTIONS.update(_PROFILES[profile])
     for key, value in (
         ("precision", precision),
         ("threshold", threshold),
@@ -36,127 +45,163 @@ def set_printoptions(
     _OPTIONS["sci_mode"] = sci_mode
 
 
-def _float_formatter(values: np.ndarray):
-    precision = _OPTIONS["precision"]
-    finite = values[np.isfinite(values)]
-    nonzero = np.abs(finite[finite != 0]) if finite.size else finite
-    if finite.size == 0:
-        return lambda v: _special(v) or f"{v:.{precision}f}"
-    int_mode = bool(np.all(finite == np.round(finite)))
-    sci = _OPTIONS["sci_mode"]
-    if sci is None:
-        sci = False
-        if nonzero.size:
-            lo, hi = nonzero.min(), nonzero.max()
-            if int_mode:
-                sci = hi > 1e8
-            else:
-                sci = hi / lo > 1000.0 or hi > 1e8 or lo < 1e-4
-    if sci:
-        return lambda v: _special(v) or f"{v:.{precision}e}"
-    if int_mode:
-        return lambda v: _special(v) or f"{v:.0f}."
-    return lambda v: _special(v) or f"{v:.{precision}f}"
+def get_printoptions() -> dict:
+    """The current options, as keyword arguments for ``set_printoptions``."""
+    return dict(_OPTIONS)
 
 
-def _special(v) -> str | None:
-    if np.isnan(v):
-        return "nan"
-    if np.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return None
+@contextlib.contextmanager
+def printoptions(**kwargs):
+    """Set print options for the duration of a ``with`` block."""
+    saved = get_printoptions()
+    set_printoptions(**kwargs)
+    try:
+        yield
+    finally:
+        set_printoptions(**saved)
 
 
-def _format_array(a: np.ndarray, dtype: dt.dtype) -> str:
-    summarize = a.size > _OPTIONS["threshold"]
-    edge = _OPTIONS["edgeitems"]
-    if dtype.is_floating_point:
-        sample = _sample(a, edge) if summarize else a
-        fmt = _float_formatter(sample.astype(np.float64).reshape(-1))
-    elif dtype is dt.bool_:
-        fmt = lambda v: "True" if v else "False"  # noqa: E731
-    else:
-        fmt = lambda v: str(int(v))  # noqa: E731
-    flat_sample = (_sample(a, edge) if summarize else a).reshape(-1)
-    if dtype.is_floating_point:
-        # PyTorch pads to the widest nonzero finite value: -0., nan and inf may stick out
-        values = flat_sample.astype(np.float64)
-        flat_sample = values[np.isfinite(values) & (values != 0)]
-    width = max((len(fmt(v)) for v in flat_sample), default=1)
+class _Formatter:
+    """Formats every element of one tensor to a common width (PyTorch's ``_Formatter``)."""
 
-    def rec(x: np.ndarray, indent: int) -> str:
-        if x.ndim == 0:
-            return fmt(x.item() if dtype is not dt.bfloat16 else float(x)).rjust(width)
-        if x.ndim == 1:
-            items = [
-                fmt(float(v) if dtype.is_floating_point else v).rjust(width)
-                for v in (_edge_items(x, edge) if summarize and x.shape[0] > 2 * edge else x)
-            ]
-            if summarize and x.shape[0] > 2 * edge:
-                items = items[:edge] + ["..."] + items[edge:]
-            return "[" + _wrap_items(items, indent + 1) + "]"
-        rows = list(range(x.shape[0]))
-        if summarize and x.shape[0] > 2 * edge:
-            rows = rows[:edge] + [None] + rows[-edge:]
-        parts = [("..." if r is None else rec(x[r], indent + 1)) for r in rows]
-        sep = "," + "\n" * (x.ndim - 1) + " " * (indent + 1)
-        return "[" + sep.join(parts) + "]"
+    def __init__(self, values: np.ndarray, floating: bool):
+        self.floating = floating
+        self.int_mode = True
+        self.sci_mode = False
+        self.width = 1
+        precision = _OPTIONS["precision"]
+        if not floating:
+            if values.size:
+                self.width = max(len(str(v)) for v in np.unique(values).tolist())
+            return
+        finite = values[np.isfinite(values) & (values != 0)]
+        if finite.size == 0:
+            return
+        magnitudes = np.abs(finite)
+        lo, hi = float(magnitudes.min()), float(magnitudes.max())
+        self.int_mode = bool(np.all(finite == np.ceil(finite)))
+        sci = _OPTIONS["sci_mode"]
+        self.sci_mode = bool(hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4) if sci is None else sci
+        unique = np.unique(finite).tolist()
+        if self.sci_mode:
+            self.width = max(len(f"{v:.{precision}e}") for v in unique)
+        elif self.int_mode:
+            self.width = max(len(f"{v:.0f}") + 1 for v in unique)
+        else:
+            self.width = max(len(f"{v:.{precision}f}") for v in unique)
 
-    return rec(a, 7)
+    def format(self, value) -> str:
+        precision = _OPTIONS["precision"]
+        if not self.floating:
+            text = str(value)
+        elif self.sci_mode:
+            text = f"{value:{self.width}.{precision}e}"
+        elif self.int_mode:
+            text = f"{value:.0f}"
+            if math.isfinite(value):
+                text += "."
+        else:
+            text = f"{value:.{precision}f}"
+        return text.rjust(self.width)
 
 
-def _edge_items(x, edge):
-    return np.concatenate([x[:edge], x[-edge:]])
-
-
-def _sample(a: np.ndarray, edge: int) -> np.ndarray:
+def _summarized(a: np.ndarray, edge: int) -> np.ndarray:
+    """The edge items of every dimension: what the formatter measures on a large tensor."""
     if a.ndim == 0:
         return a
-    idx = [np.r_[0 : min(edge, s), max(s - edge, min(edge, s)) : s] for s in a.shape]
-    return a[np.ix_(*idx)]
+    index = [np.r_[0:edge, s - edge : s] if s > 2 * edge else np.arange(s) for s in a.shape]
+    return a[np.ix_(*index)]
 
 
-def _wrap_items(items, indent) -> str:
-    linewidth = _OPTIONS["linewidth"]
-    lines = []
-    line = ""
-    for i, item in enumerate(items):
-        piece = item + ("," if i < len(items) - 1 else "")
-        if line and len(line) + 1 + len(piece) + indent > linewidth:
-            lines.append(line)
-            line = piece
+def _vector_str(row: list, indent: int, summarize: bool, formatter: _Formatter) -> str:
+    edge = _OPTIONS["edgeitems"]
+    per_line = max(1, math.floor((_OPTIONS["linewidth"] - indent) / (formatter.width + 2)))
+    if summarize and not edge:
+        data = ["..."]
+    elif summarize and len(row) > 2 * edge:
+        data = [formatter.format(v) for v in row[:edge]] + [" ..."]
+        data += [formatter.format(v) for v in row[-edge:]]
+    else:
+        data = [formatter.format(v) for v in row]
+    lines = [", ".join(data[i : i + per_line]) for i in range(0, len(data), per_line)]
+    return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
+
+
+def _nested_str(a: np.ndarray, indent: int, summarize: bool, formatter: _Formatter) -> str:
+    if a.ndim == 0:
+        return formatter.format(a.item())
+    if a.ndim == 1:
+        return _vector_str(a.tolist(), indent, summarize, formatter)
+    edge = _OPTIONS["edgeitems"]
+    rows = list(range(a.shape[0]))
+    if summarize and a.shape[0] > 2 * edge:
+        rows = rows[:edge] + [None] + rows[len(rows) - edge :]
+    slices = [
+        "..." if r is None else _nested_str(a[r], indent + 1, summarize, formatter) for r in rows
+    ]
+    return "[" + ("," + "\n" * (a.ndim - 1) + " " * (indent + 1)).join(slices) + "]"
+
+
+def _tensor_str(a: np.ndarray, dtype: dt.dtype, indent: int) -> str:
+    summarize = a.size > _OPTIONS["threshold"]
+    if dtype.is_floating_point:
+        a = a.astype(np.float64)
+    sample = _summarized(a, _OPTIONS["edgeitems"]) if summarize else a
+    formatter = _Formatter(sample.reshape(-1), dtype.is_floating_point)
+    return _nested_str(a, indent, summarize, formatter)
+
+
+def _add_suffixes(text: str, suffixes: list[str], indent: int) -> str:
+    """Append ``, suffix`` pieces, starting a new line where one would pass ``linewidth``.
+
+    Lengths are measured as PyTorch spells the dtype (``torch.float16``, one character longer
+    than ``kiln.float16``), so ``import kiln as torch`` programs break their lines where torch's do.
+    """
+    pieces = [text]
+    last_line = len(text) - text.rfind("\n") + 1
+    for suffix in suffixes:
+        length = len(suffix.replace("dtype=kiln.", "dtype=torch."))
+        if last_line + length + 2 > _OPTIONS["linewidth"]:
+            pieces.append(",\n" + " " * indent + suffix)
+            last_line = indent + length
         else:
-            line = f"{line} {piece}" if line else piece
-    lines.append(line)
-    return ("\n" + " " * indent).join(lines)
+            pieces.append(", " + suffix)
+            last_line += length + 2
+    return "".join(pieces) + ")"
 
 
 def tensor_repr(t) -> str:
-    suffix = []
+    prefix = "tensor("
+    indent = len(prefix)
+    suffixes = []
     if t._device.type != "cpu":
-        suffix.append(f"device='{t._device}'")
+        suffixes.append(f"device='{t._device}'")
+    default_float = dt.get_default_dtype()
     if t._data is None:
         body = "..."
-        suffix.insert(0, f"size={tuple(t._shape)}")
+        suffixes.append(f"size={tuple(t._shape)}")
+        if t._dtype is not default_float:
+            suffixes.append(f"dtype=kiln.{t._dtype.name}")
         if t._device.type == "cpu":
-            suffix.append("fake=True")
-    elif t.numel() == 0 and t.ndim == 1:
+            suffixes.append("fake=True")
+    elif t.numel() == 0:
         body = "[]"
+        if t.ndim != 1:
+            suffixes.append(f"size={tuple(t._shape)}")
+        if t._dtype is not default_float:
+            suffixes.append(f"dtype=kiln.{t._dtype.name}")
     else:
+        if not _OPTIONS["edgeitems"]:
+            suffixes.append(f"size={tuple(t._shape)}")
+        if t._dtype not in (default_float, dt.int64, dt.bool_):
+            suffixes.append(f"dtype=kiln.{t._dtype.name}")
         arr = t._data if t._device.type == "cpu" else t.cpu()._data
-        if t.numel() == 0:
-            body = "[]"
-            suffix.append(f"size={tuple(t._shape)}")
-        else:
-            body = _format_array(np.asarray(arr), t._dtype)
-    default_float = dt.get_default_dtype()
-    show_dtype = not (t._dtype is default_float or t._dtype is dt.int64 or t._dtype is dt.bool_)
-    if show_dtype or (t.numel() == 0 and t._dtype is not default_float):
-        suffix.append(f"dtype=kiln.{t._dtype.name}")
+        body = _tensor_str(np.asarray(arr), t._dtype, indent)
     if t.grad_fn is not None:
-        suffix.append(f"grad_fn=<{t.grad_fn.name()}>")
+        suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")
     elif t._requires_grad:
-        suffix.append("requires_grad=True")
-    inner = body if not suffix else body + ", " + ", ".join(suffix)
-    prefix = "Parameter containing:\ntensor(" if getattr(t, "_is_param", False) else "tensor("
-    return prefix + inner + ")"
+        suffixes.append("requires_grad=True")
+    text = _add_suffixes(prefix + body, suffixes, indent)
+    if getattr(t, "_is_param", False):
+        text = "Parameter containing:\n" + text
+    return text

@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["Storage", "BufferPool", "pool", "empty_array"]
+__all__ = ["Storage", "BufferPool", "pool", "empty_array", "writable_target"]
 
 
 class Storage:
@@ -127,3 +127,30 @@ def storage_of(array: np.ndarray) -> np.ndarray:
     while isinstance(base.base, np.ndarray):
         base = base.base
     return base
+
+
+_OVERLAP_MESSAGE = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single "
+    "memory location. Please clone() the tensor before performing the operation."
+)
+
+
+def writable_target(array: np.ndarray, allow_overlap: bool = False) -> np.ndarray:
+    """``array`` made writable for an in-place op, as PyTorch allows it.
+
+    numpy marks views of ``broadcast_to`` (``expand``) read-only. PyTorch refuses a write only
+    where one memory location would receive several elements (a stride-0 dimension of size > 1,
+    unless ``allow_overlap``, as for ``fill_``); otherwise this returns a writable alias of the
+    same memory.
+    """
+    if array.flags.writeable:
+        return array
+    if not allow_overlap and any(
+        st == 0 and n > 1 for n, st in zip(array.shape, array.strides, strict=True)
+    ):
+        raise RuntimeError(_OVERLAP_MESSAGE)
+    owner = storage_of(array)
+    if not owner.flags.writeable or not owner.flags.c_contiguous:
+        raise RuntimeError(_OVERLAP_MESSAGE)
+    offset = array.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
+    return np.ndarray(array.shape, array.dtype, buffer=owner, offset=offset, strides=array.strides)

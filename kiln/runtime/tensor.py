@@ -21,7 +21,20 @@ __all__ = ["Tensor", "Size", "contiguous_strides", "wrap_array", "make_fake"]
 class Size(tuple):
     """``x.shape``: a tuple of ints with ``numel()``, printed like PyTorch."""
 
+    __module__ = "kiln"  # printed as ``<class 'kiln.Size'>``, like torch's
+
     __slots__ = ()
+
+    def __new__(cls, sizes=()):
+        sizes = tuple(sizes)
+        for i, s in enumerate(sizes):
+            if type(s) is not int:
+                if not hasattr(s, "__index__"):
+                    raise TypeError(
+                        f"kiln.Size() takes an iterable of 'int' (item {i} is '{type(s).__name__}')"
+                    )
+                return tuple.__new__(cls, (v.__index__() for v in sizes))
+        return tuple.__new__(cls, sizes)
 
     def numel(self) -> int:
         n = 1
@@ -34,10 +47,30 @@ class Size(tuple):
 
     def __getitem__(self, item):
         out = tuple.__getitem__(self, item)
-        return Size(out) if isinstance(item, slice) else out
+        return _new_size(out) if isinstance(item, slice) else out
 
     def __add__(self, other):
-        return Size(tuple.__add__(self, tuple(other)))
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return _new_size(tuple.__add__(self, other))
+
+    def __radd__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return _new_size(tuple.__add__(other, self))
+
+    def __mul__(self, times):
+        return _new_size(tuple.__mul__(self, times))
+
+    __rmul__ = __mul__
+
+    def __reduce__(self):
+        return (Size, (tuple(self),))
+
+
+def _new_size(sizes: tuple) -> Size:
+    """A ``Size`` from a tuple of ints, skipping the item checks of ``Size(...)``."""
+    return tuple.__new__(Size, sizes)
 
 
 def contiguous_strides(shape: tuple) -> tuple:
@@ -51,6 +84,8 @@ def contiguous_strides(shape: tuple) -> tuple:
 
 class Tensor:
     """A multi-dimensional array with PyTorch's semantics (see the module docstring)."""
+
+    __module__ = "kiln"  # printed as ``<class 'kiln.Tensor'>``, like torch's
 
     # hot fields live in slots; rare ones (grad, hooks, views) default from the class attributes
     __slots__ = (
@@ -98,11 +133,11 @@ class Tensor:
     # ------------------------------------------------------------------ metadata
     @property
     def shape(self) -> Size:
-        return Size(self._shape)
+        return _new_size(self._shape)
 
     def size(self, dim: int | None = None):
         if dim is None:
-            return Size(self._shape)
+            return _new_size(self._shape)
         return self._shape[_wrap_dim(dim, len(self._shape))]
 
     @property
@@ -252,9 +287,7 @@ class Tensor:
                 )
             return
         if value and not self._dtype.is_floating_point:
-            raise RuntimeError(
-                f"only Tensors of floating point dtype can require gradients, got {self._dtype}"
-            )
+            raise RuntimeError("only Tensors of floating point dtype can require gradients")
         self._requires_grad = value
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
@@ -287,7 +320,6 @@ class Tensor:
     def retains_grad(self) -> bool:
         return self._retains_grad
 
-    @property
     def _is_view(self) -> bool:
         return self._base is not None
 
@@ -310,12 +342,23 @@ class Tensor:
         arr = self.numpy()
         return arr if dtype is None else arr.astype(dtype)
 
+    # numpy defers ``np.float64(2) * t`` and ``array > t`` to the tensor's reflected operator,
+    # and wraps ufunc results (``np.sqrt(t)``, ``t + array``) back into tensors, as with PyTorch
+    __array_priority__ = 1000
+
+    def __array_wrap__(self, array, context=None, return_scalar=False):
+        if array.dtype == np.bool_:
+            array = array.astype(np.uint8)  # PyTorch's (historical) choice
+        return wrap_array(np.require(array, requirements="C"), _dt.from_numpy_dtype(array.dtype))
+
     def __reduce_ex__(self, protocol):
         return (_rebuild_tensor, (self.detach().numpy().copy(), self._requires_grad))
 
     def __format__(self, spec: str) -> str:
-        if not self._shape:
+        if not self._shape and self._data is not None:
             return format(self.item(), spec)
+        if spec:
+            raise TypeError("unsupported format string passed to Tensor.__format__")
         return repr(self)
 
     @staticmethod
