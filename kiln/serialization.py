@@ -99,7 +99,10 @@ class _Writer:
                 else "dict"
             )
             items = [[self.encode(k), self.encode(v)] for k, v in value.items()]
-            return {"$type": kind, "items": items}
+            record = {"$type": kind, "items": items}
+            if isinstance(getattr(value, "_metadata", None), dict):  # a module state dict's
+                record["metadata"] = self.encode(value._metadata)
+            return record
         raise _unsupported(value)
 
     def _tensor(self, t: Tensor) -> int:
@@ -221,7 +224,10 @@ class _Reader:
             return tuple(self.decode(v) for v in value["items"])
         if kind in ("dict", "odict", "counter"):
             cls = {"dict": dict, "odict": OrderedDict, "counter": Counter}[kind]
-            return cls(dict((self.decode(k), self.decode(v)) for k, v in value["items"]))
+            result = cls(dict((self.decode(k), self.decode(v)) for k, v in value["items"]))
+            if "metadata" in value:
+                result._metadata = self.decode(value["metadata"])
+            return result
         if kind == "size":
             return Size(value["items"])
         if kind == "dtype":

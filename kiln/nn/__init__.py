@@ -1,10 +1,19 @@
 """``kiln.nn``: modules, parameters, initialisers, functional ops and utilities (as ``torch.nn``)."""
 
-from . import functional, init, modules, utils  # noqa: F401
+from . import attention, functional, init, modules, utils  # noqa: F401
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
 from .modules.lazy import UninitializedBuffer, UninitializedParameter
 from .parameter import Buffer, Parameter
 
-__all__ = ["functional", "init", "modules", "utils", "Parameter", "Buffer", *_modules_all]
+__all__ = [
+    "attention",
+    "functional",
+    "init",
+    "modules",
+    "utils",
+    "Parameter",
+    "Buffer",
+    *_modules_all,
+]
 __all__ += ["UninitializedParameter", "UninitializedBuffer"]

@@ -31,6 +31,7 @@ __all__ = [
     "kaiming_uniform_",
     "kaiming_normal_",
     "orthogonal_",
+    "sparse_",
 ]
 
 _LINEAR_FNS = {
@@ -245,3 +246,47 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
             q = q.T
         values = api.tensor(q * gain, dtype=tensor.dtype, device=tensor.device)
         return tensor.copy_(values.reshape(tensor.shape))
+
+
+def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator=None) -> Tensor:
+    """N(0, std**2) values with ``ceil(sparsity * rows)`` random zeros per column (Martens 2010)."""
+    if tensor.ndimension() != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    rows, cols = tensor.shape
+    num_zeros = math.ceil(sparsity * rows)
+    with no_grad():
+        _fill_normal(tensor, 0.0, std, generator)
+        for col in range(cols):
+            tensor[api.randperm(rows)[:num_zeros], col] = 0
+    return tensor
+
+
+def _deprecated_alias(method):
+    """The pre-0.4 name without the trailing underscore: warns, then runs ``method``."""
+    new_name = method.__name__
+    old_name = new_name[:-1]
+
+    def deprecated_init(*args, **kwargs):
+        warnings.warn(
+            f"`nn.init.{old_name}` is now deprecated in favor of `nn.init.{new_name}`.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return method(*args, **kwargs)
+
+    deprecated_init.__name__ = old_name
+    deprecated_init.__doc__ = f"Deprecated spelling of :func:`{new_name}`."
+    return deprecated_init
+
+
+uniform = _deprecated_alias(uniform_)
+normal = _deprecated_alias(normal_)
+constant = _deprecated_alias(constant_)
+eye = _deprecated_alias(eye_)
+dirac = _deprecated_alias(dirac_)
+xavier_uniform = _deprecated_alias(xavier_uniform_)
+xavier_normal = _deprecated_alias(xavier_normal_)
+kaiming_uniform = _deprecated_alias(kaiming_uniform_)
+kaiming_normal = _deprecated_alias(kaiming_normal_)
+orthogonal = _deprecated_alias(orthogonal_)
+sparse = _deprecated_alias(sparse_)

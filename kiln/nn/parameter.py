@@ -45,6 +45,10 @@ class Parameter(Tensor):
                 f"Parameter() expects a Tensor as data, got {type(data).__name__}; "
                 "wrap values with kiln.tensor(...) first"
             )
+        if requires_grad and not (data.dtype.is_floating_point or data.dtype.is_complex):
+            raise RuntimeError(
+                "Only Tensors of floating point and complex dtype can require gradients"
+            )
         self = object.__new__(cls)
         _alias_into(self, data)
         self.requires_grad = requires_grad

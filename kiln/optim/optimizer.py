@@ -51,7 +51,7 @@ def register_optimizer_step_post_hook(hook: Callable) -> RemovableHandle:
 
 
 def _typename(obj) -> str:
-    return "kiln.Tensor" if isinstance(obj, Tensor) else type(obj).__qualname__
+    return obj.type() if isinstance(obj, Tensor) else type(obj).__qualname__
 
 
 def _wrap_step(step: Callable) -> Callable:

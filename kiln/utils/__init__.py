@@ -1,5 +1,6 @@
-"""``kiln.utils``: data loading (``kiln.utils.data``) and hook handles (``kiln.utils.hooks``)."""
+"""``kiln.utils``: data loading (``kiln.utils.data``), hook handles (``kiln.utils.hooks``) and
+activation checkpointing (``kiln.utils.checkpoint``)."""
 
-from . import data, hooks
+from . import checkpoint, data, hooks
 
-__all__ = ["data", "hooks"]
+__all__ = ["checkpoint", "data", "hooks"]

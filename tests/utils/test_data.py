@@ -282,13 +282,10 @@ def test_argument_errors_match_torch(kwargs):
     assert str(k_err.value) == str(t_err.value)
 
 
-def test_frozen_attributes_and_workers_warning():
+def test_frozen_attributes():
     loader = kdata.DataLoader(_dataset(kiln), batch_size=2)
     with pytest.raises(ValueError, match="batch_size attribute should not be set after DataLoader"):
         loader.batch_size = 3
-    with pytest.warns(UserWarning, match="num_workers=2 runs serially"):
-        loader = kdata.DataLoader(_dataset(kiln), batch_size=5, num_workers=2)
-    assert len(list(loader)) == 2
 
 
 def test_getitems_is_used_for_batches():

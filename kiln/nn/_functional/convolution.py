@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
 from ...ops import conv as _conv_ops
 from ...ops.registry import torch_function
@@ -72,14 +73,17 @@ def _same_padding(x, weight, dilation, dims):
     return x, left
 
 
+@autocast_policy("conv1d")
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
     return _conv(input, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
 
+@autocast_policy("conv2d")
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
     return _conv(input, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
 
+@autocast_policy("conv3d")
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
     return _conv(input, weight, bias, stride, padding, dilation, groups, 3, "conv3d")
 
@@ -103,6 +107,7 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
     return out.squeeze(0) if unbatched else out
 
 
+@autocast_policy("conv_transpose1d")
 def conv_transpose1d(
     input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
 ) -> Tensor:
@@ -111,6 +116,7 @@ def conv_transpose1d(
     )
 
 
+@autocast_policy("conv_transpose2d")
 def conv_transpose2d(
     input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
 ) -> Tensor:
@@ -119,6 +125,7 @@ def conv_transpose2d(
     )
 
 
+@autocast_policy("conv_transpose3d")
 def conv_transpose3d(
     input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
 ) -> Tensor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import warnings
 
+from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
 from ...ops.reductions import torch_type_name
 from ...ops.registry import torch_function
@@ -298,6 +299,12 @@ def grid_sample(
             f"'reflection', but got: '{padding_mode}'"
         )
     align_corners = _align_corners_default(align_corners)
+    return _grid_sampler(input, grid, mode, padding_mode, align_corners)
+
+
+@autocast_policy("grid_sample")
+def _grid_sampler(input, grid, mode: str, padding_mode: str, align_corners: bool) -> Tensor:
+    """aten's ``grid_sampler``: the step CPU autocast runs in float32, checks included."""
     _check_grid_sample(input, grid)
     return _sample(input, grid, mode, padding_mode, align_corners)
 
@@ -307,8 +314,7 @@ def grid_sample(
 
 @torch_function("grid_sampler")
 def _torch_grid_sampler(input, grid, interpolation_mode: int, padding_mode: int, align_corners):
-    _check_grid_sample(input, grid)
-    return _sample(
+    return _grid_sampler(
         input, grid, _MODES[interpolation_mode], _PADDING_MODES[padding_mode], align_corners
     )
 

@@ -6,6 +6,7 @@ scaled_dot_product_attention.
 
 from __future__ import annotations
 
+from ...amp.autocast_mode import autocast_policy
 from ...autograd.grad_mode import no_grad
 from ...ops import OPS
 from ...ops import padding as _padding
@@ -56,6 +57,7 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     return OPS["_one_hot"](tensor, num_classes)
 
 
+@autocast_policy("pad")
 def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:
     if mode == "constant":
         return OPS["constant_pad_nd"](input, list(pad), 0 if value is None else value)
@@ -74,6 +76,7 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
 linear = OPS["linear"]  # the op itself: its schema is PyTorch's signature
 
 
+@autocast_policy("bilinear")
 def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None):
     """out[..., o] = input1 @ weight[o] @ input2 (+ bias[o]), as one matmul and a reduction."""
     if (

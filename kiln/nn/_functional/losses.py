@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import warnings
 
+from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
 from ...ops import loss as _loss
 from ...runtime.tensor import Tensor
@@ -135,6 +136,7 @@ def binary_cross_entropy_with_logits(
     return OPS["binary_cross_entropy_with_logits"](input, target, weight, pos_weight, reduction)
 
 
+@autocast_policy("kl_div")
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     if size_average is not None or reduce is not None:
         reduction = _reduction(size_average, reduce, reduction)
@@ -144,7 +146,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
             "size.'batchmean' divides only by the batch size, and aligns with the KL div math "
             "definition.'mean' will be changed to behave the same as 'batchmean' in the next "
             "major release.",
-            stacklevel=2,
+            stacklevel=3,  # one frame for the autocast_policy wrapper
         )
     pointwise = kl_pointwise(input, target, log_target)
     if reduction == "batchmean":
@@ -160,6 +162,7 @@ def kl_pointwise(input: Tensor, target: Tensor, log_target: bool) -> Tensor:
     return OPS["xlogy"](target, target) - target * input
 
 
+@autocast_policy("poisson_nll_loss")
 def poisson_nll_loss(
     input,
     target,
@@ -205,6 +208,7 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     return _loss.reduce_loss(loss, reduction)
 
 
+@autocast_policy("margin_ranking_loss")
 def margin_ranking_loss(
     input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"
 ) -> Tensor:
@@ -218,6 +222,7 @@ def margin_ranking_loss(
     return _loss.reduce_loss(loss, reduction)
 
 
+@autocast_policy("hinge_embedding_loss")
 def hinge_embedding_loss(
     input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"
 ) -> Tensor:
@@ -227,11 +232,13 @@ def hinge_embedding_loss(
     return _loss.reduce_loss(margin_part + self_part, reduction)
 
 
+@autocast_policy("soft_margin_loss")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean") -> Tensor:
     reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
     return _loss.reduce_loss((-target * input).exp().log1p(), reduction)
 
 
+@autocast_policy("cosine_embedding_loss")
 def cosine_embedding_loss(
     input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"
 ) -> Tensor:
@@ -263,6 +270,7 @@ def _check_triplet_dims(anchor: Tensor, positive: Tensor, negative: Tensor) -> N
         )
 
 
+@autocast_policy("triplet_margin_loss")
 def triplet_margin_loss(
     anchor,
     positive,

@@ -13,6 +13,7 @@ import dataclasses
 import math
 import warnings
 
+from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
 from ...ops import loss as _loss
 from ...ops.reductions import torch_type_name
@@ -64,6 +65,7 @@ def _finish(loss: Tensor, reduction: str, per_sample: bool) -> Tensor:
     return _loss.reduce_loss(loss, reduction)
 
 
+@autocast_policy("multi_margin_loss")
 def multi_margin_loss(
     input: Tensor,
     target: Tensor,
@@ -115,6 +117,7 @@ def multi_margin_loss(
     return _finish(loss, reduction, target.ndim > 0)
 
 
+@autocast_policy("multilabel_margin_loss")
 def multilabel_margin_loss(
     input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean"
 ) -> Tensor:

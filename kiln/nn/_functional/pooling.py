@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
 from ...ops.registry import torch_function
 from ...runtime import dtypes as dt
@@ -46,6 +47,7 @@ def max_pool2d(
     return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2)
 
 
+@autocast_policy("max_pool3d")
 def max_pool3d(
     input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
 ):
@@ -64,6 +66,7 @@ def max_pool2d_with_indices(
     return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, True, 2)
 
 
+@autocast_policy("max_pool3d")
 def max_pool3d_with_indices(
     input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
 ):
@@ -163,6 +166,7 @@ def avg_pool2d(
     )
 
 
+@autocast_policy("avg_pool3d")
 def avg_pool3d(
     input,
     kernel_size,
@@ -200,6 +204,7 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
     return adaptive_avg(input, output_size, 2)
 
 
+@autocast_policy("adaptive_avg_pool3d")
 def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:
     return adaptive_avg(input, output_size, 3)
 
@@ -221,6 +226,7 @@ def adaptive_max_pool2d(input: Tensor, output_size, return_indices: bool = False
     return _adaptive_max(input, output_size, return_indices, 2)
 
 
+@autocast_policy("adaptive_max_pool3d")
 def adaptive_max_pool3d(input: Tensor, output_size, return_indices: bool = False):
     return _adaptive_max(input, output_size, return_indices, 3)
 
@@ -233,6 +239,7 @@ def adaptive_max_pool2d_with_indices(input: Tensor, output_size, return_indices:
     return _adaptive_max(input, output_size, True, 2)
 
 
+@autocast_policy("adaptive_max_pool3d")
 def adaptive_max_pool3d_with_indices(input: Tensor, output_size, return_indices: bool = False):
     return _adaptive_max(input, output_size, True, 3)
 

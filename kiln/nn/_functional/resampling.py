@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from ...amp.autocast_mode import autocast_policy
 from ...ops import conv as _conv_ops
 from ...ops.registry import torch_function
 from ...runtime.tensor import Tensor
@@ -17,6 +18,7 @@ from .pooling import adaptive_avg
 _INTERP_DIMS = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
 
 
+@autocast_policy("interpolate")
 def interpolate(
     input: Tensor,
     size=None,

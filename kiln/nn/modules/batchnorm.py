@@ -18,6 +18,7 @@ __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
 
 
 class _BatchNorm(Module):
+    _version: int = 2
     _expected_dims: tuple = ()
 
     def __init__(
@@ -102,10 +103,11 @@ class _BatchNorm(Module):
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
     ) -> None:
-        # checkpoints from before num_batches_tracked existed still load (PyTorch's rule)
+        # version-1 checkpoints (before num_batches_tracked existed) still load: PyTorch's rule
         key = prefix + "num_batches_tracked"
-        if self.track_running_stats and key not in state_dict:
-            state_dict = dict(state_dict)
+        version = local_metadata.get("version", None)
+        old = version is None or version < 2
+        if old and self.track_running_stats and key not in state_dict:
             state_dict[key] = (
                 self.num_batches_tracked
                 if self.num_batches_tracked is not None

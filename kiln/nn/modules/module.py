@@ -1,16 +1,17 @@
-"""``nn.Module``: the base class of every layer, with PyTorch's attribute routing and state dicts.
+"""``nn.Module``: the base class of every layer, with PyTorch's attribute routing and calls.
 
 Assigning a ``Parameter``, a ``Module`` or a registered buffer name as an attribute files the
 value in ``_parameters``/``_modules``/``_buffers``; ``__getattr__`` (only reached when normal
 lookup misses) reads them back. ``__call__`` goes straight to ``forward`` unless some hook is
-registered, since it runs on every layer of every training step.
+registered, since it runs on every layer of every training step. State dicts live in
+``_state_dict`` (a mixin).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict, namedtuple
-from collections.abc import Callable, Iterator, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 
 from ...autograd.grad_mode import no_grad
 from ...runtime import dtypes as dt
@@ -20,21 +21,10 @@ from ...runtime.tensor import Tensor
 from ...utils.hooks import RemovableHandle
 from ..parameter import Buffer, Parameter
 from . import _hooks
+from ._hooks import register_module_forward_hook, register_module_forward_pre_hook  # noqa: F401
+from ._state_dict import STATE_DICT_HOOK_DICTS, StateDictMixin, _IncompatibleKeys  # noqa: F401
 
 __all__ = ["Module"]
-
-
-class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
-    """What ``load_state_dict`` returns; prints "<All keys matched successfully>" when empty."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        if not self.missing_keys and not self.unexpected_keys:
-            return "<All keys matched successfully>"
-        return super().__repr__()
-
-    __str__ = __repr__
 
 
 def _typename(value) -> str:
@@ -73,12 +63,14 @@ def _forward_unimplemented(self, *input):
     )
 
 
-class Module:
+class Module(StateDictMixin):
     """Base class for all neural-network modules (see the module docstring)."""
 
     training: bool
     forward: Callable = _forward_unimplemented
     call_super_init: bool = False
+    # None until a backward hook is registered: True for full hooks, False for the old kind
+    _is_full_backward_hook: bool | None = None
 
     def __init__(self, *args, **kwargs) -> None:
         if self.call_super_init is False and (args or kwargs):
@@ -92,7 +84,7 @@ class Module:
         setattr_(self, "_buffers", {})
         setattr_(self, "_non_persistent_buffers_set", set())
         setattr_(self, "_modules", {})
-        for name in _hooks.HOOK_DICTS:
+        for name in _hooks.HOOK_DICTS + STATE_DICT_HOOK_DICTS:
             setattr_(self, name, OrderedDict())
 
     # ------------------------------------------------------------------ registration
@@ -151,6 +143,20 @@ class Module:
                 raise AttributeError("`" + item + "` is not an nn.Module")
         return mod
 
+    def set_submodule(self, target: str, module: Module, strict: bool = False) -> None:
+        """Replace (or, unless ``strict``, add) the submodule at dotted path ``target``."""
+        if target == "":
+            raise ValueError("Cannot set the submodule without a target name!")
+        if not isinstance(module, Module):
+            raise ValueError(f"`module` is not an nn.Module, found {type(module)}")
+        parent_path, _, name = target.rpartition(".")
+        parent = self.get_submodule(parent_path)
+        if strict and not hasattr(parent, name):
+            raise AttributeError(parent._get_name() + " has no attribute `" + name + "`")
+        if hasattr(parent, name) and not isinstance(getattr(parent, name), Module):
+            raise AttributeError("`" + name + "` is not an nn.Module")
+        setattr(parent, name, module)
+
     def get_parameter(self, target: str) -> Parameter:
         module_path, _, name = target.rpartition(".")
         mod = self.get_submodule(module_path)
@@ -169,17 +175,6 @@ class Module:
         if name not in mod._buffers:
             raise AttributeError("`" + name + "` is not a buffer")
         return getattr(mod, name)
-
-    def get_extra_state(self):
-        raise RuntimeError(
-            "Reached a code path in Module.get_extra_state() that should never be called."
-        )
-
-    def set_extra_state(self, state) -> None:
-        raise RuntimeError(
-            "Reached a code path in Module.set_extra_state() that should never be called. "
-            "Please file an issue at the kiln repository to report this bug."
-        )
 
     # ------------------------------------------------------------------ attribute routing
     def __getattr__(self, name: str):
@@ -269,7 +264,7 @@ class Module:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        for name in _hooks.HOOK_DICTS:
+        for name in _hooks.HOOK_DICTS + STATE_DICT_HOOK_DICTS:
             if name not in self.__dict__:
                 object.__setattr__(self, name, OrderedDict())
 
@@ -396,6 +391,14 @@ class Module:
                     self._buffers[key] = fn(buf)
         return self
 
+    def share_memory(self) -> Module:
+        """Nothing to move: kiln's DataLoader workers run in this process, so tensors are seen
+        by every worker already. Tensors defining ``share_memory_`` (lazy ones: an error) run it."""
+        share = [t for t in (*self.parameters(), *self.buffers()) if hasattr(t, "share_memory_")]
+        for tensor in share:
+            tensor.share_memory_()
+        return self
+
     def to(self, *args, **kwargs) -> Module:
         """``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)``; dtype must be float."""
         device, dtype = _parse_to(args, kwargs)
@@ -438,126 +441,6 @@ class Module:
     def cuda(self, device=None) -> Module:
         return self._apply(lambda t: t.cuda(device))
 
-    # ------------------------------------------------------------------ state dict
-    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
-        for name, param in self._parameters.items():
-            if param is not None:
-                destination[prefix + name] = param if keep_vars else param.detach()
-        for name, buf in self._buffers.items():
-            if buf is not None and name not in self._non_persistent_buffers_set:
-                destination[prefix + name] = buf if keep_vars else buf.detach()
-        if type(self).get_extra_state is not Module.get_extra_state:
-            destination[prefix + "_extra_state"] = self.get_extra_state()
-
-    def state_dict(self, *, destination=None, prefix: str = "", keep_vars: bool = False):
-        """An OrderedDict of parameters and persistent buffers by dotted name (detached)."""
-        if destination is None:
-            destination = OrderedDict()
-        self._save_to_state_dict(destination, prefix, keep_vars)
-        for name, module in self._modules.items():
-            if module is not None:
-                module.state_dict(
-                    destination=destination, prefix=prefix + name + ".", keep_vars=keep_vars
-                )
-        return destination
-
-    def _load_from_state_dict(
-        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-    ) -> None:
-        """Copy this module's own entries (not its children's) from ``state_dict``."""
-        assign = local_metadata.get("assign_to_params_buffers", False)
-        local_state = {k: v for k, v in self._parameters.items() if v is not None}
-        for k, v in self._buffers.items():
-            if v is not None and k not in self._non_persistent_buffers_set:
-                local_state[k] = v
-        for name, param in local_state.items():
-            key = prefix + name
-            if key not in state_dict:
-                if strict:
-                    missing_keys.append(key)
-                continue
-            value = state_dict[key]
-            if not isinstance(value, Tensor):
-                error_msgs.append(
-                    f'While copying the parameter named "{key}", expected kiln.Tensor or '
-                    f"Tensor-like object from checkpoint but received {type(value)}"
-                )
-                continue
-            if param.ndim == 0 and value.ndim == 1:  # checkpoints from PyTorch 0.3
-                value = value[0]
-            if value.shape != param.shape:
-                error_msgs.append(
-                    f"size mismatch for {key}: copying a param with shape {value.shape} from "
-                    f"checkpoint, the shape in current model is {param.shape}."
-                )
-                continue
-            try:
-                with no_grad():
-                    if assign:
-                        if isinstance(param, Parameter):
-                            if isinstance(value, Parameter):
-                                value.requires_grad_(param.requires_grad)
-                            else:
-                                value = Parameter(value, requires_grad=param.requires_grad)
-                        setattr(self, name, value)
-                    else:
-                        param.copy_(value)
-            except Exception as ex:  # noqa: BLE001  (reported with the key, as PyTorch does)
-                error_msgs.append(
-                    f'While copying the parameter named "{key}", whose dimensions in the model '
-                    f"are {param.size()} and whose dimensions in the checkpoint are "
-                    f"{value.size()}, an exception occurred : {ex.args}."
-                )
-        extra_key = prefix + "_extra_state"
-        has_extra = type(self).set_extra_state is not Module.set_extra_state
-        if has_extra and extra_key in state_dict:
-            self.set_extra_state(state_dict[extra_key])
-        elif has_extra and strict:
-            missing_keys.append(extra_key)
-        if strict:
-            for key in state_dict:
-                if not key.startswith(prefix) or key == extra_key:
-                    continue
-                head, dot, _ = key[len(prefix) :].partition(".")
-                if (dot and head not in self._modules) or (not dot and head not in local_state):
-                    unexpected_keys.append(key)
-
-    def load_state_dict(self, state_dict: Mapping, strict: bool = True, assign: bool = False):
-        """Copy parameters and buffers from ``state_dict``; returns (missing_keys, unexpected_keys)."""
-        if not isinstance(state_dict, Mapping):
-            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
-        missing_keys: list[str] = []
-        unexpected_keys: list[str] = []
-        error_msgs: list[str] = []
-        metadata = {"assign_to_params_buffers": assign} if assign else {}
-
-        def load(module: Module, local_state: Mapping, prefix: str) -> None:
-            module._load_from_state_dict(
-                local_state, prefix, metadata, True, missing_keys, unexpected_keys, error_msgs
-            )
-            for name, child in module._modules.items():
-                if child is not None:
-                    child_prefix = prefix + name + "."
-                    child_state = {
-                        k: v for k, v in local_state.items() if k.startswith(child_prefix)
-                    }
-                    load(child, child_state, child_prefix)
-
-        load(self, state_dict, "")
-        if strict:
-            if unexpected_keys:
-                keys = ", ".join(f'"{k}"' for k in unexpected_keys)
-                error_msgs.insert(0, f"Unexpected key(s) in state_dict: {keys}. ")
-            if missing_keys:
-                keys = ", ".join(f'"{k}"' for k in missing_keys)
-                error_msgs.insert(0, f"Missing key(s) in state_dict: {keys}. ")
-        if error_msgs:
-            raise RuntimeError(
-                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
-                + "\n\t".join(error_msgs)
-            )
-        return _IncompatibleKeys(missing_keys, unexpected_keys)
-
     # ------------------------------------------------------------------ hooks and calls
     def register_forward_pre_hook(
         self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False
@@ -595,8 +478,26 @@ class Module:
             self._forward_hooks.move_to_end(handle.id, last=False)
         return handle
 
+    def register_backward_hook(self, hook: Callable) -> RemovableHandle:
+        """Deprecated: ``hook`` sees the gradients of the last op of ``forward`` only."""
+        if self._is_full_backward_hook is True:
+            raise RuntimeError(
+                "Cannot use both regular backward hooks and full backward hooks on a single "
+                "Module. Please use only one of them."
+            )
+        self._is_full_backward_hook = False
+        handle = RemovableHandle(self._backward_hooks)
+        self._backward_hooks[handle.id] = hook
+        return handle
+
     def register_full_backward_hook(self, hook: Callable, prepend: bool = False):
         """``hook(module, grad_input, grad_output)``; may return a replacement ``grad_input``."""
+        if self._is_full_backward_hook is False:
+            raise RuntimeError(
+                "Cannot use both regular backward hooks and full backward hooks on a single "
+                "Module. Please use only one of them."
+            )
+        self._is_full_backward_hook = True
         handle = RemovableHandle(self._backward_hooks)
         self._backward_hooks[handle.id] = hook
         if prepend:
@@ -631,6 +532,14 @@ class Module:
         return self.forward(*args, **kwargs)
 
     __call__ = _call_impl
+
+    def compile(self, *args, **kwargs) -> None:
+        """Compile this module's ``forward`` in place (the options of ``kiln.compile``)."""
+        from ...dynamo.eval_frame import compile_module_in_place
+
+        if args:
+            raise TypeError("Module.compile() takes keyword arguments only")
+        compile_module_in_place(self, **kwargs)
 
     # ------------------------------------------------------------------ printing
     def _get_name(self) -> str:

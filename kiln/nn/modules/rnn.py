@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import kiln
 
+from ...amp.autocast_mode import autocast_policy
 from ...ops import api
 from ...runtime.tensor import Tensor
 from .. import functional as F
@@ -70,6 +71,7 @@ _STEPS: dict[str, Callable] = {
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
 
+@autocast_policy("rnn_direction")
 def _run_direction(step, gates_x: list, state: State, weights: tuple, reverse: bool):
     """Run ``step`` over the time steps (backwards if ``reverse``); a step with fewer rows than
     the state (a packed sequence) updates only the leading rows. Returns (outputs, state)."""

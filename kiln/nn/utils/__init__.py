@@ -1,7 +1,7 @@
 """``kiln.nn.utils``: gradient clipping, parameter/vector conversion, parametrizations, weight and
-spectral norm, BatchNorm fusion, ``functional_call`` (stateless) and ``skip_init``."""
+spectral norm, pruning, BatchNorm fusion, ``functional_call`` (stateless) and ``skip_init``."""
 
-from . import parametrizations, parametrize, rnn, stateless
+from . import parametrizations, parametrize, prune, rnn, stateless
 from .clip_grad import (
     clip_grad_norm,
     clip_grad_norm_,
@@ -30,6 +30,7 @@ __all__ = [
     "vector_to_parameters",
     "parametrizations",
     "parametrize",
+    "prune",
     "rnn",
     "stateless",
     "fuse_conv_bn_eval",

@@ -67,7 +67,10 @@ class LRScheduler:
                 if "initial_lr" not in group:
                     raise KeyError(
                         f"param 'initial_lr' is not specified in param_groups[{i}] when resuming "
-                        "scheduler with last_epoch >= 0."
+                        "scheduler with last_epoch >= 0.\nThis typically happens when:\n1. You're "
+                        "trying to resume training from a checkpoint but haven't properly loaded the "
+                        "optimizer state\n2. You're using last_epoch >= 0 for a fresh training run "
+                        "(not recommended)"
                     )
         self.base_lrs = _group_values(optimizer, "initial_lr")
         self.last_epoch = last_epoch

@@ -1,7 +1,9 @@
 """``default_collate`` / ``default_convert``: turn lists of samples into batched tensors.
 
 Tensors are stacked, numpy arrays and numbers become tensors (Python floats as float64, ints as
-int64, as PyTorch does), and dicts, namedtuples and sequences are collated field by field.
+int64, as PyTorch does), and dicts, namedtuples and sequences are collated field by field. The
+per-type rules are a table (``default_collate_fn_map``) that ``collate`` takes, so programs can
+add their own types as they do with PyTorch's.
 """
 
 from __future__ import annotations
@@ -14,9 +16,20 @@ import numpy as np
 
 from ...ops import api
 from ...runtime import dtypes as dt
-from ...runtime.tensor import Tensor
+from ...runtime.tensor import Tensor, wrap_array
 
-__all__ = ["default_collate", "default_convert"]
+__all__ = [
+    "collate",
+    "collate_float_fn",
+    "collate_int_fn",
+    "collate_numpy_array_fn",
+    "collate_numpy_scalar_fn",
+    "collate_str_fn",
+    "collate_tensor_fn",
+    "default_collate",
+    "default_collate_fn_map",
+    "default_convert",
+]
 
 _NUMPY_STRING_OR_OBJECT = re.compile(r"[SaUO]")
 
@@ -67,40 +80,101 @@ def default_convert(data):
     return data
 
 
-def default_collate(batch: list):
-    """Stack a list of samples into a batch, recursing into dicts, namedtuples and sequences."""
+def collate(batch, *, collate_fn_map: dict | None = None):
+    """Collate ``batch`` with per-type functions from ``collate_fn_map`` (exact type first, then
+    the first ``isinstance`` match in the table's order), recursing into containers."""
     elem = batch[0]
-    if isinstance(elem, Tensor):
-        return _stack(batch)
-    if type(elem).__module__ == "numpy" and not isinstance(elem, (np.str_, np.bytes_)):
-        if isinstance(elem, np.ndarray):
-            if _NUMPY_STRING_OR_OBJECT.search(elem.dtype.str) is not None:
-                raise TypeError(_ERR.format(elem.dtype))
-            return default_collate([api.as_tensor(b) for b in batch])
-        if elem.shape == ():
-            return api.as_tensor(np.array(batch))
-    if isinstance(elem, float):
-        return api.tensor(batch, dtype=dt.float64)
-    if isinstance(elem, int):
-        return api.tensor(batch)
-    if isinstance(elem, (str, bytes)):
-        return batch
+    elem_type = type(elem)
+    if collate_fn_map is not None:
+        if elem_type in collate_fn_map:
+            return collate_fn_map[elem_type](batch, collate_fn_map=collate_fn_map)
+        for collate_type, fn in collate_fn_map.items():
+            if isinstance(elem, collate_type):
+                return fn(batch, collate_fn_map=collate_fn_map)
+
+    def recurse(samples):
+        return collate(samples, collate_fn_map=collate_fn_map)
+
     if isinstance(elem, collections.abc.Mapping):
-        return _same_type_mapping(elem, {k: default_collate([d[k] for d in batch]) for k in elem})
+        return _same_type_mapping(elem, {k: recurse([d[k] for d in batch]) for k in elem})
     if _is_namedtuple(elem):
-        return type(elem)(*(default_collate(samples) for samples in zip(*batch)))
+        return elem_type(*(recurse(samples) for samples in zip(*batch)))
     if isinstance(elem, collections.abc.Sequence):
         size = len(elem)
         if any(len(e) != size for e in batch):
             raise RuntimeError("each element in list of batch should be of equal size")
-        columns = [default_collate(samples) for samples in zip(*batch)]
+        columns = [recurse(samples) for samples in zip(*batch)]
         if isinstance(elem, tuple):
             return columns
         try:
-            return type(elem)(columns)
+            if isinstance(elem, collections.abc.MutableSequence):
+                clone = copy.copy(elem)
+                for i, column in enumerate(columns):
+                    clone[i] = column
+                return clone
+            return elem_type(columns)
         except TypeError:
             return columns
-    raise TypeError(_ERR.format(type(elem)))
+    raise TypeError(_ERR.format(elem_type))
+
+
+def collate_tensor_fn(batch: list, *, collate_fn_map: dict | None = None) -> Tensor:
+    stacked = stack_host_arrays(batch)
+    return stacked if stacked is not None else _stack(batch)
+
+
+def stack_host_arrays(tensors) -> Tensor | None:
+    """``stack(tensors)`` straight from the numpy arrays when that is all it can mean.
+
+    Data loading stacks thousands of small samples per epoch; plain CPU tensors of one dtype
+    outside autograd need no dispatch. None when any tensor does (the caller uses ``stack``).
+    """
+    dtype, shape = tensors[0]._dtype, tensors[0]._shape
+    for t in tensors:
+        if t._dtype is not dtype or t._shape != shape or t._data is None or t._requires_grad:
+            return None
+        if t.device.type != "cpu":
+            return None
+    return wrap_array(np.stack([t._data for t in tensors]), dtype)
+
+
+def collate_numpy_array_fn(batch: list, *, collate_fn_map: dict | None = None):
+    if _NUMPY_STRING_OR_OBJECT.search(batch[0].dtype.str) is not None:
+        raise TypeError(_ERR.format(batch[0].dtype))
+    return collate([api.as_tensor(b) for b in batch], collate_fn_map=collate_fn_map)
+
+
+def collate_numpy_scalar_fn(batch: list, *, collate_fn_map: dict | None = None) -> Tensor:
+    return api.as_tensor(np.array(batch))
+
+
+def collate_float_fn(batch: list, *, collate_fn_map: dict | None = None) -> Tensor:
+    return api.tensor(batch, dtype=dt.float64)
+
+
+def collate_int_fn(batch: list, *, collate_fn_map: dict | None = None) -> Tensor:
+    return api.tensor(batch)
+
+
+def collate_str_fn(batch: list, *, collate_fn_map: dict | None = None) -> list:
+    return batch
+
+
+# PyTorch's table, in its order: numpy scalars come before float/int (np.float64 is a float)
+default_collate_fn_map: dict = {
+    Tensor: collate_tensor_fn,
+    np.ndarray: collate_numpy_array_fn,
+    (np.bool_, np.number, np.object_): collate_numpy_scalar_fn,
+    float: collate_float_fn,
+    int: collate_int_fn,
+    str: collate_str_fn,
+    bytes: collate_str_fn,
+}
+
+
+def default_collate(batch: list):
+    """Stack a list of samples into a batch, recursing into dicts, namedtuples and sequences."""
+    return collate(batch, collate_fn_map=default_collate_fn_map)
 
 
 def _stack(tensors: list[Tensor]) -> Tensor:

@@ -1,26 +1,48 @@
 """``DataLoader``: batches from a dataset through a sampler and a collate function.
 
-Loading runs in the calling process. ``num_workers > 0`` is accepted with a warning and runs in
-this process too (no worker processes, so ``worker_init_fn`` is not called): scripts written for
-PyTorch run unchanged, only without parallel loading.
+Loading runs in the calling process; ``num_workers > 0`` runs emulated workers there (see
+``_workers``), which keeps PyTorch's per-worker dataset copies, seeds, ``worker_init_fn`` calls
+and batch order, only without parallel loading.
 """
 
 from __future__ import annotations
 
-import warnings
+import multiprocessing
+import multiprocessing.context
 from collections.abc import Callable, Iterator
 
 from ...runtime.random import Generator
 from ._collate import default_collate, default_convert
+from ._workers import check_worker_number, get_worker_info, make_iterator
 from .dataset import Dataset, IterableDataset
 from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 
 __all__ = ["DataLoader", "get_worker_info"]
 
 
-def get_worker_info():
-    """Always None: kiln loads data in the main process."""
-    return None
+def _checked_context(context, num_workers: int):
+    """PyTorch's validation of ``multiprocessing_context`` (the workers run here regardless)."""
+    if context is None:
+        return None
+    if num_workers == 0:
+        raise ValueError(
+            "multiprocessing_context can only be used with multi-process loading "
+            f"(num_workers > 0), but got num_workers={num_workers}"
+        )
+    if isinstance(context, str):
+        methods = multiprocessing.get_all_start_methods()
+        if context not in methods:
+            raise ValueError(
+                "multiprocessing_context option should specify a valid start method in "
+                f"{methods!r}, but got multiprocessing_context={context!r}"
+            )
+        context = multiprocessing.get_context(context)
+    if not isinstance(context, multiprocessing.context.BaseContext):
+        raise TypeError(
+            "multiprocessing_context option should be a valid context object or a string "
+            f"specifying the start method, but got multiprocessing_context={context}"
+        )
+    return context
 
 
 class _InfiniteConstantSampler(Sampler):
@@ -72,13 +94,6 @@ class DataLoader:
             )
         if persistent_workers and num_workers == 0:
             raise ValueError("persistent_workers option needs num_workers > 0")
-        if num_workers > 0:
-            warnings.warn(
-                f"kiln's DataLoader loads data in the main process: num_workers={num_workers} "
-                "runs serially (worker_init_fn is not called)",
-                UserWarning,
-                stacklevel=2,
-            )
         self.dataset = dataset
         self.num_workers = num_workers
         self.prefetch_factor = prefetch_factor
@@ -86,7 +101,7 @@ class DataLoader:
         self.pin_memory_device = pin_memory_device
         self.timeout = timeout
         self.worker_init_fn = worker_init_fn
-        self.multiprocessing_context = multiprocessing_context
+        self.multiprocessing_context = _checked_context(multiprocessing_context, num_workers)
         self.in_order = in_order
         iterable = isinstance(dataset, IterableDataset)
         self._dataset_kind = "iterable" if iterable else "map"
@@ -136,7 +151,10 @@ class DataLoader:
             collate_fn = default_collate if batch_sampler is not None else default_convert
         self.collate_fn = collate_fn
         self.persistent_workers = persistent_workers
+        self._IterableDataset_len_called = None
+        self._iterator = None
         self._initialized = True
+        check_worker_number(num_workers)
 
     def __setattr__(self, name: str, value) -> None:
         if self.__dict__.get("_initialized") and name in _FROZEN:
@@ -154,40 +172,17 @@ class DataLoader:
         return self.batch_sampler if self._auto_collation else self.sampler
 
     def __iter__(self) -> Iterator:
-        if self._dataset_kind == "iterable":
-            return self._iter_stream()
-        return self._iter_map()
-
-    def _iter_map(self) -> Iterator:
-        dataset = self.dataset
-        collate = self.collate_fn
-        if not self._auto_collation:
-            for index in self.sampler:
-                yield collate(dataset[index])
-            return
-        getitems = getattr(dataset, "__getitems__", None)
-        for indices in self.batch_sampler:
-            samples = getitems(indices) if callable(getitems) else [dataset[i] for i in indices]
-            yield collate(samples)
-
-    def _iter_stream(self) -> Iterator:
-        collate = self.collate_fn
-        if not self._auto_collation:
-            for sample in self.dataset:
-                yield collate(sample)
-            return
-        batch = []
-        for sample in self.dataset:
-            batch.append(sample)
-            if len(batch) == self.batch_size:
-                yield collate(batch)
-                batch = []
-        if batch and not self.drop_last:
-            yield collate(batch)
+        if self.persistent_workers and self.num_workers > 0:
+            if self._iterator is None:
+                self._iterator = make_iterator(self)
+            else:
+                self._iterator._reset(self)
+            return self._iterator
+        return make_iterator(self)
 
     def __len__(self) -> int:
         if self._dataset_kind == "iterable":
-            length = len(self.dataset)
+            length = self._IterableDataset_len_called = len(self.dataset)
             if self.batch_size is not None:
                 if self.drop_last:
                     return length // self.batch_size

@@ -1,5 +1,6 @@
 """Datasets: the map-style and iterable protocols plus ``TensorDataset``, ``Subset``,
-``ConcatDataset``, ``ChainDataset`` and ``random_split`` (as ``torch.utils.data``)."""
+``ConcatDataset``, ``ChainDataset``, ``StackDataset`` and ``random_split`` (as
+``torch.utils.data``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import itertools
 import math
 import warnings
 from collections.abc import Iterable, Sequence
+from typing import Generic, TypeVar
 
 from ...ops import api
 from ...runtime.random import Generator, default_generator
@@ -19,13 +21,20 @@ __all__ = [
     "TensorDataset",
     "ConcatDataset",
     "ChainDataset",
+    "StackDataset",
     "Subset",
     "random_split",
 ]
 
 
-class Dataset:
-    """A map-style dataset: ``__getitem__(index)`` (and usually ``__len__``)."""
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Dataset(Generic[T_co]):
+    """A map-style dataset: ``__getitem__(index)`` (and usually ``__len__``).
+
+    Generic like PyTorch's, so typed code can write ``class Pairs(Dataset[tuple[int, int]])``.
+    """
 
     def __getitem__(self, index):
         raise NotImplementedError("Subclasses of Dataset should implement __getitem__.")
@@ -34,7 +43,7 @@ class Dataset:
         return ConcatDataset([self, other])
 
 
-class IterableDataset(Dataset):
+class IterableDataset(Dataset[T_co], Iterable[T_co]):
     """A stream of samples: ``__iter__`` yields them (shuffling is the dataset's own job)."""
 
     def __iter__(self):
@@ -103,6 +112,51 @@ class ChainDataset(IterableDataset):
                 raise AssertionError("ChainDataset only supports IterableDataset")
             total += len(d)
         return total
+
+
+class StackDataset(Dataset):
+    """Several equally long datasets side by side: samples are tuples (positional) or dicts."""
+
+    def __init__(self, *args: Dataset, **kwargs: Dataset) -> None:
+        if args and kwargs:
+            raise ValueError(
+                "Supported either ``tuple``- (via ``args``) or``dict``- (via ``kwargs``) like "
+                "input/output, but both types are given."
+            )
+        if not args and not kwargs:
+            raise ValueError("At least one dataset should be passed")
+        parts = list(args or kwargs.values())
+        self._length = len(parts[0])
+        if any(len(d) != self._length for d in parts):
+            raise ValueError("Size mismatch between datasets")
+        self.datasets = args or kwargs
+
+    def __getitem__(self, index):
+        if isinstance(self.datasets, dict):
+            return {k: d[index] for k, d in self.datasets.items()}
+        return tuple(d[index] for d in self.datasets)
+
+    def _column(self, dataset, indices: list) -> list:
+        """One dataset's samples at ``indices``, batched when it can batch."""
+        getitems = getattr(dataset, "__getitems__", None)
+        if not callable(getitems):
+            return [dataset[i] for i in indices]
+        items = getitems(indices)
+        if len(items) != len(indices):
+            raise ValueError(
+                f"Nested dataset's output size mismatch. Expected {len(indices)}, got {len(items)}"
+            )
+        return list(items)
+
+    def __getitems__(self, indices: list) -> list:
+        if isinstance(self.datasets, dict):
+            columns = {k: self._column(d, indices) for k, d in self.datasets.items()}
+            return [{k: col[i] for k, col in columns.items()} for i in range(len(indices))]
+        columns = [self._column(d, indices) for d in self.datasets]
+        return [tuple(col[i] for col in columns) for i in range(len(indices))]
+
+    def __len__(self) -> int:
+        return self._length
 
 
 class Subset(Dataset):

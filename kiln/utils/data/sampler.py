@@ -8,6 +8,7 @@ on each pass, as PyTorch does, so ``kiln.manual_seed`` fixes the shuffles.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Generic, TypeVar
 
 from ...ops import api
 from ...runtime import dtypes as dt
@@ -24,8 +25,11 @@ __all__ = [
 ]
 
 
-class Sampler:
-    """Base class: ``__iter__`` yields indices (or batches of indices)."""
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Sampler(Generic[T_co]):
+    """Base class: ``__iter__`` yields indices (or batches of indices); ``Sampler[int]`` works."""
 
     def __init__(self, data_source=None) -> None:
         pass
