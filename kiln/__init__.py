@@ -53,6 +53,20 @@ from .runtime.random import (  # noqa: E402
     set_rng_state,
 )
 from .runtime.printing import set_printoptions  # noqa: E402
+from .runtime.flags import (  # noqa: E402
+    are_deterministic_algorithms_enabled,
+    get_deterministic_debug_mode,
+    get_float32_matmul_precision,
+    get_num_interop_threads,
+    is_deterministic_algorithms_warn_only_enabled,
+    is_warn_always_enabled,
+    set_deterministic_debug_mode,
+    set_float32_matmul_precision,
+    set_flush_denormal,
+    set_num_interop_threads,
+    set_warn_always,
+    use_deterministic_algorithms,
+)
 from . import autograd  # noqa: E402
 from .autograd import (  # noqa: E402
     enable_grad,
@@ -74,6 +88,7 @@ from . import optim, utils  # noqa: E402
 from . import func  # noqa: E402
 from .func import vmap  # noqa: E402,F401
 from . import cuda  # noqa: E402
+from . import amp, cpu  # noqa: E402
 from . import testing  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from .runtime.dtype_info import can_cast, finfo, iinfo  # noqa: E402
@@ -88,24 +103,40 @@ int = int32  # noqa: A001
 short = int16
 
 globals().update(_namespace.public_functions())
+globals().update({n: getattr(amp.autocast_mode, n) for n in amp.autocast_mode.TORCH_NAMESPACE})
 from . import backends, compiler, dynamo  # noqa: E402
 from . import special  # noqa: E402
 from . import return_types  # noqa: E402,F401
+from . import random  # noqa: E402,F401
 from . import distributions  # noqa: E402
+from . import jit  # noqa: E402
+from . import version  # noqa: E402
 from .dynamo import compile  # noqa: E402,A004
 
-# PyTorch code reaches the capture frontend as ``torch._dynamo`` (reset, explain, config)
+# PyTorch code reaches the capture frontend as ``torch._dynamo`` (reset, explain, config), the
+# compiler's knobs as ``torch._inductor.config``; ``import torch._dynamo.config`` must find the
+# very module kiln reads (a second copy would take the settings and ignore them)
+from . import _logging  # noqa: E402
+from .inductor import config as _inductor_config  # noqa: E402
+
 _dynamo = dynamo
-_sys.modules[__name__ + "._dynamo"] = dynamo
+_inductor = _sys.modules[__name__ + ".inductor"]
+for _alias, _module in {
+    "_dynamo": dynamo, "_dynamo.config": dynamo.config,
+    "_inductor": _inductor, "_inductor.config": _inductor_config,
+}.items():  # fmt: skip
+    _sys.modules[f"{__name__}.{_alias}"] = _module
 
 
 def _creation_hook(cls, args, kwargs):
     """``kiln.Tensor(data)`` / ``kiln.Tensor(2, 3)``: PyTorch's legacy float constructor."""
     from .ops import api
 
+    if len(args) == 1 and isinstance(args[0], Size):
+        return api.empty(args[0])
     if len(args) == 1 and isinstance(args[0], (list, tuple, _np.ndarray)):
         return api.tensor(args[0], dtype=get_default_dtype())
-    if all(isinstance(a, _builtins.int) for a in args):
+    if _builtins.all(isinstance(a, _builtins.int) for a in args):
         return api.empty(*args)
     raise TypeError(f"kiln.Tensor() got unsupported arguments {args!r}")
 
@@ -123,4 +154,4 @@ def get_num_threads() -> int:
     return _get()
 
 
-__version__ = "0.1.0"
+__version__ = version.__version__

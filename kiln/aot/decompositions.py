@@ -7,8 +7,10 @@ non-prim op expanded (used by tests to check each decomposition against the op's
 
 from __future__ import annotations
 
-from ..ops.dispatch import DispatchMode
+from ..ops.dispatch import DispatchMode, dispatch
 from ..ops.registry import OPS, Op
+from ..runtime import dtypes as dt
+from ..runtime.tensor import Tensor
 
 __all__ = [
     "list_decompositions",
@@ -33,8 +35,64 @@ def decomposition_table(ops=None) -> dict[Op, object]:
     """{op: decomposition} for every non-prim op that has one (or for the ``ops`` given)."""
     chosen = OPS.values() if ops is None else [OPS[o] if isinstance(o, str) else o for o in ops]
     return {
-        op: op.decomposition for op in chosen if op.decomposition is not None and not op.is_prim
+        op: _in_float32(op) if _rounds_once(op) else op.decomposition
+        for op in chosen
+        if op.decomposition is not None and not op.is_prim
     }
+
+
+_SIXTEEN_BIT = (dt.float16, dt.bfloat16)
+_EXACT_KINDS = ("view", "shape", "sort", "creation")  # move values, never round them
+
+
+def _rounds_once(op: Op) -> bool:
+    """Ops with a fused eager kernel compute 16-bit floats in float32 and round each result once;
+    their decompositions, run part by part in 16 bits, would round after every part."""
+    return op.kernel is not None and op.meta is not None and op.kind not in _EXACT_KINDS
+
+
+def _in_float32(op: Op):
+    """``op``'s decomposition run on float32 copies of its 16-bit float inputs, its results
+    rounded to the dtypes the kernel returns (``op.meta``): compiled code then matches eager."""
+    decompose = op.decomposition
+
+    def decomposition(*args):
+        if not any(t._dtype in _SIXTEEN_BIT for t in _tensor_args(op, args)):
+            return decompose(*args)
+        expected = op.meta(*args)
+        return _round_like(decompose(*_upcast(op, args)), expected)
+
+    return decomposition
+
+
+def _tensor_args(op: Op, args: tuple) -> list:
+    found = [args[p] for p in op.tensor_positions if isinstance(args[p], Tensor)]
+    for p in op.list_positions:
+        found.extend(t for t in args[p] if isinstance(t, Tensor))
+    return found
+
+
+def _to(t, dtype):
+    return dispatch(OPS["convert_element_type"], (t, dtype))
+
+
+def _upcast(op: Op, args: tuple) -> tuple:
+    def up(t):
+        return _to(t, dt.float32) if isinstance(t, Tensor) and t._dtype in _SIXTEEN_BIT else t
+
+    out = list(args)
+    for p in op.tensor_positions:
+        out[p] = up(out[p])
+    for p in op.list_positions:
+        out[p] = type(out[p])(up(t) for t in out[p])
+    return tuple(out)
+
+
+def _round_like(result, expected):
+    if isinstance(result, Tensor):
+        return result if result._dtype is expected._dtype else _to(result, expected._dtype)
+    parts = [_round_like(r, e) for r, e in zip(result, expected)]
+    return type(result)._make(parts) if hasattr(type(result), "_make") else type(result)(parts)
 
 
 def list_decompositions() -> list[str]:

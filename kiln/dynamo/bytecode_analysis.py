@@ -96,15 +96,30 @@ class FrameCode:
         return [s for s in out if s < len(self.instructions)]
 
     def in_loop(self, i: int) -> bool:
-        """True if ``i`` lies between a backward jump and its target (a loop body)."""
+        """True if ``i`` lies between a backward jump and its target (a loop body). Jumps in
+        exception handlers do not count: 3.12 puts a ``with`` block's handler at the end of
+        the code, from where it jumps back to the statement after the block."""
         if self._loops is None:
+            normal = self._reachable_without_exceptions()
             self._loops = []
             for j, instr in enumerate(self.instructions):
-                if isinstance(instr.arg, Label):
+                if isinstance(instr.arg, Label) and j in normal:
                     t = self.label_index[instr.arg]
                     if t <= j:
                         self._loops.append((t, j))
         return any(t <= i <= j for t, j in self._loops)
+
+    def _reachable_without_exceptions(self) -> set[int]:
+        seen: set[int] = set()
+        stack = [0]
+        while stack:
+            i = stack.pop()
+            if i in seen or i >= len(self.instructions):
+                continue
+            seen.add(i)
+            handler = self.handler_index(i)
+            stack += [s for s in self.successors(i) if s != handler or s == i + 1]
+        return seen
 
     def live_locals(self, i: int) -> frozenset:
         """Local names that may be read at or after instruction ``i`` before being written."""

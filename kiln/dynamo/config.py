@@ -7,6 +7,14 @@ import types
 
 # compiled versions kept per code object before it runs eagerly (with one warning)
 recompile_limit = 8
+# the same when the guard that failed is a tensor's shape: shapes are specialized where PyTorch
+# would make the dimension dynamic, so past this many entries a new shape runs eagerly without a
+# warning (and without giving up on the shapes already compiled); with
+# ``kiln.compile(..., dynamic=False)`` shapes count against ``recompile_limit`` like anything else
+shape_recompile_limit = 8
+# recompiles one int/float input may cause by changing value; after that it is no longer baked
+# into graphs (a graph break where its value is needed) instead of recompiling on every value
+scalar_recompiles = 2
 # user-function calls inlined inside each other before the innermost runs on its own
 inline_depth_limit = 32
 # instructions evaluated in one capture (a long constant loop unrolls into this many)

@@ -24,7 +24,7 @@ from .bytecode_analysis import break_stack_effect
 from .codegen import GRAPH_OUTPUT_VAR, PyCodegen, make_code
 from .exc import BreakReason, GraphBreakError, Unsupported
 from .guards import GuardSet
-from .output_graph import OutputGraph
+from .output_graph import OutputGraph, set_grad_enabled_node
 from .resume import original_position, resume_code
 from .symbolic_convert import BreakPoint, BreakRequest, InstructionTranslator
 from .variables.base import NullVariable, VariableTracker, pop_output, push_output
@@ -53,11 +53,15 @@ class EagerFrame:
     permanent: bool = True
 
 
-def convert_frame(ctx, code, f_globals: dict, closure, arguments: dict, name: str):
-    """Capture ``code`` called with ``arguments``; a ``CaptureResult`` or an ``EagerFrame``."""
+def convert_frame(
+    ctx, code, f_globals: dict, closure, arguments: dict, name: str,
+    dynamic_scalars: frozenset = frozenset(),
+):  # fmt: skip
+    """Capture ``code`` called with ``arguments``; a ``CaptureResult`` or an ``EagerFrame``.
+    ``dynamic_scalars``: sources of numbers that changed between calls (see ``OutputGraph``)."""
     break_points: dict[int, BreakPoint] = {}
     for _ in range(config.restart_limit):
-        output = OutputGraph(ctx, name)
+        output = OutputGraph(ctx, name, dynamic_scalars)
         push_output(output)
         try:
             tx = InstructionTranslator(output, code, f_globals, closure, arguments, break_points)
@@ -99,16 +103,33 @@ def _eager(ctx, reason: BreakReason, why: str, frame: str) -> EagerFrame:
 def _why_not_breakable(tx, ip: int) -> str | None:
     fc = tx.fc
     instr = fc.instructions[ip]
-    if tx.code.co_cellvars:
-        return "the function has variables captured by inner functions"
-    if fc.regions[ip] is not None:
-        return "it is inside a try/with block"
+    if fc.regions[ip] is not None and not _only_with_blocks(fc):
+        return "it is inside a try block"
     if fc.in_loop(ip):
         return "it is inside a loop"
     name = bv.canonical(instr.name)
     if name in _JUMP_BREAKS or name == "RAISE_VARARGS" or break_stack_effect(instr) is not None:
         return None
     return f"instruction {instr.name} cannot be run on its own"
+
+
+def _only_with_blocks(fc) -> bool:
+    """Every exception region of the frame is a ``with`` block's (its handler calls the exit:
+    ``PUSH_EXC_INFO; WITH_EXCEPT_START``), none a ``try``: a break inside one can hand the
+    block's exit to the resume function (rebuilding it fails, and the frame runs eagerly, for
+    context managers other than grad mode)."""
+    handlers = {fc.label_index[r.target] for r in fc.regions if r is not None}
+    instrs = fc.instructions
+    with_handlers = {
+        h for h in handlers
+        if h + 1 < len(instrs) and instrs[h].name == "PUSH_EXC_INFO"
+        and instrs[h + 1].name == "WITH_EXCEPT_START"
+    }  # fmt: skip
+    # the with-handlers' own cleanup regions (``COPY 3; POP_EXCEPT; RERAISE``) belong to them
+    cleanups = {
+        fc.label_index[fc.regions[h].target] for h in with_handlers if fc.regions[h] is not None
+    }
+    return handlers <= with_handlers | cleanups
 
 
 # ---------------------------------------------------------------------- code generation
@@ -120,21 +141,27 @@ class _CompiledCallee(VariableTracker):
         self.inner = inner
 
     def reconstruct(self, cg) -> None:
-        from .variables.functions import UserFunctionVariable, UserMethodVariable
+        from .variables.functions import (
+            LocalFunctionVariable,
+            UserFunctionVariable,
+            UserMethodVariable,
+        )
         from .variables.nn_module import NNModuleVariable
 
         inner = self.inner
-        if isinstance(inner, UserFunctionVariable):
-            cg.load_const(self.ctx.wrapper_for(inner.fn))
+        # a local function is a new object on each call (guarded by its code only): a wrapper of
+        # the one seen at capture would keep that call's closure, so it runs as it is, eagerly
+        if isinstance(inner, UserFunctionVariable) and not isinstance(inner, LocalFunctionVariable):
+            cg.load_const(self.ctx.wrapper_for(inner.fn, split=True))
         elif isinstance(inner, UserMethodVariable):
             cg.load_callable(types.MethodType)
-            cg.load_const(self.ctx.wrapper_for(inner.fn))
+            cg.load_const(self.ctx.wrapper_for(inner.fn, split=True))
             cg.load(inner.obj)
             cg.call(2)
         elif isinstance(inner, NNModuleVariable):
             forward = type(inner.module).forward
             cg.load_callable(types.MethodType)
-            cg.load_const(self.ctx.wrapper_for(forward))
+            cg.load_const(self.ctx.wrapper_for(forward, split=True))
             cg.load(inner)
             cg.call(2)
         else:
@@ -173,6 +200,17 @@ def _prepare_all(cg: PyCodegen, values: list, side_effects) -> None:
     side_effects.codegen(cg)
 
 
+def _sync_grad_mode(cg: PyCodegen, output: OutputGraph) -> None:
+    """Set the run-time grad mode to the captured code's mode at this point when it differs
+    from the mode the frame was called in: compiled (AOT) graphs leave grad-mode switches out,
+    so a frame that entered or left a ``no_grad`` block without closing it must switch here."""
+    if output.grad_enabled != output.entry_grad_enabled:
+        cg.load_callable(set_grad_enabled_node)
+        cg.load_const(output.grad_enabled)
+        cg.call(1)
+        cg.append(Instr("POP_TOP"))
+
+
 def _finish_return(ctx, tx) -> CaptureResult:
     value = tx.returned
     output = tx.output
@@ -180,6 +218,7 @@ def _finish_return(ctx, tx) -> CaptureResult:
 
     def body(cg: PyCodegen) -> None:
         _prepare_all(cg, [value], output.side_effects)
+        _sync_grad_mode(cg, output)  # a resume that began inside a grad-mode block ends outside
         cg.load(value)
         cg.append(Instr("RETURN_VALUE"))
 
@@ -225,8 +264,13 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
         cg.load_callable(caller)
         nargs = 0
         if rcode.co_freevars:
+            # the frame's free variables pass on; its own cells (free variables of the resume)
+            # are made from their contents now, shared with any inner function rebuilt here
             for var in rcode.co_freevars:
-                cg.append(Instr("LOAD_CLOSURE", FreeVar(var)))
+                if var in tx.code.co_freevars:
+                    cg.append(Instr("LOAD_CLOSURE", FreeVar(var)))
+                else:
+                    cg.load(tx.cells[var])
             cg.append(Instr("BUILD_TUPLE", len(rcode.co_freevars)))
             nargs += 1
         for vt in slots:
@@ -243,9 +287,13 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
         cg.append(Instr("RETURN_VALUE"))
 
     def body(cg: PyCodegen) -> None:
+        own_cells = [tx.cells[n] for n in tx.code.co_cellvars if n in tx.cells]
         _prepare_all(
-            cg, [*deep, *top, *(tx.symbolic_locals[n] for n in all_locals)], output.side_effects
+            cg,
+            [*deep, *top, *(tx.symbolic_locals[n] for n in all_locals), *own_cells],
+            output.side_effects,
         )
+        _sync_grad_mode(cg, output)  # the instruction and the resume run in the block's mode
         for vt in top:
             cg.load(vt)
         if name in _JUMP_BREAKS:

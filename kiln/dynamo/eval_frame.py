@@ -83,14 +83,15 @@ class CompileContext:
         self._graph_counter += 1
         return f"{base}_{self._graph_counter - 1}"
 
-    def wrapper_for(self, fn: types.FunctionType) -> Callable:
+    def wrapper_for(self, fn: types.FunctionType, split: bool = False) -> Callable:
         """The compiled wrapper of ``fn`` in this context (made once); a function marked by
-        ``kiln.compiler.disable`` stays itself."""
+        ``kiln.compiler.disable`` stays itself. ``split``: a callee whose inlining broke
+        (compiled on its own, like a resume function)."""
         if fn.__dict__.get("_kiln_disabled"):
             return fn
         entry = self._wrappers.get(id(fn))
         if entry is None or entry[0] is not fn:
-            entry = (fn, _compiled_function(fn, self))
+            entry = (fn, _compiled_function(fn, self, split))
             self._wrappers[id(fn)] = entry
         return entry[1]
 
@@ -132,20 +133,33 @@ class CompileContext:
 class FrameCache:
     """Cache entries of one code object (one wrapper, or one resume code) in one context."""
 
-    def __init__(self, ctx: CompileContext, code: types.CodeType, name: str, f_globals: dict):
+    def __init__(
+        self, ctx: CompileContext, code: types.CodeType, name: str, f_globals: dict,
+        resume: bool = False,
+    ):  # fmt: skip
         self.ctx = ctx
         self.code = code
         self.name = name
+        # a resume function's numbers come from the frame before the break: one that changed
+        # there usually changes on every call, so it is not baked in after its first change
+        self.scalar_recompiles = 0 if resume else config.scalar_recompiles
         self.f_globals = f_globals
         self.entries: list[tuple[Callable, Callable]] = []  # (guard, run): the hot path reads it
         self.guards: list = []
         self.eager_reason: str | None = None
+        # ints/floats that keep changing (recompiles they caused, by source name): past
+        # ``config.scalar_recompiles`` later captures do not bake them in (PyTorch would make
+        # them symbolic; kiln breaks the graph where one's value is needed)
+        self.scalar_changes: dict[str, int] = {}
+        self.dynamic_scalars: set[str] = set()
         ctx.caches.append(self)
 
     def clear(self) -> None:
         self.entries.clear()
         self.guards.clear()
         self.eager_reason = None
+        self.scalar_changes.clear()
+        self.dynamic_scalars.clear()
 
     def capture(self, closure, arguments: dict, args: tuple, kwargs: dict):
         """On a miss: decide between recompiling and running eagerly; returns a CaptureResult
@@ -156,11 +170,24 @@ class FrameCache:
         if self.eager_reason is not None:
             return None
         if self.guards:
-            why = self.guards[-1].failure_reason(closure, args, kwargs)
+            failed = self.guards[-1].failed_guard(closure, args, kwargs)
+            why = getattr(failed, "text", failed)
+            limit = config.recompile_limit
             recompiles = len(self.entries)
-            if recompiles > config.recompile_limit:
+            scalar = getattr(failed, "scalar", None)
+            if scalar is not None and self.ctx.dynamic is not False:
+                changes = self.scalar_changes[scalar] = self.scalar_changes.get(scalar, 0) + 1
+                if changes > self.scalar_recompiles:
+                    self.dynamic_scalars.add(scalar)
+            if getattr(failed, "on_shape", False) and self.ctx.dynamic is not False:
+                # PyTorch would make the dimension dynamic (no warning): shapes already
+                # compiled keep their entries, further new shapes run eagerly, quietly
+                if recompiles > config.shape_recompile_limit:
+                    klog.log("recompiles", f"{self.name}: new shape ({why}) runs eagerly")
+                    return None
+            elif recompiles > limit:
                 self.eager_reason = (
-                    f"{self.name} was recompiled {config.recompile_limit} times (last guard "
+                    f"{self.name} was recompiled {limit} times (last guard "
                     f"failure: {why}); it now runs eagerly"
                 )
                 klog.log("recompiles", self.eager_reason)
@@ -170,7 +197,7 @@ class FrameCache:
         try:
             result = convert_frame(
                 self.ctx, self.code, self.f_globals, closure, arguments,
-                self.ctx.next_graph_name(self.name),
+                self.ctx.next_graph_name(self.name), frozenset(self.dynamic_scalars),
             )  # fmt: skip
         except GraphBreakError:
             raise
@@ -197,10 +224,12 @@ class FrameCache:
         self.entries.append((guard.fn, run))
 
 
-def _compiled_function(fn: types.FunctionType, ctx: CompileContext) -> Callable:
+def _compiled_function(
+    fn: types.FunctionType, ctx: CompileContext, split: bool = False
+) -> Callable:
     """A wrapper of ``fn`` with the frame cache's hot path (see the module docstring)."""
     code = fn.__code__
-    cache = FrameCache(ctx, code, fn.__qualname__, fn.__globals__)
+    cache = FrameCache(ctx, code, fn.__qualname__, fn.__globals__, resume=split)
     entries = cache.entries
     closure = fn.__closure__
     signature = None
@@ -246,7 +275,7 @@ def _compiled_function(fn: types.FunctionType, ctx: CompileContext) -> Callable:
 
 def _resume_caller(code: types.CodeType, f_globals: dict, ctx: CompileContext) -> Callable:
     """What transformed code calls to continue after a break (compiled on its first call)."""
-    cache = FrameCache(ctx, code, code.co_qualname, f_globals)
+    cache = FrameCache(ctx, code, code.co_qualname, f_globals, resume=True)
     entries = cache.entries
     names = code.co_varnames[: code.co_argcount]
     params = ", ".join(guard_param_name(n) for n in names)
@@ -311,8 +340,20 @@ class OptimizedModule(Module):
         except AttributeError:
             return getattr(self.__dict__["_modules"]["_orig_mod"], name)
 
-    def __repr__(self) -> str:
-        return f"OptimizedModule({self._orig_mod!r})"
+
+def compile_module_in_place(mod: Module, **options) -> None:
+    """``Module.compile(**options)``: the module's own ``forward`` becomes a compiled wrapper of
+    its class's ``forward`` (a cache of its own); hooks keep running around it, eagerly."""
+    if options.pop("disable", False):
+        return
+    ctx = _context_for(
+        options.pop("backend", "inductor"), options.pop("fullgraph", False),
+        options.pop("dynamic", None), options.pop("options", None), options.pop("mode", None),
+    )  # fmt: skip
+    if options:
+        raise TypeError(f"compile() got unexpected keyword arguments {sorted(options)}")
+    forward = inspect.getattr_static(type(mod), "forward")
+    mod.forward = types.MethodType(_compiled_function(forward, ctx), mod)
 
 
 _SHARED_CONTEXTS: dict[tuple, CompileContext] = {}

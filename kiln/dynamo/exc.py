@@ -75,6 +75,11 @@ BREAK_KINDS: dict[str, tuple[str, str]] = {
         UNSUPPORTED,
         "modules with forward/backward hooks are called eagerly; remove the hooks to capture them",
     ),
+    "dynamic_scalar": (
+        UNSUPPORTED,
+        "a Python number that changes between calls is computed with eagerly instead of "
+        "recompiling each time; pass it as a tensor to keep it in the graph",
+    ),
     "recursion": (
         UNSUPPORTED,
         "call nesting is too deep to inline; the innermost call runs on its own",
@@ -104,6 +109,11 @@ class BreakReason:
     @property
     def location(self) -> str:
         return f"{self.filename}:{self.lineno}"
+
+    @property
+    def reason(self) -> str:
+        """PyTorch's name for the message (``explain(...).break_reasons[i].reason``)."""
+        return self.message
 
     def __str__(self) -> str:
         return f"{self.message} [{self.category}] at {self.location}"

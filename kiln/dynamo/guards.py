@@ -33,6 +33,8 @@ class Guard:
     expr: str
     text: str
     setup: tuple = ()
+    on_shape: bool = False  # a tensor's shape or strides (a new shape recompiles)
+    scalar: str | None = None  # the source name of an int/float whose value is checked
 
 
 class GuardSet:
@@ -44,10 +46,10 @@ class GuardSet:
         self._seen: set[str] = set()
         self._distinct: list[Source] = []
 
-    def _add(self, expr: str, text: str) -> None:
+    def _add(self, expr: str, text: str, on_shape: bool = False, scalar: str | None = None):
         if expr not in self._seen:
             self._seen.add(expr)
-            self.guards.append(Guard(expr, text, tuple(self.ns.pending)))
+            self.guards.append(Guard(expr, text, tuple(self.ns.pending), on_shape, scalar))
             self.ns.pending.clear()
 
     def __len__(self) -> int:
@@ -65,11 +67,12 @@ class GuardSet:
         self._add(f"type({e}) is {cls}", f"type({name}) is {type(t).__name__}")
         self._add(f"{e}._dtype is {dtype}", f"{name}.dtype == {t._dtype}")
         self._add(f"{e}._device is {dev}", f"{name}.device == {t._device}")
-        self._add(f"{e}._shape == {tuple(t._shape)!r}", f"{name}.shape == {list(t._shape)}")
+        self._add(f"{e}._shape == {tuple(t._shape)!r}", f"{name}.shape == {list(t._shape)}", True)
         # ``_stride`` caches ``stride()`` (None until first asked): a cheap read on later calls
         self._add(
             f"({e}._stride or {e}.stride()) == {tuple(t.stride())!r}",
             f"{name}.stride() == {t.stride()}",
+            True,
         )
         self._add(
             f"{e}._requires_grad is {t._requires_grad}",
@@ -110,7 +113,8 @@ class GuardSet:
             self._add(f"{e} != {e}", f"{source.name()} is nan")
             return
         lit = self.ns.name_of(value, "k") if not _has_literal(value) else repr(value)
-        self._add(f"{e} == {lit}", f"{source.name()} == {value!r}")
+        scalar = source.name() if type(value) in (int, float) else None
+        self._add(f"{e} == {lit}", f"{source.name()} == {value!r}", scalar=scalar)
 
     def equal(self, source: Source, snapshot: Any) -> None:
         """``source == snapshot`` (a frozen copy taken at capture time)."""
@@ -145,7 +149,7 @@ class GuardSet:
         self._add(f"{key!r} not in {self.ns.ref(source)}", f"{key!r} not in {source.name()}")
 
     def global_state(self) -> None:
-        """Grad mode and the default dtype: they change what eager code would do."""
+        """Grad mode, the default dtype and autocast: they change what eager code would do."""
         grad = self.ns.name_of(_state.grad_enabled, "grad_enabled")
         dflt = self.ns.name_of(_dtypes._default_dtype, "default_dtype")
         current = _dtypes.get_default_dtype()
@@ -155,6 +159,10 @@ class GuardSet:
         self._add(
             f"{dflt}[0] is {self.ns.name_of(current, 'dtype')}", f"default dtype is {current}"
         )
+        autocast = self.ns.name_of(_state.autocast, "autocast")
+        config = _state.autocast[0]
+        expected = "None" if config is None else self.ns.name_of(config, "autocast_config")
+        self._add(f"{autocast}[0] is {expected}", f"autocast is {config or 'off'}")
 
     def _distinct_guard(self) -> None:
         srcs = self._distinct
@@ -202,6 +210,11 @@ class CompiledGuard:
 
     def failure_reason(self, closure, args: tuple, kwargs: dict) -> str | None:
         """The text of the first guard that fails for these arguments (None if all pass)."""
+        guard = self.failed_guard(closure, args, kwargs)
+        return guard if guard is None or isinstance(guard, str) else guard.text
+
+    def failed_guard(self, closure, args: tuple, kwargs: dict) -> Guard | str | None:
+        """The first guard that fails for these arguments (a message if they do not bind)."""
         if self._checks is None:
             body = [
                 f"def ___why(___closure, {self._params}):"
@@ -225,7 +238,7 @@ class CompiledGuard:
             index = self._checks(closure, *args, **kwargs)
         except TypeError as e:  # the arguments no longer bind to the signature
             return f"arguments do not match the signature: {e}"
-        return None if index < 0 else self.guards[index].text
+        return None if index < 0 else self.guards[index]
 
 
 def signature_source(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | None):

@@ -15,7 +15,9 @@ from bytecode import BinaryOp, Compare
 
 from . import bytecode_versions as bv
 from .exc import unsupported
+from .variables.autocast import AutocastVariable
 from .variables.base import ConstantVariable, NullVariable, VariableTracker
+from .variables.contexts import enter_context
 from .variables.dicts import DictVariable, dict_key
 from .variables.functions import UNBOUND, CellVariable, NestedFunctionVariable
 from .variables.lists import (
@@ -160,10 +162,8 @@ def STORE_DEREF(tx, instr):
     cell = tx.cells[instr.arg.name]
     value = tx.pop()
     cell.contents = value
-    if cell.cell is not None:
-        tx.output.side_effects.store_cell(cell.cell, value)
-    elif cell.source is not None:
-        raise unsupported("side_effect", "writing a nonlocal of the compiled function")
+    if cell.exists:
+        tx.output.side_effects.store_cell(cell, value)
 
 
 @handler("LOAD_CLOSURE")
@@ -324,6 +324,13 @@ def CALL_INTRINSIC_1(tx, instr):
         tx.push(TupleVariable(tx.pop().unpack(tx)))
     elif name == "INTRINSIC_UNARY_POSITIVE":
         tx.push(tx.unary_op(operator.pos, tx.pop()))
+    elif name == "INTRINSIC_STOPITERATION_ERROR":  # a generator's body raised: PEP 479
+        exc = tx.pop()
+        if isinstance(exc, ExceptionVariable) and issubclass(exc.cls, StopIteration):
+            exc = ExceptionVariable(
+                RuntimeError, [ConstantVariable("generator raised StopIteration")]
+            )
+        tx.push(exc)
     else:
         raise unsupported("unsupported_bytecode", f"CALL_INTRINSIC_1 {name}")
 
@@ -522,6 +529,50 @@ def FOR_ITER(tx, instr):
         tx.push(value)
 
 
+# ------------------------------------------------------------------ generators (variables/generators.py)
+
+
+@handler("RETURN_GENERATOR")
+def RETURN_GENERATOR(tx, instr):
+    tx.push(ConstantVariable(None))  # what the first resumption "sends" (popped right after)
+
+
+@handler("YIELD_VALUE")
+def YIELD_VALUE(tx, instr):
+    if not hasattr(tx, "yielded"):
+        raise unsupported("unsupported_bytecode", "yield outside a generator being consumed")
+    tx.yielded = tx.pop()
+    tx.push(ConstantVariable(None))  # the value ``send`` gives back when resumed: next() sends None
+
+
+@handler("GET_YIELD_FROM_ITER")
+def GET_YIELD_FROM_ITER(tx, instr):
+    GET_ITER(tx, instr)
+
+
+@handler("SEND")
+def SEND(tx, instr):
+    sent = tx.pop()
+    if not (sent.is_python_constant() and sent.as_python_constant() is None):
+        raise unsupported("unsupported_bytecode", "generator.send() of a value")
+    it = tx.stack[-1]
+    if not isinstance(it, IteratorVariable):
+        raise unsupported("unsupported_object", f"yield from {it}")
+    value = it.next(tx)
+    if value is not None:
+        tx.push(value)
+        return
+    tx.push(getattr(it, "return_value", ConstantVariable(None)))
+    tx.jump(instr)
+    if bv.canonical(tx.instructions[tx.ip].name) != "END_SEND":
+        del tx.stack[-2]  # 3.11 replaces the iterator by the return value; 3.12 lets END_SEND
+
+
+@handler("END_SEND")
+def END_SEND(tx, instr):
+    del tx.stack[-2]
+
+
 @handler("RETURN_VALUE")
 def RETURN_VALUE(tx, instr):
     tx.returned = tx.pop()
@@ -581,22 +632,18 @@ def MAKE_FUNCTION(tx, instr):
 @handler("BEFORE_WITH")
 def BEFORE_WITH(tx, instr):
     ctx = tx.pop()
-    if not isinstance(ctx, GradModeVariable):
-        raise unsupported("unsupported_bytecode", f"`with` on {ctx}")
-    tx.push(ctx.enter(tx))
-    tx.push(ctx)
+    if isinstance(ctx, (GradModeVariable, AutocastVariable)):
+        tx.push(ctx.enter(tx))
+        tx.push(ctx)
+        return
+    exit_fn, result = enter_context(tx, ctx)
+    tx.push(exit_fn)
+    tx.push(result)
 
 
 @handler("LOAD_ASSERTION_ERROR")
 def LOAD_ASSERTION_ERROR(tx, instr):
     tx.push(ClassVariable(AssertionError))
-
-
-@handler("RAISE_VARARGS")
-def RAISE_VARARGS(tx, instr):
-    exc = tx.stack[-1] if instr.arg else None
-    text = exc.describe() if isinstance(exc, ExceptionVariable) else "an exception"
-    raise unsupported("user_exception", f"raise {text}")
 
 
 @handler("IMPORT_NAME")

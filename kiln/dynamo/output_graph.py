@@ -8,6 +8,7 @@ the code runs under, and the identity caches that make one real object one varia
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -40,18 +41,54 @@ def _restoring_grad_mode(compiled):
     return run
 
 
+def _with_state(slot: list, value, fn, *args):
+    """``fn(*args)`` with the global ``slot`` (grad mode, autocast) set to ``value``, then
+    restored."""
+    saved = slot[0]
+    slot[0] = value
+    try:
+        return fn(*args)
+    finally:
+        slot[0] = saved
+
+
+def _with_grad_enabled(fn, *args):
+    """``fn(*args)`` with grad mode on (see ``OutputGraph.compile``)."""
+    return _with_state(state.grad_enabled, True, fn, *args)
+
+
+def _without_autocast(fn, *args):
+    return _with_state(state.autocast, None, fn, *args)
+
+
+def _running_without_autocast(compiled):
+    """A graph captured inside an autocast region holds its casts as nodes: it must run (and be
+    compiled, traced again by aot) with autocast off, or the casts would be applied twice."""
+
+    def run(*args):
+        return _without_autocast(compiled, *args)
+
+    return run
+
+
 class OutputGraph:
     """State shared by the root translator and every inlined call during one capture."""
 
-    def __init__(self, ctx, name: str):
+    def __init__(self, ctx, name: str, dynamic_scalars: frozenset = frozenset()):
         self.ctx = ctx
         self.name = name
+        # sources of ints/floats that changed between calls: used as constants, they break
+        self.dynamic_scalars = dynamic_scalars
         self.graph = Graph()
         self.mode = TracingMode(self.graph)
         self.guards = GuardSet()
         self.guards.global_state()
         self.side_effects = SideEffects()
         self.grad_enabled = state.grad_enabled[0]
+        self.entry_grad_enabled = self.grad_enabled  # the mode the frame was called in
+        # the autocast configuration ops are traced under; the graph records their casts
+        self.autocast = state.autocast[0]
+        self._autocast_at_entry = self.autocast
         self.inputs: list[tuple[Source, Tensor]] = []
         self._input_vts: dict[int, Any] = {}
         self._proxy_vts: dict[int, Any] = {}
@@ -145,22 +182,34 @@ class OutputGraph:
             self.guards.same_object(source, vt.source)
         return vt
 
-    def cell_variable(self, cell, name: str):
-        """The variable of a real closure cell (of an inlined function)."""
-        from .sources import CellSource
+    def cell_variable(self, cell, name: str, cell_source=None):
+        """The variable of a real closure cell (of an inlined function); ``cell_source``: where
+        the cell is read when the function itself is only known by its code (a local one)."""
+        from .sources import AttrSource, CellSource
         from .variables.builder import wrap
         from .variables.functions import UNBOUND, CellVariable
 
         entry = self._cells.get(id(cell))
         if entry is not None:
             return entry
+        if cell_source is not None:
+            contents_source = AttrSource(cell_source, "cell_contents")
+        else:
+            contents_source = CellSource(cell, name)
         try:
-            contents = wrap(self, cell.cell_contents, CellSource(cell, name))
+            contents = wrap(self, cell.cell_contents, contents_source)
         except ValueError:
             contents = UNBOUND
-        vt = CellVariable(contents, cell=cell)
+        if cell_source is not None:
+            vt = CellVariable(contents, cell_source=cell_source)
+        else:
+            vt = CellVariable(contents, cell=cell)
         self._cells[id(cell)] = vt
         return vt
+
+    def set_autocast(self, config) -> None:
+        """Enter or leave a ``with autocast`` region (``config``: a ``_Config`` or None)."""
+        self.autocast = config
 
     def set_grad_enabled(self, mode: bool) -> None:
         if mode != self.grad_enabled:
@@ -186,14 +235,33 @@ class OutputGraph:
         """
         self.mode.output(tuple(vt.proxy for vt in outputs))
         self.graph.eliminate_dead_code()
+        enables_grad = not self.entry_grad_enabled and any(
+            n.target is set_grad_enabled_node and n.args[0] for n in self.graph.nodes
+        )
+        if enables_grad:
+            # entered under no_grad, it switches grad on: the graph states its entry mode and
+            # is compiled and run with grad enabled, so AOT builds the backward it needs
+            first = next(n for n in self.graph.nodes if n.op != "placeholder")
+            with self.graph.inserting_before(first):
+                self.graph.call_function(set_grad_enabled_node, (False,))
         used = {n.target for n in self.graph.nodes if n.op == "get_attr"}
         attrs = {k: v for k, v in self.mode.attributes.items() if k in used}
         gm = GraphModule(attrs, self.graph, class_name=f"GraphModule_{self.name}")
         example_inputs = [t for _, t in self.inputs]
         klog.log("graph", f"captured graph for {self.name}:\n{gm.code}")
         klog.dump(f"{self.name}_graph", "py", gm.code)
-        compiled = self.ctx.compile_graph(gm, example_inputs, self.name)
+        compile_graph = self.ctx.compile_graph
+        if enables_grad:
+            compile_graph = functools.partial(_with_grad_enabled, compile_graph)
+        if self._autocast_at_entry is None:
+            compiled = compile_graph(gm, example_inputs, self.name)
+        else:
+            compiled = _without_autocast(compile_graph, gm, example_inputs, self.name)
         self.ctx.record_graph(gm, self.op_count(), self.name)
+        if enables_grad:
+            compiled = functools.partial(_with_grad_enabled, compiled)
         if any(n.target is set_grad_enabled_node for n in self.graph.nodes):
             compiled = _restoring_grad_mode(compiled)
+        if self._autocast_at_entry is not None:
+            compiled = _running_without_autocast(compiled)
         return compiled

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import types
 
-from bytecode import Bytecode, CompilerFlags, Instr, Label
+from bytecode import Bytecode, CellVar, CompilerFlags, FreeVar, Instr, Label
 
 from . import bytecode_versions as bv
 
@@ -64,11 +64,14 @@ def resume_code(
             if index == target:
                 body.append(jump_to)
                 line = item.lineno or line
+            if isinstance(item.arg, CellVar):  # the frame's cells arrive in the closure
+                item = Instr(item.name, FreeVar(item.arg.name), lineno=item.lineno)
         body.append(item)
     if index < target:
         raise ValueError(f"resume target {target} is past the end of {original.co_name}")
     stack_names = [f"___stack{i}" for i, is_null in enumerate(nulls) if not is_null]
-    prologue = bv.prologue(list(original.co_freevars), [], lineno=line)
+    freevars = list(original.co_cellvars) + list(original.co_freevars)
+    prologue = bv.prologue(freevars, [], lineno=line)
     slot = 0
     for is_null in nulls:
         if is_null:
@@ -86,7 +89,7 @@ def resume_code(
     new.argcount = len(new.argnames)
     keep = CompilerFlags.OPTIMIZED | CompilerFlags.NEWLOCALS | CompilerFlags.NESTED
     new.flags = CompilerFlags(original.co_flags) & keep
-    new.freevars = list(original.co_freevars)
+    new.freevars = freevars
     new.cellvars = []
     new.extend(prologue)
     new.extend(body)

@@ -37,7 +37,7 @@ class SideEffects:
         self.containers: dict[int, object] = {}  # id(variable) -> mutated container variable
         self.attrs: dict[tuple[int, str], tuple] = {}  # (id(obj vt), name) -> (obj vt, value)
         self.globals: dict[tuple[int, str], tuple] = {}  # (id(dict), name) -> (dict, value)
-        self.cells: dict[int, tuple] = {}  # id(cell) -> (cell, value)
+        self.cells: dict[int, tuple] = {}  # id(cell variable) -> (cell variable, value)
 
     def __bool__(self) -> bool:
         return bool(self.containers or self.attrs or self.globals or self.cells)
@@ -63,6 +63,9 @@ class SideEffects:
         return None if entry is None else entry[2]
 
     def store_cell(self, cell, value) -> None:
+        """A closure cell that existed before the capture (a ``CellVariable``) was assigned:
+        the cell object is rebuilt from where it was found (a constant, the frame's closure, a
+        local function's ``__closure__``), so the write lands in the running instance's cell."""
         self.cells[id(cell)] = (cell, value)
 
     def prune_dead_objects(self, roots: list) -> None:
@@ -117,7 +120,8 @@ class SideEffects:
         for obj, _, value in self.attrs.values():
             out += [obj, value]
         out += [value for _, _, value in self.globals.values()]
-        out += [value for _, value in self.cells.values()]
+        for cell, value in self.cells.values():
+            out += [cell, value]
         return out
 
     def codegen(self, cg) -> None:
@@ -160,7 +164,7 @@ class SideEffects:
                 cg.append(Instr("STORE_SUBSCR"))
         for cell, value in self.cells.values():
             cg.load(value)
-            cg.load_const(cell)
+            cg.load(cell)
             cg.append(Instr("STORE_ATTR", "cell_contents"))
 
     def describe(self) -> list[str]:

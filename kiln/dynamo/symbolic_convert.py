@@ -24,12 +24,14 @@ from . import bytecode_versions as bv
 from . import config
 from .bytecode_analysis import frame_code
 from .exc import BreakReason, Unsupported, unsupported
+from .exception_flow import raise_into_handler
 from .opcodes import HANDLERS
 from .sources import ClosureSource, GlobalsDictSource, GlobalSource, LocalSource
 from .variables.base import ConstantVariable, VariableTracker, fold_binary
 from .variables.builder import wrap
 from .variables.dicts import DictVariable, DictViewVariable
 from .variables.functions import UNBOUND, CellVariable, bind_arguments
+from .variables.generators import GeneratorVariable
 from .variables.lists import (
     BaseListVariable,
     ListVariable,
@@ -56,9 +58,8 @@ _INPLACE_TO_PLAIN = {
 }  # fmt: skip
 _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _FLAGS_UNSUPPORTED = (
-    inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
-    | inspect.CO_ITERABLE_COROUTINE
-)  # fmt: skip
+    inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+)
 
 
 @dataclass
@@ -101,6 +102,7 @@ class InstructionTranslatorBase:
         self.current_ip = 0
         self.done = False
         self.returned: VariableTracker | None = None
+        self.exception_stack: list[VariableTracker] = []  # exceptions being handled (``except``)
 
     # ------------------------------------------------------------------ running
     def run(self) -> None:
@@ -121,6 +123,8 @@ class InstructionTranslatorBase:
                 raise unsupported("unsupported_bytecode", f"opcode {instr.name} is not supported")
             fn(self, instr)
         except Unsupported as e:
+            if e.kind == "user_exception" and raise_into_handler(self, ip, e):
+                return
             if e.reason is None:
                 e.reason = self.break_reason(e)
             raise
@@ -208,6 +212,8 @@ class InstructionTranslatorBase:
         if a.is_python_constant() and b.is_python_constant():
             try:
                 value = op(a.as_python_constant(), b.as_python_constant())
+            except Unsupported:
+                raise
             except Exception as e:
                 raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
             from .variables.builder import wrap_constant_result
@@ -223,6 +229,8 @@ class InstructionTranslatorBase:
         if a.is_python_constant():
             try:
                 return ConstantVariable(op(a.as_python_constant()))
+            except Unsupported:
+                raise
             except Exception as e:
                 raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
         raise unsupported("unsupported_object", f"operator {op.__name__} on {a}")
@@ -274,6 +282,8 @@ class InstructionTranslatorBase:
                 raise unsupported("data_dependent_value", "indexing a Python value with a tensor")
             try:
                 value = obj.as_python_constant()[index.as_python_constant()]
+            except Unsupported:
+                raise
             except Exception as e:
                 raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
             from .variables.builder import wrap_constant_result
@@ -302,9 +312,7 @@ class InstructionTranslatorBase:
             raise unsupported("opaque_function", f"call to {fn.fn.__qualname__} ({disabled})")
         code = fn.get_code()
         if code.co_flags & _FLAGS_UNSUPPORTED:
-            raise unsupported(
-                "unsupported_bytecode", f"{code.co_name} is a generator or coroutine function"
-            )
+            raise unsupported("unsupported_bytecode", f"{code.co_name} is a coroutine function")
         if self.depth >= config.inline_depth_limit:
             raise unsupported("recursion", f"inlining {code.co_name} would nest too deeply")
         defaults, kwdefaults = fn.defaults(self)
@@ -312,6 +320,8 @@ class InstructionTranslatorBase:
         tx = InliningTranslator(
             self.output, code, fn.get_globals(), self, bound, fn.closure_cells(self)
         )
+        if code.co_flags & inspect.CO_GENERATOR:
+            return GeneratorVariable(tx)  # its body runs as the consumer asks for values
         tx.run()
         return tx.returned
 

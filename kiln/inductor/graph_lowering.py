@@ -16,7 +16,7 @@ from ..autograd.grad_mode import set_grad_enabled_node
 from ..ops.registry import Op
 from ..runtime.tensor import Tensor
 from .ir import Buffer, GraphContext, InputBuffer, Layout, TensorBox
-from .lowering import CURRENT_NODE, LOWERINGS, fallback
+from .lowering import CURRENT_CTX, CURRENT_NODE, LOWERINGS, fallback
 
 __all__ = ["GraphLowering", "LoweredGraph", "REALIZE_SIZE_HINT"]
 
@@ -51,6 +51,13 @@ class GraphLowering:
         self.fallbacks: list = []
 
     def run(self) -> LoweredGraph:
+        saved, CURRENT_CTX[0] = CURRENT_CTX[0], self.ctx
+        try:
+            return self._run()
+        finally:
+            CURRENT_CTX[0] = saved
+
+    def _run(self) -> LoweredGraph:
         graph = self.gm.graph
         placeholder_index = 0
         output_value = None

@@ -11,9 +11,12 @@ values come from a Python/numpy callable writing into a preallocated output.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..runtime import dtypes as dt
 from ..runtime.tensor import contiguous_strides
@@ -74,6 +77,18 @@ class Layout:
         if any(s == 0 for s in self.shape):
             return 0
         return self.offset + sum((s - 1) * st for s, st in zip(self.shape, self.stride)) + 1
+
+    @functools.cached_property
+    def view_args(self) -> tuple:
+        """``(shape, byte offset, byte strides, storage elements)``: what the wrapper needs on
+        every call to view a storage (worked out once per layout)."""
+        item = np.dtype(self.dtype.np).itemsize
+        return (
+            self.shape,
+            self.offset * item,
+            tuple(s * item for s in self.stride),
+            max(self.storage_size(), 1),
+        )
 
     def offset_expr(self, index) -> sym.Expr:
         out = sym.const(self.offset)

@@ -75,13 +75,17 @@ def _box(ctx, shape, dtype, loader, *inputs) -> TensorBox:
 
 def _ctx(*xs):
     for x in xs:
-        if isinstance(x, TensorBox):
+        if isinstance(x, TensorBox) and x.ctx is not None:
             return x.ctx
         if isinstance(x, (list, tuple)):
             c = _ctx(*x)
             if c is not None:
                 return c
-    return None
+    return CURRENT_CTX[0]  # an op without tensor inputs (randperm) builds in the graph's context
+
+
+# the lowering context of the graph being lowered (set by GraphLowering.run)
+CURRENT_CTX: list = [None]
 
 
 def _finish(value, computed: dt.dtype, out: dt.dtype):
@@ -872,15 +876,20 @@ def extern(out_meta, kernel: Callable, inputs: list, description: str, **kwargs)
 
 
 def _np_matmul_out(out, a, b):
-    if out.dtype in (np.float16,) or out.dtype.name == "bfloat16":
-        np.copyto(out, np.matmul(a.astype(np.float32), b.astype(np.float32)), casting="unsafe")
-    else:
-        np.matmul(a, b, out=out)
+    np.matmul(a, b, out=out)
+
+
+def _np_matmul_16bit_out(out, a, b):
+    """16-bit floats multiply in float32, rounded once (numpy has no bfloat16 matmul)."""
+    np.copyto(out, np.matmul(a.astype(np.float32), b.astype(np.float32)), casting="unsafe")
 
 
 @register_lowering("mm", "bmm")
 def _mm(out_meta, a, b):
-    return extern(out_meta, _np_matmul_out, [a, b], "matmul")
+    sixteen_bit = out_meta.dtype in (dt.float16, dt.bfloat16)
+    return extern(
+        out_meta, _np_matmul_16bit_out if sixteen_bit else _np_matmul_out, [a, b], "matmul"
+    )
 
 
 def fallback(op, out_meta, args) -> TensorBox:

@@ -20,16 +20,18 @@ __all__ = [
 
 def allocate(layout: Layout) -> np.ndarray:
     """A flat (pooled) storage array big enough for ``layout``."""
-    return empty_array((max(layout.storage_size(), 1),), layout.dtype.np)
+    return empty_array((layout.view_args[3],), layout.dtype.np)
 
 
 def strided_view(storage: np.ndarray, layout: Layout) -> np.ndarray:
-    """The numpy view of ``storage`` that ``layout`` describes."""
-    item = storage.itemsize
-    start = storage[layout.offset :] if layout.offset else storage
-    return np.lib.stride_tricks.as_strided(
-        start, shape=layout.shape, strides=tuple(s * item for s in layout.stride), writeable=True
-    )
+    """The numpy view of ``storage`` that ``layout`` describes (runs on every call: the
+    ``ndarray`` constructor over the storage's buffer is ~10x cheaper than ``as_strided``)."""
+    shape, offset, strides, _ = layout.view_args
+    try:
+        return np.ndarray(shape, storage.dtype, storage, offset, strides)
+    except (TypeError, ValueError):  # a storage that is itself strided (a strided input's)
+        start = storage[layout.offset :] if layout.offset else storage
+        return np.lib.stride_tricks.as_strided(start, shape, strides, writeable=True)
 
 
 def storage_of_tensor(t) -> np.ndarray:

@@ -157,7 +157,7 @@ def test_cache_size_limit_is_the_recompile_limit():
     try:
         config.cache_size_limit = 2
         assert config.recompile_limit == 2
-        f = kiln.compile(lambda x: x + 1, backend="eager")
+        f = kiln.compile(lambda x: x + 1, backend="eager", dynamic=False)
         with pytest.warns(RuntimeWarning, match="recompiled 2 times"):
             for n in range(1, 5):
                 f(kiln.ones(n))

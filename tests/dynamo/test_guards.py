@@ -21,9 +21,9 @@ def scale(x, k=2.0):
     return x * k
 
 
-def compiled_with_counter(fn):
+def compiled_with_counter(fn, **options):
     counter = CompileCounter()
-    return kiln.compile(fn, backend=counter), counter
+    return kiln.compile(fn, backend=counter, **options), counter
 
 
 @pytest.mark.parametrize(
@@ -128,7 +128,7 @@ def test_grad_mode_is_guarded():
 
 
 def test_recompile_limit_runs_eagerly_and_warns_once():
-    fn, counter = compiled_with_counter(scale)
+    fn, counter = compiled_with_counter(scale, dynamic=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for n in range(1, config.recompile_limit + 5):
@@ -138,6 +138,18 @@ def test_recompile_limit_runs_eagerly_and_warns_once():
     messages = [str(w.message) for w in caught if "recompiled" in str(w.message)]
     assert len(messages) == 1
     assert "x.shape" in messages[0]
+
+
+def test_new_shapes_past_the_limit_run_eagerly_without_a_warning():
+    fn, counter = compiled_with_counter(scale)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(1, config.shape_recompile_limit + 5):
+            x = t(n)
+            assert_same(fn(x), scale(x))
+        fn(t(3))  # a shape compiled before still runs its entry
+    assert counter.frame_count == config.shape_recompile_limit + 1
+    assert not [w for w in caught if "recompiled" in str(w.message)]
 
 
 def test_recompiles_log_names_the_failed_guard(capsys):

@@ -16,6 +16,8 @@ import operator
 import types
 from typing import Any
 
+import numpy as np
+
 from ..exc import unsupported
 from ..sources import Source
 
@@ -103,6 +105,8 @@ _CONSTANT_TYPES = (
     type(NotImplemented),
     range,
     slice,
+    np.bool_,  # numpy scalars (``arr.sum()``, ``np.float32(0.5)``) fold like Python numbers
+    np.number,
 )
 
 
@@ -140,8 +144,14 @@ class ConstantVariable(VariableTracker):
     def guard(self) -> None:
         """Install the guards that make ``value`` safe to bake into the graph or the code."""
         if not self._guarded:
+            output = active_output()
+            if self.source.name() in output.dynamic_scalars:
+                raise unsupported(
+                    "dynamic_scalar",
+                    f"{self.source.name()} changes between calls (it was {self.value!r})",
+                )
             self._guarded = True
-            active_output().guards.constant(self.source, self.value)
+            output.guards.constant(self.source, self.value)
         if self.recipe is not None:
             _, a, b = self.recipe
             a.guard()

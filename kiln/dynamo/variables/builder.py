@@ -13,21 +13,31 @@ import types
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
+
 from ...ops.registry import Op
 from ...runtime.tensor import Tensor
 from ..sources import AttrSource, IdentityItemSource, ItemSource, Source
+from .autocast import AutocastClassVariable, AutocastVariable, is_autocast_class
 from .base import ConstantVariable, VariableTracker, active_output, is_constant_value
 from .builtins import BUILTIN_HANDLERS, PURE_MODULES, BuiltinVariable
 from .dicts import DictVariable, IdentityKey, is_key_value, key_value
-from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
+from .functions import (
+    LocalFunctionVariable,
+    PartialVariable,
+    UserFunctionVariable,
+    UserMethodVariable,
+)
 from .lists import ListVariable, NamedTupleVariable, SetVariable, TupleVariable
 from .misc import (
     ClassVariable,
     GradModeClassVariable,
+    GradModeExit,
     GradModeVariable,
     KilnFunctionVariable,
     PythonModuleVariable,
     UserObjectVariable,
+    WithExitVariable,
     grad_mode_classes,
 )
 from .nn_module import NNModuleVariable
@@ -46,6 +56,7 @@ _STATEFUL_KILN_NAMES = frozenset(
 # callables, hold user state, or are the capture machinery itself
 _INLINED_KILN_PREFIXES = (
     "kiln.nn.modules", "kiln.autograd", "kiln.utils", "kiln.optim", "kiln.distributions",
+    "kiln.nn.utils.clip_grad",  # reads and scales ``.grad`` (proxies have none)
 )  # fmt: skip
 
 
@@ -137,10 +148,23 @@ def _wrap_new(output, value: Any, source: Source | None) -> VariableTracker:
         return UserFunctionVariable(value._kiln_original)
     if isinstance(value, type) and value in grad_mode_classes():
         return GradModeClassVariable(value, source)
+    if is_autocast_class(value):
+        return AutocastClassVariable(value, source)
+    if isinstance(value, AutocastVariable.autocast_type()):
+        if source is not None:
+            guards.identity(source, value)
+        return AutocastVariable(value, source)
     from ...autograd.grad_mode import _GradModeBase
 
     if isinstance(value, _GradModeBase):
         return GradModeVariable(value._target, type(value))
+    if isinstance(value, GradModeExit):  # a grad-mode block cut by a graph break
+        if source is not None:
+            guards.identity(source, value)
+        return WithExitVariable(None, value.restore)
+    if _is_local_function(value) and source is not None:
+        guards.identity(AttrSource(source, "__code__"), value.__code__)
+        return LocalFunctionVariable(value, source)
     if _identity_guarded(value):
         if source is not None:
             guards.identity(source, value)
@@ -193,18 +217,29 @@ def _wrap_dict(output, value: dict, source: Source | None) -> VariableTracker:
     return DictVariable(items, source, type(value), factory)
 
 
+def _is_local_function(value: Any) -> bool:
+    """A plain function defined inside another (made anew by each run of its ``def``)."""
+    return (
+        type(value) is types.FunctionType
+        and "<locals>" in value.__qualname__
+        and kiln_function_kind(value) is None
+    )
+
+
 def _identity_guarded(value: Any) -> bool:
     return isinstance(
         value,
         (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type, Op,
          types.BuiltinMethodType, types.MethodWrapperType, types.WrapperDescriptorType,
-         types.MethodDescriptorType),
+         types.MethodDescriptorType, np.ufunc, type(np.prod)),
     )  # fmt: skip
 
 
 def _wrap_identified(output, value: Any, source: Source | None) -> VariableTracker:
     if isinstance(value, types.ModuleType):
         return PythonModuleVariable(value, source)
+    if _modelled(value):  # kiln functions capture answers itself (``is_grad_enabled``)
+        return BuiltinVariable(value, source)
     kind = kiln_function_kind(value)
     if kind == "kiln":
         return KilnFunctionVariable(value, source)
@@ -219,6 +254,14 @@ def _wrap_identified(output, value: Any, source: Source | None) -> VariableTrack
     if value in BUILTIN_HANDLERS or getattr(value, "__module__", None) in PURE_MODULES:
         return BuiltinVariable(value, source)
     return BuiltinVariable(value, source)
+
+
+def _modelled(value: Any) -> bool:
+    try:
+        module = getattr(value, "__module__", None) or ""
+        return value in BUILTIN_HANDLERS and module.startswith("kiln")
+    except TypeError:  # unhashable
+        return False
 
 
 def _opaque(output, value: Any, source: Source | None) -> VariableTracker:

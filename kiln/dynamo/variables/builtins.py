@@ -13,9 +13,12 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from ...autograd.grad_mode import is_grad_enabled
+from ...utils.checkpoint import checkpoint
 from ..exc import Unsupported, unsupported
 from .base import ConstantVariable, FixedObjectVariable, VariableTracker
 from .dicts import DictVariable, dict_key
+from .generators import CountVariable
 from .lists import (
     BaseListVariable,
     IteratorVariable,
@@ -55,6 +58,8 @@ def _fold(fn, args, kwargs) -> VariableTracker:
 
     try:
         value = fn(*_consts(args), **{k: v.as_python_constant() for k, v in kwargs.items()})
+    except Unsupported:
+        raise
     except Exception as e:
         raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
     return wrap_constant_result(value)
@@ -80,6 +85,11 @@ class BuiltinVariable(FixedObjectVariable):
         if handler is not None:
             return handler(tx, fn, args, kwargs)
         module = getattr(fn, "__module__", None)
+        if module == "numpy" and _all_const(args, kwargs):
+            value = _fold(fn, args, kwargs)  # np.sqrt(d_head), np.prod(shape)
+            if not value.is_python_constant():
+                raise unsupported("unsupported_object", f"numpy.{fn.__name__}() makes an array")
+            return value
         if module in PURE_MODULES:
             if _all_const(args, kwargs):
                 return _fold(fn, args, kwargs)
@@ -295,7 +305,15 @@ def _enumerate(tx, fn, args, kwargs):
 
 @_handles(zip)
 def _zip(tx, fn, args, kwargs):
-    columns = [a.unpack(tx) for a in args]
+    columns = [None if isinstance(a, CountVariable) else a.unpack(tx) for a in args]
+    finite = [c for c in columns if c is not None]
+    if len(finite) < len(columns):  # endless iterators advance as far as the finite ones reach
+        n = min(len(c) for c in finite) if finite else 0
+        if not finite:
+            raise unsupported("unsupported_object", "zip() of endless iterators only")
+        columns = [
+            c if c is not None else [a.next(tx) for _ in range(n)] for a, c in zip(args, columns)
+        ]
     strict = kwargs.get("strict", ConstantVariable(False)).as_python_constant()
     if strict and len({len(c) for c in columns}) > 1:
         raise unsupported("user_exception", "ValueError: zip() arguments have different lengths")
@@ -438,6 +456,29 @@ def _math(tx, fn, args, kwargs):
 # Their results are materialised (the arguments are finite and known while capturing).
 
 
+@_handles(is_grad_enabled)
+def _is_grad_enabled(tx, fn, args, kwargs):
+    """The grad mode where the call is in the captured code (not the mode capture runs in)."""
+    return ConstantVariable(tx.output.grad_enabled)
+
+
+@_handles(functools.reduce)
+def _reduce(tx, fn, args, kwargs):
+    if kwargs or len(args) not in (2, 3):
+        raise unsupported("unsupported_object", "functools.reduce() with these arguments")
+    items = args[1].unpack(tx)
+    if len(args) == 3:
+        items = [args[2], *items]
+    if not items:
+        raise unsupported(
+            "user_exception", "TypeError: reduce() of empty iterable with no initial value"
+        )
+    value = items[0]
+    for item in items[1:]:
+        value = args[0].call_function(tx, [value, item], {})
+    return value
+
+
 @_handles(itertools.chain)
 def _chain(tx, fn, args, kwargs):
     return IteratorVariable([item for arg in args for item in arg.unpack(tx)])
@@ -448,6 +489,27 @@ def _chain_from_iterable(tx, fn, args, kwargs):
     return IteratorVariable([item for it in args[0].unpack(tx) for item in it.unpack(tx)])
 
 
+_CHECKPOINT_OPTIONS = (
+    "use_reentrant", "context_fn", "determinism_check", "debug", "early_stop",
+    "preserve_rng_state",
+)  # fmt: skip
+
+
+@_handles(checkpoint)
+def _checkpoint(tx, fn, args, kwargs):
+    """Activation checkpointing only trades memory for recomputation (with the same random
+    numbers): inside a graph it is the plain call (the partitioner decides what to keep)."""
+    kwargs = {k: v for k, v in kwargs.items() if k not in _CHECKPOINT_OPTIONS}
+    return args[0].call_function(tx, list(args[1:]), kwargs)
+
+
+@_handles(itertools.count)
+def _count(tx, fn, args, kwargs):
+    params = dict(zip(("start", "step"), args), **kwargs)
+    start = params.get("start", ConstantVariable(0))
+    return CountVariable(*_consts([start, params.get("step", ConstantVariable(1))]))
+
+
 @_handles(itertools.islice)
 def _islice(tx, fn, args, kwargs):
     bounds = _consts(args[1:])
@@ -456,8 +518,9 @@ def _islice(tx, fn, args, kwargs):
     source = args[0]
     if isinstance(source, IteratorVariable) and stop is not None:
         # an iterator is consumed only up to ``stop``: what follows stays for its next reader
-        taken = source.items[source.index : source.index + stop]
-        source.index += len(taken)
+        taken = []
+        while len(taken) < stop and (value := source.next(tx)) is not None:
+            taken.append(value)
     else:
         taken = source.unpack(tx)
     return IteratorVariable(taken[start:stop:step])

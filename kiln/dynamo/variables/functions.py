@@ -12,7 +12,7 @@ import inspect
 import types
 from typing import Any
 
-from bytecode import Instr
+from bytecode import FreeVar, Instr
 
 from ..exc import unsupported
 from ..sources import AttrSource, ConstSource, ItemSource
@@ -20,6 +20,7 @@ from .base import ConstantVariable, FixedObjectVariable, VariableTracker
 
 __all__ = [
     "UserFunctionVariable",
+    "LocalFunctionVariable",
     "NestedFunctionVariable",
     "UserMethodVariable",
     "PartialVariable",
@@ -41,10 +42,36 @@ UNBOUND = _Unbound()
 class CellVariable(VariableTracker):
     """A closure cell created in the captured frame (``MAKE_CELL``) or read from a function."""
 
-    def __init__(self, contents: Any = UNBOUND, source=None, cell=None):
+    def __init__(self, contents: Any = UNBOUND, source=None, cell=None, cell_source=None):
         self.contents = contents  # a VariableTracker, or UNBOUND
-        self.source = source
+        self.source = source  # where the contents were read (the frame's own closure)
         self.cell = cell  # the real cell object, for cells of existing functions
+        self.cell_source = cell_source  # where the cell itself is read (a local function's)
+
+    @property
+    def exists(self) -> bool:
+        """The cell existed before the capture (writes to it are side effects)."""
+        return self.cell is not None or self.source is not None or self.cell_source is not None
+
+    def reconstruct(self, cg) -> None:
+        """The cell object itself (for a closure tuple or a resume function's closure): a
+        real cell, the frame's own free variable, or a new cell holding the current contents
+        (one per variable: functions rebuilt at a break share it with the resume function)."""
+        from ..sources import ClosureSource
+
+        if self.cell is not None:
+            cg.load_const(self.cell)
+        elif self.cell_source is not None:
+            self.cell_source.reconstruct(cg)
+        elif isinstance(self.source, ClosureSource):
+            cg.append(Instr("LOAD_CLOSURE", FreeVar(self.source.var)))
+        else:
+            cg.load_callable(types.CellType)
+            if self.contents is UNBOUND:
+                cg.call(0)
+            else:
+                cg.load(self.contents)
+                cg.call(1)
 
 
 class UserFunctionVariable(FixedObjectVariable):
@@ -64,9 +91,13 @@ class UserFunctionVariable(FixedObjectVariable):
             out.append(tx.output.cell_variable(cell, name))
         return out
 
+    def _attribute_source(self):
+        """Where ``__defaults__`` and ``__kwdefaults__`` are read (guarded when used)."""
+        return ConstSource(self.fn)
+
     def defaults(self, tx) -> tuple[list, dict]:
         fn = self.fn
-        src = ConstSource(fn)
+        src = self._attribute_source()
         defaults = [
             tx.wrap(v, ItemSource(AttrSource(src, "__defaults__"), i))
             for i, v in enumerate(fn.__defaults__ or ())
@@ -87,6 +118,29 @@ class UserFunctionVariable(FixedObjectVariable):
 
     def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
         return tx.inline_call(self, args, kwargs)
+
+
+class LocalFunctionVariable(UserFunctionVariable):
+    """A function defined inside another function, read from a source: a new object each time
+    its ``def`` runs, so it is guarded by its code (not its identity) and its closure cells and
+    defaults are read through the source (guarded when used)."""
+
+    def is_python_constant(self) -> bool:
+        return False
+
+    def as_python_constant(self) -> Any:
+        raise unsupported("unsupported_object", f"the local function {self.fn.__qualname__}")
+
+    def closure_cells(self, tx) -> list:
+        cells = AttrSource(self.source, "__closure__")
+        names = self.fn.__code__.co_freevars
+        return [
+            tx.output.cell_variable(cell, name, ItemSource(cells, i))
+            for i, (name, cell) in enumerate(zip(names, self.fn.__closure__ or ()))
+        ]
+
+    def _attribute_source(self):
+        return self.source
 
 
 class NestedFunctionVariable(VariableTracker):
@@ -125,8 +179,6 @@ class NestedFunctionVariable(VariableTracker):
         return tx.inline_call(self, args, kwargs)
 
     def reconstruct(self, cg) -> None:
-        if self.closure:
-            raise unsupported("unsupported_object", "a closure created in compiled code escapes it")
         flags = 0
         if self.defaults_vt is not None:
             cg.load(self.defaults_vt)
@@ -134,6 +186,11 @@ class NestedFunctionVariable(VariableTracker):
         if self.kwdefaults_vt is not None:
             cg.load(self.kwdefaults_vt)
             flags |= 2
+        if self.closure:
+            for cell in self.closure:
+                cg.load(cell)
+            cg.append(Instr("BUILD_TUPLE", len(self.closure)))
+            flags |= 8
         cg.load_const(self.code)
         cg.append(Instr("MAKE_FUNCTION", flags))
 

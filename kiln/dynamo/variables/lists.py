@@ -140,6 +140,23 @@ class NamedTupleVariable(TupleVariable):
             return self.items[fields.index(name)]
         return container_method(self, name)
 
+    def call_method(self, tx, name: str, args: list, kwargs: dict) -> VariableTracker:
+        fields = self.cls._fields
+        if name == "_replace" and not args:
+            unknown = [k for k in kwargs if k not in fields]
+            if unknown:
+                raise unsupported(
+                    "user_exception", f"ValueError: Got unexpected field names: {unknown!r}"
+                )
+            return NamedTupleVariable(
+                [kwargs.get(f, v) for f, v in zip(fields, self.items)], self.cls
+            )
+        if name == "_asdict" and not args and not kwargs:
+            from .dicts import DictVariable
+
+            return DictVariable(dict(zip(fields, self.items)))
+        return super().call_method(tx, name, args, kwargs)
+
     def reconstruct(self, cg) -> None:
         if self.source is not None:
             self.source.reconstruct(cg)
@@ -202,12 +219,16 @@ class ListVariable(BaseListVariable):
         return ListVariable(list(self.items))
 
     def method_sort(self, tx, key=None, reverse=None):
-        if key is not None and not (key.is_python_constant() and key.as_python_constant() is None):
-            raise unsupported("unsupported_object", "list.sort(key=...)")
+        if key is not None and key.is_python_constant() and key.as_python_constant() is None:
+            key = None
         rev = bool(_const(reverse, "reverse")) if reverse is not None else False
-        values = sorted(
-            ((_const(v, "a sorted item"), v) for v in self.items), key=lambda p: p[0], reverse=rev
-        )
+        # the sort keys must be constants (a key function is evaluated on each item first)
+        keys = [v if key is None else key.call_function(tx, [v], {}) for v in self.items]
+        pairs = [(_const(k, "a sort key"), v) for k, v in zip(keys, self.items)]
+        try:
+            values = sorted(pairs, key=lambda p: p[0], reverse=rev)
+        except TypeError as e:
+            raise _user_error(e) from None
         self._mutated(tx)
         self.items[:] = [v for _, v in values]
         return ConstantVariable(None)

@@ -8,8 +8,11 @@ import sys
 import types
 from typing import Any
 
-from ..exc import unsupported
+import numpy as np
+
+from ..exc import Unsupported, unsupported
 from ..sources import AttrSource
+from .autograd_function import AutogradFunctionApplyVariable, is_autograd_function
 from .base import ConstantVariable, FixedObjectVariable, VariableTracker
 from .functions import (
     UserFunctionVariable,
@@ -69,12 +72,19 @@ class KilnFunctionVariable(FixedObjectVariable):
         return call_kiln(tx, self.fn, args, kwargs)
 
 
+def _is_numpy_scalar_type(cls: type) -> bool:
+    """``np.float32(0.5)``: numpy scalars of constants are constants."""
+    return issubclass(cls, (np.number, np.bool_))
+
+
 class ClassVariable(FixedObjectVariable):
     """A class object: usable in ``isinstance``, attribute reads; some calls are modelled."""
 
     cls = property(lambda self: self.value)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "apply" and is_autograd_function(self.cls):
+            return AutogradFunctionApplyVariable(self.cls)
         try:
             attr = inspect.getattr_static(self.cls, name)
         except AttributeError:
@@ -100,7 +110,7 @@ class ClassVariable(FixedObjectVariable):
             code = cls.__new__.__code__
             bound = bind_arguments(code, [], {}, [self, *args], kwargs)
             return NamedTupleVariable([bound[f] for f in cls._fields], cls)
-        if cls.__dict__.get("_kiln_fold_constructor") and all(
+        if (cls.__dict__.get("_kiln_fold_constructor") or _is_numpy_scalar_type(cls)) and all(
             a.is_python_constant() for a in [*args, *kwargs.values()]
         ):
             # a pure function of constants (kiln.finfo(dtype)): built now, a constant
@@ -109,6 +119,9 @@ class ClassVariable(FixedObjectVariable):
                 **{k: v.as_python_constant() for k, v in kwargs.items()},
             )
             return tx.wrap(value, None)
+        stateless = _stateless_module(cls, args, kwargs)
+        if stateless is not None:
+            return stateless
         if _constructible(cls):
             obj = NewObjectVariable(object.__new__(cls))
             init = inspect.getattr_static(cls, "__init__")
@@ -120,6 +133,35 @@ class ClassVariable(FixedObjectVariable):
                 )
             return obj
         raise unsupported("unsupported_object", f"creating a {cls.__qualname__} object")
+
+
+def _stateless_module(cls: type, args: list, kwargs: dict) -> VariableTracker | None:
+    """``nn.Flatten()(x)``, ``nn.Softmax(dim=-1)(x)`` inside compiled code: a module built from
+    constants that holds no parameters or buffers is built now, once, and inlined like any
+    module (one with parameters would draw new random weights on every eager call)."""
+    from ...nn.modules.module import Module
+    from ...runtime.random import get_rng_state, set_rng_state
+    from .nn_module import NNModuleVariable
+
+    if not issubclass(cls, Module) or not all(
+        a.is_python_constant() for a in [*args, *kwargs.values()]
+    ):
+        return None
+    rng = get_rng_state()  # a module with weights would draw them: capture must not
+    try:
+        module = cls(
+            *[a.as_python_constant() for a in args],
+            **{k: v.as_python_constant() for k, v in kwargs.items()},
+        )
+    except Unsupported:
+        raise
+    except Exception as e:
+        raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
+    finally:
+        set_rng_state(rng)
+    if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+        return None
+    return NNModuleVariable(module, None)
 
 
 def _constructible(cls: type) -> bool:
@@ -151,6 +193,28 @@ class ExceptionVariable(VariableTracker):
 
     def python_type(self) -> type:
         return self.cls
+
+    def is_python_constant(self) -> bool:
+        return all(a.is_python_constant() for a in [*self.args, *self.kwargs.values()])
+
+    def as_python_constant(self) -> Any:
+        """An equal exception object (``str(e)``, ``e.args`` in an ``except`` block)."""
+        return self.cls(
+            *[a.as_python_constant() for a in self.args],
+            **{k: v.as_python_constant() for k, v in self.kwargs.items()},
+        )
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "args":
+            from .lists import TupleVariable
+
+            return TupleVariable(list(self.args))
+        from .builder import wrap_constant_result
+
+        try:
+            return wrap_constant_result(getattr(self.as_python_constant(), name))
+        except AttributeError as e:
+            raise unsupported("user_exception", f"AttributeError: {e}") from None
 
     def reconstruct(self, cg) -> None:
         cg.load_callable(self.cls)
@@ -281,10 +345,30 @@ class GradModeClassVariable(ClassVariable):
         return GradModeVariable(bool(mode), cls, restore_on_exit=prev)
 
 
-class WithExitVariable(VariableTracker):
-    """The ``__exit__`` that ``BEFORE_WITH`` leaves on the stack: restores the grad mode."""
+class GradModeExit:
+    """At run time, the ``__exit__`` of a grad-mode ``with`` block a graph break cut through:
+    the resume function calls it where the block ends (or on an exception) to restore the mode
+    the block was entered from."""
 
-    def __init__(self, ctx: GradModeVariable, restore: bool):
+    def __init__(self, restore: bool):
+        self.restore = restore
+
+    def __call__(self, *exc_info) -> bool:
+        from ...autograd.grad_mode import set_grad_enabled_node
+
+        set_grad_enabled_node(self.restore)
+        return False
+
+
+_GRAD_MODE_EXITS = {True: GradModeExit(True), False: GradModeExit(False)}
+
+
+class WithExitVariable(VariableTracker):
+    """The ``__exit__`` that ``BEFORE_WITH`` leaves on the stack: restores the grad mode. Live
+    at a graph break, it is handed to the resume function as a ``GradModeExit``, which capture
+    of the resume function turns back into this variable."""
+
+    def __init__(self, ctx: GradModeVariable | None, restore: bool):
         self.ctx = ctx
         self.restore = restore
 
@@ -293,7 +377,7 @@ class WithExitVariable(VariableTracker):
         return ConstantVariable(None)
 
     def reconstruct(self, cg) -> None:
-        raise unsupported("unsupported_bytecode", "a graph break inside a `with` block")
+        cg.load_const(_GRAD_MODE_EXITS[bool(self.restore)])
 
 
 class ConstantMethodVariable(VariableTracker):
@@ -305,7 +389,10 @@ class ConstantMethodVariable(VariableTracker):
 
     def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
         from .builder import wrap_constant_result
+        from .lists import IteratorVariable, TupleVariable
 
+        # an iterator argument (``" ".join(str(n) for n in sizes)``) is consumed into a tuple
+        args = [TupleVariable(a.unpack(tx)) if isinstance(a, IteratorVariable) else a for a in args]
         if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
             raise unsupported("unsupported_object", f"{self.name}() on non-constant arguments")
         value = self.obj.as_python_constant()
@@ -314,6 +401,8 @@ class ConstantMethodVariable(VariableTracker):
                 *(a.as_python_constant() for a in args),
                 **{k: v.as_python_constant() for k, v in kwargs.items()},
             )
+        except Unsupported:
+            raise
         except Exception as e:
             raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
         return wrap_constant_result(result)

@@ -106,14 +106,33 @@ class NNModuleVariable(VariableTracker):
 
         return isinstance(self.module, ModuleDict)
 
+    def _python_method(self, tx, name: str) -> VariableTracker:
+        """The class's own ``name`` bound to this module (inlined when called): how a
+        ``ParameterList`` or a user container answers ``[]``, ``len`` and iteration."""
+        try:
+            attr = inspect.getattr_static(type(self.module), name)
+        except AttributeError:
+            raise missing_attribute(type(self.module), name) from None
+        bound = bind_class_attribute(tx, self, attr, type(self.module))
+        if bound is None:
+            raise unsupported("unsupported_object", f"{type(self.module).__name__}.{name}")
+        return bound
+
     def unpack(self, tx) -> list:
         if not self._is_container():
-            raise unsupported("unsupported_object", f"iterating over {type(self.module).__name__}")
+            if not hasattr(type(self.module), "__iter__"):
+                raise unsupported(
+                    "user_exception",
+                    f"TypeError: '{type(self.module).__name__}' object is not iterable",
+                )
+            return self._python_method(tx, "__iter__").call_function(tx, [], {}).unpack(tx)
         if self._is_dict():
             return [ConstantVariable(k) for k, _ in self._children()]
         return [tx.wrap(m, self._child_source("_modules", k)) for k, m in self._children()]
 
     def getitem(self, tx, index: VariableTracker) -> VariableTracker:
+        if not self._is_container():
+            return self._python_method(tx, "__getitem__").call_function(tx, [index], {})
         key = index.as_python_constant()
         children = self._children()
         if self._is_dict():
@@ -160,7 +179,8 @@ class NNModuleVariable(VariableTracker):
                     TupleVariable([ConstantVariable(path), vt]) if name == "named_modules" else vt
                 )
             return ListVariable(items)
-        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+        fn = self._python_method(tx, name) if name in _MODELLED_METHODS else None
+        return (fn or self.var_getattr(tx, name)).call_function(tx, args, kwargs)
 
     def _members(self, tx, name: str, args, kwargs) -> VariableTracker:
         from .lists import ListVariable, TupleVariable

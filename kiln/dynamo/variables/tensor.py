@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ...ops.indexing import DataDependentOutputError
 from ...runtime import state
 from ...runtime.tensor import Size, Tensor, make_fake
@@ -51,7 +53,7 @@ _STATE_ATTRS = frozenset(
     {"grad", "grad_fn", "data", "is_leaf", "_version", "_base", "retains_grad"}
 )
 # ... except on graph inputs, where they are read from the real tensor (with guards)
-_INPUT_STATE_ATTRS = frozenset({"grad", "grad_fn"})
+_INPUT_STATE_ATTRS = frozenset({"grad", "grad_fn", "is_leaf"})
 _DATA_METHODS = frozenset(
     {
         "item",
@@ -106,6 +108,10 @@ class TensorVariable(VariableTracker):
         if name in _META_ATTRS:
             value = getattr(self.proxy, name)
             return ConstantVariable(Size(value) if name == "shape" else value)
+        if name == "data":  # a detached alias sharing the storage (what reading ``.data`` is)
+            return call_tensor_method(tx, self, "detach", [], {})
+        if name == "is_leaf" and self.source is None:  # an op's result: a leaf unless it needs grad
+            return ConstantVariable(not self.proxy._requires_grad)
         if name in _STATE_ATTRS:
             if name in _INPUT_STATE_ATTRS and self.source is not None:
                 return self._input_state(tx, name)
@@ -243,7 +249,9 @@ def to_kiln_arg(vt: VariableTracker) -> Any:
     if isinstance(vt, TensorVariable):
         return vt.proxy
     if isinstance(vt, ConstantVariable):
-        return vt.as_python_constant()
+        value = vt.as_python_constant()
+        # a numpy scalar acts as the Python number it holds (graph code prints plain literals)
+        return value.item() if isinstance(value, np.generic) else value
     if isinstance(vt, BaseListVariable):
         items = [to_kiln_arg(v) for v in vt.items]
         return vt.python_type()(items) if vt.python_type() in (list, tuple) else tuple(items)
@@ -270,6 +278,9 @@ def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
     grad = state.grad_enabled
     saved_grad = grad[0]
     grad[0] = output.grad_enabled
+    autocast = state.autocast
+    saved_autocast = autocast[0]
+    autocast[0] = output.autocast
     try:
         with mode:
             result = fn(*py_args, **py_kwargs)
@@ -282,13 +293,14 @@ def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
             raise unsupported(
                 "data_dependent_value", f"{_name(fn)} reads a tensor's values: {e}"
             ) from None
-        raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
+        raise _uncertain(unsupported("user_exception", f"{type(e).__name__}: {e}")) from None
     except NotImplementedError as e:
         raise unsupported("unsupported_tensor_op", f"{_name(fn)}: {e}") from None
     except Exception as e:
-        raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
+        raise _uncertain(unsupported("user_exception", f"{type(e).__name__}: {e}")) from None
     finally:
         grad[0] = saved_grad
+        autocast[0] = saved_autocast
     if isinstance(result, Tensor) and result._data is not None:
         return _fresh_tensor(tx, fn, args, kwargs, result)
     return wrap_kiln_result(tx, result)
@@ -351,6 +363,13 @@ def wrap_kiln_result(tx, value: Any) -> VariableTracker:
     if isinstance(value, list):
         return ListVariable([wrap_kiln_result(tx, v) for v in value])
     return wrap_constant_result(value)
+
+
+def _uncertain(error):
+    """An error of a kiln function run on proxies: maybe a limit of shape-only evaluation, so
+    never routed into the user's ``except`` (see ``exception_flow``)."""
+    error.uncertain = True
+    return error
 
 
 def _name(fn) -> str:

@@ -29,8 +29,17 @@ def _origins(step) -> str:
     return ", ".join(names) or "-"
 
 
+_addressof = ctypes.addressof
+_char_at = ctypes.c_char.from_buffer
+
+
 def _ptr(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
+    """The data pointer of ``a`` (every kernel call, every buffer: the ctypes route is ~4x
+    cheaper than ``__array_interface__``, which handles read-only or empty arrays)."""
+    try:
+        return _addressof(_char_at(a))
+    except (TypeError, ValueError):
+        return a.__array_interface__["data"][0]
 
 
 class WrapperModule:
