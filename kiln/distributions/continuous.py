@@ -39,18 +39,6 @@ _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 _EULER = 0.57721566490153286060
 
 
-def _batch_of(*params) -> Size:
-    return Size(params[0].shape)
-
-
-def _uniform(shape, like, low=0.0):
-    """Uniform noise in [low, 1) of ``like``'s dtype and device."""
-    u = kiln.rand(shape, dtype=like.dtype, device=like.device)
-    if low:
-        u = u.clamp(min=low)
-    return u
-
-
 class _LocScale(Distribution):
     """A family ``loc + scale * standard`` with ``loc`` real and ``scale`` positive."""
 

@@ -8,15 +8,25 @@ from collections.abc import Callable
 
 import kiln
 
-from .continuous import Beta, Exponential, Gamma, Gumbel, Laplace, LogNormal, Normal, Uniform
+from .continuous import (
+    _EULER,
+    Beta,
+    Exponential,
+    Gamma,
+    Gumbel,
+    Laplace,
+    LogNormal,
+    Normal,
+    Uniform,
+)
 from .discrete import Bernoulli, Categorical, OneHotCategorical, Poisson
 from .multivariate import Dirichlet, Independent, MultivariateNormal, _batch_mahalanobis
+from .utils import sum_rightmost
 
 __all__ = ["kl_divergence", "register_kl"]
 
 _KL_REGISTRY: dict[tuple[type, type], Callable] = {}
 _KL_MEMO: dict[tuple[type, type], Callable | None] = {}
-_EULER = 0.57721566490153286060
 
 
 def register_kl(type_p: type, type_q: type):
@@ -203,8 +213,4 @@ def _kl_mvn_mvn(p, q):
 def _kl_independent_independent(p, q):
     if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
         raise NotImplementedError
-    result = kl_divergence(p.base_dist, q.base_dist)
-    dims = p.reinterpreted_batch_ndims
-    if dims == 0:
-        return result
-    return result.reshape(result.shape[: result.dim() - dims] + (-1,)).sum(-1)
+    return sum_rightmost(kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)

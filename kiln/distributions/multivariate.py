@@ -11,7 +11,7 @@ from kiln.runtime.tensor import Size
 from . import constraints
 from .continuous import _standard_gamma
 from .distribution import Distribution
-from .utils import lazy_property
+from .utils import lazy_property, sum_rightmost
 
 _EMPTY = Size()  # the default sample/batch shape (a tuple: safe to share)
 
@@ -222,12 +222,6 @@ class Dirichlet(Distribution):
         )
 
 
-def _sum_rightmost(value, dim: int):
-    if dim == 0:
-        return value
-    return value.reshape(value.shape[: value.dim() - dim] + (-1,)).sum(-1)
-
-
 class Independent(Distribution):
     """``base_distribution`` with its rightmost ``reinterpreted_batch_ndims`` batch dims read as
     event dims: log_prob sums over them (a diagonal Normal as one multivariate event)."""
@@ -295,10 +289,10 @@ class Independent(Distribution):
         return self.base_dist.rsample(sample_shape)
 
     def log_prob(self, value):
-        return _sum_rightmost(self.base_dist.log_prob(value), self.reinterpreted_batch_ndims)
+        return sum_rightmost(self.base_dist.log_prob(value), self.reinterpreted_batch_ndims)
 
     def entropy(self):
-        return _sum_rightmost(self.base_dist.entropy(), self.reinterpreted_batch_ndims)
+        return sum_rightmost(self.base_dist.entropy(), self.reinterpreted_batch_ndims)
 
     def enumerate_support(self, expand: bool = True):
         if self.reinterpreted_batch_ndims > 0:

@@ -10,16 +10,11 @@ from . import constraints
 from .distribution import Distribution
 from .multivariate import Independent
 from .transforms import ComposeTransform, Transform
+from .utils import sum_rightmost
 
 _EMPTY = Size()  # the default sample/batch shape (a tuple: safe to share)
 
 __all__ = ["TransformedDistribution"]
-
-
-def _sum_rightmost(value, dim: int):
-    if dim == 0:
-        return value
-    return value.reshape(value.shape[: value.dim() - dim] + (-1,)).sum(-1)
 
 
 class TransformedDistribution(Distribution):
@@ -114,12 +109,12 @@ class TransformedDistribution(Distribution):
         for transform in reversed(self.transforms):
             x = transform.inv(y)
             event_dim += transform.domain.event_dim - transform.codomain.event_dim
-            log_prob = log_prob - _sum_rightmost(
+            log_prob = log_prob - sum_rightmost(
                 transform.log_abs_det_jacobian(x, y),
                 event_dim - transform.domain.event_dim,
             )
             y = x
-        base = _sum_rightmost(
+        base = sum_rightmost(
             self.base_dist.log_prob(y), event_dim - len(self.base_dist.event_shape)
         )
         return log_prob + base

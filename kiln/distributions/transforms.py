@@ -9,6 +9,7 @@ import numbers
 import kiln
 
 from . import constraints
+from .utils import sum_rightmost
 
 __all__ = [
     "AbsTransform",
@@ -23,12 +24,6 @@ __all__ = [
     "Transform",
     "identity_transform",
 ]
-
-
-def _sum_rightmost(value, dim: int):
-    if dim == 0:
-        return value
-    return value.reshape(value.shape[: value.dim() - dim] + (-1,)).sum(-1)
 
 
 class Transform:
@@ -224,7 +219,7 @@ class ComposeTransform(Transform):
         event_dim = self.domain.event_dim
         for part, xi, yi in zip(self.parts, xs[:-1], xs[1:]):
             terms.append(
-                _sum_rightmost(part.log_abs_det_jacobian(xi, yi), event_dim - part.domain.event_dim)
+                sum_rightmost(part.log_abs_det_jacobian(xi, yi), event_dim - part.domain.event_dim)
             )
             event_dim += part.codomain.event_dim - part.domain.event_dim
         result = terms[0]
@@ -281,7 +276,7 @@ class IndependentTransform(Transform):
         return self.base_transform.inv(y)
 
     def log_abs_det_jacobian(self, x, y):
-        return _sum_rightmost(
+        return sum_rightmost(
             self.base_transform.log_abs_det_jacobian(x, y), self.reinterpreted_batch_ndims
         )
 

@@ -42,6 +42,13 @@ def broadcast_all(*values):
     return kiln.broadcast_tensors(*values)
 
 
+def sum_rightmost(value, dim: int):
+    """``value`` summed over its ``dim`` rightmost dims (event dims of a log-density)."""
+    if dim == 0:
+        return value
+    return value.reshape(value.shape[: value.dim() - dim] + (-1,)).sum(-1)
+
+
 def clamp_probs(probs):
     eps = kiln.finfo(probs.dtype).eps
     return probs.clamp(min=eps, max=1 - eps)
