@@ -57,23 +57,22 @@ def _math_calls(step: InnerLoop, plan: LoopPlan) -> int:
     """How many vector-math functions one element of ``step``'s loop evaluates."""
     from ..dependencies import RecordingHandler
 
-    class Counting(RecordingHandler):
-        calls = 0
+    calls = []
 
+    class Counting(RecordingHandler):
         def __getattr__(self, name):
             if name in _MATH_OPS:
-                type(self).calls += 1
+                calls.append(name)
             return super().__getattr__(name)
 
-    handler = Counting()
-    with set_ops_handler(handler):
+    with set_ops_handler(Counting()):
         for n in step.nodes:
             index, rindex = plan.node_index[n.name]
             if isinstance(n.data, Pointwise):
                 n.data.inner_fn(index)
             else:
                 n.data.inner_fn(index, rindex)
-    return Counting.calls
+    return len(calls)
 
 
 class UnsupportedInLLVM(NotImplementedError):  # noqa: N818 - reads as a reason
