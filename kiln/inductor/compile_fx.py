@@ -29,7 +29,7 @@ class CompiledGraph:
     """Calls the kernels of one graph in order (through its generated wrapper) and returns its
     outputs as a tuple."""
 
-    def __init__(self, sched, codegen: str):
+    def __init__(self, sched, codegen: str, graph_key: str | None = None):
         from .codegen.wrapper import generate_wrapper
 
         self.schedule = sched
@@ -39,7 +39,7 @@ class CompiledGraph:
         self.num_kernels = len(sched.kernels)
         kernels = {}
         numpy_reasons = {}
-        self.ir_text = ""
+        self._cpu_kernels = None
         if codegen == "llvm":
             from .codegen.cpu import CPUKernels
 
@@ -49,11 +49,10 @@ class CompiledGraph:
             sizes = {name: b.layout.storage_size() for name, b in buffers.items()}
             sizes.update({b.name: b.layout.storage_size() for b in lowered.inputs if b is not None})
             sizes.update({name: _storage_elems(t) for name, t in lowered.constants.items()})
-            compiled = CPUKernels(sched, dtypes, sizes)
+            compiled = CPUKernels(sched, dtypes, sizes, graph_key)
             self._cpu_kernels = compiled  # owns the JIT engine the kernels live in
             kernels = compiled.by_step
             numpy_reasons = compiled.numpy_steps
-            self.ir_text = compiled.ir_text
         elif codegen != "numpy":
             raise ValueError(f"unknown cpu_codegen {codegen!r}")
         numpy_steps = {}
@@ -69,6 +68,11 @@ class CompiledGraph:
 
     def __call__(self, *args):
         return self._call(*args)
+
+    @property
+    def ir_text(self) -> str:
+        """The kernels' LLVM IR ("" without LLVM kernels), for dumps."""
+        return self._cpu_kernels.ir_text if self._cpu_kernels is not None else ""
 
 
 def _storage_elems(t) -> int:
@@ -114,9 +118,79 @@ def compile_graph(gm, example_inputs, options: dict | None = None) -> CompiledGr
 
         compiled = TritonCompiledGraph(sched, device, options)
     else:
-        compiled = CompiledGraph(sched, codegen)
+        compiled = CompiledGraph(sched, codegen, _graph_key(gm, example_inputs, codegen))
     _dump(gm, compiled)
     return compiled
+
+
+def _graph_key(gm, example_inputs, codegen: str) -> str:
+    """What determines a lowered graph's kernels: its nodes (not the source comments of its code:
+    the same graph called from another line is the same graph), the layouts of its inputs and
+    tensor attributes (their values are passed by pointer), other attribute values, and kiln's
+    source. The CPU code generator adds the schedule's outline (``codegen.cpu._signature``)."""
+    from ..ir.node import format_target, map_arg
+
+    parts = [codegen, kiln_source_digest()]
+    parts += [_describe(v) for v in example_inputs]
+    for node in gm.graph.nodes:
+        args = map_arg((node.args, node.kwargs), lambda n: _NodeRef(n.name))
+        line = f"{node.name} {node.op} {format_target(node.target)} {args!r}"
+        val = node.meta.get("val")
+        if val is not None:
+            line += f" -> {_describe(val)}"
+        if node.op == "get_attr":
+            line += f" = {_describe(_fetch_attr(gm, node.target))}"
+        parts.append(line)
+    return "\n".join(parts)
+
+
+class _NodeRef:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"%{self.name}"
+
+
+def _describe(value) -> str:
+    from ..runtime.tensor import Tensor
+
+    if isinstance(value, Tensor):
+        return (
+            f"T{tuple(value.shape)}{tuple(value.stride())}+{value.storage_offset()}"
+            f" {value.dtype} {value.device}"
+        )
+    if isinstance(value, (list, tuple)):
+        return f"[{', '.join(_describe(v) for v in value)}]"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _fetch_attr(gm, target: str):
+    value = gm
+    for name in target.split("."):
+        value = getattr(value, name)
+    return value
+
+
+_source_digest: list = []
+
+
+def kiln_source_digest() -> str:
+    """A hash of every kiln source file, once per process: cached kernels must come from this
+    very compiler (lowering, scheduling and codegen all shape the code)."""
+    if not _source_digest:
+        import hashlib
+        from pathlib import Path
+
+        digest = hashlib.sha256()
+        root = Path(__file__).resolve().parent.parent
+        for path in sorted(root.rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+        _source_digest.append(digest.hexdigest())
+    return _source_digest[0]
 
 
 _dump_counter = [0]

@@ -6,14 +6,22 @@ never falls back as a whole for one kernel. The rest go into one module per grap
 once (and cached on disk by ``llvm_jit``). Kernels take ``(row_start, row_end, buffers)``; rows are
 split across a thread pool when the work is large enough to pay for the split (ctypes releases
 the GIL during the call).
+
+A graph compiled before skips code generation altogether: an index (in memory, and on disk
+under ``$KILN_CACHE_DIR/llvm/graphs``) maps a key of the lowered graph — its nodes, input layouts,
+schedule outline and kiln's source — to the cached object, so a warm compile neither builds nor
+prints LLVM IR (which costs more than loading the object).
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import os
+import tempfile
 import threading
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 from llvmlite import ir
@@ -24,7 +32,7 @@ from . import llvm_jit
 from .llvm import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel
 from .loop_plan import plan_kernel
 
-__all__ = ["CPUKernels", "set_num_threads", "get_num_threads"]
+__all__ = ["CPUKernels", "clear_memory_cache", "set_num_threads", "get_num_threads"]
 
 log = logging.getLogger("kiln.inductor")
 
@@ -124,51 +132,201 @@ def _buffer_names(kernel: Kernel, plan, sched: Schedule) -> list:
 
 
 class CPUKernels:
-    """The compiled kernels of one schedule, by step index (None for steps run elsewhere)."""
+    """The compiled kernels of one schedule, by step index (None for steps run elsewhere).
 
-    def __init__(self, sched: Schedule, dtypes: dict, sizes: dict | None = None):
+    ``graph_key`` (from :func:`kiln.inductor.compile_fx.compile_graph`: the graph's code, its
+    input layouts and kiln's own source) identifies the LLVM IR this schedule produces without
+    producing it. With it, a graph compiled before (in this process or, through the on-disk
+    index, an earlier one) skips emitting and printing the IR — the largest part of a warm
+    compile — and loads its object directly.
+    """
+
+    def __init__(
+        self, sched: Schedule, dtypes: dict, sizes: dict | None = None, graph_key: str | None = None
+    ):
         self.sched = sched
         self.by_step: dict[int, _LLVMKernel] = {}
         self.numpy_steps: dict[int, str] = {}  # step index -> why it runs in numpy
-        self.ir_text = ""
         self.compiled = None
+        self._ir_text: str | None = ""
+        self._ir_path = None
         sizes = sizes or {}
+        steps = _plan_steps(sched)
+        key = None
+        if graph_key is not None:
+            key = llvm_jit.derived_key(graph_key, _signature(sched, steps, dtypes, sizes))
+            if self._load(key, steps):
+                return
         # emit every kernel into one module; a kernel the generator cannot handle is dropped
         # (it runs in numpy) and the module is rebuilt without it — rare, so emitted once usually
         while True:
-            module, pending, failed = self._emit_all(sched, dtypes, sizes)
+            module, pending, failed = self._emit_all(steps, dtypes, sizes)
             if failed is None:
                 break
             self.numpy_steps[failed[0]] = failed[1]
             log.info("inductor: %s runs in numpy: %s", sched.steps[failed[0]].name, failed[1])
         if pending:
-            self.ir_text = str(module)
-            self.compiled = llvm_jit.compile_module(self.ir_text)
-            for i, name, plan, work, names in pending:
-                fn = _KERNEL_TYPE(self.compiled.address(name))
-                fn._kiln_module = self.compiled  # the engine owns the machine code: keep it alive
-                self.by_step[i] = _LLVMKernel(name, fn, plan.rows, work, names, plan)
+            self._ir_text = str(module)
+            self.compiled = llvm_jit.compile_module(self._ir_text)
+            self._bind(pending)
+        if key is not None:
+            _remember(key, self.compiled, [p[1] for p in pending], self.numpy_steps, self._ir_text)
 
-    def _emit_all(self, sched, dtypes, sizes):
+    @property
+    def ir_text(self) -> str:
+        """The module's LLVM IR (read back from the cache after a hit: only dumps want it)."""
+        if self._ir_text is None:
+            try:
+                self._ir_text = self._ir_path.read_text()
+            except OSError:
+                self._ir_text = "; LLVM IR not kept in the cache\n"
+        return self._ir_text
+
+    def _bind(self, pending) -> None:
+        for i, name, plan, work, names in pending:
+            fn = _KERNEL_TYPE(self.compiled.address(name))
+            fn._kiln_module = self.compiled  # the engine owns the machine code: keep it alive
+            self.by_step[i] = _LLVMKernel(name, fn, plan.rows, work, names, plan)
+
+    def _load(self, key: str, steps) -> bool:
+        """Take the kernels from a graph compiled before under ``key``; False when there is none."""
+        entry = _recall(key)
+        if entry is None:
+            return False
+        compiled, numpy_steps, ir_path = entry
+        self.numpy_steps = dict(numpy_steps)
+        pending = [
+            (i, step.name, plan, work, names)
+            for i, step, plan, work, names in steps
+            if i not in self.numpy_steps
+        ]
+        if pending and compiled is None:
+            return False
+        self.compiled = compiled
+        self._ir_text = None if pending else ""
+        self._ir_path = ir_path
+        self._bind(pending)
+        return True
+
+    def _emit_all(self, steps, dtypes, sizes):
         module = ir.Module(name="kiln_graph")
         module.triple = llvm_jit.host_target().triple
         pending = []
-        for i, step in enumerate(sched.steps):
+        for i, step, plan, work, names in steps:
             if i in self.numpy_steps:
                 continue
             try:
                 if isinstance(step, ScatterStep):
-                    names = _scatter_buffer_names(step.buffer)
                     emit_scatter_kernel(module, step.name, step.buffer, names, dtypes, sizes)
-                    pending.append((i, step.name, _SingleRow(), 0, names))
-                elif isinstance(step, Kernel):
-                    plan = plan_kernel(step)
-                    names = _buffer_names(step, plan, sched)
+                else:
                     emit_kernel(module, step.name, plan, names, dtypes, step.locals, sizes)
-                    pending.append((i, step.name, plan, _work(step), names))
+                pending.append((i, step.name, plan, work, names))
             except UnsupportedInLLVM as e:
                 return None, None, (i, str(e))
         return module, pending, None
+
+
+def _plan_steps(sched: Schedule) -> list:
+    """``(index, step, plan, work, buffer names)`` for every step the LLVM generator may compile."""
+    steps = []
+    for i, step in enumerate(sched.steps):
+        if isinstance(step, ScatterStep):
+            steps.append((i, step, _SingleRow(), 0, _scatter_buffer_names(step.buffer)))
+        elif isinstance(step, Kernel):
+            plan = plan_kernel(step)
+            steps.append((i, step, plan, _work(step), _buffer_names(step, plan, sched)))
+    return steps
+
+
+def _signature(sched: Schedule, steps, dtypes: dict, sizes: dict) -> str:
+    """What the schedule looks like from outside its kernels: names, fusion, argument order,
+    row counts, buffer dtypes and sizes. Part of the cache key, so that a kernel found under a
+    graph key always has the name and arguments this process will call it with."""
+    lines = [step.describe() for step in sched.steps]
+    lines += [f"{i} {plan.rows} {work} {names}" for i, _, plan, work, names in steps]
+    lines += [f"{n} {getattr(d, 'name', d)} {sizes.get(n)}" for n, d in sorted(dtypes.items())]
+    return "\n".join(lines)
+
+
+# Graphs compiled in this process, by cache directory and key: (compiled module, numpy steps, IR
+# path). Bounded: the entries keep JIT engines (machine code) alive.
+_MEMORY: OrderedDict = OrderedDict()
+_MEMORY_LIMIT = 256
+_MEMORY_LOCK = threading.Lock()
+
+
+def _keep(key: str, entry) -> None:
+    key = _memory_key(key)
+    with _MEMORY_LOCK:
+        _MEMORY[key] = entry
+        _MEMORY.move_to_end(key)
+        while len(_MEMORY) > _MEMORY_LIMIT:
+            _MEMORY.popitem(last=False)
+
+
+def clear_memory_cache() -> None:
+    """Forget the graphs compiled in this process; the next compile of one reads the disk."""
+    with _MEMORY_LOCK:
+        _MEMORY.clear()
+
+
+def _memory_key(key: str) -> str:
+    # a new cache directory starts cold, in memory too (benchmarks time cold compiles that way)
+    return f"{llvm_jit.cache_dir()}:{key}"
+
+
+def _index_path(key: str):
+    return llvm_jit.cache_dir() / "graphs" / key[:2] / f"{key}.json"
+
+
+def _remember(key: str, compiled, functions: list, numpy_steps: dict, ir_text: str) -> None:
+    """Record which object (if any) and which numpy fallbacks the graph under ``key`` uses."""
+    path = _index_path(key)
+    ir_path = path.with_suffix(".ll")
+    _keep(key, (compiled, dict(numpy_steps), ir_path))
+    entry = {
+        "object": compiled.key if compiled is not None else None,
+        "functions": functions,
+        "numpy_steps": {str(i): why for i, why in numpy_steps.items()},
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if ir_text:
+            _write_atomic(ir_path, ir_text)
+        _write_atomic(path, json.dumps(entry))
+    except OSError:
+        pass  # a read-only or full cache directory costs speed, never correctness
+
+
+def _write_atomic(path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def _recall(key: str):
+    """The entry :func:`_remember` made for ``key``, from memory or disk; None if there is none
+    (or its object is gone)."""
+    with _MEMORY_LOCK:
+        entry = _MEMORY.get(_memory_key(key))
+    if entry is not None:
+        _keep(key, entry)
+        return entry
+    path = _index_path(key)
+    try:
+        stored = json.loads(path.read_text())
+        numpy_steps = {int(i): why for i, why in stored["numpy_steps"].items()}
+        compiled = None
+        if stored["object"] is not None:
+            compiled = llvm_jit.load_object(stored["object"], tuple(stored["functions"]))
+            if compiled is None:
+                return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    entry = (compiled, numpy_steps, path.with_suffix(".ll"))
+    _keep(key, entry)
+    return entry
 
 
 def _work(kernel: Kernel) -> int:

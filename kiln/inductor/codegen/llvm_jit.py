@@ -32,7 +32,9 @@ __all__ = [
     "cache_dir",
     "compile_module",
     "host_target",
+    "derived_key",
     "jit_stats",
+    "load_object",
     "optimized_ir",
     "reset_jit_stats",
 ]
@@ -85,9 +87,6 @@ def reset_jit_stats() -> None:
         _stats = JitStats()
 
 
-_LOCAL_LINKAGE = (llvm.Linkage.internal, llvm.Linkage.private)
-
-
 @functools.cache
 def host_target() -> HostTarget:
     """Initialize LLVM's native target once and describe the host CPU."""
@@ -129,7 +128,9 @@ def cache_dir() -> Path:
     return Path(root) / "llvm"
 
 
-def _cache_key(ir_text: str, opt_level: int, vectorize: bool) -> str:
+def _toolchain_digest(parts) -> str:
+    """A hash of ``parts`` together with everything about this host and toolchain that changes
+    the machine code: an object made elsewhere never matches."""
     host = host_target()
     digest = hashlib.sha256()
     for part in (
@@ -139,13 +140,28 @@ def _cache_key(ir_text: str, opt_level: int, vectorize: bool) -> str:
         host.triple,
         host.cpu_name,
         host.features,
-        f"O{opt_level}",
-        f"vectorize={vectorize}",
-        ir_text,
+        *parts,
     ):
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def _cache_key(ir_text: str, opt_level: int, vectorize: bool) -> str:
+    return _toolchain_digest((f"O{opt_level}", f"vectorize={vectorize}", ir_text))
+
+
+def derived_key(*parts: str) -> str:
+    """A cache key for something that determines LLVM IR without being it (a lowered graph).
+
+    It covers the host and toolchain like object keys do, so an index entry made on another CPU
+    never points a caller at that CPU's object.
+    """
+    return _toolchain_digest(("derived", *parts))
+
+
+def _object_path(key: str) -> Path:
+    return cache_dir() / key[:2] / f"{key}.o"
 
 
 def _load_cached_object(path: Path) -> bytes | None:
@@ -211,16 +227,26 @@ class CompiledModule:
     made by :meth:`cfunc` holds a reference to its ``CompiledModule``.
     """
 
-    def __init__(self, engine: llvm.ExecutionEngine, module: llvm.ModuleRef, cache_hit: bool):
+    def __init__(
+        self,
+        engine: llvm.ExecutionEngine,
+        module: llvm.ModuleRef,
+        cache_hit: bool,
+        key: str,
+        functions: tuple[str, ...] | None = None,
+    ):
         self._engine = engine
         self._module = module
         self.name: str = module.name
         self.cache_hit = cache_hit
-        self.functions: tuple[str, ...] = tuple(
-            fn.name
-            for fn in module.functions
-            if not fn.is_declaration and fn.linkage not in _LOCAL_LINKAGE
-        )
+        self.key = key  # the object's cache key: load_object(key) finds it again
+        if functions is None:
+            functions = tuple(
+                fn.name
+                for fn in module.functions
+                if not fn.is_declaration and fn.linkage not in _LOCAL_LINKAGE
+            )
+        self.functions: tuple[str, ...] = functions
 
     def address(self, name: str) -> int:
         """The machine-code address of the exported function ``name``."""
@@ -253,7 +279,7 @@ def compile_module(
     """
     ir_text = _ir_text(llvm_ir)
     key = _cache_key(ir_text, opt_level, vectorize)
-    path = cache_dir() / key[:2] / f"{key}.o"
+    path = _object_path(key)
     with _LOCK:
         module = _parse(ir_text)
         # MCJIT hands the module to the cache callbacks; a unique name ties it to this key.
@@ -285,7 +311,36 @@ def compile_module(
                 _stats.cache_misses += 1
             else:
                 _stats.cache_hits += 1
-        return CompiledModule(engine, module, cache_hit=cached is not None)
+        return CompiledModule(engine, module, cache_hit=cached is not None, key=key)
+
+
+def load_object(key: str, functions: tuple[str, ...]) -> CompiledModule | None:
+    """The cached object stored under ``key`` by :func:`compile_module`, loaded without its IR.
+
+    For callers that know which object they want from a key of their own (see
+    :func:`derived_key`): neither parsing, optimization nor code generation runs. ``functions``
+    names the exported functions (the object carries no module to list them from). None when the
+    object is absent or damaged.
+    """
+    with _LOCK:
+        cached = _load_cached_object(_object_path(key))
+        if cached is None:
+            return None
+        module = llvm.parse_assembly("")
+        module.name = f"kiln_{key[:32]}"
+        module.triple = host_target().triple
+        engine = llvm.create_mcjit_compiler(module, _new_target_machine(3))
+
+        def notify(_module: llvm.ModuleRef, payload: bytes) -> None:  # never called: cached
+            _stats.objects_generated += 1
+
+        engine.set_object_cache(notify, lambda _module: cached)
+        start = time.perf_counter()
+        engine.finalize_object()
+        _stats.finalize_seconds += time.perf_counter() - start
+        _stats.compiled += 1
+        _stats.cache_hits += 1
+        return CompiledModule(engine, module, cache_hit=True, key=key, functions=functions)
 
 
 def optimized_ir(llvm_ir: str | ir.Module, opt_level: int = 3, vectorize: bool = False) -> str:
