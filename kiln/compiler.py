@@ -22,11 +22,14 @@ _FROM_DECORATORS = frozenset(
         "cudagraph_mark_step_begin",
     }
 )
-_FROM_BACKENDS = frozenset({"list_backends", "register_backend"})
+# from ``kiln.dynamo`` (its ``list_backends`` is PyTorch's: without the debug backends)
+_FROM_DYNAMO = frozenset(
+    {"list_backends", "register_backend", "set_stance", "assume_constant_result"}
+)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _FROM_DECORATORS | _FROM_BACKENDS)
+    return sorted(set(globals()) | _FROM_DECORATORS | _FROM_DYNAMO)
 
 
 def __getattr__(name: str):
@@ -34,10 +37,10 @@ def __getattr__(name: str):
         from .dynamo import decorators
 
         return getattr(decorators, name)
-    if name in _FROM_BACKENDS:
-        from . import backends
+    if name in _FROM_DYNAMO:
+        from . import dynamo
 
-        return getattr(backends, name)
+        return getattr(dynamo, name)
     raise AttributeError(f"module 'kiln.compiler' has no attribute {name!r}")
 
 

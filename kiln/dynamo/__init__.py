@@ -7,14 +7,18 @@ graph breaks; ``reset`` forgets every compiled entry; ``disable``, ``allow_in_gr
 
 from __future__ import annotations
 
-from ..backends import list_backends, register_backend
-from . import config
+import sys as _sys
+
+from ..backends import register_backend
+from . import config, testing  # noqa: F401 - testing: ``torch._dynamo.testing.CompileCounter``
 from .decorators import (
     allow_in_graph,
+    assume_constant_result,
     cudagraph_mark_step_begin,
     disable,
     graph_break,
     is_compiling,
+    list_backends,
     mark_dynamic,
     mark_static,
     maybe_mark_dynamic,
@@ -24,6 +28,13 @@ from .eval_frame import OptimizedModule, compile, reset
 from .exc import BreakReason, GraphBreakError
 from .explain import ExplainOutput, explain
 from .logging import set_logs
+from .stance import set_stance
+
+# PyTorch code imports these as ``torch._dynamo.<name>`` (``import torch._dynamo.exc``): that
+# must find these very modules, not load second copies whose classes kiln never raises
+for _name in ("config", "exc", "testing", "decorators", "eval_frame", "explain"):
+    _sys.modules.setdefault(f"kiln._dynamo.{_name}", _sys.modules[f"{__name__}.{_name}"])
+del _name
 
 __all__ = [
     "compile",
@@ -35,6 +46,7 @@ __all__ = [
     "OptimizedModule",
     "config",
     "set_logs",
+    "set_stance",
     "disable",
     "allow_in_graph",
     "graph_break",
@@ -45,5 +57,6 @@ __all__ = [
     "is_compiling",
     "list_backends",
     "register_backend",
+    "assume_constant_result",
     "cudagraph_mark_step_begin",
 ]

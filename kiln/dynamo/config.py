@@ -23,6 +23,29 @@ instruction_limit = 200_000
 restart_limit = 32
 # an internal error while capturing runs the frame eagerly (logged) instead of raising
 suppress_errors = True
+# PyTorch's "a second shape makes the dimension dynamic": here, past two compiled shapes a new
+# shape runs eagerly once and compiles when it comes back (False: every new shape compiles)
+automatic_dynamic_shapes = True
+
+# PyTorch knobs scripts set or print, with PyTorch's defaults: kiln reads none of them (it has
+# no symbolic shapes, DDP graph splitting or scalar capture), they only have to exist
+verbose = False
+assume_static_by_default = True
+capture_scalar_outputs = False
+capture_dynamic_output_shape_ops = False
+optimize_ddp = True
+accumulated_recompile_limit = 256
+specialize_int = False
+specialize_float = False
+inline_inbuilt_nn_modules = True
+guard_nn_modules = True
+skip_nnmodule_hook_guards = True
+force_parameter_static_shapes = True
+dynamic_shapes = True
+allow_rnn = False
+raise_on_ctx_manager_usage = True
+replay_record_enabled = False
+fail_on_recompile_limit_hit = False
 
 
 class _ConfigModule(types.ModuleType):
@@ -36,6 +59,44 @@ class _ConfigModule(types.ModuleType):
     @cache_size_limit.setter
     def cache_size_limit(self, value: int) -> None:
         self.recompile_limit = value
+
+    @property
+    def accumulated_cache_size_limit(self) -> int:
+        return self.accumulated_recompile_limit
+
+    @accumulated_cache_size_limit.setter
+    def accumulated_cache_size_limit(self, value: int) -> None:
+        self.accumulated_recompile_limit = value
+
+    # ``disable`` and ``error_on_recompile`` act through the compiler's stance (read on every
+    # call at no extra cost): compiled functions run eagerly, or a recompile raises
+    @property
+    def disable(self) -> bool:
+        return _stance_is("force_eager")
+
+    @disable.setter
+    def disable(self, value: bool) -> None:
+        _set_stance("force_eager" if value else "default")
+
+    @property
+    def error_on_recompile(self) -> bool:
+        return _stance_is("fail_on_recompile")
+
+    @error_on_recompile.setter
+    def error_on_recompile(self, value: bool) -> None:
+        _set_stance("fail_on_recompile" if value else "default")
+
+
+def _stance_is(name: str) -> bool:
+    from .stance import current
+
+    return current().stance == name
+
+
+def _set_stance(name: str) -> None:
+    from .stance import set_stance
+
+    set_stance(name)
 
 
 sys.modules[__name__].__class__ = _ConfigModule

@@ -55,13 +55,14 @@ class EagerFrame:
 
 def convert_frame(
     ctx, code, f_globals: dict, closure, arguments: dict, name: str,
-    dynamic_scalars: frozenset = frozenset(),
+    dynamic_scalars: frozenset = frozenset(), changing_scalars: frozenset = frozenset(),
 ):  # fmt: skip
     """Capture ``code`` called with ``arguments``; a ``CaptureResult`` or an ``EagerFrame``.
-    ``dynamic_scalars``: sources of numbers that changed between calls (see ``OutputGraph``)."""
+    ``changing_scalars``: sources of numbers that changed between calls, ``dynamic_scalars``:
+    those that changed too often to be baked in (see ``OutputGraph``)."""
     break_points: dict[int, BreakPoint] = {}
     for _ in range(config.restart_limit):
-        output = OutputGraph(ctx, name, dynamic_scalars)
+        output = OutputGraph(ctx, name, dynamic_scalars, changing_scalars)
         push_output(output)
         try:
             tx = InstructionTranslator(output, code, f_globals, closure, arguments, break_points)

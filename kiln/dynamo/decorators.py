@@ -6,8 +6,9 @@ eagerly, ``_kiln_allow_in_graph`` makes capture run the function directly on pro
 ops are recorded into the graph without evaluating its bytecode). ``graph_break`` is a function
 of this package, which capture never enters, so calling it breaks the graph by construction.
 
-Shapes are always specialized: ``mark_dynamic`` and friends record the request (so code written
-for PyTorch runs unchanged) and a new shape recompiles.
+Shapes are always specialized: ``mark_dynamic`` and friends record the request; a marked tensor
+only makes new shapes wait for a repeat sooner (one compile, as PyTorch's one dynamic graph; see
+``FrameCache.capture``).
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ __all__ = [
     "is_compiling",
     "is_dynamo_compiling",
     "cudagraph_mark_step_begin",
+    "list_backends",
+    "assume_constant_result",
 ]
 
-# id(tensor) -> dims the user asked to keep dynamic (read by nothing yet: shapes specialize);
+# id(tensor) -> dims the user asked to keep dynamic (read by the new-shape policy);
 # keyed by id because tensors compare elementwise, and dropped when the tensor dies
 _DYNAMIC_DIMS: dict[int, set] = {}
 
@@ -109,8 +112,9 @@ def _check(t: Any, index, what: str) -> tuple[int, ...]:
 
 
 def mark_dynamic(t: Tensor, index, min: int | None = None, max: int | None = None) -> None:  # noqa: A002
-    """Record that dims ``index`` of ``t`` vary between calls. kiln specializes every shape (a
-    new size recompiles, up to ``config.recompile_limit``), so this only validates and records."""
+    """Record that dims ``index`` of ``t`` vary between calls. kiln specializes every shape, so
+    this validates and records: after one compile, a new shape of a marked tensor runs eagerly
+    until it comes back (then it compiles)."""
     _marked(t).update(_check(t, index, "mark_dynamic"))
 
 
@@ -140,6 +144,28 @@ def optimize(backend: str | Callable = "inductor", *, nopython: bool = False, dy
         return compile(fn, backend=backend, fullgraph=nopython, dynamic=dynamic)
 
     return decorate
+
+
+# backends PyTorch tags "debug" (``list_backends()`` leaves them out unless asked)
+_DEBUG_BACKENDS = frozenset({"eager", "aot_eager"})
+
+
+def list_backends(exclude_tags=("debug", "experimental")) -> list[str]:
+    """Registered backend names, sorted; like PyTorch, without ``eager``/``aot_eager`` unless
+    ``exclude_tags`` leaves out ``"debug"`` (``list_backends(exclude_tags=None)``)."""
+    from ..backends import list_backends as registered
+
+    names = registered()
+    if exclude_tags and "debug" in exclude_tags:
+        names = [n for n in names if n not in _DEBUG_BACKENDS]
+    return names
+
+
+def assume_constant_result(fn: Callable) -> Callable:
+    """Capture calls ``fn`` once (its arguments must be constants) and bakes its result into
+    the graph, instead of evaluating its body: for functions whose result never changes."""
+    fn._kiln_assume_constant = True
+    return fn
 
 
 # True in captured code, False when run (capture handles the call itself)

@@ -20,16 +20,21 @@ from typing import Any
 
 from ..backends import lookup
 from ..nn.modules.module import Module
+from ..runtime.tensor import Tensor
 from . import config
 from . import logging as klog
 from .bytecode_analysis import clear_cache as _clear_frame_code
 from .convert_frame import CaptureResult, EagerFrame, convert_frame
-from .exc import GraphBreakError
+from .exc import GraphBreakError, InvalidBackend
 from .guards import signature_source
 from .resume import clear_cache as _clear_resume
 from .sources import guard_param_name
+from .stance import DEFAULT as _DEFAULT_STANCE
+from .stance import STANCE
 
-__all__ = ["compile", "reset", "CompileContext", "OptimizedModule", "FrameCache"]
+__all__ = [
+    "compile", "compile_in_context", "reset", "CompileContext", "OptimizedModule", "FrameCache",
+]  # fmt: skip
 
 _GENERATOR_FLAGS = (
     inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -62,7 +67,10 @@ class CompileContext:
 
     def __init__(self, backend, fullgraph=False, dynamic=None, options=None, mode=None):
         self.backend = backend
-        self.compiler_fn = lookup(backend)
+        try:
+            self.compiler_fn = lookup(backend)
+        except ValueError:
+            raise InvalidBackend(backend) from None
         self.backend_name = (
             backend
             if isinstance(backend, str)
@@ -104,11 +112,15 @@ class CompileContext:
 
     def compile_graph(self, gm, example_inputs: list, name: str) -> Callable:
         """Run the backend; if it fails, the graph runs with the eager ops (and we say why)."""
+        compiler_fn = self.compiler_fn
+        forced = STANCE[0].backend  # ``set_stance(force_backend=...)``
+        if forced is not None:
+            compiler_fn = lookup(forced)
         try:
-            if _accepts_options(self.compiler_fn):
-                compiled = self.compiler_fn(gm, example_inputs, options=self.options)
+            if _accepts_options(compiler_fn):
+                compiled = compiler_fn(gm, example_inputs, options=self.options)
             else:
-                compiled = self.compiler_fn(gm, example_inputs)
+                compiled = compiler_fn(gm, example_inputs)
             if not callable(compiled):
                 raise TypeError(f"backend returned {type(compiled).__name__}, not a callable")
         except Exception as e:
@@ -145,6 +157,7 @@ class FrameCache:
         self.scalar_recompiles = 0 if resume else config.scalar_recompiles
         self.f_globals = f_globals
         self.entries: list[tuple[Callable, Callable]] = []  # (guard, run): the hot path reads it
+        self.called = False  # called under a non-default stance (``eager_then_compile``)
         self.guards: list = []
         self.eager_reason: str | None = None
         # ints/floats that keep changing (recompiles they caused, by source name): past
@@ -152,6 +165,9 @@ class FrameCache:
         # them symbolic; kiln breaks the graph where one's value is needed)
         self.scalar_changes: dict[str, int] = {}
         self.dynamic_scalars: set[str] = set()
+        # argument shapes compiled for, and new ones seen once (run eagerly): see ``capture``
+        self.shapes_compiled: set[tuple] = set()
+        self.shapes_seen: set[tuple] = set()
         ctx.caches.append(self)
 
     def clear(self) -> None:
@@ -160,6 +176,8 @@ class FrameCache:
         self.eager_reason = None
         self.scalar_changes.clear()
         self.dynamic_scalars.clear()
+        self.shapes_compiled.clear()
+        self.shapes_seen.clear()
 
     def capture(self, closure, arguments: dict, args: tuple, kwargs: dict):
         """On a miss: decide between recompiling and running eagerly; returns a CaptureResult
@@ -174,21 +192,36 @@ class FrameCache:
             why = getattr(failed, "text", failed)
             limit = config.recompile_limit
             recompiles = len(self.entries)
-            scalar = getattr(failed, "scalar", None)
-            if scalar is not None and self.ctx.dynamic is not False:
-                changes = self.scalar_changes[scalar] = self.scalar_changes.get(scalar, 0) + 1
-                if changes > self.scalar_recompiles:
-                    self.dynamic_scalars.add(scalar)
+            if self.ctx.dynamic is not False:
+                for scalar in self.guards[-1].failed_scalars(closure, args, kwargs):
+                    changes = self.scalar_changes.get(scalar, 0) + 1
+                    self.scalar_changes[scalar] = changes
+                    if changes > self.scalar_recompiles:
+                        self.dynamic_scalars.add(scalar)
             if getattr(failed, "on_shape", False) and self.ctx.dynamic is not False:
                 # PyTorch would make the dimension dynamic (no warning): shapes already
                 # compiled keep their entries, further new shapes run eagerly, quietly
                 if recompiles > config.shape_recompile_limit:
                     klog.log("recompiles", f"{self.name}: new shape ({why}) runs eagerly")
                     return None
-            elif recompiles > limit:
+                # PyTorch compiles a static graph, then (on a second shape) a dynamic one that
+                # serves every later shape; kiln specializes, so past that many compiles a new
+                # shape runs eagerly the first time and compiles when it comes back (a shape
+                # seen once, as in a generation loop, costs no compile)
+                key = _shape_key(args, kwargs)
+                free = 1 if self.ctx.dynamic or _marked_dynamic(args, kwargs) else 2
+                if (
+                    config.automatic_dynamic_shapes
+                    and key not in self.shapes_seen
+                    and len(self.shapes_compiled) >= free
+                ):
+                    self.shapes_seen.add(key)
+                    klog.log("recompiles", f"{self.name}: new shape ({why}) runs eagerly once")
+                    return None
+            elif recompiles >= limit:  # ``limit`` entries in all, as PyTorch counts
                 self.eager_reason = (
-                    f"{self.name} was recompiled {limit} times (last guard "
-                    f"failure: {why}); it now runs eagerly"
+                    f"{self.name} hit config.recompile_limit ({limit}) and is not recompiled "
+                    f"again (last guard failure: {why}); it now runs eagerly"
                 )
                 klog.log("recompiles", self.eager_reason)
                 warnings.warn(self.eager_reason, RuntimeWarning, stacklevel=4)
@@ -198,6 +231,7 @@ class FrameCache:
             result = convert_frame(
                 self.ctx, self.code, self.f_globals, closure, arguments,
                 self.ctx.next_graph_name(self.name), frozenset(self.dynamic_scalars),
+                frozenset(self.scalar_changes),
             )  # fmt: skip
         except GraphBreakError:
             raise
@@ -214,6 +248,7 @@ class FrameCache:
             if result.permanent:
                 self.eager_reason = str(result.reason)
             return None
+        self.shapes_compiled.add(_shape_key(args, kwargs))
         return result
 
     def add(self, result: CaptureResult, params: str, defaults: dict, run: Callable) -> None:
@@ -222,6 +257,32 @@ class FrameCache:
         klog.dump(f"{self.name}_guards", "py", guard.src)
         self.guards.append(guard)
         self.entries.append((guard.fn, run))
+        for listener in self.ctx.listeners:
+            on_guards = getattr(listener, "on_guards", None)
+            if on_guards is not None:
+                on_guards(guard.guards)
+
+
+def _shape_key(args: tuple, kwargs: dict) -> tuple:
+    """The shapes of the tensor arguments (also inside lists and tuples): what a new-shape
+    miss is remembered by."""
+
+    def shape(v):
+        if isinstance(v, Tensor):
+            return v._shape
+        if type(v) in (list, tuple):
+            return tuple(shape(x) for x in v)
+        return None
+
+    return tuple(shape(v) for v in args) + tuple((k, shape(v)) for k, v in sorted(kwargs.items()))
+
+
+def _marked_dynamic(args: tuple, kwargs: dict) -> bool:
+    """Whether a tensor argument has dims marked by ``mark_dynamic`` (PyTorch compiles one
+    dynamic graph for it from the start: here, one compile before waiting for repeats)."""
+    from .decorators import dynamic_dims
+
+    return any(isinstance(v, Tensor) and dynamic_dims(v) for v in (*args, *kwargs.values()))
 
 
 def _compiled_function(
@@ -261,9 +322,41 @@ def _compiled_function(
         return fn(*args, **kwargs)
 
     def compiled(*args, **kwargs):
+        if STANCE[0] is not _DEFAULT_STANCE:
+            return with_stance(args, kwargs)
         for guard, run in entries:
-            if guard(closure, *args, **kwargs):
+            try:
+                hit = guard(closure, *args, **kwargs)
+            except TypeError:  # the arguments do not bind (a guard catches all else itself)
+                return fn(*args, **kwargs)  # Python's own error, naming ``fn``
+            if hit:
                 return run(*args, **kwargs)
+        return miss(args, kwargs)
+
+    def with_stance(args: tuple, kwargs: dict):
+        """A call under ``kiln.compiler.set_stance`` other than the plain default."""
+        stance = STANCE[0].stance
+        if stance == "force_eager":
+            return fn(*args, **kwargs)
+        if stance.endswith("eager_then_compile") and not cache.called:
+            cache.called = True
+            return fn(*args, **kwargs)
+        cache.called = True
+        for guard, run in entries:
+            try:
+                hit = guard(closure, *args, **kwargs)
+            except TypeError:
+                return fn(*args, **kwargs)
+            if hit:
+                return run(*args, **kwargs)
+        if entries and stance == "eager_on_recompile":
+            return fn(*args, **kwargs)
+        if entries and stance == "fail_on_recompile":
+            raise RuntimeError(
+                "Detected recompile when torch.compile stance is 'fail_on_recompile'. "
+                f"filename: '{code.co_filename}', function name: '{code.co_name}', "
+                f"line number: {code.co_firstlineno}"
+            )
         return miss(args, kwargs)
 
     functools.update_wrapper(compiled, fn)
@@ -324,14 +417,22 @@ class OptimizedModule(Module):
         super().__init__()
         self._orig_mod = mod
         forward = inspect.getattr_static(type(mod), "forward")
+        forward = getattr(forward, "_kiln_original", forward)  # ``@kiln.compile def forward``
         # a cache of its own: instances of one class must not share the recompile budget
         object.__setattr__(self, "_compiled_forward", _compiled_function(forward, ctx))
+        object.__setattr__(self, "_compiled_call", None)
 
     def forward(self, *args, **kwargs):
         mod = self._orig_mod
         d = mod.__dict__
         if d["_forward_pre_hooks"] or d["_forward_hooks"]:
-            return mod(*args, **kwargs)  # hooks run eagerly, as the module would run them
+            # the module's own hooks are captured with its forward (``mod(...)`` compiled)
+            call = self.__dict__["_compiled_call"]
+            if call is None:
+                ctx = self.__dict__["_compiled_forward"]._kiln_context
+                call = _compiled_function(_call_module, ctx)
+                object.__setattr__(self, "_compiled_call", call)
+            return call(mod, *args, **kwargs)
         return self._compiled_forward(mod, *args, **kwargs)
 
     def __getattr__(self, name: str):
@@ -339,6 +440,24 @@ class OptimizedModule(Module):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(self.__dict__["_modules"]["_orig_mod"], name)
+
+    def __reduce__(self):
+        """Pickling and ``copy.deepcopy`` keep the module and the compile settings; the copy
+        compiles afresh (compiled code and caches are not data)."""
+        ctx = self.__dict__["_compiled_forward"]._kiln_context
+        settings = (ctx.backend, ctx.fullgraph, ctx.dynamic, ctx.options or None, ctx.mode)
+        return (_rebuild_optimized_module, (self._orig_mod, *settings))
+
+
+def _rebuild_optimized_module(mod, backend, fullgraph, dynamic, options, mode):
+    return compile(
+        mod, backend=backend, fullgraph=fullgraph, dynamic=dynamic, options=options, mode=mode
+    )
+
+
+def _call_module(module, *args, **kwargs):
+    """What a compiled module with hooks of its own captures: the call, hooks included."""
+    return module(*args, **kwargs)
 
 
 def compile_module_in_place(mod: Module, **options) -> None:
@@ -372,6 +491,10 @@ def _context_for(backend, fullgraph, dynamic, options, mode) -> CompileContext:
     return ctx
 
 
+# PyTorch's ``mode=`` names (all compile the same way here), in the order its error lists them
+_MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+
+
 def compile(
     fn: Callable | None = None,
     *,
@@ -386,23 +509,16 @@ def compile(
 
     Works as ``kiln.compile(fn)``, ``@kiln.compile`` and ``@kiln.compile(backend=...)``.
     ``fullgraph=True`` makes any graph break an error naming the user's file and line.
-    ``dynamic`` is accepted for PyTorch compatibility; shapes are always specialized (a new
-    shape recompiles).
+    Shapes are always specialized: two shapes compile (one with ``dynamic=True``), later new
+    shapes run eagerly until they come back (``dynamic=False``: every new shape compiles);
+    a changing int/float argument becomes a graph input where it meets tensors.
     """
     if mode is not None and options is not None:
         raise RuntimeError(
             "Either mode or options can be specified, but both can't be specified at the same time."
         )
-    if mode not in (
-        None,
-        "default",
-        "reduce-overhead",
-        "max-autotune",
-        "max-autotune-no-cudagraphs",
-    ):
-        raise RuntimeError(
-            f"Unrecognized mode={mode}, should be one of: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs"
-        )
+    if mode is not None and mode not in _MODES:
+        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: {', '.join(_MODES)}")
     if fn is None:
         return lambda f: compile(
             f, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
@@ -410,14 +526,22 @@ def compile(
         )  # fmt: skip
     if disable or getattr(fn, "_kiln_disabled", None):
         return fn
-    ctx = _context_for(backend, fullgraph, dynamic, options, mode)
+    return compile_in_context(fn, _context_for(backend, fullgraph, dynamic, options, mode))
+
+
+def compile_in_context(fn: Callable, ctx: CompileContext) -> Any:
+    """``fn`` (a module, function, bound method or other callable) compiled in ``ctx``: what
+    ``kiln.compile`` returns, and what ``explain`` runs."""
     if isinstance(fn, Module):
         return OptimizedModule(fn, ctx)
     if isinstance(fn, types.FunctionType):
         original = fn.__dict__.get("_kiln_original", fn)
         return ctx.wrapper_for(original)
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
-        return types.MethodType(ctx.wrapper_for(fn.__func__), fn.__self__)
+        func = fn.__func__
+        return types.MethodType(
+            ctx.wrapper_for(func.__dict__.get("_kiln_original", func)), fn.__self__
+        )
     if not callable(fn):
         raise RuntimeError(f"kiln.compile expects a callable or a Module, got {type(fn).__name__}")
 

@@ -15,8 +15,16 @@ __all__ = [
     "FUNDAMENTAL",
     "BREAK_KINDS",
     "BreakReason",
+    "TorchDynamoException",
     "Unsupported",
     "GraphBreakError",
+    "TorchRuntimeError",
+    "InternalTorchDynamoError",
+    "BackendCompilerFailed",
+    "RecompileError",
+    "InvalidBackend",
+    "SkipFrame",
+    "UserError",
     "unsupported",
 ]
 
@@ -119,8 +127,15 @@ class BreakReason:
         return f"{self.message} [{self.category}] at {self.location}"
 
 
-class Unsupported(Exception):  # noqa: N818 - Dynamo's name for the same idea
-    """Raised inside the symbolic evaluator: this instruction cannot be captured (a graph break)."""
+class TorchDynamoException(RuntimeError):  # noqa: N818 - PyTorch's name
+    """Base of the capture frontend's errors (PyTorch's name: ``except
+    torch._dynamo.exc.TorchDynamoException`` in user code catches kiln's too)."""
+
+
+class Unsupported(TorchDynamoException):  # noqa: N818 - Dynamo's name for the same idea
+    """Raised inside the symbolic evaluator: this instruction cannot be captured (a graph break).
+    ``fullgraph=True`` raises its subclass ``GraphBreakError``, so user code catching
+    ``torch._dynamo.exc.Unsupported`` around a compiled call sees it, as with PyTorch."""
 
     def __init__(self, kind: str, message: str):
         if kind not in BREAK_KINDS:
@@ -136,12 +151,57 @@ def unsupported(kind: str, message: str) -> Unsupported:
     return Unsupported(kind, message)
 
 
-class GraphBreakError(RuntimeError):
+class GraphBreakError(Unsupported):
     """``fullgraph=True`` and the function cannot be captured in one graph."""
 
     def __init__(self, reason: BreakReason):
-        super().__init__(
+        message = (
             f"{reason.location}: graph break in {reason.function or 'compiled code'}: "
             f"{reason.message} [{reason.category}]. Hint: {reason.hint}"
         )
+        RuntimeError.__init__(self, message)
+        self.kind = reason.kind
+        self.message = message
         self.reason = reason
+
+
+# PyTorch's other error classes, for user code that names them in ``except`` clauses: kiln
+# raises ``TorchRuntimeError`` for none of its own (an error in captured code runs the frame
+# eagerly, which raises the op's own error, e.g. RuntimeError), the rest where they fit
+class TorchRuntimeError(TorchDynamoException):
+    """An op failed while capturing (PyTorch: on fake tensors)."""
+
+
+class InternalTorchDynamoError(TorchDynamoException):
+    """A bug of the capture frontend itself."""
+
+
+class BackendCompilerFailed(TorchDynamoException):
+    """The backend raised while compiling a graph."""
+
+
+class InvalidBackend(TorchDynamoException, ValueError):  # noqa: N818 - PyTorch's name
+    """``kiln.compile(backend=name)`` with a name no backend is registered under (also a
+    ValueError, what kiln raised before)."""
+
+    def __init__(self, name: str):
+        super().__init__(
+            f"Invalid backend: {name!r}, see `kiln._dynamo.list_backends()` for available backends."
+        )
+
+
+class RecompileError(TorchDynamoException):
+    """A recompile was not allowed."""
+
+
+class SkipFrame(TorchDynamoException):
+    """The frame is not captured and runs eagerly."""
+
+
+class UserError(TorchDynamoException):
+    """The user's code is wrong in a way capture detects."""
+
+    def __init__(self, error_type, msg: str, case_name: str | None = None):
+        super().__init__(msg)
+        self.error_type = error_type
+        self.case_name = case_name

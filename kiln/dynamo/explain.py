@@ -7,6 +7,7 @@ break (reason, category, hint, user source line).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -34,6 +35,9 @@ class GraphInfo:
 class ExplainOutput:
     graph_infos: list[GraphInfo] = field(default_factory=list)
     break_reasons: list[BreakReason] = field(default_factory=list)
+    # the guards of every entry compiled (PyTorch's ``out_guards``: what a call must match)
+    out_guards: list = field(default_factory=list)
+    compile_times: str = ""  # how long the explained call took (capture included)
 
     @property
     def graphs(self) -> list:
@@ -45,7 +49,9 @@ class ExplainOutput:
 
     @property
     def graph_break_count(self) -> int:
-        return len(self.break_reasons)
+        """PyTorch's definition: one less than the graphs (so -1 for a frame that ran eagerly);
+        ``break_reasons`` lists every break capture met."""
+        return self.graph_count - 1
 
     @property
     def op_count(self) -> int:
@@ -56,24 +62,32 @@ class ExplainOutput:
         return [g.ops for g in self.graph_infos]
 
     def __str__(self) -> str:
+        """PyTorch's layout (counts, break reasons, ops per graph), plus each break's category,
+        location and hint and the bytes each graph saves for its backward."""
         lines = [
-            f"Graph count: {self.graph_count}",
-            f"Graph break count: {self.graph_break_count}",
-            f"Op count: {self.op_count}",
+            f"Graph Count: {self.graph_count}",
+            f"Graph Break Count: {self.graph_break_count}",
+            f"Op Count: {self.op_count}",
+            "Break Reasons:",
         ]
+        for i, r in enumerate(self.break_reasons):
+            lines.append(f"  Break Reason {i + 1}:")
+            lines.append(f"    Reason: {r.message}")
+            lines.append(f"    Category: {r.category}")
+            lines.append(f"    Hint: {r.hint}")
+            lines.append("    User Stack:")
+            for frame in r.user_stack or [f"{r.location} in {r.function}"]:
+                lines.append(f"      {frame}")
+        lines.append("Ops per Graph:")
         for i, g in enumerate(self.graph_infos):
-            lines.append(f"Graph {i} ({g.name}): {g.op_count} ops: {', '.join(g.ops)}")
+            lines.append(f"  Ops {i + 1} ({g.name}):")
+            lines.extend(f"    {op}" for op in g.ops)
             if g.saved_bytes:
                 saved = ", ".join(f"{k} {v} bytes" for k, v in g.saved_bytes.items())
-                lines.append(f"  saved for backward: {saved}")
-        if self.break_reasons:
-            lines.append("Break reasons:")
-        for i, r in enumerate(self.break_reasons):
-            lines.append(f"  {i + 1}. {r.message}")
-            lines.append(f"     category: {r.category}")
-            lines.append(f"     at: {r.location} (in {r.function})")
-            lines.append(f"     hint: {r.hint}")
-        return "\n".join(lines)
+                lines.append(f"    saved for backward: {saved}")
+        lines.append("Out Guards:")
+        lines.extend(f"  Guard {i + 1}: {g.text}" for i, g in enumerate(self.out_guards))
+        return "\n".join(lines) + "\n"
 
     # listener protocol of CompileContext
     def on_graph(self, gm, op_count: int, name: str) -> None:
@@ -90,22 +104,28 @@ class ExplainOutput:
     def on_break(self, reason: BreakReason) -> None:
         self.break_reasons.append(reason)
 
+    def on_guards(self, guards: list) -> None:
+        self.out_guards.extend(guards)
+
 
 def explain(fn: Callable, *args, **kwargs):
     """``explain(fn)(*args, **kwargs)`` -> ``ExplainOutput`` (``explain(fn, *args)`` also works)."""
-    from ..nn.modules.module import Module
-    from .eval_frame import CompileContext, OptimizedModule
+    from .eval_frame import CompileContext, OptimizedModule, compile_in_context
+
+    if isinstance(getattr(fn, "__self__", None), OptimizedModule) and fn.__name__ == "forward":
+        fn = fn.__self__  # ``explain(compiled.forward)``: the compiled module's forward
+    if isinstance(fn, OptimizedModule):
+        fn = fn._orig_mod  # what it compiles, not its wrapper around the compiled forward
 
     def run(*call_args, **call_kwargs) -> ExplainOutput:
         report = ExplainOutput()
         ctx = CompileContext("eager")
         ctx.listeners.append(report)
-        compiled = (
-            OptimizedModule(fn, ctx)
-            if isinstance(fn, Module)
-            else ctx.wrapper_for(getattr(fn, "_kiln_original", fn))
-        )
-        compiled(*call_args, **call_kwargs)
+        # a module, function, bound method (``net.forward``) or callable object, as compile
+        start = time.perf_counter()
+        compile_in_context(fn, ctx)(*call_args, **call_kwargs)
+        elapsed = time.perf_counter() - start
+        report.compile_times = f"capture, compile and run: {elapsed:.4f} s"
         return report
 
     if args or kwargs:

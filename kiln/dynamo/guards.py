@@ -208,6 +208,31 @@ class CompiledGuard:
         self._namespace = namespace
         self._checks = None
 
+    def failed_scalars(self, closure, args: tuple, kwargs: dict) -> list[str]:
+        """The source names of every int/float guard that fails for these arguments (each is
+        checked on its own: a number that changed alongside another still counts)."""
+        if not any(g.scalar for g in self.guards):
+            return []
+        if getattr(self, "_scalar_checks", None) is None:
+            params = f"___closure, {self._params}" if self._params else "___closure"
+            body = [f"def ___scalars({params}):", "    ___failed = []"]
+            for g in self.guards:
+                for name, expr in g.setup:
+                    body += ["    try:", f"        {name} = {expr}", "    except Exception:"]
+                    body.append("        pass")
+                if g.scalar:
+                    body += ["    try:", f"        if not ({g.expr}):"]
+                    body += [f"            ___failed.append({g.scalar!r})", "    except Exception:"]
+                    body.append("        pass")
+            body.append("    return ___failed")
+            ns = dict(self._namespace)
+            exec(compile("\n".join(body) + "\n", "<kiln scalar guards>", "exec"), ns)
+            self._scalar_checks = ns["___scalars"]
+        try:
+            return self._scalar_checks(closure, *args, **kwargs)
+        except TypeError:
+            return []
+
     def failure_reason(self, closure, args: tuple, kwargs: dict) -> str | None:
         """The text of the first guard that fails for these arguments (None if all pass)."""
         guard = self.failed_guard(closure, args, kwargs)

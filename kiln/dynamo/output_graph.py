@@ -74,11 +74,19 @@ def _running_without_autocast(compiled):
 class OutputGraph:
     """State shared by the root translator and every inlined call during one capture."""
 
-    def __init__(self, ctx, name: str, dynamic_scalars: frozenset = frozenset()):
+    def __init__(
+        self, ctx, name: str, dynamic_scalars: frozenset = frozenset(),
+        changing_scalars: frozenset = frozenset(),
+    ):  # fmt: skip
         self.ctx = ctx
         self.name = name
-        # sources of ints/floats that changed between calls: used as constants, they break
+        # sources of ints/floats that changed between calls: met by a tensor in arithmetic,
+        # they are 0-dim tensor inputs (``scalar_input``: no recompile for the next value, as
+        # PyTorch's automatic dynamic ints); other uses bake the value in (guarded), unless
+        # it changed too often (``dynamic_scalars``): then such a use is a graph break
+        self.changing_scalars = changing_scalars | dynamic_scalars
         self.dynamic_scalars = dynamic_scalars
+        self._scalar_vts: dict[Source, Any] = {}
         self.graph = Graph()
         self.mode = TracingMode(self.graph)
         self.guards = GuardSet()
@@ -137,6 +145,25 @@ class OutputGraph:
             vt = TensorVariable(proxy, source, tensor)
         self._input_vts[id(tensor)] = vt
         self._proxy_vts[id(proxy)] = vt
+        return vt
+
+    def scalar_input(self, number, dtype):
+        """The graph input standing for ``number`` (a ConstantVariable read from a source whose
+        value changes between calls, see ``changing_scalars``): a 0-dim tensor of ``dtype``
+        made from the number at each call, guarded only on the number's type."""
+        from .sources import ScalarTensorSource, _scalar_tensor
+        from .variables.tensor import TensorVariable
+
+        value, source = number.value, number.source
+        key = ScalarTensorSource(source, dtype)
+        vt = self._scalar_vts.get(key)
+        if vt is None:
+            self.guards.type_match(source, value)
+            example = _scalar_tensor(value, dtype)
+            proxy = self.mode.placeholder(self._placeholder_name(key), example)
+            self.inputs.append((key, example))
+            vt = self._scalar_vts[key] = TensorVariable(proxy, key, example)
+            self._proxy_vts[id(proxy)] = vt
         return vt
 
     def _placeholder_name(self, source: Source) -> str:

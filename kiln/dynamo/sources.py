@@ -29,6 +29,7 @@ __all__ = [
     "ClosureSource",
     "CellSource",
     "ConstSource",
+    "ScalarTensorSource",
     "GuardNamespace",
     "HoistingNamespace",
 ]
@@ -315,3 +316,35 @@ class ConstSource(_IdentitySource):
 
     def name(self):
         return f"<{type(self.value).__name__}>"
+
+
+def _scalar_tensor(value, dtype):
+    from ..ops.api import tensor
+
+    return tensor(value, dtype=dtype)
+
+
+@dataclass(frozen=True)
+class ScalarTensorSource(Source):
+    """The Python number at ``base`` as a 0-dim tensor of ``dtype``: how a number that changes
+    between calls enters the graph where it meets a tensor (``x * n``) instead of being baked in
+    (PyTorch would make it a symbolic int)."""
+
+    base: Source
+    dtype: Any
+
+    def expr(self, ns):
+        fn, dtype = ns.name_of(_scalar_tensor, "f"), ns.name_of(self.dtype, "d")
+        return f"{fn}({ns.ref(self.base)}, {dtype})"
+
+    def reconstruct(self, cg):
+        cg.load_callable(_scalar_tensor)
+        self.base.reconstruct(cg)
+        cg.load_const(self.dtype)
+        cg.call(2)
+
+    def name(self):
+        return f"tensor({self.base.name()})"
+
+    def root(self):
+        return self.base.root()

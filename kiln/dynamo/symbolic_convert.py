@@ -60,6 +60,10 @@ _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _FLAGS_UNSUPPORTED = (
     inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 )
+# standard modules whose functions are called (a graph break), never inlined: they act on the
+# world (log records, threads, the debugger) through locks and C calls, so inlining would break
+# deep inside them several times (``logger.info(...)`` is one break, as with PyTorch)
+_CALLED_NOT_INLINED = frozenset({"logging", "threading", "traceback", "pdb", "bdb", "warnings"})
 
 
 @dataclass
@@ -173,6 +177,11 @@ class InstructionTranslatorBase:
     # ------------------------------------------------------------------ Python semantics
     def binary_op(self, op, a: VariableTracker, b: VariableTracker) -> VariableTracker:
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+            if isinstance(a, ConstantVariable) and a.is_dynamic_number():
+                # ``n += x`` makes a new tensor (ints have no in-place add), never a write
+                a, op = self.tensorize_number(a, b), _INPLACE_TO_PLAIN.get(op, op)
+            elif isinstance(b, ConstantVariable) and b.is_dynamic_number():
+                b = self.tensorize_number(b, a)
             return call_kiln(self, op, [a, b], {})
         if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
             try:
@@ -220,6 +229,27 @@ class InstructionTranslatorBase:
 
             return wrap_constant_result(value)
         raise unsupported("unsupported_object", f"operator {op.__name__} on {a} and {b}")
+
+    def tensorize_number(self, number: ConstantVariable, other: TensorVariable):
+        """A changing number (``is_dynamic_number``) as a 0-dim tensor of the graph, for
+        arithmetic with the tensor ``other``: computed in int64 (ints) or float64 (floats), as
+        Python computes it, then for a float next to a non-floating tensor cast to the default
+        dtype, so ``other op tensor`` promotes as ``other op number`` does."""
+        from ..runtime import dtypes
+
+        is_float = isinstance(number.value, float)
+        t = self._number_tensor(number, dtypes.float64 if is_float else dtypes.int64)
+        default = dtypes.get_default_dtype()
+        if is_float and not other.proxy.dtype.is_floating_point and default != dtypes.float64:
+            t = call_kiln(self, _method_caller_to, [t, ConstantVariable(default)], {})
+        return t
+
+    def _number_tensor(self, number: ConstantVariable, dtype) -> VariableTracker:
+        if number.recipe is not None:
+            op, a, b = number.recipe
+            parts = [self._number_tensor(p, dtype) if p.is_dynamic_number() else p for p in (a, b)]
+            return call_kiln(self, _INPLACE_TO_PLAIN.get(op, op), parts, {})
+        return self.output.scalar_input(number, dtype)
 
     def unary_op(self, op, a: VariableTracker) -> VariableTracker:
         if op is operator.not_:
@@ -310,7 +340,14 @@ class InstructionTranslatorBase:
         disabled = getattr(getattr(fn, "fn", None), "__dict__", {}).get("_kiln_disabled")
         if disabled:
             raise unsupported("opaque_function", f"call to {fn.fn.__qualname__} ({disabled})")
+        if getattr(getattr(fn, "fn", None), "__dict__", {}).get("_kiln_assume_constant"):
+            return self._constant_result(fn.fn, args, kwargs)
         code = fn.get_code()
+        module = fn.get_globals().get("__name__") or ""
+        if module.partition(".")[0] in _CALLED_NOT_INLINED:
+            error = unsupported("opaque_function", f"call to {module}.{code.co_qualname}")
+            error.called_from = self  # this frame's call runs eagerly (not a compiled callee)
+            raise error
         if code.co_flags & _FLAGS_UNSUPPORTED:
             raise unsupported("unsupported_bytecode", f"{code.co_name} is a coroutine function")
         if self.depth >= config.inline_depth_limit:
@@ -325,6 +362,21 @@ class InstructionTranslatorBase:
         tx.run()
         return tx.returned
 
+    def _constant_result(self, fn, args: list, kwargs: dict) -> VariableTracker:
+        """``kiln.compiler.assume_constant_result``: call ``fn`` now, bake in what it returns."""
+        from .variables.builder import wrap_constant_result
+
+        if not all(v.is_python_constant() for v in [*args, *kwargs.values()]):
+            raise unsupported("unsupported_object", f"{fn.__qualname__}() with non-constants")
+        try:
+            value = fn(
+                *(a.as_python_constant() for a in args),
+                **{k: v.as_python_constant() for k, v in kwargs.items()},
+            )
+        except Exception as e:
+            raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
+        return wrap_constant_result(value)
+
     def load_global(self, name: str) -> VariableTracker:
         pending = self.output.side_effects.pending_global(self.f_globals, name)
         if pending is not None:
@@ -335,6 +387,10 @@ class InstructionTranslatorBase:
             self.output.guards.absent(GlobalsDictSource(self.f_globals), name)
             return self.wrap(self.f_builtins[name], None)
         raise unsupported("user_exception", f"NameError: name {name!r} is not defined")
+
+
+def _method_caller_to(t, dtype):
+    return t.to(dtype)
 
 
 def _identity_eq(vt: VariableTracker) -> bool:
@@ -392,5 +448,5 @@ class InstructionTranslator(InstructionTranslatorBase):
         try:
             return super().inline_call(fn, args, kwargs)
         except Unsupported as e:
-            e.inlined = True
+            e.inlined = getattr(e, "called_from", None) is not self
             raise

@@ -25,7 +25,7 @@ def test_quickstart_explains_dumps_and_times(tmp_path):
     out = proc.stdout
     difference = float(re.search(r"max \|compiled - eager\| = (\S+)", out).group(1))
     assert difference < 1e-4
-    assert "Graph count: 1" in out and "Graph break count: 0" in out
+    assert "Graph Count: 1" in out and "Graph Break Count: 0" in out
     assert "def call(" in out  # the generated wrapper is printed
     dumps = tmp_path / "kiln_debug" / "quickstart"
     assert (dumps / "explain.txt").exists() and list(dumps.glob("inductor/*/kernels.ll"))

@@ -123,7 +123,7 @@ def check(fn, *args, graphs: int | None = 1, breaks: int | None = 0, kwargs=None
             f"expected {graphs} graph(s), got {counter.frame_count}"
         )
     if breaks is not None:
-        assert report.graph_break_count == breaks, (
-            f"expected {breaks} graph break(s), got {report.graph_break_count}:\n{report}"
+        assert len(report.break_reasons) == breaks, (
+            f"expected {breaks} graph break(s), got {len(report.break_reasons)}:\n{report}"
         )
     return counter, report

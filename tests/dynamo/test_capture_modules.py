@@ -268,7 +268,7 @@ def test_module_compile_method_style_decorator():
     assert_same(model(x), model.lin(x).relu())
 
 
-def test_submodule_with_hooks_is_called_eagerly_with_its_hooks():
+def test_submodule_with_hooks_is_captured_with_its_hooks():
     model = TwoLayer()
     seen = []
     model.fc1.register_forward_hook(lambda mod, args, out: seen.append(out.shape))
@@ -279,7 +279,10 @@ def test_submodule_with_hooks_is_called_eagerly_with_its_hooks():
     assert_same(compiled(x), expected)
     assert seen == [kiln.Size([2, 8])]
     report = kiln.dynamo.explain(model)(x)
-    assert report.graph_break_count == 1
+    assert report.graph_break_count == 0  # the hook is inlined (PyTorch: one graph too)
+    model.fc1.register_full_backward_hook(lambda mod, grad_in, grad_out: None)
+    report = kiln.dynamo.explain(model)(x)
+    assert len(report.break_reasons) == 1
     assert "hooks" in report.break_reasons[0].message
 
 

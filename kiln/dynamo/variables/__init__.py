@@ -1,5 +1,6 @@
 """Variable trackers: what the symbolic evaluator knows about each Python value it meets."""
 
+from . import control_flow  # noqa: F401 - registers the capture of kiln.cond
 from .base import ConstantVariable, NullVariable, VariableTracker
 from .builder import wrap
 from .dicts import DictVariable

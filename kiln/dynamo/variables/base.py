@@ -162,6 +162,23 @@ class ConstantVariable(VariableTracker):
         self.guard()
         return self.value
 
+    def is_dynamic_number(self) -> bool:
+        """An int or float that depends on a number read from a source whose value changed
+        between calls (``self.step + 1`` too), not yet baked in: arithmetic with a tensor takes
+        it as a graph input (``tensorize_number`` in ``symbolic_convert``)."""
+        if type(self.value) not in (int, float):
+            return False
+        if self.recipe is not None:
+            parts = self.recipe[1:]
+            return all(type(p.value) in (int, float) for p in parts) and any(
+                p.is_dynamic_number() for p in parts
+            )
+        return (
+            not self._guarded
+            and self.source is not None
+            and self.source.name() in active_output().changing_scalars
+        )
+
     def reconstruct(self, cg) -> None:
         if not self._guarded:
             self.source.reconstruct(cg)

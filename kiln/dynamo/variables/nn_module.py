@@ -84,13 +84,65 @@ class NNModuleVariable(VariableTracker):
 
     def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
         if _has_hooks(self.module):
-            raise unsupported(
-                "module_hooks", f"{type(self.module).__name__} has forward/backward hooks"
-            )
+            return self._call_with_forward_hooks(tx, args, kwargs)
+        return self._call_forward(tx, args, kwargs)
+
+    def _call_forward(self, tx, args: list, kwargs: dict) -> VariableTracker:
         forward = inspect.getattr_static(type(self.module), "forward")
         if not isinstance(forward, types.FunctionType):
             raise unsupported("unsupported_object", f"{type(self.module).__name__}.forward")
         return tx.inline_call(UserFunctionVariable(forward), [self, *args], kwargs)
+
+    def _call_with_forward_hooks(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        """``Module.__call__`` with forward (pre-)hooks, evaluated like its slow path
+        (``nn/modules/_hooks.py``): the hooks are inlined around the forward, guarded by the
+        hook tables' keys and the hooks' identity. Backward hooks, global hooks and
+        ``always_call`` hooks still make the call a graph break."""
+        from .lists import TupleVariable
+
+        module = self.module
+        d = module.__dict__
+        from ...nn.modules import _hooks
+
+        if (
+            self.source is None
+            or _hooks.GLOBAL_HOOKS_ACTIVE[0]
+            or d.get("_backward_hooks")
+            or d.get("_backward_pre_hooks")
+            or d.get("_forward_hooks_always_called")
+        ):
+            raise unsupported(
+                "module_hooks", f"{type(module).__name__} has backward or global hooks"
+            )
+
+        def table(name: str) -> dict:
+            vt = tx.wrap(d[name], AttrSource(self.source, name))  # guarded by its keys
+            return vt.items
+
+        with_kwargs = set(d["_forward_pre_hooks_with_kwargs"])
+        call_args = list(args)
+        for hook_id, hook in table("_forward_pre_hooks").items():
+            if hook_id in with_kwargs:
+                result = hook.call_function(
+                    tx, [self, TupleVariable(call_args), _dict_variable(kwargs)], {}
+                )
+                if not _is_none(result):
+                    new_args, new_kwargs = result.unpack(tx)
+                    call_args, kwargs = new_args.unpack(tx), dict(_dict_items(tx, new_kwargs))
+            else:
+                result = hook.call_function(tx, [self, TupleVariable(call_args)], {})
+                if not _is_none(result):
+                    call_args = result.unpack(tx) if isinstance(result, TupleVariable) else [result]
+        output = self._call_forward(tx, call_args, kwargs)
+        with_kwargs = set(d["_forward_hooks_with_kwargs"])
+        for hook_id, hook in table("_forward_hooks").items():
+            hook_args = [self, TupleVariable(call_args)]
+            if hook_id in with_kwargs:
+                hook_args.append(_dict_variable(kwargs))
+            result = hook.call_function(tx, [*hook_args, output], {})
+            if not _is_none(result):
+                output = result
+        return output
 
     # ------------------------------------------------------------------ containers
     def _children(self) -> list[tuple[str, Any]]:
@@ -209,3 +261,24 @@ class NNModuleVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"NNModuleVariable({type(self.module).__name__})"
+
+
+def _is_none(vt: VariableTracker) -> bool:
+    """Whether a hook returned None (a value only known at run time cannot be captured)."""
+    if vt.is_python_constant():
+        return vt.as_python_constant() is None
+    return False
+
+
+def _dict_variable(kwargs: dict) -> VariableTracker:
+    from .dicts import DictVariable
+
+    return DictVariable(dict(kwargs))
+
+
+def _dict_items(tx, vt: VariableTracker):
+    from .dicts import DictVariable
+
+    if not isinstance(vt, DictVariable):
+        raise unsupported("unsupported_object", "a forward pre-hook returned non-dict kwargs")
+    return ((k, v) for k, v in vt.items.items())

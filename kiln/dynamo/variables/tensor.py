@@ -47,7 +47,7 @@ _META_ATTRS = frozenset(
         "is_complex_dtype",
     }
 )
-_VIEW_PROPERTIES = frozenset({"T", "mT", "H", "mH", "real"})
+_VIEW_PROPERTIES = frozenset({"T", "mT", "H", "mH", "real", "imag"})
 # reading these needs autograd or storage state that a graph cannot model
 _STATE_ATTRS = frozenset(
     {"grad", "grad_fn", "data", "is_leaf", "_version", "_base", "retains_grad"}
@@ -86,6 +86,11 @@ _STATE_METHODS = frozenset(
     }
 )
 
+# in-place ops that change a tensor's shape/strides (not its values), by their view op
+_INPLACE_VIEWS = {
+    "squeeze_": "squeeze", "unsqueeze_": "unsqueeze", "transpose_": "transpose",
+    "swapaxes_": "swapaxes", "swapdims_": "swapdims", "t_": "t", "as_strided_": "as_strided",
+}  # fmt: skip
 
 _MISSING = object()
 
@@ -222,11 +227,32 @@ def call_tensor_method(tx, tensor: TensorVariable, name: str, args, kwargs) -> V
         return tensor
     if name in _STATE_METHODS:
         raise unsupported("unsupported_tensor_op", f"Tensor.{name}() changes autograd state")
+    if name in _INPLACE_VIEWS or name in ("resize_", "resize_as_"):
+        return _inplace_view(tx, tensor, name, args, kwargs)
     if name == "detach":
         if args or kwargs:
             raise unsupported("user_exception", "TypeError: detach() takes no arguments")
         return record_call(tx, Tensor.detach, [tensor], make_fake_like(tensor.proxy))
     return call_kiln(tx, _method_caller(name), [tensor, *args], kwargs)
+
+
+def _inplace_view(tx, tensor: TensorVariable, name: str, args, kwargs) -> VariableTracker:
+    """``x.unsqueeze_(0)``, ``x.t_()``...: a tensor made in the graph takes the view's node and
+    layout (every variable holding its proxy sees the new shape). An input's (or a parameter's)
+    real object would have to change shape after the graph: that runs eagerly (a break)."""
+    if name not in _INPLACE_VIEWS:  # resize_ may reallocate: not a view
+        raise unsupported("unsupported_tensor_op", f"Tensor.{name}() reallocates a tensor")
+    if tensor.source is not None:
+        raise unsupported(
+            "unsupported_tensor_op", f"Tensor.{name}() changes the shape of a tensor made outside"
+        )
+    view = call_kiln(tx, _method_caller(_INPLACE_VIEWS[name]), [tensor, *args], kwargs)
+    proxy, new = tensor.proxy, view.proxy
+    proxy._shape, proxy._stride, proxy._offset = new._shape, new._stride, new._offset
+    if new.grad_fn is not None:
+        proxy.grad_fn, proxy._output_nr = new.grad_fn, new._output_nr
+    tx.output.bind_proxy(proxy, tx.output.mode.node_of(new))
+    return tensor
 
 
 def _requires_grad_unchanged(tensor: TensorVariable, args: list, kwargs: dict) -> bool:
