@@ -1,9 +1,10 @@
 """``kiln.nn``: modules, parameters, initialisers, functional ops and utilities (as ``torch.nn``)."""
 
-from . import attention, functional, init, modules, utils  # noqa: F401
+from . import attention, functional, init, modules, parallel, utils  # noqa: F401
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
 from .modules.lazy import UninitializedBuffer, UninitializedParameter
+from .parallel import DataParallel
 from .parameter import Buffer, Parameter
 
 __all__ = [
@@ -11,9 +12,10 @@ __all__ = [
     "functional",
     "init",
     "modules",
+    "parallel",
     "utils",
     "Parameter",
     "Buffer",
     *_modules_all,
 ]
-__all__ += ["UninitializedParameter", "UninitializedBuffer"]
+__all__ += ["UninitializedParameter", "UninitializedBuffer", "DataParallel"]

@@ -2,12 +2,14 @@
 
 from . import lr_scheduler, swa_utils
 from .adadelta import Adadelta
+from .adafactor import Adafactor
 from .adagrad import Adagrad
 from .adam import Adam
 from .adamax import Adamax
 from .adamw import AdamW
 from .asgd import ASGD
 from .lbfgs import LBFGS
+from .muon import Muon
 from .nadam import NAdam
 from .optimizer import Optimizer
 from .radam import RAdam
@@ -31,6 +33,8 @@ __all__ = [
     "RAdam",
     "Rprop",
     "SparseAdam",
+    "Adafactor",
+    "Muon",
     "lr_scheduler",
     "swa_utils",
 ]

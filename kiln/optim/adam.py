@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..ops import api
+from ..ops.complex_ops import view_as_real
 from ..runtime.tensor import Tensor
+from . import _numpy_step
 from .optimizer import (
     Optimizer,
     check_adam_options,
@@ -93,11 +95,16 @@ class Adam(Optimizer):
             eps = group["eps"]
             weight_decay = group["weight_decay"]
             amsgrad = group["amsgrad"]
+            fast = (
+                _numpy_step.available() and not group["capturable"] and not group["differentiable"]
+            )
             for param in group["params"]:
                 if param.grad is None:
                     continue
-                grad = -param.grad if group["maximize"] else param.grad
                 state = self._state_for(param, amsgrad, group["capturable"])
+                if fast and _numpy_step.adam_update(param, state, group, lr, (beta1, beta2)):
+                    continue
+                grad = -param.grad if group["maximize"] else param.grad
                 step_t = state["step"]
                 step_t += 1
                 if weight_decay != 0:
@@ -106,12 +113,17 @@ class Adam(Optimizer):
                     else:
                         grad = grad.add(param, alpha=weight_decay)
                 exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                if param.is_complex():  # as PyTorch: the real and imaginary parts separately
+                    param, grad, exp_avg, exp_avg_sq = (
+                        view_as_real(t) for t in (param, grad, exp_avg, exp_avg_sq)
+                    )
                 exp_avg.lerp_(grad, 1 - beta1)
                 exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
                 second = exp_avg_sq
                 differentiable = group["differentiable"]
                 if amsgrad:
                     second = state["max_exp_avg_sq"]
+                    second = view_as_real(second) if second.is_complex() else second
                     second.copy_(
                         saved_operand(second, differentiable).maximum(
                             saved_operand(exp_avg_sq, differentiable)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..runtime.tensor import Tensor
+from . import _numpy_step
 from .optimizer import Optimizer, check_fused, run_closure, scalar_value
 
 __all__ = ["SGD"]
@@ -64,8 +65,11 @@ class SGD(Optimizer):
             momentum = group["momentum"]
             dampening = group["dampening"]
             weight_decay = group["weight_decay"]
+            fast = _numpy_step.available() and not group["differentiable"]
             for param in group["params"]:
                 if param.grad is None:
+                    continue
+                if fast and _numpy_step.sgd_update(param, self.state, group, lr):
                     continue
                 grad = -param.grad if group["maximize"] else param.grad
                 if weight_decay != 0:

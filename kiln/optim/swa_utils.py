@@ -189,11 +189,8 @@ def _group_by_device_and_dtype(averaged: list[Tensor], current: list[Tensor]) ->
 
 
 def _is_batch_norm(module: Module) -> bool:
-    """PyTorch's ``_BatchNorm`` family; kiln's instance norms derive from ``_BatchNorm`` for
-    code sharing, but PyTorch's do not, and ``update_bn`` leaves them alone."""
-    from ..nn.modules.instancenorm import _InstanceNorm
-
-    return isinstance(module, _BatchNorm) and not isinstance(module, _InstanceNorm)
+    """The ``_BatchNorm`` family (not the instance norms, which ``update_bn`` leaves alone)."""
+    return isinstance(module, _BatchNorm)
 
 
 @no_grad()

@@ -10,6 +10,7 @@ import warnings
 
 from ...ops import OPS
 from ...ops import nn_ops as _nn
+from ...ops.grad_fn_names import _rename
 from ...ops.registry import torch_function
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
@@ -139,7 +140,9 @@ def prelu(input: Tensor, weight: Tensor) -> Tensor:
 def glu(input: Tensor, dim: int = -1) -> Tensor:
     if input.ndim == 0:
         raise RuntimeError("glu does not support scalars because halving size must be even")
-    return OPS["glu"](input, dim)
+    out = OPS["glu"](input, dim)
+    _rename(out, (input,), "GluBackward0")
+    return out
 
 
 def rrelu_(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training=False):

@@ -11,6 +11,7 @@ import math
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
 from ...ops import conv as _conv_ops
+from ...ops.grad_fn_names import _rename
 from ...ops.registry import torch_function
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
@@ -167,7 +168,9 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
         c,
     )
     cols = cols.reshape(x.shape[0], c * math.prod(kernel), -1)
-    return cols.squeeze(0) if unbatched else cols
+    cols = cols.squeeze(0) if unbatched else cols
+    _rename(cols, (input,), "Im2ColBackward0")
+    return cols
 
 
 def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
@@ -206,7 +209,9 @@ def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=
     out = OPS["convolution"](
         grid, _patch_weight(c, kernel, cols), None, stride, padding, dilation, True, extra, c
     )
-    return out.squeeze(0) if unbatched else out
+    out = out.squeeze(0) if unbatched else out
+    _rename(out, (input,), "Col2ImBackward0")
+    return out
 
 
 # ------------------------------------------------------------------------------ kiln.<name> forms

@@ -37,42 +37,74 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     return _apply_mask(input, p, tuple(input.shape), inplace)
 
 
-def _feature_dropout(name, input, p, training, inplace, dims):
-    _check_p(p)
-    if input.ndim not in (dims + 1, dims + 2):
-        raise RuntimeError(
-            f"{name}: Expected {dims + 1}D or {dims + 2}D input, but received a {input.ndim}D "
-            f"input. Note that {name} exists to provide channel-wise dropout on inputs with "
-            f"{dims} spatial dimension(s), a channel dimension, and an optional batch dimension "
-            f"(i.e. {dims + 1}D or {dims + 2}D inputs)."
-        )
+def _feature_dropout(input: Tensor, p: float, training: bool, inplace: bool) -> Tensor:
+    """Channel-wise dropout of an (N, C, *) input: one keep/drop draw per (sample, channel)."""
     if not training or p == 0.0 or input.numel() == 0:
         return input
-    batched = input.ndim == dims + 2
-    x = input if batched else input.unsqueeze(0)
-    mask_shape = tuple(x.shape[:2]) + (1,) * dims
-    out = _apply_mask(x, p, mask_shape, False)
-    out = out if batched else out.squeeze(0)
+    if input.ndim < 2:
+        raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
+    mask_shape = tuple(input.shape[:2]) + (1,) * (input.ndim - 2)
+    out = _apply_mask(input, p, mask_shape, False)
+    return input.copy_(out) if inplace else out
+
+
+def _unbatched_feature_dropout(input, p, training, inplace) -> Tensor:
+    """Feature dropout of an input without its batch dim (a batch of one)."""
+    if not training or p == 0.0 or input.numel() == 0:
+        return input
+    out = _feature_dropout(input.unsqueeze(0), p, training, False).squeeze(0)
     return input.copy_(out) if inplace else out
 
 
 def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
-    return _feature_dropout("dropout1d", input, p, training, inplace, 1)
+    _check_p(p)
+    if input.ndim not in (2, 3):
+        raise RuntimeError(
+            f"dropout1d: Expected 2D or 3D input, but received a {input.ndim}D input. Note that "
+            "dropout1d exists to provide channel-wise dropout on inputs with 1 spatial "
+            "dimension, a channel dimension, and an optional batch dimension (i.e. 2D or 3D "
+            "inputs)."
+        )
+    if input.ndim == 3:
+        return _feature_dropout(input, p, training, inplace)
+    return _unbatched_feature_dropout(input, p, training, inplace)
+
+
+def _warn_feature_rank(name: str, input: Tensor, dims: int) -> None:
+    if input.ndim not in (dims + 1, dims + 2):
+        warnings.warn(
+            f"{name}: Received a {input.ndim}-D input to {name}, which is deprecated and will "
+            "result in an error in a future release. To retain the behavior and silence this "
+            f"warning, please use dropout instead. Note that {name} exists to provide "
+            f"channel-wise dropout on inputs with {dims} spatial dimensions, a channel "
+            f"dimension, and an optional batch dimension (i.e. {dims + 1}D or {dims + 2}D "
+            "inputs).",
+            stacklevel=3,
+        )
 
 
 def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Channel-wise dropout; as in PyTorch a 3-D input is read as (N, C, L), not unbatched."""
+    _check_p(p)
+    _warn_feature_rank("dropout2d", input, 2)
     if input.ndim == 3:
         warnings.warn(
             "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D "
-            "dropout behavior is desired - input is interpreted as shape (N, C, L).",
+            "dropout behavior is desired - input is interpreted as shape (N, C, L), where C is "
+            "the channel dim. This behavior will change in a future release to interpret the "
+            "input as one without a batch dimension, i.e. shape (C, H, W). To maintain the 1D "
+            "channel-wise dropout behavior, please switch to using dropout1d instead.",
             stacklevel=2,
         )
-        return _feature_dropout("dropout2d", input, p, training, inplace, 1)
-    return _feature_dropout("dropout2d", input, p, training, inplace, 2)
+    return _feature_dropout(input, p, training, inplace)
 
 
 def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
-    return _feature_dropout("dropout3d", input, p, training, inplace, 3)
+    _check_p(p)
+    _warn_feature_rank("dropout3d", input, 3)
+    if input.ndim == 5:
+        return _feature_dropout(input, p, training, inplace)
+    return _unbatched_feature_dropout(input, p, training, inplace)
 
 
 _SELU_ALPHA_PRIME = 1.7580993408473766

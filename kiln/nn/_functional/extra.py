@@ -12,6 +12,7 @@ import math
 import warnings
 
 from ...ops import OPS
+from ...ops.grad_fn_names import _rename
 from ...ops.registry import torch_function
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
@@ -167,16 +168,17 @@ def embedding_bag(
     zeros = OPS["full"]((num_bags + 1, dim), 0, dtype=weight.dtype, device=weight.device)
     if mode == "max":
         index = bag.unsqueeze(1).expand(n, dim)
-        out = OPS["scatter_reduce"](zeros, 0, index, rows, "amax", include_self=False)
-        return out[:num_bags]
-    if per_sample_weights is not None:
-        rows = rows * per_sample_weights.unsqueeze(1)
-    out = OPS["index_add"](zeros, 0, bag, rows)[:num_bags]
-    if mode == "sum":
-        return out
-    ones = OPS["full"]((n,), 1, dtype=weight.dtype, device=weight.device)
-    counts = OPS["index_add"](zeros[:, 0], 0, bag, ones)[:num_bags]
-    return out / counts.clamp(min=1).unsqueeze(1)
+        out = OPS["scatter_reduce"](zeros, 0, index, rows, "amax", include_self=False)[:num_bags]
+    else:
+        if per_sample_weights is not None:
+            rows = rows * per_sample_weights.unsqueeze(1)
+        out = OPS["index_add"](zeros, 0, bag, rows)[:num_bags]
+        if mode == "mean":
+            ones = OPS["full"]((n,), 1, dtype=weight.dtype, device=weight.device)
+            counts = OPS["index_add"](zeros[:, 0], 0, bag, ones)[:num_bags]
+            out = out / counts.clamp(min=1).unsqueeze(1)
+    _rename(out, (weight,), "EmbeddingBagBackward0")  # one node in PyTorch, as reprs show
+    return out
 
 
 # ------------------------------------------------------------------------------ fractional pooling

@@ -17,6 +17,7 @@ import warnings
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
+from ...ops.grad_fn_names import _rename
 from ...ops.reductions import torch_type_name
 from ...ops.registry import torch_function
 from ...runtime import dtypes as dt
@@ -95,7 +96,9 @@ def affine_grid(theta: Tensor, size: list[int], align_corners: bool | None = Non
     columns.append(OPS["full"](tuple(spatial), 1.0, dtype=theta.dtype, device=theta.device))
     base = OPS["stack"](columns, -1).reshape(1, -1, k + 1)
     grid = OPS["matmul"](base, theta.transpose(1, 2))
-    return grid.reshape([size[0], *spatial, k])
+    out = grid.reshape([size[0], *spatial, k])
+    _rename(out, (theta,), "AffineGridGeneratorBackward0")
+    return out
 
 
 # ------------------------------------------------------------------------------ coordinates
@@ -306,7 +309,9 @@ def grid_sample(
 def _grid_sampler(input, grid, mode: str, padding_mode: str, align_corners: bool) -> Tensor:
     """aten's ``grid_sampler``: the step CPU autocast runs in float32, checks included."""
     _check_grid_sample(input, grid)
-    return _sample(input, grid, mode, padding_mode, align_corners)
+    out = _sample(input, grid, mode, padding_mode, align_corners)
+    _rename(out, (input, grid), f"GridSampler{input.dim() - 2}DBackward0")
+    return out
 
 
 # ------------------------------------------------------------------------------ kiln.<name> forms

@@ -10,6 +10,7 @@ from ...amp.autocast_mode import autocast_policy
 from ...autograd.grad_mode import no_grad
 from ...ops import OPS
 from ...ops import padding as _padding
+from ...ops.grad_fn_names import _rename
 from ...ops.registry import torch_function
 from ...runtime.tensor import Tensor
 from .distances import safe_vector_norm
@@ -67,7 +68,11 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
         raise NotImplementedError(
             f"Unrecognised padding mode {mode}: expected constant, reflect, replicate or circular"
         )
-    return _padding.pad_indexed(input, pad, mode)
+    out = _padding.pad_indexed(input, pad, mode)
+    if mode != "circular":  # (PyTorch's circular padding records in-place slice copies)
+        kind = "Reflection" if mode == "reflect" else "Replication"
+        _rename(out, (input,), f"{kind}Pad{len(pad) // 2}DBackward0")
+    return out
 
 
 # ------------------------------------------------------------------------------ linear, attention

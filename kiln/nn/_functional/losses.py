@@ -12,6 +12,7 @@ import warnings
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
 from ...ops import loss as _loss
+from ...ops.grad_fn_names import _rename
 from ...runtime.tensor import Tensor
 from .activations import logsigmoid
 from .distances import pairwise_distance
@@ -38,7 +39,7 @@ def _warn_size(input: Tensor, target: Tensor) -> None:
             f"Using a target size ({target.shape}) that is different to the input size "
             f"({input.shape}). This will likely lead to incorrect results due to broadcasting. "
             "Please ensure they have the same size.",
-            stacklevel=3,
+            stacklevel=4,
         )
 
 
@@ -53,7 +54,11 @@ def cross_entropy(
     label_smoothing: float = 0.0,
 ) -> Tensor:
     reduction = _reduction(size_average, reduce, reduction)
-    return OPS["cross_entropy"](input, target, weight, reduction, ignore_index, label_smoothing)
+    out = OPS["cross_entropy"](input, target, weight, reduction, ignore_index, label_smoothing)
+    if target.is_floating_point() and target.shape == input.shape:
+        # PyTorch's probability-target loss ends in a negation, or a division by the batch size
+        _rename(out, (input,), "DivBackward1" if reduction == "mean" else "NegBackward0")
+    return out
 
 
 def nll_loss(
@@ -235,7 +240,9 @@ def hinge_embedding_loss(
 @autocast_policy("soft_margin_loss")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean") -> Tensor:
     reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
-    return _loss.reduce_loss((-target * input).exp().log1p(), reduction)
+    out = _loss.reduce_loss((-target * input).exp().log1p(), reduction)
+    _rename(out, (input,), "SoftMarginLossBackward0")
+    return out
 
 
 @autocast_policy("cosine_embedding_loss")

@@ -10,6 +10,7 @@ import math
 
 from ...autograd.grad_mode import no_grad
 from ...ops import OPS
+from ...ops.grad_fn_names import _rename
 from ...ops.registry import torch_function
 from ...runtime.tensor import Tensor
 from .layers import pad
@@ -29,7 +30,9 @@ def layer_norm(
 def rms_norm(
     input: Tensor, normalized_shape, weight: Tensor | None = None, eps: float | None = None
 ) -> Tensor:
-    return OPS["rms_norm"](input, _shape_list(normalized_shape), weight, eps)
+    out = OPS["rms_norm"](input, _shape_list(normalized_shape), weight, eps)
+    _rename(out, (input, weight), "MulBackward0")  # PyTorch's is a composite ending in a product
+    return out
 
 
 def group_norm(

@@ -10,6 +10,7 @@ import math
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
+from ...ops.grad_fn_names import _rename
 from ...ops.registry import torch_function
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
@@ -193,7 +194,19 @@ def _output_size(input: Tensor, output_size, dims: int) -> list:
 
 def adaptive_avg(input, output_size, dims):
     """Adaptive average pooling over the last ``dims`` dims (``None`` sizes keep the input's)."""
-    return OPS["_adaptive_avg_pool"](input, _output_size(input, output_size, dims))
+    sizes = _output_size(input, output_size, dims)
+    out = OPS["_adaptive_avg_pool"](input, sizes)
+    _rename(out, (input,), _adaptive_name("Avg", dims, sizes))
+    return out
+
+
+def _adaptive_name(kind: str, dims: int, sizes: list) -> str:
+    """PyTorch's node: 1-d pooling runs as 2-d and squeezes; a global average is a mean."""
+    if dims == 1:
+        return "SqueezeBackward1"
+    if kind == "Avg" and all(s == 1 for s in sizes):
+        return "MeanBackward1"
+    return f"Adaptive{kind}Pool{dims}DBackward0"
 
 
 def adaptive_avg_pool1d(input: Tensor, output_size) -> Tensor:
@@ -215,6 +228,7 @@ def _adaptive_max(input, output_size, return_indices, dims):
     values, indices = OPS["_adaptive_max_pool"](x, sizes)
     if unbatched:
         values, indices = values.squeeze(0), indices.squeeze(0)
+    _rename(values, (input,), _adaptive_name("Max", dims, sizes))
     return (values, indices) if return_indices else values
 
 

@@ -8,14 +8,25 @@ shuffles are reshapes and permutes.
 from __future__ import annotations
 
 import math
+import warnings
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import conv as _conv_ops
+from ...ops.grad_fn_names import _rename
 from ...ops.registry import torch_function
 from ...runtime.tensor import Tensor
 from .pooling import adaptive_avg
 
 _INTERP_DIMS = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+# the node PyTorch's upsampling kernel records, as tensor reprs print it
+_UPSAMPLE_NAMES = {
+    "nearest": "UpsampleNearest{dims}DBackward0",
+    "nearest-exact": "UpsampleNearestExact{dims}DBackward0",
+    "linear": "UpsampleLinear1DBackward0",
+    "bilinear": "UpsampleBilinear2DBackward0",
+    "bicubic": "UpsampleBicubic2DBackward0",
+    "trilinear": "UpsampleTrilinear3DBackward0",
+}
 
 
 @autocast_policy("interpolate")
@@ -80,18 +91,30 @@ def interpolate(
         raise ValueError("either size or scale_factor should be defined")
     if mode == "area":
         return adaptive_avg(input, sizes, dims)
-    return _conv_ops.resample(input, sizes, mode, bool(align_corners), scales)
+    out = _conv_ops.resample(input, sizes, mode, bool(align_corners), scales)
+    _rename(out, (input,), _UPSAMPLE_NAMES[mode].format(dims=dims))
+    return out
+
+
+def _deprecated(name: str) -> None:
+    warnings.warn(
+        f"`nn.functional.{name}` is deprecated. Use `nn.functional.interpolate` instead.",
+        stacklevel=3,
+    )
 
 
 def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    _deprecated("upsample")
     return interpolate(input, size, scale_factor, mode, align_corners)
 
 
 def upsample_nearest(input, size=None, scale_factor=None):
+    _deprecated("upsample_nearest")
     return interpolate(input, size, scale_factor, mode="nearest")
 
 
 def upsample_bilinear(input, size=None, scale_factor=None):
+    _deprecated("upsample_bilinear")
     return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
 
 
@@ -107,7 +130,9 @@ def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
     n = len(lead)
     x = input.reshape(lead + [c // (r * r), r, r, h, w])
     x = x.permute(list(range(n)) + [n, n + 3, n + 1, n + 4, n + 2])
-    return x.reshape(lead + [c // (r * r), h * r, w * r])
+    out = x.reshape(lead + [c // (r * r), h * r, w * r])
+    _rename(out, (input,), "PixelShuffleBackward0")
+    return out
 
 
 def channel_shuffle(input: Tensor, groups: int) -> Tensor:
@@ -119,7 +144,9 @@ def channel_shuffle(input: Tensor, groups: int) -> Tensor:
         )
     rest = list(input.shape[2:])
     x = input.reshape([n, groups, c // groups] + rest).transpose(1, 2)
-    return x.reshape([n, c] + rest)
+    out = x.reshape([n, c] + rest)
+    _rename(out, (input,), "ChannelShuffleBackward0")
+    return out
 
 
 def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
@@ -134,7 +161,9 @@ def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
     n = len(lead)
     x = input.reshape(lead + [c, h // r, r, w // r, r])
     x = x.permute(list(range(n)) + [n, n + 2, n + 4, n + 1, n + 3])
-    return x.reshape(lead + [c * r * r, h // r, w // r])
+    out = x.reshape(lead + [c * r * r, h // r, w // r])
+    _rename(out, (input,), "PixelUnshuffleBackward0")
+    return out
 
 
 # ------------------------------------------------------------------------------ kiln.<name> forms

@@ -2,6 +2,9 @@
 
 Running statistics live in buffers updated in place by ``F.batch_norm``; ``momentum=None``
 means a cumulative moving average over ``num_batches_tracked`` batches, as in PyTorch.
+``_NormBase`` (parameters, buffers, repr) is shared with the instance norms, which, as in
+PyTorch, are not batch norms. ``SyncBatchNorm`` is batch norm here: kiln runs one process,
+where PyTorch's also falls back to plain batch norm.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ from .. import init
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
+__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"]
 
 
-class _BatchNorm(Module):
+class _NormBase(Module):
+    """The affine parameters and running-statistics buffers of batch and instance norms."""
+
     _version: int = 2
-    _expected_dims: tuple = ()
 
     def __init__(
         self,
@@ -75,31 +79,6 @@ class _BatchNorm(Module):
             if self.bias is not None:
                 init.zeros_(self.bias)
 
-    def _check_input_dim(self, input: Tensor) -> None:
-        if input.dim() not in self._expected_dims:
-            wanted = " or ".join(f"{d}D" for d in self._expected_dims)
-            raise ValueError(f"expected {wanted} input (got {input.dim()}D input)")
-
-    def forward(self, input: Tensor) -> Tensor:
-        self._check_input_dim(input)
-        factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked.add_(1)
-            if self.momentum is None:
-                factor = 1.0 / float(self.num_batches_tracked)
-        use_batch_stats = self.training or (self.running_mean is None and self.running_var is None)
-        keep_running = not self.training or self.track_running_stats
-        return F.batch_norm(
-            input,
-            self.running_mean if keep_running else None,
-            self.running_var if keep_running else None,
-            self.weight,
-            self.bias,
-            use_batch_stats,
-            factor,
-            self.eps,
-        )
-
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
     ) -> None:
@@ -125,6 +104,37 @@ class _BatchNorm(Module):
         )
 
 
+class _BatchNorm(_NormBase):
+    """Batch statistics in training (updating the running ones), running statistics in eval."""
+
+    _expected_dims: tuple = ()
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        if input.dim() not in self._expected_dims:
+            wanted = " or ".join(f"{d}D" for d in self._expected_dims)
+            raise ValueError(f"expected {wanted} input (got {input.dim()}D input)")
+
+    def forward(self, input: Tensor) -> Tensor:
+        self._check_input_dim(input)
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:
+                factor = 1.0 / float(self.num_batches_tracked)
+        use_batch_stats = self.training or (self.running_mean is None and self.running_var is None)
+        keep_running = not self.training or self.track_running_stats
+        return F.batch_norm(
+            input,
+            self.running_mean if keep_running else None,
+            self.running_var if keep_running else None,
+            self.weight,
+            self.bias,
+            use_batch_stats,
+            factor,
+            self.eps,
+        )
+
+
 class BatchNorm1d(_BatchNorm):
     """Over (N, C) or (N, C, L) inputs."""
 
@@ -141,3 +151,63 @@ class BatchNorm3d(_BatchNorm):
     """Over (N, C, D, H, W) inputs."""
 
     _expected_dims = (5,)
+
+
+class SyncBatchNorm(_BatchNorm):
+    """Batch norm over inputs of any rank >= 2; ``convert_sync_batchnorm`` swaps it in.
+
+    PyTorch synchronises the statistics across processes only when a distributed process group
+    is running; kiln has none, so this is the single-process batch norm PyTorch falls back to.
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        process_group=None,
+        device=None,
+        dtype=None,
+        *,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(
+            num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias
+        )
+        self.process_group = process_group
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+        if input.size(1) == 0:
+            raise ValueError("SyncBatchNorm number of input channels should be non-zero")
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: Module, process_group=None) -> Module:
+        """``module`` with every batch norm in it replaced by a ``SyncBatchNorm`` that shares its
+        parameters and buffers (a new module if ``module`` itself is a batch norm)."""
+        converted = module
+        if isinstance(module, _BatchNorm):
+            converted = cls(
+                module.num_features,
+                module.eps,
+                module.momentum,
+                module.affine,
+                module.track_running_stats,
+                process_group,
+                bias=module.bias is not None,
+            )
+            if module.affine:
+                converted.weight = module.weight
+                converted.bias = module.bias
+            converted.running_mean = module.running_mean
+            converted.running_var = module.running_var
+            converted.num_batches_tracked = module.num_batches_tracked
+            converted.training = module.training
+            if hasattr(module, "qconfig"):
+                converted.qconfig = module.qconfig
+        for name, child in module.named_children():
+            converted.add_module(name, cls.convert_sync_batchnorm(child, process_group))
+        return converted

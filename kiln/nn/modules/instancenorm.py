@@ -1,7 +1,7 @@
 """Per-sample normalizations: ``InstanceNorm1d``/``2d``/``3d``, ``LocalResponseNorm`` and the
 legacy ``CrossMapLRN2d``.
 
-Instance norm shares batch norm's parameters, buffers and repr (``_BatchNorm``) but normalizes
+Instance norm shares batch norm's parameters, buffers and repr (``_NormBase``) but normalizes
 each (sample, channel) plane on its own; it uses batch statistics unless it tracks running
 statistics and is in eval mode, and never counts batches, as in PyTorch.
 """
@@ -16,7 +16,7 @@ from ...ops import OPS
 from ...ops.api import tensor as kiln_tensor
 from ...runtime.tensor import Tensor
 from .. import functional as F
-from .batchnorm import _BatchNorm
+from .batchnorm import _NormBase
 from .module import Module
 
 __all__ = [
@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 
-class _InstanceNorm(_BatchNorm):
+class _InstanceNorm(_NormBase):
     """``_spatial_dims`` spatial dims after (N, C); unbatched (C, *spatial) inputs are allowed."""
 
     _spatial_dims = 0

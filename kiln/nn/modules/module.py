@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 from ...autograd.grad_mode import no_grad
+from ...ops import api
 from ...runtime import dtypes as dt
 from ...runtime.device import as_device
 from ...runtime.device import device as Device
@@ -390,6 +391,12 @@ class Module(StateDictMixin):
                 if buf is not None:
                     self._buffers[key] = fn(buf)
         return self
+
+    def to_empty(self, *, device, recurse: bool = True) -> Module:
+        """Move parameters and buffers to ``device`` without copying their values (uninitialised
+        storage): how a model built on the ``meta`` device gets real memory before its weights
+        are initialised or loaded."""
+        return self._apply(lambda t: api.empty_like(t, device=device), recurse=recurse)
 
     def share_memory(self) -> Module:
         """Nothing to move: kiln's DataLoader workers run in this process, so tensors are seen

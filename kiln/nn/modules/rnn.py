@@ -19,6 +19,7 @@ import kiln
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import api
+from ...ops.grad_fn_names import _rename
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from .. import init
@@ -344,8 +345,14 @@ class RNNBase(Module):
         if self.batch_first:
             input = input.transpose(0, 1)
         output, final = self._run_layers(input, hx if is_lstm else (hx,), None)
+        if is_lstm and not self.bidirectional and self.proj_size == 0:
+            if output.dtype in (kiln.float32, kiln.bfloat16):
+                # PyTorch's CPU LSTM runs in oneDNN there, and its output node says so
+                _rename(output, (input,), "MkldnnRnnLayerBackward0")
         if self.batch_first:
             output = output.transpose(0, 1)
+            if not is_lstm:  # PyTorch's GRU and RNN transpose through another overload
+                _rename(output, (), "TransposeBackward1")
         if not is_batched:
             output = output.squeeze(batch_dim)
             final = tuple([f.squeeze(1) for f in final])

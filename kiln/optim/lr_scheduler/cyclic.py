@@ -152,7 +152,7 @@ class CyclicLR(LRScheduler):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        state_dict = dict(state_dict)
+        # (PyTorch pops the entry from the caller's dict, which then lacks it; so does kiln)
         fn = state_dict.pop("_scale_fn_custom")
         self.__dict__.update(state_dict)
         if fn is not None:

@@ -20,6 +20,8 @@ import warnings
 import numpy as np
 
 from ...runtime import random as kiln_random
+from ._collate import default_collate
+from .dataset import tensor_rows
 
 __all__ = ["WorkerInfo", "get_worker_info", "make_iterator"]
 
@@ -63,6 +65,10 @@ class _MapFetcher:
         dataset = self.dataset
         if not self.auto_collation:
             return self.collate_fn(dataset[index])
+        if self.collate_fn is default_collate:
+            batch = tensor_rows(dataset, index)
+            if batch is not None:
+                return batch
         getitems = getattr(dataset, "__getitems__", None)
         samples = getitems(index) if callable(getitems) else [dataset[i] for i in index]
         return self.collate_fn(samples)

@@ -11,9 +11,11 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import Generic, TypeVar
 
+import numpy as np
+
 from ...ops import api
 from ...runtime.random import Generator, default_generator
-from ...runtime.tensor import Tensor
+from ...runtime.tensor import Tensor, wrap_array
 
 __all__ = [
     "Dataset",
@@ -210,3 +212,29 @@ def random_split(
         Subset(dataset, order[end - length : end])
         for end, length in zip(itertools.accumulate(lengths), lengths)
     ]
+
+
+def tensor_rows(dataset: Dataset, indices) -> list[Tensor] | None:
+    """``default_collate([dataset[i] for i in indices])`` for a plain ``TensorDataset`` (maybe
+    behind ``Subset``\\s) as one gather per tensor, or None when the dataset is anything else.
+
+    The per-sample route indexes every tensor once per sample and stacks the rows again; the
+    batch is the same (a list with each tensor's rows, new memory), so the loader takes this one.
+    """
+    rows = np.asarray(indices)
+    while type(dataset) is Subset:
+        if rows.dtype.kind not in "iu" or rows.ndim != 1:
+            return None
+        positions = np.asarray(dataset.indices)
+        if positions.dtype.kind not in "iu" or positions.ndim != 1:
+            return None
+        rows = positions[rows]
+        dataset = dataset.dataset
+    if type(dataset) is not TensorDataset or rows.dtype.kind not in "iu" or rows.ndim != 1:
+        return None
+    for t in dataset.tensors:
+        if t._data is None or t._requires_grad or t.device.type != "cpu" or t.ndim == 0:
+            return None
+    if rows.size and (rows.max() >= len(dataset) or rows.min() < -len(dataset)):
+        return None  # the per-sample route raises PyTorch's IndexError
+    return [wrap_array(t._data[rows], t._dtype) for t in dataset.tensors]

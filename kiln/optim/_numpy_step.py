@@ -1,0 +1,146 @@
+"""Eager CPU fast paths for SGD and Adam/AdamW: their kiln-op updates, done on the numpy buffers.
+
+An eager optimizer step runs about ten small in-place kiln ops per parameter, and for small
+models their dispatch costs more than the arithmetic. Outside ``kiln.compile``, dispatch modes
+and autocast, with float32/float64 CPU tensors, these functions do the same arithmetic in the
+same order and with the same roundings directly on the arrays (writing in place, bumping the
+version counters as in-place ops do), so results are bit-identical to the op path; anything
+else returns False and the caller runs its ops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..compiler import is_compiling
+from ..runtime import state
+from ..runtime.device import cpu
+from ..runtime.tensor import Tensor, wrap_array
+
+__all__ = ["available", "sgd_update", "adam_update"]
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def available() -> bool:
+    """Whether an eager step may skip dispatch (nothing is tracing or intercepting ops)."""
+    return not state.mode_stack and state.autocast[0] is None and not is_compiling()
+
+
+def _arrays(*tensors: Tensor) -> list[np.ndarray] | None:
+    """The tensors' writable, C-contiguous CPU arrays of one float dtype, or None."""
+    arrays = []
+    for t in tensors:
+        data = t._data
+        if (
+            t._device is not cpu
+            or data.__class__ is not np.ndarray
+            or data.dtype not in _FLOATS
+            or not data.flags.writeable
+            or not data.flags.c_contiguous
+        ):
+            return None
+        arrays.append(data)
+    if any(a.dtype != arrays[0].dtype or a.shape != arrays[0].shape for a in arrays[1:]):
+        return None
+    return arrays
+
+
+def _scaled_add(x: np.ndarray, y: np.ndarray, alpha, out=None) -> np.ndarray:
+    """``x.add(y, alpha=alpha)``: alpha rounded to the dtype scales y first (none when 1)."""
+    if alpha == 1:
+        return np.add(x, y, out=out)
+    return np.add(x, y * x.dtype.type(alpha), out=out)
+
+
+def sgd_update(param: Tensor, states, group: dict, lr: float) -> bool:
+    """One parameter of ``SGD.step`` (``states`` is the optimizer's ``state``, read only with
+    momentum, as the op path does); False (nothing done) when the fast path does not apply."""
+    arrays = _arrays(param, param.grad)
+    momentum = group["momentum"]
+    buf = states[param].get("momentum_buffer") if momentum != 0 else None
+    if arrays is None or (buf is not None and _arrays(buf, param) is None):
+        return False
+    p, grad = arrays
+    if group["maximize"]:
+        grad = np.negative(grad)
+    if group["weight_decay"] != 0:
+        grad = _scaled_add(grad, p, group["weight_decay"])
+    if momentum != 0:
+        if buf is None:
+            buf = wrap_array(np.array(grad, copy=True), param.dtype)
+            states[param]["momentum_buffer"] = buf
+        else:
+            np.multiply(buf._data, buf._data.dtype.type(momentum), out=buf._data)
+            _scaled_add(buf._data, grad, 1 - group["dampening"], out=buf._data)
+            buf._bump_version()
+        grad = _scaled_add(grad, buf._data, momentum) if group["nesterov"] else buf._data
+    _scaled_add(p, grad, -lr, out=p)
+    param._bump_version()
+    return True
+
+
+def _lerp(start: np.ndarray, end: np.ndarray, weight: float) -> None:
+    """``start.lerp_(end, weight)`` with kiln's lerp kernel rounding (see ``ops.ternary``)."""
+    w = start.dtype.type(weight)
+    small = abs(w) < 0.5
+    if start.dtype == np.float32:
+        coeff, base = (w, start) if small else (w - np.float32(1), end)
+        out = np.multiply(np.subtract(end, start), coeff, dtype=np.float64)
+        out += base
+        np.copyto(start, out, casting="unsafe")
+    elif small:
+        np.add(start, w * (end - start), out=start)
+    else:
+        np.subtract(end, (end - start) * (1 - w), out=start)
+
+
+def adam_update(param: Tensor, state: dict, group: dict, lr: float, betas: tuple) -> bool:
+    """One parameter of ``Adam.step`` (not capturable or differentiable; real parameters), with
+    its state already created; False when the fast path does not apply."""
+    step_t = state["step"]
+    step_data = step_t._data
+    amsgrad = group["amsgrad"]
+    tensors = [param, param.grad, state["exp_avg"], state["exp_avg_sq"]]
+    if amsgrad:
+        tensors.append(state["max_exp_avg_sq"])
+    arrays = _arrays(*tensors)
+    if (
+        arrays is None
+        or step_t._device is not cpu
+        or step_data.__class__ is not np.ndarray
+        or step_data.ndim != 0
+        or not step_data.flags.writeable
+    ):
+        return False
+    p, grad, exp_avg, exp_avg_sq = arrays[:4]
+    scalar = p.dtype.type
+    beta1, beta2 = betas
+    if group["maximize"]:
+        grad = np.negative(grad)
+    np.add(step_data, 1, out=step_data)
+    step_t._bump_version()
+    weight_decay = group["weight_decay"]
+    if weight_decay != 0:
+        if group["decoupled_weight_decay"]:
+            np.multiply(p, scalar(1 - lr * weight_decay), out=p)
+        else:
+            grad = _scaled_add(grad, p, weight_decay)
+    _lerp(exp_avg, grad, 1 - beta1)
+    np.multiply(exp_avg_sq, scalar(beta2), out=exp_avg_sq)
+    np.add(exp_avg_sq, grad * scalar(1 - beta2) * grad, out=exp_avg_sq)  # x + value * a * b
+    second = exp_avg_sq
+    if amsgrad:
+        second = arrays[4]
+        np.maximum(second, exp_avg_sq, out=second)
+        tensors[4]._bump_version()
+    step = float(step_data)
+    step_size = lr / (1 - beta1**step)
+    bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+    denom = np.sqrt(second, out=np.empty_like(second))  # (an array even for 0-d parameters)
+    np.true_divide(denom, scalar(bias_correction2_sqrt), out=denom)
+    np.add(denom, scalar(group["eps"]), out=denom)
+    np.add(p, exp_avg * scalar(-step_size) / denom, out=p)  # x + value * a / b
+    for t in (param, tensors[2], tensors[3]):
+        t._bump_version()
+    return True
