@@ -1,10 +1,13 @@
-"""Eager-mode cost of kiln ops: per-op dispatch overhead on tiny tensors (vs PyTorch eager) and
-throughput on large tensors (vs the raw numpy call doing the same work).
+"""Eager-mode cost of kiln ops: per-op dispatch overhead on tiny tensors (vs PyTorch eager),
+throughput on large tensors (vs the raw numpy call doing the same work), and the fused nn kernels
+(gelu, silu, softmax, layer_norm: forward, and forward + backward) against PyTorch eager.
 
-    python benchmarks/eager_overhead.py [--quick]
+    python benchmarks/eager_overhead.py [--quick] [--only tiny|large|nn]
 
 Targets (issue "Eager runtime"): tiny-tensor ops within 3x of PyTorch eager; large-tensor ops within
-1.2x of numpy. Each figure is a median over repeated timings, measured alternately in one process.
+1.2x of numpy. Tiny ops and nn kernels: the best of repeated batches, the two libraries
+alternating (the intrinsic cost, robust to a busy machine); large ops: a median over repeated
+timings. The machine may be shared: compare ratios within one run, not times across runs.
 """
 
 from __future__ import annotations
@@ -33,9 +36,29 @@ def _median_time(fn, number: int, repeat: int) -> float:
     return statistics.median(samples)
 
 
+def _paired_best_times(fn_a, fn_b, number: int, repeat: int) -> tuple:
+    """Fastest per-call time of each function over ``repeat`` short batches, alternating the
+    two: on a shared machine a short batch often runs uninterrupted, so the minimum estimates
+    the intrinsic per-call cost, where a median over long batches measures the neighbours."""
+    best_a = best_b = float("inf")
+    for _ in range(repeat):
+        for fn, is_a in ((fn_a, True), (fn_b, False)):
+            if fn is None:
+                continue
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            t = (time.perf_counter() - t0) / number
+            if is_a:
+                best_a = min(best_a, t)
+            else:
+                best_b = min(best_b, t)
+    return best_a, best_b
+
+
 def tiny_ops(quick: bool):
-    number = 2000 if quick else 20000
-    repeat = 5
+    number = 200 if quick else 500
+    repeat = 40 if quick else 200
     xk, yk = kiln.randn(4), kiln.randn(4)
     mk = kiln.randn(4, 4)
     gk = kiln.randn(4, requires_grad=True)
@@ -58,12 +81,14 @@ def tiny_ops(quick: bool):
         mt = torch.randn(4, 4)
         gt = torch.randn(4, requires_grad=True)
     for name, fn in cases:
-        k = _median_time(lambda: fn(kiln, xk, yk, mk, gk), number, repeat)
-        t = (
-            _median_time(lambda: fn(torch, xt, yt, mt, gt), number, repeat)
-            if torch
-            else float("nan")
+        k, t = _paired_best_times(
+            lambda: fn(kiln, xk, yk, mk, gk),
+            (lambda: fn(torch, xt, yt, mt, gt)) if torch else None,
+            number,
+            repeat,
         )
+        if torch is None:
+            t = float("nan")
         rows.append((name, k * 1e6, t * 1e6, k / t if torch else float("nan")))
     return rows
 
@@ -107,21 +132,84 @@ def large_ops(quick: bool):
     return rows
 
 
+def nn_kernels(quick: bool):
+    """The hot nn ops on bench-sized inputs: kiln vs PyTorch eager, forward and forward+backward."""
+    if torch is None:
+        return []
+    rows, width = (1024, 256) if quick else (8192, 1024)
+    side = 1024 if quick else 4096
+    repeat = 5 if quick else 9
+    rng = np.random.default_rng(0)
+    square = rng.standard_normal((side, side), dtype=np.float32)
+    grad = rng.standard_normal((side, side), dtype=np.float32)
+    norm_in = rng.standard_normal((rows, width), dtype=np.float32)
+    norm_grad = rng.standard_normal((rows, width), dtype=np.float32)
+    weight = rng.standard_normal(width, dtype=np.float32)
+    bias = rng.standard_normal(width, dtype=np.float32)
+
+    def cases(lib):
+        F = lib.nn.functional
+        x, g = lib.tensor(square), lib.tensor(grad)
+        xg = lib.tensor(square, requires_grad=True)
+        n, ng = lib.tensor(norm_in), lib.tensor(norm_grad)
+        w, b = lib.tensor(weight), lib.tensor(bias)
+        ngr = lib.tensor(norm_in, requires_grad=True)
+        wg, bg = lib.tensor(weight, requires_grad=True), lib.tensor(bias, requires_grad=True)
+
+        def both(fn, leaf, g):
+            def step():
+                leaf.grad = None
+                fn(leaf).backward(g)
+
+            return step
+
+        gelu_tanh = lambda t: F.gelu(t, approximate="tanh")  # noqa: E731
+        softmax = lambda t: F.softmax(t, -1)  # noqa: E731
+        return [
+            ("gelu tanh", lambda: gelu_tanh(x)),
+            ("gelu tanh fwd+bwd", both(gelu_tanh, xg, g)),
+            ("gelu erf", lambda: F.gelu(x)),
+            ("gelu erf fwd+bwd", both(F.gelu, xg, g)),
+            ("silu fwd+bwd", both(F.silu, xg, g)),
+            ("softmax", lambda: softmax(x)),
+            ("softmax fwd+bwd", both(softmax, xg, g)),
+            ("layer_norm", lambda: F.layer_norm(n, (width,), w, b)),
+            (
+                "layer_norm fwd+bwd",
+                both(lambda t: F.layer_norm(t, (width,), wg, bg), ngr, ng),
+            ),
+        ]
+
+    out = []
+    for (name, k_fn), (_, t_fn) in zip(cases(kiln), cases(torch)):
+        k_fn(), t_fn()
+        tk, tt = _paired_best_times(k_fn, t_fn, 1, repeat)
+        out.append((name, tk * 1e3, tt * 1e3, tk / tt))
+    return out
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--quick", action="store_true", help="fewer repetitions, smaller large tensors"
     )
+    parser.add_argument("--only", choices=("tiny", "large", "nn"), help="run one section")
     args = parser.parse_args(argv)
     print(
         f"kiln eager overhead (threads: numpy default; torch threads: {torch.get_num_threads() if torch else '-'})"
     )
-    print(f"\n{'tiny op':<22}{'kiln us':>10}{'torch us':>10}{'kiln/torch':>12}")
-    for name, k, t, r in tiny_ops(args.quick):
-        print(f"{name:<22}{k:>10.2f}{t:>10.2f}{r:>12.2f}")
-    print(f"\n{'large op':<22}{'kiln ms':>10}{'numpy ms':>10}{'kiln/numpy':>12}")
-    for name, k, t, r in large_ops(args.quick):
-        print(f"{name:<22}{k:>10.2f}{t:>10.2f}{r:>12.2f}")
+    if args.only in (None, "tiny"):
+        print(f"\n{'tiny op':<22}{'kiln us':>10}{'torch us':>10}{'kiln/torch':>12}")
+        for name, k, t, r in tiny_ops(args.quick):
+            print(f"{name:<22}{k:>10.2f}{t:>10.2f}{r:>12.2f}")
+    if args.only in (None, "large"):
+        print(f"\n{'large op':<22}{'kiln ms':>10}{'numpy ms':>10}{'kiln/numpy':>12}")
+        for name, k, t, r in large_ops(args.quick):
+            print(f"{name:<22}{k:>10.2f}{t:>10.2f}{r:>12.2f}")
+    if args.only in (None, "nn") and torch is not None:
+        print(f"\n{'nn kernel':<22}{'kiln ms':>10}{'torch ms':>10}{'kiln/torch':>12}")
+        for name, k, t, r in nn_kernels(args.quick):
+            print(f"{name:<22}{k:>10.2f}{t:>10.2f}{r:>12.2f}")
 
 
 if __name__ == "__main__":

@@ -171,13 +171,19 @@ class OpBackward(Node):
     )
 
     def __init__(self, op, args: tuple, out, next_functions, edge_positions, needs_input_grad):
-        super().__init__(next_functions)
+        # Node.__init__, inlined: one of these is made for every differentiable op call
+        self.next_functions = next_functions
+        self.sequence_nr = next(_sequence)
+        self._pre_hooks = self._post_hooks = self._tensor_pre_hooks = self.metadata_ = None
+        self._released = False
+        if anomaly_state[0]:
+            self.metadata_ = {"traceback_": forward_stack()}
         self.op = op
         self.display_name = None  # set where PyTorch's name depends on the call (``x.t()``)
         self.edge_positions = edge_positions  # (arg position, index in list or -1) per edge
         self.needs_input_grad = needs_input_grad
         saves = op.saves_inputs
-        if callable(saves):
+        if saves is not None and saves.__class__ is not tuple and callable(saves):
             saves = saves(args, needs_input_grad)
         versions = []
         if saves is None:
@@ -185,14 +191,16 @@ class OpBackward(Node):
             for p, _ in edge_positions:
                 a = args[p]
                 if isinstance(a, Tensor):
-                    versions.append((a, a._get_storage().version))
+                    st = a._storage
+                    versions.append((a, (st if st is not None else a._get_storage()).version))
         else:
             saved_args = list(args)
             for p in op.tensor_positions:
                 a = args[p]
                 if a.__class__ is Tensor or isinstance(a, Tensor):
                     if p in saves:
-                        versions.append((a, a._get_storage().version))
+                        st = a._storage
+                        versions.append((a, (st if st is not None else a._get_storage()).version))
                     else:
                         saved_args[p] = SavedMeta(a)
             for p in op.list_positions:
@@ -205,7 +213,7 @@ class OpBackward(Node):
             saved = []
             for o in outs:
                 alias = _detached_alias(o)
-                versions.append((alias, alias._get_storage().version))
+                versions.append((alias, alias._storage.version))
                 saved.append(alias)
             self._out = tuple(saved) if isinstance(out, tuple) else saved[0]
         else:

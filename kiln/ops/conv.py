@@ -17,8 +17,10 @@ import math
 import numpy as np
 
 from ..runtime import dtypes as dt
+from ..runtime.storage import empty_array
 from .api import tensor
 from .common import Tensor, compute_np_dtype, fake, wrap
+from .nn_ops import numpy_derivative_ok
 from .reductions import c_type_name, torch_type_name
 from .registry import OPS, defop
 
@@ -180,9 +182,14 @@ def _conv_forward_np(a, w, stride, padding, dilation, groups, out_spatial):
     # (N, G, Cg, *out, *K) -> columns (G, N, Cg*K, P): the one im2col copy
     win = win.reshape((n, groups, cg) + tuple(out_spatial) + tuple(kernel))
     order = (1, 0, 2) + tuple(range(3 + k, 3 + 2 * k)) + tuple(range(3, 3 + k))
-    cols = np.ascontiguousarray(win.transpose(order)).reshape(groups, n, cg * p_k, p_out)
+    # pooled buffers: fresh ones this large cost more in page faults than the copy itself
+    win = win.transpose(order)
+    cols = empty_array(win.shape, a.dtype)
+    np.copyto(cols, win)
+    cols = cols.reshape(groups, n, cg * p_k, p_out)
     wmat = w.reshape(groups, 1, og, cg * p_k)
-    out = np.matmul(wmat, cols)  # (G, N, Og, P)
+    out = empty_array((groups, n, og, p_out), np.result_type(wmat, cols))
+    np.matmul(wmat, cols, out=out)  # (G, N, Og, P)
     if groups == 1:
         return out.reshape((n, og) + tuple(out_spatial))
     return np.ascontiguousarray(out.transpose(1, 0, 2, 3)).reshape(
@@ -203,7 +210,8 @@ def _conv_transpose_np(a, w, stride, padding, dilation, groups, out_spatial):
         )
         for i in range(k)
     ]
-    buf = np.zeros((n, groups, og) + tuple(full), dtype=a.dtype)
+    buf = empty_array((n, groups, og) + tuple(full), a.dtype)
+    buf.fill(0)
     if cg == 1:
         xg = a.reshape((n, groups, 1) + tuple(in_spatial))
         wg = w.reshape((groups, og) + tuple(kernel))
@@ -370,23 +378,50 @@ def _max_pool_kernel(x, kernel, stride, padding, dilation, ceil_mode):
     taps = [
         a[(Ellipsis,) + _offset_slices(o, out, stride, dilation)] for o in _kernel_offsets(kernel)
     ]
-    values = taps[0].copy()
-    for tap in taps[1:]:
-        np.maximum(values, tap, out=values)  # propagates NaN, like PyTorch
-    # the first kernel position holding the maximum (or the first NaN): scan backwards
-    arg = np.zeros(values.shape, np.int64)
-    nan = np.isnan(values)
-    for position in range(len(taps) - 1, -1, -1):
-        hit = taps[position] == values
-        if nan.any():
-            hit |= np.isnan(taps[position])
-        np.copyto(arg, position, where=hit)
-    offsets = np.unravel_index(arg, kernel)
-    index = np.zeros(arg.shape, np.int64)
+    if len(taps) < 256 and not np.isnan(x._data).any():
+        values, arg = _max_and_first_arg(taps)
+    else:
+        values = taps[0].copy()
+        for tap in taps[1:]:
+            np.maximum(values, tap, out=values)  # propagates NaN, like PyTorch
+        # the first kernel position holding the maximum: scan backwards; a window with NaNs
+        # picks its last NaN (PyTorch's kernel takes every NaN it meets as the new maximum)
+        arg = np.zeros(values.shape, np.int64)
+        for position in range(len(taps) - 1, -1, -1):
+            np.copyto(arg, position, where=taps[position] == values)
+        if np.isnan(values).any():
+            for position, tap in enumerate(taps):
+                np.copyto(arg, position, where=np.isnan(tap))
+    # flat input index = sum over dims of (window start + kernel offset) * the dim's flat stride:
+    # the window starts give a small (*out) grid, the kernel offsets a table indexed by ``arg``
+    flat = [math.prod(spatial[i + 1 :]) for i in range(k)]
+    base = np.zeros((1,) * k, np.int64)
     for i in range(k):
         grid = np.arange(out[i]).reshape((-1,) + (1,) * (k - 1 - i)) * stride[i] - padding[i]
-        index = index * spatial[i] + grid + offsets[i] * dilation[i]
+        base = base + grid * flat[i]
+    table = np.zeros(len(taps), np.int64)
+    for p, offset in enumerate(_kernel_offsets(kernel)):
+        table[p] = sum(offset[i] * dilation[i] * flat[i] for i in range(k))
+    index = empty_array(arg.shape, np.dtype(np.int64))
+    np.take(table, arg, out=index)
+    index += base
     return wrap(values, x._dtype), wrap(index, dt.int64)
+
+
+def _max_and_first_arg(taps: list) -> tuple:
+    """Running max over NaN-free taps and the first tap holding it, without masked loops: the
+    running max only grows at a strictly greater tap, so the first maximum's position is the
+    last position that was strictly greater, and positions only grow (``arg = max(arg, p b)``)."""
+    values = taps[0].copy()
+    arg = np.zeros(values.shape, np.uint8)
+    better = np.empty(values.shape, np.bool_)
+    step = np.empty(values.shape, np.uint8)
+    for p, tap in enumerate(taps[1:], 1):
+        np.greater(tap, values, out=better)
+        np.maximum(values, tap, out=values)
+        np.multiply(better, np.uint8(p), out=step)
+        np.maximum(arg, step, out=arg)
+    return values, arg
 
 
 @_max_pool.register_meta
@@ -407,8 +442,34 @@ def scatter_to_input(g: Tensor, indices: Tensor, input_shape) -> Tensor:
 
 
 def _max_pool_grad(c, g, _g_indices=None):
-    x = c.args[0]
-    return (scatter_to_input(g, c.out[1], tuple(x.shape)),) + (None,) * 5
+    x, kernel, stride, padding, dilation, _ = c.args
+    indices = c.out[1]
+    if numpy_derivative_ok(g) and indices._data is not None:
+        return (_np_scatter_to_input(g, indices, tuple(x.shape), kernel, stride, dilation),) + (
+            None,
+        ) * 5
+    return (scatter_to_input(g, indices, tuple(x.shape)),) + (None,) * 5
+
+
+def _np_scatter_to_input(g: Tensor, indices: Tensor, input_shape, kernel, stride, dilation):
+    """``scatter_to_input`` in numpy: windows that cannot overlap pick distinct inputs, so the
+    gradient is placed with one assignment; overlapping ones add up as ``index_put`` does."""
+    n, ch = input_shape[:2]
+    plane = math.prod(input_shape[2:])
+    ga = g._data
+    idx = np.ascontiguousarray(indices._data).reshape(n * ch, -1)
+    gx = np.zeros((n * ch, plane), ga.dtype)
+    rows = np.ascontiguousarray(ga).reshape(n * ch, -1)
+    disjoint = all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel, stride, dilation))
+    if disjoint:
+        np.put_along_axis(gx, idx, rows, axis=1)
+    else:
+        np.add.at(
+            gx.reshape(-1),
+            (idx + (np.arange(n * ch) * plane)[:, None]).reshape(-1),
+            rows.reshape(-1),
+        )
+    return wrap(gx.reshape(input_shape), g._dtype)
 
 
 _max_pool.register_derivative(_max_pool_grad, save_output=True, save_inputs=())

@@ -7,6 +7,13 @@ op also has a decomposition into prims, which is what compilers see and what the
 kernels against. Rarely hot ops are composites (decomposition only; autograd flows through them).
 The helpers at the top are shared by the other nn op modules: ``normalization``, ``dropout``,
 ``embedding_ops``, ``padding`` and ``attention``.
+
+Speed (the fused helpers below the dtype helpers): a chain of numpy ufuncs over a large array
+reads and writes main memory once per step; run over cache-sized blocks (``blockwise``,
+``row_blocks``) with preallocated scratch, it reads the input once. In a plain backward pass
+(grad mode off, nothing tracing: ``numpy_derivative_ok``) the hot derivatives compute their
+formula the same way instead of op by op; double backward and traced backward graphs still get
+the kiln-op form.
 """
 
 from __future__ import annotations
@@ -16,11 +23,26 @@ import math
 import numpy as np
 
 from ..runtime import dtypes as dt
+from ..runtime import state
+from ..runtime.device import cpu
+from ..runtime.storage import empty_array
 from .common import DType, Tensor, broadcast_shapes, compute_np_dtype, fake, wrap, wrap_dim
 from .reductions import c_type_name, float_sum, torch_type_name
 from .registry import OPS, defop
+from .sum_order import EXACT_SUM_MAX_SIZE
 
-__all__ = ["compute_array", "require_float", "upcast_half", "softmax_dim"]
+__all__ = [
+    "compute_array",
+    "require_float",
+    "upcast_half",
+    "softmax_dim",
+    "numpy_derivative_ok",
+    "row_blocks",
+    "blockwise",
+    "new_like",
+    "scratch",
+    "worth_blocking",
+]
 
 
 def compute_array(x: Tensor) -> np.ndarray:
@@ -49,6 +71,106 @@ def softmax_dim(ndim: int) -> int:
     return 0 if ndim in (0, 1, 3) else 1
 
 
+# ------------------------------------------------------------------------------ fused numpy helpers
+
+_grad_enabled = state.grad_enabled
+_mode_stack = state.mode_stack
+_autocast = state.autocast
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_HALVES = (dt.float16, dt.bfloat16)
+
+
+def numpy_derivative_ok(*tensors, halves: bool = False) -> bool:
+    """May a derivative compute its result with numpy directly instead of in kiln ops?
+
+    Only when nothing needs the kiln-op form: grad mode off (no double backward records a
+    graph), no dispatch mode (nothing traces the backward), no autocast, and every tensor a
+    CPU tensor with data in float32 or float64 (or, with ``halves``, float16/bfloat16, which
+    the caller computes in float32 and rounds once, as PyTorch's kernels do). The fused numpy
+    code then computes the same formula with fewer passes over memory.
+    """
+    if _grad_enabled[0] or _mode_stack or _autocast[0] is not None:
+        return False
+    for t in tensors:
+        if t is None:
+            continue
+        if t.__class__ is not Tensor and not isinstance(t, Tensor):
+            return False
+        a = t._data
+        if t._device is not cpu or a is None:
+            return False
+        if a.dtype != _F32 and a.dtype != _F64 and not (halves and t._dtype in _HALVES):
+            return False
+    return True
+
+
+# A block of about this many bytes per operand keeps a fused kernel's temporaries in the L2
+# cache: a chain of numpy ufuncs over a block reads main memory once instead of once per ufunc.
+# Smaller blocks lose to the ~1 us per-ufunc call overhead.
+_BLOCK_BYTES = 1 << 19
+
+
+def row_blocks(rows: int, row_elems: int, itemsize: int) -> list[tuple[int, int]]:
+    """(start, stop) row ranges of about ``_BLOCK_BYTES`` each, covering ``range(rows)``.
+
+    The rows are split evenly, and every block holds more than ``EXACT_SUM_MAX_SIZE``
+    elements: ``float_sum`` adds smaller arrays in PyTorch's order, larger ones pairwise, and
+    a block's row sums must round as the whole array's would.
+    """
+    row_elems = max(1, row_elems)
+    per = max(_BLOCK_BYTES // (row_elems * itemsize), EXACT_SUM_MAX_SIZE // row_elems + 1)
+    count = max(1, rows // per)
+    bounds = [rows * i // count for i in range(count + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def worth_blocking(a: np.ndarray) -> bool:
+    """Large enough for cache-sized blocks to pay off (smaller arrays stay in cache anyway)."""
+    return a.nbytes >= 4 * _BLOCK_BYTES
+
+
+def scratch(blocks: list[tuple[int, int]], row_shape: tuple, dtype, count: int) -> list:
+    """``count`` temporaries for the largest of ``blocks`` (slice ``t[: stop - start]``).
+
+    Allocated once per call: fresh block-sized arrays in every block would each be a new
+    mapping from the C allocator, and their page faults cost more than the arithmetic.
+    """
+    most = max(e - s for s, e in blocks)
+    return [np.empty((most,) + tuple(row_shape), dtype) for _ in range(count)]
+
+
+def blockwise(body, out: np.ndarray, *ins: np.ndarray, temps: int = 0) -> np.ndarray:
+    """``body(out_block, *in_blocks, *temp_blocks)`` over aligned flat blocks of same-shaped
+    arrays; ``temps`` scratch arrays of the block's shape come last.
+
+    ``body`` writes one elementwise result into ``out_block`` (a chain of ``out=`` ufuncs).
+    Arrays that are not all C-contiguous are handed over whole. The blocks are of equal size
+    (no short tail block that a size-dependent helper such as ``np_erf`` would treat apart).
+    """
+    if not worth_blocking(out) or not (
+        out.flags.c_contiguous and all(a.flags.c_contiguous for a in ins)
+    ):
+        body(out, *ins, *[np.empty_like(out) for _ in range(temps)])
+        return out
+    o = out.reshape(-1)
+    flat = [a.reshape(-1) for a in ins]
+    blocks = row_blocks(o.size, 1, out.itemsize)
+    tmp = scratch(blocks, (), out.dtype, temps)
+    for s, e in blocks:
+        body(o[s:e], *[f[s:e] for f in flat], *[t[: e - s] for t in tmp])
+    return out
+
+
+def new_like(a: np.ndarray, dtype=None) -> np.ndarray:
+    """An uninitialised output for an elementwise result of ``a``: pooled and C-contiguous when
+    ``a`` is, else numpy's layout for a unary ufunc result (``a``'s dim order)."""
+    dtype = a.dtype if dtype is None else np.dtype(dtype)
+    if a.flags.c_contiguous:
+        return empty_array(a.shape, dtype)
+    return np.empty_like(a, dtype=dtype)
+
+
 # ------------------------------------------------------------------------------ softmax family
 
 
@@ -73,10 +195,24 @@ def _np_softmax(a: np.ndarray, axis: int, log: bool) -> np.ndarray:
         return _np_softmax(a, 0, log).reshape(())
     if a.size == 0:
         return a.copy()
-    out = a - a.max(axis=axis, keepdims=True)
+    if axis == a.ndim - 1 and worth_blocking(a) and a.flags.c_contiguous:
+        # rows in cache-sized blocks: each block is read from memory once, not once per step
+        out = empty_array(a.shape, a.dtype)
+        rows = a.reshape(-1, a.shape[-1])
+        o = out.reshape(rows.shape)
+        blocks = row_blocks(rows.shape[0], rows.shape[1], a.itemsize)
+        (tmp,) = scratch(blocks, rows.shape[1:], a.dtype, 1)
+        for s, e in blocks:
+            _softmax_block(rows[s:e], o[s:e], 1, log, tmp[: e - s])
+        return out
+    return _softmax_block(a, None, axis, log, None)
+
+
+def _softmax_block(a: np.ndarray, out, axis: int, log: bool, tmp) -> np.ndarray:
+    out = np.subtract(a, a.max(axis=axis, keepdims=True), out=out)
     # sums through ``float_sum``, as the decomposition's ``sum`` ops: compiled code matches eager
     if log:
-        out -= np.log(float_sum(np.exp(out), (axis,), out.dtype.type, True))
+        out -= np.log(float_sum(np.exp(out, out=tmp), (axis,), out.dtype.type, True))
     else:
         np.exp(out, out=out)
         out /= float_sum(out, (axis,), out.dtype.type, True)
@@ -105,15 +241,57 @@ softmax.register_meta(_softmax_meta)
 log_softmax.register_meta(_softmax_meta)
 
 
+def _softmax_grad_block(o, g, y, axis):
+    """o = y * (g - sum(g * y))"""
+    np.multiply(g, y, out=o)
+    s = float_sum(o, (axis,), o.dtype.type, True)
+    np.subtract(g, s, out=o)
+    o *= y
+
+
+def _log_softmax_grad_block(o, g, y, axis):
+    """o = g - exp(y) * sum(g)"""
+    s = float_sum(g, (axis,), o.dtype.type, True)
+    np.exp(y, out=o)
+    o *= s
+    np.subtract(g, o, out=o)
+
+
+def _numpy_softmax_grad(block, y: Tensor, g: Tensor, d: int) -> Tensor:
+    """The softmax-family gradient in numpy, by cache-sized row blocks where rows are contiguous."""
+    ya, ga = y._data, g._data
+    if ga.shape != ya.shape:
+        ga = np.broadcast_to(ga, ya.shape)
+    out = new_like(ya)
+    if d == ya.ndim - 1 and worth_blocking(ya) and ya.flags.c_contiguous and ga.flags.c_contiguous:
+        n = ya.shape[-1]
+        yr, gr, o = ya.reshape(-1, n), ga.reshape(-1, n), out.reshape(-1, n)
+        for s, e in row_blocks(yr.shape[0], n, ya.itemsize):
+            block(o[s:e], gr[s:e], yr[s:e], 1)
+    elif ya.ndim:
+        block(out, ga, ya, d)
+    else:
+        out = out.reshape(1)
+        block(out, ga.reshape(1), ya.reshape(1), 0)
+        out = out.reshape(())
+    return wrap(out, y._dtype)
+
+
 def _softmax_grad(c, g):
-    y, g = upcast_half(c.out), upcast_half(g)
+    y = c.out
     d = wrap_dim(c.args[1], y.ndim)
+    if numpy_derivative_ok(y, g) and y._data.dtype == g._data.dtype:
+        return (_numpy_softmax_grad(_softmax_grad_block, y, g, d),)
+    y, g = upcast_half(y), upcast_half(g)
     return (y * (g - (g * y).sum(d, True)),)
 
 
 def _log_softmax_grad(c, g):
-    y, g = upcast_half(c.out), upcast_half(g)
+    y = c.out
     d = wrap_dim(c.args[1], y.ndim)
+    if numpy_derivative_ok(y, g) and y._data.dtype == g._data.dtype:
+        return (_numpy_softmax_grad(_log_softmax_grad_block, y, g, d),)
+    y, g = upcast_half(y), upcast_half(g)
     return (g - y.exp() * g.sum(d, True),)
 
 
@@ -183,10 +361,15 @@ def _linear_kernel(x, w, b):
     _linear_check(x, w, b)
     cd = compute_np_dtype(x._dtype)
     a = x._data.astype(cd, copy=False)
-    wt = w._data.astype(cd, copy=False).T
-    if a.ndim > 2 and wt.ndim == 2 and a.flags.c_contiguous:
-        # one (rows, in) @ (in, out) BLAS call instead of numpy's loop over the batch dims
-        out = np.matmul(a.reshape(-1, a.shape[-1]), wt).reshape(a.shape[:-1] + (wt.shape[1],))
+    wt = w._data.astype(cd, copy=False).T  # a transposed view: BLAS reads it as is, no copy
+    if wt.ndim == 2 and (a.ndim == 2 or (a.ndim > 2 and a.flags.c_contiguous)):
+        # one (rows, in) @ (in, out) BLAS call instead of numpy's loop over the batch dims, into
+        # a pooled buffer (a fresh large one costs page faults on every call)
+        a2 = a.reshape(-1, a.shape[-1]) if a.ndim > 2 else a
+        out = empty_array((a2.shape[0], wt.shape[1]), a2.dtype)
+        np.matmul(a2, wt, out=out)
+        if a.ndim > 2:
+            out = out.reshape(a.shape[:-1] + (wt.shape[1],))
     else:
         out = np.matmul(a, wt)
     if b is not None:

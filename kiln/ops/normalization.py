@@ -2,8 +2,10 @@
 
 Kernels normalize in numpy (half types in float32); derivatives recompute the statistics in kiln
 ops rather than saving them; decompositions use the same ``_normalized`` helper as the
-derivatives. ``_native_batch_norm`` has no side effects: it returns the batch statistics and
-``F.batch_norm`` updates the running ones.
+derivatives. layer_norm, the hot one, normalizes large inputs in cache-sized blocks of rows, and
+its derivative has a numpy form for plain backward passes (``nn_ops.numpy_derivative_ok``)
+computing the same formula block by block. ``_native_batch_norm`` has no side effects: it
+returns the batch statistics and ``F.batch_norm`` updates the running ones.
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ import numpy as np
 
 from ..runtime import dtypes as dt
 from .common import Tensor, compute_np_dtype, fake, wrap
-from .nn_ops import compute_array, require_float, upcast_half
+from .nn_ops import (
+    compute_array,
+    new_like,
+    numpy_derivative_ok,
+    require_float,
+    row_blocks,
+    scratch,
+    upcast_half,
+    worth_blocking,
+)
 from .reductions import float_sum
 from .registry import defop
 
@@ -63,15 +74,45 @@ def _np_normalize(a, axes, eps):
     return xc
 
 
+def _np_layer_norm_rows(a, o, axes, eps, w, b, tmp):
+    """o = (a - mean) * rstd * w + b over ``axes`` of one block of rows, in ``_np_normalize``'s
+    operation order (so blocks and whole arrays round alike); ``tmp``: scratch like ``o``."""
+    np.subtract(a, _np_mean(a, axes), out=o)
+    var = _np_mean(np.square(o, out=tmp), axes)
+    o *= 1.0 / np.sqrt(var + eps)
+    if w is not None:
+        o *= w
+    if b is not None:
+        o += b
+
+
+def _rows_view(a: np.ndarray, k: int) -> np.ndarray:
+    """``a`` (C-contiguous) as (rows, *normalized dims), ``k`` trailing normalized dims."""
+    return a.reshape((-1,) + a.shape[a.ndim - k :])
+
+
 @layer_norm.register_kernel
 def _layer_norm_kernel(x, normalized_shape, weight, bias, eps):
     require_float("layer_norm", x)
-    _, axes = _check_norm_shape(x, normalized_shape, weight, bias)
-    y = _np_normalize(compute_array(x), axes, eps)
-    if weight is not None:
-        y *= weight._data
-    if bias is not None:
-        y += bias._data
+    shape, axes = _check_norm_shape(x, normalized_shape, weight, bias)
+    a = compute_array(x)
+    w = None if weight is None else weight._data
+    b = None if bias is None else bias._data
+    if a.flags.c_contiguous and a.ndim > len(shape) and worth_blocking(a):
+        # cache-sized blocks of rows: one read of the input instead of one per step
+        out = new_like(a)
+        rows, o = _rows_view(a, len(shape)), _rows_view(out, len(shape))
+        row_axes = tuple(range(1, len(shape) + 1))
+        blocks = row_blocks(rows.shape[0], math.prod(shape), a.itemsize)
+        (tmp,) = scratch(blocks, shape, a.dtype, 1)
+        for s, e in blocks:
+            _np_layer_norm_rows(rows[s:e], o[s:e], row_axes, eps, w, b, tmp[: e - s])
+        return wrap(out, x._dtype)
+    y = _np_normalize(a, axes, eps)
+    if w is not None:
+        y *= w
+    if b is not None:
+        y += b
     return wrap(y, x._dtype)
 
 
@@ -97,10 +138,88 @@ def _norm_input_grad(gy, xhat, rstd, axes):
     return rstd * (gy - gy.mean(axes, True) - xhat * (gy * xhat).mean(axes, True))
 
 
+def _np_layer_norm_grad_rows(x, g, w, eps, axes, gx, parts_w, parts_b, xhat, t):
+    """Layer norm's gradients for one block of rows (``axes``: the normalized dims): writes the
+    input gradient into ``gx`` (unless None) and appends this block's weight/bias gradient sums
+    to the lists (unless None); ``xhat`` and ``t`` are scratch like ``x``. Same formula as
+    ``_layer_norm_grad``'s kiln ops."""
+    np.subtract(x, _np_mean(x, axes), out=xhat)
+    rstd = 1.0 / np.sqrt(_np_mean(np.square(xhat, out=t), axes) + eps)
+    xhat *= rstd
+    if parts_w is not None:
+        parts_w.append(float_sum(np.multiply(g, xhat, out=t), (0,), g.dtype.type))
+    if parts_b is not None:
+        parts_b.append(float_sum(g, (0,), g.dtype.type))
+    if gx is None:
+        return
+    gy = np.multiply(g, w, out=gx) if w is not None else g
+    m2 = _np_mean(np.multiply(gy, xhat, out=t), axes)
+    np.subtract(gy, _np_mean(gy, axes), out=gx)
+    xhat *= m2
+    gx -= xhat
+    gx *= rstd
+
+
+def _np_layer_norm_grad(x, g, weight, eps, k, needs):
+    """(gx, gw, gb) of layer_norm in numpy, over cache-sized blocks of rows (``k`` trailing
+    normalized dims); ``needs``: which of the three to compute."""
+    xa, ga = np.ascontiguousarray(x._data), g._data
+    if ga.shape != xa.shape:
+        ga = np.broadcast_to(ga, xa.shape)
+    ga = np.ascontiguousarray(ga)
+    shape = xa.shape[xa.ndim - k :]
+    rows, grows = xa.reshape((-1,) + shape), ga.reshape((-1,) + shape)
+    w = weight._data if weight is not None else None
+    gx = new_like(xa) if needs[0] else None
+    gx_rows = gx.reshape(rows.shape) if gx is not None else None
+    parts_w = [] if needs[1] else None
+    parts_b = [] if needs[2] else None
+    axes = tuple(range(1, k + 1))
+    blocks = row_blocks(rows.shape[0], math.prod(shape), xa.itemsize)
+    xhat, t = scratch(blocks, shape, xa.dtype, 2)
+    for s, e in blocks:
+        n = e - s
+        _np_layer_norm_grad_rows(
+            rows[s:e],
+            grows[s:e],
+            w,
+            eps,
+            axes,
+            None if gx is None else gx_rows[s:e],
+            parts_w,
+            parts_b,
+            xhat[:n],
+            t[:n],
+        )
+
+    def total(parts):
+        if parts is None:
+            return None
+        r = parts[0] if len(parts) == 1 else float_sum(np.stack(parts), (0,), parts[0].dtype.type)
+        return wrap(r, x._dtype)
+
+    return (None if gx is None else wrap(gx, x._dtype)), total(parts_w), total(parts_b)
+
+
 def _layer_norm_grad(c, g):
     x, normalized_shape, weight, bias, eps = c.args
     needs = c.needs_input_grad
-    _, axes = _check_norm_shape(x, normalized_shape, None, None)
+    shape, axes = _check_norm_shape(x, normalized_shape, None, None)
+    if (
+        numpy_derivative_ok(x, g, weight)
+        and x._data.size
+        and g._data.dtype == x._data.dtype
+        and (weight is None or weight._data.dtype == x._data.dtype)
+    ):
+        gx, gw, gb = _np_layer_norm_grad(
+            x,
+            g,
+            weight,
+            eps,
+            len(shape),
+            (needs[0], weight is not None and needs[2], bias is not None and needs[3]),
+        )
+        return gx, None, gw, gb, None
     x32, g32 = upcast_half(x), upcast_half(g)
     xhat, rstd = _normalized(x32, axes, eps)
     lead = tuple(range(x.ndim - len(axes)))
