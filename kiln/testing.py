@@ -30,6 +30,8 @@ _DTYPE_PRECISIONS = {
     dt.bfloat16: (1.6e-2, 1e-5),
     dt.float32: (1.3e-6, 1e-5),
     dt.float64: (1e-7, 1e-7),
+    dt.complex64: (1.3e-6, 1e-5),
+    dt.complex128: (1e-7, 1e-7),
 }
 _NUMBER_DTYPES = {int: dt.int64, float: dt.float64}
 
@@ -148,7 +150,7 @@ def _values(t: Tensor, d: dt.dtype) -> np.ndarray | None:
 
 def _compute_dtype(d: dt.dtype):
     """Floats compare in their own dtype (as PyTorch's isclose does), integers in int64."""
-    return d.np if d.is_floating_point else np.int64
+    return d.np if d.category >= 2 else np.int64  # floating and complex in their own dtype
 
 
 def _compare_arrays(a: np.ndarray, e: np.ndarray, rtol, atol, equal_nan) -> None:
@@ -175,6 +177,8 @@ def _compare_arrays(a: np.ndarray, e: np.ndarray, rtol, atol, equal_nan) -> None
         abs_diff = diff.reshape(-1).copy()
         abs_diff[flat_close] = 0
         rel_diff = abs_diff / np.abs(e.reshape(-1))
+        if a.dtype.kind in "iub":  # PyTorch divides integers into the default float dtype
+            rel_diff = rel_diff.astype(dt.get_default_dtype().np)
         rel_diff[flat_close] = 0
     total = flat_close.size
     bad = total - int(flat_close.sum())

@@ -53,8 +53,12 @@ def _conform(g: Tensor, node: Node, nr: int) -> Tensor:
                 f"Function {node.name()} returned an invalid gradient at index {nr} - got "
                 f"{list(g._shape)} but expected shape compatible with {list(shape)}"
             )
-    if g._dtype is not dtype and dtype.is_floating_point:
-        g = g.to(dtype)
+    if g._dtype is not dtype and dtype.category >= 2:  # floating or complex
+        if g._dtype.is_complex and not dtype.is_complex:
+            # a real input's gradient is the real part of the complex one (PyTorch's convention)
+            g = g.real.contiguous()
+        if g._dtype is not dtype:
+            g = g.to(dtype)
     return g
 
 
@@ -244,7 +248,7 @@ def _materialize(node: Node, buf: dict) -> tuple:
         g = buf.get(nr)
         if g is None:
             shape, dtype = node.out_meta[nr]
-            g = zeros(shape, dtype=dtype) if dtype.is_floating_point else None
+            g = zeros(shape, dtype=dtype) if dtype.category >= 2 else None
         grads.append(g)
     return tuple(grads)
 

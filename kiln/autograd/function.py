@@ -76,7 +76,7 @@ class _FunctionBackward(Node):
             from .. import zeros
 
             grad_outputs = tuple(
-                zeros(shape, dtype=dtype) if g is None and dtype.is_floating_point else g
+                zeros(shape, dtype=dtype) if g is None and dtype.category >= 2 else g
                 for g, (shape, dtype) in zip(grad_outputs, self.out_meta)
             )
         grads = self.fn_cls.backward(ctx, *grad_outputs)
@@ -158,7 +158,7 @@ class Function(metaclass=_FunctionMeta):
                     # returning an input as-is: PyTorch returns a view of it carrying the new history
                     o = o.view_as(o)
                 metas.append((o._shape, o._dtype))
-                if id(o) not in ctx._non_differentiable and o._dtype.is_floating_point:
+                if id(o) not in ctx._non_differentiable and o._dtype.category >= 2:
                     o._requires_grad = True
                     o.grad_fn = node
                     o._output_nr = i
@@ -172,7 +172,11 @@ class Function(metaclass=_FunctionMeta):
 
 
 class _NoneDtypeType:
+    """Stands in for the dtype of a non-tensor output: never differentiable."""
+
     is_floating_point = False
+    is_complex = False
+    category = 0  # below floating (2): the engine gives such outputs no gradient
 
 
 _NoneDtype = _NoneDtypeType()

@@ -40,6 +40,7 @@ class finfo:
 
     def __init__(self, type: dt.dtype | None = None):  # noqa: A002 - PyTorch's keyword
         d = dt.get_default_dtype() if type is None else _check_dtype("finfo", type)
+        d = d.to_real()  # a complex dtype's limits are its value type's, as in PyTorch
         if not d.is_floating_point:
             raise TypeError(
                 "kiln.finfo() requires a floating point input type. Use kiln.iinfo to handle "

@@ -3,7 +3,9 @@
 A ``dtype`` is a singleton per kind; ``to_numpy`` gives the numpy storage dtype (bfloat16 comes
 from ml_dtypes, the only way to get a real numpy bfloat16 with casts and ufuncs). Promotion
 follows c10's lattice and ResultTypeState: dimensioned tensors, then 0-dim tensors, then Python
-scalars, each only able to raise the result's *category* (bool < integral < floating).
+scalars, each only able to raise the result's *category* (bool < integral < floating < complex).
+Complex dtypes pair with a real "value type" (complex64 <-> float32): promotion across the
+floating/complex boundary keeps the wider value type (float64 + complex64 -> complex128).
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ __all__ = [
     "bfloat16",
     "float32",
     "float64",
+    "complex64",
+    "complex128",
     "all_dtypes",
     "promote_types",
     "get_default_dtype",
     "set_default_dtype",
     "from_numpy_dtype",
     "dtype_of_python_scalar",
+    "default_complex_dtype",
 ]
 
 
@@ -53,9 +58,9 @@ class dtype:  # noqa: N801 - PyTorch's spelling
         self.np = np.dtype(np_dtype)
         self.itemsize = self.np.itemsize
         self.is_floating_point = category == 2
-        self.is_complex = False
+        self.is_complex = category == 3
         self.is_signed = signed
-        self.category = category  # 0 bool, 1 integral, 2 floating
+        self.category = category  # 0 bool, 1 integral, 2 floating, 3 complex
         self._rank = rank
 
     def __repr__(self) -> str:
@@ -72,7 +77,17 @@ class dtype:  # noqa: N801 - PyTorch's spelling
         return self.category == 1
 
     def to_real(self) -> dtype:
-        return self
+        """The value type of a complex dtype (complex64 -> float32); other dtypes are their own."""
+        return _REAL_OF.get(self, self)
+
+    def to_complex(self) -> dtype:
+        """The complex dtype with this value type (float32 -> complex64), as PyTorch maps them."""
+        if self.is_complex:
+            return self
+        out = _COMPLEX_OF.get(self)
+        if out is None:
+            raise RuntimeError(f"Unknown Complex ScalarType for {_TORCH_NAMES[self.name]}")
+        return out
 
     @property
     def itemsize_bits(self) -> int:
@@ -89,8 +104,40 @@ float16 = dtype("float16", np.float16, 2, 6, True)
 bfloat16 = dtype("bfloat16", ml_dtypes.bfloat16, 2, 7, True)
 float32 = dtype("float32", np.float32, 2, 8, True)
 float64 = dtype("float64", np.float64, 2, 9, True)
+complex64 = dtype("complex64", np.complex64, 3, 10, True)
+complex128 = dtype("complex128", np.complex128, 3, 11, True)
 
-all_dtypes = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
+all_dtypes = (
+    bool_,
+    uint8,
+    int8,
+    int16,
+    int32,
+    int64,
+    float16,
+    bfloat16,
+    float32,
+    float64,
+    complex64,
+    complex128,
+)
+_REAL_OF = {complex64: float32, complex128: float64}
+# PyTorch's complex32 (chalf) pairs with float16; kiln has no complex32, so half types have none
+_COMPLEX_OF = {float32: complex64, float64: complex128}
+_TORCH_NAMES = {
+    "bool": "Bool",
+    "uint8": "Byte",
+    "int8": "Char",
+    "int16": "Short",
+    "int32": "Int",
+    "int64": "Long",
+    "float16": "Half",
+    "bfloat16": "BFloat16",
+    "float32": "Float",
+    "float64": "Double",
+    "complex64": "ComplexFloat",
+    "complex128": "ComplexDouble",
+}
 _BY_NAME = {d.name: d for d in all_dtypes}
 _BY_NP = {d.np: d for d in all_dtypes}
 
@@ -106,8 +153,8 @@ def from_numpy_dtype(np_dtype) -> dtype:
     except KeyError:
         raise TypeError(
             f"can't convert np.ndarray of type numpy.{np.dtype(np_dtype)}. The only supported "
-            "types are: float64, float32, float16, bfloat16, int64, int32, int16, int8, uint8, "
-            "and bool."
+            "types are: float64, float32, float16, complex64, complex128, bfloat16, int64, int32, "
+            "int16, int8, uint8, and bool."
         ) from None
 
 
@@ -116,9 +163,14 @@ def _promote_pair(a: dtype, b: dtype) -> dtype:
         return a
     if a.category != b.category:
         hi, lo = (a, b) if a.category > b.category else (b, a)
+        if hi.is_complex and lo.is_floating_point:
+            # the complex result keeps the wider value type: float64 + complex64 -> complex128
+            return complex128 if hi is complex128 or lo is float64 else complex64
         return hi
     if a.category == 0:
         return a
+    if a.category == 3:
+        return a if a._rank > b._rank else b
     if a.category == 2:
         if {a, b} == {float16, bfloat16}:
             return float32
@@ -145,9 +197,14 @@ def get_default_dtype() -> dtype:
     return _default_dtype[0]
 
 
+def default_complex_dtype() -> dtype:
+    """What a Python complex number becomes: complex128 under a float64 default, else complex64."""
+    return complex128 if _default_dtype[0] is float64 else complex64
+
+
 def set_default_dtype(d: dtype) -> None:
     if not isinstance(d, dtype) or not d.is_floating_point:
-        raise TypeError(f"only floating-point types are supported as the default type, got {d}")
+        raise TypeError("only floating-point types are supported as the default type")
     _default_dtype[0] = d
 
 
@@ -159,6 +216,8 @@ def dtype_of_python_scalar(value) -> dtype:
         return int64
     if isinstance(value, float):
         return _default_dtype[0]
+    if isinstance(value, complex):
+        return default_complex_dtype()
     if isinstance(value, np.generic):
         return from_numpy_dtype(value.dtype)
     raise TypeError(f"unsupported scalar type {type(value).__name__}")
@@ -169,6 +228,12 @@ def _combine_categories(higher: dtype | None, lower: dtype | None) -> dtype | No
         return lower
     if lower is None:
         return higher
+    if higher.is_complex:
+        return higher
+    if lower.is_complex:
+        # a complex 0-dim tensor or scalar keeps a floating result's value type (float64 * 1j
+        # is complex128, float32 * 1j complex64); over integers the complex one decides
+        return higher.to_complex() if higher in _COMPLEX_OF else lower
     if higher.is_floating_point:
         return higher
     if higher is bool_ or lower.is_floating_point:
@@ -188,6 +253,8 @@ def result_type_of(dim_dtypes, zero_dim_dtypes, scalar_dtypes) -> dtype:
     wrapped = fold(scalar_dtypes)
     if wrapped is not None and wrapped.is_floating_point:
         wrapped = _default_dtype[0]
+    elif wrapped is not None and wrapped.is_complex:
+        wrapped = default_complex_dtype()
     result = _combine_categories(
         fold(dim_dtypes), _combine_categories(fold(zero_dim_dtypes), wrapped)
     )

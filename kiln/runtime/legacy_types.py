@@ -104,6 +104,8 @@ _BY_NAME = {c.__name__: c for c in _BY_DTYPE.values()}
 def legacy_type_name(d: dt.dtype, device_type: str = "cpu") -> str:
     """``x.type()``'s answer: ``kiln.FloatTensor``, ``kiln.cuda.FloatTensor``."""
     prefix = "kiln." if device_type == "cpu" else f"kiln.{device_type}."
+    if d.is_complex:  # PyTorch names them but has no legacy classes for them
+        return prefix + ("ComplexFloatTensor" if d is dt.complex64 else "ComplexDoubleTensor")
     return prefix + _BY_DTYPE[d].__name__
 
 

@@ -105,6 +105,21 @@ class _Formatter:
         return text.rjust(self.width)
 
 
+class _ComplexFormatter:
+    """Complex elements as ``real+imagj``: one formatter for the real parts and one for the
+    imaginary parts (PyTorch's pair), so each part has its own width and notation."""
+
+    def __init__(self, values: np.ndarray):
+        self.real = _Formatter(values.real, True)
+        self.imag = _Formatter(values.imag, True)
+        self.width = self.real.width + self.imag.width + 1  # the "j"
+
+    def format(self, value) -> str:
+        imag = (self.imag.format(value.imag) + "j").lstrip()
+        sign = "" if imag[0] in "+-" else "+"
+        return self.real.format(value.real) + sign + imag
+
+
 def _summarized(a: np.ndarray, edge: int) -> np.ndarray:
     """The edge items of every dimension: what the formatter measures on a large tensor."""
     if a.ndim == 0:
@@ -146,8 +161,13 @@ def _tensor_str(a: np.ndarray, dtype: dt.dtype, indent: int) -> str:
     summarize = a.size > _OPTIONS["threshold"]
     if dtype.is_floating_point:
         a = a.astype(np.float64)
+    elif dtype.is_complex:
+        a = a.astype(np.complex128)
     sample = _summarized(a, _OPTIONS["edgeitems"]) if summarize else a
-    formatter = _Formatter(sample.reshape(-1), dtype.is_floating_point)
+    if dtype.is_complex:
+        formatter = _ComplexFormatter(sample.reshape(-1))
+    else:
+        formatter = _Formatter(sample.reshape(-1), dtype.is_floating_point)
     return _nested_str(a, indent, summarize, formatter)
 
 
@@ -193,7 +213,7 @@ def tensor_repr(t) -> str:
     else:
         if not _OPTIONS["edgeitems"]:
             suffixes.append(f"size={tuple(t._shape)}")
-        if t._dtype not in (default_float, dt.int64, dt.bool_):
+        if t._dtype not in (default_float, dt.default_complex_dtype(), dt.int64, dt.bool_):
             suffixes.append(f"dtype=kiln.{t._dtype.name}")
         arr = t._data if t._device.type == "cpu" else t.cpu()._data
         body = _tensor_str(np.asarray(arr), t._dtype, indent)
