@@ -16,6 +16,8 @@ _np.seterr(all="ignore")
 
 from .runtime.dtypes import (  # noqa: E402
     bfloat16,
+    complex64,
+    complex128,
     dtype,
     float16,
     float32,
@@ -29,8 +31,24 @@ from .runtime.dtypes import (  # noqa: E402
     uint8,
 )
 from .runtime.dtypes import bool_ as bool  # noqa: E402,A004
-from .runtime.device import device  # noqa: E402
+from .runtime.device import device, get_default_device, set_default_device  # noqa: E402
 from .runtime.tensor import Size, Tensor  # noqa: E402
+from .runtime.layouts import (  # noqa: E402
+    layout,
+    sparse_bsc,
+    sparse_bsr,
+    sparse_coo,
+    sparse_csc,
+    sparse_csr,
+    strided,
+)
+from .runtime.memory_format import (  # noqa: E402
+    channels_last,
+    channels_last_3d,
+    contiguous_format,
+    memory_format,
+    preserve_format,
+)
 from .runtime.legacy_types import (  # noqa: E402
     BFloat16Tensor,
     BoolTensor,
@@ -96,6 +114,8 @@ from .ops.api import *  # noqa: E402,F401,F403
 from .ops import namespace as _namespace  # noqa: E402
 
 half = float16
+cfloat = complex64
+cdouble = complex128
 float = float32  # noqa: A001
 double = float64
 long = int64
@@ -106,12 +126,14 @@ globals().update(_namespace.public_functions())
 globals().update({n: getattr(amp.autocast_mode, n) for n in amp.autocast_mode.TORCH_NAMESPACE})
 from . import backends, compiler, dynamo  # noqa: E402
 from . import special  # noqa: E402
+from . import fft  # noqa: E402
 from . import return_types  # noqa: E402,F401
 from . import random  # noqa: E402,F401
 from . import distributions  # noqa: E402
 from . import jit  # noqa: E402
 from . import version  # noqa: E402
 from .dynamo import compile  # noqa: E402,A004
+from .dynamo.control_flow import _assert, cond  # noqa: E402 - torch.cond, torch._assert
 
 # PyTorch code reaches the capture frontend as ``torch._dynamo`` (reset, explain, config), the
 # compiler's knobs as ``torch._inductor.config``; ``import torch._dynamo.config`` must find the
@@ -155,3 +177,12 @@ def get_num_threads() -> int:
 
 
 __version__ = version.__version__
+
+
+def __getattr__(name: str):
+    if name in ("complex32", "chalf"):
+        raise AttributeError(
+            f"kiln has no {name} dtype (complex numbers with half-precision parts): use "
+            "kiln.complex64 (cfloat) or kiln.complex128 (cdouble)"
+        )
+    raise AttributeError(f"module 'kiln' has no attribute {name!r}")

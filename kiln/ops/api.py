@@ -7,12 +7,21 @@ here and call the creation ops; ``requires_grad`` is applied afterwards (creatio
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 
 from ..runtime import dtypes as dt
 from ..runtime.device import as_device, cpu, meta
-from ..runtime.tensor import Tensor, make_fake, wrap_array
+from ..runtime.memory_format import (
+    check_memory_format,
+    format_strides,
+    preserve_format,
+    preserved_strides,
+)
+from ..runtime.tensor import Tensor, contiguous_strides, make_fake, wrap_array
+from .common import checked_scalar, writes_out
+from .creation import logspace_values
 from .registry import OPS, torch_function
 
 __all__ = [
@@ -52,24 +61,35 @@ __all__ = [
 ]
 
 
-def _size(args) -> tuple:
+def _size(args, fn: str = "zeros") -> tuple:
+    """A size from ``f(2, 3)`` or ``f((2, 3))``, with the TypeErrors PyTorch's parser raises."""
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = tuple(args[0])
+    elif len(args) == 1 and not _is_int_like(args[0]):
+        raise TypeError(
+            f"{fn}(): argument 'size' (position 1) must be tuple of ints, not "
+            f"{type(args[0]).__name__}"
+        )
     out = []
-    for s in args:
-        if isinstance(s, Tensor):
-            s = s.item()
-        if not isinstance(s, (numbers.Integral,)):
+    for i, s in enumerate(args):
+        if not _is_int_like(s):
             raise TypeError(
-                f"size must be a sequence of ints, got {s!r} of type {type(s).__name__}"
+                f"{fn}(): argument 'size' failed to unpack the object at pos {i + 1} with error "
+                f'"type must be tuple of ints,but got {type(s).__name__}"'
             )
-        out.append(int(s))
+        out.append(s.__index__())
     return tuple(out)
+
+
+def _is_int_like(s) -> bool:
+    if isinstance(s, Tensor):
+        return s.ndim == 0 and s._dtype.category == 1
+    return isinstance(s, numbers.Integral)
 
 
 def _finish(t: Tensor, requires_grad: bool) -> Tensor:
     if requires_grad:
-        if not t._dtype.is_floating_point:
+        if t._dtype.category < 2:  # neither floating nor complex
             raise RuntimeError(
                 "Only Tensors of floating point and complex dtype can require gradients"
             )
@@ -84,7 +104,7 @@ def _is_sequence(x) -> bool:
     return isinstance(x, (list, tuple, range, np.ndarray))
 
 
-_PLAIN_NUMBERS = frozenset((bool, int, float))
+_PLAIN_NUMBERS = frozenset((bool, int, float, complex))
 
 
 def _plain_leaf_types(data) -> set | None:
@@ -110,6 +130,8 @@ def _infer_dtype(data) -> dt.dtype:
     if isinstance(data, (list, tuple)):
         leaves = _plain_leaf_types(data)
         if leaves is not None:
+            if complex in leaves:
+                return dt.default_complex_dtype()
             if float in leaves or not leaves:
                 return dt.get_default_dtype()
             return dt.int64 if int in leaves else dt.bool_
@@ -129,14 +151,14 @@ def _infer_leaf_dtype(data) -> dt.dtype:
         return dt.int64
     if isinstance(data, numbers.Real):
         return dt.get_default_dtype()
+    if isinstance(data, numbers.Complex):
+        return dt.default_complex_dtype()
     if isinstance(data, (list, tuple, range)):
         out = None
         for item in data:
             d = _infer_leaf_dtype(item)
             out = d if out is None else dt.promote_types(out, d)
         return dt.get_default_dtype() if out is None else out
-    if isinstance(data, complex):
-        raise TypeError("kiln does not support complex tensors")
     if isinstance(data, (str, bytes)):
         raise TypeError(f"new(): invalid data type '{type(data).__name__}'")
     raise RuntimeError(f"Could not infer dtype of {type(data).__name__}")
@@ -180,23 +202,39 @@ def _check_nested(data, sizes, depth=0) -> None:
         _check_nested(item, sizes, depth + 1)
 
 
-def _to_nested_numpy(data) -> np.ndarray:
+def _to_nested_numpy(data, d: dt.dtype) -> np.ndarray:
     if isinstance(data, Tensor):
         return data.detach()._read_numpy("convert")
     if isinstance(data, range):
         return np.arange(data.start, data.stop, data.step, dtype=np.int64)
     if isinstance(data, (list, tuple)):
-        if _plain_leaf_types(data) is None:
+        leaves = _plain_leaf_types(data)
+        if leaves is None:
             data = _scalars_for_tensors(data)
         try:
             arr = np.array(data)
         except ValueError:
             arr = None
+        if arr is not None and arr.dtype == object and d.category == 2:
+            arr = np.array(data, dtype=np.float64)  # ints beyond int64 read as doubles
         if arr is None or arr.dtype == object:
             _check_nested(data, _sequence_sizes(data))
             raise ValueError("Overflow when unpacking long long")
+        if leaves is not None and d.category == 1 and arr.size:
+            _check_python_ints(arr, d, float in leaves)
         return arr
+    if d.category == 1 and isinstance(data, (int, float)):
+        checked_scalar(data, d, c_names=False)
     return np.asarray(data)
+
+
+def _check_python_ints(arr: np.ndarray, d: dt.dtype, has_floats: bool) -> None:
+    """Python numbers bound for an integer dtype must fit it (``checked_scalar``'s rule)."""
+    if arr.dtype == np.uint64 or (arr.dtype.kind == "f" and not has_floats):
+        raise ValueError("Overflow when unpacking long long")  # ints beyond int64
+    if arr.dtype.kind in "iuf" and not (d is dt.int64 and arr.dtype.kind in "iu"):
+        checked_scalar(arr.min().item(), d, c_names=False)
+        checked_scalar(arr.max().item(), d, c_names=False)
 
 
 def tensor(
@@ -211,8 +249,8 @@ def tensor(
         if isinstance(data, (list, tuple)) and not data:
             arr = np.zeros((0,), d.np)
         else:
-            raw = _to_nested_numpy(data)
-            if d.is_floating_point or d is dt.bool_ or raw.dtype.kind != "f":
+            raw = _to_nested_numpy(data, d)
+            if d.category >= 2 or d is dt.bool_ or raw.dtype.kind != "f":
                 arr = np.array(raw, dtype=d.np, copy=True)
             else:
                 arr = np.trunc(raw).astype(d.np)
@@ -272,24 +310,27 @@ def scalar_tensor(value, *, dtype=None, device=None, requires_grad=False) -> Ten
 # ------------------------------------------------------------------------------ filled
 
 
+@writes_out
 def zeros(
     *size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:
     return _finish(
-        OPS["full"](_size(size), 0, dtype=dtype or dt.get_default_dtype(), device=device),
+        OPS["full"](_size(size, "zeros"), 0, dtype=dtype or dt.get_default_dtype(), device=device),
         requires_grad,
     )
 
 
+@writes_out
 def ones(
     *size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:
     return _finish(
-        OPS["full"](_size(size), 1, dtype=dtype or dt.get_default_dtype(), device=device),
+        OPS["full"](_size(size, "ones"), 1, dtype=dtype or dt.get_default_dtype(), device=device),
         requires_grad,
     )
 
 
+@writes_out
 def empty(
     *size,
     dtype=None,
@@ -300,19 +341,44 @@ def empty(
     pin_memory=False,
     memory_format=None,
 ) -> Tensor:
-    return _finish(
-        OPS["empty"](_size(size), dtype=dtype or dt.get_default_dtype(), device=device),
-        requires_grad,
-    )
+    out = OPS["empty"](_size(size, "empty"), dtype=dtype or dt.get_default_dtype(), device=device)
+    if memory_format is not None:
+        fmt = check_memory_format(memory_format, out.ndim, "empty")
+        if fmt == "preserve_format":
+            raise RuntimeError("preserve memory format is unsupported by the contiguous operator")
+        out = _with_layout(out, format_strides(out._shape, fmt))
+    return _finish(out, requires_grad)
 
 
+@writes_out
 def full(
     size, fill_value, *, dtype=None, device=None, requires_grad=False, out=None, layout=None
 ) -> Tensor:
-    size = _size((size,)) if isinstance(size, (tuple, list)) else _size((size,))
-    if dtype is None and isinstance(fill_value, float):
-        dtype = dt.get_default_dtype()
+    if not isinstance(size, (tuple, list)):
+        raise TypeError(
+            f"full(): argument 'size' (position 1) must be tuple of ints, not {type(size).__name__}"
+        )
+    size = _size((size,), "full")
+    if isinstance(fill_value, Tensor):
+        if fill_value.ndim:
+            raise TypeError("full(): argument 'fill_value' (position 2) must be Number, not Tensor")
+        fill_value = fill_value.item()
+    if dtype is None:
+        dtype = _scalar_fill_dtype(fill_value)
     return _finish(OPS["full"](size, fill_value, dtype=dtype, device=device), requires_grad)
+
+
+def _scalar_fill_dtype(value) -> dt.dtype:
+    """``full``'s dtype for a fill value read as a PyTorch Scalar: bool, int64, the default float
+    or complex; numpy scalars count as the Python number they convert to (a numpy bool as a
+    float, as PyTorch's parser reads it)."""
+    if isinstance(value, np.generic):
+        if isinstance(value, np.integer):
+            return dt.int64
+        if isinstance(value, np.complexfloating):
+            return dt.default_complex_dtype()
+        return dt.get_default_dtype()
+    return dt.dtype_of_python_scalar(value)
 
 
 def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -322,6 +388,14 @@ def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False)
         ),
         requires_grad,
     )
+
+
+def _with_layout(t: Tensor, strides: tuple) -> Tensor:
+    """``t``'s values in a tensor with the given (dense) strides."""
+    if t.stride() == strides:
+        return t
+    out = OPS["empty_strided"](t._shape, strides, dtype=t._dtype, device=t._device)
+    return out.copy_(t)
 
 
 def _like(fn_name):
@@ -338,24 +412,20 @@ def _like(fn_name):
         d = dtype or input._dtype
         dev = device or input._device
         if fn_name == "full":
-            return full(
-                input._shape,
-                args[0] if args else kwargs.pop("fill_value"),
-                dtype=d,
-                device=dev,
-                requires_grad=requires_grad,
+            out = full(
+                input._shape, args[0] if args else kwargs.pop("fill_value"), dtype=d, device=dev
             )
-        if fn_name == "randint":
-            if len(args) == 1:
-                low, high = 0, args[0]
-            else:
-                low, high = args[0], args[1]
-            return randint(
-                low, high, input._shape, dtype=d, device=dev, requires_grad=requires_grad
-            )
-        return globals()[fn_name](
-            input._shape, dtype=d, device=dev, requires_grad=requires_grad, **kwargs
-        )
+        elif fn_name == "randint":
+            low, high = (0, args[0]) if len(args) == 1 else (args[0], args[1])
+            out = randint(low, high, input._shape, dtype=d, device=dev)
+        else:
+            out = globals()[fn_name](input._shape, dtype=d, device=dev, **kwargs)
+        if memory_format not in (None, preserve_format) or input.stride() != contiguous_strides(
+            input._shape
+        ):
+            strides = preserved_strides(input._shape, input.stride(), memory_format, like.__name__)
+            out = _with_layout(out, strides)
+        return _finish(out, requires_grad)
 
     like.__name__ = fn_name + "_like"
     return like
@@ -373,6 +443,7 @@ randint_like = _like("randint")
 # ------------------------------------------------------------------------------ ranges
 
 
+@writes_out
 def arange(
     start=0,
     end=None,
@@ -390,10 +461,18 @@ def arange(
 
 
 @torch_function("range")
+@writes_out
 def _range_inclusive(
     start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False, out=None
 ) -> Tensor:
     """Deprecated ``torch.range``: like ``arange`` but including ``end``, default float dtype."""
+    warnings.warn(
+        "kiln.range is deprecated and will be removed in a future release because its behavior "
+        "is inconsistent with Python's range builtin. Instead, use kiln.arange, which produces "
+        "values in [start, end).",
+        UserWarning,
+        stacklevel=2,
+    )
     if end is None:
         start, end = 0, start
     values = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
@@ -408,9 +487,20 @@ def _range_inclusive(
     return _finish((steps * step + start).to(d), requires_grad)
 
 
+def _check_steps(fn: str, start, end, steps) -> None:
+    if not isinstance(steps, numbers.Integral):
+        got = ", ".join(type(v).__name__ for v in (start, end, steps))
+        raise TypeError(
+            f"{fn}() received an invalid combination of arguments - got ({got}), but expected "
+            "one of:"
+        )
+
+
+@writes_out
 def linspace(
     start, end, steps, *, dtype=None, device=None, requires_grad=False, out=None
 ) -> Tensor:
+    _check_steps("linspace", start, end, steps)
     start = start.item() if isinstance(start, Tensor) else start
     end = end.item() if isinstance(end, Tensor) else end
     return _finish(
@@ -418,13 +508,24 @@ def linspace(
     )
 
 
+@writes_out
 def logspace(
-    start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False
+    start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False, out=None
 ) -> Tensor:
-    exps = linspace(start, end, steps, dtype=dt.float64, device=device)
-    return _finish((base**exps).to(dtype or dt.get_default_dtype()), requires_grad)
+    _check_steps("logspace", start, end, steps)
+    start = start.item() if isinstance(start, Tensor) else start
+    end = end.item() if isinstance(end, Tensor) else end
+    d = dtype or dt.get_default_dtype()
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
+    dev = as_device(device)
+    if dev is meta:
+        return _finish(make_fake((int(steps),), d, dev), requires_grad)
+    values = wrap_array(logspace_values(start, end, int(steps), float(base), d), d)
+    return _finish(values if dev is cpu else to_device(values, dev), requires_grad)
 
 
+@writes_out
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, out=None) -> Tensor:
     m = n if m is None else m
     r = arange(n, device=device).unsqueeze(1)
@@ -435,28 +536,47 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, out=None) ->
 # ------------------------------------------------------------------------------ random
 
 
+def _require_float_dtype(dtype, kernel: str) -> None:
+    """Uniform and normal samples exist only for floating dtypes (PyTorch names its kernel)."""
+    if dtype is not None and dtype.category < 2:
+        from .reductions import torch_type_name
+
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{torch_type_name(dtype)}'")
+
+
+@writes_out
 def rand(
     *size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None
 ) -> Tensor:
+    _require_float_dtype(dtype, "check_uniform_bounds")
     return _finish(
         OPS["rand"](
-            _size(size), generator=generator, dtype=dtype or dt.get_default_dtype(), device=device
+            _size(size, "rand"),
+            generator=generator,
+            dtype=dtype or dt.get_default_dtype(),
+            device=device,
         ),
         requires_grad,
     )
 
 
+@writes_out
 def randn(
     *size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None
 ) -> Tensor:
+    _require_float_dtype(dtype, "normal_kernel_cpu")
     return _finish(
         OPS["randn"](
-            _size(size), generator=generator, dtype=dtype or dt.get_default_dtype(), device=device
+            _size(size, "randn"),
+            generator=generator,
+            dtype=dtype or dt.get_default_dtype(),
+            device=device,
         ),
         requires_grad,
     )
 
 
+@writes_out
 def randint(
     *args,
     size=None,
@@ -489,6 +609,7 @@ def randint(
     )
 
 
+@writes_out
 def randperm(
     n, *, generator=None, dtype=None, device=None, requires_grad=False, out=None
 ) -> Tensor:
@@ -498,6 +619,7 @@ def randperm(
     )
 
 
+@writes_out
 def normal(
     mean=0.0,
     std=1.0,
@@ -530,12 +652,14 @@ def normal(
     return _finish(noise * std + mean if (std != 1.0 or mean != 0.0) else noise, requires_grad)
 
 
+@writes_out
 def multinomial(
     input: Tensor, num_samples: int, replacement: bool = False, *, generator=None, out=None
 ) -> Tensor:
     return OPS["multinomial"](input, int(num_samples), replacement, generator=generator)
 
 
+@writes_out
 def bernoulli(input: Tensor, p=None, *, generator=None, out=None) -> Tensor:
     prob = input if p is None else full(input._shape, p, dtype=input._dtype, device=input._device)
     u = OPS["rand"](input._shape, generator=generator, dtype=prob._dtype, device=input._device)
@@ -576,12 +700,36 @@ def to_device(t: Tensor, target) -> Tensor:
 
 
 def view_as_dtype(t: Tensor, dtype: dt.dtype) -> Tensor:
-    """``x.view(kiln.int32)``: reinterpret the bits (same itemsize only, like PyTorch's common case)."""
-    if dtype.itemsize != t._dtype.itemsize:
-        raise RuntimeError(
-            f"view(dtype): itemsize {dtype.itemsize} differs from the tensor's {t._dtype.itemsize}; "
-            "only same-size reinterpretation is supported"
+    """``x.view(kiln.int32)``: reinterpret the bits; a different element size rescales the last
+    dim, which must then be dense (PyTorch's rules and messages)."""
+    old_size, new_size = t._dtype.itemsize, dtype.itemsize
+    if new_size != old_size:
+        from .reductions import torch_type_name
+
+        what = (
+            f"to view {torch_type_name(t._dtype)} as {torch_type_name(dtype)} "
+            "(different element sizes)"
         )
+        if t.ndim == 0:
+            raise RuntimeError(f"self.dim() cannot be 0 {what}")
+        if t.stride(-1) != 1:
+            raise RuntimeError(f"self.stride(-1) must be 1 {what}, but got {t.stride(-1)}")
+        if new_size > old_size:
+            ratio = new_size // old_size
+            if t.shape[-1] % ratio:
+                raise RuntimeError(
+                    f"self.size(-1) must be divisible by {ratio} {what}, but got {t.shape[-1]}"
+                )
+            if t.storage_offset() % ratio:
+                raise RuntimeError(
+                    f"self.storage_offset() must be divisible by {ratio} {what}, but got "
+                    f"{t.storage_offset()}"
+                )
+            for d, st in enumerate(t.stride()[:-1]):
+                if st % ratio:
+                    raise RuntimeError(
+                        f"self.stride({d}) must be divisible by {ratio} {what}, but got {st}"
+                    )
     out = wrap_array(t._check_data("view")[...].view(dtype.np), dtype)
     out._storage = t._get_storage()
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import dtypes as dt
-from .common import Tensor, TensorList, fake, wrap, wrap_dim
+from .common import Tensor, TensorList, fake, wrap, wrap_dim, writes_out
 from .registry import OPS, defop, tensor_method, torch_function
 from .shape import narrow, tensor_args
 
@@ -107,6 +107,7 @@ cat.register_derivative(_cat_grad, save_inputs=())
 
 
 @torch_function("concat", "concatenate")
+@writes_out
 def _concat(tensors, dim: int = 0, *, axis: int | None = None, out=None) -> Tensor:
     return cat(tensors, dim if axis is None else axis)
 
@@ -167,22 +168,26 @@ def atleast_3d(*tensors):
 
 
 @torch_function()
+@writes_out
 def hstack(tensors, *, out=None) -> Tensor:
     ts = [_atleast_one(t, 1) for t in tensor_args((tensors,), "hstack")]
     return cat(ts, 0 if ts and ts[0].ndim == 1 else 1)
 
 
 @torch_function("vstack", "row_stack")
+@writes_out
 def vstack(tensors, *, out=None) -> Tensor:
     return cat([_atleast_one(t, 2) for t in tensor_args((tensors,), "vstack")], 0)
 
 
 @torch_function()
+@writes_out
 def dstack(tensors, *, out=None) -> Tensor:
     return cat([_atleast_one(t, 3) for t in tensor_args((tensors,), "dstack")], 2)
 
 
 @torch_function()
+@writes_out
 def column_stack(tensors, *, out=None) -> Tensor:
     ts = tensor_args((tensors,), "column_stack")
     return hstack([OPS["reshape"](t, (t.numel(), 1)) if t.ndim <= 1 else t for t in ts])

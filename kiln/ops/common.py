@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import numpy as np
 
 from ..runtime import dtypes as dt
@@ -9,6 +12,7 @@ from ..runtime.device import device as _device
 from ..runtime.random import Generator
 from ..runtime.storage import empty_array
 from ..runtime.tensor import Tensor, contiguous_strides, make_fake, wrap_array
+from .registry import OPS
 
 # names used in op schemas (the registry reads the annotation text, these make it checkable)
 Scalar = bool | int | float
@@ -36,6 +40,8 @@ __all__ = [
     "to_float_dtype",
     "is_scalar",
     "fake",
+    "checked_scalar",
+    "writes_out",
 ]
 
 _PROMOTE = dt._PROMOTE
@@ -44,7 +50,7 @@ _np_generic = np.generic
 
 
 def is_scalar(x) -> bool:
-    return isinstance(x, (bool, int, float, np.generic))
+    return isinstance(x, (bool, int, float, complex, np.generic))
 
 
 def result_dtype(*operands) -> dt.dtype:
@@ -58,7 +64,10 @@ def result_dtype(*operands) -> dt.dtype:
         elif o is not None:
             if isinstance(o, _np_generic):
                 # PyTorch reads numpy scalars as Python numbers (np.bool_ as a float)
-                o = o.item() if isinstance(o, np.integer) else float(o)
+                if isinstance(o, np.complexfloating):
+                    o = complex(o)
+                else:
+                    o = o.item() if isinstance(o, np.integer) else float(o)
             scalars.append(dt.dtype_of_python_scalar(o))
     return dt.result_type_of(dims, zeros, scalars)
 
@@ -71,8 +80,9 @@ def binary_dtype(a, b) -> dt.dtype:
 
 
 def to_float_dtype(d: dt.dtype) -> dt.dtype:
-    """Integer and bool inputs of float math (exp, sqrt, true division) give the default dtype."""
-    return d if d.is_floating_point else dt.get_default_dtype()
+    """Integer and bool inputs of float math (exp, sqrt, true division) give the default dtype
+    (floating and complex inputs keep theirs)."""
+    return d if d.category >= 2 else dt.get_default_dtype()
 
 
 def compute_np_dtype(d: dt.dtype):
@@ -202,3 +212,70 @@ def scalar_value(x):
     if isinstance(x, np.generic):
         return x.item()
     return x
+
+
+_C_SCALAR_NAMES = {
+    "int32": "int",
+    "float32": "float",
+    "float16": "c10::Half",
+    "bfloat16": "c10::BFloat16",
+}  # the others read <name>_t in C
+_FLOAT_MAX = {
+    "float16": 65504.0,
+    "bfloat16": 3.3895313892515355e38,
+    "float32": 3.4028234663852886e38,
+}
+
+
+def checked_scalar(value, d: dt.dtype, c_names: bool = True, check_float: bool = True):
+    """PyTorch's checked conversion of a Python number into a tensor element: out-of-range
+    values raise instead of wrapping (``full``, ``fill_``, ``masked_fill``, ``tensor(data)``).
+    Returns the value to store (a negative int wrapped into an unsigned type).
+
+    An unsigned type takes ints down to ``-max`` (they wrap, as two's complement), floats only
+    from 0; NaN and infinities never fit an integer type; a finite float beyond a float type's
+    max raises (``check_float``). ``c_names``: the message names the C type (``uint8_t``) as
+    PyTorch's Scalar conversions do; else the dtype (``uint8``), as ``tensor(data)`` does, which
+    only checks integer types."""
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        if c_names:
+            raise OverflowError("int too big to convert")
+        if d.category == 1:
+            raise ValueError("Overflow when unpacking long long")
+    if d.category == 1 and value.__class__ is not bool:
+        info = np.iinfo(d.np)
+        unsigned_int = info.min == 0 and not isinstance(value, float)
+        fits = (-info.max if unsigned_int else info.min) <= value <= info.max  # False for NaN
+        if fits and unsigned_int and value < 0:
+            value = int(value) + info.max + 1
+    elif d.category == 2 and c_names and check_float and isinstance(value, float):
+        fits = not (abs(value) > _FLOAT_MAX.get(d.name, np.inf) and abs(value) != np.inf)
+    else:
+        return value
+    if not fits:
+        name = _C_SCALAR_NAMES.get(d.name, d.name + "_t") if c_names else d.name
+        raise RuntimeError(f"value cannot be converted to type {name} without overflow")
+    return value
+
+
+def writes_out(fn):
+    """``f(..., out=t)`` for a Python-level function: computed as without ``out`` (in ``t``'s
+    dtype and on its device, for functions that take those, unless given), then written into
+    ``t``, resized to fit, which is returned."""
+    params = inspect.signature(fn).parameters
+
+    @functools.wraps(fn)
+    def wrapper(*args, out=None, **kwargs):
+        if out is None:
+            return fn(*args, **kwargs)
+        if "dtype" in params and kwargs.get("dtype") is None:
+            kwargs["dtype"] = out._dtype
+        if "device" in params and kwargs.get("device") is None:
+            kwargs["device"] = out._device
+        result = fn(*args, **kwargs)
+        if out._shape != result._shape:
+            out.resize_(result._shape)
+        OPS["copy_"](out, result)
+        return out
+
+    return wrapper

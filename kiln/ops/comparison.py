@@ -33,10 +33,7 @@ def _check_isclose_args(x, y, rtol, atol, equal_nan) -> None:
             f"isclose(): argument 'other' (position 2) must be Tensor, not {type(y).__name__}"
         )
     if x.dtype is not y.dtype:
-        raise RuntimeError(
-            f"{torch_type_name(x.dtype)} did not match {torch_type_name(y.dtype)} "
-            f"(isclose of tensors with shapes {list(x.shape)} and {list(y.shape)})"
-        )
+        raise RuntimeError(f"{torch_type_name(x.dtype)} did not match {torch_type_name(y.dtype)}")
     broadcast_shapes(tuple(x.shape), tuple(y.shape))
     if not isinstance(equal_nan, bool):
         raise TypeError(
@@ -52,11 +49,11 @@ def _check_isclose_args(x, y, rtol, atol, equal_nan) -> None:
 def _isclose_decomp(x, y, rtol=1e-05, atol=1e-08, equal_nan=False):
     _check_isclose_args(x, y, rtol, atol, equal_nan)
     close = x == y
-    if equal_nan and x.dtype.is_floating_point:
+    if equal_nan and x.dtype.category >= 2:  # floating or complex (nan in either part)
         close = close | ((x != x) & (y != y))
     if rtol == 0 and atol == 0:
         return close
-    if not x.dtype.is_floating_point:
+    if x.dtype.category < 2:
         # the difference of two integers can overflow (and wraps for uint8), so integer and bool
         # tensors are compared in the default float dtype, as PyTorch does
         x = x.to(dt.get_default_dtype())
@@ -108,10 +105,7 @@ def is_nonzero(input: Tensor) -> bool:  # noqa: A002
     if n == 0:
         raise RuntimeError("Boolean value of Tensor with no values is ambiguous")
     if n > 1:
-        raise RuntimeError(
-            f"Boolean value of Tensor with more than one value is ambiguous (shape "
-            f"{list(input.shape)})"
-        )
+        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
     return bool(input.item())
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 
 from ..runtime import dtypes as dt
 from ..runtime import random as rng
 from ..runtime.device import as_device, cpu, meta
+from ..runtime.memory_format import contiguous_format, preserve_format, preserved_strides
 from ..runtime.storage import empty_array, writable_target
 from ..runtime.tensor import contiguous_strides, make_fake, wrap_array
 from .common import (
@@ -25,11 +27,12 @@ from .common import (
     Tensor,
     TensorOrScalar,
     broadcast_shapes,
+    checked_scalar,
     dense_strides_like,
     fake,
     wrap,
 )
-from .registry import defop
+from .registry import defop, get_op
 
 __all__: list[str] = []
 
@@ -85,6 +88,10 @@ def _full_kernel(size, fill_value, dtype, device):
         return make_fake(size, d, dev)
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
+    else:  # PyTorch skips the float check for one half-precision element
+        fill_value = checked_scalar(
+            fill_value, d, check_float=d.itemsize != 2 or math.prod(size) != 1
+        )
     if dev is not cpu:
         from ..runtime import devices
 
@@ -141,13 +148,23 @@ def _empty_strided_kernel(size, stride, dtype, device):
         from ..runtime import devices
 
         return devices.empty(size, d, dev, stride)
+    return _wrap_strided(strided_array(size, stride, d.np), d, stride)
+
+
+def strided_array(size: tuple, stride: tuple, np_dtype) -> np.ndarray:
+    """An uninitialized numpy array with exactly these element strides."""
     extent = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
-    buf = np.empty(max(extent, 0), d.np)
+    buf = np.empty(max(extent, 1), np_dtype)
     item = buf.itemsize
-    arr = np.lib.stride_tricks.as_strided(
-        buf, shape=size, strides=tuple(s * item for s in stride), writeable=True
-    )
-    return wrap_array(arr, d)
+    # a view whose .base is the flat buffer, so the storage reads in memory order
+    return np.ndarray(size, buf.dtype, buffer=buf, strides=tuple(s * item for s in stride))
+
+
+def _wrap_strided(arr: np.ndarray, d: dt.dtype, stride: tuple) -> Tensor:
+    t = wrap_array(arr, d)
+    if arr.size == 0:  # numpy drops an empty array's strides; keep the requested ones
+        t._stride = tuple(stride)
+    return t
 
 
 empty_strided.register_meta(
@@ -176,12 +193,26 @@ def _arange_geometry(start, end, step, dtype):
     start, end, step = vals
     if step == 0:
         raise RuntimeError("step must be nonzero")
+    if any(isinstance(v, float) and not math.isfinite(v) for v in (start, end)):
+        raise RuntimeError(f"unsupported range: {start} -> {end}")
     if dtype is None:
         integral = all(isinstance(v, numbers.Integral) for v in vals)
         dtype = dt.int64 if integral else dt.get_default_dtype()
-    n = math.ceil((end - start) / step)
+    if dtype is dt.bool_:
+        raise NotImplementedError("\"arange_cpu\" not implemented for 'Bool'")
+    if dtype is dt.int64:  # PyTorch truncates the bounds and step first, then counts exactly
+        start, end, step = int(start), int(end), int(step)
+        if step == 0:
+            raise ValueError("step must be nonzero")
+        sign = 1 if step > 0 else -1
+        span = end - start + step - sign
+        n = abs(span) // abs(step) * (1 if (span >= 0) == (step > 0) else -1)
+    else:  # the length from the values as doubles (other integer types then truncate them)
+        n = math.ceil((end - start) / step)
     if n < 0 or (step > 0 and start > end) or (step < 0 and start < end):
         raise RuntimeError("upper bound and lower bound inconsistent with step sign")
+    if dtype.category < 2:
+        start, step = int(start), int(step)
     return start, end, step, dtype, max(int(n), 0)
 
 
@@ -196,15 +227,62 @@ def _arange_kernel(start, end, step, dtype, device):
 
         return devices.run_kernel(dev, arange, (start, end, step, d, dev))
     if d.is_floating_point:
-        # PyTorch computes start + i*step in double, then rounds
-        a = (start + np.arange(n, dtype=np.float64) * step).astype(d.np)
+        a = _float_range(start, step, n, d)
     else:
-        a = (
-            (start + np.arange(n, dtype=np.int64) * int(step)).astype(d.np)
-            if float(step).is_integer() and float(start).is_integer()
-            else np.floor(start + np.arange(n) * step).astype(d.np)
-        )
+        a = (start + np.arange(n, dtype=np.int64) * step).astype(d.np)
     return wrap_array(a, d)
+
+
+_SPLIT = 134217729.0  # 2**27 + 1: Veltkamp's splitter for doubles
+
+
+def fma(a, b, c) -> np.ndarray:
+    """``a * b + c`` rounded once, in double (arrays broadcast): Dekker's exact product and
+    Knuth's exact sum, correct but for rare double roundings. PyTorch's range kernels are
+    compiled with fused multiply-adds, which is visible near zero: ``arange(-1, 1, 0.2)[5]``
+    is 2**-54, not 0."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    p = a * b
+    t = _SPLIT * a
+    a_hi = t - (t - a)
+    a_lo = a - a_hi
+    t = _SPLIT * b
+    b_hi = t - (t - b)
+    b_lo = b - b_hi
+    product_error = a_lo * b_lo - (((p - a_hi * b_hi) - a_lo * b_hi) - a_hi * b_lo)
+    total = p + c
+    c_part = total - p
+    sum_error = (p - (total - c_part)) + (c - c_part)
+    return total + (sum_error + product_error)
+
+
+# PyTorch's CPU arange: the lanes of its vectorized loop (two vectors a step; the tail runs one
+# element at a time)
+_RANGE_LANES = {"float64": 4, "float32": 8, "float16": 16, "bfloat16": 16}
+
+
+def _float_range(start, step, n: int, d: dt.dtype) -> np.ndarray:
+    """``start + i * step`` as PyTorch's arange kernel rounds it: each vector of lanes starts
+    from a base rounded to the result dtype, and half precisions compute in float32."""
+    lanes = _RANGE_LANES.get(d.name, 0)
+    idx = np.arange(n, dtype=np.float64)
+    if d.itemsize == 2:
+        start, step = float(np.float32(start)), float(np.float32(step))
+        vals = (step * idx + start).astype(np.float32)  # exact product: one rounding
+    else:
+        vals = fma(step, idx, start)
+    vectorized = (n // (2 * lanes)) * 2 * lanes if lanes else 0
+    if vectorized:
+        base = np.repeat(vals[:vectorized:lanes].astype(d.np).astype(np.float64), lanes)
+        lane = np.tile(np.arange(lanes, dtype=np.float64), vectorized // lanes)
+        if d is dt.bfloat16:  # its vector kernel rounds the product; float16's fuses
+            vals[:vectorized] = (step * lane).astype(np.float32) + base
+        elif d is dt.float16:
+            vals[:vectorized] = (step * lane + base).astype(np.float32)
+        else:
+            vals[:vectorized] = fma(step, lane, base)
+    return vals.astype(d.np)
 
 
 @arange.register_meta
@@ -236,17 +314,71 @@ def _linspace_kernel(start, end, steps, dtype, device):
         from ..runtime import devices
 
         return devices.run_kernel(dev, linspace, (start, end, steps, d, dev))
-    # PyTorch fills the first half from start and the second half from end (symmetric rounding)
-    i = np.arange(steps, dtype=np.float64)
-    if steps > 1:
-        step = (end - start) / (steps - 1)
-        half = steps // 2
-        a = np.where(i < half, start + step * i, end - step * (steps - 1 - i))
+    return wrap_array(_linspace_values(start, end, steps, d), d)
+
+
+def _linspace_values(start, end, steps: int, d: dt.dtype) -> np.ndarray:
+    """PyTorch's linspace: the first half counts up from ``start``, the second half down from
+    ``end``, with the step and a fused multiply-add in the result dtype (double for integers;
+    half precisions round after every operation)."""
+    idx = np.arange(steps, dtype=np.float64)
+    if not d.is_floating_point:  # the endpoints convert (checked) to the integer type
+        start, end = (float(int(checked_scalar(v, d))) for v in (start, end))
     else:
-        a = np.full(steps, start, dtype=np.float64)
+        start, end = (float(d.np.type(v)) for v in (start, end))
+    if steps <= 1:
+        return np.full(steps, start).astype(d.np)
+    half = idx < steps // 2
+    down = steps - 1 - idx
     if not d.is_floating_point:
-        a = np.trunc(a)
-    return wrap_array(a.astype(d.np), d)
+        step = (end - start) / (steps - 1)
+        vals = np.trunc(np.where(half, fma(step, idx, start), fma(-step, down, end)))
+        return vals.astype(d.np)
+
+    def rounded(x):
+        return np.asarray(x, np.float64).astype(d.np).astype(np.float64)
+
+    step = float(rounded(rounded(end - start) / rounded(steps - 1)))
+    if d.itemsize == 2:  # c10::Half / BFloat16 arithmetic rounds each operation
+        up_vals = rounded(start + rounded(step * rounded(idx)))
+        down_vals = rounded(end - rounded(step * rounded(down)))
+    elif d is dt.float64:
+        up_vals, down_vals = fma(step, idx, start), fma(-step, down, end)
+    else:  # float32: the product is exact in double, so one rounding per value
+        up_vals, down_vals = step * idx + start, -step * down + end
+    return np.where(half, up_vals, down_vals).astype(d.np)
+
+
+def logspace_values(start, end, steps: int, base: float, d: dt.dtype) -> np.ndarray:
+    """PyTorch's logspace: exponents in double from the endpoints in the result dtype (half
+    from each end, like linspace, but without fused multiply-adds), then libm's ``pow``."""
+    if steps <= 1:
+        exps = [float(start)] * steps
+    else:
+        if d.is_floating_point:
+            start, end = (float(d.np.type(v)) for v in (start, end))
+            span = float(d.np.type(end - start))
+        else:
+            start, end = (float(int(checked_scalar(v, d))) for v in (start, end))
+            span = end - start
+        step = span / (steps - 1)
+        exps = [
+            start + step * i if i < steps // 2 else end - step * (steps - 1 - i)
+            for i in range(steps)
+        ]
+    vals = np.array([_pow(float(base), e) for e in exps], dtype=np.float64)
+    if not d.is_floating_point:
+        with np.errstate(invalid="ignore"):
+            vals = np.trunc(vals)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return vals.astype(d.np)
+
+
+def _pow(base: float, exponent: float) -> float:
+    try:
+        return math.pow(base, exponent)
+    except (OverflowError, ValueError):
+        return float(np.power(base, exponent))
 
 
 linspace.register_meta(
@@ -355,10 +487,23 @@ def randn(
 def _stateful(prim):
     def decomp(size, generator=None, dtype=None, device=None):
         gen = generator or rng.default_generator
+        if dtype is not None and dtype.is_complex:
+            return _complex_draw(prim, gen, size, dtype, device)
         seed, offset = gen.next_offset(_numel(size))
         return prim(size, seed, offset, dtype=dtype, device=device)
 
     return decomp
+
+
+def _complex_draw(prim, gen, size, dtype, device):
+    """Complex samples: independent real and imaginary parts; normal ones scaled so that the
+    complex variance is 1 (1/2 per part), as PyTorch's complex ``randn``."""
+    parts_size = tuple(size) + (2,)
+    seed, offset = gen.next_offset(_numel(parts_size))
+    parts = prim(parts_size, seed, offset, dtype=dtype.to_real(), device=device)
+    if prim is philox_randn:
+        parts = parts * math.sqrt(0.5)
+    return get_op("view_as_complex")(parts).clone()
 
 
 rand.register_decomposition(_stateful(philox_rand))
@@ -494,23 +639,16 @@ multinomial.differentiable = False
 def clone(self: Tensor, *, memory_format: str | None = None): ...
 
 
-def _clone_layout(x, memory_format):
-    if memory_format in ("contiguous", "contiguous_format") or x._shape == () or x.is_contiguous():
+def _clone_layout(x, memory_format) -> tuple | None:
+    """The clone's strides as PyTorch picks them, or None for plain contiguous ones."""
+    if memory_format is contiguous_format or x._shape == ():
         return None
-    st = x.stride()
-    if 0 in st or _overlapping(x):
+    if (memory_format is None or memory_format is preserve_format) and x.stride() == (
+        contiguous_strides(x._shape)
+    ):
         return None
-    return st
-
-
-def _overlapping(x) -> bool:
-    pairs = sorted((s, n) for s, n in zip(x.stride(), x._shape) if n > 1)
-    expected = 1
-    for s, n in pairs:
-        if s != expected:
-            return True
-        expected *= n
-    return False
+    st = preserved_strides(x._shape, x.stride(), memory_format, "clone")
+    return None if st == contiguous_strides(x._shape) else st
 
 
 @clone.register_kernel
@@ -518,18 +656,16 @@ def _clone_kernel(x, memory_format):
     layout = _clone_layout(x, memory_format)
     if layout is None:
         out = empty_array(x._shape, x._data.dtype)
-    else:
-        from .common import empty_like_layout
-
-        out = empty_like_layout(x._shape, x._dtype, layout)
+        np.copyto(out, x._data)
+        return wrap_array(out, x._dtype)
+    out = strided_array(x._shape, layout, x._data.dtype)
     np.copyto(out, x._data)
-    return wrap_array(out, x._dtype)
+    return _wrap_strided(out, x._dtype, layout)
 
 
 @clone.register_meta
 def _clone_meta(x, memory_format=None):
-    layout = _clone_layout(x, memory_format)
-    return fake(x._shape, x._dtype, x, dense_strides_like(x._shape, layout))
+    return fake(x._shape, x._dtype, x, _clone_layout(x, memory_format))
 
 
 clone.register_derivative(lambda c, g: (g,), save_inputs=())
@@ -539,10 +675,24 @@ clone.register_derivative(lambda c, g: (g,), save_inputs=())
 def convert_element_type(self: Tensor, dtype: DType): ...
 
 
+def discard_imaginary(a: np.ndarray) -> np.ndarray:
+    """The real part of complex data written into a real tensor, with PyTorch's warning."""
+    warnings.warn(
+        "Casting complex values to real discards the imaginary part", UserWarning, stacklevel=2
+    )
+    return a.real
+
+
 @convert_element_type.register_kernel
 def _convert_kernel(x, dtype):
     a = x._data
-    if dtype.is_floating_point or not x._dtype.is_floating_point:
+    src = x._dtype
+    if src.is_complex and not dtype.is_complex:
+        if dtype is dt.bool_:  # nonzero in either part, without a warning (as in PyTorch)
+            return wrap_array(a != 0, dtype)
+        a = discard_imaginary(a)
+        src = src.to_real()
+    if dtype.category >= 2 or not src.is_floating_point:
         return wrap_array(a.astype(dtype.np), dtype)
     # float -> int truncates toward zero; NaN/inf have no defined value (PyTorch gives INT_MIN)
     with np.errstate(invalid="ignore"):
@@ -560,8 +710,10 @@ convert_element_type.register_meta(
 
 def _convert_grad(c, g):
     src_dtype = c.args[0].dtype
-    if not src_dtype.is_floating_point:
+    if src_dtype.category < 2:  # neither floating nor complex
         return (None,)
+    if g.dtype.is_complex and not src_dtype.is_complex:
+        g = g.real  # a real tensor cast to complex: its gradient is the real part
     return (g.to(src_dtype),)
 
 
@@ -590,7 +742,11 @@ def _copy_kernel(x, src, non_blocking):
                     f"{list(shape)}"
                 ) from None
         target = writable_target(x._data)
-        if src._dtype.is_floating_point and not x._dtype.is_floating_point:
+        src_dtype = src._dtype
+        if src_dtype.is_complex and not x._dtype.is_complex:
+            s = (s != 0) if x._dtype is dt.bool_ else discard_imaginary(s)
+            src_dtype = src_dtype.to_real()
+        if src_dtype.is_floating_point and x._dtype.category < 2:
             with np.errstate(invalid="ignore"):
                 s = np.trunc(s)
         np.copyto(target, s, casting="unsafe")
@@ -689,6 +845,8 @@ def _fill_kernel(x, value):
         raise RuntimeError(
             f"fill_ only supports 0-dimension value tensor but got tensor with {len(value._shape)} dimensions."
         )
+    if not isinstance(value, Tensor):
+        v = checked_scalar(v, x._dtype, check_float=x._dtype.itemsize != 2 or x.numel() != 1)
     a = empty_array(x._shape, x._data.dtype)
     a.fill(v)
     return wrap_array(a, x._dtype)

@@ -34,21 +34,24 @@ def dispatch(op, args: tuple):
             return op.decomposition(*args)
     # one pass over the tensor arguments: does autograd apply, and is this the CPU fast path?
     on_cpu = True
+    needs_grad = False
     grad = _grad_enabled[0]
     for p in op.tensor_positions:
         a = args[p]
         if a.__class__ is Tensor or isinstance(a, Tensor):
             if grad and a._requires_grad:
-                return _autograd(op, args)
+                needs_grad = True
             if a._device is not cpu or a._data is None:
                 on_cpu = False
     for p in op.list_positions:
         for a in args[p]:
             if isinstance(a, Tensor):
                 if grad and a._requires_grad:
-                    return _autograd(op, args)
+                    needs_grad = True
                 if a._device is not cpu or a._data is None:
                     on_cpu = False
+    if needs_grad:
+        return _autograd(op, args, on_cpu)
     if _mode_stack:
         return _mode_stack[-1].dispatch(op, args)
     if on_cpu and op.kernel is not None:
@@ -158,12 +161,16 @@ def mark_view(out, src: Tensor, op, args) -> None:
     if out.__class__ is Tensor:
         out._storage = storage
         out._base = base
-        out._view_src = (op, args)
+        out._view_src = (op, args)  # also what Tensor.stride() reads for empty/size-1 dims
         return
-    for o in out:
+    metas = None
+    for i, o in enumerate(out):
         o._storage = storage
         o._base = base
         o._view_src = (op, args)
+        if o._device is cpu and o._data is not None and (o._data.size == 0 or 1 in o._shape):
+            metas = metas or op.meta(*args)  # numpy's strides there are not PyTorch's
+            o._stride = metas[i]._stride
 
 
 def view_replay(view: Tensor):
@@ -204,7 +211,12 @@ def _edge(t: Tensor):
     return (fn, t._output_nr)
 
 
-def _autograd(op, args):
+def _autograd(op, args, on_cpu: bool = False):
+    """Run ``op`` below autograd and record its ``OpBackward`` node on the outputs.
+
+    ``on_cpu``: every tensor argument is a CPU tensor with data (``dispatch`` found out), so
+    without a mode the kernel runs directly, as on ``dispatch``'s fast path.
+    """
     if op.inplace:
         return _inplace_autograd(op, args)
     if op.derivative is None:
@@ -216,7 +228,12 @@ def _autograd(op, args):
         return run_below_autograd(op, args)
     _grad_enabled[0] = False
     try:
-        out = run_below_autograd(op, args)
+        if on_cpu and not _mode_stack and op.kernel is not None:
+            out = op.kernel(*args)
+            if op.is_view:
+                mark_view(out, args[0], op, args)
+        else:
+            out = run_below_autograd(op, args)
     finally:
         _grad_enabled[0] = True
     next_functions = []
@@ -244,9 +261,13 @@ def _autograd(op, args):
                 next_functions.append((None, 0))
             positions.append((p, -1))
     node = OpBackward(op, args, out, tuple(next_functions), tuple(positions), tuple(needs))
-    if isinstance(out, tuple):
+    if out.__class__ is Tensor:  # the common case first
+        if out._dtype.category >= 2:  # floating or complex
+            out._requires_grad = True
+            out.grad_fn = node
+    elif isinstance(out, tuple):
         for i, o in enumerate(out):
-            if isinstance(o, Tensor) and o._dtype.is_floating_point:
+            if isinstance(o, Tensor) and o._dtype.category >= 2:  # floating or complex
                 o._requires_grad = True
                 o.grad_fn = node
                 o._output_nr = i
@@ -255,7 +276,7 @@ def _autograd(op, args):
             o._requires_grad = True
             o.grad_fn = node
             o._output_nr = i
-    elif out._dtype.is_floating_point:
+    elif out._dtype.category >= 2:  # floating or complex
         out._requires_grad = True
         out.grad_fn = node
     return out

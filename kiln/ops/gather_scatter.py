@@ -66,8 +66,8 @@ def gather(self: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False):
 
 def _gather_check(x, dim, index):
     d = _wrap_dim(dim, x.ndim)
-    if index.dtype is not dt.int64:
-        raise RuntimeError("gather(): Expected dtype int64 for index")
+    if index.dtype not in INDEX_DTYPES:
+        raise RuntimeError("gather(): Expected dtype int32/int64 for index")
     if max(x.ndim, 1) != max(index.ndim, 1):
         raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
     xs, js = list(x.shape) or [1], list(index.shape) or [1]
@@ -107,12 +107,13 @@ gather.register_derivative(_gather_grad, save_inputs=(2,))
 # ------------------------------------------------------------------------------ scatter family
 
 
-def _scatter_check(name, x, dim, index, src):
+def _scatter_check(x, dim, index, src):
+    """PyTorch's checks for the scatter family (its messages all say ``scatter()``)."""
     d = _wrap_dim(dim, x.ndim)
-    if index.dtype is not dt.int64:
-        raise RuntimeError(f"{name}(): Expected dtype int64 for index")
+    if index.dtype not in INDEX_DTYPES:
+        raise RuntimeError("scatter(): Expected dtype int32/int64 for index")
     if isinstance(src, Tensor) and src.dtype is not x.dtype:
-        raise RuntimeError(f"{name}(): Expected self.dtype to be equal to src.dtype")
+        raise RuntimeError("scatter(): Expected self.dtype to be equal to src.dtype")
     nd = max(x.ndim, 1)
     if max(index.ndim, 1) != nd:
         raise RuntimeError("Index tensor must have the same number of dimensions as self tensor")
@@ -183,7 +184,7 @@ _SCATTER_UFUNCS = {"add": np.add, "multiply": np.multiply}
 
 @scatter.register_kernel
 def _scatter_kernel(x, dim, index, src, reduce):
-    d = _scatter_check("scatter", x, dim, index, src)
+    d = _scatter_check(x, dim, index, src)
     if reduce is not None and reduce not in _SCATTER_UFUNCS:
         raise RuntimeError("reduce argument must be either add or multiply.")
     out = as_1d(x._data).copy()
@@ -198,7 +199,7 @@ def _scatter_kernel(x, dim, index, src, reduce):
 
 @scatter.register_meta
 def _scatter_meta(x, dim, index, src, reduce=None):
-    _scatter_check("scatter", x, dim, index, src)
+    _scatter_check(x, dim, index, src)
     return fake(x._shape, x._dtype, x)
 
 
@@ -238,7 +239,7 @@ def _scatter_values(src, index, dtype, device):
 
 @scatter.register_decomposition
 def _scatter_decomp(x, dim, index, src, reduce=None):
-    d = _scatter_check("scatter", x, dim, index, src)
+    d = _scatter_check(x, dim, index, src)
     if x.ndim == 0:
         flat = _scatter_decomp(x.reshape(1), 0, index.reshape(1), _flat1(src), reduce)
         return flat.reshape(())
@@ -277,7 +278,7 @@ def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor): ...
 
 @scatter_add.register_kernel
 def _scatter_add_kernel(x, dim, index, src):
-    d = _scatter_check("scatter_add", x, dim, index, src)
+    d = _scatter_check(x, dim, index, src)
     out = as_1d(x._data).copy()
     coords, shape = _scatter_coords(x, d, index)
     np.add.at(out, coords, _src_values(src, shape, x._dtype))
@@ -286,7 +287,7 @@ def _scatter_add_kernel(x, dim, index, src):
 
 @scatter_add.register_meta
 def _scatter_add_meta(x, dim, index, src):
-    _scatter_check("scatter_add", x, dim, index, src)
+    _scatter_check(x, dim, index, src)
     return fake(x._shape, x._dtype, x)
 
 
@@ -340,7 +341,7 @@ def _check_reduce(reduce):
 @scatter_reduce.register_kernel
 def _scatter_reduce_kernel(x, dim, index, src, reduce, include_self):
     _check_reduce(reduce)
-    d = _scatter_check("scatter_reduce", x, dim, index, src)
+    d = _scatter_check(x, dim, index, src)
     out = as_1d(x._data).copy()
     coords, shape = _scatter_coords(x, d, index)
     values = _src_values(src, shape, x._dtype)
@@ -361,7 +362,7 @@ def _scatter_reduce_kernel(x, dim, index, src, reduce, include_self):
 @scatter_reduce.register_meta
 def _scatter_reduce_meta(x, dim, index, src, reduce, include_self=True):
     _check_reduce(reduce)
-    _scatter_check("scatter_reduce", x, dim, index, src)
+    _scatter_check(x, dim, index, src)
     return fake(x._shape, x._dtype, x)
 
 

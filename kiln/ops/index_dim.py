@@ -1,4 +1,4 @@
-"""``index_*`` along one dim: index_select, index_add, index_fill and index_copy.
+"""``index_*`` along one dim: index_select, index_add, index_fill, index_copy, index_reduce.
 
 ``index_select`` reads the slices ``x[..., index[i], ...]``; the other three write them, sharing
 one numpy kernel (``_dim_put``) and one decomposition into ``index_put``. Derivatives follow
@@ -257,3 +257,32 @@ index_copy.register_decomposition(
         x, _index_copy_check(x, dim, index, source), index, source, False
     )
 )
+
+
+# ------------------------------------------------------------------------------ index_reduce
+
+
+@defop(kind="indexing")
+def index_reduce(
+    self: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, *, include_self: bool = True
+): ...
+
+
+@index_reduce.register_decomposition
+def _index_reduce_decomp(x, dim, index, source, reduce, include_self=True):
+    """``scatter_reduce`` with ``index`` spread over ``source``'s other dims."""
+    d = _wrap_dim(dim, x.ndim)
+    _dim_index_check("index_reduce_", x, d, index, source)
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise RuntimeError(
+            "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got "
+            f"{reduce}."
+        )
+    if source.ndim == 0:
+        return OPS["scatter_reduce"](
+            x, d, index.reshape(()), source, reduce, include_self=include_self
+        )
+    shape = [1] * source.ndim
+    shape[d] = -1
+    spread = index.reshape(shape).expand(tuple(source.shape))
+    return OPS["scatter_reduce"](x, d, spread, source, reduce, include_self=include_self)

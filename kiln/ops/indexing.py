@@ -80,6 +80,29 @@ def _check_bounds(x, indices) -> None:
                     f"index {bad} is out of bounds for dimension {dim} with size {size}"
                 )
         dim += 1
+    _check_broadcastable(indices)
+
+
+def _check_broadcastable(indices) -> None:
+    """PyTorch's message when the index tensors do not broadcast (a mask counts as one index
+    tensor of its nonzero count per dim it covers)."""
+    shapes = []
+    for idx in indices:
+        if idx is None:
+            continue
+        if idx._dtype in _MASK_DTYPES:
+            shapes += [(int(np.count_nonzero(idx._data)),)] * max(idx.ndim, 1)
+        else:
+            shapes.append(tuple(idx._shape))
+    if len(shapes) > 1:
+        try:
+            np.broadcast_shapes(*shapes)
+        except ValueError:
+            listed = ", ".join(str(list(s)) for s in shapes)
+            raise IndexError(
+                f"shape mismatch: indexing tensors could not be broadcast together with shapes "
+                f"{listed}"
+            ) from None
 
 
 @index.register_kernel
@@ -432,7 +455,7 @@ def _strip_leading_ones(value: Tensor) -> Tensor:
 
 def setitem(x: Tensor, index, value) -> None:
     """``x[index] = value``: copy into the basic view, or ``index_put_`` for advanced indices."""
-    if not isinstance(value, (Tensor, bool, int, float)):
+    if not isinstance(value, (Tensor, bool, int, float, complex)):
         kind = type(value)
         name = (
             kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"

@@ -15,7 +15,16 @@ import numpy as np
 from ..runtime import dtypes as dt
 from ..runtime.storage import _POOL_MIN_BYTES, empty_array
 from ..runtime.tensor import wrap_array
-from .common import Scalar, Tensor, broadcast_shapes, compute_np_dtype, fake, wrap, wrap_dim
+from .common import (
+    Scalar,
+    Tensor,
+    broadcast_shapes,
+    compute_np_dtype,
+    fake,
+    wrap,
+    wrap_dim,
+    writes_out,
+)
 from .registry import OPS, defop, tensor_method, torch_function
 from .shape import narrow
 from .views import expand_shape
@@ -30,8 +39,23 @@ _NATIVE = (dt.float32, dt.float64)
 
 def _check_mm_dtypes(name, a, b):
     if a._dtype is not b._dtype:
+        from .reductions import c_type_name, torch_type_name
+
+        ta, tb = torch_type_name(a._dtype), torch_type_name(b._dtype)
+        if name == "bmm":
+            raise RuntimeError(f"expected scalar type {ta} but found {tb}")
+        if a.ndim == 1 and b.ndim == 1:
+            raise RuntimeError(
+                f"dot : expected both vectors to have same dtype, but found {ta} and {tb}"
+            )
+        if a.ndim == 1 or b.ndim == 1:  # matrix @ vector runs as addmv(vector, matrix, vector)
+            vec, mat = (tb, ta) if b.ndim == 1 else (ta, tb)
+            raise RuntimeError(
+                f"addmv input tensors must have the same dtype, but got {vec}, {mat}, and {vec}"
+            )
         raise RuntimeError(
-            f"{name}: expected m1 and m2 to have the same dtype, but got: {a._dtype.name} != {b._dtype.name}"
+            "expected m1 and m2 to have the same dtype, but got: "
+            f"{c_type_name(a._dtype)} != {c_type_name(b._dtype)}"
         )
     if a._dtype is dt.bool_:
         raise RuntimeError(f"{name} is not implemented for bool tensors")
@@ -327,7 +351,7 @@ def vdot(self: Tensor, other: Tensor): ...
 @vdot.register_decomposition
 def _vdot_decomp(a, b):
     _vector_check("vdot", a, b)
-    return OPS["sum"](a * b, None, False, dtype=a.dtype)
+    return OPS["sum"](a.conj() * b, None, False, dtype=a.dtype)  # conjugates the first vector
 
 
 @defop(kind="linalg")
@@ -360,6 +384,7 @@ def _mv_check(m, v):
             f"size mismatch, got input ({m.shape[0]}), mat ({m.shape[0]}x{m.shape[1]}), "
             f"vec ({v.shape[0]})"
         )
+    _check_mm_dtypes("mv", m, v)
 
 
 @mv.register_decomposition
@@ -532,6 +557,7 @@ def _kron_decomp(a, b):
 
 
 @torch_function()
+@writes_out
 def tensordot(a: Tensor, b: Tensor, dims=2, out=None) -> Tensor:
     """Contract ``dims`` of ``a`` with ``dims`` of ``b``: one ``mm`` between two permuted reshapes."""
     if isinstance(dims, Tensor):

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from ..runtime import dtypes as dt
+from ..runtime.tensor import Size
 from .common import Tensor, broadcast_shapes, compute_np_dtype, fake, result_dtype, wrap
 from .reductions import float_sum, torch_type_name
 from .registry import OPS, defop
@@ -67,6 +68,20 @@ def nll_loss(
 ): ...
 
 
+def _target_shape_message(x, target) -> str:
+    """PyTorch's words for a class-index target of the wrong shape (its kernels differ by rank)."""
+    if x.ndim == 2:
+        return "0D or 1D target tensor expected, multi-target not supported"
+    if x.ndim == 4 and target.ndim != 3:
+        return (
+            "only batches of spatial targets supported (3D tensors) but got targets of "
+            f"dimension: {target.ndim}"
+        )
+    if x.ndim == 4:
+        return f"size mismatch (got input: {list(x._shape)} , target: {list(target._shape)}"
+    return f"Expected target size {list(x._shape[:1] + x._shape[2:])}, got {list(target._shape)}"
+
+
 def _nll_geometry(x, target, weight):
     """(class dim, number of classes) after PyTorch's argument checks."""
     if target._dtype not in (dt.int64, dt.uint8):
@@ -77,6 +92,10 @@ def _nll_geometry(x, target, weight):
         raise ValueError("Expected 1 or more dimensions (got 0)")
     class_dim = 0 if x.ndim == 1 else 1
     if x.ndim == 1:
+        if target.ndim == 1 and target._shape[0] != 1:
+            raise ValueError(
+                f"For 1D input, 1D target must have size 1, but got target size: {target._shape[0]}"
+            )
         if target.ndim != 0:
             raise RuntimeError(
                 f"0D target tensor expected for 1D input, got target of shape {list(target._shape)}"
@@ -87,12 +106,7 @@ def _nll_geometry(x, target, weight):
             f"({target._shape[0] if target.ndim else 0})."
         )
     elif tuple(target._shape) != tuple(x._shape[:1] + x._shape[2:]):
-        raise RuntimeError(
-            f"Expected target of shape {list(x._shape[:1] + x._shape[2:])} for input of shape "
-            f"{list(x._shape)}, got {list(target._shape)}"
-            if x.ndim > 2
-            else "0D or 1D target tensor expected, multi-target not supported"
-        )
+        raise RuntimeError(_target_shape_message(x, target))
     n_classes = x._shape[class_dim]
     if weight is not None and (weight.ndim != 1 or weight._shape[0] != n_classes):
         raise RuntimeError(
@@ -448,7 +462,7 @@ def binary_cross_entropy_with_logits(
 def _bcel_check(x, t, w, pw):
     if tuple(x._shape) != tuple(t._shape):
         raise ValueError(
-            f"Target size ({list(t._shape)}) must be the same as input size ({list(x._shape)})"
+            f"Target size ({Size(t._shape)!r}) must be the same as input size ({Size(x._shape)!r})"
         )
     for o in (w, pw):
         if o is not None:

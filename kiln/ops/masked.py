@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import dtypes as dt
-from .common import Tensor, broadcast_shapes, fake, wrap
+from .common import Tensor, broadcast_shapes, fake, wrap, writes_out
 from .common import wrap_dim as _wrap_dim
 from .gather_scatter import gather, index_dtype_name
 from .registry import OPS, defop, tensor_method, torch_function
@@ -223,6 +223,7 @@ def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Te
 
 @torch_function("nonzero")
 @tensor_method("nonzero")
+@writes_out
 def _nonzero_fn(input: Tensor, *, as_tuple: bool = False, out=None):
     if not as_tuple:
         return OPS["nonzero"](input)
@@ -244,7 +245,7 @@ def _where_fn(condition: Tensor, input=None, other=None, *, out=None):
         return _nonzero_fn(condition, as_tuple=True)
     if input is None or other is None:
         raise TypeError("where() takes 1 or 3 arguments: (condition) or (condition, input, other)")
-    return OPS["where"](condition, input, other)
+    return OPS["where"](condition, input, other, out=out)
 
 
 @tensor_method("where")

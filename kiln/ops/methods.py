@@ -14,11 +14,17 @@ import numpy as np
 from ..runtime import dtypes as dt
 from ..runtime import state
 from ..runtime.device import as_device, device
+from ..runtime.memory_format import (
+    check_memory_format,
+    contiguous_format,
+    preserve_format,
+    suggest_memory_format,
+)
 from ..runtime.storage import writable_target
 from ..runtime.tensor import Tensor
 from . import api
 from .dispatch import dispatch
-from .registry import METHODS, OPS, Op, torch_function
+from .registry import METHODS, OPS, Op, return_type, torch_function
 
 __all__ = ["install"]
 
@@ -50,6 +56,7 @@ _EXTRA_INPLACE = {
     "index_add",
     "index_fill",
     "index_copy",
+    "index_reduce",
     "masked_scatter",
     "put",
 }
@@ -149,7 +156,11 @@ def call_with_out(op: Op, args: tuple, kwargs: dict):
             f"{op.name}(): functions with out=... arguments don't support automatic "
             "differentiation, but one of the arguments requires grad."
         )
-    result = op(*args, **kwargs)
+    return write_out(op(*args, **kwargs), out)
+
+
+def write_out(result, out):
+    """Write an op's result (a tensor or a tuple of them) into ``out``, resizing it to fit."""
     outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
     results = tuple(result) if isinstance(result, (tuple, list)) else (result,)
     for target, value in zip(outs, results, strict=True):
@@ -163,6 +174,8 @@ def call_with_out(op: Op, args: tuple, kwargs: dict):
         if target._shape != value._shape:
             target.resize_(value._shape)
         OPS["copy_"](target, value)
+    if hasattr(result, "_fields"):  # (values, indices) come back as ``return_types.<op>_out``
+        return return_type(type(result).__name__ + "_out", result._fields)(*outs)
     return out
 
 
@@ -224,7 +237,7 @@ def _to(self, *args, **kwargs):
     dev = kwargs.pop("device", None)
     copy = kwargs.pop("copy", False)
     kwargs.pop("non_blocking", None)
-    kwargs.pop("memory_format", None)
+    fmt = kwargs.pop("memory_format", None)
     if kwargs:
         raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
     for a in args:
@@ -249,9 +262,21 @@ def _to(self, *args, **kwargs):
     if dtype is not None and dtype is not out._dtype:
         out = OPS["convert_element_type"](out, dtype)
         copy = False
-    if copy and out is self:
+    if fmt is not None:
+        out = _to_memory_format(out, fmt, copy and out is self)
+    elif copy and out is self:
         out = self.clone()
     return out
+
+
+def _to_memory_format(x, fmt, copy: bool):
+    """``to(memory_format=...)``: a copy in that format unless ``x`` already suggests it."""
+    name = check_memory_format(fmt, x.ndim, "to")
+    if not copy and (
+        name == "preserve_format" or suggest_memory_format(x._shape, x.stride()) == name
+    ):
+        return x
+    return OPS["clone"](x, memory_format=fmt)
 
 
 def _type_conv(d):
@@ -272,10 +297,17 @@ def _type(self, dtype=None, non_blocking=False):
     return _to(self, target, non_blocking=non_blocking)
 
 
-def _contiguous(self, memory_format=None):
-    if self.is_contiguous():
+def _contiguous(self, memory_format=contiguous_format):
+    if memory_format is contiguous_format:
+        if self.is_contiguous():
+            return self
+        return OPS["clone"](self, memory_format=contiguous_format)
+    check_memory_format(memory_format, self.ndim, "contiguous")
+    if self.is_contiguous(memory_format=memory_format):
         return self
-    return OPS["clone"](self, memory_format="contiguous")
+    if memory_format is preserve_format:
+        raise RuntimeError("preserve memory format is unsupported by the contiguous operator")
+    return OPS["clone"](self, memory_format=memory_format)
 
 
 def _detach(self):
@@ -334,18 +366,27 @@ def _bool(self):
 def _float(self):
     if self.numel() != 1:
         raise ValueError("only one element tensors can be converted to Python scalars")
-    return builtins.float(self.item())
+    return builtins.float(_real_value(self.item(), "double"))
 
 
 def _int(self):
     if self.numel() != 1:
         raise ValueError("only one element tensors can be converted to Python scalars")
-    return builtins.int(self.item())
+    return builtins.int(_real_value(self.item(), "int64_t"))
+
+
+def _real_value(value, c_type: str):
+    """A complex value read as a real number: only when its imaginary part is zero."""
+    if isinstance(value, builtins.complex):
+        if value.imag:
+            raise RuntimeError(f"value cannot be converted to type {c_type} without overflow")
+        return value.real
+    return value
 
 
 def _contains(self, element):
     """``x in t``: whether any element equals ``x`` (PyTorch's meaning, not row membership)."""
-    if not isinstance(element, (Tensor, builtins.int, builtins.float, builtins.bool, np.generic)):
+    if not isinstance(element, _OPERAND_TYPES):
         raise RuntimeError(
             "Tensor.__contains__ only supports Tensor or scalar, but you passed in a "
             f"{type(element)}."
@@ -354,7 +395,7 @@ def _contains(self, element):
 
 
 def _index(self):
-    if self._dtype.is_floating_point or self.numel() != 1:
+    if self._dtype.category >= 2 or self.numel() != 1:
         raise TypeError("only integer tensors of a single element can be converted to an index")
     return builtins.int(self.item())
 
@@ -394,7 +435,7 @@ def _H(self):  # noqa: N802
         raise RuntimeError(
             f"tensor.H is only supported on matrices (2-D tensors). Got {self.ndim}-D tensor.{hint}"
         )
-    return self.transpose(0, 1)
+    return self.transpose(0, 1).conj()
 
 
 def _data_get(self):
@@ -499,22 +540,22 @@ def _repr(self, *, tensor_contents=None):
     return tensor_repr(self)
 
 
+# what a Tensor operator takes besides tensors: Python and numpy numbers
+_OPERAND_TYPES = (Tensor, builtins.int, builtins.float, builtins.complex, builtins.bool, np.generic)
+
+
 def _binary_dunder(op, reverse=False):
     if reverse:
 
         def method(self, other):
-            if not isinstance(
-                other, (Tensor, builtins.int, builtins.float, builtins.bool, np.generic)
-            ):
+            if not isinstance(other, _OPERAND_TYPES):
                 return NotImplemented
             return dispatch(op, op.bind(other, self))
 
     else:
 
         def method(self, other):
-            if not isinstance(
-                other, (Tensor, builtins.int, builtins.float, builtins.bool, np.generic)
-            ):
+            if not isinstance(other, _OPERAND_TYPES):
                 return NotImplemented
             return dispatch(op, op.bind(self, other))
 
@@ -569,7 +610,7 @@ def _rmatmul(self, other):
 def _invert(self):
     if self._dtype is dt.bool_:
         return OPS["logical_not"](self)
-    if self._dtype.is_floating_point:
+    if self._dtype.category >= 2:  # floating or complex
         raise TypeError(
             "~ (operator.invert) is only implemented on integer and Boolean-type tensors"
         )
@@ -577,17 +618,13 @@ def _invert(self):
 
 
 def _eq(self, other):
-    if other is None or not isinstance(
-        other, (Tensor, builtins.int, builtins.float, builtins.bool, np.generic)
-    ):
+    if other is None or not isinstance(other, _OPERAND_TYPES):
         return False if other is None else NotImplemented
     return OPS["eq"](self, other)
 
 
 def _ne(self, other):
-    if other is None or not isinstance(
-        other, (Tensor, builtins.int, builtins.float, builtins.bool, np.generic)
-    ):
+    if other is None or not isinstance(other, _OPERAND_TYPES):
         return True if other is None else NotImplemented
     return OPS["ne"](self, other)
 
@@ -655,7 +692,7 @@ def install() -> None:
     T.t = _t
     T.T = property(_T)
     T.mT = property(_mT)
-    T.mH = property(lambda self: _mT(self, "mH"))
+    T.mH = property(lambda self: _mT(self, "mH").conj())
     T.H = property(_H)
     T.data = property(_data_get, _data_set)
     T.backward = _backward

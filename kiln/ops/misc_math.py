@@ -311,7 +311,9 @@ def ravel(input: Tensor) -> Tensor:
 @torch_function()
 @tensor_method()
 def isreal(input: Tensor) -> Tensor:
-    """True everywhere: kiln has no complex dtypes."""
+    """Where the imaginary part is zero (everywhere, for a real tensor)."""
+    if input.dtype.is_complex:
+        return input.imag == 0
     return full(input.shape, True, dtype=dt.bool_, device=input.device)
 
 

@@ -1,6 +1,6 @@
 """Elementwise arithmetic beyond the core tables: floating-point representation (frexp, ldexp,
-nextafter), integer gcd/lcm, float_power, floor_divide, angle conversion, sgn/positive/heaviside,
-and the complex-number queries (real, imag, is_complex) answered for kiln's real dtypes.
+nextafter), integer gcd/lcm, float_power, floor_divide, angle conversion, sgn/positive/heaviside
+(complex parts and queries are in ``complex_ops``).
 
 Most are composites of existing ops, so autograd and the compiler see their parts; frexp,
 nextafter, gcd and lcm have numpy kernels (they read bits or integers). In-place ops are already
@@ -15,10 +15,18 @@ import math
 import numpy as np
 
 from ..runtime import dtypes as dt
-from .common import Tensor, TensorOrScalar, binary_dtype, fake, pointwise_meta, wrap
+from .common import (
+    Tensor,
+    TensorOrScalar,
+    binary_dtype,
+    fake,
+    pointwise_meta,
+    to_float_dtype,
+    wrap,
+)
 from .pointwise import as_np_operand, div, pow, where
 from .reductions import torch_type_name
-from .registry import METHODS, NAMESPACE, OPS, defop, tensor_method, torch_function
+from .registry import NAMESPACE, OPS, defop, tensor_method, torch_function
 
 __all__: list[str] = []
 
@@ -66,7 +74,8 @@ def ldexp(self: Tensor, other: Tensor): ...
 def _ldexp_decomp(x, e):
     """x * 2**e, with the power formed in floating point (so negative exponents work)."""
     _require_tensor("ldexp", "other", e)
-    return x * pow(2.0, e)
+    d = to_float_dtype(binary_dtype(x, e))  # both in the pair's float type (half stays half)
+    return x.to(d) * pow(2.0, e.to(d))
 
 
 def _require_tensor(fn_name: str, arg_name: str, value) -> None:
@@ -171,6 +180,10 @@ def _sgn_decomp(x):
     PyTorch's, it is 0 at nan. Built on ``sign`` so the result carries its zero gradient."""
     if x.dtype is dt.bool_:
         return x.clone()
+    if x.dtype.is_complex:  # z / |z|, 0 at 0 (a safe divisor keeps the gradient finite there)
+        magnitude = x.abs()
+        zero = magnitude == 0
+        return where(zero, 0, x / where(zero, 1, magnitude))
     if not x.dtype.is_floating_point:
         return x.sign()
     return where(x != x, 0.0, x.sign())
@@ -197,44 +210,6 @@ def positive(input: Tensor) -> Tensor:
         raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
     return input
 
-
-# ------------------------------------------------------------------------------ complex queries
-
-
-@torch_function()
-def is_complex(input: Tensor) -> bool:
-    """kiln has no complex dtypes, so this is False for every tensor."""
-    if not isinstance(input, Tensor):
-        raise TypeError(
-            f"is_complex(): argument 'input' (position 1) must be Tensor, not "
-            f"{type(input).__name__}"
-        )
-    return input.dtype.is_complex
-
-
-@torch_function("real")
-def _real(input: Tensor) -> Tensor:
-    """The real part of a real tensor is the tensor itself."""
-    if not isinstance(input, Tensor):
-        raise TypeError(f"real(): argument 'input' must be Tensor, not {type(input).__name__}")
-    return input
-
-
-@torch_function("imag")
-def _imag(input: Tensor, *value) -> Tensor:  # noqa: A002
-    """Raises: real tensors have no imaginary part (reading or assigning ``.imag``)."""
-    raise RuntimeError("imag is not implemented for tensors with non-complex dtypes.")
-
-
-def _set_real(self: Tensor, value) -> None:
-    if isinstance(value, Tensor):
-        self.copy_(value)
-    else:
-        self.fill_(value)
-
-
-METHODS["real"] = property(_real, _set_real, doc="The tensor itself (kiln tensors are real).")
-METHODS["imag"] = property(_imag, _imag, doc="Raises: real tensors have no imaginary part.")
 
 # ------------------------------------------------------------------------------ in-place namespace
 

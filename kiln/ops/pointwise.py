@@ -23,6 +23,7 @@ from .common import (
     TensorOrScalar,
     binary_dtype,
     broadcast_shapes,
+    checked_scalar,
     compute_np_dtype,
     empty_like_layout,
     output_layout_source,
@@ -147,7 +148,9 @@ floor = unary("floor", np.floor, None, float_math=False)
 ceil = unary("ceil", np.ceil, None, float_math=False)
 trunc = unary("trunc", np.trunc, None, float_math=False)
 frac = unary("frac", lambda a: a - np.trunc(a), lambda c, g: (g,), float_math=False)
-sign = unary("sign", np.sign, None, float_math=False)
+sign = unary(
+    "sign", lambda a: a.copy() if a.dtype == np.bool_ else np.sign(a), None, float_math=False
+)
 sgn = sign
 isnan = unary("isnan", np.isnan, None, out_bool=True)
 isinf = unary("isinf", np.isinf, None, out_bool=True)
@@ -156,12 +159,20 @@ isposinf = unary("isposinf", np.isposinf, None, out_bool=True)
 isneginf = unary("isneginf", np.isneginf, None, out_bool=True)
 signbit = unary("signbit", np.signbit, None, out_bool=True)
 logical_not = unary("logical_not", np.logical_not, None, out_bool=True)
-bitwise_not = unary(
-    "bitwise_not",
-    lambda a: np.logical_not(a) if a.dtype == np.bool_ else np.invert(a),
-    None,
-    float_math=False,
-)
+
+
+def _invert(a: np.ndarray) -> np.ndarray:
+    if a.dtype == np.bool_:
+        return np.logical_not(a)
+    if a.dtype.kind not in "iu":
+        from .reductions import torch_type_name
+
+        name = torch_type_name(dt.from_numpy_dtype(a.dtype))
+        raise NotImplementedError(f"\"bitwise_not_cpu\" not implemented for '{name}'")
+    return np.invert(a)
+
+
+bitwise_not = unary("bitwise_not", _invert, None, float_math=False)
 
 for _op in (
     floor,
@@ -221,8 +232,8 @@ def _binary_out(a, b, d: dt.dtype, x, y):
     n = 1
     for s in shape:
         n *= s
-    if n * d.itemsize < _POOL_MIN_BYTES:
-        return None
+    if n * d.itemsize < _POOL_MIN_BYTES and (sa != shape or a.flags.c_contiguous):
+        return None  # numpy's own output (it keeps the layout of a full-shape first operand)
     return empty_like_layout(shape, d, output_layout_source(shape, (x, y)))
 
 
@@ -257,7 +268,12 @@ def _make_binary_kernel(fn, kind: str):
             b = y._data
             if kind == "bool":
                 return wrap_array(fn(a, b), _bool)
-            if a.nbytes < _POOL_MIN_BYTES and b.nbytes < _POOL_MIN_BYTES and x._shape == y._shape:
+            if (
+                a.nbytes < _POOL_MIN_BYTES
+                and b.nbytes < _POOL_MIN_BYTES
+                and x._shape == y._shape
+                and (a.flags.c_contiguous or not b.flags.c_contiguous)
+            ):
                 return wrap_array(fn(a, b), d)
         else:
             d = binary_dtype(x, y)
@@ -434,16 +450,21 @@ def _make_alpha_kernel(np_fn):
     def kernel(x, y, alpha):
         if alpha != 1 and alpha is not True:
             d = binary_dtype(x, y)
-            if isinstance(alpha, float) and not d.is_floating_point:
+            if isinstance(alpha, float) and d.category < 2:
                 raise RuntimeError(
                     "For integral input tensors, argument alpha must not be a floating point number."
                 )
             if isinstance(y, Tensor):
-                y = (
-                    wrap(y._data * np.asarray(alpha).astype(compute_np_dtype(d)), d)
-                    if y._dtype is d
-                    else mul(y, alpha)
-                )
+                cd = compute_np_dtype(d)
+                # PyTorch rounds alpha to the result dtype, then forms x + alpha * y in the
+                # compute dtype (float32 for half types), so alpha * y is not rounded to y's
+                # dtype (nor to a half type) on the way
+                scale = np.asarray(alpha).astype(d.np).astype(cd)
+                if y._dtype is not d or cd != d.np:
+                    a, b = as_np_operand(x, cd), as_np_operand(y, cd)
+                    broadcast_shapes(np.shape(a), np.shape(b))
+                    return wrap(np_fn(a, b * scale), d)
+                y = wrap(y._data * scale, d)
             else:
                 y = y * alpha
         return plain(x, y)
@@ -519,8 +540,9 @@ def _div_kernel(x, y, rounding_mode):
     if rounding_mode is None:
         return _true_div(x, y)
     if rounding_mode not in ("trunc", "floor"):
-        raise ValueError(
-            f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'"
+        raise RuntimeError(
+            "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+            f"'{rounding_mode}'"
         )
     d = binary_dtype(x, y)
     a = as_np_operand(x, d.np)
@@ -534,6 +556,8 @@ def _div_kernel(x, y, rounding_mode):
             else np.floor_divide(a.astype(cd, copy=False), b.astype(cd, copy=False))
         )
         return wrap(r, d)
+    if d is _bool:
+        raise NotImplementedError(f"\"div_{rounding_mode}_cpu\" not implemented for 'Bool'")
     if np.any(b == 0):
         raise RuntimeError("ZeroDivisionError")
     if rounding_mode == "floor":
@@ -569,14 +593,14 @@ def pow(self: TensorOrScalar, exponent: TensorOrScalar): ...  # noqa: A001
 @pow.register_kernel
 def _pow_kernel(x, y):
     d = binary_dtype(x, y)
-    if not d.is_floating_point and isinstance(y, Tensor) is False and y < 0:
+    if d.category < 2 and isinstance(y, Tensor) is False and y < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
     cd = compute_np_dtype(d)
     a = as_np_operand(x, cd)
     if not isinstance(y, Tensor) and y == 2:
         return wrap(np.square(a), d)
     b = as_np_operand(y, cd)
-    if d.is_floating_point:
+    if d.category >= 2:  # floating or complex
         return wrap(np.power(a, b), d)
     negative = b < 0
     if np.any(negative):
@@ -623,10 +647,15 @@ def where(condition: Tensor, self: TensorOrScalar, other: TensorOrScalar): ...
 @where.register_kernel
 def _where_kernel(cond, x, y):
     if cond._dtype is not _bool and cond._dtype is not dt.uint8:
+        from .reductions import torch_type_name
+
         raise RuntimeError(
-            f"where expected condition to be a boolean tensor, but got a tensor with dtype {cond._dtype.name}"
+            "where expected condition to be a boolean tensor, but got a tensor with dtype "
+            + torch_type_name(cond._dtype)
         )
     d = binary_dtype(x, y)
+    if d.category == 1:  # a Python int converts (checked) into the integer result type
+        x, y = (checked_scalar(v, d) if v.__class__ is int else v for v in (x, y))
     return wrap(np.where(cond._data, as_np_operand(x, d.np), as_np_operand(y, d.np)), d)
 
 

@@ -62,6 +62,8 @@ _TYPE_NAMES = {
     dt.bfloat16: "BFloat16",
     dt.float32: "Float",
     dt.float64: "Double",
+    dt.complex64: "ComplexFloat",
+    dt.complex128: "ComplexDouble",
 }
 
 
@@ -81,6 +83,8 @@ _C_TYPE_NAMES = {
     dt.bfloat16: "c10::BFloat16",
     dt.float32: "float",
     dt.float64: "double",
+    dt.complex64: "c10::complex<float>",
+    dt.complex128: "c10::complex<double>",
 }
 
 
@@ -192,7 +196,7 @@ def sum_dtype(x, dtype=None):
     bool inputs (PyTorch's rule), else the input's."""
     if dtype is not None:
         return dtype
-    return _int64 if not x._dtype.is_floating_point else x._dtype
+    return _int64 if x._dtype.category < 2 else x._dtype
 
 
 def data_as_dtype(x, dtype):
@@ -475,7 +479,11 @@ for _op, _np_arg, _np_extreme, _arg_op in (
 def _overloads(name, full_op, dim_op, binary_op):
     """PyTorch's max/min: ``f(x)``, ``f(x, dim, keepdim=False)`` and ``f(x, other)``."""
 
-    def fn(input: Tensor, dim=None, keepdim: bool | None = None, *, other=None):
+    def fn(input: Tensor, dim=None, keepdim: bool | None = None, *, other=None, out=None):
+        if out is not None:  # computed, then written into the given tensor(s)
+            from .methods import write_out
+
+            return write_out(fn(input, dim, keepdim, other=other), out)
         if isinstance(dim, Tensor) or other is not None:
             if keepdim is not None:
                 raise TypeError(f"{name}() received an invalid combination of arguments")
@@ -538,7 +546,7 @@ def mean(
 
 def _mean_dtype(x, dtype=None):
     d = dtype or x._dtype
-    if not d.is_floating_point:
+    if d.category < 2:  # neither floating nor complex
         raise RuntimeError(
             "mean(): could not infer output dtype. Input dtype must be either a floating point or "
             f"complex dtype. Got: {torch_type_name(d)}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import dtypes as dt
+from ..runtime.memory_format import contiguous_format
 from ..runtime.tensor import Size
 from .cat_split import cat
 from .common import Tensor, fake, wrap, wrap_dim, wrap_dims
@@ -53,7 +54,7 @@ def _repeat_decomp(x, repeats):
         final.append(r * s)
     # one copy: broadcast each dim against its repeat count, then merge the pairs
     grid = OPS["expand"](OPS["reshape"](x, interleaved), expanded)
-    return OPS["view"](OPS["clone"](grid, memory_format="contiguous"), final)
+    return OPS["view"](OPS["clone"](grid, memory_format=contiguous_format), final)
 
 
 @tensor_method("repeat")
@@ -141,7 +142,7 @@ def repeat_interleave(
         OPS["unsqueeze"](input, d + 1), shape[: d + 1] + [repeats] + shape[d + 1 :]
     )
     shape[d] *= repeats
-    return OPS["view"](OPS["clone"](grid, memory_format="contiguous"), shape)
+    return OPS["view"](OPS["clone"](grid, memory_format=contiguous_format), shape)
 
 
 # ------------------------------------------------------------------------------ flip / roll / rot90

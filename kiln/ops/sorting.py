@@ -2,11 +2,12 @@
 median, nanmedian), unique, searchsorted, bincount, histc.
 
 ``sort`` is the one kernel of the sort family (numpy's stable sorts; NaN orders as the largest
-value, as in PyTorch). argsort, msort, topk, kthvalue and median(dim) are compositions of it, so
-their values differentiate through sort's derivative, which sends each gradient back to the
-position its index names. Among equal values the stable order decides which index comes back;
-PyTorch's CPU kernels may return another of the tied positions. unique and bincount have output
-shapes that depend on the data: eager kernels only (their meta functions raise).
+value, as in PyTorch). argsort, msort and median(dim) are compositions of it, so their values
+differentiate through sort's derivative, which sends each gradient back to the position its index
+names; topk and kthvalue have kernels of their own with the same kind of derivative. Among equal
+values, unstable sort, topk and kthvalue replay PyTorch's CPU algorithms (``stl_order``) so the
+same tied positions come back. unique and bincount have output shapes that depend on the data:
+eager kernels only (their meta functions raise).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .reductions import (
     torch_type_name,
 )
 from .registry import defop, return_type, tensor_method, torch_function
+from .stl_order import replay_kthvalue, replay_sort, replay_topk
 from .views import select, slice
 
 __all__: list[str] = []
@@ -63,6 +65,9 @@ def _sort_kernel(x, dim, descending, stable):
     if not a.ndim:
         return sort.returns(wrap(a.copy(), x._dtype), wrap(np.zeros((), np.int64), _int64))
     idx = argsort_np(a, d, descending)
+    radix = a.ndim == 1 and a.size >= 32768 and a.dtype.kind in "iu" and not descending
+    if not stable and not radix:  # PyTorch's std::sort order among ties (its radix sort is stable)
+        idx = replay_sort(a, d, descending, idx)
     values = a[idx] if a.ndim == 1 else np.take_along_axis(a, idx, d)
     return sort.returns(wrap(values, x._dtype), wrap(idx, _int64))
 
@@ -136,12 +141,13 @@ def _topk_dim(x, k, dim) -> int:
 
 @topk.register_kernel
 def _topk_kernel(x, k, dim, largest, sorted_):
-    # the first k of the stable sort (always sorted; PyTorch allows any order when sorted=False)
+    # the first k of the stable sort, then PyTorch's selection order where ties or sorted=False
+    # make it differ
     d = _topk_dim(x, k, dim)
     a = x._data
     if not a.ndim:
         return topk.returns(*sort.kernel(x, d, largest, True))
-    idx = argsort_np(a, d, largest)[(np.s_[:],) * d + (np.s_[:k],)]
+    idx = replay_topk(a, d, k, largest, sorted_, argsort_np(a, d, largest))
     values = a[idx] if a.ndim == 1 else np.take_along_axis(a, idx, d)
     return topk.returns(wrap(values, x._dtype), wrap(idx, _int64))
 
@@ -173,11 +179,51 @@ def _topk_decomp(x, k, dim=-1, largest=True, sorted_=True):
 def kthvalue(self: Tensor, k: int, dim: int = -1, keepdim: bool = False): ...
 
 
-@kthvalue.register_decomposition
-def _kthvalue_decomp(x, k, dim=-1, keepdim=False):
+def _kthvalue_dim(x, k, dim) -> int:
     d = wrap_dim(dim, x.ndim)
     if not 1 <= k <= _size_along(x, d):
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
+    return d
+
+
+@kthvalue.register_kernel
+def _kthvalue_kernel(x, k, dim, keepdim):
+    d = _kthvalue_dim(x, k, dim)
+    a = x._data
+    if not a.ndim:
+        return kthvalue.returns(wrap(a.copy(), x._dtype), wrap(np.zeros((), np.int64), _int64))
+    idx = replay_kthvalue(a, d, k, argsort_np(a, d, False))  # PyTorch's pick among ties
+    values = np.take_along_axis(a, idx, d)
+    if not keepdim:
+        values, idx = values.squeeze(d), idx.squeeze(d)
+    return kthvalue.returns(wrap(values, x._dtype), wrap(idx, _int64))
+
+
+@kthvalue.register_meta
+def _kthvalue_meta(x, k, dim=-1, keepdim=False):
+    d = _kthvalue_dim(x, k, dim)
+    shape = tuple(s for i, s in enumerate(x._shape) if i != d or keepdim)
+    shape = tuple(1 if i == d else s for i, s in enumerate(shape)) if keepdim else shape
+    return kthvalue.returns(fake(shape, x._dtype, x), fake(shape, _int64, x))
+
+
+def _kthvalue_grad(c, g, _gi=None):
+    x, k, dim, keepdim = c.args
+    if not x.ndim:
+        return (g,)
+    d = wrap_dim(dim, x.ndim)
+    idx = c.out[1]
+    if not keepdim:
+        g, idx = g.unsqueeze(d), idx.unsqueeze(d)
+    return (scatter_back(g, idx, d, x.shape),)
+
+
+kthvalue.register_derivative(_kthvalue_grad, save_output=True, save_inputs=())
+
+
+@kthvalue.register_decomposition
+def _kthvalue_decomp(x, k, dim=-1, keepdim=False):
+    d = _kthvalue_dim(x, k, dim)
     values, indices = sort(x, d, stable=True)
     if not x.ndim:
         return kthvalue.returns(values, indices)

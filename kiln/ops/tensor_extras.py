@@ -1,5 +1,5 @@
 """Tensor methods PyTorch has that the op table did not give: in-place variants of linear-algebra
-and scan ops (``addmm_``, ``cumsum_``...), ``type_as``, ``fill_diagonal_``,
+and scan ops (``addmm_``, ``cumsum_``...), ``narrow_copy``, ``type_as``, ``fill_diagonal_``,
 ``resize_``/``resize_as_`` and the element-by-element Python escapes ``apply_``/``map_``.
 
 The in-place variants are generated from their out-of-place ops the same way the pointwise ones
@@ -14,12 +14,13 @@ import numpy as np
 
 from ..runtime import dtypes as dt
 from ..runtime.device import cpu
+from ..runtime.memory_format import contiguous_format
 from ..runtime.storage import Storage
 from ..runtime.tensor import Size
 from .api import tensor
 from .common import Tensor
 from .methods import _make_inplace_op
-from .registry import OPS, tensor_method
+from .registry import OPS, tensor_method, torch_function
 
 __all__: list[str] = []
 
@@ -27,6 +28,13 @@ __all__: list[str] = []
 _INPLACE_FROM = ("addmm", "addmv", "addbmm", "baddbmm", "addr", "cumsum", "cumprod", "renorm")
 for _name in _INPLACE_FROM:
     _make_inplace_op(OPS[_name])
+
+
+@torch_function()
+@tensor_method()
+def narrow_copy(self: Tensor, dim: int, start: int, length: int) -> Tensor:
+    """``narrow`` into fresh memory (contiguous, no view of ``self``)."""
+    return self.narrow(dim, start, length).clone(memory_format=contiguous_format)
 
 
 @tensor_method()

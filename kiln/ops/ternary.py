@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from ..runtime import dtypes as dt
@@ -18,9 +19,11 @@ from .common import (
     Tensor,
     TensorOrScalar,
     broadcast_shapes,
+    checked_scalar,
     compute_np_dtype,
     pointwise_meta,
     result_dtype,
+    to_float_dtype,
     wrap,
 )
 from .pointwise import as_np_operand, maximum, needs_grad, where
@@ -94,7 +97,20 @@ def _lerp_kernel(x, end, w):
     cd = compute_np_dtype(d)
     a, b, ww = as_np_operand(x, cd), as_np_operand(end, cd), as_np_operand(w, cd)
     # PyTorch's two-sided formula keeps lerp exact at both ends
-    out = np.where(np.abs(ww) < 0.5, a + ww * (b - a), b - (b - a) * (1 - ww))
+    small = np.abs(ww) < 0.5
+    if cd == np.float32:
+        # PyTorch's CPU kernel is one fused multiply-add, coeff * (end - self) + base with
+        # (coeff, base) = (w, self) or (w - 1, end); float64 holds the product exactly, so this
+        # rounds as the FMA does (optimizers' moment updates then match it bit for bit)
+        if np.ndim(ww) == 0:  # a scalar weight (Adam's moments): one branch, no selects
+            coeff, base = (ww, a) if small else (ww - np.float32(1), b)
+        else:
+            coeff, base = np.where(small, ww, ww - np.float32(1)), np.where(small, a, b)
+        out = np.multiply(np.subtract(b, a), coeff, dtype=np.float64)
+        out += base
+        out = out.astype(np.float32)
+    else:
+        out = np.where(small, a + ww * (b - a), b - (b - a) * (1 - ww))
     return wrap(out, d)
 
 
@@ -133,6 +149,7 @@ def _masked_fill_kernel(x, mask, value):
             f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with {len(value._shape)} dimension(s)."
         )
     v = value.item() if isinstance(value, Tensor) else value
+    v = checked_scalar(v, x._dtype)
     out = np.where(mask._data, np.asarray(v).astype(x._dtype.np), x._data)
     shape = broadcast_shapes(x._shape, mask._shape)
     if out.shape != shape:
@@ -179,14 +196,11 @@ def _nan_to_num_kernel(x, nan, posinf, neginf):
     a = x._data
     if not x._dtype.is_floating_point:
         return wrap(a.copy(), x._dtype)
-    info = np.finfo(a.dtype)
-    out = np.nan_to_num(
-        a,
-        nan=0.0 if nan is None else nan,
-        posinf=info.max if posinf is None else posinf,
-        neginf=info.min if neginf is None else neginf,
-    )
-    return wrap(out, x._dtype)
+    info = ml_dtypes.finfo(a.dtype)  # numpy's finfo does not know bfloat16
+    out = np.where(a != a, 0.0 if nan is None else nan, a)
+    out = np.where(out == np.inf, info.max if posinf is None else posinf, out)
+    out = np.where(out == -np.inf, info.min if neginf is None else neginf, out)
+    return wrap(out.astype(a.dtype), x._dtype)
 
 
 nan_to_num.register_meta(lambda x, *a: pointwise_meta(x._dtype, x))
@@ -206,7 +220,8 @@ addcdiv.register_decomposition(lambda x, a, b, value=1: x + value * a / b)
 def square(self: Tensor): ...
 
 
-square.register_decomposition(lambda x: x * x)
+# x * x, except that a bool tensor squares as pow(x, 2) does: into int64
+square.register_decomposition(lambda x: x.long() * x.long() if x.dtype is _bool else x * x)
 
 
 @defop(kind="pointwise")
@@ -223,8 +238,16 @@ def _xlogy_decomp(x, y):
             return x * math.log(y)
         log_y = math.inf if y == math.inf else -math.inf if y == 0 else math.nan
         return where((x == 0) & (y == y), 0.0, x * log_y)
+    x, y = _as_float_operands(x, y)
     log_y = where((x == 0) & ((y <= 0) | (y == math.inf)), 0.0, y.log())
     return x * log_y + 0.0  # + 0.0: 0 * log(0.5) is -0.0, PyTorch prints 0
+
+
+def _as_float_operands(x, y):
+    """Both operands in the (floating) result dtype of the pair, as PyTorch computes a binary
+    float op: ``xlogy(half, int8)`` stays half, a 0-d float64 does not widen a float32."""
+    d = to_float_dtype(result_dtype(x, y))
+    return tuple(v.to(d) if isinstance(v, Tensor) and v.dtype is not d else v for v in (x, y))
 
 
 @defop(kind="pointwise")
@@ -233,6 +256,8 @@ def logit(self: Tensor, eps: float | None = None): ...
 
 @logit.register_decomposition
 def _logit_decomp(x, eps=None):
+    if not x.dtype.is_floating_point:  # integers and bools compute in the default float
+        x = x.to(dt.get_default_dtype())
     if eps is not None:
         x = x.clamp(eps, 1 - eps)
     return (x / (1 - x)).log()
@@ -244,5 +269,6 @@ def logaddexp(self: Tensor, other: Tensor): ...
 
 @logaddexp.register_decomposition
 def _logaddexp_decomp(a, b):
+    a, b = _as_float_operands(a, b)
     m = maximum(a, b)
     return m + ((a - m).exp() + (b - m).exp()).log()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime.memory_format import contiguous_format
 from ..runtime.tensor import contiguous_strides
 from .common import Tensor, fake, wrap, wrap_dim, wrap_dims
 from .registry import defop
@@ -140,7 +141,7 @@ def _reshape_decomp(x, shape):
     shape = infer_size(shape, x.numel())
     if view_strides(x._shape, x.stride(), shape) is not None:
         return view(x, shape)
-    return view(x.clone(memory_format="contiguous"), shape)
+    return view(x.clone(memory_format=contiguous_format), shape)
 
 
 @reshape.register_meta
@@ -173,7 +174,7 @@ def _perm(dims, ndim):
             f"length of the desired ordering of dimensions i.e. input.dim() = {ndim} is not equal "
             f"to len(dims) = {len(dims)}"
             if len(dims) != ndim
-            else f"permute(): duplicate dims are not allowed: {dims}"
+            else "permute(): duplicate dims are not allowed."
         )
     return dims
 
@@ -556,7 +557,7 @@ def _scatter_op(name, view_op, schema):
     op = defop(schema, name=name, kind="scatter", prim=True)
 
     def kernel(x, src, *params):
-        out = x.clone(memory_format="contiguous") if x._data is not None else None
+        out = x.clone(memory_format=contiguous_format) if x._data is not None else None
         target = view_op.kernel(out, *params)
         if target._shape != src._shape:
             raise RuntimeError(

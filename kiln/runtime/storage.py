@@ -24,11 +24,12 @@ __all__ = ["Storage", "BufferPool", "pool", "empty_array", "writable_target"]
 class Storage:
     """The shared identity of a buffer: base array plus in-place version counter."""
 
-    __slots__ = ("base", "version", "__weakref__")
+    __slots__ = ("base", "version", "shared", "__weakref__")
 
     def __init__(self, base: np.ndarray | None):
         self.base = base
         self.version = 0
+        self.shared = False  # set by ``Tensor.share_memory_``
 
     def data_ptr(self) -> int:
         if self.base is None:
@@ -37,6 +38,12 @@ class Storage:
 
     def nbytes(self) -> int:
         return 0 if self.base is None else self.base.nbytes
+
+    def size(self) -> int:
+        return self.nbytes()  # an untyped storage counts bytes
+
+    def __len__(self) -> int:
+        return self.nbytes()
 
 
 _POOL_MIN_BYTES = 1 << 20  # below this numpy's own small-block cache is as good

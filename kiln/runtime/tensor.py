@@ -180,15 +180,31 @@ class Tensor:
     def stride(self, dim: int | None = None):
         st = self._stride
         if st is None:
-            data = self._data
-            item = data.itemsize
-            st = tuple(s // item for s in data.strides)
-            if any(s < 0 for s in st):
-                raise RuntimeError("internal error: negative stride in a kiln tensor")
-            self._stride = st
+            st = self._stride = self._strides_of_data()
         if dim is None:
             return st
         return st[_wrap_dim(dim, len(self._shape))]
+
+    def _strides_of_data(self) -> tuple:
+        """Strides read off the numpy array, except where numpy and PyTorch disagree: numpy
+        zeroes an empty array's strides and picks its own for size-1 dims of views (neither
+        changes which elements are addressed), so a view with such dims takes the strides its
+        op's meta function computes, as PyTorch does."""
+        data = self._data
+        shape = self._shape
+        src = self._view_src
+        if src is not None and (1 in shape or data.size == 0):
+            op, args = src
+            out = op.meta(*args)
+            if out.__class__ is Tensor:
+                return out._stride if out._stride is not None else out.stride()
+        if data.size == 0:
+            return contiguous_strides(shape)
+        item = data.itemsize
+        st = tuple(s // item for s in data.strides)
+        if any(s < 0 for s in st):
+            raise RuntimeError("internal error: negative stride in a kiln tensor")
+        return st
 
     def storage_offset(self) -> int:
         data = self._data
@@ -230,14 +246,18 @@ class Tensor:
         self._get_storage().version += 1
 
     def is_contiguous(self, memory_format=None) -> bool:
-        expected = 1
+        if memory_format is not None:
+            from .memory_format import is_contiguous_as
+
+            return is_contiguous_as(self._shape, self.stride(), memory_format)
         shape = self._shape
+        if 0 in shape:
+            return True
+        expected = 1
         strides = self.stride()
         for size, st in zip(reversed(shape), reversed(strides)):
             if size == 1:
                 continue
-            if size == 0:
-                return True
             if st != expected:
                 return False
             expected *= size
@@ -264,11 +284,31 @@ class Tensor:
         return self._dtype.is_floating_point
 
     def is_complex(self) -> bool:
-        return False
+        return self._dtype.is_complex
 
     @property
     def layout(self):
-        return "strided"
+        from .layouts import strided
+
+        return strided
+
+    is_sparse = False
+    is_quantized = False
+    is_mkldnn = False
+
+    def dim_order(self) -> tuple:
+        """The dims from outermost to innermost in memory (largest stride first)."""
+        strides = self.stride()
+        return tuple(sorted(range(len(strides)), key=lambda d: -strides[d]))
+
+    def is_shared(self) -> bool:
+        return self._get_storage().shared
+
+    def share_memory_(self) -> Tensor:
+        """Mark the storage shared (kiln's CPU buffers are already visible to this process's
+        threads; there is no cross-process sharing)."""
+        self._get_storage().shared = True
+        return self
 
     # ------------------------------------------------------------------ autograd fields
     @property
@@ -286,7 +326,7 @@ class Tensor:
                     "use var_no_grad = var.detach()."
                 )
             return
-        if value and not self._dtype.is_floating_point:
+        if value and self._dtype.category < 2:  # neither floating nor complex
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
         self._requires_grad = value
 

@@ -447,6 +447,21 @@ SAMPLES += [
         ops=("index_copy_",),
         id="index_copy_-method",
     ),
+    Sample("index_reduce", (T((4, 3)), 0, I([1, 3, 1]), T((3, 3)), "prod")),
+    Sample(
+        "index_reduce",
+        (T((3, 4)), -1, I([0, 2, 0]), T((3, 3)), "mean"),
+        kwargs={"include_self": False},
+        id="index_reduce-mean-exclude-self",
+    ),
+    Sample("index_reduce", (T((4, 3)), 0, I([2, 0]), T((2, 3)), "amax"), id="index_reduce-amax"),
+    Sample(
+        "index_reduce",
+        (T((4, 3)), 0, I([1, 1]), T((2, 3)), "amin"),
+        fn=lambda lib, x, d, i, s, r: x.clone().index_reduce_(d, i, s, r),
+        ops=("index_reduce_",),
+        id="index_reduce_-method",
+    ),
 ]
 
 # ------------------------------------------------------------------------------ masked / flat
