@@ -88,8 +88,62 @@ def _joint_graph(fn, args, kwargs, decompositions, with_grad: bool):
     grads = outs[n_graph : func.num_outputs]
     graph.output_node.args = (tuple(outs[:n_graph] + new_values + grads),)
     graph = _decompose(graph, trace.constants, decompositions)
+    _merge_common_subexpressions(graph)
     graph.eliminate_dead_code()
     return graph, trace, mutated, n_graph + len(mutated)
+
+
+def _merge_common_subexpressions(graph: Graph) -> None:
+    """Backward formulas recompute forward values (layer_norm's mean and variance): merged, the
+    partitioner saves (or recomputes) one copy and the compiler computes it once.
+
+    A value the graph returns (or returns a view of) is never merged into another: two outputs
+    would then be one tensor (an optimizer's fresh ``zeros`` step counters, one per parameter,
+    would all become one counter)."""
+    from ..ir.passes import _key, _mutates
+
+    returned = set()
+    for out in graph.output_node.all_input_nodes:
+        node = out
+        while True:
+            returned.add(node)
+            parent = _viewed_node(node)
+            if parent is None:
+                break
+            node = parent
+    seen: dict = {}
+    for node in list(graph.nodes):
+        if node.op not in ("call_function", "get_attr"):
+            continue
+        if _mutates(node):
+            seen.clear()
+            continue
+        if node.is_impure():
+            continue
+        key = (node.op, _key(node.target), _key(node.args), _key(node.kwargs))
+        first = seen.get(key)
+        if first is None:
+            seen[key] = node
+        elif node not in returned:
+            node.replace_all_uses_with(first)
+            graph.erase_node(node)
+
+
+def _viewed_node(node):
+    """The node a view node views (its first argument), or None for a non-view."""
+    from ..ir import Node
+    from ..ops.registry import Op
+
+    target = node.target
+    if (
+        node.op == "call_function"
+        and isinstance(target, Op)
+        and target.is_view
+        and node.args
+        and isinstance(node.args[0], Node)
+    ):
+        return node.args[0]
+    return None
 
 
 def _decompose(graph: Graph, constants: dict, decompositions) -> Graph:
@@ -149,6 +203,7 @@ def compile_entry(fn, args, kwargs, config: AOTConfig, with_grad: bool) -> Compi
     logs.dump("joint" if with_grad else "inference", traced)
     if not with_grad:
         compiler = config.inference_compiler or config.fw_compiler
+        _note_input_mutations(graph, mutated)
         forward = compiler(traced, _example_fakes(graph))
         runner = make_runner(RuntimeLayout(trace, mutated), forward, None)
         return CompiledEntry(runner, trace, traced, None)
@@ -159,11 +214,20 @@ def compile_entry(fn, args, kwargs, config: AOTConfig, with_grad: bool) -> Compi
     logs.dump("backward", bw_gm)
     if logs.enabled():
         _log_saved_bytes(graph, num_fwd, partition)
+    _note_input_mutations(partition.forward, mutated)
     forward = config.fw_compiler(fw_gm, _example_fakes(partition.forward))
     backward = config.bw_compiler(bw_gm, _example_fakes(partition.backward))
     checks, saved_outputs = _saved_layout(partition.forward, num_fwd, trace.num_graph_outputs)
     layout = RuntimeLayout(trace, mutated, checks, saved_outputs)
     return CompiledEntry(make_runner(layout, forward, backward), trace, traced, partition)
+
+
+def _note_input_mutations(forward: Graph, mutated: list) -> None:
+    """Tell the compiler which outputs are new values of which inputs (``(input index, output
+    index)`` pairs in the output node's ``meta["input_mutations"]``): the runtime copies them
+    back, unless the compiled graph returns the input itself, having written it in place."""
+    if mutated:
+        forward.output_node.meta["input_mutations"] = tuple(mutated)
 
 
 def _log_saved_bytes(graph: Graph, num_fwd: int, chosen: Partition) -> None:
@@ -213,7 +277,7 @@ def _signature(flat_args, in_spec) -> tuple:
     for a in flat_args:
         if isinstance(a, Tensor):
             key.append((a._shape, a.stride(), a._dtype, a._device, a._requires_grad))
-        elif isinstance(a, (int, float, bool, str, type(None))):
+        elif isinstance(a, (int, float, complex, bool, str, type(None))):
             key.append(("const", type(a), a))
         else:
             key.append(("const", type(a), id(a)))

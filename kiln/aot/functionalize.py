@@ -165,6 +165,11 @@ class _Functionalizer:
         if name in ("view", "reshape", "squeeze", "unsqueeze", "alias"):
             shape = tuple(meta_like.meta["val"].shape)
             return self.new_node(OPS["view"], (new, shape), meta_like, anchor)
+        if name == "view_as_real":  # the (real, imag) pairs rebuild the complex parent
+            parts = [self.new_node(OPS["select"], (new, -1, i), None, anchor) for i in (0, 1)]
+            return self.new_node(OPS["complex"], tuple(parts), meta_like, anchor)
+        if name == "view_as_complex":
+            return self.new_node(OPS["view_as_real"], (new,), meta_like, anchor)
         raise UnsupportedMutationError(
             f"in-place write through a '{name}' view cannot be functionalized"
         )

@@ -196,8 +196,11 @@ def _recomputable(node: Node) -> bool:
 
 def _save_cost(node: Node) -> int:
     """Bytes that saving ``node`` keeps alive: a view holds its base's whole storage, so a view
-    is never cheaper to save than its base (the cut then saves the base and replays the view)."""
-    return max(tensor_bytes(node), tensor_bytes(storage_root(node)), 1)
+    is never cheaper to save than its base (the cut then saves the base and replays the view).
+    One more per tensor breaks ties toward saving fewer tensors: a value saved once, with its
+    reshapes replayed in the backward, rather than each reshape (a copy the forward would make
+    and, for attention's heads, a copy the compiler can otherwise avoid)."""
+    return max(tensor_bytes(node), tensor_bytes(storage_root(node)), 1) + 1
 
 
 def min_cut_partition(joint: Graph, num_fwd_outputs: int) -> Partition:

@@ -81,11 +81,17 @@ def _rng_args(total: int) -> tuple:
 
 
 def _copy_back(primals, outs, mutated) -> None:
+    """New values of mutated inputs into the inputs. A compiled graph that wrote one in place
+    returns the input itself: only its version changes, as an in-place op's would."""
     prev = _grad_enabled[0]
     _grad_enabled[0] = False
     try:
         for k, j in mutated:
-            primals[k].copy_(outs[j])
+            target, new = primals[k], outs[j]
+            if new is target:
+                target._bump_version()
+            else:
+                target.copy_(new)
     finally:
         _grad_enabled[0] = prev
 
@@ -194,8 +200,8 @@ def _training_runner(layout: RuntimeLayout, forward: Callable, backward: Callabl
                 if rng_total is not None
                 else forward(*primals)
             )
-            for k, j in mutated:
-                primals[k].copy_(outs[j])
+            if mutated:
+                _copy_back(primals, outs, mutated)
         finally:
             _grad_enabled[0] = True
         node = CompiledFunctionBackward(tuple([autograd_edge(primals[k]) for k in grad_primals]))

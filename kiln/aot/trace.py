@@ -254,7 +254,7 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
 
 
 def _is_differentiable(t: Tensor) -> bool:
-    return t._requires_grad and t._dtype.is_floating_point
+    return t._requires_grad and t._dtype.category >= 2  # floating or complex
 
 
 def _arguments_for_fn(mode: TracingMode, proxies: list, with_grad: bool):

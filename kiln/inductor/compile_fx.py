@@ -29,8 +29,9 @@ class CompiledGraph:
     """Calls the kernels of one graph in order (through its generated wrapper) and returns its
     outputs as a tuple."""
 
-    def __init__(self, sched, codegen: str, graph_key: str | None = None):
+    def __init__(self, sched, codegen: str, graph_key: str | None = None, mutations=()):
         from .codegen.wrapper import generate_wrapper
+        from .reinplace import plan_inplace
 
         self.schedule = sched
         self.codegen = codegen
@@ -62,7 +63,8 @@ class CompiledGraph:
             elif isinstance(step, ScatterStep) and i not in kernels:
                 numpy_steps[i] = _numpy_scatter(step.buffer)
         self.numpy_reasons = numpy_reasons
-        self.wrapper = generate_wrapper(sched, kernels, numpy_steps)
+        self.inplace = plan_inplace(sched, mutations) if mutations else {}
+        self.wrapper = generate_wrapper(sched, kernels, numpy_steps, self.inplace)
         self.source = self.wrapper.source
         self._call = self.wrapper.call
 
@@ -107,6 +109,9 @@ def _numpy_step(step):
 def compile_graph(gm, example_inputs, options: dict | None = None) -> CompiledGraph:
     """Lower, schedule and generate code for one graph (see the module docstring)."""
     options = options or {}
+    complex_value = _complex_value(gm, example_inputs)
+    if complex_value is not None:
+        return _eager_graph(gm, example_inputs, complex_value)
     lowered = GraphLowering(gm, example_inputs).run()
     sched = schedule(lowered)
     if _log_enabled("inductor"):
@@ -118,9 +123,39 @@ def compile_graph(gm, example_inputs, options: dict | None = None) -> CompiledGr
 
         compiled = TritonCompiledGraph(sched, device, options)
     else:
-        compiled = CompiledGraph(sched, codegen, _graph_key(gm, example_inputs, codegen))
+        mutations = gm.graph.output_node.meta.get("input_mutations", ())
+        compiled = CompiledGraph(sched, codegen, _graph_key(gm, example_inputs, codegen), mutations)
     _dump(gm, compiled)
     return compiled
+
+
+def _complex_value(gm, example_inputs) -> str | None:
+    """A description of the first complex tensor in the graph, if it has one: the kernels have no
+    complex arithmetic, so such graphs run with the eager ops."""
+    from ..runtime.tensor import Tensor
+
+    for t in example_inputs:
+        if isinstance(t, Tensor) and t.dtype.is_complex:
+            return f"an input of dtype {t.dtype}"
+    for node in gm.graph.nodes:
+        vals = node.meta.get("val")
+        for v in vals if isinstance(vals, (list, tuple)) else [vals]:
+            if isinstance(v, Tensor) and v.dtype.is_complex:
+                return f"node {node.name} ({v.dtype})"
+    return None
+
+
+def _eager_graph(gm, example_inputs, reason: str):
+    """The graph run by the eager ops (AOT's calling convention), saying why under
+    ``KILN_LOGS=graph_breaks``/``inductor``."""
+    from ..aot.backend import boxed_eager_compiler
+
+    message = f"inductor runs a graph with the eager ops: it has complex values ({reason})"
+    logging.getLogger("kiln.graph_breaks").info(message)
+    log.info(message)
+    if _log_enabled("inductor"):
+        print(f"[kiln.inductor] {message}", file=sys.stderr)
+    return boxed_eager_compiler(gm, example_inputs)
 
 
 def _graph_key(gm, example_inputs, codegen: str) -> str:

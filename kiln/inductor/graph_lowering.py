@@ -142,6 +142,7 @@ class GraphLowering:
             (users > 1 and box.size_hint > REUSE_INLINE_LIMIT)
             or box.size_hint > REALIZE_SIZE_HINT
             or any(user.op == "output" for user in node.users)
+            or (users > 1 and not getattr(box, "is_view", False) and _feeds_matmul(node))
         ):
             box.realize()
 
@@ -167,6 +168,39 @@ class GraphLowering:
         return LoweredGraph(
             self.inputs, self.constants, list(self.ctx.buffers), outputs, spec, self.fallbacks
         )
+
+
+_VIEW_OPS = frozenset(
+    {
+        "view",
+        "reshape",
+        "permute",
+        "expand",
+        "slice",
+        "select",
+        "unsqueeze",
+        "squeeze",
+        "alias",
+        "clone",
+    }
+)
+_MATMULS = frozenset({"mm", "bmm"})
+
+
+def _feeds_matmul(node, depth: int = 8) -> bool:
+    """Whether a matmul reads ``node`` through views only. Such a value is stored once, where
+    it is computed, and each matmul takes a view of it: inlined instead, every matmul would
+    store its own (often transposed) copy — a linear layer's bias add feeding q, k and v, a
+    gradient feeding both the input and the weight gradient."""
+    stack = [(u, 0) for u in node.users]
+    while stack:
+        user, d = stack.pop()
+        name = getattr(getattr(user, "target", None), "name", None)
+        if name in _MATMULS:
+            return True
+        if name in _VIEW_OPS and d < depth:
+            stack.extend((u, d + 1) for u in user.users)
+    return False
 
 
 def _realize_broadcast_scalars(buffers: list, args, kwargs) -> None:

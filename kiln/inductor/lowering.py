@@ -282,7 +282,12 @@ def _cast(out_meta, x, dtype):
 @register_lowering("clone", "alias")
 def _clone(out_meta, x, memory_format=None):
     # a copy is the same values; whether they end up in new memory is the scheduler's business
-    return _box(x.ctx, x.shape, x.dtype, x.loader, x)
+    same = lowering_matmul.clone_without_copy(x, CURRENT_NODE[0])
+    if same is not None:
+        return same
+    box = _box(x.ctx, x.shape, x.dtype, x.loader, x)
+    box.clone_of = x  # a matmul reading the copy may read the original (``_batched_operands``)
+    return box
 
 
 @register_lowering("to_device")
@@ -391,6 +396,7 @@ def _view_box(x: TensorBox, shape, index_map: Callable, strided=None) -> TensorB
     box = TensorBox(
         tuple(shape), x.dtype, lambda index: inner(index_map(index)), x.ctx, size_hint=x.size_hint
     )
+    box.is_view = True
     base = getattr(x, "view_of", None)
     if base is None and x.buffer is not None:
         base = (x.buffer, x.buffer.layout)
@@ -399,7 +405,30 @@ def _view_box(x: TensorBox, shape, index_map: Callable, strided=None) -> TensorB
         new_layout = strided(layout)
         if new_layout is not None:
             box.view_of = (buffer, new_layout)
+    elif base is None and strided is not None and _numel(shape) == x.numel():
+        # a view of a value not computed yet: remember how to view it once it is stored
+        # (an extern kernel then takes the view instead of a copy in the view's order)
+        root, to_root = getattr(x, "lazy_view", None) or (x, None)
+        box.lazy_view = (root, _compose(to_root, strided))
     return box
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _compose(first, then):
+    if first is None:
+        return then
+
+    def strided(layout):
+        inner = first(layout)
+        return None if inner is None else then(inner)
+
+    return strided
 
 
 @register_lowering("permute")
@@ -540,6 +569,9 @@ def _contiguous_strides(shape):
 def _view(out_meta, x, size):
     out_shape = tuple(out_meta.shape)
     in_shape = tuple(x.shape)
+    back = getattr(x, "reshape_of", None)
+    if back is not None and tuple(back.shape) == out_shape:
+        return back  # a reshape undone: the original (and whatever buffer view it has)
     in_strides = _contiguous_strides(in_shape)
     out_strides = _contiguous_strides(out_shape)
 
@@ -558,7 +590,9 @@ def _view(out_meta, x, size):
         st = view_strides(layout.shape, layout.stride, out_shape)
         return None if st is None else Layout(out_shape, tuple(st), layout.dtype, layout.offset)
 
-    return _view_box(x, out_shape, index_map, strided)
+    box = _view_box(x, out_shape, index_map, strided)
+    box.reshape_of = x  # a batched matmul may take ``x`` itself (see ``_batched_operands``)
+    return box
 
 
 @register_lowering("diagonal")
@@ -779,11 +813,37 @@ def make_reduction(
     acc_dtype = (
         compute_dtype(out_dtype) if rtype not in ("argmax", "argmin", "any", "all") else out_dtype
     )
-    buf = ComputedBuffer(
-        ctx.new_name(),
-        Layout.contiguous(ranges, acc_dtype),
-        Reduction(ranges, rranges, rtype, acc_dtype, src, inner_fn),
-    )
+    lead = _split_point(ranges, rranges, rtype)
+    if lead:
+        # two passes: partial results per leading reduction index (rows that threads share),
+        # then one small reduction of the partials
+        parts = ComputedBuffer(
+            ctx.new_name(),
+            Layout.contiguous(rranges[:lead], acc_dtype),
+            Reduction(
+                rranges[:lead],
+                rranges[lead:],
+                rtype,
+                acc_dtype,
+                src,
+                lambda index, rindex: inner_fn([], list(index) + list(rindex)),
+            ),
+        )
+        ctx.buffers.append(parts)
+        parts_loader = parts.make_loader()
+        buf = ComputedBuffer(
+            ctx.new_name(),
+            Layout.contiguous(ranges, acc_dtype),
+            Reduction(
+                (), rranges[:lead], rtype, acc_dtype, acc_dtype, lambda i, r: parts_loader(r)
+            ),
+        )
+    else:
+        buf = ComputedBuffer(
+            ctx.new_name(),
+            Layout.contiguous(ranges, acc_dtype),
+            Reduction(ranges, rranges, rtype, acc_dtype, src, inner_fn),
+        )
     ctx.buffers.append(buf)
     box = TensorBox.of_buffer(buf, ctx)
     if acc_dtype is not result_dtype:
@@ -792,6 +852,31 @@ def make_reduction(
         inner = box.loader
         box = TensorBox(out_shape, result_dtype, lambda index: inner([index[i] for i in kept]), ctx)
     return box
+
+
+# a reduction to one value over at least this many elements runs in two passes (see below)
+SPLIT_REDUCTION_NUMEL = 1 << 16
+
+
+def _split_point(ranges, rranges, rtype: str) -> int:
+    """How many leading reduction dims a reduction to one value takes as the rows of a first
+    pass (0: one pass). One value is one row, which one thread computes; partial results over
+    the leading dims let the threads share the work (an MSE loss over a batch of activations).
+    Only where the order of combination may change: sums (float rounding differs by a few ulp,
+    as it does between any two summation orders), min and max."""
+    if ranges or rtype not in ("sum", "max", "min") or len(rranges) < 2:
+        return 0
+    total = 1
+    for s in rranges:
+        total *= s
+    if total < SPLIT_REDUCTION_NUMEL:
+        return 0
+    rows = 1
+    for k, s in enumerate(rranges[:-1]):
+        rows *= s
+        if rows >= 8:
+            return k + 1 if total // rows >= 1024 else 0
+    return 0
 
 
 @register_lowering("sum")
@@ -857,39 +942,39 @@ def _meta_like_shape(shape, dtype):
 # ------------------------------------------------------------------------------ extern kernels
 
 
-def _realized_input(box: TensorBox):
-    """(buffer, layout) to hand an extern kernel: a view of a buffer when possible, else a copy."""
+def _realized_input(box: TensorBox, usable: Callable | None = None):
+    """(buffer, layout) to hand an extern kernel: a view of a buffer when possible (and
+    ``usable(layout)`` accepts it), else a copy.
+
+    A view (permute, reshape) of a value not stored yet stores the value in its own order and
+    hands over the view: a transposed matmul operand costs BLAS nothing, while storing the value
+    in the transposed order is a strided pass over memory (and a second copy of it when the value
+    feeds another matmul untransposed, as a linear layer's output gradient does).
+    """
+    ok = usable or (lambda layout: True)
     view = getattr(box, "view_of", None)
-    if view is not None:
+    if view is not None and ok(view[1]):
         return view
+    lazy = getattr(box, "lazy_view", None)
+    if view is None and lazy is not None and not box.is_realized():
+        root, strided = lazy
+        layout = strided(Layout.contiguous(root.shape, root.dtype))
+        if layout is not None and ok(layout):
+            buf = root.realize()
+            return buf, strided(buf.layout)
     buf = box.realize()
     return buf, buf.layout
 
 
-def extern(out_meta, kernel: Callable, inputs: list, description: str, **kwargs) -> TensorBox:
+def extern(
+    out_meta, kernel: Callable, inputs: list, description: str, usable=None, **kwargs
+) -> TensorBox:
     ctx = _ctx(*inputs)
     layout = Layout.contiguous(tuple(out_meta.shape), out_meta.dtype)
-    ins = [_realized_input(b) if isinstance(b, TensorBox) else b for b in inputs]
+    ins = [_realized_input(b, usable) if isinstance(b, TensorBox) else b for b in inputs]
     buf = ExternBuffer(ctx.new_name(), layout, kernel, ins, kwargs, description)
     ctx.buffers.append(buf)
     return TensorBox.of_buffer(buf, ctx)
-
-
-def _np_matmul_out(out, a, b):
-    np.matmul(a, b, out=out)
-
-
-def _np_matmul_16bit_out(out, a, b):
-    """16-bit floats multiply in float32, rounded once (numpy has no bfloat16 matmul)."""
-    np.copyto(out, np.matmul(a.astype(np.float32), b.astype(np.float32)), casting="unsafe")
-
-
-@register_lowering("mm", "bmm")
-def _mm(out_meta, a, b):
-    sixteen_bit = out_meta.dtype in (dt.float16, dt.bfloat16)
-    return extern(
-        out_meta, _np_matmul_16bit_out if sixteen_bit else _np_matmul_out, [a, b], "matmul"
-    )
 
 
 def fallback(op, out_meta, args) -> TensorBox:
@@ -1156,3 +1241,7 @@ def _var(out_meta, x, dim=None, correction=1, keepdim=False):
         [m2],
         lambda v: ops.truediv(v, ops.constant(divisor, compute_dtype(out_meta.dtype))),
     )
+
+
+# matmuls (mm, bmm) live in their own module; importing it registers them
+from . import lowering_matmul  # noqa: E402

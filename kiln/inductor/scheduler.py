@@ -10,6 +10,12 @@ more *inner* loops per outer point. A buffer joins the open kernel when
   point (its outer index is exactly the current outer variables), so no other pass over memory
   is needed. Anything else starts a new kernel: that is the rule that keeps fusion correct.
 
+"Fit" looks through how loops are grouped (``regroup``): a ``[8, 128, 1]`` mean joins a kernel
+over ``[8, 128]``, a ``[1024, 256]`` reshape of its rows joins one over ``[8, 128] x [256]``.
+Before a kernel closes, later buffers that fit it and read nothing still pending move up into
+it (``_LOOKAHEAD``): same-shaped work with unrelated buffers in between (an optimizer's
+per-parameter updates, a value computed between two passes over the same rows) shares a pass.
+
 Softmax (max, sum of exp, normalize) and layer_norm (mean/var, normalize) each become a single
 kernel; a chain of pointwise ops is one kernel. Buffers read only inside their kernel at the same
 outer point with no inner dims (a row's max) are *locals*: never stored to memory.
@@ -20,6 +26,7 @@ second, which a warm compile should not pay).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 
@@ -47,13 +54,29 @@ class Kernel:
         return any(isinstance(n.data, Reduction) for n in self.nodes)
 
     def node_vars(self, buf: ComputedBuffer, outer_vars, inner_vars):
-        """(index, rindex) loop variables of ``buf`` in terms of this kernel's variables."""
+        """(index, rindex) loop variables of ``buf`` in terms of this kernel's variables.
+
+        A buffer's loops may group the kernel's dimensions differently (``[8, 128, 1]`` in a
+        kernel over ``[8, 128]``, ``[1024, 256]`` over ``[8, 128] x [256]``): see ``regroup``."""
         data = buf.data
+        outer, inner = tuple(self.outer), tuple(self.inner)
+        ranges = tuple(data.ranges)
         if isinstance(data, Reduction):
-            return list(outer_vars), list(inner_vars)
-        if tuple(data.ranges) == tuple(self.outer):
-            return list(outer_vars), []
-        return list(outer_vars) + list(inner_vars), []
+            return (
+                _apply(regroup(outer, ranges), outer_vars),
+                _apply(regroup(inner, tuple(data.reduction_ranges)), inner_vars),
+            )
+        plan = regroup(outer, ranges)
+        if plan is not None:
+            return _apply(plan, outer_vars), []
+        both = list(outer_vars) + list(inner_vars)
+        return _apply(regroup(outer + inner, ranges), both), []
+
+    def is_outer_node(self, buf: ComputedBuffer) -> bool:
+        """A pointwise buffer computed once per outer point (a row's mean), not per element."""
+        return isinstance(buf.data, Pointwise) and (
+            regroup(tuple(self.outer), tuple(buf.data.ranges)) is not None
+        )
 
     def describe(self) -> str:
         origins = []
@@ -128,6 +151,54 @@ class Schedule:
         return "\n".join(lines)
 
 
+@functools.lru_cache(maxsize=4096)
+def regroup(sizes: tuple, ranges: tuple):
+    """How loops over ``ranges`` are loops over ``sizes`` with dimensions grouped differently,
+    or None: per dimension of ``ranges``, the ``(dimension of sizes, multiplier)`` terms of its
+    index. Size-1 dimensions are free; a dimension of ``ranges`` may join consecutive ones of
+    ``sizes`` (``[1024, 256]`` over ``[8, 128, 256]``) but never split one (that would need a
+    division in every index)."""
+    if sizes == ranges:
+        return tuple(((i, 1),) for i in range(len(sizes)))
+    dims = [(i, s) for i, s in enumerate(sizes) if s != 1]
+    out = []
+    k = 0
+    for r in ranges:
+        if r == 1:
+            out.append(())
+            continue
+        group = []
+        prod = 1
+        while prod < r and k < len(dims):
+            group.append(dims[k])
+            prod *= dims[k][1]
+            k += 1
+        if prod != r:
+            return None
+        terms = []
+        mult = 1
+        for i, s in reversed(group):
+            terms.append((i, mult))
+            mult *= s
+        out.append(tuple(reversed(terms)))
+    if k != len(dims):
+        return None
+    return tuple(out)
+
+
+def _apply(plan, variables) -> list:
+    out = []
+    for terms in plan:
+        if len(terms) == 1 and terms[0][1] == 1:
+            out.append(variables[terms[0][0]])
+            continue
+        e = sym.ZERO
+        for i, mult in terms:
+            e = e + sym.as_expr(variables[i]) * mult
+        out.append(e)
+    return out
+
+
 def _ranges(buf: ComputedBuffer) -> tuple:
     return tuple(buf.data.ranges)
 
@@ -136,22 +207,20 @@ def _fits(kernel: Kernel, buf: ComputedBuffer):
     """(new outer, new inner) if ``buf``'s loops fit the kernel, else None."""
     data = buf.data
     ranges = tuple(data.ranges)
+    outer, inner = tuple(kernel.outer), tuple(kernel.inner)
     if isinstance(data, Reduction):
         rr = tuple(data.reduction_ranges)
-        if kernel.inner:
-            return (
-                (kernel.outer, kernel.inner)
-                if (ranges, rr) == (kernel.outer, kernel.inner)
-                else None
-            )
+        if inner:
+            same = regroup(outer, ranges) is not None and regroup(inner, rr) is not None
+            return (outer, inner) if same else None
         # a pointwise kernel over (ranges + rr) becomes a reduction kernel
-        if ranges + rr == kernel.outer and all(
-            tuple(n.data.ranges) == ranges + rr for n in kernel.nodes
+        if regroup(outer, ranges + rr) is not None and all(
+            regroup(ranges + rr, tuple(n.data.ranges)) is not None for n in kernel.nodes
         ):
             return (ranges, rr)
         return None
-    if ranges == kernel.outer or (kernel.inner and ranges == kernel.outer + kernel.inner):
-        return (kernel.outer, kernel.inner)
+    if regroup(outer, ranges) is not None or (inner and regroup(outer + inner, ranges) is not None):
+        return (outer, inner)
     return None
 
 
@@ -180,7 +249,7 @@ def _legal(kernel: Kernel, buf: ComputedBuffer, outer: tuple, inner: tuple) -> b
             for atom in load.atoms():
                 if not isinstance(atom, sym.Var) and atom.free_vars() & outer_set:
                     return False
-            if tuple(src.data.ranges) == tuple(outer) and (load.free_vars() - outer_set):
+            if trial.is_outer_node(src) and (load.free_vars() - outer_set):
                 return False
     return True
 
@@ -197,7 +266,42 @@ def schedule(lowered: LoweredGraph) -> Schedule:
             steps.append(open_kernel)
             open_kernel = None
 
-    for buf in lowered.buffers:
+    pending = list(lowered.buffers)
+    reads: dict = {}
+
+    def direct_reads(b) -> set:
+        names = reads.get(b.name)
+        if names is None:
+            names = reads[b.name] = _buffer_reads(b)
+        return names
+
+    def try_join(buf) -> bool:
+        fit = _fits(open_kernel, buf)
+        if fit is not None and _legal(open_kernel, buf, *fit):
+            open_kernel.outer, open_kernel.inner = fit
+            open_kernel.nodes.append(buf)
+            kernel_of[buf.name] = open_kernel
+            return True
+        return False
+
+    def pull_later(waiting: Buffer):
+        """Move later buffers that fit the open kernel into it, ahead of unrelated ones
+        (a value computed between two same-shaped pointwise buffers would otherwise split
+        them into two passes over memory). A buffer reading anything skipped (``waiting``,
+        the buffer that did not fit, included) stays put."""
+        skipped: set = {waiting.name}
+        i = 0
+        while i < len(pending) and i < _LOOKAHEAD:
+            cand = pending[i]
+            movable = isinstance(cand, ComputedBuffer) and not isinstance(cand.data, Scatter)
+            if movable and not (direct_reads(cand) & skipped) and try_join(cand):
+                del pending[i]
+                continue
+            skipped.add(cand.name)
+            i += 1
+
+    while pending:
+        buf = pending.pop(0)
         if isinstance(buf, ExternBuffer) or isinstance(getattr(buf, "data", None), Scatter):
             close()
             call = ExternCall(buf) if isinstance(buf, ExternBuffer) else ScatterStep(buf)
@@ -205,12 +309,9 @@ def schedule(lowered: LoweredGraph) -> Schedule:
             kernel_of[buf.name] = call
             continue
         if open_kernel is not None:
-            fit = _fits(open_kernel, buf)
-            if fit is not None and _legal(open_kernel, buf, *fit):
-                open_kernel.outer, open_kernel.inner = fit
-                open_kernel.nodes.append(buf)
-                kernel_of[buf.name] = open_kernel
+            if try_join(buf):
                 continue
+            pull_later(buf)
             close()
         open_kernel = Kernel(
             f"kernel{next(counter)}",
@@ -261,9 +362,26 @@ def schedule(lowered: LoweredGraph) -> Schedule:
     return Schedule(lowered, steps, stored, last_use, reuse, deps)
 
 
+# how many of the following buffers a kernel that cannot take the next one looks through
+_LOOKAHEAD = 64
+
+
+def _buffer_reads(buf) -> set:
+    if isinstance(buf, ExternBuffer):
+        return {b.name for b, _ in (x for x in buf.inputs if isinstance(x, tuple))}
+    if isinstance(getattr(buf, "data", None), Scatter):
+        return set(_scatter_reads(buf))
+    return {r.name for r in reads_of(buf)}
+
+
 def _is_local(kernel: Kernel, node: ComputedBuffer) -> bool:
     """A per-outer-point scalar (a row's max or sum) read only at the current outer point."""
-    return tuple(node.data.ranges) == tuple(kernel.outer) and bool(kernel.inner)
+    return bool(kernel.inner) and (
+        kernel.is_outer_node(node)
+        or (
+            isinstance(node.data, Reduction) and regroup(kernel.outer, node.data.ranges) is not None
+        )
+    )
 
 
 def _step_reads(step) -> list:

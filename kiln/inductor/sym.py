@@ -271,6 +271,8 @@ class Expr:
             return self
         if d <= 0:
             raise ValueError("index floor division needs a positive divisor")
+        if not self.terms:
+            return Expr({}, self.const // d)
         lo, hi = self.bounds()
         if lo >= 0 and hi < d:
             return Expr({}, 0)
@@ -284,12 +286,18 @@ class Expr:
         if whole and rlo >= 0:
             q = Expr({a: c // d for a, c in whole.items()}, self.const // d)
             return q if rhi < d else q + rest // d
+        split = _factor_split(self, d)
+        if split is not None:  # (g*Q + R) // (g*m) == Q // m when 0 <= R < g
+            g, q, _ = split
+            return q // (d // g)
         return Expr({FloorDiv(self, d): 1}, 0)
 
     def __mod__(self, m):
         m = int(m.const if isinstance(m, Expr) else m)
         if m == 1:
             return Expr({}, 0)
+        if not self.terms:
+            return Expr({}, self.const % m)
         lo, hi = self.bounds()
         if lo >= 0 and hi < m:
             return self
@@ -301,6 +309,10 @@ class Expr:
                 return kept
             if kept != self:
                 return kept % m
+            split = _factor_split(self, m)
+            if split is not None:  # (g*Q + R) % (g*m') == g*(Q % m') + R when 0 <= R < g
+                g, q, r = split
+                return (q % (m // g)) * g + r
         return Expr({Mod(self, m): 1}, 0)
 
     def subs(self, mapping: Mapping) -> Expr:
@@ -309,6 +321,30 @@ class Expr:
         for a, c in self.terms.items():
             out = out + a.subs(mapping) * c
         return out
+
+
+def _factor_split(e: Expr, d: int):
+    """``(g, Q, R)`` with ``e == g*Q + R``, ``g`` a divisor of ``d`` above 1 and ``0 <= R < g``
+    (the largest such ``g``), or None. Reshapes produce these: flattening ``[.., n]`` and
+    splitting again by a multiple of ``n`` gives ``(n*i + j) // (n*k)`` with ``j < n``, which is
+    ``i // k`` — keeping the inner variable out of the division lets the loop stay contiguous
+    (and vectorized). Floor semantics hold for negative ``Q`` too (code generators emit floor
+    division and modulo where a dividend may be negative)."""
+    import math
+
+    candidates = sorted({math.gcd(c, d) for c in e.terms.values()}, reverse=True)
+    for g in candidates:
+        if g <= 1 or g >= d:
+            continue
+        big = {a: c // g for a, c in e.terms.items() if c % g == 0}
+        if not big:
+            continue
+        r = Expr({a: c for a, c in e.terms.items() if c % g != 0}, e.const % g)
+        rlo, rhi = r.bounds()
+        if rlo < 0 or rhi >= g:
+            continue
+        return g, Expr(big, e.const // g), r
+    return None
 
 
 def _recombine(e: Expr) -> Expr:

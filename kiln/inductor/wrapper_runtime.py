@@ -13,6 +13,7 @@ __all__ = [
     "strided_view",
     "storage_of_tensor",
     "input_storage",
+    "input_storage_owned",
     "run_extern",
     "to_tensor",
 ]
@@ -64,6 +65,13 @@ def input_storage(t, layout: Layout) -> np.ndarray:
     storage = allocate(layout)
     np.copyto(strided_view(storage, layout), t._data)
     return storage
+
+
+def input_storage_owned(t, layout: Layout) -> tuple:
+    """``(input_storage(t, layout), whether that is t's own memory)``: a value written into an
+    input's storage in place reaches the input only then."""
+    own = tuple(t.stride()) == tuple(layout.stride) and t.numel() > 0
+    return (storage_of_tensor(t) if own else input_storage(t, layout)), own
 
 
 def run_extern(buf: ExternBuffer, storages: dict) -> None:

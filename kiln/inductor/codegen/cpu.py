@@ -3,9 +3,9 @@
 Each kernel is emitted into a scratch module first: a kernel using something the LLVM generator
 does not support (logged with the reason) runs through the numpy executor instead, so a graph
 never falls back as a whole for one kernel. The rest go into one module per graph, JIT-compiled
-once (and cached on disk by ``llvm_jit``). Kernels take ``(row_start, row_end, buffers)``; rows are
-split across a thread pool when the work is large enough to pay for the split (ctypes releases
-the GIL during the call).
+once (and cached on disk by ``llvm_jit``). Kernels take ``(row_start, row_end, buffers)``; when the
+work is large enough to pay for it, rows are cut into chunks that the calling thread and the
+helper threads of ``cpu_pool`` claim one by one, in native code (no GIL, no Python per chunk).
 
 A graph compiled before skips code generation altogether: an index (in memory, and on disk
 under ``$KILN_CACHE_DIR/llvm/graphs``) maps a key of the lowered graph — its nodes, input layouts,
@@ -22,17 +22,23 @@ import os
 import tempfile
 import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 
 from llvmlite import ir
 
 from ..ir import Reduction
 from ..scheduler import Kernel, ScatterStep, Schedule
 from . import llvm_jit
+from .cpu_pool import Pool
 from .llvm import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel
 from .loop_plan import plan_kernel
 
-__all__ = ["CPUKernels", "clear_memory_cache", "set_num_threads", "get_num_threads"]
+__all__ = [
+    "CPUKernels",
+    "clear_memory_cache",
+    "set_num_threads",
+    "get_num_threads",
+    "thread_pool",
+]
 
 log = logging.getLogger("kiln.inductor")
 
@@ -40,7 +46,7 @@ _threads = [os.cpu_count() or 1]
 _pool: list = [None]
 _pool_lock = threading.Lock()
 
-# below this many element-operations a kernel runs on the calling thread (a split costs ~100 us)
+# below this many element-operations a kernel runs on the calling thread alone
 _SPLIT_WORK = 1 << 18
 
 
@@ -51,7 +57,7 @@ def set_num_threads(n: int) -> None:
     with _pool_lock:
         _threads[0] = int(n)
         if _pool[0] is not None:
-            _pool[0].shutdown(wait=False)
+            _pool[0].shutdown()
             _pool[0] = None
 
 
@@ -59,16 +65,20 @@ def get_num_threads() -> int:
     return _threads[0]
 
 
-def _executor() -> ThreadPoolExecutor:
+def thread_pool() -> Pool:
+    """The helper threads of compiled CPU code (``cpu_pool.Pool``), made on first use."""
     pool = _pool[0]
     if pool is None:
         with _pool_lock:
             if _pool[0] is None:
-                _pool[0] = ThreadPoolExecutor(
-                    max_workers=_threads[0], thread_name_prefix="kiln-kernel"
-                )
+                _pool[0] = Pool(_threads[0])
             pool = _pool[0]
     return pool
+
+
+# work is cut into this many chunks per thread, each taken by whichever thread is free: a thread
+# the OS runs late (its core shared with another process) then costs a chunk, not half the work
+CHUNKS_PER_THREAD = 4
 
 
 _KERNEL_TYPE = ctypes.CFUNCTYPE(
@@ -77,31 +87,35 @@ _KERNEL_TYPE = ctypes.CFUNCTYPE(
 
 
 class _LLVMKernel:
-    __slots__ = ("name", "fn", "rows", "work", "args", "plan")
+    __slots__ = ("name", "fn", "address", "rows", "work", "args", "plan", "split")
 
-    def __init__(self, name, fn, rows, work, args, plan):
+    def __init__(self, name, fn, address, rows, work, args, plan):
         self.name = name
         self.fn = fn
+        self.address = address  # of the machine code, for the native thread pool
         self.rows = rows
         self.work = work
         self.args = args  # buffer names in pointer-array order
         self.plan = plan
+        self.split = (0, 0)  # (threads, rows per chunk) worked out for; 0 rows: not split
 
     def __call__(self, pointers) -> None:
-        rows = self.rows
         n = _threads[0]
-        if n == 1 or rows < 2 or self.work < _SPLIT_WORK:
-            self.fn(0, rows, pointers)
+        threads, step = self.split
+        if threads != n:
+            step = 0
+            if n > 1 and self.rows > 1 and self.work >= _SPLIT_WORK:
+                step = -(-self.rows // min(self.rows, n * CHUNKS_PER_THREAD))
+            self.split = (n, step)
+        if not step:
+            self.fn(0, self.rows, pointers)
             return
-        parts = min(n, rows)
-        step = (rows + parts - 1) // parts
-        futures = [
-            _executor().submit(self.fn, s, min(s + step, rows), pointers)
-            for s in range(step, rows, step)
-        ]
-        self.fn(0, min(step, rows), pointers)
-        for f in futures:
-            f.result()
+        pool = thread_pool()
+        if not pool.parallel:
+            self.fn(0, self.rows, pointers)
+            return
+        job = Pool.kernel_job(self.address, self.rows, step, ctypes.addressof(pointers))
+        pool.run_job(job)
 
 
 class _SingleRow:
@@ -184,9 +198,10 @@ class CPUKernels:
 
     def _bind(self, pending) -> None:
         for i, name, plan, work, names in pending:
-            fn = _KERNEL_TYPE(self.compiled.address(name))
+            address = self.compiled.address(name)
+            fn = _KERNEL_TYPE(address)
             fn._kiln_module = self.compiled  # the engine owns the machine code: keep it alive
-            self.by_step[i] = _LLVMKernel(name, fn, plan.rows, work, names, plan)
+            self.by_step[i] = _LLVMKernel(name, fn, address, plan.rows, work, names, plan)
 
     def _load(self, key: str, steps) -> bool:
         """Take the kernels from a graph compiled before under ``key``; False when there is none."""

@@ -6,7 +6,10 @@ per-row scalar work, and inner loops that are vectorized with explicit ``<8 x T>
 scalar tail (see ``loop_plan`` for how loops are chosen). The loop bodies are the lowering's
 ``inner_fn``s run against ``LLVMOps``, an ops handler that emits IR; the same body is emitted
 twice per inner loop, once for vectors and once for the tail. Transcendental functions come from
-``llvm_math`` (polynomials in IR, no libm calls for float32).
+``llvm_math`` (polynomials in IR, no libm calls for float32). A column-reduction plan
+(``emit_columns``) turns this around: rows are blocks of outputs, the vector lanes walk a
+block's outputs and the reduction loop runs around them. Index division and modulo follow floor
+semantics (what ``sym`` simplifies by) wherever a dividend may be negative.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from .. import sym
 from ..ir import ComputedBuffer, Pointwise, Reduction
 from ..virtualized import set_ops_handler
 from . import llvm_math
+from .llvm_columns import ColumnEmitter
 from .loop_plan import InnerLoop, LoopPlan
 
 __all__ = ["emit_kernel", "LANES", "UnsupportedInLLVM", "llvm_type"]
@@ -188,6 +192,8 @@ class LLVMOps:
 
     def load(self, name, index):
         e = self.e
+        if name in e.col_slots:  # a per-column local of a column reduction: this column's value
+            return V(e.slot_load(name, self.env[e.j], self.lanes), e.col_slots[name][1])
         if name in e.locals:
             value, d = e.locals[name]
             return V(self.splat(value, d), d)
@@ -668,7 +674,7 @@ def _identity(rtype: str, d: dt.dtype):
     raise UnsupportedInLLVM(f"reduction {rtype}")
 
 
-class KernelEmitter:
+class KernelEmitter(ColumnEmitter):
     """Emits one kernel function into a module (see the module docstring)."""
 
     def __init__(
@@ -696,6 +702,8 @@ class KernelEmitter:
         self._pointers: dict = {}
         self.j = plan.j
         self.buffer_sizes = buffer_sizes or {}
+        # column reductions: name -> (alloca of one value per column of the block, dtype)
+        self.col_slots: dict = {}
 
     # ------------------------------------------------------------------ helpers
     def clamp(self, offsets, expr: sym.Expr, name: str, lanes: int):
@@ -766,13 +774,32 @@ class KernelEmitter:
         for atom, c in expr.terms.items():
             if isinstance(atom, (sym.Var, sym.Indirect)):
                 v = env[atom]
-            elif isinstance(atom, sym.FloorDiv):
-                v = b.sdiv(self.emit_index(atom.expr, env, 1), ir.Constant(I64, atom.div))
             else:
-                v = b.srem(self.emit_index(atom.expr, env, 1), ir.Constant(I64, atom.mod))
+                v = self._div_mod(atom, self.emit_index(atom.expr, env, 1), I64)
             term = v if c == 1 else b.mul(v, ir.Constant(I64, c))
             out = term if (isinstance(out, ir.Constant) and out.constant == 0) else b.add(out, term)
         return out
+
+    def _div_mod(self, atom, value, ty):
+        """``FloorDiv``/``Mod`` of an emitted dividend with floor semantics (what ``sym``
+        simplifies by); a dividend that is never negative needs only the truncating one."""
+        b = self.builder
+        d = atom.div if isinstance(atom, sym.FloorDiv) else atom.mod
+        lanes = ty.count if isinstance(ty, ir.VectorType) else 0
+
+        def const(v):
+            return ir.Constant(ty, [v] * lanes) if lanes else ir.Constant(ty, v)
+
+        rem = b.srem(value, const(d))
+        nonneg = atom.expr.bounds()[0] >= 0
+        if isinstance(atom, sym.FloorDiv):
+            q = b.sdiv(value, const(d))
+            if nonneg:
+                return q
+            return b.sub(q, b.zext(b.icmp_signed("<", rem, const(0)), ty))
+        if nonneg:
+            return rem
+        return b.select(b.icmp_signed("<", rem, const(0)), b.add(rem, const(d)), rem)
 
     def _emit_index_vec(self, expr: sym.Expr, env: dict, lanes: int):
         b = self.builder
@@ -793,16 +820,8 @@ class KernelEmitter:
                 v = env[atom]
             elif isinstance(atom, sym.Var):  # the inner variable itself: j + lane
                 v = b.add(self.splat(env[j], lanes), ir.Constant(vty, list(range(lanes))))
-            elif isinstance(atom, sym.FloorDiv):
-                v = b.sdiv(
-                    self._emit_index_vec(atom.expr, env, lanes),
-                    ir.Constant(vty, [atom.div] * lanes),
-                )
             else:
-                v = b.srem(
-                    self._emit_index_vec(atom.expr, env, lanes),
-                    ir.Constant(vty, [atom.mod] * lanes),
-                )
+                v = self._div_mod(atom, self._emit_index_vec(atom.expr, env, lanes), vty)
             out = b.add(out, v if c == 1 else b.mul(v, ir.Constant(vty, [c] * lanes)))
         return out
 
@@ -835,6 +854,9 @@ class KernelEmitter:
     def emit(self):
         b = self.builder
         plan = self.plan
+        if plan.columns is not None:
+            self.emit_columns()
+            return
 
         def row_body(row):
             env = {}

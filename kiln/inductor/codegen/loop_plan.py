@@ -10,6 +10,12 @@ Each node gets its loop index as expressions of the kernel variables (``row_vars
 unflattening the row index, and ``j`` for the inner loop). A loop is *vectorizable* when every
 access moves by 0 or 1 element per step of ``j`` and ``j`` never appears inside a division,
 modulo or indirect index.
+
+Before merging, a pointwise dimension that the accesses take apart by division (a reshape of
+``[.., 768]`` into heads of 64) is split at those divisors (``_split_dims``), so that each
+piece is indexed affinely. A reduction over a strided dimension (the column sums of a linear
+layer's bias gradient) runs column by column instead (``_column_plan``): vector lanes over
+contiguous outputs, the reduction in the loop around them.
 """
 
 from __future__ import annotations
@@ -46,6 +52,10 @@ class LoopPlan:
     steps: list = field(default_factory=list)  # ("scalar", node) | InnerLoop, in order
     # internal buffers whose every read is in their own loop at their own index: never stored
     forward_only: set = field(default_factory=set)
+    # column reductions (see ``_column_plan``): (size of the contiguous outer dim, block width);
+    # then ``j`` walks the columns of a block (vector lanes) and ``rvar`` the reduction
+    columns: tuple | None = None
+    rvar: sym.Var | None = None
 
     @property
     def rows(self) -> int:
@@ -101,6 +111,68 @@ def _merge_dims(sizes, index_fn):
                 changed = True
                 break
     return tuple(sizes)
+
+
+def _split_dims(sizes, index_fn):
+    """Split loop dimensions at the divisors the accesses take them apart by.
+
+    A view that reshapes a dimension (``[.., 768]`` read as ``[.., 3, 4, 64]`` through ``c // 256``,
+    ``c // 64 % 4`` and ``c % 64``) divides the loop variable in every index, which makes each
+    vector lane's address a division (a gather). Looping over ``(3, 4, 64)`` instead gives plain
+    affine indices (``_merge_dims`` joins back any of the pieces that every access walks as one).
+    Returns the new sizes and ``join(exprs)``: one expression per original dimension from one
+    per new dimension.
+    """
+    sizes = tuple(sizes)
+    if not sizes or 0 in sizes:
+        return sizes, list
+    variables = [sym.Var(f"s{i}", s) for i, s in enumerate(sizes)]
+    factors: dict = {v: set() for v in variables}
+    for e in index_fn([sym.as_expr(v) for v in variables]):
+        for atom in _atoms_deep(e):
+            inner = atom.expr
+            d = atom.div if isinstance(atom, sym.FloorDiv) else atom.mod
+            for v, c in inner.terms.items():
+                if v in factors and c > 0 and d % c == 0:
+                    f = d // c
+                    if 1 < f < v.size and v.size % f == 0:
+                        factors[v].add(f)
+    if not any(factors.values()):
+        return sizes, list
+    groups = []  # per original dim: radix sizes, outermost first
+    for v in variables:
+        chain = []
+        for f in sorted(factors[v]):
+            if not chain or f % chain[-1] == 0:
+                chain.append(f)
+        radix = []
+        prev = 1
+        for f in chain:
+            radix.append(f // prev)
+            prev = f
+        radix.append(v.size // prev)
+        groups.append(tuple(reversed(radix)))
+    new_sizes = tuple(s for g in groups for s in g)
+
+    def join(exprs):
+        out = []
+        k = 0
+        for g in groups:
+            e = sym.ZERO
+            for size in g:
+                e = e * size + exprs[k]
+                k += 1
+            out.append(e)
+        return out
+
+    return new_sizes, join
+
+
+def _atoms_deep(e: sym.Expr):
+    for atom in e.atoms():
+        if isinstance(atom, (sym.FloorDiv, sym.Mod)):
+            yield atom
+            yield from _atoms_deep(atom.expr)
 
 
 def _expand(original_sizes, merged_sizes, merged_exprs):
@@ -168,30 +240,32 @@ def plan_kernel(kernel: Kernel) -> LoopPlan:
             plan.node_index[n.name] = (index, rindex)
         plan.steps = _group_loops(kernel, plan)
         plan.forward_only = _find_forward_only(plan)
-        return plan
+        columns = _column_plan(kernel, plan, outer, inner, merged_outer)
+        return columns if columns is not None else plan
     # pointwise kernel over `outer` (a 0-d result is one element)
     if not outer:
         plan = LoopPlan(kernel, (1,), 1, False, 0, row_vars=[sym.Var("x0", 1)], j=sym.Var("r0", 1))
         for n in nodes:
-            plan.node_index[n.name] = ([], [])
+            plan.node_index[n.name] = (kernel.node_vars(n, [], [])[0], [])
         plan.steps = [InnerLoop(list(nodes), False)]
         return plan
-    merged = _merge_dims(outer, lambda vs: node_exprs(vs, []))
+    split, join = _split_dims(outer, lambda vs: node_exprs(vs, []))
+    merged = _merge_dims(split, lambda vs: node_exprs(join(vs), []))
     if len(merged) == 1:
         total = merged[0]
         rows = max((total + CHUNK - 1) // CHUNK, 1)
         row = sym.Var("x0", rows)
         j = sym.Var("r0", min(CHUNK, max(total, 1)))
         flat = sym.as_expr(row) * CHUNK + j
-        exprs = _expand(outer, merged, [flat])
+        exprs = join(_expand(split, merged, [flat]))
         plan = LoopPlan(kernel, (rows,), j.size, True, total, row_vars=[row], j=j)
     else:
         row_vars = [sym.Var(f"x{i}", s) for i, s in enumerate(merged[:-1])]
         j = sym.Var("r0", merged[-1])
-        exprs = _expand(outer, merged, [sym.as_expr(v) for v in row_vars] + [sym.as_expr(j)])
+        exprs = join(_expand(split, merged, [sym.as_expr(v) for v in row_vars] + [sym.as_expr(j)]))
         plan = LoopPlan(kernel, tuple(merged[:-1]), merged[-1], False, 0, row_vars=row_vars, j=j)
     for n in nodes:
-        plan.node_index[n.name] = (exprs, [])
+        plan.node_index[n.name] = (kernel.node_vars(n, exprs, [])[0], [])
     plan.steps = [InnerLoop(list(nodes), _vectorizable(plan, nodes))]
     plan.forward_only = _find_forward_only(plan)
     return plan
@@ -243,7 +317,6 @@ def _group_loops(kernel: Kernel, plan: LoopPlan) -> list:
     current: list = []
     produced_in_loop: set = set()
     reductions_in_loop: set = set()
-    outer = tuple(kernel.outer)
 
     def flush():
         nonlocal current
@@ -254,7 +327,7 @@ def _group_loops(kernel: Kernel, plan: LoopPlan) -> list:
             reductions_in_loop.clear()
 
     for n in kernel.nodes:
-        is_row_scalar = isinstance(n.data, Pointwise) and tuple(n.data.ranges) == outer
+        is_row_scalar = kernel.is_outer_node(n)
         index, rindex = plan.node_index[n.name]
         reads, _ = _accesses(n, index, rindex)
         from ..dependencies import reads_of
@@ -284,3 +357,93 @@ def _group_loops(kernel: Kernel, plan: LoopPlan) -> list:
             reductions_in_loop.add(n.name)
     flush()
     return steps
+
+
+# columns per block of a column reduction (accumulators stay in L1; wider blocks measured faster:
+# 1024x1024 sum(0) 0.19 ms with 64, 0.12 with 128, 0.10 with 256 on 2 threads)
+COLUMN_BLOCK = 256
+_COLUMN_REDUCTIONS = frozenset({"sum", "prod", "max", "min"})
+
+
+def _column_plan(kernel: Kernel, plan: LoopPlan, outer, inner, merged_outer):
+    """A plan that reduces over a strided dimension column by column, or None.
+
+    ``x.sum(0)`` of a row-major ``[n, m]`` tensor (the bias gradient of a linear layer) walks
+    memory by ``m`` elements per reduction step: one reduction per output is a gather per
+    element and, across outputs, reads every cache line ``m / 16`` times. When the outputs'
+    innermost dimension is the contiguous one instead, each row is split into blocks of
+    ``COLUMN_BLOCK`` outputs whose accumulators are vector lanes: for each reduction step, one
+    contiguous vector load per ``LANES`` outputs. Per-output pointwise work after the reductions
+    (a bias gradient's cast) runs vectorized over the block too. Reductions whose value is
+    combined in another order than the eager one are left alone (argmax/argmin, welford).
+    """
+    if not merged_outer or plan.j is None or plan.j.size < 2:
+        return None
+    n_last = merged_outer[-1]
+    if n_last < 8:
+        return None
+    row_vars = plan.row_vars
+    x_last, j = row_vars[-1], plan.j
+    prefix_rows = 1
+    for size in merged_outer[:-1]:
+        prefix_rows *= size
+    # loads that need one scalar load per vector lane: along the reduction (the usual loops)
+    # or along the columns (column loops); loads constant along the vector are splats in both
+    gathers_r = gathers_x = 0
+    for step in plan.steps:
+        nodes = step.nodes if isinstance(step, InnerLoop) else [step[1]]
+        for n in nodes:
+            if n.dtype.is_floating_point is False and n.dtype.itemsize == 1:
+                return None  # bool/byte values live as i1 in registers: keep the usual loops
+            if isinstance(step, InnerLoop):
+                if not isinstance(n.data, Reduction):
+                    return None
+                if n.data.reduction_type not in _COLUMN_REDUCTIONS:
+                    return None
+                if n.name in kernel.locals and n.data.dtype is not n.dtype:
+                    return None
+            elif isinstance(n.data, Reduction):
+                return None
+            index, rindex = plan.node_index[n.name]
+            reads, indirect = _accesses(n, index, rindex)
+            if indirect:
+                return None
+            for e in reads[:-1]:
+                nonaffine = {
+                    v for a in e.atoms() if not isinstance(a, sym.Var) for v in a.free_vars()
+                }
+                free = e.free_vars()
+                if j in free and (e.coeff(j) != 1 or j in nonaffine):
+                    gathers_r += 1
+                if x_last in free and (e.coeff(x_last) != 1 or x_last in nonaffine):
+                    gathers_x += 1
+    if gathers_x >= gathers_r:
+        return None
+    block = COLUMN_BLOCK
+    while block > 64 and -(-n_last // block) * prefix_rows < 2:
+        block //= 2  # two blocks at least, so that two threads share the work
+    block = min(block, n_last)
+    blocks = (n_last + block - 1) // block
+    prefix = [sym.Var(f"x{i}", s) for i, s in enumerate(merged_outer[:-1])]
+    xb = sym.Var(f"x{len(prefix)}", blocks)
+    c = sym.Var("c0", block)
+    r = sym.Var("r0", plan.j.size)
+    outer_exprs = _expand(
+        outer, merged_outer, [sym.as_expr(v) for v in prefix] + [sym.as_expr(xb) * block + c]
+    )
+    full_inner = _expand(inner, (r.size,), [sym.as_expr(r)])
+    out = LoopPlan(
+        kernel,
+        tuple(merged_outer[:-1]) + (blocks,),
+        block,
+        False,
+        0,
+        row_vars=prefix + [xb],
+        j=c,
+        steps=plan.steps,
+        columns=(n_last, block),
+        rvar=r,
+    )
+    for n in kernel.nodes:
+        out.node_index[n.name] = kernel.node_vars(n, outer_exprs, full_inner)
+    return out

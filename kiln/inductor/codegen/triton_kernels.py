@@ -245,7 +245,7 @@ def _node_kind(kernel: Kernel, node: ComputedBuffer) -> str:
     data = node.data
     if isinstance(data, Reduction):
         return "full" if data.reduction_ranges and kernel.inner else "outer"
-    if kernel.inner and tuple(data.ranges) != tuple(kernel.outer):
+    if kernel.inner and not kernel.is_outer_node(node):
         return "full"
     return "outer"
 

@@ -52,15 +52,21 @@ class WrapperModule:
         self.call = namespace["call"]
 
 
-def generate_wrapper(sched: Schedule, kernels: dict, numpy_steps: dict) -> WrapperModule:
+def generate_wrapper(
+    sched: Schedule, kernels: dict, numpy_steps: dict, inplace: dict | None = None
+) -> WrapperModule:
     """``kernels[i]``: compiled kernel for step i (LLVM); ``numpy_steps[i]``: a callable running
-    step i through the numpy executor (given the storages dict)."""
+    step i through the numpy executor (given the storages dict); ``inplace``: buffers stored
+    in a mutated input's memory (``reinplace.plan_inplace``), returned as the input itself."""
     lowered = sched.lowered
+    inplace = inplace or {}
+    inplace_inputs = {lowered.inputs[k].name: k for k in inplace.values()}
     ns: dict = {
         "np": np,
         "ctypes": ctypes,
         "_ptr": _ptr,
         "_input": wrapper_runtime.input_storage,
+        "_input_own": wrapper_runtime.input_storage_owned,
         "_alloc": wrapper_runtime.allocate,
         "_tensor": wrapper_runtime.to_tensor,
         "_extern": wrapper_runtime.run_extern,
@@ -80,7 +86,10 @@ def generate_wrapper(sched: Schedule, kernels: dict, numpy_steps: dict) -> Wrapp
         if buf is None:
             continue
         ns[f"L_{buf.name}"] = buf.layout
-        body.append(f"{buf.name} = _input({a}, L_{buf.name})")
+        if buf.name in inplace_inputs:
+            body.append(f"{buf.name}, own_{buf.name} = _input_own({a}, L_{buf.name})")
+        else:
+            body.append(f"{buf.name} = _input({a}, L_{buf.name})")
     for name, tensor in lowered.constants.items():
         ns[f"C_{name}"] = tensor
         ns[f"L_{name}"] = InputBuffer(name, _layout(tensor)).layout
@@ -97,7 +106,10 @@ def generate_wrapper(sched: Schedule, kernels: dict, numpy_steps: dict) -> Wrapp
             allocated.add(name)
             ns[f"L_{name}"] = buffers[name].layout
             donor = sched.reuse.get(name)
-            if donor is not None:
+            if name in inplace:
+                target = lowered.inputs[inplace[name]].name
+                body.append(f"{name} = {target}  # the new value of {target}, written in place")
+            elif donor is not None:
                 body.append(f"{name} = {donor}  # reuses {donor}'s memory (dead by now)")
                 freed_owner[name] = donor
             else:
@@ -118,7 +130,12 @@ def generate_wrapper(sched: Schedule, kernels: dict, numpy_steps: dict) -> Wrapp
             _, buf, layout = out
             key = f"O{len(outs)}"
             ns[key] = layout
-            outs.append(f"_tensor({buf.name}, {key})")
+            if buf.name in inplace:
+                k = inplace[buf.name]
+                target = lowered.inputs[k].name
+                outs.append(f"(a{k} if own_{target} else _tensor({buf.name}, {key}))")
+            else:
+                outs.append(f"_tensor({buf.name}, {key})")
         else:
             key = f"V{len(outs)}"
             ns[key] = out[1]

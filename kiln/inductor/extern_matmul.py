@@ -1,0 +1,309 @@
+"""Matmuls of compiled CPU graphs: OpenBLAS ``gemm`` calls per block, on the kernels' threads.
+
+numpy's OpenBLAS brings its own thread pool. Next to the threads that run the generated kernels,
+that is two pools on the same cores: OpenBLAS's workers keep spinning for ~100 ms after each
+call (taking a core from the kernels that follow), and a multithreaded BLAS call waits at
+barriers for every worker, so a descheduled worker stalls it — on a shared 2-core machine a
+1024x256x1024 product measured 2.2 ms at best but 10-15 ms typically, against ~4 ms typical
+with the scheme below. Here a large float32/float64 product is cut into blocks of rows (or
+columns, or matrices of a batch): a table of single-threaded row-major ``cblas_?gemm`` calls
+(strided and transposed operands and results as they are) that ``codegen.cpu_pool`` runs on the
+kernels' threads, claimed block by block in native code. One pool, no barrier inside BLAS.
+
+OpenBLAS's thread count is process-wide: it is lowered to 1 for the duration of a product and
+restored after (reference counted, so overlapping products from several Python threads restore
+it once), and OpenBLAS's idle workers are stopped rather than left spinning (``_BlasThreads``);
+products too small to split run single-threaded through numpy. Without an ILP64 OpenBLAS that
+numpy exposes (another BLAS vendor), products run as numpy runs them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import sysconfig
+import threading
+
+import numpy as np
+
+__all__ = ["matmul_out", "matmul_batched_out", "matmul_16bit_out"]
+
+# a split product is cut into this many blocks per thread, each taken by whichever thread is
+# free (``cpu_pool``): on a core another process shares, a late thread costs one block
+PARTS_PER_THREAD = 2
+
+# split a product of at least this many multiply-adds (~40 us on one core): below, handing
+# blocks to another thread gains too little
+SPLIT_MACS = 1 << 21
+
+
+class _BlasThreads:
+    """Keep OpenBLAS single-threaded (and its idle workers stopped) while split products run.
+
+    The thread count is OpenBLAS's ``blas_cpu_number``, written directly: its setter function
+    re-creates the worker threads when raising the count back, and a new worker spins too.
+    After a multithreaded call (eager code's matmuls), OpenBLAS's workers spin ~100 ms waiting
+    for the next one — one of the two cores busy doing nothing while the compiled step runs.
+    Entering stops them (``blas_thread_shutdown_``, what OpenBLAS itself does around ``fork``);
+    OpenBLAS starts them again on its next multithreaded call. Only when every Python thread
+    is this one or a kernel thread (no other thread can be inside OpenBLAS then), and only
+    for an OpenBLAS with its own thread server (not OpenMP) recent enough to restart it lazily.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.saved = 1
+        self.count = None  # ctypes int: blas_cpu_number
+        self.server = None  # ctypes int: blas_server_avail
+        self.shutdown = None
+        self.get = self.set = None
+        self.gemm = None  # (sgemm, dgemm) addresses of OpenBLAS's ILP64 cblas functions
+        self.loaded = False
+
+    def load(self) -> bool:
+        if not self.loaded:
+            self.loaded = True
+            libs = os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs")
+            for path in sorted(glob.glob(os.path.join(libs, "libscipy_openblas*.so*"))):
+                try:
+                    self._bind(ctypes.CDLL(path))
+                except (OSError, ValueError):
+                    continue
+                if self.get is not None or self.count is not None:
+                    break
+        return self.get is not None or self.count is not None
+
+    def _bind(self, lib) -> None:
+        for suffix in ("64_", ""):
+            get = getattr(lib, f"scipy_openblas_get_num_threads{suffix}", None)
+            put = getattr(lib, f"scipy_openblas_set_num_threads{suffix}", None)
+            if get is not None and put is not None:
+                put.argtypes = [ctypes.c_int]
+                put.restype = None
+                get.restype = ctypes.c_int
+                self.get, self.set = get, put
+                break
+        sgemm = getattr(lib, "scipy_cblas_sgemm64_", None)
+        dgemm = getattr(lib, "scipy_cblas_dgemm64_", None)
+        if sgemm is not None and dgemm is not None:  # 64-bit integer arguments (ILP64)
+            self.gemm = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (sgemm, dgemm))
+        try:
+            self.count = ctypes.c_int.in_dll(lib, "blas_cpu_number")
+        except ValueError:
+            self.count = None
+        try:
+            self.server = ctypes.c_int.in_dll(lib, "blas_server_avail")
+            shutdown = lib.blas_thread_shutdown_
+            if _threaded_server(lib):
+                shutdown.restype = ctypes.c_int
+                self.shutdown = shutdown
+        except (AttributeError, ValueError):
+            self.shutdown = None
+
+    def __enter__(self):
+        with self.lock:
+            if self.depth == 0:
+                if self.count is not None:
+                    self.saved = self.count.value
+                    self.count.value = 1
+                else:
+                    self.saved = self.get()
+                    if self.saved != 1:
+                        self.set(1)
+                if self.shutdown is not None and self.server.value and _only_kernel_threads():
+                    self.shutdown()
+            self.depth += 1
+
+    def __exit__(self, *exc):
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0 and self.saved != 1:
+                if self.count is not None:
+                    self.count.value = self.saved
+                else:
+                    self.set(self.saved)
+
+
+def _threaded_server(lib) -> bool:
+    """OpenBLAS with its pthreads server (``get_parallel() == 1``), 0.3.20 or newer."""
+    for suffix in ("64_", ""):
+        config = getattr(lib, f"scipy_openblas_get_config{suffix}", None)
+        parallel = getattr(lib, f"scipy_openblas_get_parallel{suffix}", None)
+        if config is not None and parallel is not None:
+            config.restype = ctypes.c_char_p
+            parallel.restype = ctypes.c_int
+            words = (config() or b"").decode(errors="replace").split()
+            try:
+                version = tuple(int(x) for x in words[1].split(".")[:3])
+            except (IndexError, ValueError):
+                return False
+            return parallel() == 1 and version >= (0, 3, 20)
+    return False
+
+
+_STDLIB = os.path.normcase(sysconfig.get_paths()["stdlib"])
+# where an idle thread of the standard library waits (a thread pool's worker waiting for work,
+# a condition, a queue, a selector): such a thread cannot be inside OpenBLAS
+_PARKED = frozenset(
+    {"_worker", "wait", "get", "select", "poll", "join", "_wait_for_tstate_lock", "acquire",
+     "accept", "recv", "recv_into", "readinto", "_handle_workers", "serve_forever", "run"}
+)  # fmt: skip
+
+
+def _only_kernel_threads() -> bool:
+    """Whether every other Python thread is a kernel thread or parked in the standard library
+    (a thread pool waiting for work, torch.compile's included): then none is inside OpenBLAS
+    and its workers may be stopped. A thread anywhere else counts as busy."""
+    me = threading.get_ident()
+    kernel = {t.ident for t in threading.enumerate() if t.name.startswith("kiln-kernel")}
+    for ident, frame in sys._current_frames().items():
+        if ident == me or ident in kernel:
+            continue
+        code = frame.f_code
+        if code.co_name not in _PARKED or not os.path.normcase(code.co_filename).startswith(
+            _STDLIB
+        ):
+            return False
+    return True
+
+
+_blas = _BlasThreads()
+
+
+def _threads() -> int:
+    from .codegen import cpu  # the kernels' thread settings and pool (imported on first use)
+
+    return cpu.get_num_threads()
+
+
+_NO, _T = 111, 112  # CblasNoTrans, CblasTrans
+
+
+def _operand(x: np.ndarray):
+    """``(transpose flag, leading dimension)`` of a strided matrix for row-major ``gemm``, or
+    None when BLAS cannot read it as it is."""
+    item = x.itemsize
+    s0, s1 = x.strides[-2:]
+    if s0 % item or s1 % item:
+        return None
+    s0, s1 = s0 // item, s1 // item
+    r, c = x.shape[-2:]
+    if c == 1:
+        s1 = 1
+    if r == 1:
+        s0 = max(c, 1)
+    if s1 == 1 and s0 >= max(c, 1):
+        return _NO, s0
+    if s0 == 1 and s1 >= max(r, 1):
+        return _T, s1
+    return None
+
+
+def _rows_at(ptr: int, lo: int, trans: int, ld: int, item: int) -> int:
+    """Address of row ``lo`` of a matrix given as (pointer, transpose flag, leading dim)."""
+    return ptr + lo * item * (ld if trans == _NO else 1)
+
+
+def _cols_at(ptr: int, lo: int, trans: int, ld: int, item: int) -> int:
+    return ptr + lo * item * (1 if trans == _NO else ld)
+
+
+def _gemm_table(out, a, b, parts: int):
+    """The ``gemm`` calls computing ``out = a @ b`` in about ``parts`` blocks (whole matrices of
+    a batch, else blocks of rows or columns of at least 64), as a ``cpu_pool`` gemm table; None
+    when an operand's strides are not BLAS's."""
+    from .codegen.cpu_pool import GEMM_FIELDS
+
+    batch = out.shape[:-2]
+    a = np.broadcast_to(a, batch + a.shape[-2:]) if a.shape[:-2] != batch else a
+    b = np.broadcast_to(b, batch + b.shape[-2:]) if b.shape[:-2] != batch else b
+    oa, ob, oc = _operand(a), _operand(b), _operand(out)
+    if oa is None or ob is None or oc is None:
+        return None
+    m, n = out.shape[-2:]
+    k = a.shape[-1]
+    item = out.itemsize
+    pa, pb, pc = (x.__array_interface__["data"][0] for x in (a, b, out))
+    (ta, lda), (tb, ldb), (tc, ldc) = oa, ob, oc
+    count = 1
+    for s in batch:
+        count *= s
+    per = max(1, -(-parts // count))
+    split_rows = m >= n
+    size = m if split_rows else n
+    per = max(1, min(per, size // 64))
+    step = -(-size // per)
+    rows = []
+    for index in np.ndindex(*batch) if batch else [()]:
+        ba = pa + sum(i * st for i, st in zip(index, a.strides[:-2]))
+        bb = pb + sum(i * st for i, st in zip(index, b.strides[:-2]))
+        bc = pc + sum(i * st for i, st in zip(index, out.strides[:-2]))
+        for lo in range(0, size, step):
+            hi = min(lo + step, size)
+            if split_rows:
+                ca, cb, mm, nn = _rows_at(ba, lo, ta, lda, item), bb, hi - lo, n
+                cc = _rows_at(bc, lo, tc, ldc, item)
+            else:
+                ca, cb, mm, nn = ba, _cols_at(bb, lo, tb, ldb, item), m, hi - lo
+                cc = _cols_at(bc, lo, tc, ldc, item)
+            if tc == _NO:
+                rows.append((ta, tb, mm, nn, k, ca, lda, cb, ldb, cc, ldc))
+            else:  # a transposed result: its transpose is b^T a^T, row-major
+                flip = {_NO: _T, _T: _NO}
+                rows.append((flip[tb], flip[ta], nn, mm, k, cb, ldb, ca, lda, cc, ldc))
+    table = np.array(rows, np.int64).reshape(-1, GEMM_FIELDS)
+    return table
+
+
+def _parallel(out, a, b) -> bool:
+    """Compute ``a @ b`` into ``out`` as blocks of BLAS calls shared by the kernel threads;
+    False when it should not be split (small, one thread, a dtype or strides BLAS's ``gemm``
+    does not take, or no ILP64 OpenBLAS to call)."""
+    threads = _threads()
+    if threads < 2 or out.size == 0 or out.dtype not in (np.float32, np.float64):
+        return False
+    if a.dtype != out.dtype or b.dtype != out.dtype:
+        return False
+    if out.size * a.shape[-1] < SPLIT_MACS or not _blas.load() or not _blas.gemm:
+        return False
+    from .codegen import cpu
+    from .codegen.cpu_pool import DGEMM, SGEMM, Pool
+
+    pool = cpu.thread_pool()
+    if not pool.parallel:
+        return False
+    table = _gemm_table(out, a, b, threads * PARTS_PER_THREAD)
+    if table is None or len(table) < 2:
+        return False
+    single = out.dtype == np.float32
+    job = Pool.gemm_job(SGEMM if single else DGEMM, _blas.gemm[0 if single else 1], table)
+    with _blas:
+        pool.run_job(job)
+    return True
+
+
+def matmul_out(out, a, b) -> None:
+    """``out[...] = a @ b`` (2-d or batched). A product too small to split runs on this thread
+    alone: OpenBLAS would hand a mid-sized one (64x64x192) to its second thread, and on a busy
+    machine wait milliseconds at the barrier for it."""
+    if _parallel(out, a, b):
+        return
+    if out.dtype.kind == "f" and out.size and _blas.load():
+        with _blas:
+            np.matmul(a, b, out=out)
+    else:
+        np.matmul(a, b, out=out)
+
+
+def matmul_batched_out(out, a, b) -> None:
+    """Operands with the batch split in several dims (``[8, 4, 128, 64]`` for a ``bmm`` over 32
+    matrices): the result is the contiguous ``[32, m, n]`` buffer seen with the same split."""
+    matmul_out(out.reshape(a.shape[:-2] + out.shape[-2:]), a, b)
+
+
+def matmul_16bit_out(out, a, b) -> None:
+    """16-bit floats multiply in float32, rounded once (numpy has no bfloat16 matmul)."""
+    np.copyto(out, np.matmul(a.astype(np.float32), b.astype(np.float32)), casting="unsafe")

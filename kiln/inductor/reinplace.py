@@ -1,0 +1,83 @@
+"""Write new values of mutated inputs into the inputs' own memory.
+
+AOT autograd functionalizes in-place updates (an optimizer step: ``p.add_(...)``,
+``exp_avg.lerp_(...)``): the graph returns each mutated input's new value and the runtime copies
+it back. When the kernel computing that value is elementwise over the input, it can store into
+the input directly: no output buffer, no copy (a second pass over every parameter and state
+tensor), and the runtime then only bumps the input's version.
+
+Safe when the new value ``B`` of input ``X`` has ``X``'s layout, is computed by a pointwise node
+of a generated kernel, and every read of ``X`` from that kernel on is by a node at or before
+``B``'s in the kernel, at exactly the element ``B`` stores (threads split the elements; a read of
+another element could see it already overwritten). Reads by earlier steps are over by then.
+"""
+
+from __future__ import annotations
+
+from . import sym
+from .dependencies import reads_of
+from .ir import ComputedBuffer, InputBuffer, Pointwise
+from .scheduler import Kernel, Schedule, _step_reads
+
+__all__ = ["plan_inplace"]
+
+
+def plan_inplace(sched: Schedule, mutations) -> dict:
+    """``{buffer name: input index}`` for the mutated inputs' new values written in place.
+
+    ``mutations``: ``(input index, output index)`` pairs (``meta["input_mutations"]`` of the
+    graph's output node, set by AOT autograd).
+    """
+    lowered = sched.lowered
+    step_of = {}
+    for i, step in enumerate(sched.steps):
+        for node in getattr(step, "nodes", ()):
+            step_of[node.name] = i
+    out: dict = {}
+    taken = set()
+    for k, j in mutations:
+        if not (0 <= k < len(lowered.inputs)) or not (0 <= j < len(lowered.outputs)):
+            continue
+        x = lowered.inputs[k]
+        entry = lowered.outputs[j]
+        if not isinstance(x, InputBuffer) or entry[0] != "buffer":
+            continue
+        _, buf, layout = entry
+        if (
+            not isinstance(buf, ComputedBuffer)
+            or not isinstance(buf.data, Pointwise)
+            or buf.name in taken
+            or buf.name not in step_of
+            or layout != buf.layout
+            or buf.layout.shape != x.layout.shape
+            or buf.layout.stride != x.layout.stride
+            or buf.layout.offset != 0
+            or x.layout.offset != 0
+            or buf.dtype is not x.dtype
+            or sum(1 for o in lowered.outputs if o[0] == "buffer" and o[1] is buf) != 1
+        ):
+            continue
+        s = step_of[buf.name]
+        if any(x.name in _step_reads(step) for step in sched.steps[s + 1 :]):
+            continue
+        if not _kernel_allows(sched.steps[s], buf, x.name):
+            continue
+        out[buf.name] = k
+        taken.add(buf.name)
+    return out
+
+
+def _kernel_allows(kernel: Kernel, buf: ComputedBuffer, name: str) -> bool:
+    outer = [sym.Var(f"o{i}", s) for i, s in enumerate(kernel.outer)]
+    inner = [sym.Var(f"i{i}", s) for i, s in enumerate(kernel.inner)]
+    index, _ = kernel.node_vars(buf, outer, inner)
+    store = buf.layout.offset_expr(index)
+    seen_buf = False
+    for node in kernel.nodes:
+        idx, ridx = kernel.node_vars(node, outer, inner)
+        for r in reads_of(node, idx, ridx):
+            if r.name == name and (seen_buf or r.index != store):
+                return False
+        if node is buf:
+            seen_buf = True
+    return True
