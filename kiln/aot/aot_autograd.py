@@ -100,33 +100,15 @@ def _merge_common_subexpressions(graph: Graph) -> None:
     A value the graph returns (or returns a view of) is never merged into another: two outputs
     would then be one tensor (an optimizer's fresh ``zeros`` step counters, one per parameter,
     would all become one counter)."""
-    from ..ir.passes import _key, _mutates
+    from ..ir.passes import common_subexpression_elimination
 
     returned = set()
     for out in graph.output_node.all_input_nodes:
         node = out
-        while True:
+        while node is not None:
             returned.add(node)
-            parent = _viewed_node(node)
-            if parent is None:
-                break
-            node = parent
-    seen: dict = {}
-    for node in list(graph.nodes):
-        if node.op not in ("call_function", "get_attr"):
-            continue
-        if _mutates(node):
-            seen.clear()
-            continue
-        if node.is_impure():
-            continue
-        key = (node.op, _key(node.target), _key(node.args), _key(node.kwargs))
-        first = seen.get(key)
-        if first is None:
-            seen[key] = node
-        elif node not in returned:
-            node.replace_all_uses_with(first)
-            graph.erase_node(node)
+            node = _viewed_node(node)
+    common_subexpression_elimination(graph, keep=returned)
 
 
 def _viewed_node(node):

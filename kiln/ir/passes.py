@@ -207,11 +207,12 @@ def _mutates(node: Node) -> bool:
     )
 
 
-def common_subexpression_elimination(gm_or_graph):
+def common_subexpression_elimination(gm_or_graph, keep=frozenset()):
     """Merge nodes computing the same op on the same inputs (keeping the first).
 
     Random and in-place nodes are never merged; a node that mutates memory also ends every
-    earlier match, since a value read before the write may differ after it.
+    earlier match, since a value read before the write may differ after it. Nodes in ``keep``
+    are never merged into an earlier twin (callers that need distinct tensors for them).
     """
     graph = _graph_of(gm_or_graph)
     seen: dict = {}
@@ -228,6 +229,8 @@ def common_subexpression_elimination(gm_or_graph):
         first = seen.get(key)
         if first is None:
             seen[key] = node
+            continue
+        if node in keep:
             continue
         node.replace_all_uses_with(first)
         graph.erase_node(node)

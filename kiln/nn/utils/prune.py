@@ -224,44 +224,46 @@ class Identity(BasePruningMethod):
         return super().apply(module, name)
 
 
-class RandomUnstructured(BasePruningMethod):
-    """Zero ``amount`` (a fraction or a count) of the entries, chosen at random."""
+class _UnstructuredByScore(BasePruningMethod):
+    """Zero the ``amount`` (a fraction or a count) entries that rank first by ``_scores``."""
 
     PRUNING_TYPE = "unstructured"
+    _largest = True  # prune the highest scores (else the lowest)
 
     def __init__(self, amount) -> None:
         _check_amount(amount)
         self.amount = amount
 
+    def _scores(self, t):
+        raise NotImplementedError
+
     def compute_mask(self, t, default_mask):
         count = _amount_to_count(self.amount, t.numel())
         mask = default_mask.clone()
         if count:
-            chosen = kiln.topk(kiln.rand_like(t).reshape(-1), k=count).indices
-            mask.view(-1)[chosen] = 0
+            scores = self._scores(t).reshape(-1)
+            mask.view(-1)[kiln.topk(scores, k=count, largest=self._largest).indices] = 0
         return mask
+
+
+class RandomUnstructured(_UnstructuredByScore):
+    """Zero ``amount`` (a fraction or a count) of the entries, chosen at random."""
+
+    def _scores(self, t):
+        return kiln.rand_like(t)
 
     @classmethod
     def apply(cls, module, name, amount):
         return super().apply(module, name, amount=amount)
 
 
-class L1Unstructured(BasePruningMethod):
+class L1Unstructured(_UnstructuredByScore):
     """Zero the ``amount`` entries of smallest absolute value."""
 
-    PRUNING_TYPE = "unstructured"
+    _largest = False
 
-    def __init__(self, amount) -> None:
-        _check_amount(amount)
-        self.amount = amount
-
-    def compute_mask(self, t, default_mask):
-        count = _amount_to_count(self.amount, t.numel())
-        mask = default_mask.clone()
-        if count:
-            smallest = kiln.topk(kiln.abs(t).reshape(-1), k=count, largest=False).indices
-            mask.view(-1)[smallest] = 0
-        return mask
+    def _scores(self, t):
+        return kiln.abs(t)
 
     @classmethod
     def apply(cls, module, name, amount, importance_scores=None):
