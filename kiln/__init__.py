@@ -6,7 +6,6 @@ captures them into graphs and compiles fused kernels.
 
 from __future__ import annotations
 
-import builtins as _builtins
 import sys as _sys
 
 import numpy as _np
@@ -71,17 +70,20 @@ from .runtime.random import (  # noqa: E402
     set_rng_state,
 )
 from .runtime.printing import set_printoptions  # noqa: E402
+from .runtime import devices as _devices  # noqa: E402
 from .runtime.flags import (  # noqa: E402
     are_deterministic_algorithms_enabled,
     get_deterministic_debug_mode,
     get_float32_matmul_precision,
     get_num_interop_threads,
+    get_num_threads,
     is_deterministic_algorithms_warn_only_enabled,
     is_warn_always_enabled,
     set_deterministic_debug_mode,
     set_float32_matmul_precision,
     set_flush_denormal,
     set_num_interop_threads,
+    set_num_threads,
     set_warn_always,
     use_deterministic_algorithms,
 )
@@ -150,30 +152,24 @@ for _alias, _module in {
     _sys.modules[f"{__name__}.{_alias}"] = _module
 
 
-def _creation_hook(cls, args, kwargs):
-    """``kiln.Tensor(data)`` / ``kiln.Tensor(2, 3)``: PyTorch's legacy float constructor."""
-    from .ops import api
+def _load_cuda_kernels():
+    """Eager CUDA ops run as single-op compiled graphs: the device layer, below the compiler,
+    reaches it through this hook, loaded on the first CUDA op."""
+    from .inductor import eager_cuda
 
-    if len(args) == 1 and isinstance(args[0], Size):
-        return api.empty(args[0])
-    if len(args) == 1 and isinstance(args[0], (list, tuple, _np.ndarray)):
-        return api.tensor(args[0], dtype=get_default_dtype())
-    if _builtins.all(isinstance(a, _builtins.int) for a in args):
-        return api.empty(*args)
-    raise TypeError(f"kiln.Tensor() got unsupported arguments {args!r}")
+    return eager_cuda
 
 
-def set_num_threads(n: int) -> None:
-    """Threads used by compiled CPU kernels (default: the number of cores)."""
-    from .inductor.codegen.cpu import set_num_threads as _set
-
-    _set(n)
+_devices.set_kernel_provider(_load_cuda_kernels)
 
 
-def get_num_threads() -> int:
-    from .inductor.codegen.cpu import get_num_threads as _get
+def _load_builtin_backends():
+    """``kiln.compile``'s built-in backends sit above the compiler's registry (in dynamo), so
+    they are registered through this hook, on the first lookup."""
+    from . import builtin_backends  # noqa: F401
 
-    return _get()
+
+dynamo.backends.set_builtin_loader(_load_builtin_backends)
 
 
 __version__ = version.__version__

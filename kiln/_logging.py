@@ -7,8 +7,8 @@ Artifacts kiln also prints (``graph_breaks``, ``recompiles``, ``graph_code``/``g
 
 from __future__ import annotations
 
-from .dynamo.logging import ARTIFACTS
-from .dynamo.logging import set_logs as _set_kiln_logs
+from .runtime.logs import ARTIFACTS
+from .runtime.logs import set_logs as _set_kiln_logs
 
 __all__ = ["set_logs"]
 

@@ -1,11 +1,13 @@
 """``kiln.compiler``: PyTorch's spelling of the compiler controls (``kiln.compiler.reset()``).
 
-Low layers (``kiln.optim``) import this module to ask ``is_compiling()``, so it imports the
-capture frontend only when one of its controls (``reset``, ``disable``, ``allow_in_graph``,
+``is_compiling`` lives in the runtime (library code asks it without importing the compiler);
+this module imports the capture frontend only when one of its controls (``reset``, ``disable``, ``allow_in_graph``,
 ``graph_break``, ``mark_dynamic``...) is first used.
 """
 
 from __future__ import annotations
+
+from .runtime.compiling import is_compiling
 
 __all__ = ["reset", "is_compiling"]
 
@@ -42,13 +44,6 @@ def __getattr__(name: str):
 
         return getattr(dynamo, name)
     raise AttributeError(f"module 'kiln.compiler' has no attribute {name!r}")
-
-
-def is_compiling() -> bool:
-    """True while ``kiln.compile`` captures the calling code, False when it runs eagerly: code
-    that would read a tensor's value for speed in eager mode (``.item()``) keeps tensors when
-    captured. The capture frontend answers True itself; called for real, this returns False."""
-    return False
 
 
 def reset() -> None:

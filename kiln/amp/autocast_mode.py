@@ -431,7 +431,7 @@ class autocast:  # noqa: N801 - PyTorch's spelling
         self._cache_enabled = _cache_enabled[0] if cache_enabled is None else cache_enabled
         if enabled:
             if kind == "cuda":
-                from .. import cuda
+                from ..runtime import cuda
 
                 if not cuda.is_available():
                     warnings.warn(

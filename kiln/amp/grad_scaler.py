@@ -59,7 +59,7 @@ class GradScaler:
         self._device = device
         self._enabled = enabled
         if self._device == "cuda" and enabled:
-            from .. import cuda
+            from ..runtime import cuda
 
             if not cuda.is_available():
                 warnings.warn(

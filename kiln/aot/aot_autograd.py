@@ -24,12 +24,12 @@ from ..ir.tracer import TracingMode
 from ..ops.fake import to_fake
 from ..runtime import state
 from ..runtime.tensor import Tensor
+from ..utils.pytree import tree_flatten
 from . import logs
 from .decompositions import decomposition_table
 from .functionalize import functionalize
 from .module_state import functional_call
 from .partitioners import Partition, default_partition, min_cut_partition, storage_root
-from .pytree import tree_flatten
 from .runtime import RuntimeLayout, make_runner
 from .trace import TraceResult, trace_function
 

@@ -1,11 +1,11 @@
-"""AOT logging through kiln's log artifacts (``kiln.dynamo.logging``): ``KILN_LOGS=aot`` (or
+"""AOT logging through kiln's log artifacts (``kiln.runtime.logs``): ``KILN_LOGS=aot`` (or
 ``set_logs(aot=True)``) prints the joint, forward and backward graphs with shapes and what the
 partitioners save; ``KILN_DEBUG_DIR=dir`` writes the graphs to numbered ``dir/<n>_aot_<stage>.py``
 files. Nothing here runs after a signature is compiled."""
 
 from __future__ import annotations
 
-from ..dynamo import logging as klog
+from ..runtime import logs as klog
 
 __all__ = ["enabled", "dump", "note"]
 

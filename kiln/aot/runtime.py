@@ -18,7 +18,7 @@ from ..ops.dispatch import _edge as autograd_edge
 from ..runtime import random as rng
 from ..runtime import state
 from ..runtime.tensor import Tensor
-from .pytree import tree_unflatten
+from ..utils.pytree import tree_unflatten
 from .trace import OUT_CONST, OUT_GRAPH, OUT_INPUT, TraceResult
 
 __all__ = ["CompiledFunctionBackward", "make_runner", "RuntimeLayout"]

@@ -37,8 +37,8 @@ from ..ops.dispatch import view_replay
 from ..ops.registry import OPS
 from ..runtime import state
 from ..runtime.tensor import Tensor
+from ..utils.pytree import tree_flatten, tree_unflatten
 from .decompositions import decomposition_table
-from .pytree import tree_flatten, tree_unflatten
 
 __all__ = ["TraceResult", "trace_function", "OUT_GRAPH", "OUT_CONST", "OUT_INPUT", "OUT_VIEW"]
 

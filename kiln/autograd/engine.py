@@ -76,7 +76,7 @@ def run_backward(
     ``inputs``: tensors whose gradients to capture (``grad``) or to restrict accumulation to
     (``backward(inputs=...)``). Returns the captured gradients when ``accumulate`` is False.
     """
-    from .. import ones_like
+    from ..ops.api import ones_like
 
     root_edges = []
     root_grads = []
@@ -241,7 +241,7 @@ def _materialize(node: Node, buf: dict) -> tuple:
     n_out = len(node.out_meta) if getattr(node, "out_meta", None) else max(buf) + 1
     if n_out == 1:
         return (buf.get(0),)
-    from .. import zeros
+    from ..ops.api import zeros
 
     grads = []
     for nr in range(n_out):
@@ -375,7 +375,7 @@ def grad(
             accumulate=False,
         )
     if materialize_grads:
-        from .. import zeros_like
+        from ..ops.api import zeros_like
 
         result = tuple(zeros_like(t) if g is None else g for t, g in zip(inputs, result))
     return result
@@ -383,7 +383,7 @@ def grad(
 
 def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused):
     """One backward per index of the leading (batch) dimension of every ``grad_outputs`` entry."""
-    from .. import stack
+    from ..ops.public import stack
 
     batch = None
     for i, (out, g) in enumerate(zip(outputs, grad_outputs)):

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import kiln
-
+from ..ops import public as _public
 from ..runtime.tensor import Tensor
 from .engine import grad as autograd_grad
 from .grad_mode import enable_grad, is_grad_enabled, set_grad_enabled
@@ -148,7 +147,7 @@ def _zeros_for_none(grads: tuple, refs: tuple, strict: bool, create_graph: bool,
         if g is None:
             if strict:
                 raise RuntimeError(_STRICT_MESSAGES[stage].format(i=i))
-            g = kiln.zeros_like(refs[i])
+            g = _public.zeros_like(refs[i])
         elif strict and create_graph and not g.requires_grad:
             what = "hessian" if "double" in stage else "jacobian"
             raise RuntimeError(
@@ -212,7 +211,7 @@ def _transpose_graph(func, inputs: tuple, strict: bool, fn_name: str):
         func(*inputs), "outputs of the user-provided function", fn_name
     )
     _check_requires_grad(outputs, "outputs", strict)
-    dummies = tuple(kiln.zeros_like(o, requires_grad=True) for o in outputs)
+    dummies = tuple(_public.zeros_like(o, requires_grad=True) for o in outputs)
     grad_inputs = _grads(outputs, inputs, dummies, create_graph=True)
     _check_requires_grad(grad_inputs, "grad_inputs", strict)
     return outputs_is_tuple, outputs, dummies, grad_inputs
@@ -241,13 +240,13 @@ def jvp(
 # ------------------------------------------------------------------------------ jacobians
 def _basis(ref: Tensor, k: int) -> Tensor:
     """The ``k``-th one-hot tensor shaped like ``ref``."""
-    e = kiln.zeros(ref.numel(), dtype=ref.dtype, device=ref.device)
+    e = _public.zeros(ref.numel(), dtype=ref.dtype, device=ref.device)
     e[k] = 1
     return e.view(ref.shape)
 
 
 def _stack_rows(rows: list, lead_shape, tail_shape) -> Tensor:
-    return kiln.stack(rows).view(tuple(lead_shape) + tuple(tail_shape))
+    return _public.stack(rows).view(tuple(lead_shape) + tuple(tail_shape))
 
 
 def _jacobian_reverse(func, inputs, create_graph: bool, strict: bool):
@@ -270,7 +269,7 @@ def _jacobian_reverse(func, inputs, create_graph: bool, strict: bool):
                                 f"Output {i} of the user-provided function is independent of "
                                 f"input {j}. This is not allowed in strict mode."
                             )
-                        g = kiln.zeros_like(inp)
+                        g = _public.zeros_like(inp)
                     elif strict and create_graph and not g.requires_grad:
                         raise RuntimeError(
                             f"The jacobian of the user-provided function is independent of "
@@ -282,7 +281,7 @@ def _jacobian_reverse(func, inputs, create_graph: bool, strict: bool):
                 tuple(
                     _stack_rows(r, out.shape, inp.shape)
                     if r
-                    else kiln.zeros(tuple(out.shape) + tuple(inp.shape), dtype=inp.dtype)
+                    else _public.zeros(tuple(out.shape) + tuple(inp.shape), dtype=inp.dtype)
                     for r, inp in zip(rows, inputs)
                 )
             )
@@ -316,16 +315,16 @@ def _jacobian_forward(func, inputs, strict: bool, vectorize: bool):
         for j, inp in enumerate(inputs):
             for k in range(inp.numel()):
                 v = tuple(
-                    _basis(t, k) if n == j else kiln.zeros_like(t) for n, t in enumerate(inputs)
+                    _basis(t, k) if n == j else _public.zeros_like(t) for n, t in enumerate(inputs)
                 )
                 jv = _grads(grad_inputs, dummies, v, retain_graph=True)
                 for i, (col, out) in enumerate(zip(jv, outputs)):
-                    columns[i][j].append(kiln.zeros_like(out) if col is None else col.detach())
+                    columns[i][j].append(_public.zeros_like(out) if col is None else col.detach())
     jacobian = tuple(
         tuple(
-            kiln.stack(cols, dim=out.ndim).view(tuple(out.shape) + tuple(inp.shape))
+            _public.stack(cols, dim=out.ndim).view(tuple(out.shape) + tuple(inp.shape))
             if cols
-            else kiln.zeros(tuple(out.shape) + tuple(inp.shape), dtype=out.dtype)
+            else _public.zeros(tuple(out.shape) + tuple(inp.shape), dtype=out.dtype)
             for cols, inp in zip(columns[i], inputs)
         )
         for i, out in enumerate(outputs)
@@ -444,7 +443,7 @@ def hvp(
         inputs_is_tuple, inputs, v, outputs_is_tuple, outputs, jac = _first_gradient(
             func, inputs, v, create_graph, strict, "hvp"
         )
-        dummies = tuple(kiln.zeros_like(t, requires_grad=True) for t in inputs)
+        dummies = tuple(_public.zeros_like(t, requires_grad=True) for t in inputs)
         double_back = _grads(jac, inputs, dummies, create_graph=True)
         _check_requires_grad(jac, "hessian", strict)
     with set_grad_enabled(True if create_graph else is_grad_enabled()):

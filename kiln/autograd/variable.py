@@ -29,7 +29,7 @@ class Variable(metaclass=_VariableMeta):
                 stacklevel=2,
             )
         if data is None:
-            from .. import empty
+            from ..ops.api import empty
 
             data = empty(0)
         if not isinstance(data, Tensor):

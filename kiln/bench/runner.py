@@ -292,7 +292,7 @@ class _Runner:
         shutil.rmtree(self.cache_root, ignore_errors=True)
 
     def set_threads(self) -> int:
-        from ..inductor.codegen.cpu import get_num_threads, set_num_threads
+        from ..runtime.flags import get_num_threads, set_num_threads
 
         if self.settings.threads:
             set_num_threads(self.settings.threads)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import kiln
+from ..ops import linalg_functions as linalg
 
 __all__ = [
     "Constraint",
@@ -235,7 +235,7 @@ class _PositiveDefinite(Constraint):
 
     def check(self, value):
         symmetric = (value - value.mT).abs().reshape(value.shape[:-2] + (-1,)).amax(-1) < 1e-6
-        info = kiln.linalg.cholesky_ex(value).info
+        info = linalg.cholesky_ex(value).info
         return symmetric & (info == 0)
 
 
@@ -244,7 +244,7 @@ class _PositiveSemidefinite(Constraint):
 
     def check(self, value):
         symmetric = (value - value.mT).abs().reshape(value.shape[:-2] + (-1,)).amax(-1) < 1e-6
-        return symmetric & (kiln.linalg.eigvalsh(value) >= 0).all(-1)
+        return symmetric & (linalg.eigvalsh(value) >= 0).all(-1)
 
 
 dependent = _Dependent()

@@ -11,9 +11,33 @@ from __future__ import annotations
 
 import math
 
-import kiln
 from kiln.runtime.tensor import Size
 
+from ..ops import public
+from ..ops.public import (
+    as_tensor,
+    atan,
+    digamma,
+    erf,
+    erfinv,
+    exp,
+    expm1,
+    finfo,
+    full,
+    lgamma,
+    log,
+    log1p,
+    lt,
+    no_grad,
+    normal,
+    randn,
+    rsqrt,
+    tan,
+    where,
+    xlogy,
+    zeros_like,
+)
+from ..runtime.compiling import is_compiling
 from . import constraints
 from .distribution import Distribution
 from .utils import broadcast_all, numpy_sample
@@ -82,12 +106,12 @@ class Normal(_LocScale):
         return self.stddev.pow(2)
 
     def _noise(self, shape):
-        return kiln.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        return randn(shape, dtype=self.loc.dtype, device=self.loc.device)
 
     def sample(self, sample_shape=_EMPTY):
         shape = self._extended_shape(sample_shape)
-        with kiln.no_grad():
-            return kiln.normal(self.loc.expand(shape), self.scale.expand(shape))
+        with no_grad():
+            return normal(self.loc.expand(shape), self.scale.expand(shape))
 
     def log_prob(self, value):
         if self._validate_args:
@@ -98,13 +122,13 @@ class Normal(_LocScale):
     def cdf(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        return 0.5 * (1 + kiln.erf((value - self.loc) * self.scale.reciprocal() / math.sqrt(2)))
+        return 0.5 * (1 + erf((value - self.loc) * self.scale.reciprocal() / math.sqrt(2)))
 
     def icdf(self, value):
-        return self.loc + self.scale * kiln.erfinv(2 * value - 1) * math.sqrt(2)
+        return self.loc + self.scale * erfinv(2 * value - 1) * math.sqrt(2)
 
     def entropy(self):
-        return 0.5 + 0.5 * math.log(2 * math.pi) + kiln.log(self.scale)
+        return 0.5 + 0.5 * math.log(2 * math.pi) + log(self.scale)
 
 
 class Laplace(_LocScale):
@@ -127,28 +151,26 @@ class Laplace(_LocScale):
         return math.sqrt(2) * self.scale
 
     def _noise(self, shape):
-        eps = kiln.finfo(self.loc.dtype).eps
-        u = kiln.rand(shape, dtype=self.loc.dtype, device=self.loc.device) * (2 - eps) - (1 - eps)
-        return -u.sign() * kiln.log1p(-u.abs())
+        eps = finfo(self.loc.dtype).eps
+        u = public.rand(shape, dtype=self.loc.dtype, device=self.loc.device) * (2 - eps) - (1 - eps)
+        return -u.sign() * log1p(-u.abs())
 
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        return -kiln.log(2 * self.scale) - kiln.abs(value - self.loc) / self.scale
+        return -log(2 * self.scale) - public.abs(value - self.loc) / self.scale
 
     def cdf(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        return 0.5 - 0.5 * (value - self.loc).sign() * kiln.expm1(
-            -(value - self.loc).abs() / self.scale
-        )
+        return 0.5 - 0.5 * (value - self.loc).sign() * expm1(-(value - self.loc).abs() / self.scale)
 
     def icdf(self, value):
         term = value - 0.5
-        return self.loc - self.scale * term.sign() * kiln.log1p(-2 * term.abs())
+        return self.loc - self.scale * term.sign() * log1p(-2 * term.abs())
 
     def entropy(self):
-        return 1 + kiln.log(2 * self.scale)
+        return 1 + log(2 * self.scale)
 
 
 class Cauchy(_LocScale):
@@ -156,7 +178,7 @@ class Cauchy(_LocScale):
 
     @property
     def mean(self):
-        return kiln.full(self._extended_shape(), math.nan, dtype=self.loc.dtype)
+        return full(self._extended_shape(), math.nan, dtype=self.loc.dtype)
 
     @property
     def mode(self):
@@ -164,11 +186,11 @@ class Cauchy(_LocScale):
 
     @property
     def variance(self):
-        return kiln.full(self._extended_shape(), math.inf, dtype=self.loc.dtype)
+        return full(self._extended_shape(), math.inf, dtype=self.loc.dtype)
 
     def _noise(self, shape):
-        u = kiln.rand(shape, dtype=self.loc.dtype, device=self.loc.device)
-        return kiln.tan(math.pi * (u - 0.5))
+        u = public.rand(shape, dtype=self.loc.dtype, device=self.loc.device)
+        return tan(math.pi * (u - 0.5))
 
     def log_prob(self, value):
         if self._validate_args:
@@ -180,10 +202,10 @@ class Cauchy(_LocScale):
     def cdf(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        return kiln.atan((value - self.loc) / self.scale) / math.pi + 0.5
+        return atan((value - self.loc) / self.scale) / math.pi + 0.5
 
     def icdf(self, value):
-        return kiln.tan(math.pi * (value - 0.5)) * self.scale + self.loc
+        return tan(math.pi * (value - 0.5)) * self.scale + self.loc
 
     def entropy(self):
         return math.log(4 * math.pi) + self.scale.log()
@@ -209,21 +231,21 @@ class Gumbel(_LocScale):
         return self.stddev.pow(2)
 
     def _noise(self, shape):
-        tiny = kiln.finfo(self.loc.dtype).tiny
-        u = kiln.rand(shape, dtype=self.loc.dtype, device=self.loc.device).clamp(min=tiny)
-        return -kiln.log(-kiln.log(u).clamp(max=-tiny))
+        tiny = finfo(self.loc.dtype).tiny
+        u = public.rand(shape, dtype=self.loc.dtype, device=self.loc.device).clamp(min=tiny)
+        return -log(-log(u).clamp(max=-tiny))
 
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
         z = (value - self.loc) / self.scale
-        return -(z + kiln.exp(-z)) - self.scale.log()
+        return -(z + exp(-z)) - self.scale.log()
 
     def cdf(self, value):
-        return kiln.exp(-kiln.exp(-(value - self.loc) / self.scale))
+        return exp(-exp(-(value - self.loc) / self.scale))
 
     def icdf(self, value):
-        return self.loc - self.scale * kiln.log(-kiln.log(value))
+        return self.loc - self.scale * log(-log(value))
 
     def entropy(self):
         return self.scale.log() + (1 + _EULER)
@@ -254,7 +276,7 @@ class LogNormal(_LocScale):
         return scale_sq.expm1() * (2 * self.loc + scale_sq).exp()
 
     def _noise(self, shape):
-        return kiln.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        return randn(shape, dtype=self.loc.dtype, device=self.loc.device)
 
     def rsample(self, sample_shape=_EMPTY):
         return super().rsample(sample_shape).exp()
@@ -269,13 +291,13 @@ class LogNormal(_LocScale):
         if self._validate_args:
             self._validate_sample(value)
         z = (value.log() - self.loc) * self.scale.reciprocal() / math.sqrt(2)
-        return 0.5 * (1 + kiln.erf(z))
+        return 0.5 * (1 + erf(z))
 
     def icdf(self, value):
-        return (self.loc + self.scale * kiln.erfinv(2 * value - 1) * math.sqrt(2)).exp()
+        return (self.loc + self.scale * erfinv(2 * value - 1) * math.sqrt(2)).exp()
 
     def entropy(self):
-        return 0.5 + 0.5 * math.log(2 * math.pi) + kiln.log(self.scale) + self.loc
+        return 0.5 + 0.5 * math.log(2 * math.pi) + log(self.scale) + self.loc
 
 
 class HalfNormal(Distribution):
@@ -299,7 +321,7 @@ class HalfNormal(Distribution):
 
     @property
     def mode(self):
-        return kiln.zeros_like(self.scale)
+        return zeros_like(self.scale)
 
     @property
     def variance(self):
@@ -307,22 +329,22 @@ class HalfNormal(Distribution):
 
     def rsample(self, sample_shape=_EMPTY):
         shape = self._extended_shape(sample_shape)
-        noise = kiln.randn(shape, dtype=self.scale.dtype, device=self.scale.device)
+        noise = randn(shape, dtype=self.scale.dtype, device=self.scale.device)
         return (noise * self.scale).abs()
 
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
         lp = -(value**2) / (2 * self.scale**2) - self.scale.log() - _LOG_SQRT_2PI + math.log(2)
-        return kiln.where(value >= 0, lp, -math.inf)
+        return where(value >= 0, lp, -math.inf)
 
     def cdf(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        return 2 * (0.5 * (1 + kiln.erf(value / (self.scale * math.sqrt(2))))) - 1
+        return 2 * (0.5 * (1 + erf(value / (self.scale * math.sqrt(2))))) - 1
 
     def icdf(self, value):
-        return self.scale * kiln.erfinv(value) * math.sqrt(2)
+        return self.scale * erfinv(value) * math.sqrt(2)
 
     def entropy(self):
         return 0.5 * math.log(math.pi / 2) + self.scale.log() + 0.5
@@ -341,8 +363,8 @@ class Uniform(Distribution):
         self.low, self.high = broadcast_all(low, high)
         batch = self.low.size()
         super().__init__(batch, validate_args=validate_args)
-        if self._validate_args and not kiln.compiler.is_compiling():
-            if not bool(kiln.lt(self.low, self.high).all()):
+        if self._validate_args and not is_compiling():
+            if not bool(lt(self.low, self.high).all()):
                 raise ValueError("Uniform is not defined when low>= high")
 
     def expand(self, batch_shape, _instance=None):
@@ -370,7 +392,7 @@ class Uniform(Distribution):
 
     def rsample(self, sample_shape=_EMPTY):
         shape = self._extended_shape(sample_shape)
-        rand = kiln.rand(shape, dtype=self.low.dtype, device=self.low.device)
+        rand = public.rand(shape, dtype=self.low.dtype, device=self.low.device)
         return self.low + rand * (self.high - self.low)
 
     def log_prob(self, value):
@@ -378,7 +400,7 @@ class Uniform(Distribution):
             self._validate_sample(value)
         lb = self.low.le(value).type_as(self.low)
         ub = self.high.gt(value).type_as(self.low)
-        return kiln.log(lb.mul(ub)) - kiln.log(self.high - self.low)
+        return log(lb.mul(ub)) - log(self.high - self.low)
 
     def cdf(self, value):
         if self._validate_args:
@@ -390,7 +412,7 @@ class Uniform(Distribution):
         return value * (self.high - self.low) + self.low
 
     def entropy(self):
-        return kiln.log(self.high - self.low)
+        return log(self.high - self.low)
 
 
 class Exponential(Distribution):
@@ -414,7 +436,7 @@ class Exponential(Distribution):
 
     @property
     def mode(self):
-        return kiln.zeros_like(self.rate)
+        return zeros_like(self.rate)
 
     @property
     def stddev(self):
@@ -426,8 +448,8 @@ class Exponential(Distribution):
 
     def rsample(self, sample_shape=_EMPTY):
         shape = self._extended_shape(sample_shape)
-        u = kiln.rand(shape, dtype=self.rate.dtype, device=self.rate.device)
-        return -kiln.log1p(-u) / self.rate
+        u = public.rand(shape, dtype=self.rate.dtype, device=self.rate.device)
+        return -log1p(-u) / self.rate
 
     def log_prob(self, value):
         if self._validate_args:
@@ -437,22 +459,22 @@ class Exponential(Distribution):
     def cdf(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        return 1 - kiln.exp(-self.rate * value)
+        return 1 - exp(-self.rate * value)
 
     def icdf(self, value):
-        return -kiln.log1p(-value) / self.rate
+        return -log1p(-value) / self.rate
 
     def entropy(self):
-        return 1.0 - kiln.log(self.rate)
+        return 1.0 - log(self.rate)
 
 
 def _standard_gamma(concentration, shape):
     """Gamma(concentration, 1) samples of ``shape`` (no gradient)."""
-    with kiln.no_grad():
+    with no_grad():
         alpha = concentration.expand(shape).detach().cpu().double().numpy()
         draw = numpy_sample(shape, concentration.dtype, concentration.device,
                             lambda rng, s: rng.standard_gamma(alpha, size=s))  # fmt: skip
-        tiny = kiln.finfo(concentration.dtype).tiny
+        tiny = finfo(concentration.dtype).tiny
         return draw.clamp(min=tiny)
 
 
@@ -488,19 +510,19 @@ class Gamma(Distribution):
         return _standard_gamma(self.concentration, shape) / self.rate.expand(shape)
 
     def log_prob(self, value):
-        value = kiln.as_tensor(value, dtype=self.rate.dtype, device=self.rate.device)
+        value = as_tensor(value, dtype=self.rate.dtype, device=self.rate.device)
         if self._validate_args:
             self._validate_sample(value)
         return (
-            kiln.xlogy(self.concentration, self.rate)
-            + kiln.xlogy(self.concentration - 1, value)
+            xlogy(self.concentration, self.rate)
+            + xlogy(self.concentration - 1, value)
             - self.rate * value
-            - kiln.lgamma(self.concentration)
+            - lgamma(self.concentration)
         )
 
     def entropy(self):
         c = self.concentration
-        return c - kiln.log(self.rate) + kiln.lgamma(c) + (1.0 - c) * kiln.digamma(c)
+        return c - log(self.rate) + lgamma(c) + (1.0 - c) * digamma(c)
 
 
 class Chi2(Gamma):
@@ -542,7 +564,7 @@ class StudentT(Distribution):
     @property
     def mean(self):
         m = self.loc.clone()
-        return kiln.where(self.df <= 1, math.nan, m)
+        return where(self.df <= 1, math.nan, m)
 
     @property
     def mode(self):
@@ -551,14 +573,14 @@ class StudentT(Distribution):
     @property
     def variance(self):
         m = self.scale.pow(2) * self.df / (self.df - 2)
-        m = kiln.where(self.df <= 2, math.inf, m)
-        return kiln.where(self.df <= 1, math.nan, m)
+        m = where(self.df <= 2, math.inf, m)
+        return where(self.df <= 1, math.nan, m)
 
     def rsample(self, sample_shape=_EMPTY):
         shape = self._extended_shape(sample_shape)
-        x = kiln.randn(shape, dtype=self.df.dtype, device=self.df.device)
+        x = randn(shape, dtype=self.df.dtype, device=self.df.device)
         z = _standard_gamma(0.5 * self.df, shape) * 2  # chi-square(df)
-        y = x * kiln.rsqrt(z / self.df)
+        y = x * rsqrt(z / self.df)
         return self.loc + self.scale * y
 
     def log_prob(self, value):
@@ -569,17 +591,17 @@ class StudentT(Distribution):
             self.scale.log()
             + 0.5 * self.df.log()
             + 0.5 * math.log(math.pi)
-            + kiln.lgamma(0.5 * self.df)
-            - kiln.lgamma(0.5 * (self.df + 1.0))
+            + lgamma(0.5 * self.df)
+            - lgamma(0.5 * (self.df + 1.0))
         )
-        return -0.5 * (self.df + 1.0) * kiln.log1p(y**2.0 / self.df) - z
+        return -0.5 * (self.df + 1.0) * log1p(y**2.0 / self.df) - z
 
     def entropy(self):
         df = self.df
-        lbeta = kiln.lgamma(0.5 * df) + math.lgamma(0.5) - kiln.lgamma(0.5 * (df + 1))
+        lbeta = lgamma(0.5 * df) + math.lgamma(0.5) - lgamma(0.5 * (df + 1))
         return (
             self.scale.log()
-            + 0.5 * (df + 1) * (kiln.digamma(0.5 * (df + 1)) - kiln.digamma(0.5 * df))
+            + 0.5 * (df + 1) * (digamma(0.5 * (df + 1)) - digamma(0.5 * df))
             + 0.5 * df.log()
             + lbeta
         )
@@ -617,7 +639,7 @@ class Beta(Distribution):
         b1 = (self.concentration0 - 1).clamp(min=0)
         mode = a1 / (a1 + b1)
         both_small = (self.concentration1 < 1) & (self.concentration0 < 1)
-        return kiln.where(both_small, 1.0, mode)
+        return where(both_small, 1.0, mode)
 
     @property
     def variance(self):
@@ -634,21 +656,10 @@ class Beta(Distribution):
         if self._validate_args:
             self._validate_sample(value)
         a, b = self.concentration1, self.concentration0
-        return (
-            kiln.xlogy(a - 1, value)
-            + kiln.xlogy(b - 1, 1 - value)
-            + kiln.lgamma(a + b)
-            - kiln.lgamma(a)
-            - kiln.lgamma(b)
-        )
+        return xlogy(a - 1, value) + xlogy(b - 1, 1 - value) + lgamma(a + b) - lgamma(a) - lgamma(b)
 
     def entropy(self):
         a, b = self.concentration1, self.concentration0
         total = a + b
-        lbeta = kiln.lgamma(a) + kiln.lgamma(b) - kiln.lgamma(total)
-        return (
-            lbeta
-            - (a - 1) * kiln.digamma(a)
-            - (b - 1) * kiln.digamma(b)
-            + (total - 2) * kiln.digamma(total)
-        )
+        lbeta = lgamma(a) + lgamma(b) - lgamma(total)
+        return lbeta - (a - 1) * digamma(a) - (b - 1) * digamma(b) + (total - 2) * digamma(total)

@@ -6,9 +6,28 @@ from __future__ import annotations
 
 import math
 
-import kiln
 from kiln.runtime.tensor import Size
 
+from ..nn import functional as F
+from ..ops.public import (
+    arange,
+    bernoulli,
+    broadcast_tensors,
+    clamp,
+    exp,
+    eye,
+    finfo,
+    full,
+    int64,
+    lgamma,
+    log1p,
+    multinomial,
+    no_grad,
+    rand,
+    where,
+    zeros_like,
+)
+from ..runtime.compiling import is_compiling
 from . import constraints
 from .distribution import Distribution
 from .utils import (
@@ -59,7 +78,7 @@ class Bernoulli(Distribution):
     @property
     def mode(self):
         mode = (self.probs >= 0.5).to(self.probs.dtype)
-        return kiln.where(self.probs == 0.5, math.nan, mode)
+        return where(self.probs == 0.5, math.nan, mode)
 
     @property
     def variance(self):
@@ -79,24 +98,20 @@ class Bernoulli(Distribution):
 
     def sample(self, sample_shape=_EMPTY):
         shape = self._extended_shape(sample_shape)
-        with kiln.no_grad():
-            return kiln.bernoulli(self.probs.expand(shape))
+        with no_grad():
+            return bernoulli(self.probs.expand(shape))
 
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        logits, value = kiln.broadcast_tensors(self.logits, value)
-        return -kiln.nn.functional.binary_cross_entropy_with_logits(
-            logits, value.to(logits.dtype), reduction="none"
-        )
+        logits, value = broadcast_tensors(self.logits, value)
+        return -F.binary_cross_entropy_with_logits(logits, value.to(logits.dtype), reduction="none")
 
     def entropy(self):
-        return kiln.nn.functional.binary_cross_entropy_with_logits(
-            self.logits, self.probs, reduction="none"
-        )
+        return F.binary_cross_entropy_with_logits(self.logits, self.probs, reduction="none")
 
     def enumerate_support(self, expand: bool = True):
-        values = kiln.arange(2, dtype=self._param.dtype, device=self._param.device)
+        values = arange(2, dtype=self._param.dtype, device=self._param.device)
         values = values.view((-1,) + (1,) * len(self._batch_shape))
         if expand:
             values = values.expand((-1,) + tuple(self._batch_shape))
@@ -151,7 +166,7 @@ class Categorical(Distribution):
 
     @property
     def mean(self):
-        return kiln.full(self._extended_shape(), math.nan, dtype=self.probs.dtype)
+        return full(self._extended_shape(), math.nan, dtype=self.probs.dtype)
 
     @property
     def mode(self):
@@ -159,7 +174,7 @@ class Categorical(Distribution):
 
     @property
     def variance(self):
-        return kiln.full(self._extended_shape(), math.nan, dtype=self.probs.dtype)
+        return full(self._extended_shape(), math.nan, dtype=self.probs.dtype)
 
     def sample(self, sample_shape=_EMPTY):
         if not isinstance(sample_shape, Size):
@@ -167,27 +182,27 @@ class Categorical(Distribution):
         n = 1
         for s in sample_shape:
             n *= s
-        with kiln.no_grad():
+        with no_grad():
             probs_2d = self.probs.reshape(-1, self._num_events)
-            samples_2d = kiln.multinomial(probs_2d, n, True).T
+            samples_2d = multinomial(probs_2d, n, True).T
         return samples_2d.reshape(self._extended_shape(sample_shape))
 
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
         value = value.long().unsqueeze(-1)
-        value, log_pmf = kiln.broadcast_tensors(value, self.logits)
+        value, log_pmf = broadcast_tensors(value, self.logits)
         value = value[..., :1]
         return log_pmf.gather(-1, value).squeeze(-1)
 
     def entropy(self):
-        min_real = kiln.finfo(self.logits.dtype).min
-        logits = kiln.clamp(self.logits, min=min_real)
+        min_real = finfo(self.logits.dtype).min
+        logits = clamp(self.logits, min=min_real)
         p_log_p = logits * self.probs
         return -p_log_p.sum(-1)
 
     def enumerate_support(self, expand: bool = True):
-        values = kiln.arange(self._num_events, dtype=kiln.long, device=self._param.device)
+        values = arange(self._num_events, dtype=int64, device=self._param.device)
         values = values.view((-1,) + (1,) * len(self._batch_shape))
         if expand:
             values = values.expand((-1,) + tuple(self._batch_shape))
@@ -233,7 +248,7 @@ class OneHotCategorical(Distribution):
     @property
     def mode(self):
         probs = self._categorical.probs
-        return kiln.nn.functional.one_hot(probs.argmax(-1), probs.shape[-1]).to(probs.dtype)
+        return F.one_hot(probs.argmax(-1), probs.shape[-1]).to(probs.dtype)
 
     @property
     def variance(self):
@@ -246,7 +261,7 @@ class OneHotCategorical(Distribution):
     def sample(self, sample_shape=_EMPTY):
         probs = self._categorical.probs
         indices = self._categorical.sample(sample_shape)
-        return kiln.nn.functional.one_hot(indices, probs.shape[-1]).to(probs.dtype)
+        return F.one_hot(indices, probs.shape[-1]).to(probs.dtype)
 
     def log_prob(self, value):
         if self._validate_args:
@@ -259,7 +274,7 @@ class OneHotCategorical(Distribution):
 
     def enumerate_support(self, expand: bool = True):
         n = self.event_shape[0]
-        values = kiln.eye(n, dtype=self._param.dtype, device=self._param.device)
+        values = eye(n, dtype=self._param.dtype, device=self._param.device)
         values = values.view((n,) + (1,) * len(self.batch_shape) + (n,))
         if expand:
             values = values.expand((n,) + tuple(self.batch_shape) + (n,))
@@ -320,7 +335,7 @@ class Binomial(Distribution):
 
     def sample(self, sample_shape=_EMPTY):
         shape = self._extended_shape(sample_shape)
-        with kiln.no_grad():
+        with no_grad():
             n = self.total_count.expand(shape).cpu().double().numpy().astype("int64")
             p = self.probs.expand(shape).cpu().double().numpy()
             return numpy_sample(shape, self.probs.dtype, self.probs.device,
@@ -330,22 +345,22 @@ class Binomial(Distribution):
         if self._validate_args:
             self._validate_sample(value)
         n = self.total_count
-        log_factorial_n = kiln.lgamma(n + 1)
-        log_factorial_k = kiln.lgamma(value + 1)
-        log_factorial_nmk = kiln.lgamma(n - value + 1)
+        log_factorial_n = lgamma(n + 1)
+        log_factorial_k = lgamma(value + 1)
+        log_factorial_nmk = lgamma(n - value + 1)
         logits = self.logits
         # k*log(p) + (n-k)*log(1-p) = k*logits - n*softplus(logits), written so that logits = +-inf
         # with k = n or k = 0 gives 0, not NaN
         # max(logits, 0) written so its gradient at 0 is 1/2 (the average of the one-sided
         # derivatives), which makes d/dlogits exact at logits = 0
         relu = (logits.clamp(min=0) + logits - logits.clamp(max=0)) / 2
-        normalize = n * relu + n * kiln.log1p(kiln.exp(-logits.abs()))
+        normalize = n * relu + n * log1p(exp(-logits.abs()))
         return (
             log_factorial_n
             - log_factorial_k
             - log_factorial_nmk
-            + kiln.where((value == 0) & (logits == -math.inf), 0.0, value * logits)
-            - kiln.where((n == 0) & logits.isinf(), 0.0, normalize)
+            + where((value == 0) & (logits == -math.inf), 0.0, value * logits)
+            - where((n == 0) & logits.isinf(), 0.0, normalize)
         )
 
     def entropy(self):
@@ -353,7 +368,7 @@ class Binomial(Distribution):
         if not bool((self.total_count == total).all()):
             raise NotImplementedError("Inhomogeneous total count not supported by `entropy`.")
         log_prob = self.log_prob(self.enumerate_support(False))
-        return -(kiln.exp(log_prob) * log_prob).sum(0)
+        return -(exp(log_prob) * log_prob).sum(0)
 
     def enumerate_support(self, expand: bool = True):
         total = int(self.total_count.max())
@@ -361,7 +376,7 @@ class Binomial(Distribution):
             raise NotImplementedError(
                 "Inhomogeneous total count not supported by `enumerate_support`."
             )
-        values = kiln.arange(1 + total, dtype=self._param.dtype, device=self._param.device)
+        values = arange(1 + total, dtype=self._param.dtype, device=self._param.device)
         values = values.view((-1,) + (1,) * len(self._batch_shape))
         if expand:
             values = values.expand((-1,) + tuple(self._batch_shape))
@@ -383,7 +398,7 @@ class Geometric(Distribution):
         self._param = self.probs if probs is not None else self.logits
         batch = self._param.size()
         super().__init__(batch, validate_args=validate_args)
-        if self._validate_args and probs is not None and not kiln.compiler.is_compiling():
+        if self._validate_args and probs is not None and not is_compiling():
             if not bool((self.probs > 0).all()):
                 raise ValueError(
                     f"Expected parameter probs ({type(self.probs).__name__} of shape "
@@ -411,7 +426,7 @@ class Geometric(Distribution):
 
     @property
     def mode(self):
-        return kiln.zeros_like(self.probs)
+        return zeros_like(self.probs)
 
     @property
     def variance(self):
@@ -419,24 +434,22 @@ class Geometric(Distribution):
 
     def sample(self, sample_shape=_EMPTY):
         shape = self._extended_shape(sample_shape)
-        tiny = kiln.finfo(self.probs.dtype).tiny
-        with kiln.no_grad():
-            u = kiln.rand(shape, dtype=self.probs.dtype, device=self.probs.device).clamp(min=tiny)
+        tiny = finfo(self.probs.dtype).tiny
+        with no_grad():
+            u = rand(shape, dtype=self.probs.dtype, device=self.probs.device).clamp(min=tiny)
             return (u.log() / (-self.probs).log1p()).floor()
 
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        value, probs = kiln.broadcast_tensors(value, self.probs)
+        value, probs = broadcast_tensors(value, self.probs)
         probs = probs.clone()
-        probs = kiln.where((probs == 1) & (value == 0), 0.0, probs)
+        probs = where((probs == 1) & (value == 0), 0.0, probs)
         return value * (-probs).log1p() + clamp_probs(self.probs).log()
 
     def entropy(self):
         return (
-            kiln.nn.functional.binary_cross_entropy_with_logits(
-                self.logits, self.probs, reduction="none"
-            )
+            F.binary_cross_entropy_with_logits(self.logits, self.probs, reduction="none")
             / self.probs
         )
 
@@ -469,7 +482,7 @@ class Poisson(Distribution):
 
     def sample(self, sample_shape=_EMPTY):
         shape = self._extended_shape(sample_shape)
-        with kiln.no_grad():
+        with no_grad():
             lam = self.rate.expand(shape).cpu().double().numpy()
             return numpy_sample(shape, self.rate.dtype, self.rate.device,
                                 lambda rng, s: rng.poisson(lam, size=s))  # fmt: skip
@@ -477,7 +490,7 @@ class Poisson(Distribution):
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        rate, value = kiln.broadcast_tensors(self.rate, value)
+        rate, value = broadcast_tensors(self.rate, value)
         if rate.dtype.is_floating_point and not value.dtype.is_floating_point:
             value = value.to(rate.dtype)
-        return value.xlogy(rate) - rate - kiln.lgamma(value + 1)
+        return value.xlogy(rate) - rate - lgamma(value + 1)

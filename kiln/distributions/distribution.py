@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import warnings
 
-import kiln
 from kiln.runtime.tensor import Size
 
+from ..ops.public import Tensor, exp, no_grad
+from ..runtime.compiling import is_compiling
 from . import constraints
 from .utils import lazy_property
 
@@ -39,7 +40,7 @@ class Distribution:
         self._event_shape = Size(event_shape)
         if validate_args is not None:
             self._validate_args = validate_args
-        if self._validate_args and not kiln.compiler.is_compiling():
+        if self._validate_args and not is_compiling():
             arg_constraints = self.arg_constraints
             for param, constraint in arg_constraints.items():
                 if constraints.is_dependent(constraint):
@@ -124,7 +125,7 @@ class Distribution:
         return self.variance.sqrt()
 
     def sample(self, sample_shape=_EMPTY):
-        with kiln.no_grad():
+        with no_grad():
             return self.rsample(sample_shape)
 
     def rsample(self, sample_shape=_EMPTY):
@@ -152,13 +153,13 @@ class Distribution:
         raise NotImplementedError
 
     def perplexity(self):
-        return kiln.exp(self.entropy())
+        return exp(self.entropy())
 
     # ------------------------------------------------------------------ validation
     def _validate_sample(self, value) -> None:
-        if not isinstance(value, kiln.Tensor):
+        if not isinstance(value, Tensor):
             raise ValueError("The value argument to log_prob must be a Tensor")
-        if kiln.compiler.is_compiling():
+        if is_compiling():
             return
         event_dim_start = len(value.shape) - len(self._event_shape)
         if tuple(value.shape[event_dim_start:]) != tuple(self._event_shape):

@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import kiln
-
+from ..nn import functional as F
+from ..ops import linalg_functions as linalg
+from ..ops.public import broadcast_shapes, digamma, exp, lgamma, log, where
 from .continuous import (
     _EULER,
     Beta,
@@ -78,7 +79,7 @@ def kl_divergence(p, q):
 
 
 def _infinite_where(mask, value):
-    return kiln.where(mask, math.inf, value)
+    return where(mask, math.inf, value)
 
 
 @register_kl(Normal, Normal)
@@ -95,21 +96,21 @@ def _kl_lognormal_lognormal(p, q):
 
 @register_kl(Bernoulli, Bernoulli)
 def _kl_bernoulli_bernoulli(p, q):
-    softplus = kiln.nn.functional.softplus
+    softplus = F.softplus
     t1 = p.probs * (softplus(-q.logits) - softplus(-p.logits))
-    t1 = kiln.where(q.probs == 0, math.inf, t1)
-    t1 = kiln.where(p.probs == 0, 0.0, t1)
+    t1 = where(q.probs == 0, math.inf, t1)
+    t1 = where(p.probs == 0, 0.0, t1)
     t2 = (1 - p.probs) * (softplus(q.logits) - softplus(p.logits))
-    t2 = kiln.where(q.probs == 1, math.inf, t2)
-    t2 = kiln.where(p.probs == 1, 0.0, t2)
+    t2 = where(q.probs == 1, math.inf, t2)
+    t2 = where(p.probs == 1, 0.0, t2)
     return t1 + t2
 
 
 @register_kl(Categorical, Categorical)
 def _kl_categorical_categorical(p, q):
     t = p.probs * (p.logits - q.logits)
-    t = kiln.where((q.probs == 0).expand_as(t), math.inf, t)
-    t = kiln.where((p.probs == 0).expand_as(t), 0.0, t)
+    t = where((q.probs == 0).expand_as(t), math.inf, t)
+    t = where((p.probs == 0).expand_as(t), 0.0, t)
     return t.sum(-1)
 
 
@@ -136,7 +137,7 @@ def _kl_laplace_laplace(p, q):
     loc_abs_diff = (p.loc - q.loc).abs()
     t1 = -scale_ratio.log()
     t2 = loc_abs_diff / q.scale
-    t3 = scale_ratio * kiln.exp(-loc_abs_diff / p.scale)
+    t3 = scale_ratio * exp(-loc_abs_diff / p.scale)
     return t1 + t2 + t3 - 1
 
 
@@ -147,15 +148,15 @@ def _kl_gumbel_gumbel(p, q):
     ct3 = p.loc / q.scale
     t1 = -ct1.log() - ct2 + ct3
     t2 = ct1 * _EULER
-    t3 = kiln.exp(ct2 + kiln.lgamma(1 + ct1) - ct3)
+    t3 = exp(ct2 + lgamma(1 + ct1) - ct3)
     return t1 + t2 + t3 - (1 + _EULER)
 
 
 @register_kl(Gamma, Gamma)
 def _kl_gamma_gamma(p, q):
-    t1 = q.concentration * kiln.log(p.rate / q.rate)
-    t2 = kiln.lgamma(q.concentration) - kiln.lgamma(p.concentration)
-    t3 = (p.concentration - q.concentration) * kiln.digamma(p.concentration)
+    t1 = q.concentration * log(p.rate / q.rate)
+    t2 = lgamma(q.concentration) - lgamma(p.concentration)
+    t3 = (p.concentration - q.concentration) * digamma(p.concentration)
     t4 = (q.rate - p.rate) * (p.concentration / p.rate)
     return t1 + t2 + t3 + t4
 
@@ -164,11 +165,11 @@ def _kl_gamma_gamma(p, q):
 def _kl_beta_beta(p, q):
     p1, p0, q1, q0 = p.concentration1, p.concentration0, q.concentration1, q.concentration0
     sum_p, sum_q = p1 + p0, q1 + q0
-    t1 = kiln.lgamma(q1) + kiln.lgamma(q0) + kiln.lgamma(sum_p)
-    t2 = kiln.lgamma(p1) + kiln.lgamma(p0) + kiln.lgamma(sum_q)
-    t3 = (p1 - q1) * kiln.digamma(p1)
-    t4 = (p0 - q0) * kiln.digamma(p0)
-    t5 = (sum_q - sum_p) * kiln.digamma(sum_p)
+    t1 = lgamma(q1) + lgamma(q0) + lgamma(sum_p)
+    t2 = lgamma(p1) + lgamma(p0) + lgamma(sum_q)
+    t3 = (p1 - q1) * digamma(p1)
+    t4 = (p0 - q0) * digamma(p0)
+    t5 = (sum_q - sum_p) * digamma(sum_p)
     return t1 - t2 + t3 + t4 + t5
 
 
@@ -176,10 +177,10 @@ def _kl_beta_beta(p, q):
 def _kl_dirichlet_dirichlet(p, q):
     sum_p = p.concentration.sum(-1)
     sum_q = q.concentration.sum(-1)
-    t1 = kiln.lgamma(sum_p) - kiln.lgamma(sum_q)
-    t2 = (kiln.lgamma(p.concentration) - kiln.lgamma(q.concentration)).sum(-1)
+    t1 = lgamma(sum_p) - lgamma(sum_q)
+    t2 = (lgamma(p.concentration) - lgamma(q.concentration)).sum(-1)
     t3 = p.concentration - q.concentration
-    t4 = kiln.digamma(p.concentration) - kiln.digamma(sum_p).unsqueeze(-1)
+    t4 = digamma(p.concentration) - digamma(sum_p).unsqueeze(-1)
     return t1 - t2 + (t3 * t4).sum(-1)
 
 
@@ -200,10 +201,10 @@ def _kl_mvn_mvn(p, q):
         dim1=-2, dim2=-1
     ).log().sum(-1)
     n = p.event_shape[0]
-    batch = kiln.broadcast_shapes(q_L.shape[:-2], p_L.shape[:-2])
+    batch = broadcast_shapes(q_L.shape[:-2], p_L.shape[:-2])
     q_full = q_L.expand(batch + (n, n))
     p_full = p_L.expand(batch + (n, n))
-    solved = kiln.linalg.solve_triangular(q_full, p_full, upper=False)
+    solved = linalg.solve_triangular(q_full, p_full, upper=False)
     term2 = solved.pow(2).sum((-2, -1))
     term3 = _batch_mahalanobis(q_L, q.loc - p.loc)
     return half_term1 + 0.5 * (term2 + term3 - n)

@@ -5,9 +5,22 @@ from __future__ import annotations
 
 import math
 
-import kiln
 from kiln.runtime.tensor import Size
 
+from ..ops import linalg_functions as linalg
+from ..ops import public
+from ..ops.public import (
+    broadcast_shapes,
+    cholesky_inverse,
+    digamma,
+    flip,
+    lgamma,
+    randn,
+    transpose,
+    where,
+    xlogy,
+    zeros_like,
+)
 from . import constraints
 from .continuous import _standard_gamma
 from .distribution import Distribution
@@ -24,20 +37,20 @@ def _batch_mv(bmat, bvec):
 
 def _batch_mahalanobis(scale_tril, bx):
     """x^T (L L^T)^-1 x for lower-triangular L, batched with broadcasting."""
-    shape = kiln.broadcast_shapes(scale_tril.shape[:-1], bx.shape)
+    shape = broadcast_shapes(scale_tril.shape[:-1], bx.shape)
     L = scale_tril.expand(shape + scale_tril.shape[-1:])
     x = bx.expand(shape)
-    solved = kiln.linalg.solve_triangular(L, x.unsqueeze(-1), upper=False).squeeze(-1)
+    solved = linalg.solve_triangular(L, x.unsqueeze(-1), upper=False).squeeze(-1)
     return solved.pow(2).sum(-1)
 
 
 def _precision_to_scale_tril(precision):
     """The Cholesky factor of P^-1, without forming the inverse: flip, factor, invert a
     triangle."""
-    flipped = kiln.linalg.cholesky(kiln.flip(precision, (-2, -1)))
-    l_inv = kiln.transpose(kiln.flip(flipped, (-2, -1)), -2, -1)
-    eye = kiln.eye(precision.shape[-1], dtype=precision.dtype, device=precision.device)
-    return kiln.linalg.solve_triangular(l_inv, eye, upper=False)
+    flipped = linalg.cholesky(flip(precision, (-2, -1)))
+    l_inv = transpose(flip(flipped, (-2, -1)), -2, -1)
+    eye = public.eye(precision.shape[-1], dtype=precision.dtype, device=precision.device)
+    return linalg.solve_triangular(l_inv, eye, upper=False)
 
 
 class MultivariateNormal(Distribution):
@@ -80,7 +93,7 @@ class MultivariateNormal(Distribution):
                 f"{name} matrix must be at least two-dimensional, with optional leading batch "
                 "dimensions"
             )
-        batch_shape = kiln.broadcast_shapes(matrix.shape[:-2], loc.shape[:-1])
+        batch_shape = broadcast_shapes(matrix.shape[:-2], loc.shape[:-1])
         n = loc.shape[-1]
         setattr(self, name, matrix.expand(batch_shape + (n, n)))
         self.loc = loc.expand(batch_shape + (-1,))
@@ -88,7 +101,7 @@ class MultivariateNormal(Distribution):
         if scale_tril is not None:
             self._unbroadcasted_scale_tril = scale_tril
         elif covariance_matrix is not None:
-            self._unbroadcasted_scale_tril = kiln.linalg.cholesky(covariance_matrix)
+            self._unbroadcasted_scale_tril = linalg.cholesky(covariance_matrix)
         else:
             self._unbroadcasted_scale_tril = _precision_to_scale_tril(precision_matrix)
 
@@ -119,7 +132,7 @@ class MultivariateNormal(Distribution):
 
     @lazy_property
     def precision_matrix(self):
-        return kiln.cholesky_inverse(self._unbroadcasted_scale_tril).expand(
+        return cholesky_inverse(self._unbroadcasted_scale_tril).expand(
             self._batch_shape + self._event_shape + self._event_shape
         )
 
@@ -141,7 +154,7 @@ class MultivariateNormal(Distribution):
 
     def rsample(self, sample_shape=_EMPTY):
         shape = self._extended_shape(sample_shape)
-        eps = kiln.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        eps = randn(shape, dtype=self.loc.dtype, device=self.loc.device)
         return self.loc + _batch_mv(self._unbroadcasted_scale_tril, eps)
 
     def log_prob(self, value):
@@ -190,7 +203,7 @@ class Dirichlet(Distribution):
         if self._validate_args:
             self._validate_sample(value)
         c = self.concentration
-        return kiln.xlogy(c - 1.0, value).sum(-1) + kiln.lgamma(c.sum(-1)) - kiln.lgamma(c).sum(-1)
+        return xlogy(c - 1.0, value).sum(-1) + lgamma(c.sum(-1)) - lgamma(c).sum(-1)
 
     @property
     def mean(self):
@@ -202,9 +215,9 @@ class Dirichlet(Distribution):
         mode = conc_m1 / conc_m1.sum(-1, keepdim=True)
         mask = (self.concentration < 1).all(dim=-1)
         # all below 1: PyTorch takes the argmax of a NaN row, the first corner
-        first = kiln.zeros_like(mode)
+        first = zeros_like(mode)
         first[..., 0] = 1
-        return kiln.where(mask.unsqueeze(-1), first, mode)
+        return where(mask.unsqueeze(-1), first, mode)
 
     @property
     def variance(self):
@@ -215,10 +228,10 @@ class Dirichlet(Distribution):
         k = self.concentration.size(-1)
         a0 = self.concentration.sum(-1)
         return (
-            kiln.lgamma(self.concentration).sum(-1)
-            - kiln.lgamma(a0)
-            - (k - a0) * kiln.digamma(a0)
-            - ((self.concentration - 1.0) * kiln.digamma(self.concentration)).sum(-1)
+            lgamma(self.concentration).sum(-1)
+            - lgamma(a0)
+            - (k - a0) * digamma(a0)
+            - ((self.concentration - 1.0) * digamma(self.concentration)).sum(-1)
         )
 
 

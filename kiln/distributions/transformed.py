@@ -3,9 +3,9 @@ could be one, and a tanh-squashed Gaussian (SAC's policy) is the usual user-buil
 
 from __future__ import annotations
 
-import kiln
 from kiln.runtime.tensor import Size
 
+from ..ops.public import no_grad
 from . import constraints
 from .distribution import Distribution
 from .multivariate import Independent
@@ -88,7 +88,7 @@ class TransformedDistribution(Distribution):
         return self.base_dist.has_rsample
 
     def sample(self, sample_shape=_EMPTY):
-        with kiln.no_grad():
+        with no_grad():
             x = self.base_dist.sample(sample_shape)
             for transform in self.transforms:
                 x = transform(x)

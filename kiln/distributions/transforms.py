@@ -6,8 +6,18 @@ from __future__ import annotations
 import math
 import numbers
 
-import kiln
-
+from ..nn import functional as F
+from ..ops import public
+from ..ops.public import (
+    Tensor,
+    atanh,
+    clamp,
+    full_like,
+    get_default_dtype,
+    sigmoid,
+    tensor,
+    zeros_like,
+)
 from . import constraints
 from .utils import sum_rightmost
 
@@ -210,7 +220,7 @@ class ComposeTransform(Transform):
 
     def log_abs_det_jacobian(self, x, y):
         if not self.parts:
-            return kiln.zeros_like(x)
+            return zeros_like(x)
         xs = [x]
         for part in self.parts[:-1]:
             xs.append(part(xs[-1]))
@@ -334,16 +344,16 @@ class SigmoidTransform(Transform):
     sign = 1
 
     def _call(self, x):
-        finfo = kiln.finfo(x.dtype)
-        return kiln.clamp(kiln.sigmoid(x), min=finfo.tiny, max=1.0 - finfo.eps)
+        finfo = public.finfo(x.dtype)
+        return clamp(sigmoid(x), min=finfo.tiny, max=1.0 - finfo.eps)
 
     def _inverse(self, y):
-        finfo = kiln.finfo(y.dtype)
+        finfo = public.finfo(y.dtype)
         y = y.clamp(min=finfo.tiny, max=1.0 - finfo.eps)
         return y.log() - (-y).log1p()
 
     def log_abs_det_jacobian(self, x, y):
-        return -kiln.nn.functional.softplus(-x) - kiln.nn.functional.softplus(x)
+        return -F.softplus(-x) - F.softplus(x)
 
 
 class TanhTransform(Transform):
@@ -358,10 +368,10 @@ class TanhTransform(Transform):
         return x.tanh()
 
     def _inverse(self, y):
-        return kiln.atanh(y)
+        return atanh(y)
 
     def log_abs_det_jacobian(self, x, y):
-        return 2.0 * (math.log(2.0) - x - kiln.nn.functional.softplus(-2.0 * x))
+        return 2.0 * (math.log(2.0) - x - F.softplus(-2.0 * x))
 
 
 class AbsTransform(Transform):
@@ -377,8 +387,7 @@ class AbsTransform(Transform):
 
 def _as_tensors(*values):
     return [
-        v if isinstance(v, kiln.Tensor) else kiln.tensor(float(v), dtype=kiln.get_default_dtype())
-        for v in values
+        v if isinstance(v, Tensor) else tensor(float(v), dtype=get_default_dtype()) for v in values
     ]
 
 
@@ -428,9 +437,9 @@ class AffineTransform(Transform):
         shape = x.shape
         scale = self.scale
         if isinstance(scale, numbers.Real):
-            result = kiln.full_like(x, math.log(abs(scale)))
+            result = full_like(x, math.log(abs(scale)))
         else:
-            result = kiln.abs(scale).log()
+            result = public.abs(scale).log()
         if self._event_dim:
             result_size = result.size()[: result.dim() - self._event_dim] + (-1,)
             result = result.view(result_size).sum(-1)

@@ -7,8 +7,21 @@ import numbers
 
 import numpy as np
 
-import kiln
 from kiln.runtime.random import default_generator
+
+from ..ops.public import (
+    Tensor,
+    broadcast_tensors,
+    enable_grad,
+    finfo,
+    from_numpy,
+    get_default_dtype,
+    log,
+    log1p,
+    sigmoid,
+    softmax,
+    tensor,
+)
 
 __all__ = [
     "broadcast_all",
@@ -23,23 +36,23 @@ __all__ = [
 def broadcast_all(*values):
     """Tensors broadcast to one shape; Python numbers become tensors of the tensors' dtype (the
     default dtype when there are none)."""
-    tensors = [v for v in values if isinstance(v, kiln.Tensor)]
+    tensors = [v for v in values if isinstance(v, Tensor)]
     for v in values:
-        if not isinstance(v, (kiln.Tensor, numbers.Number)):
+        if not isinstance(v, (Tensor, numbers.Number)):
             raise ValueError(
                 "Input arguments must all be instances of numbers.Number or Tensor, got "
                 f"{type(v).__name__}"
             )
     if tensors:
         like = tensors[0]
-        dtype = like.dtype if like.dtype.is_floating_point else kiln.get_default_dtype()
+        dtype = like.dtype if like.dtype.is_floating_point else get_default_dtype()
         values = [
-            v if isinstance(v, kiln.Tensor) else kiln.tensor(v, dtype=dtype, device=like.device)
+            v if isinstance(v, Tensor) else tensor(v, dtype=dtype, device=like.device)
             for v in values
         ]
     else:
-        values = [kiln.tensor(float(v), dtype=kiln.get_default_dtype()) for v in values]
-    return kiln.broadcast_tensors(*values)
+        values = [tensor(float(v), dtype=get_default_dtype()) for v in values]
+    return broadcast_tensors(*values)
 
 
 def sum_rightmost(value, dim: int):
@@ -50,21 +63,21 @@ def sum_rightmost(value, dim: int):
 
 
 def clamp_probs(probs):
-    eps = kiln.finfo(probs.dtype).eps
+    eps = finfo(probs.dtype).eps
     return probs.clamp(min=eps, max=1 - eps)
 
 
 def probs_to_logits(probs, is_binary: bool = False):
     clamped = clamp_probs(probs)
     if is_binary:
-        return kiln.log(clamped) - kiln.log1p(-clamped)
-    return kiln.log(clamped)
+        return log(clamped) - log1p(-clamped)
+    return log(clamped)
 
 
 def logits_to_probs(logits, is_binary: bool = False):
     if is_binary:
-        return kiln.sigmoid(logits)
-    return kiln.softmax(logits, dim=-1)
+        return sigmoid(logits)
+    return softmax(logits, dim=-1)
 
 
 class lazy_property:  # noqa: N801 - named like the decorator it stands for
@@ -79,7 +92,7 @@ class lazy_property:  # noqa: N801 - named like the decorator it stands for
     def __get__(self, instance, obj_type=None):
         if instance is None:
             return self
-        with kiln.enable_grad():
+        with enable_grad():
             value = self.wrapped(instance)
         setattr(instance, self.wrapped.__name__, value)
         return value
@@ -92,4 +105,4 @@ def numpy_sample(shape, dtype, device, draw):
     seed, offset = default_generator.next_offset(max(n, 1))
     rng = np.random.Generator(np.random.Philox(key=(seed << 64) | offset))
     values = np.asarray(draw(rng, tuple(shape)))
-    return kiln.from_numpy(np.ascontiguousarray(values)).to(dtype=dtype, device=device)
+    return from_numpy(np.ascontiguousarray(values)).to(dtype=dtype, device=device)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys as _sys
 
-from ..backends import register_backend
+from ..runtime.logs import set_logs
 from . import config, testing  # noqa: F401 - testing: ``torch._dynamo.testing.CompileCounter``
+from .backends import register_backend
 from .decorators import (
     allow_in_graph,
     assume_constant_result,
@@ -27,7 +28,6 @@ from .decorators import (
 from .eval_frame import OptimizedModule, compile, reset
 from .exc import BreakReason, GraphBreakError
 from .explain import ExplainOutput, explain
-from .logging import set_logs
 from .stance import set_stance
 
 # PyTorch code imports these as ``torch._dynamo.<name>`` (``import torch._dynamo.exc``): that

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from bytecode import FreeVar, Instr, Label
 
+from ..runtime import logs as klog
 from . import bytecode_versions as bv
 from . import config
-from . import logging as klog
 from .bytecode_analysis import break_stack_effect
 from .codegen import GRAPH_OUTPUT_VAR, PyCodegen, make_code
 from .exc import BreakReason, GraphBreakError, Unsupported

@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..compiler import is_compiling
+from ..runtime.compiling import is_compiling
 from ..runtime.tensor import Tensor
 
 __all__ = [
@@ -153,7 +153,7 @@ _DEBUG_BACKENDS = frozenset({"eager", "aot_eager"})
 def list_backends(exclude_tags=("debug", "experimental")) -> list[str]:
     """Registered backend names, sorted; like PyTorch, without ``eager``/``aot_eager`` unless
     ``exclude_tags`` leaves out ``"debug"`` (``list_backends(exclude_tags=None)``)."""
-    from ..backends import list_backends as registered
+    from .backends import list_backends as registered
 
     names = registered()
     if exclude_tags and "debug" in exclude_tags:

@@ -18,11 +18,11 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..backends import lookup
 from ..nn.modules.module import Module
+from ..runtime import logs as klog
 from ..runtime.tensor import Tensor
 from . import config
-from . import logging as klog
+from .backends import lookup
 from .bytecode_analysis import clear_cache as _clear_frame_code
 from .convert_frame import CaptureResult, EagerFrame, convert_frame
 from .exc import GraphBreakError, InvalidBackend

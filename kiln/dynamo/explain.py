@@ -15,6 +15,15 @@ from .exc import BreakReason
 
 __all__ = ["explain", "ExplainOutput", "GraphInfo"]
 
+# ``{partitioner: bytes saved for backward}`` of a captured graph, or None: AOT autograd (a layer
+# above this one) answers it and installs itself here when imported (``set_saved_bytes_report``)
+_saved_bytes_report: list[Callable] = [lambda gm: None]
+
+
+def set_saved_bytes_report(report: Callable) -> None:
+    """Install the function that reports a captured graph's saved bytes per partitioner."""
+    _saved_bytes_report[0] = report
+
 
 @dataclass
 class GraphInfo:
@@ -97,9 +106,7 @@ class ExplainOutput:
             if n.op == "call_function"
             and not getattr(n.target, "__name__", "").startswith("set_grad")
         ]
-        from ..aot.aot_autograd import saved_bytes_report
-
-        self.graph_infos.append(GraphInfo(name, gm, ops, saved_bytes_report(gm)))
+        self.graph_infos.append(GraphInfo(name, gm, ops, _saved_bytes_report[0](gm)))
 
     def on_break(self, reason: BreakReason) -> None:
         self.break_reasons.append(reason)

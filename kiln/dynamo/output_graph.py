@@ -15,10 +15,10 @@ from typing import Any
 from ..autograd.grad_mode import set_grad_enabled_node
 from ..ir import Graph, GraphModule
 from ..ir.tracer import TracingMode
+from ..runtime import logs as klog
 from ..runtime import state
 from ..runtime.tensor import Tensor
 from . import config
-from . import logging as klog
 from .exc import unsupported
 from .guards import GuardSet
 from .side_effects import SideEffects

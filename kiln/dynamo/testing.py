@@ -26,7 +26,7 @@ class CompileCounter:
         self.graphs.append(gm)
         if self.inner == "eager":
             return gm.forward
-        from ..backends import lookup
+        from .backends import lookup
 
         return lookup(self.inner)(gm, example_inputs)
 

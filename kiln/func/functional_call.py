@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import kiln
-
 from ..nn.utils.stateless import _functional_call
+from ..ops.public import stack
 from ..runtime.tensor import Tensor
 
 __all__ = ["functional_call", "stack_module_state"]
@@ -58,7 +57,7 @@ def _stack_leaf(tensors: list, name: str) -> Tensor:
     requires = [t.requires_grad for t in tensors]
     if any(requires) and not all(requires):
         raise RuntimeError(f"Expected {name} from each model to have the same .requires_grad")
-    stacked = kiln.stack(tensors)
+    stacked = stack(tensors)
     return stacked.detach().requires_grad_() if all(requires) else stacked
 
 

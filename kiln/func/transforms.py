@@ -19,12 +19,13 @@ import functools
 import itertools
 from collections.abc import Callable
 
-import kiln
-
 from ..autograd.engine import grad as autograd_grad
 from ..autograd.grad_mode import enable_grad, is_grad_enabled
 from ..autograd.graph import AccumulateGrad
+from ..ops import public
+from ..ops.public import get_rng_state, zeros, zeros_like
 from ..runtime.tensor import Tensor
+from ..utils.pytree import tree_flatten, tree_unflatten
 
 __all__ = [
     "grad",
@@ -41,19 +42,6 @@ __all__ = [
 _call_ids = itertools.count(1)
 # ids of the transform calls now running, innermost last
 _live: list[int] = []
-
-
-def tree_flatten(value):
-    """The shared pytree helpers, imported on first use so ``import kiln`` stays light."""
-    from ..aot.pytree import tree_flatten as flatten
-
-    return flatten(value)
-
-
-def tree_unflatten(leaves, spec):
-    from ..aot.pytree import tree_unflatten as unflatten
-
-    return unflatten(leaves, spec)
 
 
 def tree_map(fn, value):
@@ -216,7 +204,7 @@ def _grads(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=F
     grad_outputs = [None] * len(outputs) if grad_outputs is None else list(grad_outputs)
     pairs = [(o, g) for o, g in zip(outputs, grad_outputs) if o.requires_grad]
     if not pairs:
-        return [kiln.zeros_like(t) for t in inputs]
+        return [zeros_like(t) for t in inputs]
     grads = autograd_grad(
         [o for o, _ in pairs],
         list(inputs),
@@ -225,7 +213,7 @@ def _grads(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=F
         create_graph=create_graph,
         allow_unused=True,
     )
-    return [kiln.zeros_like(t) if g is None else g for g, t in zip(grads, inputs)]
+    return [zeros_like(t) if g is None else g for g, t in zip(grads, inputs)]
 
 
 # ------------------------------------------------------------------------------ grad
@@ -361,7 +349,7 @@ def jvp(func: Callable, primals: tuple, tangents, *, strict: bool = False, has_a
 def _double_vjp(level: _Level, outputs: list, inputs: list, tangents: list, strict: bool) -> list:
     """``J v`` per output: differentiate ``J^T u`` (built for dummy ``u``) with respect to ``u``."""
     live = [i for i, o in enumerate(outputs) if o.requires_grad]
-    dummies = [level.own_leaf(kiln.zeros_like(outputs[i])) for i in live]
+    dummies = [level.own_leaf(zeros_like(outputs[i])) for i in live]
     result: list = [None] * len(outputs)
     if live:
         transposed = autograd_grad(
@@ -386,7 +374,7 @@ def _double_vjp(level: _Level, outputs: list, inputs: list, tangents: list, stri
                     "jvp(f, primals, tangents, strict=True): The output of f is independent of "
                     "the inputs. This is not allowed with strict=True."
                 )
-            result[i] = kiln.zeros_like(outputs[i])
+            result[i] = zeros_like(outputs[i])
         else:
             result[i] = level.lower(p)
     return result
@@ -419,7 +407,7 @@ def _check_randomness(randomness: str) -> None:
 
 
 def _rng_state():
-    return kiln.get_rng_state().numpy().tobytes()
+    return get_rng_state().numpy().tobytes()
 
 
 def _jacobian(func, argnums, has_aux: bool, api: str, randomness: str | None) -> Callable:
@@ -448,7 +436,7 @@ def _jacobian(func, argnums, has_aux: bool, api: str, randomness: str | None) ->
             for out in flat_out:
                 rows: list[list] = [[] for _ in lifted]
                 for k in range(out.numel()):
-                    basis = kiln.zeros(out.numel(), dtype=out.dtype, device=out.device)
+                    basis = zeros(out.numel(), dtype=out.dtype, device=out.device)
                     basis[k] = 1
                     grads = _grads([out], lifted, [basis.view(out.shape)], True, create)
                     for j, g in enumerate(grads):
@@ -469,11 +457,11 @@ def _jacobian(func, argnums, has_aux: bool, api: str, randomness: str | None) ->
 
 
 def _stack_rows(rows: list, out: Tensor, inp: Tensor) -> Tensor:
-    return kiln.stack(rows).view(tuple(out.shape) + tuple(inp.shape))
+    return public.stack(rows).view(tuple(out.shape) + tuple(inp.shape))
 
 
 def _empty_block(out: Tensor, inp: Tensor) -> Tensor:
-    return kiln.zeros(tuple(out.shape) + tuple(inp.shape), dtype=inp.dtype, device=inp.device)
+    return zeros(tuple(out.shape) + tuple(inp.shape), dtype=inp.dtype, device=inp.device)
 
 
 def jacrev(

@@ -13,10 +13,10 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-import kiln
-
+from ..ops.public import get_rng_state, set_rng_state, stack
 from ..runtime.tensor import Tensor
-from .transforms import _check_randomness, _rng_state, tree_flatten, tree_unflatten
+from ..utils.pytree import tree_flatten, tree_unflatten
+from .transforms import _check_randomness, _rng_state
 
 __all__ = ["vmap"]
 
@@ -180,10 +180,10 @@ def _assemble(func, results: list, out_dims, batch_size: int):
                 f"{type(values[0])}. Did you mean to set out_dims= to None for output?"
             )
         if batch_size == 0:
-            stacked = kiln.stack([values[0]], dim=dim)
+            stacked = stack([values[0]], dim=dim)
             outputs.append(stacked.narrow(dim % stacked.dim(), 0, 0))
         else:
-            outputs.append(kiln.stack(values, dim=dim))
+            outputs.append(stack(values, dim=dim))
     return tree_unflatten(outputs, out_spec)
 
 
@@ -207,12 +207,12 @@ def vmap(
     def wrapped(*args: Any, **kwargs: Any):
         _check_out_dims(out_dims, func)
         batch_size, flat_dims, flat_args, spec = _batched_inputs(in_dims, args, func)
-        start_state = kiln.get_rng_state()
+        start_state = get_rng_state()
         start = start_state.numpy().tobytes()
         results = []
         for index in range(batch_size) if batch_size else (None,):
             if randomness == "same":
-                kiln.set_rng_state(start_state)
+                set_rng_state(start_state)
             sample = tree_unflatten(_sample(flat_args, flat_dims, index), spec)
             results.append(func(*sample, **kwargs))
             if randomness == "error" and _rng_state() != start:

@@ -8,21 +8,14 @@
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
 
+from ..runtime import logs as klog
 from . import wrapper_runtime
 from .graph_lowering import GraphLowering
 from .scheduler import ScatterStep, schedule
 
 __all__ = ["compile_graph", "inductor", "CompiledGraph"]
-
-log = logging.getLogger("kiln.inductor")
-
-
-def _log_enabled(name: str) -> bool:
-    return name in {s.strip() for s in os.environ.get("KILN_LOGS", "").split(",")}
 
 
 class CompiledGraph:
@@ -114,8 +107,8 @@ def compile_graph(gm, example_inputs, options: dict | None = None) -> CompiledGr
         return _eager_graph(gm, example_inputs, complex_value)
     lowered = GraphLowering(gm, example_inputs).run()
     sched = schedule(lowered)
-    if _log_enabled("inductor"):
-        print(f"[kiln.inductor] schedule:\n{sched.describe()}", file=sys.stderr)
+    if klog.enabled("inductor"):
+        klog.log("inductor", f"schedule:\n{sched.describe()}")
     codegen = options.get("cpu_codegen", "llvm")
     device = _graph_device(gm, example_inputs)
     if codegen == "triton" or device.type == "cuda":
@@ -151,10 +144,8 @@ def _eager_graph(gm, example_inputs, reason: str):
     from ..aot.backend import boxed_eager_compiler
 
     message = f"inductor runs a graph with the eager ops: it has complex values ({reason})"
-    logging.getLogger("kiln.graph_breaks").info(message)
-    log.info(message)
-    if _log_enabled("inductor"):
-        print(f"[kiln.inductor] {message}", file=sys.stderr)
+    klog.log("graph_breaks", message)
+    klog.log("inductor", message)
     return boxed_eager_compiler(gm, example_inputs)
 
 
@@ -236,15 +227,14 @@ def _dump(gm, compiled) -> None:
     the loop IR and schedule, the wrapper (output_code.py) and the kernels (LLVM IR or Triton)."""
     sched = compiled.schedule
     source = getattr(compiled, "source", "")
-    if _log_enabled("inductor"):
+    if klog.enabled("inductor"):
         reasons = getattr(compiled, "numpy_reasons", None)
         if reasons:
-            print(f"[kiln.inductor] kernels run by numpy: {reasons}", file=sys.stderr)
+            klog.log("inductor", f"kernels run by numpy: {reasons}")
         if sched.lowered.fallbacks:
-            print(f"[kiln.inductor] eager fallbacks: {sched.lowered.fallbacks}", file=sys.stderr)
-    if _log_enabled("output_code"):
-        print(f"[kiln.inductor] output_code.py:\n{source}", file=sys.stderr)
-    debug_dir = os.environ.get("KILN_DEBUG_DIR")
+            klog.log("inductor", f"eager fallbacks: {sched.lowered.fallbacks}")
+    klog.log("output_code", f"output_code.py:\n{source}")
+    debug_dir = klog.debug_dir()
     if not debug_dir:
         return
     n = _dump_counter[0]

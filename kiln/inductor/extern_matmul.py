@@ -28,6 +28,8 @@ import threading
 
 import numpy as np
 
+from ..runtime import flags
+
 __all__ = ["matmul_out", "matmul_batched_out", "matmul_16bit_out"]
 
 # a split product is cut into this many blocks per thread, each taken by whichever thread is
@@ -174,9 +176,7 @@ _blas = _BlasThreads()
 
 
 def _threads() -> int:
-    from .codegen import cpu  # the kernels' thread settings and pool (imported on first use)
-
-    return cpu.get_num_threads()
+    return flags.get_num_threads()
 
 
 _NO, _T = 111, 112  # CblasNoTrans, CblasTrans

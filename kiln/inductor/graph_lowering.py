@@ -147,7 +147,7 @@ class GraphLowering:
             box.realize()
 
     def _finish(self, output_value) -> LoweredGraph:
-        from ..aot.pytree import tree_flatten
+        from ..utils.pytree import tree_flatten
 
         flat, spec = tree_flatten(output_value)
         outputs = []

@@ -16,8 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import kiln
-
+from ..ops import public
 from ..ops.registry import Op
 from ..runtime.device import device as Device
 from ..runtime.dtypes import dtype as DType
@@ -55,7 +54,7 @@ class _Emitter:
 
     def __init__(self, graph: Graph):
         self.graph = graph
-        self.globals: dict[str, Any] = {"kiln": kiln, "operator": operator}
+        self.globals: dict[str, Any] = {"kiln": public, "operator": operator}
         self._global_ids: dict[int, str] = {}
 
     def add_global(self, obj: Any, hint: str) -> str:
@@ -109,7 +108,7 @@ class _Emitter:
             getattr(operator, name or "", None) is target
         ):
             return f"operator.{name}"
-        if getattr(kiln, name or "", None) is target:
+        if getattr(public, name or "", None) is target:
             return f"kiln.{name}"
         return self.add_global(target, name or "fn")
 

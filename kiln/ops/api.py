@@ -19,7 +19,7 @@ from ..runtime.memory_format import (
     preserve_format,
     preserved_strides,
 )
-from ..runtime.tensor import Tensor, contiguous_strides, make_fake, wrap_array
+from ..runtime.tensor import Size, Tensor, contiguous_strides, make_fake, wrap_array
 from .common import checked_scalar, writes_out
 from .creation import logspace_values
 from .registry import OPS, torch_function
@@ -733,3 +733,14 @@ def view_as_dtype(t: Tensor, dtype: dt.dtype) -> Tensor:
     out = wrap_array(t._check_data("view")[...].view(dtype.np), dtype)
     out._storage = t._get_storage()
     return out
+
+
+def legacy_tensor_constructor(args: tuple, kwargs: dict) -> Tensor:
+    """``kiln.Tensor(data)`` / ``kiln.Tensor(2, 3)``: PyTorch's legacy float constructor."""
+    if len(args) == 1 and isinstance(args[0], Size):
+        return empty(args[0])
+    if len(args) == 1 and isinstance(args[0], (list, tuple, np.ndarray)):
+        return tensor(args[0], dtype=dt.get_default_dtype())
+    if all(isinstance(a, int) for a in args):
+        return empty(*args)
+    raise TypeError(f"kiln.Tensor() got unsupported arguments {args!r}")

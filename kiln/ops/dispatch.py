@@ -391,8 +391,8 @@ class CopySlices(Node):
         self.out_meta = ((base._shape, base._dtype),)
 
     def apply(self, grad_outputs: tuple) -> tuple:
-        from .. import ones
         from ..autograd.grad_mode import no_grad
+        from .api import ones
 
         (g,) = grad_outputs
         if self._mask is None:

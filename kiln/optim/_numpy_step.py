@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compiler import is_compiling
 from ..runtime import state
+from ..runtime.compiling import is_compiling
 from ..runtime.device import cpu
 from ..runtime.tensor import Tensor, wrap_array
 

@@ -18,9 +18,9 @@ from itertools import chain
 from typing import Any
 
 from ..autograd.grad_mode import enable_grad, set_grad_enabled
-from ..compiler import is_compiling
 from ..ops import api
 from ..runtime import dtypes as dt
+from ..runtime.compiling import is_compiling
 from ..runtime.tensor import Tensor
 from ..utils.hooks import RemovableHandle
 

@@ -1,19 +1,19 @@
 """Non-CPU devices: creation, transfers and eager ops on the CUDA device.
 
-Eager ops on cuda tensors run as *single-op graphs*: the op is traced to prims, compiled by
-inductor's Triton backend and cached by (op, argument dtypes/shapes/strides/devices, scalar
-values), so eager and compiled code share one kernel generator. View ops only compute new
-metadata over the same device buffer; in-place ops compute their out-of-place twin and copy the
-result back. Ops whose output shape depends on data run their CPU kernel on host copies.
+Eager ops on cuda tensors run as *single-op graphs* compiled by the inductor's Triton backend,
+so eager and compiled code share one kernel generator. This layer is below the compiler: the
+compiler is reached through a hook (``set_kernel_provider``) that the facade installs, loaded on
+the first CUDA op so ``import kiln`` never loads the compiler. View ops only compute new metadata
+over the same device buffer; in-place ops compute their out-of-place twin and copy the result
+back. Ops whose output shape depends on data run their CPU kernel on host copies.
 
 Without a usable CUDA driver every cuda request fails with a ``RuntimeError`` naming the reason.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
-import warnings
+from collections.abc import Callable
 
 import numpy as np
 
@@ -32,13 +32,31 @@ __all__ = [
     "copy_between",
     "op_cache_info",
     "clear_cache",
+    "set_kernel_provider",
+    "run_on_host",
 ]
 
 log = logging.getLogger("kiln.cuda")
 
-_CACHE_SIZE = 4096
-_compiled: collections.OrderedDict = collections.OrderedDict()
-_stats = {"hits": 0, "misses": 0}
+# what compiles eager CUDA ops: a loader (installed by the facade) returning an object with
+# ``run_op(op, args, dev)``, ``copy(dst_array, src_array)``, ``clear_cache()``, ``cache_info()``
+_provider: list = [None, None]  # [loader, loaded provider]
+
+
+def set_kernel_provider(loader: Callable | None) -> None:
+    """Install the loader of the compiler's eager-op kernels (called when first needed)."""
+    _provider[:] = [loader, None]
+
+
+def _kernels():
+    if _provider[1] is None:
+        if _provider[0] is None:
+            raise RuntimeError(
+                "kiln: eager CUDA ops need the compiler's kernel provider, which `import kiln` "
+                "installs; import kiln before using kiln.runtime directly"
+            )
+        _provider[1] = _provider[0]()
+    return _provider[1]
 
 
 def cuda_available() -> bool:
@@ -73,7 +91,7 @@ def full(size, fill_value, dtype: dt.dtype, dev) -> Tensor:
         return t
     from ..ops.registry import OPS
 
-    return _compiled_op(OPS["full"], (list(size), fill_value, dtype, dev), dev)
+    return _kernels().run_op(OPS["full"], (list(size), fill_value, dtype, dev), dev)
 
 
 def transfer(t: Tensor, target) -> Tensor:
@@ -112,14 +130,12 @@ def copy_between(dst: Tensor, src: Tensor) -> Tensor:
                 a.buffer.driver.htod(a.data_ptr(), host.__array_interface__["data"][0], host.nbytes)
             return dst
     staged = transfer(src, dst._device)
-    _runtime(dst._device).copy(a, staged._data)
+    _copy(dst._device, a, staged._data)
     return dst
 
 
-def _runtime(dev):
-    from ..inductor.codegen.triton_cuda import CudaKernelRuntime
-
-    return CudaKernelRuntime.for_device(dev)
+def _copy(dev, dst_array, src_array) -> None:
+    _kernels().copy(dev, dst_array, src_array)
 
 
 # ------------------------------------------------------------------------------ eager ops
@@ -140,13 +156,13 @@ def run_kernel(dev, op, args: tuple):
             return copy_between(dst, src)
         if not isinstance(src, Tensor):
             src = full((), src, dst._dtype, dst._device)
-        _runtime(dst._device).copy(dst._data, src._data)
+        _copy(dst._device, dst._data, src._data)
         return dst
     if op.inplace and op.functional is not None:
         result = run_kernel(dev, op.functional, args)
-        _runtime(dev).copy(args[0]._data, result._data)
+        _copy(dev, args[0]._data, result._data)
         return args[0]
-    return _compiled_op(op, args, dev)
+    return _kernels().run_op(op, args, dev)
 
 
 def _stage_arguments(op, args: tuple, dev) -> tuple:
@@ -213,95 +229,20 @@ def _view(op, args: tuple):
     return real(out)
 
 
-def _key(a):
-    if isinstance(a, Tensor):
-        return ("T", a._dtype.name, a._shape, a.stride(), str(a._device))
-    if isinstance(a, (list, tuple)):
-        return (type(a).__name__,) + tuple(_key(v) for v in a)
-    if isinstance(a, float):
-        return ("f", repr(a))
-    if a is None or isinstance(a, (bool, int, str)):
-        return (type(a).__name__, a)
-    return (type(a).__name__, str(a))
-
-
 def clear_cache() -> None:
-    _compiled.clear()
-    _stats.update(hits=0, misses=0)
+    """Forget the compiled single-op kernels (they belong to one driver's runtime)."""
+    if _provider[1] is not None:
+        _provider[1].clear_cache()
 
 
 def op_cache_info() -> dict:
     """Hits, misses and size of the single-op graph cache."""
-    return {**_stats, "size": len(_compiled)}
+    if _provider[1] is None:
+        return {"hits": 0, "misses": 0, "size": 0}
+    return _provider[1].cache_info()
 
 
-def _compiled_op(op, args: tuple, dev):
-    tensors: list = []
-
-    def collect(a):
-        if isinstance(a, Tensor):
-            tensors.append(a)
-            return ("__tensor__", len(tensors) - 1)
-        if isinstance(a, (list, tuple)):
-            return type(a)(collect(v) for v in a)
-        return a
-
-    template = tuple(collect(a) for a in args)
-    key = (op.name, _key(args))
-    entry = _compiled.get(key)
-    if entry is None:
-        _stats["misses"] += 1
-        entry = _compile_single_op(op, template, tensors)
-        _compiled[key] = entry
-        if len(_compiled) > _CACHE_SIZE:
-            _compiled.popitem(last=False)
-    else:
-        _stats["hits"] += 1
-        _compiled.move_to_end(key)
-    if entry == "host":
-        return _on_host(op, args, dev)
-    compiled, spec = entry
-    from ..aot.pytree import tree_unflatten
-
-    return tree_unflatten(list(compiled(*tensors)), spec)
-
-
-def _fill(template, tensors):
-    if isinstance(template, tuple) and len(template) == 2 and template[0] == "__tensor__":
-        return tensors[template[1]]
-    if isinstance(template, (list, tuple)):
-        return type(template)(_fill(v, tensors) for v in template)
-    return template
-
-
-def _compile_single_op(op, template: tuple, tensors: list):
-    """Trace ``op`` alone to prims and compile it; "host" when it cannot be one graph."""
-    from ..inductor.compile_fx import compile_graph
-    from ..ir.tracer import trace
-    from ..ops.dispatch import dispatch
-
-    def single_op(*ts):
-        return dispatch(op, _fill(template, ts))
-
-    single_op.__name__ = op.name
-    try:
-        gm = trace(single_op, *tensors, decompositions="prims")
-    except (RuntimeError, NotImplementedError) as e:  # data-dependent output shapes
-        log.info("cuda: %s runs on host copies (%s)", op.name, e)
-        return "host"
-    try:
-        compiled = compile_graph(gm, tensors, {})
-    except Exception as e:  # noqa: BLE001 - a codegen gap must not break eager code
-        warnings.warn(
-            f"kiln: no CUDA kernel for {op.name} ({type(e).__name__}: {e}); running it on host "
-            "copies of its inputs",
-            stacklevel=4,
-        )
-        return "host"
-    return compiled, compiled.schedule.lowered.output_spec
-
-
-def _on_host(op, args: tuple, dev):
+def run_on_host(op, args: tuple, dev):
     """Run the CPU kernel on host copies (data-dependent shapes), move results back."""
     from ..ops.dispatch import dispatch
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 
 __all__ = [
     "set_float32_matmul_precision",
@@ -22,6 +23,9 @@ __all__ = [
     "get_deterministic_debug_mode",
     "set_warn_always",
     "is_warn_always_enabled",
+    "set_num_threads",
+    "get_num_threads",
+    "on_num_threads_change",
     "set_num_interop_threads",
     "get_num_interop_threads",
     "require_bool",
@@ -130,6 +134,29 @@ def _usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # platforms without affinity masks
         return os.cpu_count() or 1
+
+
+# threads of kiln's own kernels (compiled CPU code); whoever keeps threads for them listens here
+_num_threads = [os.cpu_count() or 1]
+_num_threads_listeners: list[Callable[[int], None]] = []
+
+
+def set_num_threads(n: int) -> None:
+    """Threads used by kiln's CPU kernels (default: the number of cores)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        raise RuntimeError("set_num_threads expects a positive integer")
+    _num_threads[0] = n
+    for listener in _num_threads_listeners:
+        listener(n)
+
+
+def get_num_threads() -> int:
+    return _num_threads[0]
+
+
+def on_num_threads_change(listener: Callable[[int], None]) -> None:
+    """Call ``listener(n)`` after every ``set_num_threads(n)`` (a thread pool resizes itself)."""
+    _num_threads_listeners.append(listener)
 
 
 def set_num_interop_threads(n: int) -> None:

@@ -114,9 +114,9 @@ class Tensor:
         # ``kiln.Tensor(data)`` and ``kiln.Tensor(2, 3)`` as PyTorch's legacy constructor
         self = object.__new__(cls)
         if args or kwargs:
-            from .. import _creation_hook
+            from ..ops.api import legacy_tensor_constructor
 
-            return _creation_hook(cls, args, kwargs)
+            return legacy_tensor_constructor(args, kwargs)
         self._data = np.empty((0,), np.float32)
         self._shape = (0,)
         self._dtype = _dt.float32

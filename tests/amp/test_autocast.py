@@ -108,7 +108,7 @@ CASES = {
 }
 
 
-def _recurrent(lib, kind: str, **options):
+def _recurrent(lib, kind: str, autocast: bool = True, **options):
     """A recurrent layer with deterministic weights, run on a fixed batch under autocast."""
     layer = getattr(lib.nn, kind)(4, 3, batch_first=True, **options)
     with lib.no_grad():
@@ -116,7 +116,7 @@ def _recurrent(lib, kind: str, **options):
             values = np.sin(np.arange(p.numel()) * 0.7 + i).reshape(tuple(p.shape)) * 0.3
             p.copy_(lib.tensor(values.astype(np.float32)))
     x = lib.tensor(np.cos(np.arange(24) * 0.37).reshape(2, 3, 4).astype(np.float32))
-    with lib.autocast("cpu"):
+    with lib.autocast("cpu", enabled=autocast):
         output, state = layer(x)
     return [output, *(state if isinstance(state, tuple) else (state,))]
 
@@ -127,8 +127,18 @@ def _recurrent(lib, kind: str, **options):
 )
 def test_recurrent_layers_follow_torch_dtypes(kind, options):
     actual = _recurrent(kiln, kind, **options)
-    expected = _recurrent(torch, kind, **options)
-    assert_close(actual, expected, rtol=5e-2, atol=3e-2)
+    try:
+        expected = _recurrent(torch, kind, **options)
+    except RuntimeError as e:  # PyTorch's oneDNN has no bfloat16 LSTM kernel on this CPU
+        if kind != "LSTM" or "primitive descriptor" not in str(e):
+            raise
+        expected = None
+    if expected is not None:
+        assert_close(actual, expected, rtol=5e-2, atol=3e-2)
+    else:  # what that kernel gives where it exists: bfloat16 outputs and states
+        assert all(a.dtype is kiln.bfloat16 for a in actual)
+        float32 = _recurrent(torch, kind, autocast=False, **options)
+        assert_close(actual, float32, rtol=5e-2, atol=3e-2, check_dtype=False)
 
 
 def _run(lib, F, case: str, dtype_name: str):

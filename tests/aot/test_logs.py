@@ -8,7 +8,7 @@ import re
 import pytest
 
 import kiln
-from kiln.dynamo import logging as klog
+from kiln.runtime import logs as klog
 
 
 @pytest.fixture

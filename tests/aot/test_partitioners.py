@@ -10,7 +10,7 @@ import pytest
 import kiln
 from kiln.aot import default_partition, min_cut_partition, partition_report
 from kiln.aot.partitioners import _recomputable, tensor_bytes
-from kiln.dynamo import logging as klog
+from kiln.runtime import logs as klog
 from tests.models.models import models_for
 
 nn = kiln.nn

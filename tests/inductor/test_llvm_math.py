@@ -360,10 +360,21 @@ def test_every_supported_function_compiles_for_both_precisions():
     assert compiled.functions == ("all0", "all1", "all2", "all3")
 
 
-def test_stored_coefficients_are_what_the_fits_produce():
+def _fit_error(spec, coefficients) -> float:
+    """Largest error of a fitted polynomial over its interval, relative to the spec's scale."""
+    lo, hi = spec.interval  # Chebyshev nodes, as the fit uses: never a zero of the scale
+    x = 0.5 * (lo + hi) + 0.5 * (hi - lo) * np.cos(np.pi * (np.arange(4000) + 0.5) / 4000)
+    value = sum(c * x**p for c, p in zip(coefficients, spec.powers))
+    return float(np.max(np.abs(value - spec.target(x)) / spec.scale(x)))
+
+
+def test_stored_coefficients_are_as_accurate_as_the_fits_produce():
+    # the highest terms of a float64 fit are ill-conditioned: their last digits depend on the
+    # machine's LAPACK, so compare what matters, each polynomial's error over its interval
     derived = llvm_math.derive_coefficients()
-    assert derived.keys() == llvm_math._COEFFICIENTS.keys()
+    specs = llvm_math._fit_specs()
+    assert derived.keys() == llvm_math._COEFFICIENTS.keys() == specs.keys()
     for name, coefficients in derived.items():
-        np.testing.assert_allclose(
-            coefficients, llvm_math._COEFFICIENTS[name], rtol=1e-5, err_msg=name
-        )
+        spec = specs[name]
+        stored = _fit_error(spec, llvm_math._COEFFICIENTS[name])
+        assert stored <= 1.5 * _fit_error(spec, coefficients), name

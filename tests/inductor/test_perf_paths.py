@@ -326,19 +326,18 @@ def test_in_place_update_of_a_non_contiguous_input_reaches_the_input():
 )
 def test_split_matmul_equals_numpy(shape_a, shape_b):
     from kiln.inductor import extern_matmul
-    from kiln.inductor.codegen import cpu
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal(shape_a).astype(np.float32)
     b = rng.standard_normal(shape_b).astype(np.float32)
     expected = np.matmul(a, b)
     out = np.empty(expected.shape, np.float32)
-    threads = cpu.get_num_threads()
-    cpu.set_num_threads(2)
+    threads = kiln.get_num_threads()
+    kiln.set_num_threads(2)
     try:
         extern_matmul.matmul_out(out, a, b)
     finally:
-        cpu.set_num_threads(threads)
+        kiln.set_num_threads(threads)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-4)
 
 
@@ -355,10 +354,9 @@ def test_blas_thread_count_is_restored_after_a_compiled_matmul():
 
 @pytest.mark.parametrize("threads", [1, 3])
 def test_kernels_and_matmuls_shared_by_any_number_of_threads(threads):
-    from kiln.inductor.codegen import cpu
 
-    saved = cpu.get_num_threads()
-    cpu.set_num_threads(threads)
+    saved = kiln.get_num_threads()
+    kiln.set_num_threads(threads)
     try:
         x, w = kiln.randn(700, 300), kiln.randn(300, 513)
         # a matmul split in blocks, a pointwise kernel and a row reduction over odd row counts
@@ -366,4 +364,4 @@ def test_kernels_and_matmuls_shared_by_any_number_of_threads(threads):
         got = kiln.compile(lambda x, w: (x @ w).softmax(-1), backend="inductor")(x, w)
         np.testing.assert_allclose(got.numpy(), (x @ w).softmax(-1).numpy(), rtol=1e-4, atol=1e-6)
     finally:
-        cpu.set_num_threads(saved)
+        kiln.set_num_threads(saved)

@@ -501,7 +501,7 @@ def test_complex_inputs_and_outputs_compile(backend):
 
 
 def test_inductor_logs_why_a_complex_graph_runs_eagerly(capsys):
-    from kiln.dynamo import logging as klog
+    from kiln.runtime import logs as klog
 
     klog.set_logs(graph_breaks=True)
     try:

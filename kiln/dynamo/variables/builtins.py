@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...autograd.grad_mode import is_grad_enabled
+from ...runtime.compiling import is_compiling
 from ...utils.checkpoint import checkpoint
 from ..exc import Unsupported, unsupported
 from .base import ConstantVariable, FixedObjectVariable, VariableTracker
@@ -576,10 +577,4 @@ def _is_compiling(tx, fn, args, kwargs):
     return ConstantVariable(True)
 
 
-def _register_compiler_queries() -> None:
-    from ... import compiler
-
-    BUILTIN_HANDLERS[compiler.is_compiling] = _is_compiling
-
-
-_register_compiler_queries()
+BUILTIN_HANDLERS[is_compiling] = _is_compiling

@@ -9,8 +9,8 @@ predicate just inlines the chosen branch."""
 
 from __future__ import annotations
 
-import kiln
-
+from ...ops import public
+from ...ops.public import ne, reshape, where
 from ..control_flow import _OPERANDS_ERROR, _assert, cond
 from ..exc import unsupported
 from .base import ConstantVariable, VariableTracker
@@ -86,7 +86,7 @@ def _merge(tx, pred: TensorVariable, a: VariableTracker, b: VariableTracker) -> 
                 "the branches of kiln.cond return tensors of different metadata: "
                 f"{pa.dtype}{list(pa.shape)} and {pb.dtype}{list(pb.shape)}"
             )
-        return call_kiln(tx, kiln.where, [pred, a, b], {})
+        return call_kiln(tx, where, [pred, a, b], {})
     if isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable):
         if a.python_type() is not b.python_type() or len(a.items) != len(b.items):
             raise _user_error("the branches of kiln.cond return different structures")
@@ -120,9 +120,9 @@ def _cond(tx, fn, args, kwargs):
     if pred.proxy.numel() != 1:
         raise _user_error("Expected pred to be bool or single-element tensor")
     operands = _operand_list(tx, operands)
-    flag = call_kiln(tx, kiln.reshape, [pred, ConstantVariable(())], {})
-    if flag.proxy.dtype != kiln.bool:
-        flag = call_kiln(tx, kiln.ne, [flag, ConstantVariable(0)], {})
+    flag = call_kiln(tx, reshape, [pred, ConstantVariable(())], {})
+    if flag.proxy.dtype != public.bool:
+        flag = call_kiln(tx, ne, [flag, ConstantVariable(0)], {})
     before = _state(tx)
     taken = true_fn.call_function(tx, list(operands), {})
     _check_pure(tx, before, "true")

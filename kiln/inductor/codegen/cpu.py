@@ -25,6 +25,7 @@ from collections import OrderedDict
 
 from llvmlite import ir
 
+from ...runtime import flags
 from ..ir import Reduction
 from ..scheduler import Kernel, ScatterStep, Schedule
 from . import llvm_jit
@@ -35,14 +36,11 @@ from .loop_plan import plan_kernel
 __all__ = [
     "CPUKernels",
     "clear_memory_cache",
-    "set_num_threads",
-    "get_num_threads",
     "thread_pool",
 ]
 
 log = logging.getLogger("kiln.inductor")
 
-_threads = [os.cpu_count() or 1]
 _pool: list = [None]
 _pool_lock = threading.Lock()
 
@@ -50,19 +48,15 @@ _pool_lock = threading.Lock()
 _SPLIT_WORK = 1 << 18
 
 
-def set_num_threads(n: int) -> None:
-    """Threads used by compiled CPU kernels (default: the number of cores)."""
-    if n < 1:
-        raise ValueError("set_num_threads needs a positive number")
+def _drop_pool(n: int) -> None:
+    """``kiln.set_num_threads``: the pool is made again, of the new size, when next needed."""
     with _pool_lock:
-        _threads[0] = int(n)
         if _pool[0] is not None:
             _pool[0].shutdown()
             _pool[0] = None
 
 
-def get_num_threads() -> int:
-    return _threads[0]
+flags.on_num_threads_change(_drop_pool)
 
 
 def thread_pool() -> Pool:
@@ -71,7 +65,7 @@ def thread_pool() -> Pool:
     if pool is None:
         with _pool_lock:
             if _pool[0] is None:
-                _pool[0] = Pool(_threads[0])
+                _pool[0] = Pool(flags.get_num_threads())
             pool = _pool[0]
     return pool
 
@@ -100,7 +94,7 @@ class _LLVMKernel:
         self.split = (0, 0)  # (threads, rows per chunk) worked out for; 0 rows: not split
 
     def __call__(self, pointers) -> None:
-        n = _threads[0]
+        n = flags.get_num_threads()
         threads, step = self.split
         if threads != n:
             step = 0

@@ -15,11 +15,10 @@ import numbers
 import warnings
 from collections.abc import Callable
 
-import kiln
-
 from ...amp.autocast_mode import autocast_policy
 from ...ops import api
 from ...ops.grad_fn_names import _rename
+from ...ops.public import bfloat16, cat, float32, relu, stack, tanh
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from .. import init
@@ -36,11 +35,11 @@ State = tuple[Tensor, ...]
 # Each step takes the precomputed input projection ``x @ w_ih.T + b_ih`` of one time step and the
 # state tuple ((h,) or (h, c)), and returns the new state; its first entry is the step's output.
 def _rnn_tanh_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
-    return (kiln.tanh(gates_x + F.linear(state[0], w_hh, b_hh)),)
+    return (tanh(gates_x + F.linear(state[0], w_hh, b_hh)),)
 
 
 def _rnn_relu_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
-    return (kiln.relu(gates_x + F.linear(state[0], w_hh, b_hh)),)
+    return (relu(gates_x + F.linear(state[0], w_hh, b_hh)),)
 
 
 def _lstm_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
@@ -86,7 +85,7 @@ def _run_direction(step, gates_x: list, state: State, weights: tuple, reverse: b
         else:
             active = step(gates, tuple([s[:rows] for s in state]), *weights)
             outputs.append(active[0])
-            state = tuple([kiln.cat([a, s[rows:]]) for a, s in zip(active, state)])
+            state = tuple([cat([a, s[rows:]]) for a, s in zip(active, state)])
     if reverse:
         outputs.reverse()
     return outputs, state
@@ -305,14 +304,12 @@ class RNNBase(Module):
                 out_steps, final = _run_direction(
                     step, list(steps), initial, (w_hh, b_hh, w_hr), reverse=direction == 1
                 )
-                outputs.append(
-                    kiln.stack(out_steps) if batch_sizes is None else kiln.cat(out_steps)
-                )
+                outputs.append(stack(out_steps) if batch_sizes is None else cat(out_steps))
                 finals.append(final)
-            input = outputs[0] if num_directions == 1 else kiln.cat(outputs, -1)
+            input = outputs[0] if num_directions == 1 else cat(outputs, -1)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 input = F.dropout(input, self.dropout, True)
-        return input, tuple([kiln.stack([f[k] for f in finals]) for k in range(len(state))])
+        return input, tuple([stack([f[k] for f in finals]) for k in range(len(state))])
 
     def _forward(self, input, hx, input_error: str, hx_dims: Callable):
         """PyTorch's argument handling (packed or padded, unbatched, batch_first, default and
@@ -346,7 +343,7 @@ class RNNBase(Module):
             input = input.transpose(0, 1)
         output, final = self._run_layers(input, hx if is_lstm else (hx,), None)
         if is_lstm and not self.bidirectional and self.proj_size == 0:
-            if output.dtype in (kiln.float32, kiln.bfloat16):
+            if output.dtype in (float32, bfloat16):
                 # PyTorch's CPU LSTM runs in oneDNN there, and its output node says so
                 _rename(output, (input,), "MkldnnRnnLayerBackward0")
         if self.batch_first:

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ...autograd.grad_mode import is_grad_enabled
-from ...compiler import is_compiling
 from ...ops import api
+from ...runtime.compiling import is_compiling
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from .. import init

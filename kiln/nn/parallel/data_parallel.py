@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ... import cuda
+from ...runtime import cuda
 from ...runtime.device import device as kiln_device
 from ...runtime.tensor import Tensor
 from ..modules.module import Module

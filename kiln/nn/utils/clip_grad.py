@@ -10,9 +10,8 @@ import math
 import warnings
 from collections.abc import Iterable
 
-import kiln
-
 from ...autograd.grad_mode import no_grad
+from ...ops.public import stack, tensor
 from ...runtime.tensor import Tensor
 
 __all__ = [
@@ -54,12 +53,12 @@ def get_total_norm(
     """The ``norm_type`` norm of all ``tensors`` together, as if concatenated into one vector."""
     tensors = [t for t in _as_list(tensors) if t is not None]
     if not tensors:
-        return kiln.tensor(0.0)
+        return tensor(0.0)
     norm_type = float(norm_type)
     with no_grad():
         norms = [_vector_norm(t, norm_type) for t in tensors]
         first_device = tensors[0].device
-        total = _vector_norm(kiln.stack([n.to(first_device) for n in norms]), norm_type)
+        total = _vector_norm(stack([n.to(first_device) for n in norms]), norm_type)
     if error_if_nonfinite and bool(total.isnan() | total.isinf()):
         raise RuntimeError(
             f"The total norm of order {norm_type} for gradients from `parameters` is "

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import kiln
-
+from ...ops.public import cat
 from ...runtime.tensor import Tensor
 
 __all__ = ["parameters_to_vector", "vector_to_parameters"]
@@ -29,7 +28,7 @@ def parameters_to_vector(parameters: Iterable[Tensor]) -> Tensor:
     for param in parameters:
         device = _check_same_device(param, device)
         flat.append(param.view(-1))
-    return kiln.cat(flat)
+    return cat(flat)
 
 
 def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:

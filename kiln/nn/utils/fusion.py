@@ -9,8 +9,7 @@ from __future__ import annotations
 import copy
 from typing import TypeVar
 
-import kiln
-
+from ...ops.public import ones_like, rsqrt, zeros_like
 from ...runtime.tensor import Tensor
 from ..modules.module import Module
 from ..parameter import Parameter
@@ -60,12 +59,12 @@ def fuse_conv_bn_weights(
     weight_dtype = conv_w.dtype
     bias_dtype = conv_b.dtype if conv_b is not None else weight_dtype
     if conv_b is None:
-        conv_b = kiln.zeros_like(bn_rm)
+        conv_b = zeros_like(bn_rm)
     if bn_w is None:
-        bn_w = kiln.ones_like(bn_rm)
+        bn_w = ones_like(bn_rm)
     if bn_b is None:
-        bn_b = kiln.zeros_like(bn_rm)
-    inv_std = kiln.rsqrt(bn_rv + bn_eps)
+        bn_b = zeros_like(bn_rm)
+    inv_std = rsqrt(bn_rv + bn_eps)
     spatial = [1] * (conv_w.dim() - 2)
     shape = [1, -1, *spatial] if transpose else [-1, 1, *spatial]
     fused_w = (conv_w * (bn_w * inv_std).reshape(shape)).to(dtype=weight_dtype)
@@ -104,8 +103,8 @@ def fuse_linear_bn_weights(
     weight_dtype = linear_w.dtype
     bias_dtype = linear_b.dtype if linear_b is not None else weight_dtype
     if linear_b is None:
-        linear_b = kiln.zeros_like(bn_rm)
-    scale = bn_w * kiln.rsqrt(bn_rv + bn_eps)
+        linear_b = zeros_like(bn_rm)
+    scale = bn_w * rsqrt(bn_rv + bn_eps)
     fused_w = linear_w * scale.unsqueeze(-1).to(dtype=weight_dtype)
     fused_b = ((linear_b - bn_rm) * scale + bn_b).to(dtype=bias_dtype)
     return Parameter(fused_w, linear_w.requires_grad), Parameter(fused_b, linear_b.requires_grad)

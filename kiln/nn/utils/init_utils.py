@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import inspect
 
-import kiln
-
+from ...ops.public import empty_like
 from ..modules.module import Module
 
 __all__ = ["skip_init"]
@@ -24,4 +23,4 @@ def skip_init(module_cls: type, *args, **kwargs) -> Module:
     final_device = kwargs.pop("device", "cpu")
     kwargs["device"] = "meta"
     module = module_cls(*args, **kwargs)
-    return module._apply(lambda t: kiln.empty_like(t, device=final_device))
+    return module._apply(lambda t: empty_like(t, device=final_device))

@@ -14,9 +14,10 @@ import enum
 
 import numpy as np
 
-import kiln
-
 from ...autograd.grad_mode import no_grad
+from ...ops import linalg_functions as linalg
+from ...ops import public
+from ...ops.public import allclose, arange, cat, finfo, mv, randn, tensor, vdot, where, zeros_like
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from ..modules.module import Module
@@ -29,14 +30,14 @@ __all__ = ["orthogonal", "weight_norm", "spectral_norm"]
 
 def _is_orthogonal(q: Tensor) -> bool:
     n, k = q.shape[-2], q.shape[-1]
-    eye = kiln.eye(k, dtype=q.dtype, device=q.device)
-    eps = 10.0 * n * kiln.finfo(q.dtype).eps
-    return kiln.allclose(q.mT @ q, eye, atol=eps)
+    eye = public.eye(k, dtype=q.dtype, device=q.device)
+    eps = 10.0 * n * finfo(q.dtype).eps
+    return allclose(q.mT @ q, eye, atol=eps)
 
 
 def _make_orthogonal(a: Tensor) -> Tensor:
     """The Q factor of ``a``'s QR decomposition, signs fixed so that R has a positive diagonal."""
-    q, r = kiln.linalg.qr(a)
+    q, r = linalg.qr(a)
     return q * r.diagonal(dim1=-2, dim2=-1).sign().unsqueeze(-2)
 
 
@@ -44,8 +45,8 @@ def _householder_product(a: Tensor, tau: Tensor) -> Tensor:
     """The first k columns of ``H_1 ... H_k``, ``H_i = I - tau_i v_i v_i^T`` with ``v_i`` column
     ``i`` of ``a`` below the diagonal and 1 on it (LAPACK's storage); differentiable in both."""
     n, k = a.shape[-2], a.shape[-1]
-    rows = kiln.arange(n, device=a.device)
-    q = kiln.eye(n, dtype=a.dtype, device=a.device).expand(*a.shape[:-2], n, n)
+    rows = arange(n, device=a.device)
+    q = public.eye(n, dtype=a.dtype, device=a.device).expand(*a.shape[:-2], n, n)
     for i in range(k):
         below = (rows > i).to(a.dtype)
         unit = (rows == i).to(a.dtype)
@@ -58,8 +59,8 @@ def _householder_product(a: Tensor, tau: Tensor) -> Tensor:
 def _geqrf(a: Tensor) -> tuple[Tensor, Tensor]:
     """LAPACK's compact QR of ``a``: (reflectors and R in one matrix, tau), as ``torch.geqrf``."""
     h, tau = np.linalg.qr(a.detach().cpu().numpy(), mode="raw")
-    packed = kiln.tensor(np.ascontiguousarray(np.swapaxes(h, -1, -2)), dtype=a.dtype)
-    return packed.to(a.device), kiln.tensor(tau, dtype=a.dtype).to(a.device)
+    packed = tensor(np.ascontiguousarray(np.swapaxes(h, -1, -2)), dtype=a.dtype)
+    return packed.to(a.device), tensor(tau, dtype=a.dtype).to(a.device)
 
 
 class _OrthMaps(enum.Enum):
@@ -85,13 +86,13 @@ class _Orthogonal(Module):
         if self.orthogonal_map in (_OrthMaps.matrix_exp, _OrthMaps.cayley):
             x = x.tril()
             if n != k:
-                x = kiln.cat([x, x.new_zeros(n, n - k).expand(*x.shape[:-2], -1, -1)], dim=-1)
+                x = cat([x, x.new_zeros(n, n - k).expand(*x.shape[:-2], -1, -1)], dim=-1)
             a = x - x.mT
             if self.orthogonal_map is _OrthMaps.matrix_exp:
-                q = kiln.linalg.matrix_exp(a)
+                q = linalg.matrix_exp(a)
             else:
-                eye = kiln.eye(n, dtype=a.dtype, device=a.device)
-                q = kiln.linalg.solve(eye - 0.5 * a, eye + 0.5 * a)
+                eye = public.eye(n, dtype=a.dtype, device=a.device)
+                q = linalg.solve(eye - 0.5 * a, eye + 0.5 * a)
             if n != k:
                 q = q[..., :k]
         else:
@@ -127,17 +128,17 @@ class _Orthogonal(Module):
                 )
             a, tau = _geqrf(q)
             # the diagonal carries the sign of each reflector's column (forward reads it as int)
-            sign = a.diagonal(dim1=-2, dim2=-1).sign() * kiln.where(tau == 0.0, -1.0, 1.0)
-            eye = kiln.eye(n, k, dtype=a.dtype, device=a.device)
+            sign = a.diagonal(dim1=-2, dim2=-1).sign() * where(tau == 0.0, -1.0, 1.0)
+            eye = public.eye(n, k, dtype=a.dtype, device=a.device)
             a = a * (1 - eye) + eye * sign.unsqueeze(-2)
             return a.mT if transpose else a
         if n == k:
             q = q.clone() if _is_orthogonal(q) else _make_orthogonal(q)
         else:
-            extra = kiln.randn(*q.shape[:-2], n, n - k, dtype=q.dtype, device=q.device)
-            q = _make_orthogonal(kiln.cat([q, extra], dim=-1))
+            extra = randn(*q.shape[:-2], n, n - k, dtype=q.dtype, device=q.device)
+            q = _make_orthogonal(cat([q, extra], dim=-1))
         self.base = q
-        neg_eye = kiln.zeros_like(q_init)
+        neg_eye = zeros_like(q_init)
         neg_eye.diagonal(dim1=-2, dim2=-1).fill_(-1.0)
         return neg_eye
 
@@ -219,15 +220,15 @@ class _SpectralNorm(Module):
             weight_mat = weight_to_matrix(weight, self.dim)
             h, w = weight_mat.shape
             options = {"dtype": weight.dtype, "device": weight.device}
-            self.register_buffer("_u", F.normalize(kiln.randn(h, **options), dim=0, eps=eps))
-            self.register_buffer("_v", F.normalize(kiln.randn(w, **options), dim=0, eps=eps))
+            self.register_buffer("_u", F.normalize(randn(h, **options), dim=0, eps=eps))
+            self.register_buffer("_v", F.normalize(randn(w, **options), dim=0, eps=eps))
             self._power_method(weight_mat, 15)
 
     def _power_method(self, weight_mat: Tensor, n_power_iterations: int) -> None:
         with no_grad():
             for _ in range(n_power_iterations):
-                F.normalize(kiln.mv(weight_mat, self._v), dim=0, eps=self.eps, out=self._u)
-                F.normalize(kiln.mv(weight_mat.t(), self._u), dim=0, eps=self.eps, out=self._v)
+                F.normalize(mv(weight_mat, self._v), dim=0, eps=self.eps, out=self._u)
+                F.normalize(mv(weight_mat.t(), self._u), dim=0, eps=self.eps, out=self._v)
 
     def forward(self, weight: Tensor) -> Tensor:
         if weight.ndim == 1:
@@ -237,7 +238,7 @@ class _SpectralNorm(Module):
             self._power_method(weight_mat, self.n_power_iterations)
         u = self._u.clone()
         v = self._v.clone()
-        sigma = kiln.vdot(u, kiln.mv(weight_mat, v))
+        sigma = vdot(u, mv(weight_mat, v))
         return weight / sigma
 
     def right_inverse(self, value: Tensor) -> Tensor:

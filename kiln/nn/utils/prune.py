@@ -14,8 +14,8 @@ import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
-import kiln
-
+from ...ops import public
+from ...ops.public import kthvalue, norm, ones_like, rand, rand_like, topk, zeros_like
 from ...runtime.tensor import Tensor
 from .convert_parameters import parameters_to_vector
 
@@ -77,7 +77,7 @@ class BasePruningMethod(ABC):
         if first_time:
             module.register_parameter(name + "_orig", orig)
             del module._parameters[name]
-            default_mask = kiln.ones_like(orig)
+            default_mask = ones_like(orig)
         else:
             default_mask = getattr(module, name + "_mask").detach().clone()
         try:
@@ -103,7 +103,7 @@ class BasePruningMethod(ABC):
                 f"{importance_scores.shape} vs {t.shape}"
             )
         if default_mask is None:
-            default_mask = kiln.ones_like(t)
+            default_mask = ones_like(t)
         return t * self.compute_mask(importance_scores, default_mask=default_mask)
 
     def remove(self, module) -> None:
@@ -242,7 +242,7 @@ class _UnstructuredByScore(BasePruningMethod):
         mask = default_mask.clone()
         if count:
             scores = self._scores(t).reshape(-1)
-            mask.view(-1)[kiln.topk(scores, k=count, largest=self._largest).indices] = 0
+            mask.view(-1)[topk(scores, k=count, largest=self._largest).indices] = 0
         return mask
 
 
@@ -250,7 +250,7 @@ class RandomUnstructured(_UnstructuredByScore):
     """Zero ``amount`` (a fraction or a count) of the entries, chosen at random."""
 
     def _scores(self, t):
-        return kiln.rand_like(t)
+        return rand_like(t)
 
     @classmethod
     def apply(cls, module, name, amount):
@@ -263,7 +263,7 @@ class L1Unstructured(_UnstructuredByScore):
     _largest = False
 
     def _scores(self, t):
-        return kiln.abs(t)
+        return public.abs(t)
 
     @classmethod
     def apply(cls, module, name, amount, importance_scores=None):
@@ -286,8 +286,8 @@ class RandomStructured(BasePruningMethod):
         count = _amount_to_count(self.amount, channels)
         if not count:
             return default_mask
-        scores = kiln.rand(channels)
-        threshold = kiln.kthvalue(scores, k=count).values
+        scores = rand(channels)
+        threshold = kthvalue(scores, k=count).values
         mask = _channel_mask(t, self.dim, scores > threshold)
         return mask * default_mask.to(dtype=mask.dtype)
 
@@ -314,8 +314,8 @@ class LnStructured(BasePruningMethod):
         if not count:
             return default_mask
         dim = self.dim % t.dim()
-        norms = kiln.norm(t, p=self.n, dim=[d for d in range(t.dim()) if d != dim])
-        keep = kiln.topk(norms, k=channels - count, largest=True).indices
+        norms = norm(t, p=self.n, dim=[d for d in range(t.dim()) if d != dim])
+        keep = topk(norms, k=channels - count, largest=True).indices
         mask = _channel_mask(t, self.dim, keep)
         return mask * default_mask.to(dtype=mask.dtype)
 
@@ -349,7 +349,7 @@ class CustomFromMask(BasePruningMethod):
 
 def _channel_mask(t: Tensor, dim: int, channels) -> Tensor:
     """Ones on the selected channels of ``dim`` (a bool mask or indices), zeros elsewhere."""
-    mask = kiln.zeros_like(t)
+    mask = zeros_like(t)
     index = [slice(None)] * t.dim()
     index[dim] = channels
     mask[tuple(index)] = 1
@@ -431,7 +431,7 @@ def global_unstructured(parameters, pruning_method, importance_scores=None, **kw
         [importance_scores.get((m, n), getattr(m, n)) for m, n in parameters]
     )
     default_mask = parameters_to_vector(
-        [getattr(m, n + "_mask", kiln.ones_like(getattr(m, n))) for m, n in parameters]
+        [getattr(m, n + "_mask", ones_like(getattr(m, n))) for m, n in parameters]
     )
     container = PruningContainer()
     container._tensor_name = "temp"

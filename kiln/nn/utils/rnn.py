@@ -14,8 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-import kiln
-
+from ...ops.public import arange, as_tensor, cat, empty_like, full, stack
 from ...runtime import dtypes
 from ...runtime.tensor import Tensor
 
@@ -120,15 +119,15 @@ def invert_permutation(permutation: Tensor | None) -> Tensor | None:
     """The permutation ``q`` with ``q[permutation[i]] == i`` (``None`` stays ``None``)."""
     if permutation is None:
         return None
-    output = kiln.empty_like(permutation)
-    positions = kiln.arange(permutation.numel(), dtype=permutation.dtype, device=permutation.device)
+    output = empty_like(permutation)
+    positions = arange(permutation.numel(), dtype=permutation.dtype, device=permutation.device)
     return output.scatter_(0, permutation, positions)
 
 
 def _lengths_tensor(lengths) -> Tensor:
     if isinstance(lengths, Tensor):
         return lengths.to(dtype=dtypes.int64)
-    return kiln.as_tensor(lengths, dtype=dtypes.int64, device="cpu")
+    return as_tensor(lengths, dtype=dtypes.int64, device="cpu")
 
 
 def _batch_sizes_from_lengths(lengths: np.ndarray) -> np.ndarray:
@@ -195,8 +194,8 @@ def pack_padded_sequence(
     # row t*B + b of the flattened input is step t of sequence b; keep b < batch_sizes[t]
     rows = np.concatenate([t * batch + np.arange(n) for t, n in enumerate(batch_sizes)])
     flat = input.reshape(steps * batch, *input.shape[2:])
-    data = flat.index_select(0, kiln.as_tensor(rows, dtype=dtypes.int64, device=input.device))
-    return PackedSequence(data, kiln.as_tensor(batch_sizes, dtype=dtypes.int64), sorted_indices)
+    data = flat.index_select(0, as_tensor(rows, dtype=dtypes.int64, device=input.device))
+    return PackedSequence(data, as_tensor(batch_sizes, dtype=dtypes.int64), sorted_indices)
 
 
 def pad_packed_sequence(
@@ -224,12 +223,12 @@ def pad_packed_sequence(
     rows = np.full((steps, batch), data.shape[0], dtype=np.int64)
     for t, (start, n) in enumerate(zip(starts, sizes)):
         rows[t, :n] = start + np.arange(n)
-    padding = kiln.full((1, *data.shape[1:]), padding_value, dtype=data.dtype, device=data.device)
-    source = kiln.cat([data, padding])
-    index = kiln.as_tensor(rows.reshape(-1), dtype=dtypes.int64, device=data.device)
+    padding = full((1, *data.shape[1:]), padding_value, dtype=data.dtype, device=data.device)
+    source = cat([data, padding])
+    index = as_tensor(rows.reshape(-1), dtype=dtypes.int64, device=data.device)
     padded = source.index_select(0, index).reshape(steps, batch, *data.shape[1:])
     lengths = (sizes[None, :] > np.arange(batch)[:, None]).sum(axis=1).astype(np.int64)
-    lengths = kiln.as_tensor(lengths, dtype=dtypes.int64)
+    lengths = as_tensor(lengths, dtype=dtypes.int64)
     if batch_first:
         padded = padded.transpose(0, 1)
     unsorted = sequence.unsorted_indices
@@ -269,11 +268,11 @@ def pad_sequence(
     for seq in sequences:
         length = seq.shape[0]
         body = seq.to(first.dtype).expand(length, *trailing)
-        pad = kiln.full(
+        pad = full(
             (max_len - length, *trailing), padding_value, dtype=first.dtype, device=first.device
         )
-        columns.append(kiln.cat([body, pad] if padding_side == "right" else [pad, body]))
-    return kiln.stack(columns, 0 if batch_first else 1)
+        columns.append(cat([body, pad] if padding_side == "right" else [pad, body]))
+    return stack(columns, 0 if batch_first else 1)
 
 
 def unpad_sequence(
@@ -288,7 +287,7 @@ def unpad_sequence(
 
 def pack_sequence(sequences: list[Tensor], enforce_sorted: bool = True) -> PackedSequence:
     """Pack a list of ``(L_i, *)`` tensors (longest first unless ``enforce_sorted=False``)."""
-    lengths = kiln.as_tensor([seq.size(0) for seq in sequences], dtype=dtypes.int64)
+    lengths = as_tensor([seq.size(0) for seq in sequences], dtype=dtypes.int64)
     return pack_padded_sequence(pad_sequence(sequences), lengths, enforce_sorted=enforce_sorted)
 
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-import kiln
-
 from ...autograd.grad_mode import no_grad
+from ...ops.public import dot, mv, randn
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from ..modules.module import Module
@@ -65,11 +64,11 @@ class SpectralNorm:
             with no_grad():
                 for _ in range(self.n_power_iterations):
                     # u and v are updated in place so the buffers carry the estimate forward
-                    F.normalize(kiln.mv(weight_mat.t(), u), dim=0, eps=self.eps, out=v)
-                    F.normalize(kiln.mv(weight_mat, v), dim=0, eps=self.eps, out=u)
+                    F.normalize(mv(weight_mat.t(), u), dim=0, eps=self.eps, out=v)
+                    F.normalize(mv(weight_mat, v), dim=0, eps=self.eps, out=u)
             u = u.clone()
             v = v.clone()
-        sigma = kiln.dot(u, kiln.mv(weight_mat, v))
+        sigma = dot(u, mv(weight_mat, v))
         return weight / sigma
 
     def remove(self, module: Module) -> None:
@@ -100,8 +99,8 @@ class SpectralNorm:
         with no_grad():
             h, w = fn.reshape_weight_to_matrix(weight).shape
             options = {"dtype": weight.dtype, "device": weight.device}
-            u = F.normalize(kiln.randn(h, **options), dim=0, eps=fn.eps)
-            v = F.normalize(kiln.randn(w, **options), dim=0, eps=fn.eps)
+            u = F.normalize(randn(h, **options), dim=0, eps=fn.eps)
+            v = F.normalize(randn(w, **options), dim=0, eps=fn.eps)
         delattr(module, fn.name)
         module.register_parameter(fn.name + "_orig", weight)
         setattr(module, fn.name, weight.data)

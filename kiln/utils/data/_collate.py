@@ -179,6 +179,6 @@ def default_collate(batch: list):
 
 def _stack(tensors: list[Tensor]) -> Tensor:
     """``kiln.stack(tensors, 0)`` (looked up at call time: the op module loads after this one)."""
-    import kiln
+    from ...ops.public import stack
 
-    return kiln.stack(tensors, 0)
+    return stack(tensors, 0)

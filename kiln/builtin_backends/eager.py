@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .registry import register_backend
+from ..dynamo.backends import register_backend
 
 __all__ = ["eager"]
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .registry import register_backend
+from .. import aot  # noqa: F401  (also gives explain() its saved-bytes report)
+from ..dynamo.backends import register_backend
 
 __all__ = ["aot_eager", "cudagraphs", "inductor"]
 

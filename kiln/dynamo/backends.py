@@ -2,16 +2,31 @@
 
 ``register_backend`` adds one by name (as a decorator, with or without a name, or as a plain
 call); ``lookup`` turns ``kiln.compile``'s ``backend=`` argument (a name or a callable) into the
-callable. Built-in backends register themselves the same way when ``kiln.backends`` is imported.
+callable. The built-in backends (``kiln.builtin_backends``) sit above the compiler layers this
+registry serves, so they register themselves the same way, loaded on the first lookup through a
+loader the facade installs (``set_builtin_loader``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["register_backend", "list_backends", "lookup", "BACKENDS"]
+__all__ = ["register_backend", "list_backends", "lookup", "BACKENDS", "set_builtin_loader"]
 
 BACKENDS: dict[str, Callable] = {}
+_builtin_loader: list = [None]
+
+
+def set_builtin_loader(loader: Callable[[], object] | None) -> None:
+    """Install what imports the built-in backends (run once, on the first lookup)."""
+    _builtin_loader[0] = loader
+
+
+def _load_builtins() -> None:
+    loader = _builtin_loader[0]
+    if loader is not None:
+        loader()  # if it fails, the next lookup tries again (and fails as loudly)
+        _builtin_loader[0] = None
 
 
 def register_backend(
@@ -37,6 +52,7 @@ def register_backend(
 
 def list_backends() -> list[str]:
     """Names of the registered backends, sorted."""
+    _load_builtins()
     return sorted(BACKENDS)
 
 
@@ -46,6 +62,7 @@ def lookup(backend: str | Callable) -> Callable:
         return backend
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a name or a callable, got {backend!r}")
+    _load_builtins()
     try:
         return BACKENDS[backend]
     except KeyError:

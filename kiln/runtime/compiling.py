@@ -1,0 +1,17 @@
+"""``is_compiling``: the one thing eager code asks about the compiler.
+
+Library code (optimizers, distributions, transformer layers) skips value-dependent shortcuts such
+as ``.item()`` while its code is being captured. It asks here, in the lowest layer, so it never
+imports the compiler; the capture frontend recognises this function and answers True itself.
+"""
+
+from __future__ import annotations
+
+__all__ = ["is_compiling"]
+
+
+def is_compiling() -> bool:
+    """True while ``kiln.compile`` captures the calling code, False when it runs eagerly: code
+    that would read a tensor's value for speed in eager mode (``.item()``) keeps tensors when
+    captured. The capture frontend answers True itself; called for real, this returns False."""
+    return False
