@@ -66,11 +66,10 @@ class RuntimeLayout:
         self.out_spec = trace.out_spec
         # fn returned a flat tuple of graph outputs in order: return the forward's slice as is
         spec = trace.out_spec
-        self.direct = (
-            spec.kind == "tuple"
-            and all(c.kind == "leaf" for c in spec.children)
-            and [(k, i) for k, i, _ in self.plan] == [(OUT_GRAPH, j) for j in range(self.num_graph)]
-        )
+        self.flat_tuple = spec.kind == "tuple" and all(c.kind == "leaf" for c in spec.children)
+        self.direct = self.flat_tuple and [(k, i) for k, i, _ in self.plan] == [
+            (OUT_GRAPH, j) for j in range(self.num_graph)
+        ]
         self.single = spec.kind == "leaf"
 
 
@@ -113,6 +112,8 @@ def _finish(layout: RuntimeLayout, primals, graph_outs):
             leaves.append(replay(source))
     if layout.single:
         return leaves[0]
+    if layout.flat_tuple:  # what a captured graph returns
+        return tuple(leaves)
     return tree_unflatten(leaves, layout.out_spec)
 
 
