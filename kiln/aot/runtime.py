@@ -19,7 +19,7 @@ from ..runtime import random as rng
 from ..runtime import state
 from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_unflatten
-from .trace import OUT_CONST, OUT_GRAPH, OUT_INPUT, TraceResult
+from .trace import OUT_CONST, OUT_GRAPH, OUT_INPUT, TraceResult, tangent_example
 
 __all__ = ["CompiledFunctionBackward", "make_runner", "RuntimeLayout"]
 
@@ -62,15 +62,14 @@ class RuntimeLayout:
         # the backward node's outputs: shape and dtype (to materialize missing gradients) and
         # whether the compiled backward was traced with a contiguous tangent
         self.out_meta = tuple((t._shape, t._dtype) for t in trace.diff_values)
-        self.contiguous = tuple(t.is_contiguous() for t in trace.diff_values)
+        self.contiguous = tuple(tangent_example(t).is_contiguous() for t in trace.diff_values)
         self.out_spec = trace.out_spec
         # fn returned a flat tuple of graph outputs in order: return the forward's slice as is
         spec = trace.out_spec
-        self.direct = (
-            spec.kind == "tuple"
-            and all(c.kind == "leaf" for c in spec.children)
-            and [(k, i) for k, i, _ in self.plan] == [(OUT_GRAPH, j) for j in range(self.num_graph)]
-        )
+        self.flat_tuple = spec.kind == "tuple" and all(c.kind == "leaf" for c in spec.children)
+        self.direct = self.flat_tuple and [(k, i) for k, i, _ in self.plan] == [
+            (OUT_GRAPH, j) for j in range(self.num_graph)
+        ]
         self.single = spec.kind == "leaf"
 
 
@@ -113,6 +112,8 @@ def _finish(layout: RuntimeLayout, primals, graph_outs):
             leaves.append(replay(source))
     if layout.single:
         return leaves[0]
+    if layout.flat_tuple:  # what a captured graph returns
+        return tuple(leaves)
     return tree_unflatten(leaves, layout.out_spec)
 
 

@@ -813,18 +813,20 @@ def _tri_mask(x, diagonal, lower):
     return (c - r <= diagonal) if lower else (c - r >= diagonal)
 
 
+# the zero is ``False``: a Python bool never promotes a tensor, where an int would turn a bool
+# ``x`` into int64 (PyTorch's rule for ``where(mask, bool_tensor, 0)``)
 @tril.register_decomposition
 def _tril_decomp(x, diagonal=0):
     from .pointwise import where
 
-    return where(_tri_mask(x, diagonal, True), x, 0)
+    return where(_tri_mask(x, diagonal, True), x, False)
 
 
 @triu.register_decomposition
 def _triu_decomp(x, diagonal=0):
     from .pointwise import where
 
-    return where(_tri_mask(x, diagonal, False), x, 0)
+    return where(_tri_mask(x, diagonal, False), x, False)
 
 
 def contiguous_meta_strides(shape):

@@ -173,17 +173,19 @@ def mark_view(out, src: Tensor, op, args) -> None:
             o._stride = metas[i]._stride
 
 
-def view_replay(view: Tensor):
-    """A function that applies to a base-shaped tensor the view ops that made ``view`` from its base."""
+def view_replay(view: Tensor, source: Tensor | None = None):
+    """A function that applies to a tensor laid out like ``source`` (by default the view's base)
+    the view ops that made ``view`` from ``source``; RuntimeError if ``view`` was not viewed from
+    ``source``."""
     chain = []
     t = view
-    base = view._base
-    while t is not base:
+    stop = view._base if source is None else source
+    while t is not stop:
+        if t._base is None or t._view_src is None:
+            raise RuntimeError("internal error: broken view chain")
         op, args = t._view_src
         chain.append((op, args))
         t = args[0]
-        if t._base is None and t is not base:
-            raise RuntimeError("internal error: broken view chain")
     chain.reverse()
 
     def replay(x: Tensor) -> Tensor:
