@@ -35,7 +35,7 @@ from ..ir import Graph
 from ..ir.tracer import TracingMode
 from ..ops.dispatch import view_replay
 from ..ops.registry import OPS
-from ..runtime import state
+from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 from .decompositions import decomposition_table
 from .pytree import tree_flatten, tree_unflatten
@@ -199,7 +199,8 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
     mode_ref.append(mode)
     flat_args, in_spec = tree_flatten((args, kwargs))
     positions = [i for i, a in enumerate(flat_args) if isinstance(a, Tensor)]
-    prev = state.grad_enabled[0]
+    state = per_thread.state
+    prev = state.grad_enabled
     try:
         with mode:
             proxies = []
@@ -233,7 +234,7 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
                                      [proxies[k] for k in grad_primals])  # fmt: skip
             mode.output(tuple(results))
     finally:
-        state.grad_enabled[0] = prev
+        state.grad_enabled = prev
     for clone_node, placeholder in clones:
         clone_node.replace_all_uses_with(placeholder)
         graph.erase_node(clone_node)

@@ -20,6 +20,7 @@ import numpy as np
 from . import cuda
 from . import dtypes as dt
 from .device import as_device, cpu
+from .state import compile_lock
 from .tensor import Tensor, make_fake, wrap_array
 
 __all__ = [
@@ -250,14 +251,20 @@ def _compiled_op(op, args: tuple, dev):
     key = (op.name, _key(args))
     entry = _compiled.get(key)
     if entry is None:
-        _stats["misses"] += 1
-        entry = _compile_single_op(op, template, tensors)
-        _compiled[key] = entry
-        if len(_compiled) > _CACHE_SIZE:
-            _compiled.popitem(last=False)
+        with compile_lock:  # threads missing on one op compile it once
+            entry = _compiled.get(key)
+            if entry is None:
+                _stats["misses"] += 1
+                entry = _compile_single_op(op, template, tensors)
+                _compiled[key] = entry
+                if len(_compiled) > _CACHE_SIZE:
+                    _compiled.popitem(last=False)
     else:
         _stats["hits"] += 1
-        _compiled.move_to_end(key)
+        try:
+            _compiled.move_to_end(key)
+        except KeyError:  # evicted by another thread's miss meanwhile: the entry still works
+            pass
     if entry == "host":
         return _on_host(op, args, dev)
     compiled, spec = entry
