@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import weakref
 
-from ..runtime import state
+from ..runtime.state import per_thread
 from ..runtime.tensor import Size, Tensor
 from .anomaly import anomaly_state, forward_stack
 
@@ -249,7 +249,7 @@ class OpBackward(Node):
         if self._released:
             raise RuntimeError(_RELEASED_MSG)
         out = self._out
-        if out is None or not state.grad_enabled[0]:
+        if out is None or not per_thread.state.grad_enabled:
             return out
         # under create_graph the saved output must carry this node as its history
         if isinstance(out, tuple):

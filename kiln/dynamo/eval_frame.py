@@ -6,6 +6,11 @@ the frame's own signature); on a hit run the entry's transformed function (same 
 and defaults); on a miss capture a new entry. Resume functions get the same treatment through a
 "resume caller" the transformed code calls. The hot path is a loop, a guard call and a call:
 logging, ``inspect`` and failure explanations happen only on misses.
+
+Compiled functions may be called from several threads at once. A hit reads the entry list
+without a lock (entries are only ever appended); a miss takes ``compile_lock``, looks again
+(another thread may have compiled the entry meanwhile) and only then captures, so one signature
+is compiled once. Capturing uses the calling thread's grad mode, autocast and mode stack only.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from ..nn.modules.module import Module
 from ..runtime import logs as klog
+from ..runtime.state import compile_lock
 from ..runtime.tensor import Tensor
 from . import config
 from .backends import lookup
@@ -99,15 +105,21 @@ class CompileContext:
             return fn
         entry = self._wrappers.get(id(fn))
         if entry is None or entry[0] is not fn:
-            entry = (fn, _compiled_function(fn, self, split))
-            self._wrappers[id(fn)] = entry
+            with compile_lock:
+                entry = self._wrappers.get(id(fn))
+                if entry is None or entry[0] is not fn:
+                    entry = (fn, _compiled_function(fn, self, split))
+                    self._wrappers[id(fn)] = entry
         return entry[1]
 
     def resume_caller(self, code: types.CodeType, f_globals: dict) -> Callable:
         key = (code, id(f_globals))
         caller = self._resume_callers.get(key)
         if caller is None:
-            caller = self._resume_callers[key] = _resume_caller(code, f_globals, self)
+            with compile_lock:
+                caller = self._resume_callers.get(key)
+                if caller is None:
+                    caller = self._resume_callers[key] = _resume_caller(code, f_globals, self)
         return caller
 
     def compile_graph(self, gm, example_inputs: list, name: str) -> Callable:
@@ -263,6 +275,17 @@ class FrameCache:
                 on_guards(guard.guards)
 
 
+def _recheck(entries: list, closure, args: tuple, kwargs: dict):
+    """The run function of the first entry whose guard passes, or None."""
+    for guard, run in entries:
+        try:
+            if guard(closure, *args, **kwargs):
+                return run
+        except TypeError:  # the arguments do not bind: capture says so, then ``fn`` raises
+            return None
+    return None
+
+
 def _shape_key(args: tuple, kwargs: dict) -> tuple:
     """The shapes of the tensor arguments (also inside lists and tuples): what a new-shape
     miss is remembered by."""
@@ -296,6 +319,18 @@ def _compiled_function(
     signature = None
 
     def miss(args: tuple, kwargs: dict):
+        if cache.eager_reason is not None:
+            return fn(*args, **kwargs)
+        with compile_lock:
+            run = _recheck(entries, closure, args, kwargs)  # compiled by another thread?
+            if run is None:
+                run = capture(args, kwargs)
+        if run is not None:
+            return run(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    def capture(args: tuple, kwargs: dict):
+        """A new entry's function (added to the cache), or None: run ``fn`` eagerly."""
         nonlocal signature
         if cache.eager_reason is None:
             if signature is None:
@@ -308,7 +343,7 @@ def _compiled_function(
             try:
                 bound = signature.bind(*args, **kwargs)
             except TypeError:
-                return fn(*args, **kwargs)  # Python raises the same TypeError
+                return None  # ``fn`` raises Python's own TypeError
             bound.apply_defaults()
             result = cache.capture(closure, dict(bound.arguments), args, kwargs)
             if result is not None:
@@ -318,8 +353,8 @@ def _compiled_function(
                 run.__kwdefaults__ = fn.__kwdefaults__
                 params, defaults = signature_source(code, fn.__defaults__, fn.__kwdefaults__)
                 cache.add(result, params, defaults, run)
-                return run(*args, **kwargs)
-        return fn(*args, **kwargs)
+                return run
+        return None
 
     def compiled(*args, **kwargs):
         if STANCE[0] is not _DEFAULT_STANCE:
@@ -377,9 +412,23 @@ def _resume_caller(code: types.CodeType, f_globals: dict, ctx: CompileContext) -
         return types.FunctionType(code, f_globals, code.co_name, None, closure)
 
     def miss(closure, args: tuple):
+        run = None
+        if cache.eager_reason is None:
+            with compile_lock:
+                for guard, entry_run in entries:  # compiled by another thread meanwhile?
+                    if guard(closure, *args):
+                        run = entry_run
+                        break
+                else:
+                    run = capture(closure, args)
+        if run is None:
+            return function(closure)(*args)
+        return run(*args) if closure is None else run(closure, *args)
+
+    def capture(closure, args: tuple):
         result = cache.capture(closure, dict(zip(names, args)), args, {})
         if result is None:
-            return function(closure)(*args)
+            return None
         if closure is None:
             run = types.FunctionType(result.code, f_globals, code.co_name)
         else:
@@ -388,7 +437,7 @@ def _resume_caller(code: types.CodeType, f_globals: dict, ctx: CompileContext) -
                 return types.FunctionType(_code, f_globals, code.co_name, None, closure)(*args)
 
         cache.add(result, params, {}, run)
-        return run(*args) if closure is None else run(closure, *args)
+        return run
 
     if code.co_freevars:
 
@@ -485,9 +534,10 @@ def _context_for(backend, fullgraph, dynamic, options, mode) -> CompileContext:
         backend if isinstance(backend, str) else id(backend),
         fullgraph, dynamic, mode, repr(sorted((options or {}).items())),
     )  # fmt: skip
-    ctx = _SHARED_CONTEXTS.get(key)
-    if ctx is None or (not isinstance(backend, str) and ctx.backend is not backend):
-        ctx = _SHARED_CONTEXTS[key] = CompileContext(backend, fullgraph, dynamic, options, mode)
+    with compile_lock:  # threads compiling with equal settings share the one context
+        ctx = _SHARED_CONTEXTS.get(key)
+        if ctx is None or (not isinstance(backend, str) and ctx.backend is not backend):
+            ctx = _SHARED_CONTEXTS[key] = CompileContext(backend, fullgraph, dynamic, options, mode)
     return ctx
 
 
@@ -556,8 +606,9 @@ def compile_in_context(fn: Callable, ctx: CompileContext) -> Any:
 def reset() -> None:
     """Forget every compiled entry (all contexts) and the capture caches; the next call of any
     compiled function captures again. Also ``kiln.compiler.reset()``."""
-    for ctx in list(_CONTEXTS):
-        for cache in ctx.caches:
-            cache.clear()
-    _clear_frame_code()
-    _clear_resume()
+    with compile_lock:  # not while another thread captures into one of the caches
+        for ctx in list(_CONTEXTS):
+            for cache in ctx.caches:
+                cache.clear()
+        _clear_frame_code()
+        _clear_resume()

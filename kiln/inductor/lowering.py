@@ -81,11 +81,20 @@ def _ctx(*xs):
             c = _ctx(*x)
             if c is not None:
                 return c
-    return CURRENT_CTX[0]  # an op without tensor inputs (randperm) builds in the graph's context
+    return CURRENT.ctx  # an op without tensor inputs (randperm) builds in the graph's context
 
 
-# the lowering context of the graph being lowered (set by GraphLowering.run)
-CURRENT_CTX: list = [None]
+class _Current(threading.local):
+    """What this thread is lowering (graphs may be lowered in several threads at once): the
+    graph's lowering context (set by ``GraphLowering.run``) and the graph node being lowered
+    (lowerings that need their inputs' recorded layouts read it)."""
+
+    def __init__(self):
+        self.ctx = None
+        self.node = None
+
+
+CURRENT = _Current()
 
 
 def _finish(value, computed: dt.dtype, out: dt.dtype):
@@ -282,7 +291,7 @@ def _cast(out_meta, x, dtype):
 @register_lowering("clone", "alias")
 def _clone(out_meta, x, memory_format=None):
     # a copy is the same values; whether they end up in new memory is the scheduler's business
-    same = lowering_matmul.clone_without_copy(x, CURRENT_NODE[0])
+    same = lowering_matmul.clone_without_copy(x, CURRENT.node)
     if same is not None:
         return same
     box = _box(x.ctx, x.shape, x.dtype, x.loader, x)
@@ -639,12 +648,8 @@ def _as_strided(out_meta, x, size, stride, storage_offset=None):
     return box
 
 
-# the graph node being lowered (lowerings that need their inputs' recorded layouts read it)
-CURRENT_NODE: list = [None]
-
-
 def input_meta(i: int):
-    node = CURRENT_NODE[0]
+    node = CURRENT.node
     if node is None or i >= len(node.args):
         return None
     arg = node.args[i]

@@ -12,7 +12,6 @@ import builtins
 import numpy as np
 
 from ..runtime import dtypes as dt
-from ..runtime import state
 from ..runtime.device import as_device, device
 from ..runtime.memory_format import (
     check_memory_format,
@@ -20,6 +19,7 @@ from ..runtime.memory_format import (
     preserve_format,
     suggest_memory_format,
 )
+from ..runtime.state import per_thread
 from ..runtime.storage import writable_target
 from ..runtime.tensor import Tensor
 from . import api
@@ -149,7 +149,7 @@ def call_with_out(op: Op, args: tuple, kwargs: dict):
     out = kwargs.pop("out")
     if out is None:
         return op(*args, **kwargs)
-    if state.grad_enabled[0] and any(
+    if per_thread.state.grad_enabled and any(
         isinstance(a, Tensor) and a._requires_grad for a in (*args, *kwargs.values())
     ):
         raise RuntimeError(

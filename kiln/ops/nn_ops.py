@@ -23,8 +23,8 @@ import math
 import numpy as np
 
 from ..runtime import dtypes as dt
-from ..runtime import state
 from ..runtime.device import cpu
+from ..runtime.state import per_thread
 from ..runtime.storage import empty_array
 from .common import DType, Tensor, broadcast_shapes, compute_np_dtype, fake, wrap, wrap_dim
 from .reductions import c_type_name, float_sum, torch_type_name
@@ -73,9 +73,6 @@ def softmax_dim(ndim: int) -> int:
 
 # ------------------------------------------------------------------------------ fused numpy helpers
 
-_grad_enabled = state.grad_enabled
-_mode_stack = state.mode_stack
-_autocast = state.autocast
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _HALVES = (dt.float16, dt.bfloat16)
@@ -90,7 +87,8 @@ def numpy_derivative_ok(*tensors, halves: bool = False) -> bool:
     the caller computes in float32 and rounds once, as PyTorch's kernels do). The fused numpy
     code then computes the same formula with fewer passes over memory.
     """
-    if _grad_enabled[0] or _mode_stack or _autocast[0] is not None:
+    state = per_thread.state
+    if state.grad_enabled or state.mode_stack or state.autocast is not None:
         return False
     for t in tensors:
         if t is None:

@@ -178,9 +178,9 @@ def _inplace_view(self: Tensor, make_view) -> Tensor:
     The view is made from a shallow twin of ``self``, so the recorded view chain (and the
     autograd edge) point at the tensor as it was, not at the mutated object.
     """
-    from ..runtime import state
+    from ..runtime.state import per_thread
 
-    if state.grad_enabled[0] and self._requires_grad and self.grad_fn is None:
+    if per_thread.state.grad_enabled and self._requires_grad and self.grad_fn is None:
         raise RuntimeError(
             "a leaf Variable that requires grad is being used in an in-place operation."
         )

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...ops.indexing import DataDependentOutputError
-from ...runtime import state
+from ...runtime.state import per_thread
 from ...runtime.tensor import Size, Tensor, make_fake
 from ..exc import Unsupported, unsupported
 from ..sources import AttrSource
@@ -301,12 +301,9 @@ def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
     output = tx.output
     mode = output.mode
     mode.current_source, mode.current_source_text = tx.source_location()
-    grad = state.grad_enabled
-    saved_grad = grad[0]
-    grad[0] = output.grad_enabled
-    autocast = state.autocast
-    saved_autocast = autocast[0]
-    autocast[0] = output.autocast
+    state = per_thread.state
+    saved_grad, saved_autocast = state.grad_enabled, state.autocast
+    state.grad_enabled, state.autocast = output.grad_enabled, output.autocast
     try:
         with mode:
             result = fn(*py_args, **py_kwargs)
@@ -325,8 +322,7 @@ def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
     except Exception as e:
         raise _uncertain(unsupported("user_exception", f"{type(e).__name__}: {e}")) from None
     finally:
-        grad[0] = saved_grad
-        autocast[0] = saved_autocast
+        state.grad_enabled, state.autocast = saved_grad, saved_autocast
     if isinstance(result, Tensor) and result._data is not None:
         return _fresh_tensor(tx, fn, args, kwargs, result)
     return wrap_kiln_result(tx, result)
