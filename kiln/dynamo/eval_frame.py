@@ -87,9 +87,12 @@ class CompileContext:
         self.options = dict(options or {})
         self.mode = mode
         self.listeners: list = []
-        self.caches: list[FrameCache] = []
-        self._wrappers: dict[int, tuple[Callable, Callable]] = {}
-        self._resume_callers: dict[tuple, Callable] = {}
+        # Held weakly: a frame cache lives as long as its wrapper (and so its compiled graphs
+        # and their machine code); a process compiling a fresh closure every step must not keep
+        # every step's graphs. ``reset`` reaches the live ones through this set.
+        self.caches: weakref.WeakSet[FrameCache] = weakref.WeakSet()
+        # resume code -> its caller, alive while some transformed code (which calls it) is
+        self._resume_callers: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._graph_counter = 0
         _CONTEXTS.add(self)
 
@@ -103,14 +106,21 @@ class CompileContext:
         (compiled on its own, like a resume function)."""
         if fn.__dict__.get("_kiln_disabled"):
             return fn
-        entry = self._wrappers.get(id(fn))
-        if entry is None or entry[0] is not fn:
-            with compile_lock:
-                entry = self._wrappers.get(id(fn))
-                if entry is None or entry[0] is not fn:
-                    entry = (fn, _compiled_function(fn, self, split))
-                    self._wrappers[id(fn)] = entry
-        return entry[1]
+        # Kept on ``fn`` itself, not in the context: the wrapper refers to ``fn``, so a table
+        # here would keep every function ever compiled (and its graphs) alive; this way fn and
+        # wrapper are collected together once the program drops both. The table names its
+        # function: ``functools.wraps`` copies it into another function's ``__dict__``.
+        table = fn.__dict__.get("_kiln_wrappers")
+        if table is None or table[0]() is not fn:
+            table = fn.__dict__["_kiln_wrappers"] = (weakref.ref(fn), {})
+        wrappers = table[1]
+        wrapper = wrappers.get(id(self))
+        if wrapper is None or wrapper._kiln_context is not self:
+            with compile_lock:  # threads wrapping one function at once make one wrapper
+                wrapper = wrappers.get(id(self))
+                if wrapper is None or wrapper._kiln_context is not self:
+                    wrapper = wrappers[id(self)] = _compiled_function(fn, self, split)
+        return wrapper
 
     def resume_caller(self, code: types.CodeType, f_globals: dict) -> Callable:
         key = (code, id(f_globals))
@@ -180,7 +190,7 @@ class FrameCache:
         # argument shapes compiled for, and new ones seen once (run eagerly): see ``capture``
         self.shapes_compiled: set[tuple] = set()
         self.shapes_seen: set[tuple] = set()
-        ctx.caches.append(self)
+        ctx.caches.add(self)
 
     def clear(self) -> None:
         self.entries.clear()
@@ -395,6 +405,7 @@ def _compiled_function(
         return miss(args, kwargs)
 
     functools.update_wrapper(compiled, fn)
+    compiled.__dict__.pop("_kiln_wrappers", None)  # fn's own table, not the wrapper's
     compiled._kiln_original = fn
     compiled._kiln_cache = cache
     compiled._kiln_context = ctx
