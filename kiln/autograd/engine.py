@@ -10,6 +10,7 @@ its dtype (so derivative formulas may return broadcast-shaped or promoted gradie
 from __future__ import annotations
 
 import heapq
+import threading
 import warnings
 
 from ..runtime import state
@@ -17,7 +18,36 @@ from ..runtime.tensor import Tensor
 from .anomaly import anomaly_state, run_node
 from .graph import AccumulateGrad, Node, grad_accumulator
 
-__all__ = ["run_backward", "backward", "grad"]
+__all__ = ["run_backward", "backward", "grad", "ExecutionEngine", "execution_engine"]
+
+
+class ExecutionEngine:
+    """``Variable._execution_engine``: lets code running inside a backward pass (a gradient
+    hook) queue a callback that runs once that pass has finished -- DDP waits for its last
+    bucket there, fully_shard reduce-scatters gradients of parameters no hook announced."""
+
+    def __init__(self):
+        self._local = threading.local()
+
+    def _stack(self) -> list:
+        stack = getattr(self._local, "callbacks", None)
+        if stack is None:
+            stack = self._local.callbacks = []
+        return stack
+
+    def queue_callback(self, callback) -> None:
+        stack = self._stack()
+        if not stack:
+            raise RuntimeError("Final callbacks can only be installed during backward pass.")
+        stack[-1].append(callback)
+
+    def _run_callbacks(self, callbacks: list) -> None:
+        # a callback may queue more: run until none is left, in the order they were queued
+        while callbacks:
+            callbacks.pop(0)()
+
+
+execution_engine = ExecutionEngine()
 
 
 def _root_edge(t: Tensor, i: int):
@@ -173,6 +203,9 @@ def run_backward(
     anomaly = anomaly_state[0]
     prev_grad_mode = state.grad_enabled[0]
     state.grad_enabled[0] = create_graph
+    callback_stack = execution_engine._stack()
+    callbacks: list = []
+    callback_stack.append(callbacks)
     try:
         while ready:
             _, _, node = heapq.heappop(ready)
@@ -218,7 +251,9 @@ def run_backward(
                 deps[nxt] -= 1
                 if deps[nxt] == 0:
                     heapq.heappush(ready, (-nxt.sequence_nr, id(nxt), nxt))
+        execution_engine._run_callbacks(callbacks)
     finally:
+        callback_stack.pop()
         state.grad_enabled[0] = prev_grad_mode
 
     if inputs is not None and not accumulate:
