@@ -33,7 +33,8 @@ from .errors import DistBackendError
 __all__ = ["Health", "current", "start", "CHECK_INTERVAL"]
 
 CHECK_INTERVAL = 0.02  # seconds between health checks while waiting
-_NOTICE_TAG = 7301
+_NOTICE_TAG = 7301  # "I failed": exit status and error text
+_EXIT_TAG = 7302  # "my program has ended normally"
 _NOTICE_BYTES = 4096
 
 
@@ -85,13 +86,14 @@ def _how_it_ended(record: dict | None) -> str:
     return f"exited with status {record['exit_code']}"
 
 
-def write_error_record(rank: int, error: BaseException) -> None:
-    """Leave ``error`` in the launcher's run directory (its summary names the root cause)."""
+def write_error_record(rank: int, error: str, primary: bool) -> None:
+    """Leave ``error`` in the launcher's run directory; its summary names the rank that failed
+    first (``primary``: this rank's own failure, not one reported by a peer)."""
     run_dir = os.environ.get("KILN_RUN_DIR")
     if not run_dir:
         return
     path = os.path.join(run_dir, f"rank{rank}.error.json")
-    record = {"rank": rank, "time": time.time(), "error": f"{type(error).__name__}: {error}"}
+    record = {"rank": rank, "time": time.time(), "error": error, "primary": primary}
     try:
         with open(path + ".tmp", "w") as f:
             json.dump(record, f)
@@ -119,6 +121,8 @@ class Health:
         self._lock = threading.Lock()
         self._notified = False
         self.exit_timeout: float | None = None  # the default group's, for the exit barrier
+        self.exit_status: int | None = None  # set by rank_entry when the program calls sys.exit
+        self.exiting = False
 
     # ------------------------------------------------------------------ while waiting
     def check(self, what: str) -> None:
@@ -126,6 +130,17 @@ class Health:
         if self.broken is not None:
             raise self.broken
         status = self.MPI.Status()
+        if self.comm.Iprobe(self.MPI.ANY_SOURCE, _EXIT_TAG, status):
+            source = status.Get_source()
+            self.comm.Recv([bytearray(_NOTICE_BYTES), self.MPI.BYTE], source, _EXIT_TAG)
+            if not self.exiting:
+                self.fail_with(
+                    DistBackendError(
+                        f"[rank {self.rank}] rank {source} reached the end of its program while "
+                        f"rank {self.rank} was waiting in {what}",
+                        failed_rank=source,
+                    )
+                )
         if self.comm.Iprobe(self.MPI.ANY_SOURCE, _NOTICE_TAG, status):
             source = status.Get_source()
             data = bytearray(_NOTICE_BYTES)
@@ -158,26 +173,35 @@ class Health:
         """Record that the group is broken (this process will abort, not finalize) and raise."""
         self.broken = error
         self.exit_code = error.exit_code
+        write_error_record(self.rank, f"{type(error).__name__}: {error}", primary=False)
         raise error
 
     # ------------------------------------------------------------------ when failing
+    def _send_to_peers(self, tag: int, payload: bytes) -> None:
+        """A short message to every other rank (non-blocking; given a second to leave)."""
+        data = bytearray(payload[: _NOTICE_BYTES - 1].ljust(_NOTICE_BYTES, b"\0"))
+        requests = []
+        for peer in range(self.size):
+            if peer != self.rank:
+                requests.append(self.comm.Isend([data, self.MPI.BYTE], peer, tag))
+        self._sends.append((data, requests))
+        deadline = time.monotonic() + 1.0
+        while not self.MPI.Request.Testall(requests) and time.monotonic() < deadline:
+            time.sleep(0.001)
+
     def notify_failure(self, message: str, exit_code: int = 1) -> None:
-        """Tell every other rank that this one failed (best effort, non-blocking sends)."""
+        """Tell every other rank that this one failed (once)."""
         with self._lock:
             if self._notified:
                 return
             self._notified = True
-        payload = f"{exit_code}\n{message}".encode()[: _NOTICE_BYTES - 1]
-        data = bytearray(payload.ljust(_NOTICE_BYTES, b"\0"))
-        for peer in range(self.size):
-            if peer != self.rank:
-                self._sends.append(
-                    (data, self.comm.Isend([data, self.MPI.BYTE], peer, _NOTICE_TAG))
-                )
-        deadline = time.monotonic() + 1.0
-        requests = [r for _, r in self._sends]
-        while not self.MPI.Request.Testall(requests) and time.monotonic() < deadline:
-            time.sleep(0.001)
+        self._send_to_peers(_NOTICE_TAG, f"{exit_code}\n{message}".encode())
+
+    def announce_exit(self) -> None:
+        """Tell every other rank that this one's program has ended (it joins no collective but
+        the exit barrier any more)."""
+        self.exiting = True
+        self._send_to_peers(_EXIT_TAG, b"exit")
 
     def abort(self, exit_code: int) -> None:
         """End the whole job now with ``exit_code`` (``MPI_Abort``); never returns."""
@@ -192,10 +216,13 @@ class Health:
         if isinstance(error, DistBackendError) and error.failed_rank is not None:
             exit_code = error.exit_code
         else:
-            write_error_record(self.rank, error)
-            self.notify_failure(f"{type(error).__name__}: {error}", exit_code)
+            self.fail_with_message(f"{type(error).__name__}: {error}", exit_code)
         time.sleep(_abort_grace())
         self.abort(exit_code)
+
+    def fail_with_message(self, message: str, exit_code: int) -> None:
+        write_error_record(self.rank, message, primary=True)
+        self.notify_failure(message, exit_code)
 
 
 _current: list[Health | None] = [None]
@@ -228,16 +255,22 @@ def install_exit_handlers(health: Health) -> None:
 
 
 def _at_exit(health: Health) -> None:
-    """Before mpi4py finalizes MPI: settle outstanding work, and make sure every peer is still
-    there (a barrier that watches them), else abort: ``MPI_Finalize`` with a dead peer hangs."""
-    from .work import drain_background
+    """Before mpi4py finalizes MPI (which waits for every rank): a program that ended with a
+    failure status ends the job with it; otherwise settle outstanding work, tell the peers this
+    rank is done, and wait for them in a barrier that watches them -- ``MPI_Finalize`` with a
+    dead peer would hang -- aborting instead if one failed."""
+    from .work import drain_background, wait_request
 
+    status = health.exit_status
+    if health.broken is None and status:
+        health.fail_with_message(f"exited with status {status}", status)
+        time.sleep(_abort_grace())
+        health.abort(status)
     try:
         if health.broken is None:
             drain_background()
+            health.announce_exit()
             request = health.comm.Ibarrier()
-            from .work import wait_request
-
             wait_request(request, health, "the exit barrier", health.exit_timeout)
     except DistBackendError as error:
         sys.stderr.write(f"{error}\n")

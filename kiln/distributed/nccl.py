@@ -83,9 +83,19 @@ class NCCLError(RuntimeError):
 
 
 class UniqueId(ctypes.Structure):
-    """``ncclUniqueId``: 128 opaque bytes that rank 0 makes and every rank passes by value."""
+    """``ncclUniqueId``: 128 opaque bytes that rank 0 makes and every rank passes by value
+    (read and written as raw memory: as a ``c_char`` array it would stop at the first zero)."""
 
     _fields_ = [("internal", ctypes.c_char * UNIQUE_ID_BYTES)]
+
+    def raw(self) -> bytes:
+        return ctypes.string_at(ctypes.addressof(self), UNIQUE_ID_BYTES)
+
+    @classmethod
+    def from_raw(cls, data: bytes) -> UniqueId:
+        uid = cls()
+        ctypes.memmove(ctypes.addressof(uid), data, UNIQUE_ID_BYTES)
+        return uid
 
 
 def nccl_operands(dtype: dt.dtype, op: RedOpType | None, collective: str) -> tuple[int, int, int]:
@@ -260,15 +270,14 @@ class NCCL:
     def unique_id(self) -> bytes:
         uid = UniqueId()
         self._check(self.lib.ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
-        return bytes(uid.internal)
+        return uid.raw()
 
     def comm_init_rank(self, nranks: int, unique_id: bytes, rank: int) -> ctypes.c_void_p:
         if len(unique_id) != UNIQUE_ID_BYTES:
             raise ValueError(f"an NCCL unique id has {UNIQUE_ID_BYTES} bytes, got {len(unique_id)}")
         if not 0 <= rank < nranks:
             raise ValueError(f"rank {rank} is not in a communicator of {nranks} ranks")
-        uid = UniqueId()
-        uid.internal = unique_id
+        uid = UniqueId.from_raw(unique_id)
         comm = ctypes.c_void_p()
         result = self.lib.ncclCommInitRank(
             ctypes.byref(comm), ctypes.c_int(nranks), uid, ctypes.c_int(rank)

@@ -35,7 +35,9 @@ import uuid
 
 __all__ = ["main", "parse_args", "build_command"]
 
-_SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_supervisor.py")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SUPERVISOR = os.path.join(_HERE, "rank_supervisor.py")
+_ENTRY = os.path.join(_HERE, "rank_entry.py")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -147,9 +149,9 @@ def build_command(args: argparse.Namespace, mpiexec: str) -> list[str]:
     if args.no_python:
         rank_cmd = [args.training_script]
     elif args.module:
-        rank_cmd = [sys.executable, "-m", args.training_script]
+        rank_cmd = [sys.executable, _ENTRY, "-m", args.training_script]
     else:
-        rank_cmd = [sys.executable, args.training_script]
+        rank_cmd = [sys.executable, _ENTRY, args.training_script]
     return [*cmd, sys.executable, _SUPERVISOR, *rank_cmd, *args.training_script_args]
 
 
@@ -207,16 +209,28 @@ def _describe_exit(record: dict) -> str:
 def failure_summary(run_dir: str, returncode: int) -> tuple[str, int]:
     """(a report naming the rank that failed first, the status the launcher exits with)."""
     errors = _records(run_dir, "error")
+    primary = [r for r in errors if r.get("primary")]
     exits = {r["rank"]: r for r in _records(run_dir, "exit")}
     failed = _failed_exits(run_dir)
-    if errors:
-        root = errors[0]
-        code = exits.get(root["rank"], {}).get("exit_code") or 1
+    if primary:
+        root = primary[0]
+        code = exits.get(root["rank"], {}).get("exit_code") or _status_in(root["error"])
         return f"rank {root['rank']} failed first: {root['error']}", code
     if failed:
         root = failed[0]
         return f"rank {root['rank']} (pid {root['pid']}) {_describe_exit(root)}", root["exit_code"]
+    if errors:
+        first = errors[0]
+        return f"rank {first['rank']} reported: {first['error']}", returncode
     return f"mpiexec exited with status {returncode}", returncode
+
+
+def _status_in(error: str) -> int:
+    """The status of an "exited with status N" record (1 for an exception)."""
+    words = error.split()
+    if error.startswith("exited with status") and words[-1].isdigit():
+        return int(words[-1])
+    return 1
 
 
 def _stop(process: subprocess.Popen) -> None:
