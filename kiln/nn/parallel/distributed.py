@@ -216,6 +216,11 @@ class DistributedDataParallel(Module):
         """Bytes of each gradient bucket, in the order they are all-reduced."""
         return self._reducer.bucket_sizes()
 
+    def communication_wait_seconds(self) -> float:
+        """Seconds the last backward waited, once its own work was done, for all-reduces still
+        in flight: the communication that backward did not hide."""
+        return self._reducer.last_wait_seconds
+
     def __getstate__(self):
         raise TypeError("DistributedDataParallel is not picklable; save its state_dict()")
 

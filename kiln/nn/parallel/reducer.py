@@ -16,6 +16,7 @@ segment, and the buckets then match the segments.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -101,6 +102,7 @@ class Reducer:
         self.ready_order: list[int] = []
         self.rebuilt = False
         self.iterations = 0
+        self.last_wait_seconds = 0.0  # how long the last backward waited for its all-reduces
         self._build(self._assign(list(reversed(range(len(params))))))
         self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready) for p in params]
 
@@ -224,9 +226,11 @@ class Reducer:
             for k in range(len(self.buckets[b].indices))
             if k not in self.buckets[b].ready
         ]
+        start = time.perf_counter()
         for bucket in self.buckets:
             if bucket.work is not None:
                 bucket.work.wait()
+        self.last_wait_seconds = time.perf_counter() - start
         if late:
             self.pending_error = (
                 f"{_UNUSED_HINT} Parameters which did not receive grad for rank "
