@@ -35,6 +35,7 @@ __all__ = ["Health", "current", "start", "CHECK_INTERVAL"]
 CHECK_INTERVAL = 0.02  # seconds between health checks while waiting
 _NOTICE_TAG = 7301  # "I failed": exit status and error text
 _EXIT_TAG = 7302  # "my program has ended normally"
+_EXIT_GRACE = 1.0  # seconds a collective may still complete after a peer announced its exit
 _NOTICE_BYTES = 4096
 
 
@@ -123,6 +124,7 @@ class Health:
         self.exit_timeout: float | None = None  # the default group's, for the exit barrier
         self.exit_status: int | None = None  # set by rank_entry when the program calls sys.exit
         self.exiting = False
+        self.exited: dict[int, float] = {}  # peers whose program ended -> when we heard it
 
     # ------------------------------------------------------------------ while waiting
     def check(self, what: str) -> None:
@@ -130,10 +132,15 @@ class Health:
         if self.broken is not None:
             raise self.broken
         status = self.MPI.Status()
-        if self.comm.Iprobe(self.MPI.ANY_SOURCE, _EXIT_TAG, status):
+        while self.comm.Iprobe(self.MPI.ANY_SOURCE, _EXIT_TAG, status):
             source = status.Get_source()
             self.comm.Recv([bytearray(_NOTICE_BYTES), self.MPI.BYTE], source, _EXIT_TAG)
-            if not self.exiting:
+            self.exited.setdefault(source, time.monotonic())
+        if self.exited and not self.exiting:
+            # the peer may have done its part of this very collective before it ended: only
+            # if the collective still has not completed a moment later is that an error
+            source, seen = min(self.exited.items(), key=lambda item: item[1])
+            if time.monotonic() - seen > _EXIT_GRACE:
                 self.fail_with(
                     DistBackendError(
                         f"[rank {self.rank}] rank {source} reached the end of its program while "

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ..ir import Graph, GraphModule, Node, map_arg
 from ..ir.passes import fetch_attr
-from ..nn.parallel.distributed import ddp_bucket_cap_for
+from ..nn.parallel.distributed import ddp_bucket_cap_for, has_live_ddp
 from ..ops.registry import Op
 from ..runtime.random import get_rng_state, set_rng_state
 from ..runtime.tensor import Tensor
@@ -134,6 +134,8 @@ def split_for_ddp(
 ) -> Callable | None:
     """A runner of ``gm`` made of separately compiled bucket-sized pieces, or None when the
     graph reads no DDP parameters, fits in one bucket, or cannot be split (see module doc)."""
+    if not has_live_ddp():
+        return None
     parameter_bytes, caps = _parameter_bytes(gm, example_inputs)
     if caps is None:
         return None

@@ -355,6 +355,19 @@ def _():
     np.testing.assert_allclose(x.grad.numpy(), np.full(3, world * (world + 1) / 2))
 
 
+@check("a compiled function calling collectives breaks its graph there and runs them eagerly")
+def _():
+    def f(x):
+        y = x * 2.0
+        dist.all_reduce(y)
+        return dfn.all_reduce(y + 1.0).sum()
+
+    x = kiln.tensor(values(rank, (3,), "float32", 1600))
+    got = kiln.compile(f, backend="eager")(x)
+    total = np.sum([values(r, (3,), "float32", 1600) for r in range(world)], 0)
+    np.testing.assert_allclose(got.item(), np.sum(world * (2.0 * total + 1.0)), rtol=1e-6)
+
+
 dist.destroy_process_group()
 assert not dist.is_initialized()
 emit({"rank": rank, "world": world, "checks": results})

@@ -122,6 +122,25 @@ full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True
 runs["fsdp_compiled"]["params"] = parameters(full.items())
 
 
+@check("kiln.compile of the DDP module itself: loss and averaged gradients as eager DDP")
+def _():
+    eager_model, compiled_model = make_model(), make_model()
+    eager, compiled = DDP(eager_model), DDP(compiled_model, bucket_cap_mb=0.004)
+    run = kiln.compile(compiled, backend="aot_eager")
+    idx, targets = batch(0)
+    for _ in range(2):  # the second call runs after the buckets were rebuilt
+        _, ours = run(idx[mine], targets[mine])
+        _, theirs = eager(idx[mine], targets[mine])
+        ours.backward()
+        theirs.backward()
+        np.testing.assert_allclose(ours.item(), theirs.item(), rtol=1e-10)
+        for (name, p), q in zip(compiled_model.named_parameters(), eager_model.parameters()):
+            np.testing.assert_allclose(
+                p.grad.numpy(), q.grad.numpy(), rtol=1e-8, atol=1e-12, err_msg=name
+            )
+    assert accumulating_nodes(ours, list(compiled_model.parameters())) > 1
+
+
 # ---------------------------------------------------------------------- DDP's features
 class MLP(nn.Module):
     def __init__(self, extra: int = 0):

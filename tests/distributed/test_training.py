@@ -76,4 +76,4 @@ def test_ddp_features(job):
         if not c["ok"]
     ]
     assert not failures, "\n\n".join(failures)
-    assert len(job.results[0]["checks"]) == 9
+    assert len(job.results[0]["checks"]) == 10

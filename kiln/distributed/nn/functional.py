@@ -213,3 +213,9 @@ def all_to_all_single(
     """``dist.all_to_all_single`` as a function of ``input`` (returns a tensor like
     ``output``)."""
     return _AllToAllSingle.apply(group, output_split_sizes, input_split_sizes, output, input)
+
+
+# under kiln.compile a call breaks the graph and runs eagerly: the collective needs real data
+for _public in (broadcast, reduce, all_reduce, all_gather, reduce_scatter, gather, scatter,
+                all_to_all_single):  # fmt: skip
+    _public._kiln_disabled = "collectives run eagerly (kiln.distributed.nn.functional)"

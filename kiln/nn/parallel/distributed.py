@@ -28,9 +28,14 @@ from ...runtime.tensor import Tensor, wrap_array
 from ..modules.module import Module
 from .reducer import FIRST_BUCKET_BYTES, Reducer
 
-__all__ = ["DistributedDataParallel", "ddp_bucket_cap_for"]
+__all__ = ["DistributedDataParallel", "ddp_bucket_cap_for", "has_live_ddp"]
 
 _live: weakref.WeakSet = weakref.WeakSet()
+
+
+def has_live_ddp() -> bool:
+    """Whether any DistributedDataParallel module exists (the compiler's cheap first check)."""
+    return len(_live) > 0
 
 
 def ddp_bucket_cap_for(tensors: list[Tensor]) -> tuple[int, int] | None:
