@@ -77,6 +77,33 @@ def _describe(t: Tensor) -> str:
     return f"{list(t.shape)} {t.dtype}"
 
 
+def _check_per_rank(
+    pg: ProcessGroup, tensors, like: Tensor, collective: str, name: str, shape_error=ValueError
+) -> None:
+    """``tensors`` holds one tensor per rank, each with ``like``'s shape, dtype and device."""
+    _check_list(tensors, name)
+    if len(tensors) != pg.size():
+        raise ValueError(
+            f"{collective}: {name} has {len(tensors)} tensors; the group has {pg.size()} ranks"
+        )
+    for i, t in enumerate(tensors):
+        _same_layout(t, like, collective, f"{name}[{i}]")
+        if t.shape != like.shape:
+            raise shape_error(
+                f"{collective}: invalid tensor size at index {i} of {name} (expected "
+                f"{list(like.shape)}, got {list(t.shape)})"
+            )
+
+
+def _check_root_list(pg, root: int, tensors, like: Tensor, collective: str, name: str) -> None:
+    """The per-rank list of a rooted collective: given on the root only."""
+    if pg.rank() == root:
+        _check_per_rank(pg, tensors, like, collective, name)
+    elif tensors:
+        role = "destination" if collective == "gather" else "source"
+        raise ValueError(f"Argument ``{name}`` must NOT be specified on non-{role} ranks.")
+
+
 def _group_rank(pg: ProcessGroup, rank, group_rank, param: str, collective: str) -> int:
     """The rank within ``pg`` named by a global ``rank`` or a ``group_rank``."""
     if rank is not None and group_rank is not None:
@@ -195,18 +222,7 @@ def all_gather(tensor_list: list, tensor: Tensor, group=None, async_op: bool = F
     pg = resolve_group(group)
     if pg is None:
         return None
-    if len(tensor_list) != pg.size():
-        raise ValueError(
-            f"all_gather: tensor_list has {len(tensor_list)} tensors; the group has "
-            f"{pg.size()} ranks"
-        )
-    for i, t in enumerate(tensor_list):
-        _same_layout(t, tensor, "all_gather", f"tensor_list[{i}]")
-        if t.shape != tensor.shape:
-            raise RuntimeError(
-                f"all_gather: invalid tensor size at index {i} (expected {list(tensor.shape)}, "
-                f"got {list(t.shape)})"
-            )
+    _check_per_rank(pg, tensor_list, tensor, "all_gather", "tensor_list", RuntimeError)
     return _run(
         pg, "all_gather", pg.backend_for(tensor.device.type), [tensor],
         lambda b, what: b.all_gather(list(tensor_list), tensor, what), async_op,
@@ -272,18 +288,7 @@ def reduce_scatter(
     pg = resolve_group(group)
     if pg is None:
         return None
-    if len(input_list) != pg.size():
-        raise ValueError(
-            f"reduce_scatter: input_list has {len(input_list)} tensors; the group has "
-            f"{pg.size()} ranks"
-        )
-    for i, t in enumerate(input_list):
-        _same_layout(t, output, "reduce_scatter", f"input_list[{i}]")
-        if t.shape != output.shape:
-            raise ValueError(
-                f"reduce_scatter: input_list[{i}] is {_describe(t)}; expected the output's "
-                f"shape {list(output.shape)}"
-            )
+    _check_per_rank(pg, input_list, output, "reduce_scatter", "input_list")
     joined = _joined(input_list)
     return reduce_scatter_tensor(output, joined, op, group, async_op)
 
@@ -305,21 +310,7 @@ def gather(
     if pg is None:
         return None
     root = _group_rank(pg, dst, group_dst, "dst", "gather")
-    if pg.rank() == root:
-        _check_list(gather_list, "gather_list")
-        if len(gather_list) != pg.size():
-            raise ValueError(
-                f"gather: gather_list has {len(gather_list)} tensors; the group has "
-                f"{pg.size()} ranks"
-            )
-        for i, t in enumerate(gather_list):
-            _same_layout(t, tensor, "gather", f"gather_list[{i}]")
-            if t.shape != tensor.shape:
-                raise ValueError(
-                    f"gather: gather_list[{i}] is {_describe(t)}; expected {_describe(tensor)}"
-                )
-    elif gather_list:
-        raise ValueError("Argument ``gather_list`` must NOT be specified on non-destination ranks.")
+    _check_root_list(pg, root, gather_list, tensor, "gather", "gather_list")
     return _run(
         pg, "gather", pg.backend_for(tensor.device.type), [tensor],
         lambda b, what: b.gather(tensor, gather_list, root, what), async_op, Root=root,
@@ -337,21 +328,7 @@ def scatter(
     if pg is None:
         return None
     root = _group_rank(pg, src, group_src, "src", "scatter")
-    if pg.rank() == root:
-        _check_list(scatter_list, "scatter_list")
-        if len(scatter_list) != pg.size():
-            raise ValueError(
-                f"scatter: scatter_list has {len(scatter_list)} tensors; the group has "
-                f"{pg.size()} ranks"
-            )
-        for i, t in enumerate(scatter_list):
-            _same_layout(t, tensor, "scatter", f"scatter_list[{i}]")
-            if t.shape != tensor.shape:
-                raise ValueError(
-                    f"scatter: scatter_list[{i}] is {_describe(t)}; expected {_describe(tensor)}"
-                )
-    elif scatter_list:
-        raise ValueError("Argument ``scatter_list`` must NOT be specified on non-source ranks.")
+    _check_root_list(pg, root, scatter_list, tensor, "scatter", "scatter_list")
     return _run(
         pg, "scatter", pg.backend_for(tensor.device.type), [tensor],
         lambda b, what: b.scatter(tensor, scatter_list, root, what), async_op, Root=root,

@@ -129,102 +129,32 @@ def nccl_operands(dtype: dt.dtype, op: RedOpType | None, collective: str) -> tup
     return code, per_element, REDUCE_OPS[op]
 
 
+# nccl.h's prototypes: (result type, argument types); every call returns ncclResult_t (an int)
+_PTR, _COUNT, _ENUM = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
 _SIGNATURES = {
-    "ncclGetVersion": (ctypes.c_int, [ctypes.POINTER(ctypes.c_int)]),
-    "ncclGetUniqueId": (ctypes.c_int, [ctypes.POINTER(UniqueId)]),
-    "ncclCommInitRank": (
-        ctypes.c_int,
-        [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId, ctypes.c_int],
-    ),
-    "ncclCommDestroy": (ctypes.c_int, [ctypes.c_void_p]),
-    "ncclCommAbort": (ctypes.c_int, [ctypes.c_void_p]),
-    "ncclCommGetAsyncError": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]),
-    "ncclGetErrorString": (ctypes.c_char_p, [ctypes.c_int]),
-    "ncclGetLastError": (ctypes.c_char_p, [ctypes.c_void_p]),
-    "ncclAllReduce": (
-        ctypes.c_int,
-        [
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-        ],
-    ),  # fmt: skip
-    "ncclBroadcast": (
-        ctypes.c_int,
-        [
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-        ],
-    ),  # fmt: skip
-    "ncclReduce": (
-        ctypes.c_int,
-        [
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-        ],
-    ),  # fmt: skip
-    "ncclAllGather": (
-        ctypes.c_int,
-        [
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-            ctypes.c_int,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-        ],
-    ),  # fmt: skip
-    "ncclReduceScatter": (
-        ctypes.c_int,
-        [
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-        ],
-    ),  # fmt: skip
-    "ncclSend": (
-        ctypes.c_int,
-        [
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-        ],
-    ),  # fmt: skip
-    "ncclRecv": (
-        ctypes.c_int,
-        [
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-        ],
-    ),  # fmt: skip
-    "ncclGroupStart": (ctypes.c_int, []),
-    "ncclGroupEnd": (ctypes.c_int, []),
+    "ncclGetVersion": (_ENUM, [ctypes.POINTER(ctypes.c_int)]),
+    "ncclGetUniqueId": (_ENUM, [ctypes.POINTER(UniqueId)]),
+    "ncclCommInitRank": (_ENUM, [ctypes.POINTER(ctypes.c_void_p), _ENUM, UniqueId, _ENUM]),
+    "ncclCommDestroy": (_ENUM, [_PTR]),
+    "ncclCommAbort": (_ENUM, [_PTR]),
+    "ncclCommGetAsyncError": (_ENUM, [_PTR, ctypes.POINTER(ctypes.c_int)]),
+    "ncclGetErrorString": (ctypes.c_char_p, [_ENUM]),
+    "ncclGetLastError": (ctypes.c_char_p, [_PTR]),
+    # (send, recv, count, dtype, op, comm, stream)
+    "ncclAllReduce": (_ENUM, [_PTR, _PTR, _COUNT, _ENUM, _ENUM, _PTR, _PTR]),
+    # (send, recv, count, dtype, root, comm, stream)
+    "ncclBroadcast": (_ENUM, [_PTR, _PTR, _COUNT, _ENUM, _ENUM, _PTR, _PTR]),
+    # (send, recv, count, dtype, op, root, comm, stream)
+    "ncclReduce": (_ENUM, [_PTR, _PTR, _COUNT, _ENUM, _ENUM, _ENUM, _PTR, _PTR]),
+    # (send, recv, send count, dtype, comm, stream)
+    "ncclAllGather": (_ENUM, [_PTR, _PTR, _COUNT, _ENUM, _PTR, _PTR]),
+    # (send, recv, recv count, dtype, op, comm, stream)
+    "ncclReduceScatter": (_ENUM, [_PTR, _PTR, _COUNT, _ENUM, _ENUM, _PTR, _PTR]),
+    # (buffer, count, dtype, peer, comm, stream)
+    "ncclSend": (_ENUM, [_PTR, _COUNT, _ENUM, _ENUM, _PTR, _PTR]),
+    "ncclRecv": (_ENUM, [_PTR, _COUNT, _ENUM, _ENUM, _PTR, _PTR]),
+    "ncclGroupStart": (_ENUM, []),
+    "ncclGroupEnd": (_ENUM, []),
 }
 
 
@@ -299,55 +229,32 @@ class NCCL:
         return out.value
 
     # ------------------------------------------------------------------ collectives
+    def _call(self, name: str, comm, *values) -> None:
+        """``name(*values)`` with every Python int made the C type ``nccl.h`` declares."""
+        argtypes = _SIGNATURES[name][1]
+        args = [t(v) if v is None or isinstance(v, int) else v for t, v in zip(argtypes, values)]
+        self._check(getattr(self.lib, name)(*args), name, comm)
+
     def all_reduce(self, send: int, recv: int, count: int, dtype: int, op: int, comm, stream=0):
-        result = self.lib.ncclAllReduce(
-            ctypes.c_void_p(send), ctypes.c_void_p(recv), ctypes.c_size_t(count),
-            ctypes.c_int(dtype), ctypes.c_int(op), comm, ctypes.c_void_p(stream),
-        )  # fmt: skip
-        self._check(result, "ncclAllReduce", comm)
+        self._call("ncclAllReduce", comm, send, recv, count, dtype, op, comm, stream)
 
     def broadcast(self, send: int, recv: int, count: int, dtype: int, root: int, comm, stream=0):
-        result = self.lib.ncclBroadcast(
-            ctypes.c_void_p(send), ctypes.c_void_p(recv), ctypes.c_size_t(count),
-            ctypes.c_int(dtype), ctypes.c_int(root), comm, ctypes.c_void_p(stream),
-        )  # fmt: skip
-        self._check(result, "ncclBroadcast", comm)
+        self._call("ncclBroadcast", comm, send, recv, count, dtype, root, comm, stream)
 
     def reduce(self, send, recv, count, dtype, op, root, comm, stream=0):
-        result = self.lib.ncclReduce(
-            ctypes.c_void_p(send), ctypes.c_void_p(recv), ctypes.c_size_t(count),
-            ctypes.c_int(dtype), ctypes.c_int(op), ctypes.c_int(root), comm,
-            ctypes.c_void_p(stream),
-        )  # fmt: skip
-        self._check(result, "ncclReduce", comm)
+        self._call("ncclReduce", comm, send, recv, count, dtype, op, root, comm, stream)
 
     def all_gather(self, send: int, recv: int, send_count: int, dtype: int, comm, stream=0):
-        result = self.lib.ncclAllGather(
-            ctypes.c_void_p(send), ctypes.c_void_p(recv), ctypes.c_size_t(send_count),
-            ctypes.c_int(dtype), comm, ctypes.c_void_p(stream),
-        )  # fmt: skip
-        self._check(result, "ncclAllGather", comm)
+        self._call("ncclAllGather", comm, send, recv, send_count, dtype, comm, stream)
 
     def reduce_scatter(self, send, recv, recv_count, dtype, op, comm, stream=0):
-        result = self.lib.ncclReduceScatter(
-            ctypes.c_void_p(send), ctypes.c_void_p(recv), ctypes.c_size_t(recv_count),
-            ctypes.c_int(dtype), ctypes.c_int(op), comm, ctypes.c_void_p(stream),
-        )  # fmt: skip
-        self._check(result, "ncclReduceScatter", comm)
+        self._call("ncclReduceScatter", comm, send, recv, recv_count, dtype, op, comm, stream)
 
     def send(self, buf: int, count: int, dtype: int, peer: int, comm, stream=0):
-        result = self.lib.ncclSend(
-            ctypes.c_void_p(buf), ctypes.c_size_t(count), ctypes.c_int(dtype),
-            ctypes.c_int(peer), comm, ctypes.c_void_p(stream),
-        )  # fmt: skip
-        self._check(result, "ncclSend", comm)
+        self._call("ncclSend", comm, buf, count, dtype, peer, comm, stream)
 
     def recv(self, buf: int, count: int, dtype: int, peer: int, comm, stream=0):
-        result = self.lib.ncclRecv(
-            ctypes.c_void_p(buf), ctypes.c_size_t(count), ctypes.c_int(dtype),
-            ctypes.c_int(peer), comm, ctypes.c_void_p(stream),
-        )  # fmt: skip
-        self._check(result, "ncclRecv", comm)
+        self._call("ncclRecv", comm, buf, count, dtype, peer, comm, stream)
 
     def group_start(self) -> None:
         self._check(self.lib.ncclGroupStart(), "ncclGroupStart")

@@ -16,12 +16,44 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAUNCHER = os.path.join(ROOT, "kiln", "distributed", "run.py")
 RESULT_DIR = "KILN_TEST_RESULT_DIR"
+
+
+class Checks:
+    """Named checks run in a rank (as a decorator: the function runs at once); each records
+    success or its error, so one failure does not stop the others, and every rank runs the same
+    collectives in the same order."""
+
+    def __init__(self):
+        self.results: list[dict] = []
+
+    def __call__(self, name: str):
+        def run(fn):
+            try:
+                fn()
+                self.results.append({"name": name, "ok": True})
+            except Exception as e:
+                detail = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}"
+                self.results.append({"name": name, "ok": False, "detail": detail})
+            return fn
+
+        return run
+
+
+def failed_checks(job: Job) -> list[str]:
+    """Every failed check of every rank, with its error."""
+    return [
+        f"rank {r}: {c['name']}: {c['detail']}"
+        for r, result in sorted(job.results.items())
+        for c in result["checks"]
+        if not c["ok"]
+    ]
 
 
 def emit(record: dict) -> None:

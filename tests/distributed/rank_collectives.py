@@ -9,19 +9,17 @@ Results go to the test through ``emit``.
 
 from __future__ import annotations
 
-import traceback
-
 import ml_dtypes
 import numpy as np
 
 import kiln
 import kiln.distributed as dist
 import kiln.distributed.nn.functional as dfn
-from tests.distributed.launch import emit
+from tests.distributed.launch import Checks, emit
 
 dist.init_process_group("gloo")  # accepted on CPU: runs on the MPI backend
 rank, world = dist.get_rank(), dist.get_world_size()
-results: list[dict] = []
+check = Checks()
 
 DTYPES = {
     "float32": np.float32, "float64": np.float64, "float16": np.float16,
@@ -29,19 +27,6 @@ DTYPES = {
     "int64": np.int64, "uint8": np.uint8, "bool": np.bool_, "complex64": np.complex64,
     "complex128": np.complex128,
 }  # fmt: skip
-
-
-def check(name: str):
-    def run(fn):
-        try:
-            fn()
-            results.append({"name": name, "ok": True})
-        except Exception as e:
-            detail = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"
-            results.append({"name": name, "ok": False, "detail": detail})
-        return fn
-
-    return run
 
 
 def values(r: int, shape, dtype: str, key: int) -> np.ndarray:
@@ -370,4 +355,4 @@ def _():
 
 dist.destroy_process_group()
 assert not dist.is_initialized()
-emit({"rank": rank, "world": world, "checks": results})
+emit({"rank": rank, "world": world, "checks": check.results})

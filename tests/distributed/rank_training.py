@@ -4,38 +4,29 @@ features on a small MLP, each checked against a reference every rank computes it
 
 from __future__ import annotations
 
-import traceback
-
 import numpy as np
 
 import kiln
 import kiln.distributed as dist
 import kiln.nn as nn
-from kiln.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from kiln.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 from kiln.distributed.fsdp import FSDPModule, fully_shard
 from kiln.nn.parallel import DistributedDataParallel as DDP
-from tests.distributed.launch import emit
+from tests.distributed.launch import Checks, emit
 from tests.distributed.training_setup import GLOBAL_BATCH, STEPS, batch, make_model, make_step
 
 dist.init_process_group("mpi")
 kiln.set_num_threads(1)
 rank, world = dist.get_rank(), dist.get_world_size()
 mine = slice(rank * GLOBAL_BATCH // world, (rank + 1) * GLOBAL_BATCH // world)
-checks: list[dict] = []
+check = Checks()
 runs: dict[str, dict] = {}
-
-
-def check(name: str):
-    def run(fn):
-        try:
-            fn()
-            checks.append({"name": name, "ok": True})
-        except Exception as e:
-            detail = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}"
-            checks.append({"name": name, "ok": False, "detail": detail})
-        return fn
-
-    return run
 
 
 def train(step) -> list[float]:
@@ -87,6 +78,7 @@ ddp = DDP(model)
 step, optimizer = make_step(ddp, ddp.parameters())
 runs["ddp_eager"] = {"losses": train(step), "params": parameters(model.named_parameters())}
 runs["ddp_eager"]["bytes"] = state_bytes(model, optimizer)
+replicated_optimizer = optimizer  # its state is what fully_shard's gathered state must be
 
 model = make_model()
 ddp = DDP(model, bucket_cap_mb=0.004)  # several 4 KB buckets: the compiled graph is split
@@ -111,6 +103,44 @@ full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True
 runs["fsdp"]["params"] = parameters(full.items())
 runs["fsdp"]["sharded_keys"] = sorted(model.state_dict())
 runs["fsdp"]["is_fsdp_module"] = isinstance(model, FSDPModule)
+sharded_model, sharded_optimizer = model, optimizer
+
+
+@check("full optimizer state of fully_shard equals the replicated optimizer's; loads back")
+def _():
+    full = get_optimizer_state_dict(
+        sharded_model, sharded_optimizer, options=StateDictOptions(full_state_dict=True)
+    )
+    reference = replicated_optimizer.state_dict()
+    assert sorted(full["state"]) == sorted(reference["state"])
+    for index, values in reference["state"].items():
+        for key in ("exp_avg", "exp_avg_sq"):
+            np.testing.assert_allclose(
+                full["state"][index][key].numpy(), values[key].numpy(), rtol=1e-6, atol=1e-12
+            )
+    before = {
+        i: v["exp_avg"].numpy().copy() for i, v in sharded_optimizer.state_dict()["state"].items()
+    }
+    set_optimizer_state_dict(sharded_model, sharded_optimizer, full)
+    after = sharded_optimizer.state_dict()["state"]
+    for index, value in before.items():
+        np.testing.assert_array_equal(after[index]["exp_avg"].numpy(), value)
+
+
+@check("a full model state dict loads into a fresh fully_shard model")
+def _():
+    full = get_model_state_dict(sharded_model, options=StateDictOptions(full_state_dict=True))
+    fresh = make_model()
+    for block in fresh.blocks:
+        fully_shard(block)
+    fully_shard(fresh)
+    set_model_state_dict(fresh, full)
+    again = get_model_state_dict(fresh, options=StateDictOptions(full_state_dict=True))
+    for key, value in full.items():
+        np.testing.assert_array_equal(again[key].numpy(), value.numpy(), err_msg=key)
+    for ours, theirs in zip(fresh.parameters(), sharded_model.parameters()):
+        np.testing.assert_array_equal(ours.detach().numpy(), theirs.detach().numpy())
+
 
 model = make_model()
 for block in model.blocks:
@@ -290,4 +320,4 @@ def _():
     assert sorted(i for part in everyone for i in part) == list(range(10))
 
 
-emit({"rank": rank, "world": world, "runs": runs, "checks": checks})
+emit({"rank": rank, "world": world, "runs": runs, "checks": check.results})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.distributed.launch import report, run_ranks
+from tests.distributed.launch import failed_checks, report, run_ranks
 
 pytestmark = pytest.mark.distributed
 
@@ -16,12 +16,7 @@ def test_every_collective_matches_numpy(ranks):
     assert job.returncode == 0, report(job)
     assert not job.leftovers, f"processes left behind: {job.leftovers}"
     assert sorted(job.results) == list(range(ranks)), report(job)
-    failures = [
-        f"rank {r}: {c['name']}: {c['detail']}"
-        for r, res in job.results.items()
-        for c in res["checks"]
-        if not c["ok"]
-    ]
+    failures = failed_checks(job)
     assert not failures, "\n\n".join(failures)
     counts = {len(res["checks"]) for res in job.results.values()}
     assert len(counts) == 1 and counts.pop() > 100  # every rank ran every check

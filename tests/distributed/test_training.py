@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.distributed.launch import report, run_ranks
+from tests.distributed.launch import failed_checks, report, run_ranks
 from tests.distributed.training_setup import reference_training
 
 pytestmark = pytest.mark.distributed
@@ -68,12 +68,7 @@ def test_fully_shard_module_state_dict_holds_shards_under_the_original_names(job
         assert result["runs"]["fsdp"]["sharded_keys"] == keys
 
 
-def test_ddp_features(job):
-    failures = [
-        f"rank {r}: {c['name']}: {c['detail']}"
-        for r, result in job.results.items()
-        for c in result["checks"]
-        if not c["ok"]
-    ]
+def test_ddp_features_and_state_dicts(job):
+    failures = failed_checks(job)
     assert not failures, "\n\n".join(failures)
-    assert len(job.results[0]["checks"]) == 10
+    assert len(job.results[0]["checks"]) == 12

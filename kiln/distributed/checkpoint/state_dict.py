@@ -107,45 +107,47 @@ def _optimizer_parameters(optimizer) -> list[Tensor]:
     return params
 
 
+def _convert_state(model: Module, optimizer, state: dict, convert) -> tuple[dict, object]:
+    """Per-parameter optimizer state with ``convert(value, param, group)`` applied to the state
+    of sharded parameters; also the last group met (None if none)."""
+    sharded = _sharded_parameters(model)
+    params = _optimizer_parameters(optimizer)
+    converted, last_group = {}, None
+    for index, values in state.items():
+        entry = sharded.get(id(params[index])) if isinstance(index, int) else None
+        if entry is None:
+            converted[index] = values
+            continue
+        param, last_group = entry
+        converted[index] = {k: convert(v, param, last_group) for k, v in values.items()}
+    return converted, last_group
+
+
 def get_optimizer_state_dict(model: Module, optimizers, *, submodules=None, options=None):
     """The optimizer's state dict, with shard-shaped state gathered whole if asked."""
     options = options or StateDictOptions()
     state_dict = optimizers.state_dict()
     if not options.full_state_dict:
         return state_dict
-    sharded = _sharded_parameters(model)
-    params = _optimizer_parameters(optimizers)
-    state, keep = {}, True
-    for index, values in state_dict["state"].items():
-        entry = sharded.get(id(params[index])) if isinstance(index, int) else None
-        if entry is None:
-            state[index] = values
-            continue
-        param, group = entry
-        state[index] = {
-            k: param.gather_full(v, group) if _shard_shaped(v, param) else v
-            for k, v in values.items()
-        }
-        keep = _keeps_result(options, group)
-    return {"state": state, "param_groups": state_dict["param_groups"]} if keep else {}
+
+    def gather(value, param, group):
+        return param.gather_full(value, group) if _shard_shaped(value, param) else value
+
+    state, group = _convert_state(model, optimizers, state_dict["state"], gather)
+    if group is not None and not _keeps_result(options, group):
+        return {}
+    return {"state": state, "param_groups": state_dict["param_groups"]}
 
 
 def set_optimizer_state_dict(model: Module, optimizers, optim_state_dict: dict, *, options=None):
     """Load a full or sharded optimizer state dict (full state is cut to this rank's rows)."""
-    sharded = _sharded_parameters(model)
-    params = _optimizer_parameters(optimizers)
-    state = {}
-    for index, values in optim_state_dict["state"].items():
-        entry = sharded.get(id(params[index])) if isinstance(index, int) else None
-        if entry is None:
-            state[index] = values
-            continue
-        param, group = entry
-        state[index] = {
-            k: _local(v, param, group) if isinstance(v, Tensor) and tuple(v.shape) == param.shape
-            else v
-            for k, v in values.items()
-        }  # fmt: skip
+
+    def cut(value, param, group):
+        if isinstance(value, Tensor) and tuple(value.shape) == param.shape:
+            return _local(value, param, group)
+        return value
+
+    state, _ = _convert_state(model, optimizers, optim_state_dict["state"], cut)
     with no_grad():
         optimizers.load_state_dict(
             {"state": state, "param_groups": optim_state_dict["param_groups"]}
