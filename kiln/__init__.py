@@ -165,7 +165,7 @@ def _creation_hook(cls, args, kwargs):
 
 
 def set_num_threads(n: int) -> None:
-    """Threads used by compiled CPU kernels (default: the number of cores)."""
+    """Threads used by compiled CPU kernels (default: OMP_NUM_THREADS, else the cores)."""
     from .inductor.codegen.cpu import set_num_threads as _set
 
     _set(n)

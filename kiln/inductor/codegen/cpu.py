@@ -42,7 +42,18 @@ __all__ = [
 
 log = logging.getLogger("kiln.inductor")
 
-_threads = [os.cpu_count() or 1]
+
+def _default_threads() -> int:
+    """OMP_NUM_THREADS when set to a positive number, at most the number of cores (as PyTorch
+    reads it; the distributed launcher sets 1 per rank), else the number of cores."""
+    cores = os.cpu_count() or 1
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    if value.isdigit() and int(value) > 0:
+        return min(int(value), cores)
+    return cores
+
+
+_threads = [_default_threads()]
 _pool: list = [None]
 _pool_lock = threading.Lock()
 
@@ -51,7 +62,7 @@ _SPLIT_WORK = 1 << 18
 
 
 def set_num_threads(n: int) -> None:
-    """Threads used by compiled CPU kernels (default: the number of cores)."""
+    """Threads used by compiled CPU kernels (default: OMP_NUM_THREADS, else the cores)."""
     if n < 1:
         raise ValueError("set_num_threads needs a positive number")
     with _pool_lock:
