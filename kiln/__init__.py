@@ -104,6 +104,7 @@ from .autograd.anomaly import (  # noqa: E402,F401
 from . import ops  # noqa: E402
 from . import linalg  # noqa: E402
 from . import nn  # noqa: E402
+from . import distributed  # noqa: E402 - import kiln.distributed as dist (MPI starts at init)
 from . import optim, utils  # noqa: E402
 from . import func  # noqa: E402
 from .func import vmap  # noqa: E402,F401

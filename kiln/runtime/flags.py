@@ -137,7 +137,17 @@ def _usable_cores() -> int:
 
 
 # threads of kiln's own kernels (compiled CPU code); whoever keeps threads for them listens here
-_num_threads = [os.cpu_count() or 1]
+def _default_num_threads() -> int:
+    """OMP_NUM_THREADS when set to a positive number, at most the number of cores (as PyTorch
+    reads it; the distributed launcher sets 1 per rank), else the number of cores."""
+    cores = os.cpu_count() or 1
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    if value.isdigit() and int(value) > 0:
+        return min(int(value), cores)
+    return cores
+
+
+_num_threads = [_default_num_threads()]
 _num_threads_listeners: list[Callable[[int], None]] = []
 
 
