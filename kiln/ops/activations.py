@@ -44,7 +44,8 @@ def _relu_kernel(x):
 
 relu.register_meta(lambda x: pointwise_meta(x._dtype, x))
 relu.register_derivative(lambda c, g: (g * (c.out > 0),), save_output=True, save_inputs=())
-relu.register_decomposition(lambda x: where(x > 0, x, 0))
+# PyTorch's decomposition (NaN stays NaN, where where(x > 0, x, 0) gave 0)
+relu.register_decomposition(lambda x: where(x <= 0, 0, x))
 
 
 @defop(kind="pointwise")
@@ -78,8 +79,8 @@ def _gelu_tanh_body(o, x):
     _gelu_tanh_inner(o, x)
     np.tanh(o, out=o)
     o += 1
+    o *= 0.5  # before x, as PyTorch's 0.5 x (1 + t): 2 x would overflow for the largest x
     o *= x
-    o *= 0.5
 
 
 # erfc by the Chebyshev fit of Numerical Recipes' ``erfcc`` (relative error < 1.2e-7 for every
@@ -339,9 +340,11 @@ def _elu_schema(self: Tensor, alpha: float = 1.0): ...
 elu = _float_unary_decomp_op(
     "elu",
     _elu_schema,
-    lambda a, al: np.where(a > 0, a, al * np.expm1(np.minimum(a, 0))),
+    lambda a, al: np.where(a > 0, a, al * np.expm1(np.where(a > 0, 0, a))),  # keeps -0.0
     lambda c, g: (where(c.args[0] > 0, g, g * c.args[1] * c.args[0].exp()),),
-    lambda x, al=1.0: where(x > 0, x, al * x.clamp(max=0).expm1()),
+    # keeps -0.0 (min(x, 0) may not, and LLVM folds where(x > 0, x, f(where(x > 0, 0, x))) of
+    # float16 values into a max that drops it)
+    lambda x, al=1.0: where(x <= 0, al * where(x <= 0, x, 0).expm1(), x),
 )
 
 

@@ -698,6 +698,8 @@ def _convert_kernel(x, dtype):
     with np.errstate(invalid="ignore"):
         if dtype is dt.bool_:
             return wrap_array(a != 0, dtype)
+        if src is dt.bfloat16:  # ml_dtypes' own cast saturates (NaN to 0); PyTorch's does not
+            a = a.astype(np.float32)
         return wrap_array(np.trunc(a).astype(dtype.np), dtype)
 
 

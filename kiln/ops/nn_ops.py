@@ -434,7 +434,11 @@ def _composite(name, decomposition, kind="nn"):
 
 
 def _threshold(self: Tensor, threshold: float, value: float):
-    return OPS["where"](self > threshold, self, value)
+    # PyTorch's condition: NaN is not <= threshold, so it passes through; the value takes the
+    # input's dtype (an integer input stays integer)
+    if not self.dtype.is_floating_point and not self.dtype.is_complex:
+        value = int(value)
+    return OPS["where"](self <= threshold, value, self)
 
 
 def _glu(self: Tensor, dim: int = -1):
@@ -489,11 +493,16 @@ def _prelu(self: Tensor, weight: Tensor):
 def _softshrink(self: Tensor, lambd: float = 0.5):
     if lambd < 0:
         raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
-    return OPS["where"](self > lambd, self - lambd, OPS["where"](self < -lambd, self + lambd, 0.0))
+    # PyTorch's kernel: the middle is x * 0, so NaN stays NaN and small negatives give -0.0
+    middle = self * 0
+    return OPS["where"](
+        self > lambd, self - lambd, OPS["where"](self < -lambd, self + lambd, middle)
+    )
 
 
 def _hardshrink(self: Tensor, lambd: float = 0.5):
-    return OPS["where"]((self > lambd) | (self < -lambd), self, 0.0)
+    # PyTorch's condition: NaN is not inside [-lambd, lambd], so it passes through
+    return OPS["where"]((self >= -lambd) & (self <= lambd), 0.0, self)
 
 
 threshold = _composite("threshold", _threshold, kind="pointwise")

@@ -31,7 +31,19 @@ from .common import (
     to_float_dtype,
     wrap,
 )
-from .numpy_math import np_erf, np_erfinv, np_round, np_rsqrt, np_sigmoid
+from .numpy_math import (
+    np_erf,
+    np_erfinv,
+    np_float_pow,
+    np_int_pow,
+    np_remainder,
+    np_round,
+    np_rsqrt,
+    np_sigmoid,
+    np_sign,
+    np_trunc_divide,
+    scalar_power_form,
+)
 from .registry import defop
 from .special_numpy import np_erfc
 
@@ -148,9 +160,7 @@ floor = unary("floor", np.floor, None, float_math=False)
 ceil = unary("ceil", np.ceil, None, float_math=False)
 trunc = unary("trunc", np.trunc, None, float_math=False)
 frac = unary("frac", lambda a: a - np.trunc(a), lambda c, g: (g,), float_math=False)
-sign = unary(
-    "sign", lambda a: a.copy() if a.dtype == np.bool_ else np.sign(a), None, float_math=False
-)
+sign = unary("sign", np_sign, None, float_math=False)
 sgn = sign
 isnan = unary("isnan", np.isnan, None, out_bool=True)
 isinf = unary("isinf", np.isinf, None, out_bool=True)
@@ -201,7 +211,10 @@ def round(self: Tensor, *, decimals: int = 0): ...  # noqa: A001
 
 @round.register_kernel
 def _round_kernel(x, decimals):
-    return wrap(np_round(x._data, decimals), x._dtype)
+    a = x._data
+    if decimals and x._dtype in (dt.float16, dt.bfloat16):
+        a = a.astype(np.float32)  # x * 10**decimals in 16 bits would overflow (PyTorch: float)
+    return wrap(np_round(a, decimals), x._dtype)
 
 
 round.register_meta(lambda x, decimals: pointwise_meta(x._dtype, x))
@@ -377,7 +390,10 @@ copysign = binary("copysign", np.copysign, None, kind="float")
 def _remainder_np(a, b, out=None):
     if a.dtype.kind in "iu" and np.any(b == 0):
         raise RuntimeError("ZeroDivisionError")
-    return np.remainder(a, b, out=out) if out is not None else np.remainder(a, b)
+    if out is None:
+        return np_remainder(a, b)
+    np.copyto(out, np_remainder(a, b))
+    return out
 
 
 def _fmod_np(a, b, out=None):
@@ -562,8 +578,7 @@ def _div_kernel(x, y, rounding_mode):
         raise RuntimeError("ZeroDivisionError")
     if rounding_mode == "floor":
         return wrap(np.floor_divide(a, b), d)
-    q = np.abs(a) // np.abs(b)
-    return wrap(np.where((a < 0) != (b < 0), -q, q).astype(d.np), d)
+    return wrap(np_trunc_divide(a, b), d)
 
 
 @div.register_meta
@@ -599,16 +614,17 @@ def _pow_kernel(x, y):
     a = as_np_operand(x, cd)
     if not isinstance(y, Tensor) and y == 2:
         return wrap(np.square(a), d)
+    if d.category == 2 and isinstance(x, Tensor) and not isinstance(y, Tensor):
+        exact_form = scalar_power_form(y, d is dt.float16)
+        if exact_form is not None:
+            with np.errstate(all="ignore"):
+                return wrap(exact_form(a), d)
     b = as_np_operand(y, cd)
-    if d.category >= 2:  # floating or complex
+    if d.category == 2:
+        return wrap(np_float_pow(a, b), d)
+    if d.category > 2:  # complex
         return wrap(np.power(a, b), d)
-    negative = b < 0
-    if np.any(negative):
-        # integer powers with negative exponents truncate: 1 stays 1, -1 alternates, else 0
-        odd_sign = np.where(np.remainder(b, 2) == 0, 1, -1).astype(a.dtype)
-        small = np.where(a == 1, 1, np.where(a == -1, odd_sign, 0)).astype(a.dtype)
-        return wrap(np.where(negative, small, np.power(a, np.abs(b))), d)
-    return wrap(np.power(a, b), d)
+    return wrap(np_int_pow(a, b), d)
 
 
 pow.register_meta(lambda x, y: pointwise_meta(binary_dtype(x, y), x, y))

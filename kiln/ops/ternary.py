@@ -235,12 +235,18 @@ def _xlogy_decomp(x, y):
     at concentration 1 need it)."""
     if not isinstance(y, Tensor):
         if y > 0 and y != math.inf:
-            return x * math.log(y)
+            return _zero_where_x_is(x, x * math.log(y))
         log_y = math.inf if y == math.inf else -math.inf if y == 0 else math.nan
         return where((x == 0) & (y == y), 0.0, x * log_y)
     x, y = _as_float_operands(x, y)
     log_y = where((x == 0) & ((y <= 0) | (y == math.inf)), 0.0, y.log())
-    return x * log_y + 0.0  # + 0.0: 0 * log(0.5) is -0.0, PyTorch prints 0
+    return _zero_where_x_is(x, x * log_y)
+
+
+def _zero_where_x_is(x, product):
+    """PyTorch's xlogy is 0 (not -0.0, as 0 * log(0.5) is) where x == 0, and keeps the sign of
+    other products (-1 * log(1) is -0.0)."""
+    return where(x == 0, product + 0.0, product)
 
 
 def _as_float_operands(x, y):
@@ -269,6 +275,7 @@ def logaddexp(self: Tensor, other: Tensor): ...
 
 @logaddexp.register_decomposition
 def _logaddexp_decomp(a, b):
+    # PyTorch's formula: equal infinities are returned as they are (inf - inf would be NaN)
     a, b = _as_float_operands(a, b)
-    m = maximum(a, b)
-    return m + ((a - m).exp() + (b - m).exp()).log()
+    combined = maximum(a, b) + (-(a - b).abs()).exp().log1p()
+    return where(a.isinf() & (a == b), a, combined)
