@@ -36,6 +36,7 @@ __all__ = [
     "wrap",
     "compute_np_dtype",
     "pointwise_meta",
+    "zero_grad",
     "dense_strides_like",
     "to_float_dtype",
     "is_scalar",
@@ -184,6 +185,13 @@ def first_tensor(*xs) -> Tensor | None:
         if isinstance(x, Tensor):
             return x
     return None
+
+
+def zero_grad(g: Tensor) -> Tensor:
+    """Zeros shaped like the incoming gradient ``g``: the gradient of a piecewise-constant op or
+    of an input that did not reach the output. Not ``g * 0``, which is NaN where ``g`` is NaN or
+    infinite (PyTorch's zeros stay zero)."""
+    return g.new_zeros(tuple(g.shape))
 
 
 def pointwise_meta(out_dtype: dt.dtype, *operands) -> Tensor:

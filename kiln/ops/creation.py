@@ -31,6 +31,7 @@ from .common import (
     dense_strides_like,
     fake,
     wrap,
+    zero_grad,
 )
 from .registry import defop, get_op
 
@@ -855,7 +856,7 @@ def _fill_kernel(x, value):
 fill.register_meta(lambda x, value: fake(x._shape, x._dtype, x))
 fill.register_derivative(
     lambda c, g: (
-        g * 0 if c.needs_input_grad[0] else None,
+        zero_grad(g) if c.needs_input_grad[0] else None,
         g.sum() if c.needs_input_grad[1] else None,
     ),
     save_inputs=(),

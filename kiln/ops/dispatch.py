@@ -18,6 +18,7 @@ from ..runtime import state
 from ..runtime.device import cpu, meta
 from ..runtime.tensor import Tensor
 from . import registry
+from .common import zero_grad
 
 __all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "CopySlices"]
 
@@ -369,7 +370,7 @@ class _Overwritten(Node):
         return "CopyBackwards"
 
     def apply(self, grad_outputs: tuple) -> tuple:
-        return (grad_outputs[0] * 0,)
+        return (zero_grad(grad_outputs[0]),)
 
 
 class CopySlices(Node):
@@ -393,15 +394,19 @@ class CopySlices(Node):
     def apply(self, grad_outputs: tuple) -> tuple:
         from .. import ones
         from ..autograd.grad_mode import no_grad
+        from .pointwise import where
 
         (g,) = grad_outputs
-        if self._mask is None:
+        if self._mask is None:  # True outside the view's region
             with no_grad():
-                mask = ones(self._base_shape, dtype=g.dtype)
-                self._replay(mask).fill_(0)
-            self._mask = mask
+                # in the gradient's dtype: the replayed views may need it (view_as_real)
+                ones_outside = ones(self._base_shape, dtype=g.dtype)
+                self._replay(ones_outside).fill_(0)
+                self._mask = ones_outside != 0
         grad_result = self._replay(g) if self.next_functions[1][0] is not None else None
-        grad_base = g * self._mask if self.next_functions[0][0] is not None else None
+        # selected, not multiplied by the mask: the overwritten region gets exactly zero even
+        # where ``g`` is inf or NaN, as PyTorch's zeroed slice does
+        grad_base = where(self._mask, g, 0) if self.next_functions[0][0] is not None else None
         return (grad_base, grad_result)
 
 

@@ -436,7 +436,7 @@ def _composite(name, decomposition, kind="nn"):
 
 
 def _threshold(self: Tensor, threshold: float, value: float):
-    return OPS["where"](self > threshold, self, value)
+    return OPS["where"](self <= threshold, value, self)  # NaN passes through, as in PyTorch
 
 
 def _glu(self: Tensor, dim: int = -1):
@@ -485,17 +485,10 @@ def _prelu(self: Tensor, weight: Tensor):
             )
         if self.ndim >= 2:
             weight = weight.reshape([channels] + [1] * (self.ndim - 2))
-    return OPS["where"](self > 0, self, self * weight)
-
-
-def _softshrink(self: Tensor, lambd: float = 0.5):
-    if lambd < 0:
-        raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
-    return OPS["where"](self > lambd, self - lambd, OPS["where"](self < -lambd, self + lambd, 0.0))
-
-
-def _hardshrink(self: Tensor, lambd: float = 0.5):
-    return OPS["where"]((self > lambd) | (self < -lambd), self, 0.0)
+    # the inner selection keeps positive inputs out of the weight's gradient (an inf input
+    # times a zero gradient would be NaN there); PyTorch sums x * g over x <= 0 only
+    negative_part = OPS["where"](self > 0, 0.0, self)
+    return OPS["where"](self > 0, self, negative_part * weight)
 
 
 threshold = _composite("threshold", _threshold, kind="pointwise")
@@ -505,5 +498,3 @@ tanhshrink = _composite("tanhshrink", _tanhshrink)
 celu = _composite("celu", _celu, kind="pointwise")
 selu = _composite("selu", _selu, kind="pointwise")
 prelu = _composite("prelu", _prelu)
-softshrink = _composite("softshrink", _softshrink)
-hardshrink = _composite("hardshrink", _hardshrink)
