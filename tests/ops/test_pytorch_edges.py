@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 import kiln
@@ -55,3 +56,58 @@ def test_sign_of_nan_is_zero(op, dtype):
 def test_sign_of_a_nan_scalar_and_of_integers():
     assert kiln.sign(kiln.tensor(NAN)).item() == 0.0
     assert_close(kiln.sign(kiln.tensor([-3, 0, 2])), torch.sign(torch.tensor([-3, 0, 2])))
+
+
+# ------------------------------------------------------------------------------ zero-sized products
+
+
+def _r(lib, *shape):
+    values = np.arange(math.prod(shape), dtype=np.float32).reshape(shape) * 0.1 + 1.0
+    return lib.tensor(values, requires_grad=True)
+
+
+PRODUCTS = {
+    "matmul-batch-times-matrix-k0": ((2, 3, 0), (0, 4), lambda lib, a, b: a @ b),
+    "matmul-transposed-batch-k0": ((2, 0, 3), (0, 4), lambda lib, a, b: a.transpose(1, 2) @ b),
+    "matmul-m0": ((0, 3), (3, 4), lambda lib, a, b: a @ b),
+    "matmul-n0": ((2, 3), (3, 0), lambda lib, a, b: a @ b),
+    "matmul-k0": ((2, 0), (0, 4), lambda lib, a, b: a @ b),
+    "matmul-dot-k0": ((0,), (0,), lambda lib, a, b: a @ b),
+    "matmul-mv-k0": ((3, 0), (0,), lambda lib, a, b: a @ b),
+    "matmul-vm-k0": ((0,), (0, 3), lambda lib, a, b: a @ b),
+    "matmul-batch0": ((0, 2, 3), (0, 3, 4), lambda lib, a, b: a @ b),
+    "matmul-broadcast-k0": ((2, 1, 3, 0), (4, 0, 5), lambda lib, a, b: a @ b),
+    "matmul-broadcast-batch0": ((0, 1, 3, 2), (4, 2, 5), lambda lib, a, b: a @ b),
+    "mm-k0": ((2, 0), (0, 4), lambda lib, a, b: lib.mm(a, b)),
+    "bmm-k0": ((3, 2, 0), (3, 0, 4), lambda lib, a, b: lib.bmm(a, b)),
+    "bmm-batch0": ((0, 2, 3), (0, 3, 4), lambda lib, a, b: lib.bmm(a, b)),
+    "addmm-k0": ((2, 4), (2, 0), lambda lib, c, a: lib.addmm(c, a, lib.zeros(0, 4), beta=0.5)),
+    "addmv-k0": ((3,), (3, 0), lambda lib, c, a: lib.addmv(c, a, lib.zeros(0))),
+    "baddbmm-k0": ((2, 3, 4), (2, 3, 0), lambda lib, c, a: lib.baddbmm(c, a, lib.zeros(2, 0, 4))),
+    "addbmm-batch0": ((3, 4), (0, 3, 2), lambda lib, c, a: lib.addbmm(c, a, lib.zeros(0, 2, 4))),
+    "linear-in0": ((2, 3, 0), (4, 0), lambda lib, x, w: lib.nn.functional.linear(x, w)),
+    "linear-in0-bias": (
+        (2, 0),
+        (4, 0),
+        lambda lib, x, w: lib.nn.functional.linear(x, w, lib.ones(4)),
+    ),
+    "linear-out0": ((2, 3, 3), (0, 3), lambda lib, x, w: lib.nn.functional.linear(x, w)),
+    "linear-vector-weight-in0": ((2, 0), (0,), lambda lib, x, w: lib.nn.functional.linear(x, w)),
+    "einsum-k0": ((2, 0), (0, 4), lambda lib, a, b: lib.einsum("ik,kj->ij", a, b)),
+    "einsum-batch0": ((0, 2), (0, 2), lambda lib, a, b: lib.einsum("bi,bi->b", a, b)),
+    "einsum-batched-k0": ((3, 2, 0), (3, 0, 4), lambda lib, a, b: lib.einsum("bik,bkj->bij", a, b)),
+    "tensordot-k0": ((2, 0), (0, 3), lambda lib, a, b: lib.tensordot(a, b, 1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCTS))
+def test_products_over_zero_sized_dims_match_pytorch(name):
+    """An empty contraction sums nothing: zeros of the output shape, and empty gradients."""
+    shape_a, shape_b, fn = PRODUCTS[name]
+    results = []
+    for lib in (kiln, torch):
+        a, b = _r(lib, *shape_a), _r(lib, *shape_b)
+        y = fn(lib, a, b)
+        (y * 2).sum().backward()
+        results.append((y.detach(), a.grad, b.grad))
+    assert_close(results[0], results[1])
