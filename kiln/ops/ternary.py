@@ -100,8 +100,26 @@ def _clamp_decomp(x, lo=None, hi=None):
 def lerp(self: Tensor, end: Tensor, weight: TensorOrScalar): ...
 
 
+def _check_lerp_operands(x: Tensor, end: Tensor, w) -> None:
+    """PyTorch does not promote in lerp: ``end`` and a weight tensor with dims must have
+    ``x``'s dtype (a 0-d weight binds as a number), and integer inputs have no kernel."""
+    from .reductions import c_type_name, torch_type_name
+
+    weights = (("weight", w),) if isinstance(w, Tensor) and w.ndim else ()
+    for name, t in (("end", end),) + weights:
+        if t.dtype is not x.dtype:
+            raise RuntimeError(
+                f"expected dtype {c_type_name(x.dtype)} for `{name}` but got dtype "
+                f"{c_type_name(t.dtype)}"
+            )
+    if not (x.dtype.is_floating_point or x.dtype.is_complex):
+        kernel = "lerp_kernel_tensor" if weights else "lerp_kernel_scalar"
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{torch_type_name(x.dtype)}'")
+
+
 @lerp.register_kernel
 def _lerp_kernel(x, end, w):
+    _check_lerp_operands(x, end, w)
     d = result_dtype(x, end, w)
     cd = compute_np_dtype(d)
     a, b, ww = as_np_operand(x, cd), as_np_operand(end, cd), as_np_operand(w, cd)
@@ -123,11 +141,10 @@ def _lerp_kernel(x, end, w):
     return wrap(out, d)
 
 
-lerp.register_meta(
-    lambda x, e, w: pointwise_meta(
-        result_dtype(x, e, w), x, e, *((w,) if isinstance(w, Tensor) else ())
-    )
-)
+@lerp.register_meta
+def _lerp_meta(x, e, w):
+    _check_lerp_operands(x, e, w)
+    return pointwise_meta(result_dtype(x, e, w), x, e, *((w,) if isinstance(w, Tensor) else ()))
 
 
 def _lerp_grad(c, g):

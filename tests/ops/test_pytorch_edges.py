@@ -111,3 +111,38 @@ def test_products_over_zero_sized_dims_match_pytorch(name):
         (y * 2).sum().backward()
         results.append((y.detach(), a.grad, b.grad))
     assert_close(results[0], results[1])
+
+
+# ------------------------------------------------------------------------------ lerp dtypes
+
+LERP = {
+    "end-double": lambda lib: lib.lerp(lib.zeros(3), lib.ones(3, dtype=lib.float64), 0.5),
+    "self-double": lambda lib: lib.lerp(lib.zeros(3, dtype=lib.float64), lib.ones(3), 0.5),
+    "end-half": lambda lib: lib.lerp(lib.zeros(3), lib.ones(3, dtype=lib.float16), 0.5),
+    "end-0d-double": lambda lib: lib.lerp(lib.zeros(3), lib.ones(()).double(), 0.5),
+    "weight-double": lambda lib: lib.lerp(lib.zeros(3), lib.ones(3), lib.full((3,), 0.5).double()),
+    "inplace-end-double": lambda lib: lib.zeros(3).lerp_(lib.ones(3, dtype=lib.float64), 0.5),
+    "method-end-double": lambda lib: lib.zeros(3).lerp(lib.ones(3, dtype=lib.float64), 0.5),
+    "int-end-long": lambda lib: lib.lerp(lib.zeros(3, dtype=lib.int32), lib.ones(3).long(), 0.5),
+    "long-scalar-weight": lambda lib: lib.lerp(lib.zeros(3).long(), lib.ones(3).long(), 0.5),
+    "long-tensor-weight": lambda lib: lib.lerp(
+        lib.zeros(3).long(), lib.ones(3).long(), lib.ones(3).long()
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LERP))
+def test_lerp_refuses_mixed_dtypes_like_pytorch(name):
+    _assert_same_error(LERP[name])
+
+
+LERP_OK = {
+    "0d-double-weight": lambda lib: lib.lerp(lib.zeros(3), lib.ones(3), lib.tensor(0.25).double()),
+    "half": lambda lib: lib.lerp(lib.zeros(3).half(), lib.ones(3).half(), 0.5),
+    "tensor-weight": lambda lib: lib.lerp(lib.zeros(3), lib.ones(3), lib.full((3,), 0.75)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LERP_OK))
+def test_lerp_accepts_what_pytorch_accepts(name):
+    assert_close(LERP_OK[name](kiln), LERP_OK[name](torch))
