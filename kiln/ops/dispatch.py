@@ -99,8 +99,49 @@ def _first_tensor(op, args):
     return None
 
 
+# kinds of op whose PyTorch kernels want every tensor on one device (TensorIterator, cat, norms,
+# losses); indexing and matrix ops let CPU tensors (indices, operands) join meta ones
+_ONE_DEVICE_KINDS = frozenset(
+    {"pointwise", "comparison", "shape", "reduction", "scan", "sort", "nn", "loss", "pooling"}
+)
+
+
+def _tensor_args(op, args):
+    for p in op.tensor_positions:
+        a = args[p]
+        if isinstance(a, Tensor):
+            yield a
+    for p in op.list_positions:
+        for a in args[p]:
+            if isinstance(a, Tensor):
+                yield a
+
+
+def _device_chooser(op, args, first: Tensor) -> Tensor:
+    """The tensor whose device a call mixing meta tensors with others runs on, after PyTorch's
+    check that every tensor is on that device: the first tensor that is not a 0-d CPU tensor (a
+    CPU scalar joins a computation on any device without choosing it). Without a check here, a
+    meta tensor first in line made the whole call meta, whatever devices the others were on."""
+    if op.kind not in _ONE_DEVICE_KINDS or op.inplace:  # PyTorch's in-place meta kernels
+        return first  # accept operands from other devices
+    tensors = list(_tensor_args(op, args))
+    if all(t._device is first._device for t in tensors) or all(
+        t._device is not meta for t in tensors
+    ):
+        return first  # one device, or no meta tensor (CPU and CUDA keep their own checks)
+    chooser = next((t for t in tensors if t._shape or t._device is not cpu), first)
+    for t in tensors:
+        if t._device is not chooser._device and (t._shape or t._device is not cpu):
+            raise RuntimeError(
+                f"Tensor on device {t._device} is not on the expected device {chooser._device}!"
+            )
+    return chooser
+
+
 def _run_kernel(op, args):
     first = _first_tensor(op, args)
+    if first is not None and (first._device is meta or first._data is not None):
+        first = _device_chooser(op, args, first)
     if (
         first is not None
         and first._device is cpu
@@ -145,6 +186,10 @@ def _check_same_device(op, args, dev) -> None:
     for p in op.tensor_positions:
         a = args[p]
         if isinstance(a, Tensor) and a._device is not dev:
+            if meta in (dev, a._device):  # PyTorch's wording for its meta kernels' device check
+                raise RuntimeError(
+                    f"Tensor on device {a._device} is not on the expected device {dev}!"
+                )
             raise RuntimeError(
                 "Expected all tensors to be on the same device, but found at least two devices, "
                 f"{dev} and {a._device}! (while running {op.name})"

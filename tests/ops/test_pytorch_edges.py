@@ -146,3 +146,50 @@ LERP_OK = {
 @pytest.mark.parametrize("name", sorted(LERP_OK))
 def test_lerp_accepts_what_pytorch_accepts(name):
     assert_close(LERP_OK[name](kiln), LERP_OK[name](torch))
+
+
+# ------------------------------------------------------------------------------ meta tensors
+
+
+def _m(lib):
+    return lib.zeros(3, device="meta")
+
+
+META_ERRORS = {
+    "meta-plus-cpu": lambda lib: _m(lib) + lib.ones(3),
+    "cpu-plus-meta": lambda lib: lib.ones(3) - _m(lib),
+    "meta-0d-times-cpu": lambda lib: lib.zeros((), device="meta") * lib.ones(3),
+    "where": lambda lib: lib.where(_m(lib) > 0, lib.ones(3), _m(lib)),
+    "where-cpu-0d-condition": lambda lib: lib.where(lib.tensor(True), lib.ones(3), _m(lib)),
+    "cat": lambda lib: lib.cat([_m(lib), lib.ones(3)]),
+    "cat-cpu-first": lambda lib: lib.cat([lib.ones(3), _m(lib)]),
+    "stack": lambda lib: lib.stack([_m(lib), lib.ones(3)]),
+    "lerp": lambda lib: lib.lerp(_m(lib), lib.ones(3), 0.5),
+    "addcmul": lambda lib: lib.addcmul(_m(lib), lib.ones(3), lib.ones(3)),
+    "clamp": lambda lib: lib.clamp(_m(lib), lib.ones(3), lib.ones(3)),
+    "maximum": lambda lib: lib.maximum(_m(lib), lib.ones(3)),
+    "eq": lambda lib: _m(lib) == lib.ones(3),
+    "atan2": lambda lib: lib.atan2(_m(lib), lib.ones(3)),
+    "pow": lambda lib: lib.pow(_m(lib), lib.ones(3)),
+    "isclose": lambda lib: lib.isclose(_m(lib), lib.ones(3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(META_ERRORS))
+def test_meta_and_cpu_tensors_do_not_mix(name):
+    _assert_same_error(META_ERRORS[name])
+
+
+META_OK = {
+    "cpu-scalar-tensor-first": lambda lib: lib.tensor(1.0) + _m(lib),
+    "cpu-scalar-tensor-second": lambda lib: _m(lib) * lib.tensor(2.0),
+    "python-number": lambda lib: _m(lib) + 1,
+    "inplace-from-cpu": lambda lib: _m(lib).add_(lib.ones(3)),
+    "masked_fill-cpu-0d-mask": lambda lib: _m(lib).masked_fill(lib.tensor(True), 1.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(META_OK))
+def test_cpu_scalars_join_meta_computations(name):
+    k, t = META_OK[name](kiln), META_OK[name](torch)
+    assert (k.device.type, tuple(k.shape)) == (t.device.type, tuple(t.shape))
