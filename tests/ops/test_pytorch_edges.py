@@ -193,3 +193,138 @@ META_OK = {
 def test_cpu_scalars_join_meta_computations(name):
     k, t = META_OK[name](kiln), META_OK[name](torch)
     assert (k.device.type, tuple(k.shape)) == (t.device.type, tuple(t.shape))
+
+
+# ------------------------------------------------------------------------------ interpolate
+
+
+def _interp(shape, **kwargs):
+    return lambda lib: lib.nn.functional.interpolate(lib.ones(*shape), **kwargs)
+
+
+INTERPOLATE_ERRORS = {
+    "nearest-size0": _interp((1, 1, 4), size=0),
+    "linear-size0": _interp((1, 1, 4), size=0, mode="linear"),
+    "nearest-exact-size0": _interp((1, 1, 4), size=0, mode="nearest-exact"),
+    "negative-size": _interp((1, 1, 4), size=-1),
+    "scale-to-zero": _interp((1, 1, 4), scale_factor=0.1, mode="linear"),
+    "input-width0": _interp((1, 1, 0), size=3),
+    "bilinear-width0": _interp((1, 1, 4, 4), size=(2, 0), mode="bilinear"),
+    "nearest-height0": _interp((1, 1, 4, 4), size=(0, 2)),
+    "bicubic-width0": _interp((1, 1, 4, 4), size=(2, 0), mode="bicubic"),
+    "trilinear-height0": _interp((1, 1, 4, 4, 4), size=(2, 0, 2), mode="trilinear"),
+    "no-channels": _interp((1, 0, 4), size=3),
+    "no-channels-bilinear": _interp((1, 0, 4, 4), size=(3, 3), mode="bilinear"),
+    "upsample-module": lambda lib: lib.nn.Upsample(size=0)(lib.ones(1, 1, 4)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTERPOLATE_ERRORS))
+def test_interpolate_refuses_empty_sizes_like_pytorch(name):
+    _assert_same_error(INTERPOLATE_ERRORS[name])
+
+
+INTERPOLATE_OK = {
+    "empty-batch": _interp((0, 1, 4), size=3),
+    "empty-batch-bilinear": _interp((0, 2, 4, 4), size=(3, 3), mode="bilinear"),
+    "area-to-zero": _interp((1, 1, 4), size=0, mode="area"),
+    "area-no-channels": _interp((1, 0, 4), size=3, mode="area"),
+    "adaptive-max-to-zero": lambda lib: lib.nn.functional.adaptive_max_pool2d(
+        lib.ones(1, 1, 4, 4), (0, 2)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTERPOLATE_OK))
+def test_resampling_to_and_from_empty_shapes_matches_pytorch(name):
+    assert_close(INTERPOLATE_OK[name](kiln), INTERPOLATE_OK[name](torch))
+
+
+# ------------------------------------------------------------------------------ permute / movedim
+
+
+def _m23(lib):
+    return lib.zeros(2, 3)
+
+
+PERMUTE_ERRORS = {
+    "too-few-dims": lambda lib: _m23(lib).permute(0),
+    "duplicate-dims": lambda lib: _m23(lib).permute(0, 0),
+    "too-many-dims": lambda lib: _m23(lib).permute(0, 1, 2),
+    "too-many-dims-list": lambda lib: _m23(lib).permute([1, 0, 0]),
+    "out-of-range": lambda lib: _m23(lib).permute(2, 0),
+    "negative-out-of-range": lambda lib: _m23(lib).permute(-3, 0),
+    "function": lambda lib: lib.permute(_m23(lib), (0,)),
+    "scalar-given-a-dim": lambda lib: lib.tensor(1.0).permute(0),
+    "no-dims": lambda lib: lib.tensor(1.0).permute(),
+    "movedim-repeated-source": lambda lib: lib.zeros(2, 3, 4).movedim((0, 0), (0, 1)),
+    "movedim-repeated-negative": lambda lib: lib.zeros(2, 3, 4).movedim((0, -3), (0, 1)),
+    "movedim-repeated-destination": lambda lib: lib.zeros(2, 3, 4).movedim((0, 1), (2, 2)),
+    "movedim-lengths-differ": lambda lib: lib.zeros(2, 3, 4).movedim((0,), (0, 1)),
+    "movedim-out-of-range": lambda lib: lib.zeros(2, 3, 4).movedim(3, 0),
+    "reshape-negative": lambda lib: _m23(lib).reshape(2, -3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PERMUTE_ERRORS))
+def test_permute_argument_errors_match_pytorch(name):
+    _assert_same_error(PERMUTE_ERRORS[name])
+
+
+def test_permute_of_a_scalar_with_no_dims_is_allowed():
+    assert kiln.tensor(1.0).permute(()).shape == torch.tensor(1.0).permute(()).shape
+
+
+# ------------------------------------------------------------------------------ factory sizes
+
+BIG = 2**62
+
+FACTORY_ERRORS = {
+    "zeros-overflow": lambda lib: lib.zeros(BIG),
+    "zeros-overflow-2d": lambda lib: lib.zeros(2**40, 2**40),
+    "zeros-overflow-bool": lambda lib: lib.zeros(BIG, 4, dtype=lib.bool),
+    "empty-overflow": lambda lib: lib.empty(BIG),
+    "empty-overflow-int8": lambda lib: lib.empty(BIG, 2, dtype=lib.int8),
+    "ones-overflow": lambda lib: lib.ones(2, BIG),
+    "full-overflow": lambda lib: lib.full((2**61, 8), 1.0),
+    "randn-overflow": lambda lib: lib.randn(BIG),
+    "rand-overflow": lambda lib: lib.rand(2**40, 2**40),
+    "randint-overflow": lambda lib: lib.randint(0, 5, (BIG,)),
+    "randperm-overflow": lambda lib: lib.randperm(BIG),
+    "arange-overflow": lambda lib: lib.arange(0, BIG),
+    "linspace-overflow": lambda lib: lib.linspace(0, 1, BIG),
+    "empty_strided-overflow": lambda lib: lib.empty_strided((BIG,), (1,)),
+    "new_zeros-overflow": lambda lib: lib.zeros(2).new_zeros((BIG,)),
+    "new_empty-overflow": lambda lib: lib.zeros(2).new_empty(BIG),
+    "meta-overflow": lambda lib: lib.zeros(BIG, device="meta"),
+    "eye-overflow": lambda lib: lib.eye(2**31),
+    "eye-numel-overflow": lambda lib: lib.eye(3, BIG),
+    "zeros-beyond-int64": lambda lib: lib.zeros(2**63),
+    "ones-beyond-int64": lambda lib: lib.ones((2**64,)),
+    "zeros-below-int64": lambda lib: lib.zeros(-(2**63) - 1),
+    "zeros-negative": lambda lib: lib.zeros(2, -1),
+    "zeros-negative-before-overflow": lambda lib: lib.zeros(-1, BIG),
+    "ones-negative": lambda lib: lib.ones(-3),
+    "empty-negative": lambda lib: lib.empty(2, -1),
+    "full-negative": lambda lib: lib.full((2, -1), 1.0),
+    "randn-negative": lambda lib: lib.randn(-3),
+    "randint-negative": lambda lib: lib.randint(0, 5, (-2,)),
+    "randperm-negative": lambda lib: lib.randperm(-1),
+    "new_zeros-negative": lambda lib: lib.zeros(2).new_zeros((-1,)),
+    "eye-negative": lambda lib: lib.eye(-1),
+    "eye-negative-columns": lambda lib: lib.eye(3, -1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FACTORY_ERRORS))
+def test_factories_refuse_sizes_like_pytorch(name):
+    _assert_same_error(FACTORY_ERRORS[name])
+
+
+def test_random_factories_refuse_before_advancing_the_generator():
+    kiln.manual_seed(0)
+    with pytest.raises(RuntimeError, match="Storage size calculation overflowed"):
+        kiln.randn(BIG)
+    after_failure = kiln.rand(3)
+    kiln.manual_seed(0)
+    assert_close(after_failure, kiln.rand(3))
