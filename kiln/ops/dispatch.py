@@ -87,18 +87,6 @@ def run_below_autograd(op, args: tuple):
     return _run_kernel(op, args)
 
 
-def _first_tensor(op, args):
-    for p in op.tensor_positions:
-        a = args[p]
-        if isinstance(a, Tensor):
-            return a
-    for p in op.list_positions:
-        for a in args[p]:
-            if isinstance(a, Tensor):
-                return a
-    return None
-
-
 # kinds of op whose PyTorch kernels want every tensor on one device (TensorIterator, cat, norms,
 # losses); indexing and matrix ops let CPU tensors (indices, operands) join meta ones
 _ONE_DEVICE_KINDS = frozenset(
@@ -115,6 +103,10 @@ def _tensor_args(op, args):
         for a in args[p]:
             if isinstance(a, Tensor):
                 yield a
+
+
+def _first_tensor(op, args):
+    return next(_tensor_args(op, args), None)
 
 
 def _device_chooser(op, args, first: Tensor) -> Tensor:
