@@ -61,6 +61,10 @@ def _clamp_meta(x, lo=None, hi=None):
 
 
 def _clamp_grad(c, g):
+    """PyTorch's rule: ``x`` gets the gradient where lo <= x <= hi (not at NaN); a tensor bound
+    gets it where it was the value chosen, and when lo > hi only ``hi`` counts as chosen. The
+    gradient is selected, never multiplied by a mask, so an inf or NaN ``g`` stays where it
+    belongs."""
     x, lo, hi = c.args
     mask = None
     if lo is not None:
@@ -68,9 +72,14 @@ def _clamp_grad(c, g):
     if hi is not None:
         m = x <= hi
         mask = m if mask is None else mask & m
-    gx = where(mask, g, g * 0) if needs_grad(c, 0) else None
-    glo = where(x < lo, g, g * 0) if isinstance(lo, Tensor) and needs_grad(c, 1) else None
-    ghi = where(x > hi, g, g * 0) if isinstance(hi, Tensor) and needs_grad(c, 2) else None
+    gx = where(mask, g, 0) if needs_grad(c, 0) else None
+    glo = ghi = None
+    if isinstance(lo, Tensor) and needs_grad(c, 1):
+        lo_chosen = x < lo if hi is None else (x < lo) & (lo < hi)
+        glo = where(lo_chosen, g, 0)
+    if isinstance(hi, Tensor) and needs_grad(c, 2):
+        hi_chosen = x > hi if lo is None else (x > hi) | (hi < lo)
+        ghi = where(hi_chosen, g, 0)
     return gx, glo, ghi
 
 
@@ -91,8 +100,26 @@ def _clamp_decomp(x, lo=None, hi=None):
 def lerp(self: Tensor, end: Tensor, weight: TensorOrScalar): ...
 
 
+def _check_lerp_operands(x: Tensor, end: Tensor, w) -> None:
+    """PyTorch does not promote in lerp: ``end`` and a weight tensor with dims must have
+    ``x``'s dtype (a 0-d weight binds as a number), and integer inputs have no kernel."""
+    from .reductions import c_type_name, torch_type_name
+
+    weights = (("weight", w),) if isinstance(w, Tensor) and w.ndim else ()
+    for name, t in (("end", end),) + weights:
+        if t.dtype is not x.dtype:
+            raise RuntimeError(
+                f"expected dtype {c_type_name(x.dtype)} for `{name}` but got dtype "
+                f"{c_type_name(t.dtype)}"
+            )
+    if not (x.dtype.is_floating_point or x.dtype.is_complex):
+        kernel = "lerp_kernel_tensor" if weights else "lerp_kernel_scalar"
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{torch_type_name(x.dtype)}'")
+
+
 @lerp.register_kernel
 def _lerp_kernel(x, end, w):
+    _check_lerp_operands(x, end, w)
     d = result_dtype(x, end, w)
     cd = compute_np_dtype(d)
     a, b, ww = as_np_operand(x, cd), as_np_operand(end, cd), as_np_operand(w, cd)
@@ -114,11 +141,10 @@ def _lerp_kernel(x, end, w):
     return wrap(out, d)
 
 
-lerp.register_meta(
-    lambda x, e, w: pointwise_meta(
-        result_dtype(x, e, w), x, e, *((w,) if isinstance(w, Tensor) else ())
-    )
-)
+@lerp.register_meta
+def _lerp_meta(x, e, w):
+    _check_lerp_operands(x, e, w)
+    return pointwise_meta(result_dtype(x, e, w), x, e, *((w,) if isinstance(w, Tensor) else ()))
 
 
 def _lerp_grad(c, g):
@@ -163,9 +189,9 @@ masked_fill.register_meta(lambda x, m, v: pointwise_meta(x._dtype, x, m))
 def _masked_fill_grad(c, g):
     x, mask, value = c.args
     return (
-        where(mask, g * 0, g) if needs_grad(c, 0) else None,
+        where(mask, 0, g) if needs_grad(c, 0) else None,
         None,
-        where(mask, g, g * 0).sum() if isinstance(value, Tensor) and needs_grad(c, 2) else None,
+        where(mask, g, 0).sum() if isinstance(value, Tensor) and needs_grad(c, 2) else None,
     )
 
 
@@ -204,7 +230,9 @@ def _nan_to_num_kernel(x, nan, posinf, neginf):
 
 
 nan_to_num.register_meta(lambda x, *a: pointwise_meta(x._dtype, x))
-nan_to_num.register_derivative(lambda c, g: (where(c.args[0].isfinite(), g, g * 0),))
+# PyTorch multiplies by the mask here (grad * isfinite(x)): an inf gradient at a non-finite x
+# gives NaN there, and so does kiln
+nan_to_num.register_derivative(lambda c, g: (g * c.args[0].isfinite(),))
 
 
 def _addc_schema(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Scalar = 1): ...
@@ -273,9 +301,57 @@ def _logit_decomp(x, eps=None):
 def logaddexp(self: Tensor, other: Tensor): ...
 
 
+# logaddexp has a kernel and a derivative of its own: through a decomposition, a + inf - inf
+# made logaddexp(inf, x) NaN, and the parts' gradients turned an inf gradient into NaN
+
+
+def _check_logaddexp_operands(a, b) -> None:
+    for name, v in (("self", a), ("other", b)):
+        if not isinstance(v, Tensor):
+            raise TypeError(
+                f"logaddexp(): argument '{name}' (position {1 if name == 'self' else 2}) must be "
+                f"Tensor, not {type(v).__name__}"
+            )
+    d = result_dtype(a, b)
+    if not (d.is_floating_point or d.is_complex):
+        from .reductions import torch_type_name
+
+        raise NotImplementedError(f"\"logaddexp_cpu\" not implemented for '{torch_type_name(d)}'")
+
+
+@logaddexp.register_kernel
+def _logaddexp_kernel(a, b):
+    """PyTorch's formula: max + log1p(exp(-|a - b|)), and a itself when both are the same
+    infinity (where a - b is NaN)."""
+    _check_logaddexp_operands(a, b)
+    d = result_dtype(a, b)
+    cd = compute_np_dtype(d)
+    x, y = as_np_operand(a, cd), as_np_operand(b, cd)
+    with np.errstate(invalid="ignore"):
+        out = np.maximum(x, y) + np.log1p(np.exp(-np.abs(x - y)))
+    return wrap(np.where(np.isinf(x) & (x == y), x, out), d)
+
+
+@logaddexp.register_meta
+def _logaddexp_meta(a, b):
+    _check_logaddexp_operands(a, b)
+    return pointwise_meta(result_dtype(a, b), a, b)
+
+
+def _logaddexp_grad(c, g):
+    a, b = c.args
+    return (
+        g / (1 + (b - a).exp()) if needs_grad(c, 0) else None,
+        g / (1 + (a - b).exp()) if needs_grad(c, 1) else None,
+    )
+
+
+logaddexp.register_derivative(_logaddexp_grad)
+
+
 @logaddexp.register_decomposition
 def _logaddexp_decomp(a, b):
     # PyTorch's formula: equal infinities are returned as they are (inf - inf would be NaN)
     a, b = _as_float_operands(a, b)
-    combined = maximum(a, b) + (-(a - b).abs()).exp().log1p()
-    return where(a.isinf() & (a == b), a, combined)
+    out = maximum(a, b) + (-(a - b).abs()).exp().log1p()
+    return where(a.isinf() & (a == b), a, out)

@@ -173,7 +173,7 @@ def test_meta_device_tensors_carry_shapes_only():
 
 
 def test_mixing_devices_raises():
-    with pytest.raises(RuntimeError, match="same device"):
+    with pytest.raises(RuntimeError, match="meta is not on the expected device cpu"):
         kiln.ones(2) + kiln.ones(2, device="meta")
 
 
