@@ -8,27 +8,7 @@ import gc
 import pytest
 
 import kiln
-from kiln.runtime import cuda
 from tests.oracle import needs_torch, torch
-
-
-@pytest.fixture
-def no_driver(monkeypatch):
-    def missing(*args, **kwargs):
-        raise OSError("libcuda.so.1: cannot open shared object file")
-
-    monkeypatch.setattr(cuda, "CudaDriver", missing)
-    cuda.use_driver(None)
-    yield
-    cuda.use_driver(None)
-
-
-@pytest.fixture
-def gpu():
-    driver = cuda.HostMemoryDriver(devices=2)
-    cuda.use_driver(driver)
-    yield driver
-    cuda.use_driver(None)
 
 
 @needs_torch

@@ -183,53 +183,23 @@ def general_hamming(
     )
 
 
-def hamming(M: int, *, sym=True, dtype=None, layout=None, device=None, requires_grad=False):  # noqa: N803 - PyTorch's (SciPy's) name
-    return general_hamming(
-        M,
-        alpha=0.54,
-        sym=sym,
-        dtype=dtype,
-        layout=layout,
-        device=device,
-        requires_grad=requires_grad,
-    )
+def _cosine_window(name: str, coefficients: list[float]):
+    """A named ``general_cosine`` window (checked under its own name)."""
+
+    def window(M: int, *, sym=True, dtype=None, layout=None, device=None, requires_grad=False):  # noqa: N803 - PyTorch's (SciPy's) name
+        _checked(name, M, dtype, layout)
+        return general_cosine(M, a=coefficients, sym=sym, dtype=dtype, layout=layout,
+                              device=device, requires_grad=requires_grad)  # fmt: skip
+
+    window.__name__ = window.__qualname__ = name
+    window.__doc__ = f"The {name} window: ``general_cosine`` with coefficients {coefficients}."
+    return window
 
 
-def hann(M: int, *, sym=True, dtype=None, layout=None, device=None, requires_grad=False):  # noqa: N803 - PyTorch's (SciPy's) name
-    return general_hamming(
-        M,
-        alpha=0.5,
-        sym=sym,
-        dtype=dtype,
-        layout=layout,
-        device=device,
-        requires_grad=requires_grad,
-    )
-
-
-def blackman(M: int, *, sym=True, dtype=None, layout=None, device=None, requires_grad=False):  # noqa: N803 - PyTorch's (SciPy's) name
-    _checked("blackman", M, dtype, layout)
-    return general_cosine(
-        M,
-        a=[0.42, 0.5, 0.08],
-        sym=sym,
-        dtype=dtype,
-        layout=layout,
-        device=device,
-        requires_grad=requires_grad,
-    )
-
-
-def nuttall(M: int, *, sym=True, dtype=None, layout=None, device=None, requires_grad=False):  # noqa: N803 - PyTorch's (SciPy's) name
-    return general_cosine(
-        M,
-        a=[0.3635819, 0.4891775, 0.1365995, 0.0106411],
-        sym=sym,
-        dtype=dtype,
-        layout=layout,
-        device=device,
-        requires_grad=requires_grad,
-    )
+hamming = _cosine_window("hamming", [0.54, 0.46])
+hann = _cosine_window("hann", [0.5, 0.5])
+blackman = _cosine_window("blackman", [0.42, 0.5, 0.08])
+nuttall = _cosine_window("nuttall", [0.3635819, 0.4891775, 0.1365995, 0.0106411])
 
 
 def bartlett(M: int, *, sym=True, dtype=None, layout=None, device=None, requires_grad=False):  # noqa: N803 - PyTorch's (SciPy's) name

@@ -283,3 +283,37 @@ def test_non_seekable_file_objects_are_read():
     buf = io.BytesIO()
     kiln.save([kiln.tensor([1, 2, 3])], buf)
     assert kiln.load(Stream(buf.getvalue()))[0].tolist() == [1, 2, 3]
+
+
+def test_big_endian_checkpoints_are_byteswapped_on_load():
+    values = np.array([1.5, -2.25, 3.0], dtype=np.float32)
+    little = io.BytesIO()
+    kiln.save({"w": kiln.tensor(values), "c": kiln.tensor([1 + 2j], dtype=kiln.complex64)}, little)
+    big = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(little.getvalue())) as src, zipfile.ZipFile(big, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.endswith("byteorder"):
+                data = b"big"
+            elif "/data/" in info.filename:  # each storage's elements in big-endian order
+                dtype = ">f4" if info.filename.endswith("/0") else ">c8"
+                data = np.frombuffer(data, dtype.replace(">", "<")).astype(dtype).tobytes()
+            dst.writestr(info.filename, data)
+    big.seek(0)
+    out = kiln.load(big)
+    assert out["w"].tolist() == values.tolist() and out["c"].tolist() == [1 + 2j]
+
+
+def test_cuda_tensors_save_from_the_device_and_load_where_asked(gpu):
+    x = kiln.arange(6.0, device="cuda")
+    buf = io.BytesIO()
+    kiln.save({"x": x, "tail": x[3:]}, buf)
+    buf.seek(0)
+    back = kiln.load(buf)
+    assert back["x"].device.type == "cuda" and back["x"].cpu().tolist() == list(range(6))
+    buf.seek(0)
+    on_cpu = kiln.load(buf, map_location="cpu")
+    assert on_cpu["tail"].device.type == "cpu" and on_cpu["tail"].tolist() == [3.0, 4.0, 5.0]
+    buf.seek(0)
+    moved = kiln.load(buf, map_location=lambda storage, where: storage.cpu())
+    assert moved["x"].device.type == "cpu"
