@@ -1,9 +1,9 @@
 """Pointwise ops beyond the unary and binary tables.
 
-clamp, lerp, masked_fill, nan_to_num and addcmul/addcdiv, and the small composites square,
-xlogy, logit and logaddexp. clamp and lerp promote over every operand (``result_dtype``);
-derivatives send no gradient to bounds or values given as Python numbers. ``where`` itself is
-in ``pointwise``, whose binary derivatives use it.
+clamp, lerp, masked_fill, nan_to_num and addcmul/addcdiv, the small composites square, xlogy
+and logit, and logaddexp / logaddexp2. clamp and lerp promote over every operand
+(``result_dtype``); derivatives send no gradient to bounds or values given as Python numbers.
+``where`` itself is in ``pointwise``, whose binary derivatives use it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from .common import (
     wrap,
 )
 from .pointwise import as_np_operand, maximum, needs_grad, where
+from .reductions import torch_type_name
 from .registry import defop
 
 __all__: list[str] = []
@@ -297,61 +298,52 @@ def _logit_decomp(x, eps=None):
     return (x / (1 - x)).log()
 
 
-@defop(kind="pointwise")
-def logaddexp(self: Tensor, other: Tensor): ...
+def _log_add_exp_schema(self: Tensor, other: Tensor):
+    """log(exp(self) + exp(other)) without overflow (base 2 for ``logaddexp2``)."""
 
 
-# logaddexp has a kernel and a derivative of its own: through a decomposition, a + inf - inf
-# made logaddexp(inf, x) NaN, and the parts' gradients turned an inf gradient into NaN
+logaddexp = defop(_log_add_exp_schema, name="logaddexp", kind="pointwise")
+logaddexp2 = defop(_log_add_exp_schema, name="logaddexp2", kind="pointwise")
 
 
-def _check_logaddexp_operands(a, b) -> None:
-    for name, v in (("self", a), ("other", b)):
-        if not isinstance(v, Tensor):
-            raise TypeError(
-                f"logaddexp(): argument '{name}' (position {1 if name == 'self' else 2}) must be "
-                f"Tensor, not {type(v).__name__}"
+def _register_log_add_exp(op, np_fn, exp, log_scale: float) -> None:
+    """Kernel, meta, derivative and decomposition of log(base^a + base^b): ``exp`` raises the
+    base, ``log_scale`` turns a natural log into the base's."""
+
+    def out_dtype(a, b) -> dt.dtype:
+        d = result_dtype(a, b)
+        if not d.is_floating_point:  # PyTorch has no integer or complex kernel either
+            raise NotImplementedError(
+                f"\"{op.name}_cpu\" not implemented for '{torch_type_name(d)}'"
             )
-    d = result_dtype(a, b)
-    if not (d.is_floating_point or d.is_complex):
-        from .reductions import torch_type_name
+        return d
 
-        raise NotImplementedError(f"\"logaddexp_cpu\" not implemented for '{torch_type_name(d)}'")
+    def kernel(a, b):
+        d = out_dtype(a, b)
+        cd = compute_np_dtype(d)  # half types in float32, as PyTorch's CPU kernels do
+        return wrap(np_fn(as_np_operand(a, cd), as_np_operand(b, cd)).astype(d.np), d)
 
+    def meta(a, b):
+        return pointwise_meta(out_dtype(a, b), a, b)
 
-@logaddexp.register_kernel
-def _logaddexp_kernel(a, b):
-    """PyTorch's formula: max + log1p(exp(-|a - b|)), and a itself when both are the same
-    infinity (where a - b is NaN)."""
-    _check_logaddexp_operands(a, b)
-    d = result_dtype(a, b)
-    cd = compute_np_dtype(d)
-    x, y = as_np_operand(a, cd), as_np_operand(b, cd)
-    with np.errstate(invalid="ignore"):
-        out = np.maximum(x, y) + np.log1p(np.exp(-np.abs(x - y)))
-    return wrap(np.where(np.isinf(x) & (x == y), x, out), d)
+    def derivative(c, g):
+        a, b = c.args  # PyTorch's formulas: a == b == inf gives NaN gradients, as there
+        return (
+            g / (1 + exp(b - a)) if needs_grad(c, 0) else None,
+            g / (1 + exp(a - b)) if needs_grad(c, 1) else None,
+        )
 
+    def decomposition(a, b):
+        a, b = _as_float_operands(a, b)
+        m = maximum(a, b)
+        out = m + exp(-(a - b).abs()).log1p() * log_scale
+        return where((a == b) & a.isinf(), a, out)  # inf, inf -> inf (not inf - inf)
 
-@logaddexp.register_meta
-def _logaddexp_meta(a, b):
-    _check_logaddexp_operands(a, b)
-    return pointwise_meta(result_dtype(a, b), a, b)
-
-
-def _logaddexp_grad(c, g):
-    a, b = c.args
-    return (
-        g / (1 + (b - a).exp()) if needs_grad(c, 0) else None,
-        g / (1 + (a - b).exp()) if needs_grad(c, 1) else None,
-    )
+    op.register_kernel(kernel)
+    op.register_meta(meta)
+    op.register_derivative(derivative)
+    op.register_decomposition(decomposition)
 
 
-logaddexp.register_derivative(_logaddexp_grad)
-
-
-@logaddexp.register_decomposition
-def _logaddexp_decomp(a, b):
-    # PyTorch's formula: equal infinities are returned as they are (inf - inf would be NaN)
-    a, b = _as_float_operands(a, b)
-    out = maximum(a, b) + (-(a - b).abs()).exp().log1p()
-    return where(a.isinf() & (a == b), a, out)
+_register_log_add_exp(logaddexp, np.logaddexp, lambda t: t.exp(), 1.0)
+_register_log_add_exp(logaddexp2, np.logaddexp2, lambda t: t.exp2(), 1 / math.log(2))
