@@ -228,8 +228,8 @@ def _eligible(t: Any, device_type: str) -> bool:
 
 
 def _convert(t: Tensor, dtype: _dt.dtype) -> Tensor:
-    from ..ops.dispatch import dispatch
-    from ..ops.registry import OPS
+    from ..ops.core.dispatch import dispatch
+    from ..ops.core.registry import OPS
 
     return dispatch(OPS["convert_element_type"], (t, dtype))
 
@@ -352,7 +352,7 @@ class _Config:
 
     def run(self, op, args: tuple):
         """Dispatcher entry: cast ``op``'s positional arguments by its policy, then run it."""
-        from ..ops.dispatch import dispatch
+        from ..ops.core.dispatch import dispatch
 
         device_type = None
         for a in _tensors(args):

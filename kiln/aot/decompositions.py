@@ -7,8 +7,8 @@ non-prim op expanded (used by tests to check each decomposition against the op's
 
 from __future__ import annotations
 
-from ..ops.dispatch import DispatchMode, dispatch
-from ..ops.registry import OPS, Op
+from ..ops.core.dispatch import DispatchMode, dispatch
+from ..ops.core.registry import OPS, Op
 from ..runtime import dtypes as dt
 from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
@@ -126,7 +126,7 @@ class DecomposeMode(DispatchMode):
         return self.below(op, args)
 
     def below(self, op, args):
-        from ..ops.dispatch import run_below_autograd
+        from ..ops.core.dispatch import run_below_autograd
 
         modes = per_thread.state.mode_stack
         popped = modes.pop()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ..ir import Graph, Node
 from ..ir.node import map_arg
-from ..ops.registry import Op
+from ..ops.core.registry import Op
 from ..runtime.tensor import Tensor
 
 __all__ = ["Partition", "default_partition", "min_cut_partition", "tensor_bytes", "storage_root"]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..ops.registry import OPS
+from ..ops.core.registry import OPS
 from ..runtime import dtypes as dt
 from ..runtime.tensor import Tensor
 from . import sym
@@ -241,7 +241,7 @@ def _pow(out_meta, a, b):
 
 def _comparison(name):
     def lower(out_meta, a, b):
-        from ..ops.common import result_dtype
+        from ..ops.core.common import result_dtype
 
         operand = compute_dtype(result_dtype(_fake(a), _fake(b)))
         shape = tuple(out_meta.shape)
@@ -638,7 +638,7 @@ def _view(out_meta, x, size):
         return [(linear // st) % s if s != 1 else sym.ZERO for st, s in zip(in_strides, in_shape)]
 
     def strided(layout):
-        from ..ops.views import view_strides
+        from ..ops.shape.views import view_strides
 
         st = view_strides(layout.shape, layout.stride, out_shape)
         return None if st is None else Layout(out_shape, tuple(st), layout.dtype, layout.offset)
@@ -1237,7 +1237,7 @@ def _index_put(out_meta, x, indices, values, accumulate=False):
     for t in indices:
         if t is not None and t.dtype in (dt.bool_, dt.uint8):
             raise NotImplementedError("index_put with a boolean mask uses the fallback")
-    from ..ops.indexing import index as index_op
+    from ..ops.indexing.subscript import index as index_op
 
     fake_x = _meta_like(x)
     fake_idx = [None if t is None else _meta_like(t) for t in indices]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..ops import api
+from ..ops.creation import api
 from .optimizer import Optimizer, check_lr, run_closure, saved_operand, scalar_dtype, scalar_value
 
 __all__ = ["RMSprop"]

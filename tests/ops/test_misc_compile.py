@@ -1,7 +1,7 @@
-"""The miscellaneous ops (kiln/ops/misc_math.py, differences.py, misc_stats.py,
-tensor_extras.py) under ``kiln.compile``: whole user functions captured by dynamo, compiled by
-``aot_eager`` and ``inductor``, give eager's values and gradients; ops that read data (the Python
-escapes) fall back to eager and still give eager's values."""
+"""The miscellaneous ops (tensor assembly, finite differences, order statistics, Python-written
+tensor methods) under ``kiln.compile``: whole user functions captured by dynamo, compiled by
+``aot_eager`` and ``inductor``, give eager's values and gradients; ops that read data (the
+Python escapes) fall back to eager and still give eager's values."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import kiln
-from kiln.ops.registry import OPS
+from kiln.ops.core.registry import OPS
 
 
 def test_kiln_ops_attribute_is_the_registered_op():

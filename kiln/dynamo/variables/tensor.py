@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ...ops.indexing import DataDependentOutputError
+from ...ops.indexing.subscript import DataDependentOutputError
 from ...runtime.state import per_thread
 from ...runtime.tensor import METADATA_ATTRIBUTES, Size, Tensor, make_fake
 from ..exc import Unsupported, unsupported

@@ -9,9 +9,9 @@ from __future__ import annotations
 import warnings
 
 from ...ops import OPS
-from ...ops import nn_ops as _nn
-from ...ops.grad_fn_names import _rename
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_names import _rename
+from ...ops.core.registry import torch_function
+from ...ops.nn import softmax_linear as _nn
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 

@@ -10,9 +10,9 @@ import math
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
-from ...ops import conv as _conv_ops
-from ...ops.grad_fn_names import _rename
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_names import _rename
+from ...ops.core.registry import torch_function
+from ...ops.nn import conv as _conv_ops
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 

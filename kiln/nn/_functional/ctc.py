@@ -18,11 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...ops import OPS
-from ...ops import loss as _loss
-from ...ops.api import tensor as kiln_tensor
-from ...ops.common import Tensor, fake, wrap
-from ...ops.reductions import torch_type_name
-from ...ops.registry import defop, torch_function
+from ...ops.core.common import Tensor, fake, wrap
+from ...ops.core.registry import defop, torch_function
+from ...ops.creation.api import tensor as kiln_tensor
+from ...ops.nn import losses as _loss
+from ...ops.reductions.reduce import torch_type_name
 from ...runtime import dtypes as dt
 
 __all__ = ["ctc_loss"]

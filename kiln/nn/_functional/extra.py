@@ -13,8 +13,8 @@ import warnings
 
 from ...autograd.grad_mode import is_grad_enabled
 from ...ops import OPS
-from ...ops.grad_fn_names import _rename
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_names import _rename
+from ...ops.core.registry import torch_function
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .layers import _embedding_renorm_

@@ -17,9 +17,9 @@ import warnings
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
-from ...ops.grad_fn_names import _rename
-from ...ops.reductions import torch_type_name
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_names import _rename
+from ...ops.core.registry import torch_function
+from ...ops.reductions.reduce import torch_type_name
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from ...amp.autocast_mode import autocast_policy
 from ...autograd.grad_mode import no_grad
 from ...ops import OPS
-from ...ops import padding as _padding
-from ...ops.grad_fn_names import _rename
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_names import _rename
+from ...ops.core.registry import torch_function
+from ...ops.shape import padding as _padding
 from ...runtime.tensor import Tensor
 from .distances import safe_vector_norm
 

@@ -11,8 +11,8 @@ import warnings
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
-from ...ops import loss as _loss
-from ...ops.grad_fn_names import _rename
+from ...ops.core.grad_fn_names import _rename
+from ...ops.nn import losses as _loss
 from ...runtime.tensor import Tensor
 from .activations import logsigmoid
 from .distances import pairwise_distance

@@ -15,9 +15,9 @@ import warnings
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
-from ...ops import loss as _loss
-from ...ops.reductions import torch_type_name
-from ...ops.registry import torch_function
+from ...ops.core.registry import torch_function
+from ...ops.nn import losses as _loss
+from ...ops.reductions.reduce import torch_type_name
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from . import losses as _losses

@@ -10,8 +10,8 @@ import math
 
 from ...autograd.grad_mode import no_grad
 from ...ops import OPS
-from ...ops.grad_fn_names import _rename
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_names import _rename
+from ...ops.core.registry import torch_function
 from ...runtime.tensor import Tensor
 from .layers import pad
 from .pooling import avg_pool2d

@@ -10,8 +10,8 @@ import math
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
-from ...ops.grad_fn_names import _rename
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_names import _rename
+from ...ops.core.registry import torch_function
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .activations import relu

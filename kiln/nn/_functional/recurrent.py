@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
-from ...ops.registry import torch_function
+from ...ops.core.registry import torch_function
 from ...runtime.tensor import Tensor
 from .dropout import dropout
 from .layers import linear

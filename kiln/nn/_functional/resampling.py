@@ -11,9 +11,9 @@ import math
 import warnings
 
 from ...amp.autocast_mode import autocast_policy
-from ...ops import conv as _conv_ops
-from ...ops.grad_fn_names import _rename
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_names import _rename
+from ...ops.core.registry import torch_function
+from ...ops.nn import conv as _conv_ops
 from ...runtime.tensor import Tensor
 from .pooling import adaptive_avg
 

@@ -15,8 +15,8 @@ import numbers
 import warnings
 from collections.abc import Callable
 
-from ...ops import api
-from ...ops.grad_fn_names import _rename
+from ...ops.core.grad_fn_names import _rename
+from ...ops.creation import api
 from ...runtime import dtypes
 from ...runtime.tensor import Tensor
 from .. import functional as F
