@@ -74,17 +74,17 @@ def _same_padding(x, weight, dilation, dims):
     return x, left
 
 
-@autocast_policy("conv1d")
+@autocast_policy(cpu="lower", cuda="lower")
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
     return _conv(input, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
 
-@autocast_policy("conv2d")
+@autocast_policy(cpu="lower", cuda="lower")
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
     return _conv(input, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
 
-@autocast_policy("conv3d")
+@autocast_policy(cpu="lower", cuda="lower")
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
     return _conv(input, weight, bias, stride, padding, dilation, groups, 3, "conv3d")
 
@@ -108,7 +108,7 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
     return out.squeeze(0) if unbatched else out
 
 
-@autocast_policy("conv_transpose1d")
+@autocast_policy(cpu="lower", cuda="lower")
 def conv_transpose1d(
     input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
 ) -> Tensor:
@@ -117,7 +117,7 @@ def conv_transpose1d(
     )
 
 
-@autocast_policy("conv_transpose2d")
+@autocast_policy(cpu="lower", cuda="lower")
 def conv_transpose2d(
     input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
 ) -> Tensor:
@@ -126,7 +126,7 @@ def conv_transpose2d(
     )
 
 
-@autocast_policy("conv_transpose3d")
+@autocast_policy(cpu="lower", cuda="lower")
 def conv_transpose3d(
     input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
 ) -> Tensor:

@@ -30,7 +30,7 @@ __all__ = ["ctc_loss"]
 _CHECKING = " (while checking arguments for ctc_loss_allocate_outputs)"
 
 
-@defop(kind="loss")
+@defop(kind="loss", autocast={"cpu": "fp32"})
 def _ctc_loss(
     log_probs: Tensor,
     targets: Tensor,

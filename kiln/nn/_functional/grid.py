@@ -305,7 +305,7 @@ def grid_sample(
     return _grid_sampler(input, grid, mode, padding_mode, align_corners)
 
 
-@autocast_policy("grid_sample")
+@autocast_policy(cpu="fp32", cuda="promote")
 def _grid_sampler(input, grid, mode: str, padding_mode: str, align_corners: bool) -> Tensor:
     """aten's ``grid_sampler``: the step CPU autocast runs in float32, checks included."""
     _check_grid_sample(input, grid)

@@ -64,7 +64,17 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     return OPS["_one_hot"](tensor, num_classes)
 
 
-@autocast_policy("pad")
+def _pad_policy(args: tuple, kwargs: dict) -> str | None:
+    """CPU autocast: reflection_pad1d/2d and replication_pad1d/2d/3d are on PyTorch's float32
+    list; constant, circular and 3-D reflection padding are not."""
+    mode = kwargs.get("mode", args[2] if len(args) > 2 else "constant")
+    pad = kwargs.get("pad", args[1] if len(args) > 1 else ())
+    if mode == "replicate" or (mode == "reflect" and len(pad) <= 4):
+        return "fp32"
+    return None
+
+
+@autocast_policy(cpu=_pad_policy)
 def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:
     if mode == "constant":
         return OPS["constant_pad_nd"](input, list(pad), 0 if value is None else value)
@@ -87,7 +97,7 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
 linear = OPS["linear"]  # the op itself: its schema is PyTorch's signature
 
 
-@autocast_policy("bilinear")
+@autocast_policy(cpu="none", cuda="promote")
 def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None):
     """out[..., o] = input1 @ weight[o] @ input2 (+ bias[o]), as one matmul and a reduction."""
     if (

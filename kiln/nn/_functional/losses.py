@@ -141,7 +141,7 @@ def binary_cross_entropy_with_logits(
     return OPS["binary_cross_entropy_with_logits"](input, target, weight, pos_weight, reduction)
 
 
-@autocast_policy("kl_div")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     if size_average is not None or reduce is not None:
         reduction = _reduction(size_average, reduce, reduction)
@@ -167,7 +167,7 @@ def kl_pointwise(input: Tensor, target: Tensor, log_target: bool) -> Tensor:
     return OPS["xlogy"](target, target) - target * input
 
 
-@autocast_policy("poisson_nll_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def poisson_nll_loss(
     input,
     target,
@@ -213,7 +213,7 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     return _loss.reduce_loss(loss, reduction)
 
 
-@autocast_policy("margin_ranking_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def margin_ranking_loss(
     input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"
 ) -> Tensor:
@@ -227,7 +227,7 @@ def margin_ranking_loss(
     return _loss.reduce_loss(loss, reduction)
 
 
-@autocast_policy("hinge_embedding_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def hinge_embedding_loss(
     input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"
 ) -> Tensor:
@@ -237,7 +237,7 @@ def hinge_embedding_loss(
     return _loss.reduce_loss(margin_part + self_part, reduction)
 
 
-@autocast_policy("soft_margin_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean") -> Tensor:
     reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
     out = _loss.reduce_loss((-target * input).exp().log1p(), reduction)
@@ -245,7 +245,7 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="m
     return out
 
 
-@autocast_policy("cosine_embedding_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def cosine_embedding_loss(
     input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"
 ) -> Tensor:
@@ -277,7 +277,7 @@ def _check_triplet_dims(anchor: Tensor, positive: Tensor, negative: Tensor) -> N
         )
 
 
-@autocast_policy("triplet_margin_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def triplet_margin_loss(
     anchor,
     positive,

@@ -65,7 +65,7 @@ def _finish(loss: Tensor, reduction: str, per_sample: bool) -> Tensor:
     return _loss.reduce_loss(loss, reduction)
 
 
-@autocast_policy("multi_margin_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def multi_margin_loss(
     input: Tensor,
     target: Tensor,
@@ -117,7 +117,7 @@ def multi_margin_loss(
     return _finish(loss, reduction, target.ndim > 0)
 
 
-@autocast_policy("multilabel_margin_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def multilabel_margin_loss(
     input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean"
 ) -> Tensor:

@@ -48,7 +48,7 @@ def max_pool2d(
     return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2)
 
 
-@autocast_policy("max_pool3d")
+@autocast_policy(cpu="fp32")
 def max_pool3d(
     input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
 ):
@@ -67,7 +67,7 @@ def max_pool2d_with_indices(
     return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, True, 2)
 
 
-@autocast_policy("max_pool3d")
+@autocast_policy(cpu="fp32")
 def max_pool3d_with_indices(
     input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
 ):
@@ -167,7 +167,7 @@ def avg_pool2d(
     )
 
 
-@autocast_policy("avg_pool3d")
+@autocast_policy(cpu="fp32")
 def avg_pool3d(
     input,
     kernel_size,
@@ -217,7 +217,7 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
     return adaptive_avg(input, output_size, 2)
 
 
-@autocast_policy("adaptive_avg_pool3d")
+@autocast_policy(cpu="fp32")
 def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:
     return adaptive_avg(input, output_size, 3)
 
@@ -240,7 +240,7 @@ def adaptive_max_pool2d(input: Tensor, output_size, return_indices: bool = False
     return _adaptive_max(input, output_size, return_indices, 2)
 
 
-@autocast_policy("adaptive_max_pool3d")
+@autocast_policy(cpu="fp32")
 def adaptive_max_pool3d(input: Tensor, output_size, return_indices: bool = False):
     return _adaptive_max(input, output_size, return_indices, 3)
 
@@ -253,7 +253,7 @@ def adaptive_max_pool2d_with_indices(input: Tensor, output_size, return_indices:
     return _adaptive_max(input, output_size, True, 2)
 
 
-@autocast_policy("adaptive_max_pool3d")
+@autocast_policy(cpu="fp32")
 def adaptive_max_pool3d_with_indices(input: Tensor, output_size, return_indices: bool = False):
     return _adaptive_max(input, output_size, True, 3)
 

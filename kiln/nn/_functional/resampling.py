@@ -29,7 +29,7 @@ _UPSAMPLE_NAMES = {
 }
 
 
-@autocast_policy("interpolate")
+@autocast_policy(cpu="none", cuda="fp32")
 def interpolate(
     input: Tensor,
     size=None,

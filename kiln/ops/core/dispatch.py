@@ -28,7 +28,7 @@ __all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "Cop
 def dispatch(op, args: tuple):
     state = per_thread.state  # this thread's grad mode, modes and autocast: read once
     autocast = state.autocast
-    if autocast is not None and op.name in autocast.policies:
+    if autocast is not None and op in autocast.policies:
         return autocast.run(op, args)  # casts the arguments, then dispatches again
     modes = state.mode_stack
     if op.kernel is None and op.decomposition is not None:

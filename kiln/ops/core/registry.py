@@ -13,6 +13,10 @@ each family of ops (tables, not ``if name == ...`` chains):
     @add.register_meta         # shapes/dtypes/strides without data
     @add.register_derivative   # backward, written in kiln ops
     @add.register_decomposition
+
+What the rest of the stack needs to know about an op is declared here too, as ``defop``
+arguments, never in tables keyed by op name elsewhere: ``autocast`` (what ``kiln.autocast`` does
+to its inputs, per device type; see ``amp.autocast_mode``).
 """
 
 from __future__ import annotations
@@ -94,6 +98,7 @@ class Op:
         "returns",
         "result_type",
         "nondeterministic_seeded",
+        "autocast",
         "doc",
         "overloadpacket",
         "__weakref__",
@@ -135,6 +140,8 @@ class Op:
         self.returns = None  # namedtuple class for multi-output ops
         self.result_type = None
         self.nondeterministic_seeded = False
+        # device type -> autocast policy ("lower", "fp32", ...; see amp.autocast_mode), or None
+        self.autocast = None
         self.doc = (schema.__doc__ or "").strip()
 
     def __call__(self, *args, **kwargs):
@@ -259,8 +266,12 @@ def defop(
     view: bool = False,
     returns: tuple | None = None,
     differentiable: bool = True,
+    autocast: dict | None = None,
 ):
-    """Declare an op from a schema function; the function body is never run."""
+    """Declare an op from a schema function; the function body is never run.
+
+    ``autocast`` maps device types to the op's autocast policy (``{"cuda": "fp32"}``).
+    """
 
     def deco(schema):
         op_name = name or schema.__name__
@@ -268,6 +279,7 @@ def defop(
             raise ValueError(f"op {op_name} is defined twice")
         op = Op(op_name, schema, kind, prim, view)
         op.differentiable = differentiable
+        op.autocast = autocast
         if returns:
             op.returns = return_type(op_name, returns)
         OPS[op_name] = op

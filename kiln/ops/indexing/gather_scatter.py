@@ -272,7 +272,7 @@ def _scatter_inplace(self, dim, index, src=None, *, value=None, reduce=None):
     return OPS["scatter_"](self, dim, index, _scatter_arg(src, value), reduce=reduce)
 
 
-@defop(kind="indexing", prim=True)
+@defop(kind="indexing", prim=True, autocast={"cuda": "promote"})
 def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor): ...
 
 

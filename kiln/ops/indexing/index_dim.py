@@ -222,7 +222,7 @@ def _index_fill_decomp(x, dim, index, value):
     return _dim_put_decomp(x, d, index, value, False)
 
 
-@defop(kind="indexing")
+@defop(kind="indexing", autocast={"cpu": "promote"})
 def index_copy(self: Tensor, dim: int, index: Tensor, source: Tensor): ...
 
 

@@ -98,7 +98,7 @@ def _einsum_plan(equation: str, tensors) -> tuple[list[str], str, dict]:
     return subs, out, sizes
 
 
-@defop(kind="linalg")
+@defop(kind="linalg", autocast={"cpu": "lower", "cuda": "lower"})
 def einsum(equation: str, tensors: TensorList): ...
 
 

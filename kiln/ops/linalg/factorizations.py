@@ -214,7 +214,7 @@ def _inv_grad_from(X: Tensor, g: Tensor) -> Tensor:
     return -(Xt @ g @ Xt)
 
 
-@defop(kind="linalg", name="_linalg_inv")
+@defop(kind="linalg", name="_linalg_inv", autocast={"cpu": "fp32"})
 def inv(A: Tensor):
     """Inverse of each matrix; a singular one raises ``LinAlgError``."""
 
@@ -236,7 +236,7 @@ def _inv_meta(A):
 inv.register_derivative(lambda c, g: (_inv_grad_from(c.out, g),), save_output=True, save_inputs=())
 
 
-@defop(kind="linalg", name="_linalg_inv_ex")
+@defop(kind="linalg", name="_linalg_inv_ex", autocast={"cpu": "fp32"})
 def inv_ex(A: Tensor, *, check_errors: bool = False):
     """``(inverse, info)``: info > 0 marks a singular matrix instead of raising."""
 
@@ -332,7 +332,7 @@ def _solve_grads(c, g, X):
     return gA, (gB if c.needs_input_grad[1] else None)
 
 
-@defop(kind="linalg", name="_linalg_solve")
+@defop(kind="linalg", name="_linalg_solve", autocast={"cpu": "fp32"})
 def solve(A: Tensor, B: Tensor, *, left: bool = True):
     """``X`` with ``A X = B`` (``X A = B`` when not left); ``B`` may be a batch of vectors."""
 
@@ -489,7 +489,7 @@ def _cholesky_factor_grad(out: Tensor, g: Tensor, upper: bool) -> Tensor:
     return cholesky_grad(out, g)
 
 
-@defop(kind="linalg", name="_linalg_cholesky")
+@defop(kind="linalg", name="_linalg_cholesky", autocast={"cpu": "fp32"})
 def cholesky(input: Tensor, *, upper: bool = False):
     """``L`` with ``A = L L^T`` from A's lower triangle (``U``, ``A = U^T U``, from the upper)."""
 
@@ -515,7 +515,7 @@ cholesky.register_derivative(
 )
 
 
-@defop(kind="linalg", name="_linalg_cholesky_ex")
+@defop(kind="linalg", name="_linalg_cholesky_ex", autocast={"cpu": "fp32"})
 def cholesky_ex(input: Tensor, *, upper: bool = False, check_errors: bool = False):
     """``(L, info)``: info > 0 is the order of the first leading minor that is not positive."""
 

@@ -394,7 +394,7 @@ def cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:
     return _cross(input, other, dim)
 
 
-@autocast_policy("linalg_vecdot")
+@autocast_policy(cpu="lower", cuda="lower")
 def vecdot(x: Tensor, y: Tensor, *, dim: int = -1) -> Tensor:
     """Dot products along ``dim`` of broadcast ``x`` and ``y``."""
     if not x.dtype.is_floating_point:

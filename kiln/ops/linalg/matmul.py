@@ -101,7 +101,7 @@ def _np_matmul_nd(x, y, out_shape, d, cd):
     return np.matmul(x, y)
 
 
-@defop(kind="extern", prim=True)
+@defop(kind="extern", prim=True, autocast={"cpu": "lower", "cuda": "lower"})
 def mm(self: Tensor, mat2: Tensor): ...
 
 
@@ -140,7 +140,7 @@ def _mm_grad(c, g):
 mm.register_derivative(_mm_grad)
 
 
-@defop(kind="extern", prim=True)
+@defop(kind="extern", prim=True, autocast={"cpu": "lower", "cuda": "lower"})
 def bmm(self: Tensor, mat2: Tensor): ...
 
 
@@ -223,7 +223,7 @@ def matmul_shape(sa, sb):
     return out
 
 
-@defop(kind="linalg")
+@defop(kind="linalg", autocast={"cpu": "lower", "cuda": "lower"})
 def matmul(self: Tensor, other: Tensor): ...
 
 
@@ -335,7 +335,7 @@ def matmul_dtype_name(d) -> str:
     )
 
 
-@defop(kind="linalg")
+@defop(kind="linalg", autocast={"cuda": "promote"})
 def dot(self: Tensor, tensor: Tensor): ...
 
 
@@ -345,7 +345,7 @@ def _dot_decomp(a, b):
     return OPS["sum"](a * b, None, False, dtype=a.dtype)
 
 
-@defop(kind="linalg")
+@defop(kind="linalg", autocast={"cuda": "promote"})
 def vdot(self: Tensor, other: Tensor): ...
 
 
@@ -373,7 +373,7 @@ def _ger(input: Tensor, vec2: Tensor) -> Tensor:
     return outer(input, vec2)
 
 
-@defop(kind="linalg")
+@defop(kind="linalg", autocast={"cpu": "none", "cuda": "lower"})
 def mv(self: Tensor, vec: Tensor): ...
 
 
@@ -405,14 +405,14 @@ def _scaled_sum(self_part, product, beta, alpha):
     return out + (self_part * beta if beta != 1 else self_part)
 
 
-def _addmm_like(name, schema, product_shape, product, np_product, grads):
+def _addmm_like(name, schema, product_shape, product, np_product, grads, **record):
     """An op ``beta * self + alpha * product(m1, m2)`` with a numpy kernel and a decomposition.
 
     ``product`` computes the product with kiln ops (the decomposition's core), ``np_product`` with
     numpy (the kernel's); ``grads`` gives the gradients of the two factors for an output gradient
     already scaled by alpha.
     """
-    op = defop(schema, name=name, kind="linalg")
+    op = defop(schema, name=name, kind="linalg", **record)
 
     def check(x, m1, m2):
         shape = product_shape(m1, m2)
@@ -497,6 +497,7 @@ addmm = _addmm_like(
     mm,
     np.matmul,
     lambda g, a, b, na, nb: (mm(g, b.t()) if na else None, mm(a.t(), g) if nb else None),
+    autocast={"cpu": "lower", "cuda": "lower"},
 )
 addmv = _addmm_like(
     "addmv",
@@ -505,6 +506,7 @@ addmv = _addmm_like(
     lambda m, v: mv(m, v),
     np.matmul,
     lambda g, m, v, nm, nv: (outer(g, v) if nm else None, mv(m.t(), g) if nv else None),
+    autocast={"cuda": "lower"},
 )
 baddbmm = _addmm_like(
     "baddbmm",
@@ -516,6 +518,7 @@ baddbmm = _addmm_like(
         bmm(g, b.transpose(1, 2)) if na else None,
         bmm(a.transpose(1, 2), g) if nb else None,
     ),
+    autocast={"cpu": "lower", "cuda": "lower"},
 )
 
 
@@ -534,6 +537,7 @@ addbmm = _addmm_like(
     lambda a, b: OPS["sum"](bmm(a, b), [0], False, dtype=a.dtype),
     lambda a, b: np.matmul(a, b).sum(0, dtype=a.dtype),
     _addbmm_grads,
+    autocast={"cpu": "lower", "cuda": "lower"},
 )
 
 
@@ -641,7 +645,7 @@ def _diag_decomp(x, diagonal=0):
     raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {x.ndim}D")
 
 
-@defop(kind="linalg")
+@defop(kind="linalg", autocast={"cpu": "fp32"})
 def trace(self: Tensor): ...
 
 

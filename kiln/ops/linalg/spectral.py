@@ -51,7 +51,7 @@ def _nonfinite_matrices(a: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------ QR
 
 
-@defop(kind="linalg", name="_linalg_qr")
+@defop(kind="linalg", name="_linalg_qr", autocast={"cpu": "fp32"})
 def qr(A: Tensor, mode: str = "reduced"):
     """``(Q, R)``; mode 'reduced', 'complete', or 'r' (Q is then an empty tensor)."""
 
@@ -133,7 +133,7 @@ def _qr_grad(c, gQ, gR):
 qr.register_derivative(_qr_grad, save_output=True)
 
 
-@defop(kind="linalg", name="geqrf")
+@defop(kind="linalg", name="geqrf", autocast={"cpu": "fp32"})
 def geqrf(input: Tensor):
     """LAPACK's packed QR ``(a, tau)``: R on and above the diagonal of ``a``, the Householder
     vectors below it (unit diagonal implied), their scales in ``tau``. Not differentiable."""
@@ -191,7 +191,7 @@ def _np_eigh(a: np.ndarray, UPLO: str):
     return w, v
 
 
-@defop(kind="linalg", name="_linalg_eigh")
+@defop(kind="linalg", name="_linalg_eigh", autocast={"cpu": "fp32"})
 def eigh(input: Tensor, UPLO: str = "L"):
     """Ascending eigenvalues and orthonormal eigenvectors of symmetric matrices (one triangle)."""
 
@@ -226,7 +226,7 @@ def _eigh_grad(c, gL, gV):
 eigh.register_derivative(_eigh_grad, save_output=True, save_inputs=())
 
 
-@defop(kind="linalg", name="_linalg_eigvalsh")
+@defop(kind="linalg", name="_linalg_eigvalsh", autocast={"cpu": "fp32"})
 def eigvalsh(input: Tensor, UPLO: str = "L"):
     """Ascending eigenvalues of symmetric matrices, read from the ``UPLO`` triangle."""
 
@@ -282,7 +282,7 @@ def _np_eig(name: str, a: np.ndarray, compute_v: bool):
     return w, v
 
 
-@defop(kind="linalg", name="_linalg_eig")
+@defop(kind="linalg", name="_linalg_eig", autocast={"cpu": "fp32"})
 def eig(input: Tensor):
     """Eigenvalues and unit-norm eigenvectors of a general square matrix (``A V = V diag(L)``),
     in LAPACK's order. Real tensors, for matrices with a real spectrum only."""
@@ -324,7 +324,7 @@ eig.register_derivative(
 )
 
 
-@defop(kind="linalg", name="_linalg_eigvals")
+@defop(kind="linalg", name="_linalg_eigvals", autocast={"cpu": "fp32"})
 def eigvals(input: Tensor):
     """Eigenvalues of a general square matrix (real spectra only, as ``eig``)."""
 
@@ -365,7 +365,7 @@ def _np_svd(name: str, a: np.ndarray, full_matrices: bool, compute_uv: bool = Tr
     return np.linalg.svd(a, full_matrices=full_matrices)
 
 
-@defop(kind="linalg", name="_linalg_svd")
+@defop(kind="linalg", name="_linalg_svd", autocast={"cpu": "fp32"})
 def svd(A: Tensor, full_matrices: bool = True):
     """``(U, S, Vh)`` with ``A = U diag(S) Vh``, singular values descending."""
 
@@ -426,7 +426,7 @@ def _svd_grad(c, gU, gS, gVh):
 svd.register_derivative(_svd_grad, save_output=True, save_inputs=())
 
 
-@defop(kind="linalg", name="_linalg_svdvals")
+@defop(kind="linalg", name="_linalg_svdvals", autocast={"cpu": "fp32"})
 def svdvals(A: Tensor):
     """Singular values, descending."""
 

@@ -281,7 +281,7 @@ silu.register_derivative(_silu_grad)
 silu.register_decomposition(lambda x: x * x.sigmoid())
 
 
-@defop(kind="pointwise")
+@defop(kind="pointwise", autocast={"cuda": "fp32"})
 def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0): ...
 
 

@@ -18,7 +18,7 @@ from .softmax_linear import softmax
 __all__: list[str] = []
 
 
-@defop(kind="nn")
+@defop(kind="nn", autocast={"cpu": "lower", "cuda": "lower"})
 def scaled_dot_product_attention(
     query: Tensor,
     key: Tensor,

@@ -58,7 +58,7 @@ def _windows(a: np.ndarray, out_sizes, kernel, stride, dilation) -> np.ndarray:
 # ------------------------------------------------------------------------------ convolution
 
 
-@defop(kind="extern", prim=True)
+@defop(kind="extern", prim=True, autocast={"cuda": "lower"})
 def convolution(
     input: Tensor,
     weight: Tensor,

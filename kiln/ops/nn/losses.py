@@ -58,7 +58,7 @@ def _grad_scale(g: Tensor, reduction: str, numel: int) -> Tensor:
 # ------------------------------------------------------------------------------ nll_loss
 
 
-@defop(kind="loss")
+@defop(kind="loss", autocast={"cpu": "fp32", "cuda": "fp32"})
 def nll_loss(
     input: Tensor,
     target: Tensor,
@@ -247,7 +247,9 @@ def _cross_entropy(
     return (1 - label_smoothing) * loss + smooth * (label_smoothing / n_classes)
 
 
-cross_entropy = defop(_cross_entropy, name="cross_entropy", kind="loss")
+cross_entropy = defop(
+    _cross_entropy, name="cross_entropy", kind="loss", autocast={"cpu": "fp32", "cuda": "fp32"}
+)
 cross_entropy.register_decomposition(_cross_entropy)
 
 
@@ -258,13 +260,13 @@ def _loss_dtype(x, t):
     return result_dtype(x, t)
 
 
-def _elementwise_loss(name, schema, np_fn, grad_fn, decomp_fn):
+def _elementwise_loss(name, schema, np_fn, grad_fn, decomp_fn, **record):
     """Define ``name(input, target, *params, reduction)`` from three elementwise formulas.
 
     ``np_fn(a, t, *params)`` is the numpy loss, ``grad_fn(x, t, *params)`` returns the kiln
     gradients (d/dinput, d/dtarget) of one element, ``decomp_fn`` the kiln loss of one element.
     """
-    op = defop(schema, name=name, kind="loss")
+    op = defop(schema, name=name, kind="loss", **record)
 
     def check(x, t):
         if not x._dtype.is_floating_point and not t._dtype.is_floating_point:
@@ -315,6 +317,7 @@ mse_loss = _elementwise_loss(
     lambda a, b: np.square(a - b),
     lambda x, t: (2 * (x - t), -2 * (x - t)),
     lambda x, t: (x - t) * (x - t),
+    autocast={"cpu": "fp32", "cuda": "fp32"},
 )
 
 
@@ -327,6 +330,7 @@ l1_loss = _elementwise_loss(
     lambda a, b: np.abs(a - b),
     lambda x, t: ((x - t).sign(), -(x - t).sign()),
     lambda x, t: (x - t).abs(),
+    autocast={"cpu": "fp32", "cuda": "fp32"},
 )
 
 
@@ -359,7 +363,12 @@ def _smooth_l1_decomp(x, t, beta):
 
 
 smooth_l1_loss = _elementwise_loss(
-    "smooth_l1_loss", _smooth_l1_schema, _smooth_l1_np, _smooth_l1_grad, _smooth_l1_decomp
+    "smooth_l1_loss",
+    _smooth_l1_schema,
+    _smooth_l1_np,
+    _smooth_l1_grad,
+    _smooth_l1_decomp,
+    autocast={"cpu": "fp32", "cuda": "fp32"},
 )
 
 
@@ -381,13 +390,14 @@ huber_loss = _elementwise_loss(
     lambda x, t, delta: OPS["where"](
         (x - t).abs() < delta, 0.5 * (x - t) * (x - t), delta * ((x - t).abs() - 0.5 * delta)
     ),
+    autocast={"cpu": "fp32", "cuda": "fp32"},
 )
 
 
 # ------------------------------------------------------------------------------ binary cross-entropy
 
 
-@defop(kind="loss")
+@defop(kind="loss", autocast={"cpu": "fp32", "cuda": "banned"})
 def binary_cross_entropy(
     input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean"
 ): ...
@@ -451,7 +461,7 @@ def _bce_decomp(x, t, w=None, reduction="mean"):
     return reduce_loss(loss, reduction)
 
 
-@defop(kind="loss")
+@defop(kind="loss", autocast={"cpu": "fp32", "cuda": "fp32"})
 def binary_cross_entropy_with_logits(
     input: Tensor,
     target: Tensor,

@@ -172,11 +172,11 @@ def new_like(a: np.ndarray, dtype=None) -> np.ndarray:
 # ------------------------------------------------------------------------------ softmax family
 
 
-@defop(kind="nn")
+@defop(kind="nn", autocast={"cuda": "fp32_set_dtype"})
 def softmax(self: Tensor, dim: int, dtype: DType | None = None): ...
 
 
-@defop(kind="nn")
+@defop(kind="nn", autocast={"cuda": "fp32_set_dtype"})
 def log_softmax(self: Tensor, dim: int, dtype: DType | None = None): ...
 
 
@@ -319,7 +319,7 @@ log_softmax.register_decomposition(_softmax_decomp(True))
 # ------------------------------------------------------------------------------ linear
 
 
-@defop(kind="linalg")
+@defop(kind="linalg", autocast={"cpu": "lower", "cuda": "lower"})
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None): ...
 
 
@@ -431,9 +431,9 @@ log_sigmoid.register_derivative(lambda c, g: (g * (-c.args[0]).sigmoid(),))
 log_sigmoid.register_decomposition(lambda x: x.clamp(max=0) - (-x.abs()).exp().log1p())
 
 
-def _composite(name, decomposition, kind="nn"):
+def _composite(name, decomposition, kind="nn", **record):
     """A composite op: its decomposition is its definition (autograd flows through the parts)."""
-    op = defop(decomposition, name=name, kind=kind)
+    op = defop(decomposition, name=name, kind=kind, **record)
     op.register_decomposition(decomposition)
     return op
 
@@ -504,4 +504,4 @@ softsign = _composite("softsign", _softsign)
 tanhshrink = _composite("tanhshrink", _tanhshrink)
 celu = _composite("celu", _celu, kind="pointwise")
 selu = _composite("selu", _selu, kind="pointwise")
-prelu = _composite("prelu", _prelu)
+prelu = _composite("prelu", _prelu, autocast={"cpu": "lower", "cuda": "lower"})

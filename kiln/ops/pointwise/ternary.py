@@ -239,9 +239,9 @@ nan_to_num.register_derivative(lambda c, g: (g * c.args[0].isfinite(),))
 def _addc_schema(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Scalar = 1): ...
 
 
-addcmul = defop(_addc_schema, name="addcmul", kind="pointwise")
+addcmul = defop(_addc_schema, name="addcmul", kind="pointwise", autocast={"cuda": "promote"})
 addcmul.register_decomposition(lambda x, a, b, value=1: x + value * a * b)
-addcdiv = defop(_addc_schema, name="addcdiv", kind="pointwise")
+addcdiv = defop(_addc_schema, name="addcdiv", kind="pointwise", autocast={"cuda": "promote"})
 addcdiv.register_decomposition(lambda x, a, b, value=1: x + value * a / b)
 
 

@@ -89,11 +89,25 @@ def _make_unary_meta(float_math: bool, out_bool: bool):
 
 
 def unary(
-    name, fn, derivative=None, *, float_math=True, out_bool=False, save_output=False, prim=True
+    name,
+    fn,
+    derivative=None,
+    *,
+    float_math=True,
+    out_bool=False,
+    save_output=False,
+    prim=True,
+    **record,
 ):
-    """Define a one-input elementwise op from a numpy function and a derivative formula."""
+    """Define a one-input elementwise op from a numpy function and a derivative formula;
+    ``record`` holds the op's other ``defop`` facts (``autocast=``...)."""
     op = defop(
-        _unary_schema, name=name, kind="pointwise", prim=prim, differentiable=derivative is not None
+        _unary_schema,
+        name=name,
+        kind="pointwise",
+        prim=prim,
+        differentiable=derivative is not None,
+        **record,
     )
     op.register_kernel(_make_unary_kernel(fn, float_math, out_bool))
     op.register_meta(_make_unary_meta(float_math, out_bool))
@@ -120,23 +134,47 @@ def _negative(a):
 
 neg = unary("neg", _negative, lambda c, g: (-g,), float_math=False)
 abs_ = unary("abs", np.abs, lambda c, g: (g * c.args[0].sign(),), float_math=False)
-exp = unary("exp", np.exp, lambda c, g: (g * c.out,), save_output=True)
+exp = unary("exp", np.exp, lambda c, g: (g * c.out,), save_output=True, autocast={"cuda": "fp32"})
 exp2 = unary("exp2", np.exp2, lambda c, g: (g * c.out * _LN2,), save_output=True)
-expm1 = unary("expm1", np.expm1, lambda c, g: (g * (c.out + 1),), save_output=True)
-log = unary("log", np.log, lambda c, g: (g / c.args[0],))
-log2 = unary("log2", np.log2, lambda c, g: (g / (c.args[0] * _LN2),))
-log10 = unary("log10", np.log10, lambda c, g: (g / (c.args[0] * _LN10),))
-log1p = unary("log1p", np.log1p, lambda c, g: (g / (c.args[0] + 1),))
+expm1 = unary(
+    "expm1", np.expm1, lambda c, g: (g * (c.out + 1),), save_output=True, autocast={"cuda": "fp32"}
+)
+log = unary("log", np.log, lambda c, g: (g / c.args[0],), autocast={"cuda": "fp32"})
+log2 = unary("log2", np.log2, lambda c, g: (g / (c.args[0] * _LN2),), autocast={"cuda": "fp32"})
+log10 = unary("log10", np.log10, lambda c, g: (g / (c.args[0] * _LN10),), autocast={"cuda": "fp32"})
+log1p = unary("log1p", np.log1p, lambda c, g: (g / (c.args[0] + 1),), autocast={"cuda": "fp32"})
 sqrt = unary("sqrt", np.sqrt, lambda c, g: (g / (2 * c.out),), save_output=True)
-rsqrt = unary("rsqrt", np_rsqrt, lambda c, g: (g * -0.5 * c.out * c.out * c.out,), save_output=True)
+rsqrt = unary(
+    "rsqrt",
+    np_rsqrt,
+    lambda c, g: (g * -0.5 * c.out * c.out * c.out,),
+    save_output=True,
+    autocast={"cuda": "fp32"},
+)
 sin = unary("sin", np.sin, lambda c, g: (g * c.args[0].cos(),))
 cos = unary("cos", np.cos, lambda c, g: (g * -c.args[0].sin(),))
-tan = unary("tan", np.tan, lambda c, g: (g * (1 + c.out * c.out),), save_output=True)
-asin = unary("asin", np.arcsin, lambda c, g: (g * (1 - c.args[0] * c.args[0]).rsqrt(),))
-acos = unary("acos", np.arccos, lambda c, g: (-g * (1 - c.args[0] * c.args[0]).rsqrt(),))
+tan = unary(
+    "tan",
+    np.tan,
+    lambda c, g: (g * (1 + c.out * c.out),),
+    save_output=True,
+    autocast={"cuda": "fp32"},
+)
+asin = unary(
+    "asin",
+    np.arcsin,
+    lambda c, g: (g * (1 - c.args[0] * c.args[0]).rsqrt(),),
+    autocast={"cuda": "fp32"},
+)
+acos = unary(
+    "acos",
+    np.arccos,
+    lambda c, g: (-g * (1 - c.args[0] * c.args[0]).rsqrt(),),
+    autocast={"cuda": "fp32"},
+)
 atan = unary("atan", np.arctan, lambda c, g: (g / (1 + c.args[0] * c.args[0]),))
-sinh = unary("sinh", np.sinh, lambda c, g: (g * c.args[0].cosh(),))
-cosh = unary("cosh", np.cosh, lambda c, g: (g * c.args[0].sinh(),))
+sinh = unary("sinh", np.sinh, lambda c, g: (g * c.args[0].cosh(),), autocast={"cuda": "fp32"})
+cosh = unary("cosh", np.cosh, lambda c, g: (g * c.args[0].sinh(),), autocast={"cuda": "fp32"})
 tanh = unary("tanh", np.tanh, lambda c, g: (g * (1 - c.out * c.out),), save_output=True)
 asinh = unary("asinh", np.arcsinh, lambda c, g: (g * (c.args[0] * c.args[0] + 1).rsqrt(),))
 acosh = unary("acosh", np.arccosh, lambda c, g: (g * (c.args[0] * c.args[0] - 1).rsqrt(),))
@@ -153,9 +191,14 @@ erfinv = unary(
     np_erfinv,
     lambda c, g: (g * (math.sqrt(math.pi) / 2) * (c.out * c.out).exp(),),
     save_output=True,
+    autocast={"cuda": "fp32"},
 )
 reciprocal = unary(
-    "reciprocal", np.reciprocal, lambda c, g: (-g * c.out * c.out,), save_output=True
+    "reciprocal",
+    np.reciprocal,
+    lambda c, g: (-g * c.out * c.out,),
+    save_output=True,
+    autocast={"cuda": "fp32"},
 )
 floor = unary("floor", np.floor, None, float_math=False)
 ceil = unary("ceil", np.ceil, None, float_math=False)
@@ -321,9 +364,14 @@ def _make_binary_meta(kind: str):
     return meta
 
 
-def binary(name, fn, derivative=None, *, kind="same", prim=True, schema=_binary_schema):
+def binary(name, fn, derivative=None, *, kind="same", prim=True, schema=_binary_schema, **record):
     op = defop(
-        schema, name=name, kind="pointwise", prim=prim, differentiable=derivative is not None
+        schema,
+        name=name,
+        kind="pointwise",
+        prim=prim,
+        differentiable=derivative is not None,
+        **record,
     )
     op.register_kernel(_make_binary_kernel(fn, kind))
     op.register_meta(_make_binary_meta(kind))
@@ -381,7 +429,7 @@ def _atan2_grad(c, g):
     )
 
 
-atan2 = binary("atan2", np.arctan2, _atan2_grad, kind="float")
+atan2 = binary("atan2", np.arctan2, _atan2_grad, kind="float", autocast={"cuda": "promote"})
 hypot = binary(
     "hypot",
     np.hypot,
@@ -605,7 +653,7 @@ div.register_derivative(
 )
 
 
-@defop(kind="pointwise", prim=True)
+@defop(kind="pointwise", prim=True, autocast={"cuda": "fp32"})
 def pow(self: TensorOrScalar, exponent: TensorOrScalar): ...  # noqa: A001
 
 

@@ -258,7 +258,7 @@ def _check_reducible(name: str, x, dims, full: bool, error=RuntimeError) -> None
 # ------------------------------------------------------------------------------ sum / prod
 
 
-@defop(kind="reduction", prim=True)
+@defop(kind="reduction", prim=True, autocast={"cuda": "fp32_set_dtype"})
 def sum(
     self: Tensor, dim: list[int] | None = None, keepdim: bool = False, *, dtype: DType | None = None
 ): ...  # noqa: A001
@@ -286,7 +286,7 @@ sum.register_derivative(
 )
 
 
-@defop(kind="reduction", prim=True)
+@defop(kind="reduction", prim=True, autocast={"cpu": "fp32", "cuda": "fp32_set_dtype"})
 def prod(
     self: Tensor, dim: int | None = None, keepdim: bool = False, *, dtype: DType | None = None
 ): ...
@@ -598,7 +598,7 @@ def _mean_decomp(x, dim=None, keepdim=False, dtype=None):
 # ------------------------------------------------------------------------------ logsumexp
 
 
-@defop(kind="reduction")
+@defop(kind="reduction", autocast={"cuda": "fp32"})
 def logsumexp(self: Tensor, dim: list[int], keepdim: bool = False): ...
 
 

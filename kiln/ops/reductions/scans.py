@@ -81,8 +81,8 @@ def reverse_cumsum(g: Tensor, dim: int) -> Tensor:
     return flip(cumsum(flip(g, (dim,)), dim), (dim,))
 
 
-cumsum = defop(_scan_schema, name="cumsum", kind="scan")
-cumprod = defop(_scan_schema, name="cumprod", kind="scan")
+cumsum = defop(_scan_schema, name="cumsum", kind="scan", autocast={"cuda": "fp32_set_dtype"})
+cumprod = defop(_scan_schema, name="cumprod", kind="scan", autocast={"cuda": "fp32_set_dtype"})
 cumsum.register_kernel(_scan_kernel(np.add))
 cumprod.register_kernel(_scan_kernel(np.multiply))
 for _op in (cumsum, cumprod):

@@ -251,7 +251,7 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan: bool) -> Tensor
 
 @torch_function()
 @tensor_method()
-@autocast_policy("quantile")
+@autocast_policy(cpu="fp32")
 def quantile(
     input: Tensor,
     q: float | Tensor,
@@ -267,7 +267,7 @@ def quantile(
 
 @torch_function()
 @tensor_method()
-@autocast_policy("nanquantile")
+@autocast_policy(cpu="fp32")
 def nanquantile(
     input: Tensor,
     q: float | Tensor,

@@ -41,7 +41,9 @@ def _norm_schema(
 ): ...
 
 
-vector_norm = defop(_norm_schema, name="linalg_vector_norm", kind="reduction")
+vector_norm = defop(
+    _norm_schema, name="linalg_vector_norm", kind="reduction", autocast={"cuda": "fp32_set_dtype"}
+)
 
 
 def _norm_dtype(x, dtype):

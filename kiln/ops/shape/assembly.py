@@ -72,7 +72,7 @@ def inner(input: Tensor, other: Tensor) -> Tensor:
     return tensordot(input, other, dims=([-1], [-1]))
 
 
-@defop(kind="linalg")
+@defop(kind="linalg", autocast={"cuda": "lower"})
 def addr(self: Tensor, vec1: Tensor, vec2: Tensor, *, beta: Scalar = 1, alpha: Scalar = 1): ...
 
 
@@ -381,7 +381,7 @@ def _check_distance_p(name: str, p: float) -> None:
 
 
 @torch_function()
-@autocast_policy("cdist")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str | None = None) -> Tensor:
     """p-norm distances between the rows of ``x1`` (..., P, M) and of ``x2`` (..., R, M):
     (..., P, R), batch dims broadcast. ``compute_mode`` is accepted and ignored (kiln always
@@ -441,7 +441,7 @@ def dist(input: Tensor, other: Tensor, p: float = 2.0) -> Tensor:
     return vector_norm(difference, p)
 
 
-@defop(kind="reduction")
+@defop(kind="reduction", autocast={"cuda": "fp32"})
 def renorm(self: Tensor, p: Scalar, dim: int, maxnorm: Scalar): ...
 
 

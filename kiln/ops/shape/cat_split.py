@@ -19,7 +19,7 @@ __all__ = ["split", "chunk"]
 # ------------------------------------------------------------------------------ cat / stack
 
 
-@defop(kind="shape", prim=True)
+@defop(kind="shape", prim=True, autocast={"cpu": "promote"})
 def cat(tensors: TensorList, dim: int = 0): ...
 
 
@@ -112,7 +112,7 @@ def _concat(tensors, dim: int = 0, *, axis: int | None = None, out=None) -> Tens
     return cat(tensors, dim if axis is None else axis)
 
 
-@defop(kind="shape")
+@defop(kind="shape", autocast={"cpu": "promote"})
 def stack(tensors: TensorList, dim: int = 0): ...
 
 
