@@ -16,7 +16,9 @@ each family of ops (tables, not ``if name == ...`` chains):
 
 What the rest of the stack needs to know about an op is declared here too, as ``defop``
 arguments, never in tables keyed by op name elsewhere: ``autocast`` (what ``kiln.autocast`` does
-to its inputs, per device type; see ``amp.autocast_mode``).
+to its inputs, per device type; see ``amp.autocast_mode``); ``complex_refused``, ``holomorphic``
+and ``complex_derivative`` (what it does with complex inputs; see ``complex_support``, which the
+registration decorators apply).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 import collections
 import inspect
 from collections.abc import Callable
+
+from . import complex_support
 
 __all__ = [
     "Op",
@@ -99,6 +103,9 @@ class Op:
         "result_type",
         "nondeterministic_seeded",
         "autocast",
+        "complex_refused",
+        "holomorphic",
+        "complex_derivative",
         "doc",
         "overloadpacket",
         "__weakref__",
@@ -142,6 +149,11 @@ class Op:
         self.nondeterministic_seeded = False
         # device type -> autocast policy ("lower", "fp32", ...; see amp.autocast_mode), or None
         self.autocast = None
+        # complex inputs: (exception type, message) PyTorch refuses them with; whether the real
+        # derivative formula is holomorphic; a formula of its own for complex gradients
+        self.complex_refused = None
+        self.holomorphic = False
+        self.complex_derivative = None
         self.doc = (schema.__doc__ or "").strip()
 
     def __call__(self, *args, **kwargs):
@@ -159,18 +171,23 @@ class Op:
 
     # ---- registration decorators (each returns the function so they can stack)
     def register_kernel(self, fn: Callable) -> Callable:
-        self.kernel = fn
+        self.kernel = self._refusing_complex(fn)
         return fn
 
     def register_meta(self, fn: Callable) -> Callable:
-        self.meta = fn
+        self.meta = self._refusing_complex(fn)
         return fn
 
     def register_derivative(
         self, fn: Callable | None = None, *, save_inputs=None, save_output=False
     ):
         def deco(f):
-            self.derivative = f
+            if self.complex_derivative is not None:
+                self.derivative = complex_support.complex_formula(f, self.complex_derivative)
+            elif self.holomorphic:
+                self.derivative = complex_support.conjugate_wirtinger(f)
+            else:
+                self.derivative = f
             self.saves_inputs = save_inputs
             self.saves_output = save_output
             return f
@@ -178,8 +195,29 @@ class Op:
         return deco(fn) if fn is not None else deco
 
     def register_decomposition(self, fn: Callable) -> Callable:
-        self.decomposition = fn
+        self.decomposition = self._refusing_complex(fn)
         return fn
+
+    def register_complex(
+        self, *, kernel=None, meta=None, derivative=None, decomposition=None
+    ) -> None:
+        """Pieces for a complex first argument, beside the real ones registered before."""
+        for attr, piece in (
+            ("kernel", kernel),
+            ("meta", meta),
+            ("derivative", derivative),
+            ("decomposition", decomposition),
+        ):
+            if piece is not None:
+                real = getattr(self, attr)
+                setattr(
+                    self, attr, complex_support.complex_branch(real, piece, attr == "derivative")
+                )
+
+    def _refusing_complex(self, fn: Callable) -> Callable:
+        if self.complex_refused is None:
+            return fn
+        return complex_support.refusing(self, fn)
 
     @property
     def is_composite(self) -> bool:
@@ -267,10 +305,15 @@ def defop(
     returns: tuple | None = None,
     differentiable: bool = True,
     autocast: dict | None = None,
+    complex_refused: tuple | None = None,
+    holomorphic: bool = False,
+    complex_derivative: Callable | None = None,
 ):
     """Declare an op from a schema function; the function body is never run.
 
-    ``autocast`` maps device types to the op's autocast policy (``{"cuda": "fp32"}``).
+    ``autocast`` maps device types to the op's autocast policy (``{"cuda": "fp32"}``);
+    ``complex_refused``, ``holomorphic`` and ``complex_derivative`` say what the op does with
+    complex inputs (``complex_support``).
     """
 
     def deco(schema):
@@ -280,6 +323,9 @@ def defop(
         op = Op(op_name, schema, kind, prim, view)
         op.differentiable = differentiable
         op.autocast = autocast
+        op.complex_refused = complex_refused
+        op.holomorphic = holomorphic
+        op.complex_derivative = complex_derivative
         if returns:
             op.returns = return_type(op_name, returns)
         OPS[op_name] = op

@@ -98,7 +98,7 @@ def _einsum_plan(equation: str, tensors) -> tuple[list[str], str, dict]:
     return subs, out, sizes
 
 
-@defop(kind="linalg", autocast={"cpu": "lower", "cuda": "lower"})
+@defop(kind="linalg", autocast={"cpu": "lower", "cuda": "lower"}, holomorphic=True)
 def einsum(equation: str, tensors: TensorList): ...
 
 

@@ -101,7 +101,7 @@ def _np_matmul_nd(x, y, out_shape, d, cd):
     return np.matmul(x, y)
 
 
-@defop(kind="extern", prim=True, autocast={"cpu": "lower", "cuda": "lower"})
+@defop(kind="extern", prim=True, autocast={"cpu": "lower", "cuda": "lower"}, holomorphic=True)
 def mm(self: Tensor, mat2: Tensor): ...
 
 
@@ -140,7 +140,7 @@ def _mm_grad(c, g):
 mm.register_derivative(_mm_grad)
 
 
-@defop(kind="extern", prim=True, autocast={"cpu": "lower", "cuda": "lower"})
+@defop(kind="extern", prim=True, autocast={"cpu": "lower", "cuda": "lower"}, holomorphic=True)
 def bmm(self: Tensor, mat2: Tensor): ...
 
 
@@ -223,7 +223,7 @@ def matmul_shape(sa, sb):
     return out
 
 
-@defop(kind="linalg", autocast={"cpu": "lower", "cuda": "lower"})
+@defop(kind="linalg", autocast={"cpu": "lower", "cuda": "lower"}, holomorphic=True)
 def matmul(self: Tensor, other: Tensor): ...
 
 
@@ -498,6 +498,7 @@ addmm = _addmm_like(
     np.matmul,
     lambda g, a, b, na, nb: (mm(g, b.t()) if na else None, mm(a.t(), g) if nb else None),
     autocast={"cpu": "lower", "cuda": "lower"},
+    holomorphic=True,
 )
 addmv = _addmm_like(
     "addmv",
@@ -507,6 +508,7 @@ addmv = _addmm_like(
     np.matmul,
     lambda g, m, v, nm, nv: (outer(g, v) if nm else None, mv(m.t(), g) if nv else None),
     autocast={"cuda": "lower"},
+    holomorphic=True,
 )
 baddbmm = _addmm_like(
     "baddbmm",
@@ -519,6 +521,7 @@ baddbmm = _addmm_like(
         bmm(a.transpose(1, 2), g) if nb else None,
     ),
     autocast={"cpu": "lower", "cuda": "lower"},
+    holomorphic=True,
 )
 
 

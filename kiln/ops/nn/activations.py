@@ -21,6 +21,7 @@ import numpy as np
 
 from ...runtime import dtypes as dt
 from ..core.common import Tensor, compute_np_dtype, pointwise_meta, to_float_dtype, wrap
+from ..core.complex_support import complex_not_implemented
 from ..core.registry import defop
 from ..pointwise.numpy_math import np_erf, np_silu, np_softplus
 from ..pointwise.unary_binary import where
@@ -32,7 +33,10 @@ __all__: list[str] = []
 _bool = dt.bool_
 
 
-@defop(kind="pointwise")
+@defop(
+    kind="pointwise",
+    complex_refused=(NotImplementedError, "clamp is not supported for complex types"),
+)
 def relu(self: Tensor): ...
 
 
@@ -52,7 +56,7 @@ relu.register_derivative(lambda c, g: (where(c.out <= 0, 0, g),), save_output=Tr
 relu.register_decomposition(lambda x: where(x <= 0, 0, x))  # NaN stays NaN
 
 
-@defop(kind="pointwise")
+@defop(kind="pointwise", complex_refused=complex_not_implemented("GeluKernelImpl"))
 def gelu(self: Tensor, approximate: str = "none"): ...
 
 
@@ -312,8 +316,8 @@ def _softplus_decomp(x, beta=1.0, threshold=20.0):
     return where(bx > threshold, x, soft / beta)
 
 
-def _float_unary_decomp_op(name, schema, np_fn, grad, decomp):
-    op = defop(schema, name=name, kind="pointwise")
+def _float_unary_decomp_op(name, schema, np_fn, grad, decomp, **record):
+    op = defop(schema, name=name, kind="pointwise", **record)
 
     def kernel(x, *params):
         a, od = _float_compute(x)
@@ -361,6 +365,7 @@ hardtanh = _float_unary_decomp_op(
     lambda a, lo, hi: np.clip(a, lo, hi),
     lambda c, g: (where((c.args[0] <= c.args[1]) | (c.args[0] >= c.args[2]), 0, g),),
     lambda x, lo=-1.0, hi=1.0: x.clamp(lo, hi),
+    complex_refused=(NotImplementedError, "clamp is not supported for complex types"),
 )
 
 

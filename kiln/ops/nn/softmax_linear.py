@@ -27,6 +27,7 @@ from ...runtime.device import cpu
 from ...runtime.state import per_thread
 from ...runtime.storage import empty_array
 from ..core.common import DType, Tensor, broadcast_shapes, compute_np_dtype, fake, wrap, wrap_dim
+from ..core.complex_support import complex_not_implemented
 from ..core.registry import OPS, defop
 from ..reductions.reduce import c_type_name, float_sum, torch_type_name
 from ..reductions.sum_order import EXACT_SUM_MAX_SIZE
@@ -172,11 +173,19 @@ def new_like(a: np.ndarray, dtype=None) -> np.ndarray:
 # ------------------------------------------------------------------------------ softmax family
 
 
-@defop(kind="nn", autocast={"cuda": "fp32_set_dtype"})
+@defop(
+    kind="nn",
+    autocast={"cuda": "fp32_set_dtype"},
+    complex_refused=complex_not_implemented("softmax_lastdim_kernel_impl"),
+)
 def softmax(self: Tensor, dim: int, dtype: DType | None = None): ...
 
 
-@defop(kind="nn", autocast={"cuda": "fp32_set_dtype"})
+@defop(
+    kind="nn",
+    autocast={"cuda": "fp32_set_dtype"},
+    complex_refused=complex_not_implemented("log_softmax_lastdim_kernel_impl"),
+)
 def log_softmax(self: Tensor, dim: int, dtype: DType | None = None): ...
 
 
@@ -319,7 +328,7 @@ log_softmax.register_decomposition(_softmax_decomp(True))
 # ------------------------------------------------------------------------------ linear
 
 
-@defop(kind="linalg", autocast={"cpu": "lower", "cuda": "lower"})
+@defop(kind="linalg", autocast={"cpu": "lower", "cuda": "lower"}, holomorphic=True)
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None): ...
 
 

@@ -109,11 +109,17 @@ def is_nonzero(input: Tensor) -> bool:  # noqa: A002
     return bool(input.item())
 
 
-@defop(kind="pointwise")
+@defop(
+    kind="pointwise",
+    complex_refused=(NotImplementedError, "clamp is not supported for complex types"),
+)
 def clamp_min(self: Tensor, min: TensorOrScalar): ...  # noqa: A002
 
 
-@defop(kind="pointwise")
+@defop(
+    kind="pointwise",
+    complex_refused=(NotImplementedError, "clamp is not supported for complex types"),
+)
 def clamp_max(self: Tensor, max: TensorOrScalar): ...  # noqa: A002
 
 

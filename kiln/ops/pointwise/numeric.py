@@ -1,6 +1,6 @@
 """Elementwise arithmetic beyond the core tables: floating-point representation (frexp, ldexp,
 nextafter), integer gcd/lcm, float_power, floor_divide, angle conversion, sgn/positive/heaviside
-(complex parts and queries are in ``complex_ops``).
+(complex parts and queries are in ``complex_fft.complex_numbers``).
 
 Most are composites of existing ops, so autograd and the compiler see their parts; frexp,
 nextafter, gcd and lcm have numpy kernels (they read bits or integers). In-place ops are already
@@ -194,7 +194,10 @@ def _sgn_decomp(x):
     return where(x != x, 0.0, x.sign())
 
 
-@defop(kind="pointwise")
+@defop(
+    kind="pointwise",
+    complex_refused=(RuntimeError, "heaviside is not yet implemented for complex tensors."),
+)
 def heaviside(self: Tensor, values: Tensor): ...
 
 

@@ -35,7 +35,10 @@ __all__: list[str] = []
 _bool = dt.bool_
 
 
-@defop(kind="pointwise")
+@defop(
+    kind="pointwise",
+    complex_refused=(NotImplementedError, "clamp is not supported for complex types"),
+)
 def clamp(self: Tensor, min: TensorOrScalar | None = None, max: TensorOrScalar | None = None): ...  # noqa: A002
 
 
@@ -97,7 +100,7 @@ def _clamp_decomp(x, lo=None, hi=None):
     return out
 
 
-@defop(kind="pointwise")
+@defop(kind="pointwise", holomorphic=True)
 def lerp(self: Tensor, end: Tensor, weight: TensorOrScalar): ...
 
 

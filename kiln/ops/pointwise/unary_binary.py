@@ -10,6 +10,7 @@ and the numpy special functions the kernels call in ``numpy_math``.
 
 from __future__ import annotations
 
+import cmath
 import math
 
 import numpy as np
@@ -32,6 +33,7 @@ from ..core.common import (
     wrap,
     zero_grad,
 )
+from ..core.complex_support import complex_not_implemented, complex_operand, conj_value
 from ..core.registry import defop
 from ..special.numpy_kernels import np_erfc
 from .numpy_math import (
@@ -134,57 +136,150 @@ def _negative(a):
 
 neg = unary("neg", _negative, lambda c, g: (-g,), float_math=False)
 abs_ = unary("abs", np.abs, lambda c, g: (g * c.args[0].sign(),), float_math=False)
-exp = unary("exp", np.exp, lambda c, g: (g * c.out,), save_output=True, autocast={"cuda": "fp32"})
-exp2 = unary("exp2", np.exp2, lambda c, g: (g * c.out * _LN2,), save_output=True)
-expm1 = unary(
-    "expm1", np.expm1, lambda c, g: (g * (c.out + 1),), save_output=True, autocast={"cuda": "fp32"}
+abs_.register_complex(
+    kernel=lambda x: wrap(np.abs(x._data), x._dtype.to_real()),
+    meta=lambda x: pointwise_meta(x._dtype.to_real(), x),
+    derivative=lambda c, g: (g * c.args[0].sgn(),),  # the gradient of |z| is z / |z|
 )
-log = unary("log", np.log, lambda c, g: (g / c.args[0],), autocast={"cuda": "fp32"})
-log2 = unary("log2", np.log2, lambda c, g: (g / (c.args[0] * _LN2),), autocast={"cuda": "fp32"})
-log10 = unary("log10", np.log10, lambda c, g: (g / (c.args[0] * _LN10),), autocast={"cuda": "fp32"})
-log1p = unary("log1p", np.log1p, lambda c, g: (g / (c.args[0] + 1),), autocast={"cuda": "fp32"})
-sqrt = unary("sqrt", np.sqrt, lambda c, g: (g / (2 * c.out),), save_output=True)
+exp = unary(
+    "exp",
+    np.exp,
+    lambda c, g: (g * c.out,),
+    save_output=True,
+    autocast={"cuda": "fp32"},
+    complex_derivative=lambda c, g: (g * c.out.conj(),),
+)
+exp2 = unary("exp2", np.exp2, lambda c, g: (g * c.out * _LN2,), save_output=True, holomorphic=True)
+expm1 = unary(
+    "expm1",
+    np.expm1,
+    lambda c, g: (g * (c.out + 1),),
+    save_output=True,
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+)
+log = unary(
+    "log",
+    np.log,
+    lambda c, g: (g / c.args[0],),
+    autocast={"cuda": "fp32"},
+    complex_derivative=lambda c, g: (g / c.args[0].conj(),),
+)
+log2 = unary(
+    "log2",
+    np.log2,
+    lambda c, g: (g / (c.args[0] * _LN2),),
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+)
+log10 = unary(
+    "log10",
+    np.log10,
+    lambda c, g: (g / (c.args[0] * _LN10),),
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+)
+log1p = unary(
+    "log1p",
+    np.log1p,
+    lambda c, g: (g / (c.args[0] + 1),),
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+)
+sqrt = unary(
+    "sqrt",
+    np.sqrt,
+    lambda c, g: (g / (2 * c.out),),
+    save_output=True,
+    complex_derivative=lambda c, g: (g / (2 * c.out.conj()),),
+)
 rsqrt = unary(
     "rsqrt",
     np_rsqrt,
     lambda c, g: (g * -0.5 * c.out * c.out * c.out,),
     save_output=True,
     autocast={"cuda": "fp32"},
+    holomorphic=True,
 )
-sin = unary("sin", np.sin, lambda c, g: (g * c.args[0].cos(),))
-cos = unary("cos", np.cos, lambda c, g: (g * -c.args[0].sin(),))
+sin = unary(
+    "sin",
+    np.sin,
+    lambda c, g: (g * c.args[0].cos(),),
+    complex_derivative=lambda c, g: (g * c.args[0].cos().conj(),),
+)
+cos = unary(
+    "cos",
+    np.cos,
+    lambda c, g: (g * -c.args[0].sin(),),
+    complex_derivative=lambda c, g: (g * -c.args[0].sin().conj(),),
+)
 tan = unary(
     "tan",
     np.tan,
     lambda c, g: (g * (1 + c.out * c.out),),
     save_output=True,
     autocast={"cuda": "fp32"},
+    holomorphic=True,
 )
 asin = unary(
     "asin",
     np.arcsin,
     lambda c, g: (g * (1 - c.args[0] * c.args[0]).rsqrt(),),
     autocast={"cuda": "fp32"},
+    holomorphic=True,
 )
 acos = unary(
     "acos",
     np.arccos,
     lambda c, g: (-g * (1 - c.args[0] * c.args[0]).rsqrt(),),
     autocast={"cuda": "fp32"},
+    holomorphic=True,
 )
-atan = unary("atan", np.arctan, lambda c, g: (g / (1 + c.args[0] * c.args[0]),))
-sinh = unary("sinh", np.sinh, lambda c, g: (g * c.args[0].cosh(),), autocast={"cuda": "fp32"})
-cosh = unary("cosh", np.cosh, lambda c, g: (g * c.args[0].sinh(),), autocast={"cuda": "fp32"})
-tanh = unary("tanh", np.tanh, lambda c, g: (g * (1 - c.out * c.out),), save_output=True)
-asinh = unary("asinh", np.arcsinh, lambda c, g: (g * (c.args[0] * c.args[0] + 1).rsqrt(),))
-acosh = unary("acosh", np.arccosh, lambda c, g: (g * (c.args[0] * c.args[0] - 1).rsqrt(),))
-atanh = unary("atanh", np.arctanh, lambda c, g: (g / (1 - c.args[0] * c.args[0]),))
-sigmoid = unary("sigmoid", np_sigmoid, lambda c, g: (g * c.out * (1 - c.out),), save_output=True)
-erf = unary("erf", np_erf, lambda c, g: (g * _TWO_OVER_SQRT_PI * (-(c.args[0] * c.args[0])).exp(),))
+atan = unary("atan", np.arctan, lambda c, g: (g / (1 + c.args[0] * c.args[0]),), holomorphic=True)
+sinh = unary(
+    "sinh",
+    np.sinh,
+    lambda c, g: (g * c.args[0].cosh(),),
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+)
+cosh = unary(
+    "cosh",
+    np.cosh,
+    lambda c, g: (g * c.args[0].sinh(),),
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+)
+tanh = unary(
+    "tanh", np.tanh, lambda c, g: (g * (1 - c.out * c.out),), save_output=True, holomorphic=True
+)
+asinh = unary(
+    "asinh", np.arcsinh, lambda c, g: (g * (c.args[0] * c.args[0] + 1).rsqrt(),), holomorphic=True
+)
+acosh = unary(
+    "acosh", np.arccosh, lambda c, g: (g * (c.args[0] * c.args[0] - 1).rsqrt(),), holomorphic=True
+)
+atanh = unary(
+    "atanh", np.arctanh, lambda c, g: (g / (1 - c.args[0] * c.args[0]),), holomorphic=True
+)
+sigmoid = unary(
+    "sigmoid",
+    np_sigmoid,
+    lambda c, g: (g * c.out * (1 - c.out),),
+    save_output=True,
+    holomorphic=True,
+)
+erf = unary(
+    "erf",
+    np_erf,
+    lambda c, g: (g * _TWO_OVER_SQRT_PI * (-(c.args[0] * c.args[0])).exp(),),
+    complex_refused=complex_not_implemented("erf_vml_cpu"),
+)
 erfc = unary(
     "erfc",
     np_erfc,
     lambda c, g: (-g * _TWO_OVER_SQRT_PI * (-(c.args[0] * c.args[0])).exp(),),
+    complex_refused=complex_not_implemented("erfc_vml_cpu"),
 )
 erfinv = unary(
     "erfinv",
@@ -192,6 +287,7 @@ erfinv = unary(
     lambda c, g: (g * (math.sqrt(math.pi) / 2) * (c.out * c.out).exp(),),
     save_output=True,
     autocast={"cuda": "fp32"},
+    complex_refused=complex_not_implemented("erfinv_vml_cpu"),
 )
 reciprocal = unary(
     "reciprocal",
@@ -199,20 +295,78 @@ reciprocal = unary(
     lambda c, g: (-g * c.out * c.out,),
     save_output=True,
     autocast={"cuda": "fp32"},
+    holomorphic=True,
 )
-floor = unary("floor", np.floor, None, float_math=False)
-ceil = unary("ceil", np.ceil, None, float_math=False)
-trunc = unary("trunc", np.trunc, None, float_math=False)
-frac = unary("frac", lambda a: a - np.trunc(a), lambda c, g: (g,), float_math=False)
+# 1/z as a division (not numpy's reciprocal): 1/0 is inf+nanj and 1/7 has a +0 imaginary part,
+# as in PyTorch
+reciprocal.register_complex(
+    kernel=lambda x: wrap(np.divide(x._data.dtype.type(1), x._data), x._dtype),
+    meta=lambda x: pointwise_meta(x._dtype, x),
+)
+floor = unary(
+    "floor",
+    np.floor,
+    None,
+    float_math=False,
+    complex_refused=(NotImplementedError, "floor is not supported for complex inputs"),
+)
+ceil = unary(
+    "ceil",
+    np.ceil,
+    None,
+    float_math=False,
+    complex_refused=(NotImplementedError, "ceil is not supported for complex inputs"),
+)
+trunc = unary(
+    "trunc",
+    np.trunc,
+    None,
+    float_math=False,
+    complex_refused=(NotImplementedError, "trunc is not supported for complex inputs"),
+)
+frac = unary(
+    "frac",
+    lambda a: a - np.trunc(a),
+    lambda c, g: (g,),
+    float_math=False,
+    complex_refused=complex_not_implemented("frac_cpu"),
+)
 
-sign = unary("sign", np_sign, None, float_math=False)
+sign = unary(
+    "sign",
+    np_sign,
+    None,
+    float_math=False,
+    complex_refused=(
+        NotImplementedError,
+        "Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead.",
+    ),
+)
 sgn = sign
 isnan = unary("isnan", np.isnan, None, out_bool=True)
 isinf = unary("isinf", np.isinf, None, out_bool=True)
 isfinite = unary("isfinite", np.isfinite, None, out_bool=True)
-isposinf = unary("isposinf", np.isposinf, None, out_bool=True)
-isneginf = unary("isneginf", np.isneginf, None, out_bool=True)
-signbit = unary("signbit", np.signbit, None, out_bool=True)
+isposinf = unary(
+    "isposinf",
+    np.isposinf,
+    None,
+    out_bool=True,
+    complex_refused=(RuntimeError, "isposinf does not support complex inputs."),
+)
+isneginf = unary(
+    "isneginf",
+    np.isneginf,
+    None,
+    out_bool=True,
+    complex_refused=(RuntimeError, "isneginf does not support complex inputs."),
+)
+signbit = unary(
+    "signbit",
+    np.signbit,
+    None,
+    out_bool=True,
+    complex_refused=(RuntimeError, "signbit is not implemented for complex tensors."),
+)
 logical_not = unary("logical_not", np.logical_not, None, out_bool=True)
 
 
@@ -250,7 +404,7 @@ for _op in (floor, ceil, trunc, sign):
     _op.register_derivative(lambda c, g: (zero_grad(g),), save_inputs=())
 
 
-@defop(kind="pointwise", prim=True)
+@defop(kind="pointwise", prim=True, complex_refused=complex_not_implemented("round_vml_cpu"))
 def round(self: Tensor, *, decimals: int = 0): ...  # noqa: A001
 
 
@@ -390,6 +544,14 @@ def _save_cross(args, needs):
     return tuple(p for p, q in ((0, 1), (1, 0)) if needs[q])
 
 
+def _mul_complex_grad(c, g):
+    a, b = c.args
+    return (
+        g * conj_value(b) if needs_grad(c, 0) else None,
+        g * conj_value(a) if needs_grad(c, 1) else None,
+    )
+
+
 mul = binary(
     "mul",
     np.multiply,
@@ -397,6 +559,7 @@ mul = binary(
         g * c.args[1] if needs_grad(c, 0) else None,
         g * c.args[0] if needs_grad(c, 1) else None,
     ),
+    complex_derivative=_mul_complex_grad,
 )
 mul.saves_inputs = _save_cross
 
@@ -414,10 +577,30 @@ def _maxmin_grad(c, g):
     return ga, gb
 
 
-maximum = binary("maximum", np.maximum, _maxmin_grad)
-minimum = binary("minimum", np.minimum, _maxmin_grad)
-fmax = binary("fmax", np.fmax, None)
-fmin = binary("fmin", np.fmin, None)
+maximum = binary(
+    "maximum",
+    np.maximum,
+    _maxmin_grad,
+    complex_refused=(RuntimeError, "maximum not implemented for complex tensors."),
+)
+minimum = binary(
+    "minimum",
+    np.minimum,
+    _maxmin_grad,
+    complex_refused=(RuntimeError, "minimum not implemented for complex tensors."),
+)
+fmax = binary(
+    "fmax",
+    np.fmax,
+    None,
+    complex_refused=(RuntimeError, "fmax not implemented for complex tensors."),
+)
+fmin = binary(
+    "fmin",
+    np.fmin,
+    None,
+    complex_refused=(RuntimeError, "fmin not implemented for complex tensors."),
+)
 
 
 def _atan2_grad(c, g):
@@ -429,13 +612,27 @@ def _atan2_grad(c, g):
     )
 
 
-atan2 = binary("atan2", np.arctan2, _atan2_grad, kind="float", autocast={"cuda": "promote"})
+atan2 = binary(
+    "atan2",
+    np.arctan2,
+    _atan2_grad,
+    kind="float",
+    autocast={"cuda": "promote"},
+    complex_refused=complex_not_implemented("atan2_cpu"),
+)
 hypot = binary(
     "hypot",
     np.hypot,
     lambda c, g: (g * c.args[0] / hypot(*c.args), g * c.args[1] / hypot(*c.args)),
+    complex_refused=complex_not_implemented("hypot_cpu"),
 )
-copysign = binary("copysign", np.copysign, None, kind="float")
+copysign = binary(
+    "copysign",
+    np.copysign,
+    None,
+    kind="float",
+    complex_refused=complex_not_implemented("copysign_cpu"),
+)
 
 
 def _remainder_np(a, b, out=None):
@@ -457,19 +654,21 @@ remainder = binary(
     "remainder",
     _remainder_np,
     lambda c, g: (g, -g * (c.args[0] / c.args[1]).floor() if needs_grad(c, 1) else None),
+    complex_refused=complex_not_implemented("remainder_cpu"),
 )
 fmod = binary(
     "fmod",
     _fmod_np,
     lambda c, g: (g, -g * (c.args[0] / c.args[1]).trunc() if needs_grad(c, 1) else None),
+    complex_refused=complex_not_implemented("fmod_cpu"),
 )
 
 eq = binary("eq", np.equal, kind="bool")
 ne = binary("ne", np.not_equal, kind="bool")
-lt = binary("lt", np.less, kind="bool")
-le = binary("le", np.less_equal, kind="bool")
-gt = binary("gt", np.greater, kind="bool")
-ge = binary("ge", np.greater_equal, kind="bool")
+lt = binary("lt", np.less, kind="bool", complex_refused=complex_not_implemented("lt_cpu"))
+le = binary("le", np.less_equal, kind="bool", complex_refused=complex_not_implemented("le_cpu"))
+gt = binary("gt", np.greater, kind="bool", complex_refused=complex_not_implemented("gt_cpu"))
+ge = binary("ge", np.greater_equal, kind="bool", complex_refused=complex_not_implemented("ge_cpu"))
 logical_and = binary("logical_and", np.logical_and, kind="bool")
 logical_or = binary("logical_or", np.logical_or, kind="bool")
 logical_xor = binary("logical_xor", np.logical_xor, kind="bool")
@@ -489,9 +688,21 @@ def _bitwise(np_fn, np_bool_fn, kernel_name):
     return fn
 
 
-bitwise_and = binary("bitwise_and", _bitwise(np.bitwise_and, np.logical_and, "bitwise_and_cpu"))
-bitwise_or = binary("bitwise_or", _bitwise(np.bitwise_or, np.logical_or, "bitwise_or_cpu"))
-bitwise_xor = binary("bitwise_xor", _bitwise(np.bitwise_xor, np.logical_xor, "bitwise_xor_cpu"))
+bitwise_and = binary(
+    "bitwise_and",
+    _bitwise(np.bitwise_and, np.logical_and, "bitwise_and_cpu"),
+    complex_refused=complex_not_implemented("bitwise_and_cpu"),
+)
+bitwise_or = binary(
+    "bitwise_or",
+    _bitwise(np.bitwise_or, np.logical_or, "bitwise_or_cpu"),
+    complex_refused=complex_not_implemented("bitwise_or_cpu"),
+)
+bitwise_xor = binary(
+    "bitwise_xor",
+    _bitwise(np.bitwise_xor, np.logical_xor, "bitwise_xor_cpu"),
+    complex_refused=complex_not_implemented("bitwise_xor_cpu"),
+)
 bitwise_left_shift = binary(
     "bitwise_left_shift", _bitwise(np.left_shift, np.left_shift, "lshift_cpu")
 )
@@ -595,8 +806,27 @@ sub.register_derivative(
 )
 
 
-@defop(kind="pointwise", prim=True)
+def _div_complex_grad(c, g):
+    a, b, _ = c.args
+    return (
+        g / conj_value(b) if needs_grad(c, 0) else None,
+        -g * conj_value((a / b) / b) if needs_grad(c, 1) else None,
+    )
+
+
+@defop(kind="pointwise", prim=True, complex_derivative=_div_complex_grad)
 def div(self: TensorOrScalar, other: TensorOrScalar, *, rounding_mode: str | None = None): ...
+
+
+def _refuse_complex_rounding(x, y, rounding_mode) -> None:
+    """``div(..., rounding_mode=...)`` (``//``) has no complex kernel in PyTorch."""
+    d = complex_operand(div, (x, y, rounding_mode))
+    if d is not None:
+        from ..reductions.reduce import torch_type_name
+
+        raise NotImplementedError(
+            f"\"div_{rounding_mode}_cpu\" not implemented for '{torch_type_name(d)}'"
+        )
 
 
 _true_div = _make_binary_kernel(np.true_divide, "float")
@@ -606,6 +836,7 @@ _true_div = _make_binary_kernel(np.true_divide, "float")
 def _div_kernel(x, y, rounding_mode):
     if rounding_mode is None:
         return _true_div(x, y)
+    _refuse_complex_rounding(x, y, rounding_mode)
     if rounding_mode not in ("trunc", "floor"):
         raise RuntimeError(
             "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
@@ -634,6 +865,8 @@ def _div_kernel(x, y, rounding_mode):
 
 @div.register_meta
 def _div_meta(x, y, rounding_mode=None):
+    if rounding_mode is not None:
+        _refuse_complex_rounding(x, y, rounding_mode)
     d = binary_dtype(x, y)
     return pointwise_meta(to_float_dtype(d) if rounding_mode is None else d, x, y)
 
@@ -653,7 +886,22 @@ div.register_derivative(
 )
 
 
-@defop(kind="pointwise", prim=True, autocast={"cuda": "fp32"})
+def _complex_pow_grad(c, g):
+    """d(a^b) = b a^(b-1) da + a^b log(a) db, each coefficient conjugated (holomorphic)."""
+    a, b = c.args
+    ga = gb = None
+    if needs_grad(c, 0):
+        if isinstance(b, Tensor):
+            ga = where(b == 0, 0, g * (b * a ** (b - 1)).conj())
+        else:
+            ga = zero_grad(g) if b == 0 else g * conj_value(b * a ** (b - 1))
+    if needs_grad(c, 1):
+        log_a = a.log() if isinstance(a, Tensor) else cmath.log(a) if a != 0 else -math.inf
+        gb = g * conj_value((a**b) * log_a)
+    return ga, gb
+
+
+@defop(kind="pointwise", prim=True, autocast={"cuda": "fp32"}, complex_derivative=_complex_pow_grad)
 def pow(self: TensorOrScalar, exponent: TensorOrScalar): ...  # noqa: A001
 
 

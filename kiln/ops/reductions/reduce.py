@@ -27,6 +27,7 @@ from ..core.common import (
     wrap_dim,
     wrap_dims,
 )
+from ..core.complex_support import complex_not_implemented
 from ..core.registry import defop, return_type, tensor_method, torch_function
 from ..indexing.gather_scatter import gather, scatter_add
 from ..pointwise.unary_binary import maximum, minimum, where
@@ -286,7 +287,12 @@ sum.register_derivative(
 )
 
 
-@defop(kind="reduction", prim=True, autocast={"cpu": "fp32", "cuda": "fp32_set_dtype"})
+@defop(
+    kind="reduction",
+    prim=True,
+    autocast={"cpu": "fp32", "cuda": "fp32_set_dtype"},
+    holomorphic=True,
+)
 def prod(
     self: Tensor, dim: int | None = None, keepdim: bool = False, *, dtype: DType | None = None
 ): ...
@@ -355,8 +361,20 @@ def _extreme_grad(c, g):
     return (scale_by_count(expand_back(g, x.shape, dims, keepdim), mask, dims),)
 
 
-amax = defop(_amax_schema, name="amax", kind="reduction", prim=True)
-amin = defop(_amax_schema, name="amin", kind="reduction", prim=True)
+amax = defop(
+    _amax_schema,
+    name="amax",
+    kind="reduction",
+    prim=True,
+    complex_refused=complex_not_implemented("max_values_cpu"),
+)
+amin = defop(
+    _amax_schema,
+    name="amin",
+    kind="reduction",
+    prim=True,
+    complex_refused=complex_not_implemented("min_values_cpu"),
+)
 for _op, _np_fn in ((amax, np.maximum.reduce), (amin, np.minimum.reduce)):
     _op.register_kernel(_extreme_kernel(_op.name, _np_fn))
     _op.register_meta(_reduce_meta(lambda x: x._dtype))
@@ -389,8 +407,22 @@ def _arg_meta(x, dim=None, keepdim=False):
     return fake(reduced_shape(x._shape, reduce_dims(x, dim), keepdim), _int64, x)
 
 
-argmax = defop(_arg_schema, name="argmax", kind="reduction", prim=True, differentiable=False)
-argmin = defop(_arg_schema, name="argmin", kind="reduction", prim=True, differentiable=False)
+argmax = defop(
+    _arg_schema,
+    name="argmax",
+    kind="reduction",
+    prim=True,
+    differentiable=False,
+    complex_refused=(RuntimeError, "argmax(): does not support complex input"),
+)
+argmin = defop(
+    _arg_schema,
+    name="argmin",
+    kind="reduction",
+    prim=True,
+    differentiable=False,
+    complex_refused=(RuntimeError, "argmin(): does not support complex input"),
+)
 for _op, _np_fn in ((argmax, np.argmax), (argmin, np.argmin)):
     _op.register_kernel(_arg_kernel(_op.name, _np_fn))
     _op.register_meta(_arg_meta)
@@ -411,8 +443,12 @@ def _full_extreme_kernel(name, extreme):
     return kernel
 
 
-max_all = defop(_full_schema, name="max", kind="reduction")
-min_all = defop(_full_schema, name="min", kind="reduction")
+max_all = defop(
+    _full_schema, name="max", kind="reduction", complex_refused=complex_not_implemented("max_all")
+)
+min_all = defop(
+    _full_schema, name="min", kind="reduction", complex_refused=complex_not_implemented("min_all")
+)
 for _op, _extreme in ((max_all, amax), (min_all, amin)):
     _op.register_kernel(_full_extreme_kernel(_op.name, _extreme))
     _op.register_meta(lambda x: fake((), x._dtype, x))
@@ -428,8 +464,18 @@ for _op, _extreme in ((max_all, amax), (min_all, amin)):
 def _dim_select_schema(input: Tensor, dim: int, keepdim: bool = False): ...
 
 
-max_dim = defop(_dim_select_schema, name="max_dim", kind="reduction")
-min_dim = defop(_dim_select_schema, name="min_dim", kind="reduction")
+max_dim = defop(
+    _dim_select_schema,
+    name="max_dim",
+    kind="reduction",
+    complex_refused=(RuntimeError, "max(): does not support complex input"),
+)
+min_dim = defop(
+    _dim_select_schema,
+    name="min_dim",
+    kind="reduction",
+    complex_refused=(RuntimeError, "min(): does not support complex input"),
+)
 max_dim.returns = return_type("max", ("values", "indices"))
 min_dim.returns = return_type("min", ("values", "indices"))
 

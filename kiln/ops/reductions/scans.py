@@ -82,7 +82,9 @@ def reverse_cumsum(g: Tensor, dim: int) -> Tensor:
 
 
 cumsum = defop(_scan_schema, name="cumsum", kind="scan", autocast={"cuda": "fp32_set_dtype"})
-cumprod = defop(_scan_schema, name="cumprod", kind="scan", autocast={"cuda": "fp32_set_dtype"})
+cumprod = defop(
+    _scan_schema, name="cumprod", kind="scan", autocast={"cuda": "fp32_set_dtype"}, holomorphic=True
+)
 cumsum.register_kernel(_scan_kernel(np.add))
 cumprod.register_kernel(_scan_kernel(np.multiply))
 for _op in (cumsum, cumprod):

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...runtime import dtypes as dt
 from ..core.common import Scalar, Tensor, TensorOrScalar, fake, wrap, wrap_dim
+from ..core.complex_support import complex_not_implemented
 from ..core.registry import defop, return_type, tensor_method, torch_function
 from ..creation.factories import arange, full
 from ..indexing.gather_scatter import gather
@@ -45,7 +46,11 @@ def _size_along(x, dim: int) -> int:
 # ------------------------------------------------------------------------------ sort
 
 
-@defop(kind="sort", returns=("values", "indices"))
+@defop(
+    kind="sort",
+    returns=("values", "indices"),
+    complex_refused=(RuntimeError, " Sort does not support complex dtypes on CPU"),
+)
 def sort(self: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = False): ...
 
 
@@ -128,7 +133,11 @@ msort.register_decomposition(lambda x: sort(x, 0)[0])
 # ------------------------------------------------------------------------------ topk / kthvalue
 
 
-@defop(kind="sort", returns=("values", "indices"))
+@defop(
+    kind="sort",
+    returns=("values", "indices"),
+    complex_refused=(RuntimeError, " topk does not support complex dtypes on CPU"),
+)
 def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True): ...  # noqa: A002
 
 
@@ -283,7 +292,12 @@ def _full_median_decomp(ignore_nan: bool):
 def _full_median_schema(self: Tensor): ...
 
 
-median = defop(_full_median_schema, name="median", kind="sort")
+median = defop(
+    _full_median_schema,
+    name="median",
+    kind="sort",
+    complex_refused=complex_not_implemented("median_cpu"),
+)
 nanmedian = defop(_full_median_schema, name="nanmedian", kind="sort")
 for _op, _ignore_nan in ((median, False), (nanmedian, True)):
     _op.register_kernel(_full_median_kernel(_ignore_nan))
@@ -331,7 +345,7 @@ for _name, _op, _ignore_nan in (("median", median, False), ("nanmedian", nanmedi
 # ------------------------------------------------------------------------------ unique
 
 
-@defop(kind="sort", differentiable=False)
+@defop(kind="sort", differentiable=False, complex_refused=complex_not_implemented("unique"))
 def unique(
     self: Tensor,
     sorted: bool = True,  # noqa: A002

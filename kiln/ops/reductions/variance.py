@@ -109,6 +109,43 @@ std.register_decomposition(
 )
 
 
+def _complex_var(x, dim, correction, keepdim) -> np.ndarray:
+    """The mean squared distance |z - mean|^2 (a real number), with Bessel's correction."""
+    dims = reduce_dims(x, dim)
+    a = x._data
+    centred = a - a.mean(axis=dims, keepdims=True)
+    squares = (centred.real * centred.real + centred.imag * centred.imag).sum(
+        axis=dims, keepdims=keepdim
+    )
+    return squares / float(max(reduced_numel(x._shape, dims) - correction, 0))
+
+
+def _var_of_parts(x, dim=None, correction=1, keepdim=False):
+    """var(z) = var(Re z) + var(Im z), so the compiler sees real ops."""
+    return var(x.real, dim, correction=correction, keepdim=keepdim) + var(
+        x.imag, dim, correction=correction, keepdim=keepdim
+    )
+
+
+def _complex_var_meta(x, dim=None, correction=1, keepdim=False):
+    shape = reduced_shape(x._shape, reduce_dims(x, dim), keepdim)
+    return fake(shape, x._dtype.to_real(), x)
+
+
+# var's and std's own derivatives, 2 (z - mean) / (n - correction) and that over 2 std, are
+# already PyTorch's complex gradients: only their values need complex pieces
+var.register_complex(
+    kernel=lambda x, *rest: wrap(_complex_var(x, *rest), x._dtype.to_real()),
+    meta=_complex_var_meta,
+    decomposition=_var_of_parts,
+)
+std.register_complex(
+    kernel=lambda x, *rest: wrap(np.sqrt(_complex_var(x, *rest)), x._dtype.to_real()),
+    meta=_complex_var_meta,
+    decomposition=lambda x, *rest: _var_of_parts(x, *rest).sqrt(),
+)
+
+
 def _correction(name: str, dim, unbiased, correction):
     """PyTorch's three spellings: ``(x, unbiased)``, ``(x, dim, unbiased, keepdim)``, ``correction=``."""
     if isinstance(dim, bool):

@@ -161,6 +161,42 @@ def _safe_pow(base: Tensor, exponent: float) -> Tensor:
     return where(zero, 0, where(zero, 1, base) ** exponent)
 
 
+class _PartsContext:
+    """The derivative context of an op recomputed on the magnitudes of a complex input."""
+
+    __slots__ = ("op", "args", "out", "needs_input_grad")
+
+    def __init__(self, c, args):
+        self.op, self.args, self.out, self.needs_input_grad = c.op, args, c.out, c.needs_input_grad
+
+
+def _norm_of_magnitudes(x, ord=2, dim=None, keepdim=False, dtype=None):
+    """A complex vector's norm is the norm of its elements' magnitudes."""
+    return vector_norm(x.abs(), ord, dim, keepdim, dtype=None if dtype is None else dtype.to_real())
+
+
+def _norm_via_magnitudes(real_derivative):
+    """d norm / dz: the real formula's gradient for |z|, times d|z|/dz = sgn(z)."""
+
+    def derivative(c, g):
+        x, ord, dim, keepdim, dtype = c.args
+        magnitudes = x.abs()
+        args = (magnitudes, ord, dim, keepdim, None if dtype is None else dtype.to_real())
+        (grad_magnitudes,) = real_derivative(_PartsContext(c, args), g)
+        return (grad_magnitudes * x.sgn(),)
+
+    return derivative
+
+
+_real_norm_meta = vector_norm.meta
+vector_norm.register_complex(
+    kernel=lambda x, *rest: _norm_of_magnitudes(x, *rest),
+    meta=lambda x, *rest: _real_norm_meta(fake(x._shape, x._dtype.to_real(), x), *rest[:3], None),
+    derivative=_norm_via_magnitudes(vector_norm.derivative),
+    decomposition=_norm_of_magnitudes,
+)
+
+
 @torch_function()
 @tensor_method()
 def norm(input: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
