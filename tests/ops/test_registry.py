@@ -28,3 +28,14 @@ def test_list_ops():
     names = kiln.ops.list_ops()
     assert "add" in names and "softmax" in names
     assert set(kiln.ops.list_ops(prims_only=True)) <= set(names)
+
+
+def test_grad_fn_name_renames_only_the_results_of_composites():
+    # an op with a kernel records its own node (named by grad_fn_name); only a composite, which
+    # records none, hands its name to its result's node through its decomposition
+    for name, op in OPS.items():
+        if op.grad_fn_name is not None and op.kernel is not None:
+            assert not hasattr(op.decomposition, "__wrapped__"), name
+    x = kiln.randn(3, requires_grad=True)
+    assert kiln.stack([x, x]).grad_fn.name() == "StackBackward0"
+    assert x.sum(0).grad_fn.name() == "SumBackward1"

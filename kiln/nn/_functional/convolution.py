@@ -10,7 +10,7 @@ import math
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
-from ...ops.core.grad_fn_names import _rename
+from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
 from ...ops.nn import conv as _conv_ops
 from ...runtime import dtypes as dt
@@ -169,7 +169,7 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
     )
     cols = cols.reshape(x.shape[0], c * math.prod(kernel), -1)
     cols = cols.squeeze(0) if unbatched else cols
-    _rename(cols, (input,), "Im2ColBackward0")
+    rename_grad_fn(cols, (input,), "Im2ColBackward0")
     return cols
 
 
@@ -210,7 +210,7 @@ def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=
         grid, _patch_weight(c, kernel, cols), None, stride, padding, dilation, True, extra, c
     )
     out = out.squeeze(0) if unbatched else out
-    _rename(out, (input,), "Col2ImBackward0")
+    rename_grad_fn(out, (input,), "Col2ImBackward0")
     return out
 
 

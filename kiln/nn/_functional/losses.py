@@ -11,7 +11,7 @@ import warnings
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
-from ...ops.core.grad_fn_names import _rename
+from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.nn import losses as _loss
 from ...runtime.tensor import Tensor
 from .activations import logsigmoid
@@ -57,7 +57,7 @@ def cross_entropy(
     out = OPS["cross_entropy"](input, target, weight, reduction, ignore_index, label_smoothing)
     if target.is_floating_point() and target.shape == input.shape:
         # PyTorch's probability-target loss ends in a negation, or a division by the batch size
-        _rename(out, (input,), "DivBackward1" if reduction == "mean" else "NegBackward0")
+        rename_grad_fn(out, (input,), "DivBackward1" if reduction == "mean" else "NegBackward0")
     return out
 
 
@@ -241,7 +241,7 @@ def hinge_embedding_loss(
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean") -> Tensor:
     reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
     out = _loss.reduce_loss((-target * input).exp().log1p(), reduction)
-    _rename(out, (input,), "SoftMarginLossBackward0")
+    rename_grad_fn(out, (input,), "SoftMarginLossBackward0")
     return out
 
 

@@ -10,7 +10,7 @@ import math
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
-from ...ops.core.grad_fn_names import _rename
+from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
@@ -196,7 +196,7 @@ def adaptive_avg(input, output_size, dims):
     """Adaptive average pooling over the last ``dims`` dims (``None`` sizes keep the input's)."""
     sizes = _output_size(input, output_size, dims)
     out = OPS["_adaptive_avg_pool"](input, sizes)
-    _rename(out, (input,), _adaptive_name("Avg", dims, sizes))
+    rename_grad_fn(out, (input,), _adaptive_name("Avg", dims, sizes))
     return out
 
 
@@ -228,7 +228,7 @@ def _adaptive_max(input, output_size, return_indices, dims):
     values, indices = OPS["_adaptive_max_pool"](x, sizes)
     if unbatched:
         values, indices = values.squeeze(0), indices.squeeze(0)
-    _rename(values, (input,), _adaptive_name("Max", dims, sizes))
+    rename_grad_fn(values, (input,), _adaptive_name("Max", dims, sizes))
     return (values, indices) if return_indices else values
 
 

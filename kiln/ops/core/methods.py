@@ -24,6 +24,7 @@ from ...runtime.storage import writable_target
 from ...runtime.tensor import Tensor
 from ..creation import api
 from .dispatch import dispatch
+from .grad_fn_naming import renames_grad_fn, renaming
 from .registry import METHODS, OPS, Op, return_type, torch_function
 
 __all__ = ["install"]
@@ -426,6 +427,7 @@ def _size_eq(self, other):
     return self._shape == tuple(other._shape)
 
 
+@renames_grad_fn("TBackward0")
 def _t(self):
     if self.ndim > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
@@ -707,7 +709,7 @@ def install() -> None:
     T.__iter__ = _iter
     T.t = _t
     T.T = property(_T)
-    T.mT = property(_mT)
+    T.mT = property(renaming(_mT, "TransposeBackward0"))
     T.mH = property(lambda self: _mT(self, "mH").conj())
     T.H = property(_H)
     T.data = property(_data_get, _data_set)
@@ -780,6 +782,3 @@ def install() -> None:
     for name, op in OPS.items():
         if op.param_names[:1] == ("self",) and not name.startswith("_") and not hasattr(T, name):
             setattr(T, name, _method_of(op))
-    from .grad_fn_names import install as install_grad_fn_names
-
-    install_grad_fn_names()

@@ -18,7 +18,8 @@ What the rest of the stack needs to know about an op is declared here too, as ``
 arguments, never in tables keyed by op name elsewhere: ``autocast`` (what ``kiln.autocast`` does
 to its inputs, per device type; see ``amp.autocast_mode``); ``complex_refused``, ``holomorphic``
 and ``complex_derivative`` (what it does with complex inputs; see ``complex_support``, which the
-registration decorators apply).
+registration decorators apply); ``grad_fn_name`` (PyTorch's name for its autograd node, see
+``grad_fn_naming``).
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ class Op:
         "complex_refused",
         "holomorphic",
         "complex_derivative",
+        "grad_fn_name",
         "doc",
         "overloadpacket",
         "__weakref__",
@@ -154,6 +156,9 @@ class Op:
         self.complex_refused = None
         self.holomorphic = False
         self.complex_derivative = None
+        # PyTorch's name for its grad_fn node (a string or a function of the call's arguments);
+        # None: ``<Name>Backward0``
+        self.grad_fn_name = None
         self.doc = (schema.__doc__ or "").strip()
 
     def __call__(self, *args, **kwargs):
@@ -195,7 +200,13 @@ class Op:
         return deco(fn) if fn is not None else deco
 
     def register_decomposition(self, fn: Callable) -> Callable:
-        self.decomposition = self._refusing_complex(fn)
+        decomposition = self._refusing_complex(fn)
+        if self.grad_fn_name is not None and self.kernel is None:
+            # a composite records no node of its own: its name goes to its result's node
+            from .grad_fn_naming import renaming
+
+            decomposition = renaming(decomposition, self.grad_fn_name)
+        self.decomposition = decomposition
         return fn
 
     def register_complex(
@@ -308,12 +319,14 @@ def defop(
     complex_refused: tuple | None = None,
     holomorphic: bool = False,
     complex_derivative: Callable | None = None,
+    grad_fn_name: str | Callable | None = None,
 ):
     """Declare an op from a schema function; the function body is never run.
 
     ``autocast`` maps device types to the op's autocast policy (``{"cuda": "fp32"}``);
     ``complex_refused``, ``holomorphic`` and ``complex_derivative`` say what the op does with
-    complex inputs (``complex_support``).
+    complex inputs (``complex_support``); ``grad_fn_name`` is PyTorch's name for its autograd
+    node where it is not ``<Name>Backward0`` (``grad_fn_naming``).
     """
 
     def deco(schema):
@@ -326,6 +339,7 @@ def defop(
         op.complex_refused = complex_refused
         op.holomorphic = holomorphic
         op.complex_derivative = complex_derivative
+        op.grad_fn_name = grad_fn_name
         if returns:
             op.returns = return_type(op_name, returns)
         OPS[op_name] = op

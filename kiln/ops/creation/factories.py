@@ -700,7 +700,7 @@ def _clone_meta(x, memory_format=None):
 clone.register_derivative(lambda c, g: (g,), save_inputs=())
 
 
-@defop(kind="pointwise", prim=True, name="convert_element_type")
+@defop(kind="pointwise", prim=True, name="convert_element_type", grad_fn_name="ToCopyBackward0")
 def convert_element_type(self: Tensor, dtype: DType): ...
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...autograd.graph import SavedMeta
 from ...runtime import dtypes as dt
 from ..core.common import Tensor, TensorOrScalar, fake, scalar_value, wrap
 from ..core.common import wrap_dim as _wrap_dim
+from ..core.grad_fn_naming import is_tensor_arg
 from ..core.registry import OPS, defop, tensor_method, torch_function
 
 __all__ = ["INDEX_DTYPES", "index_dtype_name", "is_tensor_arg", "check_index_bounds", "as_1d"]
@@ -25,11 +25,6 @@ INDEX_DTYPES = (dt.int64, dt.int32)
 def index_dtype_name(dtype: dt.dtype) -> str:
     """A dtype's name as the indexing ops' error messages spell it ('Bool', 'Float32')."""
     return {"bool": "Bool", "bfloat16": "BFloat16"}.get(dtype.name, dtype.name.capitalize())
-
-
-def is_tensor_arg(x) -> bool:
-    """A tensor argument, or the metadata autograd saved in its place."""
-    return isinstance(x, (Tensor, SavedMeta))
 
 
 def _arange(n: int, like: Tensor) -> Tensor:
@@ -173,7 +168,10 @@ def _narrow_to(t: Tensor, shape) -> Tensor:
     return t
 
 
-@defop(kind="indexing")
+@defop(
+    kind="indexing",
+    grad_fn_name=lambda args: f"ScatterBackward{0 if is_tensor_arg(args[3]) else 1}",
+)
 def scatter(
     self: Tensor, dim: int, index: Tensor, src: TensorOrScalar, *, reduce: str | None = None
 ): ...

@@ -11,8 +11,9 @@ import numpy as np
 
 from ..core.common import Scalar, Tensor, TensorOrScalar, fake, scalar_value, wrap
 from ..core.common import wrap_dim as _wrap_dim
+from ..core.grad_fn_naming import is_tensor_arg
 from ..core.registry import OPS, defop
-from .gather_scatter import INDEX_DTYPES, as_1d, check_index_bounds, index_dtype_name, is_tensor_arg
+from .gather_scatter import INDEX_DTYPES, as_1d, check_index_bounds, index_dtype_name
 
 __all__: list[str] = []
 

@@ -223,7 +223,22 @@ def matmul_shape(sa, sb):
     return out
 
 
-@defop(kind="linalg", autocast={"cpu": "lower", "cuda": "lower"}, holomorphic=True)
+def _matmul_grad_fn_name(args) -> str:
+    """The op PyTorch's matmul lands on for these ranks (dot, mv, mm, or a batched product)."""
+    a, b = len(args[0].shape), len(args[1].shape)
+    if a <= 2 and b <= 2:
+        return {(1, 1): "DotBackward0", (2, 1): "MvBackward0", (2, 2): "MmBackward0"}.get(
+            (a, b), "SqueezeBackward4"
+        )
+    return "CloneBackward0" if a == 2 else "UnsafeViewBackward0"
+
+
+@defop(
+    kind="linalg",
+    autocast={"cpu": "lower", "cuda": "lower"},
+    holomorphic=True,
+    grad_fn_name=_matmul_grad_fn_name,
+)
 def matmul(self: Tensor, other: Tensor): ...
 
 
@@ -335,7 +350,7 @@ def matmul_dtype_name(d) -> str:
     )
 
 
-@defop(kind="linalg", autocast={"cuda": "promote"})
+@defop(kind="linalg", autocast={"cuda": "promote"}, grad_fn_name="DotBackward0")
 def dot(self: Tensor, tensor: Tensor): ...
 
 
@@ -373,7 +388,7 @@ def _ger(input: Tensor, vec2: Tensor) -> Tensor:
     return outer(input, vec2)
 
 
-@defop(kind="linalg", autocast={"cpu": "none", "cuda": "lower"})
+@defop(kind="linalg", autocast={"cpu": "none", "cuda": "lower"}, grad_fn_name="MvBackward0")
 def mv(self: Tensor, vec: Tensor): ...
 
 
@@ -648,7 +663,7 @@ def _diag_decomp(x, diagonal=0):
     raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {x.ndim}D")
 
 
-@defop(kind="linalg", autocast={"cpu": "fp32"})
+@defop(kind="linalg", autocast={"cpu": "fp32"}, grad_fn_name="TraceBackward0")
 def trace(self: Tensor): ...
 
 

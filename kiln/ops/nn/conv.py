@@ -353,7 +353,21 @@ def _pool_pads(x_spatial, out, kernel, stride, padding, dilation) -> list:
     return pads
 
 
-@defop(kind="pooling", returns=("values", "indices"))
+def _pool_grad_fn_name(template: str):
+    """1-d pooling runs as 2-d pooling of an unsqueezed input in PyTorch."""
+
+    def name(args) -> str:
+        dims = len(args[1])
+        return "SqueezeBackward1" if dims == 1 else template.format(dims)
+
+    return name
+
+
+@defop(
+    kind="pooling",
+    returns=("values", "indices"),
+    grad_fn_name=_pool_grad_fn_name("MaxPool{}DWithIndicesBackward0"),
+)
 def _max_pool(
     input: Tensor,
     kernel_size: list[int],
@@ -514,7 +528,7 @@ def gather_at(x: Tensor, index: Tensor) -> Tensor:
     return picked.reshape(tuple(index.shape))
 
 
-@defop(kind="pooling")
+@defop(kind="pooling", grad_fn_name=_pool_grad_fn_name("AvgPool{}DBackward0"))
 def _avg_pool(
     input: Tensor,
     kernel_size: list[int],

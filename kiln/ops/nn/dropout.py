@@ -13,7 +13,7 @@ from .softmax_linear import compute_array
 __all__: list[str] = []
 
 
-@defop(kind="nn")
+@defop(kind="nn", grad_fn_name="MulBackward0")
 def _masked_scale(input: Tensor, mask: Tensor, scale: float): ...
 
 

@@ -324,6 +324,16 @@ mse_loss = _elementwise_loss(
 def _l1_schema(input: Tensor, target: Tensor, reduction: str = "mean"): ...
 
 
+def _l1_loss_grad_fn_name(args) -> str:
+    reduction = args[-1]
+    return {
+        "none": "AbsBackward0",
+        0: "AbsBackward0",
+        "sum": "SumBackward0",
+        2: "SumBackward0",
+    }.get(reduction, "MeanBackward0")
+
+
 l1_loss = _elementwise_loss(
     "l1_loss",
     _l1_schema,
@@ -331,6 +341,7 @@ l1_loss = _elementwise_loss(
     lambda x, t: ((x - t).sign(), -(x - t).sign()),
     lambda x, t: (x - t).abs(),
     autocast={"cpu": "fp32", "cuda": "fp32"},
+    grad_fn_name=_l1_loss_grad_fn_name,
 )
 
 

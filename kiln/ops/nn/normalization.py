@@ -49,7 +49,7 @@ def _check_norm_shape(x, normalized_shape, weight, bias) -> tuple:
     return shape, tuple(range(x.ndim - k, x.ndim))
 
 
-@defop(kind="nn", autocast={"cuda": "fp32"})
+@defop(kind="nn", autocast={"cuda": "fp32"}, grad_fn_name="NativeLayerNormBackward0")
 def layer_norm(
     input: Tensor,
     normalized_shape: list[int],
@@ -311,7 +311,7 @@ def _rms_norm_decomp(x, normalized_shape, weight=None, eps=None):
     return y.to(x.dtype)
 
 
-@defop(kind="nn", autocast={"cuda": "fp32"})
+@defop(kind="nn", autocast={"cuda": "fp32"}, grad_fn_name="NativeGroupNormBackward0")
 def group_norm(
     input: Tensor,
     num_groups: int,

@@ -328,7 +328,22 @@ log_softmax.register_decomposition(_softmax_decomp(True))
 # ------------------------------------------------------------------------------ linear
 
 
-@defop(kind="linalg", autocast={"cpu": "lower", "cuda": "lower"}, holomorphic=True)
+def _linear_grad_fn_name(args) -> str:
+    """The op PyTorch's linear lands on: addmm with a bias on matrices, else mm or a view."""
+    ndim, has_bias = len(args[0].shape), args[2] is not None
+    if ndim == 2:
+        return "AddmmBackward0" if has_bias else "MmBackward0"
+    if has_bias:
+        return "ViewBackward0"
+    return "SqueezeBackward4" if ndim == 1 else "UnsafeViewBackward0"
+
+
+@defop(
+    kind="linalg",
+    autocast={"cpu": "lower", "cuda": "lower"},
+    holomorphic=True,
+    grad_fn_name=_linear_grad_fn_name,
+)
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None): ...
 
 

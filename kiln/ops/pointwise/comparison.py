@@ -112,6 +112,7 @@ def is_nonzero(input: Tensor) -> bool:  # noqa: A002
 @defop(
     kind="pointwise",
     complex_refused=(NotImplementedError, "clamp is not supported for complex types"),
+    grad_fn_name="ClampMinBackward0",
 )
 def clamp_min(self: Tensor, min: TensorOrScalar): ...  # noqa: A002
 
@@ -119,6 +120,7 @@ def clamp_min(self: Tensor, min: TensorOrScalar): ...  # noqa: A002
 @defop(
     kind="pointwise",
     complex_refused=(NotImplementedError, "clamp is not supported for complex types"),
+    grad_fn_name="ClampMaxBackward0",
 )
 def clamp_max(self: Tensor, max: TensorOrScalar): ...  # noqa: A002
 

@@ -26,6 +26,7 @@ from ..core.common import (
     to_float_dtype,
     wrap,
 )
+from ..core.grad_fn_naming import is_tensor_arg
 from ..core.registry import defop
 from ..reductions.reduce import torch_type_name
 from .unary_binary import as_np_operand, maximum, needs_grad, where
@@ -35,9 +36,15 @@ __all__: list[str] = []
 _bool = dt.bool_
 
 
+def _clamp_grad_fn_name(args) -> str:
+    tensor_bound = is_tensor_arg(args[1]) or is_tensor_arg(args[2])
+    return "ClampBackward0" if tensor_bound else "ClampBackward1"
+
+
 @defop(
     kind="pointwise",
     complex_refused=(NotImplementedError, "clamp is not supported for complex types"),
+    grad_fn_name=_clamp_grad_fn_name,
 )
 def clamp(self: Tensor, min: TensorOrScalar | None = None, max: TensorOrScalar | None = None): ...  # noqa: A002
 
@@ -242,13 +249,25 @@ nan_to_num.register_derivative(lambda c, g: (g * c.args[0].isfinite(),))
 def _addc_schema(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Scalar = 1): ...
 
 
-addcmul = defop(_addc_schema, name="addcmul", kind="pointwise", autocast={"cuda": "promote"})
+addcmul = defop(
+    _addc_schema,
+    name="addcmul",
+    kind="pointwise",
+    autocast={"cuda": "promote"},
+    grad_fn_name="AddcmulBackward0",
+)
 addcmul.register_decomposition(lambda x, a, b, value=1: x + value * a * b)
-addcdiv = defop(_addc_schema, name="addcdiv", kind="pointwise", autocast={"cuda": "promote"})
+addcdiv = defop(
+    _addc_schema,
+    name="addcdiv",
+    kind="pointwise",
+    autocast={"cuda": "promote"},
+    grad_fn_name="AddcdivBackward0",
+)
 addcdiv.register_decomposition(lambda x, a, b, value=1: x + value * a / b)
 
 
-@defop(kind="pointwise")
+@defop(kind="pointwise", grad_fn_name="PowBackward0")
 def square(self: Tensor): ...
 
 
@@ -256,7 +275,7 @@ def square(self: Tensor): ...
 square.register_decomposition(lambda x: x.long() * x.long() if x.dtype is _bool else x * x)
 
 
-@defop(kind="pointwise")
+@defop(kind="pointwise", grad_fn_name="XlogyBackward0")
 def xlogy(self: Tensor, other: TensorOrScalar): ...
 
 
@@ -288,7 +307,7 @@ def _as_float_operands(x, y):
     return tuple(v.to(d) if isinstance(v, Tensor) and v.dtype is not d else v for v in (x, y))
 
 
-@defop(kind="pointwise")
+@defop(kind="pointwise", grad_fn_name="LogitBackward0")
 def logit(self: Tensor, eps: float | None = None): ...
 
 

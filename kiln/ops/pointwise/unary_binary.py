@@ -34,6 +34,7 @@ from ..core.common import (
     zero_grad,
 )
 from ..core.complex_support import complex_not_implemented, complex_operand, conj_value
+from ..core.grad_fn_naming import is_tensor_arg
 from ..core.registry import defop
 from ..special.numpy_kernels import np_erfc
 from .numpy_math import (
@@ -794,7 +795,13 @@ def _sub_meta(x, y, alpha=1):
     return pointwise_meta(binary_dtype(x, y), x, y)
 
 
-sub = defop(_alpha_schema, name="sub", kind="pointwise", prim=True)
+sub = defop(
+    _alpha_schema,
+    name="sub",
+    kind="pointwise",
+    prim=True,
+    grad_fn_name=lambda args: "SubBackward0" if is_tensor_arg(args[0]) else "RsubBackward1",
+)
 sub.register_kernel(_checked_sub_kernel)
 sub.register_meta(_sub_meta)
 sub.register_derivative(
@@ -814,7 +821,12 @@ def _div_complex_grad(c, g):
     )
 
 
-@defop(kind="pointwise", prim=True, complex_derivative=_div_complex_grad)
+@defop(
+    kind="pointwise",
+    prim=True,
+    complex_derivative=_div_complex_grad,
+    grad_fn_name=lambda args: "DivBackward0" if is_tensor_arg(args[0]) else "MulBackward0",
+)
 def div(self: TensorOrScalar, other: TensorOrScalar, *, rounding_mode: str | None = None): ...
 
 
@@ -901,7 +913,19 @@ def _complex_pow_grad(c, g):
     return ga, gb
 
 
-@defop(kind="pointwise", prim=True, autocast={"cuda": "fp32"}, complex_derivative=_complex_pow_grad)
+def _pow_grad_fn_name(args) -> str:
+    if not is_tensor_arg(args[0]):
+        return "PowBackward2"
+    return "PowBackward1" if is_tensor_arg(args[1]) else "PowBackward0"
+
+
+@defop(
+    kind="pointwise",
+    prim=True,
+    autocast={"cuda": "fp32"},
+    complex_derivative=_complex_pow_grad,
+    grad_fn_name=_pow_grad_fn_name,
+)
 def pow(self: TensorOrScalar, exponent: TensorOrScalar): ...  # noqa: A001
 
 

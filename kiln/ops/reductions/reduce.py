@@ -28,6 +28,7 @@ from ..core.common import (
     wrap_dims,
 )
 from ..core.complex_support import complex_not_implemented
+from ..core.grad_fn_naming import overload_name
 from ..core.registry import defop, return_type, tensor_method, torch_function
 from ..indexing.gather_scatter import gather, scatter_add
 from ..pointwise.unary_binary import maximum, minimum, where
@@ -259,7 +260,17 @@ def _check_reducible(name: str, x, dims, full: bool, error=RuntimeError) -> None
 # ------------------------------------------------------------------------------ sum / prod
 
 
-@defop(kind="reduction", prim=True, autocast={"cuda": "fp32_set_dtype"})
+def _has_dim(args) -> int:
+    """The overload number of a reduction: 1 when it names dims (``x.sum(0)``), else 0."""
+    return int(args[1] is not None)
+
+
+@defop(
+    kind="reduction",
+    prim=True,
+    autocast={"cuda": "fp32_set_dtype"},
+    grad_fn_name=overload_name("Sum", _has_dim),
+)
 def sum(
     self: Tensor, dim: list[int] | None = None, keepdim: bool = False, *, dtype: DType | None = None
 ): ...  # noqa: A001
@@ -292,6 +303,7 @@ sum.register_derivative(
     prim=True,
     autocast={"cpu": "fp32", "cuda": "fp32_set_dtype"},
     holomorphic=True,
+    grad_fn_name=overload_name("Prod", _has_dim),
 )
 def prod(
     self: Tensor, dim: int | None = None, keepdim: bool = False, *, dtype: DType | None = None
@@ -444,10 +456,18 @@ def _full_extreme_kernel(name, extreme):
 
 
 max_all = defop(
-    _full_schema, name="max", kind="reduction", complex_refused=complex_not_implemented("max_all")
+    _full_schema,
+    name="max",
+    kind="reduction",
+    complex_refused=complex_not_implemented("max_all"),
+    grad_fn_name="MaxBackward1",
 )
 min_all = defop(
-    _full_schema, name="min", kind="reduction", complex_refused=complex_not_implemented("min_all")
+    _full_schema,
+    name="min",
+    kind="reduction",
+    complex_refused=complex_not_implemented("min_all"),
+    grad_fn_name="MinBackward1",
 )
 for _op, _extreme in ((max_all, amax), (min_all, amin)):
     _op.register_kernel(_full_extreme_kernel(_op.name, _extreme))
@@ -469,12 +489,14 @@ max_dim = defop(
     name="max_dim",
     kind="reduction",
     complex_refused=(RuntimeError, "max(): does not support complex input"),
+    grad_fn_name="MaxBackward0",
 )
 min_dim = defop(
     _dim_select_schema,
     name="min_dim",
     kind="reduction",
     complex_refused=(RuntimeError, "min(): does not support complex input"),
+    grad_fn_name="MinBackward0",
 )
 max_dim.returns = return_type("max", ("values", "indices"))
 min_dim.returns = return_type("min", ("values", "indices"))
@@ -596,7 +618,7 @@ def aminmax(input: Tensor, *, dim: int | None = None, keepdim: bool = False):
 # ------------------------------------------------------------------------------ mean
 
 
-@defop(kind="reduction")
+@defop(kind="reduction", grad_fn_name=overload_name("Mean", _has_dim))
 def mean(
     self: Tensor, dim: list[int] | None = None, keepdim: bool = False, *, dtype: DType | None = None
 ): ...

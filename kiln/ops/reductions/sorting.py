@@ -17,6 +17,7 @@ import numpy as np
 from ...runtime import dtypes as dt
 from ..core.common import Scalar, Tensor, TensorOrScalar, fake, wrap, wrap_dim
 from ..core.complex_support import complex_not_implemented
+from ..core.grad_fn_naming import renaming
 from ..core.registry import defop, return_type, tensor_method, torch_function
 from ..creation.factories import arange, full
 from ..indexing.gather_scatter import gather
@@ -336,8 +337,18 @@ def _median_function(name: str, full_op, ignore_nan: bool):
     return fn
 
 
-for _name, _op, _ignore_nan in (("median", median, False), ("nanmedian", nanmedian, True)):
+def _median_grad_fn_name(args, kwargs) -> str:
+    has_dim = len(args) > 1 or kwargs.get("dim") is not None
+    return "MedianBackward1" if has_dim else "MedianBackward0"
+
+
+for _name, _op, _ignore_nan, _grad_fn_name in (
+    ("median", median, False, _median_grad_fn_name),
+    ("nanmedian", nanmedian, True, None),
+):
     _fn = _median_function(_name, _op, _ignore_nan)
+    if _grad_fn_name is not None:
+        _fn = renaming(_fn, _grad_fn_name)
     torch_function(_name)(_fn)
     tensor_method(_name)(_fn)
 

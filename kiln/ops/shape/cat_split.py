@@ -11,6 +11,7 @@ import numpy as np
 
 from ...runtime import dtypes as dt
 from ..core.common import Tensor, TensorList, fake, wrap, wrap_dim, writes_out
+from ..core.grad_fn_naming import renames_grad_fn
 from ..core.registry import OPS, defop, tensor_method, torch_function
 from .shape_functions import narrow, tensor_args
 
@@ -112,7 +113,7 @@ def _concat(tensors, dim: int = 0, *, axis: int | None = None, out=None) -> Tens
     return cat(tensors, dim if axis is None else axis)
 
 
-@defop(kind="shape", autocast={"cpu": "promote"})
+@defop(kind="shape", autocast={"cpu": "promote"}, grad_fn_name="StackBackward0")
 def stack(tensors: TensorList, dim: int = 0): ...
 
 
@@ -231,7 +232,13 @@ def _split_method(self: Tensor, split_size, dim: int = 0) -> tuple:
     return split(self, split_size, dim)
 
 
+def _split_grad_fn_name(args, kwargs) -> str:
+    sizes = args[1] if len(args) > 1 else kwargs.get("split_size_or_sections")
+    return "SplitWithSizesBackward0" if isinstance(sizes, (list, tuple)) else "SplitBackward0"
+
+
 @torch_function()
+@renames_grad_fn(_split_grad_fn_name)
 def split(input: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
     if isinstance(split_size_or_sections, (list, tuple)):
         return split_with_sizes(input, split_size_or_sections, dim)
@@ -253,6 +260,7 @@ def split(input: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
 
 @torch_function()
 @tensor_method()
+@renames_grad_fn("SplitBackward0")
 def chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple:
     if input.ndim == 0:
         raise RuntimeError("chunk expects at least a 1-dimensional tensor")

@@ -32,7 +32,7 @@ def _varargs(args: tuple, keyword) -> tuple:
 # ------------------------------------------------------------------------------ repeating
 
 
-@defop(kind="shape")
+@defop(kind="shape", grad_fn_name="RepeatBackward0")
 def repeat(self: Tensor, repeats: list[int]): ...
 
 

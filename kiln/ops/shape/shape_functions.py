@@ -15,6 +15,7 @@ import numpy as np
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Size
 from ..core.common import Tensor, broadcast_shapes, fake, wrap_dim
+from ..core.grad_fn_naming import renames_grad_fn
 from ..core.registry import OPS, defop, tensor_method, torch_function
 
 __all__ = ["transpose", "flatten", "unflatten", "narrow", "unbind", "movedim", "tensor_args"]
@@ -25,6 +26,7 @@ _as_strided_np = np.lib.stride_tricks.as_strided
 
 @torch_function("transpose", "swapaxes", "swapdims")
 @tensor_method("transpose", "swapaxes", "swapdims")
+@renames_grad_fn("TransposeBackward0")
 def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:
     n = input.ndim
     d0 = wrap_dim(dim0, n)
@@ -90,6 +92,7 @@ def _need_dims(input: Tensor, dim: int) -> None:
 
 @torch_function()
 @tensor_method()
+@renames_grad_fn("UnbindBackward0")
 def unbind(input: Tensor, dim: int = 0) -> tuple:
     _need_dims(input, dim)
     d = wrap_dim(dim, input.ndim)

@@ -13,6 +13,7 @@ import numpy as np
 from ...runtime.memory_format import contiguous_format
 from ...runtime.tensor import contiguous_strides
 from ..core.common import Tensor, fake, wrap, wrap_dim, wrap_dims
+from ..core.grad_fn_naming import rename_grad_fn
 from ..core.registry import defop
 
 __all__: list[str] = []
@@ -141,7 +142,11 @@ def _reshape_decomp(x, shape):
     shape = infer_size(shape, x.numel())
     if view_strides(x._shape, x.stride(), shape) is not None:
         return view(x, shape)
-    return view(x.clone(memory_format=contiguous_format), shape)
+    out = view(x.clone(memory_format=contiguous_format), shape)
+    if x._requires_grad and x._data is not None:
+        # PyTorch's node is UnsafeViewBackward0 when reshape had to copy, ViewBackward0 otherwise
+        rename_grad_fn(out, (x,), "UnsafeViewBackward0")
+    return out
 
 
 @reshape.register_meta
@@ -353,7 +358,12 @@ select.register_derivative(
 # ------------------------------------------------------------------------------ squeeze / unsqueeze
 
 
-@defop(kind="view", prim=True, view=True)
+def _squeeze_grad_fn_name(args) -> str:
+    dim = args[1]
+    return f"SqueezeBackward{0 if dim is None else 2 if isinstance(dim, (list, tuple)) else 1}"
+
+
+@defop(kind="view", prim=True, view=True, grad_fn_name=_squeeze_grad_fn_name)
 def squeeze(self: Tensor, dim: list[int] | None = None): ...
 
 
