@@ -39,3 +39,15 @@ def test_grad_fn_name_renames_only_the_results_of_composites():
     x = kiln.randn(3, requires_grad=True)
     assert kiln.stack([x, x]).grad_fn.name() == "StackBackward0"
     assert x.sum(0).grad_fn.name() == "SumBackward1"
+
+
+def test_method_binding_follows_the_op_records():
+    # the op of a name is the Tensor method of that name when its first parameter is self;
+    # aliases and in-place variants come from the record too
+    x = kiln.tensor([-1.5, 2.0])
+    assert kiln.ops.abs.aliases == ("absolute",)
+    assert kiln.absolute(x).tolist() == x.absolute().tolist() == x.abs().tolist()
+    assert kiln.ops.index_put.inplace_method and hasattr(x, "index_put_")
+    y = kiln.zeros(2)
+    y.addmv_(kiln.eye(2), x)
+    assert y.tolist() == x.tolist()

@@ -1,6 +1,6 @@
 """Tensor methods and Python operators, attached to ``Tensor`` from the op table.
 
-Most methods are the op of the same name with ``self`` first; the table below lists them. Methods
+Most methods are the op of the same name: every op whose first parameter is ``self``. Methods
 with PyTorch-specific argument parsing (``view(*shape)``, ``to(...)``, ``max(dim)``...) are
 written out. In-place variants (``add_``) are generated ops that mutate ``self``.
 """
@@ -36,54 +36,6 @@ def _shape_args(args):
     if len(args) == 1 and isinstance(args[0], Tensor):
         return tuple(int(v) for v in args[0].tolist())
     return tuple(args)
-
-
-# ops whose method form is simply op(self, *args, **kwargs)
-_SAME_NAME_METHODS = """
-neg abs exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh
-asinh acosh atanh sigmoid erf erfc erfinv reciprocal floor ceil trunc frac sign sgn round isnan
-isinf isfinite isposinf isneginf signbit logical_not bitwise_not relu
-maximum minimum fmax fmin atan2 hypot copysign remainder fmod eq ne lt le gt ge logical_and
-logical_or logical_xor bitwise_and bitwise_or bitwise_xor bitwise_left_shift bitwise_right_shift
-add sub mul div pow where clamp lerp masked_fill nan_to_num addcmul addcdiv square xlogy logit
-clone tril triu mm bmm matmul sum mean sum_to_size squeeze unsqueeze diagonal as_strided
-""".split()
-
-_EXTRA_INPLACE = {
-    "index_put",
-    "scatter",
-    "scatter_add",
-    "scatter_reduce",
-    "index_add",
-    "index_fill",
-    "index_copy",
-    "index_reduce",
-    "masked_scatter",
-    "put",
-}
-
-_ALIASES = {
-    "absolute": "abs",
-    "negative": "neg",
-    "arcsin": "asin",
-    "arccos": "acos",
-    "arctan": "atan",
-    "arctan2": "atan2",
-    "arccosh": "acosh",
-    "arcsinh": "asinh",
-    "arctanh": "atanh",
-    "multiply": "mul",
-    "subtract": "sub",
-    "divide": "div",
-    "true_divide": "div",
-    "clip": "clamp",
-    "greater": "gt",
-    "greater_equal": "ge",
-    "less": "lt",
-    "less_equal": "le",
-    "not_equal": "ne",
-    "fix": "trunc",
-}
 
 
 def _method_of(op: Op):
@@ -650,17 +602,14 @@ def _ne(self, other):
 def install() -> None:
     """Attach every method and operator to ``Tensor``."""
     T = Tensor
-    for name in _SAME_NAME_METHODS:
-        if name in OPS:
-            setattr(T, name, _method_of(OPS[name]))
-    for alias, target in _ALIASES.items():
-        if target in OPS:
-            setattr(T, alias, _method_of(OPS[target]))
-    # in-place variants of every pointwise op whose first argument is ``self``, plus the
-    # indexing ops PyTorch offers in place
+    for op in list(OPS.values()):
+        for alias in op.aliases:
+            setattr(T, alias, _method_of(op))
+    # in-place variants of every pointwise op whose first argument is ``self``, plus the ops
+    # whose record asks for one (indexing, addmm...)
     for name in list(OPS):
         op = OPS[name]
-        if name in _EXTRA_INPLACE or (
+        if op.inplace_method or (
             op.kind == "pointwise"
             and not name.endswith("_")
             and op.param_names[:1] == ("self",)
@@ -668,9 +617,10 @@ def install() -> None:
         ):
             ip = _make_inplace_op(op)
             setattr(T, ip.name, _method_of(ip))
-    for alias, target in _ALIASES.items():
-        if target + "_" in OPS:
-            setattr(T, alias + "_", _method_of(OPS[target + "_"]))
+    for op in list(OPS.values()):
+        if op.inplace_variant is not None:
+            for alias in op.aliases:
+                setattr(T, alias + "_", _method_of(op.inplace_variant))
 
     T.view = _view
     T.reshape = _reshape

@@ -4,7 +4,6 @@ signature, else the Python function registered with ``torch_function``.
 
 from __future__ import annotations
 
-from .methods import _ALIASES, _SAME_NAME_METHODS
 from .registry import NAMESPACE, OPS
 
 __all__ = ["public_functions"]
@@ -27,12 +26,9 @@ def public_functions() -> dict:
     for name, op in OPS.items():
         if not name.startswith("_") and name not in _NOT_PUBLIC and name not in api.__all__:
             out[name] = op
-    for name in _SAME_NAME_METHODS:
-        if name in OPS and name not in _NOT_PUBLIC:
-            out[name] = OPS[name]
-    for alias, target in _ALIASES.items():
-        if target in OPS:
-            out[alias] = OPS[target]
+    for op in OPS.values():
+        for alias in op.aliases:
+            out[alias] = op
     for name in ("relu_", "sigmoid_", "tanh_", "exp_", "zero_", "fill_"):
         if name in OPS:
             out[name] = OPS[name]

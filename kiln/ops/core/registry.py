@@ -19,7 +19,10 @@ arguments, never in tables keyed by op name elsewhere: ``autocast`` (what ``kiln
 to its inputs, per device type; see ``amp.autocast_mode``); ``complex_refused``, ``holomorphic``
 and ``complex_derivative`` (what it does with complex inputs; see ``complex_support``, which the
 registration decorators apply); ``grad_fn_name`` (PyTorch's name for its autograd node, see
-``grad_fn_naming``).
+``grad_fn_naming``); ``aliases`` (PyTorch's other names for it, as ``kiln.<alias>`` and
+``Tensor.<alias>``) and ``inplace_method`` (whether ``Tensor.<name>_`` exists beyond the pointwise
+ops, which all have one). An op whose first parameter is ``self`` is the Tensor method of its
+name (``core.methods``).
 """
 
 from __future__ import annotations
@@ -108,6 +111,8 @@ class Op:
         "holomorphic",
         "complex_derivative",
         "grad_fn_name",
+        "aliases",
+        "inplace_method",
         "doc",
         "overloadpacket",
         "__weakref__",
@@ -159,6 +164,8 @@ class Op:
         # PyTorch's name for its grad_fn node (a string or a function of the call's arguments);
         # None: ``<Name>Backward0``
         self.grad_fn_name = None
+        self.aliases = ()  # PyTorch's other names for the op (``absolute`` for ``abs``)
+        self.inplace_method = False  # Tensor.<name>_ for a non-pointwise op (``index_put_``)
         self.doc = (schema.__doc__ or "").strip()
 
     def __call__(self, *args, **kwargs):
@@ -320,13 +327,16 @@ def defop(
     holomorphic: bool = False,
     complex_derivative: Callable | None = None,
     grad_fn_name: str | Callable | None = None,
+    aliases: tuple = (),
+    inplace_method: bool = False,
 ):
     """Declare an op from a schema function; the function body is never run.
 
     ``autocast`` maps device types to the op's autocast policy (``{"cuda": "fp32"}``);
     ``complex_refused``, ``holomorphic`` and ``complex_derivative`` say what the op does with
     complex inputs (``complex_support``); ``grad_fn_name`` is PyTorch's name for its autograd
-    node where it is not ``<Name>Backward0`` (``grad_fn_naming``).
+    node where it is not ``<Name>Backward0`` (``grad_fn_naming``); ``aliases`` are its other
+    names; ``inplace_method`` gives a non-pointwise op a ``Tensor.<name>_`` variant.
     """
 
     def deco(schema):
@@ -340,6 +350,8 @@ def defop(
         op.holomorphic = holomorphic
         op.complex_derivative = complex_derivative
         op.grad_fn_name = grad_fn_name
+        op.aliases = tuple(aliases)
+        op.inplace_method = inplace_method
         if returns:
             op.returns = return_type(op_name, returns)
         OPS[op_name] = op

@@ -1,9 +1,8 @@
-"""Tensor methods PyTorch has that the op table did not give: in-place variants of linear-algebra
-and scan ops (``addmm_``, ``cumsum_``...), ``narrow_copy``, ``type_as``, ``fill_diagonal_``,
-``resize_``/``resize_as_`` and the element-by-element Python escapes ``apply_``/``map_``.
+"""Tensor methods PyTorch has that the op table does not give: ``narrow_copy``, ``type_as``,
+``fill_diagonal_``, ``resize_``/``resize_as_`` and the element-by-element Python escapes
+``apply_``/``map_``. (In-place variants of linear-algebra and scan ops, ``addmm_``, ``cumsum_``...,
+are generated from their ops' records, ``defop(inplace_method=True)``, like ``add_``.)
 
-The in-place variants are generated from their out-of-place ops the same way the pointwise ones
-are (``methods._make_inplace_op``), so autograd and graph capture treat them like ``add_``.
 ``resize_``, ``apply_`` and ``map_`` work on CPU data directly: they change storage or call
 Python per element, which no graph can express (under capture they raise, a graph break).
 """
@@ -19,15 +18,9 @@ from ...runtime.storage import Storage
 from ...runtime.tensor import Size
 from ..creation.api import tensor
 from .common import Tensor
-from .methods import _make_inplace_op
-from .registry import OPS, tensor_method, torch_function
+from .registry import tensor_method, torch_function
 
 __all__: list[str] = []
-
-# ``Tensor.<name>_`` for these ops: mutate ``self`` with the op's result
-_INPLACE_FROM = ("addmm", "addmv", "addbmm", "baddbmm", "addr", "cumsum", "cumprod", "renorm")
-for _name in _INPLACE_FROM:
-    _make_inplace_op(OPS[_name])
 
 
 @torch_function()

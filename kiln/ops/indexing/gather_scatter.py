@@ -171,6 +171,7 @@ def _narrow_to(t: Tensor, shape) -> Tensor:
 @defop(
     kind="indexing",
     grad_fn_name=lambda args: f"ScatterBackward{0 if is_tensor_arg(args[3]) else 1}",
+    inplace_method=True,
 )
 def scatter(
     self: Tensor, dim: int, index: Tensor, src: TensorOrScalar, *, reduce: str | None = None
@@ -270,7 +271,7 @@ def _scatter_inplace(self, dim, index, src=None, *, value=None, reduce=None):
     return OPS["scatter_"](self, dim, index, _scatter_arg(src, value), reduce=reduce)
 
 
-@defop(kind="indexing", prim=True, autocast={"cuda": "promote"})
+@defop(kind="indexing", prim=True, autocast={"cuda": "promote"}, inplace_method=True)
 def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor): ...
 
 
@@ -301,7 +302,7 @@ scatter_add.register_derivative(_scatter_add_grad, save_inputs=(2,))
 # ------------------------------------------------------------------------------ scatter_reduce
 
 
-@defop(kind="indexing", prim=True)
+@defop(kind="indexing", prim=True, inplace_method=True)
 def scatter_reduce(
     self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *, include_self: bool = True
 ): ...

@@ -134,7 +134,7 @@ def _source_grad(g, dim, index, source, scale=1):
     return gs * scale if scale != 1 else gs
 
 
-@defop(kind="indexing")
+@defop(kind="indexing", inplace_method=True)
 def index_add(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Scalar = 1): ...
 
 
@@ -174,7 +174,7 @@ def _index_add_decomp(x, dim, index, source, alpha=1):
     return _dim_put_decomp(x, d, index, source * alpha if alpha != 1 else source, True)
 
 
-@defop(kind="indexing")
+@defop(kind="indexing", inplace_method=True)
 def index_fill(self: Tensor, dim: int, index: Tensor, value: TensorOrScalar): ...
 
 
@@ -223,7 +223,7 @@ def _index_fill_decomp(x, dim, index, value):
     return _dim_put_decomp(x, d, index, value, False)
 
 
-@defop(kind="indexing", autocast={"cpu": "promote"})
+@defop(kind="indexing", autocast={"cpu": "promote"}, inplace_method=True)
 def index_copy(self: Tensor, dim: int, index: Tensor, source: Tensor): ...
 
 
@@ -263,7 +263,7 @@ index_copy.register_decomposition(
 # ------------------------------------------------------------------------------ index_reduce
 
 
-@defop(kind="indexing")
+@defop(kind="indexing", inplace_method=True)
 def index_reduce(
     self: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, *, include_self: bool = True
 ): ...

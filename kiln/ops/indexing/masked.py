@@ -66,7 +66,7 @@ def _masked_select_decomp(x, mask):
     return OPS["index"](x.expand(shape), [mask.expand(shape)])
 
 
-@defop(kind="indexing")
+@defop(kind="indexing", inplace_method=True)
 def masked_scatter(self: Tensor, mask: Tensor, source: Tensor): ...
 
 
@@ -166,7 +166,7 @@ take.register_derivative(_take_grad, save_inputs=(1,))
 take.register_decomposition(lambda x, index: OPS["index"](x.reshape(-1), [index]))
 
 
-@defop(kind="indexing")
+@defop(kind="indexing", inplace_method=True)
 def put(self: Tensor, index: Tensor, source: Tensor, accumulate: bool = False): ...
 
 

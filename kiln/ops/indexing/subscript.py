@@ -151,7 +151,7 @@ index.register_derivative(_index_grad, save_inputs=(1,))
 # ------------------------------------------------------------------------------ index_put (prim)
 
 
-@defop(kind="indexing", prim=True, autocast={"cuda": "promote"})
+@defop(kind="indexing", prim=True, autocast={"cuda": "promote"}, inplace_method=True)
 def index_put(
     self: Tensor, indices: list[Tensor | None], values: Tensor, accumulate: bool = False
 ): ...

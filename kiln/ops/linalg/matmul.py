@@ -514,6 +514,7 @@ addmm = _addmm_like(
     lambda g, a, b, na, nb: (mm(g, b.t()) if na else None, mm(a.t(), g) if nb else None),
     autocast={"cpu": "lower", "cuda": "lower"},
     holomorphic=True,
+    inplace_method=True,
 )
 addmv = _addmm_like(
     "addmv",
@@ -524,6 +525,7 @@ addmv = _addmm_like(
     lambda g, m, v, nm, nv: (outer(g, v) if nm else None, mv(m.t(), g) if nv else None),
     autocast={"cuda": "lower"},
     holomorphic=True,
+    inplace_method=True,
 )
 baddbmm = _addmm_like(
     "baddbmm",
@@ -537,6 +539,7 @@ baddbmm = _addmm_like(
     ),
     autocast={"cpu": "lower", "cuda": "lower"},
     holomorphic=True,
+    inplace_method=True,
 )
 
 
@@ -556,6 +559,7 @@ addbmm = _addmm_like(
     lambda a, b: np.matmul(a, b).sum(0, dtype=a.dtype),
     _addbmm_grads,
     autocast={"cpu": "lower", "cuda": "lower"},
+    inplace_method=True,
 )
 
 

@@ -45,6 +45,7 @@ def _clamp_grad_fn_name(args) -> str:
     kind="pointwise",
     complex_refused=(NotImplementedError, "clamp is not supported for complex types"),
     grad_fn_name=_clamp_grad_fn_name,
+    aliases=("clip",),
 )
 def clamp(self: Tensor, min: TensorOrScalar | None = None, max: TensorOrScalar | None = None): ...  # noqa: A002
 

@@ -135,8 +135,10 @@ def _negative(a):
     return np.negative(a)
 
 
-neg = unary("neg", _negative, lambda c, g: (-g,), float_math=False)
-abs_ = unary("abs", np.abs, lambda c, g: (g * c.args[0].sign(),), float_math=False)
+neg = unary("neg", _negative, lambda c, g: (-g,), float_math=False, aliases=("negative",))
+abs_ = unary(
+    "abs", np.abs, lambda c, g: (g * c.args[0].sign(),), float_math=False, aliases=("absolute",)
+)
 abs_.register_complex(
     kernel=lambda x: wrap(np.abs(x._data), x._dtype.to_real()),
     meta=lambda x: pointwise_meta(x._dtype.to_real(), x),
@@ -228,6 +230,7 @@ asin = unary(
     lambda c, g: (g * (1 - c.args[0] * c.args[0]).rsqrt(),),
     autocast={"cuda": "fp32"},
     holomorphic=True,
+    aliases=("arcsin",),
 )
 acos = unary(
     "acos",
@@ -235,8 +238,15 @@ acos = unary(
     lambda c, g: (-g * (1 - c.args[0] * c.args[0]).rsqrt(),),
     autocast={"cuda": "fp32"},
     holomorphic=True,
+    aliases=("arccos",),
 )
-atan = unary("atan", np.arctan, lambda c, g: (g / (1 + c.args[0] * c.args[0]),), holomorphic=True)
+atan = unary(
+    "atan",
+    np.arctan,
+    lambda c, g: (g / (1 + c.args[0] * c.args[0]),),
+    holomorphic=True,
+    aliases=("arctan",),
+)
 sinh = unary(
     "sinh",
     np.sinh,
@@ -255,13 +265,25 @@ tanh = unary(
     "tanh", np.tanh, lambda c, g: (g * (1 - c.out * c.out),), save_output=True, holomorphic=True
 )
 asinh = unary(
-    "asinh", np.arcsinh, lambda c, g: (g * (c.args[0] * c.args[0] + 1).rsqrt(),), holomorphic=True
+    "asinh",
+    np.arcsinh,
+    lambda c, g: (g * (c.args[0] * c.args[0] + 1).rsqrt(),),
+    holomorphic=True,
+    aliases=("arcsinh",),
 )
 acosh = unary(
-    "acosh", np.arccosh, lambda c, g: (g * (c.args[0] * c.args[0] - 1).rsqrt(),), holomorphic=True
+    "acosh",
+    np.arccosh,
+    lambda c, g: (g * (c.args[0] * c.args[0] - 1).rsqrt(),),
+    holomorphic=True,
+    aliases=("arccosh",),
 )
 atanh = unary(
-    "atanh", np.arctanh, lambda c, g: (g / (1 - c.args[0] * c.args[0]),), holomorphic=True
+    "atanh",
+    np.arctanh,
+    lambda c, g: (g / (1 - c.args[0] * c.args[0]),),
+    holomorphic=True,
+    aliases=("arctanh",),
 )
 sigmoid = unary(
     "sigmoid",
@@ -324,6 +346,7 @@ trunc = unary(
     None,
     float_math=False,
     complex_refused=(NotImplementedError, "trunc is not supported for complex inputs"),
+    aliases=("fix",),
 )
 frac = unary(
     "frac",
@@ -561,6 +584,7 @@ mul = binary(
         g * c.args[0] if needs_grad(c, 1) else None,
     ),
     complex_derivative=_mul_complex_grad,
+    aliases=("multiply",),
 )
 mul.saves_inputs = _save_cross
 
@@ -620,6 +644,7 @@ atan2 = binary(
     kind="float",
     autocast={"cuda": "promote"},
     complex_refused=complex_not_implemented("atan2_cpu"),
+    aliases=("arctan2",),
 )
 hypot = binary(
     "hypot",
@@ -665,11 +690,31 @@ fmod = binary(
 )
 
 eq = binary("eq", np.equal, kind="bool")
-ne = binary("ne", np.not_equal, kind="bool")
-lt = binary("lt", np.less, kind="bool", complex_refused=complex_not_implemented("lt_cpu"))
-le = binary("le", np.less_equal, kind="bool", complex_refused=complex_not_implemented("le_cpu"))
-gt = binary("gt", np.greater, kind="bool", complex_refused=complex_not_implemented("gt_cpu"))
-ge = binary("ge", np.greater_equal, kind="bool", complex_refused=complex_not_implemented("ge_cpu"))
+ne = binary("ne", np.not_equal, kind="bool", aliases=("not_equal",))
+lt = binary(
+    "lt", np.less, kind="bool", complex_refused=complex_not_implemented("lt_cpu"), aliases=("less",)
+)
+le = binary(
+    "le",
+    np.less_equal,
+    kind="bool",
+    complex_refused=complex_not_implemented("le_cpu"),
+    aliases=("less_equal",),
+)
+gt = binary(
+    "gt",
+    np.greater,
+    kind="bool",
+    complex_refused=complex_not_implemented("gt_cpu"),
+    aliases=("greater",),
+)
+ge = binary(
+    "ge",
+    np.greater_equal,
+    kind="bool",
+    complex_refused=complex_not_implemented("ge_cpu"),
+    aliases=("greater_equal",),
+)
 logical_and = binary("logical_and", np.logical_and, kind="bool")
 logical_or = binary("logical_or", np.logical_or, kind="bool")
 logical_xor = binary("logical_xor", np.logical_xor, kind="bool")
@@ -801,6 +846,7 @@ sub = defop(
     kind="pointwise",
     prim=True,
     grad_fn_name=lambda args: "SubBackward0" if is_tensor_arg(args[0]) else "RsubBackward1",
+    aliases=("subtract",),
 )
 sub.register_kernel(_checked_sub_kernel)
 sub.register_meta(_sub_meta)
@@ -826,6 +872,7 @@ def _div_complex_grad(c, g):
     prim=True,
     complex_derivative=_div_complex_grad,
     grad_fn_name=lambda args: "DivBackward0" if is_tensor_arg(args[0]) else "MulBackward0",
+    aliases=("divide", "true_divide"),
 )
 def div(self: TensorOrScalar, other: TensorOrScalar, *, rounding_mode: str | None = None): ...
 

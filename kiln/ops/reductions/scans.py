@@ -81,9 +81,20 @@ def reverse_cumsum(g: Tensor, dim: int) -> Tensor:
     return flip(cumsum(flip(g, (dim,)), dim), (dim,))
 
 
-cumsum = defop(_scan_schema, name="cumsum", kind="scan", autocast={"cuda": "fp32_set_dtype"})
+cumsum = defop(
+    _scan_schema,
+    name="cumsum",
+    kind="scan",
+    autocast={"cuda": "fp32_set_dtype"},
+    inplace_method=True,
+)
 cumprod = defop(
-    _scan_schema, name="cumprod", kind="scan", autocast={"cuda": "fp32_set_dtype"}, holomorphic=True
+    _scan_schema,
+    name="cumprod",
+    kind="scan",
+    autocast={"cuda": "fp32_set_dtype"},
+    holomorphic=True,
+    inplace_method=True,
 )
 cumsum.register_kernel(_scan_kernel(np.add))
 cumprod.register_kernel(_scan_kernel(np.multiply))

@@ -72,7 +72,7 @@ def inner(input: Tensor, other: Tensor) -> Tensor:
     return tensordot(input, other, dims=([-1], [-1]))
 
 
-@defop(kind="linalg", autocast={"cuda": "lower"})
+@defop(kind="linalg", autocast={"cuda": "lower"}, inplace_method=True)
 def addr(self: Tensor, vec1: Tensor, vec2: Tensor, *, beta: Scalar = 1, alpha: Scalar = 1): ...
 
 
@@ -441,7 +441,7 @@ def dist(input: Tensor, other: Tensor, p: float = 2.0) -> Tensor:
     return vector_norm(difference, p)
 
 
-@defop(kind="reduction", autocast={"cuda": "fp32"})
+@defop(kind="reduction", autocast={"cuda": "fp32"}, inplace_method=True)
 def renorm(self: Tensor, p: Scalar, dim: int, maxnorm: Scalar): ...
 
 
