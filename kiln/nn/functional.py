@@ -10,6 +10,7 @@ resampling, losses); importing this module also registers their ``kiln.<name>`` 
 
 from __future__ import annotations
 
+from ..ops.nn.ctc import ctc_loss
 from ._functional.activations import (
     celu,
     celu_,
@@ -59,7 +60,6 @@ from ._functional.convolution import (
     fold,
     unfold,
 )
-from ._functional.ctc import ctc_loss
 from ._functional.distances import (
     cosine_similarity,
     normalize,

@@ -66,6 +66,7 @@ _MODULES = (
     "reductions.vector_norm",
     "shape.views",
     "creation.windows",
+    "nn.ctc",
 )
 for _module in _MODULES:
     importlib.import_module(f"{__name__}.{_module}")

@@ -1,4 +1,4 @@
-"""``F.ctc_loss``: Connectionist Temporal Classification, forward and backward in log space.
+"""The ``_ctc_loss`` op and ``F.ctc_loss`` over it: Connectionist Temporal Classification, forward and backward in log space.
 
 The alignment sum over all paths is the alpha (forward) recursion over the blank-extended target
 ``l' = (blank, l1, blank, l2, ..., blank)``, run in numpy over the whole batch one time step at a
@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ops import OPS
-from ...ops.core.common import Tensor, fake, wrap
-from ...ops.core.registry import defop, torch_function
-from ...ops.creation.api import tensor as kiln_tensor
-from ...ops.nn import losses as _loss
-from ...ops.reductions.reduce import torch_type_name
 from ...runtime import dtypes as dt
+from ..core.common import Tensor, fake, wrap
+from ..core.registry import OPS, defop, torch_function
+from ..creation.api import tensor as kiln_tensor
+from ..reductions.reduce import torch_type_name
+from . import losses as _loss
 
 __all__ = ["ctc_loss"]
 
