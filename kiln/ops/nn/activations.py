@@ -210,13 +210,12 @@ def _gelu_grad(c, g):
         body = _gelu_tanh_grad_body if approximate == "tanh" else _gelu_erf_grad_body
         return (wrap(blockwise(body, new_like(a), ga, a, temps=3), x._dtype),)
     if approximate == "tanh":
-        k = math.sqrt(2.0 / math.pi)
-        inner = k * (x + 0.044715 * x * x * x)
+        inner = _GELU_K * (x + _GELU_KAPPA * x * x * x)
         t = inner.tanh()
-        dinner = k * (1 + 3 * 0.044715 * x * x)
+        dinner = _GELU_K * (1 + 3 * _GELU_KAPPA * x * x)
         return (g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * dinner),)
-    cdf = 0.5 * (1 + (x * (1 / math.sqrt(2.0))).erf())
-    pdf = (-0.5 * x * x).exp() * (1 / math.sqrt(2 * math.pi))
+    cdf = 0.5 * (1 + (x * _SQRT1_2).erf())
+    pdf = (-0.5 * x * x).exp() * _INV_SQRT_2PI
     return (g * (cdf + x * pdf),)
 
 
@@ -226,9 +225,8 @@ gelu.register_derivative(_gelu_grad)
 @gelu.register_decomposition
 def _gelu_decomp(x, approximate="none"):
     if approximate == "tanh":
-        k = math.sqrt(2.0 / math.pi)
-        return 0.5 * x * (1 + (k * (x + 0.044715 * x * x * x)).tanh())
-    return 0.5 * x * (1 + (x * (1 / math.sqrt(2.0))).erf())
+        return 0.5 * x * (1 + (_GELU_K * (x + _GELU_KAPPA * x * x * x)).tanh())
+    return 0.5 * x * (1 + (x * _SQRT1_2).erf())
 
 
 @defop(kind="pointwise")

@@ -1,4 +1,4 @@
-"""numpy versions of the elementwise functions numpy lacks (sigmoid, erf, erfinv, rsqrt, gelu,
+"""numpy versions of the elementwise functions numpy lacks (sigmoid, erf, erfinv, rsqrt,
 silu, softplus, round with ``decimals``) or computes with other rules than PyTorch (remainder,
 integer powers).
 
@@ -17,7 +17,6 @@ __all__ = [
     "np_erf",
     "np_erfinv",
     "np_rsqrt",
-    "np_gelu",
     "np_silu",
     "np_softplus",
     "np_round",
@@ -95,15 +94,6 @@ def np_erfinv(a, out=None):
 
 def np_rsqrt(a, out=None):
     return np.reciprocal(np.sqrt(a))
-
-
-def np_gelu(a, approximate="none"):
-    if approximate == "tanh":
-        k = math.sqrt(2.0 / math.pi)
-        return (0.5 * a * (1.0 + np.tanh(k * (a + 0.044715 * a * a * a)))).astype(
-            a.dtype, copy=False
-        )
-    return (0.5 * a * (1.0 + np_erf(a * (1.0 / math.sqrt(2.0))))).astype(a.dtype, copy=False)
 
 
 def np_silu(a, out=None):
