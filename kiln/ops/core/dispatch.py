@@ -260,6 +260,9 @@ def _autograd(op, args, state, on_cpu: bool = False):
     CPU tensor with data (``dispatch`` found out), so without a mode the kernel runs directly,
     as on ``dispatch``'s fast path.
     """
+    modes = state.mode_stack
+    if modes and modes[-1].decomposes(op):
+        return op.decomposition(*args)  # above autograd: the parts record their own nodes
     if op.inplace:
         return _inplace_autograd(op, args, state)
     if op.derivative is None:
@@ -456,13 +459,18 @@ class DispatchMode:
     """Base class for modes: push with ``with mode:``; ``dispatch(op, args)`` gets every op call.
 
     A mode runs ops below itself with ``self.below(op, args)`` (the mode is popped meanwhile).
-    ``wants(op)`` lets a mode receive composite ops whole instead of their decompositions.
+    ``wants(op)`` lets a mode receive composite ops whole instead of their decompositions;
+    ``decomposes(op)`` makes an op that needs autograd run as its decomposition, above autograd
+    (its own derivative unused), as a composite would.
     """
 
     def dispatch(self, op, args):
         return self.below(op, args)
 
     def wants(self, op) -> bool:
+        return False
+
+    def decomposes(self, op) -> bool:
         return False
 
     def below(self, op, args):
