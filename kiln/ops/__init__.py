@@ -12,8 +12,8 @@ from .core import dispatch as _dispatch  # noqa: F401  (installs the dispatcher)
 from .core import methods as _methods
 from .core.registry import OPS, Op, get_op, list_ops
 
-# every module that defines ops, in the order that registers them (modules that change other
-# modules' ops come after those); imported by name so no module shadows an op (``kiln.ops.einsum``)
+# every module that defines ops; imported by name so that no module shadows an op
+# (``kiln.ops.einsum`` is the op, not ``linalg/einsum.py``)
 _MODULES = (
     "nn.activations",
     "creation.api",
@@ -44,6 +44,9 @@ _MODULES = (
     "nn.losses",
     "indexing.masked",
     "shape.assembly",
+    "linalg.small_products",
+    "pointwise.membership",
+    "linalg.distances",
     "reductions.statistics",
     "nn.softmax_linear",
     "nn.normalization",

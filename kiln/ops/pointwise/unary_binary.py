@@ -614,16 +614,34 @@ minimum = binary(
     _maxmin_grad,
     complex_refused=(RuntimeError, "minimum not implemented for complex tensors."),
 )
+
+
+def _nan_ignoring_extreme_grad(keep_self):
+    """fmax/fmin send the gradient to ``self`` where it was chosen (``keep_self``: self >= other
+    for fmax, self <= other for fmin; ties go to self) or where ``other`` is NaN, else to
+    ``other``: PyTorch's formulas."""
+
+    def derivative(c, g):
+        a, b = c.args
+        to_self = keep_self(a, b) | (b != b)
+        return (
+            where(to_self, g, 0) if c.needs_input_grad[0] else None,
+            where(to_self, 0, g) if c.needs_input_grad[1] else None,
+        )
+
+    return derivative
+
+
 fmax = binary(
     "fmax",
     np.fmax,
-    None,
+    _nan_ignoring_extreme_grad(lambda a, b: a >= b),
     complex_refused=(RuntimeError, "fmax not implemented for complex tensors."),
 )
 fmin = binary(
     "fmin",
     np.fmin,
-    None,
+    _nan_ignoring_extreme_grad(lambda a, b: a <= b),
     complex_refused=(RuntimeError, "fmin not implemented for complex tensors."),
 )
 
@@ -756,7 +774,7 @@ bitwise_right_shift = binary(
     "bitwise_right_shift", _bitwise(np.right_shift, np.right_shift, "rshift_cpu")
 )
 
-for _op in (eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_xor, fmax, fmin, copysign):
+for _op in (eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_xor, copysign):
     _op.differentiable = False
 for _op in (bitwise_and, bitwise_or, bitwise_xor, bitwise_left_shift, bitwise_right_shift):
     _op.differentiable = False

@@ -25,8 +25,7 @@ from ..core.common import Tensor
 from ..core.registry import tensor_method
 from ..creation import api
 from ..creation.factories import rand, randn
-from ..reductions.reduce import torch_type_name
-from ..shape.assembly import known_any
+from ..reductions.reduce import known_any, torch_type_name
 
 __all__ = ["C_TYPE_NAMES", "C_FLOAT_NAMES"]
 

@@ -35,6 +35,7 @@ from ..pointwise.unary_binary import maximum, minimum, where
 from .sum_order import EXACT_SUM_MAX_SIZE, torch_order_flat_sum, torch_order_sum
 
 __all__ = [
+    "known_any",
     "reduced_shape",
     "reduce_dims",
     "reduced_numel",
@@ -782,3 +783,10 @@ def _nanmean_decomp(x, dim=None, keepdim=False, dtype=None):
             f"{torch_type_name(x.dtype)}"
         )
     return nansum(x, dim, keepdim, dtype=dtype) / sum(x.isnan().logical_not(), dim, keepdim)
+
+
+def known_any(mask: Tensor) -> bool:
+    """Whether any element of ``mask`` is set, for value checks (q in [0, 1], weights >= 0):
+    False when it has no data (fake or meta tensors during capture), where checks are skipped."""
+    flag = any_(mask)
+    return flag._data is not None and flag.device.type != "meta" and bool(flag.item())

@@ -596,3 +596,13 @@ def _histc_decomp(x, bins=100, lo=0, hi=0):
         inside.unsqueeze(1)
     )
     return sum(one_hot, 0).to(x.dtype)
+
+
+@torch_function()
+def bucketize(
+    input: TensorOrScalar, boundaries: Tensor, *, out_int32: bool = False, right: bool = False
+) -> Tensor:
+    """Index of the bucket of each value: boundaries[i-1] < x <= boundaries[i] (``<`` with right)."""
+    if boundaries.ndim != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})")
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right)

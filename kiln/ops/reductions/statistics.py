@@ -25,8 +25,7 @@ from ..indexing.subscript import DataDependentOutputError
 from ..linalg.matmul import mm
 from ..pointwise.unary_binary import where
 from ..random.fills import C_FLOAT_NAMES, C_TYPE_NAMES
-from ..shape.assembly import known_any
-from .reduce import amax, amin, scatter_back, sum, torch_type_name
+from .reduce import amax, amin, known_any, scatter_back, sum, torch_type_name
 from .sorting import sort
 
 __all__: list[str] = []

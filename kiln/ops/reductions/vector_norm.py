@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.common import DType, Scalar, Tensor, compute_np_dtype, fake, wrap
+from ..core.common import DType, Scalar, Tensor, compute_np_dtype, fake, wrap, wrap_dim
 from ..core.registry import defop, tensor_method, torch_function
 from ..pointwise.unary_binary import where
 from .reduce import (
@@ -213,3 +213,24 @@ def norm(input: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None) ->
         dims = list(range(input.ndim)) if dim is None else dim
         return matrix_norm(input, p, dims, keepdim, dtype=dtype)
     return vector_norm(input, p, dim, keepdim, dtype=dtype)
+
+
+@defop(kind="reduction", autocast={"cuda": "fp32"}, inplace_method=True)
+def renorm(self: Tensor, p: Scalar, dim: int, maxnorm: Scalar): ...
+
+
+@renorm.register_decomposition
+def _renorm_decomp(x, p, dim, maxnorm):
+    """Scale each slice along ``dim`` whose p-norm exceeds ``maxnorm`` down to norm ``maxnorm``."""
+    if not p > 0:
+        raise RuntimeError("renorm: non-positive-norm not supported")
+    if maxnorm < 0:
+        raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm:g}")
+    if x.ndim < 2:
+        raise RuntimeError(f"renorm: input needs at least 2 dimensions, got {x.ndim} dimensions")
+    d = wrap_dim(dim, x.ndim)
+    others = [i for i in range(x.ndim) if i != d]
+    norms = vector_norm(x, p, others, True)
+    # the 1e-7 keeps the scale finite for zero norms, as PyTorch's kernel does
+    factor = where(norms > maxnorm, maxnorm / (norms + 1e-7), 1.0)
+    return x * factor
