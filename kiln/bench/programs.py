@@ -296,21 +296,29 @@ def build_dcgan(lib, quick: bool, device: str) -> Instance:
     real_label = lib.ones(batch, device=device)
     fake_label = lib.zeros(batch, device=device)
 
-    def dcgan_step(real, z):
-        optimizerD.zero_grad()
-        error_real = F.binary_cross_entropy(netD(real).view(-1), real_label)
-        fake = netG(z)
-        error_fake = F.binary_cross_entropy(netD(fake.detach()).view(-1), fake_label)
-        error_d = error_real + error_fake
-        error_d.backward()
-        optimizerD.step()
-        optimizerG.zero_grad()
-        error_g = F.binary_cross_entropy(netD(fake).view(-1), real_label)
-        error_g.backward()
-        optimizerG.step()
-        return error_d, error_g
+    def make_step(generator, discriminator):
+        def dcgan_step(real, z):
+            optimizerD.zero_grad()
+            error_real = F.binary_cross_entropy(discriminator(real).view(-1), real_label)
+            fake = generator(z)
+            error_fake = F.binary_cross_entropy(discriminator(fake.detach()).view(-1), fake_label)
+            error_d = error_real + error_fake
+            error_d.backward()
+            optimizerD.step()
+            optimizerG.zero_grad()
+            error_g = F.binary_cross_entropy(discriminator(fake).view(-1), real_label)
+            error_g.backward()
+            optimizerG.step()
+            return error_d, error_g
+
+        return dcgan_step
+
+    def compile_models(compile):
+        # as the DCGAN example is compiled: the models, not the step. A compiled step cannot
+        # run (in torch.compile either): the fake images and the discriminator's pass over
+        # their detached copy share one graph, whose backward the first .backward() consumes.
+        return make_step(compile(netG), compile(netD))
 
     real = lib.tensor(np.tanh(rng.standard_normal((batch, 3, 16, 16), dtype=np.float32)))
-    return Instance(
-        dcgan_step, (real.to(device), randn_tensor(lib, rng, (batch, noise, 1, 1), device))
-    )
+    z = randn_tensor(lib, rng, (batch, noise, 1, 1), device)
+    return Instance(make_step(netG, netD), (real.to(device), z), compile_with=compile_models)

@@ -31,11 +31,14 @@ class Instance:
 
     ``arg_sets`` (when given) are the arguments of successive steps, used in turn (a workload
     whose batch size changes from step to step); ``args`` is then the first of them.
+    ``compile_with`` (when given) says how a user compiles this program: it takes the library's
+    ``compile`` and returns the step to time (DCGAN compiles its two models, not the step).
     """
 
     fn: Callable
     args: tuple = ()
     arg_sets: tuple[tuple, ...] = ()
+    compile_with: Callable[[Callable], Callable] | None = None
 
     def __post_init__(self):
         # dumps and logs are named after the function: keep ``<locals>`` out of them
@@ -44,6 +47,12 @@ class Instance:
             self.args = self.arg_sets[0]
         else:
             self.arg_sets = (self.args,)
+
+    def compiled(self, compile: Callable) -> Callable:
+        """The step as compiled with ``compile`` (``kiln.compile`` or ``torch.compile``)."""
+        if self.compile_with is not None:
+            return self.compile_with(compile)
+        return compile(self.fn)
 
 
 @dataclass(frozen=True)

@@ -47,3 +47,15 @@ def test_instances_start_from_identical_values():
 def test_unknown_workload_lists_the_known_ones():
     with pytest.raises(KeyError, match="pointwise_chain"):
         get_workload("matmul_chain")
+
+
+def test_dcgan_compiles_its_models_and_matches_its_eager_step():
+    workload = get_workload("dcgan_train_step")
+    eager = workload.build(kiln, True, "cpu")
+    compiled_instance = workload.build(kiln, True, "cpu")
+    step = compiled_instance.compiled(kiln.compile)
+    assert step is not compiled_instance.fn
+    for _ in range(2):  # the second step sees both optimizers' updates
+        expected = [t.item() for t in eager.fn(*eager.args)]
+        got = [t.item() for t in step(*compiled_instance.args)]
+        np.testing.assert_allclose(got, expected, rtol=1e-4)
