@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import os
 import platform
@@ -125,16 +126,22 @@ def _status_kib(field: str) -> int | None:
     return None
 
 
+@functools.cache
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None (another C library, or none found)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
 def _trim_heap() -> None:
     """Collect garbage and hand freed heap pages back (glibc), so resident memory is what is
     alive now, not what earlier columns freed."""
     gc.collect()
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        libc.malloc_trim(0)
-    except (OSError, AttributeError, TypeError):
-        pass
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def resident_bytes() -> int | None:

@@ -672,7 +672,8 @@ def _warm_up(x):
 def _eager_training_step(lib, device: str) -> None:
     model = lib.nn.Linear(8, 8).to(device)
     optimizer = lib.optim.AdamW(model.parameters())
-    loss = lib.nn.functional.mse_loss(model(lib.ones(4, 8, device=device)).relu(), lib.zeros(4, 8))
+    x, target = lib.ones(4, 8, device=device), lib.zeros(4, 8, device=device)
+    loss = lib.nn.functional.mse_loss(model(x).relu(), target)
     loss.backward()
     optimizer.step()
 
