@@ -132,6 +132,7 @@ from . import fft  # noqa: E402
 from . import return_types  # noqa: E402,F401
 from . import random  # noqa: E402,F401
 from . import distributions  # noqa: E402
+from . import profiler  # noqa: E402
 from . import jit  # noqa: E402
 from . import version  # noqa: E402
 from .dynamo import compile  # noqa: E402,A004

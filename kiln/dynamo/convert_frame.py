@@ -22,6 +22,7 @@ from . import bytecode_versions as bv
 from . import config
 from .bytecode_analysis import break_stack_effect
 from .codegen import GRAPH_OUTPUT_VAR, PyCodegen, make_code
+from .compiled_region import CompiledRegion
 from .exc import BreakReason, GraphBreakError, Unsupported
 from .guards import GuardSet
 from .output_graph import OutputGraph, set_grad_enabled_node
@@ -171,7 +172,9 @@ class _CompiledCallee(VariableTracker):
 
 
 def _graph_call(cg: PyCodegen, output: OutputGraph, compiled) -> None:
-    cg.load_callable(compiled)
+    """Call the compiled graph through its ``CompiledRegion`` (``region.fn``: see there)."""
+    region = CompiledRegion(compiled, output.name)
+    cg.extend(bv.load_callable([Instr("LOAD_CONST", region), bv.load_attr("fn")]))
     for source, _ in output.inputs:
         source.reconstruct(cg)
     cg.call(len(output.inputs))
