@@ -163,6 +163,12 @@ def _load_cuda_kernels():
 
 _devices.set_kernel_provider(_load_cuda_kernels)
 
+# ``SummaryWriter.add_graph`` (in ``kiln.utils``, below the tracer) captures models with ``kiln.ir``
+from .ir import trace as _trace_graph  # noqa: E402
+from .utils.tensorboard import tracing as _tensorboard_tracing  # noqa: E402
+
+_tensorboard_tracing.set_graph_tracer(_trace_graph)
+
 
 def _load_builtin_backends():
     """``kiln.compile``'s built-in backends sit above the compiler's registry (in dynamo), so
