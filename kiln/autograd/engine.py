@@ -209,6 +209,7 @@ def run_backward(
 
     anomaly = anomaly_state[0]
     state = per_thread.state  # the backward runs in the calling thread, under its grad mode
+    profiler = state.profiler  # ``kiln.profiler``'s recorder while it records this thread
     prev_grad_mode = state.grad_enabled
     state.grad_enabled = create_graph
     callback_stack = execution_engine._stack()
@@ -232,7 +233,12 @@ def run_backward(
             run = needed is None or node in needed
             if isinstance(node, AccumulateGrad):
                 if accumulate and run and 0 in buf and (targets is None or (node, 0) in targets):
-                    _accumulate(node.variable, buf[0], create_graph)
+                    if profiler is None:
+                        _accumulate(node.variable, buf[0], create_graph)
+                    else:
+                        profiler.record_node(
+                            _ACCUMULATE_GRAD, _accumulate, node.variable, buf[0], create_graph
+                        )
                 continue
             outputs = None
             skip = targets is not None and not accumulate and _only_target(node, needed)
@@ -243,7 +249,10 @@ def run_backward(
                         res = hook(grads_in)
                         if res is not None:
                             grads_in = tuple(res)
-                outputs = run_node(node, grads_in) if anomaly else node.apply(grads_in)
+                if profiler is not None:
+                    outputs = profiler.record_node(node.name(), _apply, node, grads_in, anomaly)
+                else:
+                    outputs = run_node(node, grads_in) if anomaly else node.apply(grads_in)
                 if node._post_hooks:
                     for hook in node._post_hooks:
                         res = hook(outputs, grads_in)
@@ -273,6 +282,14 @@ def run_backward(
                 )
         return tuple(captured)
     return None
+
+
+# PyTorch's name for the node that accumulates a leaf's gradient, as its profiler shows it
+_ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
+
+
+def _apply(node: Node, grads_in: tuple, anomaly: bool):
+    return run_node(node, grads_in) if anomaly else node.apply(grads_in)
 
 
 def _only_target(node, needed) -> bool:

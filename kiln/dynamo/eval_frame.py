@@ -27,6 +27,7 @@ from ..nn.modules.module import Module
 from ..runtime import logs as klog
 from ..runtime.state import compile_lock
 from ..runtime.tensor import Tensor
+from . import bytecode_versions as bv
 from . import config
 from .backends import lookup
 from .bytecode_analysis import clear_cache as _clear_frame_code
@@ -213,6 +214,9 @@ class FrameCache:
     def capture(self, closure, arguments: dict, args: tuple, kwargs: dict):
         """On a miss: decide between recompiling and running eagerly; returns a CaptureResult
         or None (run eagerly)."""
+        if self.eager_reason is None and not bv.SUPPORTED:
+            self.eager_reason = bv.unsupported_reason()
+            _warn_unsupported_python()
         if self.eager_reason is None and self.code.co_flags & _GENERATOR_FLAGS:
             self.eager_reason = f"{self.name} is a generator or coroutine function"
             klog.log("graph_breaks", f"{self.eager_reason}; it runs eagerly")
@@ -292,6 +296,17 @@ class FrameCache:
             on_guards = getattr(listener, "on_guards", None)
             if on_guards is not None:
                 on_guards(guard.guards)
+
+
+_warned_unsupported_python = False
+
+
+def _warn_unsupported_python() -> None:
+    """Say once per process that capture is off on this Python (every frame runs eagerly)."""
+    global _warned_unsupported_python
+    if not _warned_unsupported_python:
+        _warned_unsupported_python = True
+        warnings.warn(bv.unsupported_reason(), RuntimeWarning, stacklevel=5)
 
 
 def _recheck(entries: list, closure, args: tuple, kwargs: dict):
