@@ -43,6 +43,7 @@ from ..ops.dispatch import view_replay
 from ..ops.registry import OPS
 from ..runtime import state
 from ..runtime.memory_format import is_non_overlapping_and_dense, preserved_strides
+from ..runtime.symbolic import SymInt
 from ..runtime.tensor import Tensor, make_fake
 from ..utils.pytree import tree_flatten, tree_unflatten
 from .decompositions import decomposition_table
@@ -86,6 +87,10 @@ class TraceResult:
     grad_mutations: list = field(default_factory=list)
     rng_total: int = 0
     uses_rng: bool = False
+    # symbolic sizes: how each symbol is read at run time, ``(where, index, kind, dim, symbol)``
+    # with ``where`` "primal" (an input's size or stride) or "output" (a graph output's size,
+    # for data-dependent ones)
+    symbols: list = field(default_factory=list)
 
 
 class _RngState:
@@ -112,10 +117,11 @@ class _RngState:
                 seed, offset = self.placeholders()
                 n = 1
                 for s in size:
-                    n *= int(s)
+                    n = n * s
                 start = self.total
                 # the generator rounds every draw up to 4 counters: so do we, to match eager
-                self.total += (n + 3) & ~3
+                # (written with // so a symbolic size stays symbolic)
+                self.total = self.total + (n + 3) // 4 * 4
                 return prim(size, seed, offset + start if start else offset, dtype=dtype,
                             device=device)  # fmt: skip
 
@@ -142,12 +148,16 @@ def _replayer(view: Tensor, source: Tensor) -> Callable[[Tensor], Tensor] | None
     except RuntimeError:  # not a view of ``source``: a detached alias, or a view of one
         pass
     else:
-        return (lambda real: replay(real.detach())) if detach else replay
-    size, stride = tuple(view._shape), tuple(view.stride())
-    relative = view.storage_offset() - source.storage_offset()
+        return (lambda real, resolve=None: replay(real.detach(), resolve)) if detach else replay
+    layout = (
+        tuple(view._shape),
+        tuple(view.stride()),
+        view.storage_offset() - source.storage_offset(),
+    )
 
-    def as_strided(real: Tensor) -> Tensor:
+    def as_strided(real: Tensor, resolve=None) -> Tensor:
         src = real.detach() if detach else real
+        size, stride, relative = layout if resolve is None else resolve(layout)
         return src.as_strided(size, stride, real.storage_offset() + relative)
 
     return as_strided
@@ -328,6 +338,7 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
     for clone_node, placeholder in clones:
         clone_node.replace_all_uses_with(placeholder)
         graph.erase_node(clone_node)
+    symbols = _symbol_reads(mode, proxies, graph_outputs)
     return TraceResult(
         graph=graph,
         constants=dict(mode.attributes),
@@ -341,7 +352,27 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
         grad_mutations=grad_mutations,
         rng_total=rng_state.total,
         uses_rng=rng_state.seed is not None,
+        symbols=symbols,
     )
+
+
+def _symbol_reads(mode: TracingMode, proxies: list, graph_outputs: list) -> list:
+    """Where the runtime reads each symbolic size: a primal's size or stride, else (sizes
+    only known when the graph runs) a graph output's size."""
+    reads, seen = [], set()
+    index = {id(mode.node_of(p)): k for k, p in enumerate(proxies)}
+    for symbol, (node, kind, dim) in mode.symbol_definitions().items():
+        k = index.get(id(node))
+        if k is not None and kind in ("size", "stride"):
+            reads.append(("primal", k, kind, dim, symbol))
+            seen.add(symbol)
+    for j, o in enumerate(graph_outputs):
+        for d, size in enumerate(o._shape):
+            symbol = size.expr.as_symbol() if size.__class__ is SymInt else None
+            if symbol is not None and symbol not in seen:
+                reads.append(("output", j, "size", d, symbol))
+                seen.add(symbol)
+    return reads
 
 
 def _is_differentiable(t: Tensor) -> bool:

@@ -17,12 +17,14 @@ from ..ir import Graph, GraphModule
 from ..ir.tracer import TracingMode
 from ..runtime import logs as klog
 from ..runtime import state
+from ..runtime.symbolic import ShapeEnv
 from ..runtime.tensor import Tensor
 from . import config
 from .exc import unsupported
 from .guards import GuardSet
 from .side_effects import SideEffects
 from .sources import LocalSource, Source
+from .symbolic_shapes import ShapePolicy, symbolic_fake
 
 __all__ = ["OutputGraph", "set_grad_enabled_node"]
 
@@ -71,12 +73,23 @@ def _running_without_autocast(compiled):
     return run
 
 
+def _is_module_state(source: Source) -> bool:
+    """Whether ``source`` reads a module's parameter or buffer (``self.fc.weight``)."""
+    from .sources import ModuleTableSource
+
+    while source is not None:
+        if isinstance(source, ModuleTableSource):
+            return True
+        source = getattr(source, "base", None)
+    return False
+
+
 class OutputGraph:
     """State shared by the root translator and every inlined call during one capture."""
 
     def __init__(
         self, ctx, name: str, dynamic_scalars: frozenset = frozenset(),
-        changing_scalars: frozenset = frozenset(),
+        changing_scalars: frozenset = frozenset(), shape_policy: ShapePolicy | None = None,
     ):  # fmt: skip
         self.ctx = ctx
         self.name = name
@@ -91,6 +104,17 @@ class OutputGraph:
         self.mode = TracingMode(self.graph)
         self.guards = GuardSet()
         self.guards.global_state()
+        # symbolic sizes: the env of this capture, the policy choosing symbolic dims, symbols
+        # by duck-sizing key, where each symbol's value is read at run time (for rebuilding
+        # sizes in the transformed code) and the sizes of the tensor inputs (by source name)
+        self.shape_env = ShapeEnv()
+        self.shape_env.location = self._location
+        self.mode.shape_env = self.shape_env
+        self.guards.shape_env = self.shape_env
+        self.shape_policy = shape_policy or ShapePolicy(ctx.dynamic, {}, {}, name)
+        self._duck: dict = {}
+        self.symbol_reads: dict = {}
+        self.input_shapes: dict[str, tuple] = {}
         self.side_effects = SideEffects()
         self.grad_enabled = state.grad_enabled[0]
         self.entry_grad_enabled = self.grad_enabled  # the mode the frame was called in
@@ -138,10 +162,25 @@ class OutputGraph:
                 self.mode.current_source, self.mode.current_source_text = (
                     self.current_tx.source_location()
                 )
-            proxy = self.mode.placeholder(self._placeholder_name(source), tensor)
+            name = source.name()
+            dims = self.shape_policy.dims_for(name, tensor, _is_module_state(source))
+            history = self.shape_policy.seen.get(name)
+            if history is not None and len(history) != tensor.ndim:
+                history = None
+            fake, bindings = (
+                symbolic_fake(self.shape_env, tensor, name, dims, self._duck, history)
+                if dims
+                else (None, [])
+            )
+            proxy = self.mode.placeholder(self._placeholder_name(source), tensor, fake)
             distinct = isinstance(source, LocalSource) or isinstance(source.root(), LocalSource)
-            self.guards.tensor_match(source, tensor, distinct=distinct)
+            self.guards.tensor_match(source, tensor, distinct=distinct, fake=fake,
+                                     bindings=bindings)  # fmt: skip
+            for d, symbol, first in bindings:
+                if first:
+                    self.symbol_reads[symbol] = (source, "source", d)
             self.inputs.append((source, tensor))
+            self.input_shapes[name] = tuple(tensor._shape)
             vt = TensorVariable(proxy, source, tensor)
         self._input_vts[id(tensor)] = vt
         self._proxy_vts[id(proxy)] = vt
@@ -190,7 +229,20 @@ class OutputGraph:
             return None
         vt = TensorVariable(proxy)
         self._proxy_vts[id(proxy)] = vt
+        self._note_unbacked(vt)
         return vt
+
+    def _note_unbacked(self, vt) -> None:
+        """A data-dependent size of a new tensor (``nonzero``'s rows) is read at run time from
+        that tensor (a graph output then), when the transformed code needs its value."""
+        for d, size in enumerate(vt.proxy._shape):
+            symbol = getattr(getattr(size, "expr", None), "as_symbol", lambda: None)()
+            if symbol is not None and symbol.unbacked and symbol not in self.symbol_reads:
+                self.symbol_reads[symbol] = (vt, "size", d)
+
+    def _location(self) -> str | None:
+        tx = self.current_tx
+        return tx.source_location()[0] if tx is not None else None
 
     def bind_proxy(self, proxy: Tensor, node) -> None:
         """Make ``proxy`` stand for ``node`` (for nodes the dynamo frontend records itself)."""

@@ -19,6 +19,7 @@ from ..runtime.memory_format import (
     preserve_format,
     preserved_strides,
 )
+from ..runtime.symbolic import as_int
 from ..runtime.tensor import Size, Tensor, contiguous_strides, make_fake, wrap_array
 from .common import checked_scalar, writes_out
 from .creation import logspace_values
@@ -77,7 +78,7 @@ def _size(args, fn: str = "zeros") -> tuple:
                 f"{fn}(): argument 'size' failed to unpack the object at pos {i + 1} with error "
                 f'"type must be tuple of ints,but got {type(s).__name__}"'
             )
-        out.append(s.__index__())
+        out.append(as_int(s))
     return tuple(out)
 
 

@@ -18,6 +18,7 @@ from ..runtime import random as rng
 from ..runtime.device import as_device, cpu, meta
 from ..runtime.memory_format import contiguous_format, preserve_format, preserved_strides
 from ..runtime.storage import empty_array, writable_target
+from ..runtime.symbolic import SymInt, as_int, is_negative, sym_int
 from ..runtime.tensor import contiguous_strides, make_fake, wrap_array
 from .common import (
     Device,
@@ -46,9 +47,9 @@ def _dtype_or_default(dtype, fallback=None):
 
 
 def _check_size(size) -> tuple:
-    size = tuple(int(s) for s in size)
+    size = tuple(as_int(s) for s in size)
     for s in size:
-        if s < 0:
+        if is_negative(s):
             raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {list(size)}")
     return size
 
@@ -200,8 +201,11 @@ def _arange_geometry(start, end, step, dtype):
         dtype = dt.int64 if integral else dt.get_default_dtype()
     if dtype is dt.bool_:
         raise NotImplementedError("\"arange_cpu\" not implemented for 'Bool'")
-    if dtype is dt.int64:  # PyTorch truncates the bounds and step first, then counts exactly
-        start, end, step = int(start), int(end), int(step)
+    integral = all(isinstance(v, numbers.Integral) for v in vals)
+    if dtype is dt.int64 or integral:
+        # PyTorch truncates the bounds and step first, then counts exactly (for int bounds
+        # that is the count the doubles give too; sizes computed so stay symbolic)
+        start, end, step = sym_int(start), sym_int(end), sym_int(step)
         if step == 0:
             raise ValueError("step must be nonzero")
         sign = 1 if step > 0 else -1
@@ -212,8 +216,8 @@ def _arange_geometry(start, end, step, dtype):
     if n < 0 or (step > 0 and start > end) or (step < 0 and start < end):
         raise RuntimeError("upper bound and lower bound inconsistent with step sign")
     if dtype.category < 2:
-        start, step = int(start), int(step)
-    return start, end, step, dtype, max(int(n), 0)
+        start, step = sym_int(start), sym_int(step)
+    return start, end, step, dtype, n if n.__class__ is SymInt else max(int(n), 0)
 
 
 @arange.register_kernel

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..runtime import dtypes as dt
 from ..runtime.storage import writable_target
+from ..runtime.symbolic import SymInt, known_same_shape, same_shape
 from .common import Tensor, broadcast_shapes, fake, wrap
 from .registry import OPS, defop
 from .views import expand_shape
@@ -203,7 +204,7 @@ def _index_put_grad(c, g):
     gv = None
     if c.needs_input_grad[2]:
         gv = index(g, indices)
-        if tuple(gv.shape) != tuple(values.shape):
+        if not known_same_shape(gv._shape, values._shape):
             gv = gv.sum_to_size(tuple(values.shape))
     return gx, None, gv
 
@@ -296,7 +297,7 @@ def _convert(item, device):
     if isinstance(item, (bool, np.bool_)):
         return bool(item)
     if _is_int(item):
-        return int(item)
+        return item if item.__class__ is SymInt else int(item)
     if isinstance(item, np.ndarray):
         from .api import tensor
 
@@ -338,7 +339,7 @@ def _consumes(item) -> int:
 
 
 def _slice_int(v):
-    if v is None or type(v) is int:
+    if v is None or type(v) is int or type(v) is SymInt:
         return v
     if isinstance(v, Tensor):
         return int(v.item())
@@ -378,7 +379,7 @@ def _apply_basic(x: Tensor, items: list):
             rows = tensor([0] if item else [], dtype=dt.int64, device=x._device)
             advanced.append((dim, rows))
             dim += 1
-        elif isinstance(item, int):
+        elif isinstance(item, (int, SymInt)):
             size = out._shape[dim]
             if not -size <= item < size:
                 raise IndexError(
@@ -438,7 +439,7 @@ def getitem(x: Tensor, index) -> Tensor:
                 "invalid index of a 0-dim tensor. Use `tensor.item()` in Python or "
                 "`tensor.item<T>()` in C++ to convert a 0-dim tensor to a number"
             )
-        return OPS["select"](x, 0, int(index))
+        return OPS["select"](x, 0, index if index.__class__ is SymInt else int(index))
     out, advanced = _parse(x, index)
     if not advanced:
         return OPS["alias"](x) if out is x else out
@@ -464,7 +465,7 @@ def setitem(x: Tensor, index, value) -> None:
     if (
         isinstance(index, Tensor)
         and index._dtype is dt.bool_
-        and index._shape == x._shape
+        and same_shape(index._shape, x._shape)
         and (not isinstance(value, Tensor) or value.ndim == 0)
     ):
         # a whole-tensor mask with one value is a masked fill: no data-dependent shapes
@@ -477,7 +478,7 @@ def setitem(x: Tensor, index, value) -> None:
     if isinstance(value, Tensor):
         value = _strip_leading_ones(value)
     if not advanced:
-        if isinstance(value, Tensor) and value._shape != out._shape:
+        if isinstance(value, Tensor) and not known_same_shape(value._shape, out._shape):
             expand_shape(value._shape, out._shape)  # PyTorch's expand error, not copy_'s
         OPS["copy_"](out, value)
         return

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...ops.indexing import DataDependentOutputError
 from ...runtime import state
+from ...runtime.symbolic import ConstraintViolationError, GuardOnDataDependentError
 from ...runtime.tensor import Size, Tensor, make_fake
 from ..exc import Unsupported, unsupported
 from ..sources import AttrSource
@@ -221,6 +222,8 @@ def _method_caller(name: str):
 
 
 def call_tensor_method(tx, tensor: TensorVariable, name: str, args, kwargs) -> VariableTracker:
+    if name == "item" and not args and not kwargs and _integer_scalar(tensor.proxy):
+        return unbacked_item(tx, tensor)
     if name in _DATA_METHODS:
         raise unsupported("data_dependent_value", f"Tensor.{name}() needs the tensor's values")
     if name == "requires_grad_" and _requires_grad_unchanged(tensor, args, kwargs):
@@ -234,6 +237,33 @@ def call_tensor_method(tx, tensor: TensorVariable, name: str, args, kwargs) -> V
             raise unsupported("user_exception", "TypeError: detach() takes no arguments")
         return record_call(tx, Tensor.detach, [tensor], make_fake_like(tensor.proxy))
     return call_kiln(tx, _method_caller(name), [tensor, *args], kwargs)
+
+
+def _integer_scalar(t: Tensor) -> bool:
+    """One element of an integer dtype: its ``.item()`` is captured as an unbacked size."""
+    return t._dtype.category == 1 and all(s.__class__ is int and s == 1 for s in t._shape)
+
+
+def unbacked_item(tx, tensor: TensorVariable) -> VariableTracker:
+    """``t.item()`` of an integer tensor: a graph node whose value is a fresh unbacked symbol
+    (``u0``), so sizes computed from it stay in the graph; deciding a branch on it breaks the
+    graph there (and the transformed code reads it back with ``t.item()``)."""
+    from ...ir.sym_nodes import sym_item
+
+    output = tx.output
+    where = tx.source_location()[0]
+    symbol = output.shape_env.create_unbacked(f"{_describe(tensor)}.item() at {where}")
+    value = output.shape_env.symint(symbol)
+    node = output.graph.call_function(sym_item, (output.mode.node_of(tensor.proxy),))
+    node.meta["val"] = value
+    node.meta["source"] = where
+    output.mode.define_symbol(symbol, node)
+    output.symbol_reads[symbol] = (tensor, "item", None)
+    return ConstantVariable(value)
+
+
+def _describe(tensor: TensorVariable) -> str:
+    return tensor.source.name() if tensor.source is not None else "tensor"
 
 
 def _inplace_view(tx, tensor: TensorVariable, name: str, args, kwargs) -> VariableTracker:
@@ -314,6 +344,10 @@ def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
         raise
     except DataDependentOutputError as e:
         raise unsupported("data_dependent_shape", f"{_name(fn)}: {e}") from None
+    except GuardOnDataDependentError as e:
+        raise unsupported("unbacked_branch", f"{_name(fn)}: {e}") from None
+    except ConstraintViolationError as e:
+        raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
     except RuntimeError as e:
         if "being captured into a graph" in str(e):
             raise unsupported(
