@@ -70,6 +70,20 @@ from .runtime.random import (  # noqa: E402
     set_rng_state,
 )
 from .runtime.printing import set_printoptions  # noqa: E402
+from .runtime.symbolic import (  # noqa: E402 - torch.sym_*, torch._check & co.
+    SymBool,
+    SymInt,
+    sym_constrain_range,
+    sym_float,
+    sym_int,
+    sym_ite,
+    sym_max,
+    sym_min,
+    sym_not,
+)
+from .runtime.symbolic import check as _check  # noqa: E402
+from .runtime.symbolic import check_is_size as _check_is_size  # noqa: E402
+from .runtime.symbolic import constrain_as_size as _constrain_as_size  # noqa: E402
 from .runtime import devices as _devices  # noqa: E402
 from .runtime.flags import (  # noqa: E402
     are_deterministic_algorithms_enabled,

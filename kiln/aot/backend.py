@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from ..ops.fake import to_fake
 from ..runtime import state
-from ..runtime.symbolic import has_symbols
+from ..runtime.symbolic import SymInt, has_symbols
 from ..runtime.tensor import Tensor
 from .aot_autograd import AOTConfig, aot_function, compile_entry
 from .module_state import functional_call, get_attribute, swapped
@@ -102,6 +102,9 @@ def _symbolic_examples(gm, example_inputs) -> tuple[list, bool]:
             fake._requires_grad = real._requires_grad
             examples.append(fake)
             symbolic = True
+        elif isinstance(val, SymInt):  # an int input standing for a symbol
+            examples.append(val)
+            symbolic = True
         else:
             examples.append(real)
     return examples, symbolic
@@ -131,7 +134,7 @@ def _symbolic_module(gm, examples: list, lifted: list[str], config: AOTConfig) -
             entry = entries[key] = compile_entry(fn, (*params, *examples), {}, config, needs_grad)
         return entry
 
-    tensor_positions = [i for i, t in enumerate(examples) if isinstance(t, Tensor)]
+    tensor_positions = [i for i, t in enumerate(examples) if isinstance(t, (Tensor, SymInt))]
     only_tensors = len(tensor_positions) == len(examples)
     entry_for([get_attribute(gm, name) for name in lifted])  # compile now (errors surface here)
 

@@ -83,7 +83,10 @@ class RuntimeLayout:
         for where, index, kind, dim, symbol in self.symbol_reads:
             if where == "primal":
                 t = primals[index]
-                values[symbol] = t.size(dim) if kind == "size" else t.stride(dim)
+                if kind == "value":  # an int input
+                    values[symbol] = t
+                else:
+                    values[symbol] = t.size(dim) if kind == "size" else t.stride(dim)
             elif graph_outs is not None:
                 values[symbol] = graph_outs[index].size(dim)
         return values

@@ -228,8 +228,9 @@ class _OutputAnalysis:
         self._graph_index: dict[int, int] = {}
         input_storage = {}
         for k, (a, p) in enumerate(zip(args, proxies)):
-            input_storage[id(p._get_storage())] = k
-            input_storage[id(a._get_storage())] = k
+            if isinstance(p, Tensor):
+                input_storage[id(p._get_storage())] = k
+                input_storage[id(a._get_storage())] = k
         groups: dict[int, list[int]] = {}
         for i, o in enumerate(flat_out):
             if not isinstance(o, Tensor) or o._data is not None:  # a real tensor is a constant
@@ -299,25 +300,27 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
     mode.replay_grad_mode = False  # the compiled pair runs outside autograd
     mode_ref.append(mode)
     flat_args, in_spec = tree_flatten((args, kwargs))
-    positions = [i for i, a in enumerate(flat_args) if isinstance(a, Tensor)]
+    # graph inputs: tensors, and symbolic ints (a size passed as an argument)
+    positions = [i for i, a in enumerate(flat_args) if isinstance(a, (Tensor, SymInt))]
     prev = state.grad_enabled[0]
     try:
         with mode:
             proxies = []
             for k, i in enumerate(positions):
                 p = mode.placeholder(f"primals_{k + 1}", flat_args[i])
-                mode.node_of(p).meta["aot_role"] = "primal"
+                mode.graph.find_nodes(op="placeholder")[-1].meta["aot_role"] = "primal"
                 proxies.append(p)
-            requires_grad = [with_grad and p._requires_grad for p in proxies]
+            requires_grad = [with_grad and getattr(p, "_requires_grad", False) for p in proxies]
             grad_ctx = enable_grad() if with_grad else no_grad()
             with grad_ctx:
                 fn_args, clones = _arguments_for_fn(mode, proxies, with_grad)
-                history = [a.grad_fn for a in fn_args]
+                history = [getattr(a, "grad_fn", None) for a in fn_args]
                 call_args = list(flat_args)
                 for i, a in zip(positions, fn_args):
                     call_args[i] = a
                 call_positional, call_keywords = tree_unflatten(call_args, in_spec)
-                out = fn(*call_positional, **call_keywords)
+                with _size_oblivious(mode):
+                    out = fn(*call_positional, **call_keywords)
             flat_out, out_spec = tree_flatten(out)
             outputs = _OutputAnalysis(flat_out, fn_args, proxies)
             grad_mutations = []
@@ -360,10 +363,12 @@ def _symbol_reads(mode: TracingMode, proxies: list, graph_outputs: list) -> list
     """Where the runtime reads each symbolic size: a primal's size or stride, else (sizes
     only known when the graph runs) a graph output's size."""
     reads, seen = [], set()
-    index = {id(mode.node_of(p)): k for k, p in enumerate(proxies)}
+    placeholders = mode.graph.find_nodes(op="placeholder")
+    index = {id(node): k for k, node in enumerate(n for n in placeholders if n.meta.get(
+        "aot_role") == "primal")}  # fmt: skip
     for symbol, (node, kind, dim) in mode.symbol_definitions().items():
         k = index.get(id(node))
-        if k is not None and kind in ("size", "stride"):
+        if k is not None:
             reads.append(("primal", k, kind, dim, symbol))
             seen.add(symbol)
     for j, o in enumerate(graph_outputs):
@@ -375,6 +380,14 @@ def _symbol_reads(mode: TracingMode, proxies: list, graph_outputs: list) -> list
     return reads
 
 
+def _size_oblivious(mode: TracingMode):
+    """AOT traces library code (a captured graph's ops): see ``ShapeEnv.size_oblivious``."""
+    import contextlib
+
+    env = mode.shape_env
+    return env.size_oblivious() if env is not None else contextlib.nullcontext()
+
+
 def _is_differentiable(t: Tensor) -> bool:
     return t._requires_grad and t._dtype.category >= 2  # floating or complex
 
@@ -384,7 +397,7 @@ def _arguments_for_fn(mode: TracingMode, proxies: list, with_grad: bool):
     in-place op on it is legal, as it is on the real (non-leaf) input in eager."""
     args, clones = [], []
     for p in proxies:
-        if with_grad and p._requires_grad:
+        if with_grad and getattr(p, "_requires_grad", False):
             q = p.clone()
             clones.append((mode.node_of(q), mode.node_of(p)))
             args.append(q)

@@ -45,6 +45,7 @@ class CaptureResult:
     breaks: list = field(default_factory=list)
     # the sizes of the tensor inputs, by source name (the next capture compares them)
     input_shapes: dict = field(default_factory=dict)
+    symbolic_ints: set = field(default_factory=set)  # source names of ints made symbols
 
 
 @dataclass
@@ -341,7 +342,10 @@ def _result(tx, code: types.CodeType, breaks: list) -> CaptureResult:
         text = _disassemble(code)
         klog.log("bytecode", f"transformed bytecode of {tx.code.co_name}:\n{text}")
         klog.dump(f"{tx.output.name}_bytecode", "txt", text)
-    return CaptureResult(code, tx.output.guards, breaks, tx.output.input_shapes)
+    output = tx.output
+    return CaptureResult(
+        code, output.guards, breaks, output.input_shapes, {s.name() for s in output._int_vts}
+    )
 
 
 def _disassemble(code: types.CodeType) -> str:

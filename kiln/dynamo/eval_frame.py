@@ -170,6 +170,10 @@ class FrameCache:
         # later captures) and the sizes of each tensor input at the last capture
         self.automatic_dims: dict[str, set] = {}
         self.seen_shapes: dict[str, tuple] = {}
+        # ints passed as symbols (source names), and those whose symbol got specialized (a
+        # graph needed the plain value): they go back to being Python numbers
+        self.symbolic_ints: set[str] = set()
+        self.static_ints: set[str] = set()
         ctx.caches.append(self)
 
     def clear(self) -> None:
@@ -180,6 +184,8 @@ class FrameCache:
         self.dynamic_scalars.clear()
         self.automatic_dims.clear()
         self.seen_shapes.clear()
+        self.symbolic_ints.clear()
+        self.static_ints.clear()
 
     def capture(self, closure, arguments: dict, args: tuple, kwargs: dict):
         """On a miss: decide between recompiling and running eagerly; returns a CaptureResult
@@ -200,6 +206,8 @@ class FrameCache:
                     self.scalar_changes[scalar] = changes
                     if changes > self.scalar_recompiles:
                         self.dynamic_scalars.add(scalar)
+            if getattr(failed, "scalar", None) and failed.scalar in self.symbolic_ints:
+                self.static_ints.add(failed.scalar)  # symbolic did not help: a plain number
             error = getattr(failed, "error", None)
             if error is not None:  # a size outside a range the user declared
                 value = self.guards[-1].value_of(failed, closure, args, kwargs)
@@ -219,7 +227,9 @@ class FrameCache:
                 warnings.warn(self.eager_reason, RuntimeWarning, stacklevel=4)
                 return None
             klog.log("recompiles", f"recompiling {self.name}: guard failed: {why}")
-        policy = ShapePolicy(self.ctx.dynamic, self.automatic_dims, self.seen_shapes, self.name)
+        policy = ShapePolicy(
+            self.ctx.dynamic, self.automatic_dims, self.seen_shapes, self.name, self.static_ints
+        )
         try:
             result = convert_frame(
                 self.ctx, self.code, self.f_globals, closure, arguments,
@@ -242,6 +252,7 @@ class FrameCache:
                 self.eager_reason = str(result.reason)
             return None
         self.seen_shapes.update(result.input_shapes)
+        self.symbolic_ints.update(result.symbolic_ints)
         return result
 
     def add(self, result: CaptureResult, params: str, defaults: dict, run: Callable) -> None:

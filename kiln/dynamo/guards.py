@@ -53,6 +53,7 @@ class GuardSet:
         self._distinct: list[Source] = []
         self.shape_env = None  # the capture's ShapeEnv: its guards are added at ``compile``
         self._symbol_sources: dict = {}  # symbol -> full source expression of its value
+        self._int_symbols: dict = {}  # symbol of an int input -> the input's source name
 
     def _add(
         self, expr: str, text: str, on_shape: bool = False, scalar: str | None = None,
@@ -133,6 +134,19 @@ class GuardSet:
             True,
         )
 
+    def symbolic_int(self, source: Source, symbol) -> None:
+        """An int input standing for ``symbol``: bound, and guarded on its type only."""
+        e = self.ns.ref(source)
+        var = sym_var(symbol)
+        self.ns.pending.append((var, e))
+        self._symbol_sources[symbol] = self._full_expr(source)
+        self._int_symbols[symbol] = source.name()
+        self._add(
+            f"type({var}) is int",
+            f"type({source.name()}) is int ({symbol.name} = {source.name()})",
+            True,
+        )
+
     def _full_expr(self, source: Source) -> str:
         """``source`` written out in full (not hoisted), naming objects as the guards do."""
         ns = GuardNamespace()
@@ -157,9 +171,15 @@ class GuardSet:
             if g.kind == "user" and len(symbols) == 1:
                 (symbol,) = symbols
                 value = self._symbol_sources[symbol]
+            # an int input the graph ended up needing as a plain value: a new value is like a
+            # changed Python number (``FrameCache.capture`` stops making it symbolic)
+            int_source = None
+            if g.kind == "specialize" and len(symbols) == 1:
+                int_source = self._int_symbols.get(next(iter(symbols)))
             self._add(
-                g.code(sym_var), text, True, None, g.message if g.kind == "user" else None, value
-            )
+                g.code(sym_var), text, int_source is None, int_source,
+                g.message if g.kind == "user" else None, value,
+            )  # fmt: skip
 
     def identity(self, source: Source, obj: Any) -> None:
         e = self.ns.ref(source)

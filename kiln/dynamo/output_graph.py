@@ -113,6 +113,7 @@ class OutputGraph:
         self.guards.shape_env = self.shape_env
         self.shape_policy = shape_policy or ShapePolicy(ctx.dynamic, {}, {}, name)
         self._duck: dict = {}
+        self._int_vts: dict = {}
         self.symbol_reads: dict = {}
         self.input_shapes: dict[str, tuple] = {}
         self.side_effects = SideEffects()
@@ -184,6 +185,37 @@ class OutputGraph:
             vt = TensorVariable(proxy, source, tensor)
         self._input_vts[id(tensor)] = vt
         self._proxy_vts[id(proxy)] = vt
+        return vt
+
+    def symbolic_int(self, value: int, source: Source):
+        """The variable of an int read from ``source`` whose value changed between calls (or
+        any int argument under ``dynamic=True``): a symbol the graph takes as an int input
+        (guarded on its type only), so a new value needs no recompile. None: bake it in."""
+        name = source.name()
+        if self.ctx.dynamic is False or value in (0, 1) or name in self.shape_policy.static_ints:
+            return None
+        if name not in self.changing_scalars and not (
+            self.ctx.dynamic is True and isinstance(source, LocalSource)
+        ):
+            return None
+        from ..runtime.sym_expr import INF
+        from .variables.base import ConstantVariable
+
+        vt = self._int_vts.get(source)
+        if vt is not None:
+            return vt
+        symbol = self.shape_env.create_symbol(value, name, lower=-INF)
+        symint = self.shape_env.symint(symbol)
+        if self.current_tx is not None:
+            self.mode.current_source, self.mode.current_source_text = (
+                self.current_tx.source_location()
+            )
+        self.mode.placeholder(self._placeholder_name(source), symint)
+        self.guards.symbolic_int(source, symbol)
+        self.inputs.append((source, value))
+        self.symbol_reads[symbol] = (source, "int", None)
+        vt = self._int_vts[source] = ConstantVariable(symint)
+        klog.log("recompiles", f"{self.name}: int {name} = {value} is symbolic ({symbol.name})")
         return vt
 
     def scalar_input(self, number, dtype):

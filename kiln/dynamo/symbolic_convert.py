@@ -127,7 +127,8 @@ class InstructionTranslatorBase:
             if fn is None:
                 raise unsupported("unsupported_bytecode", f"opcode {instr.name} is not supported")
             try:
-                fn(self, instr)
+                with output.shape_env.user_code():
+                    fn(self, instr)
             except GuardOnDataDependentError as e:
                 raise unsupported("unbacked_branch", str(e)) from None
         except Unsupported as e:

@@ -42,11 +42,15 @@ class ShapePolicy:
     to the frame's cache and persist across its captures; dims found changed are added to
     ``automatic`` here, and logged under ``recompiles``."""
 
-    def __init__(self, dynamic: bool | None, automatic: dict, seen: dict, frame: str = ""):
+    def __init__(
+        self, dynamic: bool | None, automatic: dict, seen: dict, frame: str = "",
+        static_ints: set = frozenset(),
+    ):  # fmt: skip
         self.dynamic = dynamic
         self.automatic = automatic
         self.seen = seen
         self.frame = frame
+        self.static_ints = static_ints  # int sources whose symbol a graph had to specialize
 
     def dims_for(self, name: str, t: Tensor, module_state: bool = False) -> dict[int, Any]:
         """``{dim: user range or None}`` of ``t``'s symbolic dims (read from source ``name``;
@@ -215,6 +219,9 @@ def _load_symbol(cg, symbol: Symbol, output) -> None:
         cg.load_callable(_item_of)
         cg.load(holder)
         cg.call(1)
+        return
+    if kind == "int":  # an int input: its own value
+        holder.reconstruct(cg)
         return
     if kind == "source":
         holder.reconstruct(cg)

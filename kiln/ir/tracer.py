@@ -196,9 +196,13 @@ class TracingMode(DispatchMode):
 
     def dispatch(self, op: Op, args: tuple) -> Any:
         self._tag_grad_fns()
+        self.record_asserts()  # checks made by code between ops (``kiln._check``) come first
         fn = self._decomposition_for(op)
         if fn is not None:
-            return fn(*args)
+            if self.shape_env is None:
+                return fn(*args)
+            with self.shape_env.size_oblivious():  # library code (see ShapeEnv.size_oblivious)
+                return fn(*args)
         out = self._run_meta(op, args)
         graph_args = map_aggregate(args, self.graph_arg)
         node = self.graph.call_function(op, graph_args)
@@ -218,6 +222,10 @@ class TracingMode(DispatchMode):
             if isinstance(out, Tensor):
                 self._bind(out, node)
                 self._define_symbols(node, out)
+            elif out.__class__ is SymInt:  # a value the graph computes (``.item()``)
+                symbol = out.expr.as_symbol()
+                if symbol is not None:
+                    self._symbol_defs.setdefault(symbol, (node, "value", None))
         self.record_asserts()
         return out
 
@@ -240,6 +248,27 @@ class TracingMode(DispatchMode):
         """``{symbol: (node, kind, dim)}``: how this graph reads each symbolic size (``kind``
         "size"/"stride" of ``node``'s value at ``dim``, or "value": the node's own)."""
         return dict(self._symbol_defs)
+
+    def rebind_unbacked(self, value: Any, original: Any) -> Any:
+        """``value`` (an op's result here) with the data-dependent sizes ``original`` (the same
+        op's result in an earlier trace) had: retracing a graph keeps its unbacked symbols."""
+        mapping: dict = {}
+        _unbacked_pairs(value, original, mapping)
+        if not mapping:
+            return value
+        if value.__class__ is SymInt:
+            node = self._expr_nodes.get(value.expr) or self._symbol_node(value.expr.as_symbol())
+            self._symbol_defs.setdefault(original.expr.as_symbol(), (node, "value", None))
+            return original
+        for t in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(t, Tensor):
+                t._shape = tuple(_renamed(v, mapping) for v in t._shape)
+                t._stride = tuple(_renamed(v, mapping) for v in t._stride)
+                node = self.node_of(t)
+                self._bind(t, node)
+                node.meta["val"] = _meta_value(t)
+                self._define_symbols(node, t)
+        return value
 
     def define_symbol(self, symbol: Symbol, node: Node) -> None:
         """``node``'s value is ``symbol`` (an unbacked ``.item()``, read by the frontend)."""
@@ -365,7 +394,7 @@ class TracingMode(DispatchMode):
             env = self.shape_env = symbolic.ShapeEnv()
         symbolic.env_stack.append(env)
         try:
-            with self._fake_mode:
+            with self._fake_mode, env.size_oblivious():
                 return self._fake_mode.dispatch(op, args)
         finally:
             symbolic.env_stack.pop()
@@ -410,6 +439,28 @@ class TracingMode(DispatchMode):
             node.meta["source"] = source
             if text:
                 node.meta["source_text"] = text
+
+
+def _unbacked_pairs(value: Any, original: Any, mapping: dict) -> None:
+    """Collect ``new symbol -> original SymInt`` for unbacked sizes at matching positions."""
+    if value.__class__ is SymInt and original.__class__ is SymInt:
+        new, old = value.expr.as_symbol(), original.expr.as_symbol()
+        if new is not None and old is not None and new is not old and new.unbacked:
+            mapping[new] = original
+    elif isinstance(value, Tensor) and isinstance(original, Tensor):
+        if len(value._shape) == len(original._shape):
+            for a, b in zip(value._shape, original._shape):
+                _unbacked_pairs(a, b, mapping)
+    elif isinstance(value, (tuple, list)) and isinstance(original, (tuple, list)):
+        for a, b in zip(value, original):
+            _unbacked_pairs(a, b, mapping)
+
+
+def _renamed(v: Any, mapping: dict) -> Any:
+    if v.__class__ is not SymInt or not any(s in mapping for s in v.expr.symbols()):
+        return v
+    expr = v.expr.subs({s: m.expr for s, m in mapping.items()})
+    return SymInt(expr, v.hint, v.env) if expr.terms else expr.const
 
 
 def _input_names(fn: Callable, count: int) -> list[str]:

@@ -103,11 +103,9 @@ def _repeat_interleave_indices_kernel(repeats, output_size):
 def _repeat_interleave_indices_meta(repeats, output_size=None):
     _check_repeats(repeats)
     if output_size is None:
-        from .indexing import DataDependentOutputError
+        from .indexing import data_dependent_size
 
-        raise DataDependentOutputError(
-            "repeat_interleave with tensor repeats has a data-dependent output shape"
-        )
+        output_size = data_dependent_size("repeat_interleave with tensor repeats")
     return fake((output_size,), repeats._dtype, repeats)
 
 

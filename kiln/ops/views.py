@@ -12,11 +12,14 @@ import numpy as np
 
 from ..runtime.memory_format import contiguous_format
 from ..runtime.symbolic import (
+    GuardOnDataDependentError,
     SymInt,
     has_symbols,
     is_size_one,
     known_same_shape,
     statically_known_true,
+    sym_max,
+    sym_min,
 )
 from ..runtime.tensor import contiguous_strides
 from .common import Tensor, fake, wrap, wrap_dim, wrap_dims
@@ -260,6 +263,8 @@ def expand_shape(shape, size) -> tuple:
         cur = shape[i - off]
         if s == -1:
             out.append(cur)
+        elif (cur.__class__ is int and cur == 1) or statically_known_true("==", cur, s):
+            out.append(s)  # decided without comparing a symbolic size
         elif cur == s or cur == 1:
             out.append(s)
         else:
@@ -288,10 +293,12 @@ def _expand_meta(x, size):
     shape = expand_shape(x._shape, size)
     st = x.stride()
     off = len(shape) - len(x._shape)
+    # a broadcast dim gets stride 0; the stride of a dim of size 1 addresses nothing, so a
+    # symbolic target size is taken as not 1 (size-obliviously) without a guard
     new = [0] * off + [
         st[i]
         if statically_known_true("==", x._shape[i], shape[i + off])
-        or not (x._shape[i] == 1 and shape[i + off] != 1)
+        or not (x._shape[i] == 1 and not is_size_one(shape[i + off]))
         else 0
         for i in range(len(x._shape))
     ]
@@ -319,9 +326,18 @@ def _slice_bounds(size, start, end, step):
         start += size
     if end < 0:
         end += size
-    start = min(max(start, 0), size)
-    end = min(max(end, start), size)
+    start = _clamp(start, 0, size)
+    end = _clamp(end, start, size)
     return start, end, step
+
+
+def _clamp(value, low, high):
+    """``min(max(value, low), high)``; where a value only known when the graph runs cannot be
+    compared, the bound stays an expression (``Min(u0, s0)``) instead of a decision."""
+    try:
+        return min(max(value, low), high)
+    except GuardOnDataDependentError:
+        return sym_min(sym_max(value, low), high)
 
 
 @slice.register_kernel

@@ -107,7 +107,9 @@ class Symbol(Atom):
     is the value seen when capturing) or ``u0`` (unbacked: computed by the graph at run time,
     no hint). ``lower``/``upper`` bound it; guards and user constraints narrow them."""
 
-    __slots__ = ("name", "index", "hint", "lower", "upper", "unbacked", "origin", "user_range")
+    __slots__ = (
+        "name", "index", "hint", "lower", "upper", "unbacked", "origin", "user_range", "size_like",
+    )  # fmt: skip
 
     def __init__(self, name: str, index: int, hint, lower, upper, unbacked: bool, origin: str):
         self.name = name
@@ -117,7 +119,8 @@ class Symbol(Atom):
         self.upper = upper
         self.unbacked = unbacked
         self.origin = origin  # what the symbol stands for: "L['x'].size()[0]", "nonzero(...)"
-        self.user_range = None  # (lower, upper, message) of a user's constraint
+        self.user_range = None  # (lower, upper, where, message) of a user's constraint
+        self.size_like = not unbacked  # an unbacked size: library code may treat it as >= 2
         self.key = (0, unbacked, index)
         self._hash = hash(self.key) ^ id(self)
 

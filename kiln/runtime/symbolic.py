@@ -66,6 +66,9 @@ __all__ = [
     "sym_constrain_range",
     "statically_known_true",
     "expect_true",
+    "SymBool",
+    "check",
+    "check_is_size",
 ]
 
 _SERIAL = itertools.count()
@@ -192,6 +195,10 @@ class ShapeEnv:
         # run-time assertions on unbacked symbols, taken by the tracer into the graph
         self.pending_asserts: list[RuntimeAssert] = []
         self.frozen = False
+        self._oblivious = 0
+        self._user_code = 0
+        # symbols a guard pinned to one value (``s2 == 8``): folded into new expressions
+        self.fixed: dict = {}
 
     # ------------------------------------------------------------------ symbols
     def create_symbol(
@@ -216,7 +223,9 @@ class ShapeEnv:
 
     def unbacked_size(self, origin: str, upper=INF) -> SymInt:
         """A fresh unbacked size (``nonzero``'s row count): range ``[0, upper]``."""
-        return self.symint(self.create_unbacked(origin, 0, upper))
+        symbol = self.create_unbacked(origin, 0, upper)
+        symbol.size_like = True
+        return self.symint(symbol)
 
     def backed_symbols(self) -> list[Symbol]:
         return [s for s in self.symbols if not s.unbacked]
@@ -227,24 +236,57 @@ class ShapeEnv:
         guards (printing, logging: nothing the compiled code relies on)."""
         return _Suppressed(self)
 
-    def evaluate(self, op: str, lhs: Expr, rhs: Expr, lhint, rhint) -> bool:
-        """``lhs op rhs``: from the ranges when they decide it, else from the hints (guarded)."""
+    def evaluate(self, op: str, lhs: Expr, rhs: Expr, lhint, rhint):
+        """``lhs op rhs``: from the ranges when they decide it, else from the hints (guarded);
+        on a value only known when the graph runs, a ``SymBool`` (``kiln._check`` takes it,
+        ``bool()`` of it decides or raises)."""
+        if self.fixed:
+            lhs, rhs = _fold_fixed(self, lhs), _fold_fixed(self, rhs)
         result = _decide_exprs(op, lhs, rhs)
         if result is not None:
             return result
-        diff = lhs - rhs
         if lhint is None or rhint is None:
-            unbacked = tuple(s for s in diff.symbols() if s.unbacked)
-            raise GuardOnDataDependentError(
-                f"could not decide {lhs} {op} {rhs}: it depends on "
-                f"{', '.join(f'{s.name} ({s.origin})' for s in unbacked)}, known only when "
-                "the graph runs",
-                unbacked,
-            )
+            return SymBool(op, lhs, rhs, self)
         result = _OPS[op](lhint, rhint)
         if not self._suppressed:
             self.add_guard(SymGuard(op if result else _NEGATE[op], lhs, rhs))
         return result
+
+    def size_oblivious(self):
+        """``with env.size_oblivious():`` library code (meta functions, decompositions) runs:
+        an undecidable comparison on unbacked *sizes* is decided as if each were at least 2,
+        as PyTorch's size-oblivious reasoning does (the code's general path is the one a size
+        of 0 or 1 also takes when the graph runs the op). That is the default; user code
+        (``user_code()``) is never so decided, except in the library calls it makes."""
+        return _Oblivious(self)
+
+    def user_code(self):
+        """``with env.user_code():`` the capture frontend evaluates the user's own code."""
+        return _UserCode(self)
+
+    def decide_unbacked(self, b: SymBool) -> bool:
+        """``bool()`` of a relation on values only known when the graph runs (decided
+        size-obliviously in library code: code running under a dispatch mode is kiln's)."""
+        if self._oblivious or not self._user_code:
+            raised = []
+            for s in (b.lhs - b.rhs).symbols():
+                if s.unbacked and s.size_like and s.lower < 2:
+                    raised.append((s, s.lower))
+                    s.lower = 2
+            try:
+                result = _decide_exprs(b.op, b.lhs, b.rhs)
+            finally:
+                for s, lower in raised:
+                    s.lower = lower
+            if result is not None:
+                return result
+        unbacked = tuple(s for s in (b.lhs - b.rhs).symbols() if s.unbacked)
+        raise GuardOnDataDependentError(
+            f"could not decide {b}: it depends on "
+            f"{', '.join(f'{s.name} ({s.origin})' for s in unbacked)}, known only when "
+            "the graph runs",
+            unbacked,
+        )
 
     def specialize(self, value: SymInt) -> int:
         """The plain int ``value`` stands for, guarding that it stays that."""
@@ -289,6 +331,8 @@ class ShapeEnv:
         value = -k  # s op value
         if op == "==":
             s.lower = s.upper = value
+            if not s.unbacked:
+                self.fixed[s] = value  # later expressions fold it in (``_make``)
         elif op == "!=":
             if s.lower == value:
                 s.lower = value + 1
@@ -400,6 +444,48 @@ class _HintValues(dict):
         return symbol.hint
 
 
+class _Oblivious:
+    def __init__(self, env: ShapeEnv):
+        self.env = env
+
+    def __enter__(self):
+        self.env._oblivious += 1
+
+    def __exit__(self, *exc):
+        self.env._oblivious -= 1
+
+
+class _UserCode:
+    def __init__(self, env: ShapeEnv):
+        self.env = env
+
+    def __enter__(self):
+        self.env._user_code += 1
+
+    def __exit__(self, *exc):
+        self.env._user_code -= 1
+
+
+class SymBool:
+    """A relation on values only known when the graph runs (``u0 >= 0``): ``kiln._check``
+    turns it into a run-time check the capture may rely on; ``bool()`` decides it only where
+    library code may reason size-obliviously, else raises ``GuardOnDataDependentError``."""
+
+    __slots__ = ("op", "lhs", "rhs", "env")
+
+    def __init__(self, op: str, lhs: Expr, rhs: Expr, env: ShapeEnv):
+        self.op, self.lhs, self.rhs, self.env = op, lhs, rhs, env
+
+    def __bool__(self) -> bool:
+        return self.env.decide_unbacked(self)
+
+    def negated(self) -> SymBool:
+        return SymBool(_NEGATE[self.op], self.lhs, self.rhs, self.env)
+
+    def __repr__(self) -> str:
+        return f"{self.lhs} {self.op} {self.rhs}"
+
+
 class _Suppressed:
     def __init__(self, env: ShapeEnv):
         self.env = env
@@ -433,9 +519,19 @@ def _hint_op(fn, a, b):
 
 def _make(env: ShapeEnv, expr: Expr, hint):
     """A SymInt, or the plain int when the expression simplified to a constant."""
+    if env.fixed and expr.terms:
+        expr = _fold_fixed(env, expr)
     if not expr.terms:
         return expr.const
     return SymInt(expr, hint, env)
+
+
+def _fold_fixed(env: ShapeEnv, expr: Expr) -> Expr:
+    """``expr`` with the symbols a guard pinned to one value replaced by that value."""
+    symbols = expr.symbols()
+    if any(s in env.fixed for s in symbols):
+        return expr.subs({s: env.fixed[s] for s in symbols if s in env.fixed})
+    return expr
 
 
 def _float_relation(op: str, value: float):
@@ -684,7 +780,11 @@ def statically_known_true(op: str, a, b) -> bool:
     oa, ob = _operand(a), _operand(b)
     if oa is None or ob is None:
         return bool(_OPS[op](a, b))
-    return _decide_exprs(op, oa[0], ob[0]) is True
+    lhs, rhs = oa[0], ob[0]
+    env = a.env if a.__class__ is SymInt else (b.env if b.__class__ is SymInt else None)
+    if env is not None and env.fixed:
+        lhs, rhs = _fold_fixed(env, lhs), _fold_fixed(env, rhs)
+    return _decide_exprs(op, lhs, rhs) is True
 
 
 def expect_true(op: str, a, b, message: str) -> bool:
@@ -730,8 +830,10 @@ def sym_min(a, b):
     return _sym_pair(a, b, minimum, min)
 
 
-def sym_not(a) -> bool:
-    """``torch.sym_not`` (symbolic comparisons are already guarded bools here)."""
+def sym_not(a):
+    """``torch.sym_not`` (comparisons of capture-time sizes are already guarded bools)."""
+    if a.__class__ is SymBool:
+        return a.negated()
     return not a
 
 
@@ -762,6 +864,37 @@ def sym_constrain_range(value, min=None, max=None) -> None:  # noqa: A002 - PyTo
 def constrain_as_size(value, min=None, max=None) -> None:  # noqa: A002
     """``torch._constrain_as_size``: ``value`` is a size (at least 0, or ``min``)."""
     _check_range(value, 0 if min is None else min, max, "constrain_as_size")
+    if value.__class__ is SymInt:
+        symbol = value.expr.as_symbol()
+        if symbol is not None:
+            symbol.size_like = True
+
+
+def check(condition, message=None) -> None:
+    """``torch._check``: raise ``RuntimeError`` unless ``condition``. On a relation over values
+    only known when the graph runs (``kiln._check(n >= 0)`` with ``n = t.item()``) the graph
+    checks it when it runs and the capture relies on it meanwhile."""
+    if condition.__class__ is SymBool:
+        text = message() if callable(message) else message
+        where = condition.env.location() if condition.env.location is not None else None
+        condition.env.expect_true(
+            condition.op,
+            condition.lhs,
+            condition.rhs,
+            f"kiln._check({condition}) failed{f' at {where}' if where else ''}"
+            + (f": {text}" if text else ""),
+        )
+        return
+    if not condition:
+        text = message() if callable(message) else message
+        raise RuntimeError(text or "Expected cond to be True, but got False. (Could this error "
+                           "message be improved? If so, please report an enhancement request "
+                           "to PyTorch.)")  # fmt: skip
+
+
+def check_is_size(value) -> None:
+    """``torch._check_is_size``: ``value`` is a size (``>= 0``)."""
+    constrain_as_size(value)
 
 
 def is_size_one(size) -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ...ops.indexing import DataDependentOutputError
 from ...runtime import state
-from ...runtime.symbolic import ConstraintViolationError, GuardOnDataDependentError
+from ...runtime.symbolic import ConstraintViolationError, GuardOnDataDependentError, SymInt
 from ...runtime.tensor import Size, Tensor, make_fake
 from ..exc import Unsupported, unsupported
 from ..sources import AttrSource
@@ -248,18 +248,15 @@ def unbacked_item(tx, tensor: TensorVariable) -> VariableTracker:
     """``t.item()`` of an integer tensor: a graph node whose value is a fresh unbacked symbol
     (``u0``), so sizes computed from it stay in the graph; deciding a branch on it breaks the
     graph there (and the transformed code reads it back with ``t.item()``)."""
-    from ...ir.sym_nodes import sym_item
+    from ...ops.registry import OPS
 
-    output = tx.output
-    where = tx.source_location()[0]
-    symbol = output.shape_env.create_unbacked(f"{_describe(tensor)}.item() at {where}")
-    value = output.shape_env.symint(symbol)
-    node = output.graph.call_function(sym_item, (output.mode.node_of(tensor.proxy),))
-    node.meta["val"] = value
-    node.meta["source"] = where
-    output.mode.define_symbol(symbol, node)
-    output.symbol_reads[symbol] = (tensor, "item", None)
-    return ConstantVariable(value)
+    result = call_kiln(tx, OPS["_local_scalar_dense"], [tensor], {})
+    value = result.as_python_constant()
+    symbol = value.expr.as_symbol() if value.__class__ is SymInt else None
+    if symbol is not None:
+        symbol.origin = f"{_describe(tensor)}.item() at {tx.source_location()[0]}"
+        tx.output.symbol_reads[symbol] = (tensor, "item", None)
+    return result
 
 
 def _describe(tensor: TensorVariable) -> str:
@@ -338,7 +335,7 @@ def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
     saved_autocast = autocast[0]
     autocast[0] = output.autocast
     try:
-        with mode:
+        with mode, output.shape_env.size_oblivious():
             result = fn(*py_args, **py_kwargs)
     except Unsupported:
         raise
@@ -361,6 +358,7 @@ def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
     finally:
         grad[0] = saved_grad
         autocast[0] = saved_autocast
+    mode.record_asserts()  # ``kiln._check`` on a data-dependent value: checked from here on
     if isinstance(result, Tensor) and result._data is not None:
         return _fresh_tensor(tx, fn, args, kwargs, result)
     return wrap_kiln_result(tx, result)
