@@ -46,6 +46,7 @@ class CaptureResult:
     # the sizes of the tensor inputs, by source name (the next capture compares them)
     input_shapes: dict = field(default_factory=dict)
     symbolic_ints: set = field(default_factory=set)  # source names of ints made symbols
+    input_strides: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -344,8 +345,9 @@ def _result(tx, code: types.CodeType, breaks: list) -> CaptureResult:
         klog.dump(f"{tx.output.name}_bytecode", "txt", text)
     output = tx.output
     return CaptureResult(
-        code, output.guards, breaks, output.input_shapes, {s.name() for s in output._int_vts}
-    )
+        code, output.guards, breaks, output.input_shapes, {s.name() for s in output._int_vts},
+        output.input_strides,
+    )  # fmt: skip
 
 
 def _disassemble(code: types.CodeType) -> str:

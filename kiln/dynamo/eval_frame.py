@@ -170,6 +170,7 @@ class FrameCache:
         # later captures) and the sizes of each tensor input at the last capture
         self.automatic_dims: dict[str, set] = {}
         self.seen_shapes: dict[str, tuple] = {}
+        self.seen_strides: dict[str, tuple] = {}
         # ints passed as symbols (source names), and those whose symbol got specialized (a
         # graph needed the plain value): they go back to being Python numbers
         self.symbolic_ints: set[str] = set()
@@ -184,6 +185,7 @@ class FrameCache:
         self.dynamic_scalars.clear()
         self.automatic_dims.clear()
         self.seen_shapes.clear()
+        self.seen_strides.clear()
         self.symbolic_ints.clear()
         self.static_ints.clear()
 
@@ -230,6 +232,7 @@ class FrameCache:
         policy = ShapePolicy(
             self.ctx.dynamic, self.automatic_dims, self.seen_shapes, self.name, self.static_ints
         )
+        policy.seen_strides = self.seen_strides
         try:
             result = convert_frame(
                 self.ctx, self.code, self.f_globals, closure, arguments,
@@ -252,6 +255,7 @@ class FrameCache:
                 self.eager_reason = str(result.reason)
             return None
         self.seen_shapes.update(result.input_shapes)
+        self.seen_strides.update(result.input_strides)
         self.symbolic_ints.update(result.symbolic_ints)
         return result
 

@@ -107,29 +107,37 @@ class GuardSet:
             self._distinct.append(source)
 
     def _symbolic_shape(self, source: Source, e: str, name: str, fake: Tensor, bindings) -> None:
-        shape_var = f"___shape{len(self._symbol_sources)}_{len(self.guards)}"
+        tag = f"{len(self._symbol_sources)}_{len(self.guards)}"
+        shape_var, stride_var = f"___shape{tag}", f"___stride{tag}"
         self.ns.pending.append((shape_var, f"{e}._shape"))
         checks = [f"len({shape_var}) == {len(fake._shape)}"]
         full = self._full_expr(source)
-        for d, symbol, first in bindings:
-            if first:
+        bound = set()
+        for d, symbol, first, kind in bindings:
+            if first and kind == "size":
                 self.ns.pending.append((sym_var(symbol), f"{shape_var}[{d}]"))
                 self._symbol_sources[symbol] = f"{full}._shape[{d}]"
+                bound.add(d)
         for d, size in enumerate(fake._shape):
             if size.__class__ is SymInt:
-                var = sym_var(size.expr.as_symbol())
-                if (d, size.expr.as_symbol(), True) not in bindings:
-                    checks.append(f"{shape_var}[{d}] == {var}")
+                if d not in bound:
+                    checks.append(f"{shape_var}[{d}] == {sym_var(size.expr.as_symbol())}")
             else:
                 checks.append(f"{shape_var}[{d}] == {size}")
         shown = [str(s) for s in fake._shape]
         self._add(" and ".join(checks), f"{name}.shape == [{', '.join(shown)}]", True)
+        # ``_stride`` caches ``stride()`` (None until first asked): a cheap read on later calls
+        self.ns.pending.append((stride_var, f"({e}._stride or {e}.stride())"))
+        for d, symbol, _, kind in bindings:
+            if kind == "stride":
+                self.ns.pending.append((sym_var(symbol), f"{stride_var}[{d}]"))
+                self._symbol_sources[symbol] = f"{full}.stride()[{d}]"
         strides = ", ".join(
             s.expr.code(sym_var) if s.__class__ is SymInt else str(s) for s in fake.stride()
         )
         tuple_src = f"({strides},)" if len(fake._shape) == 1 else f"({strides})"
         self._add(
-            f"({e}._stride or {e}.stride()) == {tuple_src}",
+            f"{stride_var} == {tuple_src}",
             f"{name}.stride() == ({', '.join(str(s) for s in fake.stride())})",
             True,
         )

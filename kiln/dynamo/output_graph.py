@@ -116,6 +116,7 @@ class OutputGraph:
         self._int_vts: dict = {}
         self.symbol_reads: dict = {}
         self.input_shapes: dict[str, tuple] = {}
+        self.input_strides: dict[str, tuple] = {}
         self.side_effects = SideEffects()
         self.grad_enabled = state.grad_enabled[0]
         self.entry_grad_enabled = self.grad_enabled  # the mode the frame was called in
@@ -169,7 +170,15 @@ class OutputGraph:
             if history is not None and len(history) != tensor.ndim:
                 history = None
             fake, bindings = (
-                symbolic_fake(self.shape_env, tensor, name, dims, self._duck, history)
+                symbolic_fake(
+                    self.shape_env,
+                    tensor,
+                    name,
+                    dims,
+                    self._duck,
+                    history,
+                    self.shape_policy.seen_strides.get(name),
+                )  # fmt: skip
                 if dims
                 else (None, [])
             )
@@ -177,11 +186,14 @@ class OutputGraph:
             distinct = isinstance(source, LocalSource) or isinstance(source.root(), LocalSource)
             self.guards.tensor_match(source, tensor, distinct=distinct, fake=fake,
                                      bindings=bindings)  # fmt: skip
-            for d, symbol, first in bindings:
-                if first:
+            for d, symbol, first, kind in bindings:
+                if first and kind == "size":
                     self.symbol_reads[symbol] = (source, "source", d)
+                elif kind == "stride":
+                    self.symbol_reads[symbol] = (source, "stride", d)
             self.inputs.append((source, tensor))
             self.input_shapes[name] = tuple(tensor._shape)
+            self.input_strides[name] = tuple(tensor.stride())
             vt = TensorVariable(proxy, source, tensor)
         self._input_vts[id(tensor)] = vt
         self._proxy_vts[id(proxy)] = vt

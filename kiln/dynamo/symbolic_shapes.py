@@ -22,7 +22,7 @@ from bytecode import Instr
 
 from ..runtime import logs as klog
 from ..runtime.sym_expr import INF, Expr, Symbol
-from ..runtime.symbolic import ConstraintViolationError, ShapeEnv, SymInt
+from ..runtime.symbolic import ConstraintViolationError, ShapeEnv, SymBool, SymInt
 from ..runtime.tensor import Size, Tensor, make_fake
 from . import bytecode_versions as bv
 from . import config
@@ -51,6 +51,7 @@ class ShapePolicy:
         self.seen = seen
         self.frame = frame
         self.static_ints = static_ints  # int sources whose symbol a graph had to specialize
+        self.seen_strides: dict = {}  # source name -> strides last captured (set by the cache)
 
     def dims_for(self, name: str, t: Tensor, module_state: bool = False) -> dict[int, Any]:
         """``{dim: user range or None}`` of ``t``'s symbolic dims (read from source ``name``;
@@ -86,10 +87,18 @@ class ShapePolicy:
 
 
 def symbolic_fake(
-    env: ShapeEnv, t: Tensor, name: str, dims: dict, duck: dict, history: tuple | None
+    env: ShapeEnv,
+    t: Tensor,
+    name: str,
+    dims: dict,
+    duck: dict,
+    history: tuple | None,
+    stride_history: tuple | None = None,
 ) -> tuple[Tensor, list]:
-    """The fake ``t`` is traced as, and ``[(dim, symbol, first)]`` for its symbolic dims
-    (``first``: this dim binds the symbol in the guards; others check equality with it)."""
+    """The fake ``t`` is traced as, and ``[(dim, symbol, first, kind)]`` for its symbolic dims
+    and strides (``first``: this binds the symbol in the guards; others check equality with
+    it; ``kind``: "size" or "stride"). A stride that is not the dense one for the sizes and
+    changed since the last capture (a window of a growing buffer) is a symbol of its own."""
     shape = list(t._shape)
     bindings = []
     for d, user in sorted(dims.items()):
@@ -124,12 +133,23 @@ def symbolic_fake(
                 symbol = env.create_symbol(hint, origin, lo, hi, (lo, hi, where, message))
             duck[key] = symbol
         shape[d] = env.symint(symbol)
-        bindings.append((d, symbol, first))
+        bindings.append((d, symbol, first, "size"))
     if not bindings:
         return t, []
-    strides = _symbolic_strides(tuple(t._shape), tuple(t.stride()), shape)
+    strides = list(_symbolic_strides(tuple(t._shape), tuple(t.stride()), shape))
+    for d, st in enumerate(strides):
+        if (
+            st.__class__ is int
+            and st >= 2
+            and stride_history is not None
+            and len(stride_history) == len(strides)
+            and stride_history[d] != st
+        ):
+            symbol = env.create_symbol(st, f"{name}.stride()[{d}]")
+            strides[d] = env.symint(symbol)
+            bindings.append((d, symbol, True, "stride"))
     offset = t.storage_offset()
-    fake = make_fake(tuple(shape), t._dtype, t._device, strides, offset)
+    fake = make_fake(tuple(shape), t._dtype, t._device, tuple(strides), offset)
     return fake, bindings
 
 
@@ -150,7 +170,7 @@ def _symbolic_strides(sizes: tuple, strides: tuple, sym_sizes: list) -> tuple:
 
 
 def has_symints(value: Any) -> bool:
-    if value.__class__ is SymInt:
+    if value.__class__ is SymInt or value.__class__ is SymBool:
         return True
     if isinstance(value, (tuple, list)):
         return any(has_symints(v) for v in value)
@@ -174,7 +194,16 @@ def _expr_function(expr: Expr, symbols: list):
 
 
 def reconstruct_symbolic(cg, value: Any, output) -> None:
-    """Push the run-time value of ``value`` (a SymInt, or a tuple/list/Size holding some)."""
+    """Push the run-time value of ``value`` (a SymInt or a SymBool, or a tuple/list/Size
+    holding some)."""
+    if value.__class__ is SymBool:  # a relation on data-dependent values, decided at run time
+        expr = value.lhs - value.rhs
+        symbols = sorted(expr.symbols(), key=lambda s: s.name)
+        cg.load_callable(_relation_function(value.op, expr, symbols))
+        for s in symbols:
+            _load_symbol(cg, s, output)
+        cg.call(len(symbols))
+        return
     if value.__class__ is SymInt:
         symbols = sorted(value.expr.symbols(), key=lambda s: s.name)
         symbol = value.expr.as_symbol()
@@ -201,8 +230,24 @@ def reconstruct_symbolic(cg, value: Any, output) -> None:
     cg.load_const(value)
 
 
+def _relation_function(op: str, expr: Expr, symbols: list):
+    key = (op, expr, tuple(symbols))
+    fn = _EXPR_FUNCTIONS.get(key)
+    if fn is None:
+        params = ", ".join(s.name for s in symbols)
+        src = f"def holds({params}):\n    return {expr.code()} {op} 0\n"
+        namespace: dict = {}
+        exec(compile(src, "<kiln symbolic relation>", "exec"), namespace)
+        fn = _EXPR_FUNCTIONS[key] = namespace["holds"]
+    return fn
+
+
 def _item_of(t: Tensor):
     return t.item()
+
+
+def _stride_of(t: Tensor, dim: int):
+    return t.stride(dim)
 
 
 def _load_symbol(cg, symbol: Symbol, output) -> None:
@@ -222,6 +267,12 @@ def _load_symbol(cg, symbol: Symbol, output) -> None:
         return
     if kind == "int":  # an int input: its own value
         holder.reconstruct(cg)
+        return
+    if kind == "stride":  # an input's stride: ``x.stride()[d]``
+        cg.load_callable(_stride_of)
+        holder.reconstruct(cg)
+        cg.load_const(dim)
+        cg.call(2)
         return
     if kind == "source":
         holder.reconstruct(cg)

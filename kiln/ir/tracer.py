@@ -256,9 +256,13 @@ class TracingMode(DispatchMode):
         _unbacked_pairs(value, original, mapping)
         if not mapping:
             return value
+        # the op that computes a size defines it here (not a tangent placeholder laid out
+        # with it, which only the backward has)
+        for symbol in mapping.values():
+            self._symbol_defs.pop(symbol.expr.as_symbol(), None)
         if value.__class__ is SymInt:
             node = self._expr_nodes.get(value.expr) or self._symbol_node(value.expr.as_symbol())
-            self._symbol_defs.setdefault(original.expr.as_symbol(), (node, "value", None))
+            self._symbol_defs[original.expr.as_symbol()] = (node, "value", None)
             return original
         for t in value if isinstance(value, (tuple, list)) else (value,):
             if isinstance(t, Tensor):

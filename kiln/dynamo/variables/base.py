@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ...runtime.symbolic import SymInt
+from ...runtime.symbolic import SymBool, SymInt
 from ..exc import unsupported
 from ..sources import Source
 
@@ -109,6 +109,7 @@ _CONSTANT_TYPES = (
     np.bool_,  # numpy scalars (``arr.sum()``, ``np.float32(0.5)``) fold like Python numbers
     np.number,
     SymInt,  # a symbolic size (``x.shape[0] * 2``): folded into an expression
+    SymBool,  # a relation on data-dependent sizes (``n >= 0``)
 )
 
 
@@ -184,7 +185,7 @@ class ConstantVariable(VariableTracker):
     def reconstruct(self, cg) -> None:
         if not self._guarded:
             self.source.reconstruct(cg)
-        elif self.value.__class__ is SymInt or (
+        elif self.value.__class__ in (SymInt, SymBool) or (
             isinstance(self.value, (tuple, list)) and _holds_symint(self.value)
         ):
             from ..symbolic_shapes import reconstruct_symbolic
