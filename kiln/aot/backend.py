@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..ops.fake import to_fake
-from ..runtime import state
+from ..runtime.state import per_thread
 from ..runtime.symbolic import SymInt, has_symbols
 from ..runtime.tensor import Tensor
 from .aot_autograd import AOTConfig, aot_function, compile_entry
@@ -62,7 +62,7 @@ def aot_module_simplified(
         return _symbolic_module(gm, examples, lifted, config)
     if not lifted:
         primals = [t for t in example_inputs if isinstance(t, Tensor)]
-        needs_grad = state.grad_enabled[0] and any(t.requires_grad for t in primals)
+        needs_grad = per_thread.state.grad_enabled and any(t.requires_grad for t in primals)
         entry = compile_entry(gm, tuple(example_inputs), {}, config, needs_grad)
         if len(primals) != len(example_inputs):
             return _tensors_only(entry.runner)
@@ -123,13 +123,13 @@ def _symbolic_module(gm, examples: list, lifted: list[str], config: AOTConfig) -
     entries: dict = {}
 
     def entry_for(params: list):
-        key = (state.grad_enabled[0],) + tuple(
+        key = (per_thread.state.grad_enabled,) + tuple(
             (p._requires_grad, p._dtype, p._device, tuple(p._shape), p.stride()) for p in params
         )
         entry = entries.get(key)
         if entry is None:
             primals = [*params, *(t for t in examples if isinstance(t, Tensor))]
-            needs_grad = state.grad_enabled[0] and any(t.requires_grad for t in primals)
+            needs_grad = per_thread.state.grad_enabled and any(t.requires_grad for t in primals)
             fn = flat_fn if lifted else gm
             entry = entries[key] = compile_entry(fn, (*params, *examples), {}, config, needs_grad)
         return entry

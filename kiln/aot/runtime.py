@@ -16,15 +16,13 @@ from ..autograd.graph import _RELEASED_MSG, Node, _detached_alias
 from ..ops.api import tensor
 from ..ops.dispatch import _edge as autograd_edge
 from ..runtime import random as rng
-from ..runtime import state
+from ..runtime.state import per_thread
 from ..runtime.symbolic import SymInt, has_symbols
 from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_unflatten
 from .trace import OUT_CONST, OUT_GRAPH, OUT_INPUT, TraceResult, tangent_example
 
 __all__ = ["CompiledFunctionBackward", "make_runner", "RuntimeLayout"]
-
-_grad_enabled = state.grad_enabled
 
 _DOUBLE_BACKWARD_MSG = (
     "double backward through a kiln-compiled region is not supported: compile the outer "
@@ -117,8 +115,9 @@ def _rng_args(total: int) -> tuple:
 def _copy_back(primals, outs, mutated) -> None:
     """New values of mutated inputs into the inputs. A compiled graph that wrote one in place
     returns the input itself: only its version changes, as an in-place op's would."""
-    prev = _grad_enabled[0]
-    _grad_enabled[0] = False
+    state = per_thread.state
+    prev = state.grad_enabled
+    state.grad_enabled = False
     try:
         for k, j in mutated:
             target, new = primals[k], outs[j]
@@ -127,7 +126,7 @@ def _copy_back(primals, outs, mutated) -> None:
             else:
                 target.copy_(new)
     finally:
-        _grad_enabled[0] = prev
+        state.grad_enabled = prev
 
 
 def _finish(layout: RuntimeLayout, primals, graph_outs):
@@ -175,7 +174,7 @@ class CompiledFunctionBackward(Node):
         return "CompiledFunctionBackward"
 
     def apply(self, grad_outputs: tuple) -> tuple:
-        if _grad_enabled[0]:
+        if per_thread.state.grad_enabled:
             raise RuntimeError(_DOUBLE_BACKWARD_MSG)
         if self._released:
             raise RuntimeError(_RELEASED_MSG)
@@ -247,7 +246,8 @@ def _training_runner(layout: RuntimeLayout, forward: Callable, backward: Callabl
     symbolic_meta = layout.symbolic_meta
 
     def run(*primals):
-        _grad_enabled[0] = False
+        state = per_thread.state
+        state.grad_enabled = False
         try:
             outs = (
                 forward(*primals, *_rng_args(rng_total))
@@ -257,7 +257,7 @@ def _training_runner(layout: RuntimeLayout, forward: Callable, backward: Callabl
             if mutated:
                 _copy_back(primals, outs, mutated)
         finally:
-            _grad_enabled[0] = True
+            state.grad_enabled = True
         node = CompiledFunctionBackward(tuple([autograd_edge(primals[k]) for k in grad_primals]))
         node.backward = backward
         saved = outs[num_fw:]

@@ -41,8 +41,8 @@ from ..ir.tracer import TracingMode
 from ..ops.dispatch import _edge as autograd_edge
 from ..ops.dispatch import view_replay
 from ..ops.registry import OPS
-from ..runtime import state
 from ..runtime.memory_format import is_non_overlapping_and_dense, preserved_strides
+from ..runtime.state import per_thread
 from ..runtime.symbolic import SymInt
 from ..runtime.tensor import Tensor, make_fake
 from ..utils.pytree import tree_flatten, tree_unflatten
@@ -302,7 +302,8 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
     flat_args, in_spec = tree_flatten((args, kwargs))
     # graph inputs: tensors, and symbolic ints (a size passed as an argument)
     positions = [i for i, a in enumerate(flat_args) if isinstance(a, (Tensor, SymInt))]
-    prev = state.grad_enabled[0]
+    state = per_thread.state
+    prev = state.grad_enabled
     try:
         with mode:
             proxies = []
@@ -337,7 +338,7 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
                                      [proxies[k] for k in grad_primals])  # fmt: skip
             mode.output(tuple(results))
     finally:
-        state.grad_enabled[0] = prev
+        state.grad_enabled = prev
     for clone_node, placeholder in clones:
         clone_node.replace_all_uses_with(placeholder)
         graph.erase_node(clone_node)
