@@ -72,6 +72,10 @@ from .runtime.random import (  # noqa: E402
     set_rng_state,
 )
 from .runtime.printing import set_printoptions  # noqa: E402
+from .runtime.symbolic import SymBool, SymInt  # noqa: E402 - the sym_* helpers: .symbolic
+from .runtime.symbolic import check as _check  # noqa: E402
+from .runtime.symbolic import check_is_size as _check_is_size  # noqa: E402
+from .runtime.symbolic import constrain_as_size as _constrain_as_size  # noqa: E402
 from .runtime import devices as _devices  # noqa: E402
 from .runtime.flags import (  # noqa: E402
     are_deterministic_algorithms_enabled,

@@ -18,6 +18,7 @@ import threading
 import warnings
 
 from ..runtime.state import per_thread
+from ..runtime.symbolic import known_same_shape, same_shape
 from ..runtime.tensor import Tensor
 from .anomaly import anomaly_state, run_node
 from .graph import AccumulateGrad, Node, grad_accumulator
@@ -83,9 +84,9 @@ def _conform(g: Tensor, node: Node, nr: int) -> Tensor:
     if meta is None:
         return g
     shape, dtype = meta
-    if g._shape != shape:
+    if not known_same_shape(g._shape, shape):
         g = g.sum_to_size(shape)
-        if g._shape != shape:
+        if not same_shape(g._shape, shape):
             raise RuntimeError(
                 f"Function {node.name()} returned an invalid gradient at index {nr} - got "
                 f"{list(g._shape)} but expected shape compatible with {list(shape)}"
@@ -130,7 +131,7 @@ def run_backward(
             g = ones_like(t)
         elif not isinstance(g, Tensor):
             raise TypeError(f"gradients must be tensors, got {type(g).__name__}")
-        elif g._shape != t._shape:
+        elif not known_same_shape(g._shape, t._shape):
             raise RuntimeError(
                 f"Mismatch in shape: grad_output[{i}] has a shape of {list(g._shape)} and "
                 f"output[{i}] has a shape of {list(t._shape)}."

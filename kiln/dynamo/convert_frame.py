@@ -45,6 +45,10 @@ class CaptureResult:
     code: types.CodeType
     guards: GuardSet
     breaks: list = field(default_factory=list)
+    # the sizes of the tensor inputs, by source name (the next capture compares them)
+    input_shapes: dict = field(default_factory=dict)
+    symbolic_ints: set = field(default_factory=set)  # source names of ints made symbols
+    input_strides: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -58,13 +62,15 @@ class EagerFrame:
 def convert_frame(
     ctx, code, f_globals: dict, closure, arguments: dict, name: str,
     dynamic_scalars: frozenset = frozenset(), changing_scalars: frozenset = frozenset(),
+    shape_policy=None,
 ):  # fmt: skip
     """Capture ``code`` called with ``arguments``; a ``CaptureResult`` or an ``EagerFrame``.
     ``changing_scalars``: sources of numbers that changed between calls, ``dynamic_scalars``:
-    those that changed too often to be baked in (see ``OutputGraph``)."""
+    those that changed too often to be baked in (see ``OutputGraph``); ``shape_policy``: which
+    input sizes are symbolic (``symbolic_shapes.ShapePolicy``)."""
     break_points: dict[int, BreakPoint] = {}
     for _ in range(config.restart_limit):
-        output = OutputGraph(ctx, name, dynamic_scalars, changing_scalars)
+        output = OutputGraph(ctx, name, dynamic_scalars, changing_scalars, shape_policy)
         push_output(output)
         try:
             tx = InstructionTranslator(output, code, f_globals, closure, arguments, break_points)
@@ -341,7 +347,11 @@ def _result(tx, code: types.CodeType, breaks: list) -> CaptureResult:
         text = _disassemble(code)
         klog.log("bytecode", f"transformed bytecode of {tx.code.co_name}:\n{text}")
         klog.dump(f"{tx.output.name}_bytecode", "txt", text)
-    return CaptureResult(code, tx.output.guards, breaks)
+    output = tx.output
+    return CaptureResult(
+        code, output.guards, breaks, output.input_shapes, {s.name() for s in output._int_vts},
+        output.input_strides,
+    )  # fmt: skip
 
 
 def _disassemble(code: types.CodeType) -> str:

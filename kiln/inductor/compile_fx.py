@@ -16,6 +16,7 @@ from ..runtime import logs as klog
 from . import wrapper_runtime
 from .graph_lowering import GraphLowering
 from .scheduler import ScatterStep, schedule
+from .specialize import is_symbolic_graph, specializing
 
 __all__ = ["compile_graph", "inductor", "CompiledGraph"]
 
@@ -340,8 +341,13 @@ def inductor(gm, example_inputs, options: dict | None = None):
 
     options = options or {}
 
-    def compiler(graph_module, examples):
+    def compile_static(graph_module, examples):
         return compile_graph(graph_module, examples, options)
+
+    def compiler(graph_module, examples):
+        if is_symbolic_graph(graph_module, examples):  # interim: see ``specialize.py``
+            return specializing(graph_module, examples, compile_static)
+        return compile_static(graph_module, examples)
 
     partition = default_partition if options.get("partitioner") == "default" else min_cut_partition
     return aot_module_simplified(

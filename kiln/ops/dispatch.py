@@ -232,9 +232,11 @@ def view_replay(view: Tensor, source: Tensor | None = None):
         t = args[0]
     chain.reverse()
 
-    def replay(x: Tensor) -> Tensor:
+    def replay(x: Tensor, resolve=None) -> Tensor:
+        """``resolve``: maps the recorded arguments to this call's (symbolic sizes to ints)."""
         for op, args in chain:
-            out = dispatch(op, (x,) + tuple(args[1:]))
+            rest = tuple(args[1:]) if resolve is None else resolve(tuple(args[1:]))
+            out = dispatch(op, (x,) + rest)
             x = out if not isinstance(out, (tuple, list)) else out[_index_in(op, args)]
         return x
 
