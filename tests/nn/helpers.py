@@ -12,6 +12,7 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 
 import kiln
 from tests.oracle import assert_close, torch
@@ -141,6 +142,23 @@ def check_repr_and_state(case: Case) -> None:
         (n, tuple(p.shape)) for n, p in tmod.named_parameters()
     ]
     assert list(kmod.state_dict()) == list(tmod.state_dict())
+
+
+def module_case_tests(cases: list, every_output_differentiable: bool = False) -> tuple:
+    """The two tests a feature file's table of cases gets (assign them to these names at module
+    level): outputs and gradients (``check_forward_and_backward``), and repr and state
+    (``check_repr_and_state``), parametrized over the cases by name."""
+    ids = [c.name for c in cases]
+
+    @pytest.mark.parametrize("case", cases, ids=ids)
+    def test_forward_and_backward_match_torch(case: Case) -> None:
+        check_forward_and_backward(case, every_output_differentiable)
+
+    @pytest.mark.parametrize("case", cases, ids=ids)
+    def test_repr_and_state_match_torch(case: Case) -> None:
+        check_repr_and_state(case)
+
+    return test_forward_and_backward_match_torch, test_repr_and_state_match_torch
 
 
 def float64_pair(make, seed=0):

@@ -7,12 +7,7 @@ import numpy as np
 import pytest
 
 import kiln
-from tests.nn.helpers import (
-    Case,
-    In,
-    check_forward_and_backward,
-    check_repr_and_state,
-)
+from tests.nn.helpers import Case, In, module_case_tests
 from tests.oracle import assert_close, needs_torch, torch
 
 pytestmark = needs_torch
@@ -39,14 +34,9 @@ ACTIVATIONS = [
 ]
 
 
-@pytest.mark.parametrize("case", ACTIVATIONS, ids=[c.name for c in ACTIVATIONS])
-def test_forward_and_backward_match_torch(case: Case):
-    check_forward_and_backward(case, every_output_differentiable=True)
-
-
-@pytest.mark.parametrize("case", ACTIVATIONS, ids=[c.name for c in ACTIVATIONS])
-def test_repr_and_state_match_torch(case: Case):
-    check_repr_and_state(case)
+test_forward_and_backward_match_torch, test_repr_and_state_match_torch = module_case_tests(
+    ACTIVATIONS, every_output_differentiable=True
+)
 
 
 @pytest.mark.parametrize(

@@ -3,15 +3,8 @@ and attributes."""
 
 from __future__ import annotations
 
-import pytest
-
 import kiln
-from tests.nn.helpers import (
-    Case,
-    In,
-    check_forward_and_backward,
-    check_repr_and_state,
-)
+from tests.nn.helpers import Case, In, module_case_tests
 from tests.oracle import needs_torch
 
 pytestmark = needs_torch
@@ -43,14 +36,9 @@ DISTANCES = [
 ]
 
 
-@pytest.mark.parametrize("case", DISTANCES, ids=[c.name for c in DISTANCES])
-def test_forward_and_backward_match_torch(case: Case):
-    check_forward_and_backward(case, every_output_differentiable=True)
-
-
-@pytest.mark.parametrize("case", DISTANCES, ids=[c.name for c in DISTANCES])
-def test_repr_and_state_match_torch(case: Case):
-    check_repr_and_state(case)
+test_forward_and_backward_match_torch, test_repr_and_state_match_torch = module_case_tests(
+    DISTANCES, every_output_differentiable=True
+)
 
 
 def test_distance_modules_have_torch_attributes():

@@ -3,14 +3,7 @@ gradients and reprs."""
 
 from __future__ import annotations
 
-import pytest
-
-from tests.nn.helpers import (
-    Case,
-    In,
-    check_forward_and_backward,
-    check_repr_and_state,
-)
+from tests.nn.helpers import Case, In, module_case_tests
 from tests.oracle import needs_torch
 
 pytestmark = needs_torch
@@ -56,11 +49,6 @@ CONVOLUTIONS = [
 CASES = FOLDING + CONVOLUTIONS
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_forward_and_backward_match_torch(case: Case):
-    check_forward_and_backward(case, every_output_differentiable=True)
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_repr_and_state_match_torch(case: Case):
-    check_repr_and_state(case)
+test_forward_and_backward_match_torch, test_repr_and_state_match_torch = module_case_tests(
+    CASES, every_output_differentiable=True
+)

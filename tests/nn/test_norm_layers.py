@@ -7,12 +7,7 @@ import numpy as np
 import pytest
 
 import kiln
-from tests.nn.helpers import (
-    Case,
-    In,
-    check_forward_and_backward,
-    check_repr_and_state,
-)
+from tests.nn.helpers import Case, In, module_case_tests
 from tests.oracle import assert_close, needs_torch, torch
 
 pytestmark = needs_torch
@@ -66,14 +61,9 @@ NORMS = [
 ]
 
 
-@pytest.mark.parametrize("case", NORMS, ids=[c.name for c in NORMS])
-def test_forward_and_backward_match_torch(case: Case):
-    check_forward_and_backward(case, every_output_differentiable=True)
-
-
-@pytest.mark.parametrize("case", NORMS, ids=[c.name for c in NORMS])
-def test_repr_and_state_match_torch(case: Case):
-    check_repr_and_state(case)
+test_forward_and_backward_match_torch, test_repr_and_state_match_torch = module_case_tests(
+    NORMS, every_output_differentiable=True
+)
 
 
 def test_instance_norm_running_stats_follow_torch_over_steps_then_eval():

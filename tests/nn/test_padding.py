@@ -6,12 +6,7 @@ from __future__ import annotations
 import pytest
 
 import kiln
-from tests.nn.helpers import (
-    Case,
-    In,
-    check_forward_and_backward,
-    check_repr_and_state,
-)
+from tests.nn.helpers import Case, In, module_case_tests
 from tests.oracle import needs_torch
 
 pytestmark = needs_torch
@@ -47,14 +42,9 @@ PADDING += [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("case", PADDING, ids=[c.name for c in PADDING])
-def test_forward_and_backward_match_torch(case: Case):
-    check_forward_and_backward(case, every_output_differentiable=True)
-
-
-@pytest.mark.parametrize("case", PADDING, ids=[c.name for c in PADDING])
-def test_repr_and_state_match_torch(case: Case):
-    check_repr_and_state(case)
+test_forward_and_backward_match_torch, test_repr_and_state_match_torch = module_case_tests(
+    PADDING, every_output_differentiable=True
+)
 
 
 def test_circular_pad_checks_rank_and_reflection_checks_size():

@@ -9,12 +9,7 @@ import pytest
 
 import kiln
 import kiln.nn.functional as F
-from tests.nn.helpers import (
-    Case,
-    In,
-    check_forward_and_backward,
-    check_repr_and_state,
-)
+from tests.nn.helpers import Case, In, module_case_tests
 from tests.oracle import assert_close, needs_torch, torch
 
 pytestmark = needs_torch
@@ -121,14 +116,9 @@ POOLING = [
 ]
 
 
-@pytest.mark.parametrize("case", POOLING, ids=[c.name for c in POOLING])
-def test_forward_and_backward_match_torch(case: Case):
-    check_forward_and_backward(case, every_output_differentiable=True)
-
-
-@pytest.mark.parametrize("case", POOLING, ids=[c.name for c in POOLING])
-def test_repr_and_state_match_torch(case: Case):
-    check_repr_and_state(case)
+test_forward_and_backward_match_torch, test_repr_and_state_match_torch = module_case_tests(
+    POOLING, every_output_differentiable=True
+)
 
 
 def test_fractional_max_pool_draws_fresh_windows_without_samples():

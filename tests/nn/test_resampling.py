@@ -5,16 +5,9 @@ from __future__ import annotations
 
 import pickle
 
-import pytest
-
 import kiln
 import kiln.nn.functional as F
-from tests.nn.helpers import (
-    Case,
-    In,
-    check_forward_and_backward,
-    check_repr_and_state,
-)
+from tests.nn.helpers import Case, In, module_case_tests
 from tests.oracle import assert_close, needs_torch, torch
 
 pytestmark = needs_torch
@@ -79,14 +72,9 @@ RESAMPLING = [
 ]
 
 
-@pytest.mark.parametrize("case", RESAMPLING, ids=[c.name for c in RESAMPLING])
-def test_forward_and_backward_match_torch(case: Case):
-    check_forward_and_backward(case, every_output_differentiable=True)
-
-
-@pytest.mark.parametrize("case", RESAMPLING, ids=[c.name for c in RESAMPLING])
-def test_repr_and_state_match_torch(case: Case):
-    check_repr_and_state(case)
+test_forward_and_backward_match_torch, test_repr_and_state_match_torch = module_case_tests(
+    RESAMPLING, every_output_differentiable=True
+)
 
 
 def test_upsample_stores_float_factors_and_unpickles_old_state():
