@@ -1,27 +1,50 @@
-"""Activation modules: thin wrappers over ``nn.functional`` with PyTorch's arguments and reprs."""
+"""Activation modules: thin wrappers over ``nn.functional`` keeping PyTorch's constructor
+arguments, attribute names and reprs (as ``torch.nn.modules.activation``).
+
+Most share a base by the options they take: none (``_Elementwise``), only ``inplace``
+(``_InplaceActivation``), ``alpha`` and ``inplace`` (``_AlphaActivation``), ``dim``
+(``_DimActivation``) or ``lambd`` (``_Shrink``); each names its function in ``_fn``. RReLU draws
+random slopes only in training mode.
+"""
 
 from __future__ import annotations
 
+from ...ops import api
 from ...runtime.tensor import Tensor
 from .. import functional as F
+from .. import init
+from ..parameter import Parameter
 from .module import Module
 
 __all__ = [
-    "ReLU",
-    "ReLU6",
-    "GELU",
-    "SiLU",
-    "Tanh",
-    "Sigmoid",
-    "Softmax",
-    "LogSoftmax",
-    "LeakyReLU",
+    "CELU",
     "ELU",
-    "Softplus",
-    "Mish",
-    "Hardtanh",
+    "GELU",
+    "GLU",
+    "SELU",
+    "Hardshrink",
     "Hardsigmoid",
     "Hardswish",
+    "Hardtanh",
+    "LeakyReLU",
+    "LogSigmoid",
+    "LogSoftmax",
+    "Mish",
+    "PReLU",
+    "RReLU",
+    "ReLU",
+    "ReLU6",
+    "SiLU",
+    "Sigmoid",
+    "Softmax",
+    "Softmax2d",
+    "Softmin",
+    "Softplus",
+    "Softshrink",
+    "Softsign",
+    "Tanh",
+    "Tanhshrink",
+    "Threshold",
 ]
 
 
@@ -65,14 +88,21 @@ class Hardswish(_InplaceActivation):
     _fn = staticmethod(F.hardswish)
 
 
-class Tanh(Module):
+class _Elementwise(Module):
+    """An activation without options: ``forward`` applies ``_fn``."""
+
+    _fn = None
+
     def forward(self, input: Tensor) -> Tensor:
-        return F.tanh(input)
+        return type(self)._fn(input)
 
 
-class Sigmoid(Module):
-    def forward(self, input: Tensor) -> Tensor:
-        return F.sigmoid(input)
+class Tanh(_Elementwise):
+    _fn = staticmethod(F.tanh)
+
+
+class Sigmoid(_Elementwise):
+    _fn = staticmethod(F.sigmoid)
 
 
 class GELU(Module):
@@ -126,17 +156,27 @@ class LeakyReLU(Module):
         return f"negative_slope={self.negative_slope}{_inplace_suffix(self.inplace)}"
 
 
-class ELU(Module):
+class _AlphaActivation(Module):
+    """An activation with an ``alpha`` scale and ``inplace``: ``_fn(input, alpha, inplace)``."""
+
+    _fn = None
+
     def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
         self.alpha = alpha
         self.inplace = inplace
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.elu(input, self.alpha, self.inplace)
+        return type(self)._fn(input, self.alpha, self.inplace)
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}{_inplace_suffix(self.inplace)}"
+
+
+class ELU(_AlphaActivation):
+    """x above 0, alpha * (exp(x) - 1) below."""
+
+    _fn = staticmethod(F.elu)
 
 
 class Softplus(Module):
@@ -187,3 +227,150 @@ class ReLU6(Hardtanh):
 
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
+
+
+class SELU(_InplaceActivation):
+    """scale * (max(0, x) + min(0, alpha * (exp(x) - 1))) with the self-normalising constants."""
+
+    _fn = staticmethod(F.selu)
+
+
+class CELU(_AlphaActivation):
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+
+    _fn = staticmethod(F.celu)
+
+
+class Threshold(Module):
+    """x where x > threshold, else ``value``."""
+
+    def __init__(self, threshold: float, value: float, inplace: bool = False) -> None:
+        super().__init__()
+        self.threshold = threshold
+        self.value = value
+        self.inplace = inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.threshold(input, self.threshold, self.value, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"threshold={self.threshold}, value={self.value}{_inplace_suffix(self.inplace)}"
+
+
+class RReLU(Module):
+    """Leaky ReLU whose negative slope is drawn from U(lower, upper) per element in training and
+    is (lower + upper) / 2 in eval mode."""
+
+    def __init__(
+        self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False
+    ) -> None:
+        super().__init__()
+        self.lower = lower
+        self.upper = upper
+        self.inplace = inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.rrelu(input, self.lower, self.upper, self.training, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"lower={self.lower}, upper={self.upper}{_inplace_suffix(self.inplace)}"
+
+
+class GLU(Module):
+    """Gated linear unit: first half of ``dim`` times the sigmoid of the second half."""
+
+    def __init__(self, dim: int = -1) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.glu(input, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class _Shrink(Module):
+    """An activation parametrised by ``lambd``; PyTorch prints the bare value."""
+
+    _fn = None
+
+    def __init__(self, lambd: float = 0.5) -> None:
+        super().__init__()
+        self.lambd = lambd
+
+    def forward(self, input: Tensor) -> Tensor:
+        return type(self)._fn(input, self.lambd)
+
+    def extra_repr(self) -> str:
+        return f"{self.lambd}"
+
+
+class Hardshrink(_Shrink):
+    """x where |x| > lambd, else 0."""
+
+    _fn = staticmethod(F.hardshrink)
+
+
+class Softshrink(_Shrink):
+    """x - lambd above lambd, x + lambd below -lambd, 0 between."""
+
+    _fn = staticmethod(F.softshrink)
+
+
+class LogSigmoid(_Elementwise):
+    """log(sigmoid(x)), computed without overflow for large negative x."""
+
+    _fn = staticmethod(F.logsigmoid)
+
+
+class Softsign(_Elementwise):
+    """x / (1 + |x|)."""
+
+    _fn = staticmethod(F.softsign)
+
+
+class Tanhshrink(_Elementwise):
+    """x - tanh(x)."""
+
+    _fn = staticmethod(F.tanhshrink)
+
+
+class Softmin(_DimActivation):
+    """softmax(-x) over ``dim``."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.softmin(input, self.dim)
+
+
+class Softmax2d(Module):
+    """Softmax over the channels of each spatial location of a (C, H, W) or (N, C, H, W) input."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        if input.dim() not in (3, 4):
+            raise ValueError(
+                f"Softmax2d: expected input to be 3D or 4D, got {input.dim()}D instead"
+            )
+        return F.softmax(input, -3)
+
+
+class PReLU(Module):
+    """Leaky ReLU with learnt negative slopes: one shared, or one per channel (dim 1)."""
+
+    def __init__(
+        self, num_parameters: int = 1, init: float = 0.25, device=None, dtype=None
+    ) -> None:
+        super().__init__()
+        self.num_parameters = num_parameters
+        self.init = init
+        self.weight = Parameter(api.empty(num_parameters, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.constant_(self.weight, self.init)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.prelu(input, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"

@@ -14,8 +14,8 @@ from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from .. import init
-from ..parameter import Parameter
 from .module import Module
+from .normalization import affine_parameters
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"]
 
@@ -43,15 +43,7 @@ class _NormBase(Module):
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
-        if affine:
-            self.weight = Parameter(api.empty(num_features, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(api.empty(num_features, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        affine_parameters(self, num_features, affine, bias, device, dtype)
         if track_running_stats:
             self.register_buffer(
                 "running_mean", api.zeros(num_features, device=device, dtype=dtype)

@@ -191,6 +191,10 @@ class Conv3d(_Conv):
 
 
 class _ConvTransposeNd(_ConvNd):
+    """A transposed convolution with PyTorch's constructor; ``_fn`` is ``F.conv_transposeNd``."""
+
+    _fn = None
+
     def __init__(
         self,
         in_channels: int,
@@ -246,41 +250,30 @@ class _ConvTransposeNd(_ConvNd):
             result.append(output_size[d] - smallest)
         return tuple(result)
 
+    def forward(self, input: Tensor, output_size=None) -> Tensor:
+        output_padding = self._output_padding(input, output_size)
+        return type(self)._fn(
+            input, self.weight, self.bias, self.stride, self.padding, output_padding,
+            self.groups, self.dilation,
+        )  # fmt: skip
+
 
 class ConvTranspose1d(_ConvTransposeNd):
     """Transposed 1-D convolution (the gradient of ``Conv1d`` with respect to its input)."""
 
     _dims = 1
-
-    def forward(self, input: Tensor, output_size=None) -> Tensor:
-        output_padding = self._output_padding(input, output_size)
-        return F.conv_transpose1d(
-            input, self.weight, self.bias, self.stride, self.padding, output_padding,
-            self.groups, self.dilation,
-        )  # fmt: skip
+    _fn = staticmethod(F.conv_transpose1d)
 
 
 class ConvTranspose2d(_ConvTransposeNd):
     """Transposed 2-D convolution (the gradient of ``Conv2d`` with respect to its input)."""
 
     _dims = 2
-
-    def forward(self, input: Tensor, output_size=None) -> Tensor:
-        output_padding = self._output_padding(input, output_size)
-        return F.conv_transpose2d(
-            input, self.weight, self.bias, self.stride, self.padding, output_padding,
-            self.groups, self.dilation,
-        )  # fmt: skip
+    _fn = staticmethod(F.conv_transpose2d)
 
 
 class ConvTranspose3d(_ConvTransposeNd):
     """Transposed 3-D convolution (the gradient of ``Conv3d`` with respect to its input)."""
 
     _dims = 3
-
-    def forward(self, input: Tensor, output_size=None) -> Tensor:
-        output_padding = self._output_padding(input, output_size)
-        return F.conv_transpose3d(
-            input, self.weight, self.bias, self.stride, self.padding, output_padding,
-            self.groups, self.dilation,
-        )  # fmt: skip
+    _fn = staticmethod(F.conv_transpose3d)

@@ -114,9 +114,11 @@ class UninitializedBuffer(UninitializedTensorMixin, Tensor):
 
 
 class LazyModuleMixin:
-    """Put first among a module's bases; subclasses define ``initialize_parameters(*inputs)``."""
+    """Put first among a module's bases; subclasses define ``initialize_parameters(*inputs)``
+    and name in ``_inferred_size`` the attribute read from the first input (0 until then)."""
 
     cls_to_become: type | None = None
+    _inferred_size: str = ""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -128,6 +130,17 @@ class LazyModuleMixin:
         raise NotImplementedError(
             f"initialize_parameters is not implemented for {self.__class__.__name__}"
         )
+
+    def reset_parameters(self) -> None:
+        """Initialise as the eager class does, once the placeholders have their shapes."""
+        if not self.has_uninitialized_params() and getattr(self, self._inferred_size) != 0:
+            super().reset_parameters()
+
+    def _lazy_weight_and_bias(self, bias: bool, device, dtype) -> None:
+        """Replace the weight, and the bias if the layer has one, with placeholders."""
+        self.weight = UninitializedParameter(device=device, dtype=dtype)
+        if bias:
+            self.bias = UninitializedParameter(device=device, dtype=dtype)
 
     def has_uninitialized_params(self) -> bool:
         tensors = (*self._parameters.values(), *self._buffers.values())
@@ -185,17 +198,12 @@ class LazyLinear(LazyModuleMixin, Linear):
     """``Linear`` whose ``in_features`` is the last dim of the first input."""
 
     cls_to_become = Linear
+    _inferred_size = "in_features"
 
     def __init__(self, out_features: int, bias: bool = True, device=None, dtype=None) -> None:
         super().__init__(0, 0, False)
-        self.weight = UninitializedParameter(device=device, dtype=dtype)
         self.out_features = out_features
-        if bias:
-            self.bias = UninitializedParameter(device=device, dtype=dtype)
-
-    def reset_parameters(self) -> None:
-        if not self.has_uninitialized_params() and self.in_features != 0:
-            super().reset_parameters()
+        self._lazy_weight_and_bias(bias, device, dtype)
 
     def initialize_parameters(self, input: Tensor) -> None:
         if self.has_uninitialized_params():
@@ -220,9 +228,7 @@ class LazyLinear(LazyModuleMixin, Linear):
 class _LazyConvMixin(LazyModuleMixin):
     """``in_channels`` is read from dim 1 of a batched input (dim 0 of an unbatched one)."""
 
-    def reset_parameters(self) -> None:
-        if not self.has_uninitialized_params() and self.in_channels != 0:
-            super().reset_parameters()
+    _inferred_size = "in_channels"
 
     def initialize_parameters(self, input: Tensor, *args, **kwargs) -> None:
         if not self.has_uninitialized_params():
@@ -267,10 +273,8 @@ class _LazyConv(_LazyConvMixin):
         super().__init__(
             0, 0, kernel_size, stride, padding, dilation, groups, False, padding_mode, device, dtype
         )
-        self.weight = UninitializedParameter(device=device, dtype=dtype)
         self.out_channels = out_channels
-        if bias:
-            self.bias = UninitializedParameter(device=device, dtype=dtype)
+        self._lazy_weight_and_bias(bias, device, dtype)
 
 
 class LazyConv1d(_LazyConv, Conv1d):
@@ -304,10 +308,8 @@ class _LazyConvTranspose(_LazyConvMixin):
             0, 0, kernel_size, stride, padding, output_padding, groups, False, dilation,
             padding_mode, device, dtype,
         )  # fmt: skip
-        self.weight = UninitializedParameter(device=device, dtype=dtype)
         self.out_channels = out_channels
-        if bias:
-            self.bias = UninitializedParameter(device=device, dtype=dtype)
+        self._lazy_weight_and_bias(bias, device, dtype)
 
 
 class LazyConvTranspose1d(_LazyConvTranspose, ConvTranspose1d):
@@ -328,6 +330,8 @@ class LazyConvTranspose3d(_LazyConvTranspose, ConvTranspose3d):
 class _LazyNormBase(LazyModuleMixin):
     """``num_features`` is read from dim 1 of the first input."""
 
+    _inferred_size = "num_features"
+
     def __init__(
         self,
         eps: float = 1e-5,
@@ -343,17 +347,11 @@ class _LazyNormBase(LazyModuleMixin):
         self.affine = affine
         self.track_running_stats = track_running_stats
         if affine:
-            self.weight = UninitializedParameter(device=device, dtype=dtype)
-            if bias:
-                self.bias = UninitializedParameter(device=device, dtype=dtype)
+            self._lazy_weight_and_bias(bias, device, dtype)
         if track_running_stats:
             self.running_mean = UninitializedBuffer(device=device, dtype=dtype)
             self.running_var = UninitializedBuffer(device=device, dtype=dtype)
             self.num_batches_tracked = api.tensor(0, dtype=dt.int64, device=device)
-
-    def reset_parameters(self) -> None:
-        if not self.has_uninitialized_params() and self.num_features != 0:
-            super().reset_parameters()
 
     def initialize_parameters(self, input: Tensor) -> None:
         if not self.has_uninitialized_params():

@@ -14,6 +14,14 @@ from .module import Module
 __all__ = ["LayerNorm", "RMSNorm", "GroupNorm"]
 
 
+def affine_parameters(module: Module, shape, affine: bool, bias: bool, device, dtype) -> None:
+    """Register a norm's ``weight`` and ``bias`` of ``shape`` (uninitialised; ``None`` where the
+    norm is not affine or has no bias), in PyTorch's order, shared by every norm layer."""
+    for name, wanted in (("weight", affine), ("bias", affine and bias)):
+        value = Parameter(api.empty(shape, device=device, dtype=dtype)) if wanted else None
+        module.register_parameter(name, value)
+
+
 def _as_shape(normalized_shape) -> tuple:
     if isinstance(normalized_shape, numbers.Integral):
         return (int(normalized_shape),)
@@ -36,15 +44,7 @@ class LayerNorm(Module):
         self.normalized_shape = _as_shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(api.empty(self.normalized_shape, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(api.empty(self.normalized_shape, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        affine_parameters(self, self.normalized_shape, elementwise_affine, bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -120,15 +120,7 @@ class GroupNorm(Module):
         self.num_channels = num_channels
         self.eps = eps
         self.affine = affine
-        if affine:
-            self.weight = Parameter(api.empty(num_channels, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(api.empty(num_channels, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        affine_parameters(self, num_channels, affine, bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -35,7 +35,6 @@ __all__ = [
     "TransformerDecoder",
     "TransformerEncoderLayer",
     "TransformerDecoderLayer",
-    "generate_square_subsequent_mask",
 ]
 
 
@@ -73,7 +72,46 @@ def _detect_is_causal_mask(mask: Tensor | None, is_causal: bool | None, size: in
     return bool((mask == causal).all())
 
 
-class TransformerEncoderLayer(Module):
+class _TransformerLayer(Module):
+    """What encoder and decoder layers share, in PyTorch's registration order (so state dicts and
+    reprs match): the attention blocks named in ``attentions``, the feed-forward block
+    (``linear1``, ``dropout``, ``linear2``), then one LayerNorm and one dropout per sub-block."""
+
+    def __init__(
+        self, attentions: tuple, d_model, nhead, dim_feedforward, dropout, layer_norm_eps,
+        batch_first, norm_first, bias, device, dtype,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        for name in attentions:
+            attention = MultiheadAttention(
+                d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw
+            )
+            setattr(self, name, attention)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
+        self.norm_first = norm_first
+        blocks = len(attentions) + 1
+        for i in range(1, blocks + 1):
+            setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
+        for i in range(1, blocks + 1):
+            setattr(self, f"dropout{i}", Dropout(dropout))
+
+    def _attention_block(
+        self, attention, dropout, x, memory, attn_mask, key_padding_mask, is_causal
+    ) -> Tensor:
+        x = attention(
+            x, memory, memory, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+            need_weights=False, is_causal=is_causal,
+        )[0]  # fmt: skip
+        return dropout(x)
+
+    def _feed_forward(self, x: Tensor, dropout: Dropout) -> Tensor:
+        return dropout(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerEncoderLayer(_TransformerLayer):
     """Self-attention then a feed-forward block, each with dropout, residual and LayerNorm."""
 
     def __init__(
@@ -90,19 +128,10 @@ class TransformerEncoderLayer(Module):
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__()
-        kw = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(
-            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw
-        )
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
+        super().__init__(
+            ("self_attn",), d_model, nhead, dim_feedforward, dropout, layer_norm_eps, batch_first,
+            norm_first, bias, device, dtype,
+        )  # fmt: skip
         if isinstance(activation, str):
             activation = _get_activation_fn(activation)
         # PyTorch's flag for its fused kernels (1 relu, 2 gelu); it also gates the encoder's
@@ -137,18 +166,15 @@ class TransformerEncoderLayer(Module):
         return x
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False) -> Tensor:
-        x = self.self_attn(
-            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-            need_weights=False, is_causal=is_causal,
-        )[0]  # fmt: skip
-        return self.dropout1(x)
+        return self._attention_block(
+            self.self_attn, self.dropout1, x, x, attn_mask, key_padding_mask, is_causal
+        )
 
     def _ff_block(self, x: Tensor) -> Tensor:
-        x = self.linear2(self.dropout(self.activation(self.linear1(x))))
-        return self.dropout2(x)
+        return self._feed_forward(x, self.dropout2)
 
 
-class TransformerDecoderLayer(Module):
+class TransformerDecoderLayer(_TransformerLayer):
     """Masked self-attention, attention over the encoder's memory, then a feed-forward block."""
 
     def __init__(
@@ -165,24 +191,10 @@ class TransformerDecoderLayer(Module):
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__()
-        kw = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(
-            d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias, **kw
-        )
-        self.multihead_attn = MultiheadAttention(
-            d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias, **kw
-        )
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
+        super().__init__(
+            ("self_attn", "multihead_attn"), d_model, nhead, dim_feedforward, dropout,
+            layer_norm_eps, batch_first, norm_first, bias, device, dtype,
+        )  # fmt: skip
         self.activation = (
             _get_activation_fn(activation) if isinstance(activation, str) else activation
         )
@@ -215,22 +227,17 @@ class TransformerDecoderLayer(Module):
         return x
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False) -> Tensor:
-        x = self.self_attn(
-            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-            is_causal=is_causal, need_weights=False,
-        )[0]  # fmt: skip
-        return self.dropout1(x)
+        return self._attention_block(
+            self.self_attn, self.dropout1, x, x, attn_mask, key_padding_mask, is_causal
+        )
 
     def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal=False) -> Tensor:
-        x = self.multihead_attn(
-            x, mem, mem, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-            is_causal=is_causal, need_weights=False,
-        )[0]  # fmt: skip
-        return self.dropout2(x)
+        return self._attention_block(
+            self.multihead_attn, self.dropout2, x, mem, attn_mask, key_padding_mask, is_causal
+        )
 
     def _ff_block(self, x: Tensor) -> Tensor:
-        x = self.linear2(self.dropout(self.activation(self.linear1(x))))
-        return self.dropout3(x)
+        return self._feed_forward(x, self.dropout3)
 
 
 def _why_not_nested(layer: Module) -> str:
