@@ -22,7 +22,36 @@ from ..runtime.tensor import Tensor
 from .anomaly import anomaly_state, run_node
 from .graph import AccumulateGrad, Node, grad_accumulator
 
-__all__ = ["run_backward", "backward", "grad"]
+__all__ = ["run_backward", "backward", "grad", "ExecutionEngine", "execution_engine"]
+
+
+class ExecutionEngine:
+    """``Variable._execution_engine``: lets code running inside a backward pass (a gradient
+    hook) queue a callback that runs once that pass has finished -- DDP waits for its last
+    bucket there, fully_shard reduce-scatters gradients of parameters no hook announced."""
+
+    def __init__(self):
+        self._local = threading.local()
+
+    def _stack(self) -> list:
+        stack = getattr(self._local, "callbacks", None)
+        if stack is None:
+            stack = self._local.callbacks = []
+        return stack
+
+    def queue_callback(self, callback) -> None:
+        stack = self._stack()
+        if not stack:
+            raise RuntimeError("Final callbacks can only be installed during backward pass.")
+        stack[-1].append(callback)
+
+    def _run_callbacks(self, callbacks: list) -> None:
+        # a callback may queue more: run until none is left, in the order they were queued
+        while callbacks:
+            callbacks.pop(0)()
+
+
+execution_engine = ExecutionEngine()
 
 # held while a gradient is added into a leaf's ``.grad`` (read, add, store back)
 _accumulate_lock = threading.RLock()
@@ -182,6 +211,9 @@ def run_backward(
     state = per_thread.state  # the backward runs in the calling thread, under its grad mode
     prev_grad_mode = state.grad_enabled
     state.grad_enabled = create_graph
+    callback_stack = execution_engine._stack()
+    callbacks: list = []
+    callback_stack.append(callbacks)
     try:
         while ready:
             _, _, node = heapq.heappop(ready)
@@ -227,7 +259,9 @@ def run_backward(
                 deps[nxt] -= 1
                 if deps[nxt] == 0:
                     heapq.heappush(ready, (-nxt.sequence_nr, id(nxt), nxt))
+        execution_engine._run_callbacks(callbacks)
     finally:
+        callback_stack.pop()
         state.grad_enabled = prev_grad_mode
 
     if inputs is not None and not accumulate:

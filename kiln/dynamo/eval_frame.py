@@ -31,6 +31,7 @@ from . import config
 from .backends import lookup
 from .bytecode_analysis import clear_cache as _clear_frame_code
 from .convert_frame import CaptureResult, EagerFrame, convert_frame
+from .ddp_graph_split import split_for_ddp
 from .exc import GraphBreakError, InvalidBackend
 from .guards import signature_source
 from .resume import clear_cache as _clear_resume
@@ -138,13 +139,21 @@ class CompileContext:
         forced = STANCE[0].backend  # ``set_stance(force_backend=...)``
         if forced is not None:
             compiler_fn = lookup(forced)
-        try:
+
+        def run_backend(graph_module, inputs) -> Callable:
             if _accepts_options(compiler_fn):
-                compiled = compiler_fn(gm, example_inputs, options=self.options)
+                compiled = compiler_fn(graph_module, inputs, options=self.options)
             else:
-                compiled = compiler_fn(gm, example_inputs)
+                compiled = compiler_fn(graph_module, inputs)
             if not callable(compiled):
                 raise TypeError(f"backend returned {type(compiled).__name__}, not a callable")
+            return compiled
+
+        try:
+            # a graph reading DDP's parameters compiles in bucket-sized pieces (overlap)
+            compiled = split_for_ddp(gm, example_inputs, run_backend)
+            if compiled is None:
+                compiled = run_backend(gm, example_inputs)
         except Exception as e:
             message = (
                 f"backend {self.backend_name!r} failed to compile {name} "

@@ -1,5 +1,5 @@
-"""``AdaptiveLogSoftmaxWithLoss`` (as ``torch.nn.modules.adaptive``): a softmax over many classes
-that spends most of its compute on the frequent ones."""
+"""``AdaptiveLogSoftmaxWithLoss`` (Grave et al.): a softmax over a large vocabulary split into
+a frequent head and smaller-dimension tail clusters, with PyTorch's parameter layout."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from .linear import Linear
 from .module import Module
 
 __all__ = ["AdaptiveLogSoftmaxWithLoss"]
-
 
 _ASMoutput = namedtuple("_ASMoutput", ["output", "loss"])
 

@@ -1,8 +1,9 @@
-"""Loss modules (as ``torch.nn.modules.loss``) over the ``nn.functional`` losses, with PyTorch's
-``reduction`` handling.
+"""Loss modules over ``nn.functional`` losses, with PyTorch's ``reduction`` handling -- the
+pointwise and classification losses, margin, embedding and ranking losses, Poisson/Gaussian NLL,
+CTC, the deprecated ``NLLLoss2d`` and ``LinearCrossEntropyLoss``.
 
-Each module stores its options as PyTorch does (same attribute names, same constructor checks) and
-calls the ``nn.functional`` loss, so modules and functions cannot disagree. The deprecated
+Each module stores its options as PyTorch does (same attribute names, same constructor checks)
+and calls the ``nn.functional`` loss, so modules and functions cannot disagree. The deprecated
 ``size_average``/``reduce`` arguments still map to a ``reduction`` string (with PyTorch's
 warning), so old code keeps working.
 """
@@ -21,31 +22,13 @@ from .linear import Linear
 from .module import Module
 
 __all__ = [
-    "L1Loss",
-    "MSELoss",
-    "SmoothL1Loss",
-    "HuberLoss",
-    "NLLLoss",
-    "CrossEntropyLoss",
-    "BCELoss",
-    "BCEWithLogitsLoss",
-    "KLDivLoss",
-    "MarginRankingLoss",
-    "HingeEmbeddingLoss",
-    "SoftMarginLoss",
-    "CosineEmbeddingLoss",
-    "TripletMarginLoss",
-    "TripletMarginWithDistanceLoss",
-    "MultiLabelSoftMarginLoss",
-    "MultiLabelMarginLoss",
-    "MultiMarginLoss",
-    "PoissonNLLLoss",
-    "GaussianNLLLoss",
-    "CTCLoss",
-    "NLLLoss2d",
+    "L1Loss", "MSELoss", "SmoothL1Loss", "HuberLoss", "NLLLoss", "CrossEntropyLoss", "BCELoss",
+    "BCEWithLogitsLoss", "KLDivLoss", "MarginRankingLoss", "HingeEmbeddingLoss",
+    "SoftMarginLoss", "CosineEmbeddingLoss", "TripletMarginLoss",
+    "TripletMarginWithDistanceLoss", "MultiLabelSoftMarginLoss", "MultiLabelMarginLoss",
+    "MultiMarginLoss", "PoissonNLLLoss", "GaussianNLLLoss", "CTCLoss", "NLLLoss2d",
     "LinearCrossEntropyLoss",
-    "LinearCrossEntropyOptions",
-]
+]  # fmt: skip
 
 
 def _legacy_reduction(size_average, reduce) -> str:
