@@ -72,17 +72,30 @@ def _detect_is_causal_mask(mask: Tensor | None, is_causal: bool | None, size: in
 
 
 class _TransformerLayer(Module):
-    """What encoder and decoder layers share, in PyTorch's registration order (so state dicts and
-    reprs match): the attention blocks named in ``attentions``, the feed-forward block
-    (``linear1``, ``dropout``, ``linear2``), then one LayerNorm and one dropout per sub-block."""
+    """The constructor encoder and decoder layers share (PyTorch's signature for both), building
+    in PyTorch's registration order, so state dicts and reprs match: the attention blocks named
+    in ``_attentions``, the feed-forward block (``linear1``, ``dropout``, ``linear2``), one
+    LayerNorm and one dropout per sub-block, then the activation (``_use_activation``)."""
+
+    _attentions: tuple[str, ...] = ()
 
     def __init__(
-        self, attentions: tuple, d_model, nhead, dim_feedforward, dropout, layer_norm_eps,
-        batch_first, norm_first, bias, device, dtype,
-    ) -> None:  # fmt: skip
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: str | Callable[[Tensor], Tensor] = F.relu,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         kw = {"device": device, "dtype": dtype}
-        for name in attentions:
+        for name in self._attentions:
             attention = MultiheadAttention(
                 d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw
             )
@@ -91,11 +104,17 @@ class _TransformerLayer(Module):
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
         self.norm_first = norm_first
-        blocks = len(attentions) + 1
+        blocks = len(self._attentions) + 1
         for i in range(1, blocks + 1):
             setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
         for i in range(1, blocks + 1):
             setattr(self, f"dropout{i}", Dropout(dropout))
+        self._use_activation(
+            _get_activation_fn(activation) if isinstance(activation, str) else activation
+        )
+
+    def _use_activation(self, activation: Callable[[Tensor], Tensor]) -> None:
+        self.activation = activation
 
     def _attention_block(
         self, attention, dropout, x, memory, attn_mask, key_padding_mask, is_causal
@@ -113,26 +132,9 @@ class _TransformerLayer(Module):
 class TransformerEncoderLayer(_TransformerLayer):
     """Self-attention then a feed-forward block, each with dropout, residual and LayerNorm."""
 
-    def __init__(
-        self,
-        d_model: int,
-        nhead: int,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        activation: str | Callable[[Tensor], Tensor] = F.relu,
-        layer_norm_eps: float = 1e-5,
-        batch_first: bool = False,
-        norm_first: bool = False,
-        bias: bool = True,
-        device=None,
-        dtype=None,
-    ) -> None:
-        super().__init__(
-            ("self_attn",), d_model, nhead, dim_feedforward, dropout, layer_norm_eps, batch_first,
-            norm_first, bias, device, dtype,
-        )  # fmt: skip
-        if isinstance(activation, str):
-            activation = _get_activation_fn(activation)
+    _attentions = ("self_attn",)
+
+    def _use_activation(self, activation: Callable[[Tensor], Tensor]) -> None:
         # PyTorch's flag for its fused kernels (1 relu, 2 gelu); it also gates the encoder's
         # nested-tensor path
         if activation is F.relu or isinstance(activation, ReLU):
@@ -176,27 +178,7 @@ class TransformerEncoderLayer(_TransformerLayer):
 class TransformerDecoderLayer(_TransformerLayer):
     """Masked self-attention, attention over the encoder's memory, then a feed-forward block."""
 
-    def __init__(
-        self,
-        d_model: int,
-        nhead: int,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        activation: str | Callable[[Tensor], Tensor] = F.relu,
-        layer_norm_eps: float = 1e-5,
-        batch_first: bool = False,
-        norm_first: bool = False,
-        bias: bool = True,
-        device=None,
-        dtype=None,
-    ) -> None:
-        super().__init__(
-            ("self_attn", "multihead_attn"), d_model, nhead, dim_feedforward, dropout,
-            layer_norm_eps, batch_first, norm_first, bias, device, dtype,
-        )  # fmt: skip
-        self.activation = (
-            _get_activation_fn(activation) if isinstance(activation, str) else activation
-        )
+    _attentions = ("self_attn", "multihead_attn")
 
     def forward(
         self,
