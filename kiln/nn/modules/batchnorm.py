@@ -15,10 +15,9 @@ from ...ops import api
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .. import functional as F
-from .. import init
 from .lazy import LazyModuleMixin, UninitializedBuffer
 from .module import Module
-from .normalization import affine_parameters
+from .normalization import affine_parameters, reset_affine
 
 __all__ = [
     "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LazyBatchNorm1d",
@@ -72,10 +71,7 @@ class _NormBase(Module):
 
     def reset_parameters(self) -> None:
         self.reset_running_stats()
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        reset_affine(self)
 
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
