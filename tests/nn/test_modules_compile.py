@@ -1,5 +1,7 @@
-"""The extra layers under ``kiln.compile``: one graph, no breaks, and the same values and
-gradients as eager with the aot_eager and inductor backends."""
+"""Less common layers (padding, instance norm, PReLU, pixel shuffle, resampling, Softmax2d,
+embedding bags, LP and fractional pooling, distances, transposed 3-d convolution) under
+``kiln.compile``: one graph, no breaks, and the same values and gradients as eager with the
+aot_eager and inductor backends."""
 
 from __future__ import annotations
 

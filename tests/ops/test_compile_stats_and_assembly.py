@@ -1,5 +1,6 @@
-"""The miscellaneous ops (kiln/ops/misc_math.py, differences.py, misc_stats.py,
-tensor_extras.py) under ``kiln.compile``: whole user functions captured by dynamo, compiled by
+"""Statistics, running extremes, quantiles, differences and tensor-assembly methods (today in
+kiln/ops/misc_math.py, differences.py, misc_stats.py and tensor_extras.py) under
+``kiln.compile``: whole user functions captured by dynamo, compiled by
 ``aot_eager`` and ``inductor``, give eager's values and gradients; ops that read data (the Python
 escapes) fall back to eager and still give eager's values."""
 

@@ -1,13 +1,12 @@
-"""Adamax, NAdam, RAdam, Adadelta, ASGD, Rprop and SparseAdam, and every optimizer's options,
-against torch.optim (its single-tensor implementations, which CPU runs use).
+"""Adamax, NAdam, RAdam, Adadelta, ASGD, Rprop and SparseAdam, and every optimizer's
+options, against torch.optim (its single-tensor implementations, which CPU runs use).
 
 A small two-layer model starts from identical float64 parameters in both libraries; after each
 of 20 steps the parameters must agree, and at the end the per-parameter state (keys, order,
 dtypes, values) and the state-dict layout. State dicts are exchanged with PyTorch in both
 directions. Also: constructor signatures and argument errors, ``capturable`` (no host reads),
 ``differentiable`` (gradients through the step, checked by finite differences), ``foreach``,
-``fused``, tensor ``lr``, the scalar-state dtype, and whole-step capture under ``kiln.compile``.
-"""
+``fused``, tensor ``lr`` and the scalar-state dtype. (Compiled steps: test_compiled_steps.py.)"""
 
 from __future__ import annotations
 
@@ -18,14 +17,17 @@ import numpy as np
 import pytest
 
 import kiln
-import kiln.nn as nn
-from kiln.dynamo import config as dynamo_config
-from kiln.dynamo.testing import CompileCounter
+from tests.optim.helpers import state_to
 from tests.oracle import needs_torch, torch
 
 STEPS = 20
+
+
 NEW = ["Adamax", "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop"]
+
+
 EXISTING = ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad"]
+
 
 CONFIGS = [
     ("Adamax", {}),
@@ -98,21 +100,10 @@ def _train(lib, name, kwargs, data, steps=STEPS, dtype="float64"):
     return opt, params, _run(lib, opt, params, data, range(steps))
 
 
-def _convert(value, lib):
-    """A state dict (or part of one) with every tensor moved to ``lib``, dtype kept."""
-    if isinstance(value, (kiln.Tensor, torch.Tensor)):
-        return lib.tensor(value.detach().numpy().copy())
-    if isinstance(value, dict):
-        return {k: _convert(v, lib) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_convert(v, lib) for v in value)
-    return value
-
-
 def _assert_same_state(k_sd: dict, t_sd: dict, rtol: float, atol: float) -> None:
     """Same groups (options and parameter ids) and per-parameter state: keys in the same order,
     tensors of the same dtype and shape, values within tolerance."""
-    assert _convert(k_sd["param_groups"], torch) == t_sd["param_groups"]
+    assert state_to(k_sd["param_groups"], torch) == t_sd["param_groups"]
     assert sorted(k_sd["state"]) == sorted(t_sd["state"])
     for index, t_state in t_sd["state"].items():
         k_state = k_sd["state"][index]
@@ -189,7 +180,7 @@ def test_torch_state_dict_loads_and_continues_torch_trajectory(name):
     t_opt, t_params, _ = _train(torch, name, kwargs, data, steps=5)
     k_params = [kiln.tensor(p.detach().numpy().copy(), requires_grad=True) for p in t_params]
     k_opt = getattr(kiln.optim, name)(k_params, **kwargs)
-    k_opt.load_state_dict(_convert(t_opt.state_dict(), kiln))
+    k_opt.load_state_dict(state_to(t_opt.state_dict(), kiln))
     t_hist = _run(torch, t_opt, t_params, data, range(5, 10))
     k_hist = _run(kiln, k_opt, k_params, data, range(5, 10))
     for k, t in zip(k_hist[-1], t_hist[-1]):
@@ -203,7 +194,7 @@ def test_kiln_state_dict_loads_into_torch_and_continues(name):
     k_opt, k_params, _ = _train(kiln, name, {}, data, steps=5)
     t_params = [torch.tensor(p.detach().numpy().copy(), requires_grad=True) for p in k_params]
     t_opt = getattr(torch.optim, name)(t_params)
-    t_opt.load_state_dict(_convert(k_opt.state_dict(), torch))
+    t_opt.load_state_dict(state_to(k_opt.state_dict(), torch))
     t_hist = _run(torch, t_opt, t_params, data, range(5, 10))
     k_hist = _run(kiln, k_opt, k_params, data, range(5, 10))
     for k, t in zip(k_hist[-1], t_hist[-1]):
@@ -554,57 +545,3 @@ def test_sparse_adam_leaves_rows_without_gradient_alone():
     assert values[1].tolist() == [1.0, 1.0]
     assert opt.state[param]["exp_avg"].numpy()[1].tolist() == [0.0, 0.0]
     np.testing.assert_allclose(values[2], [1.1, 0.9], rtol=1e-6)
-
-
-# ---------------------------------------------------------------------- kiln.compile
-
-
-@pytest.fixture
-def strict_capture(monkeypatch):
-    """Capture errors surface (users would get an eager fallback) and caches start clean."""
-    monkeypatch.setattr(dynamo_config, "suppress_errors", False)
-    yield
-    kiln.dynamo.reset()
-
-
-COMPILED = {
-    "nadam": lambda ps: kiln.optim.NAdam(ps, lr=1e-2, weight_decay=0.1),
-    # rho_t passes 5 at the sixth step: both regimes run in the same graph
-    "radam": lambda ps: kiln.optim.RAdam(ps, lr=1e-2),
-    # mu stays 1 until t0, then averaging starts: one graph for both
-    "asgd": lambda ps: kiln.optim.ASGD(ps, lr=1e-2, t0=4),
-    "rprop": lambda ps: kiln.optim.Rprop(ps, lr=1e-2),
-}
-# eager runs the captured ops with eager's kernels (same bits); inductor fuses and rounds
-# float32 differently
-TOLERANCE = {"eager": 0.0, "aot_eager": 1e-7, "inductor": 2e-6}
-
-
-@pytest.mark.usefixtures("strict_capture")
-@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
-@pytest.mark.parametrize("name", list(COMPILED))
-def test_compiled_step_is_one_graph_and_follows_eager(name, backend):
-    kiln.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
-    twin = copy.deepcopy(model)
-    opt, twin_opt = COMPILED[name](model.parameters()), COMPILED[name](twin.parameters())
-    counter = CompileCounter(backend)
-    step = kiln.compile(opt.step, backend=counter, fullgraph=True)
-    x = kiln.randn(5, 8)
-    graphs = []
-    for i in range(10):
-        for m, o, do_step in ((model, opt, step), (twin, twin_opt, twin_opt.step)):
-            o.zero_grad()
-            (m(x * (1 + 0.1 * i)).tanh().pow(2).sum() * (-1) ** (i // 3)).backward()
-            do_step()
-        graphs.append(counter.frame_count)
-    # the first step creates the state, the second captures the steady state, then cache hits
-    assert graphs[0] == 1 and graphs[1:] == [2] * 9
-    tol = TOLERANCE[backend]
-    for p, q in zip(model.parameters(), twin.parameters()):
-        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=tol, atol=tol)
-        assert list(opt.state[p]) == list(twin_opt.state[q])
-        for key, expected in twin_opt.state[q].items():
-            got = opt.state[p][key]
-            assert got.dtype == expected.dtype and got.grad_fn is None
-            np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=tol, atol=tol)

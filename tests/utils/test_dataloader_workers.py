@@ -1,8 +1,8 @@
 """DataLoader with ``num_workers > 0``: kiln's in-process workers against PyTorch's processes.
 
 Batch order, per-worker dataset copies, ``get_worker_info``, ``worker_init_fn``, worker error
-messages and the warnings PyTorch prints must be what a PyTorch script sees.
-"""
+messages, the multiprocessing context and the warnings PyTorch prints must be what a PyTorch
+script sees."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import kiln
-from tests.oracle import needs_torch, torch
+from tests.oracle import error_of, needs_torch, torch
 
 
 def _range_dataset(lib, start: int, end: int, shard: bool):
@@ -244,107 +244,6 @@ def test_len_of_iterator_is_the_number_of_batches():
 
 
 @needs_torch
-def test_stack_dataset_matches_torch():
-    def batches(lib):
-        tuples = lib.utils.data.StackDataset(
-            lib.utils.data.TensorDataset(lib.arange(5)), lib.arange(5) * 2
-        )
-        named = lib.utils.data.StackDataset(a=lib.arange(5), b=[10, 11, 12, 13, 14])
-        out = [repr(tuples[1]), repr(named[4]), len(tuples)]
-        for dataset in (tuples, named):
-            out += [repr(b) for b in lib.utils.data.DataLoader(dataset, batch_size=2)]
-        return [s.replace("kiln", "torch") if isinstance(s, str) else s for s in out]
-
-    assert batches(kiln) == batches(torch)
-    with pytest.raises(ValueError, match="Size mismatch between datasets"):
-        kiln.utils.data.StackDataset(kiln.arange(2), kiln.arange(3))
-    with pytest.raises(ValueError, match="At least one dataset should be passed"):
-        kiln.utils.data.StackDataset()
-
-
-class _Box:
-    def __init__(self, value):
-        self.value = value
-
-
-@needs_torch
-def test_collate_table_extends_like_torch():
-    def run(lib):
-        from importlib import import_module
-
-        table_module = import_module(lib.__name__ + ".utils.data._utils.collate")
-
-        def collate_box(batch, *, collate_fn_map=None):
-            return lib.tensor([b.value for b in batch])
-
-        table = dict(table_module.default_collate_fn_map)
-        table[_Box] = collate_box
-        samples = [{"box": _Box(1), "pair": (2, "a")}, {"box": _Box(3), "pair": (4, "b")}]
-        custom = table_module.collate(samples, collate_fn_map=table)
-        tensors_only = {lib.Tensor: table_module.collate_tensor_fn}
-        stacked = table_module.collate([lib.ones(2), lib.zeros(2)], collate_fn_map=tensors_only)
-        error = _error(lambda: table_module.collate([1, 2], collate_fn_map=tensors_only))
-        strings = lib.utils.data.default_collate([(np.str_("x"), 1.5), (np.str_("y"), 2.5)])
-        return [repr(v).replace("kiln", "torch") for v in (custom, stacked, error, strings)]
-
-    assert run(kiln) == run(torch)
-
-
-def _error(fn) -> str:
-    try:
-        fn()
-    except Exception as error:  # noqa: BLE001 - the text is what is compared
-        return f"{type(error).__name__}: {error}"
-    return "no error"
-
-
-def test_datasets_and_samplers_are_generic():
-    class Tens(kiln.utils.data.Dataset[int]):
-        def __len__(self) -> int:
-            return 4
-
-        def __getitem__(self, i: int) -> int:
-            return i * 10
-
-    class Reverse(kiln.utils.data.Sampler[int]):
-        def __iter__(self):
-            return iter(range(3, -1, -1))
-
-        def __len__(self) -> int:
-            return 4
-
-    class Stream(kiln.utils.data.IterableDataset[int]):
-        def __iter__(self):
-            return iter(range(3))
-
-    loader = kiln.utils.data.DataLoader(Tens(), batch_size=3, sampler=Reverse())
-    assert [b.tolist() for b in loader] == [[30, 20, 10], [0]]
-    assert [b.tolist() for b in kiln.utils.data.DataLoader(Stream(), batch_size=2)] == [[0, 1], [2]]
-
-
-@needs_torch
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda lib: [lib.ones(2), lib.zeros(3)],
-        lambda lib: [lib.ones(2, dtype=lib.int32), lib.ones(2)],
-        lambda lib: [lib.arange(4.0).view(2, 2).t(), lib.ones(2, 2)],
-        lambda lib: [lib.ones(2, requires_grad=True), lib.zeros(2)],
-    ],
-    ids=["shape_mismatch", "dtype_promotion", "strided", "requires_grad"],
-)
-def test_collating_tensors_matches_torch_stack(make):
-    def run(lib):
-        try:
-            out = lib.utils.data.default_collate(make(lib))
-        except RuntimeError as error:
-            return str(error)
-        return out.tolist(), str(out.dtype).split(".")[-1], out.requires_grad
-
-    assert run(kiln) == run(torch)
-
-
-@needs_torch
 @pytest.mark.parametrize(
     "kwargs",
     [
@@ -355,6 +254,6 @@ def test_collating_tensors_matches_torch_stack(make):
     ],
 )
 def test_multiprocessing_context_is_validated_like_torch(kwargs):
-    assert _error(lambda: kiln.utils.data.DataLoader([1, 2], **kwargs)) == _error(
+    assert error_of(lambda: kiln.utils.data.DataLoader([1, 2], **kwargs)) == error_of(
         lambda: torch.utils.data.DataLoader([1, 2], **kwargs)
     )

@@ -15,8 +15,13 @@ import pytest
 
 import kiln
 import kiln.nn.functional as F
-from tests.nn import test_modules as module_oracle
-from tests.nn.test_modules import Case, In
+from tests.nn.helpers import (
+    Case,
+    In,
+    check_forward_and_backward,
+    check_repr_and_state,
+    copy_weights,
+)
 from tests.ops import test_oracle as op_oracle
 from tests.ops.opinfo import Sample, T
 from tests.oracle import assert_close, needs_torch, torch
@@ -335,20 +340,20 @@ MODULE_CASES = [
 @needs_torch
 @pytest.mark.parametrize("case", MODULE_CASES, ids=[c.name for c in MODULE_CASES])
 def test_loss_module_matches_torch(case):
-    module_oracle.test_forward_and_backward_match_torch(case)
+    check_forward_and_backward(case)
 
 
 @needs_torch
 @pytest.mark.parametrize("case", MODULE_CASES, ids=[c.name for c in MODULE_CASES])
 def test_loss_module_repr_and_state_match_torch(case):
-    module_oracle.test_repr_and_parameter_names_match_torch(case)
+    check_repr_and_state(case)
 
 
 @needs_torch
 def test_adaptive_softmax_log_prob_and_predict_match_torch():
     tmod = torch.nn.AdaptiveLogSoftmaxWithLoss(6, 9, [2, 5], div_value=2.0)
     kmod = kiln.nn.AdaptiveLogSoftmaxWithLoss(6, 9, [2, 5], div_value=2.0)
-    module_oracle._copy_weights(kmod, tmod)
+    copy_weights(kmod, tmod)
     x = np.random.default_rng(0).standard_normal((7, 6)).astype(np.float32) * 3
     assert_close(kmod.log_prob(kiln.tensor(x)), tmod.log_prob(torch.tensor(x)))
     assert_close(kmod.predict(kiln.tensor(x)), tmod.predict(torch.tensor(x)))

@@ -1,5 +1,6 @@
-"""``F.embedding_bag``, ``F.fractional_max_pool2d/3d`` and ``F.native_channel_shuffle`` against
-torch: values, gradients of every differentiable input, index dtypes and argument errors."""
+"""EmbeddingBag and ``F.embedding_bag`` against torch: values, gradients of every
+differentiable input, index dtypes, padding rows, max_norm, pretrained tables and argument
+errors."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import pytest
 
 import kiln
 import kiln.nn.functional as F
+from tests.nn.helpers import Case, In, module_case_tests
 from tests.oracle import assert_close, needs_torch, torch
 
 pytestmark = needs_torch
+
 
 INDICES = [1, 2, 4, 5, 4, 3, 2, 9, 0, 0]
 
@@ -157,53 +160,71 @@ def test_embedding_bag_errors_match_torch(case):
             lib.nn.functional.embedding_bag(indices, lib.ones(5, 2), offsets, **args)
 
 
-FRACTIONAL = [
-    ("fractional_max_pool2d", (2, 3, 7, 9), dict(kernel_size=2, output_size=(4, 5))),
-    ("fractional_max_pool2d", (3, 7, 9), dict(kernel_size=(3, 2), output_size=(5, 8))),
-    ("fractional_max_pool2d", (2, 3, 10, 9), dict(kernel_size=2, output_ratio=(0.5, 0.7))),
-    ("fractional_max_pool2d", (1, 2, 6, 6), dict(kernel_size=3, output_size=1)),
-    ("fractional_max_pool3d", (2, 3, 7, 9, 11), dict(kernel_size=2, output_size=(4, 5, 6))),
-    ("fractional_max_pool3d", (3, 7, 9, 8), dict(kernel_size=(3, 2, 1), output_ratio=0.5)),
+BAG_INDICES = np.array([1, 2, 4, 5, 4, 3, 2, 9, 0, 0], np.int64)
+
+
+BAG_OFFSETS = np.array([0, 2, 2, 5], np.int64)
+
+
+def _idx(values) -> In:
+    return In(np.shape(values), "i", grad=False, values=np.asarray(values))
+
+
+def _call_bag(lib, m, xs):
+    return m(*xs)
+
+
+BAGS = [
+    Case(
+        "embedding_bag_mean",
+        lambda lib: lib.nn.EmbeddingBag(10, 4),
+        [_idx(BAG_INDICES), _idx(BAG_OFFSETS)],
+    ),
+    Case(
+        "embedding_bag_sum_weighted",
+        lambda lib: lib.nn.EmbeddingBag(10, 4, mode="sum"),
+        [_idx(BAG_INDICES), _idx(BAG_OFFSETS), In((10,))],
+    ),
+    Case(
+        "embedding_bag_max_2d",
+        lambda lib: lib.nn.EmbeddingBag(10, 3, mode="max"),
+        [_idx(BAG_INDICES.reshape(2, 5))],
+    ),
+    Case(
+        "embedding_bag_padding_mean",
+        lambda lib: lib.nn.EmbeddingBag(10, 4, padding_idx=2),
+        [_idx(BAG_INDICES), _idx(BAG_OFFSETS)],
+    ),
+    Case(
+        "embedding_bag_last_offset_max",
+        lambda lib: lib.nn.EmbeddingBag(10, 4, mode="max", include_last_offset=True),
+        [_idx(BAG_INDICES), _idx(np.array([0, 3, 3, 7, 10]))],
+    ),
 ]
 
 
-@pytest.mark.parametrize(
-    "name,shape,kw", FRACTIONAL, ids=[f"{c[0]}_{i}" for i, c in enumerate(FRACTIONAL)]
+test_forward_and_backward_match_torch, test_repr_and_state_match_torch = module_case_tests(
+    BAGS, every_output_differentiable=True
 )
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_fractional_max_pool_matches_torch_given_samples(name, shape, kw, dtype):
-    rng = np.random.default_rng(len(shape))
-    dims = int(name[-2])
-    x = rng.standard_normal(shape).astype(dtype)
-    batch = shape[0] if len(shape) == dims + 2 else 1
-    samples = rng.random((batch, shape[-dims - 1], dims)).astype(dtype)
-    results = []
-    for lib in (kiln, torch):
-        xt = lib.tensor(x, requires_grad=True)
-        fn = getattr(lib.nn.functional, name)
-        values, indices = fn(xt, return_indices=True, _random_samples=lib.tensor(samples), **kw)
-        cot = np.random.default_rng(0).standard_normal(tuple(values.shape)).astype(dtype)
-        values.backward(lib.tensor(cot))
-        results.append((values, indices, xt.grad))
-    (kv, ki, kg), (tv, ti, tg) = results
-    assert_close(kv, tv)
-    assert_close(ki, ti)
-    assert_close(kg, tg)
 
 
-def test_fractional_max_pool_without_indices_returns_values_only():
-    x = kiln.randn(1, 2, 8, 8)
-    out = F.fractional_max_pool2d(x, 2, output_size=4)
-    assert isinstance(out, kiln.Tensor) and tuple(out.shape) == (1, 2, 4, 4)
-    with pytest.raises(ValueError, match="requires specifying either an output_size"):
-        F.fractional_max_pool3d(kiln.randn(1, 1, 4, 4, 4), 2)
-    with pytest.raises(RuntimeError, match="Expect _random_samples.size"):
-        F.fractional_max_pool2d(x, 2, output_size=3, _random_samples=kiln.rand(1, 3, 2))
+def test_embedding_bag_padding_row_is_zero_and_from_pretrained_freezes():
+    bag = kiln.nn.EmbeddingBag(5, 3, padding_idx=-1, mode="sum")
+    assert bag.padding_idx == 4 and float(bag.weight[4].abs().sum()) == 0.0
+    table = kiln.randn(4, 2)
+    frozen = kiln.nn.EmbeddingBag.from_pretrained(table, mode="max")
+    assert not frozen.weight.requires_grad and frozen.mode == "max"
+    out = frozen(kiln.tensor([[0, 1], [2, 3]]))
+    assert_close(out, kiln.maximum(table[[0, 2]], table[[1, 3]]))
+    with pytest.raises(AssertionError, match="padding_idx must be within num_embeddings"):
+        kiln.nn.EmbeddingBag(5, 3, padding_idx=5)
 
 
-def test_channel_shuffle_names():
-    x = kiln.arange(12.0).reshape(1, 6, 2)
-    expected = torch.nn.functional.native_channel_shuffle(torch.arange(12.0).reshape(1, 6, 2), 3)
-    assert_close(F.native_channel_shuffle(x, 3), expected)
-    assert_close(kiln.channel_shuffle(x, 3), expected)
-    assert_close(kiln.native_channel_shuffle(x, 3), expected)
+def test_embedding_bag_max_norm_renormalizes_the_looked_up_rows():
+    weight = np.arange(12, dtype=np.float32).reshape(4, 3)
+    kbag = kiln.nn.EmbeddingBag.from_pretrained(kiln.tensor(weight), max_norm=2.0)
+    tbag = torch.nn.EmbeddingBag.from_pretrained(torch.tensor(weight), max_norm=2.0)
+    assert repr(kbag) == repr(tbag)
+    indices = np.array([[1, 3]])
+    assert_close(kbag(kiln.tensor(indices)), tbag(torch.tensor(indices)), rtol=1e-5, atol=1e-6)
+    assert_close(kbag.weight, tbag.weight, rtol=1e-5, atol=1e-6)
