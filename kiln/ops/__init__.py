@@ -56,6 +56,7 @@ _MODULES = (
     "pointwise.unary_binary",
     "random.fills",
     "creation.raw_memory",
+    "nn.recurrent",
     "reductions.reduce",
     "shape.repeat_flip",
     "reductions.scans",

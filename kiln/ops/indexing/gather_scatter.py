@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime import dtypes as dt
+from ...runtime.symbolic import known_same_shape
 from ..core.common import Tensor, TensorOrScalar, fake, scalar_value, wrap
 from ..core.common import wrap_dim as _wrap_dim
 from ..core.grad_fn_naming import is_tensor_arg
@@ -149,7 +150,7 @@ def _src_values(src, shape, dtype):
 def _pad_to(g: Tensor, shape) -> Tensor:
     """Zero-pad a gradient for the covered part of ``src`` back to ``src``'s shape."""
     shape = tuple(shape)
-    if tuple(g.shape) == shape:
+    if known_same_shape(g._shape, shape):
         return g
     if not shape:
         return g.reshape(())

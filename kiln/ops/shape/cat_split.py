@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime import dtypes as dt
+from ...runtime.symbolic import as_int
 from ..core.common import Tensor, TensorList, fake, wrap, wrap_dim, writes_out
 from ..core.grad_fn_naming import renames_grad_fn
 from ..core.registry import OPS, defop, tensor_method, torch_function
@@ -212,7 +213,7 @@ def split_with_sizes(input: Tensor, split_sizes, dim: int = 0) -> tuple:
     if input.ndim == 0:
         raise RuntimeError("split expects at least a 1-dimensional tensor")
     d = wrap_dim(dim, input.ndim)
-    sizes = [int(s) for s in split_sizes]
+    sizes = [as_int(s) for s in split_sizes]
     size = input.shape[d]
     if any(s < 0 for s in sizes):
         raise RuntimeError(
@@ -298,7 +299,7 @@ def tensor_split(
         )
     d = wrap_dim(dim, input.ndim)
     if isinstance(spec, (list, tuple)):
-        bounds = [0] + [int(i) for i in spec]
+        bounds = [0] + [as_int(i) for i in spec]
         return tuple(
             OPS["slice"](input, d, lo, hi, 1) for lo, hi in zip(bounds, bounds[1:] + [None])
         )
