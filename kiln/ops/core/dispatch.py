@@ -57,7 +57,7 @@ def dispatch(op, args: tuple, recorded: bool = False):
                 if a._device is not cpu or a._data is None:
                     on_cpu = False
     if needs_grad:
-        return _autograd(op, args, state, on_cpu)
+        return _autograd(op, args, state, on_cpu, modes)
     if modes:
         return modes[-1].dispatch(op, args)
     if on_cpu and op.kernel is not None:
@@ -259,14 +259,13 @@ def _edge(t: Tensor):
     return (fn, t._output_nr)
 
 
-def _autograd(op, args, state, on_cpu: bool = False):
+def _autograd(op, args, state, on_cpu: bool, modes: list):
     """Run ``op`` below autograd and record its ``OpBackward`` node on the outputs.
 
-    ``state``: the calling thread's ``ThreadState``. ``on_cpu``: every tensor argument is a
-    CPU tensor with data (``dispatch`` found out), so without a mode the kernel runs directly,
-    as on ``dispatch``'s fast path.
+    ``state``: the calling thread's ``ThreadState``, ``modes`` its mode stack. ``on_cpu``: every
+    tensor argument is a CPU tensor with data (``dispatch`` found out), so without a mode the
+    kernel runs directly, as on ``dispatch``'s fast path.
     """
-    modes = state.mode_stack
     if modes and modes[-1].decomposes(op):
         return op.decomposition(*args)  # above autograd: the parts record their own nodes
     if op.inplace:
@@ -280,7 +279,7 @@ def _autograd(op, args, state, on_cpu: bool = False):
         return run_below_autograd(op, args)
     state.grad_enabled = False
     try:
-        if on_cpu and not state.mode_stack and op.kernel is not None:
+        if on_cpu and not modes and op.kernel is not None:
             out = op.kernel(*args)
             if op.is_view:
                 mark_view(out, args[0], op, args)
