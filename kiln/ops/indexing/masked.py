@@ -40,7 +40,7 @@ def _masked_select_kernel(x, mask):
 
 @masked_select.register_meta
 def _masked_select_meta(x, mask):
-    from .indexing import data_dependent_size
+    from .subscript import data_dependent_size
 
     _check_mask("masked_select", mask)
     shape = broadcast_shapes(x._shape, mask._shape)

@@ -399,7 +399,7 @@ def _unique_kernel(x, sorted_, return_inverse, return_counts, dim):
 
 @unique.register_meta
 def _unique_meta(x, sorted_=True, return_inverse=False, return_counts=False, dim=None):
-    from .indexing import data_dependent_size
+    from ..indexing.subscript import data_dependent_size
 
     if dim is None:
         count = data_dependent_size("unique", x.numel())
