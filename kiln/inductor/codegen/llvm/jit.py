@@ -26,7 +26,7 @@ import llvmlite
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from . import cache_records
+from .. import cache_records
 
 __all__ = [
     "CompiledModule",
