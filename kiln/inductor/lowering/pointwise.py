@@ -1,7 +1,10 @@
 """Lowerings of pointwise ops: each becomes a box whose loader computes one element.
 
-Unary and binary prims map one to one onto ``ops`` calls; the others (division with a rounding
-mode, powers with exact scalar forms, comparisons after promotion, ``where``, casts) compose them.
+A kiln op that is a prim (``prims.PRIMS``) lowers to one ``ops`` call, by the prim's arity and
+result dtype: no list of names here. The lowerings that follow the generic ones replace them
+where an op needs more (``add``'s alpha, powers with exact scalar forms, integer division that
+must raise) and compose the ops that are no prims (division with a rounding mode, ``where``,
+casts).
 """
 
 from __future__ import annotations
@@ -9,7 +12,8 @@ from __future__ import annotations
 from ...ops.registry import OPS
 from ...runtime import dtypes as dt
 from ..ir import TensorBox
-from ..virtualized import BINARY_OPS, COMPARISONS, PREDICATES, UNARY_OPS, ops
+from ..prims import PRIMS
+from ..virtualized import ops
 from .framework import (
     LOWERINGS,
     _box,
@@ -32,11 +36,6 @@ def _unary(name):
     return lower
 
 
-for _name in UNARY_OPS:
-    if _name in OPS:
-        LOWERINGS[OPS[_name]] = _unary(_name)
-
-
 def _predicate(name):
     def lower(out_meta, x):
         compute = compute_dtype(x.dtype)
@@ -47,9 +46,44 @@ def _predicate(name):
     return lower
 
 
-for _name in PREDICATES:
-    if _name in OPS:
-        LOWERINGS[OPS[_name]] = _predicate(_name)
+def _binary(name):
+    def lower(out_meta, a, b):
+        return _elementwise(out_meta, [a, b], lambda x, y: getattr(ops, name)(x, y))
+
+    return lower
+
+
+def _comparison(name):
+    def lower(out_meta, a, b):
+        from ...ops.common import result_dtype
+
+        operand = compute_dtype(result_dtype(_fake(a), _fake(b)))
+        shape = tuple(out_meta.shape)
+        la = _broadcast_loader(a, shape, operand)
+        lb = _broadcast_loader(b, shape, operand)
+        return _box(
+            _ctx(a, b),
+            shape,
+            dt.bool_,
+            lambda index: getattr(ops, name)(la(index), lb(index)),
+            a,
+            b,
+        )
+
+    return lower
+
+
+_GENERIC = {
+    (1, "same"): _unary,
+    (1, "bool"): _predicate,
+    (2, "same"): _binary,
+    (2, "bool"): _comparison,
+}
+
+# every prim with a kiln op of its own; the lowerings below replace these where ops need more
+for _prim in PRIMS.values():
+    if _prim.op_name in OPS:
+        LOWERINGS[OPS[_prim.op_name]] = _GENERIC[_prim.arity, _prim.result](_prim.name)
 
 
 @register_lowering("frac")
@@ -70,30 +104,6 @@ def _round(out_meta, x, decimals=0):
             ops.round(ops.mul(v, ops.constant(scale, c))), ops.constant(scale, c)
         ),
     )
-
-
-def _binary(name):
-    def lower(out_meta, a, b):
-        return _elementwise(out_meta, [a, b], lambda x, y: getattr(ops, name)(x, y))
-
-    return lower
-
-
-for _name in (
-    "mul",
-    "maximum",
-    "minimum",
-    "atan2",
-    "hypot",
-    "copysign",
-    "bitwise_and",
-    "bitwise_or",
-    "bitwise_xor",
-    "bitwise_left_shift",
-    "bitwise_right_shift",
-):
-    if _name in OPS and _name in BINARY_OPS:
-        LOWERINGS[OPS[_name]] = _binary(_name)
 
 
 def _check_integer_divisor(out_meta, divisor) -> None:
@@ -140,30 +150,6 @@ def _pow(out_meta, a, b):
         if b in _SCALAR_POWERS and not (d is dt.float16 and b in (0.5, -0.5)):
             return _elementwise(out_meta, [a], _SCALAR_POWERS[b])
     return _elementwise(out_meta, [a, b], lambda x, y: ops.pow(x, y))
-
-
-def _comparison(name):
-    def lower(out_meta, a, b):
-        from ...ops.common import result_dtype
-
-        operand = compute_dtype(result_dtype(_fake(a), _fake(b)))
-        shape = tuple(out_meta.shape)
-        la = _broadcast_loader(a, shape, operand)
-        lb = _broadcast_loader(b, shape, operand)
-        return _box(
-            _ctx(a, b),
-            shape,
-            dt.bool_,
-            lambda index: getattr(ops, name)(la(index), lb(index)),
-            a,
-            b,
-        )
-
-    return lower
-
-
-for _name in COMPARISONS:
-    LOWERINGS[OPS[_name]] = _comparison(_name)
 
 
 def _alpha_op(name):

@@ -15,10 +15,14 @@ from llvmlite import ir
 
 from ....runtime import dtypes as dt
 from ... import sym
+from ...prims import shared_formula
 from . import math_library as llvm_math
 from .values import I1, I32, I64, UnsupportedInLLVM, V, llvm_type, memory_type
 
-__all__ = ["LLVMOps"]
+__all__ = ["LLVMOps", "LEFT_TO_NUMPY"]
+
+# prims without an LLVM form (no accurate polynomial yet): kernels calling them run in numpy
+LEFT_TO_NUMPY = frozenset({"asin", "acos", "atan2", "erfinv"})
 
 
 _FLOAT_MATH = {
@@ -61,6 +65,9 @@ class LLVMOps:
         self.forwarded: dict = {}
 
     # ------------------------------------------------------------------ types
+    def dtype_of(self, x: V) -> dt.dtype:
+        return x.dtype
+
     def ty(self, d: dt.dtype):
         t = llvm_type(d)
         return t if self.lanes == 1 else ir.VectorType(t, self.lanes)
@@ -440,9 +447,6 @@ class LLVMOps:
         )
         return V(bld.select(bld.icmp_signed("<", b.value, zero), unit, result), a.dtype)
 
-    def atan2(self, a, b):
-        raise UnsupportedInLLVM("atan2")
-
     def hypot(self, a, b):
         """sqrt(a**2 + b**2) without overflow or underflow in the squares, inf where either
         operand is infinite (even with a NaN), as C's hypot. float32 squares are exact in
@@ -484,7 +488,10 @@ class LLVMOps:
             return lambda x: self._math(name, x)
         if name in _COMPOSED:
             return lambda *xs: _COMPOSED[name](self, *xs)
-        raise UnsupportedInLLVM(f"op {name}")
+        formula = shared_formula(self, name)
+        if formula is None:
+            raise UnsupportedInLLVM(f"op {name}")
+        return formula
 
     # ------------------------------------------------------------------ predicates and comparisons
     def _cmp(self, a, b, op):
