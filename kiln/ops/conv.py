@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ..runtime import blas
 from ..runtime import dtypes as dt
 from ..runtime.storage import empty_array
 from .api import tensor
@@ -189,7 +190,7 @@ def _conv_forward_np(a, w, stride, padding, dilation, groups, out_spatial):
     cols = cols.reshape(groups, n, cg * p_k, p_out)
     wmat = w.reshape(groups, 1, og, cg * p_k)
     out = empty_array((groups, n, og, p_out), np.result_type(wmat, cols))
-    np.matmul(wmat, cols, out=out)  # (G, N, Og, P)
+    blas.matmul(wmat, cols, out=out)  # (G, N, Og, P)
     if groups == 1:
         return out.reshape((n, og) + tuple(out_spatial))
     return np.ascontiguousarray(out.transpose(1, 0, 2, 3)).reshape(
@@ -223,7 +224,7 @@ def _conv_transpose_np(a, w, stride, padding, dilation, groups, out_spatial):
         p_in, p_k = math.prod(in_spatial), math.prod(kernel)
         wmat = w.reshape(groups, cg, og * p_k).transpose(0, 2, 1)[:, None]
         xs = a.reshape(n, groups, cg, p_in).transpose(1, 0, 2, 3)
-        cols = np.matmul(wmat, xs).reshape((groups, n, og) + tuple(kernel) + tuple(in_spatial))
+        cols = blas.matmul(wmat, xs).reshape((groups, n, og) + tuple(kernel) + tuple(in_spatial))
         cols = cols.transpose((1, 0, 2) + tuple(range(3, 3 + 2 * k)))
         for offset in _kernel_offsets(kernel):
             target = (Ellipsis,) + _offset_slices(offset, in_spatial, stride, dilation)
@@ -668,7 +669,7 @@ def _adaptive_avg_pool_decomp(x, output_size):
     _adaptive_check("adaptive_avg_pool", x, output_size)
     k = len(output_size)
     spatial = x.shape[x.ndim - k :]
-    if all(s % o == 0 for s, o in zip(spatial, output_size) if o):
+    if all(o and s % o == 0 for s, o in zip(spatial, output_size)):
         # equal windows: a reshape and a mean
         shape = list(x.shape[: x.ndim - k])
         dims = []
@@ -700,6 +701,11 @@ def _adaptive_max_pool_kernel(x, output_size):
     if x.ndim != len(output_size) + 2:
         raise RuntimeError("adaptive_max_pool: expected a batched input")
     k = len(output_size)
+    if 0 in output_size:  # no windows: nothing to gather or compare
+        shape = tuple(x.shape[:2]) + tuple(output_size)
+        return wrap(np.empty(shape, x._data.dtype), x._dtype), wrap(
+            np.empty(shape, np.int64), dt.int64
+        )
     spatial = _spatial(x)
     grids = _adaptive_index_grid(spatial, output_size)
     # gather (N, C, o1, l1, o2, l2, ...) then move the window axes last
@@ -809,11 +815,30 @@ def _nearest_index(size, out, scale, exact: bool) -> np.ndarray:
     return np.minimum(src.astype(np.int64), size - 1)
 
 
+def _check_resample_sizes(x: Tensor, spatial, sizes) -> None:
+    """PyTorch's upsample checks: every input and output size positive (the weights divide by
+    them), and no empty channel or spatial dim (only the batch may be empty)."""
+    if any(s <= 0 for s in spatial) or any(o <= 0 for o in sizes):
+        names = "DHW"[3 - len(sizes) :]
+        given = ", ".join(f"{n}: {s}" for n, s in zip(names, spatial))
+        wanted = ", ".join(f"{n}: {o}" for n, o in zip(names, sizes))
+        joint = " and output" if len(sizes) == 1 else " output"
+        raise RuntimeError(
+            "Input and output sizes should be greater than 0, but got "
+            f"input ({given}){joint} ({wanted})"
+        )
+    if math.prod(x.shape[1:]) == 0:
+        raise RuntimeError(
+            f"Non-empty {x.ndim}D data tensor expected but got a tensor with sizes {list(x.shape)}"
+        )
+
+
 def resample(x: Tensor, sizes, mode: str, align_corners: bool, scales) -> Tensor:
     """Resize the trailing ``len(sizes)`` dims: nearest by indexing, (bi/tri)linear and bicubic
     by separable matrices (exactly PyTorch's weights, so the result and gradient match)."""
     k = len(sizes)
     spatial = x.shape[x.ndim - k :]
+    _check_resample_sizes(x, spatial, sizes)
     if mode in ("nearest", "nearest-exact"):
         for i in range(k):
             src = _nearest_index(spatial[i], sizes[i], scales[i], mode == "nearest-exact")
