@@ -3,7 +3,7 @@
 Each kernel is emitted into a scratch module first: a kernel using something the LLVM generator
 does not support (logged with the reason) runs through the numpy executor instead, so a graph
 never falls back as a whole for one kernel. The rest go into one module per graph, JIT-compiled
-once (and cached on disk by ``llvm_jit``). Kernels take ``(row_start, row_end, buffers)``; when the
+once (and cached on disk by ``llvm.jit``). Kernels take ``(row_start, row_end, buffers)``; when the
 work is large enough to pay for it, rows are cut into chunks that the calling thread and the
 helper threads of ``cpu_pool`` claim one by one, in native code (no GIL, no Python per chunk).
 
@@ -18,52 +18,24 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import threading
 
 from llvmlite import ir
 
 from ...runtime import flags
 from ..ir import Reduction
 from ..scheduler import Kernel, ScatterStep, Schedule
-from . import graph_index, llvm_jit
-from .cpu_pool import Pool
-from .llvm import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel
-from .loop_plan import plan_kernel
+from . import graph_index
+from .cpu_pool import Pool, thread_pool
+from .llvm import jit as llvm_jit
+from .llvm.kernel import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel
+from .llvm.loop_plan import plan_kernel
 
-__all__ = [
-    "CPUKernels",
-    "thread_pool",
-]
+__all__ = ["CPUKernels"]
 
 log = logging.getLogger("kiln.inductor")
 
-_pool: list = [None]
-_pool_lock = threading.Lock()
-
 # below this many element-operations a kernel runs on the calling thread alone
 _SPLIT_WORK = 1 << 18
-
-
-def _drop_pool(n: int) -> None:
-    """``kiln.set_num_threads``: the pool is made again, of the new size, when next needed."""
-    with _pool_lock:
-        if _pool[0] is not None:
-            _pool[0].shutdown()
-            _pool[0] = None
-
-
-flags.on_num_threads_change(_drop_pool)
-
-
-def thread_pool() -> Pool:
-    """The helper threads of compiled CPU code (``cpu_pool.Pool``), made on first use."""
-    pool = _pool[0]
-    if pool is None:
-        with _pool_lock:
-            if _pool[0] is None:
-                _pool[0] = Pool(flags.get_num_threads())
-            pool = _pool[0]
-    return pool
 
 
 # work is cut into this many chunks per thread, each taken by whichever thread is free: a thread

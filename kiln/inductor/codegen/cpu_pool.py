@@ -8,7 +8,7 @@ that woke it when the other core looks busy, and both then share one core for a 
 or two: a 3 ms matmul split in two measured 6 ms half the time at load 0.5.
 
 So the work loop is native (a few functions of LLVM IR, JIT-compiled once per process outside
-``llvm_jit``'s counters): a job is a small int64 record — a generated kernel over row chunks,
+``llvm.jit``'s counters): a job is a small int64 record — a generated kernel over row chunks,
 or a table of BLAS ``gemm`` calls — and chunks are claimed with an atomic counter by the posting
 thread and by helpers, which never touch Python while they work. A helper spins on its slot
 (``pause``, ~2 ms by the cycle counter) after each job, so it stays on its core through a step,
@@ -25,7 +25,9 @@ import threading
 
 import numpy as np
 
-__all__ = ["Pool", "KERNEL", "SGEMM", "DGEMM", "GEMM_FIELDS"]
+from ...runtime import flags
+
+__all__ = ["Pool", "thread_pool", "KERNEL", "SGEMM", "DGEMM", "GEMM_FIELDS"]
 
 # cycles a helper spins for the next job before it sleeps (~2 ms at 2.5-3.5 GHz)
 SPIN_CYCLES = 6_000_000
@@ -55,7 +57,7 @@ def _build():
     import llvmlite.binding as llvm
     import llvmlite.ir as ir
 
-    from . import llvm_jit
+    from .llvm import jit as llvm_jit
 
     i32, i64 = ir.IntType(32), ir.IntType(64)
     f32, f64 = ir.FloatType(), ir.DoubleType()
@@ -311,3 +313,29 @@ class Pool:
         job[0], job[1] = kind, len(table)
         job[3], job[4] = gemm_address, table.ctypes.data
         return job
+
+
+_pool: list = [None]
+_pool_lock = threading.Lock()
+
+
+def _drop_pool(n: int) -> None:
+    """``kiln.set_num_threads``: the pool is made again, of the new size, when next needed."""
+    with _pool_lock:
+        if _pool[0] is not None:
+            _pool[0].shutdown()
+            _pool[0] = None
+
+
+flags.on_num_threads_change(_drop_pool)
+
+
+def thread_pool() -> Pool:
+    """The helper threads of compiled CPU code (``cpu_pool.Pool``), made on first use."""
+    pool = _pool[0]
+    if pool is None:
+        with _pool_lock:
+            if _pool[0] is None:
+                _pool[0] = Pool(flags.get_num_threads())
+            pool = _pool[0]
+    return pool
