@@ -6,6 +6,8 @@ captures them into graphs and compiles fused kernels.
 
 from __future__ import annotations
 
+import builtins as _builtins
+import math as _math
 import sys as _sys
 
 import numpy as _np
@@ -77,6 +79,7 @@ from .runtime.flags import (  # noqa: E402
     get_float32_matmul_precision,
     get_num_interop_threads,
     get_num_threads,
+    init_num_threads,
     is_deterministic_algorithms_warn_only_enabled,
     is_warn_always_enabled,
     set_deterministic_debug_mode,
@@ -116,6 +119,12 @@ from .runtime.dtype_info import can_cast, finfo, iinfo  # noqa: E402
 from .ops.api import *  # noqa: E402,F401,F403
 from .ops import namespace as _namespace  # noqa: E402
 
+pi = _math.pi
+e = _math.e
+inf = _math.inf
+nan = _math.nan
+newaxis = None
+
 half = float16
 cfloat = complex64
 cdouble = complex128
@@ -135,6 +144,14 @@ from . import random  # noqa: E402,F401
 from . import distributions  # noqa: E402
 from . import jit  # noqa: E402
 from . import version  # noqa: E402
+from . import accelerator, signal  # noqa: E402
+from .utils.dlpack import from_dlpack, to_dlpack  # noqa: E402
+from .runtime.legacy_types import set_default_tensor_type  # noqa: E402
+from .runtime.cuda import OutOfMemoryError  # noqa: E402
+from .amp import GradScaler  # noqa: E402
+
+legacy_contiguous_format = contiguous_format  # PyTorch's older name of the same format
+from .symbolic import *  # noqa: E402,F403
 from . import _logging  # noqa: E402
 from . import _compiler_stack  # noqa: E402
 
@@ -149,6 +166,31 @@ def _load_cuda_kernels():
 
 _devices.set_kernel_provider(_load_cuda_kernels)
 _compiler_stack.install()
+
+
+def is_vulkan_available() -> bool:
+    """False: kiln has no Vulkan backend."""
+    return False
+
+
+def get_device_module(device=None):
+    """The module of a device type (``kiln.cuda`` for ``"cuda"``, ``kiln.cpu`` for ``"cpu"``);
+    without an argument, the current accelerator's, or ``kiln.cpu``."""
+    if device is None:
+        kind = "cuda" if cuda.is_available() else "cpu"
+    elif isinstance(device, _builtins.int):
+        kind = "cuda"
+    else:
+        kind = _device_class(device).type
+    module = {"cuda": cuda, "cpu": cpu}.get(kind)
+    if module is None:
+        raise RuntimeError(
+            f"Device '{kind}' does not have a corresponding module registered as 'kiln.{kind}'."
+        )
+    return module
+
+
+_device_class = device
 
 __version__ = version.__version__
 

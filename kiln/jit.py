@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import pickle
 import threading
 import types
 import typing
@@ -334,7 +335,10 @@ def load(f, map_location=None, _extra_files=None, _restore_shapes: bool = False)
     from .serialization import load as kiln_load
 
     _deprecated("load")
-    obj = kiln_load(f, map_location=map_location, weights_only=False)
+    try:
+        obj = kiln_load(f, map_location=map_location, weights_only=False)
+    except pickle.UnpicklingError as error:  # torch.jit.load reports unreadable files so
+        raise RuntimeError(str(error)) from None
     if not callable(obj):
         raise RuntimeError(
             f"kiln.jit.load: the file holds a {type(obj).__name__}, not a module or function "

@@ -20,6 +20,7 @@ from ..runtime.device import cpu, meta
 from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 from . import registry
+from .common import zero_grad
 
 __all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "CopySlices"]
 
@@ -88,20 +89,53 @@ def run_below_autograd(op, args: tuple):
     return _run_kernel(op, args)
 
 
-def _first_tensor(op, args):
+# kinds of op whose PyTorch kernels want every tensor on one device (TensorIterator, cat, norms,
+# losses); indexing and matrix ops let CPU tensors (indices, operands) join meta ones
+_ONE_DEVICE_KINDS = frozenset(
+    {"pointwise", "comparison", "shape", "reduction", "scan", "sort", "nn", "loss", "pooling"}
+)
+
+
+def _tensor_args(op, args):
     for p in op.tensor_positions:
         a = args[p]
         if isinstance(a, Tensor):
-            return a
+            yield a
     for p in op.list_positions:
         for a in args[p]:
             if isinstance(a, Tensor):
-                return a
-    return None
+                yield a
+
+
+def _first_tensor(op, args):
+    return next(_tensor_args(op, args), None)
+
+
+def _device_chooser(op, args, first: Tensor) -> Tensor:
+    """The tensor whose device a call mixing meta tensors with others runs on, after PyTorch's
+    check that every tensor is on that device: the first tensor that is not a 0-d CPU tensor (a
+    CPU scalar joins a computation on any device without choosing it). Without a check here, a
+    meta tensor first in line made the whole call meta, whatever devices the others were on."""
+    if op.kind not in _ONE_DEVICE_KINDS or op.inplace:  # PyTorch's in-place meta kernels
+        return first  # accept operands from other devices
+    tensors = list(_tensor_args(op, args))
+    if all(t._device is first._device for t in tensors) or all(
+        t._device is not meta for t in tensors
+    ):
+        return first  # one device, or no meta tensor (CPU and CUDA keep their own checks)
+    chooser = next((t for t in tensors if t._shape or t._device is not cpu), first)
+    for t in tensors:
+        if t._device is not chooser._device and (t._shape or t._device is not cpu):
+            raise RuntimeError(
+                f"Tensor on device {t._device} is not on the expected device {chooser._device}!"
+            )
+    return chooser
 
 
 def _run_kernel(op, args):
     first = _first_tensor(op, args)
+    if first is not None and (first._device is meta or first._data is not None):
+        first = _device_chooser(op, args, first)
     if (
         first is not None
         and first._device is cpu
@@ -146,6 +180,10 @@ def _check_same_device(op, args, dev) -> None:
     for p in op.tensor_positions:
         a = args[p]
         if isinstance(a, Tensor) and a._device is not dev:
+            if meta in (dev, a._device):  # PyTorch's wording for its meta kernels' device check
+                raise RuntimeError(
+                    f"Tensor on device {a._device} is not on the expected device {dev}!"
+                )
             raise RuntimeError(
                 "Expected all tensors to be on the same device, but found at least two devices, "
                 f"{dev} and {a._device}! (while running {op.name})"
@@ -374,7 +412,7 @@ class _Overwritten(Node):
         return "CopyBackwards"
 
     def apply(self, grad_outputs: tuple) -> tuple:
-        return (grad_outputs[0] * 0,)
+        return (zero_grad(grad_outputs[0]),)
 
 
 class CopySlices(Node):
@@ -398,15 +436,19 @@ class CopySlices(Node):
     def apply(self, grad_outputs: tuple) -> tuple:
         from ..autograd.grad_mode import no_grad
         from .api import ones
+        from .pointwise import where
 
         (g,) = grad_outputs
-        if self._mask is None:
+        if self._mask is None:  # True outside the view's region
             with no_grad():
-                mask = ones(self._base_shape, dtype=g.dtype)
-                self._replay(mask).fill_(0)
-            self._mask = mask
+                # in the gradient's dtype: the replayed views may need it (view_as_real)
+                ones_outside = ones(self._base_shape, dtype=g.dtype)
+                self._replay(ones_outside).fill_(0)
+                self._mask = ones_outside != 0
         grad_result = self._replay(g) if self.next_functions[1][0] is not None else None
-        grad_base = g * self._mask if self.next_functions[0][0] is not None else None
+        # selected, not multiplied by the mask: the overwritten region gets exactly zero even
+        # where ``g`` is inf or NaN, as PyTorch's zeroed slice does
+        grad_base = where(self._mask, g, 0) if self.next_functions[0][0] is not None else None
         return (grad_base, grad_result)
 
 

@@ -65,7 +65,8 @@ def _fold_batch(x: np.ndarray, y: np.ndarray):
     """(..., k) @ (k, n) is one (rows, k) @ (k, n) product: one BLAS call instead of a loop of
     small ones (numpy loops over the batch dims), when the batch dims fold into rows for free."""
     if x.ndim > 2 and y.ndim == 2 and x.flags.c_contiguous:
-        return x.reshape(-1, x.shape[-1]), x.shape[:-1]
+        # rows given, not -1: a zero-sized k leaves -1 ambiguous
+        return x.reshape(math.prod(x.shape[:-1]), x.shape[-1]), x.shape[:-1]
     return None, None
 
 
@@ -287,7 +288,7 @@ def _matmul_decomp(a, b):
     if da >= 3 and db <= 2:
         b2 = b.unsqueeze(1) if db == 1 else b
         lead = a.shape[:-1]
-        out = mm(a.reshape(-1, a.shape[-1]), b2)
+        out = mm(a.reshape(math.prod(lead), a.shape[-1]), b2)
         out = out.reshape(tuple(lead) + (b2.shape[-1],))
         return out.squeeze(-1) if db == 1 else out
     a2 = a.unsqueeze(0) if da == 1 else a

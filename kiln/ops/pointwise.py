@@ -30,6 +30,7 @@ from .common import (
     pointwise_meta,
     to_float_dtype,
     wrap,
+    zero_grad,
 )
 from .numpy_math import (
     np_erf,
@@ -160,6 +161,7 @@ floor = unary("floor", np.floor, None, float_math=False)
 ceil = unary("ceil", np.ceil, None, float_math=False)
 trunc = unary("trunc", np.trunc, None, float_math=False)
 frac = unary("frac", lambda a: a - np.trunc(a), lambda c, g: (g,), float_math=False)
+
 sign = unary("sign", np_sign, None, float_math=False)
 sgn = sign
 isnan = unary("isnan", np.isnan, None, out_bool=True)
@@ -202,7 +204,7 @@ for _op in (
     # rounding ops have zero gradient almost everywhere: PyTorch returns zeros, so do we
 for _op in (floor, ceil, trunc, sign):
     _op.differentiable = True
-    _op.register_derivative(lambda c, g: (g * 0,), save_inputs=())
+    _op.register_derivative(lambda c, g: (zero_grad(g),), save_inputs=())
 
 
 @defop(kind="pointwise", prim=True)
@@ -218,7 +220,7 @@ def _round_kernel(x, decimals):
 
 
 round.register_meta(lambda x, decimals: pointwise_meta(x._dtype, x))
-round.register_derivative(lambda c, g: (g * 0,), save_inputs=())
+round.register_derivative(lambda c, g: (zero_grad(g),), save_inputs=())
 
 # ------------------------------------------------------------------------------ binary family
 
@@ -352,14 +354,15 @@ mul.saves_inputs = _save_cross
 
 
 def _maxmin_grad(c, g):
+    """PyTorch's rule: ties split the gradient evenly, the losing input gets zero (selected, not
+    multiplied, so a NaN or inf gradient stays on the winner), and where either input is NaN
+    both get the whole gradient (neither compares as the loser)."""
     a, b = c.args
-    # ties split the gradient evenly, as PyTorch does
-    out = maximum(a, b) if c.op is maximum else minimum(a, b)
-    eq_a = a == out
-    eq_b = b == out
-    share = where(eq_a & eq_b, g * 0.5, g)
-    ga = where(eq_a, share, g * 0) if needs_grad(c, 0) else None
-    gb = where(eq_b, share, g * 0) if needs_grad(c, 1) else None
+    share = where(a == b, g * 0.5, g)
+    a_loses = a < b if c.op is maximum else a > b
+    b_loses = b < a if c.op is maximum else b > a
+    ga = where(a_loses, 0, share) if needs_grad(c, 0) else None
+    gb = where(b_loses, 0, share) if needs_grad(c, 1) else None
     return ga, gb
 
 
@@ -590,7 +593,8 @@ def _div_meta(x, y, rounding_mode=None):
 def _div_grad(c, g):
     a, b, mode = c.args
     if mode is not None:
-        return (g * 0 if needs_grad(c, 0) else None, g * 0 if needs_grad(c, 1) else None)
+        zero = zero_grad(g)
+        return (zero if needs_grad(c, 0) else None, zero if needs_grad(c, 1) else None)
     ga = g / b if needs_grad(c, 0) else None
     gb = -g * a / (b * b) if needs_grad(c, 1) else None
     return ga, gb
@@ -631,23 +635,26 @@ pow.register_meta(lambda x, y: pointwise_meta(binary_dtype(x, y), x, y))
 
 
 def _pow_grad(c, g):
+    """PyTorch's formulas: a zero exponent gives ``a`` a zero gradient whatever ``g`` is; the
+    exponent's gradient is ``g`` times a coefficient that is 0 where a == 0 and b >= 0 (so a
+    NaN or inf ``g`` still gives NaN there, as in PyTorch)."""
     a, b = c.args
     ga = gb = None
     if needs_grad(c, 0):
         if isinstance(b, Tensor):
-            ga = where(b == 0, g * 0, g * b * a ** (b - 1))
+            ga = where(b == 0, 0, g * b * a ** (b - 1))
         elif b == 0:
-            ga = g * 0
+            ga = zero_grad(g)
         else:
             ga = g * b * a ** (b - 1)
     if needs_grad(c, 1):
         out = a**b
-        la = a.log() if isinstance(a, Tensor) else math.log(a) if a > 0 else float("nan")
-        gb = (
-            where((a == 0) & (b >= 0), g * 0, g * out * la)
-            if isinstance(a, Tensor)
-            else g * out * la
-        )
+        if isinstance(a, Tensor):
+            gb = g * where((a == 0) & (b >= 0), 0, out * a.log())
+        elif a == 0:
+            gb = g * where(b >= 0, 0, out * -math.inf)
+        else:
+            gb = g * (out * (math.log(a) if a > 0 else math.nan))
     return ga, gb
 
 
@@ -684,11 +691,10 @@ def _where_meta(cond, x, y):
 
 def _where_grad(c, g):
     cond = c.args[0]
-    zero = g * 0
     return (
         None,
-        where(cond, g, zero) if needs_grad(c, 1) else None,
-        where(cond, zero, g) if needs_grad(c, 2) else None,
+        where(cond, g, 0) if needs_grad(c, 1) else None,
+        where(cond, 0, g) if needs_grad(c, 2) else None,
     )
 
 

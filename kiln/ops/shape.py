@@ -100,12 +100,18 @@ def unbind(input: Tensor, dim: int = 0) -> tuple:
 @tensor_method("movedim", "moveaxis")
 def movedim(input: Tensor, source, destination) -> Tensor:
     n = input.ndim
-    src = [wrap_dim(s, n) for s in ((source,) if isinstance(source, int) else source)]
-    dst = [
-        wrap_dim(s, n) for s in ((destination,) if isinstance(destination, int) else destination)
-    ]
-    if len(src) != len(dst):
-        raise RuntimeError("movedim: Invalid source or destination dims")
+    given_src = [source] if isinstance(source, int) else list(source)
+    given_dst = [destination] if isinstance(destination, int) else list(destination)
+    if len(given_src) != len(given_dst):
+        raise RuntimeError(
+            f"movedim: Invalid source or destination dims: source ({given_src} dims) should "
+            f"contain the same number of dims as destination ({given_dst} dims)"
+        )
+    src = [wrap_dim(s, n) for s in given_src]
+    dst = [wrap_dim(s, n) for s in given_dst]
+    for name, given, dims in (("source", given_src, src), ("destination", given_dst, dst)):
+        if len(set(dims)) != len(dims):
+            raise RuntimeError(f"movedim: repeated dim in `{name}` ({given})")
     order = [d for d in range(n) if d not in src]
     perm = [0] * n
     for s, t in zip(src, dst):

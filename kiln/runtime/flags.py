@@ -25,6 +25,7 @@ __all__ = [
     "is_warn_always_enabled",
     "set_num_threads",
     "get_num_threads",
+    "init_num_threads",
     "on_num_threads_change",
     "set_num_interop_threads",
     "get_num_interop_threads",
@@ -162,6 +163,10 @@ def set_num_threads(n: int) -> None:
 
 def get_num_threads() -> int:
     return _num_threads[0]
+
+
+def init_num_threads() -> None:
+    """Nothing to initialise: kiln's kernel threads start when first used."""
 
 
 def on_num_threads_change(listener: Callable[[int], None]) -> None:

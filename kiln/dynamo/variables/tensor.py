@@ -15,7 +15,7 @@ import numpy as np
 
 from ...ops.indexing import DataDependentOutputError
 from ...runtime.state import per_thread
-from ...runtime.tensor import Size, Tensor, make_fake
+from ...runtime.tensor import METADATA_ATTRIBUTES, Size, Tensor, make_fake
 from ..exc import Unsupported, unsupported
 from ..sources import AttrSource
 from .base import ConstantVariable, VariableTracker
@@ -23,30 +23,7 @@ from .base import ConstantVariable, VariableTracker
 __all__ = ["TensorVariable", "TensorMethodVariable", "call_kiln", "wrap_kiln_result", "to_kiln_arg"]
 
 # metadata read straight off the proxy (shapes are static: guarded on the inputs)
-_META_ATTRS = frozenset(
-    {
-        "shape",
-        "dtype",
-        "device",
-        "ndim",
-        "requires_grad",
-        "layout",
-        "is_cuda",
-        "is_cpu",
-        "is_meta",
-        "itemsize",
-        "nbytes",
-        "_shape",
-        "_dtype",
-        "_device",
-        "_requires_grad",
-        "is_sparse",
-        "is_quantized",
-        "is_nested",
-        "is_mkldnn",
-        "is_complex_dtype",
-    }
-)
+_META_ATTRS = METADATA_ATTRIBUTES | {"_shape", "_dtype", "_device", "_requires_grad"}
 _VIEW_PROPERTIES = frozenset({"T", "mT", "H", "mH", "real", "imag"})
 # reading these needs autograd or storage state that a graph cannot model
 _STATE_ATTRS = frozenset(
