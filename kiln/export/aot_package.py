@@ -27,8 +27,8 @@ from .package_format import FORMAT, FORMAT_VERSION, encode
 from .program import ExportedProgram
 from .records import program_json
 from .retrace import trace_pure
-from .safetensors_io import to_bytes
 from .signature import InputKind
+from .weights_part import weights_to_bytes
 
 __all__ = ["aot_compile"]
 
@@ -85,7 +85,7 @@ def aot_compile(
         "plan.json": json.dumps(encode(plan), indent=1).encode(),
         "program.json": json.dumps(program_json(ep), indent=1).encode(),
         "kernels.o": obj,
-        "weights.safetensors": to_bytes(tensors),
+        "weights.safetensors": weights_to_bytes(tensors),
         "graph.txt": graph_to_text(lowered.graph).encode(),
     }
     info = {"target": record, "kernel_functions": [k["function"] for k in kernels],

@@ -20,8 +20,8 @@ from .container import ExportFileError, read_container, write_container
 from .graph_text import GraphTextError, graph_to_text, text_to_graphs
 from .program import ExportedProgram
 from .records import parse_program_json, program_json
-from .safetensors_io import SafetensorsError, from_bytes, to_bytes
 from .signature import InputKind
+from .weights_part import WeightsError, weights_from_bytes, weights_to_bytes
 
 __all__ = ["save", "load", "FORMAT", "FORMAT_VERSION"]
 
@@ -46,7 +46,7 @@ def save(ep: ExportedProgram, f: str | os.PathLike | IO[bytes]) -> None:
     parts = {
         "graph.txt": graph_to_text(ep.graph).encode(),
         "program.json": json.dumps(program_json(ep), indent=1).encode(),
-        "weights.safetensors": to_bytes(state_tensors(ep)),
+        "weights.safetensors": weights_to_bytes(state_tensors(ep)),
     }
     write_container(f, FORMAT, FORMAT_VERSION, parts, {})
 
@@ -59,9 +59,9 @@ def load(f: str | os.PathLike | IO[bytes]) -> ExportedProgram:
         signature, layout, metas, ranges, specialized = parse_program_json(
             json.loads(parts["program.json"])
         )
-        weights, _ = from_bytes(parts["weights.safetensors"])
+        weights = weights_from_bytes(parts["weights.safetensors"])
         requires_grad = json.loads(parts["program.json"]).get("requires_grad", {})
-    except (GraphTextError, SafetensorsError) as e:
+    except (GraphTextError, WeightsError) as e:
         raise ExportFileError(f"cannot load the program: {e}") from None
     except (KeyError, TypeError, ValueError, UnicodeDecodeError) as e:
         raise ExportFileError(f"cannot load the program: malformed part ({e!r})") from None

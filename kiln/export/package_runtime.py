@@ -30,8 +30,8 @@ from .container import ExportFileError, PackageError, read_container
 from .dims import check_inputs
 from .package_format import FORMAT, FORMAT_VERSION, check_name, decode
 from .records import parse_program_json
-from .safetensors_io import SafetensorsError, from_bytes
 from .signature import InputKind, OutputKind
+from .weights_part import WeightsError, weights_from_bytes
 
 __all__ = ["load_package", "CompiledPackage"]
 
@@ -280,9 +280,9 @@ class CompiledPackage:
             (self.signature, self.call_layout, self.input_metas, self.range_constraints,
              self.specialized) = parse_program_json(record)  # fmt: skip
             plan = decode(json.loads(parts["plan.json"]))
-            weights, _ = from_bytes(parts["weights.safetensors"])
+            weights = weights_from_bytes(parts["weights.safetensors"])
             functions = [s["function"] for s in plan["steps"] if s["kind"] == "kernel"]
-        except (SafetensorsError, KeyError, TypeError, ValueError, UnicodeDecodeError) as e:
+        except (WeightsError, KeyError, TypeError, ValueError, UnicodeDecodeError) as e:
             raise ExportFileError(f"{where}: malformed package ({e!r})") from None
         objects = _Objects(parts["kernels.o"], functions, manifest["parts"]["kernels.o"]["sha256"]) \
             if functions else None  # fmt: skip

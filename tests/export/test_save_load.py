@@ -211,13 +211,13 @@ def test_forged_graph_text_is_checked_against_the_op_registry(saved, tmp_path, e
 
 
 def test_forged_weights_must_fit_the_graph(saved, tmp_path):
-    from kiln.export.safetensors_io import from_bytes, to_bytes
+    from kiln.serialization import safetensors
 
     _, _, path = saved
     parts = _parts(path)
-    weights, _ = from_bytes(parts["weights.safetensors"])
+    weights = safetensors.load(parts["weights.safetensors"])
     weights["lin.weight"] = kiln.zeros(4, 3)
-    parts["weights.safetensors"] = to_bytes(weights)
+    parts["weights.safetensors"] = safetensors.save(weights)
     _write(tmp_path / "forged.kiln", parts)
     with pytest.raises(ExportFileError, match=r"weight 'lin.weight' is kiln.float32\[4, 3\]"):
         load(tmp_path / "forged.kiln")
