@@ -15,11 +15,13 @@ a dim symbolic, ``capture.py`` marks the declared dims before capturing, records
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..runtime.device import as_device
 from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_flatten
 
@@ -73,6 +75,12 @@ class InputMeta:
     device: str
     dims: tuple  # int | str per dim
     example_shape: tuple  # the sizes the program was exported with
+
+    @functools.cached_property
+    def exact(self) -> tuple:
+        """``(dtype, device, shape)`` of an input a specialized program accepts (a quick check
+        per call; a mismatch then gets the detailed check and its message)."""
+        return self.dtype, as_device(self.device), tuple(self.example_shape)
 
 
 def _argument_names(fn, args: tuple, kwargs: dict) -> dict:
@@ -231,6 +239,14 @@ def check_inputs(
     specialized: bool,
 ) -> None:
     """Raise a RuntimeError naming the first input that breaks the program's constraints."""
+    if specialized and len(tensors) == len(metas):
+        for t, meta in zip(tensors, metas):
+            dtype, device, shape = meta.exact
+            if not (isinstance(t, Tensor) and t.dtype == dtype and t.device is device
+                    and t.shape == shape):  # fmt: skip
+                break
+        else:
+            return
     if len(tensors) != len(metas):
         raise RuntimeError(f"expected {len(metas)} tensor inputs, got {len(tensors)}")
     seen: dict[str, tuple[int, str]] = {}

@@ -315,6 +315,9 @@ class CompiledPackage:
                 s for s in self.signature.input_specs if s.kind is InputKind.USER_INPUT
             )
         }  # fmt: skip
+        self._only_user_outputs = all(
+            s.kind is OutputKind.USER_OUTPUT for s in self.signature.output_specs
+        )
         self._state_index = {
             s.target: i for i, s in enumerate(
                 s for s in self.signature.input_specs if s.kind is not InputKind.USER_INPUT
@@ -325,6 +328,8 @@ class CompiledPackage:
         user = self.call_layout.flatten_inputs(args, kwargs, [])
         check_inputs(user, self.input_metas, self.range_constraints, self.specialized)
         outputs = self._call(*self.state, *user)
+        if self._only_user_outputs:
+            return self.call_layout.unflatten_outputs(outputs)
         results = []
         for spec, value in zip(self.signature.output_specs, outputs):
             if spec.kind is OutputKind.USER_OUTPUT:

@@ -29,8 +29,25 @@ class CallLayout:
     out_spec: TreeSpec
     out_leaves: list  # ("tensor", user output index) | ("constant", value)
 
+    def __post_init__(self):
+        # the common call: positional tensors only, in graph order, one tensor or a flat tuple
+        # returned; such calls skip the tree walks (the layout is checked the same way)
+        self._positional = (
+            self.in_spec.key() == ("tuple", None, (("tuple", None, ((),) * len(self.in_leaves)),
+                                                   ("dict", (), ())))
+            and self.in_leaves == [(TENSOR, i) for i in range(len(self.in_leaves))]
+        )  # fmt: skip
+        every_tensor = self.out_leaves == [(TENSOR, i) for i in range(len(self.out_leaves))]
+        self._single_output = every_tensor and self.out_spec.kind == "leaf"
+        self._flat_output = every_tensor and self.out_spec.key() == (
+            "tuple", None, ((),) * len(self.out_leaves)
+        )  # fmt: skip
+
     def flatten_inputs(self, args: tuple, kwargs: dict, names: list[str]) -> list:
         """The call's tensors in graph order; constants and structure must be as exported."""
+        if self._positional and not kwargs and len(args) == len(self.in_leaves):
+            if all(isinstance(a, Tensor) for a in args):
+                return list(args)
         leaves, spec = tree_flatten((tuple(args), dict(kwargs)))
         if spec.key() != self.in_spec.key():
             raise TypeError(
@@ -49,6 +66,10 @@ class CallLayout:
         return tensors
 
     def unflatten_outputs(self, tensors: list) -> Any:
+        if self._single_output:
+            return tensors[0]
+        if self._flat_output:
+            return tuple(tensors)
         leaves = [tensors[v] if k == TENSOR else v for k, v in self.out_leaves]
         return tree_unflatten(leaves, self.out_spec)
 
