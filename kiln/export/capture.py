@@ -16,6 +16,7 @@ user's outputs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -273,6 +274,10 @@ def export(
 
     pure = trace_pure(program, [(s.name, t) for s, t in zip(specs, examples)], outputs_of)
     graph = pure.graph
+    # a spec names its placeholder, and the graph gives names that are no Python builtin or
+    # keyword: a user input called ``input`` is the placeholder ``input_1``
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    specs = [dataclasses.replace(s, name=n.name) for s, n in zip(specs, placeholders)]
     outs = list(graph.output_node.args[0])
     user_outs = outs[: pure.num_outputs]
     mutation_specs, mutation_values = [], []

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import kiln
+import kiln.nn as nn
 from kiln.export import ExportFileError, export, load, save
 from tests.models.models import GPTConfig, models_for
 from tests.oracle import assert_close
@@ -70,6 +71,20 @@ def test_tiny_gpt_round_trip_through_a_file_object():
         assert_close(loaded.module()(idx)[0], model(idx)[0])
     # tied weights: one tensor, read by both the embedding and the head
     assert list(loaded.state_dict).count("wte.weight") == 1
+
+
+def test_input_named_like_a_builtin_round_trips(tmp_path):
+    """nn.Sequential's forward takes ``input``: its placeholder is ``input_1`` (graph names are
+    no Python builtins), and the signature names that placeholder."""
+    model = nn.Sequential(nn.Linear(4, 6), nn.GELU(), nn.Linear(6, 2)).eval()
+    x = kiln.randn(5, 4)
+    ep = export(model, (x,))
+    placeholders = [n.name for n in ep.graph.nodes if n.op == "placeholder"]
+    assert [s.name for s in ep.graph_signature.input_specs] == placeholders
+    assert ep.graph_signature.input_specs[-1].target == "input"
+    save(ep, tmp_path / "seq.kiln")
+    with kiln.no_grad():
+        assert_close(load(tmp_path / "seq.kiln").module()(x), model(x))
 
 
 def test_cond_round_trip_keeps_both_branches(tmp_path):
