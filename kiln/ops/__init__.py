@@ -46,6 +46,7 @@ from . import (  # noqa: F401
     pointwise,
     random_inplace,
     raw_memory,
+    recurrent,
     reductions,
     repeat_flip,
     scans,

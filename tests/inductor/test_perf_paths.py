@@ -344,7 +344,7 @@ def test_split_matmul_equals_numpy(shape_a, shape_b):
 def test_blas_thread_count_is_restored_after_a_compiled_matmul():
     from kiln.inductor import extern_matmul
 
-    blas = extern_matmul._blas
+    blas = extern_matmul.BLAS
     before = blas.get() if blas.load() else None
     x, w = kiln.randn(512, 256), kiln.randn(256, 512)
     _compile(lambda x, w: (x @ w).relu(), x, w, rtol=1e-4, atol=1e-4)
