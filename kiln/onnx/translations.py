@@ -422,6 +422,52 @@ def _stack(b, node, tensors, dim=0):
     return b.one("Concat", parts, axis=axis)
 
 
+# ------------------------------------------------------------------------------ recurrent layers
+
+# kiln's (PyTorch's) gate blocks in the order ONNX's operator wants them: LSTM i f g o -> i o f c,
+# GRU r z n -> z r h
+_RECURRENT = {"LSTM": ("LSTM", [0, 3, 1, 2]), "GRU": ("GRU", [1, 0, 2]),
+              "RNN_TANH": ("RNN", [0]), "RNN_RELU": ("RNN", [0])}  # fmt: skip
+
+
+@translates("_rnn_layer")
+def _rnn_layer(b, node, mode, gates, hx, cx, w_hh, b_hh, reverse):
+    """One layer and direction as ONNX's LSTM, GRU or RNN operator. kiln's op starts from the
+    input projections (``x @ w_ih.T + b_ih``, computed before it), so the operator's input
+    weight ``W`` is a permutation that reorders PyTorch's gate blocks into ONNX's, and ``R`` and
+    the recurrent bias are ``w_hh`` and ``b_hh`` with their rows in that order. The workspace
+    output feeds only the backward kernel: it has no ONNX value."""
+    op_type, order = _RECURRENT[mode]
+    dtype = _out_dtype(node)
+    hidden = _val(w_hh).shape[1]
+    rows = np.concatenate([np.arange(g * hidden, (g + 1) * hidden) for g in order])
+    first = b.int64s([0], "axes")
+    permutation = b.constant(np.eye(len(rows))[rows][None], dtype, "gate_order")
+    reordered = b.int64s(rows, "gate_rows")
+    recurrent = b.one("Unsqueeze", [b.one("Gather", [_operand(b, w_hh, dtype), reordered],
+                                          axis=0), first])  # fmt: skip
+    bias = ""
+    if b_hh is not None:
+        hidden_bias = b.one("Gather", [_operand(b, b_hh, dtype), reordered], axis=0)
+        zeros = b.constant(np.zeros(len(rows)), dtype, "input_bias")
+        bias = b.one("Unsqueeze", [b.one("Concat", [zeros, hidden_bias], axis=0), first])
+    inputs = [_operand(b, gates, dtype), permutation, recurrent, bias, "",
+              b.one("Unsqueeze", [_operand(b, hx, dtype), first])]  # fmt: skip
+    if mode == "LSTM":
+        inputs.append(b.one("Unsqueeze", [_operand(b, cx, dtype), first]))
+    attrs = {"hidden_size": hidden, "direction": "reverse" if reverse else "forward"}
+    if mode == "GRU":
+        attrs["linear_before_reset"] = 1  # PyTorch applies the reset gate after w_hn's product
+    if op_type == "RNN":
+        attrs["activations"] = ["Tanh" if mode == "RNN_TANH" else "Relu"]
+    results = b.emit(op_type, inputs, 3 if mode == "LSTM" else 2, **attrs)
+    direction = b.int64s([1], "axes")
+    output = b.one("Squeeze", [results[0], direction])  # (T, directions=1, B, H)
+    h_n = b.one("Squeeze", [results[1], first])
+    c_n = b.one("Squeeze", [results[2], first]) if mode == "LSTM" else None
+    return (output, h_n, c_n, None)
+
+
 # ------------------------------------------------------------------------------ creation
 
 

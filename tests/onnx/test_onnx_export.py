@@ -74,6 +74,44 @@ def test_onnxruntime_matches_eager(name):
         assert_close(kiln.tensor(g), e, rtol=1e-5, atol=1e-5)
 
 
+class Recurrent(nn.Module):
+    """A recurrent layer with a given initial state, every output returned."""
+
+    def __init__(self, kind: str, **options):
+        super().__init__()
+        self.rnn = getattr(nn, kind)(4, 6, **options)
+
+    def forward(self, x, h0):
+        out, state = self.rnn(x, h0)
+        return (out, *state) if isinstance(state, tuple) else (out, state)
+
+
+@pytest.mark.parametrize(
+    "kind, options",
+    [
+        ("LSTM", dict(num_layers=2, bidirectional=True)),
+        ("LSTM", dict(bias=False, batch_first=True)),
+        ("GRU", dict(num_layers=2, bidirectional=True, batch_first=True)),
+        ("GRU", dict(bias=False)),
+        ("RNN", dict(nonlinearity="tanh", bidirectional=True)),
+        ("RNN", dict(nonlinearity="relu", num_layers=2)),
+    ],
+)
+def test_recurrent_layers_become_onnx_recurrent_operators(kind, options):
+    model = Recurrent(kind, **options).eval()
+    states = options.get("num_layers", 1) * (2 if options.get("bidirectional") else 1)
+    x, h0 = kiln.randn(3, 5, 4), kiln.randn(states, 3 if options.get("batch_first") else 5, 6)
+    h0 = (h0, kiln.randn(*h0.shape)) if kind == "LSTM" else h0
+    args = (x, h0)
+    blob = _export(model, args)
+    onnx.checker.check_model(onnx.load_from_string(blob), full_check=True)
+    operator = "RNN" if kind == "RNN" else kind
+    assert operator in {n.op_type for n in onnx.load_from_string(blob).graph.node}
+    flat = [x.numpy(), *([t.numpy() for t in h0] if kind == "LSTM" else [h0.numpy()])]
+    for got, expected in zip(_run(blob, *flat), _eager(model, *args), strict=True):
+        assert_close(kiln.tensor(got), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_weights_are_initializers_and_inputs_are_the_users():
     model = MODELS.SmallCNN()
     proto = onnx.load_from_string(_export(model, (kiln.randn(1, 3, 8, 8),)))
