@@ -176,8 +176,10 @@ def _ptr(a: np.ndarray) -> int:
         return a.__array_interface__["data"][0]
 
 
-def _fallback(op_name: str, template: Any, in_views: list, out_view: _View):
-    """An eager kernel run on views of the wrapper's buffers, written into the output buffer."""
+def _fallback(op_name: str, template: Any, in_views: list, stash: threading.local | None):
+    """An eager kernel run on views of the wrapper's buffers, written into the output buffer.
+    For an op with several results (``stash`` given), the first is written and all are kept in
+    ``stash`` (per thread: concurrent calls of one package do not mix) for ``_fallback_result``."""
     op = OPS.get(op_name)
     if op is None or op.kernel is None:
         raise ExportFileError(f"the package calls the kernel of op {op_name!r}, which kiln lacks")
@@ -192,7 +194,20 @@ def _fallback(op_name: str, template: Any, in_views: list, out_view: _View):
 
     def run(out, *arrays):
         result = op.kernel(*[fill(a, arrays) for a in template])
+        if stash is not None:
+            stash.results = [r.numpy() for r in result]
+            result = result[0]
         np.copyto(out, result.numpy(), casting="unsafe")
+
+    return run
+
+
+def _fallback_result(stash: threading.local, index: int):
+    """Result ``index`` of the multi-result fallback that filled ``stash`` (its step runs first:
+    its buffer is this step's input)."""
+
+    def run(out, _first):
+        np.copyto(out, stash.results[index], casting="unsafe")
 
     return run
 
@@ -203,6 +218,7 @@ def _build_wrapper(plan: dict, objects: _Objects | None):
                 "_strided": _strided}  # fmt: skip
     body: list[str] = []
     args = []
+    stashes: dict[str, threading.local] = {}  # multi-result fallbacks, by their first buffer
     for k, entry in enumerate(plan["inputs"]):
         args.append(f"a{k}")
         if entry is not None:
@@ -248,7 +264,15 @@ def _build_wrapper(plan: dict, objects: _Objects | None):
             ns[f"E{i}"] = getattr(extern_matmul, step["function"])
         elif kind == "fallback":
             in_views = [_View(item["layout"]) for item in step["inputs"] if "buffer" in item]
-            ns[f"E{i}"] = _fallback(step["op"], step["args"], in_views, ns[f"V{i}"])
+            stash = None
+            if step.get("result") is not None:
+                stash = stashes[out_name] = threading.local()
+            ns[f"E{i}"] = _fallback(step["op"], step["args"], in_views, stash)
+        elif kind == "fallback_result":
+            stash = stashes.get(check_name(step["source"]))
+            if stash is None:
+                raise ExportFileError(f"package plan: step {i} reads a call that did not run")
+            ns[f"E{i}"] = _fallback_result(stash, int(step["result"]))
         else:
             raise ExportFileError(f"unknown package step kind {kind!r}")
         body.append(f"E{i}(_strided({out_name}, V{i}), {', '.join(views)})")

@@ -7,11 +7,13 @@ kernels, extern closures and layout objects. A package instead stores what the w
 allocate (or reuse), which kernel to call with which buffers, which matmul or eager fallback to
 run on which views, and what to return — in the order ``codegen/wrapper.py`` emits them.
 ``compile_object`` turns the kernels' LLVM IR into object code for this host or a named CPU level.
-A graph this cannot describe (a kernel the LLVM generator left to numpy, a multi-output fallback)
-raises ``NotImplementedError`` naming the step and the graph nodes it computes.
+A graph this cannot describe (a kernel the LLVM generator left to numpy, a fallback with keyword
+arguments) raises ``NotImplementedError`` naming the step and the graph nodes it computes.
 """
 
 from __future__ import annotations
+
+import re
 
 import llvmlite.binding as llvm
 
@@ -61,16 +63,28 @@ def _extern_step(i: int, buf: ExternBuffer) -> dict:
     for name in extern_matmul.__all__:
         if buf.kernel is getattr(extern_matmul, name) and not buf.kwargs:
             return {"kind": "matmul", "function": name, "inputs": inputs, "out": out}
-    if buf.description.startswith("fallback:") and len(buf.origins) == 1:
+    fallback = _FALLBACK.match(buf.description)
+    if fallback is not None and fallback["result"] not in (None, "0"):
+        # a later result of a multi-output fallback: taken from the first result's call, whose
+        # buffer is this step's one input (which orders the call before it)
+        (source,) = inputs
+        return {"kind": "fallback_result", "result": int(fallback["result"]),
+                "source": source["buffer"], "inputs": inputs, "out": out}  # fmt: skip
+    if fallback is not None and len(buf.origins) == 1:
         node = buf.origins[0]
         template, count = _fallback_template(node.args, iter(range(len(buf.inputs))))
         if count == len(buf.inputs) and not node.kwargs:
+            result = None if fallback["result"] is None else 0
             return {"kind": "fallback", "op": node.target.name, "args": template,
-                    "inputs": inputs, "out": out}  # fmt: skip
+                    "result": result, "inputs": inputs, "out": out}  # fmt: skip
     raise NotImplementedError(
         f"step {i} ({buf.description}, graph nodes {_origins([buf])}) is a call a package "
         "cannot describe"
     )
+
+
+# "fallback:op" (one result) or "fallback:op[k]" (result k of an op with several)
+_FALLBACK = re.compile(r"fallback:(?P<op>\w+)(\[(?P<result>\d+)\])?\Z")
 
 
 def _fallback_template(args, counter) -> tuple:

@@ -124,6 +124,22 @@ def test_cnn_package_runs_its_convolutions_and_matches_eager(tmp_path):
             assert_close(package(x), model(x), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_recurrent_package_runs_each_layer_as_one_call_and_matches_eager(tmp_path, kind):
+    """Each layer and direction is one op with several results (output, final states, the
+    workspace): the package calls its kernel once and takes the other results from that call."""
+    model = getattr(nn, kind)(4, 6, num_layers=2, bidirectional=True, batch_first=True).eval()
+    x = kiln.randn(2, 5, 4)
+    aot_compile(export(model, (x,)), tmp_path / "rnn.kpkg")
+    plan = json.loads(zipfile.ZipFile(tmp_path / "rnn.kpkg").read("plan.json"))
+    assert {"fallback", "fallback_result"} <= {s["kind"] for s in plan["steps"]}
+    package = load_package(tmp_path / "rnn.kpkg")
+    with kiln.no_grad():
+        for _ in range(2):
+            x = kiln.randn(2, 5, 4)
+            assert_close(package(x), model(x))
+
+
 def test_package_updates_its_buffers_like_eager(tmp_path):
     model = M.WithBuffers()
     twin = copy.deepcopy(model)
