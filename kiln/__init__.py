@@ -72,6 +72,10 @@ from .runtime.random import (  # noqa: E402
     set_rng_state,
 )
 from .runtime.printing import set_printoptions  # noqa: E402
+from .runtime.symbolic import SymBool, SymInt  # noqa: E402 - the sym_* helpers: .symbolic
+from .runtime.symbolic import check as _check  # noqa: E402
+from .runtime.symbolic import check_is_size as _check_is_size  # noqa: E402
+from .runtime.symbolic import constrain_as_size as _constrain_as_size  # noqa: E402
 from .runtime import devices as _devices  # noqa: E402
 from .runtime.flags import (  # noqa: E402
     are_deterministic_algorithms_enabled,
@@ -142,6 +146,7 @@ from . import fft  # noqa: E402
 from . import return_types  # noqa: E402,F401
 from . import random  # noqa: E402,F401
 from . import distributions  # noqa: E402
+from . import profiler  # noqa: E402
 from . import jit  # noqa: E402
 from . import version  # noqa: E402
 from . import accelerator, signal  # noqa: E402
@@ -166,6 +171,19 @@ def _load_cuda_kernels():
 
 _devices.set_kernel_provider(_load_cuda_kernels)
 _compiler_stack.install()
+
+
+def _trace_graph(*args, **kwargs):
+    """``SummaryWriter.add_graph`` (in ``kiln.utils``, below the tracer) captures models with
+    ``kiln.ir``, imported on that first use (``import kiln`` leaves the compiler out)."""
+    from .ir import trace
+
+    return trace(*args, **kwargs)
+
+
+from .utils.tensorboard import tracing as _tensorboard_tracing  # noqa: E402
+
+_tensorboard_tracing.set_graph_tracer(_trace_graph)
 
 
 def is_vulkan_available() -> bool:
