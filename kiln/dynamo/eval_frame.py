@@ -274,11 +274,12 @@ class FrameCache:
         )
         policy.seen_strides = self.seen_strides
         try:
-            result = convert_frame(
-                self.ctx, self.code, self.f_globals, closure, arguments,
-                self.ctx.next_graph_name(self.name), frozenset(self.dynamic_scalars),
-                frozenset(self.scalar_changes), policy,
-            )  # fmt: skip
+            with klog.compile_stage("dynamo"):
+                result = convert_frame(
+                    self.ctx, self.code, self.f_globals, closure, arguments,
+                    self.ctx.next_graph_name(self.name), frozenset(self.dynamic_scalars),
+                    frozenset(self.scalar_changes), policy,
+                )  # fmt: skip
         except (GraphBreakError, ConstraintViolationError):
             raise
         except Exception as e:
@@ -300,7 +301,8 @@ class FrameCache:
         return result
 
     def add(self, result: CaptureResult, params: str, defaults: dict, run: Callable) -> None:
-        guard = result.guards.compile(params, defaults, self.name)
+        with klog.compile_stage("dynamo"):
+            guard = result.guards.compile(params, defaults, self.name)
         klog.log("guards", f"guards of {self.name} entry {len(self.entries)}:\n{guard.src}")
         klog.dump(f"{self.name}_guards", "py", guard.src)
         self.guards.append(guard)
