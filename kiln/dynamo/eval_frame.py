@@ -74,7 +74,9 @@ class CompileContext:
     """One ``kiln.compile`` call's settings, shared by the wrappers and resume functions it
     creates; listeners (``explain``) hear about every graph and graph break."""
 
-    def __init__(self, backend, fullgraph=False, dynamic=None, options=None, mode=None):
+    def __init__(
+        self, backend, fullgraph=False, dynamic=None, options=None, mode=None, export=False
+    ):
         self.backend = backend
         try:
             self.compiler_fn = lookup(backend)
@@ -89,6 +91,9 @@ class CompileContext:
         self.dynamic = dynamic
         self.options = dict(options or {})
         self.mode = mode
+        # capturing for ``kiln.export``: ``kiln.cond`` becomes one conditional node (its branches
+        # graphs of their own) instead of both branches merged by ``where``
+        self.export = export
         self.listeners: list = []
         # Held weakly: a frame cache lives as long as its wrapper (and so its compiled graphs
         # and their machine code); a process compiling a fresh closure every step must not keep

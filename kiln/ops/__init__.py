@@ -20,6 +20,7 @@ _MODULES = (
     "nn.attention",
     "shape.cat_split",
     "pointwise.comparison",
+    "control_flow.cond",
     "complex_fft.complex_numbers",
     "nn.conv",
     "shape.copy_variants",

@@ -26,8 +26,8 @@ import llvmlite
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from ...runtime.logs import compile_stage
-from . import cache_records
+from ....runtime.logs import compile_stage
+from .. import cache_records
 
 __all__ = [
     "CompiledModule",
