@@ -38,9 +38,9 @@ from ..autograd.grad_mode import enable_grad, no_grad
 from ..autograd.graph import OpBackward
 from ..ir import Graph
 from ..ir.tracer import TracingMode
-from ..ops.dispatch import _edge as autograd_edge
-from ..ops.dispatch import view_replay
-from ..ops.registry import OPS
+from ..ops.core.dispatch import _edge as autograd_edge
+from ..ops.core.dispatch import view_replay
+from ..ops.core.registry import OPS
 from ..runtime.memory_format import is_non_overlapping_and_dense, preserved_strides
 from ..runtime.state import per_thread
 from ..runtime.symbolic import SymInt
@@ -131,7 +131,7 @@ class _RngState:
 
 
 def _int_scalar() -> Tensor:
-    from ..ops.api import tensor
+    from ..ops.creation.api import tensor
 
     return tensor(0)
 

@@ -73,7 +73,7 @@ class _FunctionBackward(Node):
         if ctx._released:
             raise RuntimeError(_RELEASED_MSG)
         if ctx.materialize_grads:
-            from ..ops.api import zeros
+            from ..ops.creation.api import zeros
 
             grad_outputs = tuple(
                 zeros(shape, dtype=dtype) if g is None and dtype.category >= 2 else g

@@ -13,7 +13,7 @@ import operator
 from dataclasses import dataclass, field
 
 from ..autograd.grad_mode import set_grad_enabled_node
-from ..ops.registry import Op
+from ..ops.core.registry import Op
 from ..runtime.tensor import Tensor
 from .ir import Buffer, GraphContext, InputBuffer, Layout, TensorBox
 from .lowering import CURRENT, LOWERINGS, fallback

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from ..ir import GraphModule
 from ..ir.tracer import trace
-from ..ops.fake import to_fake
+from ..ops.core.fake import to_fake
 from ..runtime import logs as klog
 from ..runtime.symbolic import SymInt, has_symbols
 from ..runtime.tensor import Tensor

@@ -125,7 +125,7 @@ class Tensor:
         # ``kiln.Tensor(data)`` and ``kiln.Tensor(2, 3)`` as PyTorch's legacy constructor
         self = object.__new__(cls)
         if args or kwargs:
-            from ..ops.api import legacy_tensor_constructor
+            from ..ops.creation.api import legacy_tensor_constructor
 
             return legacy_tensor_constructor(args, kwargs)
         self._data = np.empty((0,), np.float32)

@@ -1,9 +1,10 @@
-"""Samples for the miscellaneous namespace functions (kiln/ops/misc_math.py, differences.py,
-misc_stats.py, tensor_extras.py): differences, gradient and integrals, small products, tensor
-assembly, predicates, distances, cumulative extremes, mode, quantiles, cov/corrcoef, histogram,
-unique(dim=)/unique_consecutive, in-place variants of linear-algebra/scan ops, fill_diagonal_,
-the Python escapes resize_/apply_/map_, and a re-check of older neighbours (rot90, kron,
-logcumsumexp, searchsorted, aminmax, count_nonzero, new_* factories) through PyTorch's API."""
+"""Samples for the miscellaneous namespace functions (tensor assembly, finite differences, order
+statistics, Python-written tensor methods): differences, gradient and integrals, small products,
+tensor assembly, predicates, distances, cumulative extremes, mode, quantiles, cov/corrcoef,
+histogram, unique(dim=)/unique_consecutive, in-place variants of linear-algebra/scan ops,
+fill_diagonal_, the Python escapes resize_/apply_/map_, and a re-check of older neighbours
+(rot90, kron, logcumsumexp, searchsorted, aminmax, count_nonzero, new_* factories) through
+PyTorch's API."""
 
 from __future__ import annotations
 
