@@ -277,7 +277,8 @@ def _matmul_decomp(a, b):
     """Fold batch dims into ``mm`` when one side is a matrix, else broadcast and use ``bmm``."""
     da, db = a.ndim, b.ndim
     if da == 1 and db == 1:
-        return (a * b).sum()
+        product = a * b  # a dot product keeps the integer dtype (a plain sum makes int64)
+        return OPS["sum"](product, None, False, dtype=product.dtype)
     if da == 2 and db == 1:
         return mm(a, b.unsqueeze(1)).squeeze(1)
     if da == 1 and db == 2:

@@ -1,0 +1,270 @@
+"""Minimized fuzz programs that once failed: each always runs (tests/fuzz/test_regressions.py).
+
+Add a failing program the fuzzer reports by pasting the ``Case`` its report prints, with a title
+that says what went wrong. A case that fails today because of a bug being fixed elsewhere names
+that bug's key in ``generator.KNOWN_ISSUES`` in ``xfail`` (per check: ``"pytorch"`` is eager kiln
+against PyTorch, other keys are ``differential.BACKENDS``); the xfail is strict, so the test fails
+loudly once the fix lands — then delete the ``xfail`` and the ``KNOWN_ISSUES`` entry (which also
+lets the fuzzer generate the construct again).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .programs import Input, Program
+
+__all__ = ["Case", "REGRESSIONS"]
+
+COMPILED = ("eager", "aot_eager", "inductor", "inductor-numpy")
+INDUCTORS = ("inductor", "inductor-numpy")
+
+
+@dataclass(frozen=True)
+class Case:
+    """A program and the checks it must pass (``backends``; empty: eager against PyTorch), with
+    the known bug (a ``KNOWN_ISSUES`` key) that makes a check fail today."""
+
+    title: str
+    program: Program
+    backends: tuple[str, ...] = ()
+    xfail: dict[str, str] = field(default_factory=dict)
+
+
+def _one(inputs, lines, outputs=None) -> Program:
+    lines = tuple(lines)
+    return Program(tuple(inputs), lines, tuple(outputs or (lines[-1].split(" = ")[0],)))
+
+
+def _all(checks, issue: str) -> dict[str, str]:
+    return dict.fromkeys(checks, issue)
+
+
+_SPECIAL = Input("x0", (8,), fill="special", seed=2)
+_SPECIAL_GRAD = Input("x0", (8,), fill="special", requires_grad=True, seed=2)
+
+REGRESSIONS: list[Case] = [
+    # ---------------------------------------------------------------- compiled against eager
+    Case(
+        "a returned expand() of an intermediate gets the gradient of one copy",
+        _one([Input("x0", (1, 3), requires_grad=True)], ["v0 = x0 * x0", "v1 = v0.expand(2, 3)"]),
+        COMPILED,
+        _all(INDUCTORS, "returned_overlapping_view"),
+    ),
+    Case(
+        "a returned expand() of a vector-matrix product (not requiring grad itself)",
+        _one(
+            [Input("x1", (4,), fill="integral"), Input("x2", (4, 2), requires_grad=True)],
+            ["v0 = torch.matmul(x1, x2)", "v1 = v0.expand(2, -1)"],
+        ),
+        COMPILED,
+        _all(INDUCTORS, "returned_overlapping_view"),
+    ),
+    Case(
+        "a returned stride-0 as_strided view of an intermediate",
+        _one(
+            [Input("x0", (2, 1), dtype="float16", fill="integral", requires_grad=True)],
+            ["v0 = x0.expand(2, 2)", "v1 = v0.contiguous().as_strided((2, 2), (1, 0))"],
+        ),
+        COMPILED,
+        _all(INDUCTORS, "returned_overlapping_view"),
+    ),
+    Case(
+        "vector @ matrix returned with a view of it: both lose requires_grad",
+        _one(
+            [Input("x0", (5,), requires_grad=True), Input("x1", (5, 2), requires_grad=True)],
+            ["v0 = x0 @ x1", "v1 = v0.view(2)"],
+            ("v1", "v0"),
+        ),
+        COMPILED,
+        _all(("aot_eager", *INDUCTORS), "vector_matmul_view_outputs"),
+    ),
+    Case(
+        "vector @ matrix returned with a squeeze of it",
+        _one(
+            [Input("x0", (5,), requires_grad=True), Input("x1", (5, 1), requires_grad=True)],
+            ["v0 = x0 @ x1", "v1 = v0.squeeze(-1)"],
+            ("v1", "v0"),
+        ),
+        COMPILED,
+        _all(("aot_eager", *INDUCTORS), "vector_matmul_view_outputs"),
+    ),
+    Case(
+        "bool + bool is logical or",
+        _one([Input("x0", (4,), dtype="bool", seed=1)], ["v0 = x0 + x0"]),
+        COMPILED,
+        {"inductor": "bool_add"},
+    ),
+    Case(
+        "in-place bool add on an input",
+        Program((Input("x0", (4,), dtype="bool", seed=1),), ("x0.add_(x0)",), ("x0",)),
+        COMPILED,
+        {"inductor": "bool_add"},
+    ),
+    *(
+        Case(
+            f"relu keeps NaN ({dtype})",
+            _one([Input("x0", (8,), dtype=dtype, fill="special", seed=2)], ["v0 = torch.relu(x0)"]),
+            COMPILED,
+            _all(("aot_eager", *INDUCTORS), "relu_nan"),
+        )
+        for dtype in ("float32", "float16", "bfloat16")
+    ),
+    Case(
+        "float floor division of +-inf is NaN",
+        _one([_SPECIAL], ["v0 = x0 // 2"]),
+        COMPILED,
+        _all(INDUCTORS, "float_floor_divide"),
+    ),
+    *(
+        Case(
+            f"a float->{dtype} cast of NaN/inf equals eager's (INT_MIN)",
+            _one([_SPECIAL], [f"v0 = x0.to(torch.{dtype})"]),
+            COMPILED,
+            {"inductor": "float_to_int_nan"},
+        )
+        for dtype in ("int32", "int64")
+    ),
+    Case(
+        "2 ** int tensor with negative exponents",
+        _one([Input("x0", (8,), dtype="int64", seed=2)], ["v0 = 2 ** x0"]),
+        ("pytorch", *COMPILED),
+        _all(INDUCTORS, "int_negative_power"),
+    ),
+    Case(
+        "sign of a bool tensor (isnan of bfloat16)",
+        _one(
+            [Input("x0", (8,), dtype="bfloat16", fill="special", seed=2)],
+            ["v0 = torch.isnan(x0)", "v1 = torch.sign(v0)"],
+        ),
+        ("pytorch", *COMPILED),
+        _all(INDUCTORS, "bool_sign_kernel"),
+    ),
+    Case(
+        "masked_fill with a bool mask made in the graph",
+        _one(
+            [Input("x0", (3, 3), seed=2)],
+            [
+                "v0 = torch.triu(torch.ones(3, 3, dtype=torch.bool), diagonal=1)",
+                "v1 = x0.masked_fill(v0, float('-inf'))",
+            ],
+        ),
+        ("pytorch", *COMPILED),
+        {"aot_eager": "aot_constant_bool_mask"},
+    ),
+    Case(
+        "softmax and log_softmax over an empty dim (the decomposition took an amax of nothing)",
+        _one(
+            [Input("x0", (0, 1), layout="transposed", requires_grad=True, seed=6)],
+            [
+                "v0 = x0.mT",
+                "v1 = torch.nn.functional.softmax(v0, dim=-1)",
+                "v2 = torch.log_softmax(v0, 1)",
+            ],
+            ("v1", "v2", "v0"),
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "int32 vector @ vector stays int32 (matmul's decomposition summed into int64)",
+        _one(
+            [Input("x0", (4,), dtype="int32"), Input("x1", (4,), dtype="int32", layout="expanded")],
+            ["v0 = x0 @ x1"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "reshape of exp of an expanded float16 tensor (eager returns column-major strides)",
+        _one(
+            [Input("x0", (1, 3), dtype="float16", fill="integral")],
+            ["v0 = x0.expand(2, 3)", "v1 = v0.exp()", "v2 = v1.reshape(-1)"],
+        ),
+        ("pytorch", *COMPILED),
+        {"aot_eager": "expanded_half_layout"},
+    ),
+    # ---------------------------------------------------------------- eager against PyTorch
+    Case("sign(NaN) is 0", _one([_SPECIAL], ["v0 = torch.sign(x0)"]), (), {"pytorch": "sign_nan"}),
+    Case(
+        "relu backward of an inf upstream gradient is 0 where relu is inactive",
+        _one([_SPECIAL_GRAD], ["v0 = torch.relu(x0)", "v1 = v0 * float('inf')"]),
+        (),
+        {"pytorch": "masked_backward"},
+    ),
+    Case(
+        "floor backward is zero even for an inf upstream gradient",
+        _one(
+            [Input("x0", (4, 3), layout="offset", fill="special", requires_grad=True, seed=7)],
+            ["v0 = torch.floor(x0)", "v1 = torch.exp(v0)"],
+        ),
+        (),
+        {"pytorch": "masked_backward"},
+    ),
+    Case(
+        "abs backward at NaN is 0 (sign(NaN) is 0)",
+        _one(
+            [
+                Input(
+                    "x0",
+                    (4, 4, 1),
+                    dtype="bfloat16",
+                    layout="strided",
+                    fill="special",
+                    requires_grad=True,
+                    seed=7,
+                )
+            ],
+            ["v0 = torch.abs(x0)"],
+        ),
+        (),
+        {"pytorch": "masked_backward"},
+    ),
+    Case(
+        "maximum/minimum backward: a NaN operand gets the whole gradient",
+        _one(
+            [
+                Input("x0", (), dtype="bfloat16", fill="special", requires_grad=True),
+                Input("x1", (), dtype="int64"),
+            ],
+            ["v0 = torch.minimum(x0, x1)"],
+        ),
+        (),
+        {"pytorch": "masked_backward"},
+    ),
+    Case(
+        "maximum backward splits the gradient at +-inf ties",
+        _one(
+            [Input("x0", (1, 1, 2), dtype="float16", fill="special", requires_grad=True)],
+            ["v0 = torch.ceil(x0)", "v1 = x0.expand(1, 2, 1, 2)", "v2 = torch.maximum(v0, v1)"],
+        ),
+        (),
+        {"pytorch": "masked_backward"},
+    ),
+    Case(
+        "matmul over an empty contracted dim gives zeros",
+        _one(
+            [Input("x0", (3, 1, 0), dtype="int64", seed=2), Input("x1", (0, 3), dtype="int64")],
+            ["v0 = torch.matmul(x0, x1)"],
+        ),
+        (),
+        {"pytorch": "empty_matmul"},
+    ),
+    Case(
+        "atan2 backward at (0, 0) is 0",
+        _one(
+            [
+                Input(
+                    "x0",
+                    (2, 2),
+                    dtype="bfloat16",
+                    layout="strided",
+                    fill="special",
+                    requires_grad=True,
+                    seed=2,
+                )
+            ],
+            ["v0 = torch.atan2(x0, x0)"],
+        ),
+        (),
+        {"pytorch": "atan2_zero_gradient"},
+    ),
+]
