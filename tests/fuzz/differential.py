@@ -37,6 +37,8 @@ BACKENDS: dict[str, tuple[str, dict | None]] = {
     "inductor": ("inductor", None),
     "inductor-numpy": ("inductor", {"cpu_codegen": "numpy"}),
     "inductor-triton": ("inductor", {"cpu_codegen": "triton"}),
+    # verify mode must stay silent where compiled equals eager (no false alarms)
+    "inductor-verify": ("inductor", {"verify": True}),
 }
 
 _EPS = {"float32": 1.2e-7, "float16": 9.8e-4, "bfloat16": 7.9e-3}

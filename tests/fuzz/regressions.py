@@ -182,8 +182,29 @@ REGRESSIONS: list[Case] = [
         ("pytorch", *COMPILED),
         {"aot_eager": "expanded_half_layout"},
     ),
+    *(
+        Case(
+            f"{dtype} -> bfloat16 cast in a Triton kernel",
+            _one([Input("x0", (2, 3), dtype=dtype)], ["v0 = x0.to(torch.bfloat16)"]),
+            ("inductor", "inductor-triton"),
+            {"inductor-triton": "triton_int_to_bfloat16"},
+        )
+        for dtype in ("bool", "int32", "int64")
+    ),
     # ---------------------------------------------------------------- eager against PyTorch
     Case("sign(NaN) is 0", _one([_SPECIAL], ["v0 = torch.sign(x0)"]), (), {"pytorch": "sign_nan"}),
+    *(
+        Case(
+            f"bfloat16 -> {dtype} cast of NaN/+-inf is INT_MIN",
+            _one(
+                [Input("x0", (8,), dtype="bfloat16", fill="special", seed=2)],
+                [f"v0 = x0.to(torch.{dtype})"],
+            ),  # fmt: skip
+            (),
+            {"pytorch": "bfloat16_to_int_nan"},
+        )
+        for dtype in ("int32", "int64")
+    ),
     Case(
         "relu backward of an inf upstream gradient is 0 where relu is inactive",
         _one([_SPECIAL_GRAD], ["v0 = torch.relu(x0)", "v1 = v0 * float('inf')"]),

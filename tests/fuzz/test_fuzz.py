@@ -29,11 +29,11 @@ if PROFILE not in ("fast", "long"):
 _COUNTS = {
     "fast": {
         "pytorch": 150, "eager": 40, "aot_eager": 50, "inductor": 60, "inductor-numpy": 40,
-        "inductor-triton": 12,
+        "inductor-triton": 12, "inductor-verify": 25,
     },
     "long": {
         "pytorch": 3000, "eager": 600, "aot_eager": 800, "inductor": 1200, "inductor-numpy": 800,
-        "inductor-triton": 200,
+        "inductor-triton": 200, "inductor-verify": 400,
     },
 }[PROFILE]  # fmt: skip
 _SCALE = float(os.environ.get("KILN_FUZZ_SCALE", "1"))
