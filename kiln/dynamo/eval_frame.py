@@ -81,6 +81,7 @@ class CompileContext:
         self.fullgraph = fullgraph
         self.dynamic = dynamic
         self.options = dict(options or {})
+        verify_setting(self.options)  # a bad value is an error of this call, not of a capture
         self.mode = mode
         self.listeners: list = []
         self.caches: list[FrameCache] = []

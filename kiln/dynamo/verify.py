@@ -18,6 +18,7 @@ script (``kiln.dynamo.repro``).
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,15 +70,11 @@ def verify_setting(options: dict) -> bool | str:
     return value
 
 
-def snapshot_graph(gm) -> GraphModule:
+def snapshot_graph(gm: GraphModule) -> GraphModule:
     """A copy of a captured graph that no backend will touch: its own nodes (a backend may edit
     the graph it gets), the same attribute tensors (so parameter updates are seen)."""
-    graph = gm.graph if isinstance(gm, GraphModule) else gm
-    attrs = {n.target: fetch_attr(gm, n.target) for n in graph.nodes if n.op == "get_attr"}
-    import copy
-
-    copied = copy.deepcopy(graph)
-    return GraphModule(attrs, copied, class_name=type(gm).__name__)
+    attrs = {n.target: fetch_attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"}
+    return GraphModule(attrs, copy.deepcopy(gm.graph), class_name=type(gm).__name__)
 
 
 # ---------------------------------------------------------------------------- inputs

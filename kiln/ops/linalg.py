@@ -288,7 +288,8 @@ def _matmul_decomp(a, b):
     if da >= 3 and db <= 2:
         b2 = b.unsqueeze(1) if db == 1 else b
         lead = a.shape[:-1]
-        out = mm(a.reshape(-1, a.shape[-1]), b2)
+        # the rows spelled out: -1 is ambiguous when the contracted dim is empty
+        out = mm(a.reshape(math.prod(lead), a.shape[-1]), b2)
         out = out.reshape(tuple(lead) + (b2.shape[-1],))
         return out.squeeze(-1) if db == 1 else out
     a2 = a.unsqueeze(0) if da == 1 else a

@@ -146,7 +146,7 @@ def test_env_variable_turns_verify_on(monkeypatch):
 
 def test_verify_rejects_unknown_modes():
     with pytest.raises(ValueError, match="verify"):
-        kiln.compile(scaled_exp_sum, options={"verify": "sometimes"})(*_inputs())
+        kiln.compile(scaled_exp_sum, options={"verify": "sometimes"})
 
 
 def _run_script(path: str) -> subprocess.CompletedProcess:

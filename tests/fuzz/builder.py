@@ -42,8 +42,9 @@ KNOWN_ISSUES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "sign_nan": ("eager sign(NaN) is NaN (PyTorch: 0)", ("pytorch",)),
     "masked_backward": (
-        "eager backward of relu/abs/floor/maximum/minimum/clamp/sign gives NaN or drops the "
-        "gradient where PyTorch gives 0 or passes it (NaN/inf operands or upstream gradients)",
+        "eager backward of relu/abs/floor/maximum/minimum/clamp/sign/where/masked_fill gives NaN "
+        "or drops the gradient where PyTorch gives 0 or passes it (NaN/inf operands or upstream "
+        "gradients: a mask multiplied in, where PyTorch selects)",
         ("pytorch",),
     ),
     "empty_matmul": ("eager matmul over an empty contracted dim raises", ("pytorch",)),
@@ -319,7 +320,9 @@ class Builder:
 
     def returnable(self, value: Value, chosen: list[Value]) -> bool:
         group = self.groups[value.group]
-        if value.overlap and not group.has_input and not self.allowed("returned_overlapping_view"):
+        # a frozen group's views may be of a copy (contiguous() of a strided input)
+        intermediate = not group.has_input or group.frozen
+        if value.overlap and intermediate and not self.allowed("returned_overlapping_view"):
             return False
         if group.vector_matmul and not self.allowed("vector_matmul_view_outputs"):
             return not any(c.group == value.group for c in chosen)

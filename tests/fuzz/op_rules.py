@@ -272,6 +272,8 @@ def _floor_divide(b: Builder, x: Value):
 
 
 def _where(b: Builder, x: Value):
+    if x.requires_grad and not b.allowed("masked_backward"):
+        return None
     cond = b.operand(lambda v: v.dtype == "bool" and broadcast(v.shape, x.shape) is not None
                      and (len(v.shape) > 0) == (len(x.shape) > 0))  # fmt: skip
     if cond is None:
@@ -291,7 +293,7 @@ def _where(b: Builder, x: Value):
         return b.emit(f"torch.where({cond.name}, {x.name}, {fill})", shape, x.dtype, x.exact,
                       (x, cond), saves=False)  # fmt: skip
     y = b.partner(x)
-    if y is None:
+    if y is None or (y.requires_grad and not b.allowed("masked_backward")):
         return None
     shape = broadcast(shape, y.shape)
     if shape is None or numel(shape) > b.config.max_numel:
@@ -667,6 +669,8 @@ def _inplace(b: Builder, x: Value):
         b.mutated(x, True)
         return x
     if form == "masked_fill_":
+        if x.requires_grad and not b.allowed("masked_backward"):
+            return None
         mask = b.operand(lambda v: v.dtype == "bool" and broadcast(v.shape, x.shape) == x.shape)
         if mask is None:
             return None

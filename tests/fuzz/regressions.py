@@ -166,6 +166,14 @@ REGRESSIONS: list[Case] = [
         ("pytorch", *COMPILED),
     ),
     Case(
+        "batched matmul over an empty contracted dim (the decomposition reshaped with -1)",
+        _one(
+            [Input("x0", (2, 2, 0), dtype="int32"), Input("x1", (0,), dtype="int32")],
+            ["v0 = x0 @ x1"],
+        ),
+        COMPILED,
+    ),
+    Case(
         "int32 vector @ vector stays int32 (matmul's decomposition summed into int64)",
         _one(
             [Input("x0", (4,), dtype="int32"), Input("x1", (4,), dtype="int32", layout="expanded")],
@@ -256,6 +264,22 @@ REGRESSIONS: list[Case] = [
         _one(
             [Input("x0", (1, 1, 2), dtype="float16", fill="special", requires_grad=True)],
             ["v0 = torch.ceil(x0)", "v1 = x0.expand(1, 2, 1, 2)", "v2 = torch.maximum(v0, v1)"],
+        ),
+        (),
+        {"pytorch": "masked_backward"},
+    ),
+    Case(
+        "masked_fill and where backward: 0 where masked, even for an inf upstream gradient",
+        _one(
+            [Input("x0", (2,), requires_grad=True), Input("x1", (2,), dtype="bool", seed=3)],
+            [
+                "v0 = x0 + 2",
+                "v1 = v0.masked_fill(x1, 0.0)",
+                "v2 = torch.log(v1)",
+                "v3 = torch.where(x1, 0.0, v0)",
+                "v4 = torch.log(v3)",
+            ],
+            ("v2", "v4"),
         ),
         (),
         {"pytorch": "masked_backward"},
