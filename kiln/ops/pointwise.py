@@ -76,9 +76,12 @@ def _make_unary_meta(float_math: bool, out_bool: bool):
 
 
 def unary(
-    name, fn, derivative=None, *, float_math=True, out_bool=False, save_output=False, prim=True
-):
-    """Define a one-input elementwise op from a numpy function and a derivative formula."""
+    name, fn, derivative=None, *, float_math=True, out_bool=False, save_output=False, prim=True,
+    save_input=True,
+):  # fmt: skip
+    """Define a one-input elementwise op from a numpy function and a derivative formula
+    (``save_input=False``: the formula does not read the input, so autograd keeps nothing and an
+    in-place change of the input after the op is no error, as in PyTorch)."""
     op = defop(
         _unary_schema, name=name, kind="pointwise", prim=prim, differentiable=derivative is not None
     )
@@ -86,7 +89,9 @@ def unary(
     op.register_meta(_make_unary_meta(float_math, out_bool))
     if derivative is not None:
         op.register_derivative(
-            derivative, save_output=save_output, save_inputs=() if save_output else None
+            derivative,
+            save_output=save_output,
+            save_inputs=() if save_output or not save_input else None,
         )
     return op
 
@@ -105,7 +110,7 @@ def _negative(a):
     return np.negative(a)
 
 
-neg = unary("neg", _negative, lambda c, g: (-g,), float_math=False)
+neg = unary("neg", _negative, lambda c, g: (-g,), float_math=False, save_input=False)
 abs_ = unary("abs", np.abs, lambda c, g: (g * c.args[0].sign(),), float_math=False)
 exp = unary("exp", np.exp, lambda c, g: (g * c.out,), save_output=True)
 exp2 = unary("exp2", np.exp2, lambda c, g: (g * c.out * _LN2,), save_output=True)
@@ -147,7 +152,9 @@ reciprocal = unary(
 floor = unary("floor", np.floor, None, float_math=False)
 ceil = unary("ceil", np.ceil, None, float_math=False)
 trunc = unary("trunc", np.trunc, None, float_math=False)
-frac = unary("frac", lambda a: a - np.trunc(a), lambda c, g: (g,), float_math=False)
+frac = unary(
+    "frac", lambda a: a - np.trunc(a), lambda c, g: (g,), float_math=False, save_input=False
+)
 sign = unary(
     "sign", lambda a: a.copy() if a.dtype == np.bool_ else np.sign(a), None, float_math=False
 )

@@ -65,6 +65,11 @@ KNOWN_ISSUES: dict[str, tuple[str, tuple[str, ...]]] = {
         "the bits",
         ("inductor-triton",),
     ),
+    "returned_detach_of_input": (
+        "a returned x.detach() of a strided input that requires grad reads the storage with "
+        "contiguous strides (AOT replays the alias with as_strided and the proxy's strides)",
+        _COMPILED,
+    ),
     "bool_sign_kernel": ("compiled sign of a bool tensor raises in its numpy kernel", _INDUCTOR),
     "aot_constant_bool_mask": (
         "aot_eager: a bool tensor made in the graph (triu of ones) becomes int64, so masked_fill "
@@ -103,6 +108,7 @@ class Value:
     requires_grad: bool
     group: int  # values sharing storage (a base and its views) share a group
     overlap: bool = False  # several elements share memory (an expand)
+    detached: bool = False  # made by detach() (its group's grad does not reach it)
 
 
 @dataclass
@@ -324,6 +330,9 @@ class Builder:
         intermediate = not group.has_input or group.frozen
         if value.overlap and intermediate and not self.allowed("returned_overlapping_view"):
             return False
+        if value.detached and group.input_requires_grad:
+            if not self.allowed("returned_detach_of_input"):
+                return False
         if group.vector_matmul and not self.allowed("vector_matmul_view_outputs"):
             return not any(c.group == value.group for c in chosen)
         return True

@@ -1,6 +1,7 @@
 """A long fuzzing campaign that keeps going past failures: for triage, not for the suite.
 
     python -m tests.fuzz.campaign --check inductor --programs 500 --seed 3
+    python -m tests.fuzz.campaign --check all --profile long   # the long profile, >10,000
 
 draws random programs, checks each (``pytorch``: eager kiln against PyTorch; a backend name of
 ``differential.BACKENDS``: compiled against eager kiln), shrinks every failure greedily (drop
@@ -21,7 +22,7 @@ import warnings
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from .differential import BACKENDS, ProgramMismatch, check_backend, check_eager
-from .generator import FuzzConfig, known_issues_for, programs
+from .generator import COUNTS, FuzzConfig, config_for, programs
 from .programs import Program, names_in
 
 
@@ -114,43 +115,58 @@ def _programs(count: int, seed_value: int, config: FuzzConfig) -> list[Program]:
     return drawn
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--check", default="inductor", choices=["pytorch", *BACKENDS])
-    parser.add_argument("--programs", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-lines", type=int, default=8)
-    args = parser.parse_args(argv)
-    warnings.simplefilter("ignore")
-    known = known_issues_for(args.check)
-    config = FuzzConfig(max_lines=args.max_lines, known_issues=known)
-    if args.check == "inductor-triton":
-        config = FuzzConfig(max_lines=min(args.max_lines, 5), max_numel=24, known_issues=known)
-    found: dict[str, tuple[Program, str, int]] = {}
+def campaign(check: str, count: int, seed_value: int, config: FuzzConfig) -> tuple[int, int]:
+    """Run ``count`` programs for ``check``, print each distinct minimized failure once and a
+    summary line; returns (programs run, programs that failed)."""
+    found: dict[str, int] = {}
     start = time.time()
-    drawn = _programs(args.programs, args.seed, config)
+    drawn = _programs(count, seed_value, config)
+    failed = 0
     for program in drawn:
-        problem = _check(program, args.check)
+        problem = _check(program, check)
         if problem is None:
             continue
+        failed += 1
         key = signature(problem)
-        small = shrink(program, args.check, key)
+        small = shrink(program, check, key)
         ops = tuple(
             sorted(set(re.findall(r"torch\.(\w+)|\.(\w+)\(|(\W\W?) ", " ".join(small.lines))))
         )
         full_key = f"{key} {ops}"
-        if full_key in found:
-            found[full_key] = (*found[full_key][:2], found[full_key][2] + 1)
+        found[full_key] = found.get(full_key, 0) + 1
+        if found[full_key] > 1:
             continue
-        found[full_key] = (small, _check(small, args.check) or problem, 1)
-        print(f"--- {args.check}: {full_key}\n{_check(small, args.check)}\n{small.source()}"
-              f"inputs: {list(small.inputs)!r}\n", flush=True)  # fmt: skip
+        print(f"--- {check}: {full_key}\n{_check(small, check)}\n{small.source()}"
+              f"inputs: {list(small.inputs)!r}\n{small!r}\n", flush=True)  # fmt: skip
+    seconds = time.time() - start
     print(
-        f"{args.check}: {len(drawn)} programs, {sum(v[2] for v in found.values())} failed, "
-        f"{len(found)} distinct, {time.time() - start:.0f} s",
+        f"{check}: {len(drawn)} programs, {failed} failed, {len(found)} distinct, "
+        f"{seconds:.0f} s ({len(drawn) / max(seconds, 1e-9):.2f} programs/s)",
         flush=True,
     )
-    return 0
+    return len(drawn), failed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", default="inductor", choices=["all", "pytorch", *BACKENDS])
+    parser.add_argument("--programs", type=int, default=None,
+                        help="programs per check (default: the profile's count)")  # fmt: skip
+    parser.add_argument("--profile", default="long", choices=sorted(COUNTS))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    checks = ["pytorch", *BACKENDS] if args.check == "all" else [args.check]
+    total = failed = 0
+    start = time.time()
+    for check in checks:
+        count = args.programs or COUNTS[args.profile][check]
+        ran, bad = campaign(check, count, args.seed, config_for(check, args.profile))
+        total, failed = total + ran, failed + bad
+    seconds = time.time() - start
+    print(f"all: {total} programs, {failed} failed, {seconds:.0f} s "
+          f"({total / max(seconds, 1e-9):.2f} programs/s)", flush=True)  # fmt: skip
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

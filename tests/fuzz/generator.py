@@ -19,7 +19,30 @@ from .builder import KNOWN_ISSUES, Builder, FuzzConfig, known_issues_for
 from .op_rules import NEEDS, OPS
 from .programs import Program
 
-__all__ = ["FuzzConfig", "programs", "KNOWN_ISSUES", "known_issues_for"]
+__all__ = ["COUNTS", "config_for", "FuzzConfig", "programs", "KNOWN_ISSUES", "known_issues_for"]
+
+# programs per check and profile (KILN_FUZZ); compiling is the cost (~50-300 ms a graph with
+# LLVM, more with Triton's interpreter), so the fast profile spreads its programs over the
+# backends; the long one runs over 10,000
+COUNTS = {
+    "fast": {
+        "pytorch": 150, "eager": 40, "aot_eager": 50, "inductor": 60, "inductor-numpy": 40,
+        "inductor-triton": 12, "inductor-verify": 25,
+    },
+    "long": {
+        "pytorch": 4000, "eager": 800, "aot_eager": 1200, "inductor": 2000,
+        "inductor-numpy": 1200, "inductor-triton": 300, "inductor-verify": 600,
+    },
+}  # fmt: skip
+
+
+def config_for(check: str, profile: str = "fast") -> FuzzConfig:
+    """Programs for ``check``: Triton's interpreter runs each program instance as numpy code, so
+    its tensors are smaller; known bugs another change is fixing are left out (KNOWN_ISSUES)."""
+    if check == "inductor-triton":
+        return FuzzConfig(max_lines=5, max_numel=24, known_issues=known_issues_for(check))
+    lines = 6 if profile == "fast" else 8
+    return FuzzConfig(max_lines=lines, known_issues=known_issues_for(check))
 
 
 @st.composite

@@ -722,6 +722,7 @@ def _inplace(b: Builder, x: Value):
 def _detach(b: Builder, x: Value):
     value = b.emit(f"{x.name}.detach()", x.shape, x.dtype, x.exact, (x,), view_of=x, saves=False)
     value.requires_grad = False
+    value.detached = True
     return value
 
 

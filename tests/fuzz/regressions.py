@@ -90,6 +90,16 @@ REGRESSIONS: list[Case] = [
         _all(("aot_eager", *INDUCTORS), "vector_matmul_view_outputs"),
     ),
     Case(
+        "a returned detach() of a strided input that requires grad",
+        _one(
+            [Input("x0", (2, 2, 2), layout="strided", requires_grad=True)],
+            ["v0 = torch.exp(x0)", "v1 = v0.sum()", "v2 = x0.detach()"],
+            ("v2", "v1"),
+        ),
+        COMPILED,
+        _all(("aot_eager", *INDUCTORS), "returned_detach_of_input"),
+    ),
+    Case(
         "bool + bool is logical or",
         _one([Input("x0", (4,), dtype="bool", seed=1)], ["v0 = x0 + x0"]),
         COMPILED,
@@ -214,6 +224,14 @@ REGRESSIONS: list[Case] = [
         for dtype in ("int32", "int64")
     ),
     Case(
+        "exp of exp: one rounding of the inner exp moves the outer one by |x| ulps (tolerance)",
+        _one(
+            [Input("x0", (), requires_grad=True, seed=4)],
+            ["v0 = torch.tanh(x0)", "v1 = v0 + 5", "v2 = torch.exp(v1)", "v3 = torch.exp(v2)"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
         "relu backward of an inf upstream gradient is 0 where relu is inactive",
         _one([_SPECIAL_GRAD], ["v0 = torch.relu(x0)", "v1 = v0 * float('inf')"]),
         (),
@@ -267,6 +285,23 @@ REGRESSIONS: list[Case] = [
         ),
         (),
         {"pytorch": "masked_backward"},
+    ),
+    Case(
+        "changing neg's input in place after the neg is no error (neg saves nothing)",
+        _one(
+            [Input("x0", (2,), requires_grad=True)],
+            [
+                "v0 = x0 + 2",
+                "v1 = v0 + 2",
+                "v2 = v1.sum()",
+                "v3 = -v2",
+                "v4 = v2.add_(v3)",
+                "v5 = v1.frac()",
+                "v6 = v1.add_(1)",
+            ],
+            ("v3", "v5"),
+        ),
+        ("pytorch", *COMPILED),
     ),
     Case(
         "masked_fill and where backward: 0 where masked, even for an inf upstream gradient",

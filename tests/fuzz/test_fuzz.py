@@ -18,34 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from tests.oracle import needs_torch
 
 from .differential import BACKENDS, check_backend, check_eager
-from .generator import FuzzConfig, known_issues_for, programs
+from .generator import COUNTS, config_for, programs
 
 PROFILE = os.environ.get("KILN_FUZZ", "fast")
 if PROFILE not in ("fast", "long"):
     raise ValueError(f"KILN_FUZZ must be 'fast' or 'long', got {PROFILE!r}")
 
-# programs per check; compiling is the cost (~50-300 ms a graph with LLVM, more with Triton's
-# interpreter), so the fast profile spreads its programs over the backends
-_COUNTS = {
-    "fast": {
-        "pytorch": 150, "eager": 40, "aot_eager": 50, "inductor": 60, "inductor-numpy": 40,
-        "inductor-triton": 12, "inductor-verify": 25,
-    },
-    "long": {
-        "pytorch": 3000, "eager": 600, "aot_eager": 800, "inductor": 1200, "inductor-numpy": 800,
-        "inductor-triton": 200, "inductor-verify": 400,
-    },
-}[PROFILE]  # fmt: skip
+_COUNTS = COUNTS[PROFILE]
 _SCALE = float(os.environ.get("KILN_FUZZ_SCALE", "1"))
-
-
-def config_for(check: str) -> FuzzConfig:
-    """Programs for ``check``: Triton's interpreter runs each program instance as numpy code, so
-    its tensors are smaller; known bugs another change is fixing are left out (KNOWN_ISSUES)."""
-    if check == "inductor-triton":
-        return FuzzConfig(max_lines=5, max_numel=24, known_issues=known_issues_for(check))
-    lines = 6 if PROFILE == "fast" else 8
-    return FuzzConfig(max_lines=lines, known_issues=known_issues_for(check))
 
 
 def _settings(check: str):
@@ -64,7 +44,7 @@ def _settings(check: str):
 @needs_torch
 def test_eager_programs_match_pytorch():
     @_settings("pytorch")
-    @given(programs(config_for("pytorch")))
+    @given(programs(config_for("pytorch", PROFILE)))
     def check(program):
         check_eager(program)
 
@@ -74,7 +54,7 @@ def test_eager_programs_match_pytorch():
 @pytest.mark.parametrize("backend", list(BACKENDS))
 def test_compiled_programs_match_eager(backend):
     @_settings(backend)
-    @given(programs(config_for(backend)))
+    @given(programs(config_for(backend, PROFILE)))
     def check(program):
         check_backend(program, backend)
 
