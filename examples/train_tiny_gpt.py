@@ -2,6 +2,11 @@
 
     python examples/train_tiny_gpt.py                  # ~200 steps on examples/data/kiln.txt
     python examples/train_tiny_gpt.py --steps 3 --width 16 --layers 1 --block 16   # a smoke run
+    python -m kiln.distributed.run --nproc-per-node 2 examples/train_tiny_gpt.py --ddp
+
+With ``--ddp`` (under the launcher) every rank trains a replica wrapped in
+``DistributedDataParallel`` on its own batches; gradients are averaged while backward runs, so
+the replicas stay identical, and rank 0 prints and samples.
 
 The whole step (zero_grad, forward, loss, backward, AdamW) goes through ``kiln.compile``: the
 forward and backward of the model become fused kernels; what dynamo cannot capture (the
@@ -20,9 +25,11 @@ import time
 import numpy as np
 
 import kiln
+import kiln.distributed as dist
 import kiln.nn as nn
 import kiln.nn.functional as F
 from kiln.bench.workloads import models_for
+from kiln.nn.parallel import DistributedDataParallel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -46,7 +53,7 @@ class TinyGPT(nn.Module):
         return self.head(self.norm(self.blocks(x)))
 
 
-def make_step(model: TinyGPT, lr: float):
+def make_step(model: nn.Module, lr: float):
     """A training step as one would write it for PyTorch (and an optimizer it owns)."""
     optimizer = kiln.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
 
@@ -109,42 +116,56 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--time-steps", type=int, default=10, help="steps timed at the end")
     parser.add_argument("--sample-chars", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ddp", action="store_true", help="train with DDP (under the launcher)")
     args = parser.parse_args(argv)
+    rank = 0
+    if args.ddp:
+        dist.init_process_group("mpi")
+        rank = dist.get_rank()
+    say = print if rank == 0 else (lambda *a, **k: None)
 
     with open(args.text, encoding="utf-8") as f:
         text = f.read()
     chars = sorted(set(text))
     encode = {c: i for i, c in enumerate(chars)}
     data = np.array([encode[c] for c in text], dtype=np.int64)
-    print(f"corpus: {args.text} ({len(text)} characters, {len(chars)} distinct)")
+    say(f"corpus: {args.text} ({len(text)} characters, {len(chars)} distinct)")
 
     kiln.manual_seed(args.seed)
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(args.seed + rank)  # each rank draws its own batches
     model = TinyGPT(len(chars), args.block, args.width, args.layers, args.heads)
     eager_twin = copy.deepcopy(model)  # same weights, for the timing at the end
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"model: {args.layers} blocks, width {args.width}, {n_params} parameters")
+    say(f"model: {args.layers} blocks, width {args.width}, {n_params} parameters")
+    trained, twin = model, eager_twin
+    if args.ddp:
+        trained, twin = DistributedDataParallel(model), DistributedDataParallel(eager_twin)
+        say(f"DDP over {dist.get_world_size()} ranks, {len(trained.bucket_sizes())} bucket(s)")
 
-    step = kiln.compile(make_step(model, args.lr))
+    step = kiln.compile(make_step(trained, args.lr))
     source = batches(data, args.block, args.batch, rng)
     start = time.perf_counter()
     for i in range(args.steps):
         loss = step(*next(source))
+        if args.ddp:  # the mean over every rank's batch
+            loss = loss.detach().clone()
+            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
         if i == 0:
-            print(f"first step (capture + compile + run): {time.perf_counter() - start:.2f} s")
-        print(f"step {i + 1:4d}  loss {loss.item():.4f}")
+            say(f"first step (capture + compile + run): {time.perf_counter() - start:.2f} s")
+        say(f"step {i + 1:4d}  loss {loss.item():.4f}")
 
-    timed = {"eager": make_step(eager_twin, args.lr), "compiled": step}
+    timed = {"eager": make_step(twin, args.lr), "compiled": step}
     time_steps({"eager": timed["eager"]}, source, 1)  # eager warm-up (first-call costs)
     ms = time_steps(timed, source, args.time_steps)
-    print(
+    say(
         f"time per training step (median of {args.time_steps}): eager {ms['eager']:.2f} ms, "
         f"compiled {ms['compiled']:.2f} ms ({ms['eager'] / ms['compiled']:.2f}x)"
     )
 
-    prompt = [encode[c] for c in "The "]
-    out = sample(model, prompt, args.block, args.sample_chars)
-    print("sample:\n" + "".join(chars[i] for i in out))
+    if rank == 0:
+        prompt = [encode[c] for c in "The "]
+        out = sample(model, prompt, args.block, args.sample_chars)
+        say("sample:\n" + "".join(chars[i] for i in out))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ captures them into graphs and compiles fused kernels.
 
 from __future__ import annotations
 
+import builtins as _builtins
+import math as _math
 import sys as _sys
 
 import numpy as _np
@@ -77,6 +79,7 @@ from .runtime.flags import (  # noqa: E402
     get_float32_matmul_precision,
     get_num_interop_threads,
     get_num_threads,
+    init_num_threads,
     is_deterministic_algorithms_warn_only_enabled,
     is_warn_always_enabled,
     set_deterministic_debug_mode,
@@ -104,6 +107,7 @@ from .autograd.anomaly import (  # noqa: E402,F401
 from . import ops  # noqa: E402
 from . import linalg  # noqa: E402
 from . import nn  # noqa: E402
+from . import distributed  # noqa: E402 - import kiln.distributed as dist (MPI starts at init)
 from . import optim, utils  # noqa: E402
 from . import func  # noqa: E402
 from .func import vmap  # noqa: E402,F401
@@ -114,6 +118,12 @@ from .serialization import load, save  # noqa: E402
 from .runtime.dtype_info import can_cast, finfo, iinfo  # noqa: E402
 from .ops.api import *  # noqa: E402,F401,F403
 from .ops import namespace as _namespace  # noqa: E402
+
+pi = _math.pi
+e = _math.e
+inf = _math.inf
+nan = _math.nan
+newaxis = None
 
 half = float16
 cfloat = complex64
@@ -134,6 +144,14 @@ from . import random  # noqa: E402,F401
 from . import distributions  # noqa: E402
 from . import jit  # noqa: E402
 from . import version  # noqa: E402
+from . import accelerator, signal  # noqa: E402
+from .utils.dlpack import from_dlpack, to_dlpack  # noqa: E402
+from .runtime.legacy_types import set_default_tensor_type  # noqa: E402
+from .runtime.cuda import OutOfMemoryError  # noqa: E402
+from .amp import GradScaler  # noqa: E402
+
+legacy_contiguous_format = contiguous_format  # PyTorch's older name of the same format
+from .symbolic import *  # noqa: E402,F403
 from .dynamo import compile  # noqa: E402,A004
 from .dynamo.control_flow import _assert, cond  # noqa: E402 - torch.cond, torch._assert
 
@@ -171,6 +189,30 @@ def _load_builtin_backends():
 
 dynamo.backends.set_builtin_loader(_load_builtin_backends)
 
+
+def is_vulkan_available() -> bool:
+    """False: kiln has no Vulkan backend."""
+    return False
+
+
+def get_device_module(device=None):
+    """The module of a device type (``kiln.cuda`` for ``"cuda"``, ``kiln.cpu`` for ``"cpu"``);
+    without an argument, the current accelerator's, or ``kiln.cpu``."""
+    if device is None:
+        kind = "cuda" if cuda.is_available() else "cpu"
+    elif isinstance(device, _builtins.int):
+        kind = "cuda"
+    else:
+        kind = _device_class(device).type
+    module = {"cuda": cuda, "cpu": cpu}.get(kind)
+    if module is None:
+        raise RuntimeError(
+            f"Device '{kind}' does not have a corresponding module registered as 'kiln.{kind}'."
+        )
+    return module
+
+
+_device_class = device
 
 __version__ = version.__version__
 

@@ -27,11 +27,15 @@ __all__ = [
     "memory_reserved",
     "empty_cache",
     "amp",
+    "OutOfMemoryError",
 ]
 
 # ``torch.cuda.amp.autocast`` / ``GradScaler``: deprecated spellings of ``kiln.amp``'s
 amp = _amp_namespace("cuda")
 _sys.modules[__name__ + ".amp"] = amp
+
+
+OutOfMemoryError = _cuda.OutOfMemoryError
 
 
 def is_available() -> bool:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import pickle
+import threading
 import types
 import typing
 import warnings
@@ -59,7 +61,15 @@ Final = typing.Final
 # ``self.x = kiln.jit.Attribute(value, type)`` in a ScriptModule stores ``value``
 Attribute = namedtuple("Attribute", ["value", "type"])
 
-_tracing = [0]  # depth of trace() calls running their target
+
+class _Tracing(threading.local):
+    """Depth of ``trace()`` calls running their target in this thread (per thread, as
+    PyTorch's tracing state)."""
+
+    depth = 0
+
+
+_tracing = _Tracing()
 _flags = {"onednn_fusion": False}
 
 
@@ -118,7 +128,7 @@ def is_scripting() -> bool:
 
 def is_tracing() -> bool:
     """True while ``kiln.jit.trace`` runs its target on the example inputs."""
-    return _tracing[0] > 0
+    return _tracing.depth > 0
 
 
 def _scripted(obj):
@@ -155,11 +165,11 @@ def _example_call(fn: Callable, example_inputs, example_kwarg_inputs):
     else:
         args = (example_inputs,) if isinstance(example_inputs, Tensor) else tuple(example_inputs)
         kwargs = {}
-    _tracing[0] += 1
+    _tracing.depth += 1
     try:
         return fn(*args, **kwargs)
     finally:
-        _tracing[0] -= 1
+        _tracing.depth -= 1
 
 
 def trace(
@@ -325,7 +335,10 @@ def load(f, map_location=None, _extra_files=None, _restore_shapes: bool = False)
     from .serialization import load as kiln_load
 
     _deprecated("load")
-    obj = kiln_load(f, map_location=map_location, weights_only=False)
+    try:
+        obj = kiln_load(f, map_location=map_location, weights_only=False)
+    except pickle.UnpicklingError as error:  # torch.jit.load reports unreadable files so
+        raise RuntimeError(str(error)) from None
     if not callable(obj):
         raise RuntimeError(
             f"kiln.jit.load: the file holds a {type(obj).__name__}, not a module or function "

@@ -1,4 +1,5 @@
-"""Shared test setup: a fixed seed per test so failures reproduce."""
+"""Shared test setup: a fixed seed per test so failures reproduce, and CUDA as a machine without
+a driver has it (``no_driver``) or as the host-memory stand-in gives it (``gpu``)."""
 
 from __future__ import annotations
 
@@ -13,3 +14,28 @@ def _seed():
     kiln.manual_seed(0)
     np.random.seed(0)
     yield
+
+
+@pytest.fixture
+def no_driver(monkeypatch):
+    """CUDA as on a machine without libcuda (whatever this machine has)."""
+    from kiln.runtime import cuda
+
+    def missing(*args, **kwargs):
+        raise OSError("libcuda.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(cuda, "CudaDriver", missing)
+    cuda.use_driver(None)
+    yield
+    cuda.use_driver(None)
+
+
+@pytest.fixture
+def gpu():
+    """A host-memory CUDA device (two of them)."""
+    from kiln.runtime import cuda
+
+    driver = cuda.HostMemoryDriver(devices=2)
+    cuda.use_driver(driver)
+    yield driver
+    cuda.use_driver(None)

@@ -328,3 +328,30 @@ def test_version_fields_like_a_cpu_torch():
         if torch.version.cuda is None:  # the CPU oracle: same answers
             assert getattr(torch.version, field) is None
     assert kiln.version.debug is False
+
+
+def _default_threads(omp_num_threads: str) -> list[str]:
+    """kiln's and torch's thread counts in a fresh process (both read the variable at start)."""
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    libs = "kiln, torch" if torch is not None else "kiln"
+    counts = "kiln.get_num_threads()" + (", torch.get_num_threads()" if torch is not None else "")
+    code = f"import {libs}; print({counts})"
+    env = dict(os.environ, OMP_NUM_THREADS=omp_num_threads, PYTHONPATH=root)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+@needs_torch
+def test_omp_num_threads_sets_the_default_thread_count_like_torch():
+    # the distributed launcher sets OMP_NUM_THREADS=1 for each rank
+    assert _default_threads("1") == ["1", "1"]
+
+
+def test_omp_num_threads_above_the_cores_is_capped_at_the_cores():
+    import os
+
+    assert _default_threads(str(4 * (os.cpu_count() or 1)))[0] == str(os.cpu_count() or 1)

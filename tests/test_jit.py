@@ -184,7 +184,7 @@ def test_load_refuses_non_modules_and_foreign_files():
     buf.seek(0)
     with pytest.raises(RuntimeError, match="not a module or function"):
         kiln.jit.load(buf)
-    with pytest.raises(RuntimeError, match="not a kiln checkpoint"):
+    with pytest.raises(RuntimeError, match="is not a checkpoint"):
         kiln.jit.load(io.BytesIO(b"PK-not-really-a-zip"))
 
 

@@ -1,26 +1,27 @@
 """Automatic mixed precision: ``kiln.autocast`` and the cast it applies to each op call.
 
-The state is process-wide like grad mode: ``state.autocast[0]`` holds an interned ``_Config``
-naming the enabled device types and their dtypes (None when none is enabled); beside it live a
-dtype per device type for when it is off, the weight-cast cache and the nesting depth. The
-dispatcher hands an op to ``_Config.run`` only when a config is set and the op has a policy
-(``policies.py``), so ops cost one list read when autocast is off; compiled code guards on the
-config's identity. Casts go through the dispatcher like any op, above autograd: gradients flow
-back through them to float32 parameters, and a tracing mode records them, so a captured graph
-carries its casts explicitly. The op itself then runs with autocast suspended, as PyTorch
-excludes its autocast key inside an autocast kernel.
+The state is per thread like grad mode (PyTorch's): the thread's ``ThreadState.autocast``
+holds an interned ``_Config`` naming the enabled device types and their dtypes (None when none
+is enabled); beside it, per thread too, live a dtype per device type for when it is off, the
+weight-cast cache and the nesting depth. The dispatcher hands an op to ``_Config.run`` only
+when a config is set and the op has a policy (``policies.py``), so ops cost one slot read when
+autocast is off; compiled code guards on the config's identity. Casts go through the dispatcher
+like any op, above autograd: gradients flow back through them to float32 parameters, and a
+tracing mode records them, so a captured graph carries its casts explicitly. The op itself then
+runs with autocast suspended, as PyTorch excludes its autocast key inside an autocast kernel.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 from ..runtime import dtypes as _dt
-from ..runtime import state as _state
+from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 from .policies import AUTOCAST_DEVICE_TYPES, POLICIES
 
@@ -41,12 +42,24 @@ __all__ = [
     "autocast_decrement_nesting",
 ]
 
-_fast_dtype = {"cpu": _dt.bfloat16, "cuda": _dt.float16}
-_cache_enabled = [True]
-_nesting = [0]
-# id(float32 leaf weight) -> (weakref to it, its low-precision cast), per grad mode
-_cast_cache: dict = {}
+_DEFAULT_FAST_DTYPE = {"cpu": _dt.bfloat16, "cuda": _dt.float16}
+
+
+class _PerThread(threading.local):
+    """Autocast's settings besides the active configuration, per thread as in PyTorch."""
+
+    def __init__(self):
+        # the dtype a region of each device type uses when it names none
+        self.fast_dtype = dict(_DEFAULT_FAST_DTYPE)
+        self.cache_enabled = True
+        self.nesting = 0
+        # id(float32 leaf weight) -> (weakref to it, its low-precision cast), per grad mode
+        self.cast_cache: dict = {}
+
+
+_thread = _PerThread()
 _configs: dict = {}
+_configs_lock = threading.Lock()
 _CPU_DTYPES = (_dt.bfloat16, _dt.float16)
 _BCE_BANNED = (
     "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
@@ -82,7 +95,7 @@ def is_autocast_available(device_type: str) -> bool:
 
 def is_autocast_enabled(device_type: str | None = None) -> bool:
     """Whether autocast is on for ``device_type`` (no argument: CUDA, as in PyTorch)."""
-    config = _state.autocast[0]
+    config = per_thread.state.autocast
     kind = _device_type("cuda" if device_type is None else device_type)
     return config is not None and kind in config.dtypes
 
@@ -92,45 +105,48 @@ def set_autocast_enabled(device_type, enabled: bool | None = None) -> None:
     if enabled is None:
         device_type, enabled = "cuda", device_type
     kind = _device_type(device_type)
-    _state.autocast[0] = derive_config(_state.autocast[0], kind, bool(enabled), _fast_dtype[kind])
+    state = per_thread.state
+    state.autocast = derive_config(state.autocast, kind, bool(enabled), _thread.fast_dtype[kind])
 
 
 def get_autocast_dtype(device_type: str) -> _dt.dtype:
     """The dtype ``lower``-policy ops run in (float16 on CUDA, bfloat16 on the CPU by default)."""
     kind = _device_type(device_type)
-    config = _state.autocast[0]
+    config = per_thread.state.autocast
     if config is not None and kind in config.dtypes:
         return config.dtypes[kind]
-    return _fast_dtype[kind]
+    return _thread.fast_dtype[kind]
 
 
 def set_autocast_dtype(device_type: str, dtype: _dt.dtype) -> None:
     kind = _device_type(device_type)
-    _fast_dtype[kind] = dtype
+    _thread.fast_dtype[kind] = dtype
     if is_autocast_enabled(kind):
-        _state.autocast[0] = derive_config(_state.autocast[0], kind, True, dtype)
+        state = per_thread.state
+        state.autocast = derive_config(state.autocast, kind, True, dtype)
 
 
 def is_autocast_cache_enabled() -> bool:
-    return _cache_enabled[0]
+    return _thread.cache_enabled
 
 
 def set_autocast_cache_enabled(enabled: bool) -> None:
-    _cache_enabled[0] = bool(enabled)
+    _thread.cache_enabled = bool(enabled)
 
 
 def clear_autocast_cache() -> None:
-    _cast_cache.clear()
+    """Drop this thread's cached weight casts."""
+    _thread.cast_cache.clear()
 
 
 def autocast_increment_nesting() -> int:
-    _nesting[0] += 1
-    return _nesting[0]
+    _thread.nesting += 1
+    return _thread.nesting
 
 
 def autocast_decrement_nesting() -> int:
-    _nesting[0] -= 1
-    return _nesting[0]
+    _thread.nesting -= 1
+    return _thread.nesting
 
 
 def _deprecated_alias(old: str, new: str, fn: Callable, *bound) -> Callable:
@@ -178,7 +194,7 @@ TORCH_NAMESPACE = (
 
 def derive_config(base: _Config | None, device_type: str, enabled: bool, dtype: _dt.dtype):
     """The configuration ``base`` becomes when ``device_type`` is switched on (with ``dtype``)
-    or off: what ``state.autocast[0]`` holds (None when no device type is on)."""
+    or off: what ``ThreadState.autocast`` holds (None when no device type is on)."""
     dtypes = dict(base.dtypes) if base is not None else {}
     if enabled:
         dtypes[device_type] = dtype
@@ -191,7 +207,10 @@ def derive_config(base: _Config | None, device_type: str, enabled: bool, dtype: 
 def _config(key: tuple) -> _Config:
     config = _configs.get(key)
     if config is None:
-        config = _configs[key] = _Config(key)
+        with _configs_lock:  # interned: threads entering the same region share one config
+            config = _configs.get(key)
+            if config is None:
+                config = _configs[key] = _Config(key)
     return config
 
 
@@ -218,26 +237,29 @@ def _convert(t: Tensor, dtype: _dt.dtype) -> Tensor:
 def _cast(t: Any, dtype: _dt.dtype, device_type: str, lower: _dt.dtype) -> Any:
     if not _eligible(t, device_type) or t._dtype is dtype:
         return t
+    state = per_thread.state
+    settings = _thread
     cacheable = (
         dtype is lower
         and t._dtype is _dt.float32
         and t._requires_grad
         and t.grad_fn is None
         and t._base is None
-        and _cache_enabled[0]
-        and _nesting[0] > 0  # only inside an autocast context: leaving the outermost clears it
-        and not _state.mode_stack
+        and settings.cache_enabled
+        and settings.nesting > 0  # only inside an autocast context: leaving the outermost clears it
+        and not state.mode_stack
     )
     if not cacheable:
         return _convert(t, dtype)
     # weights are cast once per autocast region (per grad mode: a cast made under no_grad
     # carries no history and must not be reused where gradients are needed)
-    key = (id(t), dtype, _state.grad_enabled[0])
-    hit = _cast_cache.get(key)
+    key = (id(t), dtype, state.grad_enabled)
+    cache = settings.cast_cache
+    hit = cache.get(key)
     if hit is not None and hit[0]() is t:
         return hit[1]
     out = _convert(t, dtype)
-    _cast_cache[key] = (weakref.ref(t), out)
+    cache[key] = (weakref.ref(t), out)
     return out
 
 
@@ -280,14 +302,14 @@ def _promote_type(lower: _dt.dtype, device_type: str, tensors: list) -> _dt.dtyp
 
 
 def _suspended(config, fn: Callable, *args, **kwargs):
-    """Run ``fn`` with ``config`` as the autocast state (None: autocast off)."""
-    slot = _state.autocast
-    saved = slot[0]
-    slot[0] = config
+    """Run ``fn`` with ``config`` as this thread's autocast state (None: autocast off)."""
+    state = per_thread.state
+    saved = state.autocast
+    state.autocast = config
     try:
         return fn(*args, **kwargs)
     finally:
-        slot[0] = saved
+        state.autocast = saved
 
 
 class _Config:
@@ -384,22 +406,23 @@ class _Config:
 def autocast_policy(name: str) -> Callable:
     """Give a Python-level function (not a single op) the autocast policy ``POLICIES[name]``.
 
-    Outside autocast the wrapper reads one list slot and calls the function. Either way it adds
-    exactly one frame between the caller and the function (mind ``warnings`` stack levels).
+    Outside autocast the wrapper reads one thread-state slot and calls the function. Either way
+    it adds exactly one frame between the caller and the function (mind ``warnings`` stack
+    levels).
     """
 
     def deco(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            slot = _state.autocast
-            active = slot[0]
+            state = per_thread.state
+            active = state.autocast
             if active is None or name not in active.policies:
                 return fn(*args, **kwargs)
-            args, kwargs, slot[0] = active.prepare(name, args, kwargs)
+            args, kwargs, state.autocast = active.prepare(name, args, kwargs)
             try:
                 return fn(*args, **kwargs)
             finally:
-                slot[0] = active
+                state.autocast = active
 
         return wrapper
 
@@ -426,9 +449,9 @@ class autocast:  # noqa: N801 - PyTorch's spelling
     ):
         kind = _device_type(device_type)
         self.device = device_type
-        self.fast_dtype = _fast_dtype[kind] if dtype is None else dtype
+        self.fast_dtype = _thread.fast_dtype[kind] if dtype is None else dtype
         self._kind = kind
-        self._cache_enabled = _cache_enabled[0] if cache_enabled is None else cache_enabled
+        self._cache_enabled = _thread.cache_enabled if cache_enabled is None else cache_enabled
         if enabled:
             if kind == "cuda":
                 from ..runtime import cuda
@@ -453,18 +476,21 @@ class autocast:  # noqa: N801 - PyTorch's spelling
 
     def __enter__(self):
         kind = self._kind
-        slot = _state.autocast
-        self._saved.append((_cache_enabled[0], slot[0], _fast_dtype[kind]))
-        slot[0] = derive_config(slot[0], kind, bool(self._enabled), self.fast_dtype)
-        _fast_dtype[kind] = self.fast_dtype
+        state = per_thread.state
+        settings = _thread
+        self._saved.append((settings.cache_enabled, state.autocast, settings.fast_dtype[kind]))
+        state.autocast = derive_config(state.autocast, kind, bool(self._enabled), self.fast_dtype)
+        settings.fast_dtype[kind] = self.fast_dtype
         autocast_increment_nesting()
-        _cache_enabled[0] = self._cache_enabled
+        settings.cache_enabled = self._cache_enabled
         return self
 
     def __exit__(self, exc_type, exc_val, exc_tb) -> bool:
         if autocast_decrement_nesting() == 0:
             clear_autocast_cache()
-        _cache_enabled[0], _state.autocast[0], _fast_dtype[self._kind] = self._saved.pop()
+        settings = _thread
+        saved = self._saved.pop()
+        settings.cache_enabled, per_thread.state.autocast, settings.fast_dtype[self._kind] = saved
         return False
 
     def __call__(self, func: Callable) -> Callable:
@@ -478,10 +504,17 @@ class autocast:  # noqa: N801 - PyTorch's spelling
 
         @functools.wraps(func)
         def decorate_autocast(*args, **kwargs):
-            with self:
+            with self._clone():  # a region of its own: threads may call ``func`` at once
                 return func(*args, **kwargs)
 
         return decorate_autocast
+
+    def _clone(self) -> autocast:
+        """This region's settings with an empty saved-state stack."""
+        region = object.__new__(type(self))
+        region.__dict__.update(self.__dict__)
+        region._saved = []
+        return region
 
 
 # ------------------------------------------------------------- custom autograd functions

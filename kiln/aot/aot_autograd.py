@@ -22,7 +22,7 @@ from ..autograd.grad_mode import no_grad
 from ..ir import Graph, GraphModule
 from ..ir.tracer import TracingMode
 from ..ops.fake import to_fake
-from ..runtime import state
+from ..runtime.state import compile_lock, per_thread
 from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_flatten
 from . import logs
@@ -42,8 +42,6 @@ __all__ = [
     "partition_report",
     "saved_bytes_report",
 ]
-
-_grad_enabled = state.grad_enabled
 
 
 @dataclass
@@ -251,11 +249,11 @@ def saved_bytes_report(gm: GraphModule) -> dict[str, int] | None:
 
 
 def _needs_grad(primals) -> bool:
-    return _grad_enabled[0] and any(p._requires_grad for p in primals)
+    return per_thread.state.grad_enabled and any(p._requires_grad for p in primals)
 
 
 def _signature(flat_args, in_spec) -> tuple:
-    key = [_grad_enabled[0], in_spec.key()]
+    key = [per_thread.state.grad_enabled, in_spec.key()]
     for a in flat_args:
         if isinstance(a, Tensor):
             key.append((a._shape, a.stride(), a._dtype, a._device, a._requires_grad))
@@ -268,8 +266,9 @@ def _signature(flat_args, in_spec) -> tuple:
 
 def _tensor_guard(args: tuple) -> Callable[[tuple], bool]:
     """A generated check that ``args`` (a tuple of tensors) has these tensors' signature."""
-    namespace: dict = {"Tensor": Tensor, "grad_enabled": _grad_enabled}
-    checks = [f"len(args) == {len(args)}", f"grad_enabled[0] is {_grad_enabled[0]}"]
+    namespace: dict = {"Tensor": Tensor, "per_thread": per_thread}
+    grad = per_thread.state.grad_enabled
+    checks = [f"len(args) == {len(args)}", f"per_thread.state.grad_enabled is {grad}"]
     for i, a in enumerate(args):
         namespace[f"dtype{i}"] = a._dtype
         namespace[f"device{i}"] = a._device
@@ -312,9 +311,13 @@ def aot_function(
         key = _signature(flat_args, in_spec)
         entry = cache.get(key)
         if entry is None:
-            entry = cache[key] = compile_entry(fn, args, kwargs, config, _needs_grad(primals))
-            if not kwargs and len(primals) == len(args):
-                tensor_entries.append((_tensor_guard(args), entry.runner))
+            with compile_lock:  # threads missing on one signature compile it once
+                entry = cache.get(key)
+                if entry is None:
+                    entry = compile_entry(fn, args, kwargs, config, _needs_grad(primals))
+                    if not kwargs and len(primals) == len(args):
+                        tensor_entries.append((_tensor_guard(args), entry.runner))
+                    cache[key] = entry
         return entry, primals
 
     def run(*args, **kwargs):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..runtime import state
+from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 from .aot_autograd import AOTConfig, aot_function, compile_entry
 from .module_state import functional_call, get_attribute, swapped
@@ -57,7 +57,7 @@ def aot_module_simplified(
     )
     if not lifted:
         primals = [t for t in example_inputs if isinstance(t, Tensor)]
-        needs_grad = state.grad_enabled[0] and any(t.requires_grad for t in primals)
+        needs_grad = per_thread.state.grad_enabled and any(t.requires_grad for t in primals)
         entry = compile_entry(gm, tuple(example_inputs), {}, config, needs_grad)
         if len(primals) != len(example_inputs):
             return _tensors_only(entry.runner)

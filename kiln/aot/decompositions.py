@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..ops.dispatch import DispatchMode, dispatch
 from ..ops.registry import OPS, Op
 from ..runtime import dtypes as dt
+from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 
 __all__ = [
@@ -125,13 +126,14 @@ class DecomposeMode(DispatchMode):
         return self.below(op, args)
 
     def below(self, op, args):
-        from ..ops.dispatch import _mode_stack, run_below_autograd
+        from ..ops.dispatch import run_below_autograd
 
-        popped = _mode_stack.pop()
+        modes = per_thread.state.mode_stack
+        popped = modes.pop()
         try:
             return run_below_autograd(op, args)
         finally:
-            _mode_stack.append(popped)
+            modes.append(popped)
 
 
 class force_decompositions:  # noqa: N801 - used like a function

@@ -16,14 +16,12 @@ from ..autograd.graph import _RELEASED_MSG, Node, _detached_alias
 from ..ops.api import tensor
 from ..ops.dispatch import _edge as autograd_edge
 from ..runtime import random as rng
-from ..runtime import state
+from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_unflatten
-from .trace import OUT_CONST, OUT_GRAPH, OUT_INPUT, TraceResult
+from .trace import OUT_CONST, OUT_GRAPH, OUT_INPUT, TraceResult, tangent_example
 
 __all__ = ["CompiledFunctionBackward", "make_runner", "RuntimeLayout"]
-
-_grad_enabled = state.grad_enabled
 
 _DOUBLE_BACKWARD_MSG = (
     "double backward through a kiln-compiled region is not supported: compile the outer "
@@ -62,15 +60,14 @@ class RuntimeLayout:
         # the backward node's outputs: shape and dtype (to materialize missing gradients) and
         # whether the compiled backward was traced with a contiguous tangent
         self.out_meta = tuple((t._shape, t._dtype) for t in trace.diff_values)
-        self.contiguous = tuple(t.is_contiguous() for t in trace.diff_values)
+        self.contiguous = tuple(tangent_example(t).is_contiguous() for t in trace.diff_values)
         self.out_spec = trace.out_spec
         # fn returned a flat tuple of graph outputs in order: return the forward's slice as is
         spec = trace.out_spec
-        self.direct = (
-            spec.kind == "tuple"
-            and all(c.kind == "leaf" for c in spec.children)
-            and [(k, i) for k, i, _ in self.plan] == [(OUT_GRAPH, j) for j in range(self.num_graph)]
-        )
+        self.flat_tuple = spec.kind == "tuple" and all(c.kind == "leaf" for c in spec.children)
+        self.direct = self.flat_tuple and [(k, i) for k, i, _ in self.plan] == [
+            (OUT_GRAPH, j) for j in range(self.num_graph)
+        ]
         self.single = spec.kind == "leaf"
 
 
@@ -83,8 +80,9 @@ def _rng_args(total: int) -> tuple:
 def _copy_back(primals, outs, mutated) -> None:
     """New values of mutated inputs into the inputs. A compiled graph that wrote one in place
     returns the input itself: only its version changes, as an in-place op's would."""
-    prev = _grad_enabled[0]
-    _grad_enabled[0] = False
+    state = per_thread.state
+    prev = state.grad_enabled
+    state.grad_enabled = False
     try:
         for k, j in mutated:
             target, new = primals[k], outs[j]
@@ -93,7 +91,7 @@ def _copy_back(primals, outs, mutated) -> None:
             else:
                 target.copy_(new)
     finally:
-        _grad_enabled[0] = prev
+        state.grad_enabled = prev
 
 
 def _finish(layout: RuntimeLayout, primals, graph_outs):
@@ -113,6 +111,8 @@ def _finish(layout: RuntimeLayout, primals, graph_outs):
             leaves.append(replay(source))
     if layout.single:
         return leaves[0]
+    if layout.flat_tuple:  # what a captured graph returns
+        return tuple(leaves)
     return tree_unflatten(leaves, layout.out_spec)
 
 
@@ -136,7 +136,7 @@ class CompiledFunctionBackward(Node):
         return "CompiledFunctionBackward"
 
     def apply(self, grad_outputs: tuple) -> tuple:
-        if _grad_enabled[0]:
+        if per_thread.state.grad_enabled:
             raise RuntimeError(_DOUBLE_BACKWARD_MSG)
         if self._released:
             raise RuntimeError(_RELEASED_MSG)
@@ -193,7 +193,8 @@ def _training_runner(layout: RuntimeLayout, forward: Callable, backward: Callabl
     out_meta, contiguous = layout.out_meta, layout.contiguous
 
     def run(*primals):
-        _grad_enabled[0] = False
+        state = per_thread.state
+        state.grad_enabled = False
         try:
             outs = (
                 forward(*primals, *_rng_args(rng_total))
@@ -203,7 +204,7 @@ def _training_runner(layout: RuntimeLayout, forward: Callable, backward: Callabl
             if mutated:
                 _copy_back(primals, outs, mutated)
         finally:
-            _grad_enabled[0] = True
+            state.grad_enabled = True
         node = CompiledFunctionBackward(tuple([autograd_edge(primals[k]) for k in grad_primals]))
         node.backward = backward
         saved = outs[num_fw:]

@@ -9,8 +9,12 @@ What eager code can observe beyond values is recorded here, not compiled:
 
 - *Aliasing outputs.* An output that shares storage with an input (``x.t()``, ``x[0]``, ``x``
   itself) is not a graph output: the wrapper regenerates it from the real input, so it stays a
-  view as in eager. Outputs that share storage with each other (``y, y.view(-1)``) are
-  regenerated as views of one *base* the graph returns.
+  view as in eager. An output that is a view of an intermediate (``y.expand(...)``, or
+  ``y, y.view(-1)``) is regenerated from the intermediate, which the graph returns instead: the
+  replayed view ops give it eager's history (an expanded output's gradient is summed back by
+  the view's own backward). A view whose history is not its view op (made inside an op's
+  decomposition below autograd, or by a custom Function) is a graph output itself; its tangent
+  is traced dense, as a gradient for an expanded output holds a value per element.
 - *Inputs that require grad and are mutated with autograd history* (``x.mul_(2)`` on a
   non-leaf ``x``). Such an argument is handed to ``fn`` as a clone (folded back into the
   placeholder after tracing, so it costs nothing), its new value becomes a differentiable
@@ -31,16 +35,27 @@ from dataclasses import dataclass, field
 
 from .. import autograd
 from ..autograd.grad_mode import enable_grad, no_grad
+from ..autograd.graph import OpBackward
 from ..ir import Graph
 from ..ir.tracer import TracingMode
+from ..ops.dispatch import _edge as autograd_edge
 from ..ops.dispatch import view_replay
 from ..ops.registry import OPS
-from ..runtime import state
-from ..runtime.tensor import Tensor
+from ..runtime.memory_format import is_non_overlapping_and_dense, preserved_strides
+from ..runtime.state import per_thread
+from ..runtime.tensor import Tensor, make_fake
 from ..utils.pytree import tree_flatten, tree_unflatten
 from .decompositions import decomposition_table
 
-__all__ = ["TraceResult", "trace_function", "OUT_GRAPH", "OUT_CONST", "OUT_INPUT", "OUT_VIEW"]
+__all__ = [
+    "TraceResult",
+    "trace_function",
+    "tangent_example",
+    "OUT_GRAPH",
+    "OUT_CONST",
+    "OUT_INPUT",
+    "OUT_VIEW",
+]
 
 # output plan entries: (kind, index, replay)
 OUT_GRAPH = 0  # graph output ``index``
@@ -115,29 +130,83 @@ def _int_scalar() -> Tensor:
     return tensor(0)
 
 
-def _replayer(view: Tensor, base: Tensor) -> Callable[[Tensor], Tensor] | None:
-    """How to make ``view`` from a real tensor laid out like ``base``: the recorded view ops
-    (so autograd sees eager's view ops), else ``as_strided`` at the same relative offset."""
-    if view is base:
+def _replayer(view: Tensor, source: Tensor) -> Callable[[Tensor], Tensor] | None:
+    """How to make ``view`` from a real tensor laid out like ``source``: the recorded view ops
+    from ``source`` down (so autograd sees eager's view ops), else ``as_strided`` at the same
+    relative offset (``view`` does not require grad then, or ``source`` is its storage's base)."""
+    if view is source:
         return None
-    if view._base is base:
-        try:
-            replay = view_replay(view)
-        except RuntimeError:  # multi-output views (split, unbind) cannot be replayed one by one
-            pass
-        else:
-            if view._requires_grad or not base._requires_grad:
-                return replay
-            return lambda real: replay(real.detach())
+    detach = source._requires_grad and not view._requires_grad
+    try:
+        replay = view_replay(view, source)
+    except RuntimeError:  # not a view of ``source``: a detached alias, or a view of one
+        pass
+    else:
+        return (lambda real: replay(real.detach())) if detach else replay
     size, stride = tuple(view._shape), tuple(view.stride())
-    relative = view.storage_offset() - base.storage_offset()
-    detach = base._requires_grad and not view._requires_grad
+    relative = view.storage_offset() - source.storage_offset()
 
     def as_strided(real: Tensor) -> Tensor:
         src = real.detach() if detach else real
         return src.as_strided(size, stride, real.storage_offset() + relative)
 
     return as_strided
+
+
+def _view_parent(t: Tensor) -> Tensor | None:
+    """The tensor the view op that made ``t`` read (None when ``t`` is no view)."""
+    src = t._view_src
+    return src[1][0] if t._base is not None and src is not None else None
+
+
+def _history_root(t: Tensor) -> Tensor:
+    """The farthest tensor ``t`` is a view of through view steps autograd recorded: returned by
+    the graph and replayed down to ``t`` at run time, it gives ``t`` eager's history.
+
+    A step is recorded when ``t``'s grad_fn is an op node whose first edge leads to the parent.
+    It is not when an op with its own derivative made the view inside its decomposition, below
+    autograd (the parent of ``matmul``'s squeezed ``mm`` never required grad), or when a custom
+    Function returned it: ``t`` is then a root of its own. Steps to a tensor that needs no grad
+    are always fine (the replay detaches)."""
+    while True:
+        parent = _view_parent(t)
+        if parent is None:
+            return t
+        if t._requires_grad:
+            fn = t.grad_fn
+            if not (
+                parent._requires_grad
+                and isinstance(fn, OpBackward)
+                and fn.next_functions
+                and fn.next_functions[0] == autograd_edge(parent)
+            ):
+                return t
+        t = parent
+
+
+def _ancestors(t: Tensor) -> list[Tensor]:
+    """``t`` and the tensors it was viewed from, nearest first."""
+    chain = [t]
+    parent = _view_parent(t)
+    while parent is not None:
+        chain.append(parent)
+        parent = _view_parent(parent)
+    return chain
+
+
+def _covers(outer: Tensor, inner: Tensor) -> bool:
+    """Whether every element of ``inner`` lies in dense ``outer``'s memory, so a copy of
+    ``outer`` (what a kernel-generating backend returns) still holds ``inner``."""
+    if not is_non_overlapping_and_dense(tuple(outer._shape), tuple(outer.stride())):
+        return False
+    if inner.numel() == 0:
+        return True
+    low = high = inner.storage_offset()
+    for size, stride in zip(inner._shape, inner.stride()):
+        reach = (size - 1) * stride
+        low, high = (low + reach, high) if stride < 0 else (low, high + reach)
+    start = outer.storage_offset()
+    return start <= low and high < start + outer.numel()
 
 
 class _OutputAnalysis:
@@ -158,12 +227,15 @@ class _OutputAnalysis:
                 continue
             sid = id(o._get_storage())
             k = input_storage.get(sid)
-            if k is None:
-                groups.setdefault(sid, []).append(i)
-            elif o is args[k] or o is proxies[k]:
-                self.plan[i] = (OUT_INPUT, k, None)
-            else:
-                self.plan[i] = (OUT_VIEW, k, _replayer(o, args[k]))
+            if k is not None:
+                if o is args[k] or o is proxies[k]:
+                    self.plan[i] = (OUT_INPUT, k, None)
+                    continue
+                root = _history_root(o)
+                if not o._requires_grad or root is args[k] or root is proxies[k]:
+                    self.plan[i] = (OUT_VIEW, k, _replayer(o, args[k]))
+                    continue
+            groups.setdefault(sid, []).append(i)
         for members in groups.values():
             self._plan_group(flat_out, members)
 
@@ -175,15 +247,34 @@ class _OutputAnalysis:
         return j
 
     def _plan_group(self, flat_out: list, members: list[int]) -> None:
-        """Outputs sharing one storage: the graph returns their base once, the wrapper makes
-        each output from it (a detached alias too, which is no view but shares the storage)."""
-        tensors = [flat_out[i] for i in members]
-        first = tensors[0]
-        same_object = all(t is first for t in tensors)
-        base = first if same_object or first._base is None else first._base
-        j = self.graph_index(base)
-        for i, t in zip(members, tensors):
-            replay = _replayer(t, base)
+        """Outputs sharing one storage: the graph returns the tensors they are views of (one,
+        unless some output's history does not go through it), and the wrapper makes each
+        output from its source. An output that needs no grad is made from a returned tensor
+        it was viewed from or whose memory holds it (a detached alias), else from its base."""
+        roots: list[Tensor] = []
+        sources: dict[int, Tensor] = {}
+        for i in members:
+            t = flat_out[i]
+            if t._requires_grad:
+                sources[i] = _history_root(t)
+                if not any(sources[i] is r for r in roots):
+                    roots.append(sources[i])
+        for i in members:
+            t = flat_out[i]
+            if i in sources:
+                continue
+            chain = _ancestors(t)
+            source = next((a for a in chain if any(a is r for r in roots)), None)
+            if source is None:
+                source = next((r for r in roots if _covers(r, t)), None)
+            if source is None:
+                source = chain[-1]
+                roots.append(source)
+            sources[i] = source
+        for i in members:
+            t, source = flat_out[i], sources[i]
+            j = self.graph_index(source)
+            replay = _replayer(t, source)
             self.plan[i] = (OUT_GRAPH, j, None) if replay is None else (OUT_VIEW, -j - 1, replay)
 
 
@@ -199,7 +290,8 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
     mode_ref.append(mode)
     flat_args, in_spec = tree_flatten((args, kwargs))
     positions = [i for i, a in enumerate(flat_args) if isinstance(a, Tensor)]
-    prev = state.grad_enabled[0]
+    state = per_thread.state
+    prev = state.grad_enabled
     try:
         with mode:
             proxies = []
@@ -233,7 +325,7 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
                                      [proxies[k] for k in grad_primals])  # fmt: skip
             mode.output(tuple(results))
     finally:
-        state.grad_enabled[0] = prev
+        state.grad_enabled = prev
     for clone_node, placeholder in clones:
         clone_node.replace_all_uses_with(placeholder)
         graph.erase_node(clone_node)
@@ -271,11 +363,23 @@ def _arguments_for_fn(mode: TracingMode, proxies: list, with_grad: bool):
     return args, clones
 
 
+def tangent_example(output: Tensor) -> Tensor:
+    """How the backward graph sees the gradient of ``output``: laid out like it when that layout
+    is dense, else (an expanded or overlapping output) with the dense strides ``empty_like``
+    would give, since a gradient holds a value per element and backends compile for the
+    example's strides."""
+    shape, stride = tuple(output._shape), tuple(output.stride())
+    if is_non_overlapping_and_dense(shape, stride):
+        return output
+    dense = preserved_strides(shape, stride, None, "tangent")
+    return make_fake(shape, output._dtype, output._device, dense)
+
+
 def _backward(mode: TracingMode, diff_outs: list, diff_inputs: list) -> list:
     """Tangent placeholders for ``diff_outs`` and the traced gradients of ``diff_inputs``."""
     tangents = []
     for j, o in enumerate(diff_outs):
-        t = mode.placeholder(f"tangents_{j + 1}", o)
+        t = mode.placeholder(f"tangents_{j + 1}", tangent_example(o))
         mode.node_of(t).meta["aot_role"] = "tangent"
         t._requires_grad = False
         tangents.append(t)

@@ -5,19 +5,56 @@ early and runs hooks in the order PyTorch users expect. Gradients arriving at a 
 per output; before they are stored they are reduced to the receiving tensor's shape and cast to
 its dtype (so derivative formulas may return broadcast-shaped or promoted gradients). With
 ``create_graph`` the formulas run with grad mode on and the gradients carry their own history.
+
+A backward runs in the calling thread, under that thread's grad mode. Several threads may run
+backward passes at once (through shared parameters): adding into a leaf's ``.grad`` is done
+under a lock, as PyTorch's AccumulateGrad does, so no thread's contribution is lost.
 """
 
 from __future__ import annotations
 
 import heapq
+import threading
 import warnings
 
-from ..runtime import state
+from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 from .anomaly import anomaly_state, run_node
 from .graph import AccumulateGrad, Node, grad_accumulator
 
-__all__ = ["run_backward", "backward", "grad"]
+__all__ = ["run_backward", "backward", "grad", "ExecutionEngine", "execution_engine"]
+
+
+class ExecutionEngine:
+    """``Variable._execution_engine``: lets code running inside a backward pass (a gradient
+    hook) queue a callback that runs once that pass has finished -- DDP waits for its last
+    bucket there, fully_shard reduce-scatters gradients of parameters no hook announced."""
+
+    def __init__(self):
+        self._local = threading.local()
+
+    def _stack(self) -> list:
+        stack = getattr(self._local, "callbacks", None)
+        if stack is None:
+            stack = self._local.callbacks = []
+        return stack
+
+    def queue_callback(self, callback) -> None:
+        stack = self._stack()
+        if not stack:
+            raise RuntimeError("Final callbacks can only be installed during backward pass.")
+        stack[-1].append(callback)
+
+    def _run_callbacks(self, callbacks: list) -> None:
+        # a callback may queue more: run until none is left, in the order they were queued
+        while callbacks:
+            callbacks.pop(0)()
+
+
+execution_engine = ExecutionEngine()
+
+# held while a gradient is added into a leaf's ``.grad`` (read, add, store back)
+_accumulate_lock = threading.RLock()
 
 
 def _root_edge(t: Tensor, i: int):
@@ -171,8 +208,12 @@ def run_backward(
             heapq.heappush(ready, (-node.sequence_nr, id(node), node))
 
     anomaly = anomaly_state[0]
-    prev_grad_mode = state.grad_enabled[0]
-    state.grad_enabled[0] = create_graph
+    state = per_thread.state  # the backward runs in the calling thread, under its grad mode
+    prev_grad_mode = state.grad_enabled
+    state.grad_enabled = create_graph
+    callback_stack = execution_engine._stack()
+    callbacks: list = []
+    callback_stack.append(callbacks)
     try:
         while ready:
             _, _, node = heapq.heappop(ready)
@@ -218,8 +259,10 @@ def run_backward(
                 deps[nxt] -= 1
                 if deps[nxt] == 0:
                     heapq.heappush(ready, (-nxt.sequence_nr, id(nxt), nxt))
+        execution_engine._run_callbacks(callbacks)
     finally:
-        state.grad_enabled[0] = prev_grad_mode
+        callback_stack.pop()
+        state.grad_enabled = prev_grad_mode
 
     if inputs is not None and not accumulate:
         for k, g in enumerate(captured):
@@ -262,21 +305,17 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool) -> None:
                 g = out
     if not create_graph:
         g = g.detach()
-    if leaf._grad is None:
-        if (
-            g._base is not None
-            or not g.is_contiguous()
-            or g._storage is not None
-            and _shares(g, leaf)
-        ):
-            g = g.clone()
-        leaf._grad = g
-    elif create_graph or state.grad_enabled[0]:
-        leaf._grad = leaf._grad + g
-    else:
-        from .grad_mode import no_grad
-
-        with no_grad():
+    with _accumulate_lock:
+        if leaf._grad is None:
+            if (
+                g._base is not None
+                or not g.is_contiguous()
+                or g._storage is not None
+                and _shares(g, leaf)
+            ):
+                g = g.clone()
+            leaf._grad = g
+        else:  # with history only under create_graph (grad mode here is create_graph)
             leaf._grad = leaf._grad + g
     if leaf._post_accumulate_hooks:
         for hook in list(leaf._post_accumulate_hooks):

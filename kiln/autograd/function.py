@@ -7,7 +7,7 @@ counters so in-place changes after saving are reported like any other saved tens
 
 from __future__ import annotations
 
-from ..runtime import state
+from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 from .graph import _RELEASED_MSG, Node, grad_accumulator
 
@@ -121,8 +121,9 @@ class Function(metaclass=_FunctionMeta):
         ctx = FunctionCtx()
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
         uses_setup = cls.setup_context is not Function.setup_context
-        prev = state.grad_enabled[0]
-        state.grad_enabled[0] = False
+        state = per_thread.state
+        prev = state.grad_enabled
+        state.grad_enabled = False
         try:
             if uses_setup:
                 out = cls.forward(*args, **kwargs)
@@ -130,7 +131,7 @@ class Function(metaclass=_FunctionMeta):
             else:
                 out = cls.forward(ctx, *args, **kwargs)
         finally:
-            state.grad_enabled[0] = prev
+            state.grad_enabled = prev
         if not (prev and any(ctx.needs_input_grad)):
             return out
         positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]

@@ -1,7 +1,9 @@
 """Grad-mode context managers: ``no_grad``, ``enable_grad``, ``set_grad_enabled``, ``inference_mode``.
 
-Each works as a context manager and as a decorator, as in PyTorch. The flag itself lives in
-``kiln.runtime.state`` so the dispatcher reads it without importing autograd.
+Each works as a context manager and as a decorator, as in PyTorch. The flag itself lives in the
+calling thread's ``kiln.runtime.state.ThreadState`` (so the dispatcher reads it without
+importing autograd): as in PyTorch, grad mode is per thread and a new thread starts with
+gradients enabled.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 
-from ..runtime import state
+from ..runtime.state import per_thread
 
 __all__ = [
     "no_grad",
@@ -23,7 +25,7 @@ __all__ = [
 
 def set_grad_enabled_node(mode: bool) -> None:
     """Graph node target: switch grad mode where a traced region entered/left a grad-mode block."""
-    state.grad_enabled[0] = mode
+    per_thread.state.grad_enabled = mode
 
 
 def _record(mode: bool) -> None:
@@ -32,7 +34,7 @@ def _record(mode: bool) -> None:
     Kiln's own functions (``F.batch_norm``'s running-stat update under ``no_grad``) run for real
     while being traced; without this the graph would replay their ops with grad enabled.
     """
-    for m in reversed(state.mode_stack):
+    for m in reversed(per_thread.state.mode_stack):
         record = getattr(m, "record_grad_mode", None)
         if record is not None:
             record(mode)
@@ -40,27 +42,38 @@ def _record(mode: bool) -> None:
 
 
 def is_grad_enabled() -> bool:
-    return state.grad_enabled[0]
+    return per_thread.state.grad_enabled
 
 
 def is_inference_mode_enabled() -> bool:
-    return state.inference_mode_enabled[0]
+    return per_thread.state.inference_mode
+
+
+def _switch(owner, mode: bool) -> None:
+    """Set this thread's grad mode to ``mode``, remembering the previous one on ``owner``."""
+    state = per_thread.state
+    owner._prev = state.grad_enabled
+    state.grad_enabled = mode
+    if state.mode_stack and owner._prev != mode:
+        _record(mode)
+
+
+def _restore(prev: bool) -> None:
+    state = per_thread.state
+    if state.mode_stack and state.grad_enabled != prev:
+        _record(prev)
+    state.grad_enabled = prev
 
 
 class _GradModeBase:
     _target = True
 
     def __enter__(self):
-        self._prev = state.grad_enabled[0]
-        state.grad_enabled[0] = self._target
-        if state.mode_stack and self._prev != self._target:
-            _record(self._target)
+        _switch(self, self._target)
         return self
 
     def __exit__(self, *exc):
-        if state.mode_stack and state.grad_enabled[0] != self._prev:
-            _record(self._prev)
-        state.grad_enabled[0] = self._prev
+        _restore(self._prev)
         return False
 
     def __call__(self, fn):
@@ -121,18 +134,13 @@ class set_grad_enabled(_GradModeBase):  # noqa: N801
 
     def __init__(self, mode: bool):
         self._target = bool(mode)
-        self._prev = state.grad_enabled[0]
-        state.grad_enabled[0] = self._target
-        if state.mode_stack and self._prev != self._target:
-            _record(self._target)
+        _switch(self, self._target)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        if state.mode_stack and state.grad_enabled[0] != self._prev:
-            _record(self._prev)
-        state.grad_enabled[0] = self._prev
+        _restore(self._prev)
         return False
 
     def clone(self):
@@ -147,12 +155,13 @@ class inference_mode(_GradModeBase):  # noqa: N801
         self._mode = mode
 
     def __enter__(self):
-        self._prev_inf = state.inference_mode_enabled[0]
-        state.inference_mode_enabled[0] = self._mode
+        state = per_thread.state
+        self._prev_inf = state.inference_mode
+        state.inference_mode = self._mode
         return super().__enter__()
 
     def __exit__(self, *exc):
-        state.inference_mode_enabled[0] = self._prev_inf
+        per_thread.state.inference_mode = self._prev_inf
         return super().__exit__(*exc)
 
     def clone(self):

@@ -12,13 +12,14 @@ from __future__ import annotations
 import itertools
 import weakref
 
-from ..runtime import state
+from ..runtime.state import per_thread
 from ..runtime.tensor import Size, Tensor
 from .anomaly import anomaly_state, forward_stack
 
 __all__ = ["Node", "OpBackward", "AccumulateGrad", "SavedMeta", "grad_accumulator"]
 
 _sequence = itertools.count()
+_ACCUMULATE_FIRST = 1 << 62
 
 _RELEASED_MSG = (
     "Trying to backward through the graph a second time (or directly access saved tensors after "
@@ -249,7 +250,7 @@ class OpBackward(Node):
         if self._released:
             raise RuntimeError(_RELEASED_MSG)
         out = self._out
-        if out is None or not state.grad_enabled[0]:
+        if out is None or not per_thread.state.grad_enabled:
             return out
         # under create_graph the saved output must carry this node as its history
         if isinstance(out, tuple):
@@ -328,6 +329,10 @@ class AccumulateGrad(Node):
 
     def __init__(self, variable: Tensor):
         super().__init__(())
+        # above every other node (PyTorch gives these UINT64_MAX): the engine accumulates a
+        # leaf's gradient, and runs its hooks, as soon as it is complete -- DDP starts a
+        # bucket's all-reduce there, while the rest of backward still runs
+        self.sequence_nr += _ACCUMULATE_FIRST
         self.variable = variable
 
     def apply(self, grad_outputs: tuple) -> tuple:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import warnings
 
 from ..runtime.tensor import Tensor
+from .engine import execution_engine
 
 __all__ = ["Variable"]
 
@@ -19,7 +20,12 @@ class _VariableMeta(type):
 
 
 class Variable(metaclass=_VariableMeta):
-    """``Variable(data, requires_grad=False, volatile=False)`` -> a detached alias of ``data``."""
+    """``Variable(data, requires_grad=False, volatile=False)`` -> a detached alias of ``data``.
+
+    ``Variable._execution_engine.queue_callback(fn)`` runs ``fn`` when the current backward pass
+    ends (PyTorch's hook for work that must follow every gradient, such as DDP's)."""
+
+    _execution_engine = execution_engine
 
     def __new__(cls, data: Tensor | None = None, requires_grad: bool = False, volatile=False):
         if volatile:

@@ -162,7 +162,7 @@ class _Kiln(_Library):
     def reset(self) -> None:
         self.lib.dynamo.reset()
         # the warm compile must read the on-disk cache, not graphs this process still holds
-        from ..inductor.codegen.cpu import clear_memory_cache
+        from ..inductor.codegen.graph_index import clear_memory_cache
 
         clear_memory_cache()
 

@@ -9,6 +9,7 @@ consumes and produces.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 from bytecode import Bytecode, Instr, Label, SetLineno, TryBegin, TryEnd
@@ -37,7 +38,7 @@ class FrameCode:
     """A code object's instructions with jump, region, loop and liveness tables."""
 
     def __init__(self, code):
-        self.code = code
+        # no reference to ``code`` kept: the cache below is weak in its code objects
         bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
         self.argnames = list(bc.argnames)
         self.instructions: list[Instr] = []
@@ -216,7 +217,9 @@ def break_stack_effect(instr: Instr) -> tuple[int, int] | None:
     return consumed, produced
 
 
-_CACHE: dict = {}
+# code -> its analysis, dropped with the code: a function made at run time (``exec``, a resume
+# function no longer called) must not keep its analysis for the rest of the process
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def frame_code(code) -> FrameCode:

@@ -6,6 +6,11 @@ the frame's own signature); on a hit run the entry's transformed function (same 
 and defaults); on a miss capture a new entry. Resume functions get the same treatment through a
 "resume caller" the transformed code calls. The hot path is a loop, a guard call and a call:
 logging, ``inspect`` and failure explanations happen only on misses.
+
+Compiled functions may be called from several threads at once. A hit reads the entry list
+without a lock (entries are only ever appended); a miss takes ``compile_lock``, looks again
+(another thread may have compiled the entry meanwhile) and only then captures, so one signature
+is compiled once. Capturing uses the calling thread's grad mode, autocast and mode stack only.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from typing import Any
 
 from ..nn.modules.module import Module
 from ..runtime import logs as klog
+from ..runtime.state import compile_lock
 from ..runtime.tensor import Tensor
 from . import config
 from .backends import lookup
 from .bytecode_analysis import clear_cache as _clear_frame_code
 from .convert_frame import CaptureResult, EagerFrame, convert_frame
+from .ddp_graph_split import split_for_ddp
 from .exc import GraphBreakError, InvalidBackend
 from .guards import signature_source
 from .resume import clear_cache as _clear_resume
@@ -84,9 +91,12 @@ class CompileContext:
         verify_setting(self.options)  # a bad value is an error of this call, not of a capture
         self.mode = mode
         self.listeners: list = []
-        self.caches: list[FrameCache] = []
-        self._wrappers: dict[int, tuple[Callable, Callable]] = {}
-        self._resume_callers: dict[tuple, Callable] = {}
+        # Held weakly: a frame cache lives as long as its wrapper (and so its compiled graphs
+        # and their machine code); a process compiling a fresh closure every step must not keep
+        # every step's graphs. ``reset`` reaches the live ones through this set.
+        self.caches: weakref.WeakSet[FrameCache] = weakref.WeakSet()
+        # resume code -> its caller, alive while some transformed code (which calls it) is
+        self._resume_callers: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._graph_counter = 0
         _CONTEXTS.add(self)
 
@@ -100,17 +110,30 @@ class CompileContext:
         (compiled on its own, like a resume function)."""
         if fn.__dict__.get("_kiln_disabled"):
             return fn
-        entry = self._wrappers.get(id(fn))
-        if entry is None or entry[0] is not fn:
-            entry = (fn, _compiled_function(fn, self, split))
-            self._wrappers[id(fn)] = entry
-        return entry[1]
+        # Kept on ``fn`` itself, not in the context: the wrapper refers to ``fn``, so a table
+        # here would keep every function ever compiled (and its graphs) alive; this way fn and
+        # wrapper are collected together once the program drops both. The table names its
+        # function: ``functools.wraps`` copies it into another function's ``__dict__``.
+        table = fn.__dict__.get("_kiln_wrappers")
+        if table is None or table[0]() is not fn:
+            table = fn.__dict__["_kiln_wrappers"] = (weakref.ref(fn), {})
+        wrappers = table[1]
+        wrapper = wrappers.get(id(self))
+        if wrapper is None or wrapper._kiln_context is not self:
+            with compile_lock:  # threads wrapping one function at once make one wrapper
+                wrapper = wrappers.get(id(self))
+                if wrapper is None or wrapper._kiln_context is not self:
+                    wrapper = wrappers[id(self)] = _compiled_function(fn, self, split)
+        return wrapper
 
     def resume_caller(self, code: types.CodeType, f_globals: dict) -> Callable:
         key = (code, id(f_globals))
         caller = self._resume_callers.get(key)
         if caller is None:
-            caller = self._resume_callers[key] = _resume_caller(code, f_globals, self)
+            with compile_lock:
+                caller = self._resume_callers.get(key)
+                if caller is None:
+                    caller = self._resume_callers[key] = _resume_caller(code, f_globals, self)
         return caller
 
     def compile_graph(self, gm, example_inputs: list, name: str) -> Callable:
@@ -128,17 +151,20 @@ class CompileContext:
         repro_dir = os.environ.get("KILN_REPRO") or None
         reference = snapshot_graph(gm) if verify or repro_dir else None
 
-        def run_backend(graph, inputs):
+        def run_backend(graph_module, inputs) -> Callable:
             if _accepts_options(compiler_fn):
-                compiled = compiler_fn(graph, inputs, options=dict(options))
+                compiled = compiler_fn(graph_module, inputs, options=dict(options))
             else:
-                compiled = compiler_fn(graph, inputs)
+                compiled = compiler_fn(graph_module, inputs)
             if not callable(compiled):
                 raise TypeError(f"backend returned {type(compiled).__name__}, not a callable")
             return compiled
 
         try:
-            compiled = run_backend(gm, example_inputs)
+            # a graph reading DDP's parameters compiles in bucket-sized pieces (overlap)
+            compiled = split_for_ddp(gm, example_inputs, run_backend)
+            if compiled is None:
+                compiled = run_backend(gm, example_inputs)
         except Exception as e:
             message = (
                 f"backend {self.backend_name!r} failed to compile {name} "
@@ -207,7 +233,7 @@ class FrameCache:
         # argument shapes compiled for, and new ones seen once (run eagerly): see ``capture``
         self.shapes_compiled: set[tuple] = set()
         self.shapes_seen: set[tuple] = set()
-        ctx.caches.append(self)
+        ctx.caches.add(self)
 
     def clear(self) -> None:
         self.entries.clear()
@@ -302,6 +328,17 @@ class FrameCache:
                 on_guards(guard.guards)
 
 
+def _recheck(entries: list, closure, args: tuple, kwargs: dict):
+    """The run function of the first entry whose guard passes, or None."""
+    for guard, run in entries:
+        try:
+            if guard(closure, *args, **kwargs):
+                return run
+        except TypeError:  # the arguments do not bind: capture says so, then ``fn`` raises
+            return None
+    return None
+
+
 def _shape_key(args: tuple, kwargs: dict) -> tuple:
     """The shapes of the tensor arguments (also inside lists and tuples): what a new-shape
     miss is remembered by."""
@@ -335,6 +372,18 @@ def _compiled_function(
     signature = None
 
     def miss(args: tuple, kwargs: dict):
+        if cache.eager_reason is not None:
+            return fn(*args, **kwargs)
+        with compile_lock:
+            run = _recheck(entries, closure, args, kwargs)  # compiled by another thread?
+            if run is None:
+                run = capture(args, kwargs)
+        if run is not None:
+            return run(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    def capture(args: tuple, kwargs: dict):
+        """A new entry's function (added to the cache), or None: run ``fn`` eagerly."""
         nonlocal signature
         if cache.eager_reason is None:
             if signature is None:
@@ -347,7 +396,7 @@ def _compiled_function(
             try:
                 bound = signature.bind(*args, **kwargs)
             except TypeError:
-                return fn(*args, **kwargs)  # Python raises the same TypeError
+                return None  # ``fn`` raises Python's own TypeError
             bound.apply_defaults()
             result = cache.capture(closure, dict(bound.arguments), args, kwargs)
             if result is not None:
@@ -357,8 +406,8 @@ def _compiled_function(
                 run.__kwdefaults__ = fn.__kwdefaults__
                 params, defaults = signature_source(code, fn.__defaults__, fn.__kwdefaults__)
                 cache.add(result, params, defaults, run)
-                return run(*args, **kwargs)
-        return fn(*args, **kwargs)
+                return run
+        return None
 
     def compiled(*args, **kwargs):
         if STANCE[0] is not _DEFAULT_STANCE:
@@ -399,6 +448,7 @@ def _compiled_function(
         return miss(args, kwargs)
 
     functools.update_wrapper(compiled, fn)
+    compiled.__dict__.pop("_kiln_wrappers", None)  # fn's own table, not the wrapper's
     compiled._kiln_original = fn
     compiled._kiln_cache = cache
     compiled._kiln_context = ctx
@@ -416,9 +466,23 @@ def _resume_caller(code: types.CodeType, f_globals: dict, ctx: CompileContext) -
         return types.FunctionType(code, f_globals, code.co_name, None, closure)
 
     def miss(closure, args: tuple):
+        run = None
+        if cache.eager_reason is None:
+            with compile_lock:
+                for guard, entry_run in entries:  # compiled by another thread meanwhile?
+                    if guard(closure, *args):
+                        run = entry_run
+                        break
+                else:
+                    run = capture(closure, args)
+        if run is None:
+            return function(closure)(*args)
+        return run(*args) if closure is None else run(closure, *args)
+
+    def capture(closure, args: tuple):
         result = cache.capture(closure, dict(zip(names, args)), args, {})
         if result is None:
-            return function(closure)(*args)
+            return None
         if closure is None:
             run = types.FunctionType(result.code, f_globals, code.co_name)
         else:
@@ -427,7 +491,7 @@ def _resume_caller(code: types.CodeType, f_globals: dict, ctx: CompileContext) -
                 return types.FunctionType(_code, f_globals, code.co_name, None, closure)(*args)
 
         cache.add(result, params, {}, run)
-        return run(*args) if closure is None else run(closure, *args)
+        return run
 
     if code.co_freevars:
 
@@ -524,9 +588,10 @@ def _context_for(backend, fullgraph, dynamic, options, mode) -> CompileContext:
         backend if isinstance(backend, str) else id(backend),
         fullgraph, dynamic, mode, repr(sorted((options or {}).items())),
     )  # fmt: skip
-    ctx = _SHARED_CONTEXTS.get(key)
-    if ctx is None or (not isinstance(backend, str) and ctx.backend is not backend):
-        ctx = _SHARED_CONTEXTS[key] = CompileContext(backend, fullgraph, dynamic, options, mode)
+    with compile_lock:  # threads compiling with equal settings share the one context
+        ctx = _SHARED_CONTEXTS.get(key)
+        if ctx is None or (not isinstance(backend, str) and ctx.backend is not backend):
+            ctx = _SHARED_CONTEXTS[key] = CompileContext(backend, fullgraph, dynamic, options, mode)
     return ctx
 
 
@@ -595,8 +660,9 @@ def compile_in_context(fn: Callable, ctx: CompileContext) -> Any:
 def reset() -> None:
     """Forget every compiled entry (all contexts) and the capture caches; the next call of any
     compiled function captures again. Also ``kiln.compiler.reset()``."""
-    for ctx in list(_CONTEXTS):
-        for cache in ctx.caches:
-            cache.clear()
-    _clear_frame_code()
-    _clear_resume()
+    with compile_lock:  # not while another thread captures into one of the caches
+        for ctx in list(_CONTEXTS):
+            for cache in ctx.caches:
+                cache.clear()
+        _clear_frame_code()
+        _clear_resume()

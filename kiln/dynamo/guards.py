@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..runtime import dtypes as _dtypes
-from ..runtime import state as _state
+from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 from .sources import HoistingNamespace, Source
 from .variables.base import is_constant_value
@@ -149,20 +149,20 @@ class GuardSet:
         self._add(f"{key!r} not in {self.ns.ref(source)}", f"{key!r} not in {source.name()}")
 
     def global_state(self) -> None:
-        """Grad mode, the default dtype and autocast: they change what eager code would do."""
-        grad = self.ns.name_of(_state.grad_enabled, "grad_enabled")
+        """Grad mode, the default dtype and autocast: they change what eager code would do.
+        Grad mode and autocast are read from the calling thread's state, as eager code would."""
+        state = per_thread.state
+        local = self.ns.name_of(per_thread, "per_thread")
         dflt = self.ns.name_of(_dtypes._default_dtype, "default_dtype")
         current = _dtypes.get_default_dtype()
-        self._add(
-            f"{grad}[0] is {_state.grad_enabled[0]}", f"grad mode is {_state.grad_enabled[0]}"
-        )
+        grad = state.grad_enabled
+        self._add(f"{local}.state.grad_enabled is {grad}", f"grad mode is {grad}")
         self._add(
             f"{dflt}[0] is {self.ns.name_of(current, 'dtype')}", f"default dtype is {current}"
         )
-        autocast = self.ns.name_of(_state.autocast, "autocast")
-        config = _state.autocast[0]
+        config = state.autocast
         expected = "None" if config is None else self.ns.name_of(config, "autocast_config")
-        self._add(f"{autocast}[0] is {expected}", f"autocast is {config or 'off'}")
+        self._add(f"{local}.state.autocast is {expected}", f"autocast is {config or 'off'}")
 
     def _distinct_guard(self) -> None:
         srcs = self._distinct

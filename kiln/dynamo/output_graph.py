@@ -16,7 +16,7 @@ from ..autograd.grad_mode import set_grad_enabled_node
 from ..ir import Graph, GraphModule
 from ..ir.tracer import TracingMode
 from ..runtime import logs as klog
-from ..runtime import state
+from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 from . import config
 from .exc import unsupported
@@ -31,34 +31,36 @@ def _restoring_grad_mode(compiled):
     """A graph that switches grad mode must not leave it switched if it raises half-way."""
 
     def run(*args):
-        saved = state.grad_enabled[0]
+        state = per_thread.state
+        saved = state.grad_enabled
         try:
             return compiled(*args)
         except BaseException:
-            state.grad_enabled[0] = saved
+            state.grad_enabled = saved
             raise
 
     return run
 
 
-def _with_state(slot: list, value, fn, *args):
-    """``fn(*args)`` with the global ``slot`` (grad mode, autocast) set to ``value``, then
-    restored."""
-    saved = slot[0]
-    slot[0] = value
+def _with_state(name: str, value, fn, *args):
+    """``fn(*args)`` with the calling thread's ``name`` (``grad_enabled``, ``autocast``) set to
+    ``value``, then restored."""
+    state = per_thread.state
+    saved = getattr(state, name)
+    setattr(state, name, value)
     try:
         return fn(*args)
     finally:
-        slot[0] = saved
+        setattr(state, name, saved)
 
 
 def _with_grad_enabled(fn, *args):
     """``fn(*args)`` with grad mode on (see ``OutputGraph.compile``)."""
-    return _with_state(state.grad_enabled, True, fn, *args)
+    return _with_state("grad_enabled", True, fn, *args)
 
 
 def _without_autocast(fn, *args):
-    return _with_state(state.autocast, None, fn, *args)
+    return _with_state("autocast", None, fn, *args)
 
 
 def _running_without_autocast(compiled):
@@ -92,10 +94,11 @@ class OutputGraph:
         self.guards = GuardSet()
         self.guards.global_state()
         self.side_effects = SideEffects()
-        self.grad_enabled = state.grad_enabled[0]
+        state = per_thread.state  # the capturing thread's: the frame was called in it
+        self.grad_enabled = state.grad_enabled
         self.entry_grad_enabled = self.grad_enabled  # the mode the frame was called in
         # the autocast configuration ops are traced under; the graph records their casts
-        self.autocast = state.autocast[0]
+        self.autocast = state.autocast
         self._autocast_at_entry = self.autocast
         self.inputs: list[tuple[Source, Tensor]] = []
         self._input_vts: dict[int, Any] = {}

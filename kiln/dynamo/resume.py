@@ -13,6 +13,7 @@ a resume function maps back to the original code, so a frame never grows a tower
 from __future__ import annotations
 
 import types
+import weakref
 
 from bytecode import Bytecode, CellVar, CompilerFlags, FreeVar, Instr, Label
 
@@ -20,9 +21,11 @@ from . import bytecode_versions as bv
 
 __all__ = ["resume_code", "original_position", "clear_cache", "is_resume_code"]
 
-_CACHE: dict[tuple, types.CodeType] = {}
-# resume code -> (original code, prologue length in the resume, prologue length stripped)
-_ORIGIN: dict[types.CodeType, tuple[types.CodeType, int, int]] = {}
+# Both tables are weak in their code objects, so resume codes go when the code they resume (or
+# they themselves) are gone. original code -> {(target, stack shape, live locals): resume code}
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# resume code -> (original code (weakly), prologue length in the resume, prologue length stripped)
+_ORIGIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def is_resume_code(code: types.CodeType) -> bool:
@@ -32,9 +35,10 @@ def is_resume_code(code: types.CodeType) -> bool:
 def original_position(code: types.CodeType, index: int) -> tuple[types.CodeType, int]:
     """``(original code, instruction index)`` for instruction ``index`` of ``code``."""
     origin = _ORIGIN.get(code)
-    if origin is None:
+    original = origin[0]() if origin is not None else None
+    if original is None:
         return code, index
-    original, added, stripped = origin
+    _, added, stripped = origin
     return original, index - added + stripped
 
 
@@ -43,8 +47,11 @@ def resume_code(
 ) -> types.CodeType:
     """The code of ``original`` resumed at instruction ``target`` with a stack of
     ``len(nulls)`` slots (True = NULL) and the locals ``live`` passed as arguments."""
-    key = (original, target, nulls, live)
-    code = _CACHE.get(key)
+    key = (target, nulls, live)
+    resumes = _CACHE.get(original)
+    if resumes is None:
+        resumes = _CACHE[original] = {}
+    code = resumes.get(key)
     if code is not None:
         return code
     bc = Bytecode.from_code(original, conserve_exception_block_stackdepth=True)
@@ -96,8 +103,8 @@ def resume_code(
     code = new.to_code(
         stacksize=original.co_stacksize + len(nulls) + 1, compute_exception_stack_depths=False
     )
-    _CACHE[key] = code
-    _ORIGIN[code] = (original, len(prologue), stripped)
+    resumes[key] = code
+    _ORIGIN[code] = (weakref.ref(original), len(prologue), stripped)
     return code
 
 

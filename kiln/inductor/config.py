@@ -1,14 +1,21 @@
 """``torch._inductor.config``: the knobs PyTorch scripts set before compiling.
 
 kiln's compiler has few settings of its own (``kiln.compile(options=...)``: ``cpu_codegen``,
-``partitioner``); these module attributes exist so scripts that tune PyTorch's Inductor run
-unchanged. They are read by nothing unless noted: kiln picks its own fusion, tiling and thread
-counts. Assigning a name not listed here works too (it is a module).
+``partitioner``, and the kiln-only knobs at the top here); the other module attributes exist so
+scripts that tune PyTorch's Inductor run unchanged. They are read by nothing unless noted: kiln
+picks its own fusion, tiling and thread counts. Assigning a name not listed here works too (it is
+a module).
 """
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+
+# kiln's own (read): how many bytes the in-memory compiled-graph index may hold, machine code of
+# the graphs' kernels included, before dropping the least recently used. Code a live compiled
+# function still runs is never freed; this bounds what a process keeps for graphs it may compile
+# again, so one that compiles many distinct graphs stays flat.
+compiled_graph_cache_bytes = 16 * 2**20
 
 debug = False
 verbose_progress = False

@@ -15,6 +15,7 @@ import warnings
 from ..ir.tracer import trace
 from ..ops.dispatch import dispatch
 from ..runtime import devices
+from ..runtime.state import compile_lock
 from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_unflatten
 from .codegen.triton_cuda import CudaKernelRuntime
@@ -72,14 +73,20 @@ def run_op(op, args: tuple, dev):
     key = (op.name, _key(args))
     entry = _compiled.get(key)
     if entry is None:
-        _stats["misses"] += 1
-        entry = _compile_single_op(op, template, tensors)
-        _compiled[key] = entry
-        if len(_compiled) > _CACHE_SIZE:
-            _compiled.popitem(last=False)
+        with compile_lock:  # threads missing on one op compile it once
+            entry = _compiled.get(key)
+            if entry is None:
+                _stats["misses"] += 1
+                entry = _compile_single_op(op, template, tensors)
+                _compiled[key] = entry
+                if len(_compiled) > _CACHE_SIZE:
+                    _compiled.popitem(last=False)
     else:
         _stats["hits"] += 1
-        _compiled.move_to_end(key)
+        try:
+            _compiled.move_to_end(key)
+        except KeyError:  # evicted by another thread's miss meanwhile: the entry still works
+            pass
     if entry == "host":
         return devices.run_on_host(op, args, dev)
     compiled, spec = entry

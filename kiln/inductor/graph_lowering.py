@@ -16,7 +16,7 @@ from ..autograd.grad_mode import set_grad_enabled_node
 from ..ops.registry import Op
 from ..runtime.tensor import Tensor
 from .ir import Buffer, GraphContext, InputBuffer, Layout, TensorBox
-from .lowering import CURRENT_CTX, CURRENT_NODE, LOWERINGS, fallback
+from .lowering import CURRENT, LOWERINGS, fallback
 
 __all__ = ["GraphLowering", "LoweredGraph", "REALIZE_SIZE_HINT"]
 
@@ -51,11 +51,11 @@ class GraphLowering:
         self.fallbacks: list = []
 
     def run(self) -> LoweredGraph:
-        saved, CURRENT_CTX[0] = CURRENT_CTX[0], self.ctx
+        saved, CURRENT.ctx = CURRENT.ctx, self.ctx
         try:
             return self._run()
         finally:
-            CURRENT_CTX[0] = saved
+            CURRENT.ctx = saved
 
     def _run(self) -> LoweredGraph:
         graph = self.gm.graph
@@ -109,7 +109,7 @@ class GraphLowering:
         result = None
         if isinstance(out_meta, Tensor) and out_meta.numel() > 1:
             _realize_broadcast_scalars(self.ctx.buffers, args, kwargs)
-        CURRENT_NODE[0] = node
+        CURRENT.node = node
         if lowering is not None:
             try:
                 result = lowering(out_meta, *args, **kwargs)

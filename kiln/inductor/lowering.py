@@ -81,11 +81,20 @@ def _ctx(*xs):
             c = _ctx(*x)
             if c is not None:
                 return c
-    return CURRENT_CTX[0]  # an op without tensor inputs (randperm) builds in the graph's context
+    return CURRENT.ctx  # an op without tensor inputs (randperm) builds in the graph's context
 
 
-# the lowering context of the graph being lowered (set by GraphLowering.run)
-CURRENT_CTX: list = [None]
+class _Current(threading.local):
+    """What this thread is lowering (graphs may be lowered in several threads at once): the
+    graph's lowering context (set by ``GraphLowering.run``) and the graph node being lowered
+    (lowerings that need their inputs' recorded layouts read it)."""
+
+    def __init__(self):
+        self.ctx = None
+        self.node = None
+
+
+CURRENT = _Current()
 
 
 def _finish(value, computed: dt.dtype, out: dt.dtype):
@@ -174,17 +183,60 @@ for _name in (
     "atan2",
     "hypot",
     "copysign",
-    "fmod",
-    "remainder",
     "bitwise_and",
     "bitwise_or",
     "bitwise_xor",
     "bitwise_left_shift",
     "bitwise_right_shift",
-    "pow",
 ):
     if _name in OPS and _name in BINARY_OPS:
         LOWERINGS[OPS[_name]] = _binary(_name)
+
+
+def _check_integer_divisor(out_meta, divisor) -> None:
+    """Integer division by zero raises in eager kiln and PyTorch, but a kernel cannot raise:
+    divisions of integers by tensors (which may hold zeros), or by 0, run the eager kernel."""
+    if out_meta.dtype.is_floating_point:
+        return
+    if isinstance(divisor, TensorBox):
+        raise NotImplementedError("integer division by a tensor (eager checks it for zeros)")
+    if divisor == 0:
+        raise NotImplementedError("integer division by zero (eager raises ZeroDivisionError)")
+
+
+def _integer_checked(name):
+    def lower(out_meta, a, b):
+        _check_integer_divisor(out_meta, b)
+        return _elementwise(out_meta, [a, b], lambda x, y: getattr(ops, name)(x, y))
+
+    return lower
+
+
+LOWERINGS[OPS["remainder"]] = _integer_checked("remainder")
+LOWERINGS[OPS["fmod"]] = _integer_checked("fmod")
+
+
+# PyTorch computes pow(tensor, scalar) of floats with these exponents by their exact forms, not
+# by a general pow: special values follow them (sqrt(-inf) is NaN where C's pow(-inf, 0.5) is
+# inf; 1 / sqrt(-0.0) is -inf), and they are cheaper
+_SCALAR_POWERS = {
+    0.5: lambda v: ops.sqrt(v),
+    -0.5: lambda v: ops.rsqrt(v),
+    2.0: lambda v: ops.mul(v, v),
+    3.0: lambda v: ops.mul(ops.mul(v, v), v),
+    -1.0: lambda v: ops.reciprocal(v),
+    -2.0: lambda v: ops.reciprocal(ops.mul(v, v)),
+}
+
+
+@register_lowering("pow")
+def _pow(out_meta, a, b):
+    d = out_meta.dtype
+    if isinstance(a, TensorBox) and not isinstance(b, TensorBox) and d.is_floating_point:
+        # PyTorch's float16 kernel has only the integral forms (float16 ** 0.5 is C's pow)
+        if b in _SCALAR_POWERS and not (d is dt.float16 and b in (0.5, -0.5)):
+            return _elementwise(out_meta, [a], _SCALAR_POWERS[b])
+    return _elementwise(out_meta, [a, b], lambda x, y: ops.pow(x, y))
 
 
 def _comparison(name):
@@ -244,6 +296,7 @@ def _div(out_meta, a, b, rounding_mode=None):
     c = compute_dtype(out_meta.dtype)
     if rounding_mode is None:
         return _elementwise(out_meta, [a, b], lambda x, y: ops.truediv(x, y), c)
+    _check_integer_divisor(out_meta, b)
     name = {"floor": "floordiv", "trunc": "truncdiv"}[rounding_mode]
     return _elementwise(out_meta, [a, b], lambda x, y: getattr(ops, name)(x, y), c)
 
@@ -282,7 +335,7 @@ def _cast(out_meta, x, dtype):
 @register_lowering("clone", "alias")
 def _clone(out_meta, x, memory_format=None):
     # a copy is the same values; whether they end up in new memory is the scheduler's business
-    same = lowering_matmul.clone_without_copy(x, CURRENT_NODE[0])
+    same = lowering_matmul.clone_without_copy(x, CURRENT.node)
     if same is not None:
         return same
     box = _box(x.ctx, x.shape, x.dtype, x.loader, x)
@@ -639,12 +692,8 @@ def _as_strided(out_meta, x, size, stride, storage_offset=None):
     return box
 
 
-# the graph node being lowered (lowerings that need their inputs' recorded layouts read it)
-CURRENT_NODE: list = [None]
-
-
 def input_meta(i: int):
-    node = CURRENT_NODE[0]
+    node = CURRENT.node
     if node is None or i >= len(node.args):
         return None
     arg = node.args[i]

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from ..runtime import dtypes as dt
 from . import extern_matmul
 from .ir import ExternBuffer, InputBuffer, Layout, TensorBox
-from .lowering import CURRENT_NODE, _ctx, _view, extern, register_lowering
+from .lowering import CURRENT, _ctx, _view, extern, register_lowering
 
 __all__ = ["blas_layout"]
 
@@ -75,7 +75,7 @@ def _consumer_layout(out_meta) -> Layout | None:
     """The 4-d layout a ``bmm``'s result should have, or None: when its one consumer reshapes it
     to ``[B, H, m, n]`` and then only permutes it, the strides that make the permuted tensor
     contiguous (if BLAS can write them)."""
-    node = CURRENT_NODE[0]
+    node = CURRENT.node
     users = list(getattr(node, "users", ()))
     if len(users) != 1 or _name(users[0]) not in ("reshape", "view"):
         return None
@@ -187,8 +187,8 @@ def _extern_inputs(out_meta, kernel: Callable, inputs: list, boxes: list, layout
     """``extern`` with its inputs already chosen as (buffer, layout) views, writing ``layout``."""
     ctx = _ctx(*boxes)
     buf = ExternBuffer(ctx.new_name(), layout, kernel, inputs, {}, "matmul")
-    if CURRENT_NODE[0] is not None:
-        buf.origins = [CURRENT_NODE[0]]
+    if CURRENT.node is not None:
+        buf.origins = [CURRENT.node]
     ctx.buffers.append(buf)
     return TensorBox.of_buffer(buf, ctx)
 

@@ -17,6 +17,7 @@ import os
 import sys
 
 from ..autograd.graph import Node as BackwardNode
+from ..runtime.state import per_thread
 
 __all__ = ["user_source", "node_source", "register_generated", "forget_generated"]
 
@@ -24,7 +25,6 @@ _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 # generated file name -> {line number: (source, source_text)}
 _GENERATED: dict[str, dict[int, tuple[str, str | None]]] = {}
-_PUSHED: list[tuple[str, str | None]] = []
 
 
 def register_generated(filename: str, lines: dict[int, tuple[str, str | None]]) -> None:
@@ -42,8 +42,9 @@ def _is_internal(filename: str) -> bool:
 
 def user_source() -> tuple[str | None, str | None]:
     """``("path/file.py:LINE", "the line's text")`` of the code being traced, or ``(None, None)``."""
-    if _PUSHED:
-        return _PUSHED[-1]
+    pushed = per_thread.state.source_stack  # what this thread's replay pushed
+    if pushed:
+        return pushed[-1]
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
@@ -69,8 +70,9 @@ def node_source(source: str | None, text: str | None = None):
     if source is None:
         yield
         return
-    _PUSHED.append((source, text))
+    pushed = per_thread.state.source_stack
+    pushed.append((source, text))
     try:
         yield
     finally:
-        _PUSHED.pop()
+        pushed.pop()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from ..runtime import dtypes as dt
@@ -23,6 +24,7 @@ from .common import Tensor, compute_np_dtype, pointwise_meta, to_float_dtype, wr
 from .nn_ops import blockwise, new_like, numpy_derivative_ok
 from .numpy_math import np_erf, np_silu, np_softplus
 from .pointwise import where
+from .reductions import torch_type_name
 from .registry import defop
 
 __all__: list[str] = []
@@ -43,8 +45,11 @@ def _relu_kernel(x):
 
 
 relu.register_meta(lambda x: pointwise_meta(x._dtype, x))
-relu.register_derivative(lambda c, g: (g * (c.out > 0),), save_output=True, save_inputs=())
-relu.register_decomposition(lambda x: where(x > 0, x, 0))
+# The backward formulas select between the gradient and zero rather than multiply the gradient by
+# a 0/1 mask: a NaN or inf gradient must not leak into the inactive side (inf * 0 is NaN), and
+# their conditions are PyTorch's, so a NaN input sends the gradient where PyTorch sends it.
+relu.register_derivative(lambda c, g: (where(c.out <= 0, 0, g),), save_output=True, save_inputs=())
+relu.register_decomposition(lambda x: where(x <= 0, 0, x))  # NaN stays NaN
 
 
 @defop(kind="pointwise")
@@ -78,8 +83,8 @@ def _gelu_tanh_body(o, x):
     _gelu_tanh_inner(o, x)
     np.tanh(o, out=o)
     o += 1
+    o *= 0.5  # before x, as PyTorch's 0.5 x (1 + t): 2 x would overflow for the largest x
     o *= x
-    o *= 0.5
 
 
 # erfc by the Chebyshev fit of Numerical Recipes' ``erfcc`` (relative error < 1.2e-7 for every
@@ -339,9 +344,11 @@ def _elu_schema(self: Tensor, alpha: float = 1.0): ...
 elu = _float_unary_decomp_op(
     "elu",
     _elu_schema,
-    lambda a, al: np.where(a > 0, a, al * np.expm1(np.minimum(a, 0))),
-    lambda c, g: (where(c.args[0] > 0, g, g * c.args[1] * c.args[0].exp()),),
-    lambda x, al=1.0: where(x > 0, x, al * x.clamp(max=0).expm1()),
+    lambda a, al: np.where(a > 0, a, al * np.expm1(np.where(a > 0, 0, a))),  # keeps -0.0
+    lambda c, g: (where(c.args[0] <= 0, g * c.args[1] * c.args[0].exp(), g),),
+    # keeps -0.0 (min(x, 0) may not, and LLVM folds where(x > 0, x, f(where(x > 0, 0, x))) of
+    # float16 values into a max that drops it)
+    lambda x, al=1.0: where(x <= 0, al * where(x <= 0, x, 0).expm1(), x),
 )
 
 
@@ -352,7 +359,7 @@ hardtanh = _float_unary_decomp_op(
     "hardtanh",
     _hardtanh_schema,
     lambda a, lo, hi: np.clip(a, lo, hi),
-    lambda c, g: (g * ((c.args[0] > c.args[1]) & (c.args[0] < c.args[2])),),
+    lambda c, g: (where((c.args[0] <= c.args[1]) | (c.args[0] >= c.args[2]), 0, g),),
     lambda x, lo=-1.0, hi=1.0: x.clamp(lo, hi),
 )
 
@@ -381,7 +388,7 @@ hardsigmoid = _float_unary_decomp_op(
     "hardsigmoid",
     _hardsigmoid_schema,
     lambda a: np.clip(a / 6.0 + 0.5, 0.0, 1.0),
-    lambda c, g: (g * ((c.args[0] > -3) & (c.args[0] < 3)) / 6.0,),
+    lambda c, g: (where((c.args[0] > -3) & (c.args[0] < 3), g * (1.0 / 6.0), 0),),
     lambda x: (x / 6.0 + 0.5).clamp(0.0, 1.0),
 )
 
@@ -393,10 +400,75 @@ hardswish = _float_unary_decomp_op(
     "hardswish",
     _hardswish_schema,
     lambda a: a * np.clip(a + 3.0, 0.0, 6.0) / 6.0,
-    lambda c, g: (
-        where(c.args[0] < -3, g * 0, where(c.args[0] > 3, g, g * (2 * c.args[0] + 3) / 6.0)),
-    ),
+    lambda c, g: (where(c.args[0] <= -3, 0, where(c.args[0] < 3, g * (c.args[0] / 3.0 + 0.5), g)),),
     lambda x: x * (x + 3.0).clamp(0.0, 6.0) / 6.0,
+)
+
+
+def _shrink_schema(self: Tensor, lambd: float = 0.5): ...
+
+
+def _shrink_input(x: Tensor, kernel_name: str) -> np.ndarray:
+    if not x._dtype.is_floating_point:
+        raise NotImplementedError(
+            f"\"{kernel_name}\" not implemented for '{torch_type_name(x._dtype)}'"
+        )
+    return x._data.astype(compute_np_dtype(x._dtype), copy=False)
+
+
+def _check_softshrink_lambda(x: Tensor, lambd: float) -> None:
+    if not 0 <= lambd <= float(ml_dtypes.finfo(x._dtype.np).max):
+        largest = float(ml_dtypes.finfo(x._dtype.np).max)
+        raise RuntimeError(
+            f"lambda must be in range [0, {largest:g}] for input dtype "
+            f"{torch_type_name(x._dtype)}, but found {lambd:g}"
+        )
+
+
+def _shrink_grad(c, g):
+    """Zero inside [-lambd, lambd], the gradient outside it and at NaN (PyTorch's rule)."""
+    x, lambd = c.args
+    return (where((x >= -lambd) & (x <= lambd), 0, g),)
+
+
+# hardshrink and softshrink have kernels and derivatives of their own, not just decompositions:
+# autograd through a decomposition's ``where`` would turn an infinite gradient into NaN inside
+# the band (through ``x * 0``) and record ``WhereBackward0`` instead of PyTorch's node names.
+hardshrink = defop(_shrink_schema, name="hardshrink", kind="pointwise")
+
+
+@hardshrink.register_kernel
+def _hardshrink_kernel(x, lambd):
+    a = _shrink_input(x, "hardshrink_cpu")
+    return wrap(np.where((a >= -lambd) & (a <= lambd), a.dtype.type(0), a), x._dtype)
+
+
+hardshrink.register_meta(lambda x, lambd=0.5: pointwise_meta(x._dtype, x))
+hardshrink.register_derivative(_shrink_grad)
+hardshrink.register_decomposition(
+    lambda x, lambd=0.5: where((x >= -lambd) & (x <= lambd), 0.0, x)  # NaN passes through
+)
+
+softshrink = defop(_shrink_schema, name="softshrink", kind="pointwise")
+
+
+@softshrink.register_kernel
+def _softshrink_kernel(x, lambd):
+    a = _shrink_input(x, "softshrink_check")
+    _check_softshrink_lambda(x, lambd)
+    inside = np.where(a < -lambd, a + lambd, a * 0)  # a * 0: NaN stays NaN
+    return wrap(np.where(a > lambd, a - lambd, inside), x._dtype)
+
+
+@softshrink.register_meta
+def _softshrink_meta(x, lambd=0.5):
+    _check_softshrink_lambda(x, lambd)
+    return pointwise_meta(x._dtype, x)
+
+
+softshrink.register_derivative(_shrink_grad)
+softshrink.register_decomposition(
+    lambda x, lambd=0.5: where(x > lambd, x - lambd, where(x < -lambd, x + lambd, x * 0))
 )
 
 

@@ -21,7 +21,7 @@ from ..runtime.memory_format import (
 )
 from ..runtime.tensor import Size, Tensor, contiguous_strides, make_fake, wrap_array
 from .common import checked_scalar, writes_out
-from .creation import logspace_values
+from .creation import check_size, logspace_values
 from .registry import OPS, torch_function
 
 __all__ = [
@@ -77,7 +77,13 @@ def _size(args, fn: str = "zeros") -> tuple:
                 f"{fn}(): argument 'size' failed to unpack the object at pos {i + 1} with error "
                 f'"type must be tuple of ints,but got {type(s).__name__}"'
             )
-        out.append(s.__index__())
+        value = s.__index__()
+        if not -(2**63) <= value < 2**63:  # PyTorch's parser reads sizes as int64
+            raise TypeError(
+                f"{fn}(): argument 'size' failed to unpack the object at pos {i + 1} with error "
+                '"Overflow when unpacking long long"'
+            )
+        out.append(value)
     return tuple(out)
 
 
@@ -314,8 +320,11 @@ def scalar_tensor(value, *, dtype=None, device=None, requires_grad=False) -> Ten
 def zeros(
     *size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:
+    shape = _size(size, "zeros")
+    if any(s < 0 for s in shape):
+        raise RuntimeError("zeros: Dimension size must be non-negative.")
     return _finish(
-        OPS["full"](_size(size, "zeros"), 0, dtype=dtype or dt.get_default_dtype(), device=device),
+        OPS["full"](shape, 0, dtype=dtype or dt.get_default_dtype(), device=device),
         requires_grad,
     )
 
@@ -528,6 +537,12 @@ def logspace(
 @writes_out
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, out=None) -> Tensor:
     m = n if m is None else m
+    for name, size in (("n", n), ("m", m)):
+        if size < 0:
+            raise RuntimeError(f"{name} must be greater or equal to 0, got {size}")
+    if n * m >= 2**63:
+        raise RuntimeError("numel: integer multiplication overflow")
+    check_size((n, m), dtype or dt.get_default_dtype())  # before arange allocates anything
     r = arange(n, device=device).unsqueeze(1)
     c = arange(m, device=device).unsqueeze(0)
     return _finish((r == c).to(dtype or dt.get_default_dtype()), requires_grad)

@@ -299,3 +299,13 @@ def tensor_split(
         raise RuntimeError(f"number of sections must be larger than 0, got {sections}")
     base, extra = divmod(input.shape[d], sections)
     return _pieces(input, d, [base + (1 if i < extra else 0) for i in range(sections)])
+
+
+# PyTorch's "unsafe" spellings skip a check on views kiln does not make: the same functions
+for _unsafe, _safe in (
+    ("unsafe_chunk", chunk),
+    ("unsafe_split", split),
+    ("unsafe_split_with_sizes", split_with_sizes),
+):
+    torch_function(_unsafe)(_safe)
+    tensor_method(_unsafe)(_safe)

@@ -36,6 +36,8 @@ __all__ = [
     "wrap",
     "compute_np_dtype",
     "pointwise_meta",
+    "device_operand",
+    "zero_grad",
     "dense_strides_like",
     "to_float_dtype",
     "is_scalar",
@@ -186,11 +188,32 @@ def first_tensor(*xs) -> Tensor | None:
     return None
 
 
+def device_operand(*xs) -> Tensor | None:
+    """The operand whose device an elementwise result is on: the first tensor that is not a 0-d
+    CPU tensor (PyTorch lets a CPU scalar join a computation on another device), else the first
+    tensor."""
+    first = None
+    for x in xs:
+        if isinstance(x, Tensor):
+            if x._shape or x._device.type != "cpu":
+                return x
+            if first is None:
+                first = x
+    return first
+
+
+def zero_grad(g: Tensor) -> Tensor:
+    """Zeros shaped like the incoming gradient ``g``: the gradient of a piecewise-constant op or
+    of an input that did not reach the output. Not ``g * 0``, which is NaN where ``g`` is NaN or
+    infinite (PyTorch's zeros stay zero)."""
+    return g.new_zeros(tuple(g.shape))
+
+
 def pointwise_meta(out_dtype: dt.dtype, *operands) -> Tensor:
     shapes = [o._shape for o in operands if isinstance(o, Tensor)]
     shape = broadcast_shapes(*shapes)
     stride = dense_strides_like(shape, output_layout_source(shape, operands))
-    return fake(shape, out_dtype, first_tensor(*operands), stride)
+    return fake(shape, out_dtype, device_operand(*operands), stride)
 
 
 def empty_like_layout(shape: tuple, dtype: dt.dtype, layout_stride: tuple | None) -> np.ndarray:

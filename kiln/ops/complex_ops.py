@@ -39,7 +39,7 @@ from . import (  # noqa: F401  (the modules whose ops get complex branches or re
     variance,
     vector_norm,
 )
-from .common import Tensor, broadcast_shapes, fake, pointwise_meta, wrap
+from .common import Tensor, broadcast_shapes, fake, pointwise_meta, wrap, zero_grad
 from .pointwise import needs_grad, where
 from .reductions import reduce_dims, reduced_numel, reduced_shape, torch_type_name
 from .registry import METHODS, OPS, defop, tensor_method, torch_function
@@ -349,7 +349,7 @@ def _angle_grad(c, g):
     input's angle is piecewise constant."""
     (x,) = c.args
     if not x._dtype.is_complex:
-        return (g * 0,)
+        return (zero_grad(g),)
     return (where(x == 0, 0, g * x * 1j / (x * x.conj()).real),)
 
 
@@ -581,7 +581,7 @@ def _complex_pow_grad(c, g):
         if isinstance(b, Tensor):
             ga = where(b == 0, 0, g * (b * a ** (b - 1)).conj())
         else:
-            ga = g * 0 if b == 0 else g * _conj_value(b * a ** (b - 1))
+            ga = zero_grad(g) if b == 0 else g * _conj_value(b * a ** (b - 1))
     if needs_grad(c, 1):
         log_a = a.log() if isinstance(a, Tensor) else cmath.log(a) if a != 0 else -math.inf
         gb = g * _conj_value((a**b) * log_a)

@@ -668,7 +668,7 @@ def _adaptive_avg_pool_decomp(x, output_size):
     _adaptive_check("adaptive_avg_pool", x, output_size)
     k = len(output_size)
     spatial = x.shape[x.ndim - k :]
-    if all(s % o == 0 for s, o in zip(spatial, output_size) if o):
+    if all(o and s % o == 0 for s, o in zip(spatial, output_size)):
         # equal windows: a reshape and a mean
         shape = list(x.shape[: x.ndim - k])
         dims = []
@@ -700,6 +700,11 @@ def _adaptive_max_pool_kernel(x, output_size):
     if x.ndim != len(output_size) + 2:
         raise RuntimeError("adaptive_max_pool: expected a batched input")
     k = len(output_size)
+    if 0 in output_size:  # no windows: nothing to gather or compare
+        shape = tuple(x.shape[:2]) + tuple(output_size)
+        return wrap(np.empty(shape, x._data.dtype), x._dtype), wrap(
+            np.empty(shape, np.int64), dt.int64
+        )
     spatial = _spatial(x)
     grids = _adaptive_index_grid(spatial, output_size)
     # gather (N, C, o1, l1, o2, l2, ...) then move the window axes last
@@ -809,11 +814,30 @@ def _nearest_index(size, out, scale, exact: bool) -> np.ndarray:
     return np.minimum(src.astype(np.int64), size - 1)
 
 
+def _check_resample_sizes(x: Tensor, spatial, sizes) -> None:
+    """PyTorch's upsample checks: every input and output size positive (the weights divide by
+    them), and no empty channel or spatial dim (only the batch may be empty)."""
+    if any(s <= 0 for s in spatial) or any(o <= 0 for o in sizes):
+        names = "DHW"[3 - len(sizes) :]
+        given = ", ".join(f"{n}: {s}" for n, s in zip(names, spatial))
+        wanted = ", ".join(f"{n}: {o}" for n, o in zip(names, sizes))
+        joint = " and output" if len(sizes) == 1 else " output"
+        raise RuntimeError(
+            "Input and output sizes should be greater than 0, but got "
+            f"input ({given}){joint} ({wanted})"
+        )
+    if math.prod(x.shape[1:]) == 0:
+        raise RuntimeError(
+            f"Non-empty {x.ndim}D data tensor expected but got a tensor with sizes {list(x.shape)}"
+        )
+
+
 def resample(x: Tensor, sizes, mode: str, align_corners: bool, scales) -> Tensor:
     """Resize the trailing ``len(sizes)`` dims: nearest by indexing, (bi/tri)linear and bicubic
     by separable matrices (exactly PyTorch's weights, so the result and gradient match)."""
     k = len(sizes)
     spatial = x.shape[x.ndim - k :]
+    _check_resample_sizes(x, spatial, sizes)
     if mode in ("nearest", "nearest-exact"):
         for i in range(k):
             src = _nearest_index(spatial[i], sizes[i], scales[i], mode == "nearest-exact")

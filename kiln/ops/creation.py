@@ -31,10 +31,11 @@ from .common import (
     dense_strides_like,
     fake,
     wrap,
+    zero_grad,
 )
 from .registry import defop, get_op
 
-__all__: list[str] = []
+__all__ = ["check_size"]
 
 
 def _dtype_or_default(dtype, fallback=None):
@@ -45,11 +46,30 @@ def _dtype_or_default(dtype, fallback=None):
     return dtype
 
 
-def _check_size(size) -> tuple:
+_STORAGE_MAX = 2**63 - 1  # PyTorch's largest storage, in bytes
+
+
+def check_size(size, dtype: dt.dtype | None = None) -> tuple:
+    """The size as a tuple of ints, refused (as PyTorch does, before allocating anything) when a
+    dimension is negative or when the storage for ``dtype`` would need more than 2**63 - 1
+    bytes: numpy would fail with a ValueError or try to allocate exabytes."""
     size = tuple(int(s) for s in size)
     for s in size:
         if s < 0:
             raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {list(size)}")
+    if dtype is not None and math.prod(size) * dtype.itemsize > _STORAGE_MAX:
+        raise RuntimeError(f"Storage size calculation overflowed with sizes={list(size)}")
+    return size
+
+
+def _check_strided_size(size, stride, dtype: dt.dtype) -> tuple:
+    size = check_size(size)
+    extent = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
+    if extent * dtype.itemsize > _STORAGE_MAX:
+        raise RuntimeError(
+            f"Storage size calculation overflowed with sizes={list(size)} and "
+            f"strides={list(stride)}"
+        )
     return size
 
 
@@ -81,8 +101,8 @@ def _full_dtype(fill_value, dtype):
 
 @full.register_kernel
 def _full_kernel(size, fill_value, dtype, device):
-    size = _check_size(size)
     d = _full_dtype(fill_value, dtype)
+    size = check_size(size, d)
     dev = _creation_device(device)
     if dev is meta:
         return make_fake(size, d, dev)
@@ -103,7 +123,8 @@ def _full_kernel(size, fill_value, dtype, device):
 
 @full.register_meta
 def _full_meta(size, fill_value, dtype=None, device=None):
-    return make_fake(_check_size(size), _full_dtype(fill_value, dtype), as_device(device))
+    d = _full_dtype(fill_value, dtype)
+    return make_fake(check_size(size, d), d, as_device(device))
 
 
 @defop(kind="creation", prim=True)
@@ -112,8 +133,8 @@ def empty(size: list[int], *, dtype: DType | None = None, device: Device | None 
 
 @empty.register_kernel
 def _empty_kernel(size, dtype, device):
-    size = _check_size(size)
     d = _dtype_or_default(dtype)
+    size = check_size(size, d)
     dev = _creation_device(device)
     if dev is meta:
         return make_fake(size, d, dev)
@@ -126,7 +147,7 @@ def _empty_kernel(size, dtype, device):
 
 empty.register_meta(
     lambda size, dtype=None, device=None: make_fake(
-        _check_size(size), _dtype_or_default(dtype), as_device(device)
+        check_size(size, _dtype_or_default(dtype)), _dtype_or_default(dtype), as_device(device)
     )
 )
 
@@ -139,8 +160,8 @@ def empty_strided(
 
 @empty_strided.register_kernel
 def _empty_strided_kernel(size, stride, dtype, device):
-    size = _check_size(size)
     d = _dtype_or_default(dtype)
+    size = _check_strided_size(size, stride, d)
     dev = _creation_device(device)
     if dev is meta:
         return make_fake(size, d, dev, stride)
@@ -169,7 +190,10 @@ def _wrap_strided(arr: np.ndarray, d: dt.dtype, stride: tuple) -> Tensor:
 
 empty_strided.register_meta(
     lambda size, stride, dtype=None, device=None: make_fake(
-        _check_size(size), _dtype_or_default(dtype), as_device(device), stride
+        _check_strided_size(size, stride, _dtype_or_default(dtype)),
+        _dtype_or_default(dtype),
+        as_device(device),
+        stride,
     )
 )
 
@@ -219,6 +243,7 @@ def _arange_geometry(start, end, step, dtype):
 @arange.register_kernel
 def _arange_kernel(start, end, step, dtype, device):
     start, end, step, d, n = _arange_geometry(start, end, step, dtype)
+    check_size((n,), d)
     dev = _creation_device(device)
     if dev is meta:
         return make_fake((n,), d, dev)
@@ -307,6 +332,7 @@ def _linspace_kernel(start, end, steps, dtype, device):
     d = _dtype_or_default(dtype)
     if steps < 0:
         raise RuntimeError("number of steps must be non-negative")
+    check_size((steps,), d)
     dev = _creation_device(device)
     if dev is meta:
         return make_fake((steps,), d, dev)
@@ -427,8 +453,8 @@ def philox_randn(
 
 def _philox_kernel(sampler):
     def kernel(size, seed, offset, dtype, device):
-        size = _check_size(size)
         d = _dtype_or_default(dtype)
+        size = check_size(size, d)
         dev = _creation_device(device)
         if dev is meta:
             return make_fake(size, d, dev)
@@ -451,7 +477,7 @@ philox_randn.register_kernel(_philox_kernel(rng.philox_normal))
 for _op in (philox_rand, philox_randn):
     _op.register_meta(
         lambda size, seed, offset, dtype=None, device=None: make_fake(
-            _check_size(size), _dtype_or_default(dtype), as_device(device)
+            check_size(size, _dtype_or_default(dtype)), _dtype_or_default(dtype), as_device(device)
         )
     )
     _op.differentiable = False
@@ -486,6 +512,7 @@ def randn(
 
 def _stateful(prim):
     def decomp(size, generator=None, dtype=None, device=None):
+        check_size(size, _dtype_or_default(dtype))  # before the generator advances
         gen = generator or rng.default_generator
         if dtype is not None and dtype.is_complex:
             return _complex_draw(prim, gen, size, dtype, device)
@@ -513,7 +540,7 @@ randn.nondeterministic_seeded = True
 for _op in (rand, randn):
     _op.register_meta(
         lambda size, generator=None, dtype=None, device=None: make_fake(
-            _check_size(size), _dtype_or_default(dtype), as_device(device)
+            check_size(size, _dtype_or_default(dtype)), _dtype_or_default(dtype), as_device(device)
         )
     )
 
@@ -536,6 +563,7 @@ def _randint_decomp(low, high, size, generator=None, dtype=None, device=None):
         raise RuntimeError(
             f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}"
         )
+    check_size(size, dtype or dt.int64)  # before the generator advances
     gen = generator or rng.default_generator
     seed, offset = gen.next_offset(_numel(size))
     u = philox_rand(size, seed, offset, dtype=dt.float64, device=device)
@@ -544,7 +572,7 @@ def _randint_decomp(low, high, size, generator=None, dtype=None, device=None):
 
 randint.register_meta(
     lambda low, high, size, generator=None, dtype=None, device=None: make_fake(
-        _check_size(size), dtype or dt.int64, as_device(device)
+        check_size(size, dtype or dt.int64), dtype or dt.int64, as_device(device)
     )
 )
 
@@ -561,6 +589,7 @@ def randperm(
 
 @randperm.register_kernel
 def _randperm_kernel(n, generator, dtype, device):
+    check_size((n,), dtype or dt.int64)
     gen = generator or rng.default_generator
     seed, offset = gen.next_offset(n)
     keys = rng.philox_bits(seed, offset, n)
@@ -570,7 +599,7 @@ def _randperm_kernel(n, generator, dtype, device):
 
 randperm.register_meta(
     lambda n, generator=None, dtype=None, device=None: make_fake(
-        (n,), dtype or dt.int64, as_device(device)
+        check_size((n,), dtype or dt.int64), dtype or dt.int64, as_device(device)
     )
 )
 randperm.differentiable = False
@@ -698,6 +727,8 @@ def _convert_kernel(x, dtype):
     with np.errstate(invalid="ignore"):
         if dtype is dt.bool_:
             return wrap_array(a != 0, dtype)
+        if src is dt.bfloat16:  # ml_dtypes' own cast saturates (NaN to 0); PyTorch's does not
+            a = a.astype(np.float32)
         return wrap_array(np.trunc(a).astype(dtype.np), dtype)
 
 
@@ -813,18 +844,20 @@ def _tri_mask(x, diagonal, lower):
     return (c - r <= diagonal) if lower else (c - r >= diagonal)
 
 
+# the zero is ``False``: a Python bool never promotes a tensor, where an int would turn a bool
+# ``x`` into int64 (PyTorch's rule for ``where(mask, bool_tensor, 0)``)
 @tril.register_decomposition
 def _tril_decomp(x, diagonal=0):
     from .pointwise import where
 
-    return where(_tri_mask(x, diagonal, True), x, 0)
+    return where(_tri_mask(x, diagonal, True), x, False)
 
 
 @triu.register_decomposition
 def _triu_decomp(x, diagonal=0):
     from .pointwise import where
 
-    return where(_tri_mask(x, diagonal, False), x, 0)
+    return where(_tri_mask(x, diagonal, False), x, False)
 
 
 def contiguous_meta_strides(shape):
@@ -855,7 +888,7 @@ def _fill_kernel(x, value):
 fill.register_meta(lambda x, value: fake(x._shape, x._dtype, x))
 fill.register_derivative(
     lambda c, g: (
-        g * 0 if c.needs_input_grad[0] else None,
+        zero_grad(g) if c.needs_input_grad[0] else None,
         g.sum() if c.needs_input_grad[1] else None,
     ),
     save_inputs=(),

@@ -8,34 +8,36 @@ Order of concerns, outermost first:
 3. modes: the innermost dispatch mode (graph tracing, fake propagation) gets the call;
 4. kernels: by device of the first tensor argument; view and in-place bookkeeping.
 
-The fast path (no grad needed, no mode, CPU) is a handful of attribute reads and one call.
+Grad mode, the mode stack and autocast are the calling thread's (``runtime.state``), looked up
+once per call. The fast path (no grad needed, no mode, CPU) is a handful of attribute reads and
+one call.
 """
 
 from __future__ import annotations
 
 from ..autograd.graph import Node, OpBackward, grad_accumulator
-from ..runtime import state
 from ..runtime.device import cpu, meta
+from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 from . import registry
+from .common import zero_grad
 
 __all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "CopySlices"]
 
-_grad_enabled = state.grad_enabled
-_mode_stack = state.mode_stack
-_autocast = state.autocast
-
 
 def dispatch(op, args: tuple):
-    if _autocast[0] is not None and op.name in _autocast[0].policies:
-        return _autocast[0].run(op, args)  # casts the arguments, then dispatches again
+    state = per_thread.state  # this thread's grad mode, modes and autocast: read once
+    autocast = state.autocast
+    if autocast is not None and op.name in autocast.policies:
+        return autocast.run(op, args)  # casts the arguments, then dispatches again
+    modes = state.mode_stack
     if op.kernel is None and op.decomposition is not None:
-        if not (_mode_stack and _mode_stack[-1].wants(op)) or _needs_composite_autograd(op, args):
+        if not (modes and modes[-1].wants(op)) or _needs_composite_autograd(op, args, state):
             return op.decomposition(*args)
     # one pass over the tensor arguments: does autograd apply, and is this the CPU fast path?
     on_cpu = True
     needs_grad = False
-    grad = _grad_enabled[0]
+    grad = state.grad_enabled
     for p in op.tensor_positions:
         a = args[p]
         if a.__class__ is Tensor or isinstance(a, Tensor):
@@ -51,9 +53,9 @@ def dispatch(op, args: tuple):
                 if a._device is not cpu or a._data is None:
                     on_cpu = False
     if needs_grad:
-        return _autograd(op, args, on_cpu)
-    if _mode_stack:
-        return _mode_stack[-1].dispatch(op, args)
+        return _autograd(op, args, state, on_cpu)
+    if modes:
+        return modes[-1].dispatch(op, args)
     if on_cpu and op.kernel is not None:
         out = op.kernel(*args)
         if op.is_view:
@@ -64,9 +66,9 @@ def dispatch(op, args: tuple):
     return _run_kernel(op, args)
 
 
-def _needs_composite_autograd(op, args: tuple) -> bool:
+def _needs_composite_autograd(op, args: tuple, state) -> bool:
     """A composite without a derivative that autograd must see: only its parts can be recorded."""
-    if op.derivative is not None or not op.differentiable or not _grad_enabled[0]:
+    if op.derivative is not None or not op.differentiable or not state.grad_enabled:
         return False
     for p in op.tensor_positions:
         a = args[p]
@@ -81,25 +83,59 @@ def _needs_composite_autograd(op, args: tuple) -> bool:
 
 def run_below_autograd(op, args: tuple):
     """Run ``op`` as if autograd were not there (modes and kernels only)."""
-    if _mode_stack:
-        return _mode_stack[-1].dispatch(op, args)
+    modes = per_thread.state.mode_stack
+    if modes:
+        return modes[-1].dispatch(op, args)
     return _run_kernel(op, args)
 
 
-def _first_tensor(op, args):
+# kinds of op whose PyTorch kernels want every tensor on one device (TensorIterator, cat, norms,
+# losses); indexing and matrix ops let CPU tensors (indices, operands) join meta ones
+_ONE_DEVICE_KINDS = frozenset(
+    {"pointwise", "comparison", "shape", "reduction", "scan", "sort", "nn", "loss", "pooling"}
+)
+
+
+def _tensor_args(op, args):
     for p in op.tensor_positions:
         a = args[p]
         if isinstance(a, Tensor):
-            return a
+            yield a
     for p in op.list_positions:
         for a in args[p]:
             if isinstance(a, Tensor):
-                return a
-    return None
+                yield a
+
+
+def _first_tensor(op, args):
+    return next(_tensor_args(op, args), None)
+
+
+def _device_chooser(op, args, first: Tensor) -> Tensor:
+    """The tensor whose device a call mixing meta tensors with others runs on, after PyTorch's
+    check that every tensor is on that device: the first tensor that is not a 0-d CPU tensor (a
+    CPU scalar joins a computation on any device without choosing it). Without a check here, a
+    meta tensor first in line made the whole call meta, whatever devices the others were on."""
+    if op.kind not in _ONE_DEVICE_KINDS or op.inplace:  # PyTorch's in-place meta kernels
+        return first  # accept operands from other devices
+    tensors = list(_tensor_args(op, args))
+    if all(t._device is first._device for t in tensors) or all(
+        t._device is not meta for t in tensors
+    ):
+        return first  # one device, or no meta tensor (CPU and CUDA keep their own checks)
+    chooser = next((t for t in tensors if t._shape or t._device is not cpu), first)
+    for t in tensors:
+        if t._device is not chooser._device and (t._shape or t._device is not cpu):
+            raise RuntimeError(
+                f"Tensor on device {t._device} is not on the expected device {chooser._device}!"
+            )
+    return chooser
 
 
 def _run_kernel(op, args):
     first = _first_tensor(op, args)
+    if first is not None and (first._device is meta or first._data is not None):
+        first = _device_chooser(op, args, first)
     if (
         first is not None
         and first._device is cpu
@@ -144,6 +180,10 @@ def _check_same_device(op, args, dev) -> None:
     for p in op.tensor_positions:
         a = args[p]
         if isinstance(a, Tensor) and a._device is not dev:
+            if meta in (dev, a._device):  # PyTorch's wording for its meta kernels' device check
+                raise RuntimeError(
+                    f"Tensor on device {a._device} is not on the expected device {dev}!"
+                )
             raise RuntimeError(
                 "Expected all tensors to be on the same device, but found at least two devices, "
                 f"{dev} and {a._device}! (while running {op.name})"
@@ -173,17 +213,19 @@ def mark_view(out, src: Tensor, op, args) -> None:
             o._stride = metas[i]._stride
 
 
-def view_replay(view: Tensor):
-    """A function that applies to a base-shaped tensor the view ops that made ``view`` from its base."""
+def view_replay(view: Tensor, source: Tensor | None = None):
+    """A function that applies to a tensor laid out like ``source`` (by default the view's base)
+    the view ops that made ``view`` from ``source``; RuntimeError if ``view`` was not viewed from
+    ``source``."""
     chain = []
     t = view
-    base = view._base
-    while t is not base:
+    stop = view._base if source is None else source
+    while t is not stop:
+        if t._base is None or t._view_src is None:
+            raise RuntimeError("internal error: broken view chain")
         op, args = t._view_src
         chain.append((op, args))
         t = args[0]
-        if t._base is None and t is not base:
-            raise RuntimeError("internal error: broken view chain")
     chain.reverse()
 
     def replay(x: Tensor) -> Tensor:
@@ -211,14 +253,15 @@ def _edge(t: Tensor):
     return (fn, t._output_nr)
 
 
-def _autograd(op, args, on_cpu: bool = False):
+def _autograd(op, args, state, on_cpu: bool = False):
     """Run ``op`` below autograd and record its ``OpBackward`` node on the outputs.
 
-    ``on_cpu``: every tensor argument is a CPU tensor with data (``dispatch`` found out), so
-    without a mode the kernel runs directly, as on ``dispatch``'s fast path.
+    ``state``: the calling thread's ``ThreadState``. ``on_cpu``: every tensor argument is a
+    CPU tensor with data (``dispatch`` found out), so without a mode the kernel runs directly,
+    as on ``dispatch``'s fast path.
     """
     if op.inplace:
-        return _inplace_autograd(op, args)
+        return _inplace_autograd(op, args, state)
     if op.derivative is None:
         if op.differentiable:
             raise NotImplementedError(
@@ -226,16 +269,16 @@ def _autograd(op, args, on_cpu: bool = False):
                 "or on detached inputs"
             )
         return run_below_autograd(op, args)
-    _grad_enabled[0] = False
+    state.grad_enabled = False
     try:
-        if on_cpu and not _mode_stack and op.kernel is not None:
+        if on_cpu and not state.mode_stack and op.kernel is not None:
             out = op.kernel(*args)
             if op.is_view:
                 mark_view(out, args[0], op, args)
         else:
             out = run_below_autograd(op, args)
     finally:
-        _grad_enabled[0] = True
+        state.grad_enabled = True
     next_functions = []
     positions = []
     needs = [False] * len(args)
@@ -282,7 +325,7 @@ def _autograd(op, args, on_cpu: bool = False):
     return out
 
 
-def _inplace_autograd(op, args):
+def _inplace_autograd(op, args, state):
     self = args[0]
     if self._requires_grad and self.grad_fn is None:
         raise RuntimeError(
@@ -299,11 +342,11 @@ def _inplace_autograd(op, args):
     result = dispatch(op.functional, args)
     if not isinstance(result, Tensor):
         raise RuntimeError(f"internal error: in-place {op.name} needs a single-tensor result")
-    _grad_enabled[0] = False
+    state.grad_enabled = False
     try:
         run_below_autograd(_copy_op(), (self, result, False))
     finally:
-        _grad_enabled[0] = True
+        state.grad_enabled = True
     if not (
         result._requires_grad or self._requires_grad or (base is not None and base._requires_grad)
     ):
@@ -369,7 +412,7 @@ class _Overwritten(Node):
         return "CopyBackwards"
 
     def apply(self, grad_outputs: tuple) -> tuple:
-        return (grad_outputs[0] * 0,)
+        return (zero_grad(grad_outputs[0]),)
 
 
 class CopySlices(Node):
@@ -393,15 +436,19 @@ class CopySlices(Node):
     def apply(self, grad_outputs: tuple) -> tuple:
         from ..autograd.grad_mode import no_grad
         from .api import ones
+        from .pointwise import where
 
         (g,) = grad_outputs
-        if self._mask is None:
+        if self._mask is None:  # True outside the view's region
             with no_grad():
-                mask = ones(self._base_shape, dtype=g.dtype)
-                self._replay(mask).fill_(0)
-            self._mask = mask
+                # in the gradient's dtype: the replayed views may need it (view_as_real)
+                ones_outside = ones(self._base_shape, dtype=g.dtype)
+                self._replay(ones_outside).fill_(0)
+                self._mask = ones_outside != 0
         grad_result = self._replay(g) if self.next_functions[1][0] is not None else None
-        grad_base = g * self._mask if self.next_functions[0][0] is not None else None
+        # selected, not multiplied by the mask: the overwritten region gets exactly zero even
+        # where ``g`` is inf or NaN, as PyTorch's zeroed slice does
+        grad_base = where(self._mask, g, 0) if self.next_functions[0][0] is not None else None
         return (grad_base, grad_result)
 
 
@@ -419,24 +466,25 @@ class DispatchMode:
         return False
 
     def below(self, op, args):
-        popped = _mode_stack.pop()
+        modes = per_thread.state.mode_stack
+        popped = modes.pop()
         try:
             if (
                 op.kernel is None
                 and op.decomposition is not None
-                and not (_mode_stack and _mode_stack[-1].wants(op))
+                and not (modes and modes[-1].wants(op))
             ):
                 return op.decomposition(*args)
             return run_below_autograd(op, args)
         finally:
-            _mode_stack.append(popped)
+            modes.append(popped)
 
     def __enter__(self):
-        _mode_stack.append(self)
+        per_thread.state.mode_stack.append(self)
         return self
 
     def __exit__(self, *exc):
-        popped = _mode_stack.pop()
+        popped = per_thread.state.mode_stack.pop()
         assert popped is self, "dispatch modes must be exited in LIFO order"
 
 

@@ -12,7 +12,6 @@ import string
 
 import numpy as np
 
-from ..runtime import dtypes as dt
 from .common import Tensor, TensorList, broadcast_shapes, compute_np_dtype, fake, wrap
 from .linalg import bmm, matmul_dtype_name
 from .registry import OPS, defop, torch_function
@@ -143,13 +142,14 @@ def _einsum_meta(equation, tensors):
 def _einsum_grad(c, g):
     """The gradient of operand i is an einsum of the output gradient with the other operands.
 
-    Letters only operand i has are broadcast back with a ones vector; a letter repeated in
-    operand i (a diagonal) is renamed and tied to its first occurrence with an identity matrix.
+    Letters only operand i has are broadcast back with a ones vector. A letter repeated in
+    operand i (a diagonal) appears once in that einsum, whose result is then written onto the
+    diagonal of zeros (``diagonal_scatter``, the inverse of the forward's ``diagonal``), so the
+    off-diagonal gradient is exactly zero even where ``g`` is inf or NaN.
     """
     equation, tensors = c.args
     tensors = list(tensors)
     subs, out, sizes = _einsum_plan(equation, tensors)
-    fresh = [ch for ch in _LETTERS if ch not in out and all(ch not in s for s in subs)]
     grads = []
     for i, s in enumerate(subs):
         terms, operands = [out], [g]
@@ -157,21 +157,17 @@ def _einsum_grad(c, g):
             if j != i:
                 terms.append(subs[j])
                 operands.append(t)
+        steps, target = _diagonal_steps(s)
         available = set("".join(terms))
-        target, spare = [], iter(fresh)
-        for ch in s:
-            if ch in target:
-                renamed = next(spare)
-                terms.append(ch + renamed)
-                operands.append(_identity(sizes[ch], g))
-                target.append(renamed)
-                continue
+        for ch in target:
             if ch not in available:
                 terms.append(ch)
                 operands.append(OPS["full"]((sizes[ch],), 1, dtype=g.dtype, device=g.device))
                 available.add(ch)
-            target.append(ch)
-        grad = einsum(",".join(terms) + "->" + "".join(target), operands)
+        grad = einsum(",".join(terms) + "->" + target, operands)
+        for p, q, before in reversed(steps):
+            zeros = OPS["full"]([sizes[ch] for ch in before], 0, dtype=g.dtype, device=g.device)
+            grad = OPS["diagonal_scatter"](zeros, grad, 0, p, q)
         shape = tuple(tensors[i].shape)
         if tuple(grad.shape) != shape:  # a size-1 letter broadcast against operand i's size
             grad = grad.expand(broadcast_shapes(tuple(grad.shape), shape))
@@ -179,25 +175,31 @@ def _einsum_grad(c, g):
     return None, grads
 
 
-def _identity(n: int, like: Tensor) -> Tensor:
-    r = OPS["arange"](0, n, 1, dtype=dt.int64, device=like.device)
-    return (r.unsqueeze(1) == r.unsqueeze(0)).to(like.dtype)
-
-
 einsum.register_derivative(_einsum_grad)
 
 
-def _einsum_diagonals(t: Tensor, s: str):
-    """Take a diagonal for every letter repeated within one operand."""
+def _diagonal_steps(s: str):
+    """The ``diagonal(t, 0, p, q)`` calls that remove every letter repeated in subscript ``s``,
+    as (p, q, subscript before the call), and the subscript left (each letter once; a diagonal's
+    letter moves to the end, as ``diagonal`` moves its dim)."""
+    steps = []
     while True:
         for p, ch in enumerate(s):
             q = s.find(ch, p + 1)
             if q >= 0:
                 break
         else:
-            return t, s
-        t = OPS["diagonal"](t, 0, p, q)
+            return steps, s
+        steps.append((p, q, s))
         s = s[:p] + s[p + 1 : q] + s[q + 1 :] + ch
+
+
+def _einsum_diagonals(t: Tensor, s: str):
+    """Take a diagonal for every letter repeated within one operand."""
+    steps, s = _diagonal_steps(s)
+    for p, q, _ in steps:
+        t = OPS["diagonal"](t, 0, p, q)
+    return t, s
 
 
 def _einsum_sum_out(t: Tensor, s: str, keep: set):

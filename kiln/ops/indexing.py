@@ -16,7 +16,7 @@ import numpy as np
 from ..runtime import dtypes as dt
 from ..runtime.storage import writable_target
 from .common import Tensor, broadcast_shapes, fake, wrap
-from .registry import OPS, defop
+from .registry import OPS, defop, tensor_method, torch_function
 from .views import expand_shape
 
 __all__ = ["getitem", "setitem", "DataDependentOutputError"]
@@ -490,3 +490,34 @@ def setitem(x: Tensor, index, value) -> None:
         if all(t._dtype in _MASK_DTYPES for _, t in advanced):
             value = value.to(out._dtype)
     OPS["index_put_"](out, _index_list(out, advanced), value, False)
+
+
+@torch_function()
+def unravel_index(indices, shape) -> tuple:
+    """The coordinates of flat ``indices`` in a tensor of ``shape`` (one tensor per dim),
+    wrapping around as PyTorch's does (``-1`` is the last element)."""
+    if not isinstance(indices, Tensor):
+        indices = OPS["scalar_tensor"](indices, dtype=dt.int64)
+    if indices.dtype.is_floating_point or indices.dtype.is_complex or indices.dtype is dt.bool_:
+        raise TypeError(f"expected 'indices' to be integer dtype, but got {indices.dtype}")
+    shape = [int(shape)] if isinstance(shape, numbers.Integral) else [int(s) for s in shape]
+    if any(s < 0 for s in shape):
+        raise ValueError("'shape' cannot have negative values, but got " + str(tuple(shape)))
+    coordinates = []
+    rest = indices.to(dt.int64)
+    for size in reversed(shape):
+        coordinates.append(rest.remainder(size))
+        rest = rest.div(size, rounding_mode="floor")
+    return tuple(reversed(coordinates))
+
+
+@torch_function()
+@tensor_method()
+def nonzero_static(input: Tensor, *, size: int, fill_value: int = -1) -> Tensor:  # noqa: A002
+    """``nonzero`` with a fixed number of rows: truncated to ``size``, or padded with rows of
+    ``fill_value``."""
+    found = OPS["nonzero"](input)
+    if found.shape[0] >= size:
+        return found[:size]
+    padding = OPS["full"]([size - found.shape[0], input.ndim], fill_value, dtype=dt.int64)
+    return OPS["cat"]([found, padding], 0)

@@ -62,3 +62,50 @@ def pin_memory(self: Tensor, device=None) -> Tensor:
     out = self.clone()
     out.__dict__[_PINNED] = True
     return out
+
+
+@torch_function()
+@tensor_method()
+def is_signed(self: Tensor) -> bool:
+    """Whether the dtype has negative values (every float and complex type, the signed ints)."""
+    return self.dtype.is_signed
+
+
+@torch_function()
+@tensor_method()
+def is_same_size(self: Tensor, other: Tensor) -> bool:
+    return tuple(self.shape) == tuple(other.shape)
+
+
+@torch_function()
+@tensor_method()
+def get_device(self: Tensor) -> int:
+    """The CUDA ordinal of a CUDA tensor, -1 for a CPU one (PyTorch's convention)."""
+    if self.device.type == "cuda":
+        return runtime_cuda.device_index(self.device)
+    return -1
+
+
+@torch_function()
+@tensor_method()
+def is_distributed(self: Tensor) -> bool:
+    """Always False: PyTorch's flag for the long-removed THD distributed tensors."""
+    return False
+
+
+@tensor_method()
+def is_set_to(self: Tensor, tensor: Tensor) -> bool:
+    """Same storage, offset, sizes and strides: the two tensors are the same view."""
+    return (
+        self.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr()
+        and self.device == tensor.device
+        and self.storage_offset() == tensor.storage_offset()
+        and tuple(self.shape) == tuple(tensor.shape)
+        and self.stride() == tensor.stride()
+    )
+
+
+@tensor_method()
+def const_data_ptr(self: Tensor) -> int:
+    """``data_ptr()``, for code that promises not to write through it."""
+    return self.data_ptr()

@@ -65,7 +65,8 @@ def _fold_batch(x: np.ndarray, y: np.ndarray):
     """(..., k) @ (k, n) is one (rows, k) @ (k, n) product: one BLAS call instead of a loop of
     small ones (numpy loops over the batch dims), when the batch dims fold into rows for free."""
     if x.ndim > 2 and y.ndim == 2 and x.flags.c_contiguous:
-        return x.reshape(-1, x.shape[-1]), x.shape[:-1]
+        # rows given, not -1: a zero-sized k leaves -1 ambiguous
+        return x.reshape(math.prod(x.shape[:-1]), x.shape[-1]), x.shape[:-1]
     return None, None
 
 

@@ -130,7 +130,8 @@ def _nll_loss_kernel(x, target, weight, reduction, ignore_index):
     picked = np.take_along_axis(logp, safe[..., None], -1)[..., 0]
     cd = compute_np_dtype(x._dtype)
     w = valid.astype(cd) if weight is None else np.where(valid, weight._data[safe], 0).astype(cd)
-    losses = -(picked.astype(cd) * w)
+    # an ignored target contributes exactly 0, even where its input is NaN or inf
+    losses = np.where(valid, -(picked.astype(cd) * w), 0)
     if reduction == "none":
         return wrap(losses, x._dtype)
     if reduction == "sum":
@@ -167,9 +168,9 @@ def _nll_loss_grad(c, g):
     class_dim, n_classes = _nll_geometry(x, target, weight)
     onehot, w, valid = _nll_parts(x, target, weight, ignore_index, class_dim, n_classes)
     coef = -w * g
-    if reduction == "mean":
-        # ignored targets get no gradient, even when every target is ignored (0/0 total weight)
-        coef = OPS["where"](valid, coef / w.sum(), 0.0)
+    # ignored targets get exactly no gradient (selected, since an inf or NaN ``g`` times their
+    # zero weight is NaN), even when every target is ignored (a mean's 0/0 total weight)
+    coef = OPS["where"](valid, coef / w.sum() if reduction == "mean" else coef, 0.0)
     return (OPS["where"](onehot, coef.unsqueeze(class_dim), 0.0), None, None, None, None)
 
 
@@ -180,8 +181,8 @@ nll_loss.register_derivative(_nll_loss_grad, save_inputs=(1, 2))
 def _nll_loss_decomp(x, target, weight=None, reduction="mean", ignore_index=-100):
     check_reduction(reduction)
     class_dim, n_classes = _nll_geometry(x, target, weight)
-    onehot, w, _ = _nll_parts(x, target, weight, ignore_index, class_dim, n_classes)
-    losses = -OPS["where"](onehot, x, 0.0).sum(class_dim) * w
+    onehot, w, valid = _nll_parts(x, target, weight, ignore_index, class_dim, n_classes)
+    losses = OPS["where"](valid, -OPS["where"](onehot, x, 0.0).sum(class_dim) * w, 0.0)
     if reduction == "none":
         return losses
     if reduction == "sum":
@@ -345,7 +346,8 @@ def _smooth_l1_grad(x, t, beta):
     d = x - t
     if beta == 0:
         return d.sign(), -d.sign()
-    gd = OPS["where"](d.abs() < beta, d / beta, d.sign())
+    # d / beta inside the band, +-1 beyond it, and NaN at a NaN difference (PyTorch's branches)
+    gd = OPS["where"](d < -beta, -1.0, OPS["where"](d > beta, 1.0, d / beta))
     return gd, -gd
 
 

@@ -12,7 +12,6 @@ import builtins
 import numpy as np
 
 from ..runtime import dtypes as dt
-from ..runtime import state
 from ..runtime.device import as_device, device
 from ..runtime.memory_format import (
     check_memory_format,
@@ -20,6 +19,7 @@ from ..runtime.memory_format import (
     preserve_format,
     suggest_memory_format,
 )
+from ..runtime.state import per_thread
 from ..runtime.storage import writable_target
 from ..runtime.tensor import Tensor
 from . import api
@@ -149,7 +149,7 @@ def call_with_out(op: Op, args: tuple, kwargs: dict):
     out = kwargs.pop("out")
     if out is None:
         return op(*args, **kwargs)
-    if state.grad_enabled[0] and any(
+    if per_thread.state.grad_enabled and any(
         isinstance(a, Tensor) and a._requires_grad for a in (*args, *kwargs.values())
     ):
         raise RuntimeError(
@@ -197,6 +197,8 @@ def _expand(self, *size):
 
 
 def _permute(self, *dims):
+    if not dims:  # permute(()) is fine for a 0-d tensor; permute() is a missing argument
+        raise TypeError('permute() missing 1 required positional arguments: "dims"')
     return OPS["permute"](self, _shape_args(dims))
 
 
@@ -213,6 +215,20 @@ def _new_tensor_factory(fn_name):
 
     method.__name__ = "new_" + fn_name
     return method
+
+
+def _new_zeros(
+    self, *size, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False
+):
+    """``full(size, 0)``: a negative size gets ``full``'s error, not ``torch.zeros``' own."""
+    return api.full(
+        _shape_args(size),
+        0,
+        dtype=dtype or self._dtype,
+        device=device or self._device,
+        requires_grad=requires_grad,
+        layout=layout,
+    )
 
 
 def _new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
@@ -658,7 +674,7 @@ def install() -> None:
     T.reshape = _reshape
     T.expand = _expand
     T.permute = _permute
-    T.new_zeros = _new_tensor_factory("zeros")
+    T.new_zeros = _new_zeros
     T.new_ones = _new_tensor_factory("ones")
     T.new_empty = _new_tensor_factory("empty")
     T.new_full = _new_full

@@ -404,7 +404,13 @@ def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str | None = Non
         )
     _check_distance_p("cdist", p)
     differences = x1.unsqueeze(-2) - x2.unsqueeze(-3)
-    return vector_norm(differences, p, [-1])
+    distances = vector_norm(differences, p, [-1])
+    if p == 0:
+        # a count of nonzero differences: PyTorch's cdist gives it zero gradients (the 0-norm
+        # gives none), so the differences join through a selection of exact zeros
+        always = full((), True, dtype=dt.bool_, device=differences.device)
+        distances = distances + where(always, 0.0, differences).sum(-1)
+    return distances
 
 
 @torch_function()
@@ -467,10 +473,9 @@ def _nan_ignoring_extreme_grad(keep_self):
     def derivative(c, g):
         a, b = c.args
         to_self = keep_self(a, b) | (b != b)
-        zero = g * 0
         return (
-            where(to_self, g, zero) if c.needs_input_grad[0] else None,
-            where(to_self, zero, g) if c.needs_input_grad[1] else None,
+            where(to_self, g, 0) if c.needs_input_grad[0] else None,
+            where(to_self, 0, g) if c.needs_input_grad[1] else None,
         )
 
     return derivative

@@ -36,5 +36,23 @@ def public_functions() -> dict:
     for name in ("relu_", "sigmoid_", "tanh_", "exp_", "zero_", "fill_"):
         if name in OPS:
             out[name] = OPS[name]
+    for name in _METHOD_FUNCTIONS:
+        out.setdefault(name, _calls_method(name))
     out.update(NAMESPACE)
     return out
+
+
+# PyTorch functions that are their Tensor method under the same name (``torch.zero_(t)`` is
+# ``t.zero_()``), for methods kiln writes in Python rather than as ops
+_METHOD_FUNCTIONS = (
+    "zero_", "clip_", "fix_", "negative_", "detach", "detach_", "resize_as_",
+)  # fmt: skip
+
+
+def _calls_method(name: str):
+    def function(input, *args, **kwargs):  # noqa: A002 - PyTorch's name
+        return getattr(input, name)(*args, **kwargs)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"``kiln.{name}(t, ...)`` is ``t.{name}(...)``."
+    return function

@@ -23,8 +23,8 @@ import math
 import numpy as np
 
 from ..runtime import dtypes as dt
-from ..runtime import state
 from ..runtime.device import cpu
+from ..runtime.state import per_thread
 from ..runtime.storage import empty_array
 from .common import DType, Tensor, broadcast_shapes, compute_np_dtype, fake, wrap, wrap_dim
 from .reductions import c_type_name, float_sum, torch_type_name
@@ -73,9 +73,6 @@ def softmax_dim(ndim: int) -> int:
 
 # ------------------------------------------------------------------------------ fused numpy helpers
 
-_grad_enabled = state.grad_enabled
-_mode_stack = state.mode_stack
-_autocast = state.autocast
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _HALVES = (dt.float16, dt.bfloat16)
@@ -90,7 +87,8 @@ def numpy_derivative_ok(*tensors, halves: bool = False) -> bool:
     the caller computes in float32 and rounds once, as PyTorch's kernels do). The fused numpy
     code then computes the same formula with fewer passes over memory.
     """
-    if _grad_enabled[0] or _mode_stack or _autocast[0] is not None:
+    state = per_thread.state
+    if state.grad_enabled or state.mode_stack or state.autocast is not None:
         return False
     for t in tensors:
         if t is None:
@@ -367,7 +365,7 @@ def _linear_kernel(x, w, b):
     if wt.ndim == 2 and (a.ndim == 2 or (a.ndim > 2 and a.flags.c_contiguous)):
         # one (rows, in) @ (in, out) BLAS call instead of numpy's loop over the batch dims, into
         # a pooled buffer (a fresh large one costs page faults on every call)
-        a2 = a.reshape(-1, a.shape[-1]) if a.ndim > 2 else a
+        a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1]) if a.ndim > 2 else a
         out = empty_array((a2.shape[0], wt.shape[1]), a2.dtype)
         np.matmul(a2, wt, out=out)
         if a.ndim > 2:
@@ -382,6 +380,12 @@ def _linear_kernel(x, w, b):
 linear.register_meta(lambda x, w, b=None: fake(_linear_check(x, w, b), x._dtype, x))
 
 
+def _rows(t: Tensor) -> Tensor:
+    """``t`` as a matrix of its last dim's rows; the row count is spelled out, since -1 is
+    ambiguous when the last dim is 0."""
+    return t if t.ndim == 2 else t.reshape(math.prod(t.shape[:-1]), t.shape[-1])
+
+
 def _linear_grad(c, g):
     x, w, b = c.args
     needs = c.needs_input_grad
@@ -390,13 +394,12 @@ def _linear_grad(c, g):
         if needs[0]:
             gx = g.unsqueeze(-1) * w
         if needs[1]:
-            gw = (g.unsqueeze(-1) * x).reshape(-1, w.shape[0]).sum(0)
+            gw = _rows(g.unsqueeze(-1) * x).sum(0)
     else:
-        g2 = g.reshape(-1, w.shape[0]) if g.ndim != 2 else g
         if needs[0]:
             gx = OPS["matmul"](g, w)
         if needs[1]:
-            gw = OPS["mm"](g2.t(), x.reshape(-1, w.shape[1]) if x.ndim != 2 else x)
+            gw = OPS["mm"](_rows(g).t(), _rows(x))
     if b is not None and needs[2]:
         gb = g
     return gx, gw, gb
@@ -438,7 +441,11 @@ def _composite(name, decomposition, kind="nn"):
 
 
 def _threshold(self: Tensor, threshold: float, value: float):
-    return OPS["where"](self > threshold, self, value)
+    # PyTorch's condition: NaN is not <= threshold, so it passes through; the value takes the
+    # input's dtype (an integer input stays integer)
+    if not self.dtype.is_floating_point and not self.dtype.is_complex:
+        value = int(value)
+    return OPS["where"](self <= threshold, value, self)
 
 
 def _glu(self: Tensor, dim: int = -1):
@@ -487,17 +494,10 @@ def _prelu(self: Tensor, weight: Tensor):
             )
         if self.ndim >= 2:
             weight = weight.reshape([channels] + [1] * (self.ndim - 2))
-    return OPS["where"](self > 0, self, self * weight)
-
-
-def _softshrink(self: Tensor, lambd: float = 0.5):
-    if lambd < 0:
-        raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
-    return OPS["where"](self > lambd, self - lambd, OPS["where"](self < -lambd, self + lambd, 0.0))
-
-
-def _hardshrink(self: Tensor, lambd: float = 0.5):
-    return OPS["where"]((self > lambd) | (self < -lambd), self, 0.0)
+    # the inner selection keeps positive inputs out of the weight's gradient (an inf input
+    # times a zero gradient would be NaN there); PyTorch sums x * g over x <= 0 only
+    negative_part = OPS["where"](self > 0, 0.0, self)
+    return OPS["where"](self > 0, self, negative_part * weight)
 
 
 threshold = _composite("threshold", _threshold, kind="pointwise")
@@ -507,5 +507,3 @@ tanhshrink = _composite("tanhshrink", _tanhshrink)
 celu = _composite("celu", _celu, kind="pointwise")
 selu = _composite("selu", _selu, kind="pointwise")
 prelu = _composite("prelu", _prelu)
-softshrink = _composite("softshrink", _softshrink)
-hardshrink = _composite("hardshrink", _hardshrink)

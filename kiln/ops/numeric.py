@@ -118,7 +118,12 @@ def _binary_numpy_op(name: str, np_fn, accepts):
 def _binary_schema(self: Tensor, other: Tensor): ...
 
 
-nextafter = _binary_numpy_op("nextafter", np.nextafter, lambda d: d.is_floating_point)
+nextafter = _binary_numpy_op(
+    # C's nextafter returns y when x == y (so nextafter(-0.0, 0.0) is 0.0); numpy's keeps x
+    "nextafter",
+    lambda a, b: np.where(a == b, b, np.nextafter(a, b)),
+    lambda d: d.is_floating_point,
+)
 gcd = _binary_numpy_op("gcd", np.gcd, lambda d: d.is_integral)
 lcm = _binary_numpy_op("lcm", np.lcm, lambda d: d.is_integral)
 

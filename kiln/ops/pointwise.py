@@ -30,8 +30,21 @@ from .common import (
     pointwise_meta,
     to_float_dtype,
     wrap,
+    zero_grad,
 )
-from .numpy_math import np_erf, np_erfinv, np_round, np_rsqrt, np_sigmoid
+from .numpy_math import (
+    np_erf,
+    np_erfinv,
+    np_float_pow,
+    np_int_pow,
+    np_remainder,
+    np_round,
+    np_rsqrt,
+    np_sigmoid,
+    np_sign,
+    np_trunc_divide,
+    scalar_power_form,
+)
 from .registry import defop
 from .special_numpy import np_erfc
 
@@ -155,9 +168,8 @@ trunc = unary("trunc", np.trunc, None, float_math=False)
 frac = unary(
     "frac", lambda a: a - np.trunc(a), lambda c, g: (g,), float_math=False, save_input=False
 )
-sign = unary(
-    "sign", lambda a: a.copy() if a.dtype == np.bool_ else np.sign(a), None, float_math=False
-)
+
+sign = unary("sign", np_sign, None, float_math=False)
 sgn = sign
 isnan = unary("isnan", np.isnan, None, out_bool=True)
 isinf = unary("isinf", np.isinf, None, out_bool=True)
@@ -199,7 +211,7 @@ for _op in (
     # rounding ops have zero gradient almost everywhere: PyTorch returns zeros, so do we
 for _op in (floor, ceil, trunc, sign):
     _op.differentiable = True
-    _op.register_derivative(lambda c, g: (g * 0,), save_inputs=())
+    _op.register_derivative(lambda c, g: (zero_grad(g),), save_inputs=())
 
 
 @defop(kind="pointwise", prim=True)
@@ -208,11 +220,14 @@ def round(self: Tensor, *, decimals: int = 0): ...  # noqa: A001
 
 @round.register_kernel
 def _round_kernel(x, decimals):
-    return wrap(np_round(x._data, decimals), x._dtype)
+    a = x._data
+    if decimals and x._dtype in (dt.float16, dt.bfloat16):
+        a = a.astype(np.float32)  # x * 10**decimals in 16 bits would overflow (PyTorch: float)
+    return wrap(np_round(a, decimals), x._dtype)
 
 
 round.register_meta(lambda x, decimals: pointwise_meta(x._dtype, x))
-round.register_derivative(lambda c, g: (g * 0,), save_inputs=())
+round.register_derivative(lambda c, g: (zero_grad(g),), save_inputs=())
 
 # ------------------------------------------------------------------------------ binary family
 
@@ -346,14 +361,15 @@ mul.saves_inputs = _save_cross
 
 
 def _maxmin_grad(c, g):
+    """PyTorch's rule: ties split the gradient evenly, the losing input gets zero (selected, not
+    multiplied, so a NaN or inf gradient stays on the winner), and where either input is NaN
+    both get the whole gradient (neither compares as the loser)."""
     a, b = c.args
-    # ties split the gradient evenly, as PyTorch does
-    out = maximum(a, b) if c.op is maximum else minimum(a, b)
-    eq_a = a == out
-    eq_b = b == out
-    share = where(eq_a & eq_b, g * 0.5, g)
-    ga = where(eq_a, share, g * 0) if needs_grad(c, 0) else None
-    gb = where(eq_b, share, g * 0) if needs_grad(c, 1) else None
+    share = where(a == b, g * 0.5, g)
+    a_loses = a < b if c.op is maximum else a > b
+    b_loses = b < a if c.op is maximum else b > a
+    ga = where(a_loses, 0, share) if needs_grad(c, 0) else None
+    gb = where(b_loses, 0, share) if needs_grad(c, 1) else None
     return ga, gb
 
 
@@ -384,7 +400,10 @@ copysign = binary("copysign", np.copysign, None, kind="float")
 def _remainder_np(a, b, out=None):
     if a.dtype.kind in "iu" and np.any(b == 0):
         raise RuntimeError("ZeroDivisionError")
-    return np.remainder(a, b, out=out) if out is not None else np.remainder(a, b)
+    if out is None:
+        return np_remainder(a, b)
+    np.copyto(out, np_remainder(a, b))
+    return out
 
 
 def _fmod_np(a, b, out=None):
@@ -569,8 +588,7 @@ def _div_kernel(x, y, rounding_mode):
         raise RuntimeError("ZeroDivisionError")
     if rounding_mode == "floor":
         return wrap(np.floor_divide(a, b), d)
-    q = np.abs(a) // np.abs(b)
-    return wrap(np.where((a < 0) != (b < 0), -q, q).astype(d.np), d)
+    return wrap(np_trunc_divide(a, b), d)
 
 
 @div.register_meta
@@ -582,7 +600,8 @@ def _div_meta(x, y, rounding_mode=None):
 def _div_grad(c, g):
     a, b, mode = c.args
     if mode is not None:
-        return (g * 0 if needs_grad(c, 0) else None, g * 0 if needs_grad(c, 1) else None)
+        zero = zero_grad(g)
+        return (zero if needs_grad(c, 0) else None, zero if needs_grad(c, 1) else None)
     ga = g / b if needs_grad(c, 0) else None
     gb = -g * a / (b * b) if needs_grad(c, 1) else None
     return ga, gb
@@ -606,39 +625,43 @@ def _pow_kernel(x, y):
     a = as_np_operand(x, cd)
     if not isinstance(y, Tensor) and y == 2:
         return wrap(np.square(a), d)
+    if d.category == 2 and isinstance(x, Tensor) and not isinstance(y, Tensor):
+        exact_form = scalar_power_form(y, d is dt.float16)
+        if exact_form is not None:
+            with np.errstate(all="ignore"):
+                return wrap(exact_form(a), d)
     b = as_np_operand(y, cd)
-    if d.category >= 2:  # floating or complex
+    if d.category == 2:
+        return wrap(np_float_pow(a, b), d)
+    if d.category > 2:  # complex
         return wrap(np.power(a, b), d)
-    negative = b < 0
-    if np.any(negative):
-        # integer powers with negative exponents truncate: 1 stays 1, -1 alternates, else 0
-        odd_sign = np.where(np.remainder(b, 2) == 0, 1, -1).astype(a.dtype)
-        small = np.where(a == 1, 1, np.where(a == -1, odd_sign, 0)).astype(a.dtype)
-        return wrap(np.where(negative, small, np.power(a, np.abs(b))), d)
-    return wrap(np.power(a, b), d)
+    return wrap(np_int_pow(a, b), d)
 
 
 pow.register_meta(lambda x, y: pointwise_meta(binary_dtype(x, y), x, y))
 
 
 def _pow_grad(c, g):
+    """PyTorch's formulas: a zero exponent gives ``a`` a zero gradient whatever ``g`` is; the
+    exponent's gradient is ``g`` times a coefficient that is 0 where a == 0 and b >= 0 (so a
+    NaN or inf ``g`` still gives NaN there, as in PyTorch)."""
     a, b = c.args
     ga = gb = None
     if needs_grad(c, 0):
         if isinstance(b, Tensor):
-            ga = where(b == 0, g * 0, g * b * a ** (b - 1))
+            ga = where(b == 0, 0, g * b * a ** (b - 1))
         elif b == 0:
-            ga = g * 0
+            ga = zero_grad(g)
         else:
             ga = g * b * a ** (b - 1)
     if needs_grad(c, 1):
         out = a**b
-        la = a.log() if isinstance(a, Tensor) else math.log(a) if a > 0 else float("nan")
-        gb = (
-            where((a == 0) & (b >= 0), g * 0, g * out * la)
-            if isinstance(a, Tensor)
-            else g * out * la
-        )
+        if isinstance(a, Tensor):
+            gb = g * where((a == 0) & (b >= 0), 0, out * a.log())
+        elif a == 0:
+            gb = g * where(b >= 0, 0, out * -math.inf)
+        else:
+            gb = g * (out * (math.log(a) if a > 0 else math.nan))
     return ga, gb
 
 
@@ -675,11 +698,10 @@ def _where_meta(cond, x, y):
 
 def _where_grad(c, g):
     cond = c.args[0]
-    zero = g * 0
     return (
         None,
-        where(cond, g, zero) if needs_grad(c, 1) else None,
-        where(cond, zero, g) if needs_grad(c, 2) else None,
+        where(cond, g, 0) if needs_grad(c, 1) else None,
+        where(cond, 0, g) if needs_grad(c, 2) else None,
     )
 
 

@@ -214,7 +214,10 @@ def scatter_back(g: Tensor, indices: Tensor, dim: int, shape) -> Tensor:
 
 
 def scale_by_count(g, mask, dims):
-    """Split ``g`` evenly among the True entries of ``mask`` within each reduced slice."""
+    """Split ``g`` evenly among the True entries of ``mask`` within each reduced slice.
+
+    A product with the mask, as in PyTorch's amax/amin and inf-norm formulas: an inf or NaN
+    ``g`` gives NaN off the mask there too."""
     return g * mask / mask.sum(dims, True)
 
 
@@ -224,7 +227,9 @@ def evenly_distribute(g: Tensor, x: Tensor, value: Tensor) -> Tensor:
     mask = x == value
     if x.dtype.is_floating_point:
         mask = where(value.isnan(), x.isnan(), mask)
-    return scale_by_count(g, mask, tuple(range(x.ndim)))
+    # selected, not multiplied by the mask: the other elements get exactly zero even when ``g``
+    # is inf or NaN (PyTorch's CPU formula; its amax/amin multiply, see ``scale_by_count``)
+    return where(mask, g / mask.sum(), 0)
 
 
 def select_evenly(x: Tensor, value: Tensor) -> Tensor:
@@ -300,8 +305,11 @@ prod.register_meta(_reduce_meta(lambda x, dtype=None: sum_dtype(x, dtype)))
 
 
 def _prod_grad(c, g):
-    # d prod / d x_i is the product of the others: prod/x_i without zeros; with exactly one zero
-    # in the slice only that zero's gradient survives; with two or more, all are zero
+    """d prod / d x_j is the product of the other elements. Without zeros in the slice that is
+    prod / x_j; at a lone zero it is the product of the nonzero elements; anywhere else in a
+    slice with a zero it is 0, or NaN when another factor is inf or NaN (0 * inf, as PyTorch's
+    exclusive products give). A full product with two or more zeros has zero gradient outright:
+    PyTorch returns zeros there, whatever ``g`` is."""
     x, dim, keepdim, dtype = c.args
     dims = reduce_dims(x, dim)
     if dtype is not None:
@@ -310,8 +318,12 @@ def _prod_grad(c, g):
     zeros = zero.sum(dims, True)
     safe = where(zero, 1, x)
     others = prod(safe, dims, True)
-    grad_others = where(zeros == 0, others / safe, where(zero & (zeros == 1), others, 0))
-    return (expand_back(g, x.shape, dims, keepdim) * grad_others,)
+    non_finite = x.isfinite().logical_not()
+    non_finite_others = non_finite.sum(dims, True) - non_finite.to(zeros.dtype)
+    zero_product = where(non_finite_others > 0, math.nan, x.new_zeros(()))
+    grad_others = where(zeros == 0, others / safe, where(zero & (zeros == 1), others, zero_product))
+    grad = expand_back(g, x.shape, dims, keepdim) * grad_others
+    return (where(zeros > 1, 0, grad) if is_full_reduction(dim) else grad,)
 
 
 prod.register_derivative(_prod_grad)

@@ -100,12 +100,18 @@ def unbind(input: Tensor, dim: int = 0) -> tuple:
 @tensor_method("movedim", "moveaxis")
 def movedim(input: Tensor, source, destination) -> Tensor:
     n = input.ndim
-    src = [wrap_dim(s, n) for s in ((source,) if isinstance(source, int) else source)]
-    dst = [
-        wrap_dim(s, n) for s in ((destination,) if isinstance(destination, int) else destination)
-    ]
-    if len(src) != len(dst):
-        raise RuntimeError("movedim: Invalid source or destination dims")
+    given_src = [source] if isinstance(source, int) else list(source)
+    given_dst = [destination] if isinstance(destination, int) else list(destination)
+    if len(given_src) != len(given_dst):
+        raise RuntimeError(
+            f"movedim: Invalid source or destination dims: source ({given_src} dims) should "
+            f"contain the same number of dims as destination ({given_dst} dims)"
+        )
+    src = [wrap_dim(s, n) for s in given_src]
+    dst = [wrap_dim(s, n) for s in given_dst]
+    for name, given, dims in (("source", given_src, src), ("destination", given_dst, dst)):
+        if len(set(dims)) != len(dims):
+            raise RuntimeError(f"movedim: repeated dim in `{name}` ({given})")
     order = [d for d in range(n) if d not in src]
     perm = [0] * n
     for s, t in zip(src, dst):
@@ -178,9 +184,9 @@ def _inplace_view(self: Tensor, make_view) -> Tensor:
     The view is made from a shallow twin of ``self``, so the recorded view chain (and the
     autograd edge) point at the tensor as it was, not at the mutated object.
     """
-    from ..runtime import state
+    from ..runtime.state import per_thread
 
-    if state.grad_enabled[0] and self._requires_grad and self.grad_fn is None:
+    if per_thread.state.grad_enabled and self._requires_grad and self.grad_fn is None:
         raise RuntimeError(
             "a leaf Variable that requires grad is being used in an in-place operation."
         )

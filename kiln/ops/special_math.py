@@ -179,9 +179,12 @@ def sinc(self: Tensor): ...
 
 @sinc.register_decomposition
 def _sinc_decomp(x):
-    """sin(pi x) / (pi x), 1 at 0; the zero is replaced before dividing so gradients stay finite."""
+    """sin(pi x) / (pi x), 1 at 0; the zero is replaced before dividing so gradients stay finite.
+    16-bit floats compute in float32 and round once, as PyTorch's kernel (pi x would overflow)."""
     if not x.dtype.is_floating_point:
         x = x.to(dt.get_default_dtype())
+    if x.dtype in (dt.float16, dt.bfloat16):
+        return _sinc_decomp(x.float()).to(x.dtype)
     zero = x == 0
     safe = where(zero, 1.0, x) * math.pi
     return where(zero, 1.0, safe.sin() / safe)

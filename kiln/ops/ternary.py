@@ -1,9 +1,9 @@
 """Pointwise ops beyond the unary and binary tables.
 
-clamp, lerp, masked_fill, nan_to_num and addcmul/addcdiv, and the small composites square,
-xlogy, logit and logaddexp. clamp and lerp promote over every operand (``result_dtype``);
-derivatives send no gradient to bounds or values given as Python numbers. ``where`` itself is
-in ``pointwise``, whose binary derivatives use it.
+clamp, lerp, masked_fill, nan_to_num and addcmul/addcdiv, the small composites square, xlogy
+and logit, and logaddexp / logaddexp2. clamp and lerp promote over every operand
+(``result_dtype``); derivatives send no gradient to bounds or values given as Python numbers.
+``where`` itself is in ``pointwise``, whose binary derivatives use it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from .common import (
     wrap,
 )
 from .pointwise import as_np_operand, maximum, needs_grad, where
+from .reductions import torch_type_name
 from .registry import defop
 
 __all__: list[str] = []
@@ -61,6 +62,10 @@ def _clamp_meta(x, lo=None, hi=None):
 
 
 def _clamp_grad(c, g):
+    """PyTorch's rule: ``x`` gets the gradient where lo <= x <= hi (not at NaN); a tensor bound
+    gets it where it was the value chosen, and when lo > hi only ``hi`` counts as chosen. The
+    gradient is selected, never multiplied by a mask, so an inf or NaN ``g`` stays where it
+    belongs."""
     x, lo, hi = c.args
     mask = None
     if lo is not None:
@@ -68,9 +73,14 @@ def _clamp_grad(c, g):
     if hi is not None:
         m = x <= hi
         mask = m if mask is None else mask & m
-    gx = where(mask, g, g * 0) if needs_grad(c, 0) else None
-    glo = where(x < lo, g, g * 0) if isinstance(lo, Tensor) and needs_grad(c, 1) else None
-    ghi = where(x > hi, g, g * 0) if isinstance(hi, Tensor) and needs_grad(c, 2) else None
+    gx = where(mask, g, 0) if needs_grad(c, 0) else None
+    glo = ghi = None
+    if isinstance(lo, Tensor) and needs_grad(c, 1):
+        lo_chosen = x < lo if hi is None else (x < lo) & (lo < hi)
+        glo = where(lo_chosen, g, 0)
+    if isinstance(hi, Tensor) and needs_grad(c, 2):
+        hi_chosen = x > hi if lo is None else (x > hi) | (hi < lo)
+        ghi = where(hi_chosen, g, 0)
     return gx, glo, ghi
 
 
@@ -91,8 +101,26 @@ def _clamp_decomp(x, lo=None, hi=None):
 def lerp(self: Tensor, end: Tensor, weight: TensorOrScalar): ...
 
 
+def _check_lerp_operands(x: Tensor, end: Tensor, w) -> None:
+    """PyTorch does not promote in lerp: ``end`` and a weight tensor with dims must have
+    ``x``'s dtype (a 0-d weight binds as a number), and integer inputs have no kernel."""
+    from .reductions import c_type_name, torch_type_name
+
+    weights = (("weight", w),) if isinstance(w, Tensor) and w.ndim else ()
+    for name, t in (("end", end),) + weights:
+        if t.dtype is not x.dtype:
+            raise RuntimeError(
+                f"expected dtype {c_type_name(x.dtype)} for `{name}` but got dtype "
+                f"{c_type_name(t.dtype)}"
+            )
+    if not (x.dtype.is_floating_point or x.dtype.is_complex):
+        kernel = "lerp_kernel_tensor" if weights else "lerp_kernel_scalar"
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{torch_type_name(x.dtype)}'")
+
+
 @lerp.register_kernel
 def _lerp_kernel(x, end, w):
+    _check_lerp_operands(x, end, w)
     d = result_dtype(x, end, w)
     cd = compute_np_dtype(d)
     a, b, ww = as_np_operand(x, cd), as_np_operand(end, cd), as_np_operand(w, cd)
@@ -114,11 +142,10 @@ def _lerp_kernel(x, end, w):
     return wrap(out, d)
 
 
-lerp.register_meta(
-    lambda x, e, w: pointwise_meta(
-        result_dtype(x, e, w), x, e, *((w,) if isinstance(w, Tensor) else ())
-    )
-)
+@lerp.register_meta
+def _lerp_meta(x, e, w):
+    _check_lerp_operands(x, e, w)
+    return pointwise_meta(result_dtype(x, e, w), x, e, *((w,) if isinstance(w, Tensor) else ()))
 
 
 def _lerp_grad(c, g):
@@ -163,9 +190,9 @@ masked_fill.register_meta(lambda x, m, v: pointwise_meta(x._dtype, x, m))
 def _masked_fill_grad(c, g):
     x, mask, value = c.args
     return (
-        where(mask, g * 0, g) if needs_grad(c, 0) else None,
+        where(mask, 0, g) if needs_grad(c, 0) else None,
         None,
-        where(mask, g, g * 0).sum() if isinstance(value, Tensor) and needs_grad(c, 2) else None,
+        where(mask, g, 0).sum() if isinstance(value, Tensor) and needs_grad(c, 2) else None,
     )
 
 
@@ -204,7 +231,9 @@ def _nan_to_num_kernel(x, nan, posinf, neginf):
 
 
 nan_to_num.register_meta(lambda x, *a: pointwise_meta(x._dtype, x))
-nan_to_num.register_derivative(lambda c, g: (where(c.args[0].isfinite(), g, g * 0),))
+# PyTorch multiplies by the mask here (grad * isfinite(x)): an inf gradient at a non-finite x
+# gives NaN there, and so does kiln
+nan_to_num.register_derivative(lambda c, g: (g * c.args[0].isfinite(),))
 
 
 def _addc_schema(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Scalar = 1): ...
@@ -235,12 +264,18 @@ def _xlogy_decomp(x, y):
     at concentration 1 need it)."""
     if not isinstance(y, Tensor):
         if y > 0 and y != math.inf:
-            return x * math.log(y)
+            return _zero_where_x_is(x, x * math.log(y))
         log_y = math.inf if y == math.inf else -math.inf if y == 0 else math.nan
         return where((x == 0) & (y == y), 0.0, x * log_y)
     x, y = _as_float_operands(x, y)
     log_y = where((x == 0) & ((y <= 0) | (y == math.inf)), 0.0, y.log())
-    return x * log_y + 0.0  # + 0.0: 0 * log(0.5) is -0.0, PyTorch prints 0
+    return _zero_where_x_is(x, x * log_y)
+
+
+def _zero_where_x_is(x, product):
+    """PyTorch's xlogy is 0 (not -0.0, as 0 * log(0.5) is) where x == 0, and keeps the sign of
+    other products (-1 * log(1) is -0.0)."""
+    return where(x == 0, product + 0.0, product)
 
 
 def _as_float_operands(x, y):
@@ -263,12 +298,52 @@ def _logit_decomp(x, eps=None):
     return (x / (1 - x)).log()
 
 
-@defop(kind="pointwise")
-def logaddexp(self: Tensor, other: Tensor): ...
+def _log_add_exp_schema(self: Tensor, other: Tensor):
+    """log(exp(self) + exp(other)) without overflow (base 2 for ``logaddexp2``)."""
 
 
-@logaddexp.register_decomposition
-def _logaddexp_decomp(a, b):
-    a, b = _as_float_operands(a, b)
-    m = maximum(a, b)
-    return m + ((a - m).exp() + (b - m).exp()).log()
+logaddexp = defop(_log_add_exp_schema, name="logaddexp", kind="pointwise")
+logaddexp2 = defop(_log_add_exp_schema, name="logaddexp2", kind="pointwise")
+
+
+def _register_log_add_exp(op, np_fn, exp, log_scale: float) -> None:
+    """Kernel, meta, derivative and decomposition of log(base^a + base^b): ``exp`` raises the
+    base, ``log_scale`` turns a natural log into the base's."""
+
+    def out_dtype(a, b) -> dt.dtype:
+        d = result_dtype(a, b)
+        if not d.is_floating_point:  # PyTorch has no integer or complex kernel either
+            raise NotImplementedError(
+                f"\"{op.name}_cpu\" not implemented for '{torch_type_name(d)}'"
+            )
+        return d
+
+    def kernel(a, b):
+        d = out_dtype(a, b)
+        cd = compute_np_dtype(d)  # half types in float32, as PyTorch's CPU kernels do
+        return wrap(np_fn(as_np_operand(a, cd), as_np_operand(b, cd)).astype(d.np), d)
+
+    def meta(a, b):
+        return pointwise_meta(out_dtype(a, b), a, b)
+
+    def derivative(c, g):
+        a, b = c.args  # PyTorch's formulas: a == b == inf gives NaN gradients, as there
+        return (
+            g / (1 + exp(b - a)) if needs_grad(c, 0) else None,
+            g / (1 + exp(a - b)) if needs_grad(c, 1) else None,
+        )
+
+    def decomposition(a, b):
+        a, b = _as_float_operands(a, b)
+        m = maximum(a, b)
+        out = m + exp(-(a - b).abs()).log1p() * log_scale
+        return where((a == b) & a.isinf(), a, out)  # inf, inf -> inf (not inf - inf)
+
+    op.register_kernel(kernel)
+    op.register_meta(meta)
+    op.register_derivative(derivative)
+    op.register_decomposition(decomposition)
+
+
+_register_log_add_exp(logaddexp, np.logaddexp, lambda t: t.exp(), 1.0)
+_register_log_add_exp(logaddexp2, np.logaddexp2, lambda t: t.exp2(), 1 / math.log(2))

@@ -105,23 +105,29 @@ def _vector_norm_grad(c, g):
         x = x.to(dtype)
     g = expand_back(g, x.shape, dims, keepdim)
     norm = expand_back(c.out, x.shape, dims, keepdim)
-    if ord == 0:
-        return (x * 0,)
+    # PyTorch's formulas, including where they multiply by a mask (an inf or NaN gradient then
+    # gives NaN off the mask, as in PyTorch) and where they select
+    if ord == 0:  # a count: PyTorch's gradient is undefined (x.grad stays None), not zeros
+        return (None,)
     if ord == 1:
         return (g * x.sign(),)
     if ord == _INF or ord == -_INF:
-        mask = x.abs() == norm
+        ax = x.abs()
+        mask = (ax == norm) | ax.isnan()  # a NaN norm came from the NaN elements
         return (scale_by_count(g * x.sign(), mask, dims),)
     zero_norm = norm == 0
+    safe_norm = where(zero_norm, 1, norm)
     if ord == 2:
-        return (where(zero_norm, 0, g / where(zero_norm, 1, norm)) * x,)
+        return (g * where(zero_norm, 0, x / safe_norm),)
     # |x|^(p-1) sign(x): for p < 2 written without the 0 * inf that x * |x|^(p-2) hits at x = 0
     ax = x.abs()
     if ord < 2:
         scaled = x.sign() * where(x == 0, 0, where(x == 0, 1, ax) ** (ord - 1))
     else:
         scaled = x * ax ** (ord - 2)
-    return (where(zero_norm, 0, g / where(zero_norm, 1, norm) ** (ord - 1)) * scaled,)
+    if ord < 1:
+        return (scaled * g * norm ** (1 - ord),)
+    return (scaled * where(zero_norm, 0, g / safe_norm ** (ord - 1)),)
 
 
 vector_norm.register_derivative(_vector_norm_grad, save_output=True)

@@ -42,7 +42,7 @@ def infer_size(shape, numel: int) -> tuple:
                 raise RuntimeError("only one dimension can be inferred")
             infer = i
         elif s < 0:
-            raise RuntimeError(f"invalid shape dimension {s}")
+            raise RuntimeError(f"invalid shape dimension {s} at index {i} of shape {shape}")
         else:
             known *= s
     if infer is not None:
@@ -167,15 +167,16 @@ def _perm(dims, ndim):
         and len(set(dims)) == ndim
     ):
         return dims
-    dims = [wrap_dim(d, ndim) for d in dims]
-    if len(dims) != ndim or sorted(dims) != list(range(ndim)):
+    # PyTorch's order of checks: the count, then each dim's range, then duplicates
+    if len(dims) != ndim:
         raise RuntimeError(
             f"permute(sparse_coo): number of dimensions in the tensor input does not match the "
             f"length of the desired ordering of dimensions i.e. input.dim() = {ndim} is not equal "
             f"to len(dims) = {len(dims)}"
-            if len(dims) != ndim
-            else "permute(): duplicate dims are not allowed."
         )
+    dims = [wrap_dim(d, ndim) for d in dims]
+    if len(set(dims)) != ndim:
+        raise RuntimeError("permute(): duplicate dims are not allowed.")
     return dims
 
 

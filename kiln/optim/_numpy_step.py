@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime import state
 from ..runtime.compiling import is_compiling
 from ..runtime.device import cpu
+from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor, wrap_array
 
 __all__ = ["available", "sgd_update", "adam_update"]
@@ -24,7 +24,8 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 def available() -> bool:
     """Whether an eager step may skip dispatch (nothing is tracing or intercepting ops)."""
-    return not state.mode_stack and state.autocast[0] is None and not is_compiling()
+    state = per_thread.state
+    return not state.mode_stack and state.autocast is None and not is_compiling()
 
 
 def _arrays(*tensors: Tensor) -> list[np.ndarray] | None:

@@ -327,6 +327,10 @@ def _round_size(nbytes: int) -> int:
     return (nbytes + step - 1) // step * step
 
 
+class OutOfMemoryError(RuntimeError):
+    """The device has no memory left for an allocation (``torch.OutOfMemoryError``)."""
+
+
 class CachingAllocator:
     """Keeps freed device blocks per size class and hands them out again."""
 
@@ -336,6 +340,10 @@ class CachingAllocator:
         self._free: dict[int, list[int]] = {}
         self.allocated_bytes = 0  # held by live buffers
         self.reserved_bytes = 0  # obtained from the driver
+        self.peak_allocated_bytes = 0  # highest values since creation or ``reset_peaks``
+        self.peak_reserved_bytes = 0
+        self.allocations = 0  # buffers handed out and given back (memory_stats)
+        self.frees = 0
         self._lock = threading.Lock()
 
     def malloc(self, nbytes: int) -> DeviceBuffer:
@@ -354,18 +362,27 @@ class CachingAllocator:
                     try:
                         ptr = self.driver.alloc(size)
                     except RuntimeError:
-                        raise RuntimeError(
+                        raise OutOfMemoryError(
                             f"CUDA out of memory: tried to allocate {nbytes} bytes on "
                             f"cuda:{self.index} ({self.allocated_bytes} bytes in use by kiln)"
                         ) from e
                 self.reserved_bytes += size
+                self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
             self.allocated_bytes += size
+            self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
+            self.allocations += 1
         return DeviceBuffer(ptr, size, self)
 
     def release(self, ptr: int, size: int) -> None:
         with self._lock:
             self._free.setdefault(size, []).append(ptr)
             self.allocated_bytes -= size
+            self.frees += 1
+
+    def reset_peaks(self) -> None:
+        with self._lock:
+            self.peak_allocated_bytes = self.allocated_bytes
+            self.peak_reserved_bytes = self.reserved_bytes
 
     def _release_cached(self) -> None:
         self.driver.synchronize()

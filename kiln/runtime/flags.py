@@ -25,6 +25,7 @@ __all__ = [
     "is_warn_always_enabled",
     "set_num_threads",
     "get_num_threads",
+    "init_num_threads",
     "on_num_threads_change",
     "set_num_interop_threads",
     "get_num_interop_threads",
@@ -137,7 +138,17 @@ def _usable_cores() -> int:
 
 
 # threads of kiln's own kernels (compiled CPU code); whoever keeps threads for them listens here
-_num_threads = [os.cpu_count() or 1]
+def _default_num_threads() -> int:
+    """OMP_NUM_THREADS when set to a positive number, at most the number of cores (as PyTorch
+    reads it; the distributed launcher sets 1 per rank), else the number of cores."""
+    cores = os.cpu_count() or 1
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    if value.isdigit() and int(value) > 0:
+        return min(int(value), cores)
+    return cores
+
+
+_num_threads = [_default_num_threads()]
 _num_threads_listeners: list[Callable[[int], None]] = []
 
 
@@ -152,6 +163,10 @@ def set_num_threads(n: int) -> None:
 
 def get_num_threads() -> int:
     return _num_threads[0]
+
+
+def init_num_threads() -> None:
+    """Nothing to initialise: kiln's kernel threads start when first used."""
 
 
 def on_num_threads_change(listener: Callable[[int], None]) -> None:

@@ -24,6 +24,7 @@ __all__ = [
     "BoolTensor",
     "legacy_type_name",
     "dtype_of_type_spec",
+    "set_default_tensor_type",
 ]
 
 
@@ -122,3 +123,20 @@ def dtype_of_type_spec(spec) -> dt.dtype:
             return cls._dtype
         raise ValueError(f"invalid type: '{spec}'")
     raise TypeError(f"type() expects a dtype, a tensor type or its name, got {type(spec).__name__}")
+
+
+def set_default_tensor_type(t) -> None:
+    """Deprecated in PyTorch (use ``set_default_dtype``): make a legacy tensor type's dtype the
+    default for new float tensors (``kiln.DoubleTensor`` or ``"torch.DoubleTensor"``)."""
+    import warnings
+
+    warnings.warn(
+        "kiln.set_default_tensor_type() is deprecated as of PyTorch 2.1, please use "
+        "kiln.set_default_dtype() and kiln.set_default_device() as alternatives.",
+        UserWarning,
+        stacklevel=2,
+    )
+    d = dtype_of_type_spec(t)
+    if not d.is_floating_point:
+        raise TypeError("only floating-point types are supported as the default type")
+    dt.set_default_dtype(d)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import time
 
 import numpy as np
@@ -102,6 +103,10 @@ def philox_normal(seed: int, offset: int, n: int) -> np.ndarray:
     return (r * np.cos(2.0 * np.pi * u2)).astype(np.float32)
 
 
+# reserving counters is a read and a write: threads drawing at once must get disjoint ranges
+_reserve_lock = threading.Lock()
+
+
 class Generator:
     """A (seed, offset) pair; each random call takes the next ``numel`` counters."""
 
@@ -130,10 +135,11 @@ class Generator:
 
     def next_offset(self, n: int) -> tuple[int, int]:
         """Reserve ``n`` counters; returns (seed, first counter)."""
-        start = self._offset
-        # round up to 4 so consecutive calls stay aligned with vector widths in compiled code
-        self._offset = start + ((n + 3) & ~3)
-        return self._seed, start
+        with _reserve_lock:
+            start = self._offset
+            # round up to 4 so consecutive calls stay aligned with vector widths in compiled code
+            self._offset = start + ((n + 3) & ~3)
+            return self._seed, start
 
     def get_state(self):
         from . import dtypes

@@ -157,6 +157,11 @@ def writable_target(array: np.ndarray, allow_overlap: bool = False) -> np.ndarra
     ):
         raise RuntimeError(_OVERLAP_MESSAGE)
     owner = storage_of(array)
+    if not owner.flags.writeable and isinstance(owner.base, (bytes, memoryview)):
+        raise RuntimeError(  # ``kiln.frombuffer`` of bytes: the memory itself is read-only
+            "cannot write to a tensor over a read-only buffer (kiln.frombuffer of bytes); copy "
+            "the buffer (bytearray(...)) or clone() the tensor first"
+        )
     if not owner.flags.writeable or not owner.flags.c_contiguous:
         raise RuntimeError(_OVERLAP_MESSAGE)
     offset = array.__array_interface__["data"][0] - owner.__array_interface__["data"][0]

@@ -82,6 +82,14 @@ def contiguous_strides(shape: tuple) -> tuple:
     return tuple(reversed(strides))
 
 
+def _on_device(device_type: str) -> property:
+    """``Tensor.is_<device>``: whether the tensor lives on that kind of device."""
+    return property(
+        lambda self: self._device.type == device_type,
+        doc=f"True if the tensor is on a {device_type} device.",
+    )
+
+
 class Tensor:
     """A multi-dimensional array with PyTorch's semantics (see the module docstring)."""
 
@@ -267,13 +275,17 @@ class Tensor:
     def is_meta(self) -> bool:
         return self._device is meta
 
-    @property
-    def is_cuda(self) -> bool:
-        return self._device.type == "cuda"
-
-    @property
-    def is_cpu(self) -> bool:
-        return self._device.type == "cpu"
+    # PyTorch's device predicates, one per backend: kiln's tensors live on the CPU or CUDA
+    is_cpu = _on_device("cpu")
+    is_cuda = _on_device("cuda")
+    is_xpu = _on_device("xpu")
+    is_mps = _on_device("mps")
+    is_hpu = _on_device("hpu")
+    is_ipu = _on_device("ipu")
+    is_xla = _on_device("xla")
+    is_maia = _on_device("maia")
+    is_mtia = _on_device("mtia")
+    is_vulkan = _on_device("vulkan")
 
     @property
     def is_fake(self) -> bool:
@@ -292,9 +304,17 @@ class Tensor:
 
         return strided
 
+    # layouts and kinds of tensor kiln does not have (every kiln tensor is dense and strided)
     is_sparse = False
+    is_sparse_csr = False
     is_quantized = False
     is_mkldnn = False
+    is_nested = False
+
+    @property
+    def output_nr(self) -> int:
+        """Which output of its ``grad_fn`` this tensor is."""
+        return self._output_nr
 
     def dim_order(self) -> tuple:
         """The dims from outermost to innermost in memory (largest stride first)."""
@@ -391,6 +411,25 @@ class Tensor:
             array = array.astype(np.uint8)  # PyTorch's (historical) choice
         return wrap_array(np.require(array, requirements="C"), _dt.from_numpy_dtype(array.dtype))
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """The tensor's memory as a DLPack capsule, made by numpy (which holds CPU buffers)."""
+        if self._requires_grad:
+            raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
+        if self._device.type != "cpu" or self._dtype is _dt.bfloat16:
+            raise BufferError(
+                f"kiln can export only CPU tensors of dtypes numpy knows through DLPack, not a "
+                f"{self._dtype} tensor on {self._device}"
+            )
+        given = {"max_version": max_version, "dl_device": dl_device, "copy": copy}
+        options = {k: v for k, v in given.items() if v is not None}
+        return np.asarray(self._check_data("export")).__dlpack__(stream=stream, **options)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(DLPack device type, index): 1 for the CPU, 2 for CUDA."""
+        if self._device.type == "cuda":
+            return (2, self._device.index or 0)
+        return (1, 0)
+
     def __reduce_ex__(self, protocol):
         return (_rebuild_tensor, (self.detach().numpy().copy(), self._requires_grad))
 
@@ -411,6 +450,18 @@ class Tensor:
             kind = "meta" if self._device is meta else "fake (being captured into a graph)"
             raise RuntimeError(f"cannot {what} a {kind} tensor: it has no data")
         return self._data
+
+
+# Attributes that depend only on shape, dtype, device and layout: constants when code reading
+# them is captured into a graph (the tensor's guards pin all of those)
+METADATA_ATTRIBUTES = frozenset(
+    {
+        "shape", "dtype", "device", "ndim", "requires_grad", "layout", "itemsize", "nbytes",
+        "is_meta", "is_cpu", "is_cuda", "is_xpu", "is_mps", "is_hpu", "is_ipu", "is_xla",
+        "is_maia", "is_mtia", "is_vulkan", "is_sparse", "is_sparse_csr", "is_quantized",
+        "is_mkldnn", "is_nested",
+    }
+)  # fmt: skip
 
 
 def _rebuild_tensor(array, requires_grad):

@@ -21,6 +21,7 @@ Under ``kiln.compile`` a checkpointed call is a graph break and runs eagerly (sa
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -28,8 +29,8 @@ from typing import Any
 from ..autograd.engine import backward as autograd_backward
 from ..autograd.function import Function, _FunctionBackward
 from ..autograd.graph import AccumulateGrad, Node, OpBackward
-from ..runtime import state
 from ..runtime.random import default_generator
+from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 
 __all__ = [
@@ -46,7 +47,16 @@ __all__ = [
 # refilled from the recomputation (other node kinds keep what they saved)
 _SAVED_STATE = {OpBackward: ("_args", "_out", "_versions"), _FunctionBackward: ("ctx",)}
 _DETERMINISM_CHECKS = ("default", "none")
-_recomputing = [0]  # nested checkpoints inside a recomputation just run their function
+
+
+class _Recomputing(threading.local):
+    """Depth of recomputations running in this thread: nested checkpoints inside one just run
+    their function (per thread: another thread's forward keeps checkpointing meanwhile)."""
+
+    depth = 0
+
+
+_recomputing = _Recomputing()
 
 _BREAK_REASON = "activation checkpointing runs eagerly (its recomputation is not captured)"
 
@@ -80,24 +90,25 @@ def _uncached_casts():
     the forward's nodes but made again by the recomputation (so the two would not match)."""
     from ..amp import autocast_mode
 
-    prev = autocast_mode._cache_enabled[0]
-    autocast_mode._cache_enabled[0] = False
+    prev = autocast_mode.is_autocast_cache_enabled()
+    autocast_mode.set_autocast_cache_enabled(False)
     try:
         yield
     finally:
-        autocast_mode._cache_enabled[0] = prev
+        autocast_mode.set_autocast_cache_enabled(prev)
 
 
 @contextlib.contextmanager
 def _replaying(autocast_config):
     """Grad mode on and the forward's autocast setting (the backward runs outside autocast)."""
-    prev = state.grad_enabled[0], state.autocast[0]
-    state.grad_enabled[0], state.autocast[0] = True, autocast_config
+    state = per_thread.state
+    prev = state.grad_enabled, state.autocast
+    state.grad_enabled, state.autocast = True, autocast_config
     try:
         with _uncached_casts():
             yield
     finally:
-        state.grad_enabled[0], state.autocast[0] = prev
+        state.grad_enabled, state.autocast = prev
 
 
 def _tensors_in(value) -> list:
@@ -142,7 +153,7 @@ class _Segment:
         self.rng_state = rng_state
         self.recompute_context = recompute_context
         self.check = check
-        self.autocast = state.autocast[0]
+        self.autocast = per_thread.state.autocast
         self.nodes: list = []
         self.signature: list = []
         self.handles: list = []
@@ -165,13 +176,13 @@ class _Segment:
             self.recompute()
 
     def recompute(self) -> None:
-        _recomputing[0] += 1
+        _recomputing.depth += 1
         try:
             with _rng_as(self.rng_state), _replaying(self.autocast), self.recompute_context:
                 first = _next_sequence_nr()
                 outputs = self.function(*self.args, **self.kwargs)
         finally:
-            _recomputing[0] -= 1
+            _recomputing.depth -= 1
         twins = _nodes_created_since(outputs, first)
         if self.check:
             self._check_same_graph(twins)
@@ -217,7 +228,7 @@ def _checkpoint_without_reentrant(
     first = _next_sequence_nr()
     with forward_context, _uncached_casts():
         outputs = function(*args, **kwargs)
-    if not state.grad_enabled[0]:
+    if not per_thread.state.grad_enabled:
         return outputs
     nodes = _nodes_created_since(outputs, first)
     # (nodes that keep what they saved, such as a compiled region's, need no recomputation)
@@ -264,7 +275,7 @@ class CheckpointFunction(Function):
         check_backward_validity(args)
         ctx.function = function
         ctx.rng_state = default_generator.get_state() if preserve_rng_state else None
-        ctx.autocast = state.autocast[0]
+        ctx.autocast = per_thread.state.autocast
         ctx.inputs = [None if isinstance(a, Tensor) else a for a in args]
         ctx.tensor_indices = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
         ctx.save_for_backward(*(a for a in args if isinstance(a, Tensor)))
@@ -339,7 +350,7 @@ def checkpoint(
             f"determinism_check should be one of {list(_DETERMINISM_CHECKS)}, but got "
             f"{determinism_check}"
         )
-    if _recomputing[0]:
+    if _recomputing.depth:
         return function(*args, **kwargs)
     return _checkpoint_without_reentrant(
         function, preserve_rng_state, context_fn, determinism_check, args, kwargs

@@ -1,7 +1,8 @@
 """Every decomposition equals its op's eager kernel, forward and backward.
 
 Runs the whole op sample database twice: normally, and with every non-prim op forced through its
-decomposition (``force_decompositions``), and compares values and gradients.
+decomposition (``force_decompositions``), and compares values and gradients. A decomposition that
+changes a dtype breaks compiled code downstream of it, which the last test shows on every backend.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import kiln
 from kiln.aot.decompositions import decomposition_table, force_decompositions, list_decompositions
 from tests.ops import test_oracle as oracle
 from tests.ops.opinfo import T
+from tests.oracle import assert_close, needs_torch, to_torch
 
 _DECOMPOSED = set(list_decompositions())
 _SAMPLES = [
@@ -73,3 +75,30 @@ def test_every_decomposition_is_exercised_by_some_sample():
 def test_table_contains_only_non_prims():
     for op in decomposition_table():
         assert not op.is_prim
+
+
+@needs_torch
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_a_bool_causal_mask_stays_bool_under_every_backend(backend, requires_grad):
+    import torch
+
+    size = 4
+
+    def masked(lib, x):
+        mask = lib.triu(lib.ones(size, size, dtype=lib.bool), diagonal=1)
+        keep = lib.tril(lib.ones(size, size, dtype=lib.bool))
+        return mask, keep, x.masked_fill(mask, float("-inf")).softmax(-1)
+
+    x = kiln.randn(size, size).requires_grad_(requires_grad)
+    compiled = kiln.compile(lambda x: masked(kiln, x), backend=backend, fullgraph=True)
+    got = compiled(x)
+    x_torch = to_torch(x)
+    expected = masked(torch, x_torch)
+    assert_close(list(got), list(expected))
+    assert got[2].requires_grad == expected[2].requires_grad
+    if requires_grad:
+        cotangent = kiln.randn(size, size)
+        got[2].backward(cotangent)
+        expected[2].backward(to_torch(cotangent))
+        assert_close(x.grad, x_torch.grad)

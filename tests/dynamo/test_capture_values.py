@@ -293,6 +293,23 @@ def min_of_tensor_shape(x):
     return x.reshape(min(x.shape), -1)
 
 
+def builtins_with_key_functions(x, widths):
+    tallest = max([x, x[:1], x[:2]], key=lambda p: p.shape[0])
+    lowest = min(widths, key=lambda w: -w)
+    pairs = sorted([(3, "c"), (1, "a"), (2, "b")], key=lambda kv: kv[0])
+    first_of_ties = max(4, 7, 2, key=lambda v: v % 2)
+    fallback = max([], default=9, key=lambda v: v)
+    return tallest * lowest + first_of_ties + fallback, [name for _, name in pairs]
+
+
+def device_predicates_are_constants(x):
+    if x.is_xpu or x.is_mps or x.is_hpu or x.is_ipu or x.is_xla or x.is_vulkan or x.is_mtia:
+        return x - 1
+    if x.is_sparse or x.is_sparse_csr or x.is_quantized or x.is_mkldnn or x.is_nested:
+        return x - 2
+    return x + 1 if (x.is_cpu and not x.is_cuda and not x.is_meta) else x
+
+
 CASES = [
     Case(add_mul, lambda: (t(3, 4), t(3, 4))),
     Case(chained_methods, lambda: (t(2, 5),)),
@@ -346,6 +363,8 @@ CASES = [
     Case(operator_module, lambda: (t(3), t(3))),
     Case(range_object, lambda: (t(3), 4)),
     Case(min_of_tensor_shape, lambda: (t(2, 6),)),
+    Case(builtins_with_key_functions, lambda: (t(3), [2, 5, 1])),
+    Case(device_predicates_are_constants, lambda: (t(3),)),
 ]
 
 

@@ -19,7 +19,6 @@ from .builder import (
     promote,
     promote_scalar,
 )
-from .programs import INT_DTYPES
 
 __all__ = ["OPS", "NEEDS"]
 
@@ -42,23 +41,12 @@ def _unary_float(b: Builder, x: Value):
     return b.emit(text, x.shape, float_of(x.dtype), False, (x,))
 
 
-_MASKING = ("abs", "relu", "sign", "floor", "ceil", "round", "trunc")  # backward masks the grad
-
-
 def _unary_exact(b: Builder, x: Value):
     if x.dtype == "bool":
-        if not b.allowed("bool_sign_kernel"):
-            return None
         return b.emit(f"torch.sign({x.name})", x.shape, x.dtype, True, (x,))
     options = ["neg", "abs", "relu", "sign"]
     if is_float(x.dtype) and x.exact:
         options += ["floor", "ceil", "round", "trunc"]
-    if not b.allowed("relu_nan"):
-        options.remove("relu")
-    if not b.allowed("sign_nan") and is_float(x.dtype):
-        options.remove("sign")
-    if not b.allowed("masked_backward") and x.requires_grad:
-        options = [o for o in options if o not in _MASKING]
     name = b.pick(options)
     if name == "neg" and b.coin():
         text = f"-{x.name}"
@@ -71,8 +59,6 @@ def _unary_exact(b: Builder, x: Value):
 
 
 def _clamp(b: Builder, x: Value):
-    if not b.allowed("masked_backward") and x.requires_grad:
-        return None
     if is_float(x.dtype):
         lo, hi = b.pick((-1.5, -0.5, 0.0)), b.pick((0.5, 1.0, 2.0))
     else:
@@ -101,7 +87,7 @@ def _power(b: Builder, x: Value):
         return b.emit(f"{x.name} ** {exponent}", x.shape, x.dtype, False, (x,))
     if x.dtype == "bool":
         return None
-    if b.coin() and b.allowed("int_negative_power"):
+    if b.coin():
         return b.emit(f"2 ** {x.name}", x.shape, x.dtype, x.exact, (x,))
     return b.emit(f"{x.name} ** 2", x.shape, x.dtype, x.exact, (x,))
 
@@ -127,11 +113,6 @@ def _cumsum(b: Builder, x: Value):
 
 def _cast(b: Builder, x: Value):
     targets = [d for d in b.dtypes if d != x.dtype]
-    no_int = not b.allowed("float_to_int_nan") or (
-        x.dtype == "bfloat16" and not b.allowed("bfloat16_to_int_nan")
-    )
-    if is_float(x.dtype) and (not x.exact or no_int):
-        targets = [d for d in targets if is_float(d) or d == "bool"]
     if is_float(x.dtype) and not x.exact:
         targets = [d for d in targets if is_float(d)]
     if not targets:
@@ -171,8 +152,6 @@ def _arith(b: Builder, x: Value):
         dtype = "float32" if op == "/" and not is_float(x.dtype) else promote_scalar(x.dtype, kind)
         if op == "/":
             dtype = float_of(dtype)
-        if op == "+" and x.dtype == "bool" and not b.allowed("bool_add"):
-            return None
         exact = x.exact and op != "/" and not is_float(dtype)
         text = f"{x.name} {op} {scalar}" if b.coin(0.7) else f"{scalar} {op} {x.name}"
         return b.emit(text, x.shape, dtype, exact, (x,), saves=op in "*/")
@@ -183,8 +162,6 @@ def _arith(b: Builder, x: Value):
     dtype = promote(x.dtype, y.dtype)
     if op == "-" and dtype == "bool":
         op = "*"
-    if op == "+" and dtype == "bool" and not b.allowed("bool_add"):
-        return None
     if op == "/":
         dtype = float_of(dtype)
     exact = x.exact and y.exact and not is_float(dtype)
@@ -199,8 +176,6 @@ def _min_max(b: Builder, x: Value):
         return None
     y = b.partner(x, lambda d: d != "bool")
     if y is None:
-        return None
-    if not b.allowed("masked_backward") and (x.requires_grad or y.requires_grad):
         return None
     name = b.pick(("maximum", "minimum"))
     shape, dtype = broadcast(x.shape, y.shape), promote(x.dtype, y.dtype)
@@ -255,15 +230,11 @@ def _floor_divide(b: Builder, x: Value):
     if x.dtype == "bool":
         return None
     op = b.pick(("//", "%"))
-    if op == "//" and is_float(x.dtype) and not b.allowed("float_floor_divide"):
-        op = "%"
     if op == "//" and x.requires_grad:
         return None  # PyTorch has no derivative for floor_divide: backward raises
     if is_float(x.dtype) and b.coin():
         y = b.partner(x, is_float, exact=True)
         if y is None or (op == "//" and y.requires_grad):
-            return None
-        if op == "//" and not b.allowed("float_floor_divide"):
             return None
         shape, dtype = broadcast(x.shape, y.shape), promote(x.dtype, y.dtype)
         return b.emit(f"{x.name} {op} {y.name}", shape, dtype, True, (x, y))
@@ -272,8 +243,6 @@ def _floor_divide(b: Builder, x: Value):
 
 
 def _where(b: Builder, x: Value):
-    if x.requires_grad and not b.allowed("masked_backward"):
-        return None
     cond = b.operand(lambda v: v.dtype == "bool" and broadcast(v.shape, x.shape) is not None
                      and (len(v.shape) > 0) == (len(x.shape) > 0))  # fmt: skip
     if cond is None:
@@ -293,7 +262,7 @@ def _where(b: Builder, x: Value):
         return b.emit(f"torch.where({cond.name}, {x.name}, {fill})", shape, x.dtype, x.exact,
                       (x, cond), saves=False)  # fmt: skip
     y = b.partner(x)
-    if y is None or (y.requires_grad and not b.allowed("masked_backward")):
+    if y is None:
         return None
     shape = broadcast(shape, y.shape)
     if shape is None or numel(shape) > b.config.max_numel:
@@ -549,8 +518,6 @@ def _matmul(b: Builder, x: Value):
     k = x.shape[-1]
     rank = len(x.shape)
     form = b.pick(("matrix", "vector", "batched"))
-    if k == 0 and not b.allowed("empty_matmul"):
-        return None
     if form == "vector" or rank == 1 and form == "batched":
         other = (k,) if b.coin() else (k, b.pick((2, 3, 1)))
     elif form == "batched" and rank >= 2:
@@ -576,10 +543,7 @@ def _matmul(b: Builder, x: Value):
     text = f"{x.name} @ {y.name}" if b.coin(0.7) else f"torch.matmul({x.name}, {y.name})"
     if rank == 2 and len(other) == 2 and b.coin(0.3):
         text = f"torch.mm({x.name}, {y.name})"
-    result = b.emit(text, shape, x.dtype, False if is_float(x.dtype) else x.exact, (x, y))
-    if rank == 1 or len(other) == 1:
-        b.groups[result.group].vector_matmul = True
-    return result
+    return b.emit(text, shape, x.dtype, False if is_float(x.dtype) else x.exact, (x, y))
 
 
 def _cat(b: Builder, x: Value):
@@ -653,9 +617,7 @@ def _inplace(b: Builder, x: Value):
         return None
     form = b.pick(("add_", "mul_", "fill_", "clamp_", "copy_", "setitem", "masked_fill_", "relu_"))
     if form in ("clamp_", "relu_"):
-        if x.dtype == "bool" or (form == "relu_" and not b.allowed("relu_nan")):
-            return None
-        if x.requires_grad and not b.allowed("masked_backward"):
+        if x.dtype == "bool":
             return None
         args = "" if form == "relu_" else ("min=0.5" if is_float(x.dtype) else "min=0")
         b.lines.append(f"{x.name}.{form}({args})")
@@ -669,8 +631,6 @@ def _inplace(b: Builder, x: Value):
         b.mutated(x, True)
         return x
     if form == "masked_fill_":
-        if x.requires_grad and not b.allowed("masked_backward"):
-            return None
         mask = b.operand(lambda v: v.dtype == "bool" and broadcast(v.shape, x.shape) == x.shape)
         if mask is None:
             return None
@@ -688,10 +648,6 @@ def _inplace(b: Builder, x: Value):
     if y is None or not b.can_mutate(x, y):
         return None
     if form == "copy_":
-        if is_float(y.dtype) and x.dtype in INT_DTYPES and not b.allowed("float_to_int_nan"):
-            return None
-        if y.dtype == "bfloat16" and x.dtype in INT_DTYPES and not b.allowed("bfloat16_to_int_nan"):
-            return None
         exact = y.exact and (category(x.dtype) >= category(y.dtype) or y.exact)
         b.lines.append(f"{x.name}.copy_({y.name})")
         b.mutated(x, exact and y.exact, y)
@@ -711,8 +667,6 @@ def _inplace(b: Builder, x: Value):
         b.mutated(x, z.exact, z)
         return x
     if category(promote(x.dtype, y.dtype)) > category(x.dtype):
-        return None
-    if x.dtype == "bool" and form == "add_" and not b.allowed("bool_add"):
         return None
     b.lines.append(f"{x.name}.{form}({y.name})")
     b.mutated(x, x.exact and y.exact and not is_float(x.dtype), y)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.inductor.codegen import cpu, llvm, llvm_jit
+from kiln.inductor.codegen import cpu, graph_index, llvm, llvm_jit
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,7 +62,7 @@ def test_second_compile_emits_no_ir_and_runs_no_llvm(cache_dir, emitted):
     assert stats.optimize_runs == 0 and stats.objects_generated == 0
     np.testing.assert_array_equal(warm.numpy(), cold.numpy())
     np.testing.assert_allclose(warm.numpy(), softmax_rows(x).numpy(), rtol=1e-6, atol=1e-6)
-    assert list(cache_dir.glob("llvm/graphs/*/*.json"))
+    assert list(cache_dir.glob("llvm/graphs/*/*.index"))
 
 
 def test_the_same_graph_from_another_line_is_a_hit(cache_dir, emitted):
@@ -111,15 +111,15 @@ def test_graphs_that_differ_in_a_constant_compile_their_own_kernels(cache_dir, e
 def test_a_lost_object_or_damaged_index_entry_recompiles(cache_dir, emitted):
     x = kiln.randn(12, 30)
     compile_and_run(softmax_rows, x)
-    cpu.clear_memory_cache()
+    graph_index.clear_memory_cache()
     for obj in cache_dir.glob("llvm/*/*.o"):
         obj.unlink()
     emitted.clear()
     out = compile_and_run(softmax_rows, x)
     assert emitted
     np.testing.assert_allclose(out.numpy(), softmax_rows(x).numpy(), rtol=1e-5, atol=1e-6)
-    cpu.clear_memory_cache()
-    for entry in cache_dir.glob("llvm/graphs/*/*.json"):
+    graph_index.clear_memory_cache()
+    for entry in cache_dir.glob("llvm/graphs/*/*.index"):
         entry.write_text("{not json")
     emitted.clear()
     out = compile_and_run(softmax_rows, x)

@@ -18,6 +18,7 @@ import pytest
 from llvmlite import ir
 
 from kiln.inductor.codegen import llvm_jit
+from kiln.runtime import logs as klog
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -149,14 +150,62 @@ def test_cache_key_covers_ir_and_compile_options():
     assert llvm_jit.jit_stats().cache_misses == 4
 
 
-def test_damaged_cache_entry_is_recompiled(cache_dir):
+def _flip_last_byte(blob: bytes) -> bytes:
+    return blob[:-1] + bytes([blob[-1] ^ 0x40])
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda blob: blob[:100],  # truncated
+        lambda blob: blob + b"\0" * 8,  # padded
+        _flip_last_byte,  # a bit flipped in the object
+        lambda blob: blob.replace(b"KILNREC 1", b"KILNREC 0", 1),  # another record format
+        lambda blob: blob[blob.index(b"\n") + 1 :],  # a bare object (kiln's first format)
+        lambda blob: b"",
+    ],
+    ids=["truncated", "padded", "flipped", "format", "headerless", "empty"],
+)
+def test_damaged_cache_entry_is_recompiled_and_rewritten(cache_dir, damage):
     llvm_jit.compile_module(scale_ir(7.0))
     (entry,) = cache_dir.rglob("*.o")
-    entry.write_bytes(entry.read_bytes()[:100])
+    entry.write_bytes(damage(entry.read_bytes()))
     compiled = llvm_jit.compile_module(scale_ir(7.0))
     assert not compiled.cache_hit
     np.testing.assert_array_equal(call_scale(compiled, np.ones(3, np.float32)), [7.0] * 3)
-    assert llvm_jit.compile_module(scale_ir(7.0)).cache_hit
+    assert llvm_jit.compile_module(scale_ir(7.0)).cache_hit  # the file was replaced
+
+
+def test_an_object_file_is_loaded_only_for_its_own_key(cache_dir):
+    """Two object files swapped (same function name and signature, other code) pass any check
+    of the file alone: the key stored inside each one tells them apart."""
+    twice, thrice = llvm_jit.compile_module(scale_ir(2.0)), llvm_jit.compile_module(scale_ir(3.0))
+    first, second = (cache_dir / m.key[:2] / f"{m.key}.o" for m in (twice, thrice))
+    first_bytes = first.read_bytes()
+    first.write_bytes(second.read_bytes())
+    second.write_bytes(first_bytes)
+    x = np.arange(6, dtype=np.float32)
+    for factor, module in [(2.0, twice), (3.0, thrice)]:
+        assert llvm_jit.load_object(module.key, ("scale",)) is None
+        again = llvm_jit.compile_module(scale_ir(factor))
+        assert not again.cache_hit
+        np.testing.assert_array_equal(call_scale(again, x), x * np.float32(factor))
+        reloaded = llvm_jit.load_object(module.key, ("scale",))  # rewritten for its key
+        np.testing.assert_array_equal(call_scale(reloaded, x), x * np.float32(factor))
+
+
+def test_an_unwritable_cache_dir_compiles_in_memory_and_says_why(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("a cache directory cannot live under a file")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(blocker / "cache"))
+    klog.set_logs(inductor=True)
+    try:
+        compiled = llvm_jit.compile_module(scale_ir(5.0))
+    finally:
+        klog.set_logs(inductor=False)
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(call_scale(compiled, x), x * 5)
+    assert "cannot write the compile cache" in capsys.readouterr().err
 
 
 def test_cache_false_leaves_the_disk_alone(cache_dir):

@@ -70,6 +70,10 @@ def erf64(x: np.ndarray) -> np.ndarray:
     return np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64)
 
 
+def erfc64(x: np.ndarray) -> np.ndarray:
+    return np.frompyfunc(math.erfc, 1, 1)(x).astype(np.float64)
+
+
 def sigmoid64(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
@@ -85,6 +89,7 @@ FLOAT32_CASES = {
     "tanh": (np.tanh, [(0.6, 0.65), (-0.65, -0.6), (8.5, 9.5), (-1e-3, 1e-3)], 1),
     "sigmoid": (sigmoid64, [(-90.0, -85.0), (-2.0, 2.0), (15.0, 18.0)], 2),
     "erf": (erf64, [(0.95, 1.05), (-1.05, -0.95), (3.8, 4.1), (-1e-3, 1e-3)], 1),
+    "erfc": (erfc64, [(0.45, 0.55), (-1.05, -0.95), (3.8, 4.1), (9.5, 10.2), (-1e-3, 1e-3)], 1),
     "sin": (np.sin, [(1e5, 1.01e5), (2.0**17 - 1, 2.0**17 + 1), (-1e-3, 1e-3)], 1),
     "cos": (np.cos, [(1e5, 1.01e5), (2.0**17 - 1, 2.0**17 + 1), (-1e-3, 1e-3)], 1),
     "tan": (np.tan, [(1e5, 1.01e5), (2.0**17 - 1, 2.0**17 + 1), (1.5, 1.6)], 1),
@@ -171,6 +176,7 @@ def test_odd_functions_keep_the_sign_of_zero(name):
         ("tanh", [20.0, -np.inf, 1e30], [1.0, -1.0, 1.0]),
         ("sigmoid", [-np.inf, np.inf, -110.0, 100.0], [0.0, 1.0, 0.0, 1.0]),
         ("erf", [np.inf, -np.inf, 4.0, -10.0], [1.0, -1.0, 1.0, -1.0]),
+        ("erfc", [np.inf, -np.inf, 0.0, -0.0, 11.0, np.nan], [0.0, 2.0, 1.0, 1.0, 0.0, np.nan]),
         ("sin", [np.inf, -np.inf, 2.0**100], [np.nan, np.nan, math.sin(2.0**100)]),
         ("cos", [np.inf, 0.0, -(2.0**100)], [np.nan, 1.0, math.cos(2.0**100)]),
         ("atan", [np.inf, -np.inf], [math.pi / 2, -math.pi / 2]),
@@ -188,6 +194,22 @@ def test_huge_arguments_to_sin_cos_tan_are_reduced_exactly():
     x = np.concatenate([x, -x, x[:7]])
     for name, reference in (("sin", np.sin), ("cos", np.cos), ("tan", np.tan)):
         assert ulp_distance(run(name, x), reference(x.astype(np.float64))).max() <= 1, name
+
+
+@pytest.mark.parametrize("element", ["float", "double"])
+def test_fmod_is_exact_including_huge_quotients_and_special_values(element):
+    rng = np.random.default_rng(0)
+    dividends = [rng.standard_normal(4000) * 100, rng.standard_normal(500) * 1e30, SPECIALS]
+    divisors = [rng.random(4000) + 0.01, rng.random(500) + 0.5, SPECIALS[::-1]]
+    x = np.concatenate(dividends + [SPECIALS, [1.0, -1.0, 0.3, 3e38, -7.5]])
+    y = np.concatenate(divisors + [np.roll(SPECIALS, 3), [0.1, 0.1, 0.1, 1e-40, -2.0]])
+    dtype = np.float32 if element == "float" else np.float64
+    x, y = x.astype(dtype), y.astype(dtype)
+    with np.errstate(all="ignore"):
+        expected = np.fmod(x, y)
+    got = run("fmod", x, y, element=element, lanes=8 if element == "float" else 4)
+    np.testing.assert_array_equal(got, expected)
+    assert (np.signbit(got) == np.signbit(expected))[~np.isnan(expected)].all()
 
 
 def test_pow_matches_c99_including_special_cases():
@@ -291,7 +313,7 @@ def test_scalar_tail_matches_vector_lanes(name):
     np.testing.assert_array_equal(scalar, vector)
 
 
-TRANSCENDENTAL = ["exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "sigmoid", "erf"]
+TRANSCENDENTAL = ["exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "sigmoid", "erf", "erfc"]
 TRANSCENDENTAL += ["sin", "cos", "tan", "atan", "pow"]
 
 

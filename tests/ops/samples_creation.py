@@ -11,6 +11,15 @@ SAMPLES: list[Sample] = [
     Sample(
         "triu", (T((2, 3, 4), layout="transposed"),), kwargs={"diagonal": 1}, id="triu-batched-t"
     ),
+    # a bool mask (attention's causal mask) stays bool; so do integer inputs
+    Sample("tril", (T((4, 4), dtype="bool", requires_grad=False),), id="tril-bool"),
+    Sample(
+        "triu",
+        (T((4, 5), dtype="bool", requires_grad=False),),
+        kwargs={"diagonal": 1},
+        id="triu-bool",
+    ),
+    Sample("triu", (T((3, 4), dtype="int32", requires_grad=False),), id="triu-int32"),
     Sample("linspace", (), fn=lambda lib: lib.linspace(-1.0, 3.0, 9), grad=False, id="linspace"),
     Sample(
         "linspace",

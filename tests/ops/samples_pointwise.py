@@ -77,7 +77,8 @@ SAMPLES.append(
 SAMPLES.append(Sample("round", (T((3, 4)),), kwargs={"decimals": 2}, gradcheck=False))
 
 PREDICATES = ["isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit", "logical_not"]
-special = [0.0, -0.0, 1.5, float("inf"), -float("inf"), float("nan")]
+inf = float("inf")
+special = [0.0, -0.0, 1.5, inf, -inf, float("nan")]
 for name in PREDICATES:
     SAMPLES.append(
         Sample(name, (T((6,), values=special, requires_grad=False),), grad=False, gradcheck=False)
@@ -368,7 +369,32 @@ SAMPLES += [
     Sample("addcmul", (T((3, 4)), T((3, 4)), T((3, 4))), kwargs={"value": 0.5}),
     Sample("addcdiv", (T((3, 4)), T((3, 4)), T((3, 4), low=0.5, high=2)), kwargs={"value": 0.5}),
     Sample("xlogy", (T((3, 4), low=0.1, high=2), T((3, 4), low=0.1, high=2))),
-    Sample("logaddexp", (T((3, 4)), T((3, 4)))),
+    *(
+        sample
+        for name in ("logaddexp", "logaddexp2")
+        for sample in (
+            Sample(name, (T((3, 4)), T((3, 4)))),
+            Sample(name, (T((3, 1)), T((4,))), id=f"{name}-broadcast"),
+            Sample(
+                name,
+                (T((6,), values=special), T((6,), values=[1.5, -0.0, inf, inf, -inf, 2.0])),
+                gradcheck=False,
+                id=f"{name}-special",
+            ),
+            Sample(
+                name,
+                (T((3, 4), dtype="float16"), T((3, 4), dtype="float16")),
+                gradcheck=False,
+                id=f"{name}-half",
+            ),
+            Sample(
+                name,
+                (T((3, 4), dtype="int64", requires_grad=False), T((3, 4))),
+                gradcheck=False,
+                id=f"{name}-int-float",
+            ),
+        )
+    ),
     Sample("copysign", (T((3, 4)), T((3, 4))), grad=False, gradcheck=False),
     Sample("fmax", (T((3, 4)), T((3, 4))), grad=False, gradcheck=False),
     Sample("fmin", (T((3, 4)), T((3, 4))), grad=False, gradcheck=False),

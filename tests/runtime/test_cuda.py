@@ -26,28 +26,6 @@ F = kiln.nn.functional
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture
-def no_driver(monkeypatch):
-    """CUDA as on a machine without libcuda (whatever this machine has)."""
-
-    def missing(*args, **kwargs):
-        raise OSError("libcuda.so.1: cannot open shared object file")
-
-    monkeypatch.setattr(cuda, "CudaDriver", missing)
-    cuda.use_driver(None)
-    yield
-    cuda.use_driver(None)
-
-
-@pytest.fixture
-def gpu():
-    """A host-memory CUDA device."""
-    driver = cuda.HostMemoryDriver(devices=2)
-    cuda.use_driver(driver)
-    yield driver
-    cuda.use_driver(None)
-
-
 def _close(got, expected, tol=1e-5):
     assert got.device.type == "cuda"
     assert got.dtype is expected.dtype and tuple(got.shape) == tuple(expected.shape)

@@ -173,7 +173,7 @@ def test_meta_device_tensors_carry_shapes_only():
 
 
 def test_mixing_devices_raises():
-    with pytest.raises(RuntimeError, match="same device"):
+    with pytest.raises(RuntimeError, match="meta is not on the expected device cpu"):
         kiln.ones(2) + kiln.ones(2, device="meta")
 
 
@@ -243,3 +243,20 @@ def test_default_dtype():
         assert (kiln.tensor([1]) * 1.5).dtype is kiln.float64
     finally:
         kiln.set_default_dtype(kiln.float32)
+
+
+@needs_torch
+def test_every_device_and_layout_predicate_answers_like_torch():
+    from kiln.runtime.tensor import METADATA_ATTRIBUTES
+
+    predicates = sorted(n for n in dir(torch.Tensor) if n.startswith("is_") and
+                        not callable(getattr(torch.ones(1), n)))  # fmt: skip
+    assert {"is_xpu", "is_mps", "is_ipu", "is_vulkan", "is_maia", "is_mtia", "is_xla"} <= set(
+        predicates
+    )
+    for name in predicates:
+        if name in ("is_leaf",):
+            continue
+        assert name in METADATA_ATTRIBUTES, name
+        for make in (lambda lib: lib.ones(2), lambda lib: lib.empty(2, device="meta")):
+            assert getattr(make(kiln), name) == getattr(make(torch), name), name

@@ -13,7 +13,7 @@ import operator
 
 from ...ir.node import map_aggregate
 from ...ops.fake import FakeTensorMode, to_fake
-from ...runtime import state
+from ...runtime.state import per_thread
 from ...runtime.tensor import Tensor
 from ..exc import Unsupported, unsupported
 from .base import VariableTracker
@@ -48,9 +48,9 @@ class AutogradFunctionApplyVariable(VariableTracker):
             return to_fake(v) if isinstance(v, Tensor) else v
 
         output = tx.output
-        grad = state.grad_enabled
-        saved = grad[0]
-        grad[0] = output.grad_enabled
+        state = per_thread.state
+        saved = state.grad_enabled
+        state.grad_enabled = output.grad_enabled
         try:
             with FakeTensorMode():
                 out = self.cls.apply(*map_aggregate(values, fake), **map_aggregate(kw_values, fake))
@@ -62,7 +62,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
                 f"{self.cls.__name__}.forward on shapes only: {type(e).__name__}: {e}",
             ) from None
         finally:
-            grad[0] = saved
+            state.grad_enabled = saved
         mode = output.mode
         node = output.graph.call_function(
             self.cls.apply,

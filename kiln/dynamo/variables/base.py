@@ -13,6 +13,7 @@ is rebuilt from its source at run time instead, so a step counter does not recom
 from __future__ import annotations
 
 import operator
+import threading
 import types
 from typing import Any
 
@@ -34,20 +35,28 @@ __all__ = [
     "container_method",
 ]
 
-# the OutputGraph being built (a stack: a backend may itself compile while we capture)
-_OUTPUTS: list = []
+
+class _Capturing(threading.local):
+    """The OutputGraphs this thread is building (a stack: a backend may itself compile while
+    we capture); per thread, as each thread's capture is its own."""
+
+    def __init__(self):
+        self.outputs: list = []
+
+
+_capturing = _Capturing()
 
 
 def active_output():
-    return _OUTPUTS[-1]
+    return _capturing.outputs[-1]
 
 
 def push_output(output) -> None:
-    _OUTPUTS.append(output)
+    _capturing.outputs.append(output)
 
 
 def pop_output() -> None:
-    _OUTPUTS.pop()
+    _capturing.outputs.pop()
 
 
 class VariableTracker:

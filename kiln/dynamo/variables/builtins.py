@@ -256,14 +256,27 @@ def _setattr(tx, fn, args, kwargs):
 
 @_handles(min, max)
 def _minmax(tx, fn, args, kwargs):
+    """The item with the largest (smallest) key; a ``key`` function is inlined on each item,
+    so only the keys need to be constants (``max(layers, key=lambda m: m.out_features)``)."""
     items = args[0].unpack(tx) if len(args) == 1 else list(args)
-    if any(isinstance(a, TensorVariable) for a in items):
+    key = kwargs.get("key")
+    if key is not None and key.is_python_constant() and key.as_python_constant() is None:
+        key = None
+    if not items:
+        if "default" in kwargs:
+            return kwargs["default"]
+        return _fold(fn, [TupleVariable([])], {})  # raises Python's own error
+    keys = items if key is None else [key.call_function(tx, [item], {}) for item in items]
+    if any(isinstance(k, TensorVariable) for k in keys):
         raise unsupported(
             "data_dependent_branch", f"{fn.__name__}() of tensors compares their values"
         )
-    if not items and "default" in kwargs:
-        return kwargs["default"]
-    return _fold(fn, [TupleVariable(items)], {k: v for k, v in kwargs.items() if k != "default"})
+    values = [k.as_python_constant() for k in keys]
+    try:
+        best = fn(range(len(values)), key=values.__getitem__)  # the first of equal keys wins
+    except TypeError as e:
+        raise unsupported("user_exception", f"TypeError: {e}") from None
+    return items[best]
 
 
 @_handles(sum)

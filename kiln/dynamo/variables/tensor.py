@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from ...ops.indexing import DataDependentOutputError
-from ...runtime import state
-from ...runtime.tensor import Size, Tensor, make_fake
+from ...runtime.state import per_thread
+from ...runtime.tensor import METADATA_ATTRIBUTES, Size, Tensor, make_fake
 from ..exc import Unsupported, unsupported
 from ..sources import AttrSource
 from .base import ConstantVariable, VariableTracker
@@ -23,30 +23,7 @@ from .base import ConstantVariable, VariableTracker
 __all__ = ["TensorVariable", "TensorMethodVariable", "call_kiln", "wrap_kiln_result", "to_kiln_arg"]
 
 # metadata read straight off the proxy (shapes are static: guarded on the inputs)
-_META_ATTRS = frozenset(
-    {
-        "shape",
-        "dtype",
-        "device",
-        "ndim",
-        "requires_grad",
-        "layout",
-        "is_cuda",
-        "is_cpu",
-        "is_meta",
-        "itemsize",
-        "nbytes",
-        "_shape",
-        "_dtype",
-        "_device",
-        "_requires_grad",
-        "is_sparse",
-        "is_quantized",
-        "is_nested",
-        "is_mkldnn",
-        "is_complex_dtype",
-    }
-)
+_META_ATTRS = METADATA_ATTRIBUTES | {"_shape", "_dtype", "_device", "_requires_grad"}
 _VIEW_PROPERTIES = frozenset({"T", "mT", "H", "mH", "real", "imag"})
 # reading these needs autograd or storage state that a graph cannot model
 _STATE_ATTRS = frozenset(
@@ -301,12 +278,9 @@ def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
     output = tx.output
     mode = output.mode
     mode.current_source, mode.current_source_text = tx.source_location()
-    grad = state.grad_enabled
-    saved_grad = grad[0]
-    grad[0] = output.grad_enabled
-    autocast = state.autocast
-    saved_autocast = autocast[0]
-    autocast[0] = output.autocast
+    state = per_thread.state
+    saved_grad, saved_autocast = state.grad_enabled, state.autocast
+    state.grad_enabled, state.autocast = output.grad_enabled, output.autocast
     try:
         with mode:
             result = fn(*py_args, **py_kwargs)
@@ -325,8 +299,7 @@ def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
     except Exception as e:
         raise _uncertain(unsupported("user_exception", f"{type(e).__name__}: {e}")) from None
     finally:
-        grad[0] = saved_grad
-        autocast[0] = saved_autocast
+        state.grad_enabled, state.autocast = saved_grad, saved_autocast
     if isinstance(result, Tensor) and result._data is not None:
         return _fresh_tensor(tx, fn, args, kwargs, result)
     return wrap_kiln_result(tx, result)

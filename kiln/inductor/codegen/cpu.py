@@ -7,35 +7,31 @@ once (and cached on disk by ``llvm_jit``). Kernels take ``(row_start, row_end, b
 work is large enough to pay for it, rows are cut into chunks that the calling thread and the
 helper threads of ``cpu_pool`` claim one by one, in native code (no GIL, no Python per chunk).
 
-A graph compiled before skips code generation altogether: an index (in memory, and on disk
-under ``$KILN_CACHE_DIR/llvm/graphs``) maps a key of the lowered graph — its nodes, input layouts,
-schedule outline and kiln's source — to the cached object, so a warm compile neither builds nor
-prints LLVM IR (which costs more than loading the object).
+A graph compiled before skips code generation altogether: the compiled-graph index
+(``graph_index``: in memory, and on disk under ``$KILN_CACHE_DIR/llvm/graphs``) maps a key of the
+lowered graph — its nodes, input layouts, schedule outline and kiln's source — to the cached
+object, so a warm compile neither builds nor prints LLVM IR (which costs more than loading the
+object).
 """
 
 from __future__ import annotations
 
 import ctypes
-import json
 import logging
-import os
-import tempfile
 import threading
-from collections import OrderedDict
 
 from llvmlite import ir
 
 from ...runtime import flags
 from ..ir import Reduction
 from ..scheduler import Kernel, ScatterStep, Schedule
-from . import llvm_jit
+from . import graph_index, llvm_jit
 from .cpu_pool import Pool
 from .llvm import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel
 from .loop_plan import plan_kernel
 
 __all__ = [
     "CPUKernels",
-    "clear_memory_cache",
     "thread_pool",
 ]
 
@@ -156,8 +152,8 @@ class CPUKernels:
         self.by_step: dict[int, _LLVMKernel] = {}
         self.numpy_steps: dict[int, str] = {}  # step index -> why it runs in numpy
         self.compiled = None
-        self._ir_text: str | None = ""
-        self._ir_path = None
+        self._ir_text: str | None = ""  # None: read back from the graph index when asked
+        self._entry: graph_index.GraphEntry | None = None
         sizes = sizes or {}
         steps = _plan_steps(sched)
         key = None
@@ -178,16 +174,19 @@ class CPUKernels:
             self.compiled = llvm_jit.compile_module(self._ir_text)
             self._bind(pending)
         if key is not None:
-            _remember(key, self.compiled, [p[1] for p in pending], self.numpy_steps, self._ir_text)
+            functions = tuple(p[1] for p in pending)
+            self._entry = graph_index.remember(
+                key, self.compiled, functions, self.numpy_steps, self._ir_text
+            )
+            if self._entry.ir_path is not None:  # only dumps want the IR: it stays on disk
+                self._ir_text = None
 
     @property
     def ir_text(self) -> str:
         """The module's LLVM IR (read back from the cache after a hit: only dumps want it)."""
         if self._ir_text is None:
-            try:
-                self._ir_text = self._ir_path.read_text()
-            except OSError:
-                self._ir_text = "; LLVM IR not kept in the cache\n"
+            stored = self._entry.stored_ir() if self._entry is not None else None
+            return stored if stored is not None else "; LLVM IR not kept in the cache\n"
         return self._ir_text
 
     def _bind(self, pending) -> None:
@@ -199,21 +198,20 @@ class CPUKernels:
 
     def _load(self, key: str, steps) -> bool:
         """Take the kernels from a graph compiled before under ``key``; False when there is none."""
-        entry = _recall(key)
+        entry = graph_index.recall(key)
         if entry is None:
             return False
-        compiled, numpy_steps, ir_path = entry
-        self.numpy_steps = dict(numpy_steps)
         pending = [
             (i, step.name, plan, work, names)
             for i, step, plan, work, names in steps
-            if i not in self.numpy_steps
+            if i not in entry.numpy_steps
         ]
-        if pending and compiled is None:
-            return False
-        self.compiled = compiled
+        if [p[1] for p in pending] != list(entry.functions) or (pending and not entry.compiled):
+            return False  # not what this schedule calls: compile it afresh
+        self.numpy_steps = dict(entry.numpy_steps)
+        self.compiled = entry.compiled
         self._ir_text = None if pending else ""
-        self._ir_path = ir_path
+        self._entry = entry
         self._bind(pending)
         return True
 
@@ -255,87 +253,6 @@ def _signature(sched: Schedule, steps, dtypes: dict, sizes: dict) -> str:
     lines += [f"{i} {plan.rows} {work} {names}" for i, _, plan, work, names in steps]
     lines += [f"{n} {getattr(d, 'name', d)} {sizes.get(n)}" for n, d in sorted(dtypes.items())]
     return "\n".join(lines)
-
-
-# Graphs compiled in this process, by cache directory and key: (compiled module, numpy steps, IR
-# path). Bounded: the entries keep JIT engines (machine code) alive.
-_MEMORY: OrderedDict = OrderedDict()
-_MEMORY_LIMIT = 256
-_MEMORY_LOCK = threading.Lock()
-
-
-def _keep(key: str, entry) -> None:
-    key = _memory_key(key)
-    with _MEMORY_LOCK:
-        _MEMORY[key] = entry
-        _MEMORY.move_to_end(key)
-        while len(_MEMORY) > _MEMORY_LIMIT:
-            _MEMORY.popitem(last=False)
-
-
-def clear_memory_cache() -> None:
-    """Forget the graphs compiled in this process; the next compile of one reads the disk."""
-    with _MEMORY_LOCK:
-        _MEMORY.clear()
-
-
-def _memory_key(key: str) -> str:
-    # a new cache directory starts cold, in memory too (benchmarks time cold compiles that way)
-    return f"{llvm_jit.cache_dir()}:{key}"
-
-
-def _index_path(key: str):
-    return llvm_jit.cache_dir() / "graphs" / key[:2] / f"{key}.json"
-
-
-def _remember(key: str, compiled, functions: list, numpy_steps: dict, ir_text: str) -> None:
-    """Record which object (if any) and which numpy fallbacks the graph under ``key`` uses."""
-    path = _index_path(key)
-    ir_path = path.with_suffix(".ll")
-    _keep(key, (compiled, dict(numpy_steps), ir_path))
-    entry = {
-        "object": compiled.key if compiled is not None else None,
-        "functions": functions,
-        "numpy_steps": {str(i): why for i, why in numpy_steps.items()},
-    }
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if ir_text:
-            _write_atomic(ir_path, ir_text)
-        _write_atomic(path, json.dumps(entry))
-    except OSError:
-        pass  # a read-only or full cache directory costs speed, never correctness
-
-
-def _write_atomic(path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
-
-
-def _recall(key: str):
-    """The entry :func:`_remember` made for ``key``, from memory or disk; None if there is none
-    (or its object is gone)."""
-    with _MEMORY_LOCK:
-        entry = _MEMORY.get(_memory_key(key))
-    if entry is not None:
-        _keep(key, entry)
-        return entry
-    path = _index_path(key)
-    try:
-        stored = json.loads(path.read_text())
-        numpy_steps = {int(i): why for i, why in stored["numpy_steps"].items()}
-        compiled = None
-        if stored["object"] is not None:
-            compiled = llvm_jit.load_object(stored["object"], tuple(stored["functions"]))
-            if compiled is None:
-                return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    entry = (compiled, numpy_steps, path.with_suffix(".ll"))
-    _keep(key, entry)
-    return entry
 
 
 def _work(kernel: Kernel) -> int:

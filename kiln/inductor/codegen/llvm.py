@@ -123,6 +123,7 @@ _FLOAT_MATH = {
     "tanh",
     "sigmoid",
     "erf",
+    "erfc",
     "sin",
     "cos",
     "tan",
@@ -134,6 +135,9 @@ _FLOAT_MATH = {
     "trunc",
     "round",
 }
+
+
+_ROUNDING = {"floor", "ceil", "trunc", "round"}
 
 
 class LLVMOps:
@@ -285,16 +289,7 @@ class LLVMOps:
         if src.is_floating_point and dtype.is_floating_point:
             return V(b.fpext(v, t) if dtype.itemsize > src.itemsize else b.fptrunc(v, t), dtype)
         if src.is_floating_point:
-            # fptosi of NaN or out-of-range values is poison: clamp (NaN -> 0) first
-            info_bits = dtype.itemsize * 8
-            lo = -(2.0 ** (info_bits - 1)) if dtype.is_signed else 0.0
-            hi = 2.0 ** (info_bits - 1) - 1 if dtype.is_signed else 2.0**info_bits - 1
-            nan = b.fcmp_unordered("uno", v, v)
-            clamped = self._fclamp(v, lo, hi, src)
-            zero = ir.Constant(v.type, None)
-            safe = b.select(nan, zero, clamped)
-            conv = b.fptosi(safe, t) if dtype.is_signed else b.fptoui(safe, t)
-            return V(conv, dtype)
+            return self._float_to_int(x, dtype)
         if dtype.is_floating_point:
             return V(b.sitofp(v, t) if src.is_signed else b.uitofp(v, t), dtype)
         if dtype.itemsize > src.itemsize:
@@ -303,12 +298,19 @@ class LLVMOps:
             return V(b.trunc(v, t), dtype)
         return V(v, dtype)
 
-    def _fclamp(self, v, lo, hi, d):
+    def _float_to_int(self, x: V, dtype):
+        """Float to integer as eager kiln (numpy's astype on x86) and PyTorch convert: through
+        int64 for int64 and through int32 for narrower types (then wrapped), with NaN and values
+        out of that range giving its minimum (x86's "integer indefinite"). LLVM's fptosi of such
+        values is poison, so they are replaced before converting."""
         b = self.b
-        lo_c = self.const_of(lo, d)
-        hi_c = self.const_of(hi, d)
-        v = b.select(b.fcmp_ordered("<", v, lo_c), lo_c, v)
-        return b.select(b.fcmp_ordered(">", v, hi_c), hi_c, v)
+        wide = dt.int64 if dtype.itemsize == 8 else dt.int32
+        limit = 2.0 ** (wide.itemsize * 8 - 1)
+        magnitude = self._math("abs", x).value
+        in_range = b.fcmp_ordered("<", magnitude, self.const_of(limit, x.dtype))
+        safe = b.select(in_range, x.value, self.const_of(-limit, x.dtype))
+        converted = V(b.fptosi(safe, self.ty(wide)), wide)
+        return self.to_dtype(converted, dtype)
 
     # ------------------------------------------------------------------ selection
     def where(self, c: V, a: V, b_: V):
@@ -319,6 +321,8 @@ class LLVMOps:
         return x.dtype.is_floating_point
 
     def add(self, a, b):
+        if a.dtype is dt.bool_:  # bool + bool is logical or in PyTorch (i1 add would wrap to xor)
+            return V(self.b.or_(a.value, b.value), a.dtype)
         return V(
             self.b.fadd(a.value, b.value, flags=("contract",))
             if self._float(a)
@@ -351,42 +355,91 @@ class LLVMOps:
 
     def floordiv(self, a, b):
         if self._float(a):
-            return self.floor(self.truediv(a, b))
-        q = self.b.sdiv(a.value, b.value)
-        r = self.b.srem(a.value, b.value)
-        zero = ir.Constant(a.value.type, None)
-        adjust = self.b.and_(
-            self.b.icmp_signed("!=", r, zero),
-            self.b.icmp_signed(
-                "!=", self.b.icmp_signed("<", r, zero), self.b.icmp_signed("<", b.value, zero)
+            return self._float_floordiv(a, b)
+        q, r = self._int_divmod(a, b)
+        if not a.dtype.is_signed:
+            return V(q, a.dtype)
+        adjust = self._remainder_needs_divisor(r, b.value)
+        return V(self.b.select(adjust, self.b.sub(q, self.const_of(1, a.dtype)), q), a.dtype)
+
+    def _float_floordiv(self, a, b):
+        """PyTorch's (and numpy's) floor division: through the exact remainder fmod(a, b), so the
+        quotient is right where a / b rounds up to an integer (1.0 // 0.1 is 9) and NaN where a
+        is infinite; a / b for b == 0."""
+        bld = self.b
+        zero = self.const_of(0.0, a.dtype)
+        mod = self._math("fmod", a, b).value
+        div = bld.fdiv(bld.fsub(a.value, mod), b.value)
+        adjust = bld.and_(
+            bld.fcmp_unordered("!=", mod, zero),
+            bld.xor(bld.fcmp_ordered("<", b.value, zero), bld.fcmp_ordered("<", mod, zero)),
+        )
+        div = bld.select(adjust, bld.fsub(div, self.const_of(1.0, a.dtype)), div)
+        floor = self._math("floor", V(div, a.dtype)).value
+        round_up = bld.fcmp_ordered(">", bld.fsub(div, floor), self.const_of(0.5, a.dtype))
+        floor = bld.select(round_up, bld.fadd(floor, self.const_of(1.0, a.dtype)), floor)
+        quotient = bld.fdiv(a.value, b.value)
+        signed_zero = self._math("copysign", V(zero, a.dtype), V(quotient, a.dtype)).value
+        result = bld.select(bld.fcmp_unordered("!=", div, zero), floor, signed_zero)
+        return V(bld.select(bld.fcmp_ordered("==", b.value, zero), quotient, result), a.dtype)
+
+    def _int_divmod(self, a, b):
+        """Truncating quotient and remainder that never trap. x86 faults on a zero divisor and on
+        INT_MIN / -1: -1 divides by negation (INT_MIN wraps, as in numpy and PyTorch), and a zero
+        divisor gives an unspecified value instead of a crash (the lowering sends divisions by
+        tensors, which may hold zeros, to the eager kernel, which raises like PyTorch)."""
+        bld = self.b
+        zero = self.const_of(0, a.dtype)
+        one = self.const_of(1, a.dtype)
+        if not a.dtype.is_signed:
+            divisor = bld.select(bld.icmp_unsigned("==", b.value, zero), one, b.value)
+            return bld.udiv(a.value, divisor), bld.urem(a.value, divisor)
+        minus_one = bld.icmp_signed("==", b.value, self.const_of(-1, a.dtype))
+        unsafe = bld.or_(minus_one, bld.icmp_signed("==", b.value, zero))
+        divisor = bld.select(unsafe, one, b.value)
+        q = bld.select(minus_one, bld.neg(a.value), bld.sdiv(a.value, divisor))
+        r = bld.select(minus_one, zero, bld.srem(a.value, divisor))
+        return q, r
+
+    def _remainder_needs_divisor(self, r, divisor):
+        """A truncated remainder ``r`` is nonzero with the other sign than the divisor: floor
+        division rounds one further down, the floored remainder is ``r + divisor``."""
+        bld = self.b
+        zero = ir.Constant(r.type, None)
+        return bld.and_(
+            bld.icmp_signed("!=", r, zero),
+            bld.icmp_signed(
+                "!=", bld.icmp_signed("<", r, zero), bld.icmp_signed("<", divisor, zero)
             ),
         )
-        return V(self.b.select(adjust, self.b.sub(q, self.const_of(1, a.dtype)), q), a.dtype)
 
     def truncdiv(self, a, b):
         if self._float(a):
             return self.trunc(self.truediv(a, b))
-        return V(self.b.sdiv(a.value, b.value), a.dtype)
+        return V(self._int_divmod(a, b)[0], a.dtype)
 
     def remainder(self, a, b):
+        bld = self.b
         if self._float(a):
-            # a - floor(a / b) * b, PyTorch's (Python's) sign convention
-            q = self.floor(self.truediv(a, b))
-            return self.sub(a, self.mul(q, b))
-        r = self.b.srem(a.value, b.value)
-        zero = ir.Constant(a.value.type, None)
-        fix = self.b.and_(
-            self.b.icmp_signed("!=", r, zero),
-            self.b.icmp_signed(
-                "!=", self.b.icmp_signed("<", r, zero), self.b.icmp_signed("<", b.value, zero)
-            ),
-        )
-        return V(self.b.select(fix, self.b.add(r, b.value), r), a.dtype)
+            # PyTorch's rule: fmod, moved into the divisor's sign when nonzero (so a zero result
+            # keeps the dividend's sign, where numpy would take the divisor's)
+            zero = self.const_of(0.0, a.dtype)
+            mod = self._math("fmod", a, b).value
+            fix = bld.and_(
+                bld.fcmp_unordered("!=", mod, zero),
+                bld.xor(bld.fcmp_ordered("<", b.value, zero), bld.fcmp_ordered("<", mod, zero)),
+            )
+            return V(bld.select(fix, bld.fadd(mod, b.value), mod), a.dtype)
+        r = self._int_divmod(a, b)[1]
+        if not a.dtype.is_signed:
+            return V(r, a.dtype)
+        fix = self._remainder_needs_divisor(r, b.value)
+        return V(bld.select(fix, bld.add(r, b.value), r), a.dtype)
 
     def fmod(self, a, b):
         if self._float(a):
-            return V(self.b.frem(a.value, b.value), a.dtype)
-        return V(self.b.srem(a.value, b.value), a.dtype)
+            return self._math("fmod", a, b)
+        return V(self._int_divmod(a, b)[1], a.dtype)
 
     def neg(self, a):
         if self._float(a):
@@ -396,6 +449,8 @@ class LLVMOps:
     def abs(self, a):
         if self._float(a):
             return self._math("abs", a)
+        if not a.dtype.is_signed:
+            return a
         neg = self.b.icmp_signed("<", a.value, ir.Constant(a.value.type, None))
         return V(self.b.select(neg, self.b.neg(a.value), a.value), a.dtype)
 
@@ -403,19 +458,20 @@ class LLVMOps:
         return self.truediv(V(self.const_of(1.0, a.dtype), a.dtype), a)
 
     def sign(self, a):
+        """(0 < a) - (a < 0) as PyTorch computes it: NaN and -0.0 have sign 0.0."""
+        if a.dtype is dt.bool_:
+            return a
         zero = self.const_of(0, a.dtype)
         one = self.const_of(1, a.dtype)
         minus = self.const_of(-1, a.dtype)
         if self._float(a):
             pos = self.b.fcmp_ordered(">", a.value, zero)
             neg = self.b.fcmp_ordered("<", a.value, zero)
-            nan = self.b.fcmp_unordered("uno", a.value, a.value)
-            v = self.b.select(pos, one, self.b.select(neg, minus, zero))
-            return V(self.b.select(nan, a.value, v), a.dtype)
-        if a.dtype is dt.bool_:
-            return a
-        pos = self.b.icmp_signed(">", a.value, zero)
-        neg = self.b.icmp_signed("<", a.value, zero)
+        elif a.dtype.is_signed:
+            pos = self.b.icmp_signed(">", a.value, zero)
+            neg = self.b.icmp_signed("<", a.value, zero)
+        else:
+            return V(self.b.zext(self.b.icmp_unsigned("!=", a.value, zero), a.value.type), a.dtype)
         return V(self.b.select(pos, one, self.b.select(neg, minus, zero)), a.dtype)
 
     def maximum(self, a, b):
@@ -445,13 +501,62 @@ class LLVMOps:
     def pow(self, a, b):
         if self._float(a):
             return self._math("pow", a, b)
-        raise UnsupportedInLLVM("integer pow")
+        if a.dtype is dt.bool_:
+            raise UnsupportedInLLVM("pow of bools")
+        return self._int_pow(a, b)
+
+    def _int_pow(self, a, b):
+        """Exponentiation by squaring over every bit of the exponent (straight-line vector code,
+        wrapping like PyTorch's and numpy's integer pow). Negative exponents truncate to 0,
+        except for bases 1 (1) and -1 (+-1 by the exponent's parity)."""
+        bld = self.b
+        one = self.const_of(1, a.dtype)
+        result, base, exponent = one, a.value, b.value
+        for _ in range(a.dtype.itemsize * 8 - (1 if a.dtype.is_signed else 0)):
+            odd = bld.trunc(exponent, self.ty(dt.bool_))
+            result = bld.select(odd, bld.mul(result, base), result)
+            base = bld.mul(base, base)
+            exponent = bld.lshr(exponent, one)
+        if not a.dtype.is_signed:
+            return V(result, a.dtype)
+        zero = self.const_of(0, a.dtype)
+        minus_one = self.const_of(-1, a.dtype)
+        odd = bld.trunc(b.value, self.ty(dt.bool_))
+        unit = bld.select(
+            bld.icmp_signed("==", a.value, one),
+            one,
+            bld.select(
+                bld.icmp_signed("==", a.value, minus_one), bld.select(odd, minus_one, one), zero
+            ),
+        )
+        return V(bld.select(bld.icmp_signed("<", b.value, zero), unit, result), a.dtype)
 
     def atan2(self, a, b):
         raise UnsupportedInLLVM("atan2")
 
     def hypot(self, a, b):
-        return self.sqrt(self.add(self.mul(a, a), self.mul(b, b)))
+        """sqrt(a**2 + b**2) without overflow or underflow in the squares, inf where either
+        operand is infinite (even with a NaN), as C's hypot. float32 squares are exact in
+        float64; float64 operands are scaled by the larger magnitude."""
+        bld = self.b
+        d = a.dtype
+        if d is dt.float32:
+            wide = [self.to_dtype(x, dt.float64) for x in (a, b)]
+            total = self.add(self.mul(wide[0], wide[0]), self.mul(wide[1], wide[1]))
+            result = self.to_dtype(self.sqrt(total), d).value
+        else:
+            ax, ay = self.abs(a), self.abs(b)
+            big = V(llvm_math.emit_math(bld, "fmax", ax.value, ay.value), d)
+            small = V(llvm_math.emit_math(bld, "fmin", ax.value, ay.value), d)
+            ratio = self.truediv(small, big)
+            one = V(self.const_of(1.0, d), d)
+            scaled = self.mul(big, self.sqrt(self.add(one, self.mul(ratio, ratio))))
+            zero = self.const_of(0.0, d)
+            result = bld.select(bld.fcmp_ordered("==", big.value, zero), zero, scaled.value)
+            either_nan = bld.fcmp_unordered("uno", a.value, b.value)
+            result = bld.select(either_nan, self.const_of(math.nan, d), result)
+        either_inf = bld.or_(self.isinf(a).value, self.isinf(b).value)
+        return V(bld.select(either_inf, self.const_of(math.inf, d), result), d)
 
     def copysign(self, a, b):
         return self._math("copysign", a, b)
@@ -464,6 +569,8 @@ class LLVMOps:
         return V(llvm_math.emit_math(self.b, name, *[a.value for a in args]), d)
 
     def __getattr__(self, name):
+        if name in _ROUNDING:  # integers are their own floor, ceil, trunc and round
+            return lambda x: self._math(name, x) if self._float(x) else x
         if name in _FLOAT_MATH:
             return lambda x: self._math(name, x)
         if name in _COMPOSED:
@@ -537,9 +644,13 @@ class LLVMOps:
         )
 
     def isposinf(self, a):
+        if not self._float(a):
+            return V(self.const_of(False, dt.bool_), dt.bool_)
         return V(self.b.fcmp_ordered("==", a.value, self.const_of(float("inf"), a.dtype)), dt.bool_)
 
     def isneginf(self, a):
+        if not self._float(a):
+            return V(self.const_of(False, dt.bool_), dt.bool_)
         return V(
             self.b.fcmp_ordered("==", a.value, self.const_of(float("-inf"), a.dtype)), dt.bool_
         )
@@ -565,13 +676,27 @@ class LLVMOps:
         return V(self.b.not_(a.value), a.dtype)
 
     def bitwise_left_shift(self, a, b):
-        return V(self.b.shl(a.value, b.value), a.dtype)
+        # shifting by the bit width or more (or by a negative amount) gives 0 in PyTorch; LLVM's
+        # shl would give poison
+        too_far, amount = self._shift_amount(a, b)
+        shifted = self.b.shl(a.value, amount)
+        return V(self.b.select(too_far, self.const_of(0, a.dtype), shifted), a.dtype)
 
     def bitwise_right_shift(self, a, b):
-        return V(
-            self.b.ashr(a.value, b.value) if a.dtype.is_signed else self.b.lshr(a.value, b.value),
-            a.dtype,
-        )
+        too_far, amount = self._shift_amount(a, b)
+        if a.dtype.is_signed:  # PyTorch fills with the sign bit when shifting too far
+            last = self.const_of(a.dtype.itemsize * 8 - 1, a.dtype)
+            return V(self.b.ashr(a.value, self.b.select(too_far, last, amount)), a.dtype)
+        shifted = self.b.lshr(a.value, amount)
+        return V(self.b.select(too_far, self.const_of(0, a.dtype), shifted), a.dtype)
+
+    def _shift_amount(self, a, b):
+        """(amount outside [0, bit width), an amount that is always a valid shift)."""
+        if a.dtype is dt.bool_:
+            raise UnsupportedInLLVM("shifts of bools")
+        width = self.const_of(a.dtype.itemsize * 8, a.dtype)
+        too_far = self.b.icmp_unsigned(">=", b.value, width)
+        return too_far, self.b.select(too_far, self.const_of(0, a.dtype), b.value)
 
     # ------------------------------------------------------------------ random numbers
     def rand(self, seed, offset):
@@ -590,50 +715,72 @@ class LLVMOps:
         return self.to_dtype(self.mul(r, self.cos(angle)), dt.float32)
 
 
+# |x| where exp(|x|) overflows but exp(|x|) / 2, which sinh and cosh approach, may not yet; and x
+# beyond which asinh(x) and acosh(x) are log(2x) to the last bit (x**2 would overflow first)
+_EXP_HALVING = {dt.float32: 88.0, dt.float64: 709.0}
+_LOG_TWO_X = {dt.float32: 2.0**12, dt.float64: 2.0**28}
+
+
+def _half_exp(o, ax):
+    """exp(ax) / 2 as (exp(ax/2) / 2) exp(ax/2): finite wherever the result is."""
+    h = o.exp(o.mul(ax, o.constant(0.5, ax.dtype)))
+    return o.mul(o.mul(h, o.constant(0.5, ax.dtype)), h)
+
+
 def _sinh(o, x):
-    e = o.exp(x)
-    return o.mul(o.sub(e, o.reciprocal(e)), o.constant(0.5, x.dtype))
+    """(E + E / (E + 1)) / 2 with E = expm1(|x|), the sign of x restored: no cancellation for
+    small |x| (where (e - 1/e) / 2 loses every digit), -0.0 kept; exp(|x|) / 2 for large |x|."""
+    d = x.dtype
+    ax = o.abs(x)
+    em1 = o.expm1(ax)
+    small = o.mul(o.add(em1, o.truediv(em1, o.add(em1, o.constant(1.0, d)))), o.constant(0.5, d))
+    magnitude = o.where(o.lt(ax, o.constant(_EXP_HALVING[d], d)), small, _half_exp(o, ax))
+    return o.copysign(magnitude, x)
 
 
 def _cosh(o, x):
-    e = o.exp(x)
-    return o.mul(o.add(e, o.reciprocal(e)), o.constant(0.5, x.dtype))
+    """(h / 2) h + (1/2 / h) / h with h = exp(|x| / 2): one exp, finite wherever cosh is."""
+    d = x.dtype
+    half = o.constant(0.5, d)
+    h = o.exp(o.mul(o.abs(x), half))
+    return o.add(o.mul(o.mul(h, half), h), o.truediv(o.truediv(half, h), h))
 
 
 def _log10(o, x):
     return o.mul(o.log(x), o.constant(1.0 / math.log(10.0), x.dtype))
 
 
+def _log_two_x(o, x):
+    return o.add(o.log(x), o.constant(math.log(2.0), x.dtype))
+
+
 def _asinh(o, x):
+    """log1p(|x| + x**2 / (1 + sqrt(x**2 + 1))) with the sign of x; log(2|x|) for large |x|."""
+    d = x.dtype
+    one = o.constant(1.0, d)
     ax = o.abs(x)
-    r = o.log1p(
-        o.add(
-            ax,
-            o.truediv(
-                o.mul(ax, ax),
-                o.add(
-                    o.constant(1.0, x.dtype), o.sqrt(o.add(o.mul(ax, ax), o.constant(1.0, x.dtype)))
-                ),
-            ),
-        )
-    )
-    return o.copysign(r, x)
+    square = o.mul(ax, ax)
+    small = o.log1p(o.add(ax, o.truediv(square, o.add(one, o.sqrt(o.add(square, one))))))
+    magnitude = o.where(o.lt(ax, o.constant(_LOG_TWO_X[d], d)), small, _log_two_x(o, ax))
+    return o.copysign(magnitude, x)
 
 
 def _acosh(o, x):
-    return o.log(o.add(x, o.sqrt(o.sub(o.mul(x, x), o.constant(1.0, x.dtype)))))
+    """log1p(t + sqrt(t (x + 1))), t = x - 1 (exact near 1); log(2x) for large x; NaN below 1."""
+    d = x.dtype
+    one = o.constant(1.0, d)
+    t = o.sub(x, one)
+    small = o.log1p(o.add(t, o.sqrt(o.mul(t, o.add(x, one)))))
+    y = o.where(o.lt(x, o.constant(_LOG_TWO_X[d], d)), small, _log_two_x(o, x))
+    return o.where(o.lt(x, one), o.constant(math.nan, d), y)
 
 
 def _atanh(o, x):
-    one = o.constant(1.0, x.dtype)
-    return o.mul(
-        o.log1p(o.truediv(o.mul(o.constant(2.0, x.dtype), x), o.sub(one, x))),
-        o.constant(0.5, x.dtype),
-    )
-
-
-def _erfc(o, x):
-    return o.sub(o.constant(1.0, x.dtype), o.erf(x))
+    """log1p(2|x| / (1 - |x|)) / 2 with the sign of x: near -1, log1p's argument would sit at
+    its pole, where the rounding of 2x / (1 - x) costs thousands of ulp."""
+    ax = o.abs(x)
+    ratio = o.truediv(o.mul(o.constant(2.0, x.dtype), ax), o.sub(o.constant(1.0, x.dtype), ax))
+    return o.copysign(o.mul(o.log1p(ratio), o.constant(0.5, x.dtype)), x)
 
 
 _COMPOSED = {
@@ -643,7 +790,6 @@ _COMPOSED = {
     "asinh": _asinh,
     "acosh": _acosh,
     "atanh": _atanh,
-    "erfc": _erfc,
 }
 
 

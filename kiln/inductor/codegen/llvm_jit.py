@@ -6,6 +6,9 @@ a :class:`CompiledModule` with function addresses and ctypes wrappers. It assume
 printer are initialized). Kernels use explicit vector types, so the loop and SLP vectorizers are off
 unless asked for: that halves compile time. Compiled objects are cached on disk by a content hash of
 the IR, the host CPU and the toolchain versions; a hit skips both optimization and code generation.
+Each object file records the key it was written for and a checksum (``cache_records``): only the
+object made for a key is ever loaded for it. Code generation emits an object file and every engine
+loads one into an empty module, so live code costs about its own size, not its IR's.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import dataclasses
 import functools
 import hashlib
 import os
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,6 +25,8 @@ from pathlib import Path
 import llvmlite
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
+
+from . import cache_records
 
 __all__ = [
     "CompiledModule",
@@ -41,7 +45,7 @@ __all__ = [
 
 # Bump when the cache layout or anything that changes the produced object (not covered by the key
 # inputs) changes, so stale objects are never loaded.
-_CACHE_FORMAT = "kiln-llvm-obj-1"
+_CACHE_FORMAT = "kiln-llvm-obj-2"
 
 # LLVM's global context, parser, pass builders and MCJIT are not safe to drive from several threads
 # at once: every entry point that touches LLVM holds this lock.
@@ -164,32 +168,6 @@ def _object_path(key: str) -> Path:
     return cache_dir() / key[:2] / f"{key}.o"
 
 
-def _load_cached_object(path: Path) -> bytes | None:
-    """The object bytes stored at ``path``, or None if absent or damaged (then it is removed)."""
-    try:
-        blob = path.read_bytes()
-    except OSError:
-        return None
-    checksum, payload = blob[:32], blob[32:]
-    if len(blob) > 32 and hashlib.sha256(payload).digest() == checksum:
-        return payload
-    path.unlink(missing_ok=True)
-    return None
-
-
-def _store_cached_object(path: Path, payload: bytes) -> None:
-    """Write atomically (temp file + rename) so a concurrent reader never sees half an object."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".o")
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(hashlib.sha256(payload).digest() + payload)
-        os.replace(tmp, path)
-    except OSError:
-        # A read-only or full cache directory costs speed, never correctness.
-        pass
-
-
 def _ir_text(llvm_ir: str | ir.Module) -> str:
     if isinstance(llvm_ir, ir.Module):
         return str(llvm_ir)
@@ -224,7 +202,8 @@ class CompiledModule:
     """A JIT-compiled module: function addresses and ctypes wrappers that keep the engine alive.
 
     The MCJIT engine frees the machine code when it is garbage collected, so every ctypes function
-    made by :meth:`cfunc` holds a reference to its ``CompiledModule``.
+    made by :meth:`cfunc` holds a reference to its ``CompiledModule``: a cache may drop its own
+    reference at any time without freeing code a compiled function still calls.
     """
 
     def __init__(
@@ -233,20 +212,16 @@ class CompiledModule:
         module: llvm.ModuleRef,
         cache_hit: bool,
         key: str,
-        functions: tuple[str, ...] | None = None,
+        functions: tuple[str, ...],
+        nbytes: int,
     ):
         self._engine = engine
         self._module = module
         self.name: str = module.name
         self.cache_hit = cache_hit
         self.key = key  # the object's cache key: load_object(key) finds it again
-        if functions is None:
-            functions = tuple(
-                fn.name
-                for fn in module.functions
-                if not fn.is_declaration and fn.linkage not in _LOCAL_LINKAGE
-            )
         self.functions: tuple[str, ...] = functions
+        self.nbytes = nbytes  # about what the engine holds in memory, for caches' budgets
 
     def address(self, name: str) -> int:
         """The machine-code address of the exported function ``name``."""
@@ -264,6 +239,42 @@ class CompiledModule:
         return function
 
 
+# What an engine holding one small object costs beyond the object itself (its TargetMachine,
+# RuntimeDyld tables, an empty module): measured at about 40 KB with llvmlite 0.45-0.50.
+_ENGINE_BYTES = 48 * 1024
+
+
+def _exported_functions(module: llvm.ModuleRef) -> tuple[str, ...]:
+    return tuple(
+        fn.name
+        for fn in module.functions
+        if not fn.is_declaration and fn.linkage not in _LOCAL_LINKAGE
+    )
+
+
+def _engine_for_object(
+    key: str, payload: bytes, functions: tuple[str, ...], cache_hit: bool
+) -> CompiledModule:
+    """An MCJIT engine that loads the object ``payload`` (through the object cache, so no code
+    generation runs) into an empty module. Every compiled module is made this way, also right
+    after code generation: an engine built over the IR module would keep that module (and its
+    optimized IR) for as long as the code lives, about 20 times the object's size."""
+    module = llvm.parse_assembly("")
+    # MCJIT hands the module to the cache callbacks; a unique name ties it to this key.
+    module.name = f"kiln_{key[:32]}"
+    module.triple = host_target().triple
+    engine = llvm.create_mcjit_compiler(module, _new_target_machine(3))
+    given = [payload]  # LLVM copies the object: the bytes are dropped once handed over
+    engine.set_object_cache(None, lambda _module: given.pop() if given else None)
+    start = time.perf_counter()
+    engine.finalize_object()
+    _stats.finalize_seconds += time.perf_counter() - start
+    _stats.compiled += 1
+    # MCJIT keeps its copy of the object beside the loaded sections
+    nbytes = 2 * len(payload) + _ENGINE_BYTES
+    return CompiledModule(engine, module, cache_hit, key, functions, nbytes)
+
+
 def compile_module(
     llvm_ir: str | ir.Module,
     opt_level: int = 3,
@@ -275,43 +286,33 @@ def compile_module(
 
     ``vectorize`` turns on LLVM's loop and SLP vectorizers (off by default: kernels are written with
     explicit vector types). With ``cache`` the object is looked up on disk under :func:`cache_dir`
-    by a content hash; on a hit neither the optimizer nor code generation runs.
+    by a content hash; on a hit neither the optimizer nor code generation runs. An object file
+    not written for this very key (swapped, stale, damaged) is a miss: the object is generated
+    again and the file rewritten when the directory is writable.
     """
     ir_text = _ir_text(llvm_ir)
     key = _cache_key(ir_text, opt_level, vectorize)
     path = _object_path(key)
     with _LOCK:
         module = _parse(ir_text)
-        # MCJIT hands the module to the cache callbacks; a unique name ties it to this key.
-        module.name = f"kiln_{key[:32]}"
-        cached = _load_cached_object(path) if cache else None
-        if cached is None:
+        functions = _exported_functions(module)
+        payload = cache_records.read_record(path, key) if cache else None
+        cache_hit = payload is not None
+        if payload is None:
             start = time.perf_counter()
             _optimize(module, opt_level, vectorize)
             _stats.optimize_seconds += time.perf_counter() - start
             _stats.optimize_runs += 1
-        engine = llvm.create_mcjit_compiler(module, _new_target_machine(opt_level))
+            payload = _shared_target_machine(opt_level).emit_object(module)
+            _stats.objects_generated += 1
+            if cache:
+                cache_records.write_record(path, key, payload)
         if cache:
-
-            def notify(_module: llvm.ModuleRef, payload: bytes) -> None:
-                # MCJIT calls this only after generating code, never for a cached object.
-                _stats.objects_generated += 1
-                _store_cached_object(path, payload)
-
-            def getbuffer(_module: llvm.ModuleRef) -> bytes | None:
-                return cached
-
-            engine.set_object_cache(notify, getbuffer)
-        start = time.perf_counter()
-        engine.finalize_object()
-        _stats.finalize_seconds += time.perf_counter() - start
-        _stats.compiled += 1
-        if cache:
-            if cached is None:
-                _stats.cache_misses += 1
-            else:
+            if cache_hit:
                 _stats.cache_hits += 1
-        return CompiledModule(engine, module, cache_hit=cached is not None, key=key)
+            else:
+                _stats.cache_misses += 1
+        return _engine_for_object(key, payload, functions, cache_hit)
 
 
 def load_object(key: str, functions: tuple[str, ...]) -> CompiledModule | None:
@@ -320,27 +321,14 @@ def load_object(key: str, functions: tuple[str, ...]) -> CompiledModule | None:
     For callers that know which object they want from a key of their own (see
     :func:`derived_key`): neither parsing, optimization nor code generation runs. ``functions``
     names the exported functions (the object carries no module to list them from). None when the
-    object is absent or damaged.
+    object is absent or its file was not written for ``key``.
     """
     with _LOCK:
-        cached = _load_cached_object(_object_path(key))
-        if cached is None:
+        payload = cache_records.read_record(_object_path(key), key)
+        if payload is None:
             return None
-        module = llvm.parse_assembly("")
-        module.name = f"kiln_{key[:32]}"
-        module.triple = host_target().triple
-        engine = llvm.create_mcjit_compiler(module, _new_target_machine(3))
-
-        def notify(_module: llvm.ModuleRef, payload: bytes) -> None:  # never called: cached
-            _stats.objects_generated += 1
-
-        engine.set_object_cache(notify, lambda _module: cached)
-        start = time.perf_counter()
-        engine.finalize_object()
-        _stats.finalize_seconds += time.perf_counter() - start
-        _stats.compiled += 1
         _stats.cache_hits += 1
-        return CompiledModule(engine, module, cache_hit=True, key=key, functions=functions)
+        return _engine_for_object(key, payload, functions, cache_hit=True)
 
 
 def optimized_ir(llvm_ir: str | ir.Module, opt_level: int = 3, vectorize: bool = False) -> str:

@@ -12,7 +12,8 @@ float32 functions stay within 2 ulp (most within 1) of the correctly rounded res
 float32 range, with IEEE special values (inf, nan, -0.0, denormals, overflow/underflow thresholds).
 sin/cos/tan reduce every finite argument exactly: a three-part Cody-Waite split of pi/2 up to
 |x| = 2**17, and Payne-Hanek with integer arithmetic beyond, on a branch taken only when some lane
-needs it. tan and pow evaluate in float64 internally (their error would otherwise pass 2 ulp).
+needs it. tan, pow and erfc evaluate in float64 internally (their error would otherwise pass 2
+ulp).
 
 Polynomial coefficients come from a minimax (Lawson) iteration of numpy least squares in float64,
 rounded to the evaluation type one coefficient at a time with refits (:func:`_fit`); they are
@@ -131,6 +132,10 @@ def _fit_specs() -> dict[str, _FitSpec]:
     def log2p1(f: np.ndarray) -> np.ndarray:
         return np.log1p(f) / _LN2
 
+    def erfc_log(t: np.ndarray) -> np.ndarray:  # log(erfc(z) / t) + z**2 at z = 2 (1/t - 1)
+        z = 2.0 * (1.0 / t - 1.0)
+        return np.log(erfc(z) / t) + z * z
+
     def log2_ratio(s: np.ndarray) -> np.ndarray:  # log2((1 + s) / (1 - s))
         return 2 * np.arctanh(s) / _LN2
 
@@ -176,6 +181,11 @@ def _fit_specs() -> dict[str, _FitSpec]:
         ),
         # erfc(x) exp(x**2) as a polynomial in u = 1/x - center, 1 <= x <= 4
         "erfcx": _FitSpec(erfcx, erfcx, (0.25 - _ERFCX_CENTER, 1.0 - _ERFCX_CENTER), _upward(9, 0)),
+        # log(erfc(z) / t) + z**2 as a polynomial in t = 1/(1 + z/2), 0 <= z <= _ERFC_LIMIT
+        # (Numerical Recipes' erfcc form, refitted to 3e-9 relative error for float32's erfc)
+        "erfc_log_f64": _FitSpec(
+            erfc_log, np.ones_like, (1 / (1 + _ERFC_LIMIT / 2), 1.0), _upward(12, 0), True
+        ),
     }
 
 
@@ -195,6 +205,7 @@ def derive_coefficients() -> dict[str, tuple[float, ...]]:
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _ERFCX_CENTER = 0.625
+_ERFC_LIMIT = 10.1  # erfc(x) rounds to 0 in float32 beyond this
 
 
 def _split(value: float) -> tuple[float, float]:
@@ -556,6 +567,68 @@ def _erf(e: _Emitter, x: ir.Value) -> ir.Value:
     return e.select(b.or_(e.isnan(x), e.cmp("==", x, 0.0)), x, y)
 
 
+def _erfc(e: _Emitter, x: ir.Value) -> ir.Value:
+    """erfc(|x|) = t exp(P(t) - x**2), t = 1/(1 + |x|/2), in float64 (one fit for the whole
+    range, no cancellation: the right tail keeps full relative accuracy down to underflow);
+    erfc(x) = 2 - erfc(|x|) for x < 0. |x| is clamped to 10.1, where erfc rounds to 0."""
+    b = e.builder
+    doubles = e.retyped(ir.DoubleType())
+    z = b.fpext(e.intrinsic("minnum", e.abs(x), e.const(_ERFC_LIMIT)), doubles.ty)
+    t = doubles.div(doubles.const(1.0), doubles.fma(z, doubles.const(0.5), doubles.const(1.0)))
+    exponent = doubles.sub(doubles.horner(t, _COEFFICIENTS["erfc_log_f64"]), doubles.mul(z, z))
+    tail = doubles.mul(
+        t, doubles.call("exp2_native", doubles.mul(exponent, doubles.const(1 / _LN2)))
+    )
+    y = doubles.select(e.cmp("<", x, 0.0), doubles.sub(doubles.const(2.0), tail), tail)
+    return e.select(e.isnan(x), x, b.fptrunc(y, e.ty))
+
+
+# ------------------------------------------------------------------------------------------------
+# fmod
+# ------------------------------------------------------------------------------------------------
+
+_FMOD_EXACT_QUOTIENT = 2.0**29  # q |y| has at most 24 + 29 bits: exact in float64
+
+
+def _fmod(e: _Emitter, x: ir.Value, y: ir.Value) -> ir.Value:
+    """C's fmod(x, y), exact, for float32: |x| - q |y| in float64 with q = trunc(|x| / |y|) (the
+    product and the fused difference are exact while q < 2**29; q one off after rounding is
+    corrected by one |y|), the sign of x restored. Lanes with a larger quotient take libm's fmodf,
+    on a branch taken only when some lane needs it (its x87 loop is ~100x slower)."""
+    b = e.builder
+    doubles = e.retyped(ir.DoubleType())
+    ax = b.fpext(e.abs(x), doubles.ty)
+    ay = b.fpext(e.abs(y), doubles.ty)
+    q = doubles.intrinsic("trunc", doubles.div(ax, ay))
+    r = doubles.fma(doubles.neg(q), ay, ax)
+    r = doubles.select(doubles.cmp("<", r, 0.0), doubles.add(r, ay), r)
+    r = doubles.select(doubles.cmp(">=", r, ay), doubles.sub(r, ay), r)
+    # a zero quotient leaves x as it is (also for y = inf, where 0 * inf would be NaN); inf, NaN
+    # and y = 0 give NaN through q
+    r = doubles.select(doubles.cmp("==", q, 0.0), ax, r)
+    fast = e.intrinsic("copysign", b.fptrunc(r, e.ty), x)
+    huge = b.and_(
+        doubles.cmp(">=", ax, doubles.mul(ay, doubles.const(_FMOD_EXACT_QUOTIENT))),
+        doubles.cmp("<", ax, math.inf),
+    )
+    entry = b.block
+    slow = b.append_basic_block("huge_quotient")
+    done = b.append_basic_block("fmod_done")
+    b.cbranch(e.any(huge), slow, done)
+    b.position_at_end(slow)
+    exact = b.select(huge, b.frem(x, y), fast)
+    b.branch(done)
+    b.position_at_end(done)
+    result = b.phi(e.ty)
+    result.add_incoming(fast, entry)
+    result.add_incoming(exact, slow)
+    return result
+
+
+def _frem(e: _Emitter, x: ir.Value, y: ir.Value) -> ir.Value:
+    return e.builder.frem(x, y)
+
+
 # ------------------------------------------------------------------------------------------------
 # Trigonometric
 # ------------------------------------------------------------------------------------------------
@@ -861,11 +934,13 @@ SUPPORTED: dict[str, MathFunction] = {
         _entry("tanh", 1, _tanh, libm=True),
         _entry("sigmoid", 1, _sigmoid),
         _entry("erf", 1, _erf, libm=True),
+        _entry("erfc", 1, _erfc, libm=True),
         _entry("sin", 1, _sin, libm=True),
         _entry("cos", 1, _cos, libm=True),
         _entry("tan", 1, _tan, libm=True),
         _entry("atan", 1, _atan, libm=True),
         _entry("pow", 2, _pow, libm=True),
+        MathFunction("fmod", 2, _fmod, _frem, "fmod"),
         _entry("sqrt", 1, _intrinsic("sqrt")),
         _entry("rsqrt", 1, _rsqrt),
         _entry("abs", 1, _intrinsic("fabs")),
@@ -1038,6 +1113,11 @@ _COEFFICIENTS: dict[str, tuple[float, ...]] = {
         0.3059529662132263, 0.3822837471961975, -0.17239035665988922, 0.04378629848361015,
         0.023150134831666946, -0.04762989655137062, 0.04590307176113129,
         -0.019369740039110184, -0.011565095745027065,
+    ),
+    "erfc_log_f64": (
+        -1.2655446845275007, 1.000920597278208, 0.36371264622017585, 0.1621673192299666,
+        -0.4314730586392995, 0.8377996323188046, -1.8699000480534662, 1.8935990726191232,
+        -0.5798642149910912, -0.3707302728473425, 0.33394643215763675, -0.07463342331393957,
     ),
 }
 # fmt: on

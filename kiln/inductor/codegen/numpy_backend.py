@@ -76,6 +76,8 @@ class NumpyHandler:
 
     def to_dtype(self, x, dtype):
         x = np.asarray(x)
+        if x.dtype == dt.bfloat16.np and not dtype.is_floating_point:
+            x = x.astype(np.float32)  # ml_dtypes' own integer casts saturate; PyTorch's do not
         if dtype is dt.bool_:
             return x != 0
         if not dtype.is_floating_point and x.dtype.kind == "f":
@@ -126,11 +128,46 @@ def _erfinv(x):
     return np_erfinv(np.asarray(x))
 
 
+def _erfc(x):
+    from ...ops.special_numpy import np_erfc
+
+    return np_erfc(np.asarray(x))
+
+
+def _floordiv(a, b):
+    # numpy's floor division of floats is PyTorch's (through the exact remainder: 1.0 // 0.1
+    # is 9, inf // 2 NaN); integer divisors are never 0 here (the lowering runs those eagerly)
+    with np.errstate(all="ignore"):
+        return np.floor_divide(a, b)
+
+
+def _remainder(a, b):
+    from ...ops.numpy_math import np_remainder
+
+    with np.errstate(all="ignore"):
+        return np_remainder(a, b)
+
+
+def _pow(a, b):
+    from ...ops.numpy_math import np_float_pow, np_int_pow
+
+    if np.asarray(a).dtype.kind in "iu":
+        return np_int_pow(a, b)
+    return np_float_pow(a, b)  # C's pow (the lowering picks PyTorch's exact forms itself)
+
+
 def _truncdiv(a, b):
+    from ...ops.numpy_math import np_trunc_divide
+
     if np.asarray(a).dtype.kind == "f":
         return np.trunc(a / b)
-    q = np.abs(a) // np.abs(b)
-    return np.where((a < 0) != (b < 0), -q, q).astype(np.asarray(a).dtype)
+    return np_trunc_divide(a, b)
+
+
+def _sign(x):
+    from ...ops.numpy_math import np_sign
+
+    return np_sign(x)
 
 
 def _round(x):
@@ -163,14 +200,14 @@ _MATH = {
     "atanh": np.arctanh,
     "sigmoid": _sigmoid,
     "erf": _erf,
-    "erfc": lambda x: (1.0 - _erf(x)).astype(np.asarray(x).dtype),
+    "erfc": _erfc,
     "reciprocal": np.reciprocal,
     "erfinv": lambda x: _erfinv(x),
     "floor": np.floor,
     "ceil": np.ceil,
     "trunc": np.trunc,
     "round": _round,
-    "sign": np.sign,
+    "sign": _sign,
     "bitwise_not": lambda x: np.logical_not(x) if np.asarray(x).dtype == np.bool_ else np.invert(x),
     "isnan": np.isnan,
     "isinf": np.isinf,
@@ -183,13 +220,11 @@ _MATH = {
     "sub": np.subtract,
     "mul": np.multiply,
     "truediv": np.true_divide,
-    "floordiv": lambda a, b: (
-        np.floor_divide(a, b) if np.asarray(a).dtype.kind != "f" else np.floor(a / b)
-    ),
+    "floordiv": _floordiv,
     "truncdiv": _truncdiv,
-    "remainder": np.remainder,
+    "remainder": _remainder,
     "fmod": np.fmod,
-    "pow": np.power,
+    "pow": _pow,
     "maximum": np.maximum,
     "minimum": np.minimum,
     "atan2": np.arctan2,

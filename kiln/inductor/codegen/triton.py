@@ -437,6 +437,19 @@ class KernelPrinter:
             zero = "0.0" if x.dtype.is_floating_point else "0"
             return self.emit(f"{self.materialize(x)} != {zero}", dtype, x.xdep, x.rdep)
         x = self.materialize(x)
+        if x.dtype.is_floating_point and not dtype.is_floating_point:
+            # as eager kiln (numpy's astype on x86) and PyTorch: through int64 for int64, through
+            # int32 (then wrapped) for narrower types, NaN and out-of-range values giving that
+            # type's minimum; GPUs would saturate instead
+            wide = dt.int64 if dtype.itemsize == 8 else dt.int32
+            limit = _float_text(2.0 ** (wide.itemsize * 8 - 1))
+            through = self.emit(
+                f"tl.where(tl.abs({x}) < {limit}, {x}, -{limit}).to({tl_dtype(wide)})",
+                wide,
+                x.xdep,
+                x.rdep,
+            )
+            return self.to_dtype(through, dtype)
         return self.emit(f"{x}.to({tl_dtype(dtype)})", dtype, x.xdep, x.rdep)
 
     def where(self, cond: TVal, a: TVal, b: TVal) -> TVal:

@@ -165,6 +165,18 @@ def _erfinv(x):
     return np_erfinv(x)
 
 
+def _pow(a, b):
+    from ...ops.numpy_math import np_float_pow
+
+    return np_float_pow(a, b)
+
+
+def _erfc(x):
+    from ...ops.special_numpy import np_erfc
+
+    return np_erfc(np.asarray(x))
+
+
 _INT_RESULT = {np.signbit}
 
 LIBDEVICE = types.SimpleNamespace(
@@ -188,21 +200,15 @@ LIBDEVICE = types.SimpleNamespace(
             "asinh": np.arcsinh,
             "acosh": np.arccosh,
             "atanh": np.arctanh,
-            "erfc": lambda x: 1.0 - _erf(x),
+            "erfc": _erfc,
             "erfinv": _erfinv,
             "trunc": np.trunc,
             "nearbyint": np.rint,
             "atan2": np.arctan2,
             "hypot": np.hypot,
             "copysign": np.copysign,
-            "pow": np.power,
+            "pow": _pow,
             "signbit": np.signbit,
         }.items()
     }
 )
-
-
-def _erf(x):
-    from ...ops.pointwise import np_erf
-
-    return np_erf(np.asarray(x))

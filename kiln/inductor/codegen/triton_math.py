@@ -80,21 +80,46 @@ def _floordiv_int(a, b):
     r = a - q * b
     return tl.where((r != 0) & ((r < 0) != (b < 0)), q - 1, q)
 """,
+    "_floordiv_float": """\
+@triton.jit
+def _floordiv_float(a, b):
+    # PyTorch's floor division: through the exact remainder, so 1.0 // 0.1 is 9 and inf // b NaN
+    mod = a % b
+    if a.dtype == tl.float32:
+        div = tl.div_rn(a - mod, b)
+        quotient = tl.div_rn(a, b)
+    else:
+        div = (a - mod) / b
+        quotient = a / b
+    div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floor = tl.floor(div)
+    floor = tl.where(div - floor > 0.5, floor + 1, floor)
+    result = tl.where(div != 0, floor, libdevice.copysign(div * 0, quotient))
+    return tl.where(b == 0, quotient, result)
+""",
     "_remainder": """\
 @triton.jit
 def _remainder(a, b):
     r = a % b
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 """,
-    "_pow_int": """\
+    "_pow_uint": """\
 @triton.jit
-def _pow_int(base, exponent):
+def _pow_uint(base, exponent):
     result = base * 0 + 1
     for _ in tl.static_range(63):
         result = tl.where((exponent & 1) != 0, result * base, result)
         base = base * base
         exponent = exponent >> 1
     return result
+""",
+    "_pow_int": """\
+@triton.jit
+def _pow_int(base, exponent):
+    # negative exponents truncate to 0, except for bases 1 and -1 (PyTorch's integer pow)
+    one = base * 0 + 1
+    unit = tl.where(base == 1, one, tl.where(base == -1, 1 - 2 * (exponent & 1), 0 * one))
+    return tl.where(exponent < 0, unit, _pow_uint(base, exponent))
 """,
     "_philox_words": """\
 @triton.jit
@@ -136,7 +161,11 @@ def _randn(seed, offset):
     return (radius * libdevice.cos(6.283185307179586 * u2)).to(tl.float32)
 """,
 }
-HELPER_DEPS = {"_rand": ("_philox_words",), "_randn": ("_philox_words",)}
+HELPER_DEPS = {
+    "_rand": ("_philox_words",),
+    "_randn": ("_philox_words",),
+    "_pow_int": ("_pow_uint",),
+}
 
 
 def helper_source(names) -> str:
@@ -242,11 +271,12 @@ def _abs(p, x):
 
 
 def _sign(p, x):
+    # (0 < x) - (x < 0) as PyTorch computes it: NaN and -0.0 have sign 0.0
+    if x.dtype is dt.bool_:
+        return x
     x = p.materialize(x)
     one, zero = ("1.0", "0.0") if x.dtype.is_floating_point else ("1", "0")
     text = f"tl.where({{0}} > {zero}, {one}, tl.where({{0}} < {zero}, -{one}, {zero})).to({tl_dtype(x.dtype)})"
-    if x.dtype.is_floating_point:
-        text = f"tl.where({{0}} != {{0}}, {{0}}, {text})"
     return p._unary(text, x)
 
 
@@ -285,7 +315,7 @@ def _div_text(d: dt.dtype) -> str:
 
 def _floordiv(p, a, b):
     if a.dtype.is_floating_point:
-        return p._binary(f"tl.floor({_div_text(a.dtype)})", a, b)
+        return p._helper_call("_floordiv_float", a, b)
     return p._helper_call("_floordiv_int", a, b)
 
 
@@ -306,7 +336,7 @@ def _fmod(p, a, b):
 def _pow(p, a, b):
     if a.dtype.is_floating_point:
         return p._binary("libdevice.pow({0}, {1})", a, b)
-    return p._helper_call("_pow_int", a, b)
+    return p._helper_call("_pow_int" if a.dtype.is_signed else "_pow_uint", a, b)
 
 
 def _extremum(fn: str, bool_op: str):

@@ -214,3 +214,8 @@ def gumbel_softmax(
 @torch_function("rrelu")
 def _torch_rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, generator=None):
     return rrelu(input, lower, upper, training)
+
+
+@torch_function("rrelu_")
+def _torch_rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False, generator=None):
+    return rrelu(input, lower, upper, training, True)

@@ -245,3 +245,10 @@ def _torch_conv_transpose2d(
     input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
 ):
     return conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+@torch_function("conv_transpose3d")
+def _torch_conv_transpose3d(
+    input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
+):
+    return conv_transpose3d(input, weight, bias, stride, padding, output_padding, groups, dilation)

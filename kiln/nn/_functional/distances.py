@@ -28,10 +28,10 @@ def safe_vector_norm(x: Tensor, p: float, dim, keepdim: bool = False) -> Tensor:
         return (x != 0).to(x.dtype).sum(dim, keepdim)
     powered = x * x if p == 2 else x.abs() ** p
     total = powered.sum(dim, keepdim)
-    positive = total > 0
-    safe = OPS["where"](positive, total, 1.0)
+    zero = total == 0  # not ``total > 0``: a NaN total must give a NaN norm
+    safe = OPS["where"](zero, 1.0, total)
     root = safe.sqrt() if p == 2 else safe ** (1.0 / p)
-    return OPS["where"](positive, root, 0.0)
+    return OPS["where"](zero, 0.0, root)
 
 
 def pdist(input: Tensor, p: float = 2) -> Tensor:

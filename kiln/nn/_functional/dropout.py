@@ -147,11 +147,36 @@ def _torch_dropout(input: Tensor, p: float, train: bool) -> Tensor:
     return dropout(input, p, train)
 
 
+@torch_function("dropout_")
+def _torch_dropout_(input: Tensor, p: float, train: bool) -> Tensor:
+    return dropout(input, p, train, inplace=True)
+
+
 @torch_function("feature_dropout")
 def _torch_feature_dropout(input: Tensor, p: float, train: bool) -> Tensor:
-    return _feature_dropout("feature_dropout", input, p, train, False, input.ndim - 2)
+    return _feature_dropout(input, p, train, False)
+
+
+@torch_function("feature_dropout_")
+def _torch_feature_dropout_(input: Tensor, p: float, train: bool) -> Tensor:
+    return _feature_dropout(input, p, train, True)
 
 
 @torch_function("alpha_dropout")
 def _torch_alpha_dropout(input: Tensor, p: float, train: bool) -> Tensor:
     return alpha_dropout(input, p, train)
+
+
+@torch_function("alpha_dropout_")
+def _torch_alpha_dropout_(input: Tensor, p: float, train: bool) -> Tensor:
+    return alpha_dropout(input, p, train, inplace=True)
+
+
+@torch_function("feature_alpha_dropout")
+def _torch_feature_alpha_dropout(input: Tensor, p: float, train: bool) -> Tensor:
+    return feature_alpha_dropout(input, p, train)
+
+
+@torch_function("feature_alpha_dropout_")
+def _torch_feature_alpha_dropout_(input: Tensor, p: float, train: bool) -> Tensor:
+    return feature_alpha_dropout(input, p, train, inplace=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import warnings
 
+from ...autograd.grad_mode import is_grad_enabled
 from ...ops import OPS
 from ...ops.grad_fn_names import _rename
 from ...ops.registry import torch_function
@@ -179,6 +180,55 @@ def embedding_bag(
             out = out / counts.clamp(min=1).unsqueeze(1)
     _rename(out, (weight,), "EmbeddingBagBackward0")  # one node in PyTorch, as reprs show
     return out
+
+
+@torch_function("embedding_bag")
+def _torch_embedding_bag(
+    weight: Tensor,
+    indices: Tensor,
+    offsets: Tensor,
+    scale_grad_by_freq: bool = False,
+    mode: int = 0,
+    sparse: bool = False,
+    per_sample_weights: Tensor | None = None,
+    include_last_offset: bool = False,
+    padding_idx: int | None = None,
+) -> tuple:
+    """``torch.embedding_bag``: ``mode`` 0/1/2 for sum/mean/max, returning (output, offset2bag,
+    bag_size, max_indices) -- the bag of each index, the indices counted in each bag and, for
+    max, the row each maximum came from -- filled as PyTorch's CPU kernel fills them (the
+    integer outputs of a plain sum are empty or zero there)."""
+    out = embedding_bag(
+        indices, weight, offsets, None, 2, scale_grad_by_freq, ("sum", "mean", "max")[mode],
+        sparse, per_sample_weights, include_last_offset, padding_idx,
+    )  # fmt: skip
+    n = indices.shape[0]
+    bag, num_bags = _bag_of_each_index(offsets, n, include_last_offset)
+    bag = bag.clamp(0, max(num_bags - 1, 0)).to(dt.int64)
+    zeros = OPS["full"]((num_bags,), 0, dtype=dt.int64, device=indices.device)
+    if mode == 0:  # sized by the offsets (even the closing one) when no gradient is recorded
+        recorded = weight.requires_grad and is_grad_enabled()
+        size = num_bags if recorded else offsets.shape[0]
+        unused = OPS["full"]((size,), 0, dtype=dt.int64, device=indices.device)
+        # PyTorch's fast sum path (float32 and the half types, no padding) leaves it empty
+        fast = padding_idx is None and weight.dtype in (dt.float32, dt.float16, dt.bfloat16)
+        empty = OPS["full"]((0,), 0, dtype=dt.int64, device=indices.device)
+        return out, empty if fast else bag, unused, unused
+    counted = OPS["full"]((n,), 1, dtype=dt.int64, device=indices.device)
+    if padding_idx is not None:
+        counted = (indices != padding_idx % weight.shape[0]).to(dt.int64)
+    bag_size = OPS["index_add"](zeros, 0, bag, counted)
+    if mode == 1:
+        return out, bag, bag_size, bag_size
+    rows = OPS["embedding"](weight.detach(), indices, -1, False, False)
+    dim = weight.shape[1]
+    best = OPS["full"]((num_bags, dim), 0, dtype=dt.int64, device=indices.device)
+    for b in range(num_bags):  # the first row holding each column's maximum, per bag
+        members = ((bag == b) & (counted > 0)).nonzero().reshape(-1)
+        if members.numel():
+            winners = rows[members].argmax(0)
+            best[b] = indices[members][winners].to(dt.int64)
+    return out, bag, bag_size, best
 
 
 # ------------------------------------------------------------------------------ fractional pooling

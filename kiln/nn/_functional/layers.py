@@ -54,6 +54,12 @@ def _embedding_renorm_(weight: Tensor, indices: Tensor, max_norm: float, norm_ty
         OPS["index_put_"](weight, [flat], rows * scale, False)
 
 
+@torch_function("embedding_renorm_")
+def _torch_embedding_renorm_(input: Tensor, indices: Tensor, max_norm: float, norm_type: float):
+    _embedding_renorm_(input, indices, max_norm, norm_type)
+    return input
+
+
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     return OPS["_one_hot"](tensor, num_classes)
 

@@ -267,6 +267,13 @@ def _torch_max_pool1d(input, kernel_size, stride=(), padding=0, dilation=1, ceil
     return max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode)
 
 
+@torch_function("max_pool1d_with_indices")
+def _torch_max_pool1d_with_indices(
+    input, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False
+):
+    return max_pool1d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode)
+
+
 @torch_function("max_pool2d")
 def _torch_max_pool2d(input, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     return max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode)

@@ -2,176 +2,64 @@
 
 from __future__ import annotations
 
-from ._hooks import register_module_forward_hook, register_module_forward_pre_hook
-from .activation import (
-    ELU,
-    GELU,
-    Hardsigmoid,
-    Hardswish,
-    Hardtanh,
-    LeakyReLU,
-    LogSoftmax,
-    Mish,
-    ReLU,
-    ReLU6,
-    Sigmoid,
-    SiLU,
-    Softmax,
-    Softplus,
-    Tanh,
-)
-from .attention import MultiheadAttention
-from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
-from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
-from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
-from .dropout import AlphaDropout, Dropout, Dropout1d, Dropout2d, Dropout3d, FeatureAlphaDropout
-from .flatten import Flatten, Unflatten
-from .linear import Bilinear, Identity, Linear
-from .loss import (
-    BCELoss,
-    BCEWithLogitsLoss,
-    CrossEntropyLoss,
-    HuberLoss,
-    KLDivLoss,
-    L1Loss,
-    MSELoss,
-    NLLLoss,
-    SmoothL1Loss,
-)
-from .module import Module
-from .normalization import GroupNorm, LayerNorm, RMSNorm
-from .pooling import (
-    AdaptiveAvgPool1d,
-    AdaptiveAvgPool2d,
-    AdaptiveMaxPool2d,
-    AvgPool1d,
-    AvgPool2d,
-    MaxPool1d,
-    MaxPool2d,
-)
-from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
-from .sparse import Embedding
-from .transformer import (
-    Transformer,
-    TransformerDecoder,
-    TransformerDecoderLayer,
-    TransformerEncoder,
-    TransformerEncoderLayer,
-)
-
-__all__ = [
-    "register_module_forward_hook",
-    "register_module_forward_pre_hook",
-    "Module",
-    "Sequential",
-    "ModuleList",
-    "ModuleDict",
-    "ParameterList",
-    "ParameterDict",
-    "Identity",
-    "Linear",
-    "Bilinear",
-    "Flatten",
-    "Unflatten",
-    "Embedding",
-    "LayerNorm",
-    "RMSNorm",
-    "GroupNorm",
-    "BatchNorm1d",
-    "BatchNorm2d",
-    "BatchNorm3d",
-    "SyncBatchNorm",
-    "Dropout",
-    "Dropout1d",
-    "Dropout2d",
-    "Dropout3d",
-    "AlphaDropout",
-    "FeatureAlphaDropout",
-    "Conv1d",
-    "Conv2d",
-    "Conv3d",
-    "ConvTranspose1d",
-    "ConvTranspose2d",
-    "ConvTranspose3d",
-    "MaxPool1d",
-    "MaxPool2d",
-    "AvgPool1d",
-    "AvgPool2d",
-    "AdaptiveAvgPool1d",
-    "AdaptiveAvgPool2d",
-    "AdaptiveMaxPool2d",
-    "ReLU",
-    "ReLU6",
-    "GELU",
-    "SiLU",
-    "Tanh",
-    "Sigmoid",
-    "Softmax",
-    "LogSoftmax",
-    "LeakyReLU",
-    "ELU",
-    "Softplus",
-    "Mish",
-    "Hardtanh",
-    "Hardsigmoid",
-    "Hardswish",
-    "MultiheadAttention",
-    "RNNBase",
-    "RNN",
-    "LSTM",
-    "GRU",
-    "RNNCellBase",
-    "RNNCell",
-    "LSTMCell",
-    "GRUCell",
-    "TransformerEncoderLayer",
-    "TransformerEncoder",
-    "TransformerDecoderLayer",
-    "TransformerDecoder",
-    "Transformer",
-    "L1Loss",
-    "MSELoss",
-    "SmoothL1Loss",
-    "HuberLoss",
-    "NLLLoss",
-    "CrossEntropyLoss",
-    "BCELoss",
-    "BCEWithLogitsLoss",
-    "KLDivLoss",
-]
-
-# the less common layers, one file per family; each file's __all__ extends this one
-from . import (  # noqa: E402
-    activation_extra,
+from . import (
+    activation,
+    adaptive,
+    batchnorm,
+    channelshuffle,
+    container,
+    conv,
     distance,
-    embedding_bag,
+    dropout,
+    flatten,
     fold,
     instancenorm,
-    lazy,
+    lazy,  # noqa: F401 - LazyModuleMixin and the placeholders, as torch.nn.modules.lazy
+    linear,
+    linear_cross_entropy_options,
+    loss,
+    module,
+    normalization,
     padding,
     pixelshuffle,
-    pooling_extra,
+    pooling,
+    rnn,
+    sparse,
+    transformer,
     upsampling,
 )
-from .activation_extra import *  # noqa: E402,F403
-from .distance import *  # noqa: E402,F403
-from .embedding_bag import *  # noqa: E402,F403
-from .fold import *  # noqa: E402,F403
-from .instancenorm import *  # noqa: E402,F403
-from .lazy import *  # noqa: E402,F403
-from .padding import *  # noqa: E402,F403
-from .pixelshuffle import *  # noqa: E402,F403
-from .pooling_extra import *  # noqa: E402,F403
-from .upsampling import *  # noqa: E402,F403
+from ._hooks import register_module_forward_hook, register_module_forward_pre_hook
+from .activation import *  # noqa: F403
+from .adaptive import *  # noqa: F403
+from .batchnorm import *  # noqa: F403
+from .channelshuffle import *  # noqa: F403
+from .container import *  # noqa: F403
+from .conv import *  # noqa: F403
+from .distance import *  # noqa: F403
+from .dropout import *  # noqa: F403
+from .flatten import *  # noqa: F403
+from .fold import *  # noqa: F403
+from .instancenorm import *  # noqa: F403
+from .linear import *  # noqa: F403
+from .linear_cross_entropy_options import *  # noqa: F403
+from .loss import *  # noqa: F403
+from .module import *  # noqa: F403
+from .normalization import *  # noqa: F403
+from .padding import *  # noqa: F403
+from .pixelshuffle import *  # noqa: F403
+from .pooling import *  # noqa: F403
+from .rnn import *  # noqa: F403
+from .sparse import *  # noqa: F403
+from .transformer import *  # noqa: F403
+from .upsampling import *  # noqa: F403
 
-__all__ += [
-    name
-    for family in (activation_extra, distance, embedding_bag, fold, instancenorm, lazy, padding)
-    + (pixelshuffle, pooling_extra, upsampling)
-    for name in family.__all__
+# one file per family, named as ``torch.nn.modules``'s (``nn.modules.activation.PReLU`` ...)
+FAMILIES = (
+    activation, adaptive, batchnorm, channelshuffle, container, conv, distance, dropout, flatten,
+    fold, instancenorm, linear, linear_cross_entropy_options, loss, module, normalization, padding,
+    pixelshuffle, pooling, rnn, sparse, transformer, upsampling,
+)  # fmt: skip
+
+__all__ = ["register_module_forward_hook", "register_module_forward_pre_hook"] + [
+    name for family in FAMILIES for name in family.__all__
 ]
-
-from . import loss_extra  # noqa: E402
-from .loss_extra import *  # noqa: E402,F403
-
-__all__ += loss_extra.__all__

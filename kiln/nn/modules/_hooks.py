@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from ...autograd.function import Function
-from ...runtime import state
+from ...runtime.state import per_thread
 from ...runtime.tensor import Tensor
 from ...utils.hooks import RemovableHandle
 
@@ -270,7 +270,7 @@ class _BackwardHook:
         positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
         self.n_inputs = len(positions)
         tensors = [args[i] for i in positions]
-        if not (state.grad_enabled[0] and any(t._requires_grad for t in tensors)):
+        if not (per_thread.state.grad_enabled and any(t._requires_grad for t in tensors)):
             return args
         wrapped = _Identity.apply(*tensors)
         node = next(t.grad_fn for t in wrapped if t.grad_fn is not None)
@@ -288,7 +288,7 @@ class _BackwardHook:
             return result
         positions = [i for i, a in enumerate(items) if isinstance(a, Tensor)]
         tensors = [items[i] for i in positions]
-        if not (state.grad_enabled[0] and any(t._requires_grad for t in tensors)):
+        if not (per_thread.state.grad_enabled and any(t._requires_grad for t in tensors)):
             return result
         wrapped = _Identity.apply(*tensors)
         node = next(t.grad_fn for t in wrapped if t.grad_fn is not None)

@@ -1,4 +1,5 @@
-"""``BatchNorm1d``/``2d``/``3d``: batch statistics in training, running statistics in eval.
+"""``BatchNorm1d``/``2d``/``3d`` (and their lazy forms): batch statistics in training, running
+statistics in eval.
 
 Running statistics live in buffers updated in place by ``F.batch_norm``; ``momentum=None``
 means a cumulative moving average over ``num_batches_tracked`` batches, as in PyTorch.
@@ -9,15 +10,20 @@ where PyTorch's also falls back to plain batch norm.
 
 from __future__ import annotations
 
+from ...autograd.grad_mode import no_grad
 from ...ops import api
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from .. import init
 from ..parameter import Parameter
+from .lazy import LazyModuleMixin, UninitializedBuffer, UninitializedParameter
 from .module import Module
 
-__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"]
+__all__ = [
+    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LazyBatchNorm1d",
+    "LazyBatchNorm2d", "LazyBatchNorm3d",
+]  # fmt: skip
 
 
 class _NormBase(Module):
@@ -211,3 +217,57 @@ class SyncBatchNorm(_BatchNorm):
         for name, child in module.named_children():
             converted.add_module(name, cls.convert_sync_batchnorm(child, process_group))
         return converted
+
+
+class _LazyNormBase(LazyModuleMixin):
+    """``num_features`` is read from dim 1 of the first input."""
+
+    def __init__(
+        self,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(0, eps, momentum, False, False, device, dtype, bias=False)
+        self.affine = affine
+        self.track_running_stats = track_running_stats
+        if affine:
+            self.weight = UninitializedParameter(device=device, dtype=dtype)
+            if bias:
+                self.bias = UninitializedParameter(device=device, dtype=dtype)
+        if track_running_stats:
+            self.running_mean = UninitializedBuffer(device=device, dtype=dtype)
+            self.running_var = UninitializedBuffer(device=device, dtype=dtype)
+            self.num_batches_tracked = api.tensor(0, dtype=dt.int64, device=device)
+
+    def reset_parameters(self) -> None:
+        if not self.has_uninitialized_params() and self.num_features != 0:
+            super().reset_parameters()
+
+    def initialize_parameters(self, input: Tensor) -> None:
+        if not self.has_uninitialized_params():
+            return
+        self.num_features = input.shape[1]
+        with no_grad():
+            for name in ("weight", "bias", "running_mean", "running_var"):
+                value = getattr(self, name)
+                if value is not None:
+                    value.materialize((self.num_features,))
+            self.reset_parameters()
+
+
+class LazyBatchNorm1d(_LazyNormBase, BatchNorm1d):
+    cls_to_become = BatchNorm1d
+
+
+class LazyBatchNorm2d(_LazyNormBase, BatchNorm2d):
+    cls_to_become = BatchNorm2d
+
+
+class LazyBatchNorm3d(_LazyNormBase, BatchNorm3d):
+    cls_to_become = BatchNorm3d

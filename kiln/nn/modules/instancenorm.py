@@ -1,5 +1,4 @@
-"""Per-sample normalizations: ``InstanceNorm1d``/``2d``/``3d``, ``LocalResponseNorm`` and the
-legacy ``CrossMapLRN2d``.
+"""Per-sample normalizations: ``InstanceNorm1d``/``2d``/``3d`` and their lazy forms.
 
 Instance norm shares batch norm's parameters, buffers and repr (``_NormBase``) but normalizes
 each (sample, channel) plane on its own; it uses batch statistics unless it tracks running
@@ -10,22 +9,14 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
-
-from ...ops import OPS
-from ...ops.api import tensor as kiln_tensor
 from ...runtime.tensor import Tensor
 from .. import functional as F
-from .batchnorm import _NormBase
-from .module import Module
+from .batchnorm import _LazyNormBase, _NormBase
 
 __all__ = [
-    "CrossMapLRN2d",
-    "InstanceNorm1d",
-    "InstanceNorm2d",
-    "InstanceNorm3d",
-    "LocalResponseNorm",
-]
+    "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LazyInstanceNorm1d",
+    "LazyInstanceNorm2d", "LazyInstanceNorm3d",
+]  # fmt: skip
 
 
 class _InstanceNorm(_NormBase):
@@ -129,57 +120,13 @@ class InstanceNorm3d(_InstanceNorm):
     _spatial_dims = 3
 
 
-class _LRNBase(Module):
-    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0) -> None:
-        super().__init__()
-        self.size = size
-        self.alpha = alpha
-        self.beta = beta
-        self.k = k
-
-    def extra_repr(self) -> str:
-        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+class LazyInstanceNorm1d(_LazyNormBase, InstanceNorm1d):
+    cls_to_become = InstanceNorm1d
 
 
-class LocalResponseNorm(_LRNBase):
-    """Divide each channel by (k + alpha/size * sum of squares of ``size`` neighbours) ** beta."""
-
-    def forward(self, input: Tensor) -> Tensor:
-        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+class LazyInstanceNorm2d(_LazyNormBase, InstanceNorm2d):
+    cls_to_become = InstanceNorm2d
 
 
-def _cross_map_window(channels: int, size: int) -> np.ndarray:
-    """(C, C) 0/1 matrix: row c marks the channels whose squares make channel c's scale.
-
-    PyTorch's legacy CrossMapLRN2d builds each scale from the previous one, adding the channel
-    entering the window and dropping the one leaving it, but it never drops channel 0 (its
-    removal starts one step late); the recurrence is replayed here so the values agree.
-    """
-    pre_pad = int((size - 1) / 2 + 1)
-    window = np.zeros((channels, channels), np.float64)
-    window[0, : min(pre_pad, channels)] = 1
-    for c in range(1, channels):
-        window[c] = window[c - 1]
-        if c < channels - pre_pad + 1:
-            window[c, c + pre_pad - 1] += 1
-        if c > pre_pad:
-            window[c, c - pre_pad] -= 1
-    return window
-
-
-class CrossMapLRN2d(_LRNBase):
-    """Legacy (Lua torch) local response norm over the channels of a 4-D input."""
-
-    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1) -> None:
-        # PyTorch's default k is the int 1 here (1.0 in LocalResponseNorm); the repr shows it
-        super().__init__(size, alpha, beta, k)
-
-    def forward(self, input: Tensor) -> Tensor:
-        if input.dim() != 4:
-            raise ValueError(f"CrossMapLRN2d: Expected input to be 4D, got {input.dim()}D instead.")
-        n, c, h, w = input.shape
-        window = kiln_tensor(_cross_map_window(c, self.size), dtype=input.dtype)
-        squares = (input * input).reshape(n, c, h * w)
-        summed = OPS["matmul"](window.to(input.device), squares).reshape(n, c, h, w)
-        scale = summed * (self.alpha / self.size) + self.k
-        return input * scale ** (-self.beta)
+class LazyInstanceNorm3d(_LazyNormBase, InstanceNorm3d):
+    cls_to_become = InstanceNorm3d

@@ -1,17 +1,21 @@
-"""``LayerNorm``, ``RMSNorm`` and ``GroupNorm``: affine weight ones, bias zeros, as PyTorch."""
+"""``LayerNorm``, ``RMSNorm`` and ``GroupNorm`` (affine weight ones, bias zeros, as PyTorch), and
+the local response normalizations ``LocalResponseNorm`` and ``CrossMapLRN2d``."""
 
 from __future__ import annotations
 
 import numbers
 
-from ...ops import api
+import numpy as np
+
+from ...ops import OPS, api
+from ...ops.api import tensor as kiln_tensor
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from .. import init
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["LayerNorm", "RMSNorm", "GroupNorm"]
+__all__ = ["LayerNorm", "RMSNorm", "GroupNorm", "LocalResponseNorm", "CrossMapLRN2d"]
 
 
 def _as_shape(normalized_shape) -> tuple:
@@ -145,3 +149,59 @@ class GroupNorm(Module):
             f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
             f"bias={self.bias is not None}"
         )
+
+
+class _LRNBase(Module):
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0) -> None:
+        super().__init__()
+        self.size = size
+        self.alpha = alpha
+        self.beta = beta
+        self.k = k
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+
+
+class LocalResponseNorm(_LRNBase):
+    """Divide each channel by (k + alpha/size * sum of squares of ``size`` neighbours) ** beta."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+
+def _cross_map_window(channels: int, size: int) -> np.ndarray:
+    """(C, C) 0/1 matrix: row c marks the channels whose squares make channel c's scale.
+
+    PyTorch's legacy CrossMapLRN2d builds each scale from the previous one, adding the channel
+    entering the window and dropping the one leaving it, but it never drops channel 0 (its
+    removal starts one step late); the recurrence is replayed here so the values agree.
+    """
+    pre_pad = int((size - 1) / 2 + 1)
+    window = np.zeros((channels, channels), np.float64)
+    window[0, : min(pre_pad, channels)] = 1
+    for c in range(1, channels):
+        window[c] = window[c - 1]
+        if c < channels - pre_pad + 1:
+            window[c, c + pre_pad - 1] += 1
+        if c > pre_pad:
+            window[c, c - pre_pad] -= 1
+    return window
+
+
+class CrossMapLRN2d(_LRNBase):
+    """Legacy (Lua torch) local response norm over the channels of a 4-D input."""
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1) -> None:
+        # PyTorch's default k is the int 1 here (1.0 in LocalResponseNorm); the repr shows it
+        super().__init__(size, alpha, beta, k)
+
+    def forward(self, input: Tensor) -> Tensor:
+        if input.dim() != 4:
+            raise ValueError(f"CrossMapLRN2d: Expected input to be 4D, got {input.dim()}D instead.")
+        n, c, h, w = input.shape
+        window = kiln_tensor(_cross_map_window(c, self.size), dtype=input.dtype)
+        squares = (input * input).reshape(n, c, h * w)
+        summed = OPS["matmul"](window.to(input.device), squares).reshape(n, c, h, w)
+        scale = summed * (self.alpha / self.size) + self.k
+        return input * scale ** (-self.beta)

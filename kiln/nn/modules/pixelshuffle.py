@@ -1,5 +1,5 @@
-"""``PixelShuffle``, ``PixelUnshuffle`` and ``ChannelShuffle``: channel/space rearrangements
-(reshapes and permutes through ``nn.functional``)."""
+"""``PixelShuffle`` and ``PixelUnshuffle``: channel/space rearrangements (reshapes and permutes
+through ``nn.functional``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from ...runtime.tensor import Tensor
 from .. import functional as F
 from .module import Module
 
-__all__ = ["ChannelShuffle", "PixelShuffle", "PixelUnshuffle"]
+__all__ = ["PixelShuffle", "PixelUnshuffle"]
 
 
 class PixelShuffle(Module):
@@ -36,17 +36,3 @@ class PixelUnshuffle(Module):
 
     def extra_repr(self) -> str:
         return f"downscale_factor={self.downscale_factor}"
-
-
-class ChannelShuffle(Module):
-    """Interleave the channels of ``groups`` groups (ShuffleNet)."""
-
-    def __init__(self, groups: int) -> None:
-        super().__init__()
-        self.groups = groups
-
-    def forward(self, input: Tensor) -> Tensor:
-        return F.channel_shuffle(input, self.groups)
-
-    def extra_repr(self) -> str:
-        return f"groups={self.groups}"

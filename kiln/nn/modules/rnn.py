@@ -15,13 +15,13 @@ import numbers
 import warnings
 from collections.abc import Callable
 
-from ...amp.autocast_mode import autocast_policy
 from ...ops import api
 from ...ops.grad_fn_names import _rename
-from ...ops.public import bfloat16, cat, float32, relu, stack, tanh
+from ...runtime import dtypes
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from .. import init
+from .._functional.recurrent import GATES, STEPS, run_layers
 from ..parameter import Parameter
 from ..utils.rnn import PackedSequence
 from .module import Module
@@ -29,66 +29,6 @@ from .module import Module
 __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
 
 State = tuple[Tensor, ...]
-
-
-# --------------------------------------------------------------------------- one time step
-# Each step takes the precomputed input projection ``x @ w_ih.T + b_ih`` of one time step and the
-# state tuple ((h,) or (h, c)), and returns the new state; its first entry is the step's output.
-def _rnn_tanh_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
-    return (tanh(gates_x + F.linear(state[0], w_hh, b_hh)),)
-
-
-def _rnn_relu_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
-    return (relu(gates_x + F.linear(state[0], w_hh, b_hh)),)
-
-
-def _lstm_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
-    h, c = state
-    in_gate, forget_gate, cell_gate, out_gate = (gates_x + F.linear(h, w_hh, b_hh)).chunk(4, 1)
-    c = forget_gate.sigmoid() * c + in_gate.sigmoid() * cell_gate.tanh()
-    h = out_gate.sigmoid() * c.tanh()
-    if w_hr is not None:
-        h = F.linear(h, w_hr)
-    return h, c
-
-
-def _gru_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
-    h = state[0]
-    x_reset, x_update, x_new = gates_x.chunk(3, 1)
-    h_reset, h_update, h_new = F.linear(h, w_hh, b_hh).chunk(3, 1)
-    reset = (x_reset + h_reset).sigmoid()
-    update = (x_update + h_update).sigmoid()
-    new = (x_new + reset * h_new).tanh()
-    return ((h - new) * update + new,)
-
-
-_STEPS: dict[str, Callable] = {
-    "RNN_TANH": _rnn_tanh_step,
-    "RNN_RELU": _rnn_relu_step,
-    "LSTM": _lstm_step,
-    "GRU": _gru_step,
-}
-_GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
-
-
-@autocast_policy("rnn_direction")
-def _run_direction(step, gates_x: list, state: State, weights: tuple, reverse: bool):
-    """Run ``step`` over the time steps (backwards if ``reverse``); a step with fewer rows than
-    the state (a packed sequence) updates only the leading rows. Returns (outputs, state)."""
-    batch = state[0].shape[0]
-    outputs = []
-    for gates in reversed(gates_x) if reverse else gates_x:
-        rows = gates.shape[0]
-        if rows == batch:
-            state = step(gates, state, *weights)
-            outputs.append(state[0])
-        else:
-            active = step(gates, tuple([s[:rows] for s in state]), *weights)
-            outputs.append(active[0])
-            state = tuple([cat([a, s[rows:]]) for a, s in zip(active, state)])
-    if reverse:
-        outputs.reverse()
-    return outputs, state
 
 
 class RNNBase(Module):
@@ -148,7 +88,7 @@ class RNNBase(Module):
             )
         if proj_size >= hidden_size:
             raise ValueError("proj_size has to be smaller than hidden_size")
-        if mode not in _GATES:
+        if mode not in GATES:
             raise ValueError("Unrecognized RNN mode: " + mode)
         self.mode = mode
         self.input_size = input_size
@@ -159,7 +99,7 @@ class RNNBase(Module):
         self.dropout = float(dropout)
         self.bidirectional = bidirectional
         self.proj_size = proj_size
-        gate_size = _GATES[mode] * hidden_size
+        gate_size = GATES[mode] * hidden_size
         real_hidden_size = proj_size if proj_size > 0 else hidden_size
         num_directions = 2 if bidirectional else 1
         self._flat_weights_names: list[str] = []
@@ -286,30 +226,17 @@ class RNNBase(Module):
         return w_ih, w_hh, biases[0], biases[1], w_hr
 
     def _run_layers(self, input: Tensor, state: State, batch_sizes: list[int] | None):
-        """All layers and directions over time-major ``input`` ((T, B, I), or packed (N, I) with
-        ``batch_sizes``); ``state`` holds (layers*directions, B, H) tensors. Returns the last
-        layer's output and the final states stacked the same way."""
-        if batch_sizes is None and input.shape[0] == 0:
-            raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
-        step = _STEPS[self.mode]
-        num_directions = 2 if self.bidirectional else 1
-        finals = []
-        for layer in range(self.num_layers):
-            outputs = []
-            for direction in range(num_directions):
-                w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_weights(layer, direction)
-                gates = F.linear(input, w_ih, b_ih)
-                steps = gates.unbind(0) if batch_sizes is None else gates.split(batch_sizes)
-                initial = tuple([s[layer * num_directions + direction] for s in state])
-                out_steps, final = _run_direction(
-                    step, list(steps), initial, (w_hh, b_hh, w_hr), reverse=direction == 1
-                )
-                outputs.append(stack(out_steps) if batch_sizes is None else cat(out_steps))
-                finals.append(final)
-            input = outputs[0] if num_directions == 1 else cat(outputs, -1)
-            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
-                input = F.dropout(input, self.dropout, True)
-        return input, tuple([stack([f[k] for f in finals]) for k in range(len(state))])
+        """All layers and directions (``recurrent.run_layers``) with this module's weights."""
+        directions = 2 if self.bidirectional else 1
+        weights = [
+            self._layer_weights(layer, direction)
+            for layer in range(self.num_layers)
+            for direction in range(directions)
+        ]
+        return run_layers(
+            self.mode, input, state, weights, self.num_layers, self.bidirectional,
+            self.dropout, self.training, batch_sizes,
+        )  # fmt: skip
 
     def _forward(self, input, hx, input_error: str, hx_dims: Callable):
         """PyTorch's argument handling (packed or padded, unbatched, batch_first, default and
@@ -343,7 +270,7 @@ class RNNBase(Module):
             input = input.transpose(0, 1)
         output, final = self._run_layers(input, hx if is_lstm else (hx,), None)
         if is_lstm and not self.bidirectional and self.proj_size == 0:
-            if output.dtype in (float32, bfloat16):
+            if output.dtype in (dtypes.float32, dtypes.bfloat16):
                 # PyTorch's CPU LSTM runs in oneDNN there, and its output node says so
                 _rename(output, (input,), "MkldnnRnnLayerBackward0")
         if self.batch_first:
@@ -584,7 +511,7 @@ class RNNCell(RNNCellBase):
         self.nonlinearity = nonlinearity
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
-        step = {"tanh": _rnn_tanh_step, "relu": _rnn_relu_step}.get(self.nonlinearity)
+        step = {"tanh": STEPS["RNN_TANH"], "relu": STEPS["RNN_RELU"]}.get(self.nonlinearity)
         return self._run_cell(step, input, None if hx is None else (hx,), ("hidden",))[0]
 
 
@@ -598,7 +525,7 @@ class LSTMCell(RNNCellBase):
 
     def forward(self, input: Tensor, hx: State | None = None) -> State:
         state = None if hx is None else tuple(hx)
-        return self._run_cell(_lstm_step, input, state, ("hx[0]", "hx[1]"))
+        return self._run_cell(STEPS["LSTM"], input, state, ("hx[0]", "hx[1]"))
 
 
 class GRUCell(RNNCellBase):
@@ -610,4 +537,4 @@ class GRUCell(RNNCellBase):
         super().__init__(input_size, hidden_size, bias, num_chunks=3, device=device, dtype=dtype)
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
-        return self._run_cell(_gru_step, input, None if hx is None else (hx,), ("hidden",))[0]
+        return self._run_cell(STEPS["GRU"], input, None if hx is None else (hx,), ("hidden",))[0]

@@ -21,8 +21,7 @@ from ...runtime.tensor import Tensor
 from .. import functional as F
 from .. import init
 from .._functional.attention import canonical_mask, none_or_dtype
-from .activation import GELU, ReLU
-from .attention import MultiheadAttention
+from .activation import GELU, MultiheadAttention, ReLU
 from .container import ModuleList
 from .dropout import Dropout
 from .linear import Linear

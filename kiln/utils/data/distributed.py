@@ -2,8 +2,8 @@
 
 Each replica takes every ``num_replicas``-th index starting at its ``rank`` from one (optionally
 shuffled, by ``seed + epoch``) order of the whole dataset, padded by wrapping around (or cut,
-with ``drop_last``) so all replicas see the same number of samples. kiln runs a single process
-and has no process group, so ``num_replicas`` and ``rank`` must be given.
+with ``drop_last``) so all replicas see the same number of samples. ``num_replicas`` and ``rank``
+default to the world size and rank of ``kiln.distributed``'s default group.
 """
 
 from __future__ import annotations
@@ -31,8 +31,12 @@ class DistributedSampler(Sampler[int]):
         drop_last: bool = False,
     ) -> None:
         if num_replicas is None or rank is None:
-            # PyTorch reads them from the process group; kiln has no distributed package
-            raise RuntimeError("Requires distributed package to be available")
+            from ...distributed import process_group as dist
+
+            if not dist.is_available():
+                raise RuntimeError("Requires distributed package to be available")
+            num_replicas = dist.get_world_size() if num_replicas is None else num_replicas
+            rank = dist.get_rank() if rank is None else rank
         if rank >= num_replicas or rank < 0:
             raise ValueError(
                 f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]"

@@ -1,0 +1,5 @@
+"""``kiln.distributed.nn``: collectives that autograd differentiates (``functional``)."""
+
+from . import functional
+
+__all__ = ["functional"]

@@ -1,0 +1,181 @@
+"""The compiled-graph index: which object, exported functions and numpy fallbacks a lowered graph
+compiled to, so that compiling it again loads the object without emitting LLVM IR.
+
+Entries live in memory (least recently used first out once they hold more than
+``kiln.inductor.config.compiled_graph_cache_bytes``, machine code counted) and on disk under
+``$KILN_CACHE_DIR/llvm/graphs`` as ``cache_records`` records: an entry (and its IR, kept for
+dumps) is read only for the graph key it was written for, and its object only for the object key
+it names, so a swapped, stale or damaged file is a miss and the graph is compiled again. Dropping
+an entry never frees code in use: each compiled kernel holds its ``CompiledModule``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+from . import cache_records, llvm_jit
+
+__all__ = [
+    "GraphEntry",
+    "clear_memory_cache",
+    "memory_cache_bytes",
+    "recall",
+    "remember",
+]
+
+# what an entry costs beside its machine code: the record, dicts, strings
+_ENTRY_BYTES = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphEntry:
+    """What a graph compiled to: its object (None when every kernel runs in numpy), the exported
+    kernel names, and the steps that run in numpy with the reason."""
+
+    key: str
+    compiled: llvm_jit.CompiledModule | None
+    functions: tuple[str, ...]
+    numpy_steps: dict[int, str]
+    ir_path: Path | None  # where the graph's LLVM IR is stored for dumps (None: it is not)
+
+    @property
+    def nbytes(self) -> int:
+        text = sum(len(f) for f in self.functions) + sum(map(len, self.numpy_steps.values()))
+        code = self.compiled.nbytes if self.compiled is not None else 0
+        return _ENTRY_BYTES + text + code
+
+    def stored_ir(self) -> str | None:
+        """The graph's LLVM IR as stored on disk, or None when it is not there (any more)."""
+        if self.ir_path is None:
+            return None
+        payload = cache_records.read_record(self.ir_path, self.key)
+        return payload.decode() if payload is not None else None
+
+
+class _MemoryIndex:
+    """Entries by (cache directory, key), least recently used first, within a byte budget."""
+
+    def __init__(self):
+        self._entries: OrderedDict[str, GraphEntry] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> GraphEntry | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key: str, entry: GraphEntry) -> None:
+        from .. import config
+
+        budget = config.compiled_graph_cache_bytes
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+            self._entries[key] = entry
+            self._bytes += entry.nbytes
+            while self._entries and self._bytes > budget:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= evicted.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+
+_MEMORY = _MemoryIndex()
+
+
+def clear_memory_cache() -> None:
+    """Forget the graphs compiled in this process; the next compile of one reads the disk."""
+    _MEMORY.clear()
+
+
+def memory_cache_bytes() -> int:
+    """What the in-memory index holds now, by its own count (machine code included)."""
+    return _MEMORY.nbytes
+
+
+def _memory_key(key: str) -> str:
+    # a new cache directory starts cold, in memory too (benchmarks time cold compiles that way)
+    return f"{llvm_jit.cache_dir()}:{key}"
+
+
+def _entry_path(key: str) -> Path:
+    return llvm_jit.cache_dir() / "graphs" / key[:2] / f"{key}.index"
+
+
+def _ir_path(key: str) -> Path:
+    return _entry_path(key).with_suffix(".ll")
+
+
+def remember(
+    key: str,
+    compiled: llvm_jit.CompiledModule | None,
+    functions: tuple[str, ...],
+    numpy_steps: dict[int, str],
+    ir_text: str,
+) -> GraphEntry:
+    """Record what the graph under ``key`` compiled to, in memory and on disk. The entry names
+    where its IR went (then the caller need not keep the IR for dumps)."""
+    ir_path = _ir_path(key)
+    if not (ir_text and cache_records.write_record(ir_path, key, ir_text.encode())):
+        ir_path = None
+    entry = GraphEntry(key, compiled, tuple(functions), dict(numpy_steps), ir_path)
+    _MEMORY.put(_memory_key(key), entry)
+    stored = {
+        "object": compiled.key if compiled is not None else None,
+        "functions": list(entry.functions),
+        "numpy_steps": {str(i): why for i, why in entry.numpy_steps.items()},
+    }
+    cache_records.write_record(_entry_path(key), key, json.dumps(stored).encode())
+    return entry
+
+
+def recall(key: str) -> GraphEntry | None:
+    """The entry :func:`remember` made for ``key``, from memory or disk; None if there is none,
+    or its file or object is not the one written for it."""
+    memory_key = _memory_key(key)
+    entry = _MEMORY.get(memory_key)
+    if entry is not None:
+        return entry
+    entry = _read_entry(key)
+    if entry is not None:
+        _MEMORY.put(memory_key, entry)
+    return entry
+
+
+def _read_entry(key: str) -> GraphEntry | None:
+    payload = cache_records.read_record(_entry_path(key), key)
+    if payload is None:
+        return None
+    try:
+        stored = json.loads(payload)
+        functions = tuple(str(name) for name in stored["functions"])
+        numpy_steps = {int(i): str(why) for i, why in stored["numpy_steps"].items()}
+        object_key = stored["object"]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    compiled = None
+    if object_key is not None:
+        compiled = llvm_jit.load_object(str(object_key), functions)
+        if compiled is None:
+            return None
+        try:
+            for name in functions:
+                compiled.address(name)
+        except KeyError:
+            return None
+    return GraphEntry(key, compiled, functions, numpy_steps, _ir_path(key))

@@ -1,0 +1,203 @@
+"""Recurrent computations: one time step of each cell, whole multi-layer runs, and PyTorch's
+functional forms of them (``kiln.lstm``, ``kiln.gru``, ``kiln.rnn_tanh``, ``kiln.rnn_relu`` and
+the ``*_cell`` functions), which take the weights as a flat list as ``torch.lstm`` does.
+
+``nn.RNN`` / ``LSTM`` / ``GRU`` and the cells run the same code (``run_layers``, the steps), so
+the modules and the functions agree exactly. The math is a Python loop over time steps calling
+kiln ops: autograd differentiates it and ``kiln.compile`` unrolls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ...amp.autocast_mode import autocast_policy
+from ...ops import OPS
+from ...ops.registry import torch_function
+from ...runtime.tensor import Tensor
+from .dropout import dropout
+from .layers import linear
+
+__all__ = ["STEPS", "GATES", "run_layers"]
+
+State = tuple[Tensor, ...]
+
+
+# --------------------------------------------------------------------------- one time step
+# Each step takes the precomputed input projection ``x @ w_ih.T + b_ih`` of one time step and the
+# state tuple ((h,) or (h, c)), and returns the new state; its first entry is the step's output.
+def _rnn_tanh_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
+    return ((gates_x + linear(state[0], w_hh, b_hh)).tanh(),)
+
+
+def _rnn_relu_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
+    return ((gates_x + linear(state[0], w_hh, b_hh)).relu(),)
+
+
+def _lstm_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
+    h, c = state
+    in_gate, forget_gate, cell_gate, out_gate = (gates_x + linear(h, w_hh, b_hh)).chunk(4, 1)
+    c = forget_gate.sigmoid() * c + in_gate.sigmoid() * cell_gate.tanh()
+    h = out_gate.sigmoid() * c.tanh()
+    if w_hr is not None:
+        h = linear(h, w_hr)
+    return h, c
+
+
+def _gru_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
+    h = state[0]
+    x_reset, x_update, x_new = gates_x.chunk(3, 1)
+    h_reset, h_update, h_new = linear(h, w_hh, b_hh).chunk(3, 1)
+    reset = (x_reset + h_reset).sigmoid()
+    update = (x_update + h_update).sigmoid()
+    new = (x_new + reset * h_new).tanh()
+    return ((h - new) * update + new,)
+
+
+STEPS: dict[str, Callable] = {
+    "RNN_TANH": _rnn_tanh_step,
+    "RNN_RELU": _rnn_relu_step,
+    "LSTM": _lstm_step,
+    "GRU": _gru_step,
+}
+GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+
+
+@autocast_policy("rnn_direction")
+def _run_direction(step, gates_x: list, state: State, weights: tuple, reverse: bool):
+    """Run ``step`` over the time steps (backwards if ``reverse``); a step with fewer rows than
+    the state (a packed sequence) updates only the leading rows. Returns (outputs, state)."""
+    batch = state[0].shape[0]
+    outputs = []
+    for gates in reversed(gates_x) if reverse else gates_x:
+        rows = gates.shape[0]
+        if rows == batch:
+            state = step(gates, state, *weights)
+            outputs.append(state[0])
+        else:
+            active = step(gates, tuple([s[:rows] for s in state]), *weights)
+            outputs.append(active[0])
+            state = tuple([OPS["cat"]([a, s[rows:]]) for a, s in zip(active, state)])
+    if reverse:
+        outputs.reverse()
+    return outputs, state
+
+
+def run_layers(
+    mode: str,
+    input: Tensor,  # noqa: A002 - PyTorch's name
+    state: State,
+    weights: Sequence[tuple],
+    num_layers: int,
+    bidirectional: bool,
+    dropout_p: float,
+    train: bool,
+    batch_sizes: list[int] | None,
+):
+    """All layers and directions over time-major ``input`` ((T, B, I), or packed (N, I) with
+    ``batch_sizes``); ``state`` holds (layers*directions, B, H) tensors and ``weights`` one
+    ``(w_ih, w_hh, b_ih, b_hh, w_hr)`` per layer and direction. Returns the last layer's output
+    and the final states stacked the same way."""
+    if batch_sizes is None and input.shape[0] == 0:
+        raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
+    step = STEPS[mode]
+    num_directions = 2 if bidirectional else 1
+    finals = []
+    for layer in range(num_layers):
+        outputs = []
+        for direction in range(num_directions):
+            w_ih, w_hh, b_ih, b_hh, w_hr = weights[layer * num_directions + direction]
+            gates = linear(input, w_ih, b_ih)
+            steps = gates.unbind(0) if batch_sizes is None else gates.split(batch_sizes)
+            initial = tuple([s[layer * num_directions + direction] for s in state])
+            out_steps, final = _run_direction(
+                step, list(steps), initial, (w_hh, b_hh, w_hr), reverse=direction == 1
+            )
+            outputs.append(
+                OPS["stack"](out_steps) if batch_sizes is None else OPS["cat"](out_steps)
+            )
+            finals.append(final)
+        input = outputs[0] if num_directions == 1 else OPS["cat"](outputs, -1)
+        if dropout_p > 0 and train and layer < num_layers - 1:
+            input = dropout(input, dropout_p, True)
+    return input, tuple([OPS["stack"]([f[k] for f in finals]) for k in range(len(state))])
+
+
+# --------------------------------------------------------------------------- kiln.lstm & co.
+
+
+def _grouped(params, has_biases: bool, groups: int, name: str) -> list[tuple]:
+    """PyTorch's flat weight list, per layer and direction: w_ih, w_hh[, b_ih, b_hh][, w_hr]."""
+    params = list(params)
+    if groups == 0 or len(params) % groups:
+        raise RuntimeError(f"{name}: got {len(params)} weights for {groups} layer directions")
+    size = len(params) // groups
+    if size not in ((4, 5) if has_biases else (2, 3)):
+        raise RuntimeError(f"{name}: {size} weights per layer direction do not match has_biases")
+    out = []
+    for g in range(groups):
+        chunk = params[g * size : (g + 1) * size]
+        w_ih, w_hh = chunk[0], chunk[1]
+        b_ih, b_hh = (chunk[2], chunk[3]) if has_biases else (None, None)
+        w_hr = chunk[-1] if size in (3, 5) else None
+        out.append((w_ih, w_hh, b_ih, b_hh, w_hr))
+    return out
+
+
+def _functional(mode: str, name: str) -> Callable:
+    """``kiln.<name>``: both of PyTorch's overloads -- (input, hx, params, has_biases,
+    num_layers, dropout, train, bidirectional, batch_first) over a padded batch, and (data,
+    batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional) over a
+    packed one. Returns (output, h) -- (output, h, c) for the LSTM."""
+
+    def run(input, *args):  # noqa: A002 - PyTorch's name
+        # the packed overload has batch_sizes where the padded one has hx (an LSTM's is a pair)
+        packed = isinstance(args[0], Tensor) and (mode == "LSTM" or isinstance(args[1], Tensor))
+        if packed:
+            batch_sizes, hx, params, has_biases, num_layers, p, train, bidirectional = args
+            batch_first = False
+        else:
+            hx, params, has_biases, num_layers, p, train, bidirectional, batch_first = args
+            batch_sizes = None
+        state = tuple(hx) if mode == "LSTM" else (hx,)
+        groups = num_layers * (2 if bidirectional else 1)
+        weights = _grouped(params, has_biases, groups, name)
+        x = input.transpose(0, 1) if batch_first else input
+        sizes = None if batch_sizes is None else [int(n) for n in batch_sizes.tolist()]
+        output, final = run_layers(
+            mode, x, state, weights, num_layers, bidirectional, p, train, sizes
+        )
+        if batch_first:
+            output = output.transpose(0, 1)
+        return (output, *final)
+
+    run.__name__ = run.__qualname__ = name
+    run.__doc__ = _functional.__doc__.replace("``kiln.<name>``", f"``kiln.{name}``")
+    torch_function(name)(run)
+    return run
+
+
+lstm = _functional("LSTM", "lstm")
+gru = _functional("GRU", "gru")
+rnn_tanh = _functional("RNN_TANH", "rnn_tanh")
+rnn_relu = _functional("RNN_RELU", "rnn_relu")
+
+
+def _cell(mode: str, name: str) -> Callable:
+    """``kiln.<name>(input, hx, w_ih, w_hh, b_ih=None, b_hh=None)``: one step of a cell."""
+
+    def cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002 - PyTorch's name
+        state = tuple(hx) if mode == "LSTM" else (hx,)
+        result = STEPS[mode](linear(input, w_ih, b_ih), state, w_hh, b_hh, None)
+        return result if mode == "LSTM" else result[0]
+
+    cell.__name__ = cell.__qualname__ = name
+    cell.__doc__ = _cell.__doc__.replace("``kiln.<name>", f"``kiln.{name}")
+    torch_function(name)(cell)
+    return cell
+
+
+lstm_cell = _cell("LSTM", "lstm_cell")
+gru_cell = _cell("GRU", "gru_cell")
+rnn_tanh_cell = _cell("RNN_TANH", "rnn_tanh_cell")
+rnn_relu_cell = _cell("RNN_RELU", "rnn_relu_cell")

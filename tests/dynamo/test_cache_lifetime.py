@@ -1,0 +1,81 @@
+"""Frame caches live as long as the functions they compile.
+
+A program that compiles a fresh closure (or a function made by ``exec``) every step must not keep
+every step's graphs, guards, analyses and resume functions: once the function and its compiled
+wrapper are gone, so is everything captured for them. Functions still alive keep their caches.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import weakref
+
+import numpy as np
+
+import kiln
+
+
+def scaled(constant: float):
+    def step(t):
+        return t * constant + 1
+
+    return step
+
+
+def test_a_dropped_closure_takes_its_compiled_graphs_with_it():
+    x = kiln.randn(3, 4)
+    dead = []
+    for i in range(5):
+        step = scaled(i + 0.5)
+        np.testing.assert_allclose(kiln.compile(step)(x).numpy(), step(x).numpy(), rtol=1e-6)
+        dead.append(weakref.ref(step))
+        del step
+    gc.collect()
+    assert [ref() for ref in dead] == [None] * 5
+
+
+def test_a_live_function_keeps_its_cache_across_compile_calls():
+    step = scaled(2.0)
+    x = kiln.randn(3, 4)
+    kiln.compile(step)(x)
+    entries = kiln.compile(step)._kiln_cache.entries
+    gc.collect()
+    assert kiln.compile(step)._kiln_cache.entries is entries and len(entries) == 1
+
+
+BREAKING_STEP = """
+def step(x):
+    y = x * {constant}
+    if y.sum() > 0:  # a graph break: the rest runs as a resume function
+        return y + 1
+    return y - 1
+"""
+
+
+def test_code_made_at_run_time_leaves_nothing_behind():
+    x = kiln.randn(3, 4)
+    codes = []
+    for i in range(4):
+        namespace: dict = {}
+        exec(compile(BREAKING_STEP.format(constant=i + 0.5), "<step>", "exec"), namespace)
+        step = namespace.pop("step")
+        np.testing.assert_allclose(kiln.compile(step)(x).numpy(), step(x).numpy(), rtol=1e-6)
+        codes.append(weakref.ref(step.__code__))
+        del step
+    gc.collect()
+    assert [ref() for ref in codes] == [None] * 4
+
+
+def test_a_function_wrapped_from_a_compiled_one_gets_its_own_wrapper():
+    """``functools.wraps`` copies ``__dict__``, where a function's compiled wrappers are kept."""
+    step = scaled(3.0)
+    x = kiln.randn(2, 2)
+    kiln.compile(step)(x)
+
+    @functools.wraps(step)
+    def other(t):
+        return t - 7
+
+    np.testing.assert_allclose(kiln.compile(other)(x).numpy(), (x - 7).numpy())
+    np.testing.assert_allclose(kiln.compile(step)(x).numpy(), step(x).numpy(), rtol=1e-6)

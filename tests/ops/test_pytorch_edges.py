@@ -1,0 +1,330 @@
+"""Eager edge cases where kiln once differed from PyTorch: the sign of NaN, products with
+zero-sized dims, lerp's refusal to promote, meta tensors mixed with CPU ones, interpolate's size
+checks, permute/movedim argument errors and factory sizes too large to store. Each case runs the
+same code on both libraries and compares values, or exception types and messages."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import kiln
+from tests.oracle import assert_close, needs_torch, torch
+
+pytestmark = needs_torch
+
+NAN, INF = math.nan, math.inf
+
+
+def _outcome(lib, fn):
+    """(result, None) or (None, (exception type name, message))."""
+    try:
+        return fn(lib), None
+    except Exception as e:  # noqa: BLE001 - the exception itself is what is compared
+        message = str(e)
+        if "\nException raised from" in message:  # PyTorch's C++ backtrace inside the message
+            head, _, tail = message.partition("\nException raised from")
+            message = head + ('"' if tail.endswith('"') else "")
+        return None, (type(e).__name__, message)
+
+
+def _assert_same_error(fn, match_message=True):
+    k_out, k_err = _outcome(kiln, fn)
+    t_out, t_err = _outcome(torch, fn)
+    assert t_err is not None, "the case must make PyTorch raise"
+    assert k_err is not None, f"kiln returned {k_out!r} where PyTorch raised {t_err}"
+    if match_message:
+        assert k_err == t_err
+    else:
+        assert k_err[0] == t_err[0], (k_err, t_err)
+
+
+# ------------------------------------------------------------------------------ sign of NaN
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("op", ["sign", "sgn"])
+def test_sign_of_nan_is_zero(op, dtype):
+    values = [NAN, -INF, -2.0, -0.0, 0.0, 3.0, INF]
+    k = getattr(kiln, op)(kiln.tensor(values, dtype=getattr(kiln, dtype)))
+    t = getattr(torch, op)(torch.tensor(values, dtype=getattr(torch, dtype)))
+    assert_close(k, t, equal_nan=False)
+
+
+def test_sign_of_a_nan_scalar_and_of_integers():
+    assert kiln.sign(kiln.tensor(NAN)).item() == 0.0
+    assert_close(kiln.sign(kiln.tensor([-3, 0, 2])), torch.sign(torch.tensor([-3, 0, 2])))
+
+
+# ------------------------------------------------------------------------------ zero-sized products
+
+
+def _r(lib, *shape):
+    values = np.arange(math.prod(shape), dtype=np.float32).reshape(shape) * 0.1 + 1.0
+    return lib.tensor(values, requires_grad=True)
+
+
+PRODUCTS = {
+    "matmul-batch-times-matrix-k0": ((2, 3, 0), (0, 4), lambda lib, a, b: a @ b),
+    "matmul-transposed-batch-k0": ((2, 0, 3), (0, 4), lambda lib, a, b: a.transpose(1, 2) @ b),
+    "matmul-m0": ((0, 3), (3, 4), lambda lib, a, b: a @ b),
+    "matmul-n0": ((2, 3), (3, 0), lambda lib, a, b: a @ b),
+    "matmul-k0": ((2, 0), (0, 4), lambda lib, a, b: a @ b),
+    "matmul-dot-k0": ((0,), (0,), lambda lib, a, b: a @ b),
+    "matmul-mv-k0": ((3, 0), (0,), lambda lib, a, b: a @ b),
+    "matmul-vm-k0": ((0,), (0, 3), lambda lib, a, b: a @ b),
+    "matmul-batch0": ((0, 2, 3), (0, 3, 4), lambda lib, a, b: a @ b),
+    "matmul-broadcast-k0": ((2, 1, 3, 0), (4, 0, 5), lambda lib, a, b: a @ b),
+    "matmul-broadcast-batch0": ((0, 1, 3, 2), (4, 2, 5), lambda lib, a, b: a @ b),
+    "mm-k0": ((2, 0), (0, 4), lambda lib, a, b: lib.mm(a, b)),
+    "bmm-k0": ((3, 2, 0), (3, 0, 4), lambda lib, a, b: lib.bmm(a, b)),
+    "bmm-batch0": ((0, 2, 3), (0, 3, 4), lambda lib, a, b: lib.bmm(a, b)),
+    "addmm-k0": ((2, 4), (2, 0), lambda lib, c, a: lib.addmm(c, a, lib.zeros(0, 4), beta=0.5)),
+    "addmv-k0": ((3,), (3, 0), lambda lib, c, a: lib.addmv(c, a, lib.zeros(0))),
+    "baddbmm-k0": ((2, 3, 4), (2, 3, 0), lambda lib, c, a: lib.baddbmm(c, a, lib.zeros(2, 0, 4))),
+    "addbmm-batch0": ((3, 4), (0, 3, 2), lambda lib, c, a: lib.addbmm(c, a, lib.zeros(0, 2, 4))),
+    "linear-in0": ((2, 3, 0), (4, 0), lambda lib, x, w: lib.nn.functional.linear(x, w)),
+    "linear-in0-bias": (
+        (2, 0),
+        (4, 0),
+        lambda lib, x, w: lib.nn.functional.linear(x, w, lib.ones(4)),
+    ),
+    "linear-out0": ((2, 3, 3), (0, 3), lambda lib, x, w: lib.nn.functional.linear(x, w)),
+    "linear-vector-weight-in0": ((2, 0), (0,), lambda lib, x, w: lib.nn.functional.linear(x, w)),
+    "einsum-k0": ((2, 0), (0, 4), lambda lib, a, b: lib.einsum("ik,kj->ij", a, b)),
+    "einsum-batch0": ((0, 2), (0, 2), lambda lib, a, b: lib.einsum("bi,bi->b", a, b)),
+    "einsum-batched-k0": ((3, 2, 0), (3, 0, 4), lambda lib, a, b: lib.einsum("bik,bkj->bij", a, b)),
+    "tensordot-k0": ((2, 0), (0, 3), lambda lib, a, b: lib.tensordot(a, b, 1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCTS))
+def test_products_over_zero_sized_dims_match_pytorch(name):
+    """An empty contraction sums nothing: zeros of the output shape, and empty gradients."""
+    shape_a, shape_b, fn = PRODUCTS[name]
+    results = []
+    for lib in (kiln, torch):
+        a, b = _r(lib, *shape_a), _r(lib, *shape_b)
+        y = fn(lib, a, b)
+        (y * 2).sum().backward()
+        results.append((y.detach(), a.grad, b.grad))
+    assert_close(results[0], results[1])
+
+
+# ------------------------------------------------------------------------------ lerp dtypes
+
+LERP = {
+    "end-double": lambda lib: lib.lerp(lib.zeros(3), lib.ones(3, dtype=lib.float64), 0.5),
+    "self-double": lambda lib: lib.lerp(lib.zeros(3, dtype=lib.float64), lib.ones(3), 0.5),
+    "end-half": lambda lib: lib.lerp(lib.zeros(3), lib.ones(3, dtype=lib.float16), 0.5),
+    "end-0d-double": lambda lib: lib.lerp(lib.zeros(3), lib.ones(()).double(), 0.5),
+    "weight-double": lambda lib: lib.lerp(lib.zeros(3), lib.ones(3), lib.full((3,), 0.5).double()),
+    "inplace-end-double": lambda lib: lib.zeros(3).lerp_(lib.ones(3, dtype=lib.float64), 0.5),
+    "method-end-double": lambda lib: lib.zeros(3).lerp(lib.ones(3, dtype=lib.float64), 0.5),
+    "int-end-long": lambda lib: lib.lerp(lib.zeros(3, dtype=lib.int32), lib.ones(3).long(), 0.5),
+    "long-scalar-weight": lambda lib: lib.lerp(lib.zeros(3).long(), lib.ones(3).long(), 0.5),
+    "long-tensor-weight": lambda lib: lib.lerp(
+        lib.zeros(3).long(), lib.ones(3).long(), lib.ones(3).long()
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LERP))
+def test_lerp_refuses_mixed_dtypes_like_pytorch(name):
+    _assert_same_error(LERP[name])
+
+
+LERP_OK = {
+    "0d-double-weight": lambda lib: lib.lerp(lib.zeros(3), lib.ones(3), lib.tensor(0.25).double()),
+    "half": lambda lib: lib.lerp(lib.zeros(3).half(), lib.ones(3).half(), 0.5),
+    "tensor-weight": lambda lib: lib.lerp(lib.zeros(3), lib.ones(3), lib.full((3,), 0.75)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LERP_OK))
+def test_lerp_accepts_what_pytorch_accepts(name):
+    assert_close(LERP_OK[name](kiln), LERP_OK[name](torch))
+
+
+# ------------------------------------------------------------------------------ meta tensors
+
+
+def _m(lib):
+    return lib.zeros(3, device="meta")
+
+
+META_ERRORS = {
+    "meta-plus-cpu": lambda lib: _m(lib) + lib.ones(3),
+    "cpu-plus-meta": lambda lib: lib.ones(3) - _m(lib),
+    "meta-0d-times-cpu": lambda lib: lib.zeros((), device="meta") * lib.ones(3),
+    "where": lambda lib: lib.where(_m(lib) > 0, lib.ones(3), _m(lib)),
+    "where-cpu-0d-condition": lambda lib: lib.where(lib.tensor(True), lib.ones(3), _m(lib)),
+    "cat": lambda lib: lib.cat([_m(lib), lib.ones(3)]),
+    "cat-cpu-first": lambda lib: lib.cat([lib.ones(3), _m(lib)]),
+    "stack": lambda lib: lib.stack([_m(lib), lib.ones(3)]),
+    "lerp": lambda lib: lib.lerp(_m(lib), lib.ones(3), 0.5),
+    "addcmul": lambda lib: lib.addcmul(_m(lib), lib.ones(3), lib.ones(3)),
+    "clamp": lambda lib: lib.clamp(_m(lib), lib.ones(3), lib.ones(3)),
+    "maximum": lambda lib: lib.maximum(_m(lib), lib.ones(3)),
+    "eq": lambda lib: _m(lib) == lib.ones(3),
+    "atan2": lambda lib: lib.atan2(_m(lib), lib.ones(3)),
+    "pow": lambda lib: lib.pow(_m(lib), lib.ones(3)),
+    "isclose": lambda lib: lib.isclose(_m(lib), lib.ones(3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(META_ERRORS))
+def test_meta_and_cpu_tensors_do_not_mix(name):
+    _assert_same_error(META_ERRORS[name])
+
+
+META_OK = {
+    "cpu-scalar-tensor-first": lambda lib: lib.tensor(1.0) + _m(lib),
+    "cpu-scalar-tensor-second": lambda lib: _m(lib) * lib.tensor(2.0),
+    "python-number": lambda lib: _m(lib) + 1,
+    "inplace-from-cpu": lambda lib: _m(lib).add_(lib.ones(3)),
+    "masked_fill-cpu-0d-mask": lambda lib: _m(lib).masked_fill(lib.tensor(True), 1.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(META_OK))
+def test_cpu_scalars_join_meta_computations(name):
+    k, t = META_OK[name](kiln), META_OK[name](torch)
+    assert (k.device.type, tuple(k.shape)) == (t.device.type, tuple(t.shape))
+
+
+# ------------------------------------------------------------------------------ interpolate
+
+
+def _interp(shape, **kwargs):
+    return lambda lib: lib.nn.functional.interpolate(lib.ones(*shape), **kwargs)
+
+
+INTERPOLATE_ERRORS = {
+    "nearest-size0": _interp((1, 1, 4), size=0),
+    "linear-size0": _interp((1, 1, 4), size=0, mode="linear"),
+    "nearest-exact-size0": _interp((1, 1, 4), size=0, mode="nearest-exact"),
+    "negative-size": _interp((1, 1, 4), size=-1),
+    "scale-to-zero": _interp((1, 1, 4), scale_factor=0.1, mode="linear"),
+    "input-width0": _interp((1, 1, 0), size=3),
+    "bilinear-width0": _interp((1, 1, 4, 4), size=(2, 0), mode="bilinear"),
+    "nearest-height0": _interp((1, 1, 4, 4), size=(0, 2)),
+    "bicubic-width0": _interp((1, 1, 4, 4), size=(2, 0), mode="bicubic"),
+    "trilinear-height0": _interp((1, 1, 4, 4, 4), size=(2, 0, 2), mode="trilinear"),
+    "no-channels": _interp((1, 0, 4), size=3),
+    "no-channels-bilinear": _interp((1, 0, 4, 4), size=(3, 3), mode="bilinear"),
+    "upsample-module": lambda lib: lib.nn.Upsample(size=0)(lib.ones(1, 1, 4)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTERPOLATE_ERRORS))
+def test_interpolate_refuses_empty_sizes_like_pytorch(name):
+    _assert_same_error(INTERPOLATE_ERRORS[name])
+
+
+INTERPOLATE_OK = {
+    "empty-batch": _interp((0, 1, 4), size=3),
+    "empty-batch-bilinear": _interp((0, 2, 4, 4), size=(3, 3), mode="bilinear"),
+    "area-to-zero": _interp((1, 1, 4), size=0, mode="area"),
+    "area-no-channels": _interp((1, 0, 4), size=3, mode="area"),
+    "adaptive-max-to-zero": lambda lib: lib.nn.functional.adaptive_max_pool2d(
+        lib.ones(1, 1, 4, 4), (0, 2)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTERPOLATE_OK))
+def test_resampling_to_and_from_empty_shapes_matches_pytorch(name):
+    assert_close(INTERPOLATE_OK[name](kiln), INTERPOLATE_OK[name](torch))
+
+
+# ------------------------------------------------------------------------------ permute / movedim
+
+
+def _m23(lib):
+    return lib.zeros(2, 3)
+
+
+PERMUTE_ERRORS = {
+    "too-few-dims": lambda lib: _m23(lib).permute(0),
+    "duplicate-dims": lambda lib: _m23(lib).permute(0, 0),
+    "too-many-dims": lambda lib: _m23(lib).permute(0, 1, 2),
+    "too-many-dims-list": lambda lib: _m23(lib).permute([1, 0, 0]),
+    "out-of-range": lambda lib: _m23(lib).permute(2, 0),
+    "negative-out-of-range": lambda lib: _m23(lib).permute(-3, 0),
+    "function": lambda lib: lib.permute(_m23(lib), (0,)),
+    "scalar-given-a-dim": lambda lib: lib.tensor(1.0).permute(0),
+    "no-dims": lambda lib: lib.tensor(1.0).permute(),
+    "movedim-repeated-source": lambda lib: lib.zeros(2, 3, 4).movedim((0, 0), (0, 1)),
+    "movedim-repeated-negative": lambda lib: lib.zeros(2, 3, 4).movedim((0, -3), (0, 1)),
+    "movedim-repeated-destination": lambda lib: lib.zeros(2, 3, 4).movedim((0, 1), (2, 2)),
+    "movedim-lengths-differ": lambda lib: lib.zeros(2, 3, 4).movedim((0,), (0, 1)),
+    "movedim-out-of-range": lambda lib: lib.zeros(2, 3, 4).movedim(3, 0),
+    "reshape-negative": lambda lib: _m23(lib).reshape(2, -3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PERMUTE_ERRORS))
+def test_permute_argument_errors_match_pytorch(name):
+    _assert_same_error(PERMUTE_ERRORS[name])
+
+
+def test_permute_of_a_scalar_with_no_dims_is_allowed():
+    assert kiln.tensor(1.0).permute(()).shape == torch.tensor(1.0).permute(()).shape
+
+
+# ------------------------------------------------------------------------------ factory sizes
+
+BIG = 2**62
+
+FACTORY_ERRORS = {
+    "zeros-overflow": lambda lib: lib.zeros(BIG),
+    "zeros-overflow-2d": lambda lib: lib.zeros(2**40, 2**40),
+    "zeros-overflow-bool": lambda lib: lib.zeros(BIG, 4, dtype=lib.bool),
+    "empty-overflow": lambda lib: lib.empty(BIG),
+    "empty-overflow-int8": lambda lib: lib.empty(BIG, 2, dtype=lib.int8),
+    "ones-overflow": lambda lib: lib.ones(2, BIG),
+    "full-overflow": lambda lib: lib.full((2**61, 8), 1.0),
+    "randn-overflow": lambda lib: lib.randn(BIG),
+    "rand-overflow": lambda lib: lib.rand(2**40, 2**40),
+    "randint-overflow": lambda lib: lib.randint(0, 5, (BIG,)),
+    "randperm-overflow": lambda lib: lib.randperm(BIG),
+    "arange-overflow": lambda lib: lib.arange(0, BIG),
+    "linspace-overflow": lambda lib: lib.linspace(0, 1, BIG),
+    "empty_strided-overflow": lambda lib: lib.empty_strided((BIG,), (1,)),
+    "new_zeros-overflow": lambda lib: lib.zeros(2).new_zeros((BIG,)),
+    "new_empty-overflow": lambda lib: lib.zeros(2).new_empty(BIG),
+    "meta-overflow": lambda lib: lib.zeros(BIG, device="meta"),
+    "eye-overflow": lambda lib: lib.eye(2**31),
+    "eye-numel-overflow": lambda lib: lib.eye(3, BIG),
+    "zeros-beyond-int64": lambda lib: lib.zeros(2**63),
+    "ones-beyond-int64": lambda lib: lib.ones((2**64,)),
+    "zeros-below-int64": lambda lib: lib.zeros(-(2**63) - 1),
+    "zeros-negative": lambda lib: lib.zeros(2, -1),
+    "zeros-negative-before-overflow": lambda lib: lib.zeros(-1, BIG),
+    "ones-negative": lambda lib: lib.ones(-3),
+    "empty-negative": lambda lib: lib.empty(2, -1),
+    "full-negative": lambda lib: lib.full((2, -1), 1.0),
+    "randn-negative": lambda lib: lib.randn(-3),
+    "randint-negative": lambda lib: lib.randint(0, 5, (-2,)),
+    "randperm-negative": lambda lib: lib.randperm(-1),
+    "new_zeros-negative": lambda lib: lib.zeros(2).new_zeros((-1,)),
+    "eye-negative": lambda lib: lib.eye(-1),
+    "eye-negative-columns": lambda lib: lib.eye(3, -1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FACTORY_ERRORS))
+def test_factories_refuse_sizes_like_pytorch(name):
+    _assert_same_error(FACTORY_ERRORS[name])
+
+
+def test_random_factories_refuse_before_advancing_the_generator():
+    kiln.manual_seed(0)
+    with pytest.raises(RuntimeError, match="Storage size calculation overflowed"):
+        kiln.randn(BIG)
+    after_failure = kiln.rand(3)
+    kiln.manual_seed(0)
+    assert_close(after_failure, kiln.rand(3))
