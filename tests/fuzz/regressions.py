@@ -210,6 +210,26 @@ REGRESSIONS: list[Case] = [
         for dtype in ("int32", "int64")
     ),
     Case(
+        "prod backward where the input holds a zero: exclusive products, so a NaN factor's own "
+        "gradient is the product of the others (found by the long profile)",
+        _one(
+            [Input("x1", (2, 2, 2), fill="special", requires_grad=True)],
+            ["v0 = x1.prod(0, keepdim=True)"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "prod backward with NaN/inf/zeros in a full product",
+        _one([_SPECIAL_GRAD], ["v0 = x0.prod()"]),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "a 0-d float -> int cast is writable (the kernel returned a read-only numpy scalar; found "
+        "by the long profile)",
+        Program((Input("x0", ()),), ("v1 = x0.to(torch.int32)", "v1.fill_(3)"), ("v1",)),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
         "exp of exp: one rounding of the inner exp moves the outer one by |x| ulps (tolerance)",
         _one(
             [Input("x0", (), requires_grad=True, seed=4)],
