@@ -230,6 +230,24 @@ REGRESSIONS: list[Case] = [
         ("pytorch", *COMPILED),
     ),
     Case(
+        "roll of a cumsum: the scheduler fused a read of a neighbour's element of a buffer "
+        "computed in the same kernel (found by the long profile)",
+        _one(
+            [Input("x0", (2,), dtype="float16", fill="special", seed=7)],
+            ["v1 = x0.cumsum(0)", "v3 = torch.roll(v1, 3, 0)"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "cumsum of a prefix of -0.0 is +0.0, as PyTorch's sums start from +0.0 (found by the "
+        "long profile through atan2's sign of zero)",
+        _one(
+            [Input("x0", (2, 2), dtype="float16", fill="special", seed=9)],
+            ["v0 = x0[:, 1:3:2]", "v3 = v0.cumsum(-2)", "v4 = torch.atan2(x0, v3)"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
         "exp of exp: one rounding of the inner exp moves the outer one by |x| ulps (tolerance)",
         _one(
             [Input("x0", (), requires_grad=True, seed=4)],
