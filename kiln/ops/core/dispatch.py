@@ -17,7 +17,7 @@ one call.
 
 from __future__ import annotations
 
-from ...autograd.graph import Node, OpBackward, grad_accumulator
+from ...autograd.graph import Node, OpBackward, leaf_edge
 from ...runtime.device import cpu, meta
 from ...runtime.state import per_thread
 from ...runtime.tensor import Tensor
@@ -202,16 +202,23 @@ def mark_view(out, src: Tensor, op, args) -> None:
     base = src._base
     if base is None:
         base = src
+    # with grad mode off, a view of a tensor that requires grad requires grad too (PyTorch's
+    # view semantics; with grad mode on, autograd gives it its history after this)
+    no_grad_view = src._requires_grad
     if out.__class__ is Tensor:
         out._storage = storage
         out._base = base
         out._view_src = (op, args)  # also what Tensor.stride() reads for empty/size-1 dims
+        if no_grad_view and out._dtype.category >= 2:
+            out._requires_grad = out._no_grad_view = True
         return
     metas = None
     for i, o in enumerate(out):
         o._storage = storage
         o._base = base
         o._view_src = (op, args)
+        if no_grad_view and o._dtype.category >= 2:
+            o._requires_grad = o._no_grad_view = True
         if o._device is cpu and o._data is not None and (o._data.size == 0 or 1 in o._shape):
             metas = metas or op.meta(*args)  # numpy's strides there are not PyTorch's
             o._stride = metas[i]._stride
@@ -255,7 +262,7 @@ def _edge(t: Tensor):
         return (None, 0)
     fn = t.grad_fn
     if fn is None:
-        return (grad_accumulator(t), 0)
+        return leaf_edge(t)
     return (fn, t._output_nr)
 
 
@@ -304,9 +311,7 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
         elif a.__class__ is Tensor or isinstance(a, Tensor):
             if a._requires_grad:
                 fn = a.grad_fn
-                next_functions.append(
-                    (grad_accumulator(a), 0) if fn is None else (fn, a._output_nr)
-                )
+                next_functions.append(leaf_edge(a) if fn is None else (fn, a._output_nr))
                 needs[p] = True
             else:
                 next_functions.append((None, 0))
@@ -335,6 +340,14 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
 
 def _inplace_autograd(op, args, state):
     self = args[0]
+    if self._no_grad_view and self.grad_fn is None:
+        raise RuntimeError(
+            "A view was created in no_grad mode and is being modified inplace with grad mode "
+            "enabled. Given that this use case is ambiguous and error-prone, it is forbidden. You "
+            "can clarify your code by moving both the view and the inplace either both inside the "
+            "no_grad block (if you don't want the inplace to be tracked) or both outside (if you "
+            "want the inplace to be tracked)."
+        )
     if self._requires_grad and self.grad_fn is None:
         raise RuntimeError(
             "a leaf Variable that requires grad is being used in an in-place operation."

@@ -728,18 +728,19 @@ def _convert_kernel(x, dtype):
     src = x._dtype
     if src.is_complex and not dtype.is_complex:
         if dtype is dt.bool_:  # nonzero in either part, without a warning (as in PyTorch)
-            return wrap_array(a != 0, dtype)
+            return wrap(a != 0, dtype)
         a = discard_imaginary(a)
         src = src.to_real()
     if dtype.category >= 2 or not src.is_floating_point:
         return wrap_array(a.astype(dtype.np), dtype)
-    # float -> int truncates toward zero; NaN/inf have no defined value (PyTorch gives INT_MIN)
+    # float -> int truncates toward zero; NaN/inf have no defined value (PyTorch gives INT_MIN);
+    # ``wrap``: a 0-d input gives numpy scalars here (read-only; a 0-d array is writable)
     with np.errstate(invalid="ignore"):
         if dtype is dt.bool_:
-            return wrap_array(a != 0, dtype)
+            return wrap(a != 0, dtype)
         if src is dt.bfloat16:  # ml_dtypes' own cast saturates (NaN to 0); PyTorch's does not
             a = a.astype(np.float32)
-        return wrap_array(np.trunc(a).astype(dtype.np), dtype)
+        return wrap(np.trunc(a).astype(dtype.np), dtype)
 
 
 convert_element_type.register_meta(

@@ -294,7 +294,8 @@ def _matmul_decomp(a, b):
     """Fold batch dims into ``mm`` when one side is a matrix, else broadcast and use ``bmm``."""
     da, db = a.ndim, b.ndim
     if da == 1 and db == 1:
-        return (a * b).sum()
+        product = a * b  # a dot product keeps the integer dtype (a plain sum makes int64)
+        return OPS["sum"](product, None, False, dtype=product.dtype)
     if da == 2 and db == 1:
         return mm(a, b.unsqueeze(1)).squeeze(1)
     if da == 1 and db == 2:
@@ -304,6 +305,7 @@ def _matmul_decomp(a, b):
     if da >= 3 and db <= 2:
         b2 = b.unsqueeze(1) if db == 1 else b
         lead = a.shape[:-1]
+        # the rows spelled out: -1 is ambiguous when the contracted dim is empty
         out = mm(a.reshape(math.prod(lead), a.shape[-1]), b2)
         out = out.reshape(tuple(lead) + (b2.shape[-1],))
         return out.squeeze(-1) if db == 1 else out

@@ -790,20 +790,25 @@ def _source_scale(size: int, out: int, align_corners: bool, scale: float | None)
     return 1.0 / scale if scale is not None and scale > 0 else size / out
 
 
-def _linear_matrix(size, out, align_corners, scale) -> np.ndarray:
+def _linear_taps(size, out, align_corners, scale) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(source index, weight) of both neighbours of every output position, PyTorch's: the upper
+    neighbour is read even where its weight is 0 (so a NaN there spreads, as in PyTorch), and
+    is the lower one again at the last position; a dim that keeps its size is copied."""
+    if out == size:
+        same = np.arange(out)
+        return [(same, np.ones(out)), (same, np.zeros(out))]
     ratio = _source_scale(size, out, align_corners, scale)
     dst = np.arange(out)
     src = dst * ratio if align_corners else np.maximum((dst + 0.5) * ratio - 0.5, 0.0)
     lo = np.minimum(np.floor(src).astype(np.int64), size - 1)
     hi = np.minimum(lo + 1, size - 1)
     frac = src - lo
-    m = np.zeros((out, size))
-    np.add.at(m, (dst, lo), 1.0 - frac)
-    np.add.at(m, (dst, hi), frac)
-    return m
+    return [(lo, 1.0 - frac), (hi, frac)]
 
 
-def _cubic_matrix(size, out, align_corners, scale) -> np.ndarray:
+def _cubic_taps(size, out, align_corners, scale) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The four (source index, weight) taps of bicubic convolution (A = -0.75) for every output
+    position, indices clamped to the edge as PyTorch does."""
     a = -0.75
     ratio = _source_scale(size, out, align_corners, scale)
     dst = np.arange(out)
@@ -816,10 +821,20 @@ def _cubic_matrix(size, out, align_corners, scale) -> np.ndarray:
         ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
         ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a,
     ]
-    m = np.zeros((out, size))
-    for j, coef in enumerate(coeffs):
-        np.add.at(m, (dst, np.clip(base - 1 + j, 0, size - 1)), coef)
-    return m
+    return [(np.clip(base - 1 + j, 0, size - 1), coef) for j, coef in enumerate(coeffs)]
+
+
+def _apply_taps(x: Tensor, dim: int, taps) -> Tensor:
+    """Interpolate along ``dim``: the weighted sum of the gathered taps. Gathering (not a dense
+    (out, size) matrix) reads only each output's own neighbours, so a NaN or inf spreads to the
+    outputs that read it and no further, as in PyTorch."""
+    trailing = [1] * (x.ndim - 1 - dim)
+    out = None
+    for index, weight in taps:
+        gathered = OPS["index"](x, [None] * dim + [tensor(index, device=x.device)])
+        w = tensor(weight.reshape([-1] + trailing), dtype=x.dtype, device=x.device)
+        out = gathered * w if out is None else out + gathered * w
+    return out
 
 
 def _nearest_index(size, out, scale, exact: bool) -> np.ndarray:
@@ -849,7 +864,8 @@ def _check_resample_sizes(x: Tensor, spatial, sizes) -> None:
 
 def resample(x: Tensor, sizes, mode: str, align_corners: bool, scales) -> Tensor:
     """Resize the trailing ``len(sizes)`` dims: nearest by indexing, (bi/tri)linear and bicubic
-    by separable matrices (exactly PyTorch's weights, so the result and gradient match)."""
+    one dim at a time by gathered taps (exactly PyTorch's neighbours and weights, so values,
+    gradients and NaN/inf spreading match)."""
     k = len(sizes)
     spatial = x.shape[x.ndim - k :]
     _check_resample_sizes(x, spatial, sizes)
@@ -859,6 +875,11 @@ def resample(x: Tensor, sizes, mode: str, align_corners: bool, scales) -> Tensor
             idx = tensor(src, device=x.device)
             x = OPS["index"](x, [None] * (x.ndim - k + i) + [idx])
         return x
-    build = _cubic_matrix if mode == "bicubic" else _linear_matrix
-    mats = [build(spatial[i], sizes[i], align_corners, scales[i]) for i in range(k)]
-    return _apply_per_dim(x, mats)
+    build = _cubic_taps if mode == "bicubic" else _linear_taps
+    # half types interpolate in float32 and round once, as PyTorch's kernels do
+    low = x.dtype in (dt.float16, dt.bfloat16)
+    y = x.float() if low else x
+    for i in range(k):
+        taps = build(spatial[i], sizes[i], align_corners, scales[i])
+        y = _apply_taps(y, x.ndim - k + i, taps)
+    return y.to(x.dtype) if low else y

@@ -312,7 +312,9 @@ def _softmax_decomp(log):
         x, d = _softmax_input("softmax", x, dim, dtype)
         out_dtype = x.dtype
         x = upcast_half(x)
-        shifted = x - x.amax(d, True).detach()
+        # the max shift keeps exp from overflowing; an empty tensor has nothing to overflow
+        # (and amax over an empty dim raises)
+        shifted = x if x.numel() == 0 else x - x.amax(d, True).detach()
         if log:
             out = shifted - shifted.exp().sum(d, True).log()
         else:

@@ -101,10 +101,13 @@ def unary(
     out_bool=False,
     save_output=False,
     prim=True,
+    save_input=True,
     **record,
 ):
     """Define a one-input elementwise op from a numpy function and a derivative formula;
-    ``record`` holds the op's other ``defop`` facts (``autocast=``...)."""
+    ``record`` holds the op's other ``defop`` facts (``autocast=``...). ``save_input=False``:
+    the formula does not read the input, so autograd keeps nothing and an in-place change of the
+    input after the op is no error, as in PyTorch."""
     op = defop(
         _unary_schema,
         name=name,
@@ -117,7 +120,9 @@ def unary(
     op.register_meta(_make_unary_meta(float_math, out_bool))
     if derivative is not None:
         op.register_derivative(
-            derivative, save_output=save_output, save_inputs=() if save_output else None
+            derivative,
+            save_output=save_output,
+            save_inputs=() if save_output or not save_input else None,
         )
     return op
 
@@ -136,7 +141,9 @@ def _negative(a):
     return np.negative(a)
 
 
-neg = unary("neg", _negative, lambda c, g: (-g,), float_math=False, aliases=("negative",))
+neg = unary(
+    "neg", _negative, lambda c, g: (-g,), float_math=False, save_input=False, aliases=("negative",)
+)
 abs_ = unary(
     "abs", np.abs, lambda c, g: (g * c.args[0].sign(),), float_math=False, aliases=("absolute",)
 )
@@ -354,6 +361,7 @@ frac = unary(
     lambda a: a - np.trunc(a),
     lambda c, g: (g,),
     float_math=False,
+    save_input=False,
     complex_refused=complex_not_implemented("frac_cpu"),
 )
 

@@ -29,7 +29,7 @@ from ..core.common import (
 )
 from ..core.complex_support import complex_not_implemented
 from ..core.grad_fn_naming import overload_name
-from ..core.registry import defop, return_type, tensor_method, torch_function
+from ..core.registry import OPS, defop, return_type, tensor_method, torch_function
 from ..indexing.gather_scatter import gather, scatter_add
 from ..pointwise.unary_binary import maximum, minimum, where
 from .sum_order import EXACT_SUM_MAX_SIZE, torch_order_flat_sum, torch_order_sum
@@ -323,26 +323,42 @@ def _prod_kernel(x, dim, keepdim, dtype):
 prod.register_meta(_reduce_meta(lambda x, dtype=None: sum_dtype(x, dtype)))
 
 
+def _exclusive_products(x: Tensor, d: int) -> Tensor:
+    """The product of every other element of ``x``'s slice along ``d``, as PyTorch computes it
+    where the input holds a zero: the running product of the elements before times that of the
+    elements after (each a ``cumprod``, so NaN/inf and 0 * inf come out as PyTorch's do)."""
+    n = x.shape[d]
+    if n == 1:
+        return x.new_ones(())
+    ones = x.new_ones(tuple(1 if i == d else s for i, s in enumerate(x.shape)))
+    before = OPS["cat"]([ones, x.narrow(d, 0, n - 1)], d).cumprod(d)
+    after = OPS["cat"]([ones, x.narrow(d, 1, n - 1).flip([d])], d).cumprod(d).flip([d])
+    return before * after
+
+
 def _prod_grad(c, g):
-    """d prod / d x_j is the product of the other elements. Without zeros in the slice that is
-    prod / x_j; at a lone zero it is the product of the nonzero elements; anywhere else in a
-    slice with a zero it is 0, or NaN when another factor is inf or NaN (0 * inf, as PyTorch's
-    exclusive products give). A full product with two or more zeros has zero gradient outright:
-    PyTorch returns zeros there, whatever ``g`` is."""
+    """d prod / d x_j is the product of the other elements. PyTorch's formula, branch for
+    branch: when no element of the whole input is zero, prod / x_j (so an inf or NaN factor
+    gives NaN); when some element is, the exclusive products of every slice. A full product
+    with two or more zeros has zero gradient outright, whatever ``g`` is. The branch is a
+    ``where`` on the global test, so a traced backward takes it at run time too."""
     x, dim, keepdim, dtype = c.args
     dims = reduce_dims(x, dim)
     if dtype is not None:
         x = x.to(dtype)
+    grad = expand_back(g, x.shape, dims, keepdim)
+    if x.ndim == 0 or x.numel() == 0:
+        return (grad,)
     zero = x == 0
-    zeros = zero.sum(dims, True)
-    safe = where(zero, 1, x)
-    others = prod(safe, dims, True)
-    non_finite = x.isfinite().logical_not()
-    non_finite_others = non_finite.sum(dims, True) - non_finite.to(zeros.dtype)
-    zero_product = where(non_finite_others > 0, math.nan, x.new_zeros(()))
-    grad_others = where(zeros == 0, others / safe, where(zero & (zeros == 1), others, zero_product))
-    grad = expand_back(g, x.shape, dims, keepdim) * grad_others
-    return (where(zeros > 1, 0, grad) if is_full_reduction(dim) else grad,)
+    quotient = prod(x, dims, True) / x
+    if len(dims) == 1:
+        exclusive = _exclusive_products(x, dims[0])
+    else:  # every dim (prod reduces one dim or all): the flat slice
+        exclusive = _exclusive_products(x.reshape(-1), 0).reshape(x.shape)
+    grad = grad * where(zero.any(), exclusive, quotient)
+    if is_full_reduction(dim):
+        grad = where(zero.sum() > 1, 0, grad)
+    return (grad,)
 
 
 prod.register_derivative(_prod_grad)

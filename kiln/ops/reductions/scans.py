@@ -43,7 +43,12 @@ def _scan_kernel(ufunc):
             return wrap(a.astype(od.np), od)
         # PyTorch's CPU scans accumulate floats in double: results round once, from that
         acc = np.float64 if od.is_floating_point else compute_np_dtype(od)
-        return wrap(ufunc.accumulate(a, axis=d, dtype=acc), od)
+        out = ufunc.accumulate(a, axis=d, dtype=acc)
+        if ufunc is np.add and (od.is_floating_point or od.is_complex):
+            # PyTorch's sums start from +0.0, so a prefix of -0.0s sums to +0.0 (numpy's
+            # accumulate starts from the first element and keeps -0.0)
+            out += 0.0
+        return wrap(out, od)
 
     return kernel
 
