@@ -1,8 +1,10 @@
 """PyTorch's ``torch.sym_*`` helpers, which code written for symbolic shapes calls on sizes.
 
-kiln's sizes are plain Python ints (shapes are specialized when compiled), so each helper is the
-ordinary arithmetic with PyTorch's result types: ``sym_max(2, 1.5)`` is a float, as in PyTorch.
-The range constraints have nothing to constrain and only check their arguments.
+On plain numbers each helper is the ordinary arithmetic with PyTorch's result types:
+``sym_max(2, 1.5)`` is a float, as in PyTorch. On symbolic sizes (``SymInt``, while
+``kiln.compile`` captures a graph with dynamic shapes) they build expressions without guarding on
+the outcome (``sym_max(s0, s1)`` stays ``Max(s0, s1)``) and the range constraints become part of
+the graph's guards: the work is done by ``kiln.runtime.symbolic``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from __future__ import annotations
 import builtins
 import math
 import numbers
+
+from .runtime import symbolic as _symbolic
+from .runtime.symbolic import SymBool, SymInt
 
 __all__ = [
     "sym_float", "sym_int", "sym_max", "sym_min", "sym_not", "sym_sqrt", "sym_sum", "sym_ite",
@@ -29,7 +34,9 @@ def sym_float(a) -> float:
 
 
 def sym_int(a) -> int:
-    """Truncation toward zero, as ``int()`` of a float."""
+    """Truncation toward zero, as ``int()`` of a float; a symbolic size stays symbolic."""
+    if a.__class__ is SymInt:
+        return a
     return math.trunc(a) if isinstance(a, float) else int(a)
 
 
@@ -38,15 +45,22 @@ def _float_if_any(a, b, result):
 
 
 def sym_max(a, b):
+    if a.__class__ is SymInt or b.__class__ is SymInt:
+        return _symbolic.sym_max(a, b)
     return _float_if_any(a, b, builtins.max(_number(a, "sym_max"), _number(b, "sym_max")))
 
 
 def sym_min(a, b):
+    if a.__class__ is SymInt or b.__class__ is SymInt:
+        return _symbolic.sym_min(a, b)
     return _float_if_any(a, b, builtins.min(_number(a, "sym_min"), _number(b, "sym_min")))
 
 
 def sym_not(a):
-    """Logical not of a bool (of each element, for a tensor)."""
+    """Logical not of a bool (of each element, for a tensor; a relation on symbolic sizes
+    stays one)."""
+    if a.__class__ is SymBool:
+        return a.negated()
     if hasattr(a, "logical_not"):
         return a.logical_not()
     return not a
@@ -70,9 +84,12 @@ def sym_fresh_size(expr):
 
 
 def sym_constrain_range(size, *, min=None, max=None) -> None:  # noqa: A002 - PyTorch's names
-    if min is not None and size < min or max is not None and size > max:
-        raise RuntimeError(f"Invalid value range for {size} between [{min}, {max}]")
+    """``size`` lies in ``[min, max]``: checked now on an int; on a symbolic size the captured
+    graph relies on it, and a call that violates it raises an error naming the size, the symbol
+    and the caller's line."""
+    _symbolic.sym_constrain_range(size, min=min, max=max)
 
 
 def sym_constrain_range_for_size(size, *, min=None, max=None) -> None:  # noqa: A002
-    sym_constrain_range(size, min=min, max=max)
+    """``size`` is a size (at least 0, or ``min``) within ``max``."""
+    _symbolic.constrain_as_size(size, min=min, max=max)

@@ -92,3 +92,21 @@ def assert_close(actual, expected, rtol=None, atol=None, check_dtype=True, equal
         np.testing.assert_allclose(
             a.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol, equal_nan=equal_nan
         )
+
+
+def error_of(fn, torch_names: bool = False) -> tuple[str, str]:
+    """What calling ``fn()`` raises, as (exception type name, message); ("no error", "") if nothing.
+
+    ``torch_names`` reads "kiln" as "torch" in the message, for messages that name the library.
+    """
+    try:
+        fn()
+    except Exception as error:  # noqa: BLE001 - the type and text are what is compared
+        message = str(error)
+        return type(error).__name__, message.replace("kiln", "torch") if torch_names else message
+    return "no error", ""
+
+
+def assert_same_error(kiln_fn, torch_fn) -> None:
+    """Both calls raise the same exception type with the same message (or neither raises)."""
+    assert error_of(kiln_fn) == error_of(torch_fn)

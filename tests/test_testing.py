@@ -235,3 +235,13 @@ def test_make_tensor_argument_errors(kwargs, error):
     options = {"dtype": kiln.float32, "device": "cpu", **kwargs}
     with pytest.raises(ValueError, match=error):
         make_tensor(3, **options)
+
+
+@needs_torch
+def test_assert_close_integer_relative_difference_is_float32():
+    messages = []
+    for lib in (kiln, torch):
+        with pytest.raises(AssertionError) as info:
+            lib.testing.assert_close(lib.tensor([1, 2]), lib.tensor([1, 5]))
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]

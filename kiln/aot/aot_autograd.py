@@ -19,9 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..autograd.grad_mode import no_grad
-from ..ir import Graph, GraphModule
+from ..ir import Graph, GraphModule, Interpreter
 from ..ir.tracer import TracingMode
 from ..ops.fake import to_fake
+from ..runtime.logs import compile_stage
 from ..runtime.state import compile_lock, per_thread
 from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_flatten
@@ -147,10 +148,26 @@ def _decompose(graph: Graph, constants: dict, decompositions) -> Graph:
             "aot_role", "primal"
         )
     with mode, no_grad():
-        out = gm(*proxies)
+        out = _Retracer(gm, mode).run(*proxies)
     mode.output(out)
     constants.update(mode.attributes)
     return new_graph
+
+
+class _Retracer(Interpreter):
+    """Runs a traced graph again under ``mode``, giving each data-dependent size the symbol the
+    first trace gave it (running ``nonzero`` again makes a new one, which the tangents, traced
+    with the first, would not match)."""
+
+    def __init__(self, gm, mode: TracingMode):
+        super().__init__(gm)
+        self.mode = mode
+
+    def run_node(self, n):
+        value = super().run_node(n)
+        if n.op == "call_function":
+            value = self.mode.rebind_unbacked(value, n.meta.get("val"))
+        return value
 
 
 def _example_fakes(graph: Graph) -> list:
@@ -174,6 +191,7 @@ def _saved_layout(forward: Graph, num_fwd_outputs: int, num_graph: int):
     return checks, [i for i, s in enumerate(saved) if s in graph_outputs]
 
 
+@compile_stage("aot")
 def compile_entry(fn, args, kwargs, config: AOTConfig, with_grad: bool) -> CompiledEntry:
     """Trace and compile ``fn`` for these example arguments (real or fake tensors)."""
     graph, trace, mutated, num_fwd = _joint_graph(

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..ops.fake import to_fake
 from ..runtime.state import per_thread
+from ..runtime.symbolic import SymInt, has_symbols
 from ..runtime.tensor import Tensor
 from .aot_autograd import AOTConfig, aot_function, compile_entry
 from .module_state import functional_call, get_attribute, swapped
@@ -55,6 +57,9 @@ def aot_module_simplified(
     config = AOTConfig(
         fw_compiler, bw_compiler or fw_compiler, partition_fn, decompositions, inference_compiler
     )
+    examples, symbolic = _symbolic_examples(gm, example_inputs)
+    if symbolic:
+        return _symbolic_module(gm, examples, lifted, config)
     if not lifted:
         primals = [t for t in example_inputs if isinstance(t, Tensor)]
         needs_grad = per_thread.state.grad_enabled and any(t.requires_grad for t in primals)
@@ -76,6 +81,70 @@ def aot_module_simplified(
         return compiled(*[get_attribute(gm, name) for name in lifted], *args)
 
     compiled.precompile(*[get_attribute(gm, name) for name in lifted], *example_inputs)
+    return run
+
+
+def _symbolic_examples(gm, example_inputs) -> tuple[list, bool]:
+    """The inputs to trace a captured graph with: where its placeholders have symbolic sizes,
+    fakes with those sizes (requires_grad as the real input), so one trace serves every size."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        return list(example_inputs), False
+    examples, symbolic = [], False
+    for node, real in zip(placeholders, example_inputs):
+        val = node.meta.get("val")
+        if (
+            isinstance(real, Tensor)
+            and isinstance(val, Tensor)
+            and (has_symbols(val._shape) or has_symbols(val.stride()))
+        ):
+            fake = to_fake(val)
+            fake._requires_grad = real._requires_grad
+            examples.append(fake)
+            symbolic = True
+        elif isinstance(val, SymInt):  # an int input standing for a symbol
+            examples.append(val)
+            symbolic = True
+        else:
+            examples.append(real)
+    return examples, symbolic
+
+
+def _symbolic_module(gm, examples: list, lifted: list[str], config: AOTConfig) -> Callable:
+    """AOT for a graph with symbolic sizes: traced once on symbolic fakes (the capture frontend
+    guards the inputs, so no per-shape cache); lifted attributes (parameters) are passed per
+    call, with a compiled entry per their requires_grad, layout and the grad mode."""
+    n = len(lifted)
+
+    def flat_fn(*args):
+        with swapped(gm, lifted, args[:n]):
+            return gm(*args[n:])
+
+    entries: dict = {}
+
+    def entry_for(params: list):
+        key = (per_thread.state.grad_enabled,) + tuple(
+            (p._requires_grad, p._dtype, p._device, tuple(p._shape), p.stride()) for p in params
+        )
+        entry = entries.get(key)
+        if entry is None:
+            primals = [*params, *(t for t in examples if isinstance(t, Tensor))]
+            needs_grad = per_thread.state.grad_enabled and any(t.requires_grad for t in primals)
+            fn = flat_fn if lifted else gm
+            entry = entries[key] = compile_entry(fn, (*params, *examples), {}, config, needs_grad)
+        return entry
+
+    tensor_positions = [i for i, t in enumerate(examples) if isinstance(t, (Tensor, SymInt))]
+    only_tensors = len(tensor_positions) == len(examples)
+    entry_for([get_attribute(gm, name) for name in lifted])  # compile now (errors surface here)
+
+    def run(*args):
+        params = [get_attribute(gm, name) for name in lifted]
+        runner = entry_for(params).runner
+        if not only_tensors:
+            args = [args[i] for i in tensor_positions]
+        return runner(*params, *args)
+
     return run
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ..ir import Graph, Node
 from ..ir.node import map_arg
 from ..ops.registry import Op
+from ..runtime.symbolic import INT_LIKE, hint_int
 from ..runtime.tensor import Tensor
 
 __all__ = ["Partition", "default_partition", "min_cut_partition", "tensor_bytes", "storage_root"]
@@ -60,10 +61,11 @@ class Partition:
 
 
 def tensor_bytes(node: Node) -> int:
-    """Bytes of the tensor a node computes (0 for non-tensors)."""
+    """Bytes of the tensor a node computes (0 for non-tensors); a symbolic size counts as its
+    hint (the size seen when capturing), with no guard: costs only choose what to save."""
     val = node.meta.get("val")
     if isinstance(val, Tensor):
-        return val.numel() * val.dtype.itemsize
+        return hint_int(val.numel()) * val.dtype.itemsize
     return 0
 
 
@@ -220,8 +222,11 @@ def min_cut_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
     flow = nx.DiGraph()
     # edges without a capacity attribute are infinite for networkx
     for n in forward_nodes:
-        if isinstance(n.meta.get("val"), Tensor):
+        val = n.meta.get("val")
+        if isinstance(val, Tensor):
             flow.add_edge(("in", n), ("out", n), capacity=_save_cost(n))
+        elif isinstance(val, INT_LIKE) and not isinstance(val, bool):
+            flow.add_edge(("in", n), ("out", n), capacity=8)  # a size: an int to save
         else:  # a tuple of results or a scalar cannot be saved as such
             flow.add_edge(("in", n), ("out", n))
         if not _recomputable(n):

@@ -17,6 +17,7 @@ from ..ops.api import tensor
 from ..ops.dispatch import _edge as autograd_edge
 from ..runtime import random as rng
 from ..runtime.state import per_thread
+from ..runtime.symbolic import SymInt, has_symbols
 from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_unflatten
 from .trace import OUT_CONST, OUT_GRAPH, OUT_INPUT, TraceResult, tangent_example
@@ -69,6 +70,40 @@ class RuntimeLayout:
             (OUT_GRAPH, j) for j in range(self.num_graph)
         ]
         self.single = spec.kind == "leaf"
+        # symbolic sizes: the values of the symbols are read from each call's tensors (for the
+        # sizes of missing gradients, replayed views and the random counters drawn)
+        self.symbol_reads = list(trace.symbols)
+        self.symbolic_meta = any(has_symbols(shape) for shape, _ in self.out_meta)
+        self.rng_symbolic = isinstance(trace.rng_total, SymInt)
+
+    def symbol_values(self, primals, graph_outs) -> dict:
+        values = {}
+        for where, index, kind, dim, symbol in self.symbol_reads:
+            if where == "primal":
+                t = primals[index]
+                if kind == "value":  # an int input
+                    values[symbol] = t
+                else:
+                    values[symbol] = t.size(dim) if kind == "size" else t.stride(dim)
+            elif graph_outs is not None:
+                values[symbol] = graph_outs[index].size(dim)
+        return values
+
+    def resolver(self, primals, graph_outs):
+        """A function mapping recorded arguments (symbolic sizes inside) to this call's."""
+        if not self.symbol_reads:
+            return None
+        values = self.symbol_values(primals, graph_outs)
+        return lambda args: _resolve(args, values)
+
+
+def _resolve(value, values: dict):
+    if value.__class__ is SymInt:
+        return value.expr.evaluate(values)
+    if isinstance(value, (tuple, list)):
+        items = [_resolve(v, values) for v in value]
+        return type(value)(items) if type(value) in (tuple, list) else tuple(items)
+    return value
 
 
 def _rng_args(total: int) -> tuple:
@@ -99,6 +134,7 @@ def _finish(layout: RuntimeLayout, primals, graph_outs):
     if layout.direct:
         return tuple(graph_outs)
     leaves = []
+    resolve = None
     for kind, index, replay in layout.plan:
         if kind == OUT_GRAPH:
             leaves.append(graph_outs[index])
@@ -108,7 +144,9 @@ def _finish(layout: RuntimeLayout, primals, graph_outs):
             leaves.append(primals[index])
         else:
             source = primals[index] if index >= 0 else graph_outs[-index - 1]
-            leaves.append(replay(source))
+            if resolve is None and layout.symbol_reads:
+                resolve = layout.resolver(primals, graph_outs)
+            leaves.append(replay(source, resolve) if resolve is not None else replay(source))
     if layout.single:
         return leaves[0]
     if layout.flat_tuple:  # what a captured graph returns
@@ -164,9 +202,23 @@ def make_runner(layout: RuntimeLayout, forward: Callable, backward: Callable | N
     """The per-call function for one compiled signature (see the module docstring)."""
     trace = layout.trace
     rng_total = trace.rng_total if trace.uses_rng else None
+    if rng_total is not None and layout.rng_symbolic:
+        forward = _drawing_symbolic_counters(layout, forward, rng_total)
+        rng_total = None
     if backward is None:
         return _inference_runner(layout, forward, rng_total)
     return _training_runner(layout, forward, backward, rng_total)
+
+
+def _drawing_symbolic_counters(layout: RuntimeLayout, forward: Callable, total: SymInt):
+    """A forward whose random ops draw a number of counters that depends on the sizes: it is
+    computed for each call's inputs before the seed and offset are drawn."""
+
+    def run(*primals):
+        count = total.expr.evaluate(layout.symbol_values(primals, None))
+        return forward(*primals, *_rng_args(count))
+
+    return run
 
 
 def _inference_runner(layout: RuntimeLayout, forward: Callable, rng_total) -> Callable:
@@ -191,6 +243,7 @@ def _training_runner(layout: RuntimeLayout, forward: Callable, backward: Callabl
     grad_mutations, saved_checks = layout.grad_mutations, layout.saved_checks
     saved_outputs = layout.saved_outputs
     out_meta, contiguous = layout.out_meta, layout.contiguous
+    symbolic_meta = layout.symbolic_meta
 
     def run(*primals):
         state = per_thread.state
@@ -222,7 +275,11 @@ def _training_runner(layout: RuntimeLayout, forward: Callable, backward: Callabl
             o._requires_grad = True
             o.grad_fn = node
             o._output_nr = nr
-        node.out_meta = out_meta
+        node.out_meta = (
+            tuple((graph_outs[j]._shape, graph_outs[j]._dtype) for j in diff)
+            if symbolic_meta
+            else out_meta
+        )
         node.contiguous = contiguous
         for k, j in grad_mutations:
             primals[k].copy_(graph_outs[j])

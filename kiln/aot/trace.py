@@ -43,6 +43,7 @@ from ..ops.dispatch import view_replay
 from ..ops.registry import OPS
 from ..runtime.memory_format import is_non_overlapping_and_dense, preserved_strides
 from ..runtime.state import per_thread
+from ..runtime.symbolic import SymInt
 from ..runtime.tensor import Tensor, make_fake
 from ..utils.pytree import tree_flatten, tree_unflatten
 from .decompositions import decomposition_table
@@ -86,6 +87,10 @@ class TraceResult:
     grad_mutations: list = field(default_factory=list)
     rng_total: int = 0
     uses_rng: bool = False
+    # symbolic sizes: how each symbol is read at run time, ``(where, index, kind, dim, symbol)``
+    # with ``where`` "primal" (an input's size or stride) or "output" (a graph output's size,
+    # for data-dependent ones)
+    symbols: list = field(default_factory=list)
 
 
 class _RngState:
@@ -112,10 +117,11 @@ class _RngState:
                 seed, offset = self.placeholders()
                 n = 1
                 for s in size:
-                    n *= int(s)
+                    n = n * s
                 start = self.total
                 # the generator rounds every draw up to 4 counters: so do we, to match eager
-                self.total += (n + 3) & ~3
+                # (written with // so a symbolic size stays symbolic)
+                self.total = self.total + (n + 3) // 4 * 4
                 return prim(size, seed, offset + start if start else offset, dtype=dtype,
                             device=device)  # fmt: skip
 
@@ -155,12 +161,16 @@ def _replayer_tracked(view: Tensor, source: Tensor) -> Callable[[Tensor], Tensor
     except RuntimeError:  # not a view of ``source``: a detached alias, or a view of one
         pass
     else:
-        return (lambda real: replay(real.detach())) if detach else replay
-    size, stride = tuple(view._shape), tuple(view.stride())
-    relative = view.storage_offset() - source.storage_offset()
+        return (lambda real, resolve=None: replay(real.detach(), resolve)) if detach else replay
+    layout = (
+        tuple(view._shape),
+        tuple(view.stride()),
+        view.storage_offset() - source.storage_offset(),
+    )
 
-    def as_strided(real: Tensor) -> Tensor:
+    def as_strided(real: Tensor, resolve=None) -> Tensor:
         src = real.detach() if detach else real
+        size, stride, relative = layout if resolve is None else resolve(layout)
         return src.as_strided(size, stride, real.storage_offset() + relative)
 
     return as_strided
@@ -232,8 +242,9 @@ class _OutputAnalysis:
         self._graph_index: dict[int, int] = {}
         input_storage = {}
         for k, (a, p) in enumerate(zip(args, proxies)):
-            input_storage[id(p._get_storage())] = k
-            input_storage[id(a._get_storage())] = k
+            if isinstance(p, Tensor):
+                input_storage[id(p._get_storage())] = k
+                input_storage[id(a._get_storage())] = k
         groups: dict[int, list[int]] = {}
         for i, o in enumerate(flat_out):
             if not isinstance(o, Tensor) or o._data is not None:  # a real tensor is a constant
@@ -303,7 +314,8 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
     mode.replay_grad_mode = False  # the compiled pair runs outside autograd
     mode_ref.append(mode)
     flat_args, in_spec = tree_flatten((args, kwargs))
-    positions = [i for i, a in enumerate(flat_args) if isinstance(a, Tensor)]
+    # graph inputs: tensors, and symbolic ints (a size passed as an argument)
+    positions = [i for i, a in enumerate(flat_args) if isinstance(a, (Tensor, SymInt))]
     state = per_thread.state
     prev = state.grad_enabled
     try:
@@ -311,18 +323,19 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
             proxies = []
             for k, i in enumerate(positions):
                 p = mode.placeholder(f"primals_{k + 1}", flat_args[i])
-                mode.node_of(p).meta["aot_role"] = "primal"
+                mode.graph.find_nodes(op="placeholder")[-1].meta["aot_role"] = "primal"
                 proxies.append(p)
-            requires_grad = [with_grad and p._requires_grad for p in proxies]
+            requires_grad = [with_grad and getattr(p, "_requires_grad", False) for p in proxies]
             grad_ctx = enable_grad() if with_grad else no_grad()
             with grad_ctx:
                 fn_args, clones = _arguments_for_fn(mode, proxies, with_grad)
-                history = [a.grad_fn for a in fn_args]
+                history = [getattr(a, "grad_fn", None) for a in fn_args]
                 call_args = list(flat_args)
                 for i, a in zip(positions, fn_args):
                     call_args[i] = a
                 call_positional, call_keywords = tree_unflatten(call_args, in_spec)
-                out = fn(*call_positional, **call_keywords)
+                with _size_oblivious(mode):
+                    out = fn(*call_positional, **call_keywords)
             flat_out, out_spec = tree_flatten(out)
             outputs = _OutputAnalysis(flat_out, fn_args, proxies)
             grad_mutations = []
@@ -343,6 +356,7 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
     for clone_node, placeholder in clones:
         clone_node.replace_all_uses_with(placeholder)
         graph.erase_node(clone_node)
+    symbols = _symbol_reads(mode, proxies, graph_outputs)
     return TraceResult(
         graph=graph,
         constants=dict(mode.attributes),
@@ -356,7 +370,37 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
         grad_mutations=grad_mutations,
         rng_total=rng_state.total,
         uses_rng=rng_state.seed is not None,
+        symbols=symbols,
     )
+
+
+def _symbol_reads(mode: TracingMode, proxies: list, graph_outputs: list) -> list:
+    """Where the runtime reads each symbolic size: a primal's size or stride, else (sizes
+    only known when the graph runs) a graph output's size."""
+    reads, seen = [], set()
+    placeholders = mode.graph.find_nodes(op="placeholder")
+    index = {id(node): k for k, node in enumerate(n for n in placeholders if n.meta.get(
+        "aot_role") == "primal")}  # fmt: skip
+    for symbol, (node, kind, dim) in mode.symbol_definitions().items():
+        k = index.get(id(node))
+        if k is not None:
+            reads.append(("primal", k, kind, dim, symbol))
+            seen.add(symbol)
+    for j, o in enumerate(graph_outputs):
+        for d, size in enumerate(o._shape):
+            symbol = size.expr.as_symbol() if size.__class__ is SymInt else None
+            if symbol is not None and symbol not in seen:
+                reads.append(("output", j, "size", d, symbol))
+                seen.add(symbol)
+    return reads
+
+
+def _size_oblivious(mode: TracingMode):
+    """AOT traces library code (a captured graph's ops): see ``ShapeEnv.size_oblivious``."""
+    import contextlib
+
+    env = mode.shape_env
+    return env.size_oblivious() if env is not None else contextlib.nullcontext()
 
 
 def _is_differentiable(t: Tensor) -> bool:
@@ -368,7 +412,7 @@ def _arguments_for_fn(mode: TracingMode, proxies: list, with_grad: bool):
     in-place op on it is legal, as it is on the real (non-leaf) input in eager."""
     args, clones = [], []
     for p in proxies:
-        if with_grad and p._requires_grad:
+        if with_grad and getattr(p, "_requires_grad", False):
             q = p.clone()
             clones.append((mode.node_of(q), mode.node_of(p)))
             args.append(q)

@@ -18,6 +18,7 @@ import threading
 import warnings
 
 from ..runtime.state import per_thread
+from ..runtime.symbolic import known_same_shape, same_shape
 from ..runtime.tensor import Tensor
 from .anomaly import anomaly_state, run_node
 from .graph import AccumulateGrad, Node, grad_accumulator
@@ -83,9 +84,9 @@ def _conform(g: Tensor, node: Node, nr: int) -> Tensor:
     if meta is None:
         return g
     shape, dtype = meta
-    if g._shape != shape:
+    if not known_same_shape(g._shape, shape):
         g = g.sum_to_size(shape)
-        if g._shape != shape:
+        if not same_shape(g._shape, shape):
             raise RuntimeError(
                 f"Function {node.name()} returned an invalid gradient at index {nr} - got "
                 f"{list(g._shape)} but expected shape compatible with {list(shape)}"
@@ -130,7 +131,7 @@ def run_backward(
             g = ones_like(t)
         elif not isinstance(g, Tensor):
             raise TypeError(f"gradients must be tensors, got {type(g).__name__}")
-        elif g._shape != t._shape:
+        elif not known_same_shape(g._shape, t._shape):
             raise RuntimeError(
                 f"Mismatch in shape: grad_output[{i}] has a shape of {list(g._shape)} and "
                 f"output[{i}] has a shape of {list(t._shape)}."
@@ -209,6 +210,7 @@ def run_backward(
 
     anomaly = anomaly_state[0]
     state = per_thread.state  # the backward runs in the calling thread, under its grad mode
+    profiler = state.profiler  # ``kiln.profiler``'s recorder while it records this thread
     prev_grad_mode = state.grad_enabled
     state.grad_enabled = create_graph
     callback_stack = execution_engine._stack()
@@ -232,7 +234,12 @@ def run_backward(
             run = needed is None or node in needed
             if isinstance(node, AccumulateGrad):
                 if accumulate and run and 0 in buf and (targets is None or (node, 0) in targets):
-                    _accumulate(node.variable, buf[0], create_graph)
+                    if profiler is None:
+                        _accumulate(node.variable, buf[0], create_graph)
+                    else:
+                        profiler.record_node(
+                            _ACCUMULATE_GRAD, _accumulate, node.variable, buf[0], create_graph
+                        )
                 continue
             outputs = None
             skip = targets is not None and not accumulate and _only_target(node, needed)
@@ -243,7 +250,10 @@ def run_backward(
                         res = hook(grads_in)
                         if res is not None:
                             grads_in = tuple(res)
-                outputs = run_node(node, grads_in) if anomaly else node.apply(grads_in)
+                if profiler is not None:
+                    outputs = profiler.record_node(node.name(), _apply, node, grads_in, anomaly)
+                else:
+                    outputs = run_node(node, grads_in) if anomaly else node.apply(grads_in)
                 if node._post_hooks:
                     for hook in node._post_hooks:
                         res = hook(outputs, grads_in)
@@ -273,6 +283,14 @@ def run_backward(
                 )
         return tuple(captured)
     return None
+
+
+# PyTorch's name for the node that accumulates a leaf's gradient, as its profiler shows it
+_ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
+
+
+def _apply(node: Node, grads_in: tuple, anomaly: bool):
+    return run_node(node, grads_in) if anomaly else node.apply(grads_in)
 
 
 def _only_target(node, needed) -> bool:

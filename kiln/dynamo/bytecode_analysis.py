@@ -12,7 +12,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 
-from bytecode import Bytecode, Instr, Label, SetLineno, TryBegin, TryEnd
+from bytecode import Instr, Label, SetLineno, TryBegin, TryEnd
 
 from . import bytecode_versions as bv
 
@@ -30,8 +30,24 @@ _JUMPS_WITH_FALLTHROUGH = frozenset(
         "SEND",
     }
 )
-_READS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "DELETE_FAST"})
-_KILLS = frozenset({"STORE_FAST", "DELETE_FAST", "LOAD_FAST_AND_CLEAR"})
+# how single-local instructions read ("load") and write or delete ("store") their local, in order
+_LOCAL_STEPS = {
+    "LOAD_FAST": ("load",),
+    "LOAD_FAST_CHECK": ("load",),
+    "LOAD_FAST_AND_CLEAR": ("load", "store"),
+    "DELETE_FAST": ("load", "store"),
+    "STORE_FAST": ("store",),
+}
+
+
+def _local_steps(instr: Instr) -> tuple[tuple[str, str], ...]:
+    """``((kind, local), ...)``: the plain locals ``instr`` reads and writes, in order."""
+    steps = _LOCAL_STEPS.get(instr.name)
+    if steps is None:
+        return bv.local_accesses(instr)
+    if not isinstance(instr.arg, str):  # 3.13's ``LOAD_FAST`` of a cell: not a plain local
+        return ()
+    return tuple((kind, instr.arg) for kind in steps)
 
 
 class FrameCode:
@@ -39,7 +55,7 @@ class FrameCode:
 
     def __init__(self, code):
         # no reference to ``code`` kept: the cache below is weak in its code objects
-        bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
+        bc = bv.read_bytecode(code)
         self.argnames = list(bc.argnames)
         self.instructions: list[Instr] = []
         self.lines: list[int] = []
@@ -133,10 +149,15 @@ class FrameCode:
         uses: list[frozenset] = []
         kills: list[frozenset] = []
         for instr in self.instructions:
-            name = instr.name
-            arg = instr.arg if isinstance(instr.arg, str) else None
-            uses.append(frozenset((arg,)) if name in _READS and arg else frozenset())
-            kills.append(frozenset((arg,)) if name in _KILLS and arg else frozenset())
+            read: set[str] = set()
+            written: set[str] = set()
+            for kind, local in _local_steps(instr):
+                if kind == "load" and local not in written:
+                    read.add(local)
+                elif kind == "store":
+                    written.add(local)
+            uses.append(frozenset(read))
+            kills.append(frozenset(written))
         succ = [self.successors(i) for i in range(n)]
         live = [frozenset()] * n
         changed = True
@@ -172,10 +193,14 @@ def _format_pops(instr: Instr) -> tuple[int, int]:
 # opname -> (slots consumed, slots produced), for instructions that may be run eagerly at a break
 _BREAK_EFFECTS: dict[str, Callable[[Instr], tuple[int, int]]] = {
     "CALL": _call_pops,
+    "CALL_KW": lambda i: (i.arg + 3, 1),
     "CALL_FUNCTION_EX": _call_ex_pops,
     "LOAD_ATTR": _attr_pops,
     "LOAD_METHOD": _attr_pops,
     "FORMAT_VALUE": _format_pops,
+    "FORMAT_SIMPLE": lambda i: (1, 1),
+    "FORMAT_WITH_SPEC": lambda i: (2, 1),
+    "CONVERT_VALUE": lambda i: (1, 1),
     "BUILD_STRING": lambda i: (i.arg, 1),
     "UNPACK_SEQUENCE": lambda i: (1, i.arg),
     "UNPACK_EX": lambda i: (1, (i.arg & 0xFF) + (i.arg >> 8) + 1),
@@ -190,6 +215,7 @@ for _name, _effect in {
     "COMPARE_OP": (2, 1),
     "CONTAINS_OP": (2, 1),
     "IS_OP": (2, 1),
+    "TO_BOOL": (1, 1),
     "UNARY_NEGATIVE": (1, 1),
     "UNARY_NOT": (1, 1),
     "UNARY_INVERT": (1, 1),

@@ -50,9 +50,8 @@ class PyCodegen:
         self.append(Instr("LOAD_CONST", value))
 
     def load_callable(self, fn: Any) -> None:
-        """Push ``NULL, fn``: the layout ``call`` expects for a plain function call."""
-        self.append(Instr("PUSH_NULL"))
-        self.load_const(fn)
+        """Push ``fn`` and a NULL: the layout ``call`` expects for a plain function call."""
+        self.extend(bv.load_callable([Instr("LOAD_CONST", fn)]))
 
     def call(self, nargs: int, kw_names: tuple = ()) -> None:
         self.extend(bv.call(nargs, kw_names))

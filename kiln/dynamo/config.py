@@ -7,10 +7,10 @@ import types
 
 # compiled versions kept per code object before it runs eagerly (with one warning)
 recompile_limit = 8
-# the same when the guard that failed is a tensor's shape: shapes are specialized where PyTorch
-# would make the dimension dynamic, so past this many entries a new shape runs eagerly without a
-# warning (and without giving up on the shapes already compiled); with
-# ``kiln.compile(..., dynamic=False)`` shapes count against ``recompile_limit`` like anything else
+# the same when the guard that failed is a tensor's shape (sizes that change become symbolic, so
+# this is rarely reached): past this many entries a new shape runs eagerly without a warning
+# (and without giving up on the shapes already compiled); with ``kiln.compile(...,
+# dynamic=False)`` shapes count against ``recompile_limit`` like anything else
 shape_recompile_limit = 8
 # recompiles one int/float input may cause by changing value; after that it is no longer baked
 # into graphs (a graph break where its value is needed) instead of recompiling on every value
@@ -23,12 +23,13 @@ instruction_limit = 200_000
 restart_limit = 32
 # an internal error while capturing runs the frame eagerly (logged) instead of raising
 suppress_errors = True
-# PyTorch's "a second shape makes the dimension dynamic": here, past two compiled shapes a new
-# shape runs eagerly once and compiles when it comes back (False: every new shape compiles)
+# PyTorch's automatic dynamic shapes: a size that changed between calls is symbolic in the next
+# capture, so the second graph serves every size (False: every new shape compiles)
 automatic_dynamic_shapes = True
 
-# PyTorch knobs scripts set or print, with PyTorch's defaults: kiln reads none of them (it has
-# no symbolic shapes, DDP graph splitting or scalar capture), they only have to exist
+# PyTorch knobs scripts set or print, with PyTorch's defaults: kiln reads none of them (no DDP
+# graph splitting; .item() of an integer tensor and nonzero/unique are always captured as
+# data-dependent sizes), they only have to exist
 verbose = False
 assume_static_by_default = True
 capture_scalar_outputs = False

@@ -15,13 +15,14 @@ import io
 import types
 from dataclasses import dataclass, field
 
-from bytecode import FreeVar, Instr, Label
+from bytecode import Instr, Label
 
 from ..runtime import logs as klog
 from . import bytecode_versions as bv
 from . import config
 from .bytecode_analysis import break_stack_effect
 from .codegen import GRAPH_OUTPUT_VAR, PyCodegen, make_code
+from .compiled_region import CompiledRegion
 from .exc import BreakReason, GraphBreakError, Unsupported
 from .guards import GuardSet
 from .output_graph import OutputGraph, set_grad_enabled_node
@@ -34,6 +35,7 @@ __all__ = ["convert_frame", "CaptureResult", "EagerFrame"]
 _JUMP_BREAKS = frozenset(
     {"POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"}
 )
+_CALLS = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
 
 
 @dataclass
@@ -43,6 +45,10 @@ class CaptureResult:
     code: types.CodeType
     guards: GuardSet
     breaks: list = field(default_factory=list)
+    # the sizes of the tensor inputs, by source name (the next capture compares them)
+    input_shapes: dict = field(default_factory=dict)
+    symbolic_ints: set = field(default_factory=set)  # source names of ints made symbols
+    input_strides: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -56,13 +62,15 @@ class EagerFrame:
 def convert_frame(
     ctx, code, f_globals: dict, closure, arguments: dict, name: str,
     dynamic_scalars: frozenset = frozenset(), changing_scalars: frozenset = frozenset(),
+    shape_policy=None,
 ):  # fmt: skip
     """Capture ``code`` called with ``arguments``; a ``CaptureResult`` or an ``EagerFrame``.
     ``changing_scalars``: sources of numbers that changed between calls, ``dynamic_scalars``:
-    those that changed too often to be baked in (see ``OutputGraph``)."""
+    those that changed too often to be baked in (see ``OutputGraph``); ``shape_policy``: which
+    input sizes are symbolic (``symbolic_shapes.ShapePolicy``)."""
     break_points: dict[int, BreakPoint] = {}
     for _ in range(config.restart_limit):
-        output = OutputGraph(ctx, name, dynamic_scalars, changing_scalars)
+        output = OutputGraph(ctx, name, dynamic_scalars, changing_scalars, shape_policy)
         push_output(output)
         try:
             tx = InstructionTranslator(output, code, f_globals, closure, arguments, break_points)
@@ -80,7 +88,7 @@ def convert_frame(
             if problem is not None:
                 return _eager(ctx, reason, problem, code.co_name)
             instr = tx.instructions[request.ip]
-            compile_callee = request.inlined and instr.name in ("CALL", "CALL_FUNCTION_EX")
+            compile_callee = request.inlined and instr.name in _CALLS
             break_points[request.ip] = BreakPoint(request.ip, reason, compile_callee)
         except Unsupported as e:
             reason = e.reason or BreakReason(
@@ -170,7 +178,9 @@ class _CompiledCallee(VariableTracker):
 
 
 def _graph_call(cg: PyCodegen, output: OutputGraph, compiled) -> None:
-    cg.load_callable(compiled)
+    """Call the compiled graph through its ``CompiledRegion`` (``region.fn``: see there)."""
+    region = CompiledRegion(compiled, output.name)
+    cg.extend(bv.load_callable([Instr("LOAD_CONST", region), bv.load_attr("fn")]))
     for source, _ in output.inputs:
         source.reconstruct(cg)
     cg.call(len(output.inputs))
@@ -243,7 +253,7 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
     deep = stack[: len(stack) - consumed]
     top = stack[len(stack) - consumed :]
     if bp.compile_callee:
-        top[1] = _CompiledCallee(ctx, top[1])
+        top[bv.CALLABLE_SLOT] = _CompiledCallee(ctx, top[bv.CALLABLE_SLOT])
     names = list(tx.code.co_varnames)
 
     def live_at(target: int) -> list[str]:
@@ -269,7 +279,7 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
             # are made from their contents now, shared with any inner function rebuilt here
             for var in rcode.co_freevars:
                 if var in tx.code.co_freevars:
-                    cg.append(Instr("LOAD_CLOSURE", FreeVar(var)))
+                    cg.append(bv.load_closure(var))
                 else:
                     cg.load(tx.cells[var])
             cg.append(Instr("BUILD_TUPLE", len(rcode.co_freevars)))
@@ -303,7 +313,7 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
                 cg.append(Instr(instr.name, taken))
                 fall_slots, jump_slots = deep, deep + top
             else:
-                cg.append(bv.jump_if(name.endswith("TRUE"), taken))
+                cg.extend(bv.jump_if(name.endswith("TRUE"), taken))
                 fall_slots, jump_slots = deep, deep
             resume_call(cg, fallthrough, fall_slots, [], local_sets[0])
             cg.append(taken)
@@ -337,7 +347,11 @@ def _result(tx, code: types.CodeType, breaks: list) -> CaptureResult:
         text = _disassemble(code)
         klog.log("bytecode", f"transformed bytecode of {tx.code.co_name}:\n{text}")
         klog.dump(f"{tx.output.name}_bytecode", "txt", text)
-    return CaptureResult(code, tx.output.guards, breaks)
+    output = tx.output
+    return CaptureResult(
+        code, output.guards, breaks, output.input_shapes, {s.name() for s in output._int_vts},
+        output.input_strides,
+    )  # fmt: skip
 
 
 def _disassemble(code: types.CodeType) -> str:

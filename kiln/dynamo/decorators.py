@@ -6,14 +6,16 @@ eagerly, ``_kiln_allow_in_graph`` makes capture run the function directly on pro
 ops are recorded into the graph without evaluating its bytecode). ``graph_break`` is a function
 of this package, which capture never enters, so calling it breaks the graph by construction.
 
-Shapes are always specialized: ``mark_dynamic`` and friends record the request; a marked tensor
-only makes new shapes wait for a repeat sooner (one compile, as PyTorch's one dynamic graph; see
-``FrameCache.capture``).
+``mark_dynamic`` / ``maybe_mark_dynamic`` make dims of a tensor symbolic in the graphs it is
+captured into (``mark_dynamic``'s ``min``/``max`` are a range the size must stay in: a size
+outside it is an error naming the dim and the marking line); ``mark_static`` keeps dims fixed
+(see ``symbolic_shapes.ShapePolicy``).
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 import types
 import weakref
 from collections.abc import Callable
@@ -30,6 +32,8 @@ __all__ = [
     "maybe_mark_dynamic",
     "mark_static",
     "dynamic_dims",
+    "dynamic_marks",
+    "static_dims",
     "optimize",
     "is_compiling",
     "is_dynamo_compiling",
@@ -38,17 +42,24 @@ __all__ = [
     "assume_constant_result",
 ]
 
-# id(tensor) -> dims the user asked to keep dynamic (read by the new-shape policy);
-# keyed by id because tensors compare elementwise, and dropped when the tensor dies
-_DYNAMIC_DIMS: dict[int, set] = {}
+# id(tensor) -> {dim: (min, max, "file:line") or None} the user asked to make dynamic, and
+# id(tensor) -> dims asked to stay static; keyed by id because tensors compare elementwise, and
+# dropped when the tensor dies
+_DYNAMIC_DIMS: dict[int, dict] = {}
+_STATIC_DIMS: dict[int, set] = {}
 
 
-def _marked(t: Tensor) -> set:
+def _entry(table: dict, t: Tensor, factory):
     key = id(t)
-    if key not in _DYNAMIC_DIMS:
-        _DYNAMIC_DIMS[key] = set()
-        weakref.finalize(t, _DYNAMIC_DIMS.pop, key, None)
-    return _DYNAMIC_DIMS[key]
+    if key not in table:
+        table[key] = factory()
+        weakref.finalize(t, table.pop, key, None)
+    return table[key]
+
+
+def _caller_line() -> str | None:
+    frame = sys._getframe(2)
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None
 
 
 def disable(fn: Callable | None = None, recursive: bool = True, *, reason: str | None = None):
@@ -112,27 +123,49 @@ def _check(t: Any, index, what: str) -> tuple[int, ...]:
 
 
 def mark_dynamic(t: Tensor, index, min: int | None = None, max: int | None = None) -> None:  # noqa: A002
-    """Record that dims ``index`` of ``t`` vary between calls. kiln specializes every shape, so
-    this validates and records: after one compile, a new shape of a marked tensor runs eagerly
-    until it comes back (then it compiles)."""
-    _marked(t).update(_check(t, index, "mark_dynamic"))
+    """Make dims ``index`` of ``t`` symbolic when ``t`` is captured (a graph that serves every
+    size). ``min``/``max`` declare the range the size stays in: a call outside it raises an
+    error naming the dim and this line."""
+    if min is not None and max is not None and min > max:
+        raise ValueError(f"mark_dynamic: min={min} is larger than max={max}")
+    dims = _check(t, index, "mark_dynamic")
+    spec = None if min is None and max is None else (min, max, _caller_line())
+    marks = _entry(_DYNAMIC_DIMS, t, dict)
+    for d in dims:
+        marks[d] = spec
+    _STATIC_DIMS.get(id(t), set()).difference_update(dims)
 
 
 def maybe_mark_dynamic(t: Tensor, index) -> None:
-    """As ``mark_dynamic`` (a hint; kiln specializes shapes)."""
-    _marked(t).update(_check(t, index, "maybe_mark_dynamic"))
+    """Make dims ``index`` of ``t`` symbolic when captured (a hint: code that needs a fixed
+    size still specializes it, without an error)."""
+    marks = _entry(_DYNAMIC_DIMS, t, dict)
+    for d in _check(t, index, "maybe_mark_dynamic"):
+        marks.setdefault(d, None)
 
 
 def mark_static(t: Any, index=None) -> None:
-    """Record that ``t``'s dims (all, or ``index``) stay fixed: what kiln assumes already."""
+    """Keep ``t``'s dims (all, or ``index``) fixed in the graphs it is captured into."""
     if isinstance(t, Tensor):
         dims = _check(t, index, "mark_static") if index is not None else range(t.ndim)
-        _DYNAMIC_DIMS.get(id(t), set()).difference_update(dims)
+        marks = _DYNAMIC_DIMS.get(id(t), {})
+        for d in dims:
+            marks.pop(d, None)
+        _entry(_STATIC_DIMS, t, set).update(dims)
 
 
 def dynamic_dims(t: Tensor) -> frozenset:
     """The dims of ``t`` marked dynamic (for inspection and tests)."""
     return frozenset(_DYNAMIC_DIMS.get(id(t), ()))
+
+
+def dynamic_marks(t: Tensor) -> dict:
+    """``{dim: (min, max, "file:line") or None}`` of ``t``'s dims marked dynamic."""
+    return dict(_DYNAMIC_DIMS.get(id(t), ()))
+
+
+def static_dims(t: Tensor) -> frozenset:
+    return frozenset(_STATIC_DIMS.get(id(t), ()))
 
 
 def optimize(backend: str | Callable = "inductor", *, nopython: bool = False, dynamic=None, **_):

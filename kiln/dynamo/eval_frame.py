@@ -27,7 +27,8 @@ from typing import Any
 from ..nn.modules.module import Module
 from ..runtime import logs as klog
 from ..runtime.state import compile_lock
-from ..runtime.tensor import Tensor
+from ..runtime.symbolic import ConstraintViolationError
+from . import bytecode_versions as bv
 from . import config
 from .backends import lookup
 from .bytecode_analysis import clear_cache as _clear_frame_code
@@ -39,6 +40,7 @@ from .resume import clear_cache as _clear_resume
 from .sources import guard_param_name
 from .stance import DEFAULT as _DEFAULT_STANCE
 from .stance import STANCE
+from .symbolic_shapes import ShapePolicy
 from .verify import BACKEND_OPTIONS_DROPPED, snapshot_graph, verified, verify_setting
 
 __all__ = [
@@ -74,7 +76,9 @@ class CompileContext:
     """One ``kiln.compile`` call's settings, shared by the wrappers and resume functions it
     creates; listeners (``explain``) hear about every graph and graph break."""
 
-    def __init__(self, backend, fullgraph=False, dynamic=None, options=None, mode=None):
+    def __init__(
+        self, backend, fullgraph=False, dynamic=None, options=None, mode=None, export=False
+    ):
         self.backend = backend
         try:
             self.compiler_fn = lookup(backend)
@@ -90,6 +94,9 @@ class CompileContext:
         self.options = dict(options or {})
         verify_setting(self.options)  # a bad value is an error of this call, not of a capture
         self.mode = mode
+        # capturing for ``kiln.export``: ``kiln.cond`` becomes one conditional node (its branches
+        # graphs of their own) instead of both branches merged by ``where``
+        self.export = export
         self.listeners: list = []
         # Held weakly: a frame cache lives as long as its wrapper (and so its compiled graphs
         # and their machine code); a process compiling a fresh closure every step must not keep
@@ -230,9 +237,15 @@ class FrameCache:
         # them symbolic; kiln breaks the graph where one's value is needed)
         self.scalar_changes: dict[str, int] = {}
         self.dynamic_scalars: set[str] = set()
-        # argument shapes compiled for, and new ones seen once (run eagerly): see ``capture``
-        self.shapes_compiled: set[tuple] = set()
-        self.shapes_seen: set[tuple] = set()
+        # automatic dynamic shapes: dims found to change (source name -> dims, symbolic in
+        # later captures) and the sizes of each tensor input at the last capture
+        self.automatic_dims: dict[str, set] = {}
+        self.seen_shapes: dict[str, tuple] = {}
+        self.seen_strides: dict[str, tuple] = {}
+        # ints passed as symbols (source names), and those whose symbol got specialized (a
+        # graph needed the plain value): they go back to being Python numbers
+        self.symbolic_ints: set[str] = set()
+        self.static_ints: set[str] = set()
         ctx.caches.add(self)
 
     def clear(self) -> None:
@@ -241,12 +254,18 @@ class FrameCache:
         self.eager_reason = None
         self.scalar_changes.clear()
         self.dynamic_scalars.clear()
-        self.shapes_compiled.clear()
-        self.shapes_seen.clear()
+        self.automatic_dims.clear()
+        self.seen_shapes.clear()
+        self.seen_strides.clear()
+        self.symbolic_ints.clear()
+        self.static_ints.clear()
 
     def capture(self, closure, arguments: dict, args: tuple, kwargs: dict):
         """On a miss: decide between recompiling and running eagerly; returns a CaptureResult
         or None (run eagerly)."""
+        if self.eager_reason is None and not bv.SUPPORTED:
+            self.eager_reason = bv.unsupported_reason()
+            _warn_unsupported_python()
         if self.eager_reason is None and self.code.co_flags & _GENERATOR_FLAGS:
             self.eager_reason = f"{self.name} is a generator or coroutine function"
             klog.log("graph_breaks", f"{self.eager_reason}; it runs eagerly")
@@ -263,25 +282,17 @@ class FrameCache:
                     self.scalar_changes[scalar] = changes
                     if changes > self.scalar_recompiles:
                         self.dynamic_scalars.add(scalar)
+            if getattr(failed, "scalar", None) and failed.scalar in self.symbolic_ints:
+                self.static_ints.add(failed.scalar)  # symbolic did not help: a plain number
+            error = getattr(failed, "error", None)
+            if error is not None:  # a size outside a range the user declared
+                value = self.guards[-1].value_of(failed, closure, args, kwargs)
+                raise ConstraintViolationError(f"{error}, but it is {value}")
             if getattr(failed, "on_shape", False) and self.ctx.dynamic is not False:
-                # PyTorch would make the dimension dynamic (no warning): shapes already
-                # compiled keep their entries, further new shapes run eagerly, quietly
+                # sizes that changed become symbolic in the next capture (``ShapePolicy``), so
+                # shapes rarely recompile; past the limit, a new one runs eagerly, quietly
                 if recompiles > config.shape_recompile_limit:
                     klog.log("recompiles", f"{self.name}: new shape ({why}) runs eagerly")
-                    return None
-                # PyTorch compiles a static graph, then (on a second shape) a dynamic one that
-                # serves every later shape; kiln specializes, so past that many compiles a new
-                # shape runs eagerly the first time and compiles when it comes back (a shape
-                # seen once, as in a generation loop, costs no compile)
-                key = _shape_key(args, kwargs)
-                free = 1 if self.ctx.dynamic or _marked_dynamic(args, kwargs) else 2
-                if (
-                    config.automatic_dynamic_shapes
-                    and key not in self.shapes_seen
-                    and len(self.shapes_compiled) >= free
-                ):
-                    self.shapes_seen.add(key)
-                    klog.log("recompiles", f"{self.name}: new shape ({why}) runs eagerly once")
                     return None
             elif recompiles >= limit:  # ``limit`` entries in all, as PyTorch counts
                 self.eager_reason = (
@@ -292,13 +303,18 @@ class FrameCache:
                 warnings.warn(self.eager_reason, RuntimeWarning, stacklevel=4)
                 return None
             klog.log("recompiles", f"recompiling {self.name}: guard failed: {why}")
+        policy = ShapePolicy(
+            self.ctx.dynamic, self.automatic_dims, self.seen_shapes, self.name, self.static_ints
+        )
+        policy.seen_strides = self.seen_strides
         try:
-            result = convert_frame(
-                self.ctx, self.code, self.f_globals, closure, arguments,
-                self.ctx.next_graph_name(self.name), frozenset(self.dynamic_scalars),
-                frozenset(self.scalar_changes),
-            )  # fmt: skip
-        except GraphBreakError:
+            with klog.compile_stage("dynamo"):
+                result = convert_frame(
+                    self.ctx, self.code, self.f_globals, closure, arguments,
+                    self.ctx.next_graph_name(self.name), frozenset(self.dynamic_scalars),
+                    frozenset(self.scalar_changes), policy,
+                )  # fmt: skip
+        except (GraphBreakError, ConstraintViolationError):
             raise
         except Exception as e:
             if not config.suppress_errors:
@@ -313,11 +329,14 @@ class FrameCache:
             if result.permanent:
                 self.eager_reason = str(result.reason)
             return None
-        self.shapes_compiled.add(_shape_key(args, kwargs))
+        self.seen_shapes.update(result.input_shapes)
+        self.seen_strides.update(result.input_strides)
+        self.symbolic_ints.update(result.symbolic_ints)
         return result
 
     def add(self, result: CaptureResult, params: str, defaults: dict, run: Callable) -> None:
-        guard = result.guards.compile(params, defaults, self.name)
+        with klog.compile_stage("dynamo"):
+            guard = result.guards.compile(params, defaults, self.name)
         klog.log("guards", f"guards of {self.name} entry {len(self.entries)}:\n{guard.src}")
         klog.dump(f"{self.name}_guards", "py", guard.src)
         self.guards.append(guard)
@@ -326,6 +345,17 @@ class FrameCache:
             on_guards = getattr(listener, "on_guards", None)
             if on_guards is not None:
                 on_guards(guard.guards)
+
+
+_warned_unsupported_python = False
+
+
+def _warn_unsupported_python() -> None:
+    """Say once per process that capture is off on this Python (every frame runs eagerly)."""
+    global _warned_unsupported_python
+    if not _warned_unsupported_python:
+        _warned_unsupported_python = True
+        warnings.warn(bv.unsupported_reason(), RuntimeWarning, stacklevel=5)
 
 
 def _recheck(entries: list, closure, args: tuple, kwargs: dict):
@@ -337,28 +367,6 @@ def _recheck(entries: list, closure, args: tuple, kwargs: dict):
         except TypeError:  # the arguments do not bind: capture says so, then ``fn`` raises
             return None
     return None
-
-
-def _shape_key(args: tuple, kwargs: dict) -> tuple:
-    """The shapes of the tensor arguments (also inside lists and tuples): what a new-shape
-    miss is remembered by."""
-
-    def shape(v):
-        if isinstance(v, Tensor):
-            return v._shape
-        if type(v) in (list, tuple):
-            return tuple(shape(x) for x in v)
-        return None
-
-    return tuple(shape(v) for v in args) + tuple((k, shape(v)) for k, v in sorted(kwargs.items()))
-
-
-def _marked_dynamic(args: tuple, kwargs: dict) -> bool:
-    """Whether a tensor argument has dims marked by ``mark_dynamic`` (PyTorch compiles one
-    dynamic graph for it from the start: here, one compile before waiting for repeats)."""
-    from .decorators import dynamic_dims
-
-    return any(isinstance(v, Tensor) and dynamic_dims(v) for v in (*args, *kwargs.values()))
 
 
 def _compiled_function(
@@ -613,9 +621,10 @@ def compile(
 
     Works as ``kiln.compile(fn)``, ``@kiln.compile`` and ``@kiln.compile(backend=...)``.
     ``fullgraph=True`` makes any graph break an error naming the user's file and line.
-    Shapes are always specialized: two shapes compile (one with ``dynamic=True``), later new
-    shapes run eagerly until they come back (``dynamic=False``: every new shape compiles);
-    a changing int/float argument becomes a graph input where it meets tensors.
+    Shapes: the first call compiles a graph for its sizes; a size that changes makes that dim
+    symbolic in the next (one graph for every size), ``dynamic=True`` makes every dim symbolic
+    from the start, ``dynamic=False`` compiles each shape; a changing int/float argument
+    becomes a graph input where it meets tensors.
     """
     if mode is not None and options is not None:
         raise RuntimeError(

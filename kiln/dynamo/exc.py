@@ -46,6 +46,17 @@ BREAK_KINDS: dict[str, tuple[str, str]] = {
         FUNDAMENTAL,
         "ops like nonzero or boolean-mask indexing have value-dependent shapes; use kiln.where",
     ),
+    "unbacked_branch": (
+        FUNDAMENTAL,
+        "a branch (or a Python int) needs a size only known when the graph runs (nonzero's "
+        "count, .item()); state what you know with kiln._check(n >= 0) / "
+        "kiln.sym_constrain_range(n, min=, max=), or keep the value as a tensor",
+    ),
+    "unbacked_value": (
+        FUNDAMENTAL,
+        "a size computed by the graph is needed as a Python value outside it; return the "
+        "tensor instead",
+    ),
     "opaque_function": (
         FUNDAMENTAL,
         "this function is implemented in C (or has side effects kiln cannot see); "

@@ -34,6 +34,10 @@ class GraphInfo:
     ops: list[str]
     # bytes the forward saves for the backward, by AOT partitioner (None: no backward)
     saved_bytes: dict[str, int] | None = None
+    # sizes only known when the graph runs ("u0 = nonzero of a [5, 3] tensor ..."), and the
+    # symbolic input sizes ("s0 = x.size()[0]")
+    unbacked_sizes: list[str] = field(default_factory=list)
+    symbolic_sizes: list[str] = field(default_factory=list)
 
     @property
     def op_count(self) -> int:
@@ -94,6 +98,10 @@ class ExplainOutput:
             if g.saved_bytes:
                 saved = ", ".join(f"{k} {v} bytes" for k, v in g.saved_bytes.items())
                 lines.append(f"    saved for backward: {saved}")
+            if g.symbolic_sizes:
+                lines.append(f"    symbolic sizes: {', '.join(g.symbolic_sizes)}")
+            if g.unbacked_sizes:
+                lines.append(f"    data-dependent sizes: {', '.join(g.unbacked_sizes)}")
         lines.append("Out Guards:")
         lines.extend(f"  Guard {i + 1}: {g.text}" for i, g in enumerate(self.out_guards))
         return "\n".join(lines) + "\n"
@@ -106,13 +114,42 @@ class ExplainOutput:
             if n.op == "call_function"
             and not getattr(n.target, "__name__", "").startswith("set_grad")
         ]
-        self.graph_infos.append(GraphInfo(name, gm, ops, _saved_bytes_report[0](gm)))
+        backed, unbacked = _graph_symbols(gm)
+        self.graph_infos.append(
+            GraphInfo(name, gm, ops, _saved_bytes_report[0](gm), unbacked, backed)
+        )
 
     def on_break(self, reason: BreakReason) -> None:
         self.break_reasons.append(reason)
 
     def on_guards(self, guards: list) -> None:
         self.out_guards.extend(guards)
+
+
+def _graph_symbols(gm) -> tuple[list[str], list[str]]:
+    """``(["s0 = x.size()[0]", ...], ["u0 = nonzero of ...", ...])`` of a captured graph."""
+    from ..runtime.symbolic import SymInt
+    from ..runtime.tensor import Tensor
+
+    found: dict = {}
+
+    def visit(value) -> None:
+        if isinstance(value, Tensor):
+            for v in (*value._shape, *value.stride()):
+                visit(v)
+        elif isinstance(value, SymInt):
+            for symbol in value.expr.symbols():
+                found.setdefault(symbol.name, symbol)
+        elif isinstance(value, (tuple, list)):
+            for v in value:
+                visit(v)
+
+    for node in gm.graph.nodes:
+        visit(node.meta.get("val"))
+    ordered = sorted(found.values(), key=lambda s: (s.unbacked, int(s.name[1:])))
+    backed = [f"{s.name} = {s.origin}" for s in ordered if not s.unbacked]
+    unbacked = [f"{s.name} = {s.origin}" for s in ordered if s.unbacked]
+    return backed, unbacked
 
 
 def explain(fn: Callable, *args, **kwargs):

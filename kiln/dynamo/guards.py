@@ -16,8 +16,10 @@ from typing import Any
 
 from ..runtime import dtypes as _dtypes
 from ..runtime.state import per_thread
+from ..runtime.symbolic import SymInt
 from ..runtime.tensor import Tensor
-from .sources import HoistingNamespace, Source
+from .sources import GuardNamespace, HoistingNamespace, Source
+from .symbolic_shapes import sym_var
 from .variables.base import is_constant_value
 
 __all__ = ["Guard", "GuardSet", "CompiledGuard", "signature_source"]
@@ -35,6 +37,10 @@ class Guard:
     setup: tuple = ()
     on_shape: bool = False  # a tensor's shape or strides (a new shape recompiles)
     scalar: str | None = None  # the source name of an int/float whose value is checked
+    # a range the user declared (``sym_constrain_range``...): failing it is an error saying this,
+    # and ``value`` (Python over the guard's parameters) is the size that broke it
+    error: str | None = None
+    value: str | None = None
 
 
 class GuardSet:
@@ -45,20 +51,34 @@ class GuardSet:
         self.guards: list[Guard] = []
         self._seen: set[str] = set()
         self._distinct: list[Source] = []
+        self.shape_env = None  # the capture's ShapeEnv: its guards are added at ``compile``
+        self._symbol_sources: dict = {}  # symbol -> full source expression of its value
+        self._int_symbols: dict = {}  # symbol of an int input -> the input's source name
 
-    def _add(self, expr: str, text: str, on_shape: bool = False, scalar: str | None = None):
+    def _add(
+        self, expr: str, text: str, on_shape: bool = False, scalar: str | None = None,
+        error: str | None = None, value: str | None = None,
+    ):  # fmt: skip
         if expr not in self._seen:
             self._seen.add(expr)
-            self.guards.append(Guard(expr, text, tuple(self.ns.pending), on_shape, scalar))
+            self.guards.append(
+                Guard(expr, text, tuple(self.ns.pending), on_shape, scalar, error, value)
+            )
             self.ns.pending.clear()
 
     def __len__(self) -> int:
         return len(self.guards)
 
     # ------------------------------------------------------------------ kinds of guards
-    def tensor_match(self, source: Source, t: Tensor, distinct: bool = False) -> None:
+    def tensor_match(
+        self, source: Source, t: Tensor, distinct: bool = False, fake: Tensor | None = None,
+        bindings: list = (),
+    ) -> None:  # fmt: skip
         """Type, dtype, device, shape, strides and requires_grad of a tensor input; ``distinct``
-        tensors must stay different objects (in-place ops on one must not reach the other)."""
+        tensors must stay different objects (in-place ops on one must not reach the other).
+        With a symbolic ``fake``, its symbolic sizes are bound (``bindings``: dim, symbol,
+        first) or checked equal to a symbol bound before, and its strides checked as the
+        expressions they are."""
         e = self.ns.ref(source)
         name = source.name()
         cls = self.ns.name_of(type(t), "T")
@@ -67,19 +87,107 @@ class GuardSet:
         self._add(f"type({e}) is {cls}", f"type({name}) is {type(t).__name__}")
         self._add(f"{e}._dtype is {dtype}", f"{name}.dtype == {t._dtype}")
         self._add(f"{e}._device is {dev}", f"{name}.device == {t._device}")
-        self._add(f"{e}._shape == {tuple(t._shape)!r}", f"{name}.shape == {list(t._shape)}", True)
-        # ``_stride`` caches ``stride()`` (None until first asked): a cheap read on later calls
-        self._add(
-            f"({e}._stride or {e}.stride()) == {tuple(t.stride())!r}",
-            f"{name}.stride() == {t.stride()}",
-            True,
-        )
+        if fake is None:
+            self._add(
+                f"{e}._shape == {tuple(t._shape)!r}", f"{name}.shape == {list(t._shape)}", True
+            )
+            # ``_stride`` caches ``stride()`` (None until first asked): a cheap read later
+            self._add(
+                f"({e}._stride or {e}.stride()) == {tuple(t.stride())!r}",
+                f"{name}.stride() == {t.stride()}",
+                True,
+            )
+        else:
+            self._symbolic_shape(source, e, name, fake, bindings)
         self._add(
             f"{e}._requires_grad is {t._requires_grad}",
             f"{name}.requires_grad == {t._requires_grad}",
         )
         if distinct:
             self._distinct.append(source)
+
+    def _symbolic_shape(self, source: Source, e: str, name: str, fake: Tensor, bindings) -> None:
+        tag = f"{len(self._symbol_sources)}_{len(self.guards)}"
+        shape_var, stride_var = f"___shape{tag}", f"___stride{tag}"
+        self.ns.pending.append((shape_var, f"{e}._shape"))
+        checks = [f"len({shape_var}) == {len(fake._shape)}"]
+        full = self._full_expr(source)
+        bound = set()
+        for d, symbol, first, kind in bindings:
+            if first and kind == "size":
+                self.ns.pending.append((sym_var(symbol), f"{shape_var}[{d}]"))
+                self._symbol_sources[symbol] = f"{full}._shape[{d}]"
+                bound.add(d)
+        for d, size in enumerate(fake._shape):
+            if size.__class__ is SymInt:
+                if d not in bound:
+                    checks.append(f"{shape_var}[{d}] == {sym_var(size.expr.as_symbol())}")
+            else:
+                checks.append(f"{shape_var}[{d}] == {size}")
+        shown = [str(s) for s in fake._shape]
+        self._add(" and ".join(checks), f"{name}.shape == [{', '.join(shown)}]", True)
+        # ``_stride`` caches ``stride()`` (None until first asked): a cheap read on later calls
+        self.ns.pending.append((stride_var, f"({e}._stride or {e}.stride())"))
+        for d, symbol, _, kind in bindings:
+            if kind == "stride":
+                self.ns.pending.append((sym_var(symbol), f"{stride_var}[{d}]"))
+                self._symbol_sources[symbol] = f"{full}.stride()[{d}]"
+        strides = ", ".join(
+            s.expr.code(sym_var) if s.__class__ is SymInt else str(s) for s in fake.stride()
+        )
+        tuple_src = f"({strides},)" if len(fake._shape) == 1 else f"({strides})"
+        self._add(
+            f"{stride_var} == {tuple_src}",
+            f"{name}.stride() == ({', '.join(str(s) for s in fake.stride())})",
+            True,
+        )
+
+    def symbolic_int(self, source: Source, symbol) -> None:
+        """An int input standing for ``symbol``: bound, and guarded on its type only."""
+        e = self.ns.ref(source)
+        var = sym_var(symbol)
+        self.ns.pending.append((var, e))
+        self._symbol_sources[symbol] = self._full_expr(source)
+        self._int_symbols[symbol] = source.name()
+        self._add(
+            f"type({var}) is int",
+            f"type({source.name()}) is int ({symbol.name} = {source.name()})",
+            True,
+        )
+
+    def _full_expr(self, source: Source) -> str:
+        """``source`` written out in full (not hoisted), naming objects as the guards do."""
+        ns = GuardNamespace()
+        ns.values, ns._ids = self.ns.values, self.ns._ids
+        return source.expr(ns)
+
+    def _shape_env_guards(self) -> None:
+        """The relations the capture relied on between symbolic sizes (after every symbol is
+        bound): recorded comparisons, specializations and each symbol's range."""
+        env = self.shape_env
+        if env is None or not self._symbol_sources:
+            return
+        for g in env.guards + env.range_guards():
+            symbols = g.lhs.symbols() | g.rhs.symbols()
+            if any(s not in self._symbol_sources for s in symbols):
+                continue  # a symbol no input binds (a capture attempt that was dropped)
+            legend = ", ".join(f"{s.name} = {s.origin}" for s in sorted(symbols, key=_by_name))
+            text = f"{g.text()}  ({legend})" if legend else g.text()
+            if g.origin and g.kind != "user":
+                text += f"  [{g.origin}]"
+            value = None
+            if g.kind == "user" and len(symbols) == 1:
+                (symbol,) = symbols
+                value = self._symbol_sources[symbol]
+            # an int input the graph ended up needing as a plain value: a new value is like a
+            # changed Python number (``FrameCache.capture`` stops making it symbolic)
+            int_source = None
+            if g.kind == "specialize" and len(symbols) == 1:
+                int_source = self._int_symbols.get(next(iter(symbols)))
+            self._add(
+                g.code(sym_var), text, int_source is None, int_source,
+                g.message if g.kind == "user" else None, value,
+            )  # fmt: skip
 
     def identity(self, source: Source, obj: Any) -> None:
         e = self.ns.ref(source)
@@ -181,6 +289,9 @@ class GuardSet:
     # ------------------------------------------------------------------ compile
     def compile(self, params: str, defaults: dict[str, Any], name: str) -> CompiledGuard:
         self._distinct_guard()
+        self._shape_env_guards()
+        if self.shape_env is not None:
+            self.shape_env.freeze()
         lines = [f"def ___guard(___closure, {params}):" if params else "def ___guard(___closure):"]
         lines.append("    try:")
         for g in self.guards:
@@ -232,6 +343,18 @@ class CompiledGuard:
             return self._scalar_checks(closure, *args, **kwargs)
         except TypeError:
             return []
+
+    def value_of(self, guard: Guard, closure, args: tuple, kwargs: dict):
+        """The value of ``guard.value`` (a size a user's range guard checks) for these
+        arguments (only on a miss)."""
+        params = f"___closure, {self._params}" if self._params else "___closure"
+        src = f"def ___value({params}):\n    return {guard.value}\n"
+        ns = dict(self._namespace)
+        try:
+            exec(compile(src, "<kiln guard value>", "exec"), ns)
+            return ns["___value"](closure, *args, **kwargs)
+        except Exception as e:  # only a message depends on it
+            return f"<unknown: {type(e).__name__}>"
 
     def failure_reason(self, closure, args: tuple, kwargs: dict) -> str | None:
         """The text of the first guard that fails for these arguments (None if all pass)."""
@@ -303,6 +426,10 @@ def signature_source(code: types.CodeType, defaults: tuple | None, kwdefaults: d
     if flags & inspect.CO_VARKEYWORDS:
         parts.append("**" + names[index + (1 if flags & inspect.CO_VARARGS else 0)])
     return ", ".join(parts), ns
+
+
+def _by_name(symbol) -> tuple:
+    return (symbol.name[0], int(symbol.name[1:]))
 
 
 def _keys_match(d: dict, keys: tuple, by_value: tuple) -> bool:

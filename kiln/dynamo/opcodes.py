@@ -3,7 +3,9 @@
 ``HANDLERS[name](tx, instr)`` evaluates one instruction on translator ``tx`` (its stack, locals,
 cells and output graph). ``bytecode_versions.canonical`` folds each Python version's spellings
 onto these names; opcodes that only exist in one version (3.12's ``LOAD_FAST_AND_CLEAR``,
-3.11's ``JUMP_IF_TRUE_OR_POP``...) simply never reach the other's handlers.
+3.11's ``JUMP_IF_TRUE_OR_POP``, 3.13's ``LOAD_FAST_LOAD_FAST``...) simply never reach the
+other's handlers. Handlers that push or pop a call's two slots (the callable and its NULL or
+``self``) order them as ``bytecode_versions`` says.
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 
-from bytecode import BinaryOp, Compare
+from bytecode import BinaryOp, CellVar, Compare, FreeVar
 
 from . import bytecode_versions as bv
-from .exc import unsupported
+from .exc import Unsupported, unsupported
 from .variables.autocast import AutocastVariable
 from .variables.base import ConstantVariable, NullVariable, VariableTracker
 from .variables.contexts import enter_context
@@ -55,6 +57,7 @@ _BINARY_OPS = {
     BinaryOp.INPLACE_SUBTRACT: operator.isub, BinaryOp.INPLACE_TRUE_DIVIDE: operator.itruediv,
     BinaryOp.INPLACE_XOR: operator.ixor,
 }  # fmt: skip
+_CONDITIONAL_JUMPS = frozenset({"POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE"})
 _COMPARE_OPS = {
     Compare.LT: operator.lt, Compare.LE: operator.le, Compare.EQ: operator.eq,
     Compare.NE: operator.ne, Compare.GT: operator.gt, Compare.GE: operator.ge,
@@ -95,10 +98,17 @@ def MAKE_CELL(tx, instr):
 
 @handler("LOAD_FAST", "LOAD_FAST_CHECK")
 def LOAD_FAST(tx, instr):
-    value = tx.symbolic_locals.get(instr.arg)
+    if isinstance(instr.arg, (CellVar, FreeVar)):  # 3.13: a cell, for a closure tuple
+        tx.push(tx.cells[instr.arg.name])
+        return
+    _load_local(tx, instr.arg)
+
+
+def _load_local(tx, name: str) -> None:
+    value = tx.symbolic_locals.get(name)
     if value is None:
         raise unsupported(
-            "user_exception", f"UnboundLocalError: local variable {instr.arg!r} is unbound"
+            "user_exception", f"UnboundLocalError: local variable {name!r} is unbound"
         )
     tx.push(value)
 
@@ -110,11 +120,24 @@ def LOAD_FAST_AND_CLEAR(tx, instr):
 
 @handler("STORE_FAST")
 def STORE_FAST(tx, instr):
+    _store_local(tx, instr.arg)
+
+
+def _store_local(tx, name: str) -> None:
     value = tx.pop()
     if isinstance(value, _Unbound):
-        tx.symbolic_locals.pop(instr.arg, None)
+        tx.symbolic_locals.pop(name, None)
     else:
-        tx.symbolic_locals[instr.arg] = value
+        tx.symbolic_locals[name] = value
+
+
+@handler("LOAD_FAST_LOAD_FAST", "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST")
+def FAST_PAIR(tx, instr):
+    for kind, name in bv.local_accesses(instr):
+        if kind == "load":
+            _load_local(tx, name)
+        else:
+            _store_local(tx, name)
 
 
 @handler("DELETE_FAST")
@@ -137,9 +160,11 @@ def RETURN_CONST(tx, instr):
 @handler("LOAD_GLOBAL")
 def LOAD_GLOBAL(tx, instr):
     push_null, name = instr.arg
+    value = tx.load_global(name)
     if push_null:
-        tx.push(NullVariable())
-    tx.push(tx.load_global(name))
+        _push_call_slots(tx, value)
+    else:
+        tx.push(value)
 
 
 @handler("STORE_GLOBAL")
@@ -179,9 +204,10 @@ def LOAD_ATTR(tx, instr):
     name, is_method = bv.attr_arg(instr)
     obj = tx.pop()
     value = tx.getattr(obj, name)
-    if is_method:
-        tx.push(NullVariable())
-    tx.push(value)
+    if is_method:  # modelled as NULL and the bound method: what a non-method attribute gives
+        _push_call_slots(tx, value)
+    else:
+        tx.push(value)
 
 
 @handler("LOAD_SUPER_ATTR")
@@ -192,8 +218,9 @@ def LOAD_SUPER_ATTR(tx, instr):
     tx.pop()  # the ``super`` builtin
     value = SuperVariable(cls.as_python_constant(), obj).var_getattr(tx, name)
     if is_method:
-        tx.push(NullVariable())
-    tx.push(value)
+        _push_call_slots(tx, value)
+    else:
+        tx.push(value)
 
 
 @handler("STORE_ATTR")
@@ -229,7 +256,7 @@ def SWAP(tx, instr):
 
 @handler("END_FOR")
 def END_FOR(tx, instr):
-    tx.popn(2)
+    tx.popn(bv.END_FOR_POPS)
 
 
 # ------------------------------------------------------------------ operators
@@ -246,7 +273,27 @@ def BINARY_OP(tx, instr):
 def COMPARE_OP(tx, instr):
     b = tx.pop()
     a = tx.pop()
-    tx.push(tx.binary_op(_COMPARE_OPS[instr.arg], a, b))
+    compare, to_bool = bv.compare_arg(instr)
+    result = tx.binary_op(_COMPARE_OPS[compare], a, b)
+    tx.push(_to_bool(tx, result) if to_bool else result)
+
+
+@handler("TO_BOOL")
+def TO_BOOL(tx, instr):
+    tx.push(_to_bool(tx, tx.pop()))
+
+
+def _to_bool(tx, value: VariableTracker) -> VariableTracker:
+    """3.13's conversion of a condition to an exact bool. A value whose truth capture cannot
+    know (a tensor) stays as it is when a conditional jump reads it next: the graph keeps the
+    comparison and the jump is the break, as on 3.11/3.12 (the jump emitted there converts)."""
+    try:
+        return ConstantVariable(value.truth(tx))
+    except Unsupported:
+        following = tx.instructions[tx.ip] if tx.ip < len(tx.instructions) else None
+        if following is not None and bv.canonical(following.name) in _CONDITIONAL_JUMPS:
+            return value
+        raise
 
 
 @handler("IS_OP")
@@ -380,24 +427,43 @@ def BUILD_STRING(tx, instr):
     tx.push(ConstantVariable("".join(p.as_python_constant() for p in parts)))
 
 
-@handler("FORMAT_VALUE")
-def FORMAT_VALUE(tx, instr):
-    flags = instr.arg
-    spec = tx.pop().as_python_constant() if flags & 0x04 else ""
-    value = tx.pop()
+_CONVERSIONS = {1: str, 2: repr, 3: ascii}
+
+
+def _formatted_constant(value: VariableTracker):
     if isinstance(value, TensorVariable):
         raise unsupported("data_dependent_value", "formatting a tensor reads its values")
     if not value.is_python_constant():
         raise unsupported("unsupported_object", f"formatting {value}")
-    v = value.as_python_constant()
-    conversion = flags & 0x03
-    if conversion == 1:
-        v = str(v)
-    elif conversion == 2:
-        v = repr(v)
-    elif conversion == 3:
-        v = ascii(v)
+    return value.as_python_constant()
+
+
+@handler("FORMAT_VALUE")
+def FORMAT_VALUE(tx, instr):
+    flags = instr.arg
+    spec = tx.pop().as_python_constant() if flags & 0x04 else ""
+    v = _formatted_constant(tx.pop())
+    conversion = _CONVERSIONS.get(flags & 0x03)
+    if conversion is not None:
+        v = conversion(v)
     tx.push(ConstantVariable(format(v, spec)))
+
+
+@handler("CONVERT_VALUE")
+def CONVERT_VALUE(tx, instr):
+    v = _formatted_constant(tx.pop())
+    tx.push(ConstantVariable(_CONVERSIONS[int(instr.arg)](v)))
+
+
+@handler("FORMAT_SIMPLE")
+def FORMAT_SIMPLE(tx, instr):
+    tx.push(ConstantVariable(format(_formatted_constant(tx.pop()))))
+
+
+@handler("FORMAT_WITH_SPEC")
+def FORMAT_WITH_SPEC(tx, instr):
+    spec = tx.pop().as_python_constant()
+    tx.push(ConstantVariable(format(_formatted_constant(tx.pop()), spec)))
 
 
 @handler("LIST_APPEND")
@@ -582,22 +648,39 @@ def RETURN_VALUE(tx, instr):
 # ------------------------------------------------------------------ calls
 
 
+def _push_call_slots(tx, fn: VariableTracker) -> None:
+    """Push ``fn`` with the NULL a call expects beside it, in this version's order."""
+    slots = [NullVariable(), fn] if bv.NULL_BELOW_CALLABLE else [fn, NullVariable()]
+    tx.stack.extend(slots)
+
+
+def _pop_call_slots(tx) -> tuple[VariableTracker, list]:
+    """Pop a call's two slots: ``(callable, [self] or [])``."""
+    lower, upper = tx.popn(2)
+    if bv.NULL_BELOW_CALLABLE and isinstance(lower, NullVariable):  # [NULL, callable]
+        return upper, []
+    if not bv.NULL_BELOW_CALLABLE and isinstance(upper, NullVariable):  # [callable, NULL]
+        return lower, []
+    return lower, [upper]  # [method, self] in every version
+
+
 @handler("KW_NAMES")
 def KW_NAMES(tx, instr):
     tx.kw_names = tuple(instr.arg)
+
+
+@handler("CALL_KW")
+def CALL_KW(tx, instr):
+    tx.kw_names = tuple(tx.pop().as_python_constant())
+    CALL(tx, instr)
 
 
 @handler("CALL")
 def CALL(tx, instr):
     kw_names, tx.kw_names = tx.kw_names, ()
     args = tx.popn(instr.arg)
-    callable_or_self = tx.pop()
-    null_or_method = tx.pop()
-    if isinstance(null_or_method, NullVariable):
-        fn = callable_or_self
-    else:
-        fn = null_or_method
-        args = [callable_or_self, *args]
+    fn, bound_self = _pop_call_slots(tx)
+    args = [*bound_self, *args]
     kwargs = {}
     if kw_names:
         kwargs = dict(zip(kw_names, args[len(args) - len(kw_names) :]))
@@ -609,8 +692,7 @@ def CALL(tx, instr):
 def CALL_FUNCTION_EX(tx, instr):
     kwargs_vt = tx.pop() if instr.arg & 1 else DictVariable({})
     args_vt = tx.pop()
-    fn = tx.pop()
-    tx.pop()  # the NULL under the callable
+    fn, _ = _pop_call_slots(tx)  # the other slot is the NULL
     if not isinstance(kwargs_vt, DictVariable):
         raise unsupported("unsupported_object", f"** of {kwargs_vt}")
     kwargs = {str(k): v for k, v in kwargs_vt.items.items()}
@@ -619,7 +701,7 @@ def CALL_FUNCTION_EX(tx, instr):
 
 @handler("MAKE_FUNCTION")
 def MAKE_FUNCTION(tx, instr):
-    flags = instr.arg
+    flags = instr.arg if isinstance(instr.arg, int) else 0  # 3.13: SET_FUNCTION_ATTRIBUTE after
     code = tx.pop().as_python_constant()
     closure = tx.pop().items if flags & 0x08 else None
     if flags & 0x04:
@@ -627,6 +709,19 @@ def MAKE_FUNCTION(tx, instr):
     kwdefaults = tx.pop() if flags & 0x02 else None
     defaults = tx.pop() if flags & 0x01 else None
     tx.push(NestedFunctionVariable(code, tx.f_globals, defaults, kwdefaults, closure))
+
+
+@handler("SET_FUNCTION_ATTRIBUTE")
+def SET_FUNCTION_ATTRIBUTE(tx, instr):
+    fn = tx.pop()
+    value = tx.pop()
+    if instr.arg == 0x08:
+        fn.closure = value.items
+    elif instr.arg == 0x02:
+        fn.kwdefaults_vt = value
+    elif instr.arg == 0x01:
+        fn.defaults_vt = value
+    tx.push(fn)  # annotations (0x04) are not kept, as ``MAKE_FUNCTION`` drops them
 
 
 @handler("BEFORE_WITH")

@@ -17,12 +17,14 @@ from ..ir import Graph, GraphModule
 from ..ir.tracer import TracingMode
 from ..runtime import logs as klog
 from ..runtime.state import per_thread
+from ..runtime.symbolic import ShapeEnv
 from ..runtime.tensor import Tensor
 from . import config
 from .exc import unsupported
 from .guards import GuardSet
 from .side_effects import SideEffects
 from .sources import LocalSource, Source
+from .symbolic_shapes import ShapePolicy, symbolic_fake
 
 __all__ = ["OutputGraph", "set_grad_enabled_node"]
 
@@ -73,12 +75,23 @@ def _running_without_autocast(compiled):
     return run
 
 
+def _is_module_state(source: Source) -> bool:
+    """Whether ``source`` reads a module's parameter or buffer (``self.fc.weight``)."""
+    from .sources import ModuleTableSource
+
+    while source is not None:
+        if isinstance(source, ModuleTableSource):
+            return True
+        source = getattr(source, "base", None)
+    return False
+
+
 class OutputGraph:
     """State shared by the root translator and every inlined call during one capture."""
 
     def __init__(
         self, ctx, name: str, dynamic_scalars: frozenset = frozenset(),
-        changing_scalars: frozenset = frozenset(),
+        changing_scalars: frozenset = frozenset(), shape_policy: ShapePolicy | None = None,
     ):  # fmt: skip
         self.ctx = ctx
         self.name = name
@@ -93,6 +106,19 @@ class OutputGraph:
         self.mode = TracingMode(self.graph)
         self.guards = GuardSet()
         self.guards.global_state()
+        # symbolic sizes: the env of this capture, the policy choosing symbolic dims, symbols
+        # by duck-sizing key, where each symbol's value is read at run time (for rebuilding
+        # sizes in the transformed code) and the sizes of the tensor inputs (by source name)
+        self.shape_env = ShapeEnv()
+        self.shape_env.location = self._location
+        self.mode.shape_env = self.shape_env
+        self.guards.shape_env = self.shape_env
+        self.shape_policy = shape_policy or ShapePolicy(ctx.dynamic, {}, {}, name)
+        self._duck: dict = {}
+        self._int_vts: dict = {}
+        self.symbol_reads: dict = {}
+        self.input_shapes: dict[str, tuple] = {}
+        self.input_strides: dict[str, tuple] = {}
         self.side_effects = SideEffects()
         state = per_thread.state  # the capturing thread's: the frame was called in it
         self.grad_enabled = state.grad_enabled
@@ -141,13 +167,70 @@ class OutputGraph:
                 self.mode.current_source, self.mode.current_source_text = (
                     self.current_tx.source_location()
                 )
-            proxy = self.mode.placeholder(self._placeholder_name(source), tensor)
+            name = source.name()
+            dims = self.shape_policy.dims_for(name, tensor, _is_module_state(source))
+            history = self.shape_policy.seen.get(name)
+            if history is not None and len(history) != tensor.ndim:
+                history = None
+            fake, bindings = (
+                symbolic_fake(
+                    self.shape_env,
+                    tensor,
+                    name,
+                    dims,
+                    self._duck,
+                    history,
+                    self.shape_policy.seen_strides.get(name),
+                )  # fmt: skip
+                if dims
+                else (None, [])
+            )
+            proxy = self.mode.placeholder(self._placeholder_name(source), tensor, fake)
             distinct = isinstance(source, LocalSource) or isinstance(source.root(), LocalSource)
-            self.guards.tensor_match(source, tensor, distinct=distinct)
+            self.guards.tensor_match(source, tensor, distinct=distinct, fake=fake,
+                                     bindings=bindings)  # fmt: skip
+            for d, symbol, first, kind in bindings:
+                if first and kind == "size":
+                    self.symbol_reads[symbol] = (source, "source", d)
+                elif kind == "stride":
+                    self.symbol_reads[symbol] = (source, "stride", d)
             self.inputs.append((source, tensor))
+            self.input_shapes[name] = tuple(tensor._shape)
+            self.input_strides[name] = tuple(tensor.stride())
             vt = TensorVariable(proxy, source, tensor)
         self._input_vts[id(tensor)] = vt
         self._proxy_vts[id(proxy)] = vt
+        return vt
+
+    def symbolic_int(self, value: int, source: Source):
+        """The variable of an int read from ``source`` whose value changed between calls (or
+        any int argument under ``dynamic=True``): a symbol the graph takes as an int input
+        (guarded on its type only), so a new value needs no recompile. None: bake it in."""
+        name = source.name()
+        if self.ctx.dynamic is False or value in (0, 1) or name in self.shape_policy.static_ints:
+            return None
+        if name not in self.changing_scalars and not (
+            self.ctx.dynamic is True and isinstance(source, LocalSource)
+        ):
+            return None
+        from ..runtime.sym_expr import INF
+        from .variables.base import ConstantVariable
+
+        vt = self._int_vts.get(source)
+        if vt is not None:
+            return vt
+        symbol = self.shape_env.create_symbol(value, name, lower=-INF)
+        symint = self.shape_env.symint(symbol)
+        if self.current_tx is not None:
+            self.mode.current_source, self.mode.current_source_text = (
+                self.current_tx.source_location()
+            )
+        self.mode.placeholder(self._placeholder_name(source), symint)
+        self.guards.symbolic_int(source, symbol)
+        self.inputs.append((source, value))
+        self.symbol_reads[symbol] = (source, "int", None)
+        vt = self._int_vts[source] = ConstantVariable(symint)
+        klog.log("recompiles", f"{self.name}: int {name} = {value} is symbolic ({symbol.name})")
         return vt
 
     def scalar_input(self, number, dtype):
@@ -193,7 +276,20 @@ class OutputGraph:
             return None
         vt = TensorVariable(proxy)
         self._proxy_vts[id(proxy)] = vt
+        self._note_unbacked(vt)
         return vt
+
+    def _note_unbacked(self, vt) -> None:
+        """A data-dependent size of a new tensor (``nonzero``'s rows) is read at run time from
+        that tensor (a graph output then), when the transformed code needs its value."""
+        for d, size in enumerate(vt.proxy._shape):
+            symbol = getattr(getattr(size, "expr", None), "as_symbol", lambda: None)()
+            if symbol is not None and symbol.unbacked and symbol not in self.symbol_reads:
+                self.symbol_reads[symbol] = (vt, "size", d)
+
+    def _location(self) -> str | None:
+        tx = self.current_tx
+        return tx.source_location()[0] if tx is not None else None
 
     def bind_proxy(self, proxy: Tensor, node) -> None:
         """Make ``proxy`` stand for ``node`` (for nodes the dynamo frontend records itself)."""

@@ -54,7 +54,7 @@ def resume_code(
     code = resumes.get(key)
     if code is not None:
         return code
-    bc = Bytecode.from_code(original, conserve_exception_block_stackdepth=True)
+    bc = bv.read_bytecode(original)
     jump_to = Label()
     body: list = []
     index = -1

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from bytecode import Instr
 
+from ..runtime.symbolic import GuardOnDataDependentError
 from . import bytecode_versions as bv
 from . import config
 from .bytecode_analysis import frame_code
@@ -125,7 +126,11 @@ class InstructionTranslatorBase:
         try:
             if fn is None:
                 raise unsupported("unsupported_bytecode", f"opcode {instr.name} is not supported")
-            fn(self, instr)
+            try:
+                with output.shape_env.user_code():
+                    fn(self, instr)
+            except GuardOnDataDependentError as e:
+                raise unsupported("unbacked_branch", str(e)) from None
         except Unsupported as e:
             if e.kind == "user_exception" and raise_into_handler(self, ip, e):
                 return

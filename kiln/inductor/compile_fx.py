@@ -9,11 +9,14 @@
 from __future__ import annotations
 
 import os
+import weakref
 
+from ..profiler import add_activation_listener
 from ..runtime import logs as klog
 from . import wrapper_runtime
 from .graph_lowering import GraphLowering
 from .scheduler import ScatterStep, schedule
+from .specialize import is_symbolic_graph, specializing
 
 __all__ = ["compile_graph", "inductor", "CompiledGraph"]
 
@@ -59,15 +62,46 @@ class CompiledGraph:
         self.inplace = plan_inplace(sched, mutations) if mutations else {}
         self.wrapper = generate_wrapper(sched, kernels, numpy_steps, self.inplace)
         self.source = self.wrapper.source
-        self._call = self.wrapper.call
+        self._plain = self.wrapper.call
+        self._steps = (kernels, numpy_steps)  # for the kernel-reporting wrapper, made when needed
+        self._profiled = None
+        self._call = self._plain
+        _LIVE_GRAPHS.add(self)
+        if _profiling[0]:
+            self.report_kernels(True)
 
     def __call__(self, *args):
         return self._call(*args)
+
+    def report_kernels(self, active: bool) -> None:
+        """Switch to (or back from) the wrapper that reports kernels to ``kiln.profiler``."""
+        if active and self._profiled is None:
+            from .codegen.wrapper import generate_wrapper
+
+            kernels, numpy_steps = self._steps
+            self._profiled = generate_wrapper(
+                self.schedule, kernels, numpy_steps, self.inplace, profiled=self._plain
+            ).call
+        self._call = self._profiled if active else self._plain
 
     @property
     def ir_text(self) -> str:
         """The kernels' LLVM IR ("" without LLVM kernels), for dumps."""
         return self._cpu_kernels.ir_text if self._cpu_kernels is not None else ""
+
+
+# live compiled graphs, switched to their kernel-reporting wrappers while a profile records
+_LIVE_GRAPHS: weakref.WeakSet = weakref.WeakSet()
+_profiling = [False]
+
+
+def _on_recording(active: bool) -> None:
+    _profiling[0] = active
+    for graph in list(_LIVE_GRAPHS):
+        graph.report_kernels(active)
+
+
+add_activation_listener(_on_recording)
 
 
 def _storage_elems(t) -> int:
@@ -99,6 +133,7 @@ def _numpy_step(step):
     return run
 
 
+@klog.compile_stage("inductor")
 def compile_graph(gm, example_inputs, options: dict | None = None) -> CompiledGraph:
     """Lower, schedule and generate code for one graph (see the module docstring)."""
     options = options or {}
@@ -307,8 +342,13 @@ def inductor(gm, example_inputs, options: dict | None = None):
 
     options = options or {}
 
-    def compiler(graph_module, examples):
+    def compile_static(graph_module, examples):
         return compile_graph(graph_module, examples, options)
+
+    def compiler(graph_module, examples):
+        if is_symbolic_graph(graph_module, examples):  # interim: see ``specialize.py``
+            return specializing(graph_module, examples, compile_static)
+        return compile_static(graph_module, examples)
 
     partition = default_partition if options.get("partitioner") == "default" else min_cut_partition
     return aot_module_simplified(

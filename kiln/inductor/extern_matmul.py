@@ -12,23 +12,17 @@ kernels' threads, claimed block by block in native code. One pool, no barrier in
 
 OpenBLAS's thread count is process-wide: it is lowered to 1 for the duration of a product and
 restored after (reference counted, so overlapping products from several Python threads restore
-it once), and OpenBLAS's idle workers are stopped rather than left spinning (``_BlasThreads``);
+it once), and OpenBLAS's idle workers are stopped rather than left spinning (``runtime/blas.py``);
 products too small to split run single-threaded through numpy. Without an ILP64 OpenBLAS that
 numpy exposes (another BLAS vendor), products run as numpy runs them.
 """
 
 from __future__ import annotations
 
-import ctypes
-import glob
-import os
-import sys
-import sysconfig
-import threading
-
 import numpy as np
 
 from ..runtime import flags
+from ..runtime.blas import BLAS
 
 __all__ = ["matmul_out", "matmul_batched_out", "matmul_16bit_out"]
 
@@ -39,140 +33,6 @@ PARTS_PER_THREAD = 2
 # split a product of at least this many multiply-adds (~40 us on one core): below, handing
 # blocks to another thread gains too little
 SPLIT_MACS = 1 << 21
-
-
-class _BlasThreads:
-    """Keep OpenBLAS single-threaded (and its idle workers stopped) while split products run.
-
-    The thread count is OpenBLAS's ``blas_cpu_number``, written directly: its setter function
-    re-creates the worker threads when raising the count back, and a new worker spins too.
-    After a multithreaded call (eager code's matmuls), OpenBLAS's workers spin ~100 ms waiting
-    for the next one — one of the two cores busy doing nothing while the compiled step runs.
-    Entering stops them (``blas_thread_shutdown_``, what OpenBLAS itself does around ``fork``);
-    OpenBLAS starts them again on its next multithreaded call. Only when every Python thread
-    is this one or a kernel thread (no other thread can be inside OpenBLAS then), and only
-    for an OpenBLAS with its own thread server (not OpenMP) recent enough to restart it lazily.
-    """
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.depth = 0
-        self.saved = 1
-        self.count = None  # ctypes int: blas_cpu_number
-        self.server = None  # ctypes int: blas_server_avail
-        self.shutdown = None
-        self.get = self.set = None
-        self.gemm = None  # (sgemm, dgemm) addresses of OpenBLAS's ILP64 cblas functions
-        self.loaded = False
-
-    def load(self) -> bool:
-        if not self.loaded:
-            self.loaded = True
-            libs = os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs")
-            for path in sorted(glob.glob(os.path.join(libs, "libscipy_openblas*.so*"))):
-                try:
-                    self._bind(ctypes.CDLL(path))
-                except (OSError, ValueError):
-                    continue
-                if self.get is not None or self.count is not None:
-                    break
-        return self.get is not None or self.count is not None
-
-    def _bind(self, lib) -> None:
-        for suffix in ("64_", ""):
-            get = getattr(lib, f"scipy_openblas_get_num_threads{suffix}", None)
-            put = getattr(lib, f"scipy_openblas_set_num_threads{suffix}", None)
-            if get is not None and put is not None:
-                put.argtypes = [ctypes.c_int]
-                put.restype = None
-                get.restype = ctypes.c_int
-                self.get, self.set = get, put
-                break
-        sgemm = getattr(lib, "scipy_cblas_sgemm64_", None)
-        dgemm = getattr(lib, "scipy_cblas_dgemm64_", None)
-        if sgemm is not None and dgemm is not None:  # 64-bit integer arguments (ILP64)
-            self.gemm = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (sgemm, dgemm))
-        try:
-            self.count = ctypes.c_int.in_dll(lib, "blas_cpu_number")
-        except ValueError:
-            self.count = None
-        try:
-            self.server = ctypes.c_int.in_dll(lib, "blas_server_avail")
-            shutdown = lib.blas_thread_shutdown_
-            if _threaded_server(lib):
-                shutdown.restype = ctypes.c_int
-                self.shutdown = shutdown
-        except (AttributeError, ValueError):
-            self.shutdown = None
-
-    def __enter__(self):
-        with self.lock:
-            if self.depth == 0:
-                if self.count is not None:
-                    self.saved = self.count.value
-                    self.count.value = 1
-                else:
-                    self.saved = self.get()
-                    if self.saved != 1:
-                        self.set(1)
-                if self.shutdown is not None and self.server.value and _only_kernel_threads():
-                    self.shutdown()
-            self.depth += 1
-
-    def __exit__(self, *exc):
-        with self.lock:
-            self.depth -= 1
-            if self.depth == 0 and self.saved != 1:
-                if self.count is not None:
-                    self.count.value = self.saved
-                else:
-                    self.set(self.saved)
-
-
-def _threaded_server(lib) -> bool:
-    """OpenBLAS with its pthreads server (``get_parallel() == 1``), 0.3.20 or newer."""
-    for suffix in ("64_", ""):
-        config = getattr(lib, f"scipy_openblas_get_config{suffix}", None)
-        parallel = getattr(lib, f"scipy_openblas_get_parallel{suffix}", None)
-        if config is not None and parallel is not None:
-            config.restype = ctypes.c_char_p
-            parallel.restype = ctypes.c_int
-            words = (config() or b"").decode(errors="replace").split()
-            try:
-                version = tuple(int(x) for x in words[1].split(".")[:3])
-            except (IndexError, ValueError):
-                return False
-            return parallel() == 1 and version >= (0, 3, 20)
-    return False
-
-
-_STDLIB = os.path.normcase(sysconfig.get_paths()["stdlib"])
-# where an idle thread of the standard library waits (a thread pool's worker waiting for work,
-# a condition, a queue, a selector): such a thread cannot be inside OpenBLAS
-_PARKED = frozenset(
-    {"_worker", "wait", "get", "select", "poll", "join", "_wait_for_tstate_lock", "acquire",
-     "accept", "recv", "recv_into", "readinto", "_handle_workers", "serve_forever", "run"}
-)  # fmt: skip
-
-
-def _only_kernel_threads() -> bool:
-    """Whether every other Python thread is a kernel thread or parked in the standard library
-    (a thread pool waiting for work, torch.compile's included): then none is inside OpenBLAS
-    and its workers may be stopped. A thread anywhere else counts as busy."""
-    me = threading.get_ident()
-    kernel = {t.ident for t in threading.enumerate() if t.name.startswith("kiln-kernel")}
-    for ident, frame in sys._current_frames().items():
-        if ident == me or ident in kernel:
-            continue
-        code = frame.f_code
-        if code.co_name not in _PARKED or not os.path.normcase(code.co_filename).startswith(
-            _STDLIB
-        ):
-            return False
-    return True
-
-
-_blas = _BlasThreads()
 
 
 def _threads() -> int:
@@ -267,20 +127,19 @@ def _parallel(out, a, b) -> bool:
         return False
     if a.dtype != out.dtype or b.dtype != out.dtype:
         return False
-    if out.size * a.shape[-1] < SPLIT_MACS or not _blas.load() or not _blas.gemm:
+    if out.size * a.shape[-1] < SPLIT_MACS or not BLAS.load() or not BLAS.gemm:
         return False
-    from .codegen import cpu
-    from .codegen.cpu_pool import DGEMM, SGEMM, Pool
+    from .codegen.cpu_pool import DGEMM, SGEMM, Pool, thread_pool
 
-    pool = cpu.thread_pool()
+    pool = thread_pool()
     if not pool.parallel:
         return False
     table = _gemm_table(out, a, b, threads * PARTS_PER_THREAD)
     if table is None or len(table) < 2:
         return False
     single = out.dtype == np.float32
-    job = Pool.gemm_job(SGEMM if single else DGEMM, _blas.gemm[0 if single else 1], table)
-    with _blas:
+    job = Pool.gemm_job(SGEMM if single else DGEMM, BLAS.gemm[0 if single else 1], table)
+    with BLAS:
         pool.run_job(job)
     return True
 
@@ -291,8 +150,8 @@ def matmul_out(out, a, b) -> None:
     machine wait milliseconds at the barrier for it."""
     if _parallel(out, a, b):
         return
-    if out.dtype.kind == "f" and out.size and _blas.load():
-        with _blas:
+    if out.dtype.kind == "f" and out.size and BLAS.load():
+        with BLAS:
             np.matmul(a, b, out=out)
     else:
         np.matmul(a, b, out=out)

@@ -23,6 +23,7 @@ from ..runtime.dtypes import dtype as DType
 from .graph import Graph
 from .node import Node
 from .printing import describe_val, short_source
+from .sym_nodes import SYM_METHODS
 
 __all__ = ["PythonCode", "generate_code"]
 
@@ -37,6 +38,12 @@ class PythonCode:
 
 
 _EMPTY = inspect.Parameter.empty
+# size arithmetic (``s0 * 4``) is written as Python writes it
+_INFIX = {
+    operator.add: "+", operator.sub: "-", operator.mul: "*", operator.floordiv: "//",
+    operator.mod: "%", operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=",
+    operator.gt: ">", operator.ge: ">=",
+}  # fmt: skip
 _KW_ONLY = inspect.Parameter.KEYWORD_ONLY
 
 
@@ -116,6 +123,12 @@ class _Emitter:
         target, args, kwargs = node.target, node.args, node.kwargs
         if target is operator.getitem and len(args) == 2 and not kwargs:
             return f"{self.value(args[0])}[{self.value(args[1])}]"
+        if not kwargs and target in _INFIX and len(args) == 2:
+            return f"{self.value(args[0])} {_INFIX[target]} {self.value(args[1])}"
+        method = SYM_METHODS.get(target) if not kwargs else None
+        if method is not None:
+            rest = ", ".join(self.value(a) for a in args[1:])
+            return f"{self.value(args[0])}.{method}({rest})"
         if isinstance(target, Op) and not kwargs and len(args) == len(target.param_names):
             return self._op_call(target, args)
         parts = [self.value(a) for a in args]

@@ -10,6 +10,7 @@ import os
 import sys
 from typing import Any
 
+from ..runtime.symbolic import statically_known_true
 from ..runtime.tensor import Tensor, contiguous_strides
 from .node import Node, format_target
 
@@ -39,7 +40,7 @@ def describe_val(val: Any, with_stride: bool = False) -> str:
     if isinstance(val, Tensor):
         shape = ", ".join(str(s) for s in val._shape)
         text = f"{_dtype_abbrev(val)}[{shape}]"
-        if with_stride and val.stride() != contiguous_strides(val._shape):
+        if with_stride and not _same(val.stride(), contiguous_strides(val._shape)):
             text += f" stride={tuple(val.stride())}"
         return text
     if isinstance(val, (tuple, list)):
@@ -47,6 +48,11 @@ def describe_val(val: Any, with_stride: bool = False) -> str:
         return f"({inner})" if isinstance(val, tuple) else f"[{inner}]"
     text = repr(val)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    """Equal for every value of the symbols in them (printing records no guards)."""
+    return len(a) == len(b) and all(statically_known_true("==", x, y) for x, y in zip(a, b))
 
 
 def short_source(source: str) -> str:

@@ -31,11 +31,15 @@ from ..autograd.grad_mode import set_grad_enabled_node
 from ..ops.dispatch import DispatchMode, dispatch
 from ..ops.fake import FakeTensorMode, to_fake
 from ..ops.registry import OPS, Op
+from ..runtime import symbolic
+from ..runtime.sym_expr import Expr, FloorDiv, Max, Min, Mod, Symbol
+from ..runtime.symbolic import SymInt
 from ..runtime.tensor import Tensor, make_fake
 from .graph import Graph
 from .graph_module import GraphModule
 from .node import Node, map_aggregate, register_side_effect
 from .source import user_source
+from .sym_nodes import assert_sym_range, sym_size, sym_stride
 
 __all__ = ["TracingMode", "trace"]
 
@@ -78,13 +82,18 @@ def _inplace_as_functional(op: Op) -> Callable:
     return decomposition
 
 
+_ATOM_OPS = {FloorDiv: operator.floordiv, Mod: operator.mod, Max: symbolic.sym_max,
+             Min: symbolic.sym_min}  # fmt: skip
+
+
 def _meta_value(t: Tensor) -> Tensor:
     """A detached, data-less record of ``t``'s metadata for ``node.meta["val"]``."""
     return make_fake(t._shape, t._dtype, t._device, t.stride(), t.storage_offset())
 
 
 def _alias_key(t: Tensor) -> tuple:
-    return (id(t._get_storage()), t._shape, t.stride(), t.storage_offset(), t._dtype)
+    layout = symbolic.hashable((t._shape, t.stride(), t.storage_offset()))
+    return (id(t._get_storage()), layout, t._dtype)
 
 
 class TracingMode(DispatchMode):
@@ -107,20 +116,35 @@ class TracingMode(DispatchMode):
         self._fake_mode = FakeTensorMode()
         # outputs of the last op: autograd gives them their grad_fn after the mode returns
         self._new_outputs: list[tuple[Tensor, Node]] = []
+        # symbolic sizes: the env of the SymInts this trace meets (set by the capture frontend,
+        # or taken from the first symbolic input), how each symbol is read in this graph
+        # (a node and a ``(kind, dim)``) and the node already computing each expression
+        self.shape_env = None
+        self._symbol_defs: dict[Symbol, tuple] = {}
+        self._expr_nodes: dict[Expr, Node] = {}
 
     # ---------------------------------------------------------------- building blocks
-    def placeholder(self, name: str, example: Any) -> Any:
-        """A graph input. A tensor example gives a bound proxy (requires_grad copied);
-        any other value is returned as is (the graph is specialized to it)."""
+    def placeholder(self, name: str, example: Any, fake: Tensor | None = None) -> Any:
+        """A graph input. A tensor example gives a bound proxy (requires_grad copied), laid
+        out like ``fake`` when given (a fake with symbolic sizes); a SymInt stands for an int
+        input; any other value is returned as is (the graph is specialized to it)."""
         node = self.graph.placeholder(name)
         if self.current_source is not None:
             self._set_source(node)
         if isinstance(example, Tensor):
-            proxy = to_fake(example)
+            proxy = to_fake(fake if fake is not None else example)
+            if fake is not None:
+                proxy._requires_grad = example._requires_grad
             node.meta["val"] = to_fake(proxy)
             self._bind(proxy, node)
+            self._define_symbols(node, proxy)
             return proxy
         node.meta["val"] = example
+        if example.__class__ is SymInt:
+            self._use_env(example.env)
+            symbol = example.expr.as_symbol()
+            if symbol is not None and symbol not in self._symbol_defs:
+                self._symbol_defs[symbol] = (node, "value", None)
         return example
 
     def bind_attribute(self, qualified_name: str, tensor: Tensor) -> None:
@@ -146,7 +170,7 @@ class TracingMode(DispatchMode):
     def output(self, value: Any) -> Node:
         """The output node: nested tuples/lists/dicts of proxies, real tensors and constants."""
         self._tag_grad_fns()
-        args = map_aggregate(value, lambda v: self.node_of(v) if isinstance(v, Tensor) else v)
+        args = map_aggregate(value, self.graph_arg)
         node = self.graph.output(args)
         node.meta["val"] = map_aggregate(
             value, lambda v: _meta_value(v) if isinstance(v, Tensor) else v
@@ -172,11 +196,15 @@ class TracingMode(DispatchMode):
 
     def dispatch(self, op: Op, args: tuple) -> Any:
         self._tag_grad_fns()
+        self.record_asserts()  # checks made by code between ops (``kiln._check``) come first
         fn = self._decomposition_for(op)
         if fn is not None:
-            return fn(*args)
+            if self.shape_env is None:
+                return fn(*args)
+            with self.shape_env.size_oblivious():  # library code (see ShapeEnv.size_oblivious)
+                return fn(*args)
         out = self._run_meta(op, args)
-        graph_args = map_aggregate(args, lambda a: self.node_of(a) if isinstance(a, Tensor) else a)
+        graph_args = map_aggregate(args, self.graph_arg)
         node = self.graph.call_function(op, graph_args)
         self._set_source(node)
         if isinstance(out, (tuple, list)):
@@ -188,11 +216,164 @@ class TracingMode(DispatchMode):
                     part = self.graph.call_function(operator.getitem, (node, i))
                     part.meta.update(node.meta, val=node.meta["val"][i])
                     self._bind(o, part)
+                    self._define_symbols(part, o)
         else:
             node.meta["val"] = _meta_value(out) if isinstance(out, Tensor) else out
             if isinstance(out, Tensor):
                 self._bind(out, node)
+                self._define_symbols(node, out)
+            elif out.__class__ is SymInt:  # a value the graph computes (``.item()``)
+                symbol = out.expr.as_symbol()
+                if symbol is not None:
+                    self._symbol_defs.setdefault(symbol, (node, "value", None))
+        self.record_asserts()
         return out
+
+    # ---------------------------------------------------------------- symbolic sizes
+    def graph_arg(self, value: Any) -> Any:
+        """What a graph node's argument is for ``value``: tensors become their nodes, symbolic
+        sizes the nodes computing them, anything else stays itself."""
+        if isinstance(value, Tensor):
+            return self.node_of(value)
+        if value.__class__ is SymInt:
+            return self.sym_node(value)
+        return value
+
+    def sym_node(self, value: SymInt) -> Node | int:
+        """The node computing ``value`` from this graph's inputs (made on first use)."""
+        self._use_env(value.env)
+        return self._expr_node(value.expr)
+
+    def symbol_definitions(self) -> dict:
+        """``{symbol: (node, kind, dim)}``: how this graph reads each symbolic size (``kind``
+        "size"/"stride" of ``node``'s value at ``dim``, or "value": the node's own)."""
+        return dict(self._symbol_defs)
+
+    def rebind_unbacked(self, value: Any, original: Any) -> Any:
+        """``value`` (an op's result here) with the data-dependent sizes ``original`` (the same
+        op's result in an earlier trace) had: retracing a graph keeps its unbacked symbols."""
+        mapping: dict = {}
+        _unbacked_pairs(value, original, mapping)
+        if not mapping:
+            return value
+        # the op that computes a size defines it here (not a tangent placeholder laid out
+        # with it, which only the backward has)
+        for symbol in mapping.values():
+            self._symbol_defs.pop(symbol.expr.as_symbol(), None)
+        if value.__class__ is SymInt:
+            node = self._expr_nodes.get(value.expr) or self._symbol_node(value.expr.as_symbol())
+            self._symbol_defs[original.expr.as_symbol()] = (node, "value", None)
+            return original
+        for t in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(t, Tensor):
+                t._shape = tuple(_renamed(v, mapping) for v in t._shape)
+                t._stride = tuple(_renamed(v, mapping) for v in t._stride)
+                node = self.node_of(t)
+                self._bind(t, node)
+                node.meta["val"] = _meta_value(t)
+                self._define_symbols(node, t)
+        return value
+
+    def define_symbol(self, symbol: Symbol, node: Node) -> None:
+        """``node``'s value is ``symbol`` (an unbacked ``.item()``, read by the frontend)."""
+        self._symbol_defs.setdefault(symbol, (node, "value", None))
+
+    def record_asserts(self) -> None:
+        """Run-time checks the last op's meta asked for on unbacked sizes (``u0 >= 0``)."""
+        env = self.shape_env
+        if env is None or not env.pending_asserts:
+            return
+        pending, env.pending_asserts = env.pending_asserts, []
+        for item in pending:
+            guard = item.guard
+            diff = guard.lhs - guard.rhs
+            lower, upper = {
+                ">=": (0, None),
+                ">": (1, None),
+                "<=": (None, 0),
+                "<": (None, -1),
+                "==": (0, 0),
+            }.get(guard.op, (None, None))
+            if lower is None and upper is None:
+                continue
+            value = self._expr_node(diff)
+            if not isinstance(value, Node):
+                continue
+            node = self.graph.call_function(assert_sym_range, (value, lower, upper, item.message))
+            node.meta["val"] = None
+            self._set_source(node)
+
+    def _use_env(self, env) -> None:
+        if self.shape_env is None:
+            self.shape_env = env
+
+    def _define_symbols(self, node: Node, t: Tensor) -> None:
+        """Remember how to read each symbol that is a whole size (or stride) of ``t``."""
+        defs = self._symbol_defs
+        for kind, values in (("size", t._shape), ("stride", t._stride or ())):
+            for d, v in enumerate(values):
+                if v.__class__ is SymInt:
+                    self._use_env(v.env)
+                    symbol = v.expr.as_symbol()
+                    if symbol is not None and symbol not in defs:
+                        defs[symbol] = (node, kind, d)
+
+    def _expr_node(self, expr: Expr) -> Node | int:
+        if not expr.terms:
+            return expr.const
+        node = self._expr_nodes.get(expr)
+        if node is not None and not node._erased:
+            return node
+        symbol = expr.as_symbol()
+        if symbol is not None:
+            node = self._symbol_node(symbol)
+        else:
+            node = None
+            for monomial, coeff in sorted(expr.terms.items(), key=lambda t: t[0]):
+                term = None
+                for atom in monomial:
+                    part = self._atom_node(atom)
+                    term = part if term is None else self._sym_call(operator.mul, term, part)
+                if coeff != 1:
+                    term = self._sym_call(operator.mul, term, coeff)
+                node = term if node is None else self._sym_call(operator.add, node, term)
+            if expr.const:
+                node = self._sym_call(operator.add, node, expr.const)
+        self._expr_nodes[expr] = node
+        return node
+
+    def _atom_node(self, atom) -> Node | int:
+        if atom.__class__ is Symbol:
+            return self._expr_node(Expr({(atom,): 1}, 0))
+        a, b = self._expr_node(atom.a), self._expr_node(atom.b)
+        return self._sym_call(_ATOM_OPS[atom.__class__], a, b)
+
+    def _symbol_node(self, symbol: Symbol) -> Node:
+        entry = self._symbol_defs.get(symbol)
+        if entry is None:
+            raise RuntimeError(
+                f"internal error: size symbol {symbol.name} ({symbol.origin}) is not read by "
+                "any value of this graph"
+            )
+        node, kind, dim = entry
+        if kind == "value":
+            return node
+        fn = sym_size if kind == "size" else sym_stride
+        out = self.graph.call_function(fn, (node, dim))
+        out.meta["val"] = self.shape_env.symint(symbol) if self.shape_env else None
+        self._set_source(out)
+        return out
+
+    def _sym_call(self, fn, a, b) -> Node:
+        node = self.graph.call_function(fn, (a, b))
+        va, vb = (x.meta["val"] if isinstance(x, Node) else x for x in (a, b))
+        try:
+            with self.shape_env.suppress_guards():
+                node.meta["val"] = fn(va, vb)
+        except Exception:
+            node.meta["val"] = None
+        self._set_source(node)
+        return node
 
     # ---------------------------------------------------------------- internals
     def _decomposition_for(self, op: Op) -> Callable | None:
@@ -212,8 +393,15 @@ class TracingMode(DispatchMode):
     def _run_meta(self, op: Op, args: tuple) -> Any:
         """The result's metadata from the op's meta function (or, without one, from its
         decomposition's parts run on shapes only: the op itself is still recorded whole)."""
-        with self._fake_mode:
-            return self._fake_mode.dispatch(op, args)
+        env = self.shape_env
+        if env is None:  # data-dependent ops make unbacked sizes in it
+            env = self.shape_env = symbolic.ShapeEnv()
+        symbolic.env_stack.append(env)
+        try:
+            with self._fake_mode, env.size_oblivious():
+                return self._fake_mode.dispatch(op, args)
+        finally:
+            symbolic.env_stack.pop()
 
     def _bind(self, tensor: Tensor, node: Node) -> None:
         self._nodes[id(tensor)] = (tensor, node)
@@ -255,6 +443,28 @@ class TracingMode(DispatchMode):
             node.meta["source"] = source
             if text:
                 node.meta["source_text"] = text
+
+
+def _unbacked_pairs(value: Any, original: Any, mapping: dict) -> None:
+    """Collect ``new symbol -> original SymInt`` for unbacked sizes at matching positions."""
+    if value.__class__ is SymInt and original.__class__ is SymInt:
+        new, old = value.expr.as_symbol(), original.expr.as_symbol()
+        if new is not None and old is not None and new is not old and new.unbacked:
+            mapping[new] = original
+    elif isinstance(value, Tensor) and isinstance(original, Tensor):
+        if len(value._shape) == len(original._shape):
+            for a, b in zip(value._shape, original._shape):
+                _unbacked_pairs(a, b, mapping)
+    elif isinstance(value, (tuple, list)) and isinstance(original, (tuple, list)):
+        for a, b in zip(value, original):
+            _unbacked_pairs(a, b, mapping)
+
+
+def _renamed(v: Any, mapping: dict) -> Any:
+    if v.__class__ is not SymInt or not any(s in mapping for s in v.expr.symbols()):
+        return v
+    expr = v.expr.subs({s: m.expr for s, m in mapping.items()})
+    return SymInt(expr, v.hint, v.env) if expr.terms else expr.const
 
 
 def _input_names(fn: Callable, count: int) -> list[str]:

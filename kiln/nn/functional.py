@@ -4,8 +4,9 @@ Each function parses PyTorch's arguments (ints or tuples, legacy ``size_average`
 unbatched inputs, ``inplace=``) and calls one op or a short composition of ops; the math lives
 in ``kiln.ops`` (``nn_ops``, ``normalization``, ``loss``, ``conv``...). Signatures match
 ``torch.nn.functional``. The functions are written in ``kiln.nn._functional``, one module per
-family (activations, distances, normalization, dropout, layers, convolution, pooling,
-resampling, losses); importing this module also registers their ``kiln.<name>`` forms.
+family (activations, distances, normalization, dropout, layers, embedding_bag, convolution,
+pooling, resampling, losses, linear_cross_entropy); importing this module also registers their
+``kiln.<name>`` forms.
 """
 
 from __future__ import annotations
@@ -74,8 +75,7 @@ from ._functional.dropout import (
     dropout3d,
     feature_alpha_dropout,
 )
-from ._functional.extra import *  # noqa: F403  (embedding_bag, fractional pooling)
-from ._functional.extra import __all__ as _extra_all
+from ._functional.embedding_bag import embedding_bag
 from ._functional.grid import affine_grid, grid_sample
 from ._functional.layers import (
     bilinear,
@@ -85,6 +85,7 @@ from ._functional.layers import (
     pad,
     scaled_dot_product_attention,
 )
+from ._functional.linear_cross_entropy import linear_cross_entropy
 from ._functional.losses import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
@@ -97,6 +98,8 @@ from ._functional.losses import (
     l1_loss,
     margin_ranking_loss,
     mse_loss,
+    multi_margin_loss,
+    multilabel_margin_loss,
     multilabel_soft_margin_loss,
     nll_loss,
     poisson_nll_loss,
@@ -104,11 +107,6 @@ from ._functional.losses import (
     soft_margin_loss,
     triplet_margin_loss,
     triplet_margin_with_distance_loss,
-)
-from ._functional.losses_extra import (
-    linear_cross_entropy,
-    multi_margin_loss,
-    multilabel_margin_loss,
 )
 from ._functional.normalization import (
     batch_norm,
@@ -131,6 +129,10 @@ from ._functional.pooling import (
     avg_pool1d,
     avg_pool2d,
     avg_pool3d,
+    fractional_max_pool2d,
+    fractional_max_pool2d_with_indices,
+    fractional_max_pool3d,
+    fractional_max_pool3d_with_indices,
     lp_pool1d,
     lp_pool2d,
     lp_pool3d,
@@ -147,6 +149,7 @@ from ._functional.pooling import (
 from ._functional.resampling import (
     channel_shuffle,
     interpolate,
+    native_channel_shuffle,
     pixel_shuffle,
     pixel_unshuffle,
     upsample,
@@ -193,8 +196,13 @@ __all__ = [
     "elu",
     "elu_",
     "embedding",
+    "embedding_bag",
     "feature_alpha_dropout",
     "fold",
+    "fractional_max_pool2d",
+    "fractional_max_pool2d_with_indices",
+    "fractional_max_pool3d",
+    "fractional_max_pool3d_with_indices",
     "gaussian_nll_loss",
     "gelu",
     "glu",
@@ -239,6 +247,7 @@ __all__ = [
     "multi_margin_loss",
     "multilabel_margin_loss",
     "multilabel_soft_margin_loss",
+    "native_channel_shuffle",
     "nll_loss",
     "normalize",
     "one_hot",
@@ -278,4 +287,3 @@ __all__ = [
     "upsample_bilinear",
     "upsample_nearest",
 ]
-__all__ += _extra_all

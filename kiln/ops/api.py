@@ -19,6 +19,7 @@ from ..runtime.memory_format import (
     preserve_format,
     preserved_strides,
 )
+from ..runtime.symbolic import SymInt, as_int
 from ..runtime.tensor import Size, Tensor, contiguous_strides, make_fake, wrap_array
 from .common import checked_scalar, writes_out
 from .creation import check_size, logspace_values
@@ -77,7 +78,10 @@ def _size(args, fn: str = "zeros") -> tuple:
                 f"{fn}(): argument 'size' failed to unpack the object at pos {i + 1} with error "
                 f'"type must be tuple of ints,but got {type(s).__name__}"'
             )
-        value = s.__index__()
+        value = as_int(s)
+        if value.__class__ is SymInt:
+            out.append(value)
+            continue
         if not -(2**63) <= value < 2**63:  # PyTorch's parser reads sizes as int64
             raise TypeError(
                 f"{fn}(): argument 'size' failed to unpack the object at pos {i + 1} with error "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import dtypes as dt
+from ..runtime.symbolic import as_int
 from .common import Tensor, TensorList, fake, wrap, wrap_dim, writes_out
 from .registry import OPS, defop, tensor_method, torch_function
 from .shape import narrow, tensor_args
@@ -211,7 +212,7 @@ def split_with_sizes(input: Tensor, split_sizes, dim: int = 0) -> tuple:
     if input.ndim == 0:
         raise RuntimeError("split expects at least a 1-dimensional tensor")
     d = wrap_dim(dim, input.ndim)
-    sizes = [int(s) for s in split_sizes]
+    sizes = [as_int(s) for s in split_sizes]
     size = input.shape[d]
     if any(s < 0 for s in sizes):
         raise RuntimeError(
@@ -290,7 +291,7 @@ def tensor_split(
         )
     d = wrap_dim(dim, input.ndim)
     if isinstance(spec, (list, tuple)):
-        bounds = [0] + [int(i) for i in spec]
+        bounds = [0] + [as_int(i) for i in spec]
         return tuple(
             OPS["slice"](input, d, lo, hi, 1) for lo, hi in zip(bounds, bounds[1:] + [None])
         )

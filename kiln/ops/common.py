@@ -11,6 +11,13 @@ from ..runtime import dtypes as dt
 from ..runtime.device import device as _device
 from ..runtime.random import Generator
 from ..runtime.storage import empty_array
+from ..runtime.symbolic import (
+    SymInt,
+    known_same_shape,
+    same_shape,
+    size_or_one,
+    statically_known_true,
+)
 from ..runtime.tensor import Tensor, contiguous_strides, make_fake, wrap_array
 from .registry import OPS
 
@@ -52,7 +59,7 @@ _np_generic = np.generic
 
 
 def is_scalar(x) -> bool:
-    return isinstance(x, (bool, int, float, complex, np.generic))
+    return isinstance(x, (bool, int, float, complex, np.generic, SymInt))
 
 
 def result_dtype(*operands) -> dt.dtype:
@@ -96,7 +103,7 @@ def compute_np_dtype(d: dt.dtype):
 
 def broadcast_shapes(*shapes) -> tuple:
     ndim = max((len(s) for s in shapes), default=0)
-    out = [1] * ndim
+    out = [None] * ndim  # None: no operand has this dim yet
     for s in shapes:
         off = ndim - len(s)
         # right to left, naming the output dim, so the message is PyTorch's word for word
@@ -104,16 +111,29 @@ def broadcast_shapes(*shapes) -> tuple:
             size = s[i]
             j = off + i
             cur = out[j]
-            if size == cur or size == 1:
+            if cur is None:
+                out[j] = size
+                continue
+            # a symbolic size is compared with 1 only against a different, non-1 size
+            if size is cur or statically_known_true("==", size, cur):
+                continue
+            if size.__class__ is int and size == 1:
+                continue
+            if cur.__class__ is int and cur == 1:
+                out[j] = size
+                continue
+            if size == 1:
                 continue
             if cur == 1:
                 out[j] = size
+            elif size == cur:
+                continue
             else:
                 raise RuntimeError(
                     f"The size of tensor a ({cur}) must match the size of tensor b ({size}) at "
                     f"non-singleton dimension {j}"
                 )
-    return tuple(out)
+    return tuple(1 if v is None else v for v in out)
 
 
 def wrap_dim(dim: int, ndim: int) -> int:
@@ -161,15 +181,17 @@ def dense_strides_like(shape: tuple, like_stride: tuple | None) -> tuple:
     acc = 1
     for i in reversed(order):
         strides[i] = acc
-        acc *= max(shape[i], 1)
+        acc *= size_or_one(shape[i])
     return tuple(strides)
 
 
 def output_layout_source(shape: tuple, operands) -> tuple | None:
     """The strides of the first operand with the full output shape, when it is not contiguous."""
     for o in operands:
-        if isinstance(o, Tensor) and o._shape == shape and shape:
+        if isinstance(o, Tensor) and shape and known_same_shape(o._shape, shape):
             st = o.stride()
+            if all(statically_known_true(">", a, b) for a, b in zip(st, st[1:])):
+                return None  # dims in row-major order: the dense layout is the contiguous one
             if st != contiguous_strides(shape) and 0 not in st:
                 return st
             return None
@@ -296,7 +318,7 @@ def writes_out(fn):
         if "device" in params and kwargs.get("device") is None:
             kwargs["device"] = out._device
         result = fn(*args, **kwargs)
-        if out._shape != result._shape:
+        if not same_shape(out._shape, result._shape):
             out.resize_(result._shape)
         OPS["copy_"](out, result)
         return out

@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ..runtime import blas
 from ..runtime import dtypes as dt
 from ..runtime.storage import empty_array
 from .api import tensor
@@ -189,7 +190,7 @@ def _conv_forward_np(a, w, stride, padding, dilation, groups, out_spatial):
     cols = cols.reshape(groups, n, cg * p_k, p_out)
     wmat = w.reshape(groups, 1, og, cg * p_k)
     out = empty_array((groups, n, og, p_out), np.result_type(wmat, cols))
-    np.matmul(wmat, cols, out=out)  # (G, N, Og, P)
+    blas.matmul(wmat, cols, out=out)  # (G, N, Og, P)
     if groups == 1:
         return out.reshape((n, og) + tuple(out_spatial))
     return np.ascontiguousarray(out.transpose(1, 0, 2, 3)).reshape(
@@ -223,7 +224,7 @@ def _conv_transpose_np(a, w, stride, padding, dilation, groups, out_spatial):
         p_in, p_k = math.prod(in_spatial), math.prod(kernel)
         wmat = w.reshape(groups, cg, og * p_k).transpose(0, 2, 1)[:, None]
         xs = a.reshape(n, groups, cg, p_in).transpose(1, 0, 2, 3)
-        cols = np.matmul(wmat, xs).reshape((groups, n, og) + tuple(kernel) + tuple(in_spatial))
+        cols = blas.matmul(wmat, xs).reshape((groups, n, og) + tuple(kernel) + tuple(in_spatial))
         cols = cols.transpose((1, 0, 2) + tuple(range(3, 3 + 2 * k)))
         for offset in _kernel_offsets(kernel):
             target = (Ellipsis,) + _offset_slices(offset, in_spatial, stride, dilation)

@@ -18,6 +18,7 @@ from ..runtime import random as rng
 from ..runtime.device import as_device, cpu, meta
 from ..runtime.memory_format import contiguous_format, preserve_format, preserved_strides
 from ..runtime.storage import empty_array, writable_target
+from ..runtime.symbolic import SymInt, as_int, has_symbols, is_negative, sym_int
 from ..runtime.tensor import contiguous_strides, make_fake, wrap_array
 from .common import (
     Device,
@@ -50,13 +51,17 @@ _STORAGE_MAX = 2**63 - 1  # PyTorch's largest storage, in bytes
 
 
 def check_size(size, dtype: dt.dtype | None = None) -> tuple:
-    """The size as a tuple of ints, refused (as PyTorch does, before allocating anything) when a
-    dimension is negative or when the storage for ``dtype`` would need more than 2**63 - 1
-    bytes: numpy would fail with a ValueError or try to allocate exabytes."""
-    size = tuple(int(s) for s in size)
+    """The size as a tuple of ints (symbolic sizes stay SymInts), refused (as PyTorch does,
+    before allocating anything) when a dimension is negative or when the storage for ``dtype``
+    would need more than 2**63 - 1 bytes: numpy would fail with a ValueError or try to allocate
+    exabytes. Symbolic sizes skip the storage check (it would become a guard; their values come
+    from tensors that exist)."""
+    size = tuple(as_int(s) for s in size)
     for s in size:
-        if s < 0:
+        if is_negative(s):
             raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {list(size)}")
+    if has_symbols(size):
+        return size
     if dtype is not None and math.prod(size) * dtype.itemsize > _STORAGE_MAX:
         raise RuntimeError(f"Storage size calculation overflowed with sizes={list(size)}")
     return size
@@ -64,6 +69,8 @@ def check_size(size, dtype: dt.dtype | None = None) -> tuple:
 
 def _check_strided_size(size, stride, dtype: dt.dtype) -> tuple:
     size = check_size(size)
+    if has_symbols(size) or has_symbols(stride):
+        return size
     extent = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
     if extent * dtype.itemsize > _STORAGE_MAX:
         raise RuntimeError(
@@ -224,8 +231,11 @@ def _arange_geometry(start, end, step, dtype):
         dtype = dt.int64 if integral else dt.get_default_dtype()
     if dtype is dt.bool_:
         raise NotImplementedError("\"arange_cpu\" not implemented for 'Bool'")
-    if dtype is dt.int64:  # PyTorch truncates the bounds and step first, then counts exactly
-        start, end, step = int(start), int(end), int(step)
+    integral = all(isinstance(v, numbers.Integral) for v in vals)
+    if dtype is dt.int64 or integral:
+        # PyTorch truncates the bounds and step first, then counts exactly (for int bounds
+        # that is the count the doubles give too; sizes computed so stay symbolic)
+        start, end, step = sym_int(start), sym_int(end), sym_int(step)
         if step == 0:
             raise ValueError("step must be nonzero")
         sign = 1 if step > 0 else -1
@@ -236,8 +246,8 @@ def _arange_geometry(start, end, step, dtype):
     if n < 0 or (step > 0 and start > end) or (step < 0 and start < end):
         raise RuntimeError("upper bound and lower bound inconsistent with step sign")
     if dtype.category < 2:
-        start, step = int(start), int(step)
-    return start, end, step, dtype, max(int(n), 0)
+        start, step = sym_int(start), sym_int(step)
+    return start, end, step, dtype, n if n.__class__ is SymInt else max(int(n), 0)
 
 
 @arange.register_kernel

@@ -2,6 +2,8 @@
 
 Order of concerns, outermost first:
 0. autocast: inside ``kiln.autocast``, an op with a cast policy gets its inputs cast first;
+   profiling: while ``kiln.profiler.profile`` records in this thread, the call is timed (with
+   its shapes) around the rest of dispatch, and the recorder calls back with ``recorded=True``;
 1. composite ops (no kernel of their own) run their decomposition, unless a mode wants them whole;
 2. autograd: if grad mode is on and an input requires grad, run the op below autograd and record
    an ``OpBackward`` node on the outputs (in-place ops rebase history; see ``_inplace_autograd``);
@@ -25,11 +27,13 @@ from .common import zero_grad
 __all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "CopySlices"]
 
 
-def dispatch(op, args: tuple):
+def dispatch(op, args: tuple, recorded: bool = False):
     state = per_thread.state  # this thread's grad mode, modes and autocast: read once
     autocast = state.autocast
     if autocast is not None and op.name in autocast.policies:
         return autocast.run(op, args)  # casts the arguments, then dispatches again
+    if state.profiler is not None and not recorded:  # off: this one check is all it costs
+        return state.profiler.record_op(op, args)
     modes = state.mode_stack
     if op.kernel is None and op.decomposition is not None:
         if not (modes and modes[-1].wants(op)) or _needs_composite_autograd(op, args, state):
@@ -235,9 +239,11 @@ def view_replay(view: Tensor, source: Tensor | None = None):
         t = args[0]
     chain.reverse()
 
-    def replay(x: Tensor) -> Tensor:
+    def replay(x: Tensor, resolve=None) -> Tensor:
+        """``resolve``: maps the recorded arguments to this call's (symbolic sizes to ints)."""
         for op, args in chain:
-            out = dispatch(op, (x,) + tuple(args[1:]))
+            rest = tuple(args[1:]) if resolve is None else resolve(tuple(args[1:]))
+            out = dispatch(op, (x,) + rest)
             x = out if not isinstance(out, (tuple, list)) else out[_index_in(op, args)]
         return x
 

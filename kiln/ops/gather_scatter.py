@@ -13,6 +13,7 @@ import numpy as np
 
 from ..autograd.graph import SavedMeta
 from ..runtime import dtypes as dt
+from ..runtime.symbolic import known_same_shape
 from .common import Tensor, TensorOrScalar, fake, scalar_value, wrap
 from .common import wrap_dim as _wrap_dim
 from .registry import OPS, defop, tensor_method, torch_function
@@ -154,7 +155,7 @@ def _src_values(src, shape, dtype):
 def _pad_to(g: Tensor, shape) -> Tensor:
     """Zero-pad a gradient for the covered part of ``src`` back to ``src``'s shape."""
     shape = tuple(shape)
-    if tuple(g.shape) == shape:
+    if known_same_shape(g._shape, shape):
         return g
     if not shape:
         return g.reshape(())

@@ -15,6 +15,8 @@ import numpy as np
 
 from ..runtime import dtypes as dt
 from ..runtime.storage import writable_target
+from ..runtime.sym_expr import INF
+from ..runtime.symbolic import SymInt, active_env, known_same_shape, same_shape
 from .common import Tensor, broadcast_shapes, fake, wrap
 from .registry import OPS, defop, tensor_method, torch_function
 from .views import expand_shape
@@ -26,6 +28,16 @@ _MASK_DTYPES = (dt.bool_, dt.uint8)
 
 class DataDependentOutputError(RuntimeError):
     """An op whose output shape depends on tensor values was asked for its shape without data."""
+
+
+def data_dependent_size(what: str, upper=None):
+    """The size of a data-dependent output while capturing: a fresh *unbacked* symbol (its value
+    is only known when the graph runs), at most ``upper`` when known; without a capture, the
+    shape cannot be known at all (``DataDependentOutputError``)."""
+    env = active_env()
+    if env is None:
+        raise DataDependentOutputError(f"{what} has a data-dependent output shape")
+    return env.unbacked_size(what, upper if upper.__class__ is int else INF)
 
 
 def _dtype_name(d: dt.dtype) -> str:
@@ -132,12 +144,36 @@ def index_result_shape(shape, indices) -> tuple:
 def _index_meta(x, indices):
     if len(indices) > x.ndim:
         raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+    if any(idx is not None and idx._dtype in _MASK_DTYPES for idx in indices):
+        return fake(_masked_index_shape(x, indices), x._dtype, x)
+    return fake(index_result_shape(x._shape, indices), x._dtype, x)
+
+
+def _masked_index_shape(x, indices) -> tuple:
+    """``x[indices]`` with boolean masks: a mask covering k dims is one index of its (data-
+    dependent) count of True values; then numpy's placement rule."""
+    per_dim: list = []
     for idx in indices:
         if idx is not None and idx._dtype in _MASK_DTYPES:
-            raise DataDependentOutputError(
-                "boolean-mask indexing has a data-dependent output shape"
-            )
-    return fake(index_result_shape(x._shape, indices), x._dtype, x)
+            count = data_dependent_size("boolean-mask indexing", idx.numel())
+            per_dim.append(fake((count,), dt.int64, x))
+            per_dim += [_COVERED] * (idx.ndim - 1)
+        else:
+            per_dim.append(idx)
+    if len(per_dim) > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+    positions = [i for i, idx in enumerate(per_dim) if idx is not None and idx is not _COVERED]
+    bshape = broadcast_shapes(*(per_dim[i]._shape for i in positions))
+    shape = x._shape
+    rest = [s for i, s in enumerate(shape) if i >= len(per_dim) or per_dim[i] is None]
+    advanced = [i for i, idx in enumerate(per_dim) if idx is not None]
+    if advanced == list(range(advanced[0], advanced[-1] + 1)):
+        before = [s for i, s in enumerate(shape[: advanced[0]])]
+        return tuple(before + list(bshape) + rest[len(before) :])
+    return tuple(list(bshape) + rest)
+
+
+_COVERED = object()  # a dim a multi-dim mask covers after its first
 
 
 def _index_grad(c, g):
@@ -203,7 +239,7 @@ def _index_put_grad(c, g):
     gv = None
     if c.needs_input_grad[2]:
         gv = index(g, indices)
-        if tuple(gv.shape) != tuple(values.shape):
+        if not known_same_shape(gv._shape, values._shape):
             gv = gv.sum_to_size(tuple(values.shape))
     return gx, None, gv
 
@@ -228,6 +264,29 @@ def _install_index_put_inplace() -> None:
 _install_index_put_inplace()
 
 
+# ------------------------------------------------------------------------------ .item() as an op
+
+
+@defop(kind="indexing", differentiable=False)
+def _local_scalar_dense(self: Tensor):
+    """``t.item()`` of a one-element integer tensor, as a graph node: captured code uses the
+    value as a size or an index without leaving the graph (PyTorch's name for it)."""
+
+
+@_local_scalar_dense.register_kernel
+def _local_scalar_dense_kernel(x):
+    return x.item()
+
+
+@_local_scalar_dense.register_meta
+def _local_scalar_dense_meta(x):
+    env = active_env()
+    if env is None or x._dtype.category > 1:
+        raise DataDependentOutputError(".item() needs the tensor's value")
+    lower, upper = (0, 1) if x._dtype is dt.bool_ else (-INF, INF)
+    return env.symint(env.create_unbacked(f"{list(x._shape)} tensor.item()", lower, upper))
+
+
 # ------------------------------------------------------------------------------ nonzero / alias
 
 
@@ -242,7 +301,8 @@ def _nonzero_kernel(x):
 
 @nonzero.register_meta
 def _nonzero_meta(x):
-    raise DataDependentOutputError("nonzero has a data-dependent output shape")
+    count = data_dependent_size(f"nonzero of a {list(x._shape)} tensor", x.numel())
+    return fake((count, x.ndim), dt.int64, x)
 
 
 nonzero.differentiable = False
@@ -296,7 +356,7 @@ def _convert(item, device):
     if isinstance(item, (bool, np.bool_)):
         return bool(item)
     if _is_int(item):
-        return int(item)
+        return item if item.__class__ is SymInt else int(item)
     if isinstance(item, np.ndarray):
         from .api import tensor
 
@@ -338,7 +398,7 @@ def _consumes(item) -> int:
 
 
 def _slice_int(v):
-    if v is None or type(v) is int:
+    if v is None or type(v) is int or type(v) is SymInt:
         return v
     if isinstance(v, Tensor):
         return int(v.item())
@@ -378,7 +438,7 @@ def _apply_basic(x: Tensor, items: list):
             rows = tensor([0] if item else [], dtype=dt.int64, device=x._device)
             advanced.append((dim, rows))
             dim += 1
-        elif isinstance(item, int):
+        elif isinstance(item, (int, SymInt)):
             size = out._shape[dim]
             if not -size <= item < size:
                 raise IndexError(
@@ -438,7 +498,7 @@ def getitem(x: Tensor, index) -> Tensor:
                 "invalid index of a 0-dim tensor. Use `tensor.item()` in Python or "
                 "`tensor.item<T>()` in C++ to convert a 0-dim tensor to a number"
             )
-        return OPS["select"](x, 0, int(index))
+        return OPS["select"](x, 0, index if index.__class__ is SymInt else int(index))
     out, advanced = _parse(x, index)
     if not advanced:
         return OPS["alias"](x) if out is x else out
@@ -464,7 +524,7 @@ def setitem(x: Tensor, index, value) -> None:
     if (
         isinstance(index, Tensor)
         and index._dtype is dt.bool_
-        and index._shape == x._shape
+        and same_shape(index._shape, x._shape)
         and (not isinstance(value, Tensor) or value.ndim == 0)
     ):
         # a whole-tensor mask with one value is a masked fill: no data-dependent shapes
@@ -477,7 +537,7 @@ def setitem(x: Tensor, index, value) -> None:
     if isinstance(value, Tensor):
         value = _strip_leading_ones(value)
     if not advanced:
-        if isinstance(value, Tensor) and value._shape != out._shape:
+        if isinstance(value, Tensor) and not known_same_shape(value._shape, out._shape):
             expand_shape(value._shape, out._shape)  # PyTorch's expand error, not copy_'s
         OPS["copy_"](out, value)
         return

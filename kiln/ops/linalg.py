@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from ..runtime import blas
 from ..runtime import dtypes as dt
 from ..runtime.storage import _POOL_MIN_BYTES, empty_array
 from ..runtime.tensor import wrap_array
@@ -85,9 +86,9 @@ def _np_matmul_2d(x, y, d, cd):
     n = x.shape[0] * y.shape[1]
     if cd == d.np and n * d.itemsize >= _POOL_MIN_BYTES:
         out = empty_array((x.shape[0], y.shape[1]), np.dtype(cd))
-        np.matmul(x, y, out=out)
+        blas.matmul(x, y, out=out)
         return out
-    return np.matmul(x, y)
+    return blas.matmul(x, y)
 
 
 def _np_matmul_nd(x, y, out_shape, d, cd):
@@ -96,9 +97,9 @@ def _np_matmul_nd(x, y, out_shape, d, cd):
         n *= s
     if cd == d.np and n * d.itemsize >= _POOL_MIN_BYTES:
         out = empty_array(tuple(out_shape), np.dtype(cd))
-        np.matmul(x, y, out=out)
+        blas.matmul(x, y, out=out)
         return out
-    return np.matmul(x, y)
+    return blas.matmul(x, y)
 
 
 @defop(kind="extern", prim=True)
@@ -237,7 +238,7 @@ def _matmul_kernel(a, b):
         and a._dtype in _NATIVE
         and a._shape[0] * b._shape[1] < 4096
     ):
-        return wrap_array(np.matmul(a._data, b._data), a._dtype)
+        return wrap_array(blas.matmul(a._data, b._data), a._dtype)
     shape = matmul_shape(a._shape, b._shape)
     _check_mm_dtypes("matmul", a, b)
     return _np_matmul(a, b, shape, a._dtype)
@@ -497,7 +498,7 @@ addmm = _addmm_like(
     _addmm_schema,
     _mm_shape,
     mm,
-    np.matmul,
+    blas.matmul,
     lambda g, a, b, na, nb: (mm(g, b.t()) if na else None, mm(a.t(), g) if nb else None),
 )
 addmv = _addmm_like(
@@ -505,7 +506,7 @@ addmv = _addmm_like(
     _addmv_schema,
     _mv_shape,
     lambda m, v: mv(m, v),
-    np.matmul,
+    blas.matmul,
     lambda g, m, v, nm, nv: (outer(g, v) if nm else None, mv(m.t(), g) if nv else None),
 )
 baddbmm = _addmm_like(
@@ -513,7 +514,7 @@ baddbmm = _addmm_like(
     _baddbmm_schema,
     _bmm_shape,
     bmm,
-    np.matmul,
+    blas.matmul,
     lambda g, a, b, na, nb: (
         bmm(g, b.transpose(1, 2)) if na else None,
         bmm(a.transpose(1, 2), g) if nb else None,
@@ -534,7 +535,7 @@ addbmm = _addmm_like(
     _baddbmm_schema,
     _addbmm_shape,
     lambda a, b: OPS["sum"](bmm(a, b), [0], False, dtype=a.dtype),
-    lambda a, b: np.matmul(a, b).sum(0, dtype=a.dtype),
+    lambda a, b: blas.matmul(a, b).sum(0, dtype=a.dtype),
     _addbmm_grads,
 )
 

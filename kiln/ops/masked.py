@@ -18,12 +18,6 @@ from .registry import OPS, defop, tensor_method, torch_function
 __all__: list[str] = []
 
 
-def _data_dependent(what: str):
-    from .indexing import DataDependentOutputError
-
-    return DataDependentOutputError(f"{what} has a data-dependent output shape")
-
-
 # ------------------------------------------------------------------------------ masked
 
 
@@ -46,8 +40,14 @@ def _masked_select_kernel(x, mask):
 
 @masked_select.register_meta
 def _masked_select_meta(x, mask):
+    from .indexing import data_dependent_size
+
     _check_mask("masked_select", mask)
-    raise _data_dependent("masked_select")
+    shape = broadcast_shapes(x._shape, mask._shape)
+    n = 1
+    for s in shape:
+        n = n * s
+    return fake((data_dependent_size("masked_select", n),), x._dtype, x)
 
 
 def _masked_select_grad(c, g):

@@ -21,6 +21,7 @@ from ..runtime.memory_format import (
 )
 from ..runtime.state import per_thread
 from ..runtime.storage import writable_target
+from ..runtime.symbolic import SymInt, known_same_shape, same_shape
 from ..runtime.tensor import Tensor
 from . import api
 from .dispatch import dispatch
@@ -126,7 +127,7 @@ def _schema_of(op: Op):
 
 
 def _write_result(op, self: Tensor, result: Tensor) -> None:
-    if result._shape != self._shape:
+    if not same_shape(result._shape, self._shape):
         raise RuntimeError(
             f"output with shape {list(self._shape)} doesn't match the broadcast shape "
             f"{list(result._shape)}"
@@ -171,7 +172,7 @@ def write_out(result, out):
                 f"result type {torch_type_name(value._dtype)} can't be cast to the desired "
                 f"output type {torch_type_name(target._dtype)}"
             )
-        if target._shape != value._shape:
+        if not known_same_shape(target._shape, value._shape):
             target.resize_(value._shape)
         OPS["copy_"](target, value)
     if hasattr(result, "_fields"):  # (values, indices) come back as ``return_types.<op>_out``
@@ -423,7 +424,7 @@ def _iter(self):
 
 
 def _size_eq(self, other):
-    return self._shape == tuple(other._shape)
+    return same_shape(self._shape, tuple(other._shape))
 
 
 def _t(self):
@@ -557,7 +558,9 @@ def _repr(self, *, tensor_contents=None):
 
 
 # what a Tensor operator takes besides tensors: Python and numpy numbers
-_OPERAND_TYPES = (Tensor, builtins.int, builtins.float, builtins.complex, builtins.bool, np.generic)
+_OPERAND_TYPES = (
+    Tensor, builtins.int, builtins.float, builtins.complex, builtins.bool, np.generic, SymInt,
+)  # fmt: skip
 
 
 def _binary_dunder(op, reverse=False):

@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from ..runtime import blas
 from ..runtime import dtypes as dt
 from ..runtime.device import cpu
 from ..runtime.state import per_thread
@@ -367,11 +368,11 @@ def _linear_kernel(x, w, b):
         # a pooled buffer (a fresh large one costs page faults on every call)
         a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1]) if a.ndim > 2 else a
         out = empty_array((a2.shape[0], wt.shape[1]), a2.dtype)
-        np.matmul(a2, wt, out=out)
+        blas.matmul(a2, wt, out=out)
         if a.ndim > 2:
             out = out.reshape(a.shape[:-1] + (wt.shape[1],))
     else:
-        out = np.matmul(a, wt)
+        out = blas.matmul(a, wt)
     if b is not None:
         out = out + b._data if out.ndim < b.ndim else np.add(out, b._data, out=out)
     return wrap(out, x._dtype)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime.symbolic import as_int
 from .api import tensor
 from .common import Tensor, fake, wrap
 from .registry import OPS, defop
@@ -21,7 +22,7 @@ def constant_pad_nd(input: Tensor, pad: list[int], value: float = 0): ...
 
 def _pad_geometry(x, pad) -> list:
     """[(dim, before, after)] for each padded dim, with PyTorch's argument checks."""
-    pad = [int(p) for p in pad]
+    pad = [as_int(p) for p in pad]
     if len(pad) % 2:
         raise RuntimeError("Padding length must be divisible by 2")
     if len(pad) // 2 > x.ndim:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..runtime import dtypes as dt
 from ..runtime.storage import _POOL_MIN_BYTES
+from ..runtime.symbolic import known_same_shape
 from ..runtime.tensor import wrap_array
 from .common import (
     Scalar,
@@ -293,7 +294,7 @@ def _make_binary_kernel(fn, kind: str):
             if (
                 a.nbytes < _POOL_MIN_BYTES
                 and b.nbytes < _POOL_MIN_BYTES
-                and x._shape == y._shape
+                and known_same_shape(x._shape, y._shape)
                 and (a.flags.c_contiguous or not b.flags.c_contiguous)
             ):
                 return wrap_array(fn(a, b), d)

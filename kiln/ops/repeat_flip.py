@@ -11,6 +11,7 @@ import numpy as np
 
 from ..runtime import dtypes as dt
 from ..runtime.memory_format import contiguous_format
+from ..runtime.symbolic import as_int
 from ..runtime.tensor import Size
 from .cat_split import cat
 from .common import Tensor, fake, wrap, wrap_dim, wrap_dims
@@ -38,7 +39,7 @@ def repeat(self: Tensor, repeats: list[int]): ...
 
 @repeat.register_decomposition
 def _repeat_decomp(x, repeats):
-    repeats = tuple(int(r) for r in repeats)
+    repeats = tuple(as_int(r) for r in repeats)
     if len(repeats) < x.ndim:
         raise RuntimeError(
             "Number of dimensions of repeat dims can not be smaller than number of dimensions of "
@@ -102,11 +103,9 @@ def _repeat_interleave_indices_kernel(repeats, output_size):
 def _repeat_interleave_indices_meta(repeats, output_size=None):
     _check_repeats(repeats)
     if output_size is None:
-        from .indexing import DataDependentOutputError
+        from .indexing import data_dependent_size
 
-        raise DataDependentOutputError(
-            "repeat_interleave with tensor repeats has a data-dependent output shape"
-        )
+        output_size = data_dependent_size("repeat_interleave with tensor repeats")
     return fake((output_size,), repeats._dtype, repeats)
 
 

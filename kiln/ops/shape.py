@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 
 from ..runtime import dtypes as dt
+from ..runtime.symbolic import known_same_shape
 from ..runtime.tensor import Size
 from .common import Tensor, broadcast_shapes, fake, wrap_dim
 from .registry import OPS, defop, tensor_method, torch_function
@@ -253,7 +254,9 @@ def _broadcast_shapes_fn(*shapes) -> Size:
 def broadcast_tensors(*tensors) -> tuple:
     tensors = tensor_args(tensors, "broadcast_tensors")
     shape = broadcast_shapes(*(t._shape for t in tensors))
-    return tuple(t if t._shape == shape else OPS["expand"](t, shape) for t in tensors)
+    return tuple(
+        t if known_same_shape(t._shape, shape) else OPS["expand"](t, shape) for t in tensors
+    )
 
 
 @torch_function()

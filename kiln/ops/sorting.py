@@ -373,8 +373,23 @@ def _unique_kernel(x, sorted_, return_inverse, return_counts, dim):
 
 
 @unique.register_meta
-def _unique_meta(x, *args):
-    raise DataDependentOutputError("unique has a data-dependent output shape")
+def _unique_meta(x, sorted_=True, return_inverse=False, return_counts=False, dim=None):
+    from .indexing import data_dependent_size
+
+    if dim is None:
+        count = data_dependent_size("unique", x.numel())
+        return unique.returns(
+            fake((count,), x._dtype, x), fake(x._shape, _int64, x), fake((count,), _int64, x)
+        )
+    if not x.ndim:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    d = wrap_dim(dim, x.ndim)
+    count = data_dependent_size(f"unique along dim {d}", x._shape[d])
+    shape = list(x._shape)
+    shape[d] = count
+    return unique.returns(
+        fake(tuple(shape), x._dtype, x), fake((x._shape[d],), _int64, x), fake((count,), _int64, x)
+    )
 
 
 @torch_function("unique")

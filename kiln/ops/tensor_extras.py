@@ -16,6 +16,7 @@ from ..runtime import dtypes as dt
 from ..runtime.device import cpu
 from ..runtime.memory_format import contiguous_format
 from ..runtime.storage import Storage
+from ..runtime.symbolic import as_int, is_negative
 from ..runtime.tensor import Size
 from .api import tensor
 from .common import Tensor
@@ -82,9 +83,9 @@ def fill_diagonal_(self: Tensor, fill_value, wrap: bool = False) -> Tensor:
 def _size_args(sizes) -> tuple:
     if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, Size)):
         sizes = tuple(sizes[0])
-    shape = tuple(int(s) for s in sizes)
+    shape = tuple(as_int(s) for s in sizes)
     for s in shape:
-        if s < 0:
+        if is_negative(s):
             raise RuntimeError(
                 f"Trying to create tensor with negative dimension {s}: {list(shape)}"
             )

@@ -11,6 +11,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime.memory_format import contiguous_format
+from ..runtime.symbolic import (
+    GuardOnDataDependentError,
+    SymInt,
+    has_symbols,
+    is_size_one,
+    known_same_shape,
+    statically_known_true,
+    sym_max,
+    sym_min,
+)
 from ..runtime.tensor import contiguous_strides
 from .common import Tensor, fake, wrap, wrap_dim, wrap_dims
 from .registry import defop
@@ -60,7 +70,31 @@ def infer_size(shape, numel: int) -> tuple:
 
 
 def view_strides(old_shape, old_stride, new_shape):
-    """Strides for viewing ``old`` as ``new_shape`` without a copy, or None (PyTorch's computeStride)."""
+    """Strides for viewing ``old`` as ``new_shape`` without a copy, or None (PyTorch's
+    computeStride). Symbolic sizes are first taken size-obliviously (not 1): a view found so is
+    valid for every size; only when none is found are the sizes compared with 1 (guarded)."""
+    if has_symbols(old_shape) or has_symbols(new_shape) or has_symbols(old_stride):
+        strides = _view_strides(old_shape, old_stride, new_shape, True)
+        if strides is not None:
+            return strides
+    return _view_strides(old_shape, old_stride, new_shape, False)
+
+
+def _known_equal(a, b) -> bool:
+    return statically_known_true("==", a, b)
+
+
+def _equal(a, b) -> bool:
+    return a == b
+
+
+def _equals_one(size) -> bool:
+    return size == 1
+
+
+def _view_strides(old_shape, old_stride, new_shape, oblivious: bool):
+    # size-obliviously: sizes are not 1 and strides not equal unless known for every value
+    size_one, equal = (is_size_one, _known_equal) if oblivious else (_equals_one, _equal)
     numel = 1
     for s in old_shape:
         numel *= s
@@ -75,15 +109,21 @@ def view_strides(old_shape, old_stride, new_shape):
     view_numel = 1
     for tensor_d in range(len(old_shape) - 1, -1, -1):
         tensor_numel *= old_shape[tensor_d]
+        # the stride first: a symbolic size is compared with 1 only where the layout needs it
         if tensor_d == 0 or (
-            old_shape[tensor_d - 1] != 1
-            and old_stride[tensor_d - 1] != tensor_numel * chunk_base_stride
+            not equal(old_stride[tensor_d - 1], tensor_numel * chunk_base_stride)
+            and not size_one(old_shape[tensor_d - 1])
         ):
-            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+            while view_d >= 0 and (
+                # a dim that fits what is left of the chunk is taken whether or not it is 1
+                statically_known_true("<=", view_numel * new_shape[view_d], tensor_numel)
+                or view_numel < tensor_numel
+                or size_one(new_shape[view_d])
+            ):
                 new_stride[view_d] = view_numel * chunk_base_stride
                 view_numel *= new_shape[view_d]
                 view_d -= 1
-            if view_numel != tensor_numel:
+            if not equal(view_numel, tensor_numel):
                 return None
             if tensor_d > 0:
                 chunk_base_stride = old_stride[tensor_d - 1]
@@ -97,7 +137,7 @@ def view_strides(old_shape, old_stride, new_shape):
 def _shape_arg(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    return tuple(int(s) for s in shape)
+    return tuple(s if s.__class__ is SymInt else int(s) for s in shape)
 
 
 @defop(kind="view", prim=True, view=True)
@@ -224,6 +264,8 @@ def expand_shape(shape, size) -> tuple:
         cur = shape[i - off]
         if s == -1:
             out.append(cur)
+        elif (cur.__class__ is int and cur == 1) or statically_known_true("==", cur, s):
+            out.append(s)  # decided without comparing a symbolic size
         elif cur == s or cur == 1:
             out.append(s)
         else:
@@ -252,8 +294,14 @@ def _expand_meta(x, size):
     shape = expand_shape(x._shape, size)
     st = x.stride()
     off = len(shape) - len(x._shape)
+    # a broadcast dim gets stride 0; the stride of a dim of size 1 addresses nothing, so a
+    # symbolic target size is taken as not 1 (size-obliviously) without a guard
     new = [0] * off + [
-        0 if (x._shape[i] == 1 and shape[i + off] != 1) else st[i] for i in range(len(x._shape))
+        st[i]
+        if statically_known_true("==", x._shape[i], shape[i + off])
+        or not (x._shape[i] == 1 and not is_size_one(shape[i + off]))
+        else 0
+        for i in range(len(x._shape))
     ]
     return _meta_view(x, shape, new, _x_offset(x))
 
@@ -279,9 +327,18 @@ def _slice_bounds(size, start, end, step):
         start += size
     if end < 0:
         end += size
-    start = min(max(start, 0), size)
-    end = min(max(end, start), size)
+    start = _clamp(start, 0, size)
+    end = _clamp(end, start, size)
     return start, end, step
+
+
+def _clamp(value, low, high):
+    """``min(max(value, low), high)``; where a value only known when the graph runs cannot be
+    compared, the bound stays an expression (``Min(u0, s0)``) instead of a decision."""
+    try:
+        return min(max(value, low), high)
+    except GuardOnDataDependentError:
+        return sym_min(sym_max(value, low), high)
 
 
 @slice.register_kernel
@@ -560,7 +617,7 @@ def _scatter_op(name, view_op, schema):
     def kernel(x, src, *params):
         out = x.clone(memory_format=contiguous_format) if x._data is not None else None
         target = view_op.kernel(out, *params)
-        if target._shape != src._shape:
+        if not known_same_shape(target._shape, src._shape):
             raise RuntimeError(
                 f"{name}: expected src to have a size equal to the slice of self. src size = "
                 f"{list(src._shape)}, slice size = {list(target._shape)}"
@@ -625,7 +682,8 @@ def _sum_to_dims(shape, size):
         raise RuntimeError(f"size {list(size)} is not expandable to size {list(shape)}")
     dims = list(range(lead))
     for i, s in enumerate(size):
-        if s == 1 and shape[lead + i] != 1:
+        # summing a dim of size 1 changes nothing: a symbolic size is not compared with 1
+        if s == 1 and not statically_known_true("==", shape[lead + i], 1):
             dims.append(lead + i)
         elif s != shape[lead + i]:
             raise RuntimeError(f"size {list(size)} is not expandable to size {list(shape)}")
@@ -636,9 +694,11 @@ def _sum_to_dims(shape, size):
 def _sum_to_size_decomp(x, size):
     """Sum a broadcast gradient back to ``size``: the gradient of ``expand``."""
     size = tuple(size)
-    if tuple(x.shape) == size:
+    if known_same_shape(x._shape, size):
         return x
     dims, lead = _sum_to_dims(x.shape, size)
+    if not dims:  # equal shapes (symbolic sizes the fast path could not tell apart)
+        return x
     out = x.sum(dims, True)
     if lead:
         out = out.reshape(size)

@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .optimizer import (
+    COMMON_OLD_GROUP_DEFAULTS,
     Optimizer,
+    check_at_least_zero,
     check_lr,
-    fill_group_defaults,
+    group_options,
     lazy_state,
     run_closure,
     scalar_value,
-    tensor_scalar_state,
 )
 
 __all__ = ["Adadelta"]
@@ -24,6 +25,9 @@ __all__ = ["Adadelta"]
 
 class Adadelta(Optimizer):
     """Adadelta (Zeiler, 2012) with ``lr`` scaling the step, weight decay and ``maximize``."""
+
+    _old_group_defaults = COMMON_OLD_GROUP_DEFAULTS
+    _scalar_state = ("step",)
 
     def __init__(
         self,
@@ -41,26 +45,13 @@ class Adadelta(Optimizer):
         check_lr(lr)
         if not 0.0 <= rho <= 1.0:
             raise ValueError(f"Invalid rho value: {rho}")
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        defaults = {
-            "lr": lr,
-            "rho": rho,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "maximize": maximize,
-            "capturable": capturable,
-            "foreach": foreach,
-            "differentiable": differentiable,
-        }
-        super().__init__(params, defaults)
-
-    def __setstate__(self, state) -> None:
-        super().__setstate__(state)
-        fill_group_defaults(self)
-        tensor_scalar_state(self)
+        check_at_least_zero(eps=eps, weight_decay=weight_decay)
+        super().__init__(
+            params,
+            group_options(
+                locals(), "lr rho eps weight_decay maximize capturable foreach differentiable"
+            ),
+        )
 
     def step(self, closure: Callable[[], float] | None = None):
         loss = run_closure(closure)

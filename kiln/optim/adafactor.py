@@ -16,13 +16,22 @@ from collections.abc import Callable
 from ..ops import api
 from ..runtime import dtype_info
 from ..runtime.tensor import Tensor
-from .optimizer import Optimizer, run_closure, scalar_dtype, scalar_value, tensor_scalar_state
+from .optimizer import (
+    Optimizer,
+    group_options,
+    run_closure,
+    scalar_dtype,
+    scalar_value,
+)
 
 __all__ = ["Adafactor"]
 
 
 class Adafactor(Optimizer):
     """Adafactor; ``eps=(eps1, eps2)`` with ``eps1=None`` meaning the parameter dtype's epsilon."""
+
+    _old_group_defaults = {"foreach": None}
+    _scalar_state = ("step",)
 
     def __init__(
         self,
@@ -50,22 +59,9 @@ class Adafactor(Optimizer):
             raise ValueError(f"Clipping threshold d should be >= 1 but is: {d}")
         if not 0.0 <= weight_decay:
             raise ValueError(f"weight_decay should be >= 0 but is: {weight_decay}")
-        defaults = {
-            "lr": lr,
-            "beta2_decay": beta2_decay,
-            "eps": eps,
-            "d": d,
-            "weight_decay": weight_decay,
-            "foreach": foreach,
-            "maximize": maximize,
-        }
-        super().__init__(params, defaults)
-
-    def __setstate__(self, state) -> None:
-        super().__setstate__(state)
-        for group in self.param_groups:
-            group.setdefault("foreach", None)
-        tensor_scalar_state(self)
+        super().__init__(
+            params, group_options(locals(), "lr beta2_decay eps d weight_decay foreach maximize")
+        )
 
     def _state(self, param: Tensor, grad: Tensor) -> dict:
         """``param``'s state, created at its first step: ``step``, then the second moment."""

@@ -7,8 +7,10 @@ from collections.abc import Callable
 from ..ops import api
 from .optimizer import (
     Optimizer,
+    check_at_least_zero,
     check_fused,
     check_lr,
+    group_options,
     run_closure,
     scalar_dtype,
     scalar_for,
@@ -21,6 +23,8 @@ __all__ = ["Adagrad"]
 
 class Adagrad(Optimizer):
     """Adagrad (Duchi et al.) with ``lr_decay``, weight decay and an initial accumulator."""
+
+    _old_group_defaults = {"maximize": False}
 
     def __init__(
         self,
@@ -37,28 +41,20 @@ class Adagrad(Optimizer):
         fused: bool | None = None,
     ) -> None:
         check_lr(lr)
-        if not 0.0 <= lr_decay:
-            raise ValueError(f"Invalid lr_decay value: {lr_decay}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if not 0.0 <= initial_accumulator_value:
-            raise ValueError(
-                f"Invalid initial_accumulator_value value: {initial_accumulator_value}"
-            )
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        defaults = {
-            "lr": lr,
-            "lr_decay": lr_decay,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "initial_accumulator_value": initial_accumulator_value,
-            "foreach": foreach,
-            "maximize": maximize,
-            "differentiable": differentiable,
-            "fused": fused,
-        }
-        super().__init__(params, defaults)
+        check_at_least_zero(
+            lr_decay=lr_decay,
+            weight_decay=weight_decay,
+            initial_accumulator_value=initial_accumulator_value,
+            eps=eps,
+        )
+        super().__init__(
+            params,
+            group_options(
+                locals(),
+                "lr lr_decay eps weight_decay initial_accumulator_value foreach maximize "
+                "differentiable fused",
+            ),
+        )
         check_fused(fused, foreach, differentiable)
         # PyTorch creates Adagrad's state eagerly, so it appears in state_dict before any step
         for group in self.param_groups:
@@ -66,11 +62,6 @@ class Adagrad(Optimizer):
                 state = self.state[p]
                 state["step"] = api.tensor(0.0, dtype=scalar_dtype())
                 state["sum"] = api.full_like(p, group["initial_accumulator_value"])
-
-    def __setstate__(self, state) -> None:
-        super().__setstate__(state)
-        for group in self.param_groups:
-            group.setdefault("maximize", False)
 
     def step(self, closure: Callable[[], float] | None = None):
         loss = run_closure(closure)

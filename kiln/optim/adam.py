@@ -15,10 +15,11 @@ from ..ops.complex_ops import view_as_real
 from ..runtime.tensor import Tensor
 from . import _numpy_step
 from .optimizer import (
+    COMMON_OLD_GROUP_DEFAULTS,
     Optimizer,
     check_adam_options,
     check_fused,
-    fill_group_defaults,
+    group_options,
     run_closure,
     saved_operand,
     scalar_dtype,
@@ -32,6 +33,13 @@ __all__ = ["Adam"]
 
 class Adam(Optimizer):
     """Adam (Kingma & Ba); ``decoupled_weight_decay=True`` gives AdamW."""
+
+    _old_group_defaults = {
+        **COMMON_OLD_GROUP_DEFAULTS,
+        "amsgrad": False,
+        "decoupled_weight_decay": False,
+        "fused": None,
+    }
 
     def __init__(
         self,
@@ -55,25 +63,15 @@ class Adam(Optimizer):
             )
         check_adam_options(lr, eps, betas, weight_decay)
         betas = _check_betas(betas, foreach, capturable)
-        defaults = {
-            "lr": lr,
-            "betas": betas,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "amsgrad": amsgrad,
-            "maximize": maximize,
-            "foreach": foreach,
-            "capturable": capturable,
-            "differentiable": differentiable,
-            "fused": fused,
-            "decoupled_weight_decay": decoupled_weight_decay,
-        }
-        super().__init__(params, defaults)
+        super().__init__(
+            params,
+            group_options(
+                locals(),
+                "lr betas eps weight_decay amsgrad maximize foreach capturable differentiable "
+                "fused decoupled_weight_decay",
+            ),
+        )
         check_fused(fused, foreach, differentiable)
-
-    def __setstate__(self, state) -> None:
-        super().__setstate__(state)
-        fill_group_defaults(self, amsgrad=False, decoupled_weight_decay=False, fused=None)
 
     def _state_for(self, param, amsgrad: bool, capturable: bool) -> dict:
         state = self.state[param]

@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .optimizer import (
+    COMMON_OLD_GROUP_DEFAULTS,
     Optimizer,
     check_adam_options,
-    fill_group_defaults,
+    group_options,
     lazy_state,
     run_closure,
     saved_operand,
     scalar_for,
     scalar_value,
     step_value,
-    tensor_scalar_state,
 )
 
 __all__ = ["Adamax"]
@@ -27,6 +27,9 @@ __all__ = ["Adamax"]
 
 class Adamax(Optimizer):
     """Adamax (Kingma & Ba, section 7): ``exp_inf = max(beta2 * exp_inf, |grad| + eps)``."""
+
+    _old_group_defaults = COMMON_OLD_GROUP_DEFAULTS
+    _scalar_state = ("step",)
 
     def __init__(
         self,
@@ -42,22 +45,12 @@ class Adamax(Optimizer):
         capturable: bool = False,
     ) -> None:
         check_adam_options(lr, eps, betas, weight_decay)
-        defaults = {
-            "lr": lr,
-            "betas": betas,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "foreach": foreach,
-            "maximize": maximize,
-            "differentiable": differentiable,
-            "capturable": capturable,
-        }
-        super().__init__(params, defaults)
-
-    def __setstate__(self, state) -> None:
-        super().__setstate__(state)
-        fill_group_defaults(self)
-        tensor_scalar_state(self)
+        super().__init__(
+            params,
+            group_options(
+                locals(), "lr betas eps weight_decay foreach maximize differentiable capturable"
+            ),
+        )
 
     def step(self, closure: Callable[[], float] | None = None):
         loss = run_closure(closure)

@@ -15,15 +15,16 @@ from ..ops import api
 from ..runtime import dtypes as dt
 from ..runtime.tensor import Tensor
 from .optimizer import (
+    COMMON_OLD_GROUP_DEFAULTS,
     Optimizer,
+    check_at_least_zero,
     check_lr,
-    fill_group_defaults,
+    group_options,
     run_closure,
     scalar_dtype,
     scalar_for,
     scalar_value,
     step_value,
-    tensor_scalar_state,
 )
 
 __all__ = ["ASGD"]
@@ -32,6 +33,9 @@ __all__ = ["ASGD"]
 class ASGD(Optimizer):
     """SGD whose iterates are averaged from step ``t0`` on; ``eta`` decays as
     ``lr / (1 + lambd * lr * step) ** alpha``."""
+
+    _old_group_defaults = COMMON_OLD_GROUP_DEFAULTS
+    _scalar_state = ("step", "eta", "mu")
 
     def __init__(
         self,
@@ -47,25 +51,14 @@ class ASGD(Optimizer):
         capturable: bool = False,
     ) -> None:
         check_lr(lr)
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        defaults = {
-            "lr": lr,
-            "lambd": lambd,
-            "alpha": alpha,
-            "t0": t0,
-            "weight_decay": weight_decay,
-            "foreach": foreach,
-            "maximize": maximize,
-            "differentiable": differentiable,
-            "capturable": capturable,
-        }
-        super().__init__(params, defaults)
-
-    def __setstate__(self, state) -> None:
-        super().__setstate__(state)
-        fill_group_defaults(self)
-        tensor_scalar_state(self, ("step", "eta", "mu"))
+        check_at_least_zero(weight_decay=weight_decay)
+        super().__init__(
+            params,
+            group_options(
+                locals(),
+                "lr lambd alpha t0 weight_decay foreach maximize differentiable capturable",
+            ),
+        )
 
     def _state_for(self, param, lr: float) -> dict:
         state = self.state[param]

@@ -17,7 +17,7 @@ from .. import ops
 from ..autograd.grad_mode import enable_grad
 from ..ops import api
 from ..runtime.tensor import Tensor
-from .optimizer import Optimizer, check_lr, scalar_value
+from .optimizer import Optimizer, check_lr, group_options, scalar_value
 
 __all__ = ["LBFGS"]
 
@@ -39,16 +39,13 @@ class LBFGS(Optimizer):
         check_lr(lr)
         if max_eval is None:
             max_eval = max_iter * 5 // 4
-        defaults = {
-            "lr": lr,
-            "max_iter": max_iter,
-            "max_eval": max_eval,
-            "tolerance_grad": tolerance_grad,
-            "tolerance_change": tolerance_change,
-            "history_size": history_size,
-            "line_search_fn": line_search_fn,
-        }
-        super().__init__(params, defaults)
+        super().__init__(
+            params,
+            group_options(
+                locals(),
+                "lr max_iter max_eval tolerance_grad tolerance_change history_size line_search_fn",
+            ),
+        )
         if len(self.param_groups) != 1:
             raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
         self._numel_cache: int | None = None

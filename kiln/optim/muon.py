@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from ..ops import api
 from ..runtime.tensor import Tensor
-from .optimizer import Optimizer, run_closure, scalar_value
+from .optimizer import Optimizer, group_options, run_closure, scalar_value
 
 __all__ = ["Muon"]
 
@@ -82,17 +82,13 @@ class Muon(Optimizer):
             raise ValueError(f"weight decay should be >= 0 but is: {weight_decay}")
         if adjust_lr_fn is not None and adjust_lr_fn not in ("original", "match_rms_adamw"):
             raise ValueError(f"Adjust learning rate function {adjust_lr_fn} is not supported")
-        defaults = {
-            "lr": lr,
-            "weight_decay": weight_decay,
-            "momentum": momentum,
-            "nesterov": nesterov,
-            "ns_coefficients": ns_coefficients,
-            "eps": eps,
-            "ns_steps": ns_steps,
-            "adjust_lr_fn": adjust_lr_fn,
-        }
-        super().__init__(params, defaults)
+        super().__init__(
+            params,
+            group_options(
+                locals(),
+                "lr weight_decay momentum nesterov ns_coefficients eps ns_steps adjust_lr_fn",
+            ),
+        )
         for group in self.param_groups:
             for param in group["params"]:
                 if param.ndim != 2:

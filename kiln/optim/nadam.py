@@ -11,15 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .optimizer import (
+    COMMON_OLD_GROUP_DEFAULTS,
     Optimizer,
     check_adam_options,
-    fill_group_defaults,
+    check_at_least_zero,
+    group_options,
     lazy_state,
     run_closure,
     scalar_for,
     scalar_value,
     step_value,
-    tensor_scalar_state,
 )
 
 __all__ = ["NAdam"]
@@ -27,6 +28,9 @@ __all__ = ["NAdam"]
 
 class NAdam(Optimizer):
     """NAdam (Dozat, 2016); ``decoupled_weight_decay=True`` gives NAdamW."""
+
+    _old_group_defaults = {**COMMON_OLD_GROUP_DEFAULTS, "decoupled_weight_decay": False}
+    _scalar_state = ("step", "mu_product")
 
     def __init__(
         self,
@@ -44,26 +48,15 @@ class NAdam(Optimizer):
         differentiable: bool = False,
     ) -> None:
         check_adam_options(lr, eps, betas, weight_decay)
-        if not 0.0 <= momentum_decay:
-            raise ValueError(f"Invalid momentum_decay value: {momentum_decay}")
-        defaults = {
-            "lr": lr,
-            "betas": betas,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "momentum_decay": momentum_decay,
-            "decoupled_weight_decay": decoupled_weight_decay,
-            "maximize": maximize,
-            "foreach": foreach,
-            "capturable": capturable,
-            "differentiable": differentiable,
-        }
-        super().__init__(params, defaults)
-
-    def __setstate__(self, state) -> None:
-        super().__setstate__(state)
-        fill_group_defaults(self, decoupled_weight_decay=False)
-        tensor_scalar_state(self, ("step", "mu_product"))
+        check_at_least_zero(momentum_decay=momentum_decay)
+        super().__init__(
+            params,
+            group_options(
+                locals(),
+                "lr betas eps weight_decay momentum_decay decoupled_weight_decay maximize "
+                "foreach capturable differentiable",
+            ),
+        )
 
     def step(self, closure: Callable[[], float] | None = None):
         loss = run_closure(closure)

@@ -101,7 +101,15 @@ def _register(hooks: OrderedDict, hook: Callable, prepend: bool = False) -> Remo
 
 
 class Optimizer:
-    """Base class: holds ``param_groups`` (dicts with ``params`` and options) and ``state``."""
+    """Base class: holds ``param_groups`` (dicts with ``params`` and options) and ``state``.
+
+    Subclasses name what state dicts of older versions lack, which ``__setstate__`` (also run by
+    ``load_state_dict``) fills in: group options with their defaults (``_old_group_defaults``)
+    and per-parameter scalars saved as plain numbers, made 0-d tensors (``_scalar_state``).
+    """
+
+    _old_group_defaults: dict[str, Any] = {}
+    _scalar_state: tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -141,6 +149,11 @@ class Optimizer:
         for name in _HOOK_DICTS:
             self.__dict__.setdefault(name, OrderedDict())
         self.__dict__.setdefault("_opt_called", False)
+        for group in self.param_groups:
+            for key, value in self._old_group_defaults.items():
+                group.setdefault(key, value)
+        if self._scalar_state:
+            tensor_scalar_state(self, self._scalar_state)
 
     def __repr__(self) -> str:
         text = self.__class__.__name__ + " ("
@@ -384,33 +397,38 @@ def check_lr(lr) -> None:
         raise ValueError(f"Invalid learning rate: {lr}")
 
 
+def check_at_least_zero(**options: float) -> None:
+    """PyTorch's ``Invalid <name> value`` error for the first option below 0 (or NaN), checked in
+    the order given; ``eps`` is called ``epsilon`` in the message."""
+    for name, value in options.items():
+        if not 0.0 <= value:
+            raise ValueError(f"Invalid {'epsilon' if name == 'eps' else name} value: {value}")
+
+
 def check_adam_options(lr, eps: float, betas, weight_decay: float) -> None:
     """The checks (and messages) PyTorch's Adam family shares, in its order."""
     check_lr(lr)
-    if not 0.0 <= eps:
-        raise ValueError(f"Invalid epsilon value: {eps}")
+    check_at_least_zero(eps=eps)
     if not 0.0 <= betas[0] < 1.0:
         raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
     if not 0.0 <= betas[1] < 1.0:
         raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
-    if not 0.0 <= weight_decay:
-        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+    check_at_least_zero(weight_decay=weight_decay)
 
 
-def fill_group_defaults(optimizer: Optimizer, **defaults) -> None:
-    """Give every group the options that state dicts of older versions lack (``__setstate__``
-    of each optimizer); ``foreach``, ``maximize``, ``differentiable`` and ``capturable`` are
-    filled unless named."""
-    defaults = {
-        "foreach": None,
-        "maximize": False,
-        "differentiable": False,
-        "capturable": False,
-        **defaults,
-    }
-    for group in optimizer.param_groups:
-        for key, value in defaults.items():
-            group.setdefault(key, value)
+def group_options(arguments: dict[str, Any], names: str) -> dict[str, Any]:
+    """An optimizer's defaults: the constructor arguments (``locals()``) named in ``names``, in
+    that order — PyTorch's key order, which parameter groups and state dicts keep."""
+    return {name: arguments[name] for name in names.split()}
+
+
+# the options every optimizer that has them lacked in old state dicts, with their defaults
+COMMON_OLD_GROUP_DEFAULTS = {
+    "foreach": None,
+    "maximize": False,
+    "differentiable": False,
+    "capturable": False,
+}
 
 
 def lazy_state(

@@ -14,15 +14,15 @@ from collections.abc import Callable
 from .. import ops
 from ..runtime.tensor import Tensor
 from .optimizer import (
+    COMMON_OLD_GROUP_DEFAULTS,
     Optimizer,
     check_adam_options,
-    fill_group_defaults,
+    group_options,
     lazy_state,
     run_closure,
     scalar_for,
     scalar_value,
     step_value,
-    tensor_scalar_state,
 )
 
 __all__ = ["RAdam"]
@@ -30,6 +30,9 @@ __all__ = ["RAdam"]
 
 class RAdam(Optimizer):
     """Rectified Adam; ``decoupled_weight_decay=True`` decays the parameters directly."""
+
+    _old_group_defaults = {**COMMON_OLD_GROUP_DEFAULTS, "decoupled_weight_decay": False}
+    _scalar_state = ("step",)
 
     def __init__(
         self,
@@ -46,23 +49,14 @@ class RAdam(Optimizer):
         differentiable: bool = False,
     ) -> None:
         check_adam_options(lr, eps, betas, weight_decay)
-        defaults = {
-            "lr": lr,
-            "betas": betas,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "maximize": maximize,
-            "foreach": foreach,
-            "capturable": capturable,
-            "decoupled_weight_decay": decoupled_weight_decay,
-            "differentiable": differentiable,
-        }
-        super().__init__(params, defaults)
-
-    def __setstate__(self, state) -> None:
-        super().__setstate__(state)
-        fill_group_defaults(self, decoupled_weight_decay=False)
-        tensor_scalar_state(self)
+        super().__init__(
+            params,
+            group_options(
+                locals(),
+                "lr betas eps weight_decay maximize foreach capturable decoupled_weight_decay "
+                "differentiable",
+            ),
+        )
 
     def step(self, closure: Callable[[], float] | None = None):
         loss = run_closure(closure)

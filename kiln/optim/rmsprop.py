@@ -5,13 +5,24 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..ops import api
-from .optimizer import Optimizer, check_lr, run_closure, saved_operand, scalar_dtype, scalar_value
+from .optimizer import (
+    Optimizer,
+    check_at_least_zero,
+    check_lr,
+    group_options,
+    run_closure,
+    saved_operand,
+    scalar_dtype,
+    scalar_value,
+)
 
 __all__ = ["RMSprop"]
 
 
 class RMSprop(Optimizer):
     """Divide the gradient by a running RMS of recent gradients (Hinton's lecture 6e)."""
+
+    _old_group_defaults = {"momentum": 0, "centered": False, "maximize": False}
 
     def __init__(
         self,
@@ -28,34 +39,15 @@ class RMSprop(Optimizer):
         differentiable: bool = False,
     ) -> None:
         check_lr(lr)
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if not 0.0 <= momentum:
-            raise ValueError(f"Invalid momentum value: {momentum}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if not 0.0 <= alpha:
-            raise ValueError(f"Invalid alpha value: {alpha}")
-        defaults = {
-            "lr": lr,
-            "momentum": momentum,
-            "alpha": alpha,
-            "eps": eps,
-            "centered": centered,
-            "weight_decay": weight_decay,
-            "capturable": capturable,
-            "foreach": foreach,
-            "maximize": maximize,
-            "differentiable": differentiable,
-        }
-        super().__init__(params, defaults)
-
-    def __setstate__(self, state) -> None:
-        super().__setstate__(state)
-        for group in self.param_groups:
-            group.setdefault("momentum", 0)
-            group.setdefault("centered", False)
-            group.setdefault("maximize", False)
+        check_at_least_zero(eps=eps, momentum=momentum, weight_decay=weight_decay, alpha=alpha)
+        super().__init__(
+            params,
+            group_options(
+                locals(),
+                "lr momentum alpha eps centered weight_decay capturable foreach maximize "
+                "differentiable",
+            ),
+        )
 
     def _state_for(self, param, group) -> dict:
         state = self.state[param]

@@ -13,14 +13,14 @@ from collections.abc import Callable
 from .. import ops
 from ..ops import api
 from .optimizer import (
+    COMMON_OLD_GROUP_DEFAULTS,
     Optimizer,
     check_lr,
-    fill_group_defaults,
+    group_options,
     run_closure,
     saved_operand,
     scalar_dtype,
     scalar_value,
-    tensor_scalar_state,
 )
 
 __all__ = ["Rprop"]
@@ -29,6 +29,9 @@ __all__ = ["Rprop"]
 class Rprop(Optimizer):
     """Rprop (Riedmiller & Braun) as PyTorch runs it: the step sizes start at ``lr`` and stay
     within ``step_sizes``."""
+
+    _old_group_defaults = COMMON_OLD_GROUP_DEFAULTS
+    _scalar_state = ("step",)
 
     def __init__(
         self,
@@ -45,21 +48,12 @@ class Rprop(Optimizer):
         check_lr(lr)
         if not 0.0 < etas[0] < 1.0 < etas[1]:
             raise ValueError(f"Invalid eta values: {etas[0]}, {etas[1]}")
-        defaults = {
-            "lr": lr,
-            "etas": etas,
-            "step_sizes": step_sizes,
-            "foreach": foreach,
-            "maximize": maximize,
-            "differentiable": differentiable,
-            "capturable": capturable,
-        }
-        super().__init__(params, defaults)
-
-    def __setstate__(self, state) -> None:
-        super().__setstate__(state)
-        fill_group_defaults(self)
-        tensor_scalar_state(self)
+        super().__init__(
+            params,
+            group_options(
+                locals(), "lr etas step_sizes foreach maximize differentiable capturable"
+            ),
+        )
 
     def _state_for(self, param, group) -> dict:
         state = self.state[param]

@@ -6,13 +6,15 @@ from collections.abc import Callable
 
 from ..runtime.tensor import Tensor
 from . import _numpy_step
-from .optimizer import Optimizer, check_fused, run_closure, scalar_value
+from .optimizer import Optimizer, check_fused, group_options, run_closure, scalar_value
 
 __all__ = ["SGD"]
 
 
 class SGD(Optimizer):
     """Stochastic gradient descent; the momentum buffer starts as the first gradient."""
+
+    _old_group_defaults = {"nesterov": False, "maximize": False}
 
     def __init__(
         self,
@@ -38,25 +40,14 @@ class SGD(Optimizer):
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
-        defaults = {
-            "lr": lr,
-            "momentum": momentum,
-            "dampening": dampening,
-            "weight_decay": weight_decay,
-            "nesterov": nesterov,
-            "maximize": maximize,
-            "foreach": foreach,
-            "differentiable": differentiable,
-            "fused": fused,
-        }
-        super().__init__(params, defaults)
+        super().__init__(
+            params,
+            group_options(
+                locals(),
+                "lr momentum dampening weight_decay nesterov maximize foreach differentiable fused",
+            ),
+        )
         check_fused(fused, foreach, differentiable)
-
-    def __setstate__(self, state) -> None:
-        super().__setstate__(state)
-        for group in self.param_groups:
-            group.setdefault("nesterov", False)
-            group.setdefault("maximize", False)
 
     def step(self, closure: Callable[[], float] | None = None):
         loss = run_closure(closure)

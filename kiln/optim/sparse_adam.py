@@ -18,7 +18,7 @@ from collections.abc import Callable
 from .. import ops
 from ..ops import api
 from ..runtime.tensor import Tensor
-from .optimizer import Optimizer, run_closure, scalar_value
+from .optimizer import Optimizer, group_options, run_closure, scalar_value
 
 __all__ = ["SparseAdam"]
 
@@ -44,8 +44,7 @@ class SparseAdam(Optimizer):
             raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
         if not 0.0 <= betas[1] < 1.0:
             raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
-        defaults = {"lr": lr, "betas": betas, "eps": eps, "maximize": maximize}
-        super().__init__(params, defaults)
+        super().__init__(params, group_options(locals(), "lr betas eps maximize"))
 
     def step(self, closure: Callable[[], float] | None = None):
         loss = run_closure(closure)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from .symbolic import SymInt
+
 __all__ = [
     "dtype",
     "bool_",
@@ -212,7 +214,7 @@ def dtype_of_python_scalar(value) -> dtype:
     """The dtype a bare Python number gets when it becomes a tensor (``kiln.tensor(1.5)``)."""
     if isinstance(value, bool):
         return bool_
-    if isinstance(value, int):
+    if isinstance(value, (int, SymInt)):
         return int64
     if isinstance(value, float):
         return _default_dtype[0]

@@ -100,10 +100,10 @@ def is_contiguous_as(shape: tuple, strides: tuple, fmt) -> bool:
             return False
     expected = 1
     for d in order:
-        if shape[d] != 1:
-            if strides[d] != expected:
-                return False
-            expected *= shape[d]
+        # the stride first: a symbolic size is compared with 1 only where the layout needs it
+        if strides[d] != expected and shape[d] != 1:
+            return False
+        expected *= shape[d]
     return True
 
 

@@ -24,7 +24,9 @@ class ThreadState:
     for the duration of a call.
     """
 
-    __slots__ = ("grad_enabled", "inference_mode", "mode_stack", "autocast", "source_stack")
+    __slots__ = (
+        "grad_enabled", "inference_mode", "mode_stack", "autocast", "source_stack", "profiler",
+    )  # fmt: skip
 
     def __init__(self):
         self.grad_enabled = True
@@ -35,6 +37,10 @@ class ThreadState:
         self.autocast = None
         # (source, text) pairs pushed by ``kiln.ir.node_source`` while a graph is replayed
         self.source_stack: list = []
+        # the recorder of the ``kiln.profiler.profile`` recording in this thread, None when off:
+        # the dispatcher, the autograd engine and compiled code report to it (duck-typed, so
+        # the core never imports the profiler)
+        self.profiler = None
 
 
 class _PerThread(threading.local):

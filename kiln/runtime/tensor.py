@@ -14,6 +14,7 @@ import numpy as np
 from . import dtypes as _dt
 from .device import cpu, device, meta
 from .storage import Storage
+from .symbolic import SymInt, same_shape, size_or_one
 
 __all__ = ["Tensor", "Size", "contiguous_strides", "wrap_array", "make_fake"]
 
@@ -28,12 +29,14 @@ class Size(tuple):
     def __new__(cls, sizes=()):
         sizes = tuple(sizes)
         for i, s in enumerate(sizes):
-            if type(s) is not int:
+            if type(s) is not int and type(s) is not SymInt:
                 if not hasattr(s, "__index__"):
                     raise TypeError(
                         f"kiln.Size() takes an iterable of 'int' (item {i} is '{type(s).__name__}')"
                     )
-                return tuple.__new__(cls, (v.__index__() for v in sizes))
+                return tuple.__new__(
+                    cls, (v if type(v) is SymInt else v.__index__() for v in sizes)
+                )
         return tuple.__new__(cls, sizes)
 
     def numel(self) -> int:
@@ -78,7 +81,7 @@ def contiguous_strides(shape: tuple) -> tuple:
     acc = 1
     for s in reversed(shape):
         strides.append(acc)
-        acc *= max(s, 1)
+        acc *= max(s, 1) if s.__class__ is int else size_or_one(s)
     return tuple(reversed(strides))
 
 
@@ -268,9 +271,8 @@ class Tensor:
         expected = 1
         strides = self.stride()
         for size, st in zip(reversed(shape), reversed(strides)):
-            if size == 1:
-                continue
-            if st != expected:
+            # the stride first: a symbolic size is only compared with 1 where it matters
+            if st != expected and size != 1:
                 return False
             expected *= size
         return True
@@ -373,7 +375,7 @@ class Tensor:
                 raise TypeError(
                     f"assigned grad expected to be a Tensor or None but got {type(value).__name__}"
                 )
-            if value._shape != self._shape:
+            if not same_shape(value._shape, self._shape):
                 raise RuntimeError(
                     f"assigned grad has data of a different size: grad {list(value._shape)} "
                     f"vs tensor {list(self._shape)}"

@@ -13,3 +13,10 @@ def _strict_capture(monkeypatch):
     monkeypatch.setattr(config, "suppress_errors", False)
     yield
     kiln.dynamo.reset()
+
+
+@pytest.fixture
+def default_stance():
+    """Tests that change ``kiln.compiler.set_stance`` get the default stance back."""
+    yield
+    kiln.compiler.set_stance("default")

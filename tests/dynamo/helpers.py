@@ -19,6 +19,7 @@ import kiln
 from kiln.dynamo.eval_frame import CompileContext
 from kiln.dynamo.explain import ExplainOutput
 from kiln.dynamo.testing import CompileCounter
+from tests.oracle import torch
 
 
 @dataclass
@@ -127,3 +128,21 @@ def check(fn, *args, graphs: int | None = 1, breaks: int | None = 0, kwargs=None
             f"expected {breaks} graph break(s), got {len(report.break_reasons)}:\n{report}"
         )
     return counter, report
+
+
+def _printed_outcome(fn, lib):
+    """What a snippet prints: its result's repr (``kiln.`` read as ``torch.``) or its error."""
+    try:
+        result = fn(lib)
+    except Exception as e:  # noqa: BLE001 - the exception is the outcome compared
+        return ("raises", type(e).__name__)
+    return ("returns", repr(result).replace("kiln.", "torch."))
+
+
+def same_as_torch(fn) -> None:
+    """``fn(kiln)`` and ``fn(torch)`` (a snippet written against a ``lib`` argument) print the
+    same; PyTorch's dynamo caches are reset between, as kiln's are by the conftest."""
+    expected = _printed_outcome(fn, torch)
+    if hasattr(torch, "_dynamo"):
+        torch._dynamo.reset()
+    assert _printed_outcome(fn, kiln) == expected

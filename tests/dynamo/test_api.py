@@ -8,11 +8,13 @@ import os
 import pytest
 
 import kiln
+import kiln.nn as nn
 from kiln.backends import list_backends, lookup, register_backend
-from kiln.dynamo import GraphBreakError
+from kiln.dynamo import GraphBreakError, exc
 from kiln.dynamo.testing import CompileCounter
+from tests.oracle import needs_torch, torch
 
-from .helpers import assert_same
+from .helpers import assert_same, same_as_torch
 
 
 def t(*shape):
@@ -250,3 +252,246 @@ def test_debug_dir_receives_graph_guards_and_bytecode(tmp_path, monkeypatch):
     assert any(n.endswith("_bytecode.txt") for n in names)
     graph_file = next(n for n in names if n.endswith("_graph.py"))
     assert "kiln.ops.relu" in (tmp_path / graph_file).read_text()
+
+
+def _data_dependent(x):
+    if x.sum() > 0:
+        return x + 1
+    return x - 1
+
+
+def _prints(x):
+    print("inside")
+    return x * 2
+
+
+def _catch_unsupported(lib, fn):
+    try:
+        lib.compile(fn, fullgraph=True, backend="eager")(lib.ones(3))
+    except lib._dynamo.exc.Unsupported:
+        return "Unsupported"
+    return "no error"
+
+
+def test_fullgraph_break_is_caught_as_dynamo_unsupported():
+    for fn in (_data_dependent, _prints):
+        with pytest.raises(exc.Unsupported) as info:
+            kiln.compile(fn, fullgraph=True)(kiln.ones(3))
+        assert isinstance(info.value, RuntimeError)
+        assert isinstance(info.value, kiln._dynamo.exc.TorchDynamoException)
+        assert isinstance(info.value, exc.GraphBreakError)  # kiln's own name still works
+        assert info.value.reason.function == fn.__name__
+
+
+@needs_torch
+@pytest.mark.parametrize("fn", [_data_dependent, _prints])
+def test_fullgraph_except_clause_matches_torch(fn):
+    same_as_torch(lambda lib: _catch_unsupported(lib, fn))
+
+
+@needs_torch
+def test_dynamo_exception_classes_match_torch():
+    names = [
+        "TorchDynamoException", "Unsupported", "TorchRuntimeError", "InternalTorchDynamoError",
+        "BackendCompilerFailed", "UserError", "RecompileError", "SkipFrame",
+    ]  # fmt: skip
+    for name in names:
+        ours, theirs = getattr(kiln._dynamo.exc, name), getattr(torch._dynamo.exc, name)
+        for base in names + ["RuntimeError"]:
+            ref = getattr(torch._dynamo.exc, base, RuntimeError)
+            mine = getattr(kiln._dynamo.exc, base, RuntimeError)
+            assert issubclass(ours, mine) == issubclass(theirs, ref), (name, base)
+
+
+def _many_kinds(a, /, b, *args, c, d=2, **kw):
+    return a + b + sum(args) + c * d + sum(kw.values())
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda f: f(a=kiln.ones(1), b=2, c=1),
+        lambda f: f(kiln.ones(1), 2),
+        lambda f: f(kiln.ones(1), 2, c=1, z=kiln.ones(1), b=3),
+    ],
+)
+def test_bad_arguments_to_a_compiled_function_raise_pythons_error(call):
+    """Once compiled, a call whose arguments do not bind raises the function's own TypeError
+    (not one naming the generated guard)."""
+    compiled = kiln.compile(_many_kinds, backend="eager")
+    compiled(kiln.ones(1), 2, 3, c=5)  # an entry exists: its guard sees the bad call first
+    with pytest.raises(TypeError) as expected:
+        call(_many_kinds)
+    with pytest.raises(TypeError) as actual:
+        call(compiled)
+    assert str(actual.value) == str(expected.value)
+
+
+@needs_torch
+def test_unknown_mode_error_matches_torch():
+    def snippet(lib):
+        lib.compile(lambda x: x, mode="fast")
+
+    with pytest.raises(RuntimeError) as ours:
+        snippet(kiln)
+    with pytest.raises(RuntimeError) as theirs:
+        snippet(torch)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_every_torch_mode_name_compiles():
+    for mode in ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs"):
+        fn = kiln.compile(lambda x: x.relu() + 1, mode=mode, backend="eager")
+        assert fn(kiln.tensor([-1.0, 2.0])).tolist() == [1.0, 3.0]
+
+
+class _PrintNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 2)
+
+    def forward(self, x):
+        h = self.a(x).relu()
+        print("mid")
+        return self.b(h)
+
+
+def test_explain_of_bound_method_and_compiled_module():
+    net = _PrintNet()
+    x = kiln.randn(3, 4)
+    compiled = kiln.compile(net)
+    for target in (net, net.forward, compiled, compiled.forward):
+        report = kiln._dynamo.explain(target)(x)
+        assert (report.graph_count, report.graph_break_count) == (2, 1), target
+        assert len(report.graphs) == 2 and len(report.ops_per_graph) == 2
+        assert "print()" in report.break_reasons[0].reason
+
+
+@needs_torch
+def test_explain_counts_of_module_and_bound_method_match_torch():
+    def snippet(lib):
+        lib.manual_seed(0)
+        net = _make_print_net(lib)
+        x = lib.randn(3, 4)
+        counts = []
+        for target in (net, net.forward):
+            report = lib._dynamo.explain(target)(x)
+            counts.append((report.graph_count, report.graph_break_count, len(report.graphs)))
+        return counts
+
+    same_as_torch(snippet)
+
+
+def _make_print_net(lib):
+    class Net(lib.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = lib.nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = self.a(x)
+            print("mid")
+            return h.relu()
+
+    return Net()
+
+
+def test_explain_str_starts_like_torch():
+    def fn(x):
+        y = x.sin()
+        print("break")
+        return y.cos()
+
+    text = str(kiln._dynamo.explain(fn)(kiln.ones(2)))
+    assert text.startswith("Graph Count: 2\nGraph Break Count: 1\nOp Count: 2\nBreak Reasons:\n")
+    assert "  Break Reason 1:\n    Reason: print()" in text
+    assert "Ops per Graph:\n  Ops 1" in text
+
+
+def test_explain_reports_guards_and_time_like_torch():
+    report = kiln._dynamo.explain(lambda x, n: x.sin() * n)(kiln.ones(2), 3)
+    texts = [g.text for g in report.out_guards]
+    assert "x.shape == [2]" in texts and "n == 3" in texts
+    assert "Out Guards:\n  Guard 1:" in str(report)
+    assert report.compile_times.endswith(" s")
+
+
+def _two_prints(x):
+    x = x + 1
+    print("first")
+    x = x * 2
+    print("second")
+    return x - 3
+
+
+def _break_in_loop(x):
+    for i in range(3):
+        x = x * 2
+        if x.sum() > 10:
+            x = x - 1
+    return x
+
+
+def _item_at_the_end(x):
+    return (x * 2).sum().item()
+
+
+def _item_in_the_middle(x):
+    s = x.sum().item()
+    return x * s
+
+
+@needs_torch
+@pytest.mark.parametrize("fn", [_two_prints, _break_in_loop, _item_at_the_end, _item_in_the_middle])
+def test_explain_graph_and_break_counts_match_torch(fn):
+    """PyTorch counts breaks as graphs minus one (-1 for a frame that ran eagerly)."""
+
+    def snippet(lib):
+        report = lib._dynamo.explain(fn)(lib.ones(3))
+        return report.graph_count, report.graph_break_count
+
+    same_as_torch(snippet)
+
+
+def test_list_backends_and_invalid_backend_like_torch():
+    assert "eager" not in kiln.compiler.list_backends()
+    assert "eager" in kiln._dynamo.list_backends(exclude_tags=None)
+    with pytest.raises(kiln._dynamo.exc.InvalidBackend) as info:
+        kiln.compile(lambda x: x, backend="nonexistent_backend")
+    assert isinstance(info.value, RuntimeError)
+    assert str(info.value).startswith("Invalid backend: 'nonexistent_backend', see `")
+
+
+def random_ops_without_tensor_inputs(x):
+    perm = kiln.randperm(5)
+    return x + perm.sort().values, kiln.multinomial(kiln.ones(4), 2).shape
+
+
+def test_inductor_runs_eager_kernels_of_ops_without_tensor_inputs(recwarn):
+    out, shape = kiln.compile(random_ops_without_tensor_inputs, backend="inductor")(kiln.zeros(5))
+    assert_same(out, kiln.arange(5.0))
+    assert shape == (2,)
+    assert not [w for w in recwarn if "failed to compile" in str(w.message)]
+
+
+def print_in_the_middle(x):
+    y = x + 1
+    print("mid")
+    return y * 2
+
+
+def test_cudagraphs_backend_runs_like_aot_eager():
+    check_backend = CompileCounter("cudagraphs")
+    x = kiln.randn(3)
+    assert_same(kiln.compile(print_in_the_middle, backend=check_backend)(x), (x + 1) * 2)
+    assert check_backend.frame_count == 2
+
+
+def test_torch_logging_switches_map_onto_kiln_logs(capsys):
+    kiln._logging.set_logs(graph_breaks=True, dynamo=20, perf_hints=True)
+    try:
+        kiln.compile(print_in_the_middle, backend="eager")(kiln.randn(2))
+    finally:
+        kiln._logging.set_logs(graph_breaks=False)
+    assert "graph break" in capsys.readouterr().err

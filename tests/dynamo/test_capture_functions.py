@@ -8,8 +8,9 @@ import functools
 import pytest
 
 import kiln
+from kiln.dynamo.testing import CompileCounter
 
-from .helpers import Case, check
+from .helpers import Case, assert_same, check
 from .plain_asserts import assert_on_constants
 
 
@@ -452,3 +453,38 @@ def _closure_factory(k):
 def test_break_in_a_closure_resumes_with_its_cells():
     check(_closure_factory(2.0), t(3), graphs=2, breaks=1)
     check(_closure_factory(5.0), t(3), graphs=2, breaks=1)
+
+
+@pytest.mark.parametrize("kind", ["partial", "lambda"])
+def test_partials_and_lambdas_in_a_list(kind):
+    def pipeline(x):
+        fns = [lambda v: v + 1, kiln.sin, functools.partial(kiln.mul, other=2.0)]
+        if kind == "lambda":
+            fns = fns[:2]
+        vals = [f(x) for f in fns]
+        return sum(vals), max(len(vals), 2)
+
+    check(pipeline, kiln.randn(2))
+
+
+def test_local_functions_passed_on_do_not_recompile():
+    counter = CompileCounter()
+
+    def apply(fn, x):
+        return fn(x) + 1
+
+    compiled = kiln.compile(apply, backend=counter)
+    for k in (2.0, 3.0):
+
+        def times(y, k=k):
+            return y * k
+
+        assert_same(compiled(times, kiln.ones(2)), kiln.full((2,), k + 1))
+    assert counter.frame_count == 2  # the default ``k`` changed: guarded, not the function
+    for _ in range(2):
+
+        def again(y, k=3.0):
+            return y * k
+
+        compiled(again, kiln.ones(2))
+    assert counter.frame_count == 3

@@ -7,8 +7,10 @@ import pytest
 import kiln
 import kiln.nn as nn
 import kiln.nn.functional as F
+from kiln.dynamo.testing import CompileCounter
+from tests.oracle import needs_torch
 
-from .helpers import assert_same, check
+from .helpers import assert_same, check, same_as_torch
 
 
 def t(*shape):
@@ -294,3 +296,153 @@ def test_hooks_on_the_compiled_module_itself_run():
     x = t(2, 4)
     assert_same(compiled(x), model(x))
     assert seen == ["pre", "pre"]
+
+
+BACKENDS = ["eager", "aot_eager", "inductor"]
+
+
+def _hooked_net():
+    kiln.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    feats = {}
+
+    def save(module, inputs, output):
+        feats["relu"] = output.detach()
+
+    net[1].register_forward_hook(save)
+    net[0].register_forward_pre_hook(lambda m, args: (args[0] * 2,))
+    net[2].register_forward_pre_hook(lambda m, a, kw: ((a[0] + 1,), kw), with_kwargs=True)
+    net[2].register_forward_hook(lambda m, a, kw, out: out * 3, with_kwargs=True)
+    return net, feats
+
+
+def test_forward_hooks_of_submodules_are_captured():
+    net, feats = _hooked_net()
+    x = kiln.randn(3, 4)
+    expected = net(x)
+    saved = feats.pop("relu")
+    report = kiln._dynamo.explain(net)(x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+    for backend in BACKENDS:
+        feats.clear()
+        assert_same(kiln.compile(net, backend=backend)(x), expected)
+        assert_same(feats["relu"], saved)
+
+
+def test_hooks_added_or_removed_after_compiling_are_seen():
+    net, _ = _hooked_net()
+    x = kiln.randn(3, 4)
+    compiled = kiln.compile(net, backend="eager")
+    compiled(x)
+    handle = net[1].register_forward_hook(lambda m, i, o: o * 0)
+    assert_same(compiled(x), net(x))
+    handle.remove()
+    assert_same(compiled(x), net(x))
+    top = net.register_forward_hook(lambda m, i, o: o + 100)  # the compiled module's own
+    counter = CompileCounter("eager")
+    compiled = kiln.compile(net, backend=counter)
+    assert_same(compiled(x), net(x))
+    assert counter.frame_count == 1
+    top.remove()
+    assert_same(compiled(x), net(x))
+
+
+def test_backward_hooks_still_run_eagerly_and_correctly():
+    net, _ = _hooked_net()
+    grads = []
+    net[2].register_full_backward_hook(lambda m, gi, go: grads.append(go[0].shape))
+    x = kiln.randn(3, 4)
+    out = kiln.compile(net, backend="aot_eager")(x)
+    out.sum().backward()
+    assert grads == [(3, 2)]
+    assert_same(out, net(x))
+
+
+@needs_torch
+def test_hooked_module_graph_counts_match_torch():
+    def snippet(lib):
+        lib.manual_seed(0)
+        net = lib.nn.Sequential(lib.nn.Linear(4, 8), lib.nn.ReLU(), lib.nn.Linear(8, 2))
+        net[1].register_forward_hook(lambda m, i, o: o * 2)
+        net[0].register_forward_pre_hook(lambda m, args: (args[0] * 2,))
+        report = lib._dynamo.explain(net)(lib.ones(3, 4))
+        return report.graph_count, report.graph_break_count
+
+    same_as_torch(snippet)
+
+
+def _plus_one(module, inputs, output):
+    return output + 1
+
+
+def test_deepcopy_and_pickle_of_a_compiled_module():
+    import copy
+    import io
+
+    kiln.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    net.register_forward_hook(_plus_one)  # its compiled call path is set up
+    compiled = kiln.compile(net, backend="aot_eager")
+    x = kiln.ones(2, 3)
+    compiled(x)
+    twin = copy.deepcopy(compiled)
+    assert type(twin) is type(compiled) and twin._orig_mod is not net
+    assert_same(twin(x), compiled(x))
+    with kiln.no_grad():
+        twin._orig_mod[0].weight.add_(1)
+    assert not kiln.allclose(twin(x), compiled(x))  # a copy, not a view
+    buf = io.BytesIO()
+    kiln.save(compiled, buf)
+    buf.seek(0)
+    loaded = kiln.load(buf, weights_only=False)
+    assert type(loaded).__name__ == "OptimizedModule"
+    assert list(loaded.state_dict()) == list(compiled.state_dict())
+    assert_same(loaded(x), compiled(x))
+
+
+class _Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc(x).relu() * 2
+
+
+def test_module_compile_compiles_forward_in_place_and_keeps_hooks():
+    model = _Scaled()
+    counter = CompileCounter()
+    model.compile(backend=counter)
+    x = kiln.randn(4, 3)
+    expected = _Scaled.forward(model, x)
+    assert_same(model(x), expected)
+    assert counter.frame_count == 1
+    seen = []
+    model.register_forward_hook(lambda mod, args, out: seen.append(out.shape))
+    assert_same(model(x), expected)
+    assert seen == [(4, 2)] and counter.frame_count == 1
+    assert list(model.state_dict()) == ["fc.weight", "fc.bias"]
+
+
+class _Scales(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.per_layer = nn.ParameterList([nn.Parameter(kiln.randn(4)) for _ in range(3)])
+        self.named = nn.ParameterDict({"shift": nn.Parameter(kiln.randn(4))})
+
+    def forward(self, x):
+        for i, p in enumerate(self.per_layer):
+            x = x * p + i
+        x = x + self.per_layer[-1] + self.named["shift"] + len(self.per_layer)
+        return nn.Flatten()(x.unsqueeze(1)), nn.Softmax(dim=-1)(x)
+
+
+_SCALES = _Scales()
+
+
+def parameter_containers(x):
+    return _SCALES(x)
+
+
+def test_parameter_list_dict_and_modules_built_in_forward():
+    check(parameter_containers, kiln.randn(2, 4))

@@ -6,9 +6,12 @@ number of graphs and graph breaks asserted.
 
 from __future__ import annotations
 
+import collections
+import functools
 import math
 import operator
 
+import numpy as np
 import pytest
 
 import kiln
@@ -371,3 +374,48 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_capture_matches_eager(case):
     check(case.fn, *case.make_args(), graphs=case.graphs, breaks=case.breaks)
+
+
+def sort_with_key(x):
+    parts = [x[:1], x, x[:2]]
+    parts = sorted(parts, key=lambda p: -p.shape[0])
+    ordered = sorted({"b": 2, "a": 1, "c": 0}.items(), key=lambda kv: kv[1])
+    return kiln.cat(parts), [k for k, _ in ordered]
+
+
+def test_sorted_with_a_key_function():
+    check(sort_with_key, kiln.randn(3))
+
+
+def numpy_math_on_shapes(x):
+    d = x.shape[-1]
+    return x / np.sqrt(d) + np.prod(x.shape) + np.float32(0.5) + np.pi
+
+
+def test_numpy_functions_of_constants_fold():
+    check(numpy_math_on_shapes, kiln.randn(2, 4))
+
+
+_Point = collections.namedtuple("_Point", "x y")
+
+
+def python_idioms(x):
+    total = functools.reduce(operator.add, [x, x * 2, x * 3])
+    p = _Point(1, 2)._replace(y=5)
+    fields = p._asdict()
+    return total * p.y + fields["x"], functools.reduce(lambda a, b: a * b, [2, 3], 1)
+
+
+def test_reduce_and_namedtuple_helpers_are_captured():
+    check(python_idioms, kiln.randn(3))
+
+
+def leaf_and_data(x, w):
+    y = x * w
+    y.data.add_(1)
+    return y, x.is_leaf, y.is_leaf, w.data.is_leaf, w.detach().is_leaf
+
+
+def test_is_leaf_and_data_are_captured():
+    w = kiln.randn(3).requires_grad_(True)
+    check(leaf_and_data, kiln.randn(3), w)

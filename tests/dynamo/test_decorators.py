@@ -8,6 +8,10 @@ import pytest
 
 import kiln
 from kiln.dynamo.decorators import dynamic_dims
+from kiln.dynamo.testing import CompileCounter
+from tests.oracle import needs_torch, torch
+
+from .helpers import check
 
 
 def _counting_backend():
@@ -167,3 +171,65 @@ def test_cache_size_limit_is_the_recompile_limit():
     finally:
         config.recompile_limit = old
     assert config.cache_size_limit == old
+
+
+def test_set_stance_force_eager_as_call_block_and_decorator(default_stance):
+    counter = CompileCounter("eager")
+    fn = kiln.compile(lambda x: x * 2, backend=counter)
+    kiln.compiler.set_stance("force_eager")
+    assert fn(kiln.ones(2)).tolist() == [2.0, 2.0] and counter.frame_count == 0
+    kiln.compiler.set_stance("default")
+    with kiln.compiler.set_stance("force_eager"):
+        fn(kiln.ones(3))
+    assert counter.frame_count == 0
+
+    @kiln.compiler.set_stance("force_eager")
+    def run():
+        return fn(kiln.ones(4))
+
+    run()
+    assert counter.frame_count == 0  # the decorator's stance held only inside ``run``
+    fn(kiln.ones(4))
+    assert counter.frame_count == 1
+
+
+def test_set_stance_recompile_policies(default_stance):
+    counter = CompileCounter("eager")
+    fn = kiln.compile(lambda x: x + 1, backend=counter)
+    kiln.compiler.set_stance("eager_then_compile")
+    fn(kiln.ones(1))
+    assert counter.frame_count == 0
+    fn(kiln.ones(1))
+    assert counter.frame_count == 1
+    kiln.compiler.set_stance("eager_on_recompile")
+    assert fn(kiln.ones(5)).tolist() == [2.0] * 5 and counter.frame_count == 1
+    kiln.compiler.set_stance("fail_on_recompile")
+    fn(kiln.ones(1))  # cached: fine
+    with pytest.raises(RuntimeError, match="Detected recompile when torch.compile stance is"):
+        fn(kiln.ones(6))
+    kiln.compiler.set_stance("default", force_backend=counter)
+    kiln.compile(lambda x: x - 1, backend="inductor")(kiln.ones(1))
+    assert counter.frame_count == 2  # the forced backend compiled it
+
+
+@needs_torch
+def test_set_stance_errors_match_torch(default_stance):
+    def snippet(lib):
+        try:
+            lib.compiler.set_stance("force_eager", force_backend="eager")
+        except RuntimeError as e:
+            return str(e)
+
+    assert snippet(kiln) == snippet(torch)
+
+
+def test_assume_constant_result_is_baked_in():
+    calls = []
+
+    @kiln.compiler.assume_constant_result
+    def scale():
+        calls.append(1)
+        return 3.0
+
+    counter, _ = check(lambda x: x * scale(), kiln.ones(2), graphs=1, breaks=0)
+    assert len(calls) == 2  # the eager run and the one capture

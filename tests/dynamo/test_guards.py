@@ -140,14 +140,16 @@ def test_recompile_limit_runs_eagerly_and_warns_once():
     assert "x.shape" in messages[0]
 
 
-def test_new_shapes_past_the_limit_run_eagerly_without_a_warning():
+def test_new_shapes_past_the_limit_run_eagerly_without_a_warning(monkeypatch):
+    # without automatic dynamic shapes every new shape compiles a static graph, up to the limit
+    monkeypatch.setattr(config, "automatic_dynamic_shapes", False)
     fn, counter = compiled_with_counter(scale)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for n in range(1, config.shape_recompile_limit + 5):
             x = t(n)
             assert_same(fn(x), scale(x))
-            assert_same(fn(x), scale(x))  # past two shapes, a shape compiles when it returns
+            assert_same(fn(x), scale(x))
         fn(t(3))  # a shape compiled before still runs its entry
     assert counter.frame_count == config.shape_recompile_limit + 1
     assert not [w for w in caught if "recompiled" in str(w.message)]

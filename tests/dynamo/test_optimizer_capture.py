@@ -231,3 +231,58 @@ def test_adam_step_is_one_fused_pass_per_parameter(monkeypatch):
     assert sorted(k.outer for k in big) == sorted(shapes)
     for kernel in big:
         assert len(kernel.nodes) == 3  # exp_avg, exp_avg_sq and the parameter, in one loop
+
+
+def _clip_step(model, opt, x, y):
+    opt.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.1)
+    opt.step()
+    return loss.detach(), norm
+
+
+def test_clip_grad_norm_inside_a_compiled_step_sees_the_gradients():
+    kiln.manual_seed(0)
+    model = nn.Linear(4, 2)
+    twin = copy.deepcopy(model)
+    opt = kiln.optim.SGD(model.parameters(), lr=0.5)
+    twin_opt = kiln.optim.SGD(twin.parameters(), lr=0.5)
+    step = kiln.compile(_clip_step, backend=CompileCounter())
+    x, y = kiln.randn(3, 4), kiln.zeros(3, 2)
+    for _ in range(3):
+        loss, norm = step(model, opt, x, y)
+        twin_loss, twin_norm = _clip_step(twin, twin_opt, x, y)
+        assert_same(loss, twin_loss)
+        assert_same(norm, twin_norm)
+        assert float(norm) > 0
+    assert_same(model.state_dict(), twin.state_dict())
+
+
+def _lr_step(model, opt, sched, x):
+    opt.zero_grad()
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
+def test_compiled_step_with_a_per_step_lr_schedule_matches_eager(recwarn):
+    kiln.manual_seed(0)
+    model = nn.Linear(3, 2)
+    twin = copy.deepcopy(model)
+    runs = []
+    for m in (model, twin):
+        opt = kiln.optim.Adam(m.parameters(), lr=0.1)
+        runs.append((m, opt, kiln.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)))
+    counter = CompileCounter()
+    step = kiln.compile(_lr_step, backend=counter)
+    x = kiln.randn(4, 3)
+    for _ in range(12):
+        (m, opt, sched), (m2, opt2, sched2) = runs
+        assert_same(step(m, opt, sched, x), _lr_step(m2, opt2, sched2, x))
+        sched.step()
+        sched2.step()
+    assert_same(model.state_dict(), twin.state_dict())
+    assert counter.frame_count <= 8
+    assert not [w for w in recwarn if "recompiled" in str(w.message)]

@@ -32,3 +32,15 @@ def test_inference_compile_does_not_import_networkx():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_importing_dynamo_submodules_by_torch_names_finds_kiln_modules():
+    import importlib
+    import sys
+
+    for name in ("exc", "config", "testing"):
+        module = importlib.import_module(f"kiln._dynamo.{name}")
+        assert module is sys.modules[f"kiln.dynamo.{name}"]
+    from kiln._dynamo.testing import CompileCounter
+
+    assert CompileCounter is kiln.dynamo.testing.CompileCounter

@@ -6,8 +6,10 @@ import pytest
 
 import kiln
 import kiln.nn as nn
+from kiln.dynamo.testing import CompileCounter
+from tests.oracle import needs_torch
 
-from .helpers import Case, assert_same, check
+from .helpers import Case, assert_same, check, same_as_torch
 
 
 def t(*shape):
@@ -208,3 +210,93 @@ def test_side_effects_happen_before_a_graph_break_in_order(capsys):
     compiled(t(2))
     assert log == ["before", "after"]
     assert capsys.readouterr().out.strip() == "1"
+
+
+BACKENDS = ["eager", "aot_eager", "inductor"]
+
+
+def _unsqueeze_input(x):
+    x.unsqueeze_(0)
+    return x * 2
+
+
+def _transpose_input_after_view_write(x):
+    v = x.view(-1)
+    v[1] = 7
+    x.t_()
+    return v
+
+
+def _reshape_intermediate_in_place(x):
+    y = x * 2
+    held = [y]
+    y.unsqueeze_(0).t_()
+    y.transpose_(0, 1)
+    y.squeeze_(0)
+    z = y * 1
+    z.unsqueeze_(-1).swapdims_(0, 1)
+    return held[0] + 1, y.shape, z
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inplace_view_methods_under_compile(backend):
+    for fn, args in (
+        (_unsqueeze_input, (kiln.ones(3),)),
+        (_transpose_input_after_view_write, (kiln.zeros(2, 2),)),
+        (_reshape_intermediate_in_place, (kiln.arange(3.0),)),
+    ):
+        eager_args = [a.clone() for a in args]
+        compiled_args = [a.clone() for a in args]
+        expected = fn(*eager_args)
+        actual = kiln.compile(fn, backend=backend)(*compiled_args)
+        assert_same(actual, expected)
+        assert_same(compiled_args, eager_args)  # inputs change shape as they do eagerly
+
+
+def test_inplace_view_of_an_intermediate_needs_no_break():
+    check(_reshape_intermediate_in_place, kiln.arange(3.0), graphs=1, breaks=0)
+    check(_unsqueeze_input, kiln.ones(3), graphs=1, breaks=1)
+
+
+def test_inplace_view_keeps_gradients():
+    x1 = kiln.arange(3.0).requires_grad_()
+    x2 = x1.detach().clone().requires_grad_()
+    out1 = kiln.compile(_reshape_intermediate_in_place, backend="aot_eager")(x1)
+    out2 = _reshape_intermediate_in_place(x2)
+    (out1[0].sum() + out1[2].pow(2).sum()).backward()
+    (out2[0].sum() + out2[2].pow(2).sum()).backward()
+    assert_same(x1.grad, x2.grad)
+
+
+@needs_torch
+def test_inplace_view_methods_match_torch():
+    def snippet(lib):
+        xx = lib.zeros(2, 2)
+        r = lib.compile(_transpose_input_after_view_write, backend="aot_eager")(xx)
+        y = lib.ones(3)
+        s = lib.compile(_unsqueeze_input, backend="aot_eager")(y)
+        return r, xx, s, y.shape
+
+    same_as_torch(snippet)
+
+
+def _make_step_counter():
+    count = 0
+
+    def step(x):
+        nonlocal count
+        count += 1
+        return x * 2 + 1, count
+
+    return step
+
+
+def test_nonlocal_write_of_the_compiled_function_is_replayed():
+    step = _make_step_counter()
+    counter = CompileCounter()
+    compiled = kiln.compile(step, backend=counter)
+    twin = _make_step_counter()
+    for _ in range(3):
+        assert_same(compiled(kiln.ones(2)), twin(kiln.ones(2)))
+    assert step.__closure__[0].cell_contents == 3
+    assert counter.frame_count == 1

@@ -20,6 +20,7 @@ import pytest
 import kiln
 from kiln.dynamo.verify import VerifyError
 from kiln.inductor import lowering
+from kiln.inductor.lowering import pointwise as pointwise_lowerings
 from kiln.ops.registry import OPS
 from tests.dynamo import planted_backends
 
@@ -62,7 +63,7 @@ def test_verify_names_the_node_a_backend_rewrote_wrongly(mode):
 def test_verify_names_the_node_of_a_wrong_lowering(monkeypatch):
     """A lowering swapped for a wrong one inside the inductor (numpy kernels: no object cache
     can serve a kernel compiled before the swap)."""
-    monkeypatch.setitem(lowering.LOWERINGS, OPS["exp"], lowering._unary("exp2"))
+    monkeypatch.setitem(lowering.LOWERINGS, OPS["exp"], pointwise_lowerings._unary("exp2"))
     compiled = kiln.compile(scaled_exp_sum, options={"verify": True, "cpu_codegen": "numpy"})
     with pytest.raises(VerifyError) as caught:
         compiled(*_inputs())
@@ -197,7 +198,7 @@ def test_repro_script_of_a_compile_error_fails_the_same_way(tmp_path, monkeypatc
 
 def test_repro_of_a_wrong_lowering_runs_in_process(tmp_path, monkeypatch):
     """A bug planted in this process (a swapped lowering) reproduces when the script runs here."""
-    monkeypatch.setitem(lowering.LOWERINGS, OPS["exp"], lowering._unary("exp2"))
+    monkeypatch.setitem(lowering.LOWERINGS, OPS["exp"], pointwise_lowerings._unary("exp2"))
     monkeypatch.setenv("KILN_REPRO", str(tmp_path))
     compiled = kiln.compile(scaled_exp_sum, options={"verify": True, "cpu_codegen": "numpy"})
     with pytest.raises(VerifyError):

@@ -8,12 +8,9 @@ import numpy as np
 import pytest
 
 import kiln
+from tests.inductor.helpers import compiled_by_inductor
 
 CODEGENS = ["numpy", "llvm"]
-
-
-def _compile(fn, codegen):
-    return kiln.compile(fn, backend="inductor", options={"cpu_codegen": codegen})
 
 
 @pytest.mark.parametrize("codegen", CODEGENS)
@@ -25,14 +22,14 @@ def test_multi_output_op_without_lowering_runs_its_kernel_once_per_call(codegen)
         return sign * logabs.exp() + 1
 
     expected = fn(a)
-    got = _compile(fn, codegen)(a)
+    got = compiled_by_inductor(fn, codegen)(a)
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-10)
 
 
 @pytest.mark.parametrize("codegen", CODEGENS)
 def test_empty_max_reduction_over_an_empty_output(codegen):
     x = kiln.randn(3, 0, 5)
-    got = _compile(lambda x: x.amax(-1) + 1, codegen)(x)
+    got = compiled_by_inductor(lambda x: x.amax(-1) + 1, codegen)(x)
     assert tuple(got.shape) == (3, 0)
 
 
@@ -42,10 +39,10 @@ def test_empty_max_reduction_over_an_empty_output(codegen):
 )
 def test_half_conversions_from_and_to_every_dtype(codegen, src):
     x = (kiln.rand(37) * 40).to(src)
-    to_half = _compile(lambda x: x.half() * 1, codegen)(x)
+    to_half = compiled_by_inductor(lambda x: x.half() * 1, codegen)(x)
     np.testing.assert_array_equal(to_half.numpy(), x.half().numpy())
     y = (kiln.rand(37) * 40).half()
-    from_half = _compile(lambda y: (y * 1).to(src), codegen)(y)
+    from_half = compiled_by_inductor(lambda y: (y * 1).to(src), codegen)(y)
     np.testing.assert_array_equal(from_half.numpy(), y.to(src).numpy())
 
 
@@ -54,7 +51,7 @@ def test_half_gradient_through_a_float64_computation(codegen):
     x = (kiln.rand(5) + 0.5).half().requires_grad_()
     xe = x.detach().clone().requires_grad_()
     fn = lambda x: kiln.float_power(x, 0.5)  # noqa: E731
-    (g,) = kiln.autograd.grad(_compile(fn, codegen)(x).sum(), x)
+    (g,) = kiln.autograd.grad(compiled_by_inductor(fn, codegen)(x).sum(), x)
     (ge,) = kiln.autograd.grad(fn(xe).sum(), xe)
     assert g.dtype is kiln.float16
     np.testing.assert_allclose(g.float().numpy(), ge.float().numpy(), rtol=2e-3)
@@ -67,7 +64,7 @@ def test_inplace_scan_keeps_the_input_dtype(codegen):
         return y.cumsum_(1)
 
     x = kiln.randint(-5, 5, (3, 4), dtype=kiln.int32)
-    got = _compile(fn, codegen)(x)
+    got = compiled_by_inductor(fn, codegen)(x)
     assert got.dtype is kiln.int32
     np.testing.assert_array_equal(got.numpy(), fn(x).numpy())
 
@@ -75,7 +72,7 @@ def test_inplace_scan_keeps_the_input_dtype(codegen):
 @pytest.mark.parametrize("codegen", CODEGENS)
 def test_cummin_of_bools(codegen):
     x = kiln.tensor([True, False, True, True, False, False, True])
-    got = _compile(lambda x: kiln.cummin(x, 0).values, codegen)(x)
+    got = compiled_by_inductor(lambda x: kiln.cummin(x, 0).values, codegen)(x)
     np.testing.assert_array_equal(got.numpy(), kiln.cummin(x, 0).values.numpy())
 
 
@@ -93,7 +90,7 @@ def test_wide_vector_loops_with_several_math_calls(n):
         return a, mask, (a * 100).to(kiln.int32), kiln.where(mask, x.cos(), z.log1p().abs())
 
     expected = fn(x, y, z)
-    got = _compile(fn, "llvm")(x, y, z)
+    got = compiled_by_inductor(fn, "llvm")(x, y, z)
     for g, e in zip(got, expected):
         assert g.dtype is e.dtype
         if e.dtype.is_floating_point:

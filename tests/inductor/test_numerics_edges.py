@@ -20,18 +20,15 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.inductor.compile_fx import compile_graph, inductor_decompositions
-from kiln.ir.tracer import trace
+from kiln.inductor.codegen.llvm.ops_handler import LEFT_TO_NUMPY
+from kiln.inductor.compile_fx import inductor_decompositions
+from tests.inductor.helpers import compile_traced, compiled_by_inductor
 from tests.oracle import needs_torch, torch
 
 CODEGENS = ["llvm", "numpy", "triton"]
 NAN, INF = math.nan, math.inf
 
 pytestmark = needs_torch
-
-
-def _compile(fn, codegen):
-    return kiln.compile(fn, backend="inductor", options={"cpu_codegen": codegen})
 
 
 def _tensor(m, values, dtype_name: str):
@@ -121,7 +118,7 @@ def check(name, fn, codegen, *values_and_dtypes):
     torch_inputs = [_tensor(torch, v, d) for v, d in values_and_dtypes]
     expected = fn(torch, *torch_inputs)
     eager = fn(kiln, *kiln_inputs)
-    got = _compile(lambda *xs: fn(kiln, *xs), codegen)(*kiln_inputs)
+    got = compiled_by_inductor(lambda *xs: fn(kiln, *xs), codegen)(*kiln_inputs)
     assert_same("eager", name, eager, expected, kiln_inputs)
     assert_same(f"{codegen}", name, got, eager, kiln_inputs)
 
@@ -226,9 +223,9 @@ def test_integer_division_by_zero_raises_like_eager(fn, codegen):
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         fn(kiln, a, b)
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
-        _compile(lambda x, y: fn(kiln, x, y) + 1, codegen)(a, b)
+        compiled_by_inductor(lambda x, y: fn(kiln, x, y) + 1, codegen)(a, b)
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
-        _compile(lambda x: fn(kiln, x, 0), codegen)(a)
+        compiled_by_inductor(lambda x: fn(kiln, x, 0), codegen)(a)
 
 
 def _int_divisions(m, x, y):
@@ -267,7 +264,9 @@ def test_integer_min_divided_by_minus_one_wraps_without_a_trap(dtype, codegen):
         lambda a, b: _int_divisions(kiln, a, b),
         lambda a, b: _int_divisions(kiln, a, -1) + b * 0,
     ):
-        np.testing.assert_array_equal(_compile(fn, codegen)(x, y).numpy(), expected.numpy())
+        np.testing.assert_array_equal(
+            compiled_by_inductor(fn, codegen)(x, y).numpy(), expected.numpy()
+        )
 
 
 CAST_SOURCES = [NAN, INF, -INF, 3e38, -3e38, 1e10, -1e10, 2.0**31, 70000.0, -70000.0, 300.0]
@@ -329,7 +328,7 @@ def test_sign_of_bool_and_nan(dtype, codegen):
     kx, tx = _tensor(kiln, x, dtype), _tensor(torch, x, dtype)
     expected = signs(torch, tx)
     eager = signs(kiln, kx)
-    got = _compile(lambda v: signs(kiln, v), codegen)(kx)
+    got = compiled_by_inductor(lambda v: signs(kiln, v), codegen)(kx)
     for name, g, e, t in zip(["sign(isnan)", "sign", "sgn"], got, eager, expected):
         assert_same("eager", name, e, t, [kx])
         assert_same(codegen, name, g, e, [kx])
@@ -386,6 +385,7 @@ UNARY.update(
 UNARY.update(
     {
         "gelu_tanh": _nn("gelu", approximate="tanh"),
+        "spherical_bessel_j0": lambda m, x: m.special.spherical_bessel_j0(x),
         "threshold": lambda m, x: m.nn.functional.threshold(x, 0.5, -3.0),
         "clamp": _fn("clamp", -2.0, 2.0),
         "clamp_int": _fn("clamp", -2, 2),
@@ -429,8 +429,8 @@ EAGER_DTYPE_DIFFERS = {"hardtanh", "relu6"}
 # Triton's interpreter has no bfloat16: conversions to it are raw bit truncations there
 NOT_INTERPRETED = {"to_bfloat16"}
 # ops the LLVM generator leaves to numpy (no vector code for them yet)
-NOT_IN_LLVM = {"asin", "acos", "erfinv", "atan2", "to_bfloat16"}
-NUMPY_REASONS = {"op asin", "op acos", "op erfinv", "atan2", "bfloat16 arithmetic"}
+NOT_IN_LLVM = set(LEFT_TO_NUMPY) | {"to_bfloat16"}
+NUMPY_REASONS = {f"op {name}" for name in LEFT_TO_NUMPY} | {"bfloat16 arithmetic"}
 
 
 def _applicable(table, dtype, inputs) -> dict:
@@ -480,10 +480,8 @@ def _sweep(table, dtype, codegen, inputs):
     # traced and decomposed as kiln.compile's inductor backend does, without the bytecode capture
     # and AOT steps (the regression tests above go through kiln.compile)
     args = [*kiln_inputs, *longer]
-    graph = compile_graph(
-        trace(all_ops, *args, decompositions=inductor_decompositions()),
-        args,
-        {"cpu_codegen": codegen},
+    graph = compile_traced(
+        all_ops, *args, codegen=codegen, decompositions=inductor_decompositions()
     )
     for name, got in zip(names, graph(*args)):
         got = got[: len(inputs[0])]

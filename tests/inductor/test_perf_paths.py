@@ -10,26 +10,10 @@ import pytest
 
 import kiln
 from kiln.inductor import sym
-from kiln.inductor.compile_fx import compile_graph
 from kiln.inductor.scheduler import ExternCall, regroup
-from kiln.ir.tracer import trace
+from tests.inductor.helpers import check_against_eager
 
 F = kiln.nn.functional
-
-
-def _compile(fn, *inputs, codegen="llvm", rtol=1e-5, atol=1e-6):
-    """Compile one prim graph of ``fn``, check it against eager, return the compiled graph."""
-    gm = trace(fn, *inputs, decompositions="prims")
-    compiled = compile_graph(gm, list(inputs), {"cpu_codegen": codegen})
-    got = compiled(*inputs)
-    expected = fn(*inputs)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    for g, e in zip(got, expected):
-        assert tuple(g.shape) == tuple(e.shape)
-        np.testing.assert_allclose(
-            g.float().numpy(), e.float().numpy(), rtol=rtol, atol=atol, equal_nan=True
-        )
-    return compiled
 
 
 def _plans(compiled) -> list:
@@ -70,7 +54,7 @@ def test_cat_of_transposed_heads_matches_eager(codegen):
         parts[1] = k.permute(0, 2, 1, 3).reshape(2, 16, 32)
         return kiln.cat(parts, dim=2) * 2
 
-    compiled = _compile(fn, q, k, v, codegen=codegen)
+    compiled = check_against_eager(fn, q, k, v, codegen=codegen)
     if codegen == "llvm":
         # the loop over the concatenated dim is split at the head boundaries: contiguous rows
         assert any(p.inner_size == 8 for p in _plans(compiled))
@@ -78,9 +62,9 @@ def test_cat_of_transposed_heads_matches_eager(codegen):
 
 def test_pad_and_roll_read_back_with_negative_offsets():
     x = kiln.randn(5, 70)
-    _compile(lambda x: F.pad(x, (3, 5)) * 2, x)
-    _compile(lambda x: kiln.roll(x, 7, 1) + 1, x)
-    _compile(lambda x: kiln.cat([x[:, 40:], x[:, :40]], 1) - x, x)
+    check_against_eager(lambda x: F.pad(x, (3, 5)) * 2, x)
+    check_against_eager(lambda x: kiln.roll(x, 7, 1) + 1, x)
+    check_against_eager(lambda x: kiln.cat([x[:, 40:], x[:, :40]], 1) - x, x)
 
 
 # ------------------------------------------------------------------------- column reductions
@@ -91,33 +75,39 @@ def test_pad_and_roll_read_back_with_negative_offsets():
 )
 def test_sum_over_a_strided_dim_runs_column_by_column(shape):
     x = kiln.randn(*shape)
-    compiled = _compile(lambda x: x.sum(0), x, rtol=1e-5, atol=1e-4)
+    compiled = check_against_eager(lambda x: x.sum(0), x, rtol=1e-5, atol=1e-4)
     assert any(p.columns is not None for p in _plans(compiled))
 
 
 def test_column_reductions_with_epilogue_and_two_reductions_per_column():
     x, y = kiln.randn(40, 130), kiln.randn(40, 130)
-    _compile(lambda x, y: ((x * y).sum(0) * 3 + 1, x.sum(0), x.amax(0), x.amin(0)), x, y, atol=1e-5)
+    check_against_eager(
+        lambda x, y: ((x * y).sum(0) * 3 + 1, x.sum(0), x.amax(0), x.amin(0)), x, y, atol=1e-5
+    )
     # the bias and scale gradients of a layer_norm: sums over rows of [B, T, C]
     g, h = kiln.randn(4, 32, 96), kiln.randn(4, 32, 96)
-    compiled = _compile(lambda g, h: ((g * h).sum((0, 1)), g.sum((0, 1))), g, h, atol=1e-5)
+    compiled = check_against_eager(
+        lambda g, h: ((g * h).sum((0, 1)), g.sum((0, 1))), g, h, atol=1e-5
+    )
     assert any(p.columns is not None for p in _plans(compiled))
 
 
 def test_column_reduction_of_half_values_accumulates_in_float():
     x = kiln.randn(300, 70).half()
-    _compile(lambda x: x.sum(0), x, rtol=2e-3, atol=2e-2)
+    check_against_eager(lambda x: x.sum(0), x, rtol=2e-3, atol=2e-2)
 
 
 def test_column_reduction_with_a_per_row_broadcast_read():
     # the layer_norm weight gradient reads per-row statistics (constant along the columns)
     x, mean, rstd = kiln.randn(256, 512), kiln.randn(256, 1), kiln.rand(256, 1) + 0.5
-    compiled = _compile(lambda x, m, r: ((x - m) * r * x).sum(0), x, mean, rstd, atol=1e-4)
+    compiled = check_against_eager(
+        lambda x, m, r: ((x - m) * r * x).sum(0), x, mean, rstd, atol=1e-4
+    )
     assert any(p.columns is not None for p in _plans(compiled))
 
 
 def test_row_reductions_keep_the_usual_loops():
-    compiled = _compile(lambda x: x.sum(-1), kiln.randn(64, 300), atol=1e-5)
+    compiled = check_against_eager(lambda x: x.sum(-1), kiln.randn(64, 300), atol=1e-5)
     assert all(p.columns is None for p in _plans(compiled))
 
 
@@ -139,7 +129,7 @@ def test_layer_norm_with_its_saved_statistics_is_one_kernel():
         rstd = ((x - mean) ** 2).mean(-1, keepdim=True).add(1e-5).rsqrt()
         return ((x - mean) * rstd * w + b).reshape(-1, 64), mean, rstd
 
-    compiled = _compile(fn, x, w, b, atol=1e-5)
+    compiled = check_against_eager(fn, x, w, b, atol=1e-5)
     assert len(compiled.schedule.kernels) == 1
 
 
@@ -149,13 +139,13 @@ def test_same_shaped_pointwise_work_fuses_across_unrelated_buffers():
     def fn(a, b):  # a [64, 32] value, a [256] value, then [64, 32] again
         return a.exp() * 2, b.sin() + 1, (a * 3).tanh()
 
-    compiled = _compile(fn, a, b, atol=1e-6)
+    compiled = check_against_eager(fn, a, b, atol=1e-6)
     assert len(compiled.schedule.kernels) == 2
 
 
 def test_look_ahead_never_moves_a_buffer_above_what_it_reads():
     x = kiln.randn(7) > 0
-    compiled = _compile(lambda x: kiln.cummin(x, 0).values, x, codegen="numpy")
+    compiled = check_against_eager(lambda x: kiln.cummin(x, 0).values, x, codegen="numpy")
     assert compiled is not None
 
 
@@ -169,7 +159,7 @@ def test_transposed_operand_of_a_computed_value_is_a_view():
         g = x * 0.5  # read untransposed by one matmul and transposed by the other
         return g.t() @ w, g @ g.t()
 
-    compiled = _compile(fn, x, w, atol=1e-5)
+    compiled = check_against_eager(fn, x, w, atol=1e-5)
     assert len(compiled.schedule.kernels) == 1  # g once; no transposed copy
 
 
@@ -184,7 +174,7 @@ def test_attention_heads_reach_the_batched_matmul_without_copies():
         att = F.softmax(q @ k.transpose(-2, -1) * 0.3, dim=-1)
         return (att @ v).transpose(1, 2).reshape(b, t, h * d)
 
-    compiled = _compile(fn, x, qkv_w, bias, atol=1e-5)
+    compiled = check_against_eager(fn, x, qkv_w, bias, atol=1e-5)
     # the bias add (stored once), the softmax and the final transpose: no per-head copies
     assert len(compiled.schedule.kernels) == 3
     externs = [s for s in compiled.schedule.steps if isinstance(s, ExternCall)]
@@ -193,9 +183,11 @@ def test_attention_heads_reach_the_batched_matmul_without_copies():
 
 def test_matmul_of_a_broadcast_operand_is_copied_for_blas():
     a, b = kiln.randn(1, 16), kiln.randn(16, 24)
-    _compile(lambda a, b: a.expand(12, 16) @ b, a, b, atol=1e-5)
+    check_against_eager(lambda a, b: a.expand(12, 16) @ b, a, b, atol=1e-5)
     c = kiln.randn(5, 1, 16)
-    _compile(lambda c, b: kiln.bmm(c.expand(5, 7, 16), b.expand(5, 16, 24)), c, b, atol=1e-5)
+    check_against_eager(
+        lambda c, b: kiln.bmm(c.expand(5, 7, 16), b.expand(5, 16, 24)), c, b, atol=1e-5
+    )
 
 
 # ------------------------------------------------------------------------- reductions to one value
@@ -203,10 +195,10 @@ def test_matmul_of_a_broadcast_operand_is_copied_for_blas():
 
 def test_large_full_reductions_run_in_two_passes():
     x, y = kiln.randn(8, 128, 256), kiln.randn(8, 128, 256)
-    compiled = _compile(lambda x, y: F.mse_loss(x, y), x, y, rtol=1e-5)
+    compiled = check_against_eager(lambda x, y: F.mse_loss(x, y), x, y, rtol=1e-5)
     assert len(compiled.schedule.kernels) == 2
-    _compile(lambda x: (x.amax(), x.amin()), x)
-    _compile(lambda x: x.sum(), kiln.randn(300, 400) + 1, rtol=1e-5)
+    check_against_eager(lambda x: (x.amax(), x.amin()), x)
+    check_against_eager(lambda x: x.sum(), kiln.randn(300, 400) + 1, rtol=1e-5)
 
 
 # ------------------------------------------------------------------------- AOT
@@ -344,10 +336,10 @@ def test_split_matmul_equals_numpy(shape_a, shape_b):
 def test_blas_thread_count_is_restored_after_a_compiled_matmul():
     from kiln.inductor import extern_matmul
 
-    blas = extern_matmul._blas
+    blas = extern_matmul.BLAS
     before = blas.get() if blas.load() else None
     x, w = kiln.randn(512, 256), kiln.randn(256, 512)
-    _compile(lambda x, w: (x @ w).relu(), x, w, rtol=1e-4, atol=1e-4)
+    check_against_eager(lambda x, w: (x @ w).relu(), x, w, rtol=1e-4, atol=1e-4)
     if before is not None:
         assert blas.depth == 0 and blas.get() == before
 
@@ -360,7 +352,9 @@ def test_kernels_and_matmuls_shared_by_any_number_of_threads(threads):
     try:
         x, w = kiln.randn(700, 300), kiln.randn(300, 513)
         # a matmul split in blocks, a pointwise kernel and a row reduction over odd row counts
-        _compile(lambda x, w: F.gelu(x @ w).sum(-1) + (x * 2).exp().sum(0)[:1], x, w, atol=1e-3)
+        check_against_eager(
+            lambda x, w: F.gelu(x @ w).sum(-1) + (x * 2).exp().sum(0)[:1], x, w, atol=1e-3
+        )
         got = kiln.compile(lambda x, w: (x @ w).softmax(-1), backend="inductor")(x, w)
         np.testing.assert_allclose(got.numpy(), (x @ w).softmax(-1).numpy(), rtol=1e-4, atol=1e-6)
     finally:

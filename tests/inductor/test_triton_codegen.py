@@ -7,6 +7,7 @@ reference backend). Shapes are small: the interpreter runs every program of a gr
 from __future__ import annotations
 
 import ast
+import functools
 import os
 
 import numpy as np
@@ -25,6 +26,7 @@ from kiln.ir.tracer import trace
 from kiln.ops.registry import OPS
 from kiln.runtime import dtypes as dt
 from tests.inductor import test_samples
+from tests.inductor.helpers import check_against_eager, compile_traced
 
 F = kiln.nn.functional
 TRITON = {"cpu_codegen": "triton"}
@@ -48,25 +50,8 @@ def test_op_sample_matches_eager(sample):
     test_samples.test_compiled_sample_matches_eager(sample, "triton")
 
 
-def _compile(fn, *inputs, options=TRITON):
-    gm = trace(fn, *inputs, decompositions="prims")
-    return compile_graph(gm, list(inputs), options)
-
-
-def _check(fn, *inputs, options=TRITON, tol=2e-5):
-    compiled = _compile(fn, *inputs, options=options)
-    got = compiled(*inputs)
-    expected = fn(*inputs)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    for g, e in zip(got, expected):
-        assert g.dtype is e.dtype and tuple(g.shape) == tuple(e.shape)
-        if e.dtype.is_floating_point:
-            np.testing.assert_allclose(
-                g.float().numpy(), e.float().numpy(), rtol=tol, atol=tol, equal_nan=True
-            )
-        else:
-            np.testing.assert_array_equal(g.numpy(), e.numpy())
-    return compiled
+# compiled through Triton and compared with eager; tests pass their own options and tolerances
+check_triton = functools.partial(check_against_eager, codegen="triton", rtol=2e-5, atol=2e-5)
 
 
 # ------------------------------------------------------------------------------ fusion
@@ -75,36 +60,38 @@ def _check(fn, *inputs, options=TRITON, tol=2e-5):
 def test_pointwise_chain_of_ten_ops_is_one_kernel():
     x = kiln.randn(7, 33)
     fn = lambda x: ((((x * 2 + 1).sin() * x).exp() - 3).tanh() * 0.5 + x).relu()  # noqa: E731
-    assert _check(fn, x).num_kernels == 1
+    assert check_triton(fn, x).num_kernels == 1
 
 
 @pytest.mark.parametrize("options", [TRITON, LOOPED], ids=["persistent", "looped"])
 def test_softmax_fuses_into_at_most_two_kernels(options):
     x = kiln.randn(6, 19)
-    assert _check(lambda x: F.softmax(x, -1), x, options=options).num_kernels <= 2
+    assert check_triton(lambda x: F.softmax(x, -1), x, options=options).num_kernels <= 2
 
 
 @pytest.mark.parametrize("options", [TRITON, LOOPED], ids=["persistent", "looped"])
 def test_layer_norm_fuses_into_at_most_two_kernels(options):
     x, w, b = kiln.randn(5, 21), kiln.randn(21), kiln.randn(21)
-    compiled = _check(lambda x: F.layer_norm(x, (21,), w, b), x, options=options, tol=1e-4)
+    compiled = check_triton(
+        lambda x: F.layer_norm(x, (21,), w, b), x, options=options, rtol=1e-4, atol=1e-4
+    )
     assert compiled.num_kernels <= 2
 
 
 def test_intermediates_read_only_inside_their_kernel_are_not_stored():
     x = kiln.randn(4, 9)
-    compiled = _check(lambda x: F.softmax(x, -1) + F.log_softmax(x, -1), x)
+    compiled = check_triton(lambda x: F.softmax(x, -1) + F.log_softmax(x, -1), x)
     assert compiled.source.count("rt.empty(") == 1  # only the output
 
 
 def test_persistent_reduction_loads_each_element_once():
-    compiled = _check(lambda x: F.softmax(x, -1), kiln.randn(3, 16))
+    compiled = check_triton(lambda x: F.softmax(x, -1), kiln.randn(3, 16))
     assert compiled.source.count("tl.load(") == 1
     assert "for roffset" not in compiled.source
 
 
 def test_looped_reduction_runs_over_blocks_of_rblock():
-    compiled = _check(lambda x: F.softmax(x, -1), kiln.randn(3, 19), options=LOOPED)
+    compiled = check_triton(lambda x: F.softmax(x, -1), kiln.randn(3, 19), options=LOOPED)
     assert "for roffset in range(0, rnumel, RBLOCK):" in compiled.source
     assert "RBLOCK=8" in compiled.source
 
@@ -132,7 +119,7 @@ def test_looped_reduction_runs_over_blocks_of_rblock():
     ],
 )
 def test_reduction_matches_eager(name, fn, options):
-    _check(fn, kiln.randn(5, 13), options=options, tol=1e-5)
+    check_triton(fn, kiln.randn(5, 13), options=options, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("options", [TRITON, LOOPED], ids=["persistent", "looped"])
@@ -149,13 +136,13 @@ def test_max_and_argmax_follow_nan_and_tie_rules(options):
     )
     x = kiln.tensor(a)
     fn = lambda x: (x.amax(-1), x.amin(-1), x.argmax(-1), x.argmin(-1))  # noqa: E731
-    _check(fn, x, options=options)
+    check_triton(fn, x, options=options)
 
 
 def test_integer_reductions_match_eager():
     x = kiln.tensor(np.random.randint(-50, 50, size=(4, 11)), dtype=kiln.int64)
     fn = lambda x: (x.sum(-1), x.amax(-1), x.argmin(-1), x.prod(0))  # noqa: E731
-    _check(fn, x)
+    check_triton(fn, x)
 
 
 # ------------------------------------------------------------------------------ arithmetic
@@ -170,7 +157,7 @@ def test_integer_division_and_remainder_round_like_python():
         kiln.remainder(a, b),
         kiln.fmod(a, b),
     )
-    _check(fn, a, b)
+    check_triton(fn, a, b)
 
 
 def test_float_math_matches_eager():
@@ -181,24 +168,26 @@ def test_float_math_matches_eager():
         kiln.remainder(x * 7 - 3, 0.75) + (x * 10 - 5).round() + (x * 10).trunc(),
         x.sign() + x.reciprocal() + x.pow(2.5),
     )
-    _check(fn, x, tol=1e-5)
+    check_triton(fn, x, rtol=1e-5, atol=1e-5)
 
 
 def test_float64_uses_double_precision():
     x = kiln.randn(3, 5, dtype=kiln.float64)
-    _check(lambda x: ((x.exp() + 1).sqrt() / 3).rsqrt() + F.softmax(x, -1), x, tol=1e-12)
+    check_triton(
+        lambda x: ((x.exp() + 1).sqrt() / 3).rsqrt() + F.softmax(x, -1), x, rtol=1e-12, atol=1e-12
+    )
 
 
 def test_half_precision_is_computed_in_float32():
     x = kiln.randn(4, 6).to(kiln.bfloat16)
     y = kiln.randn(4, 6).to(kiln.float16)
     fn = lambda x, y: ((x * 2).sin() + 1, (y.float().exp() * 0.5).half(), x.sum(-1))  # noqa: E731
-    _check(fn, x, y, tol=2e-2)
+    check_triton(fn, x, y, rtol=2e-2, atol=2e-2)
 
 
 def test_bool_values_are_stored_as_bytes():
     x = kiln.randn(3, 8)
-    _check(lambda x: ((x > 0) & (x < 1), (x > 0).logical_not() | x.isnan()), x)
+    check_triton(lambda x: ((x > 0) & (x < 1), (x > 0).logical_not() | x.isnan()), x)
 
 
 # ------------------------------------------------------------------------------ random
@@ -225,7 +214,7 @@ def test_random_numbers_are_the_runtime_philox_stream(which, offset):
 
 def test_random_with_constant_seed_and_offset():
     fn = lambda x: x + OPS["philox_rand"]([3, 4], 1234, 40)  # noqa: E731
-    _check(fn, kiln.zeros(3, 4), tol=0)
+    check_triton(fn, kiln.zeros(3, 4), rtol=0, atol=0)
 
 
 # ------------------------------------------------------------------------------ matmul
@@ -239,24 +228,26 @@ def test_matmul_template_matches_eager(shapes, transpose_b):
     a = kiln.randn(*shapes[0])
     b = kiln.randn(*shapes[1])
     fn = (lambda a, b: a @ b.t()) if transpose_b else (lambda a, b: a @ b)
-    compiled = _check(fn, a, b, tol=1e-4)
+    compiled = check_triton(fn, a, b, rtol=1e-4, atol=1e-4)
     assert "tl.dot(" in compiled.source
 
 
 def test_batched_matmul_template():
-    _check(lambda a, b: kiln.bmm(a, b), kiln.randn(3, 5, 6), kiln.randn(3, 6, 4), tol=1e-4)
+    check_triton(
+        lambda a, b: kiln.bmm(a, b), kiln.randn(3, 5, 6), kiln.randn(3, 6, 4), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_linear_bias_activation_and_residual_fuse_into_the_matmul():
     x, w, b, r = kiln.randn(6, 10), kiln.randn(8, 10), kiln.randn(8), kiln.randn(6, 8)
-    compiled = _check(lambda x, r: F.gelu(F.linear(x, w, b)) + r, x, r, tol=1e-4)
+    compiled = check_triton(lambda x, r: F.gelu(F.linear(x, w, b)) + r, x, r, rtol=1e-4, atol=1e-4)
     assert compiled.num_kernels == 1
     assert compiled.source.count("rt.empty(") == 1  # the product itself is never stored
 
 
 def test_bfloat16_matmul_accumulates_in_float32():
     a, b = kiln.randn(8, 16).bfloat16(), kiln.randn(16, 8).bfloat16()
-    _check(lambda a, b: a @ b, a, b, tol=3e-2)
+    check_triton(lambda a, b: a @ b, a, b, rtol=3e-2, atol=3e-2)
 
 
 # ------------------------------------------------------------------------------ indirect indexing
@@ -291,7 +282,7 @@ def test_indirect_loads_match_the_numpy_backend():
 
 def test_generated_module_is_readable_python_on_disk():
     x = kiln.randn(4, 8)
-    compiled = _compile(lambda x: F.softmax(x * 2, -1), x)
+    compiled = compile_traced(lambda x: F.softmax(x * 2, -1), x, codegen="triton")
     source = compiled.source
     ast.parse(source)
     assert source.count("@triton.jit") == compiled.num_kernels
@@ -304,14 +295,14 @@ def test_generated_module_is_readable_python_on_disk():
 
 def test_interpreter_flag_is_only_set_while_kernels_are_defined():
     before = os.environ.get("TRITON_INTERPRET")
-    _check(lambda x: x.cos() * 3, kiln.randn(5))
+    check_triton(lambda x: x.cos() * 3, kiln.randn(5))
     assert os.environ.get("TRITON_INTERPRET") == before
 
 
 def test_output_code_log(capfd):
     kiln.dynamo.set_logs("output_code")  # the one switch every stage reads (as KILN_LOGS does)
     try:
-        _compile(lambda x: x.exp(), kiln.randn(3))
+        compile_traced(lambda x: x.exp(), kiln.randn(3), codegen="triton")
     finally:
         kiln.dynamo.set_logs("")
     assert "@triton.jit" in capfd.readouterr().err
@@ -319,12 +310,17 @@ def test_output_code_log(capfd):
 
 def test_unknown_triton_option_is_an_error():
     with pytest.raises(ValueError, match="triton.no_such_knob"):
-        _compile(lambda x: x + 1, kiln.randn(3), options={**TRITON, "triton.no_such_knob": 1})
+        compile_traced(
+            lambda x: x + 1,
+            kiln.randn(3),
+            options={**TRITON, "triton.no_such_knob": 1},
+            codegen="triton",
+        )
 
 
 def test_empty_tensors_launch_nothing():
     x = kiln.randn(0, 4)
-    compiled = _check(lambda x: (x * 2).sin(), x)
+    compiled = check_triton(lambda x: (x * 2).sin(), x)
     assert "nothing to compute" in compiled.source
 
 
@@ -381,7 +377,7 @@ def test_kernels_pass_the_gpu_compiler(case):
     from kiln.inductor.codegen.triton_wrapper import compile_for_gpu
 
     fn, inputs, options = _GPU_CASES[case]
-    compiled = _compile(fn, *inputs(), options=options)
+    compiled = compile_traced(fn, *inputs(), options=options, codegen="triton")
     binaries = compile_for_gpu(compiled.module, (9, 0))
     assert set(binaries) == {k.name for k in compiled.module.kernels}
     assert all(b.asm.get("cubin") for b in binaries.values())

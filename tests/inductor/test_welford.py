@@ -6,16 +6,11 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.inductor.compile_fx import compile_graph, inductor_decompositions
-from kiln.ir.tracer import trace
+from kiln.inductor.compile_fx import inductor_decompositions
+from tests.inductor.helpers import compile_traced
 
 F = kiln.nn.functional
 CODEGENS = ["numpy", "llvm", "triton"]
-
-
-def _compile(fn, x, codegen):
-    gm = trace(fn, x, decompositions=inductor_decompositions())
-    return compile_graph(gm, [x], {"cpu_codegen": codegen})
 
 
 @pytest.mark.parametrize("codegen", CODEGENS)
@@ -31,13 +26,18 @@ def _compile(fn, x, codegen):
 )
 def test_variance_matches_eager(fn, codegen):
     x = kiln.randn(23, 301) * 4 + 100  # a large mean: naive sum-of-squares would lose digits
-    got = _compile(fn, x, codegen)(x)[0]
+    got = compile_traced(fn, x, codegen=codegen, decompositions=inductor_decompositions())(x)[0]
     np.testing.assert_allclose(got.numpy(), fn(x).numpy(), rtol=2e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("codegen", CODEGENS)
 def test_variance_is_one_welford_reduction(codegen):
-    compiled = _compile(lambda x: x.var(1), kiln.randn(8, 64), codegen)
+    compiled = compile_traced(
+        lambda x: x.var(1),
+        kiln.randn(8, 64),
+        codegen=codegen,
+        decompositions=inductor_decompositions(),
+    )
     types = [
         b.data.reduction_type
         for b in compiled.schedule.lowered.buffers
@@ -49,9 +49,11 @@ def test_variance_is_one_welford_reduction(codegen):
 def test_layer_norm_mean_and_variance_share_one_loop():
     w, b = kiln.randn(96), kiln.randn(96)
     x = kiln.randn(10, 96)
-    compiled = _compile(lambda t: F.layer_norm(t, (96,), w, b), x, "llvm")
+    compiled = compile_traced(
+        lambda t: F.layer_norm(t, (96,), w, b), x, decompositions=inductor_decompositions()
+    )
     (kernel,) = compiled.schedule.kernels
-    from kiln.inductor.codegen.loop_plan import plan_kernel
+    from kiln.inductor.codegen.llvm.loop_plan import plan_kernel
 
     plan = plan_kernel(kernel)
     loops = [s for s in plan.steps if not isinstance(s, tuple)]

@@ -441,3 +441,11 @@ def test_signatures_match_torch():
         assert list(sig.parameters) == theirs, name
         checked += 1
     assert checked > 60
+
+
+def test_feature_dropout_drops_whole_channels_in_place():
+    x = kiln.ones(4, 6, 5, 2)
+    out = kiln.nn.functional.dropout2d(x, 0.5, inplace=True)
+    assert out is x
+    planes = x.numpy().reshape(24, 10)
+    assert np.all(planes == planes[:, :1]) and set(np.unique(planes)) <= {0.0, 2.0}

@@ -168,3 +168,19 @@ def test_default_initialisations_follow_pytorch():
     bound = math.sqrt(6.0 / (48 + 16))
     assert _values(mha.in_proj_weight).max() <= bound
     assert not _values(mha.in_proj_bias).any() and not _values(mha.out_proj.bias).any()
+
+
+def test_sparse_init_zeroes_a_fraction_of_each_column():
+    weight = kiln.nn.init.sparse_(kiln.empty(100, 40), sparsity=0.3, std=0.05)
+    assert ((weight == 0).sum(0) >= 30).all().item()
+    assert abs(weight[weight != 0].std().item() - 0.05) < 0.01
+    with pytest.raises(ValueError, match="Only tensors with 2 dimensions are supported"):
+        kiln.nn.init.sparse_(kiln.empty(3), 0.1)
+
+
+def test_deprecated_init_names_warn_and_still_fill():
+    with pytest.warns(FutureWarning, match=r"`nn.init.xavier_uniform` is now deprecated"):
+        weight = kiln.nn.init.xavier_uniform(kiln.zeros(30, 30))
+    assert weight.abs().max().item() <= np.sqrt(6 / 60) and weight.std().item() > 0
+    with pytest.warns(FutureWarning, match=r"`nn.init.constant` is now deprecated"):
+        assert kiln.nn.init.constant(kiln.zeros(2), 0.5).tolist() == [0.5, 0.5]

@@ -10,7 +10,7 @@ import pytest
 
 import kiln
 from kiln.nn.parameter import UninitializedBuffer, UninitializedParameter, is_lazy
-from tests.nn.test_modules import _copy_weights
+from tests.nn.helpers import copy_weights
 from tests.oracle import assert_close, needs_torch, torch
 
 pytestmark = needs_torch
@@ -68,7 +68,7 @@ def test_first_call_materializes_and_turns_into_the_eager_class(name, args, shap
         (n, tuple(t.shape), type(t).__name__) for n, t in expected
     ]
     # from here on it is the eager module: same weights give the same results and gradients
-    _copy_weights(kmod, tmod)
+    copy_weights(kmod, tmod)
     k_in, t_in = kiln.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
     k_out, t_out = kmod(k_in), tmod(t_in)
     assert_close(k_out, t_out, rtol=1e-5, atol=1e-5)

@@ -12,7 +12,7 @@ import pytest
 
 import kiln
 import kiln.nn as nn
-from tests.oracle import assert_close, needs_torch, torch
+from tests.oracle import assert_close, error_of, needs_torch, torch
 
 
 class Block(nn.Module):
@@ -481,3 +481,22 @@ def test_calling_a_module_without_super_init_explains():
 
     with pytest.raises(AttributeError, match="must call super\\(\\).__init__\\(\\)"):
         Forgot()(1)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "target,strict", [("2.0", False), ("2.5", False), ("2.5", True), ("1.x", False), ("", False)]
+)
+def test_set_submodule_like_torch(target, strict):
+    def run(lib):
+        nn = lib.nn
+        model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Sequential(nn.Linear(3, 1)))
+        outcome = error_of(lambda: model.set_submodule(target, nn.Tanh(), strict=strict))
+        return outcome, [name for name, _ in model.named_modules()]
+
+    assert run(kiln) == run(torch)
+
+
+def test_share_memory_returns_the_module():
+    model = kiln.nn.Linear(2, 2)
+    assert model.share_memory() is model

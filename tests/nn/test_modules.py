@@ -3,49 +3,22 @@ then outputs, input gradients, parameter gradients, updated buffers and reprs mu
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass
+import warnings
 
 import numpy as np
 import pytest
 
 import kiln
+from tests.nn.helpers import (
+    Case,
+    In,
+    check_forward_and_backward,
+    check_repr_and_state,
+    copy_weights,
+)
 from tests.oracle import assert_close, needs_torch, torch
 
 pytestmark = needs_torch
-
-
-@dataclass
-class In:
-    """An input: float normal (``kind="f"``), int in [0, high) ("i"), probability ("p"), bool ("b")."""
-
-    shape: tuple
-    kind: str = "f"
-    high: int = 0
-    grad: bool = True
-    values: np.ndarray | None = None
-
-    def make(self, rng: np.random.Generator) -> np.ndarray:
-        if self.values is not None:
-            return self.values
-        if self.kind == "i":
-            return rng.integers(0, self.high, self.shape).astype(np.int64)
-        if self.kind == "p":
-            return rng.uniform(0.05, 0.95, self.shape).astype(np.float32)
-        if self.kind == "b":
-            return rng.random(self.shape) < 0.3
-        return rng.standard_normal(self.shape).astype(np.float32)
-
-
-@dataclass
-class Case:
-    name: str
-    build: object  # fn(lib) -> module, lib is kiln or torch
-    inputs: list
-    call: object = None  # fn(lib, module, tensors) -> output; default module(*tensors)
-    train: bool = True
-    rtol: float = 1e-5
-    atol: float = 1e-5
 
 
 def _mha_self(lib, m, xs):
@@ -280,89 +253,15 @@ CASES = [
 ]
 
 
-def _copy_weights(kmod, tmod) -> None:
-    state = {k: kiln.tensor(v.detach().numpy().copy()) for k, v in tmod.state_dict().items()}
-    result = kmod.load_state_dict(state)
-    assert not result.missing_keys and not result.unexpected_keys
-
-
-def _tensors(lib, arrays, specs):
-    out = []
-    for arr, spec in zip(arrays, specs):
-        t = lib.tensor(arr)
-        if spec.grad and arr.dtype.kind == "f":
-            t.requires_grad_(True)
-        out.append(t)
-    return out
-
-
-def _outputs(result) -> list:
-    items = result if isinstance(result, tuple) else (result,)
-    return list(items)
-
-
-def _run_case(case: Case):
-    rng = np.random.default_rng(zlib.crc32(case.name.encode()))
-    arrays = [spec.make(rng) for spec in case.inputs]
-    tmod = case.build(torch)
-    kmod = case.build(kiln)
-    _copy_weights(kmod, tmod)
-    tmod.train(case.train)
-    kmod.train(case.train)
-    call = case.call or (lambda lib, m, xs: m(*xs))
-    t_in = _tensors(torch, arrays, case.inputs)
-    k_in = _tensors(kiln, arrays, case.inputs)
-    return (
-        tmod,
-        kmod,
-        t_in,
-        k_in,
-        _outputs(call(torch, tmod, t_in)),
-        _outputs(call(kiln, kmod, k_in)),
-        rng,
-    )
-
-
 @pytest.mark.filterwarnings("ignore:reduction. 'mean' divides the total loss")
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_forward_and_backward_match_torch(case: Case):
-    tmod, kmod, t_in, k_in, t_out, k_out, rng = _run_case(case)
-    assert len(t_out) == len(k_out)
-    for t, k in zip(t_out, k_out):
-        if t is None:
-            assert k is None
-            continue
-        assert_close(k, t, rtol=case.rtol, atol=case.atol)
-    # one backward through every differentiable output, with the same random cotangents
-    t_terms, k_terms = [], []
-    for t, k in zip(t_out, k_out):
-        if t is not None and t.requires_grad:
-            cot = rng.standard_normal(tuple(t.shape)).astype(np.float32)
-            t_terms.append((t * torch.tensor(cot)).sum())
-            k_terms.append((k * kiln.tensor(cot)).sum())
-    if t_terms:
-        sum(t_terms).backward()
-        sum(k_terms).backward()
-    for t, k in zip(t_in, k_in):
-        if t.grad is not None:
-            assert_close(k.grad, t.grad, rtol=case.rtol, atol=case.atol)
-    k_params = dict(kmod.named_parameters())
-    for name, p in tmod.named_parameters():
-        if p.grad is not None:
-            assert_close(k_params[name].grad, p.grad, rtol=case.rtol, atol=case.atol)
-    for (name, tb), (kname, kb) in zip(tmod.named_buffers(), kmod.named_buffers()):
-        assert name == kname
-        assert_close(kb, tb, rtol=case.rtol, atol=case.atol)
+    check_forward_and_backward(case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_repr_and_parameter_names_match_torch(case: Case):
-    tmod, kmod = case.build(torch), case.build(kiln)
-    assert repr(kmod) == repr(tmod)
-    assert [(n, tuple(p.shape)) for n, p in kmod.named_parameters()] == [
-        (n, tuple(p.shape)) for n, p in tmod.named_parameters()
-    ]
-    assert list(kmod.state_dict()) == list(tmod.state_dict())
+    check_repr_and_state(case)
 
 
 def test_batch_norm_cumulative_average_over_batches():
@@ -446,7 +345,7 @@ def test_conv_transpose_output_size_selects_output_padding():
         torch.nn.ConvTranspose2d(2, 3, 3, stride=2),
         kiln.nn.ConvTranspose2d(2, 3, 3, stride=2),
     )
-    _copy_weights(kmod, tmod)
+    copy_weights(kmod, tmod)
     x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
     out_t = tmod(torch.tensor(x), output_size=[10, 10])
     out_k = kmod(kiln.tensor(x), output_size=[10, 10])
@@ -485,3 +384,82 @@ def test_group_norm_requires_divisible_channels():
         ValueError, match=r"num_channels \(4\) must be divisible by num_groups \(3\)"
     ):
         kiln.nn.GroupNorm(3, 4)
+
+
+def test_modules_exist_under_torch_names():
+    wanted = {
+        "PReLU", "SELU", "CELU", "GLU", "LogSigmoid", "Softsign", "Softmin", "Threshold",
+        "Hardshrink", "Softshrink", "Tanhshrink", "RReLU", "Softmax2d", "PixelShuffle",
+        "PixelUnshuffle", "ChannelShuffle", "Upsample", "UpsamplingNearest2d",
+        "UpsamplingBilinear2d", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
+        "LocalResponseNorm", "CrossMapLRN2d", "CosineSimilarity", "PairwiseDistance",
+        "MaxPool3d", "AvgPool3d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool3d",
+        "LPPool1d", "LPPool2d", "LPPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d",
+        "FractionalMaxPool2d", "FractionalMaxPool3d", "Fold", "Unfold", "EmbeddingBag",
+        "LazyLinear", "LazyConv1d", "LazyConv2d", "LazyConv3d", "UninitializedParameter",
+        "ConvTranspose3d", "LazyConvTranspose1d", "LazyConvTranspose2d", "LazyConvTranspose3d",
+        "LazyBatchNorm1d", "LazyInstanceNorm3d", "UninitializedBuffer",
+    }  # fmt: skip
+    wanted |= {f"{k}Pad{d}d" for k in ("Constant", "Zero", "Reflection", "Replication",
+               "Circular") for d in (1, 2, 3)}  # fmt: skip
+    assert wanted <= set(dir(torch.nn))
+    assert sorted(wanted - set(dir(kiln.nn))) == []
+    assert wanted <= set(kiln.nn.__all__)
+
+
+def test_identity_and_containers_of_new_modules():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 4, 3, 3)).astype(np.float32)
+    seq = {
+        lib: lib.nn.Sequential(
+            lib.nn.ReflectionPad2d(1),
+            lib.nn.Identity(54, unused=True),
+            lib.nn.PixelUnshuffle(1),
+            lib.nn.InstanceNorm2d(4, affine=True),
+            lib.nn.PReLU(4),
+        )
+        for lib in (kiln, torch)
+    }
+    copy_weights(seq[kiln], seq[torch])
+    assert repr(seq[kiln]) == repr(seq[torch])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert_close(seq[kiln](kiln.tensor(x)), seq[torch](torch.tensor(x)), rtol=1e-5, atol=1e-5)
+
+
+def test_constructor_and_forward_signatures_match_torch():
+    """Every class of every ``kiln.nn.modules.<file>`` is in ``torch.nn.modules.<file>`` (the
+    same module path) with the same constructor and forward parameters."""
+    import importlib
+    import inspect
+
+    checked = 0
+    for family in kiln.nn.modules.FAMILIES:
+        file = family.__name__.rsplit(".", 1)[1]
+        mirror = importlib.import_module(f"torch.nn.modules.{file}")
+        for name in family.__all__:
+            ours = getattr(family, name)
+            if not inspect.isclass(ours):
+                continue
+            theirs = getattr(mirror, name)
+            for attr in ("__init__", "forward"):
+                if attr == "forward" and not hasattr(theirs, "forward"):
+                    continue
+                assert list(inspect.signature(getattr(ours, attr)).parameters) == list(
+                    inspect.signature(getattr(theirs, attr)).parameters
+                ), (name, attr)
+            checked += 1
+    assert checked >= 150
+
+
+@needs_torch
+def test_feature_alpha_dropout_module():
+    for lib in (kiln, torch):
+        layer = lib.nn.FeatureAlphaDropout(0.2)
+        assert repr(layer) == "FeatureAlphaDropout(p=0.2, inplace=False)"
+        out = layer(lib.ones(4, 6, 5))
+        # whole channels share one fate: each (sample, channel) plane is constant
+        planes = out.numpy().reshape(24, 5)
+        assert np.all(planes == planes[:, :1])
+        layer.eval()
+        assert layer(lib.ones(1, 2, 2)).tolist() == [[[1.0, 1.0], [1.0, 1.0]]]

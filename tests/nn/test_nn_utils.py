@@ -86,3 +86,52 @@ def test_parameters_to_vector_and_back_match_torch():
         assert_close(k, t)
     with pytest.raises(TypeError, match="expected torch.Tensor, but got: list"):
         kutils.vector_to_parameters([1.0], k_params)
+
+
+@needs_torch
+def test_skip_init_builds_without_initialising():
+    lin = kutils.skip_init(kiln.nn.Linear, 3, 4, bias=True, dtype=kiln.float64)
+    t = torch.nn.utils.skip_init(torch.nn.Linear, 3, 4, bias=True, dtype=torch.float64)
+    assert lin.weight.shape == t.weight.shape and lin.weight.dtype is kiln.float64
+    assert lin.weight.device.type == "cpu" and isinstance(lin.weight, kiln.nn.Parameter)
+    assert lin(kiln.ones(2, 3, dtype=kiln.float64)).shape == (2, 4)
+    with pytest.raises(RuntimeError, match="Expected a Module"):
+        kutils.skip_init(int)
+
+    class NoDevice(kiln.nn.Module):
+        def __init__(self, n):
+            super().__init__()
+
+    with pytest.raises(RuntimeError, match="Module must support a 'device' arg"):
+        kutils.skip_init(NoDevice, 3)
+
+
+@needs_torch
+def test_clip_grad_norm_is_a_deprecated_alias():
+    results = []
+    for lib, utils in ((kiln, kutils), (torch, torch.nn.utils)):
+        p = lib.ones(4, requires_grad=True)
+        p.grad = lib.tensor([3.0, 4.0, 0.0, 0.0])
+        with pytest.warns(FutureWarning, match="clip_grad_norm` is now deprecated"):
+            total = utils.clip_grad_norm(p, 1.0)
+        results.append((total, p.grad))
+    assert_close(results[0], results[1])
+
+
+@needs_torch
+def test_parameters_to_vector_edge_cases_match_torch():
+    for lib, utils in ((kiln, kutils), (torch, torch.nn.utils)):
+        a = lib.nn.Parameter(lib.arange(6.0).reshape(2, 3))
+        b = lib.nn.Parameter(lib.ones(2))
+        vec = utils.parameters_to_vector([a, b])
+        assert vec.shape == (8,) and vec.requires_grad
+        utils.vector_to_parameters(lib.arange(8.0) * 2, [a, b])
+        np.testing.assert_array_equal(a.detach().numpy(), np.arange(6.0).reshape(2, 3) * 2)
+        np.testing.assert_array_equal(b.detach().numpy(), [12.0, 14.0])
+        with pytest.raises(TypeError, match="expected torch.Tensor, but got: list"):
+            utils.vector_to_parameters([1.0], [a])
+        with pytest.raises(RuntimeError, match="view size is not compatible"):
+            utils.parameters_to_vector([lib.nn.Parameter(lib.ones(3, 4).t())])
+        meta = lib.nn.Parameter(lib.ones(2, device="meta"))
+        with pytest.raises(RuntimeError, match="device"):
+            utils.parameters_to_vector([b, meta])

@@ -516,3 +516,60 @@ def test_lstm_sequence_classifier_learns_like_torch():
         predicted = k_head(h[-1]).argmax(1).numpy()
     assert (predicted == labels[held_out]).mean() >= 0.8
     np.testing.assert_allclose(k_losses, t_losses, rtol=1e-3, atol=1e-4)
+
+
+# ------------------------------------------------------------------ one op per layer
+@pytest.mark.parametrize("mode", ["rnn_tanh", "rnn_relu", "lstm", "gru"])
+def test_each_layer_runs_as_one_op_with_torch_gradients(mode):
+    """CPU float layers run every time step in one ``_rnn_layer`` op (and one backward op)."""
+    cls, kwargs = MODES[mode]
+    k_mod, t_mod = _twins(cls, "float64", INPUT, HIDDEN, num_layers=2, **kwargs)
+    rng = np.random.default_rng(5)
+    kx, tx = _both(rng.standard_normal((STEPS, BATCH, INPUT)))
+    k_out, t_out = k_mod(kx), t_mod(tx)
+    assert k_out[0].grad_fn.name() == "RnnLayerBackward0"
+    seed = rng.standard_normal(k_out[0].shape)
+    (k_out[0] * kiln.tensor(seed)).sum().backward()
+    (t_out[0] * torch.tensor(seed)).sum().backward()
+    assert_close(kx.grad, tx.grad, rtol=1e-9, atol=1e-10)
+    for kp, tp in zip(k_mod.parameters(), t_mod.parameters()):
+        assert_close(kp.grad, tp.grad, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("mode", ["rnn_tanh", "lstm", "gru"])
+def test_double_backward_through_a_layer_matches_torch(mode):
+    cls, kwargs = MODES[mode]
+    k_mod, t_mod = _twins(cls, "float64", INPUT, HIDDEN, **kwargs)
+    rng = np.random.default_rng(6)
+    kx, tx = _both(rng.standard_normal((STEPS, BATCH, INPUT)))
+    grads = []
+    for lib, mod, x in ((kiln, k_mod, kx), (torch, t_mod, tx)):
+        out = mod(x)[0]
+        (gx,) = lib.autograd.grad(out.pow(2).sum(), x, create_graph=True)
+        gx.pow(2).sum().backward()
+        grads.append((gx, x.grad, mod.weight_hh_l0.grad))
+    for k_value, t_value in zip(*grads):
+        assert_close(k_value, t_value, rtol=1e-8, atol=1e-9)
+
+
+def test_modifying_a_layer_output_in_place_before_backward_raises_like_torch():
+    k_mod, t_mod = _twins("LSTM", "float32", INPUT, HIDDEN)
+    x = kiln.randn(STEPS, BATCH, INPUT, requires_grad=True)
+    out = k_mod(x)[0]
+    out.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+def test_compiled_lstm_holds_one_extern_call_per_layer():
+    """The compiled graph keeps the layer op whole: no unrolled time steps to compile."""
+    from kiln.dynamo import explain
+
+    kiln.manual_seed(0)
+    model = kiln.nn.LSTM(3, 4, num_layers=2)
+    x = kiln.randn(30, 2, 3, requires_grad=True)
+    report = explain(lambda inputs: model(inputs)[0].sum())(x)
+    graph = report.graphs[0]
+    layers = [n for n in graph.graph.nodes if getattr(n.target, "name", None) == "_rnn_layer"]
+    assert len(layers) == 2
+    assert len(graph.graph.nodes) < 40  # not 30 steps x a dozen ops

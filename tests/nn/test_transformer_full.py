@@ -9,8 +9,13 @@ import numpy as np
 import pytest
 
 import kiln
-from tests.nn import test_modules as module_oracle
-from tests.nn.test_modules import Case, In
+from tests.nn.helpers import (
+    Case,
+    In,
+    check_forward_and_backward,
+    check_repr_and_state,
+    copy_weights,
+)
 from tests.oracle import assert_close, needs_torch, torch
 
 pytestmark = pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
@@ -132,18 +137,18 @@ CASES = [
 @needs_torch
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_module_matches_torch(case):
-    module_oracle.test_forward_and_backward_match_torch(case)
+    check_forward_and_backward(case)
 
 
 @needs_torch
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_repr_and_state_dict_keys_match_torch(case):
-    module_oracle.test_repr_and_parameter_names_match_torch(case)
+    check_repr_and_state(case)
 
 
 def _copied_pair(build):
     tmod, kmod = build(torch), build(kiln)
-    module_oracle._copy_weights(kmod, tmod)
+    copy_weights(kmod, tmod)
     return tmod, kmod
 
 

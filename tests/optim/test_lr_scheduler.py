@@ -9,17 +9,10 @@ import warnings
 import pytest
 
 import kiln
-from tests.oracle import needs_torch, torch
+from tests.optim.helpers import make_optimizer, run_schedule
+from tests.oracle import assert_same_error, needs_torch, torch
 
 EPOCHS = 40
-
-
-def _optimizer(lib, name="SGD", groups=1):
-    params = [lib.zeros(2, requires_grad=True) for _ in range(groups)]
-    spec = [{"params": [p], "lr": 0.1 * (i + 1)} for i, p in enumerate(params)]
-    if name == "SGD":
-        return lib.optim.SGD(spec, lr=0.1, momentum=0.9)
-    return lib.optim.Adam(spec, lr=0.1)
 
 
 CASES = {
@@ -93,7 +86,7 @@ CASES = {
 
 
 def _sequence(lib, build, groups, opt_name="SGD"):
-    opt = _optimizer(lib, opt_name, groups)
+    opt = make_optimizer(lib, opt_name, groups)
     sched = build(lib, opt)
     seen = [(list(sched.get_last_lr()), _momenta(opt))]
     for _ in range(EPOCHS):
@@ -121,7 +114,7 @@ def test_reduce_on_plateau_matches_torch():
     metrics = [1.0, 0.9, 0.95, 0.95, 0.96, 0.97, 0.5, 0.6, 0.6, 0.6, 0.7, 0.8, 0.9, 0.4]
     results = []
     for lib in (kiln, torch):
-        opt = _optimizer(lib, groups=2)
+        opt = make_optimizer(lib, groups=2)
         sched = lib.optim.lr_scheduler.ReduceLROnPlateau(
             opt, patience=1, factor=0.5, cooldown=1, min_lr=[0.02, 0.0], threshold=0.01
         )
@@ -138,7 +131,7 @@ def test_reduce_on_plateau_matches_torch():
 def test_closed_form_step_with_epoch_matches_torch():
     out = []
     for lib in (kiln, torch):
-        opt = _optimizer(lib)
+        opt = make_optimizer(lib)
         sched = lib.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=8)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -151,7 +144,7 @@ def test_closed_form_step_with_epoch_matches_torch():
 @pytest.mark.parametrize("case", ["cosine", "one_cycle_cos", "sequential", "lambda", "chained"])
 def test_state_dict_resume_continues_sequence(case):
     groups, build = CASES[case]
-    opt = _optimizer(kiln, groups=groups)
+    opt = make_optimizer(kiln, groups=groups)
     sched = build(kiln, opt)
     for _ in range(7):
         opt.step()
@@ -163,7 +156,7 @@ def test_state_dict_resume_continues_sequence(case):
         opt.step()
         sched.step()
         expected.append(sched.get_last_lr())
-    opt2 = _optimizer(kiln, groups=groups)
+    opt2 = make_optimizer(kiln, groups=groups)
     sched2 = build(kiln, opt2)
     opt2.load_state_dict(saved_opt)
     sched2.load_state_dict(saved_sched)
@@ -176,14 +169,14 @@ def test_state_dict_resume_continues_sequence(case):
 
 
 def test_scheduler_step_before_optimizer_step_warns():
-    opt = _optimizer(kiln)
+    opt = make_optimizer(kiln)
     sched = kiln.optim.lr_scheduler.StepLR(opt, 2)
     with pytest.warns(UserWarning, match="Detected call of `lr_scheduler.step\\(\\)` before"):
         sched.step()
 
 
 def test_initial_lr_required_when_resuming_with_last_epoch():
-    opt = _optimizer(kiln)
+    opt = make_optimizer(kiln)
     with pytest.raises(
         KeyError, match="param 'initial_lr' is not specified in param_groups\\[0\\]"
     ):
@@ -191,7 +184,7 @@ def test_initial_lr_required_when_resuming_with_last_epoch():
 
 
 def test_argument_errors():
-    opt = _optimizer(kiln)
+    opt = make_optimizer(kiln)
     with pytest.raises(TypeError, match="list is not an Optimizer"):
         kiln.optim.lr_scheduler.StepLR([], 2)
     with pytest.raises(ValueError, match="Starting multiplicative factor expected"):
@@ -206,3 +199,148 @@ def test_argument_errors():
     sched.step()
     with pytest.raises(ValueError, match="Tried to step 3 times"):
         sched.step()
+
+
+# ---------------------------------------------------------------------- CyclicLR
+
+
+def _inverse(x):
+    return 1 / (1 + 0.1 * x)
+
+
+def _halving(cycle):
+    return 0.5**cycle
+
+
+CYCLIC = {
+    "triangular": (1, {"base_lr": 0.01, "max_lr": 0.1, "step_size_up": 4}),
+    "triangular2_asymmetric": (
+        2,
+        {
+            "base_lr": [0.01, 0.02],
+            "max_lr": [0.1, 0.3],
+            "step_size_up": 3,
+            "step_size_down": 5,
+            "mode": "triangular2",
+        },
+    ),
+    "exp_range": (
+        1,
+        {"base_lr": 0.01, "max_lr": 0.1, "step_size_up": 3, "mode": "exp_range", "gamma": 0.95},
+    ),
+    "custom_iterations": (
+        1,
+        {
+            "base_lr": 0.001,
+            "max_lr": 0.01,
+            "step_size_up": 5,
+            "scale_fn": _inverse,
+            "scale_mode": "iterations",
+        },
+    ),  # fmt: skip
+    "custom_cycle_momenta": (
+        2,
+        {
+            "base_lr": 0.01,
+            "max_lr": 0.05,
+            "step_size_up": 2,
+            "scale_fn": _halving,
+            "base_momentum": [0.7, 0.8],
+            "max_momentum": 0.95,
+        },
+    ),  # fmt: skip
+    "no_momentum": (
+        1,
+        {"base_lr": 0.05, "max_lr": 0.5, "step_size_up": 6, "cycle_momentum": False},
+    ),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("opt_name", ["SGD", "Adam"])
+@pytest.mark.parametrize("case", sorted(CYCLIC))
+def test_cyclic_lr_and_momentum_match_torch(case, opt_name):
+    groups, kwargs = CYCLIC[case]
+    sequences = []
+    for lib in (torch, kiln):
+        opt = make_optimizer(lib, opt_name, groups)
+        sched = lib.optim.lr_scheduler.CyclicLR(opt, **kwargs)
+        sequences.append(run_schedule(lib, opt, sched))
+        if kwargs.get("cycle_momentum", True):
+            assert {"max_momentum", "base_momentum"} <= set(opt.param_groups[0])
+    assert sequences[1] == sequences[0]
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda lib, o: lib.optim.lr_scheduler.CyclicLR(o, 0.1, 1.0, mode="sine"),
+        lambda lib, o: lib.optim.lr_scheduler.CyclicLR(o, [0.1, 0.2], 1.0),
+        lambda lib, o: lib.optim.lr_scheduler.CyclicLR(o, 0.1, 1.0, max_momentum=[0.9, 0.8]),
+        lambda lib, o: lib.optim.lr_scheduler.CyclicLR(lib.optim.Adagrad(o.param_groups), 0.1, 1.0),
+        lambda lib, o: lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=0),
+        lambda lib, o: lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=2.0),
+        lambda lib, o: lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=2, T_mult=0),
+        lambda lib, o: lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, 2, eta_min="0"),
+        lambda lib, o: lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, 2).step(-1),
+    ],
+    ids=["mode", "base_lr_length", "momentum_length", "no_momentum_optimizer", "T_0",
+         "T_0_float", "T_mult", "eta_min", "negative_epoch"],
+)  # fmt: skip
+def test_argument_errors_match_torch(build):
+    raised = []
+    for lib in (torch, kiln):
+        with pytest.raises((ValueError, TypeError)) as info:
+            build(lib, make_optimizer(lib))
+        raised.append((info.type, str(info.value)))
+    assert raised[1] == raised[0]
+
+
+# ---------------------------------------------------------------------- warm restarts
+
+
+@needs_torch
+@pytest.mark.parametrize("T_mult", [1, 2])
+def test_warm_restarts_with_fractional_epochs_match_torch(T_mult):
+    """The documented per-batch use: ``step(epoch + i / iters)``, then plain steps again."""
+    sequences = []
+    for lib in (torch, kiln):
+        opt = make_optimizer(lib, groups=2)
+        sched = lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(
+            opt, T_0=3, T_mult=T_mult, eta_min=0.001
+        )
+        seen = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for epoch in range(8):
+                for i in range(5):
+                    opt.step()
+                    sched.step(epoch + i / 5)
+                    seen.append((sched.get_last_lr(), sched.T_cur, sched.T_i, sched.last_epoch))
+            for _ in range(4):
+                sched.step()
+                seen.append((sched.get_last_lr(), sched.T_cur, sched.T_i, sched.last_epoch))
+        sequences.append(seen)
+    assert sequences[1] == sequences[0]
+
+
+@needs_torch
+def test_scheduler_resumed_without_initial_lr_explains_why():
+    def build(lib):
+        opt = lib.optim.SGD([lib.nn.Parameter(lib.ones(1))], lr=0.1)
+        return lambda: lib.optim.lr_scheduler.StepLR(opt, 1, last_epoch=3)
+
+    assert_same_error(build(kiln), build(torch))
+
+
+@needs_torch
+def test_cyclic_lr_load_state_dict_consumes_the_custom_scale_entry_like_torch():
+    keys = []
+    for lib in (kiln, torch):
+        opt = lib.optim.SGD([lib.nn.Parameter(lib.ones(1))], lr=0.1, momentum=0.9)
+        sched = lib.optim.lr_scheduler.CyclicLR(opt, 0.01, 0.1, step_size_up=2)
+        state = sched.state_dict()
+        sched.load_state_dict(state)
+        keys.append(sorted(state))
+    assert keys[0] == keys[1]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kiln
-from tests.oracle import assert_close, needs_torch, torch
+from tests.oracle import assert_close, error_of, needs_torch, torch
 
 STEPS = 8
 
@@ -317,3 +317,12 @@ def test_repr_matches_torch():
         if lib is kiln:
             k_repr = repr(opt)
     assert k_repr == repr(opt)
+
+
+@needs_torch
+def test_optimizer_given_a_tensor_names_its_type():
+    def build(lib):
+        return lambda: lib.optim.SGD(lib.nn.Parameter(lib.ones(2)), lr=0.1)
+
+    kind, text = error_of(build(kiln))
+    assert (kind, text.replace("kiln.", "torch.")) == error_of(build(torch))

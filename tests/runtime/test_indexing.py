@@ -7,6 +7,7 @@ import pytest
 
 import kiln
 from tests.oracle import assert_close, needs_torch, torch
+from tests.runtime.helpers import cases, same_as_torch
 
 pytestmark = needs_torch
 
@@ -385,3 +386,65 @@ def test_second_order_gradients_match_torch(name):
         (gg,) = lib.autograd.grad((g * g).sum(), x)
         results.append((g.detach(), gg))
     assert_close(list(results[0]), list(results[1]))
+
+
+_SRC = [[1.0, 2, 3, 4, 5], [6, 7, 8, 9, 10]]
+
+
+_IDX = [[0, 1, 2, 0, 0], [1, 2, 0, 1, 2]]
+
+
+INDEXING = {
+    "scatter-int32-index": lambda lib: lib.zeros(3, 5).scatter_(
+        1, lib.tensor([[1]], dtype=lib.int32), 1.0
+    ),
+    "gather-int32-index": lambda lib: lib.tensor(_SRC).gather(
+        1, lib.tensor([[0, 4]], dtype=lib.int32)
+    ),
+    "scatter-add-dtype-error": lambda lib: lib.zeros(3).scatter_add_(
+        0, lib.tensor([0]), lib.tensor([5])
+    ),
+    "scatter-float-index-error": lambda lib: lib.zeros(3).scatter_add_(
+        0, lib.tensor([0.0]), lib.tensor([5.0])
+    ),
+    "index-reduce-prod": lambda lib: lib.ones(3, 2).index_reduce_(
+        0, lib.tensor([0, 0, 2]), lib.tensor([[2.0, 3], [4, 5], [6, 7]]), "prod"
+    ),
+    "index-reduce-mean-exclude-self": lambda lib: lib.ones(3, 2).index_reduce(
+        0, lib.tensor([0, 0, 2]), lib.tensor([[2.0, 3], [4, 5], [6, 7]]), "mean", include_self=False
+    ),
+    "index-reduce-amax-dim1": lambda lib: lib.zeros(2, 3).index_reduce(
+        1, lib.tensor([2, 2]), lib.tensor([[1.0, -4], [5, 3]]), "amax"
+    ),
+    "index-reduce-bad-reduce": lambda lib: lib.ones(3).index_reduce(
+        0, lib.tensor([0]), lib.tensor([1.0]), "sum"
+    ),
+    "where-float-condition": lambda lib: lib.where(lib.ones(2), lib.ones(2), lib.ones(2)),
+}
+
+
+@cases(INDEXING)
+def test_indexing_matches_torch(case):
+    same_as_torch(case)
+
+
+def test_index_reduce_gradient_matches_torch():
+    grads = []
+    for lib in (kiln, torch):
+        src = lib.tensor([[2.0, 3], [4, 5], [6, 7]], requires_grad=True)
+        lib.ones(3, 2).index_reduce(0, lib.tensor([0, 0, 2]), src, "prod").sum().backward()
+        grads.append(src.grad.tolist())
+    assert grads[0] == grads[1]
+
+
+def test_index_broadcast_error_matches_torch():
+    same_as_torch(
+        lambda lib: lib.arange(60).reshape(3, 4, 5)[
+            lib.tensor([True, True, False]), lib.tensor([True, True, True, True])
+        ]
+    )
+    same_as_torch(
+        lambda lib: lib.arange(60).reshape(3, 4, 5)[
+            lib.tensor([[0, 1], [1, 0]]), lib.tensor([0, 1, 2])
+        ]
+    )

@@ -7,6 +7,7 @@ import pytest
 
 import kiln
 from tests.oracle import DTYPE_PAIRS, assert_close, needs_torch, torch
+from tests.runtime.helpers import cases, same_as_torch
 
 ALL = [
     kiln.bool,
@@ -243,6 +244,48 @@ def test_default_dtype():
         assert (kiln.tensor([1]) * 1.5).dtype is kiln.float64
     finally:
         kiln.set_default_dtype(kiln.float32)
+
+
+def _x34(lib):
+    return lib.arange(12.0).reshape(3, 4)
+
+
+MESSAGES_AND_METHODS = {
+    "mm-dtypes": lambda lib: lib.mm(lib.ones(2, 2, dtype=lib.int64), lib.ones(2, 2)),
+    "matmul-dtypes": lambda lib: lib.ones(1, 2, 2) @ lib.ones(2, 2, dtype=lib.float64),
+    "bmm-dtypes": lambda lib: lib.bmm(lib.ones(1, 2, 2, dtype=lib.int64), lib.ones(1, 2, 2)),
+    "dot-dtypes": lambda lib: lib.ones(2, dtype=lib.int64) @ lib.ones(2),
+    "mv-dtypes": lambda lib: lib.mv(lib.ones(2, 2), lib.ones(2, dtype=lib.float64)),
+    "matrix-vector-dtypes": lambda lib: lib.ones(2, 2) @ lib.ones(2, dtype=lib.float64),
+    "where-int-scalar-overflow": lambda lib: lib.where(
+        lib.tensor([True, False]), lib.tensor([1, 2], dtype=lib.int8), 1000
+    ),
+    "where-uint8-minus-one": lambda lib: lib.where(
+        lib.tensor([True, False]), lib.ones(2, dtype=lib.uint8), -1
+    ),
+    "is-nonzero-many": lambda lib: lib.is_nonzero(lib.tensor([1.0, 2.0])),
+    "device-unknown": lambda lib: lib.device("gpu"),
+    "permute-duplicate": lambda lib: lib.zeros(2, 3).permute(0, 0),
+    "view-dtype-smaller": lambda lib: _x34(lib).view(lib.int16)[0, :4],
+    "view-dtype-larger": lambda lib: _x34(lib)[:, :2].view(lib.float64),
+    "view-dtype-strided": lambda lib: _x34(lib).t().view(lib.float16),
+    "view-dtype-odd-size": lambda lib: _x34(lib)[:, 1:].view(lib.float64),
+    "view-dtype-0d": lambda lib: lib.tensor(1.0).view(lib.float16),
+    "storage-len": lambda lib: len(_x34(lib).untyped_storage()),
+    "narrow-copy": lambda lib: _x34(lib).narrow_copy(0, 1, 1),
+    "narrow-copy-function": lambda lib: lib.narrow_copy(_x34(lib), 1, 2, 2).is_contiguous(),
+}
+
+
+@needs_torch
+@cases(MESSAGES_AND_METHODS)
+def test_messages_and_methods_match_torch(case):
+    same_as_torch(case)
+
+
+@needs_torch
+def test_isclose_dtype_mismatch_message():
+    same_as_torch(lambda lib: lib.isclose(lib.tensor([1, 2]), lib.tensor([1.0, 3.0])))
 
 
 @needs_torch

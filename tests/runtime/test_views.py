@@ -7,6 +7,7 @@ import pytest
 
 import kiln
 from tests.oracle import assert_close, needs_torch, torch
+from tests.runtime.helpers import cases, same_as_torch
 
 pytestmark = needs_torch
 
@@ -251,3 +252,44 @@ def test_broadcast_shapes_and_tensors_match_torch():
     for a, b in zip(k, t):
         assert tuple(a.shape) == tuple(b.shape) and a.stride() == b.stride()
         assert a._base is not None
+
+
+VIEWS = {
+    "write-element-of-expanded": lambda lib: _write(lib.zeros(3, 1).expand(3, 3), (0, 0), 5.0),
+    "write-row-of-expanded": lambda lib: _write(lib.zeros(3, 1).expand(3, 3), 0, 5.0),
+    "write-column-of-expanded": lambda lib: _write(
+        lib.zeros(3, 1).expand(3, 3), (slice(None), 0), lib.tensor([7.0, 8, 9])
+    ),
+    "fill-row-of-expanded": lambda lib: _base_after(lib.zeros(3, 1), lambda e: e[1].fill_(2)),
+    "add-to-column-of-expanded": lambda lib: _base_after(
+        lib.zeros(3, 1), lambda e: e[:, 0].add_(1)
+    ),
+    "view-of-transposed": lambda lib: lib.zeros(3, 4).t().view(12),
+    "reshape-zero-infer": lambda lib: lib.zeros(0, 3).reshape(0, -1),
+    "setitem-does-not-broadcast": lambda lib: _write(lib.zeros(3, 4), 0, lib.ones(3)),
+    "is-view": lambda lib: (lib.zeros(2, 2).t()._is_view(), lib.zeros(2)._is_view()),
+    "setitem-more-dims": lambda lib: _write(lib.zeros(3, 4), 0, lib.ones(2, 4)),
+    "copy-mismatch": lambda lib: lib.zeros(3).copy_(lib.ones(2)),
+    "copy-broadcasts-larger": lambda lib: lib.zeros(3).copy_(lib.ones(2, 3)),
+    "binary-mismatch-reports-last-dim": lambda lib: lib.ones(2, 3) + lib.ones(4, 5),
+    "slice-step-zero": lambda lib: lib.arange(5)[::0],
+    "slice-step-negative": lambda lib: lib.arange(5)[::-1],
+    "take-along-dim-broadcasts": lambda lib: lib.take_along_dim(
+        lib.tensor([[10, 30, 20]]), lib.tensor([[2, 0]]), dim=1
+    ),
+}
+
+
+def _write(x, index, value):
+    x[index] = value
+    return x
+
+
+def _base_after(base, fn):
+    fn(base.expand(3, 3))
+    return base
+
+
+@cases(VIEWS)
+def test_views_match_torch(case):
+    same_as_torch(case)

@@ -317,3 +317,9 @@ def test_cuda_tensors_save_from_the_device_and_load_where_asked(gpu):
     buf.seek(0)
     moved = kiln.load(buf, map_location=lambda storage, where: storage.cpu())
     assert moved["x"].device.type == "cpu"
+
+
+def test_expanded_and_scalar_tensors_round_trip():
+    out = _round_trip([kiln.ones(3).expand(2, 3), kiln.tensor(5), kiln.zeros(0, 3)])
+    assert out[0].tolist() == [[1.0] * 3] * 2 and out[0].stride() == (0, 1)
+    assert out[1].item() == 5 and out[1].shape == () and out[2].shape == (0, 3)

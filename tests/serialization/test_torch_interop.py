@@ -222,3 +222,26 @@ def test_torch_tensors_kiln_lacks_are_refused_by_name(kind):
         t.to_sparse())  # fmt: skip
     with pytest.raises(RuntimeError, match=f"holds {kind} tensors"):
         _through(torch, kiln, {"t": value}, weights_only=False)
+
+
+def _views_in_a_list(lib):
+    base = lib.arange(12.0).reshape(3, 4)
+    return [base, base[1], base.t(), base[:, 2], base.view(-1)[3:7], {"k": base.view(4, 3)}]
+
+
+@needs_torch
+def test_views_saved_together_load_as_views_of_one_buffer():
+    loaded = {lib: _through(lib, lib, _views_in_a_list(lib)) for lib in (kiln, torch)}
+    for lib, views in loaded.items():
+        views[0][1, 1] = 100.0  # writes through every view of the loaded buffer
+    for got, want in zip(loaded[kiln][:5], loaded[torch][:5]):
+        assert got.tolist() == want.tolist()
+        assert got.stride() == want.stride() and got.storage_offset() == want.storage_offset()
+    assert loaded[kiln][5]["k"].tolist() == loaded[torch][5]["k"].tolist()
+
+
+@needs_torch
+def test_a_saved_slice_keeps_its_offset_into_the_saved_buffer():
+    got = _through(kiln, kiln, kiln.arange(100.0)[10:13])
+    want = _through(torch, torch, torch.arange(100.0)[10:13])
+    assert got.tolist() == want.tolist() and got.storage_offset() == want.storage_offset() == 10

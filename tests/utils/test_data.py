@@ -10,7 +10,7 @@ import pytest
 
 import kiln
 from kiln.utils import data as kdata
-from tests.oracle import assert_close, needs_torch, torch
+from tests.oracle import assert_close, error_of, needs_torch, torch
 
 Point = namedtuple("Point", ["x", "y"])
 
@@ -304,3 +304,97 @@ def test_getitems_is_used_for_batches():
 
     out = list(kdata.DataLoader(Batched(), batch_size=2))
     assert Batched.calls == 2 and out[1].tolist() == [2.0, 3.0]
+
+
+@needs_torch
+def test_stack_dataset_matches_torch():
+    def batches(lib):
+        tuples = lib.utils.data.StackDataset(
+            lib.utils.data.TensorDataset(lib.arange(5)), lib.arange(5) * 2
+        )
+        named = lib.utils.data.StackDataset(a=lib.arange(5), b=[10, 11, 12, 13, 14])
+        out = [repr(tuples[1]), repr(named[4]), len(tuples)]
+        for dataset in (tuples, named):
+            out += [repr(b) for b in lib.utils.data.DataLoader(dataset, batch_size=2)]
+        return [s.replace("kiln", "torch") if isinstance(s, str) else s for s in out]
+
+    assert batches(kiln) == batches(torch)
+    with pytest.raises(ValueError, match="Size mismatch between datasets"):
+        kiln.utils.data.StackDataset(kiln.arange(2), kiln.arange(3))
+    with pytest.raises(ValueError, match="At least one dataset should be passed"):
+        kiln.utils.data.StackDataset()
+
+
+def test_datasets_and_samplers_are_generic():
+    class Tens(kiln.utils.data.Dataset[int]):
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, i: int) -> int:
+            return i * 10
+
+    class Reverse(kiln.utils.data.Sampler[int]):
+        def __iter__(self):
+            return iter(range(3, -1, -1))
+
+        def __len__(self) -> int:
+            return 4
+
+    class Stream(kiln.utils.data.IterableDataset[int]):
+        def __iter__(self):
+            return iter(range(3))
+
+    loader = kiln.utils.data.DataLoader(Tens(), batch_size=3, sampler=Reverse())
+    assert [b.tolist() for b in loader] == [[30, 20, 10], [0]]
+    assert [b.tolist() for b in kiln.utils.data.DataLoader(Stream(), batch_size=2)] == [[0, 1], [2]]
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    ("replicas", "drop_last"), [(3, False), (3, True), (4, False), (2, False), (15, False)]
+)
+def test_distributed_sampler_splits_like_torch(replicas, drop_last):
+    def split(lib, shuffle):
+        data = lib.utils.data.TensorDataset(lib.arange(10.0))
+        samplers = [
+            lib.utils.data.DistributedSampler(
+                data, num_replicas=replicas, rank=rank, shuffle=shuffle, seed=3, drop_last=drop_last
+            )
+            for rank in range(replicas)
+        ]
+        return [(len(s), s.total_size, list(s)) for s in samplers]
+
+    assert split(kiln, False) == split(torch, False)
+    # shuffled orders come from each library's own generator: compare what does not depend on it
+    shuffled = [part for _, _, part in split(kiln, True)]
+    assert [len(part) for part in shuffled] == [n for n, _, _ in split(torch, True)]
+    seen = {i for part in shuffled for i in part}
+    assert seen <= set(range(10)) and (drop_last or seen == set(range(10)))
+    assert len(seen) == sum(len(part) for part in shuffled) or not drop_last
+
+
+def test_distributed_sampler_reshuffles_per_epoch_and_checks_its_rank():
+    data = kiln.utils.data.TensorDataset(kiln.arange(10.0))
+    sampler = kiln.utils.data.DistributedSampler(data, num_replicas=2, rank=1)
+    first = list(sampler)
+    sampler.set_epoch(1)
+    second = list(sampler)
+    sampler.set_epoch(0)
+    assert list(sampler) == first != second
+    with pytest.raises(
+        ValueError, match=r"Invalid rank 2, rank should be in the interval \[0, 1\]"
+    ):
+        kiln.utils.data.DistributedSampler(data, num_replicas=2, rank=2)
+    # without num_replicas/rank it asks the default process group, which is not initialized
+    with pytest.raises(ValueError, match="Default process group has not been initialized"):
+        kiln.utils.data.DistributedSampler(data)
+
+
+@needs_torch
+def test_out_of_range_sampler_index_fails_like_torch():
+    def run(lib):
+        data = lib.utils.data
+        loader = data.DataLoader(data.TensorDataset(lib.arange(4.0)), batch_sampler=[[0, 7]])
+        return lambda: list(loader)
+
+    assert error_of(run(kiln), torch_names=True) == error_of(run(torch), torch_names=True)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ...runtime.symbolic import SymBool, SymInt
 from ..exc import unsupported
 from ..sources import Source
 
@@ -116,6 +117,8 @@ _CONSTANT_TYPES = (
     slice,
     np.bool_,  # numpy scalars (``arr.sum()``, ``np.float32(0.5)``) fold like Python numbers
     np.number,
+    SymInt,  # a symbolic size (``x.shape[0] * 2``): folded into an expression
+    SymBool,  # a relation on data-dependent sizes (``n >= 0``)
 )
 
 
@@ -145,7 +148,7 @@ class ConstantVariable(VariableTracker):
         self._guarded = source is None
 
     def python_type(self) -> type:
-        return type(self.value)
+        return int if self.value.__class__ is SymInt else type(self.value)
 
     def is_python_constant(self) -> bool:
         return True
@@ -191,6 +194,12 @@ class ConstantVariable(VariableTracker):
     def reconstruct(self, cg) -> None:
         if not self._guarded:
             self.source.reconstruct(cg)
+        elif self.value.__class__ in (SymInt, SymBool) or (
+            isinstance(self.value, (tuple, list)) and _holds_symint(self.value)
+        ):
+            from ..symbolic_shapes import reconstruct_symbolic
+
+            reconstruct_symbolic(cg, self.value, active_output())
         elif self.recipe is not None:
             fn, a, b = self.recipe
             cg.load_callable(fn)
@@ -228,6 +237,13 @@ class ConstantVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"ConstantVariable({self.value!r})"
+
+
+def _holds_symint(values) -> bool:
+    for v in values:
+        if v.__class__ is SymInt or (isinstance(v, (tuple, list)) and _holds_symint(v)):
+            return True
+    return False
 
 
 def fold_binary(op, a: ConstantVariable, b: ConstantVariable) -> ConstantVariable:

@@ -93,6 +93,10 @@ def wrap(output, value: Any, source: Source | None) -> VariableTracker:
     """The variable for ``value`` read from ``source`` (None: a value fixed at capture time)."""
     if isinstance(value, Tensor):
         return output.input_tensor(value, source)
+    if value.__class__ is int and source is not None:
+        symbolic = output.symbolic_int(value, source)  # an int that changes between calls
+        if symbolic is not None:
+            return symbolic
     if is_constant_value(value):
         return ConstantVariable(value, source)
     tracked = output.tracked_variable(value, source)

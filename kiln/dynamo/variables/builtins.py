@@ -15,6 +15,7 @@ from typing import Any
 
 from ...autograd.grad_mode import is_grad_enabled
 from ...runtime.compiling import is_compiling
+from ...runtime.symbolic import SymInt
 from ...utils.checkpoint import checkpoint
 from ..exc import Unsupported, unsupported
 from .base import ConstantVariable, FixedObjectVariable, VariableTracker
@@ -188,7 +189,10 @@ def _isinstance(tx, fn, args, kwargs):
     if isinstance(obj, UserObjectVariable):
         return ConstantVariable(isinstance(obj.value, cls))
     if obj.is_python_constant() and not isinstance(obj, BaseListVariable):
-        return ConstantVariable(isinstance(obj.as_python_constant(), cls))
+        value = obj.as_python_constant()
+        if isinstance(value, SymInt):  # a symbolic size is an int to the code that reads it
+            value = 0
+        return ConstantVariable(isinstance(value, cls))
     try:
         return ConstantVariable(issubclass(_type_of(obj), cls))
     except TypeError as e:

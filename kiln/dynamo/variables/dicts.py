@@ -14,6 +14,7 @@ from typing import Any
 from bytecode import Instr
 
 from ...runtime.tensor import Tensor
+from .. import bytecode_versions as bv
 from ..exc import unsupported
 from .base import ConstantVariable, VariableTracker, active_output, container_method
 from .lists import TupleVariable
@@ -295,9 +296,8 @@ class DictViewVariable(VariableTracker):
         raise unsupported("unsupported_object", f"dict_{self.kind}.{name}()")
 
     def reconstruct(self, cg) -> None:
-        cg.append(Instr("PUSH_NULL"))
         cg.load(self.dict_vt)
-        cg.append_load_attr(self.kind)
+        cg.append(bv.load_method(self.kind))
         cg.call(0)
 
     def __repr__(self) -> str:

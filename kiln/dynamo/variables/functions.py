@@ -12,8 +12,9 @@ import inspect
 import types
 from typing import Any
 
-from bytecode import FreeVar, Instr
+from bytecode import Instr
 
+from .. import bytecode_versions as bv
 from ..exc import unsupported
 from ..sources import AttrSource, ConstSource, ItemSource
 from .base import ConstantVariable, FixedObjectVariable, VariableTracker
@@ -64,7 +65,7 @@ class CellVariable(VariableTracker):
         elif self.cell_source is not None:
             self.cell_source.reconstruct(cg)
         elif isinstance(self.source, ClosureSource):
-            cg.append(Instr("LOAD_CLOSURE", FreeVar(self.source.var)))
+            cg.append(bv.load_closure(self.source.var))
         else:
             cg.load_callable(types.CellType)
             if self.contents is UNBOUND:
@@ -192,7 +193,7 @@ class NestedFunctionVariable(VariableTracker):
             cg.append(Instr("BUILD_TUPLE", len(self.closure)))
             flags |= 8
         cg.load_const(self.code)
-        cg.append(Instr("MAKE_FUNCTION", flags))
+        cg.extend(bv.make_function(flags))
 
     def __repr__(self) -> str:
         return f"NestedFunctionVariable({self.code.co_qualname})"

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...ops.indexing import DataDependentOutputError
 from ...runtime.state import per_thread
+from ...runtime.symbolic import ConstraintViolationError, GuardOnDataDependentError, SymInt
 from ...runtime.tensor import METADATA_ATTRIBUTES, Size, Tensor, make_fake
 from ..exc import Unsupported, unsupported
 from ..sources import AttrSource
@@ -198,6 +199,8 @@ def _method_caller(name: str):
 
 
 def call_tensor_method(tx, tensor: TensorVariable, name: str, args, kwargs) -> VariableTracker:
+    if name == "item" and not args and not kwargs and _integer_scalar(tensor.proxy):
+        return unbacked_item(tx, tensor)
     if name in _DATA_METHODS:
         raise unsupported("data_dependent_value", f"Tensor.{name}() needs the tensor's values")
     if name == "requires_grad_" and _requires_grad_unchanged(tensor, args, kwargs):
@@ -211,6 +214,30 @@ def call_tensor_method(tx, tensor: TensorVariable, name: str, args, kwargs) -> V
             raise unsupported("user_exception", "TypeError: detach() takes no arguments")
         return record_call(tx, Tensor.detach, [tensor], make_fake_like(tensor.proxy))
     return call_kiln(tx, _method_caller(name), [tensor, *args], kwargs)
+
+
+def _integer_scalar(t: Tensor) -> bool:
+    """One element of an integer dtype: its ``.item()`` is captured as an unbacked size."""
+    return t._dtype.category == 1 and all(s.__class__ is int and s == 1 for s in t._shape)
+
+
+def unbacked_item(tx, tensor: TensorVariable) -> VariableTracker:
+    """``t.item()`` of an integer tensor: a graph node whose value is a fresh unbacked symbol
+    (``u0``), so sizes computed from it stay in the graph; deciding a branch on it breaks the
+    graph there (and the transformed code reads it back with ``t.item()``)."""
+    from ...ops.registry import OPS
+
+    result = call_kiln(tx, OPS["_local_scalar_dense"], [tensor], {})
+    value = result.as_python_constant()
+    symbol = value.expr.as_symbol() if value.__class__ is SymInt else None
+    if symbol is not None:
+        symbol.origin = f"{_describe(tensor)}.item() at {tx.source_location()[0]}"
+        tx.output.symbol_reads[symbol] = (tensor, "item", None)
+    return result
+
+
+def _describe(tensor: TensorVariable) -> str:
+    return tensor.source.name() if tensor.source is not None else "tensor"
 
 
 def _inplace_view(tx, tensor: TensorVariable, name: str, args, kwargs) -> VariableTracker:
@@ -282,12 +309,16 @@ def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
     saved_grad, saved_autocast = state.grad_enabled, state.autocast
     state.grad_enabled, state.autocast = output.grad_enabled, output.autocast
     try:
-        with mode:
+        with mode, output.shape_env.size_oblivious():
             result = fn(*py_args, **py_kwargs)
     except Unsupported:
         raise
     except DataDependentOutputError as e:
         raise unsupported("data_dependent_shape", f"{_name(fn)}: {e}") from None
+    except GuardOnDataDependentError as e:
+        raise unsupported("unbacked_branch", f"{_name(fn)}: {e}") from None
+    except ConstraintViolationError as e:
+        raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
     except RuntimeError as e:
         if "being captured into a graph" in str(e):
             raise unsupported(
@@ -300,6 +331,7 @@ def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
         raise _uncertain(unsupported("user_exception", f"{type(e).__name__}: {e}")) from None
     finally:
         state.grad_enabled, state.autocast = saved_grad, saved_autocast
+    mode.record_asserts()  # ``kiln._check`` on a data-dependent value: checked from here on
     if isinstance(result, Tensor) and result._data is not None:
         return _fresh_tensor(tx, fn, args, kwargs, result)
     return wrap_kiln_result(tx, result)

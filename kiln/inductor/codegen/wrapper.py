@@ -8,9 +8,11 @@ buffers whose last reader has run lend their memory to later buffers of the same
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 import numpy as np
 
+from ...runtime.state import per_thread
 from .. import wrapper_runtime
 from ..ir import InputBuffer
 from ..scheduler import Kernel, Schedule
@@ -42,6 +44,17 @@ def _ptr(a: np.ndarray) -> int:
         return a.__array_interface__["data"][0]
 
 
+def _event_name(step) -> str:
+    """A kernel's name in a profile: the step and the graph nodes it computes."""
+    bufs = step.nodes if isinstance(step, Kernel) else [step.buffer]
+    nodes = [getattr(o, "name", str(o)) for b in bufs for o in b.origins]
+    return f"{step.name}: {', '.join(nodes) or '-'}"
+
+
+def _recorder_of():
+    return per_thread.state.profiler
+
+
 class WrapperModule:
     """The exec'd wrapper: ``call(*args)`` runs the graph and returns its outputs as a tuple."""
 
@@ -53,11 +66,19 @@ class WrapperModule:
 
 
 def generate_wrapper(
-    sched: Schedule, kernels: dict, numpy_steps: dict, inplace: dict | None = None
+    sched: Schedule,
+    kernels: dict,
+    numpy_steps: dict,
+    inplace: dict | None = None,
+    profiled: Callable | None = None,
 ) -> WrapperModule:
     """``kernels[i]``: compiled kernel for step i (LLVM); ``numpy_steps[i]``: a callable running
     step i through the numpy executor (given the storages dict); ``inplace``: buffers stored
-    in a mutated input's memory (``reinplace.plan_inplace``), returned as the input itself."""
+    in a mutated input's memory (``reinplace.plan_inplace``), returned as the input itself.
+
+    ``profiled``: the plain wrapper's ``call``; the wrapper made then reports each step to the
+    calling thread's profiler recorder as an event named after the step and its graph nodes
+    (and runs ``profiled`` itself in a thread that is not recording)."""
     lowered = sched.lowered
     inplace = inplace or {}
     inplace_inputs = {lowered.inputs[k].name: k for k in inplace.values()}
@@ -82,6 +103,12 @@ def generate_wrapper(
     lines.append("")
     lines.append(f"def call({', '.join(arg_names)}):")
     body = []
+    if profiled is not None:
+        ns["_recorder_of"] = _recorder_of
+        ns["_plain"] = profiled
+        body.append("_rec = _recorder_of()")
+        body.append("if _rec is None:")
+        body.append(f"    return _plain({', '.join(arg_names)})")
     for buf, a in zip(inputs, arg_names):
         if buf is None:
             continue
@@ -115,6 +142,8 @@ def generate_wrapper(
             else:
                 body.append(f"{name} = _alloc(L_{name})")
         body.append(f"# {step.name}: {_origins(step)}")
+        if profiled is not None:
+            body.append(f"_event = _rec.begin({_event_name(step)!r}, 'kernel')")
         if i in kernels:
             k = kernels[i]
             ns[f"K{i}"] = k
@@ -124,6 +153,8 @@ def generate_wrapper(
         else:
             ns[f"S{i}"] = numpy_steps.get(i) or _extern_step(step)
             body.append(f"S{i}(locals())")
+        if profiled is not None:
+            body.append("_rec.end(_event)")
     outs = []
     for out in lowered.outputs:
         if out[0] == "buffer":

@@ -142,41 +142,21 @@ def feature_alpha_dropout(
 # ``torch.<name>`` versions of these functions take other argument orders (aten schemas)
 
 
-@torch_function("dropout")
-def _torch_dropout(input: Tensor, p: float, train: bool) -> Tensor:
-    return dropout(input, p, train)
+def _aten_form(name: str, fn, inplace: bool) -> None:
+    """Register ``kiln.<name>(input, p, train)``: ``fn`` in the aten argument order."""
+
+    def form(input: Tensor, p: float, train: bool) -> Tensor:
+        return fn(input, p, train, inplace)
+
+    form.__name__ = form.__qualname__ = name
+    torch_function(name)(form)
 
 
-@torch_function("dropout_")
-def _torch_dropout_(input: Tensor, p: float, train: bool) -> Tensor:
-    return dropout(input, p, train, inplace=True)
-
-
-@torch_function("feature_dropout")
-def _torch_feature_dropout(input: Tensor, p: float, train: bool) -> Tensor:
-    return _feature_dropout(input, p, train, False)
-
-
-@torch_function("feature_dropout_")
-def _torch_feature_dropout_(input: Tensor, p: float, train: bool) -> Tensor:
-    return _feature_dropout(input, p, train, True)
-
-
-@torch_function("alpha_dropout")
-def _torch_alpha_dropout(input: Tensor, p: float, train: bool) -> Tensor:
-    return alpha_dropout(input, p, train)
-
-
-@torch_function("alpha_dropout_")
-def _torch_alpha_dropout_(input: Tensor, p: float, train: bool) -> Tensor:
-    return alpha_dropout(input, p, train, inplace=True)
-
-
-@torch_function("feature_alpha_dropout")
-def _torch_feature_alpha_dropout(input: Tensor, p: float, train: bool) -> Tensor:
-    return feature_alpha_dropout(input, p, train)
-
-
-@torch_function("feature_alpha_dropout_")
-def _torch_feature_alpha_dropout_(input: Tensor, p: float, train: bool) -> Tensor:
-    return feature_alpha_dropout(input, p, train, inplace=True)
+for _name, _fn in (
+    ("dropout", dropout),
+    ("feature_dropout", _feature_dropout),
+    ("alpha_dropout", alpha_dropout),
+    ("feature_alpha_dropout", feature_alpha_dropout),
+):
+    _aten_form(_name, _fn, inplace=False)
+    _aten_form(_name + "_", _fn, inplace=True)

@@ -1,7 +1,13 @@
 """``F`` losses.
 
-Legacy ``size_average``/``reduce`` parsing and per-element weights around the loss ops, and the
-losses composed from other ops (kl_div, poisson/gaussian nll, margin and triplet losses).
+Legacy ``size_average``/``reduce`` parsing and per-element weights around the loss ops, the
+losses composed from other ops (kl_div, poisson/gaussian nll, margin and triplet losses), and the
+``kiln.<loss>`` forms with ATen's signatures.
+
+``multi_margin_loss`` and ``multilabel_margin_loss`` are composites of gather/where/sum, so they
+get autograd and the compiler for free. PyTorch's checks are reproduced (shape, dtype, target
+range; the range check reads data, so it is skipped on fake tensors). A hinge counts only where
+it is strictly positive, as PyTorch's kernels do, so the gradient is 0 on the hinge's kink.
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
 from ...ops import loss as _loss
 from ...ops.grad_fn_names import _rename
+from ...ops.reductions import torch_type_name
+from ...ops.registry import torch_function
+from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .activations import logsigmoid
 from .distances import pairwise_distance
@@ -330,3 +339,175 @@ def multilabel_soft_margin_loss(
     class_dim = input.ndim - 1
     loss = loss.sum(class_dim) / input.shape[class_dim]
     return _loss.reduce_loss(loss, reduction)
+
+
+# ------------------------------------------------------------------------------ margin classification
+
+
+def _margin_geometry(input: Tensor) -> tuple[int, int]:
+    """(number of samples, number of classes) of a vector or matrix input, as PyTorch checks."""
+    ndims = input.ndim
+    if not (
+        (ndims == 2 and input.shape[1] != 0) or (ndims == 1 and input.shape[0] != 0) or ndims == 0
+    ):
+        raise RuntimeError(
+            "Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
+            f"{list(input.shape)}"
+        )
+    if ndims <= 1:
+        return 1, input.shape[0] if ndims == 1 else 1
+    return input.shape[0], input.shape[1]
+
+
+def _check_long_target(target: Tensor) -> None:
+    if target.dtype is not dt.int64:
+        raise RuntimeError(f"expected scalar type Long but found {torch_type_name(target.dtype)}")
+
+
+def _check_floating(input: Tensor, kernel: str) -> None:
+    """Integer and bool inputs have no kernel in PyTorch (half/bfloat16 are accepted here)."""
+    if not input.is_floating_point():
+        raise NotImplementedError(
+            f"\"{kernel}\" not implemented for '{torch_type_name(input.dtype)}'"
+        )
+
+
+def _finish(loss: Tensor, reduction: str, per_sample: bool) -> Tensor:
+    """Per-sample losses (N,) reduced; ``none`` keeps (N,) only when the target had a batch dim."""
+    if reduction == "none":
+        return loss if per_sample else loss.reshape(())
+    return _loss.reduce_loss(loss, reduction)
+
+
+@autocast_policy("multi_margin_loss")
+def multi_margin_loss(
+    input: Tensor,
+    target: Tensor,
+    p: int = 1,
+    margin: float = 1.0,
+    weight: Tensor | None = None,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    """Multi-class hinge: sum over j != y of (w[y] * max(0, margin - x[y] + x[j])**p) / C."""
+    reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
+    if p not in (1, 2):
+        raise ValueError("only p == 1 and p == 2 supported")
+    if weight is not None and weight.ndim != 1:
+        raise ValueError("weight must be one-dimensional")
+    nframe, dim = _margin_geometry(input)
+    if target.ndim > 1 or target.numel() != nframe:
+        raise RuntimeError(
+            "multi_margin_loss: target tensor should be 1-D with size equal to the number of "
+            f"input samples (batch size). Expected target size [{nframe}], but got "
+            f"{list(target.shape)}. Input has shape {list(input.shape)}."
+        )
+    _check_long_target(target)
+    _check_floating(input, "multi_margin_loss_cpu_kernel")
+    if weight is not None:
+        if weight.numel() != dim:
+            raise RuntimeError(
+                f"inconsistent weight size, expected {dim} but got {list(weight.shape)}"
+            )
+        if weight.dtype is not input.dtype:
+            raise RuntimeError(
+                f"expected scalar type {torch_type_name(input.dtype)} but found "
+                f"{torch_type_name(weight.dtype)}"
+            )
+    x = input.reshape(nframe, dim)
+    t = target.reshape(nframe)
+    if not t.is_fake and nframe and ((t < 0) | (t >= dim)).any().item():
+        raise RuntimeError("target out of range")
+    classes = OPS["arange"](0, dim, 1, dtype=dt.int64, device=x.device)
+    is_target = classes.unsqueeze(0) == t.unsqueeze(1)
+    z = margin - OPS["gather"](x, 1, t.unsqueeze(1)) + x
+    hinge = OPS["where"](z > 0, z, 0.0)
+    if p == 2:
+        hinge = hinge * hinge
+    if weight is not None:
+        hinge = hinge * OPS["index"](weight, [t]).unsqueeze(1)
+    loss = OPS["where"](is_target, 0.0, hinge).sum(1) / dim
+    return _finish(loss, reduction, target.ndim > 0)
+
+
+@autocast_policy("multilabel_margin_loss")
+def multilabel_margin_loss(
+    input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean"
+) -> Tensor:
+    """Multi-label hinge: for each sample, sum over its labels y (the target row up to the first
+    -1) and the non-label classes j of max(0, 1 - (x[y] - x[j])), divided by C."""
+    reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
+    nframe, dim = _margin_geometry(input)
+    if input.ndim <= 1:
+        ok = target.ndim <= 1 and target.numel() == dim
+    else:
+        ok = target.ndim == 2 and tuple(target.shape) == (nframe, dim)
+    if not ok:
+        raise RuntimeError(
+            f"inconsistent target size: {list(target.shape)} for input of size: {list(input.shape)}"
+        )
+    _check_long_target(target)
+    _check_floating(input, "multilabel_margin_loss_forward_out_frame")
+    x = input.reshape(nframe, dim)
+    t = target.reshape(nframe, dim)
+    if not t.is_fake and t.numel() and ((t < -1) | (t >= dim)).any().item():
+        raise RuntimeError("argument #2 'target' is out of range")
+    # the labels of a row are the entries before its first -1
+    labelled = (t == -1).to(dt.int64).cumsum(1) == 0
+    safe = OPS["where"](labelled, t, 0)
+    classes = OPS["arange"](0, dim, 1, dtype=dt.int64, device=x.device)
+    is_target = ((safe.unsqueeze(-1) == classes) & labelled.unsqueeze(-1)).any(1)
+    z = 1 - (OPS["gather"](x, 1, safe).unsqueeze(-1) - x.unsqueeze(1))
+    counted = labelled.unsqueeze(-1) & is_target.logical_not().unsqueeze(1) & (z > 0)
+    loss = OPS["where"](counted, z, 0.0).sum((1, 2)) / dim
+    return _finish(loss, reduction, target.ndim > 1)
+
+
+# ------------------------------------------------------------------------------ kiln.<name> forms
+# ``torch.<loss>`` takes ATen's integer reduction (0 none, 1 mean, 2 sum) and fixed positions
+
+_ATEN_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _aten_reduction(reduction) -> str:
+    return _ATEN_REDUCTIONS[reduction] if isinstance(reduction, int) else reduction
+
+
+@torch_function("margin_ranking_loss")
+def _torch_margin_ranking_loss(input1, input2, target, margin=0.0, reduction=1):
+    return margin_ranking_loss(input1, input2, target, margin, reduction=_aten_reduction(reduction))
+
+
+@torch_function("hinge_embedding_loss")
+def _torch_hinge_embedding_loss(input, target, margin=1.0, reduction=1):
+    return hinge_embedding_loss(input, target, margin, reduction=_aten_reduction(reduction))
+
+
+@torch_function("cosine_embedding_loss")
+def _torch_cosine_embedding_loss(input1, input2, target, margin=0.0, reduction=1):
+    return cosine_embedding_loss(
+        input1, input2, target, margin, reduction=_aten_reduction(reduction)
+    )
+
+
+@torch_function("triplet_margin_loss")
+def _torch_triplet_margin_loss(
+    anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False, reduction=1
+):
+    return triplet_margin_loss(
+        anchor, positive, negative, margin, p, eps, swap, reduction=_aten_reduction(reduction)
+    )
+
+
+@torch_function("poisson_nll_loss")
+def _torch_poisson_nll_loss(input, target, log_input, full, eps, reduction):
+    return poisson_nll_loss(
+        input, target, log_input, full, eps=eps, reduction=_aten_reduction(reduction)
+    )
+
+
+@torch_function("kl_div")
+def _torch_kl_div(input, target, reduction=1, *, log_target=False):
+    pointwise = kl_pointwise(input, target, log_target)
+    return _loss.reduce_loss(pointwise, _loss.check_reduction(_aten_reduction(reduction)))

@@ -1,7 +1,8 @@
 """``F`` pooling in 1-3d: max (with indices) and max_unpool, average, lp and adaptive pooling.
 
 Unbatched inputs gain a batch dim around the pooling ops and lose it after; lp pooling is
-average pooling of ``|x|**p``.
+average pooling of ``|x|**p``; fractional max pooling gathers pseudo-random windows (composites of
+kiln ops, so autograd and ``kiln.compile`` see ordinary ops).
 """
 
 from __future__ import annotations
@@ -299,3 +300,136 @@ def _torch_adaptive_avg_pool1d(input: Tensor, output_size) -> Tensor:
 @torch_function("adaptive_max_pool1d")
 def _torch_adaptive_max_pool1d(input: Tensor, output_size):
     return adaptive_max_pool1d(input, output_size, return_indices=True)
+
+
+# ------------------------------------------------------------------------------ fractional pooling
+
+
+def _fractional_starts(sample: Tensor, in_size: int, out_size: int, kernel: int) -> Tensor:
+    """Window starts (…, out_size) for one spatial dim, from one uniform sample per plane:
+    ``int((i + u) * alpha) - int(u * alpha)``, the last window flush with the input's end."""
+    device = sample.device
+    last = OPS["full"]((*sample.shape, 1), in_size - kernel, dtype=dt.int64, device=device)
+    if out_size == 1:
+        return last
+    alpha = (in_size - kernel) / (out_size - 1)
+    steps = OPS["arange"](0, out_size - 1, dtype=sample.dtype, device=device)
+    u = sample.unsqueeze(-1)
+    starts = ((steps + u) * alpha).trunc() - (u * alpha).trunc()
+    return OPS["cat"]([starts.to(dt.int64), last], -1)
+
+
+def _fractional_max_pool(
+    input, kernel_size, output_size, output_ratio, random_samples, dims, name
+) -> tuple:
+    if output_size is None and output_ratio is None:
+        raise ValueError(f"{name} requires specifying either an output_size or an output_ratio")
+    if input.dim() not in (dims + 1, dims + 2):
+        raise RuntimeError(
+            f"{name}(): Expected {dims + 1}D or {dims + 2}D tensor, but got: {list(input.shape)}"
+        )
+    unbatched = input.dim() == dims + 1
+    x = input.unsqueeze(0) if unbatched else input
+    spatial = list(x.shape[2:])
+    kernel = _fractional_ntuple(kernel_size, dims)
+    if output_size is None:
+        ratio = _fractional_ntuple(output_ratio, dims)
+        output_size = [int(spatial[d] * ratio[d]) for d in range(dims)]
+    out_size = [int(s) for s in _fractional_ntuple(output_size, dims)]
+    names = ("time", "height", "width")[3 - dims :]
+    for d in range(dims):
+        if out_size[d] + kernel[d] - 1 > spatial[d]:
+            raise RuntimeError(
+                f"{name}(): pool {names[d]} {kernel[d]} too large relative to input "
+                f"{names[d]} {spatial[d]}"
+            )
+    n, c = x.shape[:2]
+    if random_samples is None:
+        random_samples = OPS["rand"]((n, c, dims), dtype=x.dtype, device=x.device)
+    elif list(random_samples.shape[:2]) != [n, c] or random_samples.shape[2] != dims:
+        if random_samples.shape[1] != c:
+            raise RuntimeError("Expect _random_samples.size(1) equals to input channel size.")
+        raise RuntimeError(
+            f"Expect _random_samples to have size ({n}, {c}, {dims}), got "
+            f"{list(random_samples.shape)}"
+        )
+    # 2-d samples are (width, height); 3-d ones (time, height, width)
+    order = [1, 0] if dims == 2 else [0, 1, 2]
+    starts = [
+        _fractional_starts(random_samples[..., order[d]], spatial[d], out_size[d], kernel[d])
+        for d in range(dims)
+    ]
+    # each spatial coordinate of each window element: (n, c, *out, *kernel) after broadcasting
+    total = 2 * dims
+    coords = []
+    for d in range(dims):
+        offsets = OPS["arange"](0, kernel[d], dtype=dt.int64, device=x.device)
+        pos = starts[d].unsqueeze(-1) + offsets  # (n, c, out_d, k_d)
+        shape = [n, c] + [1] * total
+        shape[2 + d], shape[2 + dims + d] = out_size[d], kernel[d]
+        coords.append(pos.reshape(shape))
+    flat = coords[0]
+    for d in range(1, dims):
+        flat = flat * spatial[d] + coords[d]
+    window_shape = [n, c, *out_size, math.prod(kernel)]
+    flat = flat.expand([n, c, *out_size, *kernel]).reshape(window_shape)
+    planes = x.reshape(n, c, -1)
+    values = OPS["gather"](planes, 2, flat.reshape(n, c, -1)).reshape(window_shape)
+    out = values.amax(-1)
+    pick = values.argmax(-1, keepdim=True)
+    indices = OPS["gather"](flat, -1, pick).squeeze(-1)
+    if unbatched:
+        out, indices = out.squeeze(0), indices.squeeze(0)
+    return out, indices
+
+
+def _fractional_ntuple(value, n: int) -> list:
+    if isinstance(value, (tuple, list)):
+        if len(value) == 1:
+            return list(value) * n
+        return list(value)
+    return [value] * n
+
+
+def _fractional_max_pool_functions(dims: int, doc: str) -> tuple:
+    """``fractional_max_pool{dims}d_with_indices`` and ``fractional_max_pool{dims}d``: PyTorch's
+    two entry points per dimension, written once."""
+    name = f"fractional_max_pool{dims}d"
+
+    def with_indices(
+        input: Tensor,
+        kernel_size,
+        output_size=None,
+        output_ratio=None,
+        return_indices: bool = False,
+        _random_samples: Tensor | None = None,
+    ) -> tuple:
+        return _fractional_max_pool(
+            input, kernel_size, output_size, output_ratio, _random_samples, dims, name
+        )
+
+    def values_or_both(
+        input: Tensor,
+        kernel_size,
+        output_size=None,
+        output_ratio=None,
+        return_indices: bool = False,
+        _random_samples: Tensor | None = None,
+    ):
+        out = with_indices(
+            input, kernel_size, output_size, output_ratio, return_indices, _random_samples
+        )
+        return out if return_indices else out[0]
+
+    for fn, fn_name in ((with_indices, f"{name}_with_indices"), (values_or_both, name)):
+        fn.__name__ = fn.__qualname__ = fn_name
+        fn.__doc__ = doc
+    return with_indices, values_or_both
+
+
+fractional_max_pool2d_with_indices, fractional_max_pool2d = _fractional_max_pool_functions(
+    2, "Max over pseudo-random windows whose starts grow by a fractional stride (Graham, 2014)."
+)
+fractional_max_pool3d_with_indices, fractional_max_pool3d = _fractional_max_pool_functions(
+    3, "3-d fractional max pooling; samples are (time, height, width) per (sample, channel)."
+)

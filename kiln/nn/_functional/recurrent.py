@@ -3,8 +3,10 @@ functional forms of them (``kiln.lstm``, ``kiln.gru``, ``kiln.rnn_tanh``, ``kiln
 the ``*_cell`` functions), which take the weights as a flat list as ``torch.lstm`` does.
 
 ``nn.RNN`` / ``LSTM`` / ``GRU`` and the cells run the same code (``run_layers``, the steps), so
-the modules and the functions agree exactly. The math is a Python loop over time steps calling
-kiln ops: autograd differentiates it and ``kiln.compile`` unrolls it.
+the modules and the functions agree exactly. A layer of CPU float32/float64 tensors runs as
+one ``_rnn_layer`` op (``kiln/ops/recurrent.py``: the time loop in one kernel, back-propagation
+through time in another); packed sequences, projections, half types and autocast run the steps
+as a Python loop over kiln ops, which autograd differentiates and ``kiln.compile`` unrolls.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
+from ...ops.recurrent import GATES, STEPS, fused_layer_ok
 from ...ops.registry import torch_function
 from ...runtime.tensor import Tensor
 from .dropout import dropout
@@ -21,46 +24,6 @@ from .layers import linear
 __all__ = ["STEPS", "GATES", "run_layers"]
 
 State = tuple[Tensor, ...]
-
-
-# --------------------------------------------------------------------------- one time step
-# Each step takes the precomputed input projection ``x @ w_ih.T + b_ih`` of one time step and the
-# state tuple ((h,) or (h, c)), and returns the new state; its first entry is the step's output.
-def _rnn_tanh_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
-    return ((gates_x + linear(state[0], w_hh, b_hh)).tanh(),)
-
-
-def _rnn_relu_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
-    return ((gates_x + linear(state[0], w_hh, b_hh)).relu(),)
-
-
-def _lstm_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
-    h, c = state
-    in_gate, forget_gate, cell_gate, out_gate = (gates_x + linear(h, w_hh, b_hh)).chunk(4, 1)
-    c = forget_gate.sigmoid() * c + in_gate.sigmoid() * cell_gate.tanh()
-    h = out_gate.sigmoid() * c.tanh()
-    if w_hr is not None:
-        h = linear(h, w_hr)
-    return h, c
-
-
-def _gru_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
-    h = state[0]
-    x_reset, x_update, x_new = gates_x.chunk(3, 1)
-    h_reset, h_update, h_new = linear(h, w_hh, b_hh).chunk(3, 1)
-    reset = (x_reset + h_reset).sigmoid()
-    update = (x_update + h_update).sigmoid()
-    new = (x_new + reset * h_new).tanh()
-    return ((h - new) * update + new,)
-
-
-STEPS: dict[str, Callable] = {
-    "RNN_TANH": _rnn_tanh_step,
-    "RNN_RELU": _rnn_relu_step,
-    "LSTM": _lstm_step,
-    "GRU": _gru_step,
-}
-GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
 
 @autocast_policy("rnn_direction")
@@ -108,8 +71,21 @@ def run_layers(
         for direction in range(num_directions):
             w_ih, w_hh, b_ih, b_hh, w_hr = weights[layer * num_directions + direction]
             gates = linear(input, w_ih, b_ih)
-            steps = gates.unbind(0) if batch_sizes is None else gates.split(batch_sizes)
             initial = tuple([s[layer * num_directions + direction] for s in state])
+            if batch_sizes is None and fused_layer_ok(gates, initial, w_hh, w_hr):
+                out, h_n, c_n, _ = OPS["_rnn_layer"](
+                    mode,
+                    gates,
+                    initial[0],
+                    initial[1] if mode == "LSTM" else None,
+                    w_hh,
+                    b_hh,
+                    direction == 1,
+                )
+                outputs.append(out)
+                finals.append((h_n, c_n) if mode == "LSTM" else (h_n,))
+                continue
+            steps = gates.unbind(0) if batch_sizes is None else gates.split(batch_sizes)
             out_steps, final = _run_direction(
                 step, list(steps), initial, (w_hh, b_hh, w_hr), reverse=direction == 1
             )

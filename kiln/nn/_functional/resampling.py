@@ -178,3 +178,21 @@ def _torch_pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
 @torch_function("pixel_unshuffle")
 def _torch_pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
     return pixel_unshuffle(input, downscale_factor)
+
+
+def native_channel_shuffle(input: Tensor, groups: int) -> Tensor:
+    """``channel_shuffle`` under its ATen name (the same result, as in PyTorch)."""
+    return channel_shuffle(input, groups)
+
+
+# ------------------------------------------------------------------------------ kiln.<name> forms
+
+
+@torch_function("channel_shuffle")
+def _torch_channel_shuffle(input: Tensor, groups: int) -> Tensor:
+    return channel_shuffle(input, groups)
+
+
+@torch_function("native_channel_shuffle")
+def _torch_native_channel_shuffle(input: Tensor, groups: int) -> Tensor:
+    return channel_shuffle(input, groups)

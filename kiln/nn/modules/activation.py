@@ -1,7 +1,10 @@
 """Activation modules (``torch.nn.modules.activation``): thin wrappers over ``nn.functional``
 keeping PyTorch's constructor arguments, attribute names and reprs -- ReLU to Softmax2d, PReLU
 with its learned slopes, RReLU drawing random slopes only in training mode -- and
-``MultiheadAttention``, which PyTorch files here too.
+``MultiheadAttention``, which PyTorch files here too. Most activations share a base by the
+options they take: none (``_Elementwise``), only ``inplace`` (``_InplaceActivation``), ``alpha``
+and ``inplace`` (``_AlphaActivation``), ``dim`` (``_DimActivation``) or ``lambd`` (``_Shrink``);
+each names its function in ``_fn``.
 
 ``MultiheadAttention``'s parameter names (``in_proj_weight``, ``in_proj_bias``,
 ``out_proj.weight`` ...) match PyTorch so state dicts move between the two. The module
@@ -69,14 +72,21 @@ class Hardswish(_InplaceActivation):
     _fn = staticmethod(F.hardswish)
 
 
-class Tanh(Module):
+class _Elementwise(Module):
+    """An activation without options: ``forward`` applies ``_fn``."""
+
+    _fn = None
+
     def forward(self, input: Tensor) -> Tensor:
-        return F.tanh(input)
+        return type(self)._fn(input)
 
 
-class Sigmoid(Module):
-    def forward(self, input: Tensor) -> Tensor:
-        return F.sigmoid(input)
+class Tanh(_Elementwise):
+    _fn = staticmethod(F.tanh)
+
+
+class Sigmoid(_Elementwise):
+    _fn = staticmethod(F.sigmoid)
 
 
 class GELU(Module):
@@ -130,17 +140,27 @@ class LeakyReLU(Module):
         return f"negative_slope={self.negative_slope}{_inplace_suffix(self.inplace)}"
 
 
-class ELU(Module):
+class _AlphaActivation(Module):
+    """An activation with an ``alpha`` scale and ``inplace``: ``_fn(input, alpha, inplace)``."""
+
+    _fn = None
+
     def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
         self.alpha = alpha
         self.inplace = inplace
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.elu(input, self.alpha, self.inplace)
+        return type(self)._fn(input, self.alpha, self.inplace)
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}{_inplace_suffix(self.inplace)}"
+
+
+class ELU(_AlphaActivation):
+    """x above 0, alpha * (exp(x) - 1) below."""
+
+    _fn = staticmethod(F.elu)
 
 
 class Softplus(Module):
@@ -199,19 +219,10 @@ class SELU(_InplaceActivation):
     _fn = staticmethod(F.selu)
 
 
-class CELU(Module):
+class CELU(_AlphaActivation):
     """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
 
-    def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
-        super().__init__()
-        self.alpha = alpha
-        self.inplace = inplace
-
-    def forward(self, input: Tensor) -> Tensor:
-        return F.celu(input, self.alpha, self.inplace)
-
-    def extra_repr(self) -> str:
-        return f"alpha={self.alpha}{_inplace_suffix(self.inplace)}"
+    _fn = staticmethod(F.celu)
 
 
 class Threshold(Module):
@@ -291,25 +302,22 @@ class Softshrink(_Shrink):
     _fn = staticmethod(F.softshrink)
 
 
-class LogSigmoid(Module):
+class LogSigmoid(_Elementwise):
     """log(sigmoid(x)), computed without overflow for large negative x."""
 
-    def forward(self, input: Tensor) -> Tensor:
-        return F.logsigmoid(input)
+    _fn = staticmethod(F.logsigmoid)
 
 
-class Softsign(Module):
+class Softsign(_Elementwise):
     """x / (1 + |x|)."""
 
-    def forward(self, input: Tensor) -> Tensor:
-        return F.softsign(input)
+    _fn = staticmethod(F.softsign)
 
 
-class Tanhshrink(Module):
+class Tanhshrink(_Elementwise):
     """x - tanh(x)."""
 
-    def forward(self, input: Tensor) -> Tensor:
-        return F.tanhshrink(input)
+    _fn = staticmethod(F.tanhshrink)
 
 
 class Softmin(_DimActivation):

@@ -15,10 +15,9 @@ from ...ops import api
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .. import functional as F
-from .. import init
-from ..parameter import Parameter
-from .lazy import LazyModuleMixin, UninitializedBuffer, UninitializedParameter
+from .lazy import LazyModuleMixin, UninitializedBuffer
 from .module import Module
+from .normalization import affine_parameters, reset_affine
 
 __all__ = [
     "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LazyBatchNorm1d",
@@ -49,15 +48,7 @@ class _NormBase(Module):
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
-        if affine:
-            self.weight = Parameter(api.empty(num_features, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(api.empty(num_features, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        affine_parameters(self, num_features, affine, bias, device, dtype)
         if track_running_stats:
             self.register_buffer(
                 "running_mean", api.zeros(num_features, device=device, dtype=dtype)
@@ -80,10 +71,7 @@ class _NormBase(Module):
 
     def reset_parameters(self) -> None:
         self.reset_running_stats()
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        reset_affine(self)
 
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
@@ -222,6 +210,8 @@ class SyncBatchNorm(_BatchNorm):
 class _LazyNormBase(LazyModuleMixin):
     """``num_features`` is read from dim 1 of the first input."""
 
+    _inferred_size = "num_features"
+
     def __init__(
         self,
         eps: float = 1e-5,
@@ -237,17 +227,11 @@ class _LazyNormBase(LazyModuleMixin):
         self.affine = affine
         self.track_running_stats = track_running_stats
         if affine:
-            self.weight = UninitializedParameter(device=device, dtype=dtype)
-            if bias:
-                self.bias = UninitializedParameter(device=device, dtype=dtype)
+            self._lazy_weight_and_bias(bias, device, dtype)
         if track_running_stats:
             self.running_mean = UninitializedBuffer(device=device, dtype=dtype)
             self.running_var = UninitializedBuffer(device=device, dtype=dtype)
             self.num_batches_tracked = api.tensor(0, dtype=dt.int64, device=device)
-
-    def reset_parameters(self) -> None:
-        if not self.has_uninitialized_params() and self.num_features != 0:
-            super().reset_parameters()
 
     def initialize_parameters(self, input: Tensor) -> None:
         if not self.has_uninitialized_params():

@@ -15,7 +15,7 @@ from ...runtime.tensor import Tensor
 from .. import functional as F
 from .. import init
 from ..parameter import Parameter
-from .lazy import LazyModuleMixin, UninitializedParameter
+from .lazy import LazyModuleMixin
 from .module import Module
 
 __all__ = [
@@ -198,6 +198,10 @@ class Conv3d(_Conv):
 
 
 class _ConvTransposeNd(_ConvNd):
+    """A transposed convolution with PyTorch's constructor; ``_fn`` is ``F.conv_transposeNd``."""
+
+    _fn = None
+
     def __init__(
         self,
         in_channels: int,
@@ -253,52 +257,39 @@ class _ConvTransposeNd(_ConvNd):
             result.append(output_size[d] - smallest)
         return tuple(result)
 
+    def forward(self, input: Tensor, output_size=None) -> Tensor:
+        output_padding = self._output_padding(input, output_size)
+        return type(self)._fn(
+            input, self.weight, self.bias, self.stride, self.padding, output_padding,
+            self.groups, self.dilation,
+        )  # fmt: skip
+
 
 class ConvTranspose1d(_ConvTransposeNd):
     """Transposed 1-D convolution (the gradient of ``Conv1d`` with respect to its input)."""
 
     _dims = 1
-
-    def forward(self, input: Tensor, output_size=None) -> Tensor:
-        output_padding = self._output_padding(input, output_size)
-        return F.conv_transpose1d(
-            input, self.weight, self.bias, self.stride, self.padding, output_padding,
-            self.groups, self.dilation,
-        )  # fmt: skip
+    _fn = staticmethod(F.conv_transpose1d)
 
 
 class ConvTranspose2d(_ConvTransposeNd):
     """Transposed 2-D convolution (the gradient of ``Conv2d`` with respect to its input)."""
 
     _dims = 2
-
-    def forward(self, input: Tensor, output_size=None) -> Tensor:
-        output_padding = self._output_padding(input, output_size)
-        return F.conv_transpose2d(
-            input, self.weight, self.bias, self.stride, self.padding, output_padding,
-            self.groups, self.dilation,
-        )  # fmt: skip
+    _fn = staticmethod(F.conv_transpose2d)
 
 
 class ConvTranspose3d(_ConvTransposeNd):
     """Transposed 3-D convolution (the gradient of ``Conv3d`` with respect to its input)."""
 
     _dims = 3
-
-    def forward(self, input: Tensor, output_size=None) -> Tensor:
-        output_padding = self._output_padding(input, output_size)
-        return F.conv_transpose3d(
-            input, self.weight, self.bias, self.stride, self.padding, output_padding,
-            self.groups, self.dilation,
-        )  # fmt: skip
+    _fn = staticmethod(F.conv_transpose3d)
 
 
 class _LazyConvMixin(LazyModuleMixin):
     """``in_channels`` is read from dim 1 of a batched input (dim 0 of an unbatched one)."""
 
-    def reset_parameters(self) -> None:
-        if not self.has_uninitialized_params() and self.in_channels != 0:
-            super().reset_parameters()
+    _inferred_size = "in_channels"
 
     def initialize_parameters(self, input: Tensor, *args, **kwargs) -> None:
         if not self.has_uninitialized_params():
@@ -343,10 +334,8 @@ class _LazyConv(_LazyConvMixin):
         super().__init__(
             0, 0, kernel_size, stride, padding, dilation, groups, False, padding_mode, device, dtype
         )
-        self.weight = UninitializedParameter(device=device, dtype=dtype)
         self.out_channels = out_channels
-        if bias:
-            self.bias = UninitializedParameter(device=device, dtype=dtype)
+        self._lazy_weight_and_bias(bias, device, dtype)
 
 
 class LazyConv1d(_LazyConv, Conv1d):
@@ -380,10 +369,8 @@ class _LazyConvTranspose(_LazyConvMixin):
             0, 0, kernel_size, stride, padding, output_padding, groups, False, dilation,
             padding_mode, device, dtype,
         )  # fmt: skip
-        self.weight = UninitializedParameter(device=device, dtype=dtype)
         self.out_channels = out_channels
-        if bias:
-            self.bias = UninitializedParameter(device=device, dtype=dtype)
+        self._lazy_weight_and_bias(bias, device, dtype)
 
 
 class LazyConvTranspose1d(_LazyConvTranspose, ConvTranspose1d):

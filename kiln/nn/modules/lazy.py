@@ -95,9 +95,11 @@ class UninitializedBuffer(UninitializedTensorMixin, Tensor):
 
 
 class LazyModuleMixin:
-    """Put first among a module's bases; subclasses define ``initialize_parameters(*inputs)``."""
+    """Put first among a module's bases; subclasses define ``initialize_parameters(*inputs)``
+    and name in ``_inferred_size`` the attribute read from the first input (0 until then)."""
 
     cls_to_become: type | None = None
+    _inferred_size: str = ""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -109,6 +111,17 @@ class LazyModuleMixin:
         raise NotImplementedError(
             f"initialize_parameters is not implemented for {self.__class__.__name__}"
         )
+
+    def reset_parameters(self) -> None:
+        """Initialise as the eager class does, once the placeholders have their shapes."""
+        if not self.has_uninitialized_params() and getattr(self, self._inferred_size) != 0:
+            super().reset_parameters()
+
+    def _lazy_weight_and_bias(self, bias: bool, device, dtype) -> None:
+        """Replace the weight, and the bias if the layer has one, with placeholders."""
+        self.weight = UninitializedParameter(device=device, dtype=dtype)
+        if bias:
+            self.bias = UninitializedParameter(device=device, dtype=dtype)
 
     def has_uninitialized_params(self) -> bool:
         tensors = (*self._parameters.values(), *self._buffers.values())

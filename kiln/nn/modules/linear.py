@@ -12,7 +12,7 @@ from ...runtime.tensor import Tensor
 from .. import functional as F
 from .. import init
 from ..parameter import Parameter
-from .lazy import LazyModuleMixin, UninitializedParameter
+from .lazy import LazyModuleMixin
 from .module import Module
 
 __all__ = ["Identity", "Linear", "NonDynamicallyQuantizableLinear", "Bilinear", "LazyLinear"]
@@ -111,17 +111,12 @@ class LazyLinear(LazyModuleMixin, Linear):
     """``Linear`` whose ``in_features`` is the last dim of the first input."""
 
     cls_to_become = Linear
+    _inferred_size = "in_features"
 
     def __init__(self, out_features: int, bias: bool = True, device=None, dtype=None) -> None:
         super().__init__(0, 0, False)
-        self.weight = UninitializedParameter(device=device, dtype=dtype)
         self.out_features = out_features
-        if bias:
-            self.bias = UninitializedParameter(device=device, dtype=dtype)
-
-    def reset_parameters(self) -> None:
-        if not self.has_uninitialized_params() and self.in_features != 0:
-            super().reset_parameters()
+        self._lazy_weight_and_bias(bias, device, dtype)
 
     def initialize_parameters(self, input: Tensor) -> None:
         if self.has_uninitialized_params():

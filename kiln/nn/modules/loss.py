@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from ...runtime.tensor import Tensor
 from .. import functional as F
-from .._functional.losses_extra import LinearCrossEntropyOptions
+from .._functional.linear_cross_entropy import LinearCrossEntropyOptions
 from .distance import PairwiseDistance
 from .linear import Linear
 from .module import Module
@@ -59,18 +59,34 @@ class _WeightedLoss(_Loss):
         self.register_buffer("weight", weight)
 
 
-class L1Loss(_Loss):
+class _ReducedLoss(_Loss):
+    """A loss whose only option is the reduction: ``_fn(input, target, reduction=...)``."""
+
+    _fn = None
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return type(self)._fn(input, target, reduction=self.reduction)
+
+
+class _ReducedWeightedLoss(_WeightedLoss):
+    """A loss with per-class ``weight`` and the reduction: ``_fn(input, target, weight=...)``."""
+
+    _fn = None
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return type(self)._fn(input, target, weight=self.weight, reduction=self.reduction)
+
+
+class L1Loss(_ReducedLoss):
     """Mean absolute error."""
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.l1_loss(input, target, reduction=self.reduction)
+    _fn = staticmethod(F.l1_loss)
 
 
-class MSELoss(_Loss):
+class MSELoss(_ReducedLoss):
     """Mean squared error."""
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.mse_loss(input, target, reduction=self.reduction)
+    _fn = staticmethod(F.mse_loss)
 
 
 class SmoothL1Loss(_Loss):
@@ -139,11 +155,10 @@ class CrossEntropyLoss(_WeightedLoss):
         )  # fmt: skip
 
 
-class BCELoss(_WeightedLoss):
+class BCELoss(_ReducedWeightedLoss):
     """Binary cross-entropy of probabilities."""
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.binary_cross_entropy(input, target, weight=self.weight, reduction=self.reduction)
+    _fn = staticmethod(F.binary_cross_entropy)
 
 
 class BCEWithLogitsLoss(_Loss):
@@ -222,11 +237,10 @@ class CosineEmbeddingLoss(_MarginLoss):
         )
 
 
-class SoftMarginLoss(_Loss):
+class SoftMarginLoss(_ReducedLoss):
     """log(1 + exp(-y * x)): a two-class logistic loss with targets in {1, -1}."""
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.soft_margin_loss(input, target, reduction=self.reduction)
+    _fn = staticmethod(F.soft_margin_loss)
 
 
 class TripletMarginLoss(_Loss):
@@ -289,20 +303,16 @@ class TripletMarginWithDistanceLoss(_Loss):
         )  # fmt: skip
 
 
-class MultiLabelSoftMarginLoss(_WeightedLoss):
+class MultiLabelSoftMarginLoss(_ReducedWeightedLoss):
     """Per-class logistic loss averaged over classes (targets are 0/1 per class)."""
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.multilabel_soft_margin_loss(
-            input, target, weight=self.weight, reduction=self.reduction
-        )
+    _fn = staticmethod(F.multilabel_soft_margin_loss)
 
 
-class MultiLabelMarginLoss(_Loss):
+class MultiLabelMarginLoss(_ReducedLoss):
     """Multi-label hinge; each target row lists class indices, ended by the first -1."""
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.multilabel_margin_loss(input, target, reduction=self.reduction)
+    _fn = staticmethod(F.multilabel_margin_loss)
 
 
 class MultiMarginLoss(_WeightedLoss):

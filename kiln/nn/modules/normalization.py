@@ -18,6 +18,22 @@ from .module import Module
 __all__ = ["LayerNorm", "RMSNorm", "GroupNorm", "LocalResponseNorm", "CrossMapLRN2d"]
 
 
+def affine_parameters(module: Module, shape, affine: bool, bias: bool, device, dtype) -> None:
+    """Register a norm's ``weight`` and ``bias`` of ``shape`` (uninitialised; ``None`` where the
+    norm is not affine or has no bias), in PyTorch's order, shared by every norm layer."""
+    for name, wanted in (("weight", affine), ("bias", affine and bias)):
+        value = Parameter(api.empty(shape, device=device, dtype=dtype)) if wanted else None
+        module.register_parameter(name, value)
+
+
+def reset_affine(module: Module) -> None:
+    """Weight ones and bias zeros, where the norm has them: every norm starts as the identity."""
+    if module.weight is not None:
+        init.ones_(module.weight)
+    if getattr(module, "bias", None) is not None:
+        init.zeros_(module.bias)
+
+
 def _as_shape(normalized_shape) -> tuple:
     if isinstance(normalized_shape, numbers.Integral):
         return (int(normalized_shape),)
@@ -40,22 +56,11 @@ class LayerNorm(Module):
         self.normalized_shape = _as_shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(api.empty(self.normalized_shape, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(api.empty(self.normalized_shape, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        affine_parameters(self, self.normalized_shape, elementwise_affine, bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.elementwise_affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        reset_affine(self)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -89,8 +94,7 @@ class RMSNorm(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.elementwise_affine:
-            init.ones_(self.weight)
+        reset_affine(self)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
@@ -124,22 +128,11 @@ class GroupNorm(Module):
         self.num_channels = num_channels
         self.eps = eps
         self.affine = affine
-        if affine:
-            self.weight = Parameter(api.empty(num_channels, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(api.empty(num_channels, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        affine_parameters(self, num_channels, affine, bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        reset_affine(self)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)

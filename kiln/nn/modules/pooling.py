@@ -1,6 +1,10 @@
-"""Pooling modules: max, average and adaptive pooling in 1-3 dims, power-average (LP) pooling,
-max unpooling and fractional max pooling. They keep PyTorch's attribute forms (MaxUnpool stores
-tuples, MaxPool3d the raw arguments) so their reprs agree, and call ``nn.functional``."""
+"""Pooling modules (as ``torch.nn.modules.pooling``): max, average, power-average (LP),
+adaptive average and max pooling in 1-3d, max unpooling and fractional max pooling.
+
+Each family shares one base that stores PyTorch's attributes (in PyTorch's forms, so reprs agree:
+MaxUnpool stores tuples, MaxPool the raw arguments) and calls the dimension's ``nn.functional``
+function, named in ``_fn``.
+"""
 
 from __future__ import annotations
 
@@ -9,22 +13,22 @@ from .. import functional as F
 from .module import Module
 
 __all__ = [
-    "MaxPool1d",
-    "MaxPool2d",
-    "AvgPool1d",
-    "AvgPool2d",
     "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d",
-    "AdaptiveMaxPool2d",
     "AdaptiveAvgPool3d",
     "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
     "AdaptiveMaxPool3d",
+    "AvgPool1d",
+    "AvgPool2d",
     "AvgPool3d",
     "FractionalMaxPool2d",
     "FractionalMaxPool3d",
     "LPPool1d",
     "LPPool2d",
     "LPPool3d",
+    "MaxPool1d",
+    "MaxPool2d",
     "MaxPool3d",
     "MaxUnpool1d",
     "MaxUnpool2d",
@@ -32,7 +36,18 @@ __all__ = [
 ]
 
 
+def _ntuple(value, n: int) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
+
+
+# ------------------------------------------------------------------------------ max pooling
+
+
 class _MaxPoolNd(Module):
+    """Max over windows; ``_fn`` is ``F.max_poolNd``."""
+
+    _fn = None
+
     def __init__(
         self,
         kernel_size,
@@ -50,6 +65,12 @@ class _MaxPoolNd(Module):
         self.return_indices = return_indices
         self.ceil_mode = ceil_mode
 
+    def forward(self, input: Tensor):
+        return type(self)._fn(
+            input, self.kernel_size, self.stride, self.padding, self.dilation,
+            ceil_mode=self.ceil_mode, return_indices=self.return_indices,
+        )  # fmt: skip
+
     def extra_repr(self) -> str:
         return (
             f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
@@ -58,19 +79,20 @@ class _MaxPoolNd(Module):
 
 
 class MaxPool1d(_MaxPoolNd):
-    def forward(self, input: Tensor):
-        return F.max_pool1d(
-            input, self.kernel_size, self.stride, self.padding, self.dilation,
-            ceil_mode=self.ceil_mode, return_indices=self.return_indices,
-        )  # fmt: skip
+    _fn = staticmethod(F.max_pool1d)
 
 
 class MaxPool2d(_MaxPoolNd):
-    def forward(self, input: Tensor):
-        return F.max_pool2d(
-            input, self.kernel_size, self.stride, self.padding, self.dilation,
-            ceil_mode=self.ceil_mode, return_indices=self.return_indices,
-        )  # fmt: skip
+    _fn = staticmethod(F.max_pool2d)
+
+
+class MaxPool3d(_MaxPoolNd):
+    """Max over (kD, kH, kW) windows of (N, C, D, H, W) or (C, D, H, W) inputs."""
+
+    _fn = staticmethod(F.max_pool3d)
+
+
+# ------------------------------------------------------------------------------ average pooling
 
 
 class _AvgPoolNd(Module):
@@ -83,9 +105,9 @@ class AvgPool1d(_AvgPoolNd):
         self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True
     ) -> None:
         super().__init__()
-        self.kernel_size = _single(kernel_size)
-        self.stride = _single(stride if stride is not None else kernel_size)
-        self.padding = _single(padding)
+        self.kernel_size = _ntuple(kernel_size, 1)
+        self.stride = _ntuple(stride if stride is not None else kernel_size, 1)
+        self.padding = _ntuple(padding, 1)
         self.ceil_mode = ceil_mode
         self.count_include_pad = count_include_pad
 
@@ -96,7 +118,12 @@ class AvgPool1d(_AvgPoolNd):
         )  # fmt: skip
 
 
-class AvgPool2d(_AvgPoolNd):
+class _AvgPoolWithDivisor(_AvgPoolNd):
+    """2-d and 3-d average pooling: ``divisor_override`` replaces the window size; ``_fn`` is
+    ``F.avg_poolNd``."""
+
+    _fn = None
+
     def __init__(
         self,
         kernel_size,
@@ -115,83 +142,20 @@ class AvgPool2d(_AvgPoolNd):
         self.divisor_override = divisor_override
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.avg_pool2d(
+        return type(self)._fn(
             input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
             self.count_include_pad, self.divisor_override,
         )  # fmt: skip
 
 
-def _single(value) -> tuple:
-    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+class AvgPool2d(_AvgPoolWithDivisor):
+    _fn = staticmethod(F.avg_pool2d)
 
 
-class _AdaptivePoolNd(Module):
-    def __init__(self, output_size) -> None:
-        super().__init__()
-        self.output_size = output_size
-
-    def extra_repr(self) -> str:
-        return f"output_size={self.output_size}"
-
-
-class AdaptiveAvgPool1d(_AdaptivePoolNd):
-    def forward(self, input: Tensor) -> Tensor:
-        return F.adaptive_avg_pool1d(input, self.output_size)
-
-
-class AdaptiveAvgPool2d(_AdaptivePoolNd):
-    def forward(self, input: Tensor) -> Tensor:
-        return F.adaptive_avg_pool2d(input, self.output_size)
-
-
-class AdaptiveMaxPool2d(_AdaptivePoolNd):
-    def __init__(self, output_size, return_indices: bool = False) -> None:
-        super().__init__(output_size)
-        self.return_indices = return_indices
-
-    def forward(self, input: Tensor):
-        return F.adaptive_max_pool2d(input, self.output_size, self.return_indices)
-
-
-def _ntuple(value, n: int) -> tuple:
-    return tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
-
-
-class MaxPool3d(_MaxPoolNd):
-    """Max over (kD, kH, kW) windows of (N, C, D, H, W) or (C, D, H, W) inputs."""
-
-    def forward(self, input: Tensor):
-        return F.max_pool3d(
-            input, self.kernel_size, self.stride, self.padding, self.dilation,
-            ceil_mode=self.ceil_mode, return_indices=self.return_indices,
-        )  # fmt: skip
-
-
-class AvgPool3d(_AvgPoolNd):
+class AvgPool3d(_AvgPoolWithDivisor):
     """Mean over (kD, kH, kW) windows; ``divisor_override`` replaces the window size."""
 
-    def __init__(
-        self,
-        kernel_size,
-        stride=None,
-        padding=0,
-        ceil_mode: bool = False,
-        count_include_pad: bool = True,
-        divisor_override: int | None = None,
-    ) -> None:
-        super().__init__()
-        self.kernel_size = kernel_size
-        self.stride = stride if stride is not None else kernel_size
-        self.padding = padding
-        self.ceil_mode = ceil_mode
-        self.count_include_pad = count_include_pad
-        self.divisor_override = divisor_override
-
-    def forward(self, input: Tensor) -> Tensor:
-        return F.avg_pool3d(
-            input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-            self.count_include_pad, self.divisor_override,
-        )  # fmt: skip
+    _fn = staticmethod(F.avg_pool3d)
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
@@ -200,25 +164,7 @@ class AvgPool3d(_AvgPoolNd):
         self.__dict__.setdefault("count_include_pad", True)
 
 
-class AdaptiveAvgPool3d(_AdaptivePoolNd):
-    def forward(self, input: Tensor) -> Tensor:
-        return F.adaptive_avg_pool3d(input, self.output_size)
-
-
-class _AdaptiveMaxPoolNd(_AdaptivePoolNd):
-    def __init__(self, output_size, return_indices: bool = False) -> None:
-        super().__init__(output_size)
-        self.return_indices = return_indices
-
-
-class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
-    def forward(self, input: Tensor):
-        return F.adaptive_max_pool1d(input, self.output_size, self.return_indices)
-
-
-class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
-    def forward(self, input: Tensor):
-        return F.adaptive_max_pool3d(input, self.output_size, self.return_indices)
+# ------------------------------------------------------------------------------ LP pooling
 
 
 class _LPPoolNd(Module):
@@ -257,6 +203,63 @@ class LPPool3d(_LPPoolNd):
     _fn = staticmethod(F.lp_pool3d)
 
 
+# ------------------------------------------------------------------------------ adaptive pooling
+
+
+class _AdaptivePoolNd(Module):
+    """Pooling to a fixed ``output_size``; ``_fn`` is ``F.adaptive_avg_poolNd``."""
+
+    _fn = None
+
+    def __init__(self, output_size) -> None:
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input: Tensor) -> Tensor:
+        return type(self)._fn(input, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool1d(_AdaptivePoolNd):
+    _fn = staticmethod(F.adaptive_avg_pool1d)
+
+
+class AdaptiveAvgPool2d(_AdaptivePoolNd):
+    _fn = staticmethod(F.adaptive_avg_pool2d)
+
+
+class AdaptiveAvgPool3d(_AdaptivePoolNd):
+    _fn = staticmethod(F.adaptive_avg_pool3d)
+
+
+class _AdaptiveMaxPoolNd(_AdaptivePoolNd):
+    """Adaptive max pooling, optionally with indices; ``_fn`` is ``F.adaptive_max_poolNd``."""
+
+    def __init__(self, output_size, return_indices: bool = False) -> None:
+        super().__init__(output_size)
+        self.return_indices = return_indices
+
+    def forward(self, input: Tensor):
+        return type(self)._fn(input, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
+    _fn = staticmethod(F.adaptive_max_pool1d)
+
+
+class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
+    _fn = staticmethod(F.adaptive_max_pool2d)
+
+
+class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
+    _fn = staticmethod(F.adaptive_max_pool3d)
+
+
+# ------------------------------------------------------------------------------ max unpooling
+
+
 class _MaxUnpoolNd(Module):
     """Inverse of MaxPoolNd: scatter values back to the positions its indices name."""
 
@@ -292,6 +295,9 @@ class MaxUnpool2d(_MaxUnpoolNd):
 class MaxUnpool3d(_MaxUnpoolNd):
     _dims = 3
     _fn = staticmethod(F.max_unpool3d)
+
+
+# ------------------------------------------------------------------------------ fractional pooling
 
 
 class _FractionalMaxPoolNd(Module):

@@ -34,7 +34,6 @@ __all__ = [
     "TransformerDecoder",
     "TransformerEncoderLayer",
     "TransformerDecoderLayer",
-    "generate_square_subsequent_mask",
 ]
 
 
@@ -72,8 +71,13 @@ def _detect_is_causal_mask(mask: Tensor | None, is_causal: bool | None, size: in
     return bool((mask == causal).all())
 
 
-class TransformerEncoderLayer(Module):
-    """Self-attention then a feed-forward block, each with dropout, residual and LayerNorm."""
+class _TransformerLayer(Module):
+    """The constructor encoder and decoder layers share (PyTorch's signature for both), building
+    in PyTorch's registration order, so state dicts and reprs match: the attention blocks named
+    in ``_attentions``, the feed-forward block (``linear1``, ``dropout``, ``linear2``), one
+    LayerNorm and one dropout per sub-block, then the activation (``_use_activation``)."""
+
+    _attentions: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -91,19 +95,46 @@ class TransformerEncoderLayer(Module):
     ) -> None:
         super().__init__()
         kw = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(
-            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw
-        )
+        for name in self._attentions:
+            attention = MultiheadAttention(
+                d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw
+            )
+            setattr(self, name, attention)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
         self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        if isinstance(activation, str):
-            activation = _get_activation_fn(activation)
+        blocks = len(self._attentions) + 1
+        for i in range(1, blocks + 1):
+            setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
+        for i in range(1, blocks + 1):
+            setattr(self, f"dropout{i}", Dropout(dropout))
+        self._use_activation(
+            _get_activation_fn(activation) if isinstance(activation, str) else activation
+        )
+
+    def _use_activation(self, activation: Callable[[Tensor], Tensor]) -> None:
+        self.activation = activation
+
+    def _attention_block(
+        self, attention, dropout, x, memory, attn_mask, key_padding_mask, is_causal
+    ) -> Tensor:
+        x = attention(
+            x, memory, memory, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+            need_weights=False, is_causal=is_causal,
+        )[0]  # fmt: skip
+        return dropout(x)
+
+    def _feed_forward(self, x: Tensor, dropout: Dropout) -> Tensor:
+        return dropout(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerEncoderLayer(_TransformerLayer):
+    """Self-attention then a feed-forward block, each with dropout, residual and LayerNorm."""
+
+    _attentions = ("self_attn",)
+
+    def _use_activation(self, activation: Callable[[Tensor], Tensor]) -> None:
         # PyTorch's flag for its fused kernels (1 relu, 2 gelu); it also gates the encoder's
         # nested-tensor path
         if activation is F.relu or isinstance(activation, ReLU):
@@ -136,55 +167,18 @@ class TransformerEncoderLayer(Module):
         return x
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False) -> Tensor:
-        x = self.self_attn(
-            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-            need_weights=False, is_causal=is_causal,
-        )[0]  # fmt: skip
-        return self.dropout1(x)
+        return self._attention_block(
+            self.self_attn, self.dropout1, x, x, attn_mask, key_padding_mask, is_causal
+        )
 
     def _ff_block(self, x: Tensor) -> Tensor:
-        x = self.linear2(self.dropout(self.activation(self.linear1(x))))
-        return self.dropout2(x)
+        return self._feed_forward(x, self.dropout2)
 
 
-class TransformerDecoderLayer(Module):
+class TransformerDecoderLayer(_TransformerLayer):
     """Masked self-attention, attention over the encoder's memory, then a feed-forward block."""
 
-    def __init__(
-        self,
-        d_model: int,
-        nhead: int,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        activation: str | Callable[[Tensor], Tensor] = F.relu,
-        layer_norm_eps: float = 1e-5,
-        batch_first: bool = False,
-        norm_first: bool = False,
-        bias: bool = True,
-        device=None,
-        dtype=None,
-    ) -> None:
-        super().__init__()
-        kw = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(
-            d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias, **kw
-        )
-        self.multihead_attn = MultiheadAttention(
-            d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias, **kw
-        )
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
-        self.activation = (
-            _get_activation_fn(activation) if isinstance(activation, str) else activation
-        )
+    _attentions = ("self_attn", "multihead_attn")
 
     def forward(
         self,
@@ -214,22 +208,17 @@ class TransformerDecoderLayer(Module):
         return x
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False) -> Tensor:
-        x = self.self_attn(
-            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-            is_causal=is_causal, need_weights=False,
-        )[0]  # fmt: skip
-        return self.dropout1(x)
+        return self._attention_block(
+            self.self_attn, self.dropout1, x, x, attn_mask, key_padding_mask, is_causal
+        )
 
     def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal=False) -> Tensor:
-        x = self.multihead_attn(
-            x, mem, mem, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-            is_causal=is_causal, need_weights=False,
-        )[0]  # fmt: skip
-        return self.dropout2(x)
+        return self._attention_block(
+            self.multihead_attn, self.dropout2, x, mem, attn_mask, key_padding_mask, is_causal
+        )
 
     def _ff_block(self, x: Tensor) -> Tensor:
-        x = self.linear2(self.dropout(self.activation(self.linear1(x))))
-        return self.dropout3(x)
+        return self._feed_forward(x, self.dropout3)
 
 
 def _why_not_nested(layer: Module) -> str:

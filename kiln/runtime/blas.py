@@ -1,0 +1,225 @@
+"""numpy's OpenBLAS, owned by kiln: how many threads it may use for each product.
+
+OpenBLAS brings its own thread pool and a process-wide thread count. A multithreaded call waits
+at a barrier for every worker, so on a busy machine a product that would take 60 us on one core
+waits milliseconds for a descheduled worker (an LSTM language model's 20x200x800 step products
+measured ~100 ms each under a load average of 14), and after each call the workers spin ~100 ms,
+taking a core from whatever runs next. So kiln decides per call: eager products below
+``EAGER_PARALLEL_MACS`` run on the calling thread alone (``matmul``), larger ones may use
+OpenBLAS's threads, at most ``kiln.set_num_threads`` of them; the inductor runs its large
+products as single-threaded blocks on its own kernel threads (``inductor/extern_matmul.py``)
+under ``BLAS`` used as a context manager. Without numpy's ILP64 OpenBLAS (another BLAS vendor)
+products run as numpy runs them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import sysconfig
+import threading
+
+import numpy as np
+
+from . import flags
+
+__all__ = ["BLAS", "OpenBlas", "EAGER_PARALLEL_MACS", "matmul"]
+
+# an eager product of fewer multiply-adds (~300 us on one core) runs single-threaded: a second
+# OpenBLAS thread saves less than a stalled barrier costs on a shared machine
+EAGER_PARALLEL_MACS = 1 << 24
+
+
+class OpenBlas:
+    """numpy's OpenBLAS, bound with ctypes: its thread count, its ILP64 ``gemm`` entry points.
+
+    Used as a context manager it keeps OpenBLAS single-threaded (and its idle workers stopped)
+    while the inductor's split products run on the kernel threads; ``single_call`` lowers the
+    count without stopping the workers, for one small eager product.
+
+    The thread count is OpenBLAS's ``blas_cpu_number``, written directly: its setter function
+    re-creates the worker threads when raising the count back, and a new worker spins too.
+    After a multithreaded call (eager code's matmuls), OpenBLAS's workers spin ~100 ms waiting
+    for the next one — one of the two cores busy doing nothing while the compiled step runs.
+    Entering stops them (``blas_thread_shutdown_``, what OpenBLAS itself does around ``fork``);
+    OpenBLAS starts them again on its next multithreaded call. Only when every Python thread
+    is this one or a kernel thread (no other thread can be inside OpenBLAS then), and only
+    for an OpenBLAS with its own thread server (not OpenMP) recent enough to restart it lazily.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.saved = 1
+        self.count = None  # ctypes int: blas_cpu_number
+        self.server = None  # ctypes int: blas_server_avail
+        self.shutdown = None
+        self.get = self.set = None
+        self.gemm = None  # (sgemm, dgemm) addresses of OpenBLAS's ILP64 cblas functions
+        self.loaded = False
+        self.ceiling = 1  # the thread count OpenBLAS started with: never raised above it
+
+    def load(self) -> bool:
+        if not self.loaded:
+            self.loaded = True
+            libs = os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs")
+            for path in sorted(glob.glob(os.path.join(libs, "libscipy_openblas*.so*"))):
+                try:
+                    self._bind(ctypes.CDLL(path))
+                except (OSError, ValueError):
+                    continue
+                if self.get is not None or self.count is not None:
+                    break
+            if self.get is not None or self.count is not None:
+                self.ceiling = self._read()
+                self._follow(flags.get_num_threads())
+                flags.on_num_threads_change(self._follow)
+        return self.get is not None or self.count is not None
+
+    def _bind(self, lib) -> None:
+        for suffix in ("64_", ""):
+            get = getattr(lib, f"scipy_openblas_get_num_threads{suffix}", None)
+            put = getattr(lib, f"scipy_openblas_set_num_threads{suffix}", None)
+            if get is not None and put is not None:
+                put.argtypes = [ctypes.c_int]
+                put.restype = None
+                get.restype = ctypes.c_int
+                self.get, self.set = get, put
+                break
+        sgemm = getattr(lib, "scipy_cblas_sgemm64_", None)
+        dgemm = getattr(lib, "scipy_cblas_dgemm64_", None)
+        if sgemm is not None and dgemm is not None:  # 64-bit integer arguments (ILP64)
+            self.gemm = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (sgemm, dgemm))
+        try:
+            self.count = ctypes.c_int.in_dll(lib, "blas_cpu_number")
+        except ValueError:
+            self.count = None
+        try:
+            self.server = ctypes.c_int.in_dll(lib, "blas_server_avail")
+            shutdown = lib.blas_thread_shutdown_
+            if _threaded_server(lib):
+                shutdown.restype = ctypes.c_int
+                self.shutdown = shutdown
+        except (AttributeError, ValueError):
+            self.shutdown = None
+
+    def _read(self) -> int:
+        return self.count.value if self.count is not None else self.get()
+
+    def _write(self, n: int) -> None:
+        if self.count is not None:
+            self.count.value = n
+        else:
+            self.set(n)
+
+    def _follow(self, n: int) -> None:
+        """``kiln.set_num_threads(n)`` bounds OpenBLAS's threads too, as PyTorch's bounds its
+        BLAS: at most ``n``, never more than OpenBLAS started with."""
+        with self.lock:
+            n = max(1, min(n, self.ceiling))
+            if self.depth:
+                self.saved = n
+            else:
+                self._write(n)
+
+    def _lower(self, stop_workers: bool) -> None:
+        with self.lock:
+            if self.depth == 0:
+                self.saved = self._read()
+                if self.saved != 1:
+                    self._write(1)
+                if (
+                    stop_workers
+                    and self.shutdown is not None
+                    and self.server.value
+                    and _only_kernel_threads()
+                ):
+                    self.shutdown()
+            self.depth += 1
+
+    def _restore(self) -> None:
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0 and self.saved != 1:
+                self._write(self.saved)
+
+    def __enter__(self):
+        self._lower(stop_workers=True)
+
+    def __exit__(self, *exc):
+        self._restore()
+
+
+def _threaded_server(lib) -> bool:
+    """OpenBLAS with its pthreads server (``get_parallel() == 1``), 0.3.20 or newer."""
+    for suffix in ("64_", ""):
+        config = getattr(lib, f"scipy_openblas_get_config{suffix}", None)
+        parallel = getattr(lib, f"scipy_openblas_get_parallel{suffix}", None)
+        if config is not None and parallel is not None:
+            config.restype = ctypes.c_char_p
+            parallel.restype = ctypes.c_int
+            words = (config() or b"").decode(errors="replace").split()
+            try:
+                version = tuple(int(x) for x in words[1].split(".")[:3])
+            except (IndexError, ValueError):
+                return False
+            return parallel() == 1 and version >= (0, 3, 20)
+    return False
+
+
+_STDLIB = os.path.normcase(sysconfig.get_paths()["stdlib"])
+# where an idle thread of the standard library waits (a thread pool's worker waiting for work,
+# a condition, a queue, a selector): such a thread cannot be inside OpenBLAS
+_PARKED = frozenset(
+    {"_worker", "wait", "get", "select", "poll", "join", "_wait_for_tstate_lock", "acquire",
+     "accept", "recv", "recv_into", "readinto", "_handle_workers", "serve_forever", "run"}
+)  # fmt: skip
+
+
+def _only_kernel_threads() -> bool:
+    """Whether every other Python thread is a kernel thread or parked in the standard library
+    (a thread pool waiting for work, torch.compile's included): then none is inside OpenBLAS
+    and its workers may be stopped. A thread anywhere else counts as busy."""
+    me = threading.get_ident()
+    kernel = {t.ident for t in threading.enumerate() if t.name.startswith("kiln-kernel")}
+    for ident, frame in sys._current_frames().items():
+        if ident == me or ident in kernel:
+            continue
+        code = frame.f_code
+        if code.co_name not in _PARKED or not os.path.normcase(code.co_filename).startswith(
+            _STDLIB
+        ):
+            return False
+    return True
+
+
+BLAS = OpenBlas()
+
+
+class _SingleCall:
+    """OpenBLAS at one thread for one eager product (its idle workers left as they are)."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        BLAS._lower(stop_workers=False)
+
+    def __exit__(self, *exc):
+        BLAS._restore()
+
+
+_SINGLE = _SingleCall()
+
+
+def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``np.matmul(x, y, out=out)`` under kiln's thread policy (see the module docstring)."""
+    if x.ndim < 2 or y.ndim < 2 or x.dtype.kind not in "fc" or not BLAS.load():
+        return np.matmul(x, y, out=out)
+    k = x.shape[-1]
+    outputs = max(x.size // max(k, 1) * y.shape[-1], y.size // max(y.shape[-2], 1) * x.shape[-2])
+    if outputs * k >= EAGER_PARALLEL_MACS and flags.get_num_threads() > 1:
+        return np.matmul(x, y, out=out)
+    with _SINGLE:
+        return np.matmul(x, y, out=out)

@@ -1,0 +1,272 @@
+"""Summary protocol buffers for each ``add_*`` call, shaped as PyTorch's writer shapes them.
+
+Values arrive as kiln tensors, numpy arrays or Python numbers and are read as numpy arrays.
+Each builder returns a ``Summary`` that TensorBoard's plugins (scalars, histograms, images,
+text, hparams) recognise; the same call gives the same proto as ``torch.utils.tensorboard``.
+Images are encoded as PNG here (zlib), so no imaging library is needed.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary, SummaryMetadata
+from tensorboard.compat.proto.tensor_pb2 import TensorProto
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+
+from ...runtime.tensor import Tensor
+
+__all__ = [
+    "to_numpy",
+    "scalar",
+    "histogram",
+    "default_bins",
+    "image",
+    "text",
+    "hparams",
+    "encode_png",
+]
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A tensor, array, number or list as a numpy array (tensors are detached and copied to the
+    host)."""
+    if isinstance(value, Tensor):
+        return value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, (int, float, bool, np.number, list, tuple)):
+        return np.array(value)
+    raise NotImplementedError(f"Got {type(value)}, but numpy array or kiln tensor are expected.")
+
+
+def _one_value(value: Any) -> float:
+    array = to_numpy(value).squeeze()
+    if array.ndim != 0:
+        raise AssertionError(
+            f"Tensor should contain one element (0 dimensions). Was given size: {array.size} "
+            f"and {array.ndim} dimensions."
+        )
+    return float(array)
+
+
+def scalar(
+    tag: str, value: Any, new_style: bool = False, double_precision: bool = False
+) -> Summary:
+    """A scalar: ``simple_value`` (the classic form), or with ``new_style`` a 0-d tensor under the
+    scalars plugin (float32, or float64 with ``double_precision``)."""
+    number = _one_value(value)
+    if not new_style:
+        return Summary(value=[Summary.Value(tag=tag, simple_value=number)])
+    if double_precision:
+        tensor = TensorProto(double_val=[number], dtype="DT_DOUBLE")
+    else:
+        tensor = TensorProto(float_val=[number], dtype="DT_FLOAT")
+    metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="scalars"))
+    return Summary(value=[Summary.Value(tag=tag, tensor=tensor, metadata=metadata)])
+
+
+def default_bins() -> list[float]:
+    """TensorFlow's histogram edges (``bins="tensorflow"``): ±1e-12 growing by 10% to 1e20, and 0."""
+    edges = []
+    edge = 1e-12
+    while edge < 1e20:
+        edges.append(edge)
+        edge *= 1.1
+    return [-e for e in reversed(edges)] + [0] + edges
+
+
+def histogram(tag: str, values: Any, bins: Any, max_bins: int | None = None) -> Summary:
+    """A histogram of ``values`` over ``bins`` (numpy's ``bins``: edges, a count or a rule),
+    merged down to ``max_bins`` buckets when given, and trimmed to the buckets that hold values
+    (keeping one empty bucket before the first, so TensorBoard sees where the support starts)."""
+    flat = to_numpy(values).astype(float).reshape(-1)
+    if flat.size == 0:
+        raise ValueError("The input has no element.")
+    counts, limits = np.histogram(flat, bins=bins)
+    if max_bins is not None and len(counts) > max_bins:
+        group = len(counts) // max_bins
+        counts = np.pad(counts, (0, (-len(counts)) % group)).reshape(-1, group).sum(axis=1)
+        limits = np.concatenate([limits[:-1:group], limits[-1:]])
+    occupied = np.flatnonzero(counts)
+    # no value inside the bins: the slices below come out empty, and that is an error
+    first, last = (int(occupied[0]), int(occupied[-1])) if occupied.size else (len(counts), 0)
+    if first > 0:
+        counts = counts[first - 1 : last + 1]
+    else:
+        counts = np.concatenate([[0], counts[: last + 1]])
+    limits = limits[first : last + 2]
+    if counts.size == 0 or limits.size == 0:
+        raise ValueError("The histogram is empty, please file a bug report.")
+    proto = HistogramProto(
+        min=flat.min(),
+        max=flat.max(),
+        num=len(flat),
+        sum=flat.sum(),
+        sum_squares=flat.dot(flat),
+        bucket_limit=limits.tolist(),
+        bucket=counts.tolist(),
+    )
+    return Summary(value=[Summary.Value(tag=tag, histo=proto)])
+
+
+# ---------------------------------------------------------------------- images
+
+
+def _to_hwc(array: np.ndarray, dataformats: str) -> np.ndarray:
+    """An image (``HW``, ``CHW``/``HWC`` ...) or a batch (``NCHW`` ...) as one RGB(A) image in
+    HWC order: grey becomes three equal channels, a batch a grid eight images wide."""
+    if len(set(dataformats)) != len(dataformats):
+        raise AssertionError(
+            f"You can not use the same dimension shordhand twice. input_format: {dataformats}"
+        )
+    if array.ndim != len(dataformats):
+        raise AssertionError(
+            f"size of input tensor and input format are different. tensor shape: "
+            f"{array.shape}, input_format: {dataformats}"
+        )
+    dataformats = dataformats.upper()
+    if array.ndim == 4:
+        batch = array.transpose([dataformats.find(c) for c in "NCHW"])
+        return _grid(batch).transpose(1, 2, 0)
+    if array.ndim == 3:
+        hwc = array.transpose([dataformats.find(c) for c in "HWC"])
+        return np.concatenate([hwc] * 3, 2) if hwc.shape[2] == 1 else hwc
+    hw = array.transpose([dataformats.find(c) for c in "HW"])
+    return np.stack([hw] * 3, 2)
+
+
+def _grid(batch: np.ndarray, columns: int = 8) -> np.ndarray:
+    """NCHW images laid out row by row on one CHW canvas."""
+    if batch.shape[1] == 1:
+        batch = np.concatenate([batch] * 3, 1)
+    if batch.shape[1] != 3:  # PyTorch's grid takes grey or RGB images only
+        raise AssertionError(
+            f"Input should be a 4D numpy array with 3 channels; got shape {batch.shape}"
+        )
+    count, channels, height, width = batch.shape
+    columns = min(count, columns)
+    rows = -(-count // columns)
+    canvas = np.zeros((channels, height * rows, width * columns), dtype=batch.dtype)
+    for i in range(count):
+        y, x = divmod(i, columns)
+        canvas[:, y * height : (y + 1) * height, x * width : (x + 1) * width] = batch[i]
+    return canvas
+
+
+def encode_png(pixels: np.ndarray) -> bytes:
+    """An HxWxC uint8 image (C = 1..4: grey, grey+alpha, RGB, RGBA) as PNG bytes."""
+    height, width, channels = pixels.shape
+    color_type = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
+    rows = np.ascontiguousarray(pixels, dtype=np.uint8).reshape(height, width * channels)
+    scanlines = np.concatenate([np.zeros((height, 1), np.uint8), rows], axis=1)  # filter 0
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, color_type, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(scanlines.tobytes()))
+        + chunk(b"IEND", b"")
+    )
+
+
+def image(tag: str, values: Any, dataformats: str = "CHW") -> Summary:
+    """An image summary. Floating-point pixels are in [0, 1] and scaled by 255 (then clipped and
+    truncated to bytes, as PyTorch does); uint8 pixels are taken as they are."""
+    array = _to_hwc(to_numpy(values), dataformats)
+    scale = 1 if array.dtype == np.uint8 else 255
+    pixels = (array.astype(np.float32) * scale).clip(0, 255).astype(np.uint8)
+    height, width, channels = pixels.shape
+    proto = Summary.Image(
+        height=height, width=width, colorspace=channels, encoded_image_string=encode_png(pixels)
+    )
+    return Summary(value=[Summary.Value(tag=tag, image=proto)])
+
+
+# ---------------------------------------------------------------------- text and hparams
+
+
+def text(tag: str, text_string: str) -> Summary:
+    """A string under the text plugin (TensorBoard renders it as markdown)."""
+    metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
+    tensor = TensorProto(
+        dtype="DT_STRING",
+        string_val=[text_string.encode("utf-8")],
+        tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]),
+    )
+    return Summary(
+        value=[Summary.Value(tag=tag + "/text_summary", metadata=metadata, tensor=tensor)]
+    )
+
+
+def _hparams_summary(tag: str, **data: Any) -> Summary:
+    content = plugin_data_pb2.HParamsPluginData(version=0, **data).SerializeToString()
+    plugin = SummaryMetadata.PluginData(plugin_name="hparams", content=content)
+    return Summary(value=[Summary.Value(tag=tag, metadata=SummaryMetadata(plugin_data=plugin))])
+
+
+def _domain(values: Sequence, kind: str) -> Any:
+    from google.protobuf import struct_pb2
+
+    return struct_pb2.ListValue(values=[struct_pb2.Value(**{kind: v}) for v in values])
+
+
+def hparams(
+    hparam_dict: dict, metric_dict: dict, hparam_domain_discrete: dict | None = None
+) -> tuple[Summary, Summary, Summary]:
+    """The hparams plugin's three summaries for one run: the experiment (which hyperparameters
+    and metrics exist), the session start (this run's values) and the session end."""
+    domains = hparam_domain_discrete or {}
+    if not isinstance(domains, dict):
+        raise TypeError("parameter: hparam_domain_discrete should be a dictionary, nothing else.")
+    for key, options in domains.items():
+        if key not in hparam_dict or not isinstance(options, list):
+            raise TypeError(
+                f"parameter: hparam_domain_discrete[{key}] should be a list that names a key of "
+                "hparam_dict"
+            )
+        if not all(isinstance(o, type(hparam_dict[key])) for o in options):
+            raise TypeError(
+                f"parameter: hparam_domain_discrete[{key}] should be a list of the same type as "
+                f"hparam_dict[{key}]."
+            )
+
+    start = plugin_data_pb2.SessionStartInfo()
+    infos = []
+    for key, value in hparam_dict.items():
+        if value is None:
+            continue
+        if isinstance(value, (int, float)):  # bools too, as numbers (PyTorch's reading)
+            start.hparams[key].number_value = value
+            kind, data_type = "number_value", "DATA_TYPE_FLOAT64"
+        elif isinstance(value, str):
+            start.hparams[key].string_value = value
+            kind, data_type = "string_value", "DATA_TYPE_STRING"
+        elif isinstance(value, Tensor):
+            start.hparams[key].number_value = to_numpy(value).reshape(-1)[0]
+            kind, data_type = "number_value", "DATA_TYPE_FLOAT64"
+        else:
+            raise ValueError("value should be one of int, float, str, bool, or torch.Tensor")
+        info = api_pb2.HParamInfo(name=key, type=api_pb2.DataType.Value(data_type))
+        if key in domains:
+            info.domain_discrete.CopyFrom(_domain(domains[key], kind))
+        infos.append(info)
+
+    metrics = [api_pb2.MetricInfo(name=api_pb2.MetricName(tag=k)) for k in metric_dict]
+    experiment = api_pb2.Experiment(hparam_infos=infos, metric_infos=metrics)
+    end = plugin_data_pb2.SessionEndInfo(status=api_pb2.Status.Value("STATUS_SUCCESS"))
+    return (
+        _hparams_summary("_hparams_/experiment", experiment=experiment),
+        _hparams_summary("_hparams_/session_start_info", session_start_info=start),
+        _hparams_summary("_hparams_/session_end_info", session_end_info=end),
+    )

@@ -1,0 +1,534 @@
+"""Dynamic shapes through ``kiln.compile`` (issue 13): symbolic sizes from capture to backends.
+
+Every test runs the compiled code on many shapes and compares each call with eager (and with
+PyTorch where it is installed), counting the graphs captured: a size that changes becomes a
+symbol on the second capture, which then serves every later size.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.dynamo.testing import CompileCounter
+from kiln.runtime.symbolic import ConstraintViolationError
+from tests.models.models import GPTConfig, copy_weights, models_for
+from tests.oracle import needs_torch, torch
+
+BACKENDS = ["eager", "aot_eager", "inductor"]
+
+
+def _close(actual, expected, rtol=1e-4, atol=1e-5) -> None:
+    if isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            _close(a, e, rtol, atol)
+        return
+    if isinstance(expected, kiln.Tensor) or (
+        torch is not None and isinstance(expected, torch.Tensor)
+    ):
+        assert tuple(actual.shape) == tuple(expected.shape)
+        np.testing.assert_allclose(
+            np.asarray(actual.detach().numpy()), np.asarray(expected.detach().numpy()),
+            rtol=rtol, atol=atol,
+        )  # fmt: skip
+        return
+    assert actual == expected and type(actual) is type(expected), (actual, expected)
+
+
+def _block_for(lib):
+    """A sequence block over (batch, time, channels): normalization, a projection, attention-
+    like mixing over time and reductions over ``batch * time`` (sizes used as numbers too)."""
+
+    class Block(lib.nn.Module):
+        def __init__(self, channels: int = 8):
+            super().__init__()
+            self.norm = lib.nn.LayerNorm(channels)
+            self.fc = lib.nn.Linear(channels, channels)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            h = lib.nn.functional.gelu(self.fc(self.norm(x)))
+            w = (h @ h.transpose(1, 2) / math.sqrt(C)).softmax(-1)
+            y = (w @ h + x).reshape(B * T, C)
+            return y.sum(0) / (B * T), y.max(dim=0).values
+
+    return Block
+
+
+def _shapes(n: int, seed: int = 0) -> list[tuple[int, int]]:
+    rng = random.Random(seed)
+    return [(rng.randint(1, 64), rng.randint(1, 128)) for _ in range(n)] + [(1, 1), (64, 128)]
+
+
+# ------------------------------------------------------------------------------ acceptance
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_batch_and_sequence_lengths_in_random_order_capture_at_most_twice(backend):
+    kiln.manual_seed(0)
+    model = _block_for(kiln)()
+    counter = CompileCounter(backend)
+    compiled = kiln.compile(model, backend=counter)
+    shapes = _shapes(30 if backend != "inductor" else 4)
+    for b, t in shapes:
+        x = kiln.randn(b, t, 8)
+        _close(compiled(x), model(x))
+    assert counter.frame_count <= 2
+
+
+def test_dynamic_true_captures_one_graph_for_every_shape():
+    kiln.manual_seed(0)
+    model = _block_for(kiln)()
+    counter = CompileCounter("aot_eager")
+    compiled = kiln.compile(model, backend=counter, dynamic=True)
+    for b, t in _shapes(20, seed=1):
+        x = kiln.randn(b, t, 8)
+        _close(compiled(x), model(x))
+    assert counter.frame_count == 1
+
+
+class _CallCounter(CompileCounter):
+    """A CompileCounter that also counts the calls that ran one of its compiled graphs (the
+    others of a compiled function's calls ran eagerly)."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.graph_calls = 0
+
+    def __call__(self, gm, example_inputs):
+        run = super().__call__(gm, example_inputs)
+
+        def counted(*args):
+            self.graph_calls += 1
+            return run(*args)
+
+        return counted
+
+
+@needs_torch
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_the_dynamic_graph_matches_torch_values_and_gradients(backend):
+    torch.manual_seed(0)
+    theirs = _block_for(torch)()
+    ours = _block_for(kiln)()
+    copy_weights(kiln, ours, theirs)
+    counter = CompileCounter(backend)
+    compiled = kiln.compile(ours, backend=counter)
+    for b, t in [(3, 7), (5, 2), (1, 9), (2, 1), (4, 3)]:
+        x = np.random.default_rng(b * t).standard_normal((b, t, 8)).astype(np.float32)
+        mine, ref = kiln.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        out, expected = compiled(mine), theirs(ref)
+        _close(out, expected)
+        (out[0].sum() + out[1].square().sum()).backward()
+        (expected[0].sum() + expected[1].square().sum()).backward()
+        _close(mine.grad, ref.grad)
+        for p, q in zip(ours.parameters(), theirs.parameters()):
+            _close(p.grad, q.grad)
+        ours.zero_grad(), theirs.zero_grad()
+    assert counter.frame_count <= 2
+
+
+def _pointwise_and_reduction(x):
+    y = (x * 1.5 + 0.25).relu() - x.sigmoid()
+    return y.sum(-1) / x.shape[-1], y.amax(0), (x * x).mean()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_batch_sizes_2_to_64_twice_each_capture_two_graphs_and_none_runs_eagerly(backend):
+    counter = _CallCounter(backend)
+    compiled = kiln.compile(_pointwise_and_reduction, backend=counter)
+    calls = 0
+    for n in range(2, 65):
+        for _ in range(2):
+            x = kiln.randn(n, 5)
+            _close(compiled(x), _pointwise_and_reduction(x))
+            calls += 1
+    assert counter.frame_count <= 2
+    assert counter.graph_calls == calls == 126  # the issue's run: 9 graphs, 115 eager calls
+
+
+@needs_torch
+def test_batch_sizes_through_inductor_match_torch():
+    counter = _CallCounter("inductor")
+    compiled = kiln.compile(_pointwise_and_reduction, backend=counter)
+    for n in (2, 2, 3, 17, 3, 64):
+        x = np.random.default_rng(n).standard_normal((n, 5)).astype(np.float32)
+        ours = compiled(kiln.tensor(x))
+        _close(ours, _call_torch(_pointwise_and_reduction, [torch.tensor(x)]))
+    assert counter.frame_count <= 2 and counter.graph_calls == 6
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_greedy_generation_of_64_tokens_captures_at_most_three_graphs(backend):
+    kiln.manual_seed(0)
+    cfg = GPTConfig()
+    model = models_for(kiln).TinyGPT(cfg).eval()
+    counter = CompileCounter(backend)
+    compiled = kiln.compile(model, backend=counter)
+
+    def generate(forward):
+        idx = kiln.tensor([[1]])
+        with kiln.no_grad():
+            for _ in range(64):
+                logits, _ = forward(idx[:, -cfg.block_size :])
+                idx = kiln.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        return idx
+
+    assert generate(compiled).tolist() == generate(model).tolist()
+    assert counter.frame_count <= 3
+
+
+@needs_torch
+def test_generation_with_a_growing_context_matches_torch_and_stops_capturing():
+    """nanoGPT's sampling loop: the context grows by one token a step up to the block size,
+    then slides. Captures happen in the first steps only; every step runs a compiled graph and
+    its logits equal PyTorch's."""
+    cfg = GPTConfig()
+    torch.manual_seed(0)
+    theirs = models_for(torch).TinyGPT(cfg).eval()
+    ours = models_for(kiln).TinyGPT(cfg).eval()
+    copy_weights(kiln, ours, theirs)
+    counter = _CallCounter("aot_eager")
+    compiled = kiln.compile(ours, backend=counter)
+    idx = [[3, 1]]
+    captures = []
+    with kiln.no_grad(), torch.no_grad():
+        for _ in range(24):  # past the block size: the window slides at the end
+            context = [row[-cfg.block_size :] for row in idx]
+            logits, _ = compiled(kiln.tensor(context))
+            expected, _ = theirs(torch.tensor(context))
+            _close(logits, expected, rtol=1e-4, atol=1e-5)
+            captures.append(counter.frame_count)
+            idx[0].append(int(expected[0, -1].argmax()))
+    assert captures[-1] <= 2 and captures[2] == captures[-1]  # no capture after the 2nd shape
+    assert counter.graph_calls == 24
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_training_loop_with_a_smaller_last_batch_captures_the_step_at_most_twice(backend):
+    rng = np.random.default_rng(0)
+    data = [
+        (kiln.tensor(rng.standard_normal((n, 8)).astype(np.float32)),
+         kiln.tensor(rng.standard_normal((n, 4)).astype(np.float32)))
+        for n in (16, 16, 16, 5)
+    ]  # fmt: skip
+
+    def train(model, forward):
+        opt = kiln.optim.SGD(model.parameters(), lr=0.05)
+        losses = []
+        for _ in range(2):
+            for x, y in data:
+                opt.zero_grad()
+                loss = kiln.nn.functional.mse_loss(forward(x), y)
+                loss.backward()
+                opt.step()
+                losses.append(float(loss))
+        return losses
+
+    kiln.manual_seed(0)
+    eager_model = models_for(kiln).MLP()
+    kiln.manual_seed(0)
+    model = models_for(kiln).MLP()
+    counter = CompileCounter(backend)
+    compiled = kiln.compile(model, backend=counter)
+    np.testing.assert_allclose(train(model, compiled), train(eager_model, eager_model), rtol=1e-4)
+    for p, q in zip(model.parameters(), eager_model.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-4, atol=1e-6)
+    assert counter.frame_count <= 2
+
+
+# ------------------------------------------------------------------------------ data-dependent
+
+
+def _nonzero_rows(x):
+    idx = (x > 0).nonzero()
+    return idx.float().sum() + idx.shape[0] * x.sum()
+
+
+def _masked(x):
+    return kiln.masked_select(x, x > 0.2) * 3
+
+
+def _bool_indexing(x):
+    y = x[x > 0]
+    return (y * y).sum(), y
+
+
+def _unique_counts(x):
+    values, counts = kiln.unique(x.round(), return_counts=True)
+    return values * counts
+
+
+def _repeat_rows(x, repeats):
+    return kiln.repeat_interleave(x, repeats, dim=0) * 2
+
+
+def _item_as_size(x, n):
+    k = n.sum().item()
+    kiln._check(k >= 0)
+    return kiln.zeros(k) + x.sum(), x[:k] * 2
+
+
+_DATA_DEPENDENT = [
+    (_nonzero_rows, lambda rng: (rng.standard_normal((6, 3)),), False),
+    (_masked, lambda rng: (rng.random(7),), True),
+    (_bool_indexing, lambda rng: (rng.standard_normal(9),), True),
+    (_unique_counts, lambda rng: (rng.standard_normal(10) * 2,), False),
+    (_repeat_rows, lambda rng: (rng.standard_normal((4, 2)), rng.integers(0, 4, 4)), True),
+    (_item_as_size, lambda rng: (rng.standard_normal(9), rng.integers(0, 5, 2)), False),
+]
+
+
+def _to(lib, a, requires_grad):
+    t = lib.tensor(a.astype(np.float32) if a.dtype.kind == "f" else a)
+    return t.requires_grad_(True) if requires_grad and a.dtype.kind == "f" else t
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "fn, make, differentiable", _DATA_DEPENDENT, ids=lambda v: getattr(v, "__name__", "")
+)
+def test_data_dependent_sizes_stay_in_one_graph_and_match_eager(fn, make, differentiable, backend):
+    report = kiln.dynamo.explain(fn)(*(_to(kiln, a, False) for a in make(np.random.default_rng(0))))
+    assert report.graph_count == 1 and not report.break_reasons
+    assert report.graph_infos[0].unbacked_sizes  # explain() names the data-dependent sizes
+    counter = CompileCounter(backend)
+    compiled = kiln.compile(fn, backend=counter)
+    for seed in range(3):
+        args = make(np.random.default_rng(seed))
+        ours = [_to(kiln, a, differentiable) for a in args]
+        ref = [_to(kiln, a, differentiable) for a in args]
+        out, expected = compiled(*ours), fn(*ref)
+        _close(out, expected)
+        if differentiable:
+            _first(out).sum().backward()
+            _first(expected).sum().backward()
+            _close(ours[0].grad, ref[0].grad)
+    assert counter.frame_count == 1
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "fn, make, differentiable", _DATA_DEPENDENT[:5], ids=lambda v: getattr(v, "__name__", "")
+)
+def test_data_dependent_sizes_match_torch(fn, make, differentiable):
+    compiled = kiln.compile(fn, backend="aot_eager")
+    args = make(np.random.default_rng(5))
+    ours = [_to(kiln, a, differentiable) for a in args]
+    theirs = [_to(torch, a, differentiable) for a in args]
+    expected = _call_torch(fn, theirs)
+    out = compiled(*ours)
+    _close(out, expected)
+    if differentiable:
+        _first(out).sum().backward()
+        _first(expected).sum().backward()
+        _close(ours[0].grad, theirs[0].grad)
+
+
+def _call_torch(fn, args):
+    """Run a test function written against ``kiln`` with ``torch`` in its place."""
+    namespace = dict(fn.__globals__, kiln=torch)
+    clone = type(fn)(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
+    return clone(*args)
+
+
+def test_a_branch_on_a_data_dependent_size_is_a_break_with_its_own_category():
+    def f(x):
+        idx = x.nonzero()
+        if idx.shape[0] > 2:
+            return x * 2
+        return x - 1
+
+    report = kiln.dynamo.explain(f)(kiln.tensor([1.0, 0.0, 3.0, 4.0]))
+    (reason,) = report.break_reasons
+    assert reason.kind == "unbacked_branch" and "u0" in reason.message
+    assert "kiln._check" in reason.hint
+    compiled = kiln.compile(f, backend="eager")
+    for x in ([1.0, 0.0, 3.0, 4.0], [0.0, 0.0, 1.0]):
+        _close(compiled(kiln.tensor(x)), f(kiln.tensor(x)))
+
+
+def test_a_violated_runtime_check_on_a_data_dependent_value_names_the_line():
+    def f(x, n):
+        k = n.sum().item()
+        kiln._check(k <= 4)
+        return x[:k]
+
+    compiled = kiln.compile(f, backend="eager")
+    _close(compiled(kiln.ones(9), kiln.tensor([1, 2])), f(kiln.ones(9), kiln.tensor([1, 2])))
+    with pytest.raises(
+        RuntimeError, match=r"kiln._check\(u0 <= 4\) failed at .*test_dynamic_shapes.py:\d+"
+    ):
+        compiled(kiln.ones(9), kiln.tensor([3, 4]))
+
+
+# ------------------------------------------------------------------------------ sizes as values
+
+
+def _sizes_as_numbers(x):
+    B, T = x.shape
+    y = x.view(B * T).view(T, B)  # view(B, T, C)-style reshapes with computed sizes
+    half = x.shape[0] // 2
+    pos = kiln.arange(T).float()
+    return y.sum(0) * half + pos.sum() + x.numel() + x.size(1)
+
+
+class _GuardRecorder:
+    """A compile-context listener keeping every compiled guard."""
+
+    def __init__(self, guards: list):
+        self.guards = guards
+
+    def on_guards(self, guards) -> None:
+        self.guards.extend(guards)
+
+    def on_graph(self, *args) -> None:
+        pass
+
+    def on_break(self, *args) -> None:
+        pass
+
+
+def test_sizes_used_as_numbers_stay_symbolic():
+    guards = []
+    counter = CompileCounter("eager")
+    compiled = kiln.compile(_sizes_as_numbers, backend=counter, dynamic=True)
+    compiled._kiln_context.listeners.append(_GuardRecorder(guards))
+    for shape in [(4, 6), (6, 4), (3, 9), (2, 2), (8, 1)]:
+        x = kiln.randn(*shape)
+        _close(compiled(x), _sizes_as_numbers(x))
+    assert counter.frame_count == 1
+    code = counter.graphs[0].code
+    assert "x.size(0)" in code and "arange" in code
+    assert not [g.text for g in guards if re.search(r"s\d == \d", g.text)]  # no specialization
+
+
+def test_sizes_returned_or_live_across_a_break_are_rebuilt_for_each_call():
+    def f(x):
+        B, T = x.shape
+        y = x * 2
+        print("a graph break with sizes live")  # noqa: T201
+        return y.view(T, B) + B, x.shape, x.shape[0] * T
+
+    counter = CompileCounter("aot_eager")
+    compiled = kiln.compile(f, backend=counter)
+    for n in (3, 5, 7, 9):
+        x = kiln.randn(n, 4)
+        _close(compiled(x), f(x))
+    assert counter.frame_count == 4  # a static and a dynamic capture, each two graphs
+
+
+def test_an_int_argument_that_changes_becomes_a_symbol():
+    def f(x, n):
+        return x[:n] * n
+
+    counter = CompileCounter("aot_eager")
+    compiled = kiln.compile(f, backend=counter)
+    for n in (2, 3, 5, 7):
+        x = kiln.randn(8)
+        _close(compiled(x, n), f(x, n))
+    assert counter.frame_count == 2
+
+
+# ------------------------------------------------------------------------------ policy
+
+
+def test_mark_dynamic_makes_the_first_graph_dynamic():
+    counter = CompileCounter("eager")
+    compiled = kiln.compile(lambda x: x.sum(0) * 2, backend=counter)
+    for n in (3, 4, 5):
+        x = kiln.randn(n, 2)
+        kiln._dynamo.mark_dynamic(x, 0)
+        _close(compiled(x), x.sum(0) * 2)
+    assert counter.frame_count == 1
+    assert "s0" in counter.graphs[0].code
+
+
+def test_mark_static_and_dynamic_false_keep_sizes_fixed():
+    counter = CompileCounter("eager")
+    compiled = kiln.compile(lambda x: x * 2, backend=counter, dynamic=False)
+    for n in (3, 4, 5):
+        compiled(kiln.randn(n))
+    assert counter.frame_count == 3
+    counter = CompileCounter("eager")
+    compiled = kiln.compile(lambda x: x * 2, backend=counter, dynamic=True)
+    for n in (3, 4):
+        x = kiln.randn(n)
+        kiln._dynamo.mark_static(x)
+        compiled(x)
+    assert counter.frame_count == 2
+
+
+def test_equal_sizes_share_a_symbol_checked_by_the_guards():
+    counter = CompileCounter("eager")
+    compiled = kiln.compile(lambda x, y: x + y, backend=counter, dynamic=True)
+    _close(compiled(kiln.ones(4, 5), kiln.ones(4, 5)), kiln.ones(4, 5) * 2)
+    assert "f32[s0, s1]" in counter.graphs[0].code and "s2" not in counter.graphs[0].code
+    _close(compiled(kiln.ones(3, 6), kiln.ones(3, 6)), kiln.ones(3, 6) * 2)
+    assert counter.frame_count == 1
+    with pytest.raises(RuntimeError, match="must match"):  # eager's error, from a recompile
+        compiled(kiln.ones(3, 6), kiln.ones(4, 6))
+
+
+def test_mark_dynamic_range_violations_name_the_dim_and_the_line():
+    compiled = kiln.compile(lambda x: x * 2, backend="eager")
+    x = kiln.randn(100)
+    kiln._dynamo.mark_dynamic(x, 0, min=2, max=64)
+    with pytest.raises(
+        ConstraintViolationError,
+        match=r"x.size\(\)\[0\] is 100, outside the range \[2, 64\] declared by mark_dynamic at .*test_dynamic_shapes.py:\d+",
+    ):
+        compiled(x)
+
+
+def test_a_size_outside_a_constrained_range_is_an_error_naming_dim_symbol_and_line():
+    def f(x):
+        kiln.sym_constrain_range(x.shape[0], min=2, max=16)
+        return x * 2
+
+    compiled = kiln.compile(f, backend="eager", dynamic=True)
+    _close(compiled(kiln.ones(4)), kiln.ones(4) * 2)
+    _close(compiled(kiln.ones(9)), kiln.ones(9) * 2)
+    with pytest.raises(
+        ConstraintViolationError,
+        match=r"sym_constrain_range\(s0, min=2, max=16\) at .*test_dynamic_shapes.py:\d+: "
+        r"s0 = x.size\(\)\[0\] must lie in \[2, 16\], but it is 20",
+    ):
+        compiled(kiln.ones(20))
+
+
+def test_a_guard_failure_never_raises_inside_the_guard_function():
+    counter = CompileCounter("eager")
+    compiled = kiln.compile(lambda x: x + 1, backend=counter, dynamic=True)
+    compiled(kiln.ones(3, 4))
+    entry_guard = compiled._kiln_cache.entries[0][0]
+    for bad in (kiln.ones(3), kiln.ones(0, 4), 5, None, kiln.ones(3, 4).t()):
+        assert entry_guard(None, bad) is False
+    assert compiled(kiln.ones(3)).shape == (3,)
+
+
+# ------------------------------------------------------------------------------ visible
+
+
+def test_logs_say_which_dim_became_dynamic_and_print_symbolic_guards(capsys):
+    kiln.dynamo.set_logs("recompiles,guards,graph")
+    try:
+        compiled = kiln.compile(lambda x: x.sum(1) * x.shape[1], backend="eager")
+        compiled(kiln.ones(3, 5))
+        compiled(kiln.ones(3, 7))
+    finally:
+        kiln.dynamo.set_logs("")
+    err = capsys.readouterr().err
+    assert "x dim 1 is dynamic now: its size changed from 5 to 7" in err
+    assert "___sym_s0 = " in err and "x.size(1)" in err
+    assert "f32[3, s0]" in err

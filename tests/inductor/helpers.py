@@ -1,0 +1,58 @@
+"""The inductor tests' one way to compile: trace a function to an ir graph, compile it with given
+inductor options (``cpu_codegen``, Triton knobs...), and compare what it returns with eager.
+
+``compile_traced`` only compiles (for tests that inspect kernels, plans or schedules);
+``check_against_eager`` also runs the compiled graph and checks every output's dtype, shape and
+values; ``inductor_compiler`` is the same compiler as a backend for ``aot_function``, and
+``compiled_by_inductor`` goes through dynamo (``kiln.compile``) with the given CPU codegen.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import kiln
+from kiln.inductor.compile_fx import compile_graph
+from kiln.ir.tracer import trace
+
+
+def compile_traced(fn, *inputs, codegen="llvm", options=None, decompositions="prims"):
+    """``fn`` traced on ``inputs`` (decomposed to prims unless told otherwise) and compiled with
+    the ``codegen`` CPU kernel generator and any further inductor ``options``."""
+    gm = trace(fn, *inputs, decompositions=decompositions)
+    return compile_graph(gm, list(inputs), {"cpu_codegen": codegen, **(options or {})})
+
+
+def check_against_eager(fn, *inputs, codegen="llvm", options=None, rtol=1e-5, atol=1e-6):
+    """Compile ``fn``'s prim graph, run it, and compare each output with eager ``fn``: same dtype
+    and shape, floats within ``rtol``/``atol`` (NaNs equal), other dtypes exactly. Returns the
+    compiled graph for further checks (kernel counts, schedules)."""
+    compiled = compile_traced(fn, *inputs, codegen=codegen, options=options)
+    got = compiled(*inputs)
+    expected = fn(*inputs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.dtype is e.dtype, f"dtype {g.dtype} vs eager {e.dtype}"
+        assert tuple(g.shape) == tuple(e.shape), f"shape {tuple(g.shape)} vs {tuple(e.shape)}"
+        if e.dtype.is_floating_point:
+            np.testing.assert_allclose(
+                g.float().numpy(), e.float().numpy(), rtol=rtol, atol=atol, equal_nan=True
+            )
+        else:
+            np.testing.assert_array_equal(g.numpy(), e.numpy())
+    return compiled
+
+
+def inductor_compiler(codegen: str):
+    """A backend for ``aot_function`` compiling each graph with the given CPU codegen."""
+
+    def compile_(gm, example_inputs):
+        return compile_graph(gm, example_inputs, {"cpu_codegen": codegen})
+
+    return compile_
+
+
+def compiled_by_inductor(fn, codegen: str):
+    """``kiln.compile(fn)`` with the inductor backend and the given CPU codegen."""
+    return kiln.compile(fn, backend="inductor", options={"cpu_codegen": codegen})

@@ -1,0 +1,101 @@
+"""Module backward hooks as PyTorch runs them: the old ``register_backward_hook`` (its
+gradient shapes and clamping), full backward hooks' warnings, and not mixing the two."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import kiln
+from tests.oracle import assert_same_error, needs_torch, torch
+
+
+def _relu_net(lib):
+    nn = lib.nn
+    model = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 5), nn.ReLU(), nn.Linear(5, 2))
+    with lib.no_grad():
+        for i, p in enumerate(model.parameters()):
+            p.copy_(lib.from_numpy(np.cos(np.arange(p.numel()) + i).reshape(p.shape) / 2))
+    return model
+
+
+@needs_torch
+def test_old_backward_hook_clamps_relu_gradients_like_torch():
+    """Guided backprop: ``register_backward_hook`` on ReLUs replaces their input gradients."""
+
+    def saliency(lib):
+        model = _relu_net(lib)
+        seen = []
+
+        def guided(module, grad_in, grad_out):
+            seen.append((len(grad_in), tuple(grad_out[0].shape)))
+            return (lib.clamp(grad_in[0], min=0.0),)
+
+        for layer in model:
+            if isinstance(layer, lib.nn.ReLU):
+                layer.register_backward_hook(guided)
+        x = lib.from_numpy(np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4))
+        x.requires_grad_()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model(x)[:, 1].sum().backward()
+        return x.grad.numpy().tolist(), seen, sorted({str(w.message)[:60] for w in caught})
+
+    got, want = saliency(kiln), saliency(torch)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    assert got[1:] == want[1:]
+
+
+@needs_torch
+def test_full_backward_hook_warns_when_no_input_requires_grad():
+    def run(lib):
+        layer = lib.nn.Linear(2, 2)
+        calls = []
+        layer.register_full_backward_hook(lambda m, gi, go: calls.append(gi))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            layer(lib.ones(1, 2)).sum().backward()
+        return calls, [str(w.message) for w in caught], [w.filename for w in caught]
+
+    got, want = run(kiln), run(torch)
+    assert got[:2] == want[:2] and got[2] == [__file__]
+
+
+@needs_torch
+def test_old_and_full_backward_hooks_do_not_mix():
+    def build(lib):
+        layer = lib.nn.Linear(2, 2)
+        layer.register_full_backward_hook(lambda *a: None)
+        return lambda: layer.register_backward_hook(lambda *a: None)
+
+    assert_same_error(build(kiln), build(torch))
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda lib: (lib.nn.Conv2d(2, 3, 3), (1, 2, 5, 5)),
+        lambda lib: (lib.nn.MaxPool2d(2), (1, 1, 4, 4)),
+        lambda lib: (lib.nn.Sigmoid(), (2, 3)),
+    ],
+    ids=["conv", "max_pool", "sigmoid"],
+)
+def test_old_backward_hook_gradient_shapes_match_torch(make):
+    def shapes(lib):
+        module, shape = make(lib)
+        seen = []
+
+        def record(mod, grad_in, grad_out):
+            seen.append([None if g is None else tuple(g.shape) for g in grad_in])
+            seen.append([tuple(g.shape) for g in grad_out])
+
+        module.register_backward_hook(record)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module(lib.ones(*shape, requires_grad=True)).sum().backward()
+        return seen
+
+    assert shapes(kiln) == shapes(torch)

@@ -1,0 +1,99 @@
+"""Optimizer steps under ``kiln.compile``: a whole ``step()`` is one graph that follows
+the eager step, and a scheduler changing ``lr`` between compiled steps is seen by them."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.nn as nn
+from kiln.dynamo import config as dynamo_config
+from kiln.dynamo.testing import CompileCounter
+
+
+@pytest.fixture
+def strict_capture(monkeypatch):
+    """Capture errors surface (users would get an eager fallback) and caches start clean."""
+    monkeypatch.setattr(dynamo_config, "suppress_errors", False)
+    yield
+    kiln.dynamo.reset()
+
+
+COMPILED = {
+    "nadam": lambda ps: kiln.optim.NAdam(ps, lr=1e-2, weight_decay=0.1),
+    # rho_t passes 5 at the sixth step: both regimes run in the same graph
+    "radam": lambda ps: kiln.optim.RAdam(ps, lr=1e-2),
+    # mu stays 1 until t0, then averaging starts: one graph for both
+    "asgd": lambda ps: kiln.optim.ASGD(ps, lr=1e-2, t0=4),
+    "rprop": lambda ps: kiln.optim.Rprop(ps, lr=1e-2),
+}
+
+
+# eager runs the captured ops with eager's kernels (same bits); inductor fuses and rounds
+# float32 differently
+TOLERANCE = {"eager": 0.0, "aot_eager": 1e-7, "inductor": 2e-6}
+
+
+@pytest.mark.usefixtures("strict_capture")
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("name", list(COMPILED))
+def test_compiled_step_is_one_graph_and_follows_eager(name, backend):
+    kiln.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+    twin = copy.deepcopy(model)
+    opt, twin_opt = COMPILED[name](model.parameters()), COMPILED[name](twin.parameters())
+    counter = CompileCounter(backend)
+    step = kiln.compile(opt.step, backend=counter, fullgraph=True)
+    x = kiln.randn(5, 8)
+    graphs = []
+    for i in range(10):
+        for m, o, do_step in ((model, opt, step), (twin, twin_opt, twin_opt.step)):
+            o.zero_grad()
+            (m(x * (1 + 0.1 * i)).tanh().pow(2).sum() * (-1) ** (i // 3)).backward()
+            do_step()
+        graphs.append(counter.frame_count)
+    # the first step creates the state, the second captures the steady state, then cache hits
+    assert graphs[0] == 1 and graphs[1:] == [2] * 9
+    tol = TOLERANCE[backend]
+    for p, q in zip(model.parameters(), twin.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=tol, atol=tol)
+        assert list(opt.state[p]) == list(twin_opt.state[q])
+        for key, expected in twin_opt.state[q].items():
+            got = opt.state[p][key]
+            assert got.dtype == expected.dtype and got.grad_fn is None
+            np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("scheduler", ["CyclicLR", "OneCycleLR"])
+def test_scheduler_drives_a_compiled_optimizer_step(scheduler, backend):
+    """The scheduler changes ``lr`` (and momentum) between compiled steps; the compiled step
+    must see each new value (guards recompile it), following an eager twin."""
+    kiln.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    twin = copy.deepcopy(model)
+    runs = []
+    for net, compiled in ((model, True), (twin, False)):
+        opt = kiln.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+        if scheduler == "CyclicLR":
+            sched = kiln.optim.lr_scheduler.CyclicLR(opt, 0.01, 0.1, step_size_up=2)
+        else:
+            sched = kiln.optim.lr_scheduler.OneCycleLR(opt, 0.1, total_steps=6)
+        counter = CompileCounter(backend)
+        step = kiln.compile(opt.step, backend=counter) if compiled else opt.step
+        runs.append((net, opt, sched, step, counter))
+    x, y = kiln.randn(16, 4), kiln.randn(16, 1)
+    for _ in range(5):
+        for net, opt, sched, step, _ in runs:
+            opt.zero_grad()
+            ((net(x) - y) ** 2).mean().backward()
+            step()
+            sched.step()
+    assert runs[0][4].frame_count > 1
+    assert runs[0][2].get_last_lr() == runs[1][2].get_last_lr()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-6, atol=1e-7)
+    kiln.dynamo.reset()

@@ -1,0 +1,109 @@
+"""kiln owns numpy's OpenBLAS threads: small eager products run on the calling thread alone,
+``kiln.set_num_threads`` bounds the rest, and the count OpenBLAS had is always restored."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.runtime.blas import BLAS, EAGER_PARALLEL_MACS
+from tests.oracle import assert_close, needs_torch, to_torch
+
+pytestmark = pytest.mark.skipif(not BLAS.load(), reason="numpy is not linked to OpenBLAS")
+
+
+@pytest.fixture
+def threads():
+    saved = kiln.get_num_threads()
+    yield
+    kiln.set_num_threads(saved)
+
+
+def _count() -> int:
+    return BLAS.count.value if BLAS.count is not None else BLAS.get()
+
+
+def test_set_num_threads_bounds_openblas(threads):
+    kiln.set_num_threads(1)
+    assert _count() == 1
+    kiln.set_num_threads(64)  # never above what OpenBLAS started with
+    assert _count() == BLAS.ceiling
+
+
+def test_small_eager_product_runs_single_threaded_and_restores_the_count(threads, monkeypatch):
+    kiln.set_num_threads(2)
+    before = _count()
+    seen = []
+    real = np.matmul
+
+    def spy(*args, **kwargs):
+        seen.append(_count())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(np, "matmul", spy)
+    a, b = kiln.randn(20, 200), kiln.randn(200, 800)
+    out = a @ b
+    monkeypatch.undo()
+    assert seen and set(seen) == {1}
+    assert _count() == before and BLAS.depth == 0
+    np.testing.assert_allclose(out.numpy(), a.numpy() @ b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "shape_a, shape_b",
+    [
+        ((3, 4), (4, 5)),
+        ((20, 200), (200, 800)),
+        ((2, 3, 64, 64), (64, 8)),
+        ((600, 300), (300, 100)),
+    ],
+)
+def test_eager_products_match_torch_at_any_size(shape_a, shape_b, threads):
+    import torch
+
+    kiln.set_num_threads(2)
+    a, b = kiln.randn(*shape_a), kiln.randn(*shape_b)
+    assert_close(a @ b, to_torch(a) @ to_torch(b), rtol=1e-4, atol=1e-4)
+    bt = b.t().contiguous()
+    expected = torch.nn.functional.linear(to_torch(a), to_torch(bt))
+    assert_close(kiln.nn.functional.linear(a, bt), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_large_products_may_use_openblas_threads(threads, monkeypatch):
+    kiln.set_num_threads(2)
+    seen = []
+    real = np.matmul
+
+    def spy(*args, **kwargs):
+        seen.append(_count())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(np, "matmul", spy)
+    side = int(round(EAGER_PARALLEL_MACS ** (1 / 3))) + 1
+    kiln.ones(side, side) @ kiln.ones(side, side)
+    monkeypatch.undo()
+    assert seen == [min(2, BLAS.ceiling)]
+
+
+def test_products_from_several_threads_restore_the_count(threads):
+    kiln.set_num_threads(2)
+    before = _count()
+    x = kiln.randn(64, 64)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(50):
+                np.testing.assert_allclose((x @ x).numpy(), x.numpy() @ x.numpy(), rtol=1e-4)
+        except AssertionError as e:
+            errors.append(e)
+
+    pool = [threading.Thread(target=work) for _ in range(4)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert not errors
+    assert _count() == before and BLAS.depth == 0
