@@ -695,3 +695,18 @@ SAMPLES += [
         id="bernoulli-method-certain",
     ),
 ]
+
+
+# ------------------------------------------------------------------------------ control flow
+
+
+def _cond(lib, x):
+    return lib.cond(x.sum() > 0, lambda y: y.sin() * 2, lambda y: y.cos() - 1, (x,))
+
+
+# eager cond reads its predicate to pick a branch, which fake tensors cannot (capture records
+# both branches instead: tests/dynamo/test_cond_and_assert.py), hence meta=False
+SAMPLES += [
+    Sample("cond", (T((3, 4), low=0.5, high=2.0),), fn=_cond, meta=False, id="cond-true-branch"),
+    Sample("cond", (T((3, 4), low=-2.0, high=-0.5),), fn=_cond, meta=False, id="cond-false-branch"),
+]

@@ -95,7 +95,8 @@ def fused_layer_ok(input: Tensor, state: State, w_hh: Tensor, w_hr) -> bool:  # 
 # --------------------------------------------------------------------------- the layer op
 
 
-@defop(kind="nn", returns=("output", "h_n", "c_n", "workspace"))
+# PyTorch's CPU layers stack their steps' outputs: their output's grad_fn prints StackBackward0
+@defop(kind="nn", returns=("output", "h_n", "c_n", "workspace"), grad_fn_name="StackBackward0")
 def _rnn_layer(
     mode: str,
     gates: Tensor,
