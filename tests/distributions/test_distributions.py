@@ -258,7 +258,7 @@ def test_kl_dispatch_and_registration():
 def test_validation_messages_match_torch():
     import torch
 
-    for make, lib in ((lambda D: D.Normal(0.0, -1.0), None),):
+    for make, lib in ((lambda D: D.Normal(0.0, -1.0, validate_args=True), None),):
         with pytest.raises(ValueError) as ke:
             make(KD)
         with pytest.raises(ValueError) as te:
