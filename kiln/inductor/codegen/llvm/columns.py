@@ -46,14 +46,7 @@ class ColumnEmitter:
         xb = plan.row_vars[-1]
 
         def row_body(row):
-            env = {}
-            rem = row
-            for v in reversed(plan.row_vars):
-                if v is plan.row_vars[0]:
-                    env[v] = rem
-                else:
-                    env[v] = b.srem(rem, ir.Constant(I64, v.size))
-                    rem = b.sdiv(rem, ir.Constant(I64, v.size))
+            env = self.row_env(row, plan)
             if n_cols % block == 0:
                 count = ir.Constant(I64, block)
             else:
@@ -74,6 +67,20 @@ class ColumnEmitter:
 
         self.loop(self.end, row_body, "row", start=self.start)
         b.ret_void()
+
+    def row_env(self, row, plan) -> dict:
+        """The row variables' values at flat row index ``row`` (the outermost takes what is
+        left after the inner ones' remainders)."""
+        b = self.builder
+        env = {}
+        rem = row
+        for v in reversed(plan.row_vars):
+            if v is plan.row_vars[0]:
+                env[v] = rem
+            else:
+                env[v] = b.srem(rem, ir.Constant(I64, v.size))
+                rem = b.sdiv(rem, ir.Constant(I64, v.size))
+        return env
 
     def slot_load(self, name, ci, lanes):
         b = self.builder

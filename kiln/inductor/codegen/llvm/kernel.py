@@ -254,14 +254,7 @@ class KernelEmitter(ColumnEmitter):
             return
 
         def row_body(row):
-            env = {}
-            rem = row
-            for v in reversed(plan.row_vars):
-                if v is plan.row_vars[0]:
-                    env[v] = rem
-                else:
-                    env[v] = b.srem(rem, ir.Constant(I64, v.size))
-                    rem = b.sdiv(rem, ir.Constant(I64, v.size))
+            env = self.row_env(row, plan)
             self.locals = {}
             for step in plan.steps:
                 if isinstance(step, InnerLoop):
