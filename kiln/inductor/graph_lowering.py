@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..autograd.grad_mode import set_grad_enabled_node
 from ..ops.registry import Op
+from ..runtime.symbolic import SymInt, statically_known_true
 from ..runtime.tensor import Tensor
 from .ir import Buffer, GraphContext, InputBuffer, Layout, TensorBox
 from .lowering import CURRENT, LOWERINGS, fallback
@@ -103,11 +104,15 @@ class GraphLowering:
         if target is set_grad_enabled_node:  # kernels do not record gradients
             return None
         out_meta = node.meta.get("val")
+        if not isinstance(target, Op) and out_meta.__class__ in (int, SymInt):
+            # size arithmetic (``x.size(0) * x.size(1)``): its value is its meta value, an
+            # expression over the graph's size symbols when they are symbolic
+            return out_meta
         if not isinstance(target, Op):
             raise NotImplementedError(f"inductor cannot lower Python call {target!r}")
         lowering = LOWERINGS.get(target)
         result = None
-        if isinstance(out_meta, Tensor) and out_meta.numel() > 1:
+        if isinstance(out_meta, Tensor) and not statically_known_true("<=", out_meta.numel(), 1):
             _realize_broadcast_scalars(self.ctx.buffers, args, kwargs)
         CURRENT.node = node
         if lowering is not None:
@@ -213,7 +218,7 @@ def _realize_broadcast_scalars(buffers: list, args, kwargs) -> None:
             isinstance(arg, TensorBox)
             and not arg.is_realized()
             and arg.size_hint > 1
-            and arg.numel() == 1
+            and statically_known_true("==", arg.numel(), 1)
         ):
             buf = arg.realize()
             buffers.pop()  # ``realize`` appended it

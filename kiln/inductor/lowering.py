@@ -54,7 +54,10 @@ def _broadcast_loader(x, out_shape: tuple, to: dt.dtype) -> Callable:
         return load_scalar
     inner = x.loader
     lead = len(out_shape) - len(x.shape)
-    broadcast = [s == 1 and out_shape[lead + i] != 1 for i, s in enumerate(x.shape)]
+    broadcast = [
+        not sym.same_size(s, out_shape[lead + i]) and s == 1 and out_shape[lead + i] != 1
+        for i, s in enumerate(x.shape)
+    ]
     src = x.dtype
 
     def load(index):
@@ -509,7 +512,10 @@ def _permute(out_meta, x, dims):
 def _expand(out_meta, x, size):
     out_shape = tuple(out_meta.shape)
     lead = len(out_shape) - len(x.shape)
-    broadcast = [s == 1 and out_shape[lead + i] != 1 for i, s in enumerate(x.shape)]
+    broadcast = [
+        not sym.same_size(s, out_shape[lead + i]) and s == 1 and out_shape[lead + i] != 1
+        for i, s in enumerate(x.shape)
+    ]
 
     def index_map(index):
         return [sym.ZERO if b else index[lead + i] for i, b in enumerate(broadcast)]
@@ -914,6 +920,8 @@ def _split_point(ranges, rranges, rtype: str) -> int:
     Only where the order of combination may change: sums (float rounding differs by a few ulp,
     as it does between any two summation orders), min and max."""
     if ranges or rtype not in ("sum", "max", "min") or len(rranges) < 2:
+        return 0
+    if sym.is_symbolic(tuple(rranges)):  # kernels for every size: one pass, whatever the size
         return 0
     total = 1
     for s in rranges:

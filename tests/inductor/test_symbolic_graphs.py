@@ -1,8 +1,9 @@
 """Graphs with symbolic sizes through the inductor (issue 13), via ``kiln.compile``.
 
 Every call is compared with eager and with PyTorch: values, gradients and ``requires_grad``.
-The counters say how many kernel sets were compiled for a size, so a test fails if a shape
-seen once pays a compile, or if one that repeats never gets kernels.
+The counters say how many kernel sets were compiled and by which route: one set for every
+size (``symbolic_compile``), or, for graphs that route cannot take, a set per concrete size
+that comes twice (``specialize``) — so a test fails if a size pays a compile it should not.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln.dynamo.testing import CompileCounter
+from kiln.inductor.codegen import llvm_jit
 from kiln.inductor.specialize import COMPILE_STATS
 from kiln.runtime import logs as klog
 from tests.oracle import needs_torch, torch
@@ -40,6 +43,12 @@ def _check_call(compiled, data: np.ndarray) -> None:
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def _interim(fn):
+    """``fn`` compiled with kernels per concrete size (the route of graphs the symbolic
+    kernels cannot take)."""
+    return kiln.compile(fn, backend="inductor", options={"symbolic_kernels": False})
+
+
 @pytest.fixture
 def stats():
     COMPILE_STATS.reset()
@@ -50,7 +59,7 @@ def stats():
 
 @needs_torch
 def test_sizes_seen_once_compile_no_kernels(stats):
-    compiled = kiln.compile(lambda x: _pointwise_and_reduction(kiln, x), backend="inductor")
+    compiled = _interim(lambda x: _pointwise_and_reduction(kiln, x))
     for n in range(2, 9):
         _check_call(compiled, _inputs(n))
     assert stats.static_compiles == 0
@@ -60,7 +69,7 @@ def test_sizes_seen_once_compile_no_kernels(stats):
 
 @needs_torch
 def test_sizes_that_come_again_get_kernels(stats):
-    compiled = kiln.compile(lambda x: _pointwise_and_reduction(kiln, x), backend="inductor")
+    compiled = _interim(lambda x: _pointwise_and_reduction(kiln, x))
     sizes = [2, 3, 4, 3, 4, 3, 4, 5]
     for n in sizes:
         _check_call(compiled, _inputs(n))
@@ -70,7 +79,7 @@ def test_sizes_that_come_again_get_kernels(stats):
 
 
 def test_first_call_of_a_size_is_logged_under_recompiles(stats, capsys):
-    compiled = kiln.compile(lambda x: (x * 2).sum(0), backend="inductor")
+    compiled = _interim(lambda x: (x * 2).sum(0))
     klog.set_logs("recompiles")
     try:
         with kiln.no_grad():
@@ -87,10 +96,108 @@ def test_first_call_of_a_size_is_logged_under_recompiles(stats, capsys):
 
 def test_static_kernel_sets_per_graph_are_bounded(stats, monkeypatch):
     monkeypatch.setattr(kiln.inductor.config, "static_kernel_sets_per_graph", 2)
-    compiled = kiln.compile(lambda x: (x * 2).sum(0), backend="inductor")
+    compiled = _interim(lambda x: (x * 2).sum(0))
     with kiln.no_grad():
         for n in (2, 3, 4, 5, 3, 4, 5, 5):
             x = kiln.randn(n, 4)
             np.testing.assert_allclose(compiled(x).numpy(), (x * 2).sum(0).numpy(), rtol=1e-6)
     assert stats.static_compiles == 2  # for 3 and 4; 5 comes again once the graph has two
     assert stats.eager_first_calls == 3 and stats.eager_over_limit_calls == 2
+
+
+# ------------------------------------------------------------------ kernels for every size
+
+
+def _block(lib, x):
+    """Over (batch, time, channels): pointwise, reductions over each dim, a slice, a reshape
+    and a softmax, with sizes used as numbers."""
+    B, T, C = x.shape
+    h = (x * 2).relu()
+    flat = h.reshape(B * T, C)
+    return (
+        h.sum(-1),
+        h.amax(1),
+        flat.sum(0) / (B * T),
+        x[:, 1:, :].exp(),
+        h.softmax(1),
+        (h - h.mean(-1, keepdim=True)).pow(2).mean(),
+    )
+
+
+def _compare_with_torch(compiled, fn, shape: tuple, seed: int) -> None:
+    data = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    x = kiln.tensor(data, requires_grad=True)
+    got = compiled(x)
+    eager = fn(kiln, kiln.tensor(data, requires_grad=True))
+    tx = torch.tensor(data, requires_grad=True)
+    theirs = fn(torch, tx)
+    for g, e, t in zip(got, eager, theirs):
+        assert tuple(g.shape) == tuple(t.shape) and g.requires_grad is e.requires_grad
+        np.testing.assert_allclose(g.detach().numpy(), t.detach().numpy(), rtol=1e-4, atol=1e-5)
+    sum(g.sum() for g in got).backward()
+    sum(t.sum() for t in theirs).backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@needs_torch
+def test_one_kernel_set_serves_every_batch_size(stats):
+    def fn(lib, x):
+        return (*_pointwise_and_reduction(lib, x), (x * x).mean())
+
+    compiled = kiln.compile(lambda x: fn(kiln, x), backend="inductor")
+    sizes = [2, 3, 5, 17, 64, 3, 4100, 9, 4096 + 7]
+    for k, n in enumerate(sizes):
+        if k == 2:  # the dynamic graph's kernels exist from the second size on
+            llvm_jit.reset_jit_stats()
+        _compare_with_torch(compiled, fn, (n, 32), n)
+    assert stats.symbolic_compiles == 2  # the forward and the backward graph, once each
+    assert stats.static_compiles == stats.eager_first_calls == stats.fallback_calls == 0
+    assert llvm_jit.jit_stats().compiled == 0  # no kernel compiled for any later size
+
+
+@needs_torch
+def test_batch_and_sequence_lengths_share_one_kernel_set(stats):
+    compiled = kiln.compile(lambda x: _block(kiln, x), backend="inductor")
+    rng = np.random.default_rng(0)
+    shapes = [(2, 3, 8), (3, 5, 8)] + [(int(b), int(t), 8) for b, t in rng.integers(2, 40, (6, 2))]
+    for k, shape in enumerate(shapes):
+        _compare_with_torch(compiled, _block, shape, k)
+    assert stats.symbolic_compiles == 2 and stats.symbolic_refused == 0
+    assert stats.static_compiles == stats.eager_first_calls == 0
+
+
+@needs_torch
+def test_sizes_of_one_after_symbolic_kernels_match_torch(stats):
+    """Sizes 1 are not served by the kernels (broadcasting changes): the capture specializes
+    them or the call takes the per-size route; either way the values are eager's."""
+    compiled = kiln.compile(lambda x: _block(kiln, x), backend="inductor")
+    for k, shape in enumerate([(2, 3, 8), (3, 5, 8), (1, 4, 8), (4, 1, 8), (1, 1, 8), (5, 6, 8)]):
+        _compare_with_torch(compiled, _block, shape, k)
+    assert stats.symbolic_compiles >= 2
+
+
+def test_size_one_takes_the_per_size_route_of_the_same_graph(stats):
+    """The kernels assume every size symbol is at least 2; a graph captured with ``dynamic=True``
+    also serves size 1, which then runs the per-size route (eagerly the first time, compiled
+    when it comes again) with eager's values."""
+    counter = CompileCounter("inductor")
+    compiled = kiln.compile(lambda x: (x.sigmoid() * 3).sum(0), backend=counter, dynamic=True)
+    with kiln.no_grad():
+        for n in (5, 1, 3, 1, 7):
+            x = kiln.randn(n, 4)
+            np.testing.assert_allclose(compiled(x).numpy(), (x.sigmoid() * 3).sum(0).numpy(), 1e-6)
+    assert counter.frame_count == 1 and stats.symbolic_compiles == 1
+    assert stats.fallback_calls == 2 and stats.eager_first_calls == stats.static_compiles == 1
+
+
+def test_graphs_with_steps_the_kernels_do_not_cover_compile_per_size(stats):
+    """A matmul (an extern call) is not part of kernels for every size yet: the graph takes
+    the per-size route (logged), with eager's values."""
+    compiled = kiln.compile(lambda x, w: (x @ w).relu().sum(-1), backend="inductor")
+    w = kiln.randn(8, 4)
+    with kiln.no_grad():
+        for n in (2, 3, 5, 3):
+            x = kiln.randn(n, 8)
+            got = compiled(x, w)
+            np.testing.assert_allclose(got.numpy(), (x @ w).relu().sum(-1).numpy(), 1e-5, 1e-5)
+    assert stats.symbolic_refused == 1 and stats.symbolic_compiles == 0

@@ -89,23 +89,34 @@ class _LLVMKernel:
         self.plan = plan
         self.split = (0, 0)  # (threads, rows per chunk) worked out for; 0 rows: not split
 
-    def __call__(self, pointers) -> None:
+    def __call__(self, pointers, rows: int | None = None, work: int = 0) -> None:
+        """Run all rows; ``rows``/``work``: this call's, for a kernel compiled for every size
+        (else the compiled ones, with the split worked out once per thread count)."""
         n = flags.get_num_threads()
-        threads, step = self.split
-        if threads != n:
-            step = 0
-            if n > 1 and self.rows > 1 and self.work >= _SPLIT_WORK:
-                step = -(-self.rows // min(self.rows, n * CHUNKS_PER_THREAD))
-            self.split = (n, step)
+        if rows is None:
+            rows = self.rows
+            threads, step = self.split
+            if threads != n:
+                step = _rows_per_chunk(n, rows, self.work)
+                self.split = (n, step)
+        else:
+            step = _rows_per_chunk(n, rows, work)
         if not step:
-            self.fn(0, self.rows, pointers)
+            self.fn(0, rows, pointers)
             return
         pool = thread_pool()
         if not pool.parallel:
-            self.fn(0, self.rows, pointers)
+            self.fn(0, rows, pointers)
             return
-        job = Pool.kernel_job(self.address, self.rows, step, ctypes.addressof(pointers))
+        job = Pool.kernel_job(self.address, rows, step, ctypes.addressof(pointers))
         pool.run_job(job)
+
+
+def _rows_per_chunk(threads: int, rows: int, work: int) -> int:
+    """Rows per chunk the pool's threads take, or 0 to run on the calling thread alone."""
+    if threads > 1 and rows > 1 and work >= _SPLIT_WORK:
+        return -(-rows // min(rows, threads * CHUNKS_PER_THREAD))
+    return 0
 
 
 class _SingleRow:
@@ -146,7 +157,12 @@ class CPUKernels:
     """
 
     def __init__(
-        self, sched: Schedule, dtypes: dict, sizes: dict | None = None, graph_key: str | None = None
+        self,
+        sched: Schedule,
+        dtypes: dict,
+        sizes: dict | None = None,
+        graph_key: str | None = None,
+        symbols: tuple = (),
     ):
         self.sched = sched
         self.by_step: dict[int, _LLVMKernel] = {}
@@ -155,10 +171,14 @@ class CPUKernels:
         self._ir_text: str | None = ""  # None: read back from the graph index when asked
         self._entry: graph_index.GraphEntry | None = None
         sizes = sizes or {}
+        # kernels for every size: the size symbols whose values follow the buffer pointers
+        self.symbols = list(symbols)
         steps = _plan_steps(sched)
         key = None
         if graph_key is not None:
-            key = llvm_jit.derived_key(graph_key, _signature(sched, steps, dtypes, sizes))
+            key = llvm_jit.derived_key(
+                graph_key, _signature(sched, steps, dtypes, sizes, self.symbols)
+            )
             if self._load(key, steps):
                 return
         # emit every kernel into one module; a kernel the generator cannot handle is dropped
@@ -226,7 +246,9 @@ class CPUKernels:
                 if isinstance(step, ScatterStep):
                     emit_scatter_kernel(module, step.name, step.buffer, names, dtypes, sizes)
                 else:
-                    emit_kernel(module, step.name, plan, names, dtypes, step.locals, sizes)
+                    emit_kernel(
+                        module, step.name, plan, names, dtypes, step.locals, sizes, self.symbols
+                    )
                 pending.append((i, step.name, plan, work, names))
             except UnsupportedInLLVM as e:
                 return None, None, (i, str(e))
@@ -245,13 +267,14 @@ def _plan_steps(sched: Schedule) -> list:
     return steps
 
 
-def _signature(sched: Schedule, steps, dtypes: dict, sizes: dict) -> str:
+def _signature(sched: Schedule, steps, dtypes: dict, sizes: dict, symbols=()) -> str:
     """What the schedule looks like from outside its kernels: names, fusion, argument order,
     row counts, buffer dtypes and sizes. Part of the cache key, so that a kernel found under a
     graph key always has the name and arguments this process will call it with."""
     lines = [step.describe() for step in sched.steps]
     lines += [f"{i} {plan.rows} {work} {names}" for i, _, plan, work, names in steps]
     lines += [f"{n} {getattr(d, 'name', d)} {sizes.get(n)}" for n, d in sorted(dtypes.items())]
+    lines += [f"{s.name} [{s.lower}, {s.upper}]" for s in symbols]
     return "\n".join(lines)
 
 

@@ -52,8 +52,8 @@ class ColumnEmitter:
                 if v is plan.row_vars[0]:
                     env[v] = rem
                 else:
-                    env[v] = b.srem(rem, ir.Constant(I64, v.size))
-                    rem = b.sdiv(rem, ir.Constant(I64, v.size))
+                    env[v] = b.srem(rem, self.sizes.value(v.size))
+                    rem = b.sdiv(rem, self.sizes.value(v.size))
             if n_cols % block == 0:
                 count = ir.Constant(I64, block)
             else:
@@ -155,7 +155,7 @@ class ColumnEmitter:
 
         r = plan.rvar
         self.loop(
-            ir.Constant(I64, r.size),
+            self.sizes.value(r.size),
             lambda ri: self._columns(env, count, accumulate, {r: ri}),
             "red",
         )
