@@ -17,7 +17,7 @@ from ..profiler import add_activation_listener
 from ..runtime import logs as klog
 from . import wrapper_runtime
 from .graph_lowering import GraphLowering
-from .scheduler import ScatterStep, schedule
+from .scheduler import ExternCall, ScatterStep, schedule
 from .specialize import is_symbolic_graph
 from .symbolic_compile import compile_symbolic
 
@@ -81,11 +81,16 @@ class CompiledGraph:
                 numpy_steps[i] = _numpy_scatter(step.buffer)
         self.numpy_reasons = numpy_reasons
         if binding is not None:
-            other = [s.name for i, s in enumerate(sched.steps) if i not in kernels]
+            other = [
+                s.name
+                for i, s in enumerate(sched.steps)
+                if i not in kernels and not isinstance(s, ExternCall)
+            ]
             if other or mutations:
                 raise SymbolicUnsupportedError(
-                    "kernels for every size need every step to be an LLVM kernel and no input"
-                    f" mutations (steps run otherwise: {other}; {numpy_reasons})"
+                    "kernels for every size need every step to be an LLVM kernel or an extern"
+                    f" call, and no input mutations (steps run otherwise: {other};"
+                    f" {numpy_reasons})"
                 )
         self.inplace = plan_inplace(sched, mutations) if mutations else {}
         self.wrapper = generate_wrapper(

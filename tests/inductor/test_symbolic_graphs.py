@@ -16,6 +16,7 @@ from kiln.dynamo.testing import CompileCounter
 from kiln.inductor.codegen import llvm_jit
 from kiln.inductor.specialize import COMPILE_STATS
 from kiln.runtime import logs as klog
+from tests.models.models import GPTConfig, copy_weights, models_for
 from tests.oracle import needs_torch, torch
 
 
@@ -190,14 +191,68 @@ def test_size_one_takes_the_per_size_route_of_the_same_graph(stats):
     assert stats.fallback_calls == 2 and stats.eager_first_calls == stats.static_compiles == 1
 
 
-def test_graphs_with_steps_the_kernels_do_not_cover_compile_per_size(stats):
-    """A matmul (an extern call) is not part of kernels for every size yet: the graph takes
-    the per-size route (logged), with eager's values."""
-    compiled = kiln.compile(lambda x, w: (x @ w).relu().sum(-1), backend="inductor")
-    w = kiln.randn(8, 4)
+@needs_torch
+def test_matmuls_take_their_shapes_per_call(stats):
+    """Extern calls (BLAS matmuls) get this call's layouts: a linear layer and a product with a
+    constant share one kernel set over every batch size, gradients included."""
+
+    def fn(lib, x, w):
+        return ((x @ w.t()).relu() @ lib.ones(4, 3)).sum(-1), (x @ w.t()).amax(0)
+
+    compiled = kiln.compile(lambda x, w: fn(kiln, x, w), backend="inductor")
+    weight = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    for n in (2, 3, 5, 3, 17, 64):
+        data = np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32)
+        x, w = kiln.tensor(data, requires_grad=True), kiln.tensor(weight, requires_grad=True)
+        tx, tw = torch.tensor(data, requires_grad=True), torch.tensor(weight, requires_grad=True)
+        got, theirs = compiled(x, w), fn(torch, tx, tw)
+        for g, t in zip(got, theirs):
+            np.testing.assert_allclose(g.detach().numpy(), t.detach().numpy(), 1e-5, 1e-5)
+        sum(g.sum() for g in got).backward()
+        sum(t.sum() for t in theirs).backward()
+        np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), 1e-5, 1e-5)
+        np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), 1e-4, 1e-5)
+    assert stats.symbolic_compiles == 2 and stats.symbolic_refused == 0
+    assert stats.static_compiles == stats.eager_first_calls == 0
+
+
+@needs_torch
+def test_greedy_generation_compiles_one_kernel_set(stats):
+    """nanoGPT's generation loop with a growing context: one symbolic graph, one kernel set,
+    every step's logits equal PyTorch's."""
+    cfg = GPTConfig(vocab_size=65, block_size=16, n_layer=2, n_head=4, n_embd=32)
+    torch.manual_seed(0)
+    theirs = models_for(torch).TinyGPT(cfg).eval()
+    ours = models_for(kiln).TinyGPT(cfg).eval()
+    copy_weights(kiln, ours, theirs)
+    compiled = kiln.compile(ours, backend="inductor")
+    idx = [[3]]
+    with kiln.no_grad(), torch.no_grad():
+        for _ in range(20):  # past the block size: the window slides at the end
+            context = [row[-cfg.block_size :] for row in idx]
+            logits, _ = compiled(kiln.tensor(context))
+            expected, _ = theirs(torch.tensor(context))
+            np.testing.assert_allclose(logits.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
+            idx[0].append(int(expected[0, -1].argmax()))
+    assert stats.symbolic_compiles == 1 and stats.symbolic_refused == 0
+    assert stats.static_compiles == stats.eager_first_calls == 0
+
+
+def test_graphs_the_kernels_do_not_serve_compile_per_size(stats):
+    """An input mutated in place is not part of kernels for every size yet: the graph takes
+    the per-size route (logged), with eager's values and eager's mutation."""
+
+    def fn(x, y):
+        y.add_(x.sum(-1))
+        return y * 2
+
+    compiled = kiln.compile(fn, backend="inductor")
     with kiln.no_grad():
         for n in (2, 3, 5, 3):
-            x = kiln.randn(n, 8)
-            got = compiled(x, w)
-            np.testing.assert_allclose(got.numpy(), (x @ w).relu().sum(-1).numpy(), 1e-5, 1e-5)
-    assert stats.symbolic_refused == 1 and stats.symbolic_compiles == 0
+            x, y = kiln.randn(n, 4), kiln.randn(n)
+            y_eager = y.clone()
+            expected = fn(x, y_eager)
+            np.testing.assert_allclose(compiled(x, y).numpy(), expected.numpy(), 1e-6)
+            np.testing.assert_allclose(y.numpy(), y_eager.numpy(), 1e-6)
+    assert stats.symbolic_refused >= 1 and stats.symbolic_compiles == 0
+    assert stats.static_compiles == 1  # size 3 came twice

@@ -218,7 +218,8 @@ class LLVMOps:
             coeff = expr.coeff(j)
             rest = expr - sym.as_expr(j) * coeff
             lo, hi = expr.bounds()
-            in_bounds = lo >= 0 and hi < e.buffer_sizes.get(name, hi + 1)
+            size = e.buffer_sizes.get(name)
+            in_bounds = sym.known(">=", lo, 0) and (size is None or sym.known("<", hi, size))
             if coeff == 1 and not e.varies(rest, self.env) and in_bounds:
                 base = e.emit_index(rest, self.env, 1)
                 ptr = self.b.gep(self.b.gep(e.pointer(name), [base]), [self.env[j]])
@@ -873,8 +874,8 @@ class KernelEmitter(ColumnEmitter):
             return offsets
         lo, hi = expr.bounds()
         if (
-            lo >= 0
-            and hi < size
+            sym.known(">=", lo, 0)
+            and sym.known("<", hi, size)
             and not any(isinstance(a, sym.Indirect) for a in _atoms_deep(expr))
         ):
             return offsets

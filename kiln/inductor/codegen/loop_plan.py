@@ -251,7 +251,15 @@ def plan_kernel(kernel: Kernel) -> LoopPlan:
         return plan
     split, join = _split_dims(outer, lambda vs: node_exprs(vs, []))
     merged = _merge_dims(split, lambda vs: node_exprs(join(vs), []))
-    if len(merged) == 1:
+    inner = _concrete_inner(split) if len(merged) == 1 and sym.is_symbolic(merged[0]) else 1
+    if inner >= 8:
+        # a symbolic flat loop: rows of its concrete trailing elements, so that every index is
+        # provably inside its buffer (chunks of CHUNK would end past it for some sizes)
+        row = sym.Var("x0", merged[0] // inner)
+        j = sym.Var("r0", inner)
+        exprs = join(_expand(split, merged, [sym.as_expr(row) * inner + j]))
+        plan = LoopPlan(kernel, (row.size,), inner, False, 0, row_vars=[row], j=j)
+    elif len(merged) == 1:
         total = merged[0]
         if sym.is_symbolic(total):  # at least 2 elements; the last row is cut where they end
             rows = (total + CHUNK - 1) // CHUNK
@@ -273,6 +281,16 @@ def plan_kernel(kernel: Kernel) -> LoopPlan:
     plan.steps = [InnerLoop(list(nodes), _vectorizable(plan, nodes))]
     plan.forward_only = _find_forward_only(plan)
     return plan
+
+
+def _concrete_inner(sizes: tuple) -> int:
+    """The element count of the trailing dims after the last symbolic one."""
+    n = 1
+    for size in reversed(sizes):
+        if sym.is_symbolic(size):
+            break
+        n *= size
+    return n
 
 
 def _find_forward_only(plan: LoopPlan) -> set:

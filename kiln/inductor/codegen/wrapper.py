@@ -175,6 +175,9 @@ def generate_wrapper(
                 ns[ptype] = ctypes.c_void_p * (len(k.args) + 1)
                 pointers.append("_S.symbol_address")
                 body.append(f"K{i}({ptype}({', '.join(pointers)}), *_S.rows[{i}])")
+        elif sizes is not None:  # an extern call: its layouts are this call's
+            ns[f"S{i}"] = _extern_step(step)
+            body.append(f"S{i}(locals(), _S.values)")
         else:
             ns[f"S{i}"] = numpy_steps.get(i) or _extern_step(step)
             body.append(f"S{i}(locals())")
@@ -223,7 +226,7 @@ def _layout(t):
 
 
 def _extern_step(step):
-    def run(storages):
-        wrapper_runtime.run_extern(step.buffer, storages)
+    def run(storages, values=None):
+        wrapper_runtime.run_extern(step.buffer, storages, values)
 
     return run
