@@ -41,6 +41,7 @@ __all__ = [
     "round",
     "sinc",
     "softmax",
+    "spherical_bessel_j0",
     "xlog1py",
     "xlogy",
     "zeta",
@@ -72,6 +73,7 @@ xlog1py = OPS["special_xlog1py"]
 zeta = OPS["special_zeta"]
 bessel_j0 = OPS["special_bessel_j0"]
 bessel_j1 = OPS["special_bessel_j1"]
+spherical_bessel_j0 = OPS["special_spherical_bessel_j0"]
 
 
 def xlogy(input, other) -> Tensor:  # noqa: A002

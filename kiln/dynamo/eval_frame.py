@@ -74,7 +74,9 @@ class CompileContext:
     """One ``kiln.compile`` call's settings, shared by the wrappers and resume functions it
     creates; listeners (``explain``) hear about every graph and graph break."""
 
-    def __init__(self, backend, fullgraph=False, dynamic=None, options=None, mode=None):
+    def __init__(
+        self, backend, fullgraph=False, dynamic=None, options=None, mode=None, export=False
+    ):
         self.backend = backend
         try:
             self.compiler_fn = lookup(backend)
@@ -89,6 +91,9 @@ class CompileContext:
         self.dynamic = dynamic
         self.options = dict(options or {})
         self.mode = mode
+        # capturing for ``kiln.export``: ``kiln.cond`` becomes one conditional node (its branches
+        # graphs of their own) instead of both branches merged by ``where``
+        self.export = export
         self.listeners: list = []
         # Held weakly: a frame cache lives as long as its wrapper (and so its compiled graphs
         # and their machine code); a process compiling a fresh closure every step must not keep
@@ -269,11 +274,12 @@ class FrameCache:
         )
         policy.seen_strides = self.seen_strides
         try:
-            result = convert_frame(
-                self.ctx, self.code, self.f_globals, closure, arguments,
-                self.ctx.next_graph_name(self.name), frozenset(self.dynamic_scalars),
-                frozenset(self.scalar_changes), policy,
-            )  # fmt: skip
+            with klog.compile_stage("dynamo"):
+                result = convert_frame(
+                    self.ctx, self.code, self.f_globals, closure, arguments,
+                    self.ctx.next_graph_name(self.name), frozenset(self.dynamic_scalars),
+                    frozenset(self.scalar_changes), policy,
+                )  # fmt: skip
         except (GraphBreakError, ConstraintViolationError):
             raise
         except Exception as e:
@@ -295,7 +301,8 @@ class FrameCache:
         return result
 
     def add(self, result: CaptureResult, params: str, defaults: dict, run: Callable) -> None:
-        guard = result.guards.compile(params, defaults, self.name)
+        with klog.compile_stage("dynamo"):
+            guard = result.guards.compile(params, defaults, self.name)
         klog.log("guards", f"guards of {self.name} entry {len(self.entries)}:\n{guard.src}")
         klog.dump(f"{self.name}_guards", "py", guard.src)
         self.guards.append(guard)

@@ -174,6 +174,7 @@ def _numpy_step(step):
     return run
 
 
+@klog.compile_stage("inductor")
 def compile_graph(
     gm, example_inputs, options: dict | None = None, sizes=None, fallback=None
 ) -> CompiledGraph:

@@ -134,6 +134,11 @@ class GraphLowering:
             if result.buffer is not None and not result.buffer.origins:
                 result.buffer.origins = [node]
             self._maybe_realize(node, result)
+        elif isinstance(result, (tuple, list)):
+            # an op with several results (a multi-output fallback): each buffer names the node
+            for part in result:
+                if isinstance(part, TensorBox) and part.buffer is not None:
+                    part.buffer.origins = part.buffer.origins or [node]
         return result
 
     def _maybe_realize(self, node, box: TensorBox) -> None:

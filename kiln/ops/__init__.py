@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     cat_split,
     comparison,
     complex_ops,
+    control_flow,
     conv,
     copy_variants,
     creation,

@@ -17,6 +17,7 @@ _NOT_PUBLIC = {
     "to_device",
     "convert_element_type",
     "sum_to_size",
+    "cond",  # kiln.cond is the user-facing function (kiln.dynamo.control_flow), not the node
 }
 
 

@@ -41,6 +41,7 @@ from .special_numpy import (
     np_ndtr,
     np_ndtri,
     np_polygamma,
+    np_spherical_bessel_j0,
     np_zeta,
 )
 
@@ -233,6 +234,10 @@ special_bessel_j0 = _special_unary(
 )
 special_bessel_j1 = _special_unary(
     "special_bessel_j1", np_bessel_j1, schema=_input_schema, half=False
+)
+# the spherical Bessel function j0 = sin(x) / x: a prim of the compiler (``inductor/prims.py``)
+special_spherical_bessel_j0 = _special_unary(
+    "special_spherical_bessel_j0", np_spherical_bessel_j0, schema=_input_schema, half=False
 )
 
 # ------------------------------------------------------------------------------ normal distribution

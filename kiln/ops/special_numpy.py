@@ -2,7 +2,8 @@
 
 The gamma family (lgamma, digamma, polygamma through the Hurwitz zeta function), the error
 function's tails (erfc, erfcx, the normal CDF, its log and its inverse), the modified Bessel
-functions I0/I1 (plain and exponentially scaled) and the Bessel functions J0/J1. Each takes a
+functions I0/I1 (plain and exponentially scaled), the Bessel functions J0/J1 and the spherical
+Bessel function j0. Each takes a
 float array, computes in float64 to about 1e-15 relative accuracy (absolute accuracy near the
 zeros of J0/J1, a few ulp more where a function has a root or a pole) and returns the input's
 dtype. Edge values (poles, infinities, domain errors) follow the Cephes
@@ -32,6 +33,7 @@ __all__ = [
     "np_bessel_i1e",
     "np_bessel_j0",
     "np_bessel_j1",
+    "np_spherical_bessel_j0",
 ]
 
 _f64 = np.float64
@@ -569,3 +571,21 @@ def np_bessel_j0(a, out=None):
 def np_bessel_j1(a, out=None):
     """The Bessel function of the first kind, order 1 (odd in x)."""
     return _finish(_bessel_j_f64(1, np.asarray(a, _f64)), np.asarray(a), out)
+
+
+# the Taylor series of sin(x) / x to x**12, highest power first
+_SINC_SERIES = tuple((-1.0) ** k / math.factorial(2 * k + 1) for k in range(6, -1, -1))
+
+
+def np_spherical_bessel_j0(a, out=None):
+    """sin(x) / x: its Taylor series below |x| = 1/2 (where the quotient loses digits and is 0/0
+    at 0), 0 at +-inf, as PyTorch's kernel computes it."""
+    x = np.asarray(a, _f64)
+    square = x * x
+    series = np.zeros_like(x)
+    for coefficient in _SINC_SERIES:
+        series = series * square + coefficient
+    with np.errstate(invalid="ignore", divide="ignore"):
+        quotient = np.sin(x) / x
+    res = np.where(np.abs(x) < 0.5, series, np.where(np.isinf(x), 0.0, quotient))
+    return _finish(res, np.asarray(a), out)

@@ -13,7 +13,7 @@ import pytest
 
 import kiln
 from kiln.dynamo.testing import CompileCounter
-from kiln.inductor.codegen import llvm_jit
+from kiln.inductor.codegen.llvm import jit as llvm_jit
 from kiln.inductor.specialize import COMPILE_STATS
 from kiln.runtime import logs as klog
 from tests.models.models import GPTConfig, copy_weights, models_for

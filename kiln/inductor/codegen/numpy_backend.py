@@ -16,6 +16,7 @@ from ...runtime import dtypes as dt
 from ...runtime import random as rng
 from .. import sym
 from ..ir import ComputedBuffer, Pointwise, Reduction
+from ..prims import shared_formula
 from ..scheduler import ExternCall, Kernel, Schedule
 from ..virtualized import set_ops_handler
 
@@ -87,6 +88,9 @@ class NumpyHandler:
     def where(self, c, a, b):
         return np.where(c, a, b)
 
+    def dtype_of(self, x) -> dt.dtype:
+        return dt.from_numpy_dtype(np.asarray(x).dtype)
+
     # -------------------------------------------------------------- random
     def rand(self, seed, offset):
         off = np.asarray(offset).astype(np.uint64)
@@ -106,7 +110,7 @@ class NumpyHandler:
 
     # -------------------------------------------------------------- math
     def __getattr__(self, name):
-        fn = _MATH.get(name)
+        fn = _MATH.get(name) or shared_formula(self, name)
         if fn is None:
             raise AttributeError(f"numpy ops handler has no op {name!r}")
         return fn

@@ -26,7 +26,8 @@ import llvmlite
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from . import cache_records
+from ....runtime.logs import compile_stage
+from .. import cache_records
 
 __all__ = [
     "CompiledModule",
@@ -275,6 +276,7 @@ def _engine_for_object(
     return CompiledModule(engine, module, cache_hit, key, functions, nbytes)
 
 
+@compile_stage("codegen")
 def compile_module(
     llvm_ir: str | ir.Module,
     opt_level: int = 3,
@@ -315,6 +317,7 @@ def compile_module(
         return _engine_for_object(key, payload, functions, cache_hit)
 
 
+@compile_stage("codegen")
 def load_object(key: str, functions: tuple[str, ...]) -> CompiledModule | None:
     """The cached object stored under ``key`` by :func:`compile_module`, loaded without its IR.
 

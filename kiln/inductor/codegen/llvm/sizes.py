@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...runtime import sym_expr
-from ...runtime.symbolic import SymInt
+from ....runtime import sym_expr
+from ....runtime.symbolic import SymInt
 
 __all__ = ["SizeValues"]
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..ir import Reduction
-from ..virtualized import set_ops_handler
+from ...ir import Reduction
+from ...virtualized import set_ops_handler
 from .loop_plan import InnerLoop
+from .ops_handler import LLVMOps
+from .values import LANES, V, llvm_type, reduction_identity
 
 __all__ = ["ColumnEmitter"]
 
@@ -30,8 +32,6 @@ class ColumnEmitter:
         """Rows are blocks of columns; per block, every reduction keeps one accumulator per
         column (``col_slots``, a small array that stays in L1) and the reduction loop runs
         outside a vector loop over the block's columns (see ``loop_plan._column_plan``)."""
-        from .llvm import llvm_type
-
         b = self.builder
         plan = self.plan
         n_cols, block = plan.columns
@@ -76,8 +76,6 @@ class ColumnEmitter:
         b.ret_void()
 
     def slot_load(self, name, ci, lanes):
-        from .llvm import llvm_type
-
         b = self.builder
         slot, d = self.col_slots[name]
         ptr = b.gep(slot, [ir.Constant(I32, 0), ci])
@@ -86,8 +84,6 @@ class ColumnEmitter:
         return b.load(ptr, align=d.itemsize)
 
     def _slot_store(self, name, ci, value, lanes):
-        from .llvm import llvm_type
-
         b = self.builder
         slot, d = self.col_slots[name]
         ptr = b.gep(slot, [ir.Constant(I32, 0), ci])
@@ -97,8 +93,6 @@ class ColumnEmitter:
 
     def _columns(self, env, count, body, extra=None):
         """``body(handler, width, column)`` for the block's columns: vectors, then a tail."""
-        from .llvm import LANES, LLVMOps
-
         c = self.j
 
         def for_width(width):
@@ -127,8 +121,6 @@ class ColumnEmitter:
             self.store(n, value, index, h, width)
 
     def _column_reduce(self, nodes, env, count):
-        from .llvm import V, _identity
-
         plan = self.plan
         block = plan.columns[1]
         full = ir.Constant(I64, block)
@@ -136,7 +128,7 @@ class ColumnEmitter:
         def init(h, width, ci):
             for n in nodes:
                 d = self.col_slots[n.name][1]
-                ident = h.const_of(_identity(n.data.reduction_type, d), d)
+                ident = h.const_of(reduction_identity(n.data.reduction_type, d), d)
                 self._slot_store(n.name, ci, ident, width)
 
         self._columns(env, full, init)

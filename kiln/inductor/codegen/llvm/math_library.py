@@ -190,7 +190,7 @@ def _fit_specs() -> dict[str, _FitSpec]:
 
 
 def derive_coefficients() -> dict[str, tuple[float, ...]]:
-    """Re-run every fit (seconds); ``python -m kiln.inductor.codegen.llvm_math`` prints them."""
+    """Re-run every fit (seconds); ``python -m kiln.inductor.codegen.llvm.math_library`` prints them."""
     return {
         name: _fit(
             spec.target,

@@ -6,7 +6,7 @@ this lowering avoids them where strides allow:
 
 - operands: a transposed or sliced operand is handed over as a strided view (BLAS reads a
   transposed matrix as it is); a view of a value not stored yet stores the value in its own
-  order and hands over the view (``lowering._realized_input``);
+  order and hands over the view (``_realized_input``);
 - batched operands: attention's heads reach ``bmm`` as ``[B*H, T, d]`` reshapes of
   ``[B, H, T, d]`` views that no 3-d strides describe; the product then runs on the 4-d views
   (``_batched_operands``);
@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..runtime import dtypes as dt
-from . import extern_matmul
-from .ir import ExternBuffer, InputBuffer, Layout, TensorBox
-from .lowering import CURRENT, _ctx, _view, extern, register_lowering
+from ...runtime import dtypes as dt
+from .. import extern_matmul
+from ..ir import ExternBuffer, Layout, TensorBox
+from .framework import CURRENT, _ctx, extern, register_lowering
+from .views import _name, _view
 
 __all__ = ["blas_layout"]
 
@@ -98,10 +99,6 @@ def _consumer_layout(out_meta) -> Layout | None:
         strides[p] = contiguous[i]
     layout = Layout(shape, tuple(strides), out_meta.dtype)
     return layout if blas_layout(layout) else None
-
-
-def _name(node) -> str | None:
-    return getattr(getattr(node, "target", None), "name", None)
 
 
 def _view_without_copy(box: TensorBox):
@@ -191,40 +188,3 @@ def _extern_inputs(out_meta, kernel: Callable, inputs: list, boxes: list, layout
         buf.origins = [CURRENT.node]
     ctx.buffers.append(buf)
     return TensorBox.of_buffer(buf, ctx)
-
-
-def clone_without_copy(box: TensorBox, node) -> TensorBox | None:
-    """``clone`` of a view that already lies contiguous in a buffer the graph computed (a
-    product written in its consumer's order): the same box, when nothing returns the clone (so
-    no two outputs share memory); None otherwise."""
-    view = getattr(box, "view_of", None)
-    if view is None:
-        return None
-    buf, layout = view
-    if isinstance(buf, InputBuffer) or not layout.is_contiguous():
-        return None
-    if layout.numel() != buf.layout.numel() or _reaches_output(node):
-        return None
-    return box
-
-
-_VIEWS = frozenset(
-    {"view", "reshape", "permute", "expand", "slice", "select", "unsqueeze", "squeeze", "alias"}
-)
-
-
-def _reaches_output(node, depth: int = 16) -> bool:
-    """Whether the graph returns ``node`` or a view of it (True when unsure)."""
-    if node is None:
-        return True
-    stack = [(node, 0)]
-    while stack:
-        n, d = stack.pop()
-        for user in n.users:
-            if user.op == "output":
-                return True
-            if _name(user) in _VIEWS:
-                if d >= depth:
-                    return True
-                stack.append((user, d + 1))
-    return False

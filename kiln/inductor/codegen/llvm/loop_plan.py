@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import sym
-from ..dependencies import RecordingHandler
-from ..ir import ComputedBuffer, Pointwise, Reduction
-from ..scheduler import Kernel
-from ..virtualized import set_ops_handler
+from ... import sym
+from ...dependencies import RecordingHandler, reads_of
+from ...ir import ComputedBuffer, Pointwise, Reduction
+from ...scheduler import Kernel
+from ...virtualized import set_ops_handler
 
 __all__ = ["LoopPlan", "plan_kernel", "CHUNK", "InnerLoop"]
 
@@ -296,8 +296,6 @@ def _concrete_inner(sizes: tuple) -> int:
 def _find_forward_only(plan: LoopPlan) -> set:
     """Internal pointwise buffers read only inside their own inner loop, at the index they are
     stored at: their values can be passed along in registers and never written to memory."""
-    from ..dependencies import reads_of
-
     kernel = plan.kernel
     out: set = set()
     loop_of = {}
@@ -354,8 +352,6 @@ def _group_loops(kernel: Kernel, plan: LoopPlan) -> list:
         is_row_scalar = kernel.is_outer_node(n)
         index, rindex = plan.node_index[n.name]
         reads, _ = _accesses(n, index, rindex)
-        from ..dependencies import reads_of
-
         read_names = {r.name for r in reads_of(n, index, rindex)}
         if is_row_scalar:
             flush()
