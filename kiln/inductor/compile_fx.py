@@ -181,8 +181,14 @@ def compile_graph(
     """Lower, schedule and generate code for one graph (see the module docstring).
 
     ``sizes`` (a ``SizeBinding``; inside ``ShapeEnv.kernel_scope``): the graph's sizes are
-    symbolic and its kernels serve every size; calls they do not serve run ``fallback``."""
+    symbolic and its kernels serve every size; calls they do not serve run ``fallback``. A graph
+    with symbolic sizes given without them takes ``compile_symbolic``'s routes (kernels for
+    every size, else per concrete size; data-dependent sizes run with the eager ops)."""
     options = options or {}
+    if sizes is None and is_symbolic_graph(gm, example_inputs):
+        return compile_symbolic(
+            gm, example_inputs, options, _compile_static(options), compile_graph
+        )
     complex_value = _complex_value(gm, example_inputs)
     if complex_value is not None:
         return _eager_graph(gm, example_inputs, complex_value)
@@ -204,6 +210,15 @@ def compile_graph(
         compiled = CompiledGraph(sched, codegen, key, mutations, sizes, fallback)
     _dump(gm, compiled)
     return compiled
+
+
+def _compile_static(options: dict):
+    """``compile_graph`` with these options, for graphs specialized to concrete sizes."""
+
+    def compile_static(graph_module, examples):
+        return compile_graph(graph_module, examples, options)
+
+    return compile_static
 
 
 def _complex_value(gm, example_inputs) -> str | None:
@@ -391,13 +406,8 @@ def inductor(gm, example_inputs, options: dict | None = None):
 
     options = options or {}
 
-    def compile_static(graph_module, examples):
-        return compile_graph(graph_module, examples, options)
-
     def compiler(graph_module, examples):
-        if is_symbolic_graph(graph_module, examples):
-            return compile_symbolic(graph_module, examples, options, compile_static, compile_graph)
-        return compile_static(graph_module, examples)
+        return compile_graph(graph_module, examples, options)
 
     partition = default_partition if options.get("partitioner") == "default" else min_cut_partition
     return aot_module_simplified(
