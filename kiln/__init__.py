@@ -120,8 +120,8 @@ from . import amp, cpu  # noqa: E402
 from . import testing  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from .runtime.dtype_info import can_cast, finfo, iinfo  # noqa: E402
-from .ops.api import *  # noqa: E402,F401,F403
-from .ops import namespace as _namespace  # noqa: E402
+from .ops.creation.api import *  # noqa: E402,F401,F403
+from .ops.core import namespace as _namespace  # noqa: E402
 
 pi = _math.pi
 e = _math.e

@@ -18,8 +18,8 @@ from typing import IO
 from ..inductor.compile_fx import CompiledGraph, compile_graph, inductor_decompositions
 from ..inductor.package import compile_object, target_record, wrapper_plan
 from ..ir import GraphModule
-from ..ops.control_flow import select_both_branches
-from ..ops.registry import OPS
+from ..ops.control_flow.cond import select_both_branches
+from ..ops.core.registry import OPS
 from .archive import state_tensors
 from .container import write_container
 from .graph_text import graph_to_text

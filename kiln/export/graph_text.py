@@ -27,8 +27,8 @@ from typing import Any
 
 from ..ir import Graph, GraphModule, Node
 from ..ir.interpreter import Interpreter
-from ..ops.fake import FakeTensorMode
-from ..ops.registry import OPS, Op
+from ..ops.core.fake import FakeTensorMode
+from ..ops.core.registry import OPS, Op
 from ..runtime import dtypes as dt
 from ..runtime import memory_format as mf
 from ..runtime.device import device as Device

@@ -23,7 +23,7 @@ from ..autograd.grad_mode import no_grad
 from ..inductor import extern_matmul
 from ..inductor.codegen.cpu_pool import KERNEL_TYPE, RowKernel
 from ..nn.parameter import Parameter
-from ..ops.registry import OPS
+from ..ops.core.registry import OPS
 from ..runtime.storage import empty_array
 from ..runtime.tensor import Tensor, wrap_array
 from .container import ExportFileError, PackageError, read_container

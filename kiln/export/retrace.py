@@ -19,8 +19,8 @@ from ..autograd.grad_mode import no_grad
 from ..ir import Graph, GraphModule, Node
 from ..ir.passes import fetch_attr
 from ..ir.tracer import TracingMode
-from ..ops.fake import to_fake
-from ..ops.registry import OPS, Op
+from ..ops.core.fake import to_fake
+from ..ops.core.registry import OPS, Op
 from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 

@@ -13,7 +13,7 @@ import logging
 import warnings
 
 from ..ir.tracer import trace
-from ..ops.dispatch import dispatch
+from ..ops.core.dispatch import dispatch
 from ..runtime import devices
 from ..runtime.state import compile_lock
 from ..runtime.tensor import Tensor

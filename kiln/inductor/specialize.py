@@ -24,7 +24,7 @@ from collections.abc import Callable
 from ..aot.backend import boxed_eager_compiler
 from ..ir import GraphModule
 from ..ir.tracer import trace
-from ..ops.fake import to_fake
+from ..ops.core.fake import to_fake
 from ..runtime import logs as klog
 from ..runtime.symbolic import SymInt, has_symbols
 from ..runtime.tensor import Tensor

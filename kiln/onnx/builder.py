@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import Graph, Node
-from ..ops.registry import Op
+from ..ops.core.registry import Op
 from ..runtime import dtypes as dt
 from ..runtime.tensor import Tensor
 

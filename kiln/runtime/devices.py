@@ -89,7 +89,7 @@ def full(size, fill_value, dtype: dt.dtype, dev) -> Tensor:
             a.buffer.driver.activate(a.buffer.index)
             a.buffer.driver.memset(a.data_ptr(), 0, a.extent() * dtype.itemsize)
         return t
-    from ..ops.registry import OPS
+    from ..ops.core.registry import OPS
 
     return _kernels().run_op(OPS["full"], (list(size), fill_value, dtype, dev), dev)
 
@@ -244,7 +244,7 @@ def op_cache_info() -> dict:
 
 def run_on_host(op, args: tuple, dev):
     """Run the CPU kernel on host copies (data-dependent shapes), move results back."""
-    from ..ops.dispatch import dispatch
+    from ..ops.core.dispatch import dispatch
 
     def down(a):
         if isinstance(a, Tensor):

@@ -25,7 +25,7 @@ from kiln.inductor.codegen.triton import KernelPrinter, TVal
 from kiln.inductor.codegen.triton_interpret import LIBDEVICE
 from kiln.inductor.codegen.triton_math import HELPERS
 from kiln.inductor.lowering import LOWERINGS
-from kiln.ops.registry import OPS
+from kiln.ops.core.registry import OPS
 from kiln.runtime import dtypes as dt
 
 DOMAIN_DTYPES = {

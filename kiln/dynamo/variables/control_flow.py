@@ -18,8 +18,8 @@ import operator
 
 from ...ir import Graph, GraphModule
 from ...ops import public
+from ...ops.core.registry import OPS
 from ...ops.public import ne, reshape, where
-from ...ops.registry import OPS
 from ..control_flow import _OPERANDS_ERROR, _assert, cond
 from ..exc import unsupported
 from .base import ConstantVariable, VariableTracker

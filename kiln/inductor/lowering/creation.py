@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...ops.registry import OPS
+from ...ops.core.registry import OPS
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .. import sym

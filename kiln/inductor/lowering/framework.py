@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ...ops.registry import OPS
+from ...ops.core.registry import OPS
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .. import sym

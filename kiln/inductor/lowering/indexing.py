@@ -157,7 +157,7 @@ def _index_put(out_meta, x, indices, values, accumulate=False):
     for t in indices:
         if t is not None and t.dtype in (dt.bool_, dt.uint8):
             raise NotImplementedError("index_put with a boolean mask uses the fallback")
-    from ...ops.indexing import index as index_op
+    from ...ops.indexing.subscript import index as index_op
 
     fake_x = _meta_like(x)
     fake_idx = [None if t is None else _meta_like(t) for t in indices]

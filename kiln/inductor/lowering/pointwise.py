@@ -9,7 +9,7 @@ casts).
 
 from __future__ import annotations
 
-from ...ops.registry import OPS
+from ...ops.core.registry import OPS
 from ...runtime import dtypes as dt
 from ..ir import TensorBox
 from ..prims import PRIMS
@@ -55,7 +55,7 @@ def _binary(name):
 
 def _comparison(name):
     def lower(out_meta, a, b):
-        from ...ops.common import result_dtype
+        from ...ops.core.common import result_dtype
 
         operand = compute_dtype(result_dtype(_fake(a), _fake(b)))
         shape = tuple(out_meta.shape)

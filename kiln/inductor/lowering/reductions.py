@@ -3,7 +3,7 @@ one output would leave the other threads idle."""
 
 from __future__ import annotations
 
-from ...ops.registry import OPS
+from ...ops.core.registry import OPS
 from ...runtime import dtypes as dt
 from .. import sym
 from ..ir import ComputedBuffer, Layout, Reduction, TensorBox

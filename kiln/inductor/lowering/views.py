@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...ops.registry import OPS
+from ...ops.core.registry import OPS
 from ...runtime import dtypes as dt
 from .. import sym
 from ..ir import InputBuffer, Layout, TensorBox
@@ -212,7 +212,7 @@ def _view(out_meta, x, size):
         return [(linear // st) % s if s != 1 else sym.ZERO for st, s in zip(in_strides, in_shape)]
 
     def strided(layout):
-        from ...ops.views import view_strides
+        from ...ops.shape.views import view_strides
 
         st = view_strides(layout.shape, layout.stride, out_shape)
         return None if st is None else Layout(out_shape, tuple(st), layout.dtype, layout.offset)
