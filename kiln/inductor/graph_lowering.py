@@ -241,10 +241,10 @@ def _output_layout(meta) -> Layout | None:
     """The layout eager gives a graph output, when it is dense but not contiguous (a pointwise
     op of a transposed input keeps the input's dim order): compiled outputs have eager's
     strides, as PyTorch's inductor gives them. None: contiguous will do."""
-    if not isinstance(meta, Tensor) or meta.numel() <= 1:
+    if not isinstance(meta, Tensor) or statically_known_true("<=", meta.numel(), 1):
         return None
     shape, stride = tuple(meta.shape), tuple(meta.stride())
-    if not is_non_overlapping_and_dense(shape, stride) or meta.is_contiguous():
+    if meta.is_contiguous() or not is_non_overlapping_and_dense(shape, stride):
         return None
     return Layout(shape, stride, meta.dtype, 0, meta.device.type)
 
