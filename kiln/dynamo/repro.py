@@ -190,7 +190,7 @@ def random_input(
     shape, stride, dtype: str, requires_grad: bool = False, seed: int = 0, device: str = "cpu"
 ) -> Tensor:
     """A tensor of this metadata with seeded random values (small integers for integer dtypes)."""
-    from ..ops import api
+    from ..ops.creation import api
     from ..runtime import dtypes
 
     kind = getattr(dtypes, dtype)
@@ -209,7 +209,7 @@ def random_input(
 
 def load_inputs(path: str) -> list:
     """The inputs ``write_repro`` saved (values, strides, dtypes, requires_grad)."""
-    from ..ops import api
+    from ..ops.creation import api
     from ..runtime import dtypes
 
     data = np.load(path, allow_pickle=False)

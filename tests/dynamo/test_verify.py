@@ -75,7 +75,6 @@ def test_verify_names_the_node_of_a_wrong_lowering(monkeypatch):
 def test_verify_bisect_finds_a_wrong_gradient(monkeypatch):
     """Only the backward is wrong (the forward's exp is right): bisection names the exp node,
     whose value agrees and whose gradient does not."""
-    from kiln.ops import activations  # noqa: F401  (exp's derivative lives with the op)
 
     def wrong_derivative(gm, example_inputs):
         from kiln.aot.backend import aot_module_simplified, boxed_eager_compiler
