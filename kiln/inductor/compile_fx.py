@@ -4,6 +4,8 @@
 ``kiln.compile`` backend that runs AOT autograd with ``compile_graph`` for both graphs.
 ``options["cpu_codegen"]`` picks the kernel generator: ``"llvm"`` (default when available),
 ``"numpy"`` (the reference executor) or ``"triton"`` (Triton's interpreter, a testing aid).
+A graph with symbolic sizes gets kernels for every size (``symbolic_compile``) unless
+``options["symbolic_kernels"]`` is False, which compiles it per concrete size (``specialize``).
 """
 
 from __future__ import annotations
@@ -15,22 +17,38 @@ from ..profiler import add_activation_listener
 from ..runtime import logs as klog
 from . import wrapper_runtime
 from .graph_lowering import GraphLowering
-from .scheduler import ScatterStep, schedule
-from .specialize import is_symbolic_graph, specializing
+from .scheduler import ExternCall, ScatterStep, schedule
+from .specialize import is_symbolic_graph
+from .symbolic_compile import compile_symbolic
 
-__all__ = ["compile_graph", "inductor", "CompiledGraph"]
+__all__ = ["compile_graph", "inductor", "CompiledGraph", "SymbolicUnsupportedError"]
+
+
+class SymbolicUnsupportedError(NotImplementedError):
+    """A graph with symbolic sizes needs something kernels for every size do not do yet: it
+    takes the interim route (``specialize.py``)."""
 
 
 class CompiledGraph:
     """Calls the kernels of one graph in order (through its generated wrapper) and returns its
     outputs as a tuple."""
 
-    def __init__(self, sched, codegen: str, graph_key: str | None = None, mutations=()):
+    def __init__(
+        self,
+        sched,
+        codegen: str,
+        graph_key: str | None = None,
+        mutations=(),
+        sizes=None,
+        fallback=None,
+    ):
         from .codegen.wrapper import generate_wrapper
         from .reinplace import plan_inplace
 
         self.schedule = sched
         self.codegen = codegen
+        self.sizes = binding = sizes  # kernels for every size: how a call finds its sizes
+        self.fallback = fallback
         lowered = sched.lowered
         buffers = {b.name: b for b in lowered.buffers}
         self.num_kernels = len(sched.kernels)
@@ -43,10 +61,13 @@ class CompiledGraph:
             dtypes = {name: b.dtype for name, b in buffers.items()}
             dtypes.update({b.name: b.dtype for b in lowered.inputs if b is not None})
             dtypes.update({name: t.dtype for name, t in lowered.constants.items()})
-            sizes = {name: b.layout.storage_size() for name, b in buffers.items()}
-            sizes.update({b.name: b.layout.storage_size() for b in lowered.inputs if b is not None})
-            sizes.update({name: _storage_elems(t) for name, t in lowered.constants.items()})
-            compiled = CPUKernels(sched, dtypes, sizes, graph_key)
+            storage = {name: b.layout.storage_size() for name, b in buffers.items()}
+            storage.update(
+                {b.name: b.layout.storage_size() for b in lowered.inputs if b is not None}
+            )
+            storage.update({name: _storage_elems(t) for name, t in lowered.constants.items()})
+            symbols = binding.symbols if binding is not None else ()
+            compiled = CPUKernels(sched, dtypes, storage, graph_key, symbols)
             self._cpu_kernels = compiled  # owns the JIT engine the kernels live in
             kernels = compiled.by_step
             numpy_reasons = compiled.numpy_steps
@@ -59,8 +80,22 @@ class CompiledGraph:
             elif isinstance(step, ScatterStep) and i not in kernels:
                 numpy_steps[i] = _numpy_scatter(step.buffer)
         self.numpy_reasons = numpy_reasons
+        if binding is not None:
+            other = [
+                s.name
+                for i, s in enumerate(sched.steps)
+                if i not in kernels and not isinstance(s, ExternCall)
+            ]
+            if other or mutations:
+                raise SymbolicUnsupportedError(
+                    "kernels for every size need every step to be an LLVM kernel or an extern"
+                    f" call, and no input mutations (steps run otherwise: {other};"
+                    f" {numpy_reasons})"
+                )
         self.inplace = plan_inplace(sched, mutations) if mutations else {}
-        self.wrapper = generate_wrapper(sched, kernels, numpy_steps, self.inplace)
+        self.wrapper = generate_wrapper(
+            sched, kernels, numpy_steps, self.inplace, sizes=binding, fallback=fallback
+        )
         self.source = self.wrapper.source
         self._plain = self.wrapper.call
         self._steps = (kernels, numpy_steps)  # for the kernel-reporting wrapper, made when needed
@@ -80,7 +115,13 @@ class CompiledGraph:
 
             kernels, numpy_steps = self._steps
             self._profiled = generate_wrapper(
-                self.schedule, kernels, numpy_steps, self.inplace, profiled=self._plain
+                self.schedule,
+                kernels,
+                numpy_steps,
+                self.inplace,
+                profiled=self._plain,
+                sizes=self.sizes,
+                fallback=self.fallback,
             ).call
         self._call = self._profiled if active else self._plain
 
@@ -134,9 +175,20 @@ def _numpy_step(step):
 
 
 @klog.compile_stage("inductor")
-def compile_graph(gm, example_inputs, options: dict | None = None) -> CompiledGraph:
-    """Lower, schedule and generate code for one graph (see the module docstring)."""
+def compile_graph(
+    gm, example_inputs, options: dict | None = None, sizes=None, fallback=None
+) -> CompiledGraph:
+    """Lower, schedule and generate code for one graph (see the module docstring).
+
+    ``sizes`` (a ``SizeBinding``; inside ``ShapeEnv.kernel_scope``): the graph's sizes are
+    symbolic and its kernels serve every size; calls they do not serve run ``fallback``. A graph
+    with symbolic sizes given without them takes ``compile_symbolic``'s routes (kernels for
+    every size, else per concrete size; data-dependent sizes run with the eager ops)."""
     options = options or {}
+    if sizes is None and is_symbolic_graph(gm, example_inputs):
+        return compile_symbolic(
+            gm, example_inputs, options, _compile_static(options), compile_graph
+        )
     complex_value = _complex_value(gm, example_inputs)
     if complex_value is not None:
         return _eager_graph(gm, example_inputs, complex_value)
@@ -146,15 +198,27 @@ def compile_graph(gm, example_inputs, options: dict | None = None) -> CompiledGr
         klog.log("inductor", f"schedule:\n{sched.describe()}")
     codegen = options.get("cpu_codegen", "llvm")
     device = _graph_device(gm, example_inputs)
+    if sizes is not None and (codegen != "llvm" or device.type == "cuda"):
+        raise SymbolicUnsupportedError(f"kernels for every size are LLVM CPU kernels ({codegen})")
     if codegen == "triton" or device.type == "cuda":
         from .codegen.triton_wrapper import TritonCompiledGraph
 
         compiled = TritonCompiledGraph(sched, device, options)
     else:
         mutations = gm.graph.output_node.meta.get("input_mutations", ())
-        compiled = CompiledGraph(sched, codegen, _graph_key(gm, example_inputs, codegen), mutations)
+        key = _graph_key(gm, example_inputs, codegen)
+        compiled = CompiledGraph(sched, codegen, key, mutations, sizes, fallback)
     _dump(gm, compiled)
     return compiled
+
+
+def _compile_static(options: dict):
+    """``compile_graph`` with these options, for graphs specialized to concrete sizes."""
+
+    def compile_static(graph_module, examples):
+        return compile_graph(graph_module, examples, options)
+
+    return compile_static
 
 
 def _complex_value(gm, example_inputs) -> str | None:
@@ -342,13 +406,8 @@ def inductor(gm, example_inputs, options: dict | None = None):
 
     options = options or {}
 
-    def compile_static(graph_module, examples):
-        return compile_graph(graph_module, examples, options)
-
     def compiler(graph_module, examples):
-        if is_symbolic_graph(graph_module, examples):  # interim: see ``specialize.py``
-            return specializing(graph_module, examples, compile_static)
-        return compile_static(graph_module, examples)
+        return compile_graph(graph_module, examples, options)
 
     partition = default_partition if options.get("partitioner") == "default" else min_cut_partition
     return aot_module_simplified(

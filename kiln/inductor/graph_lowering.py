@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..autograd.grad_mode import set_grad_enabled_node
 from ..ops.core.registry import Op
 from ..runtime.memory_format import is_non_overlapping_and_dense
+from ..runtime.symbolic import SymInt, statically_known_true
 from ..runtime.tensor import Tensor
 from .ir import Buffer, GraphContext, InputBuffer, Layout, TensorBox
 from .lowering import CURRENT, LOWERINGS, fallback
@@ -104,11 +105,15 @@ class GraphLowering:
         if target is set_grad_enabled_node:  # kernels do not record gradients
             return None
         out_meta = node.meta.get("val")
+        if not isinstance(target, Op) and out_meta.__class__ in (int, SymInt):
+            # size arithmetic (``x.size(0) * x.size(1)``): its value is its meta value, an
+            # expression over the graph's size symbols when they are symbolic
+            return out_meta
         if not isinstance(target, Op):
             raise NotImplementedError(f"inductor cannot lower Python call {target!r}")
         lowering = LOWERINGS.get(target)
         result = None
-        if isinstance(out_meta, Tensor) and out_meta.numel() > 1:
+        if isinstance(out_meta, Tensor) and not statically_known_true("<=", out_meta.numel(), 1):
             _realize_broadcast_scalars(self.ctx.buffers, args, kwargs)
         CURRENT.node = node
         if lowering is not None:
@@ -223,7 +228,7 @@ def _realize_broadcast_scalars(buffers: list, args, kwargs) -> None:
             isinstance(arg, TensorBox)
             and not arg.is_realized()
             and arg.size_hint > 1
-            and arg.numel() == 1
+            and statically_known_true("==", arg.numel(), 1)
         ):
             buf = arg.realize()
             buffers.pop()  # ``realize`` appended it
@@ -236,10 +241,10 @@ def _output_layout(meta) -> Layout | None:
     """The layout eager gives a graph output, when it is dense but not contiguous (a pointwise
     op of a transposed input keeps the input's dim order): compiled outputs have eager's
     strides, as PyTorch's inductor gives them. None: contiguous will do."""
-    if not isinstance(meta, Tensor) or meta.numel() <= 1:
+    if not isinstance(meta, Tensor) or statically_known_true("<=", meta.numel(), 1):
         return None
     shape, stride = tuple(meta.shape), tuple(meta.stride())
-    if not is_non_overlapping_and_dense(shape, stride) or meta.is_contiguous():
+    if meta.is_contiguous() or not is_non_overlapping_and_dense(shape, stride):
         return None
     return Layout(shape, stride, meta.dtype, 0, meta.device.type)
 

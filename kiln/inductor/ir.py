@@ -63,7 +63,7 @@ class Layout:
 
     @staticmethod
     def contiguous(shape, dtype, device="cpu") -> Layout:
-        shape = tuple(int(s) for s in shape)
+        shape = tuple(sym.size_value(s) for s in shape)
         return Layout(shape, contiguous_strides(shape), dtype, 0, device)
 
     def numel(self) -> int:
@@ -93,15 +93,35 @@ class Layout:
     def offset_expr(self, index) -> sym.Expr:
         out = sym.const(self.offset)
         for i, st, size in zip(index, self.stride, self.shape):
-            if size != 1:
+            if not sym.known("==", size, 1):  # a size-1 dim's index is 0 (unknown: keep it)
                 out = out + sym.as_expr(i) * st
         return out
+
+    @property
+    def is_symbolic(self) -> bool:
+        """Whether sizes, strides or offset are expressions over size symbols (kernels for
+        every size): the wrapper then works out the concrete layout per call (``evaluate``)."""
+        return sym.is_symbolic(self.shape + self.stride + (self.offset,))
+
+    def evaluate(self, values) -> Layout:
+        """The concrete layout for the size symbols' ``values`` (``{Symbol: int}``)."""
+        return Layout(
+            tuple(_evaluate(s, values) for s in self.shape),
+            tuple(_evaluate(s, values) for s in self.stride),
+            self.dtype,
+            _evaluate(self.offset, values),
+            self.device,
+        )
 
     def is_contiguous(self) -> bool:
         return self.offset == 0 and all(
             size == 1 or st == cst
             for size, st, cst in zip(self.shape, self.stride, contiguous_strides(self.shape))
         )
+
+
+def _evaluate(size, values) -> int:
+    return size if size.__class__ is int else size.expr.evaluate(values)
 
 
 class GraphContext:

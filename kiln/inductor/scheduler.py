@@ -30,6 +30,7 @@ import functools
 import itertools
 from dataclasses import dataclass, field
 
+from ..runtime.symbolic import statically_known_true
 from . import sym
 from .dependencies import reads_of
 from .graph_lowering import LoweredGraph
@@ -151,29 +152,35 @@ class Schedule:
         return "\n".join(lines)
 
 
-@functools.lru_cache(maxsize=4096)
 def regroup(sizes: tuple, ranges: tuple):
     """How loops over ``ranges`` are loops over ``sizes`` with dimensions grouped differently,
     or None: per dimension of ``ranges``, the ``(dimension of sizes, multiplier)`` terms of its
     index. Size-1 dimensions are free; a dimension of ``ranges`` may join consecutive ones of
     ``sizes`` (``[1024, 256]`` over ``[8, 128, 256]``) but never split one (that would need a
-    division in every index)."""
-    if sizes == ranges:
+    division in every index). Symbolic sizes group only where the products are provably equal
+    (and are not cached: their hash is only meaningful while kernels are compiled)."""
+    if sym.is_symbolic(sizes) or sym.is_symbolic(ranges):
+        return _regroup(sizes, ranges)
+    return _regroup_cached(sizes, ranges)
+
+
+def _regroup(sizes: tuple, ranges: tuple):
+    if len(sizes) == len(ranges) and all(map(sym.same_size, sizes, ranges)):
         return tuple(((i, 1),) for i in range(len(sizes)))
-    dims = [(i, s) for i, s in enumerate(sizes) if s != 1]
+    dims = [(i, s) for i, s in enumerate(sizes) if not sym.same_size(s, 1)]
     out = []
     k = 0
     for r in ranges:
-        if r == 1:
+        if sym.same_size(r, 1):
             out.append(())
             continue
         group = []
         prod = 1
-        while prod < r and k < len(dims):
+        while k < len(dims) and not sym.same_size(prod, r) and not _known_above(prod, r):
             group.append(dims[k])
             prod *= dims[k][1]
             k += 1
-        if prod != r:
+        if not sym.same_size(prod, r):
             return None
         terms = []
         mult = 1
@@ -184,6 +191,15 @@ def regroup(sizes: tuple, ranges: tuple):
     if k != len(dims):
         return None
     return tuple(out)
+
+
+_regroup_cached = functools.lru_cache(maxsize=4096)(_regroup)
+
+
+def _known_above(a, b) -> bool:
+    if a.__class__ is int and b.__class__ is int:
+        return a > b
+    return statically_known_true(">", a, b)
 
 
 def _apply(plan, variables) -> list:

@@ -1,22 +1,19 @@
-"""Interim support for graphs with symbolic sizes: one static compile per concrete signature.
+"""Graphs with symbolic sizes that kernels for every size do not serve: one static compile per
+concrete signature that comes twice.
 
-The capture frontend and AOT autograd hand the inductor graphs whose sizes are symbols (``s0``,
-``u0``). Until kernels take their sizes as arguments, ``specializing`` compiles such a graph for
-each concrete input signature it is called with *a second time* (the graph is traced again on
-fakes of that call's inputs, which turns every size node into a constant) and keeps the compiled
-versions by signature. A signature seen for the first time runs the graph with the eager ops
-(the policy of static capture: a shape seen once runs eagerly), so a context that grows by one
-token a step never pays a kernel compile per length, while sizes that repeat (batch sizes of an
-epoch) get kernels on their second call, up to ``config.static_kernel_sets_per_graph`` sets per
-graph. A graph with data-dependent sizes (``nonzero``'s row count) has no static version: it
-always runs with the eager ops. All of it is logged under ``KILN_LOGS=inductor``, and the
-per-size decisions under ``recompiles`` too.
-
-The real implementation (issue "Dynamic shapes", item 4) replaces this module: loop bounds,
-strides and buffer sizes become expressions over the symbols, passed to each kernel as integer
-arguments (vector loops with a scalar tail correct for every size), the wrapper allocates from
-size expressions, and the compiled-graph index keys on the symbolic graph, so one compile serves
-every size. Remove this file then, and the one call to it in ``compile_fx.inductor``.
+``symbolic_compile`` gives most symbolic graphs one kernel set for every size. A graph it cannot
+compile (a size-dependent decision, an extern call, an input mutation, Triton), and a call its
+kernels do not serve (a size of 1), come here: ``specializing`` compiles the graph for each
+concrete input signature it is called with *a second time* (the graph is traced again on fakes
+of that call's inputs, which turns every size node into a constant) and keeps the compiled
+versions by signature. A signature seen for the first time runs the graph with the eager ops (the
+policy of static capture: a shape seen once runs eagerly), so a context that grows by one token a
+step never pays a kernel compile per length, while sizes that repeat (batch sizes of an epoch)
+get kernels on their second call, up to ``config.static_kernel_sets_per_graph`` sets per graph.
+A graph with data-dependent sizes (``nonzero``'s row count) has no static version: it always runs
+with the eager ops. All of it is logged under ``KILN_LOGS=inductor``, and the per-size decisions
+under ``recompiles`` too. What is left for this route to shrink: extern calls (matmuls take their
+shapes at run time already), scatters, mutations and unbacked sizes in the symbolic kernels.
 """
 
 from __future__ import annotations
@@ -33,24 +30,36 @@ from ..runtime.symbolic import SymInt, has_symbols
 from ..runtime.tensor import Tensor
 from . import config
 
-__all__ = ["COMPILE_STATS", "SpecializeStats", "is_symbolic_graph", "specializing"]
+__all__ = [
+    "COMPILE_STATS",
+    "SymbolicGraphStats",
+    "has_unbacked_sizes",
+    "is_symbolic_graph",
+    "specializing",
+]
 
 
 @dataclasses.dataclass
-class SpecializeStats:
-    """What ``specializing`` did in this process: kernel sets compiled for a concrete signature,
-    calls run with the eager ops because their signature was new, and calls run eagerly because
-    the graph had its limit of kernel sets (tests read these)."""
+class SymbolicGraphStats:
+    """What the inductor did with graphs of symbolic sizes in this process (tests read these):
+    graphs compiled once for every size (``symbolic_compile``), graphs refused that route, and
+    calls those kernels did not serve; for the interim route, kernel sets compiled for a
+    concrete signature, calls run with the eager ops because their signature was new, and calls
+    run eagerly because the graph had its limit of kernel sets."""
 
+    symbolic_compiles: int = 0
+    symbolic_refused: int = 0
+    fallback_calls: int = 0
     static_compiles: int = 0
     eager_first_calls: int = 0
     eager_over_limit_calls: int = 0
 
     def reset(self) -> None:
-        self.static_compiles = self.eager_first_calls = self.eager_over_limit_calls = 0
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, 0)
 
 
-COMPILE_STATS = SpecializeStats()
+COMPILE_STATS = SymbolicGraphStats()
 
 
 def _symbolic(value, unbacked_only: bool = False) -> bool:
@@ -70,10 +79,15 @@ def is_symbolic_graph(gm: GraphModule, example_inputs) -> bool:
     return any(_symbolic(n.meta.get("val")) for n in gm.graph.nodes)
 
 
+def has_unbacked_sizes(gm: GraphModule) -> bool:
+    """Whether a graph computes sizes only known when it runs (``nonzero``'s row count)."""
+    return any(_symbolic(n.meta.get("val"), unbacked_only=True) for n in gm.graph.nodes)
+
+
 def specializing(gm: GraphModule, example_inputs, compile_static: Callable) -> Callable:
     """A callable that compiles ``gm`` with ``compile_static(gm, examples)`` once per concrete
     input signature (see the module docstring)."""
-    if any(_symbolic(n.meta.get("val"), unbacked_only=True) for n in gm.graph.nodes):
+    if has_unbacked_sizes(gm):
         message = (
             "inductor runs a graph with data-dependent sizes with the eager ops "
             "(symbolic kernels not yet supported)"
@@ -89,10 +103,7 @@ def specializing(gm: GraphModule, example_inputs, compile_static: Callable) -> C
 
     def compile_for(args: tuple, key: tuple) -> Callable:
         sizes = [list(a._shape) if isinstance(a, Tensor) else a for a in args]
-        message = (
-            f"inductor: input sizes {sizes} came again: compiling static kernels for them"
-            " (symbolic kernels not yet supported)"
-        )
+        message = f"inductor: input sizes {sizes} came again: compiling static kernels for them"
         klog.log("recompiles", message)
         klog.log("inductor", message)
         examples = [to_fake(a) if isinstance(a, Tensor) else a for a in args]
@@ -137,10 +148,7 @@ def specializing(gm: GraphModule, example_inputs, compile_static: Callable) -> C
 def _log_eager_call(args: tuple, why: str) -> None:
     if klog.enabled("recompiles") or klog.enabled("inductor"):
         sizes = [list(a._shape) if isinstance(a, Tensor) else a for a in args]
-        message = (
-            f"inductor: input sizes {sizes} {why}: run with the eager ops"
-            " (symbolic kernels not yet supported)"
-        )
+        message = f"inductor: input sizes {sizes} {why}: run with the eager ops"
         klog.log("recompiles", message)
         klog.log("inductor", message)
 

@@ -12,7 +12,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["Expr", "Var", "FloorDiv", "Mod", "Indirect", "const", "as_expr", "ZERO", "ONE"]
+from ..runtime.symbolic import SymInt, statically_known_true
+
+__all__ = [
+    "size_value",
+    "same_size",
+    "is_symbolic",
+    "Expr",
+    "Var",
+    "FloorDiv",
+    "Mod",
+    "Indirect",
+    "const",
+    "as_expr",
+    "ZERO",
+    "ONE",
+]
 
 
 class Atom:
@@ -57,6 +72,54 @@ class Atom:
         return as_expr(self) % other
 
 
+def size_value(size):
+    """A loop size as kept here: a plain int, or a ``SymInt`` when the kernel is compiled for
+    every size (``ShapeEnv.kernel_scope``: comparisons of it decide from the symbols' ranges or
+    stop that compile)."""
+    return size if isinstance(size, SymInt) else int(size)
+
+
+def same_size(a, b) -> bool:
+    """Whether two loop sizes are provably equal (plain ints compare; symbolic ones must be
+    the same expression): code that fuses or merges loops by size uses this, so symbolic
+    sizes that merely might be equal are kept apart instead of guarding on their values."""
+    if a.__class__ is int and b.__class__ is int:
+        return a == b
+    return statically_known_true("==", a, b)
+
+
+_COMPARE = {
+    "==": lambda a, b: a == b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+def known(op: str, a, b) -> bool:
+    """``a op b`` for every value of the size symbols (plain ints simply compare): the index
+    simplifications ask this, so a symbolic size that might or might not allow one leaves the
+    expression as it is instead of deciding on the size seen."""
+    if a.__class__ is int and b.__class__ is int:
+        return _COMPARE[op](a, b)
+    return statically_known_true(op, a, b)
+
+
+def _last(size):
+    """The largest value of a variable ranging over ``[0, size)`` (0 for an empty range)."""
+    if size.__class__ is int or not known(">=", size, 1):
+        return max(size - 1, 0)
+    return size - 1
+
+
+def is_symbolic(value) -> bool:
+    """Whether a size (or a tuple of them) holds a ``SymInt``."""
+    if isinstance(value, tuple):
+        return any(v.__class__ is SymInt for v in value)
+    return value.__class__ is SymInt
+
+
 class Var(Atom):
     """A loop variable ranging over [0, size)."""
 
@@ -64,7 +127,7 @@ class Var(Atom):
 
     def __init__(self, name: str, size: int):
         self.name = name
-        self.size = int(size)
+        self.size = size_value(size)
         self._hash = hash(("var", name))
 
     def __hash__(self):
@@ -77,7 +140,7 @@ class Var(Atom):
         return self.name
 
     def bounds(self):
-        return (0, max(self.size - 1, 0))
+        return (0, _last(self.size))
 
     def free_vars(self):
         return {self}
@@ -133,7 +196,7 @@ class Mod(Atom):
 
     def bounds(self):
         lo, hi = self.expr.bounds()
-        if lo >= 0 and hi < self.mod:
+        if known(">=", lo, 0) and known("<", hi, self.mod):
             return (lo, hi)
         return (0, self.mod - 1)
 
@@ -164,7 +227,7 @@ class Indirect(Atom):
         return self.name
 
     def bounds(self):
-        return (0, max(self.size - 1, 0))
+        return (0, _last(self.size))
 
     def free_vars(self):
         return set()
@@ -174,13 +237,15 @@ class Indirect(Atom):
 
 
 class Expr:
-    """``sum(coeff * atom) + const`` with integer coefficients (see the module docstring)."""
+    """``sum(coeff * atom) + const`` with integer coefficients (see the module docstring); in
+    kernels compiled for every size, coefficients and the constant may be ``SymInt``s (strides
+    over symbolic sizes)."""
 
     __slots__ = ("terms", "const", "_hash")
 
     def __init__(self, terms: dict | None = None, const: int = 0):
         self.terms = {a: c for a, c in (terms or {}).items() if c != 0}
-        self.const = int(const)
+        self.const = size_value(const)
         self._hash = None
 
     # ---------------------------------------------------------------- identity
@@ -260,32 +325,37 @@ class Expr:
                 raise TypeError(
                     f"index expressions are affine: cannot multiply ({self}) by ({other})"
                 )
-        k = int(other)
+        k = size_value(other)
         return Expr({a: c * k for a, c in self.terms.items()}, self.const * k)
 
     __rmul__ = __mul__
 
     def __floordiv__(self, d):
-        d = int(d.const if isinstance(d, Expr) else d)
-        if d == 1:
+        d = size_value(d.const if isinstance(d, Expr) else d)
+        if known("==", d, 1):
             return self
-        if d <= 0:
+        if not known(">", d, 0):
             raise ValueError("index floor division needs a positive divisor")
         if not self.terms:
             return Expr({}, self.const // d)
         lo, hi = self.bounds()
-        if lo >= 0 and hi < d:
+        nonneg = known(">=", lo, 0)
+        if nonneg and known("<", hi, d):
             return Expr({}, 0)
-        if lo >= 0 and self.const % d == 0 and all(c % d == 0 for c in self.terms.values()):
+        if (
+            nonneg
+            and known("==", self.const % d, 0)
+            and all(known("==", c % d, 0) for c in self.terms.values())
+        ):
             return Expr({a: c // d for a, c in self.terms.items()}, self.const // d)
         # floor((d*q + r) / d) == q + floor(r / d): split off the part divisible by d (only when
         # r >= 0, since generated code divides with truncation)
-        whole = {a: c for a, c in self.terms.items() if c % d == 0}
-        rest = Expr({a: c for a, c in self.terms.items() if c % d != 0}, self.const % d)
+        whole = {a: c for a, c in self.terms.items() if known("==", c % d, 0)}
+        rest = Expr({a: c for a, c in self.terms.items() if a not in whole}, self.const % d)
         rlo, rhi = rest.bounds()
-        if whole and rlo >= 0:
+        if whole and known(">=", rlo, 0):
             q = Expr({a: c // d for a, c in whole.items()}, self.const // d)
-            return q if rhi < d else q + rest // d
+            return q if known("<", rhi, d) else q + rest // d
         split = _factor_split(self, d)
         if split is not None:  # (g*Q + R) // (g*m) == Q // m when 0 <= R < g
             g, q, _ = split
@@ -293,19 +363,22 @@ class Expr:
         return Expr({FloorDiv(self, d): 1}, 0)
 
     def __mod__(self, m):
-        m = int(m.const if isinstance(m, Expr) else m)
-        if m == 1:
+        m = size_value(m.const if isinstance(m, Expr) else m)
+        if known("==", m, 1):
             return Expr({}, 0)
         if not self.terms:
             return Expr({}, self.const % m)
         lo, hi = self.bounds()
-        if lo >= 0 and hi < m:
+        nonneg = known(">=", lo, 0)
+        if nonneg and known("<", hi, m):
             return self
         # drop terms that are multiples of m (non-negative expressions only)
-        if lo >= 0:
-            kept = Expr({a: c for a, c in self.terms.items() if c % m != 0}, self.const % m)
+        if nonneg:
+            kept = Expr(
+                {a: c for a, c in self.terms.items() if not known("==", c % m, 0)}, self.const % m
+            )
             klo, khi = kept.bounds()
-            if klo >= 0 and khi < m:
+            if known(">=", klo, 0) and known("<", khi, m):
                 return kept
             if kept != self:
                 return kept % m
@@ -332,6 +405,8 @@ def _factor_split(e: Expr, d: int):
     division and modulo where a dividend may be negative)."""
     import math
 
+    if d.__class__ is not int or any(c.__class__ is not int for c in e.terms.values()):
+        return None  # symbolic strides: their common divisors are not known
     candidates = sorted({math.gcd(c, d) for c in e.terms.values()}, reverse=True)
     for g in candidates:
         if g <= 1 or g >= d:
@@ -371,7 +446,7 @@ def as_expr(v) -> Expr:
         return v
     if isinstance(v, Atom):
         return Expr({v: 1}, 0)
-    return Expr({}, int(v))
+    return Expr({}, size_value(v))
 
 
 ZERO = const(0)

@@ -74,16 +74,22 @@ def input_storage_owned(t, layout: Layout) -> tuple:
     return (storage_of_tensor(t) if own else input_storage(t, layout)), own
 
 
-def run_extern(buf: ExternBuffer, storages: dict) -> None:
+def run_extern(buf: ExternBuffer, storages: dict, values: dict | None = None) -> None:
+    """Call an extern kernel on views of its buffers; ``values``: the size symbols' values of
+    this call, for a graph compiled for every size (its layouts are expressions over them)."""
     arrays = []
     for item in buf.inputs:
         if isinstance(item, tuple):
             src, layout = item
-            arrays.append(strided_view(storages[src.name], layout))
+            arrays.append(strided_view(storages[src.name], _concrete(layout, values)))
         else:
             arrays.append(item)
-    out = strided_view(storages[buf.name], buf.layout)
+    out = strided_view(storages[buf.name], _concrete(buf.layout, values))
     buf.kernel(out, *arrays, **buf.kwargs)
+
+
+def _concrete(layout: Layout, values: dict | None) -> Layout:
+    return layout.evaluate(values) if values is not None and layout.is_symbolic else layout
 
 
 def to_tensor(storage: np.ndarray, layout: Layout):

@@ -49,6 +49,7 @@ __all__ = [
     "ShapeEnv",
     "SymGuard",
     "GuardOnDataDependentError",
+    "SizeDependentError",
     "ConstraintViolationError",
     "is_symbolic",
     "is_int_like",
@@ -88,6 +89,11 @@ class GuardOnDataDependentError(RuntimeError):
     def __init__(self, message: str, symbols: tuple = ()):
         super().__init__(message)
         self.symbols = symbols
+
+
+class SizeDependentError(RuntimeError):
+    """Kernels for every size (``ShapeEnv.kernel_scope``) were asked to decide something that
+    depends on the sizes' values: the compiler takes another route for that graph."""
 
 
 class ConstraintViolationError(RuntimeError):
@@ -190,6 +196,7 @@ class ShapeEnv:
         self._backed = 0
         self._unbacked = 0
         self._suppressed = 0
+        self._kernel_scope = 0
         # the user's "file:line" now (the capture frontend sets it): guards and errors name it
         self.location: Callable[[], str | None] | None = None
         # run-time assertions on unbacked symbols, taken by the tracer into the graph
@@ -245,12 +252,22 @@ class ShapeEnv:
         result = _decide_exprs(op, lhs, rhs)
         if result is not None:
             return result
+        if self._kernel_scope:
+            raise SizeDependentError(f"{lhs.code()} {op} {rhs.code()} depends on the sizes")
         if lhint is None or rhint is None:
             return SymBool(op, lhs, rhs, self)
         result = _OPS[op](lhint, rhint)
         if not self._suppressed:
             self.add_guard(SymGuard(op if result else _NEGATE[op], lhs, rhs))
         return result
+
+    def kernel_scope(self):
+        """``with env.kernel_scope():`` a compiler builds code valid for every value of the
+        backed symbols from 2 up (its caller checks that at run time, sizes 0 and 1 taking
+        another route): a comparison the ranges leave open, or a conversion to a plain int,
+        raises ``SizeDependentError`` instead of guarding on the sizes seen, and SymInts hash
+        by expression (sizes as dict keys)."""
+        return _KernelScope(self)
 
     def size_oblivious(self):
         """``with env.size_oblivious():`` library code (meta functions, decompositions) runs:
@@ -290,6 +307,8 @@ class ShapeEnv:
 
     def specialize(self, value: SymInt) -> int:
         """The plain int ``value`` stands for, guarding that it stays that."""
+        if self._kernel_scope:
+            raise SizeDependentError(f"{value} is needed as a plain int")
         if value.hint is None:
             raise GuardOnDataDependentError(
                 f"{value} is needed as a Python int (a loop bound, an index, int()), but it is "
@@ -484,6 +503,25 @@ class SymBool:
 
     def __repr__(self) -> str:
         return f"{self.lhs} {self.op} {self.rhs}"
+
+
+class _KernelScope:
+    def __init__(self, env: ShapeEnv):
+        self.env = env
+        self.lowered: list = []
+
+    def __enter__(self):
+        self.env._kernel_scope += 1
+        for s in self.env.backed_symbols():
+            if s.lower < 2:
+                self.lowered.append((s, s.lower))
+                s.lower = 2
+        return self
+
+    def __exit__(self, *exc):
+        for s, lower in self.lowered:
+            s.lower = lower
+        self.env._kernel_scope -= 1
 
 
 class _Suppressed:
@@ -712,6 +750,8 @@ class SymInt:
         return complex(self.env.specialize(self))
 
     def __hash__(self):
+        if self.env._kernel_scope:
+            return hash(self.expr)
         return hash(self.env.specialize(self))
 
     def __repr__(self):

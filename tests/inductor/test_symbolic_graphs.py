@@ -1,8 +1,9 @@
 """Graphs with symbolic sizes through the inductor (issue 13), via ``kiln.compile``.
 
 Every call is compared with eager and with PyTorch: values, gradients and ``requires_grad``.
-The counters say how many kernel sets were compiled for a size, so a test fails if a shape
-seen once pays a compile, or if one that repeats never gets kernels.
+The counters say how many kernel sets were compiled and by which route: one set for every
+size (``symbolic_compile``), or, for graphs that route cannot take, a set per concrete size
+that comes twice (``specialize``) — so a test fails if a size pays a compile it should not.
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln.dynamo.testing import CompileCounter
+from kiln.inductor.codegen.llvm import jit as llvm_jit
 from kiln.inductor.specialize import COMPILE_STATS
 from kiln.runtime import logs as klog
+from tests.models.models import GPTConfig, copy_weights, models_for
 from tests.oracle import needs_torch, torch
 
 
@@ -40,6 +44,12 @@ def _check_call(compiled, data: np.ndarray) -> None:
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def _interim(fn):
+    """``fn`` compiled with kernels per concrete size (the route of graphs the symbolic
+    kernels cannot take)."""
+    return kiln.compile(fn, backend="inductor", options={"symbolic_kernels": False})
+
+
 @pytest.fixture
 def stats():
     COMPILE_STATS.reset()
@@ -50,7 +60,7 @@ def stats():
 
 @needs_torch
 def test_sizes_seen_once_compile_no_kernels(stats):
-    compiled = kiln.compile(lambda x: _pointwise_and_reduction(kiln, x), backend="inductor")
+    compiled = _interim(lambda x: _pointwise_and_reduction(kiln, x))
     for n in range(2, 9):
         _check_call(compiled, _inputs(n))
     assert stats.static_compiles == 0
@@ -60,7 +70,7 @@ def test_sizes_seen_once_compile_no_kernels(stats):
 
 @needs_torch
 def test_sizes_that_come_again_get_kernels(stats):
-    compiled = kiln.compile(lambda x: _pointwise_and_reduction(kiln, x), backend="inductor")
+    compiled = _interim(lambda x: _pointwise_and_reduction(kiln, x))
     sizes = [2, 3, 4, 3, 4, 3, 4, 5]
     for n in sizes:
         _check_call(compiled, _inputs(n))
@@ -70,7 +80,7 @@ def test_sizes_that_come_again_get_kernels(stats):
 
 
 def test_first_call_of_a_size_is_logged_under_recompiles(stats, capsys):
-    compiled = kiln.compile(lambda x: (x * 2).sum(0), backend="inductor")
+    compiled = _interim(lambda x: (x * 2).sum(0))
     klog.set_logs("recompiles")
     try:
         with kiln.no_grad():
@@ -87,10 +97,162 @@ def test_first_call_of_a_size_is_logged_under_recompiles(stats, capsys):
 
 def test_static_kernel_sets_per_graph_are_bounded(stats, monkeypatch):
     monkeypatch.setattr(kiln.inductor.config, "static_kernel_sets_per_graph", 2)
-    compiled = kiln.compile(lambda x: (x * 2).sum(0), backend="inductor")
+    compiled = _interim(lambda x: (x * 2).sum(0))
     with kiln.no_grad():
         for n in (2, 3, 4, 5, 3, 4, 5, 5):
             x = kiln.randn(n, 4)
             np.testing.assert_allclose(compiled(x).numpy(), (x * 2).sum(0).numpy(), rtol=1e-6)
     assert stats.static_compiles == 2  # for 3 and 4; 5 comes again once the graph has two
     assert stats.eager_first_calls == 3 and stats.eager_over_limit_calls == 2
+
+
+# ------------------------------------------------------------------ kernels for every size
+
+
+def _block(lib, x):
+    """Over (batch, time, channels): pointwise, reductions over each dim, a slice, a reshape
+    and a softmax, with sizes used as numbers."""
+    B, T, C = x.shape
+    h = (x * 2).relu()
+    flat = h.reshape(B * T, C)
+    return (
+        h.sum(-1),
+        h.amax(1),
+        flat.sum(0) / (B * T),
+        x[:, 1:, :].exp(),
+        h.softmax(1),
+        (h - h.mean(-1, keepdim=True)).pow(2).mean(),
+    )
+
+
+def _compare_with_torch(compiled, fn, shape: tuple, seed: int) -> None:
+    data = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    x = kiln.tensor(data, requires_grad=True)
+    got = compiled(x)
+    eager = fn(kiln, kiln.tensor(data, requires_grad=True))
+    tx = torch.tensor(data, requires_grad=True)
+    theirs = fn(torch, tx)
+    for g, e, t in zip(got, eager, theirs):
+        assert tuple(g.shape) == tuple(t.shape) and g.requires_grad is e.requires_grad
+        np.testing.assert_allclose(g.detach().numpy(), t.detach().numpy(), rtol=1e-4, atol=1e-5)
+    sum(g.sum() for g in got).backward()
+    sum(t.sum() for t in theirs).backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@needs_torch
+def test_one_kernel_set_serves_every_batch_size(stats):
+    def fn(lib, x):
+        return (*_pointwise_and_reduction(lib, x), (x * x).mean())
+
+    compiled = kiln.compile(lambda x: fn(kiln, x), backend="inductor")
+    sizes = [2, 3, 5, 17, 64, 3, 4100, 9, 4096 + 7]
+    for k, n in enumerate(sizes):
+        if k == 2:  # the dynamic graph's kernels exist from the second size on
+            llvm_jit.reset_jit_stats()
+        _compare_with_torch(compiled, fn, (n, 32), n)
+    assert stats.symbolic_compiles == 2  # the forward and the backward graph, once each
+    assert stats.static_compiles == stats.eager_first_calls == stats.fallback_calls == 0
+    assert llvm_jit.jit_stats().compiled == 0  # no kernel compiled for any later size
+
+
+@needs_torch
+def test_batch_and_sequence_lengths_share_one_kernel_set(stats):
+    compiled = kiln.compile(lambda x: _block(kiln, x), backend="inductor")
+    rng = np.random.default_rng(0)
+    shapes = [(2, 3, 8), (3, 5, 8)] + [(int(b), int(t), 8) for b, t in rng.integers(2, 40, (6, 2))]
+    for k, shape in enumerate(shapes):
+        _compare_with_torch(compiled, _block, shape, k)
+    assert stats.symbolic_compiles == 2 and stats.symbolic_refused == 0
+    assert stats.static_compiles == stats.eager_first_calls == 0
+
+
+@needs_torch
+def test_sizes_of_one_after_symbolic_kernels_match_torch(stats):
+    """Sizes 1 are not served by the kernels (broadcasting changes): the capture specializes
+    them or the call takes the per-size route; either way the values are eager's."""
+    compiled = kiln.compile(lambda x: _block(kiln, x), backend="inductor")
+    for k, shape in enumerate([(2, 3, 8), (3, 5, 8), (1, 4, 8), (4, 1, 8), (1, 1, 8), (5, 6, 8)]):
+        _compare_with_torch(compiled, _block, shape, k)
+    assert stats.symbolic_compiles >= 2
+
+
+def test_size_one_takes_the_per_size_route_of_the_same_graph(stats):
+    """The kernels assume every size symbol is at least 2; a graph captured with ``dynamic=True``
+    also serves size 1, which then runs the per-size route (eagerly the first time, compiled
+    when it comes again) with eager's values."""
+    counter = CompileCounter("inductor")
+    compiled = kiln.compile(lambda x: (x.sigmoid() * 3).sum(0), backend=counter, dynamic=True)
+    with kiln.no_grad():
+        for n in (5, 1, 3, 1, 7):
+            x = kiln.randn(n, 4)
+            np.testing.assert_allclose(compiled(x).numpy(), (x.sigmoid() * 3).sum(0).numpy(), 1e-6)
+    assert counter.frame_count == 1 and stats.symbolic_compiles == 1
+    assert stats.fallback_calls == 2 and stats.eager_first_calls == stats.static_compiles == 1
+
+
+@needs_torch
+def test_matmuls_take_their_shapes_per_call(stats):
+    """Extern calls (BLAS matmuls) get this call's layouts: a linear layer and a product with a
+    constant share one kernel set over every batch size, gradients included."""
+
+    def fn(lib, x, w):
+        return ((x @ w.t()).relu() @ lib.ones(4, 3)).sum(-1), (x @ w.t()).amax(0)
+
+    compiled = kiln.compile(lambda x, w: fn(kiln, x, w), backend="inductor")
+    weight = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    for n in (2, 3, 5, 3, 17, 64):
+        data = np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32)
+        x, w = kiln.tensor(data, requires_grad=True), kiln.tensor(weight, requires_grad=True)
+        tx, tw = torch.tensor(data, requires_grad=True), torch.tensor(weight, requires_grad=True)
+        got, theirs = compiled(x, w), fn(torch, tx, tw)
+        for g, t in zip(got, theirs):
+            np.testing.assert_allclose(g.detach().numpy(), t.detach().numpy(), 1e-5, 1e-5)
+        sum(g.sum() for g in got).backward()
+        sum(t.sum() for t in theirs).backward()
+        np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), 1e-5, 1e-5)
+        np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), 1e-4, 1e-5)
+    assert stats.symbolic_compiles == 2 and stats.symbolic_refused == 0
+    assert stats.static_compiles == stats.eager_first_calls == 0
+
+
+@needs_torch
+def test_greedy_generation_compiles_one_kernel_set(stats):
+    """nanoGPT's generation loop with a growing context: one symbolic graph, one kernel set,
+    every step's logits equal PyTorch's."""
+    cfg = GPTConfig(vocab_size=65, block_size=16, n_layer=2, n_head=4, n_embd=32)
+    torch.manual_seed(0)
+    theirs = models_for(torch).TinyGPT(cfg).eval()
+    ours = models_for(kiln).TinyGPT(cfg).eval()
+    copy_weights(kiln, ours, theirs)
+    compiled = kiln.compile(ours, backend="inductor")
+    idx = [[3]]
+    with kiln.no_grad(), torch.no_grad():
+        for _ in range(20):  # past the block size: the window slides at the end
+            context = [row[-cfg.block_size :] for row in idx]
+            logits, _ = compiled(kiln.tensor(context))
+            expected, _ = theirs(torch.tensor(context))
+            np.testing.assert_allclose(logits.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
+            idx[0].append(int(expected[0, -1].argmax()))
+    assert stats.symbolic_compiles == 1 and stats.symbolic_refused == 0
+    assert stats.static_compiles == stats.eager_first_calls == 0
+
+
+def test_graphs_the_kernels_do_not_serve_compile_per_size(stats):
+    """An input mutated in place is not part of kernels for every size yet: the graph takes
+    the per-size route (logged), with eager's values and eager's mutation."""
+
+    def fn(x, y):
+        y.add_(x.sum(-1))
+        return y * 2
+
+    compiled = kiln.compile(fn, backend="inductor")
+    with kiln.no_grad():
+        for n in (2, 3, 5, 3):
+            x, y = kiln.randn(n, 4), kiln.randn(n)
+            y_eager = y.clone()
+            expected = fn(x, y_eager)
+            np.testing.assert_allclose(compiled(x, y).numpy(), expected.numpy(), 1e-6)
+            np.testing.assert_allclose(y.numpy(), y_eager.numpy(), 1e-6)
+    assert stats.symbolic_refused >= 1 and stats.symbolic_compiles == 0
+    assert stats.static_compiles == 1  # size 3 came twice

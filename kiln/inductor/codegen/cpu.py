@@ -71,7 +71,12 @@ class CPUKernels:
     """
 
     def __init__(
-        self, sched: Schedule, dtypes: dict, sizes: dict | None = None, graph_key: str | None = None
+        self,
+        sched: Schedule,
+        dtypes: dict,
+        sizes: dict | None = None,
+        graph_key: str | None = None,
+        symbols: tuple = (),
     ):
         self.sched = sched
         self.by_step: dict[int, RowKernel] = {}
@@ -80,10 +85,14 @@ class CPUKernels:
         self._ir_text: str | None = ""  # None: read back from the graph index when asked
         self._entry: graph_index.GraphEntry | None = None
         sizes = sizes or {}
+        # kernels for every size: the size symbols whose values follow the buffer pointers
+        self.symbols = list(symbols)
         steps = _plan_steps(sched)
         key = None
         if graph_key is not None:
-            key = llvm_jit.derived_key(graph_key, _signature(sched, steps, dtypes, sizes))
+            key = llvm_jit.derived_key(
+                graph_key, _signature(sched, steps, dtypes, sizes, self.symbols)
+            )
             if self._load(key, steps):
                 return
         # emit every kernel into one module; a kernel the generator cannot handle is dropped
@@ -151,7 +160,9 @@ class CPUKernels:
                 if isinstance(step, ScatterStep):
                     emit_scatter_kernel(module, step.name, step.buffer, names, dtypes, sizes)
                 else:
-                    emit_kernel(module, step.name, plan, names, dtypes, step.locals, sizes)
+                    emit_kernel(
+                        module, step.name, plan, names, dtypes, step.locals, sizes, self.symbols
+                    )
                 pending.append((i, step.name, plan, work, names))
             except UnsupportedInLLVM as e:
                 return None, None, (i, str(e))
@@ -170,13 +181,14 @@ def _plan_steps(sched: Schedule) -> list:
     return steps
 
 
-def _signature(sched: Schedule, steps, dtypes: dict, sizes: dict) -> str:
+def _signature(sched: Schedule, steps, dtypes: dict, sizes: dict, symbols=()) -> str:
     """What the schedule looks like from outside its kernels: names, fusion, argument order,
     row counts, buffer dtypes and sizes. Part of the cache key, so that a kernel found under a
     graph key always has the name and arguments this process will call it with."""
     lines = [step.describe() for step in sched.steps]
     lines += [f"{i} {plan.rows} {work} {names}" for i, _, plan, work, names in steps]
     lines += [f"{n} {getattr(d, 'name', d)} {sizes.get(n)}" for n, d in sorted(dtypes.items())]
+    lines += [f"{s.name} [{s.lower}, {s.upper}]" for s in symbols]
     return "\n".join(lines)
 
 

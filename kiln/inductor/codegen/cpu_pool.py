@@ -373,20 +373,31 @@ class RowKernel:
         self.plan = plan
         self.split = (0, 0)  # (threads, rows per chunk) worked out for; 0 rows: not split
 
-    def __call__(self, pointers) -> None:
+    def __call__(self, pointers, rows: int | None = None, work: int = 0) -> None:
+        """Run all rows; ``rows``/``work``: this call's, for a kernel compiled for every size
+        (else the compiled ones, with the split worked out once per thread count)."""
         n = flags.get_num_threads()
-        threads, step = self.split
-        if threads != n:
-            step = 0
-            if n > 1 and self.rows > 1 and self.work >= SPLIT_WORK:
-                step = -(-self.rows // min(self.rows, n * CHUNKS_PER_THREAD))
-            self.split = (n, step)
+        if rows is None:
+            rows = self.rows
+            threads, step = self.split
+            if threads != n:
+                step = _rows_per_chunk(n, rows, self.work)
+                self.split = (n, step)
+        else:
+            step = _rows_per_chunk(n, rows, work)
         if not step:
-            self.fn(0, self.rows, pointers)
+            self.fn(0, rows, pointers)
             return
         pool = thread_pool()
         if not pool.parallel:
-            self.fn(0, self.rows, pointers)
+            self.fn(0, rows, pointers)
             return
-        job = Pool.kernel_job(self.address, self.rows, step, ctypes.addressof(pointers))
+        job = Pool.kernel_job(self.address, rows, step, ctypes.addressof(pointers))
         pool.run_job(job)
+
+
+def _rows_per_chunk(threads: int, rows: int, work: int) -> int:
+    """Rows per chunk the pool's threads take, or 0 to run on the calling thread alone."""
+    if threads > 1 and rows > 1 and work >= SPLIT_WORK:
+        return -(-rows // min(rows, threads * CHUNKS_PER_THREAD))
+    return 0

@@ -13,9 +13,11 @@ from collections.abc import Callable
 import numpy as np
 
 from ...runtime.state import per_thread
+from ...runtime.symbolic import SymInt
 from .. import wrapper_runtime
 from ..ir import InputBuffer
 from ..scheduler import Kernel, Schedule
+from ..symbolic_sizes import SizeBinding
 
 __all__ = ["generate_wrapper", "WrapperModule"]
 
@@ -71,6 +73,8 @@ def generate_wrapper(
     numpy_steps: dict,
     inplace: dict | None = None,
     profiled: Callable | None = None,
+    sizes: SizeBinding | None = None,
+    fallback: Callable | None = None,
 ) -> WrapperModule:
     """``kernels[i]``: compiled kernel for step i (LLVM); ``numpy_steps[i]``: a callable running
     step i through the numpy executor (given the storages dict); ``inplace``: buffers stored
@@ -78,7 +82,11 @@ def generate_wrapper(
 
     ``profiled``: the plain wrapper's ``call``; the wrapper made then reports each step to the
     calling thread's profiler recorder as an event named after the step and its graph nodes
-    (and runs ``profiled`` itself in a thread that is not recording)."""
+    (and runs ``profiled`` itself in a thread that is not recording).
+
+    ``sizes``: the graph's kernels serve every size (``symbolic_sizes``): each call resolves
+    its sizes first — concrete layouts, kernel row counts, the symbol values kernels read after
+    their buffers — and a call the kernels do not serve runs ``fallback`` instead."""
     lowered = sched.lowered
     inplace = inplace or {}
     inplace_inputs = {lowered.inputs[k].name: k for k in inplace.values()}
@@ -93,6 +101,15 @@ def generate_wrapper(
         "_extern": wrapper_runtime.run_extern,
     }
     lines = []
+    symbolic: dict = {}  # name -> layout worked out per call (kernels for every size)
+
+    def layout_ref(key: str, layout) -> str:
+        if sizes is not None and layout.is_symbolic:
+            symbolic[key] = layout
+        else:
+            ns[key] = layout
+        return key
+
     buffers = {b.name: b for b in lowered.buffers}
     inputs = lowered.inputs
     arg_names = [f"a{i}" for i in range(len(inputs))]
@@ -112,7 +129,7 @@ def generate_wrapper(
     for buf, a in zip(inputs, arg_names):
         if buf is None:
             continue
-        ns[f"L_{buf.name}"] = buf.layout
+        layout_ref(f"L_{buf.name}", buf.layout)
         if buf.name in inplace_inputs:
             body.append(f"{buf.name}, own_{buf.name} = _input_own({a}, L_{buf.name})")
         else:
@@ -123,6 +140,7 @@ def generate_wrapper(
         body.append(f"{name} = _input(C_{name}, L_{name})")
     allocated = set()
     freed_owner = {}
+    rows: dict = {}  # step -> (rows, work) of its kernel
     for i, step in enumerate(sched.steps):
         writes = [n.name for n in step.nodes] if isinstance(step, Kernel) else [step.buffer.name]
         for name in writes:
@@ -131,7 +149,7 @@ def generate_wrapper(
             if isinstance(step, Kernel) and name in step.locals and i in kernels:
                 continue
             allocated.add(name)
-            ns[f"L_{name}"] = buffers[name].layout
+            layout_ref(f"L_{name}", buffers[name].layout)
             donor = sched.reuse.get(name)
             if name in inplace:
                 target = lowered.inputs[inplace[name]].name
@@ -146,32 +164,57 @@ def generate_wrapper(
             body.append(f"_event = _rec.begin({_event_name(step)!r}, 'kernel')")
         if i in kernels:
             k = kernels[i]
+            rows[i] = (k.rows, k.work)
             ns[f"K{i}"] = k
             ptype = f"P{i}"
-            ns[ptype] = ctypes.c_void_p * len(k.args)
-            body.append(f"K{i}({ptype}({', '.join(f'_ptr({n})' for n in k.args)}))")
+            pointers = [f"_ptr({n})" for n in k.args]
+            if sizes is None:
+                ns[ptype] = ctypes.c_void_p * len(k.args)
+                body.append(f"K{i}({ptype}({', '.join(pointers)}))")
+            else:  # the symbol values follow the buffers; rows and work are this call's
+                ns[ptype] = ctypes.c_void_p * (len(k.args) + 1)
+                pointers.append("_S.symbol_address")
+                body.append(f"K{i}({ptype}({', '.join(pointers)}), *_S.rows[{i}])")
+        elif sizes is not None:  # an extern call: its layouts are this call's
+            ns[f"S{i}"] = _extern_step(step)
+            body.append(f"S{i}(locals(), _S.values)")
         else:
             ns[f"S{i}"] = numpy_steps.get(i) or _extern_step(step)
             body.append(f"S{i}(locals())")
         if profiled is not None:
             body.append("_rec.end(_event)")
     outs = []
+    consts: list = []
     for out in lowered.outputs:
         if out[0] == "buffer":
             _, buf, layout = out
-            key = f"O{len(outs)}"
-            ns[key] = layout
+            key = layout_ref(f"O{len(outs)}", layout)
             if buf.name in inplace:
                 k = inplace[buf.name]
                 target = lowered.inputs[k].name
                 outs.append(f"(a{k} if own_{target} else _tensor({buf.name}, {key}))")
             else:
                 outs.append(f"_tensor({buf.name}, {key})")
+        elif sizes is not None and out[1].__class__ is SymInt:  # a size the graph returns
+            consts.append(out[1])
+            outs.append(f"_S.consts[{len(consts) - 1}]")
         else:
             key = f"V{len(outs)}"
             ns[key] = out[1]
             outs.append(key)
     body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+    if sizes is not None:
+        ns["_resolve"] = sizes.resolve
+        ns["_fallback"] = fallback
+        args = ", ".join(arg_names)
+        prologue = [f"_S = _resolve(({args}{',' if len(arg_names) == 1 else ''}))"]
+        prologue += ["if _S is None:", f"    return _fallback({args})"]
+        if symbolic:
+            prologue.append(
+                f"{', '.join(symbolic)}{',' if len(symbolic) == 1 else ''} = _S.layouts"
+            )
+        body[:0] = prologue
+        sizes.bind(symbolic, rows, tuple(consts))
     lines += ["    " + line for line in body]
     return WrapperModule("\n".join(lines) + "\n", ns)
 
@@ -183,7 +226,7 @@ def _layout(t):
 
 
 def _extern_step(step):
-    def run(storages):
-        wrapper_runtime.run_extern(step.buffer, storages)
+    def run(storages, values=None):
+        wrapper_runtime.run_extern(step.buffer, storages, values)
 
     return run

@@ -54,7 +54,10 @@ def _broadcast_loader(x, out_shape: tuple, to: dt.dtype) -> Callable:
         return load_scalar
     inner = x.loader
     lead = len(out_shape) - len(x.shape)
-    broadcast = [s == 1 and out_shape[lead + i] != 1 for i, s in enumerate(x.shape)]
+    broadcast = [
+        not sym.same_size(s, out_shape[lead + i]) and s == 1 and out_shape[lead + i] != 1
+        for i, s in enumerate(x.shape)
+    ]
     src = x.dtype
 
     def load(index):

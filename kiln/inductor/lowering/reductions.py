@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...ops.core.registry import OPS
 from ...runtime import dtypes as dt
+from .. import sym
 from ..ir import ComputedBuffer, Layout, Reduction, TensorBox
 from ..virtualized import ops
 from .framework import (
@@ -111,6 +112,8 @@ def _split_point(ranges, rranges, rtype: str) -> int:
     Only where the order of combination may change: sums (float rounding differs by a few ulp,
     as it does between any two summation orders), min and max."""
     if ranges or rtype not in ("sum", "max", "min") or len(rranges) < 2:
+        return 0
+    if sym.is_symbolic(tuple(rranges)):  # kernels for every size: one pass, whatever the size
         return 0
     total = 1
     for s in rranges:

@@ -80,7 +80,10 @@ def _permute(out_meta, x, dims):
 def _expand(out_meta, x, size):
     out_shape = tuple(out_meta.shape)
     lead = len(out_shape) - len(x.shape)
-    broadcast = [s == 1 and out_shape[lead + i] != 1 for i, s in enumerate(x.shape)]
+    broadcast = [
+        not sym.same_size(s, out_shape[lead + i]) and s == 1 and out_shape[lead + i] != 1
+        for i, s in enumerate(x.shape)
+    ]
 
     def index_map(index):
         return [sym.ZERO if b else index[lead + i] for i, b in enumerate(broadcast)]

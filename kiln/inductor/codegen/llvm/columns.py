@@ -78,8 +78,8 @@ class ColumnEmitter:
             if v is plan.row_vars[0]:
                 env[v] = rem
             else:
-                env[v] = b.srem(rem, ir.Constant(I64, v.size))
-                rem = b.sdiv(rem, ir.Constant(I64, v.size))
+                env[v] = b.srem(rem, self.sizes.value(v.size))
+                rem = b.sdiv(rem, self.sizes.value(v.size))
         return env
 
     def slot_load(self, name, ci, lanes):
@@ -154,7 +154,7 @@ class ColumnEmitter:
 
         r = plan.rvar
         self.loop(
-            ir.Constant(I64, r.size),
+            self.sizes.value(r.size),
             lambda ri: self._columns(env, count, accumulate, {r: ri}),
             "red",
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ....runtime import dtypes as dt
+from ....runtime.symbolic import SymInt
 from ... import sym
 from ...dependencies import RecordingHandler
 from ...ir import ComputedBuffer, Pointwise, Reduction
@@ -23,6 +24,7 @@ from ...virtualized import set_ops_handler
 from .columns import ColumnEmitter
 from .loop_plan import InnerLoop, LoopPlan
 from .ops_handler import LLVMOps
+from .sizes import SizeValues
 from .values import (
     F32,
     I8,
@@ -81,6 +83,7 @@ class KernelEmitter(ColumnEmitter):
         buffer_dtypes: dict,
         locals_: set,
         buffer_sizes: dict | None = None,
+        symbols: tuple = (),
     ):
         self.module = module
         self.plan = plan
@@ -97,6 +100,8 @@ class KernelEmitter(ColumnEmitter):
         self._pointers: dict = {}
         self.j = plan.j
         self.buffer_sizes = buffer_sizes or {}
+        # kernels for every size: symbol values follow the buffer pointers (``SizeValues``)
+        self.sizes = SizeValues(self.builder, self.function, self._symbols_pointer, symbols)
         # column reductions: name -> (alloca of one value per column of the block, dtype)
         self.col_slots: dict = {}
 
@@ -109,21 +114,28 @@ class KernelEmitter(ColumnEmitter):
             return offsets
         lo, hi = expr.bounds()
         if (
-            lo >= 0
-            and hi < size
+            sym.known(">=", lo, 0)
+            and sym.known("<", hi, size)
             and not any(isinstance(a, sym.Indirect) for a in _atoms_deep(expr))
         ):
             return offsets
         b = self.builder
         t = offsets.type
         zero = ir.Constant(t, None)
-        top = (
-            ir.Constant(t, max(size - 1, 0))
-            if lanes == 1
-            else ir.Constant(t, [max(size - 1, 0)] * lanes)
-        )
+        last = size - 1 if size.__class__ is not int else max(size - 1, 0)
+        top = self.sizes.value(last) if lanes == 1 else self.sizes.vector(last, lanes)
         offsets = b.select(b.icmp_signed("<", offsets, zero), zero, offsets)
         return b.select(b.icmp_signed(">", offsets, top), top, offsets)
+
+    def _symbols_pointer(self):
+        ptr = self._pointers.get(None)
+        if ptr is None:
+            b = self.builder
+            with b.goto_entry_block():
+                raw = b.load(b.gep(self.args, [ir.Constant(I64, len(self.buffer_args))]))
+                ptr = b.bitcast(raw, I64.as_pointer(), name="sizes")
+            self._pointers[None] = ptr
+        return ptr
 
     def pointer(self, name):
         ptr = self._pointers.get(name)
@@ -165,13 +177,13 @@ class KernelEmitter(ColumnEmitter):
             return self._emit_index_vec(expr, env, lanes)
         if lanes > 1:
             return self.splat(self.emit_index(expr, env, 1), lanes)
-        out = ir.Constant(I64, expr.const)
+        out = self.sizes.value(expr.const)
         for atom, c in expr.terms.items():
             if isinstance(atom, (sym.Var, sym.Indirect)):
                 v = env[atom]
             else:
                 v = self._div_mod(atom, self.emit_index(atom.expr, env, 1), I64)
-            term = v if c == 1 else b.mul(v, ir.Constant(I64, c))
+            term = v if c == 1 else b.mul(v, self.sizes.value(c))
             out = term if (isinstance(out, ir.Constant) and out.constant == 0) else b.add(out, term)
         return out
 
@@ -183,6 +195,8 @@ class KernelEmitter(ColumnEmitter):
         lanes = ty.count if isinstance(ty, ir.VectorType) else 0
 
         def const(v):
+            if v.__class__ is SymInt:
+                return self.sizes.vector(v, lanes) if lanes else self.sizes.value(v)
             return ir.Constant(ty, [v] * lanes) if lanes else ir.Constant(ty, v)
 
         rem = b.srem(value, const(d))
@@ -217,7 +231,7 @@ class KernelEmitter(ColumnEmitter):
                 v = b.add(self.splat(env[j], lanes), ir.Constant(vty, list(range(lanes))))
             else:
                 v = self._div_mod(atom, self._emit_index_vec(atom.expr, env, lanes), vty)
-            out = b.add(out, v if c == 1 else b.mul(v, ir.Constant(vty, [c] * lanes)))
+            out = b.add(out, v if c == 1 else b.mul(v, self.sizes.vector(c, lanes)))
         return out
 
     def loop(self, count, body, name: str, step: int = 1, start=None):
@@ -268,12 +282,12 @@ class KernelEmitter(ColumnEmitter):
     def _inner_count(self, row):
         plan = self.plan
         if not plan.chunked:
-            return ir.Constant(I64, plan.inner_size)
+            return self.sizes.value(plan.inner_size)
         b = self.builder
         remaining = b.sub(
-            ir.Constant(I64, plan.total), b.mul(row, ir.Constant(I64, plan.inner_size))
+            self.sizes.value(plan.total), b.mul(row, self.sizes.value(plan.inner_size))
         )
-        chunk = ir.Constant(I64, plan.inner_size)
+        chunk = self.sizes.value(plan.inner_size)
         return b.select(b.icmp_signed("<", remaining, chunk), remaining, chunk)
 
     def emit_row_scalar(self, node: ComputedBuffer, env):
@@ -627,8 +641,11 @@ def emit_kernel(
     buffer_dtypes: dict,
     locals_: set,
     buffer_sizes: dict | None = None,
+    symbols: tuple = (),
 ) -> ir.Function:
-    emitter = KernelEmitter(module, name, plan, buffer_args, buffer_dtypes, locals_, buffer_sizes)
+    emitter = KernelEmitter(
+        module, name, plan, buffer_args, buffer_dtypes, locals_, buffer_sizes, symbols
+    )
     emitter.emit()
     return emitter.function
 

@@ -79,13 +79,13 @@ def _accesses(buf: ComputedBuffer, index, rindex) -> list:
 
 def _mergeable(dims_vars, k, exprs) -> bool:
     a, b = dims_vars[k], dims_vars[k + 1]
-    if a.size == 1 or b.size == 1:
+    if sym.known("==", a.size, 1) or sym.known("==", b.size, 1):
         return True
     for e in exprs:
         for atom in e.atoms():
             if not isinstance(atom, sym.Var) and (atom.free_vars() & {a, b}):
                 return False
-        if e.coeff(a) != e.coeff(b) * b.size:
+        if not sym.same_size(e.coeff(a), e.coeff(b) * b.size):
             return False
     return True
 
@@ -133,7 +133,9 @@ def _split_dims(sizes, index_fn):
             inner = atom.expr
             d = atom.div if isinstance(atom, sym.FloorDiv) else atom.mod
             for v, c in inner.terms.items():
-                if v in factors and c > 0 and d % c == 0:
+                if v not in factors or sym.is_symbolic((v.size, c)):
+                    continue  # symbolic dims are not split: their divisors are not known
+                if c > 0 and d % c == 0:
                     f = d // c
                     if 1 < f < v.size and v.size % f == 0:
                         factors[v].add(f)
@@ -182,12 +184,10 @@ def _expand(original_sizes, merged_sizes, merged_exprs):
     for m_size, m_expr in zip(merged_sizes, merged_exprs):
         group = []
         prod = 1
-        while prod < m_size or (not group and k < len(original_sizes)):
+        while k < len(original_sizes) and (not group or not sym.known("==", prod, m_size)):
             group.append(original_sizes[k])
             prod *= original_sizes[k]
             k += 1
-            if prod == m_size:
-                break
         # peel the group's dims off the merged index, innermost last
         strides = []
         acc = 1
@@ -196,8 +196,8 @@ def _expand(original_sizes, merged_sizes, merged_exprs):
             acc *= s
         strides.reverse()
         for s, st in zip(group, strides):
-            e = m_expr // st if st != 1 else m_expr
-            out.append(e % s if st * s != m_size else e)
+            e = m_expr // st if not sym.known("==", st, 1) else m_expr
+            out.append(e % s if not sym.known("==", st * s, m_size) else e)
     while k < len(original_sizes):  # trailing size-1 dims
         out.append(sym.ZERO)
         k += 1
@@ -251,11 +251,23 @@ def plan_kernel(kernel: Kernel) -> LoopPlan:
         return plan
     split, join = _split_dims(outer, lambda vs: node_exprs(vs, []))
     merged = _merge_dims(split, lambda vs: node_exprs(join(vs), []))
-    if len(merged) == 1:
+    inner = _concrete_inner(split) if len(merged) == 1 and sym.is_symbolic(merged[0]) else 1
+    if inner >= 8:
+        # a symbolic flat loop: rows of its concrete trailing elements, so that every index is
+        # provably inside its buffer (chunks of CHUNK would end past it for some sizes)
+        row = sym.Var("x0", merged[0] // inner)
+        j = sym.Var("r0", inner)
+        exprs = join(_expand(split, merged, [sym.as_expr(row) * inner + j]))
+        plan = LoopPlan(kernel, (row.size,), inner, False, 0, row_vars=[row], j=j)
+    elif len(merged) == 1:
         total = merged[0]
-        rows = max((total + CHUNK - 1) // CHUNK, 1)
+        if sym.is_symbolic(total):  # at least 2 elements; the last row is cut where they end
+            rows = (total + CHUNK - 1) // CHUNK
+            j = sym.Var("r0", CHUNK)
+        else:
+            rows = max((total + CHUNK - 1) // CHUNK, 1)
+            j = sym.Var("r0", min(CHUNK, max(total, 1)))
         row = sym.Var("x0", rows)
-        j = sym.Var("r0", min(CHUNK, max(total, 1)))
         flat = sym.as_expr(row) * CHUNK + j
         exprs = join(_expand(split, merged, [flat]))
         plan = LoopPlan(kernel, (rows,), j.size, True, total, row_vars=[row], j=j)
@@ -269,6 +281,16 @@ def plan_kernel(kernel: Kernel) -> LoopPlan:
     plan.steps = [InnerLoop(list(nodes), _vectorizable(plan, nodes))]
     plan.forward_only = _find_forward_only(plan)
     return plan
+
+
+def _concrete_inner(sizes: tuple) -> int:
+    """The element count of the trailing dims after the last symbolic one."""
+    n = 1
+    for size in reversed(sizes):
+        if sym.is_symbolic(size):
+            break
+        n *= size
+    return n
 
 
 def _find_forward_only(plan: LoopPlan) -> set:
@@ -306,6 +328,8 @@ def _find_forward_only(plan: LoopPlan) -> set:
 def _vectorizable(plan: LoopPlan, nodes) -> bool:
     """Vector code handles any access (strided ones become gathers); it only skips tiny loops
     and loops where a value written is read back at another position of the same loop."""
+    if sym.is_symbolic(plan.inner_size):  # vector loops with a scalar tail suit every size
+        return True
     return plan.inner_size >= 8 or plan.chunked
 
 
@@ -373,7 +397,9 @@ def _column_plan(kernel: Kernel, plan: LoopPlan, outer, inner, merged_outer):
     (a bias gradient's cast) runs vectorized over the block too. Reductions whose value is
     combined in another order than the eager one are left alone (argmax/argmin, welford).
     """
-    if not merged_outer or plan.j is None or plan.j.size < 2:
+    if not merged_outer or plan.j is None or sym.is_symbolic(tuple(merged_outer)):
+        return None  # symbolic columns: their blocks would depend on the sizes
+    if plan.j.size.__class__ is int and plan.j.size < 2:
         return None
     n_last = merged_outer[-1]
     if n_last < 8:

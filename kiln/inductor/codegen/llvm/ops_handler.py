@@ -14,6 +14,7 @@ import math
 from llvmlite import ir
 
 from ....runtime import dtypes as dt
+from ....runtime.symbolic import SymInt
 from ... import sym
 from ...prims import shared_formula
 from . import math_library as llvm_math
@@ -132,7 +133,8 @@ class LLVMOps:
             coeff = expr.coeff(j)
             rest = expr - sym.as_expr(j) * coeff
             lo, hi = expr.bounds()
-            in_bounds = lo >= 0 and hi < e.buffer_sizes.get(name, hi + 1)
+            size = e.buffer_sizes.get(name)
+            in_bounds = sym.known(">=", lo, 0) and (size is None or sym.known("<", hi, size))
             if coeff == 1 and not e.varies(rest, self.env) and in_bounds:
                 base = e.emit_index(rest, self.env, 1)
                 ptr = self.b.gep(self.b.gep(e.pointer(name), [base]), [self.env[j]])
@@ -161,6 +163,13 @@ class LLVMOps:
         return raw
 
     def constant(self, value, dtype):
+        if value.__class__ is SymInt:  # a size used as a number (a mean's element count)
+            size = (
+                self.e.sizes.value(value)
+                if self.lanes == 1
+                else self.e.sizes.vector(value, self.lanes)
+            )
+            return self.to_dtype(V(size, dt.int64), dtype)
         return V(self.const_of(value, dtype), dtype)
 
     def index_expr(self, expr, dtype):
@@ -174,7 +183,8 @@ class LLVMOps:
         if value.dtype is not dt.int64:
             v = self.b.sext(v, t) if value.dtype.is_signed else self.b.zext(v, t)
         zero = ir.Constant(t, None)
-        size_c = ir.Constant(t, size) if self.lanes == 1 else ir.Constant(t, [size] * self.lanes)
+        sizes = self.e.sizes
+        size_c = sizes.value(size) if self.lanes == 1 else sizes.vector(size, self.lanes)
         neg = self.b.icmp_signed("<", v, zero)
         wrapped = self.b.select(neg, self.b.add(v, size_c), v)
         self.env[atom] = wrapped
