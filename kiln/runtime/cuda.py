@@ -516,8 +516,9 @@ def empty(shape, dtype: dt.dtype, index: int = 0, strides=None) -> CudaArray:
 
 def from_numpy(a: np.ndarray, dtype: dt.dtype, index: int = 0) -> CudaArray:
     """Copy a host array to a new contiguous device array."""
+    shape = np.shape(a)  # ascontiguousarray makes 0-d arrays 1-d
     a = np.ascontiguousarray(a)
-    out = empty(a.shape, dtype, index)
+    out = empty(shape, dtype, index)
     if a.nbytes:
         d = out.buffer.driver
         d.activate(index)
