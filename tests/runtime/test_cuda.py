@@ -318,6 +318,15 @@ class FakeLibcuda:
     def _cuGetErrorString(self, code, out):
         out._obj.value = b"out of memory"
 
+    def _cuStreamCreateWithPriority(self, stream, flags, priority):
+        stream._obj.value = 0x5000
+
+    def _cuEventCreate(self, event, flags):
+        event._obj.value = 0xE000 + flags
+
+    def _cuEventElapsedTime(self, ms, start, end):
+        ms._obj.value = 1.5
+
 
 def test_driver_bindings_follow_the_driver_api():
     lib = FakeLibcuda()
@@ -332,6 +341,34 @@ def test_driver_bindings_follow_the_driver_api():
     d.free(0x10000)
     d.synchronize()
     assert {"cuMemAlloc_v2", "cuMemFree_v2", "cuCtxSynchronize"} <= set(lib.calls)
+
+
+def test_stream_and_event_bindings_follow_the_driver_api():
+    lib = FakeLibcuda(fail={"cuStreamQuery": 600})  # CUDA_ERROR_NOT_READY: still busy
+    d = cuda.CudaDriver(lib)
+    stream = d.stream_create()
+    assert stream == 0x5000 and d.stream_query(stream) is False
+    assert d.event_create(timing=False) == 0xE002  # CU_EVENT_DISABLE_TIMING
+    start, end = d.event_create(timing=True), d.event_create(timing=True)
+    d.event_record(start, stream)
+    d.stream_wait_event(0, start)
+    assert d.event_query(end) is True and d.event_elapsed_ms(start, end) == 1.5
+    d.stream_synchronize(stream)
+    d.event_destroy(start)
+    d.stream_destroy(stream)
+    expected = {
+        "cuStreamCreateWithPriority",
+        "cuStreamQuery",
+        "cuEventCreate",
+        "cuEventRecord",
+        "cuStreamWaitEvent",
+        "cuEventQuery",
+        "cuEventElapsedTime",
+        "cuStreamSynchronize",
+        "cuEventDestroy_v2",
+        "cuStreamDestroy_v2",
+    }
+    assert expected <= set(lib.calls)
 
 
 def test_driver_errors_name_the_call_and_the_reason():

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from ...runtime import cuda
+from ...runtime import cuda, cuda_streams
 from ...runtime import dtypes as dt
 from .. import wrapper_runtime
 from ..ir import Layout
@@ -40,6 +40,22 @@ def _owner(arg) -> cuda.DeviceBuffer:
     return arg.owner if isinstance(arg, DevicePointer) else arg.untyped_storage().owner
 
 
+def _launch_on_current_streams() -> None:
+    """Make Triton launch on kiln's current stream of the device (without PyTorch, Triton's
+    launcher would use the default stream)."""
+    from triton.runtime import driver
+
+    active = driver.active
+    if getattr(active, "kiln_streams", False):
+        return
+    active.get_current_stream = lambda device=None: (
+        cuda_streams.current_stream(
+            cuda.current_device() if device is None else int(device)
+        ).cuda_stream
+    )
+    active.kiln_streams = True
+
+
 class CudaKernelRuntime:
     """``rt`` of generated modules on one CUDA device (see the module docstring)."""
 
@@ -50,6 +66,8 @@ class CudaKernelRuntime:
         self.driver = cuda.require(index)
         self.interpret = bool(self.driver.emulated)
         self._tuned: dict = {}
+        if not self.interpret:
+            _launch_on_current_streams()
 
     @classmethod
     def for_device(cls, dev) -> CudaKernelRuntime:

@@ -362,7 +362,11 @@ def _trace_body(op, args: tuple, template: list, trial: int, scalar_values: list
         gm = trace(single_op, *fakes, decompositions="prims")
         lowered = GraphLowering(gm, fakes).run()
     except Exception as e:  # noqa: BLE001 - not traceable this way: a single-op graph does it
-        raise NotElementwiseError(f"tracing failed ({type(e).__name__}: {e})") from e
+        reason = f"tracing failed ({type(e).__name__}: {e})"
+    else:
+        reason = None
+    if reason is not None:
+        raise NotElementwiseError(reason)
     if lowered.fallbacks or len(lowered.outputs) != 1 or lowered.outputs[0][0] != "buffer":
         raise NotElementwiseError("not one computed output")
     out = lowered.outputs[0][1]
@@ -382,8 +386,19 @@ def _trace_body(op, args: tuple, template: list, trial: int, scalar_values: list
     return _print_body(out.data.inner_fn, inputs, computed, scalar_values, index, out.dtype)
 
 
+@dataclass(frozen=True)
+class _Refused:
+    """A remembered refusal (a string, not the exception: a traceback would keep the first
+    call's tensors alive)."""
+
+    reason: str
+
+
+_BAKE = "bake"  # a family key whose scalars must stay constants: one family per value
+
+
 def _family_for(op, args: tuple, template: list) -> tuple[Family, bool]:
-    """The family of this call (built on first use; ``NotElementwiseError`` remembered too), and whether
+    """The family of this call (built on first use; refusals are remembered too), and whether
     its scalars are baked into it (then it serves only these values)."""
     scalars = [a for a, k in zip(args, template) if k == "S"]
     classes = [_scalar_class(s) for s in scalars]
@@ -400,25 +415,27 @@ def _family_for(op, args: tuple, template: list) -> tuple[Family, bool]:
     family = _families.get(key)
     if family is None:
         family = _families[key] = _build_family(op, args, template, scalars, classes)
-    if isinstance(family, NotElementwiseError):
-        raise family
-    if family == "baked":  # the scalars stay constants: a family per value
-        baked = (key, tuple((type(s).__name__, s) for s in scalars))
-        family = _families.get(baked)
+    baked = family == _BAKE
+    if baked:
+        key = (key, tuple((type(s).__name__, s) for s in scalars))
+        family = _families.get(key)
         if family is None:
-            nones = [None] * len(scalars)
-            try:
-                family = _new_family(_trace_body(op, args, template, 0, nones))
-            except NotElementwiseError as e:
-                family = e
-            _families[baked] = family
-        if isinstance(family, NotElementwiseError):
-            raise family
-        return family, True
-    return family, False
+            family = _families[key] = _guarded(op, args, template, 0, [None] * len(scalars))
+    if isinstance(family, _Refused):
+        raise NotElementwiseError(family.reason)
+    return family, baked
 
 
-def _build_family(op, args, template, scalars, classes):
+def _guarded(op, args, template, trial, values) -> Family | _Refused:
+    try:
+        return _new_family(_trace_body(op, args, template, trial, values))
+    except NotElementwiseError as e:
+        return _Refused(str(e))
+
+
+def _build_family(op, args, template, scalars, classes) -> Family | _Refused | str:
+    """The family with the scalars as arguments; ``_BAKE`` when they must stay constants."""
+    has_scalars = any(c is not None for c in classes)
     trials = []
     for trial in range(len(_PRIMES)):
         values = [
@@ -428,19 +445,13 @@ def _build_family(op, args, template, scalars, classes):
         try:
             trials.append(_trace_body(op, args, template, trial, values))
         except NotElementwiseError as e:
-            if any(c is not None for c in classes):
-                return "baked"
-            return e
+            return _BAKE if has_scalars else _Refused(str(e))
     a, b = trials
     if a.lines != b.lines or a.scalar_args != b.scalar_args:
-        return (
-            "baked"
-            if any(c is not None for c in classes)
-            else NotElementwiseError("shape-dependent")
-        )
+        return _BAKE if has_scalars else _Refused("the body depends on the shape")
     used = {s.scalar for s in a.scalar_args}
     if any(c is not None and i not in used for i, c in enumerate(classes)):
-        return "baked"
+        return _BAKE
     return _new_family(a)
 
 
