@@ -88,6 +88,8 @@ class CompileContext:
         self.fullgraph = fullgraph
         self.dynamic = dynamic
         self.options = dict(options or {})
+        if backend == "inductor":
+            self.options.update(_MODE_OPTIONS.get(mode, {}))
         self.mode = mode
         self.listeners: list = []
         # Held weakly: a frame cache lives as long as its wrapper (and so its compiled graphs
@@ -562,8 +564,12 @@ def _context_for(backend, fullgraph, dynamic, options, mode) -> CompileContext:
     return ctx
 
 
-# PyTorch's ``mode=`` names (all compile the same way here), in the order its error lists them
+# PyTorch's ``mode=`` names, in the order its error lists them, and the inductor options they set
 _MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+_MODE_OPTIONS = {
+    "reduce-overhead": {"triton.cudagraphs": True},
+    "max-autotune": {"triton.cudagraphs": True},
+}
 
 
 def compile(

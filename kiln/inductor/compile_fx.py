@@ -150,6 +150,8 @@ def compile_graph(gm, example_inputs, options: dict | None = None) -> CompiledGr
 
         compiled = TritonCompiledGraph(sched, device, options)
     else:
+        if options.get("triton.cudagraphs"):
+            klog.log("cudagraphs", "skipping cudagraphs due to cpu device")
         mutations = gm.graph.output_node.meta.get("input_mutations", ())
         compiled = CompiledGraph(sched, codegen, _graph_key(gm, example_inputs, codegen), mutations)
     _dump(gm, compiled)

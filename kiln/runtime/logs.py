@@ -24,6 +24,7 @@ ARTIFACTS = (
     "aot",
     "inductor",
     "output_code",
+    "cudagraphs",
 )
 
 _enabled: set[str] = set()
