@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kiln.inductor.codegen import llvm_jit, llvm_math
+from kiln.inductor.codegen.llvm import jit as llvm_jit
+from kiln.inductor.codegen.llvm import math_library as llvm_math
 
 try:  # numpy has no erf; scipy is optional
     from scipy.special import erf as _scipy_erf

@@ -120,8 +120,8 @@ from . import amp, cpu  # noqa: E402
 from . import testing  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from .runtime.dtype_info import can_cast, finfo, iinfo  # noqa: E402
-from .ops.api import *  # noqa: E402,F401,F403
-from .ops import namespace as _namespace  # noqa: E402
+from .ops.creation.api import *  # noqa: E402,F401,F403
+from .ops.core import namespace as _namespace  # noqa: E402
 
 pi = _math.pi
 e = _math.e
@@ -140,7 +140,7 @@ short = int16
 
 globals().update(_namespace.public_functions())
 globals().update({n: getattr(amp.autocast_mode, n) for n in amp.autocast_mode.TORCH_NAMESPACE})
-from . import backends, compiler, dynamo  # noqa: E402
+from . import backends, compiler  # noqa: E402
 from . import special  # noqa: E402
 from . import fft  # noqa: E402
 from . import return_types  # noqa: E402,F401
@@ -157,22 +157,8 @@ from .amp import GradScaler  # noqa: E402
 
 legacy_contiguous_format = contiguous_format  # PyTorch's older name of the same format
 from .symbolic import *  # noqa: E402,F403
-from .dynamo import compile  # noqa: E402,A004
-from .dynamo.control_flow import _assert, cond  # noqa: E402 - torch.cond, torch._assert
-
-# PyTorch code reaches the capture frontend as ``torch._dynamo`` (reset, explain, config), the
-# compiler's knobs as ``torch._inductor.config``; ``import torch._dynamo.config`` must find the
-# very module kiln reads (a second copy would take the settings and ignore them)
 from . import _logging  # noqa: E402
-from .inductor import config as _inductor_config  # noqa: E402
-
-_dynamo = dynamo
-_inductor = _sys.modules[__name__ + ".inductor"]
-for _alias, _module in {
-    "_dynamo": dynamo, "_dynamo.config": dynamo.config,
-    "_inductor": _inductor, "_inductor.config": _inductor_config,
-}.items():  # fmt: skip
-    _sys.modules[f"{__name__}.{_alias}"] = _module
+from . import _compiler_stack  # noqa: E402
 
 
 def _load_cuda_kernels():
@@ -184,21 +170,20 @@ def _load_cuda_kernels():
 
 
 _devices.set_kernel_provider(_load_cuda_kernels)
+_compiler_stack.install()
 
-# ``SummaryWriter.add_graph`` (in ``kiln.utils``, below the tracer) captures models with ``kiln.ir``
-from .ir import trace as _trace_graph  # noqa: E402
+
+def _trace_graph(*args, **kwargs):
+    """``SummaryWriter.add_graph`` (in ``kiln.utils``, below the tracer) captures models with
+    ``kiln.ir``, imported on that first use (``import kiln`` leaves the compiler out)."""
+    from .ir import trace
+
+    return trace(*args, **kwargs)
+
+
 from .utils.tensorboard import tracing as _tensorboard_tracing  # noqa: E402
 
 _tensorboard_tracing.set_graph_tracer(_trace_graph)
-
-
-def _load_builtin_backends():
-    """``kiln.compile``'s built-in backends sit above the compiler's registry (in dynamo), so
-    they are registered through this hook, on the first lookup."""
-    from . import builtin_backends  # noqa: F401
-
-
-dynamo.backends.set_builtin_loader(_load_builtin_backends)
 
 
 def is_vulkan_available() -> bool:
@@ -229,6 +214,10 @@ __version__ = version.__version__
 
 
 def __getattr__(name: str):
+    value = _compiler_stack.facade_attribute(name)
+    if value is not _compiler_stack.MISSING:
+        globals()[name] = value  # looked up once: later reads are plain attribute reads
+        return value
     if name in ("complex32", "chalf"):
         raise AttributeError(
             f"kiln has no {name} dtype (complex numbers with half-precision parts): use "

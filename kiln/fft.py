@@ -10,9 +10,10 @@ both). Outputs are complex64 for float32 input, complex128 for float64.
 
 from __future__ import annotations
 
-from .ops import OPS, api
-from .ops.common import wrap_dim
-from .ops.reductions import torch_type_name
+from .ops import OPS
+from .ops.core.common import wrap_dim
+from .ops.creation import api
+from .ops.reductions.reduce import torch_type_name
 from .runtime import dtypes as dt
 from .runtime.tensor import Tensor
 

@@ -9,7 +9,7 @@ functions are not provided.
 
 from __future__ import annotations
 
-from .ops.linalg_functions import (
+from .ops.linalg.linalg_namespace import (
     LinAlgError,
     cholesky,
     cholesky_ex,

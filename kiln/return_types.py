@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .ops.registry import RETURN_TYPES
+from .ops.core.registry import RETURN_TYPES
 
 
 def __getattr__(name: str) -> type:

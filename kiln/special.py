@@ -3,12 +3,12 @@
 Each name is an op (or a thin argument-parsing wrapper around one) defined in ``kiln.ops``: the
 functions ``torch.special`` shares with the main namespace are the same ops (``special.expit`` is
 ``kiln.sigmoid``), and the ones only ``torch.special`` has are the ``special_*`` ops of
-``kiln.ops.special_math``.
+``kiln.ops.special.functions``.
 """
 
 from __future__ import annotations
 
-from .ops.registry import OPS
+from .ops.core.registry import OPS
 from .runtime.tensor import Tensor
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "round",
     "sinc",
     "softmax",
+    "spherical_bessel_j0",
     "xlog1py",
     "xlogy",
     "zeta",
@@ -72,6 +73,7 @@ xlog1py = OPS["special_xlog1py"]
 zeta = OPS["special_zeta"]
 bessel_j0 = OPS["special_bessel_j0"]
 bessel_j1 = OPS["special_bessel_j1"]
+spherical_bessel_j0 = OPS["special_spherical_bessel_j0"]
 
 
 def xlogy(input, other) -> Tensor:  # noqa: A002
@@ -84,7 +86,7 @@ def xlogy(input, other) -> Tensor:  # noqa: A002
 
 
 def _scalar_dtype(value, other: Tensor):
-    from .ops.common import result_dtype, to_float_dtype
+    from .ops.core.common import result_dtype, to_float_dtype
 
     return to_float_dtype(result_dtype(value, other))
 

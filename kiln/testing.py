@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .ops import api
+from .ops.creation import api
 from .runtime import dtypes as dt
 from .runtime.tensor import Tensor
 

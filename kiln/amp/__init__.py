@@ -1,7 +1,7 @@
 """``kiln.amp``: automatic mixed precision (``autocast``) and loss scaling (``GradScaler``).
 
-``autocast_mode`` holds the autocast state and the per-op casting the dispatcher applies;
-``policies`` the tables of which ops run in low precision or float32; ``grad_scaler`` the scaler.
+``autocast_mode`` holds the autocast state and the per-op casting the dispatcher applies (each
+op declares its policy where it is defined); ``grad_scaler`` the scaler.
 ``kiln.cuda.amp`` and ``kiln.cpu.amp`` are PyTorch's deprecated device-specific spellings.
 """
 

@@ -4,11 +4,31 @@ The state is per thread like grad mode (PyTorch's): the thread's ``ThreadState.a
 holds an interned ``_Config`` naming the enabled device types and their dtypes (None when none
 is enabled); beside it, per thread too, live a dtype per device type for when it is off, the
 weight-cast cache and the nesting depth. The dispatcher hands an op to ``_Config.run`` only
-when a config is set and the op has a policy (``policies.py``), so ops cost one slot read when
-autocast is off; compiled code guards on the config's identity. Casts go through the dispatcher
-like any op, above autograd: gradients flow back through them to float32 parameters, and a
-tracing mode records them, so a captured graph carries its casts explicitly. The op itself then
-runs with autocast suspended, as PyTorch excludes its autocast key inside an autocast kernel.
+when a config is set and the op has a policy, so ops cost one slot read when autocast is off;
+compiled code guards on the config's identity. Casts go through the dispatcher like any op,
+above autograd: gradients flow back through them to float32 parameters, and a tracing mode
+records them, so a captured graph carries its casts explicitly. The op itself then runs with
+autocast suspended, as PyTorch excludes its autocast key inside an autocast kernel.
+
+Policies follow PyTorch's autocast op lists. Each op declares its own (``defop(autocast=...)``),
+and Python-level functions that are not single ops in kiln (``F.conv2d``, ``F.kl_div``...) declare
+theirs with ``autocast_policy``. A policy, per device type, says what autocast does to the
+floating-point inputs before the op runs:
+
+- ``"lower"``: cast them to the region's low-precision dtype (matmuls, convolutions);
+- ``"fp32"``: cast them to float32 (losses, reductions and transcendental functions that lose
+  too much in 16 bits);
+- ``"fp32_set_dtype"``: run in float32 by filling the op's ``dtype`` argument when the caller
+  left it ``None`` (softmax, sum, ... on CUDA);
+- ``"promote"``: cast all of them to the widest of their dtypes (``cat``, ``stack``);
+- ``"none"``: run with autocast off: kiln composites whose PyTorch counterpart is one kernel
+  that autocast leaves alone (``mv``, ``bilinear``), so their matmul parts stay in float32;
+- ``"banned"``: refuse (``binary_cross_entropy`` under CUDA autocast);
+- a function of the call's ``(args, kwargs)`` returning one of those strings or None, for
+  functions whose PyTorch op depends on an argument (``F.pad``'s mode).
+
+Ops without a policy run unchanged; their parts, if they are composites, are looked up in turn,
+as in PyTorch, where a composite op's parts pass through the autocast dispatch key.
 """
 
 from __future__ import annotations
@@ -20,10 +40,10 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from ..ops.core.registry import OPS
 from ..runtime import dtypes as _dt
 from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
-from .policies import AUTOCAST_DEVICE_TYPES, POLICIES
 
 __all__ = [
     "autocast",
@@ -42,6 +62,7 @@ __all__ = [
     "autocast_decrement_nesting",
 ]
 
+AUTOCAST_DEVICE_TYPES = ("cpu", "cuda")
 _DEFAULT_FAST_DTYPE = {"cpu": _dt.bfloat16, "cuda": _dt.float16}
 
 
@@ -228,8 +249,8 @@ def _eligible(t: Any, device_type: str) -> bool:
 
 
 def _convert(t: Tensor, dtype: _dt.dtype) -> Tensor:
-    from ..ops.dispatch import dispatch
-    from ..ops.registry import OPS
+    from ..ops.core.dispatch import dispatch
+    from ..ops.core.registry import OPS
 
     return dispatch(OPS["convert_element_type"], (t, dtype))
 
@@ -315,8 +336,9 @@ def _suspended(config, fn: Callable, *args, **kwargs):
 class _Config:
     """One combination of enabled device types and their dtypes.
 
-    Interned per combination, so compiled code can guard on it by identity; ``policies`` holds
-    only the entries of the enabled device types, so the dispatcher's membership test is exact.
+    Interned per combination, so compiled code can guard on it by identity; ``policies`` maps
+    the ops with a policy for an enabled device type to those policies (gathered from the op
+    records), so the dispatcher's membership test is exact.
     """
 
     __slots__ = ("dtypes", "policies", "_single")
@@ -324,10 +346,11 @@ class _Config:
     def __init__(self, key: tuple):
         self.dtypes = dict(key)
         self.policies = {}
-        for name, per_device in POLICIES.items():
-            mine = {d: p for d, p in per_device.items() if d in self.dtypes}
-            if mine:
-                self.policies[name] = mine
+        for op in OPS.values():
+            if op.autocast is not None:
+                mine = {d: p for d, p in op.autocast.items() if d in self.dtypes}
+                if mine:
+                    self.policies[op] = mine
         self._single: dict = {}
 
     def __repr__(self) -> str:
@@ -344,21 +367,21 @@ class _Config:
             single = self._single[device_type] = _config(((device_type, self.dtypes[device_type]),))
         return single
 
-    def _policy(self, name: str, device_type: str | None, args: tuple, kwargs: dict):
-        policy = self.policies[name].get(device_type)
+    def _policy(self, per_device: dict, device_type: str | None, args: tuple, kwargs: dict):
+        policy = per_device.get(device_type) if device_type in self.dtypes else None
         if policy is not None and not isinstance(policy, str):
             policy = policy(args, kwargs)
         return policy
 
     def run(self, op, args: tuple):
         """Dispatcher entry: cast ``op``'s positional arguments by its policy, then run it."""
-        from ..ops.dispatch import dispatch
+        from ..ops.core.dispatch import dispatch
 
         device_type = None
         for a in _tensors(args):
             device_type = a._device.type
             break
-        policy = self._policy(op.name, device_type, args, {})
+        policy = self._policy(self.policies[op], device_type, args, {})
         if policy is None:
             return _suspended(self.only(device_type), dispatch, op, args)
         lower = self.dtypes[device_type]
@@ -373,12 +396,12 @@ class _Config:
                 args = tuple(_cast_value(a, dtype, device_type, lower) for a in args)
         return _suspended(None, dispatch, op, args)
 
-    def prepare(self, name: str, args: tuple, kwargs: dict) -> tuple:
-        """Python-level functions (``autocast_policy``): the arguments cast by the policy and
-        the autocast state to call the function under."""
+    def prepare(self, per_device: dict, args: tuple, kwargs: dict) -> tuple:
+        """Python-level functions (``autocast_policy``): the arguments cast by the function's
+        policies (``per_device``) and the autocast state to call the function under."""
         found = _tensors(args) or _tensors(kwargs.values())
         device_type = found[0]._device.type if found else None
-        policy = self._policy(name, device_type, args, kwargs)
+        policy = self._policy(per_device, device_type, args, kwargs)
         if policy is None:
             return args, kwargs, self.only(device_type)
         lower = self.dtypes[device_type]
@@ -403,22 +426,27 @@ class _Config:
         raise AssertionError(f"unknown autocast policy {policy!r}")
 
 
-def autocast_policy(name: str) -> Callable:
-    """Give a Python-level function (not a single op) the autocast policy ``POLICIES[name]``.
+def autocast_policy(**per_device) -> Callable:
+    """Give a Python-level function (not a single op) its autocast policy per device type:
+    ``@autocast_policy(cpu="fp32", cuda="fp32")`` (the policies an op gives with ``defop``).
 
     Outside autocast the wrapper reads one thread-state slot and calls the function. Either way
     it adds exactly one frame between the caller and the function (mind ``warnings`` stack
     levels).
     """
+    unknown = set(per_device) - set(AUTOCAST_DEVICE_TYPES)
+    if unknown:
+        raise ValueError(f"autocast_policy: unknown device types {sorted(unknown)}")
+    devices = tuple(per_device)
 
     def deco(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             state = per_thread.state
             active = state.autocast
-            if active is None or name not in active.policies:
+            if active is None or not any(d in active.dtypes for d in devices):
                 return fn(*args, **kwargs)
-            args, kwargs, state.autocast = active.prepare(name, args, kwargs)
+            args, kwargs, state.autocast = active.prepare(per_device, args, kwargs)
             try:
                 return fn(*args, **kwargs)
             finally:

@@ -34,7 +34,7 @@ def _refresh_per_optimizer_state() -> dict[str, Any]:
 
 
 def _full(value, dtype, device) -> Tensor:
-    from ..ops.api import full
+    from ..ops.creation.api import full
 
     return full((), value, dtype=dtype, device=device)
 

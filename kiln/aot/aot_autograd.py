@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from ..autograd.grad_mode import no_grad
 from ..ir import Graph, GraphModule, Interpreter
 from ..ir.tracer import TracingMode
-from ..ops.fake import to_fake
+from ..ops.core.fake import to_fake
+from ..runtime.logs import compile_stage
 from ..runtime.state import compile_lock, per_thread
 from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_flatten
@@ -112,7 +113,7 @@ def _merge_common_subexpressions(graph: Graph) -> None:
 def _viewed_node(node):
     """The node a view node views (its first argument), or None for a non-view."""
     from ..ir import Node
-    from ..ops.registry import Op
+    from ..ops.core.registry import Op
 
     target = node.target
     if (
@@ -190,6 +191,7 @@ def _saved_layout(forward: Graph, num_fwd_outputs: int, num_graph: int):
     return checks, [i for i, s in enumerate(saved) if s in graph_outputs]
 
 
+@compile_stage("aot")
 def compile_entry(fn, args, kwargs, config: AOTConfig, with_grad: bool) -> CompiledEntry:
     """Trace and compile ``fn`` for these example arguments (real or fake tensors)."""
     graph, trace, mutated, num_fwd = _joint_graph(

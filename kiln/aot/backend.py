@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..ops.fake import to_fake
+from ..ops.core.fake import to_fake
 from ..runtime.state import per_thread
 from ..runtime.symbolic import SymInt, has_symbols
 from ..runtime.tensor import Tensor

@@ -7,8 +7,8 @@ non-prim op expanded (used by tests to check each decomposition against the op's
 
 from __future__ import annotations
 
-from ..ops.dispatch import DispatchMode, dispatch
-from ..ops.registry import OPS, Op
+from ..ops.core.dispatch import DispatchMode, dispatch
+from ..ops.core.registry import OPS, Op
 from ..runtime import dtypes as dt
 from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
@@ -126,7 +126,7 @@ class DecomposeMode(DispatchMode):
         return self.below(op, args)
 
     def below(self, op, args):
-        from ..ops.dispatch import run_below_autograd
+        from ..ops.core.dispatch import run_below_autograd
 
         modes = per_thread.state.mode_stack
         popped = modes.pop()
@@ -136,26 +136,22 @@ class DecomposeMode(DispatchMode):
             modes.append(popped)
 
 
-class force_decompositions:  # noqa: N801 - used like a function
+class force_decompositions(DispatchMode):  # noqa: N801 - used like a function
     """Within the block, non-prim ops run *only* through their decompositions, above autograd.
 
-    Their fused kernels and hand-written derivatives are switched off, so forward values and
+    Their fused kernels and hand-written derivatives are bypassed, so forward values and
     gradients both come from the decomposition's parts. Tests compare this against normal eager
-    execution; it is not thread-safe and not for production use.
+    execution. A dispatch mode of the calling thread: the op table itself is left alone, so other
+    threads run as usual.
     """
 
     def __init__(self, ops=None):
-        table = decomposition_table(ops)
-        self._saved = {op: (op.kernel, op.derivative) for op in table}
+        self.ops = frozenset(decomposition_table(ops))
 
-    def __enter__(self):
-        for op in self._saved:
-            op.kernel = None
-            op.derivative = None
-        return self
+    def decomposes(self, op) -> bool:
+        return op in self.ops
 
-    def __exit__(self, *exc):
-        for op, (kernel, derivative) in self._saved.items():
-            op.kernel = kernel
-            op.derivative = derivative
-        return False
+    def dispatch(self, op, args):
+        if op in self.ops:
+            return op.decomposition(*args)
+        return self.below(op, args)

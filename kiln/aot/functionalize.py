@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..ir import Graph, Node
 from ..ir.node import map_arg
-from ..ops.registry import OPS, Op
+from ..ops.core.registry import OPS, Op
 
 __all__ = ["functionalize", "FunctionalizationResult", "UnsupportedMutationError"]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ..ir import Graph, Node
 from ..ir.node import map_arg
-from ..ops.registry import Op
+from ..ops.core.registry import Op
 from ..runtime.symbolic import INT_LIKE, hint_int
 from ..runtime.tensor import Tensor
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..autograd.graph import _RELEASED_MSG, Node, _detached_alias
-from ..ops.api import tensor
-from ..ops.dispatch import _edge as autograd_edge
+from ..ops.core.dispatch import _edge as autograd_edge
+from ..ops.creation.api import tensor
 from ..runtime import random as rng
 from ..runtime.state import per_thread
 from ..runtime.symbolic import SymInt, has_symbols

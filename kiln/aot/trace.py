@@ -38,9 +38,9 @@ from ..autograd.grad_mode import enable_grad, no_grad
 from ..autograd.graph import OpBackward
 from ..ir import Graph
 from ..ir.tracer import TracingMode
-from ..ops.dispatch import _edge as autograd_edge
-from ..ops.dispatch import view_replay
-from ..ops.registry import OPS
+from ..ops.core.dispatch import _edge as autograd_edge
+from ..ops.core.dispatch import view_replay
+from ..ops.core.registry import OPS
 from ..runtime.memory_format import is_non_overlapping_and_dense, preserved_strides
 from ..runtime.state import per_thread
 from ..runtime.symbolic import SymInt
@@ -131,7 +131,7 @@ class _RngState:
 
 
 def _int_scalar() -> Tensor:
-    from ..ops.api import tensor
+    from ..ops.creation.api import tensor
 
     return tensor(0)
 
@@ -142,6 +142,19 @@ def _replayer(view: Tensor, source: Tensor) -> Callable[[Tensor], Tensor] | None
     relative offset (``view`` does not require grad then, or ``source`` is its storage's base)."""
     if view is source:
         return None
+    if view._no_grad_view and view.grad_fn is None:
+        # made under no_grad: replayed under no_grad, it has eager's history (none)
+        replay_tracked = _replayer_tracked(view, source)
+
+        def untracked(real: Tensor) -> Tensor:
+            with no_grad():
+                return replay_tracked(real)
+
+        return untracked
+    return _replayer_tracked(view, source)
+
+
+def _replayer_tracked(view: Tensor, source: Tensor) -> Callable[[Tensor], Tensor]:
     detach = source._requires_grad and not view._requires_grad
     try:
         replay = view_replay(view, source)
@@ -177,12 +190,13 @@ def _history_root(t: Tensor) -> Tensor:
     It is not when an op with its own derivative made the view inside its decomposition, below
     autograd (the parent of ``matmul``'s squeezed ``mm`` never required grad), or when a custom
     Function returned it: ``t`` is then a root of its own. Steps to a tensor that needs no grad
-    are always fine (the replay detaches)."""
+    are always fine (the replay detaches), and so are views made under no_grad (the replay runs
+    in the same grad mode, so it makes the same history-less view)."""
     while True:
         parent = _view_parent(t)
         if parent is None:
             return t
-        if t._requires_grad:
+        if t._requires_grad and not (t._no_grad_view and t.grad_fn is None):
             fn = t.grad_fn
             if not (
                 parent._requires_grad

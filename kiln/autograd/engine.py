@@ -114,7 +114,7 @@ def run_backward(
     ``inputs``: tensors whose gradients to capture (``grad``) or to restrict accumulation to
     (``backward(inputs=...)``). Returns the captured gradients when ``accumulate`` is False.
     """
-    from ..ops.api import ones_like
+    from ..ops.creation.api import ones_like
 
     root_edges = []
     root_grads = []
@@ -302,7 +302,7 @@ def _materialize(node: Node, buf: dict) -> tuple:
     n_out = len(node.out_meta) if getattr(node, "out_meta", None) else max(buf) + 1
     if n_out == 1:
         return (buf.get(0),)
-    from ..ops.api import zeros
+    from ..ops.creation.api import zeros
 
     grads = []
     for nr in range(n_out):
@@ -432,7 +432,7 @@ def grad(
             accumulate=False,
         )
     if materialize_grads:
-        from ..ops.api import zeros_like
+        from ..ops.creation.api import zeros_like
 
         result = tuple(zeros_like(t) if g is None else g for t, g in zip(inputs, result))
     return result

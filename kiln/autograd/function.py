@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
-from .graph import _RELEASED_MSG, Node, grad_accumulator
+from .graph import _RELEASED_MSG, Node, leaf_edge
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
 
@@ -73,7 +73,7 @@ class _FunctionBackward(Node):
         if ctx._released:
             raise RuntimeError(_RELEASED_MSG)
         if ctx.materialize_grads:
-            from ..ops.api import zeros
+            from ..ops.creation.api import zeros
 
             grad_outputs = tuple(
                 zeros(shape, dtype=dtype) if g is None and dtype.category >= 2 else g
@@ -141,7 +141,7 @@ class Function(metaclass=_FunctionMeta):
             if not a._requires_grad:
                 next_functions.append((None, 0))
             elif a.grad_fn is None:
-                next_functions.append((grad_accumulator(a), 0))
+                next_functions.append(leaf_edge(a))
             else:
                 next_functions.append((a.grad_fn, a._output_nr))
         node = _FunctionBackward(tuple(next_functions))

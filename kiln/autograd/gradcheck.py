@@ -135,7 +135,7 @@ def gradgradcheck(
     **unused,
 ) -> bool:
     """gradcheck of the gradient itself: checks second derivatives (create_graph=True)."""
-    from ..ops.api import randn
+    from ..ops.creation.api import randn
 
     inputs = _as_tuple(inputs)
     outputs = _outputs(func, inputs)

@@ -339,6 +339,14 @@ class AccumulateGrad(Node):
         raise AssertionError("AccumulateGrad is handled by the engine")
 
 
+def leaf_edge(leaf: Tensor) -> tuple:
+    """The autograd edge into a tensor without history that requires grad: its accumulator, or
+    none for a view made under no_grad (PyTorch drops the gradients that reach one)."""
+    if leaf._no_grad_view:
+        return (None, 0)
+    return (grad_accumulator(leaf), 0)
+
+
 def grad_accumulator(leaf: Tensor) -> AccumulateGrad:
     """The one AccumulateGrad node of a leaf (shared so hooks and dependency counts agree)."""
     ref = leaf.__dict__.get("_accumulator_ref")

@@ -35,7 +35,7 @@ class Variable(metaclass=_VariableMeta):
                 stacklevel=2,
             )
         if data is None:
-            from ..ops.api import empty
+            from ..ops.creation.api import empty
 
             data = empty(0)
         if not isinstance(data, Tensor):

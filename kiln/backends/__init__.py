@@ -6,8 +6,19 @@ offered here (``register_backend``, ``list_backends``, ``lookup``; the registry 
 
 from __future__ import annotations
 
-from ..dynamo.backends import BACKENDS, list_backends, lookup, register_backend
+import importlib
+
 from .flags import cpu, cuda, cudnn, mkl, mkldnn, mps, openmp, opt_einsum
 
-__all__ = ["register_backend", "list_backends", "lookup", "BACKENDS"]
-__all__ += ["cudnn", "cuda", "mps", "mkldnn", "mkl", "openmp", "cpu", "opt_einsum"]
+_REGISTRY = ("register_backend", "list_backends", "lookup", "BACKENDS")
+__all__ = [*_REGISTRY, "cudnn", "cuda", "mps", "mkldnn", "mkl", "openmp", "cpu", "opt_einsum"]
+
+
+def __getattr__(name: str):
+    """The registry's functions load the compiler's frontend on first use (``import kiln``
+    does not: see ``kiln._compiler_stack``)."""
+    if name in _REGISTRY:
+        value = getattr(importlib.import_module("kiln.dynamo.backends"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'kiln.backends' has no attribute {name!r}")

@@ -11,7 +11,7 @@ import sys
 
 import kiln
 
-from .workloads import DEFAULT_SUITE, WORKLOADS
+from .workloads import DEFAULT_SUITE, QUICK_SUITE, WORKLOADS
 
 __all__ = ["build_parser", "main"]
 
@@ -26,13 +26,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--workload",
         action="append",
-        choices=DEFAULT_SUITE,
+        choices=tuple(WORKLOADS),
         metavar="NAME",
-        help=f"run only this workload (repeatable): {', '.join(DEFAULT_SUITE)}",
+        help="run only this workload (repeatable; --list names them)",
+    )
+    parser.add_argument(
+        "--gpt2-small",
+        action="store_true",
+        help="add the GPT-2 small training step (full shapes: GBs of memory, seconds per step)",
     )
     parser.add_argument("--list", action="store_true", help="list the workloads and exit")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--repeat", type=_positive, help="timed samples per column (10; quick 5)")
+    parser.add_argument(
+        "--repeat",
+        type=_positive,
+        help="exactly this many timed rounds (default: at least 10, quick 5, more while the "
+        "sampling budget lasts)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        help="seconds of extra sampling rounds per workload (2; quick 0.3)",
+    )
     parser.add_argument("--warmup", type=_non_negative, default=2, help="warm-up steps (2)")
     parser.add_argument(
         "--threads", type=_positive, help="threads for compiled kernels and PyTorch (cores)"
@@ -47,11 +62,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-dump", action="store_true", help="do not write IR dumps")
     parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     parser.add_argument(
+        "--no-memory", action="store_true", help="do not measure resident memory per column"
+    )
+    parser.add_argument(
         "--torch-compile",
         action="store_true",
         help="measure torch.compile in a --quick run too (its cold compiles take seconds each)",
     )
     return parser
+
+
+def _suites_of(name: str) -> str:
+    """Which runs leave a workload out (empty: every run has it)."""
+    if name not in DEFAULT_SUITE:
+        return "opt-in: --workload or its flag"
+    if name not in QUICK_SUITE:
+        return "full run only"
+    return ""
 
 
 def _positive(text: str) -> int:
@@ -68,6 +95,10 @@ def _non_negative(text: str) -> int:
     return value
 
 
+# per-column and per-round progress lines, left out of a log (a terminal shows them in place)
+_DETAILS = (": timing ", ": warm-up ", ": peak memory ")
+
+
 class _Progress:
     """One status line on stderr, rewritten in place on a terminal; plain lines otherwise
     (without the per-sample ones, so logs stay short)."""
@@ -78,11 +109,14 @@ class _Progress:
         self.width = 0
 
     def __call__(self, message: str) -> None:
-        if self.tty:
+        if message.startswith("warning:"):
+            self.done()
+            self.stream.write(message + "\n")
+        elif self.tty:
             text = message[:100]
             self.stream.write("\r" + text.ljust(self.width))
             self.width = len(text)
-        elif ": timing " not in message:
+        elif not any(detail in message for detail in _DETAILS):
             self.stream.write(message + "\n")
         self.stream.flush()
 
@@ -90,6 +124,7 @@ class _Progress:
         if self.tty and self.width:
             self.stream.write("\r" + " " * self.width + "\r")
             self.stream.flush()
+            self.width = 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.list:
         for workload in WORKLOADS.values():
-            print(f"{workload.name:22s} {workload.summary}")
+            where = _suites_of(workload.name)
+            print(f"{workload.name:29s} {workload.summary}" + (f" [{where}]" if where else ""))
         return 0
     if args.plot:
         from .plot import PlotUnavailableError, require_matplotlib
@@ -125,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(
         quick=args.quick,
         repeat=args.repeat or (5 if args.quick else 10),
+        max_rounds=args.repeat or 200,
+        sample_budget=args.budget if args.budget is not None else (0.3 if args.quick else 2.0),
+        memory=not args.no_memory,
         warmup=args.warmup,
         device=args.device,
         threads=args.threads or 0,
@@ -132,9 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         debug_dir=None if args.no_dump else args.debug_dir,
         torch=not args.no_torch,
         torch_compile=args.torch_compile or not args.quick,
-        sample_seconds=0.01 if args.quick else 0.05,
     )
-    workloads = [get_workload(name) for name in (args.workload or DEFAULT_SUITE)]
+    names = list(args.workload or (QUICK_SUITE if args.quick else DEFAULT_SUITE))
+    if args.gpt2_small and "gpt2_small_train_step" not in names:
+        names.append("gpt2_small_train_step")
+    workloads = [get_workload(name) for name in names]
     progress = _Progress()
     try:
         suite = run_suite(workloads, settings, progress)

@@ -1,9 +1,11 @@
-"""Turn a :class:`~kiln.bench.runner.SuiteResult` into the printed table, Markdown or JSON.
+"""Turn a :class:`~kiln.bench.runner.SuiteResult` into the printed tables, Markdown or JSON.
 
-One row per workload: median step time of each column, compiled/eager speedups, kiln/PyTorch
-ratios, cold and warm-cache compile times and the number of kernels kiln generated. A column that
-could not run shows why (``not installed``, ``failed: ...``); long reasons become numbered notes
-under the table. The JSON holds every sample, so other tools can recompute anything.
+Warnings first (a loaded machine), then one row per workload in each table: step time with its
+spread, speedups and kiln/PyTorch ratios; compile times (cold, warm, kiln's cold compile by
+stage, graphs and kernels); resident memory per column; GB/s of memory-bound workloads against
+a numpy copy. A column that could not run shows why (``not installed``, ``failed: ...``); long
+reasons become numbered notes under the tables. The JSON holds every sample, so other tools can
+recompute anything.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import math
 
 from .runner import CHECK_TOLERANCE, ColumnResult, SuiteResult, WorkloadResult
 
-__all__ = ["format_table", "format_report", "to_json", "write_json"]
+__all__ = ["format_table", "format_tables", "format_report", "to_json", "write_json"]
 
 _CELL_LIMIT = 26  # longer status texts move to a numbered note
 
@@ -52,17 +54,46 @@ class _Notes:
 
 
 def _step(column: ColumnResult, notes: _Notes) -> str:
-    return _seconds(column.step_seconds) if column.ok else notes.cell(column.status)
+    if not column.ok:
+        return notes.cell(column.status)
+    spread = column.relative_spread
+    text = _seconds(column.step_seconds)
+    return text if spread is None else f"{text} ±{spread * 100:.0f}%"
 
 
-def _compile(column: ColumnResult) -> str:
+def _compile(column: ColumnResult, which: str) -> str:
+    return _seconds(getattr(column, f"{which}_compile_seconds"))
+
+
+def _stage(column: ColumnResult, stage: str) -> str:
     if column.cold_compile_seconds is None:
         return "-"
-    return f"{_seconds(column.cold_compile_seconds)} / {_seconds(column.warm_compile_seconds)}"
+    if stage == "run":  # what no stage claimed: running the step, kiln's own Python glue
+        return _seconds(max(0.0, column.cold_compile_seconds - sum(column.compile_stages.values())))
+    return _seconds(column.compile_stages.get(stage, 0.0))
 
 
-# (group, heading, cell function) for every column of the table
-def _layout(notes: _Notes):
+def _megabytes(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.1f}"
+
+
+def _memory(column: ColumnResult) -> str:
+    if column.held_bytes is None and column.step_peak_bytes is None:
+        return "-"
+    return f"{_megabytes(column.held_bytes)} + {_megabytes(column.step_peak_bytes)}"
+
+
+def _gbps(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e9:.1f}"
+
+
+def _of_copy(w: WorkloadResult, key: str) -> str:
+    ours, copy = w.bandwidth(key), w.copy_bandwidth
+    return "-" if ours is None or not copy else f"{100 * ours / copy:.0f}%"
+
+
+# (group, heading, cell function) for every column of each table
+def _layouts(notes: _Notes) -> dict[str, list]:
     def step(key):
         return lambda w: _step(w.columns[key], notes)
 
@@ -70,24 +101,87 @@ def _layout(notes: _Notes):
         marks = "".join(notes.mark(f"{w.name}: {n}") for n in w.notes)
         return w.name + (f" {marks}" if marks else "")
 
-    return [
-        ("", "workload", name),
-        ("kiln", "eager", step("kiln_eager")),
-        ("kiln", "compiled", step("kiln_compiled")),
-        ("kiln", "speedup", lambda w: _ratio(w.kiln_speedup)),
-        ("PyTorch", "eager", step("torch_eager")),
-        ("PyTorch", "compiled", step("torch_compiled")),
-        ("PyTorch", "speedup", lambda w: _ratio(w.torch_speedup)),
-        ("kiln / PyTorch", "eager", lambda w: _ratio(w.eager_vs_torch)),
-        ("kiln / PyTorch", "compiled", lambda w: _ratio(w.compiled_vs_torch)),
-        ("compile: cold / warm cache", "kiln", lambda w: _compile(w.columns["kiln_compiled"])),
-        (
-            "compile: cold / warm cache",
-            "torch.compile",
-            lambda w: _compile(w.columns["torch_compiled"]),
-        ),
-        ("", "kernels", lambda w: "-" if w.kernels is None else str(w.kernels)),
-    ]
+    def compiled(key, which):
+        return lambda w: _compile(w.columns[key], which)
+
+    def stage(which):
+        return lambda w: _stage(w.columns["kiln_compiled"], which)
+
+    def memory(key):
+        return lambda w: _memory(w.columns[key])
+
+    def bandwidth(key):
+        return lambda w: _gbps(w.bandwidth(key))
+
+    return {
+        "time": [
+            ("", "workload", name),
+            ("kiln", "eager", step("kiln_eager")),
+            ("kiln", "compiled", step("kiln_compiled")),
+            ("kiln", "speedup", lambda w: _ratio(w.kiln_speedup)),
+            ("PyTorch", "eager", step("torch_eager")),
+            ("PyTorch", "compiled", step("torch_compiled")),
+            ("PyTorch", "speedup", lambda w: _ratio(w.torch_speedup)),
+            ("kiln / PyTorch", "eager", lambda w: _ratio(w.eager_vs_torch)),
+            ("kiln / PyTorch", "compiled", lambda w: _ratio(w.compiled_vs_torch)),
+        ],
+        "compile": [
+            ("", "workload", lambda w: w.name),
+            ("kiln.compile", "cold", compiled("kiln_compiled", "cold")),
+            ("kiln.compile", "warm", compiled("kiln_compiled", "warm")),
+            ("kiln cold compile by stage", "dynamo", stage("dynamo")),
+            ("kiln cold compile by stage", "aot", stage("aot")),
+            ("kiln cold compile by stage", "inductor", stage("inductor")),
+            ("kiln cold compile by stage", "codegen", stage("codegen")),
+            ("kiln cold compile by stage", "run", stage("run")),
+            ("torch.compile", "cold", compiled("torch_compiled", "cold")),
+            ("torch.compile", "warm", compiled("torch_compiled", "warm")),
+            ("", "graphs", lambda w: "-" if w.graphs is None else str(w.graphs)),
+            ("", "kernels", lambda w: "-" if w.kernels is None else str(w.kernels)),
+        ],
+        "memory": [
+            ("", "workload", lambda w: w.name),
+            ("kiln", "eager", memory("kiln_eager")),
+            ("kiln", "compiled", memory("kiln_compiled")),
+            ("PyTorch", "eager", memory("torch_eager")),
+            ("PyTorch", "compiled", memory("torch_compiled")),
+        ],
+        "bandwidth": [
+            ("", "workload", lambda w: w.name),
+            ("", "MB moved", lambda w: _megabytes(w.moved_bytes)),
+            ("", "numpy copy", lambda w: _gbps(w.copy_bandwidth)),
+            ("kiln", "eager", bandwidth("kiln_eager")),
+            ("kiln", "compiled", bandwidth("kiln_compiled")),
+            ("kiln", "of copy", lambda w: _of_copy(w, "kiln_compiled")),
+            ("PyTorch", "eager", bandwidth("torch_eager")),
+            ("PyTorch", "compiled", bandwidth("torch_compiled")),
+            ("PyTorch", "of copy", lambda w: _of_copy(w, "torch_compiled")),
+        ],
+    }
+
+
+def _rows(kind: str, suite: SuiteResult) -> list[WorkloadResult]:
+    """The workloads a table has a row for."""
+    if kind == "bandwidth":
+        return [w for w in suite.workloads if w.moved_bytes is not None]
+    if kind == "memory":
+        return [
+            w
+            for w in suite.workloads
+            if any(c.held_bytes is not None or c.step_peak_bytes is not None
+                   for c in w.columns.values())
+        ]  # fmt: skip
+    if kind == "compile":
+        return [w for w in suite.workloads if w.columns["kiln_compiled"].ok]
+    return suite.workloads
+
+
+TABLE_TITLES = {
+    "time": "Step time (median ±half the interquartile range, as % of the median)",
+    "compile": "Compile time (first call of a fresh compile; kiln's cold compile by stage)",
+    "memory": "Resident memory, MB: held after warm-up + peak one more step adds",
+    "bandwidth": "Memory-bound workloads: GB/s of compulsory bytes, against a numpy copy",
+}
 
 
 def _plain(layout, rows: list[list[str]]) -> list[str]:
@@ -118,12 +212,7 @@ def _plain(layout, rows: list[list[str]]) -> list[str]:
 
 
 def _markdown(layout, rows: list[list[str]]) -> list[str]:
-    def heading(group: str, name: str) -> str:
-        if group.startswith("compile"):
-            return f"{'kiln.compile' if name == 'kiln' else name}, cold / warm"
-        return f"{group} {name}".strip()
-
-    headings = [heading(g, h) for g, h, _ in layout]
+    headings = [f"{group} {name}".strip() for group, name, _ in layout]
     out = [
         "| " + " | ".join(headings) + " |",
         "|" + "|".join(["---"] + ["---:"] * (len(headings) - 1)) + "|",
@@ -131,13 +220,27 @@ def _markdown(layout, rows: list[list[str]]) -> list[str]:
     return out + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-def format_table(suite: SuiteResult, markdown: bool = False) -> tuple[str, list[str]]:
-    """The table (plain text or Markdown) and the notes its cells refer to."""
+def format_tables(
+    suite: SuiteResult, markdown: bool = False
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """Every table with rows (title, plain text or Markdown) and the notes their cells refer to.
+    The step-time table always comes first."""
     notes = _Notes()
-    layout = _layout(notes)
-    rows = [[cell(w) for _, _, cell in layout] for w in suite.workloads]
-    lines = _markdown(layout, rows) if markdown else _plain(layout, rows)
-    return "\n".join(lines), notes.texts
+    tables = []
+    for kind, layout in _layouts(notes).items():
+        workloads = _rows(kind, suite)
+        if not workloads and kind != "time":
+            continue
+        rows = [[cell(w) for _, _, cell in layout] for w in workloads]
+        lines = _markdown(layout, rows) if markdown else _plain(layout, rows)
+        tables.append((TABLE_TITLES[kind], "\n".join(lines)))
+    return tables, notes.texts
+
+
+def format_table(suite: SuiteResult, markdown: bool = False) -> tuple[str, list[str]]:
+    """The step-time table and the notes its cells refer to."""
+    tables, notes = format_tables(suite, markdown)
+    return tables[0][1], notes
 
 
 def _startup(suite: SuiteResult) -> str:
@@ -170,22 +273,41 @@ def _machine(suite: SuiteResult) -> str:
 
 
 def format_report(suite: SuiteResult, markdown: bool = False) -> str:
-    """Table, legend, notes, machine and where the IR dumps are: what the CLI prints."""
+    """Warnings, tables, legend, notes, machine and where the IR dumps are: what the CLI
+    prints."""
     s = suite.settings
-    table, notes = format_table(suite, markdown)
-    lines = [table, ""]
+    tables, notes = format_tables(suite, markdown)
+    lines = [f"WARNING: {text}" for text in suite.warnings]
+    if lines:
+        lines.append("")
+    for title, table in tables:
+        lines += [f"{'### ' if markdown else ''}{title}", "", table, ""]
     lines.append(
-        f"step: median wall time of one whole step over {s['repeat']} samples after "
-        f"{s['warmup']} warm-up steps ({s['device']}, {'quick' if s['quick'] else 'full'} shapes). "
-        "speedup = eager / compiled (above 1: compiling helps); kiln / PyTorch = kiln time / "
-        "PyTorch time (below 1: kiln is faster)."
+        f"step: median wall time of one whole step, columns interleaved round by round (at "
+        f"least {s['repeat']} rounds after {s['warmup']} warm-up steps; {s['device']}, "
+        f"{'quick' if s['quick'] else 'full'} shapes); ±: half the interquartile range of the "
+        "samples over the median (the JSON has every sample, quartiles and extremes). speedup = "
+        "eager / compiled (above 1: compiling helps); kiln / PyTorch = kiln time / PyTorch time "
+        "(below 1: kiln is faster)."
     )
     lines.append(
         "compile: wall time of the first call of a freshly compiled function (capture, compile, "
-        "one step); cold = empty on-disk cache, warm = compiled again with the cache populated. "
-        f"One-time start-up, not in the table: {_startup(suite)}. kernels: kiln kernels generated "
-        f"(all graphs, forward and backward). First outputs are compared (compiled vs eager, kiln "
-        f"vs PyTorch; tolerance {CHECK_TOLERANCE:g} relative)."
+        "one step; every batch size of a varying-batch workload); cold = empty on-disk cache, "
+        "warm = compiled again with the cache populated. Stages: dynamo = bytecode capture and "
+        "guards, aot = AOT autograd (functionalize, joint graph, partition), inductor = "
+        "lowering, scheduling and kernel source, codegen = LLVM optimization and machine code, "
+        "run = the rest (the step itself, glue). "
+        f"One-time start-up, not in the table: {_startup(suite)}. kernels: kiln kernels "
+        "generated (all graphs, forward and backward). First outputs are compared (compiled vs "
+        f"eager, kiln vs PyTorch; tolerance {CHECK_TOLERANCE:g} relative)."
+    )
+    lines.append(
+        "memory: resident set of the process (Linux), one column at a time; held = growth from "
+        "before the column was built until after its warm-up (parameters, optimizer state, "
+        "pools, compiled code; garbage collected and the heap trimmed first), peak = the most "
+        "one more step adds on top. GB/s: the workload's compulsory bytes (inputs read once, "
+        "outputs written once) over its median step; numpy copy = np.copyto of as many bytes, "
+        "timed in the same rounds."
     )
     if notes:
         lines.append("")
@@ -209,7 +331,7 @@ def _finite(value):
         return None
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
 
@@ -223,6 +345,8 @@ def to_json(suite: SuiteResult) -> dict:
             torch_speedup=w.torch_speedup,
             kiln_vs_torch_eager=w.eager_vs_torch,
             kiln_vs_torch_compiled=w.compiled_vs_torch,
+            bandwidth={key: w.bandwidth(key) for key in w.columns},
+            copy_bandwidth=w.copy_bandwidth,
         )
     return _finite(data)
 

@@ -3,15 +3,24 @@
 How the numbers are made (so they are honest whatever they are):
 - Every column runs its own fresh instance of the workload, built from the same seeded values.
 - Compile time is the wall time of the first call of a freshly compiled function (capture,
-  compile and one run). *Cold*: the on-disk compile cache is an empty temporary folder. *Warm*:
-  the capture caches are reset and a fresh instance is compiled again, in the same process, with
-  that folder now populated (kiln's LLVM objects, torch inductor's FX graph and code caches). Each
-  library first compiles a throwaway function, so one-time start-up (imports, JIT, worker pools)
-  is reported apart and not charged to the first workload.
-- Step time is the median over ``repeat`` samples of the wall time of whole steps (a sample runs a
-  step enough times to last ``sample_seconds``), after warm-up steps; the columns are sampled in
-  turn, in a rotating order, so machine noise hits them alike. CUDA columns synchronize at the end
-  of each sample. PyTorch gets as many threads as kiln's compiled kernels.
+  compile and one run; for a workload whose batch changes, the first call of every batch).
+  *Cold*: the on-disk compile cache is an empty temporary folder. *Warm*: the capture caches are
+  reset and a fresh instance is compiled again, in the same process, with that folder now
+  populated. Each library first compiles a throwaway function, so one-time start-up is reported
+  apart. kiln's cold compile is split by stage (dynamo, aot, inductor, codegen) through
+  ``runtime.logs.recording_compile_stages``.
+- Step times are interleaved: in each round every column runs once (a single step, or as many
+  as last ``min_sample_seconds`` when a step is shorter than that), in a rotating order, so a
+  neighbour process hits the columns alike. At least ``repeat`` rounds, more while the
+  workload's ``sample_budget`` lasts, at most ``max_rounds``. Each column reports the median,
+  quartiles and extremes of its samples. CUDA columns synchronize after each sample. PyTorch
+  gets as many threads as kiln's compiled kernels.
+- The load average is read before the run and after each workload, and on Linux the CPU time
+  other processes took while a workload was timed: the report warns when they competed.
+- Memory (resident set, Linux): per column the memory it holds after building and warming up
+  (parameters, optimizer state, caches, compiled code) and the peak one more step adds.
+- A workload that names its compulsory bytes also times a numpy copy of as many bytes in the
+  same rounds, so its GB/s is read against the copy bandwidth of this machine, now.
 - The first outputs are compared: kiln compiled against kiln eager, kiln eager against PyTorch.
 """
 
@@ -22,10 +31,8 @@ import dataclasses
 import gc
 import math
 import os
-import platform
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -34,7 +41,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..runtime.logs import recording_compile_stages
 from .dumps import count_kernels, dump_compiled, environ, observe_compiled_graphs
+from .machine import (
+    StepPeak,
+    copy_arrays,
+    cpu_snapshot,
+    load_average,
+    machine_info,
+    others_busy_cores,
+    resident_bytes,
+)
 from .workloads import Instance, Workload
 
 __all__ = [
@@ -45,17 +62,22 @@ __all__ = [
     "WorkloadResult",
     "machine_info",
     "run_suite",
+    "spread",
 ]
 
 COLUMNS = ("kiln_eager", "kiln_compiled", "torch_eager", "torch_compiled")
+# the numpy copy a memory-bound workload's bandwidth is read against (timed in the same rounds)
+COPY_REFERENCE = "numpy_copy"
 # relative difference (max |a - b| / max |b|) above which the first outputs disagree
 CHECK_TOLERANCE = 1e-3
+# other processes keeping this many cores busy while a workload is timed earn a warning
+BUSY_NEIGHBOURS = 0.5
 
 
 @dataclass
 class Settings:
     quick: bool = False
-    repeat: int = 10
+    repeat: int = 10  # rounds of samples, at least
     warmup: int = 2
     device: str = "cpu"
     threads: int = 0  # 0: kiln's default (the number of cores)
@@ -63,21 +85,39 @@ class Settings:
     debug_dir: str | None = "kiln_debug"
     torch: bool = True  # measure PyTorch when it is importable
     torch_compile: bool = True  # and torch.compile (its cold compiles take seconds per workload)
-    sample_seconds: float = 0.05
+    min_sample_seconds: float = 1e-3  # a sample runs steps until it lasts this long
+    sample_budget: float = (
+        2.0  # seconds of sampling per workload beyond the first ``repeat`` rounds
+    )
+    max_rounds: int = 200
+    memory: bool = True  # measure resident memory per column (Linux)
 
 
 @dataclass
 class ColumnResult:
     status: str = "ok"  # "ok", "not installed", "skipped", "unavailable: ...", "failed: ..."
     step_seconds: float | None = None  # median wall time of one step
+    quartiles: tuple[float, float] | None = None  # first and third quartile of the samples
+    extremes: tuple[float, float] | None = None  # fastest and slowest sample
     samples: list[float] = field(default_factory=list)  # per-step time of each sample
     calls_per_sample: int = 0
     cold_compile_seconds: float | None = None
     warm_compile_seconds: float | None = None
+    compile_stages: dict[str, float] = field(default_factory=dict)  # cold compile, by stage
+    held_bytes: int | None = None  # resident memory the column keeps after its warm-up
+    step_peak_bytes: int | None = None  # most resident memory one step adds on top
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def relative_spread(self) -> float | None:
+        """Half the interquartile range over the median (0.05: the middle half of the samples
+        lies within about 5% of the median)."""
+        if self.quartiles is None or not self.step_seconds:
+            return None
+        return (self.quartiles[1] - self.quartiles[0]) / 2 / self.step_seconds
 
 
 @dataclass
@@ -91,6 +131,10 @@ class WorkloadResult:
     notes: list[str] = field(default_factory=list)
     debug_dir: str | None = None
     debug_files: int = 0
+    moved_bytes: int | None = None  # compulsory bytes of one step (memory-bound workloads)
+    copy_seconds: float | None = None  # median time of a numpy copy of ``moved_bytes``
+    load_average: float | None = None  # 1-minute load average once the workload was timed
+    others_busy_cores: float | None = None  # cores other processes used while it was timed
 
     def _ratio(self, top: str, bottom: str) -> float | None:
         a, b = self.columns.get(top), self.columns.get(bottom)
@@ -116,6 +160,19 @@ class WorkloadResult:
     def compiled_vs_torch(self) -> float | None:
         return self._ratio("kiln_compiled", "torch_compiled")
 
+    def bandwidth(self, key: str) -> float | None:
+        """Bytes per second column ``key`` moves (its compulsory bytes over its median step)."""
+        column = self.columns.get(key)
+        if self.moved_bytes is None or column is None or not column.ok:
+            return None
+        return self.moved_bytes / column.step_seconds
+
+    @property
+    def copy_bandwidth(self) -> float | None:
+        if self.moved_bytes is None or not self.copy_seconds:
+            return None
+        return self.moved_bytes / self.copy_seconds
+
     @property
     def check_failures(self) -> list[str]:
         return [k for k, v in self.check.items() if not v <= CHECK_TOLERANCE]
@@ -128,6 +185,41 @@ class SuiteResult:
     startup: dict[str, float | str]  # one-time compiler start-up per library
     workloads: list[WorkloadResult]
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # why the figures may not be trusted
+
+
+def spread(samples: list[float]) -> tuple[float, tuple[float, float], tuple[float, float]]:
+    """Median, (first, third) quartile and (min, max) of ``samples`` (at least one)."""
+    ordered = sorted(samples)
+    median = statistics.median(ordered)
+    if len(ordered) == 1:
+        quartiles = (median, median)
+    else:
+        q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+        quartiles = (q1, q3)
+    return median, quartiles, (ordered[0], ordered[-1])
+
+
+def load_warnings(machine: dict, workloads: list[WorkloadResult]) -> list[str]:
+    """Why this run's times may not be trusted: a load average above the core count, other
+    processes busy while workloads were timed."""
+    cores = machine.get("cores") or 1
+    found = []
+    loads = {"at the start": (machine.get("load_average_before") or [None])[0]}
+    loads.update({f"after {w.name}": w.load_average for w in workloads})
+    high = {when: load for when, load in loads.items() if load is not None and load > cores}
+    if high:
+        worst = max(high, key=high.get)
+        found.append(
+            f"the load average exceeded the {cores} cores ({high[worst]:.2f} {worst}; "
+            f"{len(high)} of {len(loads)} readings): other processes competed for the CPUs, so "
+            "step times are unreliable (columns are interleaved, so ratios suffer less)"
+        )
+    busy = [w for w in workloads if (w.others_busy_cores or 0.0) >= BUSY_NEIGHBOURS]
+    if busy:
+        named = ", ".join(f"{w.name} {w.others_busy_cores:.1f}" for w in busy)
+        found.append(f"other processes kept cores busy while these were timed (cores): {named}")
+    return found
 
 
 # ------------------------------------------------------------------------ the two libraries
@@ -242,32 +334,48 @@ def _short(error: BaseException) -> str:
 
 
 class _Column:
-    """One measured column: a callable, its arguments and its result record."""
+    """One measured column: a callable, the arguments of its steps and its result record.
+    Step ``i`` uses argument set ``i % len(arg_sets)``, in every column alike."""
 
-    def __init__(self, library: _Library, instance: Instance, fn: Callable):
+    def __init__(self, library: _Library | None, instance: Instance, fn: Callable):
         self.library = library
-        self.args = instance.args
+        self.arg_sets = instance.arg_sets
         self.fn = fn
         self.calls = 1
         self.first_output = None
 
-    def call(self):
-        return self.fn(*self.args)
+    def call(self, step: int = 0):
+        return self.fn(*self.arg_sets[step % len(self.arg_sets)])
 
-    def timed(self, calls: int) -> float:
-        fn, args = self.fn, self.args
+    def timed(self, calls: int, step: int = 0) -> float:
+        """Seconds per step of ``calls`` steps starting at step ``step``."""
+        fn, arg_sets = self.fn, self.arg_sets
+        n = len(arg_sets)
         start = time.perf_counter()
-        for _ in range(calls):
-            fn(*args)
-        self.library.synchronize()
+        for i in range(step, step + calls):
+            fn(*arg_sets[i % n])
+        if self.library is not None:
+            self.library.synchronize()
         return (time.perf_counter() - start) / calls
 
 
-def _timed_first_call(library: _Library, fn: Callable, args: tuple):
+def _copy_column(nbytes: int) -> _Column:
+    """A plain numpy copy of ``nbytes``, timed like a column."""
+    source, destination = copy_arrays(nbytes)
+
+    def numpy_copy():
+        np.copyto(destination, source)
+
+    return _Column(None, Instance(numpy_copy, ()), numpy_copy)
+
+
+def _timed_first_calls(library: _Library, fn: Callable, instance: Instance):
+    """Seconds of the first call with every argument set (a compile per shape), and the first
+    output."""
     start = time.perf_counter()
-    out = fn(*args)
+    outputs = [fn(*args) for args in instance.arg_sets]
     library.synchronize()
-    return time.perf_counter() - start, out
+    return time.perf_counter() - start, outputs[0]
 
 
 class _Runner:
@@ -286,6 +394,7 @@ class _Runner:
         self.torch_compile_status: str | None = None
         if not settings.torch_compile:
             self.torch_compile_status = "skipped (quick run)"
+        self.memory = settings.memory and StepPeak.available()
         self.cache_root = tempfile.mkdtemp(prefix="kiln-bench-cache-")
 
     def close(self) -> None:
@@ -302,7 +411,12 @@ class _Runner:
         return threads
 
     def startup(self) -> dict[str, float | str]:
-        """Compile and run a throwaway function in each library (imports, JIT, worker pools)."""
+        """Run a throwaway training step in each library and compile a throwaway function
+        (imports, lazy initialization, JIT, worker pools), so the first workload's times and
+        memory are not charged with them."""
+        for library in (self.kiln, self.torch):
+            if library is not None:
+                _eager_training_step(library.lib, self.settings.device)
         found: dict[str, float | str] = {}
         libraries = [self.kiln]
         if self.torch is not None and self.torch_compile_status is None:
@@ -312,7 +426,9 @@ class _Runner:
             x = library.lib.ones(8, device=self.settings.device)
             with library.cache_dir(os.path.join(self.cache_root, "startup", library.key)):
                 try:
-                    seconds, _ = _timed_first_call(library, library.compile(_warm_up), (x,))
+                    seconds, _ = _timed_first_calls(
+                        library, library.compile(_warm_up), Instance(_warm_up, (x,))
+                    )
                     found[library.key] = seconds
                 except Exception as error:
                     found[library.key] = f"failed: {_short(error)}"
@@ -321,7 +437,11 @@ class _Runner:
             self.torch_compile_status = found["torch"]
         return found
 
-    # -- compiled columns ----------------------------------------------------------------
+    # -- the columns -----------------------------------------------------------------------
+
+    def _eager(self, library: _Library, workload: Workload, result: WorkloadResult) -> _Column:
+        instance = self._build(workload, library)
+        return _Column(library, instance, instance.fn)
 
     def _compile_kiln(self, workload: Workload, result: WorkloadResult) -> _Column | None:
         kiln = self.kiln
@@ -334,12 +454,15 @@ class _Runner:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 try:
-                    seconds, out = _timed_first_call(kiln, kiln.compile(instance.fn), instance.args)
+                    with recording_compile_stages() as stages:
+                        fn = instance.compiled(kiln.compile)
+                        seconds, out = _timed_first_calls(kiln, fn, instance)
                 except Exception as error:
                     column.status = f"failed: {_short(error)}"
                     return None
             result.notes += [f"kiln: {w.message}" for w in caught if _is_compile_warning(w)]
             column.cold_compile_seconds = seconds
+            column.compile_stages = dict(stages)
             result.kernels = count_kernels(kiln.observed[mark:])
             result.graphs = sum(not o.eager_op for o in kiln.observed[mark:])
             cold_output = _first_output(out)
@@ -349,8 +472,8 @@ class _Runner:
             self.progress(f"{workload.name}: kiln compile (warm cache)")
             kiln.reset()
             instance = self._build(workload, kiln)
-            fn = kiln.compile(instance.fn)
-            column.warm_compile_seconds, _ = _timed_first_call(kiln, fn, instance.args)
+            fn = instance.compiled(kiln.compile)
+            column.warm_compile_seconds, _ = _timed_first_calls(kiln, fn, instance)
         timed = _Column(kiln, instance, fn)
         timed.first_output = cold_output
         return timed
@@ -363,6 +486,9 @@ class _Runner:
         self.kiln.reset()
         try:
             instance = self._build(workload, self.kiln)
+            if instance.compile_with is not None:
+                result.notes.append("no IR dumps: its models are compiled, not its step")
+                return
             files = dump_compiled(instance.fn, instance.args, folder, self.kiln.backend)
         except Exception as error:  # dumps are a service: never lose the measurement for them
             result.notes.append(f"IR dumps incomplete: {_short(error)}")
@@ -380,15 +506,15 @@ class _Runner:
                 torch.reset()
                 instance = self._build(workload, torch)
                 self.progress(f"{workload.name}: torch.compile (cold cache)")
-                column.cold_compile_seconds, out = _timed_first_call(
-                    torch, torch.compile(instance.fn), instance.args
+                column.cold_compile_seconds, out = _timed_first_calls(
+                    torch, instance.compiled(torch.compile), instance
                 )
                 first = _first_output(out)
                 self.progress(f"{workload.name}: torch.compile (warm cache)")
                 torch.reset()
                 instance = self._build(workload, torch)
-                fn = torch.compile(instance.fn)
-                column.warm_compile_seconds, _ = _timed_first_call(torch, fn, instance.args)
+                fn = instance.compiled(torch.compile)
+                column.warm_compile_seconds, _ = _timed_first_calls(torch, fn, instance)
             except Exception as error:
                 column.status = f"failed: {_short(error)}"
                 return None
@@ -402,47 +528,72 @@ class _Runner:
         library.lib.manual_seed(0)
         return workload.build(library.lib, self.settings.quick, self.settings.device)
 
+    def _makers(self, workload: Workload, result: WorkloadResult) -> dict[str, Callable]:
+        """How to make each column that can run (a missing one gets its reason as status)."""
+        makers: dict[str, Callable] = {
+            "kiln_eager": lambda: self._eager(self.kiln, workload, result),
+            "kiln_compiled": lambda: self._compile_kiln(workload, result),
+        }
+        if self.torch is None:
+            result.columns["torch_eager"].status = self.torch_status
+            result.columns["torch_compiled"].status = self.torch_status
+            return makers
+        makers["torch_eager"] = lambda: self._eager(self.torch, workload, result)
+        if self.torch_compile_status is not None:
+            result.columns["torch_compiled"].status = self.torch_compile_status
+        else:
+            makers["torch_compiled"] = lambda: self._compile_torch(workload, result)
+        return makers
+
     def measure(self, workload: Workload) -> WorkloadResult:
         result = WorkloadResult(
             workload.name, workload.summary, {k: ColumnResult() for k in COLUMNS}
         )
-        gc.collect()
         columns: dict[str, _Column] = {}
-        eager = self._build(workload, self.kiln)
-        columns["kiln_eager"] = _Column(self.kiln, eager, eager.fn)
-        compiled = self._compile_kiln(workload, result)
-        if compiled is not None:
-            columns["kiln_compiled"] = compiled
-        if self.torch is None:
-            result.columns["torch_eager"].status = self.torch_status
-            result.columns["torch_compiled"].status = self.torch_status
-        else:
-            eager = self._build(workload, self.torch)
-            columns["torch_eager"] = _Column(self.torch, eager, eager.fn)
-            if self.torch_compile_status is not None:
-                result.columns["torch_compiled"].status = self.torch_compile_status
-            elif (compiled := self._compile_torch(workload, result)) is not None:
-                columns["torch_compiled"] = compiled
-        self._warm_up(workload, columns, result)
-        self._check(columns, result)
-        self._sample(workload, columns, result)
-        return result
-
-    def _warm_up(self, workload: Workload, columns: dict, result: WorkloadResult) -> None:
-        self.progress(f"{workload.name}: warm-up")
-        for key, column in list(columns.items()):
+        for key, make in self._makers(workload, result).items():
+            held_before = resident_bytes() if self.memory else None
             try:
-                out = column.call()
-                if column.first_output is None:
-                    column.first_output = _first_output(out)
-                for _ in range(self.settings.warmup):
-                    column.call()
-                estimate = column.timed(1)
+                column = make()
             except Exception as error:
                 result.columns[key].status = f"failed: {_short(error)}"
-                del columns[key]
                 continue
-            column.calls = max(1, round(self.settings.sample_seconds / max(estimate, 1e-9)))
+            if column is not None and self._warm_up(workload, key, column, result):
+                columns[key] = column
+                if held_before is not None:
+                    result.columns[key].held_bytes = max(0, resident_bytes() - held_before)
+        if workload.moved_bytes is not None:
+            result.moved_bytes = workload.moved_bytes(self.settings.quick)
+            copy = _copy_column(result.moved_bytes)
+            if self._warm_up(workload, COPY_REFERENCE, copy, result):
+                columns[COPY_REFERENCE] = copy
+        self._check(columns, result)
+        start = cpu_snapshot()
+        self._sample(workload, columns, result)
+        result.others_busy_cores = others_busy_cores(start, cpu_snapshot())
+        result.load_average = (load_average() or [None])[0]
+        if self.memory:
+            self._step_peaks(workload, columns, result)
+        return result
+
+    def _warm_up(self, workload: Workload, key: str, column: _Column, result) -> bool:
+        """Run every argument set once and ``warmup`` more steps; pick the calls per sample.
+        False (and the column's status says why) when a step fails."""
+        self.progress(f"{workload.name}: warm-up {key}")
+        try:
+            out = column.call(0)
+            if column.first_output is None:
+                column.first_output = _first_output(out)
+            for step in range(1, len(column.arg_sets) + self.settings.warmup):
+                column.call(step)
+            estimate = column.timed(1)
+        except Exception as error:
+            if key in result.columns:
+                result.columns[key].status = f"failed: {_short(error)}"
+            else:
+                result.notes.append(f"{key} failed: {_short(error)}")
+            return False
+        column.calls = max(1, math.ceil(self.settings.min_sample_seconds / max(estimate, 1e-9)))
+        return True
 
     def _check(self, columns: dict, result: WorkloadResult) -> None:
         pairs = [("kiln_compiled", "kiln_eager"), ("kiln_eager", "torch_eager")]
@@ -455,34 +606,76 @@ class _Runner:
                 f"first outputs differ: {name}: relative difference {result.check[name]:.2e}"
             )
 
+    def _rounds(self, round_index: int, elapsed: float) -> bool:
+        """Whether to sample another round."""
+        s = self.settings
+        if round_index < s.repeat:
+            return True
+        return round_index < s.max_rounds and elapsed < s.sample_budget
+
     def _sample(self, workload: Workload, columns: dict, result: WorkloadResult) -> None:
-        """Time each column ``repeat`` times, in a rotating order; note any column during whose
-        samples kiln compiled graphs (a recompile, or a CUDA eager op meeting a new shape or
-        scalar: those run as single-op compiled graphs), since then compile time is in its step."""
+        """Sample every column once per round, in a rotating order; note any column during
+        whose samples kiln compiled graphs (a recompile, or a CUDA eager op meeting a new shape
+        or scalar: those run as single-op compiled graphs), since then compile time is in its
+        step."""
         order = list(columns)
-        repeat = self.settings.repeat
+        if not order:
+            return
         observed = self.kiln.observed
         compiles = dict.fromkeys(order, 0)
-        for r in range(repeat):
-            self.progress(f"{workload.name}: timing {r + 1}/{repeat}")
-            for key in order[r % len(order) :] + order[: r % len(order)]:
+        samples: dict[str, list[float]] = {key: [] for key in order}
+        gc.collect()
+        start = time.perf_counter()
+        r = 0
+        while self._rounds(r, time.perf_counter() - start):
+            self.progress(f"{workload.name}: timing round {r + 1}")
+            shift = r % len(order)
+            for key in order[shift:] + order[:shift]:
                 column = columns[key]
                 before = len(observed)
-                result.columns[key].samples.append(column.timed(column.calls))
+                samples[key].append(column.timed(column.calls, r * column.calls))
                 compiles[key] += len(observed) - before
+            r += 1
         for key, column in columns.items():
+            median, quartiles, extremes = spread(samples[key])
+            if key == COPY_REFERENCE:
+                result.copy_seconds = median
+                continue
             record = result.columns[key]
+            record.samples = samples[key]
             record.calls_per_sample = column.calls
-            record.step_seconds = statistics.median(record.samples)
+            record.step_seconds, record.quartiles, record.extremes = median, quartiles, extremes
             if compiles[key]:
                 result.notes.append(
                     f"{key.replace('_', ' ')}: kiln compiled {compiles[key]} graphs while it "
                     "was timed, so its times include compiling"
                 )
 
+    def _step_peaks(self, workload: Workload, columns: dict, result: WorkloadResult) -> None:
+        """One more step per column, under the resident-memory high-water mark."""
+        for key, column in columns.items():
+            if key == COPY_REFERENCE:
+                continue
+            self.progress(f"{workload.name}: peak memory of {key}")
+            peak = StepPeak()
+            peak.start()
+            column.call(0)
+            if column.library is not None:
+                column.library.synchronize()
+            result.columns[key].step_peak_bytes = peak.stop()
+
 
 def _warm_up(x):
     return (x * 2.0 + 1.0).relu()
+
+
+def _eager_training_step(lib, device: str) -> None:
+    model = lib.nn.Linear(8, 8).to(device)
+    optimizer = lib.optim.AdamW(model.parameters())
+    x, target = lib.ones(4, 8, device=device), lib.zeros(4, 8, device=device)
+    loss = lib.nn.functional.mse_loss(model(x).relu(), target)
+    loss.backward()
+    optimizer.step()
 
 
 def _is_compile_warning(w: warnings.WarningMessage) -> bool:
@@ -493,42 +686,6 @@ def _is_compile_warning(w: warnings.WarningMessage) -> bool:
 
 
 # ------------------------------------------------------------------------------ the suite
-
-
-def machine_info(threads: int | None = None) -> dict:
-    """The machine and software a table was measured with (for the report and the JSON)."""
-    info = {
-        "cpu": _cpu_model(),
-        "cores": os.cpu_count(),
-        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else [],
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-    }
-    try:
-        import llvmlite
-
-        info["llvmlite"] = llvmlite.__version__
-    except ImportError:
-        pass
-    torch = sys.modules.get("torch")
-    info["torch"] = getattr(torch, "__version__", None)
-    # numpy's BLAS (kiln eager matmuls, kiln's extern mm) takes its thread count at start-up
-    info["blas_threads"] = os.environ.get("OPENBLAS_NUM_THREADS") or "all cores (default)"
-    if threads is not None:
-        info["threads"] = threads
-    return info
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def run_suite(
@@ -550,12 +707,19 @@ def run_suite(
         startup=startup,
         workloads=results,
         seconds=time.perf_counter() - start,
+        warnings=load_warnings(machine, results),
     )
 
 
 def _run(runner: _Runner, workloads: list[Workload], progress: Callable[[str], None]):
     threads = runner.set_threads()
-    load_before = machine_info()["load_average"]
+    load_before = load_average() or []
+    cores = os.cpu_count() or 1
+    if load_before and load_before[0] > cores:
+        progress(
+            f"warning: load average {load_before[0]:.2f} exceeds the {cores} cores: other "
+            "processes compete for the CPUs, times will be unreliable"
+        )
     startup = runner.startup()
     results = []
     for n, workload in enumerate(workloads):

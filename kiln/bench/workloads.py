@@ -1,132 +1,40 @@
 """The benchmark suite: each workload builds the same function and inputs in kiln or in PyTorch.
 
-A workload's ``build(lib, quick, device)`` returns an :class:`Instance` (a function and the
-arguments to call it with) written only against the torch-compatible API, so one definition runs
-in both libraries. Inputs and parameters come from a numpy generator seeded by the workload name,
-so every instance of a workload (eager, compiled, PyTorch) starts from identical values and their
-first outputs can be compared. ``quick`` picks small shapes (the whole quick suite runs in seconds).
+Kernels (pointwise, softmax, layer_norm, a copy: memory-bound, so the bench prints their GB/s),
+small models (an MLP, a GPT-2 block; forward and training step, also with a batch size that
+changes every step), the per-call overhead, and the programs of ``programs.py``. ``quick`` picks
+small shapes; ``QUICK_SUITE`` is what ``--quick`` runs, ``DEFAULT_SUITE`` the full run, and
+opt-in workloads (GPT-2 small) run only when named.
 """
 
 from __future__ import annotations
 
 import functools
-import math
-import zlib
-from collections.abc import Callable
-from dataclasses import dataclass
-from types import SimpleNamespace
 
-import numpy as np
+from .programs import (
+    DCGAN_SIZES,
+    GPT2_SMALL_SIZES,
+    LSTM_SIZES,
+    NANOGPT_SIZES,
+    RESNET_SIZES,
+    build_dcgan,
+    build_gpt2_small,
+    build_lstm_lm,
+    build_nanogpt,
+    build_resnet_cnn,
+    models_for,
+)
+from .workload_types import Instance, Workload, randn_tensor, seeded_rng, set_parameters
 
-__all__ = ["Instance", "Workload", "WORKLOADS", "DEFAULT_SUITE", "get_workload", "models_for"]
-
-
-@dataclass
-class Instance:
-    """One ready-to-run copy of a workload: ``fn(*args)`` is one step."""
-
-    fn: Callable
-    args: tuple
-
-    def __post_init__(self):
-        # dumps and logs are named after the function: keep ``<locals>`` out of them
-        self.fn.__qualname__ = self.fn.__name__
-
-
-@dataclass(frozen=True)
-class Workload:
-    name: str
-    summary: str  # what one step computes, with the default (full-size) shapes
-    build: Callable[[object, bool, str], Instance]
-    trains: bool = False  # a step mutates parameters (forward + backward + optimizer)
-
-
-def _rng(name: str) -> np.random.Generator:
-    return np.random.default_rng(zlib.crc32(name.encode()))
-
-
-def _tensor(lib, array: np.ndarray, device: str):
-    return lib.tensor(array, device=device)
-
-
-def _randn(lib, rng: np.random.Generator, shape: tuple, device: str):
-    return _tensor(lib, rng.standard_normal(shape, dtype=np.float32), device)
-
-
-def _set_parameters(lib, model, rng: np.random.Generator) -> None:
-    """Give ``model`` the same parameters in every library: matrices ~ N(0, 1/fan_in), vectors
-    (biases, norm scales) as the libraries initialize them except biases ~ N(0, 0.01)."""
-    with lib.no_grad():
-        for name, p in model.named_parameters():
-            shape = tuple(p.shape)
-            if len(shape) >= 2:
-                value = rng.standard_normal(shape, dtype=np.float32) / math.sqrt(shape[-1])
-            elif name.endswith("bias"):
-                value = (0.01 * rng.standard_normal(shape)).astype(np.float32)
-            else:
-                value = np.ones(shape, dtype=np.float32)
-            p.copy_(lib.tensor(value, device=p.device))
-
-
-@functools.cache
-def models_for(lib) -> SimpleNamespace:
-    """The benchmark's model classes built on ``lib.nn`` (one set per library)."""
-    nn = lib.nn
-    F = lib.nn.functional
-
-    class MLP(nn.Module):
-        """Linear - GELU(tanh) - Linear - LayerNorm: the shape of a transformer's feed-forward."""
-
-        def __init__(self, width: int, hidden: int):
-            super().__init__()
-            self.fc1 = nn.Linear(width, hidden)
-            self.fc2 = nn.Linear(hidden, width)
-            self.norm = nn.LayerNorm(width)
-
-        def forward(self, x):
-            return self.norm(self.fc2(F.gelu(self.fc1(x), approximate="tanh")))
-
-    class CausalSelfAttention(nn.Module):
-        def __init__(self, width: int, heads: int, block_size: int):
-            super().__init__()
-            self.heads = heads
-            self.qkv = nn.Linear(width, 3 * width)
-            self.proj = nn.Linear(width, width)
-            mask = lib.ones(block_size, block_size, dtype=lib.bool).tril()
-            self.register_buffer("causal", mask, persistent=False)
-
-        def forward(self, x):
-            B, T, C = x.shape
-            head = C // self.heads
-            q, k, v = self.qkv(x).split(C, dim=2)
-            q = q.view(B, T, self.heads, head).transpose(1, 2)
-            k = k.view(B, T, self.heads, head).transpose(1, 2)
-            v = v.view(B, T, self.heads, head).transpose(1, 2)
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(head))
-            att = att.masked_fill(~self.causal[:T, :T], float("-inf"))
-            y = F.softmax(att, dim=-1) @ v
-            return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
-
-    class Block(nn.Module):
-        """A pre-norm GPT-2 block: x + attn(ln(x)), then x + mlp(ln(x))."""
-
-        def __init__(self, width: int, heads: int, block_size: int):
-            super().__init__()
-            self.ln_1 = nn.LayerNorm(width)
-            self.attn = CausalSelfAttention(width, heads, block_size)
-            self.ln_2 = nn.LayerNorm(width)
-            self.mlp = nn.Sequential(
-                nn.Linear(width, 4 * width),
-                nn.GELU(approximate="tanh"),
-                nn.Linear(4 * width, width),
-            )
-
-        def forward(self, x):
-            x = x + self.attn(self.ln_1(x))
-            return x + self.mlp(self.ln_2(x))
-
-    return SimpleNamespace(MLP=MLP, Block=Block)
-
+__all__ = [
+    "Instance",
+    "Workload",
+    "WORKLOADS",
+    "DEFAULT_SUITE",
+    "QUICK_SUITE",
+    "get_workload",
+    "models_for",
+]
 
 # ---------------------------------------------------------------------------- the workloads
 
@@ -150,7 +58,9 @@ def _square(quick: bool) -> tuple:
 
 
 def _build_chain(lib, quick, device):
-    return Instance(pointwise_chain, (_randn(lib, _rng("chain"), _square(quick), device),))
+    return Instance(
+        pointwise_chain, (randn_tensor(lib, seeded_rng("chain"), _square(quick), device),)
+    )
 
 
 def _build_gelu(lib, quick, device):
@@ -159,7 +69,7 @@ def _build_gelu(lib, quick, device):
     def gelu_tanh(x):
         return F.gelu(x, approximate="tanh")
 
-    return Instance(gelu_tanh, (_randn(lib, _rng("gelu"), _square(quick), device),))
+    return Instance(gelu_tanh, (randn_tensor(lib, seeded_rng("gelu"), _square(quick), device),))
 
 
 def _build_softmax(lib, quick, device):
@@ -168,27 +78,52 @@ def _build_softmax(lib, quick, device):
     def row_softmax(x):
         return F.softmax(x, dim=-1)
 
-    return Instance(row_softmax, (_randn(lib, _rng("softmax"), _square(quick), device),))
+    return Instance(
+        row_softmax, (randn_tensor(lib, seeded_rng("softmax"), _square(quick), device),)
+    )
 
 
 def _build_layer_norm(lib, quick, device):
     F = lib.nn.functional
     rows, width = (1024, 256) if quick else (8192, 1024)
-    rng = _rng("layer_norm")
+    rng = seeded_rng("layer_norm")
 
     def layer_norm(x, weight, bias):
         return F.layer_norm(x, (x.shape[-1],), weight, bias)
 
     args = (
-        _randn(lib, rng, (rows, width), device),
-        _randn(lib, rng, (width,), device),
-        _randn(lib, rng, (width,), device),
+        randn_tensor(lib, rng, (rows, width), device),
+        randn_tensor(lib, rng, (width,), device),
+        randn_tensor(lib, rng, (width,), device),
     )
     return Instance(layer_norm, args)
 
 
+def _build_copy(lib, quick, device):
+    def copy(x):
+        return x.clone()
+
+    return Instance(copy, (randn_tensor(lib, seeded_rng("copy"), _square(quick), device),))
+
+
+def _square_bytes(quick: bool) -> int:
+    """One float32 square read and one written."""
+    rows, cols = _square(quick)
+    return 2 * 4 * rows * cols
+
+
+def _layer_norm_bytes(quick: bool) -> int:
+    rows, width = (1024, 256) if quick else (8192, 1024)
+    return 2 * 4 * rows * width + 2 * 4 * width
+
+
 def _mlp_sizes(quick: bool) -> tuple:
     return (32, 64, 256) if quick else (256, 512, 2048)  # batch, width, hidden
+
+
+def _varying_batches(quick: bool) -> tuple[int, ...]:
+    """The batch sizes a varying-batch step cycles through (a data loader's ragged batches)."""
+    return (16, 24, 32, 40) if quick else (128, 192, 256, 320)
 
 
 def _gpt_sizes(quick: bool) -> tuple:
@@ -201,8 +136,9 @@ def _inference(model):
     return model.eval()
 
 
-def _train_step(lib, model, x, target) -> Instance:
-    """forward + MSE loss + backward + AdamW step, as a user writes it (and compiles it)."""
+def _train_step(lib, model, arg_sets: tuple) -> Instance:
+    """forward + MSE loss + backward + AdamW step, as a user writes it (and compiles it);
+    ``arg_sets``: the (input, target) pair of each step in turn."""
     F = lib.nn.functional
     optimizer = lib.optim.AdamW(model.parameters(), lr=1e-3)
 
@@ -213,33 +149,39 @@ def _train_step(lib, model, x, target) -> Instance:
         optimizer.step()
         return loss
 
-    return Instance(train_step, (x, target))
+    return Instance(train_step, arg_sets=arg_sets)
 
 
-def _build_mlp(lib, quick, device, train: bool):
+def _build_mlp(lib, quick, device, train: bool, varying: bool = False):
     batch, width, hidden = _mlp_sizes(quick)
-    rng = _rng("mlp")
+    batches = _varying_batches(quick) if varying else (batch,)
+    rng = seeded_rng("mlp_varying" if varying else "mlp")
     model = models_for(lib).MLP(width, hidden).to(device)
-    _set_parameters(lib, model, rng)
-    x = _randn(lib, rng, (batch, width), device)
+    set_parameters(lib, model, rng)
     if train:
-        return _train_step(lib, model, x, _randn(lib, rng, (batch, width), device))
+        arg_sets = tuple(
+            (randn_tensor(lib, rng, (b, width), device), randn_tensor(lib, rng, (b, width), device))
+            for b in batches
+        )
+        return _train_step(lib, model, arg_sets)
     model = _inference(model)
 
     def mlp_forward(x):
         return model(x)
 
-    return Instance(mlp_forward, (x,))
+    arg_sets = tuple((randn_tensor(lib, rng, (b, width), device),) for b in batches)
+    return Instance(mlp_forward, arg_sets=arg_sets)
 
 
 def _build_gpt(lib, quick, device, train: bool):
     batch, tokens, width, heads = _gpt_sizes(quick)
-    rng = _rng("gpt_block")
+    rng = seeded_rng("gpt_block")
     model = models_for(lib).Block(width, heads, tokens).to(device)
-    _set_parameters(lib, model, rng)
-    x = _randn(lib, rng, (batch, tokens, width), device)
+    set_parameters(lib, model, rng)
+    x = randn_tensor(lib, rng, (batch, tokens, width), device)
     if train:
-        return _train_step(lib, model, x, _randn(lib, rng, (batch, tokens, width), device))
+        target = randn_tensor(lib, rng, (batch, tokens, width), device)
+        return _train_step(lib, model, ((x, target),))
     model = _inference(model)
 
     def gpt_block_forward(x):
@@ -254,13 +196,14 @@ def add_one(x):
 
 
 def _build_overhead(lib, quick, device):
-    return Instance(add_one, (_randn(lib, _rng("overhead"), (16,), device),))
+    return Instance(add_one, (randn_tensor(lib, seeded_rng("overhead"), (16,), device),))
 
 
-def _describe_mlp(train: bool) -> str:
+def _describe_mlp(train: bool, varying: bool = False) -> str:
     batch, width, hidden = _mlp_sizes(False)
     what = "fwd + MSE + bwd + AdamW" if train else "forward, no grad"
-    return f"MLP {width}->{hidden}->{width} + LayerNorm, batch {batch}: {what}"
+    batches = "/".join(map(str, _varying_batches(False))) + " in turn" if varying else batch
+    return f"MLP {width}->{hidden}->{width} + LayerNorm, batch {batches}: {what}"
 
 
 def _describe_gpt(train: bool) -> str:
@@ -269,19 +212,80 @@ def _describe_gpt(train: bool) -> str:
     return f"GPT-2 block, {batch}x{tokens} tokens, width {width}, {heads} heads: {what}"
 
 
+def _describe_gpt_program(what: str, sizes: tuple) -> str:
+    batch, tokens, vocab, layers, width, heads = sizes
+    return (
+        f"{what}: {layers} layers, width {width}, {heads} heads, vocabulary {vocab}, "
+        f"{batch}x{tokens} tokens: fwd + cross-entropy + bwd + clip + AdamW"
+    )
+
+
+def _describe_lstm() -> str:
+    tokens, batch, vocab, width, hidden, layers = LSTM_SIZES[False]
+    return (
+        f"word_language_model LSTM: {layers} layers, {width}->{hidden}, vocabulary {vocab}, "
+        f"{tokens} steps x batch {batch}: fwd + cross-entropy + bwd + clip + SGD"
+    )
+
+
+def _describe_resnet() -> str:
+    batch, side, channels, classes = RESNET_SIZES[False]
+    return (
+        f"ResNet CNN: stem + 2 basic blocks ({channels}, {2 * channels} channels), "
+        f"batch {batch} x 3x{side}x{side}, {classes} classes: fwd + bwd + SGD momentum"
+    )
+
+
+def _describe_dcgan() -> str:
+    batch, noise, width = DCGAN_SIZES[False]
+    return (
+        f"DCGAN: generator {noise}->3x16x16 and discriminator, width {width}, batch {batch}: "
+        "discriminator step on real and fake, then generator step (Adam); compiled: the two "
+        "models"
+    )
+
+
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in [
-        Workload("pointwise_chain", "10 elementwise ops on 4096x4096 float32", _build_chain),
-        Workload("gelu_tanh", "F.gelu(approximate='tanh') on 4096x4096", _build_gelu),
-        Workload("softmax", "row softmax of 4096x4096", _build_softmax),
-        Workload("layer_norm", "F.layer_norm over rows of 8192x1024", _build_layer_norm),
+        Workload("copy", "x.clone() of 4096x4096 float32", _build_copy, moved_bytes=_square_bytes),
+        Workload(
+            "pointwise_chain",
+            "10 elementwise ops on 4096x4096 float32",
+            _build_chain,
+            moved_bytes=_square_bytes,
+        ),
+        Workload(
+            "gelu_tanh",
+            "F.gelu(approximate='tanh') on 4096x4096",
+            _build_gelu,
+            moved_bytes=_square_bytes,
+        ),
+        Workload("softmax", "row softmax of 4096x4096", _build_softmax, moved_bytes=_square_bytes),
+        Workload(
+            "layer_norm",
+            "F.layer_norm over rows of 8192x1024",
+            _build_layer_norm,
+            moved_bytes=_layer_norm_bytes,
+        ),
         Workload("mlp_forward", _describe_mlp(False), functools.partial(_build_mlp, train=False)),
         Workload(
             "mlp_train_step",
             _describe_mlp(True),
             functools.partial(_build_mlp, train=True),
             trains=True,
+        ),
+        Workload(
+            "mlp_forward_varying_batch",
+            _describe_mlp(False, varying=True),
+            functools.partial(_build_mlp, train=False, varying=True),
+        ),
+        Workload(
+            "mlp_train_step_varying_batch",
+            _describe_mlp(True, varying=True),
+            functools.partial(_build_mlp, train=True, varying=True),
+            trains=True,
+            in_quick=False,  # compiles a training step per batch size: seconds
         ),
         Workload(
             "gpt_block_forward", _describe_gpt(False), functools.partial(_build_gpt, train=False)
@@ -291,11 +295,44 @@ WORKLOADS: dict[str, Workload] = {
             _describe_gpt(True),
             functools.partial(_build_gpt, train=True),
             trains=True,
+            in_quick=False,  # nanogpt_train_step covers it in a quick run
         ),
         Workload("call_overhead", "x + 1 on 16 floats: the per-call overhead", _build_overhead),
+        Workload(
+            "nanogpt_train_step",
+            _describe_gpt_program("nanoGPT", NANOGPT_SIZES[False]),
+            build_nanogpt,
+            trains=True,
+        ),
+        Workload(
+            "lstm_lm_train_step",
+            _describe_lstm(),
+            build_lstm_lm,
+            trains=True,
+            in_quick=False,  # its time-unrolled compile takes about a minute (issue 18, item 3)
+        ),
+        Workload(
+            "resnet_cnn_train_step",
+            _describe_resnet(),
+            build_resnet_cnn,
+            trains=True,
+            in_quick=False,  # its convolutions compile as extern calls in seconds: full run only
+        ),
+        Workload("dcgan_train_step", _describe_dcgan(), build_dcgan, trains=True, in_quick=False),
+        Workload(
+            "gpt2_small_train_step",
+            _describe_gpt_program("GPT-2 small (nanoGPT)", GPT2_SMALL_SIZES[False]),
+            build_gpt2_small,
+            trains=True,
+            in_quick=False,
+            opt_in=True,
+        ),
     ]
 }
-DEFAULT_SUITE: tuple[str, ...] = tuple(WORKLOADS)
+DEFAULT_SUITE: tuple[str, ...] = tuple(name for name, w in WORKLOADS.items() if not w.opt_in)
+QUICK_SUITE: tuple[str, ...] = tuple(
+    name for name, w in WORKLOADS.items() if w.in_quick and not w.opt_in
+)
 
 
 def get_workload(name: str) -> Workload:
@@ -303,4 +340,4 @@ def get_workload(name: str) -> Workload:
     try:
         return WORKLOADS[name]
     except KeyError:
-        raise KeyError(f"unknown workload {name!r}; known: {', '.join(DEFAULT_SUITE)}") from None
+        raise KeyError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}") from None

@@ -217,7 +217,7 @@ class NCCLBackend:
         return self._work(what, [out])
 
     def barrier(self, what: str) -> NCCLWork:
-        from ..ops import api
+        from ..ops.creation import api
 
         token = api.zeros(1, device=f"cuda:{self.device}")
         self.all_reduce(token, RedOpType.SUM, what)

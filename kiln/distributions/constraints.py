@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ops import linalg_functions as linalg
+from ..ops.linalg import linalg_namespace as linalg
 
 __all__ = [
     "Constraint",

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 
 from ..nn import functional as F
-from ..ops import linalg_functions as linalg
+from ..ops.linalg import linalg_namespace as linalg
 from ..ops.public import broadcast_shapes, digamma, exp, lgamma, log, where
 from .continuous import (
     _EULER,

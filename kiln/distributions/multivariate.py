@@ -7,8 +7,8 @@ import math
 
 from kiln.runtime.tensor import Size
 
-from ..ops import linalg_functions as linalg
 from ..ops import public
+from ..ops.linalg import linalg_namespace as linalg
 from ..ops.public import (
     broadcast_shapes,
     cholesky_inverse,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from ..ir import Graph, GraphModule, Node, map_arg
 from ..ir.passes import fetch_attr
 from ..nn.parallel.distributed import ddp_bucket_cap_for, has_live_ddp
-from ..ops.registry import Op
+from ..ops.core.registry import Op
 from ..runtime import logs as klog
 from ..runtime.random import get_rng_state, set_rng_state
 from ..runtime.tensor import Tensor

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import types
 import warnings
 import weakref
@@ -40,6 +41,7 @@ from .sources import guard_param_name
 from .stance import DEFAULT as _DEFAULT_STANCE
 from .stance import STANCE
 from .symbolic_shapes import ShapePolicy
+from .verify import BACKEND_OPTIONS_DROPPED, snapshot_graph, verified, verify_setting
 
 __all__ = [
     "compile", "compile_in_context", "reset", "CompileContext", "OptimizedModule", "FrameCache",
@@ -74,7 +76,9 @@ class CompileContext:
     """One ``kiln.compile`` call's settings, shared by the wrappers and resume functions it
     creates; listeners (``explain``) hear about every graph and graph break."""
 
-    def __init__(self, backend, fullgraph=False, dynamic=None, options=None, mode=None):
+    def __init__(
+        self, backend, fullgraph=False, dynamic=None, options=None, mode=None, export=False
+    ):
         self.backend = backend
         try:
             self.compiler_fn = lookup(backend)
@@ -88,9 +92,13 @@ class CompileContext:
         self.fullgraph = fullgraph
         self.dynamic = dynamic
         self.options = dict(options or {})
+        verify_setting(self.options)  # a bad value is an error of this call, not of a capture
         if backend == "inductor":
             self.options.update(_MODE_OPTIONS.get(mode, {}))
         self.mode = mode
+        # capturing for ``kiln.export``: ``kiln.cond`` becomes one conditional node (its branches
+        # graphs of their own) instead of both branches merged by ``where``
+        self.export = export
         self.listeners: list = []
         # Held weakly: a frame cache lives as long as its wrapper (and so its compiled graphs
         # and their machine code); a process compiling a fresh closure every step must not keep
@@ -138,15 +146,23 @@ class CompileContext:
         return caller
 
     def compile_graph(self, gm, example_inputs: list, name: str) -> Callable:
-        """Run the backend; if it fails, the graph runs with the eager ops (and we say why)."""
+        """Run the backend; if it fails, the graph runs with the eager ops (and we say why).
+
+        Verify mode (``options["verify"]``/``KILN_VERIFY``) and the minifier (``KILN_REPRO``)
+        keep a copy of the graph made before the backend sees it (``dynamo.verify``)."""
         compiler_fn = self.compiler_fn
         forced = STANCE[0].backend  # ``set_stance(force_backend=...)``
         if forced is not None:
             compiler_fn = lookup(forced)
+        backend = forced if forced is not None else self.backend
+        options = {k: v for k, v in self.options.items() if k not in BACKEND_OPTIONS_DROPPED}
+        verify = verify_setting(self.options)
+        repro_dir = os.environ.get("KILN_REPRO") or None
+        reference = snapshot_graph(gm) if verify or repro_dir else None
 
         def run_backend(graph_module, inputs) -> Callable:
             if _accepts_options(compiler_fn):
-                compiled = compiler_fn(graph_module, inputs, options=self.options)
+                compiled = compiler_fn(graph_module, inputs, options=dict(options))
             else:
                 compiled = compiler_fn(graph_module, inputs)
             if not callable(compiled):
@@ -163,9 +179,32 @@ class CompileContext:
                 f"backend {self.backend_name!r} failed to compile {name} "
                 f"({type(e).__name__}: {e}); running the graph with the eager backend"
             )
+            if repro_dir:
+                from .repro import Failure, repro_after_failure
+
+                message += repro_after_failure(
+                    repro_dir, reference, example_inputs, backend, options, verify or True,
+                    Failure(type(e)),
+                )  # fmt: skip
             klog.log("graph_breaks", message)
             warnings.warn(message, RuntimeWarning, stacklevel=2)
-            compiled = gm.forward
+            return reference.forward if reference is not None else gm.forward
+        if verify:
+            on_mismatch = None
+            if repro_dir:
+
+                def on_mismatch(mismatches, located, args):
+                    from .repro import failure_of, repro_after_failure
+
+                    hint = located.node if located is not None else None
+                    return repro_after_failure(
+                        repro_dir, reference, list(args), backend, options, verify,
+                        failure_of(mismatches), hint,
+                    )  # fmt: skip
+
+            compiled = verified(
+                compiled, reference, run_backend, name, self.backend_name, verify, on_mismatch
+            )
         return compiled
 
     def record_graph(self, gm, op_count: int, name: str) -> None:
@@ -271,11 +310,12 @@ class FrameCache:
         )
         policy.seen_strides = self.seen_strides
         try:
-            result = convert_frame(
-                self.ctx, self.code, self.f_globals, closure, arguments,
-                self.ctx.next_graph_name(self.name), frozenset(self.dynamic_scalars),
-                frozenset(self.scalar_changes), policy,
-            )  # fmt: skip
+            with klog.compile_stage("dynamo"):
+                result = convert_frame(
+                    self.ctx, self.code, self.f_globals, closure, arguments,
+                    self.ctx.next_graph_name(self.name), frozenset(self.dynamic_scalars),
+                    frozenset(self.scalar_changes), policy,
+                )  # fmt: skip
         except (GraphBreakError, ConstraintViolationError):
             raise
         except Exception as e:
@@ -297,7 +337,8 @@ class FrameCache:
         return result
 
     def add(self, result: CaptureResult, params: str, defaults: dict, run: Callable) -> None:
-        guard = result.guards.compile(params, defaults, self.name)
+        with klog.compile_stage("dynamo"):
+            guard = result.guards.compile(params, defaults, self.name)
         klog.log("guards", f"guards of {self.name} entry {len(self.entries)}:\n{guard.src}")
         klog.dump(f"{self.name}_guards", "py", guard.src)
         self.guards.append(guard)

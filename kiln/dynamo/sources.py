@@ -319,7 +319,7 @@ class ConstSource(_IdentitySource):
 
 
 def _scalar_tensor(value, dtype):
-    from ..ops.api import tensor
+    from ..ops.creation.api import tensor
 
     return tensor(value, dtype=dtype)
 

@@ -133,6 +133,7 @@ def _numpy_step(step):
     return run
 
 
+@klog.compile_stage("inductor")
 def compile_graph(gm, example_inputs, options: dict | None = None) -> CompiledGraph:
     """Lower, schedule and generate code for one graph (see the module docstring)."""
     options = options or {}

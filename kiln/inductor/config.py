@@ -17,6 +17,12 @@ from types import SimpleNamespace
 # again, so one that compiles many distinct graphs stays flat.
 compiled_graph_cache_bytes = 16 * 2**20
 
+# kiln's own (read): until kernels take sizes as arguments, a graph with symbolic sizes gets a
+# static kernel set for each concrete size that comes a second time (``specialize.py``), at most
+# this many per graph; other sizes then run with the eager ops, so a loop over ever-new shapes
+# (a growing context called again) never compiles without bound.
+static_kernel_sets_per_graph = 8
+
 debug = False
 verbose_progress = False
 fx_graph_cache = True

@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 
 from ..ir.tracer import trace
-from ..ops.dispatch import dispatch
+from ..ops.core.dispatch import dispatch
 from ..runtime import devices
 from ..runtime import dtypes as dt
 from ..runtime.state import compile_lock

@@ -129,10 +129,9 @@ def _parallel(out, a, b) -> bool:
         return False
     if out.size * a.shape[-1] < SPLIT_MACS or not BLAS.load() or not BLAS.gemm:
         return False
-    from .codegen import cpu
-    from .codegen.cpu_pool import DGEMM, SGEMM, Pool
+    from .codegen.cpu_pool import DGEMM, SGEMM, Pool, thread_pool
 
-    pool = cpu.thread_pool()
+    pool = thread_pool()
     if not pool.parallel:
         return False
     table = _gemm_table(out, a, b, threads * PARTS_PER_THREAD)

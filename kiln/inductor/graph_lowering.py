@@ -13,7 +13,8 @@ import operator
 from dataclasses import dataclass, field
 
 from ..autograd.grad_mode import set_grad_enabled_node
-from ..ops.registry import Op
+from ..ops.core.registry import Op
+from ..runtime.memory_format import is_non_overlapping_and_dense
 from ..runtime.tensor import Tensor
 from .ir import Buffer, GraphContext, InputBuffer, Layout, TensorBox
 from .lowering import CURRENT, LOWERINGS, fallback
@@ -129,6 +130,11 @@ class GraphLowering:
             if result.buffer is not None and not result.buffer.origins:
                 result.buffer.origins = [node]
             self._maybe_realize(node, result)
+        elif isinstance(result, (tuple, list)):
+            # an op with several results (a multi-output fallback): each buffer names the node
+            for part in result:
+                if isinstance(part, TensorBox) and part.buffer is not None:
+                    part.buffer.origins = part.buffer.origins or [node]
         return result
 
     def _maybe_realize(self, node, box: TensorBox) -> None:
@@ -144,7 +150,8 @@ class GraphLowering:
             or any(user.op == "output" for user in node.users)
             or (users > 1 and not getattr(box, "is_view", False) and _feeds_matmul(node))
         ):
-            box.realize()
+            output = any(user.op == "output" for user in node.users)
+            box.realize(_output_layout(node.meta.get("val")) if output else None)
 
     def _finish(self, output_value) -> LoweredGraph:
         from ..utils.pytree import tree_flatten
@@ -162,6 +169,9 @@ class GraphLowering:
                     outputs.append(("buffer", view[0], view[1]))
                     continue
                 buf = value.realize()
+                layout = _output_layout(item.meta.get("val")) if hasattr(item, "op") else None
+                if layout is not None and layout.stride != buf.layout.stride:
+                    buf = value.realize(layout)  # a copy in eager's layout
                 outputs.append(("buffer", buf, buf.layout))
             else:
                 outputs.append(("const", value))
@@ -220,6 +230,18 @@ def _realize_broadcast_scalars(buffers: list, args, kwargs) -> None:
             reads = set(buffers_read(buf))
             position = max((i + 1 for i, b in enumerate(buffers) if b.name in reads), default=0)
             buffers.insert(position, buf)
+
+
+def _output_layout(meta) -> Layout | None:
+    """The layout eager gives a graph output, when it is dense but not contiguous (a pointwise
+    op of a transposed input keeps the input's dim order): compiled outputs have eager's
+    strides, as PyTorch's inductor gives them. None: contiguous will do."""
+    if not isinstance(meta, Tensor) or meta.numel() <= 1:
+        return None
+    shape, stride = tuple(meta.shape), tuple(meta.stride())
+    if not is_non_overlapping_and_dense(shape, stride) or meta.is_contiguous():
+        return None
+    return Layout(shape, stride, meta.dtype, 0, meta.device.type)
 
 
 def _layout_of(t: Tensor) -> Layout:

@@ -251,7 +251,15 @@ def _legal(kernel: Kernel, buf: ComputedBuffer, outer: tuple, inner: tuple) -> b
                     return False
             if trial.is_outer_node(src) and (load.free_vars() - outer_set):
                 return False
+            # equal coefficients with another constant: a neighbour's element (a roll or a
+            # shifted slice of a scan's result reads o0 - 1), not yet computed or already gone
+            if _constant(load) != _constant(store):
+                return False
     return True
+
+
+def _constant(index) -> int:
+    return index.const if isinstance(index, sym.Expr) else int(index)
 
 
 def schedule(lowered: LoweredGraph) -> Schedule:

@@ -2,11 +2,15 @@
 
 The capture frontend and AOT autograd hand the inductor graphs whose sizes are symbols (``s0``,
 ``u0``). Until kernels take their sizes as arguments, ``specializing`` compiles such a graph for
-each concrete input signature it is called with (the graph is traced again on fakes of that
-call's inputs, which turns every size node into a constant) and keeps the compiled versions by
-signature, so a dynamic graph called with N shapes compiles N kernel sets while the frontend
-captures once. A graph with data-dependent sizes (``nonzero``'s row count) has no static
-version: it runs with the eager ops. Both are logged under ``KILN_LOGS=inductor``.
+each concrete input signature it is called with *a second time* (the graph is traced again on
+fakes of that call's inputs, which turns every size node into a constant) and keeps the compiled
+versions by signature. A signature seen for the first time runs the graph with the eager ops
+(the policy of static capture: a shape seen once runs eagerly), so a context that grows by one
+token a step never pays a kernel compile per length, while sizes that repeat (batch sizes of an
+epoch) get kernels on their second call, up to ``config.static_kernel_sets_per_graph`` sets per
+graph. A graph with data-dependent sizes (``nonzero``'s row count) has no static version: it
+always runs with the eager ops. All of it is logged under ``KILN_LOGS=inductor``, and the
+per-size decisions under ``recompiles`` too.
 
 The real implementation (issue "Dynamic shapes", item 4) replaces this module: loop bounds,
 strides and buffer sizes become expressions over the symbols, passed to each kernel as integer
@@ -17,16 +21,36 @@ every size. Remove this file then, and the one call to it in ``compile_fx.induct
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
+from ..aot.backend import boxed_eager_compiler
 from ..ir import GraphModule
 from ..ir.tracer import trace
-from ..ops.fake import to_fake
+from ..ops.core.fake import to_fake
 from ..runtime import logs as klog
 from ..runtime.symbolic import SymInt, has_symbols
 from ..runtime.tensor import Tensor
+from . import config
 
-__all__ = ["is_symbolic_graph", "specializing"]
+__all__ = ["COMPILE_STATS", "SpecializeStats", "is_symbolic_graph", "specializing"]
+
+
+@dataclasses.dataclass
+class SpecializeStats:
+    """What ``specializing`` did in this process: kernel sets compiled for a concrete signature,
+    calls run with the eager ops because their signature was new, and calls run eagerly because
+    the graph had its limit of kernel sets (tests read these)."""
+
+    static_compiles: int = 0
+    eager_first_calls: int = 0
+    eager_over_limit_calls: int = 0
+
+    def reset(self) -> None:
+        self.static_compiles = self.eager_first_calls = self.eager_over_limit_calls = 0
+
+
+COMPILE_STATS = SpecializeStats()
 
 
 def _symbolic(value, unbacked_only: bool = False) -> bool:
@@ -50,8 +74,6 @@ def specializing(gm: GraphModule, example_inputs, compile_static: Callable) -> C
     """A callable that compiles ``gm`` with ``compile_static(gm, examples)`` once per concrete
     input signature (see the module docstring)."""
     if any(_symbolic(n.meta.get("val"), unbacked_only=True) for n in gm.graph.nodes):
-        from ..aot.backend import boxed_eager_compiler
-
         message = (
             "inductor runs a graph with data-dependent sizes with the eager ops "
             "(symbolic kernels not yet supported)"
@@ -61,13 +83,18 @@ def specializing(gm: GraphModule, example_inputs, compile_static: Callable) -> C
         return boxed_eager_compiler(gm, example_inputs)
     mutations = gm.graph.output_node.meta.get("input_mutations")
     compiled: dict = {}
+    seen: set = set()  # signatures run eagerly once
+    over_limit: set = set()  # signatures that came again once the limit was reached
+    eager = boxed_eager_compiler(gm, example_inputs)
 
     def compile_for(args: tuple, key: tuple) -> Callable:
-        sizes = [tuple(a._shape) if isinstance(a, Tensor) else a for a in args]
-        klog.log(
-            "inductor",
-            f"specializing: symbolic kernels not yet supported; compiling for input sizes {sizes}",
+        sizes = [list(a._shape) if isinstance(a, Tensor) else a for a in args]
+        message = (
+            f"inductor: input sizes {sizes} came again: compiling static kernels for them"
+            " (symbolic kernels not yet supported)"
         )
+        klog.log("recompiles", message)
+        klog.log("inductor", message)
         examples = [to_fake(a) if isinstance(a, Tensor) else a for a in args]
         static = trace(gm.forward, *examples)
         static = GraphModule({**_attributes(gm), **_attributes(static)}, static.graph)
@@ -76,6 +103,7 @@ def specializing(gm: GraphModule, example_inputs, compile_static: Callable) -> C
         if has_symbols(examples) or is_symbolic_graph(static, examples):
             raise RuntimeError("internal error: a specialized graph still has symbolic sizes")
         fn = compiled[key] = compile_static(static, examples)
+        COMPILE_STATS.static_compiles += 1
         return fn
 
     def run(*args):
@@ -84,11 +112,37 @@ def specializing(gm: GraphModule, example_inputs, compile_static: Callable) -> C
             for a in args
         )
         fn = compiled.get(key)
-        if fn is None:
-            fn = compile_for(args, key)
-        return fn(*args)
+        if fn is not None:
+            return fn(*args)
+        if key not in seen:
+            seen.add(key)
+            _log_eager_call(args, "are new to this symbolic graph")
+            COMPILE_STATS.eager_first_calls += 1
+            return eager(*args)
+        if len(compiled) >= config.static_kernel_sets_per_graph:
+            if key not in over_limit:  # log once per signature
+                over_limit.add(key)
+                _log_eager_call(
+                    args,
+                    f"came again, but the graph has {len(compiled)} static kernel sets"
+                    " (inductor.config.static_kernel_sets_per_graph)",
+                )
+            COMPILE_STATS.eager_over_limit_calls += 1
+            return eager(*args)
+        return compile_for(args, key)(*args)
 
     return run
+
+
+def _log_eager_call(args: tuple, why: str) -> None:
+    if klog.enabled("recompiles") or klog.enabled("inductor"):
+        sizes = [list(a._shape) if isinstance(a, Tensor) else a for a in args]
+        message = (
+            f"inductor: input sizes {sizes} {why}: run with the eager ops"
+            " (symbolic kernels not yet supported)"
+        )
+        klog.log("recompiles", message)
+        klog.log("inductor", message)
 
 
 def _attributes(gm: GraphModule) -> dict:

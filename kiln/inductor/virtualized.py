@@ -3,7 +3,9 @@
 A loop body (``inner_fn``) calls ``ops.load(...)``, ``ops.add(...)``, ``ops.exp(...)``... Installing
 a different handler runs the same body differently: the numpy handler computes it, the LLVM and
 Triton handlers print code, the dependency recorder collects the buffers it reads. The handler
-protocol (``OpsHandler``) lists every method a handler must provide.
+protocol (``OpsHandler``) lists the structural methods a handler must provide; the elementwise
+functions it must compute are the prims of ``prims.PRIMS`` (``UNARY_OPS``, ``PREDICATES``,
+``BINARY_OPS``, ``COMPARISONS`` name them by kind).
 
 Conventions every handler can rely on (lowering guarantees them): operands of binary ops share a
 dtype (casts are explicit ``to_dtype``); comparisons and predicates return bool values; half
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 import threading
 
+from .prims import BINARY_OPS, COMPARISONS, PREDICATES, UNARY_OPS
+
 __all__ = [
     "ops",
     "set_ops_handler",
@@ -21,20 +25,9 @@ __all__ = [
     "UNARY_OPS",
     "BINARY_OPS",
     "COMPARISONS",
+    "PREDICATES",
     "OpsHandler",
 ]
-
-UNARY_OPS = (
-    "neg abs exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan sinh cosh "
-    "tanh asinh acosh atanh sigmoid erf erfc erfinv reciprocal floor ceil trunc round sign "
-    "bitwise_not"
-).split()
-PREDICATES = "isnan isinf isfinite isposinf isneginf signbit logical_not".split()
-BINARY_OPS = (
-    "add sub mul truediv floordiv truncdiv remainder fmod pow maximum minimum atan2 hypot "
-    "copysign bitwise_and bitwise_or bitwise_xor bitwise_left_shift bitwise_right_shift"
-).split()
-COMPARISONS = "eq ne lt le gt ge logical_and logical_or logical_xor".split()
 
 
 class OpsHandler:
@@ -50,6 +43,9 @@ class OpsHandler:
         raise NotImplementedError
 
     def to_dtype(self, x, dtype):
+        raise NotImplementedError
+
+    def dtype_of(self, x):  # the kiln dtype of a value (shared prim formulas make constants)
         raise NotImplementedError
 
     def where(self, cond, a, b):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ops import public
-from ..ops.registry import Op
+from ..ops.core.registry import Op
 from ..runtime.device import device as Device
 from ..runtime.dtypes import dtype as DType
 from .graph import Graph

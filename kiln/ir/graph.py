@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..ops.registry import Op
+from ..ops.core.registry import Op
 from .node import OPCODES, Node, map_arg
 
 __all__ = ["Graph", "NO_DEFAULT"]

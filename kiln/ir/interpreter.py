@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ops.dispatch import dispatch
-from ..ops.registry import Op
+from ..ops.core.dispatch import dispatch
+from ..ops.core.registry import Op
 from .graph import Graph
 from .node import Node, format_target, map_arg
 from .passes import fetch_attr

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..ops.registry import Op
+from ..ops.core.registry import Op
 
 __all__ = [
     "Node",

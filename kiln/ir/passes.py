@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..autograd.grad_mode import no_grad
-from ..ops.registry import Op
+from ..ops.core.registry import Op
 from ..runtime.device import device as Device
 from ..runtime.tensor import Tensor
 from .graph import Graph

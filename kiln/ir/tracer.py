@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..autograd.grad_mode import set_grad_enabled_node
-from ..ops.dispatch import DispatchMode, dispatch
-from ..ops.fake import FakeTensorMode, to_fake
-from ..ops.registry import OPS, Op
+from ..ops.core.dispatch import DispatchMode, dispatch
+from ..ops.core.fake import FakeTensorMode, to_fake
+from ..ops.core.registry import OPS, Op
 from ..runtime import symbolic
 from ..runtime.sym_expr import Expr, FloorDiv, Max, Min, Mod, Symbol
 from ..runtime.symbolic import SymInt

@@ -11,6 +11,7 @@ pooling, resampling, losses, linear_cross_entropy); importing this module also r
 
 from __future__ import annotations
 
+from ..ops.nn.ctc import ctc_loss
 from ._functional.activations import (
     celu,
     celu_,
@@ -60,7 +61,6 @@ from ._functional.convolution import (
     fold,
     unfold,
 )
-from ._functional.ctc import ctc_loss
 from ._functional.distances import (
     cosine_similarity,
     normalize,

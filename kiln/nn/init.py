@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 
 from ..autograd.grad_mode import no_grad
-from ..ops import api
+from ..ops.creation import api
 from ..runtime.tensor import Tensor
 
 __all__ = [

@@ -37,7 +37,7 @@ class Parameter(Tensor):
 
     def __new__(cls, data: Tensor | None = None, requires_grad: bool = True):
         if data is None:
-            from ..ops.api import empty
+            from ..ops.creation.api import empty
 
             data = empty(0)
         if not isinstance(data, Tensor):
@@ -77,7 +77,7 @@ class Parameter(Tensor):
 
 
 def _rebuild_parameter(array: np.ndarray, requires_grad: bool, cls=Parameter) -> Parameter:
-    from ..ops.api import from_numpy
+    from ..ops.creation.api import from_numpy
 
     return cls(from_numpy(np.require(array, requirements="C")), requires_grad)
 
@@ -98,7 +98,7 @@ class Buffer(Tensor, metaclass=_BufferMeta):
 
     def __new__(cls, data: Tensor | None = None, *, persistent: bool = True):
         if data is None:
-            from ..ops.api import empty
+            from ..ops.creation.api import empty
 
             data = empty(0)
         t = data.detach().requires_grad_(data.requires_grad)

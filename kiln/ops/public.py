@@ -76,8 +76,8 @@ from ..runtime.random import (  # noqa: F401
     set_rng_state,
 )
 from ..runtime.tensor import Size, Tensor  # noqa: F401
-from . import namespace
-from .api import *  # noqa: F403  (the creation functions)
+from .core import namespace
+from .creation.api import *  # noqa: F403  (the creation functions)
 
 # PyTorch's short names for the dtypes
 half = float16

@@ -82,7 +82,7 @@ def sgd_update(param: Tensor, states, group: dict, lr: float) -> bool:
 
 
 def _lerp(start: np.ndarray, end: np.ndarray, weight: float) -> None:
-    """``start.lerp_(end, weight)`` with kiln's lerp kernel rounding (see ``ops.ternary``)."""
+    """``start.lerp_(end, weight)`` with kiln's lerp kernel rounding (see ``ops.pointwise.ternary``)."""
     w = start.dtype.type(weight)
     small = abs(w) < 0.5
     if start.dtype == np.float32:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from ..ops import api
+from ..ops.creation import api
 from ..runtime import dtype_info
 from ..runtime.tensor import Tensor
 from .optimizer import (

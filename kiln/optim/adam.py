@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..ops import api
-from ..ops.complex_ops import view_as_real
+from ..ops.complex_fft.complex_numbers import view_as_real
+from ..ops.creation import api
 from ..runtime.tensor import Tensor
 from . import _numpy_step
 from .optimizer import (

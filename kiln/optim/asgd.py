@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .. import ops
-from ..ops import api
+from ..ops.creation import api
 from ..runtime import dtypes as dt
 from ..runtime.tensor import Tensor
 from .optimizer import (

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from .. import ops
 from ..autograd.grad_mode import enable_grad
-from ..ops import api
+from ..ops.creation import api
 from ..runtime.tensor import Tensor
 from .optimizer import Optimizer, check_lr, group_options, scalar_value
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from ..ops import api
+from ..ops.creation import api
 from ..runtime.tensor import Tensor
 from .optimizer import Optimizer, group_options, run_closure, scalar_value
 

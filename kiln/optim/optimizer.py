@@ -18,7 +18,7 @@ from itertools import chain
 from typing import Any
 
 from ..autograd.grad_mode import enable_grad, set_grad_enabled
-from ..ops import api
+from ..ops.creation import api
 from ..runtime import dtypes as dt
 from ..runtime.compiling import is_compiling
 from ..runtime.tensor import Tensor

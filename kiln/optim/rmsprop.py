@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..ops import api
+from ..ops.creation import api
 from .optimizer import (
     Optimizer,
     check_at_least_zero,

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 
 from .. import ops
-from ..ops import api
+from ..ops.creation import api
 from ..runtime.tensor import Tensor
 from .optimizer import Optimizer, group_options, run_closure, scalar_value
 

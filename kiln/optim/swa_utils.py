@@ -19,7 +19,7 @@ from typing import Any
 from ..autograd.grad_mode import no_grad
 from ..nn.modules.batchnorm import _BatchNorm
 from ..nn.modules.module import Module
-from ..ops import api
+from ..ops.creation import api
 from ..runtime import dtypes as dt
 from ..runtime.tensor import Tensor
 from .lr_scheduler.base import LRScheduler, _per_group

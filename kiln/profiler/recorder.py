@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ops.dispatch import dispatch
+from ..ops.core.dispatch import dispatch
 from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 

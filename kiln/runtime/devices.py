@@ -221,7 +221,7 @@ def op_cache_info() -> dict:
 
 def run_on_host(op, args: tuple, dev):
     """Run the CPU kernel on host copies (data-dependent shapes), move results back."""
-    from ..ops.dispatch import dispatch
+    from ..ops.core.dispatch import dispatch
 
     def down(a):
         if isinstance(a, Tensor):

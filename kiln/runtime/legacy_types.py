@@ -39,7 +39,7 @@ class _LegacyTensorType(type):
         return isinstance(obj, Tensor) and obj.dtype is cls._dtype and obj.device.type == "cpu"
 
     def __call__(cls, *args, device=None):
-        from ..ops import api
+        from ..ops.creation import api
         from .tensor import Size, Tensor
 
         if device is not None and str(device) != "cpu":

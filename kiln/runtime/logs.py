@@ -4,16 +4,35 @@
 it at run time) prints those stages to stderr through the ``kiln.<artifact>`` loggers.
 ``KILN_DEBUG_DIR=dir`` writes each captured graph, its guards and the transformed bytecode to
 numbered files there. Nothing here runs on a cache hit.
+
+Each compiler stage also reports its time through ``compile_stage(name)``; while a
+``recording_compile_stages()`` block is open (the bench opens one around a compile) the seconds
+are summed per stage, each second charged to the innermost stage only. With no recorder open a
+stage costs one list check.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
 import sys
+import threading
+import time
+from collections.abc import Iterator
 
-__all__ = ["ARTIFACTS", "set_logs", "enabled", "log", "debug_dir", "dump"]
+__all__ = [
+    "ARTIFACTS",
+    "COMPILE_STAGES",
+    "set_logs",
+    "enabled",
+    "log",
+    "debug_dir",
+    "dump",
+    "compile_stage",
+    "recording_compile_stages",
+]
 
 ARTIFACTS = (
     "graph",
@@ -97,6 +116,60 @@ def dump(name: str, suffix: str, text: str) -> str | None:
     with open(path, "w") as f:
         f.write(text)
     return path
+
+
+# the stages a compile goes through, outermost first: bytecode capture and guards; AOT autograd
+# (functionalize, trace the joint graph, partition); inductor (lowering, scheduling, writing kernel
+# source); codegen (LLVM optimization and machine code, Triton compiles)
+COMPILE_STAGES = ("dynamo", "aot", "inductor", "codegen")
+
+_stage_recorders: list[dict[str, float]] = []
+_stage_lock = threading.Lock()
+_stage_stack = threading.local()  # [name, time the name last started being charged] per thread
+
+
+def _charge(stage: str, seconds: float) -> None:
+    with _stage_lock:
+        for totals in _stage_recorders:
+            totals[stage] = totals.get(stage, 0.0) + seconds
+
+
+@contextlib.contextmanager
+def compile_stage(name: str) -> Iterator[None]:
+    """Time the enclosed work as compiler stage ``name`` (one of ``COMPILE_STAGES``) for any
+    open recorder; a nested stage's time is taken out of the enclosing one."""
+    if not _stage_recorders:
+        yield
+        return
+    stack = _stage_stack.__dict__.setdefault("frames", [])
+    now = time.perf_counter()
+    if stack:
+        outer = stack[-1]
+        _charge(outer[0], now - outer[1])
+    frame = [name, now]
+    stack.append(frame)
+    try:
+        yield
+    finally:
+        end = time.perf_counter()
+        stack.pop()
+        _charge(name, end - frame[1])
+        if stack:
+            stack[-1][1] = end
+
+
+@contextlib.contextmanager
+def recording_compile_stages() -> Iterator[dict[str, float]]:
+    """Sum the seconds spent in each compile stage (in every thread) while the block runs; the
+    yielded dict fills in as stages finish."""
+    totals: dict[str, float] = {}
+    with _stage_lock:
+        _stage_recorders.append(totals)
+    try:
+        yield totals
+    finally:
+        with _stage_lock:
+            _stage_recorders.remove(totals)
 
 
 try:

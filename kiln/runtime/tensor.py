@@ -119,13 +119,17 @@ class Tensor:
     _retains_grad = False
     _post_accumulate_hooks = None
     _is_param = False
+    # a view made with grad mode off of a tensor that requires grad: it requires grad too (as
+    # in PyTorch), but has no history while grad_fn is None: gradients reaching it are dropped
+    # and an in-place op on it with grad mode on is an error
+    _no_grad_view = False
 
     # ------------------------------------------------------------------ construction
     def __new__(cls, *args, **kwargs):
         # ``kiln.Tensor(data)`` and ``kiln.Tensor(2, 3)`` as PyTorch's legacy constructor
         self = object.__new__(cls)
         if args or kwargs:
-            from ..ops.api import legacy_tensor_constructor
+            from ..ops.creation.api import legacy_tensor_constructor
 
             return legacy_tensor_constructor(args, kwargs)
         self._data = np.empty((0,), np.float32)

@@ -271,7 +271,7 @@ def rebuild_device_tensor(data, dtype, device_name, requires_grad):
     """``_rebuild_device_tensor_from_cpu_tensor`` / ``..._from_numpy``: values saved on the
     host for a device kiln may not have (XLA, MTIA ...)."""
     if isinstance(data, np.ndarray):
-        from ..ops.api import from_numpy
+        from ..ops.creation.api import from_numpy
 
         data = from_numpy(data.copy())
     target = as_device(str(device_name))

@@ -1,7 +1,7 @@
 """``kiln.signal.windows``: SciPy-style window functions (``sym=True`` is the symmetric window),
-with ``torch.signal.windows``' checks; the formulas live in ``kiln.ops.windows``."""
+with ``torch.signal.windows``' checks; the formulas live in ``kiln.ops.creation.windows``."""
 
-from ..ops.windows import (
+from ..ops.creation.windows import (
     bartlett,
     blackman,
     cosine,

@@ -1,5 +1,7 @@
 """``kiln.utils``: data loading (``kiln.utils.data``), hook handles (``kiln.utils.hooks``),
-activation checkpointing (``kiln.utils.checkpoint``) and DLPack interop (``kiln.utils.dlpack``)."""
+activation checkpointing (``kiln.utils.checkpoint``), DLPack interop (``kiln.utils.dlpack``) and
+the safetensors reader and writer (``kiln.utils.safetensors``, public as
+``kiln.serialization.safetensors``)."""
 
 from . import checkpoint, data, dlpack, hooks
 

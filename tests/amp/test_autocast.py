@@ -335,3 +335,19 @@ def test_no_configuration_is_active_outside_regions():
     with kiln.autocast("cpu"), kiln.autocast("cpu", enabled=False):
         assert state.current().autocast is None
     assert state.current().autocast is None
+
+
+_POLICY_NAMES = {"lower", "fp32", "fp32_set_dtype", "promote", "none", "banned"}
+
+
+def test_each_op_record_declares_known_policies_for_autocast_device_types():
+    declared = {op.name: op.autocast for op in kiln.ops.OPS.values() if op.autocast}
+    assert {"mm", "softmax", "cat", "binary_cross_entropy"} <= set(declared)
+    for name, per_device in declared.items():
+        assert set(per_device) <= set(autocast_mode.AUTOCAST_DEVICE_TYPES), name
+        assert all(p in _POLICY_NAMES or callable(p) for p in per_device.values()), name
+
+
+def test_function_policy_for_an_unknown_device_type_is_refused():
+    with pytest.raises(ValueError, match="unknown device types"):
+        autocast_mode.autocast_policy(gpu="fp32")

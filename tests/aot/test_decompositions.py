@@ -102,3 +102,24 @@ def test_a_bool_causal_mask_stays_bool_under_every_backend(backend, requires_gra
         got[2].backward(cotangent)
         expected[2].backward(to_torch(cotangent))
         assert_close(x.grad, x_torch.grad)
+
+
+def test_forced_decompositions_record_the_parts_in_this_thread_only():
+    import threading
+
+    x = kiln.randn(5, requires_grad=True)
+    other_thread = []
+    with force_decompositions(["gelu"]):
+        forced = kiln.nn.functional.gelu(x)
+        worker = threading.Thread(
+            target=lambda: other_thread.append(kiln.nn.functional.gelu(x).grad_fn.name())
+        )
+        worker.start()
+        worker.join()
+    # the decomposition's last part recorded the node; the op's own derivative was bypassed
+    assert forced.grad_fn.name() != "GeluBackward0"
+    assert other_thread == ["GeluBackward0"]
+    assert kiln.nn.functional.gelu(x).grad_fn.name() == "GeluBackward0"
+    (g_forced,) = kiln.autograd.grad(forced.sum(), x)
+    (g_eager,) = kiln.autograd.grad(kiln.nn.functional.gelu(x).sum(), x)
+    np.testing.assert_allclose(g_forced.numpy(), g_eager.numpy(), rtol=1e-5, atol=1e-6)

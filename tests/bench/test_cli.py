@@ -11,7 +11,7 @@ import pytest
 
 from kiln.bench.__main__ import build_parser, main
 from kiln.bench.runner import CHECK_TOLERANCE, COLUMNS
-from kiln.bench.workloads import DEFAULT_SUITE
+from kiln.bench.workloads import DEFAULT_SUITE, QUICK_SUITE, WORKLOADS
 from tests.oracle import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -21,9 +21,11 @@ def test_parser_reads_every_flag():
     args = build_parser().parse_args(
         ["--quick", "--workload", "softmax", "--workload", "layer_norm", "--device", "cpu",
          "--json", "out.json", "--plot", "out.png", "--repeat", "3", "--warmup", "0",
-         "--threads", "1", "--no-dump", "--no-torch", "--markdown"]
+         "--threads", "1", "--no-dump", "--no-torch", "--markdown", "--gpt2-small",
+         "--budget", "0.5", "--no-memory"]
     )  # fmt: skip
     assert args.quick and args.no_dump and args.no_torch and args.markdown
+    assert args.gpt2_small and args.no_memory and args.budget == 0.5
     assert args.workload == ["softmax", "layer_norm"]
     assert (args.device, args.json, args.plot, args.repeat, args.warmup, args.threads) == (
         "cpu", "out.json", "out.png", 3, 0, 1,
@@ -46,10 +48,20 @@ def test_unknown_backend_is_refused_before_running(capsys):
     assert "registered backends" in capsys.readouterr().err
 
 
-def test_list_names_the_default_suite(capsys):
+def test_list_names_every_workload_and_the_runs_that_leave_it_out(capsys):
     assert main(["--list"]) == 0
-    out = capsys.readouterr().out
-    assert [line.split()[0] for line in out.splitlines()] == list(DEFAULT_SUITE)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == list(WORKLOADS)
+    gpt2 = next(line for line in lines if line.startswith("gpt2_small_train_step"))
+    lstm = next(line for line in lines if line.startswith("lstm_lm_train_step"))
+    assert "opt-in" in gpt2 and "full run only" in lstm
+
+
+def test_gpt2_small_is_opt_in_and_never_quick():
+    assert "gpt2_small_train_step" not in DEFAULT_SUITE
+    assert set(QUICK_SUITE) <= set(DEFAULT_SUITE)
+    for name in ("nanogpt_train_step", "copy", "mlp_forward_varying_batch"):
+        assert name in QUICK_SUITE
 
 
 def test_plot_without_matplotlib_says_how_to_install(monkeypatch, capsys):
@@ -76,6 +88,8 @@ def test_quick_run_of_one_workload_writes_json_table_and_dumps(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "[1/1] softmax" in proc.stderr  # the progress line
     assert "softmax" in proc.stdout and "kernels" in proc.stdout
+    for title in ("Step time", "Compile time", "Resident memory", "Memory-bound"):
+        assert title in proc.stdout
 
     data = json.loads(out.read_text())  # strict JSON: no NaN or Infinity
     (record,) = data["workloads"]
@@ -84,9 +98,16 @@ def test_quick_run_of_one_workload_writes_json_table_and_dumps(tmp_path):
     for key in ("kiln_eager", "kiln_compiled"):
         column = record["columns"][key]
         assert column["status"] == "ok"
-        assert column["step_seconds"] > 0 and len(column["samples"]) == 2
+        assert column["step_seconds"] > 0 and len(column["samples"]) == 2  # --repeat 2: exactly
+        low, high = column["quartiles"]
+        assert column["extremes"][0] <= low <= column["step_seconds"] <= high
+        assert column["held_bytes"] is not None and column["step_peak_bytes"] is not None
     compiled = record["columns"]["kiln_compiled"]
     assert compiled["cold_compile_seconds"] > 0 and compiled["warm_compile_seconds"] > 0
+    assert set(compiled["compile_stages"]) == {"dynamo", "aot", "inductor", "codegen"}
+    assert sum(compiled["compile_stages"].values()) <= compiled["cold_compile_seconds"]
+    assert record["moved_bytes"] == 2 * 4 * 512 * 512 and record["copy_bandwidth"] > 0
+    assert record["load_average"] is not None
     assert record["kernels"] >= 1 and record["kiln_speedup"] > 0
     assert record["check"]["kiln_compiled vs kiln_eager"] <= CHECK_TOLERANCE
     if torch is None:

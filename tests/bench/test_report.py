@@ -12,9 +12,12 @@ from kiln.bench.runner import ColumnResult, SuiteResult, WorkloadResult
 
 
 def _suite(torch_status: str = "ok") -> SuiteResult:
-    def ok(step, cold=None, warm=None):
+    def ok(step, cold=None, warm=None, stages=None):
         return ColumnResult(step_seconds=step, samples=[step], calls_per_sample=1,
-                            cold_compile_seconds=cold, warm_compile_seconds=warm)  # fmt: skip
+                            quartiles=(0.9 * step, 1.1 * step), extremes=(0.8 * step, 2 * step),
+                            cold_compile_seconds=cold, warm_compile_seconds=warm,
+                            compile_stages=stages or {}, held_bytes=3 * 2**20,
+                            step_peak_bytes=2**20)  # fmt: skip
 
     torch_eager = ok(0.004) if torch_status == "ok" else ColumnResult(status=torch_status)
     torch_compiled = (
@@ -25,12 +28,17 @@ def _suite(torch_status: str = "ok") -> SuiteResult:
         "10 ops",
         {
             "kiln_eager": ok(0.010),
-            "kiln_compiled": ok(0.002, 0.15, 0.02),
+            "kiln_compiled": ok(
+                0.002, 0.15, 0.02, {"dynamo": 0.01, "aot": 0.02, "inductor": 0.04, "codegen": 0.05}
+            ),
             "torch_eager": torch_eager,
             "torch_compiled": torch_compiled,
         },
         kernels=1,
+        graphs=1,
         check={"kiln_compiled vs kiln_eager": 1e-7, "kiln_eager vs torch_eager": math.inf},
+        moved_bytes=8 * 10**6,
+        copy_seconds=0.0005,
     )
     broken = WorkloadResult(
         "softmax",
@@ -64,13 +72,53 @@ def test_a_ratio_with_a_missing_column_is_none():
     assert broken.kiln_speedup is None and broken.compiled_vs_torch is None
 
 
-def test_table_has_one_row_per_workload_with_times_ratios_and_compile_times():
+def _row(table: str, name: str) -> str:
+    return next(line for line in table.splitlines() if line.startswith(name))
+
+
+def test_time_table_has_one_row_per_workload_with_times_spreads_and_ratios():
     table, _ = report.format_table(_suite())
-    lines = table.splitlines()
-    chain = next(line for line in lines if line.startswith("pointwise_chain"))
-    for text in ("10.00 ms", "2.00 ms", "5.00x", "4.00x", "2.50x", "150.00 ms / 20.00 ms", " 1"):
+    chain = _row(table, "pointwise_chain")
+    for text in ("10.00 ms ±10%", "2.00 ms ±10%", "5.00x", "4.00x", "2.50x", "2.00x"):
         assert text in chain
-    assert "kiln / PyTorch" in lines[0] and "compile: cold / warm cache" in lines[0]
+    assert "kiln / PyTorch" in table.splitlines()[0]
+
+
+def _tables(suite=None, markdown=False) -> dict[str, str]:
+    tables, _ = report.format_tables(suite or _suite(), markdown)
+    return {title.split()[0]: text for title, text in tables}
+
+
+def test_compile_table_splits_kilns_cold_compile_by_stage():
+    chain = _row(_tables()["Compile"], "pointwise_chain")
+    # cold, warm, dynamo, aot, inductor, codegen, and the 30 ms no stage claimed
+    for text in ("150.00 ms", "20.00 ms", "10.00 ms", "40.00 ms", "50.00 ms", "30.00 ms"):
+        assert text in chain
+    assert "3.00 s" in chain and "200.00 ms" in chain  # torch.compile cold / warm
+
+
+def test_a_workload_whose_compile_failed_has_no_compile_row():
+    assert "softmax" not in _tables()["Compile"]
+
+
+def test_memory_table_shows_held_and_step_peak_per_column():
+    chain = _row(_tables()["Resident"], "pointwise_chain")
+    assert chain.count("3.0 + 1.0") == 4
+
+
+def test_bandwidth_table_reads_each_column_against_the_numpy_copy():
+    table = _tables()["Memory-bound"]
+    chain = _row(table, "pointwise_chain")
+    # 8 MB moved: copy 16 GB/s; kiln compiled 4 GB/s = 25% of it, torch.compile 8 GB/s = 50%
+    for text in ("8.0", "16.0", "0.8", "4.0", "25%", "2.0", "50%"):
+        assert f" {text}" in chain
+    assert "softmax" not in table  # no compulsory bytes named: no row
+
+
+def test_load_warnings_come_first_in_the_report():
+    suite = _suite()
+    suite.warnings = ["the load average exceeded the 2 cores"]
+    assert report.format_report(suite).startswith("WARNING: the load average exceeded")
 
 
 def test_long_failure_goes_to_a_numbered_note():
@@ -89,7 +137,8 @@ def test_missing_pytorch_says_not_installed_in_both_columns():
 def test_report_names_machine_load_and_settings():
     text = report.format_report(_suite())
     assert "Test CPU, 2 cores" in text and "0.10/0.20/0.30" in text
-    assert "over 5 samples after 2 warm-up steps" in text and "quick shapes" in text
+    assert "at least 5 rounds after 2 warm-up steps" in text and "quick shapes" in text
+    assert not text.startswith("WARNING")
 
 
 def test_markdown_table_has_a_header_rule_and_a_row_per_workload():
@@ -97,6 +146,8 @@ def test_markdown_table_has_a_header_rule_and_a_row_per_workload():
     lines = table.splitlines()
     assert lines[0].startswith("| workload |") and lines[1].startswith("|---|")
     assert len(lines) == 4 and all(line.endswith("|") for line in lines)
+    assert "| kiln eager |" in lines[0]
+    assert all(text.startswith("| workload |") for text in _tables(markdown=True).values())
 
 
 def test_json_is_strict_and_carries_derived_ratios(tmp_path):
@@ -107,6 +158,10 @@ def test_json_is_strict_and_carries_derived_ratios(tmp_path):
     assert chain["kiln_speedup"] == pytest.approx(5.0)
     assert chain["check"]["kiln_eager vs torch_eager"] is None  # inf is not JSON
     assert chain["columns"]["kiln_compiled"]["cold_compile_seconds"] == 0.15
+    assert chain["columns"]["kiln_compiled"]["compile_stages"]["codegen"] == 0.05
+    assert chain["columns"]["kiln_eager"]["quartiles"] == pytest.approx([0.009, 0.011])
+    assert chain["bandwidth"]["kiln_compiled"] == pytest.approx(4e9)
+    assert chain["copy_bandwidth"] == pytest.approx(16e9)
 
 
 def test_plot_writes_a_png_when_matplotlib_is_installed(tmp_path):

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.inductor.codegen import graph_index, llvm_jit
+from kiln.inductor.codegen import graph_index
+from kiln.inductor.codegen.llvm import jit as llvm_jit
 from kiln.runtime import logs as klog
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +51,7 @@ if os.environ.get("KILN_TEST_READ_ONLY"):
         setattr(os, name, refusing(getattr(os, name)))
 
 import kiln
-from kiln.inductor.codegen import llvm_jit
+from kiln.inductor.codegen.llvm import jit as llvm_jit
 
 # a graph the backend fails on runs eagerly with this warning: here that is a failure
 warnings.filterwarnings("error", message=".*running the graph with the eager backend")

@@ -20,7 +20,8 @@ import pytest
 
 import kiln
 from kiln.inductor import config
-from kiln.inductor.codegen import graph_index, llvm_jit
+from kiln.inductor.codegen import graph_index
+from kiln.inductor.codegen.llvm import jit as llvm_jit
 
 REPO = Path(__file__).resolve().parents[2]
 

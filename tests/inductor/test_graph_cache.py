@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.inductor.codegen import cpu, graph_index, llvm, llvm_jit
+from kiln.inductor.codegen import cpu, graph_index
+from kiln.inductor.codegen.llvm import jit as llvm_jit
+from kiln.inductor.codegen.llvm import kernel as llvm_kernel
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +33,7 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
 def emitted(monkeypatch) -> list:
     """Names of the kernels whose LLVM IR gets generated."""
     names: list = []
-    real = llvm.emit_kernel
+    real = llvm_kernel.emit_kernel
 
     def counting(module, name, *args, **kwargs):
         names.append(name)
@@ -140,7 +142,8 @@ WARM_PROCESS = """
 import json, time
 import numpy as np
 import kiln
-from kiln.inductor.codegen import cpu, llvm_jit
+from kiln.inductor.codegen import cpu
+from kiln.inductor.codegen.llvm import jit as llvm_jit
 emitted = []
 real = cpu.emit_kernel
 cpu.emit_kernel = lambda module, name, *a, **k: (emitted.append(name), real(module, name, *a, **k))

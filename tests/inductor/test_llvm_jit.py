@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from kiln.inductor.codegen import llvm_jit
+from kiln.inductor.codegen.llvm import jit as llvm_jit
 from kiln.runtime import logs as klog
 
 REPO = Path(__file__).resolve().parents[2]
@@ -216,7 +216,7 @@ def test_cache_false_leaves_the_disk_alone(cache_dir):
 WARM_PROCESS = """
 import ctypes, json, sys
 import numpy as np
-from kiln.inductor.codegen import llvm_jit
+from kiln.inductor.codegen.llvm import jit as llvm_jit
 compiled = llvm_jit.compile_module(sys.argv[1])
 scale = compiled.cfunc("scale", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
 x = np.arange(5, dtype=np.float32)

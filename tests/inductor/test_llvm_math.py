@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from kiln.inductor.codegen import llvm_jit, llvm_math
+from kiln.inductor.codegen.llvm import jit as llvm_jit
+from kiln.inductor.codegen.llvm import math_library as llvm_math
 
 SWEEP_STEP = 997
 FLT_TRUE_MIN = float(np.finfo(np.float32).smallest_subnormal)

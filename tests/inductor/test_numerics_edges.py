@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln.inductor.codegen.llvm.ops_handler import LEFT_TO_NUMPY
 from kiln.inductor.compile_fx import inductor_decompositions
 from tests.inductor.helpers import compile_traced, compiled_by_inductor
 from tests.oracle import needs_torch, torch
@@ -384,6 +385,7 @@ UNARY.update(
 UNARY.update(
     {
         "gelu_tanh": _nn("gelu", approximate="tanh"),
+        "spherical_bessel_j0": lambda m, x: m.special.spherical_bessel_j0(x),
         "threshold": lambda m, x: m.nn.functional.threshold(x, 0.5, -3.0),
         "clamp": _fn("clamp", -2.0, 2.0),
         "clamp_int": _fn("clamp", -2, 2),
@@ -427,8 +429,8 @@ EAGER_DTYPE_DIFFERS = {"hardtanh", "relu6"}
 # Triton's interpreter has no bfloat16: conversions to it are raw bit truncations there
 NOT_INTERPRETED = {"to_bfloat16"}
 # ops the LLVM generator leaves to numpy (no vector code for them yet)
-NOT_IN_LLVM = {"asin", "acos", "erfinv", "atan2", "to_bfloat16"}
-NUMPY_REASONS = {"op asin", "op acos", "op erfinv", "atan2", "bfloat16 arithmetic"}
+NOT_IN_LLVM = set(LEFT_TO_NUMPY) | {"to_bfloat16"}
+NUMPY_REASONS = {f"op {name}" for name in LEFT_TO_NUMPY} | {"bfloat16 arithmetic"}
 
 
 def _applicable(table, dtype, inputs) -> dict:

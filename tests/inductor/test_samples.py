@@ -15,7 +15,7 @@ import pytest
 
 import kiln
 from kiln.aot import aot_function
-from kiln.ops.indexing import DataDependentOutputError
+from kiln.ops.indexing.subscript import DataDependentOutputError
 from tests.inductor.helpers import inductor_compiler
 from tests.ops import test_oracle as oracle
 

@@ -23,7 +23,7 @@ from kiln.inductor.ir import ComputedBuffer, InputBuffer, Layout, Pointwise
 from kiln.inductor.scheduler import schedule
 from kiln.inductor.virtualized import ops
 from kiln.ir.tracer import trace
-from kiln.ops.registry import OPS
+from kiln.ops.core.registry import OPS
 from kiln.runtime import dtypes as dt
 from tests.inductor import test_samples
 from tests.inductor.helpers import check_against_eager, compile_traced

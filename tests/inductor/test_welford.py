@@ -53,7 +53,7 @@ def test_layer_norm_mean_and_variance_share_one_loop():
         lambda t: F.layer_norm(t, (96,), w, b), x, decompositions=inductor_decompositions()
     )
     (kernel,) = compiled.schedule.kernels
-    from kiln.inductor.codegen.loop_plan import plan_kernel
+    from kiln.inductor.codegen.llvm.loop_plan import plan_kernel
 
     plan = plan_kernel(kernel)
     loops = [s for s in plan.steps if not isinstance(s, tuple)]

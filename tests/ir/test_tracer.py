@@ -8,7 +8,7 @@ import pytest
 import kiln
 from kiln import ir
 from kiln.ops import OPS
-from kiln.ops.fake import to_fake
+from kiln.ops.core.fake import to_fake
 from tests.ir.helpers import MLP
 from tests.oracle import assert_close
 

@@ -12,13 +12,17 @@ import pytest
 
 import kiln
 import kiln.nn.functional as F
-from kiln.ops import OPS, conv, dropout, embedding_ops, loss, nn_ops, normalization, padding
+from kiln.ops import OPS
+from kiln.ops.nn import conv, dropout, embedding, losses, normalization, softmax_linear
+from kiln.ops.shape import padding
 from tests.ops import samples_conv, samples_loss, samples_nn
 from tests.ops.opinfo import Sample
 from tests.ops.test_oracle import _arrays, _build, _differentiable_outputs, _rng, _tensors
 from tests.oracle import assert_close, needs_torch, torch
 
-MODULES = {m.__name__ for m in (nn_ops, normalization, dropout, embedding_ops, padding, loss, conv)}
+MODULES = {
+    m.__name__ for m in (softmax_linear, normalization, dropout, embedding, padding, losses, conv)
+}
 KERNEL_OPS = sorted(
     (
         op

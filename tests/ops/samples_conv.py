@@ -194,34 +194,32 @@ add(
     "interpolate", (T((2, 3, 5, 4)),), INTERP, kwargs={"scale_factor": 1.7, "mode": "nearest-exact"}
 )
 add("interpolate", (T((1, 2, 3, 4, 2)),), INTERP, kwargs={"scale_factor": (2, 1.5, 1)})
-add("interpolate", (T((2, 3, 6)),), ("matmul",), kwargs={"size": 9, "mode": "linear"})
-add(
-    "interpolate", (T((2, 3, 5, 4)),), ("matmul",), kwargs={"scale_factor": 1.5, "mode": "bilinear"}
-)
+add("interpolate", (T((2, 3, 6)),), INTERP, kwargs={"size": 9, "mode": "linear"})
+add("interpolate", (T((2, 3, 5, 4)),), INTERP, kwargs={"scale_factor": 1.5, "mode": "bilinear"})
 add(
     "interpolate",
     (T((2, 3, 5, 4)),),
-    ("matmul",),
+    INTERP,
     kwargs={"size": (3, 7), "mode": "bilinear", "align_corners": True},
 )
-add("interpolate", (T((1, 2, 5, 4)),), ("matmul",), kwargs={"scale_factor": 2.3, "mode": "bicubic"})
+add("interpolate", (T((1, 2, 5, 4)),), INTERP, kwargs={"scale_factor": 2.3, "mode": "bicubic"})
 add(
     "interpolate",
     (T((1, 2, 5, 4)),),
-    ("matmul",),
+    INTERP,
     kwargs={"size": (4, 9), "mode": "bicubic", "align_corners": True},
 )
 add(
     "interpolate",
     (T((1, 2, 3, 4, 2)),),
-    ("matmul",),
+    INTERP,
     kwargs={"scale_factor": 2, "mode": "trilinear"},
 )
 add("interpolate", (T((1, 2, 6, 6)),), ADAPTIVE, kwargs={"size": (4, 3), "mode": "area"})
 add(
     "interpolate",
     (T((1, 2, 5, 4)),),
-    ("matmul",),
+    INTERP,
     kwargs={"scale_factor": 1.5, "mode": "bilinear", "recompute_scale_factor": True},
 )
 

@@ -1,9 +1,10 @@
-"""Samples for the miscellaneous namespace functions (kiln/ops/misc_math.py, differences.py,
-misc_stats.py, tensor_extras.py): differences, gradient and integrals, small products, tensor
-assembly, predicates, distances, cumulative extremes, mode, quantiles, cov/corrcoef, histogram,
-unique(dim=)/unique_consecutive, in-place variants of linear-algebra/scan ops, fill_diagonal_,
-the Python escapes resize_/apply_/map_, and a re-check of older neighbours (rot90, kron,
-logcumsumexp, searchsorted, aminmax, count_nonzero, new_* factories) through PyTorch's API."""
+"""Samples for the miscellaneous namespace functions (tensor assembly, finite differences, order
+statistics, Python-written tensor methods): differences, gradient and integrals, small products,
+tensor assembly, predicates, distances, cumulative extremes, mode, quantiles, cov/corrcoef,
+histogram, unique(dim=)/unique_consecutive, in-place variants of linear-algebra/scan ops,
+fill_diagonal_, the Python escapes resize_/apply_/map_, and a re-check of older neighbours
+(rot90, kron, logcumsumexp, searchsorted, aminmax, count_nonzero, new_* factories) through
+PyTorch's API."""
 
 from __future__ import annotations
 
@@ -693,4 +694,19 @@ SAMPLES += [
         gradcheck=False,
         id="bernoulli-method-certain",
     ),
+]
+
+
+# ------------------------------------------------------------------------------ control flow
+
+
+def _cond(lib, x):
+    return lib.cond(x.sum() > 0, lambda y: y.sin() * 2, lambda y: y.cos() - 1, (x,))
+
+
+# eager cond reads its predicate to pick a branch, which fake tensors cannot (capture records
+# both branches instead: tests/dynamo/test_cond_and_assert.py), hence meta=False
+SAMPLES += [
+    Sample("cond", (T((3, 4), low=0.5, high=2.0),), fn=_cond, meta=False, id="cond-true-branch"),
+    Sample("cond", (T((3, 4), low=-2.0, high=-0.5),), fn=_cond, meta=False, id="cond-false-branch"),
 ]

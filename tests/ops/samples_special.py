@@ -73,8 +73,8 @@ for name, fn, ops, (lo, hi) in UNARY:
         )
     )
 
-# Bessel J0/J1 have no derivative in PyTorch (their results never require grad)
-for name in ("bessel_j0", "bessel_j1"):
+# Bessel J0/J1 and spherical j0 have no derivative in PyTorch (their results never require grad)
+for name in ("bessel_j0", "bessel_j1", "spherical_bessel_j0"):
     SAMPLES += [
         Sample(
             name,

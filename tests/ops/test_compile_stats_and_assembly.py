@@ -1,8 +1,8 @@
-"""Statistics, running extremes, quantiles, differences and tensor-assembly methods (today in
-kiln/ops/misc_math.py, differences.py, misc_stats.py and tensor_extras.py) under
-``kiln.compile``: whole user functions captured by dynamo, compiled by
-``aot_eager`` and ``inductor``, give eager's values and gradients; ops that read data (the Python
-escapes) fall back to eager and still give eager's values."""
+"""Statistics, running extremes, quantiles, differences and tensor-assembly methods (in kiln/ops:
+shape/assembly.py, reductions/differences.py, reductions/statistics.py, core/tensor_methods.py)
+under ``kiln.compile``: whole user functions captured by dynamo, compiled by ``aot_eager`` and
+``inductor``, give eager's values and gradients; ops that read data (the Python escapes) fall
+back to eager and still give eager's values."""
 
 from __future__ import annotations
 

@@ -360,6 +360,19 @@ def test_ops_torch_refuses_for_complex_raise_its_error(name):
     assert str(got.value).replace("kiln", "torch") == str(expected.value)
 
 
+@needs_torch
+@pytest.mark.parametrize("name", ["lt", "sort", "floordiv", "softmax"])
+def test_ops_torch_refuses_for_complex_refuse_fake_tensors_too(name):
+    """The refusal is part of the op's record: its meta function refuses as its kernel does, so
+    tracing a graph (meta tensors) fails the way eager does."""
+    fn = REFUSED[name]
+    with pytest.raises(Exception) as expected:
+        fn(torch, torch.tensor([1 + 2j, 3 - 4j]))
+    with pytest.raises(type(expected.value)) as got:
+        fn(kiln, kiln.empty(2, dtype=kiln.complex64, device="meta"))
+    assert str(got.value).replace("kiln", "torch") == str(expected.value)
+
+
 def test_casting_complex_to_real_warns_and_keeps_the_real_part():
     z = kiln.tensor([1.5 + 2j, -3 - 1j])
     with pytest.warns(UserWarning, match="Casting complex values to real discards the imaginary"):

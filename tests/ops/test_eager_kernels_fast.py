@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import kiln
-import kiln.ops.nn_ops as nn_ops
+import kiln.ops.nn.softmax_linear as nn_ops
 from tests.oracle import needs_torch, torch
 
 F = kiln.nn.functional

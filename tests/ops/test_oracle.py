@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.ops.fake import FakeTensorMode, to_fake
+from kiln.ops.core.fake import FakeTensorMode, to_fake
 from tests import ops as ops_pkg
 from tests.ops.opinfo import Sample, T
 from tests.oracle import assert_close, needs_torch, torch

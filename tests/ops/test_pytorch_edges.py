@@ -328,3 +328,53 @@ def test_random_factories_refuse_before_advancing_the_generator():
     after_failure = kiln.rand(3)
     kiln.manual_seed(0)
     assert_close(after_failure, kiln.rand(3))
+
+
+# ------------------------------------------------------------------------------ interpolate: NaN/inf
+
+# (mode, input shape, output size): sizes that grow, shrink and keep a dim (PyTorch copies a
+# dim that keeps its size in the linear modes, so a neighbour's inf * 0 does not reach it)
+INTERPOLATE_SPECIAL = [
+    ("linear", (2, 3, 8), (5,)),
+    ("linear", (2, 3, 8), (13,)),
+    ("linear", (2, 3, 8), (8,)),
+    ("bilinear", (1, 2, 4, 5), (7, 6)),
+    ("bilinear", (1, 2, 4, 5), (4, 9)),
+    ("bilinear", (1, 2, 4, 5), (3, 2)),
+    ("bicubic", (1, 2, 4, 5), (7, 6)),
+    ("bicubic", (1, 2, 4, 5), (4, 5)),
+    ("trilinear", (1, 1, 3, 4, 5), (5, 4, 7)),
+]
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("mode,shape,size", INTERPOLATE_SPECIAL)
+def test_interpolate_spreads_nan_and_inf_like_pytorch(mode, shape, size, align_corners):
+    """A NaN/inf input reaches only the outputs whose taps read it (each tap's weight multiplies
+    it, 0 included), in the values and in the gradient; kiln once contracted with a dense weight
+    matrix, so one NaN made whole rows NaN. Compiled equals eager."""
+    rng = np.random.default_rng(len(shape) * 10 + size[0])
+    values = rng.normal(size=shape).astype(np.float32)
+    flat = values.reshape(-1)
+    flat[rng.choice(flat.size, 3, replace=False)] = [NAN, INF, -INF]
+    upstream = None
+
+    def run(lib, fn=None):
+        nonlocal upstream
+        x = lib.from_numpy(values.copy()).requires_grad_(True)
+        out = (fn or interpolate(lib))(x)
+        if upstream is None:
+            upstream = rng.normal(size=tuple(out.shape)).astype(np.float32)
+        out.backward(lib.from_numpy(upstream.copy()))
+        return out.detach(), x.grad
+
+    def interpolate(lib):
+        return lambda x: lib.nn.functional.interpolate(
+            x, size=size, mode=mode, align_corners=align_corners
+        )
+
+    expected = run(torch)
+    eager = run(kiln)
+    assert_close(eager, expected)
+    compiled = run(kiln, kiln.compile(interpolate(kiln)))
+    assert_close(compiled, eager)

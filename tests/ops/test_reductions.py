@@ -9,8 +9,8 @@ import pytest
 
 import kiln
 from kiln.autograd import gradgradcheck
-from kiln.ops.fake import FakeTensorMode, to_fake
-from kiln.ops.indexing import DataDependentOutputError
+from kiln.ops.core.fake import FakeTensorMode, to_fake
+from kiln.ops.indexing.subscript import DataDependentOutputError
 from tests.oracle import assert_close, needs_torch, torch
 
 NAN = float("nan")

@@ -18,7 +18,7 @@ NAN, INF = math.nan, math.inf
 
 BRIEF_NAMES = """expit logit erf erfc erfcx erfinv gammaln digamma psi polygamma multigammaln xlogy
 xlog1py log_softmax softmax sinc i0 i0e i1 i1e entr ndtr ndtri log_ndtr log1p expm1 exp2 logsumexp
-round zeta bessel_j0 bessel_j1""".split()
+round zeta bessel_j0 bessel_j1 spherical_bessel_j0""".split()
 
 
 def _wide_grid(seed: int = 0) -> np.ndarray:
@@ -218,10 +218,23 @@ def test_bessel_j_edges():
 
 
 @needs_torch
-def test_bessel_j_has_no_derivative_like_torch():
+@pytest.mark.parametrize("name", ["bessel_j0", "spherical_bessel_j0"])
+def test_bessel_j_has_no_derivative_like_torch(name):
     x = kiln.tensor([1.0, 2.0], requires_grad=True)
-    assert not kiln.special.bessel_j0(x).requires_grad
-    assert not torch.special.bessel_j0(torch.tensor([1.0], requires_grad=True)).requires_grad
+    assert not getattr(kiln.special, name)(x).requires_grad
+    assert not getattr(torch.special, name)(torch.tensor([1.0], requires_grad=True)).requires_grad
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_spherical_bessel_j0_matches_torch_across_its_series_and_quotient(dtype):
+    # below |x| = 1/2 both take a Taylor series, above it sin(x) / x; 0 at +-inf
+    x = np.concatenate([np.linspace(-1, 1, 2001), np.linspace(-300, 300, 3001)])
+    x = np.concatenate([x, [0.0, -0.0, 1e-30, 1e-310, 0.5, -0.5, INF, -INF, NAN, 3e38]])
+    k = kiln.special.spherical_bessel_j0(kiln.tensor(x, dtype=getattr(kiln, dtype)))
+    t = torch.special.spherical_bessel_j0(torch.tensor(x, dtype=getattr(torch, dtype)))
+    eps = float(np.finfo(dtype).eps)
+    assert_close(k, t, rtol=4 * eps, atol=4 * eps)
 
 
 # ------------------------------------------------------------------------------ edge values
@@ -396,6 +409,10 @@ ERRORS = {
         lambda lib: lib.special.bessel_j1(lib.ones(2, dtype=lib.bfloat16)),
         NotImplementedError,
     ),
+    "spherical_bessel_j0-half": (
+        lambda lib: lib.special.spherical_bessel_j0(lib.ones(2).half()),
+        NotImplementedError,
+    ),
 }
 
 
@@ -423,6 +440,7 @@ SAME_MESSAGE = {
     "polygamma-negative-order",
     "bessel_j0-half",
     "bessel_j1-bf16",
+    "spherical_bessel_j0-half",
 }
 
 

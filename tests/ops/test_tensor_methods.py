@@ -1,4 +1,4 @@
-"""Tensor methods of kiln/ops/tensor_extras.py that the sample database cannot express: the
+"""Tensor methods of kiln/ops/core/tensor_methods.py that the sample database cannot express: the
 argument checks of resize_/apply_/map_/fill_diagonal_ (same exception type and message as
 PyTorch), and how resize_ treats storage and other views."""
 

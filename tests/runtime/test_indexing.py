@@ -341,7 +341,7 @@ def test_index_ops_raise_like_torch():
 
 def test_fake_tensors_index_with_0dim_and_python_bool_indices():
     """Indices whose result shape needs no data work under graph capture's fake tensors."""
-    from kiln.ops.fake import FakeTensorMode, to_fake
+    from kiln.ops.core.fake import FakeTensorMode, to_fake
 
     x = to_fake(kiln.zeros(4, 5))
     i = to_fake(kiln.tensor(2))

@@ -187,7 +187,7 @@ def test_fake_tensors_with_symbolic_sizes_have_symbolic_strides():
 
 
 def test_meta_functions_keep_sizes_symbolic():
-    from kiln.ops.fake import FakeTensorMode
+    from kiln.ops.core.fake import FakeTensorMode
 
     env, (s0, s1) = _env_with(6, 4)
     x = make_fake((s0, s1, 8), kiln.float32, kiln.device("cpu"))
@@ -204,7 +204,7 @@ def test_meta_functions_keep_sizes_symbolic():
 def test_copy_or_alias_decisions_guard_the_size_they_depend_on():
     """``contiguous()`` of a transposed (8, n) tensor copies unless n == 1 (then eager returns
     the tensor itself): the decision must be guarded, not assumed."""
-    from kiln.ops.fake import FakeTensorMode
+    from kiln.ops.core.fake import FakeTensorMode
 
     env, (s0, s1) = _env_with(6, 4)
     x = make_fake((s0, s1, 8), kiln.float32, kiln.device("cpu"))

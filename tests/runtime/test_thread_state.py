@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.ops.dispatch import DispatchMode
+from kiln.ops.core.dispatch import DispatchMode
 from tests.oracle import needs_torch, torch
 from tests.thread_runner import run_threads, wait_for
 

@@ -12,8 +12,8 @@ gradients with the same op (not the derivative of the reduction), kiln refuses t
 from __future__ import annotations
 
 from ...autograd.function import Function
-from ...ops import api
-from ...ops.cat_split import stack
+from ...ops.creation import api
+from ...ops.shape.cat_split import stack
 from ...runtime.tensor import Tensor
 from .. import collectives as dist
 from ..process_group import resolve_group

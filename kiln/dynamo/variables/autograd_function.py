@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 
 from ...ir.node import map_aggregate
-from ...ops.fake import FakeTensorMode, to_fake
+from ...ops.core.fake import FakeTensorMode, to_fake
 from ...runtime.state import per_thread
 from ...runtime.tensor import Tensor
 from ..exc import Unsupported, unsupported

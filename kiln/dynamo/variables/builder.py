@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ...ops.registry import Op
+from ...ops.core.registry import Op
 from ...runtime.tensor import Tensor
 from ..sources import AttrSource, IdentityItemSource, ItemSource, Source
 from .autocast import AutocastClassVariable, AutocastVariable, is_autocast_class

@@ -5,11 +5,20 @@ equals running the chosen branch only when the branches are pure, which PyTorch 
 ``cond`` too (in-place ops on tensors a branch made itself are fine). A branch that mutates a
 tensor from outside it or Python state, or branches whose outputs differ in structure, shape or
 dtype, make the call a graph break instead (it runs eagerly and picks one branch). A constant
-predicate just inlines the chosen branch."""
+predicate just inlines the chosen branch.
+
+Captured for ``kiln.export`` (``CompileContext.export``), the call is one ``cond`` node instead
+(``kiln/ops/control_flow.py``): the nodes each branch recorded move into a graph of their own,
+whose inputs are the tensors from outside the branch it read (operands, parameters), so the
+exported program keeps the choice (an ONNX ``If``)."""
 
 from __future__ import annotations
 
+import operator
+
+from ...ir import Graph, GraphModule
 from ...ops import public
+from ...ops.core.registry import OPS
 from ...ops.public import ne, reshape, where
 from ..control_flow import _OPERANDS_ERROR, _assert, cond
 from ..exc import unsupported
@@ -17,7 +26,7 @@ from .base import ConstantVariable, VariableTracker
 from .builtins import _handles
 from .dicts import DictVariable
 from .lists import BaseListVariable, ListVariable, NamedTupleVariable, TupleVariable
-from .tensor import TensorVariable, call_kiln
+from .tensor import TensorVariable, call_kiln, make_fake_like
 
 __all__: list[str] = []
 
@@ -77,8 +86,8 @@ def _base(node):
     return node
 
 
-def _merge(tx, pred: TensorVariable, a: VariableTracker, b: VariableTracker) -> VariableTracker:
-    """One output of both branches: ``where`` for tensors, the shared value otherwise."""
+def _merge(tx, a: VariableTracker, b: VariableTracker, combine) -> VariableTracker:
+    """One output of both branches: ``combine(a, b)`` for tensors, the shared value otherwise."""
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         pa, pb = a.proxy, b.proxy
         if tuple(pa.shape) != tuple(pb.shape) or pa.dtype != pb.dtype:
@@ -86,18 +95,18 @@ def _merge(tx, pred: TensorVariable, a: VariableTracker, b: VariableTracker) -> 
                 "the branches of kiln.cond return tensors of different metadata: "
                 f"{pa.dtype}{list(pa.shape)} and {pb.dtype}{list(pb.shape)}"
             )
-        return call_kiln(tx, where, [pred, a, b], {})
+        return combine(a, b)
     if isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable):
         if a.python_type() is not b.python_type() or len(a.items) != len(b.items):
             raise _user_error("the branches of kiln.cond return different structures")
-        items = [_merge(tx, pred, x, y) for x, y in zip(a.items, b.items)]
+        items = [_merge(tx, x, y, combine) for x, y in zip(a.items, b.items)]
         if isinstance(a, NamedTupleVariable):
             return NamedTupleVariable(items, a.cls)
         return ListVariable(items) if isinstance(a, ListVariable) else TupleVariable(items)
     if isinstance(a, DictVariable) and isinstance(b, DictVariable):
         if list(a.items) != list(b.items):
             raise _user_error("the branches of kiln.cond return dicts with different keys")
-        merged = {k: _merge(tx, pred, v, b.items[k]) for k, v in a.items.items()}
+        merged = {k: _merge(tx, v, b.items[k], combine) for k, v in a.items.items()}
         return DictVariable(merged, None, a.python_type())
     if a.is_python_constant() and b.is_python_constant():
         if a.as_python_constant() == b.as_python_constant():
@@ -123,13 +132,91 @@ def _cond(tx, fn, args, kwargs):
     flag = call_kiln(tx, reshape, [pred, ConstantVariable(())], {})
     if flag.proxy.dtype != public.bool:
         flag = call_kiln(tx, ne, [flag, ConstantVariable(0)], {})
+    if tx.output.ctx.export:
+        return _conditional_node(tx, flag, true_fn, false_fn, operands)
+    taken = _branch(tx, true_fn, operands, "true")[0]
+    other = _branch(tx, false_fn, operands, "false")[0]
+    return _merge(tx, taken, other, lambda a, b: call_kiln(tx, where, [flag, a, b], {}))
+
+
+def _branch(tx, fn: VariableTracker, operands: list, which: str) -> tuple:
+    """Evaluate one branch into the graph: (its result, the nodes it recorded)."""
+    graph = tx.output.graph
+    existing = set(graph.nodes)
     before = _state(tx)
-    taken = true_fn.call_function(tx, list(operands), {})
-    _check_pure(tx, before, "true")
-    before = _state(tx)
-    other = false_fn.call_function(tx, list(operands), {})
-    _check_pure(tx, before, "false")
-    return _merge(tx, flag, taken, other)
+    result = fn.call_function(tx, list(operands), {})
+    _check_pure(tx, before, which)
+    return result, [n for n in graph.nodes if n not in existing]
+
+
+def _conditional_node(tx, flag: TensorVariable, true_fn, false_fn, operands: list):
+    """``kiln.cond`` as one ``cond`` node whose branches are graphs (see the module docstring)."""
+    taken, true_nodes = _branch(tx, true_fn, operands, "true")
+    other, false_nodes = _branch(tx, false_fn, operands, "false")
+    pairs: list = []
+    structure = _merge(tx, taken, other, lambda a, b: pairs.append((a, b)) or a)
+    node_of = tx.output.mode.node_of
+    outputs = [[node_of(a.proxy) for a, _ in pairs], [node_of(b.proxy) for _, b in pairs]]
+    # graph inputs the branches read first (parameters) and constants stay in the outer graph
+    moved = [
+        [n for n in made if n.op not in ("placeholder", "get_attr")]
+        for made in (true_nodes, false_nodes)
+    ]
+    inputs: list = []
+    for nodes, outs in zip(moved, outputs):
+        inside = set(nodes)
+        for n in nodes:
+            for arg in n.all_input_nodes:
+                if arg not in inside and arg not in inputs:
+                    inputs.append(arg)
+        inputs += [o for o in outs if o not in inside and o not in inputs]
+    branches = [
+        _branch_module(nodes, outs, inputs, f"cond_{which}_branch")
+        for nodes, outs, which in zip(moved, outputs, ("true", "false"))
+    ]
+    graph = tx.output.graph
+    for node in reversed(moved[0] + moved[1]):
+        graph.erase_node(node)
+    source, text = tx.source_location()
+    node = graph.call_function(OPS["cond"], (node_of(flag.proxy), *branches, list(inputs)))
+    node.meta.update(source=source, source_text=text)
+    node.meta["val"] = tuple(make_fake_like(a.proxy) for a, _ in pairs)
+    results = {}
+    for i, (a, _) in enumerate(pairs):
+        part = graph.call_function(operator.getitem, (node, i))
+        proxy = make_fake_like(a.proxy)
+        part.meta.update(node.meta, val=make_fake_like(a.proxy))
+        tx.output.bind_proxy(proxy, part)
+        results[id(a)] = TensorVariable(proxy)
+    return _replace_leaves(structure, results)
+
+
+def _branch_module(nodes: list, outputs: list, inputs: list, name: str) -> GraphModule:
+    """The nodes of one branch as a graph of their own, taking ``inputs`` and returning a tuple."""
+    graph = Graph()
+    env = {}
+    for n in inputs:
+        env[n] = graph.placeholder(n.name)
+        env[n].meta["val"] = n.meta.get("val")
+    for n in nodes:
+        env[n] = graph.node_copy(n, lambda a: env[a])
+    graph.output(tuple(env[o] for o in outputs))
+    return GraphModule({}, graph, class_name=name)
+
+
+def _replace_leaves(vt: VariableTracker, results: dict) -> VariableTracker:
+    """``vt`` (the true branch's structure) with its tensors swapped for the node's outputs."""
+    if isinstance(vt, TensorVariable):
+        return results[id(vt)]
+    if isinstance(vt, BaseListVariable):
+        items = [_replace_leaves(v, results) for v in vt.items]
+        if isinstance(vt, NamedTupleVariable):
+            return NamedTupleVariable(items, vt.cls)
+        return ListVariable(items) if isinstance(vt, ListVariable) else TupleVariable(items)
+    if isinstance(vt, DictVariable):
+        items = {k: _replace_leaves(v, results) for k, v in vt.items.items()}
+        return DictVariable(items, None, vt.python_type())
+    return vt
 
 
 @_handles(_assert)

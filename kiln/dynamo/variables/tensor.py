@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ...ops.indexing import DataDependentOutputError
+from ...ops.indexing.subscript import DataDependentOutputError
 from ...runtime.state import per_thread
 from ...runtime.symbolic import ConstraintViolationError, GuardOnDataDependentError, SymInt
 from ...runtime.tensor import METADATA_ATTRIBUTES, Size, Tensor, make_fake
@@ -225,7 +225,7 @@ def unbacked_item(tx, tensor: TensorVariable) -> VariableTracker:
     """``t.item()`` of an integer tensor: a graph node whose value is a fresh unbacked symbol
     (``u0``), so sizes computed from it stay in the graph; deciding a branch on it breaks the
     graph there (and the transformed code reads it back with ``t.item()``)."""
-    from ...ops.registry import OPS
+    from ...ops.core.registry import OPS
 
     result = call_kiln(tx, OPS["_local_scalar_dense"], [tensor], {})
     value = result.as_python_constant()

@@ -3,7 +3,7 @@
 Each kernel is emitted into a scratch module first: a kernel using something the LLVM generator
 does not support (logged with the reason) runs through the numpy executor instead, so a graph
 never falls back as a whole for one kernel. The rest go into one module per graph, JIT-compiled
-once (and cached on disk by ``llvm_jit``). Kernels take ``(row_start, row_end, buffers)``; when the
+once (and cached on disk by ``llvm.jit``). Kernels take ``(row_start, row_end, buffers)``; when the
 work is large enough to pay for it, rows are cut into chunks that the calling thread and the
 helper threads of ``cpu_pool`` claim one by one, in native code (no GIL, no Python per chunk).
 
@@ -16,96 +16,21 @@ object).
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import threading
 
 from llvmlite import ir
 
-from ...runtime import flags
 from ..ir import Reduction
 from ..scheduler import Kernel, ScatterStep, Schedule
-from . import graph_index, llvm_jit
-from .cpu_pool import Pool
-from .llvm import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel
-from .loop_plan import plan_kernel
+from . import graph_index
+from .cpu_pool import KERNEL_TYPE, RowKernel
+from .llvm import jit as llvm_jit
+from .llvm.kernel import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel
+from .llvm.loop_plan import plan_kernel
 
-__all__ = [
-    "CPUKernels",
-    "thread_pool",
-]
+__all__ = ["CPUKernels"]
 
 log = logging.getLogger("kiln.inductor")
-
-_pool: list = [None]
-_pool_lock = threading.Lock()
-
-# below this many element-operations a kernel runs on the calling thread alone
-_SPLIT_WORK = 1 << 18
-
-
-def _drop_pool(n: int) -> None:
-    """``kiln.set_num_threads``: the pool is made again, of the new size, when next needed."""
-    with _pool_lock:
-        if _pool[0] is not None:
-            _pool[0].shutdown()
-            _pool[0] = None
-
-
-flags.on_num_threads_change(_drop_pool)
-
-
-def thread_pool() -> Pool:
-    """The helper threads of compiled CPU code (``cpu_pool.Pool``), made on first use."""
-    pool = _pool[0]
-    if pool is None:
-        with _pool_lock:
-            if _pool[0] is None:
-                _pool[0] = Pool(flags.get_num_threads())
-            pool = _pool[0]
-    return pool
-
-
-# work is cut into this many chunks per thread, each taken by whichever thread is free: a thread
-# the OS runs late (its core shared with another process) then costs a chunk, not half the work
-CHUNKS_PER_THREAD = 4
-
-
-_KERNEL_TYPE = ctypes.CFUNCTYPE(
-    None, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)
-)
-
-
-class _LLVMKernel:
-    __slots__ = ("name", "fn", "address", "rows", "work", "args", "plan", "split")
-
-    def __init__(self, name, fn, address, rows, work, args, plan):
-        self.name = name
-        self.fn = fn
-        self.address = address  # of the machine code, for the native thread pool
-        self.rows = rows
-        self.work = work
-        self.args = args  # buffer names in pointer-array order
-        self.plan = plan
-        self.split = (0, 0)  # (threads, rows per chunk) worked out for; 0 rows: not split
-
-    def __call__(self, pointers) -> None:
-        n = flags.get_num_threads()
-        threads, step = self.split
-        if threads != n:
-            step = 0
-            if n > 1 and self.rows > 1 and self.work >= _SPLIT_WORK:
-                step = -(-self.rows // min(self.rows, n * CHUNKS_PER_THREAD))
-            self.split = (n, step)
-        if not step:
-            self.fn(0, self.rows, pointers)
-            return
-        pool = thread_pool()
-        if not pool.parallel:
-            self.fn(0, self.rows, pointers)
-            return
-        job = Pool.kernel_job(self.address, self.rows, step, ctypes.addressof(pointers))
-        pool.run_job(job)
 
 
 class _SingleRow:
@@ -149,7 +74,7 @@ class CPUKernels:
         self, sched: Schedule, dtypes: dict, sizes: dict | None = None, graph_key: str | None = None
     ):
         self.sched = sched
-        self.by_step: dict[int, _LLVMKernel] = {}
+        self.by_step: dict[int, RowKernel] = {}
         self.numpy_steps: dict[int, str] = {}  # step index -> why it runs in numpy
         self.compiled = None
         self._ir_text: str | None = ""  # None: read back from the graph index when asked
@@ -192,9 +117,9 @@ class CPUKernels:
     def _bind(self, pending) -> None:
         for i, name, plan, work, names in pending:
             address = self.compiled.address(name)
-            fn = _KERNEL_TYPE(address)
+            fn = KERNEL_TYPE(address)
             fn._kiln_module = self.compiled  # the engine owns the machine code: keep it alive
-            self.by_step[i] = _LLVMKernel(name, fn, address, plan.rows, work, names, plan)
+            self.by_step[i] = RowKernel(name, fn, address, plan.rows, work, names, plan)
 
     def _load(self, key: str, steps) -> bool:
         """Take the kernels from a graph compiled before under ``key``; False when there is none."""

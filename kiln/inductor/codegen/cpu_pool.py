@@ -8,7 +8,7 @@ that woke it when the other core looks busy, and both then share one core for a 
 or two: a 3 ms matmul split in two measured 6 ms half the time at load 0.5.
 
 So the work loop is native (a few functions of LLVM IR, JIT-compiled once per process outside
-``llvm_jit``'s counters): a job is a small int64 record — a generated kernel over row chunks,
+``llvm.jit``'s counters): a job is a small int64 record — a generated kernel over row chunks,
 or a table of BLAS ``gemm`` calls — and chunks are claimed with an atomic counter by the posting
 thread and by helpers, which never touch Python while they work. A helper spins on its slot
 (``pause``, ~2 ms by the cycle counter) after each job, so it stays on its core through a step,
@@ -25,7 +25,11 @@ import threading
 
 import numpy as np
 
-__all__ = ["Pool", "KERNEL", "SGEMM", "DGEMM", "GEMM_FIELDS"]
+from ...runtime import flags
+
+__all__ = [
+    "Pool", "KERNEL", "SGEMM", "DGEMM", "GEMM_FIELDS", "thread_pool", "RowKernel", "KERNEL_TYPE",
+]  # fmt: skip
 
 # cycles a helper spins for the next job before it sleeps (~2 ms at 2.5-3.5 GHz)
 SPIN_CYCLES = 6_000_000
@@ -55,7 +59,7 @@ def _build():
     import llvmlite.binding as llvm
     import llvmlite.ir as ir
 
-    from . import llvm_jit
+    from .llvm import jit as llvm_jit
 
     i32, i64 = ir.IntType(32), ir.IntType(64)
     f32, f64 = ir.FloatType(), ir.DoubleType()
@@ -311,3 +315,78 @@ class Pool:
         job[0], job[1] = kind, len(table)
         job[3], job[4] = gemm_address, table.ctypes.data
         return job
+
+
+_pool: list = [None]
+_pool_lock = threading.Lock()
+
+
+def _drop_pool(n: int) -> None:
+    """``kiln.set_num_threads``: the pool is made again, of the new size, when next needed."""
+    with _pool_lock:
+        if _pool[0] is not None:
+            _pool[0].shutdown()
+            _pool[0] = None
+
+
+flags.on_num_threads_change(_drop_pool)
+
+
+def thread_pool() -> Pool:
+    """The helper threads of compiled CPU code (kernels, matmuls and packages), made on first
+    use: one pool per process, so two users never put two sets of threads on the cores."""
+    pool = _pool[0]
+    if pool is None:
+        with _pool_lock:
+            if _pool[0] is None:
+                _pool[0] = Pool(flags.get_num_threads())
+            pool = _pool[0]
+    return pool
+
+
+# below this many element-operations a kernel runs on the calling thread alone
+SPLIT_WORK = 1 << 18
+
+# work is cut into this many chunks per thread, each taken by whichever thread is free: a thread
+# the OS runs late (its core shared with another process) then costs a chunk, not half the work
+CHUNKS_PER_THREAD = 4
+
+# a generated kernel: void kernel(i64 row_start, i64 row_end, void** buffers)
+KERNEL_TYPE = ctypes.CFUNCTYPE(
+    None, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)
+)
+
+
+class RowKernel:
+    """A compiled kernel over rows, called with its buffers' pointer array: on the calling
+    thread alone, or cut into chunks the pool's threads claim when the work pays for it."""
+
+    __slots__ = ("name", "fn", "address", "rows", "work", "args", "plan", "split")
+
+    def __init__(self, name, fn, address, rows, work, args, plan=None):
+        self.name = name
+        self.fn = fn
+        self.address = address  # of the machine code, for the native thread pool
+        self.rows = rows
+        self.work = work
+        self.args = args  # buffer names in pointer-array order
+        self.plan = plan
+        self.split = (0, 0)  # (threads, rows per chunk) worked out for; 0 rows: not split
+
+    def __call__(self, pointers) -> None:
+        n = flags.get_num_threads()
+        threads, step = self.split
+        if threads != n:
+            step = 0
+            if n > 1 and self.rows > 1 and self.work >= SPLIT_WORK:
+                step = -(-self.rows // min(self.rows, n * CHUNKS_PER_THREAD))
+            self.split = (n, step)
+        if not step:
+            self.fn(0, self.rows, pointers)
+            return
+        pool = thread_pool()
+        if not pool.parallel:
+            self.fn(0, self.rows, pointers)
+            return
+        job = Pool.kernel_job(self.address, self.rows, step, ctypes.addressof(pointers))
+        pool.run_job(job)

@@ -17,7 +17,8 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from . import cache_records, llvm_jit
+from . import cache_records
+from .llvm import jit as llvm_jit
 
 __all__ = [
     "GraphEntry",

@@ -16,6 +16,7 @@ from ...runtime import dtypes as dt
 from ...runtime import random as rng
 from .. import sym
 from ..ir import ComputedBuffer, Pointwise, Reduction
+from ..prims import shared_formula
 from ..scheduler import ExternCall, Kernel, Schedule
 from ..virtualized import set_ops_handler
 
@@ -87,6 +88,9 @@ class NumpyHandler:
     def where(self, c, a, b):
         return np.where(c, a, b)
 
+    def dtype_of(self, x) -> dt.dtype:
+        return dt.from_numpy_dtype(np.asarray(x).dtype)
+
     # -------------------------------------------------------------- random
     def rand(self, seed, offset):
         off = np.asarray(offset).astype(np.uint64)
@@ -106,7 +110,7 @@ class NumpyHandler:
 
     # -------------------------------------------------------------- math
     def __getattr__(self, name):
-        fn = _MATH.get(name)
+        fn = _MATH.get(name) or shared_formula(self, name)
         if fn is None:
             raise AttributeError(f"numpy ops handler has no op {name!r}")
         return fn
@@ -117,19 +121,19 @@ def _sigmoid(x):
 
 
 def _erf(x):
-    from ...ops.pointwise import np_erf
+    from ...ops.pointwise.unary_binary import np_erf
 
     return np_erf(np.asarray(x))
 
 
 def _erfinv(x):
-    from ...ops.pointwise import np_erfinv
+    from ...ops.pointwise.unary_binary import np_erfinv
 
     return np_erfinv(np.asarray(x))
 
 
 def _erfc(x):
-    from ...ops.special_numpy import np_erfc
+    from ...ops.special.numpy_kernels import np_erfc
 
     return np_erfc(np.asarray(x))
 
@@ -142,14 +146,14 @@ def _floordiv(a, b):
 
 
 def _remainder(a, b):
-    from ...ops.numpy_math import np_remainder
+    from ...ops.pointwise.numpy_math import np_remainder
 
     with np.errstate(all="ignore"):
         return np_remainder(a, b)
 
 
 def _pow(a, b):
-    from ...ops.numpy_math import np_float_pow, np_int_pow
+    from ...ops.pointwise.numpy_math import np_float_pow, np_int_pow
 
     if np.asarray(a).dtype.kind in "iu":
         return np_int_pow(a, b)
@@ -157,7 +161,7 @@ def _pow(a, b):
 
 
 def _truncdiv(a, b):
-    from ...ops.numpy_math import np_trunc_divide
+    from ...ops.pointwise.numpy_math import np_trunc_divide
 
     if np.asarray(a).dtype.kind == "f":
         return np.trunc(a / b)
@@ -165,7 +169,7 @@ def _truncdiv(a, b):
 
 
 def _sign(x):
-    from ...ops.numpy_math import np_sign
+    from ...ops.pointwise.numpy_math import np_sign
 
     return np_sign(x)
 

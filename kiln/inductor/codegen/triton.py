@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ...runtime import dtypes as dt
 from .. import sym
+from ..prims import shared_formula
 from .triton_math import (
     BITWISE,
     COMPARE,
@@ -453,6 +454,9 @@ class KernelPrinter:
             return self.to_dtype(through, dtype)
         return self.emit(f"{x}.to({tl_dtype(dtype)})", dtype, x.xdep, x.rdep)
 
+    def dtype_of(self, x: TVal) -> dt.dtype:
+        return x.dtype
+
     def where(self, cond: TVal, a: TVal, b: TVal) -> TVal:
         cond = self.to_dtype(cond, dt.bool_)
         if a.literal and b.literal:
@@ -490,9 +494,12 @@ class KernelPrinter:
         if name in BITWISE:
             return lambda a, b: self._binary(f"{{0}} {BITWISE[name]} {{1}}", a, b)
         method = MATH_METHODS.get(name)
-        if method is None:
+        if method is not None:
+            return lambda *args: method(self, *args)
+        formula = shared_formula(self, name)
+        if formula is None:
             raise AttributeError(f"Triton ops handler has no op {name!r}")
-        return lambda *args: method(self, *args)
+        return formula
 
     def _unary(self, template: str, x: TVal, dtype: dt.dtype | None = None) -> TVal:
         if "libdevice" in template or "tl." in template:

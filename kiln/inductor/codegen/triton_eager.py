@@ -28,8 +28,8 @@ import math
 from dataclasses import dataclass, field
 
 from ...ir.tracer import trace
-from ...ops.dispatch import dispatch
-from ...ops.fake import FakeTensorMode
+from ...ops.core.dispatch import dispatch
+from ...ops.core.fake import FakeTensorMode
 from ...runtime import cuda
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor, make_fake

@@ -160,19 +160,19 @@ def _elementwise(fn):
 
 
 def _erfinv(x):
-    from ...ops.pointwise import np_erfinv
+    from ...ops.pointwise.unary_binary import np_erfinv
 
     return np_erfinv(x)
 
 
 def _pow(a, b):
-    from ...ops.numpy_math import np_float_pow
+    from ...ops.pointwise.numpy_math import np_float_pow
 
     return np_float_pow(a, b)
 
 
 def _erfc(x):
-    from ...ops.special_numpy import np_erfc
+    from ...ops.special.numpy_kernels import np_erfc
 
     return np_erfc(np.asarray(x))
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import warnings
 
 from ...ops import OPS
-from ...ops import nn_ops as _nn
-from ...ops.grad_fn_names import _rename
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_naming import rename_grad_fn
+from ...ops.core.registry import torch_function
+from ...ops.nn import softmax_linear as _nn
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 
@@ -141,7 +141,7 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:
     if input.ndim == 0:
         raise RuntimeError("glu does not support scalars because halving size must be even")
     out = OPS["glu"](input, dim)
-    _rename(out, (input,), "GluBackward0")
+    rename_grad_fn(out, (input,), "GluBackward0")
     return out
 
 

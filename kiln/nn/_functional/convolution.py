@@ -10,9 +10,9 @@ import math
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
-from ...ops import conv as _conv_ops
-from ...ops.grad_fn_names import _rename
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_naming import rename_grad_fn
+from ...ops.core.registry import torch_function
+from ...ops.nn import conv as _conv_ops
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 
@@ -74,17 +74,17 @@ def _same_padding(x, weight, dilation, dims):
     return x, left
 
 
-@autocast_policy("conv1d")
+@autocast_policy(cpu="lower", cuda="lower")
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
     return _conv(input, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
 
-@autocast_policy("conv2d")
+@autocast_policy(cpu="lower", cuda="lower")
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
     return _conv(input, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
 
-@autocast_policy("conv3d")
+@autocast_policy(cpu="lower", cuda="lower")
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
     return _conv(input, weight, bias, stride, padding, dilation, groups, 3, "conv3d")
 
@@ -108,7 +108,7 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
     return out.squeeze(0) if unbatched else out
 
 
-@autocast_policy("conv_transpose1d")
+@autocast_policy(cpu="lower", cuda="lower")
 def conv_transpose1d(
     input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
 ) -> Tensor:
@@ -117,7 +117,7 @@ def conv_transpose1d(
     )
 
 
-@autocast_policy("conv_transpose2d")
+@autocast_policy(cpu="lower", cuda="lower")
 def conv_transpose2d(
     input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
 ) -> Tensor:
@@ -126,7 +126,7 @@ def conv_transpose2d(
     )
 
 
-@autocast_policy("conv_transpose3d")
+@autocast_policy(cpu="lower", cuda="lower")
 def conv_transpose3d(
     input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
 ) -> Tensor:
@@ -169,7 +169,7 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
     )
     cols = cols.reshape(x.shape[0], c * math.prod(kernel), -1)
     cols = cols.squeeze(0) if unbatched else cols
-    _rename(cols, (input,), "Im2ColBackward0")
+    rename_grad_fn(cols, (input,), "Im2ColBackward0")
     return cols
 
 
@@ -210,7 +210,7 @@ def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=
         grid, _patch_weight(c, kernel, cols), None, stride, padding, dilation, True, extra, c
     )
     out = out.squeeze(0) if unbatched else out
-    _rename(out, (input,), "Col2ImBackward0")
+    rename_grad_fn(out, (input,), "Col2ImBackward0")
     return out
 
 

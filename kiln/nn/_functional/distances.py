@@ -11,8 +11,8 @@ import math
 import numpy as np
 
 from ...ops import OPS
-from ...ops.api import tensor as kiln_tensor
-from ...ops.registry import torch_function
+from ...ops.core.registry import torch_function
+from ...ops.creation.api import tensor as kiln_tensor
 from ...runtime.tensor import Tensor
 
 

@@ -10,7 +10,7 @@ import math
 import warnings
 
 from ...ops import OPS
-from ...ops.registry import torch_function
+from ...ops.core.registry import torch_function
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 

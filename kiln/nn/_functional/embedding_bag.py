@@ -11,8 +11,8 @@ import warnings
 
 from ...autograd.grad_mode import is_grad_enabled
 from ...ops import OPS
-from ...ops.grad_fn_names import _rename
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_naming import rename_grad_fn
+from ...ops.core.registry import torch_function
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .layers import _embedding_renorm_
@@ -168,7 +168,7 @@ def embedding_bag(
             ones = OPS["full"]((n,), 1, dtype=weight.dtype, device=weight.device)
             counts = OPS["index_add"](zeros[:, 0], 0, bag, ones)[:num_bags]
             out = out / counts.clamp(min=1).unsqueeze(1)
-    _rename(out, (weight,), "EmbeddingBagBackward0")  # one node in PyTorch, as reprs show
+    rename_grad_fn(out, (weight,), "EmbeddingBagBackward0")  # one node in PyTorch, as reprs show
     return out
 
 

@@ -17,9 +17,9 @@ import warnings
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
-from ...ops.grad_fn_names import _rename
-from ...ops.reductions import torch_type_name
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_naming import rename_grad_fn
+from ...ops.core.registry import torch_function
+from ...ops.reductions.reduce import torch_type_name
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 
@@ -97,7 +97,7 @@ def affine_grid(theta: Tensor, size: list[int], align_corners: bool | None = Non
     base = OPS["stack"](columns, -1).reshape(1, -1, k + 1)
     grid = OPS["matmul"](base, theta.transpose(1, 2))
     out = grid.reshape([size[0], *spatial, k])
-    _rename(out, (theta,), "AffineGridGeneratorBackward0")
+    rename_grad_fn(out, (theta,), "AffineGridGeneratorBackward0")
     return out
 
 
@@ -305,12 +305,12 @@ def grid_sample(
     return _grid_sampler(input, grid, mode, padding_mode, align_corners)
 
 
-@autocast_policy("grid_sample")
+@autocast_policy(cpu="fp32", cuda="promote")
 def _grid_sampler(input, grid, mode: str, padding_mode: str, align_corners: bool) -> Tensor:
     """aten's ``grid_sampler``: the step CPU autocast runs in float32, checks included."""
     _check_grid_sample(input, grid)
     out = _sample(input, grid, mode, padding_mode, align_corners)
-    _rename(out, (input, grid), f"GridSampler{input.dim() - 2}DBackward0")
+    rename_grad_fn(out, (input, grid), f"GridSampler{input.dim() - 2}DBackward0")
     return out
 
 

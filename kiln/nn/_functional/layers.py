@@ -9,9 +9,9 @@ from __future__ import annotations
 from ...amp.autocast_mode import autocast_policy
 from ...autograd.grad_mode import no_grad
 from ...ops import OPS
-from ...ops import padding as _padding
-from ...ops.grad_fn_names import _rename
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_naming import rename_grad_fn
+from ...ops.core.registry import torch_function
+from ...ops.shape import padding as _padding
 from ...runtime.tensor import Tensor
 from .distances import safe_vector_norm
 
@@ -64,7 +64,17 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     return OPS["_one_hot"](tensor, num_classes)
 
 
-@autocast_policy("pad")
+def _pad_policy(args: tuple, kwargs: dict) -> str | None:
+    """CPU autocast: reflection_pad1d/2d and replication_pad1d/2d/3d are on PyTorch's float32
+    list; constant, circular and 3-D reflection padding are not."""
+    mode = kwargs.get("mode", args[2] if len(args) > 2 else "constant")
+    pad = kwargs.get("pad", args[1] if len(args) > 1 else ())
+    if mode == "replicate" or (mode == "reflect" and len(pad) <= 4):
+        return "fp32"
+    return None
+
+
+@autocast_policy(cpu=_pad_policy)
 def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:
     if mode == "constant":
         return OPS["constant_pad_nd"](input, list(pad), 0 if value is None else value)
@@ -77,7 +87,7 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
     out = _padding.pad_indexed(input, pad, mode)
     if mode != "circular":  # (PyTorch's circular padding records in-place slice copies)
         kind = "Reflection" if mode == "reflect" else "Replication"
-        _rename(out, (input,), f"{kind}Pad{len(pad) // 2}DBackward0")
+        rename_grad_fn(out, (input,), f"{kind}Pad{len(pad) // 2}DBackward0")
     return out
 
 
@@ -87,7 +97,7 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
 linear = OPS["linear"]  # the op itself: its schema is PyTorch's signature
 
 
-@autocast_policy("bilinear")
+@autocast_policy(cpu="none", cuda="promote")
 def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None):
     """out[..., o] = input1 @ weight[o] @ input2 (+ bias[o]), as one matmul and a reduction."""
     if (

@@ -17,10 +17,10 @@ import warnings
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
-from ...ops import loss as _loss
-from ...ops.grad_fn_names import _rename
-from ...ops.reductions import torch_type_name
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_naming import rename_grad_fn
+from ...ops.core.registry import torch_function
+from ...ops.nn import losses as _loss
+from ...ops.reductions.reduce import torch_type_name
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .activations import logsigmoid
@@ -66,7 +66,7 @@ def cross_entropy(
     out = OPS["cross_entropy"](input, target, weight, reduction, ignore_index, label_smoothing)
     if target.is_floating_point() and target.shape == input.shape:
         # PyTorch's probability-target loss ends in a negation, or a division by the batch size
-        _rename(out, (input,), "DivBackward1" if reduction == "mean" else "NegBackward0")
+        rename_grad_fn(out, (input,), "DivBackward1" if reduction == "mean" else "NegBackward0")
     return out
 
 
@@ -150,7 +150,7 @@ def binary_cross_entropy_with_logits(
     return OPS["binary_cross_entropy_with_logits"](input, target, weight, pos_weight, reduction)
 
 
-@autocast_policy("kl_div")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     if size_average is not None or reduce is not None:
         reduction = _reduction(size_average, reduce, reduction)
@@ -176,7 +176,7 @@ def kl_pointwise(input: Tensor, target: Tensor, log_target: bool) -> Tensor:
     return OPS["xlogy"](target, target) - target * input
 
 
-@autocast_policy("poisson_nll_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def poisson_nll_loss(
     input,
     target,
@@ -222,7 +222,7 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     return _loss.reduce_loss(loss, reduction)
 
 
-@autocast_policy("margin_ranking_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def margin_ranking_loss(
     input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"
 ) -> Tensor:
@@ -236,7 +236,7 @@ def margin_ranking_loss(
     return _loss.reduce_loss(loss, reduction)
 
 
-@autocast_policy("hinge_embedding_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def hinge_embedding_loss(
     input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"
 ) -> Tensor:
@@ -246,15 +246,15 @@ def hinge_embedding_loss(
     return _loss.reduce_loss(margin_part + self_part, reduction)
 
 
-@autocast_policy("soft_margin_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean") -> Tensor:
     reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
     out = _loss.reduce_loss((-target * input).exp().log1p(), reduction)
-    _rename(out, (input,), "SoftMarginLossBackward0")
+    rename_grad_fn(out, (input,), "SoftMarginLossBackward0")
     return out
 
 
-@autocast_policy("cosine_embedding_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def cosine_embedding_loss(
     input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"
 ) -> Tensor:
@@ -286,7 +286,7 @@ def _check_triplet_dims(anchor: Tensor, positive: Tensor, negative: Tensor) -> N
         )
 
 
-@autocast_policy("triplet_margin_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def triplet_margin_loss(
     anchor,
     positive,
@@ -379,7 +379,7 @@ def _finish(loss: Tensor, reduction: str, per_sample: bool) -> Tensor:
     return _loss.reduce_loss(loss, reduction)
 
 
-@autocast_policy("multi_margin_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def multi_margin_loss(
     input: Tensor,
     target: Tensor,
@@ -431,7 +431,7 @@ def multi_margin_loss(
     return _finish(loss, reduction, target.ndim > 0)
 
 
-@autocast_policy("multilabel_margin_loss")
+@autocast_policy(cpu="fp32", cuda="fp32")
 def multilabel_margin_loss(
     input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean"
 ) -> Tensor:

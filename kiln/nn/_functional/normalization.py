@@ -10,8 +10,8 @@ import math
 
 from ...autograd.grad_mode import no_grad
 from ...ops import OPS
-from ...ops.grad_fn_names import _rename
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_naming import rename_grad_fn
+from ...ops.core.registry import torch_function
 from ...runtime.tensor import Tensor
 from .layers import pad
 from .pooling import avg_pool2d
@@ -31,7 +31,9 @@ def rms_norm(
     input: Tensor, normalized_shape, weight: Tensor | None = None, eps: float | None = None
 ) -> Tensor:
     out = OPS["rms_norm"](input, _shape_list(normalized_shape), weight, eps)
-    _rename(out, (input, weight), "MulBackward0")  # PyTorch's is a composite ending in a product
+    rename_grad_fn(
+        out, (input, weight), "MulBackward0"
+    )  # PyTorch's is a composite ending in a product
     return out
 
 

@@ -11,8 +11,8 @@ import math
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
-from ...ops.grad_fn_names import _rename
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_naming import rename_grad_fn
+from ...ops.core.registry import torch_function
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .activations import relu
@@ -49,7 +49,7 @@ def max_pool2d(
     return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2)
 
 
-@autocast_policy("max_pool3d")
+@autocast_policy(cpu="fp32")
 def max_pool3d(
     input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
 ):
@@ -68,7 +68,7 @@ def max_pool2d_with_indices(
     return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, True, 2)
 
 
-@autocast_policy("max_pool3d")
+@autocast_policy(cpu="fp32")
 def max_pool3d_with_indices(
     input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
 ):
@@ -168,7 +168,7 @@ def avg_pool2d(
     )
 
 
-@autocast_policy("avg_pool3d")
+@autocast_policy(cpu="fp32")
 def avg_pool3d(
     input,
     kernel_size,
@@ -197,7 +197,7 @@ def adaptive_avg(input, output_size, dims):
     """Adaptive average pooling over the last ``dims`` dims (``None`` sizes keep the input's)."""
     sizes = _output_size(input, output_size, dims)
     out = OPS["_adaptive_avg_pool"](input, sizes)
-    _rename(out, (input,), _adaptive_name("Avg", dims, sizes))
+    rename_grad_fn(out, (input,), _adaptive_name("Avg", dims, sizes))
     return out
 
 
@@ -218,7 +218,7 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
     return adaptive_avg(input, output_size, 2)
 
 
-@autocast_policy("adaptive_avg_pool3d")
+@autocast_policy(cpu="fp32")
 def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:
     return adaptive_avg(input, output_size, 3)
 
@@ -229,7 +229,7 @@ def _adaptive_max(input, output_size, return_indices, dims):
     values, indices = OPS["_adaptive_max_pool"](x, sizes)
     if unbatched:
         values, indices = values.squeeze(0), indices.squeeze(0)
-    _rename(values, (input,), _adaptive_name("Max", dims, sizes))
+    rename_grad_fn(values, (input,), _adaptive_name("Max", dims, sizes))
     return (values, indices) if return_indices else values
 
 
@@ -241,7 +241,7 @@ def adaptive_max_pool2d(input: Tensor, output_size, return_indices: bool = False
     return _adaptive_max(input, output_size, return_indices, 2)
 
 
-@autocast_policy("adaptive_max_pool3d")
+@autocast_policy(cpu="fp32")
 def adaptive_max_pool3d(input: Tensor, output_size, return_indices: bool = False):
     return _adaptive_max(input, output_size, return_indices, 3)
 
@@ -254,7 +254,7 @@ def adaptive_max_pool2d_with_indices(input: Tensor, output_size, return_indices:
     return _adaptive_max(input, output_size, True, 2)
 
 
-@autocast_policy("adaptive_max_pool3d")
+@autocast_policy(cpu="fp32")
 def adaptive_max_pool3d_with_indices(input: Tensor, output_size, return_indices: bool = False):
     return _adaptive_max(input, output_size, True, 3)
 

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops import OPS
-from ...ops.recurrent import GATES, STEPS, fused_layer_ok
-from ...ops.registry import torch_function
+from ...ops.core.registry import torch_function
+from ...ops.nn.recurrent import GATES, STEPS, fused_layer_ok
 from ...runtime.tensor import Tensor
 from .dropout import dropout
 from .layers import linear
@@ -26,7 +26,18 @@ __all__ = ["STEPS", "GATES", "run_layers"]
 State = tuple[Tensor, ...]
 
 
-@autocast_policy("rnn_direction")
+def _lstm_policy(args: tuple, kwargs: dict) -> str | None:
+    """CPU autocast of an LSTM layer without projection over a padded batch: PyTorch runs it as
+    one oneDNN kernel in the low-precision dtype, states included; GRU and RNN layers, packed
+    sequences and projections take the default path, whose parts (``linear``) autocast alone."""
+    step, gates, state, weights = args[:4]
+    if step.__name__ != "_lstm_step" or weights[2] is not None:
+        return None
+    rows = state[0].shape[0]
+    return "lower" if all(g.shape[0] == rows for g in gates) else None
+
+
+@autocast_policy(cpu=_lstm_policy)
 def _run_direction(step, gates_x: list, state: State, weights: tuple, reverse: bool):
     """Run ``step`` over the time steps (backwards if ``reverse``); a step with fewer rows than
     the state (a packed sequence) updates only the leading rows. Returns (outputs, state)."""

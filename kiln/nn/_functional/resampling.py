@@ -11,9 +11,9 @@ import math
 import warnings
 
 from ...amp.autocast_mode import autocast_policy
-from ...ops import conv as _conv_ops
-from ...ops.grad_fn_names import _rename
-from ...ops.registry import torch_function
+from ...ops.core.grad_fn_naming import rename_grad_fn
+from ...ops.core.registry import torch_function
+from ...ops.nn import conv as _conv_ops
 from ...runtime.tensor import Tensor
 from .pooling import adaptive_avg
 
@@ -29,7 +29,7 @@ _UPSAMPLE_NAMES = {
 }
 
 
-@autocast_policy("interpolate")
+@autocast_policy(cpu="none", cuda="fp32")
 def interpolate(
     input: Tensor,
     size=None,
@@ -92,7 +92,7 @@ def interpolate(
     if mode == "area":
         return adaptive_avg(input, sizes, dims)
     out = _conv_ops.resample(input, sizes, mode, bool(align_corners), scales)
-    _rename(out, (input,), _UPSAMPLE_NAMES[mode].format(dims=dims))
+    rename_grad_fn(out, (input,), _UPSAMPLE_NAMES[mode].format(dims=dims))
     return out
 
 
@@ -131,7 +131,7 @@ def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
     x = input.reshape(lead + [c // (r * r), r, r, h, w])
     x = x.permute(list(range(n)) + [n, n + 3, n + 1, n + 4, n + 2])
     out = x.reshape(lead + [c // (r * r), h * r, w * r])
-    _rename(out, (input,), "PixelShuffleBackward0")
+    rename_grad_fn(out, (input,), "PixelShuffleBackward0")
     return out
 
 
@@ -145,7 +145,7 @@ def channel_shuffle(input: Tensor, groups: int) -> Tensor:
     rest = list(input.shape[2:])
     x = input.reshape([n, groups, c // groups] + rest).transpose(1, 2)
     out = x.reshape([n, c] + rest)
-    _rename(out, (input,), "ChannelShuffleBackward0")
+    rename_grad_fn(out, (input,), "ChannelShuffleBackward0")
     return out
 
 
@@ -162,7 +162,7 @@ def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
     x = input.reshape(lead + [c, h // r, r, w // r, r])
     x = x.permute(list(range(n)) + [n, n + 2, n + 4, n + 1, n + 3])
     out = x.reshape(lead + [c * r * r, h // r, w // r])
-    _rename(out, (input,), "PixelUnshuffleBackward0")
+    rename_grad_fn(out, (input,), "PixelUnshuffleBackward0")
     return out
 
 

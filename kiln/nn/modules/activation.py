@@ -15,7 +15,7 @@ PyTorch's fused inference fast path is not reproduced; the values are the same.
 
 from __future__ import annotations
 
-from ...ops import api
+from ...ops.creation import api
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from .. import init

@@ -11,7 +11,7 @@ where PyTorch's also falls back to plain batch norm.
 from __future__ import annotations
 
 from ...autograd.grad_mode import no_grad
-from ...ops import api
+from ...ops.creation import api
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .. import functional as F

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ...autograd.grad_mode import no_grad
-from ...ops import api
+from ...ops.creation import api
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from .. import init

@@ -10,7 +10,7 @@ does, so later calls (and ``kiln.compile``) see an ordinary ``Linear``/``Conv2d`
 from __future__ import annotations
 
 from ...autograd.grad_mode import no_grad
-from ...ops import api
+from ...ops.creation import api
 from ...runtime.tensor import Tensor
 from ..parameter import Parameter, is_lazy
 

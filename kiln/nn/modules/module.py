@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 from ...autograd.grad_mode import no_grad
-from ...ops import api
+from ...ops.creation import api
 from ...runtime import dtypes as dt
 from ...runtime.device import as_device
 from ...runtime.device import device as Device

@@ -7,8 +7,9 @@ import numbers
 
 import numpy as np
 
-from ...ops import OPS, api
-from ...ops.api import tensor as kiln_tensor
+from ...ops import OPS
+from ...ops.creation import api
+from ...ops.creation.api import tensor as kiln_tensor
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from .. import init

@@ -15,8 +15,8 @@ import numbers
 import warnings
 from collections.abc import Callable
 
-from ...ops import api
-from ...ops.grad_fn_names import _rename
+from ...ops.core.grad_fn_naming import rename_grad_fn
+from ...ops.creation import api
 from ...runtime import dtypes
 from ...runtime.tensor import Tensor
 from .. import functional as F
@@ -272,11 +272,11 @@ class RNNBase(Module):
         if is_lstm and not self.bidirectional and self.proj_size == 0:
             if output.dtype in (dtypes.float32, dtypes.bfloat16):
                 # PyTorch's CPU LSTM runs in oneDNN there, and its output node says so
-                _rename(output, (input,), "MkldnnRnnLayerBackward0")
+                rename_grad_fn(output, (input,), "MkldnnRnnLayerBackward0")
         if self.batch_first:
             output = output.transpose(0, 1)
             if not is_lstm:  # PyTorch's GRU and RNN transpose through another overload
-                _rename(output, (), "TransposeBackward1")
+                rename_grad_fn(output, (), "TransposeBackward1")
         if not is_batched:
             output = output.squeeze(batch_dim)
             final = tuple([f.squeeze(1) for f in final])

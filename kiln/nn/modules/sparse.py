@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ...autograd.grad_mode import no_grad
-from ...ops import api
+from ...ops.creation import api
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from .. import init

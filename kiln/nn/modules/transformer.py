@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...autograd.grad_mode import is_grad_enabled
-from ...ops import api
+from ...ops.creation import api
 from ...runtime.compiling import is_compiling
 from ...runtime.tensor import Tensor
 from .. import functional as F

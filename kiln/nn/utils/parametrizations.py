@@ -15,8 +15,8 @@ import enum
 import numpy as np
 
 from ...autograd.grad_mode import no_grad
-from ...ops import linalg_functions as linalg
 from ...ops import public
+from ...ops.linalg import linalg_namespace as linalg
 from ...ops.public import allclose, arange, cat, finfo, mv, randn, tensor, vdot, where, zeros_like
 from ...runtime.tensor import Tensor
 from .. import functional as F

@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from ...ops import api
+from ...ops.creation import api
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor, wrap_array
 

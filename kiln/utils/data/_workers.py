@@ -353,7 +353,7 @@ class _LoaderIter:
 
 
 def _draw_seed(generator) -> int:
-    from ...ops import api
+    from ...ops.creation import api
     from ...runtime import dtypes
 
     return api.empty((), dtype=dtypes.int64).random_(generator=generator).item()

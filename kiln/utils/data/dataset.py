@@ -13,7 +13,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from ...ops import api
+from ...ops.creation import api
 from ...runtime.random import Generator, default_generator
 from ...runtime.tensor import Tensor, wrap_array
 

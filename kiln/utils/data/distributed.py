@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from ...ops import api
+from ...ops.creation import api
 from ...runtime.random import Generator
 from .sampler import Sampler
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar
 
-from ...ops import api
+from ...ops.creation import api
 from ...runtime import dtypes as dt
 from ...runtime.random import Generator
 from ...runtime.tensor import Tensor

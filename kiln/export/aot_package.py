@@ -1,0 +1,94 @@
+"""``aot_compile``: an exported program compiled ahead of time into a self-contained package.
+
+The program is decomposed to the inductor's level (``cond`` nodes become both branches and
+``where``: captured branches are pure), compiled once with the inductor's CPU code generator,
+and stored as: the kernels' object code for the chosen CPU (this host, or a named level such as
+``x86-64-v3`` for a portable package), the wrapper plan (``kiln.inductor.package``: buffers,
+kernel calls, matmuls, eager fallbacks), the weights in safetensors layout, the program's
+signature and input constraints, and the decomposed graph as text for people to read. The
+manifest records the CPU features the objects need; ``load_package`` checks them first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import IO
+
+from ..inductor.compile_fx import CompiledGraph, compile_graph, inductor_decompositions
+from ..inductor.package import compile_object, target_record, wrapper_plan
+from ..ir import GraphModule
+from ..ops.control_flow.cond import select_both_branches
+from ..ops.core.registry import OPS
+from .archive import state_tensors
+from .container import write_container
+from .graph_text import graph_to_text
+from .package_format import FORMAT, FORMAT_VERSION, encode
+from .program import ExportedProgram
+from .records import program_json
+from .retrace import trace_pure
+from .signature import InputKind
+from .weights_part import weights_to_bytes
+
+__all__ = ["aot_compile"]
+
+
+def _compile(ep: ExportedProgram) -> tuple[GraphModule, CompiledGraph]:
+    table = dict(inductor_decompositions())
+    table[OPS["cond"]] = select_both_branches
+    gm = ep.graph_module
+    inputs = [(n.name, n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
+    pure = trace_pure(gm, inputs, decompositions=table)
+    lowered = GraphModule({}, pure.graph, class_name="PackagedGraph")
+    examples = [n.meta.get("val") for n in pure.graph.nodes if n.op == "placeholder"]
+    compiled = compile_graph(lowered, examples, {"cpu_codegen": "llvm"})
+    if not isinstance(compiled, CompiledGraph):
+        raise NotImplementedError(
+            "aot_compile: the inductor runs this program with the eager ops (complex values?); "
+            "a package holds compiled kernels only"
+        )
+    return lowered, compiled
+
+
+def aot_compile(
+    ep: ExportedProgram,
+    path: str | os.PathLike | IO[bytes],
+    device: str = "cpu",
+    target: str | None = None,
+) -> str | os.PathLike | IO[bytes]:
+    """Compile ``ep`` into a package at ``path`` (see the module docstring); returns ``path``.
+
+    ``target``: None builds for this machine's CPU (fastest; refused by CPUs lacking any of its
+    features); a named level (``"x86-64-v2"``, ``"x86-64-v3"``, ``"x86-64-v4"``) builds code any
+    CPU of that level runs.
+    """
+    if not isinstance(ep, ExportedProgram):
+        raise TypeError(f"aot_compile expects an ExportedProgram, got {type(ep).__name__}")
+    if str(device) != "cpu":
+        raise NotImplementedError(
+            f"aot_compile builds CPU packages only (device={device!r}); GPU packages would hold "
+            "Triton kernels"
+        )
+    for meta in ep.input_metas:
+        if meta.device != "cpu":
+            raise ValueError(f"aot_compile(device='cpu'): input {meta.name} is on {meta.device}")
+    record = target_record(target)
+    lowered, compiled = _compile(ep)
+    plan = wrapper_plan(compiled)
+    kernels = [s for s in plan["steps"] if s["kind"] == "kernel"]
+    obj = compile_object(compiled.ir_text, record) if kernels else b""
+    tensors = {f"state.{k}": v for k, v in state_tensors(ep).items()}
+    constants = compiled.schedule.lowered.constants
+    tensors.update({f"const.{k}": v for k, v in constants.items()})
+    requires = {s.target for s in ep.graph_signature.input_specs if s.kind is InputKind.PARAMETER}
+    parts = {
+        "plan.json": json.dumps(encode(plan), indent=1).encode(),
+        "program.json": json.dumps(program_json(ep), indent=1).encode(),
+        "kernels.o": obj,
+        "weights.safetensors": weights_to_bytes(tensors),
+        "graph.txt": graph_to_text(lowered.graph).encode(),
+    }
+    info = {"target": record, "kernel_functions": [k["function"] for k in kernels],
+            "parameters": sorted(requires)}  # fmt: skip
+    write_container(path, FORMAT, FORMAT_VERSION, parts, info)
+    return path

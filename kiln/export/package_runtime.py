@@ -1,0 +1,376 @@
+"""``load_package``: run an ahead-of-time compiled package with kiln's runtime and LLVM's loader.
+
+Loading reads the container (every part checked against its manifest checksum), refuses a CPU
+that lacks a feature the objects were built for, loads the object code into an MCJIT engine
+(no IR, no optimization: the machine code as stored), and generates the wrapper from the plan:
+the same buffer allocations, kernel calls (split over kiln's native thread pool), BLAS matmuls
+and eager-kernel fallbacks the compiled graph ran in the process that built it. Nothing here
+imports the compiler's frontend (``kiln.dynamo``, ``kiln.aot``) or its lowering: a deployed
+process pays for the runtime, numpy and llvmlite's binding only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import threading
+from typing import IO, Any
+
+import numpy as np
+
+from ..autograd.grad_mode import no_grad
+from ..inductor import extern_matmul
+from ..inductor.codegen.cpu_pool import KERNEL_TYPE, RowKernel
+from ..nn.parameter import Parameter
+from ..ops.core.registry import OPS
+from ..runtime.storage import empty_array
+from ..runtime.tensor import Tensor, wrap_array
+from .container import ExportFileError, PackageError, read_container
+from .dims import check_inputs
+from .package_format import FORMAT, FORMAT_VERSION, check_name, decode
+from .records import parse_program_json
+from .signature import InputKind, OutputKind
+from .weights_part import WeightsError, weights_from_bytes
+
+__all__ = ["load_package", "CompiledPackage"]
+
+_OTHER_KINDS = {"kiln.exported_program": "it is an exported program: use kiln.export.load"}
+_LLVM_LOCK = threading.Lock()
+
+
+# ---------------------------------------------------------------------------- the CPU and LLVM
+
+
+def _llvm():
+    import llvmlite.binding as llvm
+
+    with _LLVM_LOCK:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+    return llvm
+
+
+def host_cpu() -> tuple[str, set[str], str]:
+    """``(triple, features, cpu name)`` of this machine, as LLVM names them."""
+    llvm = _llvm()
+    features = {name for name, on in llvm.get_host_cpu_features().items() if on}
+    return llvm.get_process_triple(), features, llvm.get_host_cpu_name()
+
+
+def check_cpu(target: dict, where: str) -> None:
+    """Refuse, naming what is missing, a machine the package's objects cannot run on."""
+    triple, features, cpu = host_cpu()
+    want = target.get("triple", "")
+    if want.split("-")[0] != triple.split("-")[0] or want.split("-")[2:3] != triple.split("-")[2:3]:
+        raise PackageError(
+            f"{where} was built for {want!r}; this machine is {triple!r}: build the package "
+            "on (or for) this kind of machine"
+        )
+    missing = sorted(set(target.get("features", ())) - features)
+    if missing:
+        level = target.get("level")
+        built = f"CPU level {level!r}" if level != "host" else f"the CPU {target.get('cpu')!r}"
+        raise PackageError(
+            f"{where} was built for {built}; this CPU ({cpu}) lacks {', '.join(missing)}: build "
+            "it with kiln.export.aot_compile(..., target='x86-64-v2' or another level this CPU "
+            "has) for a portable package"
+        )
+
+
+class _Objects:
+    """The package's object code loaded into an MCJIT engine (kept alive by the kernels)."""
+
+    def __init__(self, payload: bytes, functions: list[str], key: str):
+        llvm = _llvm()
+        with _LLVM_LOCK:
+            module = llvm.parse_assembly("")
+            module.name = f"kiln_package_{key[:32]}"  # the object cache hands ours to this module
+            module.triple = llvm.get_process_triple()
+            target = llvm.Target.from_triple(module.triple)
+            machine = target.create_target_machine(
+                cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+                opt=3, reloc="default", codemodel="jitdefault", jit=True,
+            )  # fmt: skip
+            self.engine = llvm.create_mcjit_compiler(module, machine)
+            given = [payload]
+            self.engine.set_object_cache(None, lambda _module: given.pop() if given else None)
+            self.engine.finalize_object()
+            self.addresses = {}
+            for name in functions:
+                address = self.engine.get_function_address(check_name(name))
+                if not address:
+                    raise ExportFileError(f"the package's object code has no function {name!r}")
+                self.addresses[name] = address
+        self.module = module
+
+
+# ---------------------------------------------------------------------------- the wrapper
+
+
+class _View:
+    """A layout from the plan, as the numpy view arguments the wrapper needs on each call."""
+
+    __slots__ = ("shape", "offset", "strides", "elements", "dtype", "np_dtype", "stride")
+
+    def __init__(self, record: dict):
+        self.dtype = record["dtype"]
+        self.np_dtype = self.dtype.np
+        self.shape = tuple(int(s) for s in record["shape"])
+        self.stride = tuple(int(s) for s in record["stride"])
+        offset = int(record["offset"])
+        item = self.np_dtype.itemsize
+        extent = 0 if 0 in self.shape else offset + sum(
+            (s - 1) * st for s, st in zip(self.shape, self.stride)
+        ) + 1  # fmt: skip
+        if min(self.stride, default=0) < 0 or offset < 0:
+            raise ValueError(f"package plan: bad layout {record!r}")
+        self.offset = offset * item
+        self.strides = tuple(s * item for s in self.stride)
+        self.elements = max(extent, 1)
+
+
+def _strided(storage: np.ndarray, view: _View) -> np.ndarray:
+    try:
+        return np.ndarray(view.shape, storage.dtype, storage, view.offset, view.strides)
+    except (TypeError, ValueError):  # a storage that is itself strided (an input's)
+        start = storage[view.offset // storage.itemsize :] if view.offset else storage
+        return np.lib.stride_tricks.as_strided(start, view.shape, view.strides, writeable=True)
+
+
+def _alloc(view: _View) -> np.ndarray:
+    return empty_array((view.elements,), view.np_dtype)
+
+
+def _input(t: Tensor, view: _View) -> np.ndarray:
+    """The input's memory as the kernels index it (element 0 at its first element, its own
+    strides) when it has the compiled strides; else a copy laid out as compiled."""
+    data = t.numpy(force=True)
+    stride = t.stride()
+    if tuple(stride) == view.stride or data.size <= 1:
+        if data.size <= 1 and tuple(stride) != view.stride:
+            return np.array(data, copy=True).reshape(-1)
+        if data.flags.c_contiguous:
+            return data.reshape(-1)
+        extent = 1 + sum((s - 1) * st for s, st in zip(data.shape, stride) if s > 0)
+        return np.lib.stride_tricks.as_strided(
+            data, shape=(extent,), strides=(data.itemsize,), writeable=True
+        )
+    storage = _alloc(view)
+    np.copyto(_strided(storage, view), data)
+    return storage
+
+
+def _tensor(storage: np.ndarray, view: _View) -> Tensor:
+    return wrap_array(_strided(storage, view), view.dtype)
+
+
+_addressof = ctypes.addressof
+_char_at = ctypes.c_char.from_buffer
+
+
+def _ptr(a: np.ndarray) -> int:
+    try:
+        return _addressof(_char_at(a))
+    except (TypeError, ValueError):
+        return a.__array_interface__["data"][0]
+
+
+def _fallback(op_name: str, template: Any, in_views: list, stash: threading.local | None):
+    """An eager kernel run on views of the wrapper's buffers, written into the output buffer.
+    For an op with several results (``stash`` given), the first is written and all are kept in
+    ``stash`` (per thread: concurrent calls of one package do not mix) for ``_fallback_result``."""
+    op = OPS.get(op_name)
+    if op is None or op.kernel is None:
+        raise ExportFileError(f"the package calls the kernel of op {op_name!r}, which kiln lacks")
+
+    def fill(a, arrays):
+        if isinstance(a, dict) and set(a) == {"input"}:
+            k = a["input"]
+            return wrap_array(arrays[k], in_views[k].dtype)
+        if isinstance(a, (list, tuple)):
+            return type(a)(fill(x, arrays) for x in a)
+        return a
+
+    def run(out, *arrays):
+        result = op.kernel(*[fill(a, arrays) for a in template])
+        if stash is not None:
+            stash.results = [r.numpy() for r in result]
+            result = result[0]
+        np.copyto(out, result.numpy(), casting="unsafe")
+
+    return run
+
+
+def _fallback_result(stash: threading.local, index: int):
+    """Result ``index`` of the multi-result fallback that filled ``stash`` (its step runs first:
+    its buffer is this step's input)."""
+
+    def run(out, _first):
+        np.copyto(out, stash.results[index], casting="unsafe")
+
+    return run
+
+
+def _build_wrapper(plan: dict, objects: _Objects | None):
+    """``call(*inputs) -> tuple`` generated from the plan (names checked to be identifiers)."""
+    ns: dict = {"_input": _input, "_alloc": _alloc, "_tensor": _tensor, "_ptr": _ptr,
+                "_strided": _strided}  # fmt: skip
+    body: list[str] = []
+    args = []
+    stashes: dict[str, threading.local] = {}  # multi-result fallbacks, by their first buffer
+    for k, entry in enumerate(plan["inputs"]):
+        args.append(f"a{k}")
+        if entry is not None:
+            name = check_name(entry["buffer"])
+            ns[f"L_{name}"] = _View(entry["layout"])
+            body.append(f"{name} = _input(a{k}, L_{name})")
+    for entry in plan["constants"]:
+        name = check_name(entry["buffer"])
+        ns[f"L_{name}"] = _View(entry["layout"])
+        body.append(f"{name} = _input(C_{name}, L_{name})")
+    for i, step in enumerate(plan["steps"]):
+        for alloc in step["allocate"]:
+            name = check_name(alloc["buffer"])
+            if alloc["reuse"] is not None:
+                body.append(f"{name} = {check_name(alloc['reuse'])}")
+            else:
+                ns[f"L_{name}"] = _View(alloc["layout"])
+                body.append(f"{name} = _alloc(L_{name})")
+        kind = step["kind"]
+        if kind == "kernel":
+            names = [check_name(a) for a in step["args"]]
+            function = step["function"]
+            address = objects.addresses[function]
+            ns[f"K{i}"] = RowKernel(function, KERNEL_TYPE(address), address, int(step["rows"]),
+                                    int(step["work"]), names)  # fmt: skip
+            ns[f"P{i}"] = ctypes.c_void_p * len(names)
+            body.append(f"K{i}(P{i}({', '.join(f'_ptr({n})' for n in names)}))")
+            continue
+        out = step["out"]
+        out_name = check_name(out["buffer"])
+        ns[f"V{i}"] = _View(out["layout"])
+        views = []
+        for j, item in enumerate(step["inputs"]):
+            if "buffer" in item:
+                ns[f"V{i}_{j}"] = _View(item["layout"])
+                views.append(f"_strided({check_name(item['buffer'])}, V{i}_{j})")
+            else:
+                ns[f"X{i}_{j}"] = item["value"]
+                views.append(f"X{i}_{j}")
+        if kind == "matmul":
+            if step["function"] not in extern_matmul.__all__:
+                raise ExportFileError(f"unknown matmul kernel {step['function']!r}")
+            ns[f"E{i}"] = getattr(extern_matmul, step["function"])
+        elif kind == "fallback":
+            in_views = [_View(item["layout"]) for item in step["inputs"] if "buffer" in item]
+            stash = None
+            if step.get("result") is not None:
+                stash = stashes[out_name] = threading.local()
+            ns[f"E{i}"] = _fallback(step["op"], step["args"], in_views, stash)
+        elif kind == "fallback_result":
+            stash = stashes.get(check_name(step["source"]))
+            if stash is None:
+                raise ExportFileError(f"package plan: step {i} reads a call that did not run")
+            ns[f"E{i}"] = _fallback_result(stash, int(step["result"]))
+        else:
+            raise ExportFileError(f"unknown package step kind {kind!r}")
+        body.append(f"E{i}(_strided({out_name}, V{i}), {', '.join(views)})")
+    outs = []
+    for k, out in enumerate(plan["outputs"]):
+        if "buffer" in out:
+            ns[f"O{k}"] = _View(out["layout"])
+            outs.append(f"_tensor({check_name(out['buffer'])}, O{k})")
+        else:
+            ns[f"R{k}"] = out["value"]
+            outs.append(f"R{k}")
+    body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+    source = f"def call({', '.join(args)}):\n" + "".join(f"    {line}\n" for line in body)
+    exec(compile(source, "<kiln package wrapper>", "exec"), ns)
+    return ns["call"], source, ns
+
+
+# ---------------------------------------------------------------------------- the package
+
+
+class CompiledPackage:
+    """A loaded package: call it as the exported module (``ep.module()``) is called."""
+
+    def __init__(self, where: str, manifest: dict, parts: dict):
+        self.target = manifest.get("target", {})
+        check_cpu(self.target, where)
+        try:
+            record = json.loads(parts["program.json"])
+            (self.signature, self.call_layout, self.input_metas, self.range_constraints,
+             self.specialized) = parse_program_json(record)  # fmt: skip
+            plan = decode(json.loads(parts["plan.json"]))
+            weights = weights_from_bytes(parts["weights.safetensors"])
+            functions = [s["function"] for s in plan["steps"] if s["kind"] == "kernel"]
+        except (WeightsError, KeyError, TypeError, ValueError, UnicodeDecodeError) as e:
+            raise ExportFileError(f"{where}: malformed package ({e!r})") from None
+        objects = _Objects(parts["kernels.o"], functions, manifest["parts"]["kernels.o"]["sha256"]) \
+            if functions else None  # fmt: skip
+        self._objects = objects
+        requires_grad = record.get("requires_grad", {})
+        self.state: list[Tensor] = []
+        self.state_dict: dict[str, Tensor] = {}
+        for spec in self.signature.input_specs:
+            if spec.kind is InputKind.USER_INPUT:
+                continue
+            tensor = self.state_dict.get(spec.target)
+            if tensor is None:
+                tensor = weights.get(f"state.{spec.target}")
+                if tensor is None:
+                    raise ExportFileError(f"{where}: the weights have no tensor {spec.target!r}")
+                if spec.kind is InputKind.PARAMETER:
+                    tensor = Parameter(tensor, bool(requires_grad.get(spec.target, True)))
+                self.state_dict[spec.target] = tensor
+            self.state.append(tensor)
+        if len(plan["inputs"]) != len(self.state) + len(self.input_metas):
+            raise ExportFileError(f"{where}: the plan's inputs do not match the signature")
+        self._call, self.wrapper_source, namespace = _build_wrapper(plan, objects)
+        for entry in plan["constants"]:
+            tensor = weights.get(f"const.{entry['buffer']}")
+            if tensor is None:
+                raise ExportFileError(f"{where}: the weights have no constant {entry['buffer']!r}")
+            namespace[f"C_{entry['buffer']}"] = tensor
+        self._user_index = {
+            s.name: i for i, s in enumerate(
+                s for s in self.signature.input_specs if s.kind is InputKind.USER_INPUT
+            )
+        }  # fmt: skip
+        self._only_user_outputs = all(
+            s.kind is OutputKind.USER_OUTPUT for s in self.signature.output_specs
+        )
+        self._state_index = {
+            s.target: i for i, s in enumerate(
+                s for s in self.signature.input_specs if s.kind is not InputKind.USER_INPUT
+            )
+        }  # fmt: skip
+
+    def __call__(self, *args, **kwargs) -> Any:
+        user = self.call_layout.flatten_inputs(args, kwargs, [])
+        check_inputs(user, self.input_metas, self.range_constraints, self.specialized)
+        outputs = self._call(*self.state, *user)
+        if self._only_user_outputs:
+            return self.call_layout.unflatten_outputs(outputs)
+        results = []
+        for spec, value in zip(self.signature.output_specs, outputs):
+            if spec.kind is OutputKind.USER_OUTPUT:
+                results.append(value)
+                continue
+            if spec.kind is OutputKind.USER_INPUT_MUTATION:
+                target = user[self._user_index[spec.target]]
+            else:
+                target = self.state[self._state_index[spec.target]]
+            with no_grad():
+                target.copy_(value)
+        return self.call_layout.unflatten_outputs(results)
+
+
+def load_package(path: str | os.PathLike | IO[bytes]) -> CompiledPackage:
+    """Load a package written by ``aot_compile``; ``PackageError`` on a CPU it was not built
+    for, ``ExportFileError`` for a damaged, edited or newer-format file."""
+    where = repr(os.fspath(path)) if isinstance(path, (str, os.PathLike)) else "the package"
+    manifest, parts = read_container(path, FORMAT, FORMAT_VERSION, _OTHER_KINDS)
+    return CompiledPackage(where, manifest, parts)

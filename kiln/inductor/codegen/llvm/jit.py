@@ -1,0 +1,350 @@
+"""LLVM JIT for kiln's CPU kernels: parse, verify, optimize, JIT with MCJIT, cache objects on disk.
+
+The kernel code generator hands this module LLVM IR (text or an ``llvmlite.ir.Module``) and gets back
+a :class:`CompiledModule` with function addresses and ctypes wrappers. It assumes llvmlite >= 0.45
+(new pass manager only; ``llvm.initialize()`` raises in 0.50, so only the native target and asm
+printer are initialized). Kernels use explicit vector types, so the loop and SLP vectorizers are off
+unless asked for: that halves compile time. Compiled objects are cached on disk by a content hash of
+the IR, the host CPU and the toolchain versions; a hit skips both optimization and code generation.
+Each object file records the key it was written for and a checksum (``cache_records``): only the
+object made for a key is ever loaded for it. Code generation emits an object file and every engine
+loads one into an empty module, so live code costs about its own size, not its IR's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import hashlib
+import os
+import threading
+import time
+from pathlib import Path
+
+import llvmlite
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+from ....runtime.logs import compile_stage
+from .. import cache_records
+
+__all__ = [
+    "CompiledModule",
+    "HostTarget",
+    "JitStats",
+    "asm",
+    "cache_dir",
+    "compile_module",
+    "host_target",
+    "derived_key",
+    "jit_stats",
+    "load_object",
+    "optimized_ir",
+    "reset_jit_stats",
+]
+
+# Bump when the cache layout or anything that changes the produced object (not covered by the key
+# inputs) changes, so stale objects are never loaded.
+_CACHE_FORMAT = "kiln-llvm-obj-2"
+
+# LLVM's global context, parser, pass builders and MCJIT are not safe to drive from several threads
+# at once: every entry point that touches LLVM holds this lock.
+_LOCK = threading.RLock()
+
+
+@dataclasses.dataclass(frozen=True)
+class HostTarget:
+    """The machine kernels are compiled for: what the object cache key and every TM use."""
+
+    triple: str
+    cpu_name: str
+    features: str
+
+
+@dataclasses.dataclass
+class JitStats:
+    """Counters a test (or ``KILN_LOGS``) reads to see what the JIT did in this process."""
+
+    compiled: int = 0
+    objects_generated: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    optimize_runs: int = 0
+    optimize_seconds: float = 0.0
+    finalize_seconds: float = 0.0
+
+
+_stats = JitStats()
+_LOCAL_LINKAGE = (llvm.Linkage.internal, llvm.Linkage.private)
+
+
+def jit_stats() -> JitStats:
+    """A snapshot of this process's JIT counters."""
+    with _LOCK:
+        return dataclasses.replace(_stats)
+
+
+def reset_jit_stats() -> None:
+    """Zero the JIT counters (tests measure one compile at a time)."""
+    global _stats
+    with _LOCK:
+        _stats = JitStats()
+
+
+@functools.cache
+def host_target() -> HostTarget:
+    """Initialize LLVM's native target once and describe the host CPU."""
+    with _LOCK:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        return HostTarget(
+            triple=llvm.get_process_triple(),
+            cpu_name=llvm.get_host_cpu_name(),
+            features=llvm.get_host_cpu_features().flatten(),
+        )
+
+
+def _new_target_machine(opt_level: int) -> llvm.TargetMachine:
+    """A fresh TargetMachine for the host; MCJIT takes ownership of the one it is given."""
+    host = host_target()
+    target = llvm.Target.from_triple(host.triple)
+    return target.create_target_machine(
+        cpu=host.cpu_name,
+        features=host.features,
+        opt=min(max(opt_level, 0), 3),
+        reloc="default",
+        codemodel="jitdefault",
+        jit=True,
+    )
+
+
+@functools.cache
+def _shared_target_machine(opt_level: int) -> llvm.TargetMachine:
+    """A TargetMachine for pass pipelines and assembly dumps; never handed to an engine."""
+    return _new_target_machine(opt_level)
+
+
+def cache_dir() -> Path:
+    """Where compiled objects live: ``$KILN_CACHE_DIR/llvm`` (default ``~/.cache/kiln/llvm``)."""
+    root = os.environ.get("KILN_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "kiln"
+    )
+    return Path(root) / "llvm"
+
+
+def _toolchain_digest(parts) -> str:
+    """A hash of ``parts`` together with everything about this host and toolchain that changes
+    the machine code: an object made elsewhere never matches."""
+    host = host_target()
+    digest = hashlib.sha256()
+    for part in (
+        _CACHE_FORMAT,
+        llvmlite.__version__,
+        ".".join(map(str, llvm.llvm_version_info)),
+        host.triple,
+        host.cpu_name,
+        host.features,
+        *parts,
+    ):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _cache_key(ir_text: str, opt_level: int, vectorize: bool) -> str:
+    return _toolchain_digest((f"O{opt_level}", f"vectorize={vectorize}", ir_text))
+
+
+def derived_key(*parts: str) -> str:
+    """A cache key for something that determines LLVM IR without being it (a lowered graph).
+
+    It covers the host and toolchain like object keys do, so an index entry made on another CPU
+    never points a caller at that CPU's object.
+    """
+    return _toolchain_digest(("derived", *parts))
+
+
+def _object_path(key: str) -> Path:
+    return cache_dir() / key[:2] / f"{key}.o"
+
+
+def _ir_text(llvm_ir: str | ir.Module) -> str:
+    if isinstance(llvm_ir, ir.Module):
+        return str(llvm_ir)
+    if isinstance(llvm_ir, str):
+        return llvm_ir
+    raise TypeError(f"expected LLVM IR text or llvmlite.ir.Module, got {type(llvm_ir).__name__}")
+
+
+def _parse(ir_text: str) -> llvm.ModuleRef:
+    """Parse and verify IR and retarget it to the host triple and data layout."""
+    try:
+        module = llvm.parse_assembly(ir_text)
+        module.verify()
+    except RuntimeError as error:
+        raise RuntimeError(f"invalid LLVM IR: {error}") from None
+    # llvmlite.ir modules default to "unknown-unknown-unknown"; kernels always run on the host.
+    module.triple = host_target().triple
+    module.data_layout = str(_shared_target_machine(3).target_data)
+    return module
+
+
+def _optimize(module: llvm.ModuleRef, opt_level: int, vectorize: bool) -> None:
+    """Run LLVM's default new-pass-manager pipeline at ``opt_level`` over ``module`` in place."""
+    tuning = llvm.create_pipeline_tuning_options(speed_level=min(max(opt_level, 0), 3))
+    tuning.loop_vectorization = vectorize
+    tuning.slp_vectorization = vectorize
+    builder = llvm.create_pass_builder(_shared_target_machine(opt_level), tuning)
+    builder.getModulePassManager().run(module, builder)
+
+
+class CompiledModule:
+    """A JIT-compiled module: function addresses and ctypes wrappers that keep the engine alive.
+
+    The MCJIT engine frees the machine code when it is garbage collected, so every ctypes function
+    made by :meth:`cfunc` holds a reference to its ``CompiledModule``: a cache may drop its own
+    reference at any time without freeing code a compiled function still calls.
+    """
+
+    def __init__(
+        self,
+        engine: llvm.ExecutionEngine,
+        module: llvm.ModuleRef,
+        cache_hit: bool,
+        key: str,
+        functions: tuple[str, ...],
+        nbytes: int,
+    ):
+        self._engine = engine
+        self._module = module
+        self.name: str = module.name
+        self.cache_hit = cache_hit
+        self.key = key  # the object's cache key: load_object(key) finds it again
+        self.functions: tuple[str, ...] = functions
+        self.nbytes = nbytes  # about what the engine holds in memory, for caches' budgets
+
+    def address(self, name: str) -> int:
+        """The machine-code address of the exported function ``name``."""
+        with _LOCK:
+            address = self._engine.get_function_address(name)
+        if not address:
+            raise KeyError(f"no function {name!r} in compiled module; it defines {self.functions}")
+        return address
+
+    def cfunc(self, name: str, restype: object, *argtypes: object) -> ctypes._CFuncPtr:
+        """A ctypes function for ``name`` (the GIL is released during the call)."""
+        prototype = ctypes.CFUNCTYPE(restype, *argtypes)
+        function = prototype(self.address(name))
+        function._kiln_module = self
+        return function
+
+
+# What an engine holding one small object costs beyond the object itself (its TargetMachine,
+# RuntimeDyld tables, an empty module): measured at about 40 KB with llvmlite 0.45-0.50.
+_ENGINE_BYTES = 48 * 1024
+
+
+def _exported_functions(module: llvm.ModuleRef) -> tuple[str, ...]:
+    return tuple(
+        fn.name
+        for fn in module.functions
+        if not fn.is_declaration and fn.linkage not in _LOCAL_LINKAGE
+    )
+
+
+def _engine_for_object(
+    key: str, payload: bytes, functions: tuple[str, ...], cache_hit: bool
+) -> CompiledModule:
+    """An MCJIT engine that loads the object ``payload`` (through the object cache, so no code
+    generation runs) into an empty module. Every compiled module is made this way, also right
+    after code generation: an engine built over the IR module would keep that module (and its
+    optimized IR) for as long as the code lives, about 20 times the object's size."""
+    module = llvm.parse_assembly("")
+    # MCJIT hands the module to the cache callbacks; a unique name ties it to this key.
+    module.name = f"kiln_{key[:32]}"
+    module.triple = host_target().triple
+    engine = llvm.create_mcjit_compiler(module, _new_target_machine(3))
+    given = [payload]  # LLVM copies the object: the bytes are dropped once handed over
+    engine.set_object_cache(None, lambda _module: given.pop() if given else None)
+    start = time.perf_counter()
+    engine.finalize_object()
+    _stats.finalize_seconds += time.perf_counter() - start
+    _stats.compiled += 1
+    # MCJIT keeps its copy of the object beside the loaded sections
+    nbytes = 2 * len(payload) + _ENGINE_BYTES
+    return CompiledModule(engine, module, cache_hit, key, functions, nbytes)
+
+
+@compile_stage("codegen")
+def compile_module(
+    llvm_ir: str | ir.Module,
+    opt_level: int = 3,
+    vectorize: bool = False,
+    *,
+    cache: bool = True,
+) -> CompiledModule:
+    """Optimize and JIT ``llvm_ir`` for the host CPU, reusing a cached object when one exists.
+
+    ``vectorize`` turns on LLVM's loop and SLP vectorizers (off by default: kernels are written with
+    explicit vector types). With ``cache`` the object is looked up on disk under :func:`cache_dir`
+    by a content hash; on a hit neither the optimizer nor code generation runs. An object file
+    not written for this very key (swapped, stale, damaged) is a miss: the object is generated
+    again and the file rewritten when the directory is writable.
+    """
+    ir_text = _ir_text(llvm_ir)
+    key = _cache_key(ir_text, opt_level, vectorize)
+    path = _object_path(key)
+    with _LOCK:
+        module = _parse(ir_text)
+        functions = _exported_functions(module)
+        payload = cache_records.read_record(path, key) if cache else None
+        cache_hit = payload is not None
+        if payload is None:
+            start = time.perf_counter()
+            _optimize(module, opt_level, vectorize)
+            _stats.optimize_seconds += time.perf_counter() - start
+            _stats.optimize_runs += 1
+            payload = _shared_target_machine(opt_level).emit_object(module)
+            _stats.objects_generated += 1
+            if cache:
+                cache_records.write_record(path, key, payload)
+        if cache:
+            if cache_hit:
+                _stats.cache_hits += 1
+            else:
+                _stats.cache_misses += 1
+        return _engine_for_object(key, payload, functions, cache_hit)
+
+
+@compile_stage("codegen")
+def load_object(key: str, functions: tuple[str, ...]) -> CompiledModule | None:
+    """The cached object stored under ``key`` by :func:`compile_module`, loaded without its IR.
+
+    For callers that know which object they want from a key of their own (see
+    :func:`derived_key`): neither parsing, optimization nor code generation runs. ``functions``
+    names the exported functions (the object carries no module to list them from). None when the
+    object is absent or its file was not written for ``key``.
+    """
+    with _LOCK:
+        payload = cache_records.read_record(_object_path(key), key)
+        if payload is None:
+            return None
+        _stats.cache_hits += 1
+        return _engine_for_object(key, payload, functions, cache_hit=True)
+
+
+def optimized_ir(llvm_ir: str | ir.Module, opt_level: int = 3, vectorize: bool = False) -> str:
+    """The IR after the optimization pipeline, for dumps and tests."""
+    with _LOCK:
+        module = _parse(_ir_text(llvm_ir))
+        _optimize(module, opt_level, vectorize)
+        return str(module)
+
+
+def asm(llvm_ir: str | ir.Module, opt_level: int = 3, vectorize: bool = False) -> str:
+    """Host assembly for the optimized IR, for dumps and tests (``vfmadd``, no ``call expf``)."""
+    with _LOCK:
+        module = _parse(_ir_text(llvm_ir))
+        _optimize(module, opt_level, vectorize)
+        return _shared_target_machine(opt_level).emit_assembly(module)

@@ -1,0 +1,1 @@
+"""Control-flow ops: ``cond``, the conditional node whose branches are graphs."""

@@ -1,0 +1,326 @@
+"""Shared helpers for op definitions: promotion, broadcasting, dims, output wrapping, meta layouts."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import numpy as np
+
+from ...runtime import dtypes as dt
+from ...runtime.device import device as _device
+from ...runtime.random import Generator
+from ...runtime.storage import empty_array
+from ...runtime.symbolic import (
+    SymInt,
+    known_same_shape,
+    same_shape,
+    size_or_one,
+    statically_known_true,
+)
+from ...runtime.tensor import Tensor, contiguous_strides, make_fake, wrap_array
+from .registry import OPS
+
+# names used in op schemas (the registry reads the annotation text, these make it checkable)
+Scalar = bool | int | float
+TensorOrScalar = Tensor | Scalar
+TensorList = list[Tensor]
+Device = str | _device
+DType = dt.dtype
+
+__all__ = [
+    "Scalar",
+    "TensorOrScalar",
+    "TensorList",
+    "Device",
+    "DType",
+    "Generator",
+    "Tensor",
+    "result_dtype",
+    "broadcast_shapes",
+    "wrap_dim",
+    "wrap_dims",
+    "wrap",
+    "compute_np_dtype",
+    "pointwise_meta",
+    "device_operand",
+    "zero_grad",
+    "dense_strides_like",
+    "to_float_dtype",
+    "is_scalar",
+    "fake",
+    "checked_scalar",
+    "writes_out",
+]
+
+_PROMOTE = dt._PROMOTE
+_SCALAR_TYPES = (bool, int, float)
+_np_generic = np.generic
+
+
+def is_scalar(x) -> bool:
+    return isinstance(x, (bool, int, float, complex, np.generic, SymInt))
+
+
+def result_dtype(*operands) -> dt.dtype:
+    """PyTorch's type promotion over tensors and Python scalars (``None`` entries ignored)."""
+    dims = []
+    zeros = []
+    scalars = []
+    for o in operands:
+        if isinstance(o, Tensor):
+            (dims if o._shape else zeros).append(o._dtype)
+        elif o is not None:
+            if isinstance(o, _np_generic):
+                # PyTorch reads numpy scalars as Python numbers (np.bool_ as a float)
+                if isinstance(o, np.complexfloating):
+                    o = complex(o)
+                else:
+                    o = o.item() if isinstance(o, np.integer) else float(o)
+            scalars.append(dt.dtype_of_python_scalar(o))
+    return dt.result_type_of(dims, zeros, scalars)
+
+
+def binary_dtype(a, b) -> dt.dtype:
+    """Fast path of ``result_dtype`` for the common two-operand case."""
+    if a.__class__ is Tensor and b.__class__ is Tensor and a._shape and b._shape:
+        return _PROMOTE[a._dtype, b._dtype]
+    return result_dtype(a, b)
+
+
+def to_float_dtype(d: dt.dtype) -> dt.dtype:
+    """Integer and bool inputs of float math (exp, sqrt, true division) give the default dtype
+    (floating and complex inputs keep theirs)."""
+    return d if d.category >= 2 else dt.get_default_dtype()
+
+
+def compute_np_dtype(d: dt.dtype):
+    """numpy dtype to do float math in: half types compute in float32, as PyTorch's CPU kernels do."""
+    if d is dt.float16 or d is dt.bfloat16:
+        return np.float32
+    return d.np
+
+
+def broadcast_shapes(*shapes) -> tuple:
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [None] * ndim  # None: no operand has this dim yet
+    for s in shapes:
+        off = ndim - len(s)
+        # right to left, naming the output dim, so the message is PyTorch's word for word
+        for i in range(len(s) - 1, -1, -1):
+            size = s[i]
+            j = off + i
+            cur = out[j]
+            if cur is None:
+                out[j] = size
+                continue
+            # a symbolic size is compared with 1 only against a different, non-1 size
+            if size is cur or statically_known_true("==", size, cur):
+                continue
+            if size.__class__ is int and size == 1:
+                continue
+            if cur.__class__ is int and cur == 1:
+                out[j] = size
+                continue
+            if size == 1:
+                continue
+            if cur == 1:
+                out[j] = size
+            elif size == cur:
+                continue
+            else:
+                raise RuntimeError(
+                    f"The size of tensor a ({cur}) must match the size of tensor b ({size}) at "
+                    f"non-singleton dimension {j}"
+                )
+    return tuple(1 if v is None else v for v in out)
+
+
+def wrap_dim(dim: int, ndim: int) -> int:
+    if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})"
+        )
+    return int(dim) % n if ndim else 0
+
+
+def wrap_dims(dims, ndim: int) -> tuple:
+    """Normalise ``dim`` arguments (int, sequence, or None meaning all) to sorted unique ints."""
+    if dims is None:
+        return tuple(range(ndim))
+    if isinstance(dims, (int, np.integer)):
+        dims = (dims,)
+    out = []
+    for d in dims:
+        w = wrap_dim(d, ndim)
+        if w in out:
+            raise RuntimeError(f"dim {w} appears multiple times in the list of dims")
+        out.append(w)
+    return tuple(sorted(out))
+
+
+def wrap(array, dtype: dt.dtype) -> Tensor:
+    """Wrap a kernel's numpy result, turning numpy scalars back into 0-d arrays."""
+    if array.__class__ is not np.ndarray:
+        array = np.asarray(array, dtype=dtype.np)
+    elif array.dtype != dtype.np:
+        array = array.astype(dtype.np)
+    return wrap_array(array, dtype)
+
+
+def dense_strides_like(shape: tuple, like_stride: tuple | None) -> tuple:
+    """Dense strides for ``shape`` whose dim order follows ``like_stride`` (PyTorch's layout rule)."""
+    if like_stride is None:
+        return contiguous_strides(shape)
+    ndim = len(shape)
+    order = sorted(range(ndim), key=lambda i: (-like_stride[i], -i))
+    strides = [0] * ndim
+    acc = 1
+    for i in reversed(order):
+        strides[i] = acc
+        acc *= size_or_one(shape[i])
+    return tuple(strides)
+
+
+def output_layout_source(shape: tuple, operands) -> tuple | None:
+    """The strides of the first operand with the full output shape, when it is not contiguous."""
+    for o in operands:
+        if isinstance(o, Tensor) and shape and known_same_shape(o._shape, shape):
+            st = o.stride()
+            if all(statically_known_true(">", a, b) for a, b in zip(st, st[1:])):
+                return None  # dims in row-major order: the dense layout is the contiguous one
+            if st != contiguous_strides(shape) and 0 not in st:
+                return st
+            return None
+    return None
+
+
+def fake(shape, dtype: dt.dtype, like: Tensor, stride=None, offset: int = 0) -> Tensor:
+    """A data-less output on ``like``'s device (meta functions build their results with this)."""
+    return make_fake(shape, dtype, like._device, stride, offset)
+
+
+def first_tensor(*xs) -> Tensor | None:
+    for x in xs:
+        if isinstance(x, Tensor):
+            return x
+    return None
+
+
+def device_operand(*xs) -> Tensor | None:
+    """The operand whose device an elementwise result is on: the first tensor that is not a 0-d
+    CPU tensor (PyTorch lets a CPU scalar join a computation on another device), else the first
+    tensor."""
+    first = None
+    for x in xs:
+        if isinstance(x, Tensor):
+            if x._shape or x._device.type != "cpu":
+                return x
+            if first is None:
+                first = x
+    return first
+
+
+def zero_grad(g: Tensor) -> Tensor:
+    """Zeros shaped like the incoming gradient ``g``: the gradient of a piecewise-constant op or
+    of an input that did not reach the output. Not ``g * 0``, which is NaN where ``g`` is NaN or
+    infinite (PyTorch's zeros stay zero)."""
+    return g.new_zeros(tuple(g.shape))
+
+
+def pointwise_meta(out_dtype: dt.dtype, *operands) -> Tensor:
+    shapes = [o._shape for o in operands if isinstance(o, Tensor)]
+    shape = broadcast_shapes(*shapes)
+    stride = dense_strides_like(shape, output_layout_source(shape, operands))
+    return fake(shape, out_dtype, device_operand(*operands), stride)
+
+
+def empty_like_layout(shape: tuple, dtype: dt.dtype, layout_stride: tuple | None) -> np.ndarray:
+    """A (possibly pooled) output buffer with PyTorch's layout for a pointwise result."""
+    if layout_stride is None:
+        return empty_array(shape, dtype.np)
+    order = sorted(range(len(shape)), key=lambda i: (-layout_stride[i], -i))
+    buf = empty_array(tuple(shape[i] for i in order), dtype.np)
+    inverse = [0] * len(order)
+    for pos, i in enumerate(order):
+        inverse[i] = pos
+    return buf.transpose(inverse)
+
+
+def scalar_value(x):
+    """A Python number from a scalar argument that may be a 0-d tensor or numpy scalar."""
+    if isinstance(x, Tensor):
+        return x.item()
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+_C_SCALAR_NAMES = {
+    "int32": "int",
+    "float32": "float",
+    "float16": "c10::Half",
+    "bfloat16": "c10::BFloat16",
+}  # the others read <name>_t in C
+_FLOAT_MAX = {
+    "float16": 65504.0,
+    "bfloat16": 3.3895313892515355e38,
+    "float32": 3.4028234663852886e38,
+}
+
+
+def checked_scalar(value, d: dt.dtype, c_names: bool = True, check_float: bool = True):
+    """PyTorch's checked conversion of a Python number into a tensor element: out-of-range
+    values raise instead of wrapping (``full``, ``fill_``, ``masked_fill``, ``tensor(data)``).
+    Returns the value to store (a negative int wrapped into an unsigned type).
+
+    An unsigned type takes ints down to ``-max`` (they wrap, as two's complement), floats only
+    from 0; NaN and infinities never fit an integer type; a finite float beyond a float type's
+    max raises (``check_float``). ``c_names``: the message names the C type (``uint8_t``) as
+    PyTorch's Scalar conversions do; else the dtype (``uint8``), as ``tensor(data)`` does, which
+    only checks integer types."""
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        if c_names:
+            raise OverflowError("int too big to convert")
+        if d.category == 1:
+            raise ValueError("Overflow when unpacking long long")
+    if d.category == 1 and value.__class__ is not bool:
+        info = np.iinfo(d.np)
+        unsigned_int = info.min == 0 and not isinstance(value, float)
+        fits = (-info.max if unsigned_int else info.min) <= value <= info.max  # False for NaN
+        if fits and unsigned_int and value < 0:
+            value = int(value) + info.max + 1
+    elif d.category == 2 and c_names and check_float and isinstance(value, float):
+        fits = not (abs(value) > _FLOAT_MAX.get(d.name, np.inf) and abs(value) != np.inf)
+    else:
+        return value
+    if not fits:
+        name = _C_SCALAR_NAMES.get(d.name, d.name + "_t") if c_names else d.name
+        raise RuntimeError(f"value cannot be converted to type {name} without overflow")
+    return value
+
+
+def writes_out(fn):
+    """``f(..., out=t)`` for a Python-level function: computed as without ``out`` (in ``t``'s
+    dtype and on its device, for functions that take those, unless given), then written into
+    ``t``, resized to fit, which is returned."""
+    params = inspect.signature(fn).parameters
+
+    @functools.wraps(fn)
+    def wrapper(*args, out=None, **kwargs):
+        if out is None:
+            return fn(*args, **kwargs)
+        if "dtype" in params and kwargs.get("dtype") is None:
+            kwargs["dtype"] = out._dtype
+        if "device" in params and kwargs.get("device") is None:
+            kwargs["device"] = out._device
+        result = fn(*args, **kwargs)
+        if not same_shape(out._shape, result._shape):
+            out.resize_(result._shape)
+        OPS["copy_"](out, result)
+        return out
+
+    return wrapper

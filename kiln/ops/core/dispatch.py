@@ -1,0 +1,517 @@
+"""The one dispatch function every op call goes through.
+
+Order of concerns, outermost first:
+0. autocast: inside ``kiln.autocast``, an op with a cast policy gets its inputs cast first;
+   profiling: while ``kiln.profiler.profile`` records in this thread, the call is timed (with
+   its shapes) around the rest of dispatch, and the recorder calls back with ``recorded=True``;
+1. composite ops (no kernel of their own) run their decomposition, unless a mode wants them whole;
+2. autograd: if grad mode is on and an input requires grad, run the op below autograd and record
+   an ``OpBackward`` node on the outputs (in-place ops rebase history; see ``_inplace_autograd``);
+3. modes: the innermost dispatch mode (graph tracing, fake propagation) gets the call;
+4. kernels: by device of the first tensor argument; view and in-place bookkeeping.
+
+Grad mode, the mode stack and autocast are the calling thread's (``runtime.state``), looked up
+once per call. The fast path (no grad needed, no mode, CPU) is a handful of attribute reads and
+one call.
+"""
+
+from __future__ import annotations
+
+from ...autograd.graph import Node, OpBackward, leaf_edge
+from ...runtime.device import cpu, meta
+from ...runtime.state import per_thread
+from ...runtime.tensor import Tensor
+from . import registry
+from .common import zero_grad
+
+__all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "CopySlices"]
+
+
+def dispatch(op, args: tuple, recorded: bool = False):
+    state = per_thread.state  # this thread's grad mode, modes and autocast: read once
+    autocast = state.autocast
+    if autocast is not None and op in autocast.policies:
+        return autocast.run(op, args)  # casts the arguments, then dispatches again
+    if state.profiler is not None and not recorded:  # off: this one check is all it costs
+        return state.profiler.record_op(op, args)
+    modes = state.mode_stack
+    if op.kernel is None and op.decomposition is not None:
+        if not (modes and modes[-1].wants(op)) or _needs_composite_autograd(op, args, state):
+            return op.decomposition(*args)
+    # one pass over the tensor arguments: does autograd apply, and is this the CPU fast path?
+    on_cpu = True
+    needs_grad = False
+    grad = state.grad_enabled
+    for p in op.tensor_positions:
+        a = args[p]
+        if a.__class__ is Tensor or isinstance(a, Tensor):
+            if grad and a._requires_grad:
+                needs_grad = True
+            if a._device is not cpu or a._data is None:
+                on_cpu = False
+    for p in op.list_positions:
+        for a in args[p]:
+            if isinstance(a, Tensor):
+                if grad and a._requires_grad:
+                    needs_grad = True
+                if a._device is not cpu or a._data is None:
+                    on_cpu = False
+    if needs_grad:
+        return _autograd(op, args, state, on_cpu, modes)
+    if modes:
+        return modes[-1].dispatch(op, args)
+    if on_cpu and op.kernel is not None:
+        out = op.kernel(*args)
+        if op.is_view:
+            mark_view(out, args[0], op, args)
+        elif op.inplace:
+            args[0]._get_storage().version += 1
+        return out
+    return _run_kernel(op, args)
+
+
+def _needs_composite_autograd(op, args: tuple, state) -> bool:
+    """A composite without a derivative that autograd must see: only its parts can be recorded."""
+    if op.derivative is not None or not op.differentiable or not state.grad_enabled:
+        return False
+    for p in op.tensor_positions:
+        a = args[p]
+        if isinstance(a, Tensor) and a._requires_grad:
+            return True
+    for p in op.list_positions:
+        for a in args[p]:
+            if isinstance(a, Tensor) and a._requires_grad:
+                return True
+    return False
+
+
+def run_below_autograd(op, args: tuple):
+    """Run ``op`` as if autograd were not there (modes and kernels only)."""
+    modes = per_thread.state.mode_stack
+    if modes:
+        return modes[-1].dispatch(op, args)
+    return _run_kernel(op, args)
+
+
+# kinds of op whose PyTorch kernels want every tensor on one device (TensorIterator, cat, norms,
+# losses); indexing and matrix ops let CPU tensors (indices, operands) join meta ones
+_ONE_DEVICE_KINDS = frozenset(
+    {"pointwise", "comparison", "shape", "reduction", "scan", "sort", "nn", "loss", "pooling"}
+)
+
+
+def _tensor_args(op, args):
+    for p in op.tensor_positions:
+        a = args[p]
+        if isinstance(a, Tensor):
+            yield a
+    for p in op.list_positions:
+        for a in args[p]:
+            if isinstance(a, Tensor):
+                yield a
+
+
+def _first_tensor(op, args):
+    return next(_tensor_args(op, args), None)
+
+
+def _device_chooser(op, args, first: Tensor) -> Tensor:
+    """The tensor whose device a call mixing meta tensors with others runs on, after PyTorch's
+    check that every tensor is on that device: the first tensor that is not a 0-d CPU tensor (a
+    CPU scalar joins a computation on any device without choosing it). Without a check here, a
+    meta tensor first in line made the whole call meta, whatever devices the others were on."""
+    if op.kind not in _ONE_DEVICE_KINDS or op.inplace:  # PyTorch's in-place meta kernels
+        return first  # accept operands from other devices
+    tensors = list(_tensor_args(op, args))
+    if all(t._device is first._device for t in tensors) or all(
+        t._device is not meta for t in tensors
+    ):
+        return first  # one device, or no meta tensor (CPU and CUDA keep their own checks)
+    chooser = next((t for t in tensors if t._shape or t._device is not cpu), first)
+    for t in tensors:
+        if t._device is not chooser._device and (t._shape or t._device is not cpu):
+            raise RuntimeError(
+                f"Tensor on device {t._device} is not on the expected device {chooser._device}!"
+            )
+    return chooser
+
+
+def _run_kernel(op, args):
+    first = _first_tensor(op, args)
+    if first is not None and (first._device is meta or first._data is not None):
+        first = _device_chooser(op, args, first)
+    if (
+        first is not None
+        and first._device is cpu
+        and first._data is not None
+        and op.kernel is not None
+    ):
+        _check_same_device(op, args, cpu)
+        out = op.kernel(*args)
+        if op.is_view:
+            mark_view(out, args[0], op, args)
+        elif op.inplace:
+            args[0]._get_storage().version += 1
+        return out
+    dev = cpu if first is None else first._device
+    if dev is cpu and (first is None or first._data is not None):
+        _check_same_device(op, args, cpu)
+        if op.kernel is None:
+            raise NotImplementedError(f"kiln op '{op.name}' has no CPU kernel")
+        out = op.kernel(*args)
+    elif dev is meta:
+        if op.meta is None:
+            raise NotImplementedError(f"kiln op '{op.name}' has no meta function")
+        out = op.meta(*args)
+    elif first._data is None:
+        raise RuntimeError(
+            f"kiln op '{op.name}' got a fake tensor (shape {list(first._shape)}) outside of graph "
+            "capture: fake tensors carry no data and can only flow through a tracing mode"
+        )
+    else:
+        from ...runtime import devices
+
+        out = devices.run_kernel(dev, op, args)
+    if op.is_view:
+        mark_view(out, args[0], op, args)
+    elif op.inplace:
+        args[0]._get_storage().version += 1
+    return out
+
+
+def _check_same_device(op, args, dev) -> None:
+    """CPU kernels read numpy buffers: a tensor from another device must never reach one."""
+    for p in op.tensor_positions:
+        a = args[p]
+        if isinstance(a, Tensor) and a._device is not dev:
+            if meta in (dev, a._device):  # PyTorch's wording for its meta kernels' device check
+                raise RuntimeError(
+                    f"Tensor on device {a._device} is not on the expected device {dev}!"
+                )
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two devices, "
+                f"{dev} and {a._device}! (while running {op.name})"
+            )
+
+
+def mark_view(out, src: Tensor, op, args) -> None:
+    """Views share the source's storage (and version counter) and remember how they were made."""
+    storage = src._storage
+    if storage is None:
+        storage = src._get_storage()
+    base = src._base
+    if base is None:
+        base = src
+    # with grad mode off, a view of a tensor that requires grad requires grad too (PyTorch's
+    # view semantics; with grad mode on, autograd gives it its history after this)
+    no_grad_view = src._requires_grad
+    if out.__class__ is Tensor:
+        out._storage = storage
+        out._base = base
+        out._view_src = (op, args)  # also what Tensor.stride() reads for empty/size-1 dims
+        if no_grad_view and out._dtype.category >= 2:
+            out._requires_grad = out._no_grad_view = True
+        return
+    metas = None
+    for i, o in enumerate(out):
+        o._storage = storage
+        o._base = base
+        o._view_src = (op, args)
+        if no_grad_view and o._dtype.category >= 2:
+            o._requires_grad = o._no_grad_view = True
+        if o._device is cpu and o._data is not None and (o._data.size == 0 or 1 in o._shape):
+            metas = metas or op.meta(*args)  # numpy's strides there are not PyTorch's
+            o._stride = metas[i]._stride
+
+
+def view_replay(view: Tensor, source: Tensor | None = None):
+    """A function that applies to a tensor laid out like ``source`` (by default the view's base)
+    the view ops that made ``view`` from ``source``; RuntimeError if ``view`` was not viewed from
+    ``source``."""
+    chain = []
+    t = view
+    stop = view._base if source is None else source
+    while t is not stop:
+        if t._base is None or t._view_src is None:
+            raise RuntimeError("internal error: broken view chain")
+        op, args = t._view_src
+        chain.append((op, args))
+        t = args[0]
+    chain.reverse()
+
+    def replay(x: Tensor, resolve=None) -> Tensor:
+        """``resolve``: maps the recorded arguments to this call's (symbolic sizes to ints)."""
+        for op, args in chain:
+            rest = tuple(args[1:]) if resolve is None else resolve(tuple(args[1:]))
+            out = dispatch(op, (x,) + rest)
+            x = out if not isinstance(out, (tuple, list)) else out[_index_in(op, args)]
+        return x
+
+    return replay
+
+
+def _index_in(op, args) -> int:
+    raise RuntimeError(f"cannot replay multi-output view op {op.name} (split/unbind) in place")
+
+
+# ---------------------------------------------------------------------------------- autograd
+
+
+def _edge(t: Tensor):
+    if not t._requires_grad:
+        return (None, 0)
+    fn = t.grad_fn
+    if fn is None:
+        return leaf_edge(t)
+    return (fn, t._output_nr)
+
+
+def _autograd(op, args, state, on_cpu: bool, modes: list):
+    """Run ``op`` below autograd and record its ``OpBackward`` node on the outputs.
+
+    ``state``: the calling thread's ``ThreadState``, ``modes`` its mode stack. ``on_cpu``: every
+    tensor argument is a CPU tensor with data (``dispatch`` found out), so without a mode the
+    kernel runs directly, as on ``dispatch``'s fast path.
+    """
+    if modes and modes[-1].decomposes(op):
+        return op.decomposition(*args)  # above autograd: the parts record their own nodes
+    if op.inplace:
+        return _inplace_autograd(op, args, state)
+    if op.derivative is None:
+        if op.differentiable:
+            raise NotImplementedError(
+                f"the derivative for '{op.name}' is not implemented; call it under kiln.no_grad() "
+                "or on detached inputs"
+            )
+        return run_below_autograd(op, args)
+    state.grad_enabled = False
+    try:
+        if on_cpu and not modes and op.kernel is not None:
+            out = op.kernel(*args)
+            if op.is_view:
+                mark_view(out, args[0], op, args)
+        else:
+            out = run_below_autograd(op, args)
+    finally:
+        state.grad_enabled = True
+    next_functions = []
+    positions = []
+    needs = [False] * len(args)
+    list_positions = op.list_positions
+    for p in op.edge_arg_positions:
+        a = args[p]
+        if list_positions and p in list_positions:
+            any_needs = False
+            for j, t in enumerate(a):
+                if isinstance(t, Tensor):
+                    next_functions.append(_edge(t))
+                    positions.append((p, j))
+                    any_needs = any_needs or t._requires_grad
+            needs[p] = any_needs
+        elif a.__class__ is Tensor or isinstance(a, Tensor):
+            if a._requires_grad:
+                fn = a.grad_fn
+                next_functions.append(leaf_edge(a) if fn is None else (fn, a._output_nr))
+                needs[p] = True
+            else:
+                next_functions.append((None, 0))
+            positions.append((p, -1))
+    node = OpBackward(op, args, out, tuple(next_functions), tuple(positions), tuple(needs))
+    if out.__class__ is Tensor:  # the common case first
+        if out._dtype.category >= 2:  # floating or complex
+            out._requires_grad = True
+            out.grad_fn = node
+    elif isinstance(out, tuple):
+        for i, o in enumerate(out):
+            if isinstance(o, Tensor) and o._dtype.category >= 2:  # floating or complex
+                o._requires_grad = True
+                o.grad_fn = node
+                o._output_nr = i
+    elif isinstance(out, list):  # split / unbind / chunk: a list of views
+        for i, o in enumerate(out):
+            o._requires_grad = True
+            o.grad_fn = node
+            o._output_nr = i
+    elif out._dtype.category >= 2:  # floating or complex
+        out._requires_grad = True
+        out.grad_fn = node
+    return out
+
+
+def _inplace_autograd(op, args, state):
+    self = args[0]
+    if self._no_grad_view and self.grad_fn is None:
+        raise RuntimeError(
+            "A view was created in no_grad mode and is being modified inplace with grad mode "
+            "enabled. Given that this use case is ambiguous and error-prone, it is forbidden. You "
+            "can clarify your code by moving both the view and the inplace either both inside the "
+            "no_grad block (if you don't want the inplace to be tracked) or both outside (if you "
+            "want the inplace to be tracked)."
+        )
+    if self._requires_grad and self.grad_fn is None:
+        raise RuntimeError(
+            "a leaf Variable that requires grad is being used in an in-place operation."
+        )
+    base = self._base
+    if base is not None and base._requires_grad and base.grad_fn is None:
+        raise RuntimeError(
+            "a view of a leaf Variable that requires grad is being used in an in-place operation."
+        )
+    if _functional_saves_self(op.functional, args):
+        # the derivative needs self's value from before the write: give it a copy
+        args = (dispatch(_clone_op(), (self, None)),) + tuple(args[1:])
+    result = dispatch(op.functional, args)
+    if not isinstance(result, Tensor):
+        raise RuntimeError(f"internal error: in-place {op.name} needs a single-tensor result")
+    state.grad_enabled = False
+    try:
+        run_below_autograd(_copy_op(), (self, result, False))
+    finally:
+        state.grad_enabled = True
+    if not (
+        result._requires_grad or self._requires_grad or (base is not None and base._requires_grad)
+    ):
+        return self
+    if base is None:
+        if result._requires_grad:
+            self.grad_fn = result.grad_fn
+            self._output_nr = result._output_nr
+        else:  # overwritten by values that need no grad: the old history gets zero gradient
+            self.grad_fn = _Overwritten(_edge(self))
+            self._output_nr = 0
+        self._requires_grad = True
+        return self
+    replay = view_replay(self)
+    node = CopySlices(_edge(base), _edge(result), base, replay)
+    base.grad_fn = node
+    base._output_nr = 0
+    base._requires_grad = True
+    fresh = replay(base)  # records the view ops from the new base: the view's new history
+    self.grad_fn = fresh.grad_fn
+    self._output_nr = fresh._output_nr
+    self._requires_grad = True
+    return self
+
+
+_COPY = []
+_CLONE = []
+
+
+def _clone_op():
+    if not _CLONE:
+        _CLONE.append(registry.get_op("clone"))
+    return _CLONE[0]
+
+
+def _functional_saves_self(op, args) -> bool:
+    if op.derivative is None:
+        return op.kernel is None  # composite: its parts may save self
+    saves = op.saves_inputs
+    if saves is None:
+        return True
+    if callable(saves):
+        needs = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
+        saves = saves(args, needs)
+    return 0 in saves
+
+
+def _copy_op():
+    if not _COPY:
+        _COPY.append(registry.get_op("copy_"))
+    return _COPY[0]
+
+
+class _Overwritten(Node):
+    """History of a tensor fully overwritten in place by values that do not require grad."""
+
+    __slots__ = ("out_meta",)
+
+    def __init__(self, old_edge):
+        super().__init__((old_edge,))
+
+    def name(self) -> str:
+        return "CopyBackwards"
+
+    def apply(self, grad_outputs: tuple) -> tuple:
+        return (zero_grad(grad_outputs[0]),)
+
+
+class CopySlices(Node):
+    """History of a base after an in-place op on one of its views.
+
+    The new base equals the old base outside the view's region and the in-place result inside
+    it, so its gradient splits into the masked gradient (to the old base) and the view of the
+    gradient (to the result). Both halves are kiln ops, so higher-order gradients work.
+    """
+
+    __slots__ = ("_base_shape", "_base_dtype", "_replay", "_mask", "out_meta")
+
+    def __init__(self, base_edge, result_edge, base: Tensor, replay):
+        super().__init__((base_edge, result_edge))
+        self._base_shape = base._shape
+        self._base_dtype = base._dtype
+        self._replay = replay
+        self._mask = None
+        self.out_meta = ((base._shape, base._dtype),)
+
+    def apply(self, grad_outputs: tuple) -> tuple:
+        from ...autograd.grad_mode import no_grad
+        from ..creation.api import ones
+        from ..pointwise.unary_binary import where
+
+        (g,) = grad_outputs
+        if self._mask is None:  # True outside the view's region
+            with no_grad():
+                # in the gradient's dtype: the replayed views may need it (view_as_real)
+                ones_outside = ones(self._base_shape, dtype=g.dtype)
+                self._replay(ones_outside).fill_(0)
+                self._mask = ones_outside != 0
+        grad_result = self._replay(g) if self.next_functions[1][0] is not None else None
+        # selected, not multiplied by the mask: the overwritten region gets exactly zero even
+        # where ``g`` is inf or NaN, as PyTorch's zeroed slice does
+        grad_base = where(self._mask, g, 0) if self.next_functions[0][0] is not None else None
+        return (grad_base, grad_result)
+
+
+class DispatchMode:
+    """Base class for modes: push with ``with mode:``; ``dispatch(op, args)`` gets every op call.
+
+    A mode runs ops below itself with ``self.below(op, args)`` (the mode is popped meanwhile).
+    ``wants(op)`` lets a mode receive composite ops whole instead of their decompositions;
+    ``decomposes(op)`` makes an op that needs autograd run as its decomposition, above autograd
+    (its own derivative unused), as a composite would.
+    """
+
+    def dispatch(self, op, args):
+        return self.below(op, args)
+
+    def wants(self, op) -> bool:
+        return False
+
+    def decomposes(self, op) -> bool:
+        return False
+
+    def below(self, op, args):
+        modes = per_thread.state.mode_stack
+        popped = modes.pop()
+        try:
+            if (
+                op.kernel is None
+                and op.decomposition is not None
+                and not (modes and modes[-1].wants(op))
+            ):
+                return op.decomposition(*args)
+            return run_below_autograd(op, args)
+        finally:
+            modes.append(popped)
+
+    def __enter__(self):
+        per_thread.state.mode_stack.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        popped = per_thread.state.mode_stack.pop()
+        assert popped is self, "dispatch modes must be exited in LIFO order"
+
+
+registry._install_dispatch(dispatch)

@@ -1,0 +1,289 @@
+"""``index_*`` along one dim: index_select, index_add, index_fill, index_copy, index_reduce.
+
+``index_select`` reads the slices ``x[..., index[i], ...]``; the other three write them, sharing
+one numpy kernel (``_dim_put``) and one decomposition into ``index_put``. Derivatives follow
+PyTorch's formulas (index_select and index_add are each other's adjoints).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.common import Scalar, Tensor, TensorOrScalar, fake, scalar_value, wrap
+from ..core.common import wrap_dim as _wrap_dim
+from ..core.grad_fn_naming import is_tensor_arg
+from ..core.registry import OPS, defop
+from .gather_scatter import INDEX_DTYPES, as_1d, check_index_bounds, index_dtype_name
+
+__all__: list[str] = []
+
+
+def _dim_index_check(name: str, x, d: int, index, source=None) -> None:
+    """Checks shared by ``index_add/index_copy/index_fill``: a vector of int32/int64 indices."""
+    if index.ndim > 1:
+        raise IndexError(
+            f"{name}(): Index is supposed to be a vector, but got dim: {index.ndim} with type: "
+            f"{index_dtype_name(index.dtype)} and size: {list(index.shape)}"
+        )
+    if index.dtype not in INDEX_DTYPES:
+        raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index")
+    if source is None:
+        return
+    if source.dtype is not x.dtype:
+        raise RuntimeError(
+            f"{name}(): self ({index_dtype_name(x.dtype)}) and source ({index_dtype_name(source.dtype)}) must have the "
+            "same scalar type"
+        )
+    xs, ss = list(x.shape) or [1], list(source.shape) or [1]
+    n = index.numel()
+    if len(xs) != len(ss) or any(a != b for k, (a, b) in enumerate(zip(xs, ss)) if k != d):
+        raise RuntimeError(
+            "source tensor shape must match self tensor shape, excluding the specified "
+            f"dimension. Got self.shape = {list(x.shape)} source.shape = {list(source.shape)}"
+        )
+    if ss[d] != n:
+        raise RuntimeError(
+            f"{name}(): Number of indices ({n}) should be equal to source.size(dim): ({ss[d]}), "
+            f"for dim: {d}"
+        )
+
+
+# ------------------------------------------------------------------------------ index_select
+
+
+@defop(kind="indexing")
+def index_select(self: Tensor, dim: int, index: Tensor): ...
+
+
+def _index_select_check(x, dim, index):
+    d = _wrap_dim(dim, x.ndim)
+    if index.ndim > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    if index.dtype not in INDEX_DTYPES:
+        raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
+    if x.ndim == 0 and index.numel() != 1:
+        raise IndexError(
+            f"index_select(): Index to scalar can have only 1 value, got {index.numel()} value(s)"
+        )
+    if x.ndim == 0:
+        return d, tuple(index.shape)
+    shape = list(x.shape)
+    shape[d] = index.numel()
+    return d, tuple(shape)
+
+
+@index_select.register_kernel
+def _index_select_kernel(x, dim, index):
+    d, shape = _index_select_check(x, dim, index)
+    a = as_1d(x._data)
+    idx = index._data.reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= a.shape[d]):
+        raise IndexError("index out of range in self")
+    return wrap(np.take(a, idx, axis=d).reshape(shape), x._dtype)
+
+
+@index_select.register_meta
+def _index_select_meta(x, dim, index):
+    return fake(_index_select_check(x, dim, index)[1], x._dtype, x)
+
+
+def _index_select_grad(c, g):
+    x, dim, index = c.args
+    if x.ndim == 0:
+        return (g.sum(),)
+    d = _wrap_dim(dim, x.ndim)
+    return (index_add(g.new_zeros(tuple(x.shape)), d, index.reshape(-1), g),)
+
+
+index_select.register_derivative(_index_select_grad, save_inputs=(2,))
+
+
+@index_select.register_decomposition
+def _index_select_decomp(x, dim, index):
+    d, shape = _index_select_check(x, dim, index)
+    flat = x.reshape(1) if x.ndim == 0 else x
+    return OPS["index"](flat, [None] * d + [index.reshape(-1)]).reshape(shape)
+
+
+# ------------------------------------------------------------------------------ index_add / fill / copy
+# All three write slices ``out[..., index[i], ...]`` along one dim: one kernel, one decomposition.
+
+
+def _dim_put(x, d, index, values, accumulate, exc=RuntimeError, prefix="", negative_ok=False):
+    out = as_1d(x._data).copy()
+    idx = index._data.reshape(-1)
+    check_index_bounds(prefix, idx, out.shape[d], d, negative_ok, exc)
+    where = (slice(None),) * d + (idx,)
+    if accumulate:
+        np.add.at(out, where, values)
+    else:
+        out[where] = values
+    return wrap(out.reshape(x._shape), x._dtype)
+
+
+def _dim_put_decomp(x, d, index, values, accumulate):
+    flat = x.reshape(1) if x.ndim == 0 else x
+    if values.ndim:
+        values = values.reshape(tuple(flat.shape[:d]) + (-1,) + tuple(flat.shape[d + 1 :]))
+    out = OPS["index_put"](flat, [None] * d + [index.reshape(-1)], values, accumulate)
+    return out.reshape(tuple(x.shape))
+
+
+def _source_grad(g, dim, index, source, scale=1):
+    gs = index_select(g, dim, index).reshape(tuple(source.shape))
+    return gs * scale if scale != 1 else gs
+
+
+@defop(kind="indexing", inplace_method=True)
+def index_add(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Scalar = 1): ...
+
+
+def _index_add_check(x, dim, index, source):
+    d = _wrap_dim(dim, x.ndim)
+    _dim_index_check("index_add_", x, d, index, source)
+    return d
+
+
+@index_add.register_kernel
+def _index_add_kernel(x, dim, index, source, alpha):
+    d = _index_add_check(x, dim, index, source)
+    values = as_1d(source._data)
+    if alpha != 1:
+        values = (values * alpha).astype(values.dtype)
+    return _dim_put(x, d, index, values, True)
+
+
+@index_add.register_meta
+def _index_add_meta(x, dim, index, source, alpha=1):
+    _index_add_check(x, dim, index, source)
+    return fake(x._shape, x._dtype, x)
+
+
+def _index_add_grad(c, g):
+    x, dim, index, source, alpha = c.args
+    gs = _source_grad(g, dim, index, source, alpha) if c.needs_input_grad[3] else None
+    return g, None, None, gs, None
+
+
+index_add.register_derivative(_index_add_grad, save_inputs=(2,))
+
+
+@index_add.register_decomposition
+def _index_add_decomp(x, dim, index, source, alpha=1):
+    d = _index_add_check(x, dim, index, source)
+    return _dim_put_decomp(x, d, index, source * alpha if alpha != 1 else source, True)
+
+
+@defop(kind="indexing", inplace_method=True)
+def index_fill(self: Tensor, dim: int, index: Tensor, value: TensorOrScalar): ...
+
+
+def _index_fill_check(x, dim, index, value):
+    d = _wrap_dim(dim, x.ndim)
+    _dim_index_check("index_fill_", x, d, index)
+    if isinstance(value, Tensor) and value.ndim:
+        raise RuntimeError(
+            "index_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+            f"{value.ndim} dimension(s)."
+        )
+    return d
+
+
+@index_fill.register_kernel
+def _index_fill_kernel(x, dim, index, value):
+    d = _index_fill_check(x, dim, index, value)
+    return _dim_put(x, d, index, scalar_value(value), False, IndexError, negative_ok=True)
+
+
+@index_fill.register_meta
+def _index_fill_meta(x, dim, index, value):
+    _index_fill_check(x, dim, index, value)
+    return fake(x._shape, x._dtype, x)
+
+
+def _index_fill_grad(c, g):
+    x, dim, index, value = c.args
+    gx = index_fill(g, dim, index, 0) if c.needs_input_grad[0] else None
+    gv = None
+    if is_tensor_arg(value) and c.needs_input_grad[3]:
+        gv = index_select(g, dim, index).sum()
+    return gx, None, None, gv
+
+
+index_fill.register_derivative(_index_fill_grad, save_inputs=(2,))
+
+
+@index_fill.register_decomposition
+def _index_fill_decomp(x, dim, index, value):
+    d = _index_fill_check(x, dim, index, value)
+    if isinstance(value, Tensor):
+        value = value.to(x.dtype)
+    else:
+        value = OPS["full"]((), value, dtype=x.dtype, device=x.device)
+    return _dim_put_decomp(x, d, index, value, False)
+
+
+@defop(kind="indexing", autocast={"cpu": "promote"}, inplace_method=True)
+def index_copy(self: Tensor, dim: int, index: Tensor, source: Tensor): ...
+
+
+def _index_copy_check(x, dim, index, source):
+    d = _wrap_dim(dim, x.ndim)
+    _dim_index_check("index_copy_", x, d, index, source)
+    return d
+
+
+@index_copy.register_kernel
+def _index_copy_kernel(x, dim, index, source):
+    d = _index_copy_check(x, dim, index, source)
+    return _dim_put(x, d, index, as_1d(source._data), False, IndexError, "index_copy_(): ")
+
+
+@index_copy.register_meta
+def _index_copy_meta(x, dim, index, source):
+    _index_copy_check(x, dim, index, source)
+    return fake(x._shape, x._dtype, x)
+
+
+def _index_copy_grad(c, g):
+    x, dim, index, source = c.args
+    gx = index_fill(g, dim, index, 0) if c.needs_input_grad[0] else None
+    gs = _source_grad(g, dim, index, source) if c.needs_input_grad[3] else None
+    return gx, None, None, gs
+
+
+index_copy.register_derivative(_index_copy_grad, save_inputs=(2,))
+index_copy.register_decomposition(
+    lambda x, dim, index, source: _dim_put_decomp(
+        x, _index_copy_check(x, dim, index, source), index, source, False
+    )
+)
+
+
+# ------------------------------------------------------------------------------ index_reduce
+
+
+@defop(kind="indexing", inplace_method=True)
+def index_reduce(
+    self: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, *, include_self: bool = True
+): ...
+
+
+@index_reduce.register_decomposition
+def _index_reduce_decomp(x, dim, index, source, reduce, include_self=True):
+    """``scatter_reduce`` with ``index`` spread over ``source``'s other dims."""
+    d = _wrap_dim(dim, x.ndim)
+    _dim_index_check("index_reduce_", x, d, index, source)
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise RuntimeError(
+            "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got "
+            f"{reduce}."
+        )
+    if source.ndim == 0:
+        return OPS["scatter_reduce"](
+            x, d, index.reshape(()), source, reduce, include_self=include_self
+        )
+    shape = [1] * source.ndim
+    shape[d] = -1
+    spread = index.reshape(shape).expand(tuple(source.shape))
+    return OPS["scatter_reduce"](x, d, spread, source, reduce, include_self=include_self)

@@ -1,0 +1,3 @@
+"""Linear algebra: matrix products (the extern prims), einsum, factorizations and the
+``kiln.linalg`` namespace.
+"""

@@ -1,0 +1,545 @@
+"""Factorizations built on LU and Cholesky: det, slogdet, inv, solve, triangular solves and
+Cholesky. Each is an op with a numpy (LAPACK) kernel, a meta function and a derivative written
+in kiln ops, so gradients of gradients work; none has a decomposition, so compiled code runs
+them as eager fallbacks (as Inductor does with its LAPACK calls).
+
+numpy's LAPACK wrappers do the common case; for singular or indefinite matrices the batched
+loops of ``linalg_numpy`` give LAPACK's per-matrix ``info`` (what ``*_ex`` returns and PyTorch's
+error messages name) and the inf/nan values PyTorch returns. The LU ops are in ``linalg_lu``,
+the eigen/SVD/QR ones in ``linalg_spectral``.
+"""
+
+# PyTorch's keyword names (A, B, LU, UPLO) and the formulas' matrix names are upper case
+# ruff: noqa: N803
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...runtime import dtypes as dt
+from ..core.common import Tensor, broadcast_shapes, fake, wrap
+from ..core.registry import defop, return_type
+from ..creation.api import eye
+from ..pointwise.unary_binary import where
+from ..reductions.reduce import prod, torch_type_name
+from .lapack_numpy import (
+    cholesky_with_info,
+    inverse_with_info,
+    np_triangular_solve,
+    solve_with_info,
+)
+
+__all__ = [
+    "LinAlgError",
+    "check_matrix",
+    "check_float",
+    "check_lapack_dtype",
+    "raise_info_error",
+]
+
+_int32 = dt.int32
+
+
+class LinAlgError(RuntimeError):
+    """A matrix was singular, not positive-definite, or an iteration did not converge
+    (``torch.linalg.LinAlgError``, a ``RuntimeError``)."""
+
+
+# ------------------------------------------------------------------------------ argument checks
+
+
+def check_float(name: str, A: Tensor, low_precision_kernel: str | None = None) -> None:
+    """Linear algebra runs in float32/float64: integers are refused, half types too (PyTorch's
+    CPU kernels for them either do not exist — ``low_precision_kernel`` names the missing one —
+    or are refused up front)."""
+    d = A.dtype
+    if not d.is_floating_point:
+        raise RuntimeError(
+            f"{name}: Expected a floating point or complex tensor as input. Got {torch_type_name(d)}"
+        )
+    if d is dt.float16 or d is dt.bfloat16:
+        if low_precision_kernel is not None:
+            raise NotImplementedError(
+                f"\"{low_precision_kernel}\" not implemented for '{torch_type_name(d)}'"
+            )
+        raise RuntimeError(f"{name}: Low precision dtypes not supported. Got {torch_type_name(d)}")
+
+
+def check_lapack_dtype(A: Tensor, kernel: str) -> None:
+    """Kernels PyTorch has only for float32/float64 refuse other dtypes (integers included)
+    with ``NotImplementedError`` naming the missing kernel."""
+    if A.dtype not in (dt.float32, dt.float64):
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{torch_type_name(A.dtype)}'")
+
+
+def check_matrix(
+    name: str,
+    A: Tensor,
+    *,
+    square: bool = True,
+    arg: str = "A",
+    low_precision_kernel: str | None = None,
+    dtype_check: bool = True,
+) -> None:
+    """``A`` is a (batch of) matrices, square when asked, of a supported float dtype."""
+    if A.ndim < 2:
+        raise RuntimeError(f"{name}: The input tensor {arg} must have at least 2 dimensions.")
+    if square and A.shape[-1] != A.shape[-2]:
+        raise RuntimeError(
+            f"{name}: {arg} must be batches of square matrices, but they are "
+            f"{A.shape[-2]} by {A.shape[-1]} matrices"
+        )
+    if dtype_check:
+        check_float(name, A, low_precision_kernel)
+
+
+def raise_info_error(name: str, info: np.ndarray, message, error=None) -> None:
+    """Raise ``error`` (default ``LinAlgError``) for the first matrix whose LAPACK ``info`` is
+    non-zero, naming its (flattened) batch index like PyTorch; ``message(info)`` words it."""
+    flat = info.reshape(-1)
+    bad = np.flatnonzero(flat)
+    if not bad.size:
+        return
+    i = int(bad[0])
+    batch_note = f"(Batch element {i}): " if info.ndim else ""
+    raise (error or LinAlgError)(f"{name}: {batch_note}{message(int(flat[i]))}")
+
+
+def _singular_message(info: int) -> str:
+    return (
+        f"The diagonal element {info} is zero, the inversion could not be completed because the "
+        "input matrix is singular."
+    )
+
+
+def _not_pd_message(info: int) -> str:
+    return (
+        "The factorization could not be completed because the input is not positive-definite "
+        f"(the leading minor of order {info} is not positive-definite)."
+    )
+
+
+def _solver_message(info: int) -> str:
+    return "The solver failed because the input matrix is singular."
+
+
+def _info_tensor(info: np.ndarray) -> Tensor:
+    return wrap(info.astype(np.int32), _int32)
+
+
+# ------------------------------------------------------------------------------ det / slogdet
+
+
+@defop(kind="linalg", name="_linalg_det")
+def det(A: Tensor):
+    """Determinant of each matrix in ``A`` (``*, n, n``)."""
+
+
+@det.register_kernel
+def _det_kernel(A):
+    check_matrix("linalg.det", A, low_precision_kernel="lu_cpu")
+    return wrap(np.linalg.det(A._data), A.dtype)
+
+
+@det.register_meta
+def _det_meta(A):
+    check_matrix("linalg.det", A, low_precision_kernel="lu_cpu")
+    return fake(A.shape[:-2], A.dtype, A)
+
+
+def cofactors(A: Tensor, det_a: Tensor) -> Tensor:
+    """The matrix of cofactors, ``det(A) A^{-T}``, which is the gradient of ``det``.
+
+    Through the inverse when every determinant is non-zero; for singular matrices (and when
+    tracing, where values are unknown) through the SVD, ``sign * U diag(prod_{j!=i} s_j) Vh``,
+    which has no division at all, as PyTorch does.
+    """
+    if det_a._data is not None and bool(np.all(det_a._data != 0)):
+        return det_a.unsqueeze(-1).unsqueeze(-1) * inv_ex(A)[0].mT
+    from .spectral import svd  # the spectral ops import this module
+
+    U, S, Vh = svd(A, False)
+    n = S.shape[-1]
+    others = S.unsqueeze(-2).expand(S.shape[:-1] + (n, n))
+    identity = eye(n, dtype=dt.bool_, device=A.device)
+    all_but_one = prod(where(identity, 1, others), -1)
+    sign = det(U) * det(Vh)
+    return sign.unsqueeze(-1).unsqueeze(-1) * ((U * all_but_one.unsqueeze(-2)) @ Vh)
+
+
+def _det_grad(c, g):
+    (A,) = c.args
+    return (g.unsqueeze(-1).unsqueeze(-1) * cofactors(A, c.out),)
+
+
+det.register_derivative(_det_grad, save_output=True)
+
+
+@defop(kind="linalg", name="_linalg_slogdet")
+def slogdet(A: Tensor):
+    """``(sign, log|det|)``: the log stays finite where the determinant would overflow."""
+
+
+slogdet.returns = return_type("linalg_slogdet", ("sign", "logabsdet"))
+
+
+@slogdet.register_kernel
+def _slogdet_kernel(A):
+    check_matrix("linalg.slogdet", A)
+    sign, logabsdet = np.linalg.slogdet(A._data)
+    return slogdet.returns(wrap(sign, A.dtype), wrap(logabsdet, A.dtype))
+
+
+@slogdet.register_meta
+def _slogdet_meta(A):
+    check_matrix("linalg.slogdet", A)
+    return slogdet.returns(fake(A.shape[:-2], A.dtype, A), fake(A.shape[:-2], A.dtype, A))
+
+
+def _slogdet_grad(c, g_sign, g_logabsdet):
+    # the sign is piecewise constant: only log|det A| has a gradient, A^{-T}
+    (A,) = c.args
+    return (g_logabsdet.unsqueeze(-1).unsqueeze(-1) * inv_ex(A)[0].mT,)
+
+
+slogdet.register_derivative(_slogdet_grad)
+
+
+# ------------------------------------------------------------------------------ inverse
+
+
+def _inv_grad_from(X: Tensor, g: Tensor) -> Tensor:
+    """d(A^{-1}) = -X dA X, so the gradient is -X^T g X^T."""
+    Xt = X.mT
+    return -(Xt @ g @ Xt)
+
+
+@defop(kind="linalg", name="_linalg_inv", autocast={"cpu": "fp32"})
+def inv(A: Tensor):
+    """Inverse of each matrix; a singular one raises ``LinAlgError``."""
+
+
+@inv.register_kernel
+def _inv_kernel(A):
+    check_matrix("linalg.inv", A)
+    out, info = inverse_with_info(A._data)
+    raise_info_error("linalg.inv", info, _singular_message)
+    return wrap(out, A.dtype)
+
+
+@inv.register_meta
+def _inv_meta(A):
+    check_matrix("linalg.inv", A)
+    return fake(A.shape, A.dtype, A)
+
+
+inv.register_derivative(lambda c, g: (_inv_grad_from(c.out, g),), save_output=True, save_inputs=())
+
+
+@defop(kind="linalg", name="_linalg_inv_ex", autocast={"cpu": "fp32"})
+def inv_ex(A: Tensor, *, check_errors: bool = False):
+    """``(inverse, info)``: info > 0 marks a singular matrix instead of raising."""
+
+
+inv_ex.returns = return_type("linalg_inv_ex", ("inverse", "info"))
+
+
+@inv_ex.register_kernel
+def _inv_ex_kernel(A, check_errors):
+    check_matrix("linalg.inv", A)
+    out, info = inverse_with_info(A._data)
+    if check_errors:
+        raise_info_error("linalg.inv_ex", info, _singular_message)
+    return inv_ex.returns(wrap(out, A.dtype), _info_tensor(info))
+
+
+@inv_ex.register_meta
+def _inv_ex_meta(A, check_errors=False):
+    check_matrix("linalg.inv", A)
+    return inv_ex.returns(fake(A.shape, A.dtype, A), fake(A.shape[:-2], _int32, A))
+
+
+inv_ex.register_derivative(
+    lambda c, g, g_info=None: (_inv_grad_from(c.out[0], g), None),
+    save_output=True,
+    save_inputs=(),
+)
+
+
+# ------------------------------------------------------------------------------ solve
+
+
+def solve_is_vector(A, B) -> bool:
+    """PyTorch's rule: ``B`` is a (batch of) vector(s) if 1-D or shaped like ``A`` minus a dim."""
+    return B.ndim == 1 or (B.ndim == A.ndim - 1 and tuple(B.shape) == tuple(A.shape[:-1]))
+
+
+def _solve_geometry(name: str, A, B, left: bool):
+    """(vector_case, output shape) of ``A X = B`` (``X A = B`` when not left), with checks."""
+    check_matrix(name, A, low_precision_kernel="lu_cpu")
+    if A.dtype is not B.dtype:
+        raise RuntimeError(
+            f"{name}: Expected A and B to have the same dtype, but found A of type "
+            f"{torch_type_name(A.dtype)} and B of type {torch_type_name(B.dtype)} instead"
+        )
+    vector = solve_is_vector(A, B)
+    if vector and not left:
+        raise RuntimeError(
+            f"{name}: Vector broadcasting of the left hand side is not supported for left=False. "
+            "In this case linalg.solve is equivalent to B / A.squeeze(-1)"
+        )
+    n = A.shape[-1]
+    B2 = tuple(B.shape) + (1,) if vector else tuple(B.shape)
+    if len(B2) < 2 or (B2[-2] if left else B2[-1]) != n:
+        shown = "x".join(map(str, B2[-2:])) if len(B2) >= 2 else f"{B2[-1]}x1"
+        eq = "AX = B" if left else "XA = B"
+        raise RuntimeError(
+            f"{name}: Incompatible shapes of A and B for the equation {eq} ({n}x{n} and {shown})"
+        )
+    batch = broadcast_shapes(tuple(A.shape[:-2]), B2[:-2])
+    shape = batch + B2[-2:]
+    return vector, shape[:-1] if vector else shape
+
+
+def _solve_arrays(A, B, left: bool, vector: bool, shape):
+    """numpy operands of the left solve equivalent to the call: ``a x = b``."""
+    n = A.shape[-1]
+    b = B._data[..., None] if vector else B._data
+    batch = shape[:-1] if vector else shape[:-2]
+    a = np.broadcast_to(A._data, batch + (n, n))
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    if not left:
+        a, b = np.swapaxes(a, -1, -2), np.swapaxes(b, -1, -2)
+    return a, b
+
+
+def _solve_result(x: np.ndarray, left: bool, vector: bool) -> np.ndarray:
+    if not left:
+        x = np.swapaxes(x, -1, -2)
+    return x[..., 0] if vector else x
+
+
+def _solve_grads(c, g, X):
+    """``X = A^{-1} B``: gB = A^{-T} g, gA = -gB X^T (mirrored for ``X A = B``)."""
+    A, B, left = c.args[0], c.args[1], c.args[2]
+    gB = solve(A.mT, g, left=left)
+    gA = None
+    if c.needs_input_grad[0]:
+        if solve_is_vector(A, B):
+            gA = -(gB.unsqueeze(-1) * X.unsqueeze(-2))
+        else:
+            gA = -(gB @ X.mT) if left else -(X.mT @ gB)
+    return gA, (gB if c.needs_input_grad[1] else None)
+
+
+@defop(kind="linalg", name="_linalg_solve", autocast={"cpu": "fp32"})
+def solve(A: Tensor, B: Tensor, *, left: bool = True):
+    """``X`` with ``A X = B`` (``X A = B`` when not left); ``B`` may be a batch of vectors."""
+
+
+@solve.register_kernel
+def _solve_kernel(A, B, left):
+    vector, shape = _solve_geometry("linalg.solve", A, B, left)
+    a, b = _solve_arrays(A, B, left, vector, shape)
+    x, info = solve_with_info(a, b)
+    raise_info_error("torch.linalg.solve", info, _solver_message)
+    return wrap(_solve_result(x, left, vector), A.dtype)
+
+
+@solve.register_meta
+def _solve_meta(A, B, left=True):
+    _, shape = _solve_geometry("linalg.solve", A, B, left)
+    return fake(shape, A.dtype, A)
+
+
+def _solve_grad(c, g):
+    gA, gB = _solve_grads(c, g, c.out)
+    return gA, gB, None
+
+
+solve.register_derivative(_solve_grad, save_output=True)
+
+
+@defop(kind="linalg", name="_linalg_solve_ex")
+def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = False):
+    """``(result, info)`` of ``solve``; info > 0 marks a singular matrix."""
+
+
+solve_ex.returns = return_type("linalg_solve_ex", ("result", "info"))
+
+
+@solve_ex.register_kernel
+def _solve_ex_kernel(A, B, left, check_errors):
+    vector, shape = _solve_geometry("linalg.solve_ex", A, B, left)
+    a, b = _solve_arrays(A, B, left, vector, shape)
+    x, info = solve_with_info(a, b)
+    if check_errors:
+        raise_info_error("torch.linalg.solve_ex", info, _solver_message)
+    return solve_ex.returns(wrap(_solve_result(x, left, vector), A.dtype), _info_tensor(info))
+
+
+@solve_ex.register_meta
+def _solve_ex_meta(A, B, left=True, check_errors=False):
+    vector, shape = _solve_geometry("linalg.solve_ex", A, B, left)
+    batch = shape[:-1] if vector else shape[:-2]
+    return solve_ex.returns(fake(shape, A.dtype, A), fake(batch, _int32, A))
+
+
+def _solve_ex_grad(c, g, g_info=None):
+    gA, gB = _solve_grads(c, g, c.out[0])
+    return gA, gB, None, None
+
+
+solve_ex.register_derivative(_solve_ex_grad, save_output=True)
+
+
+# ------------------------------------------------------------------------------ triangular solve
+
+
+@defop(kind="linalg", name="_linalg_solve_triangular")
+def solve_triangular(
+    input: Tensor, B: Tensor, *, upper: bool, left: bool = True, unitriangular: bool = False
+):
+    """Solve with the upper or lower triangle of ``A`` (its other entries are never read)."""
+
+
+def _triangular_geometry(A, B, left: bool):
+    name = "linalg.solve_triangular"
+    check_matrix(name, A, dtype_check=False)
+    if B.ndim < 2:
+        raise RuntimeError(f"{name}: The input tensor B must have at least 2 dimensions.")
+    if A.dtype not in (dt.float32, dt.float64):  # the result has A's dtype, whatever B's
+        raise NotImplementedError(
+            f"\"triangular_solve_cpu\" not implemented for '{torch_type_name(A.dtype)}'"
+        )
+    n = A.shape[-1]
+    if (B.shape[-2] if left else B.shape[-1]) != n:
+        eq = "AX = B" if left else "XA = B"
+        raise RuntimeError(
+            f"{name}: Incompatible shapes of A and B for the equation {eq} "
+            f"({n}x{n} and {B.shape[-2]}x{B.shape[-1]})"
+        )
+    return broadcast_shapes(tuple(A.shape[:-2]), tuple(B.shape[:-2])) + tuple(B.shape[-2:])
+
+
+@solve_triangular.register_kernel
+def _solve_triangular_kernel(A, B, upper, left, unitriangular):
+    _triangular_geometry(A, B, left)
+    a = A._data
+    b = B._data.astype(a.dtype, copy=False)
+    if left:
+        x = np_triangular_solve(a, b, lower=not upper, unit=unitriangular)
+    else:  # X A = B  <=>  A^T X^T = B^T, and A^T has the other triangle
+        at, bt = np.swapaxes(a, -1, -2), np.swapaxes(b, -1, -2)
+        x = np.swapaxes(np_triangular_solve(at, bt, lower=upper, unit=unitriangular), -1, -2)
+    return wrap(np.ascontiguousarray(x), A.dtype)
+
+
+@solve_triangular.register_meta
+def _solve_triangular_meta(A, B, upper, left=True, unitriangular=False):
+    return fake(_triangular_geometry(A, B, left), A.dtype, A)
+
+
+def triangle_of(M: Tensor, upper: bool, unitriangular: bool) -> Tensor:
+    """The part of ``M`` a triangular solve reads (strictly so when the diagonal is implicit)."""
+    if upper:
+        return M.triu(1 if unitriangular else 0)
+    return M.tril(-1 if unitriangular else 0)
+
+
+def _solve_triangular_grad(c, g):
+    A, B, upper, left, unit = c.args
+    X = c.out
+    gB = solve_triangular(A.mT, g, upper=not upper, left=left, unitriangular=unit)
+    gA = None
+    if c.needs_input_grad[0]:
+        full = -(gB @ X.mT) if left else -(X.mT @ gB)
+        gA = triangle_of(full, upper, unit)
+    return gA, (gB if c.needs_input_grad[1] else None), None, None, None
+
+
+solve_triangular.register_derivative(_solve_triangular_grad, save_output=True)
+
+
+# ------------------------------------------------------------------------------ Cholesky
+
+
+def _cholesky_compute(A, upper: bool):
+    a = A._data
+    if upper:  # the upper triangle of A is the lower triangle of A^T
+        a = np.swapaxes(a, -1, -2)
+    low, info = cholesky_with_info(a)
+    out = np.swapaxes(low, -1, -2) if upper else low
+    return np.ascontiguousarray(out), info
+
+
+def cholesky_grad(L: Tensor, gL: Tensor) -> Tensor:
+    """Gradient of ``L = cholesky(A)`` (lower), as a symmetric matrix: A's perturbations are
+    symmetric. With ``Phi`` the lower triangle with half diagonal, it is
+    ``sym(L^{-T} Phi(L^T gL) L^{-1})``, computed with two triangular solves."""
+    M = (L.mT @ gL).tril()
+    middle = 0.5 * (M + M.tril(-1).mT)
+    left = solve_triangular(L.mT, middle, upper=True)
+    return solve_triangular(L, left, upper=False, left=False)
+
+
+def _cholesky_factor_grad(out: Tensor, g: Tensor, upper: bool) -> Tensor:
+    if upper:
+        return cholesky_grad(out.mT, g.mT)
+    return cholesky_grad(out, g)
+
+
+@defop(kind="linalg", name="_linalg_cholesky", autocast={"cpu": "fp32"})
+def cholesky(input: Tensor, *, upper: bool = False):
+    """``L`` with ``A = L L^T`` from A's lower triangle (``U``, ``A = U^T U``, from the upper)."""
+
+
+@cholesky.register_kernel
+def _cholesky_kernel(A, upper):
+    check_matrix("linalg.cholesky", A, low_precision_kernel="cholesky_cpu")
+    out, info = _cholesky_compute(A, upper)
+    raise_info_error("linalg.cholesky", info, _not_pd_message)
+    return wrap(out, A.dtype)
+
+
+@cholesky.register_meta
+def _cholesky_meta(A, upper=False):
+    check_matrix("linalg.cholesky", A, low_precision_kernel="cholesky_cpu")
+    return fake(A.shape, A.dtype, A)
+
+
+cholesky.register_derivative(
+    lambda c, g: (_cholesky_factor_grad(c.out, g, c.args[1]), None),
+    save_output=True,
+    save_inputs=(),
+)
+
+
+@defop(kind="linalg", name="_linalg_cholesky_ex", autocast={"cpu": "fp32"})
+def cholesky_ex(input: Tensor, *, upper: bool = False, check_errors: bool = False):
+    """``(L, info)``: info > 0 is the order of the first leading minor that is not positive."""
+
+
+cholesky_ex.returns = return_type("linalg_cholesky_ex", ("L", "info"))
+
+
+@cholesky_ex.register_kernel
+def _cholesky_ex_kernel(A, upper, check_errors):
+    check_matrix("linalg.cholesky_ex", A, low_precision_kernel="cholesky_cpu")
+    out, info = _cholesky_compute(A, upper)
+    if check_errors:
+        raise_info_error("linalg.cholesky_ex", info, _not_pd_message)
+    return cholesky_ex.returns(wrap(out, A.dtype), _info_tensor(info))
+
+
+@cholesky_ex.register_meta
+def _cholesky_ex_meta(A, upper=False, check_errors=False):
+    check_matrix("linalg.cholesky_ex", A, low_precision_kernel="cholesky_cpu")
+    return cholesky_ex.returns(fake(A.shape, A.dtype, A), fake(A.shape[:-2], _int32, A))
+
+
+cholesky_ex.register_derivative(
+    lambda c, g, g_info=None: (_cholesky_factor_grad(c.out[0], g, c.args[1]), None, None),
+    save_output=True,
+    save_inputs=(),
+)

@@ -1,0 +1,3 @@
+"""Neural-network ops: softmax and linear, activations, normalization, losses, convolution and
+pooling, attention, dropout, embeddings.
+"""

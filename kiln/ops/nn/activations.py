@@ -1,0 +1,482 @@
+"""Activation ops with kernels: relu, gelu, silu, softplus, leaky_relu, elu, hardtanh, mish,
+hardsigmoid, hardswish, and relu6 (a composite over hardtanh).
+
+Each has a numpy kernel (half types compute in float32; all but relu promote integer inputs to
+the default float dtype), a derivative in kiln ops and a decomposition into pointwise prims. The
+composite activations (log_sigmoid, glu, selu...) are in ``nn_ops``.
+
+gelu and silu are hot in transformer MLPs: their kernels, and their derivatives in a plain
+backward (``nn_ops.numpy_derivative_ok``), are fused chains of ``out=`` ufuncs run over
+cache-sized blocks (``nn_ops.blockwise``), so a large input is read from memory once rather than
+once per elementary step. float32 gelu(erf) uses an erfc fit accurate to float32 instead of the
+float64 ``np_erf``, which costs ~50x more.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from ...runtime import dtypes as dt
+from ..core.common import Tensor, compute_np_dtype, pointwise_meta, to_float_dtype, wrap
+from ..core.complex_support import complex_not_implemented
+from ..core.registry import defop
+from ..pointwise.numpy_math import np_erf, np_silu, np_softplus
+from ..pointwise.unary_binary import where
+from ..reductions.reduce import torch_type_name
+from .softmax_linear import blockwise, new_like, numpy_derivative_ok
+
+__all__: list[str] = []
+
+_bool = dt.bool_
+
+
+@defop(
+    kind="pointwise",
+    complex_refused=(NotImplementedError, "clamp is not supported for complex types"),
+)
+def relu(self: Tensor): ...
+
+
+@relu.register_kernel
+def _relu_kernel(x):
+    a = x._data
+    if x._dtype is _bool:
+        raise RuntimeError("relu is not implemented for bool tensors")
+    return wrap(np.maximum(a, a.dtype.type(0)), x._dtype)
+
+
+relu.register_meta(lambda x: pointwise_meta(x._dtype, x))
+# The backward formulas select between the gradient and zero rather than multiply the gradient by
+# a 0/1 mask: a NaN or inf gradient must not leak into the inactive side (inf * 0 is NaN), and
+# their conditions are PyTorch's, so a NaN input sends the gradient where PyTorch sends it.
+relu.register_derivative(lambda c, g: (where(c.out <= 0, 0, g),), save_output=True, save_inputs=())
+relu.register_decomposition(lambda x: where(x <= 0, 0, x))  # NaN stays NaN
+
+
+@defop(kind="pointwise", complex_refused=complex_not_implemented("GeluKernelImpl"))
+def gelu(self: Tensor, approximate: str = "none"): ...
+
+
+def _float_compute(x):
+    od = to_float_dtype(x._dtype)
+    return x._data.astype(compute_np_dtype(od), copy=False), od
+
+
+_GELU_K = math.sqrt(2.0 / math.pi)  # tanh form: 0.5 x (1 + tanh(K (x + KAPPA x^3)))
+_GELU_KAPPA = 0.044715
+_SQRT1_2 = 1 / math.sqrt(2.0)  # erf form: 0.5 x (1 + erf(x / sqrt 2))
+_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+
+# The fused numpy bodies below write one block of the result with ``out=`` ufuncs, in
+# PyTorch's CPU formula order; ``blockwise`` runs them over cache-sized blocks.
+
+
+def _gelu_tanh_inner(o, x):
+    """o = K * (x + KAPPA * x^3)"""
+    np.multiply(x, x, out=o)
+    o *= x
+    o *= _GELU_KAPPA
+    o += x
+    o *= _GELU_K
+
+
+def _gelu_tanh_body(o, x):
+    _gelu_tanh_inner(o, x)
+    np.tanh(o, out=o)
+    o += 1
+    o *= 0.5  # before x, as PyTorch's 0.5 x (1 + t): 2 x would overflow for the largest x
+    o *= x
+
+
+# erfc by the Chebyshev fit of Numerical Recipes' ``erfcc`` (relative error < 1.2e-7 for every
+# argument): erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2), P's coefficients below from t^0 up.
+_ERFCC = (
+    -1.26551223,
+    1.00002368,
+    0.37409196,
+    0.09678418,
+    -0.18628806,
+    0.27886807,
+    -1.13520398,
+    1.48851587,
+    -0.82215223,
+    0.17087277,
+)
+
+
+def _gelu_erfc_parts(p, t, ax):
+    """For ``ax`` = |x|: ``t`` = 1 / (1 + z / 2) and ``p`` = P(t) - z^2, z = |x| / sqrt 2, so
+    erfc(z) = t exp(p). ``ax`` is left holding z^2."""
+    np.multiply(ax, 0.5 * _SQRT1_2, out=t)
+    t += 1
+    np.reciprocal(t, out=t)
+    np.multiply(t, _ERFCC[9], out=p)
+    p += _ERFCC[8]
+    for c in _ERFCC[7::-1]:
+        p *= t
+        p += c
+    np.multiply(ax, ax, out=ax)
+    ax *= 0.5
+    p -= ax
+
+
+def _gelu_cdf(o, x, t, ax, m):
+    """o = Phi(x) = 0.5 erfc(-x / sqrt 2): h = 0.5 erfc(|z|) below zero, 1 - h above, selected
+    without a branch as h + [x >= 0] (1 - 2h) (numpy's masked loops are ten times slower). The
+    lower tail keeps its relative accuracy (no 1 + erf(x) cancellation). ``t``, ``ax``, ``m``
+    are scratch; ``ax`` is left holding x^2 / 2."""
+    np.abs(x, out=ax)
+    _gelu_erfc_parts(o, t, ax)
+    np.exp(o, out=o)
+    o *= t
+    o *= 0.5
+    np.greater_equal(x, 0, out=m)
+    np.multiply(o, -2, out=t)
+    t += 1
+    t *= m
+    o += t
+
+
+def _gelu_cdf_exact(o, x, t, ax, m):
+    """o = 0.5 (1 + erf(x / sqrt 2)) through ``np_erf`` (float64: erfcc's 1.2e-7 is too coarse);
+    ``ax`` is left holding x^2 / 2 like ``_gelu_cdf``."""
+    np.multiply(x, _SQRT1_2, out=o)
+    o[...] = np_erf(o)
+    o += 1
+    o *= 0.5
+    np.multiply(x, x, out=ax)
+    ax *= 0.5
+
+
+def _gelu_erf_body(o, x, t, ax, m):
+    """x Phi(x) (the zero of a negative x, where Phi underflows, keeps its sign, as in PyTorch)"""
+    (_gelu_cdf if o.dtype == np.float32 else _gelu_cdf_exact)(o, x, t, ax, m)
+    o *= x
+
+
+def _gelu_tanh_grad_body(o, g, x, d, u, _):
+    """g * (0.5 (1 + t) + 0.5 x (1 - t^2) K (1 + 3 KAPPA x^2)), t = tanh(inner)."""
+    _gelu_tanh_inner(o, x)
+    np.tanh(o, out=o)
+    np.multiply(x, x, out=d)
+    d *= 3 * _GELU_KAPPA
+    d += 1
+    d *= _GELU_K
+    np.multiply(o, o, out=u)
+    np.subtract(1, u, out=u)
+    u *= x
+    u *= 0.5
+    u *= d
+    o += 1
+    o *= 0.5
+    o += u
+    o *= g
+
+
+def _gelu_erf_grad_body(o, g, x, t, ax, m):
+    """g * (Phi(x) + x phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)."""
+    (_gelu_cdf if o.dtype == np.float32 else _gelu_cdf_exact)(o, x, t, ax, m)
+    np.negative(ax, out=ax)
+    np.exp(ax, out=ax)
+    ax *= _INV_SQRT_2PI
+    ax *= x
+    o += ax
+    o *= g
+
+
+@gelu.register_kernel
+def _gelu_kernel(x, approximate):
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate argument must be either none or tanh, got {approximate!r}")
+    a, od = _float_compute(x)
+    if approximate == "tanh":
+        return wrap(blockwise(_gelu_tanh_body, new_like(a), a), od)
+    return wrap(blockwise(_gelu_erf_body, new_like(a), a, temps=3), od)
+
+
+gelu.register_meta(lambda x, approximate="none": pointwise_meta(to_float_dtype(x._dtype), x))
+
+
+def _gelu_grad(c, g):
+    x, approximate = c.args
+    if numpy_derivative_ok(x, g, halves=True) and x._dtype is g._dtype:
+        a, _ = _float_compute(x)  # half types in float32, rounded once at the end
+        ga = g._data.astype(a.dtype, copy=False)
+        if ga.shape != a.shape:
+            ga = np.broadcast_to(ga, a.shape)
+        body = _gelu_tanh_grad_body if approximate == "tanh" else _gelu_erf_grad_body
+        return (wrap(blockwise(body, new_like(a), ga, a, temps=3), x._dtype),)
+    if approximate == "tanh":
+        inner = _GELU_K * (x + _GELU_KAPPA * x * x * x)
+        t = inner.tanh()
+        dinner = _GELU_K * (1 + 3 * _GELU_KAPPA * x * x)
+        return (g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * dinner),)
+    cdf = 0.5 * (1 + (x * _SQRT1_2).erf())
+    pdf = (-0.5 * x * x).exp() * _INV_SQRT_2PI
+    return (g * (cdf + x * pdf),)
+
+
+gelu.register_derivative(_gelu_grad)
+
+
+@gelu.register_decomposition
+def _gelu_decomp(x, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + (_GELU_K * (x + _GELU_KAPPA * x * x * x)).tanh())
+    return 0.5 * x * (1 + (x * _SQRT1_2).erf())
+
+
+@defop(kind="pointwise")
+def silu(self: Tensor): ...
+
+
+def _sigmoid_into(o, x):
+    """o = 1 / (1 + exp(-x)), ``np_sigmoid``'s formula (an overflowing exp(-x) gives 0)."""
+    np.negative(x, out=o)
+    np.exp(o, out=o)
+    o += 1
+    np.reciprocal(o, out=o)
+
+
+def _silu_body(o, x):
+    _sigmoid_into(o, x)
+    o *= x
+
+
+def _silu_grad_body(o, g, x, u):
+    """g * s * (1 + x * (1 - s)), s = sigmoid(x)"""
+    _sigmoid_into(o, x)
+    np.subtract(1, o, out=u)
+    u *= x
+    u += 1
+    o *= g
+    o *= u
+
+
+@silu.register_kernel
+def _silu_kernel(x):
+    a, od = _float_compute(x)
+    if a.dtype == np.float32 or a.dtype == np.float64:
+        return wrap(blockwise(_silu_body, new_like(a), a), od)
+    return wrap(np_silu(a), od)
+
+
+silu.register_meta(lambda x: pointwise_meta(to_float_dtype(x._dtype), x))
+
+
+def _silu_grad(c, g):
+    x = c.args[0]
+    if numpy_derivative_ok(x, g, halves=True) and x._dtype is g._dtype:
+        a, _ = _float_compute(x)  # half types in float32, rounded once at the end
+        ga = g._data.astype(a.dtype, copy=False)
+        if ga.shape != a.shape:
+            ga = np.broadcast_to(ga, a.shape)
+        return (wrap(blockwise(_silu_grad_body, new_like(a), ga, a, temps=1), x._dtype),)
+    s = x.sigmoid()
+    return (g * s * (1 + x * (1 - s)),)
+
+
+silu.register_derivative(_silu_grad)
+silu.register_decomposition(lambda x: x * x.sigmoid())
+
+
+@defop(kind="pointwise", autocast={"cuda": "fp32"})
+def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0): ...
+
+
+@softplus.register_kernel
+def _softplus_kernel(x, beta, threshold):
+    a, od = _float_compute(x)
+    return wrap(np_softplus(a, beta, threshold), od)
+
+
+softplus.register_meta(
+    lambda x, beta=1.0, threshold=20.0: pointwise_meta(to_float_dtype(x._dtype), x)
+)
+
+
+def _softplus_grad(c, g):
+    x, beta, threshold = c.args
+    bx = x * beta
+    return (where(bx > threshold, g, g * bx.sigmoid()),)
+
+
+softplus.register_derivative(_softplus_grad)
+
+
+@softplus.register_decomposition
+def _softplus_decomp(x, beta=1.0, threshold=20.0):
+    bx = x * beta
+    soft = ((-bx.abs()).exp()).log1p() + bx.clamp(min=0)
+    return where(bx > threshold, x, soft / beta)
+
+
+def _float_unary_decomp_op(name, schema, np_fn, grad, decomp, **record):
+    op = defop(schema, name=name, kind="pointwise", **record)
+
+    def kernel(x, *params):
+        a, od = _float_compute(x)
+        return wrap(np_fn(a, *params), od)
+
+    op.register_kernel(kernel)
+    op.register_meta(lambda x, *params: pointwise_meta(to_float_dtype(x._dtype), x))
+    op.register_derivative(grad)
+    op.register_decomposition(decomp)
+    return op
+
+
+def _leaky_relu_schema(self: Tensor, negative_slope: float = 0.01): ...
+
+
+leaky_relu = _float_unary_decomp_op(
+    "leaky_relu",
+    _leaky_relu_schema,
+    lambda a, s: np.where(a > 0, a, a * s),
+    lambda c, g: (where(c.args[0] > 0, g, g * c.args[1]),),
+    lambda x, s=0.01: where(x > 0, x, x * s),
+)
+
+
+def _elu_schema(self: Tensor, alpha: float = 1.0): ...
+
+
+elu = _float_unary_decomp_op(
+    "elu",
+    _elu_schema,
+    lambda a, al: np.where(a > 0, a, al * np.expm1(np.where(a > 0, 0, a))),  # keeps -0.0
+    lambda c, g: (where(c.args[0] <= 0, g * c.args[1] * c.args[0].exp(), g),),
+    # keeps -0.0 (min(x, 0) may not, and LLVM folds where(x > 0, x, f(where(x > 0, 0, x))) of
+    # float16 values into a max that drops it)
+    lambda x, al=1.0: where(x <= 0, al * where(x <= 0, x, 0).expm1(), x),
+)
+
+
+def _hardtanh_schema(self: Tensor, min_val: float = -1.0, max_val: float = 1.0): ...
+
+
+hardtanh = _float_unary_decomp_op(
+    "hardtanh",
+    _hardtanh_schema,
+    lambda a, lo, hi: np.clip(a, lo, hi),
+    lambda c, g: (where((c.args[0] <= c.args[1]) | (c.args[0] >= c.args[2]), 0, g),),
+    lambda x, lo=-1.0, hi=1.0: x.clamp(lo, hi),
+    complex_refused=(NotImplementedError, "clamp is not supported for complex types"),
+)
+
+
+def _mish_schema(self: Tensor): ...
+
+
+mish = _float_unary_decomp_op(
+    "mish",
+    _mish_schema,
+    lambda a: a * np.tanh(np_softplus(a)),
+    lambda c, g: _mish_grad(c.args[0], g),
+    lambda x: x * softplus(x).tanh(),
+)
+
+
+def _mish_grad(x, g):
+    t = softplus(x).tanh()
+    return (g * (t + x * (1 - t * t) * x.sigmoid()),)
+
+
+def _hardsigmoid_schema(self: Tensor): ...
+
+
+hardsigmoid = _float_unary_decomp_op(
+    "hardsigmoid",
+    _hardsigmoid_schema,
+    lambda a: np.clip(a / 6.0 + 0.5, 0.0, 1.0),
+    lambda c, g: (where((c.args[0] > -3) & (c.args[0] < 3), g * (1.0 / 6.0), 0),),
+    lambda x: (x / 6.0 + 0.5).clamp(0.0, 1.0),
+)
+
+
+def _hardswish_schema(self: Tensor): ...
+
+
+hardswish = _float_unary_decomp_op(
+    "hardswish",
+    _hardswish_schema,
+    lambda a: a * np.clip(a + 3.0, 0.0, 6.0) / 6.0,
+    lambda c, g: (where(c.args[0] <= -3, 0, where(c.args[0] < 3, g * (c.args[0] / 3.0 + 0.5), g)),),
+    lambda x: x * (x + 3.0).clamp(0.0, 6.0) / 6.0,
+)
+
+
+def _shrink_schema(self: Tensor, lambd: float = 0.5): ...
+
+
+def _shrink_input(x: Tensor, kernel_name: str) -> np.ndarray:
+    if not x._dtype.is_floating_point:
+        raise NotImplementedError(
+            f"\"{kernel_name}\" not implemented for '{torch_type_name(x._dtype)}'"
+        )
+    return x._data.astype(compute_np_dtype(x._dtype), copy=False)
+
+
+def _check_softshrink_lambda(x: Tensor, lambd: float) -> None:
+    if not 0 <= lambd <= float(ml_dtypes.finfo(x._dtype.np).max):
+        largest = float(ml_dtypes.finfo(x._dtype.np).max)
+        raise RuntimeError(
+            f"lambda must be in range [0, {largest:g}] for input dtype "
+            f"{torch_type_name(x._dtype)}, but found {lambd:g}"
+        )
+
+
+def _shrink_grad(c, g):
+    """Zero inside [-lambd, lambd], the gradient outside it and at NaN (PyTorch's rule)."""
+    x, lambd = c.args
+    return (where((x >= -lambd) & (x <= lambd), 0, g),)
+
+
+# hardshrink and softshrink have kernels and derivatives of their own, not just decompositions:
+# autograd through a decomposition's ``where`` would turn an infinite gradient into NaN inside
+# the band (through ``x * 0``) and record ``WhereBackward0`` instead of PyTorch's node names.
+hardshrink = defop(_shrink_schema, name="hardshrink", kind="pointwise")
+
+
+@hardshrink.register_kernel
+def _hardshrink_kernel(x, lambd):
+    a = _shrink_input(x, "hardshrink_cpu")
+    return wrap(np.where((a >= -lambd) & (a <= lambd), a.dtype.type(0), a), x._dtype)
+
+
+hardshrink.register_meta(lambda x, lambd=0.5: pointwise_meta(x._dtype, x))
+hardshrink.register_derivative(_shrink_grad)
+hardshrink.register_decomposition(
+    lambda x, lambd=0.5: where((x >= -lambd) & (x <= lambd), 0.0, x)  # NaN passes through
+)
+
+softshrink = defop(_shrink_schema, name="softshrink", kind="pointwise")
+
+
+@softshrink.register_kernel
+def _softshrink_kernel(x, lambd):
+    a = _shrink_input(x, "softshrink_check")
+    _check_softshrink_lambda(x, lambd)
+    inside = np.where(a < -lambd, a + lambd, a * 0)  # a * 0: NaN stays NaN
+    return wrap(np.where(a > lambd, a - lambd, inside), x._dtype)
+
+
+@softshrink.register_meta
+def _softshrink_meta(x, lambd=0.5):
+    _check_softshrink_lambda(x, lambd)
+    return pointwise_meta(x._dtype, x)
+
+
+softshrink.register_derivative(_shrink_grad)
+softshrink.register_decomposition(
+    lambda x, lambd=0.5: where(x > lambd, x - lambd, where(x < -lambd, x + lambd, x * 0))
+)
+
+
+@defop(kind="pointwise")
+def relu6(self: Tensor): ...
+
+
+relu6.register_decomposition(lambda x: hardtanh(x, 0.0, 6.0))

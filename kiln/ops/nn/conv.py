@@ -1,0 +1,885 @@
+"""Convolution (an extern prim) and the spatial ops built around it: pooling and resampling.
+
+``convolution`` handles 1-3 spatial dims, strides, padding, dilation, groups and the transposed
+form. Its kernel is im2col (a zero-copy ``as_strided`` window view, one copy into columns) plus
+one batched matmul; the transposed kernel is a matmul followed by one strided add per kernel
+offset (col2im). Its derivatives are convolutions again, so higher-order gradients work and
+traced backward graphs contain only ``convolution`` nodes. Pooling ops have numpy kernels over the
+same window views; average and adaptive pooling, and linear/cubic interpolation, decompose into
+convolutions or matmuls with constant matrices.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from ...runtime import blas
+from ...runtime import dtypes as dt
+from ...runtime.storage import empty_array
+from ..core.common import Tensor, compute_np_dtype, fake, wrap
+from ..core.registry import OPS, defop
+from ..creation.api import tensor
+from ..reductions.reduce import c_type_name, torch_type_name
+from .softmax_linear import numpy_derivative_ok
+
+__all__ = ["conv_output_size", "pool_output_size"]
+
+_as_strided = np.lib.stride_tricks.as_strided
+
+
+def _spatial(x: Tensor) -> tuple:
+    return tuple(x.shape[2:])
+
+
+def conv_output_size(size, kernel, stride, padding, dilation) -> int:
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _transposed_size(size, kernel, stride, padding, dilation, output_padding) -> int:
+    return (size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
+
+
+def _windows(a: np.ndarray, out_sizes, kernel, stride, dilation) -> np.ndarray:
+    """Zero-copy view (N, C, *out, *kernel) of the sliding windows over ``a``'s trailing dims."""
+    st = a.strides
+    k = len(kernel)
+    shape = a.shape[:2] + tuple(out_sizes) + tuple(kernel)
+    spatial = st[2:]
+    strides = (
+        st[:2]
+        + tuple(spatial[i] * stride[i] for i in range(k))
+        + tuple(spatial[i] * dilation[i] for i in range(k))
+    )
+    return _as_strided(a, shape=shape, strides=strides, writeable=False)
+
+
+# ------------------------------------------------------------------------------ convolution
+
+
+@defop(kind="extern", prim=True, autocast={"cuda": "lower"})
+def convolution(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    transposed: bool,
+    output_padding: list[int],
+    groups: int,
+): ...
+
+
+def _conv_geometry(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    """Output shape after PyTorch's argument checks."""
+    k = w.ndim - 2
+    if k < 1 or x.ndim != k + 2:
+        raise RuntimeError(
+            f"Expected {k + 2}-dimensional input for {k + 2}-dimensional weight {list(w.shape)}, "
+            f"but got {x.ndim}-dimensional input of size {list(x.shape)} instead"
+        )
+    if len(stride) != k or len(padding) != k or len(dilation) != k or len(output_padding) != k:
+        raise RuntimeError(
+            f"expected stride, padding, dilation and output_padding to have {k} elements, got "
+            f"{list(stride)}, {list(padding)}, {list(dilation)}, {list(output_padding)}"
+        )
+    if any(s <= 0 for s in stride) or any(d <= 0 for d in dilation) or any(p < 0 for p in padding):
+        raise RuntimeError(
+            f"non-positive stride or dilation, or negative padding, is not supported (stride="
+            f"{list(stride)}, dilation={list(dilation)}, padding={list(padding)})"
+        )
+    if groups <= 0:
+        raise RuntimeError("non-positive groups is not supported")
+    channels = x.shape[1]
+    kernel = tuple(w.shape[2:])
+    if transposed:
+        if w.shape[0] != channels:
+            raise RuntimeError(
+                f"Given transposed=1, weight of size {list(w.shape)}, expected input "
+                f"{list(x.shape)} to have {w.shape[0]} channels, but got {channels} channels instead"
+            )
+        out_channels = w.shape[1] * groups
+        out = [
+            _transposed_size(
+                x.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i], output_padding[i]
+            )
+            for i in range(k)
+        ]
+    else:
+        if w.shape[1] * groups != channels or w.shape[0] % groups:
+            raise RuntimeError(
+                f"Given groups={groups}, weight of size {list(w.shape)}, expected input"
+                f"{list(x.shape)} to have {w.shape[1] * groups} channels, but got {channels} "
+                "channels instead"
+            )
+        out_channels = w.shape[0]
+        padded = [x.shape[2 + i] + 2 * padding[i] for i in range(k)]
+        extent = [dilation[i] * (kernel[i] - 1) + 1 for i in range(k)]
+        if any(p < e for p, e in zip(padded, extent)):
+            raise RuntimeError(
+                f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). "
+                f"Kernel size: ({' x '.join(map(str, extent))}). Kernel size can't be greater "
+                "than actual input size"
+            )
+        out = [
+            conv_output_size(x.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i])
+            for i in range(k)
+        ]
+    if channels % groups:
+        raise RuntimeError(
+            f"Given groups={groups}, expected input channels {channels} to be divisible"
+        )
+    if b is not None and (b.ndim != 1 or b.shape[0] != out_channels):
+        raise RuntimeError(
+            f"Given weight of size {list(w.shape)}, expected bias to be 1-dimensional with "
+            f"{out_channels} elements, but got bias of size {list(b.shape)} instead"
+        )
+    if b is not None and x.dtype is not b.dtype:
+        raise RuntimeError(
+            f"Input type ({c_type_name(x.dtype)}) and bias type ({c_type_name(b.dtype)}) should "
+            "be the same"
+        )
+    if x.dtype is not w.dtype:
+        raise RuntimeError(
+            f"expected scalar type {torch_type_name(x.dtype)} but found {torch_type_name(w.dtype)}"
+        )
+    return (x.shape[0], out_channels) + tuple(out)
+
+
+def _kernel_offsets(kernel):
+    return itertools.product(*(range(size) for size in kernel))
+
+
+def _offset_slices(offset, count, stride, dilation) -> tuple:
+    """Slices of the (padded) input read by kernel position ``offset`` at every output position."""
+    return tuple(
+        slice(o * d, o * d + (n - 1) * s + 1, s)
+        for o, n, s, d in zip(offset, count, stride, dilation)
+    )
+
+
+def _conv_forward_np(a, w, stride, padding, dilation, groups, out_spatial):
+    n, c = a.shape[:2]
+    kernel = w.shape[2:]
+    k = len(kernel)
+    if any(padding):
+        a = np.pad(a, [(0, 0), (0, 0)] + [(p, p) for p in padding])
+    cg, og = c // groups, w.shape[0] // groups
+    if cg == 1:
+        # one input channel per group (depthwise): a multiply-add per kernel offset beats
+        # thousands of tiny matmuls
+        xg = a.reshape((n, groups, 1) + a.shape[2:])
+        wg = w.reshape((groups, og) + tuple(kernel))
+        out = np.zeros((n, groups, og) + tuple(out_spatial), a.dtype)
+        for offset in _kernel_offsets(kernel):
+            sl = xg[(Ellipsis,) + _offset_slices(offset, out_spatial, stride, dilation)]
+            out += sl * wg[(slice(None), slice(None)) + offset].reshape((groups, og) + (1,) * k)
+        return out.reshape((n, groups * og) + tuple(out_spatial))
+    win = _windows(a, out_spatial, kernel, stride, dilation)
+    p_out, p_k = math.prod(out_spatial), math.prod(kernel)
+    # (N, G, Cg, *out, *K) -> columns (G, N, Cg*K, P): the one im2col copy
+    win = win.reshape((n, groups, cg) + tuple(out_spatial) + tuple(kernel))
+    order = (1, 0, 2) + tuple(range(3 + k, 3 + 2 * k)) + tuple(range(3, 3 + k))
+    # pooled buffers: fresh ones this large cost more in page faults than the copy itself
+    win = win.transpose(order)
+    cols = empty_array(win.shape, a.dtype)
+    np.copyto(cols, win)
+    cols = cols.reshape(groups, n, cg * p_k, p_out)
+    wmat = w.reshape(groups, 1, og, cg * p_k)
+    out = empty_array((groups, n, og, p_out), np.result_type(wmat, cols))
+    blas.matmul(wmat, cols, out=out)  # (G, N, Og, P)
+    if groups == 1:
+        return out.reshape((n, og) + tuple(out_spatial))
+    return np.ascontiguousarray(out.transpose(1, 0, 2, 3)).reshape(
+        (n, groups * og) + tuple(out_spatial)
+    )
+
+
+def _conv_transpose_np(a, w, stride, padding, dilation, groups, out_spatial):
+    n, c = a.shape[:2]
+    kernel = w.shape[2:]
+    k = len(kernel)
+    in_spatial = a.shape[2:]
+    cg, og = c // groups, w.shape[1]
+    full = [
+        max(
+            (in_spatial[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1,
+            padding[i] + out_spatial[i],
+        )
+        for i in range(k)
+    ]
+    buf = empty_array((n, groups, og) + tuple(full), a.dtype)
+    buf.fill(0)
+    if cg == 1:
+        xg = a.reshape((n, groups, 1) + tuple(in_spatial))
+        wg = w.reshape((groups, og) + tuple(kernel))
+        for offset in _kernel_offsets(kernel):
+            tap = wg[(slice(None), slice(None)) + offset].reshape((groups, og) + (1,) * k)
+            buf[(Ellipsis,) + _offset_slices(offset, in_spatial, stride, dilation)] += xg * tap
+    else:
+        # columns (G, N, Og*K, P_in) = W_g^T @ x_g, then one strided add per kernel offset
+        p_in, p_k = math.prod(in_spatial), math.prod(kernel)
+        wmat = w.reshape(groups, cg, og * p_k).transpose(0, 2, 1)[:, None]
+        xs = a.reshape(n, groups, cg, p_in).transpose(1, 0, 2, 3)
+        cols = blas.matmul(wmat, xs).reshape((groups, n, og) + tuple(kernel) + tuple(in_spatial))
+        cols = cols.transpose((1, 0, 2) + tuple(range(3, 3 + 2 * k)))
+        for offset in _kernel_offsets(kernel):
+            target = (Ellipsis,) + _offset_slices(offset, in_spatial, stride, dilation)
+            buf[target] += cols[(slice(None),) * 3 + offset]
+    crop = tuple(slice(padding[i], padding[i] + out_spatial[i]) for i in range(k))
+    out = np.ascontiguousarray(buf[(Ellipsis,) + crop])
+    return out.reshape((n, groups * og) + tuple(out_spatial))
+
+
+@convolution.register_kernel
+def _convolution_kernel(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    shape = _conv_geometry(x, w, b, stride, padding, dilation, transposed, output_padding, groups)
+    if not x._dtype.is_floating_point:
+        raise NotImplementedError(f"\"convolution\" not implemented for '{x._dtype.name}'")
+    cd = compute_np_dtype(x._dtype)
+    a = x._data.astype(cd, copy=False)
+    wa = w._data.astype(cd, copy=False)
+    if 0 in shape:
+        return wrap(np.zeros(shape, cd), x._dtype)
+    fn = _conv_transpose_np if transposed else _conv_forward_np
+    out = fn(a, wa, stride, padding, dilation, groups, shape[2:])
+    if b is not None:
+        out = out + b._data.astype(cd, copy=False).reshape((-1,) + (1,) * (out.ndim - 2))
+    return wrap(out, x._dtype)
+
+
+@convolution.register_meta
+def _convolution_meta(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    shape = _conv_geometry(x, w, b, stride, padding, dilation, transposed, output_padding, groups)
+    return fake(shape, x._dtype, x)
+
+
+def _narrow_kernel(t: Tensor, kernel) -> Tensor:
+    for i, size in enumerate(kernel):
+        if t.shape[2 + i] != size:
+            t = OPS["slice"](t, 2 + i, 0, size, 1)
+    return t
+
+
+def _group_major(t: Tensor, groups: int) -> Tensor:
+    """(N, G*C, *S) -> (C, G*N, *S): batch and channels swapped, groups kept outermost."""
+    n, gc = t.shape[:2]
+    spatial = list(t.shape[2:])
+    t = t.reshape([n, groups, gc // groups] + spatial)
+    t = t.permute([2, 1, 0] + list(range(3, t.ndim)))
+    return t.reshape([gc // groups, groups * n] + spatial)
+
+
+def _convolution_grad(c, g):
+    x, w, b, stride, padding, dilation, transposed, output_padding, groups = c.args
+    needs = c.needs_input_grad
+    kernel = tuple(w.shape[2:])
+    k = len(kernel)
+    gx = gw = gb = None
+    if needs[0]:
+        if transposed:
+            gx = convolution(g, w, None, stride, padding, dilation, False, [0] * k, groups)
+        else:
+            back_padding = [
+                x.shape[2 + i]
+                - _transposed_size(g.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i], 0)
+                for i in range(k)
+            ]
+            gx = convolution(g, w, None, stride, padding, dilation, True, back_padding, groups)
+    if needs[1]:
+        if transposed:
+            src, filt = _group_major(g, groups), x.transpose(0, 1)
+        else:
+            src, filt = _group_major(x, groups), g.transpose(0, 1)
+        gw = convolution(src, filt, None, dilation, padding, stride, False, [0] * k, groups)
+        gw = _narrow_kernel(gw, kernel).transpose(0, 1)
+    if b is not None and needs[2]:
+        gb = g.sum([0] + list(range(2, g.ndim)))
+    return gx, gw, gb, None, None, None, None, None, None
+
+
+convolution.register_derivative(_convolution_grad)
+
+
+# ------------------------------------------------------------------------------ pooling
+
+
+def pool_output_size(size, kernel, stride, padding, dilation, ceil_mode) -> int:
+    """PyTorch's pooling output size (ceil mode never starts a window inside the right padding)."""
+    span = size + 2 * padding - dilation * (kernel - 1) - 1 + (stride - 1 if ceil_mode else 0)
+    out = span // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + padding:
+        out -= 1
+    return out
+
+
+def _pool_geometry(name, x, kernel, stride, padding, dilation, ceil_mode) -> list:
+    k = len(kernel)
+    if x.ndim != k + 2:
+        raise RuntimeError(
+            f"{name}: expected a {k + 2}-D (batched) input, got shape {list(x.shape)}"
+        )
+    for i in range(k):
+        if padding[i] * 2 > dilation[i] * (kernel[i] - 1) + 1:
+            raise RuntimeError(
+                f"pad should be at most half of effective kernel size, but got pad={padding[i]}, "
+                f"kernel_size={kernel[i]} and dilation={dilation[i]}"
+            )
+        if kernel[i] <= 0 or stride[i] <= 0 or dilation[i] <= 0:
+            raise RuntimeError(
+                f"{name}: kernel_size, stride and dilation must be greater than zero, got "
+                f"{list(kernel)}, {list(stride)}, {list(dilation)}"
+            )
+    out = [
+        pool_output_size(x.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
+        for i in range(k)
+    ]
+    if any(o < 1 for o in out):
+        raise RuntimeError(
+            f"Given input size: ({'x'.join(map(str, x.shape[1:]))}). Calculated output size: "
+            f"({'x'.join(map(str, [x.shape[1]] + out))}). Output size is too small"
+        )
+    return out
+
+
+def _pool_pads(x_spatial, out, kernel, stride, padding, dilation) -> list:
+    """(before, after) padding that lets every window, including ceil-mode ones, be read."""
+    pads = []
+    for i, size in enumerate(x_spatial):
+        needed = (out[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1
+        pads.append((padding[i], max(needed - size - padding[i], 0)))
+    return pads
+
+
+def _pool_grad_fn_name(template: str):
+    """1-d pooling runs as 2-d pooling of an unsqueezed input in PyTorch."""
+
+    def name(args) -> str:
+        dims = len(args[1])
+        return "SqueezeBackward1" if dims == 1 else template.format(dims)
+
+    return name
+
+
+@defop(
+    kind="pooling",
+    returns=("values", "indices"),
+    grad_fn_name=_pool_grad_fn_name("MaxPool{}DWithIndicesBackward0"),
+)
+def _max_pool(
+    input: Tensor,
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    ceil_mode: bool,
+): ...
+
+
+@_max_pool.register_kernel
+def _max_pool_kernel(x, kernel, stride, padding, dilation, ceil_mode):
+    if not x._dtype.is_floating_point:
+        raise NotImplementedError(f"\"max_pool\" not implemented for '{x._dtype.name}'")
+    out = _pool_geometry("max_pool", x, kernel, stride, padding, dilation, ceil_mode)
+    k = len(kernel)
+    spatial = _spatial(x)
+    pads = _pool_pads(spatial, out, kernel, stride, padding, dilation)
+    a = x._data
+    if any(p != (0, 0) for p in pads):
+        a = np.pad(a, [(0, 0), (0, 0)] + pads, constant_values=-np.inf)
+    taps = [
+        a[(Ellipsis,) + _offset_slices(o, out, stride, dilation)] for o in _kernel_offsets(kernel)
+    ]
+    if len(taps) < 256 and not np.isnan(x._data).any():
+        values, arg = _max_and_first_arg(taps)
+    else:
+        values = taps[0].copy()
+        for tap in taps[1:]:
+            np.maximum(values, tap, out=values)  # propagates NaN, like PyTorch
+        # the first kernel position holding the maximum: scan backwards; a window with NaNs
+        # picks its last NaN (PyTorch's kernel takes every NaN it meets as the new maximum)
+        arg = np.zeros(values.shape, np.int64)
+        for position in range(len(taps) - 1, -1, -1):
+            np.copyto(arg, position, where=taps[position] == values)
+        if np.isnan(values).any():
+            for position, tap in enumerate(taps):
+                np.copyto(arg, position, where=np.isnan(tap))
+    # flat input index = sum over dims of (window start + kernel offset) * the dim's flat stride:
+    # the window starts give a small (*out) grid, the kernel offsets a table indexed by ``arg``
+    flat = [math.prod(spatial[i + 1 :]) for i in range(k)]
+    base = np.zeros((1,) * k, np.int64)
+    for i in range(k):
+        grid = np.arange(out[i]).reshape((-1,) + (1,) * (k - 1 - i)) * stride[i] - padding[i]
+        base = base + grid * flat[i]
+    table = np.zeros(len(taps), np.int64)
+    for p, offset in enumerate(_kernel_offsets(kernel)):
+        table[p] = sum(offset[i] * dilation[i] * flat[i] for i in range(k))
+    index = empty_array(arg.shape, np.dtype(np.int64))
+    np.take(table, arg, out=index)
+    index += base
+    return wrap(values, x._dtype), wrap(index, dt.int64)
+
+
+def _max_and_first_arg(taps: list) -> tuple:
+    """Running max over NaN-free taps and the first tap holding it, without masked loops: the
+    running max only grows at a strictly greater tap, so the first maximum's position is the
+    last position that was strictly greater, and positions only grow (``arg = max(arg, p b)``)."""
+    values = taps[0].copy()
+    arg = np.zeros(values.shape, np.uint8)
+    better = np.empty(values.shape, np.bool_)
+    step = np.empty(values.shape, np.uint8)
+    for p, tap in enumerate(taps[1:], 1):
+        np.greater(tap, values, out=better)
+        np.maximum(values, tap, out=values)
+        np.multiply(better, np.uint8(p), out=step)
+        np.maximum(arg, step, out=arg)
+    return values, arg
+
+
+@_max_pool.register_meta
+def _max_pool_meta(x, kernel, stride, padding, dilation, ceil_mode):
+    out = _pool_geometry("max_pool", x, kernel, stride, padding, dilation, ceil_mode)
+    shape = tuple(x.shape[:2]) + tuple(out)
+    return fake(shape, x._dtype, x), fake(shape, dt.int64, x)
+
+
+def scatter_to_input(g: Tensor, indices: Tensor, input_shape) -> Tensor:
+    """Add each gradient into the input element ``indices`` picked (max/adaptive-max backward)."""
+    n, ch = input_shape[:2]
+    plane = math.prod(input_shape[2:])
+    base = OPS["arange"](0, n * ch * plane, plane, dtype=dt.int64, device=g.device)
+    flat = (indices.reshape(n * ch, -1) + base.unsqueeze(1)).reshape(-1)
+    zeros = g.new_zeros((n * ch * plane,))
+    return OPS["index_put"](zeros, [flat], g.reshape(-1), True).reshape(input_shape)
+
+
+def _max_pool_grad(c, g, _g_indices=None):
+    x, kernel, stride, padding, dilation, _ = c.args
+    indices = c.out[1]
+    if numpy_derivative_ok(g) and indices._data is not None:
+        return (_np_scatter_to_input(g, indices, tuple(x.shape), kernel, stride, dilation),) + (
+            None,
+        ) * 5
+    return (scatter_to_input(g, indices, tuple(x.shape)),) + (None,) * 5
+
+
+def _np_scatter_to_input(g: Tensor, indices: Tensor, input_shape, kernel, stride, dilation):
+    """``scatter_to_input`` in numpy: windows that cannot overlap pick distinct inputs, so the
+    gradient is placed with one assignment; overlapping ones add up as ``index_put`` does."""
+    n, ch = input_shape[:2]
+    plane = math.prod(input_shape[2:])
+    ga = g._data
+    idx = np.ascontiguousarray(indices._data).reshape(n * ch, -1)
+    gx = np.zeros((n * ch, plane), ga.dtype)
+    rows = np.ascontiguousarray(ga).reshape(n * ch, -1)
+    disjoint = all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel, stride, dilation))
+    if disjoint:
+        np.put_along_axis(gx, idx, rows, axis=1)
+    else:
+        np.add.at(
+            gx.reshape(-1),
+            (idx + (np.arange(n * ch) * plane)[:, None]).reshape(-1),
+            rows.reshape(-1),
+        )
+    return wrap(gx.reshape(input_shape), g._dtype)
+
+
+_max_pool.register_derivative(_max_pool_grad, save_output=True, save_inputs=())
+
+
+@_max_pool.register_decomposition
+def _max_pool_decomp(x, kernel, stride, padding, dilation, ceil_mode):
+    out = _pool_geometry("max_pool", x, kernel, stride, padding, dilation, ceil_mode)
+    k = len(kernel)
+    spatial = _spatial(x)
+    pads = _pool_pads(spatial, out, kernel, stride, padding, dilation)
+    xp = OPS["constant_pad_nd"](x, [p for pair in reversed(pads) for p in pair], float("-inf"))
+    contiguous = xp.stride()
+    size = list(xp.shape[:2]) + out + list(kernel)
+    strides = (
+        list(contiguous[:2])
+        + [contiguous[2 + i] * stride[i] for i in range(k)]
+        + [contiguous[2 + i] * dilation[i] for i in range(k)]
+    )
+    win = OPS["as_strided"](xp.detach(), size, strides).reshape(list(xp.shape[:2]) + out + [-1])
+    arg = win.argmax(-1)
+    index = None
+    rest = arg
+    divisors = [math.prod(kernel[i + 1 :]) for i in range(k)]
+    for i in range(k):
+        offset = rest.div(divisors[i], rounding_mode="floor")
+        rest = rest - offset * divisors[i]
+        grid = OPS["arange"](0, out[i], 1, dtype=dt.int64, device=x.device)
+        grid = grid.reshape([-1] + [1] * (k - 1 - i)) * stride[i] - padding[i]
+        coord = grid + offset * dilation[i]
+        index = coord if index is None else index * spatial[i] + coord
+    return gather_at(x, index), index
+
+
+def gather_at(x: Tensor, index: Tensor) -> Tensor:
+    """x[n, c, index[n, c, ...]] over flattened spatial dims: the picked elements, whose gradient
+    goes to exactly those elements (the first of tied maxima, like the kernels)."""
+    n, ch = x.shape[:2]
+    rows = OPS["arange"](0, n * ch, 1, dtype=dt.int64, device=x.device).unsqueeze(1)
+    flat = x.reshape(n * ch, -1)
+    picked = OPS["index"](flat, [rows, index.reshape(n * ch, -1)])
+    return picked.reshape(tuple(index.shape))
+
+
+@defop(kind="pooling", grad_fn_name=_pool_grad_fn_name("AvgPool{}DBackward0"))
+def _avg_pool(
+    input: Tensor,
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+): ...
+
+
+def _avg_divisor(spatial, out, kernel, stride, padding, count_include_pad, override):
+    """The per-window divisor as an array broadcastable over (*out) (separable per dim)."""
+    if override is not None:
+        if override == 0:
+            raise RuntimeError("divisor must be not zero")
+        return np.asarray(float(override))
+    k = len(kernel)
+    div = np.ones(out)
+    for i in range(k):
+        start = np.arange(out[i]) * stride[i] - padding[i]
+        end = np.minimum(start + kernel[i], spatial[i] + padding[i])
+        if count_include_pad:
+            count = end - start
+        else:
+            count = np.minimum(end, spatial[i]) - np.maximum(start, 0)
+        div = div * count.reshape((-1,) + (1,) * (k - 1 - i))
+    return div
+
+
+def _avg_setup(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    dilation = [1] * len(kernel)
+    out = _pool_geometry("avg_pool", x, kernel, stride, padding, dilation, ceil_mode)
+    spatial = _spatial(x)
+    pads = _pool_pads(spatial, out, kernel, stride, padding, dilation)
+    div = _avg_divisor(spatial, out, kernel, stride, padding, count_include_pad, divisor_override)
+    return out, pads, div
+
+
+@_avg_pool.register_kernel
+def _avg_pool_kernel(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    if not x._dtype.is_floating_point:
+        raise NotImplementedError(f"\"avg_pool\" not implemented for '{x._dtype.name}'")
+    out, pads, div = _avg_setup(
+        x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
+    )
+    k = len(kernel)
+    a = x._data.astype(compute_np_dtype(x._dtype), copy=False)
+    if any(p != (0, 0) for p in pads):
+        a = np.pad(a, [(0, 0), (0, 0)] + pads)
+    sums = None
+    for offset in _kernel_offsets(kernel):
+        tap = a[(Ellipsis,) + _offset_slices(offset, out, stride, [1] * k)]
+        sums = tap.copy() if sums is None else np.add(sums, tap, out=sums)
+    sums /= div
+    return wrap(sums, x._dtype)
+
+
+@_avg_pool.register_meta
+def _avg_pool_meta(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    out = _pool_geometry("avg_pool", x, kernel, stride, padding, [1] * len(kernel), ceil_mode)
+    return fake(tuple(x.shape[:2]) + tuple(out), x._dtype, x)
+
+
+def _window_sum_transposed(g: Tensor, kernel, stride) -> Tensor:
+    """Spread each value of (N, C, *out) over its window: a depthwise transposed convolution."""
+    n, ch = g.shape[:2]
+    k = len(kernel)
+    ones = g.new_ones([1, 1] + list(kernel))
+    flat = g.reshape([n * ch, 1] + list(g.shape[2:]))
+    full = convolution(flat, ones, None, list(stride), [0] * k, [1] * k, True, [0] * k, 1)
+    return full.reshape([n, ch] + list(full.shape[2:]))
+
+
+def _avg_pool_grad(c, g):
+    x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override = c.args
+    out, pads, div = _avg_setup(
+        x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
+    )
+    scaled = g / tensor(div, dtype=g.dtype, device=g.device)
+    full = _window_sum_transposed(scaled, kernel, stride)
+    crop = []
+    for i in reversed(range(len(kernel))):
+        crop += [-padding[i], padding[i] + x.shape[2 + i] - full.shape[2 + i]]
+    return (OPS["constant_pad_nd"](full, crop, 0.0),) + (None,) * 6
+
+
+_avg_pool.register_derivative(_avg_pool_grad, save_inputs=())
+
+
+@_avg_pool.register_decomposition
+def _avg_pool_decomp(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    out, pads, div = _avg_setup(
+        x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
+    )
+    k = len(kernel)
+    xp = OPS["constant_pad_nd"](x, [p for pair in reversed(pads) for p in pair], 0.0)
+    n, ch = x.shape[:2]
+    flat = xp.reshape([n * ch, 1] + list(xp.shape[2:]))
+    ones = x.new_ones([1, 1] + list(kernel))
+    sums = convolution(flat, ones, None, list(stride), [0] * k, [1] * k, False, [0] * k, 1)
+    sums = sums.reshape([n, ch] + out)
+    return sums / tensor(div, dtype=x.dtype, device=x.device)
+
+
+# ------------------------------------------------------------------------------ adaptive pooling
+
+
+def _adaptive_bounds(size: int, out: int):
+    i = np.arange(out)
+    return (i * size) // out, -((-(i + 1) * size) // out)
+
+
+def _averaging_matrix(size: int, out: int) -> np.ndarray:
+    """(out, size) matrix whose rows average PyTorch's adaptive windows."""
+    start, end = _adaptive_bounds(size, out)
+    pos = np.arange(size)
+    inside = (pos >= start[:, None]) & (pos < end[:, None])
+    return inside / (end - start)[:, None]
+
+
+def _apply_per_dim(x: Tensor, matrices) -> Tensor:
+    """Contract each trailing spatial dim with its (out, size) matrix (separable resampling)."""
+    k = len(matrices)
+    for i, m in enumerate(matrices):
+        dim = x.ndim - k + i
+        mt = tensor(np.ascontiguousarray(m.T), dtype=x.dtype, device=x.device)
+        moved = x.movedim(dim, -1) if dim != x.ndim - 1 else x
+        moved = OPS["matmul"](moved, mt)
+        x = moved.movedim(-1, dim) if dim != x.ndim - 1 else moved
+    return x
+
+
+@defop(kind="pooling")
+def _adaptive_avg_pool(input: Tensor, output_size: list[int]): ...
+
+
+def _adaptive_check(name, x, output_size):
+    k = len(output_size)
+    if x.ndim not in (k + 1, k + 2) or any(s == 0 for s in x.shape[x.ndim - k :]):
+        raise RuntimeError(
+            f"{name}(): Expected {k + 1}D or {k + 2}D tensor with non-zero sizes for the spatial "
+            f"dims, but got input of shape {list(x.shape)}"
+        )
+    if any(o < 0 for o in output_size):
+        raise RuntimeError(f"{name}: output_size must be non-negative, got {list(output_size)}")
+
+
+@_adaptive_avg_pool.register_decomposition
+def _adaptive_avg_pool_decomp(x, output_size):
+    _adaptive_check("adaptive_avg_pool", x, output_size)
+    k = len(output_size)
+    spatial = x.shape[x.ndim - k :]
+    if all(o and s % o == 0 for s, o in zip(spatial, output_size)):
+        # equal windows: a reshape and a mean
+        shape = list(x.shape[: x.ndim - k])
+        dims = []
+        for s, o in zip(spatial, output_size):
+            shape += [o, s // o]
+            dims.append(len(shape) - 1)
+        return x.reshape(shape).mean(dims)
+    return _apply_per_dim(x, [_averaging_matrix(s, o) for s, o in zip(spatial, output_size)])
+
+
+@defop(kind="pooling", returns=("values", "indices"))
+def _adaptive_max_pool(input: Tensor, output_size: list[int]): ...
+
+
+def _adaptive_index_grid(spatial, output_size):
+    """Per dim: (out, longest window) input positions, repeating each window's last element."""
+    grids = []
+    for size, out in zip(spatial, output_size):
+        start, end = _adaptive_bounds(size, out)
+        longest = int((end - start).max())
+        pos = start[:, None] + np.arange(longest)
+        grids.append(np.minimum(pos, end[:, None] - 1))
+    return grids
+
+
+@_adaptive_max_pool.register_kernel
+def _adaptive_max_pool_kernel(x, output_size):
+    _adaptive_check("adaptive_max_pool", x, output_size)
+    if x.ndim != len(output_size) + 2:
+        raise RuntimeError("adaptive_max_pool: expected a batched input")
+    k = len(output_size)
+    if 0 in output_size:  # no windows: nothing to gather or compare
+        shape = tuple(x.shape[:2]) + tuple(output_size)
+        return wrap(np.empty(shape, x._data.dtype), x._dtype), wrap(
+            np.empty(shape, np.int64), dt.int64
+        )
+    spatial = _spatial(x)
+    grids = _adaptive_index_grid(spatial, output_size)
+    # gather (N, C, o1, l1, o2, l2, ...) then move the window axes last
+    index = tuple(
+        g.reshape((1,) * (2 * i) + g.shape + (1,) * (2 * (k - 1 - i))) for i, g in enumerate(grids)
+    )
+    gathered = x._data[(slice(None), slice(None)) + index]
+    order = (0, 1) + tuple(2 + 2 * i for i in range(k)) + tuple(3 + 2 * i for i in range(k))
+    lengths = tuple(g.shape[1] for g in grids)
+    flat = gathered.transpose(order).reshape(x.shape[:2] + tuple(output_size) + (-1,))
+    arg = flat.argmax(axis=-1)
+    values = np.take_along_axis(flat, arg[..., None], -1)[..., 0]
+    offsets = np.unravel_index(arg, lengths)
+    flat_index = np.zeros(arg.shape, np.int64)
+    for i in range(k):
+        rows = np.arange(output_size[i]).reshape((-1,) + (1,) * (k - 1 - i))
+        flat_index = flat_index * spatial[i] + grids[i][rows, offsets[i]]
+    return wrap(values, x._dtype), wrap(flat_index, dt.int64)
+
+
+@_adaptive_max_pool.register_meta
+def _adaptive_max_pool_meta(x, output_size):
+    _adaptive_check("adaptive_max_pool", x, output_size)
+    shape = tuple(x.shape[:2]) + tuple(output_size)
+    return fake(shape, x._dtype, x), fake(shape, dt.int64, x)
+
+
+@_adaptive_max_pool.register_decomposition
+def _adaptive_max_pool_decomp(x, output_size):
+    _adaptive_check("adaptive_max_pool", x, output_size)
+    k = len(output_size)
+    spatial = _spatial(x)
+    grids = _adaptive_index_grid(spatial, output_size)
+    index = [
+        tensor(g.reshape((1,) * (2 * i) + g.shape + (1,) * (2 * (k - 1 - i))), device=x.device)
+        for i, g in enumerate(grids)
+    ]
+    gathered = OPS["index"](x.detach(), [None, None] + index)
+    order = [0, 1] + [2 + 2 * i for i in range(k)] + [3 + 2 * i for i in range(k)]
+    flat = gathered.permute(order).reshape(list(x.shape[:2]) + list(output_size) + [-1])
+    arg = flat.argmax(-1)
+    flat_index = None
+    rest = arg
+    for i in range(k):
+        tail = math.prod(g.shape[1] for g in grids[i + 1 :])
+        offset = rest.div(tail, rounding_mode="floor")
+        rest = rest - offset * tail
+        rows = OPS["arange"](0, output_size[i], 1, dtype=dt.int64, device=x.device)
+        rows = rows.reshape([-1] + [1] * (k - 1 - i))
+        coord = OPS["index"](tensor(grids[i], device=x.device), [rows, offset])
+        flat_index = coord if flat_index is None else flat_index * spatial[i] + coord
+    return gather_at(x, flat_index), flat_index
+
+
+_adaptive_max_pool.register_derivative(
+    lambda c, g, _gi=None: (scatter_to_input(g, c.out[1], tuple(c.args[0].shape)), None),
+    save_output=True,
+    save_inputs=(),
+)
+
+
+# ------------------------------------------------------------------------------ interpolation
+
+
+def _source_scale(size: int, out: int, align_corners: bool, scale: float | None) -> float:
+    if align_corners:
+        return (size - 1) / (out - 1) if out > 1 else 0.0
+    return 1.0 / scale if scale is not None and scale > 0 else size / out
+
+
+def _linear_taps(size, out, align_corners, scale) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(source index, weight) of both neighbours of every output position, PyTorch's: the upper
+    neighbour is read even where its weight is 0 (so a NaN there spreads, as in PyTorch), and
+    is the lower one again at the last position; a dim that keeps its size is copied."""
+    if out == size:
+        same = np.arange(out)
+        return [(same, np.ones(out)), (same, np.zeros(out))]
+    ratio = _source_scale(size, out, align_corners, scale)
+    dst = np.arange(out)
+    src = dst * ratio if align_corners else np.maximum((dst + 0.5) * ratio - 0.5, 0.0)
+    lo = np.minimum(np.floor(src).astype(np.int64), size - 1)
+    hi = np.minimum(lo + 1, size - 1)
+    frac = src - lo
+    return [(lo, 1.0 - frac), (hi, frac)]
+
+
+def _cubic_taps(size, out, align_corners, scale) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The four (source index, weight) taps of bicubic convolution (A = -0.75) for every output
+    position, indices clamped to the edge as PyTorch does."""
+    a = -0.75
+    ratio = _source_scale(size, out, align_corners, scale)
+    dst = np.arange(out)
+    src = dst * ratio if align_corners else (dst + 0.5) * ratio - 0.5
+    base = np.floor(src).astype(np.int64)
+    t = src - base
+    coeffs = [
+        ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+        ((a + 2) * t - (a + 3)) * t * t + 1,
+        ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+        ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a,
+    ]
+    return [(np.clip(base - 1 + j, 0, size - 1), coef) for j, coef in enumerate(coeffs)]
+
+
+def _apply_taps(x: Tensor, dim: int, taps) -> Tensor:
+    """Interpolate along ``dim``: the weighted sum of the gathered taps. Gathering (not a dense
+    (out, size) matrix) reads only each output's own neighbours, so a NaN or inf spreads to the
+    outputs that read it and no further, as in PyTorch."""
+    trailing = [1] * (x.ndim - 1 - dim)
+    out = None
+    for index, weight in taps:
+        gathered = OPS["index"](x, [None] * dim + [tensor(index, device=x.device)])
+        w = tensor(weight.reshape([-1] + trailing), dtype=x.dtype, device=x.device)
+        out = gathered * w if out is None else out + gathered * w
+    return out
+
+
+def _nearest_index(size, out, scale, exact: bool) -> np.ndarray:
+    ratio = np.float32(1.0 / scale if scale is not None and scale > 0 else size / out)
+    dst = np.arange(out, dtype=np.float32)
+    src = np.floor((dst + np.float32(0.5)) * ratio) if exact else np.floor(dst * ratio)
+    return np.minimum(src.astype(np.int64), size - 1)
+
+
+def _check_resample_sizes(x: Tensor, spatial, sizes) -> None:
+    """PyTorch's upsample checks: every input and output size positive (the weights divide by
+    them), and no empty channel or spatial dim (only the batch may be empty)."""
+    if any(s <= 0 for s in spatial) or any(o <= 0 for o in sizes):
+        names = "DHW"[3 - len(sizes) :]
+        given = ", ".join(f"{n}: {s}" for n, s in zip(names, spatial))
+        wanted = ", ".join(f"{n}: {o}" for n, o in zip(names, sizes))
+        joint = " and output" if len(sizes) == 1 else " output"
+        raise RuntimeError(
+            "Input and output sizes should be greater than 0, but got "
+            f"input ({given}){joint} ({wanted})"
+        )
+    if math.prod(x.shape[1:]) == 0:
+        raise RuntimeError(
+            f"Non-empty {x.ndim}D data tensor expected but got a tensor with sizes {list(x.shape)}"
+        )
+
+
+def resample(x: Tensor, sizes, mode: str, align_corners: bool, scales) -> Tensor:
+    """Resize the trailing ``len(sizes)`` dims: nearest by indexing, (bi/tri)linear and bicubic
+    one dim at a time by gathered taps (exactly PyTorch's neighbours and weights, so values,
+    gradients and NaN/inf spreading match)."""
+    k = len(sizes)
+    spatial = x.shape[x.ndim - k :]
+    _check_resample_sizes(x, spatial, sizes)
+    if mode in ("nearest", "nearest-exact"):
+        for i in range(k):
+            src = _nearest_index(spatial[i], sizes[i], scales[i], mode == "nearest-exact")
+            idx = tensor(src, device=x.device)
+            x = OPS["index"](x, [None] * (x.ndim - k + i) + [idx])
+        return x
+    build = _cubic_taps if mode == "bicubic" else _linear_taps
+    # half types interpolate in float32 and round once, as PyTorch's kernels do
+    low = x.dtype in (dt.float16, dt.bfloat16)
+    y = x.float() if low else x
+    for i in range(k):
+        taps = build(spatial[i], sizes[i], align_corners, scales[i])
+        y = _apply_taps(y, x.ndim - k + i, taps)
+    return y.to(x.dtype) if low else y

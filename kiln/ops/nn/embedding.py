@@ -1,0 +1,136 @@
+"""Embedding lookups and one-hot encoding.
+
+``embedding`` gathers rows with a numpy kernel; its derivative scatters with ``index_put``
+(skipping ``padding_idx``, optionally scaled by frequency) and its decomposition is an ``index``
+whose gradient is rescaled the same way. ``_one_hot`` backs ``F.one_hot``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...runtime import dtypes as dt
+from ..core.common import Tensor, fake, wrap
+from ..core.registry import OPS, defop
+
+__all__: list[str] = []
+
+
+def _check_indices(name, idx):
+    if idx._dtype not in (dt.int64, dt.int32):
+        raise RuntimeError(
+            f"Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+            f"Long, Int; but got {idx.type()} instead (while checking arguments for {name})"
+        )
+
+
+@defop(kind="nn")
+def embedding(
+    weight: Tensor,
+    indices: Tensor,
+    padding_idx: int = -1,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+): ...
+
+
+@embedding.register_kernel
+def _embedding_kernel(weight, indices, padding_idx, scale_grad_by_freq, sparse):
+    _check_indices("embedding", indices)
+    if weight.ndim != 2:
+        raise RuntimeError(f"'weight' must be 2-D, got a tensor of shape {list(weight._shape)}")
+    idx = indices._data
+    num = weight._shape[0]
+    if idx.size and (idx.min() < 0 or idx.max() >= num):
+        raise IndexError("index out of range in self")
+    return wrap(np.take(weight._data, idx, axis=0), weight._dtype)
+
+
+@embedding.register_meta
+def _embedding_meta(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    _check_indices("embedding", indices)
+    return fake(tuple(indices._shape) + (weight._shape[1],), weight._dtype, weight)
+
+
+def _embedding_grad(c, g):
+    weight, indices, padding_idx, scale_grad_by_freq, _ = c.args
+    num, dim = weight.shape
+    flat = indices.reshape(-1)
+    rows = g.reshape(-1, dim)
+    if padding_idx >= 0:
+        rows = OPS["where"]((flat != padding_idx).unsqueeze(1), rows, 0)
+    if scale_grad_by_freq:
+        ones = rows.new_ones(flat.shape)
+        counts = OPS["index_put"](rows.new_zeros((num,)), [flat], ones, True)
+        rows = rows / OPS["index"](counts, [flat]).unsqueeze(1)
+    return (
+        OPS["index_put"](rows.new_zeros((num, dim)), [flat], rows, True),
+        None,
+        None,
+        None,
+        None,
+    )
+
+
+embedding.register_derivative(_embedding_grad, save_inputs=(1,))
+
+
+@embedding.register_decomposition
+def _embedding_decomp(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    rows = OPS["index"](weight, [indices])
+    if padding_idx < 0 and not scale_grad_by_freq:
+        return rows
+    # same values, gradient scaled per lookup: 0 for the padding row, 1/count with freq scaling
+    scale = (indices != padding_idx).to(weight.dtype)
+    if scale_grad_by_freq:
+        flat = indices.reshape(-1)
+        ones = weight.new_ones(tuple(flat.shape))
+        counts = OPS["index_put"](weight.new_zeros((weight.shape[0],)), [flat], ones, True)
+        scale = scale / OPS["index"](counts, [indices])
+    frozen = rows.detach()
+    return frozen + (rows - frozen) * scale.unsqueeze(-1)
+
+
+@defop(kind="nn", differentiable=False)
+def _one_hot(self: Tensor, num_classes: int = -1): ...
+
+
+def _check_one_hot(x):
+    if x._dtype is not dt.int64:
+        raise RuntimeError(
+            f"one_hot is only applicable to index tensor of type LongTensor (got {x._dtype})."
+        )
+
+
+@_one_hot.register_kernel
+def _one_hot_kernel(x, num_classes):
+    _check_one_hot(x)
+    a = x._data
+    if a.size and a.min() < 0:
+        raise RuntimeError("Class values must be non-negative.")
+    if num_classes == -1:
+        if a.size == 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        num_classes = int(a.max()) + 1
+    elif a.size and a.max() >= num_classes:
+        raise RuntimeError("Class values must be smaller than num_classes.")
+    return wrap((a[..., None] == np.arange(num_classes)).astype(np.int64), dt.int64)
+
+
+@_one_hot.register_meta
+def _one_hot_meta(x, num_classes=-1):
+    _check_one_hot(x)
+    if num_classes == -1:
+        from ..indexing.subscript import DataDependentOutputError
+
+        raise DataDependentOutputError("one_hot with num_classes=-1 has a data-dependent shape")
+    return fake(tuple(x._shape) + (num_classes,), dt.int64, x)
+
+
+@_one_hot.register_decomposition
+def _one_hot_decomp(x, num_classes=-1):
+    _check_one_hot(x)
+    if num_classes == -1:
+        num_classes = int(x.amax().item()) + 1  # data-dependent, as in PyTorch
+    classes = OPS["arange"](0, num_classes, 1, dtype=dt.int64, device=x.device)
+    return (x.unsqueeze(-1) == classes).to(dt.int64)

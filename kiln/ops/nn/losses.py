@@ -1,0 +1,548 @@
+"""Loss ops with PyTorch's exact reduction semantics.
+
+``nll_loss`` and the elementwise losses (mse, l1, smooth_l1, huber, binary cross-entropy with and
+without logits) have a numpy kernel, a derivative in kiln ops and a decomposition into prims.
+``cross_entropy`` and the rarer losses are composites of those ops. A weighted ``mean`` divides by
+the summed weights of the non-ignored targets, as PyTorch does (NaN when every target is ignored).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...runtime import dtypes as dt
+from ...runtime.tensor import Size
+from ..core.common import Tensor, broadcast_shapes, compute_np_dtype, fake, result_dtype, wrap
+from ..core.registry import OPS, defop
+from ..reductions.reduce import float_sum, torch_type_name
+
+__all__ = ["check_reduction", "reduce_loss"]
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def check_reduction(reduction: str) -> str:
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    return reduction
+
+
+def reduce_loss(loss: Tensor, reduction: str) -> Tensor:
+    """Apply a reduction with kiln ops (for composites and decompositions)."""
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
+def _np_reduce(a: np.ndarray, reduction: str) -> np.ndarray:
+    if a.dtype == np.float32 and a.size and reduction in ("mean", "sum"):
+        # the sum PyTorch computes (its mean is that sum divided by the count)
+        total = float_sum(a, tuple(range(a.ndim)))
+        return np.asarray(total / a.size if reduction == "mean" else total, dtype=a.dtype)
+    if reduction == "mean":
+        return np.asarray(a.mean() if a.size else np.nan, dtype=a.dtype)
+    if reduction == "sum":
+        return np.asarray(a.sum(), dtype=a.dtype)
+    return a
+
+
+def _grad_scale(g: Tensor, reduction: str, numel: int) -> Tensor:
+    """The incoming gradient as seen by each element before the reduction."""
+    return g / numel if reduction == "mean" else g
+
+
+# ------------------------------------------------------------------------------ nll_loss
+
+
+@defop(kind="loss", autocast={"cpu": "fp32", "cuda": "fp32"})
+def nll_loss(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    reduction: str = "mean",
+    ignore_index: int = -100,
+): ...
+
+
+def _target_shape_message(x, target) -> str:
+    """PyTorch's words for a class-index target of the wrong shape (its kernels differ by rank)."""
+    if x.ndim == 2:
+        return "0D or 1D target tensor expected, multi-target not supported"
+    if x.ndim == 4 and target.ndim != 3:
+        return (
+            "only batches of spatial targets supported (3D tensors) but got targets of "
+            f"dimension: {target.ndim}"
+        )
+    if x.ndim == 4:
+        return f"size mismatch (got input: {list(x._shape)} , target: {list(target._shape)}"
+    return f"Expected target size {list(x._shape[:1] + x._shape[2:])}, got {list(target._shape)}"
+
+
+def _nll_geometry(x, target, weight):
+    """(class dim, number of classes) after PyTorch's argument checks."""
+    if target._dtype not in (dt.int64, dt.uint8):
+        raise RuntimeError(
+            f"expected target dtype to be Long or Byte, but got {torch_type_name(target._dtype)}"
+        )
+    if x.ndim == 0:
+        raise ValueError("Expected 1 or more dimensions (got 0)")
+    class_dim = 0 if x.ndim == 1 else 1
+    if x.ndim == 1:
+        if target.ndim == 1 and target._shape[0] != 1:
+            raise ValueError(
+                f"For 1D input, 1D target must have size 1, but got target size: {target._shape[0]}"
+            )
+        if target.ndim != 0:
+            raise RuntimeError(
+                f"0D target tensor expected for 1D input, got target of shape {list(target._shape)}"
+            )
+    elif target.ndim == 0 or target._shape[0] != x._shape[0]:
+        raise ValueError(
+            f"Expected input batch_size ({x._shape[0]}) to match target batch_size "
+            f"({target._shape[0] if target.ndim else 0})."
+        )
+    elif tuple(target._shape) != tuple(x._shape[:1] + x._shape[2:]):
+        raise RuntimeError(_target_shape_message(x, target))
+    n_classes = x._shape[class_dim]
+    if weight is not None and (weight.ndim != 1 or weight._shape[0] != n_classes):
+        raise RuntimeError(
+            f"weight tensor should be defined either for all {n_classes} classes or no classes "
+            f"but got weight tensor of shape: {list(weight._shape)}"
+        )
+    return class_dim, n_classes
+
+
+@nll_loss.register_kernel
+def _nll_loss_kernel(x, target, weight, reduction, ignore_index):
+    check_reduction(reduction)
+    class_dim, n_classes = _nll_geometry(x, target, weight)
+    t = target._data.astype(np.int64)
+    valid = t != ignore_index
+    bad = valid & ((t < 0) | (t >= n_classes))
+    if bad.any():
+        raise IndexError(f"Target {int(t[bad].flat[0])} is out of bounds.")
+    safe = np.where(valid, t, 0)
+    logp = np.moveaxis(x._data, class_dim, -1)
+    picked = np.take_along_axis(logp, safe[..., None], -1)[..., 0]
+    cd = compute_np_dtype(x._dtype)
+    w = valid.astype(cd) if weight is None else np.where(valid, weight._data[safe], 0).astype(cd)
+    # an ignored target contributes exactly 0, even where its input is NaN or inf
+    losses = np.where(valid, -(picked.astype(cd) * w), 0)
+    if reduction == "none":
+        return wrap(losses, x._dtype)
+    if reduction == "sum":
+        return wrap(np.asarray(losses.sum(), cd), x._dtype)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return wrap(np.asarray(losses.sum() / w.sum(), cd), x._dtype)
+
+
+@nll_loss.register_meta
+def _nll_loss_meta(x, target, weight=None, reduction="mean", ignore_index=-100):
+    check_reduction(reduction)
+    _nll_geometry(x, target, weight)
+    return fake(target._shape if reduction == "none" else (), x._dtype, x)
+
+
+def _nll_parts(x, target, weight, ignore_index, class_dim, n_classes):
+    """(one-hot mask of the targets along the class dim, per-target weight with ignores zeroed)."""
+    valid = target != ignore_index
+    safe = OPS["where"](valid, target, 0).to(dt.int64)
+    shape = [1] * x.ndim
+    shape[class_dim] = n_classes
+    classes = OPS["arange"](0, n_classes, 1, dtype=dt.int64, device=x.device).reshape(shape)
+    onehot = classes == safe.unsqueeze(class_dim)
+    w = (
+        valid.to(x.dtype)
+        if weight is None
+        else OPS["where"](valid, OPS["index"](weight, [safe]), 0)
+    )
+    return onehot, w, valid
+
+
+def _nll_loss_grad(c, g):
+    x, target, weight, reduction, ignore_index = c.args
+    class_dim, n_classes = _nll_geometry(x, target, weight)
+    onehot, w, valid = _nll_parts(x, target, weight, ignore_index, class_dim, n_classes)
+    coef = -w * g
+    # ignored targets get exactly no gradient (selected, since an inf or NaN ``g`` times their
+    # zero weight is NaN), even when every target is ignored (a mean's 0/0 total weight)
+    coef = OPS["where"](valid, coef / w.sum() if reduction == "mean" else coef, 0.0)
+    return (OPS["where"](onehot, coef.unsqueeze(class_dim), 0.0), None, None, None, None)
+
+
+nll_loss.register_derivative(_nll_loss_grad, save_inputs=(1, 2))
+
+
+@nll_loss.register_decomposition
+def _nll_loss_decomp(x, target, weight=None, reduction="mean", ignore_index=-100):
+    check_reduction(reduction)
+    class_dim, n_classes = _nll_geometry(x, target, weight)
+    onehot, w, valid = _nll_parts(x, target, weight, ignore_index, class_dim, n_classes)
+    losses = OPS["where"](valid, -OPS["where"](onehot, x, 0.0).sum(class_dim) * w, 0.0)
+    if reduction == "none":
+        return losses
+    if reduction == "sum":
+        return losses.sum()
+    total = w.sum()
+    empty = total == 0
+    # NaN when every target is ignored, like the kernel, without a NaN gradient
+    return OPS["where"](empty, float("nan"), losses.sum() / OPS["where"](empty, 1.0, total))
+
+
+def _cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    reduction: str = "mean",
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+):
+    """log_softmax + nll_loss, or a weighted sum for probability targets (same shape as input)."""
+    check_reduction(reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    class_dim = 0 if input.ndim == 1 else 1
+    n_classes = input.shape[class_dim]
+    logp = OPS["log_softmax"](input, class_dim)
+    wshape = [1] * input.ndim
+    wshape[class_dim] = n_classes
+    if tuple(input.shape) == tuple(target.shape):
+        if not target.dtype.is_floating_point:
+            raise RuntimeError(
+                f"Expected floating point type for target with class probabilities, got {target.dtype}"
+            )
+        if label_smoothing > 0:
+            target = target * (1 - label_smoothing) + label_smoothing / n_classes
+        terms = logp * target
+        if weight is not None:
+            terms = terms * weight.reshape(wshape)
+        if reduction == "none":
+            return -terms.sum(class_dim)
+        if reduction == "sum":
+            return -terms.sum()
+        return (
+            -terms.sum() / (input.numel() // n_classes)
+            if input.numel()
+            else -terms.sum() * float("nan")
+        )
+    loss = nll_loss(logp, target, weight, reduction, ignore_index)
+    if label_smoothing == 0:
+        return loss
+    ignored = target == ignore_index
+    smooth = -(logp * weight.reshape(wshape) if weight is not None else logp).sum(class_dim)
+    smooth = OPS["where"](ignored, 0.0, smooth)
+    if reduction == "sum":
+        smooth = smooth.sum()
+    elif reduction == "mean":
+        if weight is None:
+            smooth = smooth.sum() / ignored.logical_not().sum()
+        else:
+            safe = OPS["where"](ignored, 0, target).to(dt.int64)
+            picked = OPS["where"](ignored, 0.0, OPS["index"](weight, [safe]))
+            smooth = smooth.sum() / picked.sum()
+    return (1 - label_smoothing) * loss + smooth * (label_smoothing / n_classes)
+
+
+cross_entropy = defop(
+    _cross_entropy, name="cross_entropy", kind="loss", autocast={"cpu": "fp32", "cuda": "fp32"}
+)
+cross_entropy.register_decomposition(_cross_entropy)
+
+
+# ------------------------------------------------------------------------------ elementwise losses
+
+
+def _loss_dtype(x, t):
+    return result_dtype(x, t)
+
+
+def _elementwise_loss(name, schema, np_fn, grad_fn, decomp_fn, **record):
+    """Define ``name(input, target, *params, reduction)`` from three elementwise formulas.
+
+    ``np_fn(a, t, *params)`` is the numpy loss, ``grad_fn(x, t, *params)`` returns the kiln
+    gradients (d/dinput, d/dtarget) of one element, ``decomp_fn`` the kiln loss of one element.
+    """
+    op = defop(schema, name=name, kind="loss", **record)
+
+    def check(x, t):
+        if not x._dtype.is_floating_point and not t._dtype.is_floating_point:
+            raise RuntimeError(
+                f"{name}: expected floating point inputs, got {x._dtype} and {t._dtype}"
+            )
+        return broadcast_shapes(x._shape, t._shape), _loss_dtype(x, t)
+
+    def kernel(x, t, *rest):
+        *params, reduction = rest
+        check_reduction(reduction)
+        _, d = check(x, t)
+        cd = compute_np_dtype(d)
+        a = x._data.astype(cd, copy=False)
+        b = t._data.astype(cd, copy=False)
+        return wrap(_np_reduce(np.asarray(np_fn(a, b, *params), cd), reduction), d)
+
+    def meta(x, t, *rest):
+        check_reduction(rest[-1])
+        shape, d = check(x, t)
+        return fake(shape if rest[-1] == "none" else (), d, x)
+
+    def derivative(c, g):
+        x, t, *params, reduction = c.args
+        shape = broadcast_shapes(tuple(x.shape), tuple(t.shape))
+        scale = _grad_scale(g, reduction, math.prod(shape))
+        gx, gt = grad_fn(x, t, *params)
+        needs = c.needs_input_grad
+        return (gx * scale if needs[0] else None, gt * scale if needs[1] else None) + (None,) * (
+            len(params) + 1
+        )
+
+    op.register_kernel(kernel)
+    op.register_meta(meta)
+    op.register_derivative(derivative)
+    op.register_decomposition(
+        lambda x, t, *rest: reduce_loss(decomp_fn(x, t, *rest[:-1]), check_reduction(rest[-1]))
+    )
+    return op
+
+
+def _mse_schema(input: Tensor, target: Tensor, reduction: str = "mean"): ...
+
+
+mse_loss = _elementwise_loss(
+    "mse_loss",
+    _mse_schema,
+    lambda a, b: np.square(a - b),
+    lambda x, t: (2 * (x - t), -2 * (x - t)),
+    lambda x, t: (x - t) * (x - t),
+    autocast={"cpu": "fp32", "cuda": "fp32"},
+)
+
+
+def _l1_schema(input: Tensor, target: Tensor, reduction: str = "mean"): ...
+
+
+def _l1_loss_grad_fn_name(args) -> str:
+    reduction = args[-1]
+    return {
+        "none": "AbsBackward0",
+        0: "AbsBackward0",
+        "sum": "SumBackward0",
+        2: "SumBackward0",
+    }.get(reduction, "MeanBackward0")
+
+
+l1_loss = _elementwise_loss(
+    "l1_loss",
+    _l1_schema,
+    lambda a, b: np.abs(a - b),
+    lambda x, t: ((x - t).sign(), -(x - t).sign()),
+    lambda x, t: (x - t).abs(),
+    autocast={"cpu": "fp32", "cuda": "fp32"},
+    grad_fn_name=_l1_loss_grad_fn_name,
+)
+
+
+def _smooth_l1_schema(
+    input: Tensor, target: Tensor, beta: float = 1.0, reduction: str = "mean"
+): ...
+
+
+def _smooth_l1_np(a, b, beta):
+    z = np.abs(a - b)
+    if beta == 0:
+        return z
+    return np.where(z < beta, 0.5 * z * z / beta, z - 0.5 * beta)
+
+
+def _smooth_l1_grad(x, t, beta):
+    d = x - t
+    if beta == 0:
+        return d.sign(), -d.sign()
+    # d / beta inside the band, +-1 beyond it, and NaN at a NaN difference (PyTorch's branches)
+    gd = OPS["where"](d < -beta, -1.0, OPS["where"](d > beta, 1.0, d / beta))
+    return gd, -gd
+
+
+def _smooth_l1_decomp(x, t, beta):
+    z = (x - t).abs()
+    if beta == 0:
+        return z
+    return OPS["where"](z < beta, 0.5 * z * z / beta, z - 0.5 * beta)
+
+
+smooth_l1_loss = _elementwise_loss(
+    "smooth_l1_loss",
+    _smooth_l1_schema,
+    _smooth_l1_np,
+    _smooth_l1_grad,
+    _smooth_l1_decomp,
+    autocast={"cpu": "fp32", "cuda": "fp32"},
+)
+
+
+def _huber_schema(input: Tensor, target: Tensor, delta: float = 1.0, reduction: str = "mean"): ...
+
+
+def _huber_grad(x, t, delta):
+    gd = (x - t).clamp(-delta, delta)
+    return gd, -gd
+
+
+huber_loss = _elementwise_loss(
+    "huber_loss",
+    _huber_schema,
+    lambda a, b, delta: np.where(
+        np.abs(a - b) < delta, 0.5 * np.square(a - b), delta * (np.abs(a - b) - 0.5 * delta)
+    ),
+    _huber_grad,
+    lambda x, t, delta: OPS["where"](
+        (x - t).abs() < delta, 0.5 * (x - t) * (x - t), delta * ((x - t).abs() - 0.5 * delta)
+    ),
+    autocast={"cpu": "fp32", "cuda": "fp32"},
+)
+
+
+# ------------------------------------------------------------------------------ binary cross-entropy
+
+
+@defop(kind="loss", autocast={"cpu": "fp32", "cuda": "banned"})
+def binary_cross_entropy(
+    input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean"
+): ...
+
+
+def _bce_check(x, t, w):
+    if tuple(x._shape) != tuple(t._shape):
+        raise ValueError(
+            f"Using a target size ({list(t._shape)}) that is different to the input size "
+            f"({list(x._shape)}) is deprecated. Please ensure they have the same size."
+        )
+    if w is not None:
+        broadcast_shapes(x._shape, w._shape)
+
+
+@binary_cross_entropy.register_kernel
+def _bce_kernel(x, t, w, reduction):
+    check_reduction(reduction)
+    _bce_check(x, t, w)
+    a = x._data.astype(compute_np_dtype(x._dtype), copy=False)
+    if a.size and (a.min() < 0 or a.max() > 1):
+        raise RuntimeError("all elements of input should be between 0 and 1")
+    b = t._data
+    with np.errstate(divide="ignore"):
+        loss = -(b * np.maximum(np.log(a), -100.0) + (1 - b) * np.maximum(np.log1p(-a), -100.0))
+    if w is not None:
+        loss = loss * w._data
+    return wrap(_np_reduce(np.asarray(loss, a.dtype), reduction), x._dtype)
+
+
+binary_cross_entropy.register_meta(
+    lambda x, t, w=None, reduction="mean": (
+        _bce_check(x, t, w),
+        fake(x._shape if check_reduction(reduction) == "none" else (), x._dtype, x),
+    )[1]
+)
+
+
+def _bce_grad(c, g):
+    x, t, w, reduction = c.args
+    scale = _grad_scale(g, reduction, x.numel())
+    if w is not None:
+        scale = scale * w
+    gx = gt = None
+    if c.needs_input_grad[0]:
+        gx = scale * (x - t) / ((1 - x) * x).clamp(min=1e-12)
+    if c.needs_input_grad[1]:
+        gt = scale * ((1 - x).log().clamp(min=-100.0) - x.log().clamp(min=-100.0))
+    return gx, gt, None, None
+
+
+binary_cross_entropy.register_derivative(_bce_grad)
+
+
+@binary_cross_entropy.register_decomposition
+def _bce_decomp(x, t, w=None, reduction="mean"):
+    check_reduction(reduction)
+    loss = -(t * x.log().clamp(min=-100.0) + (1 - t) * (-x).log1p().clamp(min=-100.0))
+    if w is not None:
+        loss = loss * w
+    return reduce_loss(loss, reduction)
+
+
+@defop(kind="loss", autocast={"cpu": "fp32", "cuda": "fp32"})
+def binary_cross_entropy_with_logits(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    pos_weight: Tensor | None = None,
+    reduction: str = "mean",
+): ...
+
+
+def _bcel_check(x, t, w, pw):
+    if tuple(x._shape) != tuple(t._shape):
+        raise ValueError(
+            f"Target size ({Size(t._shape)!r}) must be the same as input size ({Size(x._shape)!r})"
+        )
+    for o in (w, pw):
+        if o is not None:
+            broadcast_shapes(x._shape, o._shape)
+
+
+def _np_log_sigmoid(a):
+    return np.minimum(a, 0) - np.log1p(np.exp(-np.abs(a)))
+
+
+@binary_cross_entropy_with_logits.register_kernel
+def _bcel_kernel(x, t, w, pw, reduction):
+    check_reduction(reduction)
+    _bcel_check(x, t, w, pw)
+    d = result_dtype(x, t)
+    cd = compute_np_dtype(d)
+    a = x._data.astype(cd, copy=False)
+    b = t._data.astype(cd, copy=False)
+    log_weight = 1.0 if pw is None else 1.0 + (pw._data - 1.0) * b
+    loss = (1 - b) * a - log_weight * _np_log_sigmoid(a)
+    if w is not None:
+        loss = loss * w._data
+    return wrap(_np_reduce(np.asarray(loss, cd), reduction), d)
+
+
+binary_cross_entropy_with_logits.register_meta(
+    lambda x, t, w=None, pw=None, reduction="mean": (
+        _bcel_check(x, t, w, pw),
+        fake(x._shape if check_reduction(reduction) == "none" else (), result_dtype(x, t), x),
+    )[1]
+)
+
+
+def _bcel_grad(c, g):
+    x, t, w, pw, reduction = c.args
+    needs = c.needs_input_grad
+    scale = _grad_scale(g, reduction, x.numel())
+    weighted = scale * w if w is not None else scale
+    log_weight = 1.0 if pw is None else 1 + (pw - 1) * t
+    log_sig = OPS["log_sigmoid"](x)
+    gx = weighted * ((1 - t) - log_weight * (-x).sigmoid()) if needs[0] else None
+    gt = None
+    if needs[1]:
+        gt = weighted * (-x - (pw - 1) * log_sig if pw is not None else -x)
+    gw = scale * ((1 - t) * x - log_weight * log_sig) if w is not None and needs[2] else None
+    gpw = -weighted * t * log_sig if pw is not None and needs[3] else None
+    return gx, gt, gw, gpw, None
+
+
+binary_cross_entropy_with_logits.register_derivative(_bcel_grad)
+
+
+@binary_cross_entropy_with_logits.register_decomposition
+def _bcel_decomp(x, t, w=None, pw=None, reduction="mean"):
+    check_reduction(reduction)
+    log_weight = 1.0 if pw is None else 1 + (pw - 1) * t
+    loss = (1 - t) * x - log_weight * OPS["log_sigmoid"](x)
+    if w is not None:
+        loss = loss * w
+    return reduce_loss(loss, reduction)

@@ -1,0 +1,508 @@
+"""Normalization ops: layer_norm, rms_norm, group_norm and batch norm (``_native_batch_norm``).
+
+Kernels normalize in numpy (half types in float32); derivatives recompute the statistics in kiln
+ops rather than saving them; decompositions use the same ``_normalized`` helper as the
+derivatives. layer_norm, the hot one, normalizes large inputs in cache-sized blocks of rows, and
+its derivative has a numpy form for plain backward passes (``nn_ops.numpy_derivative_ok``)
+computing the same formula block by block. ``_native_batch_norm`` has no side effects: it
+returns the batch statistics and ``F.batch_norm`` updates the running ones.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...runtime import dtypes as dt
+from ..core.common import Tensor, compute_np_dtype, fake, wrap
+from ..core.registry import defop
+from ..reductions.reduce import float_sum
+from .softmax_linear import (
+    compute_array,
+    new_like,
+    numpy_derivative_ok,
+    require_float,
+    row_blocks,
+    scratch,
+    upcast_half,
+    worth_blocking,
+)
+
+__all__: list[str] = []
+
+
+def _check_norm_shape(x, normalized_shape, weight, bias) -> tuple:
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    k = len(shape)
+    if k == 0 or tuple(x._shape[x.ndim - k :]) != shape or x.ndim < k:
+        raise RuntimeError(
+            f"Given normalized_shape={list(shape)}, expected input with shape "
+            f"[*, {', '.join(map(str, shape))}], but got input of size{list(x._shape)}"
+        )
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t._shape) != shape:
+            raise RuntimeError(
+                f"Expected {name} to be of same shape as normalized_shape, but got {name} of "
+                f"shape {list(t._shape)} and normalized_shape = {list(shape)}"
+            )
+    return shape, tuple(range(x.ndim - k, x.ndim))
+
+
+@defop(kind="nn", autocast={"cuda": "fp32"}, grad_fn_name="NativeLayerNormBackward0")
+def layer_norm(
+    input: Tensor,
+    normalized_shape: list[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+): ...
+
+
+def _np_mean(a, axes):
+    """The mean over ``axes`` (kept) through ``float_sum``, as the decompositions' ``mean`` ops
+    compute it: compiled code then rounds like eager."""
+    axes = tuple(sorted(ax % a.ndim for ax in axes))
+    return float_sum(a, axes, a.dtype.type, True) / math.prod(a.shape[ax] for ax in axes)
+
+
+def _np_normalize(a, axes, eps):
+    """(a - mean) * rstd over ``axes`` (biased variance), computed in place where possible."""
+    xc = a - _np_mean(a, axes)
+    var = _np_mean(np.square(xc), axes)
+    xc *= 1.0 / np.sqrt(var + eps)
+    return xc
+
+
+def _np_layer_norm_rows(a, o, axes, eps, w, b, tmp):
+    """o = (a - mean) * rstd * w + b over ``axes`` of one block of rows, in ``_np_normalize``'s
+    operation order (so blocks and whole arrays round alike); ``tmp``: scratch like ``o``."""
+    np.subtract(a, _np_mean(a, axes), out=o)
+    var = _np_mean(np.square(o, out=tmp), axes)
+    o *= 1.0 / np.sqrt(var + eps)
+    if w is not None:
+        o *= w
+    if b is not None:
+        o += b
+
+
+def _rows_view(a: np.ndarray, k: int) -> np.ndarray:
+    """``a`` (C-contiguous) as (rows, *normalized dims), ``k`` trailing normalized dims."""
+    return a.reshape((-1,) + a.shape[a.ndim - k :])
+
+
+@layer_norm.register_kernel
+def _layer_norm_kernel(x, normalized_shape, weight, bias, eps):
+    require_float("layer_norm", x)
+    shape, axes = _check_norm_shape(x, normalized_shape, weight, bias)
+    a = compute_array(x)
+    w = None if weight is None else weight._data
+    b = None if bias is None else bias._data
+    if a.flags.c_contiguous and a.ndim > len(shape) and worth_blocking(a):
+        # cache-sized blocks of rows: one read of the input instead of one per step
+        out = new_like(a)
+        rows, o = _rows_view(a, len(shape)), _rows_view(out, len(shape))
+        row_axes = tuple(range(1, len(shape) + 1))
+        blocks = row_blocks(rows.shape[0], math.prod(shape), a.itemsize)
+        (tmp,) = scratch(blocks, shape, a.dtype, 1)
+        for s, e in blocks:
+            _np_layer_norm_rows(rows[s:e], o[s:e], row_axes, eps, w, b, tmp[: e - s])
+        return wrap(out, x._dtype)
+    y = _np_normalize(a, axes, eps)
+    if w is not None:
+        y *= w
+    if b is not None:
+        y += b
+    return wrap(y, x._dtype)
+
+
+@layer_norm.register_meta
+def _layer_norm_meta(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    _check_norm_shape(x, normalized_shape, weight, bias)
+    return fake(x._shape, x._dtype, x)
+
+
+def _normalized(x, axes, eps):
+    """(xhat, rstd) over ``axes`` in kiln ops, for derivatives and decompositions.
+
+    Mean and (biased) variance are two independent reductions of ``x``: compiled, they share one
+    loop and the variance is Welford's single-pass update, so the rows are read once.
+    """
+    mean = x.mean(axes, True)
+    rstd = (x.var(axes, correction=0, keepdim=True) + eps).rsqrt()
+    return (x - mean) * rstd, rstd
+
+
+def _norm_input_grad(gy, xhat, rstd, axes):
+    """d/dx of (x - mean) * rstd given the gradient ``gy`` of the normalized value."""
+    return rstd * (gy - gy.mean(axes, True) - xhat * (gy * xhat).mean(axes, True))
+
+
+def _np_layer_norm_grad_rows(x, g, w, eps, axes, gx, parts_w, parts_b, xhat, t):
+    """Layer norm's gradients for one block of rows (``axes``: the normalized dims): writes the
+    input gradient into ``gx`` (unless None) and appends this block's weight/bias gradient sums
+    to the lists (unless None); ``xhat`` and ``t`` are scratch like ``x``. Same formula as
+    ``_layer_norm_grad``'s kiln ops."""
+    np.subtract(x, _np_mean(x, axes), out=xhat)
+    rstd = 1.0 / np.sqrt(_np_mean(np.square(xhat, out=t), axes) + eps)
+    xhat *= rstd
+    if parts_w is not None:
+        parts_w.append(float_sum(np.multiply(g, xhat, out=t), (0,), g.dtype.type))
+    if parts_b is not None:
+        parts_b.append(float_sum(g, (0,), g.dtype.type))
+    if gx is None:
+        return
+    gy = np.multiply(g, w, out=gx) if w is not None else g
+    m2 = _np_mean(np.multiply(gy, xhat, out=t), axes)
+    np.subtract(gy, _np_mean(gy, axes), out=gx)
+    xhat *= m2
+    gx -= xhat
+    gx *= rstd
+
+
+def _np_layer_norm_grad(x, g, weight, eps, k, needs):
+    """(gx, gw, gb) of layer_norm in numpy, over cache-sized blocks of rows (``k`` trailing
+    normalized dims); ``needs``: which of the three to compute."""
+    xa, ga = np.ascontiguousarray(x._data), g._data
+    if ga.shape != xa.shape:
+        ga = np.broadcast_to(ga, xa.shape)
+    ga = np.ascontiguousarray(ga)
+    shape = xa.shape[xa.ndim - k :]
+    rows, grows = xa.reshape((-1,) + shape), ga.reshape((-1,) + shape)
+    w = weight._data if weight is not None else None
+    gx = new_like(xa) if needs[0] else None
+    gx_rows = gx.reshape(rows.shape) if gx is not None else None
+    parts_w = [] if needs[1] else None
+    parts_b = [] if needs[2] else None
+    axes = tuple(range(1, k + 1))
+    blocks = row_blocks(rows.shape[0], math.prod(shape), xa.itemsize)
+    xhat, t = scratch(blocks, shape, xa.dtype, 2)
+    for s, e in blocks:
+        n = e - s
+        _np_layer_norm_grad_rows(
+            rows[s:e],
+            grows[s:e],
+            w,
+            eps,
+            axes,
+            None if gx is None else gx_rows[s:e],
+            parts_w,
+            parts_b,
+            xhat[:n],
+            t[:n],
+        )
+
+    def total(parts):
+        if parts is None:
+            return None
+        r = parts[0] if len(parts) == 1 else float_sum(np.stack(parts), (0,), parts[0].dtype.type)
+        return wrap(r, x._dtype)
+
+    return (None if gx is None else wrap(gx, x._dtype)), total(parts_w), total(parts_b)
+
+
+def _layer_norm_grad(c, g):
+    x, normalized_shape, weight, bias, eps = c.args
+    needs = c.needs_input_grad
+    shape, axes = _check_norm_shape(x, normalized_shape, None, None)
+    if (
+        numpy_derivative_ok(x, g, weight)
+        and x._data.size
+        and g._data.dtype == x._data.dtype
+        and (weight is None or weight._data.dtype == x._data.dtype)
+    ):
+        gx, gw, gb = _np_layer_norm_grad(
+            x,
+            g,
+            weight,
+            eps,
+            len(shape),
+            (needs[0], weight is not None and needs[2], bias is not None and needs[3]),
+        )
+        return gx, None, gw, gb, None
+    x32, g32 = upcast_half(x), upcast_half(g)
+    xhat, rstd = _normalized(x32, axes, eps)
+    lead = tuple(range(x.ndim - len(axes)))
+    gx = gw = gb = None
+    if needs[0]:
+        gy = g32 * weight if weight is not None else g32
+        gx = _norm_input_grad(gy, xhat, rstd, axes)
+    if weight is not None and needs[2]:
+        gw = (g32 * xhat).sum(lead) if lead else g32 * xhat
+    if bias is not None and needs[3]:
+        gb = g32.sum(lead) if lead else g32
+    return gx, None, gw, gb, None
+
+
+layer_norm.register_derivative(_layer_norm_grad, save_inputs=(0, 2))
+
+
+@layer_norm.register_decomposition
+def _layer_norm_decomp(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    _, axes = _check_norm_shape(x, normalized_shape, weight, bias)
+    y, _ = _normalized(upcast_half(x), axes, eps)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y.to(x.dtype)
+
+
+@defop(kind="nn", autocast={"cuda": "fp32"})
+def rms_norm(
+    input: Tensor,
+    normalized_shape: list[int],
+    weight: Tensor | None = None,
+    eps: float | None = None,
+): ...
+
+
+def _rms_eps(x, eps):
+    return float(np.finfo(compute_np_dtype(x._dtype)).eps) if eps is None else eps
+
+
+@rms_norm.register_kernel
+def _rms_norm_kernel(x, normalized_shape, weight, eps):
+    require_float("rms_norm", x)
+    _, axes = _check_norm_shape(x, normalized_shape, weight, None)
+    a = compute_array(x)
+    y = a * (1.0 / np.sqrt(_np_mean(np.square(a), axes) + _rms_eps(x, eps)))
+    if weight is not None:
+        y *= weight._data
+    return wrap(y, x._dtype)
+
+
+@rms_norm.register_meta
+def _rms_norm_meta(x, normalized_shape, weight=None, eps=None):
+    _check_norm_shape(x, normalized_shape, weight, None)
+    return fake(x._shape, x._dtype, x)
+
+
+def _rms_parts(x, axes, eps):
+    x32 = upcast_half(x)
+    rstd = ((x32 * x32).mean(axes, True) + _rms_eps(x, eps)).rsqrt()
+    return x32 * rstd, rstd
+
+
+def _rms_norm_grad(c, g):
+    x, normalized_shape, weight, eps = c.args
+    _, axes = _check_norm_shape(x, normalized_shape, None, None)
+    xhat, rstd = _rms_parts(x, axes, eps)
+    g32 = upcast_half(g)
+    gx = gw = None
+    if c.needs_input_grad[0]:
+        gy = g32 * weight if weight is not None else g32
+        gx = rstd * (gy - xhat * (gy * xhat).mean(axes, True))
+    if weight is not None and c.needs_input_grad[2]:
+        lead = tuple(range(x.ndim - len(axes)))
+        gw = (g32 * xhat).sum(lead) if lead else g32 * xhat
+    return gx, None, gw, None
+
+
+rms_norm.register_derivative(_rms_norm_grad, save_inputs=(0, 2))
+
+
+@rms_norm.register_decomposition
+def _rms_norm_decomp(x, normalized_shape, weight=None, eps=None):
+    _, axes = _check_norm_shape(x, normalized_shape, weight, None)
+    y, _ = _rms_parts(x, axes, eps)
+    if weight is not None:
+        y = y * weight
+    return y.to(x.dtype)
+
+
+@defop(kind="nn", autocast={"cuda": "fp32"}, grad_fn_name="NativeGroupNormBackward0")
+def group_norm(
+    input: Tensor,
+    num_groups: int,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+): ...
+
+
+def _check_group_norm(x, num_groups, weight, bias) -> tuple:
+    if x.ndim < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {x.ndim}")
+    n, c = x._shape[0], x._shape[1]
+    if num_groups <= 0 or c % num_groups:
+        raise RuntimeError(
+            f"Expected number of channels in input to be divisible by num_groups, but got input "
+            f"of shape {list(x._shape)} and num_groups={num_groups}"
+        )
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and (t.ndim != 1 or t._shape[0] != c):
+            raise RuntimeError(
+                f"Expected {name} to be a vector of size equal to the number of channels in "
+                f"input, but got {name} of shape {list(t._shape)} and input of shape {list(x._shape)}"
+            )
+    return n, c, (n, num_groups, -1), (c,) + (1,) * (x.ndim - 2)
+
+
+@group_norm.register_kernel
+def _group_norm_kernel(x, num_groups, weight, bias, eps):
+    require_float("group_norm", x)
+    n, c, grouped, chan = _check_group_norm(x, num_groups, weight, bias)
+    a = compute_array(x)
+    y = _np_normalize(a.reshape(n, num_groups, -1), (2,), eps).reshape(a.shape)
+    if weight is not None:
+        y *= weight._data.reshape(chan)
+    if bias is not None:
+        y += bias._data.reshape(chan)
+    return wrap(y, x._dtype)
+
+
+@group_norm.register_meta
+def _group_norm_meta(x, num_groups, weight=None, bias=None, eps=1e-5):
+    _check_group_norm(x, num_groups, weight, bias)
+    return fake(x._shape, x._dtype, x)
+
+
+def _group_norm_grad(c, g):
+    x, num_groups, weight, bias, eps = c.args
+    n, ch, grouped, chan = _check_group_norm(x, num_groups, None, None)
+    x32, g32 = upcast_half(x), upcast_half(g)
+    xhat, rstd = _normalized(x32.reshape(grouped), (2,), eps)
+    reduce_dims = (0,) + tuple(range(2, x.ndim))
+    gx = gw = gb = None
+    if c.needs_input_grad[0]:
+        gy = g32 * weight.reshape(chan) if weight is not None else g32
+        gx = _norm_input_grad(gy.reshape(grouped), xhat, rstd, (2,)).reshape(x.shape)
+    if weight is not None and c.needs_input_grad[2]:
+        gw = (g32 * xhat.reshape(x.shape)).sum(reduce_dims)
+    if bias is not None and c.needs_input_grad[3]:
+        gb = g32.sum(reduce_dims)
+    return gx, None, gw, gb, None
+
+
+group_norm.register_derivative(_group_norm_grad, save_inputs=(0, 2))
+
+
+@group_norm.register_decomposition
+def _group_norm_decomp(x, num_groups, weight=None, bias=None, eps=1e-5):
+    n, ch, grouped, chan = _check_group_norm(x, num_groups, weight, bias)
+    y, _ = _normalized(upcast_half(x).reshape(grouped), (2,), eps)
+    y = y.reshape(x.shape)
+    if weight is not None:
+        y = y * weight.reshape(chan)
+    if bias is not None:
+        y = y + bias.reshape(chan)
+    return y.to(x.dtype)
+
+
+@defop(kind="nn", returns=("output", "batch_mean", "batch_var"))
+def _native_batch_norm(
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+): ...
+
+
+_native_batch_norm.doc = (
+    "Batch norm without side effects: (output, batch mean, biased batch variance). The batch "
+    "statistics (empty in eval mode) feed the caller's running-stat update; like PyTorch's "
+    "native_batch_norm they are not differentiable outputs."
+)
+
+
+def _bn_geometry(x, weight, bias, running_mean, running_var, training):
+    if x.ndim < 2:
+        raise ValueError(
+            f"expected 2D or more input (got {x.ndim}D input of shape {list(x._shape)})"
+        )
+    c = x._shape[1]
+    for name, t in (  # PyTorch's order, so the same tensor is named
+        ("running_mean", running_mean),
+        ("running_var", running_var),
+        ("weight", weight),
+        ("bias", bias),
+    ):
+        if t is not None and t.numel() != c:
+            raise RuntimeError(f"{name} should contain {c} elements not {t.numel()}")
+    if not training and (running_mean is None or running_var is None):
+        raise RuntimeError("running_mean and running_var must be defined in evaluation mode")
+    return c, (0,) + tuple(range(2, x.ndim)), (c,) + (1,) * (x.ndim - 2)
+
+
+@_native_batch_norm.register_kernel
+def _batch_norm_kernel(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    require_float("batch_norm", x)
+    c, axes, chan = _bn_geometry(x, weight, bias, running_mean, running_var, training)
+    a = compute_array(x)
+    stat_dtype = dt.float32 if x._dtype in (dt.float16, dt.bfloat16) else x._dtype
+    if training:
+        mean = _np_mean(a, axes)
+        y = a - mean
+        var = _np_mean(np.square(y), axes)
+        y *= 1.0 / np.sqrt(var + eps)
+        stats = (wrap(mean.reshape(c), stat_dtype), wrap(var.reshape(c), stat_dtype))
+    else:
+        rm = running_mean._data.reshape(chan)
+        y = (a - rm) * (1.0 / np.sqrt(running_var._data.reshape(chan) + eps))
+        empty = np.zeros(0, stat_dtype.np)
+        stats = (wrap(empty, stat_dtype), wrap(empty.copy(), stat_dtype))
+    if weight is not None:
+        y *= weight._data.reshape(chan)
+    if bias is not None:
+        y += bias._data.reshape(chan)
+    return (wrap(y.astype(a.dtype, copy=False), x._dtype),) + stats
+
+
+@_native_batch_norm.register_meta
+def _batch_norm_meta(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    c, _, _ = _bn_geometry(x, weight, bias, running_mean, running_var, training)
+    stat_dtype = dt.float32 if x._dtype in (dt.float16, dt.bfloat16) else x._dtype
+    n = c if training else 0
+    return (fake(x._shape, x._dtype, x), fake((n,), stat_dtype, x), fake((n,), stat_dtype, x))
+
+
+def _bn_parts(x, running_mean, running_var, training, eps, axes, chan):
+    if training:
+        return _normalized(x, axes, eps)
+    rstd = (running_var.reshape(chan) + eps).rsqrt()
+    return (x - running_mean.reshape(chan)) * rstd, rstd
+
+
+def _batch_norm_grad(c, g, _grad_mean=None, _grad_var=None):
+    x, weight, bias, running_mean, running_var, training, momentum, eps = c.args
+    ch, axes, chan = _bn_geometry(x, None, None, running_mean, running_var, training)
+    x32, g32 = upcast_half(x), upcast_half(g)
+    xhat, rstd = _bn_parts(x32, running_mean, running_var, training, eps, axes, chan)
+    gx = gw = gb = None
+    if c.needs_input_grad[0]:
+        gy = g32 * weight.reshape(chan) if weight is not None else g32
+        gx = _norm_input_grad(gy, xhat, rstd, axes) if training else gy * rstd
+    if weight is not None and c.needs_input_grad[1]:
+        gw = (g32 * xhat).sum(axes)
+    if bias is not None and c.needs_input_grad[2]:
+        gb = g32.sum(axes)
+    return gx, gw, gb, None, None, None, None, None
+
+
+_native_batch_norm.register_derivative(
+    # running stats are read only in eval mode; in training they are updated after the call
+    _batch_norm_grad,
+    save_inputs=lambda args, needs: (0, 1, 3, 4) if not args[5] else (0, 1),
+)
+
+
+@_native_batch_norm.register_decomposition
+def _batch_norm_decomp(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    ch, axes, chan = _bn_geometry(x, weight, bias, running_mean, running_var, training)
+    x32 = upcast_half(x)
+    y, _ = _bn_parts(x32, running_mean, running_var, training, eps, axes, chan)
+    if weight is not None:
+        y = y * weight.reshape(chan)
+    if bias is not None:
+        y = y + bias.reshape(chan)
+    if training:
+        mean = x32.mean(axes)
+        var = ((x32 - mean.reshape(chan)) ** 2).mean(axes)
+    else:
+        mean = var = x32.new_zeros((0,))
+    return y.to(x.dtype), mean.detach(), var.detach()

@@ -1,0 +1,408 @@
+"""Recurrent layers as ops: the step of each cell, and ``_rnn_layer``, every time step of one
+RNN/LSTM/GRU layer and direction in one op.
+
+A layer written as a Python loop over time steps costs about a dozen op dispatches and autograd
+nodes per step (an LSTM language model's training step made ~92k dispatches), and compiling it
+unrolls the loop into a graph that grows with the sequence (34 s of compile time for one model).
+``_rnn_layer`` runs the loop inside one numpy kernel that keeps the activated gates as a
+workspace output, and ``_rnn_layer_backward`` back-propagates through time in one kernel from
+that workspace (what cuDNN's reserve space is for). Compiled graphs hold the two as single extern
+calls. Double backward (grad mode on during backward) differentiates the per-step kiln-op
+formulas instead, so ``create_graph=True`` keeps working.
+
+Gate layouts are PyTorch's: LSTM (input, forget, cell, output), GRU (reset, update, new). The
+input projection ``x @ w_ih.T + b_ih`` of every step is computed before the loop, in one product.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...runtime import blas
+from ...runtime import dtypes as dt
+from ...runtime.device import cpu
+from ...runtime.state import per_thread
+from ..core.common import Tensor, fake, wrap
+from ..core.registry import OPS, defop
+from ..creation.api import zeros_like
+
+__all__ = ["STEPS", "GATES", "fused_layer_ok"]
+
+State = tuple  # (h,) or (h, c)
+
+
+def _linear(x, w, b):
+    return OPS["linear"](x, w, b)
+
+
+# --------------------------------------------------------------------------- one time step in kiln ops
+# Each step takes the input projection ``x_t @ w_ih.T + b_ih`` of one time step and the state,
+# and returns the new state; its first entry is the step's output.
+def _rnn_tanh_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
+    return ((gates_x + _linear(state[0], w_hh, b_hh)).tanh(),)
+
+
+def _rnn_relu_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
+    return ((gates_x + _linear(state[0], w_hh, b_hh)).relu(),)
+
+
+def _lstm_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
+    h, c = state
+    in_gate, forget_gate, cell_gate, out_gate = (gates_x + _linear(h, w_hh, b_hh)).chunk(4, 1)
+    c = forget_gate.sigmoid() * c + in_gate.sigmoid() * cell_gate.tanh()
+    h = out_gate.sigmoid() * c.tanh()
+    if w_hr is not None:
+        h = _linear(h, w_hr, None)
+    return h, c
+
+
+def _gru_step(gates_x: Tensor, state: State, w_hh, b_hh, w_hr) -> State:
+    h = state[0]
+    x_reset, x_update, x_new = gates_x.chunk(3, 1)
+    h_reset, h_update, h_new = _linear(h, w_hh, b_hh).chunk(3, 1)
+    reset = (x_reset + h_reset).sigmoid()
+    update = (x_update + h_update).sigmoid()
+    new = (x_new + reset * h_new).tanh()
+    return ((h - new) * update + new,)
+
+
+STEPS = {
+    "RNN_TANH": _rnn_tanh_step,
+    "RNN_RELU": _rnn_relu_step,
+    "LSTM": _lstm_step,
+    "GRU": _gru_step,
+}
+GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+# workspace columns per hidden unit: the activated gates, plus the LSTM's cell state and the
+# GRU's ``h @ w_hn.T + b_hn`` (the reset gate multiplies it, so backward needs it)
+_WORKSPACE = {"RNN_TANH": 0, "RNN_RELU": 0, "LSTM": 5, "GRU": 4}
+
+
+def fused_layer_ok(input: Tensor, state: State, w_hh: Tensor, w_hr) -> bool:  # noqa: A002
+    """May a layer run as ``_rnn_layer``? CPU float32/float64 tensors of one dtype, no
+    projection (``proj_size``), no autocast; half types and other devices keep the step loop."""
+    if w_hr is not None or per_thread.state.autocast is not None:
+        return False
+    d = input._dtype
+    if d is not dt.float32 and d is not dt.float64:
+        return False
+    for t in (input, w_hh, *state):
+        if t._dtype is not d or t._device is not cpu:
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------- the layer op
+
+
+# PyTorch's CPU layers stack their steps' outputs: their output's grad_fn prints StackBackward0
+@defop(kind="nn", returns=("output", "h_n", "c_n", "workspace"), grad_fn_name="StackBackward0")
+def _rnn_layer(
+    mode: str,
+    gates: Tensor,
+    hx: Tensor,
+    cx: Tensor | None,
+    w_hh: Tensor,
+    b_hh: Tensor | None,
+    reverse: bool,
+): ...
+
+
+_rnn_layer.doc = (
+    "Every time step of one recurrent layer and direction over the input projections ``gates`` "
+    "(T, B, G*H): (output (T, B, H), final h, final c (empty unless LSTM), workspace). The "
+    "workspace feeds the backward kernel and is not differentiable."
+)
+
+
+def _sigmoid(a: np.ndarray) -> np.ndarray:
+    # PyTorch's formula, 1 / (1 + e^-x), in place
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    a += 1
+    np.reciprocal(a, out=a)
+    return a
+
+
+def _order(steps: int, reverse: bool) -> range:
+    return range(steps - 1, -1, -1) if reverse else range(steps)
+
+
+@_rnn_layer.register_kernel
+def _rnn_layer_kernel(mode, gates, hx, cx, w_hh, b_hh, reverse):
+    gx = gates._data
+    steps, batch, width = gx.shape
+    hidden = w_hh._shape[1]
+    whT = w_hh._data.T
+    bias = None if b_hh is None else b_hh._data
+    h = hx._data
+    out = np.empty((steps, batch, hidden), gx.dtype)
+    ws = np.empty((steps, batch, _WORKSPACE[mode] * hidden), gx.dtype)
+    H = hidden
+    if mode == "LSTM":
+        c = cx._data
+        for t in _order(steps, reverse):
+            g = ws[t, :, : 4 * H]
+            blas.matmul(h, whT, out=g)
+            g += gx[t]
+            if bias is not None:
+                g += bias
+            _sigmoid(g[:, : 2 * H])
+            np.tanh(g[:, 2 * H : 3 * H], out=g[:, 2 * H : 3 * H])
+            _sigmoid(g[:, 3 * H :])
+            c_new = ws[t, :, 4 * H :]
+            np.multiply(g[:, H : 2 * H], c, out=c_new)
+            c_new += g[:, :H] * g[:, 2 * H : 3 * H]
+            h = out[t]
+            np.tanh(c_new, out=h)
+            h *= g[:, 3 * H :]
+            c = c_new
+        c_n = c.copy()
+    elif mode == "GRU":
+        hh = np.empty((batch, 3 * H), gx.dtype)
+        for t in _order(steps, reverse):
+            blas.matmul(h, whT, out=hh)
+            if bias is not None:
+                hh += bias
+            w = ws[t]
+            rz = w[:, : 2 * H]
+            np.add(gx[t, :, : 2 * H], hh[:, : 2 * H], out=rz)
+            _sigmoid(rz)
+            n, hn = w[:, 2 * H : 3 * H], w[:, 3 * H :]
+            hn[...] = hh[:, 2 * H :]
+            np.multiply(w[:, :H], hn, out=n)
+            n += gx[t, :, 2 * H :]
+            np.tanh(n, out=n)
+            new_h = out[t]
+            np.subtract(h, n, out=new_h)  # (h - n) * z + n, as the step writes it
+            new_h *= w[:, H : 2 * H]
+            new_h += n
+            h = new_h
+        c_n = np.empty((0,), gx.dtype)
+    else:
+        for t in _order(steps, reverse):
+            pre = out[t]
+            blas.matmul(h, whT, out=pre)
+            pre += gx[t]
+            if bias is not None:
+                pre += bias
+            if mode == "RNN_TANH":
+                np.tanh(pre, out=pre)
+            else:
+                np.maximum(pre, 0, out=pre)
+            h = pre
+        c_n = np.empty((0,), gx.dtype)
+    h_n = h.copy() if steps else hx._data.copy()
+    d = gates._dtype
+    return wrap(out, d), wrap(h_n, d), wrap(c_n, d), wrap(ws, d)
+
+
+@_rnn_layer.register_meta
+def _rnn_layer_meta(mode, gates, hx, cx, w_hh, b_hh, reverse):
+    steps, batch, _ = gates._shape
+    hidden = w_hh._shape[1]
+    d = gates._dtype
+    return (
+        fake((steps, batch, hidden), d, gates),
+        fake((batch, hidden), d, gates),
+        fake((batch, hidden) if mode == "LSTM" else (0,), d, gates),
+        fake((steps, batch, _WORKSPACE[mode] * hidden), d, gates),
+    )
+
+
+def _loop(mode, gates, hx, cx, w_hh, b_hh, reverse):
+    """The layer as kiln ops, one step at a time (the reference the kernels follow)."""
+    state = (hx, cx) if mode == "LSTM" else (hx,)
+    steps = gates.unbind(0)
+    outputs = [None] * len(steps)
+    for t in _order(len(steps), reverse):
+        state = STEPS[mode](steps[t], state, w_hh, b_hh, None)
+        outputs[t] = state[0]
+    c_n = state[1] if mode == "LSTM" else gates.new_zeros((0,))
+    return OPS["stack"](outputs), state[0], c_n
+
+
+def _rnn_layer_grad(c, g_out, g_h, g_c, _g_workspace=None):
+    mode, gates, hx, cx, w_hh, b_hh, reverse = c.args
+    out, _, _, workspace = c.out
+    needs = c.needs_input_grad
+    if per_thread.state.grad_enabled:
+        # double backward: differentiate the kiln-op formulas of the same layer
+        from ...autograd.engine import grad as autograd_grad
+
+        wanted = [(i, t) for i, t in enumerate(c.args) if isinstance(t, Tensor) and needs[i]]
+        outs = _loop(mode, gates, hx, cx, w_hh, b_hh, reverse)
+        pairs = [(o, g) for o, g in zip(outs, (g_out, g_h, g_c)) if g is not None]
+        pairs = [(o, g) for o, g in pairs if o.requires_grad]
+        grads = autograd_grad(
+            [o for o, _ in pairs],
+            [t for _, t in wanted],
+            [g for _, g in pairs],
+            create_graph=True,
+            allow_unused=True,
+        )
+        result = [None] * 7
+        for (i, t), gr in zip(wanted, grads):
+            result[i] = gr if gr is not None else zeros_like(t)
+        return tuple(result)
+    zeros = zeros_like
+    g_out = zeros(out) if g_out is None else g_out
+    g_h = zeros(hx) if g_h is None else g_h
+    if mode == "LSTM" and g_c is None:
+        g_c = zeros(cx)
+    d_gates, d_hx, d_cx, d_w, d_b = _rnn_layer_backward(
+        mode, g_out, g_h, g_c if mode == "LSTM" else None, hx, cx, w_hh, out, workspace, reverse
+    )
+    return (
+        None,
+        d_gates if needs[1] else None,
+        d_hx if needs[2] else None,
+        d_cx if mode == "LSTM" and needs[3] else None,
+        d_w if needs[4] else None,
+        d_b if b_hh is not None and needs[5] else None,
+        None,
+    )
+
+
+_rnn_layer.register_derivative(_rnn_layer_grad, save_output=True)
+
+
+@defop(
+    kind="nn",
+    returns=("grad_gates", "grad_hx", "grad_cx", "grad_w_hh", "grad_b_hh"),
+    differentiable=False,
+)
+def _rnn_layer_backward(
+    mode: str,
+    grad_output: Tensor,
+    grad_h: Tensor,
+    grad_c: Tensor | None,
+    hx: Tensor,
+    cx: Tensor | None,
+    w_hh: Tensor,
+    output: Tensor,
+    workspace: Tensor,
+    reverse: bool,
+): ...
+
+
+_rnn_layer_backward.doc = "Back-propagation through time of ``_rnn_layer`` from its workspace."
+
+
+@_rnn_layer_backward.register_kernel
+def _rnn_layer_backward_kernel(
+    mode, grad_output, grad_h, grad_c, hx, cx, w_hh, output, workspace, reverse
+):
+    go = grad_output._data
+    out = output._data
+    ws = workspace._data
+    w = w_hh._data
+    steps, batch, hidden = out.shape
+    H = hidden
+    dtype = out.dtype
+    width = GATES[mode] * H
+    d_gates = np.empty((steps, batch, width), dtype)
+    # gradients of ``h @ w_hh.T + b_hh``: the input gates' for the LSTM and plain RNNs, but the
+    # GRU's new-gate column is scaled by the reset gate there
+    d_hh = d_gates if mode != "GRU" else np.empty((steps, batch, width), dtype)
+    dh = grad_h._data.astype(dtype, copy=True)
+    h0 = hx._data
+    order = list(_order(steps, reverse))
+    previous = {t: (order[k - 1] if k else None) for k, t in enumerate(order)}
+    if mode == "LSTM":
+        dc = grad_c._data.astype(dtype, copy=True)
+        c0 = cx._data
+        for t in reversed(order):
+            dh += go[t]
+            g = ws[t]
+            i, f, cg, o = g[:, :H], g[:, H : 2 * H], g[:, 2 * H : 3 * H], g[:, 3 * H : 4 * H]
+            c_t = g[:, 4 * H :]
+            p = previous[t]
+            c_prev = c0 if p is None else ws[p, :, 4 * H :]
+            tc = np.tanh(c_t)
+            dg = d_gates[t]
+            np.multiply(dh, tc, out=dg[:, 3 * H :])  # d o, before the sigmoid
+            dg[:, 3 * H :] *= o * (1 - o)
+            tc *= tc
+            np.subtract(1, tc, out=tc)
+            tc *= o
+            tc *= dh
+            dc += tc
+            np.multiply(dc, cg, out=dg[:, :H])
+            dg[:, :H] *= i * (1 - i)
+            np.multiply(dc, c_prev, out=dg[:, H : 2 * H])
+            dg[:, H : 2 * H] *= f * (1 - f)
+            np.multiply(dc, i, out=dg[:, 2 * H : 3 * H])
+            dg[:, 2 * H : 3 * H] *= 1 - cg * cg
+            dc *= f
+            dh = blas.matmul(dg, w)
+        d_cx = dc
+    elif mode == "GRU":
+        for t in reversed(order):
+            dh += go[t]
+            g = ws[t]
+            r, z, n, hn = g[:, :H], g[:, H : 2 * H], g[:, 2 * H : 3 * H], g[:, 3 * H :]
+            p = previous[t]
+            h_prev = h0 if p is None else out[p]
+            dg, dhh = d_gates[t], d_hh[t]
+            d_n = dg[:, 2 * H :]
+            np.subtract(1, z, out=d_n)
+            d_n *= dh
+            d_n *= 1 - n * n  # through the tanh
+            np.subtract(h_prev, n, out=dg[:, H : 2 * H])
+            dg[:, H : 2 * H] *= dh
+            dg[:, H : 2 * H] *= z * (1 - z)
+            np.multiply(d_n, hn, out=dg[:, :H])
+            dg[:, :H] *= r * (1 - r)
+            dhh[:, : 2 * H] = dg[:, : 2 * H]
+            np.multiply(d_n, r, out=dhh[:, 2 * H :])
+            dh = dh * z
+            dh += blas.matmul(dhh, w)
+        d_cx = None
+    else:
+        for t in reversed(order):
+            dh += go[t]
+            dg = d_gates[t]
+            h_t = out[t]
+            if mode == "RNN_TANH":
+                np.multiply(h_t, h_t, out=dg)
+                np.subtract(1, dg, out=dg)
+                dg *= dh
+            else:  # relu's derivative: zero where the output is <= 0 (NaN passes the gradient)
+                np.copyto(dg, dh)
+                dg[h_t <= 0] = 0
+            dh = blas.matmul(dg, w)
+        d_cx = None
+    # h_{t-1} of every step, in the same time layout as the gradients
+    h_prev = np.empty_like(out)
+    for t in order:
+        p = previous[t]
+        h_prev[t] = h0 if p is None else out[p]
+    flat = d_hh.reshape(steps * batch, width)
+    d_w = blas.matmul(flat.T, h_prev.reshape(steps * batch, H))
+    d_b = flat.sum(0)
+    d = output._dtype
+    empty = np.empty((0,), dtype)
+    return (
+        wrap(d_gates, d),
+        wrap(dh, d),
+        wrap(d_cx if d_cx is not None else empty, d),
+        wrap(d_w, d),
+        wrap(d_b, d),
+    )
+
+
+@_rnn_layer_backward.register_meta
+def _rnn_layer_backward_meta(
+    mode, grad_output, grad_h, grad_c, hx, cx, w_hh, output, workspace, reverse
+):
+    steps, batch, hidden = output._shape
+    d = output._dtype
+    width = GATES[mode] * hidden
+    return (
+        fake((steps, batch, width), d, output),
+        fake((batch, hidden), d, output),
+        fake((batch, hidden) if mode == "LSTM" else (0,), d, output),
+        fake(tuple(w_hh._shape), d, output),
+        fake((width,), d, output),
+    )

@@ -1,0 +1,534 @@
+"""Neural-network ops: the softmax family, linear, and the activations kept out of pointwise.
+
+None of these are prims. Hot ops have a fused numpy kernel (half types compute in float32, as
+PyTorch's CPU kernels do) and a derivative written in kiln ops that recomputes cheap statistics
+rather than saving them, so in-place ops on the output (``relu_`` after a norm) stay legal. Every
+op also has a decomposition into prims, which is what compilers see and what the tests check the
+kernels against. Rarely hot ops are composites (decomposition only; autograd flows through them).
+The helpers at the top are shared by the other nn op modules: ``normalization``, ``dropout``,
+``embedding_ops``, ``padding`` and ``attention``.
+
+Speed (the fused helpers below the dtype helpers): a chain of numpy ufuncs over a large array
+reads and writes main memory once per step; run over cache-sized blocks (``blockwise``,
+``row_blocks``) with preallocated scratch, it reads the input once. In a plain backward pass
+(grad mode off, nothing tracing: ``numpy_derivative_ok``) the hot derivatives compute their
+formula the same way instead of op by op; double backward and traced backward graphs still get
+the kiln-op form.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...runtime import blas
+from ...runtime import dtypes as dt
+from ...runtime.device import cpu
+from ...runtime.state import per_thread
+from ...runtime.storage import empty_array
+from ..core.common import DType, Tensor, broadcast_shapes, compute_np_dtype, fake, wrap, wrap_dim
+from ..core.complex_support import complex_not_implemented
+from ..core.registry import OPS, defop
+from ..reductions.reduce import c_type_name, float_sum, torch_type_name
+from ..reductions.sum_order import EXACT_SUM_MAX_SIZE
+
+__all__ = [
+    "compute_array",
+    "require_float",
+    "upcast_half",
+    "softmax_dim",
+    "numpy_derivative_ok",
+    "row_blocks",
+    "blockwise",
+    "new_like",
+    "scratch",
+    "worth_blocking",
+]
+
+
+def compute_array(x: Tensor) -> np.ndarray:
+    """``x``'s data in the float type PyTorch's CPU kernels accumulate in (half types: float32)."""
+    cd = compute_np_dtype(x._dtype)
+    a = x._data
+    return a if a.dtype == cd else a.astype(cd)
+
+
+def require_float(name: str, *tensors) -> None:
+    """PyTorch's NotImplementedError for integer inputs to float-only nn kernels."""
+    for t in tensors:
+        if t is not None and not t._dtype.is_floating_point:
+            raise NotImplementedError(
+                f"\"{name}\" not implemented for '{t._dtype.name}' (input of shape {list(t._shape)})"
+            )
+
+
+def upcast_half(x: Tensor) -> Tensor:
+    """Half tensors as float32 for derivative/decomposition math (their kernels do the same)."""
+    return x.float() if x.dtype in (dt.float16, dt.bfloat16) else x
+
+
+def softmax_dim(ndim: int) -> int:
+    """PyTorch's legacy implicit dim for ``softmax(x)`` without ``dim``."""
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+# ------------------------------------------------------------------------------ fused numpy helpers
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_HALVES = (dt.float16, dt.bfloat16)
+
+
+def numpy_derivative_ok(*tensors, halves: bool = False) -> bool:
+    """May a derivative compute its result with numpy directly instead of in kiln ops?
+
+    Only when nothing needs the kiln-op form: grad mode off (no double backward records a
+    graph), no dispatch mode (nothing traces the backward), no autocast, and every tensor a
+    CPU tensor with data in float32 or float64 (or, with ``halves``, float16/bfloat16, which
+    the caller computes in float32 and rounds once, as PyTorch's kernels do). The fused numpy
+    code then computes the same formula with fewer passes over memory.
+    """
+    state = per_thread.state
+    if state.grad_enabled or state.mode_stack or state.autocast is not None:
+        return False
+    for t in tensors:
+        if t is None:
+            continue
+        if t.__class__ is not Tensor and not isinstance(t, Tensor):
+            return False
+        a = t._data
+        if t._device is not cpu or a is None:
+            return False
+        if a.dtype != _F32 and a.dtype != _F64 and not (halves and t._dtype in _HALVES):
+            return False
+    return True
+
+
+# A block of about this many bytes per operand keeps a fused kernel's temporaries in the L2
+# cache: a chain of numpy ufuncs over a block reads main memory once instead of once per ufunc.
+# Smaller blocks lose to the ~1 us per-ufunc call overhead.
+_BLOCK_BYTES = 1 << 19
+
+
+def row_blocks(rows: int, row_elems: int, itemsize: int) -> list[tuple[int, int]]:
+    """(start, stop) row ranges of about ``_BLOCK_BYTES`` each, covering ``range(rows)``.
+
+    The rows are split evenly, and every block holds more than ``EXACT_SUM_MAX_SIZE``
+    elements: ``float_sum`` adds smaller arrays in PyTorch's order, larger ones pairwise, and
+    a block's row sums must round as the whole array's would.
+    """
+    row_elems = max(1, row_elems)
+    per = max(_BLOCK_BYTES // (row_elems * itemsize), EXACT_SUM_MAX_SIZE // row_elems + 1)
+    count = max(1, rows // per)
+    bounds = [rows * i // count for i in range(count + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def worth_blocking(a: np.ndarray) -> bool:
+    """Large enough for cache-sized blocks to pay off (smaller arrays stay in cache anyway)."""
+    return a.nbytes >= 4 * _BLOCK_BYTES
+
+
+def scratch(blocks: list[tuple[int, int]], row_shape: tuple, dtype, count: int) -> list:
+    """``count`` temporaries for the largest of ``blocks`` (slice ``t[: stop - start]``).
+
+    Allocated once per call: fresh block-sized arrays in every block would each be a new
+    mapping from the C allocator, and their page faults cost more than the arithmetic.
+    """
+    most = max(e - s for s, e in blocks)
+    return [np.empty((most,) + tuple(row_shape), dtype) for _ in range(count)]
+
+
+def blockwise(body, out: np.ndarray, *ins: np.ndarray, temps: int = 0) -> np.ndarray:
+    """``body(out_block, *in_blocks, *temp_blocks)`` over aligned flat blocks of same-shaped
+    arrays; ``temps`` scratch arrays of the block's shape come last.
+
+    ``body`` writes one elementwise result into ``out_block`` (a chain of ``out=`` ufuncs).
+    Arrays that are not all C-contiguous are handed over whole. The blocks are of equal size
+    (no short tail block that a size-dependent helper such as ``np_erf`` would treat apart).
+    """
+    if not worth_blocking(out) or not (
+        out.flags.c_contiguous and all(a.flags.c_contiguous for a in ins)
+    ):
+        body(out, *ins, *[np.empty_like(out) for _ in range(temps)])
+        return out
+    o = out.reshape(-1)
+    flat = [a.reshape(-1) for a in ins]
+    blocks = row_blocks(o.size, 1, out.itemsize)
+    tmp = scratch(blocks, (), out.dtype, temps)
+    for s, e in blocks:
+        body(o[s:e], *[f[s:e] for f in flat], *[t[: e - s] for t in tmp])
+    return out
+
+
+def new_like(a: np.ndarray, dtype=None) -> np.ndarray:
+    """An uninitialised output for an elementwise result of ``a``: pooled and C-contiguous when
+    ``a`` is, else numpy's layout for a unary ufunc result (``a``'s dim order)."""
+    dtype = a.dtype if dtype is None else np.dtype(dtype)
+    if a.flags.c_contiguous:
+        return empty_array(a.shape, dtype)
+    return np.empty_like(a, dtype=dtype)
+
+
+# ------------------------------------------------------------------------------ softmax family
+
+
+@defop(
+    kind="nn",
+    autocast={"cuda": "fp32_set_dtype"},
+    complex_refused=complex_not_implemented("softmax_lastdim_kernel_impl"),
+)
+def softmax(self: Tensor, dim: int, dtype: DType | None = None): ...
+
+
+@defop(
+    kind="nn",
+    autocast={"cuda": "fp32_set_dtype"},
+    complex_refused=complex_not_implemented("log_softmax_lastdim_kernel_impl"),
+)
+def log_softmax(self: Tensor, dim: int, dtype: DType | None = None): ...
+
+
+def _softmax_input(name, x, dim, dtype):
+    if dtype is not None:
+        x = x.to(dtype)
+    require_float(name, x)
+    return x, wrap_dim(dim, x.ndim)
+
+
+def _np_softmax(a: np.ndarray, axis: int, log: bool) -> np.ndarray:
+    if a.ndim == 0:
+        a = a.reshape(1)
+        return _np_softmax(a, 0, log).reshape(())
+    if a.size == 0:
+        return a.copy()
+    if axis == a.ndim - 1 and worth_blocking(a) and a.flags.c_contiguous:
+        # rows in cache-sized blocks: each block is read from memory once, not once per step
+        out = empty_array(a.shape, a.dtype)
+        rows = a.reshape(-1, a.shape[-1])
+        o = out.reshape(rows.shape)
+        blocks = row_blocks(rows.shape[0], rows.shape[1], a.itemsize)
+        (tmp,) = scratch(blocks, rows.shape[1:], a.dtype, 1)
+        for s, e in blocks:
+            _softmax_block(rows[s:e], o[s:e], 1, log, tmp[: e - s])
+        return out
+    return _softmax_block(a, None, axis, log, None)
+
+
+def _softmax_block(a: np.ndarray, out, axis: int, log: bool, tmp) -> np.ndarray:
+    out = np.subtract(a, a.max(axis=axis, keepdims=True), out=out)
+    # sums through ``float_sum``, as the decomposition's ``sum`` ops: compiled code matches eager
+    if log:
+        out -= np.log(float_sum(np.exp(out, out=tmp), (axis,), out.dtype.type, True))
+    else:
+        np.exp(out, out=out)
+        out /= float_sum(out, (axis,), out.dtype.type, True)
+    return out
+
+
+def _softmax_kernel(log):
+    name = "log_softmax" if log else "softmax"
+
+    def kernel(x, dim, dtype):
+        x, d = _softmax_input(name, x, dim, dtype)
+        return wrap(_np_softmax(compute_array(x), d, log), x._dtype)
+
+    return kernel
+
+
+def _softmax_meta(x, dim, dtype=None):
+    d = dtype or x._dtype
+    wrap_dim(dim, x.ndim)
+    return fake(x._shape, d, x)
+
+
+softmax.register_kernel(_softmax_kernel(False))
+log_softmax.register_kernel(_softmax_kernel(True))
+softmax.register_meta(_softmax_meta)
+log_softmax.register_meta(_softmax_meta)
+
+
+def _softmax_grad_block(o, g, y, axis):
+    """o = y * (g - sum(g * y))"""
+    np.multiply(g, y, out=o)
+    s = float_sum(o, (axis,), o.dtype.type, True)
+    np.subtract(g, s, out=o)
+    o *= y
+
+
+def _log_softmax_grad_block(o, g, y, axis):
+    """o = g - exp(y) * sum(g)"""
+    s = float_sum(g, (axis,), o.dtype.type, True)
+    np.exp(y, out=o)
+    o *= s
+    np.subtract(g, o, out=o)
+
+
+def _numpy_softmax_grad(block, y: Tensor, g: Tensor, d: int) -> Tensor:
+    """The softmax-family gradient in numpy, by cache-sized row blocks where rows are contiguous."""
+    ya, ga = y._data, g._data
+    if ga.shape != ya.shape:
+        ga = np.broadcast_to(ga, ya.shape)
+    out = new_like(ya)
+    if d == ya.ndim - 1 and worth_blocking(ya) and ya.flags.c_contiguous and ga.flags.c_contiguous:
+        n = ya.shape[-1]
+        yr, gr, o = ya.reshape(-1, n), ga.reshape(-1, n), out.reshape(-1, n)
+        for s, e in row_blocks(yr.shape[0], n, ya.itemsize):
+            block(o[s:e], gr[s:e], yr[s:e], 1)
+    elif ya.ndim:
+        block(out, ga, ya, d)
+    else:
+        out = out.reshape(1)
+        block(out, ga.reshape(1), ya.reshape(1), 0)
+        out = out.reshape(())
+    return wrap(out, y._dtype)
+
+
+def _softmax_grad(c, g):
+    y = c.out
+    d = wrap_dim(c.args[1], y.ndim)
+    if numpy_derivative_ok(y, g) and y._data.dtype == g._data.dtype:
+        return (_numpy_softmax_grad(_softmax_grad_block, y, g, d),)
+    y, g = upcast_half(y), upcast_half(g)
+    return (y * (g - (g * y).sum(d, True)),)
+
+
+def _log_softmax_grad(c, g):
+    y = c.out
+    d = wrap_dim(c.args[1], y.ndim)
+    if numpy_derivative_ok(y, g) and y._data.dtype == g._data.dtype:
+        return (_numpy_softmax_grad(_log_softmax_grad_block, y, g, d),)
+    y, g = upcast_half(y), upcast_half(g)
+    return (g - y.exp() * g.sum(d, True),)
+
+
+softmax.register_derivative(_softmax_grad, save_output=True, save_inputs=())
+log_softmax.register_derivative(_log_softmax_grad, save_output=True, save_inputs=())
+
+
+def _softmax_decomp(log):
+    def decomp(x, dim, dtype=None):
+        x, d = _softmax_input("softmax", x, dim, dtype)
+        out_dtype = x.dtype
+        x = upcast_half(x)
+        # the max shift keeps exp from overflowing; an empty tensor has nothing to overflow
+        # (and amax over an empty dim raises)
+        shifted = x if x.numel() == 0 else x - x.amax(d, True).detach()
+        if log:
+            out = shifted - shifted.exp().sum(d, True).log()
+        else:
+            e = shifted.exp()
+            out = e / e.sum(d, True)
+        return out.to(out_dtype)
+
+    return decomp
+
+
+softmax.register_decomposition(_softmax_decomp(False))
+log_softmax.register_decomposition(_softmax_decomp(True))
+
+# ------------------------------------------------------------------------------ linear
+
+
+def _linear_grad_fn_name(args) -> str:
+    """The op PyTorch's linear lands on: addmm with a bias on matrices, else mm or a view."""
+    ndim, has_bias = len(args[0].shape), args[2] is not None
+    if ndim == 2:
+        return "AddmmBackward0" if has_bias else "MmBackward0"
+    if has_bias:
+        return "ViewBackward0"
+    return "SqueezeBackward4" if ndim == 1 else "UnsafeViewBackward0"
+
+
+@defop(
+    kind="linalg",
+    autocast={"cpu": "lower", "cuda": "lower"},
+    holomorphic=True,
+    grad_fn_name=_linear_grad_fn_name,
+)
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None): ...
+
+
+def _linear_check(x, w, b):
+    # PyTorch words the error by the kernel it reaches: addmm with a bias, matmul without
+    if b is not None and x._dtype is not w._dtype:
+        raise RuntimeError(
+            "mat1 and mat2 must have the same dtype, but got "
+            f"{torch_type_name(x._dtype)} and {torch_type_name(w._dtype)}"
+        )
+    if b is not None and b._dtype is not w._dtype:
+        raise RuntimeError(
+            "self and mat2 must have the same dtype, but got "
+            f"{torch_type_name(b._dtype)} and {torch_type_name(w._dtype)}"
+        )
+    if x._dtype is not w._dtype:
+        raise RuntimeError(
+            "expected m1 and m2 to have the same dtype, but got: "
+            f"{c_type_name(x._dtype)} != {c_type_name(w._dtype)}"
+        )
+    if w.ndim == 1 and b is not None:
+        raise RuntimeError("mat2 must be a matrix, got 1-D tensor")
+    if w.ndim not in (1, 2) or x.ndim == 0 or x._shape[-1] != w._shape[-1]:
+        rows = math.prod(x._shape[:-1]) if x.ndim else 1
+        raise RuntimeError(
+            f"mat1 and mat2 shapes cannot be multiplied ({rows}x{x._shape[-1] if x.ndim else 1} "
+            f"and {'x'.join(map(str, reversed(w._shape)))})"
+        )
+    out = tuple(x._shape[:-1]) + tuple(w._shape[:-1])
+    if b is not None:
+        out = broadcast_shapes(out, b._shape)
+    return out
+
+
+@linear.register_kernel
+def _linear_kernel(x, w, b):
+    _linear_check(x, w, b)
+    cd = compute_np_dtype(x._dtype)
+    a = x._data.astype(cd, copy=False)
+    wt = w._data.astype(cd, copy=False).T  # a transposed view: BLAS reads it as is, no copy
+    if wt.ndim == 2 and (a.ndim == 2 or (a.ndim > 2 and a.flags.c_contiguous)):
+        # one (rows, in) @ (in, out) BLAS call instead of numpy's loop over the batch dims, into
+        # a pooled buffer (a fresh large one costs page faults on every call)
+        a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1]) if a.ndim > 2 else a
+        out = empty_array((a2.shape[0], wt.shape[1]), a2.dtype)
+        blas.matmul(a2, wt, out=out)
+        if a.ndim > 2:
+            out = out.reshape(a.shape[:-1] + (wt.shape[1],))
+    else:
+        out = blas.matmul(a, wt)
+    if b is not None:
+        out = out + b._data if out.ndim < b.ndim else np.add(out, b._data, out=out)
+    return wrap(out, x._dtype)
+
+
+linear.register_meta(lambda x, w, b=None: fake(_linear_check(x, w, b), x._dtype, x))
+
+
+def _rows(t: Tensor) -> Tensor:
+    """``t`` as a matrix of its last dim's rows; the row count is spelled out, since -1 is
+    ambiguous when the last dim is 0."""
+    return t if t.ndim == 2 else t.reshape(math.prod(t.shape[:-1]), t.shape[-1])
+
+
+def _linear_grad(c, g):
+    x, w, b = c.args
+    needs = c.needs_input_grad
+    gx = gw = gb = None
+    if w.ndim == 1:
+        if needs[0]:
+            gx = g.unsqueeze(-1) * w
+        if needs[1]:
+            gw = _rows(g.unsqueeze(-1) * x).sum(0)
+    else:
+        if needs[0]:
+            gx = OPS["matmul"](g, w)
+        if needs[1]:
+            gw = OPS["mm"](_rows(g).t(), _rows(x))
+    if b is not None and needs[2]:
+        gb = g
+    return gx, gw, gb
+
+
+linear.register_derivative(_linear_grad)
+
+
+@linear.register_decomposition
+def _linear_decomp(x, w, b=None):
+    out = OPS["matmul"](x, w.t() if w.ndim == 2 else w)
+    return out + b if b is not None else out
+
+
+# ------------------------------------------------------------------------------ activations
+
+
+@defop(kind="nn")
+def log_sigmoid(self: Tensor): ...
+
+
+@log_sigmoid.register_kernel
+def _log_sigmoid_kernel(x):
+    require_float("log_sigmoid_forward", x)
+    a = compute_array(x)
+    return wrap(np.minimum(a, 0) - np.log1p(np.exp(-np.abs(a))), x._dtype)
+
+
+log_sigmoid.register_meta(lambda x: fake(x._shape, x._dtype, x))
+log_sigmoid.register_derivative(lambda c, g: (g * (-c.args[0]).sigmoid(),))
+log_sigmoid.register_decomposition(lambda x: x.clamp(max=0) - (-x.abs()).exp().log1p())
+
+
+def _composite(name, decomposition, kind="nn", **record):
+    """A composite op: its decomposition is its definition (autograd flows through the parts)."""
+    op = defop(decomposition, name=name, kind=kind, **record)
+    op.register_decomposition(decomposition)
+    return op
+
+
+def _threshold(self: Tensor, threshold: float, value: float):
+    # PyTorch's condition: NaN is not <= threshold, so it passes through; the value takes the
+    # input's dtype (an integer input stays integer)
+    if not self.dtype.is_floating_point and not self.dtype.is_complex:
+        value = int(value)
+    return OPS["where"](self <= threshold, value, self)
+
+
+def _glu(self: Tensor, dim: int = -1):
+    d = wrap_dim(dim, self.ndim)
+    if self.shape[d] % 2:
+        raise RuntimeError(
+            f"Halving dimension must be even, but dimension {d} is size {self.shape[d]}"
+        )
+    half = self.shape[d] // 2
+    a = OPS["slice"](self, d, 0, half, 1)
+    b = OPS["slice"](self, d, half, 2 * half, 1)
+    return a * b.sigmoid()
+
+
+def _softsign(self: Tensor):
+    return self / (self.abs() + 1)
+
+
+def _tanhshrink(self: Tensor):
+    return self - self.tanh()
+
+
+def _celu(self: Tensor, alpha: float = 1.0):
+    if alpha == 0:
+        raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    return OPS["elu"](self * (1.0 / alpha), 1.0) * alpha if alpha != 1.0 else OPS["elu"](self, 1.0)
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _selu(self: Tensor):
+    return OPS["elu"](self, _SELU_ALPHA) * _SELU_SCALE
+
+
+def _prelu(self: Tensor, weight: Tensor):
+    if weight.ndim > 1:
+        raise RuntimeError(f"prelu: weight must be 0-D or 1-D, got shape {list(weight.shape)}")
+    if weight.numel() != 1:
+        channels = self.shape[1] if self.ndim >= 2 else (self.shape[0] if self.ndim else 1)
+        if weight.numel() != channels:
+            raise RuntimeError(
+                f"Mismatch of parameter numbers and input channel size. Found parameter numbers "
+                f"= {weight.numel()} and channel size = {channels}."
+            )
+        if self.ndim >= 2:
+            weight = weight.reshape([channels] + [1] * (self.ndim - 2))
+    # the inner selection keeps positive inputs out of the weight's gradient (an inf input
+    # times a zero gradient would be NaN there); PyTorch sums x * g over x <= 0 only
+    negative_part = OPS["where"](self > 0, 0.0, self)
+    return OPS["where"](self > 0, self, negative_part * weight)
+
+
+threshold = _composite("threshold", _threshold, kind="pointwise")
+glu = _composite("glu", _glu)
+softsign = _composite("softsign", _softsign)
+tanhshrink = _composite("tanhshrink", _tanhshrink)
+celu = _composite("celu", _celu, kind="pointwise")
+selu = _composite("selu", _selu, kind="pointwise")
+prelu = _composite("prelu", _prelu, autocast={"cpu": "lower", "cuda": "lower"})

@@ -1,0 +1,3 @@
+"""Elementwise ops: the unary and binary tables, ternary ops, floating-point representation
+and comparisons.
+"""

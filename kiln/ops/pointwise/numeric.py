@@ -1,0 +1,235 @@
+"""Elementwise arithmetic beyond the core tables: floating-point representation (frexp, ldexp,
+nextafter), integer gcd/lcm, float_power, floor_divide, angle conversion, sgn/positive/heaviside
+(complex parts and queries are in ``complex_fft.complex_numbers``).
+
+Most are composites of existing ops, so autograd and the compiler see their parts; frexp,
+nextafter, gcd and lcm have numpy kernels (they read bits or integers). In-place ops are already
+``kiln.<name>_``; the in-place ``arc*`` aliases (``kiln.arccosh_``...) are functions here that call
+the Tensor methods ``methods.install`` generates.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...runtime import dtypes as dt
+from ..core.common import (
+    Tensor,
+    TensorOrScalar,
+    binary_dtype,
+    fake,
+    pointwise_meta,
+    to_float_dtype,
+    wrap,
+)
+from ..core.registry import NAMESPACE, OPS, defop, tensor_method, torch_function
+from ..reductions.reduce import torch_type_name
+from .unary_binary import as_np_operand, div, pow, where
+
+__all__: list[str] = []
+
+# ------------------------------------------------------------------------------ frexp, ldexp
+
+
+@defop(kind="float_repr", returns=("mantissa", "exponent"))
+def frexp(self: Tensor): ...
+
+
+def _check_frexp_dtype(x: Tensor) -> None:
+    if not x.dtype.is_floating_point:
+        raise RuntimeError("kiln.frexp() only supports floating-point dtypes")
+
+
+@frexp.register_kernel
+def _frexp_kernel(x):
+    _check_frexp_dtype(x)
+    a = x._data
+    if x._dtype is dt.bfloat16:
+        a = a.astype(np.float32)  # every bfloat16 mantissa is exact in float32
+    mantissa, exponent = np.frexp(a)
+    return frexp.returns(wrap(mantissa, x._dtype), wrap(exponent, dt.int32))
+
+
+@frexp.register_meta
+def _frexp_meta(x):
+    _check_frexp_dtype(x)
+    return frexp.returns(pointwise_meta(x._dtype, x), fake(x._shape, dt.int32, x))
+
+
+# mantissa = x / 2**exponent with the exponent piecewise constant
+frexp.register_derivative(
+    lambda c, g_mantissa, g_exponent=None: (g_mantissa / c.out[1].exp2(),),
+    save_output=True,
+    save_inputs=(),
+)
+
+
+@defop(kind="pointwise")
+def ldexp(self: Tensor, other: Tensor): ...
+
+
+@ldexp.register_decomposition
+def _ldexp_decomp(x, e):
+    """x * 2**e, with the power formed in floating point (so negative exponents work)."""
+    _require_tensor("ldexp", "other", e)
+    d = to_float_dtype(binary_dtype(x, e))  # both in the pair's float type (half stays half)
+    return x.to(d) * pow(2.0, e.to(d))
+
+
+def _require_tensor(fn_name: str, arg_name: str, value) -> None:
+    """PyTorch's argument parser refuses a Python number where these ops take a tensor."""
+    if not isinstance(value, Tensor):
+        raise TypeError(
+            f"{fn_name}(): argument '{arg_name}' (position 2) must be Tensor, not "
+            f"{type(value).__name__}"
+        )
+
+
+# ------------------------------------------------------------------------------ nextafter, gcd, lcm
+
+
+def _not_implemented_for(kernel_name: str, d: dt.dtype) -> NotImplementedError:
+    return NotImplementedError(f"\"{kernel_name}\" not implemented for '{torch_type_name(d)}'")
+
+
+def _binary_numpy_op(name: str, np_fn, accepts):
+    """A non-differentiable binary op over a numpy function, for the dtypes ``accepts`` allows."""
+    op = defop(_binary_schema, name=name, kind="pointwise", differentiable=False)
+
+    @op.register_kernel
+    def kernel(x, y):
+        d = binary_dtype(x, y)
+        if not accepts(d):
+            raise _not_implemented_for(f"{name}_cpu", d)
+        return wrap(np_fn(as_np_operand(x, d.np), as_np_operand(y, d.np)), d)
+
+    @op.register_meta
+    def meta(x, y):
+        d = binary_dtype(x, y)
+        if not accepts(d):
+            raise _not_implemented_for(f"{name}_cpu", d)
+        return pointwise_meta(d, x, y)
+
+    return op
+
+
+def _binary_schema(self: Tensor, other: Tensor): ...
+
+
+nextafter = _binary_numpy_op(
+    # C's nextafter returns y when x == y (so nextafter(-0.0, 0.0) is 0.0); numpy's keeps x
+    "nextafter",
+    lambda a, b: np.where(a == b, b, np.nextafter(a, b)),
+    lambda d: d.is_floating_point,
+)
+gcd = _binary_numpy_op("gcd", np.gcd, lambda d: d.is_integral)
+lcm = _binary_numpy_op("lcm", np.lcm, lambda d: d.is_integral)
+
+# ------------------------------------------------------------------------------ float_power, floor_divide
+
+
+@defop(kind="pointwise")
+def float_power(self: TensorOrScalar, exponent: TensorOrScalar): ...
+
+
+@float_power.register_decomposition
+def _float_power_decomp(x, e):
+    """pow computed in float64 whatever the inputs (PyTorch's float_power contract)."""
+    if not isinstance(x, Tensor) and not isinstance(e, Tensor):
+        raise TypeError("float_power(): expected at least one of input and exponent to be a Tensor")
+    x = x.to(dt.float64) if isinstance(x, Tensor) else float(x)
+    e = e.to(dt.float64) if isinstance(e, Tensor) else float(e)
+    return pow(x, e)
+
+
+@tensor_method("float_power_")
+def _float_power_inplace(self: Tensor, exponent) -> Tensor:
+    if self.dtype is not dt.float64:
+        raise RuntimeError(
+            f"the base given to float_power_ has dtype {torch_type_name(self.dtype)} but the "
+            "operation's result requires dtype Double"
+        )
+    return OPS["float_power_"](self, exponent)
+
+
+@defop(kind="pointwise")
+def floor_divide(self: Tensor, other: TensorOrScalar): ...
+
+
+floor_divide.register_decomposition(lambda x, y: div(x, y, rounding_mode="floor"))
+
+# ------------------------------------------------------------------------------ angles, signs, steps
+
+
+@defop(kind="pointwise")
+def deg2rad(self: Tensor): ...
+
+
+@defop(kind="pointwise")
+def rad2deg(self: Tensor): ...
+
+
+deg2rad.register_decomposition(lambda x: x * (math.pi / 180.0))
+rad2deg.register_decomposition(lambda x: x * (180.0 / math.pi))
+
+
+@defop(kind="pointwise")
+def sgn(self: Tensor): ...
+
+
+@sgn.register_decomposition
+def _sgn_decomp(x):
+    """The complex sign z/|z|, which for real numbers is ``sign`` (a bool is its own sign); like
+    PyTorch's, it is 0 at nan. Built on ``sign`` so the result carries its zero gradient."""
+    if x.dtype is dt.bool_:
+        return x.clone()
+    if x.dtype.is_complex:  # z / |z|, 0 at 0 (a safe divisor keeps the gradient finite there)
+        magnitude = x.abs()
+        zero = magnitude == 0
+        return where(zero, 0, x / where(zero, 1, magnitude))
+    if not x.dtype.is_floating_point:
+        return x.sign()
+    return where(x != x, 0.0, x.sign())
+
+
+@defop(
+    kind="pointwise",
+    complex_refused=(RuntimeError, "heaviside is not yet implemented for complex tensors."),
+)
+def heaviside(self: Tensor, values: Tensor): ...
+
+
+@heaviside.register_decomposition
+def _heaviside_decomp(x, values):
+    """0 below zero, 1 above, ``values`` at exactly zero (nan counts as below, as in PyTorch)."""
+    _require_tensor("heaviside", "values", values)
+    if x.dtype is not values.dtype:
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+    return where(x == 0, values, (x > 0).to(x.dtype))
+
+
+@torch_function()
+@tensor_method("positive", "__pos__")
+def positive(input: Tensor) -> Tensor:
+    """``+x``: the tensor itself (bool tensors refuse, as in PyTorch)."""
+    if input.dtype is dt.bool_:
+        raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
+    return input
+
+
+# ------------------------------------------------------------------------------ in-place namespace
+
+
+def _namespace_inplace(name: str) -> None:
+    def fn(input: Tensor, *args, **kwargs) -> Tensor:
+        return getattr(input, name)(*args, **kwargs)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``kiln.{name}(x, ...)`` is ``x.{name}(...)``: updates ``x`` in place."
+    NAMESPACE[name] = fn
+
+
+for _name in ("arccos_", "arcsin_", "arctan_", "arccosh_", "arcsinh_", "arctanh_"):
+    _namespace_inplace(_name)

@@ -1,0 +1,372 @@
+"""Pointwise ops beyond the unary and binary tables.
+
+clamp, lerp, masked_fill, nan_to_num and addcmul/addcdiv, the small composites square, xlogy
+and logit, and logaddexp / logaddexp2. clamp and lerp promote over every operand
+(``result_dtype``); derivatives send no gradient to bounds or values given as Python numbers.
+``where`` itself is in ``pointwise``, whose binary derivatives use it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from ...runtime import dtypes as dt
+from ..core.common import (
+    Scalar,
+    Tensor,
+    TensorOrScalar,
+    broadcast_shapes,
+    checked_scalar,
+    compute_np_dtype,
+    pointwise_meta,
+    result_dtype,
+    to_float_dtype,
+    wrap,
+)
+from ..core.grad_fn_naming import is_tensor_arg
+from ..core.registry import defop
+from ..reductions.reduce import torch_type_name
+from .unary_binary import as_np_operand, maximum, needs_grad, where
+
+__all__: list[str] = []
+
+_bool = dt.bool_
+
+
+def _clamp_grad_fn_name(args) -> str:
+    tensor_bound = is_tensor_arg(args[1]) or is_tensor_arg(args[2])
+    return "ClampBackward0" if tensor_bound else "ClampBackward1"
+
+
+@defop(
+    kind="pointwise",
+    complex_refused=(NotImplementedError, "clamp is not supported for complex types"),
+    grad_fn_name=_clamp_grad_fn_name,
+    aliases=("clip",),
+)
+def clamp(self: Tensor, min: TensorOrScalar | None = None, max: TensorOrScalar | None = None): ...  # noqa: A002
+
+
+@clamp.register_kernel
+def _clamp_kernel(x, lo, hi):
+    if lo is None and hi is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    d = result_dtype(x, lo, hi)
+    a = x._data if x._dtype is d else x._data.astype(d.np)
+    if lo is not None:
+        a = np.maximum(a, as_np_operand(lo, d.np))
+    if hi is not None:
+        a = np.minimum(a, as_np_operand(hi, d.np))
+    if isinstance(lo, float) and isinstance(hi, float) and lo > hi:
+        a = np.full_like(a, hi)
+    return wrap(a, d)
+
+
+@clamp.register_meta
+def _clamp_meta(x, lo=None, hi=None):
+    return pointwise_meta(
+        result_dtype(x, lo, hi), x, *(t for t in (lo, hi) if isinstance(t, Tensor))
+    )
+
+
+def _clamp_grad(c, g):
+    """PyTorch's rule: ``x`` gets the gradient where lo <= x <= hi (not at NaN); a tensor bound
+    gets it where it was the value chosen, and when lo > hi only ``hi`` counts as chosen. The
+    gradient is selected, never multiplied by a mask, so an inf or NaN ``g`` stays where it
+    belongs."""
+    x, lo, hi = c.args
+    mask = None
+    if lo is not None:
+        mask = x >= lo
+    if hi is not None:
+        m = x <= hi
+        mask = m if mask is None else mask & m
+    gx = where(mask, g, 0) if needs_grad(c, 0) else None
+    glo = ghi = None
+    if isinstance(lo, Tensor) and needs_grad(c, 1):
+        lo_chosen = x < lo if hi is None else (x < lo) & (lo < hi)
+        glo = where(lo_chosen, g, 0)
+    if isinstance(hi, Tensor) and needs_grad(c, 2):
+        hi_chosen = x > hi if lo is None else (x > hi) | (hi < lo)
+        ghi = where(hi_chosen, g, 0)
+    return gx, glo, ghi
+
+
+clamp.register_derivative(_clamp_grad)
+
+
+@clamp.register_decomposition
+def _clamp_decomp(x, lo=None, hi=None):
+    out = x
+    if lo is not None:
+        out = where(out < lo, lo, out)
+    if hi is not None:
+        out = where(out > hi, hi, out)
+    return out
+
+
+@defop(kind="pointwise", holomorphic=True)
+def lerp(self: Tensor, end: Tensor, weight: TensorOrScalar): ...
+
+
+def _check_lerp_operands(x: Tensor, end: Tensor, w) -> None:
+    """PyTorch does not promote in lerp: ``end`` and a weight tensor with dims must have
+    ``x``'s dtype (a 0-d weight binds as a number), and integer inputs have no kernel."""
+    from ..reductions.reduce import c_type_name, torch_type_name
+
+    weights = (("weight", w),) if isinstance(w, Tensor) and w.ndim else ()
+    for name, t in (("end", end),) + weights:
+        if t.dtype is not x.dtype:
+            raise RuntimeError(
+                f"expected dtype {c_type_name(x.dtype)} for `{name}` but got dtype "
+                f"{c_type_name(t.dtype)}"
+            )
+    if not (x.dtype.is_floating_point or x.dtype.is_complex):
+        kernel = "lerp_kernel_tensor" if weights else "lerp_kernel_scalar"
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{torch_type_name(x.dtype)}'")
+
+
+@lerp.register_kernel
+def _lerp_kernel(x, end, w):
+    _check_lerp_operands(x, end, w)
+    d = result_dtype(x, end, w)
+    cd = compute_np_dtype(d)
+    a, b, ww = as_np_operand(x, cd), as_np_operand(end, cd), as_np_operand(w, cd)
+    # PyTorch's two-sided formula keeps lerp exact at both ends
+    small = np.abs(ww) < 0.5
+    if cd == np.float32:
+        # PyTorch's CPU kernel is one fused multiply-add, coeff * (end - self) + base with
+        # (coeff, base) = (w, self) or (w - 1, end); float64 holds the product exactly, so this
+        # rounds as the FMA does (optimizers' moment updates then match it bit for bit)
+        if np.ndim(ww) == 0:  # a scalar weight (Adam's moments): one branch, no selects
+            coeff, base = (ww, a) if small else (ww - np.float32(1), b)
+        else:
+            coeff, base = np.where(small, ww, ww - np.float32(1)), np.where(small, a, b)
+        out = np.multiply(np.subtract(b, a), coeff, dtype=np.float64)
+        out += base
+        out = out.astype(np.float32)
+    else:
+        out = np.where(small, a + ww * (b - a), b - (b - a) * (1 - ww))
+    return wrap(out, d)
+
+
+@lerp.register_meta
+def _lerp_meta(x, e, w):
+    _check_lerp_operands(x, e, w)
+    return pointwise_meta(result_dtype(x, e, w), x, e, *((w,) if isinstance(w, Tensor) else ()))
+
+
+def _lerp_grad(c, g):
+    x, end, w = c.args
+    return (
+        g * (1 - w) if needs_grad(c, 0) else None,
+        g * w if needs_grad(c, 1) else None,
+        g * (end - x) if isinstance(w, Tensor) and needs_grad(c, 2) else None,
+    )
+
+
+lerp.register_derivative(_lerp_grad)
+lerp.register_decomposition(lambda x, e, w: x + w * (e - x))
+
+
+@defop(kind="pointwise")
+def masked_fill(self: Tensor, mask: Tensor, value: TensorOrScalar): ...
+
+
+@masked_fill.register_kernel
+def _masked_fill_kernel(x, mask, value):
+    if mask._dtype is not _bool:
+        raise RuntimeError(
+            f"masked_fill_ only supports boolean masks, but got mask with dtype {mask._dtype.name}"
+        )
+    if isinstance(value, Tensor) and value._shape:
+        raise RuntimeError(
+            f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with {len(value._shape)} dimension(s)."
+        )
+    v = value.item() if isinstance(value, Tensor) else value
+    v = checked_scalar(v, x._dtype)
+    out = np.where(mask._data, np.asarray(v).astype(x._dtype.np), x._data)
+    shape = broadcast_shapes(x._shape, mask._shape)
+    if out.shape != shape:
+        out = np.broadcast_to(out, shape).copy()
+    return wrap(out, x._dtype)
+
+
+masked_fill.register_meta(lambda x, m, v: pointwise_meta(x._dtype, x, m))
+
+
+def _masked_fill_grad(c, g):
+    x, mask, value = c.args
+    return (
+        where(mask, 0, g) if needs_grad(c, 0) else None,
+        None,
+        where(mask, g, 0).sum() if isinstance(value, Tensor) and needs_grad(c, 2) else None,
+    )
+
+
+masked_fill.register_derivative(_masked_fill_grad)
+
+
+@masked_fill.register_decomposition
+def _masked_fill_decomp(x, m, v):
+    """``where`` promotes (a float scalar into an int tensor gives float): masked_fill keeps
+    ``x``'s dtype, so the value is cast first."""
+    if not isinstance(v, Tensor):
+        if x.dtype is dt.bool_:
+            v = bool(v)
+        elif not x.dtype.is_floating_point:
+            v = int(v)
+        return where(m, v, x).to(x.dtype)
+    return where(m, v.to(x.dtype), x)
+
+
+@defop(kind="pointwise")
+def nan_to_num(
+    self: Tensor, nan: float | None = 0.0, posinf: float | None = None, neginf: float | None = None
+): ...
+
+
+@nan_to_num.register_kernel
+def _nan_to_num_kernel(x, nan, posinf, neginf):
+    a = x._data
+    if not x._dtype.is_floating_point:
+        return wrap(a.copy(), x._dtype)
+    info = ml_dtypes.finfo(a.dtype)  # numpy's finfo does not know bfloat16
+    out = np.where(a != a, 0.0 if nan is None else nan, a)
+    out = np.where(out == np.inf, info.max if posinf is None else posinf, out)
+    out = np.where(out == -np.inf, info.min if neginf is None else neginf, out)
+    return wrap(out.astype(a.dtype), x._dtype)
+
+
+nan_to_num.register_meta(lambda x, *a: pointwise_meta(x._dtype, x))
+# PyTorch multiplies by the mask here (grad * isfinite(x)): an inf gradient at a non-finite x
+# gives NaN there, and so does kiln
+nan_to_num.register_derivative(lambda c, g: (g * c.args[0].isfinite(),))
+
+
+def _addc_schema(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Scalar = 1): ...
+
+
+addcmul = defop(
+    _addc_schema,
+    name="addcmul",
+    kind="pointwise",
+    autocast={"cuda": "promote"},
+    grad_fn_name="AddcmulBackward0",
+)
+addcmul.register_decomposition(lambda x, a, b, value=1: x + value * a * b)
+addcdiv = defop(
+    _addc_schema,
+    name="addcdiv",
+    kind="pointwise",
+    autocast={"cuda": "promote"},
+    grad_fn_name="AddcdivBackward0",
+)
+addcdiv.register_decomposition(lambda x, a, b, value=1: x + value * a / b)
+
+
+@defop(kind="pointwise", grad_fn_name="PowBackward0")
+def square(self: Tensor): ...
+
+
+# x * x, except that a bool tensor squares as pow(x, 2) does: into int64
+square.register_decomposition(lambda x: x.long() * x.long() if x.dtype is _bool else x * x)
+
+
+@defop(kind="pointwise", grad_fn_name="XlogyBackward0")
+def xlogy(self: Tensor, other: TensorOrScalar): ...
+
+
+@xlogy.register_decomposition
+def _xlogy_decomp(x, y):
+    """x * log(y), 0 where x == 0 (unless y is NaN). The mask sits on log(y), not on the
+    product, so d/dx stays log(y) at x == 0 as in PyTorch (Beta/Dirichlet log_prob gradients
+    at concentration 1 need it)."""
+    if not isinstance(y, Tensor):
+        if y > 0 and y != math.inf:
+            return _zero_where_x_is(x, x * math.log(y))
+        log_y = math.inf if y == math.inf else -math.inf if y == 0 else math.nan
+        return where((x == 0) & (y == y), 0.0, x * log_y)
+    x, y = _as_float_operands(x, y)
+    log_y = where((x == 0) & ((y <= 0) | (y == math.inf)), 0.0, y.log())
+    return _zero_where_x_is(x, x * log_y)
+
+
+def _zero_where_x_is(x, product):
+    """PyTorch's xlogy is 0 (not -0.0, as 0 * log(0.5) is) where x == 0, and keeps the sign of
+    other products (-1 * log(1) is -0.0)."""
+    return where(x == 0, product + 0.0, product)
+
+
+def _as_float_operands(x, y):
+    """Both operands in the (floating) result dtype of the pair, as PyTorch computes a binary
+    float op: ``xlogy(half, int8)`` stays half, a 0-d float64 does not widen a float32."""
+    d = to_float_dtype(result_dtype(x, y))
+    return tuple(v.to(d) if isinstance(v, Tensor) and v.dtype is not d else v for v in (x, y))
+
+
+@defop(kind="pointwise", grad_fn_name="LogitBackward0")
+def logit(self: Tensor, eps: float | None = None): ...
+
+
+@logit.register_decomposition
+def _logit_decomp(x, eps=None):
+    if not x.dtype.is_floating_point:  # integers and bools compute in the default float
+        x = x.to(dt.get_default_dtype())
+    if eps is not None:
+        x = x.clamp(eps, 1 - eps)
+    return (x / (1 - x)).log()
+
+
+def _log_add_exp_schema(self: Tensor, other: Tensor):
+    """log(exp(self) + exp(other)) without overflow (base 2 for ``logaddexp2``)."""
+
+
+logaddexp = defop(_log_add_exp_schema, name="logaddexp", kind="pointwise")
+logaddexp2 = defop(_log_add_exp_schema, name="logaddexp2", kind="pointwise")
+
+
+def _register_log_add_exp(op, np_fn, exp, log_scale: float) -> None:
+    """Kernel, meta, derivative and decomposition of log(base^a + base^b): ``exp`` raises the
+    base, ``log_scale`` turns a natural log into the base's."""
+
+    def out_dtype(a, b) -> dt.dtype:
+        d = result_dtype(a, b)
+        if not d.is_floating_point:  # PyTorch has no integer or complex kernel either
+            raise NotImplementedError(
+                f"\"{op.name}_cpu\" not implemented for '{torch_type_name(d)}'"
+            )
+        return d
+
+    def kernel(a, b):
+        d = out_dtype(a, b)
+        cd = compute_np_dtype(d)  # half types in float32, as PyTorch's CPU kernels do
+        return wrap(np_fn(as_np_operand(a, cd), as_np_operand(b, cd)).astype(d.np), d)
+
+    def meta(a, b):
+        return pointwise_meta(out_dtype(a, b), a, b)
+
+    def derivative(c, g):
+        a, b = c.args  # PyTorch's formulas: a == b == inf gives NaN gradients, as there
+        return (
+            g / (1 + exp(b - a)) if needs_grad(c, 0) else None,
+            g / (1 + exp(a - b)) if needs_grad(c, 1) else None,
+        )
+
+    def decomposition(a, b):
+        a, b = _as_float_operands(a, b)
+        m = maximum(a, b)
+        out = m + exp(-(a - b).abs()).log1p() * log_scale
+        return where((a == b) & a.isinf(), a, out)  # inf, inf -> inf (not inf - inf)
+
+    op.register_kernel(kernel)
+    op.register_meta(meta)
+    op.register_derivative(derivative)
+    op.register_decomposition(decomposition)
+
+
+_register_log_add_exp(logaddexp, np.logaddexp, lambda t: t.exp(), 1.0)
+_register_log_add_exp(logaddexp2, np.logaddexp2, lambda t: t.exp2(), 1 / math.log(2))

@@ -1,0 +1,1095 @@
+"""Elementwise ops: tables of (name, numpy kernel, derivative), plus their shared machinery.
+
+Unary float math promotes integer inputs to the default dtype and computes half types in float32
+(PyTorch's CPU kernels do the same). Binary ops follow PyTorch's type promotion, including 0-dim
+tensors and Python scalars. Derivatives return gradients of the broadcast shape; the autograd
+engine reduces them to each input's shape. ``where`` (the ternary prim) is here because binary
+derivatives use it; the other ternary ops are in ``ternary``, activations in ``activations``,
+and the numpy special functions the kernels call in ``numpy_math``.
+"""
+
+from __future__ import annotations
+
+import cmath
+import math
+
+import numpy as np
+
+from ...runtime import dtypes as dt
+from ...runtime.storage import _POOL_MIN_BYTES
+from ...runtime.symbolic import known_same_shape
+from ...runtime.tensor import wrap_array
+from ..core.common import (
+    Scalar,
+    Tensor,
+    TensorOrScalar,
+    binary_dtype,
+    broadcast_shapes,
+    checked_scalar,
+    compute_np_dtype,
+    empty_like_layout,
+    output_layout_source,
+    pointwise_meta,
+    to_float_dtype,
+    wrap,
+    zero_grad,
+)
+from ..core.complex_support import complex_not_implemented, complex_operand, conj_value
+from ..core.grad_fn_naming import is_tensor_arg
+from ..core.registry import defop
+from ..special.numpy_kernels import np_erfc
+from .numpy_math import (
+    np_erf,
+    np_erfinv,
+    np_float_pow,
+    np_int_pow,
+    np_remainder,
+    np_round,
+    np_rsqrt,
+    np_sigmoid,
+    np_sign,
+    np_trunc_divide,
+    scalar_power_form,
+)
+
+__all__ = ["as_np_operand", "needs_grad"]
+
+_bool = dt.bool_
+
+
+# ------------------------------------------------------------------------------ unary family
+
+
+def _unary_schema(self: Tensor): ...
+
+
+def _make_unary_kernel(fn, float_math: bool, out_bool: bool):
+    def kernel(x):
+        a = x._data
+        d = x._dtype
+        if out_bool:
+            return wrap(fn(a), _bool)
+        if float_math:
+            od = to_float_dtype(d)
+            cd = compute_np_dtype(od)
+            if a.dtype != cd:
+                a = a.astype(cd)
+            if a.nbytes >= _POOL_MIN_BYTES and cd == od.np:
+                out = empty_like_layout(a.shape, od, output_layout_source(a.shape, (x,)))
+                return wrap(fn(a, out=out), od)
+            return wrap(fn(a), od)
+        return wrap(fn(a), d)
+
+    return kernel
+
+
+def _make_unary_meta(float_math: bool, out_bool: bool):
+    def meta(x):
+        if out_bool:
+            return pointwise_meta(_bool, x)
+        return pointwise_meta(to_float_dtype(x._dtype) if float_math else x._dtype, x)
+
+    return meta
+
+
+def unary(
+    name,
+    fn,
+    derivative=None,
+    *,
+    float_math=True,
+    out_bool=False,
+    save_output=False,
+    prim=True,
+    save_input=True,
+    **record,
+):
+    """Define a one-input elementwise op from a numpy function and a derivative formula;
+    ``record`` holds the op's other ``defop`` facts (``autocast=``...). ``save_input=False``:
+    the formula does not read the input, so autograd keeps nothing and an in-place change of the
+    input after the op is no error, as in PyTorch."""
+    op = defop(
+        _unary_schema,
+        name=name,
+        kind="pointwise",
+        prim=prim,
+        differentiable=derivative is not None,
+        **record,
+    )
+    op.register_kernel(_make_unary_kernel(fn, float_math, out_bool))
+    op.register_meta(_make_unary_meta(float_math, out_bool))
+    if derivative is not None:
+        op.register_derivative(
+            derivative,
+            save_output=save_output,
+            save_inputs=() if save_output or not save_input else None,
+        )
+    return op
+
+
+_LN2 = math.log(2.0)
+_LN10 = math.log(10.0)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _negative(a):
+    if a.dtype == np.bool_:
+        raise RuntimeError(
+            "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+            "invert a mask, use the `~` or `logical_not()` operator instead."
+        )
+    return np.negative(a)
+
+
+neg = unary(
+    "neg", _negative, lambda c, g: (-g,), float_math=False, save_input=False, aliases=("negative",)
+)
+abs_ = unary(
+    "abs", np.abs, lambda c, g: (g * c.args[0].sign(),), float_math=False, aliases=("absolute",)
+)
+abs_.register_complex(
+    kernel=lambda x: wrap(np.abs(x._data), x._dtype.to_real()),
+    meta=lambda x: pointwise_meta(x._dtype.to_real(), x),
+    derivative=lambda c, g: (g * c.args[0].sgn(),),  # the gradient of |z| is z / |z|
+)
+exp = unary(
+    "exp",
+    np.exp,
+    lambda c, g: (g * c.out,),
+    save_output=True,
+    autocast={"cuda": "fp32"},
+    complex_derivative=lambda c, g: (g * c.out.conj(),),
+)
+exp2 = unary("exp2", np.exp2, lambda c, g: (g * c.out * _LN2,), save_output=True, holomorphic=True)
+expm1 = unary(
+    "expm1",
+    np.expm1,
+    lambda c, g: (g * (c.out + 1),),
+    save_output=True,
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+)
+log = unary(
+    "log",
+    np.log,
+    lambda c, g: (g / c.args[0],),
+    autocast={"cuda": "fp32"},
+    complex_derivative=lambda c, g: (g / c.args[0].conj(),),
+)
+log2 = unary(
+    "log2",
+    np.log2,
+    lambda c, g: (g / (c.args[0] * _LN2),),
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+)
+log10 = unary(
+    "log10",
+    np.log10,
+    lambda c, g: (g / (c.args[0] * _LN10),),
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+)
+log1p = unary(
+    "log1p",
+    np.log1p,
+    lambda c, g: (g / (c.args[0] + 1),),
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+)
+sqrt = unary(
+    "sqrt",
+    np.sqrt,
+    lambda c, g: (g / (2 * c.out),),
+    save_output=True,
+    complex_derivative=lambda c, g: (g / (2 * c.out.conj()),),
+)
+rsqrt = unary(
+    "rsqrt",
+    np_rsqrt,
+    lambda c, g: (g * -0.5 * c.out * c.out * c.out,),
+    save_output=True,
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+)
+sin = unary(
+    "sin",
+    np.sin,
+    lambda c, g: (g * c.args[0].cos(),),
+    complex_derivative=lambda c, g: (g * c.args[0].cos().conj(),),
+)
+cos = unary(
+    "cos",
+    np.cos,
+    lambda c, g: (g * -c.args[0].sin(),),
+    complex_derivative=lambda c, g: (g * -c.args[0].sin().conj(),),
+)
+tan = unary(
+    "tan",
+    np.tan,
+    lambda c, g: (g * (1 + c.out * c.out),),
+    save_output=True,
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+)
+asin = unary(
+    "asin",
+    np.arcsin,
+    lambda c, g: (g * (1 - c.args[0] * c.args[0]).rsqrt(),),
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+    aliases=("arcsin",),
+)
+acos = unary(
+    "acos",
+    np.arccos,
+    lambda c, g: (-g * (1 - c.args[0] * c.args[0]).rsqrt(),),
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+    aliases=("arccos",),
+)
+atan = unary(
+    "atan",
+    np.arctan,
+    lambda c, g: (g / (1 + c.args[0] * c.args[0]),),
+    holomorphic=True,
+    aliases=("arctan",),
+)
+sinh = unary(
+    "sinh",
+    np.sinh,
+    lambda c, g: (g * c.args[0].cosh(),),
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+)
+cosh = unary(
+    "cosh",
+    np.cosh,
+    lambda c, g: (g * c.args[0].sinh(),),
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+)
+tanh = unary(
+    "tanh", np.tanh, lambda c, g: (g * (1 - c.out * c.out),), save_output=True, holomorphic=True
+)
+asinh = unary(
+    "asinh",
+    np.arcsinh,
+    lambda c, g: (g * (c.args[0] * c.args[0] + 1).rsqrt(),),
+    holomorphic=True,
+    aliases=("arcsinh",),
+)
+acosh = unary(
+    "acosh",
+    np.arccosh,
+    lambda c, g: (g * (c.args[0] * c.args[0] - 1).rsqrt(),),
+    holomorphic=True,
+    aliases=("arccosh",),
+)
+atanh = unary(
+    "atanh",
+    np.arctanh,
+    lambda c, g: (g / (1 - c.args[0] * c.args[0]),),
+    holomorphic=True,
+    aliases=("arctanh",),
+)
+sigmoid = unary(
+    "sigmoid",
+    np_sigmoid,
+    lambda c, g: (g * c.out * (1 - c.out),),
+    save_output=True,
+    holomorphic=True,
+)
+erf = unary(
+    "erf",
+    np_erf,
+    lambda c, g: (g * _TWO_OVER_SQRT_PI * (-(c.args[0] * c.args[0])).exp(),),
+    complex_refused=complex_not_implemented("erf_vml_cpu"),
+)
+erfc = unary(
+    "erfc",
+    np_erfc,
+    lambda c, g: (-g * _TWO_OVER_SQRT_PI * (-(c.args[0] * c.args[0])).exp(),),
+    complex_refused=complex_not_implemented("erfc_vml_cpu"),
+)
+erfinv = unary(
+    "erfinv",
+    np_erfinv,
+    lambda c, g: (g * (math.sqrt(math.pi) / 2) * (c.out * c.out).exp(),),
+    save_output=True,
+    autocast={"cuda": "fp32"},
+    complex_refused=complex_not_implemented("erfinv_vml_cpu"),
+)
+reciprocal = unary(
+    "reciprocal",
+    np.reciprocal,
+    lambda c, g: (-g * c.out * c.out,),
+    save_output=True,
+    autocast={"cuda": "fp32"},
+    holomorphic=True,
+)
+# 1/z as a division (not numpy's reciprocal): 1/0 is inf+nanj and 1/7 has a +0 imaginary part,
+# as in PyTorch
+reciprocal.register_complex(
+    kernel=lambda x: wrap(np.divide(x._data.dtype.type(1), x._data), x._dtype),
+    meta=lambda x: pointwise_meta(x._dtype, x),
+)
+floor = unary(
+    "floor",
+    np.floor,
+    None,
+    float_math=False,
+    complex_refused=(NotImplementedError, "floor is not supported for complex inputs"),
+)
+ceil = unary(
+    "ceil",
+    np.ceil,
+    None,
+    float_math=False,
+    complex_refused=(NotImplementedError, "ceil is not supported for complex inputs"),
+)
+trunc = unary(
+    "trunc",
+    np.trunc,
+    None,
+    float_math=False,
+    complex_refused=(NotImplementedError, "trunc is not supported for complex inputs"),
+    aliases=("fix",),
+)
+frac = unary(
+    "frac",
+    lambda a: a - np.trunc(a),
+    lambda c, g: (g,),
+    float_math=False,
+    save_input=False,
+    complex_refused=complex_not_implemented("frac_cpu"),
+)
+
+sign = unary(
+    "sign",
+    np_sign,
+    None,
+    float_math=False,
+    complex_refused=(
+        NotImplementedError,
+        "Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead.",
+    ),
+)
+sgn = sign
+isnan = unary("isnan", np.isnan, None, out_bool=True)
+isinf = unary("isinf", np.isinf, None, out_bool=True)
+isfinite = unary("isfinite", np.isfinite, None, out_bool=True)
+isposinf = unary(
+    "isposinf",
+    np.isposinf,
+    None,
+    out_bool=True,
+    complex_refused=(RuntimeError, "isposinf does not support complex inputs."),
+)
+isneginf = unary(
+    "isneginf",
+    np.isneginf,
+    None,
+    out_bool=True,
+    complex_refused=(RuntimeError, "isneginf does not support complex inputs."),
+)
+signbit = unary(
+    "signbit",
+    np.signbit,
+    None,
+    out_bool=True,
+    complex_refused=(RuntimeError, "signbit is not implemented for complex tensors."),
+)
+logical_not = unary("logical_not", np.logical_not, None, out_bool=True)
+
+
+def _invert(a: np.ndarray) -> np.ndarray:
+    if a.dtype == np.bool_:
+        return np.logical_not(a)
+    if a.dtype.kind not in "iu":
+        from ..reductions.reduce import torch_type_name
+
+        name = torch_type_name(dt.from_numpy_dtype(a.dtype))
+        raise NotImplementedError(f"\"bitwise_not_cpu\" not implemented for '{name}'")
+    return np.invert(a)
+
+
+bitwise_not = unary("bitwise_not", _invert, None, float_math=False)
+
+for _op in (
+    floor,
+    ceil,
+    trunc,
+    sign,
+    isnan,
+    isinf,
+    isfinite,
+    isposinf,
+    isneginf,
+    signbit,
+    logical_not,
+    bitwise_not,
+):
+    _op.differentiable = False
+    # rounding ops have zero gradient almost everywhere: PyTorch returns zeros, so do we
+for _op in (floor, ceil, trunc, sign):
+    _op.differentiable = True
+    _op.register_derivative(lambda c, g: (zero_grad(g),), save_inputs=())
+
+
+@defop(kind="pointwise", prim=True, complex_refused=complex_not_implemented("round_vml_cpu"))
+def round(self: Tensor, *, decimals: int = 0): ...  # noqa: A001
+
+
+@round.register_kernel
+def _round_kernel(x, decimals):
+    a = x._data
+    if decimals and x._dtype in (dt.float16, dt.bfloat16):
+        a = a.astype(np.float32)  # x * 10**decimals in 16 bits would overflow (PyTorch: float)
+    return wrap(np_round(a, decimals), x._dtype)
+
+
+round.register_meta(lambda x, decimals: pointwise_meta(x._dtype, x))
+round.register_derivative(lambda c, g: (zero_grad(g),), save_inputs=())
+
+# ------------------------------------------------------------------------------ binary family
+
+
+def _binary_schema(self: TensorOrScalar, other: TensorOrScalar): ...
+
+
+def as_np_operand(x, np_dtype):
+    """numpy operand of dtype ``np_dtype`` from a tensor or a Python scalar."""
+    if isinstance(x, Tensor):
+        a = x._data
+        return a if a.dtype == np_dtype else a.astype(np_dtype)
+    return np.asarray(x).astype(np_dtype)
+
+
+def _binary_out(a, b, d: dt.dtype, x, y):
+    """A pooled output buffer for large results (fresh large buffers cost page faults).
+
+    Also where mismatched shapes are caught, with PyTorch's message (before numpy's).
+    """
+    sa = a.shape
+    sb = np.shape(b)
+    shape = sa if sa == sb else broadcast_shapes(sa, sb)
+    n = 1
+    for s in shape:
+        n *= s
+    if n * d.itemsize < _POOL_MIN_BYTES and (sa != shape or a.flags.c_contiguous):
+        return None  # numpy's own output (it keeps the layout of a full-shape first operand)
+    return empty_like_layout(shape, d, output_layout_source(shape, (x, y)))
+
+
+_NUMPY_NATIVE_FLOATS = (dt.float16, dt.float32, dt.float64)
+
+
+def _make_binary_kernel(fn, kind: str):
+    """kind: 'same' (result dtype), 'float' (true division style), 'bool' (comparisons)."""
+
+    def kernel(x, y):
+        # hot path: a float tensor and a Python number (numpy treats the number as weak, so
+        # the result keeps the tensor's dtype exactly as PyTorch's promotion does)
+        if (
+            kind == "same"
+            and x.__class__ is Tensor
+            and (y.__class__ is float or y.__class__ is int)
+            and x._dtype in _NUMPY_NATIVE_FLOATS
+            and x._data.nbytes < _POOL_MIN_BYTES
+        ):
+            return wrap(fn(x._data, y), x._dtype)
+        # hot path: two same-dtype tensors with dims (no promotion, no casts)
+        if (
+            x.__class__ is Tensor
+            and y.__class__ is Tensor
+            and x._dtype is y._dtype
+            and x._shape
+            and y._shape
+            and kind != "float"
+        ):
+            d = x._dtype
+            a = x._data
+            b = y._data
+            if kind == "bool":
+                return wrap_array(fn(a, b), _bool)
+            if (
+                a.nbytes < _POOL_MIN_BYTES
+                and b.nbytes < _POOL_MIN_BYTES
+                and known_same_shape(x._shape, y._shape)
+                and (a.flags.c_contiguous or not b.flags.c_contiguous)
+            ):
+                return wrap_array(fn(a, b), d)
+        else:
+            d = binary_dtype(x, y)
+            if kind == "float":
+                d = to_float_dtype(d)
+            cd = compute_np_dtype(d) if kind == "float" else d.np
+            a = as_np_operand(x, cd)
+            b = as_np_operand(y, cd)
+            if kind == "bool":
+                return wrap(fn(a, b), _bool)
+            if cd != d.np:
+                return wrap(fn(a, b), d)
+        out = _binary_out(a, b, d, x, y)
+        if out is not None:
+            return wrap(fn(a, b, out=out), d)
+        return wrap(fn(a, b), d)
+
+    return kernel
+
+
+def _make_binary_meta(kind: str):
+    def meta(x, y, *rest):
+        d = binary_dtype(x, y)
+        if kind == "float":
+            d = to_float_dtype(d)
+        elif kind == "bool":
+            d = _bool
+        return pointwise_meta(d, x, y)
+
+    return meta
+
+
+def binary(name, fn, derivative=None, *, kind="same", prim=True, schema=_binary_schema, **record):
+    op = defop(
+        schema,
+        name=name,
+        kind="pointwise",
+        prim=prim,
+        differentiable=derivative is not None,
+        **record,
+    )
+    op.register_kernel(_make_binary_kernel(fn, kind))
+    op.register_meta(_make_binary_meta(kind))
+    if derivative is not None:
+        op.register_derivative(derivative)
+    return op
+
+
+def needs_grad(c, i):
+    """Whether input ``i`` of the op being differentiated (context ``c``) needs a gradient."""
+    return c.needs_input_grad[i]
+
+
+def _save_cross(args, needs):
+    """Save each operand only if the *other* one needs a gradient (PyTorch's mul rule)."""
+    return tuple(p for p, q in ((0, 1), (1, 0)) if needs[q])
+
+
+def _mul_complex_grad(c, g):
+    a, b = c.args
+    return (
+        g * conj_value(b) if needs_grad(c, 0) else None,
+        g * conj_value(a) if needs_grad(c, 1) else None,
+    )
+
+
+mul = binary(
+    "mul",
+    np.multiply,
+    lambda c, g: (
+        g * c.args[1] if needs_grad(c, 0) else None,
+        g * c.args[0] if needs_grad(c, 1) else None,
+    ),
+    complex_derivative=_mul_complex_grad,
+    aliases=("multiply",),
+)
+mul.saves_inputs = _save_cross
+
+
+def _maxmin_grad(c, g):
+    """PyTorch's rule: ties split the gradient evenly, the losing input gets zero (selected, not
+    multiplied, so a NaN or inf gradient stays on the winner), and where either input is NaN
+    both get the whole gradient (neither compares as the loser)."""
+    a, b = c.args
+    share = where(a == b, g * 0.5, g)
+    a_loses = a < b if c.op is maximum else a > b
+    b_loses = b < a if c.op is maximum else b > a
+    ga = where(a_loses, 0, share) if needs_grad(c, 0) else None
+    gb = where(b_loses, 0, share) if needs_grad(c, 1) else None
+    return ga, gb
+
+
+maximum = binary(
+    "maximum",
+    np.maximum,
+    _maxmin_grad,
+    complex_refused=(RuntimeError, "maximum not implemented for complex tensors."),
+)
+minimum = binary(
+    "minimum",
+    np.minimum,
+    _maxmin_grad,
+    complex_refused=(RuntimeError, "minimum not implemented for complex tensors."),
+)
+
+
+def _nan_ignoring_extreme_grad(keep_self):
+    """fmax/fmin send the gradient to ``self`` where it was chosen (``keep_self``: self >= other
+    for fmax, self <= other for fmin; ties go to self) or where ``other`` is NaN, else to
+    ``other``: PyTorch's formulas."""
+
+    def derivative(c, g):
+        a, b = c.args
+        to_self = keep_self(a, b) | (b != b)
+        return (
+            where(to_self, g, 0) if c.needs_input_grad[0] else None,
+            where(to_self, 0, g) if c.needs_input_grad[1] else None,
+        )
+
+    return derivative
+
+
+fmax = binary(
+    "fmax",
+    np.fmax,
+    _nan_ignoring_extreme_grad(lambda a, b: a >= b),
+    complex_refused=(RuntimeError, "fmax not implemented for complex tensors."),
+)
+fmin = binary(
+    "fmin",
+    np.fmin,
+    _nan_ignoring_extreme_grad(lambda a, b: a <= b),
+    complex_refused=(RuntimeError, "fmin not implemented for complex tensors."),
+)
+
+
+def _atan2_grad(c, g):
+    a, b = c.args
+    denom = a * a + b * b
+    return (
+        g * b / denom if needs_grad(c, 0) else None,
+        -g * a / denom if needs_grad(c, 1) else None,
+    )
+
+
+atan2 = binary(
+    "atan2",
+    np.arctan2,
+    _atan2_grad,
+    kind="float",
+    autocast={"cuda": "promote"},
+    complex_refused=complex_not_implemented("atan2_cpu"),
+    aliases=("arctan2",),
+)
+hypot = binary(
+    "hypot",
+    np.hypot,
+    lambda c, g: (g * c.args[0] / hypot(*c.args), g * c.args[1] / hypot(*c.args)),
+    complex_refused=complex_not_implemented("hypot_cpu"),
+)
+copysign = binary(
+    "copysign",
+    np.copysign,
+    None,
+    kind="float",
+    complex_refused=complex_not_implemented("copysign_cpu"),
+)
+
+
+def _remainder_np(a, b, out=None):
+    if a.dtype.kind in "iu" and np.any(b == 0):
+        raise RuntimeError("ZeroDivisionError")
+    if out is None:
+        return np_remainder(a, b)
+    np.copyto(out, np_remainder(a, b))
+    return out
+
+
+def _fmod_np(a, b, out=None):
+    if a.dtype.kind in "iu" and np.any(b == 0):
+        raise RuntimeError("ZeroDivisionError")
+    return np.fmod(a, b, out=out) if out is not None else np.fmod(a, b)
+
+
+remainder = binary(
+    "remainder",
+    _remainder_np,
+    lambda c, g: (g, -g * (c.args[0] / c.args[1]).floor() if needs_grad(c, 1) else None),
+    complex_refused=complex_not_implemented("remainder_cpu"),
+)
+fmod = binary(
+    "fmod",
+    _fmod_np,
+    lambda c, g: (g, -g * (c.args[0] / c.args[1]).trunc() if needs_grad(c, 1) else None),
+    complex_refused=complex_not_implemented("fmod_cpu"),
+)
+
+eq = binary("eq", np.equal, kind="bool")
+ne = binary("ne", np.not_equal, kind="bool", aliases=("not_equal",))
+lt = binary(
+    "lt", np.less, kind="bool", complex_refused=complex_not_implemented("lt_cpu"), aliases=("less",)
+)
+le = binary(
+    "le",
+    np.less_equal,
+    kind="bool",
+    complex_refused=complex_not_implemented("le_cpu"),
+    aliases=("less_equal",),
+)
+gt = binary(
+    "gt",
+    np.greater,
+    kind="bool",
+    complex_refused=complex_not_implemented("gt_cpu"),
+    aliases=("greater",),
+)
+ge = binary(
+    "ge",
+    np.greater_equal,
+    kind="bool",
+    complex_refused=complex_not_implemented("ge_cpu"),
+    aliases=("greater_equal",),
+)
+logical_and = binary("logical_and", np.logical_and, kind="bool")
+logical_or = binary("logical_or", np.logical_or, kind="bool")
+logical_xor = binary("logical_xor", np.logical_xor, kind="bool")
+
+
+_FLOAT_TYPE_NAMES = {"float16": "Half", "float32": "Float", "float64": "Double"}
+
+
+def _bitwise(np_fn, np_bool_fn, kernel_name):
+    def fn(a, b, out=None):
+        if a.dtype.kind not in "biu":
+            name = _FLOAT_TYPE_NAMES.get(a.dtype.name, "BFloat16")
+            raise NotImplementedError(f"\"{kernel_name}\" not implemented for '{name}'")
+        f = np_bool_fn if a.dtype == np.bool_ else np_fn
+        return f(a, b) if out is None else f(a, b, out=out)
+
+    return fn
+
+
+bitwise_and = binary(
+    "bitwise_and",
+    _bitwise(np.bitwise_and, np.logical_and, "bitwise_and_cpu"),
+    complex_refused=complex_not_implemented("bitwise_and_cpu"),
+)
+bitwise_or = binary(
+    "bitwise_or",
+    _bitwise(np.bitwise_or, np.logical_or, "bitwise_or_cpu"),
+    complex_refused=complex_not_implemented("bitwise_or_cpu"),
+)
+bitwise_xor = binary(
+    "bitwise_xor",
+    _bitwise(np.bitwise_xor, np.logical_xor, "bitwise_xor_cpu"),
+    complex_refused=complex_not_implemented("bitwise_xor_cpu"),
+)
+bitwise_left_shift = binary(
+    "bitwise_left_shift", _bitwise(np.left_shift, np.left_shift, "lshift_cpu")
+)
+bitwise_right_shift = binary(
+    "bitwise_right_shift", _bitwise(np.right_shift, np.right_shift, "rshift_cpu")
+)
+
+for _op in (eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_xor, copysign):
+    _op.differentiable = False
+for _op in (bitwise_and, bitwise_or, bitwise_xor, bitwise_left_shift, bitwise_right_shift):
+    _op.differentiable = False
+
+
+# add/sub carry alpha; div carries a rounding mode; pow has its own promotion
+
+
+def _alpha_schema(self: TensorOrScalar, other: TensorOrScalar, *, alpha: Scalar = 1): ...
+
+
+def _make_alpha_kernel(np_fn):
+    plain = _make_binary_kernel(np_fn, "same")
+
+    def kernel(x, y, alpha):
+        if alpha != 1 and alpha is not True:
+            d = binary_dtype(x, y)
+            if isinstance(alpha, float) and d.category < 2:
+                raise RuntimeError(
+                    "For integral input tensors, argument alpha must not be a floating point number."
+                )
+            if isinstance(y, Tensor):
+                cd = compute_np_dtype(d)
+                # PyTorch rounds alpha to the result dtype, then forms x + alpha * y in the
+                # compute dtype (float32 for half types), so alpha * y is not rounded to y's
+                # dtype (nor to a half type) on the way
+                scale = np.asarray(alpha).astype(d.np).astype(cd)
+                if y._dtype is not d or cd != d.np:
+                    a, b = as_np_operand(x, cd), as_np_operand(y, cd)
+                    broadcast_shapes(np.shape(a), np.shape(b))
+                    return wrap(np_fn(a, b * scale), d)
+                y = wrap(y._data * scale, d)
+            else:
+                y = y * alpha
+        return plain(x, y)
+
+    return kernel
+
+
+add = defop(_alpha_schema, name="add", kind="pointwise", prim=True)
+add.register_kernel(_make_alpha_kernel(np.add))
+add.register_meta(lambda x, y, alpha=1: pointwise_meta(binary_dtype(x, y), x, y))
+add.register_derivative(
+    lambda c, g: (
+        g if needs_grad(c, 0) else None,
+        (g * c.args[2] if c.args[2] != 1 else g) if needs_grad(c, 1) else None,
+    ),
+    save_inputs=(),
+)
+
+
+def _is_bool_operand(x) -> bool:
+    return x._dtype is dt.bool_ if isinstance(x, Tensor) else isinstance(x, (bool, np.bool_))
+
+
+def _check_sub_operands(x, y) -> None:
+    """PyTorch refuses ``-`` on bools (it almost always means a mask inversion gone wrong)."""
+    x_bool, y_bool = _is_bool_operand(x), _is_bool_operand(y)
+    if x_bool and y_bool:
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with two bool tensors is not supported. "
+            "Use the `^` or `logical_xor()` operator instead."
+        )
+    if x_bool or y_bool:
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with a bool tensor is not supported. "
+            "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."
+        )
+
+
+_sub_kernel = _make_alpha_kernel(np.subtract)
+
+
+def _checked_sub_kernel(x, y, alpha):
+    _check_sub_operands(x, y)
+    return _sub_kernel(x, y, alpha)
+
+
+def _sub_meta(x, y, alpha=1):
+    _check_sub_operands(x, y)
+    return pointwise_meta(binary_dtype(x, y), x, y)
+
+
+sub = defop(
+    _alpha_schema,
+    name="sub",
+    kind="pointwise",
+    prim=True,
+    grad_fn_name=lambda args: "SubBackward0" if is_tensor_arg(args[0]) else "RsubBackward1",
+    aliases=("subtract",),
+)
+sub.register_kernel(_checked_sub_kernel)
+sub.register_meta(_sub_meta)
+sub.register_derivative(
+    lambda c, g: (
+        g if needs_grad(c, 0) else None,
+        (-g * c.args[2] if c.args[2] != 1 else -g) if needs_grad(c, 1) else None,
+    ),
+    save_inputs=(),
+)
+
+
+def _div_complex_grad(c, g):
+    a, b, _ = c.args
+    return (
+        g / conj_value(b) if needs_grad(c, 0) else None,
+        -g * conj_value((a / b) / b) if needs_grad(c, 1) else None,
+    )
+
+
+@defop(
+    kind="pointwise",
+    prim=True,
+    complex_derivative=_div_complex_grad,
+    grad_fn_name=lambda args: "DivBackward0" if is_tensor_arg(args[0]) else "MulBackward0",
+    aliases=("divide", "true_divide"),
+)
+def div(self: TensorOrScalar, other: TensorOrScalar, *, rounding_mode: str | None = None): ...
+
+
+def _refuse_complex_rounding(x, y, rounding_mode) -> None:
+    """``div(..., rounding_mode=...)`` (``//``) has no complex kernel in PyTorch."""
+    d = complex_operand(div, (x, y, rounding_mode))
+    if d is not None:
+        from ..reductions.reduce import torch_type_name
+
+        raise NotImplementedError(
+            f"\"div_{rounding_mode}_cpu\" not implemented for '{torch_type_name(d)}'"
+        )
+
+
+_true_div = _make_binary_kernel(np.true_divide, "float")
+
+
+@div.register_kernel
+def _div_kernel(x, y, rounding_mode):
+    if rounding_mode is None:
+        return _true_div(x, y)
+    _refuse_complex_rounding(x, y, rounding_mode)
+    if rounding_mode not in ("trunc", "floor"):
+        raise RuntimeError(
+            "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+            f"'{rounding_mode}'"
+        )
+    d = binary_dtype(x, y)
+    a = as_np_operand(x, d.np)
+    b = as_np_operand(y, d.np)
+    if d.is_floating_point:
+        cd = compute_np_dtype(d)
+        q = np.true_divide(a.astype(cd, copy=False), b.astype(cd, copy=False))
+        r = (
+            np.trunc(q)
+            if rounding_mode == "trunc"
+            else np.floor_divide(a.astype(cd, copy=False), b.astype(cd, copy=False))
+        )
+        return wrap(r, d)
+    if d is _bool:
+        raise NotImplementedError(f"\"div_{rounding_mode}_cpu\" not implemented for 'Bool'")
+    if np.any(b == 0):
+        raise RuntimeError("ZeroDivisionError")
+    if rounding_mode == "floor":
+        return wrap(np.floor_divide(a, b), d)
+    return wrap(np_trunc_divide(a, b), d)
+
+
+@div.register_meta
+def _div_meta(x, y, rounding_mode=None):
+    if rounding_mode is not None:
+        _refuse_complex_rounding(x, y, rounding_mode)
+    d = binary_dtype(x, y)
+    return pointwise_meta(to_float_dtype(d) if rounding_mode is None else d, x, y)
+
+
+def _div_grad(c, g):
+    a, b, mode = c.args
+    if mode is not None:
+        zero = zero_grad(g)
+        return (zero if needs_grad(c, 0) else None, zero if needs_grad(c, 1) else None)
+    ga = g / b if needs_grad(c, 0) else None
+    gb = -g * a / (b * b) if needs_grad(c, 1) else None
+    return ga, gb
+
+
+div.register_derivative(
+    _div_grad, save_inputs=lambda args, needs: (1,) + ((0,) if needs[1] else ())
+)
+
+
+def _complex_pow_grad(c, g):
+    """d(a^b) = b a^(b-1) da + a^b log(a) db, each coefficient conjugated (holomorphic)."""
+    a, b = c.args
+    ga = gb = None
+    if needs_grad(c, 0):
+        if isinstance(b, Tensor):
+            ga = where(b == 0, 0, g * (b * a ** (b - 1)).conj())
+        else:
+            ga = zero_grad(g) if b == 0 else g * conj_value(b * a ** (b - 1))
+    if needs_grad(c, 1):
+        log_a = a.log() if isinstance(a, Tensor) else cmath.log(a) if a != 0 else -math.inf
+        gb = g * conj_value((a**b) * log_a)
+    return ga, gb
+
+
+def _pow_grad_fn_name(args) -> str:
+    if not is_tensor_arg(args[0]):
+        return "PowBackward2"
+    return "PowBackward1" if is_tensor_arg(args[1]) else "PowBackward0"
+
+
+@defop(
+    kind="pointwise",
+    prim=True,
+    autocast={"cuda": "fp32"},
+    complex_derivative=_complex_pow_grad,
+    grad_fn_name=_pow_grad_fn_name,
+)
+def pow(self: TensorOrScalar, exponent: TensorOrScalar): ...  # noqa: A001
+
+
+@pow.register_kernel
+def _pow_kernel(x, y):
+    d = binary_dtype(x, y)
+    if d.category < 2 and isinstance(y, Tensor) is False and y < 0:
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+    cd = compute_np_dtype(d)
+    a = as_np_operand(x, cd)
+    if not isinstance(y, Tensor) and y == 2:
+        return wrap(np.square(a), d)
+    if d.category == 2 and isinstance(x, Tensor) and not isinstance(y, Tensor):
+        exact_form = scalar_power_form(y, d is dt.float16)
+        if exact_form is not None:
+            with np.errstate(all="ignore"):
+                return wrap(exact_form(a), d)
+    b = as_np_operand(y, cd)
+    if d.category == 2:
+        return wrap(np_float_pow(a, b), d)
+    if d.category > 2:  # complex
+        return wrap(np.power(a, b), d)
+    return wrap(np_int_pow(a, b), d)
+
+
+pow.register_meta(lambda x, y: pointwise_meta(binary_dtype(x, y), x, y))
+
+
+def _pow_grad(c, g):
+    """PyTorch's formulas: a zero exponent gives ``a`` a zero gradient whatever ``g`` is; the
+    exponent's gradient is ``g`` times a coefficient that is 0 where a == 0 and b >= 0 (so a
+    NaN or inf ``g`` still gives NaN there, as in PyTorch)."""
+    a, b = c.args
+    ga = gb = None
+    if needs_grad(c, 0):
+        if isinstance(b, Tensor):
+            ga = where(b == 0, 0, g * b * a ** (b - 1))
+        elif b == 0:
+            ga = zero_grad(g)
+        else:
+            ga = g * b * a ** (b - 1)
+    if needs_grad(c, 1):
+        out = a**b
+        if isinstance(a, Tensor):
+            gb = g * where((a == 0) & (b >= 0), 0, out * a.log())
+        elif a == 0:
+            gb = g * where(b >= 0, 0, out * -math.inf)
+        else:
+            gb = g * (out * (math.log(a) if a > 0 else math.nan))
+    return ga, gb
+
+
+pow.register_derivative(_pow_grad)
+
+# ------------------------------------------------------------------------------ where
+
+
+@defop(kind="pointwise", prim=True)
+def where(condition: Tensor, self: TensorOrScalar, other: TensorOrScalar): ...
+
+
+@where.register_kernel
+def _where_kernel(cond, x, y):
+    if cond._dtype is not _bool and cond._dtype is not dt.uint8:
+        from ..reductions.reduce import torch_type_name
+
+        raise RuntimeError(
+            "where expected condition to be a boolean tensor, but got a tensor with dtype "
+            + torch_type_name(cond._dtype)
+        )
+    d = binary_dtype(x, y)
+    if d.category == 1:  # a Python int converts (checked) into the integer result type
+        x, y = (checked_scalar(v, d) if v.__class__ is int else v for v in (x, y))
+    return wrap(np.where(cond._data, as_np_operand(x, d.np), as_np_operand(y, d.np)), d)
+
+
+@where.register_meta
+def _where_meta(cond, x, y):
+    d = binary_dtype(x, y)
+    out = pointwise_meta(d, cond, *(t for t in (x, y) if isinstance(t, Tensor)))
+    return out
+
+
+def _where_grad(c, g):
+    cond = c.args[0]
+    return (
+        None,
+        where(cond, g, 0) if needs_grad(c, 1) else None,
+        where(cond, 0, g) if needs_grad(c, 2) else None,
+    )
+
+
+where.register_derivative(_where_grad)

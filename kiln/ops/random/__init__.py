@@ -1,0 +1,1 @@
+"""Random ops beyond the creation functions: in-place fills and discrete sampling."""

@@ -1,0 +1,193 @@
+"""Scans along one dim: cumsum, cumprod and logcumsumexp.
+
+Integer and bool inputs of cumsum/cumprod accumulate in int64, as in PyTorch; floating ones in
+float64 (PyTorch's CPU kernels accumulate in double). Eager kernels are numpy ``accumulate``; the decompositions are O(n^2) masked reductions
+over an (n, n) triangle, which suits short dims (a compiler may prefer the kernel for long ones).
+Derivatives handle zeros (cumprod) and overflow (logcumsumexp) the way PyTorch's formulas do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...runtime import dtypes as dt
+from ..core.common import DType, Tensor, compute_np_dtype, fake, wrap, wrap_dim
+from ..core.registry import defop
+from ..creation.factories import arange
+from ..pointwise.unary_binary import where
+from ..shape.repeat_flip import flip
+from .reduce import (
+    data_as_dtype,
+    logsumexp,
+    prod,
+    sum,
+    sum_dtype,
+    torch_type_name,
+)
+
+__all__ = ["reverse_cumsum"]
+
+_int64 = dt.int64
+_INF = float("inf")
+
+
+def _scan_schema(self: Tensor, dim: int, *, dtype: DType | None = None): ...
+
+
+def _scan_kernel(ufunc):
+    def kernel(x, dim, dtype):
+        d = wrap_dim(dim, x.ndim)
+        od = sum_dtype(x, dtype)
+        a = data_as_dtype(x, dtype)
+        if not a.ndim:
+            return wrap(a.astype(od.np), od)
+        # PyTorch's CPU scans accumulate floats in double: results round once, from that
+        acc = np.float64 if od.is_floating_point else compute_np_dtype(od)
+        out = ufunc.accumulate(a, axis=d, dtype=acc)
+        if ufunc is np.add and (od.is_floating_point or od.is_complex):
+            # PyTorch's sums start from +0.0, so a prefix of -0.0s sums to +0.0 (numpy's
+            # accumulate starts from the first element and keeps -0.0)
+            out += 0.0
+        return wrap(out, od)
+
+    return kernel
+
+
+def _scan_meta(x, dim, dtype=None):
+    wrap_dim(dim, x.ndim)
+    return fake(x._shape, sum_dtype(x, dtype), x)
+
+
+def _triangle(x: Tensor, dim: int):
+    """``x`` moved to the last dim and broadcast against the mask ``j <= i`` of shape (n, n)."""
+    n = x.shape[dim]
+    r = arange(0, n, 1, dtype=_int64, device=x.device)
+    return r.unsqueeze(1) >= r.unsqueeze(0), x.movedim(dim, -1).unsqueeze(-2)
+
+
+def _scan_decomp(reduce_op, identity):
+    # out[..., i] = reduce over j <= i: a masked reduction over an (n, n) triangle (O(n^2))
+    def decomposition(x, dim, dtype=None):
+        od = sum_dtype(x, dtype)
+        if not x.ndim:
+            return x.to(od).clone()
+        d = wrap_dim(dim, x.ndim)
+        mask, row = _triangle(x, d)
+        acc = dt.float64 if od.is_floating_point else od  # in double, as the kernel
+        return reduce_op(where(mask, row, identity), -1, dtype=acc).to(od).movedim(-1, d)
+
+    return decomposition
+
+
+def reverse_cumsum(g: Tensor, dim: int) -> Tensor:
+    """``out[i] = sum(g[j] for j >= i)`` along ``dim``: the gradient of cumsum."""
+    if not g.ndim:
+        return g
+    return flip(cumsum(flip(g, (dim,)), dim), (dim,))
+
+
+cumsum = defop(
+    _scan_schema,
+    name="cumsum",
+    kind="scan",
+    autocast={"cuda": "fp32_set_dtype"},
+    inplace_method=True,
+)
+cumprod = defop(
+    _scan_schema,
+    name="cumprod",
+    kind="scan",
+    autocast={"cuda": "fp32_set_dtype"},
+    holomorphic=True,
+    inplace_method=True,
+)
+cumsum.register_kernel(_scan_kernel(np.add))
+cumprod.register_kernel(_scan_kernel(np.multiply))
+for _op in (cumsum, cumprod):
+    _op.register_meta(_scan_meta)
+cumsum.register_derivative(lambda c, g: (reverse_cumsum(g, c.args[1]),), save_inputs=())
+cumsum.register_decomposition(_scan_decomp(sum, 0))
+cumprod.register_decomposition(_scan_decomp(lambda x, d, dtype: prod(x, d, dtype=dtype), 1))
+
+
+def _cumprod_grad(c, g):
+    # before the first zero of a slice: sum_{k>=i} g_k out_k / x_i; at the first zero z: the
+    # same sum taken with x_z replaced by 1; after it every product holds x_z = 0
+    x, dim, dtype = c.args
+    if not x.ndim:
+        return (g,)
+    d = wrap_dim(dim, x.ndim)
+    if dtype is not None:
+        x = x.to(dtype)
+    zero = x == 0
+    zeros_so_far = cumsum(zero, d)
+    before = zeros_so_far == 0
+    first = zero & (zeros_so_far == 1)
+    grad_before = reverse_cumsum(g * c.out, d) / where(before, x, 1)
+    grad_first = reverse_cumsum(g * cumprod(where(first, 1, x), d), d)
+    return (where(before, grad_before, where(first, grad_first, 0)),)
+
+
+cumprod.register_derivative(_cumprod_grad, save_output=True)
+
+
+@defop(kind="scan")
+def logcumsumexp(self: Tensor, dim: int): ...
+
+
+@logcumsumexp.register_kernel
+def _logcumsumexp_kernel(x, dim):
+    if not x._dtype.is_floating_point:
+        raise NotImplementedError(
+            f"\"logcumsumexp_out_cpu\" not implemented for '{torch_type_name(x._dtype)}'"
+        )
+    d = wrap_dim(dim, x.ndim)
+    a = x._data.astype(compute_np_dtype(x._dtype), copy=False)
+    return wrap(np.logaddexp.accumulate(a, axis=d) if a.ndim else a.copy(), x._dtype)
+
+
+@logcumsumexp.register_meta
+def _logcumsumexp_meta(x, dim):
+    wrap_dim(dim, x.ndim)
+    return fake(x._shape, x._dtype, x)
+
+
+# the lowest finite value of each float dtype (bfloat16's largest is about 3.39e38)
+_LOWEST = {
+    dt.float16: -65504.0,
+    dt.bfloat16: -3.0e38,
+    dt.float32: float(np.finfo(np.float32).min),
+    dt.float64: float(np.finfo(np.float64).min),
+}
+
+
+def _logcumsumexp_grad(c, g):
+    # grad_i = sum_{k>=i} g_k exp(x_i - out_k), summed in log space for the positive and the
+    # negative parts of g separately so nothing overflows
+    x, dim = c.args
+    if not x.ndim:
+        return (g,)
+    d = wrap_dim(dim, x.ndim)
+    out = c.out
+
+    # "no gradient" is the lowest finite value, not -inf: -inf - (-inf) would make the second
+    # derivative NaN where out is -inf
+    lowest = _LOWEST[g.dtype]
+
+    def part(mask, magnitude):
+        log_g = where(mask, where(mask, magnitude, 1).log(), lowest)
+        return (flip(logcumsumexp(flip(log_g - out, (d,)), d), (d,)) + x).exp()
+
+    return (part(g > 0, g) - part(g < 0, -g),)
+
+
+logcumsumexp.register_derivative(_logcumsumexp_grad, save_output=True)
+
+
+@logcumsumexp.register_decomposition
+def _logcumsumexp_decomp(x, dim):
+    if not x.ndim:
+        return x.clone()
+    d = wrap_dim(dim, x.ndim)
+    mask, row = _triangle(x, d)
+    return logsumexp(where(mask, row, -_INF), -1).movedim(-1, d)

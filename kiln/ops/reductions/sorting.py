@@ -1,0 +1,623 @@
+"""Order statistics and counting: sort and what is built on it (argsort, msort, topk, kthvalue,
+median, nanmedian), unique, searchsorted, bincount, histc.
+
+``sort`` is the one kernel of the sort family (numpy's stable sorts; NaN orders as the largest
+value, as in PyTorch). argsort, msort and median(dim) are compositions of it, so their values
+differentiate through sort's derivative, which sends each gradient back to the position its index
+names; topk and kthvalue have kernels of their own with the same kind of derivative. Among equal
+values, unstable sort, topk and kthvalue replay PyTorch's CPU algorithms (``stl_order``) so the
+same tied positions come back. unique and bincount have output shapes that depend on the data:
+eager kernels only (their meta functions raise).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...runtime import dtypes as dt
+from ..core.common import Scalar, Tensor, TensorOrScalar, fake, wrap, wrap_dim
+from ..core.complex_support import complex_not_implemented
+from ..core.grad_fn_naming import renaming
+from ..core.registry import defop, return_type, tensor_method, torch_function
+from ..creation.factories import arange, full
+from ..indexing.gather_scatter import gather
+from ..indexing.subscript import DataDependentOutputError
+from ..pointwise.unary_binary import where
+from ..shape.views import select, slice
+from .reduce import (
+    amax,
+    amin,
+    evenly_distribute,
+    scatter_back,
+    select_evenly,
+    sum,
+    torch_type_name,
+)
+from .stl_order import replay_kthvalue, replay_sort, replay_topk
+
+__all__: list[str] = []
+
+_int64 = dt.int64
+
+
+def _size_along(x, dim: int) -> int:
+    return x.shape[dim] if x.ndim else 1
+
+
+# ------------------------------------------------------------------------------ sort
+
+
+@defop(
+    kind="sort",
+    returns=("values", "indices"),
+    complex_refused=(RuntimeError, " Sort does not support complex dtypes on CPU"),
+)
+def sort(self: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = False): ...
+
+
+def argsort_np(a: np.ndarray, axis: int, descending: bool) -> np.ndarray:
+    """Stable argsort; descending keeps tied elements in their original order, NaN first."""
+    if not descending:
+        return np.argsort(a, axis=axis, kind="stable")
+    # sort the reversed array ascending and read the result backwards: ties stay in order
+    backwards = (np.s_[:],) * axis + (np.s_[::-1],)
+    return (a.shape[axis] - 1) - np.argsort(a[backwards], axis=axis, kind="stable")[backwards]
+
+
+@sort.register_kernel
+def _sort_kernel(x, dim, descending, stable):
+    d = wrap_dim(dim, x.ndim)
+    a = x._data
+    if not a.ndim:
+        return sort.returns(wrap(a.copy(), x._dtype), wrap(np.zeros((), np.int64), _int64))
+    idx = argsort_np(a, d, descending)
+    radix = a.ndim == 1 and a.size >= 32768 and a.dtype.kind in "iu" and not descending
+    if not stable and not radix:  # PyTorch's std::sort order among ties (its radix sort is stable)
+        idx = replay_sort(a, d, descending, idx)
+    values = a[idx] if a.ndim == 1 else np.take_along_axis(a, idx, d)
+    return sort.returns(wrap(values, x._dtype), wrap(idx, _int64))
+
+
+@sort.register_meta
+def _sort_meta(x, dim=-1, descending=False, stable=False):
+    wrap_dim(dim, x.ndim)
+    return sort.returns(fake(x._shape, x._dtype, x), fake(x._shape, _int64, x))
+
+
+sort.register_derivative(
+    lambda c, g, _gi=None: (scatter_back(g, c.out[1], c.args[1], c.args[0].shape),),
+    save_output=True,
+    save_inputs=(),
+)
+
+
+@sort.register_decomposition
+def _sort_decomp(x, dim=-1, descending=False, stable=False):
+    # rank of element i = how many elements go before it (ties: the earlier position first);
+    # then indices[rank_i] = i. O(n^2) comparisons, all prims.
+    if not x.ndim:
+        return sort.returns(x.clone(), x.new_zeros((), dtype=_int64))
+    d = wrap_dim(dim, x.ndim)
+    n = x.shape[d]
+    row = x.movedim(d, -1)
+    mine, other = row.unsqueeze(-1), row.unsqueeze(-2)
+    mine_nan, other_nan = mine != mine, other != other
+    if descending:
+        ahead = (other > mine) | (other_nan & mine_nan.logical_not())
+    else:
+        ahead = (other < mine) | (mine_nan & other_nan.logical_not())
+    ties = (other == mine) | (mine_nan & other_nan)
+    positions = arange(0, n, 1, dtype=_int64, device=x.device)
+    earlier = positions.unsqueeze(0) < positions.unsqueeze(1)
+    rank = sum(ahead | (ties & earlier), -1)
+    order = scatter_back(positions.expand(row.shape), rank, -1, row.shape)
+    values = gather(row, -1, order)
+    return sort.returns(values.movedim(-1, d), order.movedim(-1, d))
+
+
+@defop(kind="sort", differentiable=False)
+def argsort(self: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = False): ...
+
+
+argsort.register_decomposition(
+    lambda x, dim=-1, descending=False, stable=False: sort(x, dim, descending, stable=stable)[1]
+)
+
+
+@defop(kind="sort")
+def msort(self: Tensor): ...
+
+
+msort.register_decomposition(lambda x: sort(x, 0)[0])
+
+
+# ------------------------------------------------------------------------------ topk / kthvalue
+
+
+@defop(
+    kind="sort",
+    returns=("values", "indices"),
+    complex_refused=(RuntimeError, " topk does not support complex dtypes on CPU"),
+)
+def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True): ...  # noqa: A002
+
+
+def _topk_dim(x, k, dim) -> int:
+    d = wrap_dim(dim, x.ndim)
+    if not 0 <= k <= _size_along(x, d):
+        raise RuntimeError("selected index k out of range")
+    return d
+
+
+@topk.register_kernel
+def _topk_kernel(x, k, dim, largest, sorted_):
+    # the first k of the stable sort, then PyTorch's selection order where ties or sorted=False
+    # make it differ
+    d = _topk_dim(x, k, dim)
+    a = x._data
+    if not a.ndim:
+        return topk.returns(*sort.kernel(x, d, largest, True))
+    idx = replay_topk(a, d, k, largest, sorted_, argsort_np(a, d, largest))
+    values = a[idx] if a.ndim == 1 else np.take_along_axis(a, idx, d)
+    return topk.returns(wrap(values, x._dtype), wrap(idx, _int64))
+
+
+@topk.register_meta
+def _topk_meta(x, k, dim=-1, largest=True, sorted_=True):
+    d = _topk_dim(x, k, dim)
+    shape = tuple(k if i == d else s for i, s in enumerate(x._shape))
+    return topk.returns(fake(shape, x._dtype, x), fake(shape, _int64, x))
+
+
+topk.register_derivative(
+    lambda c, g, _gi=None: (scatter_back(g, c.out[1], c.args[2], c.args[0].shape),),
+    save_output=True,
+    save_inputs=(),
+)
+
+
+@topk.register_decomposition
+def _topk_decomp(x, k, dim=-1, largest=True, sorted_=True):
+    d = _topk_dim(x, k, dim)
+    values, indices = sort(x, d, largest, stable=True)
+    if x.ndim:
+        values, indices = slice(values, d, 0, k), slice(indices, d, 0, k)
+    return topk.returns(values, indices)
+
+
+@defop(kind="sort", returns=("values", "indices"))
+def kthvalue(self: Tensor, k: int, dim: int = -1, keepdim: bool = False): ...
+
+
+def _kthvalue_dim(x, k, dim) -> int:
+    d = wrap_dim(dim, x.ndim)
+    if not 1 <= k <= _size_along(x, d):
+        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
+    return d
+
+
+@kthvalue.register_kernel
+def _kthvalue_kernel(x, k, dim, keepdim):
+    d = _kthvalue_dim(x, k, dim)
+    a = x._data
+    if not a.ndim:
+        return kthvalue.returns(wrap(a.copy(), x._dtype), wrap(np.zeros((), np.int64), _int64))
+    idx = replay_kthvalue(a, d, k, argsort_np(a, d, False))  # PyTorch's pick among ties
+    values = np.take_along_axis(a, idx, d)
+    if not keepdim:
+        values, idx = values.squeeze(d), idx.squeeze(d)
+    return kthvalue.returns(wrap(values, x._dtype), wrap(idx, _int64))
+
+
+@kthvalue.register_meta
+def _kthvalue_meta(x, k, dim=-1, keepdim=False):
+    d = _kthvalue_dim(x, k, dim)
+    shape = tuple(s for i, s in enumerate(x._shape) if i != d or keepdim)
+    shape = tuple(1 if i == d else s for i, s in enumerate(shape)) if keepdim else shape
+    return kthvalue.returns(fake(shape, x._dtype, x), fake(shape, _int64, x))
+
+
+def _kthvalue_grad(c, g, _gi=None):
+    x, k, dim, keepdim = c.args
+    if not x.ndim:
+        return (g,)
+    d = wrap_dim(dim, x.ndim)
+    idx = c.out[1]
+    if not keepdim:
+        g, idx = g.unsqueeze(d), idx.unsqueeze(d)
+    return (scatter_back(g, idx, d, x.shape),)
+
+
+kthvalue.register_derivative(_kthvalue_grad, save_output=True, save_inputs=())
+
+
+@kthvalue.register_decomposition
+def _kthvalue_decomp(x, k, dim=-1, keepdim=False):
+    d = _kthvalue_dim(x, k, dim)
+    values, indices = sort(x, d, stable=True)
+    if not x.ndim:
+        return kthvalue.returns(values, indices)
+    values, indices = select(values, d, k - 1), select(indices, d, k - 1)
+    if keepdim:
+        values, indices = values.unsqueeze(d), indices.unsqueeze(d)
+    return kthvalue.returns(values, indices)
+
+
+# ------------------------------------------------------------------------------ median
+
+
+def median_position(n: int, nans: int, ignore_nan: bool) -> int:
+    """Where the median sits in a sorted slice of ``n`` values (NaNs last): the lower middle;
+    for median a NaN anywhere makes the first NaN the answer, nanmedian skips them."""
+    if ignore_nan:
+        return max((n - nans - 1) // 2, 0)
+    return n - nans if nans else (n - 1) // 2
+
+
+def _median_positions(nans: Tensor, n: int, ignore_nan: bool) -> Tensor:
+    """``median_position`` for tensors of NaN counts (one per slice)."""
+    if ignore_nan:
+        return ((n - 1 - nans) // 2).clamp(min=0)
+    return where(nans > 0, n - nans, (n - 1) // 2)
+
+
+def _empty_median(d: dt.dtype):
+    """PyTorch's median of nothing: NaN, or the lowest integer for integer dtypes."""
+    return np.nan if d.is_floating_point else np.iinfo(d.np).min
+
+
+def _full_median_kernel(ignore_nan: bool):
+    def kernel(x):
+        a = np.sort(x._data.reshape(-1))
+        if not a.size:
+            return wrap(np.asarray(_empty_median(x._dtype)), x._dtype)
+        # NaNs sort last: only when the last value is NaN do they need counting
+        nans = int(np.count_nonzero(a != a)) if a[-1] != a[-1] else 0
+        return wrap(a[median_position(a.size, nans, ignore_nan) :][:1].reshape(()), x._dtype)
+
+    return kernel
+
+
+def _full_median_decomp(ignore_nan: bool):
+    def decomposition(x):
+        flat = x.reshape(-1)
+        if not flat.shape[0]:
+            return full((), _empty_median(x.dtype), dtype=x.dtype, device=x.device)
+        values = sort(flat, 0, stable=True)[0]
+        pos = _median_positions(sum(flat != flat), flat.shape[0], ignore_nan)
+        return select_evenly(x, gather(values, 0, pos.reshape(1)).reshape(()))
+
+    return decomposition
+
+
+def _full_median_schema(self: Tensor): ...
+
+
+median = defop(
+    _full_median_schema,
+    name="median",
+    kind="sort",
+    complex_refused=complex_not_implemented("median_cpu"),
+)
+nanmedian = defop(_full_median_schema, name="nanmedian", kind="sort")
+for _op, _ignore_nan in ((median, False), (nanmedian, True)):
+    _op.register_kernel(_full_median_kernel(_ignore_nan))
+    _op.register_meta(lambda x: fake((), x._dtype, x))
+    _op.register_derivative(
+        lambda c, g: (evenly_distribute(g, c.args[0], c.out),), save_output=True
+    )
+    _op.register_decomposition(_full_median_decomp(_ignore_nan))
+
+
+def _median_along(result, x: Tensor, dim: int, keepdim: bool, ignore_nan: bool):
+    """median(x, dim): the sorted slice at ``median_position``, value and index."""
+    d = wrap_dim(dim, x.ndim)
+    if not x.ndim:
+        return result(x.clone(), x.new_zeros((), dtype=_int64))
+    n = x.shape[d]
+    if n == 0:
+        raise IndexError(f"{result.__name__}(): Expected reduction dim {d} to have non-zero size.")
+    values, indices = sort(x, d, stable=True)
+    pos = _median_positions(sum(x != x, d, True), n, ignore_nan)
+    values, indices = gather(values, d, pos), gather(indices, d, pos)
+    if not keepdim:
+        values, indices = values.squeeze(d), indices.squeeze(d)
+    return result(values, indices)
+
+
+def _median_function(name: str, full_op, ignore_nan: bool):
+    result = return_type(name, ("values", "indices"))
+
+    def fn(input: Tensor, dim: int | None = None, keepdim: bool = False):
+        if dim is None:
+            return full_op(input)
+        return _median_along(result, input, dim, keepdim, ignore_nan)
+
+    fn.__name__ = name
+    return fn
+
+
+def _median_grad_fn_name(args, kwargs) -> str:
+    has_dim = len(args) > 1 or kwargs.get("dim") is not None
+    return "MedianBackward1" if has_dim else "MedianBackward0"
+
+
+for _name, _op, _ignore_nan, _grad_fn_name in (
+    ("median", median, False, _median_grad_fn_name),
+    ("nanmedian", nanmedian, True, None),
+):
+    _fn = _median_function(_name, _op, _ignore_nan)
+    if _grad_fn_name is not None:
+        _fn = renaming(_fn, _grad_fn_name)
+    torch_function(_name)(_fn)
+    tensor_method(_name)(_fn)
+
+
+# ------------------------------------------------------------------------------ unique
+
+
+@defop(kind="sort", differentiable=False, complex_refused=complex_not_implemented("unique"))
+def unique(
+    self: Tensor,
+    sorted: bool = True,  # noqa: A002
+    return_inverse: bool = False,
+    return_counts: bool = False,
+    dim: int | None = None,
+): ...
+
+
+unique.returns = return_type("unique", ("values", "inverse", "counts"))
+
+
+@unique.register_kernel
+def _unique_kernel(x, sorted_, return_inverse, return_counts, dim):
+    if dim is not None:  # unique slices along dim, in lexicographic order
+        if not x.ndim:
+            raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+        d = wrap_dim(dim, x.ndim)
+        if any(size == 0 for i, size in enumerate(x._shape) if i != d):
+            raise RuntimeError(
+                "There are 0 sized dimensions, and they aren't selected, so unique cannot be "
+                "applied"
+            )
+        values, inverse, counts = np.unique(
+            x._data, return_inverse=True, return_counts=True, axis=d
+        )
+        return unique.returns(
+            wrap(values, x._dtype), wrap(inverse.reshape(-1), _int64), wrap(counts, _int64)
+        )
+    # NaNs are all distinct, as in PyTorch; the result is always sorted
+    values, inverse, counts = np.unique(
+        x._data.reshape(-1), return_inverse=True, return_counts=True, equal_nan=False
+    )
+    return unique.returns(
+        wrap(values, x._dtype),
+        wrap(inverse.reshape(x._shape), _int64),
+        wrap(counts, _int64),
+    )
+
+
+@unique.register_meta
+def _unique_meta(x, sorted_=True, return_inverse=False, return_counts=False, dim=None):
+    from ..indexing.subscript import data_dependent_size
+
+    if dim is None:
+        count = data_dependent_size("unique", x.numel())
+        return unique.returns(
+            fake((count,), x._dtype, x), fake(x._shape, _int64, x), fake((count,), _int64, x)
+        )
+    if not x.ndim:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    d = wrap_dim(dim, x.ndim)
+    count = data_dependent_size(f"unique along dim {d}", x._shape[d])
+    shape = list(x._shape)
+    shape[d] = count
+    return unique.returns(
+        fake(tuple(shape), x._dtype, x), fake((x._shape[d],), _int64, x), fake((count,), _int64, x)
+    )
+
+
+@torch_function("unique")
+@tensor_method("unique")
+def unique_function(
+    input: Tensor,
+    sorted: bool = True,  # noqa: A002
+    return_inverse: bool = False,
+    return_counts: bool = False,
+    dim: int | None = None,
+):
+    """``torch.unique``: the values, plus the inverse and counts when asked for."""
+    values, inverse, counts = unique(input, sorted, return_inverse, return_counts, dim)
+    if not (return_inverse or return_counts):
+        return values
+    return (values,) + ((inverse,) if return_inverse else ()) + ((counts,) if return_counts else ())
+
+
+# ------------------------------------------------------------------------------ searchsorted
+
+
+@defop(kind="sort", differentiable=False)
+def searchsorted(
+    sorted_sequence: Tensor,
+    input: TensorOrScalar,
+    *,
+    out_int32: bool = False,
+    right: bool = False,
+    side: str | None = None,
+    sorter: Tensor | None = None,
+): ...
+
+
+def _is_right(right: bool, side: str | None) -> bool:
+    if side is None:
+        return right
+    if side not in ("left", "right"):
+        raise RuntimeError(
+            f"torch.searchsorted(): side can only be 'left' or 'right' but got {side}"
+        )
+    if right and side == "left":
+        raise RuntimeError(
+            "torch.searchsorted(): side and right can't be set to opposites, got side of left "
+            "while right was True"
+        )
+    return side == "right"
+
+
+def _check_searchsorted(seq, values) -> None:
+    if not seq.ndim:
+        raise RuntimeError(
+            "torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 "
+            "dimension"
+        )
+    if seq.ndim > 1:
+        v_shape = tuple(values.shape) if isinstance(values, Tensor) else ()
+        if tuple(seq.shape[:-1]) != v_shape[:-1] or len(v_shape) != seq.ndim:
+            raise RuntimeError(
+                "torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 "
+                "dimensions of boundaries tensor and input value tensor must match, but we got "
+                f"boundaries tensor {list(seq.shape)} and input value tensor {list(v_shape)}"
+            )
+
+
+@searchsorted.register_kernel
+def _searchsorted_kernel(seq, values, out_int32, right, side, sorter):
+    how = "right" if _is_right(right, side) else "left"
+    _check_searchsorted(seq, values)
+    s = seq._data if sorter is None else np.take_along_axis(seq._data, sorter._data, -1)
+    v = values._data if isinstance(values, Tensor) else np.asarray(values)
+    if s.ndim == 1:
+        r = np.searchsorted(s, v, how)
+    else:
+        r = np.empty(v.shape, np.int64)
+        for row in np.ndindex(*s.shape[:-1]):
+            r[row] = np.searchsorted(s[row], v[row], how)
+    return wrap(np.asarray(r), dt.int32 if out_int32 else _int64)
+
+
+@searchsorted.register_meta
+def _searchsorted_meta(seq, values, out_int32=False, right=False, side=None, sorter=None):
+    _is_right(right, side)
+    _check_searchsorted(seq, values)
+    shape = values.shape if isinstance(values, Tensor) else ()
+    return fake(shape, dt.int32 if out_int32 else _int64, seq)
+
+
+@searchsorted.register_decomposition
+def _searchsorted_decomp(seq, values, out_int32=False, right=False, side=None, sorter=None):
+    # the insertion point is the count of boundaries ordered before the value (NaN is largest)
+    right = _is_right(right, side)
+    _check_searchsorted(seq, values)
+    if sorter is not None:
+        seq = gather(seq, -1, sorter)
+    if not isinstance(values, Tensor):
+        values = full((), values, device=seq.device)
+    bounds = seq if seq.ndim == 1 else seq.unsqueeze(-2)
+    v = values.unsqueeze(-1)
+    v_nan = v != v
+    if right:
+        before = (bounds <= v) | v_nan
+    else:
+        before = (bounds < v) | (v_nan & (bounds == bounds))
+    return sum(before, -1).to(dt.int32 if out_int32 else _int64)
+
+
+# ------------------------------------------------------------------------------ bincount / histc
+
+
+@defop(kind="reduction", differentiable=False)
+def bincount(self: Tensor, weights: Tensor | None = None, minlength: int = 0): ...
+
+
+@bincount.register_kernel
+def _bincount_kernel(x, weights, minlength):
+    if x._dtype.is_floating_point or x._dtype is dt.bool_:
+        raise NotImplementedError(
+            f"\"bincount_cpu\" not implemented for '{torch_type_name(x._dtype)}'"
+        )
+    a = x._data
+    if a.ndim != 1 or (a.size and a.min() < 0):
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    if weights is None:
+        return wrap(np.bincount(a, minlength=minlength), _int64)
+    if weights.ndim != 1 or weights.shape[0] != a.shape[0]:
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    # float32 weights give a float32 histogram; every other weight dtype gives float64
+    od = dt.float32 if weights._dtype is dt.float32 else dt.float64
+    return wrap(np.bincount(a, weights._data.astype(np.float64), minlength), od)
+
+
+@bincount.register_meta
+def _bincount_meta(x, weights=None, minlength=0):
+    raise DataDependentOutputError("bincount's output length depends on the largest input value")
+
+
+@defop(kind="reduction", differentiable=False)
+def histc(self: Tensor, bins: int = 100, min: Scalar = 0, max: Scalar = 0): ...  # noqa: A002
+
+
+def _check_histc(x, bins) -> None:
+    if not x._dtype.is_floating_point:
+        raise NotImplementedError(
+            f"\"histogram_cpu\" not implemented for '{torch_type_name(x._dtype)}'"
+        )
+    if bins <= 0:
+        raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0")
+
+
+def _histc_range(lo, hi):
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if lo > hi:
+        raise RuntimeError("torch.histc: max must be larger than min")
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise RuntimeError(f"torch.histc: range of [{lo}, {hi}] is not finite")
+    return lo, hi
+
+
+@histc.register_kernel
+def _histc_kernel(x, bins, lo, hi):
+    _check_histc(x, bins)
+    a = x._data.reshape(-1)
+    if lo == hi and a.size:
+        lo, hi = a.min(), a.max()
+    lo, hi = _histc_range(lo, hi)
+    # bin i holds [lo + i*w, lo + (i+1)*w); the last bin also holds hi; outside values drop
+    inside = a[(a >= lo) & (a <= hi)]
+    pos = np.minimum(((inside - lo) * bins / (hi - lo)).astype(np.int64), bins - 1)
+    return wrap(np.bincount(pos, minlength=bins), x._dtype)
+
+
+@histc.register_meta
+def _histc_meta(x, bins=100, lo=0, hi=0):
+    _check_histc(x, bins)
+    return fake((bins,), x._dtype, x)
+
+
+@histc.register_decomposition
+def _histc_decomp(x, bins=100, lo=0, hi=0):
+    _check_histc(x, bins)
+    flat = x.reshape(-1)
+    if lo == hi and flat.shape[0]:
+        lo, hi = amin(flat), amax(flat)
+        same = lo == hi
+        lo, hi = where(same, lo - 1, lo), where(same, hi + 1, hi)
+    else:
+        lo, hi = _histc_range(lo, hi)
+    inside = (flat >= lo) & (flat <= hi)
+    pos = ((flat - lo) * bins / (hi - lo)).to(_int64).clamp(max=bins - 1)
+    one_hot = (pos.unsqueeze(1) == arange(0, bins, 1, dtype=_int64, device=x.device)) & (
+        inside.unsqueeze(1)
+    )
+    return sum(one_hot, 0).to(x.dtype)
+
+
+@torch_function()
+def bucketize(
+    input: TensorOrScalar, boundaries: Tensor, *, out_int32: bool = False, right: bool = False
+) -> Tensor:
+    """Index of the bucket of each value: boundaries[i-1] < x <= boundaries[i] (``<`` with right)."""
+    if boundaries.ndim != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})")
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right)

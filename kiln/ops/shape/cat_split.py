@@ -1,0 +1,320 @@
+"""Joining and splitting along a dim.
+
+``cat`` (a prim) follows PyTorch's legacy rule that 1-D empty tensors are skipped; ``stack`` is a
+composite (unsqueeze + cat); hstack/vstack/dstack/column_stack and atleast_Nd are Python
+functions over them. split, chunk and tensor_split return ``slice`` views.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...runtime import dtypes as dt
+from ...runtime.symbolic import as_int
+from ..core.common import Tensor, TensorList, fake, wrap, wrap_dim, writes_out
+from ..core.grad_fn_naming import renames_grad_fn
+from ..core.registry import OPS, defop, tensor_method, torch_function
+from .shape_functions import narrow, tensor_args
+
+__all__ = ["split", "chunk"]
+
+# ------------------------------------------------------------------------------ cat / stack
+
+
+@defop(kind="shape", prim=True, autocast={"cpu": "promote"})
+def cat(tensors: TensorList, dim: int = 0): ...
+
+
+def _is_legacy_empty(shape) -> bool:
+    """1-D empty tensors are skipped by ``cat`` whatever the other shapes (PyTorch's legacy rule)."""
+    return tuple(shape) == (0,)
+
+
+def _cat_geometry(tensors, dim):
+    """Output shape, wrapped dim and promoted dtype of ``cat``, with PyTorch's checks."""
+    if not tensors:
+        raise ValueError("torch.cat(): expected a non-empty list of Tensors")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(
+                f"cat(): expected Tensor as element {i} in argument 0, but got {type(t).__name__}"
+            )
+        if t.ndim == 0:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
+        if t._device is not tensors[0]._device:
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two devices, "
+                f"{tensors[0]._device} and {t._device}! (while running cat)"
+            )
+    kept = [t for t in tensors if not _is_legacy_empty(t._shape)]
+    ref = kept[0] if kept else tensors[0]
+    d = wrap_dim(dim, ref.ndim)
+    total = 0
+    for i, t in enumerate(tensors):
+        if _is_legacy_empty(t._shape) and kept:
+            continue
+        if t.ndim != ref.ndim:
+            raise RuntimeError(
+                f"Tensors must have same number of dimensions: got {ref.ndim} and {t.ndim}"
+            )
+        for k in range(ref.ndim):
+            if k != d and t._shape[k] != ref._shape[k]:
+                raise RuntimeError(
+                    f"Sizes of tensors must match except in dimension {d}. Expected size "
+                    f"{ref._shape[k]} but got size {t._shape[k]} for tensor number {i} in the list."
+                )
+        total += t._shape[d]
+    shape = list(ref._shape)
+    shape[d] = total
+    dtype = tensors[0]._dtype
+    for t in tensors[1:]:
+        dtype = dt.promote_types(dtype, t._dtype)
+    return tuple(shape), d, dtype, kept
+
+
+@cat.register_kernel
+def _cat_kernel(tensors, dim):
+    tensors = list(tensors)
+    shape, d, dtype, kept = _cat_geometry(tensors, dim)
+    if not kept:
+        return wrap(np.empty(shape, dtype.np), dtype)
+    arrays = [t._data if t._dtype is dtype else t._data.astype(dtype.np) for t in kept]
+    return wrap(np.concatenate(arrays, axis=d), dtype)
+
+
+@cat.register_meta
+def _cat_meta(tensors, dim=0):
+    tensors = list(tensors)
+    shape, _, dtype, kept = _cat_geometry(tensors, dim)
+    return fake(shape, dtype, (kept or tensors)[0])
+
+
+def _cat_grad(c, g):
+    tensors, dim = c.args
+    shapes = [tuple(t.shape) for t in tensors]
+    ref = next((s for s in shapes if not _is_legacy_empty(s)), shapes[0])
+    d = wrap_dim(dim, len(ref))
+    grads = []
+    offset = 0
+    for s in shapes:
+        if _is_legacy_empty(s) and s != ref:
+            grads.append(g.new_zeros(s))
+            continue
+        grads.append(narrow(g, d, offset, s[d]))
+        offset += s[d]
+    return grads, None
+
+
+cat.register_derivative(_cat_grad, save_inputs=())
+
+
+@torch_function("concat", "concatenate")
+@writes_out
+def _concat(tensors, dim: int = 0, *, axis: int | None = None, out=None) -> Tensor:
+    return cat(tensors, dim if axis is None else axis)
+
+
+@defop(kind="shape", autocast={"cpu": "promote"}, grad_fn_name="StackBackward0")
+def stack(tensors: TensorList, dim: int = 0): ...
+
+
+@stack.register_decomposition
+def _stack_decomp(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    first = tuple(tensors[0]._shape)
+    for i, t in enumerate(tensors):
+        if tuple(t._shape) != first:
+            raise RuntimeError(
+                f"stack expects each tensor to be equal size, but got {list(first)} at entry 0 "
+                f"and {list(t._shape)} at entry {i}"
+            )
+    d = wrap_dim(dim, len(first) + 1)
+    return cat([OPS["unsqueeze"](t, d) for t in tensors], d)
+
+
+def _atleast(tensors, ndim: int, name: str):
+    """``atleast_Nd``: one tensor in, one out; several (or a sequence) in, a tuple out."""
+    single = len(tensors) == 1 and isinstance(tensors[0], Tensor)
+    out = tuple(_atleast_one(t, ndim) for t in tensor_args(tensors, name))
+    return out[0] if single else out
+
+
+def _atleast_one(t: Tensor, ndim: int) -> Tensor:
+    n = t.ndim
+    if n >= ndim:
+        return t
+    if n == 0:
+        return OPS["reshape"](t, (1,) * ndim)
+    if ndim == 2:
+        return OPS["unsqueeze"](t, 0)
+    if n == 1:  # atleast_3d of a vector: (1, n, 1), as numpy
+        return OPS["unsqueeze"](OPS["unsqueeze"](t, 0), 2)
+    return OPS["unsqueeze"](t, 2)
+
+
+@torch_function()
+def atleast_1d(*tensors):
+    return _atleast(tensors, 1, "atleast_1d")
+
+
+@torch_function()
+def atleast_2d(*tensors):
+    return _atleast(tensors, 2, "atleast_2d")
+
+
+@torch_function()
+def atleast_3d(*tensors):
+    return _atleast(tensors, 3, "atleast_3d")
+
+
+@torch_function()
+@writes_out
+def hstack(tensors, *, out=None) -> Tensor:
+    ts = [_atleast_one(t, 1) for t in tensor_args((tensors,), "hstack")]
+    return cat(ts, 0 if ts and ts[0].ndim == 1 else 1)
+
+
+@torch_function("vstack", "row_stack")
+@writes_out
+def vstack(tensors, *, out=None) -> Tensor:
+    return cat([_atleast_one(t, 2) for t in tensor_args((tensors,), "vstack")], 0)
+
+
+@torch_function()
+@writes_out
+def dstack(tensors, *, out=None) -> Tensor:
+    return cat([_atleast_one(t, 3) for t in tensor_args((tensors,), "dstack")], 2)
+
+
+@torch_function()
+@writes_out
+def column_stack(tensors, *, out=None) -> Tensor:
+    ts = tensor_args((tensors,), "column_stack")
+    return hstack([OPS["reshape"](t, (t.numel(), 1)) if t.ndim <= 1 else t for t in ts])
+
+
+# ------------------------------------------------------------------------------ splitting
+
+
+def _pieces(input: Tensor, d: int, sizes) -> tuple:
+    out = []
+    start = 0
+    for n in sizes:
+        out.append(OPS["slice"](input, d, start, start + n, 1))
+        start += n
+    return tuple(out)
+
+
+@torch_function()
+@tensor_method()
+def split_with_sizes(input: Tensor, split_sizes, dim: int = 0) -> tuple:
+    if input.ndim == 0:
+        raise RuntimeError("split expects at least a 1-dimensional tensor")
+    d = wrap_dim(dim, input.ndim)
+    sizes = [as_int(s) for s in split_sizes]
+    size = input.shape[d]
+    if any(s < 0 for s in sizes):
+        raise RuntimeError(
+            f"split_with_sizes expects split_sizes have only non-negative entries, but got "
+            f"split_sizes={sizes}"
+        )
+    if sum(sizes) != size:
+        raise RuntimeError(
+            f"split_with_sizes expects split_sizes to sum exactly to {size} (input tensor's size "
+            f"at dimension {d}), but got split_sizes={sizes}"
+        )
+    return _pieces(input, d, sizes)
+
+
+@tensor_method("split")
+def _split_method(self: Tensor, split_size, dim: int = 0) -> tuple:
+    return split(self, split_size, dim)
+
+
+def _split_grad_fn_name(args, kwargs) -> str:
+    sizes = args[1] if len(args) > 1 else kwargs.get("split_size_or_sections")
+    return "SplitWithSizesBackward0" if isinstance(sizes, (list, tuple)) else "SplitBackward0"
+
+
+@torch_function()
+@renames_grad_fn(_split_grad_fn_name)
+def split(input: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
+    if isinstance(split_size_or_sections, (list, tuple)):
+        return split_with_sizes(input, split_size_or_sections, dim)
+    if input.ndim == 0:
+        raise RuntimeError("split expects at least a 1-dimensional tensor")
+    d = wrap_dim(dim, input.ndim)
+    step = int(split_size_or_sections)
+    size = input.shape[d]
+    if step < 0:
+        raise RuntimeError(f"split expects split_size be non-negative, but got split_size={step}")
+    if step == 0 and size != 0:
+        raise RuntimeError(
+            f"split_size can only be 0 if dimension size is 0, but got dimension size of {size}"
+        )
+    count = max(-(-size // step), 1) if step else 1
+    sizes = [step] * (count - 1) + [size - step * (count - 1)]
+    return _pieces(input, d, sizes)
+
+
+@torch_function()
+@tensor_method()
+@renames_grad_fn("SplitBackward0")
+def chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple:
+    if input.ndim == 0:
+        raise RuntimeError("chunk expects at least a 1-dimensional tensor")
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    d = wrap_dim(dim, input.ndim)
+    size = input.shape[d]
+    step = -(-size // chunks)
+    if step == 0:
+        return _pieces(input, d, [0] * chunks)
+    return split(input, step, d)
+
+
+@torch_function()
+@tensor_method()
+def tensor_split(
+    input: Tensor, indices_or_sections=None, dim: int = 0, *, sections=None, indices=None
+) -> tuple:
+    spec = next(s for s in (indices_or_sections, sections, indices, 1) if s is not None)
+    if isinstance(spec, Tensor):
+        if spec.dtype is not dt.int64:
+            raise RuntimeError(
+                "tensor_split expected tensor_indices_or_sections to have dtype of long, but got "
+                f"{spec.dtype.name.capitalize()}"
+            )
+        if spec.ndim > 1:
+            raise RuntimeError(
+                "tensor_split expected tensor_indices_or_sections to be a zero-dimensional or "
+                f"one-dimensional tensor, but got a tensor with {spec.ndim} dims"
+            )
+        spec = int(spec.item()) if spec.ndim == 0 else spec.tolist()
+    if input.ndim == 0:
+        raise RuntimeError(
+            "tensor_split expected at least a 1-dimensional tensor, but got a tensor with 0 dims"
+        )
+    d = wrap_dim(dim, input.ndim)
+    if isinstance(spec, (list, tuple)):
+        bounds = [0] + [as_int(i) for i in spec]
+        return tuple(
+            OPS["slice"](input, d, lo, hi, 1) for lo, hi in zip(bounds, bounds[1:] + [None])
+        )
+    sections = int(spec)
+    if sections <= 0:
+        raise RuntimeError(f"number of sections must be larger than 0, got {sections}")
+    base, extra = divmod(input.shape[d], sections)
+    return _pieces(input, d, [base + (1 if i < extra else 0) for i in range(sections)])
+
+
+# PyTorch's "unsafe" spellings skip a check on views kiln does not make: the same functions
+for _unsafe, _safe in (
+    ("unsafe_chunk", chunk),
+    ("unsafe_split", split),
+    ("unsafe_split_with_sizes", split_with_sizes),
+):
+    torch_function(_unsafe)(_safe)
+    tensor_method(_unsafe)(_safe)

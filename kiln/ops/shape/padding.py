@@ -1,0 +1,144 @@
+"""Padding: ``constant_pad_nd`` and ``pad_indexed``.
+
+``constant_pad_nd`` is an op (negative pads crop); ``pad_indexed`` gives F.pad's reflect,
+replicate and circular modes as one ``index`` per padded dim, so gradients scatter back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...runtime.symbolic import as_int
+from ..core.common import Tensor, fake, wrap
+from ..core.registry import OPS, defop
+from ..creation.api import tensor
+
+__all__ = ["pad_indexed"]
+
+
+@defop(kind="nn")
+def constant_pad_nd(input: Tensor, pad: list[int], value: float = 0): ...
+
+
+def _pad_geometry(x, pad) -> list:
+    """[(dim, before, after)] for each padded dim, with PyTorch's argument checks."""
+    pad = [as_int(p) for p in pad]
+    if len(pad) % 2:
+        raise RuntimeError("Padding length must be divisible by 2")
+    if len(pad) // 2 > x.ndim:
+        raise RuntimeError(
+            f"Padding length should be less than or equal to two times the input dimension but "
+            f"got padding length {len(pad)} and input of dimension {x.ndim}"
+        )
+    out = []
+    for i in range(len(pad) // 2):
+        dim = x.ndim - 1 - i
+        before, after = pad[2 * i], pad[2 * i + 1]
+        size = x._shape[dim]
+        if size + before + after < 0:
+            raise RuntimeError(
+                f"The input size {size}, plus negative padding {before} and {after} resulted in "
+                f"a negative output size, which is invalid. Check dimension {dim} of your input."
+            )
+        out.append((dim, before, after))
+    return out
+
+
+def _crop_slices(x, geometry) -> tuple:
+    sl = [slice(None)] * x.ndim
+    for dim, before, after in geometry:
+        sl[dim] = slice(max(-before, 0), x._shape[dim] - max(-after, 0))
+    return tuple(sl)
+
+
+@constant_pad_nd.register_kernel
+def _constant_pad_kernel(x, pad, value):
+    geometry = _pad_geometry(x, pad)
+    a = x._data[_crop_slices(x, geometry)]
+    widths = [(0, 0)] * x.ndim
+    for dim, before, after in geometry:
+        widths[dim] = (max(before, 0), max(after, 0))
+    fill = np.array(value).astype(x._dtype.np) if x._dtype.is_floating_point else int(value)
+    return wrap(np.pad(a, widths, mode="constant", constant_values=fill), x._dtype)
+
+
+@constant_pad_nd.register_meta
+def _constant_pad_meta(x, pad, value=0):
+    shape = list(x._shape)
+    for dim, before, after in _pad_geometry(x, pad):
+        shape[dim] += before + after
+    return fake(shape, x._dtype, x)
+
+
+constant_pad_nd.register_derivative(
+    lambda c, g: (constant_pad_nd(g, [-p for p in c.args[1]]), None, None), save_inputs=()
+)
+
+
+@constant_pad_nd.register_decomposition
+def _constant_pad_decomp(x, pad, value=0):
+    geometry = _pad_geometry(x, pad)
+    for dim, before, after in geometry:
+        size = x.shape[dim]
+        x = OPS["slice"](x, dim, max(-before, 0), size - max(-after, 0), 1)
+    for dim, before, after in geometry:
+        if before <= 0 and after <= 0:
+            continue
+        shape = list(x.shape)
+        shape[dim] += max(before, 0) + max(after, 0)
+        fill = value if x.dtype.is_floating_point else int(value)
+        base = OPS["full"](shape, fill, dtype=x.dtype, device=x.device)
+        start = max(before, 0)
+        x = OPS["slice_scatter"](base, x, dim, start, start + x.shape[dim], 1)
+    return x
+
+
+_PAD_HELP = (
+    "Supported combinations for non-constant padding:\n"
+    "  - 2D or 3D input: padding size = 2 (pads last dimension)\n"
+    "  - 3D or 4D input: padding size = 4 (pads last 2 dimensions)\n"
+    "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)"
+)
+
+
+def _source_index(mode: str, size: int, before: int, after: int) -> np.ndarray:
+    """For each output position along one dim, the input position it copies (PyTorch's rules)."""
+    if mode == "circular":
+        lo, hi = max(-before, 0), size - max(-after, 0)
+        n = hi - lo
+        pos = np.arange(-max(before, 0), n + max(after, 0))
+        return lo + np.mod(pos, n)
+    pos = np.arange(-before, size + after)
+    if mode == "replicate":
+        return np.clip(pos, 0, size - 1)
+    pos = np.abs(pos)
+    return np.where(pos > size - 1, 2 * (size - 1) - pos, pos)
+
+
+def pad_indexed(x: Tensor, pad, mode: str) -> Tensor:
+    """``F.pad`` for reflect/replicate/circular: one ``index`` per padded dim (gradients scatter)."""
+    pad = [int(p) for p in pad]
+    k = len(pad) // 2
+    if len(pad) % 2 or k not in (1, 2, 3) or x.ndim not in (k + 1, k + 2):
+        raise NotImplementedError(
+            f"Padding size {len(pad)} is not supported for {x.ndim}D input tensor.\n{_PAD_HELP}"
+        )
+    geometry = _pad_geometry(x, pad)
+    for dim, before, after in geometry:
+        size = x.shape[dim]
+        if mode == "reflect" and (before >= size or after >= size):
+            raise RuntimeError(
+                f"Argument #4: Padding size should be less than the corresponding input dimension, "
+                f"but got: padding ({before}, {after}) at dimension {dim} of input {list(x.shape)}"
+            )
+        if mode == "circular" and (before > size or after > size):
+            raise RuntimeError("Padding value causes wrapping around more than once.")
+        if mode == "replicate" and size == 0 and before + after > 0:
+            raise RuntimeError(
+                f"padding of an empty dimension is not possible (dimension {dim} of {list(x.shape)})"
+            )
+    for dim, before, after in geometry:
+        src = _source_index(mode, x.shape[dim], before, after)
+        index = tensor(src.astype(np.int64), device=x.device)
+        x = OPS["index"](x, [None] * dim + [index])
+    return x

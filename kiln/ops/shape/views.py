@@ -1,0 +1,715 @@
+"""View ops: zero-copy reinterpretations of a tensor's storage, and their scatter inverses.
+
+Each view's meta function computes sizes, strides and storage offset exactly as PyTorch does, so
+fake tensors during capture see the same layouts as eager tensors. Gradients of views are the
+matching ``*_scatter`` ops (functional "write this into a zero tensor"), which are also what
+functionalization uses to replay in-place updates of views.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...runtime.memory_format import contiguous_format
+from ...runtime.symbolic import (
+    GuardOnDataDependentError,
+    SymInt,
+    has_symbols,
+    is_size_one,
+    known_same_shape,
+    statically_known_true,
+    sym_max,
+    sym_min,
+)
+from ...runtime.tensor import contiguous_strides
+from ..core.common import Tensor, fake, wrap, wrap_dim, wrap_dims
+from ..core.grad_fn_naming import rename_grad_fn
+from ..core.registry import defop
+
+__all__: list[str] = []
+
+_as_strided_np = np.lib.stride_tricks.as_strided
+
+
+def _meta_view(x: Tensor, shape, stride, offset):
+    return fake(shape, x._dtype, x, stride, offset)
+
+
+def _x_offset(x: Tensor) -> int:
+    return x._offset if x._data is None else 0
+
+
+# ------------------------------------------------------------------------------ view / reshape
+
+
+def infer_size(shape, numel: int) -> tuple:
+    """Resolve one ``-1`` in a requested shape, with PyTorch's error messages."""
+    shape = list(shape)
+    infer = None
+    known = 1
+    for i, s in enumerate(shape):
+        if s == -1:
+            if infer is not None:
+                raise RuntimeError("only one dimension can be inferred")
+            infer = i
+        elif s < 0:
+            raise RuntimeError(f"invalid shape dimension {s} at index {i} of shape {shape}")
+        else:
+            known *= s
+    if infer is not None:
+        if known == 0 and numel == 0:
+            raise RuntimeError(
+                f"cannot reshape tensor of 0 elements into shape {list(shape)} because the "
+                "unspecified dimension size -1 can be any value and is ambiguous"
+            )
+        if known == 0 or numel % known:
+            raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+        shape[infer] = numel // known
+    elif known != numel:
+        raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+    return tuple(shape)
+
+
+def view_strides(old_shape, old_stride, new_shape):
+    """Strides for viewing ``old`` as ``new_shape`` without a copy, or None (PyTorch's
+    computeStride). Symbolic sizes are first taken size-obliviously (not 1): a view found so is
+    valid for every size; only when none is found are the sizes compared with 1 (guarded)."""
+    if has_symbols(old_shape) or has_symbols(new_shape) or has_symbols(old_stride):
+        strides = _view_strides(old_shape, old_stride, new_shape, True)
+        if strides is not None:
+            return strides
+    return _view_strides(old_shape, old_stride, new_shape, False)
+
+
+def _known_equal(a, b) -> bool:
+    return statically_known_true("==", a, b)
+
+
+def _equal(a, b) -> bool:
+    return a == b
+
+
+def _equals_one(size) -> bool:
+    return size == 1
+
+
+def _view_strides(old_shape, old_stride, new_shape, oblivious: bool):
+    # size-obliviously: sizes are not 1 and strides not equal unless known for every value
+    size_one, equal = (is_size_one, _known_equal) if oblivious else (_equals_one, _equal)
+    numel = 1
+    for s in old_shape:
+        numel *= s
+    if numel == 0:
+        return contiguous_strides(new_shape)
+    if not old_shape:  # a 0-d tensor views as any all-ones shape
+        return (1,) * len(new_shape)
+    new_stride = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_base_stride = old_stride[-1] if old_stride else 1
+    tensor_numel = 1
+    view_numel = 1
+    for tensor_d in range(len(old_shape) - 1, -1, -1):
+        tensor_numel *= old_shape[tensor_d]
+        # the stride first: a symbolic size is compared with 1 only where the layout needs it
+        if tensor_d == 0 or (
+            not equal(old_stride[tensor_d - 1], tensor_numel * chunk_base_stride)
+            and not size_one(old_shape[tensor_d - 1])
+        ):
+            while view_d >= 0 and (
+                # a dim that fits what is left of the chunk is taken whether or not it is 1
+                statically_known_true("<=", view_numel * new_shape[view_d], tensor_numel)
+                or view_numel < tensor_numel
+                or size_one(new_shape[view_d])
+            ):
+                new_stride[view_d] = view_numel * chunk_base_stride
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if not equal(view_numel, tensor_numel):
+                return None
+            if tensor_d > 0:
+                chunk_base_stride = old_stride[tensor_d - 1]
+                tensor_numel = 1
+                view_numel = 1
+    if view_d != -1:
+        return None
+    return tuple(new_stride)
+
+
+def _shape_arg(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return tuple(s if s.__class__ is SymInt else int(s) for s in shape)
+
+
+@defop(kind="view", prim=True, view=True)
+def view(self: Tensor, size: list[int]): ...
+
+
+@view.register_kernel
+def _view_kernel(x, size):
+    shape = infer_size(size, x.numel())
+    a = x._data
+    r = a.reshape(shape)
+    if a.size and not np.may_share_memory(a, r):
+        raise RuntimeError(
+            "view size is not compatible with input tensor's size and stride (at least one "
+            "dimension spans across two contiguous subspaces). Use .reshape(...) instead."
+        )
+    return Tensor._wrap_view(r, x)
+
+
+@view.register_meta
+def _view_meta(x, size):
+    shape = infer_size(size, x.numel())
+    st = view_strides(x._shape, x.stride(), shape)
+    if st is None:
+        raise RuntimeError(
+            "view size is not compatible with input tensor's size and stride (at least one "
+            "dimension spans across two contiguous subspaces). Use .reshape(...) instead."
+        )
+    return _meta_view(x, shape, st, _x_offset(x))
+
+
+view.register_derivative(lambda c, g: (g.reshape(c.args[0].shape),), save_inputs=())
+
+
+@defop(kind="view")
+def reshape(self: Tensor, shape: list[int]): ...
+
+
+@reshape.register_decomposition
+def _reshape_decomp(x, shape):
+    shape = infer_size(shape, x.numel())
+    if view_strides(x._shape, x.stride(), shape) is not None:
+        return view(x, shape)
+    out = view(x.clone(memory_format=contiguous_format), shape)
+    if x._requires_grad and x._data is not None:
+        # PyTorch's node is UnsafeViewBackward0 when reshape had to copy, ViewBackward0 otherwise
+        rename_grad_fn(out, (x,), "UnsafeViewBackward0")
+    return out
+
+
+@reshape.register_meta
+def _reshape_meta(x, shape):
+    shape = infer_size(shape, x.numel())
+    st = view_strides(x._shape, x.stride(), shape)
+    if st is not None:
+        return _meta_view(x, shape, st, _x_offset(x))
+    return fake(shape, x._dtype, x)
+
+
+# ------------------------------------------------------------------------------ permute / expand
+
+
+@defop(kind="view", prim=True, view=True)
+def permute(self: Tensor, dims: list[int]): ...
+
+
+def _perm(dims, ndim):
+    if (
+        len(dims) == ndim
+        and all(d.__class__ is int and 0 <= d < ndim for d in dims)
+        and len(set(dims)) == ndim
+    ):
+        return dims
+    # PyTorch's order of checks: the count, then each dim's range, then duplicates
+    if len(dims) != ndim:
+        raise RuntimeError(
+            f"permute(sparse_coo): number of dimensions in the tensor input does not match the "
+            f"length of the desired ordering of dimensions i.e. input.dim() = {ndim} is not equal "
+            f"to len(dims) = {len(dims)}"
+        )
+    dims = [wrap_dim(d, ndim) for d in dims]
+    if len(set(dims)) != ndim:
+        raise RuntimeError("permute(): duplicate dims are not allowed.")
+    return dims
+
+
+@permute.register_kernel
+def _permute_kernel(x, dims):
+    return Tensor._wrap_view(x._data.transpose(_perm(dims, x.ndim)), x)
+
+
+@permute.register_meta
+def _permute_meta(x, dims):
+    p = _perm(dims, x.ndim)
+    st = x.stride()
+    return _meta_view(x, [x._shape[i] for i in p], [st[i] for i in p], _x_offset(x))
+
+
+def _permute_grad(c, g):
+    dims = _perm(c.args[1], len(c.args[1]))
+    inverse = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inverse[d] = i
+    return (g.permute(inverse),)
+
+
+permute.register_derivative(_permute_grad, save_inputs=())
+
+
+def expand_shape(shape, size) -> tuple:
+    size = list(size)
+    if len(size) < len(shape):
+        raise RuntimeError(
+            f"expand(kiln.FloatTensor{{{list(shape)}}}, size={list(size)}): the number of sizes "
+            f"provided ({len(size)}) must be greater or equal to the number of dimensions in the "
+            f"tensor ({len(shape)})"
+        )
+    off = len(size) - len(shape)
+    out = []
+    for i, s in enumerate(size):
+        if i < off:
+            if s < 0:
+                raise RuntimeError(
+                    f"expand: the expanded size {s} is not allowed in a leading, non-existing dimension {i}"
+                )
+            out.append(s)
+            continue
+        cur = shape[i - off]
+        if s == -1:
+            out.append(cur)
+        elif (cur.__class__ is int and cur == 1) or statically_known_true("==", cur, s):
+            out.append(s)  # decided without comparing a symbolic size
+        elif cur == s or cur == 1:
+            out.append(s)
+        else:
+            raise RuntimeError(
+                f"The expanded size of the tensor ({s}) must match the existing size ({cur}) at "
+                f"non-singleton dimension {i}.  Target sizes: {list(size)}.  Tensor sizes: {list(shape)}"
+            )
+    return tuple(out)
+
+
+@defop(kind="view", prim=True, view=True)
+def expand(self: Tensor, size: list[int]): ...
+
+
+@expand.register_kernel
+def _expand_kernel(x, size):
+    shape = expand_shape(x._shape, size)
+    if shape == x._shape:
+        return Tensor._wrap_view(x._data[...], x)
+    r = np.broadcast_to(x._data, shape)
+    return Tensor._wrap_view(r, x)
+
+
+@expand.register_meta
+def _expand_meta(x, size):
+    shape = expand_shape(x._shape, size)
+    st = x.stride()
+    off = len(shape) - len(x._shape)
+    # a broadcast dim gets stride 0; the stride of a dim of size 1 addresses nothing, so a
+    # symbolic target size is taken as not 1 (size-obliviously) without a guard
+    new = [0] * off + [
+        st[i]
+        if statically_known_true("==", x._shape[i], shape[i + off])
+        or not (x._shape[i] == 1 and not is_size_one(shape[i + off]))
+        else 0
+        for i in range(len(x._shape))
+    ]
+    return _meta_view(x, shape, new, _x_offset(x))
+
+
+expand.register_derivative(lambda c, g: (g.sum_to_size(c.args[0].shape),), save_inputs=())
+
+
+# ------------------------------------------------------------------------------ slice / select
+
+
+@defop(kind="view", prim=True, view=True)
+def slice(
+    self: Tensor, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1
+): ...  # noqa: A001
+
+
+def _slice_bounds(size, start, end, step):
+    if step <= 0:
+        raise ValueError("slice step must be positive")
+    start = 0 if start is None else start
+    end = size if end is None else end
+    if start < 0:
+        start += size
+    if end < 0:
+        end += size
+    start = _clamp(start, 0, size)
+    end = _clamp(end, start, size)
+    return start, end, step
+
+
+def _clamp(value, low, high):
+    """``min(max(value, low), high)``; where a value only known when the graph runs cannot be
+    compared, the bound stays an expression (``Min(u0, s0)``) instead of a decision."""
+    try:
+        return min(max(value, low), high)
+    except GuardOnDataDependentError:
+        return sym_min(sym_max(value, low), high)
+
+
+@slice.register_kernel
+def _slice_kernel(x, dim, start, end, step):
+    d = wrap_dim(dim, x.ndim)
+    s, e, st = _slice_bounds(x._shape[d], start, end, step)
+    idx = (np.s_[:],) * d + (np.s_[s:e:st],)
+    return Tensor._wrap_view(x._data[idx], x)
+
+
+@slice.register_meta
+def _slice_meta(x, dim=0, start=None, end=None, step=1):
+    d = wrap_dim(dim, x.ndim)
+    s, e, step = _slice_bounds(x._shape[d], start, end, step)
+    shape = list(x._shape)
+    shape[d] = (e - s + step - 1) // step
+    stride = list(x.stride())
+    offset = _x_offset(x) + s * stride[d]
+    stride[d] *= step
+    return _meta_view(x, shape, stride, offset)
+
+
+slice.register_derivative(
+    lambda c, g: (slice_scatter(g.new_zeros(c.args[0].shape), g, *c.args[1:]),), save_inputs=()
+)
+
+
+@defop(kind="view", prim=True, view=True)
+def select(self: Tensor, dim: int, index: int): ...
+
+
+def _select_index(x, dim, index):
+    d = wrap_dim(dim, x.ndim)
+    size = x._shape[d]
+    if not -size <= index < size:
+        raise IndexError(f"index {index} is out of bounds for dimension {d} with size {size}")
+    return d, index % size if size else index
+
+
+@select.register_kernel
+def _select_kernel(x, dim, index):
+    shape = x._shape
+    if dim == 0 and shape and -shape[0] <= index < shape[0]:
+        return Tensor._wrap_view(x._data[index, ...], x)
+    if x.ndim == 0:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    d, i = _select_index(x, dim, index)
+    idx = (np.s_[:],) * d + (i, Ellipsis)
+    return Tensor._wrap_view(x._data[idx], x)
+
+
+@select.register_meta
+def _select_meta(x, dim, index):
+    d, i = _select_index(x, dim, index)
+    stride = list(x.stride())
+    offset = _x_offset(x) + i * stride[d]
+    shape = list(x._shape)
+    del shape[d]
+    del stride[d]
+    return _meta_view(x, shape, stride, offset)
+
+
+select.register_derivative(
+    lambda c, g: (select_scatter(g.new_zeros(c.args[0].shape), g, c.args[1], c.args[2]),),
+    save_inputs=(),
+)
+
+
+# ------------------------------------------------------------------------------ squeeze / unsqueeze
+
+
+def _squeeze_grad_fn_name(args) -> str:
+    dim = args[1]
+    return f"SqueezeBackward{0 if dim is None else 2 if isinstance(dim, (list, tuple)) else 1}"
+
+
+@defop(kind="view", prim=True, view=True, grad_fn_name=_squeeze_grad_fn_name)
+def squeeze(self: Tensor, dim: list[int] | None = None): ...
+
+
+def _squeeze_dims(x, dim):
+    if dim is None:
+        return tuple(i for i, s in enumerate(x._shape) if s == 1)
+    return tuple(d for d in wrap_dims(dim, x.ndim) if x._shape[d] == 1) if x.ndim else ()
+
+
+@squeeze.register_kernel
+def _squeeze_kernel(x, dim):
+    dims = _squeeze_dims(x, dim)
+    a = x._data
+    return Tensor._wrap_view(a.squeeze(dims) if dims else a[...], x)
+
+
+@squeeze.register_meta
+def _squeeze_meta(x, dim=None):
+    dims = _squeeze_dims(x, dim)
+    shape = [s for i, s in enumerate(x._shape) if i not in dims]
+    stride = [s for i, s in enumerate(x.stride()) if i not in dims]
+    return _meta_view(x, shape, stride, _x_offset(x))
+
+
+squeeze.register_derivative(lambda c, g: (g.reshape(c.args[0].shape),), save_inputs=())
+
+
+@defop(kind="view", prim=True, view=True)
+def unsqueeze(self: Tensor, dim: int): ...
+
+
+@unsqueeze.register_kernel
+def _unsqueeze_kernel(x, dim):
+    d = wrap_dim(dim, x.ndim + 1)
+    return Tensor._wrap_view(np.expand_dims(x._data, d), x)
+
+
+@unsqueeze.register_meta
+def _unsqueeze_meta(x, dim):
+    d = wrap_dim(dim, x.ndim + 1)
+    shape = list(x._shape)
+    stride = list(x.stride())
+    new_stride = stride[d] * shape[d] if d < x.ndim else 1
+    shape.insert(d, 1)
+    stride.insert(d, new_stride)
+    return _meta_view(x, shape, stride, _x_offset(x))
+
+
+unsqueeze.register_derivative(lambda c, g: (g.squeeze(c.args[1]),), save_inputs=())
+
+
+# ------------------------------------------------------------------------------ as_strided / diagonal
+
+
+@defop(kind="view", prim=True, view=True)
+def as_strided(
+    self: Tensor, size: list[int], stride: list[int], storage_offset: int | None = None
+): ...
+
+
+@as_strided.register_kernel
+def _as_strided_kernel(x, size, stride, storage_offset):
+    base = x._get_storage().base
+    if storage_offset is None:
+        storage_offset = x.storage_offset()
+    flat = base.reshape(-1) if base.flags.c_contiguous else None
+    if flat is None:
+        raise RuntimeError("as_strided needs a tensor whose storage is a contiguous buffer")
+    flat = flat.view(x._data.dtype)
+    if len(size) != len(stride):
+        raise RuntimeError(f"mismatch in length of strides and shape: {len(stride)} vs {len(size)}")
+    need = storage_offset + sum((s - 1) * st for s, st in zip(size, stride) if s > 0) + 1
+    if all(s > 0 for s in size) and need > flat.size:
+        raise RuntimeError(
+            f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {storage_offset} "
+            f"require a storage of {need} elements, but it has only {flat.size}"
+        )
+    start = flat[storage_offset:]
+    item = start.itemsize
+    r = _as_strided_np(
+        start, shape=tuple(size), strides=tuple(s * item for s in stride), writeable=True
+    )
+    return Tensor._wrap_view(r, x)
+
+
+@as_strided.register_meta
+def _as_strided_meta(x, size, stride, storage_offset=None):
+    off = _x_offset(x) if storage_offset is None else storage_offset
+    return _meta_view(x, size, stride, off)
+
+
+def _as_strided_grad(c, g):
+    x = c.args[0]
+    size, stride, offset = c.args[1], c.args[2], c.args[3]
+    return (
+        as_strided_backward(
+            g,
+            tuple(x.shape),
+            tuple(x.stride()),
+            x.storage_offset(),
+            tuple(size),
+            tuple(stride),
+            offset,
+        ),
+    )
+
+
+as_strided.register_derivative(_as_strided_grad)
+
+
+@defop(kind="scatter")
+def as_strided_backward(
+    grad: Tensor,
+    input_size: list[int],
+    input_stride: list[int],
+    input_offset: int,
+    size: list[int],
+    stride: list[int],
+    storage_offset: int | None = None,
+): ...
+
+
+def _strided_positions(shape, strides, offset) -> np.ndarray:
+    pos = np.full(tuple(shape), offset, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(shape, strides)):
+        idx = np.arange(n, dtype=np.int64) * st
+        pos = pos + idx.reshape((n,) + (1,) * (len(shape) - d - 1))
+    return pos
+
+
+@as_strided_backward.register_kernel
+def _as_strided_backward_kernel(g, input_size, input_stride, input_offset, size, stride, offset):
+    """Sum the gradient of every view element into the storage cell it reads (overlapping
+    windows add up), then read the input's geometry back out of that storage."""
+    offset = input_offset if offset is None else offset
+    out_pos = _strided_positions(size, stride, offset)
+    in_pos = _strided_positions(input_size, input_stride, input_offset)
+    extent = int(max(out_pos.max(initial=0), in_pos.max(initial=0))) + 1
+    storage = np.zeros(extent, dtype=g._data.dtype)
+    np.add.at(storage, out_pos.reshape(-1), g._data.reshape(-1))
+    result = storage[in_pos]
+    # input elements that alias one storage cell share its gradient once, as PyTorch does
+    return wrap(np.require(result, requirements="C"), g._dtype)
+
+
+as_strided_backward.register_meta(lambda g, input_size, *rest: fake(tuple(input_size), g._dtype, g))
+
+
+@defop(kind="view", view=True, prim=True)
+def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1): ...
+
+
+def _diag_geometry(x, offset, dim1, dim2):
+    d1 = wrap_dim(dim1, x.ndim)
+    d2 = wrap_dim(dim2, x.ndim)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    n1, n2 = x._shape[d1], x._shape[d2]
+    if offset >= 0:
+        length = max(min(n1, n2 - offset), 0)
+        start = offset * x.stride(d2) if length else 0
+    else:
+        length = max(min(n1 + offset, n2), 0)
+        start = -offset * x.stride(d1) if length else 0
+    shape = [s for i, s in enumerate(x._shape) if i not in (d1, d2)] + [length]
+    st = x.stride()
+    stride = [s for i, s in enumerate(st) if i not in (d1, d2)] + [st[d1] + st[d2]]
+    return shape, stride, start
+
+
+@diagonal.register_kernel
+def _diagonal_kernel(x, offset, dim1, dim2):
+    shape, stride, start = _diag_geometry(x, offset, dim1, dim2)
+    a = x._data
+    item = a.itemsize
+    origin = _as_strided_np(a, shape=(1,), strides=(item,), writeable=True)
+    if start:
+        origin = _as_strided_np(a, shape=(start + 1,), strides=(item,), writeable=True)[start:]
+    r = _as_strided_np(
+        origin, shape=tuple(shape), strides=tuple(s * item for s in stride), writeable=True
+    )
+    return Tensor._wrap_view(r, x)
+
+
+@diagonal.register_meta
+def _diagonal_meta(x, offset=0, dim1=0, dim2=1):
+    shape, stride, start = _diag_geometry(x, offset, dim1, dim2)
+    return _meta_view(x, shape, stride, _x_offset(x) + start)
+
+
+diagonal.register_derivative(
+    lambda c, g: (diagonal_scatter(g.new_zeros(c.args[0].shape), g, *c.args[1:]),), save_inputs=()
+)
+
+
+# ------------------------------------------------------------------------------ scatter inverses
+# Functional "copy src into a view of a copy of input": gradients of views and functionalized
+# in-place updates. Each is one kernel on the CPU: copy, then assign through the view.
+
+
+def _scatter_op(name, view_op, schema):
+    op = defop(schema, name=name, kind="scatter", prim=True)
+
+    def kernel(x, src, *params):
+        out = x.clone(memory_format=contiguous_format) if x._data is not None else None
+        target = view_op.kernel(out, *params)
+        if not known_same_shape(target._shape, src._shape):
+            raise RuntimeError(
+                f"{name}: expected src to have a size equal to the slice of self. src size = "
+                f"{list(src._shape)}, slice size = {list(target._shape)}"
+            )
+        target._data[...] = src._data
+        return out
+
+    def meta(x, src, *params):
+        return fake(x._shape, x._dtype, x)
+
+    def derivative(c, g):
+        x, src, *params = c.args
+        gx = op(g, g.new_zeros(src.shape), *params) if c.needs_input_grad[0] else None
+        gs = view_op(g, *params) if c.needs_input_grad[1] else None
+        return gx, gs
+
+    op.register_kernel(kernel)
+    op.register_meta(meta)
+    op.register_derivative(derivative, save_inputs=())
+    return op
+
+
+def _slice_scatter_schema(
+    self: Tensor,
+    src: Tensor,
+    dim: int = 0,
+    start: int | None = None,
+    end: int | None = None,
+    step: int = 1,
+): ...
+
+
+def _select_scatter_schema(self: Tensor, src: Tensor, dim: int, index: int): ...
+
+
+def _diagonal_scatter_schema(
+    self: Tensor, src: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1
+): ...
+
+
+def _as_strided_scatter_schema(
+    self: Tensor, src: Tensor, size: list[int], stride: list[int], storage_offset: int | None = None
+): ...
+
+
+slice_scatter = _scatter_op("slice_scatter", slice, _slice_scatter_schema)
+select_scatter = _scatter_op("select_scatter", select, _select_scatter_schema)
+diagonal_scatter = _scatter_op("diagonal_scatter", diagonal, _diagonal_scatter_schema)
+as_strided_scatter = _scatter_op("as_strided_scatter", as_strided, _as_strided_scatter_schema)
+
+
+# ------------------------------------------------------------------------------ expand's inverse
+
+
+@defop(kind="reduction")
+def sum_to_size(self: Tensor, size: list[int]): ...
+
+
+def _sum_to_dims(shape, size):
+    lead = len(shape) - len(size)
+    if lead < 0:
+        raise RuntimeError(f"size {list(size)} is not expandable to size {list(shape)}")
+    dims = list(range(lead))
+    for i, s in enumerate(size):
+        # summing a dim of size 1 changes nothing: a symbolic size is not compared with 1
+        if s == 1 and not statically_known_true("==", shape[lead + i], 1):
+            dims.append(lead + i)
+        elif s != shape[lead + i]:
+            raise RuntimeError(f"size {list(size)} is not expandable to size {list(shape)}")
+    return tuple(dims), lead
+
+
+@sum_to_size.register_decomposition
+def _sum_to_size_decomp(x, size):
+    """Sum a broadcast gradient back to ``size``: the gradient of ``expand``."""
+    size = tuple(size)
+    if known_same_shape(x._shape, size):
+        return x
+    dims, lead = _sum_to_dims(x.shape, size)
+    if not dims:  # equal shapes (symbolic sizes the fast path could not tell apart)
+        return x
+    out = x.sum(dims, True)
+    if lead:
+        out = out.reshape(size)
+    return out

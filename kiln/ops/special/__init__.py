@@ -1,0 +1,1 @@
+"""Special functions (gamma family, Bessel, error functions...) and their numpy kernels."""

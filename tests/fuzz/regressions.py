@@ -1,0 +1,367 @@
+"""Minimized fuzz programs that once failed: each always runs (tests/fuzz/test_regressions.py).
+
+Add a failing program the fuzzer reports by pasting the ``Case`` its report prints, with a title
+that says what went wrong. A case that fails today because of a bug being fixed elsewhere names
+that bug's key in ``generator.KNOWN_ISSUES`` in ``xfail`` (per check: ``"pytorch"`` is eager kiln
+against PyTorch, other keys are ``differential.BACKENDS``); the xfail is strict, so the test fails
+loudly once the fix lands — then delete the ``xfail`` and the ``KNOWN_ISSUES`` entry (which also
+lets the fuzzer generate the construct again).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .programs import Input, Program
+
+__all__ = ["Case", "REGRESSIONS"]
+
+COMPILED = ("eager", "aot_eager", "inductor", "inductor-numpy")
+INDUCTORS = ("inductor", "inductor-numpy")
+
+
+@dataclass(frozen=True)
+class Case:
+    """A program and the checks it must pass (``backends``; empty: eager against PyTorch), with
+    the known bug (a ``KNOWN_ISSUES`` key) that makes a check fail today."""
+
+    title: str
+    program: Program
+    backends: tuple[str, ...] = ()
+    xfail: dict[str, str] = field(default_factory=dict)
+
+
+def _one(inputs, lines, outputs=None) -> Program:
+    lines = tuple(lines)
+    return Program(tuple(inputs), lines, tuple(outputs or (lines[-1].split(" = ")[0],)))
+
+
+def _all(checks, issue: str) -> dict[str, str]:
+    return dict.fromkeys(checks, issue)
+
+
+_SPECIAL = Input("x0", (8,), fill="special", seed=2)
+_SPECIAL_GRAD = Input("x0", (8,), fill="special", requires_grad=True, seed=2)
+
+REGRESSIONS: list[Case] = [
+    # ---------------------------------------------------------------- compiled against eager
+    Case(
+        "a returned expand() of an intermediate gets the gradient of one copy",
+        _one([Input("x0", (1, 3), requires_grad=True)], ["v0 = x0 * x0", "v1 = v0.expand(2, 3)"]),
+        COMPILED,
+    ),
+    Case(
+        "a returned expand() of a vector-matrix product (not requiring grad itself)",
+        _one(
+            [Input("x1", (4,), fill="integral"), Input("x2", (4, 2), requires_grad=True)],
+            ["v0 = torch.matmul(x1, x2)", "v1 = v0.expand(2, -1)"],
+        ),
+        COMPILED,
+    ),
+    Case(
+        "a returned stride-0 as_strided view of an intermediate",
+        _one(
+            [Input("x0", (2, 1), dtype="float16", fill="integral", requires_grad=True)],
+            ["v0 = x0.expand(2, 2)", "v1 = v0.contiguous().as_strided((2, 2), (1, 0))"],
+        ),
+        COMPILED,
+    ),
+    Case(
+        "vector @ matrix returned with a view of it: both lose requires_grad",
+        _one(
+            [Input("x0", (5,), requires_grad=True), Input("x1", (5, 2), requires_grad=True)],
+            ["v0 = x0 @ x1", "v1 = v0.view(2)"],
+            ("v1", "v0"),
+        ),
+        COMPILED,
+    ),
+    Case(
+        "vector @ matrix returned with a squeeze of it",
+        _one(
+            [Input("x0", (5,), requires_grad=True), Input("x1", (5, 1), requires_grad=True)],
+            ["v0 = x0 @ x1", "v1 = v0.squeeze(-1)"],
+            ("v1", "v0"),
+        ),
+        COMPILED,
+    ),
+    Case(
+        "a returned detach() of a strided input that requires grad",
+        _one(
+            [Input("x0", (2, 2, 2), layout="strided", requires_grad=True)],
+            ["v0 = torch.exp(x0)", "v1 = v0.sum()", "v2 = x0.detach()"],
+            ("v2", "v1"),
+        ),
+        COMPILED,
+        _all(("aot_eager", *INDUCTORS), "returned_detach_of_input"),
+    ),
+    Case(
+        "bool + bool is logical or",
+        _one([Input("x0", (4,), dtype="bool", seed=1)], ["v0 = x0 + x0"]),
+        COMPILED,
+    ),
+    Case(
+        "in-place bool add on an input",
+        Program((Input("x0", (4,), dtype="bool", seed=1),), ("x0.add_(x0)",), ("x0",)),
+        COMPILED,
+    ),
+    *(
+        Case(
+            f"relu keeps NaN ({dtype})",
+            _one([Input("x0", (8,), dtype=dtype, fill="special", seed=2)], ["v0 = torch.relu(x0)"]),
+            COMPILED,
+        )
+        for dtype in ("float32", "float16", "bfloat16")
+    ),
+    Case(
+        "float floor division of +-inf is NaN",
+        _one([_SPECIAL], ["v0 = x0 // 2"]),
+        COMPILED,
+    ),
+    *(
+        Case(
+            f"a float->{dtype} cast of NaN/inf equals eager's (INT_MIN)",
+            _one([_SPECIAL], [f"v0 = x0.to(torch.{dtype})"]),
+            COMPILED,
+        )
+        for dtype in ("int32", "int64")
+    ),
+    Case(
+        "2 ** int tensor with negative exponents",
+        _one([Input("x0", (8,), dtype="int64", seed=2)], ["v0 = 2 ** x0"]),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "sign of a bool tensor (isnan of bfloat16)",
+        _one(
+            [Input("x0", (8,), dtype="bfloat16", fill="special", seed=2)],
+            ["v0 = torch.isnan(x0)", "v1 = torch.sign(v0)"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "masked_fill with a bool mask made in the graph",
+        _one(
+            [Input("x0", (3, 3), seed=2)],
+            [
+                "v0 = torch.triu(torch.ones(3, 3, dtype=torch.bool), diagonal=1)",
+                "v1 = x0.masked_fill(v0, float('-inf'))",
+            ],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "softmax and log_softmax over an empty dim (the decomposition took an amax of nothing)",
+        _one(
+            [Input("x0", (0, 1), layout="transposed", requires_grad=True, seed=6)],
+            [
+                "v0 = x0.mT",
+                "v1 = torch.nn.functional.softmax(v0, dim=-1)",
+                "v2 = torch.log_softmax(v0, 1)",
+            ],
+            ("v1", "v2", "v0"),
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "batched matmul over an empty contracted dim (the decomposition reshaped with -1)",
+        _one(
+            [Input("x0", (2, 2, 0), dtype="int32"), Input("x1", (0,), dtype="int32")],
+            ["v0 = x0 @ x1"],
+        ),
+        COMPILED,
+    ),
+    Case(
+        "int32 vector @ vector stays int32 (matmul's decomposition summed into int64)",
+        _one(
+            [Input("x0", (4,), dtype="int32"), Input("x1", (4,), dtype="int32", layout="expanded")],
+            ["v0 = x0 @ x1"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "reshape of exp of an expanded float16 tensor (eager returns column-major strides)",
+        _one(
+            [Input("x0", (1, 3), dtype="float16", fill="integral")],
+            ["v0 = x0.expand(2, 3)", "v1 = v0.exp()", "v2 = v1.reshape(-1)"],
+        ),
+        ("pytorch", *COMPILED),
+        {"aot_eager": "expanded_half_layout"},
+    ),
+    *(
+        Case(
+            f"{dtype} -> bfloat16 cast in a Triton kernel",
+            _one([Input("x0", (2, 3), dtype=dtype)], ["v0 = x0.to(torch.bfloat16)"]),
+            ("inductor", "inductor-triton"),
+            {"inductor-triton": "triton_int_to_bfloat16"},
+        )
+        for dtype in ("bool", "int32", "int64")
+    ),
+    # ---------------------------------------------------------------- eager against PyTorch
+    Case("sign(NaN) is 0", _one([_SPECIAL], ["v0 = torch.sign(x0)"])),
+    *(
+        Case(
+            f"bfloat16 -> {dtype} cast of NaN/+-inf is INT_MIN",
+            _one(
+                [Input("x0", (8,), dtype="bfloat16", fill="special", seed=2)],
+                [f"v0 = x0.to(torch.{dtype})"],
+            ),  # fmt: skip
+            (),
+        )
+        for dtype in ("int32", "int64")
+    ),
+    Case(
+        "prod backward where the input holds a zero: exclusive products, so a NaN factor's own "
+        "gradient is the product of the others (found by the long profile)",
+        _one(
+            [Input("x1", (2, 2, 2), fill="special", requires_grad=True)],
+            ["v0 = x1.prod(0, keepdim=True)"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "prod backward with NaN/inf/zeros in a full product",
+        _one([_SPECIAL_GRAD], ["v0 = x0.prod()"]),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "a 0-d float -> int cast is writable (the kernel returned a read-only numpy scalar; found "
+        "by the long profile)",
+        Program((Input("x0", ()),), ("v1 = x0.to(torch.int32)", "v1.fill_(3)"), ("v1",)),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "roll of a cumsum: the scheduler fused a read of a neighbour's element of a buffer "
+        "computed in the same kernel (found by the long profile)",
+        _one(
+            [Input("x0", (2,), dtype="float16", fill="special", seed=7)],
+            ["v1 = x0.cumsum(0)", "v3 = torch.roll(v1, 3, 0)"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "cumsum of a prefix of -0.0 is +0.0, as PyTorch's sums start from +0.0 (found by the "
+        "long profile through atan2's sign of zero)",
+        _one(
+            [Input("x0", (2, 2), dtype="float16", fill="special", seed=9)],
+            ["v0 = x0[:, 1:3:2]", "v3 = v0.cumsum(-2)", "v4 = torch.atan2(x0, v3)"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "exp of exp: one rounding of the inner exp moves the outer one by |x| ulps (tolerance)",
+        _one(
+            [Input("x0", (), requires_grad=True, seed=4)],
+            ["v0 = torch.tanh(x0)", "v1 = v0 + 5", "v2 = torch.exp(v1)", "v3 = torch.exp(v2)"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "relu backward of an inf upstream gradient is 0 where relu is inactive",
+        _one([_SPECIAL_GRAD], ["v0 = torch.relu(x0)", "v1 = v0 * float('inf')"]),
+        (),
+    ),
+    Case(
+        "floor backward is zero even for an inf upstream gradient",
+        _one(
+            [Input("x0", (4, 3), layout="offset", fill="special", requires_grad=True, seed=7)],
+            ["v0 = torch.floor(x0)", "v1 = torch.exp(v0)"],
+        ),
+        (),
+    ),
+    Case(
+        "abs backward at NaN is 0 (sign(NaN) is 0)",
+        _one(
+            [
+                Input(
+                    "x0",
+                    (4, 4, 1),
+                    dtype="bfloat16",
+                    layout="strided",
+                    fill="special",
+                    requires_grad=True,
+                    seed=7,
+                )
+            ],
+            ["v0 = torch.abs(x0)"],
+        ),
+        (),
+    ),
+    Case(
+        "maximum/minimum backward: a NaN operand gets the whole gradient",
+        _one(
+            [
+                Input("x0", (), dtype="bfloat16", fill="special", requires_grad=True),
+                Input("x1", (), dtype="int64"),
+            ],
+            ["v0 = torch.minimum(x0, x1)"],
+        ),
+        (),
+    ),
+    Case(
+        "maximum backward splits the gradient at +-inf ties",
+        _one(
+            [Input("x0", (1, 1, 2), dtype="float16", fill="special", requires_grad=True)],
+            ["v0 = torch.ceil(x0)", "v1 = x0.expand(1, 2, 1, 2)", "v2 = torch.maximum(v0, v1)"],
+        ),
+        (),
+    ),
+    Case(
+        "changing neg's input in place after the neg is no error (neg saves nothing)",
+        _one(
+            [Input("x0", (2,), requires_grad=True)],
+            [
+                "v0 = x0 + 2",
+                "v1 = v0 + 2",
+                "v2 = v1.sum()",
+                "v3 = -v2",
+                "v4 = v2.add_(v3)",
+                "v5 = v1.frac()",
+                "v6 = v1.add_(1)",
+            ],
+            ("v3", "v5"),
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "masked_fill and where backward: 0 where masked, even for an inf upstream gradient",
+        _one(
+            [Input("x0", (2,), requires_grad=True), Input("x1", (2,), dtype="bool", seed=3)],
+            [
+                "v0 = x0 + 2",
+                "v1 = v0.masked_fill(x1, 0.0)",
+                "v2 = torch.log(v1)",
+                "v3 = torch.where(x1, 0.0, v0)",
+                "v4 = torch.log(v3)",
+            ],
+            ("v2", "v4"),
+        ),
+        (),
+    ),
+    Case(
+        "matmul over an empty contracted dim gives zeros",
+        _one(
+            [Input("x0", (3, 1, 0), dtype="int64", seed=2), Input("x1", (0, 3), dtype="int64")],
+            ["v0 = torch.matmul(x0, x1)"],
+        ),
+        (),
+    ),
+    Case(
+        "atan2 backward at (0, 0) is 0",
+        _one(
+            [
+                Input(
+                    "x0",
+                    (2, 2),
+                    dtype="bfloat16",
+                    layout="strided",
+                    fill="special",
+                    requires_grad=True,
+                    seed=2,
+                )
+            ],
+            ["v0 = torch.atan2(x0, x0)"],
+        ),
+        (),
+        {"pytorch": "atan2_zero_gradient"},
+    ),
+]

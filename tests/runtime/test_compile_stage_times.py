@@ -1,0 +1,79 @@
+"""``compile_stage`` / ``recording_compile_stages``: the per-stage compile times the bench prints."""
+
+from __future__ import annotations
+
+import time
+
+import kiln
+from kiln.runtime import logs as klog
+
+
+class _FakeClock:
+    """``perf_counter`` that moves only when the test says so."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_nested_stage_time_is_charged_to_the_innermost_stage_only(monkeypatch):
+    clock = _FakeClock()
+    monkeypatch.setattr(klog.time, "perf_counter", clock)
+    with klog.recording_compile_stages() as totals:
+        with klog.compile_stage("dynamo"):
+            clock.now += 1.0
+            with klog.compile_stage("aot"):
+                clock.now += 2.0
+                with klog.compile_stage("inductor"):
+                    clock.now += 4.0
+                clock.now += 8.0
+            clock.now += 16.0
+    assert totals == {"dynamo": 17.0, "aot": 10.0, "inductor": 4.0}
+
+
+def test_stages_outside_a_recording_are_not_counted(monkeypatch):
+    clock = _FakeClock()
+    monkeypatch.setattr(klog.time, "perf_counter", clock)
+    with klog.compile_stage("dynamo"):
+        clock.now += 1.0
+    with klog.recording_compile_stages() as totals:
+        pass
+    with klog.compile_stage("aot"):
+        clock.now += 1.0
+    assert totals == {}
+
+
+def test_two_open_recordings_both_see_a_stage(monkeypatch):
+    clock = _FakeClock()
+    monkeypatch.setattr(klog.time, "perf_counter", clock)
+    with klog.recording_compile_stages() as outer:
+        with klog.compile_stage("codegen"):
+            clock.now += 3.0
+        with klog.recording_compile_stages() as inner:
+            with klog.compile_stage("codegen"):
+                clock.now += 5.0
+    assert outer == {"codegen": 8.0} and inner == {"codegen": 5.0}
+
+
+def test_a_cold_training_compile_reports_every_stage_within_its_wall_time(monkeypatch, tmp_path):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    w = kiln.randn(6, 5, requires_grad=True)
+
+    def loss_of_stage_timing_test(x):
+        return (x @ w).tanh().sum()
+
+    x = kiln.randn(4, 6)
+    compiled = kiln.compile(loss_of_stage_timing_test)
+    start = time.perf_counter()
+    with klog.recording_compile_stages() as totals:
+        loss = compiled(x)
+        loss.backward()
+    wall = time.perf_counter() - start
+    assert set(totals) == set(klog.COMPILE_STAGES)
+    assert all(seconds > 0 for seconds in totals.values())
+    assert sum(totals.values()) <= wall
+    w_eager = w.detach().requires_grad_()
+    (x @ w_eager).tanh().sum().backward()
+    assert kiln.allclose(loss, (x @ w_eager).tanh().sum()) and kiln.allclose(w.grad, w_eager.grad)
