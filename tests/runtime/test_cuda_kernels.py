@@ -49,7 +49,7 @@ ELEMENTWISE = {
     "transposed": lambda x, w: x.transpose(0, 3).sin(),
     "sliced": lambda x, w: x[:, 1:, :, ::2].exp() * w[::2],
     "zero_dim": lambda x, w: x[0, 0, 0, 0] * 0.3 + w[1],
-    "prelu_channels_equal_last_dim": lambda x, w: F.prelu(x.transpose(1, 3), w),
+    "prelu_channels_equal_last_dim": lambda x, w: F.prelu(x.transpose(1, 2), w),
 }
 
 

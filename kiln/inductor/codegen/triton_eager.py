@@ -32,6 +32,7 @@ from ...ops.core.dispatch import dispatch
 from ...ops.core.fake import FakeTensorMode
 from ...runtime import cuda
 from ...runtime import dtypes as dt
+from ...runtime.state import compile_lock
 from ...runtime.tensor import Tensor, make_fake
 from .. import sym
 from ..graph_lowering import GraphLowering
@@ -262,7 +263,10 @@ class Family:
         key = (rank, idx64, rt.interpret)
         fn = self.kernels.get(key)
         if fn is None:
-            fn = self.kernels[key] = self._compile(rt, rank, idx64)
+            with compile_lock:  # threads missing on one form compile it once
+                fn = self.kernels.get(key)
+                if fn is None:
+                    fn = self.kernels[key] = self._compile(rt, rank, idx64)
         return fn
 
     def _compile(self, rt, rank: int | None, idx64: bool):
@@ -414,7 +418,10 @@ def _family_for(op, args: tuple, template: list) -> tuple[Family, bool]:
     key = (op.name, tuple(parts), _broadcast_pattern(args, template))
     family = _families.get(key)
     if family is None:
-        family = _families[key] = _build_family(op, args, template, scalars, classes)
+        with compile_lock:
+            family = _families.get(key)
+            if family is None:
+                family = _families[key] = _build_family(op, args, template, scalars, classes)
     baked = family == _BAKE
     if baked:
         key = (key, tuple((type(s).__name__, s) for s in scalars))
