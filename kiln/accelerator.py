@@ -162,17 +162,7 @@ def memory_stats(device_index=None, /) -> OrderedDict:
     """The caching allocator's counters under PyTorch's flattened names."""
     if not _cuda.is_available():
         return OrderedDict()
-    a = _allocator(device_index)
-    stats = {
-        "allocated_bytes.all.current": a.allocated_bytes,
-        "allocated_bytes.all.peak": a.peak_allocated_bytes,
-        "reserved_bytes.all.current": a.reserved_bytes,
-        "reserved_bytes.all.peak": a.peak_reserved_bytes,
-        "num_alloc_retries": 0,
-        "allocation.all.allocated": a.allocations,
-        "allocation.all.freed": a.frees,
-    }
-    return OrderedDict(sorted(stats.items()))
+    return OrderedDict(sorted(_allocator(device_index).stats().items()))
 
 
 def reset_peak_memory_stats(device_index=None, /) -> None:
@@ -180,8 +170,7 @@ def reset_peak_memory_stats(device_index=None, /) -> None:
 
 
 def reset_accumulated_memory_stats(device_index=None, /) -> None:
-    a = _allocator(device_index)
-    a.allocations = a.frees = 0
+    _allocator(device_index).reset_accumulated()
 
 
 def get_memory_info(device_index=None, /) -> tuple[int, int]:

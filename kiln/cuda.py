@@ -10,6 +10,7 @@ import sys as _sys
 
 from .amp.device_amp import namespace as _amp_namespace
 from .runtime import cuda as _cuda
+from .runtime import cuda_streams as _streams
 from .runtime import random as _random
 from .runtime.device import device as _device
 
@@ -24,8 +25,22 @@ __all__ = [
     "manual_seed",
     "manual_seed_all",
     "memory_allocated",
+    "max_memory_allocated",
     "memory_reserved",
+    "max_memory_reserved",
+    "memory_stats",
+    "memory_summary",
+    "reset_peak_memory_stats",
+    "reset_accumulated_memory_stats",
+    "mem_get_info",
     "empty_cache",
+    "Stream",
+    "Event",
+    "StreamContext",
+    "stream",
+    "current_stream",
+    "default_stream",
+    "set_stream",
     "amp",
     "OutOfMemoryError",
 ]
@@ -36,6 +51,8 @@ _sys.modules[__name__ + ".amp"] = amp
 
 
 OutOfMemoryError = _cuda.OutOfMemoryError
+Stream = _streams.Stream
+Event = _streams.Event
 
 
 def is_available() -> bool:
@@ -65,7 +82,7 @@ def set_device(device) -> None:
 
 
 def synchronize(device=None) -> None:
-    """Wait for all work queued on the device."""
+    """Wait for all work queued on the device, on every stream."""
     index = _index(device)
     driver = _cuda.require(index)
     driver.activate(index)
@@ -91,13 +108,85 @@ manual_seed_all = manual_seed
 
 
 def memory_allocated(device=None) -> int:
-    """Bytes held by live cuda tensors (rounded to the allocator's size classes)."""
+    """Bytes held by live cuda tensors (blocks rounded up to 512 bytes)."""
     return _cuda.allocator(_index(device)).allocated_bytes
 
 
+def max_memory_allocated(device=None) -> int:
+    """The highest ``memory_allocated`` since the start or ``reset_peak_memory_stats``."""
+    return _cuda.allocator(_index(device)).peak_allocated_bytes
+
+
 def memory_reserved(device=None) -> int:
-    """Bytes obtained from the driver, including cached free blocks."""
+    """Bytes obtained from the driver (segments), including cached free blocks."""
     return _cuda.allocator(_index(device)).reserved_bytes
+
+
+def max_memory_reserved(device=None) -> int:
+    return _cuda.allocator(_index(device)).peak_reserved_bytes
+
+
+def memory_stats(device=None) -> dict:
+    """The caching allocator's counters under PyTorch's flattened names."""
+    return dict(sorted(_cuda.allocator(_index(device)).stats().items()))
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A table of the allocator's current and peak usage."""
+    return _cuda.allocator(_index(device)).summary()
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    _cuda.allocator(_index(device)).reset_peaks()
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    _cuda.allocator(_index(device)).reset_accumulated()
+
+
+def mem_get_info(device=None) -> tuple[int, int]:
+    """(free, total) bytes of device memory, from the driver."""
+    index = _index(device)
+    driver = _cuda.require(index)
+    driver.activate(index)
+    return driver.memory_info()
+
+
+def current_stream(device=None) -> Stream:
+    """The stream this thread queues work on (the default stream unless one was set)."""
+    return _streams.current_stream(device)
+
+
+def default_stream(device=None) -> Stream:
+    return _streams.default_stream(device)
+
+
+def set_stream(stream: Stream) -> None:
+    """Make ``stream`` current on its device for this thread."""
+    _streams.set_stream(stream)
+
+
+class StreamContext:
+    """Makes a stream current on its device inside a ``with`` block (``torch.cuda.stream``)."""
+
+    def __init__(self, stream: Stream | None):
+        self.stream = stream
+        self._previous = None
+
+    def __enter__(self) -> Stream | None:
+        if self.stream is not None:
+            self._previous = _streams.current_stream(self.stream.device_index)
+            _streams.set_stream(self.stream)
+        return self.stream
+
+    def __exit__(self, *exc) -> None:
+        if self.stream is not None:
+            _streams.set_stream(self._previous)
+
+
+def stream(stream: Stream | None) -> StreamContext:
+    """``with kiln.cuda.stream(s):`` queues the block's work on ``s``."""
+    return StreamContext(stream)
 
 
 def empty_cache() -> None:

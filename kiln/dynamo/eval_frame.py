@@ -93,6 +93,8 @@ class CompileContext:
         self.dynamic = dynamic
         self.options = dict(options or {})
         verify_setting(self.options)  # a bad value is an error of this call, not of a capture
+        if backend == "inductor":
+            self.options.update(_MODE_OPTIONS.get(mode, {}))
         self.mode = mode
         # capturing for ``kiln.export``: ``kiln.cond`` becomes one conditional node (its branches
         # graphs of their own) instead of both branches merged by ``where``
@@ -603,8 +605,12 @@ def _context_for(backend, fullgraph, dynamic, options, mode) -> CompileContext:
     return ctx
 
 
-# PyTorch's ``mode=`` names (all compile the same way here), in the order its error lists them
+# PyTorch's ``mode=`` names, in the order its error lists them, and the inductor options they set
 _MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+_MODE_OPTIONS = {
+    "reduce-overhead": {"triton.cudagraphs": True},
+    "max-autotune": {"triton.cudagraphs": True},
+}
 
 
 def compile(

@@ -205,6 +205,8 @@ def compile_graph(
 
         compiled = TritonCompiledGraph(sched, device, options)
     else:
+        if options.get("triton.cudagraphs"):
+            klog.log("cudagraphs", "skipping cudagraphs due to cpu device")
         mutations = gm.graph.output_node.meta.get("input_mutations", ())
         key = _graph_key(gm, example_inputs, codegen)
         compiled = CompiledGraph(sched, codegen, key, mutations, sizes, fallback)

@@ -1,9 +1,13 @@
-"""Eager CUDA ops as single-op compiled graphs: the kernel provider of ``runtime.devices``.
+"""Eager CUDA ops: the kernel provider of ``runtime.devices``.
 
-An op on cuda tensors is traced to prims, compiled by the inductor's Triton backend and cached
-by (op, argument dtypes/shapes/strides/devices, scalar values). The device layer sits below the
-compiler, so it reaches this module through ``devices.set_kernel_provider`` (installed by the
-facade, loaded on the first CUDA op). Ops whose output shape depends on data run on host copies.
+Elementwise ops, copies and fills run through the eager kernel library (``triton_eager``): one
+kernel per op family, whatever the shapes, strides and Python scalars. Other ops are traced to
+prims, compiled by the inductor's Triton backend as single-op graphs and cached by (op, argument
+dtypes/shapes/strides/devices, non-scalar arguments); their Python floats are 0-d device tensors
+(graph inputs), so new values do not compile new kernels there either. The device layer sits
+below the compiler, so it reaches this module through ``devices.set_kernel_provider`` (installed
+by the facade, loaded on the first CUDA op). Ops whose output shape depends on data run on host
+copies.
 """
 
 from __future__ import annotations
@@ -12,16 +16,20 @@ import collections
 import logging
 import warnings
 
+import numpy as np
+
 from ..ir.tracer import trace
 from ..ops.core.dispatch import dispatch
 from ..runtime import devices
+from ..runtime import dtypes as dt
 from ..runtime.state import compile_lock
-from ..runtime.tensor import Tensor
+from ..runtime.tensor import Tensor, wrap_array
 from ..utils.pytree import tree_unflatten
+from .codegen import triton_eager
 from .codegen.triton_cuda import CudaKernelRuntime
 from .compile_fx import compile_graph
 
-__all__ = ["run_op", "copy", "clear_cache", "cache_info"]
+__all__ = ["run_op", "run_inplace", "copy", "fill", "clear_cache", "cache_info"]
 
 log = logging.getLogger("kiln.cuda")
 
@@ -35,14 +43,28 @@ def copy(dev, dst_array, src_array) -> None:
     CudaKernelRuntime.for_device(dev).copy(dst_array, src_array)
 
 
+def fill(dev, dst_array, value) -> None:
+    """Write a Python number into every element of a device array."""
+    triton_eager.fill(CudaKernelRuntime.for_device(dev), dst_array, value)
+
+
 def clear_cache() -> None:
     _compiled.clear()
     _stats.update(hits=0, misses=0)
+    triton_eager.clear()
 
 
 def cache_info() -> dict:
-    """Hits, misses and size of the single-op graph cache."""
-    return {**_stats, "size": len(_compiled)}
+    """Hits, misses and size of the single-op graph cache; ``compiles``: kernels compiled by
+    eager ops so far (single-op graphs plus the library's family kernels); ``launches``: the
+    library's kernel launches."""
+    library = triton_eager.stats()
+    return {
+        **_stats,
+        "size": len(_compiled),
+        "compiles": _stats["misses"] + library["compiles"],
+        "launches": library["launches"],
+    }
 
 
 def _key(a):
@@ -58,7 +80,65 @@ def _key(a):
 
 
 def run_op(op, args: tuple, dev):
-    """Run ``op`` on cuda tensors through its cached single-op kernel."""
+    """Run ``op`` on cuda tensors: its family kernel, else its cached single-op graph."""
+    rt = CudaKernelRuntime.for_device(dev)
+    try:
+        return triton_eager.run_pointwise(op, args, rt)
+    except triton_eager.NotElementwiseError:
+        pass
+    return _run_single_op(op, _scalars_as_inputs(op, args, dev), dev)
+
+
+def run_inplace(op, args: tuple, dev):
+    """An in-place op: its family kernel writes into ``args[0]`` when nothing else reads that
+    memory through another layout; otherwise the out-of-place op runs and is copied back."""
+    target = args[0]
+    if _writable_in_place(target, args[1:]):
+        try:
+            return triton_eager.run_pointwise(
+                op.functional, args, CudaKernelRuntime.for_device(dev), out=target
+            )
+        except triton_eager.NotElementwiseError:
+            pass
+    result = devices.run_kernel(dev, op.functional, args)
+    copy(dev, target._data, result._data)
+    return target
+
+
+def _writable_in_place(target, others) -> bool:
+    a = target._data
+    if any(st == 0 and n > 1 for n, st in zip(a.shape, a.strides)):
+        return False  # one element behind several indices
+    for o in others:
+        for t in o if isinstance(o, (list, tuple)) else (o,):
+            if isinstance(t, Tensor) and t._data.buffer is a.buffer:
+                b = t._data
+                if (b.offset, b.shape, b.strides) != (a.offset, a.shape, a.strides):
+                    return False
+    return True
+
+
+def _scalars_as_inputs(op, args: tuple, dev) -> tuple:
+    """Python floats in tensor-or-scalar positions become 0-d device tensors (graph inputs).
+
+    Otherwise each new value (a learning-rate schedule) would be a new constant, a new cache key
+    and a new compiled graph. The 0-d tensor has the dtype that keeps PyTorch's promotion:
+    float64 next to float64 tensors (full precision), else the default dtype (a Python float
+    never raises an integer or half tensor's category beyond the default float, and neither does
+    a 0-d tensor of that dtype).
+    """
+    floats = [p for p in op.tensor_positions if type(args[p]) is float]
+    if not floats:
+        return args
+    out = list(args)
+    wide = any(isinstance(a, Tensor) and a._dtype is dt.float64 for a in args)
+    d = dt.float64 if wide else dt.get_default_dtype()
+    for p in floats:
+        out[p] = devices.transfer(wrap_array(np.array(out[p], d.np), d), dev)
+    return tuple(out)
+
+
+def _run_single_op(op, args: tuple, dev):
     tensors: list = []
 
     def collect(a):

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 
 import numpy as np
 
 from . import dtypes as dt
+from .cuda_allocator import CachingAllocator, DeviceBuffer, OutOfMemoryError
 from .device import device as Device
 from .storage import Storage
 
@@ -32,6 +34,7 @@ __all__ = [
     "HostMemoryDriver",
     "CachingAllocator",
     "DeviceBuffer",
+    "OutOfMemoryError",
     "CudaArray",
     "is_available",
     "device_count",
@@ -49,8 +52,17 @@ __all__ = [
 ]
 
 _CUDA_ERROR_OUT_OF_MEMORY = 2
+_CUDA_ERROR_NOT_READY = 600
+_EVENT_DISABLE_TIMING = 2
 _ATTR_CC_MAJOR = 75
 _ATTR_CC_MINOR = 76
+
+
+def _driver_error(code: int, message: str) -> RuntimeError:
+    """A driver error carrying its CUDA error code (``cuda_error``)."""
+    err = RuntimeError(message)
+    err.cuda_error = code
+    return err
 
 
 class CudaDriver:
@@ -79,6 +91,17 @@ class CudaDriver:
             "cuMemsetD8_v2": [c.c_uint64, c.c_ubyte, c.c_size_t],
             "cuMemGetInfo_v2": [c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)],
             "cuGetErrorString": [c.c_int, c.POINTER(c.c_char_p)],
+            "cuStreamCreateWithPriority": [c.POINTER(c.c_void_p), c.c_uint, c.c_int],
+            "cuStreamDestroy_v2": [c.c_void_p],
+            "cuStreamSynchronize": [c.c_void_p],
+            "cuStreamQuery": [c.c_void_p],
+            "cuStreamWaitEvent": [c.c_void_p, c.c_void_p, c.c_uint],
+            "cuEventCreate": [c.POINTER(c.c_void_p), c.c_uint],
+            "cuEventRecord": [c.c_void_p, c.c_void_p],
+            "cuEventSynchronize": [c.c_void_p],
+            "cuEventQuery": [c.c_void_p],
+            "cuEventElapsedTime": [c.POINTER(c.c_float), c.c_void_p, c.c_void_p],
+            "cuEventDestroy_v2": [c.c_void_p],
         }
         for name, args in sigs.items():
             fn = getattr(self.lib, name)
@@ -89,12 +112,15 @@ class CudaDriver:
 
     def _check(self, result: int, what: str) -> None:
         if result != 0:
-            msg = ctypes.c_char_p()
-            self.lib.cuGetErrorString(result, ctypes.byref(msg))
-            text = msg.value.decode() if msg.value else "unknown error"
-            err = RuntimeError(f"CUDA driver error {result} in {what}: {text}")
-            err.cuda_error = result
-            raise err
+            # built by a helper and raised without a local name: a frame holding its own
+            # exception is a reference cycle that keeps every caller's tensors alive until gc
+            raise self._error(result, what)
+
+    def _error(self, result: int, what: str) -> RuntimeError:
+        msg = ctypes.c_char_p()
+        self.lib.cuGetErrorString(result, ctypes.byref(msg))
+        text = msg.value.decode() if msg.value else "unknown error"
+        return _driver_error(result, f"CUDA driver error {result} in {what}: {text}")
 
     def device_count(self) -> int:
         n = ctypes.c_int()
@@ -171,6 +197,55 @@ class CudaDriver:
         )
         return free.value, total.value
 
+    # streams and events (handles are plain integers; 0 is the legacy default stream)
+    def stream_create(self, priority: int = 0) -> int:
+        h = ctypes.c_void_p()
+        self._check(
+            self.lib.cuStreamCreateWithPriority(ctypes.byref(h), 0, priority), "cuStreamCreate"
+        )
+        return h.value or 0
+
+    def stream_destroy(self, stream: int) -> None:
+        self._check(self.lib.cuStreamDestroy_v2(stream), "cuStreamDestroy")
+
+    def stream_synchronize(self, stream: int) -> None:
+        self._check(self.lib.cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+    def stream_query(self, stream: int) -> bool:
+        return self._ready(self.lib.cuStreamQuery(stream), "cuStreamQuery")
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        self._check(self.lib.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
+
+    def event_create(self, timing: bool) -> int:
+        h = ctypes.c_void_p()
+        flags = 0 if timing else _EVENT_DISABLE_TIMING
+        self._check(self.lib.cuEventCreate(ctypes.byref(h), flags), "cuEventCreate")
+        return h.value
+
+    def event_record(self, event: int, stream: int) -> None:
+        self._check(self.lib.cuEventRecord(event, stream), "cuEventRecord")
+
+    def event_synchronize(self, event: int) -> None:
+        self._check(self.lib.cuEventSynchronize(event), "cuEventSynchronize")
+
+    def event_query(self, event: int) -> bool:
+        return self._ready(self.lib.cuEventQuery(event), "cuEventQuery")
+
+    def event_elapsed_ms(self, start: int, end: int) -> float:
+        ms = ctypes.c_float()
+        self._check(self.lib.cuEventElapsedTime(ctypes.byref(ms), start, end), "cuEventElapsedTime")
+        return ms.value
+
+    def event_destroy(self, event: int) -> None:
+        self._check(self.lib.cuEventDestroy_v2(event), "cuEventDestroy")
+
+    def _ready(self, result: int, what: str) -> bool:
+        if result == _CUDA_ERROR_NOT_READY:
+            return False
+        self._check(result, what)
+        return True
+
 
 class HostMemoryDriver:
     """libcuda's interface over host memory: a test stand-in where no GPU exists.
@@ -185,6 +260,8 @@ class HostMemoryDriver:
         self._memory = memory
         self._blocks: dict[int, np.ndarray] = {}
         self.allocations = 0  # how many times memory was really allocated (allocator tests)
+        self._handles = 0  # stream and event handles
+        self._event_times: dict[int, float | None] = {}
 
     def device_count(self) -> int:
         return self._devices
@@ -204,9 +281,10 @@ class HostMemoryDriver:
     def alloc(self, nbytes: int) -> int:
         used = sum(b.nbytes for b in self._blocks.values())
         if used + nbytes > self._memory:
-            err = RuntimeError(f"CUDA driver error 2 in cuMemAlloc({nbytes}): out of memory")
-            err.cuda_error = _CUDA_ERROR_OUT_OF_MEMORY
-            raise err
+            raise _driver_error(
+                _CUDA_ERROR_OUT_OF_MEMORY,
+                f"CUDA driver error 2 in cuMemAlloc({nbytes}): out of memory",
+            )
         block = np.empty(max(nbytes, 1), np.uint8)
         ptr = block.__array_interface__["data"][0]
         self._blocks[ptr] = block
@@ -230,6 +308,44 @@ class HostMemoryDriver:
     def memory_info(self) -> tuple[int, int]:
         used = sum(b.nbytes for b in self._blocks.values())
         return self._memory - used, self._memory
+
+    # streams and events: work runs when it is queued, so streams are always idle and an event
+    # completes when it is recorded (it keeps the host time for elapsed_time)
+    def stream_create(self, priority: int = 0) -> int:
+        self._handles += 1
+        return self._handles
+
+    def stream_destroy(self, stream: int) -> None:
+        pass
+
+    def stream_synchronize(self, stream: int) -> None:
+        pass
+
+    def stream_query(self, stream: int) -> bool:
+        return True
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        pass
+
+    def event_create(self, timing: bool) -> int:
+        self._handles += 1
+        self._event_times[self._handles] = None
+        return self._handles
+
+    def event_record(self, event: int, stream: int) -> None:
+        self._event_times[event] = time.perf_counter()
+
+    def event_synchronize(self, event: int) -> None:
+        pass
+
+    def event_query(self, event: int) -> bool:
+        return True
+
+    def event_elapsed_ms(self, start: int, end: int) -> float:
+        return (self._event_times[end] - self._event_times[start]) * 1000.0
+
+    def event_destroy(self, event: int) -> None:
+        self._event_times.pop(event, None)
 
 
 # ------------------------------------------------------------------------------ driver state
@@ -269,6 +385,11 @@ def use_driver(driver) -> None:
     from . import devices
 
     devices.clear_cache()  # compiled kernels belong to the previous driver's runtime
+
+
+def loaded_driver():
+    """The installed driver, or None; never loads libcuda (safe in finalizers)."""
+    return _state["driver"]
 
 
 def unavailable_reason() -> str | None:
@@ -320,120 +441,18 @@ def current_device() -> int:
 # ------------------------------------------------------------------------------ memory
 
 
-def _round_size(nbytes: int) -> int:
-    """Size classes: 512-byte steps up to 1 MiB, then 2 MiB steps."""
-    nbytes = max(nbytes, 1)
-    step = 512 if nbytes <= 1 << 20 else 2 << 20
-    return (nbytes + step - 1) // step * step
-
-
-class OutOfMemoryError(RuntimeError):
-    """The device has no memory left for an allocation (``torch.OutOfMemoryError``)."""
-
-
-class CachingAllocator:
-    """Keeps freed device blocks per size class and hands them out again."""
-
-    def __init__(self, driver, index: int):
-        self.driver = driver
-        self.index = index
-        self._free: dict[int, list[int]] = {}
-        self.allocated_bytes = 0  # held by live buffers
-        self.reserved_bytes = 0  # obtained from the driver
-        self.peak_allocated_bytes = 0  # highest values since creation or ``reset_peaks``
-        self.peak_reserved_bytes = 0
-        self.allocations = 0  # buffers handed out and given back (memory_stats)
-        self.frees = 0
-        self._lock = threading.Lock()
-
-    def malloc(self, nbytes: int) -> DeviceBuffer:
-        size = _round_size(nbytes)
-        with self._lock:
-            ptrs = self._free.get(size)
-            ptr = ptrs.pop() if ptrs else None
-            if ptr is None:
-                self.driver.activate(self.index)
-                try:
-                    ptr = self.driver.alloc(size)
-                except RuntimeError as e:
-                    if getattr(e, "cuda_error", None) != _CUDA_ERROR_OUT_OF_MEMORY:
-                        raise
-                    self._release_cached()
-                    try:
-                        ptr = self.driver.alloc(size)
-                    except RuntimeError:
-                        raise OutOfMemoryError(
-                            f"CUDA out of memory: tried to allocate {nbytes} bytes on "
-                            f"cuda:{self.index} ({self.allocated_bytes} bytes in use by kiln)"
-                        ) from e
-                self.reserved_bytes += size
-                self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
-            self.allocated_bytes += size
-            self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
-            self.allocations += 1
-        return DeviceBuffer(ptr, size, self)
-
-    def release(self, ptr: int, size: int) -> None:
-        with self._lock:
-            self._free.setdefault(size, []).append(ptr)
-            self.allocated_bytes -= size
-            self.frees += 1
-
-    def reset_peaks(self) -> None:
-        with self._lock:
-            self.peak_allocated_bytes = self.allocated_bytes
-            self.peak_reserved_bytes = self.reserved_bytes
-
-    def _release_cached(self) -> None:
-        self.driver.synchronize()
-        for size, ptrs in self._free.items():
-            for p in ptrs:
-                self.driver.free(p)
-                self.reserved_bytes -= size
-        self._free.clear()
-
-    def empty_cache(self) -> None:
-        with self._lock:
-            self.driver.activate(self.index)
-            self._release_cached()
-
-
-_allocators: dict[int, CachingAllocator] = {}
-
-
 def allocator(index: int = 0) -> CachingAllocator:
     a = _allocators.get(index)
     if a is None:
-        a = _allocators[index] = CachingAllocator(require(index), index)
+        from .cuda_streams import current_stream_for_allocator
+
+        a = _allocators[index] = CachingAllocator(
+            require(index), index, current_stream_for_allocator
+        )
     return a
 
 
-class DeviceBuffer:
-    """A block of device memory; returned to its allocator when garbage collected."""
-
-    __slots__ = ("ptr", "nbytes", "_allocator", "__weakref__")
-
-    def __init__(self, ptr: int, nbytes: int, owner: CachingAllocator):
-        self.ptr = ptr
-        self.nbytes = nbytes
-        self._allocator = owner
-
-    @property
-    def index(self) -> int:
-        return self._allocator.index
-
-    @property
-    def driver(self):
-        return self._allocator.driver
-
-    def data_ptr(self) -> int:
-        return self.ptr
-
-    def __del__(self):
-        owner = self._allocator
-        if owner is not None:
-            self._allocator = None
-            owner.release(self.ptr, self.nbytes)
+_allocators: dict[int, CachingAllocator] = {}
 
 
 class CudaArray:
@@ -516,8 +535,9 @@ def empty(shape, dtype: dt.dtype, index: int = 0, strides=None) -> CudaArray:
 
 def from_numpy(a: np.ndarray, dtype: dt.dtype, index: int = 0) -> CudaArray:
     """Copy a host array to a new contiguous device array."""
+    shape = np.shape(a)  # ascontiguousarray makes 0-d arrays 1-d
     a = np.ascontiguousarray(a)
-    out = empty(a.shape, dtype, index)
+    out = empty(shape, dtype, index)
     if a.nbytes:
         d = out.buffer.driver
         d.activate(index)

@@ -39,7 +39,8 @@ __all__ = [
 log = logging.getLogger("kiln.cuda")
 
 # what compiles eager CUDA ops: a loader (installed by the facade) returning an object with
-# ``run_op(op, args, dev)``, ``copy(dst_array, src_array)``, ``clear_cache()``, ``cache_info()``
+# ``run_op(op, args, dev)``, ``run_inplace(op, args, dev)``, ``copy(dev, dst_array, src_array)``,
+# ``fill(dev, dst_array, value)``, ``clear_cache()``, ``cache_info()``
 _provider: list = [None, None]  # [loader, loaded provider]
 
 
@@ -82,16 +83,15 @@ def empty(size, dtype: dt.dtype, dev, stride=None) -> Tensor:
 def full(size, fill_value, dtype: dt.dtype, dev) -> Tensor:
     dev = as_device(dev)
     require_cuda(dev)
+    t = empty(size, dtype, dev)
+    a = t._data
     if fill_value == 0 and not (isinstance(fill_value, float) and np.signbit(fill_value)):
-        t = empty(size, dtype, dev)
-        a = t._data
         if a.extent():
             a.buffer.driver.activate(a.buffer.index)
             a.buffer.driver.memset(a.data_ptr(), 0, a.extent() * dtype.itemsize)
         return t
-    from ..ops.core.registry import OPS
-
-    return _kernels().run_op(OPS["full"], (list(size), fill_value, dtype, dev), dev)
+    _kernels().fill(dev, a, fill_value)
+    return t
 
 
 def transfer(t: Tensor, target) -> Tensor:
@@ -159,9 +159,7 @@ def run_kernel(dev, op, args: tuple):
         _copy(dst._device, dst._data, src._data)
         return dst
     if op.inplace and op.functional is not None:
-        result = run_kernel(dev, op.functional, args)
-        _copy(dev, args[0]._data, result._data)
-        return args[0]
+        return _kernels().run_inplace(op, args, dev)
     return _kernels().run_op(op, args, dev)
 
 
@@ -183,7 +181,6 @@ def _stage_arguments(op, args: tuple, dev) -> tuple:
         out[p] = fix(out[p])
     for p in op.list_positions:
         out[p] = type(out[p])(fix(a) for a in out[p])
-    _scalars_as_inputs(op, out, dev)
     if op.name in ("philox_rand", "philox_randn"):
         # seeds and offsets change every call: make them graph inputs, not baked constants
         for p in (1, 2):
@@ -191,26 +188,6 @@ def _stage_arguments(op, args: tuple, dev) -> tuple:
                 value = int(out[p]) & ((1 << 64) - 1)
                 out[p] = wrap_array(np.array(value, np.uint64).view(np.int64), dt.int64)
     return tuple(out)
-
-
-def _scalars_as_inputs(op, out: list, dev) -> None:
-    """Python floats in tensor-or-scalar positions become 0-d device tensors (graph inputs).
-
-    Otherwise each new value (an optimizer's bias correction, a learning-rate schedule) would be
-    a new constant, a new cache key and a new compiled kernel on every step. The 0-d tensor has
-    the dtype that keeps PyTorch's promotion: float64 next to float64 tensors (full precision),
-    else the default dtype (a Python float never raises an integer or half tensor's category
-    beyond the default float, and neither does a 0-d tensor of that dtype).
-    """
-    floats = [p for p in op.tensor_positions if type(out[p]) is float]
-    if not floats:
-        return
-    wide = any(
-        isinstance(out[p], Tensor) and out[p]._dtype is dt.float64 for p in op.tensor_positions
-    )
-    d = dt.float64 if wide else dt.get_default_dtype()
-    for p in floats:
-        out[p] = transfer(wrap_array(np.array(out[p], d.np), d), dev)
 
 
 def _view(op, args: tuple):

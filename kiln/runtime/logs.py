@@ -43,6 +43,7 @@ ARTIFACTS = (
     "aot",
     "inductor",
     "output_code",
+    "cudagraphs",
 )
 
 _enabled: set[str] = set()

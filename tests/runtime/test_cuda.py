@@ -151,20 +151,34 @@ def test_eager_ops_run_on_the_device_and_match_the_cpu(gpu):
     _close(xc.double() @ xc.double().t(), x.double() @ x.double().t(), tol=1e-9)
 
 
-def test_eager_ops_are_cached_single_op_graphs(gpu):
+def test_elementwise_ops_compile_one_kernel_per_family(gpu):
+    """exp on any shape or layout of float32 is one family; the strided form is a second kernel."""
+    devices.clear_cache()
+    x = kiln.randn(3, 4)
+    _close(x.cuda().exp(), x.exp())
+    _close(x.cuda().exp(), x.exp())
+    y = kiln.randn(2, 5, 6)
+    _close(y.cuda().exp(), y.exp())  # another shape, same flat kernel
+    assert devices.op_cache_info()["compiles"] == 1
+    _close(y.cuda().transpose(0, 2).exp(), y.transpose(0, 2).exp())  # strided form
+    _close(y.cuda()[:, ::2].exp(), y[:, ::2].exp())  # same strided rank after merging dims
+    assert devices.op_cache_info()["compiles"] == 2
+    _close(x.cuda().exp().sum(), x.exp().sum())  # a reduction: a single-op graph
+    assert devices.op_cache_info()["misses"] == 1
+
+
+def test_non_elementwise_ops_are_cached_single_op_graphs(gpu):
     x = kiln.randn(3, 4).cuda()
     devices.clear_cache()
-    x.exp()
-    x.exp()
-    kiln.randn(3, 4).cuda().exp()  # same op, dtypes, shapes: same kernel
+    x.sum(0)
+    x.sum(0)
+    kiln.randn(3, 4).cuda().sum(0)  # same op, dtypes, shapes: same graph
     info = devices.op_cache_info()
     assert info["misses"] == 1 and info["hits"] == 2
-    x.exp().sum()
-    assert devices.op_cache_info()["misses"] == 2
 
 
 def test_changing_python_scalars_do_not_compile_new_kernels(gpu):
-    """An optimizer's per-step scalars are inputs of the cached kernel, not new constants."""
+    """An optimizer's per-step scalars are kernel arguments, not new constants."""
     x = kiln.randn(3, 4).cuda()
     devices.clear_cache()
     for step in range(1, 5):
@@ -173,7 +187,7 @@ def test_changing_python_scalars_do_not_compile_new_kernels(gpu):
         np.testing.assert_allclose(
             y.cpu().numpy(), x.cpu().numpy() * np.float32(1 - 1e-3 * bias_correction), rtol=1e-6
         )
-    assert devices.op_cache_info()["misses"] == 1
+    assert devices.op_cache_info()["compiles"] == 1
     d = kiln.randn(3, dtype=kiln.float64).cuda() * 0.1  # float64 keeps a float64 scalar
     np.testing.assert_allclose(d.cpu().numpy(), (d.cpu() / 0.1 * 0.1).numpy())
     assert (kiln.ones(2, dtype=kiln.int32).cuda() * 1.5).dtype is kiln.float32
@@ -304,6 +318,15 @@ class FakeLibcuda:
     def _cuGetErrorString(self, code, out):
         out._obj.value = b"out of memory"
 
+    def _cuStreamCreateWithPriority(self, stream, flags, priority):
+        stream._obj.value = 0x5000
+
+    def _cuEventCreate(self, event, flags):
+        event._obj.value = 0xE000 + flags
+
+    def _cuEventElapsedTime(self, ms, start, end):
+        ms._obj.value = 1.5
+
 
 def test_driver_bindings_follow_the_driver_api():
     lib = FakeLibcuda()
@@ -318,6 +341,34 @@ def test_driver_bindings_follow_the_driver_api():
     d.free(0x10000)
     d.synchronize()
     assert {"cuMemAlloc_v2", "cuMemFree_v2", "cuCtxSynchronize"} <= set(lib.calls)
+
+
+def test_stream_and_event_bindings_follow_the_driver_api():
+    lib = FakeLibcuda(fail={"cuStreamQuery": 600})  # CUDA_ERROR_NOT_READY: still busy
+    d = cuda.CudaDriver(lib)
+    stream = d.stream_create()
+    assert stream == 0x5000 and d.stream_query(stream) is False
+    assert d.event_create(timing=False) == 0xE002  # CU_EVENT_DISABLE_TIMING
+    start, end = d.event_create(timing=True), d.event_create(timing=True)
+    d.event_record(start, stream)
+    d.stream_wait_event(0, start)
+    assert d.event_query(end) is True and d.event_elapsed_ms(start, end) == 1.5
+    d.stream_synchronize(stream)
+    d.event_destroy(start)
+    d.stream_destroy(stream)
+    expected = {
+        "cuStreamCreateWithPriority",
+        "cuStreamQuery",
+        "cuEventCreate",
+        "cuEventRecord",
+        "cuStreamWaitEvent",
+        "cuEventQuery",
+        "cuEventElapsedTime",
+        "cuStreamSynchronize",
+        "cuEventDestroy_v2",
+        "cuStreamDestroy_v2",
+    }
+    assert expected <= set(lib.calls)
 
 
 def test_driver_errors_name_the_call_and_the_reason():

@@ -18,7 +18,7 @@ from ...runtime.compiling import is_compiling
 from ...runtime.symbolic import SymInt
 from ...utils.checkpoint import checkpoint
 from ..exc import Unsupported, unsupported
-from .base import ConstantVariable, FixedObjectVariable, VariableTracker
+from .base import ConstantVariable, FixedObjectVariable, VariableTracker, active_output
 from .dicts import DictVariable, dict_key
 from .generators import CountVariable
 from .lists import (
@@ -187,6 +187,10 @@ def _isinstance(tx, fn, args, kwargs):
     if isinstance(obj, NNModuleVariable):
         return ConstantVariable(isinstance(obj.module, cls))
     if isinstance(obj, UserObjectVariable):
+        return ConstantVariable(isinstance(obj.value, cls))
+    if isinstance(obj, ConstantVariable) and obj.recipe is None and obj.is_dynamic_number():
+        # a number that changes between calls (a scheduled lr): its type decides, not its value
+        active_output().guards.type_match(obj.source, obj.value)
         return ConstantVariable(isinstance(obj.value, cls))
     if obj.is_python_constant() and not isinstance(obj, BaseListVariable):
         value = obj.as_python_constant()

@@ -299,7 +299,31 @@ def to_kiln_arg(vt: VariableTracker) -> Any:
 
 
 def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
-    """Run ``fn`` on proxies under the tracing mode and wrap what it returns."""
+    """Run ``fn`` on proxies under the tracing mode and wrap what it returns.
+
+    A float that changes between calls (a scheduled learning rate, ``1 - lr * wd``) passed next
+    to a tensor goes in as a 0-dim tensor input of the graph when ``fn`` takes one there, so the
+    graph does not bake (and recompile for) each value; otherwise it is guarded as before."""
+    tensor = next((a for a in args if isinstance(a, TensorVariable)), None)
+    if tensor is not None and any(_changing_float(v) for v in (*args, *kwargs.values())):
+
+        def lift(v):
+            return tx.tensorize_number(v, tensor) if _changing_float(v) else v
+
+        try:
+            return _call_kiln(
+                tx, fn, [lift(a) for a in args], {k: lift(v) for k, v in kwargs.items()}
+            )
+        except Unsupported:
+            pass  # ``fn`` wants a Python number there
+    return _call_kiln(tx, fn, args, kwargs)
+
+
+def _changing_float(vt: VariableTracker) -> bool:
+    return isinstance(vt, ConstantVariable) and type(vt.value) is float and vt.is_dynamic_number()
+
+
+def _call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
     py_args = [to_kiln_arg(a) for a in args]
     py_kwargs = {k: to_kiln_arg(v) for k, v in kwargs.items()}
     output = tx.output

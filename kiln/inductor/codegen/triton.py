@@ -49,6 +49,7 @@ class TritonConfig:
     pointwise_xblock: int = 1024
     int64_indexing: bool = False  # forced on when any buffer is too large for int32 offsets
     matmul_tf32: bool = False
+    cudagraphs: bool = False  # replay the wrapper's launches as a CUDA graph where possible
 
     @classmethod
     def from_options(cls, options: dict | None) -> TritonConfig:

@@ -13,16 +13,13 @@ import time
 
 import numpy as np
 
-from ...runtime import cuda
+from ...runtime import cuda, cuda_streams
 from ...runtime import dtypes as dt
-from .. import sym, wrapper_runtime
-from ..ir import ComputedBuffer, InputBuffer, Layout, Pointwise
-from ..scheduler import Kernel
-from ..virtualized import ops
-from .triton import TritonConfig, storage_dtype_name
+from .. import wrapper_runtime
+from ..ir import Layout
+from . import triton_eager
+from .triton import storage_dtype_name
 from .triton_interpret import HostBuffer
-from .triton_kernels import generate_kernel
-from .triton_wrapper import MODULE_HEADER, load_source
 
 __all__ = ["CudaKernelRuntime", "DevicePointer"]
 
@@ -43,6 +40,22 @@ def _owner(arg) -> cuda.DeviceBuffer:
     return arg.owner if isinstance(arg, DevicePointer) else arg.untyped_storage().owner
 
 
+def _launch_on_current_streams() -> None:
+    """Make Triton launch on kiln's current stream of the device (without PyTorch, Triton's
+    launcher would use the default stream)."""
+    from triton.runtime import driver
+
+    active = driver.active
+    if getattr(active, "kiln_streams", False):
+        return
+    active.get_current_stream = lambda device=None: (
+        cuda_streams.current_stream(
+            cuda.current_device() if device is None else int(device)
+        ).cuda_stream
+    )
+    active.kiln_streams = True
+
+
 class CudaKernelRuntime:
     """``rt`` of generated modules on one CUDA device (see the module docstring)."""
 
@@ -53,7 +66,8 @@ class CudaKernelRuntime:
         self.driver = cuda.require(index)
         self.interpret = bool(self.driver.emulated)
         self._tuned: dict = {}
-        self._copies: dict = {}
+        if not self.interpret:
+            _launch_on_current_streams()
 
     @classmethod
     def for_device(cls, dev) -> CudaKernelRuntime:
@@ -169,45 +183,4 @@ class CudaKernelRuntime:
         ):
             cuda.copy_device_to_device(dst, src)
             return
-        numel = 1
-        for s in dst.shape:
-            numel *= s
-        if numel == 0:
-            return
-        key = (dst.shape, dst.strides, dst.dtype, src.shape, src.strides, src.dtype)
-        entry = self._copies.get(key)
-        if entry is None:
-            entry = self._copies[key] = self._copy_kernel(dst, src)
-        fn, gen = entry
-        args = {
-            "src": self.pointer(src.buffer, src.data_ptr(), src.dtype),
-            "dst": self.pointer(dst.buffer, dst.data_ptr(), dst.dtype),
-        }
-        self.activate()
-        fn[gen.grid](
-            *[args[a] for a in gen.args], *gen.sizes, **gen.constexprs, num_warps=gen.num_warps
-        )
-
-    def _copy_kernel(self, dst: cuda.CudaArray, src: cuda.CudaArray):
-        src_layout = Layout(src.shape, src.strides, src.dtype)
-        lead = len(dst.shape) - len(src.shape)
-
-        def inner(index):
-            idx = [sym.ZERO if s == 1 else index[lead + i] for i, s in enumerate(src.shape)]
-            v = ops.load("src", src_layout.offset_expr(idx))
-            return v if src.dtype is dst.dtype else ops.to_dtype(v, dst.dtype)
-
-        layout = Layout(dst.shape, dst.strides, dst.dtype)
-        node = ComputedBuffer("dst", layout, Pointwise(dst.shape, dst.dtype, inner))
-        kernel = Kernel("copy_kernel", tuple(dst.shape), (), [node])
-        big = max(layout.storage_size(), src_layout.storage_size()) > 2**31 - 1
-        gen = generate_kernel(
-            kernel,
-            "copy_kernel",
-            {"dst"},
-            {"src": InputBuffer("src", src_layout), "dst": node},
-            TritonConfig(int64_indexing=big),
-            "strided copy",
-        )
-        namespace = load_source(MODULE_HEADER + "\n\n" + gen.source, self)
-        return namespace["copy_kernel"], gen
+        triton_eager.copy(self, dst, src)

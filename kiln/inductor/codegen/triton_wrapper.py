@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from ...runtime import dtypes as dt
+from ...runtime import logs as klog
 from ...runtime.storage import empty_array
 from .. import wrapper_runtime
 from ..graph_lowering import _layout_of
@@ -29,7 +30,14 @@ from .triton_kernels import GeneratedKernel, generate_kernel, generate_scatter
 from .triton_math import helper_source
 from .triton_matmul import fusable_epilogue, generate_matmul, matmul_shapes
 
-__all__ = ["TritonModule", "build_module", "TritonCompiledGraph", "HostRuntime"]
+__all__ = ["TritonModule", "build_module", "TritonCompiledGraph", "HostRuntime", "graphs_compiled"]
+
+_compiled_graphs = [0]  # TritonCompiledGraphs built in this process (compile counts in tests)
+
+
+def graphs_compiled() -> int:
+    """How many graphs this process compiled to Triton modules (eager single-op graphs too)."""
+    return _compiled_graphs[0]
 
 
 @dataclass
@@ -406,6 +414,13 @@ class HostRuntime:
         kernel[grid(config)](*args, UPCAST=True, **config)
 
 
+def _cudagraph_unavailable(rt) -> str:
+    """Why this graph's launches are not captured into a CUDA graph (they run one by one)."""
+    if rt.interpret:
+        return "no CUDA graph capture without a GPU (kernels run in Triton's interpreter)"
+    return "kiln does not capture CUDA graphs yet (issue 19, item 4)"
+
+
 class TritonCompiledGraph:
     """A graph compiled to Triton kernels; called like ``CompiledGraph``, with tensors."""
 
@@ -427,7 +442,13 @@ class TritonCompiledGraph:
         else:
             self.rt = HostRuntime()
         started = time.perf_counter()
-        self.module = build_module(sched, self.rt, TritonConfig.from_options(options))
+        _compiled_graphs[0] += 1
+        cfg = TritonConfig.from_options(options)
+        self.module = build_module(sched, self.rt, cfg)
+        self.cudagraph_skip_reason = None
+        if cfg.cudagraphs:
+            self.cudagraph_skip_reason = _cudagraph_unavailable(self.rt)
+            klog.log("cudagraphs", f"skipping cudagraphs due to {self.cudagraph_skip_reason}")
         self.compile_seconds = time.perf_counter() - started
         self.num_kernels = len(self.module.kernels)
         self.source = self.module.source

@@ -1,6 +1,6 @@
 """Old Tensor spellings PyTorch still accepts: ``Tensor.new`` (the legacy constructor),
 ``cfloat`` / ``cdouble``, ``new_empty_strided``, ``to_dense`` (a no-op for strided tensors),
-``record_stream`` (streams are not modelled) and the long-removed ``volatile`` flag."""
+``record_stream`` and the long-removed ``volatile`` flag."""
 
 from __future__ import annotations
 
@@ -60,7 +60,10 @@ def to_dense(self: Tensor, dtype=None, *, masked_grad=None) -> Tensor:
 
 @tensor_method()
 def record_stream(self: Tensor, stream) -> None:
-    """Nothing to record: kiln runs a device's work in order on one stream."""
+    """Keep this cuda tensor's memory from reuse until the work queued on ``stream`` so far has
+    finished (the caching allocator reuses a block on its own stream only)."""
+    if self._device.type == "cuda":
+        self._data.buffer.record_stream(stream)
 
 
 def _volatile(self: Tensor) -> bool:
