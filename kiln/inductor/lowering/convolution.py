@@ -50,7 +50,12 @@ def _convolution(
 ):
     _check_supported(out_meta, x, w)
     spec = _Spec(x, w, stride, padding, dilation, groups, tuple(out_meta.shape[2:]))
-    result = _transposed(spec) if transposed else _forward(spec)
+    if not transposed:
+        result = _forward(spec)
+    elif _as_forward_possible(spec, output_padding):
+        result = _forward(_as_forward(spec))
+    else:
+        result = _transposed(spec)
     if bias is not None:
         result = _add_bias(result, bias)
     return result
@@ -192,7 +197,7 @@ def _columns(spec: _Spec, cg: int, per_sample: bool):
     g, n, k = spec.groups, spec.batch, spec.k
     kernel, out_spatial = spec.kernel, spec.out_spatial
     kn, p = math.prod(kernel), math.prod(out_spatial)
-    stride, padding, dilation, size = spec.stride, spec.padding, spec.dilation, spec.in_spatial
+    stride, dilation = spec.stride, spec.dilation
     if per_sample:
         # [N, G, Cg, *K, *out]: one [Cg*K, P] matrix per (sample, group)
         shape = (n, g, cg) + kernel + out_spatial
@@ -220,36 +225,61 @@ def _columns(spec: _Spec, cg: int, per_sample: bool):
                 return index[2 + k], index[0], index[1], index[2 : 2 + k], index[3 + k :]
 
             matrix = ((g, cg * kn, n * p), (cg * kn * n * p, n * p, 1))
-    inner = x.loader
+    source = _padded_source(spec)
+    inner = source.loader
     to = x.dtype
 
     def loader(index):
         sample, group, channel, offsets, outs = split(index)
-        positions = []
+        positions = [
+            sym.as_expr(outs[i]) * stride[i] + sym.as_expr(offsets[i]) * dilation[i]
+            for i in range(k)
+        ]
+        return inner([sample, sym.as_expr(group) * cg + sym.as_expr(channel)] + positions)
+
+    box = _box(_ctx(x), shape, to, loader, source)
+    buf = box.realize()
+    if CURRENT.node is not None:
+        buf.origins = [CURRENT.node]
+    mshape, mstride = matrix
+    return buf, Layout(mshape, mstride, to, 0, buf.layout.device)
+
+
+def _padded_source(spec: _Spec) -> TensorBox:
+    """The convolution's input as the columns loop should read it: stored, with the padding as
+    zeros around it. Every column reads each input value up to K times; computing the input
+    (a batch norm's affine and ReLU) or testing the padding bounds once per value, in one pass
+    over the input, costs less than doing it per column, and in-bounds rows of a stored buffer
+    are what the code generator loads as vectors."""
+    x = spec.x
+    padding, size, k = spec.padding, spec.in_spatial, spec.k
+    plain = x.is_realized() or getattr(x, "view_of", None) is not None
+    if not any(padding) and (plain or getattr(x, "is_view", False)):
+        return x
+    if not any(padding):
+        x.realize()
+        return x
+    inner = x.loader
+    shape = tuple(x.shape[:2]) + tuple(s + 2 * p for s, p in zip(size, padding))
+
+    def loader(index):
+        positions = [sym.as_expr(index[2 + i]) - padding[i] for i in range(k)]
         cond = None
         for i in range(k):
-            pos = sym.as_expr(outs[i]) * stride[i] + sym.as_expr(offsets[i]) * dilation[i]
-            pos = pos - padding[i]
-            positions.append(pos)
-            lo, hi = pos.bounds()
-            if sym.known(">=", lo, 0) and sym.known("<", hi, size[i]):
+            if not padding[i]:
                 continue
-            iv = ops.index_expr(pos, dt.int64)
+            iv = ops.index_expr(positions[i], dt.int64)
             inside = ops.logical_and(
                 ops.ge(iv, ops.constant(0, dt.int64)),
                 ops.lt(iv, ops.constant(size[i], dt.int64)),
             )
             cond = inside if cond is None else ops.logical_and(cond, inside)
-        channel_index = sym.as_expr(group) * cg + sym.as_expr(channel)
-        value = inner([sample, channel_index] + positions)
-        if cond is None:
-            return value
-        return ops.where(cond, value, ops.constant(0.0, to))
+        value = inner(list(index[:2]) + positions)
+        return ops.where(cond, value, ops.constant(0.0, x.dtype))
 
-    box = _box(_ctx(x), shape, to, loader, x)
-    buf = box.realize()
-    mshape, mstride = matrix
-    return buf, Layout(mshape, mstride, to, 0, buf.layout.device)
+    box = _box(_ctx(x), shape, x.dtype, loader, x)
+    box.realize()
+    return box
 
 
 def _product(spec: _Spec, stored_shape: tuple, a, b, kernel) -> ExternBuffer:
@@ -276,6 +306,36 @@ def _batch_gemm(out, weight, columns) -> None:
 
 
 # ------------------------------------------------------------------------------ transposed
+
+
+def _as_forward_possible(spec: _Spec, output_padding) -> bool:
+    """A transposed convolution with unit strides is a convolution with the kernel flipped and
+    the padding's complement: the columns loop reads rows as vectors there, where col2im's
+    gather tests every kernel offset."""
+    return (
+        all(s == 1 for s in spec.stride)
+        and not any(output_padding)
+        and all(p <= d * (k - 1) for p, d, k in zip(spec.padding, spec.dilation, spec.kernel))
+    )
+
+
+def _as_forward(spec: _Spec) -> _Spec:
+    """The forward convolution computing the transposed one ``spec`` describes."""
+    w = spec.w
+    g = spec.groups
+    icg, ocg = w.shape[0] // g, w.shape[1]
+    kernel, k = spec.kernel, spec.k
+    inner = w.loader
+
+    def loader(index):
+        channel = sym.as_expr(index[0])
+        group, within = (channel // ocg, channel % ocg) if g > 1 else (sym.ZERO, channel)
+        flipped = [kernel[i] - 1 - sym.as_expr(index[2 + i]) for i in range(k)]
+        return inner([group * icg + sym.as_expr(index[1]), within] + flipped)
+
+    flipped = _box(_ctx(w), (g * ocg, icg) + kernel, w.dtype, loader, w)
+    padding = [d * (kn - 1) - p for p, d, kn in zip(spec.padding, spec.dilation, kernel)]
+    return _Spec(spec.x, flipped, spec.stride, padding, spec.dilation, g, spec.out_spatial)
 
 
 def _transposed(spec: _Spec) -> TensorBox:
