@@ -184,15 +184,24 @@ def test_convolution_lowers_without_eager_fallback():
 
 
 @needs_torch
-def test_convolution_with_dynamic_batch_matches_torch():
+@pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic", "automatic_dynamic_batch"])
+def test_convolution_with_changing_sizes_matches_torch(dynamic):
+    """``dynamic=True`` makes the image sizes symbolic too (the per-size route); a batch that
+    changes from call to call becomes one symbolic size the lowering computes for every value."""
     rng = np.random.default_rng(5)
-    w = _tensor(rng, (4, 3, 3, 3), kiln.float32)
+    w = _tensor(rng, (4, 3, 3, 3), kiln.float32, True)
 
     def fn(x):
         return F.conv2d(x, w, None, 1, 1).relu()
 
-    compiled = kiln.compile(fn, dynamic=True)
-    for batch in (2, 3):
-        x = _tensor(rng, (batch, 3, 8, 9), kiln.float32)
-        expected = torch.relu(torch.nn.functional.conv2d(to_torch(x), to_torch(w), None, 1, 1))
+    compiled = kiln.compile(fn, dynamic=dynamic)
+    for batch in (2, 3, 5):
+        x = _tensor(rng, (batch, 3, 8, 9), kiln.float32, True)
+        w.grad = None
+        compiled(x).sum().backward()
+        tx, tw = to_torch(x, True), to_torch(w, True)
+        expected = torch.relu(torch.nn.functional.conv2d(tx, tw, None, 1, 1))
+        expected.sum().backward()
         assert_close(compiled(x), expected, rtol=1e-5, atol=1e-5)
+        assert_close(x.grad, tx.grad, rtol=1e-4, atol=1e-5)
+        assert_close(w.grad, tw.grad, rtol=1e-4, atol=1e-5)

@@ -1,25 +1,26 @@
 """Lowering of ``convolution``: im2col or col2im loops around one extern BLAS product.
 
 A convolution is a matrix product once its input windows are laid out as columns. The eager
-kernel builds the columns with numpy (a padded copy, then a strided copy); here they are a loop
-of the generated code (``_columns``), so whatever computes the convolution's input (a batch
-norm's affine, a ReLU, a view that swaps batch and channels) is computed inside that loop instead
-of being stored first, and padding is a masked load rather than a padded copy. The product runs
-through ``extern_matmul`` into a buffer the scheduler pools, exactly as ``mm`` does; bias and
-every pointwise consumer (batch norm, the residual add, ReLU) then read that buffer in the
-kernel they are fused into.
+kernel builds the columns with numpy (a padded copy, then a strided copy); here they are loops of
+the generated code: the input is stored once with its padding (``_padded_source``, which is also
+where whatever computes the input, a batch norm's affine and ReLU, runs), then the columns loop
+reads in-bounds rows of it (``_columns``). The product runs through ``extern_matmul`` into a
+buffer the scheduler pools, exactly as ``mm`` does; bias and every pointwise consumer (batch
+norm, the residual add, ReLU) then read that buffer in the kernel they are fused into.
 
-Forward products take one of two shapes (``_product_plan``): per sample (columns
-``[N, G, C*K, P]``, the result is the NCHW output itself) or one product for the whole batch
-(columns ``[G, C*K, N*P]``, the result is ``[O, N, P]``, read through a permuted view). The
-second serves small outputs: the weight gradient, which the derivative writes as a convolution
-whose "output" is the 3x3 kernel and whose "batch" is the input channels, becomes one
+Forward products take one of two shapes (``_forward``): per sample (columns ``[N, G, C*K, P]``,
+the result is the NCHW output itself) or one product for the whole batch (columns
+``[G, C*K, N*P]``, the result is ``[O, N, P]``, read through a permuted view). The second serves
+small outputs: the weight gradient, which the derivative writes as a convolution whose "output"
+is the 3x3 kernel and whose "batch" is the input channels, becomes one
 ``[O, N*H*W] @ [N*H*W, C*9]`` product rather than ``C`` products nine columns wide.
 
-A transposed convolution (the input gradient, and ``ConvTranspose``) is the product first,
-``W^T x`` giving one column per (output channel, kernel offset, input position), then col2im as
-a gather: every output element sums the kernel offsets whose input position lands on it
-(``_col2im``), a loop the consumers fuse with.
+A transposed convolution (the input gradient, ``ConvTranspose``) with unit strides is a forward
+convolution over the flipped kernel (``_as_forward``). Otherwise it is the product first, ``W^T x``
+giving one column per (output channel, kernel offset, input position), then col2im as a gather:
+every output element sums the kernel offsets whose input position lands on it (``_col2im``), a
+loop the consumers fuse with. Symbolic sizes and 16-bit dtypes run the eager kernel (logged);
+a graph with symbolic sizes then takes the per-size route (``inductor/specialize.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ...runtime import dtypes as dt
 from .. import extern_matmul, sym
 from ..ir import ExternBuffer, Layout, TensorBox
 from ..virtualized import ops
-from .framework import CURRENT, _box, _ctx, _realized_input, register_lowering
+from .framework import CURRENT, _box, _ctx, _meta_like_shape, _realized_input, register_lowering
 from .matmul import blas_layout
 
 __all__ = ["COLUMNS_PER_SAMPLE_MIN"]
@@ -69,9 +70,9 @@ def _check_supported(out_meta, x, w) -> None:
     if out_meta.dtype not in _DTYPES or x.dtype is not w.dtype:
         raise NotImplementedError(f"convolution lowering computes float32/float64, not {x.dtype}")
     shapes = tuple(x.shape) + tuple(w.shape) + tuple(out_meta.shape)
-    if sym.is_symbolic(shapes):
-        raise NotImplementedError("convolution lowering needs static sizes")
-    if 0 in shapes:
+    if sym.is_symbolic(tuple(x.shape[1:]) + tuple(w.shape)):
+        raise NotImplementedError("convolution lowering needs static channel and image sizes")
+    if any(s.__class__ is int and s == 0 for s in shapes):
         raise NotImplementedError("empty convolution")
 
 
@@ -179,14 +180,7 @@ def _swap_leading(box: TensorBox) -> TensorBox:
     nd = len(box.shape)
     dims = [1, 0] + list(range(2, nd))
     shape = tuple(box.shape[d] for d in dims)
-    return _permute(_Shape(shape), box, dims)
-
-
-class _Shape:
-    """The part of an ``out_meta`` view lowerings read."""
-
-    def __init__(self, shape):
-        self.shape = tuple(shape)
+    return _permute(_meta_like_shape(shape, box.dtype), box, dims)
 
 
 def _columns(spec: _Spec, cg: int, per_sample: bool):
