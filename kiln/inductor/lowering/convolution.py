@@ -165,13 +165,24 @@ def _forward(spec: _Spec) -> TensorBox:
     columns = _columns(spec, cg, per_sample)
     if per_sample:
         # result [N, G, Og, P]: the NCHW output
-        out_shape = (n, g * og) + spec.out_spatial
-        buf = _product(spec, out_shape, weight, columns, _per_sample_gemm)
-        return TensorBox.of_buffer(buf, _ctx(spec.x, spec.w))
-    # result [G*Og, N, P], viewed as [N, G*Og, *out]
-    stored = (g * og, n) + spec.out_spatial
-    buf = _product(spec, stored, weight, columns, _batch_gemm)
-    return _swap_leading(TensorBox.of_buffer(buf, _ctx(spec.x, spec.w)))
+        buf = _product(spec, (n, g, og, p), weight, columns)
+        return _stored_as(buf, (n, g * og) + spec.out_spatial)
+    # result [G, Og, N*P], viewed as [N, G*Og, *out]
+    buf = _product(spec, (g, og, n * p), weight, columns)
+    return _swap_leading(_stored_as(buf, (g * og, n) + spec.out_spatial))
+
+
+def _stored_as(buf: ExternBuffer, shape: tuple) -> TensorBox:
+    """The contiguous product ``buf`` read as a contiguous tensor of ``shape`` (same numel)."""
+    layout = Layout.contiguous(shape, buf.dtype)
+    name = buf.name
+
+    def loader(index):
+        return ops.load(name, layout.offset_expr(index))
+
+    box = TensorBox(shape, buf.dtype, loader, _ctx())
+    box.view_of = (buf, layout)
+    return box
 
 
 def _swap_leading(box: TensorBox) -> TensorBox:
@@ -276,27 +287,16 @@ def _padded_source(spec: _Spec) -> TensorBox:
     return box
 
 
-def _product(spec: _Spec, stored_shape: tuple, a, b, kernel) -> ExternBuffer:
-    """An extern buffer of ``stored_shape`` (contiguous) written by ``kernel(out, a, b)``."""
+def _product(spec: _Spec, shape: tuple, a, b) -> ExternBuffer:
+    """A contiguous extern buffer of ``shape`` holding ``a @ b`` (the plain matmul extern, so a
+    package describes it as one)."""
     ctx = _ctx(spec.x, spec.w)
-    layout = Layout.contiguous(stored_shape, spec.dtype)
-    buf = ExternBuffer(ctx.new_name(), layout, kernel, [a, b], {}, "convolution")
+    layout = Layout.contiguous(shape, spec.dtype)
+    buf = ExternBuffer(ctx.new_name(), layout, extern_matmul.matmul_out, [a, b], {}, "convolution")
     if CURRENT.node is not None:
         buf.origins = [CURRENT.node]
     ctx.buffers.append(buf)
     return buf
-
-
-def _per_sample_gemm(out, weight, columns) -> None:
-    """``out[n, g] = weight[g] @ columns[n, g]`` with ``out`` the NCHW result."""
-    n, g, _, p = columns.shape
-    extern_matmul.matmul_out(out.reshape(n, g, weight.shape[1], p), weight, columns)
-
-
-def _batch_gemm(out, weight, columns) -> None:
-    """``out[g] = weight[g] @ columns[g]`` with ``out`` stored ``[G*Og, N, *S]``."""
-    g, og, _ = weight.shape
-    extern_matmul.matmul_out(out.reshape(g, og, columns.shape[2]), weight, columns)
 
 
 # ------------------------------------------------------------------------------ transposed
@@ -347,18 +347,11 @@ def _transposed(spec: _Spec) -> TensorBox:
         return [index[0], index[1] * icg + index[2]] + _unflatten(index[3], spec.in_spatial)
 
     inputs = _operand(x, shape, index_map, _reshape_strided(shape))
-    stored = (n, g, ocg) + spec.kernel + spec.in_spatial
-    buf = _product(spec, stored, weight, inputs, _columns_gemm)
-    return _col2im(spec, buf, ocg)
+    buf = _product(spec, (n, g, ocg * kn, pin), weight, inputs)
+    return _col2im(spec, _stored_as(buf, (n, g, ocg) + spec.kernel + spec.in_spatial), ocg)
 
 
-def _columns_gemm(out, weight, inputs) -> None:
-    """``out[n, g] = weight[g] @ inputs[n, g]``: the columns of a transposed convolution."""
-    n, g, _, pin = inputs.shape
-    extern_matmul.matmul_out(out.reshape(n, g, weight.shape[1], pin), weight, inputs)
-
-
-def _col2im(spec: _Spec, columns: ExternBuffer, ocg: int) -> TensorBox:
+def _col2im(spec: _Spec, columns: TensorBox, ocg: int) -> TensorBox:
     """Each output element sums, over kernel offsets, the column whose input position lands on
     it: position ``y`` takes offset ``k`` from input ``(y + pad - k*dil) / stride`` when that
     divides evenly and lies inside the input."""
@@ -367,7 +360,7 @@ def _col2im(spec: _Spec, columns: ExternBuffer, ocg: int) -> TensorBox:
     kernel, in_spatial = spec.kernel, spec.in_spatial
     stride, padding, dilation = spec.stride, spec.padding, spec.dilation
     out_shape = (n, g * ocg) + spec.out_spatial
-    load = columns.make_loader()
+    load = columns.loader
     to = spec.dtype
     offsets = list(_offsets(kernel))
 
