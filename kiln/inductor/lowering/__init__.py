@@ -8,7 +8,8 @@ own. Ops without a lowering run their eager kernel as an extern call inside the 
 
 The package's modules import one way: ``framework`` (the table and the helpers) at the bottom,
 then ``pointwise`` and ``views``, then the families built on them (``creation``, ``reductions``,
-``indexing``, ``matmul``, ``convolution``). Importing the package imports every family, which registers them.
+``indexing``, ``matmul``, ``convolution``). Importing the package imports every family, which
+registers them.
 """
 
 from __future__ import annotations
