@@ -44,7 +44,7 @@ class ShapePolicy:
 
     def __init__(
         self, dynamic: bool | None, automatic: dict, seen: dict, frame: str = "",
-        static_ints: set = frozenset(),
+        static_ints: set = frozenset(), declared: dict | None = None,
     ):  # fmt: skip
         self.dynamic = dynamic
         self.automatic = automatic
@@ -52,6 +52,8 @@ class ShapePolicy:
         self.frame = frame
         self.static_ints = static_ints  # int sources whose symbol a graph had to specialize
         self.seen_strides: dict = {}  # source name -> strides last captured (set by the cache)
+        # ``{id(tensor): {dim: (min, max, what)}}``: dims an export declared dynamic (a ``Dim``)
+        self.declared = declared or {}
 
     def dims_for(self, name: str, t: Tensor, module_state: bool = False) -> dict[int, Any]:
         """``{dim: user range or None}`` of ``t``'s symbolic dims (read from source ``name``;
@@ -81,6 +83,7 @@ class ShapePolicy:
                         f"{previous[d]} to {shape[d]}",
                     )
         dims.update(dynamic_marks(t))
+        dims.update(self.declared.get(id(t), {}))
         for d in static_dims(t):
             dims.pop(d, None)
         return {d: r for d, r in dims.items() if shape[d] >= 2 or r is not None}

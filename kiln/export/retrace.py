@@ -174,7 +174,7 @@ def decompose_program(program, decomp_table=None):
     return ExportedProgram(
         new_gm, _renamed_signature(program.graph_signature, gm.graph, pure.graph),
         program.state_dict, program.constants, program.range_constraints,
-        program.input_metas, program.call_layout, program.specialized,
+        program.input_metas, program.call_layout, program.specialized, program.dim_names,
     )  # fmt: skip
 
 
