@@ -2,9 +2,10 @@
 
 ``ShapePolicy`` decides, per tensor input, which dims are symbolic in one capture (PyTorch's
 rules): every dim under ``dynamic=True`` (parameters excepted), dims marked with
-``mark_dynamic``/``maybe_mark_dynamic``, and, by default (*automatic dynamic*), a dim whose size
-changed since the frame's last capture; ``mark_static`` and ``dynamic=False`` keep dims fixed;
-sizes 0 and 1 are never made symbolic. Equal sizes share one symbol (*duck sizing*, checked by
+``mark_dynamic``/``maybe_mark_dynamic``, the dims ``kiln.export``'s ``dynamic_shapes`` declares
+(one ``Dim`` each: two different ones never share a symbol), and, by default (*automatic
+dynamic*), a dim whose size changed since the frame's last capture; ``mark_static`` and
+``dynamic=False`` keep dims fixed; sizes 0 and 1 are never made symbolic. Equal sizes share one symbol (*duck sizing*, checked by
 the guards); with a history, only sizes that were also equal last time share it, so a
 coincidence (batch 8, sequence 8) does not tie two dims together.
 
