@@ -36,6 +36,7 @@ from ..runtime.symbolic import SizeDependentError, SymInt
 from ..runtime.tensor import Tensor
 from .archive import state_tensors
 from .container import write_container
+from .dims import check_program_guards
 from .graph_text import graph_to_text
 from .package_format import FORMAT, FORMAT_VERSION, encode
 from .program import ExportedProgram
@@ -53,6 +54,7 @@ def _compile(ep: ExportedProgram) -> tuple[GraphModule, CompiledGraph]:
     gm = ep.graph_module
     inputs = [(n.name, n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
     pure = trace_pure(gm, inputs, decompositions=table)
+    check_program_guards(ep, pure.graph)  # a decomposition deciding on a dynamic size
     lowered = GraphModule({}, pure.graph, class_name="PackagedGraph")
     examples = [n.meta.get("val") for n in pure.graph.nodes if n.op == "placeholder"]
     options = {"cpu_codegen": "llvm"}

@@ -39,6 +39,7 @@ __all__ = [
     "normalize_dynamic_shapes",
     "check_inputs",
     "check_constraints",
+    "check_program_guards",
 ]
 
 INT_MAX = (1 << 63) - 1
@@ -352,6 +353,30 @@ def _refined_range(guard, involved: list, declared: Mapping):
     else:
         lo = max(lo, bound)
     return (name, (lo, hi)) if lo <= hi else None
+
+
+def check_program_guards(program, graph) -> None:
+    """``check_constraints`` for a re-trace of ``program`` into ``graph`` (decompositions may
+    decide on sizes too): the user inputs' symbols, found in ``graph``'s placeholders."""
+    if program.specialized or not program.range_constraints:
+        return
+    from ..runtime.symbolic import SymInt
+    from .signature import InputKind
+
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    users = [n for n, s in zip(placeholders, program.graph_signature.input_specs)
+             if s.kind is InputKind.USER_INPUT]  # fmt: skip
+    declared, env = {}, None
+    for node, meta in zip(users, program.input_metas):
+        shape = node.meta["val"]._shape
+        for d, dim in enumerate(meta.dims):
+            if isinstance(dim, str) and shape[d].__class__ is SymInt:
+                symbol, env = shape[d].expr.as_symbol(), shape[d].env
+                name = program.dim_names.get(dim, dim)
+                where = f"{meta.name}.shape[{d}]"
+                declared.setdefault(symbol, (name, program.range_constraints[dim], where))
+    if env is not None:
+        check_constraints(env, declared)
 
 
 def check_inputs(
