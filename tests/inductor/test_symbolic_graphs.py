@@ -256,3 +256,20 @@ def test_graphs_the_kernels_do_not_serve_compile_per_size(stats):
             np.testing.assert_allclose(y.numpy(), y_eager.numpy(), 1e-6)
     assert stats.symbolic_refused >= 1 and stats.symbolic_compiles == 0
     assert stats.static_compiles == 1  # size 3 came twice
+
+
+def _scatters(lib, x):
+    """Backward scatters: max over a dim (its gradient goes to the arg-max positions) and
+    index_add into a buffer whose size is symbolic."""
+    index = lib.arange(x.shape[0]) % 3
+    added = lib.zeros(3, x.shape[1]).index_add(0, index, x * 2)
+    return x.max(dim=0).values, added, x.amax(-1)
+
+
+@needs_torch
+def test_scatter_kernels_read_their_sizes_from_the_symbols(stats):
+    compiled = kiln.compile(lambda x: _scatters(kiln, x), backend="inductor")
+    for k, n in enumerate((4, 6, 11, 7)):
+        _compare_with_torch(compiled, _scatters, (n, 5), k)
+    assert stats.symbolic_compiles == 2 and stats.symbolic_refused == 0
+    assert stats.static_compiles == stats.eager_first_calls == stats.fallback_calls == 0

@@ -158,7 +158,9 @@ class CPUKernels:
                 continue
             try:
                 if isinstance(step, ScatterStep):
-                    emit_scatter_kernel(module, step.name, step.buffer, names, dtypes, sizes)
+                    emit_scatter_kernel(
+                        module, step.name, step.buffer, names, dtypes, sizes, self.symbols
+                    )
                 else:
                     emit_kernel(
                         module, step.name, plan, names, dtypes, step.locals, sizes, self.symbols

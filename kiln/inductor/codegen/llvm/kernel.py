@@ -659,7 +659,13 @@ class _ScatterPlan:
 
 
 def emit_scatter_kernel(
-    module: ir.Module, name: str, buf, buffer_args: list, buffer_dtypes: dict, buffer_sizes: dict
+    module: ir.Module,
+    name: str,
+    buf,
+    buffer_args: list,
+    buffer_dtypes: dict,
+    buffer_sizes: dict,
+    symbols: tuple = (),
 ) -> ir.Function:
     """``void name(i64, i64, i8**)``: copy the base into the output, then scatter in index order.
 
@@ -668,7 +674,7 @@ def emit_scatter_kernel(
     """
     data = buf.data
     emitter = KernelEmitter(
-        module, name, _ScatterPlan(), buffer_args, buffer_dtypes, set(), buffer_sizes
+        module, name, _ScatterPlan(), buffer_args, buffer_dtypes, set(), buffer_sizes, symbols
     )
     b = emitter.builder
 
@@ -680,15 +686,15 @@ def emit_scatter_kernel(
             if v is vars_[0]:
                 env[v] = rem
             else:
-                env[v] = b.srem(rem, ir.Constant(I64, v.size))
-                rem = b.sdiv(rem, ir.Constant(I64, v.size))
+                env[v] = b.srem(rem, emitter.sizes.value(v.size))
+                rem = b.sdiv(rem, emitter.sizes.value(v.size))
         return vars_, env
 
-    def total(sizes):
+    def total(sizes):  # symbolic sizes (kernels for every size) are read from the symbols
         n = 1
         for s in sizes:
             n *= s
-        return n
+        return emitter.sizes.value(n)
 
     def init_body(i):
         vars_, env = unflatten(i, data.base_ranges, "b")
@@ -722,7 +728,7 @@ def emit_scatter_kernel(
                 raw = handler.add(old, value).value
         b.store(raw, ptr, align=buf.dtype.itemsize)
 
-    emitter.loop(ir.Constant(I64, total(data.base_ranges)), init_body, "init")
-    emitter.loop(ir.Constant(I64, total(data.ranges)), scatter_body, "scatter")
+    emitter.loop(total(data.base_ranges), init_body, "init")
+    emitter.loop(total(data.ranges), scatter_body, "scatter")
     b.ret_void()
     return emitter.function
