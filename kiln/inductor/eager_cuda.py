@@ -28,6 +28,7 @@ from ..utils.pytree import tree_unflatten
 from .codegen import triton_eager
 from .codegen.triton_cuda import CudaKernelRuntime
 from .compile_fx import compile_graph
+from .specialize import has_unbacked_sizes
 
 __all__ = ["run_op", "run_inplace", "copy", "fill", "clear_cache", "cache_info"]
 
@@ -192,6 +193,9 @@ def _compile_single_op(op, template: tuple, tensors: list):
         gm = trace(single_op, *tensors, decompositions="prims")
     except (RuntimeError, NotImplementedError) as e:  # data-dependent output shapes
         log.info("cuda: %s runs on host copies (%s)", op.name, e)
+        return "host"
+    if has_unbacked_sizes(gm):  # sizes known only when it runs: no kernel sizes its output
+        log.info("cuda: %s runs on host copies (data-dependent output size)", op.name)
         return "host"
     try:
         compiled = compile_graph(gm, tensors, {})
