@@ -27,7 +27,6 @@ _LLVM = ("inductor", "inductor-verify")
 # as a strict xfail that flips when the fix lands: then delete the entry here. KILN_FUZZ_KNOWN=1
 # generates them anyway.
 KNOWN_ISSUES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "atan2_zero_gradient": ("eager atan2 backward at (0, 0) is NaN (PyTorch: 0)", ("pytorch",)),
     "expanded_half_layout": (
         "eager kernels that compute half types in float32 return column-major strides for an "
         "expanded input (numpy's astype keeps order 'K') where PyTorch and the op's meta give "

@@ -189,8 +189,6 @@ def _atan2(b: Builder, x: Value):
     y = b.partner(x, is_float)
     if y is None:
         return None
-    if not b.allowed("atan2_zero_gradient") and (x.requires_grad or y.requires_grad):
-        return None
     shape, dtype = broadcast(x.shape, y.shape), promote(x.dtype, y.dtype)
     return b.emit(f"torch.atan2({x.name}, {y.name})", shape, dtype, False, (x, y))
 

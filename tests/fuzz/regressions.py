@@ -361,7 +361,6 @@ REGRESSIONS: list[Case] = [
             ],
             ["v0 = torch.atan2(x0, x0)"],
         ),
-        (),
-        {"pytorch": "atan2_zero_gradient"},
+        ("pytorch", *COMPILED),
     ),
 ]

@@ -58,6 +58,26 @@ def test_sign_of_a_nan_scalar_and_of_integers():
     assert_close(kiln.sign(kiln.tensor([-3, 0, 2])), torch.sign(torch.tensor([-3, 0, 2])))
 
 
+# ------------------------------------------------------------------------------ atan2 at the origin
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_atan2_gradient_where_the_squared_radius_is_zero(dtype):
+    """PyTorch counts an infinite 1 / (a**2 + b**2) as 0: the gradient at (0, 0) and where the
+    squares underflow is 0, an inf or NaN operand or upstream gradient still gives NaN."""
+    a_values = [0.0, -0.0, 1e-30, 0.0, 0.0, NAN, INF, 3.0]
+    b_values = [0.0, 0.0, 0.0, 1e-30, 0.0, 0.0, 0.0, -4.0]
+    upstream = [1.0, 2.0, 1.0, 1.0, INF, 1.0, 1.0, 1.0]
+    grads = []
+    for lib in (kiln, torch):
+        kind = getattr(lib, dtype)
+        a = lib.tensor(a_values, dtype=kind, requires_grad=True)
+        b = lib.tensor(b_values, dtype=kind, requires_grad=True)
+        lib.atan2(a, b).backward(lib.tensor(upstream, dtype=kind))
+        grads.append((a.grad, b.grad))
+    assert_close(grads[0], grads[1], equal_nan=True)
+
+
 # ------------------------------------------------------------------------------ zero-sized products
 
 

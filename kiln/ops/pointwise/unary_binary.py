@@ -656,11 +656,14 @@ fmin = binary(
 
 
 def _atan2_grad(c, g):
+    """PyTorch's formula: where ``1 / (a**2 + b**2)`` overflows (at (0, 0), or where the squares
+    underflow) the reciprocal counts as 0, so the gradient there is 0 rather than NaN or inf."""
     a, b = c.args
-    denom = a * a + b * b
+    recip = reciprocal(a * a + b * b)
+    recip = where(isinf(recip), 0, recip)
     return (
-        g * b / denom if needs_grad(c, 0) else None,
-        -g * a / denom if needs_grad(c, 1) else None,
+        g * b * recip if needs_grad(c, 0) else None,
+        g * -a * recip if needs_grad(c, 1) else None,
     )
 
 
