@@ -95,6 +95,15 @@ REGRESSIONS: list[Case] = [
         _all(("aot_eager", *INDUCTORS), "returned_detach_of_input"),
     ),
     Case(
+        "index_select backward of an empty tensor (index_add's decomposition reshaped with -1; "
+        "found by the long profile)",
+        _one(
+            [Input("x0", (3, 0), fill="integral", requires_grad=True)],
+            ["v1 = x0.index_select(0, torch.tensor([0, 1, 1]))"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
         "bool + bool is logical or",
         _one([Input("x0", (4,), dtype="bool", seed=1)], ["v0 = x0 + x0"]),
         COMPILED,
