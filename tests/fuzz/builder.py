@@ -27,12 +27,6 @@ _LLVM = ("inductor", "inductor-verify")
 # as a strict xfail that flips when the fix lands: then delete the entry here. KILN_FUZZ_KNOWN=1
 # generates them anyway.
 KNOWN_ISSUES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "expanded_half_layout": (
-        "eager kernels that compute half types in float32 return column-major strides for an "
-        "expanded input (numpy's astype keeps order 'K') where PyTorch and the op's meta give "
-        "contiguous ones: AOT then plans a reshape as a view, which raises",
-        ("aot_eager",),
-    ),
     "triton_int_to_bfloat16": (
         "Triton kernels (run by the interpreter) cast int/bool to bfloat16 by reinterpreting "
         "the bits",
@@ -178,8 +172,6 @@ class Builder:
             # float32 most often (gradients, the widest choice of ops)
             dtype = self.pick(("float32", *self.dtypes))
         layout = self.pick(LAYOUTS)
-        if layout == "expanded" and dtype in ("float16", "bfloat16"):
-            layout = layout if self.allowed("expanded_half_layout") else "contiguous"
         fill = self.pick(FILLS) if dtype in FLOAT_DTYPES else "normal"
         requires_grad = is_float(dtype) and self.coin(0.6)
         name = f"x{len(self.inputs)}"

@@ -194,7 +194,6 @@ REGRESSIONS: list[Case] = [
             ["v0 = x0.expand(2, 3)", "v1 = v0.exp()", "v2 = v1.reshape(-1)"],
         ),
         ("pytorch", *COMPILED),
-        {"aot_eager": "expanded_half_layout"},
     ),
     *(
         Case(

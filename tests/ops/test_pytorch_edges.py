@@ -78,6 +78,34 @@ def test_atan2_gradient_where_the_squared_radius_is_zero(dtype):
     assert_close(grads[0], grads[1], equal_nan=True)
 
 
+# ------------------------------------------------------------------------------ half-type layouts
+
+HALF_MATH = {
+    "exp": lambda lib, a: lib.exp(a),
+    "sigmoid": lambda lib, a: lib.sigmoid(a),
+    "gelu": lambda lib, a: lib.nn.functional.gelu(a),
+    "silu": lambda lib, a: lib.nn.functional.silu(a),
+    "i0e": lambda lib, a: lib.special.i0e(a),
+    "softmax": lambda lib, a: lib.softmax(a, -1),
+    "mul-scalar": lambda lib, a: a * 2.5,
+    "atan2": lambda lib, a: lib.atan2(a, a),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("strides", [(0, 1), (1, 0), (0, 0)])
+@pytest.mark.parametrize("name", sorted(HALF_MATH))
+def test_half_math_of_a_broadcast_input_is_row_major(name, strides, dtype):
+    """Half types compute in float32: the upcast of a stride-0 input must not turn the result
+    column-major (numpy's astype order 'K' did; PyTorch and the op's meta are row-major)."""
+    results = []
+    for lib in (kiln, torch):
+        base = lib.arange(6.0).to(getattr(lib, dtype))
+        results.append(HALF_MATH[name](lib, base.as_strided((2, 3), strides)))
+    assert results[0].stride() == results[1].stride()
+    assert_close(results[0], results[1])
+
+
 # ------------------------------------------------------------------------------ zero-sized products
 
 
