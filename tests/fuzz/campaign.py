@@ -45,7 +45,7 @@ def signature(problem: str) -> str:
     program shrinks): which value, and how it differs."""
     where = re.match(r"(output|input|gradient|the backend|raised|ran|gradients)", problem)
     how = re.search(
-        r"(NaN/inf placement|values differ|requires_grad|dtype|shape|raised \w+|failed|None)",
+        r"(NaN/inf placement|values differ|requires_grad|dtype|shape|strides|raised \w+|failed|None)",
         problem,
     )
     return f"{where.group(1) if where else problem[:30]}: {how.group(1) if how else problem[:60]}"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import textwrap
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -59,6 +59,7 @@ class Run:
     inputs_after: list
     grads: list | None
     error: BaseException | None = None
+    layouts: list = field(default_factory=list)  # each output's layout (see ``layout``)
     fallback: str | None = None  # a backend's compile failure (it ran the graph eagerly)
 
 
@@ -82,7 +83,19 @@ def _run(program: Program, framework, function=None) -> Run:
         [bool(o.requires_grad) for o in outputs],
         [t.detach().clone() for t in inputs],
         [None if g is None else g.detach().clone() for g in grads] if grads is not None else None,
+        layouts=[layout(o) for o in outputs],
     )
+
+
+def layout(t) -> tuple | None:
+    """The strides that say how ``t`` lies in memory: those of its dims longer than 1 (a dim of
+    size 1 is never stepped over, so PyTorch's own choice there is arbitrary); None when it is
+    empty. Compiled outputs must keep eager's layout (as PyTorch's inductor keeps them), or code
+    that reads ``stride()`` or calls ``view`` behaves differently."""
+    if t.numel() == 0:
+        return None
+    return tuple((dim, stride) for dim, (size, stride) in enumerate(zip(t.shape, t.stride()))
+                 if size > 1)  # fmt: skip
 
 
 def run_compiled(program: Program, backend: str, calls: int = 2) -> list[Run]:
@@ -232,6 +245,9 @@ def compare_runs(actual: Run, expected: Run, bounds: _Bounds, program: Program) 
     for i, (a, e) in enumerate(zip(actual.requires_grad, expected.requires_grad)):
         if a != e:
             problems.append(f"output {i} ({program.outputs[i]}): requires_grad {a} vs {e}")
+    for i, (a, e) in enumerate(zip(actual.layouts, expected.layouts)):
+        if a != e:
+            problems.append(f"output {i} ({program.outputs[i]}): strides (dim, stride) {a} vs {e}")
     for spec, a, e in zip(program.inputs, actual.inputs_after, expected.inputs_after):
         why = compare_tensor(a, e, bounds)
         if why:

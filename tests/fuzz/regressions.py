@@ -104,6 +104,15 @@ REGRESSIONS: list[Case] = [
         ("pytorch", *COMPILED),
     ),
     Case(
+        "bfloat16 clamp of an expand keeps eager's row-major strides (the float32 upcast's meta "
+        "sorted the stride-0 dims column-major; found by the stride comparison)",
+        _one(
+            [Input("x0", (1, 1, 1), dtype="bfloat16", layout="transposed", fill="special")],
+            ["v0 = x0.expand(3, 3, 2)", "v1 = v0.unsqueeze(-1)", "v2 = v1.clamp(max=0.5)"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
         "bool + bool is logical or",
         _one([Input("x0", (4,), dtype="bool", seed=1)], ["v0 = x0 + x0"]),
         COMPILED,

@@ -106,6 +106,41 @@ def test_half_math_of_a_broadcast_input_is_row_major(name, strides, dtype):
     assert_close(results[0], results[1])
 
 
+# ------------------------------------------------------------------------------ copies of non-dense layouts
+
+NOT_DENSE = [
+    ((3, 3, 2), (0, 0, 0)),
+    ((2, 3), (0, 1)),
+    ((2, 3), (1, 0)),
+    ((2, 2), (1, 1)),
+    ((2, 3, 4), (0, 1, 3)),
+    ((2, 2, 2, 2), (0, 1, 0, 0)),
+    ((2, 2, 2), (1, 2, 0)),
+    ((2, 3), (1, 4)),
+]
+LAYOUT_COPIES = {
+    "to-bfloat16": lambda lib, a: a.to(lib.bfloat16),
+    "to-float64": lambda lib, a: a.to(lib.float64),
+    "to-int32": lambda lib, a: a.to(lib.int32),
+    "clone": lambda lib, a: a.clone(),
+    "empty_like": lambda lib, a: lib.empty_like(a),
+}
+
+
+@pytest.mark.parametrize("shape,strides", NOT_DENSE)
+@pytest.mark.parametrize("name", sorted(LAYOUT_COPIES))
+def test_copies_of_a_non_dense_layout_keep_its_dim_order(name, shape, strides):
+    """A copy that preserves the layout of an expand or a slice is dense in the input's dim order,
+    broadcast dims keeping their row-major place (PyTorch's infer_dense_strides)."""
+    results = []
+    for lib in (kiln, torch):
+        a = lib.arange(24.0).as_strided(shape, strides)
+        results.append(LAYOUT_COPIES[name](lib, a))
+    assert results[0].stride() == results[1].stride()
+    if name != "empty_like":
+        assert_close(results[0], results[1])
+
+
 # ------------------------------------------------------------------------------ zero-sized products
 
 
