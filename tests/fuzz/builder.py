@@ -27,11 +27,6 @@ _LLVM = ("inductor", "inductor-verify")
 # as a strict xfail that flips when the fix lands: then delete the entry here. KILN_FUZZ_KNOWN=1
 # generates them anyway.
 KNOWN_ISSUES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "triton_int_to_bfloat16": (
-        "Triton kernels (run by the interpreter) cast int/bool to bfloat16 by reinterpreting "
-        "the bits",
-        ("inductor-triton",),
-    ),
     "returned_detach_of_input": (
         "a returned x.detach() of a strided input that requires grad reads the storage with "
         "contiguous strides (AOT replays the alias with as_strided and the proxy's strides)",
@@ -138,8 +133,6 @@ class Builder:
         self.groups: list[Group] = []
         self.counter = 0
         self.dtypes = config.dtypes
-        if not self.allowed("triton_int_to_bfloat16"):
-            self.dtypes = tuple(d for d in self.dtypes if d != "bfloat16")
 
     # ------------------------------------------------------------------ draws
     def pick(self, options):

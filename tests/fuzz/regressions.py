@@ -209,7 +209,6 @@ REGRESSIONS: list[Case] = [
             f"{dtype} -> bfloat16 cast in a Triton kernel",
             _one([Input("x0", (2, 3), dtype=dtype)], ["v0 = x0.to(torch.bfloat16)"]),
             ("inductor", "inductor-triton"),
-            {"inductor-triton": "triton_int_to_bfloat16"},
         )
         for dtype in ("bool", "int32", "int64")
     ),
