@@ -113,6 +113,16 @@ REGRESSIONS: list[Case] = [
         ("pytorch", *COMPILED),
     ),
     Case(
+        "sum over an empty dim in an LLVM reduction kernel (mapping the merged loop index back "
+        "divided by the empty dim's stride, 0; found by the long profile)",
+        _one(
+            [Input("x0", (1, 0, 0), dtype="float16"), Input("x1", (4, 0), dtype="int32")],
+            ["v0 = torch.stack([x0, x0], 1)", "v1 = v0.sum()", "v2 = x1.sum()"],
+            ("v1", "v2"),
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
         "bool + bool is logical or",
         _one([Input("x0", (4,), dtype="bool", seed=1)], ["v0 = x0 + x0"]),
         COMPILED,
