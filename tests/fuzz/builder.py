@@ -17,22 +17,13 @@ __all__ = [
     "is_float", "known_issues_for", "numel", "promote", "promote_scalar",
 ]  # fmt: skip
 
-_INDUCTOR = ("inductor", "inductor-numpy", "inductor-triton", "inductor-verify")
-_COMPILED = ("aot_eager", *_INDUCTOR)
-_LLVM = ("inductor", "inductor-verify")
 
 # Constructs that give wrong answers on main today, each being fixed by another change (issue
 # 17): key -> (the bug, the checks it breaks). For those checks the generator leaves the
 # construct out, so the suite keeps testing everything else; tests/fuzz/regressions.py holds each
 # as a strict xfail that flips when the fix lands: then delete the entry here. KILN_FUZZ_KNOWN=1
 # generates them anyway.
-KNOWN_ISSUES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "returned_detach_of_input": (
-        "a returned x.detach() of a strided input that requires grad reads the storage with "
-        "contiguous strides (AOT replays the alias with as_strided and the proxy's strides)",
-        _COMPILED,
-    ),
-}
+KNOWN_ISSUES: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 
 def known_issues_for(check: str) -> frozenset:
@@ -276,22 +267,15 @@ class Builder:
             target.requires_grad = True
             self.groups[target.group].saved = True
 
-    def returnable(self, value: Value, chosen: list[Value]) -> bool:
-        group = self.groups[value.group]
-        if value.detached and group.input_requires_grad:
-            if not self.allowed("returned_detach_of_input"):
-                return False
-        return True
-
     def finish(self) -> Program:
         chosen: list[Value] = []
-        for value in reversed(self.values):  # the last value made, if it may be returned
-            if value.name.startswith("v") and self.returnable(value, chosen):
+        for value in reversed(self.values):  # the last value made
+            if value.name.startswith("v"):
                 chosen.append(value)
                 break
         for _ in range(self.integer(0 if chosen else 1, 2)):
             extra = self.pick(self.values)
-            if extra not in chosen and self.returnable(extra, chosen):
+            if extra not in chosen:
                 chosen.append(extra)
         if not chosen:
             chosen.append(self.values[0])  # an input is always returnable
