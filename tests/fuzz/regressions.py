@@ -126,6 +126,20 @@ REGRESSIONS: list[Case] = [
         COMPILED,
     ),
     Case(
+        "clamp(min=0.0) of -0.0 is -0.0 (eager took numpy's maximum, +0.0; found by the long "
+        "profile through atan2's sign of zero)",
+        _one(
+            [Input("x0", (4, 4), fill="special", seed=7)],
+            [
+                "v0 = x0.clamp(min=0.0)",
+                "v1 = v0.clamp(min=-0.5, max=1.0)",
+                "v2 = v1.to(torch.float16)",
+                "v3 = torch.atan2(v2, x0)",
+            ],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
         "bool + bool is logical or",
         _one([Input("x0", (4,), dtype="bool", seed=1)], ["v0 = x0 + x0"]),
         COMPILED,

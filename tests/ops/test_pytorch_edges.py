@@ -78,6 +78,30 @@ def test_atan2_gradient_where_the_squared_radius_is_zero(dtype):
     assert_close(grads[0], grads[1], equal_nan=True)
 
 
+# ------------------------------------------------------------------------------ clamp at a bound
+
+CLAMPS = {
+    "min-zero": lambda t: t.clamp(min=0.0),
+    "max-zero": lambda t: t.clamp(max=0),
+    "both-zero-max": lambda t: t.clamp(min=-0.5, max=0.0),
+    "both-zero-min": lambda t: t.clamp(min=0.0, max=1.0),
+    "min-above-max": lambda t: t.clamp(min=-1.0, max=-2.0),
+    "nan-min": lambda t: t.clamp(min=NAN),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(CLAMPS))
+def test_clamp_with_number_bounds_keeps_the_input_where_equal(name, dtype):
+    """-0.0 clamped at 0.0 stays -0.0 and NaN stays NaN even when min > max, as in PyTorch."""
+    values = [-0.0, 0.0, -1.0, 2.0, NAN, -INF, INF, 0.25]
+    results = []
+    for lib in (kiln, torch):
+        out = CLAMPS[name](lib.tensor(values, dtype=getattr(lib, dtype)))
+        results.append((out, lib.copysign(lib.ones(len(values)), out.float())))
+    assert_close(results[0], results[1], equal_nan=True)
+
+
 # ------------------------------------------------------------------------------ half-type layouts
 
 HALF_MATH = {
