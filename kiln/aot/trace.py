@@ -162,6 +162,13 @@ def _replayer_tracked(view: Tensor, source: Tensor) -> Callable[[Tensor], Tensor
         pass
     else:
         return (lambda real, resolve=None: replay(real.detach(), resolve)) if detach else replay
+    root = _ancestors(view)[-1]
+    if _same_layout(root, source):
+        # ``detach()`` of the source (then views of that): replayed on the real input, it has
+        # the input's strides; ``as_strided`` would take those of ``source``, which need not be
+        # the input's (an input that requires grad is traced through a dense clone of it)
+        from_root = view_replay(view, root) if view is not root else (lambda real, resolve: real)
+        return lambda real, resolve=None: from_root(real.detach(), resolve)
     layout = (
         tuple(view._shape),
         tuple(view.stride()),
@@ -174,6 +181,15 @@ def _replayer_tracked(view: Tensor, source: Tensor) -> Callable[[Tensor], Tensor
         return src.as_strided(size, stride, real.storage_offset() + relative)
 
     return as_strided
+
+
+def _same_layout(a: Tensor, b: Tensor) -> bool:
+    """Whether ``a`` and ``b`` (sharing storage) read the same elements the same way."""
+    return (
+        tuple(a._shape) == tuple(b._shape)
+        and tuple(a.stride()) == tuple(b.stride())
+        and a.storage_offset() == b.storage_offset()
+    )
 
 
 def _view_parent(t: Tensor) -> Tensor | None:

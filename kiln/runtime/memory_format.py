@@ -148,13 +148,46 @@ def is_non_overlapping_and_dense(shape: tuple, strides: tuple) -> bool:
     return True
 
 
+def infer_dense_strides(shape: tuple, strides: tuple) -> tuple:
+    """Dense strides in the dim order of a layout that is not dense (an expand, a slice):
+    PyTorch's rule for a copy that preserves the layout (and TensorIterator's for one operand).
+    Dims are sorted by stride, a tie putting the longer dim outside; a broadcast (stride-0) dim
+    compares with nothing, so it keeps its row-major place."""
+
+    def should_swap(dim0: int, dim1: int) -> int:
+        stride0, stride1 = strides[dim0], strides[dim1]
+        if stride0 == 0 or stride1 == 0:
+            return 0
+        if stride0 != stride1:
+            return 1 if stride0 > stride1 else -1
+        return 1 if shape[dim0] > shape[dim1] else 0
+
+    perm = list(range(len(shape) - 1, -1, -1))  # innermost dim first
+    for i in range(1, len(shape)):  # a stable insertion sort, as PyTorch's
+        dim1 = i
+        for dim0 in range(i - 1, -1, -1):
+            comparison = should_swap(perm[dim0], perm[dim1])
+            if comparison > 0:
+                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+                dim1 = dim0
+            elif comparison < 0:
+                break
+    out = [0] * len(shape)
+    step = 1
+    for dim in perm:
+        out[dim] = step
+        if shape[dim] > 1:
+            step *= shape[dim]
+    return tuple(out)
+
+
 def preserved_strides(shape: tuple, strides: tuple, fmt, where: str) -> tuple:
     """Strides of a fresh tensor made like one with ``shape``/``strides`` in format ``fmt``
     (``empty_like``, ``clone``, ``to``): ``preserve_format`` keeps a dense layout as it is and
-    otherwise falls back to the suggested format."""
+    otherwise makes a dense one in the same dim order."""
     name = check_memory_format(fmt, len(shape), where)
     if name == "preserve_format":
         if is_non_overlapping_and_dense(shape, strides):
             return tuple(strides)
-        name = suggest_memory_format(shape, strides)
+        return infer_dense_strides(shape, strides)
     return format_strides(shape, name)

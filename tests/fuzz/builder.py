@@ -17,34 +17,13 @@ __all__ = [
     "is_float", "known_issues_for", "numel", "promote", "promote_scalar",
 ]  # fmt: skip
 
-_INDUCTOR = ("inductor", "inductor-numpy", "inductor-triton", "inductor-verify")
-_COMPILED = ("aot_eager", *_INDUCTOR)
-_LLVM = ("inductor", "inductor-verify")
 
 # Constructs that give wrong answers on main today, each being fixed by another change (issue
 # 17): key -> (the bug, the checks it breaks). For those checks the generator leaves the
 # construct out, so the suite keeps testing everything else; tests/fuzz/regressions.py holds each
 # as a strict xfail that flips when the fix lands: then delete the entry here. KILN_FUZZ_KNOWN=1
 # generates them anyway.
-KNOWN_ISSUES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "atan2_zero_gradient": ("eager atan2 backward at (0, 0) is NaN (PyTorch: 0)", ("pytorch",)),
-    "expanded_half_layout": (
-        "eager kernels that compute half types in float32 return column-major strides for an "
-        "expanded input (numpy's astype keeps order 'K') where PyTorch and the op's meta give "
-        "contiguous ones: AOT then plans a reshape as a view, which raises",
-        ("aot_eager",),
-    ),
-    "triton_int_to_bfloat16": (
-        "Triton kernels (run by the interpreter) cast int/bool to bfloat16 by reinterpreting "
-        "the bits",
-        ("inductor-triton",),
-    ),
-    "returned_detach_of_input": (
-        "a returned x.detach() of a strided input that requires grad reads the storage with "
-        "contiguous strides (AOT replays the alias with as_strided and the proxy's strides)",
-        _COMPILED,
-    ),
-}
+KNOWN_ISSUES: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 
 def known_issues_for(check: str) -> frozenset:
@@ -145,8 +124,6 @@ class Builder:
         self.groups: list[Group] = []
         self.counter = 0
         self.dtypes = config.dtypes
-        if not self.allowed("triton_int_to_bfloat16"):
-            self.dtypes = tuple(d for d in self.dtypes if d != "bfloat16")
 
     # ------------------------------------------------------------------ draws
     def pick(self, options):
@@ -179,8 +156,6 @@ class Builder:
             # float32 most often (gradients, the widest choice of ops)
             dtype = self.pick(("float32", *self.dtypes))
         layout = self.pick(LAYOUTS)
-        if layout == "expanded" and dtype in ("float16", "bfloat16"):
-            layout = layout if self.allowed("expanded_half_layout") else "contiguous"
         fill = self.pick(FILLS) if dtype in FLOAT_DTYPES else "normal"
         requires_grad = is_float(dtype) and self.coin(0.6)
         name = f"x{len(self.inputs)}"
@@ -292,22 +267,15 @@ class Builder:
             target.requires_grad = True
             self.groups[target.group].saved = True
 
-    def returnable(self, value: Value, chosen: list[Value]) -> bool:
-        group = self.groups[value.group]
-        if value.detached and group.input_requires_grad:
-            if not self.allowed("returned_detach_of_input"):
-                return False
-        return True
-
     def finish(self) -> Program:
         chosen: list[Value] = []
-        for value in reversed(self.values):  # the last value made, if it may be returned
-            if value.name.startswith("v") and self.returnable(value, chosen):
+        for value in reversed(self.values):  # the last value made
+            if value.name.startswith("v"):
                 chosen.append(value)
                 break
         for _ in range(self.integer(0 if chosen else 1, 2)):
             extra = self.pick(self.values)
-            if extra not in chosen and self.returnable(extra, chosen):
+            if extra not in chosen:
                 chosen.append(extra)
         if not chosen:
             chosen.append(self.values[0])  # an input is always returnable

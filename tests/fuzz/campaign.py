@@ -7,7 +7,8 @@ draws random programs, checks each (``pytorch``: eager kiln against PyTorch; a b
 ``differential.BACKENDS``: compiled against eager kiln), shrinks every failure greedily (drop
 outputs, lines, inputs; plainer layouts and values) while it fails the same way, and prints each
 distinct minimized failure once, with the count of programs run. (``KILN_FUZZ=long pytest``
-runs the same checks under hypothesis, which stops a test at its first failure.)
+runs the same checks under hypothesis, which stops a test at its first failure;
+``KILN_FUZZ_STRIDES=1`` compares the outputs' strides as well.)
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def signature(problem: str) -> str:
     program shrinks): which value, and how it differs."""
     where = re.match(r"(output|input|gradient|the backend|raised|ran|gradients)", problem)
     how = re.search(
-        r"(NaN/inf placement|values differ|requires_grad|dtype|shape|raised \w+|failed|None)",
+        r"(NaN/inf placement|values differ|requires_grad|dtype|shape|strides|raised \w+|failed|None)",
         problem,
     )
     return f"{where.group(1) if where else problem[:30]}: {how.group(1) if how else problem[:60]}"

@@ -13,10 +13,11 @@ the entry to paste into tests/fuzz/regressions.py.
 
 from __future__ import annotations
 
+import os
 import re
 import textwrap
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,6 +43,11 @@ BACKENDS: dict[str, tuple[str, dict | None]] = {
     "inductor-verify": ("inductor", {"verify": True}),
 }
 
+# KILN_FUZZ_STRIDES=1 also compares the outputs' strides (``layout``): off by default while eager
+# kiln's pad, cat, cumsum and softmax keep an input's column-major order where PyTorch's results
+# are row-major (the inductor's already are), which would drown the value checks
+COMPARE_STRIDES = os.environ.get("KILN_FUZZ_STRIDES") == "1"
+
 _EPS = {"float32": 1.2e-7, "float16": 9.8e-4, "bfloat16": 7.9e-3}
 _HALF_MAX = {"float16": 65504.0, "bfloat16": 3.4e38}
 
@@ -59,6 +65,7 @@ class Run:
     inputs_after: list
     grads: list | None
     error: BaseException | None = None
+    layouts: list = field(default_factory=list)  # each output's layout (see ``layout``)
     fallback: str | None = None  # a backend's compile failure (it ran the graph eagerly)
 
 
@@ -82,7 +89,19 @@ def _run(program: Program, framework, function=None) -> Run:
         [bool(o.requires_grad) for o in outputs],
         [t.detach().clone() for t in inputs],
         [None if g is None else g.detach().clone() for g in grads] if grads is not None else None,
+        layouts=[layout(o) for o in outputs],
     )
+
+
+def layout(t) -> tuple | None:
+    """The strides that say how ``t`` lies in memory: those of its dims longer than 1 (a dim of
+    size 1 is never stepped over, so PyTorch's own choice there is arbitrary); None when it is
+    empty. Compiled outputs must keep eager's layout (as PyTorch's inductor keeps them), or code
+    that reads ``stride()`` or calls ``view`` behaves differently."""
+    if t.numel() == 0:
+        return None
+    return tuple((dim, stride) for dim, (size, stride) in enumerate(zip(t.shape, t.stride()))
+                 if size > 1)  # fmt: skip
 
 
 def run_compiled(program: Program, backend: str, calls: int = 2) -> list[Run]:
@@ -210,8 +229,11 @@ def _largest_finite(tensors) -> float:
     return max(sizes)
 
 
-def compare_runs(actual: Run, expected: Run, bounds: _Bounds, program: Program) -> list[str]:
-    """Every difference between two runs of ``program`` (``actual`` is the one under test)."""
+def compare_runs(
+    actual: Run, expected: Run, bounds: _Bounds, program: Program, strides: bool = COMPARE_STRIDES
+) -> list[str]:
+    """Every difference between two runs of ``program`` (``actual`` is the one under test);
+    ``strides``: the outputs' layouts too."""
     problems = []
     if actual.fallback:
         problems.append(f"the backend failed and ran eagerly: {actual.fallback}")
@@ -232,6 +254,9 @@ def compare_runs(actual: Run, expected: Run, bounds: _Bounds, program: Program) 
     for i, (a, e) in enumerate(zip(actual.requires_grad, expected.requires_grad)):
         if a != e:
             problems.append(f"output {i} ({program.outputs[i]}): requires_grad {a} vs {e}")
+    for i, (a, e) in enumerate(zip(actual.layouts, expected.layouts)):
+        if strides and a != e:
+            problems.append(f"output {i} ({program.outputs[i]}): strides (dim, stride) {a} vs {e}")
     for spec, a, e in zip(program.inputs, actual.inputs_after, expected.inputs_after):
         why = compare_tensor(a, e, bounds)
         if why:
@@ -301,25 +326,25 @@ def _report(program: Program, title: str, problems: list[str], backend: str | No
     )
 
 
-def check_backend(program: Program, backend: str) -> None:
+def check_backend(program: Program, backend: str, strides: bool = COMPARE_STRIDES) -> None:
     """Compiled with ``backend`` must equal eager kiln (twice: the first call and a cache hit)."""
     expected = _run(program, kiln)
     if expected.error is not None:
         return  # an eager failure is check_eager's to report
     bounds = _bounds(program)
     for call, actual in enumerate(run_compiled(program, backend), start=1):
-        problems = compare_runs(actual, expected, bounds, program)
+        problems = compare_runs(actual, expected, bounds, program, strides)
         if problems:
             title = f"kiln.compile(backend={backend!r}) differs from eager kiln on call {call}"
             raise ProgramMismatch(_report(program, title, problems, backend))
 
 
-def check_eager(program: Program) -> None:
+def check_eager(program: Program, strides: bool = COMPARE_STRIDES) -> None:
     """Eager kiln must equal PyTorch (which raises where kiln must raise)."""
     expected = _run(program, torch)
     actual = _run(program, kiln)
     if expected.error is not None and actual.error is not None:
         return
-    problems = compare_runs(actual, expected, _bounds(program), program)
+    problems = compare_runs(actual, expected, _bounds(program), program, strides)
     if problems:
         raise ProgramMismatch(_report(program, "eager kiln differs from PyTorch", problems, None))

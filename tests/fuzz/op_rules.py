@@ -189,8 +189,6 @@ def _atan2(b: Builder, x: Value):
     y = b.partner(x, is_float)
     if y is None:
         return None
-    if not b.allowed("atan2_zero_gradient") and (x.requires_grad or y.requires_grad):
-        return None
     shape, dtype = broadcast(x.shape, y.shape), promote(x.dtype, y.dtype)
     return b.emit(f"torch.atan2({x.name}, {y.name})", shape, dtype, False, (x, y))
 
@@ -342,8 +340,6 @@ def _reduction(b: Builder, x: Value):
 
 
 def _expand(b: Builder, x: Value):
-    if x.dtype in ("float16", "bfloat16") and not b.allowed("expanded_half_layout"):
-        return None
     shape = [b.pick((2, 3)) if s == 1 and b.coin(0.7) else s for s in x.shape]
     if b.coin(0.4):
         shape = [b.pick((2, 1))] + shape
@@ -473,9 +469,6 @@ def _reshape(b: Builder, x: Value):
             return None
         offsets = {r * row_stride + c * step for r in range(rows) for c in range(cols)}
         overlapping = len(offsets) < rows * cols
-        if overlapping and x.dtype in ("float16", "bfloat16"):
-            if not b.allowed("expanded_half_layout"):
-                return None
         text = f"{x.name}.contiguous().as_strided(({rows}, {cols}), ({row_stride}, {step}))"
         return b.emit(text, (rows, cols), x.dtype, x.exact, (x,), view_of=x, saves=False,
                       frozen=True, overlap=overlapping)  # fmt: skip

@@ -58,6 +58,113 @@ def test_sign_of_a_nan_scalar_and_of_integers():
     assert_close(kiln.sign(kiln.tensor([-3, 0, 2])), torch.sign(torch.tensor([-3, 0, 2])))
 
 
+# ------------------------------------------------------------------------------ atan2 at the origin
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_atan2_gradient_where_the_squared_radius_is_zero(dtype):
+    """PyTorch counts an infinite 1 / (a**2 + b**2) as 0: the gradient at (0, 0) and where the
+    squares underflow is 0, an inf or NaN operand or upstream gradient still gives NaN."""
+    a_values = [0.0, -0.0, 1e-30, 0.0, 0.0, NAN, INF, 3.0]
+    b_values = [0.0, 0.0, 0.0, 1e-30, 0.0, 0.0, 0.0, -4.0]
+    upstream = [1.0, 2.0, 1.0, 1.0, INF, 1.0, 1.0, 1.0]
+    grads = []
+    for lib in (kiln, torch):
+        kind = getattr(lib, dtype)
+        a = lib.tensor(a_values, dtype=kind, requires_grad=True)
+        b = lib.tensor(b_values, dtype=kind, requires_grad=True)
+        lib.atan2(a, b).backward(lib.tensor(upstream, dtype=kind))
+        grads.append((a.grad, b.grad))
+    assert_close(grads[0], grads[1], equal_nan=True)
+
+
+# ------------------------------------------------------------------------------ clamp at a bound
+
+CLAMPS = {
+    "min-zero": lambda t: t.clamp(min=0.0),
+    "max-zero": lambda t: t.clamp(max=0),
+    "both-zero-max": lambda t: t.clamp(min=-0.5, max=0.0),
+    "both-zero-min": lambda t: t.clamp(min=0.0, max=1.0),
+    "min-above-max": lambda t: t.clamp(min=-1.0, max=-2.0),
+    "nan-min": lambda t: t.clamp(min=NAN),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(CLAMPS))
+def test_clamp_with_number_bounds_keeps_the_input_where_equal(name, dtype):
+    """-0.0 clamped at 0.0 stays -0.0 and NaN stays NaN even when min > max, as in PyTorch."""
+    values = [-0.0, 0.0, -1.0, 2.0, NAN, -INF, INF, 0.25]
+    results = []
+    for lib in (kiln, torch):
+        out = CLAMPS[name](lib.tensor(values, dtype=getattr(lib, dtype)))
+        results.append((out, lib.copysign(lib.ones(len(values)), out.float())))
+    assert_close(results[0], results[1], equal_nan=True)
+
+
+# ------------------------------------------------------------------------------ half-type layouts
+
+HALF_MATH = {
+    "exp": lambda lib, a: lib.exp(a),
+    "sigmoid": lambda lib, a: lib.sigmoid(a),
+    "gelu": lambda lib, a: lib.nn.functional.gelu(a),
+    "silu": lambda lib, a: lib.nn.functional.silu(a),
+    "i0e": lambda lib, a: lib.special.i0e(a),
+    "softmax": lambda lib, a: lib.softmax(a, -1),
+    "mul-scalar": lambda lib, a: a * 2.5,
+    "atan2": lambda lib, a: lib.atan2(a, a),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("strides", [(0, 1), (1, 0), (0, 0)])
+@pytest.mark.parametrize("name", sorted(HALF_MATH))
+def test_half_math_of_a_broadcast_input_is_row_major(name, strides, dtype):
+    """Half types compute in float32: the upcast of a stride-0 input must not turn the result
+    column-major (numpy's astype order 'K' did; PyTorch and the op's meta are row-major)."""
+    results = []
+    for lib in (kiln, torch):
+        base = lib.arange(6.0).to(getattr(lib, dtype))
+        results.append(HALF_MATH[name](lib, base.as_strided((2, 3), strides)))
+    assert results[0].stride() == results[1].stride()
+    assert_close(results[0], results[1])
+
+
+# ------------------------------------------------------------------------------ copies of non-dense layouts
+
+NOT_DENSE = [
+    ((3, 3, 2), (0, 0, 0)),
+    ((2, 3), (0, 1)),
+    ((2, 3), (1, 0)),
+    ((2, 2), (1, 1)),
+    ((2, 3, 4), (0, 1, 3)),
+    ((2, 2, 2, 2), (0, 1, 0, 0)),
+    ((2, 2, 2), (1, 2, 0)),
+    ((2, 3), (1, 4)),
+]
+LAYOUT_COPIES = {
+    "to-bfloat16": lambda lib, a: a.to(lib.bfloat16),
+    "to-float64": lambda lib, a: a.to(lib.float64),
+    "to-int32": lambda lib, a: a.to(lib.int32),
+    "clone": lambda lib, a: a.clone(),
+    "empty_like": lambda lib, a: lib.empty_like(a),
+}
+
+
+@pytest.mark.parametrize("shape,strides", NOT_DENSE)
+@pytest.mark.parametrize("name", sorted(LAYOUT_COPIES))
+def test_copies_of_a_non_dense_layout_keep_its_dim_order(name, shape, strides):
+    """A copy that preserves the layout of an expand or a slice is dense in the input's dim order,
+    broadcast dims keeping their row-major place (PyTorch's infer_dense_strides)."""
+    results = []
+    for lib in (kiln, torch):
+        a = lib.arange(24.0).as_strided(shape, strides)
+        results.append(LAYOUT_COPIES[name](lib, a))
+    assert results[0].stride() == results[1].stride()
+    if name != "empty_like":
+        assert_close(results[0], results[1])
+
+
 # ------------------------------------------------------------------------------ zero-sized products
 
 

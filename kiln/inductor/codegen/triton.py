@@ -452,6 +452,10 @@ class KernelPrinter:
                 x.rdep,
             )
             return self.to_dtype(through, dtype)
+        if dtype in (dt.float16, dt.bfloat16) and not x.dtype.is_floating_point:
+            # integers become half types through float32, as PyTorch's CPU kernels do (Triton's
+            # interpreter reinterprets an integer's bits as a bfloat16)
+            x = self.emit(f"{x}.to(tl.float32)", dt.float32, x.xdep, x.rdep)
         return self.emit(f"{x}.to({tl_dtype(dtype)})", dtype, x.xdep, x.rdep)
 
     def dtype_of(self, x: TVal) -> dt.dtype:

@@ -101,6 +101,15 @@ def compute_np_dtype(d: dt.dtype):
     return d.np
 
 
+def cast_array(a: np.ndarray, np_dtype) -> np.ndarray:
+    """``a`` as ``np_dtype`` (itself when it already is) in PyTorch's layout for a result read
+    from it: numpy's astype keeps order 'K', which lays a broadcast (stride-0) array out
+    column-major, where PyTorch (and every op's meta) makes a row-major result."""
+    if a.dtype == np_dtype:
+        return a
+    return a.astype(np_dtype, order="C" if 0 in a.strides else "K")
+
+
 def broadcast_shapes(*shapes) -> tuple:
     ndim = max((len(s) for s in shapes), default=0)
     out = [None] * ndim  # None: no operand has this dim yet

@@ -29,7 +29,6 @@ from ..core.common import (
     TensorOrScalar,
     broadcast_shapes,
     checked_scalar,
-    dense_strides_like,
     fake,
     wrap,
     zero_grad,
@@ -722,8 +721,28 @@ def discard_imaginary(a: np.ndarray) -> np.ndarray:
     return a.real
 
 
+def _convert_layout(x) -> tuple:
+    """The cast's strides (PyTorch's ``_to_copy``: a dense layout kept, any other made dense in
+    the same dim order)."""
+    if x.is_contiguous():
+        return contiguous_strides(x._shape)
+    return preserved_strides(x._shape, x.stride(), preserve_format, "to")
+
+
 @convert_element_type.register_kernel
 def _convert_kernel(x, dtype):
+    out = _converted_values(x, dtype)
+    if x.is_contiguous():
+        return out
+    layout = _convert_layout(x)
+    if out.stride() == layout:
+        return out
+    array = strided_array(x._shape, layout, out._data.dtype)
+    np.copyto(array, out._data)
+    return _wrap_strided(array, dtype, layout)
+
+
+def _converted_values(x, dtype):
     a = x._data
     src = x._dtype
     if src.is_complex and not dtype.is_complex:
@@ -743,11 +762,7 @@ def _convert_kernel(x, dtype):
         return wrap(np.trunc(a).astype(dtype.np), dtype)
 
 
-convert_element_type.register_meta(
-    lambda x, dtype: fake(
-        x._shape, dtype, x, dense_strides_like(x._shape, None if x.is_contiguous() else x.stride())
-    )
-)
+convert_element_type.register_meta(lambda x, dtype: fake(x._shape, dtype, x, _convert_layout(x)))
 
 
 def _convert_grad(c, g):

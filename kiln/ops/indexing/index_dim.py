@@ -124,7 +124,9 @@ def _dim_put(x, d, index, values, accumulate, exc=RuntimeError, prefix="", negat
 def _dim_put_decomp(x, d, index, values, accumulate):
     flat = x.reshape(1) if x.ndim == 0 else x
     if values.ndim:
-        values = values.reshape(tuple(flat.shape[:d]) + (-1,) + tuple(flat.shape[d + 1 :]))
+        # the slot count spelled out: -1 is ambiguous when another dim is 0
+        count = (index.numel(),)
+        values = values.reshape(tuple(flat.shape[:d]) + count + tuple(flat.shape[d + 1 :]))
     out = OPS["index_put"](flat, [None] * d + [index.reshape(-1)], values, accumulate)
     return out.reshape(tuple(x.shape))
 

@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from ...runtime import dtypes as dt
-from ..core.common import Tensor, compute_np_dtype, pointwise_meta, to_float_dtype, wrap
+from ..core.common import Tensor, cast_array, compute_np_dtype, pointwise_meta, to_float_dtype, wrap
 from ..core.complex_support import complex_not_implemented
 from ..core.registry import defop
 from ..pointwise.numpy_math import np_erf, np_silu, np_softplus
@@ -62,7 +62,7 @@ def gelu(self: Tensor, approximate: str = "none"): ...
 
 def _float_compute(x):
     od = to_float_dtype(x._dtype)
-    return x._data.astype(compute_np_dtype(od), copy=False), od
+    return cast_array(x._data, compute_np_dtype(od)), od
 
 
 _GELU_K = math.sqrt(2.0 / math.pi)  # tanh form: 0.5 x (1 + tanh(K (x + KAPPA x^3)))
@@ -416,7 +416,7 @@ def _shrink_input(x: Tensor, kernel_name: str) -> np.ndarray:
         raise NotImplementedError(
             f"\"{kernel_name}\" not implemented for '{torch_type_name(x._dtype)}'"
         )
-    return x._data.astype(compute_np_dtype(x._dtype), copy=False)
+    return cast_array(x._data, compute_np_dtype(x._dtype))
 
 
 def _check_softshrink_lambda(x: Tensor, lambd: float) -> None:

@@ -27,7 +27,16 @@ from ...runtime import dtypes as dt
 from ...runtime.device import cpu
 from ...runtime.state import per_thread
 from ...runtime.storage import empty_array
-from ..core.common import DType, Tensor, broadcast_shapes, compute_np_dtype, fake, wrap, wrap_dim
+from ..core.common import (
+    DType,
+    Tensor,
+    broadcast_shapes,
+    cast_array,
+    compute_np_dtype,
+    fake,
+    wrap,
+    wrap_dim,
+)
 from ..core.complex_support import complex_not_implemented
 from ..core.registry import OPS, defop
 from ..reductions.reduce import c_type_name, float_sum, torch_type_name
@@ -50,8 +59,7 @@ __all__ = [
 def compute_array(x: Tensor) -> np.ndarray:
     """``x``'s data in the float type PyTorch's CPU kernels accumulate in (half types: float32)."""
     cd = compute_np_dtype(x._dtype)
-    a = x._data
-    return a if a.dtype == cd else a.astype(cd)
+    return cast_array(x._data, cd)
 
 
 def require_float(name: str, *tensors) -> None:

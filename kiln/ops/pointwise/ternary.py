@@ -56,13 +56,20 @@ def _clamp_kernel(x, lo, hi):
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
     d = result_dtype(x, lo, hi)
     a = x._data if x._dtype is d else x._data.astype(d.np)
+    out = a
     if lo is not None:
-        a = np.maximum(a, as_np_operand(lo, d.np))
+        out = np.maximum(out, as_np_operand(lo, d.np))
     if hi is not None:
-        a = np.minimum(a, as_np_operand(hi, d.np))
+        out = np.minimum(out, as_np_operand(hi, d.np))
     if isinstance(lo, float) and isinstance(hi, float) and lo > hi:
-        a = np.full_like(a, hi)
-    return wrap(a, d)
+        out = np.where(np.isnan(out), out, hi)  # NaN stays NaN
+    elif d.is_floating_point and any(
+        isinstance(b, (int, float)) and b == 0 for b in (lo, hi)
+    ):  # fmt: skip
+        # a number bound keeps ``x`` where they are equal (PyTorch's clamp_min/clamp_max), so
+        # -0.0 clamped at 0.0 stays -0.0; numpy's maximum/minimum pick the bound's zero
+        out = np.where(out == a, a, out)
+    return wrap(out, d)
 
 
 @clamp.register_meta

@@ -25,6 +25,7 @@ from ..core.common import (
     TensorOrScalar,
     binary_dtype,
     broadcast_shapes,
+    cast_array,
     checked_scalar,
     compute_np_dtype,
     empty_like_layout,
@@ -72,8 +73,7 @@ def _make_unary_kernel(fn, float_math: bool, out_bool: bool):
         if float_math:
             od = to_float_dtype(d)
             cd = compute_np_dtype(od)
-            if a.dtype != cd:
-                a = a.astype(cd)
+            a = cast_array(a, cd)
             if a.nbytes >= _POOL_MIN_BYTES and cd == od.np:
                 out = empty_like_layout(a.shape, od, output_layout_source(a.shape, (x,)))
                 return wrap(fn(a, out=out), od)
@@ -461,8 +461,7 @@ def _binary_schema(self: TensorOrScalar, other: TensorOrScalar): ...
 def as_np_operand(x, np_dtype):
     """numpy operand of dtype ``np_dtype`` from a tensor or a Python scalar."""
     if isinstance(x, Tensor):
-        a = x._data
-        return a if a.dtype == np_dtype else a.astype(np_dtype)
+        return cast_array(x._data, np_dtype)
     return np.asarray(x).astype(np_dtype)
 
 
@@ -656,11 +655,14 @@ fmin = binary(
 
 
 def _atan2_grad(c, g):
+    """PyTorch's formula: where ``1 / (a**2 + b**2)`` overflows (at (0, 0), or where the squares
+    underflow) the reciprocal counts as 0, so the gradient there is 0 rather than NaN or inf."""
     a, b = c.args
-    denom = a * a + b * b
+    recip = reciprocal(a * a + b * b)
+    recip = where(isinf(recip), 0, recip)
     return (
-        g * b / denom if needs_grad(c, 0) else None,
-        -g * a / denom if needs_grad(c, 1) else None,
+        g * b * recip if needs_grad(c, 0) else None,
+        g * -a * recip if needs_grad(c, 1) else None,
     )
 
 

@@ -19,6 +19,7 @@ from ..core.common import (
     Tensor,
     TensorOrScalar,
     binary_dtype,
+    cast_array,
     compute_np_dtype,
     pointwise_meta,
     to_float_dtype,
@@ -62,8 +63,7 @@ def _float_operand(x: Tensor) -> tuple[np.ndarray, dt.dtype]:
     """The input as a float array to compute on (half types in float32) and the result dtype."""
     od = to_float_dtype(x._dtype)
     cd = compute_np_dtype(od)
-    a = x._data
-    return (a if a.dtype == cd else a.astype(cd)), od
+    return cast_array(x._data, cd), od
 
 
 def _special_unary(

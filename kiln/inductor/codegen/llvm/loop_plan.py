@@ -196,6 +196,9 @@ def _expand(original_sizes, merged_sizes, merged_exprs):
             acc *= s
         strides.reverse()
         for s, st in zip(group, strides):
+            if sym.known("==", st, 0):
+                out.append(sym.ZERO)  # a later dim of the group is empty: the loop never runs
+                continue
             e = m_expr // st if not sym.known("==", st, 1) else m_expr
             out.append(e % s if not sym.known("==", st * s, m_size) else e)
     while k < len(original_sizes):  # trailing size-1 dims
