@@ -16,6 +16,7 @@ from ....runtime.symbolic import SymInt
 __all__ = ["SizeValues"]
 
 I64 = ir.IntType(64)
+_NSW = ("nsw",)  # sizes and strides are far from 2**63: telling LLVM lets it reason on them
 
 
 class SizeValues:
@@ -61,10 +62,11 @@ class SizeValues:
             term = None
             for atom in monomial:
                 v = self._atom(atom, pointer)
-                term = v if term is None else b.mul(term, v)
+                term = v if term is None else b.mul(term, v, flags=_NSW)
             if coeff != 1:
-                term = b.mul(term, ir.Constant(I64, int(coeff)))
-            out = term if isinstance(out, ir.Constant) and out.constant == 0 else b.add(out, term)
+                term = b.mul(term, ir.Constant(I64, int(coeff)), flags=_NSW)
+            zero = isinstance(out, ir.Constant) and out.constant == 0
+            out = term if zero else b.add(out, term, flags=_NSW)
         return out
 
     def _atom(self, atom, pointer) -> ir.Value:
