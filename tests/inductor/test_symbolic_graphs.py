@@ -385,3 +385,40 @@ def test_a_second_process_loads_a_dynamic_graphs_kernels_at_other_sizes(tmp_path
         assert warm["symbolic"] == 1
         assert (warm["emitted"], warm["optimize_runs"], warm["generated"]) == (0, 0, 0)
         assert warm["error"] < 1e-5
+
+
+def _norms(lib, x, norm):
+    """Variances over a symbolic width (the count is a size) and a layer norm whose width its
+    parameters pin (``s2 == 16``), on rows of a reshape that is then undone."""
+    B, T, C = x.shape
+    rows = x.reshape(B * T, C)
+    return x.var(-1), x.var(1, correction=0), norm(rows).reshape(B, T, C)
+
+
+@needs_torch
+def test_variances_and_pinned_widths_take_kernels_for_every_size(stats, tmp_path, monkeypatch):
+    """``var`` divides by a symbolic count and a reshape undone is recognised without deciding
+    on sizes, so these graphs take kernels for every size (they compiled per size before); a
+    width a guard pins to a parameter's size is a constant in the kernels. Values and
+    gradients equal PyTorch's at every size, 0 and 1 included."""
+    norms = {lib: lib.nn.LayerNorm(16) for lib in (kiln, torch)}
+
+    def fn(lib, x):
+        return _norms(lib, x, norms[lib])
+
+    compiled = kiln.compile(lambda x: fn(kiln, x), dynamic=True)
+    x = kiln.randn(3, 5, 16, requires_grad=True)
+    ir_text = _kernels_ir(tmp_path, monkeypatch, compiled, x)
+    assert '%"s2"' not in ir_text  # the pinned width: a constant, not read per call
+    assert stats.symbolic_compiles == 2 and stats.symbolic_refused == 0  # forward, backward
+    for k, shape in enumerate([(2, 3, 16), (4, 9, 16), (2, 2, 16), (1, 3, 16), (3, 1, 16)]):
+        _compare_with_torch(compiled, fn, shape, k)
+
+    free = kiln.compile(lambda x: (x.var(-1), x.var(0, correction=0)), dynamic=True)
+    for k, shape in enumerate([(3, 5), (2, 9), (7, 2), (4, 1), (0, 3)]):
+        data = np.random.default_rng(k).standard_normal(shape).astype(np.float32)
+        got = free(kiln.tensor(data))
+        theirs = (torch.tensor(data).var(-1), torch.tensor(data).var(0, correction=0))
+        for g, t in zip(got, theirs):
+            np.testing.assert_allclose(g.numpy(), t.numpy(), rtol=1e-5, atol=1e-6)
+    assert stats.symbolic_refused == 0

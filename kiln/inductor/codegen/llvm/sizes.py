@@ -11,7 +11,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ....runtime import sym_expr
-from ....runtime.symbolic import SymInt
+from ....runtime.symbolic import SymInt, fold_pinned
 
 __all__ = ["SizeValues"]
 
@@ -33,7 +33,8 @@ class SizeValues:
         self._values: dict = {}
 
     def value(self, size) -> ir.Value:
-        """An i64 for ``size`` (an int or a ``SymInt``)."""
+        """An i64 for ``size`` (an int or a ``SymInt``; a pinned symbol is its constant)."""
+        size = fold_pinned(size)
         if size.__class__ is not SymInt:
             return ir.Constant(I64, int(size))
         expr = size.expr
@@ -47,6 +48,7 @@ class SizeValues:
 
     def vector(self, size, lanes: int) -> ir.Value:
         """``size`` in every lane of a ``<lanes x i64>``."""
+        size = fold_pinned(size)
         if size.__class__ is not SymInt:
             return ir.Constant(ir.VectorType(I64, lanes), [int(size)] * lanes)
         b = self.b
