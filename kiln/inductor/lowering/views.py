@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from ...ops.core.registry import OPS
 from ...runtime import dtypes as dt
+from ...runtime.symbolic import known_same_shape
 from .. import sym
 from ..ir import InputBuffer, Layout, TensorBox
 from ..virtualized import ops
@@ -192,17 +193,13 @@ def _contiguous_strides(shape):
     return Layout.contiguous(shape, dt.float32).stride
 
 
-def _same_shape(a, b) -> bool:
-    """Provably the same shape (symbolic sizes that merely might be equal are not)."""
-    return len(a) == len(b) and all(sym.same_size(x, y) for x, y in zip(a, b))
-
-
 @register_lowering("view", "reshape")
 def _view(out_meta, x, size):
     out_shape = tuple(out_meta.shape)
     in_shape = tuple(x.shape)
     back = getattr(x, "reshape_of", None)
-    if back is not None and _same_shape(back.shape, out_shape):
+    # (shapes equal for every size: a tuple ``==`` would ask ``s0 == s0*s1`` of symbolic ones)
+    if back is not None and known_same_shape(tuple(back.shape), out_shape):
         return back  # a reshape undone: the original (and whatever buffer view it has)
     in_strides = _contiguous_strides(in_shape)
     out_strides = _contiguous_strides(out_shape)
