@@ -1,6 +1,7 @@
 """Shapes that change between calls (issue 13): captures, eager fallbacks and times.
 
     python benchmarks/dynamic_shapes_bench.py [--quick] [--backends aot_eager,inductor]
+    python benchmarks/dynamic_shapes_bench.py --kernels [--full] [--workloads softmax,...]
 
 1. Generation: nanoGPT-style greedy decoding of 40 tokens with a tiny GPT (2 layers, width 64)
    whose context grows by one token a step, compiled against eager (the issue's figure before
@@ -11,6 +12,11 @@
 3. Guard hit: a compiled call whose guards are symbolic (``dynamic=True``) against one with
    static guards, on the same inputs: the issue allows 1 us more. Calls alternate between the
    variants so machine noise hits all equally; each figure is a median.
+4. ``--kernels`` (only this section): the default kiln.bench workloads compiled by the inductor
+   with ``dynamic=False`` and with ``dynamic=True`` (kernels for every size), timed interleaved at
+   the same shapes (quick shapes unless ``--full``): the steady-state ratio dynamic/static, which
+   the issue wants within 1.1, and the cold-compile ratio (at most 1.5). Each variant compiles
+   into its own fresh cache folder; the load average is printed, since the machine is shared.
 
 Times include compilation (a first run in a fresh process with a fresh kernel cache, unless
 KILN_CACHE_DIR is set). The inductor backend compiles kernels for each concrete size until kernels
@@ -163,6 +169,80 @@ def guard_hit(quick: bool) -> dict:
     }
 
 
+KERNEL_WORKLOADS = (
+    "pointwise_chain",
+    "gelu_tanh",
+    "softmax",
+    "layer_norm",
+    "mlp_forward",
+    "mlp_train_step",
+    "gpt_block_forward",
+    "gpt_block_train_step",
+)
+
+
+def _compiled_variant(name: str, quick: bool, dynamic: bool):
+    """A workload compiled with ``dynamic``, its arguments and its first call's seconds (cold
+    cache: a fresh folder per variant, and no graphs held in memory)."""
+    from kiln.bench.workloads import get_workload
+    from kiln.inductor.codegen.graph_index import clear_memory_cache
+    from kiln.inductor.specialize import COMPILE_STATS
+
+    kiln.dynamo.reset()
+    clear_memory_cache()
+    COMPILE_STATS.reset()
+    os.environ["KILN_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"kiln-kernels-{dynamic:d}-")
+    instance = get_workload(name).build(kiln, quick, "cpu")
+    fn = kiln.compile(instance.fn, backend="inductor", dynamic=dynamic)
+    t0 = time.perf_counter()
+    fn(*instance.args)
+    cold = time.perf_counter() - t0
+    routes = (COMPILE_STATS.symbolic_compiles, COMPILE_STATS.symbolic_refused)
+    return fn, instance.args, cold, routes
+
+
+def _per_call_cpu(fn, number: int) -> float:
+    """Seconds of this thread's CPU time per call: with one thread, what other processes on a
+    shared machine take from it does not count."""
+    t0 = time.thread_time()
+    for _ in range(number):
+        fn()
+    return (time.thread_time() - t0) / number
+
+
+def kernels(names: list[str], quick: bool, rounds: int, threads: int) -> None:
+    """Section 4 of the module docstring: one line per workload. With ``threads`` 1 the times
+    are the calling thread's CPU time (steadier on a loaded machine), else wall time."""
+    kiln.set_num_threads(threads)
+    per_call = _per_call_cpu if threads == 1 else _per_call
+    clock = "thread CPU time" if threads == 1 else "wall time"
+    print(f"{threads} thread(s), {clock}; load average before: {os.getloadavg()}")
+    print(
+        f"  {'workload':<22} {'static ms':>10} {'dynamic ms':>10} {'ratio':>6}"
+        f" {'cold s':>7} {'cold dyn s':>10} {'ratio':>6}  symbolic/refused"
+    )
+    for name in names:
+        static, args, static_cold, _ = _compiled_variant(name, quick, False)
+        dynamic, dyn_args, dynamic_cold, routes = _compiled_variant(name, quick, True)
+        for _ in range(2):  # warm both (the training steps' optimizer state, page faults)
+            static(*args), dynamic(*dyn_args)
+        t0 = time.perf_counter()
+        static(*args)
+        number = max(1, min(200, int(0.05 / max(time.perf_counter() - t0, 1e-6))))
+        times: dict[str, list] = {"static": [], "dynamic": []}
+        for _ in range(rounds):
+            times["static"].append(per_call(lambda: static(*args), number))
+            times["dynamic"].append(per_call(lambda: dynamic(*dyn_args), number))
+        s_ms, d_ms = (statistics.median(times[k]) * 1e3 for k in ("static", "dynamic"))
+        print(
+            f"  {name:<22} {s_ms:10.3f} {d_ms:10.3f} {d_ms / s_ms:6.2f}"
+            f" {static_cold:7.2f} {dynamic_cold:10.2f} {dynamic_cold / static_cold:6.2f}"
+            f"  {routes[0]}/{routes[1]}",
+            flush=True,
+        )
+    print(f"load average after: {os.getloadavg()}")
+
+
 def _show(title: str, figures: dict) -> None:
     print(title)
     for name, value in figures.items():
@@ -174,7 +254,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer tokens and repetitions")
     parser.add_argument("--backends", default="aot_eager,inductor", help="comma-separated")
+    parser.add_argument("--kernels", action="store_true", help="only section 4: kernel times")
+    parser.add_argument("--full", action="store_true", help="--kernels at the full shapes")
+    parser.add_argument("--workloads", default=",".join(KERNEL_WORKLOADS), help="--kernels")
+    parser.add_argument("--rounds", type=int, default=9, help="--kernels: interleaved rounds")
+    parser.add_argument("--threads", type=int, default=1, help="--kernels: kiln's threads")
     args = parser.parse_args()
+    if args.kernels:
+        kernels(args.workloads.split(","), not args.full, args.rounds, args.threads)
+        return
     print(f"Python {sys.version.split()[0]}, kernel cache {os.environ['KILN_CACHE_DIR']}")
     tokens = 12 if args.quick else 40
     for backend in args.backends.split(","):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..runtime.symbolic import SymInt, statically_known_true
+from ..runtime.symbolic import SymInt, fold_pinned, statically_known_true
 
 __all__ = [
     "size_value",
@@ -76,7 +76,7 @@ def size_value(size):
     """A loop size as kept here: a plain int, or a ``SymInt`` when the kernel is compiled for
     every size (``ShapeEnv.kernel_scope``: comparisons of it decide from the symbols' ranges or
     stop that compile)."""
-    return size if isinstance(size, SymInt) else int(size)
+    return fold_pinned(size) if isinstance(size, SymInt) else int(size)
 
 
 def same_size(a, b) -> bool:

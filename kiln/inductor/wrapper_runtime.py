@@ -15,6 +15,7 @@ __all__ = [
     "input_storage",
     "input_storage_owned",
     "run_extern",
+    "extern_layouts",
     "to_tensor",
 ]
 
@@ -74,22 +75,27 @@ def input_storage_owned(t, layout: Layout) -> tuple:
     return (storage_of_tensor(t) if own else input_storage(t, layout)), own
 
 
-def run_extern(buf: ExternBuffer, storages: dict, values: dict | None = None) -> None:
-    """Call an extern kernel on views of its buffers; ``values``: the size symbols' values of
-    this call, for a graph compiled for every size (its layouts are expressions over them)."""
+def run_extern(buf: ExternBuffer, storages: dict, layouts: tuple | None = None) -> None:
+    """Call an extern kernel on views of its buffers; ``layouts``: for a graph compiled for every
+    size, this call's concrete layouts of the buffer inputs then the output (worked out once per
+    set of sizes with the other layouts, ``symbolic_sizes``), else the compiled ones."""
+    if layouts is None:
+        layouts = extern_layouts(buf)
     arrays = []
+    k = 0
     for item in buf.inputs:
         if isinstance(item, tuple):
-            src, layout = item
-            arrays.append(strided_view(storages[src.name], _concrete(layout, values)))
+            arrays.append(strided_view(storages[item[0].name], layouts[k]))
+            k += 1
         else:
             arrays.append(item)
-    out = strided_view(storages[buf.name], _concrete(buf.layout, values))
+    out = strided_view(storages[buf.name], layouts[k])
     buf.kernel(out, *arrays, **buf.kwargs)
 
 
-def _concrete(layout: Layout, values: dict | None) -> Layout:
-    return layout.evaluate(values) if values is not None and layout.is_symbolic else layout
+def extern_layouts(buf: ExternBuffer) -> tuple:
+    """The layouts an extern call views its buffers with: its buffer inputs', then its own."""
+    return (*(item[1] for item in buf.inputs if isinstance(item, tuple)), buf.layout)
 
 
 def to_tensor(storage: np.ndarray, layout: Layout):

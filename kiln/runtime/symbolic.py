@@ -66,6 +66,7 @@ __all__ = [
     "constrain_as_size",
     "sym_constrain_range",
     "statically_known_true",
+    "fold_pinned",
     "expect_true",
     "SymBool",
     "check",
@@ -813,6 +814,19 @@ def hint_int(x, fallback: int = 8192) -> int:
     if x.__class__ is SymInt:
         return x.hint if x.hint is not None else fallback
     return int(x)
+
+
+def fold_pinned(size):
+    """``size`` with the symbols a guard pinned to one value (``s2 == 64``, a dim broadcast
+    against a parameter's) replaced by that value: a plain int when no other symbol remains.
+    A size read from an input before the guard still holds its symbol; compilers fold it so
+    that code for every size uses the constant the guard makes certain."""
+    if size.__class__ is not SymInt or not size.env.fixed:
+        return size
+    expr = _fold_fixed(size.env, size.expr)
+    if expr is size.expr:
+        return size
+    return expr.const if not expr.terms else SymInt(expr, size.hint, size.env)
 
 
 def statically_known_true(op: str, a, b) -> bool:

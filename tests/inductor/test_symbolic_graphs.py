@@ -273,3 +273,169 @@ def test_scatter_kernels_read_their_sizes_from_the_symbols(stats):
         _compare_with_torch(compiled, _scatters, (n, 5), k)
     assert stats.symbolic_compiles == 2 and stats.symbolic_refused == 0
     assert stats.static_compiles == stats.eager_first_calls == stats.fallback_calls == 0
+
+
+def _pointwise_chain(lib, x, y):
+    """No vector-math calls (their table lookups extract lanes): any ``extractelement`` in its
+    kernel is a gather."""
+    return ((x * 0.5 + 1.0) * y).relu() * x - y
+
+
+# sizes below one vector, around the 4096-element rows of a flat loop, and 0/1 (per-size route)
+_FLAT_SHAPES = [(3, 5), (2, 2), (2, 3), (64, 64), (65, 63), (4097, 2), (9, 1000), (1, 7), (0, 3)]
+
+
+def _kernels_ir(tmp_path, monkeypatch, compiled, *args) -> str:
+    """The LLVM IR of the graphs ``compiled(*args)`` compiles (``KILN_DEBUG_DIR`` dumps)."""
+    monkeypatch.setenv("KILN_DEBUG_DIR", str(tmp_path / "dump"))
+    compiled(*args)
+    monkeypatch.delenv("KILN_DEBUG_DIR")
+    return "\n".join(p.read_text() for p in sorted((tmp_path / "dump").rglob("kernels.ll")))
+
+
+@needs_torch
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_flat_pointwise_loops_load_vectors_at_every_size(stats, tmp_path, monkeypatch, dynamic):
+    """A contiguous pointwise kernel is one flat loop cut into rows of 4096 elements whose last
+    row ends early: its accesses are still inside their buffers, so they are vector loads (not
+    clamped gathers) for symbolic sizes and for static ones that are not a multiple of 4096 —
+    with PyTorch's values at every size, including sizes under one vector and 0/1."""
+    compiled = kiln.compile(lambda x, y: _pointwise_chain(kiln, x, y), dynamic=dynamic)
+    for k, shape in enumerate(_FLAT_SHAPES):
+        rng = np.random.default_rng(k)
+        data = [rng.standard_normal(shape).astype(np.float32) for _ in range(2)]
+        args = [kiln.tensor(d) for d in data]
+        if k == 0 or (not dynamic and shape == (9, 1000)):
+            ir_text = _kernels_ir(tmp_path / str(k), monkeypatch, compiled, *args)
+            assert "load <8 x float>" in ir_text and "extractelement" not in ir_text
+        got = compiled(*args)
+        theirs = _pointwise_chain(torch, *(torch.tensor(d) for d in data))
+        np.testing.assert_allclose(got.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-6)
+    if dynamic:  # sizes 0 and 1 take the per-size route; a square shape may share a symbol
+        assert stats.symbolic_compiles >= 1 and stats.symbolic_refused == 0
+
+
+def test_scalar_tails_of_run_time_length_are_not_unrolled(stats, tmp_path, monkeypatch):
+    """The scalar loop after a vector loop runs fewer than 8 times; when its bound is a run-time
+    size the kernel tells LLVM not to unroll it (code size and compile time for nothing), and the
+    vector loops' counters carry no-wrap flags so that LLVM can count their trips."""
+    compiled = kiln.compile(lambda x: x.softmax(-1), dynamic=True)
+    ir_text = _kernels_ir(tmp_path, monkeypatch, compiled, kiln.randn(4, 7))
+    assert "llvm.loop.unroll.disable" in ir_text
+    assert 'add nuw nsw i64 %"vec", 8' in ir_text
+    for shape in [(2, 2), (3, 9), (5, 17), (2, 64), (7, 1), (1, 5)]:
+        x = kiln.randn(*shape)
+        np.testing.assert_allclose(
+            compiled(x).numpy(), kiln.nn.functional.softmax(x, -1).numpy(), rtol=1e-6, atol=1e-7
+        )
+
+
+def test_layouts_of_a_size_seen_before_are_not_worked_out_again(stats, monkeypatch):
+    """A call with sizes seen before takes every layout (extern calls' too) from the per-size
+    record: no layout is evaluated from its symbols on the call's path."""
+    from kiln.inductor.ir import Layout
+
+    def fn(x, w):
+        return (x @ w).relu().sum(-1)
+
+    compiled = kiln.compile(fn, dynamic=True)
+    w = kiln.randn(8, 4)
+    with kiln.no_grad():
+        for n in (3, 5):
+            compiled(kiln.randn(n, 8), w)
+        evaluated = []
+        real = Layout.evaluate
+        monkeypatch.setattr(
+            Layout, "evaluate", lambda self, v: evaluated.append(1) or real(self, v)
+        )
+        for n in (3, 5, 3):
+            x = kiln.randn(n, 8)
+            np.testing.assert_allclose(compiled(x, w).numpy(), fn(x, w).numpy(), 1e-5, 1e-6)
+    assert evaluated == [] and stats.symbolic_compiles == 1
+
+
+WARM_DYNAMIC_PROCESS = """
+import json, sys
+import numpy as np
+import kiln
+from kiln.inductor.codegen import cpu
+from kiln.inductor.codegen.llvm import jit as llvm_jit
+from kiln.inductor.specialize import COMPILE_STATS
+emitted = []
+real = cpu.emit_kernel
+cpu.emit_kernel = lambda module, name, *a, **k: (emitted.append(name), real(module, name, *a, **k))
+def body(x, w):
+    return (x * 2).softmax(-1) * w + x.sum(0)
+rows, cols = int(sys.argv[1]), int(sys.argv[2])
+x = kiln.linspace(-2, 2, rows * cols).reshape(rows, cols)
+w = kiln.linspace(0, 1, cols)
+out = kiln.compile(body, dynamic=True)(x, w)
+stats = llvm_jit.jit_stats()
+print(json.dumps({"emitted": len(emitted), "optimize_runs": stats.optimize_runs,
+                  "generated": stats.objects_generated, "symbolic": COMPILE_STATS.symbolic_compiles,
+                  "error": float(np.abs(out.numpy() - body(x, w).numpy()).max())}))
+"""
+
+
+def test_a_second_process_loads_a_dynamic_graphs_kernels_at_other_sizes(tmp_path):
+    """The compiled-graph index keys a graph with symbolic sizes on the symbolic graph: another
+    process (same KILN_CACHE_DIR) compiling it at other sizes loads its object without emitting
+    IR or running LLVM, and gets eager's values."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path / "shared"), "PYTHONPATH": str(repo)}
+
+    def run_process(rows: int, cols: int) -> dict:
+        command = [sys.executable, "-c", WARM_DYNAMIC_PROCESS, str(rows), str(cols)]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    cold = run_process(5, 7)
+    assert cold["symbolic"] == 1 and cold["emitted"] > 0 and cold["generated"] == 1
+    for rows, cols in [(5, 7), (9, 30)]:
+        warm = run_process(rows, cols)
+        assert warm["symbolic"] == 1
+        assert (warm["emitted"], warm["optimize_runs"], warm["generated"]) == (0, 0, 0)
+        assert warm["error"] < 1e-5
+
+
+def _norms(lib, x, norm):
+    """Variances over a symbolic width (the count is a size) and a layer norm whose width its
+    parameters pin (``s2 == 16``), on rows of a reshape that is then undone."""
+    B, T, C = x.shape
+    rows = x.reshape(B * T, C)
+    return x.var(-1), x.var(1, correction=0), norm(rows).reshape(B, T, C)
+
+
+@needs_torch
+def test_variances_and_pinned_widths_take_kernels_for_every_size(stats, tmp_path, monkeypatch):
+    """``var`` divides by a symbolic count and a reshape undone is recognised without deciding
+    on sizes, so these graphs take kernels for every size (they compiled per size before); a
+    width a guard pins to a parameter's size is a constant in the kernels. Values and
+    gradients equal PyTorch's at every size, 0 and 1 included."""
+    norms = {lib: lib.nn.LayerNorm(16) for lib in (kiln, torch)}
+
+    def fn(lib, x):
+        return _norms(lib, x, norms[lib])
+
+    compiled = kiln.compile(lambda x: fn(kiln, x), dynamic=True)
+    x = kiln.randn(3, 5, 16, requires_grad=True)
+    ir_text = _kernels_ir(tmp_path, monkeypatch, compiled, x)
+    assert '%"s2"' not in ir_text  # the pinned width: a constant, not read per call
+    assert stats.symbolic_compiles == 2 and stats.symbolic_refused == 0  # forward, backward
+    for k, shape in enumerate([(2, 3, 16), (4, 9, 16), (2, 2, 16), (1, 3, 16), (3, 1, 16)]):
+        _compare_with_torch(compiled, fn, shape, k)
+
+    free = kiln.compile(lambda x: (x.var(-1), x.var(0, correction=0)), dynamic=True)
+    for k, shape in enumerate([(3, 5), (2, 9), (7, 2), (4, 1), (0, 3)]):
+        data = np.random.default_rng(k).standard_normal(shape).astype(np.float32)
+        got = free(kiln.tensor(data))
+        theirs = (torch.tensor(data).var(-1), torch.tensor(data).var(0, correction=0))
+        for g, t in zip(got, theirs):
+            np.testing.assert_allclose(g.numpy(), t.numpy(), rtol=1e-5, atol=1e-6)
+    assert stats.symbolic_refused == 0

@@ -177,7 +177,11 @@ def generate_wrapper(
                 body.append(f"K{i}({ptype}({', '.join(pointers)}), *_S.rows[{i}])")
         elif sizes is not None:  # an extern call: its layouts are this call's
             ns[f"S{i}"] = _extern_step(step)
-            body.append(f"S{i}(locals(), _S.values)")
+            keys = [
+                layout_ref(f"E{i}_{k}", layout)
+                for k, layout in enumerate(wrapper_runtime.extern_layouts(step.buffer))
+            ]
+            body.append(f"S{i}(locals(), ({', '.join(keys)},))")
         else:
             ns[f"S{i}"] = numpy_steps.get(i) or _extern_step(step)
             body.append(f"S{i}(locals())")
@@ -226,7 +230,7 @@ def _layout(t):
 
 
 def _extern_step(step):
-    def run(storages, values=None):
-        wrapper_runtime.run_extern(step.buffer, storages, values)
+    def run(storages, layouts=None):
+        wrapper_runtime.run_extern(step.buffer, storages, layouts)
 
     return run

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...ops.core.registry import OPS
 from ...runtime import dtypes as dt
+from ...runtime.symbolic import SymInt
 from .. import sym
 from ..ir import ComputedBuffer, Layout, Reduction, TensorBox
 from ..virtualized import ops
@@ -192,7 +193,9 @@ def _var(out_meta, x, dim=None, correction=1, keepdim=False):
     n = 1
     for d in dims:
         n *= x.shape[d]
-    divisor = float(max(n - (correction if correction is not None else 1), 0))
+    divisor = max(n - (correction if correction is not None else 1), 0)
+    if divisor.__class__ is not SymInt:  # a symbolic count is emitted as a size (per call)
+        divisor = float(divisor)
     return _elementwise(
         out_meta,
         [m2],

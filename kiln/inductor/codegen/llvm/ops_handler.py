@@ -132,7 +132,7 @@ class LLVMOps:
                 return V(self.splat(self._from_memory(raw, d), d), d)
             coeff = expr.coeff(j)
             rest = expr - sym.as_expr(j) * coeff
-            lo, hi = expr.bounds()
+            lo, hi = e.index_bounds(expr)
             size = e.buffer_sizes.get(name)
             in_bounds = sym.known(">=", lo, 0) and (size is None or sym.known("<", hi, size))
             if coeff == 1 and not e.varies(rest, self.env) and in_bounds:

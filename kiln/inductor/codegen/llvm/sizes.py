@@ -11,11 +11,12 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ....runtime import sym_expr
-from ....runtime.symbolic import SymInt
+from ....runtime.symbolic import SymInt, fold_pinned
 
 __all__ = ["SizeValues"]
 
 I64 = ir.IntType(64)
+_NSW = ("nsw",)  # sizes and strides are far from 2**63: telling LLVM lets it reason on them
 
 
 class SizeValues:
@@ -32,7 +33,8 @@ class SizeValues:
         self._values: dict = {}
 
     def value(self, size) -> ir.Value:
-        """An i64 for ``size`` (an int or a ``SymInt``)."""
+        """An i64 for ``size`` (an int or a ``SymInt``; a pinned symbol is its constant)."""
+        size = fold_pinned(size)
         if size.__class__ is not SymInt:
             return ir.Constant(I64, int(size))
         expr = size.expr
@@ -46,6 +48,7 @@ class SizeValues:
 
     def vector(self, size, lanes: int) -> ir.Value:
         """``size`` in every lane of a ``<lanes x i64>``."""
+        size = fold_pinned(size)
         if size.__class__ is not SymInt:
             return ir.Constant(ir.VectorType(I64, lanes), [int(size)] * lanes)
         b = self.b
@@ -61,10 +64,11 @@ class SizeValues:
             term = None
             for atom in monomial:
                 v = self._atom(atom, pointer)
-                term = v if term is None else b.mul(term, v)
+                term = v if term is None else b.mul(term, v, flags=_NSW)
             if coeff != 1:
-                term = b.mul(term, ir.Constant(I64, int(coeff)))
-            out = term if isinstance(out, ir.Constant) and out.constant == 0 else b.add(out, term)
+                term = b.mul(term, ir.Constant(I64, int(coeff)), flags=_NSW)
+            zero = isinstance(out, ir.Constant) and out.constant == 0
+            out = term if zero else b.add(out, term, flags=_NSW)
         return out
 
     def _atom(self, atom, pointer) -> ir.Value:
