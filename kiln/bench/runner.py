@@ -21,6 +21,11 @@ How the numbers are made (so they are honest whatever they are):
   (parameters, optimizer state, caches, compiled code) and the peak one more step adds.
 - A workload that names its compulsory bytes also times a numpy copy of as many bytes in the
   same rounds, so its GB/s is read against the copy bandwidth of this machine, now.
+- A memory-bound workload is also compiled with ``dynamic=True`` and timed in the same rounds:
+  its steady step over the default compile's is the cost of kernels for every size.
+- A workload whose step is a whole program with changing shapes (``Workload.end_to_end``) is
+  read end to end: its eager step against the compiled program's cold first run. For every
+  workload the cold compile counts the graphs dynamo captured and its recompiles.
 - The first outputs are compared: kiln compiled against kiln eager, kiln eager against PyTorch.
 """
 
@@ -521,7 +526,7 @@ class _Runner:
             fn = instance.compiled(
                 lambda f: kiln.lib.compile(f, backend=kiln.backend, dynamic=True)
             )
-            fn(*instance.args)
+            fn(*instance.args)  # compiled here, where the cache folder is this workload's
         return _Column(kiln, instance, fn)
 
     def _write_dumps(self, workload: Workload, result: WorkloadResult) -> None:
