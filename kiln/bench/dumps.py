@@ -2,7 +2,8 @@
 
 ``observe_compiled_graphs`` keeps every graph the inductor compiles (forward and backward graphs
 alike: AOT autograd hands both to ``compile_fx.compile_graph``; on CUDA, eager ops are compiled
-there too, one op per graph) without changing what is compiled. ``dump_compiled`` compiles a
+there too, one op per graph; a graph with symbolic sizes, each kernel set its routes compile)
+without changing what is compiled. ``dump_compiled`` compiles a
 function with kiln's own ``KILN_DEBUG_DIR`` dumps on (dynamo graph, guards, bytecode, AOT graphs,
 each inductor graph's schedule, wrapper and kernels) and adds what they leave out: each graph's
 loop IR printed with its bodies, and ``explain()``'s report.
@@ -65,10 +66,14 @@ def observe_compiled_graphs() -> Iterator[list[ObservedGraph]]:
     seen: list[ObservedGraph] = []
     original = compile_fx.compile_graph
 
-    def compile_graph(gm, example_inputs, options=None):
-        graph = original(gm, example_inputs, options)
-        caller = sys._getframe(1).f_globals.get("__name__", "")
-        seen.append(ObservedGraph(gm, graph, eager_op=caller == _EAGER_DEVICE_MODULE))
+    def compile_graph(gm, example_inputs, *args, **kwargs):
+        graph = original(gm, example_inputs, *args, **kwargs)
+        # a graph with symbolic sizes comes back through this function from the inductor's
+        # own routes (kernels for every size, or per concrete size): keep each kernel set once
+        # and not the routes' wrappers
+        if hasattr(graph, "num_kernels") and not (seen and seen[-1].graph is graph):
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            seen.append(ObservedGraph(gm, graph, eager_op=caller == _EAGER_DEVICE_MODULE))
         return graph
 
     compile_fx.compile_graph = compile_graph

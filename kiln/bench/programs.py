@@ -102,12 +102,15 @@ def models_for(lib) -> SimpleNamespace:
             self.lm_head = nn.Linear(width, vocab, bias=False)
             self.wte.weight = self.lm_head.weight
 
-        def forward(self, idx, targets):
+        def forward(self, idx, targets=None):
+            """The logits, or with ``targets`` the cross-entropy loss (what training needs)."""
             positions = lib.arange(idx.shape[1], device=idx.device)
             x = self.wte(idx) + self.wpe(positions)
             for block in self.blocks:
                 x = block(x)
             logits = self.lm_head(self.ln_f(x))
+            if targets is None:
+                return logits
             return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
     class LSTMLanguageModel(nn.Module):

@@ -2,8 +2,9 @@
 
 Warnings first (a loaded machine), then one row per workload in each table: step time with its
 spread, speedups and kiln/PyTorch ratios; compile times (cold, warm, kiln's cold compile by
-stage, graphs and kernels); resident memory per column; GB/s of memory-bound workloads against
-a numpy copy. A column that could not run shows why (``not installed``, ``failed: ...``); long
+stage, captures, recompiles, graphs and kernels); resident memory per column; GB/s of
+memory-bound workloads against a numpy copy (and the steady-state cost of ``dynamic=True``);
+programs whose shapes change, end to end (compile included) against eager. A column that could not run shows why (``not installed``, ``failed: ...``); long
 reasons become numbered notes under the tables. The JSON holds every sample, so other tools can
 recompute anything.
 """
@@ -83,6 +84,10 @@ def _memory(column: ColumnResult) -> str:
     return f"{_megabytes(column.held_bytes)} + {_megabytes(column.step_peak_bytes)}"
 
 
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
 def _gbps(value: float | None) -> str:
     return "-" if value is None else f"{value / 1e9:.1f}"
 
@@ -136,8 +141,24 @@ def _layouts(notes: _Notes) -> dict[str, list]:
             ("kiln cold compile by stage", "run", stage("run")),
             ("torch.compile", "cold", compiled("torch_compiled", "cold")),
             ("torch.compile", "warm", compiled("torch_compiled", "warm")),
-            ("", "graphs", lambda w: "-" if w.graphs is None else str(w.graphs)),
-            ("", "kernels", lambda w: "-" if w.kernels is None else str(w.kernels)),
+            ("", "captures", lambda w: _count(w.captures)),
+            ("", "recompiles", lambda w: _count(w.recompiles)),
+            ("", "graphs", lambda w: _count(w.graphs)),
+            ("", "kernels", lambda w: _count(w.kernels)),
+        ],
+        "end_to_end": [
+            ("", "workload", name),
+            ("kiln", "eager run", step("kiln_eager")),
+            ("kiln compiled", "first run", compiled("kiln_compiled", "cold")),
+            ("kiln compiled", "warm cache", compiled("kiln_compiled", "warm")),
+            ("kiln compiled", "later runs", step("kiln_compiled")),
+            ("kiln", "end to end", lambda w: _ratio(w.end_to_end_speedup)),
+            ("kiln", "captures", lambda w: _count(w.captures)),
+            ("kiln", "recompiles", lambda w: _count(w.recompiles)),
+            ("kiln", "graphs", lambda w: _count(w.graphs)),
+            ("PyTorch", "eager run", step("torch_eager")),
+            ("PyTorch", "first run", compiled("torch_compiled", "cold")),
+            ("PyTorch", "end to end", lambda w: _ratio(w.torch_end_to_end_speedup)),
         ],
         "memory": [
             ("", "workload", lambda w: w.name),
@@ -156,6 +177,7 @@ def _layouts(notes: _Notes) -> dict[str, list]:
             ("PyTorch", "eager", bandwidth("torch_eager")),
             ("PyTorch", "compiled", bandwidth("torch_compiled")),
             ("PyTorch", "of copy", lambda w: _of_copy(w, "torch_compiled")),
+            ("kiln", "dynamic/static", lambda w: _ratio(w.dynamic_vs_static)),
         ],
     }
 
@@ -173,6 +195,8 @@ def _rows(kind: str, suite: SuiteResult) -> list[WorkloadResult]:
         ]  # fmt: skip
     if kind == "compile":
         return [w for w in suite.workloads if w.columns["kiln_compiled"].ok]
+    if kind == "end_to_end":
+        return [w for w in suite.workloads if w.end_to_end]
     return suite.workloads
 
 
@@ -181,6 +205,10 @@ TABLE_TITLES = {
     "compile": "Compile time (first call of a fresh compile; kiln's cold compile by stage)",
     "memory": "Resident memory, MB: held after warm-up + peak one more step adds",
     "bandwidth": "Memory-bound workloads: GB/s of compulsory bytes, against a numpy copy",
+    "end_to_end": (
+        "Shapes that change between calls, end to end (one step = the whole program; first run "
+        "= every capture and compile included)"
+    ),
 }
 
 
@@ -297,8 +325,9 @@ def format_report(suite: SuiteResult, markdown: bool = False) -> str:
         "guards, aot = AOT autograd (functionalize, joint graph, partition), inductor = "
         "lowering, scheduling and kernel source, codegen = LLVM optimization and machine code, "
         "run = the rest (the step itself, glue). "
-        f"One-time start-up, not in the table: {_startup(suite)}. kernels: kiln kernels "
-        "generated (all graphs, forward and backward). First outputs are compared (compiled vs "
+        f"One-time start-up, not in the table: {_startup(suite)}. captures: graphs dynamo "
+        "captured, recompiles: captures after a guard failed, graphs: graphs the inductor "
+        "compiled, kernels: kiln kernels generated (all graphs, forward and backward). First outputs are compared (compiled vs "
         f"eager, kiln vs PyTorch; tolerance {CHECK_TOLERANCE:g} relative)."
     )
     lines.append(
@@ -307,8 +336,20 @@ def format_report(suite: SuiteResult, markdown: bool = False) -> str:
         "pools, compiled code; garbage collected and the heap trimmed first), peak = the most "
         "one more step adds on top. GB/s: the workload's compulsory bytes (inputs read once, "
         "outputs written once) over its median step; numpy copy = np.copyto of as many bytes, "
-        "timed in the same rounds."
+        "timed in the same rounds. dynamic/static: kiln's median step compiled with "
+        "dynamic=True (symbolic sizes, kernels for every size) over its default compile's "
+        "(sizes of the first call), timed in the same rounds (above 1: symbolic kernels are "
+        "slower)."
     )
+    if any(w.end_to_end for w in suite.workloads):
+        lines.append(
+            "end to end: one step runs the whole program, whose shapes change from call to call; "
+            "eager run = its median eager step; first run = the compiled program's first run "
+            "with an empty on-disk cache, every capture and compile included (warm cache: "
+            "compiled again, cache populated; later runs: median step once compiled); end to "
+            "end = eager run / first run (above 1: compiling pays for itself in one run); "
+            "captures, recompiles and graphs: as in the compile table, for the first run."
+        )
     if notes:
         lines.append("")
         lines += [f"[{i + 1}] {text}" for i, text in enumerate(notes)]
@@ -347,6 +388,9 @@ def to_json(suite: SuiteResult) -> dict:
             kiln_vs_torch_compiled=w.compiled_vs_torch,
             bandwidth={key: w.bandwidth(key) for key in w.columns},
             copy_bandwidth=w.copy_bandwidth,
+            end_to_end_speedup=w.end_to_end_speedup,
+            torch_end_to_end_speedup=w.torch_end_to_end_speedup,
+            dynamic_vs_static=w.dynamic_vs_static,
         )
     return _finite(data)
 

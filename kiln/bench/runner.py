@@ -21,6 +21,11 @@ How the numbers are made (so they are honest whatever they are):
   (parameters, optimizer state, caches, compiled code) and the peak one more step adds.
 - A workload that names its compulsory bytes also times a numpy copy of as many bytes in the
   same rounds, so its GB/s is read against the copy bandwidth of this machine, now.
+- A memory-bound workload is also compiled with ``dynamic=True`` and timed in the same rounds:
+  its steady step over the default compile's is the cost of kernels for every size.
+- A workload whose step is a whole program with changing shapes (``Workload.end_to_end``) is
+  read end to end: its eager step against the compiled program's cold first run. For every
+  workload the cold compile counts the graphs dynamo captured and its recompiles.
 - The first outputs are compared: kiln compiled against kiln eager, kiln eager against PyTorch.
 """
 
@@ -68,6 +73,9 @@ __all__ = [
 COLUMNS = ("kiln_eager", "kiln_compiled", "torch_eager", "torch_compiled")
 # the numpy copy a memory-bound workload's bandwidth is read against (timed in the same rounds)
 COPY_REFERENCE = "numpy_copy"
+# kiln compiled with ``dynamic=True`` (symbolic sizes from the first call), timed beside the
+# default compile of a memory-bound workload: what kernels for every size cost in steady state
+DYNAMIC_REFERENCE = "kiln_dynamic"
 # relative difference (max |a - b| / max |b|) above which the first outputs disagree
 CHECK_TOLERANCE = 1e-3
 # other processes keeping this many cores busy while a workload is timed earn a warning
@@ -127,12 +135,16 @@ class WorkloadResult:
     columns: dict[str, ColumnResult]
     kernels: int | None = None  # kiln kernels generated (cold compile)
     graphs: int | None = None  # graphs the inductor compiled, forward and backward (cold compile)
+    captures: int | None = None  # graphs dynamo captured (cold compile)
+    recompiles: int | None = None  # captures after a guard failed (cold compile)
+    end_to_end: bool = False  # a step is a whole program whose shapes change (see Workload)
     check: dict[str, float] = field(default_factory=dict)  # comparison -> relative difference
     notes: list[str] = field(default_factory=list)
     debug_dir: str | None = None
     debug_files: int = 0
     moved_bytes: int | None = None  # compulsory bytes of one step (memory-bound workloads)
     copy_seconds: float | None = None  # median time of a numpy copy of ``moved_bytes``
+    dynamic_seconds: float | None = None  # median step of kiln compiled with dynamic=True
     load_average: float | None = None  # 1-minute load average once the workload was timed
     others_busy_cores: float | None = None  # cores other processes used while it was timed
 
@@ -166,6 +178,30 @@ class WorkloadResult:
         if self.moved_bytes is None or column is None or not column.ok:
             return None
         return self.moved_bytes / column.step_seconds
+
+    @property
+    def end_to_end_speedup(self) -> float | None:
+        """kiln eager run / kiln compiled first run, compile included (above 1: compiling pays
+        for itself within one run of the program)."""
+        return self._first_run_speedup("kiln_eager", "kiln_compiled")
+
+    @property
+    def torch_end_to_end_speedup(self) -> float | None:
+        return self._first_run_speedup("torch_eager", "torch_compiled")
+
+    def _first_run_speedup(self, eager: str, compiled: str) -> float | None:
+        a, b = self.columns.get(eager), self.columns.get(compiled)
+        if a is None or b is None or not (a.ok and b.ok) or not b.cold_compile_seconds:
+            return None
+        return a.step_seconds / b.cold_compile_seconds
+
+    @property
+    def dynamic_vs_static(self) -> float | None:
+        """Steady step with ``dynamic=True`` / with the default compile (static sizes)."""
+        static = self.columns.get("kiln_compiled")
+        if self.dynamic_seconds is None or static is None or not static.ok:
+            return None
+        return self.dynamic_seconds / static.step_seconds
 
     @property
     def copy_bandwidth(self) -> float | None:
@@ -450,6 +486,7 @@ class _Runner:
             kiln.reset()
             instance = self._build(workload, kiln)
             mark = len(kiln.observed)
+            captured = _capture_counts()
             self.progress(f"{workload.name}: kiln compile (cold cache)")
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -465,6 +502,9 @@ class _Runner:
             column.compile_stages = dict(stages)
             result.kernels = count_kernels(kiln.observed[mark:])
             result.graphs = sum(not o.eager_op for o in kiln.observed[mark:])
+            result.captures, result.recompiles = (
+                b - a for a, b in zip(captured, _capture_counts())
+            )
             cold_output = _first_output(out)
             if self.settings.debug_dir:
                 self.progress(f"{workload.name}: writing IR dumps")
@@ -477,6 +517,17 @@ class _Runner:
         timed = _Column(kiln, instance, fn)
         timed.first_output = cold_output
         return timed
+
+    def _compile_dynamic(self, workload: Workload) -> _Column:
+        """The step compiled with ``dynamic=True`` (warm cache, untimed compile)."""
+        kiln = self.kiln
+        with kiln.cache_dir(os.path.join(self.cache_root, "kiln", workload.name)):
+            instance = self._build(workload, kiln)
+            fn = instance.compiled(
+                lambda f: kiln.lib.compile(f, backend=kiln.backend, dynamic=True)
+            )
+            fn(*instance.args)  # compiled here, where the cache folder is this workload's
+        return _Column(kiln, instance, fn)
 
     def _write_dumps(self, workload: Workload, result: WorkloadResult) -> None:
         """Compile a fresh instance once more (warm cache, untimed) with the dumps on, so the
@@ -547,8 +598,9 @@ class _Runner:
 
     def measure(self, workload: Workload) -> WorkloadResult:
         result = WorkloadResult(
-            workload.name, workload.summary, {k: ColumnResult() for k in COLUMNS}
-        )
+            workload.name, workload.summary, {k: ColumnResult() for k in COLUMNS},
+            end_to_end=workload.end_to_end,
+        )  # fmt: skip
         columns: dict[str, _Column] = {}
         for key, make in self._makers(workload, result).items():
             held_before = resident_bytes() if self.memory else None
@@ -566,6 +618,14 @@ class _Runner:
             copy = _copy_column(result.moved_bytes)
             if self._warm_up(workload, COPY_REFERENCE, copy, result):
                 columns[COPY_REFERENCE] = copy
+            if "kiln_compiled" in columns:
+                try:
+                    dynamic = self._compile_dynamic(workload)
+                except Exception as error:
+                    result.notes.append(f"{DYNAMIC_REFERENCE} failed: {_short(error)}")
+                else:
+                    if self._warm_up(workload, DYNAMIC_REFERENCE, dynamic, result):
+                        columns[DYNAMIC_REFERENCE] = dynamic
         self._check(columns, result)
         start = cpu_snapshot()
         self._sample(workload, columns, result)
@@ -596,7 +656,11 @@ class _Runner:
         return True
 
     def _check(self, columns: dict, result: WorkloadResult) -> None:
-        pairs = [("kiln_compiled", "kiln_eager"), ("kiln_eager", "torch_eager")]
+        pairs = [
+            ("kiln_compiled", "kiln_eager"),
+            ("kiln_eager", "torch_eager"),
+            (DYNAMIC_REFERENCE, "kiln_eager"),
+        ]
         for a, b in pairs:
             if a in columns and b in columns:
                 diff = _relative_difference(columns[a].first_output, columns[b].first_output)
@@ -641,6 +705,9 @@ class _Runner:
             if key == COPY_REFERENCE:
                 result.copy_seconds = median
                 continue
+            if key == DYNAMIC_REFERENCE:
+                result.dynamic_seconds = median
+                continue
             record = result.columns[key]
             record.samples = samples[key]
             record.calls_per_sample = column.calls
@@ -654,7 +721,7 @@ class _Runner:
     def _step_peaks(self, workload: Workload, columns: dict, result: WorkloadResult) -> None:
         """One more step per column, under the resident-memory high-water mark."""
         for key, column in columns.items():
-            if key == COPY_REFERENCE:
+            if key in (COPY_REFERENCE, DYNAMIC_REFERENCE):
                 continue
             self.progress(f"{workload.name}: peak memory of {key}")
             peak = StepPeak()
@@ -667,6 +734,13 @@ class _Runner:
 
 def _warm_up(x):
     return (x * 2.0 + 1.0).relu()
+
+
+def _capture_counts() -> tuple[int, int]:
+    """Graphs dynamo captured and recompiles so far in this process."""
+    from ..dynamo.counters import counters
+
+    return counters["stats"]["unique_graphs"], counters["recompiles"]["total"]
 
 
 def _eager_training_step(lib, device: str) -> None:

@@ -65,6 +65,9 @@ class Workload:
     moved_bytes: Callable[[bool], int] | None = None
     in_quick: bool = True  # part of the ``--quick`` suite
     opt_in: bool = False  # run only when named (too slow or too large for the default suite)
+    # a step is a whole program whose shapes change from call to call: its compiled first run
+    # (every capture and compile included) is reported against an eager run, end to end
+    end_to_end: bool = False
 
 
 def seeded_rng(name: str) -> np.random.Generator:

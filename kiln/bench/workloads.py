@@ -2,15 +2,24 @@
 
 Kernels (pointwise, softmax, layer_norm, a copy: memory-bound, so the bench prints their GB/s),
 small models (an MLP, a GPT-2 block; forward and training step, also with a batch size that
-changes every step), the per-call overhead, and the programs of ``programs.py``. ``quick`` picks
-small shapes; ``QUICK_SUITE`` is what ``--quick`` runs, ``DEFAULT_SUITE`` the full run, and
-opt-in workloads (GPT-2 small) run only when named.
+changes every step), the per-call overhead, the programs of ``programs.py``, and those of
+``dynamic_programs.py`` whose shapes change from call to call (measured end to end). ``quick``
+picks small shapes; ``QUICK_SUITE`` is what ``--quick`` runs, ``DEFAULT_SUITE`` the full run,
+and opt-in workloads (GPT-2 small) run only when named.
 """
 
 from __future__ import annotations
 
 import functools
 
+from .dynamic_programs import (
+    build_gpt_lengths,
+    build_greedy_generation,
+    build_mlp_ragged_epochs,
+    describe_gpt_lengths,
+    describe_greedy_generation,
+    describe_mlp_ragged_epochs,
+)
 from .programs import (
     DCGAN_SIZES,
     GPT2_SMALL_SIZES,
@@ -319,6 +328,20 @@ WORKLOADS: dict[str, Workload] = {
             in_quick=False,  # its convolutions compile as extern calls in seconds: full run only
         ),
         Workload("dcgan_train_step", _describe_dcgan(), build_dcgan, trains=True, in_quick=False),
+        Workload("gpt_forward_lengths", describe_gpt_lengths(), build_gpt_lengths, end_to_end=True),
+        Workload(
+            "mlp_ragged_epochs",
+            describe_mlp_ragged_epochs(),
+            build_mlp_ragged_epochs,
+            trains=True,
+            end_to_end=True,
+        ),
+        Workload(
+            "greedy_generation",
+            describe_greedy_generation(),
+            build_greedy_generation,
+            end_to_end=True,
+        ),
         Workload(
             "gpt2_small_train_step",
             _describe_gpt_program("GPT-2 small (nanoGPT)", GPT2_SMALL_SIZES[False]),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys as _sys
 
 from ..runtime.logs import set_logs
-from . import config, testing  # noqa: F401 - testing: ``torch._dynamo.testing.CompileCounter``
+from . import config, counters, testing  # noqa: F401 - testing: torch._dynamo.testing's
 from .backends import register_backend
 from .decorators import (
     allow_in_graph,

@@ -33,6 +33,7 @@ from . import config
 from .backends import lookup
 from .bytecode_analysis import clear_cache as _clear_frame_code
 from .convert_frame import CaptureResult, EagerFrame, convert_frame
+from .counters import counters
 from .ddp_graph_split import split_for_ddp
 from .exc import GraphBreakError, InvalidBackend
 from .guards import signature_source
@@ -212,6 +213,8 @@ class CompileContext:
         return compiled
 
     def record_graph(self, gm, op_count: int, name: str) -> None:
+        counters["stats"]["unique_graphs"] += 1
+        counters["stats"]["calls_captured"] += op_count
         for listener in self.listeners:
             listener.on_graph(gm, op_count, name)
 
@@ -346,6 +349,9 @@ class FrameCache:
             guard = result.guards.compile(params, defaults, self.name)
         klog.log("guards", f"guards of {self.name} entry {len(self.entries)}:\n{guard.src}")
         klog.dump(f"{self.name}_guards", "py", guard.src)
+        counters["frames"]["ok"] += 1
+        if self.entries:
+            counters["recompiles"]["total"] += 1
         self.guards.append(guard)
         self.entries.append((guard.fn, run))
         for listener in self.ctx.listeners:

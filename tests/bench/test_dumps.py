@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
+
 import kiln
 import kiln.nn.functional as F
 from kiln.bench.dumps import count_kernels, dump_compiled, loop_ir, observe_compiled_graphs
+from kiln.dynamo.testing import CompileCounter
 from kiln.inductor import compile_fx
 
 
@@ -21,6 +26,23 @@ def test_observing_sees_forward_and_backward_graphs_and_restores_compile_graph()
     assert compile_fx.compile_graph is original
     assert len(observed) == 2 and not any(o.eager_op for o in observed)
     assert count_kernels(observed) == sum(o.graph.num_kernels for o in observed) >= 2
+
+
+def test_observing_leaves_graphs_with_symbolic_sizes_compiled_and_counts_each_kernel_set_once():
+    """The inductor's symbolic route calls ``compile_graph`` again with more arguments: observing
+    must neither break it (the graph would run eagerly, with a warning) nor count it twice."""
+    counter = CompileCounter("inductor")
+    compiled = kiln.compile(lambda x: (x.sigmoid() * 2).sum(0), backend=counter, dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with observe_compiled_graphs() as observed, kiln.no_grad():
+            for n in (3, 5, 9):
+                x = kiln.randn(n, 4)
+                np.testing.assert_allclose(
+                    compiled(x).numpy(), (x.sigmoid() * 2).sum(0).numpy(), rtol=1e-6
+                )
+    assert counter.frame_count == 1
+    assert len(observed) == 1 and observed[0].graph.num_kernels >= 1
 
 
 def test_loop_ir_shows_each_buffer_with_its_loops_and_body():

@@ -170,3 +170,54 @@ def test_plot_writes_a_png_when_matplotlib_is_installed(tmp_path):
 
     path = plot_speedups(_suite(), str(tmp_path / "speedups.png"))
     assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def _column(step: float, cold: float | None = None, warm: float | None = None) -> ColumnResult:
+    return ColumnResult(step_seconds=step, samples=[step], calls_per_sample=1,
+                        quartiles=(step, step), extremes=(step, step),
+                        cold_compile_seconds=cold, warm_compile_seconds=warm)  # fmt: skip
+
+
+def _with_a_program() -> SuiteResult:
+    """The suite plus a workload whose step is a whole program with changing shapes."""
+    suite = _suite()
+    columns = {
+        "kiln_eager": _column(2.0),
+        "kiln_compiled": _column(0.5, 4.0, 1.0),
+        "torch_eager": _column(8.0),
+        "torch_compiled": _column(0.4, 20.0, 5.0),
+    }
+    program = WorkloadResult(
+        "gpt_forward_lengths", "200 calls", columns, graphs=4, captures=3, recompiles=2,
+        end_to_end=True,
+    )  # fmt: skip
+    suite.workloads.append(program)
+    suite.workloads[0].dynamic_seconds = 0.003
+    return suite
+
+
+def test_end_to_end_table_sets_the_eager_run_against_the_compiled_first_run():
+    table = _tables(_with_a_program())["Shapes"]
+    program = _row(table, "gpt_forward_lengths")
+    # eager run, first run (cold), warm cache, later runs, eager / first run, captures,
+    # recompiles, inductor graphs; PyTorch eager run, first run, eager / first run
+    expected = ["2.00 s ±0%", "4.00 s", "1.00 s", "500.00 ms ±0%", "0.50x", "3", "2", "4"]
+    expected += ["8.00 s ±0%", "20.00 s", "0.40x"]
+    assert program.split()[1:] == [part for text in expected for part in text.split()]
+    assert "pointwise_chain" not in table  # only programs whose shapes change have a row
+    assert "Shapes" not in _tables()  # and without them there is no such table
+
+
+def test_compile_table_counts_captures_and_recompiles():
+    program = _row(_tables(_with_a_program())["Compile"], "gpt_forward_lengths")
+    assert program.split()[-4:-1] == ["3", "2", "4"]  # captures, recompiles, graphs (kernels -)
+
+
+def test_bandwidth_table_sets_dynamic_true_against_the_default_compile():
+    suite = _with_a_program()
+    chain = _row(_tables(suite)["Memory-bound"], "pointwise_chain")
+    assert chain.endswith("1.50x")  # 3 ms with dynamic=True over 2 ms
+    data = report.to_json(suite)
+    assert data["workloads"][0]["dynamic_vs_static"] == pytest.approx(1.5)
+    assert data["workloads"][2]["end_to_end_speedup"] == pytest.approx(0.5)
+    assert data["workloads"][2]["torch_end_to_end_speedup"] == pytest.approx(0.4)

@@ -177,6 +177,10 @@ def test_a_suite_of_a_fake_workload_fills_every_column_it_can(monkeypatch, tmp_p
     assert set(compiled.compile_stages) == {"dynamo", "aot", "inductor", "codegen"}
     assert result.check["kiln_compiled vs kiln_eager"] == 0.0
     assert result.moved_bytes == 512 and result.copy_seconds > 0
+    # batches of 64 and 96: a capture for each, the second one after a guard failed
+    assert result.captures == 2 and result.recompiles == 1
+    assert result.dynamic_seconds > 0 and result.check["kiln_dynamic vs kiln_eager"] == 0.0
+    assert "kiln_dynamic" not in result.columns
     assert result.load_average is not None
     if machine.StepPeak.available():
         assert eager.held_bytes is not None and compiled.step_peak_bytes is not None

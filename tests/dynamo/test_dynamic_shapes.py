@@ -318,11 +318,12 @@ def test_data_dependent_sizes_stay_in_one_graph_and_match_eager(fn, make, differ
 
 
 @needs_torch
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize(
     "fn, make, differentiable", _DATA_DEPENDENT[:5], ids=lambda v: getattr(v, "__name__", "")
 )
-def test_data_dependent_sizes_match_torch(fn, make, differentiable):
-    compiled = kiln.compile(fn, backend="aot_eager")
+def test_data_dependent_sizes_match_torch(fn, make, differentiable, backend):
+    compiled = kiln.compile(fn, backend=backend)
     args = make(np.random.default_rng(5))
     ours = [_to(kiln, a, differentiable) for a in args]
     theirs = [_to(torch, a, differentiable) for a in args]
@@ -532,3 +533,27 @@ def test_logs_say_which_dim_became_dynamic_and_print_symbolic_guards(capsys):
     assert "x dim 1 is dynamic now: its size changed from 5 to 7" in err
     assert "___sym_s0 = " in err and "x.size(1)" in err
     assert "f32[3, s0]" in err
+
+
+def test_dumped_graphs_guards_and_kernels_show_the_size_symbols(tmp_path, monkeypatch):
+    """``KILN_DEBUG_DIR`` with the default backend: the dynamic capture's dynamo graph, its AOT
+    graph, its guards and the inductor's wrapper name the sizes ``s0``/``s1``, not numbers."""
+    monkeypatch.setenv("KILN_DEBUG_DIR", str(tmp_path))
+
+    def f(x, y):
+        return (x * 2).sum(1) + y.shape[0]
+
+    compiled = kiln.compile(f)
+    for n in (5, 7):
+        x, y = kiln.randn(3, n), kiln.randn(n - 1)
+        _close(compiled(x, y), f(x, y))
+    files = {p.name: p.read_text() for p in sorted(tmp_path.iterdir()) if p.is_file()}
+    graph = [text for name, text in files.items() if re.search(r"f_\d+_graph\.py$", name)][-1]
+    assert "f32[3, s0]" in graph and "f32[s1]" in graph and "y.size(0)  # s1" in graph
+    aot = [text for name, text in files.items() if "_aot_" in name][-1]
+    assert "f32[3, s0]" in aot and "f32[s1]" in aot
+    guards = [text for name, text in files.items() if name.endswith("_guards.py")][-1]
+    assert "___sym_s0 = " in guards and "___sym_s1 = " in guards and "(3, 5)" not in guards
+    wrappers = sorted((tmp_path / "inductor").glob("*/output_code.py"))
+    assert len(wrappers) == 2 and re.search(r"\bs0\b", wrappers[-1].read_text())
+    assert not re.search(r"\bs0\b", wrappers[0].read_text())  # the first capture is static
