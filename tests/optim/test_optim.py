@@ -288,28 +288,6 @@ def test_updates_are_in_place_on_the_parameter_storage():
 
 
 @needs_torch
-@pytest.mark.parametrize("name,amsgrad", [("Adam", False), ("AdamW", True)])
-def test_capturable_adam_never_reads_values_and_tracks_torch(name, amsgrad, monkeypatch):
-    data = _initial(4)
-    _, _, t_hist = _train(torch, name, {"lr": 0.01, "amsgrad": amsgrad}, data)
-
-    def no_item(self):
-        raise AssertionError("capturable step read a tensor value on the host")
-
-    params = _params(kiln, data)
-    opt = getattr(kiln.optim, name)(params, lr=0.01, amsgrad=amsgrad, capturable=True)
-    for step in range(STEPS):
-        opt.zero_grad()
-        _loss(kiln, params, data, step).backward()
-        with monkeypatch.context() as patch:
-            patch.setattr(kiln.Tensor, "item", no_item)
-            opt.step()
-    # bias corrections in float32 instead of float64: agreement to float32 rounding of them
-    for k, t in zip(params, t_hist[-1]):
-        np.testing.assert_allclose(k.detach().numpy(), t, rtol=1e-4, atol=1e-5)
-
-
-@needs_torch
 def test_repr_matches_torch():
     for lib in (kiln, torch):
         a, b = lib.zeros(1, requires_grad=True), lib.zeros(1, requires_grad=True)

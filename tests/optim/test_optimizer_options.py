@@ -359,13 +359,19 @@ def test_foreach_and_fused_are_accepted_and_change_nothing(name, option):
 
 
 @needs_torch
-@pytest.mark.parametrize("name", ["Adamax", "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop", "Adam"])
-def test_capturable_step_never_reads_tensor_values(name, monkeypatch):
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        *[(name, {}) for name in ("Adamax", "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop", "Adam")],
+        ("AdamW", {"amsgrad": True}),
+    ],
+)
+def test_capturable_step_never_reads_tensor_values(name, options, monkeypatch):
     """Bias corrections and step-size schedules stay tensors (float32 step counts, as in
     PyTorch's capturable path), so the result agrees with the float64 reference to float32
     rounding of those scalars."""
     data = _initial(9)
-    kwargs = {"lr": 0.01}
+    kwargs = {"lr": 0.01, **options}
     _, _, expected = _train(torch, name, kwargs, data)
     params = _params(kiln, data)
     opt = getattr(kiln.optim, name)(params, capturable=True, **kwargs)
