@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import kiln
+from tests.optim.helpers import assert_same_trajectory, run_steps
 from tests.oracle import assert_close, error_of, needs_torch, torch
 
 STEPS = 8
@@ -61,12 +62,7 @@ def _train(lib, name, kwargs, data, steps=STEPS, groups=None):
     params = _params(lib, data)
     arg = params if groups is None else groups(params)
     opt = getattr(lib.optim, name)(arg, **kwargs)
-    history = []
-    for step in range(steps):
-        opt.zero_grad()
-        _loss(lib, params, data, step).backward()
-        opt.step()
-        history.append([p.detach().numpy().copy() for p in params])
+    history = run_steps(opt, params, lambda step: _loss(lib, params, data, step), range(steps))
     return opt, params, history
 
 
@@ -78,9 +74,7 @@ def test_trajectory_matches_torch(name, kwargs):
     data = _initial()
     t_opt, _, t_hist = _train(torch, name, kwargs, data)
     k_opt, _, k_hist = _train(kiln, name, kwargs, data)
-    for step, (k_vals, t_vals) in enumerate(zip(k_hist, t_hist)):
-        for k, t in zip(k_vals, t_vals):
-            np.testing.assert_allclose(k, t, rtol=2e-5, atol=2e-6, err_msg=f"step {step}")
+    assert_same_trajectory(k_hist, t_hist, rtol=2e-5, atol=2e-6)
     _assert_state_dicts_match(k_opt.state_dict(), t_opt.state_dict())
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import kiln
-from tests.optim.helpers import state_to
+from tests.optim.helpers import assert_same_trajectory, run_steps, state_to
 from tests.oracle import needs_torch, torch
 
 STEPS = 20
@@ -85,13 +85,7 @@ def _loss(lib, params, data: dict, step: int):
 
 
 def _run(lib, opt, params, data, steps: range) -> list:
-    history = []
-    for step in steps:
-        opt.zero_grad()
-        _loss(lib, params, data, step).backward()
-        opt.step()
-        history.append([p.detach().numpy().copy() for p in params])
-    return history
+    return run_steps(opt, params, lambda step: _loss(lib, params, data, step), steps)
 
 
 def _train(lib, name, kwargs, data, steps=STEPS, dtype="float64"):
@@ -127,9 +121,7 @@ def test_float64_trajectory_and_state_match_torch(config):
     data = _initial()
     t_opt, _, t_hist = _train(torch, name, kwargs, data)
     k_opt, _, k_hist = _train(kiln, name, kwargs, data)
-    for step, (k_values, t_values) in enumerate(zip(k_hist, t_hist)):
-        for k, t in zip(k_values, t_values):
-            np.testing.assert_allclose(k, t, rtol=1e-10, atol=1e-12, err_msg=f"step {step}")
+    assert_same_trajectory(k_hist, t_hist, rtol=1e-10, atol=1e-12)
     _assert_same_state(k_opt.state_dict(), t_opt.state_dict(), rtol=1e-9, atol=1e-12)
 
 
