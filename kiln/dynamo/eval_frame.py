@@ -77,8 +77,9 @@ class CompileContext:
     creates; listeners (``explain``) hear about every graph and graph break."""
 
     def __init__(
-        self, backend, fullgraph=False, dynamic=None, options=None, mode=None, export=False
-    ):
+        self, backend, fullgraph=False, dynamic=None, options=None, mode=None, export=False,
+        declared_dims=None,
+    ):  # fmt: skip
         self.backend = backend
         try:
             self.compiler_fn = lookup(backend)
@@ -99,6 +100,9 @@ class CompileContext:
         # capturing for ``kiln.export``: ``kiln.cond`` becomes one conditional node (its branches
         # graphs of their own) instead of both branches merged by ``where``
         self.export = export
+        # dims ``kiln.export``'s ``dynamic_shapes`` declares: ``{id(tensor): {dim: (min, max,
+        # what)}}`` (``ShapePolicy`` makes them symbolic; ``what`` names the ``Dim``)
+        self.declared_dims = declared_dims or {}
         self.listeners: list = []
         # Held weakly: a frame cache lives as long as its wrapper (and so its compiled graphs
         # and their machine code); a process compiling a fresh closure every step must not keep
@@ -306,8 +310,9 @@ class FrameCache:
                 return None
             klog.log("recompiles", f"recompiling {self.name}: guard failed: {why}")
         policy = ShapePolicy(
-            self.ctx.dynamic, self.automatic_dims, self.seen_shapes, self.name, self.static_ints
-        )
+            self.ctx.dynamic, self.automatic_dims, self.seen_shapes, self.name, self.static_ints,
+            self.ctx.declared_dims,
+        )  # fmt: skip
         policy.seen_strides = self.seen_strides
         try:
             with klog.compile_stage("dynamo"):

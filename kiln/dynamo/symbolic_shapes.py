@@ -2,9 +2,10 @@
 
 ``ShapePolicy`` decides, per tensor input, which dims are symbolic in one capture (PyTorch's
 rules): every dim under ``dynamic=True`` (parameters excepted), dims marked with
-``mark_dynamic``/``maybe_mark_dynamic``, and, by default (*automatic dynamic*), a dim whose size
-changed since the frame's last capture; ``mark_static`` and ``dynamic=False`` keep dims fixed;
-sizes 0 and 1 are never made symbolic. Equal sizes share one symbol (*duck sizing*, checked by
+``mark_dynamic``/``maybe_mark_dynamic``, the dims ``kiln.export``'s ``dynamic_shapes`` declares
+(one ``Dim`` each: two different ones never share a symbol), and, by default (*automatic
+dynamic*), a dim whose size changed since the frame's last capture; ``mark_static`` and
+``dynamic=False`` keep dims fixed; sizes 0 and 1 are never made symbolic. Equal sizes share one symbol (*duck sizing*, checked by
 the guards); with a history, only sizes that were also equal last time share it, so a
 coincidence (batch 8, sequence 8) does not tie two dims together.
 
@@ -44,7 +45,7 @@ class ShapePolicy:
 
     def __init__(
         self, dynamic: bool | None, automatic: dict, seen: dict, frame: str = "",
-        static_ints: set = frozenset(),
+        static_ints: set = frozenset(), declared: dict | None = None,
     ):  # fmt: skip
         self.dynamic = dynamic
         self.automatic = automatic
@@ -52,6 +53,8 @@ class ShapePolicy:
         self.frame = frame
         self.static_ints = static_ints  # int sources whose symbol a graph had to specialize
         self.seen_strides: dict = {}  # source name -> strides last captured (set by the cache)
+        # ``{id(tensor): {dim: (min, max, what)}}``: dims an export declared dynamic (a ``Dim``)
+        self.declared = declared or {}
 
     def dims_for(self, name: str, t: Tensor, module_state: bool = False) -> dict[int, Any]:
         """``{dim: user range or None}`` of ``t``'s symbolic dims (read from source ``name``;
@@ -81,6 +84,7 @@ class ShapePolicy:
                         f"{previous[d]} to {shape[d]}",
                     )
         dims.update(dynamic_marks(t))
+        dims.update(self.declared.get(id(t), {}))
         for d in static_dims(t):
             dims.pop(d, None)
         return {d: r for d, r in dims.items() if shape[d] >= 2 or r is not None}

@@ -5,8 +5,14 @@ The program is decomposed to the inductor's level (``cond`` nodes become both br
 and stored as: the kernels' object code for the chosen CPU (this host, or a named level such as
 ``x86-64-v3`` for a portable package), the wrapper plan (``kiln.inductor.package``: buffers,
 kernel calls, matmuls, eager fallbacks), the weights in safetensors layout, the program's
-signature and input constraints, and the decomposed graph as text for people to read. The
-manifest records the CPU features the objects need; ``load_package`` checks them first.
+signature and input constraints, and the decomposed graph as text. The manifest records the CPU
+features the objects need; ``load_package`` checks them first.
+
+A program with ``Dim`` sizes is compiled once with symbolic sizes inside ``ShapeEnv.kernel_scope``
+(the inductor's kernels for every size): the plan's layouts and row counts are expressions
+worked out per call. Those kernels assume each size symbol is at least 2; a call with a size of
+0 or 1 runs the stored graph text with the eager kernels. A program the inductor cannot compile
+for every size is refused here, naming why, rather than packaged for the example's sizes only.
 """
 
 from __future__ import annotations
@@ -15,13 +21,22 @@ import json
 import os
 from typing import IO
 
-from ..inductor.compile_fx import CompiledGraph, compile_graph, inductor_decompositions
+from ..inductor.compile_fx import (
+    CompiledGraph,
+    SymbolicUnsupportedError,
+    compile_graph,
+    inductor_decompositions,
+)
 from ..inductor.package import compile_object, target_record, wrapper_plan
+from ..inductor.symbolic_sizes import SizeBinding, graph_symbols
 from ..ir import GraphModule
 from ..ops.control_flow.cond import select_both_branches
 from ..ops.core.registry import OPS
+from ..runtime.symbolic import SizeDependentError, SymInt
+from ..runtime.tensor import Tensor
 from .archive import state_tensors
 from .container import write_container
+from .dims import check_program_guards
 from .graph_text import graph_to_text
 from .package_format import FORMAT, FORMAT_VERSION, encode
 from .program import ExportedProgram
@@ -39,15 +54,53 @@ def _compile(ep: ExportedProgram) -> tuple[GraphModule, CompiledGraph]:
     gm = ep.graph_module
     inputs = [(n.name, n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
     pure = trace_pure(gm, inputs, decompositions=table)
+    check_program_guards(ep, pure.graph)  # a decomposition deciding on a dynamic size
     lowered = GraphModule({}, pure.graph, class_name="PackagedGraph")
     examples = [n.meta.get("val") for n in pure.graph.nodes if n.op == "placeholder"]
-    compiled = compile_graph(lowered, examples, {"cpu_codegen": "llvm"})
+    options = {"cpu_codegen": "llvm"}
+    env = _shape_env(examples)
+    if env is None:
+        compiled = compile_graph(lowered, examples, options)
+    else:
+        compiled = _compile_every_size(ep, lowered, examples, options, env)
     if not isinstance(compiled, CompiledGraph):
         raise NotImplementedError(
             "aot_compile: the inductor runs this program with the eager ops (complex values?); "
             "a package holds compiled kernels only"
         )
     return lowered, compiled
+
+
+def _shape_env(examples):
+    for value in examples:
+        if isinstance(value, Tensor):
+            for size in (*value._shape, *value.stride()):
+                if size.__class__ is SymInt:
+                    return size.env
+    return None
+
+
+def _unserved(*args):
+    raise RuntimeError("internal error: a package's wrapper is built from its plan")
+
+
+def _compile_every_size(ep, lowered, examples, options, env) -> CompiledGraph:
+    """The graph's kernels for every size of its symbols, or a ``NotImplementedError`` naming
+    what needs a size's value (the package would otherwise serve the example's sizes only)."""
+    try:
+        binding = SizeBinding(examples, graph_symbols(examples))
+        with env.kernel_scope():
+            return compile_graph(lowered, examples, options, binding, _unserved)
+    except Exception as why:  # also an internal error of the symbolic route: no package then
+        known = isinstance(why, (SizeDependentError, SymbolicUnsupportedError))
+        reason = str(why) if known else f"{type(why).__name__}: {why}"
+        dims = ", ".join(f"{k} ({ep.dim_names.get(k, k)})" for k in ep.range_constraints)
+        raise NotImplementedError(
+            f"aot_compile: the inductor cannot compile kernels for every size of {dims} for "
+            f"this program ({reason}); a package for the example's sizes only would be wrong at "
+            "other sizes. Export without the Dims (static sizes) to package it, or run "
+            "ep.module() for dynamic sizes"
+        ) from why
 
 
 def aot_compile(

@@ -4,7 +4,9 @@ The file (``container.py``) holds three parts: ``graph.txt`` (the graph as versi
 ``graph_text.py``), ``weights.safetensors`` (parameters, buffers and constants by name) and
 ``program.json`` (signature, call layout, input constraints). Loading parses the text into nodes
 whose targets come from kiln's op registry, checks the graph against the ops' meta functions,
-and checks that every weight has the shape and dtype its graph input declares.
+and checks that every weight has the shape and dtype its graph input declares, and every user
+input the sizes (static or symbolic) its constraints record. Version 2 files carry symbolic
+sizes (graph text format 2) and the Dims' names; version 1 files still load.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from .weights_part import WeightsError, weights_from_bytes, weights_to_bytes
 __all__ = ["save", "load", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "kiln.exported_program"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _OTHER_KINDS = {"kiln.package": "it is a compiled package: use kiln.export.load_package"}
 
 
@@ -56,7 +58,7 @@ def load(f: str | os.PathLike | IO[bytes]) -> ExportedProgram:
     _, parts = read_container(f, FORMAT, FORMAT_VERSION, _OTHER_KINDS)
     try:
         gm = text_to_graphs(parts["graph.txt"].decode())
-        signature, layout, metas, ranges, specialized = parse_program_json(
+        signature, layout, metas, ranges, specialized, dim_names = parse_program_json(
             json.loads(parts["program.json"])
         )
         weights = weights_from_bytes(parts["weights.safetensors"])
@@ -65,11 +67,13 @@ def load(f: str | os.PathLike | IO[bytes]) -> ExportedProgram:
         raise ExportFileError(f"cannot load the program: {e}") from None
     except (KeyError, TypeError, ValueError, UnicodeDecodeError) as e:
         raise ExportFileError(f"cannot load the program: malformed part ({e!r})") from None
-    return assemble(gm, signature, layout, metas, ranges, specialized, weights, requires_grad)
+    return assemble(
+        gm, signature, layout, metas, ranges, specialized, weights, requires_grad, dim_names
+    )
 
 
 def assemble(gm: GraphModule, signature, layout, metas, ranges, specialized, weights,
-             requires_grad) -> ExportedProgram:  # fmt: skip
+             requires_grad, dim_names=None) -> ExportedProgram:  # fmt: skip
     """Put a loaded graph, signature and weights together, checking that they fit."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if [n.name for n in placeholders] != [s.name for s in signature.input_specs]:
@@ -81,6 +85,8 @@ def assemble(gm: GraphModule, signature, layout, metas, ranges, specialized, wei
              if s.kind is InputKind.USER_INPUT]  # fmt: skip
     if len(users) != len(metas):
         raise ExportFileError("the program's input constraints do not match its graph")
+    for node, meta in zip(users, metas):
+        _check_sizes(node, meta, specialized)
     state_dict, constants = {}, {}
     for node, spec in zip(placeholders, signature.input_specs):
         if spec.kind is InputKind.USER_INPUT:
@@ -105,4 +111,24 @@ def assemble(gm: GraphModule, signature, layout, metas, ranges, specialized, wei
             constants[spec.target] = tensor
     graph_module = GraphModule({}, gm.graph, class_name="ExportedGraph")
     return ExportedProgram(graph_module, signature, state_dict, constants, ranges, metas,
-                           layout, specialized)  # fmt: skip
+                           layout, specialized, dim_names)  # fmt: skip
+
+
+def _check_sizes(node, meta, specialized: bool) -> None:
+    """A user input's graph sizes are the static dims and the symbols its constraints name."""
+    val = node.meta.get("val")
+    shape = tuple(getattr(val, "_shape", ()))
+    if len(shape) != len(meta.dims):
+        raise ExportFileError(f"input {meta.name} has {len(shape)} dims in the graph")
+    for d, (size, dim) in enumerate(zip(shape, meta.dims)):
+        if isinstance(size, int):
+            want = dim if isinstance(dim, int) or not specialized else meta.example_shape[d]
+            good = size == want
+        else:
+            symbol = size.expr.as_symbol()
+            good = isinstance(dim, str) and symbol is not None and symbol.name == dim
+        if not good:
+            raise ExportFileError(
+                f"input {meta.name} dim {d} is {size} in the graph but {dim} in the program's "
+                "constraints"
+            )

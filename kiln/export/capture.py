@@ -23,12 +23,22 @@ from typing import Any
 from ..autograd.grad_mode import no_grad
 from ..dynamo.eval_frame import CompileContext, compile_in_context
 from ..dynamo.exc import BreakReason, GraphBreakError
+from ..dynamo.symbolic_shapes import symbolic_fake
 from ..ir import Graph, GraphModule
+from ..ir.source import user_source
 from ..ir.tracer import TracingMode
 from ..nn.modules.module import Module
+from ..runtime.symbolic import ShapeEnv, SymInt
 from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_flatten
-from .dims import InputMeta, input_names, normalize_dynamic_shapes
+from .dims import (
+    INT_MAX,
+    InputMeta,
+    ValueRange,
+    check_constraints,
+    input_names,
+    normalize_dynamic_shapes,
+)
 from .program import ExportedProgram
 from .retrace import lift_attributes, trace_pure
 from .signature import ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec
@@ -86,10 +96,27 @@ class _Capture:
         return run
 
 
-def _capture_strict(fn: Callable, args: tuple, kwargs: dict) -> tuple[GraphModule, list, Any, list]:
+def _declared(dims: list[dict], tensors: list) -> dict:
+    """``{id(tensor): {dim: (min, max, what)}}`` for dynamo's ``ShapePolicy``: each declared
+    dim traced as a symbol of at least 2 (``what`` names the Dim: different Dims never share a
+    symbol by coincidence of their example sizes)."""
+    out = {}
+    for t, declared in zip(tensors, dims):
+        if declared:
+            out[id(t)] = {
+                d: (max(2, dim.min), None if dim.max == INT_MAX else dim.max,
+                    f"Dim {dim.__name__!r}")
+                for d, dim in declared.items()
+            }  # fmt: skip
+    return out
+
+
+def _capture_strict(
+    fn: Callable, args: tuple, kwargs: dict, declared: dict
+) -> tuple[GraphModule, list, Any, list]:
     """(captured graph, its input values, the call's result, the graph's output tensors)."""
     capture = _Capture()
-    ctx = CompileContext(capture.backend, fullgraph=True, export=True)
+    ctx = CompileContext(capture.backend, fullgraph=True, export=True, declared_dims=declared)
     compiled = compile_in_context(fn, ctx)
     try:
         with no_grad():
@@ -111,19 +138,26 @@ def _capture_strict(fn: Callable, args: tuple, kwargs: dict) -> tuple[GraphModul
     return capture.gm, values, result, capture.outputs
 
 
-def _capture_non_strict(fn: Callable, args: tuple, kwargs: dict, state: dict):
-    """The tracer's capture: the user's tensors become placeholders, module state get_attrs."""
+def _capture_non_strict(fn: Callable, args: tuple, kwargs: dict, state: dict, declared: dict):
+    """The tracer's capture: the user's tensors become placeholders (declared dims symbolic),
+    module state get_attrs."""
     from ..utils.pytree import tree_unflatten
 
     graph = Graph()
     mode = TracingMode(graph)
+    env = mode.shape_env = ShapeEnv()
+    env.location = lambda: user_source()[0]
+    duck: dict = {}
     for name, tensor in state.items():
         mode.bind_attribute(name, tensor)
     leaves, spec = tree_flatten((args, kwargs))
     values, proxied = [], []
     for i, leaf in enumerate(leaves):
         if isinstance(leaf, Tensor):
-            proxy = mode.placeholder(f"arg{i}", leaf)
+            fake = None
+            if id(leaf) in declared:
+                fake, _ = symbolic_fake(env, leaf, f"arg{i}", declared[id(leaf)], duck, None)
+            proxy = mode.placeholder(f"arg{i}", leaf, fake)
             proxy._requires_grad = False
             values.append(leaf)
             proxied.append(proxy)
@@ -182,28 +216,35 @@ def export(
 ) -> ExportedProgram:
     """Capture ``mod(*args, **kwargs)`` (a module or function) as an ``ExportedProgram``.
 
-    ``dynamic_shapes`` declares dims that may vary (``{"x": {0: Dim("batch", max=512)}}``);
-    their ranges are recorded and checked on every call (the graph itself stays specialized to
-    the example's sizes until kiln has symbolic shapes: see ``kiln/export/dims.py``).
+    ``dynamic_shapes`` declares dims that may vary (``{"x": {0: Dim("batch", max=512)}}``):
+    each is traced as a size symbol, so the program serves every size in its range, which every
+    call checks (see ``kiln/export/dims.py``). Code that specializes a declared dim raises
+    ``ConstraintViolationError`` naming the Dim and the line.
     """
     if not isinstance(args, tuple):
         raise TypeError(
             f"export: args must be a tuple of example inputs, got {type(args).__name__}"
         )
     kwargs = dict(kwargs or {})
-    dims, ranges = normalize_dynamic_shapes(mod, args, kwargs, dynamic_shapes)
+    dims, _ = normalize_dynamic_shapes(mod, args, kwargs, dynamic_shapes)
     params, buffers, transient = _module_state(mod)
+    leaves, in_spec = tree_flatten((args, kwargs))
+    user_tensors = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
+    declared = _declared(dims, user_tensors)
     if strict:
-        gm, values, result, graph_outs = _capture_strict(mod, args, kwargs)
+        gm, values, result, graph_outs = _capture_strict(mod, args, kwargs, declared)
     else:
-        gm, values, result, graph_outs = _capture_non_strict(mod, args, kwargs, params | buffers)
+        gm, values, result, graph_outs = _capture_non_strict(
+            mod, args, kwargs, params | buffers, declared
+        )
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(values):
         raise RuntimeError("export: the captured graph's inputs do not match what it read")
+    # the fakes with symbolic sizes the user inputs were traced as
+    traced_as = {id(v): n.meta.get("val") for n, v in zip(placeholders, values)
+                 if id(v) in declared}  # fmt: skip
 
     # ---- the program's inputs, in PyTorch's order: parameters, buffers, constants, user inputs
-    leaves, in_spec = tree_flatten((args, kwargs))
-    user_tensors = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
     names = input_names(mod, args, kwargs)
     taken: set = set()
     specs: list[InputSpec] = []
@@ -262,6 +303,7 @@ def export(
                 )
             out_leaves.append((TENSOR, len(returned) - 1))
         else:
+            _check_constant_output(leaf, strict, declared)
             out_leaves.append((CONSTANT, leaf))
 
     def program(*proxies):
@@ -272,7 +314,12 @@ def export(
         graph_results = list(graph_results)
         return [graph_results[k] if kind == "graph" else inputs[k] for kind, k in returned]
 
-    pure = trace_pure(program, [(s.name, t) for s, t in zip(specs, examples)], outputs_of)
+    symbols, env = _declared_symbols(dims, user_tensors, names, traced_as)
+    trace_inputs = [(s.name, traced_as.get(id(t), t)) for s, t in zip(specs, examples)]
+    pure = trace_pure(program, trace_inputs, outputs_of)
+    if symbols:
+        check_constraints(env, {s: (name, bounds, f"{names[i]}.shape[{d}]")
+                                for s, (name, bounds, (i, d)) in symbols.items()})  # fmt: skip
     graph = pure.graph
     # a spec names its placeholder, and the graph gives names that are no Python builtin or
     # keyword: a user input called ``input`` is the placeholder ``input_1``
@@ -304,12 +351,20 @@ def export(
     for s, t in zip(specs, examples):
         if s.kind is InputKind.BUFFER and not s.persistent:
             constants[s.target] = t
+    symbol_of = {}  # (input index, dim) -> symbol name
+    for i, t in enumerate(user_tensors):
+        for d in dims[i]:
+            symbol_of[i, d] = traced_as[id(t)]._shape[d].expr.as_symbol().name
     metas = [
         InputMeta(names[i], t.dtype, str(t.device),
-                  tuple(dims[i].get(d, int(size)) for d, size in enumerate(t.shape)),
+                  tuple(symbol_of.get((i, d), int(size)) for d, size in enumerate(t.shape)),
                   tuple(int(s) for s in t.shape))
         for i, t in enumerate(user_tensors)
     ]  # fmt: skip
+    ranges = {
+        s.name: bounds for s, (_, bounds, _) in sorted(symbols.items(), key=lambda kv: kv[0].index)
+    }
+    dim_names = {s.name: name for s, (name, _, _) in symbols.items()}
     in_leaves, k = [], 0
     for leaf in leaves:
         if isinstance(leaf, Tensor):
@@ -320,5 +375,37 @@ def export(
     layout = CallLayout(in_spec, in_leaves, out_spec, out_leaves)
     return ExportedProgram(
         program_gm, ExportGraphSignature(specs, output_specs), state_dict, constants, ranges,
-        metas, layout, specialized=True,
+        metas, layout, specialized=False, dim_names=dim_names,
     )  # fmt: skip
+
+
+def _check_constant_output(leaf, strict: bool, declared: dict) -> None:
+    """A returned Python int may be a size of a dynamic dim (``x.shape[0] * 2``), which a
+    program would return as the example's value at every size: refuse it."""
+    if leaf.__class__ is SymInt or (strict and declared and type(leaf) is int):
+        raise RuntimeError(
+            f"export: the model returns the int {leaf} while it has dynamic dims; an exported "
+            "program returns tensors and constants, and this int may depend on a dynamic size "
+            "(kiln cannot tell in a strict capture). Return tensors only and read sizes from "
+            "their shapes after the call"
+        )
+
+
+def _declared_symbols(dims: list[dict], tensors: list, names: list, traced_as: dict):
+    """``{symbol: (Dim name, ValueRange, (input index, dim))}`` of the declared dims, and the
+    ShapeEnv that owns them (None without any)."""
+    out: dict = {}
+    env = None
+    for i, (t, declared) in enumerate(zip(tensors, dims)):
+        fake = traced_as.get(id(t))
+        for d, dim in declared.items():
+            size = fake._shape[d] if fake is not None else None
+            symbol = size.expr.as_symbol() if size.__class__ is SymInt else None
+            if symbol is None:
+                raise RuntimeError(
+                    f"export: {names[i]}.shape[{d}] (Dim {dim.__name__!r}) was not traced as a "
+                    "symbolic size"
+                )
+            env = size.env
+            out.setdefault(symbol, (dim.__name__, ValueRange(dim.min, dim.max), (i, d)))
+    return out, env

@@ -1,16 +1,21 @@
 """Declared dynamic dimensions (``Dim``), the range constraints they make, and input checks.
 
 ``export(..., dynamic_shapes=...)`` names the dims of the example inputs that may vary, each with
-a range: ``{"x": {0: Dim("batch", min=1, max=512)}}``. The program records, for each tensor input,
-every dim as an int (static) or a ``Dim`` name, and ``range_constraints`` maps each name to its
-range. Every call of ``ep.module()`` or of a compiled package checks its inputs against that
-record, naming the input, the dim and the range on a mismatch.
+a range: ``{"x": {0: Dim("batch", min=1, max=512)}}``. The capture traces each declared dim as a
+size symbol (``s0``; inputs sharing a ``Dim`` share it), so the graph holds symbolic shapes and
+serves every size in the range: ``range_constraints`` maps each symbol to the ``Dim``'s range
+(``{"s0": VR[1, 512]}``, PyTorch's form) and ``dim_names`` to the ``Dim``'s name. As in
+``torch.export``, the trace assumes each symbol is at least 2 (sizes 0 and 1 change
+broadcasting); an example of size 0 or 1 for a ``Dim`` is an error, while calls of size 0 or 1
+in the range run the same graph. Code that ties a declared dim to a constant or to another
+``Dim`` is a ``ConstraintViolationError`` naming the ``Dim``, the guard and the user's line
+(``check_constraints``), never a silently specialized program.
 
-kiln's graphs are specialized to the example's sizes until symbolic shapes land (the
-"Dynamic shapes" issue): a program then still records ``specialized=True`` and a declared dim
-must also equal the size it was exported with (a clear error says so). When the capture can make
-a dim symbolic, ``capture.py`` marks the declared dims before capturing, records
-``specialized=False``, and these same checks accept every size in range.
+Every call of ``ep.module()``, of a loaded program or of a compiled package checks its inputs
+against the record (``check_inputs``): dtype, device, rank, each static dim, each symbol's range
+and that dims sharing a symbol agree, naming the input, the dim, the ``Dim`` and its range.
+Programs saved before symbolic export (``specialized=True``; ranges keyed by ``Dim`` name) still
+load: they accept only the example's sizes.
 """
 
 from __future__ import annotations
@@ -22,12 +27,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..runtime.device import as_device
+from ..runtime.symbolic import ConstraintViolationError
 from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_flatten
 
-__all__ = ["Dim", "ValueRange", "InputMeta", "normalize_dynamic_shapes", "check_inputs"]
+__all__ = [
+    "Dim",
+    "ValueRange",
+    "InputMeta",
+    "InputConstraintError",
+    "normalize_dynamic_shapes",
+    "check_inputs",
+    "check_constraints",
+    "check_program_guards",
+]
 
 INT_MAX = (1 << 63) - 1
+
+
+class InputConstraintError(RuntimeError, AssertionError):
+    """A call's input breaks the program's constraints. A ``RuntimeError`` (what kiln and older
+    PyTorch raise) that is also an ``AssertionError`` (PyTorch 2.13's "Guard failed")."""
 
 
 class Dim:
@@ -62,8 +82,11 @@ class ValueRange:
         return self.lower <= size <= self.upper
 
     def __str__(self) -> str:
-        upper = "inf" if self.upper == INT_MAX else self.upper
+        upper = "int_oo" if self.upper == INT_MAX else self.upper
         return f"[{self.lower}, {upper}]"
+
+    def __repr__(self) -> str:
+        return f"VR{self}"
 
 
 @dataclass(frozen=True)
@@ -73,13 +96,13 @@ class InputMeta:
     name: str  # the input's place in the call, as an error names it: "x", "args[1]"
     dtype: Any
     device: str
-    dims: tuple  # int | str per dim
+    dims: tuple  # per dim: an int (static) or the name of its size symbol ("s0")
     example_shape: tuple  # the sizes the program was exported with
 
     @functools.cached_property
     def exact(self) -> tuple:
-        """``(dtype, device, shape)`` of an input a specialized program accepts (a quick check
-        per call; a mismatch then gets the detailed check and its message)."""
+        """``(dtype, device, shape)`` of the example: a quick check per call (a mismatch then
+        gets the detailed check and its message)."""
         return self.dtype, as_device(self.device), tuple(self.example_shape)
 
 
@@ -178,10 +201,11 @@ def input_names(fn, args: tuple, kwargs: dict) -> list[str]:
 def normalize_dynamic_shapes(
     fn, args: tuple, kwargs: dict, dynamic_shapes
 ) -> tuple[list[dict], dict[str, ValueRange]]:
-    """Per tensor leaf of ``(args, kwargs)``: ``{dim: Dim name}``; and the ranges by name.
+    """Per tensor leaf of ``(args, kwargs)``: ``{dim: Dim}``; and each ``Dim``'s range by name.
 
     ``dynamic_shapes`` is keyed by parameter name (a dict) or follows the positional arguments
-    (a tuple/list), as in PyTorch. A Dim used twice must be the same size in the example.
+    (a tuple/list), as in PyTorch. A Dim used twice must be the same size in the example, and an
+    example size must be at least 2 (sizes 0 and 1 are specialized, as ``torch.export`` does).
     """
     leaves, _ = tree_flatten((args, kwargs))
     tensors = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
@@ -208,6 +232,7 @@ def normalize_dynamic_shapes(
     for name, value in named.items():
         _pair_leaves(specs.get(name), value, name, pairs)
     by_tensor = {id(t): dims for t, dims in pairs}
+    where_of = dict(zip((id(t) for t in tensors), input_names(fn, args, kwargs)))
     ranges: dict[str, ValueRange] = {}
     sizes: dict[str, int] = {}
     per_leaf = []
@@ -227,9 +252,131 @@ def normalize_dynamic_shapes(
                 raise ValueError(
                     f"Dim {name!r} stands for sizes {sizes[name]} and {size} in the example"
                 )
+            if size < 2:
+                raise ConstraintViolationError(
+                    f"Constraints violated ({name})! You marked {name} as dynamic but the "
+                    f"example's {where_of[id(t)]}.shape[{index}] is {size}, a size that is "
+                    f"specialized to a constant ({size}) as in torch.export. Suggested fixes: "
+                    f"export with an example where {name} >= 2, or make the dim static "
+                    f"({name} = {size})"
+                )
             ranges[name] = ValueRange(dim.min, dim.max)
-        per_leaf.append({index: dim.__name__ for index, dim in dims.items()})
+        per_leaf.append(dict(dims))
     return per_leaf, ranges
+
+
+def check_constraints(env, declared: Mapping) -> None:
+    """Raise ``ConstraintViolationError`` if the trace recorded a guard that does not hold for
+    every size the ``Dim``s allow (code that specializes a declared dim or ties it to another).
+
+    ``declared``: ``{symbol: (Dim name, ValueRange, where)}`` (``where``: ``x.shape[0]``). The
+    trace assumed each symbol at least 2 (sizes 0 and 1 are not guarded on, as in PyTorch)."""
+    from ..runtime.symbolic import SymInt, statically_known_true
+
+    for symbol, (_, bounds, _where) in declared.items():
+        symbol.lower, symbol.upper = max(2, bounds.lower), bounds.upper
+        env.fixed.pop(symbol, None)
+
+    def shown(symbol) -> str:
+        entry = declared.get(symbol)
+        return entry[0] if entry is not None else symbol.name
+
+    for guard in env.guards:
+        refined = None
+        symbols = sorted((guard.lhs - guard.rhs).symbols(), key=lambda s: s.name)
+        involved = [s for s in symbols if s in declared]
+        if not involved:
+            continue
+        lhs, rhs = SymInt(guard.lhs, None, env), SymInt(guard.rhs, None, env)
+        if statically_known_true(guard.op, lhs, rhs):
+            continue
+        names = sorted({shown(s) for s in involved})
+        at = f" (at {guard.origin})" if guard.origin else ""
+        diff = guard.lhs - guard.rhs
+        if len(involved) == 1 and guard.op == "==" and len(symbols) == 1:
+            symbol = involved[0]
+            name = declared[symbol][0]
+            detail = (
+                f"You marked {name} as dynamic but your code specialized it to be a constant "
+                f"({symbol.hint}){at}. Suggested fixes: make the dim static ({name} = "
+                f"{symbol.hint}) or change the code"
+            )
+        elif (
+            len(involved) == 2 and guard.op == "==" and len(symbols) == 2
+            and sorted(diff.terms.values()) == [-1, 1] and diff.const == 0
+        ):  # fmt: skip
+            a, b = involved
+            detail = (
+                f"The values of {shown(b)} = {declared[b][2]} and {shown(a)} = {declared[a][2]} "
+                f"must always be equal{at}. Suggested fixes: {shown(b)} = {shown(a)} (pass the "
+                "same Dim object for both)"
+            )
+        else:
+            parts = ", ".join(
+                f"{shown(s)} = {declared[s][2]} in the specified range {declared[s][1]}"
+                for s in involved
+            )
+            detail = (
+                f"Not all values of {parts} satisfy the generated guard {guard.code(shown)}{at}"
+            )
+            refined = _refined_range(guard, involved, declared)
+        error = ConstraintViolationError(f"Constraints violated ({', '.join(names)})! {detail}")
+        error.refined = refined if len(symbols) == 1 else None
+        if error.refined is not None:
+            name, (lo, hi) = error.refined
+            high = "" if hi == INT_MAX else f", max={hi}"
+            error.args = (f"{error.args[0]}. Suggested fixes: {name} = Dim({name!r}, "
+                          f"min={lo}{high})",)  # fmt: skip
+        raise error
+
+
+def _refined_range(guard, involved: list, declared: Mapping):
+    """``(Dim name, (min, max))``: the declared range narrowed to what a bound guard
+    (``s0 <= 16``) allows, or None for other guards."""
+    diff = guard.lhs - guard.rhs
+    if len(involved) != 1 or len(diff.terms) != 1 or guard.op not in ("<", "<=", ">", ">="):
+        return None
+    ((monomial, coeff),) = diff.terms.items()
+    if monomial != (involved[0],) or coeff not in (1, -1):
+        return None
+    op, bound = guard.op, -diff.const  # s op bound, after dividing by the coefficient
+    if coeff == -1:
+        op, bound = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[op], diff.const
+    name, bounds, _ = declared[involved[0]]
+    lo, hi = bounds.lower, bounds.upper
+    if op == "<":
+        hi = min(hi, bound - 1)
+    elif op == "<=":
+        hi = min(hi, bound)
+    elif op == ">":
+        lo = max(lo, bound + 1)
+    else:
+        lo = max(lo, bound)
+    return (name, (lo, hi)) if lo <= hi else None
+
+
+def check_program_guards(program, graph) -> None:
+    """``check_constraints`` for a re-trace of ``program`` into ``graph`` (decompositions may
+    decide on sizes too): the user inputs' symbols, found in ``graph``'s placeholders."""
+    if program.specialized or not program.range_constraints:
+        return
+    from ..runtime.symbolic import SymInt
+    from .signature import InputKind
+
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    users = [n for n, s in zip(placeholders, program.graph_signature.input_specs)
+             if s.kind is InputKind.USER_INPUT]  # fmt: skip
+    declared, env = {}, None
+    for node, meta in zip(users, program.input_metas):
+        shape = node.meta["val"]._shape
+        for d, dim in enumerate(meta.dims):
+            if isinstance(dim, str) and shape[d].__class__ is SymInt:
+                symbol, env = shape[d].expr.as_symbol(), shape[d].env
+                name = program.dim_names.get(dim, dim)
+                where = f"{meta.name}.shape[{d}]"
+                declared.setdefault(symbol, (name, program.range_constraints[dim], where))
+    if env is not None:
+        check_constraints(env, declared)
 
 
 def check_inputs(
@@ -237,9 +384,11 @@ def check_inputs(
     metas: Sequence[InputMeta],
     ranges: Mapping[str, ValueRange],
     specialized: bool,
+    dim_names: Mapping[str, str] | None = None,
 ) -> None:
-    """Raise a RuntimeError naming the first input that breaks the program's constraints."""
-    if specialized and len(tensors) == len(metas):
+    """Raise ``InputConstraintError`` naming the first input that breaks the program's
+    constraints (see the module docstring). ``dim_names``: ``{symbol: Dim name}``."""
+    if len(tensors) == len(metas):
         for t, meta in zip(tensors, metas):
             dtype, device, shape = meta.exact
             if not (isinstance(t, Tensor) and t.dtype == dtype and t.device is device
@@ -248,22 +397,25 @@ def check_inputs(
         else:
             return
     if len(tensors) != len(metas):
-        raise RuntimeError(f"expected {len(metas)} tensor inputs, got {len(tensors)}")
+        raise InputConstraintError(f"expected {len(metas)} tensor inputs, got {len(tensors)}")
+    dim_names = dim_names or {}
     seen: dict[str, tuple[int, str]] = {}
     for t, meta in zip(tensors, metas):
         if not isinstance(t, Tensor):
-            raise RuntimeError(f"expected input {meta.name} to be a Tensor, got {type(t).__name__}")
+            raise InputConstraintError(
+                f"expected input {meta.name} to be a Tensor, got {type(t).__name__}"
+            )
         if t.dtype != meta.dtype:
-            raise RuntimeError(
+            raise InputConstraintError(
                 f"expected input {meta.name} to have dtype {meta.dtype}, got {t.dtype}"
             )
         if str(t.device) != meta.device:
-            raise RuntimeError(
+            raise InputConstraintError(
                 f"expected input {meta.name} on device {meta.device}, got {t.device}"
             )
         shape = tuple(t.shape)
         if len(shape) != len(meta.dims):
-            raise RuntimeError(
+            raise InputConstraintError(
                 f"expected input {meta.name} to have {len(meta.dims)} dims (shape "
                 f"{list(meta.example_shape)}), got shape {list(shape)}"
             )
@@ -271,26 +423,29 @@ def check_inputs(
             where = f"{meta.name}.shape[{index}]"
             if isinstance(dim, int):
                 if size != dim:
-                    raise RuntimeError(
-                        f"expected input {where} to be {dim} (a static dim), got {size}"
+                    raise InputConstraintError(
+                        f"Expected input {where} to be equal to {dim} (a static dim), but got "
+                        f"{size}"
                     )
                 continue
             bounds = ranges[dim]
+            name = dim_names.get(dim, dim)
             if size not in bounds:
-                raise RuntimeError(
-                    f"expected input {where} (Dim {dim!r}) to be in {bounds}, got {size}"
+                relation = f"<= {bounds.upper}" if size > bounds.upper else f">= {bounds.lower}"
+                raise InputConstraintError(
+                    f"Expected input {where} (Dim {name!r}, range {bounds}) to be {relation}, "
+                    f"but got {size}"
                 )
             first = seen.setdefault(dim, (size, where))
             if first[0] != size:
-                raise RuntimeError(
-                    f"Dim {dim!r} is {first[0]} at {first[1]} but {size} at {where}: inputs "
-                    "sharing a Dim must agree"
+                raise InputConstraintError(
+                    f"Expected input {where} to be equal to {first[1]} = {first[0]} (both are "
+                    f"Dim {name!r}), but got {size}"
                 )
             exported = meta.example_shape[index]
             if specialized and size != exported:
-                raise RuntimeError(
-                    f"input {where} (Dim {dim!r}) is {size}, but this program was exported for "
-                    f"{dim}={exported}: kiln exports graphs specialized to the example's sizes "
-                    "until symbolic shapes are supported (the declared range is recorded and "
-                    "checked); export again with an example of this size"
+                raise InputConstraintError(
+                    f"input {where} (Dim {name!r}) is {size}, but this program was saved by a "
+                    "kiln that exported graphs specialized to the example's sizes "
+                    f"({name}={exported}): export it again to serve other sizes"
                 )

@@ -15,6 +15,12 @@ earlier nodes or of ``def`` blocks (the branches of ``cond`` nodes), and ``kiln.
 ``kiln.device(...)``. The annotation is each node's result metadata; after parsing, the graph is
 run on fake tensors through every op's meta function and must give the same shapes and dtypes,
 so a hand-edited op or argument is caught even where the checksum would not be.
+
+Format 2 adds symbolic sizes (programs exported with a ``Dim``): each size symbol is declared
+before the graphs (``s0 = kiln.sym.symbol(8, 2, 512)``: the example's size and the range the
+trace assumed), shapes in annotations may be expressions over them (``[s0, 4]``,
+``SymInt(4*s0)``), and size nodes read and combine them (``kiln.sym.size(x, 0)``,
+``kiln.sym.mul(sym_size, 4)``). Format 1 files read as before.
 """
 
 from __future__ import annotations
@@ -27,17 +33,20 @@ from typing import Any
 
 from ..ir import Graph, GraphModule, Node
 from ..ir.interpreter import Interpreter
+from ..ir.sym_nodes import sym_size, sym_stride
 from ..ops.core.fake import FakeTensorMode
 from ..ops.core.registry import OPS, Op
 from ..runtime import dtypes as dt
 from ..runtime import memory_format as mf
 from ..runtime.device import device as Device
 from ..runtime.layouts import strided
+from ..runtime.sym_expr import INF
+from ..runtime.symbolic import ShapeEnv, SymInt, hashable, sym_max, sym_min
 from ..runtime.tensor import Tensor, contiguous_strides, make_fake
 
 __all__ = ["FORMAT_VERSION", "GraphTextError", "graph_to_text", "text_to_graphs"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _HEADER = "# kiln.export graph, format {}"
 
 _DTYPES = {d.name: d for d in dt.all_dtypes}
@@ -52,6 +61,29 @@ _NAMED_CONSTANTS: dict[str, Any] = {
 
 class GraphTextError(ValueError):
     """The graph text is not what kiln writes (edited, damaged, or from a newer format)."""
+
+
+# the size computations a graph with symbolic shapes holds, as ``kiln.sym.<name>(...)``
+_SYM_CALLS = {
+    "size": sym_size,
+    "stride": sym_stride,
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "max": sym_max,
+    "min": sym_min,
+}
+_SYM_NAMES = {fn: name for name, fn in _SYM_CALLS.items()}
+# operators of size expressions in annotations
+_EXPR_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
 
 
 # ------------------------------------------------------------------------------------ writing
@@ -93,6 +125,8 @@ class _Writer:
             raise GraphTextError(f"cannot write node {node.name}: keyword arguments")
         if target is operator.getitem:
             return f"{self.value(args[0])}[{self.value(args[1])}]"
+        if target in _SYM_NAMES:
+            return f"kiln.sym.{_SYM_NAMES[target]}({', '.join(self.value(a) for a in args)})"
         if not isinstance(target, Op):
             raise GraphTextError(
                 f"cannot write node {node.name}: its target {target!r} is not a kiln op"
@@ -164,7 +198,7 @@ def _annotation(val: Any) -> str:
         shape = list(val.shape)
         parts = [val.dtype.name, str(shape)]
         stride = tuple(val.stride())
-        if stride != tuple(contiguous_strides(tuple(shape))):
+        if hashable(stride) != hashable(tuple(contiguous_strides(tuple(shape)))):
             parts.append(f"stride={list(stride)}")
         if val.device.type != "cpu":
             parts.append(f"device={str(val.device)!r}")
@@ -174,6 +208,8 @@ def _annotation(val: Any) -> str:
         return f"({inner},)" if len(val) == 1 else f"({inner})"
     if val is None:
         return "None"
+    if val.__class__ is SymInt:
+        return f"SymInt({val})"
     if isinstance(val, (bool, int, float)):
         return type(val).__name__
     raise GraphTextError(f"node metadata of type {type(val).__name__} has no text form")
@@ -186,11 +222,34 @@ def _source_comment(node: Node) -> str:
     return "  # " + str(source).replace("\n", " ")
 
 
+def _symbols_of(graph: Graph) -> list:
+    """The size symbols of ``graph``'s inputs, by name."""
+    found: dict = {}
+    for node in graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        sizes = (*val._shape, *val.stride()) if isinstance(val, Tensor) else (val,)
+        for size in sizes:
+            if size.__class__ is SymInt:
+                for symbol in size.expr.symbols():
+                    found[symbol.name] = symbol
+    return [found[name] for name in sorted(found, key=lambda n: (len(n), n))]
+
+
 def graph_to_text(graph: Graph) -> str:
-    """The text of ``graph`` (as ``def forward``) and of its ``cond`` branches."""
+    """The text of ``graph`` (as ``def forward``) and of its ``cond`` branches, after the
+    declarations of its size symbols."""
     writer = _Writer()
     writer.block(graph, "forward")
-    return "\n\n".join([_HEADER.format(FORMAT_VERSION), *writer.blocks]) + "\n"
+    symbols = []
+    for symbol in _symbols_of(graph):
+        if symbol.unbacked or symbol.hint is None:
+            raise GraphTextError(f"size symbol {symbol.name} ({symbol.origin}) has no value")
+        upper = None if symbol.upper == INF else symbol.upper
+        symbols.append(f"{symbol.name} = kiln.sym.symbol({symbol.hint}, {symbol.lower}, {upper})")
+    head = "\n".join([_HEADER.format(FORMAT_VERSION), *symbols])
+    return "\n\n".join([head, *writer.blocks]) + "\n"
 
 
 # ------------------------------------------------------------------------------------ reading
@@ -200,6 +259,52 @@ class _Reader:
     def __init__(self, text: str):
         self.lines = text.splitlines()
         self.graphs: dict[str, GraphModule] = {}
+        self.env = ShapeEnv()
+        self.symbols: dict[str, SymInt] = {}
+
+    def symbol(self, stmt: ast.Assign) -> None:
+        """``s0 = kiln.sym.symbol(hint, lower, upper)``: a size symbol of the graphs."""
+        value = stmt.value
+        if not (len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                and isinstance(value, ast.Call) and _dotted(value.func) == "kiln.sym.symbol"
+                and len(value.args) == 3 and not value.keywords):  # fmt: skip
+            raise self.fail(stmt, "expected 's<n> = kiln.sym.symbol(hint, lower, upper)'")
+        name = stmt.targets[0].id
+        hint, lower, upper = (self.literal(a, {}) for a in value.args)
+        upper = INF if upper is None else upper
+        numbers = (hint, lower, upper)
+        if (not name.startswith("s") or not name[1:].isdigit() or name in self.symbols
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in numbers)
+                or not 0 <= lower <= hint <= upper):  # fmt: skip
+            raise self.fail(stmt, f"bad size symbol {ast.unparse(stmt)!r}")
+        symbol = self.env.create_symbol(hint, name, lower, upper)
+        symbol.name = name
+        self.symbols[name] = self.env.symint(symbol)
+
+    def size(self, node: ast.AST) -> Any:
+        """A size in an annotation: an int, or an expression over the declared symbols."""
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name) and node.id in self.symbols:
+            return self.symbols[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _EXPR_OPS:
+            return _EXPR_OPS[type(node.op)](self.size(node.left), self.size(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -self.size(node.operand)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("max", "min") and len(node.args) == 2
+                and not node.keywords):  # fmt: skip
+            fn = sym_max if node.func.id == "max" else sym_min
+            return fn(self.size(node.args[0]), self.size(node.args[1]))
+        raise self.fail(node, f"{ast.unparse(node)!r} is not a size kiln writes")
+
+    def sizes(self, node: ast.AST, what: str) -> tuple:
+        if not isinstance(node, ast.List):
+            raise self.fail(node, f"bad {what} {ast.unparse(node)!r}")
+        values = tuple(self.size(e) for e in node.elts)
+        if any(v.__class__ is int and v < 0 for v in values):
+            raise self.fail(node, f"negative size in {ast.unparse(node)!r}")
+        return values
 
     def fail(self, where: ast.AST | None, message: str) -> GraphTextError:
         line = getattr(where, "lineno", None)
@@ -261,19 +366,25 @@ class _Reader:
             return {"int": int, "float": float, "bool": bool}[node.id]
         if isinstance(node, ast.Tuple):
             return tuple(self.meta(e) for e in node.elts)
+        if (isinstance(node, ast.Call) and _dotted(node.func) == "SymInt" and len(node.args) == 1
+                and not node.keywords):  # fmt: skip
+            return self.size(node.args[0])
         if isinstance(node, ast.Call) and _dotted(node.func) == "Tensor" and len(node.args) == 2:
             dtype_node, shape_node = node.args
             if not isinstance(dtype_node, ast.Name) or dtype_node.id not in _DTYPES:
                 raise self.fail(node, f"unknown dtype in {ast.unparse(node)}")
-            shape = self.literal(shape_node, {})
-            options = {k.arg: self.literal(k.value, {}) for k in node.keywords}
-            if not _int_list(shape) or set(options) - {"stride", "device"}:
+            shape = self.sizes(shape_node, "shape")
+            keywords = {k.arg: k.value for k in node.keywords}
+            if set(keywords) - {"stride", "device"}:
                 raise self.fail(node, f"bad tensor annotation {ast.unparse(node)}")
-            stride = options.get("stride", list(contiguous_strides(tuple(shape))))
-            if not _int_list(stride) or len(stride) != len(shape):
+            stride = contiguous_strides(shape)
+            if "stride" in keywords:
+                stride = self.sizes(keywords["stride"], "strides")
+            if len(stride) != len(shape):
                 raise self.fail(node, f"bad strides in {ast.unparse(node)}")
-            device = Device(options.get("device", "cpu"))
-            return make_fake(tuple(shape), _DTYPES[dtype_node.id], device, tuple(stride))
+            device = Device(self.literal(keywords["device"], {}) if "device" in keywords
+                            else "cpu")  # fmt: skip
+            return make_fake(shape, _DTYPES[dtype_node.id], device, tuple(stride))
         raise self.fail(node, f"{ast.unparse(node)!r} is not a metadata annotation")
 
     # ---- statements
@@ -331,6 +442,12 @@ class _Reader:
         if not isinstance(value, ast.Call):
             raise self.fail(value, "expected an op call")
         callee = _dotted(value.func) or ""
+        if callee.startswith("kiln.sym.") and callee[len("kiln.sym.") :] in _SYM_CALLS:
+            if value.keywords:
+                raise self.fail(value, f"{callee} takes no keyword arguments")
+            return _SYM_CALLS[callee[len("kiln.sym.") :]], tuple(
+                self.literal(a, env) for a in value.args
+            )
         if not callee.startswith("kiln.ops.") or callee.count(".") != 2:
             raise self.fail(value, f"{ast.unparse(value.func)} is not a kiln op")
         op = OPS.get(callee[len("kiln.ops.") :])
@@ -361,12 +478,6 @@ def _dotted(node: ast.AST) -> str | None:
     return ".".join(reversed(parts))
 
 
-def _int_list(value) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
-    )
-
-
 def text_to_graphs(text: str) -> GraphModule:
     """Parse graph text into the ``forward`` GraphModule (branches linked in), checked against
     the ops' meta functions. Raises ``GraphTextError`` for anything kiln would not write."""
@@ -389,6 +500,9 @@ def text_to_graphs(text: str) -> GraphModule:
     reader = _Reader(text)
     forward = None
     for stmt in module.body:
+        if isinstance(stmt, ast.Assign) and not reader.graphs and forward is None:
+            reader.symbol(stmt)
+            continue
         if not isinstance(stmt, ast.FunctionDef):
             raise reader.fail(stmt, "only 'def' blocks are allowed at the top level")
         if stmt.name in reader.graphs or forward is not None:
@@ -423,11 +537,18 @@ class _MetaCheck(Interpreter):
 
 
 def _compare(node: Node, recorded, computed) -> None:
+    if recorded.__class__ is SymInt or computed.__class__ is SymInt:
+        if hashable(recorded) != hashable(computed):
+            raise GraphTextError(
+                f"graph text: node {node.name} is annotated {_annotation(recorded)} but "
+                f"{_describe_target(node)} computes {_annotation(computed)}"
+            )
+        return
     if isinstance(recorded, Tensor) or isinstance(computed, Tensor):
         same = (
             isinstance(recorded, Tensor)
             and isinstance(computed, Tensor)
-            and tuple(recorded.shape) == tuple(computed.shape)
+            and hashable(tuple(recorded.shape)) == hashable(tuple(computed.shape))
             and recorded.dtype == computed.dtype
         )
         if not same:
@@ -446,6 +567,8 @@ def _compare(node: Node, recorded, computed) -> None:
 def _describe_target(node: Node) -> str:
     if isinstance(node.target, Op):
         return f"kiln.ops.{node.target.name}"
+    if node.target in _SYM_NAMES:
+        return f"kiln.sym.{_SYM_NAMES[node.target]}"
     return "getitem" if node.target is operator.getitem else str(node.target)
 
 

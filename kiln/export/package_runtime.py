@@ -15,6 +15,7 @@ import ctypes
 import json
 import os
 import threading
+from collections import OrderedDict
 from typing import IO, Any
 
 import numpy as np
@@ -28,7 +29,7 @@ from ..runtime.storage import empty_array
 from ..runtime.tensor import Tensor, wrap_array
 from .container import ExportFileError, PackageError, read_container
 from .dims import check_inputs
-from .package_format import FORMAT, FORMAT_VERSION, check_name, decode
+from .package_format import FORMAT, FORMAT_VERSION, SizeExpr, check_name, decode
 from .records import parse_program_json
 from .signature import InputKind, OutputKind
 from .weights_part import WeightsError, weights_from_bytes
@@ -37,6 +38,7 @@ __all__ = ["load_package", "CompiledPackage"]
 
 _OTHER_KINDS = {"kiln.exported_program": "it is an exported program: use kiln.export.load"}
 _LLVM_LOCK = threading.Lock()
+_SIZE_SETS = 256  # distinct size sets a package keeps resolved
 
 
 # ---------------------------------------------------------------------------- the CPU and LLVM
@@ -176,7 +178,7 @@ def _ptr(a: np.ndarray) -> int:
         return a.__array_interface__["data"][0]
 
 
-def _fallback(op_name: str, template: Any, in_views: list, stash: threading.local | None):
+def _fallback(op_name: str, template: Any, in_dtypes: list, stash: threading.local | None):
     """An eager kernel run on views of the wrapper's buffers, written into the output buffer.
     For an op with several results (``stash`` given), the first is written and all are kept in
     ``stash`` (per thread: concurrent calls of one package do not mix) for ``_fallback_result``."""
@@ -187,7 +189,7 @@ def _fallback(op_name: str, template: Any, in_views: list, stash: threading.loca
     def fill(a, arrays):
         if isinstance(a, dict) and set(a) == {"input"}:
             k = a["input"]
-            return wrap_array(arrays[k], in_views[k].dtype)
+            return wrap_array(arrays[k], in_dtypes[k])
         if isinstance(a, (list, tuple)):
             return type(a)(fill(x, arrays) for x in a)
         return a
@@ -212,18 +214,93 @@ def _fallback_result(stash: threading.local, index: int):
     return run
 
 
-def _build_wrapper(plan: dict, objects: _Objects | None):
-    """``call(*inputs) -> tuple`` generated from the plan (names checked to be identifiers)."""
+def _symbolic(record: dict) -> bool:
+    return any(isinstance(v, SizeExpr)
+               for v in (*record["shape"], *record["stride"], record["offset"]))  # fmt: skip
+
+
+def _value(size, values: dict) -> int:
+    return size.value(values) if isinstance(size, SizeExpr) else int(size)
+
+
+def _evaluated(record: dict, values: dict) -> dict:
+    return {"dtype": record["dtype"], "offset": _value(record["offset"], values),
+            "shape": [_value(v, values) for v in record["shape"]],
+            "stride": [_value(v, values) for v in record["stride"]]}  # fmt: skip
+
+
+class _CallSizes:
+    """One call's sizes: the symbolic layouts as views, each kernel's ``(rows, work)``, the
+    returned sizes, and the symbol values as the int64 array the kernels read."""
+
+    __slots__ = ("views", "rows", "consts", "array", "address")
+
+    def __init__(self, views: tuple, rows: dict, consts: tuple, key: tuple):
+        self.views = views
+        self.rows = rows
+        self.consts = consts
+        self.array = (ctypes.c_int64 * max(len(key), 1))(*key)
+        self.address = ctypes.addressof(self.array)
+
+
+class _Sizes:
+    """Where a package's size symbols are read from a call's arguments, and what depends on
+    them; worked out once per distinct set of sizes (a bounded cache)."""
+
+    def __init__(self, symbols: list):
+        self.names = [check_name(s["name"]) for s in symbols]
+        self.sources = [(int(s["input"]), int(s["dim"])) for s in symbols]
+        self.layouts: list[dict] = []
+        self.rows: dict = {}
+        self.consts: list = []
+        self._cache: OrderedDict = OrderedDict()
+
+    def resolve(self, args) -> _CallSizes | None:
+        """This call's sizes, or None when the kernels do not serve them (a size below 2)."""
+        key = tuple(args[i]._shape[d] for i, d in self.sources)
+        sizes = self._cache.get(key)
+        if sizes is None:
+            sizes = self._make(key)
+            self._cache[key] = sizes
+            if len(self._cache) > _SIZE_SETS:
+                self._cache.popitem(last=False)
+        return sizes or None
+
+    def _make(self, key: tuple):
+        if any(v < 2 for v in key):
+            return False
+        values = dict(zip(self.names, key))
+        views = tuple(_View(_evaluated(record, values)) for record in self.layouts)
+        rows = {i: (_value(r, values), _value(w, values)) for i, (r, w) in self.rows.items()}
+        consts = tuple(_value(c, values) for c in self.consts)
+        return _CallSizes(views, rows, consts, key)
+
+
+def _build_wrapper(plan: dict, objects: _Objects | None, eager=None):
+    """``call(*inputs) -> tuple`` generated from the plan (names checked to be identifiers).
+    A plan with size symbols resolves each call's layouts first; ``eager`` runs the calls its
+    kernels do not serve."""
     ns: dict = {"_input": _input, "_alloc": _alloc, "_tensor": _tensor, "_ptr": _ptr,
                 "_strided": _strided}  # fmt: skip
     body: list[str] = []
     args = []
     stashes: dict[str, threading.local] = {}  # multi-result fallbacks, by their first buffer
+    sizes = _Sizes(plan["symbols"]) if plan.get("symbols") else None
+    per_call: list[str] = []  # names of the views worked out per call
+
+    def view(key: str, record: dict) -> str:
+        if sizes is not None and _symbolic(record):
+            sizes.layouts.append(record)
+            per_call.append(key)
+        else:
+            ns[key] = _View(record)
+        return key
+
     for k, entry in enumerate(plan["inputs"]):
         args.append(f"a{k}")
         if entry is not None:
             name = check_name(entry["buffer"])
-            ns[f"L_{name}"] = _View(entry["layout"])
+            view(f"L_{name}", entry["layout"])
             body.append(f"{name} = _input(a{k}, L_{name})")
     for entry in plan["constants"]:
         name = check_name(entry["buffer"])
@@ -235,25 +312,32 @@ def _build_wrapper(plan: dict, objects: _Objects | None):
             if alloc["reuse"] is not None:
                 body.append(f"{name} = {check_name(alloc['reuse'])}")
             else:
-                ns[f"L_{name}"] = _View(alloc["layout"])
+                view(f"L_{name}", alloc["layout"])
                 body.append(f"{name} = _alloc(L_{name})")
         kind = step["kind"]
         if kind == "kernel":
             names = [check_name(a) for a in step["args"]]
             function = step["function"]
             address = objects.addresses[function]
-            ns[f"K{i}"] = RowKernel(function, KERNEL_TYPE(address), address, int(step["rows"]),
-                                    int(step["work"]), names)  # fmt: skip
-            ns[f"P{i}"] = ctypes.c_void_p * len(names)
-            body.append(f"K{i}(P{i}({', '.join(f'_ptr({n})' for n in names)}))")
+            pointers = [f"_ptr({n})" for n in names]
+            if sizes is None:
+                ns[f"K{i}"] = RowKernel(function, KERNEL_TYPE(address), address,
+                                        int(step["rows"]), int(step["work"]), names)  # fmt: skip
+                ns[f"P{i}"] = ctypes.c_void_p * len(names)
+                body.append(f"K{i}(P{i}({', '.join(pointers)}))")
+            else:  # the symbol values follow the buffers; rows and work are this call's
+                ns[f"K{i}"] = RowKernel(function, KERNEL_TYPE(address), address, 0, 0, names)
+                ns[f"P{i}"] = ctypes.c_void_p * (len(names) + 1)
+                sizes.rows[i] = (step["rows"], step["work"])
+                body.append(f"K{i}(P{i}({', '.join([*pointers, '_S.address'])}), *_S.rows[{i}])")
             continue
         out = step["out"]
         out_name = check_name(out["buffer"])
-        ns[f"V{i}"] = _View(out["layout"])
+        view(f"V{i}", out["layout"])
         views = []
         for j, item in enumerate(step["inputs"]):
             if "buffer" in item:
-                ns[f"V{i}_{j}"] = _View(item["layout"])
+                view(f"V{i}_{j}", item["layout"])
                 views.append(f"_strided({check_name(item['buffer'])}, V{i}_{j})")
             else:
                 ns[f"X{i}_{j}"] = item["value"]
@@ -263,11 +347,11 @@ def _build_wrapper(plan: dict, objects: _Objects | None):
                 raise ExportFileError(f"unknown matmul kernel {step['function']!r}")
             ns[f"E{i}"] = getattr(extern_matmul, step["function"])
         elif kind == "fallback":
-            in_views = [_View(item["layout"]) for item in step["inputs"] if "buffer" in item]
+            in_dtypes = [item["layout"]["dtype"] for item in step["inputs"] if "buffer" in item]
             stash = None
             if step.get("result") is not None:
                 stash = stashes[out_name] = threading.local()
-            ns[f"E{i}"] = _fallback(step["op"], step["args"], in_views, stash)
+            ns[f"E{i}"] = _fallback(step["op"], step["args"], in_dtypes, stash)
         elif kind == "fallback_result":
             stash = stashes.get(check_name(step["source"]))
             if stash is None:
@@ -279,12 +363,24 @@ def _build_wrapper(plan: dict, objects: _Objects | None):
     outs = []
     for k, out in enumerate(plan["outputs"]):
         if "buffer" in out:
-            ns[f"O{k}"] = _View(out["layout"])
+            view(f"O{k}", out["layout"])
             outs.append(f"_tensor({check_name(out['buffer'])}, O{k})")
+        elif sizes is not None and isinstance(out["value"], SizeExpr):  # a size it returns
+            sizes.consts.append(out["value"])
+            outs.append(f"_S.consts[{len(sizes.consts) - 1}]")
         else:
             ns[f"R{k}"] = out["value"]
             outs.append(f"R{k}")
     body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+    if sizes is not None:
+        ns["_resolve"] = sizes.resolve
+        ns["_eager"] = eager
+        listed = ", ".join(args) + ("," if len(args) == 1 else "")
+        prologue = [f"_S = _resolve(({listed}))", "if _S is None:",
+                    f"    return _eager({', '.join(args)})"]  # fmt: skip
+        if per_call:
+            prologue.append(f"{', '.join(per_call)}{',' if len(per_call) == 1 else ''} = _S.views")
+        body[:0] = prologue
     source = f"def call({', '.join(args)}):\n" + "".join(f"    {line}\n" for line in body)
     exec(compile(source, "<kiln package wrapper>", "exec"), ns)
     return ns["call"], source, ns
@@ -302,7 +398,7 @@ class CompiledPackage:
         try:
             record = json.loads(parts["program.json"])
             (self.signature, self.call_layout, self.input_metas, self.range_constraints,
-             self.specialized) = parse_program_json(record)  # fmt: skip
+             self.specialized, self.dim_names) = parse_program_json(record)  # fmt: skip
             plan = decode(json.loads(parts["plan.json"]))
             weights = weights_from_bytes(parts["weights.safetensors"])
             functions = [s["function"] for s in plan["steps"] if s["kind"] == "kernel"]
@@ -328,7 +424,9 @@ class CompiledPackage:
             self.state.append(tensor)
         if len(plan["inputs"]) != len(self.state) + len(self.input_metas):
             raise ExportFileError(f"{where}: the plan's inputs do not match the signature")
-        self._call, self.wrapper_source, namespace = _build_wrapper(plan, objects)
+        self._graph_text = parts.get("graph.txt", b"")
+        self._eager_graph = None
+        self._call, self.wrapper_source, namespace = _build_wrapper(plan, objects, self._eager)
         for entry in plan["constants"]:
             tensor = weights.get(f"const.{entry['buffer']}")
             if tensor is None:
@@ -348,9 +446,23 @@ class CompiledPackage:
             )
         }  # fmt: skip
 
+    def _eager(self, *inputs) -> tuple:
+        """The stored graph run with the eager kernels: the calls the kernels compiled for every
+        size do not serve (a size symbol of 0 or 1)."""
+        if self._eager_graph is None:
+            from .graph_text import GraphTextError, text_to_graphs
+
+            try:
+                self._eager_graph = text_to_graphs(self._graph_text.decode())
+            except (GraphTextError, UnicodeDecodeError) as e:
+                raise ExportFileError(f"the package's graph text cannot be read: {e}") from None
+        with no_grad():
+            return tuple(self._eager_graph(*inputs))
+
     def __call__(self, *args, **kwargs) -> Any:
         user = self.call_layout.flatten_inputs(args, kwargs, [])
-        check_inputs(user, self.input_metas, self.range_constraints, self.specialized)
+        check_inputs(user, self.input_metas, self.range_constraints, self.specialized,
+                     self.dim_names)  # fmt: skip
         outputs = self._call(*self.state, *user)
         if self._only_user_outputs:
             return self.call_layout.unflatten_outputs(outputs)

@@ -34,7 +34,8 @@ class ExportedProgram:
         range_constraints: dict[str, ValueRange],
         input_metas: list[InputMeta],
         call_layout: CallLayout,
-        specialized: bool = True,
+        specialized: bool = False,
+        dim_names: dict[str, str] | None = None,
     ):
         self.graph_module = graph_module
         self.graph_signature = graph_signature
@@ -43,8 +44,11 @@ class ExportedProgram:
         self.range_constraints = range_constraints
         self.input_metas = input_metas
         self.call_layout = call_layout
-        # True until symbolic shapes land: declared Dims must also equal the exported sizes
+        # True for programs saved before symbolic export: Dims must equal the example's sizes
         self.specialized = specialized
+        # ``{symbol: Dim name}``: the range constraints are keyed by symbol ("s0"), errors name
+        # the Dim
+        self.dim_names = dict(dim_names or {})
 
     @property
     def graph(self) -> Graph:
@@ -78,7 +82,7 @@ class ExportedProgram:
     def __str__(self) -> str:
         from .graph_text import graph_to_text
 
-        ranges = ", ".join(f"{k}: {v}" for k, v in self.range_constraints.items())
+        ranges = ", ".join(f"{k}: {v!r}" for k, v in self.range_constraints.items())
         return (
             f"ExportedProgram:\n{graph_to_text(self.graph)}\n"
             f"Graph signature:\n{self.graph_signature}\n"
@@ -145,7 +149,8 @@ class ExportedModule(Module):
     def forward(self, *args, **kwargs) -> Any:
         program = self._program
         user = program.call_layout.flatten_inputs(args, kwargs, self._user_input_names)
-        check_inputs(user, program.input_metas, program.range_constraints, program.specialized)
+        check_inputs(user, program.input_metas, program.range_constraints, program.specialized,
+                     program.dim_names)  # fmt: skip
         outputs = self._graph_module(*self._state(), *user)
         signature = program.graph_signature
         results = []

@@ -29,6 +29,7 @@ def program_json(ep) -> dict:
         ],
         "range_constraints": {k: [v.lower, v.upper] for k, v in ep.range_constraints.items()},
         "specialized": ep.specialized,
+        "dim_names": dict(ep.dim_names),
         "requires_grad": {s.target: bool(ep.state_tensor(s).requires_grad)
                           for s in ep.graph_signature.input_specs
                           if s.kind is InputKind.PARAMETER},
@@ -36,7 +37,9 @@ def program_json(ep) -> dict:
 
 
 def parse_program_json(data: dict) -> tuple:
-    """``(signature, layout, input metas, ranges, specialized)`` from ``program_json``."""
+    """``(signature, layout, input metas, ranges, specialized, dim names)`` from
+    ``program_json`` (files written before symbolic export have no dim names: their ranges are
+    keyed by the Dim's name)."""
     signature = ExportGraphSignature.from_json(data["signature"])
     layout = CallLayout.from_json(data["call_layout"])
     metas = []
@@ -51,7 +54,8 @@ def parse_program_json(data: dict) -> tuple:
         for d in m.dims:
             if isinstance(d, str) and d not in ranges:
                 _bad(f"dim {d!r} without a range")
-    return signature, layout, metas, ranges, bool(data["specialized"])
+    dim_names = {str(k): str(v) for k, v in data.get("dim_names", {}).items()}
+    return signature, layout, metas, ranges, bool(data["specialized"]), dim_names
 
 
 def _bad(what: str):

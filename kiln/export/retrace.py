@@ -161,12 +161,14 @@ def _normalize_table(decomp_table) -> dict:
 
 def decompose_program(program, decomp_table=None):
     """``ExportedProgram.run_decompositions``: the same signature over a decomposed graph."""
+    from .dims import check_program_guards
     from .program import ExportedProgram
 
     table = _normalize_table(decomp_table)
     gm = program.graph_module
     inputs = [(n.name, n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
     pure = trace_pure(gm, inputs, decompositions=table)
+    check_program_guards(program, pure.graph)
     if pure.mutated_inputs:  # decompositions never write inputs the program did not
         raise RuntimeError("run_decompositions: a decomposition wrote to a program input")
     _keep_output_names(gm.graph, pure.graph)
@@ -174,7 +176,7 @@ def decompose_program(program, decomp_table=None):
     return ExportedProgram(
         new_gm, _renamed_signature(program.graph_signature, gm.graph, pure.graph),
         program.state_dict, program.constants, program.range_constraints,
-        program.input_metas, program.call_layout, program.specialized,
+        program.input_metas, program.call_layout, program.specialized, program.dim_names,
     )  # fmt: skip
 
 

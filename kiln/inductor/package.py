@@ -9,6 +9,10 @@ run on which views, and what to return — in the order ``codegen/wrapper.py`` e
 ``compile_object`` turns the kernels' LLVM IR into object code for this host or a named CPU level.
 A graph this cannot describe (a kernel the LLVM generator left to numpy, a fallback with keyword
 arguments) raises ``NotImplementedError`` naming the step and the graph nodes it computes.
+
+A graph compiled for every size (``symbolic_sizes``) keeps its layouts, row counts and returned
+sizes as ``SymInt`` expressions; ``plan["symbols"]`` says where each symbol's value is found in
+a call's arguments (the order the kernels read them in, after their buffer pointers).
 """
 
 from __future__ import annotations
@@ -125,7 +129,12 @@ def wrapper_plan(compiled: CompiledGraph) -> dict:
         ],  # fmt: skip
         "steps": [],
         "outputs": [],
+        "symbols": [],
     }
+    binding = compiled.sizes
+    if binding is not None:
+        plan["symbols"] = [{"name": symbol.name, "input": i, "dim": d}
+                           for symbol, (i, d) in zip(binding.symbols, binding.sources)]  # fmt: skip
     allocated: set = set()
     for i, step in enumerate(sched.steps):
         if isinstance(step, Kernel):

@@ -6,6 +6,12 @@ nodes through ``emit`` and returns the names holding the op's results. Constants
 initializers; every emitted node carries the kiln node's user source as its doc string, so a
 problem found later in the ONNX file still points at the user's line. A branch graph (``cond``)
 is built by a child builder that reads its operands from the enclosing graph by name.
+
+Symbolic sizes (a program exported with dynamic axes): each size symbol is bound to a
+``Shape`` slice of the graph input it was read from (``bind_symbols``); a size expression
+(``s0``, ``3*s0``) becomes ONNX integer arithmetic on those (``size``, ``sizes``, made once per
+expression), so reshapes, expands, ranges and slices hold for every size, and the graph's
+dims are ``dim_param`` names taken from the dynamic axes (``onnx_dims``).
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ from typing import Any
 import numpy as np
 
 from ..ir import Graph, Node
+from ..ir.sym_nodes import sym_stride
 from ..ops.core.registry import Op
 from ..runtime import dtypes as dt
+from ..runtime.sym_expr import Expr, FloorDiv, Max, Min, Mod
+from ..runtime.symbolic import SymInt
 from ..runtime.tensor import Tensor
 
 __all__ = ["GraphBuilder", "OnnxExportError", "onnx_type"]
@@ -67,6 +76,10 @@ class GraphBuilder:
         self.values: dict[Node, Any] = {}
         self._taken: set[str] = set() if parent is None else parent._taken
         self.current: Node | None = None
+        # symbolic sizes: ONNX 1-element int64 values by expression (shared with branches),
+        # and each symbol's dim_param name
+        self._sizes: dict = {} if parent is None else parent._sizes
+        self.dim_params: dict = {} if parent is None else parent.dim_params
 
     # ---------------------------------------------------------------- names and constants
     def fresh(self, base: str) -> str:
@@ -125,6 +138,82 @@ class GraphBuilder:
             return name
         return self.one("Cast", [name], to=onnx_type(to_dtype))
 
+    # ---------------------------------------------------------------- symbolic sizes
+    def bind_symbols(self, name: str, val: Tensor) -> None:
+        """Read each size symbol of graph input ``name`` (its fake ``val``) from its shape."""
+        for d, size in enumerate(val.shape):
+            symbol = size.expr.as_symbol() if size.__class__ is SymInt else None
+            if symbol is not None and size.expr not in self._sizes:
+                self._sizes[size.expr] = self.one("Shape", [name], start=d, end=d + 1)
+                self.dim_params.setdefault(symbol, symbol.name)
+
+    def onnx_dims(self, shape) -> list:
+        """A shape for a value info: ints, and ``dim_param`` strings for symbolic sizes."""
+        return [size if size.__class__ is not SymInt
+                else size.expr.code(lambda s: self.dim_params.get(s, s.name))
+                for size in shape]  # fmt: skip
+
+    def size(self, value) -> str:
+        """A size (an int or a SymInt) as a 1-element int64 ONNX value."""
+        if value.__class__ is not SymInt:
+            return self.int64s([int(value)], "size")
+        return self._expr(value.expr)
+
+    def sizes(self, values) -> str:
+        """A list of sizes (ints and SymInts) as a 1-D int64 ONNX value."""
+        values = list(values)
+        if not any(v.__class__ is SymInt for v in values):
+            return self.int64s(values, "shape")
+        parts, run = [], []
+        for v in values:
+            if v.__class__ is SymInt:
+                if run:
+                    parts.append(self.int64s(run, "shape"))
+                    run = []
+                parts.append(self.size(v))
+            else:
+                run.append(int(v))
+        if run:
+            parts.append(self.int64s(run, "shape"))
+        return self.one("Concat", parts, axis=0) if len(parts) > 1 else parts[0]
+
+    def scalar(self, value) -> str:
+        """A size as a 0-d int64 ONNX value (Range's inputs, a size used as a number)."""
+        return self.one("Squeeze", [self.size(value), self.int64s([0], "axes")])
+
+    def _expr(self, expr: Expr) -> str:
+        name = self._sizes.get(expr)
+        if name is not None:
+            return name
+        if not expr.terms:
+            return self.int64s([expr.const], "size")
+        total = None
+        for monomial, coeff in sorted(expr.terms.items(), key=lambda t: t[0]):
+            term = None
+            for atom in monomial:
+                part = self._atom(atom)
+                term = part if term is None else self.one("Mul", [term, part])
+            if coeff != 1:
+                term = self.one("Mul", [term, self.int64s([coeff], "coeff")])
+            total = term if total is None else self.one("Add", [total, term])
+        if expr.const:
+            total = self.one("Add", [total, self.int64s([expr.const], "size")])
+        self._sizes[expr] = total
+        return total
+
+    def _atom(self, atom) -> str:
+        key = Expr({(atom,): 1}, 0)
+        name = self._sizes.get(key)
+        if name is not None:
+            return name
+        kind = {FloorDiv: "Div", Mod: "Mod", Max: "Max", Min: "Min"}.get(atom.__class__)
+        if kind is None:
+            raise OnnxExportError(f"{where(self.current)}: size {atom} has no ONNX form")
+        # sizes are non-negative and divisors positive: ONNX's truncating Div is floor division
+        name = self.one(kind, [self._expr(atom.a), self._expr(atom.b)])
+        self._sizes[key] = name
+        return name
+
     # ---------------------------------------------------------------- walking a kiln graph
     def value(self, a: Any) -> Any:
         """The ONNX name(s) of a kiln argument (nodes) or the argument itself (constants)."""
@@ -147,6 +236,14 @@ class GraphBuilder:
             if node.op == "output":
                 return self.value(node.args[0])
             self.current = node
+            if not isinstance(node.target, Op) and node.target is not operator.getitem:
+                # a size computation (``sym_size``, ``operator.mul`` ...): its value's expression
+                val = node.meta.get("val")
+                if node.target is sym_stride or (val.__class__ is not SymInt
+                                                 and not isinstance(val, int)):  # fmt: skip
+                    raise OnnxExportError(f"{where(node)} has no ONNX translation")
+                self.values[node] = ("size", val)
+                continue
             if node.target is operator.getitem:
                 parts = self.value(node.args[0])
                 if not isinstance(parts, tuple) or parts[node.args[1]] is None:

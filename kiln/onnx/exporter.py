@@ -6,11 +6,14 @@ every op has one — an op with neither is an error naming it and the user's lin
 is translated node by node (``translations.py``): weights become initializers, user tensors the
 graph inputs, ``cond`` an ``If``. ``onnx.checker`` (with shape inference) checks the result.
 
-Dynamic axes: the declared input and output axes get symbolic dims (``dim_param``). kiln's graphs
-are specialized to the example's sizes until symbolic shapes land, so the exporter proves that
-the ONNX graph does not depend on those sizes: it exports again with every dynamic axis resized
-and requires the same ONNX graph (translations write size-preserving reshapes and expands
-without the sizes). A graph that bakes a dynamic size in is an error naming the node.
+Dynamic axes: the declared input and output axes get symbolic dims (``dim_param``). The model is
+exported with a ``Dim`` for each dynamic input axis (one per axis name), so the kiln graph has
+symbolic sizes and the ONNX graph computes every size that depends on them from its inputs'
+shapes (``Shape``, integer arithmetic, ``Range``, ``ConstantOfShape``): it serves every size.
+Code that ties a dynamic axis to a constant is an error naming the axis and the user's line.
+An example whose dynamic axis has size 0 or 1 cannot be traced symbolically (those sizes
+specialize); then the exporter proves instead that the ONNX graph does not depend on the
+sizes: it exports again with every dynamic axis resized and requires the same ONNX graph.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 from typing import IO, Any
 
 from ..nn.modules.module import Module
+from ..runtime.symbolic import ConstraintViolationError, SymInt
 from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_flatten
 from .builder import GraphBuilder, OnnxExportError, onnx_type, where
@@ -55,7 +59,7 @@ def _split_args(args, kwargs) -> tuple[tuple, dict]:
     return args, dict(kwargs or {})
 
 
-def _capture(model, args: tuple, kwargs: dict, training: TrainingMode):
+def _capture(model, args: tuple, kwargs: dict, training: TrainingMode, dynamic_shapes=None):
     """The exported program, captured in the mode ``training`` asks for (the model's own mode
     is restored after)."""
     from ..export.capture import export as kiln_export
@@ -64,7 +68,7 @@ def _capture(model, args: tuple, kwargs: dict, training: TrainingMode):
     if was is not None and training is not TrainingMode.PRESERVE:
         model.train(training is TrainingMode.TRAINING)
     try:
-        return kiln_export(model, args, kwargs)
+        return kiln_export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
     finally:
         if was is not None:
             model.train(was)
@@ -115,6 +119,58 @@ def _dynamic_axes(dynamic_axes, names: list[str]) -> dict[str, dict[int, str]]:
     return out
 
 
+def _dims_for_axes(
+    args: tuple, kwargs: dict, leaves: list, input_names: list, axes: dict, ranges: dict
+):  # fmt: skip
+    """``dynamic_shapes`` for ``export``: a ``Dim`` per dynamic input axis (inputs sharing an
+    axis name share it; ``ranges``: ``{Dim name: (min, max)}`` found so far), in the positional
+    form; None when an example's axis is 0 or 1 (such a size cannot be traced symbolically) or
+    no input axis is dynamic."""
+    from ..export.dims import Dim
+    from ..utils.pytree import tree_unflatten
+
+    by_name: dict = {}
+    per_leaf = []
+    for name, t in zip(input_names, leaves):
+        dims = {}
+        for axis, label in axes.get(name, {}).items():
+            if t.shape[axis] < 2:
+                return None
+            ident = "".join(c if c.isalnum() else "_" for c in label)
+            ident = ident if ident and ident.isidentifier() else f"d_{ident}"
+            lo, hi = ranges.get(ident, (None, None))
+            dims[axis] = by_name.setdefault(label, Dim(ident, min=lo, max=hi))
+        per_leaf.append(dims or None)
+    if not any(per_leaf):
+        return None
+    flat, spec = tree_flatten((args, kwargs))
+    it = iter(per_leaf)
+    specs = [next(it) if isinstance(leaf, Tensor) else None for leaf in flat]
+    spec_args, spec_kwargs = tree_unflatten(specs, spec)
+    if spec_kwargs:
+        return None
+    return tuple(spec_args)
+
+
+def _capture_symbolic(model, args, kwargs, training, leaves, input_names, axes):
+    """The program with a ``Dim`` per dynamic axis. A dynamic axis the model bounds (a slice of
+    a fixed-size buffer: ``seq <= 16``) gets that range, as PyTorch's automatic dims do (ONNX
+    records no ranges); code that fixes an axis to one size is an error."""
+    ranges: dict = {}
+    for _ in range(8):
+        dims = _dims_for_axes(args, kwargs, leaves, input_names, axes, ranges)
+        try:
+            return _capture(model, args, kwargs, training, dims)
+        except ConstraintViolationError as e:
+            refined = getattr(e, "refined", None)
+            if refined is None or ranges.get(refined[0]) == refined[1]:
+                raise OnnxExportError(
+                    f"dynamic_axes: the model specializes a dynamic axis: {e}"
+                ) from None
+            ranges[refined[0]] = refined[1]
+    raise OnnxExportError("dynamic_axes: the ranges of the dynamic axes did not settle")
+
+
 def _build(ep, input_names, output_names, axes: dict, opset: int, export_params: bool):
     """The ONNX model of ``ep`` (checked), with the given names and symbolic dims."""
     import onnx
@@ -137,9 +193,15 @@ def _build(ep, input_names, output_names, axes: dict, opset: int, export_params:
             continue
         else:
             name = builder.reserve(spec.target)
-        dims = [axes.get(name, {}).get(i, size) for i, size in enumerate(val.shape)]
+        labels = axes.get(name, {})
+        for i, size in enumerate(val.shape):  # a symbol's dim_param: its first axis name
+            symbol = size.expr.as_symbol() if size.__class__ is SymInt else None
+            if symbol is not None and i in labels:
+                builder.dim_params.setdefault(symbol, labels[i])
+        dims = [labels.get(i, size) for i, size in enumerate(builder.onnx_dims(val.shape))]
         inputs.append(helper.make_tensor_value_info(name, onnx_type(val.dtype), dims))
         builder.values[node] = name
+        builder.bind_symbols(name, val)
     results = builder.run(ep.graph)
     builder.current = None
     outputs, user = [], 0
@@ -168,6 +230,10 @@ def _build(ep, input_names, output_names, axes: dict, opset: int, export_params:
             dim = dims.dim.add()
             if i in axes.get(name, {}):
                 dim.dim_param = axes[name][i]
+            elif size.__class__ is SymInt:
+                dim.dim_param = builder.onnx_dims([size])[0]
+            elif builder.dim_params:  # a symbolic graph: its other sizes are static
+                dim.dim_value = size
             elif known is not None and i < len(known.dim) and known.dim[i].HasField("dim_param"):
                 dim.dim_param = known.dim[i].dim_param
             else:
@@ -254,7 +320,7 @@ def export(
     leaves = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, Tensor)]
     _IN_EXPORT[0] = True
     try:
-        ep = _translatable(_capture(model, args, kwargs, training))
+        ep = _capture(model, args, kwargs, training)
         n_out = len(ep.graph_signature.user_outputs)
         input_names = list(input_names or [])
         input_names += [s for s in ep.graph_signature.user_inputs[len(input_names) :]]
@@ -267,9 +333,13 @@ def export(
                 f"{len(output_names)} output names for {n_out} outputs"
             )
         axes = _dynamic_axes(dynamic_axes, input_names + output_names)
+        dims = _dims_for_axes(args, kwargs, leaves, input_names, axes, {})
+        if dims is not None:
+            ep = _capture_symbolic(model, args, kwargs, training, leaves, input_names, axes)
+        ep = _translatable(ep)
         onnx_model = _build(ep, input_names, output_names, axes, opset, export_params)
         input_axes = {i: axes[name] for i, name in enumerate(input_names) if name in axes}
-        if input_axes:
+        if input_axes and dims is None:
             probe = [_resized(t, input_axes[i]) if i in input_axes else t
                      for i, t in enumerate(leaves)]  # fmt: skip
             probe_args, probe_kwargs = _replace_tensors(args, kwargs, probe)
@@ -283,9 +353,8 @@ def export(
             if _canonical(onnx_model) != _canonical(second):
                 raise OnnxExportError(
                     f"dynamic_axes: the exported graph depends on the size of a dynamic axis "
-                    f"({_first_difference(onnx_model, second)} changes with it); kiln exports "
-                    "graphs specialized to the example's sizes until symbolic shapes land, so "
-                    "this axis cannot be dynamic yet"
+                    f"({_first_difference(onnx_model, second)} changes with it); an example "
+                    "with that axis of size 2 or more exports it symbolically instead"
                 )
     finally:
         _IN_EXPORT[0] = False

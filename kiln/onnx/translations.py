@@ -16,6 +16,7 @@ import numpy as np
 
 from ..ir import Node
 from ..runtime import dtypes as dt
+from ..runtime.symbolic import SymInt, hashable
 from ..runtime.tensor import Tensor
 from .builder import GraphBuilder, OnnxExportError, onnx_type, where
 
@@ -43,8 +44,20 @@ def _out_dtype(node: Node):
     return val.dtype if isinstance(val, Tensor) else val[0].dtype
 
 
+def _size_of(arg):
+    """A size argument as an int or a SymInt (a size node's value)."""
+    if isinstance(arg, Node):
+        val = _val(arg)
+        if val.__class__ is SymInt or type(val) is int:
+            return val
+        raise OnnxExportError(f"{where(arg)} is used as a size but is a tensor")
+    return arg
+
+
 def _operand(b: GraphBuilder, arg, dtype) -> str:
-    """``arg`` (a graph node or a Python scalar) as an ONNX value of ``dtype``."""
+    """``arg`` (a graph node, a size or a Python scalar) as an ONNX value of ``dtype``."""
+    if isinstance(arg, Node) and not isinstance(_val(arg), Tensor):
+        return b.cast(b.scalar(_size_of(arg)), dt.int64, dtype)
     if isinstance(arg, Node):
         return b.cast(b.value(arg), _val(arg).dtype, dtype)
     if isinstance(arg, (bool, int, float)):
@@ -353,21 +366,22 @@ def _gather(b, node, x, dim, index, *rest):
 def _reshape(b, node, x, shape):
     """The target sizes, with each leading size equal to the input's written as 0 ("keep the
     input's size"): a flatten or a head split then holds for any batch size."""
-    before, after = tuple(_val(x).shape), tuple(_val(node).shape)
+    before, after = hashable(tuple(_val(x).shape)), tuple(_val(node).shape)
     sizes, keep = [], True
     for i, size in enumerate(after):
-        keep = keep and i < len(before) and before[i] == size and size != 0
+        keep = keep and i < len(before) and before[i] == hashable(size) and hashable(size) != 0
         sizes.append(0 if keep else size)
-    return b.one("Reshape", [b.value(x), b.int64s(sizes, "shape")])
+    return b.one("Reshape", [b.value(x), b.sizes(sizes)])
 
 
 @translates("expand")
 def _expand(b, node, x, size):
     """Expand's target with 1 where the input keeps its size (broadcasting keeps it)."""
-    before, after = tuple(_val(x).shape), tuple(_val(node).shape)
+    before, after = hashable(tuple(_val(x).shape)), tuple(_val(node).shape)
     offset = len(after) - len(before)
-    sizes = [1 if i >= offset and before[i - offset] == s else s for i, s in enumerate(after)]
-    return b.one("Expand", [b.value(x), b.int64s(sizes, "shape")])
+    sizes = [1 if i >= offset and before[i - offset] == hashable(s) else s
+             for i, s in enumerate(after)]  # fmt: skip
+    return b.one("Expand", [b.value(x), b.sizes(sizes)])
 
 
 @translates("permute")
@@ -394,8 +408,9 @@ def _squeeze(b, node, x, dim=None):
 @translates("slice")
 def _slice(b, node, x, dim=0, start=None, end=None, step=1):
     axis = _axis(dim, _rank(x))
-    inputs = [b.value(x), b.int64s([0 if start is None else start], "starts"),
-              b.int64s([_INT64_MAX if end is None else end], "ends"), b.int64s([axis], "axes"),
+    start, end = _size_of(start), _size_of(end)
+    inputs = [b.value(x), b.sizes([0 if start is None else start]),
+              b.sizes([_INT64_MAX if end is None else end]), b.int64s([axis], "axes"),
               b.int64s([step], "steps")]  # fmt: skip
     return b.one("Slice", inputs)
 
@@ -474,13 +489,26 @@ def _rnn_layer(b, node, mode, gates, hx, cx, w_hh, b_hh, reverse):
 @translates("full")
 def _full(b, node, size, fill_value, *rest):
     dtype = _out_dtype(node)
-    return b.constant(np.full(tuple(size), fill_value, dtype=dtype.np), dtype, node.name)
+    shape = tuple(_val(node).shape)
+    if any(s.__class__ is SymInt for s in shape):  # a size known when the graph runs
+        from onnx import numpy_helper
+
+        value = numpy_helper.from_array(np.full((1,), fill_value, dtype=dtype.np))
+        return b.one("ConstantOfShape", [b.sizes(shape)], value=value)
+    return b.constant(np.full(shape, fill_value, dtype=dtype.np), dtype, node.name)
 
 
 @translates("arange")
 def _arange(b, node, start, end, step=1, *rest):
     dtype = _out_dtype(node)
-    return b.constant(np.arange(start, end, step).astype(dtype.np), dtype, node.name)
+    bounds = [_size_of(start), _size_of(end), _size_of(step)]
+    if any(v.__class__ is SymInt for v in bounds):  # a range over a dynamic size
+        if not all(isinstance(v, (int, SymInt)) for v in bounds):
+            raise OnnxExportError(f"{where(node)}: a range over a dynamic size with float bounds")
+        first, limit, delta = (b.scalar(v) if v.__class__ is SymInt else b.constant(v, np.int64)
+                               for v in bounds)  # fmt: skip
+        return b.cast(b.one("Range", [first, limit, delta]), dt.int64, dtype)
+    return b.constant(np.arange(*bounds).astype(dtype.np), dtype, node.name)
 
 
 # ------------------------------------------------------------------------------ control flow
@@ -502,7 +530,7 @@ def _cond(b, node, pred, true_branch, false_branch, operands):
         results = child.run(branch.graph)
         outs = [child.one("Identity", [name]) for name in results]
         infos = [
-            helper.make_tensor_value_info(name, onnx_type(v.dtype), list(v.shape))
+            helper.make_tensor_value_info(name, onnx_type(v.dtype), b.onnx_dims(v.shape))
             for name, v in zip(outs, _val(node))
         ]  # fmt: skip
         graphs.append(helper.make_graph(child.nodes, b.fresh(f"{node.name}_{label}"), [], infos,

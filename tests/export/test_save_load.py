@@ -14,6 +14,8 @@ import pytest
 import kiln
 import kiln.nn as nn
 from kiln.export import ExportFileError, export, load, save
+from kiln.export.archive import FORMAT_VERSION
+from kiln.export.graph_text import FORMAT_VERSION as GRAPH_TEXT_VERSION
 from tests.models.models import GPTConfig, models_for
 from tests.oracle import assert_close
 
@@ -102,10 +104,10 @@ def test_graph_is_readable_versioned_text(saved):
     parts = _parts(path)
     assert set(parts) == {"MANIFEST.json", "graph.txt", "program.json", "weights.safetensors"}
     text = parts["graph.txt"].decode()
-    assert text.startswith("# kiln.export graph, format 1\n")
+    assert text.startswith(f"# kiln.export graph, format {GRAPH_TEXT_VERSION}\n")
     assert "kiln.ops.linear(x, p_lin_weight, p_lin_bias)" in text
     manifest = json.loads(parts["MANIFEST.json"])
-    assert manifest["format"] == "kiln.exported_program" and manifest["version"] == 1
+    assert manifest["format"] == "kiln.exported_program" and manifest["version"] == FORMAT_VERSION
 
 
 def test_weights_are_in_safetensors_layout(saved):
@@ -128,17 +130,19 @@ def test_newer_format_version_is_refused(saved, tmp_path):
     _, _, path = saved
     parts = _parts(path)
     manifest = json.loads(parts["MANIFEST.json"])
-    manifest["version"] = 2
+    manifest["version"] = FORMAT_VERSION + 1
     parts["MANIFEST.json"] = json.dumps(manifest).encode()
     _write(tmp_path / "newer.kiln", parts)
-    with pytest.raises(ExportFileError, match="format version 2, newer than the 1"):
+    newer = f"format version {FORMAT_VERSION + 1}, newer than the {FORMAT_VERSION}"
+    with pytest.raises(ExportFileError, match=newer):
         load(tmp_path / "newer.kiln")
 
 
 def test_newer_graph_text_format_is_refused(saved, tmp_path):
     _, _, path = saved
     parts = _parts(path)
-    parts["graph.txt"] = parts["graph.txt"].replace(b"format 1", b"format 7", 1)
+    current = f"format {GRAPH_TEXT_VERSION}".encode()
+    parts["graph.txt"] = parts["graph.txt"].replace(current, b"format 7", 1)
     _write(tmp_path / "newer.kiln", parts)
     with pytest.raises(ExportFileError, match="format 7, newer"):
         load(tmp_path / "newer.kiln")

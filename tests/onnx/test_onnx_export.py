@@ -149,12 +149,71 @@ def test_dynamic_batch_axis_is_symbolic_and_runs_at_other_sizes(name):
                      rtol=1e-5, atol=1e-5)  # fmt: skip
 
 
-def test_dynamic_axis_the_graph_depends_on_is_an_error():
-    """The tiny GPT's sequence length sizes its position ids and mask: until kiln has
-    symbolic shapes the exporter refuses to call it dynamic rather than write a wrong file."""
-    model = MODELS.TinyGPT(GPTConfig())
+def _dims(proto, which: str) -> list:
+    values = getattr(proto.graph, which)[0].type.tensor_type.shape.dim
+    return [d.dim_param or d.dim_value for d in values]
+
+
+def _shape_ops(proto) -> set[str]:
+    return {n.op_type for n in proto.graph.node} & {"Shape", "Range"}
+
+
+def test_tiny_gpt_sequence_axis_is_symbolic_and_matches_eager():
+    """The sequence length sizes the position ids (arange) and slices the causal mask: the ONNX
+    graph computes both from the input's shape, so it serves every length up to block_size
+    (the mask's size bounds the axis, as torch.export's automatic dims find)."""
+    model = MODELS.TinyGPT(GPTConfig()).eval()
+    axes = {"idx": {0: "batch", 1: "seq"}, "output": {0: "batch", 1: "seq"}}
+    blob = _export(model, (kiln.randint(0, 32, (2, 8)),), dynamic_axes=axes)
+    proto = onnx.load_from_string(blob)
+    assert _dims(proto, "input") == ["batch", "seq"]
+    assert _dims(proto, "output") == ["batch", "seq", 32]
+    assert _shape_ops(proto) == {"Shape", "Range"}
+    for batch, seq in ((3, 5), (1, 16), (2, 1)):
+        idx = kiln.randint(0, 32, (batch, seq))
+        assert_close(kiln.tensor(_run(blob, idx.numpy())[0]), _eager(model, idx)[0],
+                     rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
+def test_sizes_computed_from_a_dynamic_axis_are_onnx_arithmetic():
+    """``x.shape[0] * 2`` as a value and as a reshape target: Shape, Mul, Concat in ONNX."""
+
+    def fn(x):
+        flat = x.reshape(x.shape[0] * 2, -1)
+        return flat * x.shape[0]
+
+    blob = _export(fn, (kiln.randn(4, 6),), input_names=["x"], dynamic_axes={"x": {0: "n"}})
+    proto = onnx.load_from_string(blob)
+    assert _dims(proto, "output") == ["2*n", 3]
+    for n in (2, 7):
+        x = kiln.randn(n, 6)
+        assert_close(kiln.tensor(_run(blob, x.numpy())[0]), fn(x))
+
+
+def test_dynamic_axis_the_code_fixes_is_an_error():
+    """A reshape to a fixed size ties the axis to the example's size: an error naming the axis
+    and the line, not a file that is wrong at other sizes."""
+
+    def fn(x):
+        return x.view(4, 6) + 1  # the line the error names
+
+    with pytest.raises(kiln.onnx.OnnxExportError, match=r"batch.*constant \(4\).*line|batch"):
+        _export(fn, (kiln.randn(4, 6),), input_names=["x"], dynamic_axes={"x": {0: "batch"}})
+    with pytest.raises(kiln.onnx.OnnxExportError, match="test_onnx_export.py"):
+        _export(fn, (kiln.randn(4, 6),), input_names=["x"], dynamic_axes={"x": {0: "batch"}})
+
+
+def test_dynamic_axis_of_size_one_in_the_example_is_proven_by_resizing():
+    """An example of size 1 cannot be traced symbolically (sizes 0 and 1 specialize): the
+    exporter checks instead that the ONNX graph does not change with the axis."""
+    model = MODELS.MLP().eval()
+    blob = _export(model, (kiln.randn(1, 8),), dynamic_axes={"x": {0: "batch"}})
+    assert _dims(onnx.load_from_string(blob), "input") == ["batch", 8]
+    x = kiln.randn(6, 8)
+    assert_close(kiln.tensor(_run(blob, x.numpy())[0]), _eager(model, x)[0], rtol=1e-5, atol=1e-5)
+    gpt = MODELS.TinyGPT(GPTConfig())
     with pytest.raises(kiln.onnx.OnnxExportError, match="depends on the size of a dynamic axis"):
-        _export(model, (kiln.randint(0, 32, (2, 16)),), dynamic_axes={"idx": [1]})
+        _export(gpt, (kiln.randint(0, 32, (2, 1)),), dynamic_axes={"idx": [1]})
 
 
 def test_op_without_a_mapping_names_the_op_and_the_line():

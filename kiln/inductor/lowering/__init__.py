@@ -8,15 +8,16 @@ own. Ops without a lowering run their eager kernel as an extern call inside the 
 
 The package's modules import one way: ``framework`` (the table and the helpers) at the bottom,
 then ``pointwise`` and ``views``, then the families built on them (``creation``, ``reductions``,
-``indexing``, ``matmul``). Importing the package imports every family, which registers them.
+``indexing``, ``matmul``, ``convolution``). Importing the package imports every family, which
+registers them.
 """
 
 from __future__ import annotations
 
-from . import creation, indexing, matmul, pointwise, reductions, views
+from . import convolution, creation, indexing, matmul, pointwise, reductions, views
 from .framework import CURRENT, LOWERINGS, compute_dtype, extern, fallback, register_lowering
 
 __all__ = ["LOWERINGS", "register_lowering", "fallback", "compute_dtype", "extern", "CURRENT"]
 
 # the families register themselves on import
-del creation, indexing, matmul, pointwise, reductions, views
+del convolution, creation, indexing, matmul, pointwise, reductions, views

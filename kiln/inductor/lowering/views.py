@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from ...ops.core.registry import OPS
 from ...runtime import dtypes as dt
+from ...runtime.symbolic import known_same_shape
 from .. import sym
 from ..ir import InputBuffer, Layout, TensorBox
 from ..virtualized import ops
@@ -197,7 +198,8 @@ def _view(out_meta, x, size):
     out_shape = tuple(out_meta.shape)
     in_shape = tuple(x.shape)
     back = getattr(x, "reshape_of", None)
-    if back is not None and tuple(back.shape) == out_shape:
+    # (shapes equal for every size: a tuple ``==`` would ask ``s0 == s0*s1`` of symbolic ones)
+    if back is not None and known_same_shape(tuple(back.shape), out_shape):
         return back  # a reshape undone: the original (and whatever buffer view it has)
     in_strides = _contiguous_strides(in_shape)
     out_strides = _contiguous_strides(out_shape)

@@ -1,0 +1,433 @@
+"""Lowering of ``convolution``: im2col or col2im loops around one extern BLAS product.
+
+A convolution is a matrix product once its input windows are laid out as columns. The eager
+kernel builds the columns with numpy (a padded copy, then a strided copy); here they are loops of
+the generated code: the input is stored once with its padding (``_padded_source``, which is also
+where whatever computes the input, a batch norm's affine and ReLU, runs), then the columns loop
+reads in-bounds rows of it (``_columns``). The product runs through ``extern_matmul`` into a
+buffer the scheduler pools, exactly as ``mm`` does; bias and every pointwise consumer (batch
+norm, the residual add, ReLU) then read that buffer in the kernel they are fused into.
+
+Forward products take one of two shapes (``_forward``): per sample (columns ``[N, G, C*K, P]``,
+the result is the NCHW output itself) or one product for the whole batch (columns
+``[G, C*K, N*P]``, the result is ``[O, N, P]``, read through a permuted view). The second serves
+small outputs: the weight gradient, which the derivative writes as a convolution whose "output"
+is the 3x3 kernel and whose "batch" is the input channels, becomes one
+``[O, N*H*W] @ [N*H*W, C*9]`` product rather than ``C`` products nine columns wide.
+
+A transposed convolution (the input gradient, ``ConvTranspose``) with unit strides is a forward
+convolution over the flipped kernel (``_as_forward``). Otherwise it is the product first, ``W^T x``
+giving one column per (output channel, kernel offset, input position), then col2im as a gather:
+every output element sums the kernel offsets whose input position lands on it (``_col2im``), a
+loop the consumers fuse with. Symbolic sizes and 16-bit dtypes run the eager kernel (logged);
+a graph with symbolic sizes then takes the per-size route (``inductor/specialize.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from ...runtime import dtypes as dt
+from .. import extern_matmul, sym
+from ..ir import ExternBuffer, Layout, TensorBox
+from ..virtualized import ops
+from .framework import CURRENT, _box, _ctx, _meta_like_shape, _realized_input, register_lowering
+from .matmul import blas_layout
+
+__all__ = ["COLUMNS_PER_SAMPLE_MIN"]
+
+# a forward convolution with at least this many output positions per sample multiplies each
+# sample's columns on their own (its result is NCHW as it is); smaller outputs are multiplied
+# as one product over the batch (wider products, and a result read through a permuted view)
+COLUMNS_PER_SAMPLE_MIN = 256
+
+_DTYPES = (dt.float32, dt.float64)
+
+
+@register_lowering("convolution")
+def _convolution(
+    out_meta, x, w, bias, stride, padding, dilation, transposed, output_padding, groups
+):
+    _check_supported(out_meta, x, w)
+    spec = _Spec(x, w, stride, padding, dilation, groups, tuple(out_meta.shape[2:]))
+    if not transposed:
+        result = _forward(spec)
+    elif _as_forward_possible(spec, output_padding):
+        result = _forward(_as_forward(spec))
+    else:
+        result = _transposed(spec)
+    if bias is not None:
+        result = _add_bias(result, bias)
+    return result
+
+
+def _check_supported(out_meta, x, w) -> None:
+    """The cases this lowering computes; others run the eager kernel (``NotImplementedError``
+    makes the graph lowering log why and fall back)."""
+    if out_meta.device.type != "cpu":
+        raise NotImplementedError("convolution lowering is for CPU graphs")
+    if out_meta.dtype not in _DTYPES or x.dtype is not w.dtype:
+        raise NotImplementedError(f"convolution lowering computes float32/float64, not {x.dtype}")
+    shapes = tuple(x.shape) + tuple(w.shape) + tuple(out_meta.shape)
+    if sym.is_symbolic(tuple(x.shape[1:]) + tuple(w.shape)):
+        raise NotImplementedError("convolution lowering needs static channel and image sizes")
+    if any(s.__class__ is int and s == 0 for s in shapes):
+        raise NotImplementedError("empty convolution")
+
+
+class _Spec:
+    """A convolution's geometry in the terms the products use."""
+
+    def __init__(self, x, w, stride, padding, dilation, groups, out_spatial):
+        self.x, self.w = x, w
+        self.k = len(w.shape) - 2
+        self.stride, self.padding, self.dilation = list(stride), list(padding), list(dilation)
+        self.groups = groups
+        self.batch = x.shape[0]
+        self.in_spatial = tuple(x.shape[2:])
+        self.out_spatial = out_spatial
+        self.kernel = tuple(w.shape[2:])
+        self.dtype = x.dtype
+
+
+def _operand(box: TensorBox, shape: tuple, index_map, strided):
+    """``box`` seen as ``shape`` (``index_map`` from an index of ``shape`` to one of ``box``;
+    ``strided`` the same as a layout map) handed to BLAS: a strided view of a buffer when one
+    serves, else a copy in ``shape``'s order."""
+    from .views import _view_box
+
+    view = _view_box(box, shape, index_map, strided)
+    return _realized_input(view, blas_layout)
+
+
+def _reshape_strided(shape: tuple):
+    """The ``strided`` map of a reshape to ``shape`` (None when strides cannot describe it)."""
+    from ...ops.shape.views import view_strides
+
+    def strided(layout):
+        st = view_strides(layout.shape, layout.stride, shape)
+        return None if st is None else Layout(shape, tuple(st), layout.dtype, layout.offset)
+
+    return strided
+
+
+def _unflatten(index, sizes) -> list:
+    """Split a flat index over ``sizes`` (row-major) into one index per size."""
+    out = []
+    step = math.prod(sizes)
+    flat = sym.as_expr(index)
+    for s in sizes:
+        step //= s
+        out.append(sym.ZERO if s == 1 else (flat // step) % s if step > 1 else flat % s)
+    return out
+
+
+def _flat(parts, sizes):
+    flat = sym.ZERO
+    for i, s in zip(parts, sizes):
+        flat = flat * s + sym.as_expr(i)
+    return flat
+
+
+def _weight_matrix(spec: _Spec, rows: int, cols: int, transpose: bool):
+    """The weight ``[G*rows, cols...]`` as ``[G, rows, cols]`` (or its transpose per group)."""
+    w = spec.w
+    g = spec.groups
+    shape = (g, rows, cols)
+    flat_sizes = tuple(w.shape[1:])
+
+    def index_map(index):
+        return [index[0] * rows + index[1]] + _unflatten(index[2], flat_sizes)
+
+    buf_view = _operand(w, shape, index_map, _reshape_strided(shape))
+    if not transpose:
+        return buf_view
+    buf, layout = buf_view
+    st = layout.stride
+    return buf, Layout(
+        (g, cols, rows), (st[0], st[2], st[1]), layout.dtype, layout.offset, layout.device
+    )
+
+
+# ------------------------------------------------------------------------------ forward
+
+
+def _forward(spec: _Spec) -> TensorBox:
+    g = spec.groups
+    n = spec.batch
+    cg = spec.x.shape[1] // g
+    og = spec.w.shape[0] // g
+    kn = math.prod(spec.kernel)
+    p = math.prod(spec.out_spatial)
+    weight = _weight_matrix(spec, og, cg * kn, transpose=False)
+    per_sample = p >= COLUMNS_PER_SAMPLE_MIN
+    columns = _columns(spec, cg, per_sample)
+    if per_sample:
+        # result [N, G, Og, P]: the NCHW output
+        buf = _product(spec, (n, g, og, p), weight, columns)
+        return _stored_as(buf, (n, g * og) + spec.out_spatial)
+    # result [G, Og, N*P], viewed as [N, G*Og, *out]
+    buf = _product(spec, (g, og, n * p), weight, columns)
+    return _swap_leading(_stored_as(buf, (g * og, n) + spec.out_spatial))
+
+
+def _stored_as(buf: ExternBuffer, shape: tuple) -> TensorBox:
+    """The contiguous product ``buf`` read as a contiguous tensor of ``shape`` (same numel)."""
+    layout = Layout.contiguous(shape, buf.dtype)
+    name = buf.name
+
+    def loader(index):
+        return ops.load(name, layout.offset_expr(index))
+
+    box = TensorBox(shape, buf.dtype, loader, _ctx())
+    box.view_of = (buf, layout)
+    return box
+
+
+def _swap_leading(box: TensorBox) -> TensorBox:
+    from .views import _permute
+
+    nd = len(box.shape)
+    dims = [1, 0] + list(range(2, nd))
+    shape = tuple(box.shape[d] for d in dims)
+    return _permute(_meta_like_shape(shape, box.dtype), box, dims)
+
+
+def _columns(spec: _Spec, cg: int, per_sample: bool):
+    """im2col as a loop: the input value under each (channel, kernel offset, output position),
+    zero in the padding. Stored with the output position innermost, so the loop reads the input
+    along a row; BLAS takes the per-batch matrix transposed when that is the order it needs."""
+    x = spec.x
+    g, n, k = spec.groups, spec.batch, spec.k
+    kernel, out_spatial = spec.kernel, spec.out_spatial
+    kn, p = math.prod(kernel), math.prod(out_spatial)
+    stride, dilation = spec.stride, spec.dilation
+    if per_sample:
+        # [N, G, Cg, *K, *out]: one [Cg*K, P] matrix per (sample, group)
+        shape = (n, g, cg) + kernel + out_spatial
+
+        def split(index):
+            return index[0], index[1], index[2], index[3 : 3 + k], index[3 + k :]
+
+        matrix = ((n, g, cg * kn, p), (g * cg * kn * p, cg * kn * p, p, 1))
+    else:
+        # the whole batch as one product: [G, Cg*K, N*P]; stored [G, N, *out, Cg, *K] (the
+        # sample and output position outermost) when the kernel's rows are longer than the
+        # output's, else [G, Cg, *K, N, *out]
+        kernel_inner = kernel[-1] > out_spatial[-1]
+        if kernel_inner:
+            shape = (g, n) + out_spatial + (cg,) + kernel
+
+            def split(index):
+                return index[1], index[0], index[2 + k], index[3 + k :], index[2 : 2 + k]
+
+            matrix = ((g, cg * kn, n * p), (n * p * cg * kn, 1, cg * kn))
+        else:
+            shape = (g, cg) + kernel + (n,) + out_spatial
+
+            def split(index):
+                return index[2 + k], index[0], index[1], index[2 : 2 + k], index[3 + k :]
+
+            matrix = ((g, cg * kn, n * p), (cg * kn * n * p, n * p, 1))
+    source = _padded_source(spec)
+    inner = source.loader
+    to = x.dtype
+
+    def loader(index):
+        sample, group, channel, offsets, outs = split(index)
+        positions = [
+            sym.as_expr(outs[i]) * stride[i] + sym.as_expr(offsets[i]) * dilation[i]
+            for i in range(k)
+        ]
+        return inner([sample, sym.as_expr(group) * cg + sym.as_expr(channel)] + positions)
+
+    box = _box(_ctx(x), shape, to, loader, source)
+    buf = box.realize()
+    if CURRENT.node is not None:
+        buf.origins = [CURRENT.node]
+    mshape, mstride = matrix
+    return buf, Layout(mshape, mstride, to, 0, buf.layout.device)
+
+
+def _padded_source(spec: _Spec) -> TensorBox:
+    """The convolution's input as the columns loop should read it: stored, with the padding as
+    zeros around it. Every column reads each input value up to K times; computing the input
+    (a batch norm's affine and ReLU) or testing the padding bounds once per value, in one pass
+    over the input, costs less than doing it per column, and in-bounds rows of a stored buffer
+    are what the code generator loads as vectors."""
+    x = spec.x
+    padding, size, k = spec.padding, spec.in_spatial, spec.k
+    plain = x.is_realized() or getattr(x, "view_of", None) is not None
+    if not any(padding) and (plain or getattr(x, "is_view", False)):
+        return x
+    if not any(padding):
+        x.realize()
+        return x
+    inner = x.loader
+    shape = tuple(x.shape[:2]) + tuple(s + 2 * p for s, p in zip(size, padding))
+
+    def loader(index):
+        positions = [sym.as_expr(index[2 + i]) - padding[i] for i in range(k)]
+        cond = None
+        for i in range(k):
+            if not padding[i]:
+                continue
+            iv = ops.index_expr(positions[i], dt.int64)
+            inside = ops.logical_and(
+                ops.ge(iv, ops.constant(0, dt.int64)),
+                ops.lt(iv, ops.constant(size[i], dt.int64)),
+            )
+            cond = inside if cond is None else ops.logical_and(cond, inside)
+        value = inner(list(index[:2]) + positions)
+        return ops.where(cond, value, ops.constant(0.0, x.dtype))
+
+    box = _box(_ctx(x), shape, x.dtype, loader, x)
+    box.realize()
+    return box
+
+
+def _product(spec: _Spec, shape: tuple, a, b) -> ExternBuffer:
+    """A contiguous extern buffer of ``shape`` holding ``a @ b`` (the plain matmul extern, so a
+    package describes it as one)."""
+    ctx = _ctx(spec.x, spec.w)
+    layout = Layout.contiguous(shape, spec.dtype)
+    buf = ExternBuffer(ctx.new_name(), layout, extern_matmul.matmul_out, [a, b], {}, "convolution")
+    if CURRENT.node is not None:
+        buf.origins = [CURRENT.node]
+    ctx.buffers.append(buf)
+    return buf
+
+
+# ------------------------------------------------------------------------------ transposed
+
+
+def _as_forward_possible(spec: _Spec, output_padding) -> bool:
+    """A transposed convolution with unit strides is a convolution with the kernel flipped and
+    the padding's complement: the columns loop reads rows as vectors there, where col2im's
+    gather tests every kernel offset."""
+    return (
+        all(s == 1 for s in spec.stride)
+        and not any(output_padding)
+        and all(p <= d * (k - 1) for p, d, k in zip(spec.padding, spec.dilation, spec.kernel))
+    )
+
+
+def _as_forward(spec: _Spec) -> _Spec:
+    """The forward convolution computing the transposed one ``spec`` describes."""
+    w = spec.w
+    g = spec.groups
+    icg, ocg = w.shape[0] // g, w.shape[1]
+    kernel, k = spec.kernel, spec.k
+    inner = w.loader
+
+    def loader(index):
+        channel = sym.as_expr(index[0])
+        group, within = (channel // ocg, channel % ocg) if g > 1 else (sym.ZERO, channel)
+        flipped = [kernel[i] - 1 - sym.as_expr(index[2 + i]) for i in range(k)]
+        return inner([group * icg + sym.as_expr(index[1]), within] + flipped)
+
+    flipped = _box(_ctx(w), (g * ocg, icg) + kernel, w.dtype, loader, w)
+    padding = [d * (kn - 1) - p for p, d, kn in zip(spec.padding, spec.dilation, kernel)]
+    return _Spec(spec.x, flipped, spec.stride, padding, spec.dilation, g, spec.out_spatial)
+
+
+def _transposed(spec: _Spec) -> TensorBox:
+    """``W^T x`` per group into columns ``[N, G, Og*K, Pin]``, then col2im as a gather."""
+    x = spec.x
+    g, n = spec.groups, spec.batch
+    icg = x.shape[1] // g
+    ocg = spec.w.shape[1]
+    kn = math.prod(spec.kernel)
+    pin = math.prod(spec.in_spatial)
+    weight = _weight_matrix(spec, icg, ocg * kn, transpose=True)  # [G, Og*K, Icg]
+    shape = (n, g, icg, pin)
+
+    def index_map(index):
+        return [index[0], index[1] * icg + index[2]] + _unflatten(index[3], spec.in_spatial)
+
+    inputs = _operand(x, shape, index_map, _reshape_strided(shape))
+    buf = _product(spec, (n, g, ocg * kn, pin), weight, inputs)
+    return _col2im(spec, _stored_as(buf, (n, g, ocg) + spec.kernel + spec.in_spatial), ocg)
+
+
+def _col2im(spec: _Spec, columns: TensorBox, ocg: int) -> TensorBox:
+    """Each output element sums, over kernel offsets, the column whose input position lands on
+    it: position ``y`` takes offset ``k`` from input ``(y + pad - k*dil) / stride`` when that
+    divides evenly and lies inside the input."""
+    k = spec.k
+    g, n = spec.groups, spec.batch
+    kernel, in_spatial = spec.kernel, spec.in_spatial
+    stride, padding, dilation = spec.stride, spec.padding, spec.dilation
+    out_shape = (n, g * ocg) + spec.out_spatial
+    load = columns.loader
+    to = spec.dtype
+    offsets = list(_offsets(kernel))
+
+    def loader(index):
+        sample, channel, ys = index[0], sym.as_expr(index[1]), index[2:]
+        group, within = (channel // ocg, channel % ocg) if g > 1 else (sym.ZERO, channel)
+        total = None
+        for offset in offsets:
+            cond = None
+            sources = []
+            for i in range(k):
+                shifted = sym.as_expr(ys[i]) + (padding[i] - offset[i] * dilation[i])
+                sources.append(shifted // stride[i] if stride[i] > 1 else shifted)
+                reach = _lands(shifted, stride[i], in_spatial[i])
+                if reach is False:
+                    break
+                if reach is not True:
+                    cond = reach if cond is None else ops.logical_and(cond, reach)
+            else:
+                value = load([sample, group, within] + list(offset) + sources)
+                if cond is not None:
+                    value = ops.where(cond, value, ops.constant(0.0, to))
+                total = value if total is None else ops.add(total, value)
+        return ops.constant(0.0, to) if total is None else total
+
+    box = _box(_ctx(spec.x), out_shape, to, loader, spec.x)
+    box.size_hint = len(offsets) + 1
+    return box
+
+
+def _offsets(kernel):
+    return itertools.product(*(range(s) for s in kernel))
+
+
+def _lands(shifted: sym.Expr, stride: int, size: int):
+    """Whether ``shifted / stride`` is an input position: True or False when known from the
+    index's range, else an ops bool value."""
+    lo, hi = shifted.bounds()
+    if sym.known("<", hi, 0) or sym.known(">=", lo, stride * size):
+        return False
+    checks = []
+    iv = ops.index_expr(shifted, dt.int64)
+    if not sym.known(">=", lo, 0):
+        checks.append(ops.ge(iv, ops.constant(0, dt.int64)))
+    if not sym.known("<", hi, stride * (size - 1) + 1):
+        checks.append(ops.lt(iv, ops.constant(stride * (size - 1) + 1, dt.int64)))
+    if stride > 1:
+        rem = ops.remainder(iv, ops.constant(stride, dt.int64))
+        checks.append(ops.eq(rem, ops.constant(0, dt.int64)))
+    if not checks:
+        return True
+    cond = checks[0]
+    for c in checks[1:]:
+        cond = ops.logical_and(cond, c)
+    return cond
+
+
+# ------------------------------------------------------------------------------ bias
+
+
+def _add_bias(result: TensorBox, bias: TensorBox) -> TensorBox:
+    """The bias as a pointwise add on the product: it runs in whatever kernel reads the output."""
+    inner, bias_load = result.loader, bias.loader
+    to = result.dtype
+
+    def loader(index):
+        b = bias_load([index[1]])
+        return ops.add(inner(index), b if bias.dtype is to else ops.to_dtype(b, to))
+
+    return _box(result.ctx, result.shape, to, loader, result, bias)
