@@ -15,62 +15,6 @@ import numpy as _np
 # PyTorch returns IEEE results (inf, nan) silently; numpy would warn on each one
 _np.seterr(all="ignore")
 
-from .runtime.dtypes import (  # noqa: E402
-    bfloat16,
-    complex64,
-    complex128,
-    dtype,
-    float16,
-    float32,
-    float64,
-    get_default_dtype,
-    int8,
-    int16,
-    int32,
-    int64,
-    set_default_dtype,
-    uint8,
-)
-from .runtime.dtypes import bool_ as bool  # noqa: E402,A004
-from .runtime.device import device, get_default_device, set_default_device  # noqa: E402
-from .runtime.tensor import Size, Tensor  # noqa: E402
-from .runtime.layouts import (  # noqa: E402
-    layout,
-    sparse_bsc,
-    sparse_bsr,
-    sparse_coo,
-    sparse_csc,
-    sparse_csr,
-    strided,
-)
-from .runtime.memory_format import (  # noqa: E402
-    channels_last,
-    channels_last_3d,
-    contiguous_format,
-    memory_format,
-    preserve_format,
-)
-from .runtime.legacy_types import (  # noqa: E402
-    BFloat16Tensor,
-    BoolTensor,
-    ByteTensor,
-    CharTensor,
-    DoubleTensor,
-    FloatTensor,
-    HalfTensor,
-    IntTensor,
-    LongTensor,
-    ShortTensor,
-)
-from .runtime.random import (  # noqa: E402
-    Generator,
-    default_generator,
-    get_rng_state,
-    initial_seed,
-    manual_seed,
-    seed,
-    set_rng_state,
-)
 from .runtime.printing import set_printoptions  # noqa: E402
 from .runtime.symbolic import SymBool, SymInt  # noqa: E402 - the sym_* helpers: .symbolic
 from .runtime.symbolic import check as _check  # noqa: E402
@@ -95,20 +39,15 @@ from .runtime.flags import (  # noqa: E402
     use_deterministic_algorithms,
 )
 from . import autograd  # noqa: E402
-from .autograd import (  # noqa: E402
-    enable_grad,
-    inference_mode,
-    is_grad_enabled,
-    is_inference_mode_enabled,
-    no_grad,
-    set_grad_enabled,
-)
 from .autograd.anomaly import (  # noqa: E402,F401
     is_anomaly_check_nan_enabled,
     is_anomaly_enabled,
     set_anomaly_enabled,
 )
-from . import ops  # noqa: E402
+
+# dtypes, devices, Tensor, grad modes, RNG seeding, creation functions and the op functions:
+# the core's public names (and ``ops``), gathered (for the layers too) in ops.public
+from .ops.public import *  # noqa: E402,F403
 from . import linalg  # noqa: E402
 from . import nn  # noqa: E402
 from . import distributed  # noqa: E402 - import kiln.distributed as dist (MPI starts at init)
@@ -119,8 +58,6 @@ from . import cuda  # noqa: E402
 from . import amp, cpu  # noqa: E402
 from . import testing  # noqa: E402
 from .serialization import load, save  # noqa: E402
-from .runtime.dtype_info import can_cast, finfo, iinfo  # noqa: E402
-from .ops.creation.api import *  # noqa: E402,F401,F403
 from .ops.core import namespace as _namespace  # noqa: E402
 
 pi = _math.pi
@@ -128,15 +65,6 @@ e = _math.e
 inf = _math.inf
 nan = _math.nan
 newaxis = None
-
-half = float16
-cfloat = complex64
-cdouble = complex128
-float = float32  # noqa: A001
-double = float64
-long = int64
-int = int32  # noqa: A001
-short = int16
 
 globals().update(_namespace.public_functions())
 globals().update({n: getattr(amp.autocast_mode, n) for n in amp.autocast_mode.TORCH_NAMESPACE})
@@ -155,7 +83,7 @@ from .runtime.legacy_types import set_default_tensor_type  # noqa: E402
 from .runtime.cuda import OutOfMemoryError  # noqa: E402
 from .amp import GradScaler  # noqa: E402
 
-legacy_contiguous_format = contiguous_format  # PyTorch's older name of the same format
+legacy_contiguous_format = contiguous_format  # noqa: F405 - PyTorch's older name of the same format
 from .symbolic import *  # noqa: E402,F403
 from . import _logging  # noqa: E402
 from . import _compiler_stack  # noqa: E402
@@ -208,7 +136,7 @@ def get_device_module(device=None):
     return module
 
 
-_device_class = device
+_device_class = device  # noqa: F405
 
 __version__ = version.__version__
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import anomaly, functional, graph
+from . import anomaly, functional, grad_mode, graph
 from .anomaly import (
     detect_anomaly,
     is_anomaly_check_nan_enabled,
@@ -12,14 +12,7 @@ from .anomaly import (
 )
 from .engine import backward, grad
 from .function import Function, FunctionCtx, once_differentiable
-from .grad_mode import (
-    enable_grad,
-    inference_mode,
-    is_grad_enabled,
-    is_inference_mode_enabled,
-    no_grad,
-    set_grad_enabled,
-)
+from .grad_mode import *  # noqa: F403  (the names in grad_mode.__all__)
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
 from .variable import Variable
 
@@ -31,12 +24,7 @@ __all__ = [
     "Function",
     "FunctionCtx",
     "once_differentiable",
-    "no_grad",
-    "enable_grad",
-    "set_grad_enabled",
-    "inference_mode",
-    "is_grad_enabled",
-    "is_inference_mode_enabled",
+    *grad_mode.__all__,
     "gradcheck",
     "gradgradcheck",
     "GradcheckError",

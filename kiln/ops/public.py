@@ -11,14 +11,7 @@ from __future__ import annotations
 from .. import ops  # noqa: F401  (``kiln.ops``: generated graph code calls ``kiln.ops.<op>``)
 
 # every name imported here is re-exported (``__all__`` below): none is unused
-from ..autograd.grad_mode import (  # noqa: F401
-    enable_grad,
-    inference_mode,
-    is_grad_enabled,
-    is_inference_mode_enabled,
-    no_grad,
-    set_grad_enabled,
-)
+from ..autograd.grad_mode import *  # noqa: F403  (the grad-mode context managers)
 from ..runtime.device import device, get_default_device, set_default_device  # noqa: F401
 from ..runtime.dtype_info import can_cast, finfo, iinfo  # noqa: F401
 from ..runtime.dtypes import (  # noqa: F401

@@ -7,8 +7,6 @@ captures under ``kiln.compile`` as straight-line tensor code.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .optimizer import (
     COMMON_OLD_GROUP_DEFAULTS,
     Optimizer,
@@ -16,9 +14,9 @@ from .optimizer import (
     check_lr,
     group_options,
     lazy_state,
-    run_closure,
     scalar_value,
 )
+from .step_parts import l2_weight_decay, params_with_grad
 
 __all__ = ["Adadelta"]
 
@@ -53,23 +51,16 @@ class Adadelta(Optimizer):
             ),
         )
 
-    def step(self, closure: Callable[[], float] | None = None):
-        loss = run_closure(closure)
-        for group in self.param_groups:
-            lr = scalar_value(group["lr"])
-            rho, eps, weight_decay = group["rho"], group["eps"], group["weight_decay"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                state = lazy_state(self, param, group["capturable"], "square_avg", "acc_delta")
-                state["step"] += 1
-                grad = -param.grad if group["maximize"] else param.grad
-                if weight_decay != 0:
-                    grad = grad.add(param, alpha=weight_decay)
-                square_avg, acc_delta = state["square_avg"], state["acc_delta"]
-                square_avg.mul_(rho).addcmul_(grad, grad, value=1 - rho)
-                std = square_avg.add(eps).sqrt_()
-                delta = acc_delta.add(eps).sqrt_().div_(std).mul_(grad)
-                acc_delta.mul_(rho).addcmul_(delta, delta, value=1 - rho)
-                param.add_(delta, alpha=-lr)
-        return loss
+    def _step_group(self, group: dict) -> None:
+        lr = scalar_value(group["lr"])
+        rho, eps, weight_decay = group["rho"], group["eps"], group["weight_decay"]
+        for param, grad in params_with_grad(group):
+            state = lazy_state(self, param, group["capturable"], "square_avg", "acc_delta")
+            state["step"] += 1
+            grad = l2_weight_decay(grad, param, weight_decay)
+            square_avg, acc_delta = state["square_avg"], state["acc_delta"]
+            square_avg.mul_(rho).addcmul_(grad, grad, value=1 - rho)
+            std = square_avg.add(eps).sqrt_()
+            delta = acc_delta.add(eps).sqrt_().div_(std).mul_(grad)
+            acc_delta.mul_(rho).addcmul_(delta, delta, value=1 - rho)
+            param.add_(delta, alpha=-lr)

@@ -11,7 +11,6 @@ RMS ``d``. Follows PyTorch's single-tensor implementation (its default), includi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from ..ops.creation import api
 from ..runtime import dtype_info
@@ -19,10 +18,10 @@ from ..runtime.tensor import Tensor
 from .optimizer import (
     Optimizer,
     group_options,
-    run_closure,
     scalar_dtype,
     scalar_value,
 )
+from .step_parts import params_with_grad
 
 __all__ = ["Adafactor"]
 
@@ -77,18 +76,12 @@ class Adafactor(Optimizer):
                 state["variance"] = api.zeros_like(grad)
         return state
 
-    def step(self, closure: Callable[[], float] | None = None):
-        loss = run_closure(closure)
-        for group in self.param_groups:
-            lr = scalar_value(group["lr"])
-            eps1, eps2 = group["eps"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                grad = -param.grad if group["maximize"] else param.grad
-                state = self._state(param, param.grad)
-                self._update(param, grad, state, group, lr, eps2, eps1)
-        return loss
+    def _step_group(self, group: dict) -> None:
+        lr = scalar_value(group["lr"])
+        eps1, eps2 = group["eps"]
+        for param, grad in params_with_grad(group):
+            state = self._state(param, param.grad)
+            self._update(param, grad, state, group, lr, eps2, eps1)
 
     @staticmethod
     def _update(param, grad, state, group, lr: float, eps2: float, eps1) -> None:

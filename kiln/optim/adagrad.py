@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..ops.creation import api
 from .optimizer import (
     Optimizer,
@@ -11,12 +9,11 @@ from .optimizer import (
     check_fused,
     check_lr,
     group_options,
-    run_closure,
     scalar_dtype,
     scalar_for,
     scalar_value,
-    step_value,
 )
+from .step_parts import advance_step, l2_weight_decay, params_with_grad
 
 __all__ = ["Adagrad"]
 
@@ -63,25 +60,16 @@ class Adagrad(Optimizer):
                 state["step"] = api.tensor(0.0, dtype=scalar_dtype())
                 state["sum"] = api.full_like(p, group["initial_accumulator_value"])
 
-    def step(self, closure: Callable[[], float] | None = None):
-        loss = run_closure(closure)
-        for group in self.param_groups:
-            lr = scalar_value(group["lr"])
-            lr_decay, eps = group["lr_decay"], group["eps"]
-            weight_decay = group["weight_decay"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                state = self.state[param]
-                step_t = state["step"]
-                step_t += 1
-                step = step_value(step_t)
-                grad = -param.grad if group["maximize"] else param.grad
-                if weight_decay != 0:
-                    grad = grad.add(param, alpha=weight_decay)
-                clr = scalar_for(lr / (1 + (step - 1) * lr_decay), param)
-                state_sum = state["sum"]
-                state_sum.addcmul_(grad, grad, value=1)
-                std = state_sum.sqrt().add(eps)  # not in place: sqrt saves its output for autograd
-                param.addcdiv_(grad, std, value=-clr)
-        return loss
+    def _step_group(self, group: dict) -> None:
+        lr = scalar_value(group["lr"])
+        lr_decay, eps = group["lr_decay"], group["eps"]
+        weight_decay = group["weight_decay"]
+        for param, grad in params_with_grad(group):
+            state = self.state[param]
+            step = advance_step(state, capturable=False)
+            grad = l2_weight_decay(grad, param, weight_decay)
+            clr = scalar_for(lr / (1 + (step - 1) * lr_decay), param)
+            state_sum = state["sum"]
+            state_sum.addcmul_(grad, grad, value=1)
+            std = state_sum.sqrt().add(eps)  # not in place: sqrt saves its output for autograd
+            param.addcdiv_(grad, std, value=-clr)

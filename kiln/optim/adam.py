@@ -8,8 +8,6 @@ the step count is never read as a Python number, so a whole ``step()`` is one gr
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..ops.complex_fft.complex_numbers import view_as_real
 from ..ops.creation import api
 from ..runtime.tensor import Tensor
@@ -20,13 +18,13 @@ from .optimizer import (
     check_adam_options,
     check_fused,
     group_options,
-    run_closure,
     saved_operand,
     scalar_dtype,
     scalar_for,
     scalar_value,
     step_value,
 )
+from .step_parts import adam_weight_decay, params_with_grad, update_moments
 
 __all__ = ["Adam"]
 
@@ -85,59 +83,45 @@ class Adam(Optimizer):
                 state["max_exp_avg_sq"] = api.zeros_like(param)
         return state
 
-    def step(self, closure: Callable[[], float] | None = None):
-        loss = run_closure(closure)
-        for group in self.param_groups:
-            lr = scalar_value(group["lr"])
-            beta1, beta2 = scalar_value(group["betas"][0]), scalar_value(group["betas"][1])
-            eps = group["eps"]
-            weight_decay = group["weight_decay"]
-            amsgrad = group["amsgrad"]
-            fast = (
-                _numpy_step.available() and not group["capturable"] and not group["differentiable"]
-            )
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                state = self._state_for(param, amsgrad, group["capturable"])
-                if fast and _numpy_step.adam_update(param, state, group, lr, (beta1, beta2)):
-                    continue
-                grad = -param.grad if group["maximize"] else param.grad
-                step_t = state["step"]
-                step_t += 1
-                if weight_decay != 0:
-                    if group["decoupled_weight_decay"]:
-                        param.mul_(1 - lr * weight_decay)
-                    else:
-                        grad = grad.add(param, alpha=weight_decay)
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                if param.is_complex():  # as PyTorch: the real and imaginary parts separately
-                    param, grad, exp_avg, exp_avg_sq = (
-                        view_as_real(t) for t in (param, grad, exp_avg, exp_avg_sq)
+    def _step_group(self, group: dict) -> None:
+        lr = scalar_value(group["lr"])
+        beta1, beta2 = scalar_value(group["betas"][0]), scalar_value(group["betas"][1])
+        eps = group["eps"]
+        amsgrad = group["amsgrad"]
+        fast = _numpy_step.available() and not group["capturable"] and not group["differentiable"]
+        for param, grad in params_with_grad(group):
+            state = self._state_for(param, amsgrad, group["capturable"])
+            if fast and _numpy_step.adam_update(param, state, group, lr, (beta1, beta2)):
+                continue
+            step_t = state["step"]
+            step_t += 1
+            grad = adam_weight_decay(param, grad, lr, group)
+            exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+            if param.is_complex():  # as PyTorch: the real and imaginary parts separately
+                param, grad, exp_avg, exp_avg_sq = (
+                    view_as_real(t) for t in (param, grad, exp_avg, exp_avg_sq)
+                )
+            update_moments(exp_avg, exp_avg_sq, grad, beta1, beta2)
+            second = exp_avg_sq
+            differentiable = group["differentiable"]
+            if amsgrad:
+                second = state["max_exp_avg_sq"]
+                second = view_as_real(second) if second.is_complex() else second
+                second.copy_(
+                    saved_operand(second, differentiable).maximum(
+                        saved_operand(exp_avg_sq, differentiable)
                     )
-                exp_avg.lerp_(grad, 1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                second = exp_avg_sq
-                differentiable = group["differentiable"]
-                if amsgrad:
-                    second = state["max_exp_avg_sq"]
-                    second = view_as_real(second) if second.is_complex() else second
-                    second.copy_(
-                        saved_operand(second, differentiable).maximum(
-                            saved_operand(exp_avg_sq, differentiable)
-                        )
-                    )
-                if group["capturable"] or differentiable:
-                    # PyTorch's differentiable Adam also keeps the bias corrections as tensors
-                    exp_avg = saved_operand(exp_avg, differentiable)
-                    _capturable_update(param, exp_avg, second, step_t, lr, beta1, beta2, eps)
-                    continue
-                step = step_value(step_t)
-                step_size = scalar_for(lr / (1 - beta1**step), param)
-                bias_correction2_sqrt = scalar_for((1 - beta2**step) ** 0.5, param)
-                denom = (second.sqrt() / bias_correction2_sqrt).add_(eps)
-                param.addcdiv_(exp_avg, denom, value=-step_size)
-        return loss
+                )
+            if group["capturable"] or differentiable:
+                # PyTorch's differentiable Adam also keeps the bias corrections as tensors
+                exp_avg = saved_operand(exp_avg, differentiable)
+                _capturable_update(param, exp_avg, second, step_t, lr, beta1, beta2, eps)
+                continue
+            step = step_value(step_t)
+            step_size = scalar_for(lr / (1 - beta1**step), param)
+            bias_correction2_sqrt = scalar_for((1 - beta2**step) ** 0.5, param)
+            denom = (second.sqrt() / bias_correction2_sqrt).add_(eps)
+            param.addcdiv_(exp_avg, denom, value=-step_size)
 
 
 def _capturable_update(param, exp_avg, second, step_t, lr, beta1, beta2, eps) -> None:

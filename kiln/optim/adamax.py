@@ -7,20 +7,17 @@ captured by ``kiln.compile`` or when ``capturable`` (no host reads of the step c
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .optimizer import (
     COMMON_OLD_GROUP_DEFAULTS,
     Optimizer,
     check_adam_options,
     group_options,
     lazy_state,
-    run_closure,
     saved_operand,
     scalar_for,
     scalar_value,
-    step_value,
 )
+from .step_parts import advance_step, l2_weight_decay, params_with_grad
 
 __all__ = ["Adamax"]
 
@@ -52,31 +49,22 @@ class Adamax(Optimizer):
             ),
         )
 
-    def step(self, closure: Callable[[], float] | None = None):
-        loss = run_closure(closure)
-        for group in self.param_groups:
-            lr = scalar_value(group["lr"])
-            beta1, beta2 = group["betas"]
-            eps, weight_decay = group["eps"], group["weight_decay"]
-            capturable = group["capturable"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                grad = -param.grad if group["maximize"] else param.grad
-                state = lazy_state(self, param, capturable, "exp_avg", "exp_inf")
-                step_t = state["step"]
-                step_t += 1
-                if weight_decay != 0:
-                    grad = grad.add(param, alpha=weight_decay)
-                exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
-                exp_avg.lerp_(grad, 1 - beta1)
-                exp_inf.copy_(exp_inf.mul(beta2).maximum(grad.abs().add_(eps)))
-                step = step_t if capturable else step_value(step_t)
-                clr = scalar_for(lr / (1 - beta1**step), param)
-                differentiable = group["differentiable"]
-                param.addcdiv_(
-                    saved_operand(exp_avg, differentiable),
-                    saved_operand(exp_inf, differentiable),
-                    value=-clr,
-                )
-        return loss
+    def _step_group(self, group: dict) -> None:
+        lr = scalar_value(group["lr"])
+        beta1, beta2 = group["betas"]
+        eps, weight_decay = group["eps"], group["weight_decay"]
+        capturable = group["capturable"]
+        for param, grad in params_with_grad(group):
+            state = lazy_state(self, param, capturable, "exp_avg", "exp_inf")
+            step = advance_step(state, capturable)
+            grad = l2_weight_decay(grad, param, weight_decay)
+            exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_inf.copy_(exp_inf.mul(beta2).maximum(grad.abs().add_(eps)))
+            clr = scalar_for(lr / (1 - beta1**step), param)
+            differentiable = group["differentiable"]
+            param.addcdiv_(
+                saved_operand(exp_avg, differentiable),
+                saved_operand(exp_inf, differentiable),
+                value=-clr,
+            )

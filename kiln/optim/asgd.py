@@ -8,8 +8,6 @@ with ``capturable`` they stay tensors and the ``mu == 1`` branch becomes a ``whe
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .. import ops
 from ..ops.creation import api
 from ..runtime import dtypes as dt
@@ -20,12 +18,12 @@ from .optimizer import (
     check_at_least_zero,
     check_lr,
     group_options,
-    run_closure,
     scalar_dtype,
     scalar_for,
     scalar_value,
     step_value,
 )
+from .step_parts import advance_step, l2_weight_decay, params_with_grad
 
 __all__ = ["ASGD"]
 
@@ -69,34 +67,26 @@ class ASGD(Optimizer):
             state["ax"] = api.zeros_like(param)
         return state
 
-    def step(self, closure: Callable[[], float] | None = None):
-        loss = run_closure(closure)
-        for group in self.param_groups:
-            lr = scalar_value(group["lr"])
-            lambd, alpha, t0 = group["lambd"], group["alpha"], group["t0"]
-            weight_decay = group["weight_decay"]
-            capturable = group["capturable"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                grad = -param.grad if group["maximize"] else param.grad
-                state = self._state_for(param, lr)
-                step_t, eta, mu, ax = state["step"], state["eta"], state["mu"], state["ax"]
-                step_t += 1
-                if weight_decay != 0:
-                    grad = grad.add(param, alpha=weight_decay)
-                if capturable:
-                    param.mul_(1 - lambd * eta)
-                    param.addcmul_(grad, eta, value=-1)
-                else:
-                    eta_value = step_value(eta)
-                    param.mul_(scalar_for(1 - lambd * eta_value, param))
-                    _add_scaled(param, grad, -scalar_for(eta_value, param))
-                _average(ax, param, mu, capturable)
-                step = step_t if capturable else step_value(step_t)
-                _assign(eta, lr / ((1 + lambd * lr * step) ** alpha))
-                _assign(mu, 1 / _at_least_one(step - t0))
-        return loss
+    def _step_group(self, group: dict) -> None:
+        lr = scalar_value(group["lr"])
+        lambd, alpha, t0 = group["lambd"], group["alpha"], group["t0"]
+        weight_decay = group["weight_decay"]
+        capturable = group["capturable"]
+        for param, grad in params_with_grad(group):
+            state = self._state_for(param, lr)
+            eta, mu, ax = state["eta"], state["mu"], state["ax"]
+            step = advance_step(state, capturable)
+            grad = l2_weight_decay(grad, param, weight_decay)
+            if capturable:
+                param.mul_(1 - lambd * eta)
+                param.addcmul_(grad, eta, value=-1)
+            else:
+                eta_value = step_value(eta)
+                param.mul_(scalar_for(1 - lambd * eta_value, param))
+                _add_scaled(param, grad, -scalar_for(eta_value, param))
+            _average(ax, param, mu, capturable)
+            _assign(eta, lr / ((1 + lambd * lr * step) ** alpha))
+            _assign(mu, 1 / _at_least_one(step - t0))
 
 
 def _average(ax: Tensor, param: Tensor, mu: Tensor, capturable: bool) -> None:

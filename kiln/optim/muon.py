@@ -10,11 +10,11 @@ weight decay.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from ..ops.creation import api
 from ..runtime.tensor import Tensor
-from .optimizer import Optimizer, group_options, run_closure, scalar_value
+from .optimizer import Optimizer, group_options, scalar_value
+from .step_parts import params_with_grad
 
 __all__ = ["Muon"]
 
@@ -97,26 +97,20 @@ class Muon(Optimizer):
                         f"size: {param.size()}"
                     )
 
-    def step(self, closure: Callable[[], float] | None = None):
-        loss = run_closure(closure)
-        for group in self.param_groups:
-            lr = scalar_value(group["lr"])
-            momentum = group["momentum"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                if param.is_complex():
-                    raise RuntimeError("Muon does not support complex parameters")
-                grad = param.grad
-                state = self.state[param]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = api.zeros_like(grad)
-                buf = state["momentum_buffer"]
-                buf.lerp_(grad, 1 - momentum)
-                update = grad.lerp(buf, momentum) if group["nesterov"] else buf
-                update = zeropower_via_newtonschulz(
-                    update, group["ns_coefficients"], group["ns_steps"], group["eps"]
-                )
-                param.mul_(1 - lr * group["weight_decay"])
-                param.add_(update, alpha=-adjusted_lr(lr, group["adjust_lr_fn"], param.shape))
-        return loss
+    def _step_group(self, group: dict) -> None:
+        lr = scalar_value(group["lr"])
+        momentum = group["momentum"]
+        for param, grad in params_with_grad(group):
+            if param.is_complex():
+                raise RuntimeError("Muon does not support complex parameters")
+            state = self.state[param]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = api.zeros_like(grad)
+            buf = state["momentum_buffer"]
+            buf.lerp_(grad, 1 - momentum)
+            update = grad.lerp(buf, momentum) if group["nesterov"] else buf
+            update = zeropower_via_newtonschulz(
+                update, group["ns_coefficients"], group["ns_steps"], group["eps"]
+            )
+            param.mul_(1 - lr * group["weight_decay"])
+            param.add_(update, alpha=-adjusted_lr(lr, group["adjust_lr_fn"], param.shape))

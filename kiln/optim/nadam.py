@@ -8,8 +8,6 @@ is multiplied in its own dtype in both cases, so captured steps reproduce eager 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .optimizer import (
     COMMON_OLD_GROUP_DEFAULTS,
     Optimizer,
@@ -17,11 +15,11 @@ from .optimizer import (
     check_at_least_zero,
     group_options,
     lazy_state,
-    run_closure,
     scalar_for,
     scalar_value,
     step_value,
 )
+from .step_parts import adam_weight_decay, advance_step, params_with_grad, update_moments
 
 __all__ = ["NAdam"]
 
@@ -58,46 +56,34 @@ class NAdam(Optimizer):
             ),
         )
 
-    def step(self, closure: Callable[[], float] | None = None):
-        loss = run_closure(closure)
-        for group in self.param_groups:
-            lr = scalar_value(group["lr"])
-            beta1, beta2 = group["betas"]
-            eps, weight_decay = group["eps"], group["weight_decay"]
-            momentum_decay = group["momentum_decay"]
-            capturable = group["capturable"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                grad = -param.grad if group["maximize"] else param.grad
-                state = lazy_state(self, param, capturable, "exp_avg", "exp_avg_sq", mu_product=1.0)
-                step_t, mu_product = state["step"], state["mu_product"]
-                step_t += 1
-                step = step_t if capturable else step_value(step_t)
-                if weight_decay != 0:
-                    if group["decoupled_weight_decay"]:
-                        param.mul_(1 - lr * weight_decay)
-                    else:
-                        grad = grad.add(param, alpha=weight_decay)
-                # the momentum schedule mu_t and mu_{t+1}
-                mu = beta1 * (1.0 - 0.5 * 0.96 ** (step * momentum_decay))
-                mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((step + 1) * momentum_decay))
-                mu_product *= scalar_for(mu, mu_product)
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                exp_avg.lerp_(grad, 1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                denom = exp_avg_sq.div(scalar_for(1 - beta2**step, param)).sqrt().add(eps)
-                if capturable or group["differentiable"]:
-                    # PyTorch's form: the scales multiply the tensors (so autograd sees them),
-                    # computed from mu_product in its own dtype
-                    grad = grad * (-lr * (1.0 - mu) / (1.0 - mu_product))
-                    exp_avg = exp_avg * (-lr * mu_next / (1.0 - mu_product * mu_next))
-                    param.addcdiv_(grad, denom)
-                    param.addcdiv_(exp_avg, denom)
-                    continue
-                product = step_value(mu_product)
-                grad_scale = -lr * (1.0 - mu) / (1.0 - product)
-                avg_scale = -lr * mu_next / (1.0 - product * mu_next)
-                param.addcdiv_(grad, denom, value=scalar_for(grad_scale, param))
-                param.addcdiv_(exp_avg, denom, value=scalar_for(avg_scale, param))
-        return loss
+    def _step_group(self, group: dict) -> None:
+        lr = scalar_value(group["lr"])
+        beta1, beta2 = group["betas"]
+        eps = group["eps"]
+        momentum_decay = group["momentum_decay"]
+        capturable = group["capturable"]
+        for param, grad in params_with_grad(group):
+            state = lazy_state(self, param, capturable, "exp_avg", "exp_avg_sq", mu_product=1.0)
+            mu_product = state["mu_product"]
+            step = advance_step(state, capturable)
+            grad = adam_weight_decay(param, grad, lr, group)
+            # the momentum schedule mu_t and mu_{t+1}
+            mu = beta1 * (1.0 - 0.5 * 0.96 ** (step * momentum_decay))
+            mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((step + 1) * momentum_decay))
+            mu_product *= scalar_for(mu, mu_product)
+            exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+            update_moments(exp_avg, exp_avg_sq, grad, beta1, beta2)
+            denom = exp_avg_sq.div(scalar_for(1 - beta2**step, param)).sqrt().add(eps)
+            if capturable or group["differentiable"]:
+                # PyTorch's form: the scales multiply the tensors (so autograd sees them),
+                # computed from mu_product in its own dtype
+                grad = grad * (-lr * (1.0 - mu) / (1.0 - mu_product))
+                exp_avg = exp_avg * (-lr * mu_next / (1.0 - mu_product * mu_next))
+                param.addcdiv_(grad, denom)
+                param.addcdiv_(exp_avg, denom)
+                continue
+            product = step_value(mu_product)
+            grad_scale = -lr * (1.0 - mu) / (1.0 - product)
+            avg_scale = -lr * mu_next / (1.0 - product * mu_next)
+            param.addcdiv_(grad, denom, value=scalar_for(grad_scale, param))
+            param.addcdiv_(exp_avg, denom, value=scalar_for(avg_scale, param))

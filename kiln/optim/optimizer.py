@@ -1,7 +1,8 @@
 """``Optimizer``: parameter groups, per-parameter state and PyTorch-layout state dicts.
 
-Subclasses implement ``step`` with in-place kiln ops (``add_``, ``mul_``, ``addcdiv_`` ...), which
-a compiled optimizer step captures as mutations of its inputs (parameters, state tensors);
+Subclasses implement ``_step_group`` (the update of one parameter group; ``step`` runs the closure
+and walks the groups) with in-place kiln ops (``add_``, ``mul_``, ``addcdiv_`` ...), which a
+compiled optimizer step captures as mutations of its inputs (parameters, state tensors);
 ``step`` and ``zero_grad`` are written in the Python the capture frontend models (no reads of a
 tensor's value, state in ``self.state[param]``). ``step`` runs with grad mode off (unless the
 optimizer is ``differentiable``), and step hooks run around it.
@@ -235,6 +236,18 @@ class Optimizer:
                     grad.zero_()
 
     def step(self, closure: Callable[[], float] | None = None):
+        """One optimization step: re-evaluate the loss with ``closure`` (if given), then update
+        each parameter group with the subclass's ``_step_group``; returns the closure's loss.
+        Subclasses with another shape of step (LBFGS) override ``step`` itself."""
+        loss = run_closure(closure)
+        for group in self.param_groups:
+            self._step_group(group)
+        return loss
+
+    step = _wrap_step(step)
+
+    def _step_group(self, group: dict[str, Any]) -> None:
+        """Update the parameters of one group (with their state) from their gradients."""
         raise NotImplementedError
 
     def register_step_pre_hook(self, hook: Callable) -> RemovableHandle:

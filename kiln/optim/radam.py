@@ -9,8 +9,6 @@ tensors, arranged so both multiply the same factors in the same order.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .. import ops
 from ..runtime.tensor import Tensor
 from .optimizer import (
@@ -19,11 +17,10 @@ from .optimizer import (
     check_adam_options,
     group_options,
     lazy_state,
-    run_closure,
     scalar_for,
     scalar_value,
-    step_value,
 )
+from .step_parts import adam_weight_decay, advance_step, params_with_grad, update_moments
 
 __all__ = ["RAdam"]
 
@@ -58,50 +55,37 @@ class RAdam(Optimizer):
             ),
         )
 
-    def step(self, closure: Callable[[], float] | None = None):
-        loss = run_closure(closure)
-        for group in self.param_groups:
-            lr = scalar_value(group["lr"])
-            beta1, beta2 = group["betas"]
-            eps, weight_decay = group["eps"], group["weight_decay"]
-            capturable = group["capturable"]
-            # the maximum length of the approximated simple moving average
-            rho_inf = 2 / (1 - beta2) - 1
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                grad = -param.grad if group["maximize"] else param.grad
-                state = lazy_state(self, param, capturable, "exp_avg", "exp_avg_sq")
-                step_t = state["step"]
-                step_t += 1
-                step = step_t if capturable else step_value(step_t)
-                if weight_decay != 0:
-                    if group["decoupled_weight_decay"]:
-                        param.mul_(1 - lr * weight_decay)
-                    else:
-                        grad = grad.add(param, alpha=weight_decay)
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                exp_avg.lerp_(grad, 1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                bias_correction1 = 1 - beta1**step
-                bias_correction2 = 1 - beta2**step
-                update = exp_avg / scalar_for(bias_correction1, param) * lr
-                rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
-                rect = (
-                    (rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)
-                ) ** 0.5
-                adaptive_lr = _adaptive_lr(
-                    exp_avg_sq, eps, scalar_for(bias_correction2**0.5, param), group
-                )
-                if isinstance(rho_t, Tensor):
-                    # both factors are 1 while rho_t <= 5 (rect is NaN there), as eager skips them
-                    rectified = rho_t > 5.0
-                    update = update * ops.where(rectified, adaptive_lr, 1.0)
-                    update = update * ops.where(rectified, scalar_for(rect, param), 1.0)
-                elif rho_t > 5.0:
-                    update = update * adaptive_lr * rect
-                param.add_(update, alpha=-1.0)
-        return loss
+    def _step_group(self, group: dict) -> None:
+        lr = scalar_value(group["lr"])
+        beta1, beta2 = group["betas"]
+        eps = group["eps"]
+        capturable = group["capturable"]
+        # the maximum length of the approximated simple moving average
+        rho_inf = 2 / (1 - beta2) - 1
+        for param, grad in params_with_grad(group):
+            state = lazy_state(self, param, capturable, "exp_avg", "exp_avg_sq")
+            step = advance_step(state, capturable)
+            grad = adam_weight_decay(param, grad, lr, group)
+            exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+            update_moments(exp_avg, exp_avg_sq, grad, beta1, beta2)
+            bias_correction1 = 1 - beta1**step
+            bias_correction2 = 1 - beta2**step
+            update = exp_avg / scalar_for(bias_correction1, param) * lr
+            rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
+            rect = (
+                (rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)
+            ) ** 0.5
+            adaptive_lr = _adaptive_lr(
+                exp_avg_sq, eps, scalar_for(bias_correction2**0.5, param), group
+            )
+            if isinstance(rho_t, Tensor):
+                # both factors are 1 while rho_t <= 5 (rect is NaN there), as eager skips them
+                rectified = rho_t > 5.0
+                update = update * ops.where(rectified, adaptive_lr, 1.0)
+                update = update * ops.where(rectified, scalar_for(rect, param), 1.0)
+            elif rho_t > 5.0:
+                update = update * adaptive_lr * rect
+            param.add_(update, alpha=-1.0)
 
 
 def _adaptive_lr(exp_avg_sq: Tensor, eps: float, bias_correction2_sqrt, group: dict) -> Tensor:

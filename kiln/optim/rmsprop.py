@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..ops.creation import api
 from .optimizer import (
     Optimizer,
     check_at_least_zero,
     check_lr,
     group_options,
-    run_closure,
     saved_operand,
     scalar_dtype,
     scalar_value,
 )
+from .step_parts import l2_weight_decay, params_with_grad
 
 __all__ = ["RMSprop"]
 
@@ -60,34 +58,27 @@ class RMSprop(Optimizer):
                 state["grad_avg"] = api.zeros_like(param)
         return state
 
-    def step(self, closure: Callable[[], float] | None = None):
-        loss = run_closure(closure)
-        for group in self.param_groups:
-            lr = scalar_value(group["lr"])
-            alpha, eps = group["alpha"], group["eps"]
-            momentum, weight_decay = group["momentum"], group["weight_decay"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                grad = -param.grad if group["maximize"] else param.grad
-                state = self._state_for(param, group)
-                state["step"] += 1
-                if weight_decay != 0:
-                    grad = grad.add(param, alpha=weight_decay)
-                square_avg = state["square_avg"]
-                square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
-                if group["centered"]:
-                    grad_avg = state["grad_avg"]
-                    grad_avg.lerp_(grad, 1 - alpha)
-                    grad_avg = saved_operand(grad_avg, group["differentiable"])
-                    avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()
-                else:
-                    avg = square_avg.sqrt()
-                avg = avg.add(eps)  # not in place: sqrt saves its output for autograd
-                if momentum > 0:
-                    buf = state["momentum_buffer"]
-                    buf.mul_(momentum).addcdiv_(grad, avg)
-                    param.add_(buf, alpha=-lr)
-                else:
-                    param.addcdiv_(grad, avg, value=-lr)
-        return loss
+    def _step_group(self, group: dict) -> None:
+        lr = scalar_value(group["lr"])
+        alpha, eps = group["alpha"], group["eps"]
+        momentum, weight_decay = group["momentum"], group["weight_decay"]
+        for param, grad in params_with_grad(group):
+            state = self._state_for(param, group)
+            state["step"] += 1
+            grad = l2_weight_decay(grad, param, weight_decay)
+            square_avg = state["square_avg"]
+            square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+            if group["centered"]:
+                grad_avg = state["grad_avg"]
+                grad_avg.lerp_(grad, 1 - alpha)
+                grad_avg = saved_operand(grad_avg, group["differentiable"])
+                avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()
+            else:
+                avg = square_avg.sqrt()
+            avg = avg.add(eps)  # not in place: sqrt saves its output for autograd
+            if momentum > 0:
+                buf = state["momentum_buffer"]
+                buf.mul_(momentum).addcdiv_(grad, avg)
+                param.add_(buf, alpha=-lr)
+            else:
+                param.addcdiv_(grad, avg, value=-lr)

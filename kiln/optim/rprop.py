@@ -8,8 +8,6 @@ step captures under ``kiln.compile`` as straight-line tensor code and eager give
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .. import ops
 from ..ops.creation import api
 from .optimizer import (
@@ -17,11 +15,11 @@ from .optimizer import (
     Optimizer,
     check_lr,
     group_options,
-    run_closure,
     saved_operand,
     scalar_dtype,
     scalar_value,
 )
+from .step_parts import params_with_grad
 
 __all__ = ["Rprop"]
 
@@ -64,30 +62,22 @@ class Rprop(Optimizer):
             state["step_size"] = api.full_like(param, scalar_value(group["lr"]))
         return state
 
-    def step(self, closure: Callable[[], float] | None = None):
-        loss = run_closure(closure)
-        for group in self.param_groups:
-            etaminus, etaplus = group["etas"]
-            step_size_min, step_size_max = group["step_sizes"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                grad = -param.grad if group["maximize"] else param.grad
-                state = self._state_for(param, group)
-                state["step"] += 1
-                prev, step_size = state["prev"], state["step_size"]
-                # sign() has a zero derivative: nothing needs recording
-                sign = grad.detach().mul(prev.detach()).sign()
-                flipped = sign < 0
-                # the sign becomes the step-size factor: etaplus, etaminus, or 1 where zero
-                factor = ops.where(sign > 0, etaplus, sign)
-                factor = ops.where(flipped, etaminus, factor)
-                factor = ops.where(factor == 0, 1.0, factor)
-                step_size.mul_(factor).clamp_(step_size_min, step_size_max)
-                # where the sign flipped, forget the gradient: no step now, no comparison next
-                grad = ops.where(flipped, 0.0, grad)
-                param.addcmul_(
-                    grad.sign(), saved_operand(step_size, group["differentiable"]), value=-1
-                )
-                prev.copy_(grad)
-        return loss
+    def _step_group(self, group: dict) -> None:
+        etaminus, etaplus = group["etas"]
+        step_size_min, step_size_max = group["step_sizes"]
+        for param, grad in params_with_grad(group):
+            state = self._state_for(param, group)
+            state["step"] += 1
+            prev, step_size = state["prev"], state["step_size"]
+            # sign() has a zero derivative: nothing needs recording
+            sign = grad.detach().mul(prev.detach()).sign()
+            flipped = sign < 0
+            # the sign becomes the step-size factor: etaplus, etaminus, or 1 where zero
+            factor = ops.where(sign > 0, etaplus, sign)
+            factor = ops.where(flipped, etaminus, factor)
+            factor = ops.where(factor == 0, 1.0, factor)
+            step_size.mul_(factor).clamp_(step_size_min, step_size_max)
+            # where the sign flipped, forget the gradient: no step now, no comparison next
+            grad = ops.where(flipped, 0.0, grad)
+            param.addcmul_(grad.sign(), saved_operand(step_size, group["differentiable"]), value=-1)
+            prev.copy_(grad)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..runtime.tensor import Tensor
 from . import _numpy_step
-from .optimizer import Optimizer, check_fused, group_options, run_closure, scalar_value
+from .optimizer import Optimizer, check_fused, group_options, scalar_value
+from .step_parts import l2_weight_decay, params_with_grad
 
 __all__ = ["SGD"]
 
@@ -49,30 +48,23 @@ class SGD(Optimizer):
         )
         check_fused(fused, foreach, differentiable)
 
-    def step(self, closure: Callable[[], float] | None = None):
-        loss = run_closure(closure)
-        for group in self.param_groups:
-            lr = scalar_value(group["lr"])
-            momentum = group["momentum"]
-            dampening = group["dampening"]
-            weight_decay = group["weight_decay"]
-            fast = _numpy_step.available() and not group["differentiable"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                if fast and _numpy_step.sgd_update(param, self.state, group, lr):
-                    continue
-                grad = -param.grad if group["maximize"] else param.grad
-                if weight_decay != 0:
-                    grad = grad.add(param, alpha=weight_decay)
-                if momentum != 0:
-                    state = self.state[param]
-                    buf = state.get("momentum_buffer")
-                    if buf is None:
-                        buf = grad.detach().clone()
-                        state["momentum_buffer"] = buf
-                    else:
-                        buf.mul_(momentum).add_(grad, alpha=1 - dampening)
-                    grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
-                param.add_(grad, alpha=-lr)
-        return loss
+    def _step_group(self, group: dict) -> None:
+        lr = scalar_value(group["lr"])
+        momentum = group["momentum"]
+        dampening = group["dampening"]
+        weight_decay = group["weight_decay"]
+        fast = _numpy_step.available() and not group["differentiable"]
+        for param, grad in params_with_grad(group):
+            if fast and _numpy_step.sgd_update(param, self.state, group, lr):
+                continue
+            grad = l2_weight_decay(grad, param, weight_decay)
+            if momentum != 0:
+                state = self.state[param]
+                buf = state.get("momentum_buffer")
+                if buf is None:
+                    buf = grad.detach().clone()
+                    state["momentum_buffer"] = buf
+                else:
+                    buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+                grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
+            param.add_(grad, alpha=-lr)

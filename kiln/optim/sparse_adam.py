@@ -13,12 +13,12 @@ rows, and their moments, are left alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from .. import ops
 from ..ops.creation import api
 from ..runtime.tensor import Tensor
-from .optimizer import Optimizer, group_options, run_closure, scalar_value
+from .optimizer import Optimizer, group_options, scalar_value
+from .step_parts import params_with_grad
 
 __all__ = ["SparseAdam"]
 
@@ -46,24 +46,18 @@ class SparseAdam(Optimizer):
             raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
         super().__init__(params, group_options(locals(), "lr betas eps maximize"))
 
-    def step(self, closure: Callable[[], float] | None = None):
-        loss = run_closure(closure)
-        for group in self.param_groups:
-            lr = scalar_value(group["lr"])
-            beta1, beta2 = group["betas"]
-            eps = group["eps"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                state = self.state[param]
-                if not state:
-                    state["step"] = 0  # a Python int, as in PyTorch
-                    state["exp_avg"] = api.zeros_like(param)
-                    state["exp_avg_sq"] = api.zeros_like(param)
-                state["step"] += 1
-                grad = -param.grad if group.get("maximize", False) else param.grad
-                _lazy_adam_update(param, grad, state, lr, (beta1, beta2), eps)
-        return loss
+    def _step_group(self, group: dict) -> None:
+        lr = scalar_value(group["lr"])
+        beta1, beta2 = group["betas"]
+        eps = group["eps"]
+        for param, grad in params_with_grad(group):
+            state = self.state[param]
+            if not state:
+                state["step"] = 0  # a Python int, as in PyTorch
+                state["exp_avg"] = api.zeros_like(param)
+                state["exp_avg_sq"] = api.zeros_like(param)
+            state["step"] += 1
+            _lazy_adam_update(param, grad, state, lr, (beta1, beta2), eps)
 
 
 def _touched_rows(grad: Tensor) -> Tensor:

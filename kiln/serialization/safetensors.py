@@ -5,24 +5,7 @@ The reader and writer live in ``kiln.utils.safetensors`` so that the layers belo
 users import.
 """
 
-from ..utils.safetensors import (
-    SafetensorError,
-    load,
-    load_file,
-    load_model,
-    safe_open,
-    save,
-    save_file,
-    save_model,
-)
+from ..utils import safetensors as _safetensors
+from ..utils.safetensors import *  # noqa: F403  (the names in kiln.utils.safetensors.__all__)
 
-__all__ = [
-    "SafetensorError",
-    "save",
-    "save_file",
-    "load",
-    "load_file",
-    "safe_open",
-    "save_model",
-    "load_model",
-]
+__all__ = list(_safetensors.__all__)

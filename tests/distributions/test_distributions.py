@@ -355,6 +355,9 @@ def test_log_prob_entropy_and_kl_compile(backend):
         kiln.randn(4, 5),
         kiln.randint(0, 5, (4,)),
     ]
+    # the distributions' objects are built inside the captured code: one graph, no break
+    explanation = kiln._dynamo.explain(loss)(*args)
+    assert explanation.graph_count == 1 and explanation.graph_break_count == 0
     leaves = [a.clone().requires_grad_() for a in args[:2]] + args[2:]
     leaves_c = [a.clone().requires_grad_() for a in args[:2]] + args[2:]
     expected = loss(*leaves)

@@ -148,33 +148,6 @@ def test_finfo_folds_to_a_constant():
     assert len(graphs) == 1
 
 
-@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_distributions_capture_in_one_graph(backend):
-    def loss(mu, log_sigma, x, logits, target):
-        d = KD.Normal(mu, log_sigma.exp())
-        prior = KD.Normal(kiln.zeros_like(mu), kiln.ones_like(mu))
-        cat = KD.Categorical(logits=logits)
-        return (
-            -d.log_prob(x).sum()
-            + KD.kl_divergence(d, prior).sum()
-            - cat.log_prob(target).mean()
-            - 0.01 * cat.entropy().mean()
-        )
-
-    args = [
-        kiln.randn(4, 3),
-        kiln.randn(4, 3),
-        kiln.randn(4, 3),
-        kiln.randn(4, 5),
-        kiln.randint(0, 5, (4,)),
-    ]
-    explanation = kiln._dynamo.explain(loss)(*args)
-    assert explanation.graph_count == 1 and explanation.graph_break_count == 0
-    np.testing.assert_allclose(
-        kiln.compile(loss, backend=backend)(*args).item(), loss(*args).item(), rtol=1e-5
-    )
-
-
 def test_policy_sample_and_log_prob_compile():
     def policy(mu, log_std):
         d = KD.Normal(mu, log_std.exp())

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import kiln
-from tests.oracle import assert_close, torch
+from tests.oracle import assert_close, needs_torch, torch
 
 
 @dataclass
@@ -150,10 +150,12 @@ def module_case_tests(cases: list, every_output_differentiable: bool = False) ->
     (``check_repr_and_state``), parametrized over the cases by name."""
     ids = [c.name for c in cases]
 
+    @needs_torch
     @pytest.mark.parametrize("case", cases, ids=ids)
     def test_forward_and_backward_match_torch(case: Case) -> None:
         check_forward_and_backward(case, every_output_differentiable)
 
+    @needs_torch
     @pytest.mark.parametrize("case", cases, ids=ids)
     def test_repr_and_state_match_torch(case: Case) -> None:
         check_repr_and_state(case)

@@ -99,30 +99,16 @@ for size, corners in itertools.product(
             id=f"affine_grid-{size}-{'aligned' if corners else 'unaligned'}",
         )
     )
-_IDS = [s.label() for s in SAMPLES]
 pytestmark = pytest.mark.filterwarnings("ignore:Since version 1.3.0, affine_grid behavior")
 
 
-@needs_torch
-@pytest.mark.parametrize("sample", SAMPLES, ids=_IDS)
-def test_forward_matches_torch(sample):
-    op_oracle.test_forward_matches_torch(sample)
-
-
-@needs_torch
-@pytest.mark.parametrize("sample", SAMPLES, ids=_IDS)
-def test_gradients_match_torch(sample):
-    op_oracle.test_gradients_match_torch(sample)
-
-
-@pytest.mark.parametrize("sample", [s for s in SAMPLES if s.gradcheck], ids=lambda s: s.label())
-def test_gradcheck_float64(sample):
-    op_oracle.test_gradcheck_float64(sample)
-
-
-@pytest.mark.parametrize("sample", SAMPLES, ids=_IDS)
-def test_meta_matches_eager(sample):
-    op_oracle.test_meta_matches_eager(sample)
+# values and gradients vs PyTorch, float64 gradcheck and meta vs eager, over these samples
+(
+    test_forward_matches_torch,
+    test_gradients_match_torch,
+    test_gradcheck_float64,
+    test_meta_matches_eager,
+) = op_oracle.sample_tests(SAMPLES)
 
 
 # ------------------------------------------------------------------------------ special points

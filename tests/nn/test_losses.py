@@ -18,9 +18,8 @@ import kiln.nn.functional as F
 from tests.nn.helpers import (
     Case,
     In,
-    check_forward_and_backward,
-    check_repr_and_state,
     copy_weights,
+    module_case_tests,
 )
 from tests.ops import test_oracle as op_oracle
 from tests.ops.opinfo import Sample, T
@@ -185,29 +184,15 @@ SAMPLES += [
         id="linear_cross_entropy-probabilities",
     ),
 ]
-_IDS = [s.label() for s in SAMPLES]
 
 
-@needs_torch
-@pytest.mark.parametrize("sample", SAMPLES, ids=_IDS)
-def test_forward_matches_torch(sample):
-    op_oracle.test_forward_matches_torch(sample)
-
-
-@needs_torch
-@pytest.mark.parametrize("sample", SAMPLES, ids=_IDS)
-def test_gradients_match_torch(sample):
-    op_oracle.test_gradients_match_torch(sample)
-
-
-@pytest.mark.parametrize("sample", [s for s in SAMPLES if s.gradcheck], ids=lambda s: s.label())
-def test_gradcheck_float64(sample):
-    op_oracle.test_gradcheck_float64(sample)
-
-
-@pytest.mark.parametrize("sample", SAMPLES, ids=_IDS)
-def test_meta_matches_eager(sample):
-    op_oracle.test_meta_matches_eager(sample)
+# values and gradients vs PyTorch, float64 gradcheck and meta vs eager, over these samples
+(
+    test_forward_matches_torch,
+    test_gradients_match_torch,
+    test_gradcheck_float64,
+    test_meta_matches_eager,
+) = op_oracle.sample_tests(SAMPLES)
 
 
 # ------------------------------------------------------------------------------ loss modules
@@ -337,16 +322,9 @@ MODULE_CASES = [
 ]
 
 
-@needs_torch
-@pytest.mark.parametrize("case", MODULE_CASES, ids=[c.name for c in MODULE_CASES])
-def test_loss_module_matches_torch(case):
-    check_forward_and_backward(case)
-
-
-@needs_torch
-@pytest.mark.parametrize("case", MODULE_CASES, ids=[c.name for c in MODULE_CASES])
-def test_loss_module_repr_and_state_match_torch(case):
-    check_repr_and_state(case)
+test_loss_module_matches_torch, test_loss_module_repr_and_state_match_torch = module_case_tests(
+    MODULE_CASES
+)
 
 
 @needs_torch

@@ -12,9 +12,8 @@ import kiln
 from tests.nn.helpers import (
     Case,
     In,
-    check_forward_and_backward,
-    check_repr_and_state,
     copy_weights,
+    module_case_tests,
 )
 from tests.oracle import assert_close, needs_torch, torch
 
@@ -253,15 +252,12 @@ CASES = [
 ]
 
 
-@pytest.mark.filterwarnings("ignore:reduction. 'mean' divides the total loss")
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_forward_and_backward_match_torch(case: Case):
-    check_forward_and_backward(case)
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_repr_and_parameter_names_match_torch(case: Case):
-    check_repr_and_state(case)
+test_forward_and_backward_match_torch, test_repr_and_parameter_names_match_torch = (
+    module_case_tests(CASES)
+)
+test_forward_and_backward_match_torch = pytest.mark.filterwarnings(
+    "ignore:reduction. 'mean' divides the total loss"
+)(test_forward_and_backward_match_torch)
 
 
 def test_batch_norm_cumulative_average_over_batches():

@@ -12,9 +12,8 @@ import kiln
 from tests.nn.helpers import (
     Case,
     In,
-    check_forward_and_backward,
-    check_repr_and_state,
     copy_weights,
+    module_case_tests,
 )
 from tests.oracle import assert_close, needs_torch, torch
 
@@ -134,16 +133,7 @@ CASES = [
 ]
 
 
-@needs_torch
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_module_matches_torch(case):
-    check_forward_and_backward(case)
-
-
-@needs_torch
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_repr_and_state_dict_keys_match_torch(case):
-    check_repr_and_state(case)
+test_module_matches_torch, test_repr_and_state_dict_keys_match_torch = module_case_tests(CASES)
 
 
 def _copied_pair(build):

@@ -202,3 +202,31 @@ def test_meta_matches_eager(sample: Sample):
     for f, e in zip(fake, eager):
         assert tuple(f.shape) == tuple(e.shape)
         assert f.dtype is e.dtype
+
+
+def sample_tests(samples: list[Sample]) -> tuple:
+    """The four checks above, parametrized over another test module's own ``samples`` (all of
+    them; gradcheck over those that ask for it), for that module to bind to its ``test_*``
+    names: ``test_forward_matches_torch, ... = sample_tests(SAMPLES)``."""
+    ids = [s.label() for s in samples]
+    every_sample = pytest.mark.parametrize("sample", samples, ids=ids)
+
+    @needs_torch
+    @every_sample
+    def forward_matches_torch(sample: Sample):
+        test_forward_matches_torch(sample)
+
+    @needs_torch
+    @every_sample
+    def gradients_match_torch(sample: Sample):
+        test_gradients_match_torch(sample)
+
+    @pytest.mark.parametrize("sample", [s for s in samples if s.gradcheck], ids=lambda s: s.label())
+    def gradcheck_float64(sample: Sample):
+        test_gradcheck_float64(sample)
+
+    @every_sample
+    def meta_matches_eager(sample: Sample):
+        test_meta_matches_eager(sample)
+
+    return forward_matches_torch, gradients_match_torch, gradcheck_float64, meta_matches_eager

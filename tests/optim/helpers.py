@@ -3,6 +3,8 @@ PyTorch, and a small optimizer whose learning rates a scheduler drives step by s
 
 from __future__ import annotations
 
+import numpy as np
+
 import kiln
 from tests.oracle import torch
 
@@ -50,3 +52,22 @@ def run_schedule(lib, opt, sched, steps: int = 30, metrics=None) -> list:
         seen.append((list(sched.get_last_lr()), momenta(opt)))
         assert [g["lr"] for g in opt.param_groups] == seen[-1][0]
     return seen
+
+
+def run_steps(opt, params: list, loss, steps: range) -> list:
+    """Step ``opt`` once per entry of ``steps`` on ``loss(step)``'s gradients; the parameters'
+    values (numpy copies) after each step."""
+    history = []
+    for step in steps:
+        opt.zero_grad()
+        loss(step).backward()
+        opt.step()
+        history.append([p.detach().numpy().copy() for p in params])
+    return history
+
+
+def assert_same_trajectory(k_history: list, t_history: list, rtol: float, atol: float) -> None:
+    """Every parameter agrees after every step (``run_steps`` histories of kiln and torch)."""
+    for step, (k_values, t_values) in enumerate(zip(k_history, t_history)):
+        for k, t in zip(k_values, t_values):
+            np.testing.assert_allclose(k, t, rtol=rtol, atol=atol, err_msg=f"step {step}")

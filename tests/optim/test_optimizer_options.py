@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import kiln
-from tests.optim.helpers import state_to
+from tests.optim.helpers import assert_same_trajectory, run_steps, state_to
 from tests.oracle import needs_torch, torch
 
 STEPS = 20
@@ -85,13 +85,7 @@ def _loss(lib, params, data: dict, step: int):
 
 
 def _run(lib, opt, params, data, steps: range) -> list:
-    history = []
-    for step in steps:
-        opt.zero_grad()
-        _loss(lib, params, data, step).backward()
-        opt.step()
-        history.append([p.detach().numpy().copy() for p in params])
-    return history
+    return run_steps(opt, params, lambda step: _loss(lib, params, data, step), steps)
 
 
 def _train(lib, name, kwargs, data, steps=STEPS, dtype="float64"):
@@ -127,9 +121,7 @@ def test_float64_trajectory_and_state_match_torch(config):
     data = _initial()
     t_opt, _, t_hist = _train(torch, name, kwargs, data)
     k_opt, _, k_hist = _train(kiln, name, kwargs, data)
-    for step, (k_values, t_values) in enumerate(zip(k_hist, t_hist)):
-        for k, t in zip(k_values, t_values):
-            np.testing.assert_allclose(k, t, rtol=1e-10, atol=1e-12, err_msg=f"step {step}")
+    assert_same_trajectory(k_hist, t_hist, rtol=1e-10, atol=1e-12)
     _assert_same_state(k_opt.state_dict(), t_opt.state_dict(), rtol=1e-9, atol=1e-12)
 
 
@@ -359,13 +351,19 @@ def test_foreach_and_fused_are_accepted_and_change_nothing(name, option):
 
 
 @needs_torch
-@pytest.mark.parametrize("name", ["Adamax", "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop", "Adam"])
-def test_capturable_step_never_reads_tensor_values(name, monkeypatch):
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        *[(name, {}) for name in ("Adamax", "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop", "Adam")],
+        ("AdamW", {"amsgrad": True}),
+    ],
+)
+def test_capturable_step_never_reads_tensor_values(name, options, monkeypatch):
     """Bias corrections and step-size schedules stay tensors (float32 step counts, as in
     PyTorch's capturable path), so the result agrees with the float64 reference to float32
     rounding of those scalars."""
     data = _initial(9)
-    kwargs = {"lr": 0.01}
+    kwargs = {"lr": 0.01, **options}
     _, _, expected = _train(torch, name, kwargs, data)
     params = _params(kiln, data)
     opt = getattr(kiln.optim, name)(params, capturable=True, **kwargs)

@@ -18,6 +18,7 @@ from .. import functional as F
 from .lazy import LazyModuleMixin, UninitializedBuffer
 from .module import Module
 from .normalization import affine_parameters, reset_affine
+from .spatial_variants import mixed_variants, spatial_variants
 
 __all__ = [
     "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LazyBatchNorm1d",
@@ -101,11 +102,14 @@ class _NormBase(Module):
 class _BatchNorm(_NormBase):
     """Batch statistics in training (updating the running ones), running statistics in eval."""
 
-    _expected_dims: tuple = ()
+    _variant_doc = "Batch norm over {layout} inputs (1d: also (N, C))."
+    _dims = 0
 
     def _check_input_dim(self, input: Tensor) -> None:
-        if input.dim() not in self._expected_dims:
-            wanted = " or ".join(f"{d}D" for d in self._expected_dims)
+        # (N, C, *spatial); the 1-d form also takes (N, C)
+        expected = (2, 3) if self._dims == 1 else (self._dims + 2,)
+        if input.dim() not in expected:
+            wanted = " or ".join(f"{d}D" for d in expected)
             raise ValueError(f"expected {wanted} input (got {input.dim()}D input)")
 
     def forward(self, input: Tensor) -> Tensor:
@@ -129,22 +133,7 @@ class _BatchNorm(_NormBase):
         )
 
 
-class BatchNorm1d(_BatchNorm):
-    """Over (N, C) or (N, C, L) inputs."""
-
-    _expected_dims = (2, 3)
-
-
-class BatchNorm2d(_BatchNorm):
-    """Over (N, C, H, W) inputs."""
-
-    _expected_dims = (4,)
-
-
-class BatchNorm3d(_BatchNorm):
-    """Over (N, C, D, H, W) inputs."""
-
-    _expected_dims = (5,)
+BatchNorm1d, BatchNorm2d, BatchNorm3d = spatial_variants(_BatchNorm, "BatchNorm{n}d")
 
 
 class SyncBatchNorm(_BatchNorm):
@@ -245,13 +234,6 @@ class _LazyNormBase(LazyModuleMixin):
             self.reset_parameters()
 
 
-class LazyBatchNorm1d(_LazyNormBase, BatchNorm1d):
-    cls_to_become = BatchNorm1d
-
-
-class LazyBatchNorm2d(_LazyNormBase, BatchNorm2d):
-    cls_to_become = BatchNorm2d
-
-
-class LazyBatchNorm3d(_LazyNormBase, BatchNorm3d):
-    cls_to_become = BatchNorm3d
+LazyBatchNorm1d, LazyBatchNorm2d, LazyBatchNorm3d = mixed_variants(
+    _LazyNormBase, (BatchNorm1d, BatchNorm2d, BatchNorm3d), "LazyBatchNorm{n}d", becomes=True
+)

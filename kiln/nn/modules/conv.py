@@ -17,6 +17,7 @@ from .. import init
 from ..parameter import Parameter
 from .lazy import LazyModuleMixin
 from .module import Module
+from .spatial_variants import mixed_variants, spatial_variants
 
 __all__ = [
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
@@ -151,6 +152,8 @@ class _ConvNd(Module):
 class _Conv(_ConvNd):
     """A forward convolution with PyTorch's ``ConvNd`` constructor; ``_fn`` is ``F.convNd``."""
 
+    _variant_doc = "{n}-D convolution over {layout} inputs."
+    _functions = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
     _fn = None
 
     def __init__(
@@ -176,30 +179,16 @@ class _Conv(_ConvNd):
         return self._conv_forward(type(self)._fn, input, self.weight, self.bias)
 
 
-class Conv1d(_Conv):
-    """1-D convolution over (N, C, L) inputs."""
-
-    _dims = 1
-    _fn = staticmethod(F.conv1d)
-
-
-class Conv2d(_Conv):
-    """2-D convolution over (N, C, H, W) inputs."""
-
-    _dims = 2
-    _fn = staticmethod(F.conv2d)
-
-
-class Conv3d(_Conv):
-    """3-D convolution over (N, C, D, H, W) inputs."""
-
-    _dims = 3
-    _fn = staticmethod(F.conv3d)
+Conv1d, Conv2d, Conv3d = spatial_variants(_Conv, "Conv{n}d")
 
 
 class _ConvTransposeNd(_ConvNd):
     """A transposed convolution with PyTorch's constructor; ``_fn`` is ``F.conv_transposeNd``."""
 
+    _variant_doc = (
+        "Transposed {n}-D convolution (the gradient of ``Conv{n}d`` with respect to its input)."
+    )
+    _functions = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
     _fn = None
 
     def __init__(
@@ -265,25 +254,9 @@ class _ConvTransposeNd(_ConvNd):
         )  # fmt: skip
 
 
-class ConvTranspose1d(_ConvTransposeNd):
-    """Transposed 1-D convolution (the gradient of ``Conv1d`` with respect to its input)."""
-
-    _dims = 1
-    _fn = staticmethod(F.conv_transpose1d)
-
-
-class ConvTranspose2d(_ConvTransposeNd):
-    """Transposed 2-D convolution (the gradient of ``Conv2d`` with respect to its input)."""
-
-    _dims = 2
-    _fn = staticmethod(F.conv_transpose2d)
-
-
-class ConvTranspose3d(_ConvTransposeNd):
-    """Transposed 3-D convolution (the gradient of ``Conv3d`` with respect to its input)."""
-
-    _dims = 3
-    _fn = staticmethod(F.conv_transpose3d)
+ConvTranspose1d, ConvTranspose2d, ConvTranspose3d = spatial_variants(
+    _ConvTransposeNd, "ConvTranspose{n}d"
+)
 
 
 class _LazyConvMixin(LazyModuleMixin):
@@ -338,16 +311,9 @@ class _LazyConv(_LazyConvMixin):
         self._lazy_weight_and_bias(bias, device, dtype)
 
 
-class LazyConv1d(_LazyConv, Conv1d):
-    cls_to_become = Conv1d
-
-
-class LazyConv2d(_LazyConv, Conv2d):
-    cls_to_become = Conv2d
-
-
-class LazyConv3d(_LazyConv, Conv3d):
-    cls_to_become = Conv3d
+LazyConv1d, LazyConv2d, LazyConv3d = mixed_variants(
+    _LazyConv, (Conv1d, Conv2d, Conv3d), "LazyConv{n}d", becomes=True
+)
 
 
 class _LazyConvTranspose(_LazyConvMixin):
@@ -373,13 +339,9 @@ class _LazyConvTranspose(_LazyConvMixin):
         self._lazy_weight_and_bias(bias, device, dtype)
 
 
-class LazyConvTranspose1d(_LazyConvTranspose, ConvTranspose1d):
-    cls_to_become = ConvTranspose1d
-
-
-class LazyConvTranspose2d(_LazyConvTranspose, ConvTranspose2d):
-    cls_to_become = ConvTranspose2d
-
-
-class LazyConvTranspose3d(_LazyConvTranspose, ConvTranspose3d):
-    cls_to_become = ConvTranspose3d
+LazyConvTranspose1d, LazyConvTranspose2d, LazyConvTranspose3d = mixed_variants(
+    _LazyConvTranspose,
+    (ConvTranspose1d, ConvTranspose2d, ConvTranspose3d),
+    "LazyConvTranspose{n}d",
+    becomes=True,
+)

@@ -12,6 +12,7 @@ import warnings
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from .batchnorm import _LazyNormBase, _NormBase
+from .spatial_variants import mixed_variants, spatial_variants
 
 __all__ = [
     "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LazyInstanceNorm1d",
@@ -20,9 +21,11 @@ __all__ = [
 
 
 class _InstanceNorm(_NormBase):
-    """``_spatial_dims`` spatial dims after (N, C); unbatched (C, *spatial) inputs are allowed."""
+    """``_dims`` spatial dims after (N, C); unbatched (C, *spatial) inputs are allowed."""
 
-    _spatial_dims = 0
+    _variant_doc = "Instance norm over {layout} inputs, or unbatched ones (without N)."
+
+    _dims = 0
 
     def __init__(
         self,
@@ -41,7 +44,7 @@ class _InstanceNorm(_NormBase):
         )
 
     def _check_input_dim(self, input: Tensor) -> None:
-        unbatched = self._spatial_dims + 1
+        unbatched = self._dims + 1
         if input.dim() not in (unbatched, unbatched + 1):
             raise ValueError(
                 f"expected {unbatched}D or {unbatched + 1}D input (got {input.dim()}D input)"
@@ -61,7 +64,7 @@ class _InstanceNorm(_NormBase):
 
     def forward(self, input: Tensor) -> Tensor:
         self._check_input_dim(input)
-        unbatched = input.dim() == self._spatial_dims + 1
+        unbatched = input.dim() == self._dims + 1
         feature_dim = 0 if unbatched else 1
         if input.size(feature_dim) != self.num_features:
             if self.affine:
@@ -102,31 +105,10 @@ class _InstanceNorm(_NormBase):
         )
 
 
-class InstanceNorm1d(_InstanceNorm):
-    """Over (N, C, L) or unbatched (C, L) inputs."""
-
-    _spatial_dims = 1
-
-
-class InstanceNorm2d(_InstanceNorm):
-    """Over (N, C, H, W) or unbatched (C, H, W) inputs."""
-
-    _spatial_dims = 2
-
-
-class InstanceNorm3d(_InstanceNorm):
-    """Over (N, C, D, H, W) or unbatched (C, D, H, W) inputs."""
-
-    _spatial_dims = 3
-
-
-class LazyInstanceNorm1d(_LazyNormBase, InstanceNorm1d):
-    cls_to_become = InstanceNorm1d
-
-
-class LazyInstanceNorm2d(_LazyNormBase, InstanceNorm2d):
-    cls_to_become = InstanceNorm2d
-
-
-class LazyInstanceNorm3d(_LazyNormBase, InstanceNorm3d):
-    cls_to_become = InstanceNorm3d
+InstanceNorm1d, InstanceNorm2d, InstanceNorm3d = spatial_variants(_InstanceNorm, "InstanceNorm{n}d")
+LazyInstanceNorm1d, LazyInstanceNorm2d, LazyInstanceNorm3d = mixed_variants(
+    _LazyNormBase,
+    (InstanceNorm1d, InstanceNorm2d, InstanceNorm3d),
+    "LazyInstanceNorm{n}d",
+    becomes=True,
+)

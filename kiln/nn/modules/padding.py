@@ -9,6 +9,7 @@ from __future__ import annotations
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from .module import Module
+from .spatial_variants import mixed_variants, spatial_variants
 
 __all__ = [
     "CircularPad1d",
@@ -56,6 +57,8 @@ class _PadNd(Module):
 class _CircularPadNd(_PadNd):
     """Circular padding checks the input rank itself (F.pad would accept more dims)."""
 
+    _variant_doc = "Pads the last {n} dims by wrapping the input around."
+
     _mode = "circular"
 
     def forward(self, input: Tensor) -> Tensor:
@@ -67,52 +70,33 @@ class _CircularPadNd(_PadNd):
         return super().forward(input)
 
 
-class CircularPad1d(_CircularPadNd):
-    _dims = 1
-
-
-class CircularPad2d(_CircularPadNd):
-    _dims = 2
-
-
-class CircularPad3d(_CircularPadNd):
-    _dims = 3
+CircularPad1d, CircularPad2d, CircularPad3d = spatial_variants(_CircularPadNd, "CircularPad{n}d")
 
 
 class _ReflectionPadNd(_PadNd):
+    _variant_doc = "Pads the last {n} dims with their mirror image."
     _mode = "reflect"
 
 
-class ReflectionPad1d(_ReflectionPadNd):
-    _dims = 1
-
-
-class ReflectionPad2d(_ReflectionPadNd):
-    _dims = 2
-
-
-class ReflectionPad3d(_ReflectionPadNd):
-    _dims = 3
+ReflectionPad1d, ReflectionPad2d, ReflectionPad3d = spatial_variants(
+    _ReflectionPadNd, "ReflectionPad{n}d"
+)
 
 
 class _ReplicationPadNd(_PadNd):
+    _variant_doc = "Pads the last {n} dims by repeating their edges."
     _mode = "replicate"
 
 
-class ReplicationPad1d(_ReplicationPadNd):
-    _dims = 1
-
-
-class ReplicationPad2d(_ReplicationPadNd):
-    _dims = 2
-
-
-class ReplicationPad3d(_ReplicationPadNd):
-    _dims = 3
+ReplicationPad1d, ReplicationPad2d, ReplicationPad3d = spatial_variants(
+    _ReplicationPadNd, "ReplicationPad{n}d"
+)
 
 
 class _ConstantPadNd(_PadNd):
     """Pads with ``value``."""
+
+    _variant_doc = "Pads the last {n} dims with ``value``."
 
     _mode = "constant"
 
@@ -127,16 +111,7 @@ class _ConstantPadNd(_PadNd):
         return f"padding={self.padding}, value={self.value}"
 
 
-class ConstantPad1d(_ConstantPadNd):
-    _dims = 1
-
-
-class ConstantPad2d(_ConstantPadNd):
-    _dims = 2
-
-
-class ConstantPad3d(_ConstantPadNd):
-    _dims = 3
+ConstantPad1d, ConstantPad2d, ConstantPad3d = spatial_variants(_ConstantPadNd, "ConstantPad{n}d")
 
 
 class _ZeroPad:
@@ -149,13 +124,6 @@ class _ZeroPad:
         return f"{self.padding}"
 
 
-class ZeroPad1d(_ZeroPad, ConstantPad1d):
-    pass
-
-
-class ZeroPad2d(_ZeroPad, ConstantPad2d):
-    pass
-
-
-class ZeroPad3d(_ZeroPad, ConstantPad3d):
-    pass
+ZeroPad1d, ZeroPad2d, ZeroPad3d = mixed_variants(
+    _ZeroPad, (ConstantPad1d, ConstantPad2d, ConstantPad3d), "ZeroPad{n}d"
+)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from .module import Module
+from .spatial_variants import spatial_variants
 
 __all__ = [
     "AdaptiveAvgPool1d",
@@ -46,6 +47,8 @@ def _ntuple(value, n: int) -> tuple:
 class _MaxPoolNd(Module):
     """Max over windows; ``_fn`` is ``F.max_poolNd``."""
 
+    _variant_doc = "Max over {n}-d windows of {layout} inputs (or unbatched ones, without N)."
+    _functions = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
     _fn = None
 
     def __init__(
@@ -78,18 +81,7 @@ class _MaxPoolNd(Module):
         )
 
 
-class MaxPool1d(_MaxPoolNd):
-    _fn = staticmethod(F.max_pool1d)
-
-
-class MaxPool2d(_MaxPoolNd):
-    _fn = staticmethod(F.max_pool2d)
-
-
-class MaxPool3d(_MaxPoolNd):
-    """Max over (kD, kH, kW) windows of (N, C, D, H, W) or (C, D, H, W) inputs."""
-
-    _fn = staticmethod(F.max_pool3d)
+MaxPool1d, MaxPool2d, MaxPool3d = spatial_variants(_MaxPoolNd, "MaxPool{n}d")
 
 
 # ------------------------------------------------------------------------------ average pooling
@@ -122,6 +114,10 @@ class _AvgPoolWithDivisor(_AvgPoolNd):
     """2-d and 3-d average pooling: ``divisor_override`` replaces the window size; ``_fn`` is
     ``F.avg_poolNd``."""
 
+    _variant_doc = (
+        "Mean over {n}-d windows of {layout} inputs; ``divisor_override`` replaces the window size."
+    )
+    _functions = {2: F.avg_pool2d, 3: F.avg_pool3d}
     _fn = None
 
     def __init__(
@@ -147,21 +143,15 @@ class _AvgPoolWithDivisor(_AvgPoolNd):
             self.count_include_pad, self.divisor_override,
         )  # fmt: skip
 
-
-class AvgPool2d(_AvgPoolWithDivisor):
-    _fn = staticmethod(F.avg_pool2d)
-
-
-class AvgPool3d(_AvgPoolWithDivisor):
-    """Mean over (kD, kH, kW) windows; ``divisor_override`` replaces the window size."""
-
-    _fn = staticmethod(F.avg_pool3d)
-
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
-        self.__dict__.setdefault("padding", 0)
-        self.__dict__.setdefault("ceil_mode", False)
-        self.__dict__.setdefault("count_include_pad", True)
+        if self._dims == 3:  # AvgPool3d pickles older than these attributes (PyTorch's rule)
+            self.__dict__.setdefault("padding", 0)
+            self.__dict__.setdefault("ceil_mode", False)
+            self.__dict__.setdefault("count_include_pad", True)
+
+
+AvgPool2d, AvgPool3d = spatial_variants(_AvgPoolWithDivisor, "AvgPool{n}d")
 
 
 # ------------------------------------------------------------------------------ LP pooling
@@ -170,6 +160,8 @@ class AvgPool3d(_AvgPoolWithDivisor):
 class _LPPoolNd(Module):
     """(sum of x**p over each window) ** (1/p); ``_fn`` is ``F.lp_poolNd``."""
 
+    _variant_doc = "Power-average pooling over {n}-d windows of {layout} inputs."
+    _functions = {1: F.lp_pool1d, 2: F.lp_pool2d, 3: F.lp_pool3d}
     _fn = None
 
     def __init__(self, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False):
@@ -191,16 +183,7 @@ class _LPPoolNd(Module):
         )
 
 
-class LPPool1d(_LPPoolNd):
-    _fn = staticmethod(F.lp_pool1d)
-
-
-class LPPool2d(_LPPoolNd):
-    _fn = staticmethod(F.lp_pool2d)
-
-
-class LPPool3d(_LPPoolNd):
-    _fn = staticmethod(F.lp_pool3d)
+LPPool1d, LPPool2d, LPPool3d = spatial_variants(_LPPoolNd, "LPPool{n}d")
 
 
 # ------------------------------------------------------------------------------ adaptive pooling
@@ -209,6 +192,8 @@ class LPPool3d(_LPPoolNd):
 class _AdaptivePoolNd(Module):
     """Pooling to a fixed ``output_size``; ``_fn`` is ``F.adaptive_avg_poolNd``."""
 
+    _variant_doc = "Average pooling of {layout} inputs to a fixed {n}-d ``output_size``."
+    _functions = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
     _fn = None
 
     def __init__(self, output_size) -> None:
@@ -222,20 +207,18 @@ class _AdaptivePoolNd(Module):
         return f"output_size={self.output_size}"
 
 
-class AdaptiveAvgPool1d(_AdaptivePoolNd):
-    _fn = staticmethod(F.adaptive_avg_pool1d)
-
-
-class AdaptiveAvgPool2d(_AdaptivePoolNd):
-    _fn = staticmethod(F.adaptive_avg_pool2d)
-
-
-class AdaptiveAvgPool3d(_AdaptivePoolNd):
-    _fn = staticmethod(F.adaptive_avg_pool3d)
+AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d = spatial_variants(
+    _AdaptivePoolNd, "AdaptiveAvgPool{n}d"
+)
 
 
 class _AdaptiveMaxPoolNd(_AdaptivePoolNd):
     """Adaptive max pooling, optionally with indices; ``_fn`` is ``F.adaptive_max_poolNd``."""
+
+    _variant_doc = (
+        "Max pooling of {layout} inputs to a fixed {n}-d ``output_size``, optionally with indices."
+    )
+    _functions = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}
 
     def __init__(self, output_size, return_indices: bool = False) -> None:
         super().__init__(output_size)
@@ -245,16 +228,9 @@ class _AdaptiveMaxPoolNd(_AdaptivePoolNd):
         return type(self)._fn(input, self.output_size, self.return_indices)
 
 
-class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
-    _fn = staticmethod(F.adaptive_max_pool1d)
-
-
-class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
-    _fn = staticmethod(F.adaptive_max_pool2d)
-
-
-class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
-    _fn = staticmethod(F.adaptive_max_pool3d)
+AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d = spatial_variants(
+    _AdaptiveMaxPoolNd, "AdaptiveMaxPool{n}d"
+)
 
 
 # ------------------------------------------------------------------------------ max unpooling
@@ -262,6 +238,11 @@ class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
 
 class _MaxUnpoolNd(Module):
     """Inverse of MaxPoolNd: scatter values back to the positions its indices name."""
+
+    _variant_doc = (
+        "The partial inverse of ``MaxPool{n}d``: values back at the positions its indices name."
+    )
+    _functions = {1: F.max_unpool1d, 2: F.max_unpool2d, 3: F.max_unpool3d}
 
     _dims = 0
     _fn = None
@@ -282,19 +263,7 @@ class _MaxUnpoolNd(Module):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
-class MaxUnpool1d(_MaxUnpoolNd):
-    _dims = 1
-    _fn = staticmethod(F.max_unpool1d)
-
-
-class MaxUnpool2d(_MaxUnpoolNd):
-    _dims = 2
-    _fn = staticmethod(F.max_unpool2d)
-
-
-class MaxUnpool3d(_MaxUnpoolNd):
-    _dims = 3
-    _fn = staticmethod(F.max_unpool3d)
+MaxUnpool1d, MaxUnpool2d, MaxUnpool3d = spatial_variants(_MaxUnpoolNd, "MaxUnpool{n}d")
 
 
 # ------------------------------------------------------------------------------ fractional pooling
@@ -303,6 +272,9 @@ class MaxUnpool3d(_MaxUnpoolNd):
 class _FractionalMaxPoolNd(Module):
     """Max over windows at pseudo-random fractional strides; ``_random_samples`` (a buffer)
     fixes the windows, else each call draws new ones."""
+
+    _variant_doc = "Max over {n}-d windows of {layout} inputs at pseudo-random fractional strides."
+    _functions = {2: F.fractional_max_pool2d, 3: F.fractional_max_pool3d}
 
     _dims = 0
     _fn = None
@@ -342,11 +314,6 @@ class _FractionalMaxPoolNd(Module):
         )  # fmt: skip
 
 
-class FractionalMaxPool2d(_FractionalMaxPoolNd):
-    _dims = 2
-    _fn = staticmethod(F.fractional_max_pool2d)
-
-
-class FractionalMaxPool3d(_FractionalMaxPoolNd):
-    _dims = 3
-    _fn = staticmethod(F.fractional_max_pool3d)
+FractionalMaxPool2d, FractionalMaxPool3d = spatial_variants(
+    _FractionalMaxPoolNd, "FractionalMaxPool{n}d"
+)

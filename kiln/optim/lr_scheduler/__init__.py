@@ -5,37 +5,18 @@ does (``lr * gamma``, the cosine recurrence ...), so sequences agree bit for bit
 ``step(epoch)`` uses the closed forms, as in PyTorch.
 """
 
+from . import schedules
 from .base import EPOCH_DEPRECATION_WARNING, LRScheduler, _LRScheduler  # noqa: F401  (old name)
 from .composite import ChainedScheduler, SequentialLR
 from .cyclic import CyclicLR
 from .one_cycle import OneCycleLR
 from .plateau import ReduceLROnPlateau
-from .schedules import (
-    ConstantLR,
-    CosineAnnealingLR,
-    CosineAnnealingWarmRestarts,
-    ExponentialLR,
-    LambdaLR,
-    LinearLR,
-    MultiplicativeLR,
-    MultiStepLR,
-    PolynomialLR,
-    StepLR,
-)
+from .schedules import *  # noqa: F403  (the names in schedules.__all__)
 
 __all__ = [
     "EPOCH_DEPRECATION_WARNING",
     "LRScheduler",
-    "LambdaLR",
-    "MultiplicativeLR",
-    "StepLR",
-    "MultiStepLR",
-    "ConstantLR",
-    "LinearLR",
-    "ExponentialLR",
-    "PolynomialLR",
-    "CosineAnnealingLR",
-    "CosineAnnealingWarmRestarts",
+    *schedules.__all__,
     "OneCycleLR",
     "SequentialLR",
     "ChainedScheduler",

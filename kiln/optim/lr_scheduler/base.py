@@ -84,12 +84,23 @@ class LRScheduler:
         finally:
             self._is_initial = False
 
+    # attributes state_dict leaves out: the optimizer, and what a subclass saves in its own form
+    _not_saved: tuple[str, ...] = ("optimizer",)
+
     def state_dict(self) -> dict[str, Any]:
-        """Every attribute except the optimizer."""
-        return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
+        """Every attribute except the optimizer (and those a subclass names in ``_not_saved``)."""
+        return {k: v for k, v in self.__dict__.items() if k not in self._not_saved}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.__dict__.update(state_dict)
+
+    def _load_all_but(self, state_dict: dict[str, Any], key: str):
+        """Load every saved attribute except ``key`` (the caller's dict is left as it was) and
+        return ``key``'s saved form, for a subclass to apply to what it describes."""
+        state_dict = dict(state_dict)
+        saved = state_dict.pop(key)
+        self.__dict__.update(state_dict)
+        return saved
 
     def get_last_lr(self) -> list:
         """The rates the last ``step`` set (one per parameter group)."""

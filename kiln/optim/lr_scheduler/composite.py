@@ -14,7 +14,24 @@ from .plateau import ReduceLROnPlateau
 __all__ = ["SequentialLR", "ChainedScheduler"]
 
 
-class SequentialLR(LRScheduler):
+class _CompositeScheduler(LRScheduler):
+    """A scheduler of schedulers: its state dict holds each child's state dict."""
+
+    _not_saved = ("optimizer", "_schedulers")
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        for scheduler, saved in zip(
+            self._schedulers, self._load_all_but(state_dict, "_schedulers")
+        ):
+            scheduler.load_state_dict(saved)
+
+
+class SequentialLR(_CompositeScheduler):
     """Run ``schedulers[i]`` between ``milestones[i-1]`` and ``milestones[i]``."""
 
     def __init__(
@@ -54,14 +71,8 @@ class SequentialLR(LRScheduler):
             scheduler.step()
         self._last_lr = scheduler.get_last_lr()
 
-    def state_dict(self) -> dict[str, Any]:
-        return _composite_state(self)
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        _load_composite_state(self, state_dict)
-
-
-class ChainedScheduler(LRScheduler):
+class ChainedScheduler(_CompositeScheduler):
     """Step every scheduler in ``schedulers`` on each ``step`` (their effects multiply)."""
 
     def __init__(self, schedulers: Sequence[LRScheduler], optimizer: Optimizer | None = None):
@@ -80,12 +91,6 @@ class ChainedScheduler(LRScheduler):
         for scheduler in self._schedulers:
             scheduler.step()
         self._last_lr = _group_values(self._schedulers[-1].optimizer, "lr")
-
-    def state_dict(self) -> dict[str, Any]:
-        return _composite_state(self)
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        _load_composite_state(self, state_dict)
 
 
 def _check_children(owner, optimizer: Optimizer, schedulers) -> None:
@@ -116,17 +121,3 @@ def _undo_initial_step(scheduler) -> None:
             _undo_initial_step(child)
     elif hasattr(scheduler, "last_epoch"):
         scheduler.last_epoch -= 1
-
-
-def _composite_state(owner) -> dict[str, Any]:
-    state = {k: v for k, v in owner.__dict__.items() if k not in ("optimizer", "_schedulers")}
-    state["_schedulers"] = [s.state_dict() for s in owner._schedulers]
-    return state
-
-
-def _load_composite_state(owner, state_dict: dict[str, Any]) -> None:
-    state_dict = dict(state_dict)
-    children = state_dict.pop("_schedulers")
-    owner.__dict__.update(state_dict)
-    for scheduler, saved in zip(owner._schedulers, children):
-        scheduler.load_state_dict(saved)

@@ -141,10 +141,12 @@ class CyclicLR(LRScheduler):
                 self._set_momentum(group, top - (top - bottom) * scale_factor * amplitude)
         return lrs
 
+    _not_saved = ("optimizer", "_scale_fn_ref")
+
     def state_dict(self) -> dict[str, Any]:
         """The scheduler's attributes; a custom ``scale_fn`` is saved only by its ``__dict__``
         (and not at all when it is a plain function), as PyTorch does."""
-        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_scale_fn_ref")}
+        state = super().state_dict()
         fn = state.pop("_scale_fn_custom")
         state["_scale_fn_custom"] = None
         if fn is not None and not isinstance(fn, types.FunctionType):

@@ -45,8 +45,10 @@ class _LambdaScheduler(LRScheduler):
             self.lr_lambdas = [lr_lambda] * len(optimizer.param_groups)
         super().__init__(optimizer, last_epoch)
 
+    _not_saved = ("optimizer", "lr_lambdas")
+
     def state_dict(self) -> dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "lr_lambdas")}
+        state = super().state_dict()
         state["lr_lambdas"] = [
             None if isinstance(fn, types.FunctionType) else fn.__dict__.copy()
             for fn in self.lr_lambdas
@@ -54,10 +56,7 @@ class _LambdaScheduler(LRScheduler):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        state_dict = dict(state_dict)
-        lambdas = state_dict.pop("lr_lambdas")
-        self.__dict__.update(state_dict)
-        for fn, saved in zip(self.lr_lambdas, lambdas):
+        for fn, saved in zip(self.lr_lambdas, self._load_all_but(state_dict, "lr_lambdas")):
             if saved is not None:
                 fn.__dict__.update(saved)
 

@@ -1,42 +1,15 @@
 """``kiln.utils.data``: datasets, samplers and the ``DataLoader`` (as ``torch.utils.data``)."""
 
+from . import dataset, sampler
 from ._collate import default_collate, default_convert
 from .dataloader import DataLoader, get_worker_info
-from .dataset import (
-    ChainDataset,
-    ConcatDataset,
-    Dataset,
-    IterableDataset,
-    StackDataset,
-    Subset,
-    TensorDataset,
-    random_split,
-)
+from .dataset import *  # noqa: F403  (the names in dataset.__all__)
 from .distributed import DistributedSampler
-from .sampler import (
-    BatchSampler,
-    RandomSampler,
-    Sampler,
-    SequentialSampler,
-    SubsetRandomSampler,
-    WeightedRandomSampler,
-)
+from .sampler import *  # noqa: F403  (the names in sampler.__all__)
 
 __all__ = [
-    "Dataset",
-    "IterableDataset",
-    "TensorDataset",
-    "ConcatDataset",
-    "ChainDataset",
-    "StackDataset",
-    "Subset",
-    "random_split",
-    "Sampler",
-    "SequentialSampler",
-    "RandomSampler",
-    "SubsetRandomSampler",
-    "WeightedRandomSampler",
-    "BatchSampler",
+    *dataset.__all__,
+    *sampler.__all__,
     "DistributedSampler",
     "DataLoader",
     "get_worker_info",

@@ -1,27 +1,6 @@
 """``torch.utils.data._utils.collate``: the collation table and its per-type functions."""
 
-from .._collate import (
-    collate,
-    collate_float_fn,
-    collate_int_fn,
-    collate_numpy_array_fn,
-    collate_numpy_scalar_fn,
-    collate_str_fn,
-    collate_tensor_fn,
-    default_collate,
-    default_collate_fn_map,
-    default_convert,
-)
+from .. import _collate
+from .._collate import *  # noqa: F403  (the names in _collate.__all__)
 
-__all__ = [
-    "collate",
-    "collate_float_fn",
-    "collate_int_fn",
-    "collate_numpy_array_fn",
-    "collate_numpy_scalar_fn",
-    "collate_str_fn",
-    "collate_tensor_fn",
-    "default_collate",
-    "default_collate_fn_map",
-    "default_convert",
-]
+__all__ = list(_collate.__all__)
