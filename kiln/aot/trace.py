@@ -40,6 +40,7 @@ from ..ir import Graph
 from ..ir.tracer import TracingMode
 from ..ops.core.dispatch import _edge as autograd_edge
 from ..ops.core.dispatch import view_replay
+from ..ops.core.fake import to_fake
 from ..ops.core.registry import OPS
 from ..runtime.memory_format import is_non_overlapping_and_dense, preserved_strides
 from ..runtime.state import per_thread
@@ -425,12 +426,22 @@ def _is_differentiable(t: Tensor) -> bool:
 
 def _arguments_for_fn(mode: TracingMode, proxies: list, with_grad: bool):
     """What ``fn`` receives: the proxies, with a clone in front of each that requires grad so an
-    in-place op on it is legal, as it is on the real (non-leaf) input in eager."""
+    in-place op on it is legal, as it is on the real (non-leaf) input in eager.
+
+    The clone stands for the input itself (it is folded back into the placeholder after
+    tracing), so it takes the input's own layout, also where a real clone would be dense (an
+    expanded input): every layout-dependent choice the trace makes on it (``reshape`` as a view
+    or a copy, ``contiguous`` as a no-op) must be the one the real input gets."""
     args, clones = [], []
     for p in proxies:
         if with_grad and getattr(p, "_requires_grad", False):
             q = p.clone()
-            clones.append((mode.node_of(q), mode.node_of(p)))
+            node = mode.node_of(q)
+            if tuple(q.stride()) != tuple(p.stride()) or q.storage_offset() != p.storage_offset():
+                q._stride = tuple(p.stride())
+                q._offset = p.storage_offset()
+                node.meta["val"] = to_fake(q)
+            clones.append((node, mode.node_of(p)))
             args.append(q)
         else:
             args.append(p)
