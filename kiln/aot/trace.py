@@ -40,7 +40,6 @@ from ..ir import Graph
 from ..ir.tracer import TracingMode
 from ..ops.core.dispatch import _edge as autograd_edge
 from ..ops.core.dispatch import view_replay
-from ..ops.core.fake import to_fake
 from ..ops.core.registry import OPS
 from ..runtime.memory_format import is_non_overlapping_and_dense, preserved_strides
 from ..runtime.state import per_thread
@@ -436,12 +435,9 @@ def _arguments_for_fn(mode: TracingMode, proxies: list, with_grad: bool):
     for p in proxies:
         if with_grad and getattr(p, "_requires_grad", False):
             q = p.clone()
-            node = mode.node_of(q)
             if tuple(q.stride()) != tuple(p.stride()) or q.storage_offset() != p.storage_offset():
-                q._stride = tuple(p.stride())
-                q._offset = p.storage_offset()
-                node.meta["val"] = to_fake(q)
-            clones.append((node, mode.node_of(p)))
+                mode.relayout(q, p.stride(), p.storage_offset())
+            clones.append((mode.node_of(q), mode.node_of(p)))
             args.append(q)
         else:
             args.append(p)

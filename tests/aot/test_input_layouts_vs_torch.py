@@ -39,6 +39,7 @@ _STORED = {
         pytest.param(lambda x: x.prod(), id="prod"),
         pytest.param(lambda x: x.contiguous().view(-1) * 2, id="contiguous_view"),
         pytest.param(lambda x: x.flatten() * x.reshape(-1), id="flatten"),
+        pytest.param(lambda x: x.prod() * x.detach().transpose(0, 2)[1].sum(), id="detach"),
     ],
 )
 def test_non_dense_input_that_requires_grad_matches_torch(fn, layout, dtype, backend):

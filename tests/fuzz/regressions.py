@@ -267,6 +267,12 @@ REGRESSIONS: list[Case] = [
         ("pytorch", *COMPILED),
     ),
     Case(
+        "compiled cumsum of a bool tensor over a leading dim is contiguous (the decomposition "
+        "returned a permuted view: strides (9, 1, 3))",
+        _one([Input("x0", (3, 3, 3), dtype="bool")], ["v0 = x0.cumsum(1)"]),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
         "prod of an expanded input that requires grad: AOT traced it through a dense clone, so "
         "the backward's flattening became a view, invalid on the real input (found by the long "
         "profile)",
