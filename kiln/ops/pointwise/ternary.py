@@ -257,22 +257,21 @@ nan_to_num.register_derivative(lambda c, g: (g * c.args[0].isfinite(),))
 def _addc_schema(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Scalar = 1): ...
 
 
-addcmul = defop(
-    _addc_schema,
-    name="addcmul",
-    kind="pointwise",
-    autocast={"cuda": "promote"},
-    grad_fn_name="AddcmulBackward0",
-)
-addcmul.register_decomposition(lambda x, a, b, value=1: x + value * a * b)
-addcdiv = defop(
-    _addc_schema,
-    name="addcdiv",
-    kind="pointwise",
-    autocast={"cuda": "promote"},
-    grad_fn_name="AddcdivBackward0",
-)
-addcdiv.register_decomposition(lambda x, a, b, value=1: x + value * a / b)
+def _addc_op(name: str, grad_fn_name: str, combine):
+    """``self + value * combine(tensor1, tensor2)``: addcmul and addcdiv differ only there."""
+    op = defop(
+        _addc_schema,
+        name=name,
+        kind="pointwise",
+        autocast={"cuda": "promote"},
+        grad_fn_name=grad_fn_name,
+    )
+    op.register_decomposition(lambda x, a, b, value=1: x + value * combine(a, b))
+    return op
+
+
+addcmul = _addc_op("addcmul", "AddcmulBackward0", lambda a, b: a * b)
+addcdiv = _addc_op("addcdiv", "AddcdivBackward0", lambda a, b: a / b)
 
 
 @defop(kind="pointwise", grad_fn_name="PowBackward0")
