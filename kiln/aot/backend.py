@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..ir import Node
 from ..ops.core.fake import to_fake
+from ..ops.core.registry import Op
 from ..runtime.state import per_thread
 from ..runtime.symbolic import SymInt, has_symbols
 from ..runtime.tensor import Tensor
@@ -28,13 +30,40 @@ __all__ = [
 
 
 def _attribute_tensors(gm) -> list[str]:
+    """The attributes to lift into graph inputs: tensors that require grad (gradients reach
+    them) and tensors the graph changes in place (a traced module's running statistics), whose
+    new values functionalization returns like any mutated input's, to be written back."""
+    mutated = _mutated_attributes(gm)
     names = []
     for node in gm.graph.nodes:
-        if node.op == "get_attr":
+        if node.op == "get_attr" and node.target not in names:
             value = get_attribute(gm, node.target)
-            if isinstance(value, Tensor) and value.requires_grad and node.target not in names:
+            if isinstance(value, Tensor) and (value.requires_grad or node.target in mutated):
                 names.append(node.target)
     return names
+
+
+def _mutated_attributes(gm) -> set[str]:
+    """Attribute names an in-place op writes to, directly or through views and the results
+    of other in-place ops (``add_(mul_(running_mean, 0.9), ...)``)."""
+    root: dict = {}  # node -> the get_attr node it aliases
+    mutated = set()
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            root[node] = node
+            continue
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, Op) or not node.args:
+            continue
+        base = root.get(node.args[0]) if isinstance(node.args[0], Node) else None
+        if base is None:
+            continue
+        if target.inplace:
+            mutated.add(base.target)
+            root[node] = base
+        elif target.is_view:
+            root[node] = base
+    return mutated
 
 
 def aot_module_simplified(

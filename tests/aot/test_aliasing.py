@@ -13,6 +13,7 @@ import pytest
 
 import kiln
 from kiln.aot import aot_function
+from tests.oracle import needs_torch, torch
 
 
 def eager_compiler(gm, example_inputs):
@@ -240,3 +241,28 @@ def test_a_detached_alias_of_an_output_shares_storage_but_not_history(compiler):
     assert y.requires_grad and not detached.requires_grad and not tail.requires_grad
     assert _same_storage(y, detached) and _same_storage(y, tail)
     np.testing.assert_array_equal(_np(tail), _np(y)[1:])
+
+
+@needs_torch
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_traced_module_buffers_changed_in_place_are_written_back(backend):
+    """A graph from ``ir.trace`` reads a BatchNorm's running statistics as attributes and
+    updates them in place: the backend's run must leave them as eager (and PyTorch) does."""
+    from kiln.backends import lookup
+    from kiln.ir.tracer import trace
+
+    data = np.random.default_rng(0).standard_normal((8, 3)).astype(np.float32)
+    norm = kiln.nn.BatchNorm1d(3)
+    gm = trace(norm, kiln.tensor(data))
+    compiled = lookup(backend)(gm, [kiln.tensor(data)])
+    theirs = torch.nn.BatchNorm1d(3)
+    for step in range(2):
+        got = compiled(kiln.tensor(data * (step + 1)))
+        expected = theirs(torch.tensor(data * (step + 1)))
+        got = got[0] if isinstance(got, (tuple, list)) else got
+        np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(), 1e-5, 1e-5)
+    for name in ("running_mean", "running_var"):
+        np.testing.assert_allclose(
+            getattr(norm, name).numpy(), getattr(theirs, name).numpy(), 1e-5, 1e-6
+        )
+    assert int(norm.num_batches_tracked) == int(theirs.num_batches_tracked) == 2

@@ -243,12 +243,9 @@ def test_the_check_gives_attributes_it_changes_back():
     assert int(norm.num_batches_tracked) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by verify: AOT autograd drops in-place changes of get_attr attributes (a traced "
-    "module's buffers); dynamo's graphs read buffers as inputs, which keep them",
-)
 def test_aot_keeps_in_place_changes_of_attributes():
+    """Found by verify: AOT autograd dropped in-place changes of ``get_attr`` attributes (a traced
+    module's running statistics); they are lifted into inputs and written back now."""
     from kiln.backends import lookup
     from kiln.dynamo.verify import compare_graph, snapshot_graph
 
