@@ -7,22 +7,13 @@ this module imports the capture frontend only when one of its controls (``reset`
 
 from __future__ import annotations
 
-from .runtime.compiling import is_compiling
+from .runtime.compiling import CAPTURE_CONTROLS, is_compiling
 
 __all__ = ["reset", "is_compiling"]
 
 # the capture frontend's controls, imported when first used (see the module docstring)
 _FROM_DECORATORS = frozenset(
-    {
-        "is_dynamo_compiling",
-        "disable",
-        "allow_in_graph",
-        "graph_break",
-        "mark_dynamic",
-        "maybe_mark_dynamic",
-        "mark_static",
-        "cudagraph_mark_step_begin",
-    }
+    {"is_dynamo_compiling", *CAPTURE_CONTROLS, "cudagraph_mark_step_begin"}
 )
 # from ``kiln.dynamo`` (its ``list_backends`` is PyTorch's: without the debug backends)
 _FROM_DYNAMO = frozenset(

@@ -110,3 +110,23 @@ def error_of(fn, torch_names: bool = False) -> tuple[str, str]:
 def assert_same_error(kiln_fn, torch_fn) -> None:
     """Both calls raise the same exception type with the same message (or neither raises)."""
     assert error_of(kiln_fn) == error_of(torch_fn)
+
+
+def raised_by_both(exc_type: type[BaseException], actual_call, expected_call) -> tuple:
+    """(actual, expected): what each call raised; both must raise ``exc_type`` (a subclass
+    counts), the expected (PyTorch) call first."""
+    with pytest.raises(exc_type) as expected:
+        expected_call()
+    with pytest.raises(exc_type) as actual:
+        actual_call()
+    return actual.value, expected.value
+
+
+def assert_raises_alike(exc_type: type[BaseException], actual_call, expected_call) -> None:
+    """Both calls raise ``exc_type`` (a subclass counts) and their messages are equal.
+
+    Stricter than ``assert_same_error`` about the type: a test that names the exception PyTorch
+    documents fails if both libraries raise some other one.
+    """
+    actual, expected = raised_by_both(exc_type, actual_call, expected_call)
+    assert str(actual) == str(expected)

@@ -17,8 +17,15 @@ from tests.oracle import needs_torch, torch
 LIBS = [pytest.param("kiln", id="kiln"), pytest.param("torch", id="torch", marks=needs_torch)]
 
 
-def _lib(name):
-    return kiln if name == "kiln" else torch
+@pytest.fixture(params=LIBS)
+def lib(request):
+    """Each test taking ``lib`` runs once on kiln and once on torch (when installed)."""
+    return kiln if request.param == "kiln" else torch
+
+
+def _assert_same_trace(record) -> None:
+    """Run one switch-flipping script on kiln and on torch and compare what each reported."""
+    assert record(kiln) == record(torch)
 
 
 def _state(lib):
@@ -88,9 +95,8 @@ def test_cudnn_switches_take_bools_only(name):
         assert getattr(lib.backends.cudnn, name) is False
 
 
-@pytest.mark.parametrize("lib_name", LIBS)
-def test_cudnn_flags_context_sets_defaults_and_restores(lib_name):
-    cudnn = _lib(lib_name).backends.cudnn
+def test_cudnn_flags_context_sets_defaults_and_restores(lib):
+    cudnn = lib.backends.cudnn
     cudnn.benchmark = True
     with cudnn.flags():
         assert (cudnn.enabled, cudnn.benchmark, cudnn.deterministic) == (False, False, False)
@@ -127,24 +133,20 @@ def test_namespaces_import_as_modules_beside_the_backend_registry():
 def test_matmul_precision_and_allow_tf32_are_one_switch():
     # (torch raises from get_float32_matmul_precision after allow_tf32=False follows "high":
     # it then holds per-backend precisions that disagree; kiln reports "highest")
-    trace = {}
-    for lib in (kiln, torch):
-        seen = []
+    def record(lib) -> list:
         matmul = lib.backends.cuda.matmul
         matmul.allow_tf32 = True
-        seen.append(lib.get_float32_matmul_precision())
+        seen = [lib.get_float32_matmul_precision()]
         for precision in ("medium", "high", "highest"):
             lib.set_float32_matmul_precision(precision)
             seen.append((lib.get_float32_matmul_precision(), matmul.allow_tf32))
         matmul.allow_tf32 = False
-        seen.append(lib.get_float32_matmul_precision())
-        trace[lib.__name__] = seen
-    assert trace["kiln"] == trace["torch"]
+        return [*seen, lib.get_float32_matmul_precision()]
+
+    _assert_same_trace(record)
 
 
-@pytest.mark.parametrize("lib_name", LIBS)
-def test_matmul_precision_validation(lib_name):
-    lib = _lib(lib_name)
+def test_matmul_precision_validation(lib):
     with pytest.raises(RuntimeError, match="set_float32_matmul_precision expects a str"):
         lib.set_float32_matmul_precision(3)
     lib.set_float32_matmul_precision("high")
@@ -156,9 +158,8 @@ def test_matmul_precision_validation(lib_name):
         lib.backends.cuda.matmul.allow_tf32 = 1
 
 
-@pytest.mark.parametrize("lib_name", LIBS)
-def test_reduced_precision_reduction_settings(lib_name):
-    matmul = _lib(lib_name).backends.cuda.matmul
+def test_reduced_precision_reduction_settings(lib):
+    matmul = lib.backends.cuda.matmul
     matmul.allow_bf16_reduced_precision_reduction = False
     assert matmul.allow_bf16_reduced_precision_reduction is False
     assert matmul.allow_bf16_reduced_precision_reduction_split_k is True
@@ -176,9 +177,8 @@ def test_reduced_precision_reduction_settings(lib_name):
         matmul.foo  # noqa: B018
 
 
-@pytest.mark.parametrize("lib_name", LIBS)
-def test_sdp_switches_and_deprecated_sdp_kernel(lib_name):
-    cuda = _lib(lib_name).backends.cuda
+def test_sdp_switches_and_deprecated_sdp_kernel(lib):
+    cuda = lib.backends.cuda
     cuda.enable_flash_sdp(False)
     assert cuda.flash_sdp_enabled() is False
     with pytest.raises(RuntimeError, match="expects a bool"):
@@ -193,8 +193,7 @@ def test_sdp_switches_and_deprecated_sdp_kernel(lib_name):
 
 @needs_torch
 def test_deterministic_algorithms_and_debug_mode_match_torch():
-    trace = {}
-    for lib in (kiln, torch):
+    def record(lib) -> list:
         seen = [lib.get_deterministic_debug_mode()]
         lib.use_deterministic_algorithms(True)
         seen.append(lib.get_deterministic_debug_mode())
@@ -209,13 +208,12 @@ def test_deterministic_algorithms_and_debug_mode_match_torch():
                     lib.is_deterministic_algorithms_warn_only_enabled(),
                 )
             )
-        trace[lib.__name__] = seen
-    assert trace["kiln"] == trace["torch"]
+        return seen
+
+    _assert_same_trace(record)
 
 
-@pytest.mark.parametrize("lib_name", LIBS)
-def test_deterministic_argument_errors(lib_name):
-    lib = _lib(lib_name)
+def test_deterministic_argument_errors(lib):
     with pytest.raises(TypeError, match="argument 'mode' \\(position 1\\) must be bool, not int"):
         lib.use_deterministic_algorithms(1)
     with pytest.raises(TypeError, match="argument 'warn_only' must be bool, not int"):
@@ -230,9 +228,7 @@ def test_deterministic_argument_errors(lib_name):
         lib.set_deterministic_debug_mode(1.0)
 
 
-@pytest.mark.parametrize("lib_name", LIBS)
-def test_warn_always(lib_name):
-    lib = _lib(lib_name)
+def test_warn_always(lib):
     lib.set_warn_always(True)
     assert lib.is_warn_always_enabled() is True
     lib.set_warn_always(False)
@@ -266,9 +262,7 @@ def test_typename_and_is_storage_match_torch():
 
 
 @pytest.mark.skipif(kiln.cuda.is_available(), reason="checks the no-accelerator behaviour")
-@pytest.mark.parametrize("lib_name", LIBS)
-def test_pin_memory_without_accelerator_raises_like_torch(lib_name):
-    lib = _lib(lib_name)
+def test_pin_memory_without_accelerator_raises_like_torch(lib):
     x = lib.ones(3)
     assert x.is_pinned() is False
     with pytest.raises(RuntimeError, match="Cannot access accelerator device"):
@@ -284,9 +278,7 @@ def test_pin_memory_with_cuda_returns_pinned_copy():
     assert kiln.equal(pinned.to("cuda", non_blocking=True).cpu(), x)
 
 
-@pytest.mark.parametrize("lib_name", LIBS)
-def test_dataloader_with_pin_memory_iterates(lib_name):
-    lib = _lib(lib_name)
+def test_dataloader_with_pin_memory_iterates(lib):
     ds = lib.utils.data.TensorDataset(lib.arange(12.0).reshape(6, 2), lib.arange(6))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch warns that nothing will be pinned

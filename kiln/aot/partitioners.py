@@ -28,7 +28,6 @@ from ..runtime.tensor import Tensor
 __all__ = ["Partition", "default_partition", "min_cut_partition", "tensor_bytes", "storage_root"]
 
 _RECOMPUTABLE_KINDS = {"pointwise", "view", "creation"}
-_RECOMPUTABLE_OPS = {"philox_rand", "philox_randn", "cat", "clone", "convert_element_type"}
 
 
 @dataclass
@@ -189,8 +188,8 @@ def _recomputable(node: Node) -> bool:
     target = node.target
     if not isinstance(target, Op):
         return False
-    if target.name in _RECOMPUTABLE_OPS:
-        return True
+    if target.recomputable is not None:  # the op's record says (seeded draws, copies, cat)
+        return target.recomputable
     if target.nondeterministic_seeded or target.inplace:
         return False
     return target.kind in _RECOMPUTABLE_KINDS

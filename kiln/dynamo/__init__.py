@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import sys as _sys
 
+from ..runtime.compiling import CAPTURE_CONTROLS
 from ..runtime.logs import set_logs
 from . import config, counters, testing  # noqa: F401 - testing: torch._dynamo.testing's
 from .backends import register_backend
-from .decorators import (
+from .decorators import (  # noqa: F401 - CAPTURE_CONTROLS in __all__ names six of these
     allow_in_graph,
     assume_constant_result,
     cudagraph_mark_step_begin,
@@ -47,12 +48,7 @@ __all__ = [
     "config",
     "set_logs",
     "set_stance",
-    "disable",
-    "allow_in_graph",
-    "graph_break",
-    "mark_dynamic",
-    "maybe_mark_dynamic",
-    "mark_static",
+    *CAPTURE_CONTROLS,
     "optimize",
     "is_compiling",
     "list_backends",

@@ -21,16 +21,11 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..runtime.compiling import is_compiling
+from ..runtime.compiling import CAPTURE_CONTROLS, is_compiling
 from ..runtime.tensor import Tensor
 
 __all__ = [
-    "disable",
-    "allow_in_graph",
-    "graph_break",
-    "mark_dynamic",
-    "maybe_mark_dynamic",
-    "mark_static",
+    *CAPTURE_CONTROLS,
     "dynamic_dims",
     "dynamic_marks",
     "static_dims",

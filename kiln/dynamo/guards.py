@@ -319,6 +319,13 @@ class CompiledGuard:
         self._namespace = namespace
         self._checks = None
 
+    def _define(self, lines: list[str], filename: str, name: str):
+        """Compile the function ``name`` written in ``lines`` in (a copy of) the guard's
+        namespace; ``filename`` names it in tracebacks."""
+        namespace = dict(self._namespace)
+        exec(compile("\n".join(lines) + "\n", filename, "exec"), namespace)
+        return namespace[name]
+
     def failed_scalars(self, closure, args: tuple, kwargs: dict) -> list[str]:
         """The source names of every int/float guard that fails for these arguments (each is
         checked on its own: a number that changed alongside another still counts)."""
@@ -336,9 +343,7 @@ class CompiledGuard:
                     body += [f"            ___failed.append({g.scalar!r})", "    except Exception:"]
                     body.append("        pass")
             body.append("    return ___failed")
-            ns = dict(self._namespace)
-            exec(compile("\n".join(body) + "\n", "<kiln scalar guards>", "exec"), ns)
-            self._scalar_checks = ns["___scalars"]
+            self._scalar_checks = self._define(body, "<kiln scalar guards>", "___scalars")
         try:
             return self._scalar_checks(closure, *args, **kwargs)
         except TypeError:
@@ -348,11 +353,9 @@ class CompiledGuard:
         """The value of ``guard.value`` (a size a user's range guard checks) for these
         arguments (only on a miss)."""
         params = f"___closure, {self._params}" if self._params else "___closure"
-        src = f"def ___value({params}):\n    return {guard.value}\n"
-        ns = dict(self._namespace)
+        body = [f"def ___value({params}):", f"    return {guard.value}"]
         try:
-            exec(compile(src, "<kiln guard value>", "exec"), ns)
-            return ns["___value"](closure, *args, **kwargs)
+            return self._define(body, "<kiln guard value>", "___value")(closure, *args, **kwargs)
         except Exception as e:  # only a message depends on it
             return f"<unknown: {type(e).__name__}>"
 
@@ -379,9 +382,7 @@ class CompiledGuard:
             body.append("    except Exception:")
             body.append("        return ___i")
             body.append("    return -1")
-            ns = dict(self._namespace)
-            exec(compile("\n".join(body) + "\n", "<kiln guard explain>", "exec"), ns)
-            self._checks = ns["___why"]
+            self._checks = self._define(body, "<kiln guard explain>", "___why")
         try:
             index = self._checks(closure, *args, **kwargs)
         except TypeError as e:  # the arguments no longer bind to the signature

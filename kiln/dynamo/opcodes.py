@@ -161,10 +161,7 @@ def RETURN_CONST(tx, instr):
 def LOAD_GLOBAL(tx, instr):
     push_null, name = instr.arg
     value = tx.load_global(name)
-    if push_null:
-        _push_call_slots(tx, value)
-    else:
-        tx.push(value)
+    _push_maybe_call_slots(tx, value, push_null)
 
 
 @handler("STORE_GLOBAL")
@@ -204,10 +201,8 @@ def LOAD_ATTR(tx, instr):
     name, is_method = bv.attr_arg(instr)
     obj = tx.pop()
     value = tx.getattr(obj, name)
-    if is_method:  # modelled as NULL and the bound method: what a non-method attribute gives
-        _push_call_slots(tx, value)
-    else:
-        tx.push(value)
+    # a method is modelled as NULL and the bound method: what a non-method attribute gives
+    _push_maybe_call_slots(tx, value, is_method)
 
 
 @handler("LOAD_SUPER_ATTR")
@@ -217,10 +212,7 @@ def LOAD_SUPER_ATTR(tx, instr):
     cls = tx.pop()
     tx.pop()  # the ``super`` builtin
     value = SuperVariable(cls.as_python_constant(), obj).var_getattr(tx, name)
-    if is_method:
-        _push_call_slots(tx, value)
-    else:
-        tx.push(value)
+    _push_maybe_call_slots(tx, value, is_method)
 
 
 @handler("STORE_ATTR")
@@ -652,6 +644,15 @@ def _push_call_slots(tx, fn: VariableTracker) -> None:
     """Push ``fn`` with the NULL a call expects beside it, in this version's order."""
     slots = [NullVariable(), fn] if bv.NULL_BELOW_CALLABLE else [fn, NullVariable()]
     tx.stack.extend(slots)
+
+
+def _push_maybe_call_slots(tx, value: VariableTracker, call_slots: bool) -> None:
+    """Push ``value`` as a call's two slots (the LOAD_* forms whose low bit asks for a NULL
+    beside the callable), else on its own."""
+    if call_slots:
+        _push_call_slots(tx, value)
+    else:
+        tx.push(value)
 
 
 def _pop_call_slots(tx) -> tuple[VariableTracker, list]:

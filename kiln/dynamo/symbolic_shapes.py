@@ -184,17 +184,23 @@ def has_symints(value: Any) -> bool:
 _EXPR_FUNCTIONS: dict = {}
 
 
-def _expr_function(expr: Expr, symbols: list):
-    """A Python function of the symbols' values computing ``expr`` (made once per expr)."""
-    key = (expr, tuple(symbols))
+def _symbol_function(key: tuple, name: str, body: str, symbols: list, filename: str):
+    """A Python function ``name`` of the symbols' values returning ``body`` (made once per key,
+    compiled under ``filename`` so a traceback says what it computes)."""
     fn = _EXPR_FUNCTIONS.get(key)
     if fn is None:
         params = ", ".join(s.name for s in symbols)
-        src = f"def size_of({params}):\n    return {expr.code()}\n"
         namespace: dict = {}
-        exec(compile(src, "<kiln symbolic size>", "exec"), namespace)
-        fn = _EXPR_FUNCTIONS[key] = namespace["size_of"]
+        src = f"def {name}({params}):\n    return {body}\n"
+        exec(compile(src, filename, "exec"), namespace)
+        fn = _EXPR_FUNCTIONS[key] = namespace[name]
     return fn
+
+
+def _expr_function(expr: Expr, symbols: list):
+    """A Python function of the symbols' values computing ``expr`` (made once per expr)."""
+    key = (expr, tuple(symbols))
+    return _symbol_function(key, "size_of", expr.code(), symbols, "<kiln symbolic size>")
 
 
 def reconstruct_symbolic(cg, value: Any, output) -> None:
@@ -235,15 +241,10 @@ def reconstruct_symbolic(cg, value: Any, output) -> None:
 
 
 def _relation_function(op: str, expr: Expr, symbols: list):
+    """A Python function of the symbols' values deciding ``expr <op> 0`` (made once each)."""
     key = (op, expr, tuple(symbols))
-    fn = _EXPR_FUNCTIONS.get(key)
-    if fn is None:
-        params = ", ".join(s.name for s in symbols)
-        src = f"def holds({params}):\n    return {expr.code()} {op} 0\n"
-        namespace: dict = {}
-        exec(compile(src, "<kiln symbolic relation>", "exec"), namespace)
-        fn = _EXPR_FUNCTIONS[key] = namespace["holds"]
-    return fn
+    body = f"{expr.code()} {op} 0"
+    return _symbol_function(key, "holds", body, symbols, "<kiln symbolic relation>")
 
 
 def _item_of(t: Tensor):

@@ -26,12 +26,12 @@ trace assumed), shapes in annotations may be expressions over them (``[s0, 4]``,
 from __future__ import annotations
 
 import ast
-import inspect
 import math
 import operator
 from typing import Any
 
 from ..ir import Graph, GraphModule, Node
+from ..ir.codegen import op_call_text
 from ..ir.interpreter import Interpreter
 from ..ir.sym_nodes import sym_size, sym_stride
 from ..ops.core.fake import FakeTensorMode
@@ -137,18 +137,7 @@ class _Writer:
                         self.subgraph(false_branch, "false_graph"))  # fmt: skip
             return f"kiln.ops.cond({self.value(pred)}, {branches[0]}, {branches[1]}, " \
                 f"{self.value(operands)})"  # fmt: skip
-        params = list(target.signature.parameters.values())
-        positional, keywords = [], []
-        for p, a in zip(params, args):
-            if p.kind is p.KEYWORD_ONLY:
-                if not _is_default(a, p.default):
-                    keywords.append(f"{p.name}={self.value(a)}")
-            else:
-                positional.append((p, a))
-        while positional and _is_default(positional[-1][1], positional[-1][0].default):
-            positional.pop()
-        parts = [self.value(a) for _, a in positional] + keywords
-        return f"kiln.ops.{target.name}({', '.join(parts)})"
+        return op_call_text(target, args, self.value)
 
     def value(self, a: Any) -> str:
         if isinstance(a, Node):
@@ -182,15 +171,6 @@ class _Writer:
             if a is constant:
                 return f"kiln.{name}"
         raise GraphTextError(f"an argument of type {type(a).__name__} ({a!r}) has no text form")
-
-
-def _is_default(value: Any, default: Any) -> bool:
-    if default is inspect.Parameter.empty:
-        return False
-    if value is default:
-        return True
-    scalar = (bool, int, float, str)
-    return type(value) is type(default) and isinstance(value, scalar) and value == default
 
 
 def _annotation(val: Any) -> str:

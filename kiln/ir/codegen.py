@@ -13,6 +13,7 @@ import inspect
 import math
 import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,25 @@ def _is_default(value: Any, default: Any) -> bool:
         return True
     scalar = (bool, int, float, str)
     return type(value) is type(default) and isinstance(value, scalar) and value == default
+
+
+def op_call_text(op: Op, args: tuple, value: Callable[[Any], str]) -> str:
+    """``kiln.ops.<name>(...)`` from an op's canonical positional args, written as its schema
+    reads: keyword-only parameters by name, and arguments equal to their defaults left out
+    (trailing positional ones, any keyword one), with ``value`` writing each argument.
+
+    Shared by the graph's Python code and ``kiln.export``'s graph text, so both read alike."""
+    positional, keywords = [], []
+    for p, a in zip(op.signature.parameters.values(), args):
+        if p.kind is _KW_ONLY:
+            if not _is_default(a, p.default):
+                keywords.append(f"{p.name}={value(a)}")
+        else:
+            positional.append((p, a))
+    while positional and _is_default(positional[-1][1], positional[-1][0].default):
+        positional.pop()
+    parts = [value(a) for _, a in positional] + keywords
+    return f"kiln.ops.{op.name}({', '.join(parts)})"
 
 
 class _Emitter:
@@ -130,26 +150,10 @@ class _Emitter:
             rest = ", ".join(self.value(a) for a in args[1:])
             return f"{self.value(args[0])}.{method}({rest})"
         if isinstance(target, Op) and not kwargs and len(args) == len(target.param_names):
-            return self._op_call(target, args)
+            return op_call_text(target, args, self.value)
         parts = [self.value(a) for a in args]
         parts += [f"{k}={self.value(v)}" for k, v in kwargs.items()]
         return f"{self.callee(target)}({', '.join(parts)})"
-
-    def _op_call(self, op: Op, args: tuple) -> str:
-        """An op call from canonical positional args, written as its schema reads."""
-        params = list(op.signature.parameters.values())
-        positional = []
-        keywords = []
-        for p, a in zip(params, args):
-            if p.kind is _KW_ONLY:
-                if not _is_default(a, p.default):
-                    keywords.append(f"{p.name}={self.value(a)}")
-            else:
-                positional.append((p, a))
-        while positional and _is_default(positional[-1][1], positional[-1][0].default):
-            positional.pop()
-        parts = [self.value(a) for _, a in positional] + keywords
-        return f"kiln.ops.{op.name}({', '.join(parts)})"
 
 
 def _attr_path(root: str, qualified_name: str) -> str:

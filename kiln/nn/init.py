@@ -34,15 +34,9 @@ __all__ = [
     "sparse_",
 ]
 
-_LINEAR_FNS = {
-    "linear",
-    "conv1d",
-    "conv2d",
-    "conv3d",
-    "conv_transpose1d",
-    "conv_transpose2d",
-    "conv_transpose3d",
-    "sigmoid",
+# gain 1: the linear maps (linear and every convolution, transposed or not) and sigmoid
+_LINEAR_FNS = {"linear", "sigmoid"} | {
+    f"conv{kind}{n}d" for kind in ("", "_transpose") for n in (1, 2, 3)
 }
 
 

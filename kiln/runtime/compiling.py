@@ -9,6 +9,18 @@ from __future__ import annotations
 
 __all__ = ["is_compiling"]
 
+# The decorator-style capture controls PyTorch exports from both ``torch._dynamo`` and
+# ``torch.compiler``: ``kiln.dynamo`` re-exports them from ``dynamo/decorators.py``, and
+# ``kiln.compiler`` resolves them lazily, so it names them without importing the frontend.
+CAPTURE_CONTROLS = (
+    "disable",
+    "allow_in_graph",
+    "graph_break",
+    "mark_dynamic",
+    "maybe_mark_dynamic",
+    "mark_static",
+)
+
 
 def is_compiling() -> bool:
     """True while ``kiln.compile`` captures the calling code, False when it runs eagerly: code

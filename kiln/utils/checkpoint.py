@@ -71,31 +71,31 @@ def noop_context_fn():
 
 
 @contextlib.contextmanager
-def _rng_as(saved_state):
-    """Run the block with the generator at ``saved_state`` (if any); restore it after."""
-    if saved_state is None:
-        yield
-        return
-    current = default_generator.get_state()
-    default_generator.set_state(saved_state)
+def _set_during(get, set_, value):
+    """Run the block with a global setting at ``value`` (``set_(value)``); put back what
+    ``get()`` read before, however the block ends."""
+    previous = get()
+    set_(value)
     try:
         yield
     finally:
-        default_generator.set_state(current)
+        set_(previous)
 
 
-@contextlib.contextmanager
+def _rng_as(saved_state):
+    """Run the block with the generator at ``saved_state`` (if any); restore it after."""
+    if saved_state is None:
+        return contextlib.nullcontext()
+    return _set_during(default_generator.get_state, default_generator.set_state, saved_state)
+
+
 def _uncached_casts():
     """Autocast's weight-cast cache off: a cast cached before the segment would be missing from
     the forward's nodes but made again by the recomputation (so the two would not match)."""
     from ..amp import autocast_mode
 
-    prev = autocast_mode.is_autocast_cache_enabled()
-    autocast_mode.set_autocast_cache_enabled(False)
-    try:
-        yield
-    finally:
-        autocast_mode.set_autocast_cache_enabled(prev)
+    cache = autocast_mode.is_autocast_cache_enabled, autocast_mode.set_autocast_cache_enabled
+    return _set_during(*cache, False)
 
 
 @contextlib.contextmanager

@@ -41,6 +41,12 @@ def _apply(api, fn, lib, inputs, *args, **kwargs):
     return api(lambda *a: fn(lib, *a), inputs[0] if single else tuple(inputs), *args, **kwargs)
 
 
+def _apply_both(name: str, fn, kin, tin, **options):
+    """``name`` from kiln's and torch's autograd.functional on the paired inputs, same options."""
+    k = _apply(getattr(KF, name), fn, kiln, kin, **options)
+    return k, _apply(getattr(torch.autograd.functional, name), fn, torch, tin, **options)
+
+
 @pytest.mark.parametrize("create_graph", [False, True])
 def test_vjp_single_input_matches_torch(create_graph):
     (kx,), (tx,) = _pair((3, 4))
@@ -124,15 +130,7 @@ def test_jacobian_single_matches_torch(strategy):
 @pytest.mark.parametrize("strategy", ["reverse-mode", "forward-mode"])
 def test_jacobian_tuple_nesting_matches_torch(strategy):
     kin, tin = _pair((2, 3), (4, 3))
-    k = _apply(KF.jacobian, _two_in_two_out, kiln, kin, strategy=strategy, vectorize=True)
-    t = _apply(
-        torch.autograd.functional.jacobian,
-        _two_in_two_out,
-        torch,
-        tin,
-        strategy=strategy,
-        vectorize=True,
-    )
+    k, t = _apply_both("jacobian", _two_in_two_out, kin, tin, strategy=strategy, vectorize=True)
     assert len(k) == 2 and all(len(row) == 2 for row in k)
     assert_close(k, t)
 
@@ -188,15 +186,7 @@ def test_jacobian_dtype_follows_torch_for_mixed_precision(strategy):
 @pytest.mark.parametrize("outer", ["reverse-mode", "forward-mode"])
 def test_hessian_matches_torch(outer):
     kin, tin = _pair((3,), (3,))
-    k = _apply(KF.hessian, _scalar, kiln, kin, outer_jacobian_strategy=outer, vectorize=True)
-    t = _apply(
-        torch.autograd.functional.hessian,
-        _scalar,
-        torch,
-        tin,
-        outer_jacobian_strategy=outer,
-        vectorize=True,
-    )
+    k, t = _apply_both("hessian", _scalar, kin, tin, outer_jacobian_strategy=outer, vectorize=True)
     assert_close(k, t)
     (kx,), (tx,) = _pair((2, 2))
     assert_close(

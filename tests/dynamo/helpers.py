@@ -146,3 +146,12 @@ def same_as_torch(fn) -> None:
     if hasattr(torch, "_dynamo"):
         torch._dynamo.reset()
     assert _printed_outcome(fn, kiln) == expected
+
+
+def two_breaks(x):
+    """A function with two prints between tensor ops: three graphs, two graph breaks."""
+    x = x + 1
+    print("first")
+    x = x * 2
+    print("second")
+    return x - 3

@@ -12,9 +12,9 @@ import kiln.nn as nn
 from kiln.backends import list_backends, lookup, register_backend
 from kiln.dynamo import GraphBreakError, exc
 from kiln.dynamo.testing import CompileCounter
-from tests.oracle import needs_torch, torch
+from tests.oracle import assert_raises_alike, needs_torch, torch
 
-from .helpers import assert_same, same_as_torch
+from .helpers import assert_same, same_as_torch, two_breaks
 
 
 def t(*shape):
@@ -320,11 +320,7 @@ def test_bad_arguments_to_a_compiled_function_raise_pythons_error(call):
     (not one naming the generated guard)."""
     compiled = kiln.compile(_many_kinds, backend="eager")
     compiled(kiln.ones(1), 2, 3, c=5)  # an entry exists: its guard sees the bad call first
-    with pytest.raises(TypeError) as expected:
-        call(_many_kinds)
-    with pytest.raises(TypeError) as actual:
-        call(compiled)
-    assert str(actual.value) == str(expected.value)
+    assert_raises_alike(TypeError, lambda: call(compiled), lambda: call(_many_kinds))
 
 
 @needs_torch
@@ -332,11 +328,7 @@ def test_unknown_mode_error_matches_torch():
     def snippet(lib):
         lib.compile(lambda x: x, mode="fast")
 
-    with pytest.raises(RuntimeError) as ours:
-        snippet(kiln)
-    with pytest.raises(RuntimeError) as theirs:
-        snippet(torch)
-    assert str(ours.value) == str(theirs.value)
+    assert_raises_alike(RuntimeError, lambda: snippet(kiln), lambda: snippet(torch))
 
 
 def test_every_torch_mode_name_compiles():
@@ -417,14 +409,6 @@ def test_explain_reports_guards_and_time_like_torch():
     assert report.compile_times.endswith(" s")
 
 
-def _two_prints(x):
-    x = x + 1
-    print("first")
-    x = x * 2
-    print("second")
-    return x - 3
-
-
 def _break_in_loop(x):
     for i in range(3):
         x = x * 2
@@ -443,7 +427,16 @@ def _item_in_the_middle(x):
 
 
 @needs_torch
-@pytest.mark.parametrize("fn", [_two_prints, _break_in_loop, _item_at_the_end, _item_in_the_middle])
+@pytest.mark.parametrize(
+    "fn",
+    # (the shared two_breaks keeps the id this case had when it was defined here)
+    [
+        pytest.param(two_breaks, id="_two_prints"),
+        _break_in_loop,
+        _item_at_the_end,
+        _item_in_the_middle,
+    ],
+)
 def test_explain_graph_and_break_counts_match_torch(fn):
     """PyTorch counts breaks as graphs minus one (-1 for a frame that ran eagerly)."""
 

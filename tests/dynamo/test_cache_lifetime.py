@@ -23,16 +23,22 @@ def scaled(constant: float):
     return step
 
 
-def test_a_dropped_closure_takes_its_compiled_graphs_with_it():
+def _assert_freed_after_compiling(make_step, count: int, watched=lambda step: step) -> None:
+    """Compile and run ``count`` fresh steps (checked against eager), drop each, and assert that
+    ``watched(step)`` of every one is garbage afterwards: no cache keeps it alive."""
     x = kiln.randn(3, 4)
-    dead = []
-    for i in range(5):
-        step = scaled(i + 0.5)
+    refs = []
+    for i in range(count):
+        step = make_step(i)
         np.testing.assert_allclose(kiln.compile(step)(x).numpy(), step(x).numpy(), rtol=1e-6)
-        dead.append(weakref.ref(step))
+        refs.append(weakref.ref(watched(step)))
         del step
     gc.collect()
-    assert [ref() for ref in dead] == [None] * 5
+    assert [ref() for ref in refs] == [None] * count
+
+
+def test_a_dropped_closure_takes_its_compiled_graphs_with_it():
+    _assert_freed_after_compiling(lambda i: scaled(i + 0.5), 5)
 
 
 def test_a_live_function_keeps_its_cache_across_compile_calls():
@@ -54,17 +60,12 @@ def step(x):
 
 
 def test_code_made_at_run_time_leaves_nothing_behind():
-    x = kiln.randn(3, 4)
-    codes = []
-    for i in range(4):
+    def make_step(i):
         namespace: dict = {}
         exec(compile(BREAKING_STEP.format(constant=i + 0.5), "<step>", "exec"), namespace)
-        step = namespace.pop("step")
-        np.testing.assert_allclose(kiln.compile(step)(x).numpy(), step(x).numpy(), rtol=1e-6)
-        codes.append(weakref.ref(step.__code__))
-        del step
-    gc.collect()
-    assert [ref() for ref in codes] == [None] * 4
+        return namespace.pop("step")
+
+    _assert_freed_after_compiling(make_step, 4, watched=lambda step: step.__code__)
 
 
 def test_a_function_wrapped_from_a_compiled_one_gets_its_own_wrapper():

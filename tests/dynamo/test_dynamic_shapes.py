@@ -7,7 +7,6 @@ symbol on the second capture, which then serves every later size.
 
 from __future__ import annotations
 
-import math
 import random
 import re
 
@@ -42,23 +41,9 @@ def _close(actual, expected, rtol=1e-4, atol=1e-5) -> None:
 
 
 def _block_for(lib):
-    """A sequence block over (batch, time, channels): normalization, a projection, attention-
-    like mixing over time and reductions over ``batch * time`` (sizes used as numbers too)."""
-
-    class Block(lib.nn.Module):
-        def __init__(self, channels: int = 8):
-            super().__init__()
-            self.norm = lib.nn.LayerNorm(channels)
-            self.fc = lib.nn.Linear(channels, channels)
-
-        def forward(self, x):
-            B, T, C = x.shape
-            h = lib.nn.functional.gelu(self.fc(self.norm(x)))
-            w = (h @ h.transpose(1, 2) / math.sqrt(C)).softmax(-1)
-            y = (w @ h + x).reshape(B * T, C)
-            return y.sum(0) / (B * T), y.max(dim=0).values
-
-    return Block
+    """A sequence block over (batch, time, channels) (``models.SequenceMixer``, its peak by
+    ``max(dim).values``)."""
+    return models_for(lib).SequenceMixer
 
 
 def _shapes(n: int, seed: int = 0) -> list[tuple[int, int]]:

@@ -11,7 +11,7 @@ import pytest
 import kiln
 from kiln.dynamo.testing import CompileCounter
 
-from .helpers import Case, assert_same, check
+from .helpers import Case, assert_same, check, two_breaks
 from .plain_asserts import assert_fails
 
 
@@ -96,14 +96,6 @@ def break_in_inlined_method(x, obj):
 
 def item_in_inlined_function(x):
     return _helper_item(x + 1) + 1
-
-
-def two_breaks(x):
-    x = x + 1
-    print("first")
-    x = x * 2
-    print("second")
-    return x - 3
 
 
 def break_then_branch_on_constant(x, flag):

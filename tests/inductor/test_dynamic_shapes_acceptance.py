@@ -8,7 +8,7 @@ A graph the inductor cannot compile would run eagerly with a warning: that fails
 
 from __future__ import annotations
 
-import math
+import functools
 import random
 
 import numpy as np
@@ -44,23 +44,8 @@ def _close(ours, theirs, rtol=1e-4, atol=1e-5) -> None:
 
 
 def _mixer_for(lib):
-    """Over (batch, time, channels): layer norm, a projection, attention-like mixing over time
-    and reductions over ``batch * time`` (sizes used as numbers too)."""
-
-    class Mixer(lib.nn.Module):
-        def __init__(self, channels: int = 8):
-            super().__init__()
-            self.norm = lib.nn.LayerNorm(channels)
-            self.fc = lib.nn.Linear(channels, channels)
-
-        def forward(self, x):
-            B, T, C = x.shape
-            h = lib.nn.functional.gelu(self.fc(self.norm(x)))
-            w = (h @ h.transpose(1, 2) / math.sqrt(C)).softmax(-1)
-            y = (w @ h + x).reshape(B * T, C)
-            return y.sum(0) / (B * T), y.amax(0)
-
-    return Mixer
+    """``models.SequenceMixer`` taking its peak with ``amax``."""
+    return functools.partial(models_for(lib).SequenceMixer, amax=True)
 
 
 def _shapes(seed: int, count: int) -> list[tuple[int, int]]:

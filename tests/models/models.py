@@ -145,7 +145,26 @@ def models_for(lib) -> SimpleNamespace:
         def forward(self, x):
             return self.classifier(self.features(x))
 
-    return SimpleNamespace(MLP=MLP, TinyGPT=TinyGPT, SmallCNN=SmallCNN)
+    class SequenceMixer(nn.Module):
+        """Over (batch, time, channels): layer norm, a projection, attention-like mixing over time
+        and reductions over ``batch * time`` (sizes used as numbers too), for dynamic-shape
+        tests. ``amax`` picks how the per-channel peak is taken (``amax`` or ``max(dim).values``).
+        """
+
+        def __init__(self, channels: int = 8, amax: bool = False):
+            super().__init__()
+            self.norm = nn.LayerNorm(channels)
+            self.fc = nn.Linear(channels, channels)
+            self.amax = amax
+
+        def forward(self, x):
+            B, T, C = x.shape
+            h = F.gelu(self.fc(self.norm(x)))
+            w = (h @ h.transpose(1, 2) / math.sqrt(C)).softmax(-1)
+            y = (w @ h + x).reshape(B * T, C)
+            return y.sum(0) / (B * T), y.amax(0) if self.amax else y.max(dim=0).values
+
+    return SimpleNamespace(MLP=MLP, TinyGPT=TinyGPT, SmallCNN=SmallCNN, SequenceMixer=SequenceMixer)
 
 
 def copy_weights(lib, dst, src) -> None:

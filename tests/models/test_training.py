@@ -44,6 +44,14 @@ def _compare(k_model, t_model, k_losses, t_losses, rtol=1e-4, atol=1e-5):
     assert list(k_model.state_dict()) == list(t_model.state_dict())
 
 
+def _train_both(k_model, t_model, batches, loss_fn, optimizer: str, **options):
+    """Train the twins with the same optimizer class and settings, then compare them."""
+    k_opt = getattr(kiln.optim, optimizer)(k_model.parameters(), **options)
+    t_opt = getattr(torch.optim, optimizer)(t_model.parameters(), **options)
+    k_losses = _train(kiln, k_model, k_opt, batches, loss_fn)
+    _compare(k_model, t_model, k_losses, _train(torch, t_model, t_opt, batches, loss_fn))
+
+
 def _mse(lib, model, x, y):
     return lib.nn.functional.mse_loss(model(x), y)
 
@@ -58,10 +66,7 @@ def test_mlp_adamw_loss_curve_matches_torch():
         for _ in range(4)
     ]
     k_model, t_model = _twins("MLP")
-    k_opt = kiln.optim.AdamW(k_model.parameters(), lr=3e-3)
-    t_opt = torch.optim.AdamW(t_model.parameters(), lr=3e-3)
-    _compare(k_model, t_model, _train(kiln, k_model, k_opt, batches, _mse),
-             _train(torch, t_model, t_opt, batches, _mse))  # fmt: skip
+    _train_both(k_model, t_model, batches, _mse, "AdamW", lr=3e-3)
 
 
 def _lm(lib, model, idx, targets):
@@ -89,10 +94,7 @@ def test_tiny_gpt_adamw_loss_curve_matches_torch(cfg):
     k_model, t_model = _twins("TinyGPT", cfg)
     if cfg.tie_weights:
         assert k_model.lm_head.weight is k_model.wte.weight
-    k_opt = kiln.optim.AdamW(k_model.parameters(), lr=3e-3, weight_decay=0.1)
-    t_opt = torch.optim.AdamW(t_model.parameters(), lr=3e-3, weight_decay=0.1)
-    _compare(k_model, t_model, _train(kiln, k_model, k_opt, batches, _lm),
-             _train(torch, t_model, t_opt, batches, _lm))  # fmt: skip
+    _train_both(k_model, t_model, batches, _lm, "AdamW", lr=3e-3, weight_decay=0.1)
     k_model.eval()
     t_model.eval()
     idx = batches[0][0][:, :7]
@@ -113,10 +115,7 @@ def test_small_cnn_adam_loss_curve_and_running_stats_match_torch():
         for _ in range(3)
     ]
     k_model, t_model = _twins("SmallCNN")
-    k_opt = kiln.optim.Adam(k_model.parameters(), lr=1e-3)
-    t_opt = torch.optim.Adam(t_model.parameters(), lr=1e-3)
-    _compare(k_model, t_model, _train(kiln, k_model, k_opt, batches, _ce),
-             _train(torch, t_model, t_opt, batches, _ce))  # fmt: skip
+    _train_both(k_model, t_model, batches, _ce, "Adam", lr=1e-3)
     assert int(k_model.features[1].num_batches_tracked) == STEPS
     bn = (k_model.features[5], t_model.features[5])
     assert_close(bn[0].running_mean, bn[1].running_mean, rtol=1e-3, atol=1e-4)

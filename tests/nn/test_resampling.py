@@ -13,52 +13,37 @@ from tests.oracle import assert_close, needs_torch, torch
 pytestmark = needs_torch
 
 
+def _upsample(name: str, shape: tuple[int, ...], **options) -> Case:
+    """One nn.Upsample case: the layer built with ``options`` on a random input of ``shape``."""
+    return Case(name, lambda lib: lib.nn.Upsample(**options), [In(shape)])
+
+
 RESAMPLING = [
     Case("pixel_shuffle", lambda lib: lib.nn.PixelShuffle(2), [In((2, 8, 3, 4))]),
     Case("pixel_unshuffle", lambda lib: lib.nn.PixelUnshuffle(2), [In((2, 2, 4, 6))]),
     Case("pixel_shuffle_unbatched", lambda lib: lib.nn.PixelShuffle(3), [In((9, 2, 2))]),
     Case("channel_shuffle", lambda lib: lib.nn.ChannelShuffle(2), [In((2, 6, 3, 4))]),
-    Case("upsample_nearest", lambda lib: lib.nn.Upsample(scale_factor=2), [In((2, 3, 4, 5))]),
-    Case(
-        "upsample_nearest_3d_size",
-        lambda lib: lib.nn.Upsample(size=(3, 5, 7)),
-        [In((1, 2, 2, 3, 4))],
-    ),
-    Case(
-        "upsample_nearest_exact",
-        lambda lib: lib.nn.Upsample(scale_factor=1.7, mode="nearest-exact"),
-        [In((2, 3, 4, 5))],
-    ),
-    Case(
-        "upsample_linear",
-        lambda lib: lib.nn.Upsample(scale_factor=2.5, mode="linear"),
-        [In((2, 3, 5))],
-    ),
-    Case(
-        "upsample_bilinear_size",
-        lambda lib: lib.nn.Upsample(size=(5, 7), mode="bilinear"),
-        [In((2, 3, 4, 5))],
-    ),
-    Case(
+    _upsample("upsample_nearest", (2, 3, 4, 5), scale_factor=2),
+    _upsample("upsample_nearest_3d_size", (1, 2, 2, 3, 4), size=(3, 5, 7)),
+    _upsample("upsample_nearest_exact", (2, 3, 4, 5), scale_factor=1.7, mode="nearest-exact"),
+    _upsample("upsample_linear", (2, 3, 5), scale_factor=2.5, mode="linear"),
+    _upsample("upsample_bilinear_size", (2, 3, 4, 5), size=(5, 7), mode="bilinear"),
+    _upsample(
         "upsample_bilinear_recompute",
-        lambda lib: lib.nn.Upsample(scale_factor=1.7, mode="bilinear", recompute_scale_factor=True),
-        [In((2, 3, 4, 5))],
+        (2, 3, 4, 5),
+        scale_factor=1.7,
+        mode="bilinear",
+        recompute_scale_factor=True,
     ),
-    Case(
+    _upsample(
         "upsample_bicubic_aligned",
-        lambda lib: lib.nn.Upsample(scale_factor=(1.5, 2), mode="bicubic", align_corners=True),
-        [In((1, 2, 4, 5))],
+        (1, 2, 4, 5),
+        scale_factor=(1.5, 2),
+        mode="bicubic",
+        align_corners=True,
     ),
-    Case(
-        "upsample_trilinear",
-        lambda lib: lib.nn.Upsample(size=6, mode="trilinear", align_corners=False),
-        [In((1, 2, 3, 4, 5))],
-    ),
-    Case(
-        "upsample_area_down",
-        lambda lib: lib.nn.Upsample(size=(3, 2), mode="area"),
-        [In((2, 3, 7, 5))],
-    ),
+    _upsample("upsample_trilinear", (1, 2, 3, 4, 5), size=6, mode="trilinear", align_corners=False),
+    _upsample("upsample_area_down", (2, 3, 7, 5), size=(3, 2), mode="area"),
     Case(
         "upsampling_nearest2d",
         lambda lib: lib.nn.UpsamplingNearest2d(scale_factor=2),

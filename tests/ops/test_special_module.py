@@ -12,7 +12,7 @@ import pytest
 
 import kiln
 from kiln.autograd import gradcheck, gradgradcheck
-from tests.oracle import assert_close, needs_torch, torch
+from tests.oracle import assert_close, needs_torch, raised_by_both, torch
 
 NAN, INF = math.nan, math.inf
 
@@ -420,12 +420,9 @@ ERRORS = {
 @pytest.mark.parametrize("case", sorted(ERRORS))
 def test_errors_have_torch_exception_types(case):
     fn, exc = ERRORS[case]
-    with pytest.raises(exc) as expected:
-        fn(torch)
-    with pytest.raises(exc) as got:
-        fn(kiln)
+    got, expected = raised_by_both(exc, lambda: fn(kiln), lambda: fn(torch))
     if case in SAME_MESSAGE:
-        assert str(got.value) == str(expected.value).replace("torch", "kiln")
+        assert str(got) == str(expected).replace("torch", "kiln")
 
 
 SAME_MESSAGE = {

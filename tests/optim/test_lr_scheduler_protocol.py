@@ -78,13 +78,18 @@ def _metrics(name: str):
     return METRICS if name == "ReduceLROnPlateau" else None
 
 
+def _two_group_schedule(lib, name: str):
+    """A fresh two-group optimizer and the scheduler ``name`` driving it, in ``lib``."""
+    opt = make_optimizer(lib, groups=2)
+    return opt, SCHEDULERS[name](lib, opt)
+
+
 @needs_torch
 @pytest.mark.parametrize("name", sorted(SCHEDULERS))
 def test_state_dict_keys_and_values_match_torch(name):
     states = []
     for lib in (torch, kiln):
-        opt = make_optimizer(lib, groups=2)
-        sched = SCHEDULERS[name](lib, opt)
+        opt, sched = _two_group_schedule(lib, name)
         run_schedule(lib, opt, sched, steps=5, metrics=_metrics(name))
         states.append(sched.state_dict())
     t_state, k_state = states
@@ -98,13 +103,11 @@ def test_state_dict_keys_and_values_match_torch(name):
 @pytest.mark.parametrize("name", sorted(SCHEDULERS))
 def test_state_dict_resumes_the_schedule(name):
     metrics = _metrics(name)
-    opt = make_optimizer(kiln, groups=2)
-    sched = SCHEDULERS[name](kiln, opt)
+    opt, sched = _two_group_schedule(kiln, name)
     run_schedule(kiln, opt, sched, steps=6, metrics=metrics)
     saved_sched, saved_opt = copy.deepcopy(sched.state_dict()), opt.state_dict()
     expected = run_schedule(kiln, opt, sched, steps=6, metrics=metrics)
-    opt2 = make_optimizer(kiln, groups=2)
-    sched2 = SCHEDULERS[name](kiln, opt2)
+    opt2, sched2 = _two_group_schedule(kiln, name)
     opt2.load_state_dict(saved_opt)
     sched2.load_state_dict(saved_sched)
     assert run_schedule(kiln, opt2, sched2, steps=6, metrics=metrics) == expected
@@ -114,11 +117,9 @@ def test_state_dict_resumes_the_schedule(name):
 @pytest.mark.parametrize("name", sorted(SCHEDULERS))
 def test_torch_state_dict_loads_and_continues_torch_schedule(name):
     metrics = _metrics(name)
-    t_opt = make_optimizer(torch, groups=2)
-    t_sched = SCHEDULERS[name](torch, t_opt)
+    t_opt, t_sched = _two_group_schedule(torch, name)
     run_schedule(torch, t_opt, t_sched, steps=6, metrics=metrics)
-    k_opt = make_optimizer(kiln, groups=2)
-    k_sched = SCHEDULERS[name](kiln, k_opt)
+    k_opt, k_sched = _two_group_schedule(kiln, name)
     k_opt.load_state_dict(state_to(t_opt.state_dict(), kiln))
     k_sched.load_state_dict(state_to(copy.deepcopy(t_sched.state_dict()), kiln))
     expected = run_schedule(torch, t_opt, t_sched, steps=8, metrics=metrics)
@@ -167,8 +168,7 @@ def test_tensor_lr_is_updated_in_place_like_torch(name):
 def test_get_lr_outside_step_warns_like_torch(name):
     warned = []
     for lib in (torch, kiln):
-        opt = make_optimizer(lib, groups=2)
-        sched = SCHEDULERS[name](lib, opt)
+        sched = _two_group_schedule(lib, name)[1]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             if hasattr(sched, "_schedulers"):

@@ -24,6 +24,19 @@ def _count() -> int:
     return BLAS.count.value if BLAS.count is not None else BLAS.get()
 
 
+def _record_counts_at_matmul(monkeypatch) -> list[int]:
+    """Wrap np.matmul so each call appends the OpenBLAS thread count in force at that moment."""
+    seen = []
+    real = np.matmul
+
+    def spy(*args, **kwargs):
+        seen.append(_count())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(np, "matmul", spy)
+    return seen
+
+
 def test_set_num_threads_bounds_openblas(threads):
     kiln.set_num_threads(1)
     assert _count() == 1
@@ -34,14 +47,7 @@ def test_set_num_threads_bounds_openblas(threads):
 def test_small_eager_product_runs_single_threaded_and_restores_the_count(threads, monkeypatch):
     kiln.set_num_threads(2)
     before = _count()
-    seen = []
-    real = np.matmul
-
-    def spy(*args, **kwargs):
-        seen.append(_count())
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(np, "matmul", spy)
+    seen = _record_counts_at_matmul(monkeypatch)
     a, b = kiln.randn(20, 200), kiln.randn(200, 800)
     out = a @ b
     monkeypatch.undo()
@@ -73,14 +79,7 @@ def test_eager_products_match_torch_at_any_size(shape_a, shape_b, threads):
 
 def test_large_products_may_use_openblas_threads(threads, monkeypatch):
     kiln.set_num_threads(2)
-    seen = []
-    real = np.matmul
-
-    def spy(*args, **kwargs):
-        seen.append(_count())
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(np, "matmul", spy)
+    seen = _record_counts_at_matmul(monkeypatch)
     side = int(round(EAGER_PARALLEL_MACS ** (1 / 3))) + 1
     kiln.ones(side, side) @ kiln.ones(side, side)
     monkeypatch.undo()

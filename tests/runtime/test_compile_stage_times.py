@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 import kiln
 from kiln.runtime import logs as klog
 
@@ -18,9 +20,15 @@ class _FakeClock:
         return self.now
 
 
-def test_nested_stage_time_is_charged_to_the_innermost_stage_only(monkeypatch):
-    clock = _FakeClock()
-    monkeypatch.setattr(klog.time, "perf_counter", clock)
+@pytest.fixture
+def clock(monkeypatch) -> _FakeClock:
+    """Install a fake ``perf_counter`` in the stage timer for the test's duration."""
+    fake = _FakeClock()
+    monkeypatch.setattr(klog.time, "perf_counter", fake)
+    return fake
+
+
+def test_nested_stage_time_is_charged_to_the_innermost_stage_only(clock):
     with klog.recording_compile_stages() as totals:
         with klog.compile_stage("dynamo"):
             clock.now += 1.0
@@ -33,9 +41,7 @@ def test_nested_stage_time_is_charged_to_the_innermost_stage_only(monkeypatch):
     assert totals == {"dynamo": 17.0, "aot": 10.0, "inductor": 4.0}
 
 
-def test_stages_outside_a_recording_are_not_counted(monkeypatch):
-    clock = _FakeClock()
-    monkeypatch.setattr(klog.time, "perf_counter", clock)
+def test_stages_outside_a_recording_are_not_counted(clock):
     with klog.compile_stage("dynamo"):
         clock.now += 1.0
     with klog.recording_compile_stages() as totals:
@@ -45,9 +51,7 @@ def test_stages_outside_a_recording_are_not_counted(monkeypatch):
     assert totals == {}
 
 
-def test_two_open_recordings_both_see_a_stage(monkeypatch):
-    clock = _FakeClock()
-    monkeypatch.setattr(klog.time, "perf_counter", clock)
+def test_two_open_recordings_both_see_a_stage(clock):
     with klog.recording_compile_stages() as outer:
         with klog.compile_stage("codegen"):
             clock.now += 3.0

@@ -6,18 +6,8 @@ import kiln
 
 torch = pytest.importorskip("torch")
 
-NAMES = [
-    "FloatTensor",
-    "DoubleTensor",
-    "HalfTensor",
-    "BFloat16Tensor",
-    "LongTensor",
-    "IntTensor",
-    "ShortTensor",
-    "CharTensor",
-    "ByteTensor",
-    "BoolTensor",
-]
+KINDS = ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool")
+NAMES = [f"{kind}Tensor" for kind in KINDS]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -26,7 +26,7 @@ from kiln.runtime.symbolic import (
     statically_known_true,
 )
 from kiln.runtime.tensor import contiguous_strides, make_fake
-from tests.oracle import needs_torch, torch
+from tests.oracle import assert_raises_alike, needs_torch, torch
 
 
 def _env_with(*hints):
@@ -270,11 +270,7 @@ def test_constraining_a_symbolic_size_narrows_its_range_with_the_users_line():
     ids=["range", "as_size", "check", "check-message"],
 )
 def test_eager_checks_raise_like_torch(call):
-    with pytest.raises(RuntimeError) as theirs:
-        call(torch)
-    with pytest.raises(RuntimeError) as ours:
-        call(kiln)
-    assert str(ours.value) == str(theirs.value)
+    assert_raises_alike(RuntimeError, lambda: call(kiln), lambda: call(torch))
 
 
 @needs_torch

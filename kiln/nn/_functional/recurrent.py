@@ -131,6 +131,15 @@ def _grouped(params, has_biases: bool, groups: int, name: str) -> list[tuple]:
     return out
 
 
+def _published(fn: Callable, name: str, doc: str) -> Callable:
+    """``fn`` as ``kiln.<name>``: its name, its maker's docstring with the name filled in, and
+    ``__torch_function__`` dispatch like PyTorch's function of that name."""
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc.replace("``kiln.<name>", f"``kiln.{name}")
+    torch_function(name)(fn)
+    return fn
+
+
 def _functional(mode: str, name: str) -> Callable:
     """``kiln.<name>``: both of PyTorch's overloads -- (input, hx, params, has_biases,
     num_layers, dropout, train, bidirectional, batch_first) over a padded batch, and (data,
@@ -158,10 +167,7 @@ def _functional(mode: str, name: str) -> Callable:
             output = output.transpose(0, 1)
         return (output, *final)
 
-    run.__name__ = run.__qualname__ = name
-    run.__doc__ = _functional.__doc__.replace("``kiln.<name>``", f"``kiln.{name}``")
-    torch_function(name)(run)
-    return run
+    return _published(run, name, _functional.__doc__)
 
 
 lstm = _functional("LSTM", "lstm")
@@ -178,10 +184,7 @@ def _cell(mode: str, name: str) -> Callable:
         result = STEPS[mode](linear(input, w_ih, b_ih), state, w_hh, b_hh, None)
         return result if mode == "LSTM" else result[0]
 
-    cell.__name__ = cell.__qualname__ = name
-    cell.__doc__ = _cell.__doc__.replace("``kiln.<name>", f"``kiln.{name}")
-    torch_function(name)(cell)
-    return cell
+    return _published(cell, name, _cell.__doc__)
 
 
 lstm_cell = _cell("LSTM", "lstm_cell")

@@ -339,3 +339,14 @@ def _checked(result, expected: int, what: str) -> tuple:
             f"expected {expected} (from a {what})"
         )
     return result
+
+
+def remove_reparametrization_hook(module, hook_type: type, name: str) -> bool:
+    """Undo and unregister the forward pre-hook of ``hook_type`` that reparametrizes
+    ``module.<name>`` (weight_norm, spectral_norm); False when the module has none."""
+    for key, hook in module._forward_pre_hooks.items():
+        if isinstance(hook, hook_type) and hook.name == name:
+            hook.remove(module)
+            del module._forward_pre_hooks[key]
+            return True
+    return False

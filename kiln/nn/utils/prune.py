@@ -270,15 +270,15 @@ class L1Unstructured(_UnstructuredByScore):
         return super().apply(module, name, amount=amount, importance_scores=importance_scores)
 
 
-class RandomStructured(BasePruningMethod):
-    """Zero ``amount`` whole channels along ``dim``, chosen at random."""
+class _StructuredByChannel(BasePruningMethod):
+    """Zero ``amount`` (a fraction or a count) whole channels along ``dim``: the ones
+    ``_kept_channels`` leaves out."""
 
     PRUNING_TYPE = "structured"
 
-    def __init__(self, amount, dim: int = -1) -> None:
-        _check_amount(amount)
-        self.amount = amount
-        self.dim = dim
+    def _kept_channels(self, t, channels: int, count: int):
+        """The channels to keep (a bool mask or indices) when ``count`` of them go."""
+        raise NotImplementedError
 
     def compute_mask(self, t, default_mask):
         _check_structured(t, self.dim)
@@ -286,20 +286,29 @@ class RandomStructured(BasePruningMethod):
         count = _amount_to_count(self.amount, channels)
         if not count:
             return default_mask
-        scores = rand(channels)
-        threshold = kthvalue(scores, k=count).values
-        mask = _channel_mask(t, self.dim, scores > threshold)
+        mask = _channel_mask(t, self.dim, self._kept_channels(t, channels, count))
         return mask * default_mask.to(dtype=mask.dtype)
+
+
+class RandomStructured(_StructuredByChannel):
+    """Zero ``amount`` whole channels along ``dim``, chosen at random."""
+
+    def __init__(self, amount, dim: int = -1) -> None:
+        _check_amount(amount)
+        self.amount = amount
+        self.dim = dim
+
+    def _kept_channels(self, t, channels: int, count: int):
+        scores = rand(channels)
+        return scores > kthvalue(scores, k=count).values
 
     @classmethod
     def apply(cls, module, name, amount, dim=-1):
         return super().apply(module, name, amount=amount, dim=dim)
 
 
-class LnStructured(BasePruningMethod):
+class LnStructured(_StructuredByChannel):
     """Zero the ``amount`` channels along ``dim`` of smallest L``n`` norm."""
-
-    PRUNING_TYPE = "structured"
 
     def __init__(self, amount, n, dim: int = -1) -> None:
         _check_amount(amount)
@@ -307,17 +316,10 @@ class LnStructured(BasePruningMethod):
         self.n = n
         self.dim = dim
 
-    def compute_mask(self, t, default_mask):
-        _check_structured(t, self.dim)
-        channels = t.shape[self.dim]
-        count = _amount_to_count(self.amount, channels)
-        if not count:
-            return default_mask
+    def _kept_channels(self, t, channels: int, count: int):
         dim = self.dim % t.dim()
         norms = norm(t, p=self.n, dim=[d for d in range(t.dim()) if d != dim])
-        keep = topk(norms, k=channels - count, largest=True).indices
-        mask = _channel_mask(t, self.dim, keep)
-        return mask * default_mask.to(dtype=mask.dtype)
+        return topk(norms, k=channels - count, largest=True).indices
 
     @classmethod
     def apply(cls, module, name, amount, n, dim, importance_scores=None):

@@ -14,6 +14,7 @@ from ...autograd.grad_mode import no_grad
 from ...ops.public import dot, mv, randn
 from ...runtime.tensor import Tensor
 from .. import functional as F
+from ..modules._hooks import remove_reparametrization_hook
 from ..modules.module import Module
 from ..parameter import Parameter
 
@@ -129,9 +130,6 @@ def spectral_norm(
 
 def remove_spectral_norm(module: ModuleT, name: str = "weight") -> ModuleT:
     """Replace the hook's parameters and buffers with one parameter holding the current weight."""
-    for key, hook in module._forward_pre_hooks.items():
-        if isinstance(hook, SpectralNorm) and hook.name == name:
-            hook.remove(module)
-            del module._forward_pre_hooks[key]
-            return module
+    if remove_reparametrization_hook(module, SpectralNorm, name):
+        return module
     raise ValueError(f"spectral_norm of '{name}' not found in {module}")

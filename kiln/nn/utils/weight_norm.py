@@ -12,6 +12,7 @@ import warnings
 from typing import Any, TypeVar
 
 from ...runtime.tensor import Tensor
+from ..modules._hooks import remove_reparametrization_hook
 from ..modules.module import Module
 from ..parameter import Parameter
 
@@ -89,9 +90,6 @@ def weight_norm(module: ModuleT, name: str = "weight", dim: int | None = 0) -> M
 
 def remove_weight_norm(module: ModuleT, name: str = "weight") -> ModuleT:
     """Fold ``name_g``/``name_v`` back into one ordinary parameter ``name``."""
-    for key, hook in module._forward_pre_hooks.items():
-        if isinstance(hook, WeightNorm) and hook.name == name:
-            hook.remove(module)
-            del module._forward_pre_hooks[key]
-            return module
+    if remove_reparametrization_hook(module, WeightNorm, name):
+        return module
     raise ValueError(f"weight_norm of '{name}' not found in {module}")

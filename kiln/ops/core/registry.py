@@ -113,6 +113,7 @@ class Op:
         "grad_fn_name",
         "aliases",
         "inplace_method",
+        "recomputable",
         "doc",
         "overloadpacket",
         "__weakref__",
@@ -166,6 +167,9 @@ class Op:
         self.grad_fn_name = None
         self.aliases = ()  # PyTorch's other names for the op (``absolute`` for ``abs``)
         self.inplace_method = False  # Tensor.<name>_ for a non-pointwise op (``index_put_``)
+        # whether the min-cut partitioner may recompute it in the backward instead of saving
+        # its result; None: the partitioner's rule by kind (pointwise, views, creation)
+        self.recomputable = None
         self.doc = (schema.__doc__ or "").strip()
 
     def __call__(self, *args, **kwargs):
@@ -329,6 +333,7 @@ def defop(
     grad_fn_name: str | Callable | None = None,
     aliases: tuple = (),
     inplace_method: bool = False,
+    recomputable: bool | None = None,
 ):
     """Declare an op from a schema function; the function body is never run.
 
@@ -336,7 +341,8 @@ def defop(
     ``complex_refused``, ``holomorphic`` and ``complex_derivative`` say what the op does with
     complex inputs (``complex_support``); ``grad_fn_name`` is PyTorch's name for its autograd
     node where it is not ``<Name>Backward0`` (``grad_fn_naming``); ``aliases`` are its other
-    names; ``inplace_method`` gives a non-pointwise op a ``Tensor.<name>_`` variant.
+    names; ``inplace_method`` gives a non-pointwise op a ``Tensor.<name>_`` variant;
+    ``recomputable`` overrides the partitioner's by-kind rule (a seeded random draw, a copy).
     """
 
     def deco(schema):
@@ -352,6 +358,7 @@ def defop(
         op.grad_fn_name = grad_fn_name
         op.aliases = tuple(aliases)
         op.inplace_method = inplace_method
+        op.recomputable = recomputable
         if returns:
             op.returns = return_type(op_name, returns)
         OPS[op_name] = op

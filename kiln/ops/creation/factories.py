@@ -438,7 +438,7 @@ def _linspace_decomp(start, end, steps, dtype=None, device=None):
 # ------------------------------------------------------------------------------ random
 
 
-@defop(kind="random", prim=True)
+@defop(kind="random", prim=True, recomputable=True)
 def philox_rand(
     size: list[int],
     seed: TensorOrScalar,
@@ -449,7 +449,7 @@ def philox_rand(
 ): ...
 
 
-@defop(kind="random", prim=True)
+@defop(kind="random", prim=True, recomputable=True)
 def philox_randn(
     size: list[int],
     seed: TensorOrScalar,
@@ -673,7 +673,7 @@ multinomial.differentiable = False
 # ------------------------------------------------------------------------------ copies and casts
 
 
-@defop(kind="copy", prim=True)
+@defop(kind="copy", prim=True, recomputable=True)
 def clone(self: Tensor, *, memory_format: str | None = None): ...
 
 

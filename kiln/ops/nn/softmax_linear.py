@@ -293,26 +293,31 @@ def _numpy_softmax_grad(block, y: Tensor, g: Tensor, d: int) -> Tensor:
     return wrap(out, y._dtype)
 
 
-def _softmax_grad(c, g):
-    y = c.out
-    d = wrap_dim(c.args[1], y.ndim)
-    if numpy_derivative_ok(y, g) and y._data.dtype == g._data.dtype:
-        return (_numpy_softmax_grad(_softmax_grad_block, y, g, d),)
-    y, g = upcast_half(y), upcast_half(g)
-    return (y * (g - (g * y).sum(d, True)),)
+def _softmax_family_grad(block, formula):
+    """The derivative of softmax or log_softmax from the saved output ``y``: ``block`` in numpy
+    where it can run, else ``formula(y, g, d)`` in tensor ops (half precision upcast)."""
+
+    def grad(c, g):
+        y = c.out
+        d = wrap_dim(c.args[1], y.ndim)
+        if numpy_derivative_ok(y, g) and y._data.dtype == g._data.dtype:
+            return (_numpy_softmax_grad(block, y, g, d),)
+        y, g = upcast_half(y), upcast_half(g)
+        return (formula(y, g, d),)
+
+    return grad
 
 
-def _log_softmax_grad(c, g):
-    y = c.out
-    d = wrap_dim(c.args[1], y.ndim)
-    if numpy_derivative_ok(y, g) and y._data.dtype == g._data.dtype:
-        return (_numpy_softmax_grad(_log_softmax_grad_block, y, g, d),)
-    y, g = upcast_half(y), upcast_half(g)
-    return (g - y.exp() * g.sum(d, True),)
-
-
-softmax.register_derivative(_softmax_grad, save_output=True, save_inputs=())
-log_softmax.register_derivative(_log_softmax_grad, save_output=True, save_inputs=())
+softmax.register_derivative(
+    _softmax_family_grad(_softmax_grad_block, lambda y, g, d: y * (g - (g * y).sum(d, True))),
+    save_output=True,
+    save_inputs=(),
+)
+log_softmax.register_derivative(
+    _softmax_family_grad(_log_softmax_grad_block, lambda y, g, d: g - y.exp() * g.sum(d, True)),
+    save_output=True,
+    save_inputs=(),
+)
 
 
 def _softmax_decomp(log):

@@ -257,22 +257,22 @@ nan_to_num.register_derivative(lambda c, g: (g * c.args[0].isfinite(),))
 def _addc_schema(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Scalar = 1): ...
 
 
-addcmul = defop(
-    _addc_schema,
-    name="addcmul",
-    kind="pointwise",
-    autocast={"cuda": "promote"},
-    grad_fn_name="AddcmulBackward0",
-)
-addcmul.register_decomposition(lambda x, a, b, value=1: x + value * a * b)
-addcdiv = defop(
-    _addc_schema,
-    name="addcdiv",
-    kind="pointwise",
-    autocast={"cuda": "promote"},
-    grad_fn_name="AddcdivBackward0",
-)
-addcdiv.register_decomposition(lambda x, a, b, value=1: x + value * a / b)
+def _addc_op(name: str, grad_fn_name: str, decomposition):
+    """addcmul or addcdiv: one schema and traits, each its own decomposition (the operation
+    order of ``value * a * b`` and ``value * a / b`` is PyTorch's rounding, kept as written)."""
+    op = defop(
+        _addc_schema,
+        name=name,
+        kind="pointwise",
+        autocast={"cuda": "promote"},
+        grad_fn_name=grad_fn_name,
+    )
+    op.register_decomposition(decomposition)
+    return op
+
+
+addcmul = _addc_op("addcmul", "AddcmulBackward0", lambda x, a, b, value=1: x + value * a * b)
+addcdiv = _addc_op("addcdiv", "AddcdivBackward0", lambda x, a, b, value=1: x + value * a / b)
 
 
 @defop(kind="pointwise", grad_fn_name="PowBackward0")

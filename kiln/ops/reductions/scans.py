@@ -92,25 +92,20 @@ def reverse_cumsum(g: Tensor, dim: int) -> Tensor:
     return flip(cumsum(flip(g, (dim,)), dim), (dim,))
 
 
-cumsum = defop(
-    _scan_schema,
-    name="cumsum",
-    kind="scan",
-    autocast={"cuda": "fp32_set_dtype"},
-    inplace_method=True,
-)
-cumprod = defop(
-    _scan_schema,
-    name="cumprod",
-    kind="scan",
-    autocast={"cuda": "fp32_set_dtype"},
-    holomorphic=True,
-    inplace_method=True,
-)
-cumsum.register_kernel(_scan_kernel(np.add))
-cumprod.register_kernel(_scan_kernel(np.multiply))
-for _op in (cumsum, cumprod):
-    _op.register_meta(_scan_meta)
+# both scans accumulate in float32 under CUDA autocast and have an in-place method (cumsum_)
+_SCAN_TRAITS = {"kind": "scan", "autocast": {"cuda": "fp32_set_dtype"}, "inplace_method": True}
+
+
+def _scan_op(name: str, ufunc, **traits):
+    """A cumulative op with its numpy kernel and meta (both scans share schema and meta)."""
+    op = defop(_scan_schema, name=name, **_SCAN_TRAITS, **traits)
+    op.register_kernel(_scan_kernel(ufunc))
+    op.register_meta(_scan_meta)
+    return op
+
+
+cumsum = _scan_op("cumsum", np.add)
+cumprod = _scan_op("cumprod", np.multiply, holomorphic=True)
 cumsum.register_derivative(lambda c, g: (reverse_cumsum(g, c.args[1]),), save_inputs=())
 cumsum.register_decomposition(_scan_decomp(sum, 0))
 cumprod.register_decomposition(_scan_decomp(lambda x, d, dtype: prod(x, d, dtype=dtype), 1))

@@ -21,7 +21,7 @@ __all__ = ["split", "chunk"]
 # ------------------------------------------------------------------------------ cat / stack
 
 
-@defop(kind="shape", prim=True, autocast={"cpu": "promote"})
+@defop(kind="shape", prim=True, recomputable=True, autocast={"cpu": "promote"})
 def cat(tensors: TensorList, dim: int = 0): ...
 
 
