@@ -425,11 +425,18 @@ def _is_differentiable(t: Tensor) -> bool:
 
 def _arguments_for_fn(mode: TracingMode, proxies: list, with_grad: bool):
     """What ``fn`` receives: the proxies, with a clone in front of each that requires grad so an
-    in-place op on it is legal, as it is on the real (non-leaf) input in eager."""
+    in-place op on it is legal, as it is on the real (non-leaf) input in eager.
+
+    The clone stands for the input itself (it is folded back into the placeholder after
+    tracing), so it takes the input's own layout, also where a real clone would be dense (an
+    expanded input): every layout-dependent choice the trace makes on it (``reshape`` as a view
+    or a copy, ``contiguous`` as a no-op) must be the one the real input gets."""
     args, clones = [], []
     for p in proxies:
         if with_grad and getattr(p, "_requires_grad", False):
             q = p.clone()
+            if tuple(q.stride()) != tuple(p.stride()) or q.storage_offset() != p.storage_offset():
+                mode.relayout(q, p.stride(), p.storage_offset())
             clones.append((mode.node_of(q), mode.node_of(p)))
             args.append(q)
         else:

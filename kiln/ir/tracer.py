@@ -403,6 +403,19 @@ class TracingMode(DispatchMode):
         finally:
             symbolic.env_stack.pop()
 
+    def relayout(self, tensor: Tensor, stride: tuple, offset: int) -> None:
+        """Give a proxy this trace made other strides and storage offset (its node's value and
+        its detached aliases too): AOT traces an input through a clone that stands for the
+        input itself, so the clone must have the input's layout, which a clone may not."""
+        node = self.node_of(tensor)
+        key = _alias_key(tensor)
+        if self._aliases.get(key, (None,))[0] is tensor:
+            del self._aliases[key]
+        tensor._stride = tuple(stride)
+        tensor._offset = offset
+        node.meta["val"] = _meta_value(tensor)
+        self._aliases[_alias_key(tensor)] = (tensor, node)
+
     def _bind(self, tensor: Tensor, node: Node) -> None:
         self._nodes[id(tensor)] = (tensor, node)
         self._aliases[_alias_key(tensor)] = (tensor, node)

@@ -267,6 +267,22 @@ REGRESSIONS: list[Case] = [
         ("pytorch", *COMPILED),
     ),
     Case(
+        "compiled cumsum of a bool tensor over a leading dim is contiguous (the decomposition "
+        "returned a permuted view: strides (9, 1, 3))",
+        _one([Input("x0", (3, 3, 3), dtype="bool")], ["v0 = x0.cumsum(1)"]),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
+        "prod of an expanded input that requires grad: AOT traced it through a dense clone, so "
+        "the backward's flattening became a view, invalid on the real input (found by the long "
+        "profile)",
+        _one(
+            [Input("x1", (2, 4, 3), "bfloat16", layout="expanded", requires_grad=True)],
+            ["v0 = x1.prod()"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
+    Case(
         "a 0-d float -> int cast is writable (the kernel returned a read-only numpy scalar; found "
         "by the long profile)",
         Program((Input("x0", ()),), ("v1 = x0.to(torch.int32)", "v1.fill_(3)"), ("v1",)),

@@ -9,6 +9,7 @@ import pytest
 
 import kiln
 from tests.inductor.helpers import compiled_by_inductor
+from tests.oracle import assert_close, needs_torch, to_torch, torch
 
 CODEGENS = ["numpy", "llvm"]
 
@@ -98,3 +99,33 @@ def test_wide_vector_loops_with_several_math_calls(n):
         else:
             # the int cast may differ where a value sits within rounding of an integer
             assert (g.numpy() != e.numpy()).mean() < 0.01
+
+
+_SCANS = {
+    "cumsum": lambda lib, x, d: x.cumsum(d),
+    "cumprod": lambda lib, x, d: x.cumprod(d),
+    "logcumsumexp": lambda lib, x, d: lib.logcumsumexp(x.float(), d),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("codegen", CODEGENS)
+@pytest.mark.parametrize("scan", sorted(_SCANS))
+@pytest.mark.parametrize("dtype", ["bool", "float32"])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_scan_result_is_contiguous_along_every_dim(codegen, scan, dtype, layout):
+    """PyTorch's scans write a contiguous result; the decomposition once reduced with the
+    scanned dim last and returned a permuted view of that (strides (9, 1, 3) for dim 1)."""
+    values = np.random.default_rng(0).integers(0, 2, (3, 3, 3)).astype(np.float32)
+    x = kiln.from_numpy(values).to(getattr(kiln, dtype))
+    t = to_torch(x)
+    if layout == "transposed":
+        x, t = x.transpose(0, 2), t.transpose(0, 2)
+    for d in range(3):
+        expected = _SCANS[scan](torch, t, d)
+        for got in (
+            _SCANS[scan](kiln, x, d),
+            compiled_by_inductor(_SCANS[scan], codegen)(kiln, x, d),
+        ):
+            assert got.stride() == expected.stride(), f"dim {d}"
+            assert_close(got, expected)

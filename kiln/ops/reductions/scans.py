@@ -43,7 +43,9 @@ def _scan_kernel(ufunc):
             return wrap(a.astype(od.np), od)
         # PyTorch's CPU scans accumulate floats in double: results round once, from that
         acc = np.float64 if od.is_floating_point else compute_np_dtype(od)
-        out = ufunc.accumulate(a, axis=d, dtype=acc)
+        # PyTorch's scans write a contiguous result whatever the input's layout (numpy's
+        # accumulate would keep a transposed input's order)
+        out = np.ascontiguousarray(ufunc.accumulate(a, axis=d, dtype=acc))
         if ufunc is np.add and (od.is_floating_point or od.is_complex):
             # PyTorch's sums start from +0.0, so a prefix of -0.0s sums to +0.0 (numpy's
             # accumulate starts from the first element and keeps -0.0)
@@ -59,10 +61,14 @@ def _scan_meta(x, dim, dtype=None):
 
 
 def _triangle(x: Tensor, dim: int):
-    """``x`` moved to the last dim and broadcast against the mask ``j <= i`` of shape (n, n)."""
+    """The mask ``j <= i`` and ``x``'s dim ``dim`` moved last as ``j``, a new size-1 dim left
+    at ``dim`` for ``i``: broadcast together they reduce over the last dim to ``x``'s shape,
+    contiguous as the op's result is (a reduction over ``i``-last would need a permuted view
+    at the end, and a compiled scan would return those strides)."""
     n = x.shape[dim]
     r = arange(0, n, 1, dtype=_int64, device=x.device)
-    return r.unsqueeze(1) >= r.unsqueeze(0), x.movedim(dim, -1).unsqueeze(-2)
+    rows = r.reshape((n,) + (1,) * (x.ndim - dim))
+    return rows >= r, x.movedim(dim, -1).unsqueeze(dim)
 
 
 def _scan_decomp(reduce_op, identity):
@@ -74,7 +80,7 @@ def _scan_decomp(reduce_op, identity):
         d = wrap_dim(dim, x.ndim)
         mask, row = _triangle(x, d)
         acc = dt.float64 if od.is_floating_point else od  # in double, as the kernel
-        return reduce_op(where(mask, row, identity), -1, dtype=acc).to(od).movedim(-1, d)
+        return reduce_op(where(mask, row, identity), -1, dtype=acc).to(od)
 
     return decomposition
 
@@ -138,7 +144,8 @@ def _logcumsumexp_kernel(x, dim):
         )
     d = wrap_dim(dim, x.ndim)
     a = x._data.astype(compute_np_dtype(x._dtype), copy=False)
-    return wrap(np.logaddexp.accumulate(a, axis=d) if a.ndim else a.copy(), x._dtype)
+    out = np.ascontiguousarray(np.logaddexp.accumulate(a, axis=d)) if a.ndim else a.copy()
+    return wrap(out, x._dtype)
 
 
 @logcumsumexp.register_meta
@@ -185,4 +192,4 @@ def _logcumsumexp_decomp(x, dim):
         return x.clone()
     d = wrap_dim(dim, x.ndim)
     mask, row = _triangle(x, d)
-    return logsumexp(where(mask, row, -_INF), -1).movedim(-1, d)
+    return logsumexp(where(mask, row, -_INF), -1)
