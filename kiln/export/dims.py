@@ -420,14 +420,13 @@ def check_inputs(
                 f"{list(meta.example_shape)}), got shape {list(shape)}"
             )
         for index, (size, dim) in enumerate(zip(shape, meta.dims)):
+            if isinstance(dim, int) and size == dim:  # the common case: nothing to name
+                continue
             where = f"{meta.name}.shape[{index}]"
             if isinstance(dim, int):
-                if size != dim:
-                    raise InputConstraintError(
-                        f"Expected input {where} to be equal to {dim} (a static dim), but got "
-                        f"{size}"
-                    )
-                continue
+                raise InputConstraintError(
+                    f"Expected input {where} to be equal to {dim} (a static dim), but got {size}"
+                )
             bounds = ranges[dim]
             name = dim_names.get(dim, dim)
             if size not in bounds:
