@@ -391,8 +391,8 @@ def check_inputs(
     if len(tensors) == len(metas):
         for t, meta in zip(tensors, metas):
             dtype, device, shape = meta.exact
-            if not (isinstance(t, Tensor) and t.dtype == dtype and t.device is device
-                    and t.shape == shape):  # fmt: skip
+            if not (isinstance(t, Tensor) and t._dtype is dtype and t._device is device
+                    and t._shape == shape):  # fmt: skip
                 break
         else:
             return

@@ -46,7 +46,10 @@ class CallLayout:
     def flatten_inputs(self, args: tuple, kwargs: dict, names: list[str]) -> list:
         """The call's tensors in graph order; constants and structure must be as exported."""
         if self._positional and not kwargs and len(args) == len(self.in_leaves):
-            if all(isinstance(a, Tensor) for a in args):
+            for a in args:  # a plain loop: this is the per-call path of every package call
+                if not isinstance(a, Tensor):
+                    break
+            else:
                 return list(args)
         leaves, spec = tree_flatten((tuple(args), dict(kwargs)))
         if spec.key() != self.in_spec.key():
