@@ -70,20 +70,22 @@ _root.propagate = False
 def set_logs(spec: str | None = None, **artifacts: bool) -> None:
     """Enable log artifacts: ``set_logs("graph,recompiles")`` or ``set_logs(graph=True)``;
     ``set_logs("")`` turns everything off."""
+    # check every name before changing anything: a rejected spec must leave the switches as they were
+    chosen = None
     if spec is not None:
-        _enabled.clear()
-        for name in spec.replace("+", "").split(","):
-            name = name.strip()
-            if not name:
-                continue
+        chosen = {name.strip() for name in spec.replace("+", "").split(",")} - {""}
+        for name in sorted(chosen):
             if name not in ARTIFACTS:
                 raise ValueError(
                     f"unknown KILN_LOGS artifact {name!r}; known: {', '.join(ARTIFACTS)}"
                 )
-            _enabled.add(name)
-    for name, on in artifacts.items():
+    for name in artifacts:
         if name not in ARTIFACTS:
             raise ValueError(f"unknown log artifact {name!r}; known: {', '.join(ARTIFACTS)}")
+    if chosen is not None:
+        _enabled.clear()
+        _enabled.update(chosen)
+    for name, on in artifacts.items():
         (_enabled.add if on else _enabled.discard)(name)
     for name in ARTIFACTS:
         logging.getLogger(f"kiln.{name}").setLevel(

@@ -12,6 +12,7 @@ import kiln.nn as nn
 from kiln.backends import list_backends, lookup, register_backend
 from kiln.dynamo import GraphBreakError, exc
 from kiln.dynamo.testing import CompileCounter
+from kiln.runtime import logs as klog
 from tests.oracle import assert_raises_alike, needs_torch, torch
 
 from .helpers import assert_same, same_as_torch, two_breaks
@@ -241,6 +242,7 @@ def test_kiln_logs_artifacts(capsys):
 def test_unknown_log_artifact_is_rejected():
     with pytest.raises(ValueError, match="unknown KILN_LOGS artifact"):
         kiln.dynamo.set_logs("graph,nonsense")
+    assert not klog.enabled("graph")  # a rejected spec changes nothing
 
 
 def test_debug_dir_receives_graph_guards_and_bytecode(tmp_path, monkeypatch):

@@ -325,7 +325,9 @@ def _logs_in_the_middle(x):
 def test_logger_call_is_one_graph_break(caplog):
     with caplog.at_level(logging.INFO, logger=_logger.name):
         check(_logs_in_the_middle, kiln.ones(2), graphs=2, breaks=1)
-    assert [r.getMessage() for r in caplog.records] == ["step 3"] * 3  # eager + two calls
+    # only the user's logger: kiln's own artifacts are not this test's business
+    said = [r.getMessage() for r in caplog.records if r.name == _logger.name]
+    assert said == ["step 3"] * 3  # eager + two calls
     report = kiln._dynamo.explain(_logs_in_the_middle)(kiln.ones(2))
     assert report.break_reasons[0].reason == "call to logging.Logger.info"
 
