@@ -23,6 +23,11 @@ compiled_graph_cache_bytes = 16 * 2**20
 # (a growing context called again) never compiles without bound.
 static_kernel_sets_per_graph = 8
 
+# kiln's own (read): compiled CPU code hands work to its helper threads only while the machine's
+# load average leaves a core for them (OpenMP's ``OMP_DYNAMIC``; ``codegen/cpu_pool.py``). False:
+# always, as ``set_num_threads`` says.
+threads_follow_load = True
+
 debug = False
 verbose_progress = False
 fx_graph_cache = True
