@@ -28,7 +28,7 @@ from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_flatten
 from . import logs
 from .decompositions import decomposition_table
-from .functionalize import functionalize
+from .functionalize import functionalize, is_view_node
 from .module_state import functional_call
 from .partitioners import Partition, default_partition, min_cut_partition, storage_root
 from .runtime import RuntimeLayout, make_runner
@@ -113,16 +113,8 @@ def _merge_common_subexpressions(graph: Graph) -> None:
 def _viewed_node(node):
     """The node a view node views (its first argument), or None for a non-view."""
     from ..ir import Node
-    from ..ops.core.registry import Op
 
-    target = node.target
-    if (
-        node.op == "call_function"
-        and isinstance(target, Op)
-        and target.is_view
-        and node.args
-        and isinstance(node.args[0], Node)
-    ):
+    if is_view_node(node) and isinstance(node.args[0], Node):
         return node.args[0]
     return None
 

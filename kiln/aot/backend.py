@@ -17,6 +17,7 @@ from ..runtime.state import per_thread
 from ..runtime.symbolic import SymInt, has_symbols
 from ..runtime.tensor import Tensor
 from .aot_autograd import AOTConfig, aot_function, compile_entry
+from .functionalize import is_view_node
 from .module_state import functional_call, get_attribute, swapped
 from .partitioners import default_partition, min_cut_partition
 
@@ -61,7 +62,7 @@ def _mutated_attributes(gm) -> set[str]:
         if target.inplace:
             mutated.add(base.target)
             root[node] = base
-        elif target.is_view:
+        elif is_view_node(node):
             root[node] = base
     return mutated
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from ..ir import Graph, Node
 from ..ir.node import map_arg
 from ..ops.core.registry import OPS, Op
+from ..ops.shape.views import reshape_aliases
 
-__all__ = ["functionalize", "FunctionalizationResult", "UnsupportedMutationError"]
+__all__ = ["functionalize", "FunctionalizationResult", "UnsupportedMutationError", "is_view_node"]
 
 
 class UnsupportedMutationError(RuntimeError):
@@ -34,8 +35,22 @@ class FunctionalizationResult:
     single_output: bool = False
 
 
-def _is_view(node: Node) -> bool:
-    return node.op == "call_function" and isinstance(node.target, Op) and node.target.is_view
+def is_view_node(node: Node) -> bool:
+    """Whether ``node``'s result aliases its first argument: a view op, or a ``reshape`` that
+    returned a view (a backend that lowers ``reshape`` itself keeps it whole in the trace, and a
+    write through it must still reach the tensor it views)."""
+    if node.op != "call_function" or not isinstance(node.target, Op) or not node.args:
+        return False
+    if node.target.is_view:
+        return True
+    if node.target is not OPS["reshape"] or not isinstance(node.args[0], Node):
+        return False
+    x = node.args[0].meta.get("val")
+    # sizes computed in the graph (``sym_size`` nodes) stand for their recorded values
+    shape = map_arg(node.args[1], lambda n: n.meta.get("val"))
+    if x is None or any(s is None for s in shape):
+        return False
+    return reshape_aliases(x, shape)
 
 
 def _is_inplace(node: Node) -> bool:
@@ -185,11 +200,12 @@ class _Functionalizer:
                 node.args = map_arg(node.args, lambda n: self.read(n, node))
                 break
             original_target = node.args[0] if node.args else None
-            if _is_view(node):
+            viewing = is_view_node(node)  # asked before the arguments are redirected
+            if viewing:
                 self.parent[node] = original_target
             node.args = map_arg(node.args, lambda n: self.read(n, node))
             node.kwargs = map_arg(node.kwargs, lambda n: self.read(n, node))
-            if _is_view(node):
+            if viewing:
                 base = self.base_of(node)
                 self.view_value[node] = (node, self.version.get(base, 0))
                 continue

@@ -24,6 +24,7 @@ from ..ir.node import map_arg
 from ..ops.core.registry import Op
 from ..runtime.symbolic import INT_LIKE, hint_int
 from ..runtime.tensor import Tensor
+from .functionalize import is_view_node
 
 __all__ = ["Partition", "default_partition", "min_cut_partition", "tensor_bytes", "storage_root"]
 
@@ -70,13 +71,7 @@ def tensor_bytes(node: Node) -> int:
 
 def storage_root(node: Node) -> Node:
     """The node whose storage ``node`` lives in: follows view ops back to their base."""
-    while (
-        node.op == "call_function"
-        and isinstance(node.target, Op)
-        and node.target.is_view
-        and node.args
-        and isinstance(node.args[0], Node)
-    ):
+    while is_view_node(node) and isinstance(node.args[0], Node):
         node = node.args[0]
     return node
 

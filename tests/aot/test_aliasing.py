@@ -266,3 +266,30 @@ def test_traced_module_buffers_changed_in_place_are_written_back(backend):
             getattr(norm, name).numpy(), getattr(theirs, name).numpy(), 1e-5, 1e-6
         )
     assert int(norm.num_batches_tracked) == int(theirs.num_batches_tracked) == 2
+
+
+def _write_through_reshapes(lib, x):
+    # reshape of a transposed view is a view here (the transposed dim has size 1) and a copy
+    # below (a real transpose): a write reaches ``heads`` through the first only
+    heads = (x * 1).view(x.shape[0], 1, 2, 4)
+    heads.transpose(1, 2).contiguous().mul_(2)
+    heads.transpose(1, 2).reshape(x.shape[0], -1).add_(1)
+    grid = (x * 1).view(x.shape[0], 2, 4)
+    grid.transpose(1, 2).reshape(x.shape[0], -1).add_(100)
+    grid.reshape(-1).sub_(3)
+    return heads * 1, grid * 1, lib.cat([heads.reshape(-1), grid.reshape(-1)])
+
+
+@needs_torch
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_writes_through_reshape_reach_the_tensor_only_where_reshape_is_a_view(backend):
+    """The inductor lowers ``reshape`` itself, so AOT keeps it whole: functionalization must
+    still see that a reshape returning a view carries an in-place write back to its base (the
+    inductor dropped ``add_`` on such a view: results off by 1.0)."""
+    data = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
+    got = kiln.compile(lambda x: _write_through_reshapes(kiln, x), backend=backend)(
+        kiln.tensor(data)
+    )
+    expected = _write_through_reshapes(torch, torch.tensor(data))
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g.numpy(), e.numpy(), 1e-6, 1e-6)

@@ -103,6 +103,21 @@ def reshape_strides(x: Tensor, shape: tuple) -> tuple:
     return strides, ()
 
 
+def reshape_aliases(x: Tensor, shape) -> bool:
+    """Whether ``reshape(x, shape)`` returned a view of ``x`` (the decision ``reshape_strides``
+    made), asked again without adding guards: a pass that keeps ``reshape`` whole (the inductor
+    lowers it) must know whether a write through its result reaches ``x``."""
+    shape = infer_size(shape, x.numel())
+    old_shape, old_stride = x._shape, x.stride()
+    env = _env_of(old_shape, old_stride, shape)
+    if env is None:
+        return view_strides(old_shape, old_stride, shape) is not None
+    if _view_strides(old_shape, old_stride, shape, True) is not None:
+        return True
+    with env.deferring():
+        return _view_strides(old_shape, old_stride, shape, False) is not None
+
+
 def _env_of(*groups):
     for group in groups:
         for v in group:
