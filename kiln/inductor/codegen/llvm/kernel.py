@@ -377,8 +377,26 @@ class KernelEmitter(ColumnEmitter):
 
     def emit_inner_loop(self, step: InnerLoop, env, row):
         self._row_env = env
-        plan = self.plan
         count = self._inner_count(row)
+        if self.plan.chunked and self.plan.inner_size == CHUNK:
+            # every chunk but the last is CHUNK elements: a loop whose trip count LLVM knows
+            # keeps its constants in registers and needs no remainder (a run-time count made
+            # gelu 13% slower, the same IR but for the count); the last chunk takes the rest
+            b = self.builder
+            chunk = ir.Constant(I64, CHUNK)
+            with b.if_else(b.icmp_signed("==", count, chunk)) as (full, partial):
+                with full:
+                    self._emit_loops(step, env, chunk)
+                with partial:
+                    self._emit_loops(step, env, count)
+            return
+        self._emit_loops(step, env, count)
+
+    def _emit_loops(self, step: InnerLoop, env, count):
+        """The inner loops of ``step`` over ``count`` elements: wide and vector loops, then a
+        scalar tail. A loop the count leaves nothing for (a constant count that the loop
+        before divides) is not emitted."""
+        plan = self.plan
         reductions = [n for n in step.nodes if isinstance(n.data, Reduction)]
         lanes = LANES if step.vectorize else 1
         # accumulators: allocas in the entry block (mem2reg turns them into registers)
@@ -408,18 +426,27 @@ class KernelEmitter(ColumnEmitter):
 
             return body
 
+        known = count.constant if isinstance(count, ir.Constant) else None
+
+        def leaves_rest(done_step: int) -> bool:
+            return not done_step or known is None or known % done_step != 0
+
         for n in reductions:
             self._init_accumulator(n, accs[n.name], lanes)
         tail_start = ir.Constant(I64, 0)
+        done_step = 0  # the step of the last loop emitted
         if lanes > 1 and not reductions and _math_calls(step, plan) >= 2:
             # several dependent polynomial evaluations per element make the loop latency-bound:
             # a 4x wider vector gives the core four independent chains to overlap
             tail_start = self.loop(count, body_for(WIDE * lanes), "wide", step=WIDE * lanes)
-        if lanes > 1:
+            done_step = WIDE * lanes
+        if lanes > 1 and (reductions or leaves_rest(done_step)):
             tail_start = self.loop(count, body_for(lanes), "vec", step=lanes, start=tail_start)
+            done_step = lanes
             for n in reductions:
                 self._horizontal(n, accs[n.name], lanes)
-        self.loop(count, body_for(1), "tail", start=tail_start)
+        if leaves_rest(done_step):
+            self.loop(count, body_for(1), "tail", start=tail_start)
         for n in reductions:
             self._finish_reduction(n, accs[n.name])
 
