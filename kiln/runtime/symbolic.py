@@ -198,6 +198,7 @@ class ShapeEnv:
         self._unbacked = 0
         self._suppressed = 0
         self._kernel_scope = 0
+        self._decisions: dict | None = None  # (op, lhs, rhs) -> decision, in a kernel scope
         # the user's "file:line" now (the capture frontend sets it): guards and errors name it
         self.location: Callable[[], str | None] | None = None
         # run-time assertions on unbacked symbols, taken by the tracer into the graph
@@ -250,7 +251,7 @@ class ShapeEnv:
         ``bool()`` of it decides or raises)."""
         if self.fixed:
             lhs, rhs = _fold_fixed(self, lhs), _fold_fixed(self, rhs)
-        result = _decide_exprs(op, lhs, rhs)
+        result = _decide_remembered(self, op, lhs, rhs)
         if result is not None:
             return result
         if self._kernel_scope:
@@ -517,12 +518,16 @@ class _KernelScope:
             if s.lower < 2:
                 self.lowered.append((s, s.lower))
                 s.lower = 2
+        if self.env._kernel_scope == 1:  # ranges hold still until the scope ends (no guards)
+            self.env._decisions = {}
         return self
 
     def __exit__(self, *exc):
         for s, lower in self.lowered:
             s.lower = lower
         self.env._kernel_scope -= 1
+        if not self.env._kernel_scope:
+            self.env._decisions = None
 
 
 class _Suppressed:
@@ -838,7 +843,27 @@ def statically_known_true(op: str, a, b) -> bool:
     env = a.env if a.__class__ is SymInt else (b.env if b.__class__ is SymInt else None)
     if env is not None and env.fixed:
         lhs, rhs = _fold_fixed(env, lhs), _fold_fixed(env, rhs)
-    return _decide_exprs(op, lhs, rhs) is True
+    if env is None:
+        return _decide_exprs(op, lhs, rhs) is True
+    return _decide_remembered(env, op, lhs, rhs) is True
+
+
+_UNDECIDED = object()
+
+
+def _decide_remembered(env: ShapeEnv, op: str, lhs: Expr, rhs: Expr) -> bool | None:
+    """``_decide_exprs``, remembered inside a kernel scope, where the symbols' ranges hold
+    still: a symbolic compile asks the same few hundred questions thousands of times (the
+    index algebra of every load and store), and each answer builds a difference and its
+    bounds."""
+    memo = env._decisions
+    if memo is None:
+        return _decide_exprs(op, lhs, rhs)
+    key = (op, lhs, rhs)
+    result = memo.get(key, _UNDECIDED)
+    if result is _UNDECIDED:
+        result = memo[key] = _decide_exprs(op, lhs, rhs)
+    return result
 
 
 def expect_true(op: str, a, b, message: str) -> bool:
