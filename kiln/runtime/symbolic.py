@@ -571,10 +571,19 @@ def _make(env: ShapeEnv, expr: Expr, hint):
 
 
 def _fold_fixed(env: ShapeEnv, expr: Expr) -> Expr:
-    """``expr`` with the symbols a guard pinned to one value replaced by that value."""
-    symbols = expr.symbols()
-    if any(s in env.fixed for s in symbols):
-        return expr.subs({s: env.fixed[s] for s in symbols if s in env.fixed})
+    """``expr`` with the symbols a guard pinned to one value replaced by that value. Every
+    SymInt operation asks this (a symbolic compile, tens of thousands of times): the atoms are
+    looked at where they stand, without gathering the expression's symbols into a set."""
+    fixed = env.fixed
+    for monomial in expr.terms:
+        for atom in monomial:
+            if (
+                atom in fixed
+                if atom.__class__ is Symbol
+                else any(s in fixed for s in atom.symbols())
+            ):
+                symbols = expr.symbols()
+                return expr.subs({s: fixed[s] for s in symbols if s in fixed})
     return expr
 
 
