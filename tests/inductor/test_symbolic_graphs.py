@@ -357,6 +357,28 @@ def test_scalar_tails_of_run_time_length_are_not_unrolled(stats, tmp_path, monke
         )
 
 
+@needs_torch
+def test_only_vector_loops_of_vector_math_are_unrolled_at_run_time_lengths(
+    stats, tmp_path, monkeypatch
+):
+    """A softmax's three loops over a run-time length: the max and the division are told not
+    to unroll (a chain through the accumulator, loads and stores: compile time for nothing),
+    the exp loop is left to LLVM (two copies overlap its polynomial); PyTorch's values at
+    lengths under one vector, odd ones and several vectors."""
+    compiled = kiln.compile(lambda x: x.softmax(-1), dynamic=True)
+    ir_text = _kernels_ir(tmp_path, monkeypatch, compiled, kiln.randn(4, 7))
+    latches = {}  # each vector loop's last branch back to its head: its latch
+    for name, hint in re.findall(r'br label %"(vec_head[.0-9]*)"(, !llvm.loop)?', ir_text):
+        latches[name] = hint
+    assert sorted(latches.values()) == ["", ", !llvm.loop", ", !llvm.loop"]
+    for k, shape in enumerate([(3, 2), (2, 7), (5, 8), (3, 9), (2, 130), (6, 1031)]):
+        data = np.random.default_rng(k).standard_normal(shape).astype(np.float32)
+        theirs = torch.tensor(data).softmax(-1).numpy()
+        got = compiled(kiln.tensor(data)).numpy()
+        np.testing.assert_allclose(got, theirs, rtol=1e-6, atol=1e-7)
+    assert stats.symbolic_compiles >= 1 and stats.symbolic_refused == 0
+
+
 def test_layouts_of_a_size_seen_before_are_not_worked_out_again(stats, monkeypatch):
     """A call with sizes seen before takes every layout (extern calls' too) from the per-size
     record: no layout is evaluated from its symbols on the call's path."""
