@@ -244,7 +244,10 @@ class Expr:
     __slots__ = ("terms", "const", "_hash")
 
     def __init__(self, terms: dict | None = None, const: int = 0):
-        self.terms = {a: c for a, c in (terms or {}).items() if c != 0}
+        # a SymInt coefficient is kept without asking whether it is 0: one that simplified to
+        # 0 is a plain int, and asking decides over the symbols' ranges (a quarter of the
+        # decisions of a GPT block's symbolic compile were such questions)
+        self.terms = {a: c for a, c in (terms or {}).items() if c.__class__ is not int or c != 0}
         self.const = size_value(const)
         self._hash = None
 

@@ -198,6 +198,7 @@ class ShapeEnv:
         self._unbacked = 0
         self._suppressed = 0
         self._kernel_scope = 0
+        self._decisions: dict | None = None  # (op, lhs, rhs) -> decision, in a kernel scope
         # the user's "file:line" now (the capture frontend sets it): guards and errors name it
         self.location: Callable[[], str | None] | None = None
         # run-time assertions on unbacked symbols, taken by the tracer into the graph
@@ -254,7 +255,7 @@ class ShapeEnv:
         ``bool()`` of it decides or raises)."""
         if self.fixed:
             lhs, rhs = _fold_fixed(self, lhs), _fold_fixed(self, rhs)
-        result = _decide_exprs(op, lhs, rhs)
+        result = _decide_remembered(self, op, lhs, rhs)
         if result is not None:
             return result
         if self._kernel_scope:
@@ -553,12 +554,16 @@ class _KernelScope:
             if s.lower < 2:
                 self.lowered.append((s, s.lower))
                 s.lower = 2
+        if self.env._kernel_scope == 1:  # ranges hold still until the scope ends (no guards)
+            self.env._decisions = {}
         return self
 
     def __exit__(self, *exc):
         for s, lower in self.lowered:
             s.lower = lower
         self.env._kernel_scope -= 1
+        if not self.env._kernel_scope:
+            self.env._decisions = None
 
 
 class _Deferring:
@@ -616,10 +621,19 @@ def _make(env: ShapeEnv, expr: Expr, hint):
 
 
 def _fold_fixed(env: ShapeEnv, expr: Expr) -> Expr:
-    """``expr`` with the symbols a guard pinned to one value replaced by that value."""
-    symbols = expr.symbols()
-    if any(s in env.fixed for s in symbols):
-        return expr.subs({s: env.fixed[s] for s in symbols if s in env.fixed})
+    """``expr`` with the symbols a guard pinned to one value replaced by that value. Every
+    SymInt operation asks this (a symbolic compile, tens of thousands of times): the atoms are
+    looked at where they stand, without gathering the expression's symbols into a set."""
+    fixed = env.fixed
+    for monomial in expr.terms:
+        for atom in monomial:
+            if (
+                atom in fixed
+                if atom.__class__ is Symbol
+                else any(s in fixed for s in atom.symbols())
+            ):
+                symbols = expr.symbols()
+                return expr.subs({s: fixed[s] for s in symbols if s in fixed})
     return expr
 
 
@@ -888,7 +902,27 @@ def statically_known_true(op: str, a, b) -> bool:
     env = a.env if a.__class__ is SymInt else (b.env if b.__class__ is SymInt else None)
     if env is not None and env.fixed:
         lhs, rhs = _fold_fixed(env, lhs), _fold_fixed(env, rhs)
-    return _decide_exprs(op, lhs, rhs) is True
+    if env is None:
+        return _decide_exprs(op, lhs, rhs) is True
+    return _decide_remembered(env, op, lhs, rhs) is True
+
+
+_UNDECIDED = object()
+
+
+def _decide_remembered(env: ShapeEnv, op: str, lhs: Expr, rhs: Expr) -> bool | None:
+    """``_decide_exprs``, remembered inside a kernel scope, where the symbols' ranges hold
+    still: a symbolic compile asks the same few hundred questions thousands of times (the
+    index algebra of every load and store), and each answer builds a difference and its
+    bounds."""
+    memo = env._decisions
+    if memo is None:
+        return _decide_exprs(op, lhs, rhs)
+    key = (op, lhs, rhs)
+    result = memo.get(key, _UNDECIDED)
+    if result is _UNDECIDED:
+        result = memo[key] = _decide_exprs(op, lhs, rhs)
+    return result
 
 
 def expect_true(op: str, a, b, message: str) -> bool:

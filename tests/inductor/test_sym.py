@@ -46,3 +46,24 @@ def test_bounds_and_affine_only():
 def test_expressions_are_hashable_values():
     i = sym.Var("i", 3)
     assert {sym.as_expr(i) + 1: 1}[sym.as_expr(i) + 1] == 1
+
+
+def test_strides_over_symbolic_sizes_build_indices_without_deciding_anything(monkeypatch):
+    """A stride that is a product of sizes is kept as a coefficient as it is: asking whether
+    it is 0 cost a decision over the symbols' ranges per term (a quarter of the decisions a
+    symbolic GPT block's compile made); the index still evaluates like the arithmetic."""
+    from kiln.runtime import symbolic
+    from kiln.runtime.symbolic import ShapeEnv
+
+    env = ShapeEnv()
+    s0, s1 = (env.symint(env.create_symbol(h, f"x.size()[{i}]")) for i, h in enumerate((3, 5)))
+    asked = []
+    decide = symbolic._decide_exprs
+    monkeypatch.setattr(symbolic, "_decide_exprs", lambda *a: asked.append(a) or decide(*a))
+    x0, x1 = sym.Var("x0", s0), sym.Var("x1", s1)
+    with env.kernel_scope():
+        index = sym.as_expr(x0) * (s1 * 4) + sym.as_expr(x1) * 4
+    assert asked == []
+    for a, b in itertools.product(range(3), range(5)):
+        stride = index.terms[x0].expr.evaluate({s1.expr.as_symbol(): 5})
+        assert stride * a + index.terms[x1] * b == a * 20 + b * 4

@@ -8,6 +8,8 @@ that comes twice (``specialize``) — so a test fails if a size pays a compile i
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -318,6 +320,31 @@ def test_flat_pointwise_loops_load_vectors_at_every_size(stats, tmp_path, monkey
         assert stats.symbolic_compiles >= 1 and stats.symbolic_refused == 0
 
 
+def _gelu_like(lib, x):
+    """Two vector-math calls per element: the flat loop's wide (4 vectors a step) variant."""
+    return lib.nn.functional.gelu(x, approximate="tanh") * x.exp().tanh()
+
+
+@needs_torch
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_full_chunks_of_flat_loops_run_a_constant_trip_count(stats, tmp_path, monkeypatch, dynamic):
+    """A flat loop's rows of 4096 elements run a loop whose trip count LLVM knows (the count of
+    a run-time size left it 13% slower); the last row takes what is left through the vector
+    and scalar loops — PyTorch's values at sizes around whole rows and under one vector."""
+    compiled = kiln.compile(lambda x: _gelu_like(kiln, x), dynamic=dynamic)
+    shapes = [(4096, 2), (2, 3), (2, 4096), (3, 4096), (4097, 3), (7, 1171), (64, 64), (5, 7)]
+    for k, shape in enumerate(shapes):
+        data = np.random.default_rng(k).standard_normal(shape).astype(np.float32)
+        x = kiln.tensor(data)
+        if k == 0:
+            ir_text = _kernels_ir(tmp_path / str(k), monkeypatch, compiled, x)
+            assert re.search(r'icmp sle i64 %"[^"]+", 4096', ir_text)
+        theirs = _gelu_like(torch, torch.tensor(data))
+        np.testing.assert_allclose(compiled(x).numpy(), theirs.numpy(), rtol=1e-5, atol=1e-6)
+    if dynamic:
+        assert stats.symbolic_compiles >= 1 and stats.symbolic_refused == 0
+
+
 def test_scalar_tails_of_run_time_length_are_not_unrolled(stats, tmp_path, monkeypatch):
     """The scalar loop after a vector loop runs fewer than 8 times; when its bound is a run-time
     size the kernel tells LLVM not to unroll it (code size and compile time for nothing), and the
@@ -331,6 +358,28 @@ def test_scalar_tails_of_run_time_length_are_not_unrolled(stats, tmp_path, monke
         np.testing.assert_allclose(
             compiled(x).numpy(), kiln.nn.functional.softmax(x, -1).numpy(), rtol=1e-6, atol=1e-7
         )
+
+
+@needs_torch
+def test_only_vector_loops_of_vector_math_are_unrolled_at_run_time_lengths(
+    stats, tmp_path, monkeypatch
+):
+    """A softmax's three loops over a run-time length: the max and the division are told not
+    to unroll (a chain through the accumulator, loads and stores: compile time for nothing),
+    the exp loop is left to LLVM (two copies overlap its polynomial); PyTorch's values at
+    lengths under one vector, odd ones and several vectors."""
+    compiled = kiln.compile(lambda x: x.softmax(-1), dynamic=True)
+    ir_text = _kernels_ir(tmp_path, monkeypatch, compiled, kiln.randn(4, 7))
+    latches = {}  # each vector loop's last branch back to its head: its latch
+    for name, hint in re.findall(r'br label %"(vec_head[.0-9]*)"(, !llvm.loop)?', ir_text):
+        latches[name] = hint
+    assert sorted(latches.values()) == ["", ", !llvm.loop", ", !llvm.loop"]
+    for k, shape in enumerate([(3, 2), (2, 7), (5, 8), (3, 9), (2, 130), (6, 1031)]):
+        data = np.random.default_rng(k).standard_normal(shape).astype(np.float32)
+        theirs = torch.tensor(data).softmax(-1).numpy()
+        got = compiled(kiln.tensor(data)).numpy()
+        np.testing.assert_allclose(got, theirs, rtol=1e-6, atol=1e-7)
+    assert stats.symbolic_compiles >= 1 and stats.symbolic_refused == 0
 
 
 def test_layouts_of_a_size_seen_before_are_not_worked_out_again(stats, monkeypatch):

@@ -135,6 +135,26 @@ def test_comparisons_decided_by_ranges_record_no_guard():
     assert env.guards == []
 
 
+def test_a_kernel_scope_remembers_its_decisions_until_it_ends(monkeypatch):
+    """A symbolic compile asks the same relations thousands of times while no range changes:
+    inside ``kernel_scope`` each is decided once; after it, guards narrow ranges again and
+    the answers follow them."""
+    from kiln.runtime import symbolic
+
+    env, (s0, s1) = _env_with(6, 4)
+    asked = []
+    decide = symbolic._decide_exprs
+    monkeypatch.setattr(symbolic, "_decide_exprs", lambda *a: asked.append(a) or decide(*a))
+    with env.kernel_scope():
+        for _ in range(3):
+            assert statically_known_true("<=", s1, s0 * s1)
+            assert not statically_known_true(">=", s0, 4)
+            assert s0 * s1 >= s1
+    assert len(asked) == 3
+    assert (s0 > 5) is True  # a guard: s0 >= 6 from now on
+    assert statically_known_true(">=", s0, 4)
+
+
 def test_undecided_comparisons_follow_the_hint_and_record_a_guard():
     env, (s0, s1) = _env_with(6, 4)
     assert (s0 > s1) is True
