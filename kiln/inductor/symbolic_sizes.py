@@ -2,9 +2,10 @@
 
 A graph compiled with symbolic sizes (``ShapeEnv.kernel_scope``) has layouts, row counts and
 returned sizes that are expressions over its size symbols (``s0``, ``s1``). ``SizeBinding``
-knows where each symbol's value is in a call's arguments (a dim of an input tensor, or an int
-argument), and ``resolve`` turns a call into ``CallSizes``: the symbol values (also as the int64
-array the kernels read them from), every buffer's concrete layout, each kernel's row count.
+knows where each symbol's value is in a call's arguments (a size or stride of an input tensor,
+an int argument, or solved from a size like ``2*s0``), and ``resolve`` turns a call into
+``CallSizes``: the symbol values (also as the int64 array the kernels read them from), every
+buffer's concrete layout, each kernel's row count.
 Those are worked out once per distinct set of values and kept (a bounded cache), so a call with
 sizes seen before costs a tuple lookup and a shape comparison.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import ctypes
 from collections import OrderedDict
 
+from ..runtime.sym_expr import Expr, as_expr, const
 from ..runtime.symbolic import SizeDependentError, SymInt
 from ..runtime.tensor import Tensor
 from .ir import Layout
@@ -60,21 +62,9 @@ class SizeBinding:
 
     def __init__(self, example_inputs, symbols: list):
         self.symbols = symbols
-        sources: dict = {}
-        for i, value in enumerate(example_inputs):
-            if isinstance(value, Tensor):
-                for d, size in enumerate(value._shape):
-                    symbol = size.expr.as_symbol() if size.__class__ is SymInt else None
-                    if symbol is not None:
-                        sources.setdefault(symbol, (i, d))
-            elif value.__class__ is SymInt and value.expr.as_symbol() is not None:
-                sources.setdefault(value.expr.as_symbol(), (i, None))
-        missing = [s.name for s in symbols if s not in sources or s.unbacked]
-        if missing:
-            raise SizeDependentError(
-                f"size symbols {missing} are not the size of an input dim or an int input"
-            )
-        self.sources = [sources[s] for s in symbols]
+        # each symbol's place (input index, dim, what: 0 size, 1 stride, 2 the int input itself)
+        # with ``(a, b)``: the place holds ``a*symbol + b`` over symbols found before it
+        self.places, self._solutions = _find_symbols(example_inputs, symbols)
         self.input_shapes = [
             (i, tuple(value._shape))
             for i, value in enumerate(example_inputs)
@@ -86,6 +76,16 @@ class SizeBinding:
         self.consts: tuple = ()
         self._cache: OrderedDict = OrderedDict()
 
+    def input_size_sources(self) -> list:
+        """``(input index, dim)`` of each symbol, in ``symbols`` order, for a record that reads
+        every symbol directly from an input's size (``aot_compile``'s packages)."""
+        direct = {s: p for p, (s, a, _) in zip(self.places, self._solutions) if a is None}
+        if any(s not in direct or direct[s][2] != 0 for s in self.symbols):
+            raise SizeDependentError(
+                f"size symbols {[s.name for s in self.symbols]} are not all input sizes"
+            )
+        return [direct[s][:2] for s in self.symbols]
+
     def bind(self, layouts: dict, rows: dict, consts: tuple) -> None:
         """What to evaluate per size set: named layouts, ``(rows, work)`` by kernel step, and
         returned sizes."""
@@ -96,7 +96,10 @@ class SizeBinding:
 
     def resolve(self, args) -> CallSizes | None:
         """The sizes of this call, or None when the kernels do not serve it."""
-        key = tuple(args[i]._shape[d] if d is not None else args[i] for i, d in self.sources)
+        key = tuple(
+            args[i]._shape[d] if what == 0 else (args[i] if what == 2 else args[i].stride()[d])
+            for i, d, what in self.places
+        )
         sizes = self._cache.get(key)
         if sizes is None:
             sizes = self._make(key)
@@ -111,14 +114,88 @@ class SizeBinding:
         return sizes
 
     def _make(self, key: tuple):
-        if any(v.__class__ is not int or v < 2 for v in key):
-            return False
-        values = dict(zip(self.symbols, key))
+        found = {}
+        for v, (symbol, a, b) in zip(key, self._solutions):
+            if v.__class__ is not int:
+                return False
+            if a is not None:  # the place holds a*symbol + b
+                scale, rest = a.evaluate(found), b.evaluate(found)
+                if scale < 1 or (v - rest) % scale:
+                    return False
+                v = (v - rest) // scale
+            if v < 2:
+                return False
+            found[symbol] = v
+        values = {symbol: found[symbol] for symbol in self.symbols}
         shapes = tuple((i, _shape(shape, values)) for i, shape in self.input_shapes)
         layouts = tuple(_layout(layout, values) for layout in self.layouts)
         rows = {step: tuple(_value(n, values) for n in r) for step, r in self.rows.items()}
         consts = tuple(_value(c, values) for c in self.consts)
         return CallSizes(values, layouts, rows, consts, shapes)
+
+
+def _find_symbols(example_inputs, symbols: list) -> tuple:
+    """``(places, solutions)``: for each symbol, the argument place a call reads it from, and
+    ``(symbol, a, b)`` when that place holds ``a*symbol + b`` (``a``, ``b`` over the symbols
+    found before; ``(symbol, None, None)`` when it holds the symbol itself).
+
+    A symbol that is an input's size or stride, or an int input, is read directly. One that
+    appears only in expressions (a backward graph's ``2*s0``-long input, a stride ``s1*s2``) is
+    solved from a place where it is the one unknown and appears linearly, once the symbols in
+    its coefficient are found; each call checks the division is exact, else the kernels do not
+    serve it. A symbol found nowhere refuses the symbolic route (``SizeDependentError``)."""
+    places = []
+    for i, value in enumerate(example_inputs):
+        if isinstance(value, Tensor):
+            places += [((i, d, 0), size) for d, size in enumerate(value._shape)]
+            places += [((i, d, 1), stride) for d, stride in enumerate(value.stride())]
+        else:
+            places.append(((i, None, 2), value))
+    places = [(place, size.expr) for place, size in places if size.__class__ is SymInt]
+    wanted = {s for s in symbols if not s.unbacked}
+    found: dict = {}  # symbol -> (place, a, b)
+    for place, expr in sorted(places, key=lambda item: item[0][2] == 1):  # sizes before strides
+        symbol = expr.as_symbol()
+        if symbol in wanted and symbol not in found:
+            found[symbol] = (place, None, None)
+    order = list(found)
+    progress = True
+    while progress and len(found) < len(wanted):
+        progress = False
+        for place, expr in places:
+            unknown = [s for s in expr.symbols() if s not in found]
+            if len(unknown) != 1 or unknown[0] not in wanted:
+                continue
+            linear = _linear_in(expr, unknown[0])
+            if linear is not None and linear[0].bounds()[0] >= 1:
+                found[unknown[0]] = (place, *linear)
+                order.append(unknown[0])
+                progress = True
+    missing = [s.name for s in symbols if s not in found]
+    if missing:
+        raise SizeDependentError(
+            f"size symbols {missing} are not an input's size or stride, nor an int input, nor"
+            " solvable from one (a*symbol + b over the other symbols)"
+        )
+    return [found[s][0] for s in order], [(s, *found[s][1:]) for s in order]
+
+
+def _linear_in(expr: Expr, symbol) -> tuple | None:
+    """``(a, b)`` with ``expr == a*symbol + b`` and ``symbol`` in neither, else None."""
+    a = b = const(0)
+    for monomial, coeff in expr.terms.items():
+        count = sum(1 for atom in monomial if atom is symbol)
+        if count > 1 or any(atom is not symbol and symbol in atom.symbols() for atom in monomial):
+            return None
+        term = const(coeff)
+        for atom in monomial:
+            if atom is not symbol:
+                term = term * as_expr(atom)
+        if count:
+            a = a + term
+        else:
+            b = b + term
+    return a, b + expr.const
 
 
 def _value(size, values):
