@@ -511,3 +511,30 @@ def test_stride_symbols_are_read_from_input_strides(stats):
                     got.numpy(), fn(torch, view(torch.tensor(data))).numpy(), 1e-5, 1e-6
                 )
     assert stats.symbolic_refused == 0 and stats.static_compiles == 0
+
+
+def _counts_that_are_sizes(lib, x):
+    """Variances and a std over the batch and time dims (the gradients divide by their counts,
+    which are sizes), a layer norm over rows of a reshape, and a cat (its gradient narrows the
+    incoming gradient at a size)."""
+    B, T, C = x.shape
+    rows = x.reshape(B * T, C) * x.var(dim=(0, 1), unbiased=False)
+    y = lib.nn.functional.layer_norm(rows - rows.var(0, keepdim=True), (C,))
+    z = lib.cat([y, rows]).view(2, B, T, C)
+    return z.std(2), z.sin().sum(-1)
+
+
+@needs_torch
+def test_gradients_dividing_by_a_size_compile_once_for_every_size(stats):
+    """The backward of var/std over symbolic dims and of cat used to turn a size into a Python
+    number, which pinned it (a guard ``s0 == 3``: one recompile per batch size); now one
+    forward and one backward graph serve every size, with PyTorch's values and gradients."""
+    counter = CompileCounter("inductor")
+    compiled = kiln.compile(
+        lambda x: _counts_that_are_sizes(kiln, x), backend=counter, dynamic=True
+    )
+    for k, shape in enumerate([(2, 3, 8), (4, 5, 8), (3, 2, 8), (5, 7, 8), (4, 5, 8)]):
+        _compare_with_torch(compiled, _counts_that_are_sizes, shape, k)
+    assert counter.frame_count == 1
+    assert stats.symbolic_compiles == 2 and stats.symbolic_refused == 0
+    assert stats.static_compiles == stats.eager_first_calls == stats.fallback_calls == 0
