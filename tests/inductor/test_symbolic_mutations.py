@@ -15,6 +15,7 @@ import pytest
 
 import kiln
 from kiln.bench.programs import models_for as bench_models_for
+from kiln.dynamo.testing import CompileCounter
 from kiln.inductor.specialize import COMPILE_STATS
 from kiln.runtime import logs as klog
 from tests.models.models import copy_weights, models_for
@@ -53,9 +54,12 @@ def _train_step(lib, model, optimizer):
     return step
 
 
-def _compare_training(make_model, shapes, width: int, dynamic, optimizer="AdamW", **options):
+def _compare_training(
+    make_model, shapes, width: int, dynamic, optimizer="AdamW", **options
+) -> list:
     """Train a kiln model under ``kiln.compile`` and the same PyTorch model eagerly on inputs of
-    ``shapes``; after every step the losses, parameters, gradients and optimizer state agree."""
+    ``shapes``; after every step the losses, parameters, gradients and optimizer state agree.
+    Returns the number of frames captured so far after each step."""
     torch.manual_seed(0)
     theirs = make_model(torch)
     ours = make_model(kiln)
@@ -63,9 +67,11 @@ def _compare_training(make_model, shapes, width: int, dynamic, optimizer="AdamW"
     options = {"lr": 1e-2, "weight_decay": 0.1, **options}
     our_opt = getattr(kiln.optim, optimizer)(ours.parameters(), **options)
     their_opt = getattr(torch.optim, optimizer)(theirs.parameters(), **options)
-    compiled = kiln.compile(_train_step(kiln, ours, our_opt), backend="inductor", dynamic=dynamic)
+    counter = CompileCounter("inductor")
+    compiled = kiln.compile(_train_step(kiln, ours, our_opt), backend=counter, dynamic=dynamic)
     their_step = _train_step(torch, theirs, their_opt)
     rng = np.random.default_rng(0)
+    frames = []
     for shape in shapes:
         x = rng.standard_normal((*shape, width)).astype(np.float32)
         y = rng.standard_normal((*shape, width)).astype(np.float32)
@@ -80,6 +86,8 @@ def _compare_training(make_model, shapes, width: int, dynamic, optimizer="AdamW"
                     _close(value, their_opt.state[q][key])
         for b, c in zip(ours.buffers(), theirs.buffers()):
             _close(b, c)
+        frames.append(counter.frame_count)
+    return frames
 
 
 @needs_torch
@@ -91,8 +99,10 @@ def test_mlp_training_step_compiles_once_for_every_batch_size(stats, dynamic):
     def mlp(lib):
         return models_for(lib).MLP(8, 16, 8)
 
-    _compare_training(mlp, [(6,), (6,), (3,), (6,), (5,), (7,), (2,)], 8, dynamic)
+    frames = _compare_training(mlp, [(6,), (6,), (3,), (6,), (5,), (7,), (2,)], 8, dynamic)
     _assert_every_size_served(stats)
+    if dynamic:  # captures on the first two steps only (gradients, optimizer state appear)
+        assert frames[1] == frames[-1]
 
 
 @needs_torch
@@ -117,8 +127,9 @@ def test_gpt_block_training_step_serves_batch_and_sequence_lengths(stats):
 
     # the key projection's bias has a zero gradient up to rounding (softmax ignores a shift of
     # a row): Adam's division by sqrt(v) would blow rounding up, a larger eps keeps it rounding
-    _compare_training(block, [(2, 8), (3, 5), (2, 16), (4, 7), (3, 5)], 16, True, eps=1e-3)
+    frames = _compare_training(block, [(2, 8), (3, 5), (2, 16), (4, 7), (3, 5)], 16, True, eps=1e-3)
     _assert_every_size_served(stats)
+    assert frames[1] == frames[-1]
 
 
 @needs_torch
@@ -130,8 +141,11 @@ def test_batch_norm_running_statistics_update_at_every_batch_size(stats):
         nn = lib.nn
         return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 8))
 
-    _compare_training(net, [(6,), (4,), (9,), (4,), (5,)], 8, True, optimizer="SGD", momentum=0.9)
+    frames = _compare_training(
+        net, [(6,), (4,), (9,), (4,), (5,)], 8, True, optimizer="SGD", momentum=0.9
+    )
     _assert_every_size_served(stats)
+    assert frames[1] == frames[-1]  # the unbiased variance's n / (n - 1) pins no batch size
 
 
 def test_in_place_update_of_an_input_is_written_back_at_every_size(stats):
