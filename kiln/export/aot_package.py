@@ -89,6 +89,7 @@ def _compile_every_size(ep, lowered, examples, options, env) -> CompiledGraph:
     what needs a size's value (the package would otherwise serve the example's sizes only)."""
     try:
         binding = SizeBinding(examples, graph_symbols(examples))
+        binding.input_size_sources()  # a package reads every symbol from an input's size
         with env.kernel_scope():
             return compile_graph(lowered, examples, options, binding, _unserved)
     except Exception as why:  # also an internal error of the symbolic route: no package then

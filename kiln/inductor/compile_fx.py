@@ -86,11 +86,10 @@ class CompiledGraph:
                 for i, s in enumerate(sched.steps)
                 if i not in kernels and not isinstance(s, ExternCall)
             ]
-            if other or mutations:
+            if other:
                 raise SymbolicUnsupportedError(
                     "kernels for every size need every step to be an LLVM kernel or an extern"
-                    f" call, and no input mutations (steps run otherwise: {other};"
-                    f" {numpy_reasons})"
+                    f" call (steps run otherwise: {other}; {numpy_reasons})"
                 )
         self.inplace = plan_inplace(sched, mutations) if mutations else {}
         self.wrapper = generate_wrapper(

@@ -133,8 +133,9 @@ def wrapper_plan(compiled: CompiledGraph) -> dict:
     }
     binding = compiled.sizes
     if binding is not None:
+        sources = binding.input_size_sources()
         plan["symbols"] = [{"name": symbol.name, "input": i, "dim": d}
-                           for symbol, (i, d) in zip(binding.symbols, binding.sources)]  # fmt: skip
+                           for symbol, (i, d) in zip(binding.symbols, sources)]  # fmt: skip
     allocated: set = set()
     for i, step in enumerate(sched.steps):
         if isinstance(step, Kernel):

@@ -10,13 +10,19 @@ Safe when the new value ``B`` of input ``X`` has ``X``'s layout, is computed by 
 of a generated kernel, and every read of ``X`` from that kernel on is by a node at or before
 ``B``'s in the kernel, at exactly the element ``B`` stores (threads split the elements; a read of
 another element could see it already overwritten). Reads by earlier steps are over by then.
+
+With symbolic sizes (kernels for every size) layouts are expressions over the size symbols: the
+same expressions mean the same layout at every size, and layouts that might differ at some size
+keep the copy-back (a comparison never decides on the sizes seen). Each call still checks
+that the input has the compiled strides (``wrapper_runtime.input_storage_owned``); one that does
+not (a transposed view) gets its new value copied back by the runtime instead.
 """
 
 from __future__ import annotations
 
 from . import sym
 from .dependencies import reads_of
-from .ir import ComputedBuffer, InputBuffer, Pointwise
+from .ir import ComputedBuffer, InputBuffer, Layout, Pointwise
 from .scheduler import Kernel, Schedule, _step_reads
 
 __all__ = ["plan_inplace"]
@@ -48,12 +54,9 @@ def plan_inplace(sched: Schedule, mutations) -> dict:
             or not isinstance(buf.data, Pointwise)
             or buf.name in taken
             or buf.name not in step_of
-            or layout != buf.layout
-            or buf.layout.shape != x.layout.shape
-            or buf.layout.stride != x.layout.stride
-            or buf.layout.offset != 0
-            or x.layout.offset != 0
-            or buf.dtype is not x.dtype
+            or not _same_layout(layout, buf.layout)
+            or not _same_layout(buf.layout, x.layout)
+            or not sym.known("==", buf.layout.offset, 0)
             or sum(1 for o in lowered.outputs if o[0] == "buffer" and o[1] is buf) != 1
         ):
             continue
@@ -65,6 +68,17 @@ def plan_inplace(sched: Schedule, mutations) -> dict:
         out[buf.name] = k
         taken.add(buf.name)
     return out
+
+
+def _same_layout(a: Layout, b: Layout) -> bool:
+    """Whether two layouts are provably the same at every size (symbolic sizes must be the same
+    expressions: sizes that merely might be equal keep the copy-back)."""
+    return (
+        a.dtype is b.dtype
+        and len(a.shape) == len(b.shape)
+        and all(sym.same_size(p, q) for p, q in zip(a.shape + a.stride, b.shape + b.stride))
+        and sym.same_size(a.offset, b.offset)
+    )
 
 
 def _kernel_allows(kernel: Kernel, buf: ComputedBuffer, name: str) -> bool:

@@ -2,7 +2,7 @@
 concrete signature that comes twice.
 
 ``symbolic_compile`` gives most symbolic graphs one kernel set for every size. A graph it cannot
-compile (a size-dependent decision, an extern call, an input mutation, Triton), and a call its
+compile (a size-dependent decision, a step run by numpy, Triton), and a call its
 kernels do not serve (a size of 1), come here: ``specializing`` compiles the graph for each
 concrete input signature it is called with *a second time* (the graph is traced again on fakes
 of that call's inputs, which turns every size node into a constant) and keeps the compiled
@@ -13,7 +13,7 @@ get kernels on their second call, up to ``config.static_kernel_sets_per_graph`` 
 A graph with data-dependent sizes (``nonzero``'s row count) has no static version: it always runs
 with the eager ops. All of it is logged under ``KILN_LOGS=inductor``, and the per-size decisions
 under ``recompiles`` too. What is left for this route to shrink: extern calls (matmuls take their
-shapes at run time already), scatters, mutations and unbacked sizes in the symbolic kernels.
+shapes at run time already), scatters and unbacked sizes in the symbolic kernels.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from a size's value — a comparison the symbols' ranges leave open, a size need
 raises ``SizeDependentError`` in that scope instead of guarding, so kernels compiled this way
 never depend on the sizes seen; the scope assumes every symbol is at least 2, which each call
 checks. A graph the symbolic route cannot compile (that error, or a step it does not support
-yet: externs, scatters, input mutations, Triton) takes the interim route of ``specialize.py``,
+yet: a step run by numpy, Triton) takes the interim route of ``specialize.py``,
 and so does a call outside the kernels' assumptions (a size of 1), which is compiled for only
 once it has come ``config.unserved_size_eager_calls`` times. Reasons are logged under
 ``KILN_LOGS=inductor`` and ``recompiles``.

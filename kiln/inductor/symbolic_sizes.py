@@ -2,9 +2,10 @@
 
 A graph compiled with symbolic sizes (``ShapeEnv.kernel_scope``) has layouts, row counts and
 returned sizes that are expressions over its size symbols (``s0``, ``s1``). ``SizeBinding``
-knows where each symbol's value is in a call's arguments (a dim of an input tensor, or an int
-argument), and ``resolve`` turns a call into ``CallSizes``: the symbol values (also as the int64
-array the kernels read them from), every buffer's concrete layout, each kernel's row count.
+knows where each symbol's value is in a call's arguments (a size or stride of an input tensor,
+an int argument, or solved from a size like ``2*s0``), and ``resolve`` turns a call into
+``CallSizes``: the symbol values (also as the int64 array the kernels read them from), every
+buffer's concrete layout, each kernel's row count.
 Those are worked out once per distinct set of argument shapes and kept (a bounded cache): a call
 with shapes seen before costs one tuple of its arguments' shapes (built by a generated function)
 and one dict lookup, about a microsecond.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import ctypes
 from collections import OrderedDict
 
+from ..runtime.sym_expr import Expr, as_expr, const
 from ..runtime.symbolic import SizeDependentError, SymInt
 from ..runtime.tensor import Tensor
 from .ir import Layout
@@ -61,33 +63,32 @@ class SizeBinding:
 
     def __init__(self, example_inputs, symbols: list):
         self.symbols = symbols
-        sources: dict = {}
-        for i, value in enumerate(example_inputs):
-            if isinstance(value, Tensor):
-                for d, size in enumerate(value._shape):
-                    symbol = size.expr.as_symbol() if size.__class__ is SymInt else None
-                    if symbol is not None:
-                        sources.setdefault(symbol, (i, d))
-            elif value.__class__ is SymInt and value.expr.as_symbol() is not None:
-                sources.setdefault(value.expr.as_symbol(), (i, None))
-        missing = [s.name for s in symbols if s not in sources or s.unbacked]
-        if missing:
-            raise SizeDependentError(
-                f"size symbols {missing} are not the size of an input dim or an int input"
-            )
-        self.sources = [sources[s] for s in symbols]
+        # each symbol's place (input index, dim, what: 0 size, 1 stride, 2 the int input itself)
+        # with ``(a, b)``: the place holds ``a*symbol + b`` over symbols found before it
+        self.places, self._solutions = _find_symbols(example_inputs, symbols)
         self.input_shapes = [
             (i, tuple(value._shape))
             for i, value in enumerate(example_inputs)
             if isinstance(value, Tensor)
         ]
-        int_args = sorted({i for i, d in self.sources if d is None})
-        self._key = _key_function([i for i, _ in self.input_shapes], int_args)
+        int_args = sorted({i for i, _, what in self.places if what == 2})
+        strides = sorted({(i, d) for i, d, what in self.places if what == 1})
+        self._key = _key_function([i for i, _ in self.input_shapes], int_args, strides)
         self.layout_names: tuple = ()
         self.layouts: tuple = ()
         self.rows: dict = {}
         self.consts: tuple = ()
         self._cache: OrderedDict = OrderedDict()
+
+    def input_size_sources(self) -> list:
+        """``(input index, dim)`` of each symbol, in ``symbols`` order, for a record that reads
+        every symbol directly from an input's size (``aot_compile``'s packages)."""
+        direct = {s: p for p, (s, a, _) in zip(self.places, self._solutions) if a is None}
+        if any(s not in direct or direct[s][2] != 0 for s in self.symbols):
+            raise SizeDependentError(
+                f"size symbols {[s.name for s in self.symbols]} are not all input sizes"
+            )
+        return [direct[s][:2] for s in self.symbols]
 
     def bind(self, layouts: dict, rows: dict, consts: tuple) -> None:
         """What to evaluate per size set: named layouts, ``(rows, work)`` by kernel step, and
@@ -109,12 +110,26 @@ class SizeBinding:
         return None if sizes is False else sizes
 
     def _make(self, args):
-        """The call's ``CallSizes``, or False when a size is under 2 or an input's shape is
-        not the one its symbols give (two dims of one symbol that differ)."""
-        key = tuple(args[i]._shape[d] if d is not None else args[i] for i, d in self.sources)
-        if any(v.__class__ is not int or v < 2 for v in key):
-            return False
-        values = dict(zip(self.symbols, key))
+        """The call's ``CallSizes``, or False when a size is under 2, a solved symbol does not
+        divide out, or an input's shape is not the one its symbols give (two dims of one symbol
+        that differ)."""
+        key = tuple(
+            args[i]._shape[d] if what == 0 else (args[i] if what == 2 else args[i].stride()[d])
+            for i, d, what in self.places
+        )
+        found = {}
+        for v, (symbol, a, b) in zip(key, self._solutions):
+            if v.__class__ is not int:
+                return False
+            if a is not None:  # the place holds a*symbol + b
+                scale, rest = a.evaluate(found), b.evaluate(found)
+                if scale < 1 or (v - rest) % scale:
+                    return False
+                v = (v - rest) // scale
+            if v < 2:
+                return False
+            found[symbol] = v
+        values = {symbol: found[symbol] for symbol in self.symbols}
         shapes = tuple((i, _shape(shape, values)) for i, shape in self.input_shapes)
         if any(args[i]._shape != shape for i, shape in shapes):
             return False
@@ -124,12 +139,77 @@ class SizeBinding:
         return CallSizes(values, layouts, rows, consts, shapes)
 
 
-def _key_function(tensor_args: list, int_args: list):
-    """``args -> key``: the shapes of the tensor arguments and the values of the int ones that
-    give a symbol. Generated, since it runs on every call: a comprehension over the arguments
-    cost about three times as much."""
+def _key_function(tensor_args: list, int_args: list, strides: list):
+    """``args -> key``: the shapes of the tensor arguments, the values of the int ones that give
+    a symbol and the strides that give one. Generated, since it runs on every call: a
+    comprehension over the arguments cost about three times as much."""
     parts = [f"a[{i}]._shape" for i in tensor_args] + [f"a[{i}]" for i in int_args]
+    parts += [f"a[{i}].stride()[{d}]" for i, d in strides]
     return eval(f"lambda a: ({', '.join(parts)},)", {})  # noqa: S307 - built from ints only
+
+
+def _find_symbols(example_inputs, symbols: list) -> tuple:
+    """``(places, solutions)``: for each symbol, the argument place a call reads it from, and
+    ``(symbol, a, b)`` when that place holds ``a*symbol + b`` (``a``, ``b`` over the symbols
+    found before; ``(symbol, None, None)`` when it holds the symbol itself).
+
+    A symbol that is an input's size or stride, or an int input, is read directly. One that
+    appears only in expressions (a backward graph's ``2*s0``-long input, a stride ``s1*s2``) is
+    solved from a place where it is the one unknown and appears linearly, once the symbols in
+    its coefficient are found; each call checks the division is exact, else the kernels do not
+    serve it. A symbol found nowhere refuses the symbolic route (``SizeDependentError``)."""
+    places = []
+    for i, value in enumerate(example_inputs):
+        if isinstance(value, Tensor):
+            places += [((i, d, 0), size) for d, size in enumerate(value._shape)]
+            places += [((i, d, 1), stride) for d, stride in enumerate(value.stride())]
+        else:
+            places.append(((i, None, 2), value))
+    places = [(place, size.expr) for place, size in places if size.__class__ is SymInt]
+    wanted = {s for s in symbols if not s.unbacked}
+    found: dict = {}  # symbol -> (place, a, b)
+    for place, expr in sorted(places, key=lambda item: item[0][2] == 1):  # sizes before strides
+        symbol = expr.as_symbol()
+        if symbol in wanted and symbol not in found:
+            found[symbol] = (place, None, None)
+    order = list(found)
+    progress = True
+    while progress and len(found) < len(wanted):
+        progress = False
+        for place, expr in places:
+            unknown = [s for s in expr.symbols() if s not in found]
+            if len(unknown) != 1 or unknown[0] not in wanted:
+                continue
+            linear = _linear_in(expr, unknown[0])
+            if linear is not None and linear[0].bounds()[0] >= 1:
+                found[unknown[0]] = (place, *linear)
+                order.append(unknown[0])
+                progress = True
+    missing = [s.name for s in symbols if s not in found]
+    if missing:
+        raise SizeDependentError(
+            f"size symbols {missing} are not an input's size or stride, nor an int input, nor"
+            " solvable from one (a*symbol + b over the other symbols)"
+        )
+    return [found[s][0] for s in order], [(s, *found[s][1:]) for s in order]
+
+
+def _linear_in(expr: Expr, symbol) -> tuple | None:
+    """``(a, b)`` with ``expr == a*symbol + b`` and ``symbol`` in neither, else None."""
+    a = b = const(0)
+    for monomial, coeff in expr.terms.items():
+        count = sum(1 for atom in monomial if atom is symbol)
+        if count > 1 or any(atom is not symbol and symbol in atom.symbols() for atom in monomial):
+            return None
+        term = const(coeff)
+        for atom in monomial:
+            if atom is not symbol:
+                term = term * as_expr(atom)
+        if count:
+            a = a + term
+        else:
+            b = b + term
+    return a, b + expr.const
 
 
 def _value(size, values):

@@ -16,8 +16,12 @@ import pytest
 import kiln
 from kiln.dynamo.testing import CompileCounter
 from kiln.inductor.codegen.llvm import jit as llvm_jit
+from kiln.inductor.compile_fx import compile_graph
 from kiln.inductor.specialize import COMPILE_STATS
+from kiln.ir.tracer import trace
 from kiln.runtime import logs as klog
+from kiln.runtime.symbolic import ShapeEnv
+from kiln.runtime.tensor import make_fake
 from tests.models.models import GPTConfig, copy_weights, models_for
 from tests.oracle import needs_torch, torch
 
@@ -244,21 +248,18 @@ def test_greedy_generation_compiles_one_kernel_set(stats):
 
 
 def test_graphs_the_kernels_do_not_serve_compile_per_size(stats):
-    """An input mutated in place is not part of kernels for every size yet: the graph takes
-    the per-size route (logged), with eager's values and eager's mutation."""
+    """A slice whose end the size symbols' ranges do not order against the sliced length (the
+    kernels would depend on which is smaller) is not part of kernels for every size yet: the
+    graph takes the per-size route (logged), with eager's values."""
 
     def fn(x, y):
-        y.add_(x.sum(-1))
-        return y * 2
+        return x.reshape(-1)[: y.shape[0]] + y
 
     compiled = kiln.compile(fn, backend="inductor")
     with kiln.no_grad():
         for n in (2, 3, 5, 3):
-            x, y = kiln.randn(n, 4), kiln.randn(n)
-            y_eager = y.clone()
-            expected = fn(x, y_eager)
-            np.testing.assert_allclose(compiled(x, y).numpy(), expected.numpy(), 1e-6)
-            np.testing.assert_allclose(y.numpy(), y_eager.numpy(), 1e-6)
+            x, y = kiln.randn(n, 4), kiln.randn(2 * n)
+            np.testing.assert_allclose(compiled(x, y).numpy(), fn(x, y).numpy(), 1e-6)
     assert stats.symbolic_refused >= 1 and stats.symbolic_compiles == 0
     assert stats.static_compiles == 1  # size 3 came twice
 
@@ -491,3 +492,101 @@ def test_variances_and_pinned_widths_take_kernels_for_every_size(stats, tmp_path
         for g, t in zip(got, theirs):
             np.testing.assert_allclose(g.numpy(), t.numpy(), rtol=1e-5, atol=1e-6)
     assert stats.symbolic_refused == 0
+
+
+def _symbolic_fakes(shapes_of):
+    """Fake inputs whose shapes are expressions over two fresh size symbols (hints 3 and 5):
+    ``shapes_of(s0, s1)`` gives the shapes."""
+    env = ShapeEnv()
+    s0, s1 = (env.symint(env.create_symbol(h, f"n{h}")) for h in (3, 5))
+    return [make_fake(shape, kiln.float32, kiln.device("cpu")) for shape in shapes_of(s0, s1)]
+
+
+def test_symbols_only_in_expressions_are_solved_from_input_sizes(stats):
+    """A graph whose inputs hold its symbols only inside expressions (``2*s0`` rows, ``s0*s1 + 3``
+    rows) still gets kernels for every size: each symbol is solved from a size where it is the
+    one unknown; a call whose sizes do not solve exactly takes the per-size route."""
+
+    def fn(x, y):
+        return x.reshape(2, -1, 4).sum(0) * 2, y.reshape(-1, 4) + 1
+
+    fakes = _symbolic_fakes(lambda s0, s1: ((2 * s0, 4), (s0 * s1 + 3, 4)))
+    compiled = compile_graph(trace(fn, *fakes), fakes)
+    assert stats.symbolic_compiles == 1 and stats.symbolic_refused == 0
+    for n, m in ((3, 5), (4, 2), (7, 9), (2, 6)):
+        x, y = kiln.randn(2 * n, 4), kiln.randn(n * m + 3, 4)
+        for got, expected in zip(compiled(x, y), fn(x, y)):
+            np.testing.assert_allclose(got.numpy(), expected.numpy(), 1e-6, 1e-6)
+    assert stats.fallback_calls == 0
+    x, y = kiln.randn(6, 4), kiln.randn(3 * 2 + 4, 4)  # s0 = 3, but 10 rows are not 3*s1 + 3
+    for got, expected in zip(compiled(x, y), fn(x, y)):
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), 1e-6, 1e-6)
+    assert stats.fallback_calls == 1
+
+
+def test_symbols_no_input_carries_are_refused_with_the_reason(stats, capsys):
+    """Inputs of ``s0*s1`` and ``s0 + s1`` elements do not give either symbol alone (no size
+    has just one unknown): the graph is compiled per size, and the log names the symbols."""
+    fakes = _symbolic_fakes(lambda s0, s1: ((s0 * s1,), (s0 + s1,)))
+
+    def fn(x, y):
+        return x * 2, y + 1
+
+    klog.set_logs("inductor")
+    try:
+        compiled = compile_graph(trace(fn, *fakes), fakes)
+        x, y = kiln.randn(15), kiln.randn(8)
+        for got, expected in zip(compiled(x, y), fn(x, y)):
+            np.testing.assert_allclose(got.numpy(), expected.numpy())
+    finally:
+        klog.set_logs("")
+    assert stats.symbolic_refused == 1 and stats.symbolic_compiles == 0
+    err = capsys.readouterr().err
+    assert "size symbols ['s0', 's1'] are not an input's size or stride, nor an int input" in err
+
+
+@needs_torch
+def test_stride_symbols_are_read_from_input_strides(stats):
+    """Inputs that are views with strides of their own (a slice of a wider row, every second
+    column) have stride symbols no size carries: the kernels read them from the strides."""
+
+    def fn(lib, x):
+        return (x * 2).sin().sum(-1)
+
+    compiled = kiln.compile(lambda x: fn(kiln, x), backend="inductor", dynamic=True)
+    with kiln.no_grad():
+        for n in (3, 5, 7, 4):
+            data = np.random.default_rng(n).standard_normal((n, 2 * n)).astype(np.float32)
+            for view in (lambda b: b[:, :n], lambda b: b[:, ::2]):
+                got = compiled(view(kiln.tensor(data)))
+                np.testing.assert_allclose(
+                    got.numpy(), fn(torch, view(torch.tensor(data))).numpy(), 1e-5, 1e-6
+                )
+    assert stats.symbolic_refused == 0 and stats.static_compiles == 0
+
+
+def _counts_that_are_sizes(lib, x):
+    """Variances and a std over the batch and time dims (the gradients divide by their counts,
+    which are sizes), a layer norm over rows of a reshape, and a cat (its gradient narrows the
+    incoming gradient at a size)."""
+    B, T, C = x.shape
+    rows = x.reshape(B * T, C) * x.var(dim=(0, 1), unbiased=False)
+    y = lib.nn.functional.layer_norm(rows - rows.var(0, keepdim=True), (C,))
+    z = lib.cat([y, rows]).view(2, B, T, C)
+    return z.std(2), z.sin().sum(-1)
+
+
+@needs_torch
+def test_gradients_dividing_by_a_size_compile_once_for_every_size(stats):
+    """The backward of var/std over symbolic dims and of cat used to turn a size into a Python
+    number, which pinned it (a guard ``s0 == 3``: one recompile per batch size); now one
+    forward and one backward graph serve every size, with PyTorch's values and gradients."""
+    counter = CompileCounter("inductor")
+    compiled = kiln.compile(
+        lambda x: _counts_that_are_sizes(kiln, x), backend=counter, dynamic=True
+    )
+    for k, shape in enumerate([(2, 3, 8), (4, 5, 8), (3, 2, 8), (5, 7, 8), (4, 5, 8)]):
+        _compare_with_torch(compiled, _counts_that_are_sizes, shape, k)
+    assert counter.frame_count == 1
+    assert stats.symbolic_compiles == 2 and stats.symbolic_refused == 0
+    assert stats.static_compiles == stats.eager_first_calls == stats.fallback_calls == 0

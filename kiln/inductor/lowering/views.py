@@ -30,7 +30,7 @@ def _view_box(x: TensorBox, shape, index_map: Callable, strided=None) -> TensorB
         new_layout = strided(layout)
         if new_layout is not None:
             box.view_of = (buffer, new_layout)
-    elif base is None and strided is not None and _numel(shape) == x.numel():
+    elif base is None and strided is not None and sym.same_size(_numel(shape), x.numel()):
         # a view of a value not computed yet: remember how to view it once it is stored
         # (an extern kernel then takes the view instead of a copy in the view's order)
         root, to_root = getattr(x, "lazy_view", None) or (x, None)

@@ -12,6 +12,7 @@ from ...autograd.grad_mode import no_grad
 from ...ops import OPS
 from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
+from ...runtime.symbolic import SymInt
 from ...runtime.tensor import Tensor
 from .layers import pad
 from .pooling import avg_pool2d
@@ -81,7 +82,10 @@ def batch_norm(
             if running_mean is not None:
                 running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype) * momentum)
             if running_var is not None:
-                unbiased = var * (n / (n - 1))
+                if n.__class__ is SymInt:  # a count under capture stays a graph value
+                    unbiased = var * n / (n - 1)  # (a float of it would pin the batch size)
+                else:
+                    unbiased = var * (n / (n - 1))
                 running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype) * momentum)
     return out
 

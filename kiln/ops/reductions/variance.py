@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...runtime.symbolic import SymInt
 from ..core.common import Scalar, Tensor, compute_np_dtype, fake, wrap
 from ..core.registry import defop, tensor_method, torch_function
 from ..pointwise.unary_binary import where
@@ -60,11 +61,19 @@ def _inverse(dof: float) -> float:
     return 1.0 / dof if dof else _INF
 
 
+def _scaled(t: Tensor, factor: float, dof) -> Tensor:
+    """``t * (factor / dof)``; a symbolic ``dof`` (a size under capture) divides the tensor
+    instead, as a graph value: a Python float of it would pin the size to the one seen."""
+    if dof.__class__ is SymInt:
+        return (t * factor if factor != 1.0 else t) / dof
+    return t * (factor * _inverse(dof))
+
+
 def _var_grad(c, g):
     x, dim, correction, keepdim = c.args
     dims = reduce_dims(x, dim)
-    scale = 2.0 * _inverse(_divisor(x, dims, correction))
-    return (expand_back(g, x.shape, dims, keepdim) * (x - mean(x, dims, True)) * scale,)
+    centred = expand_back(g, x.shape, dims, keepdim) * (x - mean(x, dims, True))
+    return (_scaled(centred, 2.0, _divisor(x, dims, correction)),)
 
 
 def _std_grad(c, g):
@@ -74,8 +83,8 @@ def _std_grad(c, g):
     std_ = expand_back(c.out, x.shape, dims, keepdim)
     flat = std_ == 0
     g = expand_back(g, x.shape, dims, keepdim) / where(flat, 1, std_)
-    scale = _inverse(_divisor(x, dims, correction))
-    return (where(flat, 0, g * (x - mean(x, dims, True)) * scale),)
+    scaled = _scaled(g * (x - mean(x, dims, True)), 1.0, _divisor(x, dims, correction))
+    return (where(flat, 0, scaled),)
 
 
 var = defop(_var_schema, name="var", kind="reduction")

@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 
 from ...runtime import dtypes as dt
-from ...runtime.symbolic import known_same_shape
+from ...runtime.symbolic import SymInt, known_same_shape
 from ...runtime.tensor import Size
 from ..core.common import Tensor, broadcast_shapes, fake, wrap_dim
 from ..core.grad_fn_naming import renames_grad_fn
@@ -77,7 +77,10 @@ def unflatten(input: Tensor, dim: int, sizes) -> Tensor:
 @tensor_method()
 def narrow(input: Tensor, dim: int, start, length: int) -> Tensor:
     d = wrap_dim(dim, input.ndim)
-    start = int(start.item()) if isinstance(start, Tensor) else int(start)
+    if isinstance(start, Tensor):
+        start = int(start.item())
+    elif start.__class__ is not SymInt:  # a symbolic start stays one (cat's backward narrows
+        start = int(start)  # at the sizes before it: int() would pin them)
     size = input.shape[d]
     if start < 0:
         start += size

@@ -222,7 +222,7 @@ class KernelEmitter(ColumnEmitter):
             return ir.Constant(ty, [v] * lanes) if lanes else ir.Constant(ty, v)
 
         rem = b.srem(value, const(d))
-        nonneg = atom.expr.bounds()[0] >= 0
+        nonneg = sym.known(">=", atom.expr.bounds()[0], 0)  # else the floor fix-up, always right
         if isinstance(atom, sym.FloorDiv):
             q = b.sdiv(value, const(d))
             if nonneg:

@@ -133,8 +133,8 @@ def _split_dims(sizes, index_fn):
             inner = atom.expr
             d = atom.div if isinstance(atom, sym.FloorDiv) else atom.mod
             for v, c in inner.terms.items():
-                if v not in factors or sym.is_symbolic((v.size, c)):
-                    continue  # symbolic dims are not split: their divisors are not known
+                if v not in factors or sym.is_symbolic((v.size, c, d)):
+                    continue  # no split of a symbolic dim, nor at a divisor that is a symbol's
                 if c > 0 and d % c == 0:
                     f = d // c
                     if 1 < f < v.size and v.size % f == 0:
