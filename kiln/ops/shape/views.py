@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...runtime.device import cpu
 from ...runtime.memory_format import contiguous_format
 from ...runtime.symbolic import (
     GuardOnDataDependentError,
@@ -180,8 +181,17 @@ def reshape(self: Tensor, shape: list[int]): ...
 @reshape.register_decomposition
 def _reshape_decomp(x, shape):
     shape = infer_size(shape, x.numel())
-    if view_strides(x._shape, x.stride(), shape) is not None:
+    data = x._data
+    # a C-contiguous buffer views as any shape of its size (numpy's flag ignores the strides
+    # of size-1 dims, as PyTorch's is_contiguous does): no stride computation needed
+    if x._device is cpu and data is not None and data.flags.c_contiguous:
         return view(x, shape)
+    if view_strides(x._shape, x.stride(), shape) is not None:
+        out = view(x, shape)
+        if x._requires_grad and data is not None and not x.is_contiguous():
+            # PyTorch views a non-contiguous tensor through ``_reshape_alias``
+            rename_grad_fn(out, (x,), "ReshapeAliasBackward0")
+        return out
     out = view(x.clone(memory_format=contiguous_format), shape)
     if x._requires_grad and x._data is not None:
         # PyTorch's node is UnsafeViewBackward0 when reshape had to copy, ViewBackward0 otherwise
