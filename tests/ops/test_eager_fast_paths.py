@@ -74,3 +74,99 @@ def test_view_of_a_reshape_alias_writes_through():
         y.add_(1)
         assert x._version == y._version == 1
         assert float(x.sum()) == 6.0
+
+
+_INPLACE_OPS = ["add_", "sub_", "mul_"]
+_INPLACE_DTYPES = ["float16", "float32", "float64", "bfloat16", "int32", "int64", "bool"]
+
+
+def _other_operands(lib, dtype):
+    """Operands that take the write-into-self shortcut and ones that must not."""
+    rng = np.random.default_rng(1)
+    same = rng.standard_normal((3, 4)) * 3
+    return {
+        "same_shape": lib.tensor(same).to(dtype),
+        "row": lib.tensor(same[0]).to(dtype),
+        "column": lib.tensor(same[:, :1]).to(dtype),
+        "zero_dim": lib.tensor(2.5).to(dtype),
+        "float64_row": lib.tensor(same[0], dtype=lib.float64),
+        "int_scalar": 3,
+        "float_scalar": -1.25,
+        "nan_scalar": float("nan"),
+        "too_many_dims": lib.tensor(same[None]).to(dtype),
+    }
+
+
+@pytest.mark.parametrize("op", _INPLACE_OPS)
+@pytest.mark.parametrize("dtype", _INPLACE_DTYPES)
+def test_inplace_binary_ops_match_pytorch(op, dtype):
+    """Values, dtype, aliasing and version of ``x.op_(other)``, or PyTorch's exception type."""
+    values = (np.random.default_rng(0).standard_normal((3, 4)) * 3).astype(np.float64)
+    k_others = _other_operands(kiln, getattr(kiln, dtype))
+    t_others = _other_operands(torch, getattr(torch, dtype))
+    for name in k_others:
+        k = kiln.tensor(values).to(getattr(kiln, dtype))
+        t = torch.tensor(values).to(getattr(torch, dtype))
+        try:
+            expected = getattr(t, op)(t_others[name])
+        except (RuntimeError, TypeError, NotImplementedError) as e:
+            with pytest.raises(type(e)):
+                getattr(k, op)(k_others[name])
+            continue
+        result = getattr(k, op)(k_others[name])
+        assert result is k, (op, dtype, name)
+        assert k.dtype == getattr(kiln, dtype) and k._version == 1, (op, dtype, name)
+        assert_close(k, expected, equal_nan=True)
+
+
+def test_inplace_with_overlapping_operand_reads_the_old_values():
+    """``x[1:] += x[:-1]`` and ``x *= x.flip``: the operand overlaps the written buffer; both
+    paths read the values from before the write (PyTorch computes the same)."""
+    base = np.arange(1.0, 9.0, dtype=np.float32)
+    k, t = kiln.tensor(base), torch.tensor(base)
+    k[1:].add_(k[:-1].clone())
+    t[1:].add_(t[:-1].clone())
+    assert_close(k, t)
+    k, t = kiln.tensor(base), torch.tensor(base)
+    k.mul_(k.flip(0))
+    t.mul_(t.flip(0))
+    assert_close(k, t)
+
+
+def test_inplace_into_expanded_tensor_raises_like_pytorch():
+    k = kiln.zeros(1, 4).expand(3, 4)
+    t = torch.zeros(1, 4).expand(3, 4)
+    with pytest.raises(RuntimeError) as expected:
+        t.add_(1.0)
+    with pytest.raises(RuntimeError, match="single memory location") as got:
+        k.add_(1.0)
+    assert "single memory location" in str(expected.value)
+    assert got.type is expected.type
+
+
+def test_inplace_on_saved_tensor_still_fails_backward():
+    """The shortcut bumps the version counter: autograd still sees the modification."""
+    x = kiln.randn(4, requires_grad=True)
+    y = x * 1.0
+    z = y * y
+    y.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+
+
+@pytest.mark.parametrize("op", ["hypot_", "maximum", "fmin"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_other_inplace_ufunc_ops_match_pytorch(op, dtype):
+    """Other ops with the shortcut, with tensor operands (broadcast, NaN)."""
+    values = np.array([[1.0, -2.0, np.nan, 4.0], [0.5, 3.0, -1.0, 2.0]])
+    other = np.array([2.0, np.nan, 1.0, -4.0])
+    k = kiln.tensor(values).to(getattr(kiln, dtype))
+    t = torch.tensor(values).to(getattr(torch, dtype))
+    ko, to = kiln.tensor(other).to(k.dtype), torch.tensor(other).to(t.dtype)
+    if op.endswith("_"):
+        getattr(k, op)(ko)
+        getattr(t, op)(to)
+    else:  # kiln's in-place variant; PyTorch has none: its out= form writes into self
+        getattr(k, op + "_")(ko)
+        getattr(torch, op)(t, to, out=t)
+    assert_close(k, t, equal_nan=True)
