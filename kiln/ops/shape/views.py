@@ -151,7 +151,8 @@ def _view_kernel(x, size):
     shape = infer_size(size, x.numel())
     a = x._data
     r = a.reshape(shape)
-    if a.size and not np.may_share_memory(a, r):
+    # numpy copies only a non-contiguous buffer it cannot view: then PyTorch refuses the view
+    if a.size and not a.flags.c_contiguous and not np.may_share_memory(a, r):
         raise RuntimeError(
             "view size is not compatible with input tensor's size and stride (at least one "
             "dimension spans across two contiguous subspaces). Use .reshape(...) instead."
