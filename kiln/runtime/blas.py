@@ -213,11 +213,24 @@ class _SingleCall:
 _SINGLE = _SingleCall()
 
 
+# OpenBLAS runs a product on the calling thread alone below a size of its own: ``gemm`` when
+# m * n * k <= 65536 * GEMM_MULTITHREAD_THRESHOLD (4 unless built otherwise), ``gemv`` (one row
+# or one column) when m * n < 2304 * that threshold. Below these bounds (taken for a threshold
+# of 1, and per matrix of a batch, which numpy multiplies one at a time) lowering OpenBLAS's
+# thread count changes nothing and costs more than a small product itself.
+_SERIAL_GEMM_MACS = 1 << 16
+_SERIAL_GEMV_MACS = 2304
+
+
 def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul(x, y, out=out)`` under kiln's thread policy (see the module docstring)."""
-    if x.ndim < 2 or y.ndim < 2 or x.dtype.kind not in "fc" or not BLAS.load():
+    if x.ndim < 2 or y.ndim < 2 or x.dtype.kind not in "fc":
         return np.matmul(x, y, out=out)
-    k = x.shape[-1]
+    m, k = x.shape[-2:]
+    n = y.shape[-1]
+    macs = m * n * k
+    if macs <= (_SERIAL_GEMV_MACS if m == 1 or n == 1 else _SERIAL_GEMM_MACS) or not BLAS.load():
+        return np.matmul(x, y, out=out)
     outputs = max(x.size // max(k, 1) * y.shape[-1], y.size // max(y.shape[-2], 1) * x.shape[-2])
     if outputs * k >= EAGER_PARALLEL_MACS and flags.get_num_threads() > 1:
         return np.matmul(x, y, out=out)

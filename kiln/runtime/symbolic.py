@@ -895,6 +895,8 @@ def fold_pinned(size):
 
 def statically_known_true(op: str, a, b) -> bool:
     """Whether ``a op b`` holds for every value the symbols may take (no guard recorded)."""
+    if a.__class__ is int and b.__class__ is int:  # eager code's sizes: nothing symbolic
+        return _OPS[op](a, b)
     oa, ob = _operand(a), _operand(b)
     if oa is None or ob is None:
         return bool(_OPS[op](a, b))

@@ -106,3 +106,23 @@ def test_products_from_several_threads_restore_the_count(threads):
         t.join()
     assert not errors
     assert _count() == before and BLAS.depth == 0
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "shape_a, shape_b",
+    [((8, 8), (8, 8)), ((1, 48), (48, 48)), ((32, 64, 16), (32, 16, 64)), ((5, 7), (7, 1))],
+)
+def test_products_openblas_runs_serially_leave_its_thread_count_alone(
+    shape_a, shape_b, threads, monkeypatch
+):
+    """Below OpenBLAS's own single-thread bound (per matrix of a batch) lowering its thread
+    count would change nothing: such products run at the count in force, with torch's values."""
+    kiln.set_num_threads(2)
+    before = _count()
+    seen = _record_counts_at_matmul(monkeypatch)
+    a, b = kiln.randn(*shape_a), kiln.randn(*shape_b)
+    out = a @ b
+    monkeypatch.undo()
+    assert seen == [before]
+    assert_close(out, to_torch(a) @ to_torch(b), rtol=1e-5, atol=1e-5)

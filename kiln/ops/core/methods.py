@@ -59,7 +59,11 @@ def _make_inplace_op(op: Op) -> Op:
     inplace.differentiable = op.differentiable
     op.inplace_variant = inplace
 
+    write_into = op.inplace_kernel
+
     def kernel(self, *rest):
+        if write_into is not None and write_into(self, *rest):
+            return self
         result = op.kernel(self, *rest) if op.kernel is not None else op.decomposition(self, *rest)
         _write_result(inplace, self, result)
         return self

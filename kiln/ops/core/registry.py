@@ -101,6 +101,7 @@ class Op:
         "inplace",
         "functional",
         "inplace_variant",
+        "inplace_kernel",
         "saves_inputs",
         "saves_output",
         "returns",
@@ -150,6 +151,9 @@ class Op:
         self.inplace = False  # mutates its first argument
         self.functional = None  # for an in-place op: its out-of-place twin
         self.inplace_variant = None
+        # ``kernel(self, *rest) -> bool``: writes the in-place variant's result straight into
+        # ``self``'s buffer where it can (True), else leaves it to the compute-then-copy path
+        self.inplace_kernel = None
         self.saves_inputs = None  # None: all tensor inputs; else a tuple of positions
         self.saves_output = False
         self.returns = None  # namedtuple class for multi-output ops

@@ -16,8 +16,8 @@ import math
 import numpy as np
 
 from ...runtime import dtypes as dt
-from ...runtime.storage import _POOL_MIN_BYTES
-from ...runtime.symbolic import known_same_shape
+from ...runtime.device import cpu
+from ...runtime.storage import _POOL_MIN_BYTES, writable_target
 from ...runtime.tensor import wrap_array
 from ..core.common import (
     Scalar,
@@ -515,7 +515,7 @@ def _make_binary_kernel(fn, kind: str):
             if (
                 a.nbytes < _POOL_MIN_BYTES
                 and b.nbytes < _POOL_MIN_BYTES
-                and known_same_shape(x._shape, y._shape)
+                and a.shape == b.shape  # numpy's shapes: plain ints, nothing symbolic
                 and (a.flags.c_contiguous or not b.flags.c_contiguous)
             ):
                 return wrap_array(fn(a, b), d)
@@ -550,6 +550,39 @@ def _make_binary_meta(kind: str):
     return meta
 
 
+def _make_binary_inplace(ufunc):
+    """``x op= y`` computed straight into ``x``'s buffer (``Op.inplace_kernel``) where the
+    out-of-place result has ``x``'s dtype and shape: ``x`` a float16/32/64 CPU tensor, ``y`` a
+    same-dtype tensor broadcasting into ``x`` or a Python number (a weak scalar). numpy buffers
+    an operand overlapping the output, so the values are those of computing first and copying
+    after."""
+
+    def write_into(x, y) -> bool:
+        a = x._data
+        if x._device is not cpu or a is None or x._dtype not in _NUMPY_NATIVE_FLOATS:
+            return False
+        if y.__class__ is Tensor:
+            if y._dtype is not x._dtype or y._device is not cpu or y._data is None:
+                return False
+            shape, into = y._shape, x._shape
+            if shape != into:
+                if len(shape) > len(into):
+                    return False
+                for s, t in zip(reversed(shape), reversed(into)):
+                    if s != t and s != 1:
+                        return False
+            b = y._data
+        elif y.__class__ is float or y.__class__ is int:
+            b = y
+        else:
+            return False
+        target = writable_target(a)
+        ufunc(target, b, out=target)
+        return True
+
+    return write_into
+
+
 def binary(name, fn, derivative=None, *, kind="same", prim=True, schema=_binary_schema, **record):
     op = defop(
         schema,
@@ -561,6 +594,8 @@ def binary(name, fn, derivative=None, *, kind="same", prim=True, schema=_binary_
     )
     op.register_kernel(_make_binary_kernel(fn, kind))
     op.register_meta(_make_binary_meta(kind))
+    if kind == "same" and isinstance(fn, np.ufunc):
+        op.inplace_kernel = _make_binary_inplace(fn)
     if derivative is not None:
         op.register_derivative(derivative)
     return op
@@ -827,6 +862,8 @@ def _make_alpha_kernel(np_fn):
 
 add = defop(_alpha_schema, name="add", kind="pointwise", prim=True)
 add.register_kernel(_make_alpha_kernel(np.add))
+_add_into = _make_binary_inplace(np.add)
+add.inplace_kernel = lambda x, y, alpha: (alpha == 1 or alpha is True) and _add_into(x, y)
 add.register_meta(lambda x, y, alpha=1: pointwise_meta(binary_dtype(x, y), x, y))
 add.register_derivative(
     lambda c, g: (

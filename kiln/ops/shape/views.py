@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...runtime.device import cpu
 from ...runtime.memory_format import contiguous_format
 from ...runtime.symbolic import (
     GuardOnDataDependentError,
@@ -195,7 +196,8 @@ def _view_kernel(x, size):
     shape = infer_size(size, x.numel())
     a = x._data
     r = a.reshape(shape)
-    if a.size and not np.may_share_memory(a, r):
+    # numpy copies only a non-contiguous buffer it cannot view: then PyTorch refuses the view
+    if a.size and not a.flags.c_contiguous and not np.may_share_memory(a, r):
         raise RuntimeError(
             "view size is not compatible with input tensor's size and stride (at least one "
             "dimension spans across two contiguous subspaces). Use .reshape(...) instead."
@@ -225,9 +227,18 @@ def reshape(self: Tensor, shape: list[int]): ...
 @reshape.register_decomposition
 def _reshape_decomp(x, shape):
     shape = infer_size(shape, x.numel())
+    data = x._data
+    # a C-contiguous buffer views as any shape of its size (numpy's flag ignores the strides
+    # of size-1 dims, as PyTorch's is_contiguous does): no stride computation needed
+    if x._device is cpu and data is not None and data.flags.c_contiguous:
+        return view(x, shape)
     strides, deferred = reshape_strides(x, shape)
     if strides is not None:
-        return view(x, shape)
+        out = view(x, shape)
+        if x._requires_grad and data is not None and not x.is_contiguous():
+            # PyTorch views a non-contiguous tensor through ``_reshape_alias``
+            rename_grad_fn(out, (x,), "ReshapeAliasBackward0")
+        return out
     out = view(x.clone(memory_format=contiguous_format), shape)
     if deferred:
         _env_of(x._shape, x.stride(), shape).defer_until_aliased(deferred, x, out)

@@ -1,0 +1,172 @@
+"""Eager fast paths agree with the general path and with PyTorch.
+
+The dispatcher, kernels and autograd take shortcuts for the common case (contiguous CPU
+buffers, plain int sizes, same-dtype operands). Each test here runs an op over the layouts,
+dtypes and argument kinds that decide between the shortcut and the general path, and compares
+values, strides, aliasing, dtypes and grad_fn names with PyTorch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from tests.oracle import assert_close, needs_torch, torch
+
+pytestmark = needs_torch
+
+
+def _layouts(lib, base):
+    """The same values in layouts the reshape shortcut must tell apart."""
+    return {
+        "contiguous": base,
+        "transposed": base.t(),
+        "sliced_columns": base[:, 1:3],
+        "sliced_rows": base[1:3],
+        "size_one_dim": base[:1],
+        "expanded": base[:1].expand(3, 4),
+        "empty": base[:0],
+        "unsqueezed_transposed": base.t().unsqueeze(1),
+    }
+
+
+_SHAPES = {
+    "contiguous": [(12,), (2, 6), (4, 1, 3), (-1,)],
+    "transposed": [(12,), (2, 6), (4, 3)],
+    "sliced_columns": [(6,), (3, 1, 2), (3, 2), (2, 3)],
+    "sliced_rows": [(8,), (4, 2), (2, 1, 4)],
+    "size_one_dim": [(4,), (2, 2), (1, 4, 1)],
+    "expanded": [(12,), (3, 4), (6, 2)],
+    "empty": [(0,), (0, 4), (4, 0, 2)],
+    "unsqueezed_transposed": [(12,), (4, 3), (2, 2, 3)],
+}
+
+
+@pytest.mark.parametrize("layout", list(_SHAPES))
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_reshape_views_or_copies_as_pytorch(layout, requires_grad):
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for shape in _SHAPES[layout]:
+        k_leaf = kiln.tensor(values, requires_grad=requires_grad)
+        t_leaf = torch.tensor(values, requires_grad=requires_grad)
+        k_src, t_src = _layouts(kiln, k_leaf)[layout], _layouts(torch, t_leaf)[layout]
+        k, t = k_src.reshape(shape), t_src.reshape(shape)
+        assert_close(k, t)
+        assert k.stride() == t.stride(), (layout, shape)
+        shares = t.numel() > 0 and t.data_ptr() == t_src.data_ptr()
+        assert (k.numel() > 0 and k.data_ptr() == k_src.data_ptr()) == shares, (layout, shape)
+        if shares:  # (a copying reshape's result is a view of kiln's copy, not base-less)
+            assert k._base is k_leaf and t._base is t_leaf, (layout, shape)
+        if requires_grad:
+            assert k.grad_fn.name() == type(t.grad_fn).__name__, (layout, shape)
+            k.sum().backward()
+            t.sum().backward()
+            assert_close(k_leaf.grad, t_leaf.grad)
+
+
+def test_view_of_a_reshape_alias_writes_through():
+    """The shortcut's result is a real view: in-place writes reach the source (and bump its
+    version), as in PyTorch."""
+    for lib in (kiln, torch):
+        x = lib.zeros(2, 3)
+        y = x.reshape(6)
+        y.add_(1)
+        assert x._version == y._version == 1
+        assert float(x.sum()) == 6.0
+
+
+_INPLACE_OPS = ["add_", "sub_", "mul_"]
+_INPLACE_DTYPES = ["float16", "float32", "float64", "bfloat16", "int32", "int64", "bool"]
+
+
+def _other_operands(lib, dtype):
+    """Operands that take the write-into-self shortcut and ones that must not."""
+    rng = np.random.default_rng(1)
+    same = rng.standard_normal((3, 4)) * 3
+    return {
+        "same_shape": lib.tensor(same).to(dtype),
+        "row": lib.tensor(same[0]).to(dtype),
+        "column": lib.tensor(same[:, :1]).to(dtype),
+        "zero_dim": lib.tensor(2.5).to(dtype),
+        "float64_row": lib.tensor(same[0], dtype=lib.float64),
+        "int_scalar": 3,
+        "float_scalar": -1.25,
+        "nan_scalar": float("nan"),
+        "too_many_dims": lib.tensor(same[None]).to(dtype),
+    }
+
+
+@pytest.mark.parametrize("op", _INPLACE_OPS)
+@pytest.mark.parametrize("dtype", _INPLACE_DTYPES)
+def test_inplace_binary_ops_match_pytorch(op, dtype):
+    """Values, dtype, aliasing and version of ``x.op_(other)``, or PyTorch's exception type."""
+    values = (np.random.default_rng(0).standard_normal((3, 4)) * 3).astype(np.float64)
+    k_others = _other_operands(kiln, getattr(kiln, dtype))
+    t_others = _other_operands(torch, getattr(torch, dtype))
+    for name in k_others:
+        k = kiln.tensor(values).to(getattr(kiln, dtype))
+        t = torch.tensor(values).to(getattr(torch, dtype))
+        try:
+            expected = getattr(t, op)(t_others[name])
+        except (RuntimeError, TypeError, NotImplementedError) as e:
+            with pytest.raises(type(e)):
+                getattr(k, op)(k_others[name])
+            continue
+        result = getattr(k, op)(k_others[name])
+        assert result is k, (op, dtype, name)
+        assert k.dtype == getattr(kiln, dtype) and k._version == 1, (op, dtype, name)
+        assert_close(k, expected, equal_nan=True)
+
+
+def test_inplace_with_overlapping_operand_reads_the_old_values():
+    """``x[1:] += x[:-1]`` and ``x *= x.flip``: the operand overlaps the written buffer; both
+    paths read the values from before the write (PyTorch computes the same)."""
+    base = np.arange(1.0, 9.0, dtype=np.float32)
+    k, t = kiln.tensor(base), torch.tensor(base)
+    k[1:].add_(k[:-1].clone())
+    t[1:].add_(t[:-1].clone())
+    assert_close(k, t)
+    k, t = kiln.tensor(base), torch.tensor(base)
+    k.mul_(k.flip(0))
+    t.mul_(t.flip(0))
+    assert_close(k, t)
+
+
+def test_inplace_into_expanded_tensor_raises_like_pytorch():
+    k = kiln.zeros(1, 4).expand(3, 4)
+    t = torch.zeros(1, 4).expand(3, 4)
+    with pytest.raises(RuntimeError) as expected:
+        t.add_(1.0)
+    with pytest.raises(RuntimeError, match="single memory location") as got:
+        k.add_(1.0)
+    assert "single memory location" in str(expected.value)
+    assert got.type is expected.type
+
+
+def test_inplace_on_saved_tensor_still_fails_backward():
+    """The shortcut bumps the version counter: autograd still sees the modification."""
+    x = kiln.randn(4, requires_grad=True)
+    y = x * 1.0
+    z = y * y
+    y.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+
+
+@pytest.mark.parametrize("op", ["hypot_", "maximum", "fmin"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_other_inplace_ufunc_ops_match_pytorch(op, dtype):
+    """Other ops with the shortcut, with tensor operands (broadcast, NaN)."""
+    values = np.array([[1.0, -2.0, np.nan, 4.0], [0.5, 3.0, -1.0, 2.0]])
+    other = np.array([2.0, np.nan, 1.0, -4.0])
+    k = kiln.tensor(values).to(getattr(kiln, dtype))
+    t = torch.tensor(values).to(getattr(torch, dtype))
+    ko, to = kiln.tensor(other).to(k.dtype), torch.tensor(other).to(t.dtype)
+    if op.endswith("_"):
+        getattr(k, op)(ko)
+        getattr(t, op)(to)
+    else:  # kiln's in-place variant; PyTorch has none: its out= form writes into self
+        getattr(k, op + "_")(ko)
+        getattr(torch, op)(t, to, out=t)
+    assert_close(k, t, equal_nan=True)
