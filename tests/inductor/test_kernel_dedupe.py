@@ -96,7 +96,6 @@ def test_identical_blocks_compile_their_kernels_once_backward(tmp_path, monkeypa
     """A training step's forward and backward graphs: six blocks compile no more distinct kernels
     than three (the first and last blocks differ from the middle ones, the middle ones are one
     kernel set), and values and gradients equal PyTorch's."""
-    import torch
 
     compiled = {}
     for blocks in (3, 6):
@@ -163,3 +162,56 @@ def test_kernels_differing_in_size_are_not_shared(cache_dir):
     stats, out = compile_stats(block, x)
     assert stats.kernels_reused == 0 and stats.kernels_compiled >= 1
     assert_close(out, block(x))
+
+
+_OTHER_PROCESS = """
+import json, sys
+import kiln
+from kiln.inductor.codegen.llvm import jit as llvm_jit
+kiln.manual_seed(0)
+w, x = kiln.randn(16, 8), kiln.randn(7, 16)
+def normed(x):
+    return kiln.nn.functional.layer_norm(x, (16,)).exp()
+def normed_then_matmul(x):
+    return kiln.nn.functional.layer_norm(x, (16,)).exp() @ w
+fn = normed if sys.argv[1] == "first" else normed_then_matmul
+out = kiln.compile(fn)(x)
+stats = llvm_jit.jit_stats()
+print(json.dumps({"reused": stats.kernels_reused, "compiled": stats.kernels_compiled,
+                  "close": bool(kiln.allclose(out, fn(x), rtol=1e-5, atol=1e-6))}))
+"""
+
+
+def _run_other_process(cache_dir: Path, which: str) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "KILN_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(repo)}
+    done = subprocess.run(
+        [sys.executable, "-c", _OTHER_PROCESS, which],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_later_process_finds_a_kernel_another_graph_compiled(cache_dir):
+    """The per-kernel records on disk: a different graph in a new process loads the shared
+    kernel's object instead of compiling it; a damaged record is a miss, never a wrong kernel."""
+    first = _run_other_process(cache_dir, "first")
+    assert first["compiled"] >= 1 and first["close"]
+    second = _run_other_process(cache_dir, "second")
+    assert second["reused"] >= 1 and second["compiled"] == 0 and second["close"]
+    for record in cache_dir.glob("llvm/kernels/*/*.index"):
+        record.write_bytes(record.read_bytes()[:-3] + b"xyz")
+    for graph in cache_dir.glob("llvm/graphs/*/*.index"):
+        graph.unlink()
+    damaged = _run_other_process(cache_dir, "second")
+    # the kernel is not found through its record (its object, keyed by content, may still be)
+    assert damaged["reused"] == 0 and damaged["close"]

@@ -107,8 +107,10 @@ _MEMORY = _MemoryIndex()
 
 
 def clear_memory_cache() -> None:
-    """Forget the graphs compiled in this process; the next compile of one reads the disk."""
+    """Forget the graphs (and kernels) compiled in this process; the next compile of one reads
+    the disk."""
     _MEMORY.clear()
+    llvm_jit.clear_kernel_memory()
 
 
 def memory_cache_bytes() -> int:

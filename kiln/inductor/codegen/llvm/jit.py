@@ -37,6 +37,7 @@ __all__ = [
     "JitStats",
     "asm",
     "cache_dir",
+    "clear_kernel_memory",
     "compile_kernels",
     "compile_module",
     "host_target",
@@ -354,13 +355,22 @@ _KERNEL_NAME = "kernel"  # the name a kernel's own IR gives its function (its ke
 # engines by object key while something (a compiled kernel) still holds them: an object needed
 # again is not loaded twice
 _ENGINES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-# kernel key -> (object key, function name) of every kernel compiled or loaded in this process
-_KERNELS: dict[str, tuple[str, str]] = {}
+# kernel key -> (object key, its function, all functions of the object) of every kernel compiled
+# or loaded in this process
+_KERNELS: dict[str, tuple[str, str, tuple[str, ...]]] = {}
 
 
 def _memory_key(key: str) -> str:
     # a new cache directory starts cold, in memory too (benchmarks time cold compiles that way)
     return f"{cache_dir()}:{key}"
+
+
+def clear_kernel_memory() -> None:
+    """Forget which kernels this process compiled (code in use stays alive): the next compile
+    of one reads the disk cache."""
+    with _LOCK:
+        _KERNELS.clear()
+        _ENGINES.clear()
 
 
 def kernel_key(ir_text: str) -> str:
@@ -396,23 +406,22 @@ def _find_kernel(key: str) -> tuple[CompiledModule, str] | None:
             return None
         try:
             stored = json.loads(payload)
-            known = (str(stored["object"]), str(stored["function"]))
             functions = tuple(str(f) for f in stored["functions"])
+            known = (str(stored["object"]), str(stored["function"]), functions)
         except (ValueError, KeyError, TypeError):
             return None
         if known[1] not in functions:
             return None
-    else:
-        functions = (known[1],)
-    module = shared_object(known[0], functions)
+    object_key, function, functions = known
+    module = shared_object(object_key, functions)
     if module is None:
         return None
     try:
-        module.address(known[1])
+        module.address(function)
     except KeyError:
         return None
     _KERNELS[_memory_key(key)] = known
-    return module, known[1]
+    return module, function
 
 
 def _linked(texts: list[tuple[str, str]]) -> llvm.ModuleRef:
@@ -475,7 +484,7 @@ def compile_kernels(texts: dict[str, str], uses: int = 0) -> dict[str, tuple[Com
             cache_records.write_record(path, object_key, payload)
         compiled = _engine_for_object(object_key, payload, functions, cache_hit)
         for key, function in zip(missing, functions):
-            _KERNELS[_memory_key(key)] = (object_key, function)
+            _KERNELS[_memory_key(key)] = (object_key, function, functions)
             found[key] = (compiled, function)
             record = {"object": object_key, "function": function, "functions": functions}
             cache_records.write_record(_kernel_index_path(key), key, json.dumps(record).encode())
