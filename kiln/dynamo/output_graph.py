@@ -360,6 +360,7 @@ class OutputGraph:
         Returns the callable the transformed code calls with the graph inputs.
         """
         self.mode.output(tuple(vt.proxy for vt in outputs))
+        self.shape_env.settle_aliasing([vt.proxy for vt in outputs if isinstance(vt.proxy, Tensor)])
         self.graph.eliminate_dead_code()
         enables_grad = not self.entry_grad_enabled and any(
             n.target is set_grad_enabled_node and n.args[0] for n in self.graph.nodes

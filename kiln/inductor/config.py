@@ -23,6 +23,17 @@ compiled_graph_cache_bytes = 16 * 2**20
 # (a growing context called again) never compiles without bound.
 static_kernel_sets_per_graph = 8
 
+# kiln's own (read): a graph whose kernels serve every size from 2 up runs a call with a size of 1
+# with the eager ops this many times before compiling a static kernel set for it. A sequence length
+# of 1 coming twice among 200 lengths cost a whole static compile (1-3 s) to save two eager calls
+# of a few ms; a loop that keeps returning to it still gets its kernels.
+unserved_size_eager_calls = 16
+
+# kiln's own (read): compiled CPU code hands work to its helper threads only while the machine's
+# load average leaves a core for them (OpenMP's ``OMP_DYNAMIC``; ``codegen/cpu_pool.py``). False:
+# always, as ``set_num_threads`` says.
+threads_follow_load = True
+
 debug = False
 verbose_progress = False
 fx_graph_cache = True

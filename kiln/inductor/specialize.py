@@ -44,7 +44,8 @@ class SymbolicGraphStats:
     """What the inductor did with graphs of symbolic sizes in this process (tests read these):
     graphs compiled once for every size (``symbolic_compile``), graphs refused that route, and
     calls those kernels did not serve; for the interim route, kernel sets compiled for a
-    concrete signature, calls run with the eager ops because their signature was new, and calls
+    concrete signature, calls run with the eager ops because their signature was not compiled
+    for yet (new, or come fewer than ``eager_calls`` times), and calls
     run eagerly because the graph had its limit of kernel sets."""
 
     symbolic_compiles: int = 0
@@ -84,9 +85,12 @@ def has_unbacked_sizes(gm: GraphModule) -> bool:
     return any(_symbolic(n.meta.get("val"), unbacked_only=True) for n in gm.graph.nodes)
 
 
-def specializing(gm: GraphModule, example_inputs, compile_static: Callable) -> Callable:
+def specializing(
+    gm: GraphModule, example_inputs, compile_static: Callable, eager_calls: int = 1
+) -> Callable:
     """A callable that compiles ``gm`` with ``compile_static(gm, examples)`` once per concrete
-    input signature (see the module docstring)."""
+    input signature (see the module docstring); ``eager_calls``: how many calls of a signature
+    run with the eager ops before it is compiled."""
     if has_unbacked_sizes(gm):
         message = (
             "inductor runs a graph with data-dependent sizes with the eager ops "
@@ -97,7 +101,7 @@ def specializing(gm: GraphModule, example_inputs, compile_static: Callable) -> C
         return boxed_eager_compiler(gm, example_inputs)
     mutations = gm.graph.output_node.meta.get("input_mutations")
     compiled: dict = {}
-    seen: set = set()  # signatures run eagerly once
+    seen: dict = {}  # signature -> calls run with the eager ops
     over_limit: set = set()  # signatures that came again once the limit was reached
     eager = boxed_eager_compiler(gm, example_inputs)
 
@@ -125,9 +129,11 @@ def specializing(gm: GraphModule, example_inputs, compile_static: Callable) -> C
         fn = compiled.get(key)
         if fn is not None:
             return fn(*args)
-        if key not in seen:
-            seen.add(key)
-            _log_eager_call(args, "are new to this symbolic graph")
+        calls = seen.get(key, 0)
+        if calls < eager_calls:
+            seen[key] = calls + 1
+            if not calls:
+                _log_eager_call(args, "are new to this symbolic graph")
             COMPILE_STATS.eager_first_calls += 1
             return eager(*args)
         if len(compiled) >= config.static_kernel_sets_per_graph:

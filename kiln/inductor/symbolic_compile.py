@@ -9,7 +9,8 @@ raises ``SizeDependentError`` in that scope instead of guarding, so kernels comp
 never depend on the sizes seen; the scope assumes every symbol is at least 2, which each call
 checks. A graph the symbolic route cannot compile (that error, or a step it does not support
 yet: externs, scatters, input mutations, Triton) takes the interim route of ``specialize.py``,
-and so does a call outside the kernels' assumptions (a size of 1). Reasons are logged under
+and so does a call outside the kernels' assumptions (a size of 1), which is compiled for only
+once it has come ``config.unserved_size_eager_calls`` times. Reasons are logged under
 ``KILN_LOGS=inductor`` and ``recompiles``.
 """
 
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from ..runtime import logs as klog
 from ..runtime.symbolic import SizeDependentError, SymInt
 from ..runtime.tensor import Tensor
+from . import config
 from .specialize import COMPILE_STATS, has_unbacked_sizes, specializing
 from .symbolic_sizes import SizeBinding, graph_symbols
 
@@ -37,7 +39,8 @@ def compile_symbolic(
 
     def fallback(*args):
         if not interim:
-            interim.append(specializing(gm, example_inputs, compile_static))
+            eager_calls = config.unserved_size_eager_calls
+            interim.append(specializing(gm, example_inputs, compile_static, eager_calls))
         COMPILE_STATS.fallback_calls += 1
         return interim[0](*args)
 

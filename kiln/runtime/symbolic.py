@@ -207,6 +207,10 @@ class ShapeEnv:
         self._user_code = 0
         # symbols a guard pinned to one value (``s2 == 8``): folded into new expressions
         self.fixed: dict = {}
+        # guards collected by ``deferring()`` (None outside it), and those kept until an alias
+        # they decide is observed (``defer_until_aliased``)
+        self._deferring: list | None = None
+        self._aliasing: list = []
 
     # ------------------------------------------------------------------ symbols
     def create_symbol(
@@ -322,6 +326,11 @@ class ShapeEnv:
 
     def add_guard(self, guard: SymGuard) -> None:
         guard.lhs, guard.rhs = _normalized(guard.lhs, guard.rhs)
+        if self._deferring is not None:
+            if guard.origin is None and self.location is not None:
+                guard.origin = self.location()
+            self._deferring.append(guard)
+            return
         key = (guard.op, guard.lhs, guard.rhs)
         if key in self._guard_keys:
             return
@@ -366,6 +375,33 @@ class ShapeEnv:
             s.lower = max(s.lower, value + 1)
         elif op == ">=":
             s.lower = max(s.lower, value)
+
+    def deferring(self):
+        """``with env.deferring() as guards:`` the guards recorded inside are collected in
+        ``guards`` instead of applied (no range is narrowed): the caller applies them
+        (``add_guard``) or keeps them for ``defer_until_aliased``."""
+        return _Deferring(self)
+
+    def defer_until_aliased(self, guards: list, source, result) -> None:
+        """Keep ``guards`` (the sizes for which ``result`` would have been ``source`` itself, as
+        eager code returns it: ``contiguous()`` of a tensor contiguous only at size 1) until the
+        capture ends: they are recorded only when that aliasing would be observable there
+        (``settle_aliasing``), so the graph's copy serves those sizes too."""
+        storages = [t._get_storage() for t in (source, result)]
+        versions = [s.version for s in storages]
+        self._aliasing.append((guards, storages, versions))
+
+    def settle_aliasing(self, outputs) -> None:
+        """The capture is over with ``outputs`` (tensors leaving the graph): record the deferred
+        guards whose tensors were mutated since, or whose copy leaves the graph (where eager
+        code would see one tensor, the graph gives two)."""
+        leaving = {id(t._get_storage()) for t in outputs}
+        for guards, storages, versions in self._aliasing:
+            mutated = any(s.version != v for s, v in zip(storages, versions))
+            if mutated or id(storages[1]) in leaving:
+                for guard in guards:
+                    self.add_guard(guard)
+        self._aliasing = []
 
     def range_guards(self) -> list[SymGuard]:
         """The range of every backed symbol as guards (what the decisions from ranges assumed);
@@ -523,6 +559,20 @@ class _KernelScope:
         for s, lower in self.lowered:
             s.lower = lower
         self.env._kernel_scope -= 1
+
+
+class _Deferring:
+    def __init__(self, env: ShapeEnv):
+        self.env = env
+        self.outer = None
+        self.guards: list = []
+
+    def __enter__(self) -> list:
+        self.outer, self.env._deferring = self.env._deferring, self.guards
+        return self.guards
+
+    def __exit__(self, *exc):
+        self.env._deferring = self.outer
 
 
 class _Suppressed:

@@ -4,12 +4,15 @@ and counters stay in the graph, and frame counts follow PyTorch's."""
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import pytest
 
 import kiln
 import kiln.nn as nn
 from kiln.dynamo.testing import CompileCounter
-from tests.oracle import needs_torch
+from tests.oracle import assert_close, needs_torch, torch
 
 from .helpers import assert_same, same_as_torch
 
@@ -187,3 +190,51 @@ def test_a_number_changing_every_call_stops_recompiling_without_a_warning(recwar
         assert_same(compiled(x, step, 0.5), warmup_scaled(x, step, 0.5))
     assert counter.frame_count <= 8
     assert not [w for w in recwarn if "recompiled" in str(w.message)]
+
+
+def _merged_heads(lib, x):
+    """Attention's head split made contiguous (and reshaped): a transposed view that is
+    contiguous already only when the sequence length is 1."""
+    b, t, c = x.shape
+    swapped = (x * 2).view(b, t, 2, c // 2).transpose(1, 2)
+    merged = swapped.contiguous().view(b, 2 * t, c // 2)
+    return merged + swapped.reshape(b, t * c).view(b, 2 * t, c // 2)
+
+
+@needs_torch
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_length_of_1_is_served_by_the_dynamic_graph_of_a_head_merge(backend):
+    """``contiguous()``/``reshape`` copy a transposed tensor for every length but 1, where eager
+    code returns a view: the copy has the same values, so a length of 1 does not recompile
+    (PyTorch specializes it: a third graph)."""
+    counter = CompileCounter(backend)
+    compiled = kiln.compile(functools.partial(_merged_heads, kiln), backend=counter)
+    for t in (5, 7, 1, 3, 1, 2):
+        data = np.random.default_rng(t).standard_normal((3, t, 8)).astype(np.float32)
+        assert_close(compiled(kiln.tensor(data)), _merged_heads(torch, torch.tensor(data)))
+    assert counter.frame_count == 2
+
+
+def _mutated_through_contiguous(lib, x):
+    b, t, c = x.shape
+    heads = (x * 1).view(b, t, 2, c // 2)
+    heads.transpose(1, 2).contiguous().mul_(2)  # doubles ``heads`` where it is a view (t == 1)
+    flat = heads.transpose(1, 2).reshape(b, t * c)
+    flat.add_(1)  # likewise: ``flat`` is a view of ``heads`` only when t == 1
+    return heads * 1
+
+
+# the inductor gets this program wrong even compiled for a length of 1 alone (a mutation
+# through a view of an intermediate), which is not a matter of dynamic shapes
+@needs_torch
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_length_of_1_recompiles_where_the_graph_mutates_what_contiguous_returned(backend):
+    """Mutating the result of ``contiguous()``/``reshape`` shows whether it is a view: there the
+    length-1 case keeps its own graph and matches eager code's aliasing."""
+    counter = CompileCounter(backend)
+    compiled = kiln.compile(functools.partial(_mutated_through_contiguous, kiln), backend=counter)
+    for t in (5, 7, 1, 3):
+        data = np.random.default_rng(t).standard_normal((3, t, 8)).astype(np.float32)
+        expected = _mutated_through_contiguous(torch, torch.tensor(data))
+        assert_close(compiled(kiln.tensor(data)), expected)
+    assert counter.frame_count == 3

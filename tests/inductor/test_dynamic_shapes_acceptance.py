@@ -70,6 +70,27 @@ def test_batch_sizes_and_sequence_lengths_in_random_order_capture_few_graphs(dyn
     assert captured.frames <= most
 
 
+@pytest.mark.slow  # two GPT graphs compiled cold
+def test_gpt_forward_over_sequence_lengths_with_1_captures_two_graphs():
+    """nanoGPT's head merge (``y.transpose(1, 2).contiguous().view(B, T, C)``) copies for every
+    length but 1, where eager code returns a view: length 1 is served by the dynamic graph too
+    (PyTorch specializes it, a third graph), since nothing observes that aliasing."""
+    cfg = GPTConfig(vocab_size=32, block_size=16, n_layer=1, n_head=2, n_embd=16)
+    torch.manual_seed(0)
+    theirs = models_for(torch).TinyGPT(cfg).eval()
+    ours = models_for(kiln).TinyGPT(cfg).eval()
+    copy_weights(kiln, ours, theirs)
+    compiled = kiln.compile(ours)
+    rng = np.random.default_rng(3)
+    with _Captures() as captured, kiln.no_grad(), torch.no_grad():
+        for t in (9, 5, 1, 7, 1, 16, 2):
+            idx = rng.integers(0, cfg.vocab_size, (2, t))
+            logits, _ = compiled(kiln.tensor(idx))
+            expected, _ = theirs(torch.tensor(idx))
+            _close(logits, expected)
+    assert captured.frames == 2
+
+
 @pytest.mark.slow  # two GPT graphs compiled cold: about 12 s of CPU
 def test_greedy_generation_of_64_tokens_captures_at_most_three_graphs():
     cfg = GPTConfig(vocab_size=32, block_size=64, n_layer=1, n_head=2, n_embd=16)

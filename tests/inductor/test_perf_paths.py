@@ -13,6 +13,13 @@ from kiln.inductor import sym
 from kiln.inductor.scheduler import ExternCall, regroup
 from tests.inductor.helpers import check_against_eager
 
+
+@pytest.fixture
+def split_whatever_the_load(monkeypatch):
+    """Split work among the threads even on a busy machine (the split paths are under test)."""
+    monkeypatch.setattr(kiln.inductor.config, "threads_follow_load", False)
+
+
 F = kiln.nn.functional
 
 
@@ -316,7 +323,7 @@ def test_in_place_update_of_a_non_contiguous_input_reaches_the_input():
         ((1, 200, 64), (5, 64, 300)),  # a broadcast batch operand
     ],
 )
-def test_split_matmul_equals_numpy(shape_a, shape_b):
+def test_split_matmul_equals_numpy(shape_a, shape_b, split_whatever_the_load):
     from kiln.inductor import extern_matmul
 
     rng = np.random.default_rng(0)
@@ -345,7 +352,7 @@ def test_blas_thread_count_is_restored_after_a_compiled_matmul():
 
 
 @pytest.mark.parametrize("threads", [1, 3])
-def test_kernels_and_matmuls_shared_by_any_number_of_threads(threads):
+def test_kernels_and_matmuls_shared_by_any_number_of_threads(threads, split_whatever_the_load):
 
     saved = kiln.get_num_threads()
     kiln.set_num_threads(threads)
@@ -359,3 +366,22 @@ def test_kernels_and_matmuls_shared_by_any_number_of_threads(threads):
         np.testing.assert_allclose(got.numpy(), (x @ w).softmax(-1).numpy(), rtol=1e-4, atol=1e-6)
     finally:
         kiln.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("load, parallel", [(0.4, True), (1.4, True), (6.0, False)])
+def test_helpers_take_work_only_while_the_load_leaves_them_a_core(load, parallel, monkeypatch):
+    """OpenMP's dynamic rule on a 2-core machine: other processes' load (the load average less
+    this process's two threads) above half a core keeps the work on the calling thread."""
+    from kiln.inductor.codegen import cpu_pool
+
+    pool = cpu_pool.Pool(2)
+    try:
+        assert pool.helpers  # the native pool (LLVM)
+        monkeypatch.setattr(cpu_pool.os, "getloadavg", lambda: (load, load, load))
+        pool._cores = 2
+        assert pool.parallel is parallel
+        monkeypatch.setattr(cpu_pool.config, "threads_follow_load", False)
+        pool._load_checked = 0.0
+        assert pool.parallel is True
+    finally:
+        pool.shutdown()

@@ -177,18 +177,21 @@ def test_sizes_of_one_after_symbolic_kernels_match_torch(stats):
     assert stats.symbolic_compiles >= 2
 
 
-def test_size_one_takes_the_per_size_route_of_the_same_graph(stats):
+@pytest.mark.parametrize("eager_calls", [1, 2])
+def test_size_one_takes_the_per_size_route_of_the_same_graph(stats, eager_calls, monkeypatch):
     """The kernels assume every size symbol is at least 2; a graph captured with ``dynamic=True``
-    also serves size 1, which then runs the per-size route (eagerly the first time, compiled
-    when it comes again) with eager's values."""
+    also serves size 1, which then runs the per-size route (with the eager ops its first
+    ``unserved_size_eager_calls`` times, then compiled) with eager's values."""
+    monkeypatch.setattr(kiln.inductor.config, "unserved_size_eager_calls", eager_calls)
     counter = CompileCounter("inductor")
     compiled = kiln.compile(lambda x: (x.sigmoid() * 3).sum(0), backend=counter, dynamic=True)
     with kiln.no_grad():
-        for n in (5, 1, 3, 1, 7):
+        for n in (5, 1, 3, 1, 7, 1):
             x = kiln.randn(n, 4)
             np.testing.assert_allclose(compiled(x).numpy(), (x.sigmoid() * 3).sum(0).numpy(), 1e-6)
     assert counter.frame_count == 1 and stats.symbolic_compiles == 1
-    assert stats.fallback_calls == 2 and stats.eager_first_calls == stats.static_compiles == 1
+    assert stats.fallback_calls == 3
+    assert stats.eager_first_calls == eager_calls and stats.static_compiles == 1
 
 
 @needs_torch

@@ -201,17 +201,30 @@ def test_meta_functions_keep_sizes_symbolic():
     assert env.guards == []
 
 
-def test_copy_or_alias_decisions_guard_the_size_they_depend_on():
-    """``contiguous()`` of a transposed (8, n) tensor copies unless n == 1 (then eager returns
-    the tensor itself): the decision must be guarded, not assumed."""
+def _merged_copy(mutate: bool):
+    """``contiguous()`` of a transposed (8, n) tensor, which copies unless n == 1 (eager code
+    then returns the tensor itself); ``mutate``: the copy is written in place afterwards."""
     from kiln.ops.core.fake import FakeTensorMode
 
     env, (s0, s1) = _env_with(6, 4)
     x = make_fake((s0, s1, 8), kiln.float32, kiln.device("cpu"))
     with FakeTensorMode():
         y = x.view(s0 * s1, 8).t().contiguous()
+        if mutate:
+            y.mul_(2)
     assert y.is_contiguous()
-    assert [g.text() for g in env.guards] == ["s0*s1 != 1"]
+    assert env.guards == []  # the copy is right for every size until aliasing is observed
+    return env, y
+
+
+@pytest.mark.parametrize("observed", ["nothing", "leaves the graph", "mutated"])
+def test_copy_or_alias_decisions_guard_the_size_only_where_aliasing_is_observed(observed):
+    """A size of 1 is served by the copy unless the capture shows the aliasing eager code
+    would have (the copy leaves the graph, or it is written in place): then it is guarded."""
+    env, y = _merged_copy(mutate=observed == "mutated")
+    env.settle_aliasing([y] if observed == "leaves the graph" else [])
+    expected = [] if observed == "nothing" else ["s0*s1 != 1"]
+    assert [g.text() for g in env.guards] == expected
 
 
 # ------------------------------------------------------------------------------ unbacked

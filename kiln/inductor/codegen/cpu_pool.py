@@ -21,11 +21,14 @@ thread alone.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
+import time
 
 import numpy as np
 
 from ...runtime import flags
+from .. import config
 
 __all__ = [
     "Pool", "KERNEL", "SGEMM", "DGEMM", "GEMM_FIELDS", "thread_pool", "RowKernel", "KERNEL_TYPE",
@@ -33,6 +36,9 @@ __all__ = [
 
 # cycles a helper spins for the next job before it sleeps (~2 ms at 2.5-3.5 GHz)
 SPIN_CYCLES = 6_000_000
+
+# how often the machine's load is read (``Pool.parallel``), in seconds
+LOAD_CHECK_SECONDS = 0.5
 
 KERNEL, SGEMM, DGEMM = 1, 2, 3
 # per gemm chunk: transA, transB, M, N, K, A, lda, B, ldb, C, ldc (row-major cblas arguments)
@@ -275,10 +281,39 @@ class Pool:
         if run is not None:
             self.helpers = [_Helper(f"kiln-kernel_{i}", run) for i in range(threads - 1)]
         self.slots = np.array([h.addr for h in self.helpers], np.int64)
+        self._cores = _cores()
+        self._spare = True
+        self._load_checked = 0.0
 
     @property
     def parallel(self) -> bool:
-        return bool(self.helpers)
+        """Whether to hand work to the helpers now: they exist, and the machine has a core
+        for them (see ``_cores_spare``)."""
+        return bool(self.helpers) and self._cores_spare()
+
+    def _cores_spare(self) -> bool:
+        """OpenMP's dynamic thread rule (``OMP_DYNAMIC``): on a machine whose other processes
+        keep its cores busy (load average, less this process's own threads, above the cores
+        the helpers would use), a helper is descheduled in the middle of its chunk and the
+        posting thread waits a scheduler tick for it: a GPT step of 5 ms took 15-30 ms at load
+        6 on 2 cores, twice its time on one thread. Jobs then run on the calling thread alone.
+        Read every ``LOAD_CHECK_SECONDS``; switching back needs the load to fall further (the
+        load average lags by a minute, and counts this process's helpers while they run)."""
+        if not config.threads_follow_load:
+            return True
+        now = time.monotonic()
+        if now - self._load_checked < LOAD_CHECK_SECONDS:
+            return self._spare
+        self._load_checked = now
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # no load average (not Unix): trust the thread count
+            return True
+        ours = self.threads if self._spare else 1
+        others = max(load - ours, 0.0)
+        free = self._cores - 1 - others  # cores left for the helpers after the calling thread
+        self._spare = free >= len(self.helpers) - (0.75 if self._spare else 0.5)
+        return self._spare
 
     def shutdown(self) -> None:
         for h in self.helpers:
@@ -290,7 +325,7 @@ class Pool:
         The record (and whatever it points to) must stay alive until this returns."""
         count = int(job[1])
         helpers = self.helpers[: max(count - 1, 0)]
-        if not helpers or not self.busy.acquire(blocking=False):
+        if not helpers or not self.parallel or not self.busy.acquire(blocking=False):
             self.main(job.ctypes.data, self.slots.ctypes.data, 0)  # alone
             return
         try:
@@ -315,6 +350,14 @@ class Pool:
         job[0], job[1] = kind, len(table)
         job[3], job[4] = gemm_address, table.ctypes.data
         return job
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 _pool: list = [None]

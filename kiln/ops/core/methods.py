@@ -269,15 +269,39 @@ def _type(self, dtype=None, non_blocking=False):
 
 def _contiguous(self, memory_format=contiguous_format):
     if memory_format is contiguous_format:
-        if self.is_contiguous():
+        env = _size_env(self)
+        if env is None:
+            if self.is_contiguous():
+                return self
+            return OPS["clone"](self, memory_format=contiguous_format)
+        # symbolic sizes (graph capture): where the layout is contiguous only for some sizes
+        # (a transposed dim of size 1), the copy is right for every size; guarding on the sizes
+        # seen would make a size of 1 recompile. Only aliasing differs then, so the guards are
+        # kept until the capture shows that aliasing observed (``ShapeEnv.defer_until_aliased``)
+        with env.deferring() as guards:
+            contiguous = self.is_contiguous()
+        if contiguous:
+            for guard in guards:
+                env.add_guard(guard)
             return self
-        return OPS["clone"](self, memory_format=contiguous_format)
+        out = OPS["clone"](self, memory_format=contiguous_format)
+        if guards:
+            env.defer_until_aliased(guards, self, out)
+        return out
     check_memory_format(memory_format, self.ndim, "contiguous")
     if self.is_contiguous(memory_format=memory_format):
         return self
     if memory_format is preserve_format:
         raise RuntimeError("preserve memory format is unsupported by the contiguous operator")
     return OPS["clone"](self, memory_format=memory_format)
+
+
+def _size_env(t: Tensor):
+    """The shape env of ``t``'s symbolic sizes or strides (graph capture), else None."""
+    for v in (*t._shape, *t.stride()):
+        if v.__class__ is SymInt:
+            return v.env
+    return None
 
 
 def _detach(self):

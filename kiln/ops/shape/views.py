@@ -81,6 +81,36 @@ def view_strides(old_shape, old_stride, new_shape):
     return _view_strides(old_shape, old_stride, new_shape, False)
 
 
+def reshape_strides(x: Tensor, shape: tuple) -> tuple:
+    """``(strides, deferred)`` for ``reshape(x, shape)``: the strides of a view, or None for a
+    copy. With symbolic sizes a view that only a size of 1 makes possible is not taken: the copy
+    serves every size, and ``deferred`` holds the guards the view would have needed, for
+    ``ShapeEnv.defer_until_aliased`` (eager code returns a view then, which matters only when
+    that aliasing is observed)."""
+    old_shape, old_stride = x._shape, x.stride()
+    env = _env_of(old_shape, old_stride, shape)
+    if env is None:
+        return view_strides(old_shape, old_stride, shape), ()
+    strides = _view_strides(old_shape, old_stride, shape, True)
+    if strides is not None:
+        return strides, ()
+    with env.deferring() as deferred:
+        strides = _view_strides(old_shape, old_stride, shape, False)
+    if strides is None:
+        return None, deferred
+    for guard in deferred:
+        env.add_guard(guard)
+    return strides, ()
+
+
+def _env_of(*groups):
+    for group in groups:
+        for v in group:
+            if v.__class__ is SymInt:
+                return v.env
+    return None
+
+
 def _known_equal(a, b) -> bool:
     return statically_known_true("==", a, b)
 
@@ -180,9 +210,12 @@ def reshape(self: Tensor, shape: list[int]): ...
 @reshape.register_decomposition
 def _reshape_decomp(x, shape):
     shape = infer_size(shape, x.numel())
-    if view_strides(x._shape, x.stride(), shape) is not None:
+    strides, deferred = reshape_strides(x, shape)
+    if strides is not None:
         return view(x, shape)
     out = view(x.clone(memory_format=contiguous_format), shape)
+    if deferred:
+        _env_of(x._shape, x.stride(), shape).defer_until_aliased(deferred, x, out)
     if x._requires_grad and x._data is not None:
         # PyTorch's node is UnsafeViewBackward0 when reshape had to copy, ViewBackward0 otherwise
         rename_grad_fn(out, (x,), "UnsafeViewBackward0")
@@ -192,10 +225,13 @@ def _reshape_decomp(x, shape):
 @reshape.register_meta
 def _reshape_meta(x, shape):
     shape = infer_size(shape, x.numel())
-    st = view_strides(x._shape, x.stride(), shape)
+    st, deferred = reshape_strides(x, shape)
     if st is not None:
         return _meta_view(x, shape, st, _x_offset(x))
-    return fake(shape, x._dtype, x)
+    out = fake(shape, x._dtype, x)
+    if deferred:
+        _env_of(x._shape, x.stride(), shape).defer_until_aliased(deferred, x, out)
+    return out
 
 
 # ------------------------------------------------------------------------------ permute / expand
