@@ -130,7 +130,7 @@ def aot_compile(
     lowered, compiled = _compile(ep)
     plan = wrapper_plan(compiled)
     kernels = [s for s in plan["steps"] if s["kind"] == "kernel"]
-    obj = compile_object(compiled.ir_text, record) if kernels else b""
+    obj = compile_object(compiled.module_ir, record) if kernels else b""
     tensors = {f"state.{k}": v for k, v in state_tensors(ep).items()}
     constants = compiled.schedule.lowered.constants
     tensors.update({f"const.{k}": v for k, v in constants.items()})

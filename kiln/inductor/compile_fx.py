@@ -129,6 +129,11 @@ class CompiledGraph:
         """The kernels' LLVM IR ("" without LLVM kernels), for dumps."""
         return self._cpu_kernels.ir_text if self._cpu_kernels is not None else ""
 
+    @property
+    def module_ir(self) -> str:
+        """The kernels' LLVM IR as one module ("" without LLVM kernels), for packages."""
+        return self._cpu_kernels.module_ir if self._cpu_kernels is not None else ""
+
 
 # live compiled graphs, switched to their kernel-reporting wrappers while a profile records
 _LIVE_GRAPHS: weakref.WeakSet = weakref.WeakSet()

@@ -23,7 +23,7 @@ from __future__ import annotations
 from . import sym
 from .dependencies import reads_of
 from .ir import ComputedBuffer, InputBuffer, Layout, Pointwise
-from .scheduler import Kernel, Schedule, _step_reads
+from .scheduler import Kernel, Schedule
 
 __all__ = ["plan_inplace"]
 
@@ -39,6 +39,10 @@ def plan_inplace(sched: Schedule, mutations) -> dict:
     for i, step in enumerate(sched.steps):
         for node in getattr(step, "nodes", ()):
             step_of[node.name] = i
+    last_read: dict = {}  # buffer name -> the last step reading it
+    for i, names in enumerate(sched.step_reads):
+        for name in names:
+            last_read[name] = i
     out: dict = {}
     taken = set()
     for k, j in mutations:
@@ -61,7 +65,7 @@ def plan_inplace(sched: Schedule, mutations) -> dict:
         ):
             continue
         s = step_of[buf.name]
-        if any(x.name in _step_reads(step) for step in sched.steps[s + 1 :]):
+        if last_read.get(x.name, -1) > s:  # a later step reads the old value
             continue
         if not _kernel_allows(sched.steps[s], buf, x.name):
             continue

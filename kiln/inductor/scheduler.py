@@ -127,6 +127,9 @@ class Schedule:
         default_factory=dict
     )  # buffer name -> name of a dead buffer whose memory it takes
     deps: dict = field(default_factory=dict)  # step index -> indices of the steps it reads from
+    # buffer names each step reads, in step order (worked out once: reading a kernel's loads
+    # runs its loop bodies, which later passes would otherwise repeat per question)
+    step_reads: list = field(default_factory=list)
 
     @property
     def dag(self):
@@ -240,8 +243,13 @@ def _fits(kernel: Kernel, buf: ComputedBuffer):
     return None
 
 
-def _legal(kernel: Kernel, buf: ComputedBuffer, outer: tuple, inner: tuple) -> bool:
-    """Every read of a buffer produced in this kernel stays within the current outer point."""
+def _legal(
+    kernel: Kernel, buf: ComputedBuffer, outer: tuple, inner: tuple, read_cache: dict | None = None
+) -> bool:
+    """Every read of a buffer produced in this kernel stays within the current outer point.
+
+    ``read_cache`` keeps each node's reads per kernel shape (they depend on nothing else): a
+    kernel growing one buffer at a time would otherwise run every member's body again per try."""
     produced = {n.name: n for n in kernel.nodes}
     if not produced:
         return True
@@ -249,9 +257,14 @@ def _legal(kernel: Kernel, buf: ComputedBuffer, outer: tuple, inner: tuple) -> b
     outer_vars = [sym.Var(f"o{i}", s) for i, s in enumerate(outer)]
     inner_vars = [sym.Var(f"i{i}", s) for i, s in enumerate(inner)]
     outer_set = set(outer_vars)
+    cache = read_cache if read_cache is not None else {}
     for node in trial.nodes:
-        index, rindex = trial.node_vars(node, outer_vars, inner_vars)
-        for read in reads_of(node, index, rindex):
+        key = (node.name, tuple(outer), tuple(inner))
+        reads = cache.get(key)
+        if reads is None:
+            index, rindex = trial.node_vars(node, outer_vars, inner_vars)
+            reads = cache[key] = reads_of(node, index, rindex)
+        for read in reads:
             src = produced.get(read.name)
             if src is None or src is node:
                 continue
@@ -299,9 +312,11 @@ def schedule(lowered: LoweredGraph) -> Schedule:
             names = reads[b.name] = _buffer_reads(b)
         return names
 
+    read_cache: dict = {}
+
     def try_join(buf) -> bool:
         fit = _fits(open_kernel, buf)
-        if fit is not None and _legal(open_kernel, buf, *fit):
+        if fit is not None and _legal(open_kernel, buf, *fit, read_cache):
             open_kernel.outer, open_kernel.inner = fit
             open_kernel.nodes.append(buf)
             kernel_of[buf.name] = open_kernel
@@ -348,8 +363,8 @@ def schedule(lowered: LoweredGraph) -> Schedule:
 
     # who reads what
     readers: dict[str, set] = {}
-    for step in steps:
-        names = _step_reads(step)
+    step_reads = [_step_reads(step) for step in steps]
+    for step, names in zip(steps, step_reads):
         for n in names:
             readers.setdefault(n, set()).add(id(step))
     output_names = {o[1].name for o in lowered.outputs if o[0] == "buffer"}
@@ -368,8 +383,8 @@ def schedule(lowered: LoweredGraph) -> Schedule:
                 step.locals.add(node.name)
     # liveness and reuse of dead buffers' memory
     last_use: dict = {}
-    for i, step in enumerate(steps):
-        for n in _step_reads(step):
+    for i, names in enumerate(step_reads):
+        for n in names:
             last_use[n] = i
     for n in output_names:
         last_use[n] = len(steps)
@@ -379,11 +394,11 @@ def schedule(lowered: LoweredGraph) -> Schedule:
         for n in _step_writes(step):
             producer[n] = i
     deps: dict = {}
-    for i, step in enumerate(steps):
-        for n in _step_reads(step):
+    for i, names in enumerate(step_reads):
+        for n in names:
             if n in producer and producer[n] != i:
                 deps.setdefault(i, set()).add(producer[n])
-    return Schedule(lowered, steps, stored, last_use, reuse, deps)
+    return Schedule(lowered, steps, stored, last_use, reuse, deps, step_reads)
 
 
 # how many of the following buffers a kernel that cannot take the next one looks through

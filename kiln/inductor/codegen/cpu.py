@@ -81,8 +81,7 @@ class CPUKernels:
         self.sched = sched
         self.by_step: dict[int, RowKernel] = {}
         self.numpy_steps: dict[int, str] = {}  # step index -> why it runs in numpy
-        self.compiled = None
-        self._ir_text: str | None = ""  # None: read back from the graph index when asked
+        self._kernel_ir: list | None = []  # (function, IR) per distinct kernel; None: on disk
         self._entry: graph_index.GraphEntry | None = None
         sizes = sizes or {}
         # kernels for every size: the size symbols whose values follow the buffer pointers
@@ -95,80 +94,109 @@ class CPUKernels:
             )
             if self._load(key, steps):
                 return
-        # emit every kernel into one module; a kernel the generator cannot handle is dropped
-        # (it runs in numpy) and the module is rebuilt without it — rare, so emitted once usually
-        while True:
-            module, pending, failed = self._emit_all(steps, dtypes, sizes)
-            if failed is None:
-                break
-            self.numpy_steps[failed[0]] = failed[1]
-            log.info("inductor: %s runs in numpy: %s", sched.steps[failed[0]].name, failed[1])
-        if pending:
-            self._ir_text = str(module)
-            self.compiled = llvm_jit.compile_module(self._ir_text)
-            self._bind(pending)
+        # each kernel's IR alone, its function named "kernel": equal IR is one kernel, compiled
+        # (or found compiled) once however often the graph, or other graphs, repeat it
+        texts, step_keys = self._emit_all(steps, dtypes, sizes)
+        compiled = llvm_jit.compile_kernels(texts, len(step_keys))
+        kernels = {}
+        for i, _, plan, work, names in steps:
+            if i in step_keys:
+                kernels[i] = compiled[step_keys[i]]
+                self._bind(i, kernels[i], plan, work, names)
+        self._kernel_ir = sorted({(compiled[k][1], t) for k, t in texts.items()})
         if key is not None:
-            functions = tuple(p[1] for p in pending)
-            self._entry = graph_index.remember(
-                key, self.compiled, functions, self.numpy_steps, self._ir_text
-            )
+            self._entry = graph_index.remember(key, kernels, self.numpy_steps, self._kernel_ir)
             if self._entry.ir_path is not None:  # only dumps want the IR: it stays on disk
-                self._ir_text = None
+                self._kernel_ir = None
 
     @property
     def ir_text(self) -> str:
-        """The module's LLVM IR (read back from the cache after a hit: only dumps want it)."""
-        if self._ir_text is None:
-            stored = self._entry.stored_ir() if self._entry is not None else None
-            return stored if stored is not None else "; LLVM IR not kept in the cache\n"
-        return self._ir_text
+        """The kernels' LLVM IR as generated, one module per distinct kernel (read back from the
+        cache after a hit: only dumps want it)."""
+        texts = self._stored_kernel_ir()
+        if texts is None:
+            return "; LLVM IR not kept in the cache\n"
+        return "\n".join(
+            f"; kernel {name}\n" + text.replace(f'@"{_KERNEL}"(', f'@"{name}"(', 1)
+            for name, text in texts
+        )
 
-    def _bind(self, pending) -> None:
-        for i, name, plan, work, names in pending:
-            address = self.compiled.address(name)
-            fn = KERNEL_TYPE(address)
-            fn._kiln_module = self.compiled  # the engine owns the machine code: keep it alive
-            self.by_step[i] = RowKernel(name, fn, address, plan.rows, work, names, plan)
+    @property
+    def module_ir(self) -> str:
+        """The kernels' LLVM IR linked into one module (for packages)."""
+        texts = self._stored_kernel_ir()
+        if texts is None:
+            raise RuntimeError("the kernels' LLVM IR is not kept in the cache")
+        return llvm_jit.linked_ir(texts)
+
+    def _stored_kernel_ir(self) -> list | None:
+        if self._kernel_ir is not None:
+            return self._kernel_ir
+        return self._entry.stored_ir() if self._entry is not None else None
+
+    def _bind(self, i: int, kernel: tuple, plan, work: int, names: list) -> None:
+        module, name = kernel
+        address = module.address(name)
+        fn = KERNEL_TYPE(address)
+        fn._kiln_module = module  # the engine owns the machine code: keep it alive
+        self.by_step[i] = RowKernel(name, fn, address, plan.rows, work, names, plan)
 
     def _load(self, key: str, steps) -> bool:
         """Take the kernels from a graph compiled before under ``key``; False when there is none."""
         entry = graph_index.recall(key)
         if entry is None:
             return False
-        pending = [
-            (i, step.name, plan, work, names)
-            for i, step, plan, work, names in steps
-            if i not in entry.numpy_steps
-        ]
-        if [p[1] for p in pending] != list(entry.functions) or (pending and not entry.compiled):
+        pending = [s for s in steps if s[0] not in entry.numpy_steps]
+        if sorted(s[0] for s in pending) != sorted(entry.kernels):
             return False  # not what this schedule calls: compile it afresh
         self.numpy_steps = dict(entry.numpy_steps)
-        self.compiled = entry.compiled
-        self._ir_text = None if pending else ""
+        self._kernel_ir = None if pending else []
         self._entry = entry
-        self._bind(pending)
+        for i, _, plan, work, names in pending:
+            self._bind(i, entry.kernels[i], plan, work, names)
         return True
 
-    def _emit_all(self, steps, dtypes, sizes):
-        module = ir.Module(name="kiln_graph")
-        module.triple = llvm_jit.host_target().triple
-        pending = []
-        for i, step, plan, work, names in steps:
-            if i in self.numpy_steps:
-                continue
+    def _emit_all(self, steps, dtypes, sizes) -> tuple[dict, dict]:
+        """``({kernel key: IR}, {step index: kernel key})``; a kernel the generator cannot handle
+        runs in numpy (logged with the reason)."""
+        triple = llvm_jit.host_target().triple
+        texts: dict[str, str] = {}
+        step_keys: dict[int, str] = {}
+        for i, step, plan, _, names in steps:
+            module = ir.Module(name="kiln_kernel")
+            module.triple = triple
             try:
                 if isinstance(step, ScatterStep):
                     emit_scatter_kernel(
-                        module, step.name, step.buffer, names, dtypes, sizes, self.symbols
+                        module, _KERNEL, step.buffer, names, dtypes, sizes, self.symbols
                     )
                 else:
                     emit_kernel(
-                        module, step.name, plan, names, dtypes, step.locals, sizes, self.symbols
+                        module, _KERNEL, plan, names, dtypes, step.locals, sizes, self.symbols
                     )
-                pending.append((i, step.name, plan, work, names))
             except UnsupportedInLLVM as e:
-                return None, None, (i, str(e))
-        return module, pending, None
+                self.numpy_steps[i] = str(e)
+                log.info("inductor: %s runs in numpy: %s", step.name, e)
+                continue
+            local = [n.name for n in getattr(step, "nodes", ()) if n.name not in names]
+            text = _canonical_names(str(module), names + local)
+            key = llvm_jit.kernel_key(text)
+            texts[key] = text
+            step_keys[i] = key
+        return texts, step_keys
+
+
+_KERNEL = "kernel"  # every kernel's function name in its own IR (``llvm_jit`` renames it)
+
+
+def _canonical_names(text: str, names: list) -> str:
+    """The kernel's IR with the values named after its buffers (``%"p_buf8"``) named after their
+    positions in ``names`` (arguments, then local buffers) instead, so kernels equal up to buffer
+    names have equal IR. Only value names change: the key stays the very IR that is compiled."""
+    for position, name in enumerate(names):
+        text = text.replace(f'"p_{name}"', f'"p_#{position}"')
+        text = text.replace(f'"cols_{name}"', f'"cols_#{position}"')
+    return text
 
 
 def _plan_steps(sched: Schedule) -> list:

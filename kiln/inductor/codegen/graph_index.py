@@ -1,11 +1,11 @@
-"""The compiled-graph index: which object, exported functions and numpy fallbacks a lowered graph
+"""The compiled-graph index: which objects, kernel functions and numpy fallbacks a lowered graph
 compiled to, so that compiling it again loads the object without emitting LLVM IR.
 
 Entries live in memory (least recently used first out once they hold more than
 ``kiln.inductor.config.compiled_graph_cache_bytes``, machine code counted) and on disk under
 ``$KILN_CACHE_DIR/llvm/graphs`` as ``cache_records`` records: an entry (and its IR, kept for
 dumps) is read only for the graph key it was written for, and its object only for the object key
-it names, so a swapped, stale or damaged file is a miss and the graph is compiled again. Dropping
+they name, so a swapped, stale or damaged file is a miss and the graph is compiled again. Dropping
 an entry never frees code in use: each compiled kernel holds its ``CompiledModule``.
 """
 
@@ -34,27 +34,34 @@ _ENTRY_BYTES = 1024
 
 @dataclasses.dataclass(frozen=True)
 class GraphEntry:
-    """What a graph compiled to: its object (None when every kernel runs in numpy), the exported
-    kernel names, and the steps that run in numpy with the reason."""
+    """What a graph compiled to: each LLVM step's kernel as (compiled module, function name) —
+    kernels the graph repeats, or shares with other graphs, share one — and the steps that run in
+    numpy with the reason."""
 
     key: str
-    compiled: llvm_jit.CompiledModule | None
-    functions: tuple[str, ...]
+    kernels: dict[int, tuple[llvm_jit.CompiledModule, str]]
     numpy_steps: dict[int, str]
-    ir_path: Path | None  # where the graph's LLVM IR is stored for dumps (None: it is not)
+    ir_path: Path | None  # where the kernels' LLVM IR is stored for dumps (None: it is not)
 
     @property
     def nbytes(self) -> int:
-        text = sum(len(f) for f in self.functions) + sum(map(len, self.numpy_steps.values()))
-        code = self.compiled.nbytes if self.compiled is not None else 0
-        return _ENTRY_BYTES + text + code
+        text = sum(len(f) for _, f in self.kernels.values()) + sum(
+            map(len, self.numpy_steps.values())
+        )
+        modules = {id(m): m for m, _ in self.kernels.values()}
+        return _ENTRY_BYTES + text + sum(m.nbytes for m in modules.values())
 
-    def stored_ir(self) -> str | None:
-        """The graph's LLVM IR as stored on disk, or None when it is not there (any more)."""
+    def stored_ir(self) -> list | None:
+        """The kernels' ``(function, IR)`` as stored on disk, or None when they are not there."""
         if self.ir_path is None:
             return None
         payload = cache_records.read_record(self.ir_path, self.key)
-        return payload.decode() if payload is not None else None
+        if payload is None:
+            return None
+        try:
+            return [(str(name), str(text)) for name, text in json.loads(payload)]
+        except (ValueError, TypeError):
+            return None
 
 
 class _MemoryIndex:
@@ -100,8 +107,10 @@ _MEMORY = _MemoryIndex()
 
 
 def clear_memory_cache() -> None:
-    """Forget the graphs compiled in this process; the next compile of one reads the disk."""
+    """Forget the graphs (and kernels) compiled in this process; the next compile of one reads
+    the disk."""
     _MEMORY.clear()
+    llvm_jit.clear_kernel_memory()
 
 
 def memory_cache_bytes() -> int:
@@ -124,21 +133,20 @@ def _ir_path(key: str) -> Path:
 
 def remember(
     key: str,
-    compiled: llvm_jit.CompiledModule | None,
-    functions: tuple[str, ...],
+    kernels: dict[int, tuple[llvm_jit.CompiledModule, str]],
     numpy_steps: dict[int, str],
-    ir_text: str,
+    kernel_ir: list,
 ) -> GraphEntry:
     """Record what the graph under ``key`` compiled to, in memory and on disk. The entry names
-    where its IR went (then the caller need not keep the IR for dumps)."""
+    where its kernels' IR (``(function, IR)`` pairs) went, so the caller need not keep it for
+    dumps."""
     ir_path = _ir_path(key)
-    if not (ir_text and cache_records.write_record(ir_path, key, ir_text.encode())):
+    if not (kernel_ir and cache_records.write_record(ir_path, key, json.dumps(kernel_ir).encode())):
         ir_path = None
-    entry = GraphEntry(key, compiled, tuple(functions), dict(numpy_steps), ir_path)
+    entry = GraphEntry(key, dict(kernels), dict(numpy_steps), ir_path)
     _MEMORY.put(_memory_key(key), entry)
     stored = {
-        "object": compiled.key if compiled is not None else None,
-        "functions": list(entry.functions),
+        "kernels": [[i, module.key, name] for i, (module, name) in sorted(entry.kernels.items())],
         "numpy_steps": {str(i): why for i, why in entry.numpy_steps.items()},
     }
     cache_records.write_record(_entry_path(key), key, json.dumps(stored).encode())
@@ -164,19 +172,23 @@ def _read_entry(key: str) -> GraphEntry | None:
         return None
     try:
         stored = json.loads(payload)
-        functions = tuple(str(name) for name in stored["functions"])
+        listed = [(int(i), str(obj), str(name)) for i, obj, name in stored["kernels"]]
         numpy_steps = {int(i): str(why) for i, why in stored["numpy_steps"].items()}
-        object_key = stored["object"]
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    compiled = None
-    if object_key is not None:
-        compiled = llvm_jit.load_object(str(object_key), functions)
-        if compiled is None:
+    by_object: dict[str, list[str]] = {}
+    for _, obj, name in listed:
+        by_object.setdefault(obj, []).append(name)
+    modules = {}
+    for obj, names in by_object.items():
+        module = llvm_jit.shared_object(obj, tuple(dict.fromkeys(names)))
+        if module is None:
             return None
         try:
-            for name in functions:
-                compiled.address(name)
+            for name in names:
+                module.address(name)
         except KeyError:
             return None
-    return GraphEntry(key, compiled, functions, numpy_steps, _ir_path(key))
+        modules[obj] = module
+    kernels = {i: (modules[obj], name) for i, obj, name in listed}
+    return GraphEntry(key, kernels, numpy_steps, _ir_path(key))

@@ -17,9 +17,11 @@ import ctypes
 import dataclasses
 import functools
 import hashlib
+import json
 import os
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import llvmlite
@@ -35,11 +37,16 @@ __all__ = [
     "JitStats",
     "asm",
     "cache_dir",
+    "clear_kernel_memory",
+    "compile_kernels",
     "compile_module",
     "host_target",
     "derived_key",
     "jit_stats",
+    "kernel_key",
+    "linked_ir",
     "load_object",
+    "shared_object",
     "optimized_ir",
     "reset_jit_stats",
 ]
@@ -73,6 +80,9 @@ class JitStats:
     optimize_runs: int = 0
     optimize_seconds: float = 0.0
     finalize_seconds: float = 0.0
+    kernel_uses: int = 0  # LLVM steps of the graphs compiled (a repeated kernel counts each time)
+    kernels_compiled: int = 0  # distinct kernels optimized and turned into machine code
+    kernels_reused: int = 0  # kernels found compiled already (this process or on disk)
 
 
 _stats = JitStats()
@@ -273,7 +283,9 @@ def _engine_for_object(
     _stats.compiled += 1
     # MCJIT keeps its copy of the object beside the loaded sections
     nbytes = 2 * len(payload) + _ENGINE_BYTES
-    return CompiledModule(engine, module, cache_hit, key, functions, nbytes)
+    compiled = CompiledModule(engine, module, cache_hit, key, functions, nbytes)
+    _ENGINES[_memory_key(key)] = compiled
+    return compiled
 
 
 @compile_stage("codegen")
@@ -332,6 +344,151 @@ def load_object(key: str, functions: tuple[str, ...]) -> CompiledModule | None:
             return None
         _stats.cache_hits += 1
         return _engine_for_object(key, payload, functions, cache_hit=True)
+
+
+# Kernels compiled one at a time would each pay LLVM's fixed cost per module (about 15 ms to
+# optimize and emit even an empty one), so the new kernels of a graph share one object; every
+# kernel is still found by its own key: in this process through ``_KERNELS``, in a later one
+# through a small record per kernel (``kernels/<key>.index``) naming its object.
+_KERNEL_NAME = "kernel"  # the name a kernel's own IR gives its function (its key ignores names)
+
+# engines by object key while something (a compiled kernel) still holds them: an object needed
+# again is not loaded twice
+_ENGINES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# kernel key -> (object key, its function, all functions of the object) of every kernel compiled
+# or loaded in this process
+_KERNELS: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+
+
+def _memory_key(key: str) -> str:
+    # a new cache directory starts cold, in memory too (benchmarks time cold compiles that way)
+    return f"{cache_dir()}:{key}"
+
+
+def clear_kernel_memory() -> None:
+    """Forget which kernels this process compiled (code in use stays alive): the next compile
+    of one reads the disk cache."""
+    with _LOCK:
+        _KERNELS.clear()
+        _ENGINES.clear()
+
+
+def kernel_key(ir_text: str) -> str:
+    """The cache key of one kernel's IR (its function named ``kernel``): the IR with the host CPU,
+    its features and the toolchain, so equal keys mean interchangeable machine code."""
+    return _cache_key(ir_text, 3, False)
+
+
+def shared_object(key: str, functions: tuple[str, ...]) -> CompiledModule | None:
+    """The object under ``key`` as :func:`load_object` gives it, but the engine already holding
+    it when one is alive: graphs sharing kernels share their machine code."""
+    with _LOCK:
+        loaded = _ENGINES.get(_memory_key(key))
+        if loaded is not None and set(functions) <= set(loaded.functions):
+            return loaded
+        return load_object(key, functions)
+
+
+def _kernel_function(key: str) -> str:
+    return f"kiln_kernel_{key[:24]}"
+
+
+def _kernel_index_path(key: str) -> Path:
+    return cache_dir() / "kernels" / key[:2] / f"{key}.index"
+
+
+def _find_kernel(key: str) -> tuple[CompiledModule, str] | None:
+    """The compiled kernel under ``key`` from this process or the disk cache, else None."""
+    known = _KERNELS.get(_memory_key(key))
+    if known is None:
+        payload = cache_records.read_record(_kernel_index_path(key), key)
+        if payload is None:
+            return None
+        try:
+            stored = json.loads(payload)
+            functions = tuple(str(f) for f in stored["functions"])
+            known = (str(stored["object"]), str(stored["function"]), functions)
+        except (ValueError, KeyError, TypeError):
+            return None
+        if known[1] not in functions:
+            return None
+    object_key, function, functions = known
+    module = shared_object(object_key, functions)
+    if module is None:
+        return None
+    try:
+        module.address(function)
+    except KeyError:
+        return None
+    _KERNELS[_memory_key(key)] = known
+    return module, function
+
+
+def _linked(texts: list[tuple[str, str]]) -> llvm.ModuleRef:
+    """One module of the kernels ``(function name, IR)``, each kernel's function renamed; the
+    linker keeps each kernel's own copies of internal helpers apart."""
+    module = None
+    for name, text in texts:
+        part = _parse(text)
+        part.get_function(_KERNEL_NAME).name = name
+        if module is None:
+            module = part
+        else:
+            module.link_in(part)
+    return module
+
+
+def linked_ir(texts: list[tuple[str, str]]) -> str:
+    """The IR of kernels ``(function name, IR)`` as one module (for dumps and packages)."""
+    if not texts:
+        return ""
+    with _LOCK:
+        return str(_linked(texts))
+
+
+@compile_stage("codegen")
+def compile_kernels(texts: dict[str, str], uses: int = 0) -> dict[str, tuple[CompiledModule, str]]:
+    """Machine code for kernels given as ``{kernel_key(ir): ir}``, each IR defining ``kernel``:
+    ``{key: (compiled module, function name)}``; ``uses``: how many steps call them (counted in
+    ``JitStats.kernel_uses``). A kernel compiled before, in this process or
+    (through the disk cache) an earlier one, is reused; the others are linked into one module,
+    optimized and compiled once, however many graphs or steps share them."""
+    found: dict[str, tuple[CompiledModule, str]] = {}
+    with _LOCK:
+        _stats.kernel_uses += uses
+        for key in texts:
+            hit = _find_kernel(key)
+            if hit is not None:
+                found[key] = hit
+        _stats.kernels_reused += len(found)
+        missing = sorted(key for key in texts if key not in found)
+        if not missing:
+            return found
+        object_key = _toolchain_digest(("kernels", *missing))
+        functions = tuple(_kernel_function(key) for key in missing)
+        path = _object_path(object_key)
+        payload = cache_records.read_record(path, object_key)
+        cache_hit = payload is not None
+        if cache_hit:
+            _stats.cache_hits += 1
+        else:
+            _stats.cache_misses += 1
+            module = _linked([(f, texts[k]) for f, k in zip(functions, missing)])
+            start = time.perf_counter()
+            _optimize(module, 3, False)
+            _stats.optimize_seconds += time.perf_counter() - start
+            _stats.optimize_runs += 1
+            payload = _shared_target_machine(3).emit_object(module)
+            _stats.objects_generated += 1
+            _stats.kernels_compiled += len(missing)
+            cache_records.write_record(path, object_key, payload)
+        compiled = _engine_for_object(object_key, payload, functions, cache_hit)
+        for key, function in zip(missing, functions):
+            _KERNELS[_memory_key(key)] = (object_key, function, functions)
+            found[key] = (compiled, function)
+            record = {"object": object_key, "function": function, "functions": functions}
+            cache_records.write_record(_kernel_index_path(key), key, json.dumps(record).encode())
+        return found
 
 
 def optimized_ir(llvm_ir: str | ir.Module, opt_level: int = 3, vectorize: bool = False) -> str:
