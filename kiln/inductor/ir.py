@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..runtime import dtypes as dt
+from ..runtime.symbolic import has_symbols
 from ..runtime.tensor import contiguous_strides
 from . import sym
 from .virtualized import ops
@@ -269,6 +270,10 @@ class ExternBuffer(Buffer):
         self.inputs = inputs
         self.kwargs = kwargs or {}
         self.description = description or getattr(kernel, "__name__", "extern")
+        # scalar arguments that are size expressions (a transposed convolution's output
+        # padding of a symbolic graph): each call passes their values for its sizes
+        scalars = [*(i for i in inputs if not isinstance(i, tuple)), *self.kwargs.values()]
+        self.symbolic_scalars = has_symbols(scalars)
 
 
 @dataclass

@@ -17,6 +17,7 @@ from ..runtime.symbolic import SymInt, fold_pinned, statically_known_true
 __all__ = [
     "size_value",
     "same_size",
+    "broadcasts",
     "is_symbolic",
     "Expr",
     "Var",
@@ -86,6 +87,18 @@ def same_size(a, b) -> bool:
     if a.__class__ is int and b.__class__ is int:
         return a == b
     return statically_known_true("==", a, b)
+
+
+def broadcasts(size, out_size) -> bool:
+    """Whether a dim of ``size`` is broadcast to ``out_size`` (read at index 0 whatever the
+    output index). A dim of size 1 is: where ``out_size`` is 1 too, index 0 is the only index
+    anyway, so nothing needs to know whether it is. That leaves a symbolic output size that is 1
+    for some values only (a stride-2 convolution's ``(s + 1) // 2`` at ``s == 2``) undecided
+    instead of stopping the compile for every size; a symbolic ``size`` not provably equal to
+    ``out_size`` must still be decided (``size == 1`` asks the symbols' ranges)."""
+    if same_size(size, out_size):
+        return False
+    return size == 1
 
 
 _COMPARE = {

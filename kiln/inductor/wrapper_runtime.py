@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime.storage import empty_array
+from ..runtime.symbolic import SymInt
 from ..runtime.tensor import wrap_array
 from .ir import ExternBuffer, Layout
 
@@ -75,10 +76,13 @@ def input_storage_owned(t, layout: Layout) -> tuple:
     return (storage_of_tensor(t) if own else input_storage(t, layout)), own
 
 
-def run_extern(buf: ExternBuffer, storages: dict, layouts: tuple | None = None) -> None:
+def run_extern(
+    buf: ExternBuffer, storages: dict, layouts: tuple | None = None, values: dict | None = None
+) -> None:
     """Call an extern kernel on views of its buffers; ``layouts``: for a graph compiled for every
     size, this call's concrete layouts of the buffer inputs then the output (worked out once per
-    set of sizes with the other layouts, ``symbolic_sizes``), else the compiled ones."""
+    set of sizes with the other layouts, ``symbolic_sizes``), else the compiled ones; ``values``:
+    that call's size symbol values, which scalar arguments that are size expressions take."""
     if layouts is None:
         layouts = extern_layouts(buf)
     arrays = []
@@ -90,7 +94,23 @@ def run_extern(buf: ExternBuffer, storages: dict, layouts: tuple | None = None) 
         else:
             arrays.append(item)
     out = strided_view(storages[buf.name], layouts[k])
-    buf.kernel(out, *arrays, **buf.kwargs)
+    kwargs = buf.kwargs
+    if buf.symbolic_scalars:
+        if values is None:
+            raise RuntimeError(f"internal error: {buf.name}'s scalar arguments need size values")
+        arrays = [a if isinstance(a, np.ndarray) else _concrete(a, values) for a in arrays]
+        kwargs = {key: _concrete(v, values) for key, v in kwargs.items()}
+    buf.kernel(out, *arrays, **kwargs)
+
+
+def _concrete(value, values: dict):
+    """``value`` (a scalar, or a tuple/list of them) with each size expression evaluated."""
+    cls = value.__class__
+    if cls is SymInt:
+        return value.expr.evaluate(values)
+    if cls is tuple or cls is list:
+        return cls(_concrete(v, values) for v in value)
+    return value
 
 
 def extern_layouts(buf: ExternBuffer) -> tuple:

@@ -22,6 +22,7 @@ __all__ = [
     "Atom",
     "Symbol",
     "FloorDiv",
+    "floordivs_expanded",
     "Mod",
     "Max",
     "Min",
@@ -460,6 +461,31 @@ class Expr:
             terms[rest] = terms.get(rest, 0) + c // dc
         quotient = Expr({m: c for m, c in terms.items() if m and c}, terms.get((), 0))
         return quotient
+
+
+def floordivs_expanded(e: Expr, limit: int = 4) -> Expr:
+    """``k * e`` for some ``k >= 1`` with each term ``c * (a // k)`` (a constant ``k > 0``)
+    written as ``c * (a - a % k)``: the same sign as ``e``, with bounds that keep what
+    intervals lose. ``s - 2 * ((s + 1) // 2) + 2`` bounds to anything from intervals over ``s``
+    and ``(s + 1) // 2`` separately, but expanded it is ``2 + 2 * ((s + 1) % 2)``, in
+    ``[2, 4]``: the relations of a stride-2 convolution's output size to its input size
+    decide for every size. At most ``limit`` divisions are expanded (compile time)."""
+    for _ in range(limit):
+        m = next((m for m in e.terms if _constant_division(m)), None)
+        if m is None:
+            break
+        a, d = m[0].a, m[0].b
+        rest = Expr({n: v for n, v in e.terms.items() if n != m}, e.const)
+        e = rest * d.const + (a - mod(a, d)) * e.terms[m]
+    return e
+
+
+def _constant_division(monomial: tuple) -> bool:
+    """Whether a monomial is one ``a // k`` with a constant ``k > 0``."""
+    if len(monomial) != 1 or type(monomial[0]) is not FloorDiv:
+        return False
+    d = monomial[0].b
+    return d.is_const and d.const > 0
 
 
 def const(c: int) -> Expr:

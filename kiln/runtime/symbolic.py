@@ -39,6 +39,7 @@ from .sym_expr import (
     as_expr,
     const,
     floordiv,
+    floordivs_expanded,
     maximum,
     minimum,
     mod,
@@ -131,8 +132,12 @@ def _decide_exprs(op: str, lhs: Expr, rhs: Expr) -> bool | None:
     """``lhs op rhs`` for every value of the symbols, or None: from the bounds of the
     difference, else (for products of sizes, which intervals cannot relate) from an exact
     ratio: ``a <= a*q`` when ``a >= 0`` and ``q >= 1``."""
-    lo, hi = (lhs - rhs).bounds()
-    result = _decide(op, lo, hi)
+    diff = lhs - rhs
+    result = _decide(op, *diff.bounds())
+    if result is None:  # floor divisions by constants, related to their dividends
+        expanded = floordivs_expanded(diff)
+        if expanded is not diff:
+            result = _decide(op, *expanded.bounds())
     if result is not None or op in ("==", "!="):
         return result
     a, b = (lhs, rhs) if op in ("<", "<=") else (rhs, lhs)  # the question is a < b or a <= b

@@ -181,7 +181,7 @@ def generate_wrapper(
                 layout_ref(f"E{i}_{k}", layout)
                 for k, layout in enumerate(wrapper_runtime.extern_layouts(step.buffer))
             ]
-            body.append(f"S{i}(locals(), ({', '.join(keys)},))")
+            body.append(f"S{i}(locals(), ({', '.join(keys)},), _S.values)")
         else:
             ns[f"S{i}"] = numpy_steps.get(i) or _extern_step(step)
             body.append(f"S{i}(locals())")
@@ -230,7 +230,7 @@ def _layout(t):
 
 
 def _extern_step(step):
-    def run(storages, layouts=None):
-        wrapper_runtime.run_extern(step.buffer, storages, layouts)
+    def run(storages, layouts=None, values=None):
+        wrapper_runtime.run_extern(step.buffer, storages, layouts, values)
 
     return run

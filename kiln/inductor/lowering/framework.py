@@ -54,10 +54,7 @@ def _broadcast_loader(x, out_shape: tuple, to: dt.dtype) -> Callable:
         return load_scalar
     inner = x.loader
     lead = len(out_shape) - len(x.shape)
-    broadcast = [
-        not sym.same_size(s, out_shape[lead + i]) and s == 1 and out_shape[lead + i] != 1
-        for i, s in enumerate(x.shape)
-    ]
+    broadcast = [sym.broadcasts(s, out_shape[lead + i]) for i, s in enumerate(x.shape)]
     src = x.dtype
 
     def load(index):
@@ -222,7 +219,7 @@ def fallback(op, out_meta, args) -> TensorBox:
     template = tuple(collect(a) for a in args)
     dtypes = [b.dtype for b in boxes]
 
-    def call_kernel(arrays):
+    def call_kernel(arrays, template=template):
         def fill(a):
             if isinstance(a, tuple) and len(a) == 2 and a[0] == "__box__":
                 return wrap_array(arrays[a[1]], dtypes[a[1]])
@@ -234,28 +231,29 @@ def fallback(op, out_meta, args) -> TensorBox:
 
     if isinstance(out_meta, Tensor):
 
-        def run(out, *arrays):
-            np.copyto(out, call_kernel(arrays)._data, casting="unsafe")
+        def run(out, *arrays, template):
+            np.copyto(out, call_kernel(arrays, template)._data, casting="unsafe")
 
-        return extern(out_meta, run, boxes, f"fallback:{op.name}")
+        # the template goes as an argument: size expressions in it take each call's values
+        return extern(out_meta, run, boxes, f"fallback:{op.name}", template=template)
     if not isinstance(out_meta, (tuple, list)) or not all(isinstance(m, Tensor) for m in out_meta):
         raise NotImplementedError(f"fallback for op {op.name} with outputs {out_meta!r}")
-    return _multi_output_fallback(op, out_meta, boxes, call_kernel)
+    return _multi_output_fallback(op, out_meta, boxes, call_kernel, template)
 
 
-def _multi_output_fallback(op, out_meta, boxes, call_kernel) -> tuple:
+def _multi_output_fallback(op, out_meta, boxes, call_kernel, template) -> tuple:
     """One kernel call for an op with several outputs: the first extern buffer runs the eager
     kernel and keeps the other results aside (per thread, so concurrent calls of one compiled
     graph do not mix); each later output is an extern buffer that reads its result from there and
     takes the first buffer as an input, which orders it after the call."""
     stash = threading.local()
 
-    def run_first(out, *arrays):
-        results = call_kernel(arrays)
+    def run_first(out, *arrays, template):
+        results = call_kernel(arrays, template)
         stash.results = [r._data for r in results]
         np.copyto(out, stash.results[0], casting="unsafe")
 
-    first = extern(out_meta[0], run_first, boxes, f"fallback:{op.name}[0]")
+    first = extern(out_meta[0], run_first, boxes, f"fallback:{op.name}[0]", template=template)
     outs = [first]
     for i in range(1, len(out_meta)):
 

@@ -172,7 +172,7 @@ def _index_put(out_meta, x, indices, values, accumulate=False):
 
     def value_fn(i):
         sub = [
-            sym.ZERO if s == 1 and sub_shape[lead + k] != 1 else i[lead + k]
+            sym.ZERO if sym.broadcasts(s, sub_shape[lead + k]) else i[lead + k]
             for k, s in enumerate(vshape)
         ]
         v = v_loader(sub)

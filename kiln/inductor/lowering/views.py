@@ -81,10 +81,7 @@ def _permute(out_meta, x, dims):
 def _expand(out_meta, x, size):
     out_shape = tuple(out_meta.shape)
     lead = len(out_shape) - len(x.shape)
-    broadcast = [
-        not sym.same_size(s, out_shape[lead + i]) and s == 1 and out_shape[lead + i] != 1
-        for i, s in enumerate(x.shape)
-    ]
+    broadcast = [sym.broadcasts(s, out_shape[lead + i]) for i, s in enumerate(x.shape)]
 
     def index_map(index):
         return [sym.ZERO if b else index[lead + i] for i, b in enumerate(broadcast)]
@@ -207,11 +204,16 @@ def _view(out_meta, x, size):
     def index_map(index):
         if 0 in in_shape or 0 in out_shape:  # nothing is ever loaded
             return [sym.ZERO] * len(in_shape)
+        # a dim of size 1 adds nothing and reads index 0; one that is 1 only for some sizes
+        # ((s + 1) // 2) takes the general form, which is also right when it is 1
         linear = sym.ZERO
         for i, st, s in zip(index, out_strides, out_shape):
-            if s != 1:
+            if not sym.known("==", s, 1):
                 linear = linear + sym.as_expr(i) * st
-        return [(linear // st) % s if s != 1 else sym.ZERO for st, s in zip(in_strides, in_shape)]
+        return [
+            sym.ZERO if sym.known("==", s, 1) else (linear // st) % s
+            for st, s in zip(in_strides, in_shape)
+        ]
 
     def strided(layout):
         from ...ops.shape.views import view_strides

@@ -201,7 +201,7 @@ class KernelEmitter(ColumnEmitter):
                 v = env[atom]
             else:
                 v = self._div_mod(atom, self.emit_index(atom.expr, env, 1), I64)
-            term = v if c == 1 else b.mul(v, self.sizes.value(c), flags=flags)
+            term = v if sym.known("==", c, 1) else b.mul(v, self.sizes.value(c), flags=flags)
             out = (
                 term
                 if (isinstance(out, ir.Constant) and out.constant == 0)
@@ -255,7 +255,9 @@ class KernelEmitter(ColumnEmitter):
                 v = b.add(self.splat(env[j], lanes), lane, flags=_NSW)
             else:
                 v = self._div_mod(atom, self._emit_index_vec(atom.expr, env, lanes), vty)
-            term = v if c == 1 else b.mul(v, self.sizes.vector(c, lanes), flags=flags)
+            term = (
+                v if sym.known("==", c, 1) else b.mul(v, self.sizes.vector(c, lanes), flags=flags)
+            )
             out = b.add(out, term, flags=flags)
         return out
 
@@ -364,7 +366,7 @@ class KernelEmitter(ColumnEmitter):
             j = self.j
             coeff = expr.coeff(j)
             rest = expr - sym.as_expr(j) * coeff
-            if coeff == 1 and not self.varies(rest, handler.env):
+            if sym.known("==", coeff, 1) and not self.varies(rest, handler.env):
                 base = self.emit_index(rest, handler.env, 1)
                 ptr = b.gep(b.gep(self.pointer(node.name), [base]), [handler.env[j]])
                 b.store(raw, b.bitcast(ptr, raw.type.as_pointer()), align=node.dtype.itemsize)

@@ -438,9 +438,12 @@ def _column_plan(kernel: Kernel, plan: LoopPlan, outer, inner, merged_outer):
                     v for a in e.atoms() if not isinstance(a, sym.Var) for v in a.free_vars()
                 }
                 free = e.free_vars()
-                if j in free and (e.coeff(j) != 1 or j in nonaffine):
+                # (a symbolic stride counts as a gather: it is 1 for some sizes at most)
+                if j in free and (not sym.known("==", e.coeff(j), 1) or j in nonaffine):
                     gathers_r += 1
-                if x_last in free and (e.coeff(x_last) != 1 or x_last in nonaffine):
+                if x_last in free and (
+                    not sym.known("==", e.coeff(x_last), 1) or x_last in nonaffine
+                ):
                     gathers_x += 1
     if gathers_x >= gathers_r:
         return None

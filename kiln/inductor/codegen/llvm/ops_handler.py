@@ -135,7 +135,7 @@ class LLVMOps:
             lo, hi = e.index_bounds(expr)
             size = e.buffer_sizes.get(name)
             in_bounds = sym.known(">=", lo, 0) and (size is None or sym.known("<", hi, size))
-            if coeff == 1 and not e.varies(rest, self.env) and in_bounds:
+            if sym.known("==", coeff, 1) and not e.varies(rest, self.env) and in_bounds:
                 base = e.emit_index(rest, self.env, 1)
                 ptr = self.b.gep(self.b.gep(e.pointer(name), [base]), [self.env[j]])
                 vec_ptr = self.b.bitcast(
