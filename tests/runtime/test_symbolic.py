@@ -135,6 +135,21 @@ def test_comparisons_decided_by_ranges_record_no_guard():
     assert env.guards == []
 
 
+def test_floor_divisions_by_constants_relate_to_their_dividends():
+    """A stride-2 convolution's output size ``(s + 1) // 2`` against its input ``s``: intervals
+    over ``s`` and the quotient separately leave these open, the expanded form decides them
+    (no guard); a relation that does depend on ``s``'s parity stays undecided."""
+    env, (s,) = _env_with(9)
+    half = (s + 1) // 2
+    assert not (s - 2 * half + 2 < 0) and s - 2 * half + 1 >= 0 and 2 * half <= s + 1
+    assert 2 * half >= s and 3 * ((s + 2) // 3) >= s
+    assert env.guards == []
+    assert not statically_known_true(">", s - 2 * half, -1)  # s even: 0; odd: -1
+    for value in range(2, 40):  # the decided relations hold for every size
+        h = (value + 1) // 2
+        assert value - 2 * h + 1 >= 0 and 2 * h <= value + 1 and 2 * h >= value
+
+
 def test_a_kernel_scope_remembers_its_decisions_until_it_ends(monkeypatch):
     """A symbolic compile asks the same relations thousands of times while no range changes:
     inside ``kernel_scope`` each is decided once; after it, guards narrow ranges again and
