@@ -82,12 +82,30 @@ def _compare_cnn_training(shapes, dynamic, classes: int = 10) -> list:
 @pytest.mark.parametrize("dynamic", [True, None])
 def test_resnet_training_step_compiles_once_for_every_batch_size(stats, dynamic):
     """Batch sizes 2, 3, 5, 8 (and back): with ``dynamic=True`` the step's graphs are captured
-    on the first two steps only (gradients and momentum buffers appear on the second), with
-    the default automatic dynamic once more for the first size change; every graph gets
-    kernels for every size, none is refused or compiled per size."""
+    on the first two steps only (gradients and momentum buffers appear on the second); the
+    default automatic dynamic captures once more, on the third step, where the batch size
+    becomes a symbol. Every graph gets kernels for every size, none is refused or compiled
+    per size."""
     frames = _compare_cnn_training([(2, 8), (3, 8), (5, 8), (8, 8), (3, 8), (6, 8)], dynamic)
     assert stats.symbolic_compiles >= 1
     assert stats.symbolic_refused == 0
     assert stats.static_compiles == stats.eager_first_calls == stats.fallback_calls == 0
-    settled = 1 if dynamic else 2  # automatic dynamic: the batch size becomes a symbol at 5
+    settled = 1 if dynamic else 2
+    assert frames[settled] == frames[-1]
+
+
+@needs_torch
+@pytest.mark.parametrize("dynamic", [True, None])
+def test_resnet_training_step_serves_odd_and_even_image_sizes(stats, dynamic):
+    """Image sides of both parities: a stride-2 convolution's weight gradient is the kernel's
+    size or one more by the parity, and its output ``(s + 1) // 2`` is related to ``s`` only
+    through a floor division; neither pins the parity nor refuses kernels for every size. The
+    default captures once more on the third step, where the side and the batch size become
+    symbols."""
+    shapes = [(2, 8), (3, 8), (5, 9), (4, 7), (3, 10), (2, 9)]
+    frames = _compare_cnn_training(shapes, dynamic)
+    assert stats.symbolic_compiles >= 1
+    assert stats.symbolic_refused == 0
+    assert stats.static_compiles == stats.eager_first_calls == stats.fallback_calls == 0
+    settled = 1 if dynamic else 2
     assert frames[settled] == frames[-1]

@@ -258,8 +258,12 @@ def _convolution_meta(x, w, b, stride, padding, dilation, transposed, output_pad
 
 
 def _narrow_kernel(t: Tensor, kernel) -> Tensor:
+    """The weight gradient's leading ``kernel`` positions. A symbolic size is sliced whatever
+    it is (a no-op where it equals the kernel's): a strided convolution's is the kernel's or
+    one more by the input's parity, and asking which would guard a graph on the parity."""
     for i, size in enumerate(kernel):
-        if t.shape[2 + i] != size:
+        have = t.shape[2 + i]
+        if have.__class__ is not int or have != size:
             t = OPS["slice"](t, 2 + i, 0, size, 1)
     return t
 
