@@ -56,10 +56,16 @@ def test_reshape_views_or_copies_as_pytorch(layout, requires_grad):
         assert k.stride() == t.stride(), (layout, shape)
         shares = t.numel() > 0 and t.data_ptr() == t_src.data_ptr()
         assert (k.numel() > 0 and k.data_ptr() == k_src.data_ptr()) == shares, (layout, shape)
-        if shares:  # (a copying reshape's result is a view of kiln's copy, not base-less)
+        # a copy is its own tensor, not a view of anything (PyTorch's _unsafe_view)
+        assert (k._base is None) == (t._base is None), (layout, shape)
+        if t._base is not None:
             assert k._base is k_leaf and t._base is t_leaf, (layout, shape)
         if requires_grad:
             assert k.grad_fn.name() == type(t.grad_fn).__name__, (layout, shape)
+            if t._base is None:  # in place on the copy records its own node, not a view rebase
+                k.mul_(2)
+                t.mul_(2)
+                assert k.grad_fn.name() == type(t.grad_fn).__name__, (layout, shape)
             k.sum().backward()
             t.sum().backward()
             assert_close(k_leaf.grad, t_leaf.grad)

@@ -240,6 +240,9 @@ def _reshape_decomp(x, shape):
             rename_grad_fn(out, (x,), "ReshapeAliasBackward0")
         return out
     out = view(x.clone(memory_format=contiguous_format), shape)
+    # PyTorch's _unsafe_view: the copy is the result's own storage, not a view of a tensor the
+    # caller can reach (an in-place op on it records its own node, not a view rebase)
+    out._base = None
     if deferred:
         _env_of(x._shape, x.stride(), shape).defer_until_aliased(deferred, x, out)
     if x._requires_grad and x._data is not None:
