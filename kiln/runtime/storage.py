@@ -18,6 +18,8 @@ import threading
 
 import numpy as np
 
+from .host_malloc import tune_host_malloc
+
 __all__ = ["Storage", "BufferPool", "pool", "empty_array", "writable_target"]
 
 
@@ -47,6 +49,9 @@ class Storage:
 
 
 _POOL_MIN_BYTES = 1 << 20  # below this numpy's own small-block cache is as good
+
+# numpy's buffers below the pool's size come from malloc: keep glibc from unmapping them per use
+tune_host_malloc()
 
 
 def _calibrate_free_refs() -> int:

@@ -14,6 +14,7 @@ from ..core.common import wrap_dim as _wrap_dim
 from ..core.grad_fn_naming import is_tensor_arg
 from ..core.registry import OPS, defop
 from .gather_scatter import INDEX_DTYPES, as_1d, check_index_bounds, index_dtype_name
+from .row_accumulate import accumulate_rows
 
 __all__: list[str] = []
 
@@ -115,7 +116,11 @@ def _dim_put(x, d, index, values, accumulate, exc=RuntimeError, prefix="", negat
     check_index_bounds(prefix, idx, out.shape[d], d, negative_ok, exc)
     where = (slice(None),) * d + (idx,)
     if accumulate:
-        np.add.at(out, where, values)
+        if not (
+            isinstance(values, np.ndarray)
+            and accumulate_rows(np.moveaxis(out, d, 0), idx, np.moveaxis(values, d, 0))
+        ):
+            np.add.at(out, where, values)
     else:
         out[where] = values
     return wrap(out.reshape(x._shape), x._dtype)

@@ -20,6 +20,7 @@ from ...runtime.symbolic import SymInt, active_env, known_same_shape, same_shape
 from ..core.common import Tensor, broadcast_shapes, fake, wrap
 from ..core.registry import OPS, defop, tensor_method, torch_function
 from ..shape.views import expand_shape
+from .row_accumulate import accumulate_rows
 
 __all__ = ["getitem", "setitem", "DataDependentOutputError"]
 
@@ -210,7 +211,12 @@ def _put_values(x, indices, values):
 def _assign(target: np.ndarray, idx: tuple, v: np.ndarray, accumulate: bool) -> None:
     try:
         if accumulate:
-            np.add.at(target, idx, v)
+            if not (
+                len(idx) == 1
+                and isinstance(idx[0], np.ndarray)
+                and accumulate_rows(target, idx[0], np.asarray(v))
+            ):
+                np.add.at(target, idx, v)
         else:
             target[idx] = v
     except ValueError:

@@ -17,6 +17,7 @@ from ...runtime.tensor import Size
 from ..core.common import Tensor, broadcast_shapes, compute_np_dtype, fake, result_dtype, wrap
 from ..core.registry import OPS, defop
 from ..reductions.reduce import float_sum, torch_type_name
+from .softmax_linear import numpy_derivative_ok
 
 __all__ = ["check_reduction", "reduce_loss"]
 
@@ -163,9 +164,38 @@ def _nll_parts(x, target, weight, ignore_index, class_dim, n_classes):
     return onehot, w, valid
 
 
+_NUMPY_GRAD_DTYPES = (dt.float32, dt.float64)
+
+
+def _nll_loss_grad_numpy(x, target, weight, reduction, ignore_index, class_dim, g):
+    """The derivative below in one numpy scatter: no one-hot mask, no per-op dispatch.
+
+    Same formula and order of operations as the kiln-op form (``-w * g``, divided by the summed
+    weight for a mean, exactly zero at ignored targets)."""
+    cd = x.dtype.np
+    t = target._data.astype(np.int64, copy=False)
+    valid = t != ignore_index
+    safe = np.where(valid, t, 0)
+    w = valid.astype(cd) if weight is None else np.where(valid, weight._data[safe], 0).astype(cd)
+    coef = -w * g._data.astype(cd, copy=False)
+    if reduction == "mean":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            coef = coef / w.sum(dtype=cd)
+    coef = np.where(valid, coef, cd.type(0))
+    out = np.zeros(x._shape, cd)
+    np.put_along_axis(
+        np.moveaxis(out, class_dim, -1), safe[..., None], coef[..., None].astype(cd), -1
+    )
+    return wrap(out, x.dtype)
+
+
 def _nll_loss_grad(c, g):
     x, target, weight, reduction, ignore_index = c.args
     class_dim, n_classes = _nll_geometry(x, target, weight)
+    # ``x`` is not saved (only its shape, dtype and device are known here)
+    if numpy_derivative_ok(g, weight) and x.dtype in _NUMPY_GRAD_DTYPES and x.device.type == "cpu":
+        gx = _nll_loss_grad_numpy(x, target, weight, reduction, ignore_index, class_dim, g)
+        return (gx, None, None, None, None)
     onehot, w, valid = _nll_parts(x, target, weight, ignore_index, class_dim, n_classes)
     coef = -w * g
     # ignored targets get exactly no gradient (selected, since an inf or NaN ``g`` times their
