@@ -56,3 +56,45 @@ def inductor_compiler(codegen: str):
 def compiled_by_inductor(fn, codegen: str):
     """``kiln.compile(fn)`` with the inductor backend and the given CPU codegen."""
     return kiln.compile(fn, backend="inductor", options={"cpu_codegen": codegen})
+
+
+def close_to_torch(ours, theirs, rtol=1e-4, atol=1e-5) -> None:
+    """A kiln tensor against a PyTorch one, values only (training comparisons)."""
+    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol, atol)
+
+
+def training_step(lib, model, optimizer, loss: str = "mse_loss"):
+    """zero_grad + forward + ``loss`` + backward + optimizer step, as a user writes it, for
+    ``lib`` (kiln or torch)."""
+    loss_fn = getattr(lib.nn.functional, loss)
+
+    def step(x, target):
+        optimizer.zero_grad()
+        value = loss_fn(model(x), target)
+        value.backward()
+        optimizer.step()
+        return value
+
+    return step
+
+
+def assert_training_state_matches(ours, theirs, our_opt, their_opt) -> None:
+    """After a step, a kiln model and optimizer hold what the PyTorch ones hold: parameters,
+    gradients, optimizer state (the step count aside) and buffers (running statistics)."""
+    for p, q in zip(ours.parameters(), theirs.parameters()):
+        close_to_torch(p, q)
+        close_to_torch(p.grad, q.grad)
+        for key, value in our_opt.state[p].items():
+            if key != "step":
+                close_to_torch(value, their_opt.state[q][key])
+    for (name, b), c in zip(ours.named_buffers(), theirs.buffers()):
+        assert b.dtype.is_floating_point == c.dtype.is_floating_point, name
+        close_to_torch(b, c)
+
+
+def assert_every_size_served(stats) -> None:
+    """The compile counters say every graph got kernels for every size: none was refused the
+    symbolic route, compiled per size or run eagerly for a size."""
+    assert stats.symbolic_compiles >= 1
+    assert stats.symbolic_refused == 0
+    assert stats.static_compiles == stats.eager_first_calls == stats.fallback_calls == 0

@@ -16,35 +16,14 @@ import pytest
 import kiln
 from kiln.bench.programs import models_for
 from kiln.dynamo.testing import CompileCounter
-from kiln.inductor.specialize import COMPILE_STATS
+from tests.inductor.helpers import (
+    assert_every_size_served,
+    assert_training_state_matches,
+    close_to_torch,
+    training_step,
+)
 from tests.models.models import copy_weights
 from tests.oracle import needs_torch, torch
-
-
-@pytest.fixture
-def stats():
-    COMPILE_STATS.reset()
-    kiln.dynamo.reset()
-    yield COMPILE_STATS
-    kiln.dynamo.reset()
-
-
-def _close(ours, theirs, rtol=1e-4, atol=1e-5) -> None:
-    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol, atol)
-
-
-def _cnn_step(lib, model, optimizer):
-    """zero_grad + forward + cross-entropy + backward + SGD step, as a user writes it."""
-    F = lib.nn.functional
-
-    def step(images, labels):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    return step
 
 
 def _compare_cnn_training(shapes, dynamic, classes: int = 10) -> list:
@@ -58,22 +37,18 @@ def _compare_cnn_training(shapes, dynamic, classes: int = 10) -> list:
     our_opt = kiln.optim.SGD(ours.parameters(), lr=0.05, momentum=0.9)
     their_opt = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9)
     counter = CompileCounter("inductor")
-    compiled = kiln.compile(_cnn_step(kiln, ours, our_opt), backend=counter, dynamic=dynamic)
-    their_step = _cnn_step(torch, theirs, their_opt)
+    compiled = kiln.compile(
+        training_step(kiln, ours, our_opt, "cross_entropy"), backend=counter, dynamic=dynamic
+    )
+    their_step = training_step(torch, theirs, their_opt, "cross_entropy")
     rng = np.random.default_rng(0)
     frames = []
     for batch, side in shapes:
         x = rng.standard_normal((batch, 3, side, side)).astype(np.float32)
         y = rng.integers(0, classes, (batch,))
         loss = compiled(kiln.tensor(x), kiln.tensor(y))
-        _close(loss, their_step(torch.tensor(x), torch.tensor(y)))
-        for p, q in zip(ours.parameters(), theirs.parameters()):
-            _close(p, q)
-            _close(p.grad, q.grad)
-            _close(our_opt.state[p]["momentum_buffer"], their_opt.state[q]["momentum_buffer"])
-        for (name, b), c in zip(ours.named_buffers(), theirs.buffers()):
-            assert b.dtype.is_floating_point == c.dtype.is_floating_point, name
-            _close(b, c)
+        close_to_torch(loss, their_step(torch.tensor(x), torch.tensor(y)))
+        assert_training_state_matches(ours, theirs, our_opt, their_opt)
         frames.append(counter.frame_count)
     return frames
 
@@ -87,9 +62,7 @@ def test_resnet_training_step_compiles_once_for_every_batch_size(stats, dynamic)
     becomes a symbol. Every graph gets kernels for every size, none is refused or compiled
     per size."""
     frames = _compare_cnn_training([(2, 8), (3, 8), (5, 8), (8, 8), (3, 8), (6, 8)], dynamic)
-    assert stats.symbolic_compiles >= 1
-    assert stats.symbolic_refused == 0
-    assert stats.static_compiles == stats.eager_first_calls == stats.fallback_calls == 0
+    assert_every_size_served(stats)
     settled = 1 if dynamic else 2
     assert frames[settled] == frames[-1]
 
@@ -104,8 +77,6 @@ def test_resnet_training_step_serves_odd_and_even_image_sizes(stats, dynamic):
     symbols."""
     shapes = [(2, 8), (3, 8), (5, 9), (4, 7), (3, 10), (2, 9)]
     frames = _compare_cnn_training(shapes, dynamic)
-    assert stats.symbolic_compiles >= 1
-    assert stats.symbolic_refused == 0
-    assert stats.static_compiles == stats.eager_first_calls == stats.fallback_calls == 0
+    assert_every_size_served(stats)
     settled = 1 if dynamic else 2
     assert frames[settled] == frames[-1]

@@ -17,7 +17,6 @@ import kiln
 from kiln.dynamo.testing import CompileCounter
 from kiln.inductor.codegen.llvm import jit as llvm_jit
 from kiln.inductor.compile_fx import compile_graph
-from kiln.inductor.specialize import COMPILE_STATS
 from kiln.ir.tracer import trace
 from kiln.runtime import logs as klog
 from kiln.runtime.symbolic import ShapeEnv
@@ -54,14 +53,6 @@ def _interim(fn):
     """``fn`` compiled with kernels per concrete size (the route of graphs the symbolic
     kernels cannot take)."""
     return kiln.compile(fn, backend="inductor", options={"symbolic_kernels": False})
-
-
-@pytest.fixture
-def stats():
-    COMPILE_STATS.reset()
-    kiln.dynamo.reset()
-    yield COMPILE_STATS
-    kiln.dynamo.reset()
 
 
 @needs_torch

@@ -16,42 +16,15 @@ import pytest
 import kiln
 from kiln.bench.programs import models_for as bench_models_for
 from kiln.dynamo.testing import CompileCounter
-from kiln.inductor.specialize import COMPILE_STATS
 from kiln.runtime import logs as klog
+from tests.inductor.helpers import (
+    assert_every_size_served,
+    assert_training_state_matches,
+    close_to_torch,
+    training_step,
+)
 from tests.models.models import copy_weights, models_for
 from tests.oracle import needs_torch, torch
-
-
-@pytest.fixture
-def stats():
-    COMPILE_STATS.reset()
-    kiln.dynamo.reset()
-    yield COMPILE_STATS
-    kiln.dynamo.reset()
-
-
-def _assert_every_size_served(stats) -> None:
-    assert stats.symbolic_compiles >= 1
-    assert stats.symbolic_refused == 0
-    assert stats.static_compiles == stats.eager_first_calls == stats.fallback_calls == 0
-
-
-def _close(ours, theirs, rtol=1e-4, atol=1e-5) -> None:
-    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol, atol)
-
-
-def _train_step(lib, model, optimizer):
-    """forward + MSE + backward + optimizer step, as a user writes it."""
-    F = lib.nn.functional
-
-    def step(x, target):
-        optimizer.zero_grad()
-        loss = F.mse_loss(model(x), target)
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    return step
 
 
 def _compare_training(
@@ -68,8 +41,8 @@ def _compare_training(
     our_opt = getattr(kiln.optim, optimizer)(ours.parameters(), **options)
     their_opt = getattr(torch.optim, optimizer)(theirs.parameters(), **options)
     counter = CompileCounter("inductor")
-    compiled = kiln.compile(_train_step(kiln, ours, our_opt), backend=counter, dynamic=dynamic)
-    their_step = _train_step(torch, theirs, their_opt)
+    compiled = kiln.compile(training_step(kiln, ours, our_opt), backend=counter, dynamic=dynamic)
+    their_step = training_step(torch, theirs, their_opt)
     rng = np.random.default_rng(0)
     frames = []
     for shape in shapes:
@@ -77,15 +50,8 @@ def _compare_training(
         y = rng.standard_normal((*shape, width)).astype(np.float32)
         loss = compiled(kiln.tensor(x), kiln.tensor(y))
         expected = their_step(torch.tensor(x), torch.tensor(y))
-        _close(loss, expected)
-        for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
-            _close(p, q)
-            _close(p.grad, q.grad)
-            for key, value in our_opt.state[p].items():
-                if key != "step":
-                    _close(value, their_opt.state[q][key])
-        for b, c in zip(ours.buffers(), theirs.buffers()):
-            _close(b, c)
+        close_to_torch(loss, expected)
+        assert_training_state_matches(ours, theirs, our_opt, their_opt)
         frames.append(counter.frame_count)
     return frames
 
@@ -100,7 +66,7 @@ def test_mlp_training_step_compiles_once_for_every_batch_size(stats, dynamic):
         return models_for(lib).MLP(8, 16, 8)
 
     frames = _compare_training(mlp, [(6,), (6,), (3,), (6,), (5,), (7,), (2,)], 8, dynamic)
-    _assert_every_size_served(stats)
+    assert_every_size_served(stats)
     if dynamic:  # captures on the first two steps only (gradients, optimizer state appear)
         assert frames[1] == frames[-1]
 
@@ -114,7 +80,7 @@ def test_training_loop_with_a_smaller_last_batch_compiles_no_kernels_per_size(st
         return models_for(lib).MLP(8, 16, 8)
 
     _compare_training(mlp, [(8,), (8,), (8,), (3,)] * 3, 8, None)
-    _assert_every_size_served(stats)
+    assert_every_size_served(stats)
 
 
 @needs_torch
@@ -128,7 +94,7 @@ def test_gpt_block_training_step_serves_batch_and_sequence_lengths(stats):
     # the key projection's bias has a zero gradient up to rounding (softmax ignores a shift of
     # a row): Adam's division by sqrt(v) would blow rounding up, a larger eps keeps it rounding
     frames = _compare_training(block, [(2, 8), (3, 5), (2, 16), (4, 7), (3, 5)], 16, True, eps=1e-3)
-    _assert_every_size_served(stats)
+    assert_every_size_served(stats)
     assert frames[1] == frames[-1]
 
 
@@ -144,7 +110,7 @@ def test_batch_norm_running_statistics_update_at_every_batch_size(stats):
     frames = _compare_training(
         net, [(6,), (4,), (9,), (4,), (5,)], 8, True, optimizer="SGD", momentum=0.9
     )
-    _assert_every_size_served(stats)
+    assert_every_size_served(stats)
     assert frames[1] == frames[-1]  # the unbiased variance's n / (n - 1) pins no batch size
 
 
@@ -166,7 +132,7 @@ def test_in_place_update_of_an_input_is_written_back_at_every_size(stats):
             np.testing.assert_allclose(compiled(x, y).numpy(), expected.numpy(), 1e-6)
             np.testing.assert_allclose(y.numpy(), y_eager.numpy(), 1e-6)
             assert y._version > version
-    _assert_every_size_served(stats)
+    assert_every_size_served(stats)
 
 
 def test_in_place_update_of_a_strided_input_reaches_the_input(stats):
@@ -213,4 +179,4 @@ def test_elementwise_update_is_stored_into_the_input_at_every_size(stats, capsys
     finally:
         klog.set_logs("")
     assert "written in place" in capsys.readouterr().err
-    _assert_every_size_served(stats)
+    assert_every_size_served(stats)
