@@ -255,6 +255,26 @@ def test_lerp_accepts_what_pytorch_accepts(name):
     assert_close(LERP_OK[name](kiln), LERP_OK[name](torch))
 
 
+TENSORS_ONLY = {
+    f"{name}-{form}": (lambda lib, name=name, call=call: call(lib, name))
+    for name in ("atan2", "hypot")
+    for form, call in {
+        "number-other": lambda lib, n: getattr(lib, n)(lib.ones(3), 2.0),
+        "number-input": lambda lib, n: getattr(lib, n)(2.0, lib.ones(3)),
+        "in-place-number": lambda lib, n: getattr(lib.ones(3), n + "_")(2),
+    }.items()
+}
+
+
+@pytest.mark.parametrize("name", sorted(TENSORS_ONLY))
+def test_tensor_only_binary_ops_refuse_python_numbers(name):
+    """PyTorch's signatures of atan2 and hypot take tensors only (a TypeError, not a result)."""
+    ours, theirs = _outcome(kiln, TENSORS_ONLY[name]), _outcome(torch, TENSORS_ONLY[name])
+    assert ours[0] is None and theirs[0] is None
+    assert ours[1][0] == theirs[1][0] == "TypeError"
+    assert "must be Tensor, not" in ours[1][1]
+
+
 # ------------------------------------------------------------------------------ meta tensors
 
 

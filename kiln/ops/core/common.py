@@ -51,6 +51,7 @@ __all__ = [
     "fake",
     "checked_scalar",
     "writes_out",
+    "require_tensor",
 ]
 
 _PROMOTE = dt._PROMOTE
@@ -210,6 +211,15 @@ def output_layout_source(shape: tuple, operands) -> tuple | None:
 def fake(shape, dtype: dt.dtype, like: Tensor, stride=None, offset: int = 0) -> Tensor:
     """A data-less output on ``like``'s device (meta functions build their results with this)."""
     return make_fake(shape, dtype, like._device, stride, offset)
+
+
+def require_tensor(fn_name: str, arg_name: str, value, position: int = 2) -> None:
+    """PyTorch's argument parser refuses a Python number where an op takes only tensors."""
+    if not isinstance(value, Tensor):
+        raise TypeError(
+            f"{fn_name}(): argument '{arg_name}' (position {position}) must be Tensor, not "
+            f"{type(value).__name__}"
+        )
 
 
 def first_tensor(*xs) -> Tensor | None:

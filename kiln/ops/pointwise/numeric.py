@@ -21,6 +21,7 @@ from ..core.common import (
     binary_dtype,
     fake,
     pointwise_meta,
+    require_tensor,
     to_float_dtype,
     wrap,
 )
@@ -73,18 +74,9 @@ def ldexp(self: Tensor, other: Tensor): ...
 @ldexp.register_decomposition
 def _ldexp_decomp(x, e):
     """x * 2**e, with the power formed in floating point (so negative exponents work)."""
-    _require_tensor("ldexp", "other", e)
+    require_tensor("ldexp", "other", e)
     d = to_float_dtype(binary_dtype(x, e))  # both in the pair's float type (half stays half)
     return x.to(d) * pow(2.0, e.to(d))
-
-
-def _require_tensor(fn_name: str, arg_name: str, value) -> None:
-    """PyTorch's argument parser refuses a Python number where these ops take a tensor."""
-    if not isinstance(value, Tensor):
-        raise TypeError(
-            f"{fn_name}(): argument '{arg_name}' (position 2) must be Tensor, not "
-            f"{type(value).__name__}"
-        )
 
 
 # ------------------------------------------------------------------------------ nextafter, gcd, lcm
@@ -204,7 +196,7 @@ def heaviside(self: Tensor, values: Tensor): ...
 @heaviside.register_decomposition
 def _heaviside_decomp(x, values):
     """0 below zero, 1 above, ``values`` at exactly zero (nan counts as below, as in PyTorch)."""
-    _require_tensor("heaviside", "values", values)
+    require_tensor("heaviside", "values", values)
     if x.dtype is not values.dtype:
         raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
     return where(x == 0, values, (x > 0).to(x.dtype))

@@ -31,6 +31,7 @@ from ..core.common import (
     empty_like_layout,
     output_layout_source,
     pointwise_meta,
+    require_tensor,
     to_float_dtype,
     wrap,
     zero_grad,
@@ -583,7 +584,19 @@ def _make_binary_inplace(ufunc):
     return write_into
 
 
-def binary(name, fn, derivative=None, *, kind="same", prim=True, schema=_binary_schema, **record):
+def binary(
+    name,
+    fn,
+    derivative=None,
+    *,
+    kind="same",
+    prim=True,
+    schema=_binary_schema,
+    tensors_only=False,
+    **record,
+):
+    """A pointwise binary op over numpy function ``fn``; ``tensors_only``: PyTorch's signature
+    takes no Python number for either operand (``atan2``, ``hypot``)."""
     op = defop(
         schema,
         name=name,
@@ -592,13 +605,25 @@ def binary(name, fn, derivative=None, *, kind="same", prim=True, schema=_binary_
         differentiable=derivative is not None,
         **record,
     )
-    op.register_kernel(_make_binary_kernel(fn, kind))
-    op.register_meta(_make_binary_meta(kind))
-    if kind == "same" and isinstance(fn, np.ufunc):
+    kernel, meta = _make_binary_kernel(fn, kind), _make_binary_meta(kind)
+    if tensors_only:
+        kernel, meta = _tensors_only(name, kernel), _tensors_only(name, meta)
+    op.register_kernel(kernel)
+    op.register_meta(meta)
+    if kind == "same" and isinstance(fn, np.ufunc) and not tensors_only:
         op.inplace_kernel = _make_binary_inplace(fn)
     if derivative is not None:
         op.register_derivative(derivative)
     return op
+
+
+def _tensors_only(name: str, fn):
+    def checked(x, y, *rest):
+        require_tensor(name, "input", x, 1)
+        require_tensor(name, "other", y, 2)
+        return fn(x, y, *rest)
+
+    return checked
 
 
 def needs_grad(c, i):
@@ -706,6 +731,7 @@ atan2 = binary(
     np.arctan2,
     _atan2_grad,
     kind="float",
+    tensors_only=True,
     autocast={"cuda": "promote"},
     complex_refused=complex_not_implemented("atan2_cpu"),
     aliases=("arctan2",),
@@ -714,6 +740,7 @@ hypot = binary(
     "hypot",
     np.hypot,
     lambda c, g: (g * c.args[0] / hypot(*c.args), g * c.args[1] / hypot(*c.args)),
+    tensors_only=True,
     complex_refused=complex_not_implemented("hypot_cpu"),
 )
 copysign = binary(
