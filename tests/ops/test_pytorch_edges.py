@@ -275,6 +275,38 @@ def test_tensor_only_binary_ops_refuse_python_numbers(name):
     assert "must be Tensor, not" in ours[1][1]
 
 
+BINARY_DTYPES = {
+    "fmod-bool": lambda lib: lib.fmod(lib.ones(2, dtype=lib.bool), lib.ones(2, dtype=lib.bool)),
+    "remainder-bool": lambda lib: lib.remainder(
+        lib.ones(2, dtype=lib.bool), lib.ones(2, dtype=lib.bool)
+    ),
+    "remainder-bool-in-place": lambda lib: lib.ones(2, dtype=lib.bool).remainder_(
+        lib.ones(2, dtype=lib.bool)
+    ),
+    "hypot-long": lambda lib: lib.hypot(lib.ones(2, dtype=lib.long), lib.ones(2, dtype=lib.long)),
+    "hypot-bool": lambda lib: lib.hypot(lib.ones(2, dtype=lib.bool), lib.ones(2, dtype=lib.bool)),
+}
+BINARY_DTYPES_OK = {
+    "fmod-bool-by-int": lambda lib: lib.fmod(lib.ones(2, dtype=lib.bool), 2),
+    "remainder-bool-by-int": lambda lib: lib.remainder(lib.ones(2, dtype=lib.bool), 2),
+    "hypot-long-float": lambda lib: lib.hypot(lib.ones(2, dtype=lib.long), lib.full((2,), 2.0)),
+    "hypot-half": lambda lib: lib.hypot(lib.ones(2).half(), lib.ones(2).half()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY_DTYPES))
+def test_binary_ops_refuse_the_dtypes_pytorch_has_no_kernel_for(name):
+    """These used to return values computed in another type (hypot of longs held floats)."""
+    _assert_same_error(BINARY_DTYPES[name])
+
+
+@pytest.mark.parametrize("name", sorted(BINARY_DTYPES_OK))
+def test_binary_ops_promote_out_of_the_refused_dtypes_like_pytorch(name):
+    ours, theirs = BINARY_DTYPES_OK[name](kiln), BINARY_DTYPES_OK[name](torch)
+    assert str(ours.dtype).replace("kiln.", "torch.") == str(theirs.dtype)
+    assert_close(ours, theirs)
+
+
 # ------------------------------------------------------------------------------ meta tensors
 
 

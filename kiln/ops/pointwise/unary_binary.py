@@ -593,10 +593,13 @@ def binary(
     prim=True,
     schema=_binary_schema,
     tensors_only=False,
+    refuses=None,
     **record,
 ):
     """A pointwise binary op over numpy function ``fn``; ``tensors_only``: PyTorch's signature
-    takes no Python number for either operand (``atan2``, ``hypot``)."""
+    takes no Python number for either operand (``atan2``, ``hypot``); ``refuses(dtype)``: the
+    operands' common dtypes PyTorch's CPU kernel is not built for (NotImplementedError, never a
+    result computed in another type)."""
     op = defop(
         schema,
         name=name,
@@ -606,6 +609,8 @@ def binary(
         **record,
     )
     kernel, meta = _make_binary_kernel(fn, kind), _make_binary_meta(kind)
+    if refuses is not None:
+        kernel, meta = _refusing(name, refuses, kernel), _refusing(name, refuses, meta)
     if tensors_only:
         kernel, meta = _tensors_only(name, kernel), _tensors_only(name, meta)
     op.register_kernel(kernel)
@@ -621,6 +626,18 @@ def _tensors_only(name: str, fn):
     def checked(x, y, *rest):
         require_tensor(name, "input", x, 1)
         require_tensor(name, "other", y, 2)
+        return fn(x, y, *rest)
+
+    return checked
+
+
+def _refusing(name: str, refuses, fn):
+    def checked(x, y, *rest):
+        d = binary_dtype(x, y)
+        if refuses(d):
+            from ..reductions.reduce import torch_type_name  # (reduce imports this module)
+
+            raise NotImplementedError(f"\"{name}_cpu\" not implemented for '{torch_type_name(d)}'")
         return fn(x, y, *rest)
 
     return checked
@@ -741,6 +758,7 @@ hypot = binary(
     np.hypot,
     lambda c, g: (g * c.args[0] / hypot(*c.args), g * c.args[1] / hypot(*c.args)),
     tensors_only=True,
+    refuses=lambda d: not d.is_floating_point,
     complex_refused=complex_not_implemented("hypot_cpu"),
 )
 copysign = binary(
@@ -771,12 +789,14 @@ remainder = binary(
     "remainder",
     _remainder_np,
     lambda c, g: (g, -g * (c.args[0] / c.args[1]).floor() if needs_grad(c, 1) else None),
+    refuses=lambda d: d is dt.bool_,
     complex_refused=complex_not_implemented("remainder_cpu"),
 )
 fmod = binary(
     "fmod",
     _fmod_np,
     lambda c, g: (g, -g * (c.args[0] / c.args[1]).trunc() if needs_grad(c, 1) else None),
+    refuses=lambda d: d is dt.bool_,
     complex_refused=complex_not_implemented("fmod_cpu"),
 )
 
