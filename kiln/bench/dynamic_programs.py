@@ -13,7 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 from .programs import models_for
-from .workload_types import Instance, int_tensor, randn_tensor, seeded_rng, set_parameters
+from .workload_types import (
+    Instance,
+    int_tensor,
+    randn_tensor,
+    seeded_rng,
+    set_parameters,
+    training_step,
+)
 
 __all__ = [
     "build_gpt_lengths",
@@ -100,18 +107,10 @@ def build_mlp_ragged_epochs(lib, quick: bool, device: str) -> Instance:
     rng = seeded_rng("mlp_ragged_epochs")
     model = models_for(lib).MLP(width, hidden).to(device)
     set_parameters(lib, model, rng)
-    optimizer = lib.optim.AdamW(model.parameters(), lr=1e-3)
-    F = lib.nn.functional
+    train_step = training_step(lib, model, lib.optim.AdamW(model.parameters(), lr=1e-3))
     x = randn_tensor(lib, rng, (samples, width), device)
     y = randn_tensor(lib, rng, (samples, width), device)
     batches = [(x[i : i + batch], y[i : i + batch]) for i in range(0, samples, batch)]
-
-    def train_step(inputs, target):
-        optimizer.zero_grad()
-        loss = F.mse_loss(model(inputs), target)
-        loss.backward()
-        optimizer.step()
-        return loss
 
     def program(step):
         def mlp_ragged_epochs():

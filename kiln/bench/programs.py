@@ -16,7 +16,14 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .workload_types import Instance, int_tensor, randn_tensor, seeded_rng, set_parameters
+from .workload_types import (
+    Instance,
+    int_tensor,
+    randn_tensor,
+    seeded_rng,
+    set_parameters,
+    training_step,
+)
 
 __all__ = [
     "models_for",
@@ -272,17 +279,9 @@ def build_resnet_cnn(lib, quick: bool, device: str) -> Instance:
     model = models_for(lib).ResNetCNN(channels, classes).to(device)
     set_parameters(lib, model, rng)
     optimizer = lib.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    F = lib.nn.functional
-
-    def cnn_train_step(images, labels):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        return loss
-
+    step = training_step(lib, model, optimizer, "cross_entropy")
     images = randn_tensor(lib, rng, (batch, 3, side, side), device)
-    return Instance(cnn_train_step, (images, int_tensor(lib, rng, classes, (batch,), device)))
+    return Instance(step, (images, int_tensor(lib, rng, classes, (batch,), device)))
 
 
 def build_dcgan(lib, quick: bool, device: str) -> Instance:

@@ -74,6 +74,21 @@ def seeded_rng(name: str) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(name.encode()))
 
 
+def training_step(lib, model, optimizer, loss: str = "mse_loss"):
+    """``train_step(x, target)``: zero_grad + forward + ``loss`` + backward + optimizer step, as
+    a user writes it (and compiles it), in ``lib`` (kiln or torch)."""
+    loss_fn = getattr(lib.nn.functional, loss)
+
+    def train_step(x, target):
+        optimizer.zero_grad()
+        value = loss_fn(model(x), target)
+        value.backward()
+        optimizer.step()
+        return value
+
+    return train_step
+
+
 def randn_tensor(lib, rng: np.random.Generator, shape: tuple, device: str):
     return lib.tensor(rng.standard_normal(shape, dtype=np.float32), device=device)
 

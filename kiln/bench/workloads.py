@@ -33,7 +33,14 @@ from .programs import (
     build_resnet_cnn,
     models_for,
 )
-from .workload_types import Instance, Workload, randn_tensor, seeded_rng, set_parameters
+from .workload_types import (
+    Instance,
+    Workload,
+    randn_tensor,
+    seeded_rng,
+    set_parameters,
+    training_step,
+)
 
 __all__ = [
     "Instance",
@@ -148,17 +155,8 @@ def _inference(model):
 def _train_step(lib, model, arg_sets: tuple) -> Instance:
     """forward + MSE loss + backward + AdamW step, as a user writes it (and compiles it);
     ``arg_sets``: the (input, target) pair of each step in turn."""
-    F = lib.nn.functional
     optimizer = lib.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def train_step(x, target):
-        optimizer.zero_grad()
-        loss = F.mse_loss(model(x), target)
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    return Instance(train_step, arg_sets=arg_sets)
+    return Instance(training_step(lib, model, optimizer), arg_sets=arg_sets)
 
 
 def _build_mlp(lib, quick, device, train: bool, varying: bool = False):

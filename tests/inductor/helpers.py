@@ -63,21 +63,6 @@ def close_to_torch(ours, theirs, rtol=1e-4, atol=1e-5) -> None:
     np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol, atol)
 
 
-def training_step(lib, model, optimizer, loss: str = "mse_loss"):
-    """zero_grad + forward + ``loss`` + backward + optimizer step, as a user writes it, for
-    ``lib`` (kiln or torch)."""
-    loss_fn = getattr(lib.nn.functional, loss)
-
-    def step(x, target):
-        optimizer.zero_grad()
-        value = loss_fn(model(x), target)
-        value.backward()
-        optimizer.step()
-        return value
-
-    return step
-
-
 def assert_training_state_matches(ours, theirs, our_opt, their_opt) -> None:
     """After a step, a kiln model and optimizer hold what the PyTorch ones hold: parameters,
     gradients, optimizer state (the step count aside) and buffers (running statistics)."""

@@ -15,12 +15,12 @@ import pytest
 
 import kiln
 from kiln.bench.programs import models_for
+from kiln.bench.workload_types import training_step
 from kiln.dynamo.testing import CompileCounter
 from tests.inductor.helpers import (
     assert_every_size_served,
     assert_training_state_matches,
     close_to_torch,
-    training_step,
 )
 from tests.models.models import copy_weights
 from tests.oracle import needs_torch, torch
