@@ -188,7 +188,7 @@ def test_compiled_train_step_matches_eager_with_one_break_at_backward(name, back
     assert len(report.break_reasons) == 2
     for reason in report.break_reasons:
         assert "Tensor.backward()" in reason.message
-        assert reason.location.endswith(f"workloads.py:{_backward_line()}")
+        assert reason.location.endswith(f"workload_types.py:{_backward_line()}")
     got, want = _closure(compiled_instance), _closure(eager)
     _assert_same_training_state(
         got["model"], got["optimizer"], want["model"], want["optimizer"], tol
@@ -196,10 +196,10 @@ def test_compiled_train_step_matches_eager_with_one_break_at_backward(name, back
 
 
 def _backward_line() -> int:
-    from kiln.bench import workloads
+    from kiln.bench import workload_types
 
-    source, first = inspect.getsourcelines(workloads._train_step)
-    return first + next(i for i, line in enumerate(source) if "loss.backward()" in line)
+    source, first = inspect.getsourcelines(workload_types.training_step)
+    return first + next(i for i, line in enumerate(source) if ".backward()" in line)
 
 
 # ---------------------------------------------------------------------- inductor's kernels
