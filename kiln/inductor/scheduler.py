@@ -49,6 +49,9 @@ class Kernel:
     # buffers no other step or output reads: codegen may keep them in registers when every
     # read is in the same loop at the same index (see loop_plan.forward_only)
     internal: set = field(default_factory=set)
+    # internal buffer -> a later node of this kernel whose memory it is written into (see
+    # ``_alias_within_kernels``): the wrapper allocates nothing for it
+    aliases: dict = field(default_factory=dict)
 
     @property
     def is_reduction(self) -> bool:
@@ -381,6 +384,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
                 stored.add(node.name)
             else:
                 step.locals.add(node.name)
+    _alias_within_kernels(steps, stored)
     # liveness and reuse of dead buffers' memory
     last_use: dict = {}
     for i, names in enumerate(step_reads):
@@ -462,6 +466,73 @@ def _step_writes(step) -> list:
     if isinstance(step, (ExternCall, ScatterStep)):
         return [step.buffer.name]
     return [n.name for n in step.nodes]
+
+
+def _alias_within_kernels(steps, stored: set) -> None:
+    """Write an internal buffer of a reduction kernel into the memory of a later node of the
+    same kernel: softmax's ``exp`` values go where its output will be, and the normalizing pass
+    rewrites them in place (while the row is still in cache). Without it each such kernel writes
+    one more full-size buffer to memory and reads it back (softmax over 4096x4096 moved 192 MB
+    for its 128 compulsory ones).
+
+    Safe when the two have the same dtype and layout and are stored at the same position, and
+    every read of the internal buffer is at that position, by a node up to the later one: each
+    element is then read before the later node overwrites it, in every loop order the kernel may
+    take. The aliased buffer leaves ``stored`` (nothing to allocate, nothing to hand to reuse).
+    """
+    for step in steps:
+        if not isinstance(step, Kernel) or not step.inner or not step.internal:
+            continue
+        outer_vars = [sym.Var(f"o{i}", s) for i, s in enumerate(step.outer)]
+        inner_vars = [sym.Var(f"i{i}", s) for i, s in enumerate(step.inner)]
+        store_at: dict = {}
+        reads: list = []
+        for node in step.nodes:
+            index, rindex = step.node_vars(node, outer_vars, inner_vars)
+            if isinstance(node.data, Pointwise) and len(index) == len(node.layout.shape):
+                store_at[node.name] = node.layout.offset_expr(index)
+            reads.append([(r.name, r.index) for r in reads_of(node, index, rindex)])
+        targets = set(step.aliases.values())
+        for k, x in enumerate(step.nodes):
+            if (
+                x.name not in step.internal
+                or x.name not in stored
+                or x.name not in store_at
+                or x.name in targets  # one level: a target's own memory is allocated
+            ):
+                continue
+            at = store_at[x.name]
+            later_reads = [q for q in range(k + 1, len(step.nodes)) if _reads(reads[q], x.name)]
+            if any(i != at for q in later_reads for n, i in reads[q] if n == x.name):
+                continue  # read at another position: the later node may overwrite it first
+            last = later_reads[-1] if later_reads else k
+            for m in range(max(last, k + 1), len(step.nodes)):
+                y = step.nodes[m]
+                if (
+                    y.name in stored
+                    and y.name not in targets
+                    and y.name not in step.aliases
+                    and store_at.get(y.name) == at
+                    and y.dtype is x.dtype
+                    and _same_layout(x.layout, y.layout)
+                ):
+                    step.aliases[x.name] = y.name
+                    targets.add(y.name)
+                    stored.discard(x.name)
+                    break
+
+
+def _reads(pairs: list, name: str) -> bool:
+    return any(n == name for n, _ in pairs)
+
+
+def _same_layout(a, b) -> bool:
+    return (
+        len(a.shape) == len(b.shape)
+        and all(sym.same_size(p, q) for p, q in zip(a.shape, b.shape))
+        and all(sym.same_size(p, q) for p, q in zip(a.stride, b.stride))
+        and sym.same_size(a.offset, b.offset)
+    )
 
 
 def _plan_reuse(steps, stored, last_use, lowered) -> dict:

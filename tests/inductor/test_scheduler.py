@@ -30,6 +30,44 @@ def test_softmax_is_at_most_two_kernels_and_keeps_row_stats_local():
     assert len(kernel.locals) == 2  # the row max and the row sum never touch memory
 
 
+@pytest.mark.parametrize("codegen", ["llvm", "numpy"])
+def test_softmax_writes_its_exp_values_where_its_output_goes(codegen):
+    """The row's exp values are written into the output's memory and normalized in place: no
+    full-size buffer of their own (one more write and read of the whole tensor)."""
+    x = kiln.randn(6, 70)
+    x[2, 5] = float("inf")
+    x[4] = float("-inf")
+    compiled = check_against_eager(lambda t: F.softmax(t, -1) * 3, x, codegen=codegen)
+    (kernel,) = compiled.schedule.kernels
+    ((internal, target),) = kernel.aliases.items()
+    assert internal not in compiled.schedule.stored and target in compiled.schedule.stored
+
+
+def test_masked_softmax_aliases_one_level():
+    # where -> exp -> div: each internal buffer could go where the next goes; only one level
+    # is taken (the target of an alias keeps memory of its own)
+    mask = kiln.triu(kiln.ones(9, 9, dtype=kiln.bool), diagonal=1)
+
+    def fn(t):
+        s = t.masked_fill(mask, float("-inf"))
+        return F.softmax(s, -1)
+
+    compiled = check_against_eager(fn, kiln.randn(2, 3, 9, 9))
+    (kernel,) = compiled.schedule.kernels
+    assert kernel.aliases and not set(kernel.aliases) & set(kernel.aliases.values())
+
+
+def test_an_internal_buffer_read_at_other_positions_keeps_its_memory():
+    # the flip reads the exp values at mirrored positions: writing the output over them first
+    # would corrupt the rows read later
+    def fn(t):
+        e = (t - t.amax(-1, keepdim=True)).exp()
+        return e / e.sum(-1, keepdim=True) + e.flip(-1)
+
+    compiled = check_against_eager(fn, kiln.randn(5, 33))
+    assert all(not k.aliases for k in compiled.schedule.kernels)
+
+
 def test_layer_norm_is_at_most_two_kernels():
     w, b = kiln.randn(24), kiln.randn(24)
     sched = check_against_eager(

@@ -143,8 +143,9 @@ def generate_wrapper(
     rows: dict = {}  # step -> (rows, work) of its kernel
     for i, step in enumerate(sched.steps):
         writes = [n.name for n in step.nodes] if isinstance(step, Kernel) else [step.buffer.name]
+        aliases = step.aliases if isinstance(step, Kernel) and i in kernels else {}
         for name in writes:
-            if name in allocated:
+            if name in allocated or name in aliases:
                 continue
             if isinstance(step, Kernel) and name in step.locals and i in kernels:
                 continue
@@ -159,6 +160,10 @@ def generate_wrapper(
                 freed_owner[name] = donor
             else:
                 body.append(f"{name} = _alloc(L_{name})")
+        for name, target in aliases.items():
+            if name not in allocated:
+                allocated.add(name)
+                body.append(f"{name} = {target}  # written where {target} goes, then overwritten")
         body.append(f"# {step.name}: {_origins(step)}")
         if profiled is not None:
             body.append(f"_event = _rec.begin({_event_name(step)!r}, 'kernel')")
