@@ -305,23 +305,12 @@ def _fetch_attr(gm, target: str):
     return value
 
 
-_source_digest: list = []
-
-
 def kiln_source_digest() -> str:
-    """A hash of every kiln source file, once per process: cached kernels must come from this
+    """A hash of every kiln source file (once per process): cached kernels must come from this
     very compiler (lowering, scheduling and codegen all shape the code)."""
-    if not _source_digest:
-        import hashlib
-        from pathlib import Path
+    from ..aot.cache import source_digest
 
-        digest = hashlib.sha256()
-        root = Path(__file__).resolve().parent.parent
-        for path in sorted(root.rglob("*.py")):
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-        _source_digest.append(digest.hexdigest())
-    return _source_digest[0]
+    return source_digest()
 
 
 _dump_counter = [0]
@@ -423,7 +412,19 @@ def inductor(gm, example_inputs, options: dict | None = None):
         compiler,
         partition_fn=partition,
         decompositions=inductor_decompositions(),
+        cache_store=_aot_entry_store(options),
     )
+
+
+def _aot_entry_store(options: dict):
+    """Where AOT keeps this configuration's traced graphs; None (nothing kept) when an option
+    is not a plain value whose text names it exactly."""
+    from .codegen.aot_entries import AOTEntryStore
+
+    plain = (str, int, float, bool, type(None))
+    if not all(isinstance(k, str) and isinstance(v, plain) for k, v in options.items()):
+        return None
+    return AOTEntryStore(f"inductor {sorted(options.items())!r}")
 
 
 def inductor_decompositions() -> dict:
