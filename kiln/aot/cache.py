@@ -19,6 +19,7 @@ entry that fails to load, unpickle or rebuild is a miss, compiled again and rewr
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import io
 import logging
@@ -382,7 +383,15 @@ def _rebuild_graph(records: list) -> Graph:
 
 
 def _unpack(payload: bytes, gm: GraphModule) -> EntryPlan:
-    record = pickle.loads(payload)
+    # thousands of small objects at once: the cyclic collector would scan the whole heap (a
+    # compile's) several times over while they are made, for no garbage
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        record = pickle.loads(payload)
+    finally:
+        if collecting:
+            gc.enable()
     if record.get("format") != FORMAT:
         raise ValueError(f"entry format {record.get('format')!r}")
     constants = {}

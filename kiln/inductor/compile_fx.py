@@ -21,7 +21,13 @@ from .scheduler import ExternCall, ScatterStep, schedule
 from .specialize import is_symbolic_graph
 from .symbolic_compile import compile_symbolic
 
-__all__ = ["compile_graph", "inductor", "CompiledGraph", "SymbolicUnsupportedError"]
+__all__ = [
+    "compile_graph",
+    "compile_graph_cached",
+    "inductor",
+    "CompiledGraph",
+    "SymbolicUnsupportedError",
+]
 
 
 class SymbolicUnsupportedError(NotImplementedError):
@@ -218,6 +224,42 @@ def compile_graph(
     return compiled
 
 
+def compile_graph_cached(gm, example_inputs, options: dict):
+    """``compile_graph`` through the compiled-graph cache (``graph_cache.py``): a graph compiled
+    before is rebuilt from its stored wrapper. Graphs with symbolic sizes, other code generators,
+    and compiles whose schedule someone reads (logs, dumps) take ``compile_graph`` itself."""
+    from . import graph_cache
+
+    if not _graph_cacheable(gm, example_inputs, options):
+        return compile_graph(gm, example_inputs, options)
+    mutations = gm.graph.output_node.meta.get("input_mutations", ())
+    key = graph_cache.entry_key(_graph_key(gm, example_inputs, "llvm"), mutations, options)
+    cached = graph_cache.load(key, gm)
+    if cached is not None:
+        _LIVE_GRAPHS.add(cached)
+        if _profiling[0]:
+            cached.report_kernels(True)
+        return cached
+    compiled = compile_graph(gm, example_inputs, options)
+    if isinstance(compiled, CompiledGraph) and compiled.codegen == "llvm":
+        graph_cache.save(key, gm, compiled)
+    return compiled
+
+
+def _graph_cacheable(gm, example_inputs, options: dict) -> bool:
+    plain = (str, int, float, bool, type(None))
+    return (
+        options.get("cpu_codegen", "llvm") == "llvm"
+        and all(isinstance(v, plain) for v in options.values())
+        and not klog.debug_dir()
+        and not klog.enabled("inductor")
+        and not klog.enabled("output_code")
+        and _graph_device(gm, example_inputs).type == "cpu"
+        and not is_symbolic_graph(gm, example_inputs)
+        and _complex_value(gm, example_inputs) is None
+    )
+
+
 def _compile_static(options: dict):
     """``compile_graph`` with these options, for graphs specialized to concrete sizes."""
 
@@ -402,7 +444,7 @@ def inductor(gm, example_inputs, options: dict | None = None):
     options = options or {}
 
     def compiler(graph_module, examples):
-        return compile_graph(graph_module, examples, options)
+        return compile_graph_cached(graph_module, examples, options)
 
     partition = default_partition if options.get("partitioner") == "default" else min_cut_partition
     return aot_module_simplified(
