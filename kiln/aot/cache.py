@@ -42,7 +42,14 @@ from .module_state import get_attribute
 from .runtime import RuntimeLayout
 from .trace import OUT_VIEW, TraceResult
 
-__all__ = ["EntryPlan", "EntryStore", "GraphCache", "source_digest"]
+__all__ = [
+    "EntryPlan",
+    "EntryStore",
+    "GraphCache",
+    "importable_name",
+    "load_pickle",
+    "source_digest",
+]
 
 log = logging.getLogger("kiln.aot")
 
@@ -220,23 +227,46 @@ def _named_exactly(value: Any) -> bool:
 def _target_text(target: Any) -> str:
     if isinstance(target, (str, Op)):
         return format_target(target)
-    module, name = getattr(target, "__module__", None), getattr(target, "__qualname__", None)
-    if not module or not name or "<" in name:
-        raise _UncacheableError(f"a node target {target!r} with no importable name")
+    module, name = importable_name(target)
+    return f"{module}.{name}"
+
+
+def importable_name(fn: Any) -> tuple[str, str]:
+    """``(module, qualified name)`` that lead back to this very ``fn`` (what pickle stores a
+    function by); ``ValueError`` when there is none (a closure, a lambda, a replaced name)."""
     import importlib
 
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not module or not name or "<" in name:
+        raise ValueError(f"{fn!r} has no importable name")
     found: Any = importlib.import_module(module)
     for part in name.split("."):
         found = getattr(found, part, None)
-    if found is not target:
-        raise _UncacheableError(f"a node target {target!r} that its name does not lead back to")
-    return f"{module}.{name}"
+    if found is not fn:
+        raise ValueError(f"{fn!r} is not found again by its name {module}.{name}")
+    return module, name
+
+
+def load_pickle(payload: bytes) -> Any:
+    """``pickle.loads`` with the cyclic collector paused: an entry is thousands of small
+    objects made at once, and each collection would scan the whole heap (a compile's)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return pickle.loads(payload)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _graph_text(gm: GraphModule) -> str:
     lines = []
     for node in gm.graph.nodes:
-        line = f"{node.name} {node.op} {_target_text(node.target)} {_describe_value(node.args)}"
+        try:
+            target = _target_text(node.target)
+        except ValueError as why:
+            raise _UncacheableError(f"a node target: {why}") from None
+        line = f"{node.name} {node.op} {target} {_describe_value(node.args)}"
         if node.kwargs:
             line += f" {_describe_value(node.kwargs)}"
         val = node.meta.get("val")
@@ -303,7 +333,10 @@ class _Pickler(pickle.Pickler):
         if isinstance(obj, SymInt):
             raise _UncacheableError("symbolic sizes")
         if callable(obj) and not isinstance(obj, (type, Op)):
-            _target_text(obj)  # functions must be found again by name
+            try:
+                importable_name(obj)  # functions must be found again by name
+            except ValueError as why:
+                raise _UncacheableError(str(why)) from None
         return NotImplemented
 
 
@@ -383,15 +416,7 @@ def _rebuild_graph(records: list) -> Graph:
 
 
 def _unpack(payload: bytes, gm: GraphModule) -> EntryPlan:
-    # thousands of small objects at once: the cyclic collector would scan the whole heap (a
-    # compile's) several times over while they are made, for no garbage
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        record = pickle.loads(payload)
-    finally:
-        if collecting:
-            gc.enable()
+    record = load_pickle(payload)
     if record.get("format") != FORMAT:
         raise ValueError(f"entry format {record.get('format')!r}")
     constants = {}

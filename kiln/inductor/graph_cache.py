@@ -20,14 +20,13 @@ kernels are no longer in the index is a miss, and the graph is compiled and stor
 from __future__ import annotations
 
 import ctypes
-import gc
 import hashlib
 import importlib
 import logging
 import pickle
 from pathlib import Path
-from typing import Any
 
+from ..aot.cache import importable_name, load_pickle
 from ..dynamo.counters import counters
 from ..runtime.tensor import Tensor
 from . import wrapper_runtime
@@ -124,15 +123,10 @@ def _path(key: str) -> Path:
 
 
 def _function_name(fn) -> tuple[str, str]:
-    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-    if not module or not name or "<" in name:
-        raise _Uncacheable(f"extern kernel {fn!r} has no importable name")
-    found: Any = importlib.import_module(module)
-    for part in name.split("."):
-        found = getattr(found, part, None)
-    if found is not fn:
-        raise _Uncacheable(f"extern kernel {fn!r} is not found again by its name")
-    return module, name
+    try:
+        return importable_name(fn)
+    except ValueError as why:
+        raise _Uncacheable(f"extern kernel: {why}") from None
 
 
 def _plain_value(value):
@@ -253,13 +247,7 @@ def _fallback_kernel(recipe, buf_name: str, inputs: list, fallbacks: dict):
 
 
 def _rebuild(payload: bytes, gm) -> CachedGraph | None:
-    collecting = gc.isenabled()
-    gc.disable()  # many small objects at once: no cyclic scans of the compile's heap meanwhile
-    try:
-        record = pickle.loads(payload)
-    finally:
-        if collecting:
-            gc.enable()
+    record = load_pickle(payload)
     if record.get("format") != FORMAT:
         raise ValueError(f"entry format {record.get('format')!r}")
     entry = graph_index.recall(record["index_key"])
