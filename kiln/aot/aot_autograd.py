@@ -27,6 +27,7 @@ from ..runtime.state import compile_lock, per_thread
 from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_flatten
 from . import logs
+from .cache import EntryPlan, GraphCache, compile_with_cache
 from .decompositions import decomposition_table
 from .functionalize import functionalize, is_view_node
 from .module_state import functional_call
@@ -52,6 +53,8 @@ class AOTConfig:
     partition_fn: Callable = default_partition
     decompositions: dict | None = None
     inference_compiler: Callable | None = None
+    # where traced graphs are kept between processes (``cache.GraphCache``); None: not kept
+    cache: GraphCache | None = None
 
 
 @dataclass
@@ -185,31 +188,55 @@ def _saved_layout(forward: Graph, num_fwd_outputs: int, num_graph: int):
 
 @compile_stage("aot")
 def compile_entry(fn, args, kwargs, config: AOTConfig, with_grad: bool) -> CompiledEntry:
-    """Trace and compile ``fn`` for these example arguments (real or fake tensors)."""
+    """Trace and compile ``fn`` for these example arguments (real or fake tensors); with a
+    ``config.cache``, the traced graphs come from it when it has them (``cache.py``)."""
+    built: list = []
+
+    def build() -> EntryPlan:
+        plan, traced, partition = _build_plan(fn, args, kwargs, config, with_grad)
+        built.extend((traced, partition))
+        return plan
+
+    cache = config.cache if not kwargs else None
+    plan, _ = compile_with_cache(cache, tuple(args), with_grad, build)
+    runner, forward_gm = _compile_plan(plan, config)
+    traced, partition = built or (forward_gm, None)
+    return CompiledEntry(runner, plan.trace, traced, partition)
+
+
+def _build_plan(fn, args, kwargs, config: AOTConfig, with_grad: bool):
+    """Trace, functionalize, decompose and partition: ``(plan, joint graph module, partition)``."""
     graph, trace, mutated, num_fwd = _joint_graph(
         fn, args, kwargs, config.decompositions, with_grad
     )
     traced = GraphModule(trace.constants, graph)
     logs.dump("joint" if with_grad else "inference", traced)
     if not with_grad:
-        compiler = config.inference_compiler or config.fw_compiler
         _note_input_mutations(graph, mutated)
-        forward = compiler(traced, _example_fakes(graph))
-        runner = make_runner(RuntimeLayout(trace, mutated), forward, None)
-        return CompiledEntry(runner, trace, traced, None)
+        return EntryPlan(trace, RuntimeLayout(trace, mutated), graph, None), traced, None
     partition = config.partition_fn(graph, num_fwd_outputs=num_fwd)
-    fw_gm = GraphModule(trace.constants, partition.forward)
-    bw_gm = GraphModule(trace.constants, partition.backward)
-    logs.dump("forward", fw_gm)
-    logs.dump("backward", bw_gm)
     if logs.enabled():
         _log_saved_bytes(graph, num_fwd, partition)
     _note_input_mutations(partition.forward, mutated)
-    forward = config.fw_compiler(fw_gm, _example_fakes(partition.forward))
-    backward = config.bw_compiler(bw_gm, _example_fakes(partition.backward))
     checks, saved_outputs = _saved_layout(partition.forward, num_fwd, trace.num_graph_outputs)
     layout = RuntimeLayout(trace, mutated, checks, saved_outputs)
-    return CompiledEntry(make_runner(layout, forward, backward), trace, traced, partition)
+    return EntryPlan(trace, layout, partition.forward, partition.backward), traced, partition
+
+
+def _compile_plan(plan: EntryPlan, config: AOTConfig) -> tuple[Callable, GraphModule]:
+    """Hand the plan's graphs to the compilers: ``(runner, forward graph module)``."""
+    constants = plan.trace.constants
+    forward_gm = GraphModule(constants, plan.forward)
+    if plan.backward is None:
+        compiler = config.inference_compiler or config.fw_compiler
+        forward = compiler(forward_gm, _example_fakes(plan.forward))
+        return make_runner(plan.layout, forward, None), forward_gm
+    backward_gm = GraphModule(constants, plan.backward)
+    logs.dump("forward", forward_gm)
+    logs.dump("backward", backward_gm)
+    forward = config.fw_compiler(forward_gm, _example_fakes(plan.forward))
+    backward = config.bw_compiler(backward_gm, _example_fakes(plan.backward))
+    return make_runner(plan.layout, forward, backward), forward_gm
 
 
 def _note_input_mutations(forward: Graph, mutated: list) -> None:
@@ -302,32 +329,34 @@ def aot_function(
     partition_fn: Callable = default_partition,
     decompositions: dict | None = None,
     inference_compiler: Callable | None = None,
+    cache: GraphCache | None = None,
 ) -> Callable:
     """Compile ``fn``'s forward and backward graphs with the given compilers (see the module
-    docstring).
+    docstring). ``cache``: where the traced graphs of each signature are kept (``cache.py``).
 
     A compiler is ``(GraphModule, example_fake_inputs) -> callable`` whose result takes the graph's
     inputs positionally and returns its outputs as a tuple.
     """
     config = AOTConfig(
-        fw_compiler, bw_compiler or fw_compiler, partition_fn, decompositions, inference_compiler
-    )
-    cache: dict = {}  # signature -> CompiledEntry (every entry)
+        fw_compiler, bw_compiler or fw_compiler, partition_fn, decompositions, inference_compiler,
+        cache,
+    )  # fmt: skip
+    entries: dict = {}  # signature -> CompiledEntry (every entry)
     tensor_entries: list = []  # (guard, runner) for calls whose arguments are all tensors
 
     def lookup(args, kwargs) -> tuple[CompiledEntry, list]:
         flat_args, in_spec = tree_flatten((args, kwargs))
         primals = [a for a in flat_args if isinstance(a, Tensor)]
         key = _signature(flat_args, in_spec)
-        entry = cache.get(key)
+        entry = entries.get(key)
         if entry is None:
             with compile_lock:  # threads missing on one signature compile it once
-                entry = cache.get(key)
+                entry = entries.get(key)
                 if entry is None:
                     entry = compile_entry(fn, args, kwargs, config, _needs_grad(primals))
                     if not kwargs and len(primals) == len(args):
                         tensor_entries.append((_tensor_guard(args), entry.runner))
-                    cache[key] = entry
+                    entries[key] = entry
         return entry, primals
 
     def run(*args, **kwargs):
@@ -344,7 +373,7 @@ def aot_function(
         return lookup(args, kwargs)[0]
 
     run.__wrapped__ = fn
-    run._aot_cache = cache
+    run._aot_cache = entries
     run.precompile = precompile
     return run
 

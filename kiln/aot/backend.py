@@ -17,6 +17,7 @@ from ..runtime.state import per_thread
 from ..runtime.symbolic import SymInt, has_symbols
 from ..runtime.tensor import Tensor
 from .aot_autograd import AOTConfig, aot_function, compile_entry
+from .cache import EntryStore, GraphCache
 from .functionalize import is_view_node
 from .module_state import functional_call, get_attribute, swapped
 from .partitioners import default_partition, min_cut_partition
@@ -75,8 +76,12 @@ def aot_module_simplified(
     partition_fn: Callable = default_partition,
     decompositions=None,
     inference_compiler: Callable | None = None,
+    cache_store: EntryStore | None = None,
 ) -> Callable:
     """AOT-compile a captured graph whose trainable attributes become inputs of the joint graph.
+
+    ``cache_store``: where the backend keeps traced graphs between processes (``cache.py``); a
+    warm compile then skips tracing, functionalization, decomposition and partitioning.
 
     The graph is compiled once, for ``example_inputs``: the caller (dynamo) guards every call on
     the inputs' metadata, requires_grad and the grad mode, so when nothing is lifted the returned
@@ -90,6 +95,8 @@ def aot_module_simplified(
     examples, symbolic = _symbolic_examples(gm, example_inputs)
     if symbolic:
         return _symbolic_module(gm, examples, lifted, config)
+    cache = GraphCache(cache_store, gm, lifted) if cache_store is not None else None
+    config.cache = cache
     if not lifted:
         primals = [t for t in example_inputs if isinstance(t, Tensor)]
         needs_grad = per_thread.state.grad_enabled and any(t.requires_grad for t in primals)
@@ -103,7 +110,7 @@ def aot_module_simplified(
             return gm(*args[n:])
 
     compiled = aot_function(
-        flat_fn, fw_compiler, bw_compiler, partition_fn, decompositions, inference_compiler
+        flat_fn, fw_compiler, bw_compiler, partition_fn, decompositions, inference_compiler, cache
     )
 
     def run(*args):

@@ -21,7 +21,13 @@ from .scheduler import ExternCall, ScatterStep, schedule
 from .specialize import is_symbolic_graph
 from .symbolic_compile import compile_symbolic
 
-__all__ = ["compile_graph", "inductor", "CompiledGraph", "SymbolicUnsupportedError"]
+__all__ = [
+    "compile_graph",
+    "compile_graph_cached",
+    "inductor",
+    "CompiledGraph",
+    "SymbolicUnsupportedError",
+]
 
 
 class SymbolicUnsupportedError(NotImplementedError):
@@ -218,6 +224,42 @@ def compile_graph(
     return compiled
 
 
+def compile_graph_cached(gm, example_inputs, options: dict):
+    """``compile_graph`` through the compiled-graph cache (``graph_cache.py``): a graph compiled
+    before is rebuilt from its stored wrapper. Graphs with symbolic sizes, other code generators,
+    and compiles whose schedule someone reads (logs, dumps) take ``compile_graph`` itself."""
+    from . import graph_cache
+
+    if not _graph_cacheable(gm, example_inputs, options):
+        return compile_graph(gm, example_inputs, options)
+    mutations = gm.graph.output_node.meta.get("input_mutations", ())
+    key = graph_cache.entry_key(_graph_key(gm, example_inputs, "llvm"), mutations, options)
+    cached = graph_cache.load(key, gm)
+    if cached is not None:
+        _LIVE_GRAPHS.add(cached)
+        if _profiling[0]:
+            cached.report_kernels(True)
+        return cached
+    compiled = compile_graph(gm, example_inputs, options)
+    if isinstance(compiled, CompiledGraph) and compiled.codegen == "llvm":
+        graph_cache.save(key, gm, compiled)
+    return compiled
+
+
+def _graph_cacheable(gm, example_inputs, options: dict) -> bool:
+    plain = (str, int, float, bool, type(None))
+    return (
+        options.get("cpu_codegen", "llvm") == "llvm"
+        and all(isinstance(v, plain) for v in options.values())
+        and not klog.debug_dir()
+        and not klog.enabled("inductor")
+        and not klog.enabled("output_code")
+        and _graph_device(gm, example_inputs).type == "cpu"
+        and not is_symbolic_graph(gm, example_inputs)
+        and _complex_value(gm, example_inputs) is None
+    )
+
+
 def _compile_static(options: dict):
     """``compile_graph`` with these options, for graphs specialized to concrete sizes."""
 
@@ -305,23 +347,12 @@ def _fetch_attr(gm, target: str):
     return value
 
 
-_source_digest: list = []
-
-
 def kiln_source_digest() -> str:
-    """A hash of every kiln source file, once per process: cached kernels must come from this
+    """A hash of every kiln source file (once per process): cached kernels must come from this
     very compiler (lowering, scheduling and codegen all shape the code)."""
-    if not _source_digest:
-        import hashlib
-        from pathlib import Path
+    from ..aot.cache import source_digest
 
-        digest = hashlib.sha256()
-        root = Path(__file__).resolve().parent.parent
-        for path in sorted(root.rglob("*.py")):
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-        _source_digest.append(digest.hexdigest())
-    return _source_digest[0]
+    return source_digest()
 
 
 _dump_counter = [0]
@@ -413,7 +444,7 @@ def inductor(gm, example_inputs, options: dict | None = None):
     options = options or {}
 
     def compiler(graph_module, examples):
-        return compile_graph(graph_module, examples, options)
+        return compile_graph_cached(graph_module, examples, options)
 
     partition = default_partition if options.get("partitioner") == "default" else min_cut_partition
     return aot_module_simplified(
@@ -423,7 +454,19 @@ def inductor(gm, example_inputs, options: dict | None = None):
         compiler,
         partition_fn=partition,
         decompositions=inductor_decompositions(),
+        cache_store=_aot_entry_store(options),
     )
+
+
+def _aot_entry_store(options: dict):
+    """Where AOT keeps this configuration's traced graphs; None (nothing kept) when an option
+    is not a plain value whose text names it exactly."""
+    from .codegen.aot_entries import AOTEntryStore
+
+    plain = (str, int, float, bool, type(None))
+    if not all(isinstance(k, str) and isinstance(v, plain) for k, v in options.items()):
+        return None
+    return AOTEntryStore(f"inductor {sorted(options.items())!r}")
 
 
 def inductor_decompositions() -> dict:

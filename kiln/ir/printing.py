@@ -6,6 +6,7 @@ the user's source line, so a dump of any captured graph points back at the code 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Any
@@ -60,13 +61,19 @@ def short_source(source: str) -> str:
     path, sep, line = source.rpartition(":")
     if not sep or not line.isdigit():
         return source
+    return f"{_short_path(path, os.getcwd())}:{line}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _short_path(path: str, cwd: str) -> str:
+    # every node of every printed graph names a file: a few files, thousands of lookups
     try:
-        rel = os.path.relpath(path)
+        rel = os.path.relpath(path, cwd)
     except ValueError:  # another drive on Windows
         rel = path
     if rel.startswith(".."):
         rel = os.path.basename(path)
-    return f"{rel}:{line}"
+    return rel
 
 
 def _format_args(node: Node) -> str:

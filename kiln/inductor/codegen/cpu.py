@@ -28,7 +28,7 @@ from .llvm import jit as llvm_jit
 from .llvm.kernel import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel
 from .llvm.loop_plan import plan_kernel
 
-__all__ = ["CPUKernels"]
+__all__ = ["CPUKernels", "bind_kernel"]
 
 log = logging.getLogger("kiln.inductor")
 
@@ -58,6 +58,15 @@ def _buffer_names(kernel: Kernel, plan, sched: Schedule) -> list:
         if node.name not in kernel.locals and node.name not in names:
             names.append(node.name)
     return names
+
+
+def bind_kernel(kernel: tuple, rows: int, work: int, names: list, plan=None) -> RowKernel:
+    """The callable kernel for ``(compiled module, function name)`` over buffers ``names``."""
+    module, name = kernel
+    address = module.address(name)
+    fn = KERNEL_TYPE(address)
+    fn._kiln_module = module  # the engine owns the machine code: keep it alive
+    return RowKernel(name, fn, address, rows, work, names, plan)
 
 
 class CPUKernels:
@@ -110,6 +119,11 @@ class CPUKernels:
                 self._kernel_ir = None
 
     @property
+    def index_key(self) -> str | None:
+        """The key of this graph's entry in the compiled-graph index (None: not recorded)."""
+        return self._entry.key if self._entry is not None else None
+
+    @property
     def ir_text(self) -> str:
         """The kernels' LLVM IR as generated, one module per distinct kernel (read back from the
         cache after a hit: only dumps want it)."""
@@ -135,11 +149,7 @@ class CPUKernels:
         return self._entry.stored_ir() if self._entry is not None else None
 
     def _bind(self, i: int, kernel: tuple, plan, work: int, names: list) -> None:
-        module, name = kernel
-        address = module.address(name)
-        fn = KERNEL_TYPE(address)
-        fn._kiln_module = module  # the engine owns the machine code: keep it alive
-        self.by_step[i] = RowKernel(name, fn, address, plan.rows, work, names, plan)
+        self.by_step[i] = bind_kernel(kernel, plan.rows, work, names, plan)
 
     def _load(self, key: str, steps) -> bool:
         """Take the kernels from a graph compiled before under ``key``; False when there is none."""

@@ -19,7 +19,7 @@ from ..ir import InputBuffer
 from ..scheduler import Kernel, Schedule
 from ..symbolic_sizes import SizeBinding
 
-__all__ = ["generate_wrapper", "WrapperModule"]
+__all__ = ["base_namespace", "generate_wrapper", "profiling_namespace", "WrapperModule"]
 
 
 def _origins(step) -> str:
@@ -62,9 +62,30 @@ class WrapperModule:
 
     def __init__(self, source: str, namespace: dict):
         self.source = source
+        # what the source refers to (the compiled-graph cache describes it, entry by entry)
+        self.namespace = dict(namespace)
         code = compile(source, "<kiln output_code>", "exec")
         exec(code, namespace)
         self.call = namespace["call"]
+
+
+def base_namespace() -> dict:
+    """The helpers every wrapper's source calls (its other names are the graph's own)."""
+    return {
+        "np": np,
+        "ctypes": ctypes,
+        "_ptr": _ptr,
+        "_input": wrapper_runtime.input_storage,
+        "_input_own": wrapper_runtime.input_storage_owned,
+        "_alloc": wrapper_runtime.allocate,
+        "_tensor": wrapper_runtime.to_tensor,
+        "_extern": wrapper_runtime.run_extern,
+    }
+
+
+def profiling_namespace(plain: Callable) -> dict:
+    """The names a profiled wrapper adds: the recorder lookup and the plain wrapper's call."""
+    return {"_recorder_of": _recorder_of, "_plain": plain}
 
 
 def generate_wrapper(
@@ -90,16 +111,7 @@ def generate_wrapper(
     lowered = sched.lowered
     inplace = inplace or {}
     inplace_inputs = {lowered.inputs[k].name: k for k in inplace.values()}
-    ns: dict = {
-        "np": np,
-        "ctypes": ctypes,
-        "_ptr": _ptr,
-        "_input": wrapper_runtime.input_storage,
-        "_input_own": wrapper_runtime.input_storage_owned,
-        "_alloc": wrapper_runtime.allocate,
-        "_tensor": wrapper_runtime.to_tensor,
-        "_extern": wrapper_runtime.run_extern,
-    }
+    ns = base_namespace()
     lines = []
     symbolic: dict = {}  # name -> layout worked out per call (kernels for every size)
 
@@ -121,8 +133,7 @@ def generate_wrapper(
     lines.append(f"def call({', '.join(arg_names)}):")
     body = []
     if profiled is not None:
-        ns["_recorder_of"] = _recorder_of
-        ns["_plain"] = profiled
+        ns.update(profiling_namespace(profiled))
         body.append("_rec = _recorder_of()")
         body.append("if _rec is None:")
         body.append(f"    return _plain({', '.join(arg_names)})")

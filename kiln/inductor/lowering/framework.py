@@ -21,7 +21,15 @@ from .. import sym
 from ..ir import ExternBuffer, Layout, TensorBox
 from ..virtualized import ops
 
-__all__ = ["LOWERINGS", "register_lowering", "fallback", "compute_dtype", "extern", "CURRENT"]
+__all__ = [
+    "LOWERINGS",
+    "register_lowering",
+    "fallback",
+    "fallback_kernels",
+    "compute_dtype",
+    "extern",
+    "CURRENT",
+]
 
 LOWERINGS: dict = {}
 
@@ -202,14 +210,10 @@ def extern(
 
 def fallback(op, out_meta, args) -> TensorBox:
     """Run ``op``'s eager kernel as an extern call (logged by the graph lowering)."""
-    from ...runtime.tensor import wrap_array
-
     boxes = []
-    positions = []
 
     def collect(a):
         if isinstance(a, TensorBox):
-            positions.append(len(boxes))
             boxes.append(a)
             return ("__box__", len(boxes) - 1)
         if isinstance(a, (list, tuple)):
@@ -217,9 +221,33 @@ def fallback(op, out_meta, args) -> TensorBox:
         return a
 
     template = tuple(collect(a) for a in args)
-    dtypes = [b.dtype for b in boxes]
+    dtypes = tuple(b.dtype for b in boxes)
+    if isinstance(out_meta, Tensor):
+        # the template goes as an argument: size expressions in it take each call's values
+        (run,) = fallback_kernels(op.name, dtypes, 1)
+        return extern(out_meta, run, boxes, f"fallback:{op.name}", template=template)
+    if not isinstance(out_meta, (tuple, list)) or not all(isinstance(m, Tensor) for m in out_meta):
+        raise NotImplementedError(f"fallback for op {op.name} with outputs {out_meta!r}")
+    runs = fallback_kernels(op.name, dtypes, len(out_meta))
+    first = extern(out_meta[0], runs[0], boxes, f"fallback:{op.name}[0]", template=template)
+    outs = [first]
+    for i in range(1, len(out_meta)):
+        outs.append(extern(out_meta[i], runs[i], [first], f"fallback:{op.name}[{i}]"))
+    return tuple(outs)
 
-    def call_kernel(arrays, template=template):
+
+def fallback_kernels(op_name: str, dtypes: tuple, results: int) -> list[Callable]:
+    """The extern kernels running op ``op_name``'s eager kernel on arrays of ``dtypes``: one
+    ``run(out, *arrays, template)`` for an op with one result; for ``results`` > 1, the first
+    runs the op and keeps the other results aside (per thread, so concurrent calls of one
+    compiled graph do not mix) and each later one ``run(out, first)`` copies its result from
+    there (its input, the first buffer, orders it after the call). Each kernel's ``recipe``
+    says how to make it again (the compiled-graph cache stores that, not the closure)."""
+    from ...runtime.tensor import wrap_array
+
+    op = OPS[op_name]
+
+    def call_kernel(arrays, template):
         def fill(a):
             if isinstance(a, tuple) and len(a) == 2 and a[0] == "__box__":
                 return wrap_array(arrays[a[1]], dtypes[a[1]])
@@ -229,36 +257,27 @@ def fallback(op, out_meta, args) -> TensorBox:
 
         return op.kernel(*[fill(a) for a in template])
 
-    if isinstance(out_meta, Tensor):
+    if results == 1:
 
         def run(out, *arrays, template):
             np.copyto(out, call_kernel(arrays, template)._data, casting="unsafe")
 
-        # the template goes as an argument: size expressions in it take each call's values
-        return extern(out_meta, run, boxes, f"fallback:{op.name}", template=template)
-    if not isinstance(out_meta, (tuple, list)) or not all(isinstance(m, Tensor) for m in out_meta):
-        raise NotImplementedError(f"fallback for op {op.name} with outputs {out_meta!r}")
-    return _multi_output_fallback(op, out_meta, boxes, call_kernel, template)
+        kernels = [run]
+    else:
+        stash = threading.local()
 
+        def run_first(out, *arrays, template):
+            outputs = call_kernel(arrays, template)
+            stash.results = [r._data for r in outputs]
+            np.copyto(out, stash.results[0], casting="unsafe")
 
-def _multi_output_fallback(op, out_meta, boxes, call_kernel, template) -> tuple:
-    """One kernel call for an op with several outputs: the first extern buffer runs the eager
-    kernel and keeps the other results aside (per thread, so concurrent calls of one compiled
-    graph do not mix); each later output is an extern buffer that reads its result from there and
-    takes the first buffer as an input, which orders it after the call."""
-    stash = threading.local()
+        kernels = [run_first]
+        for i in range(1, results):
 
-    def run_first(out, *arrays, template):
-        results = call_kernel(arrays, template)
-        stash.results = [r._data for r in results]
-        np.copyto(out, stash.results[0], casting="unsafe")
+            def run_other(out, _first, i=i):
+                np.copyto(out, stash.results[i], casting="unsafe")
 
-    first = extern(out_meta[0], run_first, boxes, f"fallback:{op.name}[0]", template=template)
-    outs = [first]
-    for i in range(1, len(out_meta)):
-
-        def run_other(out, _first, i=i):
-            np.copyto(out, stash.results[i], casting="unsafe")
-
-        outs.append(extern(out_meta[i], run_other, [first], f"fallback:{op.name}[{i}]"))
-    return tuple(outs)
+            kernels.append(run_other)
+    for i, kernel in enumerate(kernels):
+        kernel.recipe = (op_name, dtypes, results, i)
+    return kernels

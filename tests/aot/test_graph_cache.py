@@ -1,0 +1,211 @@
+"""The AOT autograd cache: a graph compiled before, compiled again by a new ``kiln.compile``
+(or a new process) with the same cache folder, skips AOT tracing and still computes what eager
+computes, values and gradients; an entry that is damaged or made for other inputs is never used.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.dynamo.counters import counters
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def aot_counts() -> dict:
+    return dict(counters["aot_autograd"])
+
+
+def delta(before: dict, name: str) -> int:
+    return counters["aot_autograd"][name] - before.get(name, 0)
+
+
+class Net(kiln.nn.Module):
+    """Parameters lifted into the graph, a buffer read as a constant, a batch norm whose running
+    statistics the graph updates in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = kiln.nn.Linear(6, 5)
+        self.norm = kiln.nn.BatchNorm1d(5)
+        self.register_buffer("scale", kiln.linspace(0.5, 1.5, 5))
+
+    def forward(self, x):
+        return (self.norm(self.fc(x)).tanh() * self.scale).sum(1)
+
+
+def train_step(model, x):
+    model.zero_grad()
+    loss = model(x).square().mean()
+    loss.backward()
+    return loss
+
+
+def fresh_model() -> Net:
+    kiln.manual_seed(3)
+    return Net()
+
+
+def run_compiled(x):
+    """A new model compiled by a new ``kiln.compile``: (loss, gradients, running mean)."""
+    kiln.dynamo.reset()
+    model = fresh_model()
+    loss = kiln.compile(train_step)(model, x)
+    grads = [p.grad.numpy().copy() for p in model.parameters()]
+    return loss.item(), grads, model.norm.running_mean.numpy().copy()
+
+
+def run_eager(x):
+    model = fresh_model()
+    loss = train_step(model, x)
+    return (
+        loss.item(),
+        [p.grad.numpy().copy() for p in model.parameters()],
+        (model.norm.running_mean.numpy().copy()),
+    )
+
+
+def assert_same(got, want):
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+    for g, w in zip(got[1], want[1]):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-6)
+
+
+def test_a_second_compile_skips_aot_tracing_and_matches_eager(cache_dir):
+    x = kiln.randn(8, 6)
+    before = aot_counts()
+    cold = run_compiled(x)
+    assert delta(before, "autograd_cache_saved") >= 1
+    assert delta(before, "autograd_cache_hit") == 0
+    before = aot_counts()
+    warm = run_compiled(x)
+    assert delta(before, "autograd_cache_hit") >= 1
+    assert delta(before, "autograd_cache_miss") == 0
+    assert_same(cold, run_eager(x))
+    assert_same(warm, run_eager(x))
+    assert list(cache_dir.glob("aot/*/*.entry"))
+
+
+def test_inputs_with_other_metadata_miss(cache_dir):
+    def f(x, y):
+        return (x * y).sin().sum()
+
+    x, y = kiln.randn(4, 3), kiln.randn(4, 3)
+    kiln.compile(f)(x, y)
+    for a, b in [
+        (x.requires_grad_(), y),  # a gradient now
+        (kiln.randn(3, 4).t(), y),  # other strides
+        (x.detach().double(), y.double()),  # other dtypes
+        (x.detach(), x.detach()),  # one storage for both
+    ]:
+        kiln.dynamo.reset()
+        before = aot_counts()
+        out = kiln.compile(f)(a, b)
+        assert delta(before, "autograd_cache_hit") == 0
+        np.testing.assert_allclose(out.item(), f(a, b).item(), rtol=1e-5)
+
+
+def _entry_files(cache_dir: Path) -> list[Path]:
+    return sorted(cache_dir.glob("aot/*/*.entry"))
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-40])
+
+
+def _flip_a_byte(path: Path) -> None:
+    blob = bytearray(path.read_bytes())
+    blob[len(blob) // 2] ^= 0x20
+    path.write_bytes(bytes(blob))
+
+
+def _swap_payloads(path: Path, other_bytes: bytes) -> None:
+    path.write_bytes(other_bytes)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "swap"])
+def test_a_damaged_entry_is_recompiled_and_rewritten(cache_dir, damage):
+    x = kiln.randn(8, 6)
+    run_compiled(x)
+    run_compiled(kiln.randn(5, 6))  # a second entry, to swap with
+    files = _entry_files(cache_dir)
+    assert len(files) >= 2
+    originals = {f: f.read_bytes() for f in files}
+    for f in files:
+        if damage == "truncate":
+            _truncate(f)
+        elif damage == "flip":
+            _flip_a_byte(f)
+        else:
+            _swap_payloads(f, originals[files[files.index(f) - 1]])  # another key's record
+    before = aot_counts()
+    warm = run_compiled(x)
+    assert delta(before, "autograd_cache_hit") == 0
+    assert delta(before, "autograd_cache_miss") >= 1
+    assert_same(warm, run_eager(x))
+    rewritten = [f for f in files if f.read_bytes() == originals[f]]
+    assert rewritten, "the recompile writes a sound entry again"
+
+
+def test_a_dynamic_shape_graph_is_not_cached_and_stays_correct(cache_dir):
+    def f(x):
+        return (x.exp() * 2).sum(0)
+
+    for n in (5, 7):
+        kiln.dynamo.reset()
+        compiled = kiln.compile(f, dynamic=True)
+        for size in (n, n + 3):
+            x = kiln.randn(size, 4, requires_grad=True)
+            out = compiled(x)
+            out.sum().backward()
+            np.testing.assert_allclose(out.detach().numpy(), f(x).detach().numpy(), rtol=1e-5)
+            np.testing.assert_allclose(x.grad.numpy(), 2 * x.detach().exp().numpy(), rtol=1e-5)
+
+
+_CHILD = """
+import json, sys
+import kiln
+from kiln.dynamo.counters import counters
+sys.path.insert(0, {tests!r})
+from aot.test_graph_cache import run_compiled
+x = kiln.from_numpy(__import__("numpy").random.default_rng(0).standard_normal((8, 6), "float32"))
+loss, grads, mean = run_compiled(x)
+print(json.dumps({{"counts": dict(counters["aot_autograd"]), "loss": loss,
+                  "grads": [g.tolist() for g in grads], "mean": mean.tolist()}}))
+"""
+
+
+def test_a_new_process_compiles_from_the_cache(cache_dir):
+    import json
+
+    env = {"KILN_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    code = _CHILD.format(tests=str(REPO / "tests"))
+    runs = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert cold["counts"].get("autograd_cache_hit", 0) == 0
+    assert warm["counts"].get("autograd_cache_hit", 0) >= 1
+    assert warm["counts"].get("autograd_cache_miss", 0) == 0
+    x = kiln.from_numpy(np.random.default_rng(0).standard_normal((8, 6), "float32"))
+    eager = run_eager(x)
+    for run in runs:
+        got = (run["loss"], [np.array(g) for g in run["grads"]], np.array(run["mean"]))
+        assert_same(got, eager)

@@ -1,0 +1,152 @@
+"""The compiled-graph cache (PyTorch's FX graph cache): a graph compiled before is rebuilt from its
+stored wrapper, without lowering or scheduling, in a new ``kiln.compile`` or a new process, and
+computes what eager computes; a damaged entry is compiled again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.dynamo.counters import counters
+from kiln.inductor import graph_lowering
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def lowerings(monkeypatch) -> list:
+    """One entry per graph the inductor lowers."""
+    seen: list = []
+    real = graph_lowering.GraphLowering.run
+
+    def counting(self):
+        seen.append(self)
+        return real(self)
+
+    monkeypatch.setattr(graph_lowering.GraphLowering, "run", counting)
+    return seen
+
+
+def counts() -> dict:
+    return dict(counters["inductor"])
+
+
+def hits_since(before: dict) -> int:
+    return counters["inductor"]["fxgraph_cache_hit"] - before.get("fxgraph_cache_hit", 0)
+
+
+class Model(kiln.nn.Module):
+    """A matmul (extern call), fused kernels, an LSTM (an eager fallback with several results)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = kiln.nn.LSTM(4, 5, batch_first=True)
+        self.head = kiln.nn.Linear(5, 3)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return self.head(out).softmax(-1)
+
+
+def step(model, x):
+    model.zero_grad()
+    loss = (model(x) * kiln.arange(3.0)).sum()
+    loss.backward()
+    return loss
+
+
+def compiled_step(x):
+    kiln.dynamo.reset()
+    kiln.manual_seed(1)
+    model = Model()
+    loss = kiln.compile(step)(model, x)
+    return loss.item(), [p.grad.numpy().copy() for p in model.parameters()]
+
+
+def eager_step(x):
+    kiln.manual_seed(1)
+    model = Model()
+    loss = step(model, x)
+    return loss.item(), [p.grad.numpy().copy() for p in model.parameters()]
+
+
+def assert_close(got, want):
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+    for g, w in zip(got[1], want[1]):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_a_warm_compile_lowers_nothing_and_matches_eager(cache_dir, lowerings):
+    x = kiln.randn(2, 6, 4)
+    cold = compiled_step(x)
+    assert lowerings, "the cold compile lowers its graphs"
+    lowerings.clear()
+    before = counts()
+    warm = compiled_step(x)
+    assert lowerings == []
+    assert hits_since(before) >= 2  # the forward and the backward
+    assert_close(cold, eager_step(x))
+    assert_close(warm, eager_step(x))
+    assert list(cache_dir.glob("graphs/*/*.graph"))
+
+
+def test_a_cached_graph_reports_its_kernels_to_the_profiler(cache_dir):
+    def f(x):
+        return (x.exp() + 1).sum(1)
+
+    x = kiln.randn(8, 16)
+    kiln.compile(f)(x)
+    kiln.dynamo.reset()
+    before = counts()
+    compiled = kiln.compile(f)
+    with kiln.profiler.profile() as prof:
+        out = compiled(x)
+    assert hits_since(before) == 1
+    names = [e.key for e in prof.key_averages()]
+    assert any(name.startswith("kernel") for name in names), names
+    np.testing.assert_allclose(out.numpy(), f(x).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_a_damaged_entry_is_compiled_again(cache_dir, lowerings, damage):
+    x = kiln.randn(2, 6, 4)
+    compiled_step(x)
+    files = sorted(cache_dir.glob("graphs/*/*.graph"))
+    assert files
+    for path in files:
+        blob = bytearray(path.read_bytes())
+        if damage == "truncate":
+            blob = blob[: len(blob) // 2]
+        else:
+            blob[-10] ^= 0x01
+        path.write_bytes(bytes(blob))
+    lowerings.clear()
+    before = counts()
+    warm = compiled_step(x)
+    assert hits_since(before) == 0
+    assert len(lowerings) >= 2
+    assert_close(warm, eager_step(x))
+
+
+def test_missing_kernels_in_the_index_are_a_miss(cache_dir, lowerings):
+    x = kiln.randn(2, 6, 4)
+    compiled_step(x)
+    for path in cache_dir.glob("llvm/graphs/*/*.index"):
+        path.unlink()
+    from kiln.inductor.codegen.graph_index import clear_memory_cache
+
+    clear_memory_cache()
+    lowerings.clear()
+    before = counts()
+    warm = compiled_step(x)
+    assert hits_since(before) == 0
+    assert lowerings
+    assert_close(warm, eager_step(x))
