@@ -158,7 +158,8 @@ def _camel(name: str) -> str:
 
 
 class OpBackward(Node):
-    """The grad_fn of one op call. Derivatives read ``ctx.args``, ``ctx.out``, ``ctx.needs_input_grad``."""
+    """The grad_fn of one op call. Derivatives read ``ctx.args``, ``ctx.out``, ``ctx.needs_input_grad``
+    and ``ctx.kernel_saved`` (what the op's recording kernel kept for them, else None)."""
 
     __slots__ = (
         "op",
@@ -169,6 +170,7 @@ class OpBackward(Node):
         "edge_positions",
         "out_meta",
         "display_name",
+        "kernel_saved",
     )
 
     def __init__(self, op, args: tuple, out, next_functions, edge_positions, needs_input_grad):
@@ -180,6 +182,7 @@ class OpBackward(Node):
         if anomaly_state[0]:
             self.metadata_ = {"traceback_": forward_stack()}
         self.op = op
+        self.kernel_saved = None
         self.display_name = None  # set where PyTorch's name depends on the call (``x.t()``)
         self.edge_positions = edge_positions  # (arg position, index in list or -1) per edge
         self.needs_input_grad = needs_input_grad
@@ -293,6 +296,7 @@ class OpBackward(Node):
             self._args = None
             self._out = None
             self._versions = ()
+        self.kernel_saved = None
 
 
 def _describe(t: Tensor) -> str:

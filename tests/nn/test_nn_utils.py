@@ -41,6 +41,55 @@ def test_clip_grad_norm_matches_torch(norm_type, max_norm):
             assert_close(k.grad, t.grad, rtol=1e-5, atol=1e-6)
 
 
+def _odd_params(lib, dtype, bad: float | None):
+    """float64 or float32 gradients, one of them transposed (not contiguous), one 0-d, and
+    optionally a NaN or inf in one of them."""
+    rng = np.random.default_rng(1)
+    params = []
+    for shape in [(5, 3), (7,), ()]:
+        p = lib.tensor(np.zeros(shape, dtype), requires_grad=True)
+        params.append(p)
+    grads = [rng.standard_normal((3, 5)).T, rng.standard_normal(7), np.array(0.25)]
+    if bad is not None:
+        grads[1][2] = bad
+    for p, g in zip(params, grads):
+        p.grad = lib.tensor(np.array(g, dtype))
+        if g.ndim == 2:
+            p.grad = lib.tensor(np.ascontiguousarray(g.T).astype(dtype)).t()
+    return params
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf])
+@pytest.mark.parametrize("bad", [None, float("nan"), float("inf")])
+def test_clip_grad_norm_dtypes_layouts_and_nonfinite_match_torch(dtype, norm_type, bad):
+    k_params, t_params = _odd_params(kiln, dtype, bad), _odd_params(torch, dtype, bad)
+    assert not k_params[0].grad.is_contiguous()
+    k_total = kutils.clip_grad_norm_(k_params, 0.5, norm_type)
+    t_total = torch.nn.utils.clip_grad_norm_(t_params, 0.5, norm_type)
+    assert k_total.dtype == kiln.float64 if dtype == np.float64 else kiln.float32
+    assert_close(k_total, t_total, rtol=1e-6, atol=0, equal_nan=True)
+    for k, t in zip(k_params, t_params):
+        assert_close(k.grad, t.grad, rtol=1e-6, atol=1e-7, equal_nan=True)
+        assert k.grad._version > 0  # written in place, as mul_ does
+
+
+@needs_torch
+def test_clip_grads_with_norm_of_another_dtype_matches_torch():
+    for total in (0.25, 3.0):
+        k_params, t_params = (
+            _odd_params(kiln, np.float32, None),
+            _odd_params(torch, np.float32, None),
+        )
+        kutils.clip_grads_with_norm_(k_params, 1.0, kiln.tensor(total, dtype=kiln.float64))
+        torch.nn.utils.clip_grads_with_norm_(
+            t_params, 1.0, torch.tensor(total, dtype=torch.float64)
+        )
+        for k, t in zip(k_params, t_params):
+            assert_close(k.grad, t.grad, rtol=1e-6, atol=1e-7)
+
+
 def test_clip_grad_norm_single_tensor_and_no_grads():
     p = kiln.tensor([3.0, 4.0], requires_grad=True)
     p.grad = kiln.tensor([3.0, 4.0])

@@ -280,3 +280,83 @@ def test_max_pool_values_indices_and_grads_match_torch(case, special):
     np.testing.assert_array_equal(yk, yt)
     np.testing.assert_array_equal(ik, it)
     np.testing.assert_allclose(gk, gt, rtol=1e-6, atol=1e-6)
+
+
+LOG_SOFTMAX_DIMS = {
+    "last": lambda lib, x: lib.nn.functional.log_softmax(x, -1),
+    "middle": lambda lib, x: lib.nn.functional.log_softmax(x, 1),
+    "first": lambda lib, x: lib.nn.functional.log_softmax(x, 0),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dim", sorted(LOG_SOFTMAX_DIMS))
+def test_log_softmax_kept_softmax_gradient_matches_torch(dim, dtype, blocks):
+    """A recorded log_softmax keeps its softmax for the derivative (no exp in the backward)."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((6, 40, 30)) * 4).astype(dtype)
+    x[0, 0, :3] = [60.0, -60.0, 0.0]
+    g = rng.standard_normal(x.shape).astype(dtype)
+    fn = LOG_SOFTMAX_DIMS[dim]
+    xk, xt = kiln.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    new = _run(kiln, fn, [xk], kiln.tensor(g))
+    ref = _run(torch, fn, [xt], torch.tensor(g))
+    slow = _run(kiln, fn, [xk], kiln.tensor(g), create_graph=True)
+    for a, r, s in zip(new, ref, slow):
+        _close(a, r, dtype, scale=2.0)
+        _close(a, s, dtype, scale=2.0)
+    with kiln.no_grad():  # the recording kernel's forward is the plain kernel's, bit for bit
+        np.testing.assert_array_equal(fn(kiln, kiln.tensor(x)).numpy(), new[0])
+
+
+def test_log_softmax_kept_softmax_respects_in_place_writes_and_retain_graph():
+    x = kiln.randn(8, 5, requires_grad=True)
+    y = F.log_softmax(x, 1)
+    y.mul_(2)  # a saved output written in place: backward refuses, as PyTorch does
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    y = F.log_softmax(x, 1)
+    g = kiln.randn(8, 5)
+    (first,) = kiln.autograd.grad(y, [x], g, retain_graph=True)
+    (second,) = kiln.autograd.grad(y, [x], g)
+    np.testing.assert_array_equal(first.numpy(), second.numpy())
+
+
+CE_CASES = {
+    "plain": {},
+    "ignore_index": {"ignore_index": 3},
+    "weight": {"weight": True},
+    "label_smoothing": {"label_smoothing": 0.1, "weight": True},
+    "sum": {"reduction": "sum"},
+    "none": {"reduction": "none"},
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", sorted(CE_CASES))
+def test_cross_entropy_over_a_large_vocabulary_matches_torch(case, dtype):
+    """700 x 1000 logits (blocked rows), with a NaN row and an inf logit."""
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((700, 1000)) * 3).astype(dtype)
+    x[5, 7] = np.nan
+    x[9, 2] = np.inf
+    target = rng.integers(0, 1000, 700)
+    target[:20] = 3
+    w = rng.uniform(0.5, 1.5, 1000).astype(dtype)
+    opts = dict(CE_CASES[case])
+    results = []
+    for lib in (kiln, torch):
+        kw = {k: v for k, v in opts.items() if k != "weight"}
+        if opts.get("weight"):
+            kw["weight"] = lib.tensor(w)
+        xl = lib.tensor(x, requires_grad=True)
+        loss = lib.nn.functional.cross_entropy(xl, lib.tensor(target), **kw)
+        grad_fn = type(loss.grad_fn).__name__ if lib is torch else loss.grad_fn.name()
+        loss.backward(lib.ones_like(loss))
+        results.append((loss.detach().numpy(), xl.grad.numpy(), grad_fn))
+    (kl, kg, kname), (tl, tg, tname) = results
+    assert kname == tname
+    np.testing.assert_allclose(kl, tl, rtol=2e-5 if dtype == "float32" else 1e-10)
+    np.testing.assert_allclose(kg, tg, rtol=1e-4, atol=1e-7 if dtype == "float32" else 1e-12)

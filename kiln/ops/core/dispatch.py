@@ -286,7 +286,10 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
         return run_below_autograd(op, args)
     state.grad_enabled = False
     try:
-        if on_cpu and not modes and op.kernel is not None:
+        kernel_saved = None
+        if on_cpu and not modes and op.recording_kernel is not None:
+            out, kernel_saved = op.recording_kernel(*args)
+        elif on_cpu and not modes and op.kernel is not None:
             out = op.kernel(*args)
             if op.is_view:
                 mark_view(out, args[0], op, args)
@@ -317,6 +320,8 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
                 next_functions.append((None, 0))
             positions.append((p, -1))
     node = OpBackward(op, args, out, tuple(next_functions), tuple(positions), tuple(needs))
+    if kernel_saved is not None:
+        node.kernel_saved = kernel_saved
     if out.__class__ is Tensor:  # the common case first
         if out._dtype.category >= 2:  # floating or complex
             out._requires_grad = True

@@ -102,6 +102,7 @@ class Op:
         "functional",
         "inplace_variant",
         "inplace_kernel",
+        "recording_kernel",
         "saves_inputs",
         "saves_output",
         "returns",
@@ -154,6 +155,11 @@ class Op:
         # ``kernel(self, *rest) -> bool``: writes the in-place variant's result straight into
         # ``self``'s buffer where it can (True), else leaves it to the compute-then-copy path
         self.inplace_kernel = None
+        # ``kernel(*args) -> (out, saved)``: what autograd runs instead of ``kernel`` when it
+        # records a node for an eager CPU call; ``saved`` (anything, or None) is kept on the node
+        # for the derivative as ``ctx.kernel_saved``, so a forward can hand its backward an
+        # intermediate (softmax probabilities) that would otherwise be recomputed
+        self.recording_kernel = None
         self.saves_inputs = None  # None: all tensor inputs; else a tuple of positions
         self.saves_output = False
         self.returns = None  # namedtuple class for multi-output ops
@@ -192,6 +198,10 @@ class Op:
     # ---- registration decorators (each returns the function so they can stack)
     def register_kernel(self, fn: Callable) -> Callable:
         self.kernel = self._refusing_complex(fn)
+        return fn
+
+    def register_recording_kernel(self, fn: Callable) -> Callable:
+        self.recording_kernel = self._refusing_complex(fn)
         return fn
 
     def register_meta(self, fn: Callable) -> Callable:
