@@ -174,7 +174,11 @@ class FloorDiv(Atom):
         return self._hash
 
     def __eq__(self, other):
-        return isinstance(other, FloorDiv) and other.div == self.div and other.expr == self.expr
+        return (
+            isinstance(other, FloorDiv)
+            and same_size(other.div, self.div)
+            and other.expr == self.expr
+        )
 
     def __repr__(self):
         return f"({self.expr} // {self.div})"
@@ -202,7 +206,7 @@ class Mod(Atom):
         return self._hash
 
     def __eq__(self, other):
-        return isinstance(other, Mod) and other.mod == self.mod and other.expr == self.expr
+        return isinstance(other, Mod) and same_size(other.mod, self.mod) and other.expr == self.expr
 
     def __repr__(self):
         return f"({self.expr} % {self.mod})"
@@ -271,16 +275,26 @@ class Expr:
         return self._hash
 
     def __eq__(self, other):
+        # structural equality: symbolic constants and coefficients must be the same expression
+        # (asking whether they might be equal would decide over the symbols' ranges)
         if isinstance(other, int):
-            return not self.terms and self.const == other
-        return isinstance(other, Expr) and other.const == self.const and other.terms == self.terms
+            return not self.terms and same_size(self.const, other)
+        if not isinstance(other, Expr) or not same_size(other.const, self.const):
+            return False
+        terms = self.terms
+        if other.terms.keys() != terms.keys():
+            return False
+        return all(same_size(c, terms[a]) for a, c in other.terms.items())
 
     def __repr__(self):
+        # a SymInt coefficient or constant is printed, never compared (comparing decides over
+        # the symbols' ranges, and may not be decidable)
         parts = []
         for atom, c in self.terms.items():
-            parts.append(repr(atom) if c == 1 else f"{c}*{atom!r}")
-        if self.const or not parts:
-            parts.append(str(self.const))
+            parts.append(repr(atom) if c.__class__ is int and c == 1 else f"{c}*{atom!r}")
+        const = self.const
+        if const.__class__ is not int or const != 0 or not parts:
+            parts.append(str(const))
         return " + ".join(parts)
 
     @property
@@ -354,6 +368,9 @@ class Expr:
             raise ValueError("index floor division needs a positive divisor")
         if not self.terms:
             return Expr({}, self.const // d)
+        inner = self._single_atom()
+        if isinstance(inner, FloorDiv):  # (E // a) // d == E // (a*d), a and d positive
+            return inner.expr // (inner.div * d)
         lo, hi = self.bounds()
         nonneg = known(">=", lo, 0)
         if nonneg and known("<", hi, d):
@@ -384,6 +401,10 @@ class Expr:
             return Expr({}, 0)
         if not self.terms:
             return Expr({}, self.const % m)
+        if m.__class__ is int and self.const.__class__ is int and not 0 <= self.const < m:
+            # (E + k*m) % m == E % m under floor semantics: a constant in [0, m) leaves the
+            # dividend non-negative wherever E is (a cat's ``(x - 512) % 256`` is ``x % 256``)
+            return Expr(self.terms, self.const % m) % m
         lo, hi = self.bounds()
         nonneg = known(">=", lo, 0)
         if nonneg and known("<", hi, m):
@@ -404,6 +425,13 @@ class Expr:
                 return (q % (m // g)) * g + r
         return Expr({Mod(self, m): 1}, 0)
 
+    def _single_atom(self):
+        """The atom when this expression is exactly one atom (coefficient 1, no constant)."""
+        if len(self.terms) != 1 or self.const.__class__ is not int or self.const != 0:
+            return None
+        ((atom, c),) = self.terms.items()
+        return atom if c.__class__ is int and c == 1 else None
+
     def subs(self, mapping: Mapping) -> Expr:
         """Replace atoms (variables) by expressions or ints."""
         out = Expr({}, self.const)
@@ -421,35 +449,61 @@ def _factor_split(e: Expr, d: int):
     division and modulo where a dividend may be negative)."""
     import math
 
-    if d.__class__ is not int or any(c.__class__ is not int for c in e.terms.values()):
+    if any(c.__class__ is not int for c in e.terms.values()):
         return None  # symbolic strides: their common divisors are not known
-    candidates = sorted({math.gcd(c, d) for c in e.terms.values()}, reverse=True)
+    if d.__class__ is int:
+        candidates = sorted({math.gcd(c, d) for c in e.terms.values()}, reverse=True)
+    else:  # a symbolic divisor (``1024*s1``): the coefficients that provably divide it
+        candidates = sorted(
+            {c for c in e.terms.values() if c > 1 and same_size(d // c * c, d)}, reverse=True
+        )
     for g in candidates:
-        if g <= 1 or g >= d:
+        if g <= 1 or (d.__class__ is int and g >= d):
             continue
         big = {a: c // g for a, c in e.terms.items() if c % g == 0}
         if not big:
             continue
         r = Expr({a: c for a, c in e.terms.items() if c % g != 0}, e.const % g)
         rlo, rhi = r.bounds()
-        if rlo < 0 or rhi >= g:
+        if not (known(">=", rlo, 0) and known("<", rhi, g)):
             continue
         return g, Expr(big, e.const // g), r
     return None
 
 
 def _recombine(e: Expr) -> Expr:
-    """``d*c*(E // d) + c*(E % d)`` is ``c*E``: undo a split of one index into two."""
+    """Undo the split of one index into digits, as a flattened loop's unflattening makes them:
+    ``c*(E % a) + c*a*(E // a)`` is ``c*E`` and ``c*(E % a) + c*a*((E // a) % b)`` is
+    ``c*(E % (a*b))`` (both for floor and truncating division by positive ``a``, ``b``). Applied
+    innermost digit first, ``s1*s2*(f // (s1*s2)) + s2*((f // s2) % s1) + f % s2`` becomes
+    ``f``: with symbolic sizes each digit left standing costs a division in every lane."""
     mods = [(a, c) for a, c in e.terms.items() if isinstance(a, Mod)]
     if not mods:
         return e
     for m, c in mods:
-        div = FloorDiv(m.expr, m.mod)
-        if e.terms.get(div, 0) == c * m.mod:
+        nested = m.expr._single_atom()
+        if isinstance(nested, FloorDiv):  # (E // a) % b: its quotient is E // (a*b)
+            div = FloorDiv(nested.expr, nested.div * m.mod)
+        else:
+            div = FloorDiv(m.expr, m.mod)
+        coeff = e.terms.get(div)
+        if coeff is not None and same_size(coeff, c * m.mod):
             terms = dict(e.terms)
             del terms[m]
             del terms[div]
             return Expr(terms, e.const) + m.expr * c
+        for m2, c2 in mods:
+            inner = m2.expr._single_atom() if m2 is not m else None
+            if (
+                isinstance(inner, FloorDiv)
+                and inner.expr == m.expr
+                and same_size(inner.div, m.mod)
+                and same_size(c2, c * m.mod)
+            ):
+                terms = dict(e.terms)
+                del terms[m]
+                del terms[m2]
+                return Expr(terms, e.const) + (m.expr % (m.mod * m2.mod)) * c
     return e
 
 

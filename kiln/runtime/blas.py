@@ -25,7 +25,7 @@ import numpy as np
 
 from . import flags
 
-__all__ = ["BLAS", "OpenBlas", "EAGER_PARALLEL_MACS", "matmul"]
+__all__ = ["BLAS", "OpenBlas", "EAGER_PARALLEL_MACS", "matmul", "products"]
 
 # an eager product of fewer multiply-adds (~300 us on one core) runs single-threaded: a second
 # OpenBLAS thread saves less than a stalled barrier costs on a shared machine
@@ -222,17 +222,46 @@ _SERIAL_GEMM_MACS = 1 << 16
 _SERIAL_GEMV_MACS = 2304
 
 
+class _AsNumpy:
+    """Products run as numpy runs them (too small for OpenBLAS to thread, or large enough to)."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        pass
+
+    def __exit__(self, *exc):
+        pass
+
+
+_AS_NUMPY = _AsNumpy()
+
+
+def _policy(m: int, k: int, n: int, outputs: int):
+    """The context one product of ``outputs`` results, each of ``k`` multiply-adds (a matrix
+    of it ``m x k`` by ``k x n``), runs under."""
+    macs = m * n * k
+    if macs <= (_SERIAL_GEMV_MACS if m == 1 or n == 1 else _SERIAL_GEMM_MACS) or not BLAS.load():
+        return _AS_NUMPY
+    if outputs * k >= EAGER_PARALLEL_MACS and flags.get_num_threads() > 1:
+        return _AS_NUMPY
+    return _SINGLE
+
+
+def products(m: int, k: int, n: int):
+    """A context manager under which a kernel's loop of ``np.matmul`` calls of one size
+    (``m x k`` by ``k x n``) follows kiln's thread policy, as ``matmul`` would call by call: a
+    recurrent layer's ~35 per-step products pay the thread-count switch once instead of per
+    product (~1.5 us each, against ~20 us for the product itself)."""
+    return _policy(m, k, n, m * n)
+
+
 def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul(x, y, out=out)`` under kiln's thread policy (see the module docstring)."""
     if x.ndim < 2 or y.ndim < 2 or x.dtype.kind not in "fc":
         return np.matmul(x, y, out=out)
     m, k = x.shape[-2:]
     n = y.shape[-1]
-    macs = m * n * k
-    if macs <= (_SERIAL_GEMV_MACS if m == 1 or n == 1 else _SERIAL_GEMM_MACS) or not BLAS.load():
-        return np.matmul(x, y, out=out)
     outputs = max(x.size // max(k, 1) * y.shape[-1], y.size // max(y.shape[-2], 1) * x.shape[-2])
-    if outputs * k >= EAGER_PARALLEL_MACS and flags.get_num_threads() > 1:
-        return np.matmul(x, y, out=out)
-    with _SINGLE:
+    with _policy(m, k, n, outputs):
         return np.matmul(x, y, out=out)

@@ -337,6 +337,53 @@ def test_full_chunks_of_flat_loops_run_a_constant_trip_count(stats, tmp_path, mo
         assert stats.symbolic_compiles >= 1 and stats.symbolic_refused == 0
 
 
+def _tanh_gate(lib, x):
+    t = lib.tanh(x * 0.79788456 * (1 + 0.044715 * x * x))
+    return x * t
+
+
+def _qkv_heads(lib, q, k, v):
+    """A fused qkv projection's gradient layout: three ``[B, H, T, d]`` pieces back to
+    ``[B, T, 3*H*d]``, through a transpose, a reshape and a cat."""
+    b, h, t, d = q.shape
+    return lib.cat([a.transpose(1, 2).reshape(b, t, h * d) for a in (q, k, v)], dim=2) * 2
+
+
+@needs_torch
+@pytest.mark.parametrize("static_width", [True, False])
+def test_symbolic_indices_need_no_division_per_element(stats, tmp_path, monkeypatch, static_width):
+    """Unflattening a loop over ``[s0, s1, s2]`` (or rows of a static width) into digits and
+    reading a cat's parts through reshapes both fold back to plain affine indices: a division
+    by a size left in a vector loop costs one scalar division per lane (a symbolic GPT block's
+    tanh kernel ran 3x, its qkv cat 10x slower than their static twins)."""
+    monkeypatch.setenv("KILN_DEBUG_DIR", str(tmp_path))
+    compiled = kiln.compile(lambda x: _tanh_gate(kiln, x))
+    heads = kiln.compile(lambda q, k, v: _qkv_heads(kiln, q, k, v))
+    for n, (batch, tokens) in enumerate([(3, 5), (2, 7), (4, 9), (3, 5)]):
+        width = 64 if static_width else 40 + 8 * (n % 3)
+        x_np = np.random.default_rng(n).standard_normal((batch, tokens, width), np.float32)
+        qkv_np = [
+            np.random.default_rng(10 * n + i).standard_normal((batch, 4, tokens, 16), np.float32)
+            for i in range(3)
+        ]
+        x, qkv = kiln.tensor(x_np), [kiln.tensor(a) for a in qkv_np]
+        for t in [x, *qkv]:
+            kiln._dynamo.mark_dynamic(t, 0)
+            kiln._dynamo.mark_dynamic(t, 2 if t is not x else 1)
+        if not static_width:
+            kiln._dynamo.mark_dynamic(x, 2)
+        np.testing.assert_allclose(
+            compiled(x).numpy(), _tanh_gate(torch, torch.tensor(x_np)).numpy(), rtol=1e-5, atol=1e-6
+        )
+        theirs = _qkv_heads(torch, *(torch.tensor(a) for a in qkv_np))
+        np.testing.assert_array_equal(heads(*qkv).numpy(), theirs.numpy())
+    assert stats.symbolic_compiles >= 2 and stats.symbolic_refused == 0
+    ir_text = "\n".join(p.read_text() for p in sorted(tmp_path.rglob("kernels.ll")))
+    assert ir_text.count("define void") >= 2 and "<8 x float>" in ir_text
+    # (a row's index may still be taken apart once per row, by scalar divisions)
+    assert not re.search(r"(sdiv|srem) <\d+ x i64>", ir_text)
+
+
 def test_scalar_tails_of_run_time_length_are_not_unrolled(stats, tmp_path, monkeypatch):
     """The scalar loop after a vector loop runs fewer than 8 times; when its bound is a run-time
     size the kernel tells LLVM not to unroll it (code size and compile time for nothing), and the

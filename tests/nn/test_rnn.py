@@ -199,6 +199,21 @@ def test_no_bias_matches_torch(mode, dtype):
     _run_both(k_mod, t_mod, dtype, [kx], [tx])
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_saturated_lstm_gates_match_torch_without_warnings(dtype):
+    """Inputs large enough to drive some gates past where e^-x overflows (|x| > ~88 in float32,
+    ~709 in float64; the fused layer activates every gate through one exp): outputs and
+    gradients still agree with torch's, and no floating-point warning escapes."""
+    k_mod, t_mod = _twins("LSTM", dtype, INPUT, HIDDEN, num_layers=2, bidirectional=True)
+    scale = {"float64": 1000, "float32": 150}[dtype]
+    array = scale * np.random.default_rng(7).standard_normal((STEPS, BATCH, INPUT))
+    kx, tx = _both(array.astype(dtype))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _run_both(k_mod, t_mod, dtype, [kx], [tx])
+    assert_close(kx.grad, tx.grad, rtol=TOL[dtype][0], atol=TOL[dtype][1])
+
+
 def test_dropout_of_one_zeroes_the_inputs_of_upper_layers_like_torch():
     k_mod, t_mod = _twins("LSTM", "float64", INPUT, HIDDEN, num_layers=3, dropout=1.0)
     kx, tx = _both(np.random.default_rng(5).standard_normal((STEPS, BATCH, INPUT)))

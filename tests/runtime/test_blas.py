@@ -126,3 +126,29 @@ def test_products_openblas_runs_serially_leave_its_thread_count_alone(
     monkeypatch.undo()
     assert seen == [before]
     assert_close(out, to_torch(a) @ to_torch(b), rtol=1e-5, atol=1e-5)
+
+
+def test_a_recurrent_layers_step_products_follow_the_policy_and_restore_the_count(
+    threads, monkeypatch
+):
+    """The fused LSTM layer enters the policy once for its loop (``blas.products``): each of its
+    20x64 by 64x256 step products, forward and backward, still runs at one thread, and the
+    count is back afterwards."""
+    kiln.set_num_threads(2)
+    before = _count()
+    lstm = kiln.nn.LSTM(64, 64)
+    x = kiln.randn(6, 20, 64, requires_grad=True)
+    seen = []
+    real = np.matmul
+
+    def spy(a, b, *args, **kwargs):
+        seen.append((a.shape, b.shape, _count()))
+        return real(a, b, *args, **kwargs)
+
+    monkeypatch.setattr(np, "matmul", spy)
+    lstm(x)[0].sum().backward()
+    monkeypatch.undo()
+    steps = [n for a, b, n in seen if a == (20, 64) and b == (64, 256)]
+    steps_back = [n for a, b, n in seen if a == (20, 256) and b == (256, 64)]
+    assert steps == [1] * 6 and steps_back == [1] * 6
+    assert _count() == before and BLAS.depth == 0

@@ -98,7 +98,14 @@ def _cat(out_meta, tensors, dim=0):
         value = None
         for t_loader, off, t in reversed(list(zip(loaders, offsets, parts))):
             shifted = list(index)
+            length = t.shape[d]
             shifted[d] = sym.as_expr(index[d]) - off
+            if len(parts) > 1 and length.__class__ is int and length > 0:
+                # every part is read at every position and the where chain keeps one: wrapped
+                # into [0, length) the index stays inside the part where it is not kept, and
+                # the simplifier knows its range where it is (a reshaped part's divisions by
+                # symbolic sizes then fold away instead of costing a division per lane)
+                shifted[d] = shifted[d] % length
             v = t_loader(shifted)
             if value is None:
                 value = v

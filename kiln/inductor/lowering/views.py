@@ -345,6 +345,11 @@ class _IndexProbe:
                 (dim, coeff, offset), *others = uses[v]
                 rel = sym.as_expr(index[dim]) - offset
                 value = rel // coeff if coeff != 1 else rel
+                if v.size.__class__ is int and v.size > 0:
+                    # read where the condition fails too: wrapped into [0, size) the index stays
+                    # inside the view there, and the simplifier knows its range where it holds
+                    # (a reshaped source's divisions by symbolic sizes fold away)
+                    value = value % v.size
                 view_index.append(value)
                 conds.append(_in_range(index[dim], offset, coeff, v.size))
                 for odim, ocoeff, ooffset in others:  # e.g. a diagonal: both dims move together

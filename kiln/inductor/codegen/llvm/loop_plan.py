@@ -128,17 +128,26 @@ def _split_dims(sizes, index_fn):
         return sizes, list
     variables = [sym.Var(f"s{i}", s) for i, s in enumerate(sizes)]
     factors: dict = {v: set() for v in variables}
+
+    def add_factor(v, c, d):
+        if v not in factors or sym.is_symbolic((v.size, c, d)):
+            return  # no split of a symbolic dim, nor at a divisor that is a symbol's
+        if c > 0 and d % c == 0:
+            f = d // c
+            if 1 < f < v.size and v.size % f == 0:
+                factors[v].add(f)
+
     for e in index_fn([sym.as_expr(v) for v in variables]):
         for atom in _atoms_deep(e):
-            inner = atom.expr
             d = atom.div if isinstance(atom, sym.FloorDiv) else atom.mod
-            for v, c in inner.terms.items():
-                if v not in factors or sym.is_symbolic((v.size, c, d)):
-                    continue  # no split of a symbolic dim, nor at a divisor that is a symbol's
-                if c > 0 and d % c == 0:
-                    f = d // c
-                    if 1 < f < v.size and v.size % f == 0:
-                        factors[v].add(f)
+            for v, c in atom.expr.terms.items():
+                add_factor(v, c, d)
+                # ``(v % m) // d`` with ``d`` dividing ``m`` (a cat's part read through a
+                # reshape) takes ``v`` apart at ``d`` too
+                if isinstance(v, sym.Mod) and not sym.is_symbolic((v.mod, c, d)):
+                    if c > 0 and d % c == 0 and v.mod % (d // c) == 0:
+                        for w, cw in v.expr.terms.items():
+                            add_factor(w, cw * c, d)
     if not any(factors.values()):
         return sizes, list
     groups = []  # per original dim: radix sizes, outermost first
