@@ -1,9 +1,9 @@
 """Convolution (an extern prim) and the spatial ops built around it: pooling and resampling.
 
 ``convolution`` handles 1-3 spatial dims, strides, padding, dilation, groups and the transposed
-form. Its kernel is im2col (a zero-copy ``as_strided`` window view, one copy into columns) plus
-one batched matmul; the transposed kernel is a matmul followed by one strided add per kernel
-offset (col2im). Its derivatives are convolutions again, so higher-order gradients work and
+form. Its numpy kernels (``conv_kernels``) are im2col plus one product per group, and for the
+transposed form the same gathered by stride phase, or col2im where gathering costs more. Its
+derivatives are convolutions again, so higher-order gradients work and
 traced backward graphs contain only ``convolution`` nodes. Pooling ops have numpy kernels over the
 same window views; average and adaptive pooling, and linear/cubic interpolation, decompose into
 convolutions or matmuls with constant matrices.
@@ -11,23 +11,20 @@ convolutions or matmuls with constant matrices.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
 
-from ...runtime import blas
 from ...runtime import dtypes as dt
 from ...runtime.storage import empty_array
 from ..core.common import Tensor, compute_np_dtype, fake, wrap
 from ..core.registry import OPS, defop
 from ..creation.api import tensor
 from ..reductions.reduce import c_type_name, torch_type_name
+from .conv_kernels import conv_forward, conv_transposed, kernel_offsets, offset_slices
 from .softmax_linear import numpy_derivative_ok
 
 __all__ = ["conv_output_size", "pool_output_size"]
-
-_as_strided = np.lib.stride_tricks.as_strided
 
 
 def _spatial(x: Tensor) -> tuple:
@@ -40,20 +37,6 @@ def conv_output_size(size, kernel, stride, padding, dilation) -> int:
 
 def _transposed_size(size, kernel, stride, padding, dilation, output_padding) -> int:
     return (size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
-
-
-def _windows(a: np.ndarray, out_sizes, kernel, stride, dilation) -> np.ndarray:
-    """Zero-copy view (N, C, *out, *kernel) of the sliding windows over ``a``'s trailing dims."""
-    st = a.strides
-    k = len(kernel)
-    shape = a.shape[:2] + tuple(out_sizes) + tuple(kernel)
-    spatial = st[2:]
-    strides = (
-        st[:2]
-        + tuple(spatial[i] * stride[i] for i in range(k))
-        + tuple(spatial[i] * dilation[i] for i in range(k))
-    )
-    return _as_strided(a, shape=shape, strides=strides, writeable=False)
 
 
 # ------------------------------------------------------------------------------ convolution
@@ -149,91 +132,6 @@ def _conv_geometry(x, w, b, stride, padding, dilation, transposed, output_paddin
     return (x.shape[0], out_channels) + tuple(out)
 
 
-def _kernel_offsets(kernel):
-    return itertools.product(*(range(size) for size in kernel))
-
-
-def _offset_slices(offset, count, stride, dilation) -> tuple:
-    """Slices of the (padded) input read by kernel position ``offset`` at every output position."""
-    return tuple(
-        slice(o * d, o * d + (n - 1) * s + 1, s)
-        for o, n, s, d in zip(offset, count, stride, dilation)
-    )
-
-
-def _conv_forward_np(a, w, stride, padding, dilation, groups, out_spatial):
-    n, c = a.shape[:2]
-    kernel = w.shape[2:]
-    k = len(kernel)
-    if any(padding):
-        a = np.pad(a, [(0, 0), (0, 0)] + [(p, p) for p in padding])
-    cg, og = c // groups, w.shape[0] // groups
-    if cg == 1:
-        # one input channel per group (depthwise): a multiply-add per kernel offset beats
-        # thousands of tiny matmuls
-        xg = a.reshape((n, groups, 1) + a.shape[2:])
-        wg = w.reshape((groups, og) + tuple(kernel))
-        out = np.zeros((n, groups, og) + tuple(out_spatial), a.dtype)
-        for offset in _kernel_offsets(kernel):
-            sl = xg[(Ellipsis,) + _offset_slices(offset, out_spatial, stride, dilation)]
-            out += sl * wg[(slice(None), slice(None)) + offset].reshape((groups, og) + (1,) * k)
-        return out.reshape((n, groups * og) + tuple(out_spatial))
-    win = _windows(a, out_spatial, kernel, stride, dilation)
-    p_out, p_k = math.prod(out_spatial), math.prod(kernel)
-    # (N, G, Cg, *out, *K) -> columns (G, N, Cg*K, P): the one im2col copy
-    win = win.reshape((n, groups, cg) + tuple(out_spatial) + tuple(kernel))
-    order = (1, 0, 2) + tuple(range(3 + k, 3 + 2 * k)) + tuple(range(3, 3 + k))
-    # pooled buffers: fresh ones this large cost more in page faults than the copy itself
-    win = win.transpose(order)
-    cols = empty_array(win.shape, a.dtype)
-    np.copyto(cols, win)
-    cols = cols.reshape(groups, n, cg * p_k, p_out)
-    wmat = w.reshape(groups, 1, og, cg * p_k)
-    out = empty_array((groups, n, og, p_out), np.result_type(wmat, cols))
-    blas.matmul(wmat, cols, out=out)  # (G, N, Og, P)
-    if groups == 1:
-        return out.reshape((n, og) + tuple(out_spatial))
-    return np.ascontiguousarray(out.transpose(1, 0, 2, 3)).reshape(
-        (n, groups * og) + tuple(out_spatial)
-    )
-
-
-def _conv_transpose_np(a, w, stride, padding, dilation, groups, out_spatial):
-    n, c = a.shape[:2]
-    kernel = w.shape[2:]
-    k = len(kernel)
-    in_spatial = a.shape[2:]
-    cg, og = c // groups, w.shape[1]
-    full = [
-        max(
-            (in_spatial[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1,
-            padding[i] + out_spatial[i],
-        )
-        for i in range(k)
-    ]
-    buf = empty_array((n, groups, og) + tuple(full), a.dtype)
-    buf.fill(0)
-    if cg == 1:
-        xg = a.reshape((n, groups, 1) + tuple(in_spatial))
-        wg = w.reshape((groups, og) + tuple(kernel))
-        for offset in _kernel_offsets(kernel):
-            tap = wg[(slice(None), slice(None)) + offset].reshape((groups, og) + (1,) * k)
-            buf[(Ellipsis,) + _offset_slices(offset, in_spatial, stride, dilation)] += xg * tap
-    else:
-        # columns (G, N, Og*K, P_in) = W_g^T @ x_g, then one strided add per kernel offset
-        p_in, p_k = math.prod(in_spatial), math.prod(kernel)
-        wmat = w.reshape(groups, cg, og * p_k).transpose(0, 2, 1)[:, None]
-        xs = a.reshape(n, groups, cg, p_in).transpose(1, 0, 2, 3)
-        cols = blas.matmul(wmat, xs).reshape((groups, n, og) + tuple(kernel) + tuple(in_spatial))
-        cols = cols.transpose((1, 0, 2) + tuple(range(3, 3 + 2 * k)))
-        for offset in _kernel_offsets(kernel):
-            target = (Ellipsis,) + _offset_slices(offset, in_spatial, stride, dilation)
-            buf[target] += cols[(slice(None),) * 3 + offset]
-    crop = tuple(slice(padding[i], padding[i] + out_spatial[i]) for i in range(k))
-    out = np.ascontiguousarray(buf[(Ellipsis,) + crop])
-    return out.reshape((n, groups * og) + tuple(out_spatial))
-
-
 @convolution.register_kernel
 def _convolution_kernel(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
     shape = _conv_geometry(x, w, b, stride, padding, dilation, transposed, output_padding, groups)
@@ -244,8 +142,11 @@ def _convolution_kernel(x, w, b, stride, padding, dilation, transposed, output_p
     wa = w._data.astype(cd, copy=False)
     if 0 in shape:
         return wrap(np.zeros(shape, cd), x._dtype)
-    fn = _conv_transpose_np if transposed else _conv_forward_np
-    out = fn(a, wa, stride, padding, dilation, groups, shape[2:])
+    if transposed:
+        out = conv_transposed(a, wa, stride, padding, dilation, groups, shape[2:])
+    else:
+        pads = [(p, p) for p in padding]
+        out = conv_forward(a, wa, stride, pads, dilation, groups, shape[2:])
     if b is not None:
         out = out + b._data.astype(cd, copy=False).reshape((-1,) + (1,) * (out.ndim - 2))
     return wrap(out, x._dtype)
@@ -257,11 +158,12 @@ def _convolution_meta(x, w, b, stride, padding, dilation, transposed, output_pad
     return fake(shape, x._dtype, x)
 
 
-def _narrow_kernel(t: Tensor, kernel) -> Tensor:
-    """The weight gradient's leading ``kernel`` positions. A symbolic size is sliced whatever
-    it is (a no-op where it equals the kernel's): a strided convolution's is the kernel's or
-    one more by the input's parity, and asking which would guard a graph on the parity."""
-    for i, size in enumerate(kernel):
+def _narrow_spatial(t: Tensor, sizes) -> Tensor:
+    """``t``'s leading ``sizes`` positions of each spatial dim. A symbolic size is sliced
+    whatever it is (a no-op where it equals the wanted one): a strided convolution's weight
+    gradient is the kernel's size or one more by the input's parity, and asking which would
+    guard a graph on the parity."""
+    for i, size in enumerate(sizes):
         have = t.shape[2 + i]
         if have.__class__ is not int or have != size:
             t = OPS["slice"](t, 2 + i, 0, size, 1)
@@ -286,6 +188,10 @@ def _convolution_grad(c, g):
     if needs[0]:
         if transposed:
             gx = convolution(g, w, None, stride, padding, dilation, False, [0] * k, groups)
+            if any(op >= s for op, s in zip(output_padding, stride)):
+                # output padding of a stride or more (allowed below the dilation) adds
+                # positions no input reaches; the convolution back covers them too
+                gx = _narrow_spatial(gx, x.shape[2:])
         else:
             back_padding = [
                 x.shape[2 + i]
@@ -299,7 +205,7 @@ def _convolution_grad(c, g):
         else:
             src, filt = _group_major(x, groups), g.transpose(0, 1)
         gw = convolution(src, filt, None, dilation, padding, stride, False, [0] * k, groups)
-        gw = _narrow_kernel(gw, kernel).transpose(0, 1)
+        gw = _narrow_spatial(gw, kernel).transpose(0, 1)
     if b is not None and needs[2]:
         gb = g.sum([0] + list(range(2, g.ndim)))
     return gx, gw, gb, None, None, None, None, None, None
@@ -395,7 +301,7 @@ def _max_pool_kernel(x, kernel, stride, padding, dilation, ceil_mode):
     if any(p != (0, 0) for p in pads):
         a = np.pad(a, [(0, 0), (0, 0)] + pads, constant_values=-np.inf)
     taps = [
-        a[(Ellipsis,) + _offset_slices(o, out, stride, dilation)] for o in _kernel_offsets(kernel)
+        a[(Ellipsis,) + offset_slices(o, out, stride, dilation)] for o in kernel_offsets(kernel)
     ]
     if len(taps) < 256 and not np.isnan(x._data).any():
         values, arg = _max_and_first_arg(taps)
@@ -419,7 +325,7 @@ def _max_pool_kernel(x, kernel, stride, padding, dilation, ceil_mode):
         grid = np.arange(out[i]).reshape((-1,) + (1,) * (k - 1 - i)) * stride[i] - padding[i]
         base = base + grid * flat[i]
     table = np.zeros(len(taps), np.int64)
-    for p, offset in enumerate(_kernel_offsets(kernel)):
+    for p, offset in enumerate(kernel_offsets(kernel)):
         table[p] = sum(offset[i] * dilation[i] * flat[i] for i in range(k))
     index = empty_array(arg.shape, np.dtype(np.int64))
     np.take(table, arg, out=index)
@@ -585,8 +491,8 @@ def _avg_pool_kernel(x, kernel, stride, padding, ceil_mode, count_include_pad, d
     if any(p != (0, 0) for p in pads):
         a = np.pad(a, [(0, 0), (0, 0)] + pads)
     sums = None
-    for offset in _kernel_offsets(kernel):
-        tap = a[(Ellipsis,) + _offset_slices(offset, out, stride, [1] * k)]
+    for offset in kernel_offsets(kernel):
+        tap = a[(Ellipsis,) + offset_slices(offset, out, stride, [1] * k)]
         sums = tap.copy() if sums is None else np.add(sums, tap, out=sums)
     sums /= div
     return wrap(sums, x._dtype)

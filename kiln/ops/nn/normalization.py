@@ -438,16 +438,18 @@ def _batch_norm_kernel(x, weight, bias, running_mean, running_var, training, mom
     if training:
         mean = _np_mean(a, axes)
         y = a - mean
-        var = _np_mean(np.square(y), axes)
-        y *= 1.0 / np.sqrt(var + eps)
+        var = _np_mean(np.square(y, out=new_like(y)), axes)
         stats = (wrap(mean.reshape(c), stat_dtype), wrap(var.reshape(c), stat_dtype))
     else:
-        rm = running_mean._data.reshape(chan)
-        y = (a - rm) * (1.0 / np.sqrt(running_var._data.reshape(chan) + eps))
+        y = a - running_mean._data.reshape(chan)
+        var = running_var._data.reshape(chan)
         empty = np.zeros(0, stat_dtype.np)
         stats = (wrap(empty, stat_dtype), wrap(empty.copy(), stat_dtype))
+    # one pass scales by rstd * weight per channel, as PyTorch's CPU kernel does
+    scale = 1.0 / np.sqrt(var + eps)
     if weight is not None:
-        y *= weight._data.reshape(chan)
+        scale = scale * weight._data.reshape(chan)
+    y *= scale
     if bias is not None:
         y += bias._data.reshape(chan)
     return (wrap(y.astype(a.dtype, copy=False), x._dtype),) + stats
@@ -468,9 +470,51 @@ def _bn_parts(x, running_mean, running_var, training, eps, axes, chan):
     return (x - running_mean.reshape(chan)) * rstd, rstd
 
 
+def _np_batch_norm_grad(x, g, weight, eps, axes, needs) -> tuple:
+    """Training-mode batch norm's (gx, gw, gb) in numpy, ``needs`` saying which: the batch
+    statistics recomputed, then ``gb = sum(g)``, ``gw = sum(g * xhat)`` and
+    ``gx = rstd * w * (g - gb / M - xhat * gw / M)``, ``_norm_input_grad``'s formula with its
+    per-channel means of ``g * w`` and ``g * w * xhat`` written through these sums (M: the
+    elements per channel). Seven passes over the activations instead of about twenty."""
+    a, ga = x._data, g._data
+    if ga.shape != a.shape:
+        ga = np.broadcast_to(ga, a.shape)
+    chan = (a.shape[1],) + (1,) * (a.ndim - 2)
+    count = a.size // a.shape[1]
+    xhat = a - _np_mean(a, axes)
+    tmp = new_like(xhat)
+    rstd = 1.0 / np.sqrt(_np_mean(np.square(xhat, out=tmp), axes) + eps)
+    xhat *= rstd
+    gb = float_sum(ga, axes, ga.dtype.type, True)
+    gw = float_sum(np.multiply(ga, xhat, out=tmp), axes, ga.dtype.type, True)
+    gx = None
+    if needs[0]:
+        xhat *= gw / count
+        gx = np.subtract(ga, xhat, out=tmp)
+        gx -= gb / count
+        gx *= rstd if weight is None else rstd * weight._data.reshape(chan)
+        gx = wrap(gx, x._dtype)
+    gw = wrap(gw.reshape(-1), x._dtype) if weight is not None and needs[1] else None
+    gb = wrap(gb.reshape(-1), x._dtype) if needs[2] else None
+    return gx, gw, gb
+
+
 def _batch_norm_grad(c, g, _grad_mean=None, _grad_var=None):
     x, weight, bias, running_mean, running_var, training, momentum, eps = c.args
     ch, axes, chan = _bn_geometry(x, None, None, running_mean, running_var, training)
+    if (
+        training
+        and x._data is not None
+        and x._data.size
+        and numpy_derivative_ok(x, g, weight)
+        and g._data.dtype == x._data.dtype
+        and (weight is None or weight._data.dtype == x._data.dtype)
+    ):
+        needs = c.needs_input_grad
+        gx, gw, gb = _np_batch_norm_grad(
+            x, g, weight, eps, axes, (needs[0], needs[1], bias is not None and needs[2])
+        )
+        return gx, gw, gb, None, None, None, None, None
     x32, g32 = upcast_half(x), upcast_half(g)
     xhat, rstd = _bn_parts(x32, running_mean, running_var, training, eps, axes, chan)
     gx = gw = gb = None

@@ -1,0 +1,284 @@
+"""numpy kernels of ``convolution``: im2col with one matrix product, and the transposed form.
+
+A convolution copies its input's sliding windows into columns once and multiplies them by the
+weight in one product per group, over every image at once. The columns' innermost axis is the
+longer contiguous run: the output width for an ordinary convolution, the kernel width for a
+weight gradient's convolution (whose "kernel" is the whole output gradient), so the copy moves
+long runs either way and the product's inner dimension is the long one.
+
+A transposed convolution gathers where that costs no more multiplies than scattering: split by
+the stride's phases, each phase of the output is an ordinary stride-1 convolution of the input
+with part of the flipped kernel, so an input gradient is an im2col and a product of the same
+size as the forward pass. The scattering form (a product into per-offset columns, then one
+strided add per kernel offset: col2im) remains for a small input against a large kernel
+(padding would dominate a gather) and for stride and dilation both above one in a dim.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from ...runtime import blas
+from ...runtime.storage import empty_array
+
+__all__ = [
+    "conv_forward",
+    "conv_transposed",
+    "kernel_offsets",
+    "offset_slices",
+    "pad_spatial",
+    "windows",
+]
+
+_as_strided = np.lib.stride_tricks.as_strided
+
+# A transposed convolution's two forms, costed in copied elements (measured on a 2-core EPYC
+# with OpenBLAS, float32): a multiply-add in a product of useful shape costs about a tenth of
+# one; col2im's columns cost about six each (written by a product whose inner dimension is only
+# the input's channels, then read and written again by the per-offset adds); each phase a
+# gather runs costs about 100k in fixed numpy and Python work.
+_MAC_COST = 0.1
+_COLUMN_COST = 6.0
+_PHASE_COST = 100_000
+
+
+def windows(a: np.ndarray, out_sizes, kernel, stride, dilation) -> np.ndarray:
+    """Zero-copy view (N, C, *out, *kernel) of the sliding windows over ``a``'s trailing dims."""
+    st = a.strides
+    k = len(kernel)
+    shape = a.shape[:2] + tuple(out_sizes) + tuple(kernel)
+    spatial = st[2:]
+    strides = (
+        st[:2]
+        + tuple(spatial[i] * stride[i] for i in range(k))
+        + tuple(spatial[i] * dilation[i] for i in range(k))
+    )
+    return _as_strided(a, shape=shape, strides=strides, writeable=False)
+
+
+def kernel_offsets(kernel):
+    """Every kernel position, as a tuple of per-dim offsets, in C order."""
+    return itertools.product(*(range(size) for size in kernel))
+
+
+def offset_slices(offset, count, stride, dilation) -> tuple:
+    """Slices of the (padded) input read by kernel position ``offset`` at every output position."""
+    return tuple(
+        slice(o * d, o * d + (n - 1) * s + 1, s)
+        for o, n, s, d in zip(offset, count, stride, dilation)
+    )
+
+
+def pad_spatial(a: np.ndarray, pads, channels_last: bool = False) -> np.ndarray:
+    """``a`` (N, C, *S) with (before, after) zeros on each spatial dim; a negative amount crops.
+
+    ``channels_last``: the result's memory is (N, *S, C) (its axes still read (N, C, *S)), and
+    always a copy. Only the border strips are zeroed: the interior is written once by the copy."""
+    k = a.ndim - 2
+    crop = tuple(
+        slice(max(-lo, 0), size - max(-hi, 0)) for (lo, hi), size in zip(pads, a.shape[2:])
+    )
+    a = a[(slice(None), slice(None)) + crop]
+    grow = [(max(lo, 0), max(hi, 0)) for lo, hi in pads]
+    if not channels_last and not any(lo or hi for lo, hi in grow):
+        return a
+    spatial = tuple(s + lo + hi for s, (lo, hi) in zip(a.shape[2:], grow))
+    if channels_last:
+        memory = empty_array((a.shape[0],) + spatial + (a.shape[1],), a.dtype)
+        out = memory.transpose((0, k + 1) + tuple(range(1, k + 1)))
+    else:
+        out = empty_array(a.shape[:2] + spatial, a.dtype)
+    for i, (lo, hi) in enumerate(grow):
+        index = [slice(None)] * out.ndim
+        for strip in (slice(0, lo), slice(spatial[i] - hi, spatial[i])):
+            if strip.start != strip.stop:
+                index[2 + i] = strip
+                out[tuple(index)] = 0
+    interior = tuple(slice(lo, lo + s) for (lo, _), s in zip(grow, a.shape[2:]))
+    out[(slice(None), slice(None)) + interior] = a
+    return out
+
+
+def _copied(view: np.ndarray) -> np.ndarray:
+    """``view`` copied into a (pooled, when large) C-contiguous array."""
+    out = empty_array(view.shape, view.dtype)
+    np.copyto(out, view)
+    return out
+
+
+def _column_layout(out_spatial, kernel, channels: int) -> str:
+    """The columns' innermost axis: the longest run the copy into them reads, the output width
+    ("positions"), the kernel width ("taps") or the input channels ("channels", read from a
+    channels-last copy of the input)."""
+    runs = {"positions": out_spatial[-1], "taps": kernel[-1], "channels": channels}
+    return max(runs, key=runs.__getitem__)
+
+
+def conv_forward(a, w, stride, pads, dilation, groups: int, out_spatial) -> np.ndarray:
+    """Convolution of ``a`` (N, C, *S) with ``w`` (O, C/groups, *K): (N, O, *out_spatial).
+
+    ``pads``: per spatial dim, (before, after) zero padding (negative crops)."""
+    n, c = a.shape[:2]
+    kernel = tuple(w.shape[2:])
+    out_spatial = tuple(out_spatial)
+    k = len(kernel)
+    cg, og = c // groups, w.shape[0] // groups
+    layout = _column_layout(out_spatial, kernel, cg)
+    a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
+    if cg == 1:
+        # one input channel per group (depthwise): a multiply-add per kernel offset beats
+        # a product whose inner dimension is the kernel alone
+        xg = a.reshape((n, groups, 1) + a.shape[2:])
+        wg = w.reshape((groups, og) + kernel)
+        out = np.zeros((n, groups, og) + out_spatial, np.result_type(a, w))
+        for offset in kernel_offsets(kernel):
+            sl = xg[(Ellipsis,) + offset_slices(offset, out_spatial, stride, dilation)]
+            out += sl * wg[(slice(None), slice(None)) + offset].reshape((groups, og) + (1,) * k)
+        return out.reshape((n, groups * og) + out_spatial)
+    p_out, p_k = math.prod(out_spatial), math.prod(kernel)
+    win = windows(a, out_spatial, kernel, stride, dilation)
+    win = win.reshape((n, groups, cg) + out_spatial + kernel)
+    outs = tuple(range(3, 3 + k))
+    taps = tuple(range(3 + k, 3 + 2 * k))
+    dtype = np.result_type(a, w)
+    out = empty_array((n, groups * og) + out_spatial, dtype)
+    if layout == "positions":
+        # columns (N, G, Cg*K, P): a product per image and group, written straight into the
+        # output (as fast as one product over every image here, and no copy after it)
+        cols = _copied(win.transpose((0, 1, 2) + taps + outs))
+        wmat = w.reshape(groups, og, cg * p_k)
+        blas.matmul(wmat, cols.reshape(n, groups, cg * p_k, p_out), out.reshape(n, groups, og, -1))
+        return out
+    # columns (G, N*P, Cg*K) or, channels innermost, (G, N*P, K*Cg)
+    if layout == "taps":
+        cols = _copied(win.transpose((1, 0) + outs + (2,) + taps))
+        wmat = w.reshape(groups, og, cg * p_k).transpose(0, 2, 1)
+    else:
+        cols = _copied(win.transpose((1, 0) + outs + taps + (2,)))
+        wmat = w.reshape(groups, og, cg, p_k).transpose(0, 3, 2, 1)
+    product = empty_array((groups, n * p_out, og), dtype)
+    wmat = wmat.reshape(groups, cg * p_k, og)
+    blas.matmul(cols.reshape(groups, n * p_out, cg * p_k), wmat, product)
+    result = product.reshape(groups, n, p_out, og).transpose(1, 0, 3, 2)
+    np.copyto(out.reshape(n, groups, og, p_out), result)
+    return out
+
+
+def _phases(size_in, size_out, kernel, stride, padding, dilation) -> list[tuple]:
+    """One dim of a transposed convolution split by output phase: per phase, (taps, first
+    output position, output count, (pad before, pad after) of the input). Output ``y`` with
+    ``y + padding = m * stride + r`` reads input ``m - j`` through tap ``r + j * stride``
+    (stride > 1, dilation 1) or input ``m - j * dilation`` through tap ``j`` (stride 1), a
+    stride-1 convolution with those taps flipped."""
+    plans = []
+    for r in range(stride):
+        taps = list(range(r, kernel, stride))
+        first = -((r - padding) // stride)  # smallest m with m * stride + r >= padding
+        last = (size_out - 1 + padding - r) // stride
+        count = last - first + 1
+        step = dilation if stride == 1 else 1
+        pads = ((len(taps) - 1) * step - first, last - (size_in - 1))
+        plans.append((taps, first * stride + r - padding, count, pads))
+    return plans
+
+
+def _gather_pays(batch, channels, outputs, in_spatial, kernel, plans) -> bool:
+    """Whether gathering by phases costs less than col2im (``channels``, ``outputs``: per group;
+    the costs above)."""
+    gathered = math.prod(
+        sum(len(taps) * max(count, 0) for taps, _, count, _ in dim_plans) for dim_plans in plans
+    )
+    phases = math.prod(sum(1 for taps, _, count, _ in p if taps and count > 0) for p in plans)
+    gather = batch * channels * gathered * (1 + outputs * _MAC_COST) + phases * _PHASE_COST
+    columns = batch * outputs * math.prod(kernel) * math.prod(in_spatial)
+    return gather <= columns * (_COLUMN_COST + channels * _MAC_COST)
+
+
+def conv_transposed(a, w, stride, padding, dilation, groups: int, out_spatial) -> np.ndarray:
+    """Transposed convolution of ``a`` (N, C, *S) with ``w`` (C, O/groups, *K): (N, O, *out)."""
+    kernel = tuple(w.shape[2:])
+    k = len(kernel)
+    in_spatial = a.shape[2:]
+    if all(s == 1 or d == 1 for s, d in zip(stride, dilation)):
+        plans = [
+            _phases(in_spatial[i], out_spatial[i], kernel[i], stride[i], padding[i], dilation[i])
+            for i in range(k)
+        ]
+        cg, og = a.shape[1] // groups, w.shape[1]
+        if _gather_pays(a.shape[0], cg, og, in_spatial, kernel, plans):
+            return _transposed_by_phases(a, w, stride, dilation, groups, out_spatial, plans)
+    return _col2im(a, w, stride, padding, dilation, groups, out_spatial)
+
+
+def _transposed_by_phases(a, w, stride, dilation, groups, out_spatial, plans) -> np.ndarray:
+    n, c = a.shape[:2]
+    kernel = tuple(w.shape[2:])
+    k = len(kernel)
+    cg, og = c // groups, w.shape[1]
+    # the forward weight: (G*Og, Cg, *K), input and output channels swapped within each group
+    wf = w.reshape((groups, cg, og) + kernel).swapaxes(1, 2).reshape((groups * og, cg) + kernel)
+    fdilation = [dilation[i] if stride[i] == 1 else 1 for i in range(k)]
+    shape = (n, groups * og) + tuple(out_spatial)
+    dtype = np.result_type(a, w)
+    combos = [c for c in itertools.product(*plans) if all(count > 0 for _, _, count, _ in c)]
+    if any(not plan[0] for combo in combos for plan in combo):
+        out = np.zeros(shape, dtype)  # no tap reaches some outputs: they stay zero
+    else:
+        out = empty_array(shape, dtype)
+    for combo in combos:
+        if any(not plan[0] for plan in combo):
+            continue
+        taps = tuple(
+            slice(plan[0][-1], _before(plan[0][0]), -stride[i]) for i, plan in enumerate(combo)
+        )
+        counts = [plan[2] for plan in combo]
+        pads = [plan[3] for plan in combo]
+        part = conv_forward(a, wf[(Ellipsis,) + taps], [1] * k, pads, fdilation, groups, counts)
+        if len(combos) == 1 and tuple(counts) == tuple(out_spatial):
+            return part  # stride 1: the one phase is the whole output
+        target = tuple(
+            slice(plan[1], plan[1] + (plan[2] - 1) * stride[i] + 1, stride[i])
+            for i, plan in enumerate(combo)
+        )
+        out[(slice(None), slice(None)) + target] = part
+    return out
+
+
+def _before(index: int):
+    """The stop of a backwards slice ending at ``index`` (None past the front)."""
+    return index - 1 if index > 0 else None
+
+
+def _col2im(a, w, stride, padding, dilation, groups, out_spatial) -> np.ndarray:
+    """Scatter form: columns (G, Og*K, N*P_in) = W^T @ x in one product per group, then one
+    strided add of each kernel offset's columns into the (uncropped) output."""
+    n, c = a.shape[:2]
+    kernel = tuple(w.shape[2:])
+    k = len(kernel)
+    in_spatial = a.shape[2:]
+    cg, og = c // groups, w.shape[1]
+    full = [
+        max(
+            (in_spatial[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1,
+            padding[i] + out_spatial[i],
+        )
+        for i in range(k)
+    ]
+    dtype = np.result_type(a, w)
+    buf = empty_array((n, groups, og) + tuple(full), dtype)
+    buf.fill(0)
+    p_in, p_k = math.prod(in_spatial), math.prod(kernel)
+    wmat = w.reshape(groups, cg, og * p_k).transpose(0, 2, 1)
+    xs = _copied(a.reshape(n, groups, cg, p_in).transpose(1, 2, 0, 3))
+    cols = blas.matmul(wmat, xs.reshape(groups, cg, n * p_in))
+    cols = cols.reshape((groups, og) + kernel + (n,) + tuple(in_spatial))
+    # (K..., N, G, Og, *in): each offset's slab lines up with the output's axes
+    cols = cols.transpose(tuple(range(2, 2 + k)) + (2 + k, 0, 1) + tuple(range(3 + k, 3 + 2 * k)))
+    for offset in kernel_offsets(kernel):
+        buf[(Ellipsis,) + offset_slices(offset, in_spatial, stride, dilation)] += cols[offset]
+    crop = tuple(slice(padding[i], padding[i] + out_spatial[i]) for i in range(k))
+    out = np.ascontiguousarray(buf[(Ellipsis,) + crop])
+    return out.reshape((n, groups * og) + tuple(out_spatial))

@@ -1,0 +1,87 @@
+"""Batch norm's eager kernel and the numpy form of its training-mode derivative against PyTorch.
+
+A plain backward (grad mode off, nothing tracing) takes ``_np_batch_norm_grad``; a backward
+with ``create_graph`` keeps the kiln-op derivative. Both are compared with PyTorch on batched
+1-3d inputs, channels-last and transposed layouts, with and without affine parameters, for the
+gradients asked for alone or together.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from tests.oracle import needs_torch, torch
+
+pytestmark = needs_torch
+
+_TOL = {"float32": (1e-5, 1e-5), "float64": (1e-10, 1e-10)}
+
+LAYOUTS = {
+    "contiguous": lambda lib, t: t,
+    "channels_last": lambda lib, t: t.contiguous(memory_format=lib.channels_last),
+    "transposed": lambda lib, t: t.transpose(-1, -2).contiguous().transpose(-1, -2),
+}
+
+
+def _run(lib, x, weight, bias, training, layout, create_graph, wanted):
+    leaves = [lib.tensor(a, requires_grad=True) if a is not None else None for a in (x, weight)]
+    leaves.append(lib.tensor(bias, requires_grad=True) if bias is not None else None)
+    xt = LAYOUTS[layout](lib, leaves[0]) if x.ndim == 4 else leaves[0]
+    channels = x.shape[1]
+    mean = lib.tensor(np.linspace(-0.5, 0.5, channels).astype(x.dtype))
+    var = lib.tensor(np.linspace(0.5, 2.0, channels).astype(x.dtype))
+    y = lib.nn.functional.batch_norm(xt, mean, var, leaves[1], leaves[2], training, 0.1, 1e-5)
+    g = lib.tensor(np.sin(np.arange(y.numel())).reshape(tuple(y.shape)).astype(x.dtype))
+    inputs = [leaves[i] for i in wanted if leaves[i] is not None]
+    grads = lib.autograd.grad(y, inputs, g, create_graph=create_graph)
+    return [y.detach().numpy(), mean.numpy(), var.numpy()] + [t.detach().numpy() for t in grads]
+
+
+def _compare(shape, dtype, affine=True, training=True, layout="contiguous", create_graph=False,
+             wanted=(0, 1, 2)):  # fmt: skip
+    rng = np.random.default_rng(len(shape))
+    x = (rng.standard_normal(shape) * 3 + 1).astype(dtype)
+    weight = rng.standard_normal(shape[1]).astype(dtype) if affine else None
+    bias = rng.standard_normal(shape[1]).astype(dtype) if affine else None
+    args = (x, weight, bias, training, layout, create_graph, wanted)
+    rtol, atol = _TOL[dtype]
+    for got, want in zip(_run(kiln, *args), _run(torch, *args), strict=True):
+        np.testing.assert_allclose(got, want, rtol, atol)
+
+
+@pytest.mark.parametrize("create_graph", [False, True], ids=["numpy", "kiln-ops"])
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(6, 4), (3, 5, 7), (4, 3, 6, 5), (2, 3, 4, 3, 2)])
+def test_training_values_and_gradients_match_torch(shape, dtype, affine, create_graph):
+    _compare(shape, dtype, affine, create_graph=create_graph)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_non_contiguous_layouts_match_torch(layout):
+    _compare((4, 3, 6, 5), "float32", layout=layout)
+
+
+@pytest.mark.parametrize("wanted", [(0,), (1,), (2,), (1, 2)], ids=["x", "w", "b", "w-b"])
+def test_each_gradient_alone_matches_torch(wanted):
+    _compare((4, 3, 5, 5), "float64", wanted=wanted)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_eval_mode_matches_torch(affine):
+    _compare((4, 3, 5, 5), "float32", affine, training=False)
+
+
+def test_gradient_of_a_sum_broadcasts_like_torch():
+    """``y.sum().backward()`` hands the derivative an expanded (stride-0) gradient."""
+    x = np.random.default_rng(0).standard_normal((4, 3, 5)).astype("float32")
+    grads = []
+    for lib in (kiln, torch):
+        xt = lib.tensor(x, requires_grad=True)
+        w = lib.tensor(np.array([0.5, 2.0, -1.0], "float32"), requires_grad=True)
+        (lib.nn.functional.batch_norm(xt, None, None, w, None, True) * 3).sum().backward()
+        grads.append((xt.grad.numpy(), w.grad.numpy()))
+    for got, want in zip(*grads):
+        np.testing.assert_allclose(got, want, 1e-5, 1e-5)

@@ -1,0 +1,177 @@
+"""The numpy convolution kernels (``kiln.ops.nn.conv_kernels``) against PyTorch.
+
+Each forward convolution picks one of three column layouts and each transposed one a gathering
+or a scattering (col2im) form by cost; the tests force every layout and every form on the same
+cases, so each path is checked on strides, padding, dilation, groups, depthwise weights, 1-3
+spatial dims and float64, not only where the cost model would send a case. Gradients go through
+the same kernels (the input gradient is a transposed convolution, the weight gradient an
+ordinary one), so values and all three gradients are compared.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.ops.nn import conv_kernels
+from tests.oracle import needs_torch, torch
+
+pytestmark = needs_torch
+
+_TOL = {"float32": (2e-5, 2e-4), "float64": (1e-10, 1e-10)}
+
+
+def _case(spatial, transposed=False, n=2, cg=3, og=2, kernel=3, stride=1, padding=0,
+          dilation=1, groups=1, output_padding=0, dtype="float32"):  # fmt: skip
+    k = len(spatial)
+
+    def per_dim(v):
+        return list(v) if isinstance(v, (tuple, list)) else [v] * k
+
+    return {
+        "spatial": list(spatial),
+        "transposed": transposed,
+        "n": n,
+        "cg": cg,
+        "og": og,
+        "kernel": per_dim(kernel),
+        "stride": per_dim(stride),
+        "padding": per_dim(padding),
+        "dilation": per_dim(dilation),
+        "groups": groups,
+        "output_padding": per_dim(output_padding),
+        "dtype": dtype,
+    }
+
+
+FORWARD = {
+    "3x3-same": _case((9, 8), padding=1),
+    "strided-odd": _case((11, 7), kernel=(3, 2), stride=(2, 3), padding=(1, 0)),
+    "dilated": _case((10, 9), kernel=3, dilation=(2, 1), padding=(2, 1)),
+    "groups": _case((7, 6), cg=2, og=3, groups=3, stride=2, padding=1),
+    "depthwise": _case((8, 7), cg=1, og=1, groups=4, padding=1),
+    "depthwise-multiplier": _case((6, 6), cg=1, og=3, groups=2, stride=2),
+    "wide-kernel": _case((6, 12), kernel=(2, 9), padding=(0, 3)),
+    "many-channels": _case((4, 4), cg=24, og=5, kernel=2),
+    "1x1-strided": _case((9, 9), cg=5, og=4, kernel=1, stride=2),
+    "1d": _case((13,), kernel=4, stride=2, padding=2),
+    "3d": _case((4, 5, 3), kernel=(2, 3, 2), padding=(1, 0, 1), groups=2),
+    "float64": _case((7, 7), stride=2, padding=1, dtype="float64"),
+    "one-position": _case((3, 3), kernel=3),
+}
+
+TRANSPOSED = {
+    "stride1": _case((7, 6), transposed=True, padding=1),
+    "stride2": _case((5, 4), transposed=True, kernel=4, stride=2, padding=1),
+    "stride-odd-kernel": _case(
+        (6, 5), transposed=True, kernel=3, stride=2, padding=1, output_padding=1
+    ),  # fmt: skip
+    "stride3-kernel2": _case((4, 5), transposed=True, kernel=2, stride=3),  # phases without taps
+    "dilated-stride1": _case((6, 6), transposed=True, dilation=2, output_padding=1),
+    "dilated-and-strided": _case((4, 4), transposed=True, stride=2, dilation=2, padding=1),
+    "large-padding": _case((8, 7), transposed=True, kernel=2, padding=2),  # input cropped
+    "groups": _case((5, 5), transposed=True, cg=2, og=3, groups=2, stride=2, padding=1),
+    "depthwise": _case((5, 6), transposed=True, cg=1, og=1, groups=3, stride=2),
+    "one-pixel-input": _case((1, 1), transposed=True, cg=6, og=4, kernel=4),
+    "1d": _case((6,), transposed=True, kernel=5, stride=2, padding=2, output_padding=1),
+    "3d": _case((3, 2, 3), transposed=True, kernel=2, stride=(2, 1, 2), padding=(0, 1, 0)),
+    "float64": _case((4, 5), transposed=True, stride=2, kernel=3, dtype="float64"),
+}
+
+
+def _arrays(case, rng):
+    channels = case["cg"] * case["groups"]
+    outputs = case["og"] * case["groups"]
+    x = rng.standard_normal([case["n"], channels] + case["spatial"])
+    if case["transposed"]:
+        w = rng.standard_normal([channels, case["og"]] + case["kernel"])
+    else:
+        w = rng.standard_normal([outputs, case["cg"]] + case["kernel"])
+    b = rng.standard_normal(outputs)
+    return [a.astype(case["dtype"]) for a in (x, w, b)]
+
+
+def _convolve(lib, case, x, w, b):
+    args = (case["stride"], case["padding"], case["dilation"], case["transposed"])
+    args += (case["output_padding"], case["groups"])
+    if lib is torch:
+        return torch.ops.aten.convolution(x, w, b, *args)
+    return kiln.ops.convolution(x, w, b, *args)
+
+
+def _run(lib, case, arrays, layout=None):
+    """Output and input/weight/bias gradients; ``layout(lib, t)`` rearranges the input."""
+    leaves = [lib.tensor(a, requires_grad=True) for a in arrays]
+    x = leaves[0] if layout is None else layout(lib, leaves[0])
+    y = _convolve(lib, case, x, leaves[1], leaves[2])
+    g = np.cos(np.arange(y.numel())).reshape(tuple(y.shape)).astype(case["dtype"])
+    grads = lib.autograd.grad(y, leaves, lib.tensor(g))
+    return [y.detach().numpy()] + [t.detach().numpy() for t in grads]
+
+
+def _check(case, layout=None):
+    arrays = _arrays(case, np.random.default_rng(0))
+    rtol, atol = _TOL[case["dtype"]]
+    expected = _run(torch, case, arrays, layout)
+    for name, got, want in zip(("out", "grad_x", "grad_w", "grad_b"), _run(kiln, case, arrays,
+                                                                           layout), expected):  # fmt: skip
+        assert got.shape == want.shape, name
+        np.testing.assert_allclose(got, want, rtol, atol, err_msg=name)
+
+
+@pytest.fixture(params=["chosen", "positions", "taps", "channels"])
+def column_layout(request, monkeypatch):
+    """Every forward convolution (the weight gradient's too) in the given column layout."""
+    if request.param != "chosen":
+        monkeypatch.setattr(conv_kernels, "_column_layout", lambda *_: request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("name", sorted(FORWARD))
+def test_convolution_and_its_gradients_match_torch(name, column_layout):
+    _check(FORWARD[name])
+
+
+@pytest.mark.parametrize("form", ["chosen", "gather", "col2im"])
+@pytest.mark.parametrize("name", sorted(TRANSPOSED))
+def test_transposed_convolution_and_its_gradients_match_torch(name, form, monkeypatch):
+    if form != "chosen":
+        monkeypatch.setattr(conv_kernels, "_gather_pays", lambda *_: form == "gather")
+    _check(TRANSPOSED[name])
+
+
+@pytest.mark.parametrize("form", ["gather", "col2im"])
+def test_input_gradient_of_ordinary_convolution_in_both_forms(form, monkeypatch):
+    """The input gradient of a convolution is a transposed convolution: both forms agree."""
+    monkeypatch.setattr(conv_kernels, "_gather_pays", lambda *_: form == "gather")
+    _check(_case((9, 10), cg=4, og=5, stride=2, padding=1))
+    _check(_case((9, 10), cg=4, og=5, padding=1))
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["transposed", "channels_last", "strided"],
+)
+def test_non_contiguous_inputs_match_torch(layout):
+    rearrange = {
+        "transposed": lambda lib, t: t.transpose(-1, -2),
+        "channels_last": lambda lib, t: t.contiguous(memory_format=lib.channels_last),
+        "strided": lambda lib, t: t[..., ::2],
+    }[layout]
+    _check(_case((8, 10), cg=4, og=3, stride=(1, 2), padding=1), rearrange)
+    _check(_case((8, 10), transposed=True, cg=4, og=3, stride=2, padding=1), rearrange)
+
+
+def test_output_padding_of_a_stride_or_more_has_the_input_gradient_of_torch():
+    """Output padding below the dilation but not the stride: the input gradient keeps the
+    input's size (the convolution back reaches past it)."""
+    _check(_case((5, 4), transposed=True, stride=(1, 2), dilation=(3, 1), output_padding=(2, 1)))
+
+
+def test_empty_batch():
+    for case in (_case((5, 5), n=0, padding=1), _case((4, 4), transposed=True, n=0, stride=2)):
+        arrays = _arrays(case, np.random.default_rng(0))
+        got = _convolve(kiln, case, *(kiln.tensor(a) for a in arrays))
+        want = _convolve(torch, case, *(torch.tensor(a) for a in arrays))
+        assert tuple(got.shape) == tuple(want.shape)
