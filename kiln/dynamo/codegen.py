@@ -135,6 +135,24 @@ def make_code(
     bc.freevars = list(template.co_freevars)
     bc.cellvars = []
     bc.extend(instructions)
+    if stacksize is None and not keep_exception_depths:
+        stacksize = _straight_line_stacksize(instructions)
+        if stacksize is not None:
+            # the library's control-flow graph pass (a third of a warm capture's code
+            # assembly) learns nothing more about code without jumps or handlers
+            return bc.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
     if keep_exception_depths:
         return bc.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
     return bc.to_code(stacksize=stacksize)
+
+
+def _straight_line_stacksize(instructions: list) -> int | None:
+    """The deepest the value stack gets in ``instructions`` when they have no jump, label or
+    exception handler (transformed code usually has none); None when they do."""
+    depth = deepest = 0
+    for instr in instructions:
+        if type(instr) is not Instr or instr.has_jump():
+            return None
+        depth += instr.stack_effect(jump=False)
+        deepest = max(deepest, depth)
+    return deepest

@@ -26,6 +26,11 @@ suppress_errors = True
 # PyTorch's automatic dynamic shapes: a size that changed between calls is symbolic in the next
 # capture, so the second graph serves every size (False: every new shape compiles)
 automatic_dynamic_shapes = True
+# Python's cyclic garbage collector is paused while a frame is captured and compiled: capture
+# allocates hundreds of thousands of objects, and each full collection walks every object the
+# process holds (after a first compile, a second one spent most of its time there); the
+# garbage of the compile is collected after it, as usual
+pause_gc_while_compiling = True
 
 # PyTorch knobs scripts set or print, with PyTorch's defaults: kiln reads none of them (no DDP
 # graph splitting; .item() of an integer tensor and nonzero/unique are always captured as

@@ -15,13 +15,15 @@ is compiled once. Capturing uses the calling thread's grad mode, autocast and mo
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import inspect
 import os
 import types
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..nn.modules.module import Module
@@ -53,6 +55,20 @@ _GENERATOR_FLAGS = (
     | inspect.CO_ITERABLE_COROUTINE
 )  # fmt: skip
 _CONTEXTS: weakref.WeakSet = weakref.WeakSet()
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a capture runs (``config.pause_gc_while_compiling``
+    says why); the outermost capture turns the collector back on if it was on."""
+    if not (config.pause_gc_while_compiling and gc.isenabled()):
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _accepts_options(fn) -> bool:
@@ -398,7 +414,8 @@ def _compiled_function(
         with compile_lock:
             run = _recheck(entries, closure, args, kwargs)  # compiled by another thread?
             if run is None:
-                run = capture(args, kwargs)
+                with _collector_paused():
+                    run = capture(args, kwargs)
         if run is not None:
             return run(*args, **kwargs)
         return fn(*args, **kwargs)
@@ -495,7 +512,8 @@ def _resume_caller(code: types.CodeType, f_globals: dict, ctx: CompileContext) -
                         run = entry_run
                         break
                 else:
-                    run = capture(closure, args)
+                    with _collector_paused():
+                        run = capture(closure, args)
         if run is None:
             return function(closure)(*args)
         return run(*args) if closure is None else run(closure, *args)

@@ -5,6 +5,11 @@ qualified names); tensors and Parameters are shared, not cloned, so an optimizer
 original module's parameters is seen here. The generated source (``gm.code``) is compiled under
 a fake file name kept in ``linecache``, so tracebacks and debuggers show the generated line, and
 each of its lines maps back to the user's source for tracers that replay the module.
+
+Setting ``graph`` generates nothing yet: most graphs a compile builds (dynamo's, the forward and
+backward AOT hands the inductor, those rebuilt from the compile caches) are lowered, never run
+as Python, and writing plus compiling their source is a tenth of a warm compile. The source is
+written on first use of ``forward``, ``code`` or the printed forms; ``recompile()`` writes it now.
 """
 
 from __future__ import annotations
@@ -101,11 +106,15 @@ class GraphModule(Module):
     def graph(self, graph: Graph) -> None:
         object.__setattr__(self, "_graph", graph)
         graph.owning_module = self
-        self.recompile()
+        # written on first use (see the module docstring)
+        object.__setattr__(self, "_code", None)
+        type(self).forward = _PendingForward(self)
 
     @property
     def code(self) -> str:
         """The Python source of ``forward``."""
+        if self._code is None:
+            self.recompile()
         return self._code
 
     def recompile(self) -> str:
@@ -136,7 +145,7 @@ class GraphModule(Module):
     # ---------------------------------------------------------------- views
     def print_readable(self, print_output: bool = True) -> str:
         """The module as a class definition with the generated, shape-commented forward."""
-        text = f"class {self._class_name}(kiln.nn.Module):\n" + textwrap.indent(self._code, "    ")
+        text = f"class {self._class_name}(kiln.nn.Module):\n" + textwrap.indent(self.code, "    ")
         if print_output:
             print(text)
         return text
@@ -150,7 +159,7 @@ class GraphModule(Module):
         return graph_to_dot(self._graph, self._class_name)
 
     def __str__(self) -> str:
-        return f"{super().__repr__()}\n\n{self._code}"
+        return f"{super().__repr__()}\n\n{self.code}"
 
     def __deepcopy__(self, memo) -> GraphModule:
         attrs = {
@@ -159,6 +168,25 @@ class GraphModule(Module):
             if n.op == "get_attr"
         }
         return GraphModule(attrs, copy.deepcopy(self._graph, memo), self._class_name)
+
+
+class _PendingForward:
+    """``forward`` of a GraphModule whose source is not written yet: the first lookup, through
+    the instance or its class, writes and compiles it (replacing this stand-in) and answers
+    with the real function, so callers never see the difference."""
+
+    def __init__(self, gm: GraphModule):
+        # weak: the class holding this stand-in must not keep its one instance alive
+        self._gm = weakref.ref(gm)
+
+    def __get__(self, instance: Any, owner: type) -> Any:
+        gm = self._gm()
+        if gm is None:
+            raise AttributeError("forward of a GraphModule that no longer exists")
+        own = type(gm)
+        if own.__dict__.get("forward") is self:
+            gm.recompile()
+        return own.__dict__["forward"].__get__(instance, owner)
 
 
 class _MappingRoot:

@@ -172,3 +172,22 @@ def test_an_unknown_interpreter_version_imports_and_runs_eagerly():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("ok")
+
+
+def test_transformed_code_gets_the_stack_depth_python_computes():
+    # straight-line transformed code has its depth counted directly; compare it with what
+    # CPython's compiler gives the same expression, and with the bytecode library's pass
+    from bytecode import Bytecode
+
+    from kiln.dynamo.codegen import make_code
+
+    def nested(a, b, c):
+        return [(a, (b, [c, (a, b)])), {"k": (c, a)}]
+
+    original = Bytecode.from_code(nested.__code__)
+    straight = [i for i in original if type(i).__name__ == "Instr"]
+    code = make_code(nested.__code__, straight)
+    assert code.co_stacksize == nested.__code__.co_stacksize
+    assert code.co_stacksize == original.compute_stacksize()
+    rebuilt = type(nested)(code, {})
+    assert rebuilt(1, 2, 3) == nested(1, 2, 3)

@@ -83,3 +83,39 @@ def test_config_modules_imported_by_their_torch_names_are_the_ones_kiln_reads():
     inductor_config.coordinate_descent_tuning = True
     inductor_config.triton.unique_kernel_names = True
     inductor_config.coordinate_descent_tuning = False
+
+
+def test_the_collector_is_paused_while_capturing_only():
+    import gc
+
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gc.isenabled())
+        return gm.forward
+
+    assert gc.isenabled()
+    fn = kiln.compile(lambda x: x.sin() * 2, backend=backend)
+    assert_close = kiln.testing.assert_close
+    assert_close(fn(kiln.ones(2)), kiln.ones(2).sin() * 2)
+    assert seen == [False] and gc.isenabled()
+    kiln._dynamo.config.pause_gc_while_compiling = False
+    try:
+        kiln.compile(lambda x: x.cos(), backend=backend)(kiln.ones(2))
+    finally:
+        kiln._dynamo.config.pause_gc_while_compiling = True
+    assert seen == [False, True] and gc.isenabled()
+
+
+def test_the_collector_comes_back_on_when_capture_fails():
+    import gc
+
+    from kiln.dynamo import GraphBreakError
+
+    def with_print(x):
+        print("side effect")
+        return x + 1
+
+    with pytest.raises(GraphBreakError):
+        kiln.compile(with_print, fullgraph=True)(kiln.ones(2))
+    assert gc.isenabled()

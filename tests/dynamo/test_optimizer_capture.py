@@ -205,10 +205,14 @@ def _backward_line() -> int:
 # ---------------------------------------------------------------------- inductor's kernels
 
 
-def test_adam_step_is_one_fused_pass_per_parameter(monkeypatch):
+def test_adam_step_is_one_fused_pass_per_parameter(monkeypatch, tmp_path):
     """The bias corrections (0-d, float64) are computed once, not per element of each update,
     and each parameter's moments and new value come out of one loop over its elements."""
     from kiln.inductor import compile_fx
+
+    # an empty on-disk cache: a graph compiled by an earlier run would be rebuilt from its
+    # stored wrapper, without the schedule this test reads
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
 
     schedules = []
     original = compile_fx.compile_graph

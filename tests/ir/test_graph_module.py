@@ -222,3 +222,30 @@ def test_root_must_be_a_module_or_a_mapping():
     g.output(g.get_attr("w"))
     with pytest.raises(TypeError, match="Module or a dict"):
         ir.GraphModule(42, g)
+
+
+def test_forward_written_on_first_use_through_instance_class_or_code():
+    # a GraphModule writes its source when first needed: whichever way forward is reached
+    # first, it runs the graph as it is then
+    fc = kiln.nn.Linear(3, 2)
+    x = kiln.randn(4, 3)
+    expected = fc(x)
+    by_class = ir.GraphModule({"fc": fc}, _linear_graph())
+    assert_close(type(by_class).forward(by_class, x), expected)
+    by_code = ir.GraphModule({"fc": fc}, _linear_graph())
+    assert "kiln.ops.matmul" in by_code.code and "kiln.ops.matmul" in str(by_code)
+    assert_close(by_code(x), expected)
+    edited = ir.GraphModule({"fc": fc}, _linear_graph())
+    (add,) = edited.graph.find_nodes(op="call_function", target=OPS["add"])
+    add.target = OPS["sub"]
+    assert_close(edited.forward(x), fc(x) - 2 * fc.bias)
+    assert_close(by_class(x), expected)  # the other modules kept their own forward
+
+
+def test_a_new_graph_replaces_forward():
+    gm = ir.trace(lambda x: x.exp(), kiln.randn(3))
+    x = kiln.randn(3)
+    assert_close(gm(x), x.exp())
+    gm.graph = ir.trace(lambda x: x.neg(), kiln.randn(3)).graph
+    assert "kiln.ops.neg(x)" in gm.code
+    assert_close(gm(x), -x)
