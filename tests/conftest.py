@@ -3,6 +3,8 @@ a driver has it (``no_driver``) or as the host-memory stand-in gives it (``gpu``
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,14 @@ def _seed():
     kiln.manual_seed(0)
     np.random.seed(0)
     yield
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    """A fresh (cold) on-disk compile cache for one test, and no compiled frames in memory."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    kiln.dynamo.reset()
+    return tmp_path / "cache"
 
 
 @pytest.fixture

@@ -18,12 +18,6 @@ from kiln.dynamo.counters import counters
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 def aot_counts() -> dict:
     return dict(counters["aot_autograd"])
 

@@ -26,11 +26,7 @@ from kiln.inductor.codegen.llvm import jit as llvm_jit
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    kiln.dynamo.reset()
-    return tmp_path / "cache"
+pytestmark = pytest.mark.usefixtures("cache_dir")  # a cold cache for every test
 
 
 def scaled(constant: float):

@@ -5,20 +5,12 @@ computes what eager computes; a damaged entry is compiled again.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import kiln
 from kiln.dynamo.counters import counters
 from kiln.inductor import graph_lowering
-
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
 
 
 @pytest.fixture

@@ -24,12 +24,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def cache_dir(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-@pytest.fixture
 def emitted(monkeypatch) -> list:
     """Names of the kernels whose LLVM IR gets generated."""
     names: list = []

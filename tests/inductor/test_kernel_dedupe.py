@@ -7,19 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 import kiln
 from kiln.inductor.codegen.llvm import jit as llvm_jit
 from tests.oracle import assert_close, needs_torch, to_torch
-
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch) -> Path:
-    """A fresh (cold) compile cache for each test, in memory too."""
-    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    kiln.dynamo.reset()
-    return tmp_path / "cache"
 
 
 def make_blocks(lib, blocks: int, width: int = 24):
