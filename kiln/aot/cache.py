@@ -32,6 +32,7 @@ from ..dynamo.counters import counters
 from ..ir import Graph, GraphModule, Node
 from ..ir.node import format_target, map_aggregate
 from ..ops.core.registry import Op
+from ..runtime import logs as klog
 from ..runtime.device import device as Device
 from ..runtime.dtypes import dtype as DType
 from ..runtime.dtypes import get_default_dtype
@@ -119,6 +120,8 @@ class GraphCache:
         state = per_thread.state
         if state.autocast is not None:
             return self._bypass("autocast is on")
+        if klog.debug_dir():  # the dumps show every stage: the joint graph is traced again
+            return self._bypass("KILN_DEBUG_DIR is set")
         try:
             if self._graph_text is None:
                 self._graph_text = _graph_text(self.gm)

@@ -329,14 +329,26 @@ class Expr:
 
     # ---------------------------------------------------------------- values
     def bounds(self) -> tuple:
+        # the intervals of the monomials times their (nonzero int) coefficients: a symbolic
+        # compile asks this thousands of times, mostly of one-atom monomials, so the products
+        # of intervals are only formed for monomials of several atoms
         lo = hi = self.const
         for m, c in self.terms.items():
-            ivl = (1, 1)
-            for a in m:
-                ivl = _mul_interval(ivl, a.bounds())
-            tlo, thi = _mul_interval(ivl, (c, c))
-            lo += tlo
-            hi += thi
+            if len(m) == 1:
+                mlo, mhi = m[0].bounds()
+                if mhi < mlo:
+                    mlo, mhi = mhi, mlo
+            else:
+                ivl = (1, 1)
+                for a in m:
+                    ivl = _mul_interval(ivl, a.bounds())
+                mlo, mhi = ivl
+            if c > 0:
+                lo += mlo * c
+                hi += mhi * c
+            else:
+                lo += mhi * c
+                hi += mlo * c
         return lo, hi
 
     def evaluate(self, values: Mapping) -> int:

@@ -213,6 +213,9 @@ class ShapeEnv:
         self._user_code = 0
         # symbols a guard pinned to one value (``s2 == 8``): folded into new expressions
         self.fixed: dict = {}
+        # bumped when ``fixed`` gains a symbol: a SymInt whose ``folded`` equals it holds no
+        # pinned symbol, so arithmetic on it need not look for one (``_make``)
+        self.fold_epoch = 0
         # guards collected by ``deferring()`` (None outside it), and those kept until an alias
         # they decide is observed (``defer_until_aliased``)
         self._deferring: list | None = None
@@ -368,6 +371,7 @@ class ShapeEnv:
             s.lower = s.upper = value
             if not s.unbacked:
                 self.fixed[s] = value  # later expressions fold it in (``_make``)
+                self.fold_epoch += 1
         elif op == "!=":
             if s.lower == value:
                 s.lower = value + 1
@@ -616,13 +620,17 @@ def _hint_op(fn, a, b):
     return None if a is None or b is None else fn(a, b)
 
 
-def _make(env: ShapeEnv, expr: Expr, hint):
-    """A SymInt, or the plain int when the expression simplified to a constant."""
-    if env.fixed and expr.terms:
-        expr = _fold_fixed(env, expr)
+def _make(env: ShapeEnv, expr: Expr, hint, folded: bool = False):
+    """A SymInt, or the plain int when the expression simplified to a constant. ``folded``:
+    the expression was built from operands that hold no pinned symbol (then neither does it:
+    arithmetic and simplification bring in no symbol their operands lack)."""
     if not expr.terms:
         return expr.const
-    return SymInt(expr, hint, env)
+    if env.fixed and not folded:
+        expr = _fold_fixed(env, expr)
+        if not expr.terms:
+            return expr.const
+    return SymInt(expr, hint, env, env.fold_epoch)
 
 
 def _fold_fixed(env: ShapeEnv, expr: Expr) -> Expr:
@@ -659,12 +667,15 @@ def _float_relation(op: str, value: float):
 class SymInt:
     """An int-like value that is an expression over size symbols (see the module docstring)."""
 
-    __slots__ = ("expr", "hint", "env")
+    __slots__ = ("expr", "hint", "env", "folded")
 
-    def __init__(self, expr: Expr, hint, env: ShapeEnv):
+    def __init__(self, expr: Expr, hint, env: ShapeEnv, folded: int = -1):
         self.expr = expr
         self.hint = hint  # the value for the inputs seen (None: unbacked)
         self.env = env
+        # ``env.fold_epoch`` when ``expr`` was last known to hold no pinned symbol (-1: not
+        # known); pins are only added, so the mark holds until the epoch moves
+        self.folded = folded
 
     # ---------------------------------------------------------------- arithmetic
     def _arith(self, other, expr_fn, int_fn, reflected: bool = False):
@@ -675,26 +686,52 @@ class SymInt:
                 return int_fn(other, value) if reflected else int_fn(value, other)
             return NotImplemented
         oexpr, ohint = o
+        env = self.env
+        folded = self.folded == env.fold_epoch and (
+            other.__class__ is not SymInt or (other.env is env and other.folded == self.folded)
+        )
         if reflected:
-            return _make(self.env, expr_fn(oexpr, self.expr), _hint_op(int_fn, ohint, self.hint))
-        return _make(self.env, expr_fn(self.expr, oexpr), _hint_op(int_fn, self.hint, ohint))
+            return _make(env, expr_fn(oexpr, self.expr), _hint_op(int_fn, ohint, self.hint), folded)
+        return _make(env, expr_fn(self.expr, oexpr), _hint_op(int_fn, self.hint, ohint), folded)
+
+    def _int_arith(self, expr: Expr, k: int, int_fn):
+        """The result of ``self`` and a plain int ``k`` whose expression is ``expr`` (the
+        common case, an int times a size: no operand expression to build)."""
+        env = self.env
+        hint = self.hint
+        return _make(
+            env,
+            expr,
+            None if hint is None else int_fn(hint, k),
+            self.folded == env.fold_epoch,
+        )
 
     def __add__(self, other):
+        if other.__class__ is int:
+            return self._int_arith(self.expr + other, other, operator.add)
         return self._arith(other, operator.add, operator.add)
 
     def __radd__(self, other):
+        if other.__class__ is int:
+            return self._int_arith(self.expr + other, other, operator.add)
         return self._arith(other, operator.add, operator.add, True)
 
     def __sub__(self, other):
+        if other.__class__ is int:
+            return self._int_arith(self.expr + (-other), other, operator.sub)
         return self._arith(other, operator.sub, operator.sub)
 
     def __rsub__(self, other):
         return self._arith(other, operator.sub, operator.sub, True)
 
     def __mul__(self, other):
+        if other.__class__ is int:
+            return self._int_arith(self.expr * other, other, operator.mul)
         return self._arith(other, operator.mul, operator.mul)
 
     def __rmul__(self, other):
+        if other.__class__ is int:
+            return self._int_arith(self.expr * other, other, operator.mul)
         return self._arith(other, operator.mul, operator.mul, True)
 
     def __floordiv__(self, other):
@@ -733,7 +770,11 @@ class SymInt:
         return other ** int(self)
 
     def __neg__(self):
-        return _make(self.env, -self.expr, None if self.hint is None else -self.hint)
+        env = self.env
+        hint = self.hint
+        return _make(
+            env, -self.expr, None if hint is None else -hint, self.folded == env.fold_epoch
+        )
 
     def __pos__(self):
         return self
@@ -890,27 +931,37 @@ def fold_pinned(size):
     against a parameter's) replaced by that value: a plain int when no other symbol remains.
     A size read from an input before the guard still holds its symbol; compilers fold it so
     that code for every size uses the constant the guard makes certain."""
-    if size.__class__ is not SymInt or not size.env.fixed:
+    if size.__class__ is not SymInt:
         return size
-    expr = _fold_fixed(size.env, size.expr)
+    env = size.env
+    if not env.fixed or size.folded == env.fold_epoch:
+        return size
+    expr = _fold_fixed(env, size.expr)
     if expr is size.expr:
+        size.folded = env.fold_epoch
         return size
-    return expr.const if not expr.terms else SymInt(expr, size.hint, size.env)
+    return expr.const if not expr.terms else SymInt(expr, size.hint, env, env.fold_epoch)
 
 
 def statically_known_true(op: str, a, b) -> bool:
     """Whether ``a op b`` holds for every value the symbols may take (no guard recorded)."""
     if a.__class__ is int and b.__class__ is int:  # eager code's sizes: nothing symbolic
         return _OPS[op](a, b)
+    if a is b and a.__class__ is SymInt:  # the same size: its difference is 0
+        return _OPS[op](0, 0)
     oa, ob = _operand(a), _operand(b)
     if oa is None or ob is None:
         return bool(_OPS[op](a, b))
     lhs, rhs = oa[0], ob[0]
     env = a.env if a.__class__ is SymInt else (b.env if b.__class__ is SymInt else None)
-    if env is not None and env.fixed:
-        lhs, rhs = _fold_fixed(env, lhs), _fold_fixed(env, rhs)
     if env is None:
         return _decide_exprs(op, lhs, rhs) is True
+    if env.fixed:
+        epoch = env.fold_epoch
+        if a.__class__ is not SymInt or a.folded != epoch:
+            lhs = _fold_fixed(env, lhs)
+        if b.__class__ is not SymInt or b.folded != epoch:
+            rhs = _fold_fixed(env, rhs)
     return _decide_remembered(env, op, lhs, rhs) is True
 
 
@@ -1059,6 +1110,14 @@ def is_size_one(size) -> bool:
 def size_or_one(s):
     """``max(s, 1)`` for a size, without a guard where the range decides it."""
     if s.__class__ is SymInt:
+        env = s.env
+        hint = s.hint
+        if (
+            (not env.fixed or s.folded == env.fold_epoch)
+            and (hint is None or hint >= 1)
+            and s.expr.bounds()[0] >= 1
+        ):
+            return s  # what ``sym_max`` makes of it, without building the result anew
         return sym_max(s, 1)
     return max(s, 1)
 

@@ -187,6 +187,23 @@ def test_a_guard_pinning_a_symbol_folds_it_into_later_expressions():
     assert str(s0 * s1) == "8*s0"
 
 
+def test_sizes_computed_before_a_pin_fold_it_in_what_they_build_after():
+    """Arithmetic skips looking for pinned symbols in operands known to hold none; a pin made
+    after an operand was built must still be folded into what is built from it."""
+    env, (s0, s1) = _env_with(6, 8)
+    before = s0 * s1 + 3  # built while nothing is pinned
+    stride = 4 * s1
+    assert s1 == 8  # pins s1
+    assert str(before * 2) == "16*s0 + 6"
+    assert str(2 - before) == "-8*s0 - 1"
+    assert type(stride + 1) is int and stride + 1 == 33
+    assert type(-stride) is int and -stride == -32
+    assert kiln.runtime.symbolic.size_or_one(stride) == 32
+    assert statically_known_true("==", stride, 32)
+    assert statically_known_true("<=", s0, s0) and not statically_known_true("<", s0, s0)
+    assert [g.text() for g in env.guards] == ["s1 == 8"]
+
+
 def test_guards_on_a_multiple_are_reduced():
     env, (s0,) = _env_with(3)
     assert 8 * s0 != 8
