@@ -5,7 +5,9 @@ or a scattering (col2im) form by cost; the tests force every layout and every fo
 cases, so each path is checked on strides, padding, dilation, groups, depthwise weights, 1-3
 spatial dims and float64, not only where the cost model would send a case. Gradients go through
 the same kernels (the input gradient is a transposed convolution, the weight gradient an
-ordinary one), so values and all three gradients are compared.
+ordinary one), so values and all three gradients are compared. A plain backward computes the
+input and weight gradients in numpy (the weight gradient from the forward's columns); one that
+records a graph (``create_graph``) runs them as convolutions through kiln ops: both are checked.
 """
 
 from __future__ import annotations
@@ -100,22 +102,22 @@ def _convolve(lib, case, x, w, b):
     return kiln.ops.convolution(x, w, b, *args)
 
 
-def _run(lib, case, arrays, layout=None):
+def _run(lib, case, arrays, layout=None, create_graph=False):
     """Output and input/weight/bias gradients; ``layout(lib, t)`` rearranges the input."""
     leaves = [lib.tensor(a, requires_grad=True) for a in arrays]
     x = leaves[0] if layout is None else layout(lib, leaves[0])
     y = _convolve(lib, case, x, leaves[1], leaves[2])
     g = np.cos(np.arange(y.numel())).reshape(tuple(y.shape)).astype(case["dtype"])
-    grads = lib.autograd.grad(y, leaves, lib.tensor(g))
+    grads = lib.autograd.grad(y, leaves, lib.tensor(g), create_graph=create_graph)
     return [y.detach().numpy()] + [t.detach().numpy() for t in grads]
 
 
-def _check(case, layout=None):
+def _check(case, layout=None, create_graph=False):
     arrays = _arrays(case, np.random.default_rng(0))
     rtol, atol = _TOL[case["dtype"]]
     expected = _run(torch, case, arrays, layout)
-    for name, got, want in zip(("out", "grad_x", "grad_w", "grad_b"), _run(kiln, case, arrays,
-                                                                           layout), expected):  # fmt: skip
+    got_all = _run(kiln, case, arrays, layout, create_graph)
+    for name, got, want in zip(("out", "grad_x", "grad_w", "grad_b"), got_all, expected):
         assert got.shape == want.shape, name
         np.testing.assert_allclose(got, want, rtol, atol, err_msg=name)
 
@@ -139,6 +141,13 @@ def test_transposed_convolution_and_its_gradients_match_torch(name, form, monkey
     if form != "chosen":
         monkeypatch.setattr(conv_kernels, "_gather_pays", lambda *_: form == "gather")
     _check(TRANSPOSED[name])
+
+
+@pytest.mark.parametrize("name", sorted(FORWARD) + [f"T-{n}" for n in sorted(TRANSPOSED)])
+def test_gradients_recorded_as_convolutions_match_torch(name):
+    """``create_graph``: the derivative runs as kiln-op convolutions, not numpy."""
+    case = TRANSPOSED[name[2:]] if name.startswith("T-") else FORWARD[name]
+    _check(case, create_graph=True)
 
 
 @pytest.mark.parametrize("form", ["gather", "col2im"])

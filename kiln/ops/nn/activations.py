@@ -57,17 +57,30 @@ relu.register_meta(lambda x: pointwise_meta(x._dtype, x))
 _SAME_WIDTH_INT = {4: np.int32, 8: np.int64}
 
 
+def select_bits(mask: np.ndarray, a: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    """``where(mask, a, b)`` (``b`` None: zero) for float32/float64 ``a`` and ``b`` of one dtype,
+    done on the bits: ``mask`` is int8, -1 (all ones) where ``a`` is taken and 0 elsewhere.
+
+    np.where branches on each element, several times slower on a random mask than these
+    ufuncs (``b ^ ((a ^ b) & mask)``), and every bit pattern (NaN, inf, -0.0) moves unchanged."""
+    ints = _SAME_WIDTH_INT[a.itemsize]
+    if b is None:
+        return np.bitwise_and(a.view(ints), mask).view(a.dtype)
+    bi = b.view(ints)
+    out = np.bitwise_xor(a.view(ints), bi)
+    np.bitwise_and(out, mask, out=out)
+    np.bitwise_xor(out, bi, out=out)
+    return out.view(a.dtype)
+
+
 def _relu_grad(c, g):
-    """``where(out <= 0, 0, g)``; in a plain backward, the same selection done on the bits:
-    ``g`` ANDed with a mask of all ones where ``out > 0`` or NaN (np.where branches on each
-    element, ~10x slower on a random mask: the ReLUs of a CNN step spent more there than in
-    their forward)."""
+    """``where(out <= 0, 0, g)``; in a plain backward, the same selection done on the bits
+    (``select_bits``), keeping ``g`` where ``out > 0`` or NaN (the ReLUs of a CNN step spent
+    more in np.where's selection than in their forward)."""
     out = c.out
     if numpy_derivative_ok(out, g) and g._data.dtype == out._data.dtype:
-        o, ga = out._data, g._data
-        keep = np.less_equal(o, 0).view(np.int8) - np.int8(1)  # 0 where out <= 0, else -1
-        bits = np.bitwise_and(ga.view(_SAME_WIDTH_INT[ga.itemsize]), keep)
-        return (wrap(bits.view(ga.dtype), g._dtype),)
+        keep = np.less_equal(out._data, 0).view(np.int8) - np.int8(1)  # 0 where out <= 0, else -1
+        return (wrap(select_bits(keep, g._data, None), g._dtype),)
     return (where(out <= 0, 0, g),)
 
 
@@ -353,10 +366,36 @@ def _leaky_relu_schema(self: Tensor, negative_slope: float = 0.01): ...
 leaky_relu = _float_unary_decomp_op(
     "leaky_relu",
     _leaky_relu_schema,
-    lambda a, s: np.where(a > 0, a, a * s),
-    lambda c, g: (where(c.args[0] > 0, g, g * c.args[1]),),
+    lambda a, s: _leaky_relu_np(a, s),
+    lambda c, g: _leaky_relu_grad(c, g),
     lambda x, s=0.01: where(x > 0, x, x * s),
 )
+
+
+def _leaky_relu_np(a: np.ndarray, s) -> np.ndarray:
+    """PyTorch's ``x > 0 ? x : x * s``. For 0 < s <= 1, ``x * s`` lies between 0 and ``x``
+    (rounding is monotone), so the larger of ``x`` and ``x * s`` is the selected one, and for
+    a finite s > 1 the smaller: one ufunc instead of np.where's per-element branch (~6x
+    faster on a DCGAN discriminator's activations). NaN propagates through both, ±inf and
+    signed zeros come out as ``x`` or ``x * s`` do; s = 0 (inf * 0 is NaN, but x > 0 keeps
+    inf), a negative or NaN slope keep the selection."""
+    scaled = np.multiply(a, s)
+    if 0 < s <= 1:
+        return np.maximum(a, scaled, out=scaled)
+    if 1 < s < math.inf:
+        return np.minimum(a, scaled, out=scaled)
+    return np.where(a > 0, a, scaled)
+
+
+def _leaky_relu_grad(c, g):
+    """``where(x > 0, g, g * s)``; in a plain backward, the selection on the bits
+    (``select_bits``)."""
+    x, s = c.args
+    if numpy_derivative_ok(x, g) and g._data.dtype == x._data.dtype:
+        ga = g._data
+        take = np.negative(np.greater(x._data, 0).view(np.int8))  # -1 where x > 0, NaN: 0
+        return (wrap(select_bits(take, ga, np.multiply(ga, s)), g._dtype),)
+    return (where(x > 0, g, g * s),)
 
 
 def _elu_schema(self: Tensor, alpha: float = 1.0): ...

@@ -27,6 +27,7 @@ from ...runtime.storage import empty_array
 __all__ = [
     "conv_forward",
     "conv_transposed",
+    "conv_weight_grad",
     "kernel_offsets",
     "offset_slices",
     "pad_spatial",
@@ -138,33 +139,82 @@ def conv_forward(a, w, stride, pads, dilation, groups: int, out_spatial) -> np.n
             sl = xg[(Ellipsis,) + offset_slices(offset, out_spatial, stride, dilation)]
             out += sl * wg[(slice(None), slice(None)) + offset].reshape((groups, og) + (1,) * k)
         return out.reshape((n, groups * og) + out_spatial)
+    layout, cols = _columns(a, kernel, stride, dilation, groups, out_spatial)
     p_out, p_k = math.prod(out_spatial), math.prod(kernel)
-    win = windows(a, out_spatial, kernel, stride, dilation)
-    win = win.reshape((n, groups, cg) + out_spatial + kernel)
-    outs = tuple(range(3, 3 + k))
-    taps = tuple(range(3 + k, 3 + 2 * k))
     dtype = np.result_type(a, w)
     out = empty_array((n, groups * og) + out_spatial, dtype)
     if layout == "positions":
-        # columns (N, G, Cg*K, P): a product per image and group, written straight into the
-        # output (as fast as one product over every image here, and no copy after it)
-        cols = _copied(win.transpose((0, 1, 2) + taps + outs))
+        # a product per image and group, written straight into the output (as fast as one
+        # product over every image here, and no copy after it)
         wmat = w.reshape(groups, og, cg * p_k)
-        blas.matmul(wmat, cols.reshape(n, groups, cg * p_k, p_out), out.reshape(n, groups, og, -1))
+        blas.matmul(wmat, cols, out.reshape(n, groups, og, -1))
         return out
-    # columns (G, N*P, Cg*K) or, channels innermost, (G, N*P, K*Cg)
     if layout == "taps":
-        cols = _copied(win.transpose((1, 0) + outs + (2,) + taps))
         wmat = w.reshape(groups, og, cg * p_k).transpose(0, 2, 1)
     else:
-        cols = _copied(win.transpose((1, 0) + outs + taps + (2,)))
         wmat = w.reshape(groups, og, cg, p_k).transpose(0, 3, 2, 1)
     product = empty_array((groups, n * p_out, og), dtype)
     wmat = wmat.reshape(groups, cg * p_k, og)
-    blas.matmul(cols.reshape(groups, n * p_out, cg * p_k), wmat, product)
+    blas.matmul(cols, wmat, product)
     result = product.reshape(groups, n, p_out, og).transpose(1, 0, 3, 2)
     np.copyto(out.reshape(n, groups, og, p_out), result)
     return out
+
+
+def _columns(a, kernel, stride, dilation, groups: int, out_spatial) -> tuple[str, np.ndarray]:
+    """im2col of the padded ``a`` (N, C, *S): the layout (``_column_layout``) and the columns,
+    (N, G, Cg*K, P) for "positions", (G, N*P, Cg*K) for "taps", (G, N*P, K*Cg) for
+    "channels" (whose ``a`` is a channels-last copy)."""
+    n, c = a.shape[:2]
+    k = len(kernel)
+    cg = c // groups
+    layout = _column_layout(out_spatial, kernel, cg)
+    p_out, p_k = math.prod(out_spatial), math.prod(kernel)
+    win = windows(a, out_spatial, kernel, stride, dilation)
+    win = win.reshape((n, groups, cg) + tuple(out_spatial) + tuple(kernel))
+    outs = tuple(range(3, 3 + k))
+    taps = tuple(range(3 + k, 3 + 2 * k))
+    if layout == "positions":
+        cols = _copied(win.transpose((0, 1, 2) + taps + outs))
+        return layout, cols.reshape(n, groups, cg * p_k, p_out)
+    if layout == "taps":
+        cols = _copied(win.transpose((1, 0) + outs + (2,) + taps))
+    else:
+        cols = _copied(win.transpose((1, 0) + outs + taps + (2,)))
+    return layout, cols.reshape(groups, n * p_out, cg * p_k)
+
+
+def conv_weight_grad(a, g, kernel, stride, pads, dilation, groups: int) -> np.ndarray:
+    """The weight gradient of ``conv_forward(a, w, stride, pads, dilation, groups, ...)``
+    for the output gradient ``g`` (N, G*Og, *P): (G*Og, Cg, *kernel).
+
+    The same columns as the forward pass times the output gradient, where the derivative
+    written as a convolution (the input's batch and channels swapped, the gradient as its
+    kernel) copied the input twice more and the gradient once, and ran one product whose
+    inner dimension is every output position of the batch: with "positions" columns a
+    product per image (its positions inner) and a sum over the batch of the small results."""
+    n, c = a.shape[:2]
+    kernel = tuple(kernel)
+    k = len(kernel)
+    out_spatial = tuple(g.shape[2:])
+    cg, og = c // groups, g.shape[1] // groups
+    p_out, p_k = math.prod(out_spatial), math.prod(kernel)
+    layout = _column_layout(out_spatial, kernel, cg)
+    a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
+    layout, cols = _columns(a, kernel, stride, dilation, groups, out_spatial)
+    gm = g.reshape(n, groups, og, p_out)
+    if layout == "positions":
+        per_image = blas.matmul(cols, gm.transpose(0, 1, 3, 2))  # (N, G, Cg*K, Og)
+        total = per_image.sum(0)
+    else:
+        gt = _copied(gm.transpose(1, 0, 3, 2)).reshape(groups, n * p_out, og)
+        total = blas.matmul(cols.transpose(0, 2, 1), gt)  # (G, Cg*K or K*Cg, Og)
+    if layout == "channels":
+        total = total.reshape((groups,) + kernel + (cg, og))
+        order = (0, k + 2, k + 1) + tuple(range(1, k + 1))
+        return np.ascontiguousarray(total.transpose(order)).reshape((groups * og, cg) + kernel)
+    total = total.reshape((groups, cg * p_k, og)).transpose(0, 2, 1)
+    return np.ascontiguousarray(total).reshape((groups * og, cg) + kernel)
 
 
 def _phases(size_in, size_out, kernel, stride, padding, dilation) -> list[tuple]:
