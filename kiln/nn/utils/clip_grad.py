@@ -61,13 +61,10 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 def _eager_arrays(tensors: list[Tensor], norm_type: float) -> list[np.ndarray] | None:
     """The tensors' numpy buffers when the fast path applies (see the module docstring)."""
+    if is_compiling():  # captured code keeps the op path (a graph, no ``_data`` reads)
+        return None
     state = per_thread.state
-    if (
-        norm_type not in (1.0, 2.0, math.inf)
-        or state.mode_stack
-        or state.autocast is not None
-        or is_compiling()
-    ):
+    if norm_type not in (1.0, 2.0, math.inf) or state.mode_stack or state.autocast is not None:
         return None
     arrays = []
     for t in tensors:
@@ -133,7 +130,7 @@ def clip_grads_with_norm_(
     if not grads:
         return
     arrays = _eager_arrays(grads, 2.0)
-    total = total_norm._data if isinstance(total_norm, Tensor) else None
+    total = total_norm._data if arrays is not None and isinstance(total_norm, Tensor) else None
     if (
         arrays is not None
         and total.__class__ is np.ndarray
