@@ -70,10 +70,12 @@ def test_graphs_of_dropped_functions_free_their_code(monkeypatch):
     for i in range(8):  # whatever compiling leaves behind for later compiles to reuse
         kiln.compile(scaled(i + 0.5))(x)
     before = live_compiled_modules()
-    for i in range(8):
+    for i in range(16):
         out = kiln.compile(scaled(i + 0.75))(x)
         np.testing.assert_allclose(out.numpy(), scaled(i + 0.75)(x).numpy(), rtol=1e-6)
-    assert live_compiled_modules() == before
+    # sixteen more graphs, none kept alive: a module or two of the most recent compiles may
+    # still be held (which ones depends on what ran before in the process), never one per graph
+    assert live_compiled_modules() <= before + 2
 
 
 MANY_GRAPHS = """
