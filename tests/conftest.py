@@ -11,6 +11,23 @@ import pytest
 import kiln
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory):
+    """The run's own on-disk compile cache, cold at the start as on a clean CI machine (a warm
+    ``~/.cache/kiln`` from earlier runs would hide tests that rely on compiling), unless the
+    caller chose one with ``KILN_CACHE_DIR``."""
+    import os
+
+    if "KILN_CACHE_DIR" in os.environ:
+        yield
+        return
+    os.environ["KILN_CACHE_DIR"] = str(tmp_path_factory.mktemp("kiln-cache"))
+    try:
+        yield
+    finally:
+        os.environ.pop("KILN_CACHE_DIR", None)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     kiln.manual_seed(0)

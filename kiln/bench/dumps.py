@@ -59,28 +59,37 @@ _EAGER_DEVICE_MODULE = "kiln.runtime.devices"
 
 @contextlib.contextmanager
 def observe_compiled_graphs() -> Iterator[list[ObservedGraph]]:
-    """Within the block, every graph ``kiln.inductor.compile_fx.compile_graph`` makes is also
-    appended to the yielded list (its caller still gets the very same object)."""
+    """Within the block, every graph ``kiln.inductor.compile_fx.compile_graph`` makes or
+    ``compile_graph_cached`` loads from the compiled-graph cache is also appended to the yielded
+    list (its caller still gets the very same object)."""
     from ..inductor import compile_fx
 
     seen: list[ObservedGraph] = []
-    original = compile_fx.compile_graph
+    originals = {
+        name: getattr(compile_fx, name) for name in ("compile_graph", "compile_graph_cached")
+    }
 
-    def compile_graph(gm, example_inputs, *args, **kwargs):
-        graph = original(gm, example_inputs, *args, **kwargs)
-        # a graph with symbolic sizes comes back through this function from the inductor's
-        # own routes (kernels for every size, or per concrete size): keep each kernel set once
-        # and not the routes' wrappers
-        if hasattr(graph, "num_kernels") and not (seen and seen[-1].graph is graph):
-            caller = sys._getframe(1).f_globals.get("__name__", "")
-            seen.append(ObservedGraph(gm, graph, eager_op=caller == _EAGER_DEVICE_MODULE))
-        return graph
+    def observing(original):
+        def compile_graph(gm, example_inputs, *args, **kwargs):
+            graph = original(gm, example_inputs, *args, **kwargs)
+            # a graph with symbolic sizes comes back through ``compile_graph`` from the
+            # inductor's own routes (kernels for every size, or per concrete size), and a graph
+            # the cache missed comes back from ``compile_graph_cached`` too: keep each kernel set
+            # once and not the routes' wrappers
+            if hasattr(graph, "num_kernels") and not (seen and seen[-1].graph is graph):
+                caller = sys._getframe(1).f_globals.get("__name__", "")
+                seen.append(ObservedGraph(gm, graph, eager_op=caller == _EAGER_DEVICE_MODULE))
+            return graph
 
-    compile_fx.compile_graph = compile_graph
+        return compile_graph
+
+    for name, original in originals.items():
+        setattr(compile_fx, name, observing(original))
     try:
         yield seen
     finally:
-        compile_fx.compile_graph = original
+        for name, original in originals.items():
+            setattr(compile_fx, name, original)
 
 
 def graph_role(gm) -> str:
@@ -164,6 +173,8 @@ def _describe_buffer(buf) -> list[str]:
 
 def loop_ir(compiled_graph) -> str:
     """The loop IR of one compiled graph: every buffer's loop nest and body, in schedule order."""
+    if getattr(compiled_graph, "schedule", None) is None:
+        return "# loaded from the compiled-graph cache: its loop IR was not built in this process\n"
     lowered = compiled_graph.schedule.lowered
     lines = [f"# inputs: {[b.name if b is not None else None for b in lowered.inputs]}"]
     if lowered.fallbacks:

@@ -236,6 +236,8 @@ def compile_graph_cached(gm, example_inputs, options: dict):
     key = graph_cache.entry_key(_graph_key(gm, example_inputs, "llvm"), mutations, options)
     cached = graph_cache.load(key, gm)
     if cached is not None:
+        if options.get("triton.cudagraphs"):
+            klog.log("cudagraphs", "skipping cudagraphs due to cpu device")
         _LIVE_GRAPHS.add(cached)
         if _profiling[0]:
             cached.report_kernels(True)

@@ -45,7 +45,22 @@ def test_observing_leaves_graphs_with_symbolic_sizes_compiled_and_counts_each_ke
     assert len(observed) == 1 and observed[0].graph.num_kernels >= 1
 
 
-def test_loop_ir_shows_each_buffer_with_its_loops_and_body():
+def test_observing_sees_graphs_the_compiled_graph_cache_loads(cache_dir):
+    """A warm compile takes its graphs from the on-disk cache without ``compile_graph``: the
+    bench's kernel counts must still include them, and their loop IR says why it is missing."""
+    x, w = kiln.randn(8, 16), kiln.randn(16, requires_grad=True)
+    with observe_compiled_graphs() as cold:
+        kiln.compile(_scaled_softmax)(x, w).backward()
+    kiln.dynamo.reset()
+    with observe_compiled_graphs() as warm:
+        kiln.compile(_scaled_softmax)(x, w).backward()
+    assert len(cold) == len(warm) == 2
+    assert count_kernels(warm) == count_kernels(cold) >= 2
+    assert all(o.graph.schedule is None for o in warm)
+    assert "compiled-graph cache" in loop_ir(warm[0].graph)
+
+
+def test_loop_ir_shows_each_buffer_with_its_loops_and_body(cache_dir):
     with observe_compiled_graphs() as observed:
         kiln.compile(_scaled_softmax)(kiln.randn(8, 16), kiln.randn(16))
     text = loop_ir(observed[0].graph)
