@@ -75,9 +75,13 @@ class Layout:
 
     def storage_size(self) -> int:
         """Elements the storage must hold (max offset + 1)."""
-        if any(s == 0 for s in self.shape):
+        if any(sym.known("==", s, 0) for s in self.shape):
             return 0
-        return self.offset + sum((s - 1) * st for s, st in zip(self.shape, self.stride)) + 1
+        # a symbolic size that is 0 for some values only counts as at least 1 (``_last``): an
+        # empty tensor then gets a few elements it never uses, and no size is decided
+        return (
+            self.offset + sum(sym.last_index(s) * st for s, st in zip(self.shape, self.stride)) + 1
+        )
 
     @functools.cached_property
     def view_args(self) -> tuple:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..runtime.symbolic import SymInt, fold_pinned, statically_known_true
+from ..runtime.symbolic import SymInt, fold_pinned, statically_known_true, sym_max
 
 __all__ = [
     "size_value",
@@ -119,11 +119,13 @@ def known(op: str, a, b) -> bool:
     return statically_known_true(op, a, b)
 
 
-def _last(size):
+def last_index(size):
     """The largest value of a variable ranging over ``[0, size)`` (0 for an empty range)."""
-    if size.__class__ is int or not known(">=", size, 1):
+    if size.__class__ is int:
         return max(size - 1, 0)
-    return size - 1
+    if known(">=", size, 1):
+        return size - 1
+    return sym_max(size - 1, 0)  # a size that is 0 for some values only (``s0 // 3``)
 
 
 def is_symbolic(value) -> bool:
@@ -153,7 +155,7 @@ class Var(Atom):
         return self.name
 
     def bounds(self):
-        return (0, _last(self.size))
+        return (0, last_index(self.size))
 
     def free_vars(self):
         return {self}
@@ -244,7 +246,7 @@ class Indirect(Atom):
         return self.name
 
     def bounds(self):
-        return (0, _last(self.size))
+        return (0, last_index(self.size))
 
     def free_vars(self):
         return set()

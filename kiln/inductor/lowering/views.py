@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from ...ops.core.registry import OPS
 from ...runtime import dtypes as dt
-from ...runtime.symbolic import known_same_shape
+from ...runtime.symbolic import known_same_shape, sym_max
 from .. import sym
 from ..ir import InputBuffer, Layout, TensorBox
 from ..virtualized import ops
@@ -93,23 +93,32 @@ def _expand(out_meta, x, size):
     return _view_box(x, out_shape, index_map, strided)
 
 
-def _norm_slice(size, start, end, step):
-    start = 0 if start is None else start
-    end = size if end is None else end
-    if start < 0:
-        start += size
-    if end < 0:
-        end += size
-    start = min(max(start, 0), size)
-    end = min(max(end, start), size)
-    return start, end, step
+def _slice_start(size, start):
+    """Where a slice starts reading (its length comes from the node's shape). A start past the
+    end leaves the slice empty and nothing is read, so with symbolic sizes it is not clamped
+    (which would ask whether ``s0 // 3`` may be 0); a negative one counts from the end, at 0
+    at the least."""
+    if start is None:
+        return 0
+    if start.__class__ is int and size.__class__ is int:
+        if start < 0:
+            start += size
+        return min(max(start, 0), size)
+    if sym.known(">=", start, 0):
+        return start
+    if sym.known("<", start, 0):
+        start = start + size
+        return start if sym.known(">=", start, 0) else sym_max(start, 0)
+    if start < 0:  # a start of unknown sign is decided (a guard, or per size in a kernel scope)
+        start = start + size
+    return min(max(start, 0), size)
 
 
 @register_lowering("slice")
 def _slice(out_meta, x, dim=0, start=None, end=None, step=1):
     nd = len(x.shape)
     d = dim % nd
-    s, _, st = _norm_slice(x.shape[d], start, end, step)
+    s, st = _slice_start(x.shape[d], start), step
 
     def index_map(index):
         idx = list(index)

@@ -98,7 +98,7 @@ def _merge_dims(sizes, index_fn):
     """
     original = tuple(sizes)
     sizes = list(sizes)
-    if 0 in sizes:  # nothing runs (or only identities are written): keep the loops as they are
+    if _empty(sizes):  # nothing runs (or only identities are written): keep the loops as they are
         return tuple(sizes)
     changed = True
     while changed and len(sizes) > 1:
@@ -113,6 +113,12 @@ def _merge_dims(sizes, index_fn):
     return tuple(sizes)
 
 
+def _empty(sizes) -> bool:
+    """Whether a loop nest provably runs no iteration (a symbolic size that is 0 for some values
+    only, ``s0 // 3``, is planned like any other: its loops then simply run no iteration)."""
+    return any(sym.known("==", s, 0) for s in sizes)
+
+
 def _split_dims(sizes, index_fn):
     """Split loop dimensions at the divisors the accesses take them apart by.
 
@@ -124,7 +130,7 @@ def _split_dims(sizes, index_fn):
     per new dimension.
     """
     sizes = tuple(sizes)
-    if not sizes or 0 in sizes:
+    if not sizes or _empty(sizes):
         return sizes, list
     variables = [sym.Var(f"s{i}", s) for i, s in enumerate(sizes)]
     factors: dict = {v: set() for v in variables}
