@@ -40,8 +40,14 @@ def _shape_args(args):
 
 
 def _method_of(op: Op):
+    bind = op.bind
+
     def method(self, *args, **kwargs):
-        return op(self, *args, **kwargs)
+        # without keywords (no ``out=``) the call goes straight to dispatch: ``Op.__call__``
+        # in between cost a frame and a forwarded ``*args, **kwargs`` per method call
+        if kwargs:
+            return op(self, *args, **kwargs)
+        return dispatch(op, bind(self, *args))
 
     method.__name__ = op.name
     method.__doc__ = op.doc
