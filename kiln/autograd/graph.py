@@ -19,6 +19,7 @@ from .anomaly import anomaly_state, forward_stack
 __all__ = ["Node", "OpBackward", "AccumulateGrad", "SavedMeta", "grad_accumulator"]
 
 _sequence = itertools.count()
+_new = object.__new__
 _ACCUMULATE_FIRST = 1 << 62
 
 _RELEASED_MSG = (
@@ -205,14 +206,22 @@ class OpBackward(Node):
                     if p in saves:
                         st = a._storage
                         versions.append((a, (st if st is not None else a._get_storage()).version))
-                    else:
-                        saved_args[p] = SavedMeta(a)
+                    else:  # SavedMeta(a), without the __init__ call
+                        m = _new(SavedMeta)
+                        m._shape = a._shape
+                        m.dtype = a._dtype
+                        m.device = a._device
+                        saved_args[p] = m
             for p in op.list_positions:
                 if p not in saves:
                     saved_args[p] = [SavedMeta(t) if isinstance(t, Tensor) else t for t in args[p]]
             saved_args = tuple(saved_args)
         self._args = saved_args
-        if op.saves_output:
+        if op.saves_output and out.__class__ is Tensor:
+            alias = _detached_alias(out)
+            versions.append((alias, alias._storage.version))
+            self._out = alias
+        elif op.saves_output:
             outs = out if isinstance(out, tuple) else (out,)
             saved = []
             for o in outs:
@@ -332,11 +341,17 @@ class AccumulateGrad(Node):
     __slots__ = ("variable",)
 
     def __init__(self, variable: Tensor):
-        super().__init__(())
+        # Node.__init__, inlined: a leaf's accumulator lives as long as the graphs using it, so
+        # one is made again for each step's (or each tiny op's) graph
+        self.next_functions = ()
         # above every other node (PyTorch gives these UINT64_MAX): the engine accumulates a
         # leaf's gradient, and runs its hooks, as soon as it is complete -- DDP starts a
         # bucket's all-reduce there, while the rest of backward still runs
-        self.sequence_nr += _ACCUMULATE_FIRST
+        self.sequence_nr = next(_sequence) + _ACCUMULATE_FIRST
+        self._pre_hooks = self._post_hooks = self._tensor_pre_hooks = self.metadata_ = None
+        self._released = False
+        if anomaly_state[0]:
+            self.metadata_ = {"traceback_": forward_stack()}
         self.variable = variable
 
     def apply(self, grad_outputs: tuple) -> tuple:

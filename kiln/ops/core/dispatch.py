@@ -257,6 +257,9 @@ def _index_in(op, args) -> int:
 # ---------------------------------------------------------------------------------- autograd
 
 
+_NO_EDGE = (None, 0)
+
+
 def _edge(t: Tensor):
     if not t._requires_grad:
         return (None, 0)
@@ -297,29 +300,45 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
             out = run_below_autograd(op, args)
     finally:
         state.grad_enabled = True
-    next_functions = []
-    positions = []
     needs = [False] * len(args)
     list_positions = op.list_positions
-    for p in op.edge_arg_positions:
-        a = args[p]
-        if list_positions and p in list_positions:
-            any_needs = False
-            for j, t in enumerate(a):
-                if isinstance(t, Tensor):
-                    next_functions.append(_edge(t))
-                    positions.append((p, j))
-                    any_needs = any_needs or t._requires_grad
-            needs[p] = any_needs
-        elif a.__class__ is Tensor or isinstance(a, Tensor):
-            if a._requires_grad:
-                fn = a.grad_fn
-                next_functions.append(leaf_edge(a) if fn is None else (fn, a._output_nr))
-                needs[p] = True
+    if list_positions:
+        next_functions = []
+        positions = []
+        for p in op.edge_arg_positions:
+            a = args[p]
+            if p in list_positions:
+                any_needs = False
+                for j, t in enumerate(a):
+                    if isinstance(t, Tensor):
+                        next_functions.append(_edge(t))
+                        positions.append((p, j))
+                        any_needs = any_needs or t._requires_grad
+                needs[p] = any_needs
+            elif isinstance(a, Tensor):
+                next_functions.append(_edge(a))
+                needs[p] = a._requires_grad
+                positions.append((p, -1))
+        positions = tuple(positions)
+    else:
+        # no tensor lists (nearly every op): one edge per tensor argument, and the edge
+        # positions are the op's own unless an argument was a number (``x * 2``)
+        next_functions = []
+        positions = op.tensor_edge_positions
+        for p in op.tensor_positions:
+            a = args[p]
+            if a.__class__ is Tensor or isinstance(a, Tensor):
+                if a._requires_grad:
+                    fn = a.grad_fn
+                    next_functions.append(leaf_edge(a) if fn is None else (fn, a._output_nr))
+                    needs[p] = True
+                else:
+                    next_functions.append(_NO_EDGE)
             else:
-                next_functions.append((None, 0))
-            positions.append((p, -1))
-    node = OpBackward(op, args, out, tuple(next_functions), tuple(positions), tuple(needs))
+                positions = None
+        if positions is None:
+            positions = tuple((p, -1) for p in op.tensor_positions if isinstance(args[p], Tensor))
+    node = OpBackward(op, args, out, tuple(next_functions), positions, tuple(needs))
     if kernel_saved is not None:
         node.kernel_saved = kernel_saved
     if out.__class__ is Tensor:  # the common case first
