@@ -21,7 +21,7 @@ from ..runtime.state import per_thread
 from ..runtime.symbolic import known_same_shape, same_shape
 from ..runtime.tensor import Tensor
 from .anomaly import anomaly_state, run_node
-from .graph import AccumulateGrad, Node, grad_accumulator
+from .graph import AccumulateGrad, Node, OpBackward, grad_accumulator
 
 __all__ = ["run_backward", "backward", "grad", "ExecutionEngine", "execution_engine"]
 
@@ -69,6 +69,8 @@ def _root_edge(t: Tensor, i: int):
 
 
 def _output_meta(node: Node, nr: int):
+    if node.__class__ is OpBackward:  # the common case: its metadata is always recorded
+        return node.out_meta[nr]
     if isinstance(node, AccumulateGrad):
         v = node.variable
         return v._shape, v._dtype
@@ -196,7 +198,10 @@ def run_backward(
         if g is None:
             return
         g = _conform(g, node, nr)
-        buf = buffers.setdefault(node, {})
+        buf = buffers.get(node)
+        if buf is None:
+            buffers[node] = {nr: g}
+            return
         prev = buf.get(nr)
         buf[nr] = g if prev is None else prev + g
 
@@ -217,8 +222,10 @@ def run_backward(
     callbacks: list = []
     callback_stack.append(callbacks)
     try:
+        heappop = heapq.heappop
+        heappush = heapq.heappush
         while ready:
-            _, _, node = heapq.heappop(ready)
+            _, _, node = heappop(ready)
             buf = buffers.pop(node, None) or {}
             if node._tensor_pre_hooks:
                 for nr, hooks in node._tensor_pre_hooks.items():
@@ -232,7 +239,7 @@ def run_backward(
                     for k in targets.get((node, nr), ()):
                         captured[k] = g
             run = needed is None or node in needed
-            if isinstance(node, AccumulateGrad):
+            if node.__class__ is not OpBackward and isinstance(node, AccumulateGrad):
                 if accumulate and run and 0 in buf and (targets is None or (node, 0) in targets):
                     if profiler is None:
                         _accumulate(node.variable, buf[0], create_graph)
@@ -242,9 +249,12 @@ def run_backward(
                         )
                 continue
             outputs = None
-            skip = targets is not None and not accumulate and _only_target(node, needed)
+            skip = targets is not None and not accumulate and run and _only_target(node, needed)
             if run and buf and not skip:
-                grads_in = _materialize(node, buf)
+                if node.__class__ is OpBackward and len(node.out_meta) == 1:
+                    grads_in = (buf.get(0),)  # _materialize's one-output case
+                else:
+                    grads_in = _materialize(node, buf)
                 if node._pre_hooks:
                     for hook in node._pre_hooks:
                         res = hook(grads_in)
@@ -261,14 +271,24 @@ def run_backward(
                             outputs = tuple(res)
                 if not retain_graph:
                     node.release()
+            n_out = 0 if outputs is None else len(outputs)
             for i, (nxt, nr) in enumerate(node.next_functions):
                 if nxt is None:
                     continue
-                if outputs is not None and i < len(outputs):
-                    deliver(nxt, nr, outputs[i])
-                deps[nxt] -= 1
-                if deps[nxt] == 0:
-                    heapq.heappush(ready, (-nxt.sequence_nr, id(nxt), nxt))
+                if i < n_out:
+                    g = outputs[i]
+                    if g is not None:  # deliver(nxt, nr, g), inlined: once per graph edge
+                        g = _conform(g, nxt, nr)
+                        nbuf = buffers.get(nxt)
+                        if nbuf is None:
+                            buffers[nxt] = {nr: g}
+                        else:
+                            prev = nbuf.get(nr)
+                            nbuf[nr] = g if prev is None else prev + g
+                left = deps[nxt] - 1
+                deps[nxt] = left
+                if left == 0:
+                    heappush(ready, (-nxt.sequence_nr, id(nxt), nxt))
         execution_engine._run_callbacks(callbacks)
     finally:
         callback_stack.pop()

@@ -283,14 +283,24 @@ class OpBackward(Node):
                 )
 
     def apply(self, grad_outputs: tuple) -> tuple:
-        if self._released and (self._versions or self.op.saves_output):
+        op = self.op
+        if self._released and (self._versions or op.saves_output):
             raise RuntimeError(_RELEASED_MSG)
-        self._check_versions()
-        grads = self.op.derivative(self, *grad_outputs)
+        for t, v in self._versions:  # _check_versions, its call saved on the common path
+            st = t._storage
+            if (st if st is not None else t._get_storage()).version != v:
+                self._check_versions()
+        grads = op.derivative(self, *grad_outputs)
         if not isinstance(grads, (tuple, list)):
             grads = (grads,)
+        positions = self.edge_positions
+        if positions is op.tensor_edge_positions and op.tensor_positions_lead:
+            # an edge per leading argument, in order: the formula's first grads are the edges'
+            n = len(positions)
+            if len(grads) >= n:
+                return tuple(grads[:n])
         out = []
-        for p, j in self.edge_positions:
+        for p, j in positions:
             g = grads[p] if p < len(grads) else None
             if j >= 0 and g is not None:
                 g = g[j]
@@ -300,7 +310,7 @@ class OpBackward(Node):
     def release(self) -> None:
         self._released = True
         if self._versions or self.op.saves_output:
-            if callable(getattr(self.op, "grad_fn_name", None)):
+            if callable(self.op.grad_fn_name):
                 self.display_name = self.name()  # the name may depend on the arguments
             self._args = None
             self._out = None

@@ -156,8 +156,9 @@ def complex_formula(real_formula: Callable, formula: Callable) -> Callable:
     """``formula`` when the gradient is complex, else the op's own (real) formula."""
 
     def derivative(c, *grads):
-        if any(g is not None and g._dtype.is_complex for g in grads):
-            return formula(c, *grads)
+        for g in grads:  # a loop, not any(<generator>): this runs for every mul/div node
+            if g is not None and g._dtype.is_complex:
+                return formula(c, *grads)
         return real_formula(c, *grads)
 
     return derivative
