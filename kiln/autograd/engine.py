@@ -17,6 +17,7 @@ import heapq
 import threading
 import warnings
 
+from ..runtime.device import cpu
 from ..runtime.state import per_thread
 from ..runtime.symbolic import known_same_shape, same_shape
 from ..runtime.tensor import Tensor
@@ -347,7 +348,10 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool) -> None:
         if leaf._grad is None:
             if (
                 g._base is not None
-                or not g.is_contiguous()
+                # numpy's flag, where there is an array, is PyTorch's rule (size-1 dims' strides
+                # ignored) and costs no strides tuple; else the tensor's own check
+                or not (g._data is not None and g._device is cpu and g._data.flags.c_contiguous)
+                and not g.is_contiguous()
                 or g._storage is not None
                 and _shares(g, leaf)
             ):

@@ -16,7 +16,14 @@ from ..runtime.state import per_thread
 from ..runtime.tensor import Size, Tensor
 from .anomaly import anomaly_state, forward_stack
 
-__all__ = ["Node", "OpBackward", "AccumulateGrad", "SavedMeta", "grad_accumulator"]
+__all__ = [
+    "Node",
+    "OpBackward",
+    "AccumulateGrad",
+    "SavedMeta",
+    "grad_accumulator",
+    "detached_alias",
+]
 
 _sequence = itertools.count()
 _new = object.__new__
@@ -335,6 +342,10 @@ def _detached_alias(t: Tensor) -> Tensor:
     if t._data is None and t._offset:
         alias._offset = t._offset
     return alias
+
+
+# public for ``Tensor.detach`` (kiln.ops): an alias sharing data and version counter, no history
+detached_alias = _detached_alias
 
 
 def _with_history(alias: Tensor, node: Node, output_nr: int) -> Tensor:

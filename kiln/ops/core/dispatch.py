@@ -29,13 +29,13 @@ __all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "Cop
 
 def dispatch(op, args: tuple, recorded: bool = False):
     state = per_thread.state  # this thread's grad mode, modes and autocast: read once
-    autocast = state.autocast
-    if autocast is not None and op in autocast.policies:
-        return autocast.run(op, args)  # casts the arguments, then dispatches again
+    if state.autocast is not None and op in state.autocast.policies:
+        return state.autocast.run(op, args)  # casts the arguments, then dispatches again
     if state.profiler is not None and not recorded:  # off: this one check is all it costs
         return state.profiler.record_op(op, args)
     modes = state.mode_stack
-    if op.kernel is None and op.decomposition is not None:
+    kernel = op.kernel
+    if kernel is None and op.decomposition is not None:
         if not (modes and modes[-1].wants(op)) or _needs_composite_autograd(op, args, state):
             return op.decomposition(*args)
     # one pass over the tensor arguments: does autograd apply, and is this the CPU fast path?
@@ -45,23 +45,24 @@ def dispatch(op, args: tuple, recorded: bool = False):
     for p in op.tensor_positions:
         a = args[p]
         if a.__class__ is Tensor or isinstance(a, Tensor):
-            if grad and a._requires_grad:
-                needs_grad = True
             if a._device is not cpu or a._data is None:
                 on_cpu = False
-    for p in op.list_positions:
-        for a in args[p]:
-            if isinstance(a, Tensor):
-                if grad and a._requires_grad:
-                    needs_grad = True
-                if a._device is not cpu or a._data is None:
-                    on_cpu = False
+            if grad and a._requires_grad:
+                needs_grad = True
+    if op.list_positions:  # most ops have none: skip making an iterator over ()
+        for p in op.list_positions:
+            for a in args[p]:
+                if isinstance(a, Tensor):
+                    if grad and a._requires_grad:
+                        needs_grad = True
+                    if a._device is not cpu or a._data is None:
+                        on_cpu = False
     if needs_grad:
         return _autograd(op, args, state, on_cpu, modes)
     if modes:
         return modes[-1].dispatch(op, args)
-    if on_cpu and op.kernel is not None:
-        out = op.kernel(*args)
+    if on_cpu and kernel is not None:
+        out = kernel(*args)
         if op.is_view:
             mark_view(out, args[0], op, args)
         elif op.inplace:
