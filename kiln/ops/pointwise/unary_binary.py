@@ -660,7 +660,7 @@ _CROSS_SAVES = {
 
 def _save_cross(args, needs):
     """Save each operand only if the *other* one needs a gradient (PyTorch's mul rule)."""
-    return _CROSS_SAVES[needs[0], needs[1]]
+    return _CROSS_SAVES[bool(needs[0]), bool(needs[1])]
 
 
 def _mul_complex_grad(c, g):
