@@ -16,9 +16,17 @@ from ..runtime.state import per_thread
 from ..runtime.tensor import Size, Tensor
 from .anomaly import anomaly_state, forward_stack
 
-__all__ = ["Node", "OpBackward", "AccumulateGrad", "SavedMeta", "grad_accumulator"]
+__all__ = [
+    "Node",
+    "OpBackward",
+    "AccumulateGrad",
+    "SavedMeta",
+    "grad_accumulator",
+    "detached_alias",
+]
 
 _sequence = itertools.count()
+_new = object.__new__
 _ACCUMULATE_FIRST = 1 << 62
 
 _RELEASED_MSG = (
@@ -205,14 +213,22 @@ class OpBackward(Node):
                     if p in saves:
                         st = a._storage
                         versions.append((a, (st if st is not None else a._get_storage()).version))
-                    else:
-                        saved_args[p] = SavedMeta(a)
+                    else:  # SavedMeta(a), without the __init__ call
+                        m = _new(SavedMeta)
+                        m._shape = a._shape
+                        m.dtype = a._dtype
+                        m.device = a._device
+                        saved_args[p] = m
             for p in op.list_positions:
                 if p not in saves:
                     saved_args[p] = [SavedMeta(t) if isinstance(t, Tensor) else t for t in args[p]]
             saved_args = tuple(saved_args)
         self._args = saved_args
-        if op.saves_output:
+        if op.saves_output and out.__class__ is Tensor:
+            alias = _detached_alias(out)
+            versions.append((alias, alias._storage.version))
+            self._out = alias
+        elif op.saves_output:
             outs = out if isinstance(out, tuple) else (out,)
             saved = []
             for o in outs:
@@ -274,14 +290,24 @@ class OpBackward(Node):
                 )
 
     def apply(self, grad_outputs: tuple) -> tuple:
-        if self._released and (self._versions or self.op.saves_output):
+        op = self.op
+        if self._released and (self._versions or op.saves_output):
             raise RuntimeError(_RELEASED_MSG)
-        self._check_versions()
-        grads = self.op.derivative(self, *grad_outputs)
+        for t, v in self._versions:  # _check_versions, its call saved on the common path
+            st = t._storage
+            if (st if st is not None else t._get_storage()).version != v:
+                self._check_versions()
+        grads = op.derivative(self, *grad_outputs)
         if not isinstance(grads, (tuple, list)):
             grads = (grads,)
+        positions = self.edge_positions
+        if positions is op.tensor_edge_positions and op.tensor_positions_lead:
+            # an edge per leading argument, in order: the formula's first grads are the edges'
+            n = len(positions)
+            if len(grads) >= n:
+                return tuple(grads[:n])
         out = []
-        for p, j in self.edge_positions:
+        for p, j in positions:
             g = grads[p] if p < len(grads) else None
             if j >= 0 and g is not None:
                 g = g[j]
@@ -291,7 +317,7 @@ class OpBackward(Node):
     def release(self) -> None:
         self._released = True
         if self._versions or self.op.saves_output:
-            if callable(getattr(self.op, "grad_fn_name", None)):
+            if callable(self.op.grad_fn_name):
                 self.display_name = self.name()  # the name may depend on the arguments
             self._args = None
             self._out = None
@@ -318,6 +344,10 @@ def _detached_alias(t: Tensor) -> Tensor:
     return alias
 
 
+# public for ``Tensor.detach`` (kiln.ops): an alias sharing data and version counter, no history
+detached_alias = _detached_alias
+
+
 def _with_history(alias: Tensor, node: Node, output_nr: int) -> Tensor:
     t = _detached_alias(alias)
     t.grad_fn = node
@@ -332,11 +362,17 @@ class AccumulateGrad(Node):
     __slots__ = ("variable",)
 
     def __init__(self, variable: Tensor):
-        super().__init__(())
+        # Node.__init__, inlined: a leaf's accumulator lives as long as the graphs using it, so
+        # one is made again for each step's (or each tiny op's) graph
+        self.next_functions = ()
         # above every other node (PyTorch gives these UINT64_MAX): the engine accumulates a
         # leaf's gradient, and runs its hooks, as soon as it is complete -- DDP starts a
         # bucket's all-reduce there, while the rest of backward still runs
-        self.sequence_nr += _ACCUMULATE_FIRST
+        self.sequence_nr = next(_sequence) + _ACCUMULATE_FIRST
+        self._pre_hooks = self._post_hooks = self._tensor_pre_hooks = self.metadata_ = None
+        self._released = False
+        if anomaly_state[0]:
+            self.metadata_ = {"traceback_": forward_stack()}
         self.variable = variable
 
     def apply(self, grad_outputs: tuple) -> tuple:

@@ -262,6 +262,10 @@ def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.nd
         return np.matmul(x, y, out=out)
     m, k = x.shape[-2:]
     n = y.shape[-1]
+    if m * n * k <= (_SERIAL_GEMV_MACS if m == 1 or n == 1 else _SERIAL_GEMM_MACS):
+        # ``_policy``'s first case, taken before counting outputs and entering a context: the
+        # wrapper cost more than a small MLP's 8x16x32 product itself
+        return np.matmul(x, y, out=out)
     outputs = max(x.size // max(k, 1) * y.shape[-1], y.size // max(y.shape[-2], 1) * x.shape[-2])
     with _policy(m, k, n, outputs):
         return np.matmul(x, y, out=out)

@@ -19,6 +19,7 @@ The registry applies these as the pieces are registered, so no module patches an
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 from ...runtime import dtypes as dt
@@ -74,6 +75,31 @@ def refusing(op, fn: Callable) -> Callable:
     params = list(op.signature.parameters.values())[: max(op.tensor_positions) + 1]
     namespace = {"fn": fn, "refuse": refuse_complex, "op": op, "exc": exc, "message": message}
     namespace["real_dtype"] = dt.float32
+    own = _plain_parameters(fn, namespace)
+    if own is not None and len(own) >= len(params):
+        # ``fn`` takes plain positional parameters: the wrapper takes the same ones, so the
+        # call is forwarded without packing ``*rest, **kwargs`` (a relu paid ~10% for that)
+        signature = []
+        for p in own:
+            if p.default is p.empty:
+                signature.append(p.name)
+            else:
+                namespace[f"_d_{p.name}"] = p.default
+                signature.append(f"{p.name}=_d_{p.name}")
+        names = [p.name for p in own]
+        checks = " or ".join(
+            f"getattr({names[i]}, '_dtype', real_dtype).is_complex"
+            f" or {names[i]}.__class__ is complex"
+            for i in op.tensor_positions
+        )
+        src = (
+            f"def refusing({', '.join(signature)}):\n"
+            f"    if {checks}:\n"
+            f"        refuse(op, ({', '.join(names[: len(params)])},), exc, message)\n"
+            f"    return fn({', '.join(names)})\n"
+        )
+        exec(compile(src, f"<kiln complex check {op.name}>", "exec"), namespace)
+        return namespace["refusing"]
     signature = []
     for p in params:
         if p.default is p.empty:
@@ -97,6 +123,23 @@ def refusing(op, fn: Callable) -> Callable:
     return namespace["refusing"]
 
 
+def _plain_parameters(fn: Callable, taken: dict) -> list | None:
+    """``fn``'s parameters when all are positional-or-keyword with names free in ``taken``
+    (the generated wrapper's namespace), else None."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    for p in params:
+        if (
+            p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD
+            or p.name in taken
+            or f"_d_{p.name}" in taken
+        ):
+            return None
+    return params
+
+
 def conjugate_wirtinger(real_formula: Callable) -> Callable:
     """A holomorphic op's derivative under PyTorch's convention: conj(formula(conj(grad)))."""
 
@@ -113,8 +156,9 @@ def complex_formula(real_formula: Callable, formula: Callable) -> Callable:
     """``formula`` when the gradient is complex, else the op's own (real) formula."""
 
     def derivative(c, *grads):
-        if any(g is not None and g._dtype.is_complex for g in grads):
-            return formula(c, *grads)
+        for g in grads:  # a loop, not any(<generator>): this runs for every mul/div node
+            if g is not None and g._dtype.is_complex:
+                return formula(c, *grads)
         return real_formula(c, *grads)
 
     return derivative

@@ -29,13 +29,13 @@ __all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "Cop
 
 def dispatch(op, args: tuple, recorded: bool = False):
     state = per_thread.state  # this thread's grad mode, modes and autocast: read once
-    autocast = state.autocast
-    if autocast is not None and op in autocast.policies:
-        return autocast.run(op, args)  # casts the arguments, then dispatches again
+    if state.autocast is not None and op in state.autocast.policies:
+        return state.autocast.run(op, args)  # casts the arguments, then dispatches again
     if state.profiler is not None and not recorded:  # off: this one check is all it costs
         return state.profiler.record_op(op, args)
     modes = state.mode_stack
-    if op.kernel is None and op.decomposition is not None:
+    kernel = op.kernel
+    if kernel is None and op.decomposition is not None:
         if not (modes and modes[-1].wants(op)) or _needs_composite_autograd(op, args, state):
             return op.decomposition(*args)
     # one pass over the tensor arguments: does autograd apply, and is this the CPU fast path?
@@ -45,23 +45,24 @@ def dispatch(op, args: tuple, recorded: bool = False):
     for p in op.tensor_positions:
         a = args[p]
         if a.__class__ is Tensor or isinstance(a, Tensor):
-            if grad and a._requires_grad:
-                needs_grad = True
             if a._device is not cpu or a._data is None:
                 on_cpu = False
-    for p in op.list_positions:
-        for a in args[p]:
-            if isinstance(a, Tensor):
-                if grad and a._requires_grad:
-                    needs_grad = True
-                if a._device is not cpu or a._data is None:
-                    on_cpu = False
+            if grad and a._requires_grad:
+                needs_grad = True
+    if op.list_positions:  # most ops have none: skip making an iterator over ()
+        for p in op.list_positions:
+            for a in args[p]:
+                if isinstance(a, Tensor):
+                    if grad and a._requires_grad:
+                        needs_grad = True
+                    if a._device is not cpu or a._data is None:
+                        on_cpu = False
     if needs_grad:
         return _autograd(op, args, state, on_cpu, modes)
     if modes:
         return modes[-1].dispatch(op, args)
-    if on_cpu and op.kernel is not None:
-        out = op.kernel(*args)
+    if on_cpu and kernel is not None:
+        out = kernel(*args)
         if op.is_view:
             mark_view(out, args[0], op, args)
         elif op.inplace:
@@ -257,6 +258,9 @@ def _index_in(op, args) -> int:
 # ---------------------------------------------------------------------------------- autograd
 
 
+_NO_EDGE = (None, 0)
+
+
 def _edge(t: Tensor):
     if not t._requires_grad:
         return (None, 0)
@@ -297,29 +301,45 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
             out = run_below_autograd(op, args)
     finally:
         state.grad_enabled = True
-    next_functions = []
-    positions = []
     needs = [False] * len(args)
     list_positions = op.list_positions
-    for p in op.edge_arg_positions:
-        a = args[p]
-        if list_positions and p in list_positions:
-            any_needs = False
-            for j, t in enumerate(a):
-                if isinstance(t, Tensor):
-                    next_functions.append(_edge(t))
-                    positions.append((p, j))
-                    any_needs = any_needs or t._requires_grad
-            needs[p] = any_needs
-        elif a.__class__ is Tensor or isinstance(a, Tensor):
-            if a._requires_grad:
-                fn = a.grad_fn
-                next_functions.append(leaf_edge(a) if fn is None else (fn, a._output_nr))
-                needs[p] = True
+    if list_positions:
+        next_functions = []
+        positions = []
+        for p in op.edge_arg_positions:
+            a = args[p]
+            if p in list_positions:
+                any_needs = False
+                for j, t in enumerate(a):
+                    if isinstance(t, Tensor):
+                        next_functions.append(_edge(t))
+                        positions.append((p, j))
+                        any_needs = any_needs or t._requires_grad
+                needs[p] = any_needs
+            elif isinstance(a, Tensor):
+                next_functions.append(_edge(a))
+                needs[p] = a._requires_grad
+                positions.append((p, -1))
+        positions = tuple(positions)
+    else:
+        # no tensor lists (nearly every op): one edge per tensor argument, and the edge
+        # positions are the op's own unless an argument was a number (``x * 2``)
+        next_functions = []
+        positions = op.tensor_edge_positions
+        for p in op.tensor_positions:
+            a = args[p]
+            if a.__class__ is Tensor or isinstance(a, Tensor):
+                if a._requires_grad:
+                    fn = a.grad_fn
+                    next_functions.append(leaf_edge(a) if fn is None else (fn, a._output_nr))
+                    needs[p] = True
+                else:
+                    next_functions.append(_NO_EDGE)
             else:
-                next_functions.append((None, 0))
-            positions.append((p, -1))
-    node = OpBackward(op, args, out, tuple(next_functions), tuple(positions), tuple(needs))
+                positions = None
+        if positions is None:
+            positions = tuple((p, -1) for p in op.tensor_positions if isinstance(args[p], Tensor))
+    node = OpBackward(op, args, out, tuple(next_functions), positions, tuple(needs))
     if kernel_saved is not None:
         node.kernel_saved = kernel_saved
     if out.__class__ is Tensor:  # the common case first

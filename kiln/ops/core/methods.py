@@ -11,6 +11,7 @@ import builtins
 
 import numpy as np
 
+from ...autograd.graph import detached_alias
 from ...runtime import dtypes as dt
 from ...runtime.device import as_device, device
 from ...runtime.memory_format import (
@@ -40,8 +41,14 @@ def _shape_args(args):
 
 
 def _method_of(op: Op):
+    bind = op.bind
+
     def method(self, *args, **kwargs):
-        return op(self, *args, **kwargs)
+        # without keywords (no ``out=``) the call goes straight to dispatch: ``Op.__call__``
+        # in between cost a frame and a forwarded ``*args, **kwargs`` per method call
+        if kwargs:
+            return op(self, *args, **kwargs)
+        return dispatch(op, bind(self, *args))
 
     method.__name__ = op.name
     method.__doc__ = op.doc
@@ -143,15 +150,15 @@ def write_out(result, out):
 def _view(self, *shape):
     if len(shape) == 1 and isinstance(shape[0], dt.dtype):
         return api.view_as_dtype(self, shape[0])
-    return OPS["view"](self, _shape_args(shape))
+    return dispatch(OPS["view"], (self, _shape_args(shape)))  # view(self, size): bound
 
 
 def _reshape(self, *shape):
-    return OPS["reshape"](self, _shape_args(shape))
+    return dispatch(OPS["reshape"], (self, _shape_args(shape)))
 
 
 def _expand(self, *size):
-    return OPS["expand"](self, _shape_args(size))
+    return dispatch(OPS["expand"], (self, _shape_args(size)))
 
 
 def _permute(self, *dims):
@@ -309,9 +316,7 @@ def _size_env(t: Tensor):
 
 
 def _detach(self):
-    from ...autograd.graph import _detached_alias
-
-    return _detached_alias(self)
+    return detached_alias(self)
 
 
 def _detach_(self):
@@ -438,9 +443,7 @@ def _H(self):  # noqa: N802
 
 
 def _data_get(self):
-    from ...autograd.graph import _detached_alias
-
-    return _detached_alias(self)
+    return detached_alias(self)
 
 
 def _data_set(self, value):

@@ -90,6 +90,8 @@ class Op:
         "tensor_positions",
         "list_positions",
         "edge_arg_positions",
+        "tensor_edge_positions",
+        "tensor_positions_lead",
         "differentiable",
         "kernel",
         "meta",
@@ -141,6 +143,12 @@ class Op:
         self.tensor_positions = tuple(tensor_positions)
         self.list_positions = tuple(list_positions)
         self.edge_arg_positions = tuple(sorted(tensor_positions + list_positions))
+        # an autograd node's (argument position, -1) per edge when every tensor parameter got
+        # a tensor (lists excepted): made once here rather than per recorded call
+        self.tensor_edge_positions = tuple((p, -1) for p in self.tensor_positions)
+        # the tensor parameters come first (``add(self, other, *, alpha)``): a derivative's
+        # leading gradients are then the node's edges' gradients as they stand
+        self.tensor_positions_lead = self.tensor_positions == tuple(range(len(tensor_positions)))
         self.differentiable = True
         self.kernel = None
         self.meta = None

@@ -20,6 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from ...runtime import dtypes as dt
+from ...runtime.tensor import wrap_array
 from ..core.common import Tensor, cast_array, compute_np_dtype, pointwise_meta, to_float_dtype, wrap
 from ..core.complex_support import complex_not_implemented
 from ..core.registry import defop
@@ -40,12 +41,23 @@ _bool = dt.bool_
 def relu(self: Tensor): ...
 
 
+# relu's zero in each element type: making it per call (``a.dtype.type(0)``) cost a third of a
+# 16-float relu's kernel time
+_RELU_ZEROS: dict = {}
+
+
 @relu.register_kernel
 def _relu_kernel(x):
     a = x._data
-    if x._dtype is _bool:
-        raise RuntimeError("relu is not implemented for bool tensors")
-    return wrap(np.maximum(a, a.dtype.type(0)), x._dtype)
+    d = x._dtype
+    zero = _RELU_ZEROS.get(d)
+    if zero is None:
+        if d is _bool:
+            raise RuntimeError("relu is not implemented for bool tensors")
+        zero = _RELU_ZEROS[d] = a.dtype.type(0)
+    if x._shape:  # an array in, an array of its dtype out (a 0-d one gives a numpy scalar)
+        return wrap_array(np.maximum(a, zero), d)
+    return wrap(np.maximum(a, zero), d)
 
 
 relu.register_meta(lambda x: pointwise_meta(x._dtype, x))

@@ -648,9 +648,19 @@ def needs_grad(c, i):
     return c.needs_input_grad[i]
 
 
+# needs_input_grad of a mul -> the operands its node saves: a table, since a generator over
+# the pairs cost ~0.4 us of every recorded mul (a quarter of its node's construction)
+_CROSS_SAVES = {
+    (True, True): (0, 1),
+    (True, False): (1,),
+    (False, True): (0,),
+    (False, False): (),
+}
+
+
 def _save_cross(args, needs):
     """Save each operand only if the *other* one needs a gradient (PyTorch's mul rule)."""
-    return tuple(p for p, q in ((0, 1), (1, 0)) if needs[q])
+    return _CROSS_SAVES[bool(needs[0]), bool(needs[1])]
 
 
 def _mul_complex_grad(c, g):

@@ -134,7 +134,7 @@ def _reduce_meta(out_dtype_fn):
 
 def expand_back(g: Tensor, shape, dims, keepdim: bool) -> Tensor:
     """Gradient of a reduction: unsqueeze the reduced dims (unless kept) and expand to ``shape``."""
-    if not keepdim:
+    if not keepdim and g._shape:  # a 0-d gradient expands to any shape as it is
         for d in dims:
             g = g.unsqueeze(d)
     return g.expand(shape)

@@ -22,7 +22,7 @@ from ...runtime.symbolic import (
     sym_max,
     sym_min,
 )
-from ...runtime.tensor import contiguous_strides
+from ...runtime.tensor import contiguous_strides, wrap_array
 from ..core.common import Tensor, fake, wrap, wrap_dim, wrap_dims
 from ..core.grad_fn_naming import rename_grad_fn
 from ..core.registry import defop
@@ -206,7 +206,7 @@ def _view_kernel(x, size):
             "view size is not compatible with input tensor's size and stride (at least one "
             "dimension spans across two contiguous subspaces). Use .reshape(...) instead."
         )
-    return Tensor._wrap_view(r, x)
+    return wrap_array(r, x._dtype)  # dispatch links storage and base (mark_view)
 
 
 @view.register_meta
