@@ -12,6 +12,10 @@ with part of the flipped kernel, so an input gradient is an im2col and a product
 size as the forward pass. The scattering form (a product into per-offset columns, then one
 strided add per kernel offset: col2im) remains for a small input against a large kernel
 (padding would dominate a gather) and for stride and dilation both above one in a dim.
+
+A convolution whose one window is the whole unpadded input (a DCGAN discriminator's last
+layer, and its generator's first, transposed, from one pixel) is a plain product: no columns,
+no padding, nothing to gather or scatter.
 """
 
 from __future__ import annotations
@@ -118,6 +122,25 @@ def _column_layout(out_spatial, kernel, channels: int) -> str:
     return max(runs, key=runs.__getitem__)
 
 
+def _whole_window(spatial, kernel, pads, dilation) -> bool:
+    """Whether a convolution's only window is its whole input, unpadded and read contiguously."""
+    return all(
+        s == size and p == (0, 0) and (d == 1 or size == 1)
+        for s, size, p, d in zip(spatial, kernel, pads, dilation)
+    )
+
+
+def _dense_forward(a, w, groups: int) -> np.ndarray:
+    """``conv_forward`` of a whole-window convolution: (N, Cg*K) times (Cg*K, Og) per group."""
+    n = a.shape[0]
+    og = w.shape[0] // groups
+    x = a.reshape(n, groups, -1).transpose(1, 0, 2)
+    wm = w.reshape(groups, og, -1).transpose(0, 2, 1)
+    out = empty_array((n, groups, og), np.result_type(a, w))
+    blas.matmul(x, wm, out.transpose(1, 0, 2))
+    return out.reshape((n, groups * og) + (1,) * (a.ndim - 2))
+
+
 def conv_forward(a, w, stride, pads, dilation, groups: int, out_spatial) -> np.ndarray:
     """Convolution of ``a`` (N, C, *S) with ``w`` (O, C/groups, *K): (N, O, *out_spatial).
 
@@ -127,6 +150,8 @@ def conv_forward(a, w, stride, pads, dilation, groups: int, out_spatial) -> np.n
     out_spatial = tuple(out_spatial)
     k = len(kernel)
     cg, og = c // groups, w.shape[0] // groups
+    if _whole_window(a.shape[2:], kernel, pads, dilation):
+        return _dense_forward(a, w, groups)
     layout = _column_layout(out_spatial, kernel, cg)
     a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
     if cg == 1:
@@ -199,6 +224,11 @@ def conv_weight_grad(a, g, kernel, stride, pads, dilation, groups: int) -> np.nd
     out_spatial = tuple(g.shape[2:])
     cg, og = c // groups, g.shape[1] // groups
     p_out, p_k = math.prod(out_spatial), math.prod(kernel)
+    if _whole_window(a.shape[2:], kernel, pads, dilation):
+        # (Og, N) times (N, Cg*K) per group: the input is its own column matrix
+        x = a.reshape(n, groups, cg * p_k).transpose(1, 0, 2)
+        total = blas.matmul(g.reshape(n, groups, og).transpose(1, 2, 0), x)
+        return total.reshape((groups * og, cg) + kernel)
     layout = _column_layout(out_spatial, kernel, cg)
     a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
     layout, cols = _columns(a, kernel, stride, dilation, groups, out_spatial)
@@ -252,6 +282,8 @@ def conv_transposed(a, w, stride, padding, dilation, groups: int, out_spatial) -
     kernel = tuple(w.shape[2:])
     k = len(kernel)
     in_spatial = a.shape[2:]
+    if all(s == 1 and (d == 1 or size == 1) for s, size, d in zip(in_spatial, kernel, dilation)):
+        return _dense_transposed(a, w, padding, groups, out_spatial)
     if all(s == 1 or d == 1 for s, d in zip(stride, dilation)):
         plans = [
             _phases(in_spatial[i], out_spatial[i], kernel[i], stride[i], padding[i], dilation[i])
@@ -261,6 +293,27 @@ def conv_transposed(a, w, stride, padding, dilation, groups: int, out_spatial) -
         if _gather_pays(a.shape[0], cg, og, in_spatial, kernel, plans):
             return _transposed_by_phases(a, w, stride, dilation, groups, out_spatial, plans)
     return _col2im(a, w, stride, padding, dilation, groups, out_spatial)
+
+
+def _dense_transposed(a, w, padding, groups: int, out_spatial) -> np.ndarray:
+    """``conv_transposed`` of a one-pixel input: (N, Cg) times (Cg, Og*K) per group places the
+    whole kernel once; ``padding`` crops it and output padding past it stays zero."""
+    n, c = a.shape[:2]
+    kernel = tuple(w.shape[2:])
+    cg, og = c // groups, w.shape[1]
+    dtype = np.result_type(a, w)
+    full = empty_array((n, groups, og) + kernel, dtype)
+    x = a.reshape(n, groups, cg).transpose(1, 0, 2)
+    blas.matmul(x, w.reshape(groups, cg, -1), full.reshape(n, groups, -1).transpose(1, 0, 2))
+    full = full.reshape((n, groups * og) + kernel)
+    if all(p == 0 for p in padding) and tuple(out_spatial) == kernel:
+        return full
+    out = np.zeros((n, groups * og) + tuple(out_spatial), dtype)
+    reach = [min(o, size - p) for o, size, p in zip(out_spatial, kernel, padding)]
+    if all(r > 0 for r in reach):
+        inside = (Ellipsis,) + tuple(slice(0, r) for r in reach)
+        out[inside] = full[(Ellipsis,) + tuple(slice(p, p + r) for p, r in zip(padding, reach))]
+    return out
 
 
 def _transposed_by_phases(a, w, stride, dilation, groups, out_spatial, plans) -> np.ndarray:
