@@ -150,7 +150,10 @@ def test_convolution_and_its_gradients_match_torch(name, column_layout):
 
 @pytest.mark.parametrize("form", ["chosen", "gather", "col2im"])
 @pytest.mark.parametrize("name", sorted(TRANSPOSED))
-def test_transposed_convolution_and_its_gradients_match_torch(name, form, monkeypatch):
+def test_transposed_convolution_and_its_gradients_match_torch(
+    name, form, column_layout, monkeypatch
+):
+    """The gathering form convolves each phase in the forced column layout too."""
     if form != "chosen":
         monkeypatch.setattr(conv_kernels, "_gather_pays", lambda *_: form == "gather")
     _check(TRANSPOSED[name])

@@ -145,55 +145,82 @@ def conv_forward(a, w, stride, pads, dilation, groups: int, out_spatial) -> np.n
     """Convolution of ``a`` (N, C, *S) with ``w`` (O, C/groups, *K): (N, O, *out_spatial).
 
     ``pads``: per spatial dim, (before, after) zero padding (negative crops)."""
-    n, c = a.shape[:2]
     kernel = tuple(w.shape[2:])
-    out_spatial = tuple(out_spatial)
-    k = len(kernel)
-    cg, og = c // groups, w.shape[0] // groups
+    cg = a.shape[1] // groups
     if _whole_window(a.shape[2:], kernel, pads, dilation):
         return _dense_forward(a, w, groups)
     layout = _column_layout(out_spatial, kernel, cg)
     a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
+    return _convolve_padded(a, w, stride, dilation, groups, tuple(out_spatial), layout)
+
+
+def _weight_matrix(w, groups: int, layout: str) -> np.ndarray:
+    """``w`` (G*Og, Cg, *K) as the product's weight operand: (G, Og, Cg*K) for "positions"
+    columns, else (G, inner, Og) with the inner axis in the columns' order, (Cg, *K) or, for
+    "channels", (*K, Cg). That one is copied channels-innermost, runs of Cg elements (putting
+    the outputs innermost gathers single elements, several times slower), and read transposed:
+    2-d products take that layout at full speed."""
+    og = w.shape[0] // groups
+    if layout == "positions":
+        return w.reshape(groups, og, -1)
+    if layout == "taps":
+        return w.reshape(groups, og, -1).transpose(0, 2, 1)
+    moved = w.reshape(groups, og, w.shape[1], -1).transpose(0, 1, 3, 2)
+    return np.ascontiguousarray(moved).reshape(groups, og, -1).transpose(0, 2, 1)
+
+
+def _convolve_padded(a, w, stride, dilation, groups, out_spatial, layout, out=None, wmat=None):
+    """``conv_forward`` of the already padded ``a`` with columns in ``layout``, written into
+    ``out`` (N, O, *out_spatial), which may be a strided view (a transposed convolution's
+    phase), or into a new array. ``wmat``: ``_weight_matrix(w, groups, layout)`` when the
+    caller has it."""
+    n, c = a.shape[:2]
+    kernel = tuple(w.shape[2:])
+    k = len(kernel)
+    cg, og = c // groups, w.shape[0] // groups
+    dtype = np.result_type(a, w)
+    if out is None:
+        out = empty_array((n, groups * og) + out_spatial, dtype)
+    grouped = out.reshape((n, groups, og) + out_spatial)  # a view: splits the channels
     if cg == 1:
         # one input channel per group (depthwise): a multiply-add per kernel offset beats
         # a product whose inner dimension is the kernel alone
         xg = a.reshape((n, groups, 1) + a.shape[2:])
         wg = w.reshape((groups, og) + kernel)
-        out = np.zeros((n, groups, og) + out_spatial, np.result_type(a, w))
+        grouped.fill(0)
         for offset in kernel_offsets(kernel):
             sl = xg[(Ellipsis,) + offset_slices(offset, out_spatial, stride, dilation)]
-            out += sl * wg[(slice(None), slice(None)) + offset].reshape((groups, og) + (1,) * k)
-        return out.reshape((n, groups * og) + out_spatial)
-    layout, cols = _columns(a, kernel, stride, dilation, groups, out_spatial)
-    p_out, p_k = math.prod(out_spatial), math.prod(kernel)
-    dtype = np.result_type(a, w)
-    out = empty_array((n, groups * og) + out_spatial, dtype)
-    if layout == "positions":
-        # a product per image and group, written straight into the output (as fast as one
-        # product over every image here, and no copy after it)
-        wmat = w.reshape(groups, og, cg * p_k)
-        blas.matmul(wmat, cols, out.reshape(n, groups, og, -1))
+            grouped += sl * wg[(slice(None), slice(None)) + offset].reshape((groups, og) + (1,) * k)
         return out
-    if layout == "taps":
-        wmat = w.reshape(groups, og, cg * p_k).transpose(0, 2, 1)
-    else:
-        wmat = w.reshape(groups, og, cg, p_k).transpose(0, 3, 2, 1)
-    product = empty_array((groups, n * p_out, og), dtype)
-    wmat = wmat.reshape(groups, cg * p_k, og)
-    blas.matmul(cols, wmat, product)
-    result = product.reshape(groups, n, p_out, og).transpose(1, 0, 3, 2)
-    np.copyto(out.reshape(n, groups, og, p_out), result)
+    cols = _columns(a, kernel, stride, dilation, groups, out_spatial, layout)
+    p_out = math.prod(out_spatial)
+    if wmat is None:
+        wmat = _weight_matrix(w, groups, layout)
+    if layout == "positions":
+        # a product per image and group, written straight into a contiguous output (as fast
+        # as one product over every image here, and no copy after it)
+        if out.flags.c_contiguous:
+            blas.matmul(wmat, cols, out.reshape(n, groups, og, p_out))
+        else:
+            np.copyto(grouped, blas.matmul(wmat, cols).reshape(grouped.shape))
+        return out
+    product = empty_array((groups, n) + out_spatial + (og,), dtype)
+    flat = product.reshape(groups, n * p_out, og)
+    for group in range(groups):
+        # 2-d products: numpy runs a batched one with a transposed operand without BLAS
+        blas.matmul(cols[group], wmat[group], flat[group])
+    # (G, N, *P, Og) -> (N, G, Og, *P)
+    np.copyto(grouped, product.transpose((1, 0, k + 2) + tuple(range(2, k + 2))))
     return out
 
 
-def _columns(a, kernel, stride, dilation, groups: int, out_spatial) -> tuple[str, np.ndarray]:
-    """im2col of the padded ``a`` (N, C, *S): the layout (``_column_layout``) and the columns,
-    (N, G, Cg*K, P) for "positions", (G, N*P, Cg*K) for "taps", (G, N*P, K*Cg) for
-    "channels" (whose ``a`` is a channels-last copy)."""
+def _columns(a, kernel, stride, dilation, groups: int, out_spatial, layout: str) -> np.ndarray:
+    """im2col of the padded ``a`` (N, C, *S) in ``layout`` (``_column_layout``): (N, G, Cg*K, P)
+    for "positions", (G, N*P, Cg*K) for "taps", (G, N*P, K*Cg) for "channels" (read fastest
+    from a channels-last ``a``)."""
     n, c = a.shape[:2]
     k = len(kernel)
     cg = c // groups
-    layout = _column_layout(out_spatial, kernel, cg)
     p_out, p_k = math.prod(out_spatial), math.prod(kernel)
     win = windows(a, out_spatial, kernel, stride, dilation)
     win = win.reshape((n, groups, cg) + tuple(out_spatial) + tuple(kernel))
@@ -201,12 +228,12 @@ def _columns(a, kernel, stride, dilation, groups: int, out_spatial) -> tuple[str
     taps = tuple(range(3 + k, 3 + 2 * k))
     if layout == "positions":
         cols = _copied(win.transpose((0, 1, 2) + taps + outs))
-        return layout, cols.reshape(n, groups, cg * p_k, p_out)
+        return cols.reshape(n, groups, cg * p_k, p_out)
     if layout == "taps":
         cols = _copied(win.transpose((1, 0) + outs + (2,) + taps))
     else:
         cols = _copied(win.transpose((1, 0) + outs + taps + (2,)))
-    return layout, cols.reshape(groups, n * p_out, cg * p_k)
+    return cols.reshape(groups, n * p_out, cg * p_k)
 
 
 def conv_weight_grad(a, g, kernel, stride, pads, dilation, groups: int) -> np.ndarray:
@@ -231,7 +258,7 @@ def conv_weight_grad(a, g, kernel, stride, pads, dilation, groups: int) -> np.nd
         return total.reshape((groups * og, cg) + kernel)
     layout = _column_layout(out_spatial, kernel, cg)
     a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
-    layout, cols = _columns(a, kernel, stride, dilation, groups, out_spatial)
+    cols = _columns(a, kernel, stride, dilation, groups, out_spatial, layout)
     gm = g.reshape(n, groups, og, p_out)
     if layout == "positions":
         per_image = blas.matmul(cols, gm.transpose(0, 1, 3, 2))  # (N, G, Cg*K, Og)
@@ -317,6 +344,9 @@ def _dense_transposed(a, w, padding, groups: int, out_spatial) -> np.ndarray:
 
 
 def _transposed_by_phases(a, w, stride, dilation, groups, out_spatial, plans) -> np.ndarray:
+    """The gathering form: each phase a stride-1 convolution of one padded copy of ``a`` (the
+    phases' paddings differ by a few rows, so each reads a window of the widest), written
+    straight into its strided positions of the output."""
     n, c = a.shape[:2]
     kernel = tuple(w.shape[2:])
     k = len(kernel)
@@ -327,26 +357,52 @@ def _transposed_by_phases(a, w, stride, dilation, groups, out_spatial, plans) ->
     shape = (n, groups * og) + tuple(out_spatial)
     dtype = np.result_type(a, w)
     combos = [c for c in itertools.product(*plans) if all(count > 0 for _, _, count, _ in c)]
-    if any(not plan[0] for combo in combos for plan in combo):
+    live = [combo for combo in combos if all(plan[0] for plan in combo)]
+    if len(live) < len(combos):
         out = np.zeros(shape, dtype)  # no tap reaches some outputs: they stay zero
     else:
         out = empty_array(shape, dtype)
-    for combo in combos:
-        if any(not plan[0] for plan in combo):
-            continue
+    if not live:
+        return out
+    widest = [
+        (max(combo[i][3][0] for combo in live), max(combo[i][3][1] for combo in live))
+        for i in range(k)
+    ]
+    first = live[0]
+    layout = _column_layout([plan[2] for plan in first], [len(plan[0]) for plan in first], cg)
+    padded = pad_spatial(a, widest, channels_last=layout == "channels" and cg > 1)
+    if layout == "channels":
+        # (G, *K, Cg, Og) once, a gather along rows of K elements; each phase's weight operand
+        # (G, Kp*Cg, Og) is then a copy of whole Cg x Og blocks
+        spatial_axes = tuple(range(3, 3 + k))
+        moved = w.reshape((groups, cg, og) + kernel).transpose((0,) + spatial_axes + (1, 2))
+        by_tap = np.ascontiguousarray(moved)
+    for combo in live:
         taps = tuple(
             slice(plan[0][-1], _before(plan[0][0]), -stride[i]) for i, plan in enumerate(combo)
         )
-        counts = [plan[2] for plan in combo]
-        pads = [plan[3] for plan in combo]
-        part = conv_forward(a, wf[(Ellipsis,) + taps], [1] * k, pads, fdilation, groups, counts)
-        if len(combos) == 1 and tuple(counts) == tuple(out_spatial):
-            return part  # stride 1: the one phase is the whole output
+        counts = tuple(plan[2] for plan in combo)
+        window = tuple(
+            slice(widest[i][0] - plan[3][0], padded.shape[2 + i] - (widest[i][1] - plan[3][1]))
+            for i, plan in enumerate(combo)
+        )
+        part = padded[(slice(None), slice(None)) + window]
+        weight = wf[(Ellipsis,) + taps]
+        if layout == "channels":
+            wmat = by_tap[(slice(None),) + taps].reshape(groups, -1, og)
+        else:
+            wmat = _weight_matrix(weight, groups, layout)
+        if len(combos) == 1 and counts == tuple(out_spatial):
+            # stride 1: the one phase is the whole output
+            return _convolve_padded(
+                part, weight, [1] * k, fdilation, groups, counts, layout, out, wmat
+            )
         target = tuple(
             slice(plan[1], plan[1] + (plan[2] - 1) * stride[i] + 1, stride[i])
             for i, plan in enumerate(combo)
         )
-        out[(slice(None), slice(None)) + target] = part
+        view = out[(slice(None), slice(None)) + target]
+        _convolve_padded(part, weight, [1] * k, fdilation, groups, counts, layout, view, wmat)
     return out
 
 
