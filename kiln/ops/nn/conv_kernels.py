@@ -50,6 +50,10 @@ _COLUMN_COST = 6.0
 _PHASE_COST = 100_000
 
 
+# padded rows up to this long are zeroed whole before the copy (8x16x34x34: ~60 us against ~80)
+_FILL_WHOLE_WIDTH = 64
+
+
 def windows(a: np.ndarray, out_sizes, kernel, stride, dilation) -> np.ndarray:
     """Zero-copy view (N, C, *out, *kernel) of the sliding windows over ``a``'s trailing dims."""
     st = a.strides
@@ -81,7 +85,8 @@ def pad_spatial(a: np.ndarray, pads, channels_last: bool = False) -> np.ndarray:
     """``a`` (N, C, *S) with (before, after) zeros on each spatial dim; a negative amount crops.
 
     ``channels_last``: the result's memory is (N, *S, C) (its axes still read (N, C, *S)), and
-    always a copy. Only the border strips are zeroed: the interior is written once by the copy."""
+    always a copy. Only the border strips are zeroed (the interior is written once by the copy),
+    unless rows are short: zeroing a row's side strips costs a numpy inner loop per row."""
     k = a.ndim - 2
     crop = tuple(
         slice(max(-lo, 0), size - max(-hi, 0)) for (lo, hi), size in zip(pads, a.shape[2:])
@@ -96,7 +101,11 @@ def pad_spatial(a: np.ndarray, pads, channels_last: bool = False) -> np.ndarray:
         out = memory.transpose((0, k + 1) + tuple(range(1, k + 1)))
     else:
         out = empty_array(a.shape[:2] + spatial, a.dtype)
-    for i, (lo, hi) in enumerate(grow):
+    whole = spatial[-1] <= _FILL_WHOLE_WIDTH
+    if whole:
+        # short rows: one fill of everything beats zeroing the side strips row by row
+        out.fill(0)
+    for i, (lo, hi) in enumerate([] if whole else grow):
         index = [slice(None)] * out.ndim
         for strip in (slice(0, lo), slice(spatial[i] - hi, spatial[i])):
             if strip.start != strip.stop:
