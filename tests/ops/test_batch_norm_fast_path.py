@@ -85,3 +85,30 @@ def test_gradient_of_a_sum_broadcasts_like_torch():
         grads.append((xt.grad.numpy(), w.grad.numpy()))
     for got, want in zip(*grads):
         np.testing.assert_allclose(got, want, 1e-5, 1e-5)
+
+
+@pytest.mark.parametrize("create_graph", [False, True], ids=["numpy", "kiln-ops"])
+def test_large_odd_batch_matches_torch(create_graph):
+    """Contiguous inputs take per-row statistics (a product with ones per row, one fused
+    pass for each sum of products): thousands of elements per channel stay within float32
+    tolerance of PyTorch."""
+    _compare((5, 6, 33, 31), "float32", create_graph=create_graph)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_inputs_match_torch(dtype):
+    """Half inputs are normalized in float32 and rounded once; batch statistics are float32."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((4, 3, 6, 5)) * 3 + 1).astype("float32")
+    outs = []
+    for lib in (kiln, torch):
+        half = getattr(lib, dtype)
+        xt = lib.tensor(x).to(half)
+        w = lib.tensor(np.array([0.5, 2.0, -1.0], "float32"))  # float32 parameters, as AMP
+        b = lib.tensor(np.array([0.1, -0.2, 0.3], "float32"))
+        mean, var = lib.zeros(3), lib.ones(3)
+        y = lib.nn.functional.batch_norm(xt, mean, var, w, b, True, 0.1, 1e-5)
+        assert y.dtype == half
+        outs.append([y.float().numpy(), mean.numpy(), var.numpy()])
+    for got, want in zip(*outs):
+        np.testing.assert_allclose(got, want, 1e-2, 1e-2)

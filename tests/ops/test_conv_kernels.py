@@ -61,6 +61,10 @@ FORWARD = {
     "3d": _case((4, 5, 3), kernel=(2, 3, 2), padding=(1, 0, 1), groups=2),
     "float64": _case((7, 7), stride=2, padding=1, dtype="float64"),
     "one-position": _case((3, 3), kernel=3),
+    # the only window is the whole input: a product, no columns
+    "whole-window-groups": _case((4, 5), cg=3, og=2, kernel=(4, 5), groups=2, stride=3),
+    "whole-window-1d-strided": _case((6,), cg=4, og=1, kernel=6, stride=2),
+    "whole-window-3d-dilated-ones": _case((3, 1, 2), kernel=(3, 1, 2), dilation=(1, 3, 1)),
 }
 
 TRANSPOSED = {
@@ -76,6 +80,15 @@ TRANSPOSED = {
     "groups": _case((5, 5), transposed=True, cg=2, og=3, groups=2, stride=2, padding=1),
     "depthwise": _case((5, 6), transposed=True, cg=1, og=1, groups=3, stride=2),
     "one-pixel-input": _case((1, 1), transposed=True, cg=6, og=4, kernel=4),
+    "one-pixel-cropped-and-padded": _case(
+        (1, 1), transposed=True, kernel=(4, 3), stride=3, padding=1, output_padding=(2, 1)
+    ),  # fmt: skip
+    "one-pixel-groups-dilated": _case(
+        (1, 1, 1), transposed=True, cg=2, og=3, groups=2, kernel=(3, 1, 2), dilation=(1, 2, 1)
+    ),  # fmt: skip
+    "one-pixel-past-the-kernel": _case(
+        (1,), transposed=True, kernel=2, stride=4, padding=1, output_padding=3
+    ),  # fmt: skip
     "1d": _case((6,), transposed=True, kernel=5, stride=2, padding=2, output_padding=1),
     "3d": _case((3, 2, 3), transposed=True, kernel=2, stride=(2, 1, 2), padding=(0, 1, 0)),
     "float64": _case((4, 5), transposed=True, stride=2, kernel=3, dtype="float64"),
@@ -137,7 +150,10 @@ def test_convolution_and_its_gradients_match_torch(name, column_layout):
 
 @pytest.mark.parametrize("form", ["chosen", "gather", "col2im"])
 @pytest.mark.parametrize("name", sorted(TRANSPOSED))
-def test_transposed_convolution_and_its_gradients_match_torch(name, form, monkeypatch):
+def test_transposed_convolution_and_its_gradients_match_torch(
+    name, form, column_layout, monkeypatch
+):
+    """The gathering form convolves each phase in the forced column layout too."""
     if form != "chosen":
         monkeypatch.setattr(conv_kernels, "_gather_pays", lambda *_: form == "gather")
     _check(TRANSPOSED[name])

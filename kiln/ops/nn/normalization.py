@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from ...runtime import dtypes as dt
+from ...runtime.storage import empty_array
 from ..core.common import Tensor, compute_np_dtype, fake, wrap
 from ..core.registry import defop
 from ..reductions.reduce import float_sum
@@ -429,12 +430,62 @@ def _bn_geometry(x, weight, bias, running_mean, running_var, training):
     return c, (0,) + tuple(range(2, x.ndim)), (c,) + (1,) * (x.ndim - 2)
 
 
+def _channel_rows(a: np.ndarray):
+    """A C-contiguous (N, C, *S) array with spatial dims as (N*C, L) rows, for per-channel
+    statistics: None for other layouts, and for no spatial dims (there (N, C) columns
+    reduce fast as they are)."""
+    if a.ndim < 3 or not a.flags.c_contiguous or not a.size:
+        return None
+    return a.reshape(a.shape[0] * a.shape[1], -1)
+
+
+def _channel_sum(rows: np.ndarray, n: int) -> np.ndarray:
+    """Per-channel sums of ``_channel_rows``: each row by one BLAS product with ones (a
+    multi-axis ``add.reduce`` runs its inner loop once per short row: ~40 us for a 16x64x4x4
+    input against ~8), then the N images' partial sums."""
+    return np.matmul(rows, np.ones(rows.shape[1], rows.dtype)).reshape(n, -1).sum(0)
+
+
+def _channel_dot(x: np.ndarray, y: np.ndarray, n: int) -> np.ndarray:
+    """Per-channel sums of ``x * y`` over ``_channel_rows`` in one pass, no product array."""
+    return np.einsum("ij,ij->i", x, y).reshape(n, -1).sum(0)
+
+
+def _centered(a: np.ndarray, rows: np.ndarray, eps: float) -> tuple:
+    """(a - mean) as a new (N, C, L) array, the mean, and 1 / sqrt(biased var + eps), each
+    statistic from a single pass (``_channel_sum``, ``_channel_dot``)."""
+    n, c = a.shape[:2]
+    count = rows.size // c
+    mean = _channel_sum(rows, n) / count
+    xc = empty_array((n, c, rows.shape[1]), a.dtype)
+    np.subtract(rows.reshape(xc.shape), mean[:, None], out=xc)
+    flat = xc.reshape(rows.shape)
+    var = _channel_dot(flat, flat, n) / count
+    return xc, mean, var, (1.0 / np.sqrt(var + eps)).astype(a.dtype, copy=False)
+
+
+def _fast_batch_norm(a, rows, weight, bias, eps) -> tuple:
+    """Training-mode batch norm of a C-contiguous (N, C, *S) ``a``: output, mean, variance.
+    Five passes, each over long contiguous rows with a per-row scalar."""
+    y, mean, var, rstd = _centered(a, rows, eps)
+    scale = rstd if weight is None else rstd * weight._data
+    y *= scale[:, None]
+    if bias is not None:
+        y += bias._data[:, None]
+    return y.reshape(a.shape), mean, var
+
+
 @_native_batch_norm.register_kernel
 def _batch_norm_kernel(x, weight, bias, running_mean, running_var, training, momentum, eps):
     require_float("batch_norm", x)
     c, axes, chan = _bn_geometry(x, weight, bias, running_mean, running_var, training)
     a = compute_array(x)
     stat_dtype = dt.float32 if x._dtype in (dt.float16, dt.bfloat16) else x._dtype
+    rows = _channel_rows(a) if training else None
+    if rows is not None:
+        y, mean, var = _fast_batch_norm(a, rows, weight, bias, eps)
+        stats = (wrap(mean, stat_dtype), wrap(var.astype(mean.dtype, copy=False), stat_dtype))
+        return (wrap(y, x._dtype),) + stats
     if training:
         mean = _np_mean(a, axes)
         y = a - mean
@@ -477,6 +528,9 @@ def _np_batch_norm_grad(x, g, weight, eps, axes, needs) -> tuple:
     per-channel means of ``g * w`` and ``g * w * xhat`` written through these sums (M: the
     elements per channel). Seven passes over the activations instead of about twenty."""
     a, ga = x._data, g._data
+    rows = _channel_rows(a)
+    if rows is not None and ga.shape == a.shape and ga.flags.c_contiguous:
+        return _fast_batch_norm_grad(x, a, rows, ga.reshape(rows.shape), weight, eps, needs)
     if ga.shape != a.shape:
         ga = np.broadcast_to(ga, a.shape)
     chan = (a.shape[1],) + (1,) * (a.ndim - 2)
@@ -496,6 +550,29 @@ def _np_batch_norm_grad(x, g, weight, eps, axes, needs) -> tuple:
         gx = wrap(gx, x._dtype)
     gw = wrap(gw.reshape(-1), x._dtype) if weight is not None and needs[1] else None
     gb = wrap(gb.reshape(-1), x._dtype) if needs[2] else None
+    return gx, gw, gb
+
+
+def _fast_batch_norm_grad(x, a, rows, grows, weight, eps, needs) -> tuple:
+    """``_np_batch_norm_grad`` over ``_channel_rows``: the statistics and both sums in four
+    single passes, then ``gx = g * k1 + (a - mean) * k2 + k3`` with per-channel ``k1 = rstd * w``,
+    ``k2 = -k1 * rstd * gw / M``, ``k3 = -k1 * gb / M`` in four more."""
+    n, c = a.shape[:2]
+    count = rows.size // c
+    xc, _, _, rstd = _centered(a, rows, eps)
+    gb = _channel_sum(grows, n)
+    gw = _channel_dot(grows, xc.reshape(rows.shape), n) * rstd
+    gx = None
+    if needs[0]:
+        k1 = rstd if weight is None else rstd * weight._data
+        xc *= (-k1 * rstd * gw / count)[:, None]
+        out = empty_array(xc.shape, a.dtype)
+        np.multiply(grows.reshape(xc.shape), k1[:, None], out=out)
+        out += xc
+        out += (-k1 * gb / count)[:, None]
+        gx = wrap(out.reshape(a.shape), x._dtype)
+    gw = wrap(gw, x._dtype) if weight is not None and needs[1] else None
+    gb = wrap(gb, x._dtype) if needs[2] else None
     return gx, gw, gb
 
 
