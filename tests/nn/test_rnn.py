@@ -549,6 +549,33 @@ def test_each_layer_runs_as_one_op_with_torch_gradients(mode):
         assert_close(kp.grad, tp.grad, rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize("batch,hidden", [(1, 3), (4, 1), (1, 1), (3, 5)])
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "bidirectional"])
+def test_lstm_layer_edge_shapes_match_torch_and_keep_the_given_gradients(batch, hidden, reverse):
+    """The LSTM kernels run hidden-major ((H, B) states): batch or hidden size 1 makes the
+    transposes contiguous views, and the gradients handed to backward must stay as given."""
+    k_mod, t_mod = _twins("LSTM", "float32", INPUT, hidden, bidirectional=reverse)
+    rng = np.random.default_rng(7)
+    directions = 1 + reverse
+    kx, tx = _both(rng.standard_normal((STEPS, batch, INPUT)).astype(np.float32))
+    kh, th = _both(rng.standard_normal((directions, batch, hidden)).astype(np.float32))
+    kc, tc = _both(rng.standard_normal((directions, batch, hidden)).astype(np.float32))
+    k_out, (k_h, k_c) = k_mod(kx, (kh, kc))
+    t_out, (t_h, t_c) = t_mod(tx, (th, tc))
+    seeds = [rng.standard_normal(tuple(t.shape)).astype(np.float32) for t in (t_out, t_h, t_c)]
+    k_seeds = [kiln.tensor(s) for s in seeds]
+    kiln.autograd.backward([k_out, k_h, k_c], k_seeds)
+    torch.autograd.backward([t_out, t_h, t_c], [torch.tensor(s) for s in seeds])
+    for k_seed, seed in zip(k_seeds, seeds):
+        np.testing.assert_array_equal(k_seed.numpy(), seed)
+    rtol, atol = TOL["float32"]
+    for k, t in ((k_out, t_out), (k_h, t_h), (k_c, t_c), (kx.grad, tx.grad)):
+        assert_close(k, t, rtol=rtol, atol=atol)
+    assert_close(kh.grad, th.grad, rtol=rtol, atol=atol)
+    assert_close(kc.grad, tc.grad, rtol=rtol, atol=atol)
+    _compare_grads(k_mod, t_mod, "float32")
+
+
 @pytest.mark.parametrize("mode", ["rnn_tanh", "lstm", "gru"])
 def test_double_backward_through_a_layer_matches_torch(mode):
     cls, kwargs = MODES[mode]

@@ -79,16 +79,19 @@ _WORKSPACE = {"RNN_TANH": 0, "RNN_RELU": 0, "LSTM": 6, "GRU": 4}
 
 
 def _lstm_workspace(ws: np.ndarray, batch: int, hidden: int) -> tuple:
-    """The LSTM workspace (T, B, 6H) as (gates (T, B, 4H), c (T, B, H), tanh(c) (T, B, H)).
+    """The LSTM workspace (T, B, 6H) as (gates (T, 4H, B), c (T, H, B), tanh(c) (T, H, B)).
 
-    Each step's block holds its activated gates, then c, then tanh(c), each contiguous: numpy's
-    loops over a (B, 4H) slice of rows 6H apart cost ~2.5 us more than over contiguous memory,
-    for each of a step's dozen operations."""
+    The kernels run an LSTM hidden-major (each step's state is (H, B): ``gates.T = w_hh @
+    h.T``), so each gate of a step is one contiguous (H, B) block: numpy's loops over a gate
+    slice of a batch-major (B, 4H) step, 20 rows of 64 apart by 256, cost ~2-3 us more than
+    over contiguous memory, for each of a step's dozen operations, and the backward's
+    whole-sequence passes over a gate run 35 blocks of 1280 elements instead of 700 rows of 64
+    (~7 against ~35 us each here). Each step's block holds its activated gates, then c, then tanh(c)."""
     flat = ws.reshape(ws.shape[0], 6 * batch * hidden)
     size = batch * hidden
-    gates = flat[:, : 4 * size].reshape(-1, batch, 4 * hidden)
-    cell = flat[:, 4 * size : 5 * size].reshape(-1, batch, hidden)
-    return gates, cell, flat[:, 5 * size :].reshape(-1, batch, hidden)
+    gates = flat[:, : 4 * size].reshape(-1, 4 * hidden, batch)
+    cell = flat[:, 4 * size : 5 * size].reshape(-1, hidden, batch)
+    return gates, cell, flat[:, 5 * size :].reshape(-1, hidden, batch)
 
 
 def fused_layer_ok(input: Tensor, state: State, w_hh: Tensor, w_hr) -> bool:  # noqa: A002
@@ -168,36 +171,45 @@ def _rnn_layer_kernel(mode, gates, hx, cx, w_hh, b_hh, reverse):
     ws = np.empty((steps, batch, _WORKSPACE[mode] * hidden), gx.dtype)
     H = hidden
     if mode == "LSTM":
-        scale = _lstm_gate_scale(H, gx.dtype)
-        # the step's constant part, ``x_t @ w_ih.T + b_ih + b_hh``, scaled for the exp
-        pre = gx + bias if bias is not None else gx.copy()
+        scale = _lstm_gate_scale(H, gx.dtype)[:, None]
+        # the step's constant part, ``x_t @ w_ih.T + b_ih + b_hh``, hidden-major (the bias
+        # pass transposes) and scaled for the exp
+        pre = np.empty((steps, 4 * H, batch), gx.dtype)
+        if bias is not None:
+            np.add(gx.transpose(0, 2, 1), bias[:, None], out=pre)
+        else:
+            np.copyto(pre, gx.transpose(0, 2, 1))
         pre *= scale
-        w_scaled = (w_hh._data * scale[:, None]).T
-        c = cx._data
-        product = np.empty((batch, H), gx.dtype)
+        w_scaled = w_hh._data * scale
+        h = np.ascontiguousarray(h.T)
+        c = np.ascontiguousarray(cx._data.T)
+        out_t = np.empty((steps, H, batch), gx.dtype)
+        product = np.empty((H, batch), gx.dtype)
         gates_ws, cell_ws, tanh_ws = _lstm_workspace(ws, batch, H)
         # e^-x overflows to inf for x below about -88 (float32): the sigmoid is then 0, as it is
-        with blas.products(batch, H, 4 * H), np.errstate(over="ignore"):
+        with blas.products(4 * H, H, batch), np.errstate(over="ignore"):
             for t in _order(steps, reverse):
                 g = gates_ws[t]
-                np.matmul(h, w_scaled, out=g)
+                np.matmul(w_scaled, h, out=g)
                 g += pre[t]
                 np.exp(g, out=g)
                 g += 1
                 np.reciprocal(g, out=g)
-                cell = g[:, 2 * H : 3 * H]
+                cell = g[2 * H : 3 * H]
                 cell *= 2
                 cell -= 1
                 c_new = cell_ws[t]
-                np.multiply(g[:, H : 2 * H], c, out=c_new)
-                np.multiply(g[:, :H], g[:, 2 * H : 3 * H], out=product)
+                np.multiply(g[H : 2 * H], c, out=c_new)
+                np.multiply(g[:H], cell, out=product)
                 c_new += product
                 tanh_c = tanh_ws[t]
                 np.tanh(c_new, out=tanh_c)
-                h = out[t]
-                np.multiply(g[:, 3 * H :], tanh_c, out=h)
+                h = out_t[t]
+                np.multiply(g[3 * H :], tanh_c, out=h)
                 c = c_new
-        c_n = c.copy()
+        np.copyto(out, out_t.transpose(0, 2, 1))
+        h = h.T
+        c_n = c.T.copy()
     elif mode == "GRU":
         hh = np.empty((batch, 3 * H), gx.dtype)
         for t in _order(steps, reverse):
@@ -363,38 +375,45 @@ def _rnn_layer_backward_kernel(
     order = list(_order(steps, reverse))
     previous = {t: (order[k - 1] if k else None) for k, t in enumerate(order)}
     if mode == "LSTM":
-        dc = grad_c._data.astype(dtype, copy=True)
+        # hidden-major, as the forward ran: states (H, B), each step's gates (4H, B)
+        dh = np.ascontiguousarray(dh.T)
+        dc = np.array(grad_c._data.T, dtype, order="C")  # a copy: the loop updates it
+        go_t = np.ascontiguousarray(go.transpose(0, 2, 1))
         gate, cell, tanh_c = _lstm_workspace(ws, batch, H)
-        i, f, cg, o = (gate[..., k * H : (k + 1) * H] for k in range(4))
+        i, f, cg, o = (gate[:, k * H : (k + 1) * H] for k in range(4))
         # what each step's gate gradients multiply, for every step at once (one pass over the
         # whole sequence costs less than a dozen small ones per step): d(input, forget, cell)
         # = dc * (cell, c_{t-1}, input) * activation', d(output) = dh * tanh(c) * output', and
         # dc gains dh * output * tanh'(c)
         factor = 1 - gate
-        factor *= gate  # sigmoid' = s (1 - s); the cell gate's column is redone below
-        d_cell = factor[..., 2 * H : 3 * H]
+        factor *= gate  # sigmoid' = s (1 - s); the cell gate's rows are redone below
+        d_cell = factor[:, 2 * H : 3 * H]
         np.multiply(cg, cg, out=d_cell)
         np.subtract(1, d_cell, out=d_cell)
         d_cell *= i
-        factor[..., :H] *= cg
-        _times_previous(factor[..., H : 2 * H], cell, cx._data, reverse)
-        factor[..., 3 * H :] *= tanh_c
+        factor[:, :H] *= cg
+        _times_previous(factor[:, H : 2 * H], cell, cx._data.T, reverse)
+        factor[:, 3 * H :] *= tanh_c
         to_dc = tanh_c * tanh_c
         np.subtract(1, to_dc, out=to_dc)
         to_dc *= o
-        factor = factor.reshape(steps, batch, 4, H)
-        blocks = d_gates.reshape(steps, batch, 4, H)
-        product = np.empty((batch, H), dtype)
-        with blas.products(batch, 4 * H, H):
+        factor = factor.reshape(steps, 4, H, batch)
+        d_gates_t = np.empty((steps, 4 * H, batch), dtype)
+        blocks = d_gates_t.reshape(steps, 4, H, batch)
+        product = np.empty((H, batch), dtype)
+        w_t = w.T
+        with blas.products(H, 4 * H, batch):
             for t in reversed(order):
-                dh += go[t]
+                dh += go_t[t]
                 np.multiply(dh, to_dc[t], out=product)
                 dc += product
-                np.multiply(factor[t, :, :3], dc[:, None, :], out=blocks[t, :, :3])
-                np.multiply(factor[t, :, 3], dh, out=blocks[t, :, 3])
+                np.multiply(factor[t, :3], dc, out=blocks[t, :3])
+                np.multiply(factor[t, 3], dh, out=blocks[t, 3])
                 dc *= f[t]
-                np.matmul(d_gates[t], w, out=dh)
-        d_cx = dc
+                np.matmul(w_t, d_gates_t[t], out=dh)
+        np.copyto(d_gates, d_gates_t.transpose(0, 2, 1))
+        dh = dh.T.copy()
+        d_cx = dc.T.copy()
     elif mode == "GRU":
         for t in reversed(order):
             dh += go[t]
