@@ -255,32 +255,39 @@ softmax.register_kernel(_softmax_kernel(False))
 log_softmax.register_kernel(_softmax_kernel(True))
 
 
-def _log_softmax_with_probs(a: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """(log_softmax, softmax) of a float32/float64 array with at least one dim and element.
+def _log_softmax_with_exps(a: np.ndarray, axis: int) -> tuple[np.ndarray, tuple]:
+    """(log_softmax, (exps, totals)) of a float32/float64 array with at least one dim and
+    element: ``exps = exp(x - max)`` and ``totals`` its sums along ``axis`` (kept as a dim),
+    so that ``softmax = exps / totals``.
 
-    The softmax is the forward's own ``exp(x - max)`` divided by its row sum: one division pass
-    instead of the derivative's ``exp(log_softmax)``, an ``exp`` pass that costs about as much as
-    the whole forward (numpy's float32 ``exp`` is the slowest step of both). It equals
-    ``exp(log_softmax)`` to within a rounding or two.
+    The derivative needs the softmax; keeping the forward's own exponentials spares it an
+    ``exp`` pass (``exp(log_softmax)``, about as costly as the whole forward: numpy's float32
+    ``exp`` is the slowest step of both), and leaving them unnormalised spares the forward a
+    division pass over the whole array: the derivative scales each row by ``sum(g) / total``
+    in the multiplication it makes anyway. The result equals ``exp(log_softmax) * sum(g)`` to
+    within a rounding or two.
     """
     out = empty_array(a.shape, a.dtype)
-    probs = empty_array(a.shape, a.dtype)
+    exps = empty_array(a.shape, a.dtype)
     if axis == a.ndim - 1 and worth_blocking(a) and a.flags.c_contiguous:
         n = a.shape[-1]
-        rows, o, pr = a.reshape(-1, n), out.reshape(-1, n), probs.reshape(-1, n)
+        rows, o, ex = a.reshape(-1, n), out.reshape(-1, n), exps.reshape(-1, n)
+        totals = np.empty((rows.shape[0], 1), a.dtype)
         for s, e in row_blocks(rows.shape[0], n, a.itemsize):
-            _log_softmax_probs_block(rows[s:e], o[s:e], pr[s:e], 1)
+            totals[s:e] = _log_softmax_exps_block(rows[s:e], o[s:e], ex[s:e], 1)
+        totals = totals.reshape(a.shape[:-1] + (1,))
     else:
-        _log_softmax_probs_block(a, out, probs, axis)
-    return out, probs
+        totals = _log_softmax_exps_block(a, out, exps, axis)
+    return out, (exps, totals)
 
 
-def _log_softmax_probs_block(a, out, probs, axis) -> None:
+def _log_softmax_exps_block(a, out, exps, axis) -> np.ndarray:
+    """Writes log_softmax into ``out`` and ``exp(a - max)`` into ``exps``; returns the sums."""
     np.subtract(a, a.max(axis=axis, keepdims=True), out=out)
-    np.exp(out, out=probs)
-    total = float_sum(probs, (axis,), out.dtype.type, True)
+    np.exp(out, out=exps)
+    total = float_sum(exps, (axis,), out.dtype.type, True)
     out -= np.log(total)  # the kernel's formula: the same bits as ``_softmax_block``
-    probs /= total
+    return total
 
 
 @log_softmax.register_recording_kernel
@@ -290,8 +297,8 @@ def _log_softmax_recording_kernel(x, dim, dtype):
     a = x._data
     if x.ndim == 0 or a.size == 0 or (a.dtype != _F32 and a.dtype != _F64):
         return wrap(_np_softmax(compute_array(x), d, True), x._dtype), None
-    out, probs = _log_softmax_with_probs(a, d)
-    return wrap(out, x._dtype), probs
+    out, saved = _log_softmax_with_exps(a, d)
+    return wrap(out, x._dtype), saved
 
 
 softmax.register_meta(_softmax_meta)
@@ -334,41 +341,45 @@ def _numpy_softmax_grad(block, y: Tensor, g: Tensor, d: int) -> Tensor:
     return wrap(out, y._dtype)
 
 
-def _log_softmax_grad_from_probs(probs: np.ndarray, g: Tensor, d: int, dtype) -> Tensor:
-    """``g - softmax * sum(g)`` with the softmax the recording kernel kept (no ``exp`` pass)."""
+def _log_softmax_grad_from_exps(saved: tuple, g: Tensor, d: int, dtype) -> Tensor:
+    """``g - softmax * sum(g)`` from the recording kernel's (exps, totals): no ``exp`` pass,
+    and the softmax's division folded into the per-row factor ``sum(g) / total``."""
+    exps, totals = saved
     ga = g._data
-    if ga.shape != probs.shape:
-        ga = np.broadcast_to(ga, probs.shape)
-    out = new_like(probs)
-    n = probs.shape[-1]
-    if d == probs.ndim - 1 and worth_blocking(probs) and ga.flags.c_contiguous:
-        pr, gr, o = probs.reshape(-1, n), ga.reshape(-1, n), out.reshape(-1, n)
-        for s, e in row_blocks(pr.shape[0], n, probs.itemsize):
-            _log_softmax_probs_grad_block(o[s:e], gr[s:e], pr[s:e], 1)
+    if ga.shape != exps.shape:
+        ga = np.broadcast_to(ga, exps.shape)
+    out = new_like(exps)
+    n = exps.shape[-1]
+    if d == exps.ndim - 1 and worth_blocking(exps) and ga.flags.c_contiguous:
+        ex, gr, o = exps.reshape(-1, n), ga.reshape(-1, n), out.reshape(-1, n)
+        tr = totals.reshape(-1, 1)
+        for s, e in row_blocks(ex.shape[0], n, exps.itemsize):
+            _log_softmax_exps_grad_block(o[s:e], gr[s:e], ex[s:e], tr[s:e], 1)
     else:
-        _log_softmax_probs_grad_block(out, ga, probs, d)
+        _log_softmax_exps_grad_block(out, ga, exps, totals, d)
     return wrap(out, dtype)
 
 
-def _log_softmax_probs_grad_block(o, g, probs, axis):
-    """o = g - probs * sum(g)"""
+def _log_softmax_exps_grad_block(o, g, exps, totals, axis):
+    """o = g - exps * (sum(g) / totals)"""
     s = float_sum(g, (axis,), o.dtype.type, True)
-    np.multiply(probs, s, out=o)
+    s /= totals
+    np.multiply(exps, s, out=o)
     np.subtract(g, o, out=o)
 
 
 def _softmax_family_grad(block, formula):
     """The derivative of softmax or log_softmax from the saved output ``y``: ``block`` in numpy
-    where it can run (from the softmax a recording kernel kept, where it did), else
+    where it can run (from the exponentials a recording kernel kept, where it did), else
     ``formula(y, g, d)`` in tensor ops (half precision upcast)."""
 
     def grad(c, g):
         y = c.out
         d = wrap_dim(c.args[1], y.ndim)
         if numpy_derivative_ok(y, g) and y._data.dtype == g._data.dtype:
-            probs = c.kernel_saved
-            if probs is not None:
-                return (_log_softmax_grad_from_probs(probs, g, d, y._dtype),)
+            saved = c.kernel_saved
+            if saved is not None:
+                return (_log_softmax_grad_from_exps(saved, g, d, y._dtype),)
             return (_numpy_softmax_grad(block, y, g, d),)
         y, g = upcast_half(y), upcast_half(g)
         return (formula(y, g, d),)
