@@ -132,8 +132,8 @@ def test_a_recurrent_layers_step_products_follow_the_policy_and_restore_the_coun
     threads, monkeypatch
 ):
     """The fused LSTM layer enters the policy once for its loop (``blas.products``): each of its
-    20x64 by 64x256 step products, forward and backward, still runs at one thread, and the
-    count is back afterwards."""
+    step products (hidden-major: 256x64 by 64x20 forward, 64x256 by 256x20 backward) still runs
+    at one thread, and the count is back afterwards."""
     kiln.set_num_threads(2)
     before = _count()
     lstm = kiln.nn.LSTM(64, 64)
@@ -148,7 +148,7 @@ def test_a_recurrent_layers_step_products_follow_the_policy_and_restore_the_coun
     monkeypatch.setattr(np, "matmul", spy)
     lstm(x)[0].sum().backward()
     monkeypatch.undo()
-    steps = [n for a, b, n in seen if a == (20, 64) and b == (64, 256)]
-    steps_back = [n for a, b, n in seen if a == (20, 256) and b == (256, 64)]
+    steps = [n for a, b, n in seen if a == (256, 64) and b == (64, 20)]
+    steps_back = [n for a, b, n in seen if a == (64, 256) and b == (256, 20)]
     assert steps == [1] * 6 and steps_back == [1] * 6
     assert _count() == before and BLAS.depth == 0
