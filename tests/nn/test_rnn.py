@@ -577,6 +577,32 @@ def test_lstm_layer_edge_shapes_match_torch_and_keep_the_given_gradients(batch, 
 
 
 @pytest.mark.parametrize("mode", ["rnn_tanh", "lstm", "gru"])
+def test_layer_workspace_is_bytes_that_backward_never_gets_a_gradient_for(mode, monkeypatch):
+    """The workspace is a uint8 tensor (PyTorch's cuDNN reserve space is one): the engine makes
+    no zero gradient for it, so a backward through the layer fills no workspace-sized zeros."""
+    cls, kwargs = MODES[mode]
+    k_mod, t_mod = _twins(cls, "float32", INPUT, HIDDEN, **kwargs)
+    kx, tx = _both(np.random.default_rng(8).standard_normal((STEPS, BATCH, INPUT)).astype("f4"))
+    k_out = k_mod(kx)
+    node = k_out[0].grad_fn
+    assert node.op.name == "_rnn_layer"
+    assert node.out_meta[3][1] == kiln.uint8
+    shapes = []
+    real = kiln.zeros
+
+    def spy(*size, **options):
+        shapes.append(tuple(size[0]) if len(size) == 1 else size)
+        return real(*size, **options)
+
+    monkeypatch.setattr(kiln.ops.creation.api, "zeros", spy)
+    k_out[0].sum().backward()
+    monkeypatch.undo()
+    assert all(len(s) < 3 for s in shapes), shapes
+    t_mod(tx)[0].sum().backward()
+    assert_close(kx.grad, tx.grad, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("mode", ["rnn_tanh", "lstm", "gru"])
 def test_double_backward_through_a_layer_matches_torch(mode):
     cls, kwargs = MODES[mode]
     k_mod, t_mod = _twins(cls, "float64", INPUT, HIDDEN, **kwargs)

@@ -127,7 +127,8 @@ def _rnn_layer(
 _rnn_layer.doc = (
     "Every time step of one recurrent layer and direction over the input projections ``gates`` "
     "(T, B, G*H): (output (T, B, H), final h, final c (empty unless LSTM), workspace). The "
-    "workspace feeds the backward kernel and is not differentiable."
+    "workspace feeds the backward kernel: a uint8 tensor of the float data's bytes (as "
+    "PyTorch's cuDNN reserve space is), so it is not differentiable."
 )
 
 
@@ -246,7 +247,9 @@ def _rnn_layer_kernel(mode, gates, hx, cx, w_hh, b_hh, reverse):
         c_n = np.empty((0,), gx.dtype)
     h_n = h.copy() if steps else hx._data.copy()
     d = gates._dtype
-    return wrap(out, d), wrap(h_n, d), wrap(c_n, d), wrap(ws, d)
+    # bytes, not floats: backward would otherwise materialise a zero gradient for it (two
+    # 1 MB fills per LSTM language-model step) that the derivative never reads
+    return wrap(out, d), wrap(h_n, d), wrap(c_n, d), wrap(ws.view(np.uint8), dt.uint8)
 
 
 @_rnn_layer.register_meta
@@ -258,7 +261,7 @@ def _rnn_layer_meta(mode, gates, hx, cx, w_hh, b_hh, reverse):
         fake((steps, batch, hidden), d, gates),
         fake((batch, hidden), d, gates),
         fake((batch, hidden) if mode == "LSTM" else (0,), d, gates),
-        fake((steps, batch, _WORKSPACE[mode] * hidden), d, gates),
+        fake((steps, batch, _WORKSPACE[mode] * hidden * d.itemsize), dt.uint8, gates),
     )
 
 
@@ -360,7 +363,7 @@ def _rnn_layer_backward_kernel(
 ):
     go = grad_output._data
     out = output._data
-    ws = workspace._data
+    ws = workspace._data.view(out.dtype)  # the forward's floats, kept as bytes
     w = w_hh._data
     steps, batch, hidden = out.shape
     H = hidden
