@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ..autograd.grad_mode import set_grad_enabled_node
 from ..ops.core.registry import Op
 from ..runtime.memory_format import is_non_overlapping_and_dense
-from ..runtime.symbolic import SymInt, statically_known_true
+from ..runtime.symbolic import SymInt, size_or_one, statically_known_true
 from ..runtime.tensor import Tensor
 from .ir import Buffer, GraphContext, InputBuffer, Layout, TensorBox
 from .lowering import CURRENT, LOWERINGS, fallback
@@ -244,9 +244,29 @@ def _output_layout(meta) -> Layout | None:
     if not isinstance(meta, Tensor) or statically_known_true("<=", meta.numel(), 1):
         return None
     shape, stride = tuple(meta.shape), tuple(meta.stride())
+    if _known_contiguous(shape, stride):
+        return None
     if meta.is_contiguous() or not is_non_overlapping_and_dense(shape, stride):
         return None
     return Layout(shape, stride, meta.dtype, 0, meta.device.type)
+
+
+def _known_contiguous(shape, stride) -> bool:
+    """Contiguous for every size (symbolic strides are the sizes' products, as tensors make
+    them): asked without deciding whether a symbolic size is 0 or 1, which ``is_contiguous``
+    must and a compile for every size cannot. A stride may be the plain product of the sizes
+    after it (a view's) or count an empty dim as 1 (a new tensor's): the two differ only for
+    an empty tensor, which any strides describe."""
+    expected = plain = 1
+    for size, st in zip(reversed(shape), reversed(stride)):
+        if not (
+            statically_known_true("==", st, expected)
+            or statically_known_true("==", st, plain)
+            or statically_known_true("==", size, 1)
+        ):
+            return False
+        expected, plain = expected * size_or_one(size), plain * size
+    return True
 
 
 def _layout_of(t: Tensor) -> Layout:

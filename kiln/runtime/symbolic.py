@@ -35,6 +35,9 @@ from dataclasses import dataclass
 from .sym_expr import (
     INF,
     Expr,
+    FloorDiv,
+    Max,
+    Min,
     Symbol,
     as_expr,
     const,
@@ -354,12 +357,16 @@ class ShapeEnv:
         self._narrow(guard)
 
     def _narrow(self, guard: SymGuard) -> None:
-        """Tighten a symbol's range from a guard ``±s + c op 0`` (the guard keeps it true)."""
+        """Tighten a symbol's range from a guard ``±s + c op 0`` (the guard keeps it true), or
+        a lower bound from ``f(s) >= c`` with ``f`` non-decreasing (a pooled size
+        ``((s + 1) // 2) // 2 >= 1``, which a size check records, gives ``s >= 3``)."""
         diff = guard.lhs - guard.rhs
         if len(diff.terms) != 1:
+            self._narrow_monotone(guard.op, diff)
             return
         ((m, c),) = diff.terms.items()
         if len(m) != 1 or type(m[0]) is not Symbol or c not in (1, -1):
+            self._narrow_monotone(guard.op, diff)
             return
         s, k = m[0], diff.const
         op = guard.op
@@ -385,6 +392,30 @@ class ShapeEnv:
             s.lower = max(s.lower, value + 1)
         elif op == ">=":
             s.lower = max(s.lower, value)
+
+    def _narrow_monotone(self, op: str, diff: Expr) -> None:
+        """``diff op 0`` for ``diff`` non-decreasing in its one backed symbol ``s``: the least
+        value of ``s`` from its lower bound up to its hint (where the guard holds) that keeps
+        it true is a new lower bound (a binary search: ``diff`` is monotone)."""
+        if op not in (">=", ">"):
+            return
+        symbols = diff.symbols()
+        if len(symbols) != 1:
+            return
+        (s,) = symbols
+        if s.unbacked or s.hint is None or s.lower == -INF or not _non_decreasing(diff):
+            return
+        holds = _OPS[op]
+        lo, hi = s.lower, s.hint
+        if not holds(diff.evaluate({s: hi}), 0):
+            return
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if holds(diff.evaluate({s: mid}), 0):
+                hi = mid
+            else:
+                lo = mid + 1
+        s.lower = max(s.lower, lo)
 
     def deferring(self):
         """``with env.deferring() as guards:`` the guards recorded inside are collected in
@@ -975,12 +1006,52 @@ def _decide_remembered(env: ShapeEnv, op: str, lhs: Expr, rhs: Expr) -> bool | N
     bounds."""
     memo = env._decisions
     if memo is None:
-        return _decide_exprs(op, lhs, rhs)
+        return _decide_fresh(op, lhs, rhs)
     key = (op, lhs, rhs)
     result = memo.get(key, _UNDECIDED)
     if result is _UNDECIDED:
-        result = memo[key] = _decide_exprs(op, lhs, rhs)
+        result = memo[key] = _decide_fresh(op, lhs, rhs)
     return result
+
+
+def _non_decreasing(e: Expr) -> bool:
+    """Whether ``e`` provably never decreases as any of its symbols grows within their ranges:
+    positive coefficients on products of non-negative, non-decreasing atoms (symbols, floor
+    divisions by positive constants, maxima and minima of such)."""
+    for monomial, c in e.terms.items():
+        if c < 0 or not all(_rising_atom(atom) for atom in monomial):
+            return False
+    return True
+
+
+def _rising_atom(atom) -> bool:
+    if atom.bounds()[0] < 0:
+        return False
+    if atom.__class__ is Symbol:
+        return True
+    if atom.__class__ is FloorDiv:
+        return atom.b.is_const and atom.b.const > 0 and _non_decreasing(atom.a)
+    if atom.__class__ in (Max, Min):
+        return _non_decreasing(atom.a) and _non_decreasing(atom.b)
+    return False
+
+
+def _decide_fresh(op: str, lhs: Expr, rhs: Expr) -> bool | None:
+    """``_decide_exprs``, asked again of the expressions rebuilt under the symbols' present
+    ranges when that leaves it open: one built before a range narrowed (``max(1, s // 2)``
+    made while ``s`` could be 1, asked in a kernel scope where every symbol is at least 2)
+    may simplify now."""
+    result = _decide_exprs(op, lhs, rhs)
+    if result is None and (_compound(lhs) or _compound(rhs)):
+        fresh_lhs, fresh_rhs = lhs.subs({}), rhs.subs({})
+        if fresh_lhs != lhs or fresh_rhs != rhs:
+            result = _decide_exprs(op, fresh_lhs, fresh_rhs)
+    return result
+
+
+def _compound(e: Expr) -> bool:
+    """Whether ``e`` holds an atom other than a plain symbol (``max``, ``//``, ``%``)."""
+    return any(atom.__class__ is not Symbol for monomial in e.terms for atom in monomial)
 
 
 def expect_true(op: str, a, b, message: str) -> bool:

@@ -291,17 +291,32 @@ def test_package_kernels_serve_every_size(tmp_path):
 
 
 def test_package_refuses_a_program_without_kernels_for_every_size(tmp_path):
-    """``flip`` needs the size's value to build its index: no package rather than one that
-    serves the example's size only (ep.module() still runs every size)."""
+    """``erfinv`` has no LLVM kernel (its step runs through numpy): no package rather than one
+    that serves the example's size only (ep.module() still runs every size)."""
+
+    def fn(x):
+        return kiln.special.erfinv(x.tanh()) * 2
+
+    ep = export(fn, (kiln.randn(6, 3),), dynamic_shapes=({0: Dim("n", max=64)},))
+    with pytest.raises(NotImplementedError, match=r"kernels for every size of s0 \(n\)"):
+        aot_compile(ep, tmp_path / "erfinv.kpkg")
+    x = kiln.randn(9, 3)
+    assert_close(ep.module()(x), fn(x))
+
+
+def test_package_of_a_flip_serves_every_size(tmp_path):
+    """``flip`` reads its input at ``size - 1 - i``: the index is an expression of the size
+    symbol, so the package's kernels serve every length (it was refused before)."""
 
     def fn(x):
         return x.flip(0) * 2
 
     ep = export(fn, (kiln.randn(6, 3),), dynamic_shapes=({0: Dim("n", max=64)},))
-    with pytest.raises(NotImplementedError, match=r"kernels for every size of s0 \(n\)"):
-        aot_compile(ep, tmp_path / "flip.kpkg")
-    x = kiln.randn(9, 3)
-    assert_close(ep.module()(x), fn(x))
+    aot_compile(ep, tmp_path / "flip.kpkg")
+    package = load_package(tmp_path / "flip.kpkg")
+    for n in (2, 7, 64):
+        x = kiln.randn(n, 3)
+        assert_close(package(x), fn(x))
 
 
 _FRESH = """

@@ -628,3 +628,66 @@ def test_gradients_dividing_by_a_size_compile_once_for_every_size(stats):
     assert counter.frame_count == 1
     assert stats.symbolic_compiles == 2 and stats.symbolic_refused == 0
     assert stats.static_compiles == stats.eager_first_calls == stats.fallback_calls == 0
+
+
+def _cnn_block(lib, stride: int):
+    """A ResNet-style stem: strided convolution, batch norm in training mode, ReLU, max
+    pooling, flatten and a linear head (its derived sizes are floor divisions of the input's)."""
+    lib.manual_seed(0)
+    return lib.nn.Sequential(
+        lib.nn.Conv2d(3, 4, 3, stride=stride, padding=1, bias=False),
+        lib.nn.BatchNorm2d(4),
+        lib.nn.ReLU(),
+        lib.nn.MaxPool2d(2),
+        lib.nn.Flatten(),
+    )
+
+
+@needs_torch
+@pytest.mark.parametrize("stride", [1, 2])
+def test_convolution_blocks_with_pooled_sizes_compile_once_for_every_size(stats, stride):
+    """Pooling after a strided convolution leaves sizes like ``((s + 1) // 2) // 2``: a size
+    check at capture (the pooled size is at least 1) bounds ``s`` from below, and sizes built
+    before a bound narrowed are simplified again when asked, so one forward and one backward
+    graph serve every batch and image size (they used to be compiled per size)."""
+    model, reference = _cnn_block(kiln, stride), _cnn_block(torch, stride)
+    reference.load_state_dict({k: torch.tensor(v.numpy()) for k, v in model.state_dict().items()})
+    compiled = kiln.compile(model, dynamic=True)
+    for n, side in [(2, 8), (3, 12), (5, 8), (2, 16)]:
+        data = np.random.default_rng(n * side).standard_normal((n, 3, side, side))
+        x = kiln.tensor(data.astype(np.float32), requires_grad=True)
+        tx = torch.tensor(data.astype(np.float32), requires_grad=True)
+        got, theirs = compiled(x), reference(tx)
+        np.testing.assert_allclose(got.detach().numpy(), theirs.detach().numpy(), 1e-4, 1e-5)
+        (got * got).sum().backward()
+        (theirs * theirs).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), 1e-4, 1e-5)
+        weight = model[0].weight
+        np.testing.assert_allclose(
+            weight.grad.numpy(), reference[0].weight.grad.numpy(), 1e-3, 1e-4
+        )
+        weight.grad = None
+        reference[0].weight.grad = None
+    assert stats.symbolic_compiles == 2 and stats.symbolic_refused == 0
+    assert stats.static_compiles == 0
+
+
+def _flip_and_pool(lib, x):
+    """``flip`` (an ``arange`` from a size down) and a max pooling whose window index tensors
+    broadcast against a pooled size that is 1 only for some input sizes."""
+    pooled = lib.nn.functional.max_pool1d(x[None], 2)[0]
+    return x.flip(0) * 2, pooled.flip(-1)
+
+
+@needs_torch
+def test_flips_and_pooling_windows_compile_once_for_every_size(stats):
+    compiled = kiln.compile(lambda x: _flip_and_pool(kiln, x), dynamic=True)
+    with kiln.no_grad():
+        for n, width in [(3, 6), (5, 9), (9, 4), (4, 3)]:
+            data = _inputs(n, width)
+            got = compiled(kiln.tensor(data))
+            theirs = _flip_and_pool(torch, torch.tensor(data))
+            for g, t in zip(got, theirs):
+                np.testing.assert_allclose(g.numpy(), t.numpy(), 1e-6)
+    assert stats.symbolic_compiles == 1 and stats.symbolic_refused == 0
+    assert stats.static_compiles == 0

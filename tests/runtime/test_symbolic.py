@@ -211,6 +211,25 @@ def test_guards_on_a_multiple_are_reduced():
     assert env.symbols[0].lower == 2  # the guard narrowed the range
 
 
+def test_a_guard_on_a_rising_expression_of_one_size_bounds_it_from_below():
+    """A pooled size ``((s + 1) // 2) // 2 >= 1`` (a size check records it) holds from s = 3
+    up: the range says so afterwards, and sizes built before are simplified when asked."""
+    env, (s0, s1) = _env_with(13, 7)
+    pooled = ((s0 + 1) // 2) // 2
+    stride = kiln.runtime.symbolic.size_or_one(pooled)  # made while s0 could still be 1
+    assert pooled >= 1
+    assert env.symbols[0].lower == 3
+    assert statically_known_true("==", stride, pooled)
+    assert s1 * 2 - s0 >= 0  # two symbols: no range changes
+    assert env.symbols[0].lower == 3 and env.symbols[1].lower == 1
+    assert (s0 % 4) >= 1  # not monotone: no range changes
+    assert env.symbols[0].lower == 3
+    # every value the new bound admits satisfies the guard, the one below it does not
+    guard = env.guards[0]
+    assert guard.text() == "(((s0 + 1) // 2) // 2) >= 1"
+    assert not guard.holds({env.symbols[0]: 2}) and guard.holds({env.symbols[0]: 3})
+
+
 def test_printing_a_symbolic_size_records_no_guard():
     env, (s0, s1) = _env_with(6, 4)
     assert repr(s0 * s1 + 1) == "s0*s1 + 1"

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from ...ops.core.registry import OPS
 from ...runtime import dtypes as dt
+from ...runtime.symbolic import SymInt
 from ...runtime.tensor import Tensor
 from .. import sym
 from ..ir import Layout, TensorBox
 from ..virtualized import ops
-from .framework import LOWERINGS, _ctx, compute_dtype, register_lowering
+from .framework import LOWERINGS, _ctx, register_lowering
 
 
 @register_lowering("full")
@@ -34,25 +35,36 @@ def _arange(out_meta, start, end, step=1, dtype=None, device=None):
     start_v = start.item() if isinstance(start, Tensor) else start
     step_v = step.item() if isinstance(step, Tensor) else step
     if d.is_floating_point:
-        c = compute_dtype(d)
 
         def loader(index):
             i = ops.index_expr(index[0], dt.float64)
-            v = ops.add(
-                ops.mul(i, ops.constant(float(step_v), dt.float64)),
-                ops.constant(float(start_v), dt.float64),
-            )
+            v = ops.add(ops.mul(i, _float_bound(step_v)), _float_bound(start_v))
             return ops.to_dtype(v, d) if d is not dt.float64 else v
 
-        del c
         return TensorBox(tuple(out_meta.shape), d, loader, None)
-    if not (float(start_v).is_integer() and float(step_v).is_integer()):
+    # a start or step that is a size (``flip``'s ``arange(s0 - 1, -1, -1)``) stays an expression
+    start_e, step_e = (_int_bound(v) for v in (start_v, step_v))
+    if start_e is None or step_e is None:
         raise NotImplementedError("integer arange with fractional bounds uses the fallback")
 
     def int_loader(index):
-        return ops.index_expr(sym.as_expr(index[0]) * int(step_v) + int(start_v), d)
+        return ops.index_expr(sym.as_expr(index[0]) * step_e + start_e, d)
 
     return TensorBox(tuple(out_meta.shape), d, int_loader, None)
+
+
+def _float_bound(value):
+    """A floating ``arange`` bound as a float64 value in the loop body."""
+    if isinstance(value, SymInt):
+        return ops.index_expr(sym.as_expr(value), dt.float64)
+    return ops.constant(float(value), dt.float64)
+
+
+def _int_bound(value):
+    """An integer ``arange`` bound as an index expression, None for a fractional one."""
+    if isinstance(value, SymInt):
+        return sym.as_expr(value)
+    return int(value) if float(value).is_integer() else None
 
 
 def _philox(which):

@@ -49,6 +49,8 @@ def _index(out_meta, x, indices):
     inner = x.loader
     loaders = {i: indices[i].loader for i in positions}
     shapes = {i: tuple(indices[i].shape) for i in positions}
+    start = positions[0] if adjacent and positions else 0
+    broadcast_shape = tuple(out_meta.shape)[start : start + nb]
 
     def loader(out_index):
         out_index = list(out_index)
@@ -66,7 +68,10 @@ def _index(out_meta, x, indices):
             if d in loaders:
                 s = shapes[d]
                 lead = nb - len(s)
-                sub = [sym.ZERO if sz == 1 else bidx[lead + k] for k, sz in enumerate(s)]
+                sub = [
+                    sym.ZERO if sym.broadcasts(sz, broadcast_shape[lead + k]) else bidx[lead + k]
+                    for k, sz in enumerate(s)
+                ]
                 target[d] = ops.indirect_indexing(loaders[d](sub), x.shape[d])
             else:
                 target[d] = next(rest_iter)

@@ -202,7 +202,9 @@ def _view(out_meta, x, size):
     out_strides = _contiguous_strides(out_shape)
 
     def index_map(index):
-        if 0 in in_shape or 0 in out_shape:  # nothing is ever loaded
+        # nothing is ever loaded from an empty tensor (a symbolic size that is 0 only for some
+        # values leaves the loops empty then, so the general form below serves it too)
+        if any(sym.known("==", s, 0) for s in (*in_shape, *out_shape)):
             return [sym.ZERO] * len(in_shape)
         # a dim of size 1 adds nothing and reads index 0; one that is 1 only for some sizes
         # ((s + 1) // 2) takes the general form, which is also right when it is 1
@@ -218,7 +220,8 @@ def _view(out_meta, x, size):
     def strided(layout):
         from ...ops.shape.views import view_strides
 
-        st = view_strides(layout.shape, layout.stride, out_shape)
+        # a view only where it serves every size (else the loads index through the reshape)
+        st = view_strides(layout.shape, layout.stride, out_shape, guard=False)
         return None if st is None else Layout(out_shape, tuple(st), layout.dtype, layout.offset)
 
     box = _view_box(x, out_shape, index_map, strided)

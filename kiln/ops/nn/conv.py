@@ -19,6 +19,7 @@ import numpy as np
 
 from ...runtime import dtypes as dt
 from ...runtime.storage import empty_array
+from ...runtime.symbolic import SymInt, sym_max
 from ..core.common import Tensor, compute_np_dtype, fake, wrap
 from ..core.registry import OPS, defop
 from ..creation.api import tensor
@@ -306,12 +307,19 @@ def _pool_geometry(name, x, kernel, stride, padding, dilation, ceil_mode) -> lis
     return out
 
 
-def _pool_pads(x_spatial, out, kernel, stride, padding, dilation) -> list:
+def _pool_pads(x_spatial, out, kernel, stride, padding, dilation, ceil_mode) -> list:
     """(before, after) padding that lets every window, including ceil-mode ones, be read."""
     pads = []
     for i, size in enumerate(x_spatial):
         needed = (out[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1
-        pads.append((padding[i], max(needed - size - padding[i], 0)))
+        extra = needed - size - padding[i]
+        if extra.__class__ is SymInt:
+            # without ceil mode the last window ends within ``padding`` of the input (extra <=
+            # padding): padding by that much serves every size without asking which one it is
+            after = padding[i] if not ceil_mode else sym_max(extra, 0)
+        else:
+            after = max(extra, 0)
+        pads.append((padding[i], after))
     return pads
 
 
@@ -347,7 +355,7 @@ def _max_pool_kernel(x, kernel, stride, padding, dilation, ceil_mode):
     out = _pool_geometry("max_pool", x, kernel, stride, padding, dilation, ceil_mode)
     k = len(kernel)
     spatial = _spatial(x)
-    pads = _pool_pads(spatial, out, kernel, stride, padding, dilation)
+    pads = _pool_pads(spatial, out, kernel, stride, padding, dilation, ceil_mode)
     a = x._data
     if any(p != (0, 0) for p in pads):
         a = np.pad(a, [(0, 0), (0, 0)] + pads, constant_values=-np.inf)
@@ -456,7 +464,7 @@ def _max_pool_decomp(x, kernel, stride, padding, dilation, ceil_mode):
     out = _pool_geometry("max_pool", x, kernel, stride, padding, dilation, ceil_mode)
     k = len(kernel)
     spatial = _spatial(x)
-    pads = _pool_pads(spatial, out, kernel, stride, padding, dilation)
+    pads = _pool_pads(spatial, out, kernel, stride, padding, dilation, ceil_mode)
     xp = OPS["constant_pad_nd"](x, [p for pair in reversed(pads) for p in pair], float("-inf"))
     contiguous = xp.stride()
     size = list(xp.shape[:2]) + out + list(kernel)
@@ -525,7 +533,7 @@ def _avg_setup(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor
     dilation = [1] * len(kernel)
     out = _pool_geometry("avg_pool", x, kernel, stride, padding, dilation, ceil_mode)
     spatial = _spatial(x)
-    pads = _pool_pads(spatial, out, kernel, stride, padding, dilation)
+    pads = _pool_pads(spatial, out, kernel, stride, padding, dilation, ceil_mode)
     div = _avg_divisor(spatial, out, kernel, stride, padding, count_include_pad, divisor_override)
     return out, pads, div
 

@@ -71,13 +71,15 @@ def infer_size(shape, numel: int) -> tuple:
     return tuple(shape)
 
 
-def view_strides(old_shape, old_stride, new_shape):
+def view_strides(old_shape, old_stride, new_shape, guard: bool = True):
     """Strides for viewing ``old`` as ``new_shape`` without a copy, or None (PyTorch's
     computeStride). Symbolic sizes are first taken size-obliviously (not 1): a view found so is
-    valid for every size; only when none is found are the sizes compared with 1 (guarded)."""
+    valid for every size; only when none is found are the sizes compared with 1 (guarded).
+    ``guard=False`` stops there: a compiler that can also copy asks only for a view that serves
+    every size, and a comparison it cannot decide must not stop it."""
     if has_symbols(old_shape) or has_symbols(new_shape) or has_symbols(old_stride):
         strides = _view_strides(old_shape, old_stride, new_shape, True)
-        if strides is not None:
+        if strides is not None or not guard:
             return strides
     return _view_strides(old_shape, old_stride, new_shape, False)
 
@@ -145,7 +147,9 @@ def _view_strides(old_shape, old_stride, new_shape, oblivious: bool):
     numel = 1
     for s in old_shape:
         numel *= s
-    if numel == 0:
+    # an empty tensor views as anything; size-obliviously a symbolic size is not 0 (the strides
+    # found for the general case serve an empty tensor as well: nothing is ever read)
+    if statically_known_true("==", numel, 0) if oblivious else numel == 0:
         return contiguous_strides(new_shape)
     if not old_shape:  # a 0-d tensor views as any all-ones shape
         return (1,) * len(new_shape)
