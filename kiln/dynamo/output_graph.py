@@ -375,8 +375,9 @@ class OutputGraph:
         attrs = {k: v for k, v in self.mode.attributes.items() if k in used}
         gm = GraphModule(attrs, self.graph, class_name=f"GraphModule_{self.name}")
         example_inputs = [t for _, t in self.inputs]
-        klog.log("graph", f"captured graph for {self.name}:\n{gm.code}")
-        klog.dump(f"{self.name}_graph", "py", gm.code)
+        if klog.enabled("graph") or klog.debug_dir():  # the source is written only if read
+            klog.log("graph", f"captured graph for {self.name}:\n{gm.code}")
+            klog.dump(f"{self.name}_graph", "py", gm.code)
         compile_graph = self.ctx.compile_graph
         if enables_grad:
             compile_graph = functools.partial(_with_grad_enabled, compile_graph)

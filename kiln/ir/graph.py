@@ -44,9 +44,12 @@ class _Namespace:
         self._next_suffix: dict[str, int] = {}
 
     def create_name(self, candidate: str) -> str:
-        name = re.sub(r"\W", "_", candidate) or "_unnamed"
-        if name[0].isdigit():
-            name = "_" + name
+        if candidate.isidentifier():  # most names: nothing to replace (skips the regex)
+            name = candidate
+        else:
+            name = re.sub(r"\W", "_", candidate) or "_unnamed"
+            if name[0].isdigit():
+                name = "_" + name
         if name not in self._used and name not in _RESERVED:
             self._used.add(name)
             return name

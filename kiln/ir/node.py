@@ -46,9 +46,20 @@ def has_side_effect(target) -> bool:
 
 def map_aggregate(a: Any, fn: Callable[[Any], Any]) -> Any:
     """Apply ``fn`` to every leaf of nested tuples (named too), lists, dicts and slices."""
+    # exact types first: this runs for every argument of every node a compile makes or loads,
+    # and most values are leaves or plain tuples
+    kind = type(a)
+    if kind in _LEAF_TYPES:
+        return fn(a)
+    if kind is tuple:
+        return tuple([map_aggregate(x, fn) for x in a])
+    if kind is list:
+        return [map_aggregate(x, fn) for x in a]
+    if kind is dict:
+        return {k: map_aggregate(v, fn) for k, v in a.items()}
     if isinstance(a, tuple):
         mapped = [map_aggregate(x, fn) for x in a]
-        return type(a)(*mapped) if hasattr(a, "_fields") else tuple(mapped)
+        return kind(*mapped) if hasattr(a, "_fields") else tuple(mapped)
     if isinstance(a, list):
         return [map_aggregate(x, fn) for x in a]
     if isinstance(a, dict):
@@ -93,6 +104,10 @@ def _format_arg(a: Any) -> str:
     if isinstance(a, dict):
         return "{" + ", ".join(f"{k!r}: {_format_arg(v)}" for k, v in a.items()) + "}"
     return repr(a)
+
+
+# leaves ``map_aggregate`` hands to ``fn`` without further checks (``Node`` added below)
+_LEAF_TYPES: set = {int, float, bool, str, type(None)}
 
 
 class Node:
@@ -254,3 +269,6 @@ class Node:
 
     def __repr__(self) -> str:
         return self.name
+
+
+_LEAF_TYPES.add(Node)

@@ -209,3 +209,26 @@ def test_compiling_the_same_function_twice_shares_the_cache():
     for _ in range(3):
         kiln.compile(scale, backend=counter)(x)
     assert counter.frame_count == 1
+
+
+def test_identity_and_key_guards_describe_tensors_and_modules_briefly():
+    # a parameter's repr formats its values, a model's walks its submodules: guard texts
+    # (logs, recompile reasons) name them by type and shape instead
+    lin = kiln.nn.Linear(3, 2)
+    table = {lin.weight: 2.0}
+
+    def f(x):
+        return lin(x) * table[lin.weight]
+
+    fn, counter = compiled_with_counter(f)
+    x = t(4, 3)
+    assert_same(fn(x), f(x))
+    texts = "\n".join(g.text for g in fn._kiln_cache.guards[0].guards)
+    param = "Parameter(shape=(2, 3), dtype=kiln.float32)"
+    assert " is Linear(in_features=3, out_features=2, bias=True)\n" in texts
+    assert f".weight is {param}\n" in texts
+    assert f" == [{param}]\n" in texts
+    assert "tensor([" not in texts
+    table[lin.bias] = 3.0  # the key guard still checks the keys
+    assert_same(fn(x), f(x))
+    assert counter.frame_count == 2

@@ -211,3 +211,48 @@ def test_find_nodes_and_output_node():
     assert g.find_nodes(op="call_function", target=OPS["relu"]) == [n["relu"]]
     assert g.output_node is n["out"]
     assert ir.Graph().output_node is None
+
+
+def test_map_arg_reaches_nodes_in_every_container_and_keeps_their_kinds():
+    import collections
+
+    g, n = _chain()
+    pair = collections.namedtuple("pair", "first second")
+
+    class Args(list):
+        pass
+
+    value = (
+        pair(n["x"], [n["y"], slice(n["mul"], 3)]),
+        collections.OrderedDict(a=n["add"], b=(1, None, "s", 2.5, True)),
+        Args([n["relu"]]),
+    )
+    mapped = ir.map_arg(value, lambda node: node.name.upper())
+    assert mapped == (
+        pair("X", ["Y", slice("MUL", 3)]),
+        {"a": "ADD", "b": (1, None, "s", 2.5, True)},
+        ["RELU"],
+    )
+    assert type(mapped[0]) is pair and type(mapped[1]) is dict and type(mapped[2]) is list
+    leaves = []
+    ir.map_aggregate(value, leaves.append)
+    assert leaves == [
+        n["x"],
+        n["y"],
+        n["mul"],
+        3,
+        None,
+        n["add"],
+        1,
+        None,
+        "s",
+        2.5,
+        True,
+        n["relu"],
+    ]
+
+
+def test_node_names_are_made_identifiers():
+    g = ir.Graph()
+    names = [g.placeholder(wish).name for wish in ("x", "x", "1st", "a-b", "", "x_1", "for")]
+    assert names == ["x", "x_1", "_1st", "a_b", "_unnamed", "x_2", "for_1"]

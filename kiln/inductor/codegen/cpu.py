@@ -25,7 +25,7 @@ from ..scheduler import Kernel, ScatterStep, Schedule
 from . import graph_index
 from .cpu_pool import KERNEL_TYPE, RowKernel
 from .llvm import jit as llvm_jit
-from .llvm.kernel import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel
+from .llvm.kernel import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel, release_module
 from .llvm.loop_plan import plan_kernel
 
 __all__ = ["CPUKernels", "bind_kernel"]
@@ -184,12 +184,15 @@ class CPUKernels:
                     emit_kernel(
                         module, _KERNEL, plan, names, dtypes, step.locals, sizes, self.symbols
                     )
+                text = str(module)
             except UnsupportedInLLVM as e:
                 self.numpy_steps[i] = str(e)
                 log.info("inductor: %s runs in numpy: %s", step.name, e)
                 continue
+            finally:
+                release_module(module)
             local = [n.name for n in getattr(step, "nodes", ()) if n.name not in names]
-            text = _canonical_names(str(module), names + local)
+            text = _canonical_names(text, names + local)
             key = llvm_jit.kernel_key(text)
             texts[key] = text
             step_keys[i] = key

@@ -38,7 +38,7 @@ from .values import (
     reduction_identity,
 )
 
-__all__ = ["emit_kernel", "emit_scatter_kernel", "KernelEmitter"]
+__all__ = ["emit_kernel", "emit_scatter_kernel", "KernelEmitter", "release_module"]
 
 # arithmetic on loop variables and sizes never wraps (see ``_no_wrap``)
 _NSW = ("nsw",)
@@ -143,6 +143,12 @@ class KernelEmitter(ColumnEmitter):
             return expr.bounds()
         flat = sym.Var("flat", plan.total)
         return expr.subs({j: flat - sym.as_expr(row) * CHUNK}).bounds()
+
+    def release(self) -> None:
+        """Drop the size reader once the kernel is emitted: it calls back into the emitter (a
+        cycle), which would keep the emitter and every IR value it holds for the cyclic
+        collector instead of reference counting."""
+        self.sizes = None
 
     def _symbols_pointer(self):
         ptr = self._pointers.get(None)
@@ -738,7 +744,32 @@ def emit_kernel(
         module, name, plan, buffer_args, buffer_dtypes, locals_, buffer_sizes, symbols
     )
     emitter.emit()
+    emitter.release()
     return emitter.function
+
+
+def release_module(module: ir.Module) -> None:
+    """Break the reference cycles of an emitted module once its text is taken, so reference
+    counting frees it at once: blocks and their function, instructions and their block, a
+    loop's phi and its update, arguments and their function, functions and the module.
+
+    Left to the cyclic collector, every kernel's IR waits for a full walk: with the collector
+    paused while a frame compiles (``dynamo.config.pause_gc_while_compiling``), the one
+    collection after a cold nanoGPT compile walked ~230k young objects and freed ~130k, most
+    of them IR (0.3-0.4 s). The module is unusable afterwards."""
+    for value in module.globals.values():
+        if isinstance(value, ir.Function):
+            for block in value.blocks:
+                for instruction in block.instructions:
+                    instruction.operands = []
+                    if isinstance(instruction, ir.PhiInstr):
+                        instruction.incomings = []
+                block.instructions = []
+                block.terminator = None
+            value.blocks = []
+            value.args = ()
+            value.return_value = None
+    module.globals.clear()
 
 
 class _ScatterPlan:
@@ -823,4 +854,5 @@ def emit_scatter_kernel(
     emitter.loop(total(data.base_ranges), init_body, "init")
     emitter.loop(total(data.ranges), scatter_body, "scatter")
     b.ret_void()
+    emitter.release()
     return emitter.function
