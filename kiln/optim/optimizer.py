@@ -19,6 +19,7 @@ from itertools import chain
 from typing import Any
 
 from ..autograd.grad_mode import enable_grad, set_grad_enabled
+from ..autograd.gradients import zero_grads
 from ..ops.creation import api
 from ..runtime import dtypes as dt
 from ..runtime.compiling import is_compiling
@@ -221,19 +222,7 @@ class Optimizer:
 
     # ------------------------------------------------------------------ grads and steps
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for group in self.param_groups:
-            for p in group["params"]:
-                grad = p.grad
-                if grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    if grad.grad_fn is not None:
-                        grad.detach_()
-                    else:
-                        grad.requires_grad_(False)
-                    grad.zero_()
+        zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     def step(self, closure: Callable[[], float] | None = None):
         """One optimization step: re-evaluate the loss with ``closure`` (if given), then update

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 from ...autograd.grad_mode import no_grad
+from ...autograd.gradients import zero_grads
 from ...ops.creation import api
 from ...runtime import dtypes as dt
 from ...runtime.device import as_device
@@ -354,18 +355,7 @@ class Module(StateDictMixin):
         return self
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for p in self.parameters():
-            grad = p.grad
-            if grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                if grad.grad_fn is not None:
-                    grad.detach_()
-                else:
-                    grad.requires_grad_(False)
-                grad.zero_()
+        zero_grads(self.parameters(), set_to_none)
 
     def apply(self, fn: Callable[[Module], None]) -> Module:
         for module in self.children():
