@@ -112,3 +112,53 @@ def test_half_inputs_match_torch(dtype):
         outs.append([y.float().numpy(), mean.numpy(), var.numpy()])
     for got, want in zip(*outs):
         np.testing.assert_allclose(got, want, 1e-2, 1e-2)
+
+
+def test_backward_reuses_the_forward_statistics(monkeypatch):
+    """The plain backward takes the batch's mean and 1/std from the forward pass: the
+    variance's pass (a per-channel dot product) runs once in the forward and the gradient's
+    own sum of products once in the backward, and the gradients equal PyTorch's."""
+    from kiln.ops.nn import normalization
+
+    calls = []
+    real = normalization._channel_dot
+
+    def counting(*args):
+        calls.append(args[0].shape)
+        return real(*args)
+
+    monkeypatch.setattr(normalization, "_channel_dot", counting)
+    _compare((4, 3, 6, 5), "float32")
+    assert len(calls) == 2
+
+
+def test_retained_graph_backward_twice_matches_torch():
+    x = (np.random.default_rng(5).standard_normal((3, 4, 5, 6)) * 2 - 1).astype("float32")
+    got = {}
+    for lib in (kiln, torch):
+        xt = lib.tensor(x, requires_grad=True)
+        w = lib.tensor(np.linspace(0.5, 1.5, 4).astype("float32"), requires_grad=True)
+        y = lib.nn.functional.batch_norm(xt, None, None, w, None, True)
+        g = lib.tensor(np.cos(np.arange(y.numel())).reshape(x.shape).astype("float32"))
+        y.backward(g, retain_graph=True)
+        first = xt.grad.clone()
+        y.backward(g)
+        got[lib] = (first.numpy(), xt.grad.numpy(), w.grad.numpy())
+    for mine, want in zip(got[kiln], got[torch]):
+        np.testing.assert_allclose(mine, want, 1e-5, 1e-5)
+
+
+def test_batch_mean_changed_in_place_leaves_the_gradient_alone():
+    """The kept mean is the backward's own copy: changing the op's returned batch mean in
+    place after the forward does not change the input gradient."""
+    x = np.random.default_rng(6).standard_normal((2, 3, 4, 4)).astype("float32")
+    grads = []
+    for change in (False, True):
+        xt = kiln.tensor(x, requires_grad=True)
+        y, mean, _ = kiln.ops._native_batch_norm(xt, None, None, None, None, True, 0.1, 1e-5)
+        if change:
+            with kiln.no_grad():
+                mean.add_(10.0)
+        (y * y.detach()).sum().backward()
+        grads.append(xt.grad.numpy())
+    np.testing.assert_array_equal(grads[0], grads[1])

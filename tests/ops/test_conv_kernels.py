@@ -200,3 +200,71 @@ def test_empty_batch():
         got = _convolve(kiln, case, *(kiln.tensor(a) for a in arrays))
         want = _convolve(torch, case, *(torch.tensor(a) for a in arrays))
         assert tuple(got.shape) == tuple(want.shape)
+
+
+def _count_columns(monkeypatch) -> list:
+    """Count ``_columns`` calls (im2col copies) from here on."""
+    calls = []
+    real = conv_kernels._columns
+
+    def counting(*args):
+        calls.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(conv_kernels, "_columns", counting)
+    return calls
+
+
+@pytest.mark.parametrize("name", ["3x3-same", "strided-odd", "groups", "3d", "float64"])
+def test_weight_gradient_reuses_the_forward_columns(name, column_layout, monkeypatch):
+    """A plain backward takes the weight gradient from the columns the forward copied: one
+    im2col for the pair, and gradients equal to PyTorch's."""
+    calls = _count_columns(monkeypatch)
+    _check(FORWARD[name])
+    assert len(calls) == 1
+
+
+def test_columns_over_the_size_limit_are_copied_again(monkeypatch):
+    from kiln.ops.nn import conv
+
+    monkeypatch.setattr(conv, "_KEEP_COLUMNS_BYTES", 0)
+    calls = _count_columns(monkeypatch)
+    _check(FORWARD["3x3-same"])
+    assert len(calls) == 2
+
+
+def test_kept_columns_serve_a_retained_graph_twice():
+    """``retain_graph``: the second backward reads the same kept columns (gradients add up)."""
+    case = FORWARD["strided-odd"]
+    arrays = _arrays(case, np.random.default_rng(1))
+    got = {}
+    for lib in (torch, kiln):
+        x, w, b = (lib.tensor(a, requires_grad=True) for a in arrays)
+        y = _convolve(lib, case, x, w, b)
+        g = lib.tensor(np.sin(np.arange(y.numel())).reshape(tuple(y.shape)).astype("float32"))
+        y.backward(g, retain_graph=True)
+        first = w.grad.clone()
+        y.backward(g)
+        got[lib] = [first.numpy(), w.grad.numpy(), x.grad.numpy()]
+    for mine, want in zip(got[kiln], got[torch]):
+        np.testing.assert_allclose(mine, want, 2e-5, 2e-4)
+
+
+def test_frozen_weight_keeps_no_columns_and_gives_the_input_gradient(monkeypatch):
+    """No weight gradient to come: the forward keeps no columns."""
+    from kiln.ops.nn import conv
+
+    def refuse(*_):
+        raise AssertionError("columns kept for a weight that needs no gradient")
+
+    monkeypatch.setattr(conv, "conv_forward_keeping_columns", refuse)
+    case = FORWARD["3x3-same"]
+    arrays = _arrays(case, np.random.default_rng(2))
+    got = {}
+    for lib in (torch, kiln):
+        x = lib.tensor(arrays[0], requires_grad=True)
+        y = _convolve(lib, case, x, lib.tensor(arrays[1]), None)
+        (y * y).sum().backward()
+        got[lib] = (y.detach().numpy(), x.grad.numpy())
+    for mine, want in zip(got[kiln], got[torch]):
+        np.testing.assert_allclose(mine, want, 2e-5, 2e-4)

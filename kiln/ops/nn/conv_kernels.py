@@ -30,6 +30,7 @@ from ...runtime.storage import empty_array
 
 __all__ = [
     "conv_forward",
+    "conv_forward_keeping_columns",
     "conv_transposed",
     "conv_weight_grad",
     "kernel_offsets",
@@ -163,6 +164,25 @@ def conv_forward(a, w, stride, pads, dilation, groups: int, out_spatial) -> np.n
     return _convolve_padded(a, w, stride, dilation, groups, tuple(out_spatial), layout)
 
 
+def conv_forward_keeping_columns(
+    a, w, stride, pads, dilation, groups: int, out_spatial
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``conv_forward``, also returning the im2col columns its product read (None where it
+    read none: a whole-window or depthwise convolution), which ``conv_weight_grad`` takes
+    instead of copying the same windows again in the backward pass."""
+    kernel = tuple(w.shape[2:])
+    cg = a.shape[1] // groups
+    if cg == 1 or _whole_window(a.shape[2:], kernel, pads, dilation):
+        return conv_forward(a, w, stride, pads, dilation, groups, out_spatial), None
+    out_spatial = tuple(out_spatial)
+    layout = _column_layout(out_spatial, kernel, cg)
+    a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
+    cols = _columns(a, kernel, stride, dilation, groups, out_spatial, layout)
+    out = empty_array((a.shape[0], w.shape[0]) + out_spatial, np.result_type(a, w))
+    _multiply_columns(cols, _weight_matrix(w, groups, layout), groups, layout, out)
+    return out, cols
+
+
 def _weight_matrix(w, groups: int, layout: str) -> np.ndarray:
     """``w`` (G*Og, Cg, *K) as the product's weight operand: (G, Og, Cg*K) for "positions"
     columns, else (G, inner, Og) with the inner axis in the columns' order, (Cg, *K) or, for
@@ -202,9 +222,20 @@ def _convolve_padded(a, w, stride, dilation, groups, out_spatial, layout, out=No
             grouped += sl * wg[(slice(None), slice(None)) + offset].reshape((groups, og) + (1,) * k)
         return out
     cols = _columns(a, kernel, stride, dilation, groups, out_spatial, layout)
-    p_out = math.prod(out_spatial)
     if wmat is None:
         wmat = _weight_matrix(w, groups, layout)
+    return _multiply_columns(cols, wmat, groups, layout, out)
+
+
+def _multiply_columns(cols, wmat, groups: int, layout: str, out) -> np.ndarray:
+    """The product of ``_columns``' ``cols`` and ``_weight_matrix``'s ``wmat``, written into
+    ``out`` (N, G*Og, *P), which may be a strided view."""
+    n = out.shape[0]
+    out_spatial = out.shape[2:]
+    k = len(out_spatial)
+    og = out.shape[1] // groups
+    p_out = math.prod(out_spatial)
+    grouped = out.reshape((n, groups, og) + out_spatial)  # a view: splits the channels
     if layout == "positions":
         # a product per image and group, written straight into a contiguous output (as fast
         # as one product over every image here, and no copy after it)
@@ -213,7 +244,7 @@ def _convolve_padded(a, w, stride, dilation, groups, out_spatial, layout, out=No
         else:
             np.copyto(grouped, blas.matmul(wmat, cols).reshape(grouped.shape))
         return out
-    product = empty_array((groups, n) + out_spatial + (og,), dtype)
+    product = empty_array((groups, n) + out_spatial + (og,), out.dtype)
     flat = product.reshape(groups, n * p_out, og)
     for group in range(groups):
         # 2-d products: numpy runs a batched one with a transposed operand without BLAS
@@ -245,9 +276,12 @@ def _columns(a, kernel, stride, dilation, groups: int, out_spatial, layout: str)
     return cols.reshape(groups, n * p_out, cg * p_k)
 
 
-def conv_weight_grad(a, g, kernel, stride, pads, dilation, groups: int) -> np.ndarray:
+def conv_weight_grad(
+    a, g, kernel, stride, pads, dilation, groups: int, cols: np.ndarray | None = None
+) -> np.ndarray:
     """The weight gradient of ``conv_forward(a, w, stride, pads, dilation, groups, ...)``
-    for the output gradient ``g`` (N, G*Og, *P): (G*Og, Cg, *kernel).
+    for the output gradient ``g`` (N, G*Og, *P): (G*Og, Cg, *kernel). ``cols``: the columns
+    ``conv_forward_keeping_columns`` returned for the same call, where it kept them.
 
     The same columns as the forward pass times the output gradient, where the derivative
     written as a convolution (the input's batch and channels swapped, the gradient as its
@@ -266,8 +300,9 @@ def conv_weight_grad(a, g, kernel, stride, pads, dilation, groups: int) -> np.nd
         total = blas.matmul(g.reshape(n, groups, og).transpose(1, 2, 0), x)
         return total.reshape((groups * og, cg) + kernel)
     layout = _column_layout(out_spatial, kernel, cg)
-    a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
-    cols = _columns(a, kernel, stride, dilation, groups, out_spatial, layout)
+    if cols is None:
+        a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
+        cols = _columns(a, kernel, stride, dilation, groups, out_spatial, layout)
     gm = g.reshape(n, groups, og, p_out)
     if layout == "positions":
         per_image = blas.matmul(cols, gm.transpose(0, 1, 3, 2))  # (N, G, Cg*K, Og)

@@ -451,28 +451,41 @@ def _channel_dot(x: np.ndarray, y: np.ndarray, n: int) -> np.ndarray:
     return np.einsum("ij,ij->i", x, y).reshape(n, -1).sum(0)
 
 
-def _centered(a: np.ndarray, rows: np.ndarray, eps: float) -> tuple:
-    """(a - mean) as a new (N, C, L) array, the mean, and 1 / sqrt(biased var + eps), each
-    statistic from a single pass (``_channel_sum``, ``_channel_dot``)."""
+def _centered(a: np.ndarray, rows: np.ndarray, eps: float, stats=None) -> tuple:
+    """(a - mean) as a new (N, C, L) array, the mean, the biased variance and
+    1 / sqrt(var + eps), each statistic from a single pass (``_channel_sum``,
+    ``_channel_dot``); ``stats``: (mean, rstd) the forward pass computed (the variance is then
+    None), leaving one pass."""
     n, c = a.shape[:2]
     count = rows.size // c
-    mean = _channel_sum(rows, n) / count
+    mean = _channel_sum(rows, n) / count if stats is None else stats[0]
     xc = empty_array((n, c, rows.shape[1]), a.dtype)
     np.subtract(rows.reshape(xc.shape), mean[:, None], out=xc)
+    if stats is not None:
+        return xc, mean, None, stats[1]
     flat = xc.reshape(rows.shape)
     var = _channel_dot(flat, flat, n) / count
     return xc, mean, var, (1.0 / np.sqrt(var + eps)).astype(a.dtype, copy=False)
 
 
 def _fast_batch_norm(a, rows, weight, bias, eps) -> tuple:
-    """Training-mode batch norm of a C-contiguous (N, C, *S) ``a``: output, mean, variance.
-    Five passes, each over long contiguous rows with a per-row scalar."""
+    """Training-mode batch norm of a C-contiguous (N, C, *S) ``a``: output, mean, variance,
+    1 / sqrt(var + eps). Five passes, each over long contiguous rows with a per-row scalar."""
     y, mean, var, rstd = _centered(a, rows, eps)
     scale = rstd if weight is None else rstd * weight._data
     y *= scale[:, None]
     if bias is not None:
         y += bias._data[:, None]
-    return y.reshape(a.shape), mean, var
+    return y.reshape(a.shape), mean, var, rstd
+
+
+def _wrap_fast_batch_norm(x, a, rows, weight, bias, eps) -> tuple:
+    """``_fast_batch_norm`` as the op's three tensors, and its (mean, rstd) (the mean a copy:
+    the returned one may be changed in place)."""
+    y, mean, var, rstd = _fast_batch_norm(a, rows, weight, bias, eps)
+    stat_dtype = dt.float32 if x._dtype in (dt.float16, dt.bfloat16) else x._dtype
+    stats = (wrap(mean, stat_dtype), wrap(var.astype(mean.dtype, copy=False), stat_dtype))
+    return (wrap(y, x._dtype),) + stats, (mean.copy(), rstd)
 
 
 @_native_batch_norm.register_kernel
@@ -483,9 +496,7 @@ def _batch_norm_kernel(x, weight, bias, running_mean, running_var, training, mom
     stat_dtype = dt.float32 if x._dtype in (dt.float16, dt.bfloat16) else x._dtype
     rows = _channel_rows(a) if training else None
     if rows is not None:
-        y, mean, var = _fast_batch_norm(a, rows, weight, bias, eps)
-        stats = (wrap(mean, stat_dtype), wrap(var.astype(mean.dtype, copy=False), stat_dtype))
-        return (wrap(y, x._dtype),) + stats
+        return _wrap_fast_batch_norm(x, a, rows, weight, bias, eps)[0]
     if training:
         mean = _np_mean(a, axes)
         y = a - mean
@@ -506,6 +517,25 @@ def _batch_norm_kernel(x, weight, bias, running_mean, running_var, training, mom
     return (wrap(y.astype(a.dtype, copy=False), x._dtype),) + stats
 
 
+@_native_batch_norm.register_recording_kernel
+def _batch_norm_recording_kernel(
+    x, weight, bias, running_mean, running_var, training, momentum, eps
+):
+    """The kernel, keeping the batch's (mean, rstd) for the numpy backward where it will run
+    ``_fast_batch_norm_grad`` (training, a C-contiguous float32/float64 input), which then
+    skips the two passes that computed them again."""
+    a = x._data
+    if training and a is not None and (a.dtype == np.float32 or a.dtype == np.float64):
+        require_float("batch_norm", x)
+        _bn_geometry(x, weight, bias, running_mean, running_var, training)
+        rows = _channel_rows(a)
+        if rows is not None:
+            return _wrap_fast_batch_norm(x, a, rows, weight, bias, eps)
+    return _batch_norm_kernel(
+        x, weight, bias, running_mean, running_var, training, momentum, eps
+    ), None
+
+
 @_native_batch_norm.register_meta
 def _batch_norm_meta(x, weight, bias, running_mean, running_var, training, momentum, eps):
     c, _, _ = _bn_geometry(x, weight, bias, running_mean, running_var, training)
@@ -521,7 +551,7 @@ def _bn_parts(x, running_mean, running_var, training, eps, axes, chan):
     return (x - running_mean.reshape(chan)) * rstd, rstd
 
 
-def _np_batch_norm_grad(x, g, weight, eps, axes, needs) -> tuple:
+def _np_batch_norm_grad(x, g, weight, eps, axes, needs, stats=None) -> tuple:
     """Training-mode batch norm's (gx, gw, gb) in numpy, ``needs`` saying which: the batch
     statistics recomputed, then ``gb = sum(g)``, ``gw = sum(g * xhat)`` and
     ``gx = rstd * w * (g - gb / M - xhat * gw / M)``, ``_norm_input_grad``'s formula with its
@@ -530,7 +560,8 @@ def _np_batch_norm_grad(x, g, weight, eps, axes, needs) -> tuple:
     a, ga = x._data, g._data
     rows = _channel_rows(a)
     if rows is not None and ga.shape == a.shape and ga.flags.c_contiguous:
-        return _fast_batch_norm_grad(x, a, rows, ga.reshape(rows.shape), weight, eps, needs)
+        grows = ga.reshape(rows.shape)
+        return _fast_batch_norm_grad(x, a, rows, grows, weight, eps, needs, stats)
     if ga.shape != a.shape:
         ga = np.broadcast_to(ga, a.shape)
     chan = (a.shape[1],) + (1,) * (a.ndim - 2)
@@ -553,13 +584,14 @@ def _np_batch_norm_grad(x, g, weight, eps, axes, needs) -> tuple:
     return gx, gw, gb
 
 
-def _fast_batch_norm_grad(x, a, rows, grows, weight, eps, needs) -> tuple:
+def _fast_batch_norm_grad(x, a, rows, grows, weight, eps, needs, stats=None) -> tuple:
     """``_np_batch_norm_grad`` over ``_channel_rows``: the statistics and both sums in four
-    single passes, then ``gx = g * k1 + (a - mean) * k2 + k3`` with per-channel ``k1 = rstd * w``,
-    ``k2 = -k1 * rstd * gw / M``, ``k3 = -k1 * gb / M`` in four more."""
+    single passes (two with the forward's ``stats``), then ``gx = g * k1 + (a - mean) * k2 + k3``
+    with per-channel ``k1 = rstd * w``, ``k2 = -k1 * rstd * gw / M``, ``k3 = -k1 * gb / M`` in
+    four more."""
     n, c = a.shape[:2]
     count = rows.size // c
-    xc, _, _, rstd = _centered(a, rows, eps)
+    xc, _, _, rstd = _centered(a, rows, eps, stats)
     gb = _channel_sum(grows, n)
     gw = _channel_dot(grows, xc.reshape(rows.shape), n) * rstd
     gx = None
@@ -589,7 +621,13 @@ def _batch_norm_grad(c, g, _grad_mean=None, _grad_var=None):
     ):
         needs = c.needs_input_grad
         gx, gw, gb = _np_batch_norm_grad(
-            x, g, weight, eps, axes, (needs[0], needs[1], bias is not None and needs[2])
+            x,
+            g,
+            weight,
+            eps,
+            axes,
+            (needs[0], needs[1], bias is not None and needs[2]),
+            c.kernel_saved,
         )
         return gx, gw, gb, None, None, None, None, None
     x32, g32 = upcast_half(x), upcast_half(g)
