@@ -75,3 +75,16 @@ def test_long_rows_use_the_split_loop_and_short_ones_do_not(tmp_path, monkeypatc
     assert "split_head" in dump(1000)
     short = dump(9)
     assert short and "split_head" not in short
+
+
+@pytest.mark.parametrize("width", [33, 1000, 4099])
+def test_welford_rows_far_from_zero_match_pytorch(width):
+    # a mean far above the spread: the split loop's parts and their merge must keep the digits
+    # a sum of squares would lose
+    data = np.random.default_rng(width).standard_normal((5, width), dtype=np.float32) * 2 + 1000
+    x = kiln.from_numpy(data)
+    got_var = kiln.compile(lambda x: x.var(-1))(x).numpy()
+    got_norm = kiln.compile(lambda x: F.layer_norm(x, (width,)))(x).numpy()
+    t = torch.from_numpy(data)
+    np.testing.assert_allclose(got_var, t.var(-1).numpy(), rtol=1e-3)
+    np.testing.assert_allclose(got_norm, TF.layer_norm(t, (width,)).numpy(), rtol=1e-3, atol=2e-3)
