@@ -47,6 +47,8 @@ _NSW = ("nsw",)
 # (measured on Zen 4, 2 threads, 4096x4096: sin(x).exp() 8.8 -> 6.6 ms, the benchmark's 10-op
 # chain 17.8 -> 13.4 ms; one call per element gains nothing, so those loops keep LANES)
 WIDE = 4
+# independent vector accumulators of a reduction loop (see ``_emit_split_loop``)
+SPLIT = 4
 _MATH_OPS = frozenset(
     {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh",
      "sigmoid", "erf", "erfc", "erfinv", "pow", "atan", "atan2", "asin", "acos", "sinh", "cosh",
@@ -416,7 +418,7 @@ class KernelEmitter(ColumnEmitter):
             accs[n.name] = self._alloc_accumulator(n, lanes)
         j = plan.j
 
-        def body_for(width):
+        def body_for(width, accs=accs):
             def body(i):
                 loop_env = dict(env)
                 loop_env[j] = i
@@ -452,6 +454,15 @@ class KernelEmitter(ColumnEmitter):
             # a 4x wider vector gives the core four independent chains to overlap
             tail_start = self.loop(count, body_for(WIDE * lanes), "wide", step=WIDE * lanes)
             done_step = WIDE * lanes
+        if (
+            lanes > 1
+            and SPLIT > 1
+            and reductions
+            and _splittable(reductions)
+            and (known is None or known >= SPLIT * lanes)
+        ):
+            tail_start = self._emit_split_loop(reductions, accs, body_for, count, lanes)
+            done_step = SPLIT * lanes
         if lanes > 1 and (reductions or leaves_rest(done_step)):
             # LLVM unrolls a vector loop of a run-time count into a second copy plus a
             # remainder loop; that pays where two copies overlap a latency-bound chain of
@@ -470,6 +481,78 @@ class KernelEmitter(ColumnEmitter):
             self._finish_reduction(n, accs[n.name])
 
     # ------------------------------------------------------------------ reductions
+    def _emit_split_loop(self, reductions, accs, body_for, count, lanes):
+        """A loop of ``SPLIT`` vector steps per iteration, each into its own accumulators.
+
+        One accumulator makes a row reduction a chain of dependent adds (or max, or welford
+        updates): each step waits for the last one's latency, and the core runs far below the
+        speed memory feeds it (softmax and layer_norm rows). ``SPLIT`` independent partial
+        results overlap, and are folded into the first one afterwards, in a fixed tree order, so
+        a result depends on the row length only, never on threads or timing. A sum then adds in
+        another order than one chain would: the same rounding class, not the same bits. Welford
+        parts share one count and step by ``delta * (1 / count)``, one division per iteration
+        instead of one per part (layer_norm's row loop was bound by them: 14.7 -> 17.5 GB/s in
+        cache), which rounds like the division within an ulp."""
+        b = self.builder
+        extra = []
+        for _ in range(SPLIT - 1):
+            part = {n.name: self._alloc_accumulator(n, lanes) for n in reductions}
+            for n in reductions:
+                self._init_accumulator(n, part[n.name], lanes)
+            extra.append(part)
+        parts = [accs, *extra]
+
+        welfords = [n for n in reductions if n.data.reduction_type.startswith("welford")]
+
+        def body(i):
+            for n in welfords:
+                # every part takes one step per iteration, so all count alike: one count (the
+                # parts' copies are the same value, merged by LLVM: no registers spilled) and
+                # one reciprocal of it serve them all, off the chain through the means
+                hv = LLVMOps(self, lanes, {})
+                first = accs[n.name]
+                d = first["dtype"]
+                counted = hv.add(V(b.load(first["vcount"]), d), hv.constant(1.0, d))
+                inverse = hv.truediv(hv.constant(1.0, d), counted)
+                for part in parts:
+                    part[n.name]["step"] = (counted, inverse)
+            for k, part in enumerate(parts):
+                at = i if k == 0 else b.add(i, ir.Constant(I64, k * lanes), flags=("nuw", "nsw"))
+                body_for(lanes, part)(at)
+            for n in welfords:
+                for part in parts:
+                    del part[n.name]["step"]
+
+        end = self.loop(count, body, "split", step=SPLIT * lanes, unroll=False)
+        for n in reductions:
+            self._merge_vector_parts(n, [p[n.name] for p in parts], lanes)
+        return end
+
+    def _merge_vector_parts(self, n, parts, lanes):
+        """Fold the split loop's vector accumulators pairwise into the first (a tree: the
+        neighbours first, like the lanes in ``_horizontal``)."""
+        b = self.builder
+        rtype = n.data.reduction_type
+        d = parts[0]["dtype"]
+        hv = LLVMOps(self, lanes, {})
+        if rtype.startswith("welford"):
+            keys = ("vmean", "vm2", "vcount")
+            states = [tuple(V(b.load(p[k]), d) for k in keys) for p in parts]
+            while len(states) > 1:
+                states = [
+                    self._welford_merge(hv, states[i], states[i + 1])
+                    for i in range(0, len(states), 2)
+                ]
+            for key, value in zip(keys, states[0]):
+                b.store(value.value, parts[0][key])
+            return
+        values = [V(b.load(p["vec"]), d) for p in parts]
+        while len(values) > 1:
+            values = [
+                self._combine(rtype, hv, values[i], values[i + 1]) for i in range(0, len(values), 2)
+            ]
+        b.store(values[0].value, parts[0]["vec"])
+
     def _alloc_accumulator(self, n, lanes):
         b = self.builder
         if n.data.reduction_type.startswith("welford"):
@@ -538,9 +621,15 @@ class KernelEmitter(ColumnEmitter):
             prefix = "v" if width > 1 else ""
             mean = V(b.load(acc[prefix + "mean"]), d)
             m2 = V(b.load(acc[prefix + "m2"]), d)
-            count = handler.add(V(b.load(acc[prefix + "count"]), d), handler.constant(1.0, d))
+            shared = acc.get("step") if width > 1 else None
+            if shared is None:
+                count = handler.add(V(b.load(acc[prefix + "count"]), d), handler.constant(1.0, d))
+                inverse = None
+            else:
+                count, inverse = shared
             delta = handler.sub(value, mean)
-            mean = handler.add(mean, handler.truediv(delta, count))
+            step = handler.truediv(delta, count) if inverse is None else handler.mul(delta, inverse)
+            mean = handler.add(mean, step)
             m2 = handler.add(m2, handler.mul(delta, handler.sub(value, mean)))
             b.store(mean.value, acc[prefix + "mean"])
             b.store(m2.value, acc[prefix + "m2"])
@@ -712,6 +801,13 @@ class KernelEmitter(ColumnEmitter):
         as_float = b.uitofp(top, f32)
         scale = ir.Constant(f32, 2.0**-24) if lanes == 1 else ir.Constant(f32, [2.0**-24] * lanes)
         return b.fmul(as_float, scale)
+
+
+def _splittable(reductions) -> bool:
+    """Whether a loop's reductions can run as ``SPLIT`` partial results merged afterwards:
+    every kind but argmax/argmin (whose ties need the index order a merge would have to
+    rebuild)."""
+    return all(n.data.reduction_type not in ("argmax", "argmin") for n in reductions)
 
 
 def _no_wrap(expr: sym.Expr) -> tuple:
