@@ -69,55 +69,35 @@ def refusing(op, fn: Callable) -> Callable:
     """``fn`` (a kernel, meta or decomposition of ``op``) behind ``op``'s complex refusal.
 
     The check is generated per op (like the schema binders): real calls pay one attribute read
-    per tensor argument, which matters for hot ops such as ``relu`` and ``lt``.
+    per tensor argument, which matters for hot ops such as ``relu`` and ``lt``. When ``fn``
+    takes plain positional parameters the wrapper takes the same ones, so the call is forwarded
+    without packing ``*rest, **kwargs`` (a relu paid ~10% for that).
     """
     exc, message = op.complex_refused
     params = list(op.signature.parameters.values())[: max(op.tensor_positions) + 1]
     namespace = {"fn": fn, "refuse": refuse_complex, "op": op, "exc": exc, "message": message}
     namespace["real_dtype"] = dt.float32
     own = _plain_parameters(fn, namespace)
-    if own is not None and len(own) >= len(params):
-        # ``fn`` takes plain positional parameters: the wrapper takes the same ones, so the
-        # call is forwarded without packing ``*rest, **kwargs`` (a relu paid ~10% for that)
-        signature = []
-        for p in own:
-            if p.default is p.empty:
-                signature.append(p.name)
-            else:
-                namespace[f"_d_{p.name}"] = p.default
-                signature.append(f"{p.name}=_d_{p.name}")
-        names = [p.name for p in own]
-        checks = " or ".join(
-            f"getattr({names[i]}, '_dtype', real_dtype).is_complex"
-            f" or {names[i]}.__class__ is complex"
-            for i in op.tensor_positions
-        )
-        src = (
-            f"def refusing({', '.join(signature)}):\n"
-            f"    if {checks}:\n"
-            f"        refuse(op, ({', '.join(names[: len(params)])},), exc, message)\n"
-            f"    return fn({', '.join(names)})\n"
-        )
-        exec(compile(src, f"<kiln complex check {op.name}>", "exec"), namespace)
-        return namespace["refusing"]
+    forwarded = own is not None and len(own) >= len(params)
+    taken = own if forwarded else params
     signature = []
-    for p in params:
+    for p in taken:
         if p.default is p.empty:
             signature.append(p.name)
         else:
             namespace[f"_d_{p.name}"] = p.default
             signature.append(f"{p.name}=_d_{p.name}")
-    names = [p.name for p in params]
+    names = [p.name for p in taken]
     checks = " or ".join(
-        f"getattr({params[i].name}, '_dtype', real_dtype).is_complex"
-        f" or {params[i].name}.__class__ is complex"
+        f"getattr({names[i]}, '_dtype', real_dtype).is_complex or {names[i]}.__class__ is complex"
         for i in op.tensor_positions
     )
+    rest = "" if forwarded else ", *rest, **kwargs"
     src = (
-        f"def refusing({', '.join(signature)}, *rest, **kwargs):\n"
+        f"def refusing({', '.join(signature)}{rest}):\n"
         f"    if {checks}:\n"
-        f"        refuse(op, ({', '.join(names)},), exc, message)\n"
-        f"    return fn({', '.join(names)}, *rest, **kwargs)\n"
+        f"        refuse(op, ({', '.join(names[: len(params)])},), exc, message)\n"
+        f"    return fn({', '.join(names)}{rest})\n"
     )
     exec(compile(src, f"<kiln complex check {op.name}>", "exec"), namespace)
     return namespace["refusing"]
