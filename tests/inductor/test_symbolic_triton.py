@@ -194,3 +194,24 @@ def test_buffers_past_32_bit_offsets_take_the_per_size_route(stats, monkeypatch)
             x = kiln.randn(rows, 4)
             np.testing.assert_allclose(compiled(x).numpy(), (x * 3).sum(-1).numpy(), rtol=1e-5)
     assert stats.symbolic_compiles == 1 and stats.fallback_calls == 1
+
+
+def test_a_kernel_naming_a_size_symbol_takes_the_per_size_route(stats, monkeypatch, capsys):
+    """Should a size reach a kernel's code as text (not as an integer argument), the graph is
+    refused (logged) and served per size, with the right values, instead of failing to run."""
+    from kiln.inductor.codegen.triton import SizeArgs
+
+    monkeypatch.setattr(SizeArgs, "text", lambda self, size: str(size))
+    compiled = _compile(lambda x: (x[:, 1:] * 2).sum(-1))
+    klog.set_logs("inductor")
+    try:
+        with kiln.no_grad():
+            for rows, cols in ((3, 5), (4, 6), (4, 6)):
+                x = kiln.randn(rows, cols)
+                np.testing.assert_allclose(
+                    compiled(x).numpy(), (x[:, 1:] * 2).sum(-1).numpy(), rtol=1e-5
+                )
+    finally:
+        klog.set_logs("")
+    assert "names the size symbol s" in capsys.readouterr().err
+    assert stats.symbolic_refused == 1 and stats.symbolic_compiles == 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import os
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -200,12 +201,31 @@ def build_module(
                     _origins(nodes),
                 )
             ]
+    if symbols:
+        _check_size_arguments(steps, symbols)
     source, externs = _render(steps, lowered, buffers, outputs, symbols, layouts)
     namespace = load_source(source, rt, externs=externs)
     path = namespace["__file__"]
     _share_jit_functions(namespace, steps, rt.interpret)
     kernels = [k for s in steps for k in s.generated]
     return TritonModule(source, path, kernels, namespace["call"], namespace)
+
+
+def _check_size_arguments(steps, symbols) -> None:
+    """Kernels for every size read sizes only from their integer arguments: a kernel whose code
+    names a size symbol itself (a size printed as text somewhere) would fail when it runs, so
+    the graph takes the per-size route instead."""
+    from ..compile_fx import SymbolicUnsupportedError
+
+    names = "|".join(re.escape(s.name) for s in symbols)
+    for k in (k for step in steps for k in step.generated):
+        code = "\n".join(line.split("#", 1)[0] for line in k.source.splitlines())
+        found = re.search(rf"\b({names})\b", code)
+        if found:
+            raise SymbolicUnsupportedError(
+                f"Triton kernel {k.name} names the size symbol {found.group(1)} in its code"
+                " instead of taking it as an integer argument"
+            )
 
 
 def load_source(source: str, rt, **names) -> dict:
