@@ -206,7 +206,9 @@ class GeneratedKernel:
     source: str
     args: list  # buffer names, in pointer-argument order
     arg_dtypes: dict
-    sizes: list  # extra integer arguments (xnumel, rnumel)
+    # integer arguments: xnumel[, rnumel], then the symbolic sizes of ``SizeArgs`` (a matmul's
+    # first three are M, N, batch, for its grid only)
+    sizes: list
     constexprs: dict  # block sizes
     num_warps: int
     grid: tuple
