@@ -4,8 +4,9 @@
 ``kiln.compile`` backend that runs AOT autograd with ``compile_graph`` for both graphs.
 ``options["cpu_codegen"]`` picks the kernel generator: ``"llvm"`` (default when available),
 ``"numpy"`` (the reference executor) or ``"triton"`` (Triton's interpreter, a testing aid).
-A graph with symbolic sizes gets kernels for every size (``symbolic_compile``) unless
-``options["symbolic_kernels"]`` is False, which compiles it per concrete size (``specialize``).
+A graph with symbolic sizes gets kernels for every size (``symbolic_compile``; LLVM or Triton
+kernels) unless ``options["symbolic_kernels"]`` is False, which compiles it per concrete size
+(``specialize``).
 """
 
 from __future__ import annotations
@@ -209,12 +210,15 @@ def compile_graph(
         klog.log("inductor", f"schedule:\n{sched.describe()}")
     codegen = options.get("cpu_codegen", "llvm")
     device = _graph_device(gm, example_inputs)
-    if sizes is not None and (codegen != "llvm" or device.type == "cuda"):
-        raise SymbolicUnsupportedError(f"kernels for every size are LLVM CPU kernels ({codegen})")
-    if codegen == "triton" or device.type == "cuda":
+    triton = codegen == "triton" or device.type == "cuda"
+    if sizes is not None and not (triton or codegen == "llvm"):
+        raise SymbolicUnsupportedError(
+            f"kernels for every size are LLVM or Triton kernels (not {codegen})"
+        )
+    if triton:
         from .codegen.triton_wrapper import TritonCompiledGraph
 
-        compiled = TritonCompiledGraph(sched, device, options)
+        compiled = TritonCompiledGraph(sched, device, options, sizes, fallback)
     else:
         if options.get("triton.cudagraphs"):
             klog.log("cudagraphs", "skipping cudagraphs due to cpu device")

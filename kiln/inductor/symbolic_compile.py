@@ -2,13 +2,14 @@
 
 The graph is lowered, scheduled and compiled once, on fakes whose sizes are ``SymInt``s, inside
 ``ShapeEnv.kernel_scope``: loop bounds, strides and buffer sizes stay expressions over the size
-symbols, the kernels read the symbols' values after their buffer pointers, and the wrapper works
-out layouts and row counts per call (``symbolic_sizes``). Whatever the compiler would decide
+symbols, the kernels read the symbols' values after their buffer pointers (LLVM) or take the
+size expressions they need as integer arguments (Triton), and the wrapper works out layouts,
+row counts and grids per call (``symbolic_sizes``). Whatever the compiler would decide
 from a size's value — a comparison the symbols' ranges leave open, a size needed as a plain int —
 raises ``SizeDependentError`` in that scope instead of guarding, so kernels compiled this way
 never depend on the sizes seen; the scope assumes every symbol is at least 2, which each call
 checks. A graph the symbolic route cannot compile (that error, or a step it does not support
-yet: a step run by numpy, Triton) takes the interim route of ``specialize.py``,
+yet: a step run by numpy) takes the interim route of ``specialize.py``,
 and so does a call outside the kernels' assumptions (a size of 1), which is compiled for only
 once it has come ``config.unserved_size_eager_calls`` times. Reasons are logged under
 ``KILN_LOGS=inductor`` and ``recompiles``.
