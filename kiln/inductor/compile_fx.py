@@ -5,8 +5,8 @@
 ``options["cpu_codegen"]`` picks the kernel generator: ``"llvm"`` (default when available),
 ``"numpy"`` (the reference executor) or ``"triton"`` (Triton's interpreter, a testing aid).
 A graph with symbolic sizes gets kernels for every size (``symbolic_compile``; LLVM or Triton
-kernels) unless ``options["symbolic_kernels"]`` is False, which compiles it per concrete size
-(``specialize``).
+kernels, and steps the LLVM generator leaves to numpy replayed at each call's sizes) unless
+``options["symbolic_kernels"]`` is False, which compiles it per concrete size (``specialize``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import weakref
 
 from ..profiler import add_activation_listener
 from ..runtime import logs as klog
+from ..runtime.symbolic import SizeDependentError
 from . import wrapper_runtime
 from .graph_lowering import GraphLowering
 from .scheduler import ExternCall, ScatterStep, schedule
@@ -63,12 +64,12 @@ class CompiledGraph:
         kernels = {}
         numpy_reasons = {}
         self._cpu_kernels = None
+        dtypes = {name: b.dtype for name, b in buffers.items()}
+        dtypes.update({b.name: b.dtype for b in lowered.inputs if b is not None})
+        dtypes.update({name: t.dtype for name, t in lowered.constants.items()})
         if codegen == "llvm":
             from .codegen.cpu import CPUKernels
 
-            dtypes = {name: b.dtype for name, b in buffers.items()}
-            dtypes.update({b.name: b.dtype for b in lowered.inputs if b is not None})
-            dtypes.update({name: t.dtype for name, t in lowered.constants.items()})
             storage = {name: b.layout.storage_size() for name, b in buffers.items()}
             storage.update(
                 {b.name: b.layout.storage_size() for b in lowered.inputs if b is not None}
@@ -83,22 +84,15 @@ class CompiledGraph:
             raise ValueError(f"unknown cpu_codegen {codegen!r}")
         numpy_steps = {}
         for i, step in enumerate(sched.steps):
-            if hasattr(step, "nodes") and i not in kernels:
-                numpy_steps[i] = _numpy_step(step)
-            elif isinstance(step, ScatterStep) and i not in kernels:
+            if i in kernels or isinstance(step, ExternCall):
+                continue
+            if binding is not None:  # its loop bodies recorded now, replayed at each call's sizes
+                numpy_steps[i] = _every_size_step(step, dtypes)
+            elif isinstance(step, ScatterStep):
                 numpy_steps[i] = _numpy_scatter(step.buffer)
+            else:
+                numpy_steps[i] = _numpy_step(step)
         self.numpy_reasons = numpy_reasons
-        if binding is not None:
-            other = [
-                s.name
-                for i, s in enumerate(sched.steps)
-                if i not in kernels and not isinstance(s, ExternCall)
-            ]
-            if other:
-                raise SymbolicUnsupportedError(
-                    "kernels for every size need every step to be an LLVM kernel or an extern"
-                    f" call (steps run otherwise: {other}; {numpy_reasons})"
-                )
         self.inplace = plan_inplace(sched, mutations) if mutations else {}
         self.wrapper = generate_wrapper(
             sched, kernels, numpy_steps, self.inplace, sizes=binding, fallback=fallback
@@ -172,6 +166,23 @@ def _numpy_scatter(buf):
     return run
 
 
+def _every_size_step(step, dtypes: dict):
+    """A numpy-run step of a graph compiled for every size (``numpy_backend.EverySizeStep``).
+    Recording runs its loop bodies on a probe as well: a failure there, a ``SizeDependentError``
+    included, sends the graph to the per-size route (which runs the bodies directly) with the
+    reason logged, rather than failing the compile."""
+    from .codegen.numpy_backend import EverySizeStep
+
+    try:
+        return EverySizeStep(step, dtypes)
+    except SizeDependentError:
+        raise
+    except Exception as why:
+        raise SymbolicUnsupportedError(
+            f"recording {step.name} for numpy failed ({type(why).__name__}: {why})"
+        ) from why
+
+
 def _numpy_step(step):
     import numpy as np
 
@@ -211,9 +222,9 @@ def compile_graph(
     codegen = options.get("cpu_codegen", "llvm")
     device = _graph_device(gm, example_inputs)
     triton = codegen == "triton" or device.type == "cuda"
-    if sizes is not None and not (triton or codegen == "llvm"):
+    if sizes is not None and not (triton or codegen in ("llvm", "numpy")):
         raise SymbolicUnsupportedError(
-            f"kernels for every size are LLVM or Triton kernels (not {codegen})"
+            f"kernels for every size are LLVM, numpy or Triton kernels (not {codegen})"
         )
     if triton:
         from .codegen.triton_wrapper import TritonCompiledGraph

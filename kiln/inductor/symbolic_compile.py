@@ -8,10 +8,13 @@ row counts and grids per call (``symbolic_sizes``). Whatever the compiler would 
 from a size's value — a comparison the symbols' ranges leave open, a size needed as a plain int —
 raises ``SizeDependentError`` in that scope instead of guarding, so kernels compiled this way
 never depend on the sizes seen; the scope assumes every symbol is at least 2, which each call
-checks. A graph the symbolic route cannot compile (that error, or a step it does not support
-yet: a step run by numpy) takes the interim route of ``specialize.py``,
-and so does a call outside the kernels' assumptions (a size of 1), which is compiled for only
-once it has come ``config.unserved_size_eager_calls`` times. Reasons are logged under
+checks. A step the LLVM generator leaves to numpy (``erfinv``, ``asin``, bfloat16 arithmetic, a
+scatter computing one of those) is part of the same compile: its loop bodies are recorded once
+in that scope and replayed by numpy at each call's symbol values
+(``numpy_backend.EverySizeStep``), and so is every step of the numpy code generator. A graph the
+symbolic route cannot compile (that error) takes the interim route of ``specialize.py``, and so
+does a call outside the kernels' assumptions (a size of 1), which is compiled for only once it
+has come ``config.unserved_size_eager_calls`` times. Reasons are logged under
 ``KILN_LOGS=inductor`` and ``recompiles``.
 """
 
