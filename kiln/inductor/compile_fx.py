@@ -17,7 +17,7 @@ import weakref
 from ..profiler import add_activation_listener
 from ..runtime import logs as klog
 from ..runtime.symbolic import SizeDependentError
-from . import wrapper_runtime
+from . import config, wrapper_runtime
 from .graph_lowering import GraphLowering
 from .scheduler import ExternCall, ScatterStep, schedule
 from .specialize import is_symbolic_graph
@@ -284,7 +284,9 @@ def _through_cache(gm, example_inputs, options: dict, sizes=None, fallback=None)
 def _graph_cacheable(gm, example_inputs, options: dict) -> bool:
     plain = (str, int, float, bool, type(None))
     return (
-        options.get("cpu_codegen", "llvm") == "llvm"
+        config.fx_graph_cache
+        and not config.force_disable_caches
+        and options.get("cpu_codegen", "llvm") == "llvm"
         and all(isinstance(v, plain) for v in options.values())
         and not klog.debug_dir()
         and not klog.enabled("inductor")

@@ -223,3 +223,22 @@ def test_a_symbols_range_is_part_of_the_key(cache_dir):
         kiln.dynamo.mark_dynamic(y, 0)
         np.testing.assert_allclose(compiled(y).numpy(), against_torch(f, y), rtol=1e-6)
     assert hits_since(before) == 0
+
+
+@pytest.mark.parametrize("knob", ["fx_graph_cache", "force_disable_caches"])
+def test_pytorchs_cache_switches_compile_afresh(cache_dir, lowerings, monkeypatch, knob):
+    from kiln.inductor import config
+
+    x = kiln.randn(8, 16)
+    kiln.compile(softmax_rows_twice)(x)
+    kiln.dynamo.reset()
+    monkeypatch.setattr(config, knob, knob != "fx_graph_cache")
+    lowerings.clear()
+    before = counts()
+    out = kiln.compile(softmax_rows_twice)(x)
+    assert hits_since(before) == 0 and len(lowerings) == 1
+    np.testing.assert_allclose(out.numpy(), softmax_rows_twice(x).numpy(), rtol=1e-6)
+
+
+def softmax_rows_twice(x):
+    return (x * 2).softmax(-1) * 2
