@@ -173,7 +173,14 @@ def _symbolic_module(gm, examples: list, lifted: list[str], config: AOTConfig) -
 
     tensor_positions = [i for i, t in enumerate(examples) if isinstance(t, (Tensor, SymInt))]
     only_tensors = len(tensor_positions) == len(examples)
-    entry_for([get_attribute(gm, name) for name in lifted])  # compile now (errors surface here)
+    entry = entry_for([get_attribute(gm, name) for name in lifted])  # compile now (errors here)
+    if not lifted:
+        # nothing per call to key on: the capture frontend guards the grad mode and the inputs'
+        # requires_grad, so the runner itself is the compiled callable (as for concrete sizes)
+        runner = entry.runner
+        if only_tensors:
+            return runner
+        return lambda *args: runner(*[args[i] for i in tensor_positions])
 
     def run(*args):
         params = [get_attribute(gm, name) for name in lifted]

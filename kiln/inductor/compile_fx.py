@@ -275,7 +275,10 @@ def _through_cache(gm, example_inputs, options: dict, sizes=None, fallback=None)
         if _profiling[0]:
             cached.report_kernels(True)
         return cached
-    compiled = compile_graph(gm, example_inputs, options, sizes, fallback)
+    if sizes is None:
+        compiled = compile_graph(gm, example_inputs, options)
+    else:
+        compiled = compile_graph(gm, example_inputs, options, sizes, fallback)
     if isinstance(compiled, CompiledGraph) and compiled.codegen == "llvm":
         graph_cache.save(key, gm, compiled)
     return compiled

@@ -542,3 +542,30 @@ def test_dumped_graphs_guards_and_kernels_show_the_size_symbols(tmp_path, monkey
     wrappers = sorted((tmp_path / "inductor").glob("*/output_code.py"))
     assert len(wrappers) == 2 and re.search(r"\bs0\b", wrappers[-1].read_text())
     assert not re.search(r"\bs0\b", wrappers[0].read_text())  # the first capture is static
+
+
+@needs_torch
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_graph_without_parameters_follows_grad_mode_and_requires_grad(backend):
+    """A symbolic graph with nothing lifted is its compiled runner: each grad mode and
+    requires_grad combination must still reach its own graph (forward-only or with backward)."""
+
+    def f(x, y):
+        return (x.sin() * y).sum(0) + x.shape[0]
+
+    compiled = kiln.compile(f, backend=backend, dynamic=True)
+    rng = np.random.default_rng(0)
+    for n, grad_mode, needs in [(3, True, True), (5, True, False), (4, False, True),
+                                (7, True, True), (6, False, False), (9, True, False)]:  # fmt: skip
+        x, y = rng.standard_normal((n, 3)).astype(np.float32), rng.standard_normal(3)
+        mine_x = kiln.tensor(x, requires_grad=needs)
+        ref_x = torch.tensor(x, requires_grad=needs)
+        with kiln.set_grad_enabled(grad_mode), torch.set_grad_enabled(grad_mode):
+            mine = compiled(mine_x, kiln.tensor(y, dtype=kiln.float32))
+            ref = f(ref_x, torch.tensor(y, dtype=torch.float32))
+        _close(mine, ref)
+        assert mine.requires_grad == ref.requires_grad, (n, grad_mode, needs)
+        if ref.requires_grad:
+            mine.sum().backward()
+            ref.sum().backward()
+            _close(mine_x.grad, ref_x.grad)
