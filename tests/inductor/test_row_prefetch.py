@@ -120,7 +120,9 @@ def test_softmax_of_strided_rows_matches_pytorch(view):
     np.testing.assert_allclose(got, expected, rtol=2e-5, atol=1e-7, equal_nan=True)
 
 
-def test_kernels_for_every_size_prefetch_short_rows_only_when_they_run(tmp_path, monkeypatch):
+def test_kernels_for_every_size_prefetch_short_rows_only_when_they_run(
+    stats, tmp_path, monkeypatch
+):
     compiled = kiln.compile(lambda x: F.softmax(x, -1), dynamic=True)
     ir_text = _kernels_ir(tmp_path, monkeypatch, compiled, kiln.from_numpy(_plain((8, 100), 0)))
     # symbolic sizes: the row length is compared with the limit when the kernel runs
@@ -132,3 +134,5 @@ def test_kernels_for_every_size_prefetch_short_rows_only_when_they_run(tmp_path,
         got = compiled(kiln.from_numpy(data.copy())).numpy()
         expected = TF.softmax(torch.from_numpy(data), -1).numpy()
         np.testing.assert_allclose(got, expected, rtol=2e-5, atol=1e-7, equal_nan=True)
+    # one compile for every size: nothing in the prefetch plan asked for a size's value
+    assert stats.symbolic_compiles == 1 and stats.symbolic_refused == 0

@@ -50,10 +50,12 @@ def plan_prefetch(
     ``math_calls(step)`` counts the transcendental calls of one element of an inner loop: the
     loop with the most (softmax's exp) has the most time to hide the next row's loads behind;
     among equals the later one (the first loop of a row is the one that waits on memory)."""
-    if not vectorizes or plan.columns is not None or plan.chunked or plan.rows == 1:
+    if not vectorizes or plan.columns is not None or plan.chunked:
         return None
     loops = [k for k, step in enumerate(plan.steps) if isinstance(step, InnerLoop)]
     if len(loops) < 2 or not all(plan.steps[k].vectorize for k in loops):
+        return None
+    if sym.known("==", plan.rows, 1):  # (a symbolic row count may be 1: prefetching is harmless)
         return None
     computed = {n.name for k in loops for n in plan.steps[k].nodes}
     row_vars = set(plan.row_vars)
