@@ -4,7 +4,8 @@
 ``kiln.compile`` backend that runs AOT autograd with ``compile_graph`` for both graphs.
 ``options["cpu_codegen"]`` picks the kernel generator: ``"llvm"`` (default when available),
 ``"numpy"`` (the reference executor) or ``"triton"`` (Triton's interpreter, a testing aid).
-A graph with symbolic sizes gets kernels for every size (``symbolic_compile``) unless
+A graph with symbolic sizes gets kernels for every size (``symbolic_compile``; LLVM or Triton
+kernels, and steps the LLVM generator leaves to numpy replayed at each call's sizes) unless
 ``options["symbolic_kernels"]`` is False, which compiles it per concrete size (``specialize``).
 """
 
@@ -15,11 +16,13 @@ import weakref
 
 from ..profiler import add_activation_listener
 from ..runtime import logs as klog
-from . import wrapper_runtime
+from ..runtime.symbolic import SizeDependentError
+from . import config, wrapper_runtime
 from .graph_lowering import GraphLowering
 from .scheduler import ExternCall, ScatterStep, schedule
 from .specialize import is_symbolic_graph
-from .symbolic_compile import compile_symbolic
+from .symbolic_compile import compile_symbolic, shape_env_of
+from .symbolic_sizes import graph_symbols
 
 __all__ = [
     "compile_graph",
@@ -61,12 +64,12 @@ class CompiledGraph:
         kernels = {}
         numpy_reasons = {}
         self._cpu_kernels = None
+        dtypes = {name: b.dtype for name, b in buffers.items()}
+        dtypes.update({b.name: b.dtype for b in lowered.inputs if b is not None})
+        dtypes.update({name: t.dtype for name, t in lowered.constants.items()})
         if codegen == "llvm":
             from .codegen.cpu import CPUKernels
 
-            dtypes = {name: b.dtype for name, b in buffers.items()}
-            dtypes.update({b.name: b.dtype for b in lowered.inputs if b is not None})
-            dtypes.update({name: t.dtype for name, t in lowered.constants.items()})
             storage = {name: b.layout.storage_size() for name, b in buffers.items()}
             storage.update(
                 {b.name: b.layout.storage_size() for b in lowered.inputs if b is not None}
@@ -81,22 +84,15 @@ class CompiledGraph:
             raise ValueError(f"unknown cpu_codegen {codegen!r}")
         numpy_steps = {}
         for i, step in enumerate(sched.steps):
-            if hasattr(step, "nodes") and i not in kernels:
-                numpy_steps[i] = _numpy_step(step)
-            elif isinstance(step, ScatterStep) and i not in kernels:
+            if i in kernels or isinstance(step, ExternCall):
+                continue
+            if binding is not None:  # its loop bodies recorded now, replayed at each call's sizes
+                numpy_steps[i] = _every_size_step(step, dtypes)
+            elif isinstance(step, ScatterStep):
                 numpy_steps[i] = _numpy_scatter(step.buffer)
+            else:
+                numpy_steps[i] = _numpy_step(step)
         self.numpy_reasons = numpy_reasons
-        if binding is not None:
-            other = [
-                s.name
-                for i, s in enumerate(sched.steps)
-                if i not in kernels and not isinstance(s, ExternCall)
-            ]
-            if other:
-                raise SymbolicUnsupportedError(
-                    "kernels for every size need every step to be an LLVM kernel or an extern"
-                    f" call (steps run otherwise: {other}; {numpy_reasons})"
-                )
         self.inplace = plan_inplace(sched, mutations) if mutations else {}
         self.wrapper = generate_wrapper(
             sched, kernels, numpy_steps, self.inplace, sizes=binding, fallback=fallback
@@ -170,6 +166,23 @@ def _numpy_scatter(buf):
     return run
 
 
+def _every_size_step(step, dtypes: dict):
+    """A numpy-run step of a graph compiled for every size (``numpy_backend.EverySizeStep``).
+    Recording runs its loop bodies on a probe as well: a failure there, a ``SizeDependentError``
+    included, sends the graph to the per-size route (which runs the bodies directly) with the
+    reason logged, rather than failing the compile."""
+    from .codegen.numpy_backend import EverySizeStep
+
+    try:
+        return EverySizeStep(step, dtypes)
+    except SizeDependentError:
+        raise
+    except Exception as why:
+        raise SymbolicUnsupportedError(
+            f"recording {step.name} for numpy failed ({type(why).__name__}: {why})"
+        ) from why
+
+
 def _numpy_step(step):
     import numpy as np
 
@@ -208,12 +221,15 @@ def compile_graph(
         klog.log("inductor", f"schedule:\n{sched.describe()}")
     codegen = options.get("cpu_codegen", "llvm")
     device = _graph_device(gm, example_inputs)
-    if sizes is not None and (codegen != "llvm" or device.type == "cuda"):
-        raise SymbolicUnsupportedError(f"kernels for every size are LLVM CPU kernels ({codegen})")
-    if codegen == "triton" or device.type == "cuda":
+    triton = codegen == "triton" or device.type == "cuda"
+    if sizes is not None and not (triton or codegen in ("llvm", "numpy")):
+        raise SymbolicUnsupportedError(
+            f"kernels for every size are LLVM, numpy or Triton kernels (not {codegen})"
+        )
+    if triton:
         from .codegen.triton_wrapper import TritonCompiledGraph
 
-        compiled = TritonCompiledGraph(sched, device, options)
+        compiled = TritonCompiledGraph(sched, device, options, sizes, fallback)
     else:
         if options.get("triton.cudagraphs"):
             klog.log("cudagraphs", "skipping cudagraphs due to cpu device")
@@ -226,15 +242,32 @@ def compile_graph(
 
 def compile_graph_cached(gm, example_inputs, options: dict):
     """``compile_graph`` through the compiled-graph cache (``graph_cache.py``): a graph compiled
-    before is rebuilt from its stored wrapper. Graphs with symbolic sizes, other code generators,
-    and compiles whose schedule someone reads (logs, dumps) take ``compile_graph`` itself."""
-    from . import graph_cache
-
+    before is rebuilt from its stored wrapper, kernels for every size included. Other code
+    generators, and compiles whose schedule someone reads (logs, dumps) take ``compile_graph``
+    itself."""
     if not _graph_cacheable(gm, example_inputs, options):
         return compile_graph(gm, example_inputs, options)
+    if is_symbolic_graph(gm, example_inputs):
+
+        def compile_static(graph_module, examples):
+            return compile_graph_cached(graph_module, examples, options)
+
+        return compile_symbolic(gm, example_inputs, options, compile_static, _symbolic_cached)
+    return _through_cache(gm, example_inputs, options)
+
+
+def _symbolic_cached(gm, example_inputs, options: dict, sizes, fallback):
+    """``compile_graph`` for kernels for every size, through the compiled-graph cache."""
+    return _through_cache(gm, example_inputs, options, sizes, fallback)
+
+
+def _through_cache(gm, example_inputs, options: dict, sizes=None, fallback=None):
+    from . import graph_cache
+
     mutations = gm.graph.output_node.meta.get("input_mutations", ())
     key = graph_cache.entry_key(_graph_key(gm, example_inputs, "llvm"), mutations, options)
-    cached = graph_cache.load(key, gm)
+    env = shape_env_of(example_inputs) if sizes is not None else None
+    cached = graph_cache.load(key, gm, sizes, fallback, env)
     if cached is not None:
         if options.get("triton.cudagraphs"):
             klog.log("cudagraphs", "skipping cudagraphs due to cpu device")
@@ -242,7 +275,7 @@ def compile_graph_cached(gm, example_inputs, options: dict):
         if _profiling[0]:
             cached.report_kernels(True)
         return cached
-    compiled = compile_graph(gm, example_inputs, options)
+    compiled = compile_graph(gm, example_inputs, options, sizes, fallback)
     if isinstance(compiled, CompiledGraph) and compiled.codegen == "llvm":
         graph_cache.save(key, gm, compiled)
     return compiled
@@ -251,13 +284,14 @@ def compile_graph_cached(gm, example_inputs, options: dict):
 def _graph_cacheable(gm, example_inputs, options: dict) -> bool:
     plain = (str, int, float, bool, type(None))
     return (
-        options.get("cpu_codegen", "llvm") == "llvm"
+        config.fx_graph_cache
+        and not config.force_disable_caches
+        and options.get("cpu_codegen", "llvm") == "llvm"
         and all(isinstance(v, plain) for v in options.values())
         and not klog.debug_dir()
         and not klog.enabled("inductor")
         and not klog.enabled("output_code")
         and _graph_device(gm, example_inputs).type == "cpu"
-        and not is_symbolic_graph(gm, example_inputs)
         and _complex_value(gm, example_inputs) is None
     )
 
@@ -307,6 +341,9 @@ def _graph_key(gm, example_inputs, codegen: str) -> str:
 
     parts = [codegen, kiln_source_digest()]
     parts += [_describe(v) for v in example_inputs]
+    symbols = graph_symbols(example_inputs)
+    if symbols:  # kernels for every size rest on the ranges their decisions were made in
+        parts.append(f"symbols {[(s.name, s.lower, s.upper) for s in symbols]}")
     for node in gm.graph.nodes:
         args = map_arg((node.args, node.kwargs), lambda n: _NodeRef(n.name))
         line = f"{node.name} {node.op} {format_target(node.target)} {args!r}"

@@ -36,6 +36,8 @@ threads_follow_load = True
 
 debug = False
 verbose_progress = False
+# read: False (or ``force_disable_caches``) compiles every graph afresh instead of rebuilding it
+# from the compiled-graph cache (``graph_cache.py``)
 fx_graph_cache = True
 fx_graph_remote_cache = False
 autotune_local_cache = True

@@ -2,15 +2,19 @@
 
 The graph is lowered, scheduled and compiled once, on fakes whose sizes are ``SymInt``s, inside
 ``ShapeEnv.kernel_scope``: loop bounds, strides and buffer sizes stay expressions over the size
-symbols, the kernels read the symbols' values after their buffer pointers, and the wrapper works
-out layouts and row counts per call (``symbolic_sizes``). Whatever the compiler would decide
+symbols, the kernels read the symbols' values after their buffer pointers (LLVM) or take the
+size expressions they need as integer arguments (Triton), and the wrapper works out layouts,
+row counts and grids per call (``symbolic_sizes``). Whatever the compiler would decide
 from a size's value — a comparison the symbols' ranges leave open, a size needed as a plain int —
 raises ``SizeDependentError`` in that scope instead of guarding, so kernels compiled this way
 never depend on the sizes seen; the scope assumes every symbol is at least 2, which each call
-checks. A graph the symbolic route cannot compile (that error, or a step it does not support
-yet: a step run by numpy, Triton) takes the interim route of ``specialize.py``,
-and so does a call outside the kernels' assumptions (a size of 1), which is compiled for only
-once it has come ``config.unserved_size_eager_calls`` times. Reasons are logged under
+checks. A step the LLVM generator leaves to numpy (``erfinv``, ``asin``, bfloat16 arithmetic, a
+scatter computing one of those) is part of the same compile: its loop bodies are recorded once
+in that scope and replayed by numpy at each call's symbol values
+(``numpy_backend.EverySizeStep``), and so is every step of the numpy code generator. A graph the
+symbolic route cannot compile (that error) takes the interim route of ``specialize.py``, and so
+does a call outside the kernels' assumptions (a size of 1), which is compiled for only once it
+has come ``config.unserved_size_eager_calls`` times. Reasons are logged under
 ``KILN_LOGS=inductor`` and ``recompiles``.
 """
 
@@ -26,7 +30,7 @@ from . import config
 from .specialize import COMPILE_STATS, has_unbacked_sizes, specializing
 from .symbolic_sizes import SizeBinding, graph_symbols
 
-__all__ = ["compile_symbolic"]
+__all__ = ["compile_symbolic", "shape_env_of"]
 
 
 def compile_symbolic(
@@ -44,7 +48,7 @@ def compile_symbolic(
         COMPILE_STATS.fallback_calls += 1
         return interim[0](*args)
 
-    env = _shape_env(example_inputs)
+    env = shape_env_of(example_inputs)
     if env is None or has_unbacked_sizes(gm) or options.get("symbolic_kernels") is False:
         return specializing(gm, example_inputs, compile_static)
     try:
@@ -65,7 +69,8 @@ def compile_symbolic(
     return compiled
 
 
-def _shape_env(example_inputs):
+def shape_env_of(example_inputs):
+    """The ``ShapeEnv`` of the first symbolic size among a graph's inputs (None: all concrete)."""
     for value in example_inputs:
         sizes = (*value._shape, *value.stride()) if isinstance(value, Tensor) else (value,)
         for size in sizes:

@@ -291,14 +291,30 @@ def test_package_kernels_serve_every_size(tmp_path):
 
 
 def test_package_refuses_a_program_without_kernels_for_every_size(tmp_path):
-    """``erfinv`` has no LLVM kernel (its step runs through numpy): no package rather than one
+    """``unfold`` compares its window count ``n - 1`` with the sizes the symbolic compile
+    assumes (at least 2), which the symbol's range leaves open: no package rather than one
     that serves the example's size only (ep.module() still runs every size)."""
+
+    def fn(x):
+        return x.unfold(0, 2, 1) * 2
+
+    ep = export(fn, (kiln.randn(6, 3),), dynamic_shapes=({0: Dim("n", max=64)},))
+    with pytest.raises(NotImplementedError, match=r"kernels for every size of s0 \(n\)"):
+        aot_compile(ep, tmp_path / "unfold.kpkg")
+    for n in (2, 9):
+        x = kiln.randn(n, 3)
+        assert_close(ep.module()(x), fn(x))
+
+
+def test_package_refuses_a_step_run_by_numpy(tmp_path):
+    """``erfinv`` has no LLVM kernel: its step runs through numpy, which serves every size in
+    a process but cannot be stored as object code, so the package names that step instead."""
 
     def fn(x):
         return kiln.special.erfinv(x.tanh()) * 2
 
     ep = export(fn, (kiln.randn(6, 3),), dynamic_shapes=({0: Dim("n", max=64)},))
-    with pytest.raises(NotImplementedError, match=r"kernels for every size of s0 \(n\)"):
+    with pytest.raises(NotImplementedError, match=r"runs through the numpy executor \(op erfinv\)"):
         aot_compile(ep, tmp_path / "erfinv.kpkg")
     x = kiln.randn(9, 3)
     assert_close(ep.module()(x), fn(x))

@@ -4,35 +4,54 @@ Every loop variable becomes an index array shaped to broadcast along its own axi
 a body computes a whole loop nest. It is the living definition of the loop IR (like tinygrad's
 Python emulator): tests run lowering and scheduling through it, independently of LLVM codegen,
 and compiled kernels are checked against it.
+
+In a graph compiled for every size (``symbolic_sizes``), loop ranges, strides and index
+coefficients are ``SymInt`` expressions, and a step the LLVM generator leaves to numpy
+(``erfinv``, bfloat16 arithmetic) runs here too. Its loop bodies are not run again per call:
+running them builds index expressions, and outside ``ShapeEnv.kernel_scope`` a decision on a
+symbolic size would guard on the sizes seen. ``EverySizeStep`` instead records each body once,
+at compile time inside that scope (a decision the symbols' ranges leave open refuses the
+symbolic route there), as the list of handler calls it makes; each call replays that list with
+the call's symbol values, which ranges, index expressions and constants are evaluated at.
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
 from ...runtime import dtypes as dt
 from ...runtime import random as rng
+from ...runtime.symbolic import SymInt
 from .. import sym
 from ..ir import ComputedBuffer, Pointwise, Reduction
 from ..prims import shared_formula
 from ..scheduler import ExternCall, Kernel, Schedule
 from ..virtualized import set_ops_handler
 
-__all__ = ["NumpyHandler", "run_schedule", "eval_expr"]
+__all__ = ["NumpyHandler", "run_schedule", "eval_expr", "EverySizeStep"]
 
 
-def eval_expr(expr: sym.Expr, env: dict):
-    """Evaluate an index expression with arrays (or ints) bound to its atoms."""
-    out = expr.const
+def _size(value, values: dict | None):
+    """A size, coefficient or divisor as a plain int: a ``SymInt`` is evaluated at the size
+    symbols' ``values`` (graphs compiled for every size)."""
+    return value.expr.evaluate(values) if value.__class__ is SymInt else value
+
+
+def eval_expr(expr: sym.Expr, env: dict, values: dict | None = None):
+    """Evaluate an index expression with arrays (or ints) bound to its atoms; ``values``: the
+    size symbols' values, for coefficients, constants and divisors that are ``SymInt``s."""
+    out = _size(expr.const, values)
     for atom, c in expr.terms.items():
         if isinstance(atom, (sym.Var, sym.Indirect)):
             v = env[atom]
         elif isinstance(atom, sym.FloorDiv):
-            v = np.floor_divide(eval_expr(atom.expr, env), atom.div)
+            v = np.floor_divide(eval_expr(atom.expr, env, values), _size(atom.div, values))
         else:
-            v = np.mod(eval_expr(atom.expr, env), atom.mod)
+            v = np.mod(eval_expr(atom.expr, env, values), _size(atom.mod, values))
+        c = _size(c, values)
         out = out + (v * c if c != 1 else v)
     return out
 
@@ -44,14 +63,15 @@ def _np(d: dt.dtype):
 class NumpyHandler:
     """Computes loop bodies on numpy arrays (see the module docstring)."""
 
-    def __init__(self, storages: dict, env: dict):
+    def __init__(self, storages: dict, env: dict, values: dict | None = None):
         self.storages = storages  # buffer name -> flat 1-D numpy array (its storage)
         self.env = env  # atom -> index array
+        self.values = values  # size symbol -> int (graphs compiled for every size)
         self.indirect = 0
 
     # -------------------------------------------------------------- memory and indices
     def load(self, name, index):
-        offsets = eval_expr(sym.as_expr(index), self.env)
+        offsets = eval_expr(sym.as_expr(index), self.env, self.values)
         storage = self.storages[name]
         if storage.size == 0:  # an empty tensor: no element is ever observed
             return np.zeros(np.shape(offsets), storage.dtype)
@@ -60,19 +80,20 @@ class NumpyHandler:
         return storage[np.clip(offsets, 0, storage.size - 1)]
 
     def constant(self, value, dtype):
+        value = _size(value, self.values)  # a size used as a number (a mean's element count)
         if isinstance(value, float) and math.isinf(value) and not dtype.is_floating_point:
             info = np.iinfo(dtype.np)
             value = info.max if value > 0 else info.min
         return np.asarray(value).astype(_np(dtype))
 
     def index_expr(self, expr, dtype):
-        return np.asarray(eval_expr(sym.as_expr(expr), self.env)).astype(_np(dtype))
+        return np.asarray(eval_expr(sym.as_expr(expr), self.env, self.values)).astype(_np(dtype))
 
     def indirect_indexing(self, value, size):
         self.indirect += 1
         atom = sym.Indirect(f"_ind{self.indirect}", size)
         v = np.asarray(value).astype(np.int64)
-        self.env[atom] = np.where(v < 0, v + size, v)
+        self.env[atom] = np.where(v < 0, v + _size(size, self.values), v)
         return sym.as_expr(atom)
 
     def to_dtype(self, x, dtype):
@@ -257,8 +278,10 @@ _MATH = {
 }
 
 
-def _grid_vars(prefix, ranges, start_axis, ndim):
-    env = {}
+def _grid_vars(prefix, ranges, start_axis, ndim, env=None):
+    """Loop variables over ``ranges`` (plain ints), each bound in ``env`` to an index array
+    along its own axis of ``ndim``."""
+    env = {} if env is None else env
     vars_ = []
     for i, size in enumerate(ranges):
         v = sym.Var(f"{prefix}{i}", size)
@@ -308,32 +331,40 @@ def _reduce(values: np.ndarray, rtype: str, axes: tuple, out_dtype):
     raise NotImplementedError(f"reduction type {rtype}")
 
 
-def compute_buffer(buf: ComputedBuffer, storages: dict) -> np.ndarray:
-    """Evaluate one buffer's loops into a contiguous array of its ranges' shape."""
+def compute_buffer(
+    buf: ComputedBuffer, storages: dict, values: dict | None = None, body: Recorded | None = None
+) -> np.ndarray:
+    """Evaluate one buffer's loops into a contiguous array of its ranges' shape. ``values``
+    and ``body``: the size symbols' values of this call and the buffer's loop body recorded
+    for every size (``EverySizeStep``), replayed instead of running ``inner_fn``."""
     data = buf.data
+    ranges = tuple(_size(n, values) for n in data.ranges)
     if isinstance(data, Pointwise):
-        nd = len(data.ranges)
-        index, env = _grid_vars("x", data.ranges, 0, nd)
-        with set_ops_handler(NumpyHandler(storages, env)):
-            v = data.inner_fn(index)
-        return np.broadcast_to(np.asarray(v).astype(data.dtype.np), tuple(data.ranges))
+        index, env = _grid_vars("x", ranges, 0, len(ranges))
+        v = _run_body(data.inner_fn, (index,), NumpyHandler(storages, env, values), body)
+        return np.broadcast_to(np.asarray(v).astype(data.dtype.np), ranges)
     assert isinstance(data, Reduction)
-    nd = len(data.ranges) + len(data.reduction_ranges)
-    index, env = _grid_vars("x", data.ranges, 0, nd)
-    rindex, renv = _grid_vars("r", data.reduction_ranges, len(data.ranges), nd)
-    env.update(renv)
-    with set_ops_handler(NumpyHandler(storages, env)):
-        v = data.inner_fn(index, rindex)
-    full = tuple(data.ranges) + tuple(data.reduction_ranges)
-    v = np.broadcast_to(np.asarray(v), full)
-    axes = tuple(range(len(data.ranges), nd))
+    reduction_ranges = tuple(_size(n, values) for n in data.reduction_ranges)
+    nd = len(ranges) + len(reduction_ranges)
+    index, env = _grid_vars("x", ranges, 0, nd)
+    rindex, env = _grid_vars("r", reduction_ranges, len(ranges), nd, env)
+    v = _run_body(data.inner_fn, (index, rindex), NumpyHandler(storages, env, values), body)
+    v = np.broadcast_to(np.asarray(v), ranges + reduction_ranges)
+    axes = tuple(range(len(ranges), nd))
     acc = (
         data.dtype.np
         if data.reduction_type in ("sum", "prod", "welford_mean", "welford_m2")
         else None
     )
     out = _reduce(v, data.reduction_type, axes, acc)
-    return np.asarray(out).astype(data.dtype.np).reshape(tuple(data.ranges))
+    return np.asarray(out).astype(data.dtype.np).reshape(ranges)
+
+
+def _run_body(fn, indices: tuple, handler: NumpyHandler, body: Recorded | None):
+    if body is not None:
+        return body.replay(handler)
+    with set_ops_handler(handler):
+        return fn(*indices)
 
 
 def run_schedule(sched: Schedule, storages: dict) -> None:
@@ -351,31 +382,200 @@ def run_schedule(sched: Schedule, storages: dict) -> None:
             np.copyto(target, values, casting="unsafe")
 
 
-def run_scatter(buf, storages: dict) -> None:
-    """Execute a ``Scatter`` buffer: initialize from its base, then write/add in index order."""
+def run_scatter(
+    buf,
+    storages: dict,
+    layout=None,
+    values: dict | None = None,
+    recorded: tuple[Recorded, Recorded] | None = None,
+) -> None:
+    """Execute a ``Scatter`` buffer: initialize from its base, then write/add in index order.
+    ``layout``, ``values`` and ``recorded``: this call's layout of the buffer, the size
+    symbols' values and the recorded ``(base, update)`` bodies (``EverySizeStep``)."""
     from .. import wrapper_runtime
 
     data = buf.data
-    out = wrapper_runtime.strided_view(storages[buf.name], buf.layout)
-    nd = len(data.base_ranges)
-    base_index, env = _grid_vars("b", data.base_ranges, 0, nd)
-    with set_ops_handler(NumpyHandler(storages, env)):
-        base = data.base_fn(base_index)
-    np.copyto(out, np.broadcast_to(np.asarray(base), tuple(data.base_ranges)), casting="unsafe")
-    if data.numel() == 0:
+    out = wrapper_runtime.strided_view(storages[buf.name], layout or buf.layout)
+    base_ranges = tuple(_size(n, values) for n in data.base_ranges)
+    base_index, env = _grid_vars("b", base_ranges, 0, len(base_ranges))
+    handler = NumpyHandler(storages, env, values)
+    base = _run_body(data.base_fn, (base_index,), handler, recorded and recorded[0])
+    np.copyto(out, np.broadcast_to(np.asarray(base), base_ranges), casting="unsafe")
+    shape = tuple(_size(n, values) for n in data.ranges)
+    if math.prod(shape) == 0:
         return
-    nd = len(data.ranges)
-    index, env = _grid_vars("x", data.ranges, 0, nd)
-    handler = NumpyHandler(storages, env)
-    with set_ops_handler(handler):
-        targets = data.index_fn(index)
-        values = np.asarray(data.value_fn(index))
-    offsets = eval_expr(buf.layout.offset_expr(targets), handler.env)
-    shape = tuple(data.ranges)
+    index, env = _grid_vars("x", shape, 0, len(shape))
+    handler = NumpyHandler(storages, env, values)
+    update = partial(_scatter_update, buf)
+    offset, updates = _run_body(update, (index,), handler, recorded and recorded[1])
+    offsets = eval_expr(offset, handler.env, values)
     offsets = np.broadcast_to(np.asarray(offsets), shape).reshape(-1)
-    values = np.broadcast_to(values, shape).reshape(-1).astype(buf.dtype.np)
+    updates = np.broadcast_to(np.asarray(updates), shape).reshape(-1).astype(buf.dtype.np)
     storage = storages[buf.name]
     if data.mode == "add":
-        np.add.at(storage, offsets, values)
+        np.add.at(storage, offsets, updates)
     else:
-        storage[offsets] = values
+        storage[offsets] = updates
+
+
+def _scatter_update(buf, index) -> tuple:
+    """A scatter's ``(storage offset expression, value)`` at ``index`` (its targets first: the
+    value may read what they did)."""
+    targets = buf.data.index_fn(index)
+    return buf.layout.offset_expr(targets), buf.data.value_fn(index)
+
+
+# ------------------------------------------------------------------ steps of graphs for every size
+
+
+class _Traced:
+    """A value of a loop body being recorded: the handler call that made it, and that call's
+    result on one element (``sample``: its dtype is the one the replay computes)."""
+
+    __slots__ = ("slot", "sample")
+
+    def __init__(self, slot: int, sample):
+        self.slot = slot
+        self.sample = sample
+
+
+def _sample(x):
+    return x.sample if x.__class__ is _Traced else x
+
+
+# the handler calls a recording keeps; other ops are prims' shared formulas over these
+_RECORDED = frozenset(
+    {"load", "constant", "index_expr", "indirect_indexing", "to_dtype", "where", "rand", "randn"}
+) | frozenset(_MATH)
+
+
+class _Recorder:
+    """An ops handler that records a loop body's calls (see the module docstring). Each call is
+    also made on a probe, a ``NumpyHandler`` over one-element buffers and the symbols' hints:
+    its results give ``dtype_of``, which shared formulas read."""
+
+    def __init__(self, probe: NumpyHandler):
+        self.probe = probe
+        self.program: list = []  # (op name, args, kwargs), args holding _Traced operands
+
+    def dtype_of(self, x) -> dt.dtype:
+        return self.probe.dtype_of(_sample(x))
+
+    def __getattr__(self, name):
+        if name in _RECORDED:
+            return partial(self._record, name)
+        formula = shared_formula(self, name)
+        if formula is None:
+            raise AttributeError(f"numpy ops handler has no op {name!r}")
+        return formula
+
+    def _record(self, name: str, *args, **kwargs):
+        probe_args = [_sample(a) for a in args]
+        result = getattr(self.probe, name)(
+            *probe_args, **{k: _sample(v) for k, v in kwargs.items()}
+        )
+        self.program.append((name, args, kwargs))
+        if name == "indirect_indexing":  # an index expression (the replay binds its atom)
+            return result
+        # a sample of one element, never 0-d (some numpy kernels return a Python scalar for 0-d
+        # input; a load whose index a 0-long loop folded to a constant is 0-d)
+        return _Traced(len(self.program) - 1, np.atleast_1d(result))
+
+
+class Recorded:
+    """A loop body as the handler calls it makes (``_Recorder``); ``replay`` makes them on
+    another handler and returns what the body returned there."""
+
+    def __init__(self, program: list, result):
+        self.program = program
+        self.result = result
+
+    def replay(self, handler: NumpyHandler):
+        slots: list = []
+        for name, args, kwargs in self.program:
+            operands = [slots[a.slot] if a.__class__ is _Traced else a for a in args]
+            if kwargs:
+                kwargs = {
+                    k: slots[v.slot] if v.__class__ is _Traced else v for k, v in kwargs.items()
+                }
+            slots.append(getattr(handler, name)(*operands, **kwargs))
+        return _resolve(self.result, slots)
+
+
+def _resolve(result, slots: list):
+    if result.__class__ is _Traced:
+        return slots[result.slot]
+    if isinstance(result, (tuple, list)):
+        return type(result)(_resolve(r, slots) for r in result)
+    return result
+
+
+class _Hints(dict):
+    """Each size symbol's hint (the value seen at capture), for the recording's probe."""
+
+    def __missing__(self, symbol):
+        return symbol.hint
+
+
+class _ProbeStorages(dict):
+    """One-element buffers of each buffer's dtype (ones: no division by zero in the probe)."""
+
+    def __init__(self, dtypes: dict):
+        super().__init__()
+        self.dtypes = dtypes
+
+    def __missing__(self, name):
+        array = self[name] = np.ones(1, self.dtypes[name].np)
+        return array
+
+
+def _record(fn, prefixes: tuple, ranges: tuple, dtypes: dict) -> Recorded:
+    """``fn``'s calls over loop variables of the symbolic ``ranges`` (one group per prefix)."""
+    env: dict = {}
+    indices = []
+    for prefix, group in zip(prefixes, ranges):
+        variables = [sym.Var(f"{prefix}{i}", n) for i, n in enumerate(group)]
+        env.update((v, np.zeros(1, np.int64)) for v in variables)
+        indices.append(variables)
+    recorder = _Recorder(NumpyHandler(_ProbeStorages(dtypes), env, _Hints()))
+    with set_ops_handler(recorder), np.errstate(all="ignore"):
+        result = fn(*indices)
+    return Recorded(recorder.program, result)
+
+
+class EverySizeStep:
+    """A kernel or scatter step run by numpy in a graph compiled for every size (see the module
+    docstring). Made inside ``ShapeEnv.kernel_scope``; ``dtypes``: every buffer's dtype by
+    name. A call takes the storages, this call's layouts of the buffers the step writes (in
+    ``step.nodes`` order; the scatter's one) and the size symbols' values."""
+
+    def __init__(self, step, dtypes: dict):
+        if isinstance(step, Kernel):
+            self.nodes = list(step.nodes)
+            self.bodies = [_record_buffer(node, dtypes) for node in self.nodes]
+            self.scatter = None
+        else:
+            data = step.buffer.data
+            self.scatter = step.buffer
+            self.bodies = (
+                _record(data.base_fn, ("b",), (data.base_ranges,), dtypes),
+                _record(partial(_scatter_update, step.buffer), ("x",), (data.ranges,), dtypes),
+            )
+
+    def __call__(self, storages: dict, layouts: tuple, values: dict) -> None:
+        from .. import wrapper_runtime
+
+        if self.scatter is not None:
+            run_scatter(self.scatter, storages, layouts[0], values, self.bodies)
+            return
+        for node, body, layout in zip(self.nodes, self.bodies, layouts):
+            computed = compute_buffer(node, storages, values, body)
+            target = wrapper_runtime.strided_view(storages[node.name], layout)
+            np.copyto(target, computed, casting="unsafe")
+
+
+def _record_buffer(buf: ComputedBuffer, dtypes: dict) -> Recorded:
+    data = buf.data
+    if isinstance(data, Pointwise):
+        return _record(data.inner_fn, ("x",), (data.ranges,), dtypes)
+    return _record(data.inner_fn, ("x", "r"), (data.ranges, data.reduction_ranges), dtypes)

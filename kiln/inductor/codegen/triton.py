@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from ...runtime import dtypes as dt
+from ...runtime.symbolic import SymInt
 from .. import sym
 from ..prims import shared_formula
 from .triton_math import (
@@ -33,6 +34,7 @@ __all__ = [
     "KernelPrinter",
     "TVal",
     "TritonConfig",
+    "SizeArgs",
     "index_text",
     "next_power_of_2",
     "storage_dtype_name",
@@ -93,21 +95,70 @@ def _float_text(v: float) -> str:
     return repr(float(v))
 
 
-def index_text(expr: sym.Expr) -> str:
-    """Python/Triton text of an index expression (loop variables and indirect names as is)."""
+def _literal_size(size) -> str:
+    """A size as code where no kernel argument can hold it (plain ints only)."""
+    size = sym.size_value(size)
+    if size.__class__ is not int:
+        from ..compile_fx import SymbolicUnsupportedError
+
+        raise SymbolicUnsupportedError(
+            f"a Triton kernel needs the symbolic size {size} where it takes no size arguments"
+        )
+    return str(size)
+
+
+def _is_int(value, k: int) -> bool:
+    return value.__class__ is int and value == k
+
+
+def index_text(expr: sym.Expr, size_text=_literal_size) -> str:
+    """Python/Triton text of an index expression (loop variables and indirect names as is).
+
+    ``size_text`` prints coefficients, constants and divisors: a symbolic one (kernels for every
+    size) becomes the name of the kernel's integer argument holding it (``SizeArgs.text``)."""
     expr = sym.as_expr(expr)
     parts = []
-    for atom, c in sorted(expr.terms.items(), key=lambda t: (abs(t[1]), repr(t[0]))):
+    for atom, c in sorted(expr.terms.items(), key=_term_order):
         if isinstance(atom, (sym.Var, sym.Indirect)):
             s = atom.name
         elif isinstance(atom, sym.FloorDiv):
-            s = f"(({index_text(atom.expr)}) // {atom.div})"
+            s = f"(({index_text(atom.expr, size_text)}) // {size_text(atom.div)})"
         else:
-            s = f"(({index_text(atom.expr)}) % {atom.mod})"
-        parts.append(s if c == 1 else f"{c}*{s}")
-    if expr.const or not parts:
-        parts.append(str(expr.const))
+            s = f"(({index_text(atom.expr, size_text)}) % {size_text(atom.mod)})"
+        parts.append(s if _is_int(c, 1) else f"{size_text(c)}*{s}")
+    if not _is_int(expr.const, 0) or not parts:
+        parts.append(size_text(expr.const))
     return " + ".join(parts).replace("+ -", "- ")
+
+
+def _term_order(term) -> tuple:
+    # symbolic coefficients are never compared (that would decide over the symbols' ranges)
+    atom, c = term
+    return (abs(c) if c.__class__ is int else 1 << 62, repr(atom))
+
+
+class SizeArgs:
+    """The symbolic sizes one kernel reads, as integer arguments (kernels for every size).
+
+    Loop extents, strides, offsets and divisors that are expressions over the size symbols are
+    printed as argument names (``ks0``, ``ks1``); the wrapper evaluates each expression per call
+    and passes its value, so one compiled kernel serves every size. Plain ints stay literals."""
+
+    def __init__(self):
+        self.exprs: dict = {}  # size expression -> (argument name, SymInt)
+
+    def text(self, size) -> str:
+        size = sym.size_value(size)
+        if size.__class__ is int:
+            return str(size)
+        entry = self.exprs.get(size.expr)
+        if entry is None:
+            entry = self.exprs[size.expr] = (f"ks{len(self.exprs)}", size)
+        return entry[0]
+
+    def used(self, text: str) -> list:
+        """``(name, SymInt)`` of the arguments ``text`` (the kernel's body) refers to."""
+        return [e for e in self.exprs.values() if re.search(rf"\b{e[0]}\b", text)]
 
 
 @dataclass
@@ -144,8 +195,17 @@ class KernelPrinter:
     template).
     """
 
-    def __init__(self, rank: int, x_vars: set, r_vars: set, must_store: set, buffers: dict):
+    def __init__(
+        self,
+        rank: int,
+        x_vars: set,
+        r_vars: set,
+        must_store: set,
+        buffers: dict,
+        size_args: SizeArgs | None = None,
+    ):
         self.rank = rank
+        self.size_args = size_args or SizeArgs()  # symbolic sizes, read from integer arguments
         self.buffers = buffers  # name -> Buffer (dtype, layout) of everything it may load
         self.x_vars = x_vars
         self.r_vars = r_vars
@@ -272,6 +332,13 @@ class KernelPrinter:
         return out
 
     # ---------------------------------------------------------------- helpers
+    def size(self, value) -> str:
+        """A size as code: an int literal, or the integer argument holding a symbolic one."""
+        return self.size_args.text(value)
+
+    def index(self, expr: sym.Expr) -> str:
+        return index_text(expr, self.size_args.text)
+
     def const_shape(self) -> str:
         return "[1]" if self.rank == 1 else "[1, 1]"
 
@@ -324,13 +391,14 @@ class KernelPrinter:
             self.memory_reads.add(name)
         dtype = self.buffer_dtype(name)
         xdep, rdep = self.expr_deps(index)
-        offset = index_text(index)
-        last = max(self.buffers[name].layout.storage_size(), 1) - 1
+        offset = self.index(index)
+        last = sym.last_index(self.buffers[name].layout.storage_size())
         lo, hi = index.bounds()
-        if lo < 0 or hi > last:
-            # only a not-taken branch of a where (padding, scatter bounds) reads out here:
-            # clamp into the buffer rather than fault, as the numpy reference does
-            offset = f"tl.minimum(tl.maximum({offset}, 0), {last})"
+        if not (sym.known(">=", lo, 0) and sym.known("<=", hi, last)):
+            # only a not-taken branch of a where (padding, scatter bounds) reads out here (or
+            # may, at some sizes): clamp into the buffer rather than fault, as the numpy
+            # reference does
+            offset = f"tl.minimum(tl.maximum({offset}, 0), {self.size(last)})"
         ptr = f"{self.arg(name, dtype)} + ({offset})"
         indirect = any(isinstance(a, sym.Indirect) for a in _atoms(index))
         if self.var_masks is not None and not indirect:
@@ -363,7 +431,7 @@ class KernelPrinter:
         xdep, rdep = self.expr_deps(index)
         want_r = full and self.rmask is not None
         shape = self.full_shape if want_r else self.outer_shape
-        ptr = f"{self.arg(name, dtype)} + ({index_text(index)})"
+        ptr = f"{self.arg(name, dtype)} + ({self.index(index)})"
         if self.var_masks is not None:
             used = {a.name for a in _atoms(index) if isinstance(a, sym.Var)}
             covered = len(self.var_masks) == 2 and all(v in used for v in self.var_masks)
@@ -387,6 +455,15 @@ class KernelPrinter:
 
     # ---------------------------------------------------------------- ops handler: values
     def constant(self, value, dtype: dt.dtype) -> TVal:
+        value = sym.size_value(value) if value.__class__ is SymInt else value
+        if value.__class__ is SymInt:  # a size used as a number (a mean's element count)
+            n = self.emit(
+                f"tl.full({self.const_shape()}, 0, tl.int64) + {self.size(value)}",
+                dt.int64,
+                False,
+                False,
+            )
+            return self.to_dtype(n, dtype)
         if dtype is dt.bool_:
             return self.emit(
                 f"tl.full({self.const_shape()}, {int(bool(value))}, tl.int1)", dtype, False, False
@@ -419,12 +496,12 @@ class KernelPrinter:
         if expr.is_const:
             return self.constant(expr.const, dtype)
         xdep, rdep = self.expr_deps(expr)
-        return self.emit(f"({index_text(expr)}).to({tl_dtype(dtype)})", dtype, xdep, rdep)
+        return self.emit(f"({self.index(expr)}).to({tl_dtype(dtype)})", dtype, xdep, rdep)
 
     def indirect_indexing(self, value: TVal, size: int):
         value = self.materialize(value)
         v = self.emit(
-            f"tl.where({value} < 0, {value} + {int(size)}, {value})",
+            f"tl.where({value} < 0, {value} + {self.size(size)}, {value})",
             value.dtype,
             value.xdep,
             value.rdep,

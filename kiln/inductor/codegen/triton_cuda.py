@@ -122,16 +122,19 @@ class CudaKernelRuntime:
         return cuda.wrap(array)
 
     # ---------------------------------------------------------------- calls
-    def extern(self, ext, out, inputs: list) -> None:
-        """An extern call (eager fallback, float64 matmul) on host copies of its inputs."""
+    def extern(self, ext, out, inputs: list, layouts=None, values: dict | None = None) -> None:
+        """An extern call (eager fallback, float64 matmul) on host copies of its inputs;
+        ``layouts``/``values``: a call's concrete layouts and size values (kernels for every
+        size; ``wrapper_runtime.run_extern``)."""
         self.activate()
         storages = {}
         tensors = [item for item in ext.inputs if isinstance(item, tuple)]
         for (src, _layout), arg in zip(tensors, inputs):
             storages[src.name] = self._download(arg, src.dtype)
-        result = np.empty(max(ext.layout.storage_size(), 1), ext.dtype.np)
+        layout = ext.layout if layouts is None else layouts[-1]
+        result = np.empty(max(layout.storage_size(), 1), ext.dtype.np)
         storages[ext.name] = result
-        wrapper_runtime.run_extern(ext, storages)
+        wrapper_runtime.run_extern(ext, storages, layouts, values)
         self.driver.htod(out.data_ptr(), result.__array_interface__["data"][0], result.nbytes)
 
     def _download(self, arg, d: dt.dtype) -> np.ndarray:

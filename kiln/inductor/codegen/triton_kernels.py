@@ -19,6 +19,7 @@ to launch it.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...runtime import dtypes as dt
@@ -27,7 +28,7 @@ from ..dependencies import reads_of
 from ..ir import ComputedBuffer, Pointwise, Reduction
 from ..scheduler import Kernel
 from ..virtualized import set_ops_handler
-from .triton import KernelPrinter, Produced, TritonConfig, TVal, index_text, next_power_of_2
+from .triton import KernelPrinter, Produced, SizeArgs, TritonConfig, TVal, next_power_of_2
 from .triton_math import int_limits, tl_dtype
 
 __all__ = ["GeneratedKernel", "generate_kernel", "generate_scatter"]
@@ -205,7 +206,9 @@ class GeneratedKernel:
     source: str
     args: list  # buffer names, in pointer-argument order
     arg_dtypes: dict
-    sizes: list  # extra integer arguments (xnumel, rnumel)
+    # integer arguments: xnumel[, rnumel], then the symbolic sizes of ``SizeArgs`` (a matmul's
+    # first three are M, N, batch, for its grid only)
+    sizes: list
     constexprs: dict  # block sizes
     num_warps: int
     grid: tuple
@@ -216,10 +219,13 @@ class GeneratedKernel:
     tune_configs: list = field(default_factory=list)  # matmul: candidate constexpr dicts
 
 
-def _decompose(prefix: str, index_name: str, ranges: tuple) -> tuple[list, list[str]]:
+def _decompose(
+    prefix: str, index_name: str, ranges: tuple, size_text: Callable
+) -> tuple[list, list[str]]:
     """Loop variables of ``ranges`` from one flattened index (row-major), with their lines.
 
-    Size-1 dimensions get the constant 0 instead of a variable."""
+    Size-1 dimensions get the constant 0 instead of a variable; symbolic sizes are printed by
+    ``size_text`` (kernel arguments)."""
     vars_: list = []
     lines: list[str] = []
     inner = 1
@@ -229,16 +235,21 @@ def _decompose(prefix: str, index_name: str, ranges: tuple) -> tuple[list, list[
         inner *= s
     stride_after.reverse()
     for i, (size, after) in enumerate(zip(ranges, stride_after)):
-        if size == 1:
+        if _is_one(size):
             vars_.append(sym.ZERO)
             continue
         v = sym.Var(f"{prefix}{i}", size)
         vars_.append(v)
-        text = index_name if after == 1 else f"({index_name} // {after})"
+        text = index_name if _is_one(after) else f"({index_name} // {size_text(after)})"
         if i > 0:
-            text = f"{text} % {size}"
+            text = f"{text} % {size_text(size)}"
         lines.append(f"{v.name} = {text}")
     return vars_, lines
+
+
+def _is_one(size) -> bool:
+    # a symbolic size is never asked (a variable over a size that is 1 is always 0 anyway)
+    return size.__class__ is int and size == 1
 
 
 def _node_kind(kernel: Kernel, node: ComputedBuffer) -> str:
@@ -273,21 +284,25 @@ def generate_kernel(
     xnumel, rnumel = _numel(outer), _numel(inner)
     reduction = bool(inner)
     # a row in registers, unless the reduction strides across memory (columns of a row-major
-    # tensor): then tiles wide along x, looping over r, read coalesced
+    # tensor): then tiles wide along x, looping over r, read coalesced. A symbolic reduction
+    # length loops (one block size for every length) unless its range bounds it.
     persistent = (
         reduction
-        and rnumel <= cfg.persistent_reduction_max
-        and (rnumel <= 64 or _reads_contiguous_inner(kernel))
+        and sym.known("<=", rnumel, cfg.persistent_reduction_max)
+        and (sym.known("<=", rnumel, 64) or _reads_contiguous_inner(kernel))
     )
+    size_args = SizeArgs()
     idx64 = cfg.int64_indexing
     head = [
         "xoffset = tl.program_id(0)" + (".to(tl.int64)" if idx64 else "") + " * XBLOCK",
         "xindex = xoffset + tl.arange(0, XBLOCK)" + ("[:, None]" if reduction else ""),
         "xmask = xindex < xnumel",
     ]
-    outer_vars, lines = _decompose("x", "xindex", outer)
+    outer_vars, lines = _decompose("x", "xindex", outer, size_args.text)
     head += lines
-    inner_vars, r_lines = _decompose("r", "rindex", inner) if reduction else ([], [])
+    inner_vars, r_lines = (
+        _decompose("r", "rindex", inner, size_args.text) if reduction else ([], [])
+    )
     r_head = ["rmask = rindex < rnumel"] + r_lines
     if reduction:
         head.append("rbase = tl.arange(0, RBLOCK)[None, :]" + (".to(tl.int64)" if idx64 else ""))
@@ -295,7 +310,7 @@ def generate_kernel(
             head += ["rindex = rbase"] + r_head
     x_set = {v for v in outer_vars if isinstance(v, sym.Var)}
     r_set = {v for v in inner_vars if isinstance(v, sym.Var)}
-    p = KernelPrinter(2 if reduction else 1, x_set, r_set, must_store, buffers)
+    p = KernelPrinter(2 if reduction else 1, x_set, r_set, must_store, buffers, size_args)
     p.outer_shape = "[XBLOCK, 1]" if reduction else "[XBLOCK]"
     p.full_shape = "[XBLOCK, RBLOCK]"
     for h in head:
@@ -323,7 +338,9 @@ def generate_kernel(
     body = p.render()
     sizes = ["xnumel"] + (["rnumel"] if reduction else [])
     blocks = ["XBLOCK"] + (["RBLOCK"] if reduction else [])
-    params = list(p.args.values()) + sizes + [f"{b}: tl.constexpr" for b in blocks]
+    extra = size_args.used("\n".join(body))
+    params = list(p.args.values()) + sizes + [n for n, _ in extra]
+    params += [f"{b}: tl.constexpr" for b in blocks]
     src = ["@triton.jit", f"def {name}({', '.join(params)}):"]
     if comment:
         src.append(f"    # {comment}")
@@ -335,10 +352,10 @@ def generate_kernel(
         source="\n".join(src) + "\n",
         args=list(p.args.keys()),
         arg_dtypes=dict(p.arg_dtypes),
-        sizes=[xnumel] + ([rnumel] if reduction else []),
+        sizes=[xnumel] + ([rnumel] if reduction else []) + [v for _, v in extra],
         constexprs=constexprs,
         num_warps=num_warps,
-        grid=((xnumel + constexprs["XBLOCK"] - 1) // constexprs["XBLOCK"],),
+        grid=_grid(xnumel, constexprs["XBLOCK"]),
         stored=set(p.stored),
         helpers=set(p.helpers),
         kind=kind,
@@ -371,15 +388,17 @@ def generate_scatter(
         "xindex = xoffset + tl.arange(0, XBLOCK)",
         "xmask = xindex < xnumel",
     ]
-    index, lines = _decompose("x", "xindex", tuple(data.ranges))
+    size_args = SizeArgs()
+    index, lines = _decompose("x", "xindex", tuple(data.ranges), size_args.text)
     head += lines
-    p = KernelPrinter(1, {v for v in index if isinstance(v, sym.Var)}, set(), {buf.name}, buffers)
+    x_set = {v for v in index if isinstance(v, sym.Var)}
+    p = KernelPrinter(1, x_set, set(), {buf.name}, buffers, size_args)
     for h in head:
         p.line(h)
     with set_ops_handler(p):
         target = buf.layout.offset_expr(data.index_fn(index))
         value = p.cast_for_store(data.value_fn(index), buf.dtype)
-        ptr = f"{p.arg(buf.name, buf.dtype)} + ({index_text(target)})"
+        ptr = f"{p.arg(buf.name, buf.dtype)} + ({p.index(target)})"
         if not p.expr_deps(target)[0]:
             ptr += " + tl.full([XBLOCK], 0, tl.int32)"
         if sequential:
@@ -396,20 +415,21 @@ def generate_scatter(
             + (".to(tl.int64)" if cfg.int64_indexing else "")
             + " * XBLOCK"
         ] + body
-    params = list(p.args.values()) + ["xnumel", "XBLOCK: tl.constexpr"]
+    extra = size_args.used("\n".join(body))
+    params = list(p.args.values()) + ["xnumel"] + [n for n, _ in extra] + ["XBLOCK: tl.constexpr"]
     src = ["@triton.jit", f"def {name}({', '.join(params)}):"]
     src.append(f"    # scatter-{data.mode}" + (f": {comment}" if comment else ""))
     src += ["    " + line for line in body]
-    xblock = 1 if sequential else min(cfg.pointwise_xblock, next_power_of_2(max(xnumel, 1)))
+    xblock = 1 if sequential else _block_for(xnumel, cfg.pointwise_xblock)
     writes = GeneratedKernel(
         name=name,
         source="\n".join(src) + "\n",
         args=list(p.args.keys()),
         arg_dtypes=dict(p.arg_dtypes),
-        sizes=[xnumel],
+        sizes=[xnumel] + [v for _, v in extra],
         constexprs={"XBLOCK": xblock},
         num_warps=1 if sequential else 4,
-        grid=(min(1, xnumel),) if sequential else ((xnumel + xblock - 1) // xblock,),
+        grid=_sequential_grid(xnumel) if sequential else _grid(xnumel, xblock),
         stored={buf.name},
         helpers=set(p.helpers),
         kind="scatter",
@@ -476,22 +496,44 @@ def _trivial_reduction(p: KernelPrinter, data: Reduction, value: TVal) -> TVal:
     return value
 
 
+def _block_for(n, limit: int) -> int:
+    """The power of two covering ``n``, at most ``limit``: a symbolic ``n`` takes its range's
+    upper bound (``limit`` when unbounded), so block sizes never depend on the sizes seen."""
+    if n.__class__ is not int:
+        n = n.expr.bounds()[1]
+        if n > limit:
+            return limit
+        n = int(n)
+    return min(limit, next_power_of_2(max(n, 1)))
+
+
+def _grid(xnumel, xblock: int) -> tuple:
+    """Programs along x: a ``SymInt`` for symbolic sizes (the wrapper evaluates it per call)."""
+    return ((xnumel + xblock - 1) // xblock,)
+
+
+def _sequential_grid(xnumel) -> tuple:
+    """One program, or none for an empty static range (an empty symbolic one loops 0 times)."""
+    return (min(1, xnumel) if xnumel.__class__ is int else 1,)
+
+
 def _flat_config(kernel: Kernel, xnumel: int, rnumel: int, persistent: bool, cfg: TritonConfig):
-    """Block sizes and warps for a pointwise or reduction kernel."""
+    """Block sizes and warps for a pointwise or reduction kernel (fixed ones where a size is
+    symbolic: the largest each size's range allows)."""
     if not kernel.inner:
-        xblock = min(cfg.pointwise_xblock, next_power_of_2(max(xnumel, 1)))
+        xblock = _block_for(xnumel, cfg.pointwise_xblock)
         return {"XBLOCK": xblock}, 4 if xblock >= 512 else 2 if xblock >= 128 else 1
     if persistent:
-        rblock = next_power_of_2(max(rnumel, 1))
-        xblock = max(1, min(next_power_of_2(max(xnumel, 1)), max(1, 4096 // rblock), 64))
+        rblock = _block_for(rnumel, next_power_of_2(cfg.persistent_reduction_max))
+        xblock = max(1, min(_block_for(xnumel, 64), max(1, 4096 // rblock)))
     else:
-        rblock = min(cfg.looped_rblock, next_power_of_2(rnumel))
+        rblock = _block_for(rnumel, cfg.looped_rblock)
         contiguous_r = _reads_contiguous_inner(kernel)
         if contiguous_r:
-            xblock = max(1, min(next_power_of_2(max(xnumel, 1)), max(1, 4096 // rblock)))
+            xblock = max(1, _block_for(xnumel, max(1, 4096 // rblock)))
         else:  # reducing across rows of a row-major tensor: wide x tiles coalesce better
             rblock = min(rblock, 64)
-            xblock = min(next_power_of_2(max(xnumel, 1)), 64)
+            xblock = _block_for(xnumel, 64)
     warps = max(1, min(8, (xblock * rblock) // 256))
     return {"XBLOCK": xblock, "RBLOCK": rblock}, next_power_of_2(warps)
 
@@ -506,5 +548,5 @@ def _reads_contiguous_inner(kernel: Kernel) -> bool:
             index, rindex = kernel.node_vars(node, outer_vars, inner_vars)
             reads = reads_of(node, index, rindex)
             coeffs = [r.index.coeff(last) for r in reads if last in r.index.free_vars()]
-            return not coeffs or any(c == 1 for c in coeffs)
+            return not coeffs or any(_is_one(c) for c in coeffs)
     return True

@@ -15,7 +15,7 @@ from .. import sym
 from ..dependencies import reads_of
 from ..scheduler import ExternCall, Kernel
 from ..virtualized import set_ops_handler
-from .triton import KernelPrinter, Produced, TritonConfig, next_power_of_2
+from .triton import KernelPrinter, Produced, SizeArgs, TritonConfig, next_power_of_2
 from .triton_kernels import GeneratedKernel, print_node
 
 __all__ = ["MATMUL_CONFIGS", "matmul_shapes", "fusable_epilogue", "generate_matmul"]
@@ -46,19 +46,27 @@ def matmul_shapes(call: ExternCall):
     batch = la.shape[0] if len(la.shape) == 3 else 1
     m, k = la.shape[-2:]
     k2, n = lb.shape[-2:]
-    if k != k2 or (len(la.shape) == 3 and lb.shape[0] != batch) or m * n * batch == 0:
+    if not sym.same_size(k, k2) or (len(la.shape) == 3 and not sym.same_size(lb.shape[0], batch)):
+        return None
+    if any(s.__class__ is int and s == 0 for s in (m, n, batch)):
         return None
     return batch, m, n, k, la, lb
 
 
 def _outer_vars(shape: tuple) -> list:
-    return [sym.Var(f"x{i}", s) if s != 1 else sym.ZERO for i, s in enumerate(shape)]
+    return [
+        sym.ZERO if s.__class__ is int and s == 1 else sym.Var(f"x{i}", s)
+        for i, s in enumerate(shape)
+    ]
 
 
 def fusable_epilogue(call: ExternCall, kernel: Kernel) -> bool:
     """Whether ``kernel`` can run as the epilogue of the matmul ``call``."""
     buf = call.buffer
-    if kernel.inner or tuple(kernel.outer) != tuple(buf.layout.shape):
+    shape = tuple(buf.layout.shape)
+    if kernel.inner or len(kernel.outer) != len(shape):
+        return False
+    if not all(sym.same_size(a, b) for a, b in zip(kernel.outer, shape)):
         return False
     outer = _outer_vars(tuple(kernel.outer))
     here = buf.layout.offset_expr(outer)
@@ -72,15 +80,16 @@ def fusable_epilogue(call: ExternCall, kernel: Kernel) -> bool:
 
 def tuning_configs(m: int, n: int, k: int, dtype: dt.dtype) -> list[dict]:
     """The config list clamped to the problem (tiny problems need no 128-wide tiles); float32
-    (no tensor cores for IEEE products) skips the widest tile."""
+    (no tensor cores for IEEE products) skips the widest tile. A symbolic size is not clamped
+    (the blocks serve every size; the masks cut the tails)."""
     out = []
     for c in MATMUL_CONFIGS:
         if dtype is dt.float32 and c["BLOCK_M"] * c["BLOCK_N"] > 128 * 128:
             continue
         c = dict(c)
-        c["BLOCK_M"] = min(c["BLOCK_M"], max(16, next_power_of_2(m)))
-        c["BLOCK_N"] = min(c["BLOCK_N"], max(16, next_power_of_2(n)))
-        c["BLOCK_K"] = min(c["BLOCK_K"], max(16, next_power_of_2(k)))
+        for block, size in (("BLOCK_M", m), ("BLOCK_N", n), ("BLOCK_K", k)):
+            if size.__class__ is int:
+                c[block] = min(c[block], max(16, next_power_of_2(size)))
         if c not in out:
             out.append(c)
     return out
@@ -102,23 +111,27 @@ def generate_matmul(
     batched = len(out_shape) == 3
     outer = _outer_vars(out_shape)
     xvars = {v for v in outer[-2:] if isinstance(v, sym.Var)}
-    p = KernelPrinter(2, xvars, set(), must_store, buffers)
+    size_args = SizeArgs()
+    z = size_args.text  # symbolic sizes, strides and offsets: integer arguments
+    p = KernelPrinter(2, xvars, set(), must_store, buffers, size_args)
     p.outer_shape = p.full_shape = "[BLOCK_M, BLOCK_N]"
     p.rmask = None
     a_arg = p.arg(buf.inputs[0][0].name, la.dtype)
     b_arg = p.arg(buf.inputs[1][0].name, lb.dtype)
     sam, sak = la.stride[-2:]
     sbk, sbn = lb.stride[-2:]
-    a_base = f"{la.offset}" + (f" + xb * {la.stride[0]}" if batched else "")
-    b_base = f"{lb.offset}" + (f" + xb * {lb.stride[0]}" if batched else "")
+    a_base = z(la.offset) + (f" + xb * {z(la.stride[0])}" if batched else "")
+    b_base = z(lb.offset) + (f" + xb * {z(lb.stride[0])}" if batched else "")
+    m_, n_, k_ = z(m), z(n), z(k)
+    sam, sak, sbk, sbn = z(sam), z(sak), z(sbk), z(sbn)
     i64 = ".to(tl.int64)" if cfg.int64_indexing else ""
     precision = ""
     if la.dtype is dt.float32:
         precision = ', input_precision="tf32"' if cfg.matmul_tf32 else ', input_precision="ieee"'
     head = [
         "pid = tl.program_id(0)",
-        f"num_pid_m = ({m} + BLOCK_M - 1) // BLOCK_M",
-        f"num_pid_n = ({n} + BLOCK_N - 1) // BLOCK_N",
+        f"num_pid_m = ({m_} + BLOCK_M - 1) // BLOCK_M",
+        f"num_pid_n = ({n_} + BLOCK_N - 1) // BLOCK_N",
         "group_size = GROUP_M * num_pid_n",
         "first_m = (pid // group_size) * GROUP_M",
         "group_m = tl.minimum(num_pid_m - first_m, GROUP_M)",
@@ -134,9 +147,9 @@ def generate_matmul(
         f"a_ptrs = {a_arg} + ({a_base}) + rm[:, None] * {sam} + rk[None, :] * {sak}",
         f"b_ptrs = {b_arg} + ({b_base}) + rk[:, None] * {sbk} + rn[None, :] * {sbn}",
         "acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)",
-        f"for k in range(0, {k}, BLOCK_K):",
-        f"    a = tl.load(a_ptrs, mask=(rm[:, None] < {m}) & (rk[None, :] < {k} - k), other=0.0)",
-        f"    b = tl.load(b_ptrs, mask=(rk[:, None] < {k} - k) & (rn[None, :] < {n}), other=0.0)",
+        f"for k in range(0, {k_}, BLOCK_K):",
+        f"    a = tl.load(a_ptrs, mask=(rm[:, None] < {m_}) & (rk[None, :] < {k_} - k), other=0.0)",
+        f"    b = tl.load(b_ptrs, mask=(rk[:, None] < {k_} - k) & (rn[None, :] < {n_}), other=0.0)",
         "    if UPCAST:",
         "        a = a.to(tl.float32)",
         "        b = b.to(tl.float32)",
@@ -148,7 +161,7 @@ def generate_matmul(
     for v, text in zip(outer, names):
         if isinstance(v, sym.Var):
             head.append(f"{v.name} = {text}")
-    head += [f"mmask = rm[:, None] < {m}", f"nmask = rn[None, :] < {n}", "xmask = mmask & nmask"]
+    head += [f"mmask = rm[:, None] < {m_}", f"nmask = rn[None, :] < {n_}", "xmask = mmask & nmask"]
     p.var_masks = {}
     for v, mask in zip(outer[-2:], ("mmask", "nmask")):
         if isinstance(v, sym.Var):
@@ -169,9 +182,12 @@ def generate_matmul(
             print_node(p, node, index, rindex, "outer", False)
             origins.append(node.name)
     body = p.render()
-    params = list(p.args.values()) + [
-        f"{c}: tl.constexpr" for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "UPCAST")
-    ]
+    extra = size_args.used("\n".join(body))
+    params = (
+        list(p.args.values())
+        + [name for name, _ in extra]
+        + [f"{c}: tl.constexpr" for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "UPCAST")]
+    )
     src = ["@triton.jit", f"def {name}({', '.join(params)}):"]
     what = f"{'b' if batched else ''}mm [{m}, {k}] x [{k}, {n}]" + (
         f" + epilogue {origins}" if origins else ""
@@ -184,7 +200,7 @@ def generate_matmul(
         source="\n".join(src) + "\n",
         args=list(p.args.keys()),
         arg_dtypes=dict(p.arg_dtypes),
-        sizes=[m, n, batch],
+        sizes=[m, n, batch] + [v for _, v in extra],
         constexprs={},
         num_warps=4,
         grid=(),

@@ -14,13 +14,16 @@ from __future__ import annotations
 import collections
 import hashlib
 import os
+import re
 import time
 from dataclasses import dataclass, field
 
 from ...runtime import dtypes as dt
 from ...runtime import logs as klog
 from ...runtime.storage import empty_array
-from .. import wrapper_runtime
+from ...runtime.sym_expr import Symbol
+from ...runtime.symbolic import SymInt
+from .. import sym, wrapper_runtime
 from ..graph_lowering import _layout_of
 from ..ir import InputBuffer
 from ..scheduler import ExternCall, Kernel, ScatterStep, Schedule, _step_reads, _step_writes
@@ -137,8 +140,20 @@ def _write_source(source: str) -> str:
     return path
 
 
-def build_module(sched: Schedule, rt, cfg: TritonConfig | None = None) -> TritonModule:
-    """Generate, write and load the Triton module of ``sched`` for runtime ``rt``."""
+def build_module(
+    sched: Schedule,
+    rt,
+    cfg: TritonConfig | None = None,
+    symbols: tuple = (),
+    layouts: dict | None = None,
+) -> TritonModule:
+    """Generate, write and load the Triton module of ``sched`` for runtime ``rt``.
+
+    Kernels for every size: ``symbols`` are the graph's size symbols and ``layouts`` the layouts
+    a call works out from their values, by name; the module adds its extern calls' layouts, and
+    its ``call(inputs, S)`` takes the call's ``CallSizes`` (``symbolic_sizes``), whose values
+    follow ``symbols`` and whose layouts follow ``layouts``. Size expressions in the wrapper
+    (allocations, grids, kernels' size arguments) are evaluated from the symbol values."""
     cfg = cfg or TritonConfig()
     lowered = sched.lowered
     buffers = {b.name: b for b in lowered.buffers}
@@ -148,7 +163,9 @@ def build_module(sched: Schedule, rt, cfg: TritonConfig | None = None) -> Triton
     for name, t in lowered.constants.items():
         buffers[name] = InputBuffer(name, _layout_of(t))
     if not cfg.int64_indexing:
-        biggest = max([b.layout.storage_size() for b in buffers.values()] + [0])
+        # symbolic storage sizes are checked per call instead (``TritonCompiledGraph``)
+        static = [b.layout.storage_size() for b in buffers.values()]
+        biggest = max([n for n in static if n.__class__ is int] + [0])
         cfg.int64_indexing = biggest > 2**31 - 1
     outputs = [o[1].name for o in lowered.outputs if o[0] == "buffer"]
     steps = _plan(sched)
@@ -184,12 +201,31 @@ def build_module(sched: Schedule, rt, cfg: TritonConfig | None = None) -> Triton
                     _origins(nodes),
                 )
             ]
-    source, externs = _render(steps, lowered, buffers, outputs)
+    if symbols:
+        _check_size_arguments(steps, symbols)
+    source, externs = _render(steps, lowered, buffers, outputs, symbols, layouts)
     namespace = load_source(source, rt, externs=externs)
     path = namespace["__file__"]
     _share_jit_functions(namespace, steps, rt.interpret)
     kernels = [k for s in steps for k in s.generated]
     return TritonModule(source, path, kernels, namespace["call"], namespace)
+
+
+def _check_size_arguments(steps, symbols) -> None:
+    """Kernels for every size read sizes only from their integer arguments: a kernel whose code
+    names a size symbol itself (a size printed as text somewhere) would fail when it runs, so
+    the graph takes the per-size route instead."""
+    from ..compile_fx import SymbolicUnsupportedError
+
+    names = "|".join(re.escape(s.name) for s in symbols)
+    for k in (k for step in steps for k in step.generated):
+        code = "\n".join(line.split("#", 1)[0] for line in k.source.splitlines())
+        found = re.search(rf"\b({names})\b", code)
+        if found:
+            raise SymbolicUnsupportedError(
+                f"Triton kernel {k.name} names the size symbol {found.group(1)} in its code"
+                " instead of taking it as an integer argument"
+            )
 
 
 def load_source(source: str, rt, **names) -> dict:
@@ -235,8 +271,9 @@ def _share_jit_functions(namespace: dict, steps, interpret: bool) -> None:
         _JIT_FUNCTIONS.popitem(last=False)
 
 
-def _render(steps, lowered, buffers, outputs):
-    """The module's text: header, helpers, kernels, then the ``call`` wrapper."""
+def _render(steps, lowered, buffers, outputs, symbols=(), layouts: dict | None = None):
+    """The module's text: header, helpers, kernels, then the ``call`` wrapper (see
+    ``build_module`` for ``layouts``)."""
     kernels = [k for s in steps for k in s.generated]
     helpers = set().union(*(k.helpers for k in kernels)) if kernels else set()
     out = [MODULE_HEADER]
@@ -255,6 +292,8 @@ def _render(steps, lowered, buffers, outputs):
         for r in step.reads:
             last_use[r] = i
     names = {}  # buffer name -> python identifier in call()
+    if symbols:  # this call's size symbol values, as locals the size expressions below read
+        body.append(f"{', '.join(_size_code(s) for s in symbols)}, = S.values.values()")
     inputs = [b for b in lowered.inputs if b is not None] + [buffers[n] for n in lowered.constants]
     for b in inputs:
         names[b.name] = _pyname(b.name)
@@ -268,9 +307,14 @@ def _render(steps, lowered, buffers, outputs):
             body.append(_alloc(names[buf.name], buf))
             allocated.add(buf.name)
             ins = [names[item[0].name] for item in buf.inputs if isinstance(item, tuple)]
-            body.append(
-                f"rt.extern(externs[{len(externs)}], {names[buf.name]}, [{', '.join(ins)}])"
-            )
+            call = f"rt.extern(externs[{len(externs)}], {names[buf.name]}, [{', '.join(ins)}]"
+            if layouts is not None:  # this call's layouts and size values
+                refs = []
+                for k, layout in enumerate(wrapper_runtime.extern_layouts(buf)):
+                    refs.append(f"S.layouts[{len(layouts)}]")
+                    layouts[f"E{len(externs)}_{k}"] = layout
+                call += f", ({', '.join(refs)},), S.values"
+            body.append(call + ")")
             externs.append(buf)
         else:
             for name in step.writes:
@@ -289,24 +333,39 @@ def _render(steps, lowered, buffers, outputs):
     returned = ", ".join(f"{n!r}: {names[n]}" for n in dict.fromkeys(outputs) if n in names)
     body.append("")
     body.append(f"return {{{returned}}}")
-    out += ["", "def call(inputs):"] + ["    " + line if line else "" for line in body]
+    out += ["", f"def call(inputs{'' if layouts is None else ', S'}):"] + [
+        "    " + line if line else "" for line in body
+    ]
     return "\n".join(out) + "\n", externs
 
 
 def _launch(k: GeneratedKernel, names: dict) -> str:
     args = ", ".join(names[a] for a in k.args)
     if k.kind == "matmul":
-        m, n, batch = k.sizes
+        m, n, batch = (_size_code(s) for s in k.sizes[:3])
+        extra = "".join(f", {_size_code(s)}" for s in k.sizes[3:])
         return (
             f"rt.launch_tuned({k.name}, {k.name}_configs, "
             f"lambda c: (triton.cdiv({m}, c['BLOCK_M']) * triton.cdiv({n}, c['BLOCK_N']), "
-            f"{batch}), {args})"
+            f"{batch}), {args}{extra})"
         )
-    if k.grid[0] == 0:
+    if k.grid[0].__class__ is int and k.grid[0] == 0:
         return f"# {k.name} has nothing to compute (empty iteration space)"
-    sizes = ", ".join(str(s) for s in k.sizes)
+    sizes = ", ".join(_size_code(s) for s in k.sizes)
+    grid = f"({', '.join(_size_code(g) for g in k.grid)},)"
     blocks = ", ".join(f"{c}={v}" for c, v in k.constexprs.items())
-    return f"{k.name}[{k.grid!r}]({args}, {sizes}, {blocks}, num_warps={k.num_warps})"
+    return f"{k.name}[{grid}]({args}, {sizes}, {blocks}, num_warps={k.num_warps})"
+
+
+def _size_code(size) -> str:
+    """A size as wrapper code: an int, or an expression over the call's size symbols (locals
+    named ``size_<symbol>``)."""
+    if size.__class__ is Symbol:
+        return f"size_{size.name}"
+    size = sym.size_value(size)
+    if size.__class__ is int:
+        return str(size)
+    return size.expr.code(_size_code)
 
 
 def _pyname(name: str) -> str:
@@ -315,7 +374,9 @@ def _pyname(name: str) -> str:
 
 
 def _alloc(pyname: str, buf) -> str:
-    return f"{pyname} = rt.empty({max(buf.layout.storage_size(), 1)}, {buf.dtype.name!r})"
+    numel = sym.size_value(buf.layout.storage_size())
+    numel = max(numel, 1) if numel.__class__ is int else f"max({_size_code(numel)}, 1)"
+    return f"{pyname} = rt.empty({numel}, {buf.dtype.name!r})"
 
 
 # ------------------------------------------------------------------------------ ahead of time
@@ -358,6 +419,8 @@ def compile_for_gpu(module: TritonModule, capability: tuple = (9, 0)) -> dict:
             for i, a in enumerate(k.args)
         }
         if k.kind == "matmul":
+            sizes = names[len(k.args) : len(k.args) + len(k.sizes) - 3]
+            signature.update({n: "i32" for n in sizes})
             constexprs = {c: v for c, v in k.tune_configs[0].items() if not c.startswith("num_")}
             constexprs["UPCAST"] = False
             options = {c: k.tune_configs[0][c] for c in ("num_warps", "num_stages")}
@@ -401,12 +464,16 @@ class HostRuntime:
     def output(self, storage: HostBuffer, layout):
         return wrapper_runtime.to_tensor(storage.array, layout)
 
-    def extern(self, ext, out: HostBuffer, inputs: list) -> None:
+    def extern(
+        self, ext, out: HostBuffer, inputs: list, layouts=None, values: dict | None = None
+    ) -> None:
+        """``layouts``/``values``: a call's concrete layouts and size values (kernels for
+        every size; ``wrapper_runtime.run_extern``)."""
         storages = {ext.name: out.array}
         tensors = [item for item in ext.inputs if isinstance(item, tuple)]
         for (src, _layout), b in zip(tensors, inputs):
             storages[src.name] = b.array
-        wrapper_runtime.run_extern(ext, storages)
+        wrapper_runtime.run_extern(ext, storages, layouts, values)
 
     def launch_tuned(self, kernel, configs: list, grid, *args) -> None:
         # the interpreter has no bfloat16 arithmetic: UPCAST makes tl.dot see float32
@@ -421,15 +488,33 @@ def _cudagraph_unavailable(rt) -> str:
     return "kiln does not capture CUDA graphs yet (issue 19, item 4)"
 
 
+# the largest storage (in elements) kernels with 32-bit offsets address
+_INT32_ELEMENTS = 2**31 - 1
+
+
 class TritonCompiledGraph:
-    """A graph compiled to Triton kernels; called like ``CompiledGraph``, with tensors."""
+    """A graph compiled to Triton kernels; called like ``CompiledGraph``, with tensors.
+
+    ``sizes`` (a ``SizeBinding``): the graph's sizes are symbolic and its kernels serve every
+    size, taking symbolic extents, strides and offsets as integer arguments the wrapper works
+    out per call; a call they do not serve (``SizeBinding.resolve``, or buffers too large for
+    the 32-bit offsets the kernels were printed with) runs ``fallback``."""
 
     codegen = "triton"
 
-    def __init__(self, sched: Schedule, device=None, options: dict | None = None):
+    def __init__(
+        self,
+        sched: Schedule,
+        device=None,
+        options: dict | None = None,
+        sizes=None,
+        fallback=None,
+    ):
         from ...runtime.device import cpu
 
         self.schedule = sched
+        self.sizes = sizes
+        self.fallback = fallback
         self.device = device or cpu
         lowered = sched.lowered
         self._inputs = lowered.inputs
@@ -444,7 +529,10 @@ class TritonCompiledGraph:
         started = time.perf_counter()
         _compiled_graphs[0] += 1
         cfg = TritonConfig.from_options(options)
-        self.module = build_module(sched, self.rt, cfg)
+        if sizes is None:
+            self.module = build_module(sched, self.rt, cfg)
+        else:
+            self.module = self._build_symbolic(sched, cfg, sizes)
         self.cudagraph_skip_reason = None
         if cfg.cudagraphs:
             self.cudagraph_skip_reason = _cudagraph_unavailable(self.rt)
@@ -454,22 +542,65 @@ class TritonCompiledGraph:
         self.source = self.module.source
         self.source_path = self.module.path
 
+    def _build_symbolic(self, sched: Schedule, cfg: TritonConfig, binding) -> TritonModule:
+        """The module for every size; binds what a call works out from its sizes: the inputs'
+        and outputs' layouts (then the module's extern layouts), the sizes the graph returns,
+        and, with 32-bit offsets, every symbolic storage size (checked per call)."""
+        lowered = sched.lowered
+        layouts = {}
+        for k, buf in enumerate(self._inputs):
+            if buf is not None:
+                layouts[f"I{k}"] = buf.layout
+        consts = []
+        for k, out in enumerate(self._outputs):
+            if out[0] == "buffer":
+                layouts[f"O{k}"] = out[2]
+            elif out[1].__class__ is SymInt:
+                consts.append(out[1])
+        self._returned = len(consts)
+        module = build_module(sched, self.rt, cfg, tuple(binding.symbols), layouts)
+        self._checks_storage = not cfg.int64_indexing
+        if self._checks_storage:
+            every = [b.layout for b in lowered.buffers] + [b.layout for b in self._inputs if b]
+            consts += [n for n in (x.storage_size() for x in every) if n.__class__ is SymInt]
+        binding.bind(layouts, {}, tuple(consts))
+        self._layout_index = {name: i for i, name in enumerate(layouts)}
+        return module
+
     def __call__(self, *args):
+        binding = self.sizes
+        sizes = None
+        if binding is not None:
+            sizes = binding.resolve(args)
+            if sizes is None or (
+                self._checks_storage
+                and max(sizes.consts[self._returned :], default=0) > _INT32_ELEMENTS
+            ):
+                return self.fallback(*args)
+            layouts, index = sizes.layouts, self._layout_index
         rt = self.rt
         rt.activate()
         inputs = {}
-        for buf, arg in zip(self._inputs, args):
+        for k, (buf, arg) in enumerate(zip(self._inputs, args)):
             if buf is not None:
-                inputs[buf.name] = rt.input(arg, buf.layout)
+                layout = buf.layout if sizes is None else layouts[index[f"I{k}"]]
+                inputs[buf.name] = rt.input(arg, layout)
         for name, t in self._constants.items():
             inputs[name] = rt.constant(t)
-        results = self.module.call(inputs)
+        results = self.module.call(inputs) if sizes is None else self.module.call(inputs, sizes)
         outs = []
-        for out in self._outputs:
+        returned = 0
+        for k, out in enumerate(self._outputs):
             if out[0] != "buffer":
-                outs.append(out[1])
+                if sizes is not None and out[1].__class__ is SymInt:
+                    outs.append(sizes.consts[returned])
+                    returned += 1
+                else:
+                    outs.append(out[1])
                 continue
             _, buf, layout = out
+            if sizes is not None:
+                layout = layouts[index[f"O{k}"]]
             storage = results[buf.name] if buf.name in results else inputs[buf.name]
             outs.append(rt.output(storage, layout))
         return tuple(outs)

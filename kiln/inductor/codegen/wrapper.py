@@ -107,7 +107,9 @@ def generate_wrapper(
 
     ``sizes``: the graph's kernels serve every size (``symbolic_sizes``): each call resolves
     its sizes first — concrete layouts, kernel row counts, the symbol values kernels read after
-    their buffers — and a call the kernels do not serve runs ``fallback`` instead."""
+    their buffers — and a call the kernels do not serve runs ``fallback`` instead. Steps run by
+    numpy (``numpy_backend.EverySizeStep``) and extern calls then take that call's layouts of
+    the buffers they write and the symbol values."""
     lowered = sched.lowered
     inplace = inplace or {}
     inplace_inputs = {lowered.inputs[k].name: k for k in inplace.values()}
@@ -191,6 +193,10 @@ def generate_wrapper(
                 ns[ptype] = ctypes.c_void_p * (len(k.args) + 1)
                 pointers.append("_S.symbol_address")
                 body.append(f"K{i}({ptype}({', '.join(pointers)}), *_S.rows[{i}])")
+        elif sizes is not None and i in numpy_steps:  # run by numpy at this call's sizes
+            ns[f"S{i}"] = numpy_steps[i]
+            keys = [layout_ref(f"N{i}_{k}", buffers[name].layout) for k, name in enumerate(writes)]
+            body.append(f"S{i}(locals(), ({', '.join(keys)},), _S.values)")
         elif sizes is not None:  # an extern call: its layouts are this call's
             ns[f"S{i}"] = _extern_step(step)
             keys = [
