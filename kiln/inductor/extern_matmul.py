@@ -62,19 +62,51 @@ def _operand(x: np.ndarray):
     return None
 
 
-def _rows_at(ptr: int, lo: int, trans: int, ld: int, item: int) -> int:
-    """Address of row ``lo`` of a matrix given as (pointer, transpose flag, leading dim)."""
-    return ptr + lo * item * (ld if trans == _NO else 1)
+def _batch_offsets(shape: tuple, strides: tuple) -> np.ndarray:
+    """Byte offsets of the matrices of a batch, in ``np.ndindex`` order."""
+    offsets = np.zeros(1, np.int64)
+    for size, stride in zip(shape, strides):
+        offsets = (offsets[:, None] + np.arange(size, dtype=np.int64) * stride).reshape(-1)
+    return offsets
 
 
-def _cols_at(ptr: int, lo: int, trans: int, ld: int, item: int) -> int:
-    return ptr + lo * item * (1 if trans == _NO else ld)
+# block tables by the operands' shapes and strides (relative to their first elements): a
+# program calls the same products again and again, and rebuilding a table costs up to as much
+# as a small product; bounded, emptied when full (each holds a few hundred bytes)
+_TABLES: dict = {}
+TABLES_KEPT = 4096
 
 
 def _gemm_table(out, a, b, parts: int):
     """The ``gemm`` calls computing ``out = a @ b`` in about ``parts`` blocks (whole matrices of
     a batch, else blocks of rows or columns of at least 64), as a ``cpu_pool`` gemm table; None
-    when an operand's strides are not BLAS's."""
+    when an operand's strides are not BLAS's. The blocks are worked out once per set of shapes
+    and strides (``_block_table``); a call adds its operands' addresses."""
+    key = (out.shape, out.strides, a.shape, a.strides, b.shape, b.strides, out.itemsize, parts)
+    blocks = _TABLES.get(key)
+    if blocks is None:
+        blocks = _block_table(out, a, b, parts)
+        if len(_TABLES) >= TABLES_KEPT:
+            _TABLES.clear()
+        _TABLES[key] = blocks
+    if blocks is False:
+        return None
+    relative, swapped = blocks
+    pa, pb, pc = (x.__array_interface__["data"][0] for x in (a, b, out))
+    table = relative.copy()
+    table[:, 5] += pb if swapped else pa
+    table[:, 7] += pa if swapped else pb
+    table[:, 9] += pc
+    return table
+
+
+def _block_table(out, a, b, parts: int):
+    """``(table, swapped)``: the gemm table of ``_gemm_table`` with every operand starting at
+    address 0, and whether its A and B columns hold ``b`` and ``a`` (a transposed result is
+    computed as ``b^T a^T``); False when an operand's strides are not BLAS's.
+
+    Built with array arithmetic, a column at a time (a Python loop over the blocks took ~200 us
+    for the 16 matrices of a GPT attention product, as long as the product on one core)."""
     from .codegen.cpu_pool import GEMM_FIELDS
 
     batch = out.shape[:-2]
@@ -82,11 +114,10 @@ def _gemm_table(out, a, b, parts: int):
     b = np.broadcast_to(b, batch + b.shape[-2:]) if b.shape[:-2] != batch else b
     oa, ob, oc = _operand(a), _operand(b), _operand(out)
     if oa is None or ob is None or oc is None:
-        return None
+        return False
     m, n = out.shape[-2:]
     k = a.shape[-1]
     item = out.itemsize
-    pa, pb, pc = (x.__array_interface__["data"][0] for x in (a, b, out))
     (ta, lda), (tb, ldb), (tc, ldc) = oa, ob, oc
     count = 1
     for s in batch:
@@ -96,26 +127,31 @@ def _gemm_table(out, a, b, parts: int):
     size = m if split_rows else n
     per = max(1, min(per, size // 64))
     step = -(-size // per)
-    rows = []
-    for index in np.ndindex(*batch) if batch else [()]:
-        ba = pa + sum(i * st for i, st in zip(index, a.strides[:-2]))
-        bb = pb + sum(i * st for i, st in zip(index, b.strides[:-2]))
-        bc = pc + sum(i * st for i, st in zip(index, out.strides[:-2]))
-        for lo in range(0, size, step):
-            hi = min(lo + step, size)
-            if split_rows:
-                ca, cb, mm, nn = _rows_at(ba, lo, ta, lda, item), bb, hi - lo, n
-                cc = _rows_at(bc, lo, tc, ldc, item)
-            else:
-                ca, cb, mm, nn = ba, _cols_at(bb, lo, tb, ldb, item), m, hi - lo
-                cc = _cols_at(bc, lo, tc, ldc, item)
-            if tc == _NO:
-                rows.append((ta, tb, mm, nn, k, ca, lda, cb, ldb, cc, ldc))
-            else:  # a transposed result: its transpose is b^T a^T, row-major
-                flip = {_NO: _T, _T: _NO}
-                rows.append((flip[tb], flip[ta], nn, mm, k, cb, ldb, ca, lda, cc, ldc))
-    table = np.array(rows, np.int64).reshape(-1, GEMM_FIELDS)
-    return table
+    # each matrix of the batch is a row of blocks; each block starts at row or column ``lo``,
+    # which advances an operand by its leading dimension when it is stored that way round
+    ba, bb, bc = (_batch_offsets(batch, x.strides[:-2])[:, None] for x in (a, b, out))
+    lo = np.arange(0, size, step, dtype=np.int64)[None, :]
+    extent = np.minimum(lo + step, size) - lo
+    if split_rows:
+        ca = ba + lo * item * (lda if ta == _NO else 1)
+        cb = bb
+        cc = bc + lo * item * (ldc if tc == _NO else 1)
+        mm, nn = extent, n
+    else:
+        ca = ba
+        cb = bb + lo * item * (1 if tb == _NO else ldb)
+        cc = bc + lo * item * (1 if tc == _NO else ldc)
+        mm, nn = m, extent
+    swapped = tc != _NO
+    if not swapped:
+        fields = (ta, tb, mm, nn, k, ca, lda, cb, ldb, cc, ldc)
+    else:  # a transposed result: its transpose is b^T a^T, row-major
+        flip = {_NO: _T, _T: _NO}
+        fields = (flip[tb], flip[ta], nn, mm, k, cb, ldb, ca, lda, cc, ldc)
+    table = np.empty((count, lo.shape[1], GEMM_FIELDS), np.int64)
+    for column, value in enumerate(fields):
+        table[:, :, column] = value
+    return table.reshape(-1, GEMM_FIELDS), swapped
 
 
 def _parallel(out, a, b) -> bool:

@@ -340,6 +340,56 @@ def test_split_matmul_equals_numpy(shape_a, shape_b, split_whatever_the_load):
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-4)
 
 
+def _split_matmul(out, a, b) -> None:
+    from kiln.inductor import extern_matmul
+
+    threads = kiln.get_num_threads()
+    kiln.set_num_threads(2)
+    try:
+        extern_matmul.matmul_out(out, a, b)
+    finally:
+        kiln.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("transpose_a, transpose_b, transpose_out", [
+    (False, True, False), (True, False, False), (False, False, True), (True, True, True),
+])  # fmt: skip
+@pytest.mark.parametrize("batch", [(), (3,), (2, 4)])
+def test_split_matmul_of_transposed_operands_equals_numpy(
+    transpose_a, transpose_b, transpose_out, batch, split_whatever_the_load
+):
+    """Operands and results stored the other way round are read where BLAS finds them."""
+    rng = np.random.default_rng(1)
+    m, k, n = 200, 64, 170
+
+    def matrix(rows, cols, transpose):
+        x = rng.standard_normal(batch + ((cols, rows) if transpose else (rows, cols)))
+        return np.swapaxes(x.astype(np.float32), -1, -2) if transpose else x.astype(np.float32)
+
+    a, b = matrix(m, k, transpose_a), matrix(k, n, transpose_b)
+    out = matrix(m, n, transpose_out)
+    _split_matmul(out, a, b)
+    np.testing.assert_allclose(out, np.matmul(a, b), rtol=1e-5, atol=1e-4)
+
+
+def test_split_attention_products_over_changing_lengths_equal_numpy(split_whatever_the_load):
+    """GPT attention's products (heads read in place from the fused q/k/v projection) over a
+    sequence of lengths, each length twice with new buffers: blocks worked out for a layout
+    before are used at the new buffers' addresses."""
+    rng = np.random.default_rng(2)
+    for length in (96, 130, 96, 257, 130, 257):
+        qkv = rng.standard_normal((4, length, 3, 4, 16)).astype(np.float32)
+        q = qkv[:, :, 0].transpose(0, 2, 1, 3)
+        k_t = qkv[:, :, 1].transpose(0, 2, 3, 1)
+        v = qkv[:, :, 2].transpose(0, 2, 1, 3)
+        scores = np.empty((4, 4, length, length), np.float32)
+        _split_matmul(scores, q, k_t)
+        np.testing.assert_allclose(scores, np.matmul(q, k_t), rtol=1e-5, atol=1e-4)
+        mixed = np.empty((4, length, 4, 16), np.float32).transpose(0, 2, 1, 3)
+        _split_matmul(mixed, scores, v)
+        np.testing.assert_allclose(mixed, np.matmul(scores, v), rtol=1e-5, atol=1e-3)
+
+
 def test_blas_thread_count_is_restored_after_a_compiled_matmul():
     from kiln.inductor import extern_matmul
 
