@@ -19,7 +19,8 @@ from . import wrapper_runtime
 from .graph_lowering import GraphLowering
 from .scheduler import ExternCall, ScatterStep, schedule
 from .specialize import is_symbolic_graph
-from .symbolic_compile import compile_symbolic
+from .symbolic_compile import compile_symbolic, shape_env_of
+from .symbolic_sizes import graph_symbols
 
 __all__ = [
     "compile_graph",
@@ -226,15 +227,32 @@ def compile_graph(
 
 def compile_graph_cached(gm, example_inputs, options: dict):
     """``compile_graph`` through the compiled-graph cache (``graph_cache.py``): a graph compiled
-    before is rebuilt from its stored wrapper. Graphs with symbolic sizes, other code generators,
-    and compiles whose schedule someone reads (logs, dumps) take ``compile_graph`` itself."""
-    from . import graph_cache
-
+    before is rebuilt from its stored wrapper, kernels for every size included. Other code
+    generators, and compiles whose schedule someone reads (logs, dumps) take ``compile_graph``
+    itself."""
     if not _graph_cacheable(gm, example_inputs, options):
         return compile_graph(gm, example_inputs, options)
+    if is_symbolic_graph(gm, example_inputs):
+
+        def compile_static(graph_module, examples):
+            return compile_graph_cached(graph_module, examples, options)
+
+        return compile_symbolic(gm, example_inputs, options, compile_static, _symbolic_cached)
+    return _through_cache(gm, example_inputs, options)
+
+
+def _symbolic_cached(gm, example_inputs, options: dict, sizes, fallback):
+    """``compile_graph`` for kernels for every size, through the compiled-graph cache."""
+    return _through_cache(gm, example_inputs, options, sizes, fallback)
+
+
+def _through_cache(gm, example_inputs, options: dict, sizes=None, fallback=None):
+    from . import graph_cache
+
     mutations = gm.graph.output_node.meta.get("input_mutations", ())
     key = graph_cache.entry_key(_graph_key(gm, example_inputs, "llvm"), mutations, options)
-    cached = graph_cache.load(key, gm)
+    env = shape_env_of(example_inputs) if sizes is not None else None
+    cached = graph_cache.load(key, gm, sizes, fallback, env)
     if cached is not None:
         if options.get("triton.cudagraphs"):
             klog.log("cudagraphs", "skipping cudagraphs due to cpu device")
@@ -242,7 +260,7 @@ def compile_graph_cached(gm, example_inputs, options: dict):
         if _profiling[0]:
             cached.report_kernels(True)
         return cached
-    compiled = compile_graph(gm, example_inputs, options)
+    compiled = compile_graph(gm, example_inputs, options, sizes, fallback)
     if isinstance(compiled, CompiledGraph) and compiled.codegen == "llvm":
         graph_cache.save(key, gm, compiled)
     return compiled
@@ -257,7 +275,6 @@ def _graph_cacheable(gm, example_inputs, options: dict) -> bool:
         and not klog.enabled("inductor")
         and not klog.enabled("output_code")
         and _graph_device(gm, example_inputs).type == "cpu"
-        and not is_symbolic_graph(gm, example_inputs)
         and _complex_value(gm, example_inputs) is None
     )
 
@@ -307,6 +324,9 @@ def _graph_key(gm, example_inputs, codegen: str) -> str:
 
     parts = [codegen, kiln_source_digest()]
     parts += [_describe(v) for v in example_inputs]
+    symbols = graph_symbols(example_inputs)
+    if symbols:  # kernels for every size rest on the ranges their decisions were made in
+        parts.append(f"symbols {[(s.name, s.lower, s.upper) for s in symbols]}")
     for node in gm.graph.nodes:
         args = map_arg((node.args, node.kwargs), lambda n: _NodeRef(n.name))
         line = f"{node.name} {node.op} {format_target(node.target)} {args!r}"

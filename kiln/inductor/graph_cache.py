@@ -11,8 +11,14 @@ importable kernel function and the buffers they view, constants by the attribute
 from. A graph with something else in its namespace (a step run by the numpy executor, an eager
 fallback's closure) is not stored.
 
-The key is the inductor's graph key (nodes, input and attribute layouts, kiln's source), the
-inputs the graph mutates and the options. Entries are ``cache_records`` files under
+A graph compiled for every size (``symbolic_sizes``) is stored the same way: its layouts, row
+counts and size arguments are expressions over the size symbols, kept as data that names the
+symbols (``sym_expr.expr_to_data``) and rebuilt over the symbols of the capture that loads it,
+whose ``SizeBinding`` and per-size fallback the caller makes afresh (they need no IR).
+
+The key is the inductor's graph key (nodes, input and attribute layouts, kiln's source; for
+symbolic sizes, each symbol's range, which the kernels' decisions rest on), the inputs the graph
+mutates and the options. Entries are ``cache_records`` files under
 ``$KILN_CACHE_DIR/graphs``; one that is missing, damaged, written for another key or whose
 kernels are no longer in the index is a miss, and the graph is compiled and stored again.
 """
@@ -28,6 +34,8 @@ from pathlib import Path
 
 from ..aot.cache import importable_name, load_pickle
 from ..dynamo.counters import counters
+from ..runtime.sym_expr import expr_from_data, expr_to_data
+from ..runtime.symbolic import SymInt
 from ..runtime.tensor import Tensor
 from . import wrapper_runtime
 from .codegen import cache_records, graph_index
@@ -42,7 +50,7 @@ __all__ = ["CachedGraph", "entry_key", "load", "save"]
 
 log = logging.getLogger("kiln.inductor")
 
-FORMAT = 1
+FORMAT = 2
 _PLAIN = (int, float, bool, str, type(None))
 
 
@@ -56,8 +64,19 @@ class CachedGraph:
     fallback = None
     numpy_reasons: dict = {}
 
-    def __init__(self, source: str, profiled_source: str, namespace: dict, entry, kernels: int):
+    def __init__(
+        self,
+        source: str,
+        profiled_source: str,
+        namespace: dict,
+        entry,
+        kernels: int,
+        sizes=None,
+        fallback=None,
+    ):
         self.source = source
+        self.sizes = sizes  # kernels for every size: the rebuilt ``SizeBinding``
+        self.fallback = fallback
         self.num_kernels = kernels
         self._profiled_source = profiled_source
         self._namespace = namespace
@@ -91,11 +110,66 @@ class _StoredExtern:
 
     __slots__ = ("name", "layout", "kernel", "inputs", "kwargs", "symbolic_scalars")
 
-    def __init__(self, name, layout, kernel, inputs, kwargs):
+    def __init__(self, name, layout, kernel, inputs, kwargs, symbolic_scalars=False):
         self.name, self.layout, self.kernel = name, layout, kernel
         self.inputs = [(_Named(i[0]), i[1]) if isinstance(i, tuple) else i for i in inputs]
         self.kwargs = kwargs
-        self.symbolic_scalars = False
+        self.symbolic_scalars = symbolic_scalars
+
+
+class _SizeData:
+    """A size expression in an entry (``sym_expr.expr_to_data``), rebuilt as a ``SymInt`` over
+    the loading capture's symbols."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: tuple):
+        self.data = data
+
+    def __getstate__(self):
+        return self.data
+
+    def __setstate__(self, data):
+        self.data = data
+
+
+class _Sizes:
+    """How values that may hold size expressions are stored and rebuilt: ``store`` (saving)
+    needs every symbol to be one of the graph's; ``restore`` (loading) rebuilds them over the
+    symbols of the capture that loads the entry."""
+
+    def __init__(self, symbols, env=None):
+        self.by_name = {s.name: s for s in symbols}
+        self.env = env
+
+    def store(self, value):
+        cls = value.__class__
+        if cls is SymInt:
+            if any(self.by_name.get(s.name) is not s for s in value.expr.symbols()):
+                raise _Uncacheable(f"size {value} is over symbols the graph's inputs lack")
+            return _SizeData(expr_to_data(value.expr))
+        if cls is Layout:
+            if not value.is_symbolic:
+                return value
+            return ("layout", self.store(value.shape), self.store(value.stride), value.dtype,
+                    self.store(value.offset), value.device)  # fmt: skip
+        if cls is tuple or cls is list:
+            return cls(self.store(v) for v in value)
+        return _plain_value(value)
+
+    def restore(self, value):
+        cls = value.__class__
+        if cls is _SizeData:
+            expr = expr_from_data(value.data, self.by_name)
+            hint = expr.evaluate({s: s.hint for s in self.by_name.values()})
+            return SymInt(expr, hint, self.env)
+        if cls is tuple and value[:1] == ("layout",):
+            _, shape, stride, dtype, offset, device = value
+            return Layout(self.restore(shape), self.restore(stride), dtype,
+                          self.restore(offset), device)  # fmt: skip
+        if cls is tuple or cls is list:
+            return cls(self.restore(v) for v in value)
+        return value
 
 
 class _Named:
@@ -137,11 +211,12 @@ def _plain_value(value):
     raise _Uncacheable(f"a wrapper value of type {type(value).__name__}")
 
 
-def _describe(name: str, value, compiled, attributes: dict) -> tuple:
+def _describe(name: str, value, compiled, attributes: dict, sizes: _Sizes) -> tuple:
     if isinstance(value, Layout):
-        return ("value", value)
+        return ("value", sizes.store(value))
     if isinstance(value, RowKernel):
-        return ("kernel", int(name[1:]), value.rows, value.work, list(value.args))
+        rows, work = sizes.store(value.rows), sizes.store(value.work)
+        return ("kernel", int(name[1:]), rows, work, list(value.args))
     if isinstance(value, type) and issubclass(value, ctypes.Array):
         return ("pointers", value._length_)
     if isinstance(value, Tensor):
@@ -153,17 +228,23 @@ def _describe(name: str, value, compiled, attributes: dict) -> tuple:
         if not isinstance(step, ExternCall) or int(name[1:]) in compiled.numpy_reasons:
             raise _Uncacheable(f"step {step.name} runs in the numpy executor")
         buf = step.buffer
-        if getattr(buf, "symbolic_scalars", False):
-            raise _Uncacheable("symbolic scalars")
         inputs = [
-            (item[0].name, item[1]) if isinstance(item, tuple) else _plain_value(item)
+            (item[0].name, sizes.store(item[1])) if isinstance(item, tuple) else sizes.store(item)
             for item in buf.inputs
         ]
-        kwargs = {k: _plain_value(v) for k, v in buf.kwargs.items()}
+        kwargs = {k: sizes.store(v) for k, v in buf.kwargs.items()}
         recipe = getattr(buf.kernel, "recipe", None)  # an eager fallback: made again from it
         kernel = ("fallback", recipe) if recipe else ("function", _function_name(buf.kernel))
-        return ("extern", buf.name, buf.layout, kernel, inputs, kwargs)
+        layout = sizes.store(buf.layout)
+        return ("extern", buf.name, layout, kernel, inputs, kwargs, bool(buf.symbolic_scalars))
+    if name in _PER_CAPTURE:
+        return ("capture", name)
     return ("value", _plain_value(value))
+
+
+# what a graph compiled for every size reads of the capture that compiled it (made again by the
+# capture that loads it: ``load``'s ``sizes`` and ``fallback``)
+_PER_CAPTURE = ("_resolve", "_fallback")
 
 
 def save(key: str, gm, compiled) -> None:
@@ -174,8 +255,10 @@ def save(key: str, gm, compiled) -> None:
     try:
         kernels = compiled._cpu_kernels
         index_key = kernels.index_key if kernels is not None else None
-        if index_key is None or compiled.sizes is not None:
+        if index_key is None:
             raise _Uncacheable("no compiled-graph index entry")
+        binding = compiled.sizes
+        sizes = _Sizes(binding.symbols if binding is not None else ())
         attributes = {
             f"const_{n.target.replace('.', '_')}": n.target
             for n in gm.graph.nodes
@@ -183,14 +266,28 @@ def save(key: str, gm, compiled) -> None:
         }
         base = base_namespace()
         described = {
-            name: _describe(name, value, compiled, attributes)
+            name: _describe(name, value, compiled, attributes, sizes)
             for name, value in compiled.wrapper.namespace.items()
             if name not in base
         }
         by_step, numpy_steps = compiled._steps
         profiled = generate_wrapper(
-            compiled.schedule, by_step, numpy_steps, compiled.inplace, profiled=compiled._plain
+            compiled.schedule,
+            by_step,
+            numpy_steps,
+            compiled.inplace,
+            profiled=compiled._plain,
+            sizes=binding,
+            fallback=compiled.fallback,
         ).source
+        symbolic = None
+        if binding is not None:
+            symbolic = {
+                "symbols": [s.name for s in binding.symbols],
+                "layouts": dict(zip(binding.layout_names, sizes.store(binding.layouts))),
+                "rows": {step: sizes.store(r) for step, r in binding.rows.items()},
+                "consts": sizes.store(binding.consts),
+            }
         payload = pickle.dumps(
             {
                 "format": FORMAT,
@@ -199,6 +296,7 @@ def save(key: str, gm, compiled) -> None:
                 "namespace": described,
                 "index_key": index_key,
                 "kernels": compiled.num_kernels,
+                "symbolic": symbolic,
             },
             protocol=pickle.HIGHEST_PROTOCOL,
         )
@@ -209,13 +307,15 @@ def save(key: str, gm, compiled) -> None:
     cache_records.write_record(_path(key), key, payload)
 
 
-def load(key: str, gm) -> CachedGraph | None:
-    """The graph stored under ``key``, with ``gm``'s live constants; None on a miss."""
+def load(key: str, gm, sizes=None, fallback=None, env=None) -> CachedGraph | None:
+    """The graph stored under ``key``, with ``gm``'s live constants; None on a miss. A graph
+    compiled for every size takes this capture's ``SizeBinding`` (``sizes``, not yet bound),
+    ``fallback`` for the calls its kernels do not serve and its ``ShapeEnv``."""
     payload = cache_records.read_record(_path(key), key)
     graph = None
     if payload is not None:
         try:
-            graph = _rebuild(payload, gm)
+            graph = _rebuild(payload, gm, sizes, fallback, env)
         except Exception as error:  # a damaged or stale entry is a miss, whatever it breaks
             log.info("inductor: ignoring cached graph %s: %s: %s", key[:16],
                      type(error).__name__, error)  # fmt: skip
@@ -246,10 +346,18 @@ def _fallback_kernel(recipe, buf_name: str, inputs: list, fallbacks: dict):
     return kernels[index]
 
 
-def _rebuild(payload: bytes, gm) -> CachedGraph | None:
+def _rebuild(payload: bytes, gm, binding=None, fallback=None, env=None) -> CachedGraph | None:
     record = load_pickle(payload)
     if record.get("format") != FORMAT:
         raise ValueError(f"entry format {record.get('format')!r}")
+    symbolic = record["symbolic"]
+    if (symbolic is None) != (binding is None):
+        raise ValueError("stored for other sizes (symbolic vs concrete)")
+    sizes = _Sizes(binding.symbols if binding is not None else ())
+    if symbolic is not None:
+        if symbolic["symbols"] != [s.name for s in binding.symbols]:
+            raise ValueError(f"stored for size symbols {symbolic['symbols']}")
+        sizes.env = env
     entry = graph_index.recall(record["index_key"])
     if entry is None:
         raise ValueError("its kernels are no longer in the compiled-graph index")
@@ -258,9 +366,10 @@ def _rebuild(payload: bytes, gm) -> CachedGraph | None:
     for name, described in sorted(record["namespace"].items(), key=_steps_in_order):
         kind = described[0]
         if kind == "value":
-            namespace[name] = described[1]
+            namespace[name] = sizes.restore(described[1])
         elif kind == "kernel":
             _, step, rows, work, args = described
+            rows, work = sizes.restore(rows), sizes.restore(work)
             namespace[name] = bind_kernel(entry.kernels[step], rows, work, args)
         elif kind == "pointers":
             namespace[name] = ctypes.c_void_p * int(described[1])
@@ -272,7 +381,12 @@ def _rebuild(payload: bytes, gm) -> CachedGraph | None:
                 raise TypeError(f"attribute {described[1]!r} is not a tensor")
             namespace[name] = value
         elif kind == "extern":
-            _, buf_name, layout, (how, recipe), inputs, kwargs = described
+            _, buf_name, layout, (how, recipe), inputs, kwargs, symbolic_scalars = described
+            layout, kwargs = sizes.restore(layout), sizes.restore(kwargs)
+            inputs = [
+                (i[0], sizes.restore(i[1])) if isinstance(i, tuple) else sizes.restore(i)
+                for i in inputs
+            ]
             if how == "fallback":
                 kernel = _fallback_kernel(recipe, buf_name, inputs, fallbacks)
             else:
@@ -280,10 +394,17 @@ def _rebuild(payload: bytes, gm) -> CachedGraph | None:
                 for part in recipe[1].split("."):
                     kernel = getattr(kernel, part)
             namespace[name] = _extern_runner(
-                _StoredExtern(buf_name, layout, kernel, inputs, kwargs)
+                _StoredExtern(buf_name, layout, kernel, inputs, kwargs, symbolic_scalars)
             )
+        elif kind == "capture":
+            if binding is None:
+                raise ValueError(f"{name} belongs to a graph compiled for every size")
+            namespace[name] = binding.resolve if name == "_resolve" else fallback
         else:
             raise ValueError(f"unknown namespace entry kind {kind!r}")
-    return CachedGraph(
-        record["source"], record["profiled"], namespace, entry, int(record["kernels"])
-    )
+    if symbolic is not None:
+        layouts = {n: sizes.restore(v) for n, v in symbolic["layouts"].items()}
+        rows = {step: sizes.restore(r) for step, r in symbolic["rows"].items()}
+        binding.bind(layouts, rows, sizes.restore(symbolic["consts"]))
+    source, kernels = record["source"], int(record["kernels"])
+    return CachedGraph(source, record["profiled"], namespace, entry, kernels, binding, fallback)

@@ -26,7 +26,7 @@ from . import config
 from .specialize import COMPILE_STATS, has_unbacked_sizes, specializing
 from .symbolic_sizes import SizeBinding, graph_symbols
 
-__all__ = ["compile_symbolic"]
+__all__ = ["compile_symbolic", "shape_env_of"]
 
 
 def compile_symbolic(
@@ -44,7 +44,7 @@ def compile_symbolic(
         COMPILE_STATS.fallback_calls += 1
         return interim[0](*args)
 
-    env = _shape_env(example_inputs)
+    env = shape_env_of(example_inputs)
     if env is None or has_unbacked_sizes(gm) or options.get("symbolic_kernels") is False:
         return specializing(gm, example_inputs, compile_static)
     try:
@@ -65,7 +65,8 @@ def compile_symbolic(
     return compiled
 
 
-def _shape_env(example_inputs):
+def shape_env_of(example_inputs):
+    """The ``ShapeEnv`` of the first symbolic size among a graph's inputs (None: all concrete)."""
     for value in example_inputs:
         sizes = (*value._shape, *value.stride()) if isinstance(value, Tensor) else (value,)
         for size in sizes:

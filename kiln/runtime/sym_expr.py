@@ -33,6 +33,8 @@ __all__ = [
     "maximum",
     "minimum",
     "INF",
+    "expr_to_data",
+    "expr_from_data",
 ]
 
 INF = math.inf
@@ -630,3 +632,56 @@ def minimum(a: Expr, b: Expr) -> Expr:
     if b.key() < a.key():
         a, b = b, a
     return _atom(Min(a, b))
+
+
+_BINARY_KINDS = {cls.kind: cls for cls in (FloorDiv, Mod, Max, Min)}
+
+
+def expr_to_data(e: Expr) -> tuple:
+    """``e`` as nested tuples of ints and symbol names, for a record on disk: symbols are not
+    stored (their identity and ranges belong to the process that made them) but named, so
+    ``expr_from_data`` can rebuild the expression over another capture's symbols."""
+    return (
+        tuple((tuple(_atom_to_data(a) for a in m), c) for m, c in e.terms.items()),
+        e.const,
+    )
+
+
+def _atom_to_data(atom: Atom) -> tuple:
+    if atom.__class__ is Symbol:
+        return ("s", atom.name)
+    if isinstance(atom, _Binary) and atom.kind in _BINARY_KINDS:
+        return (atom.kind, expr_to_data(atom.a), expr_to_data(atom.b))
+    raise TypeError(f"cannot store the size atom {atom!r}")
+
+
+def expr_from_data(data: tuple, symbols: Mapping[str, Symbol]) -> Expr:
+    """The expression ``expr_to_data`` described, over ``symbols`` (name -> symbol): built as
+    it was stored, not simplified again, so it evaluates as the stored one did. A name missing
+    from ``symbols`` or a malformed record raises ``ValueError``."""
+    try:
+        terms, constant = data
+        rebuilt = {}
+        for monomial, coeff in terms:
+            atoms = tuple(sorted(_atom_from_data(a, symbols) for a in monomial))
+            if not atoms or coeff.__class__ is not int or atoms in rebuilt:
+                raise ValueError("a malformed term")
+            rebuilt[atoms] = coeff
+        if constant.__class__ is not int:
+            raise ValueError("a malformed constant")
+    except (TypeError, KeyError) as why:
+        raise ValueError(f"not a stored size expression: {why}") from None
+    return Expr(rebuilt, constant)
+
+
+def _atom_from_data(data: tuple, symbols: Mapping[str, Symbol]) -> Atom:
+    kind = data[0]
+    if kind == "s":
+        symbol = symbols.get(data[1])
+        if symbol is None:
+            raise ValueError(f"no size symbol named {data[1]!r}")
+        return symbol
+    cls = _BINARY_KINDS.get(kind)
+    if cls is None or len(data) != 3:
+        raise ValueError(f"unknown size atom {kind!r}")
+    return cls(expr_from_data(data[1], symbols), expr_from_data(data[2], symbols))

@@ -142,3 +142,84 @@ def test_missing_kernels_in_the_index_are_a_miss(cache_dir, lowerings):
     assert hits_since(before) == 0
     assert lowerings
     assert_close(warm, eager_step(x))
+
+
+def rows_and_half(x, w):
+    """A matmul (extern call), a row softmax and a slice whose length is derived from a size."""
+    return (x @ w).softmax(-1).sum(0) + x[: x.shape[0] // 2].mean()
+
+
+def against_torch(fn, *args) -> np.ndarray:
+    torch = pytest.importorskip("torch")
+    return fn(*(torch.tensor(a.numpy()) for a in args)).numpy()
+
+
+def test_a_graph_compiled_for_every_size_loads_from_the_cache(cache_dir, lowerings):
+    from kiln.inductor.specialize import COMPILE_STATS
+
+    w = kiln.randn(8, 3)
+    compiled = kiln.compile(rows_and_half, dynamic=True)
+    for n in (5, 7):
+        compiled(kiln.randn(n, 8), w)
+    assert lowerings, "the cold compile lowers the graph"
+    lowerings.clear()
+    kiln.dynamo.reset()
+    before, served = counts(), COMPILE_STATS.symbolic_compiles
+    compiled = kiln.compile(rows_and_half, dynamic=True)
+    for n in (6, 11, 2, 1, 40):  # 1 takes the per-size route the cached graph falls back to
+        x = kiln.randn(n, 8)
+        want = against_torch(rows_and_half, x, w)
+        np.testing.assert_allclose(compiled(x, w).numpy(), want, rtol=1e-5, atol=1e-6)
+    assert hits_since(before) == 1
+    assert COMPILE_STATS.symbolic_compiles == served + 1
+    assert lowerings == [], "a size of 1 runs eagerly before any per-size compile"
+
+
+def test_a_training_step_for_every_size_loads_from_the_cache(cache_dir, lowerings):
+    x0 = kiln.randn(3, 6, 4)
+    cold = compiled_step(x0)
+    kiln.dynamo.reset()
+    kiln.manual_seed(1)
+    model = Model()
+    step_for_every_size = kiln.compile(step, dynamic=True)
+    step_for_every_size(model, x0)
+    assert lowerings
+    lowerings.clear()
+    before = counts()
+    for batch in (3, 5, 2):
+        x = kiln.randn(batch, 6, 4)
+        kiln.dynamo.reset()
+        got = compiled_step_dynamic(x)
+        assert_close(got, eager_step(x))
+    assert lowerings == []
+    assert hits_since(before) == 6  # forward and backward, three times
+    assert_close(cold, eager_step(x0))
+
+
+def compiled_step_dynamic(x):
+    kiln.manual_seed(1)
+    model = Model()
+    loss = kiln.compile(step, dynamic=True)(model, x)
+    return loss.item(), [p.grad.numpy().copy() for p in model.parameters()]
+
+
+def test_a_symbols_range_is_part_of_the_key(cache_dir):
+    """Kernels for every size rest on decisions made within the symbols' ranges: a graph whose
+    symbol may be smaller must not reuse them."""
+
+    def f(x):
+        return (x[2:] * 2).sum(0)
+
+    x = kiln.randn(9, 4)
+    kiln.dynamo.mark_dynamic(x, 0, min=5)
+    kiln.compile(f)(x)
+    kiln.dynamo.reset()
+    before = counts()
+    y = kiln.randn(9, 4)
+    kiln.dynamo.mark_dynamic(y, 0)
+    compiled = kiln.compile(f)
+    for n in (9, 3):
+        y = kiln.randn(n, 4)
+        kiln.dynamo.mark_dynamic(y, 0)
+        np.testing.assert_allclose(compiled(y).numpy(), against_torch(f, y), rtol=1e-6)
+    assert hits_since(before) == 0

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.runtime.sym_expr import INF
+from kiln.runtime.sym_expr import INF, expr_from_data, expr_to_data
 from kiln.runtime.symbolic import (
     ConstraintViolationError,
     GuardOnDataDependentError,
@@ -86,6 +86,38 @@ def test_expressions_evaluate_like_integer_arithmetic(seed):
         if isinstance(symbolic, SymInt):
             mapping = {s.expr.as_symbol(): v for s, v in zip((s0, s1, s2), values)}
             assert symbolic.expr.evaluate(mapping) == expected, (tree, values)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_stored_expression_rebuilt_over_another_captures_symbols_evaluates_alike(seed):
+    """The compiled-graph cache stores size expressions as data naming their symbols and
+    rebuilds them over the symbols of the capture that loads them."""
+    rng = random.Random(seed)
+    env, leaves = _env_with(3, 5, 8)
+    with env.suppress_guards():
+        symbolic = _evaluate(_random_expression(rng, leaves, 4), {})
+    if not isinstance(symbolic, SymInt):
+        symbolic = leaves[0] * 2 + symbolic
+    _, others = _env_with(4, 6, 9)
+    by_name = {s.expr.as_symbol().name: s.expr.as_symbol() for s in others}
+    rebuilt = expr_from_data(expr_to_data(symbolic.expr), by_name)
+    assert rebuilt.code() == symbolic.expr.code()
+    for _ in range(10):
+        values = [rng.randint(2, 40) for _ in range(3)]
+        mine = {s.expr.as_symbol(): v for s, v in zip(leaves, values)}
+        theirs = {s.expr.as_symbol(): v for s, v in zip(others, values)}
+        assert rebuilt.evaluate(theirs) == symbolic.expr.evaluate(mine)
+
+
+def test_a_damaged_stored_expression_is_refused():
+    env, (s0, s1) = _env_with(3, 5)
+    data = expr_to_data((s0 * s1 // 2).expr)
+    by_name = {"s0": s0.expr.as_symbol(), "s1": s1.expr.as_symbol()}
+    unknown_symbol = ((((("s", "s7"),), 1),), 0)
+    unknown_atom = ((((9, data, data),), 1),), 0
+    for bad in ((data[0], "1"), unknown_symbol, unknown_atom, 5, (((), 1),)):
+        with pytest.raises(ValueError):
+            expr_from_data(bad, by_name)
 
 
 def test_products_of_sizes_simplify():
