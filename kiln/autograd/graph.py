@@ -264,11 +264,27 @@ class OpBackward(Node):
             raise RuntimeError(_RELEASED_MSG)
         return self._args
 
+    def keep_kernel_saved(self, saved) -> None:
+        """Keep what the op's recording kernel saved for the derivative; where the op can
+        rebuild its output from it, the saved output is dropped: the node holds one copy, not
+        two (the output's buffer is freed as soon as the forward stops using it)."""
+        self.kernel_saved = saved
+        out = self._out
+        if self.op.output_from_kernel_saved is not None and out.__class__ is Tensor:
+            self._versions = [
+                (_OutputVersion(t, v), v) if t is out else (t, v) for t, v in self._versions
+            ]
+            self._out = None
+
     @property
     def out(self):
         if self._released:
             raise RuntimeError(_RELEASED_MSG)
         out = self._out
+        if out is None and self.kernel_saved is not None:
+            rebuild = self.op.output_from_kernel_saved
+            if rebuild is not None:
+                out = rebuild(self.kernel_saved)
         if out is None or not per_thread.state.grad_enabled:
             return out
         # under create_graph the saved output must carry this node as its history
@@ -323,6 +339,33 @@ class OpBackward(Node):
             self._out = None
             self._versions = ()
         self.kernel_saved = None
+
+
+class _OutputVersion:
+    """Stands in for a saved output the node dropped (its op rebuilds it from ``kernel_saved``)
+    in the version checks: an in-place write to the output still makes backward refuse, as
+    PyTorch's does, but the output's buffer is not kept alive for it. A freed output cannot
+    have been written since, so its version stands."""
+
+    __slots__ = ("_ref", "_shape", "_dtype", "_expected")
+
+    def __init__(self, out: Tensor, version: int):
+        self._ref = weakref.ref(out._get_storage())
+        self._shape = out._shape
+        self._dtype = out._dtype
+        self._expected = version
+
+    @property
+    def _storage(self):
+        storage = self._ref()
+        return self if storage is None else storage
+
+    def _get_storage(self):
+        return self._storage
+
+    @property
+    def version(self) -> int:
+        return self._expected
 
 
 def _describe(t: Tensor) -> str:

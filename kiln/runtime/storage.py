@@ -9,6 +9,14 @@ Large CPU buffers come from ``BufferPool``: a fresh 64 MB allocation costs milli
 faults on this class of machine, far more than the elementwise work done in it. A pooled buffer is
 free again once nothing but the pool references its base array (every numpy view keeps its base
 alive, so the reference count tells whether any tensor or user array still sees it).
+
+The pool keeps at most ``max_free_bytes`` of free buffers. It learns which buffers are free only
+when it scans, so it scans when it must fault in a fresh buffer, the one moment resident memory
+grows: the least recently used free buffers above the budget go back first. Without the budget,
+a buffer freed by one phase of a step (the forward's activations) stays resident while another
+phase allocates other sizes (the backward's gradients, the optimizer's temporaries), and the
+process holds the sum of each size's high-water mark instead of the live peak: GPT-2 small's
+eager training step held about a gigabyte of free buffers between steps.
 """
 
 from __future__ import annotations
@@ -49,6 +57,9 @@ class Storage:
 
 
 _POOL_MIN_BYTES = 1 << 20  # below this numpy's own small-block cache is as good
+# free buffers kept for reuse: a small model's whole step fits (no page faults per step), a large
+# one's steps fault in what exceeds it again (GPT-2 small: about a second of a 40 s eager step)
+DEFAULT_MAX_FREE_BYTES = 256 << 20
 
 # numpy's buffers below the pool's size come from malloc: keep glibc from unmapping them per use
 tune_host_malloc()
@@ -69,11 +80,16 @@ _FREE_REFS = _calibrate_free_refs()
 
 
 class BufferPool:
-    """Size-bucketed cache of large 1-D byte buffers, reused when nothing else references them."""
+    """Size-bucketed cache of large 1-D byte buffers, reused when nothing else references them;
+    at most ``max_free_bytes`` of them are kept while free."""
 
-    def __init__(self, max_bytes: int = 4 << 30):
-        self.max_bytes = max_bytes
+    def __init__(self, max_free_bytes: int = DEFAULT_MAX_FREE_BYTES):
+        self.max_free_bytes = max_free_bytes
         self._buckets: dict[int, list[np.ndarray]] = {}
+        self._last_use: dict[
+            int, int
+        ] = {}  # id(buffer) -> the allocation count when last handed out
+        self._uses = 0
         self._total = 0
         self._lock = threading.Lock()
         self._free_refs = _FREE_REFS
@@ -87,34 +103,64 @@ class BufferPool:
     def allocate(self, nbytes: int) -> np.ndarray:
         size = self._bucket_size(nbytes)
         with self._lock:
+            self._uses += 1
             bucket = self._buckets.setdefault(size, [])
             for buf in bucket:
                 if sys.getrefcount(buf) <= self._free_refs:
+                    self._last_use[id(buf)] = self._uses
                     return buf
-            if self._total + size > self.max_bytes:
-                self._trim()
+            self._release_free(self.max_free_bytes)  # before the fresh buffer's pages fault in
             buf = np.empty(size, dtype=np.uint8)
             bucket.append(buf)
+            self._last_use[id(buf)] = self._uses
             self._total += size
             return buf
 
-    def _trim(self) -> None:
+    def _free_ids(self) -> list[tuple[int, int, int]]:
+        """(last use, size, id) of every free buffer."""
+        free = []
         for size, bucket in self._buckets.items():
-            keep = []
             for buf in bucket:
                 if sys.getrefcount(buf) <= self._free_refs:
-                    self._total -= size
-                else:
-                    keep.append(buf)
-            bucket[:] = keep
+                    key = id(buf)
+                    free.append((self._last_use[key], size, key))
+        return free
+
+    def _release_free(self, keep: int) -> None:
+        """Drop free buffers, least recently used first, until at most ``keep`` bytes are free."""
+        free = self._free_ids()
+        free_bytes = sum(size for _, size, _ in free)
+        if free_bytes <= keep:
+            return
+        free.sort()
+        dropped: dict[int, set[int]] = {}
+        for _, size, key in free:
+            if free_bytes <= keep:
+                break
+            dropped.setdefault(size, set()).add(key)
+            free_bytes -= size
+        for size, keys in dropped.items():
+            bucket = self._buckets[size]
+            bucket[:] = [buf for buf in bucket if id(buf) not in keys]
+            for key in keys:
+                del self._last_use[key]
+            self._total -= size * len(keys)
 
     def clear(self) -> None:
+        """Drop every free buffer (those still in use stay pooled)."""
         with self._lock:
-            self._trim()
+            self._release_free(0)
 
     @property
     def pooled_bytes(self) -> int:
+        """Bytes of every pooled buffer, in use or free."""
         return self._total
+
+    @property
+    def free_bytes(self) -> int:
+        """Bytes of the pooled buffers nothing else references now."""
+        with self._lock:
+            return sum(size for _, size, _ in self._free_ids())
 
 
 pool = BufferPool()

@@ -8,6 +8,7 @@ buffers whose last reader has run lend their memory to later buffers of the same
 from __future__ import annotations
 
 import ctypes
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -152,6 +153,8 @@ def generate_wrapper(
         ns[f"L_{name}"] = InputBuffer(name, _layout(tensor)).layout
         body.append(f"{name} = _input(C_{name}, L_{name})")
     allocated = set()
+    bound: set = set()  # the graph's own buffers bound to Python names (not its inputs)
+    by_name: dict = {}  # body line -> the step whose buffers it passes by name (locals())
     freed_owner = {}
     rows: dict = {}  # step -> (rows, work) of its kernel
     for i, step in enumerate(sched.steps):
@@ -165,6 +168,7 @@ def generate_wrapper(
             allocated.add(name)
             layout_ref(f"L_{name}", buffers[name].layout)
             donor = sched.reuse.get(name)
+            bound.add(name)
             if name in inplace:
                 target = lowered.inputs[inplace[name]].name
                 body.append(f"{name} = {target}  # the new value of {target}, written in place")
@@ -176,6 +180,7 @@ def generate_wrapper(
         for name, target in aliases.items():
             if name not in allocated:
                 allocated.add(name)
+                bound.add(name)
                 body.append(f"{name} = {target}  # written where {target} goes, then overwritten")
         body.append(f"# {step.name}: {_origins(step)}")
         if profiled is not None:
@@ -196,6 +201,7 @@ def generate_wrapper(
         elif sizes is not None and i in numpy_steps:  # run by numpy at this call's sizes
             ns[f"S{i}"] = numpy_steps[i]
             keys = [layout_ref(f"N{i}_{k}", buffers[name].layout) for k, name in enumerate(writes)]
+            by_name[len(body)] = i
             body.append(f"S{i}(locals(), ({', '.join(keys)},), _S.values)")
         elif sizes is not None:  # an extern call: its layouts are this call's
             ns[f"S{i}"] = _extern_step(step)
@@ -206,6 +212,7 @@ def generate_wrapper(
             body.append(f"S{i}({_extern_storages(step.buffer)}, ({', '.join(keys)},), _S.values)")
         elif numpy_steps.get(i) is not None:  # the numpy executor reads any buffer by name
             ns[f"S{i}"] = numpy_steps[i]
+            by_name[len(body)] = i
             body.append(f"S{i}(locals())")
         else:
             ns[f"S{i}"] = _extern_step(step)
@@ -232,6 +239,7 @@ def generate_wrapper(
             ns[key] = out[1]
             outs.append(key)
     body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+    body = _free_dead_buffers(body, bound, by_name, sched)
     if sizes is not None:
         ns["_resolve"] = sizes.resolve
         ns["_fallback"] = fallback
@@ -246,6 +254,43 @@ def generate_wrapper(
         sizes.bind(symbolic, rows, tuple(consts))
     lines += ["    " + line for line in body]
     return WrapperModule("\n".join(lines) + "\n", ns)
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _free_dead_buffers(body: list, bound: set, by_name: dict, sched: Schedule) -> list:
+    """``body`` with ``del name`` after the last line that uses each of the graph's own
+    buffers, so a buffer's memory goes back (to the pool) once the graph is done with it, not
+    when the call returns: a backward graph's gradient temporaries would otherwise all be
+    alive at its end. A line passing ``locals()`` to a step uses what that step reads and
+    writes; a buffer the return line names is an output and stays."""
+    last: dict = {}
+    for j, line in enumerate(body):
+        names = set(_NAME.findall(line))
+        step = by_name.get(j)
+        if step is not None:
+            names.update(sched.step_reads[step])
+            ran = sched.steps[step]
+            if isinstance(ran, Kernel):
+                names.update(n.name for n in ran.nodes)
+            else:
+                names.add(ran.buffer.name)
+        for name in names & bound:
+            last[name] = j
+    final = len(body) - 1
+    dels: dict = {}
+    for name, j in last.items():
+        if j < final:
+            dels.setdefault(j, []).append(name)
+    if not dels:
+        return body
+    freed = []
+    for j, line in enumerate(body):
+        freed.append(line)
+        if j in dels:
+            freed.append(f"del {', '.join(sorted(dels[j]))}")
+    return freed
 
 
 def _layout(t):

@@ -341,7 +341,7 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
             positions = tuple((p, -1) for p in op.tensor_positions if isinstance(args[p], Tensor))
     node = OpBackward(op, args, out, tuple(next_functions), positions, tuple(needs))
     if kernel_saved is not None:
-        node.kernel_saved = kernel_saved
+        node.keep_kernel_saved(kernel_saved)
     if out.__class__ is Tensor:  # the common case first
         if out._dtype.category >= 2:  # floating or complex
             out._requires_grad = True

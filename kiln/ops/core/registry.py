@@ -168,6 +168,10 @@ class Op:
         # for the derivative as ``ctx.kernel_saved``, so a forward can hand its backward an
         # intermediate (softmax probabilities) that would otherwise be recomputed
         self.recording_kernel = None
+        # ``rebuild(saved) -> Tensor``: where ``saved`` holds what the output is computed from,
+        # the node keeps ``saved`` alone and rebuilds the output only if the derivative asks
+        # for it (log_softmax keeps exp(x - max), not also the log-probabilities)
+        self.output_from_kernel_saved = None
         self.saves_inputs = None  # None: all tensor inputs; else a tuple of positions
         self.saves_output = False
         self.returns = None  # namedtuple class for multi-output ops
@@ -208,9 +212,15 @@ class Op:
         self.kernel = self._refusing_complex(fn)
         return fn
 
-    def register_recording_kernel(self, fn: Callable) -> Callable:
-        self.recording_kernel = self._refusing_complex(fn)
-        return fn
+    def register_recording_kernel(
+        self, fn: Callable | None = None, *, output_from_saved: Callable | None = None
+    ):
+        def deco(f):
+            self.recording_kernel = self._refusing_complex(f)
+            self.output_from_kernel_saved = output_from_saved
+            return f
+
+        return deco(fn) if fn is not None else deco
 
     def register_meta(self, fn: Callable) -> Callable:
         self.meta = self._refusing_complex(fn)

@@ -290,7 +290,17 @@ def _log_softmax_exps_block(a, out, exps, axis) -> np.ndarray:
     return total
 
 
-@log_softmax.register_recording_kernel
+def _log_softmax_from_exps(saved: tuple) -> Tensor:
+    """The log_softmax rebuilt from the recording kernel's (exps, totals), to within a rounding
+    or two: only what the derivative's kiln-op form reads (double backward, a traced backward);
+    the node keeps these instead of the output itself."""
+    exps, totals = saved
+    out = np.log(exps)
+    out -= np.log(totals)
+    return wrap(out, dt.from_numpy_dtype(exps.dtype))
+
+
+@log_softmax.register_recording_kernel(output_from_saved=_log_softmax_from_exps)
 def _log_softmax_recording_kernel(x, dim, dtype):
     """The log_softmax kernel, keeping the softmax for the derivative (float32/float64 inputs)."""
     x, d = _softmax_input("log_softmax", x, dim, dtype)
@@ -374,12 +384,14 @@ def _softmax_family_grad(block, formula):
     ``formula(y, g, d)`` in tensor ops (half precision upcast)."""
 
     def grad(c, g):
+        saved = c.kernel_saved
+        if saved is not None and numpy_derivative_ok(g) and saved[0].dtype == g._data.dtype:
+            # log_softmax's recording kernel kept exp(x - max) and its sums, not the output
+            d = wrap_dim(c.args[1], saved[0].ndim)
+            return (_log_softmax_grad_from_exps(saved, g, d, c.out_meta[0][1]),)
         y = c.out
         d = wrap_dim(c.args[1], y.ndim)
         if numpy_derivative_ok(y, g) and y._data.dtype == g._data.dtype:
-            saved = c.kernel_saved
-            if saved is not None:
-                return (_log_softmax_grad_from_exps(saved, g, d, y._dtype),)
             return (_numpy_softmax_grad(block, y, g, d),)
         y, g = upcast_half(y), upcast_half(g)
         return (formula(y, g, d),)

@@ -214,7 +214,9 @@ def _masked_fill_grad(c, g):
     )
 
 
-masked_fill.register_derivative(_masked_fill_grad)
+# the mask and a tensor value only: keeping ``x`` would hold a tensor the gradient never reads
+# (attention scores before their causal mask, one per layer)
+masked_fill.register_derivative(_masked_fill_grad, save_inputs=(1, 2))
 
 
 @masked_fill.register_decomposition
