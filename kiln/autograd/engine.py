@@ -343,10 +343,11 @@ def _materialize(node: Node, buf: dict) -> tuple:
         return (buf.get(0),)
     from ..ops.creation.api import zeros
 
+    ignored = node.op.ignored_grads if node.__class__ is OpBackward else ()
     grads = []
     for nr in range(n_out):
         g = buf.get(nr)
-        if g is None:
+        if g is None and nr not in ignored:
             shape, dtype = node.out_meta[nr]
             g = zeros(shape, dtype=dtype) if dtype.category >= 2 else None
         grads.append(g)

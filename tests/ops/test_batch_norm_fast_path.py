@@ -162,3 +162,27 @@ def test_batch_mean_changed_in_place_leaves_the_gradient_alone():
         (y * y.detach()).sum().backward()
         grads.append(xt.grad.numpy())
     np.testing.assert_array_equal(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_backward_makes_no_zero_gradients_for_the_unused_statistics(create_graph, monkeypatch):
+    """Batch norm's derivative never reads its statistics' gradients: the engine passes None
+    there instead of making zero tensors for them, and the gradients still match PyTorch."""
+    from kiln.ops.creation import api
+
+    made = []
+    real = api.zeros
+
+    def counting(*args, **kwargs):
+        made.append(args)
+        return real(*args, **kwargs)
+
+    x = np.random.default_rng(7).standard_normal((4, 3, 5, 6)).astype("float32")
+    w = np.linspace(0.5, 1.5, 3).astype("float32")
+    b = np.linspace(-0.2, 0.2, 3).astype("float32")
+    want = _run(torch, x, w, b, True, "contiguous", False, (0, 1, 2))
+    monkeypatch.setattr(api, "zeros", counting)
+    got = _run(kiln, x, w, b, True, "contiguous", create_graph, (0, 1, 2))
+    assert made == []
+    for mine, theirs in zip(got, want):
+        np.testing.assert_allclose(mine, theirs, 1e-5, 1e-5)

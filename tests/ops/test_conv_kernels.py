@@ -65,6 +65,16 @@ FORWARD = {
     "whole-window-groups": _case((4, 5), cg=3, og=2, kernel=(4, 5), groups=2, stride=3),
     "whole-window-1d-strided": _case((6,), cg=4, og=1, kernel=6, stride=2),
     "whole-window-3d-dilated-ones": _case((3, 1, 2), kernel=(3, 1, 2), dilation=(1, 3, 1)),
+    # stride 1 in every dim: the wide form's cases (odd sizes, uneven padding reaching past
+    # the kernel, groups, dilation in both dims, few and many channels, 1-d and 3-d)
+    "wide-odd-groups-dilated": _case(
+        (9, 11), n=3, cg=4, og=5, groups=2, kernel=(3, 2), padding=(2, 1), dilation=(2, 3)
+    ),  # fmt: skip
+    "wide-5x5-one-channel-pair": _case((7, 6), cg=2, og=3, kernel=5, padding=2),
+    "wide-1x1": _case((5, 7), n=3, cg=6, og=4, kernel=1),
+    "wide-1d-many-channels": _case((17,), cg=20, og=3, kernel=3, padding=1, dilation=2),
+    "wide-3d-last-dim-shifts": _case((3, 4, 5), cg=12, og=2, kernel=(2, 1, 3), padding=(1, 0, 1)),
+    "wide-2d-last-dim-shifts": _case((6, 5), cg=16, og=3, kernel=3, padding=1),
 }
 
 TRANSPOSED = {
@@ -135,10 +145,14 @@ def _check(case, layout=None, create_graph=False):
         np.testing.assert_allclose(got, want, rtol, atol, err_msg=name)
 
 
-@pytest.fixture(params=["chosen", "positions", "taps", "channels"])
+@pytest.fixture(params=["chosen", "positions", "taps", "channels", "wide"])
 def column_layout(request, monkeypatch):
-    """Every forward convolution (the weight gradient's too) in the given column layout."""
-    if request.param != "chosen":
+    """Every forward convolution (the weight gradient's too) in the given column layout;
+    "wide": every stride-1 one in the wide form (the others as chosen)."""
+    if request.param == "wide":
+        monkeypatch.setattr(conv_kernels, "_wide_pays", lambda *_: True)
+    elif request.param != "chosen":
+        monkeypatch.setattr(conv_kernels, "_wide_pays", lambda *_: False)
         monkeypatch.setattr(conv_kernels, "_column_layout", lambda *_: request.param)
     return request.param
 
@@ -174,17 +188,20 @@ def test_input_gradient_of_ordinary_convolution_in_both_forms(form, monkeypatch)
     _check(_case((9, 10), cg=4, og=5, padding=1))
 
 
+@pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize(
     "layout",
     ["transposed", "channels_last", "strided"],
 )
-def test_non_contiguous_inputs_match_torch(layout):
+def test_non_contiguous_inputs_match_torch(layout, wide, monkeypatch):
+    monkeypatch.setattr(conv_kernels, "_wide_pays", lambda *_: wide)
     rearrange = {
         "transposed": lambda lib, t: t.transpose(-1, -2),
         "channels_last": lambda lib, t: t.contiguous(memory_format=lib.channels_last),
         "strided": lambda lib, t: t[..., ::2],
     }[layout]
     _check(_case((8, 10), cg=4, og=3, stride=(1, 2), padding=1), rearrange)
+    _check(_case((8, 10), cg=4, og=3, padding=(1, 2)), rearrange)  # stride 1: may run wide
     _check(_case((8, 10), transposed=True, cg=4, og=3, stride=2, padding=1), rearrange)
 
 
@@ -218,10 +235,21 @@ def _count_columns(monkeypatch) -> list:
 @pytest.mark.parametrize("name", ["3x3-same", "strided-odd", "groups", "3d", "float64"])
 def test_weight_gradient_reuses_the_forward_columns(name, column_layout, monkeypatch):
     """A plain backward takes the weight gradient from the columns the forward copied: one
-    im2col for the pair, and gradients equal to PyTorch's."""
+    im2col (or, wide, one wide copy of the input: the input gradient's is of the output
+    gradient, whose channels differ here) for the pair, and gradients equal to PyTorch's."""
     calls = _count_columns(monkeypatch)
-    _check(FORWARD[name])
-    assert len(calls) == 1
+    case = FORWARD[name]
+    wide_inputs = []
+    real = conv_kernels._wide_buffer
+
+    def counting(a, plan):
+        if a.shape[1] == case["cg"] * case["groups"]:
+            wide_inputs.append(a.shape)
+        return real(a, plan)
+
+    monkeypatch.setattr(conv_kernels, "_wide_buffer", counting)
+    _check(case)
+    assert len(calls) + len(wide_inputs) == 1
 
 
 def test_columns_over_the_size_limit_are_copied_again(monkeypatch):
@@ -268,3 +296,33 @@ def test_frozen_weight_keeps_no_columns_and_gives_the_input_gradient(monkeypatch
         got[lib] = (y.detach().numpy(), x.grad.numpy())
     for mine, want in zip(got[kiln], got[torch]):
         np.testing.assert_allclose(mine, want, 2e-5, 2e-4)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_infinite_input_weight_gradient_matches_torch(wide, monkeypatch):
+    """An infinite input pixel: the wide form's dropped positions multiply it by zero (NaN
+    where PyTorch never reads it), so its weight gradient falls back to im2col columns."""
+    monkeypatch.setattr(conv_kernels, "_wide_pays", lambda *_: wide)
+    case = _case((6, 7), cg=4, og=3, padding=1)
+    x, w, b = _arrays(case, np.random.default_rng(3))
+    x[1, 2, 3, 6] = np.inf  # the last column: the first kernel column never reads it
+    got = {}
+    for lib in (torch, kiln):
+        leaves = [lib.tensor(a, requires_grad=True) for a in (x, w, b)]
+        y = _convolve(lib, case, *leaves)
+        g = np.cos(np.arange(y.numel())).reshape(tuple(y.shape)).astype("float32")
+        got[lib] = lib.autograd.grad(y, leaves[1], lib.tensor(g))[0].numpy()
+    assert np.isfinite(got[torch][:, :, :, 0]).all()
+    np.testing.assert_allclose(got[kiln], got[torch], 2e-5, 2e-4)
+
+
+def test_wide_form_runs_where_it_pays():
+    """The ResNet step's 16-channel 3x3 layer at 8x32x32 runs wide: shifted copies kept for
+    the weight gradient instead of im2col columns; a strided one does not."""
+    x = np.random.default_rng(4).standard_normal((8, 16, 32, 32)).astype("float32")
+    w = np.random.default_rng(5).standard_normal((16, 16, 3, 3)).astype("float32")
+    pads = [(1, 1), (1, 1)]
+    _, cols = conv_kernels.conv_forward_keeping_columns(x, w, (1, 1), pads, (1, 1), 1, (32, 32))
+    assert isinstance(cols, conv_kernels.WideColumns)
+    _, cols = conv_kernels.conv_forward_keeping_columns(x, w, (2, 2), pads, (1, 1), 1, (16, 16))
+    assert isinstance(cols, np.ndarray)

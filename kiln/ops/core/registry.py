@@ -107,6 +107,7 @@ class Op:
         "recording_kernel",
         "saves_inputs",
         "saves_output",
+        "ignored_grads",
         "returns",
         "result_type",
         "nondeterministic_seeded",
@@ -174,6 +175,9 @@ class Op:
         self.output_from_kernel_saved = None
         self.saves_inputs = None  # None: all tensor inputs; else a tuple of positions
         self.saves_output = False
+        # output positions whose gradient the derivative never reads: the engine passes None
+        # there instead of making zeros for an output nothing used (batch norm's statistics)
+        self.ignored_grads = frozenset()
         self.returns = None  # namedtuple class for multi-output ops
         self.result_type = None
         self.nondeterministic_seeded = False
@@ -227,8 +231,11 @@ class Op:
         return fn
 
     def register_derivative(
-        self, fn: Callable | None = None, *, save_inputs=None, save_output=False
+        self, fn: Callable | None = None, *, save_inputs=None, save_output=False, ignores=()
     ):
+        """``ignores``: output positions whose incoming gradient ``fn`` never reads (it gets
+        None there when no gradient reached that output)."""
+
         def deco(f):
             if self.complex_derivative is not None:
                 self.derivative = complex_support.complex_formula(f, self.complex_derivative)
@@ -238,6 +245,7 @@ class Op:
                 self.derivative = f
             self.saves_inputs = save_inputs
             self.saves_output = save_output
+            self.ignored_grads = frozenset(ignores)
             return f
 
         return deco(fn) if fn is not None else deco

@@ -1,8 +1,10 @@
 """Convolution (an extern prim) and the spatial ops built around it: pooling and resampling.
 
 ``convolution`` handles 1-3 spatial dims, strides, padding, dilation, groups and the transposed
-form. Its numpy kernels (``conv_kernels``) are im2col plus one product per group, and for the
-transposed form the same gathered by stride phase, or col2im where gathering costs more. Its
+form. Its numpy kernels (``conv_kernels``) are im2col plus one product per group (at stride 1,
+where it costs less, a few shifted copies of the padded input and a product per kernel row
+over the whole batch), and for the transposed form the same gathered by stride phase, or
+col2im where gathering costs more. Its
 derivatives are convolutions again, so higher-order gradients work and
 traced backward graphs contain only ``convolution`` nodes. A plain backward (nothing recording or
 tracing it) computes the input and weight gradients in numpy instead, the weight gradient

@@ -16,12 +16,23 @@ strided add per kernel offset: col2im) remains for a small input against a large
 A convolution whose one window is the whole unpadded input (a DCGAN discriminator's last
 layer, and its generator's first, transposed, from one pixel) is a plain product: no columns,
 no padding, nothing to gather or scatter.
+
+A stride-1 convolution can instead run "wide" (``_WidePlan``): the input is written once, padded,
+channels outermost, every image's padded rows end to end, so that each kernel offset reads one
+contiguous run of that buffer shifted by the offset. Its columns are then a few shifted copies
+of long runs (one per offset of the last kernel dim, or per offset when channels are few), and
+one product per remaining offset covers every image at once, accumulating into an output as
+wide as the padded input: the positions past each row's or image's end are computed and
+dropped. That trades the im2col copy (K times the input, in runs of an output row) for a few
+percent more multiply-adds, and also gives the weight gradient and a stride-1 input gradient
+(itself a stride-1 convolution) over the whole batch in a few products.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,6 +44,7 @@ __all__ = [
     "conv_forward_keeping_columns",
     "conv_transposed",
     "conv_weight_grad",
+    "WideColumns",
     "kernel_offsets",
     "offset_slices",
     "pad_spatial",
@@ -151,6 +163,189 @@ def _dense_forward(a, w, groups: int) -> np.ndarray:
     return out.reshape((n, groups * og) + (1,) * (a.ndim - 2))
 
 
+# A wide convolution's costs, in the units above (an im2col column element copied = 1): its
+# copies move long runs (the padded input, the shifted copies, the output taken back out of
+# the wide positions), measured at about 0.6 of an im2col element on the same machine.
+_LONG_COPY_COST = 0.6
+# the last kernel dim's offsets alone are copied (a product per other offset) when that gives
+# products of at least this many inner elements (offsets x channels); below it every offset is
+# copied and one product per group takes them all (a 3-channel stem: 9 shifts of 3 rows)
+_WIDE_MIN_INNER = 32
+
+
+@dataclass(frozen=True)
+class _WidePlan:
+    """The geometry of a wide (stride-1) convolution: see the module docstring.
+
+    The input (N, G*Cg, *S) is cropped by ``crop``, padded by ``grow`` to ``padded`` and laid
+    out as (G*Cg, N * prod(padded)) plus a zero tail: wide position ``l = n * image + sum(y_d *
+    steps[d])`` holds padded pixel ``y`` of image ``n``, and output ``y`` (every ``y_d`` below
+    ``out_spatial[d]``) reads wide position ``l + offset`` through each kernel offset. The
+    ``copied`` offsets are copied as shifts of the whole buffer, ``outer`` ones (relative to
+    the shifts' start) are columns of the product per outer offset."""
+
+    n: int
+    groups: int
+    cg: int
+    kernel: tuple
+    crop: tuple
+    grow: tuple
+    padded: tuple
+    out_spatial: tuple
+    copied_dims: int  # the trailing kernel dims whose offsets are copied
+    copied_strides: tuple  # buffer elements between successive copied offsets, per copied dim
+    outer: tuple  # buffer offset of each outer kernel position, in C order
+    length: int  # wide positions computed: N * prod(padded)
+    reach: int  # the shifted copies' length: length + the largest outer offset
+    total: int  # the padded buffer's length: reach + the largest copied offset
+
+    @property
+    def shifts(self) -> int:
+        return math.prod(self.kernel[len(self.kernel) - self.copied_dims :])
+
+
+def _wide_plan(shape, kernel, pads, dilation, groups: int) -> _WidePlan:
+    n, c = shape[:2]
+    k = len(kernel)
+    crop = tuple(slice(max(-lo, 0), size - max(-hi, 0)) for (lo, hi), size in zip(pads, shape[2:]))
+    grow = tuple((max(lo, 0), max(hi, 0)) for lo, hi in pads)
+    padded = tuple((sl.stop - sl.start) + lo + hi for sl, (lo, hi) in zip(crop, grow))
+    out_spatial = tuple(p - d * (size - 1) for p, d, size in zip(padded, dilation, kernel))
+    steps = tuple(math.prod(padded[d + 1 :]) for d in range(k))
+    cg = c // groups
+    copied_dims = 1 if k > 1 and kernel[-1] * cg >= _WIDE_MIN_INNER else k
+    split = k - copied_dims
+    outer = tuple(
+        sum(o * dilation[d] * steps[d] for d, o in enumerate(offset))
+        for offset in kernel_offsets(kernel[:split])
+    )
+    copied_strides = tuple(dilation[d] * steps[d] for d in range(split, k))
+    length = n * math.prod(padded)
+    reach = length + max(outer)
+    last = sum((size - 1) * st for size, st in zip(kernel[split:], copied_strides))
+    return _WidePlan(n, groups, cg, tuple(kernel), crop, grow, padded, out_spatial,
+                     copied_dims, copied_strides, outer, length, reach, reach + last)  # fmt: skip
+
+
+def _wide_pays(plan: _WidePlan, og: int) -> bool:
+    """Whether the wide form costs less than im2col (columns of every offset, ``_MAC_COST``
+    per multiply-add) for ``og`` outputs per group."""
+    c = plan.groups * plan.cg
+    p_k = math.prod(plan.kernel)
+    positions = plan.n * math.prod(plan.out_spatial)
+    im2col = c * p_k * positions * (1 + og * _MAC_COST)
+    copies = c * plan.total + plan.shifts * c * plan.reach + og * plan.groups * positions
+    wide = copies * _LONG_COPY_COST + plan.length * c * p_k * og * _MAC_COST
+    return wide < im2col
+
+
+def _wide_buffer(a: np.ndarray, plan: _WidePlan) -> np.ndarray:
+    """``a`` (N, C, *S) written into its wide layout: (C, total), zero padded, zero tail."""
+    n, c = a.shape[:2]
+    buf = empty_array((c, plan.total), a.dtype)
+    buf.fill(0)
+    images = buf[:, : plan.length].reshape((c, n) + plan.padded)
+    interior = tuple(slice(lo, size - hi) for (lo, hi), size in zip(plan.grow, plan.padded))
+    cropped = a[(slice(None), slice(None)) + plan.crop]
+    np.copyto(images[(slice(None), slice(None)) + interior], cropped.swapaxes(0, 1))
+    return buf
+
+
+def _wide_shifts(buf: np.ndarray, plan: _WidePlan) -> np.ndarray:
+    """The copied offsets' shifts of ``buf``: (G, shifts * Cg, reach), rows (offset, channel)."""
+    g, cg = plan.groups, plan.cg
+    item = buf.itemsize
+    copied = plan.kernel[len(plan.kernel) - plan.copied_dims :]
+    view = _as_strided(
+        buf,
+        shape=(g,) + copied + (cg, plan.reach),
+        strides=(cg * buf.strides[0],)
+        + tuple(st * item for st in plan.copied_strides)
+        + (buf.strides[0], item),
+        writeable=False,
+    )
+    shifted = empty_array(view.shape, buf.dtype)
+    np.copyto(shifted, view)
+    return shifted.reshape(g, plan.shifts * cg, plan.reach)
+
+
+def _wide_weight(w: np.ndarray, plan: _WidePlan) -> np.ndarray:
+    """``w`` (G*Og, Cg, *K) as (G, outer, Og, shifts * Cg), each row (offset, channel)."""
+    g, cg = plan.groups, plan.cg
+    og = w.shape[0] // g
+    moved = w.reshape((g, og, cg, len(plan.outer), plan.shifts)).transpose(0, 3, 1, 4, 2)
+    return np.ascontiguousarray(moved).reshape(g, len(plan.outer), og, plan.shifts * cg)
+
+
+def _wide_forward(a, w, plan: _WidePlan) -> tuple[np.ndarray, np.ndarray]:
+    """``conv_forward`` (stride 1) in the wide form; also the shifted copies, which
+    ``conv_weight_grad`` reads as its columns."""
+    n = plan.n
+    g = plan.groups
+    og = w.shape[0] // g
+    dtype = np.result_type(a, w)
+    shifted = _wide_shifts(_wide_buffer(a.astype(dtype, copy=False), plan), plan)
+    wmat = _wide_weight(w.astype(dtype, copy=False), plan)
+    wide = empty_array((g, og, plan.length), dtype)
+    partial = empty_array((g, og, plan.length), dtype) if len(plan.outer) > 1 else None
+    for i, offset in enumerate(plan.outer):
+        columns = shifted[:, :, offset : offset + plan.length]
+        for group in range(g):
+            target = wide[group] if i == 0 else partial[group]
+            blas.matmul(wmat[group, i], columns[group], target)
+        if i:
+            wide += partial
+    out = empty_array((n, g * og) + plan.out_spatial, dtype)
+    images = wide.reshape((g * og, n) + plan.padded)
+    window = tuple(slice(0, size) for size in plan.out_spatial)
+    np.copyto(out, images[(slice(None), slice(None)) + window].swapaxes(0, 1))
+    return out, shifted
+
+
+@dataclass(frozen=True)
+class WideColumns:
+    """What ``conv_forward_keeping_columns`` keeps of a wide convolution: its shifted copies
+    (about ``kernel[-1]`` times the input, against im2col's ``prod(kernel)``) and geometry."""
+
+    shifted: np.ndarray
+    plan: _WidePlan
+
+
+def _wide_weight_grad(g: np.ndarray, cols: WideColumns) -> np.ndarray | None:
+    """The weight gradient from a wide convolution's shifted copies: per outer offset and
+    group, (Og, wide positions) times their (wide positions, shifts * Cg), the output gradient
+    written out wide with zeros at the dropped positions. None where the result is not finite:
+    the dropped positions' inputs are multiplied by zero too, which turns an infinite input
+    into NaN where PyTorch never reads it; the caller copies im2col columns instead."""
+    plan, shifted = cols.plan, cols.shifted
+    groups, cg = plan.groups, plan.cg
+    og = g.shape[1] // groups
+    dtype = shifted.dtype
+    wide = empty_array((groups, og, plan.length), dtype)
+    wide.fill(0)
+    images = wide.reshape((groups * og, plan.n) + plan.padded)
+    window = tuple(slice(0, size) for size in plan.out_spatial)
+    np.copyto(images[(slice(None), slice(None)) + window], g.swapaxes(0, 1))
+    total = empty_array((groups, len(plan.outer), og, plan.shifts * cg), dtype)
+    for i, offset in enumerate(plan.outer):
+        columns = shifted[:, :, offset : offset + plan.length]
+        for group in range(groups):
+            blas.matmul(wide[group], columns[group].T, total[group, i])
+    if not np.isfinite(total).all():
+        return None
+    # (G, outer, Og, shifts, Cg) -> (G, Og, Cg, outer, shifts)
+    total = total.reshape(groups, len(plan.outer), og, plan.shifts, cg).transpose(0, 2, 4, 1, 3)
+    return np.ascontiguousarray(total).reshape((groups * og, cg) + plan.kernel)
+
+
+def _wide_applies(shape, kernel, stride, pads, dilation, groups: int, og: int):
+    """The wide plan of a convolution where that form applies and pays, else None."""
+    if any(s != 1 for s in stride) or shape[1] // groups < 2 or shape[0] == 0:
+        return None
+    plan = _wide_plan(shape, kernel, pads, dilation, groups)
+    return plan if _wide_pays(plan, og) else None
+
+
 def conv_forward(a, w, stride, pads, dilation, groups: int, out_spatial) -> np.ndarray:
     """Convolution of ``a`` (N, C, *S) with ``w`` (O, C/groups, *K): (N, O, *out_spatial).
 
@@ -159,6 +354,9 @@ def conv_forward(a, w, stride, pads, dilation, groups: int, out_spatial) -> np.n
     cg = a.shape[1] // groups
     if _whole_window(a.shape[2:], kernel, pads, dilation):
         return _dense_forward(a, w, groups)
+    plan = _wide_applies(a.shape, kernel, stride, pads, dilation, groups, w.shape[0] // groups)
+    if plan is not None:
+        return _wide_forward(a, w, plan)[0]
     layout = _column_layout(out_spatial, kernel, cg)
     a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
     return _convolve_padded(a, w, stride, dilation, groups, tuple(out_spatial), layout)
@@ -166,14 +364,19 @@ def conv_forward(a, w, stride, pads, dilation, groups: int, out_spatial) -> np.n
 
 def conv_forward_keeping_columns(
     a, w, stride, pads, dilation, groups: int, out_spatial
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """``conv_forward``, also returning the im2col columns its product read (None where it
-    read none: a whole-window or depthwise convolution), which ``conv_weight_grad`` takes
-    instead of copying the same windows again in the backward pass."""
+) -> tuple[np.ndarray, np.ndarray | WideColumns | None]:
+    """``conv_forward``, also returning the columns its product read (im2col's, or a wide
+    convolution's shifted copies; None where it read none: a whole-window or depthwise
+    convolution), which ``conv_weight_grad`` takes instead of copying the same windows again
+    in the backward pass."""
     kernel = tuple(w.shape[2:])
     cg = a.shape[1] // groups
     if cg == 1 or _whole_window(a.shape[2:], kernel, pads, dilation):
         return conv_forward(a, w, stride, pads, dilation, groups, out_spatial), None
+    plan = _wide_applies(a.shape, kernel, stride, pads, dilation, groups, w.shape[0] // groups)
+    if plan is not None:
+        out, shifted = _wide_forward(a, w, plan)
+        return out, WideColumns(shifted, plan)
     out_spatial = tuple(out_spatial)
     layout = _column_layout(out_spatial, kernel, cg)
     a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
@@ -277,7 +480,7 @@ def _columns(a, kernel, stride, dilation, groups: int, out_spatial, layout: str)
 
 
 def conv_weight_grad(
-    a, g, kernel, stride, pads, dilation, groups: int, cols: np.ndarray | None = None
+    a, g, kernel, stride, pads, dilation, groups: int, cols: np.ndarray | WideColumns | None = None
 ) -> np.ndarray:
     """The weight gradient of ``conv_forward(a, w, stride, pads, dilation, groups, ...)``
     for the output gradient ``g`` (N, G*Og, *P): (G*Og, Cg, *kernel). ``cols``: the columns
@@ -299,6 +502,16 @@ def conv_weight_grad(
         x = a.reshape(n, groups, cg * p_k).transpose(1, 0, 2)
         total = blas.matmul(g.reshape(n, groups, og).transpose(1, 2, 0), x)
         return total.reshape((groups * og, cg) + kernel)
+    if cols is None:
+        plan = _wide_applies(a.shape, kernel, stride, pads, dilation, groups, og)
+        if plan is not None:
+            buf = _wide_buffer(a.astype(np.result_type(a, g), copy=False), plan)
+            cols = WideColumns(_wide_shifts(buf, plan), plan)
+    if isinstance(cols, WideColumns):
+        total = _wide_weight_grad(g, cols)
+        if total is not None:
+            return total
+        cols = None
     layout = _column_layout(out_spatial, kernel, cg)
     if cols is None:
         a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
@@ -408,6 +621,13 @@ def _transposed_by_phases(a, w, stride, dilation, groups, out_spatial, plans) ->
         out = empty_array(shape, dtype)
     if not live:
         return out
+    if len(combos) == 1 and all(s == 1 for s in stride):
+        # stride 1: one phase, the whole output, a convolution with the flipped kernel
+        flipped = wf[(Ellipsis,) + (slice(None, None, -1),) * k]
+        pads = [plan[3] for plan in live[0]]
+        wide = _wide_applies(a.shape, kernel, stride, pads, fdilation, groups, og)
+        if wide is not None:
+            return _wide_forward(a, flipped, wide)[0]
     widest = [
         (max(combo[i][3][0] for combo in live), max(combo[i][3][1] for combo in live))
         for i in range(k)

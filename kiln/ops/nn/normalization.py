@@ -647,6 +647,7 @@ _native_batch_norm.register_derivative(
     # running stats are read only in eval mode; in training they are updated after the call
     _batch_norm_grad,
     save_inputs=lambda args, needs: (0, 1, 3, 4) if not args[5] else (0, 1),
+    ignores=(1, 2),  # the batch statistics' gradients: PyTorch's are not differentiable either
 )
 
 
