@@ -169,6 +169,8 @@ class _Sizes:
                           self.restore(offset), device)  # fmt: skip
         if cls is tuple or cls is list:
             return cls(self.restore(v) for v in value)
+        if cls is dict:
+            return {k: self.restore(v) for k, v in value.items()}
         return value
 
 

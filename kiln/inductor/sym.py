@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..runtime.symbolic import SymInt, fold_pinned, statically_known_true, sym_max
+from ..runtime.symbolic import (
+    SizeDependentError,
+    SymInt,
+    fold_pinned,
+    statically_known_true,
+    sym_max,
+)
 
 __all__ = [
     "size_value",
@@ -367,6 +373,8 @@ class Expr:
         if known("==", d, 1):
             return self
         if not known(">", d, 0):
+            if d.__class__ is SymInt:  # a symbolic divisor whose sign the ranges leave open
+                raise SizeDependentError(f"index floor division by {d}, not known positive")
             raise ValueError("index floor division needs a positive divisor")
         if not self.terms:
             return Expr({}, self.const // d)

@@ -21,7 +21,13 @@ dist.all_reduce(t)  # the group works
 assert t.tolist() == [2.0] * 4
 emit({"rank": rank, "time": time.time()})
 if mode == "mismatch":  # with KILN_DISTRIBUTED_DEBUG=1: shapes differ across the ranks
-    dist.all_reduce(kiln.ones(4 + rank))
+    try:
+        dist.all_reduce(kiln.ones(4 + rank))
+    except RuntimeError as error:
+        # one write (atomic on a pipe): the traceback below is printed in pieces, which the
+        # other rank's may cut into
+        os.write(2, f"{type(error).__name__}: {error}\n".encode())
+        raise
 elif rank == 1:
     if mode == "raise":
         raise ValueError("rank 1 fails on purpose")

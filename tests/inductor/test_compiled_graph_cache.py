@@ -242,3 +242,43 @@ def test_pytorchs_cache_switches_compile_afresh(cache_dir, lowerings, monkeypatc
 
 def softmax_rows_twice(x):
     return (x * 2).softmax(-1) * 2
+
+
+class StridedBlock(kiln.nn.Module):
+    """A stride-2 convolution: its backward's input gradient passes a size expression
+    (``output_padding``) to an extern call."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = kiln.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        return self.conv(x).relu().sum()
+
+
+def test_extern_calls_with_size_arguments_load_from_the_cache(cache_dir, lowerings):
+    torch = pytest.importorskip("torch")
+    model = StridedBlock()
+    reference = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+    reference.load_state_dict(
+        {k: torch.tensor(v.numpy()) for k, v in model.conv.state_dict().items()}
+    )
+    for warm in (False, True):
+        kiln.dynamo.reset()
+        before = counts()
+        compiled = kiln.compile(model, dynamic=True)
+        for size in (9, 12, 7):
+            x = kiln.randn(2, 3, size, size, requires_grad=True)
+            model.zero_grad()
+            reference.zero_grad()
+            compiled(x).backward()
+            rx = torch.tensor(x.detach().numpy(), requires_grad=True)
+            reference(rx).relu().sum().backward()
+            np.testing.assert_allclose(x.grad.numpy(), rx.grad.numpy(), rtol=1e-4, atol=1e-5)
+            got, want = model.conv.weight.grad.numpy(), reference.weight.grad.numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        if warm:
+            assert hits_since(before) == 2  # the forward and the backward
+        else:
+            lowerings.clear()
+    assert lowerings == []

@@ -739,3 +739,33 @@ def test_slices_that_are_empty_for_some_sizes_compile_once_for_every_size(stats)
                 np.testing.assert_allclose(g.numpy(), t.numpy(), 1e-6)
     assert stats.symbolic_compiles == 1 and stats.symbolic_refused == 0
     assert stats.static_compiles == 0
+
+
+@needs_torch
+def test_a_convolution_whose_kernel_size_is_a_symbol_compiles():
+    """Under ``dynamic=True`` a weight passed as an argument gets symbolic sizes too: its
+    backward divides indices by expressions the ranges cannot prove positive, which takes the
+    per-size route (the graph still compiles), never the eager backend after a failed compile."""
+    import warnings
+
+    from kiln.inductor.specialize import COMPILE_STATS
+
+    def block(x, w):
+        return kiln.nn.functional.conv2d(x, w, stride=2, padding=1).relu().sum()
+
+    compiled = kiln.compile(block, dynamic=True)
+    before = COMPILE_STATS.symbolic_compiles + COMPILE_STATS.symbolic_refused
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for size in (9, 12, 7, 12):
+            x = rng.standard_normal((2, 3, size, size)).astype(np.float32)
+            mine = [kiln.tensor(a, requires_grad=True) for a in (x, w)]
+            ref = [torch.tensor(a, requires_grad=True) for a in (x, w)]
+            compiled(*mine).backward()
+            torch.nn.functional.conv2d(*ref, stride=2, padding=1).relu().sum().backward()
+            for m, r in zip(mine, ref):
+                np.testing.assert_allclose(m.grad.numpy(), r.grad.numpy(), rtol=1e-4, atol=1e-4)
+    after = COMPILE_STATS.symbolic_compiles + COMPILE_STATS.symbolic_refused
+    assert after == before + 2  # the forward and the backward, each by one of the routes
