@@ -8,10 +8,10 @@ import gc
 import weakref
 
 import numpy as np
-import torch
 
 import kiln
 import kiln.nn.functional as F
+from tests.oracle import needs_torch, torch
 
 
 def _watch(t: kiln.Tensor) -> weakref.ref:
@@ -42,6 +42,7 @@ def test_retain_graph_keeps_saved_tensors():
     assert _chain(retain_graph=True) == [True]
 
 
+@needs_torch
 def test_log_softmax_keeps_one_logits_sized_array():
     """Its node keeps exp(x - max) for the derivative, as PyTorch keeps the output: the
     log-probabilities themselves are freed once the forward stops using them."""
@@ -61,6 +62,7 @@ def test_log_softmax_keeps_one_logits_sized_array():
     np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-7)
 
 
+@needs_torch
 def test_log_softmax_double_backward_rebuilds_the_output():
     rng = np.random.default_rng(1)
     data = rng.standard_normal((5, 7), dtype=np.float32)
@@ -73,6 +75,7 @@ def test_log_softmax_double_backward_rebuilds_the_output():
     np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
+@needs_torch
 def test_masked_fill_does_not_keep_its_input():
     rng = np.random.default_rng(2)
     data = rng.standard_normal((8, 8), dtype=np.float32)

@@ -22,9 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import sym
-from ...dependencies import RecordingHandler
-from ...ir import Pointwise
-from ...virtualized import set_ops_handler
+from ...dependencies import reads_of
 from .loop_plan import InnerLoop, LoopPlan
 
 __all__ = ["LINE_BYTES", "ROW_BYTES", "PrefetchPlan", "plan_prefetch"]
@@ -96,10 +94,4 @@ def _indirect(expr: sym.Expr) -> bool:
 
 def _reads(node, plan: LoopPlan) -> list:
     index, rindex = plan.node_index[node.name]
-    handler = RecordingHandler()
-    with set_ops_handler(handler):
-        if isinstance(node.data, Pointwise):
-            node.data.inner_fn(index)
-        else:
-            node.data.inner_fn(index, rindex)
-    return [(r.name, r.index) for r in handler.reads]
+    return [(r.name, r.index) for r in reads_of(node, index, rindex)]
