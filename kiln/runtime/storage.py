@@ -86,9 +86,8 @@ class BufferPool:
     def __init__(self, max_free_bytes: int = DEFAULT_MAX_FREE_BYTES):
         self.max_free_bytes = max_free_bytes
         self._buckets: dict[int, list[np.ndarray]] = {}
-        self._last_use: dict[
-            int, int
-        ] = {}  # id(buffer) -> the allocation count when last handed out
+        # id(buffer) -> the allocation count when it was last handed out
+        self._last_use: dict[int, int] = {}
         self._uses = 0
         self._total = 0
         self._lock = threading.Lock()
