@@ -252,16 +252,12 @@ def compile_graph_cached(gm, example_inputs, options: dict):
         def compile_static(graph_module, examples):
             return compile_graph_cached(graph_module, examples, options)
 
-        return compile_symbolic(gm, example_inputs, options, compile_static, _symbolic_cached)
+        return compile_symbolic(gm, example_inputs, options, compile_static, _through_cache)
     return _through_cache(gm, example_inputs, options)
 
 
-def _symbolic_cached(gm, example_inputs, options: dict, sizes, fallback):
-    """``compile_graph`` for kernels for every size, through the compiled-graph cache."""
-    return _through_cache(gm, example_inputs, options, sizes, fallback)
-
-
 def _through_cache(gm, example_inputs, options: dict, sizes=None, fallback=None):
+    """``compile_graph`` (kernels for every size when ``sizes`` is given) through the cache."""
     from . import graph_cache
 
     mutations = gm.graph.output_node.meta.get("input_mutations", ())

@@ -50,7 +50,7 @@ __all__ = ["CachedGraph", "entry_key", "load", "save"]
 
 log = logging.getLogger("kiln.inductor")
 
-FORMAT = 2
+FORMAT = 3
 _PLAIN = (int, float, bool, str, type(None))
 
 
@@ -124,12 +124,6 @@ class _SizeData:
     __slots__ = ("data",)
 
     def __init__(self, data: tuple):
-        self.data = data
-
-    def __getstate__(self):
-        return self.data
-
-    def __setstate__(self, data):
         self.data = data
 
 
@@ -355,11 +349,9 @@ def _rebuild(payload: bytes, gm, binding=None, fallback=None, env=None) -> Cache
     symbolic = record["symbolic"]
     if (symbolic is None) != (binding is None):
         raise ValueError("stored for other sizes (symbolic vs concrete)")
-    sizes = _Sizes(binding.symbols if binding is not None else ())
-    if symbolic is not None:
-        if symbolic["symbols"] != [s.name for s in binding.symbols]:
-            raise ValueError(f"stored for size symbols {symbolic['symbols']}")
-        sizes.env = env
+    sizes = _Sizes(binding.symbols if binding is not None else (), env)
+    if symbolic is not None and symbolic["symbols"] != [s.name for s in binding.symbols]:
+        raise ValueError(f"stored for size symbols {symbolic['symbols']}")
     entry = graph_index.recall(record["index_key"])
     if entry is None:
         raise ValueError("its kernels are no longer in the compiled-graph index")
@@ -405,8 +397,7 @@ def _rebuild(payload: bytes, gm, binding=None, fallback=None, env=None) -> Cache
         else:
             raise ValueError(f"unknown namespace entry kind {kind!r}")
     if symbolic is not None:
-        layouts = {n: sizes.restore(v) for n, v in symbolic["layouts"].items()}
-        rows = {step: sizes.restore(r) for step, r in symbolic["rows"].items()}
-        binding.bind(layouts, rows, sizes.restore(symbolic["consts"]))
+        restored = sizes.restore(symbolic)
+        binding.bind(restored["layouts"], restored["rows"], restored["consts"])
     source, kernels = record["source"], int(record["kernels"])
     return CachedGraph(source, record["profiled"], namespace, entry, kernels, binding, fallback)

@@ -155,7 +155,6 @@ def generate_wrapper(
     allocated = set()
     bound: set = set()  # the graph's own buffers bound to Python names (not its inputs)
     by_name: dict = {}  # body line -> the step whose buffers it passes by name (locals())
-    freed_owner = {}
     rows: dict = {}  # step -> (rows, work) of its kernel
     for i, step in enumerate(sched.steps):
         writes = [n.name for n in step.nodes] if isinstance(step, Kernel) else [step.buffer.name]
@@ -174,7 +173,6 @@ def generate_wrapper(
                 body.append(f"{name} = {target}  # the new value of {target}, written in place")
             elif donor is not None:
                 body.append(f"{name} = {donor}  # reuses {donor}'s memory (dead by now)")
-                freed_owner[name] = donor
             else:
                 body.append(f"{name} = _alloc(L_{name})")
         for name, target in aliases.items():
