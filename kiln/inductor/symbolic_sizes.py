@@ -8,7 +8,9 @@ an int argument, or solved from a size like ``2*s0``), and ``resolve`` turns a c
 buffer's concrete layout, each kernel's row count.
 Those are worked out once per distinct set of argument shapes and kept (a bounded cache): a call
 with shapes seen before costs one tuple of its arguments' shapes (built by a generated function)
-and one dict lookup, about a microsecond.
+and one dict lookup, about a microsecond. A new set is evaluated by one generated function too
+(every layout, row count and returned size as Python arithmetic on the symbol values): a
+variable-length program meets a new set on most of its early calls.
 
 The kernels were compiled assuming each symbol is at least 2 (sizes 0 and 1 change
 broadcasting and loop structure): a call outside that, or whose inputs do not have the shapes
@@ -79,6 +81,7 @@ class SizeBinding:
         self.rows: dict = {}
         self.consts: tuple = ()
         self._cache: OrderedDict = OrderedDict()
+        self._evaluate = None  # generated from the bound layouts on the first new size set
 
     def input_size_sources(self) -> list:
         """``(input index, dim)`` of each symbol, in ``symbols`` order, for a record that reads
@@ -97,6 +100,7 @@ class SizeBinding:
         self.layouts = tuple(layouts.values())
         self.rows = rows
         self.consts = consts
+        self._evaluate = None
 
     def resolve(self, args) -> CallSizes | None:
         """The sizes of this call, or None when the kernels do not serve it."""
@@ -133,9 +137,9 @@ class SizeBinding:
         shapes = tuple((i, _shape(shape, values)) for i, shape in self.input_shapes)
         if any(args[i]._shape != shape for i, shape in shapes):
             return False
-        layouts = tuple(_layout(layout, values) for layout in self.layouts)
-        rows = {step: tuple(_value(n, values) for n in r) for step, r in self.rows.items()}
-        consts = tuple(_value(c, values) for c in self.consts)
+        if self._evaluate is None:
+            self._evaluate = _evaluator(self.symbols, self.layouts, self.rows, self.consts)
+        layouts, rows, consts = self._evaluate(*values.values())
         return CallSizes(values, layouts, rows, consts, shapes)
 
 
@@ -212,13 +216,64 @@ def _linear_in(expr: Expr, symbol) -> tuple | None:
     return a, b + expr.const
 
 
+def _evaluator(symbols: list, layouts: tuple, rows: dict, consts: tuple):
+    """``(*symbol values) -> (layouts, rows, consts)``: the bound sizes for one call, generated
+    as one Python function (``Expr.code``: the arithmetic ``Expr.evaluate`` does, without its
+    per-atom calls). Each concrete layout comes with its ``view_args`` (what the wrapper reads
+    of it) worked out in the same code."""
+    names = {s: f"v{k}" for k, s in enumerate(symbols)}
+    namespace: dict = {"_L": _concrete_layout}
+
+    def code(size) -> str:
+        return f"({size.expr.code(names.__getitem__)})" if size.__class__ is SymInt else repr(size)
+
+    def seq(items) -> str:
+        return "(" + "".join(f"{i}, " for i in items) + ")"
+
+    lines, made = [], []
+    for k, layout in enumerate(layouts):
+        if not layout.is_symbolic:
+            namespace[f"C{k}"] = layout
+            made.append(f"C{k}")
+            continue
+        namespace[f"D{k}"] = layout.dtype
+        item = layout.dtype.itemsize
+        n = len(layout.shape)
+        lines.append(f"{seq(f'n{d}' for d in range(n))} = {seq(code(x) for x in layout.shape)}")
+        lines.append(f"{seq(f't{d}' for d in range(n))} = {seq(code(x) for x in layout.stride)}")
+        lines.append(f"o = {code(layout.offset)}")
+        last = "".join(f" + (n{d} - 1) * t{d}" for d in range(n))
+        empty = " or ".join(f"n{d} == 0" for d in range(n)) or "False"
+        view_args = (
+            f"({seq(f'n{d}' for d in range(n))}, o * {item}, "
+            f"{seq(f't{d} * {item}' for d in range(n))}, 1 if {empty} else max(o{last} + 1, 1))"
+        )
+        lines.append(
+            f"L{k} = _L({seq(f'n{d}' for d in range(n))}, {seq(f't{d}' for d in range(n))}, "
+            f"D{k}, o, {layout.device!r}, {view_args})"
+        )
+        made.append(f"L{k}")
+    by_step = ", ".join(f"{step}: {seq(code(x) for x in r)}" for step, r in rows.items())
+    lines.append(f"return {seq(made)}, {{{by_step}}}, {seq(code(c) for c in consts)}")
+    params = ", ".join(names.values())
+    source = f"def evaluate({params}):\n" + "".join(f"    {line}\n" for line in lines)
+    exec(compile(source, "<kiln size evaluator>", "exec"), namespace)  # noqa: S102 - our code
+    return namespace["evaluate"]
+
+
+def _concrete_layout(shape, stride, dtype, offset, device, view_args) -> Layout:
+    """A concrete ``Layout`` with its ``view_args`` set (no dataclass ``__init__``: it is made
+    for every buffer of every new size set, and the generated code passes checked fields)."""
+    layout = object.__new__(Layout)
+    layout.__dict__.update(
+        shape=shape, stride=stride, dtype=dtype, offset=offset, device=device, view_args=view_args
+    )
+    return layout
+
+
 def _value(size, values):
     return size.expr.evaluate(values) if size.__class__ is SymInt else size
 
 
 def _shape(shape: tuple, values: dict) -> tuple:
     return tuple(_value(s, values) for s in shape)
-
-
-def _layout(layout: Layout, values: dict) -> Layout:
-    return layout.evaluate(values) if layout.is_symbolic else layout

@@ -114,3 +114,35 @@ def test_a_constant_outside_the_modulus_is_reduced_floor_wise():
         lambda a: (2 * a - 7) % 4 + (a - 9) // 4,
         [x],
     )
+
+
+def test_a_new_size_set_is_evaluated_like_the_expressions():
+    """``SizeBinding`` evaluates a new size set with one generated function: every layout, its
+    view arguments, row counts and returned sizes must equal what ``Expr.evaluate`` gives
+    (floor division, modulo, max/min, offsets, an empty dim)."""
+    from kiln.inductor.ir import Layout
+    from kiln.inductor.symbolic_sizes import SizeBinding
+    from kiln.runtime import dtypes as dt
+    from kiln.runtime.symbolic import sym_max, sym_min
+    from kiln.runtime.tensor import make_fake
+
+    env, (s0, s1) = _symbols(6, 5)
+    x = make_fake((s0, s1), dt.float32, "cpu", (s1, 1), 0)
+    binding = SizeBinding([x], [s0.expr.as_symbol(), s1.expr.as_symbol()])
+    layouts = {
+        "a": Layout((s0, s1 * 2), (s1 * 2, 1), dt.float32, 0, "cpu"),
+        "b": Layout(((s0 + 1) // 2, s1 % 3), (1, (s0 + 1) // 2), dt.float64, s1 - 1, "cpu"),
+        "c": Layout((s0 - 2, 4), (4, 1), dt.int64, 0, "cpu"),  # empty when s0 == 2
+        "d": Layout((3, 4), (4, 1), dt.bool_, 0, "cpu"),
+    }
+    binding.bind(layouts, {3: (s0 * s1, s0), 5: (7, 7)}, (sym_max(s0, s1), sym_min(s0, s1 * 2)))
+    for a, b in [(2, 2), (6, 5), (9, 3), (2, 11)]:
+        sizes = binding.resolve((make_fake((a, b), dt.float32, "cpu", (b, 1), 0),))
+        values = {s0.expr.as_symbol(): a, s1.expr.as_symbol(): b}
+        for layout, got in zip(layouts.values(), sizes.layouts):
+            want = layout.evaluate(values) if layout.is_symbolic else layout
+            assert got == want and hash(got) == hash(want)
+            assert got.view_args == Layout(*[getattr(want, f) for f in (
+                "shape", "stride", "dtype", "offset", "device")]).view_args  # fmt: skip
+        assert sizes.rows == {3: (a * b, a), 5: (7, 7)}
+        assert sizes.consts == (max(a, b), min(a, 2 * b))
