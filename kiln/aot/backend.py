@@ -92,11 +92,11 @@ def aot_module_simplified(
     config = AOTConfig(
         fw_compiler, bw_compiler or fw_compiler, partition_fn, decompositions, inference_compiler
     )
+    cache = GraphCache(cache_store, gm, lifted) if cache_store is not None else None
+    config.cache = cache
     examples, symbolic = _symbolic_examples(gm, example_inputs)
     if symbolic:
         return _symbolic_module(gm, examples, lifted, config)
-    cache = GraphCache(cache_store, gm, lifted) if cache_store is not None else None
-    config.cache = cache
     if not lifted:
         primals = [t for t in example_inputs if isinstance(t, Tensor)]
         needs_grad = per_thread.state.grad_enabled and any(t.requires_grad for t in primals)

@@ -154,19 +154,77 @@ def test_a_damaged_entry_is_recompiled_and_rewritten(cache_dir, damage):
     assert rewritten, "the recompile writes a sound entry again"
 
 
-def test_a_dynamic_shape_graph_is_not_cached_and_stays_correct(cache_dir):
-    def f(x):
-        return (x.exp() * 2).sum(0)
+def _pairs(x):
+    """A dynamic graph whose AOT trace decides on the sizes: ``view(-1, 2)`` of a symbolic
+    shape records guards (``s1 != 2``, the flattened length even) while tracing."""
+    return (x.exp() * 2).view(-1, 2).sum(1)
 
-    for n in (5, 7):
+
+def _run_dynamic(compiled, sizes):
+    for size in sizes:
+        x = kiln.randn(*size, requires_grad=True)
+        out = compiled(x)
+        out.sum().backward()
+        want = x.detach().numpy().astype(np.float64)
+        np.testing.assert_allclose(
+            out.detach().numpy(), (np.exp(want) * 2).reshape(-1, 2).sum(1), rtol=1e-5
+        )
+        np.testing.assert_allclose(x.grad.numpy(), 2 * np.exp(want), rtol=1e-5)
+
+
+def test_a_dynamic_shape_graph_is_cached_and_matches_eager_for_every_size(cache_dir):
+    for warm in (False, True):
         kiln.dynamo.reset()
-        compiled = kiln.compile(f, dynamic=True)
-        for size in (n, n + 3):
-            x = kiln.randn(size, 4, requires_grad=True)
-            out = compiled(x)
-            out.sum().backward()
-            np.testing.assert_allclose(out.detach().numpy(), f(x).detach().numpy(), rtol=1e-5)
-            np.testing.assert_allclose(x.grad.numpy(), 2 * x.detach().exp().numpy(), rtol=1e-5)
+        before = aot_counts()
+        _run_dynamic(kiln.compile(_pairs, dynamic=True), [(6, 4), (7, 6), (3, 8), (10, 4)])
+        if warm:
+            assert delta(before, "autograd_cache_hit") == 1
+            assert delta(before, "autograd_cache_miss") == 0
+        else:
+            assert delta(before, "autograd_cache_saved") == 1
+            assert delta(before, "autograd_cache_hit") == 0
+
+
+def _guard_source(capsys, sizes) -> str:
+    kiln.dynamo.reset()
+    kiln.dynamo.set_logs("guards")
+    try:
+        _run_dynamic(kiln.compile(_pairs, dynamic=True), sizes)
+    finally:
+        kiln.dynamo.set_logs("")
+    return capsys.readouterr().err
+
+
+def test_guards_traced_into_a_dynamic_entry_are_checked_when_it_is_loaded(cache_dir, capsys):
+    """The warm compile's guard function is the cold one's, with the guards AOT tracing
+    recorded (``view(-1, 2)`` decided ``s1 >= 2``): a size for which the trace would have
+    gone another way does not run the loaded graph but compiles again, and matches eager."""
+    before = aot_counts()
+    cold = _guard_source(capsys, [(6, 4)])
+    assert "___sym_s1 >= 2" in cold  # recorded by AOT tracing, after the capture's own
+    warm = _guard_source(capsys, [(6, 4)])
+    assert delta(before, "autograd_cache_hit") == 1
+    assert warm == cold
+    kiln.dynamo.reset()
+    compiled = kiln.compile(_pairs, dynamic=True)
+    _run_dynamic(compiled, [(6, 4), (8, 1), (7, 6)])
+
+
+def test_a_traced_guard_that_fails_for_the_capture_makes_the_entry_a_miss():
+    """An entry whose traced guards do not hold for this capture's sizes (tracing now would
+    decide otherwise) does not load."""
+    from kiln.aot.cache import _guards_from_record
+    from kiln.runtime.sym_expr import const, expr_to_data
+    from kiln.runtime.symbolic import ShapeEnv
+
+    env = ShapeEnv()
+    s0 = env.symint(env.create_symbol(3, "x.size()[0]"))
+    stored = [("!=", expr_to_data(s0.expr), expr_to_data(const(3)), "relation", None, None)]
+    with pytest.raises(ValueError, match="does not hold"):
+        _guards_from_record(stored, env)
+    stored[0] = (">=", expr_to_data(s0.expr), expr_to_data(const(2)), "relation", None, None)
+    (guard,) = _guards_from_record(stored, env)
+    assert guard.text() == "s0 >= 2"
 
 
 _CHILD = """
