@@ -10,6 +10,7 @@ import pytest
 
 import kiln
 from kiln.dynamo.testing import CompileCounter
+from tests.oracle import needs_torch, torch
 
 from .helpers import Case, assert_same, check, two_breaks
 from .plain_asserts import assert_fails
@@ -487,3 +488,28 @@ def exception_escapes(x):
 
 def test_an_uncaught_exception_still_reaches_the_caller():
     check(exception_escapes, kiln.randn(2), graphs=0, breaks=1)
+
+
+def leaves_made_inside(lib, data):
+    """Leaves that require grad, made inside the compiled code: what is computed from them
+    must carry their history (a backward inside the function reaches them)."""
+    x = lib.tensor(data, requires_grad=True)
+    w = lib.ones(3, requires_grad=True)
+    y = (x.cumprod(0) * w).sum()
+    y.backward()
+    z = x * 2
+    return x.grad, w.grad, z, z.requires_grad, z.grad_fn is None, x.is_leaf
+
+
+@needs_torch
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_a_leaf_made_with_requires_grad_inside_compiled_code_gets_its_gradients(backend):
+    data = [1.5, -2.0, 0.5]
+    counter = CompileCounter()
+    got = kiln.compile(lambda: leaves_made_inside(kiln, data), backend=backend)()
+    kiln.compile(lambda: leaves_made_inside(kiln, data), backend=counter)()
+    want = leaves_made_inside(torch, data)
+    for g, w in zip(got[:3], want[:3]):
+        np.testing.assert_allclose(g.detach().numpy(), w.detach().numpy(), rtol=1e-6)
+    assert got[3:] == want[3:]
+    assert counter.frame_count >= 1  # the rest is still captured around the breaks

@@ -326,6 +326,12 @@ def _changing_float(vt: VariableTracker) -> bool:
 def _call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
     py_args = [to_kiln_arg(a) for a in args]
     py_kwargs = {k: to_kiln_arg(v) for k, v in kwargs.items()}
+    if py_kwargs.get("requires_grad") is True:
+        # a new leaf that requires grad: the graph would make it, but what the graph computes
+        # from it would carry no history back to it (a graph's own values are not leaves)
+        raise unsupported(
+            "unsupported_tensor_op", f"{_name(fn)}(requires_grad=True) makes a new autograd leaf"
+        )
     output = tx.output
     mode = output.mode
     mode.current_source, mode.current_source_text = tx.source_location()
