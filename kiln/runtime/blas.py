@@ -27,9 +27,12 @@ from . import flags
 
 __all__ = ["BLAS", "OpenBlas", "EAGER_PARALLEL_MACS", "matmul", "products"]
 
-# an eager product of fewer multiply-adds (~300 us on one core) runs single-threaded: a second
-# OpenBLAS thread saves less than a stalled barrier costs on a shared machine
-EAGER_PARALLEL_MACS = 1 << 24
+# an eager product of fewer multiply-adds (~3 ms on one core) runs single-threaded: a second
+# OpenBLAS thread saves less than a stalled barrier costs on a shared machine, and once started
+# its workers spin on the other core for ~100 ms. An LSTM language model's 700x64x1000 decoder
+# products (45M multiply-adds, ~1.1 ms each) took the main thread 31 ms a training step with
+# OpenBLAS's threads against 23 ms without, and the process 61 against 33 ms (2 threads, load 10)
+EAGER_PARALLEL_MACS = 1 << 27
 
 
 class OpenBlas:

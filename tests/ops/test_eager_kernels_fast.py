@@ -360,3 +360,40 @@ def test_cross_entropy_over_a_large_vocabulary_matches_torch(case, dtype):
     assert kname == tname
     np.testing.assert_allclose(kl, tl, rtol=2e-5 if dtype == "float32" else 1e-10)
     np.testing.assert_allclose(kg, tg, rtol=1e-4, atol=1e-7 if dtype == "float32" else 1e-12)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gelu_tanh_special_values_and_lower_tail_match_torch(dtype):
+    """The tanh form runs as x * sigmoid(2 inner) (one ``exp``): infinities, NaN, signed zeros
+    and overflowing inputs give PyTorch's results, and values and gradients stay within a few
+    ulp of the exact ones down the lower tail too (where ``1 + tanh`` cancels)."""
+    special = [0.0, -0.0, 1e-30, -1e-30, 1e20, -1e20, 3e38, -3e38, np.inf, -np.inf, np.nan]
+    x = np.concatenate([special, np.linspace(-12, 12, 4001)]).astype(dtype)
+    g = np.random.default_rng(6).standard_normal(x.shape).astype(dtype)
+    out = {}
+    for lib in (kiln, torch):
+        t = lib.tensor(x, requires_grad=True)
+        y = lib.nn.functional.gelu(t, approximate="tanh")
+        (grad,) = lib.autograd.grad(y, [t], lib.tensor(g))
+        out[lib.__name__] = (y.detach().numpy(), grad.numpy())
+    n = len(special)
+    for a, b in zip(out["kiln"], out["torch"]):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a[:n], b[:n])  # the same, NaN and signed zeros included
+    # the exact values in float64, without cancellation: 0.5 (1 + tanh(u)) = 1 / (1 + e^-2u)
+    x64, g64 = x[n:].astype(np.float64), g[n:].astype(np.float64)
+    inner = np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64**3)
+    e = np.exp(-2 * inner)
+    s = 1 / (1 + e)
+    dinner = np.sqrt(2 / np.pi) * (1 + 3 * 0.044715 * x64**2)
+    exact = (x64 * s, g64 * (s + 2 * x64 * s * (e * s) * dinner))
+    # within a few ulp, times the exp's condition where e^-2u is large (the input's rounding,
+    # |2u| eps, grows into e^-2u's relative error); below float's range the result is zero
+    eps, tiny = np.finfo(dtype).eps, np.finfo(dtype).tiny
+    conditioning = 8 + 8 * np.abs(inner)
+    y, grad = out["kiln"]
+    assert np.all(np.abs(y[n:] - exact[0]) <= conditioning * eps * np.abs(exact[0]) + 4 * tiny)
+    # the gradient adds two terms (and changes sign near x = -0.75): a few ulp of |g| too
+    bound = 4 * conditioning * eps * np.abs(exact[1]) + 32 * eps * np.abs(g64) + 4 * tiny
+    assert np.all(np.abs(grad[n:] - exact[1]) <= bound)
