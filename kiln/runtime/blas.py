@@ -25,7 +25,15 @@ import numpy as np
 
 from . import flags
 
-__all__ = ["BLAS", "OpenBlas", "EAGER_PARALLEL_MACS", "matmul", "products", "serial_matmul"]
+__all__ = [
+    "BLAS",
+    "OpenBlas",
+    "EAGER_PARALLEL_MACS",
+    "matmul",
+    "products",
+    "kernel_matmul",
+    "KERNEL_PARALLEL_MACS",
+]
 
 # an eager product of fewer multiply-adds (~300 us on one core) runs single-threaded: a second
 # OpenBLAS thread saves less than a stalled barrier costs on a shared machine
@@ -271,22 +279,33 @@ def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.nd
         return np.matmul(x, y, out=out)
 
 
-def serial_matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``np.matmul(x, y, out=out)`` on the calling thread alone, whatever its size (``y`` may be
-    a vector): for kernels whose products come several to a call, each below a few milliseconds
-    (a convolution's per-kernel-row products, a batch norm's per-channel sums by a product with
-    ones). Handing each to OpenBLAS's second thread saves a fraction of it on an idle machine,
-    but leaves the worker spinning ~100 ms for the next call, and waits at the barrier for it
-    whenever another thread holds the core: the benchmark's ResNet CNN step (three products
-    of ~0.6 ms over ``EAGER_PARALLEL_MACS``, and batch norm's sums, which OpenBLAS threads as
-    products with a vector) took 150 ms at 2 threads against 60 ms at 1 under a load average
-    of 6; on a quiet machine it measured 36 ms, against 21 ms of CPU time at 1 thread."""
+# a product inside an eager kernel that runs several (``kernel_matmul``) of fewer multiply-adds
+# (~2.5 ms on one core) runs single-threaded
+KERNEL_PARALLEL_MACS = 1 << 27
+
+
+def kernel_matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``np.matmul(x, y, out=out)`` for kernels whose products come several to a call (a
+    convolution's per-kernel-row or per-phase products, a batch norm's per-channel sums by a
+    product with ones; ``y`` may be a vector): on the calling thread alone below
+    ``KERNEL_PARALLEL_MACS``, as ``kiln.set_num_threads`` allows above it.
+
+    Handing a product of a millisecond or less to OpenBLAS's second thread saves a fraction of
+    it on an idle machine, but leaves the worker spinning ~100 ms for the next call, and waits
+    at the barrier for it whenever another thread holds the core: the benchmark's ResNet CNN
+    step (three products of ~0.6 ms over ``EAGER_PARALLEL_MACS``, and batch norm's sums, which
+    OpenBLAS threads as products with a vector) took 150 ms at 2 threads against 60 ms at 1
+    under a load average of 6; on a quiet machine it measured 36 ms, against 21 ms of CPU time
+    at 1 thread."""
     if x.dtype.kind not in "fc" or not BLAS.load():
         return np.matmul(x, y, out=out)
     m = x.shape[-2] if x.ndim > 1 else 1
     k = x.shape[-1]
     n = y.shape[-1] if y.ndim > 1 else 1
-    if m * n * k <= (_SERIAL_GEMV_MACS if m == 1 or n == 1 else _SERIAL_GEMM_MACS):
+    macs = m * n * k
+    if macs <= (_SERIAL_GEMV_MACS if m == 1 or n == 1 else _SERIAL_GEMM_MACS):
         return np.matmul(x, y, out=out)  # OpenBLAS runs these on this thread anyway
+    if macs >= KERNEL_PARALLEL_MACS and flags.get_num_threads() > 1:
+        return np.matmul(x, y, out=out)
     with _SINGLE:
         return np.matmul(x, y, out=out)
