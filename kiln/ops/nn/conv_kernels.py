@@ -26,6 +26,9 @@ wide as the padded input: the positions past each row's or image's end are compu
 dropped. That trades the im2col copy (K times the input, in runs of an output row) for a few
 percent more multiply-adds, and also gives the weight gradient and a stride-1 input gradient
 (itself a stride-1 convolution) over the whole batch in a few products.
+
+Every product runs through ``blas.kernel_matmul``: a layer's several sub-millisecond products
+on the calling thread, not handed to OpenBLAS's threads one by one (see there).
 """
 
 from __future__ import annotations
