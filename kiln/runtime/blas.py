@@ -6,9 +6,10 @@ waits milliseconds for a descheduled worker (an LSTM language model's 20x200x800
 measured ~100 ms each under a load average of 14), and after each call the workers spin ~100 ms,
 taking a core from whatever runs next. So kiln decides per call: eager products below
 ``EAGER_PARALLEL_MACS`` run on the calling thread alone (``matmul``), larger ones may use
-OpenBLAS's threads, at most ``kiln.set_num_threads`` of them; the inductor runs its large
-products as single-threaded blocks on its own kernel threads (``inductor/extern_matmul.py``)
-under ``BLAS`` used as a context manager. Without numpy's ILP64 OpenBLAS (another BLAS vendor)
+OpenBLAS's threads, at most ``kiln.set_num_threads`` of them (the products inside convolution
+and batch norm kernels, which come several to a call, below ``KERNEL_PARALLEL_MACS``:
+``kernel_matmul``); the inductor runs its large products as single-threaded blocks on its own
+kernel threads (``inductor/extern_matmul.py``) under ``BLAS`` used as a context manager. Without numpy's ILP64 OpenBLAS (another BLAS vendor)
 products run as numpy runs them.
 """
 
@@ -288,7 +289,7 @@ def kernel_matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -
     """``np.matmul(x, y, out=out)`` for kernels whose products come several to a call (a
     convolution's per-kernel-row or per-phase products, a batch norm's per-channel sums by a
     product with ones; ``y`` may be a vector): on the calling thread alone below
-    ``KERNEL_PARALLEL_MACS``, as ``kiln.set_num_threads`` allows above it.
+    ``KERNEL_PARALLEL_MACS`` (the whole call's), as ``kiln.set_num_threads`` allows above it.
 
     Handing a product of a millisecond or less to OpenBLAS's second thread saves a fraction of
     it on an idle machine, but leaves the worker spinning ~100 ms for the next call, and waits
@@ -305,7 +306,8 @@ def kernel_matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -
     macs = m * n * k
     if macs <= (_SERIAL_GEMV_MACS if m == 1 or n == 1 else _SERIAL_GEMM_MACS):
         return np.matmul(x, y, out=out)  # OpenBLAS runs these on this thread anyway
-    if macs >= KERNEL_PARALLEL_MACS and flags.get_num_threads() > 1:
+    batch = max(x.size // max(m * k, 1), y.size // max(k * n, 1), 1)  # matrices in the call
+    if macs * batch >= KERNEL_PARALLEL_MACS and flags.get_num_threads() > 1:
         return np.matmul(x, y, out=out)
     with _SINGLE:
         return np.matmul(x, y, out=out)
