@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.runtime.blas import BLAS, EAGER_PARALLEL_MACS
-from tests.oracle import assert_close, needs_torch, to_torch
+from kiln.runtime.blas import BLAS, EAGER_PARALLEL_MACS, KERNEL_PARALLEL_MACS, kernel_matmul
+from tests.oracle import assert_close, needs_torch, to_torch, torch
 
 pytestmark = pytest.mark.skipif(not BLAS.load(), reason="numpy is not linked to OpenBLAS")
 
@@ -164,3 +164,62 @@ def test_a_recurrent_layers_step_products_follow_the_policy_and_restore_the_coun
     steps_back = [n for a, b, n in seen if a == (64, 256) and b == (256, 20)]
     assert steps == [1] * 6 and steps_back == [1] * 6
     assert _count() == before and BLAS.depth == 0
+
+
+@needs_torch
+def test_a_convolution_and_batch_norm_step_runs_its_products_on_one_thread(threads, monkeypatch):
+    """A ResNet block's products (16 channels, 3x3, 8x32x32: each about the size
+    ``EAGER_PARALLEL_MACS`` would hand to OpenBLAS's threads) and batch norm's per-channel sums
+    run at one thread through forward and backward (``blas.kernel_matmul``), with torch's
+    values and gradients, and the count is back afterwards."""
+    kiln.set_num_threads(2)
+    before = _count()
+    conv = kiln.nn.Conv2d(32, 32, 3, padding=1, bias=False)
+    norm = kiln.nn.BatchNorm2d(32)
+    x = kiln.randn(8, 32, 16, 16, requires_grad=True)
+    tconv = torch.nn.Conv2d(32, 32, 3, padding=1, bias=False)
+    with torch.no_grad():
+        tconv.weight.copy_(to_torch(conv.weight))
+    tnorm = torch.nn.BatchNorm2d(32)
+    tx = to_torch(x)
+    seen = _record_counts_at_matmul(monkeypatch)
+    out = norm(conv(x))
+    (out * out).sum().backward()
+    monkeypatch.undo()
+    assert seen and set(seen) == {1}
+    assert _count() == before and BLAS.depth == 0
+    expected = tnorm(tconv(tx))
+    (expected * expected).sum().backward()
+    assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    assert_close(x.grad, tx.grad, rtol=1e-3, atol=1e-3)
+    assert_close(conv.weight.grad, tconv.weight.grad, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("shape_a, shape_b", [((16, 48), (48, 9248)), ((1024, 1024), (1024,))])
+def test_a_kernels_products_run_single_threaded_below_its_bound(
+    shape_a, shape_b, threads, monkeypatch
+):
+    """``kernel_matmul`` runs a product (or a product with a vector) over OpenBLAS's own serial
+    bound but below ``KERNEL_PARALLEL_MACS`` at one thread, then restores the count."""
+    kiln.set_num_threads(2)
+    before = _count()
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(shape_a, dtype=np.float32)
+    b = rng.standard_normal(shape_b, dtype=np.float32)
+    seen = _record_counts_at_matmul(monkeypatch)
+    out = kernel_matmul(a, b)
+    monkeypatch.undo()
+    assert seen == [1]
+    assert _count() == before and BLAS.depth == 0
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_a_kernels_large_product_may_use_openblas_threads(threads, monkeypatch):
+    kiln.set_num_threads(2)
+    side = int(round(KERNEL_PARALLEL_MACS ** (1 / 3))) + 1
+    a = np.ones((side, side), np.float32)
+    seen = _record_counts_at_matmul(monkeypatch)
+    out = kernel_matmul(a, a)
+    monkeypatch.undo()
+    assert seen == [min(2, BLAS.ceiling)]
+    assert out[0, 0] == side

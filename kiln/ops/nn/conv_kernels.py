@@ -26,6 +26,9 @@ wide as the padded input: the positions past each row's or image's end are compu
 dropped. That trades the im2col copy (K times the input, in runs of an output row) for a few
 percent more multiply-adds, and also gives the weight gradient and a stride-1 input gradient
 (itself a stride-1 convolution) over the whole batch in a few products.
+
+Every product runs through ``blas.kernel_matmul``: a layer's several sub-millisecond products
+on the calling thread, not handed to OpenBLAS's threads one by one (see there).
 """
 
 from __future__ import annotations
@@ -159,7 +162,7 @@ def _dense_forward(a, w, groups: int) -> np.ndarray:
     x = a.reshape(n, groups, -1).transpose(1, 0, 2)
     wm = w.reshape(groups, og, -1).transpose(0, 2, 1)
     out = empty_array((n, groups, og), np.result_type(a, w))
-    blas.matmul(x, wm, out.transpose(1, 0, 2))
+    blas.kernel_matmul(x, wm, out.transpose(1, 0, 2))
     return out.reshape((n, groups * og) + (1,) * (a.ndim - 2))
 
 
@@ -292,7 +295,7 @@ def _wide_forward(a, w, plan: _WidePlan) -> tuple[np.ndarray, np.ndarray]:
         columns = shifted[:, :, offset : offset + plan.length]
         for group in range(g):
             target = wide[group] if i == 0 else partial[group]
-            blas.matmul(wmat[group, i], columns[group], target)
+            blas.kernel_matmul(wmat[group, i], columns[group], target)
         if i:
             wide += partial
     out = empty_array((n, g * og) + plan.out_spatial, dtype)
@@ -330,7 +333,7 @@ def _wide_weight_grad(g: np.ndarray, cols: WideColumns) -> np.ndarray | None:
     for i, offset in enumerate(plan.outer):
         columns = shifted[:, :, offset : offset + plan.length]
         for group in range(groups):
-            blas.matmul(wide[group], columns[group].T, total[group, i])
+            blas.kernel_matmul(wide[group], columns[group].T, total[group, i])
     if not np.isfinite(total).all():
         return None
     # (G, outer, Og, shifts, Cg) -> (G, Og, Cg, outer, shifts)
@@ -443,15 +446,15 @@ def _multiply_columns(cols, wmat, groups: int, layout: str, out) -> np.ndarray:
         # a product per image and group, written straight into a contiguous output (as fast
         # as one product over every image here, and no copy after it)
         if out.flags.c_contiguous:
-            blas.matmul(wmat, cols, out.reshape(n, groups, og, p_out))
+            blas.kernel_matmul(wmat, cols, out.reshape(n, groups, og, p_out))
         else:
-            np.copyto(grouped, blas.matmul(wmat, cols).reshape(grouped.shape))
+            np.copyto(grouped, blas.kernel_matmul(wmat, cols).reshape(grouped.shape))
         return out
     product = empty_array((groups, n) + out_spatial + (og,), out.dtype)
     flat = product.reshape(groups, n * p_out, og)
     for group in range(groups):
         # 2-d products: numpy runs a batched one with a transposed operand without BLAS
-        blas.matmul(cols[group], wmat[group], flat[group])
+        blas.kernel_matmul(cols[group], wmat[group], flat[group])
     # (G, N, *P, Og) -> (N, G, Og, *P)
     np.copyto(grouped, product.transpose((1, 0, k + 2) + tuple(range(2, k + 2))))
     return out
@@ -500,7 +503,7 @@ def conv_weight_grad(
     if _whole_window(a.shape[2:], kernel, pads, dilation):
         # (Og, N) times (N, Cg*K) per group: the input is its own column matrix
         x = a.reshape(n, groups, cg * p_k).transpose(1, 0, 2)
-        total = blas.matmul(g.reshape(n, groups, og).transpose(1, 2, 0), x)
+        total = blas.kernel_matmul(g.reshape(n, groups, og).transpose(1, 2, 0), x)
         return total.reshape((groups * og, cg) + kernel)
     if cols is None:
         plan = _wide_applies(a.shape, kernel, stride, pads, dilation, groups, og)
@@ -518,11 +521,11 @@ def conv_weight_grad(
         cols = _columns(a, kernel, stride, dilation, groups, out_spatial, layout)
     gm = g.reshape(n, groups, og, p_out)
     if layout == "positions":
-        per_image = blas.matmul(cols, gm.transpose(0, 1, 3, 2))  # (N, G, Cg*K, Og)
+        per_image = blas.kernel_matmul(cols, gm.transpose(0, 1, 3, 2))  # (N, G, Cg*K, Og)
         total = per_image.sum(0)
     else:
         gt = _copied(gm.transpose(1, 0, 3, 2)).reshape(groups, n * p_out, og)
-        total = blas.matmul(cols.transpose(0, 2, 1), gt)  # (G, Cg*K or K*Cg, Og)
+        total = blas.kernel_matmul(cols.transpose(0, 2, 1), gt)  # (G, Cg*K or K*Cg, Og)
     if layout == "channels":
         total = total.reshape((groups,) + kernel + (cg, og))
         order = (0, k + 2, k + 1) + tuple(range(1, k + 1))
@@ -588,7 +591,7 @@ def _dense_transposed(a, w, padding, groups: int, out_spatial) -> np.ndarray:
     dtype = np.result_type(a, w)
     full = empty_array((n, groups, og) + kernel, dtype)
     x = a.reshape(n, groups, cg).transpose(1, 0, 2)
-    blas.matmul(x, w.reshape(groups, cg, -1), full.reshape(n, groups, -1).transpose(1, 0, 2))
+    blas.kernel_matmul(x, w.reshape(groups, cg, -1), full.reshape(n, groups, -1).transpose(1, 0, 2))
     full = full.reshape((n, groups * og) + kernel)
     if all(p == 0 for p in padding) and tuple(out_spatial) == kernel:
         return full
@@ -696,7 +699,7 @@ def _col2im(a, w, stride, padding, dilation, groups, out_spatial) -> np.ndarray:
     p_in, p_k = math.prod(in_spatial), math.prod(kernel)
     wmat = w.reshape(groups, cg, og * p_k).transpose(0, 2, 1)
     xs = _copied(a.reshape(n, groups, cg, p_in).transpose(1, 2, 0, 3))
-    cols = blas.matmul(wmat, xs.reshape(groups, cg, n * p_in))
+    cols = blas.kernel_matmul(wmat, xs.reshape(groups, cg, n * p_in))
     cols = cols.reshape((groups, og) + kernel + (n,) + tuple(in_spatial))
     # (K..., N, G, Og, *in): each offset's slab lines up with the output's axes
     cols = cols.transpose(tuple(range(2, 2 + k)) + (2 + k, 0, 1) + tuple(range(3 + k, 3 + 2 * k)))

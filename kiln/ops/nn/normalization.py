@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from ...runtime import blas
 from ...runtime import dtypes as dt
 from ...runtime.storage import empty_array
 from ..core.common import Tensor, compute_np_dtype, fake, wrap
@@ -443,7 +444,8 @@ def _channel_sum(rows: np.ndarray, n: int) -> np.ndarray:
     """Per-channel sums of ``_channel_rows``: each row by one BLAS product with ones (a
     multi-axis ``add.reduce`` runs its inner loop once per short row: ~40 us for a 16x64x4x4
     input against ~8), then the N images' partial sums."""
-    return np.matmul(rows, np.ones(rows.shape[1], rows.dtype)).reshape(n, -1).sum(0)
+    ones = np.ones(rows.shape[1], rows.dtype)
+    return blas.kernel_matmul(rows, ones).reshape(n, -1).sum(0)
 
 
 def _channel_dot(x: np.ndarray, y: np.ndarray, n: int) -> np.ndarray:
