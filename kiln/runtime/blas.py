@@ -7,10 +7,10 @@ measured ~100 ms each under a load average of 14), and after each call the worke
 taking a core from whatever runs next. So kiln decides per call: eager products below
 ``EAGER_PARALLEL_MACS`` run on the calling thread alone (``matmul``), larger ones may use
 OpenBLAS's threads, at most ``kiln.set_num_threads`` of them (the products inside convolution
-and batch norm kernels, which come several to a call, below ``KERNEL_PARALLEL_MACS``:
-``kernel_matmul``); the inductor runs its large products as single-threaded blocks on its own
-kernel threads (``inductor/extern_matmul.py``) under ``BLAS`` used as a context manager. Without numpy's ILP64 OpenBLAS (another BLAS vendor)
-products run as numpy runs them.
+and batch norm kernels, which come several to a call, count the whole call: ``kernel_matmul``);
+the inductor runs its large products as single-threaded blocks on its own kernel threads
+(``inductor/extern_matmul.py``) under ``BLAS`` used as a context manager. Without numpy's ILP64
+OpenBLAS (another BLAS vendor) products run as numpy runs them.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ __all__ = [
     "matmul",
     "products",
     "kernel_matmul",
-    "KERNEL_PARALLEL_MACS",
 ]
 
 # an eager product of fewer multiply-adds (~3 ms on one core) runs single-threaded: a second
@@ -283,22 +282,17 @@ def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.nd
         return np.matmul(x, y, out=out)
 
 
-# a product inside an eager kernel that runs several (``kernel_matmul``) of fewer multiply-adds
-# (~2.5 ms on one core) runs single-threaded
-KERNEL_PARALLEL_MACS = 1 << 27
-
-
 def kernel_matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul(x, y, out=out)`` for kernels whose products come several to a call (a
     convolution's per-kernel-row or per-phase products, a batch norm's per-channel sums by a
     product with ones; ``y`` may be a vector): on the calling thread alone below
-    ``KERNEL_PARALLEL_MACS`` (the whole call's), as ``kiln.set_num_threads`` allows above it.
+    ``EAGER_PARALLEL_MACS`` (the whole call's), as ``kiln.set_num_threads`` allows above it.
 
     Handing a product of a millisecond or less to OpenBLAS's second thread saves a fraction of
     it on an idle machine, but leaves the worker spinning ~100 ms for the next call, and waits
     at the barrier for it whenever another thread holds the core: the benchmark's ResNet CNN
-    step (three products of ~0.6 ms over ``EAGER_PARALLEL_MACS``, and batch norm's sums, which
-    OpenBLAS threads as products with a vector) took 150 ms at 2 threads against 60 ms at 1
+    step (three products of ~0.6 ms, threaded while the bound was 2^24, and batch norm's sums,
+    which OpenBLAS threads as products with a vector) took 150 ms at 2 threads against 60 ms at 1
     under a load average of 6; on a quiet machine it measured 36 ms, against 21 ms of CPU time
     at 1 thread."""
     if x.dtype.kind not in "fc" or not BLAS.load():
@@ -310,7 +304,7 @@ def kernel_matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -
     if macs <= (_SERIAL_GEMV_MACS if m == 1 or n == 1 else _SERIAL_GEMM_MACS):
         return np.matmul(x, y, out=out)  # OpenBLAS runs these on this thread anyway
     batch = max(x.size // max(m * k, 1), y.size // max(k * n, 1), 1)  # matrices in the call
-    if macs * batch >= KERNEL_PARALLEL_MACS and flags.get_num_threads() > 1:
+    if macs * batch >= EAGER_PARALLEL_MACS and flags.get_num_threads() > 1:
         return np.matmul(x, y, out=out)
     with _SINGLE:
         return np.matmul(x, y, out=out)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.runtime.blas import BLAS, EAGER_PARALLEL_MACS, KERNEL_PARALLEL_MACS, kernel_matmul
+from kiln.runtime.blas import BLAS, EAGER_PARALLEL_MACS, kernel_matmul
 from tests.oracle import assert_close, needs_torch, to_torch, torch
 
 pytestmark = pytest.mark.skipif(not BLAS.load(), reason="numpy is not linked to OpenBLAS")
@@ -168,8 +168,8 @@ def test_a_recurrent_layers_step_products_follow_the_policy_and_restore_the_coun
 
 @needs_torch
 def test_a_convolution_and_batch_norm_step_runs_its_products_on_one_thread(threads, monkeypatch):
-    """A ResNet block's products (16 channels, 3x3, 8x32x32: each about the size
-    ``EAGER_PARALLEL_MACS`` would hand to OpenBLAS's threads) and batch norm's per-channel sums
+    """A ResNet block's products (16 channels, 3x3, 8x32x32: products a bound of 2^24
+    multiply-adds handed to OpenBLAS's threads) and batch norm's per-channel sums
     run at one thread through forward and backward (``blas.kernel_matmul``), with torch's
     values and gradients, and the count is back afterwards."""
     kiln.set_num_threads(2)
@@ -200,7 +200,7 @@ def test_a_kernels_products_run_single_threaded_below_its_bound(
     shape_a, shape_b, threads, monkeypatch
 ):
     """``kernel_matmul`` runs a product (or a product with a vector) over OpenBLAS's own serial
-    bound but below ``KERNEL_PARALLEL_MACS`` at one thread, then restores the count."""
+    bound but below ``EAGER_PARALLEL_MACS`` at one thread, then restores the count."""
     kiln.set_num_threads(2)
     before = _count()
     rng = np.random.default_rng(0)
@@ -216,7 +216,7 @@ def test_a_kernels_products_run_single_threaded_below_its_bound(
 
 def test_a_kernels_large_product_may_use_openblas_threads(threads, monkeypatch):
     kiln.set_num_threads(2)
-    side = int(round(KERNEL_PARALLEL_MACS ** (1 / 3))) + 1
+    side = int(round(EAGER_PARALLEL_MACS ** (1 / 3))) + 1
     a = np.ones((side, side), np.float32)
     seen = _record_counts_at_matmul(monkeypatch)
     out = kernel_matmul(a, a)
