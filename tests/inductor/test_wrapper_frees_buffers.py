@@ -76,7 +76,7 @@ def _backward_peak(step, retain_graph: bool) -> int:
 @pytest.mark.parametrize("codegen", ["llvm", "numpy", "triton"])
 def test_compiled_backward_frees_each_saved_activation_after_its_last_use(monkeypatch, codegen):
     rng = np.random.default_rng(0)
-    rows, width, layers = 1024, 512, 6  # activations of 2 MiB, weights of 1 MiB
+    rows, width, layers = 512, 128, 6  # activations of 256 KiB, weights of 64 KiB
     data = rng.standard_normal((rows, width), dtype=np.float32)
     mats = [(rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)] * layers
     x = kiln.tensor(data)
