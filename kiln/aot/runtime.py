@@ -22,7 +22,7 @@ from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_unflatten
 from .trace import OUT_CONST, OUT_GRAPH, OUT_INPUT, TraceResult, tangent_example
 
-__all__ = ["CompiledFunctionBackward", "make_runner", "RuntimeLayout"]
+__all__ = ["CompiledFunctionBackward", "boxed_caller", "make_runner", "RuntimeLayout"]
 
 _DOUBLE_BACKWARD_MSG = (
     "double backward through a kiln-compiled region is not supported: compile the outer "
@@ -164,9 +164,32 @@ def _fresh_alias(t: Tensor) -> Tensor:
     return _detached_alias(t)
 
 
+def boxed_caller(compiled: Callable) -> Callable[[list], tuple]:
+    """``compiled`` as a function of one list of arguments that the caller gives up.
+
+    A compiled graph with a ``boxed_call`` (the inductor's) empties the list and drops each
+    argument after its last use, so an argument nobody else holds (a saved activation) is freed
+    while the graph runs; any other callable (a user backend's) is called positionally, as it
+    expects, and the arguments live until it returns."""
+    boxed = getattr(compiled, "boxed_call", None)
+    if boxed is not None:
+        return boxed
+
+    def call(args: list) -> tuple:
+        return compiled(*args)
+
+    return call
+
+
 class CompiledFunctionBackward(Node):
     """The grad_fn of a compiled region's differentiable outputs: runs the compiled backward on
-    the saved tensors and the incoming gradients."""
+    the saved tensors and the incoming gradients.
+
+    ``backward`` is called boxed (``boxed_caller``). In a backward that frees the graph
+    (``retain_graph=False``) the node lets go of its saved tensors before the call, as
+    PyTorch's ``maybe_clear_saved_tensors`` does, so the compiled backward holds the only
+    references and each activation's memory returns as soon as its last reader has run; with
+    ``retain_graph=True`` the node keeps them for the next backward."""
 
     __slots__ = ("backward", "saved", "versions", "out_meta", "contiguous")
 
@@ -186,11 +209,14 @@ class CompiledFunctionBackward(Node):
                     f"{list(t._shape)}], saved by a compiled region, is at version "
                     f"{t._get_storage().version}; expected version {version} instead."
                 )
-        tangents = [
+        args = list(self.saved)
+        args += [
             g if not want or g.is_contiguous() else g.contiguous()
             for g, want in zip(grad_outputs, self.contiguous)
         ]
-        return tuple(self.backward(*self.saved, *tangents))
+        if per_thread.state.frees_saved:
+            self.release()  # the engine releases it after this call anyway
+        return tuple(self.backward(args))
 
     def release(self) -> None:
         self._released = True
@@ -244,6 +270,7 @@ def _training_runner(layout: RuntimeLayout, forward: Callable, backward: Callabl
     saved_outputs = layout.saved_outputs
     out_meta, contiguous = layout.out_meta, layout.contiguous
     symbolic_meta = layout.symbolic_meta
+    boxed_backward = boxed_caller(backward)
 
     def run(*primals):
         state = per_thread.state
@@ -259,7 +286,7 @@ def _training_runner(layout: RuntimeLayout, forward: Callable, backward: Callabl
         finally:
             state.grad_enabled = True
         node = CompiledFunctionBackward(tuple([autograd_edge(primals[k]) for k in grad_primals]))
-        node.backward = backward
+        node.backward = boxed_backward
         saved = outs[num_fw:]
         if saved_outputs:
             saved = list(saved)

@@ -235,8 +235,9 @@ def run_backward(
     anomaly = anomaly_state[0]
     state = per_thread.state  # the backward runs in the calling thread, under its grad mode
     profiler = state.profiler  # ``kiln.profiler``'s recorder while it records this thread
-    prev_grad_mode = state.grad_enabled
+    prev_grad_mode, prev_frees_saved = state.grad_enabled, state.frees_saved
     state.grad_enabled = create_graph
+    state.frees_saved = not retain_graph
     callback_stack = execution_engine._stack()
     callbacks: list = []
     callback_stack.append(callbacks)
@@ -312,6 +313,7 @@ def run_backward(
     finally:
         callback_stack.pop()
         state.grad_enabled = prev_grad_mode
+        state.frees_saved = prev_frees_saved
 
     if inputs is not None and not accumulate:
         for k, g in enumerate(captured):

@@ -35,6 +35,8 @@ class PyCodegen:
         self.requested: list = []  # tensor variables the graph must output (collecting pass)
         self.lineno = lineno
         self._counter = 0
+        # side-effect keys this code already wrote before its graph call (``SideEffects``)
+        self.written_early: set = set()
 
     # ------------------------------------------------------------------ raw emission
     def append(self, instr) -> None:

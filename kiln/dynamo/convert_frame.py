@@ -178,11 +178,13 @@ class _CompiledCallee(VariableTracker):
 
 
 def _graph_call(cg: PyCodegen, output: OutputGraph, compiled) -> None:
-    """Call the compiled graph through its ``CompiledRegion`` (``region.fn``: see there)."""
+    """Call the compiled graph through its ``CompiledRegion`` (``region.fn``: see there);
+    gradients the captured code dropped are let go of once its inputs are loaded."""
     region = CompiledRegion(compiled, output.name)
     cg.extend(bv.load_callable([Instr("LOAD_CONST", region), bv.load_attr("fn")]))
     for source, _ in output.inputs:
         source.reconstruct(cg)
+    output.side_effects.codegen_dropped_gradients(cg)
     cg.call(len(output.inputs))
     cg.append(Instr("STORE_FAST", GRAPH_OUTPUT_VAR))
 

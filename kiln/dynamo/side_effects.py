@@ -124,6 +124,28 @@ class SideEffects:
             out += [cell, value]
         return out
 
+    def codegen_dropped_gradients(self, cg) -> None:
+        """``t.grad = None`` on tensors from outside the capture (``zero_grad``'s
+        ``set_to_none``), written before the graph runs instead of after it: it only drops a
+        reference, the graph's inputs are loaded by then, and the old gradients' memory is free
+        while the graph runs, as in eager code, where ``zero_grad`` runs before the forward
+        (otherwise a training step's forward would run with last step's gradients alive)."""
+        from .variables.base import ConstantVariable
+        from .variables.tensor import TensorVariable
+
+        for key, (obj, name, value) in self.attrs.items():
+            if (
+                name == "grad"
+                and isinstance(obj, TensorVariable)
+                and obj.source is not None
+                and isinstance(value, ConstantVariable)
+                and value.value is None
+            ):
+                cg.load_const(None)
+                obj.source.reconstruct(cg)
+                cg.append(Instr("STORE_ATTR", "grad"))
+                cg.written_early.add(key)
+
     def codegen(self, cg) -> None:
         from .variables.dicts import DictVariable, load_key
         from .variables.lists import ListVariable, SetVariable
@@ -150,7 +172,9 @@ class SideEffects:
                 raise unsupported("side_effect", f"replaying a mutation of {container}")
             cg.call(2)
             cg.append(Instr("POP_TOP"))
-        for obj, name, value in self.attrs.values():
+        for key, (obj, name, value) in self.attrs.items():
+            if key in cg.written_early:
+                continue
             cg.load(value)
             cg.load(obj)
             cg.append(Instr("STORE_ATTR", name))

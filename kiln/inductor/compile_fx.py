@@ -107,7 +107,12 @@ class CompiledGraph:
             self.report_kernels(True)
 
     def __call__(self, *args):
-        return self._call(*args)
+        return self._call(list(args))
+
+    def boxed_call(self, args: list) -> tuple:
+        """The graph run on ``args``, which it empties and whose items it drops after their
+        last use (``WrapperModule``): the caller's way to hand over inputs it no longer needs."""
+        return self._call(args)
 
     def report_kernels(self, active: bool) -> None:
         """Switch to (or back from) the wrapper that reports kernels to ``kiln.profiler``."""

@@ -86,7 +86,11 @@ class CachedGraph:
         self._call = self._plain
 
     def __call__(self, *args):
-        return self._call(*args)
+        return self._call(list(args))
+
+    def boxed_call(self, args: list) -> tuple:
+        """As ``CompiledGraph.boxed_call``: ``args`` is emptied, each item dropped after use."""
+        return self._call(args)
 
     def report_kernels(self, active: bool) -> None:
         """Switch to (or back from) the wrapper that reports kernels to ``kiln.profiler``."""

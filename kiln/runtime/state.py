@@ -26,6 +26,7 @@ class ThreadState:
 
     __slots__ = (
         "grad_enabled", "inference_mode", "mode_stack", "autocast", "source_stack", "profiler",
+        "frees_saved",
     )  # fmt: skip
 
     def __init__(self):
@@ -41,6 +42,11 @@ class ThreadState:
         # the dispatcher, the autograd engine and compiled code report to it (duck-typed, so
         # the core never imports the profiler)
         self.profiler = None
+        # True while the autograd engine runs a backward that frees what nodes saved
+        # (retain_graph=False): a node may then drop its saved tensors before its backward
+        # computation ends, not after it (a compiled backward returns each activation's memory
+        # once it has read it). False outside the engine: a node called directly keeps them.
+        self.frees_saved = False
 
 
 class _PerThread(threading.local):

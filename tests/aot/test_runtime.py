@@ -3,6 +3,8 @@ picks the inference path when nothing needs grad, and finds its cache entry chea
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pytest
 
@@ -93,6 +95,92 @@ def test_modifying_a_saved_input_before_backward_raises_like_eager():
             a.add_(1)  # the gradient of w needs a's old value
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             y.backward()
+
+
+class BoxedBackward:
+    """A backward compiler whose graphs take their arguments boxed (as the inductor's do): each
+    call records, once it has computed and emptied the list, whether something else still holds
+    each saved activation (a saved tensor that is not a view of ``inputs``, whose owners keep
+    them anyway)."""
+
+    def __init__(self, *inputs):
+        self.inputs = {t.data_ptr() for t in inputs}
+        self.held_elsewhere = []
+
+    def __call__(self, gm, example_inputs):
+        spy = self
+        names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+
+        class Graph:
+            def boxed_call(self, args: list) -> tuple:
+                refs = [
+                    weakref.ref(a)
+                    for a, name in zip(args, names)
+                    if not name.startswith("tangents") and a.data_ptr() not in spy.inputs
+                ]
+                outs = gm.forward(*args)
+                args.clear()
+                spy.held_elsewhere.append([r() is not None for r in refs])
+                return outs
+
+        return Graph()
+
+
+def _boxed_region(x):
+    """A region whose backward reads activations of ``x`` no user code sees, compiled with
+    ``BoxedBackward``."""
+    boxed = BoxedBackward(x)
+    compiled = aot_function(lambda t: (t.sin() * t.cos()).sum(), CountingCompiler(), boxed)
+    return compiled, boxed
+
+
+def test_a_freeing_backward_hands_the_saved_tensors_over_to_a_boxed_graph():
+    x = _leaf(5)
+    compiled, boxed = _boxed_region(x)
+    compiled(x).backward()
+    assert boxed.held_elsewhere[-1] and not any(boxed.held_elsewhere[-1])
+    np.testing.assert_allclose(x.grad.numpy(), np.cos(2 * x.detach().numpy()), rtol=1e-5)
+
+
+def test_retain_graph_keeps_the_saved_tensors_for_the_next_backward():
+    x = _leaf(5)
+    compiled, boxed = _boxed_region(x)
+    y = compiled(x)
+    y.backward(retain_graph=True)
+    assert boxed.held_elsewhere[-1] and all(boxed.held_elsewhere[-1])  # the node holds them
+    y.backward()
+    assert not any(boxed.held_elsewhere[-1])
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.cos(2 * x.detach().numpy()), rtol=1e-5)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.backward()
+
+
+def test_a_backward_called_directly_keeps_what_it_saved():
+    x = _leaf(5)
+    compiled, boxed = _boxed_region(x)
+    y = compiled(x)
+    with kiln.no_grad():
+        (gx,) = y.grad_fn(kiln.tensor(1.0))  # outside a backward pass: nothing is freed
+    assert all(boxed.held_elsewhere[-1])
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), gx.numpy(), rtol=1e-6)
+
+
+def test_plain_compiled_backwards_are_called_with_positional_arguments():
+    calls = []
+
+    def compiler(gm, example_inputs):
+        def run(*args):
+            calls.append(len(args))
+            return gm.forward(*args)
+
+        return run
+
+    compiled = aot_function(lambda x: (x.sin() * x.cos()).sum(), compiler)
+    x = _leaf(5)
+    compiled(x).backward()
+    assert len(calls) == 2  # the forward, then the backward with its saved tensors and tangent
+    np.testing.assert_allclose(x.grad.numpy(), np.cos(2 * x.detach().numpy()), rtol=1e-5)
 
 
 @pytest.mark.parametrize("why", ["no_grad", "no_input_requires_grad"])

@@ -300,3 +300,40 @@ def test_nonlocal_write_of_the_compiled_function_is_replayed():
         assert_same(compiled(kiln.ones(2)), twin(kiln.ones(2)))
     assert step.__closure__[0].cell_contents == 3
     assert counter.frame_count == 1
+
+
+@needs_torch
+def test_zero_grad_drops_the_old_gradients_before_the_graph_runs():
+    import weakref
+
+    from tests.oracle import torch
+
+    def step(model, opt, x):
+        opt.zero_grad(set_to_none=True)
+        return model(x).tanh().sum()
+
+    model = nn.Linear(4, 3)
+    opt = kiln.optim.SGD(model.parameters(), lr=0.1)
+    model(t(2, 4)).sum().backward()
+    old = weakref.ref(model.weight.grad)
+    alive_in_graph = []
+
+    def backend(gm, example_inputs):
+        def run(*args):
+            alive_in_graph.append(old() is not None)
+            return gm.forward(*args)
+
+        return run
+
+    x = t(2, 4)
+    out = kiln.compile(step, backend=backend)(model, opt, x)
+    # the captured zero_grad's writes happen before the graph, as in eager code (the last
+    # step's gradients are not alive while a training step's forward runs)
+    assert alive_in_graph == [False]
+    assert model.weight.grad is None and model.bias.grad is None
+    tmodel = torch.nn.Linear(4, 3)
+    with torch.no_grad():
+        tmodel.weight.copy_(torch.tensor(model.weight.detach().numpy()))
+        tmodel.bias.copy_(torch.tensor(model.bias.detach().numpy()))
+    expected = step(tmodel, torch.optim.SGD(tmodel.parameters(), lr=0.1), torch.tensor(x.numpy()))
+    assert abs(out.item() - expected.item()) < 1e-5

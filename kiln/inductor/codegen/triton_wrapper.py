@@ -151,7 +151,7 @@ def build_module(
 
     Kernels for every size: ``symbols`` are the graph's size symbols and ``layouts`` the layouts
     a call works out from their values, by name; the module adds its extern calls' layouts, and
-    its ``call(inputs, S)`` takes the call's ``CallSizes`` (``symbolic_sizes``), whose values
+    its ``call(inputs, S)`` (which empties ``inputs``) takes the call's ``CallSizes`` (``symbolic_sizes``), whose values
     follow ``symbols`` and whose layouts follow ``layouts``. Size expressions in the wrapper
     (allocations, grids, kernels' size arguments) are evaluated from the symbol values."""
     cfg = cfg or TritonConfig()
@@ -298,6 +298,9 @@ def _render(steps, lowered, buffers, outputs, symbols=(), layouts: dict | None =
     for b in inputs:
         names[b.name] = _pyname(b.name)
         body.append(f"{names[b.name]} = inputs[{b.name!r}]")
+    body.append("inputs.clear()")  # the caller's references go: each input dies after its use
+    # what the wrapper frees after its last reader: its own buffers and the graph's inputs
+    freeable = allocated | {b.name for b in lowered.inputs if b is not None}
     for i, step in enumerate(steps):
         body.append("")
         if step.kind == "extern":
@@ -306,6 +309,7 @@ def _render(steps, lowered, buffers, outputs, symbols=(), layouts: dict | None =
             body.append(f"# extern {buf.description}: {_origins([buf])}")
             body.append(_alloc(names[buf.name], buf))
             allocated.add(buf.name)
+            freeable.add(buf.name)
             ins = [names[item[0].name] for item in buf.inputs if isinstance(item, tuple)]
             call = f"rt.extern(externs[{len(externs)}], {names[buf.name]}, [{', '.join(ins)}]"
             if layouts is not None:  # this call's layouts and size values
@@ -322,11 +326,12 @@ def _render(steps, lowered, buffers, outputs, symbols=(), layouts: dict | None =
                     names[name] = _pyname(name)
                     body.append(_alloc(names[name], buffers[name]))
                     allocated.add(name)
+                    freeable.add(name)
             for k in step.generated:
                 body.append(f"# {k.name}: {k.kind}; {k.comment}")
                 body.append(_launch(k, names))
         dead = [
-            n for n, last in last_use.items() if last == i and n in allocated and n not in outputs
+            n for n, last in last_use.items() if last == i and n in freeable and n not in outputs
         ] + [n for n in step.writes if n in allocated and n not in last_use and n not in outputs]
         if dead:
             body.append(f"del {', '.join(names[n] for n in sorted(set(dead)))}")
@@ -568,6 +573,11 @@ class TritonCompiledGraph:
         return module
 
     def __call__(self, *args):
+        return self.boxed_call(list(args))
+
+    def boxed_call(self, args: list) -> tuple:
+        """The graph run on ``args``, which it empties: the module's ``call`` drops each input
+        after its last kernel, so inputs the caller handed over free as the graph runs."""
         binding = self.sizes
         sizes = None
         if binding is not None:
@@ -581,10 +591,11 @@ class TritonCompiledGraph:
         rt = self.rt
         rt.activate()
         inputs = {}
-        for k, (buf, arg) in enumerate(zip(self._inputs, args)):
+        for k, buf in enumerate(self._inputs):
             if buf is not None:
                 layout = buf.layout if sizes is None else layouts[index[f"I{k}"]]
-                inputs[buf.name] = rt.input(arg, layout)
+                inputs[buf.name] = rt.input(args[k], layout)
+        args.clear()
         for name, t in self._constants.items():
             inputs[name] = rt.constant(t)
         results = self.module.call(inputs) if sizes is None else self.module.call(inputs, sizes)
@@ -601,6 +612,5 @@ class TritonCompiledGraph:
             _, buf, layout = out
             if sizes is not None:
                 layout = layouts[index[f"O{k}"]]
-            storage = results[buf.name] if buf.name in results else inputs[buf.name]
-            outs.append(rt.output(storage, layout))
+            outs.append(rt.output(results[buf.name], layout))
         return tuple(outs)

@@ -59,7 +59,12 @@ def _recorder_of():
 
 
 class WrapperModule:
-    """The exec'd wrapper: ``call(*args)`` runs the graph and returns its outputs as a tuple."""
+    """The exec'd wrapper: ``call(args)`` runs the graph and returns its outputs as a tuple.
+
+    ``call`` takes its arguments boxed, as one list that it empties (PyTorch's boxed calling
+    convention): it drops each argument once its last kernel has read it, so a caller that
+    keeps no reference of its own (a compiled backward's saved activations) gets that memory
+    back while the graph still runs."""
 
     def __init__(self, source: str, namespace: dict):
         self.source = source
@@ -133,15 +138,17 @@ def generate_wrapper(
     for step in sched.steps:
         lines.append(f"#   {step.describe()}")
     lines.append("")
-    lines.append(f"def call({', '.join(arg_names)}):")
-    body = []
+    lines.append("def call(args):")
+    entry = []  # before the arguments are unpacked: a profiled call may hand them on whole
     if profiled is not None:
         ns.update(profiling_namespace(profiled))
-        body.append("_rec = _recorder_of()")
-        body.append("if _rec is None:")
-        body.append(f"    return _plain({', '.join(arg_names)})")
+        entry += ["_rec = _recorder_of()", "if _rec is None:", "    return _plain(args)"]
+    entry += _unpack(arg_names)
+    body = []
+    unused = []  # arguments no step reads (dropped once the sizes are resolved)
     for buf, a in zip(inputs, arg_names):
         if buf is None:
+            unused.append(a)
             continue
         layout_ref(f"L_{buf.name}", buf.layout)
         if buf.name in inplace_inputs:
@@ -237,7 +244,9 @@ def generate_wrapper(
             ns[key] = out[1]
             outs.append(key)
     body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
-    body = _free_dead_buffers(body, bound, by_name, sched)
+    inputs_read = {buf.name for buf in inputs if buf is not None}
+    body = _free_dead_buffers(body, bound | inputs_read | set(arg_names), by_name, sched)
+    prologue = []
     if sizes is not None:
         ns["_resolve"] = sizes.resolve
         ns["_fallback"] = fallback
@@ -248,21 +257,32 @@ def generate_wrapper(
             prologue.append(
                 f"{', '.join(symbolic)}{',' if len(symbolic) == 1 else ''} = _S.layouts"
             )
-        body[:0] = prologue
         sizes.bind(symbolic, rows, tuple(consts))
-    lines += ["    " + line for line in body]
+    if unused:
+        prologue.append(f"del {', '.join(unused)}")
+    lines += ["    " + line for line in entry + prologue + body]
     return WrapperModule("\n".join(lines) + "\n", ns)
+
+
+def _unpack(arg_names: list) -> list:
+    """The lines taking the boxed arguments into locals and emptying the caller's list, so the
+    locals (deleted after their last use) are the only references the call adds."""
+    if not arg_names:
+        return ["args.clear()"]
+    names = ", ".join(arg_names)
+    return [f"{names}{',' if len(arg_names) == 1 else ''} = args", "args.clear()"]
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _free_dead_buffers(body: list, bound: set, by_name: dict, sched: Schedule) -> list:
-    """``body`` with ``del name`` after the last line that uses each of the graph's own
-    buffers, so a buffer's memory goes back (to the pool) once the graph is done with it, not
-    when the call returns: a backward graph's gradient temporaries would otherwise all be
-    alive at its end. A line passing ``locals()`` to a step uses what that step reads and
-    writes; a buffer the return line names is an output and stays."""
+    """``body`` with ``del name`` after the last line that uses each name in ``bound`` (the
+    graph's own buffers, its arguments and their storages), so memory goes back (to the pool)
+    once the graph is done with it, not when the call returns: a backward graph's gradient
+    temporaries and the activations it reads would otherwise all be alive at its end. A line
+    passing ``locals()`` to a step uses what that step reads and writes; a name the return
+    line uses (an output) stays."""
     last: dict = {}
     for j, line in enumerate(body):
         names = set(_NAME.findall(line))
