@@ -17,6 +17,7 @@ object).
 from __future__ import annotations
 
 import logging
+import threading
 
 from llvmlite import ir
 
@@ -92,6 +93,8 @@ class CPUKernels:
         self.numpy_steps: dict[int, str] = {}  # step index -> why it runs in numpy
         self._kernel_ir: list | None = []  # (function, IR) per distinct kernel; None: on disk
         self._entry: graph_index.GraphEntry | None = None
+        self._index_key: str | None = None
+        self._compiling = None  # the background compile's future until its result is taken
         sizes = sizes or {}
         # kernels for every size: the size symbols whose values follow the buffer pointers
         self.symbols = list(symbols)
@@ -106,22 +109,36 @@ class CPUKernels:
         # each kernel's IR alone, its function named "kernel": equal IR is one kernel, compiled
         # (or found compiled) once however often the graph, or other graphs, repeat it
         texts, step_keys = self._emit_all(steps, dtypes, sizes)
-        compiled = llvm_jit.compile_kernels(texts, len(step_keys))
-        kernels = {}
+        # LLVM works on the JIT's background thread while the caller goes on (the next graph,
+        # the glue); each kernel waits for its machine code on its first call
+        self._index_key = key
+        self._compiling = llvm_jit.in_background(
+            _compile_graph, texts, step_keys, key, dict(self.numpy_steps)
+        )
+        if key is not None:
+            graph_index.expect(key, self._compiling)
         for i, _, plan, work, names in steps:
             if i in step_keys:
-                kernels[i] = compiled[step_keys[i]]
-                self._bind(i, kernels[i], plan, work, names)
-        self._kernel_ir = sorted({(compiled[k][1], t) for k, t in texts.items()})
-        if key is not None:
-            self._entry = graph_index.remember(key, kernels, self.numpy_steps, self._kernel_ir)
-            if self._entry.ir_path is not None:  # only dumps want the IR: it stays on disk
-                self._kernel_ir = None
+                self.by_step[i] = _CompilingKernel(
+                    self._compiling, i, step_keys[i], plan, work, names
+                )
 
     @property
     def index_key(self) -> str | None:
-        """The key of this graph's entry in the compiled-graph index (None: not recorded)."""
-        return self._entry.key if self._entry is not None else None
+        """The key of this graph's entry in the compiled-graph index (None: not recorded; a
+        graph still compiling is recorded when its kernels are)."""
+        return self._entry.key if self._entry is not None else self._index_key
+
+    def _compiled(self) -> None:
+        """Wait for the background compile (if any) and take what it recorded."""
+        if self._compiling is None:
+            return
+        _, self._kernel_ir, entry = self._compiling.result()
+        self._compiling = None
+        if entry is not None:
+            self._entry = entry
+            if entry.ir_path is not None:  # only dumps want the IR: it stays on disk
+                self._kernel_ir = None
 
     @property
     def ir_text(self) -> str:
@@ -144,6 +161,7 @@ class CPUKernels:
         return llvm_jit.linked_ir(texts)
 
     def _stored_kernel_ir(self) -> list | None:
+        self._compiled()
         if self._kernel_ir is not None:
             return self._kernel_ir
         return self._entry.stored_ir() if self._entry is not None else None
@@ -197,6 +215,48 @@ class CPUKernels:
             texts[key] = text
             step_keys[i] = key
         return texts, step_keys
+
+
+def _compile_graph(texts: dict, step_keys: dict, key: str | None, numpy_steps: dict) -> tuple:
+    """Machine code for a graph's kernels (on the JIT's background thread), recorded in the
+    compiled-graph index under ``key``: ``({step: (module, function)}, kernel IR, entry)``."""
+    compiled = llvm_jit.compile_kernels(texts, len(step_keys))
+    kernels = {i: compiled[k] for i, k in step_keys.items()}
+    kernel_ir = sorted({(compiled[k][1], t) for k, t in texts.items()})
+    entry = None
+    if key is not None:
+        entry = graph_index.remember(key, kernels, numpy_steps, kernel_ir)
+    return kernels, kernel_ir, entry
+
+
+_READY = threading.Lock()
+
+
+class _CompilingKernel(RowKernel):
+    """A kernel whose machine code the JIT's background thread is still making. Its first call
+    waits for it and makes it a plain ``RowKernel`` (so later calls cost nothing extra); until
+    then ``fn`` holds the background job and the step."""
+
+    __slots__ = ()
+
+    def __init__(self, job, step: int, key: str, plan, work: int, names: list):
+        super().__init__(
+            llvm_jit.kernel_function(key), (job, step), 0, plan.rows, work, names, plan
+        )
+
+    def __call__(self, pointers, rows: int | None = None, work: int = 0) -> None:
+        self.ready()
+        RowKernel.__call__(self, pointers, rows, work)
+
+    def ready(self) -> None:
+        """Wait for the machine code (raising what compiling it raised) and bind it."""
+        with _READY:
+            if type(self) is not _CompilingKernel:
+                return  # another thread bound it meanwhile
+            job, step = self.fn
+            bound = bind_kernel(job.result()[0][step], self.rows, self.work, self.args, self.plan)
+            self.name, self.fn, self.address = bound.name, bound.fn, bound.address
+            self.__class__ = RowKernel
 
 
 _KERNEL = "kernel"  # every kernel's function name in its own IR (``llvm_jit`` renames it)
