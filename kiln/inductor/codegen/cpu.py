@@ -17,6 +17,7 @@ object).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 
 from llvmlite import ir
@@ -266,10 +267,19 @@ def _canonical_names(text: str, names: list) -> str:
     """The kernel's IR with the values named after its buffers (``%"p_buf8"``) named after their
     positions in ``names`` (arguments, then local buffers) instead, so kernels equal up to buffer
     names have equal IR. Only value names change: the key stays the very IR that is compiled."""
+    positions: dict[str, int] = {}
     for position, name in enumerate(names):
-        text = text.replace(f'"p_{name}"', f'"p_#{position}"')
-        text = text.replace(f'"cols_{name}"', f'"cols_#{position}"')
-    return text
+        positions.setdefault(name, position)
+
+    def renamed(match: re.Match) -> str:
+        position = positions.get(match.group(2))
+        return match.group(0) if position is None else f'"{match.group(1)}_#{position}"'
+
+    # one pass over the text (a replace per buffer walked a kernel's IR twice per buffer)
+    return _BUFFER_VALUE.sub(renamed, text)
+
+
+_BUFFER_VALUE = re.compile(r'"(p|cols)_([^"]*)"')
 
 
 def _plan_steps(sched: Schedule) -> list:

@@ -291,11 +291,16 @@ class CompiledModule:
         self.key = key  # the object's cache key: load_object(key) finds it again
         self.functions: tuple[str, ...] = functions
         self.nbytes = nbytes  # about what the engine holds in memory, for caches' budgets
+        # looked up once, where the engine is made: binding a kernel later needs no LLVM call,
+        # so it does not wait for a background compile holding LLVM
+        self._addresses = {f: engine.get_function_address(f) for f in functions}
 
     def address(self, name: str) -> int:
         """The machine-code address of the exported function ``name``."""
-        with _LOCK:
-            address = self._engine.get_function_address(name)
+        address = self._addresses.get(name)
+        if address is None:
+            with _LOCK:
+                address = self._engine.get_function_address(name)
         if not address:
             raise KeyError(f"no function {name!r} in compiled module; it defines {self.functions}")
         return address
