@@ -108,21 +108,44 @@ class CPUKernels:
             if self._load(key, steps):
                 return
         # each kernel's IR alone, its function named "kernel": equal IR is one kernel, compiled
-        # (or found compiled) once however often the graph, or other graphs, repeat it
-        texts, step_keys = self._emit_all(steps, dtypes, sizes)
-        # LLVM works on the JIT's background thread while the caller goes on (the next graph,
-        # the glue); each kernel waits for its machine code on its first call
+        # (or found compiled) once however often the graph, or other graphs, repeat it. LLVM
+        # works on the JIT's background thread while the caller goes on (emitting the graph's
+        # later kernels, the next graph, the glue): the IR goes over in pieces of about
+        # ``_PIECE_BYTES`` as it is emitted, and each kernel waits for its piece on its first call
         self._index_key = key
+        piece: dict[str, str] = {}  # kernel key -> IR, not handed over yet
+        uses = 0  # steps calling the piece's kernels (``JitStats.kernel_uses``)
+        size = 0
+        jobs: list = []
+        job_of: dict[str, int] = {}  # kernel key -> the job compiling it
+        step_keys: dict[int, str] = {}
+        texts: dict[str, str] = {}  # every distinct kernel's IR
+
+        def hand_over():
+            nonlocal piece, uses, size
+            jobs.append(llvm_jit.in_background(llvm_jit.compile_kernels, piece, uses))
+            piece, uses, size = {}, 0, 0
+
+        for i, kernel_key, text in self._emit_each(steps, dtypes, sizes):
+            step_keys[i] = kernel_key
+            uses += 1
+            if kernel_key not in job_of:
+                job_of[kernel_key] = len(jobs)
+                piece[kernel_key] = texts[kernel_key] = text
+                size += len(text)
+            if size >= _PIECE_BYTES:
+                hand_over()
+        if uses:
+            hand_over()
         self._compiling = llvm_jit.in_background(
-            _compile_graph, texts, step_keys, key, dict(self.numpy_steps)
+            _remember_graph, jobs, step_keys, key, dict(self.numpy_steps), texts
         )
         if key is not None:
             graph_index.expect(key, self._compiling)
         for i, _, plan, work, names in steps:
             if i in step_keys:
-                self.by_step[i] = _CompilingKernel(
-                    self._compiling, i, step_keys[i], plan, work, names
-                )
+                job = jobs[job_of[step_keys[i]]]
+                self.by_step[i] = _CompilingKernel(job, step_keys[i], plan, work, names)
 
     @property
     def index_key(self) -> str | None:
@@ -134,7 +157,7 @@ class CPUKernels:
         """Wait for the background compile (if any) and take what it recorded."""
         if self._compiling is None:
             return
-        _, self._kernel_ir, entry = self._compiling.result()
+        self._kernel_ir, entry = self._compiling.result()
         self._compiling = None
         if entry is not None:
             self._entry = entry
@@ -185,12 +208,10 @@ class CPUKernels:
             self._bind(i, entry.kernels[i], plan, work, names)
         return True
 
-    def _emit_all(self, steps, dtypes, sizes) -> tuple[dict, dict]:
-        """``({kernel key: IR}, {step index: kernel key})``; a kernel the generator cannot handle
-        runs in numpy (logged with the reason)."""
+    def _emit_each(self, steps, dtypes, sizes):
+        """``(step index, kernel key, IR)`` for each step, as it is emitted; a kernel the generator
+        cannot handle runs in numpy (logged with the reason)."""
         triple = llvm_jit.host_target().triple
-        texts: dict[str, str] = {}
-        step_keys: dict[int, str] = {}
         for i, step, plan, _, names in steps:
             module = ir.Module(name="kiln_kernel")
             module.triple = triple
@@ -212,22 +233,29 @@ class CPUKernels:
                 release_module(module)
             local = [n.name for n in getattr(step, "nodes", ()) if n.name not in names]
             text = _canonical_names(text, names + local)
-            key = llvm_jit.kernel_key(text)
-            texts[key] = text
-            step_keys[i] = key
-        return texts, step_keys
+            yield i, llvm_jit.kernel_key(text), text
 
 
-def _compile_graph(texts: dict, step_keys: dict, key: str | None, numpy_steps: dict) -> tuple:
-    """Machine code for a graph's kernels (on the JIT's background thread), recorded in the
-    compiled-graph index under ``key``: ``({step: (module, function)}, kernel IR, entry)``."""
-    compiled = llvm_jit.compile_kernels(texts, len(step_keys))
+# IR handed to the background thread at a time: small enough that LLVM starts on a graph's
+# first kernels while later ones are emitted, large enough that LLVM's cost per module (a few
+# milliseconds) stays small beside the work
+_PIECE_BYTES = 128 * 1024
+
+
+def _remember_graph(
+    jobs: list, step_keys: dict, key: str | None, numpy_steps: dict, texts: dict
+) -> tuple:
+    """After the graph's pieces (the background thread runs jobs in order): record it in the
+    compiled-graph index under ``key``. ``(kernel IR, entry)``."""
+    compiled = {}
+    for job in jobs:
+        compiled.update(job.result())
     kernels = {i: compiled[k] for i, k in step_keys.items()}
     kernel_ir = sorted({(compiled[k][1], t) for k, t in texts.items()})
     entry = None
     if key is not None:
         entry = graph_index.remember(key, kernels, numpy_steps, kernel_ir)
-    return kernels, kernel_ir, entry
+    return kernel_ir, entry
 
 
 _READY = threading.Lock()
@@ -236,14 +264,12 @@ _READY = threading.Lock()
 class _CompilingKernel(RowKernel):
     """A kernel whose machine code the JIT's background thread is still making. Its first call
     waits for it and makes it a plain ``RowKernel`` (so later calls cost nothing extra); until
-    then ``fn`` holds the background job and the step."""
+    then ``fn`` holds the background job and the kernel's key."""
 
     __slots__ = ()
 
-    def __init__(self, job, step: int, key: str, plan, work: int, names: list):
-        super().__init__(
-            llvm_jit.kernel_function(key), (job, step), 0, plan.rows, work, names, plan
-        )
+    def __init__(self, job, key: str, plan, work: int, names: list):
+        super().__init__(llvm_jit.kernel_function(key), (job, key), 0, plan.rows, work, names, plan)
 
     def __call__(self, pointers, rows: int | None = None, work: int = 0) -> None:
         self.ready()
@@ -254,8 +280,8 @@ class _CompilingKernel(RowKernel):
         with _READY:
             if type(self) is not _CompilingKernel:
                 return  # another thread bound it meanwhile
-            job, step = self.fn
-            bound = bind_kernel(job.result()[0][step], self.rows, self.work, self.args, self.plan)
+            job, key = self.fn
+            bound = bind_kernel(job.result()[key], self.rows, self.work, self.args, self.plan)
             self.name, self.fn, self.address = bound.name, bound.fn, bound.address
             self.__class__ = RowKernel
 
