@@ -161,8 +161,6 @@ class CPUKernels:
         self._compiling = None
         if entry is not None:
             self._entry = entry
-            if entry.ir_path is not None:  # only dumps want the IR: it stays on disk
-                self._kernel_ir = None
 
     @property
     def ir_text(self) -> str:
@@ -246,7 +244,8 @@ def _remember_graph(
     jobs: list, step_keys: dict, key: str | None, numpy_steps: dict, texts: dict
 ) -> tuple:
     """After the graph's pieces (the background thread runs jobs in order): record it in the
-    compiled-graph index under ``key``. ``(kernel IR, entry)``."""
+    compiled-graph index under ``key``. ``(kernel IR, entry)``; the IR is None when the entry
+    keeps it on disk (only dumps want it: the graph need not hold it in memory)."""
     compiled = {}
     for job in jobs:
         compiled.update(job.result())
@@ -255,6 +254,8 @@ def _remember_graph(
     entry = None
     if key is not None:
         entry = graph_index.remember(key, kernels, numpy_steps, kernel_ir)
+        if entry.ir_path is not None:
+            kernel_ir = None
     return kernel_ir, entry
 
 
