@@ -190,7 +190,7 @@ def _finished(future: concurrent.futures.Future) -> None:
 def wait_for_background() -> None:
     """Wait until every job handed to the background thread so far has finished (its failure,
     if any, is raised where its result is used, not here)."""
-    if threading.current_thread().name.startswith("kiln-llvm"):
+    if getattr(_background_root, "path", None) is not None:
         return  # a job asking: the jobs before it are done
     with _in_flight_lock:
         pending = list(_in_flight)
