@@ -111,13 +111,13 @@ class CPUKernels:
         # (or found compiled) once however often the graph, or other graphs, repeat it. LLVM
         # works on the JIT's background thread while the caller goes on (emitting the graph's
         # later kernels, the next graph, the glue): the IR goes over in pieces of about
-        # ``_PIECE_BYTES`` as it is emitted, and each kernel waits for its piece on its first call
+        # ``_PIECE_BYTES`` as it is emitted, and a kernel's first call waits for the graph's
+        # compile to be done and recorded (so that, once the graph has run, its cache is on disk)
         self._index_key = key
         piece: dict[str, str] = {}  # kernel key -> IR, not handed over yet
         uses = 0  # steps calling the piece's kernels (``JitStats.kernel_uses``)
         size = 0
         jobs: list = []
-        job_of: dict[str, int] = {}  # kernel key -> the job compiling it
         step_keys: dict[int, str] = {}
         texts: dict[str, str] = {}  # every distinct kernel's IR
 
@@ -129,8 +129,7 @@ class CPUKernels:
         for i, kernel_key, text in self._emit_each(steps, dtypes, sizes):
             step_keys[i] = kernel_key
             uses += 1
-            if kernel_key not in job_of:
-                job_of[kernel_key] = len(jobs)
+            if kernel_key not in texts:
                 piece[kernel_key] = texts[kernel_key] = text
                 size += len(text)
             if size >= _PIECE_BYTES:
@@ -144,8 +143,7 @@ class CPUKernels:
             graph_index.expect(key, self._compiling)
         for i, _, plan, work, names in steps:
             if i in step_keys:
-                job = jobs[job_of[step_keys[i]]]
-                self.by_step[i] = _CompilingKernel(job, step_keys[i], plan, work, names)
+                self.by_step[i] = _CompilingKernel(self._compiling, step_keys[i], plan, work, names)
 
     @property
     def index_key(self) -> str | None:
@@ -157,7 +155,7 @@ class CPUKernels:
         """Wait for the background compile (if any) and take what it recorded."""
         if self._compiling is None:
             return
-        self._kernel_ir, entry = self._compiling.result()
+        _, self._kernel_ir, entry = self._compiling.result()
         self._compiling = None
         if entry is not None:
             self._entry = entry
@@ -244,8 +242,9 @@ def _remember_graph(
     jobs: list, step_keys: dict, key: str | None, numpy_steps: dict, texts: dict
 ) -> tuple:
     """After the graph's pieces (the background thread runs jobs in order): record it in the
-    compiled-graph index under ``key``. ``(kernel IR, entry)``; the IR is None when the entry
-    keeps it on disk (only dumps want it: the graph need not hold it in memory)."""
+    compiled-graph index under ``key``. ``({kernel key: (module, function)}, kernel IR, entry)``;
+    the IR is None when the entry keeps it on disk (only dumps want it: the graph need not hold
+    it in memory)."""
     compiled = {}
     for job in jobs:
         compiled.update(job.result())
@@ -256,7 +255,7 @@ def _remember_graph(
         entry = graph_index.remember(key, kernels, numpy_steps, kernel_ir)
         if entry.ir_path is not None:
             kernel_ir = None
-    return kernel_ir, entry
+    return compiled, kernel_ir, entry
 
 
 _READY = threading.Lock()
@@ -282,7 +281,7 @@ class _CompilingKernel(RowKernel):
             if type(self) is not _CompilingKernel:
                 return  # another thread bound it meanwhile
             job, key = self.fn
-            bound = bind_kernel(job.result()[key], self.rows, self.work, self.args, self.plan)
+            bound = bind_kernel(job.result()[0][key], self.rows, self.work, self.args, self.plan)
             self.name, self.fn, self.address = bound.name, bound.fn, bound.address
             self.__class__ = RowKernel
 
