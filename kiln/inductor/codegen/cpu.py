@@ -17,6 +17,8 @@ object).
 from __future__ import annotations
 
 import logging
+import re
+import threading
 
 from llvmlite import ir
 
@@ -92,6 +94,8 @@ class CPUKernels:
         self.numpy_steps: dict[int, str] = {}  # step index -> why it runs in numpy
         self._kernel_ir: list | None = []  # (function, IR) per distinct kernel; None: on disk
         self._entry: graph_index.GraphEntry | None = None
+        self._index_key: str | None = None
+        self._compiling = None  # the background compile's future until its result is taken
         sizes = sizes or {}
         # kernels for every size: the size symbols whose values follow the buffer pointers
         self.symbols = list(symbols)
@@ -104,24 +108,57 @@ class CPUKernels:
             if self._load(key, steps):
                 return
         # each kernel's IR alone, its function named "kernel": equal IR is one kernel, compiled
-        # (or found compiled) once however often the graph, or other graphs, repeat it
-        texts, step_keys = self._emit_all(steps, dtypes, sizes)
-        compiled = llvm_jit.compile_kernels(texts, len(step_keys))
-        kernels = {}
+        # (or found compiled) once however often the graph, or other graphs, repeat it. LLVM
+        # works on the JIT's background thread while the caller goes on (emitting the graph's
+        # later kernels, the next graph, the glue): the IR goes over in pieces of about
+        # ``_PIECE_BYTES`` as it is emitted, and a kernel's first call waits for the graph's
+        # compile to be done and recorded (so that, once the graph has run, its cache is on disk)
+        self._index_key = key
+        piece: dict[str, str] = {}  # kernel key -> IR, not handed over yet
+        uses = 0  # steps calling the piece's kernels (``JitStats.kernel_uses``)
+        size = 0
+        jobs: list = []
+        step_keys: dict[int, str] = {}
+        texts: dict[str, str] = {}  # every distinct kernel's IR
+
+        def hand_over():
+            nonlocal piece, uses, size
+            jobs.append(llvm_jit.in_background(llvm_jit.compile_kernels, piece, uses))
+            piece, uses, size = {}, 0, 0
+
+        for i, kernel_key, text in self._emit_each(steps, dtypes, sizes):
+            step_keys[i] = kernel_key
+            uses += 1
+            if kernel_key not in texts:
+                piece[kernel_key] = texts[kernel_key] = text
+                size += len(text)
+            if size >= _PIECE_BYTES:
+                hand_over()
+        if uses:
+            hand_over()
+        self._compiling = llvm_jit.in_background(
+            _remember_graph, jobs, step_keys, key, dict(self.numpy_steps), texts
+        )
+        if key is not None:
+            graph_index.expect(key, self._compiling)
         for i, _, plan, work, names in steps:
             if i in step_keys:
-                kernels[i] = compiled[step_keys[i]]
-                self._bind(i, kernels[i], plan, work, names)
-        self._kernel_ir = sorted({(compiled[k][1], t) for k, t in texts.items()})
-        if key is not None:
-            self._entry = graph_index.remember(key, kernels, self.numpy_steps, self._kernel_ir)
-            if self._entry.ir_path is not None:  # only dumps want the IR: it stays on disk
-                self._kernel_ir = None
+                self.by_step[i] = _CompilingKernel(self._compiling, step_keys[i], plan, work, names)
 
     @property
     def index_key(self) -> str | None:
-        """The key of this graph's entry in the compiled-graph index (None: not recorded)."""
-        return self._entry.key if self._entry is not None else None
+        """The key of this graph's entry in the compiled-graph index (None: not recorded; a
+        graph still compiling is recorded when its kernels are)."""
+        return self._entry.key if self._entry is not None else self._index_key
+
+    def _compiled(self) -> None:
+        """Wait for the background compile (if any) and take what it recorded."""
+        if self._compiling is None:
+            return
+        _, self._kernel_ir, entry = self._compiling.result()
+        self._compiling = None
+        if entry is not None:
+            self._entry = entry
 
     @property
     def ir_text(self) -> str:
@@ -144,6 +181,7 @@ class CPUKernels:
         return llvm_jit.linked_ir(texts)
 
     def _stored_kernel_ir(self) -> list | None:
+        self._compiled()
         if self._kernel_ir is not None:
             return self._kernel_ir
         return self._entry.stored_ir() if self._entry is not None else None
@@ -166,12 +204,10 @@ class CPUKernels:
             self._bind(i, entry.kernels[i], plan, work, names)
         return True
 
-    def _emit_all(self, steps, dtypes, sizes) -> tuple[dict, dict]:
-        """``({kernel key: IR}, {step index: kernel key})``; a kernel the generator cannot handle
-        runs in numpy (logged with the reason)."""
+    def _emit_each(self, steps, dtypes, sizes):
+        """``(step index, kernel key, IR)`` for each step, as it is emitted; a kernel the generator
+        cannot handle runs in numpy (logged with the reason)."""
         triple = llvm_jit.host_target().triple
-        texts: dict[str, str] = {}
-        step_keys: dict[int, str] = {}
         for i, step, plan, _, names in steps:
             module = ir.Module(name="kiln_kernel")
             module.triple = triple
@@ -193,10 +229,61 @@ class CPUKernels:
                 release_module(module)
             local = [n.name for n in getattr(step, "nodes", ()) if n.name not in names]
             text = _canonical_names(text, names + local)
-            key = llvm_jit.kernel_key(text)
-            texts[key] = text
-            step_keys[i] = key
-        return texts, step_keys
+            yield i, llvm_jit.kernel_key(text), text
+
+
+# IR handed to the background thread at a time: small enough that LLVM starts on a graph's
+# first kernels while later ones are emitted, large enough that LLVM's cost per module (a few
+# milliseconds) stays small beside the work
+_PIECE_BYTES = 128 * 1024
+
+
+def _remember_graph(
+    jobs: list, step_keys: dict, key: str | None, numpy_steps: dict, texts: dict
+) -> tuple:
+    """After the graph's pieces (the background thread runs jobs in order): record it in the
+    compiled-graph index under ``key``. ``({kernel key: (module, function)}, kernel IR, entry)``;
+    the IR is None when the entry keeps it on disk (only dumps want it: the graph need not hold
+    it in memory)."""
+    compiled = {}
+    for job in jobs:
+        compiled.update(job.result())
+    kernels = {i: compiled[k] for i, k in step_keys.items()}
+    kernel_ir = sorted({(compiled[k][1], t) for k, t in texts.items()})
+    entry = None
+    if key is not None:
+        entry = graph_index.remember(key, kernels, numpy_steps, kernel_ir)
+        if entry.ir_path is not None:
+            kernel_ir = None
+    return compiled, kernel_ir, entry
+
+
+_READY = threading.Lock()
+
+
+class _CompilingKernel(RowKernel):
+    """A kernel whose machine code the JIT's background thread is still making. Its first call
+    waits for it and makes it a plain ``RowKernel`` (so later calls cost nothing extra); until
+    then ``fn`` holds the background job and the kernel's key."""
+
+    __slots__ = ()
+
+    def __init__(self, job, key: str, plan, work: int, names: list):
+        super().__init__(llvm_jit.kernel_function(key), (job, key), 0, plan.rows, work, names, plan)
+
+    def __call__(self, pointers, rows: int | None = None, work: int = 0) -> None:
+        self.ready()
+        RowKernel.__call__(self, pointers, rows, work)
+
+    def ready(self) -> None:
+        """Wait for the machine code (raising what compiling it raised) and bind it."""
+        with _READY:
+            if type(self) is not _CompilingKernel:
+                return  # another thread bound it meanwhile
+            job, key = self.fn
+            bound = bind_kernel(job.result()[0][key], self.rows, self.work, self.args, self.plan)
+            self.name, self.fn, self.address = bound.name, bound.fn, bound.address
+            self.__class__ = RowKernel
 
 
 _KERNEL = "kernel"  # every kernel's function name in its own IR (``llvm_jit`` renames it)
@@ -206,10 +293,19 @@ def _canonical_names(text: str, names: list) -> str:
     """The kernel's IR with the values named after its buffers (``%"p_buf8"``) named after their
     positions in ``names`` (arguments, then local buffers) instead, so kernels equal up to buffer
     names have equal IR. Only value names change: the key stays the very IR that is compiled."""
+    positions: dict[str, int] = {}
     for position, name in enumerate(names):
-        text = text.replace(f'"p_{name}"', f'"p_#{position}"')
-        text = text.replace(f'"cols_{name}"', f'"cols_#{position}"')
-    return text
+        positions.setdefault(name, position)
+
+    def renamed(match: re.Match) -> str:
+        position = positions.get(match.group(2))
+        return match.group(0) if position is None else f'"{match.group(1)}_#{position}"'
+
+    # one pass over the text (a replace per buffer walked a kernel's IR twice per buffer)
+    return _BUFFER_VALUE.sub(renamed, text)
+
+
+_BUFFER_VALUE = re.compile(r'"(p|cols)_([^"]*)"')
 
 
 def _plan_steps(sched: Schedule) -> list:

@@ -11,6 +11,7 @@ an entry never frees code in use: each compiled kernel holds its ``CompiledModul
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import threading
@@ -23,6 +24,7 @@ from .llvm import jit as llvm_jit
 __all__ = [
     "GraphEntry",
     "clear_memory_cache",
+    "expect",
     "memory_cache_bytes",
     "recall",
     "remember",
@@ -109,12 +111,14 @@ _MEMORY = _MemoryIndex()
 def clear_memory_cache() -> None:
     """Forget the graphs (and kernels) compiled in this process; the next compile of one reads
     the disk."""
+    llvm_jit.wait_for_background()
     _MEMORY.clear()
     llvm_jit.clear_kernel_memory()
 
 
 def memory_cache_bytes() -> int:
     """What the in-memory index holds now, by its own count (machine code included)."""
+    llvm_jit.wait_for_background()
     return _MEMORY.nbytes
 
 
@@ -153,10 +157,30 @@ def remember(
     return entry
 
 
+# memory key -> the background compile that will remember that graph (``expect``)
+_EXPECTED: dict[str, concurrent.futures.Future] = {}
+
+
+def expect(key: str, job: concurrent.futures.Future) -> None:
+    """Note that ``job`` (compiling on the JIT's background thread) will remember the graph
+    under ``key``: until it has, :func:`recall` waits for it instead of missing."""
+    memory_key = _memory_key(key)
+    _EXPECTED[memory_key] = job
+
+    def done(_job):
+        if _EXPECTED.get(memory_key) is job:
+            del _EXPECTED[memory_key]
+
+    job.add_done_callback(done)
+
+
 def recall(key: str) -> GraphEntry | None:
     """The entry :func:`remember` made for ``key``, from memory or disk; None if there is none,
     or its file or object is not the one written for it."""
     memory_key = _memory_key(key)
+    job = _EXPECTED.get(memory_key)
+    if job is not None:
+        concurrent.futures.wait([job])  # a failed compile remembered nothing: a miss
     entry = _MEMORY.get(memory_key)
     if entry is not None:
         return entry

@@ -13,6 +13,7 @@ loads one into an empty module, so live code costs about its own size, not its I
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import dataclasses
 import functools
@@ -38,6 +39,8 @@ __all__ = [
     "asm",
     "cache_dir",
     "clear_kernel_memory",
+    "in_background",
+    "kernel_function",
     "compile_kernels",
     "compile_module",
     "host_target",
@@ -49,6 +52,7 @@ __all__ = [
     "shared_object",
     "optimized_ir",
     "reset_jit_stats",
+    "wait_for_background",
 ]
 
 # Bump when the cache layout or anything that changes the produced object (not covered by the key
@@ -90,7 +94,8 @@ _LOCAL_LINKAGE = (llvm.Linkage.internal, llvm.Linkage.private)
 
 
 def jit_stats() -> JitStats:
-    """A snapshot of this process's JIT counters."""
+    """A snapshot of this process's JIT counters (once the background compiles are done)."""
+    wait_for_background()
     with _LOCK:
         return dataclasses.replace(_stats)
 
@@ -98,6 +103,7 @@ def jit_stats() -> JitStats:
 def reset_jit_stats() -> None:
     """Zero the JIT counters (tests measure one compile at a time)."""
     global _stats
+    wait_for_background()
     with _LOCK:
         _stats = JitStats()
 
@@ -136,11 +142,63 @@ def _shared_target_machine(opt_level: int) -> llvm.TargetMachine:
 
 
 def cache_dir() -> Path:
-    """Where compiled objects live: ``$KILN_CACHE_DIR/llvm`` (default ``~/.cache/kiln/llvm``)."""
+    """Where compiled objects live: ``$KILN_CACHE_DIR/llvm`` (default ``~/.cache/kiln/llvm``);
+    a background compile uses the directory of the moment it was handed over."""
+    pinned = getattr(_background_root, "path", None)
+    if pinned is not None:
+        return pinned
     root = os.environ.get("KILN_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "kiln"
     )
     return Path(root) / "llvm"
+
+
+# LLVM releases the GIL while it optimizes and emits machine code, so a graph's kernels can be
+# compiled on a second thread while the calling thread lowers the next graph (the backward
+# after the forward, the graph after a break) and runs the Python glue. One thread, jobs in
+# the order given: a later graph reusing a kernel finds it compiled.
+_BACKGROUND = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kiln-llvm")
+_background_root = threading.local()  # .path: the cache directory of the job running
+_in_flight: set = set()  # futures of the jobs handed over and not finished
+_in_flight_lock = threading.Lock()
+
+
+def in_background(job, *args) -> concurrent.futures.Future:
+    """Run ``job(*args)`` on the JIT's background thread (with this moment's cache directory)
+    and return its future."""
+    root = cache_dir()
+
+    def run():
+        _background_root.path = root
+        try:
+            return job(*args)
+        finally:
+            _background_root.path = None
+
+    future = _BACKGROUND.submit(run)
+    with _in_flight_lock:
+        _in_flight.add(future)
+    future.add_done_callback(_finished)
+    return future
+
+
+def _finished(future: concurrent.futures.Future) -> None:
+    with _in_flight_lock:
+        _in_flight.discard(future)
+
+
+def wait_for_background() -> None:
+    """Wait until every job handed to the background thread so far has finished (its failure,
+    if any, is raised where its result is used, not here)."""
+    if getattr(_background_root, "path", None) is not None:
+        return  # a job asking: the jobs before it are done
+    with _in_flight_lock:
+        pending = list(_in_flight)
+    concurrent.futures.wait(pending)
+
+
+# a fork while the background thread holds LLVM's lock would leave the child's lock held
+os.register_at_fork(before=wait_for_background)
 
 
 def _toolchain_digest(parts) -> str:
@@ -233,11 +291,16 @@ class CompiledModule:
         self.key = key  # the object's cache key: load_object(key) finds it again
         self.functions: tuple[str, ...] = functions
         self.nbytes = nbytes  # about what the engine holds in memory, for caches' budgets
+        # looked up once, where the engine is made: binding a kernel later needs no LLVM call,
+        # so it does not wait for a background compile holding LLVM
+        self._addresses = {f: engine.get_function_address(f) for f in functions}
 
     def address(self, name: str) -> int:
         """The machine-code address of the exported function ``name``."""
-        with _LOCK:
-            address = self._engine.get_function_address(name)
+        address = self._addresses.get(name)
+        if address is None:
+            with _LOCK:
+                address = self._engine.get_function_address(name)
         if not address:
             raise KeyError(f"no function {name!r} in compiled module; it defines {self.functions}")
         return address
@@ -368,6 +431,7 @@ def _memory_key(key: str) -> str:
 def clear_kernel_memory() -> None:
     """Forget which kernels this process compiled (code in use stays alive): the next compile
     of one reads the disk cache."""
+    wait_for_background()
     with _LOCK:
         _KERNELS.clear()
         _ENGINES.clear()
@@ -389,7 +453,8 @@ def shared_object(key: str, functions: tuple[str, ...]) -> CompiledModule | None
         return load_object(key, functions)
 
 
-def _kernel_function(key: str) -> str:
+def kernel_function(key: str) -> str:
+    """The name of the kernel under ``key`` in the object :func:`compile_kernels` puts it in."""
     return f"kiln_kernel_{key[:24]}"
 
 
@@ -465,7 +530,7 @@ def compile_kernels(texts: dict[str, str], uses: int = 0) -> dict[str, tuple[Com
         if not missing:
             return found
         object_key = _toolchain_digest(("kernels", *missing))
-        functions = tuple(_kernel_function(key) for key in missing)
+        functions = tuple(kernel_function(key) for key in missing)
         path = _object_path(object_key)
         payload = cache_records.read_record(path, object_key)
         cache_hit = payload is not None
