@@ -77,7 +77,9 @@ def test_a_cold_training_compile_reports_every_stage_within_its_wall_time(monkey
     wall = time.perf_counter() - start
     assert set(totals) == set(klog.COMPILE_STAGES)
     assert all(seconds > 0 for seconds in totals.values())
-    assert sum(totals.values()) <= wall
+    # codegen runs on a background thread, overlapping the stages the calling thread runs
+    assert sum(v for k, v in totals.items() if k != "codegen") <= wall
+    assert totals["codegen"] <= wall
     w_eager = w.detach().requires_grad_()
     (x @ w_eager).tanh().sum().backward()
     assert kiln.allclose(loss, (x @ w_eager).tanh().sum()) and kiln.allclose(w.grad, w_eager.grad)
