@@ -48,7 +48,7 @@ from ..runtime.dtypes import dtype as DType
 from ..runtime.dtypes import get_default_dtype
 from ..runtime.state import per_thread
 from ..runtime.sym_expr import Symbol, expr_from_data, expr_to_data
-from ..runtime.symbolic import ShapeEnv, SymGuard, SymInt
+from ..runtime.symbolic import ShapeEnv, SymGuard, SymInt, shape_env_of
 from ..runtime.tensor import Tensor, make_fake
 from .module_state import get_attribute
 from .runtime import RuntimeLayout
@@ -138,7 +138,7 @@ class GraphCache:
             if self._graph_text is None:
                 self._graph_text = _graph_text(self.gm)
             inputs = _describe_inputs(args)
-            env = _shape_env(args)
+            env = shape_env_of(args)
             sizes = _describe_env(env) if env is not None else ""
         except _UncacheableError as why:
             return self._bypass(str(why))
@@ -310,16 +310,6 @@ def _graph_text(gm: GraphModule) -> str:
             line += f" = {_describe_value(get_attribute(gm, node.target))}"
         lines.append(line)
     return "\n".join(lines)
-
-
-def _shape_env(args: tuple) -> ShapeEnv | None:
-    """The ``ShapeEnv`` of the first symbolic size among the arguments (None: all concrete)."""
-    for value in args:
-        sizes = (*value._shape, *value.stride()) if isinstance(value, Tensor) else (value,)
-        for size in sizes:
-            if size.__class__ is SymInt:
-                return size.env
-    return None
 
 
 def _describe_env(env: ShapeEnv) -> str:

@@ -32,8 +32,7 @@ from ..inductor.symbolic_sizes import SizeBinding, graph_symbols
 from ..ir import GraphModule
 from ..ops.control_flow.cond import select_both_branches
 from ..ops.core.registry import OPS
-from ..runtime.symbolic import SizeDependentError, SymInt
-from ..runtime.tensor import Tensor
+from ..runtime.symbolic import SizeDependentError, shape_env_of
 from .archive import state_tensors
 from .container import write_container
 from .dims import check_program_guards
@@ -58,7 +57,7 @@ def _compile(ep: ExportedProgram) -> tuple[GraphModule, CompiledGraph]:
     lowered = GraphModule({}, pure.graph, class_name="PackagedGraph")
     examples = [n.meta.get("val") for n in pure.graph.nodes if n.op == "placeholder"]
     options = {"cpu_codegen": "llvm"}
-    env = _shape_env(examples)
+    env = shape_env_of(examples)
     if env is None:
         compiled = compile_graph(lowered, examples, options)
     else:
@@ -69,15 +68,6 @@ def _compile(ep: ExportedProgram) -> tuple[GraphModule, CompiledGraph]:
             "a package holds compiled kernels only"
         )
     return lowered, compiled
-
-
-def _shape_env(examples):
-    for value in examples:
-        if isinstance(value, Tensor):
-            for size in (*value._shape, *value.stride()):
-                if size.__class__ is SymInt:
-                    return size.env
-    return None
 
 
 def _unserved(*args):

@@ -16,12 +16,12 @@ import weakref
 
 from ..profiler import add_activation_listener
 from ..runtime import logs as klog
-from ..runtime.symbolic import SizeDependentError
+from ..runtime.symbolic import SizeDependentError, shape_env_of
 from . import config, wrapper_runtime
 from .graph_lowering import GraphLowering
 from .scheduler import ExternCall, ScatterStep, schedule
 from .specialize import is_symbolic_graph
-from .symbolic_compile import compile_symbolic, shape_env_of
+from .symbolic_compile import compile_symbolic
 from .symbolic_sizes import graph_symbols
 
 __all__ = [

@@ -24,13 +24,12 @@ import traceback
 from collections.abc import Callable
 
 from ..runtime import logs as klog
-from ..runtime.symbolic import SizeDependentError, SymInt
-from ..runtime.tensor import Tensor
+from ..runtime.symbolic import SizeDependentError, shape_env_of
 from . import config
 from .specialize import COMPILE_STATS, has_unbacked_sizes, specializing
 from .symbolic_sizes import SizeBinding, graph_symbols
 
-__all__ = ["compile_symbolic", "shape_env_of"]
+__all__ = ["compile_symbolic"]
 
 
 def compile_symbolic(
@@ -67,16 +66,6 @@ def compile_symbolic(
     COMPILE_STATS.symbolic_compiles += 1
     klog.log("inductor", f"inductor: kernels for every size of {binding.symbols}")
     return compiled
-
-
-def shape_env_of(example_inputs):
-    """The ``ShapeEnv`` of the first symbolic size among a graph's inputs (None: all concrete)."""
-    for value in example_inputs:
-        sizes = (*value._shape, *value.stride()) if isinstance(value, Tensor) else (value,)
-        for size in sizes:
-            if size.__class__ is SymInt:
-                return size.env
-    return None
 
 
 def _where(error: BaseException) -> str:

@@ -51,6 +51,7 @@ from .sym_expr import (
 __all__ = [
     "SymInt",
     "ShapeEnv",
+    "shape_env_of",
     "SymGuard",
     "GuardOnDataDependentError",
     "SizeDependentError",
@@ -1246,3 +1247,15 @@ def same_shape(a, b) -> bool:
     if len(a) != len(b):
         return False
     return known_same_shape(a, b) or tuple(a) == tuple(b)
+
+
+def shape_env_of(values) -> ShapeEnv | None:
+    """The ``ShapeEnv`` of the first symbolic size among ``values`` (tensors' sizes and strides,
+    int-like values); None when all are concrete."""
+    for value in values:
+        shape = getattr(value, "_shape", None)  # a tensor (this module sits below Tensor)
+        sizes = (*shape, *value.stride()) if shape is not None else (value,)
+        for size in sizes:
+            if size.__class__ is SymInt:
+                return size.env
+    return None
