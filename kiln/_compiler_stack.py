@@ -17,6 +17,8 @@ import importlib.util
 import sys
 from types import ModuleType
 
+from .runtime.switch_interval import quick_handoff
+
 __all__ = ["install", "facade_attribute", "MISSING"]
 
 MISSING = object()
@@ -43,7 +45,11 @@ def facade_attribute(name: str):
     if entry is None:
         return MISSING
     module_name, attribute = entry
-    module = importlib.import_module(module_name)
+    module = sys.modules.get(module_name)
+    if module is None:
+        # the first read loads hundreds of files: another busy thread must not stall it
+        with quick_handoff():
+            module = importlib.import_module(module_name)
     return module if attribute is None else getattr(module, attribute)
 
 

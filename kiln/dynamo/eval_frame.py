@@ -29,6 +29,7 @@ from typing import Any
 from ..nn.modules.module import Module
 from ..runtime import logs as klog
 from ..runtime.state import compile_lock
+from ..runtime.switch_interval import quick_handoff
 from ..runtime.symbolic import ConstraintViolationError
 from . import bytecode_versions as bv
 from . import config
@@ -414,7 +415,7 @@ def _compiled_function(
         with compile_lock:
             run = _recheck(entries, closure, args, kwargs)  # compiled by another thread?
             if run is None:
-                with _collector_paused():
+                with _collector_paused(), quick_handoff():
                     run = capture(args, kwargs)
         if run is not None:
             return run(*args, **kwargs)

@@ -30,6 +30,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from ....runtime.logs import compile_stage
+from ....runtime.switch_interval import quick_handoff
 from .. import cache_records
 
 __all__ = [
@@ -171,7 +172,8 @@ def in_background(job, *args) -> concurrent.futures.Future:
     def run():
         _background_root.path = root
         try:
-            return job(*args)
+            with quick_handoff():  # each LLVM call gives the GIL back: get it back quickly
+                return job(*args)
         finally:
             _background_root.path = None
 
