@@ -109,6 +109,11 @@ def main(argv: list[str]) -> int:
     else:
         record["exit_code"] = status
     _write_record(os.environ.get("KILN_RUN_DIR"), rank, record)
+    if status < 0:
+        # a killed rank could not tell its peers (a failing one does, then waits this long
+        # before it aborts): MPI's process manager ends every rank as soon as this process
+        # exits, so leave the peers watching the rank's pid their moment to report it
+        time.sleep(float(os.environ.get("KILN_DISTRIBUTED_ABORT_GRACE", "1.0")))
     return record["exit_code"]
 
 
