@@ -58,17 +58,33 @@ def iteration_vars(buf: ComputedBuffer, prefix: str = "x", rprefix: str = "r"):
 
 
 def reads_of(buf: Buffer, index=None, rindex=None) -> list[MemoryRead]:
-    """The loads of ``buf``'s body with the given (or fresh) loop variables."""
+    """The loads of ``buf``'s body with the given (or fresh) loop variables.
+
+    Remembered per buffer for loop variables of known sizes: the scheduler, the in-place pass
+    and the code generators ask again and again with variables of the same names and sizes (a
+    GPT training step's compile ran ~3400 bodies for ~740 distinct questions). A body's loads
+    depend only on its variables: its loaders are closures fixed when it was built."""
     if not isinstance(buf, ComputedBuffer):
         return []
     if index is None:
         index, rindex = iteration_vars(buf)
+    data = buf.data
+    key = sym.index_key(index, rindex)
+    memo = buf.__dict__.get("_reads_memo")
+    if memo is None or memo[0] is not data:
+        memo = buf._reads_memo = (data, {})
+    if key is not None:
+        reads = memo[1].get(key)
+        if reads is not None:
+            return list(reads)
     handler = RecordingHandler()
     with set_ops_handler(handler):
-        if isinstance(buf.data, Pointwise):
-            buf.data.inner_fn(index)
+        if isinstance(data, Pointwise):
+            data.inner_fn(index)
         else:
-            buf.data.inner_fn(index, rindex)
+            data.inner_fn(index, rindex)
+    if key is not None:
+        memo[1][key] = tuple(handler.reads)
     return handler.reads
 
 

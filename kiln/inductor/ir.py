@@ -96,11 +96,25 @@ class Layout:
         )
 
     def offset_expr(self, index) -> sym.Expr:
+        """The element offset of ``index`` (remembered per index: every loop body built on
+        this layout asks, and the scheduler and code generators run the bodies again and
+        again; a GPT training step's compile asked ~15k times for ~1.9k distinct answers)."""
+        key = sym.index_key(index)
+        if key is not None:
+            out = self._offsets.get(key)
+            if out is not None:
+                return out
         out = sym.const(self.offset)
         for i, st, size in zip(index, self.stride, self.shape):
             if not sym.known("==", size, 1):  # a size-1 dim's index is 0 (unknown: keep it)
                 out = out + sym.as_expr(i) * st
+        if key is not None:
+            self._offsets[key] = out
         return out
+
+    @functools.cached_property
+    def _offsets(self) -> dict:
+        return {}
 
     @property
     def is_symbolic(self) -> bool:

@@ -21,6 +21,7 @@ from ..runtime.symbolic import (
 )
 
 __all__ = [
+    "index_key",
     "size_value",
     "same_size",
     "broadcasts",
@@ -531,3 +532,38 @@ def as_expr(v) -> Expr:
 
 ZERO = const(0)
 ONE = const(1)
+
+
+def index_key(*indices) -> tuple | None:
+    """A hashable stand-in for index lists, for memos of work done on them: equal keys mean the
+    very same expressions over loop variables of the same names *and sizes* (``Var`` compares
+    by name alone, and a size can change what a simplification may do). Plain ints, constants
+    and affine expressions over such variables have one; anything else (a division, an
+    indirect index, a symbolic size) gives None: not remembered."""
+    key: list = []
+    for index in indices:
+        for v in index or ():
+            cls = v.__class__
+            if cls is Var:
+                if v.size.__class__ is not int:
+                    return None
+                key.append((v.name, v.size))
+            elif cls is int:
+                key.append(v)
+            elif cls is Expr:
+                if v.const.__class__ is not int:
+                    return None
+                terms = []
+                for a, c in v.terms.items():
+                    if (
+                        a.__class__ is not Var
+                        or a.size.__class__ is not int
+                        or c.__class__ is not int
+                    ):
+                        return None
+                    terms.append((a.name, a.size, c))
+                key.append((v.const, frozenset(terms)))
+            else:
+                return None
+        key.append(None)  # where one list ends
+    return tuple(key)

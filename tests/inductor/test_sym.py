@@ -146,3 +146,39 @@ def test_a_new_size_set_is_evaluated_like_the_expressions():
                 "shape", "stride", "dtype", "offset", "device")]).view_args  # fmt: skip
         assert sizes.rows == {3: (a * b, a), 5: (7, 7)}
         assert sizes.consts == (max(a, b), min(a, 2 * b))
+
+
+def test_index_keys_tell_variables_of_other_sizes_apart():
+    """Memos of offsets and reads key on ``index_key``: ``Var`` compares by name alone, the
+    key by name and size, so a loop of another size never gets an answer made for this one."""
+    a, b = sym.Var("x0", 4), sym.Var("x0", 8)
+    assert a == b and sym.index_key([a]) != sym.index_key([b])
+    e = a * 3 + 1
+    assert sym.index_key([e]) == sym.index_key([sym.Var("x0", 4) * 3 + 1])
+    assert sym.index_key([e]) != sym.index_key([b * 3 + 1])
+    assert sym.index_key([a], [b]) != sym.index_key([a, b])  # where the lists part counts
+    assert sym.index_key([a // 2]) is None  # a division is not keyed: not remembered
+
+
+def test_remembered_offsets_and_reads_follow_the_variables_sizes():
+    from kiln.inductor import ir
+    from kiln.inductor.dependencies import reads_of
+    from kiln.runtime import dtypes as dt
+
+    layout = ir.Layout.contiguous((4, 1), dt.float32)
+    small, large = sym.Var("x0", 4), sym.Var("x0", 8)
+    first = layout.offset_expr([small, sym.ZERO])
+    assert layout.offset_expr([sym.Var("x0", 4), sym.ZERO]) is first  # remembered
+    again = layout.offset_expr([large, sym.ZERO])
+    assert [a.size for a in again.terms] == [8]
+
+    src = ir.InputBuffer("src", layout)
+    buf = ir.ComputedBuffer(
+        "buf", layout, ir.Pointwise((4, 1), dt.float32, lambda idx: src.make_loader()(idx))
+    )
+    (read,) = reads_of(buf, [small, sym.ZERO])
+    (read8,) = reads_of(buf, [large, sym.ZERO])
+    assert [a.size for a in read.index.terms] == [4]
+    assert [a.size for a in read8.index.terms] == [8]
+    buf.data = ir.Pointwise((4, 1), dt.float32, lambda idx: ir.ops.load("other", sym.ZERO))
+    assert [r.name for r in reads_of(buf, [small, sym.ZERO])] == ["other"]  # a new body
