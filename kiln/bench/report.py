@@ -3,7 +3,8 @@
 Warnings first (a loaded machine), then one row per workload in each table: step time with its
 spread, speedups and kiln/PyTorch ratios; compile times (cold, warm, kiln's cold compile by
 stage, captures, recompiles, graphs and kernels); resident memory per column; GB/s of
-memory-bound workloads against a numpy copy (and the steady-state cost of ``dynamic=True``);
+memory-bound workloads against a numpy copy; the steady-state cost of ``dynamic=True`` beside
+the step times;
 programs whose shapes change, end to end (compile included) against eager. A column that could not run shows why (``not installed``, ``failed: ...``); long
 reasons become numbered notes under the tables. The JSON holds every sample, so other tools can
 recompute anything.
@@ -129,6 +130,7 @@ def _layouts(notes: _Notes) -> dict[str, list]:
             ("PyTorch", "speedup", lambda w: _ratio(w.torch_speedup)),
             ("kiln / PyTorch", "eager", lambda w: _ratio(w.eager_vs_torch)),
             ("kiln / PyTorch", "compiled", lambda w: _ratio(w.compiled_vs_torch)),
+            ("kiln", "dynamic/static", lambda w: _ratio(w.dynamic_vs_static)),
         ],
         "compile": [
             ("", "workload", lambda w: w.name),
@@ -177,7 +179,6 @@ def _layouts(notes: _Notes) -> dict[str, list]:
             ("PyTorch", "eager", bandwidth("torch_eager")),
             ("PyTorch", "compiled", bandwidth("torch_compiled")),
             ("PyTorch", "of copy", lambda w: _of_copy(w, "torch_compiled")),
-            ("kiln", "dynamic/static", lambda w: _ratio(w.dynamic_vs_static)),
         ],
     }
 
@@ -316,7 +317,10 @@ def format_report(suite: SuiteResult, markdown: bool = False) -> str:
         f"{'quick' if s['quick'] else 'full'} shapes); ±: half the interquartile range of the "
         "samples over the median (the JSON has every sample, quartiles and extremes). speedup = "
         "eager / compiled (above 1: compiling helps); kiln / PyTorch = kiln time / PyTorch time "
-        "(below 1: kiln is faster)."
+        "(below 1: kiln is faster); dynamic/static: kiln's median step compiled with "
+        "dynamic=True (symbolic sizes, kernels for every size) over its default compile's "
+        "(sizes of the first call), timed in the same rounds (above 1: symbolic kernels are "
+        "slower)."
     )
     lines.append(
         "compile: wall time of the first call of a freshly compiled function (capture, compile, "
@@ -337,10 +341,7 @@ def format_report(suite: SuiteResult, markdown: bool = False) -> str:
         "pools, compiled code; garbage collected and the heap trimmed first), peak = the most "
         "one more step adds on top. GB/s: the workload's compulsory bytes (inputs read once, "
         "outputs written once) over its median step; numpy copy = np.copyto of as many bytes, "
-        "timed in the same rounds. dynamic/static: kiln's median step compiled with "
-        "dynamic=True (symbolic sizes, kernels for every size) over its default compile's "
-        "(sizes of the first call), timed in the same rounds (above 1: symbolic kernels are "
-        "slower)."
+        "timed in the same rounds."
     )
     if any(w.end_to_end for w in suite.workloads):
         lines.append(

@@ -213,10 +213,11 @@ def test_compile_table_counts_captures_and_recompiles():
     assert program.split()[-4:-1] == ["3", "2", "4"]  # captures, recompiles, graphs (kernels -)
 
 
-def test_bandwidth_table_sets_dynamic_true_against_the_default_compile():
+def test_step_table_sets_dynamic_true_against_the_default_compile():
     suite = _with_a_program()
-    chain = _row(_tables(suite)["Memory-bound"], "pointwise_chain")
+    chain = _row(_tables(suite)["Step"], "pointwise_chain")
     assert chain.endswith("1.50x")  # 3 ms with dynamic=True over 2 ms
+    assert not _row(_tables(suite)["Memory-bound"], "pointwise_chain").endswith("1.50x")
     data = report.to_json(suite)
     assert data["workloads"][0]["dynamic_vs_static"] == pytest.approx(1.5)
     assert data["workloads"][2]["end_to_end_speedup"] == pytest.approx(0.5)

@@ -187,3 +187,16 @@ def test_a_suite_of_a_fake_workload_fills_every_column_it_can(monkeypatch, tmp_p
     data = to_json(suite)
     assert data["workloads"][0]["bandwidth"]["kiln_compiled"] > 0
     assert isinstance(data["warnings"], list)
+
+
+def test_every_workload_but_a_changing_program_gets_the_dynamic_column(monkeypatch, tmp_path):
+    """dynamic=True is measured beside the default compile for every workload (memory-bound
+    or not); a program whose shapes change is dynamic in both after its first recompile."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    plain = Workload("scaled", "x * 2", _build_scaled)
+    program = Workload("scaled_program", "x * 2", _build_scaled, end_to_end=True)
+    settings = Settings(quick=True, repeat=3, max_rounds=3, torch=False, debug_dir=None)
+    first, second = run_suite([plain, program], settings).workloads
+    assert first.moved_bytes is None and first.dynamic_seconds > 0
+    assert first.check["kiln_dynamic vs kiln_eager"] == 0.0
+    assert second.dynamic_seconds is None
