@@ -422,4 +422,15 @@ REGRESSIONS: list[Case] = [
         ),
         ("pytorch", *COMPILED),
     ),
+    Case(
+        "remainder's gradient by an infinite divisor: floored division (3 // -inf is -1)",
+        _one(
+            [
+                Input("x0", (4, 4), dtype="float16", fill="integral"),
+                Input("x1", (1, 4), layout="offset", fill="special", requires_grad=True, seed=1),
+            ],
+            ["v0 = x0 % x1"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
 ]

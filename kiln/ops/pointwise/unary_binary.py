@@ -798,7 +798,12 @@ def _fmod_np(a, b, out=None):
 remainder = binary(
     "remainder",
     _remainder_np,
-    lambda c, g: (g, -g * (c.args[0] / c.args[1]).floor() if needs_grad(c, 1) else None),
+    # PyTorch's floored division (``a - b * (a // b)`` is the remainder exactly), not
+    # floor(a / b): they differ where a / b rounds, and 3 // -inf is -1 where floor(3 / -inf) is -0
+    lambda c, g: (
+        g,
+        -g * div(c.args[0], c.args[1], rounding_mode="floor") if needs_grad(c, 1) else None,
+    ),
     refuses=lambda d: d is dt.bool_,
     complex_refused=complex_not_implemented("remainder_cpu"),
 )
