@@ -239,6 +239,14 @@ REGRESSIONS: list[Case] = [
         )
         for dtype in ("bool", "int32", "int64")
     ),
+    Case(
+        "a bfloat16 scatter-add with duplicate indices (Triton: one program, adds in float32)",
+        _one(
+            [Input("x0", (4, 2, 1), dtype="bfloat16", fill="integral", requires_grad=True)],
+            ["v0 = x0.expand(4, 2, 3)", "v2 = v0[:, torch.tensor([0, 0])]"],
+        ),
+        ("inductor-triton",),
+    ),
     # ---------------------------------------------------------------- eager against PyTorch
     Case("sign(NaN) is 0", _one([_SPECIAL], ["v0 = torch.sign(x0)"])),
     *(

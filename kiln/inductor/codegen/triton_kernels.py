@@ -403,7 +403,13 @@ def generate_scatter(
             ptr += " + tl.full([XBLOCK], 0, tl.int32)"
         if sequential:
             old = p.emit(f"tl.load({ptr}, xmask, other=0)", value.dtype, True, False)
-            value = p.emit(f"{old} + {value}", value.dtype, True, False)
+            if buf.dtype in (dt.float16, dt.bfloat16):
+                # added in float32 and rounded once, as one 16-bit add rounds; Triton's
+                # CPU interpreter got bfloat16 adds wrong (a sum of 6 came out inf)
+                wide = f"{old}.to(tl.float32) + {value}.to(tl.float32)"
+                value = p.emit(f"({wide}).to({tl_dtype(buf.dtype)})", value.dtype, True, False)
+            else:
+                value = p.emit(f"{old} + {value}", value.dtype, True, False)
         op = "tl.atomic_add" if atomic else "tl.store"
         p.store_line(buf.name, f"{op}({ptr}, {value}, xmask)", False)
     body = p.render()
