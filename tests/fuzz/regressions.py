@@ -431,6 +431,15 @@ REGRESSIONS: list[Case] = [
         ("pytorch", *COMPILED),
     ),
     Case(
+        "masked_fill_ whose mask is the written memory seen with other strides: PyTorch raises",
+        _one(
+            [Input("x0", (), dtype="bool", fill="integral")],
+            ["v0 = torch.sign(x0)", "v1 = v0.unsqueeze(0)", "v1.masked_fill_(v0, False)"],
+            ["v0"],
+        ),
+        ("pytorch",),
+    ),
+    Case(
         "remainder's gradient by an infinite divisor: floored division (3 // -inf is -1)",
         _one(
             [

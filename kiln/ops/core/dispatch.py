@@ -28,6 +28,8 @@ __all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "Cop
 
 
 def dispatch(op, args: tuple, recorded: bool = False):
+    if op.inplace and len(op.tensor_positions) > 1:
+        _check_no_partial_overlap(op, args)
     state = per_thread.state  # this thread's grad mode, modes and autocast: read once
     if state.autocast is not None and op in state.autocast.policies:
         return state.autocast.run(op, args)  # casts the arguments, then dispatches again
@@ -69,6 +71,65 @@ def dispatch(op, args: tuple, recorded: bool = False):
             args[0]._get_storage().version += 1
         return out
     return _run_kernel(op, args)
+
+
+_PARTIAL_OVERLAP = (
+    "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
+    "a single memory location. Please clone() the tensor before performing the operation."
+)
+
+
+def _check_no_partial_overlap(op, args: tuple) -> None:
+    """PyTorch's check before an in-place op writes: no input may share some but not all of
+    the written memory (``x[1:].add_(x[:-1])``, or the same bytes seen with other strides),
+    since the result would depend on the order elements are written in. The very same view
+    is fine (``x.add_(x)``), and so is any pair PyTorch cannot judge cheaply (either one not
+    dense): it then computes as if the input were read first. Real and fake tensors alike,
+    so a compiled function raises where eager code does."""
+    out = args[0]
+    if not isinstance(out, Tensor):
+        return
+    for p in op.tensor_positions:
+        a = args[p]
+        if (
+            p == 0
+            or a is out
+            or not isinstance(a, Tensor)
+            or a._storage is None
+            and (a._data is None or out._data is None)
+        ):
+            continue
+        if a._get_storage() is not out._get_storage():
+            continue
+        if _partially_overlapping(out, a):
+            raise RuntimeError(_PARTIAL_OVERLAP)
+
+
+def _partially_overlapping(a: Tensor, b: Tensor) -> bool:
+    """PyTorch's ``get_overlap_status(a, b) == Partial`` for two tensors of one storage."""
+    if not _dense(a) or not _dense(b):
+        return False
+    na, nb = a.numel(), b.numel()
+    if not na or not nb:
+        return False
+    ia, ib = a._dtype.itemsize, b._dtype.itemsize
+    a_begin, b_begin = a.storage_offset() * ia, b.storage_offset() * ib
+    a_end, b_end = a_begin + na * ia, b_begin + nb * ib
+    if a_begin == b_begin and a_end == b_end:
+        return tuple(a.stride()) != tuple(b.stride())
+    return a_begin < b_end and b_begin < a_end
+
+
+def _dense(t: Tensor) -> bool:
+    """Non-overlapping and dense: the elements fill one block of memory exactly once."""
+    expected = 1
+    for size, stride in sorted(
+        ((n, st) for n, st in zip(t._shape, t.stride()) if n != 1), key=lambda d: d[1]
+    ):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _needs_composite_autograd(op, args: tuple, state) -> bool:
