@@ -29,7 +29,9 @@ __all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "Cop
 
 def dispatch(op, args: tuple, recorded: bool = False):
     if op.inplace and len(op.tensor_positions) > 1:
-        _check_no_partial_overlap(op, args)
+        storage = getattr(args[0], "_storage", None)
+        if storage is not None:  # else no view of it was ever made: no input can share it
+            _check_no_partial_overlap(op, args, storage)
     state = per_thread.state  # this thread's grad mode, modes and autocast: read once
     if state.autocast is not None and op in state.autocast.policies:
         return state.autocast.run(op, args)  # casts the arguments, then dispatches again
@@ -79,7 +81,7 @@ _PARTIAL_OVERLAP = (
 )
 
 
-def _check_no_partial_overlap(op, args: tuple) -> None:
+def _check_no_partial_overlap(op, args: tuple, storage) -> None:
     """PyTorch's check before an in-place op writes: no input may share some but not all of
     the written memory (``x[1:].add_(x[:-1])``, or the same bytes seen with other strides),
     since the result would depend on the order elements are written in. The very same view
@@ -87,20 +89,10 @@ def _check_no_partial_overlap(op, args: tuple) -> None:
     dense): it then computes as if the input were read first. Real and fake tensors alike,
     so a compiled function raises where eager code does."""
     out = args[0]
-    if not isinstance(out, Tensor):
-        return
     for p in op.tensor_positions:
         a = args[p]
-        if (
-            p == 0
-            or a is out
-            or not isinstance(a, Tensor)
-            or a._storage is None
-            and (a._data is None or out._data is None)
-        ):
-            continue
-        if a._get_storage() is not out._get_storage():
-            continue
+        if a is out or getattr(a, "_storage", None) is not storage:
+            continue  # (views share their base's storage object: see ``mark_view``)
         if _partially_overlapping(out, a):
             raise RuntimeError(_PARTIAL_OVERLAP)
 
@@ -113,15 +105,29 @@ def _partially_overlapping(a: Tensor, b: Tensor) -> bool:
     if not na or not nb:
         return False
     ia, ib = a._dtype.itemsize, b._dtype.itemsize
-    a_begin, b_begin = a.storage_offset() * ia, b.storage_offset() * ib
+    a_begin, b_begin = _first_byte(a), _first_byte(b)
     a_end, b_end = a_begin + na * ia, b_begin + nb * ib
     if a_begin == b_begin and a_end == b_end:
         return tuple(a.stride()) != tuple(b.stride())
     return a_begin < b_end and b_begin < a_end
 
 
+def _first_byte(t: Tensor) -> int:
+    """Where ``t``'s first element lies: its address, or for a fake tensor (no memory) its
+    offset in its storage, in bytes (either way comparable within one storage)."""
+    data = t._data
+    if data is None:
+        return t._offset * t._dtype.itemsize
+    if t._device is not cpu:
+        return data.data_ptr()
+    return data.__array_interface__["data"][0]
+
+
 def _dense(t: Tensor) -> bool:
     """Non-overlapping and dense: the elements fill one block of memory exactly once."""
+    data = t._data
+    if data is not None and t._device is cpu and data.flags.c_contiguous:
+        return True
     expected = 1
     for size, stride in sorted(
         ((n, st) for n, st in zip(t._shape, t.stride()) if n != 1), key=lambda d: d[1]
