@@ -264,3 +264,52 @@ def test_concurrent_compiles_from_threads():
         thread.join()
     assert not errors
     assert results == {index: [float(index)] * 4 for index in range(8)}
+
+
+_DOUBLE_TO_HALF_IR = """
+define void @convert(double* %src, i16* %dst, i64 %n) nounwind {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%next, %loop]
+  %p = getelementptr double, double* %src, i64 %i
+  %d = load double, double* %p
+  %h = fptrunc double %d to half
+  %bits = bitcast half %h to i16
+  %q = getelementptr i16, i16* %dst, i64 %i
+  store i16 %bits, i16* %q
+  %next = add i64 %i, 1
+  %more = icmp slt i64 %next, %n
+  br i1 %more, label %loop, label %done
+done:
+  ret void
+}
+"""
+
+
+def test_double_to_half_rounds_once_through_kilns_own_runtime_helper(cache_dir):
+    """x86 has no instruction for double -> half: LLVM calls ``__truncdfhf2``, which kiln defines
+    (a Python process need not have libgcc's loaded; resolved to address 0, the kernel jumped
+    there). One correct rounding, as numpy's cast, on ties, subnormals, overflow and NaN."""
+    module = llvm_jit.compile_module(_DOUBLE_TO_HALF_IR)
+    convert = module.cfunc("convert", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+    rng = np.random.default_rng(0)
+    edges = [1 + 2**-11 + 2**-40, 1 + 2**-11, 1 + 2**-11 - 2**-40, -(1 + 3 * 2**-11 + 2**-45),
+             65504.0, 65520.0, 65519.99, 2.0**-25 + 1e-20, 2.0**-25, 1.5 * 2.0**-24, 1e-300, 3e39,
+             np.inf, -np.inf, np.nan, 0.0, -0.0]  # fmt: skip
+    src = np.concatenate([edges, rng.standard_normal(5000) * 10.0 ** rng.integers(-9, 6, 5000)])
+    dst = np.empty(src.size, np.uint16)
+    convert(src.ctypes.data, dst.ctypes.data, src.size)
+    np.testing.assert_array_equal(dst.view(np.float16), src.astype(np.float16))
+
+
+def test_a_float16_scan_feeding_math_compiles_and_runs():
+    """The graph the fuzzer found (seed 777): a float16 cumsum, accumulated in float64, feeding
+    atan; instruction selection merged its two roundings into the libgcc call."""
+    import kiln
+
+    x = kiln.randn(3, 4).to(kiln.float16)
+    got = kiln.compile(lambda t: kiln.atan(t.cumsum(1)), backend="inductor")(x)
+    np.testing.assert_allclose(
+        got.float().numpy(), kiln.atan(x.cumsum(1)).float().numpy(), atol=1e-3
+    )

@@ -111,15 +111,67 @@ def reset_jit_stats() -> None:
 
 @functools.cache
 def host_target() -> HostTarget:
-    """Initialize LLVM's native target once and describe the host CPU."""
+    """Initialize LLVM's native target once and describe the host CPU (and give the JIT the
+    runtime helpers LLVM's code generator may call, before any kernel is loaded)."""
     with _LOCK:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        return HostTarget(
+        host = HostTarget(
             triple=llvm.get_process_triple(),
             cpu_name=llvm.get_host_cpu_name(),
             features=llvm.get_host_cpu_features().flatten(),
         )
+        _define_runtime_helpers(host)
+        return host
+
+
+# LLVM's x86 code generator turns a double -> half conversion into a call of ``__truncdfhf2``
+# (no instruction does it), also where the kernel's IR converts through float: instruction
+# selection merges the two roundings (a float16 cumsum, accumulated in float64, feeding atan).
+# That function lives in libgcc (GCC 12 and later) or compiler-rt, neither of which a Python
+# process need have loaded: MCJIT then resolved it to address 0 and the kernel jumped there.
+# kiln defines it itself: rounded to float with round-to-odd (the sticky bit kept in the lowest
+# mantissa bit), then to half in one hardware rounding — exactly double -> half's single rounding,
+# since float carries more than two bits beyond half's precision.
+_RUNTIME_HELPERS_IR = r"""
+define half @__truncdfhf2(double %d) nounwind {
+entry:
+  %f = fptrunc double %d to float
+  %back = fpext float %f to double
+  %exact = fcmp ueq double %back, %d
+  br i1 %exact, label %done, label %odd
+odd:
+  %ab = call double @llvm.fabs.f64(double %back)
+  %ad = call double @llvm.fabs.f64(double %d)
+  %away = fcmp ogt double %ab, %ad
+  %bits = bitcast float %f to i32
+  %toward = sub i32 %bits, 1
+  %t = select i1 %away, i32 %toward, i32 %bits
+  %o = or i32 %t, 1
+  %fo = bitcast i32 %o to float
+  br label %done
+done:
+  %r = phi float [%f, %entry], [%fo, %odd]
+  %h = fptrunc float %r to half
+  ret half %h
+}
+declare double @llvm.fabs.f64(double)
+"""
+
+_helper_engines: list = []  # the engines holding the helpers' machine code, for the process
+
+
+def _define_runtime_helpers(host: HostTarget) -> None:
+    module = llvm.parse_assembly(_RUNTIME_HELPERS_IR)
+    module.triple = host.triple
+    module.verify()
+    machine = llvm.Target.from_triple(host.triple).create_target_machine(
+        cpu=host.cpu_name, features=host.features, opt=2, jit=True
+    )
+    engine = llvm.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    _helper_engines.append(engine)
+    llvm.add_symbol("__truncdfhf2", engine.get_function_address("__truncdfhf2"))
 
 
 def _new_target_machine(opt_level: int) -> llvm.TargetMachine:
