@@ -33,6 +33,7 @@ __all__ = [
     "promote_types",
     "get_default_dtype",
     "set_default_dtype",
+    "through_float32",
     "from_numpy_dtype",
     "dtype_of_python_scalar",
     "default_complex_dtype",
@@ -142,6 +143,24 @@ _TORCH_NAMES = {
 }
 _BY_NAME = {d.name: d for d in all_dtypes}
 _BY_NP = {d.np: d for d in all_dtypes}
+
+
+_HALF_TYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def through_float32(a: np.ndarray, np_dtype) -> np.ndarray:
+    """``a`` ready for numpy's cast to ``np_dtype`` so that it rounds as PyTorch's does: PyTorch
+    builds a float16 or bfloat16 value from a float, so a float64 (or a 64-bit integer) is
+    rounded to float32 first and then to the 16-bit type, twice (1 + 2**-11 + 2**-40 becomes 1.0
+    in PyTorch, where one rounding gives 1.001). Other casts come back unchanged."""
+    if np.dtype(np_dtype) in _HALF_TYPES and (
+        a.dtype.kind == "f"
+        and a.dtype.itemsize > 4
+        or a.dtype.kind in "iu"
+        and a.dtype.itemsize > 2
+    ):
+        return a.astype(np.float32)
+    return a
 
 
 def _dtype_by_name(name: str) -> dtype:

@@ -104,7 +104,7 @@ class NumpyHandler:
             return x != 0
         if not dtype.is_floating_point and x.dtype.kind == "f":
             return np.trunc(x).astype(_np(dtype))
-        return x.astype(_np(dtype))
+        return dt.through_float32(x, _np(dtype)).astype(_np(dtype))
 
     def where(self, c, a, b):
         return np.where(c, a, b)

@@ -108,6 +108,7 @@ def cast_array(a: np.ndarray, np_dtype) -> np.ndarray:
     column-major, where PyTorch (and every op's meta) makes a row-major result."""
     if a.dtype == np_dtype:
         return a
+    a = dt.through_float32(a, np_dtype)
     return a.astype(np_dtype, order="C" if 0 in a.strides else "K")
 
 

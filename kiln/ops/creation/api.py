@@ -261,7 +261,7 @@ def tensor(
         else:
             raw = _to_nested_numpy(data, d)
             if d.category >= 2 or d is dt.bool_ or raw.dtype.kind != "f":
-                arr = np.array(raw, dtype=d.np, copy=True)
+                arr = np.array(dt.through_float32(np.asarray(raw), d.np), dtype=d.np, copy=True)
             else:
                 arr = np.trunc(raw).astype(d.np)
     arr = np.require(arr, requirements="C")
