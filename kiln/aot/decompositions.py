@@ -14,6 +14,7 @@ from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 
 __all__ = [
+    "KEPT_WHOLE",
     "list_decompositions",
     "decomposition_table",
     "prim_ops",
@@ -32,9 +33,21 @@ def prim_ops() -> list[str]:
     return sorted(name for name, op in OPS.items() if op.is_prim)
 
 
+# Ops whose eager kernels replay PyTorch's choice among equal values (std::sort's order for an
+# unstable sort, partial_sort / nth_element for topk, quickselect for kthvalue): their
+# decompositions sort stably and would pick other indices among ties, so a compiled graph keeps
+# them whole and runs the eager kernel (an extern call in the inductor). Found by the fuzzer:
+# the gradient of x.clamp(max=2).topk(1) went to another of the tied elements when compiled.
+KEPT_WHOLE = frozenset({"sort", "topk", "kthvalue"})
+
+
 def decomposition_table(ops=None) -> dict[Op, object]:
-    """{op: decomposition} for every non-prim op that has one (or for the ``ops`` given)."""
-    chosen = OPS.values() if ops is None else [OPS[o] if isinstance(o, str) else o for o in ops]
+    """{op: decomposition} for every non-prim op that has one (or for the ``ops`` given), but
+    those ``KEPT_WHOLE`` unless named in ``ops``."""
+    if ops is None:
+        chosen = [op for op in OPS.values() if op.name not in KEPT_WHOLE]
+    else:
+        chosen = [OPS[o] if isinstance(o, str) else o for o in ops]
     return {
         op: _in_float32(op) if _rounds_once(op) else op.decomposition
         for op in chosen

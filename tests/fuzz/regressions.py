@@ -247,6 +247,26 @@ REGRESSIONS: list[Case] = [
         ),
         ("inductor-triton",),
     ),
+    Case(
+        "topk among ties: compiled picks the element eager (and PyTorch) picks",
+        _one(
+            [Input("x1", (4,), fill="integral", requires_grad=True, seed=5)],
+            ["v2 = x1.clamp(max=2.0)", "v6 = v2.topk(1, -1).values"],
+        ),
+        COMPILED,
+    ),
+    Case(
+        "topk of a stride-0 view with ties: the gradient goes where eager's goes",
+        _one(
+            [Input("x0", (3, 3), layout="expanded", fill="integral", requires_grad=True)],
+            [
+                "v1 = x0.mT",
+                "v2 = v1.contiguous().as_strided((1, 5), (0, 2))",
+                "v3 = v2.topk(2, 1).values",
+            ],
+        ),
+        COMPILED,
+    ),
     # ---------------------------------------------------------------- eager against PyTorch
     Case("sign(NaN) is 0", _one([_SPECIAL], ["v0 = torch.sign(x0)"])),
     *(
