@@ -526,8 +526,11 @@ class _Runner:
             fn = instance.compiled(
                 lambda f: kiln.lib.compile(f, backend=kiln.backend, dynamic=True)
             )
-            fn(*instance.args)  # compiled here, where the cache folder is this workload's
-        return _Column(kiln, instance, fn)
+            out = fn(*instance.args)  # compiled here, where the cache folder is this workload's
+        column = _Column(kiln, instance, fn)
+        # the first step's output (a training step's later outputs follow its updated weights)
+        column.first_output = _first_output(out)
+        return column
 
     def _write_dumps(self, workload: Workload, result: WorkloadResult) -> None:
         """Compile a fresh instance once more (warm cache, untimed) with the dumps on, so the

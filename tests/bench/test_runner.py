@@ -200,3 +200,25 @@ def test_every_workload_but_a_changing_program_gets_the_dynamic_column(monkeypat
     assert first.moved_bytes is None and first.dynamic_seconds > 0
     assert first.check["kiln_dynamic vs kiln_eager"] == 0.0
     assert second.dynamic_seconds is None
+
+
+def _build_stateful(lib, quick, device):
+    state = lib.zeros(4, device=device)
+
+    def accumulate(x):
+        state.add_(x)
+        return state * 1.0
+
+    return Instance(accumulate, (lib.ones(4, device=device),))
+
+
+def test_a_training_steps_dynamic_column_compares_its_first_step(monkeypatch, tmp_path):
+    """A step that changes its state (a training step) gives another output each call: the
+    dynamic column's first output is its first step's, as the compiled column's is."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    workload = Workload("stateful", "state += x", _build_stateful)
+    settings = Settings(quick=True, repeat=3, max_rounds=3, torch=False, debug_dir=None)
+    (result,) = run_suite([workload], settings).workloads
+    assert result.check["kiln_compiled vs kiln_eager"] == 0.0
+    assert result.check["kiln_dynamic vs kiln_eager"] == 0.0
+    assert not [n for n in result.notes if "first outputs differ" in n]
