@@ -414,6 +414,28 @@ def _timed_first_calls(library: _Library, fn: Callable, instance: Instance):
     return time.perf_counter() - start, outputs[0]
 
 
+def balanced_order(columns: list, r: int) -> list:
+    """The columns' order in round ``r``: a Williams design, in which over a cycle (n rounds for
+    n columns, 2n when n is odd) every column runs right after every other one equally often.
+    A column can slow the one after it (PyTorch's OpenMP threads keep spinning after its ops,
+    taking a core from kiln's kernel threads: the dynamic column, always after PyTorch's in a
+    plain rotation, measured 1.25-1.54x the static one with PyTorch's columns and 0.98-1.00x
+    without), so each pays that equally."""
+    n = len(columns)
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:
+        first.append(low if len(first) % 2 else high)
+        if len(first) % 2:
+            high -= 1
+        else:
+            low += 1
+    k = r % (n if n % 2 == 0 else 2 * n)
+    row = [(x + k) % n for x in first]
+    if k >= n:
+        row.reverse()
+    return [columns[i] for i in row]
+
+
 class _Runner:
     def __init__(self, settings: Settings, progress: Callable[[str], None], observed: list):
         self.settings = settings
@@ -698,8 +720,7 @@ class _Runner:
         r = 0
         while self._rounds(r, time.perf_counter() - start):
             self.progress(f"{workload.name}: timing round {r + 1}")
-            shift = r % len(order)
-            for key in order[shift:] + order[:shift]:
+            for key in balanced_order(order, r):
                 column = columns[key]
                 before = len(observed)
                 samples[key].append(column.timed(column.calls, r * column.calls))

@@ -15,6 +15,7 @@ from kiln.bench.runner import (
     WorkloadResult,
     _Column,
     _Runner,
+    balanced_order,
     load_warnings,
     run_suite,
     spread,
@@ -222,3 +223,17 @@ def test_a_training_steps_dynamic_column_compares_its_first_step(monkeypatch, tm
     assert result.check["kiln_compiled vs kiln_eager"] == 0.0
     assert result.check["kiln_dynamic vs kiln_eager"] == 0.0
     assert not [n for n in result.notes if "first outputs differ" in n]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
+def test_every_column_follows_every_other_equally_often_over_a_cycle(n):
+    """A column that slows the next one (PyTorch's spinning OpenMP threads) slows each alike."""
+    columns = list(range(n))
+    cycle = n if n % 2 == 0 else 2 * n
+    follows: dict = {}
+    for r in range(cycle):
+        row = balanced_order(columns, r)
+        assert sorted(row) == columns
+        for a, b in zip(row, row[1:]):
+            follows[(a, b)] = follows.get((a, b), 0) + 1
+    assert len(follows) == n * (n - 1) and len(set(follows.values())) == 1
