@@ -150,8 +150,8 @@ _HALF_TYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 def through_float32(a: np.ndarray, np_dtype) -> np.ndarray:
     """``a`` ready for numpy's cast to ``np_dtype`` so that it rounds as PyTorch's does: PyTorch
-    builds a float16 or bfloat16 value from a float, so a float64 (or a 64-bit integer) is
-    rounded to float32 first and then to the 16-bit type, twice (1 + 2**-11 + 2**-40 becomes 1.0
+    builds a float16 or bfloat16 value from a float, so a float64 (or an integer of more than
+    16 bits) is rounded to float32 first and then to the 16-bit type, twice (1 + 2**-11 + 2**-40 becomes 1.0
     in PyTorch, where one rounding gives 1.001). Other casts come back unchanged."""
     if np.dtype(np_dtype) in _HALF_TYPES and (
         a.dtype.kind == "f"
