@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ...autograd.graph import Node, OpBackward, leaf_edge
 from ...runtime.device import cpu, meta
+from ...runtime.memory_format import is_non_overlapping_and_dense
 from ...runtime.state import per_thread
 from ...runtime.tensor import Tensor
 from . import registry
@@ -99,7 +100,9 @@ def _check_no_partial_overlap(op, args: tuple, storage) -> None:
 
 def _partially_overlapping(a: Tensor, b: Tensor) -> bool:
     """PyTorch's ``get_overlap_status(a, b) == Partial`` for two tensors of one storage."""
-    if not _dense(a) or not _dense(b):
+    if not is_non_overlapping_and_dense(a._shape, a.stride()) or not is_non_overlapping_and_dense(
+        b._shape, b.stride()
+    ):
         return False
     na, nb = a.numel(), b.numel()
     if not na or not nb:
@@ -115,27 +118,9 @@ def _partially_overlapping(a: Tensor, b: Tensor) -> bool:
 def _first_byte(t: Tensor) -> int:
     """Where ``t``'s first element lies: its address, or for a fake tensor (no memory) its
     offset in its storage, in bytes (either way comparable within one storage)."""
-    data = t._data
-    if data is None:
+    if t._data is None:
         return t._offset * t._dtype.itemsize
-    if t._device is not cpu:
-        return data.data_ptr()
-    return data.__array_interface__["data"][0]
-
-
-def _dense(t: Tensor) -> bool:
-    """Non-overlapping and dense: the elements fill one block of memory exactly once."""
-    data = t._data
-    if data is not None and t._device is cpu and data.flags.c_contiguous:
-        return True
-    expected = 1
-    for size, stride in sorted(
-        ((n, st) for n, st in zip(t._shape, t.stride()) if n != 1), key=lambda d: d[1]
-    ):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
+    return t.data_ptr()
 
 
 def _needs_composite_autograd(op, args: tuple, state) -> bool:
