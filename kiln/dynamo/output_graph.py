@@ -76,11 +76,20 @@ def _running_without_autocast(compiled):
 
 
 def _is_module_state(source: Source) -> bool:
-    """Whether ``source`` reads a module's parameter or buffer (``self.fc.weight``)."""
-    from .sources import ModuleTableSource
+    """Whether ``source`` reads a module's parameter or buffer (``self.fc.weight``), a
+    gradient (``p.grad``) or an optimizer's state of a parameter (``opt.state[p]['exp_avg']``):
+    tensors shaped like the parameters, which ``dynamic=True`` leaves static as PyTorch does
+    (its optimizer marks grads and state static). An optimizer step compiled with symbolic
+    parameter shapes would tie a 16x3x3x3 weight's dims into one symbol and give every tiny
+    update kernel loops of unknown trip count."""
+    from .sources import AttrSource, IdentityItemSource, ModuleTableSource
 
+    if isinstance(source, AttrSource) and source.attr == "grad":
+        return True
     while source is not None:
         if isinstance(source, ModuleTableSource):
+            return True
+        if isinstance(source, IdentityItemSource) and getattr(source.index, "_is_param", False):
             return True
         source = getattr(source, "base", None)
     return False

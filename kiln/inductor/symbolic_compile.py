@@ -26,6 +26,7 @@ from collections.abc import Callable
 from ..runtime import logs as klog
 from ..runtime.symbolic import SizeDependentError, shape_env_of
 from . import config
+from .lowering.convolution import static_images_only
 from .specialize import COMPILE_STATS, has_unbacked_sizes, specializing
 from .symbolic_sizes import SizeBinding, graph_symbols
 
@@ -52,8 +53,22 @@ def compile_symbolic(
         return specializing(gm, example_inputs, compile_static)
     try:
         binding = SizeBinding(example_inputs, graph_symbols(example_inputs))
-        with env.kernel_scope():
-            compiled = compile_graph(gm, example_inputs, options, binding, fallback)
+        try:
+            with env.kernel_scope():
+                compiled = compile_graph(gm, example_inputs, options, binding, fallback)
+        except SizeDependentError as why:
+            if not _has_convolution(gm):
+                raise
+            # the convolution lowering's loops over symbolic image sizes are the likeliest
+            # cause: once more with those convolutions as eager calls, before the whole graph
+            # goes per size
+            klog.log(
+                "inductor",
+                f"inductor: no kernels for every size with symbolic convolution images ({why},"
+                f" at {_where(why)}); compiling again with their eager kernels",
+            )
+            with static_images_only(), env.kernel_scope():
+                compiled = compile_graph(gm, example_inputs, options, binding, fallback)
     except (SizeDependentError, SymbolicUnsupportedError) as why:
         message = (
             f"inductor: no kernels for every size ({why}, at {_where(why)});"
@@ -66,6 +81,13 @@ def compile_symbolic(
     COMPILE_STATS.symbolic_compiles += 1
     klog.log("inductor", f"inductor: kernels for every size of {binding.symbols}")
     return compiled
+
+
+def _has_convolution(gm) -> bool:
+    return any(
+        node.op == "call_function" and getattr(node.target, "name", None) == "convolution"
+        for node in gm.graph.nodes
+    )
 
 
 def _where(error: BaseException) -> str:

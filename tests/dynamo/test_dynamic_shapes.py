@@ -455,6 +455,42 @@ def test_mark_static_and_dynamic_false_keep_sizes_fixed():
     assert counter.frame_count == 2
 
 
+def test_dynamic_true_keeps_parameters_gradients_and_optimizer_state_static():
+    """PyTorch's rule: parameters, their ``.grad`` and an optimizer's per-parameter state keep
+    their sizes under ``dynamic=True`` (only the data is symbolic), so the optimizer's update
+    kernels have fixed trip counts and the parameters' dims are not tied by duck sizing."""
+    inputs = []
+
+    def backend(gm, example_inputs):
+        for node in gm.graph.nodes:  # the placeholders' fakes, symbolic where traced so
+            if node.op == "placeholder" and isinstance(node.meta.get("val"), kiln.Tensor):
+                inputs.append(node.meta["val"])
+        return gm.forward
+
+    model = kiln.nn.Linear(5, 3)
+    opt = kiln.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(x):
+        model(x).square().sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    compiled = kiln.compile(step, backend=backend, dynamic=True)
+    for batch in (7, 9, 11):
+        compiled(kiln.randn(batch, 5))
+
+    def symbolic(t):
+        return [isinstance(s, kiln.SymInt) for s in t.shape]
+
+    def hint(t):
+        return tuple(s.hint if isinstance(s, kiln.SymInt) else s for s in t.shape)
+
+    shaped_like_parameters = [t for t in inputs if hint(t) in ((3, 5), (3,))]
+    assert len(shaped_like_parameters) >= 6  # parameters, gradients, momentum buffers
+    assert not any(any(symbolic(t)) for t in shaped_like_parameters)
+    assert any(hint(t) == (7, 5) and symbolic(t)[0] for t in inputs)  # the batch is a symbol
+
+
 def test_equal_sizes_share_a_symbol_checked_by_the_guards():
     counter = CompileCounter("eager")
     compiled = kiln.compile(lambda x, y: x + y, backend=counter, dynamic=True)

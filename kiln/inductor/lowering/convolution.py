@@ -19,23 +19,33 @@ A transposed convolution (the input gradient, ``ConvTranspose``) with unit strid
 convolution over the flipped kernel (``_as_forward``). Otherwise it is the product first, ``W^T x``
 giving one column per (output channel, kernel offset, input position), then col2im as a gather:
 every output element sums the kernel offsets whose input position lands on it (``_col2im``), a
-loop the consumers fuse with. Symbolic sizes and 16-bit dtypes run the eager kernel (logged);
-a graph with symbolic sizes then takes the per-size route (``inductor/specialize.py``).
+loop the consumers fuse with. 16-bit dtypes run the eager kernel (logged).
+
+The batch and image sizes may be symbolic (a graph compiled once for every size): loop bounds,
+padding tests and product shapes are expressions over them, and the two size-dependent choices
+(a product per sample or one for the batch; which order the columns are stored in) are made from
+the sizes seen, without a guard, since either is correct for every size. Any size of a forward
+convolution may be symbolic (the weight gradient's is a convolution whose channels are the batch
+and whose kernel is the output gradient's image); a transposed convolution's channel counts and
+kernel sizes must be plain ints (a parameter's shape, or a symbol a guard pinned to one value).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
+import threading
 
 from ...runtime import dtypes as dt
+from ...runtime.symbolic import SizeDependentError, hint_int
 from .. import extern_matmul, sym
 from ..ir import ExternBuffer, Layout, TensorBox
 from ..virtualized import ops
 from .framework import CURRENT, _box, _ctx, _meta_like_shape, _realized_input, register_lowering
 from .matmul import blas_layout
 
-__all__ = ["COLUMNS_PER_SAMPLE_MIN"]
+__all__ = ["COLUMNS_PER_SAMPLE_MIN", "static_images_only"]
 
 # a forward convolution with at least this many output positions per sample multiplies each
 # sample's columns on their own (its result is NCHW as it is); smaller outputs are multiplied
@@ -49,7 +59,7 @@ _DTYPES = (dt.float32, dt.float64)
 def _convolution(
     out_meta, x, w, bias, stride, padding, dilation, transposed, output_padding, groups
 ):
-    _check_supported(out_meta, x, w)
+    _check_supported(out_meta, x, w, transposed)
     spec = _Spec(x, w, stride, padding, dilation, groups, tuple(out_meta.shape[2:]))
     if not transposed:
         result = _forward(spec)
@@ -62,7 +72,7 @@ def _convolution(
     return result
 
 
-def _check_supported(out_meta, x, w) -> None:
+def _check_supported(out_meta, x, w, transposed: bool) -> None:
     """The cases this lowering computes; others run the eager kernel (``NotImplementedError``
     makes the graph lowering log why and fall back)."""
     if out_meta.device.type != "cpu":
@@ -70,10 +80,51 @@ def _check_supported(out_meta, x, w) -> None:
     if out_meta.dtype not in _DTYPES or x.dtype is not w.dtype:
         raise NotImplementedError(f"convolution lowering computes float32/float64, not {x.dtype}")
     shapes = tuple(x.shape) + tuple(w.shape) + tuple(out_meta.shape)
-    if sym.is_symbolic(tuple(x.shape[1:]) + tuple(w.shape)):
-        raise NotImplementedError("convolution lowering needs static channel and image sizes")
-    if any(s.__class__ is int and s == 0 for s in shapes):
+    if _STATIC_IMAGES.on and sym.is_symbolic(
+        tuple(_static(s) for s in tuple(x.shape[1:]) + tuple(w.shape))
+    ):
+        raise NotImplementedError(
+            "convolution lowering of symbolic image sizes gave a graph with no kernels for "
+            "every size; lowered for symbolic batch sizes only"
+        )
+    if transposed and sym.is_symbolic((_static(x.shape[1]),) + tuple(_static(s) for s in w.shape)):
+        # col2im enumerates the kernel's offsets (a forward convolution takes any sizes: the
+        # weight gradient's "kernel" is the output gradient's image)
+        raise NotImplementedError(
+            "transposed convolution lowering needs static channel and kernel sizes"
+        )
+    if any(_static(s).__class__ is int and _static(s) == 0 for s in shapes):
         raise NotImplementedError("empty convolution")
+    if any(hint_int(s) == 0 for s in shapes):
+        # sizes that are 0 for the inputs seen: the eager kernel's empty result, not products
+        # of zero-sized operands (other sizes take the lowering on a later compile)
+        raise NotImplementedError("empty convolution")
+
+
+class _StaticImages(threading.local):
+    on = False
+
+
+_STATIC_IMAGES = _StaticImages()
+
+
+@contextlib.contextmanager
+def static_images_only():
+    """Within: convolutions with symbolic channel, image or kernel sizes run their eager kernel.
+    The symbolic compile retries a graph this way when the lowering's loops made a size
+    decision the symbols' ranges leave open (a grouped or dilated convolution's output size
+    that some sizes make 0), which would otherwise send the whole graph to the per-size route."""
+    previous = _STATIC_IMAGES.on
+    _STATIC_IMAGES.on = True
+    try:
+        yield
+    finally:
+        _STATIC_IMAGES.on = previous
+
+
+def _static(size):
+    """``size`` with a guard's pinned symbols folded in (a plain int when nothing else is left)."""
+    return sym.size_value(size)
 
 
 class _Spec:
@@ -84,10 +135,12 @@ class _Spec:
         self.k = len(w.shape) - 2
         self.stride, self.padding, self.dilation = list(stride), list(padding), list(dilation)
         self.groups = groups
-        self.batch = x.shape[0]
-        self.in_spatial = tuple(x.shape[2:])
-        self.out_spatial = out_spatial
-        self.kernel = tuple(w.shape[2:])
+        self.batch = _static(x.shape[0])
+        self.channels = _static(x.shape[1])
+        self.in_spatial = tuple(_static(s) for s in x.shape[2:])
+        self.out_spatial = tuple(_static(s) for s in out_spatial)
+        self.kernel = tuple(_static(s) for s in w.shape[2:])
+        self.weight_shape = tuple(_static(s) for s in w.shape)
         self.dtype = x.dtype
 
 
@@ -106,21 +159,28 @@ def _reshape_strided(shape: tuple):
     from ...ops.shape.views import view_strides
 
     def strided(layout):
-        st = view_strides(layout.shape, layout.stride, shape)
+        try:
+            st = view_strides(layout.shape, layout.stride, shape, guard=False)
+        except SizeDependentError:  # a view for some sizes only: the copy serves every size
+            return None
         return None if st is None else Layout(shape, tuple(st), layout.dtype, layout.offset)
 
     return strided
 
 
 def _unflatten(index, sizes) -> list:
-    """Split a flat index over ``sizes`` (row-major) into one index per size."""
+    """Split a flat index over ``sizes`` (row-major) into one index per size (sizes may be
+    symbolic: each part's step is the product of the sizes after it, never a quotient)."""
     out = []
-    step = math.prod(sizes)
     flat = sym.as_expr(index)
-    for s in sizes:
-        step //= s
-        out.append(sym.ZERO if s == 1 else (flat // step) % s if step > 1 else flat % s)
-    return out
+    step = 1
+    for s in reversed(sizes):
+        if s.__class__ is int and s == 1:
+            out.append(sym.ZERO)
+        else:
+            out.append(flat % s if step.__class__ is int and step == 1 else (flat // step) % s)
+        step = step * s
+    return out[::-1]
 
 
 def _flat(parts, sizes):
@@ -135,7 +195,7 @@ def _weight_matrix(spec: _Spec, rows: int, cols: int, transpose: bool):
     w = spec.w
     g = spec.groups
     shape = (g, rows, cols)
-    flat_sizes = tuple(w.shape[1:])
+    flat_sizes = spec.weight_shape[1:]
 
     def index_map(index):
         return [index[0] * rows + index[1]] + _unflatten(index[2], flat_sizes)
@@ -156,12 +216,12 @@ def _weight_matrix(spec: _Spec, rows: int, cols: int, transpose: bool):
 def _forward(spec: _Spec) -> TensorBox:
     g = spec.groups
     n = spec.batch
-    cg = spec.x.shape[1] // g
-    og = spec.w.shape[0] // g
+    cg = spec.channels // g
+    og = spec.weight_shape[0] // g
     kn = math.prod(spec.kernel)
     p = math.prod(spec.out_spatial)
     weight = _weight_matrix(spec, og, cg * kn, transpose=False)
-    per_sample = p >= COLUMNS_PER_SAMPLE_MIN
+    per_sample = hint_int(p) >= COLUMNS_PER_SAMPLE_MIN  # either is right for every size
     columns = _columns(spec, cg, per_sample)
     if per_sample:
         # result [N, G, Og, P]: the NCHW output
@@ -215,7 +275,7 @@ def _columns(spec: _Spec, cg: int, per_sample: bool):
         # the whole batch as one product: [G, Cg*K, N*P]; stored [G, N, *out, Cg, *K] (the
         # sample and output position outermost) when the kernel's rows are longer than the
         # output's, else [G, Cg, *K, N, *out]
-        kernel_inner = kernel[-1] > out_spatial[-1]
+        kernel_inner = hint_int(kernel[-1]) > hint_int(out_spatial[-1])
         if kernel_inner:
             shape = (g, n) + out_spatial + (cg,) + kernel
 
@@ -265,7 +325,7 @@ def _padded_source(spec: _Spec) -> TensorBox:
         x.realize()
         return x
     inner = x.loader
-    shape = tuple(x.shape[:2]) + tuple(s + 2 * p for s, p in zip(size, padding))
+    shape = (spec.batch, spec.channels) + tuple(s + 2 * p for s, p in zip(size, padding))
 
     def loader(index):
         positions = [sym.as_expr(index[2 + i]) - padding[i] for i in range(k)]
@@ -276,7 +336,7 @@ def _padded_source(spec: _Spec) -> TensorBox:
             iv = ops.index_expr(positions[i], dt.int64)
             inside = ops.logical_and(
                 ops.ge(iv, ops.constant(0, dt.int64)),
-                ops.lt(iv, ops.constant(size[i], dt.int64)),
+                ops.lt(iv, _int64(size[i])),
             )
             cond = inside if cond is None else ops.logical_and(cond, inside)
         value = inner(list(index[:2]) + positions)
@@ -317,7 +377,7 @@ def _as_forward(spec: _Spec) -> _Spec:
     """The forward convolution computing the transposed one ``spec`` describes."""
     w = spec.w
     g = spec.groups
-    icg, ocg = w.shape[0] // g, w.shape[1]
+    icg, ocg = spec.weight_shape[0] // g, spec.weight_shape[1]
     kernel, k = spec.kernel, spec.k
     inner = w.loader
 
@@ -336,8 +396,8 @@ def _transposed(spec: _Spec) -> TensorBox:
     """``W^T x`` per group into columns ``[N, G, Og*K, Pin]``, then col2im as a gather."""
     x = spec.x
     g, n = spec.groups, spec.batch
-    icg = x.shape[1] // g
-    ocg = spec.w.shape[1]
+    icg = spec.channels // g
+    ocg = spec.weight_shape[1]
     kn = math.prod(spec.kernel)
     pin = math.prod(spec.in_spatial)
     weight = _weight_matrix(spec, icg, ocg * kn, transpose=True)  # [G, Og*K, Icg]
@@ -391,6 +451,14 @@ def _col2im(spec: _Spec, columns: TensorBox, ocg: int) -> TensorBox:
     return box
 
 
+def _int64(size):
+    """A size as an int64 value of the kernel: a constant, or the expression over the size
+    arguments when it is symbolic."""
+    if size.__class__ is int:
+        return ops.constant(size, dt.int64)
+    return ops.index_expr(sym.as_expr(size), dt.int64)
+
+
 def _offsets(kernel):
     return itertools.product(*(range(s) for s in kernel))
 
@@ -406,7 +474,7 @@ def _lands(shifted: sym.Expr, stride: int, size: int):
     if not sym.known(">=", lo, 0):
         checks.append(ops.ge(iv, ops.constant(0, dt.int64)))
     if not sym.known("<", hi, stride * (size - 1) + 1):
-        checks.append(ops.lt(iv, ops.constant(stride * (size - 1) + 1, dt.int64)))
+        checks.append(ops.lt(iv, _int64(stride * (size - 1) + 1)))
     if stride > 1:
         rem = ops.remainder(iv, ops.constant(stride, dt.int64))
         checks.append(ops.eq(rem, ops.constant(0, dt.int64)))

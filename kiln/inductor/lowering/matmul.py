@@ -26,6 +26,7 @@ from collections.abc import Callable
 from ...runtime import dtypes as dt
 from .. import extern_matmul
 from ..ir import ExternBuffer, Layout, TensorBox
+from ..sym import known
 from .framework import CURRENT, _ctx, extern, register_lowering
 from .views import _name, _view
 
@@ -36,13 +37,17 @@ def blas_layout(layout: Layout) -> bool:
     """Whether numpy's matmul hands matrices of this layout to BLAS as they are: one of the last
     two dims has unit stride and the other a stride at least the matrix's extent that way (a
     plain or transposed matrix, maybe with padded rows). Other strides (a broadcast 0, two
-    strided dims) take numpy's unblocked loops, far slower than one copy first."""
+    strided dims) take numpy's unblocked loops, far slower than one copy first. Symbolic sizes
+    and strides answer for every size they may take: a layout only some sizes make a vector
+    (``((s + 1) // 2) ** 2 <= 1``) counts as a matrix, so the copy is made when in doubt."""
     if len(layout.shape) < 2:
         return True
     (m, n), (sm, sn) = layout.shape[-2:], layout.stride[-2:]
-    if m <= 1 or n <= 1:  # a vector: numpy picks its own route, any stride is cheap enough
-        return True
-    return (sn == 1 and sm >= n) or (sm == 1 and sn >= m)
+    if known("<=", m, 1) or known("<=", n, 1):
+        return True  # a vector: numpy picks its own route, any stride is cheap enough
+    return (known("==", sn, 1) and known(">=", sm, n)) or (
+        known("==", sm, 1) and known(">=", sn, m)
+    )
 
 
 @register_lowering("mm", "bmm")

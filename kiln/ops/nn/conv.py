@@ -225,7 +225,11 @@ def _narrow_spatial(t: Tensor, sizes) -> Tensor:
 
 
 def _group_major(t: Tensor, groups: int) -> Tensor:
-    """(N, G*C, *S) -> (C, G*N, *S): batch and channels swapped, groups kept outermost."""
+    """(N, G*C, *S) -> (C, G*N, *S): batch and channels swapped, groups kept outermost. One
+    group is a plain transpose: a compiled graph then reads it through strides, where the
+    reshapes give index divisions by the (maybe symbolic) sizes in every loop reading it."""
+    if groups == 1:
+        return t.transpose(0, 1)
     n, gc = t.shape[:2]
     spatial = list(t.shape[2:])
     t = t.reshape([n, groups, gc // groups] + spatial)

@@ -330,8 +330,10 @@ class KernelEmitter(ColumnEmitter):
             self.emit_columns()
             return
 
-        prefetch = plan_prefetch(
-            plan, self.buffer_dtypes, lambda step: _math_calls(step, plan), LANES > 1
+        prefetch = (
+            plan_prefetch(plan, self.buffer_dtypes, lambda step: _math_calls(step, plan), LANES > 1)
+            if not plan.rq  # nested reduction loops: the next row is far ahead of any prefetch
+            else None
         )
 
         def row_body(row):
@@ -466,16 +468,68 @@ class KernelEmitter(ColumnEmitter):
         self._emit_loops(step, env, count)
 
     def _emit_loops(self, step: InnerLoop, env, count):
-        """The inner loops of ``step`` over ``count`` elements: wide and vector loops, then a
-        scalar tail. A loop the count leaves nothing for (a constant count that the loop
-        before divides) is not emitted."""
-        plan = self.plan
+        """The inner loops of ``step`` over ``count`` elements (``_emit_j_loops``), inside the
+        plan's nested reduction loops when it has them: each pass over the last dim reduces
+        into fresh accumulators, merged into the row's running ones after it (a scalar merge
+        per pass, like the split loop's parts)."""
         reductions = [n for n in step.nodes if isinstance(n.data, Reduction)]
         lanes = LANES if step.vectorize else 1
         # accumulators: allocas in the entry block (mem2reg turns them into registers)
-        accs = {}
+        accs = {n.name: self._alloc_accumulator(n, lanes) for n in reductions}
+        rq = self.plan.rq
+        if not rq:
+            self._emit_j_loops(step, env, count, reductions, accs, lanes)
+            for n in reductions:
+                self._finish_reduction(n, accs[n.name])
+            return
+        running = {n.name: self._alloc_accumulator(n, 1) for n in reductions}
         for n in reductions:
-            accs[n.name] = self._alloc_accumulator(n, lanes)
+            self._init_accumulator(n, running[n.name], 1)
+
+        def nest(depth, loop_env):
+            if depth == len(rq):
+                self._emit_j_loops(step, loop_env, count, reductions, accs, lanes)
+                for n in reductions:
+                    self._merge_into(n, running[n.name], accs[n.name])
+                return
+            q = rq[depth]
+
+            def body(i):
+                nest(depth + 1, {**loop_env, q: i})
+
+            self.loop(self.sizes.value(q.size), body, q.name, unroll=False)
+
+        nest(0, env)
+        for n in reductions:
+            self._finish_reduction(n, running[n.name])
+
+    def _merge_into(self, n, running, acc):
+        """Combine one pass's finished (scalar) accumulator into the running one."""
+        b = self.builder
+        rtype = n.data.reduction_type
+        d = acc["dtype"]
+        h1 = LLVMOps(self, 1, {})
+        if rtype.startswith("welford"):
+            keys = ("mean", "m2", "count")
+            merged = self._welford_merge(
+                h1,
+                tuple(V(b.load(running[k]), d) for k in keys),
+                tuple(V(b.load(acc[k]), d) for k in keys),
+            )
+            for key, value in zip(keys, merged):
+                b.store(value.value, running[key])
+            return
+        total = self._combine(
+            rtype, h1, V(b.load(running["scalar"]), d), V(b.load(acc["scalar"]), d)
+        )
+        b.store(total.value, running["scalar"])
+
+    def _emit_j_loops(self, step: InnerLoop, env, count, reductions, accs, lanes):
+        """The loops over ``j`` of ``step`` for ``count`` elements: wide and vector loops, then
+        a scalar tail, reducing into ``accs`` (initialized here, left in their scalar slots). A
+        loop the count leaves nothing for (a constant count that the loop before divides) is
+        not emitted."""
+        plan = self.plan
         j = plan.j
 
         def body_for(width, accs=accs, offset=0):
@@ -539,8 +593,6 @@ class KernelEmitter(ColumnEmitter):
                 self._horizontal(n, accs[n.name], lanes)
         if leaves_rest(done_step):
             self.loop(count, body_for(1), "tail", start=tail_start)
-        for n in reductions:
-            self._finish_reduction(n, accs[n.name])
 
     # ------------------------------------------------------------------ reductions
     def _emit_split_loop(self, reductions, accs, body_for, count, lanes):

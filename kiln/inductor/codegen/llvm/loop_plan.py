@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ....runtime.symbolic import hint_int
 from ... import sym
 from ...dependencies import RecordingHandler, reads_of
 from ...ir import ComputedBuffer, Pointwise, Reduction
@@ -56,6 +57,9 @@ class LoopPlan:
     # then ``j`` walks the columns of a block (vector lanes) and ``rvar`` the reduction
     columns: tuple | None = None
     rvar: sym.Var | None = None
+    # nested reduction loops (see ``_nest_reduction``): variables of the leading reduction dims,
+    # outermost first, looped around the inner loops; ``j`` then walks the last dim only
+    rq: list = field(default_factory=list)
 
     @property
     def rows(self) -> int:
@@ -259,7 +263,10 @@ def plan_kernel(kernel: Kernel) -> LoopPlan:
         plan.steps = _group_loops(kernel, plan)
         plan.forward_only = _find_forward_only(plan)
         columns = _column_plan(kernel, plan, outer, inner, merged_outer)
-        return columns if columns is not None else plan
+        if columns is not None:
+            return columns
+        nested = _nest_reduction(kernel, plan, outer_exprs, inner, merged_inner)
+        return nested if nested is not None else plan
     # pointwise kernel over `outer` (a 0-d result is one element)
     if not outer:
         plan = LoopPlan(kernel, (1,), 1, False, 0, row_vars=[sym.Var("x0", 1)], j=sym.Var("r0", 1))
@@ -299,6 +306,42 @@ def plan_kernel(kernel: Kernel) -> LoopPlan:
     plan.steps = [InnerLoop(list(nodes), _vectorizable(plan, nodes))]
     plan.forward_only = _find_forward_only(plan)
     return plan
+
+
+# the innermost reduction dim must have at least this many elements (for the sizes seen) for the
+# reduction to loop over it nested in the others rather than over one flat index
+NEST_INNER_MIN = 16
+
+
+def _nest_reduction(kernel: Kernel, plan: LoopPlan, outer_exprs, inner, merged_inner):
+    """The plan with nested reduction loops, or None.
+
+    A reduction over dims that do not merge into one (a batch norm's sums over ``N, H, W`` of
+    ``[N, C, H, W]``: ``H*W`` is contiguous, ``N`` steps over the channels) runs one flat index
+    ``j`` by default, and every access splits it with a division and a modulo: per vector lane
+    (a gather), and by a run-time divisor when the sizes are symbolic (eight integer divisions
+    per vector; a dynamic batch norm ran 3.5x slower than the static one). Nested instead, the
+    leading dims are scalar loop variables around the inner loops, which walk the last dim as
+    plain vectors; each pass reduces into a fresh accumulator merged into the row's running one
+    (kernel.py). argmax/argmin keep the flat loop: their index is ``j``'s."""
+    if len(merged_inner) < 2 or any(
+        n.data.reduction_type in ("argmax", "argmin")
+        for n in kernel.nodes
+        if isinstance(n.data, Reduction)
+    ):
+        return None
+    last = merged_inner[-1]
+    if hint_int(last) < NEST_INNER_MIN:
+        return None
+    rq = [sym.Var(f"q{i}", s) for i, s in enumerate(merged_inner[:-1])]
+    j = sym.Var("r0", last)
+    full_inner = _expand(inner, merged_inner, [sym.as_expr(v) for v in rq] + [sym.as_expr(j)])
+    out = LoopPlan(kernel, plan.row_sizes, last, False, 0, row_vars=plan.row_vars, j=j, rq=rq)
+    for n in kernel.nodes:
+        out.node_index[n.name] = kernel.node_vars(n, outer_exprs, full_inner)
+    out.steps = _group_loops(kernel, out)
+    out.forward_only = _find_forward_only(out)
+    return out
 
 
 def _concrete_inner(sizes: tuple) -> int:
