@@ -429,3 +429,26 @@ def test_helpers_take_work_only_while_the_load_leaves_them_a_core(load, parallel
         assert pool.parallel is True
     finally:
         pool.shutdown()
+
+
+def test_the_native_work_loop_is_built_while_the_first_graph_compiles():
+    """The JIT's background thread builds the helper threads' native loop ahead of the graph's
+    kernels, so a first kernel call does not build it behind their compile (in a fresh process:
+    this one may have built it already)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import kiln\n"
+        "from kiln.inductor.codegen import cpu_pool\n"
+        "from kiln.inductor.codegen.llvm import jit\n"
+        "from tests.inductor.helpers import compile_traced\n"
+        "x = kiln.randn(64, 64)\n"
+        "compile_traced(lambda t: (t.sin() * 2).sum(0), x)\n"
+        "jit.wait_for_background()\n"
+        "assert cpu_pool._native and cpu_pool._native[0] is not None, cpu_pool._native\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -24,7 +24,7 @@ from llvmlite import ir
 
 from ..ir import Reduction
 from ..scheduler import Kernel, ScatterStep, Schedule
-from . import graph_index
+from . import cpu_pool, graph_index
 from .cpu_pool import KERNEL_TYPE, RowKernel
 from .llvm import jit as llvm_jit
 from .llvm.kernel import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel, release_module
@@ -120,6 +120,8 @@ class CPUKernels:
         jobs: list = []
         step_keys: dict[int, str] = {}
         texts: dict[str, str] = {}  # every distinct kernel's IR
+
+        cpu_pool.build_ahead()
 
         def hand_over():
             nonlocal piece, uses, size

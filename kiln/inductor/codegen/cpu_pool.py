@@ -32,6 +32,7 @@ from .. import config
 
 __all__ = [
     "Pool", "KERNEL", "SGEMM", "DGEMM", "GEMM_FIELDS", "thread_pool", "RowKernel", "KERNEL_TYPE",
+    "build_ahead",
 ]  # fmt: skip
 
 # cycles a helper spins for the next job before it sleeps (~2 ms at 2.5-3.5 GHz)
@@ -59,6 +60,16 @@ def native():
                 except Exception:  # noqa: BLE001 - no LLVM (or no x86): single-threaded jobs
                     _native.append(None)
     return None if _native[0] is None else (_native[0], _native[1])
+
+
+def build_ahead() -> None:
+    """Have the JIT's background thread build the native work loop before the kernels it is
+    about to compile: built on demand instead, by the first kernel call, it waited behind
+    those compiles for LLVM's lock (0.28 s of a nanoGPT step's cold compile)."""
+    if not _native:
+        from .llvm import jit as llvm_jit
+
+        llvm_jit.in_background(native)
 
 
 def _build():
