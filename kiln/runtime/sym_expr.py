@@ -23,6 +23,7 @@ __all__ = [
     "Symbol",
     "FloorDiv",
     "floordivs_expanded",
+    "shifted_bounds",
     "Mod",
     "Max",
     "Min",
@@ -492,6 +493,48 @@ def floordivs_expanded(e: Expr, limit: int = 4) -> Expr:
         rest = Expr({n: v for n, v in e.terms.items() if n != m}, e.const)
         e = rest * d.const + (a - mod(a, d)) * e.terms[m]
     return e
+
+
+def shifted_bounds(e: Expr, longest: int = 6) -> tuple:
+    """Bounds of ``e`` from each atom written as its lower bound plus a non-negative part:
+    ``a = lo_a + t_a``. Expanded, a polynomial whose every term in the ``t``'s has a
+    non-negative coefficient is at least its constant (and at most it when every one is
+    non-positive). Intervals lose the relation between a product and its factors: ``s1 * q -
+    s1`` (a batch times an output size, less the batch) bounds to anything, though with
+    ``q >= 1`` it is ``s1 * (q - 1) >= 0``; shifted, it is ``lo_s1 * t_q + t_s1 * t_q``. Only
+    atoms with a finite lower bound, and monomials of at most ``longest`` atoms (2^n terms
+    each), are expanded; otherwise ``(-INF, INF)``."""
+    shifted: dict = {}
+    constant = e.const
+    for m, c in e.terms.items():
+        if len(m) > longest:
+            return -INF, INF
+        lows = []
+        for a in m:
+            lo = a.bounds()[0]
+            if lo == -INF:
+                return -INF, INF
+            lows.append(lo)
+        # every subset of the monomial's positions takes its t's; the others their lower bounds
+        for mask in range(1 << len(m)):
+            coeff = c
+            atoms = []
+            for i, (a, lo) in enumerate(zip(m, lows)):
+                if mask >> i & 1:
+                    atoms.append(a)
+                else:
+                    coeff *= lo
+            if coeff == 0:
+                continue
+            if not atoms:
+                constant += coeff
+            else:
+                key = tuple(atoms)
+                shifted[key] = shifted.get(key, 0) + coeff
+    coeffs = [c for c in shifted.values() if c != 0]
+    lo = constant if all(c > 0 for c in coeffs) else -INF
+    hi = constant if all(c < 0 for c in coeffs) else INF
+    return lo, hi
 
 
 def _constant_division(monomial: tuple) -> bool:

@@ -46,6 +46,7 @@ from .sym_expr import (
     maximum,
     minimum,
     mod,
+    shifted_bounds,
 )
 
 __all__ = [
@@ -142,6 +143,9 @@ def _decide_exprs(op: str, lhs: Expr, rhs: Expr) -> bool | None:
         expanded = floordivs_expanded(diff)
         if expanded is not diff:
             result = _decide(op, *expanded.bounds())
+    if result is None and any(len(m) > 1 for m in diff.terms):
+        # products: each atom as its lower bound plus a non-negative part
+        result = _decide(op, *shifted_bounds(diff))
     if result is not None or op in ("==", "!="):
         return result
     a, b = (lhs, rhs) if op in ("<", "<=") else (rhs, lhs)  # the question is a < b or a <= b

@@ -182,6 +182,26 @@ def test_floor_divisions_by_constants_relate_to_their_dividends():
         assert value - 2 * h + 1 >= 0 and 2 * h <= value + 1 and 2 * h >= value
 
 
+def test_products_against_their_factors_are_decided_from_lower_bounds():
+    """``s1 * q - s1`` with ``q`` an output size (at least 1) is non-negative whatever the
+    sizes, though intervals over ``s1 * q`` and ``s1`` separately leave it open: each factor
+    taken as its lower bound plus a non-negative part decides it (no guard). A relation that
+    fails for some sizes (the same less 1) stays undecided."""
+    env, (n, c, s) = _env_with(8, 6, 9)
+    q = (s + 1) // 2  # s >= 2, so q >= 1
+    assert statically_known_true(">=", n * q - n, 0)
+    assert statically_known_true(">=", n * c * q - n * c + 3 * n * q - 3 * n, 0)
+    assert statically_known_true("<", -(c * q) + c - 1, 0)
+    assert not statically_known_true(">=", n * q - n - 1, 0)  # -1 at s == 2
+    assert not statically_known_true(">", n * q - n, 0)  # 0 at s == 2
+    assert env.guards == []
+    for nv in (2, 5):
+        for cv in (2, 7):
+            for sv in range(2, 12):
+                qv = (sv + 1) // 2
+                assert nv * qv - nv >= 0 and nv * cv * qv - nv * cv + 3 * nv * qv - 3 * nv >= 0
+
+
 def test_a_kernel_scope_remembers_its_decisions_until_it_ends(monkeypatch):
     """A symbolic compile asks the same relations thousands of times while no range changes:
     inside ``kernel_scope`` each is decided once; after it, guards narrow ranges again and
