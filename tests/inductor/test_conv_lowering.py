@@ -276,3 +276,32 @@ def test_transposed_convolution_compiled_once_for_every_image_size(stats):
             assert_close(w.grad, tw.grad, rtol=1e-4, atol=1e-4)
     assert not [m for m in messages if "convolution" in m and "eager" in m], messages
     assert stats.symbolic_refused == stats.static_compiles == stats.fallback_calls == 0
+
+
+@needs_torch
+def test_a_symbolic_compile_the_lowering_fails_retries_with_eager_convolutions(stats, monkeypatch):
+    """When the lowering's loops over symbolic images make a decision the sizes leave open, the
+    graph is compiled once more with those convolutions as eager calls (still one compile for
+    every size) rather than going per size."""
+    from kiln.inductor.lowering import convolution as lowering
+    from kiln.runtime.symbolic import SizeDependentError
+
+    forward = lowering._forward
+
+    def undecided(spec):
+        if not lowering._STATIC_IMAGES.on:
+            raise SizeDependentError("a decision the sizes leave open (test)")
+        return forward(spec)
+
+    monkeypatch.setattr(lowering, "_forward", undecided)
+    rng = np.random.default_rng(13)
+    w = kiln.nn.Parameter(_tensor(rng, (4, 3, 3, 3), kiln.float32), requires_grad=False)
+    compiled = kiln.compile(lambda x: F.conv2d(x, w, None, 1, 1).relu(), dynamic=True)
+    with _inductor_messages() as messages:
+        for shape in ((2, 3, 8, 9), (4, 3, 10, 7)):
+            x = _tensor(rng, shape, kiln.float32)
+            expected = torch.nn.functional.conv2d(to_torch(x), to_torch(w), None, 1, 1).relu()
+            assert_close(compiled(x), expected, rtol=1e-5, atol=1e-5)
+    assert any("lowered for symbolic batch sizes only" in m for m in messages), messages
+    assert stats.symbolic_compiles == 1
+    assert stats.symbolic_refused == stats.static_compiles == stats.fallback_calls == 0
