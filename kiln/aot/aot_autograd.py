@@ -181,7 +181,12 @@ def _saved_layout(forward: Graph, num_fwd_outputs: int, num_graph: int):
     saved = outs[num_fwd_outputs:]
     reachable = {storage_root(o) for o in outs[:num_fwd_outputs] if o is not None}
     roots = [storage_root(s) for s in saved]
-    checks = [i for i, r in enumerate(roots) if r.op == "placeholder" or r in reachable]
+    # a saved size (a symbolic int input the backward needs) has no version to check
+    checks = [
+        i
+        for i, (s, r) in enumerate(zip(saved, roots))
+        if isinstance(s.meta.get("val"), Tensor) and (r.op == "placeholder" or r in reachable)
+    ]
     graph_outputs = set(outs[:num_graph])
     return checks, [i for i, s in enumerate(saved) if s in graph_outputs]
 

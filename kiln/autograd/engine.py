@@ -159,6 +159,9 @@ def run_backward(
             )
         root_edges.append(edge)
         root_grads.append(g)
+    # buffers a leaf must not keep as its ``.grad`` uncopied: the caller's gradients, then each
+    # gradient a leaf kept in this pass (a formula may hand one buffer to two leaves: ``a + b``)
+    taken = {_buffer_of(g) for g in root_grads}
 
     # targets: (node, output_nr) whose incoming gradient we capture or restrict to
     targets = None
@@ -262,10 +265,15 @@ def run_backward(
             if node.__class__ is not OpBackward and isinstance(node, AccumulateGrad):
                 if accumulate and run and 0 in buf and (targets is None or (node, 0) in targets):
                     if profiler is None:
-                        _accumulate(node.variable, buf[0], create_graph)
+                        _accumulate(node.variable, buf[0], create_graph, taken)
                     else:
                         profiler.record_node(
-                            _ACCUMULATE_GRAD, _accumulate, node.variable, buf[0], create_graph
+                            _ACCUMULATE_GRAD,
+                            _accumulate,
+                            node.variable,
+                            buf[0],
+                            create_graph,
+                            taken,
                         )
                 continue
             outputs = None
@@ -356,7 +364,12 @@ def _materialize(node: Node, buf: dict) -> tuple:
     return tuple(grads)
 
 
-def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool) -> None:
+def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, taken: set | None = None) -> None:
+    """``leaf.grad``, as PyTorch's AccumulateGrad: the first gradient is kept as it is when
+    nothing else holds its buffer (else a copy), later ones are added into it in place, so a
+    reference to ``.grad`` (an optimizer's, a numpy view) sees the sum; under ``create_graph``
+    the sum is a new tensor with history. ``taken``: the pass's buffers not to keep (see
+    ``run_backward``)."""
     hooks = leaf._hooks
     if hooks:
         for hook in list(hooks):
@@ -366,7 +379,9 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool) -> None:
     if not create_graph:
         g = g.detach()
     with _accumulate_lock:
-        if leaf._grad is None:
+        grad = leaf._grad
+        if grad is None:
+            buffer = _buffer_of(g)
             if (
                 g._base is not None
                 # numpy's flag, where there is an array, is PyTorch's rule (size-1 dims' strides
@@ -375,14 +390,33 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool) -> None:
                 and not g.is_contiguous()
                 or g._storage is not None
                 and _shares(g, leaf)
+                or taken is not None
+                and buffer in taken
             ):
                 g = g.clone()
+                buffer = _buffer_of(g)
+            if taken is not None:
+                taken.add(buffer)
             leaf._grad = g
-        else:  # with history only under create_graph (grad mode here is create_graph)
-            leaf._grad = leaf._grad + g
+        elif create_graph or grad._requires_grad or not known_same_shape(grad._shape, g._shape):
+            # with history only under create_graph (grad mode here is create_graph)
+            leaf._grad = grad + g
+        else:
+            grad.add_(g)
     if leaf._post_accumulate_hooks:
         for hook in list(leaf._post_accumulate_hooks):
             hook(leaf)
+
+
+def _buffer_of(g: Tensor):
+    """What identifies ``g``'s memory: the base array's address (a CPU tensor), else the
+    tensor itself."""
+    data = g._data
+    if data is None or g._device is not cpu:
+        return id(g)
+    while isinstance(data.base, np.ndarray):
+        data = data.base
+    return data.__array_interface__["data"][0]
 
 
 def _shares(g: Tensor, leaf: Tensor) -> bool:

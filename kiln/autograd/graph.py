@@ -230,8 +230,14 @@ class OpBackward(Node):
             self._out = alias
         elif op.saves_output:
             outs = out if isinstance(out, tuple) else (out,)
+            # a tuple of positions: only those outputs are saved (max_pool's indices, not its
+            # values, which user code may then change in place, as PyTorch allows)
+            keep = op.saves_output if op.saves_output.__class__ is tuple else None
             saved = []
-            for o in outs:
+            for i, o in enumerate(outs):
+                if keep is not None and i not in keep:
+                    saved.append(None)
+                    continue
                 alias = _detached_alias(o)
                 versions.append((alias, alias._storage.version))
                 saved.append(alias)
@@ -289,7 +295,9 @@ class OpBackward(Node):
             return out
         # under create_graph the saved output must carry this node as its history
         if isinstance(out, tuple):
-            return tuple(_with_history(o, self, i) for i, o in enumerate(out))
+            return tuple(
+                None if o is None else _with_history(o, self, i) for i, o in enumerate(out)
+            )
         return _with_history(out, self, 0)
 
     def _check_versions(self) -> None:

@@ -353,3 +353,73 @@ def test_retained_grad_sees_what_tensor_hooks_return():
     (z**2).sum().backward()
     assert z.grad.tolist() == [12.0, 24.0]
     assert y.grad.tolist() == [24.0, 48.0]
+
+
+def test_a_second_backward_adds_into_the_same_grad_tensor():
+    """PyTorch's AccumulateGrad: ``.grad`` stays the same tensor and later gradients are added
+    into it in place, so a reference held across backward passes sees the sum."""
+    x = kiln.ones(3, requires_grad=True)
+    (x * 2).sum().backward()
+    held = x.grad
+    view = held.numpy()
+    (x * 3).sum().backward()
+    assert x.grad is held
+    assert held.tolist() == [5.0, 5.0, 5.0] and view.tolist() == [5.0, 5.0, 5.0]
+    # under create_graph the sum is a new tensor with history
+    (x * x).sum().backward(create_graph=True)
+    assert x.grad is not held and x.grad.requires_grad
+    assert x.grad.tolist() == [7.0, 7.0, 7.0]
+
+
+def test_leaves_never_keep_one_gradient_buffer_or_the_callers():
+    """``a + b`` hands one gradient to both leaves, and ``backward(g)`` starts from the caller's
+    ``g``: each leaf keeps its own buffer, so accumulating into one leaves the others alone."""
+    a = kiln.ones(3, requires_grad=True)
+    b = kiln.ones(3, requires_grad=True)
+    g = kiln.ones(3)
+    (a + b).backward(g)
+    assert len({a.grad.data_ptr(), b.grad.data_ptr(), g.data_ptr()}) == 3
+    (a * 2 + b).backward(g)
+    assert a.grad.tolist() == [3.0] * 3 and b.grad.tolist() == [2.0] * 3
+    assert g.tolist() == [1.0] * 3
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "name",
+    [
+        "max_pool2d",
+        "adaptive_max_pool2d",
+        "max_dim",
+        "min_dim",
+        "topk",
+        "sort",
+        "kthvalue",
+        "cummax",
+    ],
+)
+def test_in_place_changes_to_values_whose_backward_needs_only_indices(name):
+    """max_pool's values fed to ``ReLU(inplace=True)`` (VGG, the spatial-transformer tutorial),
+    ``x.max(1)[0].mul_(2)``...: their backward reads the indices only, so PyTorch allows it."""
+
+    def run(lib, x):
+        F = lib.nn.functional
+        values = {
+            "max_pool2d": lambda: F.max_pool2d(x, 2),
+            "adaptive_max_pool2d": lambda: F.adaptive_max_pool2d(x, 3),
+            "max_dim": lambda: x.max(dim=1)[0],
+            "min_dim": lambda: x.min(dim=1)[0],
+            "topk": lambda: x.topk(3, dim=-1)[0],
+            "sort": lambda: x.sort(dim=-1)[0],
+            "kthvalue": lambda: x.kthvalue(2, dim=-1)[0],
+            "cummax": lambda: x.cummax(dim=-1)[0],
+        }[name]()
+        values.relu_()
+        (values * values).sum().backward()
+        return values, x.grad
+
+    data = np.random.default_rng(4).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    ours = run(kiln, kiln.tensor(data, requires_grad=True))
+    theirs = run(torch, torch.tensor(data, requires_grad=True))
+    for got, want in zip(ours, theirs):
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-5)

@@ -491,6 +491,22 @@ def test_dynamic_true_keeps_parameters_gradients_and_optimizer_state_static():
     assert any(hint(t) == (7, 5) and symbolic(t)[0] for t in inputs)  # the batch is a symbol
 
 
+def test_an_int_argument_the_backward_needs_may_change_between_calls():
+    """``n`` changes, so the second call's graph takes it as a symbolic int, and the backward
+    (a slice's gradient) keeps it: a saved size, not a tensor whose version is checked."""
+
+    def f(x, n):
+        return (x[:n] * 2).sum()
+
+    compiled = kiln.compile(f, backend="aot_eager")
+    for n in (3, 5, 6):
+        x = kiln.randn(8, 4, requires_grad=True)
+        compiled(x, n).backward()
+        expected = np.zeros((8, 4), np.float32)
+        expected[:n] = 2
+        np.testing.assert_array_equal(x.grad.numpy(), expected)
+
+
 def test_equal_sizes_share_a_symbol_checked_by_the_guards():
     counter = CompileCounter("eager")
     compiled = kiln.compile(lambda x, y: x + y, backend=counter, dynamic=True)

@@ -537,3 +537,30 @@ def test_interpolate_spreads_nan_and_inf_like_pytorch(mode, shape, size, align_c
     assert_close(eager, expected)
     compiled = run(kiln, kiln.compile(interpolate(kiln)))
     assert_close(compiled, eager)
+
+
+@needs_torch
+def test_compiled_einsum_with_a_permuted_result_reshaped_compiles_and_matches_torch():
+    """einsum's result is contiguous eagerly; its decomposition must give the same strides, or
+    a ``reshape`` captured as a ``view`` fails when the graph is traced (and the compile fell
+    back to eager with a warning)."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    a_np = rng.standard_normal((6, 5)).astype(np.float32)
+    v_np = rng.standard_normal((3, 5, 4)).astype(np.float32)
+
+    def f(lib, a, v):
+        return (lib.einsum("ik,jkd->jid", a, v).reshape(6, -1) ** 2).sum()
+
+    a, v = kiln.tensor(a_np, requires_grad=True), kiln.tensor(v_np, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = kiln.compile(lambda a, v: f(kiln, a, v))(a, v)
+        out.backward()
+    ta, tv = torch.tensor(a_np, requires_grad=True), torch.tensor(v_np, requires_grad=True)
+    expected = f(torch, ta, tv)
+    expected.backward()
+    np.testing.assert_allclose(out.item(), expected.item(), rtol=1e-5)
+    np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(v.grad.numpy(), tv.grad.numpy(), rtol=1e-4, atol=1e-5)

@@ -234,7 +234,9 @@ class Op:
         self, fn: Callable | None = None, *, save_inputs=None, save_output=False, ignores=()
     ):
         """``ignores``: output positions whose incoming gradient ``fn`` never reads (it gets
-        None there when no gradient reached that output)."""
+        None there when no gradient reached that output). ``save_output``: True saves every
+        output for ``fn`` (``c.out``), a tuple of positions only those (the others read as
+        None, and in-place changes to them do not fail the backward)."""
 
         def deco(f):
             if self.complex_derivative is not None:

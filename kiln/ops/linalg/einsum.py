@@ -245,7 +245,9 @@ def _einsum_decomp(equation, tensors):
         t, s = _einsum_sum_out(t, s, later[k] | set(r))
         t, s = _einsum_pair(t, s, u, r, later[k], sizes)
     t, s = _einsum_sum_out(t, s, set(out))
-    return t.permute([s.index(ch) for ch in out])
+    # contiguous, as the kernel and the meta function give it: a graph captured on those
+    # strides (a ``reshape`` that is a ``view`` there) must trace the same through this
+    return t.permute([s.index(ch) for ch in out]).contiguous()
 
 
 def _sublist_term(sublist) -> str:

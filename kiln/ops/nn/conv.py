@@ -511,7 +511,7 @@ def _np_scatter_to_input(g: Tensor, indices: Tensor, input_shape, kernel, stride
     return wrap(gx.reshape(input_shape), g._dtype)
 
 
-_max_pool.register_derivative(_max_pool_grad, save_output=True, save_inputs=())
+_max_pool.register_derivative(_max_pool_grad, save_output=(1,), save_inputs=())
 
 
 @_max_pool.register_decomposition
@@ -800,7 +800,7 @@ def _adaptive_max_pool_decomp(x, output_size):
 
 _adaptive_max_pool.register_derivative(
     lambda c, g, _gi=None: (scatter_to_input(g, c.out[1], tuple(c.args[0].shape)), None),
-    save_output=True,
+    save_output=(1,),
     save_inputs=(),
 )
 

@@ -569,7 +569,7 @@ for _op, _np_arg, _np_extreme, _arg_op in (
 ):
     _op.register_kernel(_dim_select_kernel(_op, _np_arg, _np_extreme))
     _op.register_meta(_dim_select_meta(_op))
-    _op.register_derivative(_dim_select_grad, save_output=True, save_inputs=())
+    _op.register_derivative(_dim_select_grad, save_output=(1,), save_inputs=())
     _op.register_decomposition(_dim_select_decomp(_op, _arg_op))
 
 

@@ -86,7 +86,7 @@ def _sort_meta(x, dim=-1, descending=False, stable=False):
 
 sort.register_derivative(
     lambda c, g, _gi=None: (scatter_back(g, c.out[1], c.args[1], c.args[0].shape),),
-    save_output=True,
+    save_output=(1,),
     save_inputs=(),
 )
 
@@ -171,7 +171,7 @@ def _topk_meta(x, k, dim=-1, largest=True, sorted_=True):
 
 topk.register_derivative(
     lambda c, g, _gi=None: (scatter_back(g, c.out[1], c.args[2], c.args[0].shape),),
-    save_output=True,
+    save_output=(1,),
     save_inputs=(),
 )
 
@@ -228,7 +228,7 @@ def _kthvalue_grad(c, g, _gi=None):
     return (scatter_back(g, idx, d, x.shape),)
 
 
-kthvalue.register_derivative(_kthvalue_grad, save_output=True, save_inputs=())
+kthvalue.register_derivative(_kthvalue_grad, save_output=(1,), save_inputs=())
 
 
 @kthvalue.register_decomposition

@@ -112,7 +112,7 @@ cummin = defop(_cum_extreme_schema, name="cummin", kind="scan", returns=("values
 for _op, _ufunc, _largest in ((cummax, np.maximum, True), (cummin, np.minimum, False)):
     _op.register_kernel(_cum_extreme_kernel(_op, _ufunc))
     _op.register_meta(_cum_extreme_meta(_op))
-    _op.register_derivative(_cum_extreme_grad, save_output=True, save_inputs=())
+    _op.register_derivative(_cum_extreme_grad, save_output=(1,), save_inputs=())
     _op.register_decomposition(_cum_extreme_decomp(_op, _largest))
 
 
