@@ -105,7 +105,9 @@ def test_quick_run_of_one_workload_writes_json_table_and_dumps(tmp_path):
     compiled = record["columns"]["kiln_compiled"]
     assert compiled["cold_compile_seconds"] > 0 and compiled["warm_compile_seconds"] > 0
     assert set(compiled["compile_stages"]) == {"dynamo", "aot", "inductor", "codegen"}
-    assert sum(compiled["compile_stages"].values()) <= compiled["cold_compile_seconds"]
+    # each stage within the compile's wall time (their sum is not: LLVM's codegen runs on a
+    # background thread while the inductor stage goes on)
+    assert max(compiled["compile_stages"].values()) <= compiled["cold_compile_seconds"]
     assert record["moved_bytes"] == 2 * 4 * 512 * 512 and record["copy_bandwidth"] > 0
     assert record["load_average"] is not None
     assert record["kernels"] >= 1 and record["kiln_speedup"] > 0

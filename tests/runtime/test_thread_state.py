@@ -185,7 +185,7 @@ def test_concurrent_backward_into_one_leaf_loses_no_gradient():
 
     class PauseInAccumulation(DispatchMode):
         def dispatch(self, op, args):
-            if op.name == "add" and args[0] is w.grad and not adding.is_set():
+            if op.name in ("add", "add_") and args[0] is w.grad and not adding.is_set():
                 adding.set()
                 # B finishes meanwhile unless accumulation is locked (then B waits for A)
                 other_done.wait(1.0)
