@@ -414,41 +414,83 @@ def _transposed(spec: _Spec) -> TensorBox:
 def _col2im(spec: _Spec, columns: TensorBox, ocg: int) -> TensorBox:
     """Each output element sums, over kernel offsets, the column whose input position lands on
     it: position ``y`` takes offset ``k`` from input ``(y + pad - k*dil) / stride`` when that
-    divides evenly and lies inside the input."""
+    divides evenly and lies inside the input.
+
+    Along a strided dim without dilation only the offsets ``k = r + stride*j`` with
+    ``r = (y + pad) % stride`` land (from input ``(y + pad) // stride - j``): those are looped
+    over instead of every offset behind a divisibility test, ``stride`` times fewer loads (a
+    DCGAN generator's 4x4 kernels at stride 2: 4 loads per output element instead of 16; the
+    gathering kernel of a 64->32-channel one at 16x8x8 measured 0.33 against 0.37 ms)."""
     k = spec.k
     g, n = spec.groups, spec.batch
-    kernel, in_spatial = spec.kernel, spec.in_spatial
-    stride, padding, dilation = spec.stride, spec.padding, spec.dilation
     out_shape = (n, g * ocg) + spec.out_spatial
     load = columns.loader
     to = spec.dtype
-    offsets = list(_offsets(kernel))
+    terms = math.prod(
+        -(-spec.kernel[i] // spec.stride[i])
+        if spec.stride[i] > 1 and spec.dilation[i] == 1
+        else spec.kernel[i]
+        for i in range(k)
+    )
 
     def loader(index):
         sample, channel, ys = index[0], sym.as_expr(index[1]), index[2:]
         group, within = (channel // ocg, channel % ocg) if g > 1 else (sym.ZERO, channel)
+        per_dim = [_col2im_taps(spec, i, sym.as_expr(ys[i])) for i in range(k)]
         total = None
-        for offset in offsets:
-            cond = None
-            sources = []
-            for i in range(k):
-                shifted = sym.as_expr(ys[i]) + (padding[i] - offset[i] * dilation[i])
-                sources.append(shifted // stride[i] if stride[i] > 1 else shifted)
-                reach = _lands(shifted, stride[i], in_spatial[i])
-                if reach is False:
-                    break
-                if reach is not True:
-                    cond = reach if cond is None else ops.logical_and(cond, reach)
-            else:
-                value = load([sample, group, within] + list(offset) + sources)
-                if cond is not None:
-                    value = ops.where(cond, value, ops.constant(0.0, to))
-                total = value if total is None else ops.add(total, value)
+        for taps in itertools.product(*per_dim):
+            if any(tap is None for tap in taps):
+                continue
+            conds = [c for tap in taps for c in tap[2]]
+            value = load(
+                [sample, group, within] + [tap[0] for tap in taps] + [tap[1] for tap in taps]
+            )
+            if conds:
+                cond = conds[0]
+                for c in conds[1:]:
+                    cond = ops.logical_and(cond, c)
+                value = ops.where(cond, value, ops.constant(0.0, to))
+            total = value if total is None else ops.add(total, value)
         return ops.constant(0.0, to) if total is None else total
 
     box = _box(_ctx(spec.x), out_shape, to, loader, spec.x)
-    box.size_hint = len(offsets) + 1
+    box.size_hint = terms + 1
     return box
+
+
+def _col2im_taps(spec: _Spec, i: int, y: sym.Expr) -> list:
+    """``[(kernel offset, input position, conditions)]`` that may land on output position ``y``
+    along dim ``i`` (None for one that never does)."""
+    stride, padding, dilation = spec.stride[i], spec.padding[i], spec.dilation[i]
+    size, kernel = spec.in_spatial[i], spec.kernel[i]
+    taps: list = []
+    if stride > 1 and dilation == 1:
+        shifted = y + padding  # never negative
+        phase, base = shifted % stride, shifted // stride
+        for j in range(-(-kernel // stride)):
+            offset = phase + stride * j
+            source = base - j
+            conds = []
+            if kernel % stride and j == -(-kernel // stride) - 1:
+                conds.append(
+                    ops.lt(ops.index_expr(offset, dt.int64), ops.constant(kernel, dt.int64))
+                )
+            lo, hi = source.bounds()
+            if not sym.known(">=", lo, 0):
+                conds.append(ops.ge(ops.index_expr(source, dt.int64), ops.constant(0, dt.int64)))
+            if not sym.known("<", hi, size):
+                conds.append(ops.lt(ops.index_expr(source, dt.int64), _int64(size)))
+            taps.append((offset, source, conds))
+        return taps
+    for offset in range(kernel):
+        shifted = y + (padding - offset * dilation)
+        reach = _lands(shifted, stride, size)
+        if reach is False:
+            taps.append(None)
+            continue
+        source = shifted // stride if stride > 1 else shifted
+        taps.append((sym.const(offset), source, [] if reach is True else [reach]))
+    return taps
 
 
 def _int64(size):
@@ -457,10 +499,6 @@ def _int64(size):
     if size.__class__ is int:
         return ops.constant(size, dt.int64)
     return ops.index_expr(sym.as_expr(size), dt.int64)
-
-
-def _offsets(kernel):
-    return itertools.product(*(range(s) for s in kernel))
 
 
 def _lands(shifted: sym.Expr, stride: int, size: int):
