@@ -216,12 +216,29 @@ class ModuleTableSource(Source):
         return self.base.root()
 
 
+_MISSING = object()
+
+
+def item_without_insert(mapping, key):
+    """``mapping[key]`` for a guard: a ``defaultdict`` does not insert a missing key (guards of
+    one call checked against another's arguments read keys the other dict lacks: an
+    optimizer's state keyed by a second model's parameters grew empty entries)."""
+    value = dict.get(mapping, key, _MISSING)
+    if value is _MISSING:
+        raise KeyError(key)
+    return value
+
+
 @dataclass(frozen=True)
 class ItemSource(Source):
     base: Source
     index: Any
+    no_insert: bool = False  # the base is a defaultdict: read without inserting
 
     def expr(self, ns):
+        if self.no_insert:
+            reader = ns.name_of(item_without_insert, "item")
+            return f"{reader}({ns.ref(self.base)}, {self.index!r})"
         return f"{ns.ref(self.base)}[{self.index!r}]"
 
     def reconstruct(self, cg):
@@ -255,7 +272,10 @@ class IdentityItemSource(ItemSource):
         return hash((self.base, id(self.index)))
 
     def expr(self, ns):
-        return f"{ns.ref(self.base)}[{ns.name_of(self.index, 'key')}]"
+        key = ns.name_of(self.index, "key")
+        if self.no_insert:
+            return f"{ns.name_of(item_without_insert, 'item')}({ns.ref(self.base)}, {key})"
+        return f"{ns.ref(self.base)}[{key}]"
 
     def name(self):
         return f"{self.base.name()}[<{self.label}>]"

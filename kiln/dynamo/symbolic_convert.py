@@ -245,7 +245,17 @@ class InstructionTranslatorBase:
         is_float = isinstance(number.value, float)
         t = self._number_tensor(number, dtypes.float64 if is_float else dtypes.int64)
         default = dtypes.get_default_dtype()
-        if is_float and not other.proxy.dtype.is_floating_point and default != dtypes.float64:
+        other_dtype = other.proxy.dtype
+        if not other.proxy.shape:
+            # next to a 0-dim tensor a 0-dim float64/int64 one would raise the result's dtype
+            # (two 0-dim tensors promote as equals); a Python number does not: the number
+            # becomes the dtype ``other op number`` has (``lam * x.sum()`` stays float32)
+            expected = dtypes.result_type_of(
+                (), (other_dtype,), (dtypes.dtype_of_python_scalar(number.value),)
+            )
+            if expected is not t.proxy.dtype:
+                t = call_kiln(self, _method_caller_to, [t, ConstantVariable(expected)], {})
+        elif is_float and not other_dtype.is_floating_point and default != dtypes.float64:
             t = call_kiln(self, _method_caller_to, [t, ConstantVariable(default)], {})
         return t
 

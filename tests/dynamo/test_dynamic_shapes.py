@@ -426,6 +426,27 @@ def test_an_int_argument_that_changes_becomes_a_symbol():
     assert counter.frame_count == 2
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_changing_number_next_to_a_0_dim_tensor_keeps_the_tensors_dtype(backend):
+    """A float or int argument that changes is a graph input from the second capture on; with a
+    0-dim tensor it must promote as a Python number does (``lam * x.sum()`` is float32, not
+    float64; ``n * i32.sum()`` int32), on every call."""
+
+    def f(x, xi, xb, lam, n):
+        return lam * x.sum(), x.mean() * lam + 1.0, n * xi.sum(dtype=xi.dtype), xb.sum() * (n + 0.5)
+
+    compiled = kiln.compile(f, backend=backend)
+    x = kiln.arange(4, dtype=kiln.float32)
+    xi = kiln.arange(4, dtype=kiln.int32)
+    xb = kiln.ones(3, dtype=kiln.bfloat16)
+    for lam, n in ((0.3, 2), (0.7, 3), (0.9, 4)):
+        got, want = compiled(x, xi, xb, lam, n), f(x, xi, xb, lam, n)
+        assert [g.dtype for g in got] == [kiln.float32, kiln.float32, kiln.int32, kiln.bfloat16]
+        for g, w in zip(got, want):
+            assert g.dtype is w.dtype
+            np.testing.assert_allclose(g.float().numpy(), w.float().numpy(), rtol=1e-2)
+
+
 # ------------------------------------------------------------------------------ policy
 
 

@@ -292,3 +292,28 @@ def test_compiled_step_with_a_per_step_lr_schedule_matches_eager(recwarn):
     assert_same(model.state_dict(), twin.state_dict())
     assert counter.frame_count <= 8
     assert not [w for w in recwarn if "recompiled" in str(w.message)]
+
+
+def test_one_compiled_step_for_two_models_leaves_each_optimizers_state_alone():
+    """Checking the first pair's guards against the second's arguments reads ``opt.state[p]``
+    for the first model's parameters: a defaultdict must not grow empty entries from it (the
+    second optimizer's ``state_dict()`` failed with a KeyError)."""
+    models = [kiln.nn.Linear(3, 2, bias=False) for _ in range(2)]
+    optimizers = [kiln.optim.Adam(m.parameters(), lr=0.1) for m in models]
+
+    def step(model, opt, x):
+        opt.zero_grad()
+        loss = model(x).pow(2).sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    compiled = kiln.compile(step)
+    x = kiln.ones(4, 3)
+    for model, opt in zip(models, optimizers):
+        compiled(model, opt, x)
+        compiled(model, opt, x)
+    for model, opt in zip(models, optimizers):
+        assert list(opt.state) == list(model.parameters())
+        assert sorted(opt.state[model.weight]) == ["exp_avg", "exp_avg_sq", "step"]
+        assert len(opt.state_dict()["state"]) == 1

@@ -564,3 +564,24 @@ def test_compiled_einsum_with_a_permuted_result_reshaped_compiles_and_matches_to
     np.testing.assert_allclose(out.item(), expected.item(), rtol=1e-5)
     np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(v.grad.numpy(), tv.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@needs_torch
+@pytest.mark.parametrize("equation", ["ij,jk->ik", "bij,bjk->bik", "ij,ij->i", "i,j->ij"])
+def test_einsum_gradients_of_complex_operands_match_torch(equation):
+    """A holomorphic op's gradient is conjugated (PyTorch's convention) for every operand,
+    einsum's list of operands included."""
+    rng = np.random.default_rng(3)
+    shapes = {
+        "ij,jk->ik": [(2, 3), (3, 4)],
+        "bij,bjk->bik": [(2, 2, 3), (2, 3, 2)],
+        "ij,ij->i": [(3, 4), (3, 4)],
+        "i,j->ij": [(3,), (4,)],
+    }[equation]
+    data = [rng.standard_normal(s) + 1j * rng.standard_normal(s) for s in shapes]
+    ours = [kiln.tensor(d.astype(np.complex64), requires_grad=True) for d in data]
+    theirs = [torch.tensor(d.astype(np.complex64), requires_grad=True) for d in data]
+    (kiln.einsum(equation, *ours) * (1 + 2j)).real.sum().backward()
+    (torch.einsum(equation, *theirs) * (1 + 2j)).real.sum().backward()
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-5, atol=1e-6)

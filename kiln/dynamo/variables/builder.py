@@ -209,14 +209,15 @@ def _wrap_dict(output, value: dict, source: Source | None) -> VariableTracker:
         src = AttrSource(source, "default_factory") if source is not None else None
         factory = wrap(output, value.default_factory, src)
     items = {}
+    no_insert = isinstance(value, defaultdict)
     for i, (k, v) in enumerate(value.items()):
         key = key_value(k)
         if source is None:
             src = None
         elif type(key) is IdentityKey:
-            src = IdentityItemSource(source, k, f"key {i}")
+            src = IdentityItemSource(source, k, no_insert, label=f"key {i}")
         else:
-            src = ItemSource(source, k)
+            src = ItemSource(source, k, no_insert)
         items[key] = wrap(output, v, src)
     return DictVariable(items, source, type(value), factory)
 

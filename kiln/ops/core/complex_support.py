@@ -127,7 +127,15 @@ def conjugate_wirtinger(real_formula: Callable) -> Callable:
         if not any(g is not None and g._dtype.is_complex for g in grads):
             return real_formula(c, *grads)
         out = real_formula(c, *(conj_value(g) for g in grads))
-        return tuple(None if r is None else conj_value(r) for r in out)
+        # a list argument's gradient is a list (einsum's operands): each one conjugated
+        return tuple(
+            None
+            if r is None
+            else [None if t is None else conj_value(t) for t in r]
+            if isinstance(r, list)
+            else conj_value(r)
+            for r in out
+        )
 
     return derivative
 
