@@ -159,14 +159,13 @@ def test_compiled_convolution_of_non_contiguous_input(layout):
     def fn(x, w):
         return F.conv2d(x, w, None, 2, 1).sigmoid()
 
-    out = kiln.compile(fn, fullgraph=True)(x, w)
-    out.sum().backward()
     tx, tw = to_torch(x, True), to_torch(w, True)
-    expected = torch.nn.functional.conv2d(tx, tw, None, 2, 1).sigmoid()
-    expected.sum().backward()
-    assert_close(out, expected, rtol=1e-4, atol=1e-5)
-    assert_close(x.grad, tx.grad, rtol=1e-4, atol=1e-5)
-    assert_close(w.grad, tw.grad, rtol=1e-4, atol=1e-5)
+    _sum_backward_matches(
+        kiln.compile(fn, fullgraph=True)(x, w),
+        torch.nn.functional.conv2d(tx, tw, None, 2, 1).sigmoid(),
+        [(x, tx), (w, tw)],
+        grad_atol=1e-5,
+    )
 
 
 def test_convolution_lowers_without_eager_fallback():
@@ -205,6 +204,16 @@ def test_convolution_with_changing_sizes_matches_torch(dynamic):
         assert_close(compiled(x), expected, rtol=1e-5, atol=1e-5)
         assert_close(x.grad, tx.grad, rtol=1e-4, atol=1e-5)
         assert_close(w.grad, tw.grad, rtol=1e-4, atol=1e-5)
+
+
+def _sum_backward_matches(out, expected, leaves, grad_atol=1e-4) -> None:
+    """``out`` and PyTorch's ``expected`` agree, and so do the gradients of their sums for each
+    (kiln leaf, torch leaf) pair."""
+    out.sum().backward()
+    expected.sum().backward()
+    assert_close(out, expected, rtol=1e-4, atol=1e-5)
+    for ours, theirs in leaves:
+        assert_close(ours.grad, theirs.grad, rtol=1e-4, atol=grad_atol)
 
 
 def _grown(shape: tuple, extra: int) -> tuple:
@@ -266,14 +275,12 @@ def test_transposed_convolution_compiled_once_for_every_image_size(stats):
         for shape in ((2, 6, 4, 5), (3, 6, 7, 6), (2, 6, 5, 9)):
             y = _tensor(rng, shape, kiln.float32, True)
             w.grad = None
-            out = compiled(y)
-            out.sum().backward()
             ty, tw = to_torch(y, True), to_torch(w, True)
-            expected = torch.nn.functional.conv_transpose2d(ty, tw, None, 2, 1).sigmoid()
-            expected.sum().backward()
-            assert_close(out, expected, rtol=1e-4, atol=1e-5)
-            assert_close(y.grad, ty.grad, rtol=1e-4, atol=1e-4)
-            assert_close(w.grad, tw.grad, rtol=1e-4, atol=1e-4)
+            _sum_backward_matches(
+                compiled(y),
+                torch.nn.functional.conv_transpose2d(ty, tw, None, 2, 1).sigmoid(),
+                [(y, ty), (w, tw)],
+            )
     assert not [m for m in messages if "convolution" in m and "eager" in m], messages
     assert stats.symbolic_refused == stats.static_compiles == stats.fallback_calls == 0
 
