@@ -453,3 +453,35 @@ def test_feature_dropout_drops_whole_channels_in_place():
     assert out is x
     planes = x.numpy().reshape(24, 10)
     assert np.all(planes == planes[:, :1]) and set(np.unique(planes)) <= {0.0, 2.0}
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize(
+    "shape,resize",
+    [((32, 40), {"size": (13, 17)}), ((9, 11), {"size": (20, 23)}), ((7, 9), {"size": (7, 3)}),
+     ((21, 18), {"scale_factor": 0.3}), ((21, 18), {"scale_factor": 2.5})],
+)  # fmt: skip
+def test_antialiased_interpolate_matches_torch(mode, align_corners, shape, resize):
+    """``antialias=True`` (torchvision's tensor Resize): downscaling widens the filter so every
+    input contributes; values, gradients and the node's name as PyTorch's."""
+    data = np.random.default_rng(sum(shape)).standard_normal((2, 3) + shape).astype(np.float32)
+    outs = []
+    for lib in (kiln, torch):
+        x = lib.tensor(data, requires_grad=True)
+        y = lib.nn.functional.interpolate(
+            x, mode=mode, align_corners=align_corners, antialias=True, **resize
+        )
+        (y * y).sum().backward()
+        name = y.grad_fn.name() if lib is kiln else type(y.grad_fn).__name__
+        outs.append((y, x.grad, name))
+    (y, gx, name), (ty, tgx, tname) = outs
+    np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(gx.numpy(), tgx.numpy(), rtol=1e-4, atol=1e-4)
+    assert name == tname
+
+
+def test_antialias_needs_bilinear_or_bicubic_on_4d_input():
+    with pytest.raises(ValueError, match="Anti-alias"):
+        kiln.nn.functional.interpolate(kiln.randn(1, 2, 8), size=4, mode="linear", antialias=True)

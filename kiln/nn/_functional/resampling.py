@@ -63,8 +63,11 @@ def interpolate(
             f"modes: nearest | linear | bilinear | bicubic | trilinear | area | nearest-exact "
             f"(got {mode})"
         )
-    if antialias:
-        raise NotImplementedError("kiln's interpolate has no antialias mode")
+    if antialias and (mode not in ("bilinear", "bicubic") or input.ndim != 4):
+        raise ValueError(
+            "Anti-alias option is restricted to bilinear and bicubic modes and requires a 4-D "
+            f"tensor as input (got mode {mode!r} and a {input.ndim}-D tensor)"
+        )
     if size is not None and scale_factor is not None:
         raise ValueError("only one of size or scale_factor should be defined")
     spatial = input.shape[2:]
@@ -91,8 +94,9 @@ def interpolate(
         raise ValueError("either size or scale_factor should be defined")
     if mode == "area":
         return adaptive_avg(input, sizes, dims)
-    out = _conv_ops.resample(input, sizes, mode, bool(align_corners), scales)
-    rename_grad_fn(out, (input,), _UPSAMPLE_NAMES[mode].format(dims=dims))
+    out = _conv_ops.resample(input, sizes, mode, bool(align_corners), scales, antialias)
+    name = _UPSAMPLE_NAMES[mode].format(dims=dims)
+    rename_grad_fn(out, (input,), name.replace("2D", "2DAa") if antialias else name)
     return out
 
 

@@ -848,6 +848,42 @@ def _cubic_taps(size, out, align_corners, scale) -> list[tuple[np.ndarray, np.nd
     return [(np.clip(base - 1 + j, 0, size - 1), coef) for j, coef in enumerate(coeffs)]
 
 
+def _antialias_filter(mode: str, x: np.ndarray) -> np.ndarray:
+    """PyTorch's antialiasing kernels: a triangle (bilinear) or Keys' cubic with A = -0.5
+    (bicubic, as PIL's)."""
+    x = np.abs(x)
+    if mode == "bilinear":
+        return np.where(x < 1.0, 1.0 - x, 0.0)
+    a = -0.5
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = (((x - 5) * x + 8) * x - 4) * a
+    return np.where(x < 1.0, near, np.where(x < 2.0, far, 0.0))
+
+
+def _antialias_taps(mode, size, out, align_corners, scale) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Taps of PyTorch's antialiased resize: downscaling by ``s`` widens the filter by ``s``
+    (every input under it contributes, weights normalized to sum 1), so no input is skipped;
+    taps past an output's window get weight 0 (their index clamped into the input)."""
+    ratio = _source_scale(size, out, align_corners, scale)
+    support = (2.0 if mode == "bilinear" else 4.0) * 0.5
+    if ratio >= 1.0:
+        support *= ratio
+    inverse = 1.0 / ratio if ratio >= 1.0 else 1.0
+    center = ratio * (np.arange(out) + 0.5)
+    first = np.maximum((center - support + 0.5).astype(np.int64), 0)
+    count = np.minimum((center + support + 0.5).astype(np.int64), size) - first
+    width = int(count.max()) if out else 0
+    j = np.arange(width)
+    weights = _antialias_filter(
+        mode, (j[None, :] + first[:, None] - center[:, None] + 0.5) * inverse
+    )
+    weights = np.where(j[None, :] < count[:, None], weights, 0.0)
+    total = weights.sum(1, keepdims=True)
+    weights = np.divide(weights, total, out=np.zeros_like(weights), where=total != 0)
+    index = np.minimum(first[:, None] + j[None, :], size - 1)
+    return [(index[:, t], weights[:, t]) for t in range(width)]
+
+
 def _apply_taps(x: Tensor, dim: int, taps) -> Tensor:
     """Interpolate along ``dim``: the weighted sum of the gathered taps. Gathering (not a dense
     (out, size) matrix) reads only each output's own neighbours, so a NaN or inf spreads to the
@@ -886,7 +922,7 @@ def _check_resample_sizes(x: Tensor, spatial, sizes) -> None:
         )
 
 
-def resample(x: Tensor, sizes, mode: str, align_corners: bool, scales) -> Tensor:
+def resample(x: Tensor, sizes, mode: str, align_corners: bool, scales, antialias=False) -> Tensor:
     """Resize the trailing ``len(sizes)`` dims: nearest by indexing, (bi/tri)linear and bicubic
     one dim at a time by gathered taps (exactly PyTorch's neighbours and weights, so values,
     gradients and NaN/inf spreading match)."""
@@ -900,6 +936,11 @@ def resample(x: Tensor, sizes, mode: str, align_corners: bool, scales) -> Tensor
             x = OPS["index"](x, [None] * (x.ndim - k + i) + [idx])
         return x
     build = _cubic_taps if mode == "bicubic" else _linear_taps
+    if antialias:
+
+        def build(size, out, align, scale):
+            return _antialias_taps(mode, size, out, align, scale)
+
     # half types interpolate in float32 and round once, as PyTorch's kernels do
     low = x.dtype in (dt.float16, dt.bfloat16)
     y = x.float() if low else x
