@@ -470,4 +470,12 @@ REGRESSIONS: list[Case] = [
         ),
         ("pytorch", *COMPILED),
     ),
+    Case(
+        "a 0-dim bfloat16 input cast to bool in a Triton kernel (interpreter: its buffer)",
+        _one(
+            [Input("x1", (), dtype="bfloat16", fill="integral")],
+            ["v0 = x1.bool()", "v1 = torch.isnan(v0)", "v2 = v1 / v1"],
+        ),
+        ("inductor-triton",),
+    ),
 ]

@@ -514,7 +514,12 @@ class KernelPrinter:
             return x
         if dtype is dt.bool_:
             zero = "0.0" if x.dtype.is_floating_point else "0"
-            return self.emit(f"{self.materialize(x)} != {zero}", dtype, x.xdep, x.rdep)
+            value = self.materialize(x)
+            if x.dtype in (dt.float16, dt.bfloat16):
+                # compared in float32 (exact): Triton's interpreter fails to convert the literal
+                # against a lone half value ("buffer size must be a multiple of element size")
+                value = f"{value}.to(tl.float32)"
+            return self.emit(f"{value} != {zero}", dtype, x.xdep, x.rdep)
         x = self.materialize(x)
         if x.dtype.is_floating_point and not dtype.is_floating_point:
             # as eager kiln (numpy's astype on x86) and PyTorch: through int64 for int64, through
