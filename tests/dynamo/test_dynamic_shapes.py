@@ -447,6 +447,29 @@ def test_a_changing_number_next_to_a_0_dim_tensor_keeps_the_tensors_dtype(backen
             np.testing.assert_allclose(g.float().numpy(), w.float().numpy(), rtol=1e-2)
 
 
+def test_adaptive_max_pool_over_symbolic_images_specializes_them_and_compiles():
+    """Its windows depend on the input's size: under ``dynamic=True`` the image sizes are
+    specialized (a recompile per size) instead of failing the compile into the eager
+    backend; values, indices and gradients as eager's."""
+    import warnings
+
+    def f(x):
+        return kiln.nn.functional.adaptive_max_pool2d(x, (5, 2))
+
+    compiled = kiln.compile(f, backend="inductor", dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for side in ((7, 9), (11, 6), (7, 9)):
+            x = kiln.randn(2, 3, *side, requires_grad=True)
+            got = compiled(x)
+            got.sum().backward()
+            grad, x.grad = x.grad, None
+            want = f(x)
+            want.sum().backward()
+            np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+            np.testing.assert_array_equal(grad.numpy(), x.grad.numpy())
+
+
 # ------------------------------------------------------------------------------ policy
 
 

@@ -723,9 +723,12 @@ def _adaptive_max_pool(input: Tensor, output_size: list[int]): ...
 
 
 def _adaptive_index_grid(spatial, output_size):
-    """Per dim: (out, longest window) input positions, repeating each window's last element."""
+    """Per dim: (out, longest window) input positions, repeating each window's last element.
+    The windows depend on the input's size: a symbolic one is specialized (guarded; the meta
+    function records the guard while the graph is captured)."""
     grids = []
     for size, out in zip(spatial, output_size):
+        size = int(size)
         start, end = _adaptive_bounds(size, out)
         longest = int((end - start).max())
         pos = start[:, None] + np.arange(longest)
@@ -767,6 +770,8 @@ def _adaptive_max_pool_kernel(x, output_size):
 @_adaptive_max_pool.register_meta
 def _adaptive_max_pool_meta(x, output_size):
     _adaptive_check("adaptive_max_pool", x, output_size)
+    for size in _spatial(x):  # its windows need the input's sizes (``_adaptive_index_grid``)
+        int(size)
     shape = tuple(x.shape[:2]) + tuple(output_size)
     return fake(shape, x._dtype, x), fake(shape, dt.int64, x)
 
