@@ -21,6 +21,7 @@ from .runtime.symbolic import check as _check  # noqa: E402
 from .runtime.symbolic import check_is_size as _check_is_size  # noqa: E402
 from .runtime.symbolic import constrain_as_size as _constrain_as_size  # noqa: E402
 from .runtime import devices as _devices  # noqa: E402
+from .runtime import random as _random  # noqa: E402
 from .runtime.flags import (  # noqa: E402
     are_deterministic_algorithms_enabled,
     get_deterministic_debug_mode,
@@ -98,6 +99,17 @@ def _load_cuda_kernels():
 
 
 _devices.set_kernel_provider(_load_cuda_kernels)
+
+
+def _load_cpu_sampler():
+    """Eager random numbers come from machine code built by the LLVM backend (``runtime.random``,
+    below the compiler, reaches it through this hook on the first draw)."""
+    from .inductor.codegen.llvm import eager_random
+
+    return eager_random.build()
+
+
+_random.set_native_sampler(_load_cpu_sampler)
 _compiler_stack.install()
 
 

@@ -11,6 +11,7 @@ Normals use Box-Muller on the first two words.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
@@ -31,6 +32,8 @@ __all__ = [
     "philox_uniform",
     "philox_normal",
     "philox_bits",
+    "numpy_normal",
+    "set_native_sampler",
 ]
 
 PHILOX_M0 = 0xD2511F53
@@ -94,19 +97,64 @@ def uniform_from_bits(bits: np.ndarray) -> np.ndarray:
     return (bits >> np.uint32(8)).astype(np.float32) * np.float32(2.0**-24)
 
 
-def philox_bits(seed: int, offset: int, n: int) -> np.ndarray:
+# The compiler's machine-code samplers (``inductor/codegen/llvm/eager_random.py``), which this
+# layer cannot import: [loader, sampler]; the sampler is False once loading failed (numpy then
+# draws, the same numbers more slowly)
+_native: list = [None, None]
+
+
+def set_native_sampler(loader) -> None:
+    """Install the loader of the machine-code samplers (the facade does, on import)."""
+    _native[:] = [loader, None]
+
+
+def _sampler():
+    sampler = _native[1]
+    if sampler is None:
+        if _native[0] is None:
+            return None
+        try:
+            sampler = _native[0]()
+        except Exception as error:  # noqa: BLE001 - any failure leaves the numpy sampler
+            logging.getLogger("kiln.random").warning(
+                "random: no machine-code sampler (%s: %s); numpy draws the numbers",
+                type(error).__name__,
+                error,
+            )
+            sampler = False
+        _native[1] = sampler
+    return sampler or None
+
+
+def _numpy_words(seed: int, offset: int, n: int):
     lo, hi = _counters(offset, n)
-    return philox4x32(lo, hi, seed)[0]
+    return philox4x32(lo, hi, seed)[:2]
+
+
+def philox_bits(seed: int, offset: int, n: int) -> np.ndarray:
+    sampler = _sampler()
+    if sampler is not None:
+        return sampler.words(seed, offset, n)[0]
+    return _numpy_words(seed, offset, n)[0]
 
 
 def philox_uniform(seed: int, offset: int, n: int) -> np.ndarray:
-    return uniform_from_bits(philox_bits(seed, offset, n))
+    sampler = _sampler()
+    if sampler is not None:
+        return sampler.uniform(seed, offset, n)
+    return uniform_from_bits(_numpy_words(seed, offset, n)[0])
 
 
 def philox_normal(seed: int, offset: int, n: int) -> np.ndarray:
     """Standard normals (float32) by Box-Muller on the first two Philox words of each counter."""
-    lo, hi = _counters(offset, n)
-    w0, w1, _, _ = philox4x32(lo, hi, seed)
+    sampler = _sampler()
+    if sampler is not None:
+        return sampler.normal(seed, offset, n)
+    return numpy_normal(*_numpy_words(seed, offset, n))
+
+
+def numpy_normal(w0: np.ndarray, w1: np.ndarray) -> np.ndarray:
+    """Box-Muller in float64 on two word arrays: the definition the samplers follow."""
     u1 = uniform_from_bits(w0).astype(np.float64)
     u2 = uniform_from_bits(w1).astype(np.float64)
     # 1 - u1 is in (0, 1]: log never sees zero

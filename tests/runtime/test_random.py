@@ -99,3 +99,44 @@ def test_random_dtypes_and_devices():
     assert kiln.randn(2, 2, device="meta").is_meta
     with pytest.raises(RuntimeError, match="CUDA is not available"):
         kiln.randn(2, device="cuda")
+
+
+# counters and keys that cross the 32-bit word boundaries, the 64-bit wrap and the vector tail
+_DRAWS = [(0, 0, 1), (67280421310721, 5, 17), (2**64 - 1, 2**64 - 3, 40), (123, 2**32 - 5, 1003)]
+
+
+@pytest.mark.parametrize("seed,offset,n", _DRAWS)
+def test_machine_code_sampler_draws_the_numpy_definition(seed, offset, n):
+    # the samplers eager ops use are compiled code; numpy's passes are the definition (and what
+    # runs should the compile fail): every word, uniform and normal must agree
+    from kiln.runtime import random as R
+
+    sampler = R._sampler()
+    assert sampler is not None, "import kiln installs the machine-code sampler"
+    lo, hi = R._counters(offset, n)
+    w0, w1 = philox4x32(lo, hi, seed)[:2]
+    got0, got1 = sampler.words(seed, offset, n)
+    np.testing.assert_array_equal(got0, w0)
+    np.testing.assert_array_equal(got1, w1)
+    np.testing.assert_array_equal(R.philox_bits(seed, offset, n), w0)
+    np.testing.assert_array_equal(R.philox_uniform(seed, offset, n), R.uniform_from_bits(w0))
+    np.testing.assert_allclose(
+        R.philox_normal(seed, offset, n), R.numpy_normal(w0, w1), rtol=2e-7, atol=1e-7
+    )
+
+
+def test_numpy_sampler_when_the_machine_code_is_missing(monkeypatch, capsys):
+    from kiln.runtime import random as R
+
+    def broken():
+        raise OSError("no JIT here")
+
+    kiln.manual_seed(3)
+    expected = (kiln.rand(37), kiln.randn(37))
+    monkeypatch.setattr(R, "_native", [broken, None])
+    kiln.manual_seed(3)
+    got = (kiln.rand(37), kiln.randn(37))
+    warned = capsys.readouterr().err
+    assert "numpy draws the numbers" in warned and "no JIT here" in warned
+    np.testing.assert_array_equal(got[0].numpy(), expected[0].numpy())
+    np.testing.assert_allclose(got[1].numpy(), expected[1].numpy(), rtol=2e-7, atol=1e-7)

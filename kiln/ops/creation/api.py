@@ -71,6 +71,11 @@ def _size(args, fn: str = "zeros") -> tuple:
             f"{fn}(): argument 'size' (position 1) must be tuple of ints, not "
             f"{type(args[0]).__name__}"
         )
+    for s in args:  # plain ints within int64, the common case
+        if s.__class__ is not int or not -(2**63) <= s < 2**63:
+            break
+    else:
+        return tuple(args)
     out = []
     for i, s in enumerate(args):
         if not _is_int_like(s):
@@ -92,6 +97,8 @@ def _size(args, fn: str = "zeros") -> tuple:
 
 
 def _is_int_like(s) -> bool:
+    if s.__class__ is int:
+        return True
     if isinstance(s, Tensor):
         return s.ndim == 0 and s._dtype.category == 1
     return isinstance(s, numbers.Integral)

@@ -55,6 +55,15 @@ def check_size(size, dtype: dt.dtype | None = None) -> tuple:
     would need more than 2**63 - 1 bytes: numpy would fail with a ValueError or try to allocate
     exabytes. Symbolic sizes skip the storage check (it would become a guard; their values come
     from tensors that exist)."""
+    if size.__class__ is not tuple:
+        size = tuple(size)
+    for s in size:  # plain non-negative ints, the common case: nothing to convert
+        if s.__class__ is not int or s < 0:
+            break
+    else:
+        if dtype is not None and math.prod(size) * dtype.itemsize > _STORAGE_MAX:
+            raise RuntimeError(f"Storage size calculation overflowed with sizes={list(size)}")
+        return size
     size = tuple(as_int(s) for s in size)
     for s in size:
         if is_negative(s):

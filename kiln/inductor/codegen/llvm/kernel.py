@@ -24,10 +24,10 @@ from ...virtualized import set_ops_handler
 from .columns import ColumnEmitter
 from .loop_plan import CHUNK, InnerLoop, LoopPlan
 from .ops_handler import LLVMOps
+from .philox import philox_words, uniform_from_word
 from .prefetch import LINE_BYTES, ROW_BYTES, plan_prefetch
 from .sizes import SizeValues
 from .values import (
-    F32,
     I8,
     I32,
     I64,
@@ -875,46 +875,10 @@ class KernelEmitter(ColumnEmitter):
     # ------------------------------------------------------------------ random
     def philox(self, handler, seed: V, offset: V):
         """Philox4x32-10 words 0 and 1 for counter ``offset`` (c0/c1 = lo/hi), key ``seed``."""
-        b = self.builder
-        lanes = handler.lanes
-        i32 = I32 if lanes == 1 else ir.VectorType(I32, lanes)
-        i64 = I64 if lanes == 1 else ir.VectorType(I64, lanes)
-
-        def c32(v):
-            return ir.Constant(i32, v) if lanes == 1 else ir.Constant(i32, [v] * lanes)
-
-        def c64(v):
-            return ir.Constant(i64, v) if lanes == 1 else ir.Constant(i64, [v] * lanes)
-
-        off = offset.value
-        sd = seed.value
-        c0 = b.trunc(off, i32)
-        c1 = b.trunc(b.lshr(off, c64(32)), i32)
-        c2 = c32(0)
-        c3 = c32(0)
-        k0 = b.trunc(sd, i32)
-        k1 = b.trunc(b.lshr(sd, c64(32)), i32)
-        for _ in range(10):
-            p0 = b.mul(b.zext(c0, i64), c64(0xD2511F53))
-            p1 = b.mul(b.zext(c2, i64), c64(0xCD9E8D57))
-            hi0 = b.trunc(b.lshr(p0, c64(32)), i32)
-            lo0 = b.trunc(p0, i32)
-            hi1 = b.trunc(b.lshr(p1, c64(32)), i32)
-            lo1 = b.trunc(p1, i32)
-            c0, c1, c2, c3 = b.xor(b.xor(hi1, c1), k0), lo1, b.xor(b.xor(hi0, c3), k1), lo0
-            k0 = b.add(k0, c32(0x9E3779B9))
-            k1 = b.add(k1, c32(0xBB67AE85))
-        return c0, c1
+        return philox_words(self.builder, seed.value, offset.value, handler.lanes)
 
     def uniform(self, handler, word):
-        b = self.builder
-        lanes = handler.lanes
-        i32 = I32 if lanes == 1 else ir.VectorType(I32, lanes)
-        f32 = F32 if lanes == 1 else ir.VectorType(F32, lanes)
-        top = b.lshr(word, ir.Constant(i32, 8) if lanes == 1 else ir.Constant(i32, [8] * lanes))
-        as_float = b.uitofp(top, f32)
-        scale = ir.Constant(f32, 2.0**-24) if lanes == 1 else ir.Constant(f32, [2.0**-24] * lanes)
-        return b.fmul(as_float, scale)
+        return uniform_from_word(self.builder, word, handler.lanes)
 
 
 def _splittable(reductions) -> bool:

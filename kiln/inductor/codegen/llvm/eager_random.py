@@ -1,0 +1,180 @@
+"""Machine code for eager random numbers: the samplers ``kiln.runtime.random`` hands its draws to.
+
+In numpy, Philox4x32-10 costs a hundred array passes over 64-bit words whatever the size: 0.13 ms
+for 16 numbers and 0.15 s for a million (``dropout`` of a 1024x1024 activation, a 4096x256
+weight's ``kaiming_uniform_``), against PyTorch's 7 ms. Here each counter's rounds run in vector
+registers, one pass over the output (``philox.py`` emits the rounds compiled kernels use too).
+Normals take Box-Muller on the first two words in float64 as the numpy sampler writes it, with
+the C library's ``log`` and ``cos``: both round within an ulp in float64, far below the
+float32 result's half ulp.
+
+The runtime sits below the compiler: it reaches these functions through
+``random.set_native_sampler`` (the facade installs a loader, run on the first draw); a module that
+fails to build leaves numpy in charge.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from .jit import compile_module
+from .philox import philox_words, uniform_from_word
+from .values import F32, F64, I32, I64
+
+__all__ = ["NativeSampler", "build"]
+
+_LANES = 8  # counters per vector iteration: eight 32-bit words fill one AVX2 register
+_VOID = ir.VoidType()
+
+
+def _loop(fn: ir.Function, n: ir.Value, body) -> None:
+    """``body(builder, index, lanes)`` for index = 0, L, 2L, ... while a whole vector fits,
+    then once per remaining element with lanes = 1."""
+    entry = fn.append_basic_block("entry")
+    b = ir.IRBuilder(entry)
+    whole = b.and_(n, ir.Constant(I64, -_LANES))
+    for lanes, start, stop in ((_LANES, None, whole), (1, whole, n)):
+        head = fn.append_basic_block(f"head{lanes}")
+        loop = fn.append_basic_block(f"loop{lanes}")
+        done = fn.append_basic_block(f"done{lanes}")
+        first = b.block
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        i.add_incoming(ir.Constant(I64, 0) if start is None else start, first)
+        b.cbranch(b.icmp_signed("<", i, stop), loop, done)
+        b.position_at_end(loop)
+        body(b, i, lanes)
+        i.add_incoming(b.add(i, ir.Constant(I64, lanes)), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+    b.ret_void()
+
+
+def _counters(b: ir.IRBuilder, offset: ir.Value, i: ir.Value, lanes: int) -> ir.Value:
+    first = b.add(offset, i)
+    if lanes == 1:
+        return first
+    vec = ir.VectorType(I64, lanes)
+    splat = b.insert_element(ir.Constant(vec, ir.Undefined), first, ir.Constant(I32, 0))
+    splat = b.shuffle_vector(splat, ir.Constant(vec, ir.Undefined), _zero_mask(lanes))
+    return b.add(splat, ir.Constant(vec, list(range(lanes))))
+
+
+def _zero_mask(lanes: int) -> ir.Constant:
+    return ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
+
+
+def _splat_seed(b: ir.IRBuilder, seed: ir.Value, lanes: int) -> ir.Value:
+    if lanes == 1:
+        return seed
+    vec = ir.VectorType(I64, lanes)
+    one = b.insert_element(ir.Constant(vec, ir.Undefined), seed, ir.Constant(I32, 0))
+    return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined), _zero_mask(lanes))
+
+
+def _store(b: ir.IRBuilder, value: ir.Value, base: ir.Value, i: ir.Value, lanes: int) -> None:
+    ptr = b.gep(base, [i])
+    if lanes > 1:
+        ptr = b.bitcast(ptr, ir.VectorType(value.type.element, lanes).as_pointer())
+    b.store(value, ptr, align=4)
+
+
+def _module() -> ir.Module:
+    module = ir.Module(name="kiln_eager_random")
+    i32p, f32p = I32.as_pointer(), F32.as_pointer()
+    log = ir.Function(module, ir.FunctionType(F64, [F64]), "log")
+    cos = ir.Function(module, ir.FunctionType(F64, [F64]), "cos")
+    sqrt = module.declare_intrinsic("llvm.sqrt", [F64])
+
+    words = ir.Function(
+        module, ir.FunctionType(_VOID, [I64, I64, I64, i32p, i32p]), "kiln_philox_words"
+    )
+    seed, offset, n, out0, out1 = words.args
+    for p in (out0, out1):
+        p.add_attribute("noalias")
+
+    def words_body(b, i, lanes):
+        w0, w1 = philox_words(b, _splat_seed(b, seed, lanes), _counters(b, offset, i, lanes), lanes)
+        _store(b, w0, out0, i, lanes)
+        _store(b, w1, out1, i, lanes)
+
+    _loop(words, n, words_body)
+
+    uniform = ir.Function(
+        module, ir.FunctionType(_VOID, [I64, I64, I64, f32p]), "kiln_philox_uniform"
+    )
+    u_seed, u_offset, u_n, u_out = uniform.args
+
+    def uniform_body(b, i, lanes):
+        w0, _ = philox_words(
+            b, _splat_seed(b, u_seed, lanes), _counters(b, u_offset, i, lanes), lanes
+        )
+        _store(b, uniform_from_word(b, w0, lanes), u_out, i, lanes)
+
+    _loop(uniform, u_n, uniform_body)
+
+    normal = ir.Function(
+        module, ir.FunctionType(_VOID, [I64, I64, I64, f32p]), "kiln_philox_normal"
+    )
+    n_seed, n_offset, n_n, n_out = normal.args
+
+    def normal_body(b, i, lanes):
+        w0, w1 = philox_words(
+            b, _splat_seed(b, n_seed, lanes), _counters(b, n_offset, i, lanes), lanes
+        )
+        u1, u2 = uniform_from_word(b, w0, lanes), uniform_from_word(b, w1, lanes)
+        for lane in range(lanes):
+            a = u1 if lanes == 1 else b.extract_element(u1, ir.Constant(I32, lane))
+            c = u2 if lanes == 1 else b.extract_element(u2, ir.Constant(I32, lane))
+            # numpy's order: sqrt(-2.0 * log(1.0 - u1)) * cos((2.0 * pi) * u2), in float64
+            a, c = b.fpext(a, F64), b.fpext(c, F64)
+            r = b.call(
+                sqrt,
+                [b.fmul(ir.Constant(F64, -2.0), b.call(log, [b.fsub(ir.Constant(F64, 1.0), a)]))],
+            )
+            angle = b.fmul(ir.Constant(F64, 2.0 * math.pi), c)
+            value = b.fptrunc(b.fmul(r, b.call(cos, [angle])), F32)
+            at = i if lane == 0 else b.add(i, ir.Constant(I64, lane))
+            b.store(value, b.gep(n_out, [at]), align=4)
+
+    _loop(normal, n_n, normal_body)
+    return module
+
+
+_U64 = ctypes.c_uint64
+_PTR = ctypes.c_void_p
+
+
+class NativeSampler:
+    """The three samplers as numpy-returning calls (what ``runtime.random`` expects)."""
+
+    def __init__(self, compiled):
+        self._words = compiled.cfunc("kiln_philox_words", None, _U64, _U64, _U64, _PTR, _PTR)
+        self._uniform = compiled.cfunc("kiln_philox_uniform", None, _U64, _U64, _U64, _PTR)
+        self._normal = compiled.cfunc("kiln_philox_normal", None, _U64, _U64, _U64, _PTR)
+
+    def words(self, seed: int, offset: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        w0 = np.empty(n, np.uint32)
+        w1 = np.empty(n, np.uint32)
+        self._words(seed, offset, n, w0.ctypes.data, w1.ctypes.data)
+        return w0, w1
+
+    def uniform(self, seed: int, offset: int, n: int) -> np.ndarray:
+        out = np.empty(n, np.float32)
+        self._uniform(seed, offset, n, out.ctypes.data)
+        return out
+
+    def normal(self, seed: int, offset: int, n: int) -> np.ndarray:
+        out = np.empty(n, np.float32)
+        self._normal(seed, offset, n, out.ctypes.data)
+        return out
+
+
+def build() -> NativeSampler:
+    """Compile (or load from the object cache) the samplers."""
+    return NativeSampler(compile_module(str(_module()), opt_level=3))
