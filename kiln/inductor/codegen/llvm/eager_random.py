@@ -4,9 +4,10 @@ In numpy, Philox4x32-10 costs a hundred array passes over 64-bit words whatever 
 for 16 numbers and 0.15 s for a million (``dropout`` of a 1024x1024 activation, a 4096x256
 weight's ``kaiming_uniform_``), against PyTorch's 7 ms. Here each counter's rounds run in vector
 registers, one pass over the output (``philox.py`` emits the rounds compiled kernels use too).
-Normals take Box-Muller on the first two words in float64 as the numpy sampler writes it, with
-the C library's ``log`` and ``cos``: both round within an ulp in float64, far below the
-float32 result's half ulp.
+Normals take Box-Muller on the first two words in float64 as the compiled kernels do (their ops
+handler's ``randn``, vector ``log`` and ``cos`` included): eager and compiled draws are the same
+bits, and numpy's definition differs from both by an ulp of float64 at most, below the float32
+result's half ulp (``tests/runtime/test_random.py`` compares).
 
 The runtime sits below the compiler: it reaches these functions through
 ``random.set_native_sampler`` (the facade installs a loader, run on the first draw); a module that
@@ -16,14 +17,15 @@ fails to build leaves numpy in charge.
 from __future__ import annotations
 
 import ctypes
-import math
 
 import numpy as np
 from llvmlite import ir
 
+from ....runtime import dtypes as dt
 from .jit import compile_module
+from .ops_handler import LLVMOps
 from .philox import philox_words, uniform_from_word
-from .values import F32, F64, I32, I64
+from .values import F32, I32, I64, V
 
 __all__ = ["NativeSampler", "build"]
 
@@ -84,12 +86,23 @@ def _store(b: ir.IRBuilder, value: ir.Value, base: ir.Value, i: ir.Value, lanes:
     b.store(value, ptr, align=4)
 
 
+class _Emitter:
+    """What ``LLVMOps`` asks of a kernel emitter for random numbers and math: its builder and
+    the Philox words."""
+
+    def __init__(self, builder: ir.IRBuilder):
+        self.builder = builder
+
+    def philox(self, handler, seed: V, offset: V):
+        return philox_words(self.builder, seed.value, offset.value, handler.lanes)
+
+    def uniform(self, handler, word):
+        return uniform_from_word(self.builder, word, handler.lanes)
+
+
 def _module() -> ir.Module:
     module = ir.Module(name="kiln_eager_random")
     i32p, f32p = I32.as_pointer(), F32.as_pointer()
-    log = ir.Function(module, ir.FunctionType(F64, [F64]), "log")
-    cos = ir.Function(module, ir.FunctionType(F64, [F64]), "cos")
-    sqrt = module.declare_intrinsic("llvm.sqrt", [F64])
 
     words = ir.Function(
         module, ir.FunctionType(_VOID, [I64, I64, I64, i32p, i32p]), "kiln_philox_words"
@@ -124,23 +137,11 @@ def _module() -> ir.Module:
     n_seed, n_offset, n_n, n_out = normal.args
 
     def normal_body(b, i, lanes):
-        w0, w1 = philox_words(
-            b, _splat_seed(b, n_seed, lanes), _counters(b, n_offset, i, lanes), lanes
-        )
-        u1, u2 = uniform_from_word(b, w0, lanes), uniform_from_word(b, w1, lanes)
-        for lane in range(lanes):
-            a = u1 if lanes == 1 else b.extract_element(u1, ir.Constant(I32, lane))
-            c = u2 if lanes == 1 else b.extract_element(u2, ir.Constant(I32, lane))
-            # numpy's order: sqrt(-2.0 * log(1.0 - u1)) * cos((2.0 * pi) * u2), in float64
-            a, c = b.fpext(a, F64), b.fpext(c, F64)
-            r = b.call(
-                sqrt,
-                [b.fmul(ir.Constant(F64, -2.0), b.call(log, [b.fsub(ir.Constant(F64, 1.0), a)]))],
-            )
-            angle = b.fmul(ir.Constant(F64, 2.0 * math.pi), c)
-            value = b.fptrunc(b.fmul(r, b.call(cos, [angle])), F32)
-            at = i if lane == 0 else b.add(i, ir.Constant(I64, lane))
-            b.store(value, b.gep(n_out, [at]), align=4)
+        # the compiled kernels' own ``ops.randn``: their Box-Muller, their vector log and cos
+        ops = LLVMOps(_Emitter(b), lanes, {})
+        seed = V(_splat_seed(b, n_seed, lanes), dt.int64)
+        value = ops.randn(seed, V(_counters(b, n_offset, i, lanes), dt.int64))
+        _store(b, value.value, n_out, i, lanes)
 
     _loop(normal, n_n, normal_body)
     return module
