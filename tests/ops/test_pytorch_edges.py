@@ -87,10 +87,17 @@ CLAMPS = {
     "both-zero-min": lambda t: t.clamp(min=0.0, max=1.0),
     "min-above-max": lambda t: t.clamp(min=-1.0, max=-2.0),
     "nan-min": lambda t: t.clamp(min=NAN),
+    "neg-zero-min": lambda t: t.clamp(min=-0.0),
+    "nan-max-inf-min": lambda t: t.clamp(min=-INF, max=NAN),
+    "relu": lambda t: t.relu(),
+    "tensor-bounds": lambda t: t.nan_to_num(0.5).clamp(  # (PyTorch's NaN sign varies here)
+        t.new_tensor([-0.5, -0.0, -1.0, 0.0, 0.0, -2.0, 1.0, -0.0]),
+        t.new_tensor([0.5, 0.0, -0.0, 0.0, 1.0, -1.0, 0.5, 0.25]),
+    ),
 }
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
 @pytest.mark.parametrize("name", sorted(CLAMPS))
 def test_clamp_with_number_bounds_keeps_the_input_where_equal(name, dtype):
     """-0.0 clamped at 0.0 stays -0.0 and NaN stays NaN even when min > max, as in PyTorch."""
