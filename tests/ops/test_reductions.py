@@ -398,3 +398,29 @@ def test_full_sum_fast_path_still_records_autograd():
     x = kiln.ones(2, 3, requires_grad=True)
     x.sum().backward()
     assert_close(x.grad, kiln.ones(2, 3))
+
+
+# ------------------------------------------------------------------------------ topk of a few among many
+
+
+@needs_torch
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("data", ["distinct", "ties", "nan-ties", "ints"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_topk_of_few_among_many_matches_pytorch(data, largest, dim):
+    # k + 1 <= n / 8 with n >= 256 takes the partition path (stable_head), not the whole sort:
+    # positions must still be PyTorch's among ties and NaNs
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((24, 300)) * 3
+    if data != "distinct":
+        a = np.round(a)
+    if data == "nan-ties":
+        a[rng.random(a.shape) < 0.25] = np.nan
+    a = a.astype(np.int64 if data == "ints" else np.float32)
+    if dim == 0:
+        a = np.ascontiguousarray(a.T)
+    for k in (1, 5, 30):
+        got = kiln.tensor(a).topk(k, dim, largest)
+        want = torch.tensor(a).topk(k, dim, largest)
+        assert_close(got.values, want.values, equal_nan=True)
+        np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())

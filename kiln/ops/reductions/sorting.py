@@ -64,6 +64,40 @@ def argsort_np(a: np.ndarray, axis: int, descending: bool) -> np.ndarray:
     return (a.shape[axis] - 1) - np.argsort(a[backwards], axis=axis, kind="stable")[backwards]
 
 
+def stable_head(a: np.ndarray, axis: int, m: int, descending: bool) -> np.ndarray:
+    """The first ``m`` positions of ``argsort_np(a, axis, descending)`` by a partition, not a
+    sort (topk of a few among many: 512 rows of 512 floats, k = 8, took 17 ms sorted whole).
+
+    The partition finds each row's m-th value; every element beyond it (NaN orders as the
+    largest) is in, and of the elements equal to it the lowest positions fill the rest, as the
+    stable sort keeps ties in position order. Only those m are then sorted."""
+    rows = np.moveaxis(a, axis, -1)
+    shape = rows.shape
+    rows = rows.reshape(-1, shape[-1])
+    n = rows.shape[1]
+    kth = n - m if descending else m - 1
+    threshold = np.partition(rows, kth, axis=1)[:, kth : kth + 1]
+    floats = rows.dtype.kind in "fc"
+    if descending:
+        beyond = rows > threshold
+    else:
+        beyond = rows < threshold
+    tied = rows == threshold
+    if floats:
+        nan_rows, nan_threshold = np.isnan(rows), np.isnan(threshold)
+        if descending:
+            beyond |= nan_rows & ~nan_threshold
+        else:
+            beyond |= ~nan_rows & nan_threshold
+        tied |= nan_rows & nan_threshold
+    room = m - beyond.sum(axis=1, keepdims=True)
+    chosen = beyond | (tied & (np.cumsum(tied, axis=1) <= room))
+    picked = np.nonzero(chosen)[1].reshape(-1, m)  # each row's m positions, in position order
+    values = np.take_along_axis(rows, picked, axis=1)
+    head = np.take_along_axis(picked, argsort_np(values, 1, descending), axis=1)
+    return np.moveaxis(head.reshape(shape[:-1] + (m,)), -1, axis)
+
+
 @sort.register_kernel
 def _sort_kernel(x, dim, descending, stable):
     d = wrap_dim(dim, x.ndim)
@@ -157,7 +191,12 @@ def _topk_kernel(x, k, dim, largest, sorted_):
     a = x._data
     if not a.ndim:
         return topk.returns(*sort.kernel(x, d, largest, True))
-    idx = replay_topk(a, d, k, largest, sorted_, argsort_np(a, d, largest))
+    n = a.shape[d]
+    if sorted_ and n >= 256 and 8 * (k + 1) <= n:
+        order = stable_head(a, d, k + 1, largest)  # the replay reads no further
+    else:
+        order = argsort_np(a, d, largest)
+    idx = replay_topk(a, d, k, largest, sorted_, order)
     values = a[idx] if a.ndim == 1 else np.take_along_axis(a, idx, d)
     return topk.returns(wrap(values, x._dtype), wrap(idx, _int64))
 
