@@ -131,12 +131,23 @@ def _scatter_check(x, dim, index, src):
 
 
 def _scatter_coords(x, d, index):
-    """numpy index arrays addressing ``out[i][j]..`` with ``index`` replacing coordinate ``d``."""
+    """Flat positions in the C-contiguous output of ``out[i][j]..`` with ``index`` replacing
+    coordinate ``d``, in ``index``'s element order: ``ufunc.at`` over one flat index is 10x
+    faster than over a tuple of index arrays, with the same order of updates."""
     idx = as_1d(index._data)
-    check_index_bounds("", idx, (x._shape or (1,))[d], d)
-    coords = list(np.indices(idx.shape, sparse=True))
-    coords[d] = idx
-    return tuple(coords), idx.shape
+    shape = x._shape or (1,)
+    check_index_bounds("", idx, shape[d], d)
+    stride = 1
+    flat = None
+    for k in range(len(shape) - 1, -1, -1):
+        if k == d:
+            part = idx.astype(np.int64, copy=False) * stride
+        else:
+            part = np.arange(idx.shape[k], dtype=np.int64) * stride
+            part = part.reshape((-1,) + (1,) * (len(shape) - 1 - k))
+        flat = part if flat is None else flat + part
+        stride *= shape[k]
+    return np.broadcast_to(flat, idx.shape).reshape(-1), idx.shape
 
 
 def _src_values(src, shape, dtype):
@@ -145,6 +156,12 @@ def _src_values(src, shape, dtype):
         return np.asarray(scalar_value(src)).astype(dtype.np)
     s = as_1d(src._data)
     return s[tuple(slice(0, n) for n in shape)]
+
+
+def _flat_values(src, shape, dtype):
+    """``_src_values`` in the flat order of ``_scatter_coords`` (a number stays a number)."""
+    values = _src_values(src, shape, dtype)
+    return values.reshape(-1) if values.ndim else values
 
 
 def _pad_to(g: Tensor, shape) -> Tensor:
@@ -189,11 +206,12 @@ def _scatter_kernel(x, dim, index, src, reduce):
         raise RuntimeError("reduce argument must be either add or multiply.")
     out = as_1d(x._data).copy()
     coords, shape = _scatter_coords(x, d, index)
-    values = _src_values(src, shape, x._dtype)
+    values = _flat_values(src, shape, x._dtype)
+    flat = out.reshape(-1)
     if reduce is None:
-        out[coords] = values
+        flat[coords] = values
     else:
-        _SCATTER_UFUNCS[reduce].at(out, coords, values)
+        _SCATTER_UFUNCS[reduce].at(flat, coords, values)
     return wrap(out.reshape(x._shape), x._dtype)
 
 
@@ -281,7 +299,7 @@ def _scatter_add_kernel(x, dim, index, src):
     d = _scatter_check(x, dim, index, src)
     out = as_1d(x._data).copy()
     coords, shape = _scatter_coords(x, d, index)
-    np.add.at(out, coords, _src_values(src, shape, x._dtype))
+    np.add.at(out.reshape(-1), coords, _flat_values(src, shape, x._dtype))
     return wrap(out.reshape(x._shape), x._dtype)
 
 
@@ -344,13 +362,14 @@ def _scatter_reduce_kernel(x, dim, index, src, reduce, include_self):
     d = _scatter_check(x, dim, index, src)
     out = as_1d(x._data).copy()
     coords, shape = _scatter_coords(x, d, index)
-    values = _src_values(src, shape, x._dtype)
+    values = _flat_values(src, shape, x._dtype)
+    flat = out.reshape(-1)
     if not include_self:
-        out[coords] = _reduce_identity(reduce, x._dtype)
-    _REDUCE_UFUNCS[reduce].at(out, coords, values)
+        flat[coords] = _reduce_identity(reduce, x._dtype)
+    _REDUCE_UFUNCS[reduce].at(flat, coords, values)
     if reduce == "mean":
         count = np.full(out.shape, 1 if include_self else 0, dtype=np.int64)
-        np.add.at(count, coords, 1)
+        np.add.at(count.reshape(-1), coords, 1)
         count = np.maximum(count, 1)
         if x._dtype.is_floating_point:
             out = (out / count).astype(out.dtype)
