@@ -152,6 +152,9 @@ CLAMPS = {
     "softshrink": lambda m, x: m.nn.functional.softshrink(x),
     "maximum": lambda m, x: m.maximum(x, m.zeros_like(x)),
     "minimum": lambda m, x: m.minimum(x, m.zeros_like(x)),
+    "clamp_nan_min": lambda m, x: m.clamp(x, min=NAN),
+    "clamp_nan_max": lambda m, x: m.clamp_max(x, NAN),
+    "clamp_tensor_nan_bounds": lambda m, x: m.clamp(x, x.flip(0), x.roll(3) * 0.5),
 }
 
 

@@ -121,13 +121,23 @@ def _clamp_grad(c, g):
 clamp.register_derivative(_clamp_grad)
 
 
+def _takes_bound(beyond, bound):
+    """Where the clamp takes ``bound``: beyond it, or everywhere the bound is NaN (a NaN bound
+    makes the result NaN, as in PyTorch; no comparison with NaN is ever true)."""
+    if isinstance(bound, Tensor):
+        return beyond | (bound != bound) if bound.dtype.is_floating_point else beyond
+    if isinstance(bound, float) and math.isnan(bound):
+        return beyond | True
+    return beyond
+
+
 @clamp.register_decomposition
 def _clamp_decomp(x, lo=None, hi=None):
     out = x
     if lo is not None:
-        out = where(out < lo, lo, out)
+        out = where(_takes_bound(out < lo, lo), lo, out)
     if hi is not None:
-        out = where(out > hi, hi, out)
+        out = where(_takes_bound(out > hi, hi), hi, out)
     return out
 
 
