@@ -61,11 +61,22 @@ execution_engine = ExecutionEngine()
 _accumulate_lock = threading.RLock()
 
 
+# ``ops.core.dispatch.fresh_view_edge``, installed by that module (it records view ops):
+# a view whose base was written in place through another view gets its history made again
+fresh_view_edge: list = [None]
+
+
+def _refresh_stale_view(t: Tensor) -> None:
+    if t._view_version >= 0 and t._view_version != t._storage.version and fresh_view_edge[0]:
+        fresh_view_edge[0](t)
+
+
 def _root_edge(t: Tensor, i: int):
     if not t._requires_grad:
         raise RuntimeError(
             f"element {i} of tensors does not require grad and does not have a grad_fn"
         )
+    _refresh_stale_view(t)
     if t.grad_fn is None:
         return grad_accumulator(t), 0
     return t.grad_fn, t._output_nr
@@ -174,6 +185,7 @@ def run_backward(
                 raise RuntimeError(
                     f"One of the differentiated Tensors (index {k}) does not require grad"
                 )
+            _refresh_stale_view(t)
             node = t.grad_fn if t.grad_fn is not None else grad_accumulator(t)
             targets.setdefault((node, t._output_nr if t.grad_fn is not None else 0), []).append(k)
 

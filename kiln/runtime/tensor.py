@@ -123,6 +123,11 @@ class Tensor:
     # in PyTorch), but has no history while grad_fn is None: gradients reaching it are dropped
     # and an in-place op on it with grad mode on is an error
     _no_grad_view = False
+    # a view's storage version when its history was recorded (-1: no view history): an in-place
+    # op through another view of its base changes the version, and its history is then made
+    # again from the base's (``dispatch.fresh_view_edge``), as PyTorch regenerates a view's
+    # grad_fn
+    _view_version = -1
 
     # ------------------------------------------------------------------ construction
     def __new__(cls, *args, **kwargs):

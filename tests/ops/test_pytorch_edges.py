@@ -592,3 +592,45 @@ def test_einsum_gradients_of_complex_operands_match_torch(equation):
     (torch.einsum(equation, *theirs) * (1 + 2j)).real.sum().backward()
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------ number conversions
+
+NUMBER_ERRORS = {
+    "clamp-uint8-above-range": lambda lib: lib.tensor([0, 3, 255], dtype=lib.uint8).clamp(-5, 300),
+    "clamp-int8-both-out": lambda lib: lib.tensor([1, -2], dtype=lib.int8).clamp(-200, 200),
+    "pad-uint8-negative-float": lambda lib: lib.nn.functional.pad(
+        lib.tensor([1, 3], dtype=lib.uint8), (1, 1), value=-1
+    ),
+    "hardtanh-uint8-negative-limits": lambda lib: lib.nn.functional.hardtanh(
+        lib.tensor([0, 3], dtype=lib.uint8), -1.5, 2.7
+    ),
+    "hardtanh-min-above-max": lambda lib: lib.nn.functional.hardtanh(lib.ones(2), 1.0, 0.0),
+    "shift-of-bools": lambda lib: lib.bitwise_left_shift(
+        lib.tensor([True, False]), lib.tensor([True, True])
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(NUMBER_ERRORS))
+def test_numbers_out_of_a_type_raise_like_pytorch(name):
+    _assert_same_error(NUMBER_ERRORS[name])
+
+
+NUMBER_OK = {
+    "clamp-uint8-negative-wraps": lambda lib: lib.tensor([0, 3, 255], dtype=lib.uint8).clamp(-5),
+    "index-fill-uint8-minus-one": lambda lib: lib.tensor([1, 2], dtype=lib.uint8).index_fill(
+        0, lib.tensor([0]), -1
+    ),
+    "hardtanh-ints-truncate-limits": lambda lib: lib.nn.functional.hardtanh(
+        lib.tensor([-3, 0, 1, 5]), -1.5, 2.7
+    ),
+    "relu6-ints": lambda lib: lib.nn.functional.relu6(lib.tensor([-3, 4, 9])),
+    "erfinv-0d": lambda lib: lib.erfinv(lib.tensor(0.7)),
+    "erf-0d-float64": lambda lib: lib.erf(lib.tensor(0.7, dtype=lib.float64)),
+}
+
+
+@pytest.mark.parametrize("name", list(NUMBER_OK))
+def test_number_conversions_pytorch_accepts(name):
+    assert_close(NUMBER_OK[name](kiln), NUMBER_OK[name](torch))

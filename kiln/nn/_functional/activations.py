@@ -58,6 +58,8 @@ def elu_(input: Tensor, alpha: float = 1.0) -> Tensor:
 def hardtanh(
     input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False
 ) -> Tensor:
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
     return (OPS["hardtanh_"] if inplace else OPS["hardtanh"])(input, min_val, max_val)
 
 

@@ -77,7 +77,8 @@ def _pad_policy(args: tuple, kwargs: dict) -> str | None:
 @autocast_policy(cpu=_pad_policy)
 def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:
     if mode == "constant":
-        return OPS["constant_pad_nd"](input, list(pad), 0 if value is None else value)
+        # PyTorch's F.pad reads ``value`` as a float: -1 does not wrap into an unsigned type
+        return OPS["constant_pad_nd"](input, list(pad), 0 if value is None else float(value))
     if value is not None and value != 0:
         raise RuntimeError(f'Padding mode "{mode}" doesn\'t take in value argument.')
     if mode not in ("reflect", "replicate", "circular"):

@@ -17,6 +17,7 @@ one call.
 
 from __future__ import annotations
 
+from ...autograd import engine
 from ...autograd.graph import Node, OpBackward, leaf_edge
 from ...runtime.device import cpu, meta
 from ...runtime.memory_format import is_non_overlapping_and_dense
@@ -316,10 +317,27 @@ _NO_EDGE = (None, 0)
 def _edge(t: Tensor):
     if not t._requires_grad:
         return (None, 0)
+    if t._view_version >= 0 and t._view_version != t._storage.version:
+        return fresh_view_edge(t)
     fn = t.grad_fn
     if fn is None:
         return leaf_edge(t)
     return (fn, t._output_nr)
+
+
+def fresh_view_edge(view: Tensor):
+    """The edge of a view whose base was written in place since its history was recorded
+    (``v = x[:, 1:3]; v *= 3`` with ``x`` itself a view of a non-leaf: ``x`` must now lead to
+    the base's ``CopySlices``): its view ops recorded again from the base."""
+    if view._base is None:  # made its own tensor after all (reshape's copy): its history holds
+        view._view_version = -1
+        fn = view.grad_fn
+        return leaf_edge(view) if fn is None else (fn, view._output_nr)
+    fresh = view_replay(view)(view._base)
+    view.grad_fn = fresh.grad_fn
+    view._output_nr = fresh._output_nr
+    view._view_version = view._storage.version
+    return (view.grad_fn, view._output_nr)
 
 
 def _autograd(op, args, state, on_cpu: bool, modes: list):
@@ -382,8 +400,11 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
             a = args[p]
             if a.__class__ is Tensor or isinstance(a, Tensor):
                 if a._requires_grad:
-                    fn = a.grad_fn
-                    next_functions.append(leaf_edge(a) if fn is None else (fn, a._output_nr))
+                    if a._view_version >= 0 and a._view_version != a._storage.version:
+                        next_functions.append(fresh_view_edge(a))
+                    else:
+                        fn = a.grad_fn
+                        next_functions.append(leaf_edge(a) if fn is None else (fn, a._output_nr))
                     needs[p] = True
                 else:
                     next_functions.append(_NO_EDGE)
@@ -394,6 +415,10 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
     node = OpBackward(op, args, out, tuple(next_functions), positions, tuple(needs))
     if kernel_saved is not None:
         node.keep_kernel_saved(kernel_saved)
+    if op.is_view:
+        for o in (out,) if out.__class__ is Tensor else out:
+            if isinstance(o, Tensor) and o._base is not None:  # (a reshape may copy)
+                o._view_version = o._storage.version
     if out.__class__ is Tensor:  # the common case first
         if out._dtype.category >= 2:  # floating or complex
             out._requires_grad = True
@@ -467,8 +492,11 @@ def _inplace_autograd(op, args, state):
     self.grad_fn = fresh.grad_fn
     self._output_nr = fresh._output_nr
     self._requires_grad = True
+    self._view_version = self._storage.version
     return self
 
+
+engine.fresh_view_edge[0] = fresh_view_edge
 
 _COPY = []
 _CLONE = []

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.common import Scalar, Tensor, TensorOrScalar, fake, scalar_value, wrap
+from ..core.common import (
+    Scalar,
+    Tensor,
+    TensorOrScalar,
+    checked_scalar,
+    fake,
+    scalar_value,
+    wrap,
+)
 from ..core.common import wrap_dim as _wrap_dim
 from ..core.grad_fn_naming import is_tensor_arg
 from ..core.registry import OPS, defop
@@ -199,7 +207,10 @@ def _index_fill_check(x, dim, index, value):
 @index_fill.register_kernel
 def _index_fill_kernel(x, dim, index, value):
     d = _index_fill_check(x, dim, index, value)
-    return _dim_put(x, d, index, scalar_value(value), False, IndexError, negative_ok=True)
+    value = scalar_value(value)
+    if not isinstance(value, np.ndarray):
+        value = checked_scalar(value, x._dtype)  # -1 into uint8 is 255, 300 raises
+    return _dim_put(x, d, index, value, False, IndexError, negative_ok=True)
 
 
 @index_fill.register_meta

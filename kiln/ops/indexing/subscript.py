@@ -540,7 +540,9 @@ def setitem(x: Tensor, index, value) -> None:
         out, advanced = OPS["select"](x, 0, int(index)), []
     else:
         out, advanced = _parse(x, index)
-    if isinstance(value, Tensor):
+    if isinstance(value, Tensor) and (advanced or not known_same_shape(value._shape, out._shape)):
+        # (a value of the view's own shape is copied as it is, as PyTorch's ``copy_to`` does:
+        # ``x[0:1] += 1`` writes the (1, 4) view back onto itself, which its reshape would not)
         value = _strip_leading_ones(value)
     if not advanced:
         if isinstance(value, Tensor) and not known_same_shape(value._shape, out._shape):

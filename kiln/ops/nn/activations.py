@@ -441,14 +441,38 @@ elu = _float_unary_decomp_op(
 def _hardtanh_schema(self: Tensor, min_val: float = -1.0, max_val: float = 1.0): ...
 
 
-hardtanh = _float_unary_decomp_op(
-    "hardtanh",
+hardtanh = defop(
     _hardtanh_schema,
-    lambda a, lo, hi: np.clip(a, lo, hi),
-    lambda c, g: (where((c.args[0] <= c.args[1]) | (c.args[0] >= c.args[2]), 0, g),),
-    lambda x, lo=-1.0, hi=1.0: x.clamp(lo, hi),
+    name="hardtanh",
+    kind="pointwise",
     complex_refused=(NotImplementedError, "clamp is not supported for complex types"),
 )
+
+
+def _hardtanh_bounds(x, lo, hi):
+    """The limits in ``x``'s type: an integer tensor keeps its dtype and takes its limits
+    truncated (-0.5 -> 0), as PyTorch converts them; an unsigned one refuses negative limits."""
+    if x._dtype.is_floating_point:
+        return lo, hi
+    if x._dtype is _bool:
+        raise RuntimeError("\"hardtanh_cpu\" not implemented for 'Bool'")
+    if x._dtype is dt.uint8 and (lo < 0 or hi < 0):
+        raise RuntimeError("cannot do hardtanh on an unsigned type with negative limits")
+    return int(lo), int(hi)
+
+
+@hardtanh.register_kernel
+def _hardtanh_kernel(x, lo=-1.0, hi=1.0):
+    lo, hi = _hardtanh_bounds(x, lo, hi)
+    a = x._data
+    return wrap(np.clip(a, a.dtype.type(lo), a.dtype.type(hi)), x._dtype)
+
+
+hardtanh.register_meta(lambda x, lo=-1.0, hi=1.0: pointwise_meta(x._dtype, x))
+hardtanh.register_derivative(
+    lambda c, g: (where((c.args[0] <= c.args[1]) | (c.args[0] >= c.args[2]), 0, g),)
+)
+hardtanh.register_decomposition(lambda x, lo=-1.0, hi=1.0: x.clamp(*_hardtanh_bounds(x, lo, hi)))
 
 
 def _mish_schema(self: Tensor): ...

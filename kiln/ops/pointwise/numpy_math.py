@@ -37,7 +37,7 @@ def np_sigmoid(a, out=None):
 
 def np_erf(a, out=None):
     if a.dtype == np.float64 and a.size <= 4096:
-        return np.frompyfunc(math.erf, 1, 1)(a).astype(np.float64)
+        return np.asarray(np.frompyfunc(math.erf, 1, 1)(a)).astype(np.float64)  # 0-d: a float
     x = a.astype(np.float64)
     z = np.abs(x)
     # small |x|: Maclaurin series (exact to float64 rounding for |x| < 0.5)

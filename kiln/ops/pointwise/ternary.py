@@ -72,6 +72,8 @@ def _clamp_kernel(x, lo, hi):
                 # with array bounds numpy may give the bound's zero where it equals ``x``
                 out = np.where(out == a, a, out)
             return wrap(out, d)
+    if d.category == 1:  # out-of-range number bounds raise, as PyTorch's conversion does
+        lo, hi = (checked_scalar(b, d) if isinstance(b, (int, float)) else b for b in (lo, hi))
     out = a
     if lo is not None:
         out = np.maximum(out, as_np_operand(lo, d.np))

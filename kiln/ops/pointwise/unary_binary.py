@@ -850,9 +850,13 @@ _FLOAT_TYPE_NAMES = {"float16": "Half", "float32": "Float", "float64": "Double"}
 
 
 def _bitwise(np_fn, np_bool_fn, kernel_name):
+    """``np_bool_fn`` None: no bool kernel (shifts), as in PyTorch."""
+
     def fn(a, b, out=None):
-        if a.dtype.kind not in "biu":
-            name = _FLOAT_TYPE_NAMES.get(a.dtype.name, "BFloat16")
+        if a.dtype.kind not in "biu" or (np_bool_fn is None and a.dtype == np.bool_):
+            name = (
+                "Bool" if a.dtype == np.bool_ else _FLOAT_TYPE_NAMES.get(a.dtype.name, "BFloat16")
+            )
             raise NotImplementedError(f"\"{kernel_name}\" not implemented for '{name}'")
         f = np_bool_fn if a.dtype == np.bool_ else np_fn
         return f(a, b) if out is None else f(a, b, out=out)
@@ -875,12 +879,8 @@ bitwise_xor = binary(
     _bitwise(np.bitwise_xor, np.logical_xor, "bitwise_xor_cpu"),
     complex_refused=complex_not_implemented("bitwise_xor_cpu"),
 )
-bitwise_left_shift = binary(
-    "bitwise_left_shift", _bitwise(np.left_shift, np.left_shift, "lshift_cpu")
-)
-bitwise_right_shift = binary(
-    "bitwise_right_shift", _bitwise(np.right_shift, np.right_shift, "rshift_cpu")
-)
+bitwise_left_shift = binary("bitwise_left_shift", _bitwise(np.left_shift, None, "lshift_cpu"))
+bitwise_right_shift = binary("bitwise_right_shift", _bitwise(np.right_shift, None, "rshift_cpu"))
 
 for _op in (eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_xor, copysign):
     _op.differentiable = False

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime.symbolic import as_int
-from ..core.common import Tensor, fake, wrap
+from ..core.common import Tensor, checked_scalar, fake, wrap
 from ..core.registry import OPS, defop
 from ..creation.api import tensor
 
@@ -58,7 +58,10 @@ def _constant_pad_kernel(x, pad, value):
     widths = [(0, 0)] * x.ndim
     for dim, before, after in geometry:
         widths[dim] = (max(before, 0), max(after, 0))
-    fill = np.array(value).astype(x._dtype.np) if x._dtype.is_floating_point else int(value)
+    if x._dtype.is_floating_point:
+        fill = np.array(value).astype(x._dtype.np)
+    else:
+        fill = int(checked_scalar(value, x._dtype))
     return wrap(np.pad(a, widths, mode="constant", constant_values=fill), x._dtype)
 
 

@@ -247,6 +247,7 @@ def _reshape_decomp(x, shape):
     # PyTorch's _unsafe_view: the copy is the result's own storage, not a view of a tensor the
     # caller can reach (an in-place op on it records its own node, not a view rebase)
     out._base = None
+    out._view_version = -1
     if deferred:
         _env_of(x._shape, x.stride(), shape).defer_until_aliased(deferred, x, out)
     if x._requires_grad and x._data is not None:
