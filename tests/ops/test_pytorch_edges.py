@@ -634,3 +634,46 @@ NUMBER_OK = {
 @pytest.mark.parametrize("name", list(NUMBER_OK))
 def test_number_conversions_pytorch_accepts(name):
     assert_close(NUMBER_OK[name](kiln), NUMBER_OK[name](torch))
+
+
+# ------------------------------------------------------------------------------ integer images
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("how", ["up2", "down-odd", "size-corners", "antialias"])
+def test_uint8_images_resample_like_pytorch(mode, how):
+    # PyTorch filters uint8 images in two rounded passes with fixed-point weights: kiln's float
+    # weights may land one step away, never further
+    x = np.random.default_rng(5).integers(0, 256, (2, 3, 9, 11)).astype(np.uint8)
+    kwargs = {
+        "up2": {"scale_factor": 2},
+        "down-odd": {"scale_factor": (0.7, 1.3)},
+        "size-corners": {"size": (5, 4), "align_corners": True},
+        "antialias": {"size": (4, 5), "antialias": True},
+    }[how]
+    got = kiln.nn.functional.interpolate(kiln.tensor(x), mode=mode, **kwargs)
+    want = torch.nn.functional.interpolate(torch.tensor(x), mode=mode, **kwargs)
+    assert got.dtype == kiln.uint8 and tuple(got.shape) == tuple(want.shape)
+    step = np.abs(got.numpy().astype(int) - want.numpy().astype(int))
+    assert step.max() <= 1 and (step > 0).mean() < 0.25
+
+
+INTEGER_RESAMPLING = {
+    "linear-uint8": lambda lib: lib.nn.functional.interpolate(
+        lib.zeros(1, 1, 4, dtype=lib.uint8), scale_factor=2, mode="linear"
+    ),
+    "bilinear-int64": lambda lib: lib.nn.functional.interpolate(
+        lib.zeros(1, 2, 4, 4, dtype=lib.int64), scale_factor=2, mode="bilinear"
+    ),
+    "bicubic-int32": lambda lib: lib.nn.functional.interpolate(
+        lib.zeros(1, 2, 4, 4, dtype=lib.int32), scale_factor=2, mode="bicubic"
+    ),
+    "area-uint8": lambda lib: lib.nn.functional.interpolate(
+        lib.zeros(1, 2, 4, 4, dtype=lib.uint8), scale_factor=0.5, mode="area"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(INTEGER_RESAMPLING))
+def test_integer_resampling_pytorch_has_no_kernel_for(name):
+    _assert_same_error(INTEGER_RESAMPLING[name])

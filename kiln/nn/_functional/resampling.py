@@ -14,6 +14,8 @@ from ...amp.autocast_mode import autocast_policy
 from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
 from ...ops.nn import conv as _conv_ops
+from ...ops.reductions.reduce import torch_type_name
+from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .pooling import adaptive_avg
 
@@ -26,6 +28,16 @@ _UPSAMPLE_NAMES = {
     "bilinear": "UpsampleBilinear2DBackward0",
     "bicubic": "UpsampleBicubic2DBackward0",
     "trilinear": "UpsampleTrilinear3DBackward0",
+}
+
+
+# the kernel PyTorch names when an integer tensor reaches a filtering mode (uint8 images excepted)
+_INTEGER_REFUSALS = {
+    "linear": "compute_indices_weights_linear",
+    "trilinear": "compute_indices_weights_linear",
+    "bilinear": "upsample_bilinear2d_channels_last",
+    "bicubic": "compute_indices_weights_cubic",
+    "area": "adaptive_avg_pool{dims}d",
 }
 
 
@@ -92,12 +104,31 @@ def interpolate(
         scales = [None] * dims if recompute_scale_factor else [float(f) for f in factors]
     else:
         raise ValueError("either size or scale_factor should be defined")
+    integral = not (input.dtype.is_floating_point or input.dtype.is_complex)
+    if integral and mode not in ("nearest", "nearest-exact"):
+        if mode in ("bilinear", "bicubic") and input.dtype is dt.uint8:
+            return _uint8_image(input, sizes, mode, bool(align_corners), scales, antialias)
+        kernel = _INTEGER_REFUSALS[mode].format(dims=dims)
+        raise NotImplementedError(
+            f"\"{kernel}\" not implemented for '{torch_type_name(input.dtype)}'"
+        )
     if mode == "area":
         return adaptive_avg(input, sizes, dims)
     out = _conv_ops.resample(input, sizes, mode, bool(align_corners), scales, antialias)
     name = _UPSAMPLE_NAMES[mode].format(dims=dims)
     rename_grad_fn(out, (input,), name.replace("2D", "2DAa") if antialias else name)
     return out
+
+
+def _uint8_image(x: Tensor, sizes, mode: str, align_corners: bool, scales, antialias: bool):
+    """PyTorch's separable uint8 path: along the width, then the height, each pass rounded
+    half up and saturated to a byte (PyTorch's fixed-point weights can still differ by one)."""
+    height, width = x.shape[2:]
+    out = x.float()
+    for size, scale in (([height, sizes[1]], [None, scales[1]]), (sizes, [scales[0], None])):
+        out = _conv_ops.resample(out, size, mode, align_corners, scale, antialias)
+        out = (out + 0.5).floor_().clamp_(0, 255)
+    return out.to(dt.uint8)
 
 
 def _deprecated(name: str) -> None:
