@@ -677,3 +677,46 @@ INTEGER_RESAMPLING = {
 @pytest.mark.parametrize("name", list(INTEGER_RESAMPLING))
 def test_integer_resampling_pytorch_has_no_kernel_for(name):
     _assert_same_error(INTEGER_RESAMPLING[name])
+
+
+# ------------------------------------------------------------------------------ NaN-steered searches
+
+
+def test_mode_replays_pytorchs_sort_with_nans_and_long_tied_rows():
+    rng = np.random.default_rng(11)
+    for n in (4, 16, 17, 40):
+        a = rng.integers(0, 4, (6, n)).astype(np.float32)
+        a[::2][rng.random((3, n)) < 0.3] = np.nan
+        got, want = kiln.mode(kiln.tensor(a), 1), torch.mode(torch.tensor(a), 1)
+        assert_close(got.values, want.values, equal_nan=True)
+        np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())
+
+
+@pytest.mark.parametrize("right", [False, True])
+def test_searchsorted_bisects_like_pytorch_around_nans(right):
+    rng = np.random.default_rng(12)
+    for n in (1, 3, 8, 21):
+        seq = np.sort(rng.integers(0, 6, (2, n)).astype(np.float32), 1)
+        seq[1, n // 2 :] = np.nan  # NaNs sorted last, as sort leaves them
+        values = rng.integers(-1, 8, (2, 6)).astype(np.float32)
+        values[0, :2] = (np.nan, np.inf)
+        for s, v in ((seq, values), (seq[1], values[0])):
+            got = kiln.searchsorted(kiln.tensor(s), kiln.tensor(v), right=right)
+            want = torch.searchsorted(torch.tensor(s), torch.tensor(v), right=right)
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+SMALL_FIXES = {
+    "index-select-of-a-scalar": lambda lib: lib.index_select(lib.tensor(3.0), 0, lib.tensor([0])),
+    "float-power-complex": lambda lib: lib.float_power(
+        lib.tensor([1 + 1j, -2 + 0.5j]), lib.tensor([0.5 + 0j, 2 - 1j])
+    ),
+    "float-power-complex-exponent": lambda lib: lib.float_power(lib.tensor([1.0, 2.0]), 1 + 2j),
+}
+
+
+@pytest.mark.parametrize("name", list(SMALL_FIXES))
+def test_small_results_match_pytorch(name):
+    got, want = SMALL_FIXES[name](kiln), SMALL_FIXES[name](torch)
+    assert tuple(got.shape) == tuple(want.shape)
+    assert_close(got, want)

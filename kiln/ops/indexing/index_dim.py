@@ -75,7 +75,7 @@ def _index_select_check(x, dim, index):
             f"index_select(): Index to scalar can have only 1 value, got {index.numel()} value(s)"
         )
     if x.ndim == 0:
-        return d, tuple(index.shape)
+        return d, ()  # a scalar stays a scalar, whatever the index's shape
     shape = list(x.shape)
     shape[d] = index.numel()
     return d, tuple(shape)

@@ -128,12 +128,18 @@ def float_power(self: TensorOrScalar, exponent: TensorOrScalar): ...
 
 @float_power.register_decomposition
 def _float_power_decomp(x, e):
-    """pow computed in float64 whatever the inputs (PyTorch's float_power contract)."""
+    """pow computed in float64, or complex128 when either side is complex (PyTorch's
+    float_power contract)."""
     if not isinstance(x, Tensor) and not isinstance(e, Tensor):
         raise TypeError("float_power(): expected at least one of input and exponent to be a Tensor")
-    x = x.to(dt.float64) if isinstance(x, Tensor) else float(x)
-    e = e.to(dt.float64) if isinstance(e, Tensor) else float(e)
+    wide = dt.complex128 if any(_is_complex(v) for v in (x, e)) else dt.float64
+    x = x.to(wide) if isinstance(x, Tensor) else (complex(x) if wide.is_complex else float(x))
+    e = e.to(wide) if isinstance(e, Tensor) else (complex(e) if wide.is_complex else float(e))
     return pow(x, e)
+
+
+def _is_complex(v) -> bool:
+    return v.dtype.is_complex if isinstance(v, Tensor) else isinstance(v, complex)
 
 
 @tensor_method("float_power_")

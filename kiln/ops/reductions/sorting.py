@@ -524,13 +524,38 @@ def _searchsorted_kernel(seq, values, out_int32, right, side, sorter):
     _check_searchsorted(seq, values)
     s = seq._data if sorter is None else np.take_along_axis(seq._data, sorter._data, -1)
     v = values._data if isinstance(values, Tensor) else np.asarray(values)
-    if s.ndim == 1:
+    if (s.dtype.kind == "f" and np.isnan(s).any()) or (v.dtype.kind == "f" and np.isnan(v).any()):
+        r = _torch_binary_search(s, v, how == "right")
+    elif s.ndim == 1:
         r = np.searchsorted(s, v, how)
     else:
         r = np.empty(v.shape, np.int64)
         for row in np.ndindex(*s.shape[:-1]):
             r[row] = np.searchsorted(s[row], v[row], how)
     return wrap(np.asarray(r), dt.int32 if out_int32 else _int64)
+
+
+def _torch_binary_search(s: np.ndarray, v: np.ndarray, right: bool) -> np.ndarray:
+    """PyTorch's own bisection (``!(mid >= v)`` goes right; ``>`` for ``right``), for every
+    value at once: with NaNs no comparison holds, so where they sit steers the search, and
+    numpy's NaN-as-largest order would answer otherwise."""
+    n = s.shape[-1]
+    rows = s.reshape(-1, n) if s.ndim > 1 else s.reshape(1, n)
+    vals = v.reshape(rows.shape[0], -1) if s.ndim > 1 else v.reshape(1, -1)
+    start = np.zeros(vals.shape, np.int64)
+    end = np.full(vals.shape, n, np.int64)
+    row = np.arange(rows.shape[0])[:, None]
+    while True:
+        active = start < end
+        if not active.any():
+            break
+        mid = (start + end) >> 1
+        probe = rows[row, np.minimum(mid, n - 1)]
+        with np.errstate(invalid="ignore"):
+            go_right = ~(probe > vals) if right else ~(probe >= vals)
+        start = np.where(active & go_right, mid + 1, start)
+        end = np.where(active & ~go_right, mid, end)
+    return start.reshape(v.shape)
 
 
 @searchsorted.register_meta

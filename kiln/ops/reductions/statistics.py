@@ -27,6 +27,7 @@ from ..pointwise.unary_binary import where
 from ..random.fills import C_FLOAT_NAMES, C_TYPE_NAMES
 from .reduce import amax, amin, known_any, scatter_back, sum, torch_type_name
 from .sorting import sort
+from .stl_order import REPLAY_LIMIT, std_sort
 
 __all__: list[str] = []
 
@@ -130,7 +131,15 @@ def _mode_rows(rows: np.ndarray):
     ordered = np.take_along_axis(rows, order, 1)
     values = np.empty(rows.shape[0], rows.dtype)
     indices = np.empty(rows.shape[0], np.int64)
+    # which of equal values names the position is std::sort's doing beyond 16 elements, and
+    # with NaNs anywhere: replayed unless the input is large
+    replay = np.ones(rows.shape[0], bool) if rows.size <= REPLAY_LIMIT else None
+    if replay is None:
+        replay = np.isnan(rows).any(axis=1) if rows.dtype.kind == "f" else ()
     for r in range(rows.shape[0]):
+        if len(replay) and replay[r]:
+            values[r], indices[r] = _mode_by_std_sort(rows[r].tolist())
+            continue
         s = ordered[r]
         starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
         lengths = np.diff(np.append(starts, s.size))
@@ -138,6 +147,22 @@ def _mode_rows(rows: np.ndarray):
         values[r] = s[starts[best]]
         indices[r] = order[r, starts[best] + lengths[best] - 1]
     return values, indices
+
+
+def _mode_by_std_sort(values: list):
+    """PyTorch's scan after ``std::sort`` by value (replayed): the last of the longest run wins,
+    the first such run in sorted order; NaN equals nothing, so each NaN is a run of its own and
+    one the sort leaves first can be the mode."""
+    seq = [(v, i) for i, v in enumerate(values)]
+    std_sort(seq, lambda a, b: a < b)  # (it compares the values)
+    best, best_count, count = seq[0], 0, 0
+    for k, pair in enumerate(seq):
+        count += 1
+        if k == len(seq) - 1 or pair[0] != seq[k + 1][0]:
+            if count > best_count:
+                best, best_count = pair, count
+            count = 0
+    return best
 
 
 @mode.register_kernel
