@@ -720,3 +720,31 @@ def test_small_results_match_pytorch(name):
     got, want = SMALL_FIXES[name](kiln), SMALL_FIXES[name](torch)
     assert tuple(got.shape) == tuple(want.shape)
     assert_close(got, want)
+
+
+# ------------------------------------------------------------------------------ calling conventions
+
+
+@pytest.mark.parametrize(
+    "op", ["eq", "lt", "floor_divide", "pow", "logaddexp", "heaviside", "nextafter", "fmod"]
+)
+def test_shapes_that_do_not_broadcast_raise_pytorchs_runtime_error(op):
+    _assert_same_error(lambda lib: getattr(lib, op)(lib.ones(3), lib.ones(4)))
+
+
+INPUT_KEYWORD = {
+    "sum": lambda lib, x: lib.sum(input=x, dim=1),
+    "clamp": lambda lib, x: lib.clamp(input=x, min=0),
+    "matmul": lambda lib, x: lib.matmul(input=x, other=x),
+    "exp": lambda lib, x: lib.exp(input=x),
+    "mul": lambda lib, x: lib.mul(input=x, other=2),
+    "softmax": lambda lib, x: lib.softmax(input=x, dim=0),
+    "transpose": lambda lib, x: lib.transpose(input=x, dim0=0, dim1=1),
+}
+
+
+@pytest.mark.parametrize("name", list(INPUT_KEYWORD))
+def test_the_tensor_argument_may_be_named_input(name):
+    values = np.array([[1.0, -2.0], [3.0, 4.0]], np.float32)
+    got = INPUT_KEYWORD[name](kiln, kiln.tensor(values))
+    assert_close(got, INPUT_KEYWORD[name](torch, torch.tensor(values)))

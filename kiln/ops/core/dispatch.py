@@ -24,7 +24,7 @@ from ...runtime.memory_format import is_non_overlapping_and_dense
 from ...runtime.state import per_thread
 from ...runtime.tensor import Tensor
 from . import registry
-from .common import zero_grad
+from .common import broadcast_shapes, zero_grad
 
 __all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "CopySlices"]
 
@@ -68,13 +68,28 @@ def dispatch(op, args: tuple, recorded: bool = False):
     if modes:
         return modes[-1].dispatch(op, args)
     if on_cpu and kernel is not None:
-        out = kernel(*args)
+        try:
+            out = kernel(*args)
+        except ValueError as error:
+            _raise_broadcast_error(op, args, error)
+            raise
         if op.is_view:
             mark_view(out, args[0], op, args)
         elif op.inplace:
             args[0]._get_storage().version += 1
         return out
     return _run_kernel(op, args)
+
+
+def _raise_broadcast_error(op, args: tuple, error: ValueError) -> None:
+    """numpy's broadcasting ValueError from a kernel, raised as PyTorch's RuntimeError naming
+    the sizes (``eq(ones(3), ones(4))``): ``except RuntimeError`` in user code must catch it."""
+    if op.kind not in _ONE_DEVICE_KINDS or "broadcast" not in str(error):
+        return
+    shapes = [a._shape for a in _tensor_args(op, args)]
+    if len(shapes) > 1:
+        broadcast_shapes(*shapes)  # raises PyTorch's message where the shapes disagree
+    raise RuntimeError(str(error)) from None
 
 
 _PARTIAL_OVERLAP = (
@@ -201,7 +216,11 @@ def _run_kernel(op, args):
         and op.kernel is not None
     ):
         _check_same_device(op, args, cpu)
-        out = op.kernel(*args)
+        try:
+            out = op.kernel(*args)
+        except ValueError as error:
+            _raise_broadcast_error(op, args, error)
+            raise
         if op.is_view:
             mark_view(out, args[0], op, args)
         elif op.inplace:
@@ -364,7 +383,11 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
         if on_cpu and not modes and op.recording_kernel is not None:
             out, kernel_saved = op.recording_kernel(*args)
         elif on_cpu and not modes and op.kernel is not None:
-            out = op.kernel(*args)
+            try:
+                out = op.kernel(*args)
+            except ValueError as error:
+                _raise_broadcast_error(op, args, error)
+                raise
             if op.is_view:
                 mark_view(out, args[0], op, args)
         else:

@@ -290,7 +290,9 @@ class Op:
 
 
 _UNSET = object()
-_NUMPY_ALIASES = {"dim": "axis", "keepdim": "keepdims"}
+# other spellings PyTorch's parser takes: numpy's (``x.sum(axis=0, keepdims=True)``), and
+# ``input=`` for the tensor the schema calls ``self`` (``torch.sum(input=x)``)
+_NUMPY_ALIASES = {"self": "input", "dim": "axis", "keepdim": "keepdims"}
 
 
 def _make_binder(name: str, sig: inspect.Signature) -> Callable:
@@ -330,7 +332,7 @@ def _make_binder(name: str, sig: inspect.Signature) -> Callable:
         body = "".join(f"    if {a} is not _unset:\n        {n} = {a}\n" for a, n in aliases)
         body += "".join(
             f"    if {n} is _unset:\n        raise TypeError('{name}() missing 1 required "
-            f'positional arguments: "{n}"\')\n'
+            f'positional arguments: "{"input" if n == "self" else n}"\')\n'
             for n in required
         )
     tup = "(" + "".join(f"{n}, " for n in names) + ")"
