@@ -513,3 +513,20 @@ def test_a_leaf_made_with_requires_grad_inside_compiled_code_gets_its_gradients(
         np.testing.assert_allclose(g.detach().numpy(), w.detach().numpy(), rtol=1e-6)
     assert got[3:] == want[3:]
     assert counter.frame_count >= 1  # the rest is still captured around the breaks
+
+
+def numpy_copy_across_a_break(x):
+    y = x * 2
+    values = y.detach().numpy().copy()  # breaks at .numpy(): ``values.copy`` is resumed with
+    return y + 1, values
+
+
+def test_a_bound_numpy_method_on_the_resumed_stack_does_not_recompile():
+    # a new bound method every call: guarded by its object's type and its name, not identity
+    counter = CompileCounter()
+    compiled = kiln.compile(numpy_copy_across_a_break, backend=counter)
+    for i in range(12):
+        out, values = compiled(kiln.ones(3) * i)
+        np.testing.assert_array_equal(values, np.full(3, 2.0 * i, np.float32))
+        assert_same(out, kiln.full((3,), 2.0 * i + 1))
+    assert counter.frame_count == 2

@@ -169,6 +169,15 @@ def _wrap_new(output, value: Any, source: Source | None) -> VariableTracker:
     if _is_local_function(value) and source is not None:
         guards.identity(AttrSource(source, "__code__"), value.__code__)
         return LocalFunctionVariable(value, source)
+    if _builtin_method_of_an_instance(value):
+        # ``arr.copy`` left on the stack by a graph break at ``t.numpy()``: a new bound method
+        # every call, so an identity guard would fail every time; what it does is fixed by its
+        # name and its object's type
+        if source is not None:
+            guards.type_match(source, value)
+            guards.type_match(AttrSource(source, "__self__"), value.__self__)
+            guards.equal(AttrSource(source, "__name__"), value.__name__)
+        return UserObjectVariable(value, source)
     if _identity_guarded(value):
         if source is not None:
             guards.identity(source, value)
@@ -228,6 +237,17 @@ def _is_local_function(value: Any) -> bool:
         type(value) is types.FunctionType
         and "<locals>" in value.__qualname__
         and kiln_function_kind(value) is None
+    )
+
+
+def _builtin_method_of_an_instance(value: Any) -> bool:
+    """A C method bound to a plain object (an ndarray's ``copy``): not to a module or a class,
+    and not to a container capture models itself."""
+    if not isinstance(value, types.BuiltinMethodType):
+        return False
+    owner = value.__self__
+    return not isinstance(owner, (types.ModuleType, type, list, dict, set, Tensor)) and (
+        owner is not None
     )
 
 
