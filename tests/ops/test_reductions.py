@@ -424,3 +424,23 @@ def test_topk_of_few_among_many_matches_pytorch(data, largest, dim):
         want = torch.tensor(a).topk(k, dim, largest)
         assert_close(got.values, want.values, equal_nan=True)
         np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())
+
+
+@needs_torch
+@pytest.mark.parametrize("data", ["distinct", "ties", "nans"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_kthvalue_by_partition_matches_pytorch(data, dim):
+    # 64+ elements take the partition path: tied and NaN rows are replayed alone
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((4, 150)).astype(np.float32)
+    if data == "ties":
+        a = np.round(a * 2)
+    if data == "nans":
+        a[rng.random(a.shape) < 0.2] = np.nan
+    if dim == 0:
+        a = np.ascontiguousarray(a.T)
+    for k in (1, 2, 75, 149, 150):
+        got = kiln.kthvalue(kiln.tensor(a), k, dim)
+        want = torch.kthvalue(torch.tensor(a), k, dim)
+        assert_close(got.values, want.values, equal_nan=True)
+        np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())

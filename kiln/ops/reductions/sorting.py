@@ -235,13 +235,41 @@ def _kthvalue_dim(x, k, dim) -> int:
     return d
 
 
+def _kth_positions(a: np.ndarray, d: int, k: int) -> np.ndarray:
+    """``replay_kthvalue``'s answer (kept dim of size 1) by a partition instead of a sort: a row
+    whose k-th value has no equal neighbour in sorted order holds it once, and its position is
+    the answer; rows with such ties (or a NaN there) are sorted and replayed alone."""
+    rows = np.moveaxis(a, d, -1)
+    shape = rows.shape
+    rows = rows.reshape(-1, shape[-1])
+    n = rows.shape[1]
+    window = [p for p in (k - 2, k - 1, k) if 0 <= p < n]
+    part = np.partition(rows, window, axis=1)
+    value = part[:, k - 1 : k]
+    tied = np.zeros(rows.shape[0], bool)
+    for p in (k - 2, k):
+        if 0 <= p < n:
+            tied |= part[:, p] == value[:, 0]
+    if rows.dtype.kind in "fc":
+        tied |= np.isnan(value[:, 0])
+    idx = np.argmax(rows == value, axis=1)[:, None]
+    which = np.flatnonzero(tied)
+    if len(which):
+        hard = rows[which]
+        idx[which] = replay_kthvalue(hard, 1, k, argsort_np(hard, 1, False))
+    return np.moveaxis(idx.reshape(shape[:-1] + (1,)), -1, d)
+
+
 @kthvalue.register_kernel
 def _kthvalue_kernel(x, k, dim, keepdim):
     d = _kthvalue_dim(x, k, dim)
     a = x._data
     if not a.ndim:
         return kthvalue.returns(wrap(a.copy(), x._dtype), wrap(np.zeros((), np.int64), _int64))
-    idx = replay_kthvalue(a, d, k, argsort_np(a, d, False))  # PyTorch's pick among ties
+    if a.shape[d] >= 64:
+        idx = _kth_positions(a, d, k)
+    else:
+        idx = replay_kthvalue(a, d, k, argsort_np(a, d, False))  # PyTorch's pick among ties
     values = np.take_along_axis(a, idx, d)
     if not keepdim:
         values, idx = values.squeeze(d), idx.squeeze(d)
