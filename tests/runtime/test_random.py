@@ -140,3 +140,15 @@ def test_numpy_sampler_when_the_machine_code_is_missing(monkeypatch, capsys):
     assert "numpy draws the numbers" in warned and "no JIT here" in warned
     np.testing.assert_array_equal(got[0].numpy(), expected[0].numpy())
     np.testing.assert_allclose(got[1].numpy(), expected[1].numpy(), rtol=2e-7, atol=1e-7)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 1000, 70000])
+def test_randperm_is_the_stable_order_of_its_keys(n):
+    # the packed (key, position) sort must give exactly the stable argsort of the draw's words
+    from kiln.runtime import random as R
+
+    kiln.manual_seed(11)
+    seed, offset = R.default_generator.initial_seed(), R.default_generator._offset
+    got = kiln.randperm(n).numpy()
+    want = np.argsort(R.philox_bits(seed, offset, n), kind="stable")
+    np.testing.assert_array_equal(got, want)

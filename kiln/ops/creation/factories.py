@@ -612,7 +612,14 @@ def _randperm_kernel(n, generator, dtype, device):
     seed, offset = gen.next_offset(n)
     keys = rng.philox_bits(seed, offset, n)
     d = dtype or dt.int64
-    return wrap_array(np.argsort(keys, kind="stable").astype(d.np), d)
+    if n >= 1 << 32:
+        order = np.argsort(keys, kind="stable")
+    else:
+        # the stable argsort of the keys, as one sort of (key, position) packed in 64 bits:
+        # numpy's vectorized sort is several times faster than its stable argsort
+        packed = (keys.astype(np.uint64) << np.uint64(32)) | np.arange(n, dtype=np.uint64)
+        order = np.sort(packed) & np.uint64(0xFFFFFFFF)
+    return wrap_array(order.astype(d.np), d)
 
 
 randperm.register_meta(
