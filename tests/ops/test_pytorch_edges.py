@@ -748,3 +748,17 @@ def test_the_tensor_argument_may_be_named_input(name):
     values = np.array([[1.0, -2.0], [3.0, 4.0]], np.float32)
     got = INPUT_KEYWORD[name](kiln, kiln.tensor(values))
     assert_close(got, INPUT_KEYWORD[name](torch, torch.tensor(values)))
+
+
+FLOAT_ONLY_ACTIVATIONS = {
+    name: (lambda f: lambda lib: getattr(lib.nn.functional, f)(lib.tensor([1, 2, 3, 4])))(name)
+    for name in (
+        "elu", "selu", "celu", "gelu", "silu", "mish", "softplus", "leaky_relu", "hardsigmoid",
+        "hardswish", "hardshrink", "glu",
+    )
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(FLOAT_ONLY_ACTIVATIONS))
+def test_float_only_activations_refuse_integers_like_pytorch(name):
+    _assert_same_error(FLOAT_ONLY_ACTIVATIONS[name])

@@ -249,13 +249,17 @@ def _gelu_erf_grad_body(o, g, x, t, ax, m):
 def _gelu_kernel(x, approximate):
     if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate argument must be either none or tanh, got {approximate!r}")
+    refuse_integers(x, "GeluKernelImpl")
     a, od = _float_compute(x)
     if approximate == "tanh":
         return wrap(blockwise(_gelu_tanh_body, new_like(a), a), od)
     return wrap(blockwise(_gelu_erf_body, new_like(a), a, temps=3), od)
 
 
-gelu.register_meta(lambda x, approximate="none": pointwise_meta(to_float_dtype(x._dtype), x))
+@gelu.register_meta
+def _gelu_meta(x, approximate="none"):
+    refuse_integers(x, "GeluKernelImpl")
+    return pointwise_meta(x._dtype, x)
 
 
 def _gelu_grad(c, g):
@@ -316,13 +320,17 @@ def _silu_grad_body(o, g, x, u):
 
 @silu.register_kernel
 def _silu_kernel(x):
+    refuse_integers(x, "silu_cpu")
     a, od = _float_compute(x)
     if a.dtype == np.float32 or a.dtype == np.float64:
         return wrap(blockwise(_silu_body, new_like(a), a), od)
     return wrap(np_silu(a), od)
 
 
-silu.register_meta(lambda x: pointwise_meta(to_float_dtype(x._dtype), x))
+@silu.register_meta
+def _silu_meta(x):
+    refuse_integers(x, "silu_cpu")
+    return pointwise_meta(x._dtype, x)
 
 
 def _silu_grad(c, g):
@@ -347,13 +355,15 @@ def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0): ...
 
 @softplus.register_kernel
 def _softplus_kernel(x, beta, threshold):
+    refuse_integers(x, "softplus_cpu")
     a, od = _float_compute(x)
     return wrap(np_softplus(a, beta, threshold), od)
 
 
-softplus.register_meta(
-    lambda x, beta=1.0, threshold=20.0: pointwise_meta(to_float_dtype(x._dtype), x)
-)
+@softplus.register_meta
+def _softplus_meta(x, beta=1.0, threshold=20.0):
+    refuse_integers(x, "softplus_cpu")
+    return pointwise_meta(x._dtype, x)
 
 
 def _softplus_grad(c, g):
@@ -372,15 +382,29 @@ def _softplus_decomp(x, beta=1.0, threshold=20.0):
     return where(bx > threshold, x, soft / beta)
 
 
+def refuse_integers(x, kernel_name: str) -> None:
+    """PyTorch has float kernels only for these activations: integer and bool inputs raise."""
+    if not (x._dtype.is_floating_point or x._dtype.is_complex):
+        raise NotImplementedError(
+            f"\"{kernel_name}\" not implemented for '{torch_type_name(x._dtype)}'"
+        )
+
+
 def _float_unary_decomp_op(name, schema, np_fn, grad, decomp, **record):
     op = defop(schema, name=name, kind="pointwise", **record)
+    kernel_name = f"{name}_cpu"
 
     def kernel(x, *params):
+        refuse_integers(x, kernel_name)
         a, od = _float_compute(x)
         return wrap(np_fn(a, *params), od)
 
+    def meta(x, *params):
+        refuse_integers(x, kernel_name)
+        return pointwise_meta(x._dtype, x)
+
     op.register_kernel(kernel)
-    op.register_meta(lambda x, *params: pointwise_meta(to_float_dtype(x._dtype), x))
+    op.register_meta(meta)
     op.register_derivative(grad)
     op.register_decomposition(decomp)
     return op
