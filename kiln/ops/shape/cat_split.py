@@ -118,9 +118,7 @@ def _concat(tensors, dim: int = 0, *, axis: int | None = None, out=None) -> Tens
 def stack(tensors: TensorList, dim: int = 0): ...
 
 
-@stack.register_decomposition
-def _stack_decomp(tensors, dim=0):
-    tensors = list(tensors)
+def _stack_check(tensors) -> tuple:
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
     first = tuple(tensors[0]._shape)
@@ -130,8 +128,48 @@ def _stack_decomp(tensors, dim=0):
                 f"stack expects each tensor to be equal size, but got {list(first)} at entry 0 "
                 f"and {list(t._shape)} at entry {i}"
             )
+    return first
+
+
+@stack.register_decomposition
+def _stack_decomp(tensors, dim=0):
+    tensors = list(tensors)
+    first = _stack_check(tensors)
     d = wrap_dim(dim, len(first) + 1)
     return cat([OPS["unsqueeze"](t, d) for t in tensors], d)
+
+
+@stack.register_kernel
+def _stack_kernel(tensors, dim=0):
+    """One np.stack (a DataLoader's collate stacks a batch of samples each step): the
+    decomposition dispatches an unsqueeze per tensor."""
+    tensors = list(tensors)
+    first = _stack_check(tensors)
+    dtype = tensors[0]._dtype
+    if any(t._dtype is not dtype for t in tensors):
+        return _stack_decomp(tensors, dim)  # promotion as cat's
+    d = wrap_dim(dim, len(first) + 1)
+    return wrap(np.stack([t._data for t in tensors], axis=d), dtype)
+
+
+@stack.register_meta
+def _stack_meta(tensors, dim=0):
+    tensors = list(tensors)
+    first = _stack_check(tensors)
+    d = wrap_dim(dim, len(first) + 1)
+    dtype = tensors[0]._dtype
+    for t in tensors[1:]:
+        dtype = dt.promote_types(dtype, t._dtype)
+    return fake(first[:d] + (len(tensors),) + first[d:], dtype, tensors[0])
+
+
+def _stack_grad(c, g):
+    tensors, dim = c.args
+    d = wrap_dim(dim, len(tensors[0].shape) + 1)
+    return [OPS["select"](g, d, i) for i in range(len(tensors))], None
+
+
+stack.register_derivative(_stack_grad, save_inputs=())
 
 
 def _atleast(tensors, ndim: int, name: str):
