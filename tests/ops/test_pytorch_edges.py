@@ -264,12 +264,13 @@ def test_lerp_accepts_what_pytorch_accepts(name):
 
 TENSORS_ONLY = {
     f"{name}-{form}": (lambda lib, name=name, call=call: call(lib, name))
-    for name in ("atan2", "hypot")
+    for name in ("atan2", "hypot", "maximum", "minimum", "fmax", "fmin")
     for form, call in {
         "number-other": lambda lib, n: getattr(lib, n)(lib.ones(3), 2.0),
         "number-input": lambda lib, n: getattr(lib, n)(2.0, lib.ones(3)),
         "in-place-number": lambda lib, n: getattr(lib.ones(3), n + "_")(2),
     }.items()
+    if form != "in-place-number" or name in ("atan2", "hypot")  # (PyTorch has no maximum_)
 }
 
 

@@ -702,12 +702,14 @@ maximum = binary(
     np.maximum,
     _maxmin_grad,
     complex_refused=(RuntimeError, "maximum not implemented for complex tensors."),
+    tensors_only=True,
 )
 minimum = binary(
     "minimum",
     np.minimum,
     _maxmin_grad,
     complex_refused=(RuntimeError, "minimum not implemented for complex tensors."),
+    tensors_only=True,
 )
 
 
@@ -732,12 +734,14 @@ fmax = binary(
     np.fmax,
     _nan_ignoring_extreme_grad(lambda a, b: a >= b),
     complex_refused=(RuntimeError, "fmax not implemented for complex tensors."),
+    tensors_only=True,
 )
 fmin = binary(
     "fmin",
     np.fmin,
     _nan_ignoring_extreme_grad(lambda a, b: a <= b),
     complex_refused=(RuntimeError, "fmin not implemented for complex tensors."),
+    tensors_only=True,
 )
 
 
