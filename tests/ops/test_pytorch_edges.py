@@ -763,3 +763,17 @@ FLOAT_ONLY_ACTIVATIONS = {
 @pytest.mark.parametrize("name", list(FLOAT_ONLY_ACTIVATIONS))
 def test_float_only_activations_refuse_integers_like_pytorch(name):
     _assert_same_error(FLOAT_ONLY_ACTIVATIONS[name])
+
+
+INTEGERS_REFUSED = {
+    "frac": lambda lib: lib.frac(lib.tensor([1, 2, 3])),
+    "addcdiv-integer-quotient": lambda lib: lib.addcdiv(
+        lib.ones(3), lib.tensor([1, 2, 3]), lib.tensor([2, 2, 2])
+    ),
+    "round-decimals": lambda lib: lib.round(lib.tensor([1, 2]), decimals=1),
+}
+
+
+@pytest.mark.parametrize("name", list(INTEGERS_REFUSED))
+def test_integer_inputs_refused_like_pytorch(name):
+    _assert_same_error(INTEGERS_REFUSED[name])

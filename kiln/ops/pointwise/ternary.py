@@ -302,7 +302,23 @@ def _addc_op(name: str, grad_fn_name: str, decomposition):
 
 
 addcmul = _addc_op("addcmul", "AddcmulBackward0", lambda x, a, b, value=1: x + value * a * b)
-addcdiv = _addc_op("addcdiv", "AddcdivBackward0", lambda x, a, b, value=1: x + value * a / b)
+
+
+def _addcdiv_decomp(x, a, b, value=1):
+    if a.dtype.category < 2 and b.dtype.category < 2:
+        raise RuntimeError(_ADDCDIV_INTEGERS)
+    return x + value * a / b
+
+
+_ADDCDIV_INTEGERS = (
+    "Integer division with addcdiv is no longer supported, and in a future  release addcdiv will "
+    "perform a true division of tensor1 and tensor2. The historic addcdiv behavior can be "
+    "implemented as (input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer "
+    "inputs and as (input + value * tensor1 / tensor2) for float inputs. The future addcdiv "
+    "behavior is just the latter implementation: (input + value * tensor1 / tensor2), for all "
+    "dtypes."
+)
+addcdiv = _addc_op("addcdiv", "AddcdivBackward0", _addcdiv_decomp)
 
 
 @defop(kind="pointwise", grad_fn_name="PowBackward0")

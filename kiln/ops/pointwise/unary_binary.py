@@ -65,8 +65,18 @@ _bool = dt.bool_
 def _unary_schema(self: Tensor): ...
 
 
-def _make_unary_kernel(fn, float_math: bool, out_bool: bool):
+def _refuse_integers(x, kernel_name: str | None) -> None:
+    if kernel_name is not None and x._dtype.category < 2:  # bool or integer
+        from ..reductions.reduce import torch_type_name  # (reduce imports this module)
+
+        raise NotImplementedError(
+            f"\"{kernel_name}\" not implemented for '{torch_type_name(x._dtype)}'"
+        )
+
+
+def _make_unary_kernel(fn, float_math: bool, out_bool: bool, integers_refused=None):
     def kernel(x):
+        _refuse_integers(x, integers_refused)
         a = x._data
         d = x._dtype
         if out_bool:
@@ -84,8 +94,9 @@ def _make_unary_kernel(fn, float_math: bool, out_bool: bool):
     return kernel
 
 
-def _make_unary_meta(float_math: bool, out_bool: bool):
+def _make_unary_meta(float_math: bool, out_bool: bool, integers_refused=None):
     def meta(x):
+        _refuse_integers(x, integers_refused)
         if out_bool:
             return pointwise_meta(_bool, x)
         return pointwise_meta(to_float_dtype(x._dtype) if float_math else x._dtype, x)
@@ -103,9 +114,11 @@ def unary(
     save_output=False,
     prim=True,
     save_input=True,
+    integers_refused: str | None = None,
     **record,
 ):
     """Define a one-input elementwise op from a numpy function and a derivative formula;
+    ``integers_refused``: the kernel PyTorch names when it has none for bool and integer inputs;
     ``record`` holds the op's other ``defop`` facts (``autocast=``...). ``save_input=False``:
     the formula does not read the input, so autograd keeps nothing and an in-place change of the
     input after the op is no error, as in PyTorch."""
@@ -117,8 +130,8 @@ def unary(
         differentiable=derivative is not None,
         **record,
     )
-    op.register_kernel(_make_unary_kernel(fn, float_math, out_bool))
-    op.register_meta(_make_unary_meta(float_math, out_bool))
+    op.register_kernel(_make_unary_kernel(fn, float_math, out_bool, integers_refused))
+    op.register_meta(_make_unary_meta(float_math, out_bool, integers_refused))
     if derivative is not None:
         op.register_derivative(
             derivative,
@@ -364,6 +377,7 @@ frac = unary(
     float_math=False,
     save_input=False,
     complex_refused=complex_not_implemented("frac_cpu"),
+    integers_refused="frac_cpu",
 )
 
 sign = unary(
@@ -444,6 +458,8 @@ def round(self: Tensor, *, decimals: int = 0): ...  # noqa: A001
 
 @round.register_kernel
 def _round_kernel(x, decimals):
+    if decimals:
+        _refuse_integers(x, "round_cpu")
     a = x._data
     if decimals and x._dtype in (dt.float16, dt.bfloat16):
         a = a.astype(np.float32)  # x * 10**decimals in 16 bits would overflow (PyTorch: float)
