@@ -7,8 +7,6 @@ arrays; only the Parameter object itself carries the subclass.
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 
 from ..runtime.tensor import Tensor
@@ -69,9 +67,9 @@ class Parameter(Tensor):
     def __deepcopy__(self, memo):
         if id(self) in memo:
             return memo[id(self)]
+        # PyTorch's copy leaves .grad behind (an EMA copy of a model made after a backward
+        # starts with none)
         result = type(self)(self.detach().clone(), self._requires_grad)
-        if self._grad is not None:
-            result._grad = copy.deepcopy(self._grad, memo)
         memo[id(self)] = result
         return result
 

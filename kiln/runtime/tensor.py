@@ -9,6 +9,8 @@ explicitly. Operator methods (``x.add``, ``x + y``, ``x[0]``) are attached by ``
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from . import dtypes as _dt
@@ -444,6 +446,47 @@ class Tensor:
     def __reduce_ex__(self, protocol):
         return (_rebuild_tensor, (self.detach().numpy().copy(), self._requires_grad))
 
+    def __copy__(self):
+        """A new tensor on the same storage, as PyTorch's (``copy.copy`` shares the data)."""
+        out = self.detach()
+        out._requires_grad = self._requires_grad
+        return out
+
+    def __deepcopy__(self, memo):
+        """PyTorch's deep copy of a leaf: each storage copied once per ``deepcopy`` (views of one
+        tensor stay views of one copy), with ``requires_grad``, ``.grad`` and user attributes."""
+        if id(self) in memo:
+            return memo[id(self)]
+        if self.grad_fn is not None:
+            raise RuntimeError(_DEEPCOPY_NON_LEAF)
+        data = self._data
+        result = None
+        if data is not None and self._device.type == "cpu":
+            storage = self._get_storage()
+            base = storage.base
+            copied = memo.get(id(storage))
+            if copied is None and base is not None and base.flags.c_contiguous:
+                copied = Storage(base.copy())
+                memo[id(storage)] = copied
+                memo.setdefault(id(memo), []).append(storage)  # keep the id's owner alive
+            if copied is not None:
+                offset = data.__array_interface__["data"][0] - storage.data_ptr()
+                array = np.ndarray(
+                    data.shape, data.dtype, copied.base, offset=offset, strides=data.strides
+                )
+                result = wrap_array(array, self._dtype)
+                result._storage = copied
+        if result is None:  # other devices and layouts: a fresh copy of the values
+            result = _rebuild_tensor(self.detach().numpy().copy(), False)
+        result._requires_grad = self._requires_grad
+        memo[id(self)] = result
+        if self._grad is not None:
+            result._grad = copy.deepcopy(self._grad, memo)
+        for name, value in self.__dict__.items():
+            if not name.startswith("_"):
+                setattr(result, name, copy.deepcopy(value, memo))
+        return result
+
     def __format__(self, spec: str) -> str:
         if not self._shape and self._data is not None:
             return format(self.item(), spec)
@@ -473,6 +516,13 @@ METADATA_ATTRIBUTES = frozenset(
         "is_mkldnn", "is_nested",
     }
 )  # fmt: skip
+
+
+_DEEPCOPY_NON_LEAF = (
+    "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol at "
+    "the moment.  If you were attempting to deepcopy a module, this may be because of a "
+    "torch.nn.utils.weight_norm usage, see https://github.com/pytorch/pytorch/pull/103001"
+)
 
 
 def _rebuild_tensor(array, requires_grad):
