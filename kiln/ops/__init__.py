@@ -67,6 +67,7 @@ _MODULES = (
     "complex_fft.stft",
     "core.tensor_methods",
     "pointwise.ternary",
+    "pointwise.foreach",
     "reductions.variance",
     "reductions.vector_norm",
     "shape.views",
