@@ -3,6 +3,6 @@ activation checkpointing (``kiln.utils.checkpoint``), DLPack interop (``kiln.uti
 the safetensors reader and writer (``kiln.utils.safetensors``, public as
 ``kiln.serialization.safetensors``)."""
 
-from . import checkpoint, data, dlpack, hooks
+from . import _pytree, checkpoint, data, dlpack, hooks
 
 __all__ = ["checkpoint", "data", "dlpack", "hooks"]

@@ -1,10 +1,23 @@
-"""Flatten nested Python containers of tensors into a list and back (tuples, lists, dicts, namedtuples)."""
+"""Flatten nested Python containers of tensors into a list and back (tuples, lists, dicts,
+namedtuples, and classes registered with ``register_pytree_node``, as PyTorch's pytree)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["tree_flatten", "tree_unflatten", "TreeSpec"]
+__all__ = ["tree_flatten", "tree_unflatten", "TreeSpec", "register_pytree_node"]
+
+# classes flattened by their own functions: cls -> (flatten(value) -> (children, context),
+# unflatten(children, context) -> value)
+_NODES: dict = {}
+
+
+def register_pytree_node(cls: type, flatten_fn, unflatten_fn, **_options) -> None:
+    """Make instances of ``cls`` containers (PyTorch's signature; its serialization options
+    are accepted and unused)."""
+    if cls in _NODES:
+        raise ValueError(f"{cls} is already registered as pytree node.")
+    _NODES[cls] = (flatten_fn, unflatten_fn)
 
 
 class TreeSpec:
@@ -25,6 +38,13 @@ class TreeSpec:
         if self.kind == "leaf":
             return ()
         context = tuple(self.context) if self.kind == "dict" else self.context
+        if self.kind == "custom":
+            cls, inner = self.context
+            try:
+                hash(inner)
+            except TypeError:
+                inner = repr(inner)
+            context = (cls, inner)
         return (self.kind, context, tuple(c.key() for c in self.children))
 
 
@@ -35,6 +55,10 @@ def tree_flatten(value: Any) -> tuple[list, TreeSpec]:
     leaves: list = []
 
     def rec(v):
+        node = _NODES.get(type(v))
+        if node is not None:
+            children, context = node[0](v)
+            return TreeSpec("custom", (type(v), context), [rec(x) for x in children])
         if isinstance(v, tuple) and hasattr(v, "_fields"):
             return TreeSpec("namedtuple", type(v), [rec(x) for x in v])
         if isinstance(v, tuple):
@@ -64,6 +88,9 @@ def tree_unflatten(leaves: list, spec: TreeSpec) -> Any:
             return s.context(*items)
         if s.kind == "list":
             return items
+        if s.kind == "custom":
+            cls, context = s.context
+            return _NODES[cls][1](items, context)
         return dict(zip(s.context, items))
 
     return rec(spec)
