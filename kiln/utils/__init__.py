@@ -5,4 +5,4 @@ the safetensors reader and writer (``kiln.utils.safetensors``, public as
 
 from . import _pytree, checkpoint, data, dlpack, hooks
 
-__all__ = ["checkpoint", "data", "dlpack", "hooks"]
+__all__ = ["_pytree", "checkpoint", "data", "dlpack", "hooks"]

@@ -3,7 +3,8 @@ nested containers, and register classes as containers (HF's ``ModelOutput`` does
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .pytree import TreeSpec, register_pytree_node, tree_flatten, tree_unflatten
 
