@@ -121,6 +121,13 @@ def _check_broadcastable(indices) -> None:
 @index.register_kernel
 def _index_kernel(x, indices):
     _check_bounds(x, indices)
+    single = [k for k, idx in enumerate(indices) if idx is not None]
+    if len(single) == 1 and x._data.ndim:
+        idx = indices[single[0]]
+        if idx._dtype in (dt.int64, dt.int32):
+            # one integer index array (a gather along one dim, F.pad's reflect and replicate):
+            # np.take's loop is 2x faster than numpy's general fancy indexing, same result
+            return wrap(np.take(x._data, idx._data, axis=single[0]), x._dtype)
     r = x._data[_np_indices(indices)]
     if all(i is None for i in indices):  # only full slices: numpy gave a view, the op copies
         r = r.copy()
