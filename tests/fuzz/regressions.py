@@ -478,4 +478,14 @@ REGRESSIONS: list[Case] = [
         ),
         ("inductor-triton",),
     ),
+    Case(
+        "sort along a non-last dim with ties: a contiguous result (aot_eager replays flatten "
+        "as a view; seed 90004)",
+        _one(
+            [Input("x1", (4, 3, 4), fill="integral")],
+            ["v1 = torch.sort(x1, 0).values", "v2 = v1.flatten()"],
+            ["v2"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
 ]

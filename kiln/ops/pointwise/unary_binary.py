@@ -713,16 +713,34 @@ def _maxmin_grad(c, g):
     return ga, gb
 
 
+def _second_zero_on_ties(ufunc):
+    """``ufunc`` (np.maximum/np.minimum) returning the second operand where the two compare
+    equal, as numpy does for float32/float64 and compiled kernels do for every type: numpy's
+    float16 loop returns the first (maximum(-0.0, 0.0) would be -0.0 eagerly, 0.0 compiled)."""
+
+    def fn(a, b, out=None):
+        if getattr(a, "dtype", None) == np.float16 or getattr(b, "dtype", None) == np.float16:
+            wide = ufunc(np.asarray(a, np.float32), np.asarray(b, np.float32))
+            result = wide.astype(np.float16)
+            if out is None:
+                return result
+            out[...] = result
+            return out
+        return ufunc(a, b) if out is None else ufunc(a, b, out=out)
+
+    return fn
+
+
 maximum = binary(
     "maximum",
-    np.maximum,
+    _second_zero_on_ties(np.maximum),
     _maxmin_grad,
     complex_refused=(RuntimeError, "maximum not implemented for complex tensors."),
     tensors_only=True,
 )
 minimum = binary(
     "minimum",
-    np.minimum,
+    _second_zero_on_ties(np.minimum),
     _maxmin_grad,
     complex_refused=(RuntimeError, "minimum not implemented for complex tensors."),
     tensors_only=True,

@@ -95,7 +95,7 @@ def stable_head(a: np.ndarray, axis: int, m: int, descending: bool) -> np.ndarra
     picked = np.nonzero(chosen)[1].reshape(-1, m)  # each row's m positions, in position order
     values = np.take_along_axis(rows, picked, axis=1)
     head = np.take_along_axis(picked, argsort_np(values, 1, descending), axis=1)
-    return np.moveaxis(head.reshape(shape[:-1] + (m,)), -1, axis)
+    return np.ascontiguousarray(np.moveaxis(head.reshape(shape[:-1] + (m,)), -1, axis))
 
 
 @sort.register_kernel
@@ -257,7 +257,7 @@ def _kth_positions(a: np.ndarray, d: int, k: int) -> np.ndarray:
     if len(which):
         hard = rows[which]
         idx[which] = replay_kthvalue(hard, 1, k, argsort_np(hard, 1, False))
-    return np.moveaxis(idx.reshape(shape[:-1] + (1,)), -1, d)
+    return np.ascontiguousarray(np.moveaxis(idx.reshape(shape[:-1] + (1,)), -1, d))
 
 
 @kthvalue.register_kernel

@@ -288,7 +288,8 @@ def _replay(a, d, idx, order, window, replay_row, every_row: bool = False) -> np
     flat = out.reshape(-1, out.shape[-1])
     for r in which:
         flat[r] = replay_row(rows[r].tolist())
-    return np.moveaxis(flat.reshape(out.shape), -1, d)
+    # contiguous, as PyTorch's results are (a moved axis would leave them strided)
+    return np.ascontiguousarray(np.moveaxis(flat.reshape(out.shape), -1, d))
 
 
 def _pairs(values: list) -> list:
