@@ -264,6 +264,12 @@ SAMPLES += [
         kwargs={"compute_mode": "donot_use_mm_for_euclid_dist"},
         id="cdist-many-rows",
     ),
+    Sample(
+        "cdist",
+        (T((30, 3)), T((28, 3))),
+        ops=("cdist", "_euclidean_cdist", "_euclidean_cdist_backward"),
+        id="cdist-products",
+    ),
     Sample("pdist", (T((5, 3)),)),
     Sample("pdist", (T((4, 2)),), kwargs={"p": 1.0}, id="pdist-p1"),
     Sample("pdist", (T((1, 3)),), grad=False, id="pdist-one-row"),

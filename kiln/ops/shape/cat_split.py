@@ -131,14 +131,6 @@ def _stack_check(tensors) -> tuple:
     return first
 
 
-@stack.register_decomposition
-def _stack_decomp(tensors, dim=0):
-    tensors = list(tensors)
-    first = _stack_check(tensors)
-    d = wrap_dim(dim, len(first) + 1)
-    return cat([OPS["unsqueeze"](t, d) for t in tensors], d)
-
-
 @stack.register_kernel
 def _stack_kernel(tensors, dim=0):
     """One np.stack (a DataLoader's collate stacks a batch of samples each step): the
@@ -150,6 +142,14 @@ def _stack_kernel(tensors, dim=0):
         return _stack_decomp(tensors, dim)  # promotion as cat's
     d = wrap_dim(dim, len(first) + 1)
     return wrap(np.stack([t._data for t in tensors], axis=d), dtype)
+
+
+@stack.register_decomposition
+def _stack_decomp(tensors, dim=0):
+    tensors = list(tensors)
+    first = _stack_check(tensors)
+    d = wrap_dim(dim, len(first) + 1)
+    return cat([OPS["unsqueeze"](t, d) for t in tensors], d)
 
 
 @stack.register_meta
