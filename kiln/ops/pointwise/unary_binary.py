@@ -719,14 +719,13 @@ def _second_zero_on_ties(ufunc):
     float16 loop returns the first (maximum(-0.0, 0.0) would be -0.0 eagerly, 0.0 compiled)."""
 
     def fn(a, b, out=None):
-        if getattr(a, "dtype", None) == np.float16 or getattr(b, "dtype", None) == np.float16:
-            wide = ufunc(np.asarray(a, np.float32), np.asarray(b, np.float32))
-            result = wide.astype(np.float16)
-            if out is None:
-                return result
-            out[...] = result
-            return out
-        return ufunc(a, b) if out is None else ufunc(a, b, out=out)
+        result = ufunc(a, b) if out is None else ufunc(a, b, out=out)
+        if getattr(result, "dtype", None) != np.float16:
+            return result
+        if isinstance(result, np.ndarray):
+            np.copyto(result, b, where=(a == b))  # in numpy's own layout for the result
+            return result
+        return np.float16(b) if a == b else result  # 0-d operands give a numpy scalar
 
     return fn
 
