@@ -12,7 +12,7 @@ from ...ops import OPS
 from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
 from ...ops.nn import softmax_linear as _nn
-from ...ops.nn.activations import refuse_integers
+from ...ops.pointwise.unary_binary import refuse_integers
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 

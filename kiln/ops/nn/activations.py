@@ -25,7 +25,7 @@ from ..core.common import Tensor, cast_array, compute_np_dtype, pointwise_meta, 
 from ..core.complex_support import complex_not_implemented
 from ..core.registry import defop
 from ..pointwise.numpy_math import np_erf, np_silu, np_softplus
-from ..pointwise.unary_binary import where
+from ..pointwise.unary_binary import refuse_integers, where
 from ..reductions.reduce import torch_type_name
 from .softmax_linear import blockwise, new_like, numpy_derivative_ok
 
@@ -380,14 +380,6 @@ def _softplus_decomp(x, beta=1.0, threshold=20.0):
     bx = x * beta
     soft = ((-bx.abs()).exp()).log1p() + bx.clamp(min=0)
     return where(bx > threshold, x, soft / beta)
-
-
-def refuse_integers(x, kernel_name: str) -> None:
-    """PyTorch has float kernels only for these activations: integer and bool inputs raise."""
-    if not (x._dtype.is_floating_point or x._dtype.is_complex):
-        raise NotImplementedError(
-            f"\"{kernel_name}\" not implemented for '{torch_type_name(x._dtype)}'"
-        )
 
 
 def _float_unary_decomp_op(name, schema, np_fn, grad, decomp, **record):

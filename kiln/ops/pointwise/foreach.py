@@ -37,22 +37,19 @@ def _operands(name: str, tensors: list, other) -> list:
     raise TypeError(f"{name}(): unsupported second operand of type {type(other).__name__}")
 
 
-def _binary(name: str, method: str, takes_alpha: bool = False):
+def _binary(name: str, takes_alpha: bool = False):
+    def keywords(alpha) -> dict:
+        return {"alpha": alpha} if alpha is not None and takes_alpha else {}
+
     def out_of_place(self, other, *, alpha=None):
         tensors = _tensor_list(f"_foreach_{name}", self)
         others = _operands(f"_foreach_{name}", tensors, other)
-        if alpha is not None and takes_alpha:
-            return [getattr(t, method)(o, alpha=alpha) for t, o in zip(tensors, others)]
-        return [getattr(t, method)(o) for t, o in zip(tensors, others)]
+        return [getattr(t, name)(o, **keywords(alpha)) for t, o in zip(tensors, others)]
 
     def in_place(self, other, *, alpha=None):
         tensors = _tensor_list(f"_foreach_{name}_", self)
-        others = _operands(f"_foreach_{name}_", tensors, other)
-        for t, o in zip(tensors, others):
-            if alpha is not None and takes_alpha:
-                getattr(t, method + "_")(o, alpha=alpha)
-            else:
-                getattr(t, method + "_")(o)
+        for t, o in zip(tensors, _operands(f"_foreach_{name}_", tensors, other)):
+            getattr(t, name + "_")(o, **keywords(alpha))
         return tensors
 
     torch_function(f"_foreach_{name}")(out_of_place)
@@ -73,10 +70,10 @@ def _unary(name: str):
     torch_function(f"_foreach_{name}_")(in_place)
 
 
-for _name, _takes_alpha in (("add", True), ("sub", True), ("mul", False), ("div", False)):
-    _binary(_name, _name, _takes_alpha)
-for _name in ("maximum", "minimum", "pow", "clamp_min", "clamp_max"):
-    _binary(_name, _name)
+for _name in ("add", "sub"):
+    _binary(_name, takes_alpha=True)
+for _name in ("mul", "div", "maximum", "minimum", "pow", "clamp_min", "clamp_max"):
+    _binary(_name)
 for _name in (
     "abs", "neg", "sqrt", "rsqrt", "exp", "log", "log1p", "expm1", "sin", "cos", "tanh",
     "sigmoid", "reciprocal", "sign", "floor", "ceil", "round", "trunc", "frac", "erf",
@@ -84,12 +81,12 @@ for _name in (
     _unary(_name)
 
 
-def _three(name: str, method: str):
+def _three(name: str):
     def out_of_place(self, tensor1, tensor2, value=1):
         tensors = _tensor_list(f"_foreach_{name}", self)
         values = _operands(f"_foreach_{name}", tensors, value)
         return [
-            getattr(t, method)(a, b, value=v)
+            getattr(t, name)(a, b, value=v)
             for t, a, b, v in zip(tensors, tensor1, tensor2, values, strict=True)
         ]
 
@@ -97,15 +94,15 @@ def _three(name: str, method: str):
         tensors = _tensor_list(f"_foreach_{name}_", self)
         values = _operands(f"_foreach_{name}_", tensors, value)
         for t, a, b, v in zip(tensors, tensor1, tensor2, values, strict=True):
-            getattr(t, method + "_")(a, b, value=v)
+            getattr(t, name + "_")(a, b, value=v)
         return tensors
 
     torch_function(f"_foreach_{name}")(out_of_place)
     torch_function(f"_foreach_{name}_")(in_place)
 
 
-_three("addcmul", "addcmul")
-_three("addcdiv", "addcdiv")
+_three("addcmul")
+_three("addcdiv")
 
 
 @torch_function("_foreach_lerp")

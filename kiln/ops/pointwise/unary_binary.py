@@ -65,7 +65,9 @@ _bool = dt.bool_
 def _unary_schema(self: Tensor): ...
 
 
-def _refuse_integers(x, kernel_name: str | None) -> None:
+def refuse_integers(x, kernel_name: str | None) -> None:
+    """PyTorch has only float kernels for some ops: bool and integer inputs raise, naming the
+    kernel (None: the op takes every type)."""
     if kernel_name is not None and x._dtype.category < 2:  # bool or integer
         from ..reductions.reduce import torch_type_name  # (reduce imports this module)
 
@@ -76,7 +78,7 @@ def _refuse_integers(x, kernel_name: str | None) -> None:
 
 def _make_unary_kernel(fn, float_math: bool, out_bool: bool, integers_refused=None):
     def kernel(x):
-        _refuse_integers(x, integers_refused)
+        refuse_integers(x, integers_refused)
         a = x._data
         d = x._dtype
         if out_bool:
@@ -96,7 +98,7 @@ def _make_unary_kernel(fn, float_math: bool, out_bool: bool, integers_refused=No
 
 def _make_unary_meta(float_math: bool, out_bool: bool, integers_refused=None):
     def meta(x):
-        _refuse_integers(x, integers_refused)
+        refuse_integers(x, integers_refused)
         if out_bool:
             return pointwise_meta(_bool, x)
         return pointwise_meta(to_float_dtype(x._dtype) if float_math else x._dtype, x)
@@ -459,7 +461,7 @@ def round(self: Tensor, *, decimals: int = 0): ...  # noqa: A001
 @round.register_kernel
 def _round_kernel(x, decimals):
     if decimals:
-        _refuse_integers(x, "round_cpu")
+        refuse_integers(x, "round_cpu")
     a = x._data
     if decimals and x._dtype in (dt.float16, dt.bfloat16):
         a = a.astype(np.float32)  # x * 10**decimals in 16 bits would overflow (PyTorch: float)

@@ -57,26 +57,26 @@ def _loop(fn: ir.Function, n: ir.Value, body) -> None:
     b.ret_void()
 
 
+def _splat(b: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
+    """The i64 ``value`` in every lane (itself for scalar code)."""
+    if lanes == 1:
+        return value
+    vec = ir.VectorType(I64, lanes)
+    one = b.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(I32, 0))
+    zeros = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
+    return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined), zeros)
+
+
 def _counters(b: ir.IRBuilder, offset: ir.Value, i: ir.Value, lanes: int) -> ir.Value:
-    first = b.add(offset, i)
+    """Counters offset + i, offset + i + 1, ... for the lanes of one iteration."""
+    first = _splat(b, b.add(offset, i), lanes)
     if lanes == 1:
         return first
-    vec = ir.VectorType(I64, lanes)
-    splat = b.insert_element(ir.Constant(vec, ir.Undefined), first, ir.Constant(I32, 0))
-    splat = b.shuffle_vector(splat, ir.Constant(vec, ir.Undefined), _zero_mask(lanes))
-    return b.add(splat, ir.Constant(vec, list(range(lanes))))
+    return b.add(first, ir.Constant(ir.VectorType(I64, lanes), list(range(lanes))))
 
 
-def _zero_mask(lanes: int) -> ir.Constant:
-    return ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
-
-
-def _splat_seed(b: ir.IRBuilder, seed: ir.Value, lanes: int) -> ir.Value:
-    if lanes == 1:
-        return seed
-    vec = ir.VectorType(I64, lanes)
-    one = b.insert_element(ir.Constant(vec, ir.Undefined), seed, ir.Constant(I32, 0))
-    return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined), _zero_mask(lanes))
+def _words(b: ir.IRBuilder, seed: ir.Value, offset: ir.Value, i: ir.Value, lanes: int):
+    return philox_words(b, _splat(b, seed, lanes), _counters(b, offset, i, lanes), lanes)
 
 
 def _store(b: ir.IRBuilder, value: ir.Value, base: ir.Value, i: ir.Value, lanes: int) -> None:
@@ -112,7 +112,7 @@ def _module() -> ir.Module:
         p.add_attribute("noalias")
 
     def words_body(b, i, lanes):
-        w0, w1 = philox_words(b, _splat_seed(b, seed, lanes), _counters(b, offset, i, lanes), lanes)
+        w0, w1 = _words(b, seed, offset, i, lanes)
         _store(b, w0, out0, i, lanes)
         _store(b, w1, out1, i, lanes)
 
@@ -124,9 +124,7 @@ def _module() -> ir.Module:
     u_seed, u_offset, u_n, u_out = uniform.args
 
     def uniform_body(b, i, lanes):
-        w0, _ = philox_words(
-            b, _splat_seed(b, u_seed, lanes), _counters(b, u_offset, i, lanes), lanes
-        )
+        w0, _ = _words(b, u_seed, u_offset, i, lanes)
         _store(b, uniform_from_word(b, w0, lanes), u_out, i, lanes)
 
     _loop(uniform, u_n, uniform_body)
@@ -139,7 +137,7 @@ def _module() -> ir.Module:
     def normal_body(b, i, lanes):
         # the compiled kernels' own ``ops.randn``: their Box-Muller, their vector log and cos
         ops = LLVMOps(_Emitter(b), lanes, {})
-        seed = V(_splat_seed(b, n_seed, lanes), dt.int64)
+        seed = V(_splat(b, n_seed, lanes), dt.int64)
         value = ops.randn(seed, V(_counters(b, n_offset, i, lanes), dt.int64))
         _store(b, value.value, n_out, i, lanes)
 
