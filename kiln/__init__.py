@@ -22,6 +22,7 @@ from .runtime.symbolic import check_is_size as _check_is_size  # noqa: E402
 from .runtime.symbolic import constrain_as_size as _constrain_as_size  # noqa: E402
 from .runtime import devices as _devices  # noqa: E402
 from .runtime import random as _random  # noqa: E402
+from .runtime import casting as _casting  # noqa: E402
 from .runtime.flags import (  # noqa: E402
     are_deterministic_algorithms_enabled,
     get_deterministic_debug_mode,
@@ -110,6 +111,17 @@ def _load_cpu_sampler():
 
 
 _random.set_native_sampler(_load_cpu_sampler)
+
+
+def _load_cpu_casts():
+    """Casts to and from float16/bfloat16 come from machine code built by the LLVM backend
+    (``runtime.casting`` reaches it through this hook on the first large cast)."""
+    from .inductor.codegen.llvm import eager_casts
+
+    return eager_casts.build()
+
+
+_casting.set_native_caster(_load_cpu_casts)
 _compiler_stack.install()
 
 

@@ -22,6 +22,7 @@ from functools import partial
 
 import numpy as np
 
+from ...runtime import casting
 from ...runtime import dtypes as dt
 from ...runtime import random as rng
 from ...runtime.symbolic import SymInt
@@ -104,7 +105,7 @@ class NumpyHandler:
             return x != 0
         if not dtype.is_floating_point and x.dtype.kind == "f":
             return np.trunc(x).astype(_np(dtype))
-        return dt.through_float32(x, _np(dtype)).astype(_np(dtype))
+        return casting.astype(x, _np(dtype))
 
     def where(self, c, a, b):
         return np.where(c, a, b)

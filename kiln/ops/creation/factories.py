@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 
+from ...runtime import casting
 from ...runtime import dtypes as dt
 from ...runtime import random as rng
 from ...runtime.device import as_device, cpu, meta
@@ -767,7 +768,7 @@ def _converted_values(x, dtype):
         a = discard_imaginary(a)
         src = src.to_real()
     if dtype.category >= 2 or not src.is_floating_point:
-        return wrap_array(dt.through_float32(a, dtype.np).astype(dtype.np), dtype)
+        return wrap_array(casting.astype(a, dtype.np), dtype)
     # float -> int truncates toward zero; NaN/inf have no defined value (PyTorch gives INT_MIN);
     # ``wrap``: a 0-d input gives numpy scalars here (read-only; a 0-d array is writable)
     with np.errstate(invalid="ignore"):
@@ -822,7 +823,10 @@ def _copy_kernel(x, src, non_blocking):
         if src_dtype.is_floating_point and x._dtype.category < 2:
             with np.errstate(invalid="ignore"):
                 s = np.trunc(s)
-        np.copyto(target, dt.through_float32(np.asarray(s), target.dtype), casting="unsafe")
+        s = np.asarray(s)
+        if s.shape == target.shape and casting.has_native_cast(s.dtype, target.dtype):
+            s = casting.astype(s, target.dtype)  # machine code for the 16-bit float pairs
+        np.copyto(target, dt.through_float32(s, target.dtype), casting="unsafe")
     else:
         writable_target(x._data)[...] = src
     return x

@@ -21,7 +21,15 @@ import numpy as np
 
 from ...runtime import dtypes as dt
 from ...runtime.tensor import wrap_array
-from ..core.common import Tensor, cast_array, compute_np_dtype, pointwise_meta, to_float_dtype, wrap
+from ..core.common import (
+    Tensor,
+    cast_array,
+    compute_np_dtype,
+    pointwise_meta,
+    to_float_dtype,
+    widened,
+    wrap,
+)
 from ..core.complex_support import complex_not_implemented
 from ..core.registry import defop
 from ..pointwise.numpy_math import np_erf, np_silu, np_softplus
@@ -58,6 +66,7 @@ def _relu_kernel(x):
         if d is _bool:
             raise RuntimeError("relu is not implemented for bool tensors")
         zero = _RELU_ZEROS[d] = a.dtype.type(0)
+    a = widened(a)
     top = _RELU_TOPS.get(a.dtype.type)
     # floats: np.clip to [0, inf] is relu to the bit (NaN stays, -0.0 stays, as PyTorch's) and
     # 2.5x faster than np.maximum

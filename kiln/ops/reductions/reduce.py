@@ -20,9 +20,11 @@ from ...runtime.tensor import wrap_array
 from ..core.common import (
     DType,
     Tensor,
+    cast_array,
     compute_np_dtype,
     fake,
     to_float_dtype,
+    widened,
     wrap,
     wrap_dim,
     wrap_dims,
@@ -206,8 +208,8 @@ def data_as_dtype(x, dtype):
     """The input's data converted to ``dtype`` (PyTorch casts before reducing when given one)."""
     a = x._data
     if dtype is not None and dtype is not x._dtype:
-        a = a.astype(compute_np_dtype(dtype))
-    return a
+        return cast_array(a, compute_np_dtype(dtype))
+    return widened(a)
 
 
 def scatter_back(g: Tensor, indices: Tensor, dim: int, shape) -> Tensor:
@@ -527,6 +529,7 @@ def _dim_select_kernel(op, np_arg, np_extreme):
             return op.returns(wrap(a.copy(), x._dtype), wrap(np.zeros((), np.int64), _int64))
         _check_reducible(op.returns.__name__, x, (d,), False)
         # the extreme value itself equals the element at the arg index (NaN included)
+        a = widened(a)
         values = np_extreme(a, d, keepdims=keepdim)
         return op.returns(wrap(values, x._dtype), wrap(np_arg(a, d, keepdims=keepdim), _int64))
 

@@ -22,6 +22,7 @@ import numpy as np
 from llvmlite import ir
 
 from ....runtime import dtypes as dt
+from .flat_loops import flat_loop, splat, store
 from .jit import compile_module
 from .ops_handler import LLVMOps
 from .philox import philox_words, uniform_from_word
@@ -29,61 +30,19 @@ from .values import F32, I32, I64, V
 
 __all__ = ["NativeSampler", "build"]
 
-_LANES = 8  # counters per vector iteration: eight 32-bit words fill one AVX2 register
 _VOID = ir.VoidType()
-
-
-def _loop(fn: ir.Function, n: ir.Value, body) -> None:
-    """``body(builder, index, lanes)`` for index = 0, L, 2L, ... while a whole vector fits,
-    then once per remaining element with lanes = 1."""
-    entry = fn.append_basic_block("entry")
-    b = ir.IRBuilder(entry)
-    whole = b.and_(n, ir.Constant(I64, -_LANES))
-    for lanes, start, stop in ((_LANES, None, whole), (1, whole, n)):
-        head = fn.append_basic_block(f"head{lanes}")
-        loop = fn.append_basic_block(f"loop{lanes}")
-        done = fn.append_basic_block(f"done{lanes}")
-        first = b.block
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64)
-        i.add_incoming(ir.Constant(I64, 0) if start is None else start, first)
-        b.cbranch(b.icmp_signed("<", i, stop), loop, done)
-        b.position_at_end(loop)
-        body(b, i, lanes)
-        i.add_incoming(b.add(i, ir.Constant(I64, lanes)), b.block)
-        b.branch(head)
-        b.position_at_end(done)
-    b.ret_void()
-
-
-def _splat(b: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
-    """The i64 ``value`` in every lane (itself for scalar code)."""
-    if lanes == 1:
-        return value
-    vec = ir.VectorType(I64, lanes)
-    one = b.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(I32, 0))
-    zeros = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
-    return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined), zeros)
 
 
 def _counters(b: ir.IRBuilder, offset: ir.Value, i: ir.Value, lanes: int) -> ir.Value:
     """Counters offset + i, offset + i + 1, ... for the lanes of one iteration."""
-    first = _splat(b, b.add(offset, i), lanes)
+    first = splat(b, b.add(offset, i), lanes)
     if lanes == 1:
         return first
     return b.add(first, ir.Constant(ir.VectorType(I64, lanes), list(range(lanes))))
 
 
 def _words(b: ir.IRBuilder, seed: ir.Value, offset: ir.Value, i: ir.Value, lanes: int):
-    return philox_words(b, _splat(b, seed, lanes), _counters(b, offset, i, lanes), lanes)
-
-
-def _store(b: ir.IRBuilder, value: ir.Value, base: ir.Value, i: ir.Value, lanes: int) -> None:
-    ptr = b.gep(base, [i])
-    if lanes > 1:
-        ptr = b.bitcast(ptr, ir.VectorType(value.type.element, lanes).as_pointer())
-    b.store(value, ptr, align=4)
+    return philox_words(b, splat(b, seed, lanes), _counters(b, offset, i, lanes), lanes)
 
 
 class _Emitter:
@@ -113,10 +72,10 @@ def _module() -> ir.Module:
 
     def words_body(b, i, lanes):
         w0, w1 = _words(b, seed, offset, i, lanes)
-        _store(b, w0, out0, i, lanes)
-        _store(b, w1, out1, i, lanes)
+        store(b, w0, out0, i, lanes)
+        store(b, w1, out1, i, lanes)
 
-    _loop(words, n, words_body)
+    flat_loop(words, n, words_body)
 
     uniform = ir.Function(
         module, ir.FunctionType(_VOID, [I64, I64, I64, f32p]), "kiln_philox_uniform"
@@ -125,9 +84,9 @@ def _module() -> ir.Module:
 
     def uniform_body(b, i, lanes):
         w0, _ = _words(b, u_seed, u_offset, i, lanes)
-        _store(b, uniform_from_word(b, w0, lanes), u_out, i, lanes)
+        store(b, uniform_from_word(b, w0, lanes), u_out, i, lanes)
 
-    _loop(uniform, u_n, uniform_body)
+    flat_loop(uniform, u_n, uniform_body)
 
     normal = ir.Function(
         module, ir.FunctionType(_VOID, [I64, I64, I64, f32p]), "kiln_philox_normal"
@@ -137,11 +96,11 @@ def _module() -> ir.Module:
     def normal_body(b, i, lanes):
         # the compiled kernels' own ``ops.randn``: their Box-Muller, their vector log and cos
         ops = LLVMOps(_Emitter(b), lanes, {})
-        seed = V(_splat(b, n_seed, lanes), dt.int64)
+        seed = V(splat(b, n_seed, lanes), dt.int64)
         value = ops.randn(seed, V(_counters(b, n_offset, i, lanes), dt.int64))
-        _store(b, value.value, n_out, i, lanes)
+        store(b, value.value, n_out, i, lanes)
 
-    _loop(normal, n_n, normal_body)
+    flat_loop(normal, n_n, normal_body)
     return module
 
 

@@ -1,0 +1,75 @@
+"""Loops over one flat, contiguous range for the eager machine-code helpers (random draws,
+dtype casts): a vector body over whole vectors and a scalar tail, with the loads, stores and
+splats such bodies need. Compiled kernels plan their own loops (``loop_plan.py``); these helpers
+serve functions whose only shape is a length."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llvmlite import ir
+
+from .values import I32, I64
+
+__all__ = ["LANES", "flat_loop", "load", "splat", "store"]
+
+LANES = 8  # elements per vector iteration: eight 32-bit values fill one AVX2 register
+
+
+def flat_loop(
+    fn: ir.Function, n: ir.Value, body: Callable[[ir.IRBuilder, ir.Value, int], None]
+) -> None:
+    """Give ``fn`` a body that calls ``body(builder, index, lanes)`` for index = 0, L, 2L, ...
+    while a whole vector fits, then once per remaining element with lanes = 1, and returns."""
+    entry = fn.append_basic_block("entry")
+    b = ir.IRBuilder(entry)
+    whole = b.and_(n, ir.Constant(I64, -LANES))
+    for lanes, start, stop in ((LANES, None, whole), (1, whole, n)):
+        head = fn.append_basic_block(f"head{lanes}")
+        loop = fn.append_basic_block(f"loop{lanes}")
+        done = fn.append_basic_block(f"done{lanes}")
+        first = b.block
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        i.add_incoming(ir.Constant(I64, 0) if start is None else start, first)
+        b.cbranch(b.icmp_signed("<", i, stop), loop, done)
+        b.position_at_end(loop)
+        body(b, i, lanes)
+        i.add_incoming(b.add(i, ir.Constant(I64, lanes)), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+    b.ret_void()
+
+
+def splat(b: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
+    """``value`` in every lane (itself for scalar code)."""
+    if lanes == 1:
+        return value
+    vec = ir.VectorType(value.type, lanes)
+    one = b.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(I32, 0))
+    zeros = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
+    return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined), zeros)
+
+
+def _pointer(b: ir.IRBuilder, base: ir.Value, i: ir.Value, lanes: int) -> ir.Value:
+    ptr = b.gep(base, [i])
+    if lanes > 1:
+        ptr = b.bitcast(ptr, ir.VectorType(base.type.pointee, lanes).as_pointer())
+    return ptr
+
+
+def _element_bytes(t: ir.Type) -> int:
+    if isinstance(t, ir.IntType):
+        return max(1, t.width // 8)
+    return {ir.HalfType: 2, ir.FloatType: 4, ir.DoubleType: 8}[type(t)]
+
+
+def load(b: ir.IRBuilder, base: ir.Value, i: ir.Value, lanes: int) -> ir.Value:
+    """Elements i .. i + lanes - 1 of the array at ``base`` (aligned to its element only)."""
+    return b.load(_pointer(b, base, i, lanes), align=_element_bytes(base.type.pointee))
+
+
+def store(b: ir.IRBuilder, value: ir.Value, base: ir.Value, i: ir.Value, lanes: int) -> None:
+    """Write ``value`` (``lanes`` elements) at elements i .. of the array at ``base``."""
+    b.store(value, _pointer(b, base, i, lanes), align=_element_bytes(base.type.pointee))
