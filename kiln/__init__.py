@@ -22,7 +22,7 @@ from .runtime.symbolic import check_is_size as _check_is_size  # noqa: E402
 from .runtime.symbolic import constrain_as_size as _constrain_as_size  # noqa: E402
 from .runtime import devices as _devices  # noqa: E402
 from .runtime import random as _random  # noqa: E402
-from .runtime import casting as _casting  # noqa: E402
+from .runtime import machine_code as _machine_code  # noqa: E402
 from .runtime.flags import (  # noqa: E402
     are_deterministic_algorithms_enabled,
     get_deterministic_debug_mode,
@@ -115,13 +115,24 @@ _random.set_native_sampler(_load_cpu_sampler)
 
 def _load_cpu_casts():
     """Casts to and from float16/bfloat16 come from machine code built by the LLVM backend
-    (``runtime.casting`` reaches it through this hook on the first large cast)."""
+    (``runtime.casting`` reaches it through ``machine_code`` on the first large cast)."""
     from .inductor.codegen.llvm import eager_casts
 
     return eager_casts.build()
 
 
-_casting.set_native_caster(_load_cpu_casts)
+_machine_code.set_loader("casts", _load_cpu_casts)
+
+
+def _load_cpu_activations():
+    """gelu and silu (and their derivatives) in eager mode come from machine code built by the
+    LLVM backend (``ops.nn.activations`` reaches it through ``machine_code``)."""
+    from .inductor.codegen.llvm import eager_activations
+
+    return eager_activations.build()
+
+
+_machine_code.set_loader("activations", _load_cpu_activations)
 _compiler_stack.install()
 
 

@@ -3,52 +3,25 @@
 numpy converts to and from float16 (and ml_dtypes to and from bfloat16) one element at a time in
 software: 4-8 ns an element, 25x PyTorch's vector conversions, paid two or three times by every
 eager op on a 16-bit float tensor. The compiler builds vector casts for those pairs
-(``inductor/codegen/llvm/eager_casts.py``); this layer sits below the compiler and reaches them
-through a loader the facade installs, run on the first large cast. Small arrays, other pairs, and
-a process whose casts failed to build keep numpy's cast, which gives the same bits.
+(``inductor/codegen/llvm/eager_casts.py``, reached through ``machine_code``), built on the first
+large cast. Small arrays, other pairs, and a process whose casts failed to build keep numpy's
+cast, which gives the same bits.
 """
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
 from . import dtypes as dt
+from . import machine_code
 
-__all__ = ["astype", "has_native_cast", "set_native_caster"]
+__all__ = ["astype", "has_native_cast"]
 
 # below this many elements numpy's cast costs less than the call into machine code
 _NATIVE_MIN = 256
 
 _FLOATS = frozenset(np.dtype(d.np) for d in (dt.float64, dt.float32, dt.float16, dt.bfloat16))
 _SIXTEEN_BIT = frozenset(np.dtype(d.np) for d in (dt.float16, dt.bfloat16))
-
-# [loader, caster]; the caster is False once loading failed
-_native: list = [None, None]
-
-
-def set_native_caster(loader) -> None:
-    """Install the loader of the machine-code casts (the facade does, on import)."""
-    _native[:] = [loader, None]
-
-
-def _caster():
-    caster = _native[1]
-    if caster is None:
-        if _native[0] is None:
-            return None
-        try:
-            caster = _native[0]()
-        except Exception as error:  # noqa: BLE001 - any failure leaves numpy's casts
-            logging.getLogger("kiln.runtime").warning(
-                "casts: no machine-code casts (%s: %s); numpy converts 16-bit floats",
-                type(error).__name__,
-                error,
-            )
-            caster = False
-        _native[1] = caster
-    return caster or None
 
 
 def has_native_cast(src_np, dst_np) -> bool:
@@ -67,7 +40,7 @@ def astype(a: np.ndarray, np_dtype) -> np.ndarray:
     """A new array of ``a``'s values as ``np_dtype``, in ``a``'s memory order (numpy's order
     'K'), rounded as PyTorch rounds (a 16-bit float from float64 goes through float32)."""
     if a.size >= _NATIVE_MIN and has_native_cast(a.dtype, np_dtype):
-        caster = _caster()
+        caster = machine_code.get("casts")
         if caster is not None:
             if a.flags.c_contiguous:
                 return caster.cast(a, np_dtype)

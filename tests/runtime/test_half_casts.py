@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.runtime import casting
+from kiln.runtime import casting, machine_code
 from kiln.runtime import dtypes as dt
 from tests.oracle import needs_torch, torch
 
@@ -45,7 +45,7 @@ def _edge_floats(n: int) -> np.ndarray:
 
 
 def test_import_installs_the_machine_code_casts():
-    assert casting._caster() is not None
+    assert machine_code.get("casts") is not None
 
 
 _PAIRS = [(s, t) for s in _FLOATS for t in _FLOATS if casting.has_native_cast(s, t)]
@@ -88,10 +88,11 @@ def test_numpy_casts_when_the_machine_code_is_missing(monkeypatch, capsys):
 
     x = kiln.from_numpy(_edge_floats(5000).astype(np.float32))
     expected = x.half().numpy()
-    monkeypatch.setattr(casting, "_native", [broken, None])
+    monkeypatch.setitem(machine_code._loaders, "casts", broken)
+    monkeypatch.delitem(machine_code._built, "casts")
     got = x.half().numpy()
     warned = capsys.readouterr().err
-    assert "numpy converts 16-bit floats" in warned and "no JIT here" in warned
+    assert "no machine code for casts" in warned and "no JIT here" in warned
     _assert_same_floats(got, expected)
 
 

@@ -12,8 +12,8 @@ twice as PyTorch does (``dtypes.through_float32``). NaNs stay NaNs of the same s
 bits may differ: float16's become quiet, bfloat16's become the canonical quiet NaN as ml_dtypes
 makes them).
 
-The runtime reaches these through ``casting.set_native_caster`` (the facade installs a loader run
-on the first large cast); without them numpy casts, more slowly.
+``runtime.casting`` reaches these through ``runtime.machine_code`` (the facade registers the
+loader; the first large cast builds them); without them numpy casts, more slowly.
 """
 
 from __future__ import annotations

@@ -1,0 +1,96 @@
+"""gelu and silu in eager mode as one machine-code pass (``llvm/eager_activations.py``): values
+and gradients against PyTorch, compiled kernels' bits for gelu, and the numpy kernels when the
+machine code is missing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.runtime import machine_code
+from tests.oracle import needs_torch, torch
+
+_CASES = {
+    "gelu": lambda F, x: F.gelu(x),
+    "gelu-tanh": lambda F, x: F.gelu(x, approximate="tanh"),
+    "silu": lambda F, x: F.silu(x),
+}
+
+
+def _inputs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(n) * 3).astype(np.float32)
+    x[:9] = [0.0, -0.0, np.inf, -np.inf, np.nan, -20.0, 20.0, 1e-30, -6.0]
+    return x, rng.standard_normal(n).astype(np.float32)
+
+
+def _run(lib, case, x, g, shape):
+    t = lib.tensor(x.reshape(shape), requires_grad=True)
+    y = _CASES[case](lib.nn.functional, t)
+    (grad,) = lib.autograd.grad(y, [t], lib.tensor(g.reshape(shape)))
+    return y.detach().numpy(), grad.numpy()
+
+
+@needs_torch
+@pytest.mark.parametrize("case", sorted(_CASES))
+@pytest.mark.parametrize("shape", [(1031,), (64, 65)], ids=["tail", "2d"])
+def test_values_and_gradients_match_torch(case, shape):
+    x, g = _inputs(int(np.prod(shape)))
+    for got, want in zip(_run(kiln, case, x, g, shape), _run(torch, case, x, g, shape)):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        # (the tanh form keeps its lower tail, where PyTorch's 1 + tanh cancels to 0: ~1e-6)
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=5e-6)
+        # NaN where PyTorch has NaN; zeros of PyTorch's sign at the special values
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+
+
+@needs_torch
+def test_gelu_zeros_have_torchs_sign():
+    x, g = _inputs(2048)
+    got = _run(kiln, "gelu", x, g, x.shape)[0]
+    want = _run(torch, "gelu", x, g, x.shape)[0]
+    zeros = want == 0
+    np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]))
+
+
+def test_eager_gelu_is_the_compiled_kernels_bits():
+    x, _ = _inputs(4099)
+    t = kiln.tensor(x)
+    eager = kiln.nn.functional.gelu(t).numpy()
+    compiled = kiln.compile(lambda v: kiln.nn.functional.gelu(v))(t).numpy()
+    np.testing.assert_array_equal(eager, compiled)
+
+
+def test_broadcast_gradient_and_half_types():
+    # ``y.sum().backward()`` hands a broadcast gradient; float16 computes in float32 between casts
+    x, _ = _inputs(3000)
+    x32 = kiln.tensor(x, requires_grad=True)
+    kiln.nn.functional.gelu(x32).sum().backward()
+    xh = kiln.tensor(x).half().requires_grad_()
+    yh = kiln.nn.functional.silu(xh)
+    yh.sum().backward()
+    assert yh.dtype is kiln.float16 and xh.grad.dtype is kiln.float16
+    expected = kiln.nn.functional.silu(xh.float())
+    np.testing.assert_allclose(
+        yh.detach().float().numpy(), expected.detach().numpy(), rtol=1e-3, atol=1e-3
+    )
+    # against the derivative taken from a dense gradient of ones
+    dense = kiln.tensor(x, requires_grad=True)
+    (want,) = kiln.autograd.grad(kiln.nn.functional.gelu(dense), [dense], kiln.ones(3000))
+    np.testing.assert_array_equal(x32.grad.numpy(), want.numpy())
+
+
+def test_numpy_kernels_when_the_machine_code_is_missing(monkeypatch, capsys):
+    def broken():
+        raise OSError("no JIT here")
+
+    x, g = _inputs(2000)
+    expected = {case: _run(kiln, case, x, g, x.shape) for case in _CASES}
+    monkeypatch.setitem(machine_code._loaders, "activations", broken)
+    monkeypatch.delitem(machine_code._built, "activations", raising=False)
+    for case in _CASES:
+        for got, want in zip(_run(kiln, case, x, g, x.shape), expected[case]):
+            np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+    warned = capsys.readouterr().err
+    assert "no machine code for activations" in warned and "no JIT here" in warned
