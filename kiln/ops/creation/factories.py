@@ -870,7 +870,8 @@ def _tri_kernel(np_fn):
             raise RuntimeError(
                 f"tril/triu: input tensor must have at least 2 dimensions, got shape {list(x._shape)}"
             )
-        return wrap(np_fn(x._data, diagonal), x._dtype)
+        # contiguous (numpy follows the input's layout), as PyTorch's result and the meta's
+        return wrap(np.ascontiguousarray(np_fn(x._data, diagonal)), x._dtype)
 
     return kernel
 

@@ -83,7 +83,8 @@ def _gather_kernel(x, dim, index, sparse_grad):
     check_index_bounds("", idx, a.shape[d], d)
     window = tuple(slice(None) if k == d else slice(0, n) for k, n in enumerate(idx.shape))
     out = np.take_along_axis(a[window], idx, axis=d)
-    return wrap(out.reshape(index._shape), x._dtype)
+    # contiguous (numpy follows the index's layout), as PyTorch's result and the meta's
+    return wrap(np.ascontiguousarray(out).reshape(index._shape), x._dtype)
 
 
 @gather.register_meta

@@ -83,7 +83,7 @@ def _masked_scatter_check(x, mask, source):
 @masked_scatter.register_kernel
 def _masked_scatter_kernel(x, mask, source):
     shape = _masked_scatter_check(x, mask, source)
-    out = np.array(np.broadcast_to(x._data, shape))
+    out = np.array(np.broadcast_to(x._data, shape), order="C")  # contiguous, as PyTorch's
     m = np.broadcast_to(mask._data, shape)
     n = int(np.count_nonzero(m))
     if n > source.numel():

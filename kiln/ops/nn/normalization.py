@@ -16,6 +16,7 @@ import numpy as np
 
 from ...runtime import blas
 from ...runtime import dtypes as dt
+from ...runtime.memory_format import format_strides, suggest_memory_format
 from ...runtime.storage import empty_array
 from ..core.common import Tensor, compute_np_dtype, fake, wrap
 from ..core.registry import defop
@@ -97,7 +98,7 @@ def _rows_view(a: np.ndarray, k: int) -> np.ndarray:
 def _layer_norm_kernel(x, normalized_shape, weight, bias, eps):
     require_float("layer_norm", x)
     shape, axes = _check_norm_shape(x, normalized_shape, weight, bias)
-    a = compute_array(x)
+    a = np.ascontiguousarray(compute_array(x))  # PyTorch's result is contiguous, as the meta's
     w = None if weight is None else weight._data
     b = None if bias is None else bias._data
     if a.flags.c_contiguous and a.ndim > len(shape) and worth_blocking(a):
@@ -267,7 +268,7 @@ def _rms_eps(x, eps):
 def _rms_norm_kernel(x, normalized_shape, weight, eps):
     require_float("rms_norm", x)
     _, axes = _check_norm_shape(x, normalized_shape, weight, None)
-    a = compute_array(x)
+    a = np.ascontiguousarray(compute_array(x))  # a contiguous result, as the meta's
     y = a * (1.0 / np.sqrt(_np_mean(np.square(a), axes) + _rms_eps(x, eps)))
     if weight is not None:
         y *= weight._data
@@ -357,7 +358,7 @@ def _group_norm_kernel(x, num_groups, weight, bias, eps):
 @group_norm.register_meta
 def _group_norm_meta(x, num_groups, weight=None, bias=None, eps=1e-5):
     _check_group_norm(x, num_groups, weight, bias)
-    return fake(x._shape, x._dtype, x)
+    return fake(x._shape, x._dtype, x, _kept_layout(x))
 
 
 def _group_norm_grad(c, g):
@@ -494,7 +495,7 @@ def _wrap_fast_batch_norm(x, a, rows, weight, bias, eps) -> tuple:
 def _batch_norm_kernel(x, weight, bias, running_mean, running_var, training, momentum, eps):
     require_float("batch_norm", x)
     c, axes, chan = _bn_geometry(x, weight, bias, running_mean, running_var, training)
-    a = compute_array(x)
+    a = _in_kept_layout(x, compute_array(x))
     stat_dtype = dt.float32 if x._dtype in (dt.float16, dt.bfloat16) else x._dtype
     rows = _channel_rows(a) if training else None
     if rows is not None:
@@ -543,7 +544,21 @@ def _batch_norm_meta(x, weight, bias, running_mean, running_var, training, momen
     c, _, _ = _bn_geometry(x, weight, bias, running_mean, running_var, training)
     stat_dtype = dt.float32 if x._dtype in (dt.float16, dt.bfloat16) else x._dtype
     n = c if training else 0
-    return (fake(x._shape, x._dtype, x), fake((n,), stat_dtype, x), fake((n,), stat_dtype, x))
+    out = fake(x._shape, x._dtype, x, _kept_layout(x))
+    return (out, fake((n,), stat_dtype, x), fake((n,), stat_dtype, x))
+
+
+def _kept_layout(x) -> tuple:
+    """batch and group norm results are laid out in the input's suggested memory format
+    (channels-last stays so, anything else is made contiguous), as PyTorch's and their kernels'."""
+    return format_strides(x._shape, suggest_memory_format(x._shape, x.stride()))
+
+
+def _in_kept_layout(x, a: np.ndarray) -> np.ndarray:
+    """``a`` (``x``'s values) in ``_kept_layout(x)``: elementwise numpy math keeps it."""
+    if a.flags.c_contiguous or suggest_memory_format(x._shape, x.stride()) != "contiguous_format":
+        return a
+    return np.ascontiguousarray(a)
 
 
 def _bn_parts(x, running_mean, running_var, training, eps, axes, chan):

@@ -240,7 +240,9 @@ def _softmax_kernel(log):
 
     def kernel(x, dim, dtype):
         x, d = _softmax_input(name, x, dim, dtype)
-        return wrap(_np_softmax(compute_array(x), d, log), x._dtype)
+        # PyTorch's result is contiguous whatever the input's layout (so is the meta's)
+        a = np.ascontiguousarray(compute_array(x))
+        return wrap(_np_softmax(a, d, log), x._dtype)
 
     return kernel
 

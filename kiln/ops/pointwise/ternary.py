@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from ...runtime import dtypes as dt
+from ...runtime.storage import empty_array
 from ..core.common import (
     Scalar,
     Tensor,
@@ -21,6 +22,7 @@ from ..core.common import (
     broadcast_shapes,
     checked_scalar,
     compute_np_dtype,
+    fake,
     pointwise_meta,
     result_dtype,
     to_float_dtype,
@@ -223,14 +225,15 @@ def _masked_fill_kernel(x, mask, value):
         )
     v = value.item() if isinstance(value, Tensor) else value
     v = checked_scalar(v, x._dtype)
-    out = np.where(mask._data, np.asarray(v).astype(x._dtype.np), x._data)
     shape = broadcast_shapes(x._shape, mask._shape)
-    if out.shape != shape:
-        out = np.broadcast_to(out, shape).copy()
+    # PyTorch's result is contiguous whatever the inputs' layouts
+    out = empty_array(shape, x._dtype.np)
+    np.copyto(out, x._data)
+    np.copyto(out, np.asarray(v).astype(x._dtype.np), where=mask._data)
     return wrap(out, x._dtype)
 
 
-masked_fill.register_meta(lambda x, m, v: pointwise_meta(x._dtype, x, m))
+masked_fill.register_meta(lambda x, m, v: fake(broadcast_shapes(x._shape, m._shape), x._dtype, x))
 
 
 def _masked_fill_grad(c, g):

@@ -57,6 +57,7 @@ def _cum_extreme_kernel(op, ufunc):
         a = x._data
         if not a.ndim:
             return op.returns(wrap(a.copy(), x._dtype), wrap(np.zeros((), np.int64), _int64))
+        a = np.ascontiguousarray(a)  # PyTorch's results are contiguous, as the meta's
         values = ufunc.accumulate(a, axis=d) if a.shape[d] else a.copy()
         # the latest position holding the running extreme (or a NaN) names it
         marks = (a == values) | (a != a)

@@ -10,8 +10,20 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime import dtypes as dt
+from ...runtime.memory_format import format_strides, suggest_memory_format
+from ...runtime.storage import empty_array
 from ...runtime.symbolic import as_int
-from ..core.common import Tensor, TensorList, fake, wrap, wrap_dim, writes_out
+from ...runtime.tensor import contiguous_strides
+from ..core.common import (
+    Tensor,
+    TensorList,
+    cast_array,
+    empty_like_layout,
+    fake,
+    wrap,
+    wrap_dim,
+    writes_out,
+)
 from ..core.grad_fn_naming import renames_grad_fn
 from ..core.registry import OPS, defop, tensor_method, torch_function
 from .shape_functions import narrow, tensor_args
@@ -72,21 +84,39 @@ def _cat_geometry(tensors, dim):
     return tuple(shape), d, dtype, kept
 
 
+def _cat_strides(shape: tuple, kept) -> tuple:
+    """PyTorch's layout for cat's result: channels-last where every input suggests the same
+    channels-last format, else contiguous (numpy would follow a transposed first input, and a
+    later ``view`` of the result would fail)."""
+    fmt = None
+    for t in kept:
+        suggested = suggest_memory_format(t._shape, t.stride())
+        if fmt is None:
+            fmt = suggested
+        elif suggested != fmt:
+            return format_strides(shape, "contiguous_format")
+    return format_strides(shape, fmt or "contiguous_format")
+
+
 @cat.register_kernel
 def _cat_kernel(tensors, dim):
     tensors = list(tensors)
     shape, d, dtype, kept = _cat_geometry(tensors, dim)
     if not kept:
         return wrap(np.empty(shape, dtype.np), dtype)
-    arrays = [t._data if t._dtype is dtype else t._data.astype(dtype.np) for t in kept]
-    return wrap(np.concatenate(arrays, axis=d), dtype)
+    arrays = [t._data if t._dtype is dtype else cast_array(t._data, dtype.np) for t in kept]
+    strides = _cat_strides(shape, kept)
+    if strides == contiguous_strides(shape):
+        return wrap(np.concatenate(arrays, axis=d, out=empty_array(shape, dtype.np)), dtype)
+    out = empty_like_layout(shape, dtype, strides)
+    return wrap(np.concatenate(arrays, axis=d, out=out), dtype)
 
 
 @cat.register_meta
 def _cat_meta(tensors, dim=0):
     tensors = list(tensors)
     shape, _, dtype, kept = _cat_geometry(tensors, dim)
-    return fake(shape, dtype, (kept or tensors)[0])
+    return fake(shape, dtype, (kept or tensors)[0], _cat_strides(shape, kept))
 
 
 def _cat_grad(c, g):
@@ -141,7 +171,11 @@ def _stack_kernel(tensors, dim=0):
     if any(t._dtype is not dtype for t in tensors):
         return _stack_decomp(tensors, dim)  # promotion as cat's
     d = wrap_dim(dim, len(first) + 1)
-    return wrap(np.stack([t._data for t in tensors], axis=d), dtype)
+    shape = first[:d] + (len(tensors),) + first[d:]
+    # contiguous whatever the inputs' layout, as PyTorch's (and the meta's) result
+    return wrap(
+        np.stack([t._data for t in tensors], axis=d, out=empty_array(shape, dtype.np)), dtype
+    )
 
 
 @stack.register_decomposition

@@ -1,0 +1,79 @@
+"""Result strides of ops on channels-last and transposed inputs: PyTorch's, and the meta's the
+same as the kernel's (a compiled graph plans with the meta's; a later ``view`` of a result works
+or fails by its strides, as a ViT's ``cat((cls, patches.transpose(1, 2)))...view()`` does)."""
+
+from __future__ import annotations
+
+import pytest
+
+import kiln
+from tests.oracle import needs_torch, torch
+
+pytestmark = needs_torch
+
+
+def _ops(lib):
+    F = lib.nn.functional
+
+    def long_zeros(v):
+        return lib.zeros_like(v, dtype=lib.long)
+
+    return {
+        "softmax": lambda v: v.softmax(-1),
+        "softmax-dim1": lambda v: v.softmax(1),
+        "log_softmax": lambda v: F.log_softmax(v, -1),
+        "layer_norm": lambda v: F.layer_norm(v, v.shape[-1:]),
+        "masked_fill": lambda v: v.masked_fill(v > 0, 0.0),
+        "cummax": lambda v: v.cummax(1),
+        "cummin": lambda v: v.cummin(1),
+        "cumsum": lambda v: v.cumsum(1),
+        "tril": lambda v: v.tril(),
+        "triu": lambda v: v.triu(1),
+        "masked_scatter": lambda v: v.masked_scatter(v > 0, lib.zeros(v.numel())),
+        "gather": lambda v: v.gather(1, long_zeros(v)),
+        "cat": lambda v: lib.cat([v, v], 1),
+        "cat-mixed": lambda v: lib.cat([v, v.contiguous()], 0),
+        "stack-contiguous": lambda v: lib.stack([v.contiguous(), v.contiguous()]),
+        "where": lambda v: lib.where(v > 0, v, 0.0),
+        "add": lambda v: v + 1,
+        "clone": lambda v: v.clone(),
+        "gelu": lambda v: F.gelu(v),
+        "batch_norm": lambda v: F.batch_norm(v, None, None, training=True),
+        "group_norm": lambda v: F.group_norm(v, 3) if v.ndim == 4 else v,
+        "scatter": lambda v: v.scatter(1, long_zeros(v), 1.0),
+    }
+
+
+def _inputs(lib):
+    lib.manual_seed(0)
+    return {
+        "channels-last": lib.randn(2, 3, 4, 6).to(memory_format=lib.channels_last),
+        "transposed": lib.randn(2, 6, 3).transpose(1, 2),
+    }
+
+
+def _strides(result):
+    results = result if isinstance(result, tuple) else (result,)
+    return [r.stride() for r in results]
+
+
+@pytest.mark.parametrize("layout", ["channels-last", "transposed"])
+@pytest.mark.parametrize("op", sorted(_ops(kiln)))
+def test_strides_match_torch_and_the_meta(op, layout):
+    x = _inputs(kiln)[layout]
+    eager = _strides(_ops(kiln)[op](x))
+    assert eager == _strides(_ops(torch)[op](_inputs(torch)[layout]))
+    assert _strides(_ops(kiln)[op](x.to("meta"))) == eager
+
+
+def test_view_of_cat_of_transposed_patches_compiles():
+    # the ViT patch-embedding pattern under aot_eager, which plans with the metas' strides
+    def embed(cls, patches):
+        tokens = kiln.cat([cls, patches.flatten(2).transpose(1, 2)], 1)
+        return tokens.view(-1, tokens.shape[-1])
+
+    cls, patches = kiln.randn(2, 1, 8), kiln.randn(2, 8, 3, 3)
+    expected = embed(cls, patches)
+    got = kiln.compile(embed, backend="aot_eager")(cls, patches)
+    assert got.shape == expected.shape
+    assert kiln.equal(got, expected)
