@@ -51,10 +51,28 @@ def compute_dtype(d: dt.dtype) -> dt.dtype:
 # ------------------------------------------------------------------------------ helpers
 
 
-def _broadcast_loader(x, out_shape: tuple, to: dt.dtype) -> Callable:
-    """Loader of ``x`` (box or Python scalar) at an index of ``out_shape``, cast to ``to``."""
+_SIXTEEN_BIT = (dt.float16, dt.bfloat16)
+
+
+def _broadcast_loader(
+    x, out_shape: tuple, to: dt.dtype, rounded_to: dt.dtype | None = None
+) -> Callable:
+    """Loader of ``x`` (box or Python scalar) at an index of ``out_shape``, cast to ``to``.
+
+    ``rounded_to``: the op's common dtype where it is a 16-bit float that operands of other types
+    are rounded to before the float32 math (PyTorch rounds a Python number or a 0-d float32
+    tensor to a float16 op's type, except in add, sub, mul and true division)."""
+    if rounded_to not in _SIXTEEN_BIT or rounded_to is to:
+        rounded_to = None
     if not isinstance(x, TensorBox):
         value = x
+        if (
+            rounded_to is not None
+            and isinstance(value, (int, float))
+            and not isinstance(value, bool)
+        ):
+            wide = np.asarray(float(value))
+            value = float(dt.through_float32(wide, rounded_to.np).astype(rounded_to.np))
 
         def load_scalar(index):
             return ops.constant(value, to)
@@ -65,10 +83,14 @@ def _broadcast_loader(x, out_shape: tuple, to: dt.dtype) -> Callable:
     broadcast = [sym.broadcasts(s, out_shape[lead + i]) for i, s in enumerate(x.shape)]
     src = x.dtype
 
+    through = rounded_to if rounded_to is not None and src is not rounded_to else None
+
     def load(index):
         idx = [sym.ZERO if b else index[lead + i] for i, b in enumerate(broadcast)]
         v = inner(idx)
-        return v if src is to else ops.to_dtype(v, to)
+        if through is not None:
+            v = ops.to_dtype(v, through)
+        return v if src is to and through is None else ops.to_dtype(v, to)
 
     return load
 
@@ -110,13 +132,18 @@ def _finish(value, computed: dt.dtype, out: dt.dtype):
 
 
 def _elementwise(
-    out_meta: Tensor, inputs, fn: Callable, compute: dt.dtype | None = None
+    out_meta: Tensor,
+    inputs,
+    fn: Callable,
+    compute: dt.dtype | None = None,
+    rounded_to: dt.dtype | None = None,
 ) -> TensorBox:
-    """A pointwise box computing ``fn(*input values)`` in ``compute`` dtype, stored as out's dtype."""
+    """A pointwise box computing ``fn(*input values)`` in ``compute`` dtype, stored as out's
+    dtype (``rounded_to``: as ``_broadcast_loader``'s)."""
     out_dtype = out_meta.dtype
     compute = compute or compute_dtype(out_dtype)
     shape = tuple(out_meta.shape)
-    loaders = [_broadcast_loader(x, shape, compute) for x in inputs]
+    loaders = [_broadcast_loader(x, shape, compute, rounded_to) for x in inputs]
     result_is_bool = out_dtype is dt.bool_
 
     def loader(index):

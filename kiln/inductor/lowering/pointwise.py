@@ -46,9 +46,16 @@ def _predicate(name):
     return lower
 
 
+# binary ops whose PyTorch CPU kernels take a number operand of a 16-bit float op unrounded
+_UNROUNDED_OPERANDS = frozenset({"add", "sub", "mul", "truediv"})
+
+
 def _binary(name):
     def lower(out_meta, a, b):
-        return _elementwise(out_meta, [a, b], lambda x, y: getattr(ops, name)(x, y))
+        rounded_to = None if name in _UNROUNDED_OPERANDS else out_meta.dtype
+        return _elementwise(
+            out_meta, [a, b], lambda x, y: getattr(ops, name)(x, y), rounded_to=rounded_to
+        )
 
     return lower
 
@@ -57,10 +64,11 @@ def _comparison(name):
     def lower(out_meta, a, b):
         from ...ops.core.common import result_dtype
 
-        operand = compute_dtype(result_dtype(_fake(a), _fake(b)))
+        common = result_dtype(_fake(a), _fake(b))
+        operand = compute_dtype(common)
         shape = tuple(out_meta.shape)
-        la = _broadcast_loader(a, shape, operand)
-        lb = _broadcast_loader(b, shape, operand)
+        la = _broadcast_loader(a, shape, operand, common)
+        lb = _broadcast_loader(b, shape, operand, common)
         return _box(
             _ctx(a, b),
             shape,
@@ -120,7 +128,9 @@ def _check_integer_divisor(out_meta, divisor) -> None:
 def _integer_checked(name):
     def lower(out_meta, a, b):
         _check_integer_divisor(out_meta, b)
-        return _elementwise(out_meta, [a, b], lambda x, y: getattr(ops, name)(x, y))
+        return _elementwise(
+            out_meta, [a, b], lambda x, y: getattr(ops, name)(x, y), rounded_to=out_meta.dtype
+        )
 
     return lower
 

@@ -189,7 +189,7 @@ def _var(out_meta, x, dim=None, correction=1, keepdim=False):
     acc = compute_dtype(out_meta.dtype)
     if x.dtype is not acc:
         x = _cast(None, x, acc)
-    m2 = make_reduction(x, dims, keepdim, "welford_m2", out_meta.dtype)
+    m2 = make_reduction(x, dims, keepdim, "welford_m2", acc)  # m2 in float32 for half types
     n = 1
     for d in dims:
         n *= x.shape[d]

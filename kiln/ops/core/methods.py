@@ -757,6 +757,8 @@ def install() -> None:
         ("__iand__", "bitwise_and"),
         ("__ior__", "bitwise_or"),
         ("__ixor__", "bitwise_xor"),
+        ("__ilshift__", "bitwise_left_shift"),
+        ("__irshift__", "bitwise_right_shift"),
     ):
         setattr(T, dunder, _inplace_dunder(name))
     T.__ifloordiv__ = lambda self, other: OPS["div_"](self, other, rounding_mode="floor")

@@ -438,7 +438,7 @@ def _linspace_decomp(start, end, steps, dtype=None, device=None):
     d = _dtype_or_default(dtype)
     idx = arange(0, steps, 1, dtype=dt.float64 if d is dt.float64 else dt.float32, device=device)
     step = (end - start) / max(steps - 1, 1)
-    half = steps // 2
+    half = max(steps // 2, 1)  # one step is ``start`` (the first half's formula)
     from ..pointwise.unary_binary import where
 
     vals = where(idx < half, start + step * idx, end - step * (steps - 1 - idx))
@@ -828,7 +828,11 @@ def _copy_kernel(x, src, non_blocking):
             s = casting.astype(s, target.dtype)  # machine code for the 16-bit float pairs
         np.copyto(target, dt.through_float32(s, target.dtype), casting="unsafe")
     else:
-        writable_target(x._data)[...] = src
+        # a Python number as ``fill_`` converts it: out of range raises (-1 wraps into uint8)
+        if isinstance(src, complex) and not x._dtype.is_complex:
+            name = "float" if x._dtype.is_floating_point else x._dtype.name
+            raise RuntimeError(f"value cannot be converted to type {name} without overflow")
+        writable_target(x._data)[...] = checked_scalar(src, x._dtype)
     return x
 
 

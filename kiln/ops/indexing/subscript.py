@@ -374,6 +374,10 @@ def _convert(item, device):
         from ..creation.api import tensor
 
         item = tensor(item, device=device)
+    elif isinstance(item, range):
+        from ..creation.api import tensor
+
+        item = tensor(list(item), dtype=dt.int64, device=device)
     elif isinstance(item, (list, tuple)):
         from ..creation.api import tensor
 

@@ -478,6 +478,8 @@ def _leaky_relu_np(a: np.ndarray, s) -> np.ndarray:
     signed zeros come out as ``x`` or ``x * s`` do; s = 0 (inf * 0 is NaN, but x > 0 keeps
     inf), a negative or NaN slope keep the selection."""
     scaled = np.multiply(a, s)
+    if not a.ndim:  # numpy scalars in, a numpy scalar out: no ``out=`` to write into
+        return np.where(a > 0, a, scaled)
     if 0 < s <= 1:
         return np.maximum(a, scaled, out=scaled)
     if 1 < s < math.inf:

@@ -625,6 +625,8 @@ def _prelu(self: Tensor, weight: Tensor):
             )
         if self.ndim >= 2:
             weight = weight.reshape([channels] + [1] * (self.ndim - 2))
+    elif weight.ndim and self.ndim == 0:
+        weight = weight.reshape(())  # a 0-d input keeps its shape (a (1,) weight would widen it)
     # the inner selection keeps positive inputs out of the weight's gradient (an inf input
     # times a zero gradient would be NaN there); PyTorch sums x * g over x <= 0 only
     negative_part = OPS["where"](self > 0, 0.0, self)

@@ -115,8 +115,10 @@ def np_round(a, decimals=0):
 def np_remainder(a, b):
     """PyTorch's remainder: the floored modulus, with the sign of the divisor. For floats it is
     fmod(a, b) moved into the divisor's sign when nonzero (PyTorch's formula), so a zero result
-    keeps the dividend's sign where ``np.remainder`` gives the divisor's."""
-    a, b = np.asarray(a), np.asarray(b)
+    keeps the dividend's sign where ``np.remainder`` gives the divisor's. A Python number
+    divisor takes the dividend's type (as a weak scalar: ``float32 % 0.1`` computes in float32)."""
+    a = np.asarray(a)
+    b = a.dtype.type(b) if isinstance(b, (int, float)) else np.asarray(b)
     if a.dtype.kind != "f" and getattr(a.dtype, "name", "") != "bfloat16":
         return np.remainder(a, b)
     mod = np.fmod(a, b)

@@ -20,6 +20,7 @@ from ..core.common import (
     Tensor,
     TensorOrScalar,
     broadcast_shapes,
+    cast_array,
     checked_scalar,
     compute_np_dtype,
     fake,
@@ -94,9 +95,12 @@ def _clamp_kernel(x, lo, hi):
 
 @clamp.register_meta
 def _clamp_meta(x, lo=None, hi=None):
-    return pointwise_meta(
-        result_dtype(x, lo, hi), x, *(t for t in (lo, hi) if isinstance(t, Tensor))
-    )
+    d = result_dtype(x, lo, hi)
+    if d.category == 1:  # as the kernel: a compiled graph must refuse what eager refuses
+        for b in (lo, hi):
+            if isinstance(b, (int, float)):
+                checked_scalar(b, d)
+    return pointwise_meta(d, x, *(t for t in (lo, hi) if isinstance(t, Tensor)))
 
 
 def _clamp_grad(c, g):
@@ -304,9 +308,26 @@ def _addc_op(name: str, grad_fn_name: str, decomposition):
     return op
 
 
-addcmul = _addc_op("addcmul", "AddcmulBackward0", lambda x, a, b, value=1: x + value * a * b)
+def _in_compute_dtype(formula):
+    """``formula`` over 16-bit float operands computed in float32 and rounded once, as
+    PyTorch's CPU kernels do (``value * a`` rounded to float16 first overflows where theirs
+    does not, and rounds differently)."""
+
+    def decomposition(x, a, b, value=1):
+        d = result_dtype(x, a, b)
+        if d is dt.float16 or d is dt.bfloat16:
+            return formula(x.float(), a.float(), b.float(), value).to(d)
+        return formula(x, a, b, value)
+
+    return decomposition
 
 
+addcmul = _addc_op(
+    "addcmul", "AddcmulBackward0", _in_compute_dtype(lambda x, a, b, value: x + value * a * b)
+)
+
+
+@_in_compute_dtype
 def _addcdiv_decomp(x, a, b, value=1):
     if a.dtype.category < 2 and b.dtype.category < 2:
         raise RuntimeError(_ADDCDIV_INTEGERS)
@@ -366,6 +387,34 @@ def _as_float_operands(x, y):
 
 @defop(kind="pointwise", grad_fn_name="LogitBackward0")
 def logit(self: Tensor, eps: float | None = None): ...
+
+
+@logit.register_kernel
+def _logit_kernel(x, eps):
+    od = to_float_dtype(x._dtype)
+    a = cast_array(x._data, compute_np_dtype(od))
+    if eps is not None:
+        a = np.clip(a, eps, 1 - eps)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return wrap(np.log(a / (1 - a)), od)
+
+
+logit.register_meta(lambda x, eps=None: pointwise_meta(to_float_dtype(x._dtype), x))
+
+
+def _logit_grad(c, g):
+    """PyTorch's: g / (x (1 - x)), NaN outside [0, 1] without ``eps`` (inf at 0 and 1), 0 outside
+    [eps, 1 - eps] with it."""
+    x, eps = c.args
+    if not x.dtype.is_floating_point:
+        x = x.to(g.dtype)
+    slope = g / (x * (1 - x))
+    if eps is None:
+        return (where((x < 0) | (x > 1), math.nan, slope),)
+    return (where((x < eps) | (x > 1 - eps), 0.0, slope),)
+
+
+logit.register_derivative(_logit_grad)
 
 
 @logit.register_decomposition

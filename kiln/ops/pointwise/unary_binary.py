@@ -501,17 +501,29 @@ def _binary_out(a, b, d: dt.dtype, x, y):
     return empty_like_layout(shape, d, output_layout_source(shape, (x, y)))
 
 
-_NUMPY_NATIVE_FLOATS = (dt.float16, dt.float32, dt.float64)
+# the float dtypes numpy computes in as PyTorch does (float16 is not: numpy rounds a Python
+# number to float16 and loops in software; PyTorch computes in float32 with the number unrounded)
+_NUMPY_NATIVE_FLOATS = (dt.float32, dt.float64)
 _SIXTEEN_BIT_FLOATS = (dt.float16, dt.bfloat16)
 
 
-def _in_float32(x, d: dt.dtype) -> np.ndarray:
-    """Operand ``x`` of an op whose dtype ``d`` is a 16-bit float, rounded to ``d`` (as numpy's
-    16-bit loops round a Python number) and widened to float32 for the math: numpy's float16
-    and ml_dtypes' bfloat16 loops convert every element in software, 10-30x slower than the
-    machine-code casts around a float32 op (and the same result: these loops compute in float)."""
+# ops whose PyTorch CPU kernels take a Python number operand of a 16-bit float op unrounded, in
+# float32 (``half * 65536.0``, GradScaler's scale, is finite there: rounded to float16 it would be
+# inf); every other op rounds it to the op's dtype first
+_UNROUNDED_SCALAR_UFUNCS = (np.add, np.subtract, np.multiply, np.true_divide)
+
+
+def _in_float32(x, d: dt.dtype, fn) -> np.ndarray:
+    """Operand ``x`` of op ``fn`` whose dtype ``d`` is a 16-bit float, widened to float32 for
+    the math, as PyTorch's CPU kernels compute (a Python number rounded to ``d`` or not as they
+    do). numpy's float16 and ml_dtypes' bfloat16 loops convert every element in software, 10-30x
+    slower than the machine-code casts around a float32 op."""
     if isinstance(x, Tensor):
+        if not x._shape and fn in _UNROUNDED_SCALAR_UFUNCS:  # a 0-d tensor counts as a number
+            return cast_array(x._data, np.float32)
         return cast_array(cast_array(x._data, d.np), np.float32)
+    if fn in _UNROUNDED_SCALAR_UFUNCS:
+        return np.float32(x)
     return np.asarray(x).astype(d.np).astype(np.float32)
 
 
@@ -527,7 +539,6 @@ def _make_binary_kernel(fn, kind: str):
             and (y.__class__ is float or y.__class__ is int)
             and x._dtype in _NUMPY_NATIVE_FLOATS
             and x._data.nbytes < _POOL_MIN_BYTES
-            and (x._dtype is not dt.float16 or x._data.size < WIDEN_MIN)
         ):
             return wrap(fn(x._data, y), x._dtype)
         # hot path: two same-dtype tensors with dims (no promotion, no casts)
@@ -545,7 +556,7 @@ def _make_binary_kernel(fn, kind: str):
             if kind == "bool":
                 return wrap_array(fn(a, b), _bool)
             if d in _SIXTEEN_BIT_FLOATS and (a.size >= WIDEN_MIN or b.size >= WIDEN_MIN):
-                return wrap(fn(_in_float32(x, d), _in_float32(y, d)), d)
+                return wrap(fn(_in_float32(x, d, fn), _in_float32(y, d, fn)), d)
             if (
                 a.nbytes < _POOL_MIN_BYTES
                 and b.nbytes < _POOL_MIN_BYTES
@@ -558,7 +569,7 @@ def _make_binary_kernel(fn, kind: str):
             if kind == "float":
                 d = to_float_dtype(d)
             elif kind == "same" and d in _SIXTEEN_BIT_FLOATS:
-                return wrap(fn(_in_float32(x, d), _in_float32(y, d)), d)
+                return wrap(fn(_in_float32(x, d, fn), _in_float32(y, d, fn)), d)
             cd = compute_np_dtype(d) if kind == "float" else d.np
             a = as_np_operand(x, cd)
             b = as_np_operand(y, cd)
@@ -588,7 +599,7 @@ def _make_binary_meta(kind: str):
 
 def _make_binary_inplace(ufunc):
     """``x op= y`` computed straight into ``x``'s buffer (``Op.inplace_kernel``) where the
-    out-of-place result has ``x``'s dtype and shape: ``x`` a float16/32/64 CPU tensor, ``y`` a
+    out-of-place result has ``x``'s dtype and shape: ``x`` a float32/64 CPU tensor, ``y`` a
     same-dtype tensor broadcasting into ``x`` or a Python number (a weak scalar). numpy buffers
     an operand overlapping the output, so the values are those of computing first and copying
     after."""
@@ -827,13 +838,31 @@ hypot = binary(
     refuses=lambda d: not d.is_floating_point,
     complex_refused=complex_not_implemented("hypot_cpu"),
 )
+
+
+def _copysign_grad(c, g):
+    """PyTorch's: the input's gradient times result / input (its sign flip), 0 where the input
+    is zero; the sign source gets zeros."""
+    x, y = c.args
+    gx = gy = None
+    if needs_grad(c, 0):
+        gx = g * where(x == 0, 0.0, c.out / x)
+    if isinstance(y, Tensor) and needs_grad(c, 1):
+        gy = g.new_zeros(tuple(y.shape))
+    return gx, gy
+
+
 copysign = binary(
     "copysign",
     np.copysign,
-    None,
     kind="float",
     complex_refused=complex_not_implemented("copysign_cpu"),
+    grad_fn_name=lambda args: (
+        "CopysignBackward0" if is_tensor_arg(args[1]) else "CopysignBackward1"
+    ),
 )
+copysign.differentiable = True
+copysign.register_derivative(_copysign_grad, save_output=True)
 
 
 def _remainder_np(a, b, out=None):
@@ -938,7 +967,7 @@ bitwise_xor = binary(
 bitwise_left_shift = binary("bitwise_left_shift", _bitwise(np.left_shift, None, "lshift_cpu"))
 bitwise_right_shift = binary("bitwise_right_shift", _bitwise(np.right_shift, None, "rshift_cpu"))
 
-for _op in (eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_xor, copysign):
+for _op in (eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_xor):
     _op.differentiable = False
 for _op in (bitwise_and, bitwise_or, bitwise_xor, bitwise_left_shift, bitwise_right_shift):
     _op.differentiable = False
@@ -1090,6 +1119,8 @@ def _div_kernel(x, y, rounding_mode):
     b = as_np_operand(y, d.np)
     if d.is_floating_point:
         cd = compute_np_dtype(d)
+        if cd != d.np and (not isinstance(y, Tensor) or not y._shape):
+            b = as_np_operand(y, cd)  # a number (or 0-d) divisor unrounded, as PyTorch divides
         q = np.true_divide(a.astype(cd, copy=False), b.astype(cd, copy=False))
         r = (
             np.trunc(q)

@@ -670,7 +670,8 @@ def _mean_grad(c, g):
     x, dim, keepdim, _ = c.args
     dims = reduce_dims(x, dim)
     n = reduced_numel(x.shape, dims)
-    return (expand_back(g, x.shape, dims, keepdim) / n if n else g.expand(x.shape) * math.nan,)
+    # (no element was reduced: the input is empty, and so is its gradient)
+    return (expand_back(g, x.shape, dims, keepdim) / n if n else g.new_zeros(tuple(x.shape)),)
 
 
 mean.register_derivative(_mean_grad, save_inputs=())
@@ -746,11 +747,25 @@ def _logical_dtype(x):
     return dt.uint8 if x._dtype is dt.uint8 else dt.bool_
 
 
+def _no_dims(dim) -> bool:
+    """``all``/``any`` given an empty dim list reduce nothing (PyTorch's ``dim=()``), where
+    ``sum`` and the other reductions take it as every dim."""
+    return dim is not None and not isinstance(dim, (int, np.integer)) and len(dim) == 0
+
+
 def _logical_kernel(np_fn):
     def kernel(x, dim, keepdim):
+        if _no_dims(dim):
+            return wrap(x._data != 0, _logical_dtype(x))
         return wrap(np_fn(x._data, reduce_dims(x, dim), keepdims=keepdim), _logical_dtype(x))
 
     return kernel
+
+
+def _logical_meta(x, dim=None, keepdim=False):
+    if _no_dims(dim):
+        return fake(x._shape, _logical_dtype(x), x)
+    return _reduce_meta(_logical_dtype)(x, dim, keepdim)
 
 
 all_ = defop(_logical_schema, name="all", kind="reduction", differentiable=False)
@@ -758,13 +773,21 @@ any_ = defop(_logical_schema, name="any", kind="reduction", differentiable=False
 all_.register_kernel(_logical_kernel(np.logical_and.reduce))
 any_.register_kernel(_logical_kernel(np.logical_or.reduce))
 for _op in (all_, any_):
-    _op.register_meta(_reduce_meta(_logical_dtype))
+    _op.register_meta(_logical_meta)
 # all: no zero in the slice; any: some nonzero (NaN counts as true, as in PyTorch)
 all_.register_decomposition(
-    lambda x, dim=None, keepdim=False: (sum(x == 0, dim, keepdim) == 0).to(_logical_dtype(x))
+    lambda x, dim=None, keepdim=False: (
+        (x != 0).to(_logical_dtype(x))
+        if _no_dims(dim)
+        else (sum(x == 0, dim, keepdim) == 0).to(_logical_dtype(x))
+    )
 )
 any_.register_decomposition(
-    lambda x, dim=None, keepdim=False: (sum(x != 0, dim, keepdim) > 0).to(_logical_dtype(x))
+    lambda x, dim=None, keepdim=False: (
+        (x != 0).to(_logical_dtype(x))
+        if _no_dims(dim)
+        else (sum(x != 0, dim, keepdim) > 0).to(_logical_dtype(x))
+    )
 )
 
 

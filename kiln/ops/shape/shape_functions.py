@@ -76,6 +76,8 @@ def unflatten(input: Tensor, dim: int, sizes) -> Tensor:
 @torch_function()
 @tensor_method()
 def narrow(input: Tensor, dim: int, start, length: int) -> Tensor:
+    if not input.ndim:
+        raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
     d = wrap_dim(dim, input.ndim)
     if isinstance(start, Tensor):
         start = int(start.item())
@@ -107,6 +109,12 @@ def unbind(input: Tensor, dim: int = 0) -> tuple:
 @tensor_method("movedim", "moveaxis")
 def movedim(input: Tensor, source, destination) -> Tensor:
     n = input.ndim
+    if n == 0:  # dims 0 and -1 name the scalar itself (wrap_dim checks them): nothing moves
+        for d in ([source] if isinstance(source, int) else list(source)) + (
+            [destination] if isinstance(destination, int) else list(destination)
+        ):
+            wrap_dim(d, 0)
+        return OPS["permute"](input, [])
     given_src = [source] if isinstance(source, int) else list(source)
     given_dst = [destination] if isinstance(destination, int) else list(destination)
     if len(given_src) != len(given_dst):

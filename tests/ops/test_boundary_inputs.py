@@ -1,0 +1,133 @@
+"""Inputs at the edges of ops' domains, against PyTorch: empty reductions' gradients, 0-d
+tensors, ``dim=()``, ``range`` indices, in-place shifts, scalar writes that wrap or overflow,
+and gradients PyTorch defines at a domain's boundary (copysign, logit)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from tests.oracle import needs_torch, torch
+
+pytestmark = needs_torch
+
+
+def _both(fn):
+    return fn(kiln), fn(torch)
+
+
+def _assert_same(got, want):
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    want = want if isinstance(want, (tuple, list)) else (want,)
+    for g, w in zip(got, want, strict=True):
+        if isinstance(w, torch.Tensor):
+            assert tuple(g.shape) == tuple(w.shape)
+            assert str(g.dtype).split(".")[-1] == str(w.dtype).split(".")[-1]
+            g, w = g.detach().numpy(), w.detach().numpy()
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7, equal_nan=True)
+
+
+def test_copysign_gradients():
+    def fn(lib):
+        x = lib.tensor([1.5, -2.0, 0.0, -0.0, 3.0], requires_grad=True)
+        s = lib.tensor([-1.0, -1.0, 1.0, -1.0, 2.0], requires_grad=True)
+        y = lib.copysign(x, s)
+        y.sum().backward()
+        z = lib.tensor([1.5, -2.0], requires_grad=True)
+        w = lib.copysign(z, -1.0)
+        w.sum().backward()
+        return x.grad, s.grad, z.grad, y.grad_fn.name(), w.grad_fn.name()
+
+    (*got, gn0, gn1), (*want, wn0, wn1) = _both(fn)
+    _assert_same(got, want)
+    assert (gn0, gn1) == (wn0, wn1)
+
+
+def test_mean_over_an_empty_dim_has_an_empty_gradient():
+    def fn(lib):
+        x = lib.ones(3, 4, requires_grad=True)
+        x[:, :0].mean(-1).sum().backward()
+        return x.grad
+
+    _assert_same(*_both(fn))
+
+
+@pytest.mark.parametrize("eps", [None, 0.1])
+def test_logit_gradient_at_and_beyond_the_boundary(eps):
+    def fn(lib):
+        x = lib.tensor([-0.2, 0.0, 0.05, 0.5, 1.0, 1.3], requires_grad=True)
+        y = lib.logit(x, eps)
+        y.sum().backward()
+        return y, x.grad
+
+    _assert_same(*_both(fn))
+
+
+def test_zero_dim_activations_and_shapes():
+    def fn(lib):
+        F = lib.nn.functional
+        x = lib.tensor(-2.0)
+        return (
+            F.leaky_relu(x),
+            lib.nn.LeakyReLU(0.3)(x),
+            F.prelu(x, lib.tensor([0.25])),
+            x.movedim(0, 0),
+            lib.moveaxis(x, -1, 0),
+        )
+
+    _assert_same(*_both(fn))
+    for lib in (kiln, torch):
+        with pytest.raises(RuntimeError, match="0-dim"):
+            lib.tensor(1.0).narrow(0, 0, 1)
+
+
+def test_all_any_with_no_dims_reduce_nothing():
+    def fn(lib):
+        a = lib.tensor([[1.0, 0.0], [2.0, 3.0]])
+        return (a > 0).all(dim=()), lib.any(a, dim=()), lib.all(a, dim=[]), a.all(), a.any(1)
+
+    _assert_same(*_both(fn))
+    f = kiln.compile(lambda a: a.all(dim=()))
+    a = kiln.tensor([[1.0, 0.0], [2.0, 3.0]])
+    assert f(a).tolist() == [[True, False], [True, True]]
+
+
+def test_range_indices_and_inplace_shifts():
+    def fn(lib):
+        a = lib.arange(20.0).reshape(4, 5)
+        b = a.clone()
+        b[range(2)] = 0
+        x = lib.tensor([1, 2, 3])
+        view = x[1:]
+        x <<= 1
+        x >>= 0
+        return a[range(2)], a[:, range(1, 5, 2)], a[range(2), range(2)], b, view
+
+    _assert_same(*_both(fn))
+
+
+@pytest.mark.parametrize(
+    "dtype,value",
+    [("uint8", -1), ("uint8", -129), ("uint8", 255.7), ("int8", 300), ("int64", float("nan"))],
+)
+def test_scalar_writes_convert_as_fill(dtype, value):
+    results = []
+    for lib in (kiln, torch):
+        a = lib.zeros(3, dtype=getattr(lib, dtype))
+        try:
+            a[0] = value
+            a[1:] = value
+            results.append(a.tolist())
+        except RuntimeError as error:
+            results.append(("RuntimeError", str(error)))
+    assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
+def test_compiled_linspace_of_one_step_and_clamp_bounds(backend):
+    f = kiln.compile(lambda: (kiln.linspace(0, 3, 1), kiln.linspace(3, 100, 1)), backend=backend)
+    assert [t.tolist() for t in f()] == [[0.0], [3.0]]
+    g = kiln.compile(lambda a: a.to(kiln.int8).clamp(-200, 200), backend=backend)
+    with pytest.raises(RuntimeError, match="int8_t without overflow"):
+        g(kiln.tensor([0, 1, 2]))
