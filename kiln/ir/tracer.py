@@ -22,13 +22,14 @@ a seed and offset from the generator, which would bake one draw into the graph).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import operator
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..autograd.grad_mode import set_grad_enabled_node
-from ..ops.core.dispatch import DispatchMode, dispatch
+from ..ops.core.dispatch import DispatchMode, dispatch, run_decomposition
 from ..ops.core.fake import FakeTensorMode, to_fake
 from ..ops.core.registry import OPS, Op
 from ..runtime import symbolic
@@ -199,6 +200,9 @@ class TracingMode(DispatchMode):
         self.record_asserts()  # checks made by code between ops (``kiln._check``) come first
         fn = self._decomposition_for(op)
         if fn is not None:
+            if fn is op.decomposition:  # the op's own: its results laid out as the op's
+                fn = functools.partial(run_decomposition, op)
+                args = (args,)
             if self.shape_env is None:
                 return fn(*args)
             with self.shape_env.size_oblivious():  # library code (see ShapeEnv.size_oblivious)

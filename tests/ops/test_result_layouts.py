@@ -4,6 +4,7 @@ or fails by its strides, as a ViT's ``cat((cls, patches.transpose(1, 2)))...view
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import kiln
@@ -77,3 +78,28 @@ def test_view_of_cat_of_transposed_patches_compiles():
     got = kiln.compile(embed, backend="aot_eager")(cls, patches)
     assert got.shape == expected.shape
     assert kiln.equal(got, expected)
+
+
+_VIEWED_AFTER = {
+    "softmax": lambda v: kiln.softmax(v, 0),
+    "log_softmax": lambda v: kiln.nn.functional.log_softmax(v, 0),
+    "layer_norm": lambda v: kiln.nn.functional.layer_norm(v, v.shape[-1:]),
+    "masked_fill": lambda v: v.masked_fill(v > 0, 0.0),
+    "cummax": lambda v: v.cummax(0).values,
+    "tril": lambda v: v.tril(),
+    "gather": lambda v: v.gather(1, kiln.zeros(v.shape, dtype=kiln.long)),
+}
+
+
+@pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
+@pytest.mark.parametrize("op", sorted(_VIEWED_AFTER))
+def test_compiled_view_of_a_result_from_a_permuted_input(op, backend):
+    # compiled graphs decompose these ops into pointwise parts that keep the input's layout:
+    # their results are laid out as the op's (else ``view`` fails where eager works)
+    fn = _VIEWED_AFTER[op]
+    x = kiln.randn(3, 4).t().requires_grad_()
+    expected = fn(x).view(-1)
+    got = kiln.compile(lambda v: fn(v).view(-1), backend=backend)(x)
+    np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(), rtol=1e-6)
+    got.sum().backward()
+    assert x.grad is not None and x.grad.shape == x.shape

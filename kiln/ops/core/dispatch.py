@@ -20,7 +20,12 @@ from __future__ import annotations
 from ...autograd import engine
 from ...autograd.graph import Node, OpBackward, leaf_edge
 from ...runtime.device import cpu, meta
-from ...runtime.memory_format import is_non_overlapping_and_dense
+from ...runtime.memory_format import (
+    contiguous_format,
+    is_non_overlapping_and_dense,
+    memory_format,
+    suggest_memory_format,
+)
 from ...runtime.state import per_thread
 from ...runtime.tensor import Tensor
 from . import registry
@@ -43,7 +48,7 @@ def dispatch(op, args: tuple, recorded: bool = False):
     kernel = op.kernel
     if kernel is None and op.decomposition is not None:
         if not (modes and modes[-1].wants(op)) or _needs_composite_autograd(op, args, state):
-            return op.decomposition(*args)
+            return run_decomposition(op, args)
     # one pass over the tensor arguments: does autograd apply, and is this the CPU fast path?
     on_cpu = True
     needs_grad = False
@@ -359,6 +364,22 @@ def fresh_view_edge(view: Tensor):
     return (view.grad_fn, view._output_nr)
 
 
+def run_decomposition(op, args):
+    """``op``'s decomposition, its results laid out as ``op.result_layout`` says."""
+    out = op.decomposition(*args)
+    layout = op.result_layout
+    if layout is None:
+        return out
+    x = args[0]
+    fmt = contiguous_format
+    if layout == "suggested" and isinstance(x, Tensor):
+        fmt = memory_format(suggest_memory_format(x._shape, x.stride()))
+    if isinstance(out, tuple):
+        parts = [o.contiguous(memory_format=fmt) for o in out]
+        return type(out)(*parts) if hasattr(out, "_fields") else tuple(parts)
+    return out.contiguous(memory_format=fmt)
+
+
 def _autograd(op, args, state, on_cpu: bool, modes: list):
     """Run ``op`` below autograd and record its ``OpBackward`` node on the outputs.
 
@@ -367,7 +388,7 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
     kernel runs directly, as on ``dispatch``'s fast path.
     """
     if modes and modes[-1].decomposes(op):
-        return op.decomposition(*args)  # above autograd: the parts record their own nodes
+        return run_decomposition(op, args)  # above autograd: the parts record their own nodes
     if op.inplace:
         return _inplace_autograd(op, args, state)
     if op.derivative is None:
@@ -628,7 +649,7 @@ class DispatchMode:
                 and op.decomposition is not None
                 and not (modes and modes[-1].wants(op))
             ):
-                return op.decomposition(*args)
+                return run_decomposition(op, args)
             return run_below_autograd(op, args)
         finally:
             modes.append(popped)

@@ -173,6 +173,11 @@ class Op:
         # the node keeps ``saved`` alone and rebuilds the output only if the derivative asks
         # for it (log_softmax keeps exp(x - max), not also the log-probabilities)
         self.output_from_kernel_saved = None
+        # where PyTorch's result has a fixed layout that the op's decomposition (pointwise ops
+        # keeping the input's) need not give: "contiguous", or "suggested" (the input's
+        # suggested memory format); a traced decomposition's results are laid out so, as the
+        # meta's and the kernel's (a later ``view`` of them must work compiled too)
+        self.result_layout = None
         self.saves_inputs = None  # None: all tensor inputs; else a tuple of positions
         self.saves_output = False
         # output positions whose gradient the derivative never reads: the engine passes None

@@ -884,6 +884,7 @@ tril.register_kernel(_tri_kernel(np.tril))
 triu.register_kernel(_tri_kernel(np.triu))
 tril.register_meta(lambda x, diagonal=0: fake(x._shape, x._dtype, x))
 triu.register_meta(lambda x, diagonal=0: fake(x._shape, x._dtype, x))
+tril.result_layout = triu.result_layout = "contiguous"  # as PyTorch's
 tril.register_derivative(lambda c, g: (g.tril(c.args[1]),), save_inputs=())
 triu.register_derivative(lambda c, g: (g.triu(c.args[1]),), save_inputs=())
 

@@ -87,6 +87,9 @@ def _gather_kernel(x, dim, index, sparse_grad):
     return wrap(np.ascontiguousarray(out).reshape(index._shape), x._dtype)
 
 
+gather.result_layout = "contiguous"  # as PyTorch's
+
+
 @gather.register_meta
 def _gather_meta(x, dim, index, sparse_grad=False):
     _gather_check(x, dim, index)

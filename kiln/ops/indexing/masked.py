@@ -92,6 +92,9 @@ def _masked_scatter_kernel(x, mask, source):
     return wrap(out, x._dtype)
 
 
+masked_scatter.result_layout = "contiguous"  # as PyTorch's
+
+
 @masked_scatter.register_meta
 def _masked_scatter_meta(x, mask, source):
     return fake(_masked_scatter_check(x, mask, source), x._dtype, x)

@@ -119,6 +119,9 @@ def _layer_norm_kernel(x, normalized_shape, weight, bias, eps):
     return wrap(y, x._dtype)
 
 
+layer_norm.result_layout = "contiguous"  # as PyTorch's
+
+
 @layer_norm.register_meta
 def _layer_norm_meta(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     _check_norm_shape(x, normalized_shape, weight, bias)
@@ -275,6 +278,9 @@ def _rms_norm_kernel(x, normalized_shape, weight, eps):
     return wrap(y, x._dtype)
 
 
+rms_norm.result_layout = "contiguous"  # as the kernel's
+
+
 @rms_norm.register_meta
 def _rms_norm_meta(x, normalized_shape, weight=None, eps=None):
     _check_norm_shape(x, normalized_shape, weight, None)
@@ -353,6 +359,9 @@ def _group_norm_kernel(x, num_groups, weight, bias, eps):
     if bias is not None:
         y += bias._data.reshape(chan)
     return wrap(y, x._dtype)
+
+
+group_norm.result_layout = "suggested"  # as PyTorch's
 
 
 @group_norm.register_meta
@@ -537,6 +546,9 @@ def _batch_norm_recording_kernel(
     return _batch_norm_kernel(
         x, weight, bias, running_mean, running_var, training, momentum, eps
     ), None
+
+
+_native_batch_norm.result_layout = "suggested"  # as PyTorch's
 
 
 @_native_batch_norm.register_meta

@@ -315,6 +315,7 @@ def _log_softmax_recording_kernel(x, dim, dtype):
 
 softmax.register_meta(_softmax_meta)
 log_softmax.register_meta(_softmax_meta)
+softmax.result_layout = log_softmax.result_layout = "contiguous"  # as PyTorch's
 
 
 def _softmax_grad_block(o, g, y, axis):

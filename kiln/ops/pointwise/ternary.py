@@ -238,6 +238,7 @@ def _masked_fill_kernel(x, mask, value):
 
 
 masked_fill.register_meta(lambda x, m, v: fake(broadcast_shapes(x._shape, m._shape), x._dtype, x))
+masked_fill.result_layout = "contiguous"  # as PyTorch's
 
 
 def _masked_fill_grad(c, g):

@@ -111,6 +111,7 @@ def _cum_extreme_decomp(op, largest: bool):
 
 cummax = defop(_cum_extreme_schema, name="cummax", kind="scan", returns=("values", "indices"))
 cummin = defop(_cum_extreme_schema, name="cummin", kind="scan", returns=("values", "indices"))
+cummax.result_layout = cummin.result_layout = "contiguous"  # as PyTorch's
 for _op, _ufunc, _largest in ((cummax, np.maximum, True), (cummin, np.minimum, False)):
     _op.register_kernel(_cum_extreme_kernel(_op, _ufunc))
     _op.register_meta(_cum_extreme_meta(_op))
