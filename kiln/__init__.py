@@ -72,6 +72,7 @@ globals().update(_namespace.public_functions())
 globals().update({n: getattr(amp.autocast_mode, n) for n in amp.autocast_mode.TORCH_NAMESPACE})
 from . import backends, compiler  # noqa: E402
 from . import special  # noqa: E402
+from .special import xlogy  # noqa: E402  (a Python number input too, as torch.xlogy)
 from . import fft  # noqa: E402
 from . import return_types  # noqa: E402,F401
 from . import random  # noqa: E402,F401

@@ -131,3 +131,43 @@ def test_compiled_linspace_of_one_step_and_clamp_bounds(backend):
     g = kiln.compile(lambda a: a.to(kiln.int8).clamp(-200, 200), backend=backend)
     with pytest.raises(RuntimeError, match="int8_t without overflow"):
         g(kiln.tensor([0, 1, 2]))
+
+
+def test_complex_nan_to_num_fixes_each_part():
+    def fn(lib):
+        inf, nan = float("inf"), float("nan")
+        z = lib.tensor([complex(inf, 1), complex(-inf, nan), complex(2, -inf), complex(nan, nan)])
+        return lib.view_as_real(z.nan_to_num()), lib.view_as_real(z.nan_to_num(0.5, 9.0, -9.0))
+
+    _assert_same(*_both(fn))
+
+
+def test_lgamma_and_digamma_of_tiny_negative_numbers():
+    def fn(lib):
+        x = lib.tensor([-1e-40, -1e-20, -1e-12, -1e-10, -2.5, -7.25], dtype=lib.float64)
+        return lib.lgamma(x), lib.digamma(x), lib.lgamma(x.float())
+
+    _assert_same(*_both(fn))
+
+
+def test_sinc_gradient_at_tiny_arguments_is_finite():
+    def fn(lib):
+        x = lib.tensor([1e-30, 1e-20, 0.0, 0.5, -1.25], requires_grad=True)
+        lib.sinc(x).sum().backward()
+        return x.grad
+
+    got, want = _both(fn)
+    assert np.isfinite(got.numpy()).all()
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-6)
+
+
+def test_xlogy_takes_a_number_input():
+    _assert_same(*_both(lambda lib: lib.xlogy(2, lib.tensor([1.0, 2.0, 0.0]))))
+
+
+def test_module_to_channels_last_lays_out_4d_parameters():
+    for lib in (kiln, torch):
+        lib.manual_seed(0)
+        conv = lib.nn.Conv2d(3, 4, 3).to(memory_format=lib.channels_last)
+        assert conv.weight.is_contiguous(memory_format=lib.channels_last)
+        assert conv.bias.is_contiguous()

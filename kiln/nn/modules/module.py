@@ -397,7 +397,9 @@ class Module(StateDictMixin):
         return self
 
     def to(self, *args, **kwargs) -> Module:
-        """``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)``; dtype must be float."""
+        """``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)``; dtype must be float;
+        ``memory_format`` lays out 4-d and 5-d parameters and buffers (channels-last models)."""
+        memory_format = kwargs.pop("memory_format", None)
         device, dtype = _parse_to(args, kwargs)
         if dtype is not None and not dtype.is_floating_point:
             raise TypeError(
@@ -410,6 +412,8 @@ class Module(StateDictMixin):
                 t = t.to(device)
             if dtype is not None and t.is_floating_point():
                 t = t.to(dtype)
+            if memory_format is not None and t.dim() in (4, 5):  # PyTorch's: conv weights
+                t = t.contiguous(memory_format=memory_format)
             return t
 
         return self._apply(convert)
@@ -566,7 +570,6 @@ def _parse_to(args: tuple, kwargs: dict):
     device = kwargs.pop("device", None)
     dtype = kwargs.pop("dtype", None)
     kwargs.pop("non_blocking", None)
-    kwargs.pop("memory_format", None)
     if kwargs:
         raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
     for a in args:

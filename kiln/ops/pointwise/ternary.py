@@ -277,6 +277,13 @@ def nan_to_num(
 @nan_to_num.register_kernel
 def _nan_to_num_kernel(x, nan, posinf, neginf):
     a = x._data
+    if x._dtype.is_complex:  # each part on its own, as PyTorch's
+        out = np.empty(a.shape, a.dtype)
+        real = x._dtype.to_real()
+        for part, target in ((a.real, out.real), (a.imag, out.imag)):
+            fixed = _nan_to_num_kernel(wrap(np.ascontiguousarray(part), real), nan, posinf, neginf)
+            target[...] = fixed._data
+        return wrap(out, x._dtype)
     if not x._dtype.is_floating_point:
         return wrap(a.copy(), x._dtype)
     info = ml_dtypes.finfo(a.dtype)  # numpy's finfo does not know bfloat16

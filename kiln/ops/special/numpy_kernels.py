@@ -177,10 +177,9 @@ def _lgamma_positive(x: np.ndarray) -> np.ndarray:
 
 
 def _sin_pi_abs(x: np.ndarray) -> np.ndarray:
-    """|sin(pi x)| with the argument reduced exactly to (0, 1/2] first."""
-    r = x - np.floor(x)
-    r = np.minimum(r, 1.0 - r)
-    return np.sin(math.pi * r)
+    """|sin(pi x)| with the argument reduced exactly to [-1/2, 1/2] first (x minus its nearest
+    integer: exact, and a tiny x stays itself, where x - floor(x) would round to 1)."""
+    return np.abs(np.sin(math.pi * (x - np.round(x))))
 
 
 def np_lgamma(a, out=None):
@@ -247,8 +246,8 @@ def np_digamma(a, out=None):
     neg = (x < 0) & (x != np.floor(x))
     if neg.any():
         xn = x[neg]
-        r = xn - np.floor(xn)
-        tan_pi_x = np.where(r > 0.5, -np.tan(math.pi * (1.0 - r)), np.tan(math.pi * r))
+        # tan has period pi: reduce x exactly to its distance from the nearest integer
+        tan_pi_x = np.tan(math.pi * (xn - np.round(xn)))
         res[neg] = _digamma_positive(1.0 - xn) - math.pi / tan_pi_x
     return _finish(res, np.asarray(a), out)
 
