@@ -6,7 +6,8 @@ waits milliseconds for a descheduled worker (an LSTM language model's 20x200x800
 measured ~100 ms each under a load average of 14), and after each call the workers spin ~100 ms,
 taking a core from whatever runs next. So kiln decides per call: eager products below
 ``EAGER_PARALLEL_MACS`` run on the calling thread alone (``matmul``), larger ones may use
-OpenBLAS's threads, at most ``kiln.set_num_threads`` of them (the products inside convolution
+OpenBLAS's threads while the load average leaves a core spare (``spare_cores``), at most
+``kiln.set_num_threads`` of them (the products inside convolution
 and batch norm kernels, which come several to a call, count the whole call: ``kernel_matmul``);
 the inductor runs its large products as single-threaded blocks on its own kernel threads
 (``inductor/extern_matmul.py``) under ``BLAS`` used as a context manager. Without numpy's ILP64
@@ -21,6 +22,7 @@ import os
 import sys
 import sysconfig
 import threading
+import time
 
 import numpy as np
 
@@ -248,13 +250,33 @@ class _AsNumpy:
 _AS_NUMPY = _AsNumpy()
 
 
+# [when last read, whether a core was spare then]: the load average changes slowly, and reading
+# it costs a system call, so it is read at most once a second
+_LOAD_READ = [-1e9, True]
+
+
+def spare_cores() -> bool:
+    """Whether the machine has a core to spare for OpenBLAS's workers: the one-minute load
+    average below the core count less this thread. On a busy machine a two-thread product waits
+    at OpenBLAS's barrier for a descheduled worker: a 512x512x512 product took 36 ms at two
+    threads against 10 ms at one under a load average of 5 (PyTorch at one thread: 11 ms)."""
+    now = time.monotonic()
+    if now - _LOAD_READ[0] > 1.0:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # no load average on this platform: trust the thread count
+            load = 0.0
+        _LOAD_READ[:] = [now, load < (os.cpu_count() or 1) - 0.5]
+    return _LOAD_READ[1]
+
+
 def _policy(m: int, k: int, n: int, outputs: int):
     """The context one product of ``outputs`` results, each of ``k`` multiply-adds (a matrix
     of it ``m x k`` by ``k x n``), runs under."""
     macs = m * n * k
     if macs <= (_SERIAL_GEMV_MACS if m == 1 or n == 1 else _SERIAL_GEMM_MACS) or not BLAS.load():
         return _AS_NUMPY
-    if outputs * k >= EAGER_PARALLEL_MACS and flags.get_num_threads() > 1:
+    if outputs * k >= EAGER_PARALLEL_MACS and flags.get_num_threads() > 1 and spare_cores():
         return _AS_NUMPY
     return _SINGLE
 
@@ -304,7 +326,7 @@ def kernel_matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -
     if macs <= (_SERIAL_GEMV_MACS if m == 1 or n == 1 else _SERIAL_GEMM_MACS):
         return np.matmul(x, y, out=out)  # OpenBLAS runs these on this thread anyway
     batch = max(x.size // max(m * k, 1), y.size // max(k * n, 1), 1)  # matrices in the call
-    if macs * batch >= EAGER_PARALLEL_MACS and flags.get_num_threads() > 1:
+    if macs * batch >= EAGER_PARALLEL_MACS and flags.get_num_threads() > 1 and spare_cores():
         return np.matmul(x, y, out=out)
     with _SINGLE:
         return np.matmul(x, y, out=out)

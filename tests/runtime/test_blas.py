@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln.runtime import blas
 from kiln.runtime.blas import BLAS, EAGER_PARALLEL_MACS, kernel_matmul
 from tests.oracle import assert_close, needs_torch, to_torch, torch
 
@@ -89,13 +90,26 @@ def test_eager_products_match_torch_at_any_size(shape_a, shape_b, threads):
     assert_close(kiln.nn.functional.linear(a, bt), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_large_products_may_use_openblas_threads(threads, monkeypatch):
+@pytest.mark.parametrize("spare", [True, False], ids=["idle-machine", "busy-machine"])
+def test_large_products_may_use_openblas_threads(threads, monkeypatch, spare):
+    # on a busy machine (no core spare by the load average) they stay on this thread
     kiln.set_num_threads(2)
+    monkeypatch.setattr(blas, "spare_cores", lambda: spare)
     seen = _record_counts_at_matmul(monkeypatch)
     side = int(round(EAGER_PARALLEL_MACS ** (1 / 3))) + 1
     kiln.ones(side, side) @ kiln.ones(side, side)
     monkeypatch.undo()
-    assert seen == [min(2, BLAS.ceiling)]
+    assert seen == [min(2, BLAS.ceiling) if spare else 1]
+
+
+def test_spare_cores_reads_the_load_average(monkeypatch):
+    monkeypatch.setattr(blas, "_LOAD_READ", [-1e9, True])
+    monkeypatch.setattr(blas.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    assert blas.spare_cores() is False
+    monkeypatch.setattr(blas.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert blas.spare_cores() is False  # read at most once a second
+    monkeypatch.setattr(blas, "_LOAD_READ", [-1e9, False])
+    assert blas.spare_cores() is True
 
 
 def test_products_from_several_threads_restore_the_count(threads):
@@ -216,6 +230,7 @@ def test_a_kernels_products_run_single_threaded_below_its_bound(
 
 def test_a_kernels_large_product_may_use_openblas_threads(threads, monkeypatch):
     kiln.set_num_threads(2)
+    monkeypatch.setattr(blas, "spare_cores", lambda: True)  # an idle machine's policy
     side = int(round(EAGER_PARALLEL_MACS ** (1 / 3))) + 1
     a = np.ones((side, side), np.float32)
     seen = _record_counts_at_matmul(monkeypatch)
