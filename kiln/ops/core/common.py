@@ -114,6 +114,12 @@ def cast_array(a: np.ndarray, np_dtype) -> np.ndarray:
     return casting.astype(a, np_dtype)
 
 
+def c_contiguous(a: np.ndarray) -> np.ndarray:
+    """``a`` itself when C-contiguous, else a C-contiguous copy (``np.ascontiguousarray`` would
+    also turn a 0-d array into a 1-d one)."""
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
 _SIXTEEN_BIT_NP = frozenset(np.dtype(d.np) for d in (dt.float16, dt.bfloat16))
 WIDEN_MIN = 256  # elements from which a 16-bit float array is worth widening for numpy's math
 

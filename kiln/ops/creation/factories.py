@@ -29,6 +29,7 @@ from ..core.common import (
     Tensor,
     TensorOrScalar,
     broadcast_shapes,
+    c_contiguous,
     checked_scalar,
     fake,
     wrap,
@@ -875,7 +876,7 @@ def _tri_kernel(np_fn):
                 f"tril/triu: input tensor must have at least 2 dimensions, got shape {list(x._shape)}"
             )
         # contiguous (numpy follows the input's layout), as PyTorch's result and the meta's
-        return wrap(np.ascontiguousarray(np_fn(x._data, diagonal)), x._dtype)
+        return wrap(c_contiguous(np_fn(x._data, diagonal)), x._dtype)
 
     return kernel
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...runtime import dtypes as dt
 from ...runtime.symbolic import known_same_shape
-from ..core.common import Tensor, TensorOrScalar, fake, scalar_value, wrap
+from ..core.common import Tensor, TensorOrScalar, c_contiguous, fake, scalar_value, wrap
 from ..core.common import wrap_dim as _wrap_dim
 from ..core.grad_fn_naming import is_tensor_arg
 from ..core.registry import OPS, defop, tensor_method, torch_function
@@ -84,7 +84,7 @@ def _gather_kernel(x, dim, index, sparse_grad):
     window = tuple(slice(None) if k == d else slice(0, n) for k, n in enumerate(idx.shape))
     out = np.take_along_axis(a[window], idx, axis=d)
     # contiguous (numpy follows the index's layout), as PyTorch's result and the meta's
-    return wrap(np.ascontiguousarray(out).reshape(index._shape), x._dtype)
+    return wrap(c_contiguous(out).reshape(index._shape), x._dtype)
 
 
 gather.result_layout = "contiguous"  # as PyTorch's

@@ -18,7 +18,7 @@ from ...runtime import blas
 from ...runtime import dtypes as dt
 from ...runtime.memory_format import format_strides, suggest_memory_format
 from ...runtime.storage import empty_array
-from ..core.common import Tensor, compute_np_dtype, fake, wrap
+from ..core.common import Tensor, c_contiguous, compute_np_dtype, fake, wrap
 from ..core.registry import defop
 from ..reductions.reduce import float_sum
 from .softmax_linear import (
@@ -98,7 +98,7 @@ def _rows_view(a: np.ndarray, k: int) -> np.ndarray:
 def _layer_norm_kernel(x, normalized_shape, weight, bias, eps):
     require_float("layer_norm", x)
     shape, axes = _check_norm_shape(x, normalized_shape, weight, bias)
-    a = np.ascontiguousarray(compute_array(x))  # PyTorch's result is contiguous, as the meta's
+    a = c_contiguous(compute_array(x))  # PyTorch's result is contiguous, as the meta's
     w = None if weight is None else weight._data
     b = None if bias is None else bias._data
     if a.flags.c_contiguous and a.ndim > len(shape) and worth_blocking(a):
@@ -271,7 +271,7 @@ def _rms_eps(x, eps):
 def _rms_norm_kernel(x, normalized_shape, weight, eps):
     require_float("rms_norm", x)
     _, axes = _check_norm_shape(x, normalized_shape, weight, None)
-    a = np.ascontiguousarray(compute_array(x))  # a contiguous result, as the meta's
+    a = c_contiguous(compute_array(x))  # a contiguous result, as the meta's
     y = a * (1.0 / np.sqrt(_np_mean(np.square(a), axes) + _rms_eps(x, eps)))
     if weight is not None:
         y *= weight._data

@@ -31,6 +31,7 @@ from ..core.common import (
     DType,
     Tensor,
     broadcast_shapes,
+    c_contiguous,
     cast_array,
     compute_np_dtype,
     fake,
@@ -241,7 +242,7 @@ def _softmax_kernel(log):
     def kernel(x, dim, dtype):
         x, d = _softmax_input(name, x, dim, dtype)
         # PyTorch's result is contiguous whatever the input's layout (so is the meta's)
-        a = np.ascontiguousarray(compute_array(x))
+        a = c_contiguous(compute_array(x))
         return wrap(_np_softmax(a, d, log), x._dtype)
 
     return kernel

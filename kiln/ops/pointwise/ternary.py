@@ -20,6 +20,7 @@ from ..core.common import (
     Tensor,
     TensorOrScalar,
     broadcast_shapes,
+    c_contiguous,
     cast_array,
     checked_scalar,
     compute_np_dtype,
@@ -281,7 +282,7 @@ def _nan_to_num_kernel(x, nan, posinf, neginf):
         out = np.empty(a.shape, a.dtype)
         real = x._dtype.to_real()
         for part, target in ((a.real, out.real), (a.imag, out.imag)):
-            fixed = _nan_to_num_kernel(wrap(np.ascontiguousarray(part), real), nan, posinf, neginf)
+            fixed = _nan_to_num_kernel(wrap(c_contiguous(part), real), nan, posinf, neginf)
             target[...] = fixed._data
         return wrap(out, x._dtype)
     if not x._dtype.is_floating_point:

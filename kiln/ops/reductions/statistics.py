@@ -17,7 +17,7 @@ import numpy as np
 
 from ...amp.autocast_mode import autocast_policy
 from ...runtime import dtypes as dt
-from ..core.common import Tensor, TensorOrScalar, fake, wrap, wrap_dim
+from ..core.common import Tensor, TensorOrScalar, c_contiguous, fake, wrap, wrap_dim
 from ..core.registry import defop, return_type, tensor_method, torch_function
 from ..creation.factories import arange, full
 from ..indexing.gather_scatter import gather, scatter_add
@@ -57,7 +57,7 @@ def _cum_extreme_kernel(op, ufunc):
         a = x._data
         if not a.ndim:
             return op.returns(wrap(a.copy(), x._dtype), wrap(np.zeros((), np.int64), _int64))
-        a = np.ascontiguousarray(a)  # PyTorch's results are contiguous, as the meta's
+        a = c_contiguous(a)  # PyTorch's results are contiguous, as the meta's
         values = ufunc.accumulate(a, axis=d) if a.shape[d] else a.copy()
         # the latest position holding the running extreme (or a NaN) names it
         marks = (a == values) | (a != a)
