@@ -171,3 +171,24 @@ def test_module_to_channels_last_lays_out_4d_parameters():
         conv = lib.nn.Conv2d(3, 4, 3).to(memory_format=lib.channels_last)
         assert conv.weight.is_contiguous(memory_format=lib.channels_last)
         assert conv.bias.is_contiguous()
+
+
+_REFUSED = {
+    "index_select-list": lambda lib: lib.arange(5.0).index_select(0, [1, 2]),
+    "gather-list": lambda lib: lib.arange(5.0).gather(0, [1]),
+    "stack-generator": lambda lib: lib.stack(lib.ones(1) for _ in range(2)),
+    "index_select-out-of-range": lambda lib: lib.zeros(4, 5).index_select(1, lib.tensor([-1])),
+    "heaviside-number": lambda lib: lib.heaviside(1, lib.ones(2)),
+    "isclose-number": lambda lib: lib.isclose(1.0, lib.ones(2)),
+    "ldexp-number": lambda lib: lib.ldexp(1.0, lib.ones(2)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_REFUSED))
+def test_refused_inputs_raise_torchs_exception_type(case):
+    raised = []
+    for lib in (kiln, torch):
+        with pytest.raises(Exception) as info:
+            _REFUSED[case](lib)
+        raised.append(info.type)
+    assert raised[0] is raised[1]

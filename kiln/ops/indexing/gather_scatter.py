@@ -13,7 +13,15 @@ import numpy as np
 
 from ...runtime import dtypes as dt
 from ...runtime.symbolic import known_same_shape
-from ..core.common import Tensor, TensorOrScalar, c_contiguous, fake, scalar_value, wrap
+from ..core.common import (
+    Tensor,
+    TensorOrScalar,
+    c_contiguous,
+    fake,
+    require_tensor,
+    scalar_value,
+    wrap,
+)
 from ..core.common import wrap_dim as _wrap_dim
 from ..core.grad_fn_naming import is_tensor_arg
 from ..core.registry import OPS, defop, tensor_method, torch_function
@@ -61,6 +69,7 @@ def gather(self: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False):
 
 
 def _gather_check(x, dim, index):
+    require_tensor("gather", "index", index)
     d = _wrap_dim(dim, x.ndim)
     if index.dtype not in INDEX_DTYPES:
         raise RuntimeError("gather(): Expected dtype int32/int64 for index")

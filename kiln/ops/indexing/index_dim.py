@@ -15,6 +15,7 @@ from ..core.common import (
     TensorOrScalar,
     checked_scalar,
     fake,
+    require_tensor,
     scalar_value,
     wrap,
 )
@@ -65,6 +66,7 @@ def index_select(self: Tensor, dim: int, index: Tensor): ...
 
 
 def _index_select_check(x, dim, index):
+    require_tensor("index_select", "index", index)
     d = _wrap_dim(dim, x.ndim)
     if index.ndim > 1:
         raise IndexError("index_select(): Index is supposed to be a vector")
@@ -87,7 +89,8 @@ def _index_select_kernel(x, dim, index):
     a = as_1d(x._data)
     idx = index._data.reshape(-1)
     if idx.size and (idx.min() < 0 or idx.max() >= a.shape[d]):
-        raise IndexError("index out of range in self")
+        bad = int(idx[(idx < 0) | (idx >= a.shape[d])][0])
+        raise RuntimeError(f"INDICES element is out of DATA bounds, id={bad} axis_dim={a.shape[d]}")
     return wrap(np.take(a, idx, axis=d).reshape(shape), x._dtype)
 
 

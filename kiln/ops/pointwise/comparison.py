@@ -28,6 +28,10 @@ def isclose(
 
 
 def _check_isclose_args(x, y, rtol, atol, equal_nan) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(
+            f"isclose(): argument 'input' (position 1) must be Tensor, not {type(x).__name__}"
+        )
     if not isinstance(y, Tensor):
         raise TypeError(
             f"isclose(): argument 'other' (position 2) must be Tensor, not {type(y).__name__}"

@@ -74,6 +74,7 @@ def ldexp(self: Tensor, other: Tensor): ...
 @ldexp.register_decomposition
 def _ldexp_decomp(x, e):
     """x * 2**e, with the power formed in floating point (so negative exponents work)."""
+    require_tensor("ldexp", "input", x, 1)
     require_tensor("ldexp", "other", e)
     d = to_float_dtype(binary_dtype(x, e))  # both in the pair's float type (half stays half)
     return x.to(d) * pow(2.0, e.to(d))
@@ -202,6 +203,7 @@ def heaviside(self: Tensor, values: Tensor): ...
 @heaviside.register_decomposition
 def _heaviside_decomp(x, values):
     """0 below zero, 1 above, ``values`` at exactly zero (nan counts as below, as in PyTorch)."""
+    require_tensor("heaviside", "input", x, 1)
     require_tensor("heaviside", "values", values)
     if x.dtype is not values.dtype:
         raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")

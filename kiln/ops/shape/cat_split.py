@@ -149,6 +149,11 @@ def stack(tensors: TensorList, dim: int = 0): ...
 
 
 def _stack_check(tensors) -> tuple:
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(
+            "stack(): argument 'tensors' (position 1) must be tuple of Tensors, not "
+            f"{type(tensors).__name__}"
+        )
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
     first = tuple(tensors[0]._shape)
@@ -165,8 +170,8 @@ def _stack_check(tensors) -> tuple:
 def _stack_kernel(tensors, dim=0):
     """One np.stack (a DataLoader's collate stacks a batch of samples each step): the
     decomposition dispatches an unsqueeze per tensor."""
-    tensors = list(tensors)
     first = _stack_check(tensors)
+    tensors = list(tensors)
     dtype = tensors[0]._dtype
     if any(t._dtype is not dtype for t in tensors):
         return _stack_decomp(tensors, dim)  # promotion as cat's
@@ -180,16 +185,16 @@ def _stack_kernel(tensors, dim=0):
 
 @stack.register_decomposition
 def _stack_decomp(tensors, dim=0):
-    tensors = list(tensors)
     first = _stack_check(tensors)
+    tensors = list(tensors)
     d = wrap_dim(dim, len(first) + 1)
     return cat([OPS["unsqueeze"](t, d) for t in tensors], d)
 
 
 @stack.register_meta
 def _stack_meta(tensors, dim=0):
-    tensors = list(tensors)
     first = _stack_check(tensors)
+    tensors = list(tensors)
     d = wrap_dim(dim, len(first) + 1)
     dtype = tensors[0]._dtype
     for t in tensors[1:]:
