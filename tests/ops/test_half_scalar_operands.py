@@ -1,7 +1,7 @@
 """16-bit float ops with a Python number or a 0-d float32 tensor as the other operand, as
-PyTorch's CPU kernels compute them: add, sub, mul and division take the number unrounded in
-float32 (``half * 65536.0``, GradScaler's scale, stays finite), remainder, fmod and comparisons
-round it to the op's dtype first. Eager, compiled and aot_eager alike."""
+PyTorch's CPU kernels compute them: mul and division take a second operand unrounded in float32
+(``half * 65536.0``, GradScaler's scale, stays finite); add, sub, remainder, fmod, comparisons
+and a number on the left round it to the op's dtype first. Eager, compiled and aot_eager."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tests.oracle import needs_torch, torch
 
 pytestmark = needs_torch
 
-_VALUES = [3.3, -1.7, 5.9, 100.1, 0.5, -1.0, 3.0, 0.7001]
+_VALUES = [3.3, -1.7, 5.9, 100.1, 0.5, -1.0, 0.0999755859375, 0.7001, 0.0, float("-inf")]
 
 
 def _cases(lib):
@@ -22,6 +22,11 @@ def _cases(lib):
         "mul-big": lambda a: a * 65536.0,
         "mul-1e5": lambda a: a * 1e5,
         "add-number": lambda a: a + 0.1,
+        "add-third": lambda a: a + 1 / 3,
+        "sub-third": lambda a: a - 1 / 3,
+        "add-big": lambda a: a + 65536.0,
+        "sub-tiny": lambda a: a - 1e-8,
+        "mul-0d-left": lambda a: lib.tensor(70000.0) * a,
         "div-number": lambda a: a / 0.7001,
         "floordiv-number": lambda a: a // 0.7001,
         "mod-number": lambda a: a % 0.7001,

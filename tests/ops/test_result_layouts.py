@@ -24,6 +24,8 @@ def _ops(lib):
         "softmax-dim1": lambda v: v.softmax(1),
         "log_softmax": lambda v: F.log_softmax(v, -1),
         "layer_norm": lambda v: F.layer_norm(v, v.shape[-1:]),
+        "rms_norm": lambda v: F.rms_norm(v, v.shape[-1:]),
+        "relu": lambda v: F.relu(v),
         "masked_fill": lambda v: v.masked_fill(v > 0, 0.0),
         "cummax": lambda v: v.cummax(1),
         "cummin": lambda v: v.cummin(1),
@@ -40,7 +42,7 @@ def _ops(lib):
         "clone": lambda v: v.clone(),
         "gelu": lambda v: F.gelu(v),
         "batch_norm": lambda v: F.batch_norm(v, None, None, training=True),
-        "group_norm": lambda v: F.group_norm(v, 3) if v.ndim == 4 else v,
+        "group_norm": lambda v: F.group_norm(v, 3),
         "scatter": lambda v: v.scatter(1, long_zeros(v), 1.0),
     }
 

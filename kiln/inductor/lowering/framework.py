@@ -136,14 +136,15 @@ def _elementwise(
     inputs,
     fn: Callable,
     compute: dt.dtype | None = None,
-    rounded_to: dt.dtype | None = None,
+    rounded_to=None,
 ) -> TensorBox:
     """A pointwise box computing ``fn(*input values)`` in ``compute`` dtype, stored as out's
-    dtype (``rounded_to``: as ``_broadcast_loader``'s)."""
+    dtype (``rounded_to``: as ``_broadcast_loader``'s, one for every input or one per input)."""
     out_dtype = out_meta.dtype
     compute = compute or compute_dtype(out_dtype)
     shape = tuple(out_meta.shape)
-    loaders = [_broadcast_loader(x, shape, compute, rounded_to) for x in inputs]
+    per_input = rounded_to if isinstance(rounded_to, (list, tuple)) else [rounded_to] * len(inputs)
+    loaders = [_broadcast_loader(x, shape, compute, r) for x, r in zip(inputs, per_input)]
     result_is_bool = out_dtype is dt.bool_
 
     def loader(index):

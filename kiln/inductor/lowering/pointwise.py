@@ -46,13 +46,14 @@ def _predicate(name):
     return lower
 
 
-# binary ops whose PyTorch CPU kernels take a number operand of a 16-bit float op unrounded
-_UNROUNDED_OPERANDS = frozenset({"add", "sub", "mul", "truediv"})
+# binary ops whose PyTorch CPU kernels take a number second operand of a 16-bit float op unrounded
+_UNROUNDED_OPERANDS = frozenset({"mul", "truediv"})
 
 
 def _binary(name):
     def lower(out_meta, a, b):
-        rounded_to = None if name in _UNROUNDED_OPERANDS else out_meta.dtype
+        d = out_meta.dtype
+        rounded_to = (d, None) if name in _UNROUNDED_OPERANDS else d
         return _elementwise(
             out_meta, [a, b], lambda x, y: getattr(ops, name)(x, y), rounded_to=rounded_to
         )
@@ -171,7 +172,8 @@ def _alpha_op(name):
                 y = ops.mul(y, ops.constant(alpha, c))
             return getattr(ops, name)(x, y)
 
-        return _elementwise(out_meta, [a, b], fn)
+        # a number operand of a 16-bit float add is rounded to its dtype first, as PyTorch's
+        return _elementwise(out_meta, [a, b], fn, rounded_to=out_meta.dtype)
 
     return lower
 

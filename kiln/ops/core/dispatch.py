@@ -374,8 +374,9 @@ def run_decomposition(op, args):
     fmt = contiguous_format
     if layout == "suggested" and isinstance(x, Tensor):
         fmt = memory_format(suggest_memory_format(x._shape, x.stride()))
-    if isinstance(out, tuple):
-        parts = [o.contiguous(memory_format=fmt) for o in out]
+    if isinstance(out, tuple):  # (a norm's 1-d statistics keep their layout)
+        rank = getattr(x, "ndim", None)
+        parts = [o.contiguous(memory_format=fmt) if o.ndim == rank else o for o in out]
         return type(out)(*parts) if hasattr(out, "_fields") else tuple(parts)
     return out.contiguous(memory_format=fmt)
 

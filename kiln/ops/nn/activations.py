@@ -73,9 +73,9 @@ def _relu_kernel(x):
     # floats: np.clip to [0, inf] is relu to the bit (NaN stays, -0.0 stays, as PyTorch's) and
     # 2.5x faster than np.maximum
     out = np.maximum(a, zero) if top is None else np.clip(a, zero, top)
-    if x._shape:  # an array in, an array of its dtype out (a 0-d one gives a numpy scalar)
+    if x._shape and out.dtype == d.np:  # an array of its dtype (a 0-d one gives a numpy scalar)
         return wrap_array(out, d)
-    return wrap(out, d)
+    return wrap(out, d)  # (16-bit floats were widened to float32: back to their dtype)
 
 
 relu.register_meta(lambda x: pointwise_meta(x._dtype, x))

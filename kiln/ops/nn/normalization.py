@@ -18,7 +18,15 @@ from ...runtime import blas
 from ...runtime import dtypes as dt
 from ...runtime.memory_format import format_strides, suggest_memory_format
 from ...runtime.storage import empty_array
-from ..core.common import Tensor, c_contiguous, compute_np_dtype, fake, wrap
+from ...runtime.tensor import contiguous_strides
+from ..core.common import (
+    Tensor,
+    c_contiguous,
+    compute_np_dtype,
+    empty_like_layout,
+    fake,
+    wrap,
+)
 from ..core.registry import defop
 from ..reductions.reduce import float_sum
 from .softmax_linear import (
@@ -271,20 +279,21 @@ def _rms_eps(x, eps):
 def _rms_norm_kernel(x, normalized_shape, weight, eps):
     require_float("rms_norm", x)
     _, axes = _check_norm_shape(x, normalized_shape, weight, None)
-    a = c_contiguous(compute_array(x))  # a contiguous result, as the meta's
-    y = a * (1.0 / np.sqrt(_np_mean(np.square(a), axes) + _rms_eps(x, eps)))
+    a = _in_kept_layout(x, compute_array(x))  # the suggested layout, as PyTorch's and the meta's
+    scale = 1.0 / np.sqrt(_np_mean(np.square(a), axes) + _rms_eps(x, eps))
+    y = np.multiply(a, scale, out=np.empty_like(a, dtype=np.result_type(a, scale)))
     if weight is not None:
         y *= weight._data
     return wrap(y, x._dtype)
 
 
-rms_norm.result_layout = "contiguous"  # as the kernel's
+rms_norm.result_layout = "suggested"  # as PyTorch's
 
 
 @rms_norm.register_meta
 def _rms_norm_meta(x, normalized_shape, weight=None, eps=None):
     _check_norm_shape(x, normalized_shape, weight, None)
-    return fake(x._shape, x._dtype, x)
+    return fake(x._shape, x._dtype, x, _kept_layout(x))
 
 
 def _rms_parts(x, axes, eps):
@@ -352,12 +361,17 @@ def _check_group_norm(x, num_groups, weight, bias) -> tuple:
 def _group_norm_kernel(x, num_groups, weight, bias, eps):
     require_float("group_norm", x)
     n, c, grouped, chan = _check_group_norm(x, num_groups, weight, bias)
-    a = compute_array(x)
+    a = _in_kept_layout(x, compute_array(x))
     y = _np_normalize(a.reshape(n, num_groups, -1), (2,), eps).reshape(a.shape)
     if weight is not None:
         y *= weight._data.reshape(chan)
     if bias is not None:
         y += bias._data.reshape(chan)
+    strides = _kept_layout(x)
+    if strides != contiguous_strides(x._shape):  # channels-last in, channels-last out
+        out = empty_like_layout(x._shape, x._dtype, strides)
+        np.copyto(out, y, casting="unsafe")
+        return wrap(out, x._dtype)
     return wrap(y, x._dtype)
 
 

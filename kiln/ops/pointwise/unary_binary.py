@@ -507,22 +507,23 @@ _NUMPY_NATIVE_FLOATS = (dt.float32, dt.float64)
 _SIXTEEN_BIT_FLOATS = (dt.float16, dt.bfloat16)
 
 
-# ops whose PyTorch CPU kernels take a Python number operand of a 16-bit float op unrounded, in
-# float32 (``half * 65536.0``, GradScaler's scale, is finite there: rounded to float16 it would be
-# inf); every other op rounds it to the op's dtype first
-_UNROUNDED_SCALAR_UFUNCS = (np.add, np.subtract, np.multiply, np.true_divide)
+# ops whose PyTorch CPU kernels take a number (or 0-d tensor) second operand of a 16-bit float op
+# unrounded, in float32 (``half * 65536.0``, GradScaler's scale, is finite there: rounded to
+# float16 it would be inf); every other operand is rounded to the op's dtype first (``h + 1/3``)
+_UNROUNDED_SCALAR_UFUNCS = (np.multiply, np.true_divide)
 
 
-def _in_float32(x, d: dt.dtype, fn) -> np.ndarray:
-    """Operand ``x`` of op ``fn`` whose dtype ``d`` is a 16-bit float, widened to float32 for
-    the math, as PyTorch's CPU kernels compute (a Python number rounded to ``d`` or not as they
-    do). numpy's float16 and ml_dtypes' bfloat16 loops convert every element in software, 10-30x
-    slower than the machine-code casts around a float32 op."""
+def _in_float32(x, d: dt.dtype, fn, second: bool) -> np.ndarray:
+    """Operand ``x`` (the ``second`` or the first) of op ``fn`` whose dtype ``d`` is a 16-bit
+    float, widened to float32 for the math, as PyTorch's CPU kernels compute (a number rounded to
+    ``d`` or not as they do). numpy's float16 and ml_dtypes' bfloat16 loops convert every element
+    in software, 10-30x slower than the machine-code casts around a float32 op."""
+    unrounded = second and fn in _UNROUNDED_SCALAR_UFUNCS
     if isinstance(x, Tensor):
-        if not x._shape and fn in _UNROUNDED_SCALAR_UFUNCS:  # a 0-d tensor counts as a number
+        if unrounded and not x._shape:  # a 0-d tensor counts as a number
             return cast_array(x._data, np.float32)
         return cast_array(cast_array(x._data, d.np), np.float32)
-    if fn in _UNROUNDED_SCALAR_UFUNCS:
+    if unrounded:
         return np.float32(x)
     return np.asarray(x).astype(d.np).astype(np.float32)
 
@@ -556,7 +557,7 @@ def _make_binary_kernel(fn, kind: str):
             if kind == "bool":
                 return wrap_array(fn(a, b), _bool)
             if d in _SIXTEEN_BIT_FLOATS and (a.size >= WIDEN_MIN or b.size >= WIDEN_MIN):
-                return wrap(fn(_in_float32(x, d, fn), _in_float32(y, d, fn)), d)
+                return wrap(fn(_in_float32(x, d, fn, False), _in_float32(y, d, fn, True)), d)
             if (
                 a.nbytes < _POOL_MIN_BYTES
                 and b.nbytes < _POOL_MIN_BYTES
@@ -569,7 +570,7 @@ def _make_binary_kernel(fn, kind: str):
             if kind == "float":
                 d = to_float_dtype(d)
             elif kind == "same" and d in _SIXTEEN_BIT_FLOATS:
-                return wrap(fn(_in_float32(x, d, fn), _in_float32(y, d, fn)), d)
+                return wrap(fn(_in_float32(x, d, fn, False), _in_float32(y, d, fn, True)), d)
             cd = compute_np_dtype(d) if kind == "float" else d.np
             a = as_np_operand(x, cd)
             b = as_np_operand(y, cd)
