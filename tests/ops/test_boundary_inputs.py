@@ -192,3 +192,18 @@ def test_refused_inputs_raise_torchs_exception_type(case):
             _REFUSED[case](lib)
         raised.append(info.type)
     assert raised[0] is raised[1]
+
+
+def test_float_copied_into_bool_is_nonzero():
+    # fuzz seed 90043: copy_ truncated 0.1886 to 0 before the bool conversion
+    def fn(lib):
+        values = [0.1886, 0.0, -0.3, float("nan"), -0.0]
+        b = lib.zeros(5, dtype=lib.bool)
+        b.copy_(lib.tensor(values, dtype=lib.float16))
+        c = lib.zeros(5, dtype=lib.bool)
+        c[:] = lib.tensor(values)
+        d = lib.zeros((), dtype=lib.bool)
+        d.copy_(lib.tensor(0.25, dtype=lib.float16))
+        return b, c, d
+
+    _assert_same(*_both(fn))

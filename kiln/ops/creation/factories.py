@@ -821,7 +821,9 @@ def _copy_kernel(x, src, non_blocking):
         if src_dtype.is_complex and not x._dtype.is_complex:
             s = (s != 0) if x._dtype is dt.bool_ else discard_imaginary(s)
             src_dtype = src_dtype.to_real()
-        if src_dtype.is_floating_point and x._dtype.category < 2:
+        if src_dtype.is_floating_point and x._dtype is dt.bool_:
+            s = s != 0  # nonzero, not truncated (0.5 is True)
+        elif src_dtype.is_floating_point and x._dtype.category < 2:
             with np.errstate(invalid="ignore"):
                 s = np.trunc(s)
         s = np.asarray(s)
