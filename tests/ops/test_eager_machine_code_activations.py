@@ -1,4 +1,4 @@
-"""gelu and silu in eager mode as one machine-code pass (``llvm/eager_activations.py``): values
+"""gelu, silu and log_sigmoid in eager mode as one machine-code pass (``llvm/eager_activations.py``): values
 and gradients against PyTorch, compiled kernels' bits for gelu, and the numpy kernels when the
 machine code is missing."""
 
@@ -15,6 +15,10 @@ _CASES = {
     "gelu": lambda F, x: F.gelu(x),
     "gelu-tanh": lambda F, x: F.gelu(x, approximate="tanh"),
     "silu": lambda F, x: F.silu(x),
+    "logsigmoid": lambda F, x: F.logsigmoid(x),
+    "bce-with-logits": lambda F, x: F.binary_cross_entropy_with_logits(
+        x, (x.detach() > 0).to(x.dtype) * 0.75, reduction="none"
+    ),
 }
 
 

@@ -20,8 +20,6 @@ import ml_dtypes
 import numpy as np
 
 from ...runtime import dtypes as dt
-from ...runtime import machine_code
-from ...runtime.storage import empty_array
 from ...runtime.tensor import wrap_array
 from ..core.common import (
     Tensor,
@@ -37,7 +35,7 @@ from ..core.registry import defop
 from ..pointwise.numpy_math import np_erf, np_silu, np_softplus
 from ..pointwise.unary_binary import refuse_integers, where
 from ..reductions.reduce import torch_type_name
-from .softmax_linear import blockwise, new_like, numpy_derivative_ok
+from .softmax_linear import blockwise, machine_code_activation, new_like, numpy_derivative_ok
 
 __all__: list[str] = []
 
@@ -125,36 +123,6 @@ def gelu(self: Tensor, approximate: str = "none"): ...
 def _float_compute(x):
     od = to_float_dtype(x._dtype)
     return cast_array(x._data, compute_np_dtype(od)), od
-
-
-_MACHINE_CODE_MIN = 512  # elements from which one call into machine code beats numpy
-
-
-def _machine_code(name: str, like: np.ndarray, *inputs: np.ndarray) -> np.ndarray | None:
-    """Activation ``name`` (``inductor/codegen/llvm/eager_activations.py``) as one vector pass
-    of the compiled kernels' own math, into a result shaped and laid out as ``like`` (a
-    C-contiguous float32 array); None where numpy must compute it."""
-    if like.dtype != np.float32 or like.size < _MACHINE_CODE_MIN or not like.flags.c_contiguous:
-        return None  # (the result takes ``like``'s layout: numpy keeps other layouts)
-    for a in inputs:
-        if a.dtype != np.float32 or a.shape != like.shape and np.size(a) != 1:
-            return None
-    kernels = machine_code.get("activations")
-    if kernels is None:
-        return None
-    # a gradient broadcast from a scalar (``y.sum().backward()``), or another layout, is laid out
-    # densely first: one copy costs less than numpy's twenty passes
-    dense = [
-        a if a.flags.c_contiguous and a.shape == like.shape else _dense(a, like.shape)
-        for a in inputs
-    ]
-    return kernels.run(name, new_like(like), *dense)
-
-
-def _dense(a: np.ndarray, shape: tuple) -> np.ndarray:
-    out = empty_array(shape, a.dtype)
-    np.copyto(out, a)
-    return out
 
 
 _GELU_K = math.sqrt(2.0 / math.pi)  # tanh form: 0.5 x (1 + tanh(K (x + KAPPA x^3)))
@@ -292,7 +260,7 @@ def _gelu_kernel(x, approximate):
         raise ValueError(f"approximate argument must be either none or tanh, got {approximate!r}")
     refuse_integers(x, "GeluKernelImpl")
     a, od = _float_compute(x)
-    out = _machine_code("gelu_tanh" if approximate == "tanh" else "gelu", a, a)
+    out = machine_code_activation("gelu_tanh" if approximate == "tanh" else "gelu", a, a)
     if out is not None:
         return wrap(out, od)
     if approximate == "tanh":
@@ -311,7 +279,7 @@ def _gelu_grad(c, g):
     if numpy_derivative_ok(x, g, halves=True) and x._dtype is g._dtype:
         a, _ = _float_compute(x)  # half types in float32, rounded once at the end
         ga = cast_array(g._data, a.dtype)
-        out = _machine_code(
+        out = machine_code_activation(
             "gelu_tanh_backward" if approximate == "tanh" else "gelu_backward", a, ga, a
         )
         if out is not None:
@@ -372,7 +340,7 @@ def _silu_grad_body(o, g, x, u):
 def _silu_kernel(x):
     refuse_integers(x, "silu_cpu")
     a, od = _float_compute(x)
-    out = _machine_code("silu", a, a)
+    out = machine_code_activation("silu", a, a)
     if out is not None:
         return wrap(out, od)
     if a.dtype == np.float32 or a.dtype == np.float64:
@@ -391,7 +359,7 @@ def _silu_grad(c, g):
     if numpy_derivative_ok(x, g, halves=True) and x._dtype is g._dtype:
         a, _ = _float_compute(x)  # half types in float32, rounded once at the end
         ga = cast_array(g._data, a.dtype)
-        out = _machine_code("silu_backward", a, ga, a)
+        out = machine_code_activation("silu_backward", a, ga, a)
         if out is not None:
             return (wrap(out, x._dtype),)
         if ga.shape != a.shape:

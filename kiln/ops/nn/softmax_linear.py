@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from ...runtime import blas
+from ...runtime import blas, machine_code
 from ...runtime import dtypes as dt
 from ...runtime.device import cpu
 from ...runtime.state import per_thread
@@ -168,6 +168,36 @@ def blockwise(body, out: np.ndarray, *ins: np.ndarray, temps: int = 0) -> np.nda
     tmp = scratch(blocks, (), out.dtype, temps)
     for s, e in blocks:
         body(o[s:e], *[f[s:e] for f in flat], *[t[: e - s] for t in tmp])
+    return out
+
+
+_MACHINE_CODE_MIN = 512  # elements from which one call into machine code beats numpy
+
+
+def machine_code_activation(name: str, like: np.ndarray, *inputs: np.ndarray) -> np.ndarray | None:
+    """Activation ``name`` (``inductor/codegen/llvm/eager_activations.py``) as one vector pass
+    of the compiled kernels' own math, into a result shaped and laid out as ``like`` (a
+    C-contiguous float32 array); None where numpy must compute it."""
+    if like.dtype != np.float32 or like.size < _MACHINE_CODE_MIN or not like.flags.c_contiguous:
+        return None  # (the result takes ``like``'s layout: numpy keeps other layouts)
+    for a in inputs:
+        if a.dtype != np.float32 or a.shape != like.shape and np.size(a) != 1:
+            return None
+    kernels = machine_code.get("activations")
+    if kernels is None:
+        return None
+    # a gradient broadcast from a scalar (``y.sum().backward()``), or another layout, is laid out
+    # densely first: one copy costs less than numpy's twenty passes
+    dense = [
+        a if a.flags.c_contiguous and a.shape == like.shape else _dense(a, like.shape)
+        for a in inputs
+    ]
+    return kernels.run(name, new_like(like), *dense)
+
+
+def _dense(a: np.ndarray, shape: tuple) -> np.ndarray:
+    out = empty_array(shape, a.dtype)
+    np.copyto(out, a)
     return out
 
 
@@ -558,6 +588,9 @@ def log_sigmoid(self: Tensor): ...
 def _log_sigmoid_kernel(x):
     require_float("log_sigmoid_forward", x)
     a = compute_array(x)
+    out = machine_code_activation("log_sigmoid", a, a)
+    if out is not None:
+        return wrap(out, x._dtype)
     return wrap(np.minimum(a, 0) - np.log1p(np.exp(-np.abs(a))), x._dtype)
 
 
