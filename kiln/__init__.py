@@ -134,6 +134,16 @@ def _load_cpu_activations():
 
 
 _machine_code.set_loader("activations", _load_cpu_activations)
+
+
+def _load_cpu_scans():
+    """Eager float cumsum comes from machine code built by the LLVM backend."""
+    from .inductor.codegen.llvm import eager_scans
+
+    return eager_scans.build()
+
+
+_machine_code.set_loader("scans", _load_cpu_scans)
 _compiler_stack.install()
 
 

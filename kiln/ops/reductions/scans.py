@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime import dtypes as dt
-from ..core.common import DType, Tensor, compute_np_dtype, fake, wrap, wrap_dim
+from ...runtime import machine_code
+from ..core.common import DType, Tensor, c_contiguous, compute_np_dtype, fake, wrap, wrap_dim
 from ..core.registry import defop
 from ..creation.factories import arange
 from ..pointwise.unary_binary import where
@@ -34,6 +35,10 @@ _INF = float("inf")
 def _scan_schema(self: Tensor, dim: int, *, dtype: DType | None = None): ...
 
 
+_NATIVE_SCAN_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_NATIVE_SCAN_MIN = 512  # elements from which the machine-code scan beats numpy's four passes
+
+
 def _scan_kernel(ufunc):
     def kernel(x, dim, dtype):
         d = wrap_dim(dim, x.ndim)
@@ -41,6 +46,10 @@ def _scan_kernel(ufunc):
         a = data_as_dtype(x, dtype)
         if not a.ndim:
             return wrap(a.astype(od.np), od)
+        if ufunc is np.add and a.dtype in _NATIVE_SCAN_DTYPES and a.size >= _NATIVE_SCAN_MIN:
+            kernels = machine_code.get("scans")  # one pass: llvm/eager_scans.py
+            if kernels is not None:
+                return wrap(kernels.cumsum(c_contiguous(a), d), od)
         # PyTorch's CPU scans accumulate floats in double: results round once, from that
         acc = np.float64 if od.is_floating_point else compute_np_dtype(od)
         # PyTorch's scans write a contiguous result whatever the input's layout (numpy's
