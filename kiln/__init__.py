@@ -144,6 +144,16 @@ def _load_cpu_scans():
 
 
 _machine_code.set_loader("scans", _load_cpu_scans)
+
+
+def _load_cpu_sums():
+    """Small float32 row sums in PyTorch's addition order come from machine code."""
+    from .inductor.codegen.llvm import eager_sums
+
+    return eager_sums.build()
+
+
+_machine_code.set_loader("sums", _load_cpu_sums)
 _compiler_stack.install()
 
 

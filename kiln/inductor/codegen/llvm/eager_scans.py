@@ -17,6 +17,7 @@ import ctypes
 import numpy as np
 from llvmlite import ir
 
+from .flat_loops import counted_loop
 from .jit import compile_module
 from .values import F32, F64, I64
 
@@ -39,31 +40,12 @@ def _cumsum(module: ir.Module, name: str, element: ir.Type) -> None:
     for p in (x, out, acc):
         p.add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    zero = ir.Constant(I64, 0)
-    one = ir.Constant(I64, 1)
-
-    def counted(count: ir.Value, label: str, body) -> None:
-        """for i in [0, count): body(i), in new blocks after the builder's current one."""
-        head = fn.append_basic_block(f"{label}_head")
-        loop = fn.append_basic_block(f"{label}_body")
-        done = fn.append_basic_block(f"{label}_done")
-        before = b.block
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64)
-        i.add_incoming(zero, before)
-        b.cbranch(b.icmp_signed("<", i, count), loop, done)
-        b.position_at_end(loop)
-        body(i)
-        i.add_incoming(b.add(i, one), b.block)
-        b.branch(head)
-        b.position_at_end(done)
 
     def slab(o):
         def clear(j):
             b.store(ir.Constant(F64, 0.0), b.gep(acc, [j]))
 
-        counted(inner, "clear", clear)
+        counted_loop(b, inner, clear)
 
         def step(i):
             row = b.mul(b.add(b.mul(o, length), i), inner)
@@ -77,11 +59,11 @@ def _cumsum(module: ir.Module, name: str, element: ir.Type) -> None:
                 b.store(total, slot)
                 b.store(total if element is F64 else b.fptrunc(total, element), b.gep(out, [at]))
 
-            counted(inner, "inner", add)
+            counted_loop(b, inner, add)
 
-        counted(length, "step", step)
+        counted_loop(b, length, step)
 
-    counted(outer, "outer", slab)
+    counted_loop(b, outer, slab)
     b.ret_void()
 
 

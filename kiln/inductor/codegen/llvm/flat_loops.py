@@ -11,7 +11,7 @@ from llvmlite import ir
 
 from .values import I32, I64
 
-__all__ = ["LANES", "flat_loop", "load", "splat", "store"]
+__all__ = ["LANES", "counted_loop", "flat_loop", "load", "splat", "store"]
 
 LANES = 8  # elements per vector iteration: eight 32-bit values fill one AVX2 register
 
@@ -73,3 +73,28 @@ def load(b: ir.IRBuilder, base: ir.Value, i: ir.Value, lanes: int) -> ir.Value:
 def store(b: ir.IRBuilder, value: ir.Value, base: ir.Value, i: ir.Value, lanes: int) -> None:
     """Write ``value`` (``lanes`` elements) at elements i .. of the array at ``base``."""
     b.store(value, _pointer(b, base, i, lanes), align=_element_bytes(base.type.pointee))
+
+
+def counted_loop(
+    b: ir.IRBuilder,
+    count: ir.Value,
+    body: Callable[[ir.Value], None],
+    start: ir.Value | None = None,
+) -> None:
+    """``for i in [start, count): body(i)`` (start 0 by default), in new blocks after the
+    builder's current one; the builder is left after the loop."""
+    fn = b.function
+    head = fn.append_basic_block("head")
+    loop = fn.append_basic_block("body")
+    done = fn.append_basic_block("done")
+    before = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(ir.Constant(I64, 0) if start is None else start, before)
+    b.cbranch(b.icmp_signed("<", i, count), loop, done)
+    b.position_at_end(loop)
+    body(i)
+    i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
+    b.branch(head)
+    b.position_at_end(done)

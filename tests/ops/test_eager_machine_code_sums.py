@@ -1,0 +1,54 @@
+"""Small float32 row sums in PyTorch's addition order as machine code (``llvm/eager_sums.py``):
+the numpy replay's bits (``ops/reductions/sum_order.py``) for every row length below PyTorch's
+cascade, PyTorch's through the public ops, and the replay when the machine code is missing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.runtime import machine_code
+from tests.oracle import needs_torch, torch
+
+
+def _block(rows: int, n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((rows, n)) * np.exp(rng.uniform(-6, 6, (rows, n)))).astype(np.float32)
+    if n > 2:
+        a[0, :2] = -0.0
+    return a
+
+
+def _replayed(block: np.ndarray, monkeypatch) -> np.ndarray:
+    from kiln.ops.reductions import sum_order
+
+    with monkeypatch.context() as m:
+        m.setitem(machine_code._built, "sums", False)
+        return sum_order._contiguous_rows(block)
+
+
+@pytest.mark.parametrize("rows", [2, 3, 17])
+def test_rows_are_the_replays_bits(rows, monkeypatch):
+    from kiln.ops.reductions import sum_order
+
+    kernels = machine_code.get("sums")
+    assert kernels is not None
+    for n in [*range(1, 70), 127, 128, 129, 255, 256, 257, 300, 511]:
+        block = _block(rows, n, seed=n)
+        got = sum_order._contiguous_rows(block)
+        want = _replayed(block, monkeypatch)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@needs_torch
+@pytest.mark.parametrize("shape", [(4, 7), (8, 16), (3, 61), (2, 300)])
+def test_small_reductions_print_torchs_digits(shape):
+    a = _block(*shape)
+    k, t = kiln.from_numpy(a.copy()), torch.from_numpy(a.copy())
+    for fn in (lambda x: x.sum(1), lambda x: x.mean(-1)):
+        np.testing.assert_array_equal(fn(k).numpy(), fn(t).numpy())
+    got = kiln.nn.functional.layer_norm(k, shape[-1:]).numpy()
+    want = torch.nn.functional.layer_norm(t, shape[-1:]).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
