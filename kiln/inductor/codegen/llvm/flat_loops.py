@@ -21,24 +21,10 @@ def flat_loop(
 ) -> None:
     """Give ``fn`` a body that calls ``body(builder, index, lanes)`` for index = 0, L, 2L, ...
     while a whole vector fits, then once per remaining element with lanes = 1, and returns."""
-    entry = fn.append_basic_block("entry")
-    b = ir.IRBuilder(entry)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
     whole = b.and_(n, ir.Constant(I64, -LANES))
-    for lanes, start, stop in ((LANES, None, whole), (1, whole, n)):
-        head = fn.append_basic_block(f"head{lanes}")
-        loop = fn.append_basic_block(f"loop{lanes}")
-        done = fn.append_basic_block(f"done{lanes}")
-        first = b.block
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64)
-        i.add_incoming(ir.Constant(I64, 0) if start is None else start, first)
-        b.cbranch(b.icmp_signed("<", i, stop), loop, done)
-        b.position_at_end(loop)
-        body(b, i, lanes)
-        i.add_incoming(b.add(i, ir.Constant(I64, lanes)), b.block)
-        b.branch(head)
-        b.position_at_end(done)
+    counted_loop(b, whole, lambda i: body(b, i, LANES), step=LANES)
+    counted_loop(b, n, lambda i: body(b, i, 1), start=whole)
     b.ret_void()
 
 
@@ -80,9 +66,10 @@ def counted_loop(
     count: ir.Value,
     body: Callable[[ir.Value], None],
     start: ir.Value | None = None,
+    step: int = 1,
 ) -> None:
-    """``for i in [start, count): body(i)`` (start 0 by default), in new blocks after the
-    builder's current one; the builder is left after the loop."""
+    """``for i in range(start, count, step): body(i)`` (start 0 by default), in new blocks after
+    the builder's current one; the builder is left after the loop."""
     fn = b.function
     head = fn.append_basic_block("head")
     loop = fn.append_basic_block("body")
@@ -95,6 +82,6 @@ def counted_loop(
     b.cbranch(b.icmp_signed("<", i, count), loop, done)
     b.position_at_end(loop)
     body(i)
-    i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
+    i.add_incoming(b.add(i, ir.Constant(I64, step)), b.block)
     b.branch(head)
     b.position_at_end(done)
