@@ -14,6 +14,8 @@ from ...runtime.random import Generator
 from ...runtime.storage import empty_array
 from ...runtime.symbolic import (
     SymInt,
+    expect_true,
+    is_size_one,
     known_same_shape,
     same_shape,
     size_or_one,
@@ -156,6 +158,23 @@ def broadcast_shapes(*shapes) -> tuple:
             if cur.__class__ is int and cur == 1:
                 out[j] = size
                 continue
+            if _data_dependent(size) or _data_dependent(cur):
+                # PyTorch's size-oblivious rule: a size known only when the graph runs (the
+                # length of ``unique``'s result) is not 1, and must equal the other: asserted
+                # when the graph runs instead of deciding it now
+                if is_size_one(size):
+                    continue
+                if is_size_one(cur):
+                    out[j] = size
+                    continue
+                message = (
+                    f"The size of tensor a ({cur}) must match the size of tensor b ({size}) at "
+                    f"non-singleton dimension {j}"
+                )
+                if expect_true("==", size, cur, message):
+                    if _data_dependent(cur) and not _data_dependent(size):
+                        out[j] = size
+                    continue
             if size == 1:
                 continue
             if cur == 1:
@@ -168,6 +187,11 @@ def broadcast_shapes(*shapes) -> tuple:
                     f"non-singleton dimension {j}"
                 )
     return tuple(1 if v is None else v for v in out)
+
+
+def _data_dependent(size) -> bool:
+    """A symbolic size with an unbacked symbol (no value until the graph runs)."""
+    return size.__class__ is SymInt and any(s.unbacked for s in size.expr.symbols())
 
 
 def wrap_dim(dim: int, ndim: int) -> int:

@@ -15,6 +15,7 @@ from ...runtime.memory_format import contiguous_format
 from ...runtime.symbolic import (
     GuardOnDataDependentError,
     SymInt,
+    expect_true,
     has_symbols,
     is_size_one,
     known_same_shape,
@@ -765,7 +766,9 @@ def _sum_to_dims(shape, size):
         # summing a dim of size 1 changes nothing: a symbolic size is not compared with 1
         if s == 1 and not statically_known_true("==", shape[lead + i], 1):
             dims.append(lead + i)
-        elif s != shape[lead + i]:
+        elif not expect_true(
+            "==", s, shape[lead + i], f"size {list(size)} is not expandable to size {list(shape)}"
+        ):  # (a size known only when the graph runs is asserted equal then)
             raise RuntimeError(f"size {list(size)} is not expandable to size {list(shape)}")
     return tuple(dims), lead
 
