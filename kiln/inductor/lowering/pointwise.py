@@ -166,6 +166,13 @@ def _pow(out_meta, a, b):
 def _alpha_op(name):
     def lower(out_meta, a, b, alpha=1):
         c = compute_dtype(out_meta.dtype)
+        if isinstance(alpha, TensorBox):  # a 0-d input (a learning rate that changes per call)
+            return _elementwise(
+                out_meta,
+                [a, b, alpha],
+                lambda x, y, s: getattr(ops, name)(x, ops.mul(y, s)),
+                rounded_to=(out_meta.dtype, out_meta.dtype, None),
+            )
 
         def fn(x, y):
             if alpha != 1:

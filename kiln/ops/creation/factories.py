@@ -948,7 +948,13 @@ fill.register_derivative(
     ),
     save_inputs=(),
 )
-fill.register_decomposition(lambda x, value: full(x.shape, value, dtype=x.dtype, device=x.device))
+
+
+@fill.register_decomposition
+def _fill_decomp(x, value):
+    if isinstance(value, Tensor):  # a 0-d value (a captured float that changes between calls)
+        return value.to(x.dtype).expand(x.shape).clone()
+    return full(x.shape, value, dtype=x.dtype, device=x.device)
 
 
 @defop(kind="copy", prim=True)
