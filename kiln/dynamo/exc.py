@@ -34,6 +34,11 @@ FUNDAMENTAL = "fundamental"
 
 # kind -> (category, one-line hint for the user)
 BREAK_KINDS: dict[str, tuple[str, str]] = {
+    "overlapping_inputs": (
+        UNSUPPORTED,
+        "pass separate tensors (or one tensor and slice it inside): inputs that view overlapping "
+        "memory run eagerly, since a write through one must show in the other",
+    ),
     "data_dependent_branch": (
         FUNDAMENTAL,
         "branch on shapes or Python values, or use kiln.where(cond, a, b) to keep both sides",

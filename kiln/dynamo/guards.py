@@ -44,6 +44,26 @@ class Guard:
     value: str | None = None
 
 
+def views_apart(*tensors) -> bool:
+    """No two of ``tensors`` view overlapping memory (tensors of different storages never do;
+    within one storage, their byte ranges are compared)."""
+    storages = [t._storage for t in tensors]
+    if len({id(s) for s in storages}) == len(storages):
+        return True
+    for i, a in enumerate(tensors):
+        for b in tensors[i + 1 :]:
+            if a._storage is b._storage and overlapping(a, b):
+                return False
+    return True
+
+
+def overlapping(a, b) -> bool:
+    """Whether two tensors of one storage may touch a common element (their extents meet)."""
+    import numpy as np
+
+    return bool(np.may_share_memory(a._data, b._data))
+
+
 class GuardSet:
     """The guards of one cache entry, in the order they were added (cheap, broad checks first)."""
 
@@ -279,13 +299,22 @@ class GuardSet:
             return
         exprs = [self.ns.ref(s) for s in srcs]
         names = ", ".join(s.name() for s in srcs)
+        # different objects, viewing no common memory (the graph treats them as separate
+        # buffers): for a few tensors inline (a storage compare each), else in one call
+        apart = self.ns.name_of(views_apart, "views_apart")
         if len(srcs) <= 3:
             for i in range(len(srcs)):
                 for j in range(i + 1, len(srcs)):
-                    self._add(f"{exprs[i]} is not {exprs[j]}", f"{names} are different tensors")
+                    a, b = exprs[i], exprs[j]
+                    self._add(f"{a} is not {b}", f"{names} are different tensors")
+                    self._add(
+                        f"({a}._storage is not {b}._storage or {apart}({a}, {b}))",
+                        f"{names} view no common memory",
+                    )
         else:
             ids = ", ".join(f"id({e})" for e in exprs)
             self._add(f"len({{{ids}}}) == {len(srcs)}", f"{names} are different tensors")
+            self._add(f"{apart}({', '.join(exprs)})", f"{names} view no common memory")
 
     # ------------------------------------------------------------------ compile
     def compile(self, params: str, defaults: dict[str, Any], name: str) -> CompiledGuard:

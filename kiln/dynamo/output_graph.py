@@ -21,7 +21,7 @@ from ..runtime.symbolic import ShapeEnv
 from ..runtime.tensor import Tensor
 from . import config
 from .exc import unsupported
-from .guards import GuardSet
+from .guards import GuardSet, overlapping
 from .side_effects import SideEffects
 from .sources import LocalSource, Source
 from .symbolic_shapes import ShapePolicy, symbolic_fake
@@ -194,8 +194,10 @@ class OutputGraph:
                 if dims
                 else (None, [])
             )
-            proxy = self.mode.placeholder(self._placeholder_name(source), tensor, fake)
             distinct = isinstance(source, LocalSource) or isinstance(source.root(), LocalSource)
+            if distinct:
+                self._refuse_overlap(tensor, source)
+            proxy = self.mode.placeholder(self._placeholder_name(source), tensor, fake)
             self.guards.tensor_match(source, tensor, distinct=distinct, fake=fake,
                                      bindings=bindings)  # fmt: skip
             for d, symbol, first, kind in bindings:
@@ -210,6 +212,17 @@ class OutputGraph:
         self._input_vts[id(tensor)] = vt
         self._proxy_vts[id(proxy)] = vt
         return vt
+
+    def _refuse_overlap(self, tensor: Tensor, source: Source) -> None:
+        """Two inputs viewing overlapping memory (``f(base[:4], base[2:])``): the graph would treat
+        them as separate buffers and a write through one would not show in the other."""
+        for other_source, other in self.inputs:
+            if other is not tensor and other._storage is tensor._storage:
+                if overlapping(other, tensor):
+                    raise unsupported(
+                        "overlapping_inputs",
+                        f"{source.name()} and {other_source.name()} view overlapping memory",
+                    )
 
     def symbolic_int(self, value: int, source: Source):
         """The variable of an int read from ``source`` whose value changed between calls (or

@@ -1,0 +1,55 @@
+"""Inputs of a compiled function that view overlapping memory (``f(base[:4], base[2:])``): the
+graph treats inputs as separate buffers, so such calls run eagerly (a graph break of its own
+kind), and a guard sends a later overlapping call there too; views of one storage that do not
+overlap still compile."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+
+
+def _shift(a, b):
+    a.add_(1)
+    return b * 2
+
+
+def _scale_and_sum(x, flat):
+    x.mul_(2)
+    return flat.sum()
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_overlapping_views_see_each_others_writes(backend):
+    compiled = kiln.compile(_shift, backend=backend)
+    base, ref = kiln.arange(6.0), kiln.arange(6.0)
+    got = compiled(base[:4], base[2:])
+    expected = _shift(ref[:4], ref[2:])
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    np.testing.assert_array_equal(base.numpy(), ref.numpy())
+    g = kiln.compile(_scale_and_sum, backend=backend)
+    x = kiln.ones(2, 3)
+    assert g(x, x.view(-1)).item() == 12.0
+
+
+def test_a_later_overlapping_call_is_not_served_by_the_first_graph():
+    compiled = kiln.compile(_shift, backend="aot_eager")
+    a, b = kiln.zeros(4), kiln.arange(4.0)
+    np.testing.assert_array_equal(compiled(a, b).numpy(), (kiln.arange(4.0) * 2).numpy())
+    base, ref = kiln.arange(6.0), kiln.arange(6.0)
+    got = compiled(base[:4], base[2:])
+    np.testing.assert_array_equal(got.numpy(), _shift(ref[:4], ref[2:]).numpy())
+
+
+def test_disjoint_views_of_one_storage_compile():
+    def f(left, right):
+        left.mul_(3)
+        return left + right
+
+    compiled = kiln.compile(f, backend="aot_eager", fullgraph=True)
+    base, ref = kiln.arange(8.0), kiln.arange(8.0)
+    got = compiled(base[:4], base[4:])
+    np.testing.assert_array_equal(got.numpy(), f(ref[:4], ref[4:]).numpy())
+    np.testing.assert_array_equal(base.numpy(), ref.numpy())
