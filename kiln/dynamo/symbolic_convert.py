@@ -271,6 +271,10 @@ class InstructionTranslatorBase:
             return ConstantVariable(not a.truth(self))
         if isinstance(a, TensorVariable):
             return call_kiln(self, op, [a], {})
+        if op is operator.neg and isinstance(a, ConstantVariable) and a.is_dynamic_number():
+            # ``-lr`` of a scheduled learning rate: a number times -1 (exact) keeps it a graph
+            # input where the value would otherwise be baked in and the graph broken
+            return fold_binary(operator.mul, a, ConstantVariable(-1))
         if a.is_python_constant():
             try:
                 return ConstantVariable(op(a.as_python_constant()))

@@ -45,3 +45,15 @@ def test_number_parameters_refuse_tensors_as_pytorch_does():
     x = kiln.ones(2, 2)
     with pytest.raises(TypeError, match="argument 'beta' must be Number, not Tensor"):
         kiln.addmm(x, x, x, beta=kiln.tensor(2.0))
+
+
+def test_a_negated_changing_float_stays_in_the_graph():
+    # ``p.add_(g, alpha=-lr)`` with a scheduled lr: no graph break, no recompile per value
+    def step(p, g):
+        return p.clone().add_(g, alpha=-_Holder.s)
+
+    compiled = kiln.compile(step, backend="aot_eager", fullgraph=True)
+    p, g = kiln.ones(3), kiln.arange(3.0)
+    for s in (0.1, 0.05, 0.025):
+        _Holder.s = s
+        np.testing.assert_allclose(compiled(p, g).numpy(), step(p, g).numpy(), rtol=1e-6)

@@ -314,7 +314,7 @@ def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
             return _call_kiln(
                 tx, fn, [lift(a) for a in args], {k: lift(v) for k, v in kwargs.items()}
             )
-        except Unsupported:
+        except (Unsupported, TypeError):
             pass  # ``fn`` wants a Python number there
     return _call_kiln(tx, fn, args, kwargs)
 

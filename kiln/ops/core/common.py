@@ -370,6 +370,13 @@ def checked_scalar(value, d: dt.dtype, c_names: bool = True, check_float: bool =
     return value
 
 
+def require_number(fn_name: str, arg_name: str, value) -> None:
+    """PyTorch's parser refuses a tensor where an op takes a Python number (``beta=`` of addmm,
+    ``p=`` of norm): a captured graph then keeps a changing float a number there."""
+    if isinstance(value, Tensor):
+        raise TypeError(f"{fn_name}(): argument '{arg_name}' must be Number, not Tensor")
+
+
 def writes_out(fn):
     """``f(..., out=t)`` for a Python-level function: computed as without ``out`` (in ``t``'s
     dtype and on its device, for functions that take those, unless given), then written into

@@ -31,7 +31,6 @@ import collections
 import inspect
 from collections.abc import Callable
 
-from ...runtime.tensor import Tensor
 from . import complex_support
 
 __all__ = [
@@ -301,14 +300,6 @@ _UNSET = object()
 _NUMPY_ALIASES = {"self": "input", "dim": "axis", "keepdim": "keepdims"}
 
 
-_NUMBER_ANNOTATIONS = frozenset({"Scalar", "float", "Scalar | None", "float | None"})
-
-
-def _annotation_name(p: inspect.Parameter) -> str:
-    a = p.annotation
-    return a if isinstance(a, str) else getattr(a, "__name__", "")
-
-
 def _make_binder(name: str, sig: inspect.Signature) -> Callable:
     """Generate ``def bind(<schema params>): return (<all params>,)`` for fast canonicalization."""
     params = []
@@ -349,17 +340,9 @@ def _make_binder(name: str, sig: inspect.Signature) -> Callable:
             f'positional arguments: "{"input" if n == "self" else n}"\')\n'
             for n in required
         )
-    # a number parameter refuses a tensor, as PyTorch's parser does (``alpha=`` of addmm, ``p=``
-    # of norm): the kernels would fail on it, and capture then keeps a changing float a number
-    for n in names:
-        if _annotation_name(sig.parameters[n]) in _NUMBER_ANNOTATIONS:
-            body += (
-                f'    if isinstance({n}, _Tensor):\n        raise TypeError("{name}(): argument '
-                f"'{n}' must be Number, not Tensor\")\n"
-            )
     tup = "(" + "".join(f"{n}, " for n in names) + ")"
     src = f"def bind_{name}({', '.join(params)}):\n{body}    return {tup}\n"
-    namespace = dict(defaults, _unset=_UNSET, _Tensor=Tensor)
+    namespace = dict(defaults, _unset=_UNSET)
     exec(compile(src, f"<kiln op schema {name}>", "exec"), namespace)
     return namespace[f"bind_{name}"]
 

@@ -22,6 +22,7 @@ from ..core.common import (
     broadcast_shapes,
     compute_np_dtype,
     fake,
+    require_number,
     wrap,
     wrap_dim,
     writes_out,
@@ -444,6 +445,8 @@ def _addmm_like(name, schema, product_shape, product, np_product, grads, **recor
         return shape
 
     def kernel(x, m1, m2, beta, alpha):
+        require_number(name, "beta", beta)
+        require_number(name, "alpha", alpha)
         shape = check(x, m1, m2)
         cd = compute_np_dtype(x._dtype)
         prod = np_product(m1._data.astype(cd, copy=False), m2._data.astype(cd, copy=False))
@@ -454,6 +457,8 @@ def _addmm_like(name, schema, product_shape, product, np_product, grads, **recor
         return wrap(np.require(out, requirements="C"), x._dtype)
 
     def meta(x, m1, m2, beta=1, alpha=1):
+        require_number(name, "beta", beta)
+        require_number(name, "alpha", alpha)
         return fake(check(x, m1, m2), x._dtype, x)
 
     def derivative(c, g):

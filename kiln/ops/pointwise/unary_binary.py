@@ -21,6 +21,7 @@ from ...runtime.storage import _POOL_MIN_BYTES, writable_target
 from ...runtime.tensor import wrap_array
 from ..core.common import (
     WIDEN_MIN,
+    Scalar,
     Tensor,
     TensorOrScalar,
     binary_dtype,
@@ -976,9 +977,7 @@ for _op in (bitwise_and, bitwise_or, bitwise_xor, bitwise_left_shift, bitwise_ri
 # add/sub carry alpha; div carries a rounding mode; pow has its own promotion
 
 
-def _alpha_schema(
-    self: TensorOrScalar, other: TensorOrScalar, *, alpha: TensorOrScalar = 1
-): ...  # (a 0-d tensor alpha: the scheduled learning rate a captured graph takes as an input)
+def _alpha_schema(self: TensorOrScalar, other: TensorOrScalar, *, alpha: Scalar = 1): ...
 
 
 def _make_alpha_kernel(np_fn):

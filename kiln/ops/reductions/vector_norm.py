@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.common import DType, Scalar, Tensor, compute_np_dtype, fake, wrap, wrap_dim
+from ..core.common import (
+    DType,
+    Scalar,
+    Tensor,
+    compute_np_dtype,
+    fake,
+    require_number,
+    wrap,
+    wrap_dim,
+)
 from ..core.registry import defop, tensor_method, torch_function
 from ..pointwise.unary_binary import where
 from .reduce import (
@@ -75,6 +84,7 @@ def _check_norm_identity(x, ord, dim, dims) -> None:
 
 @vector_norm.register_kernel
 def _vector_norm_kernel(x, ord, dim, keepdim, dtype):
+    require_number("linalg_vector_norm", "ord", ord)
     od = _norm_dtype(x, dtype)
     dims = reduce_dims(x, dim)
     _check_norm_identity(x, ord, dim, dims)
@@ -93,11 +103,10 @@ def _vector_norm_kernel(x, ord, dim, keepdim, dtype):
     return wrap(r, od)
 
 
-vector_norm.register_meta(
-    lambda x, ord=2, dim=None, keepdim=False, dtype=None: fake(
-        reduced_shape(x._shape, reduce_dims(x, dim), keepdim), _norm_dtype(x, dtype), x
-    )
-)
+@vector_norm.register_meta
+def _vector_norm_meta(x, ord=2, dim=None, keepdim=False, dtype=None):
+    require_number("linalg_vector_norm", "ord", ord)
+    return fake(reduced_shape(x._shape, reduce_dims(x, dim), keepdim), _norm_dtype(x, dtype), x)
 
 
 def _vector_norm_grad(c, g):
