@@ -216,8 +216,12 @@ class OutputGraph:
     def _refuse_overlap(self, tensor: Tensor, source: Source) -> None:
         """Two inputs viewing overlapping memory (``f(base[:4], base[2:])``): the graph would treat
         them as separate buffers and a write through one would not show in the other."""
-        for other_source, other in self.inputs:
-            if other is not tensor and other._storage is tensor._storage:
+        for other_source, other in self.inputs:  # (ints of symbolic sizes are inputs too)
+            if (
+                isinstance(other, Tensor)
+                and other is not tensor
+                and other._storage is tensor._storage
+            ):
                 if overlapping(other, tensor):
                     raise unsupported(
                         "overlapping_inputs",
