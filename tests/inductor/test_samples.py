@@ -42,11 +42,12 @@ _SHAPE_FROM_VALUES = (
 # rewrites storage (resize_, apply_, map_): fake tensors have no data to give
 _READS_VALUES = (RuntimeError, r"a fake \(being captured into a graph\) tensor: it has no data")
 NOT_ONE_GRAPH = {
+    # a mask's count broadcast against a tensor index traces now (size-oblivious broadcasting);
+    # the inductor cannot yet take a size symbol that only an index shape reads
+    "get-mask-and-tensor": (RuntimeError, "is not read by any value of this graph"),
     **dict.fromkeys(
         [
             "get-mask-middle",
-            "get-mask-and-tensor",
-            "set-mask",
             "masked_scatter-float32[3, 4]-bool[3, 4]-float32[7]",
             "masked_scatter-bigger-source",
             "masked_scatter-bcast",

@@ -89,6 +89,10 @@ def _index_select_kernel(x, dim, index):
     a = as_1d(x._data)
     idx = index._data.reshape(-1)
     if idx.size and (idx.min() < 0 or idx.max() >= a.shape[d]):
+        # PyTorch's CPU kernels differ by dim: its row copy (dim 0, and the last dim of 3-d and
+        # wider inputs) raises IndexError, its gather path RuntimeError
+        if d == 0 or a.ndim >= 3 and d == a.ndim - 1:
+            raise IndexError("index out of range in self")
         bad = int(idx[(idx < 0) | (idx >= a.shape[d])][0])
         raise RuntimeError(f"INDICES element is out of DATA bounds, id={bad} axis_dim={a.shape[d]}")
     return wrap(np.take(a, idx, axis=d).reshape(shape), x._dtype)
