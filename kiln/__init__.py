@@ -7,6 +7,8 @@ captures them into graphs and compiles fused kernels.
 from __future__ import annotations
 
 import builtins as _builtins
+import functools as _functools
+import importlib as _importlib
 import math as _math
 import sys as _sys
 
@@ -114,46 +116,21 @@ def _load_cpu_sampler():
 _random.set_native_sampler(_load_cpu_sampler)
 
 
-def _load_cpu_casts():
-    """Casts to and from float16/bfloat16 come from machine code built by the LLVM backend
-    (``runtime.casting`` reaches it through ``machine_code`` on the first large cast)."""
-    from .inductor.codegen.llvm import eager_casts
-
-    return eager_casts.build()
-
-
-_machine_code.set_loader("casts", _load_cpu_casts)
+def _build_eager_machine_code(module: str):
+    """Eager kernels numpy cannot make fast (16-bit casts, activations, cumsum, small row sums)
+    come from machine code built by the LLVM backend; the runtime and op layers reach each set
+    through ``runtime.machine_code``, which calls this on the set's first use."""
+    return _importlib.import_module(f".inductor.codegen.llvm.{module}", __name__).build()
 
 
-def _load_cpu_activations():
-    """gelu and silu (and their derivatives) in eager mode come from machine code built by the
-    LLVM backend (``ops.nn.activations`` reaches it through ``machine_code``)."""
-    from .inductor.codegen.llvm import eager_activations
-
-    return eager_activations.build()
-
-
-_machine_code.set_loader("activations", _load_cpu_activations)
-
-
-def _load_cpu_scans():
-    """Eager float cumsum comes from machine code built by the LLVM backend."""
-    from .inductor.codegen.llvm import eager_scans
-
-    return eager_scans.build()
-
-
-_machine_code.set_loader("scans", _load_cpu_scans)
-
-
-def _load_cpu_sums():
-    """Small float32 row sums in PyTorch's addition order come from machine code."""
-    from .inductor.codegen.llvm import eager_sums
-
-    return eager_sums.build()
-
-
-_machine_code.set_loader("sums", _load_cpu_sums)
+for _name, _module in (
+    ("casts", "eager_casts"),
+    ("activations", "eager_activations"),
+    ("scans", "eager_scans"),
+    ("sums", "eager_sums"),
+):
+    _machine_code.set_loader(_name, _functools.partial(_build_eager_machine_code, _module))
+del _name, _module
 _compiler_stack.install()
 
 

@@ -7,7 +7,12 @@ non-prim op expanded (used by tests to check each decomposition against the op's
 
 from __future__ import annotations
 
-from ..ops.core.dispatch import DispatchMode, dispatch, run_decomposition
+from ..ops.core.dispatch import (
+    DispatchMode,
+    dispatch,
+    laid_out_decomposition,
+    run_decomposition,
+)
 from ..ops.core.registry import OPS, Op
 from ..runtime import dtypes as dt
 from ..runtime.state import per_thread
@@ -49,18 +54,10 @@ def decomposition_table(ops=None) -> dict[Op, object]:
     else:
         chosen = [OPS[o] if isinstance(o, str) else o for o in ops]
     return {
-        op: _in_float32(op) if _rounds_once(op) else _laid_out(op)
+        op: _in_float32(op) if _rounds_once(op) else laid_out_decomposition(op)
         for op in chosen
         if op.decomposition is not None and not op.is_prim
     }
-
-
-def _laid_out(op: Op):
-    """``op``'s decomposition, its results in the layout ``op.result_layout`` names (itself
-    where the op has none)."""
-    if op.result_layout is None:
-        return op.decomposition
-    return lambda *args: run_decomposition(op, args)
 
 
 _SIXTEEN_BIT = (dt.float16, dt.bfloat16)
@@ -76,7 +73,7 @@ def _rounds_once(op: Op) -> bool:
 def _in_float32(op: Op):
     """``op``'s decomposition run on float32 copies of its 16-bit float inputs, its results
     rounded to the dtypes the kernel returns (``op.meta``): compiled code then matches eager."""
-    decompose = _laid_out(op)
+    decompose = laid_out_decomposition(op)
 
     def decomposition(*args):
         if not any(t._dtype in _SIXTEEN_BIT for t in _tensor_args(op, args)):

@@ -22,14 +22,13 @@ a seed and offset from the generator, which would bake one draw into the graph).
 
 from __future__ import annotations
 
-import functools
 import inspect
 import operator
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..autograd.grad_mode import set_grad_enabled_node
-from ..ops.core.dispatch import DispatchMode, dispatch, run_decomposition
+from ..ops.core.dispatch import DispatchMode, dispatch, laid_out_decomposition
 from ..ops.core.fake import FakeTensorMode, to_fake
 from ..ops.core.registry import OPS, Op
 from ..runtime import symbolic
@@ -201,8 +200,7 @@ class TracingMode(DispatchMode):
         fn = self._decomposition_for(op)
         if fn is not None:
             if fn is op.decomposition:  # the op's own: its results laid out as the op's
-                fn = functools.partial(run_decomposition, op)
-                args = (args,)
+                fn = laid_out_decomposition(op)
             if self.shape_env is None:
                 return fn(*args)
             with self.shape_env.size_oblivious():  # library code (see ShapeEnv.size_oblivious)

@@ -381,6 +381,14 @@ def run_decomposition(op, args):
     return out.contiguous(memory_format=fmt)
 
 
+def laid_out_decomposition(op):
+    """``op``'s decomposition as a callable that lays its results out as ``op.result_layout``
+    says (the decomposition itself where the op declares none)."""
+    if op.result_layout is None:
+        return op.decomposition
+    return lambda *args: run_decomposition(op, args)
+
+
 def _autograd(op, args, state, on_cpu: bool, modes: list):
     """Run ``op`` below autograd and record its ``OpBackward`` node on the outputs.
 

@@ -374,11 +374,7 @@ def _convert(item, device):
         from ..creation.api import tensor
 
         item = tensor(item, device=device)
-    elif isinstance(item, range):
-        from ..creation.api import tensor
-
-        item = tensor(list(item), dtype=dt.int64, device=device)
-    elif isinstance(item, (list, tuple)):
+    elif isinstance(item, (list, tuple, range)):
         from ..creation.api import tensor
 
         # PyTorch: a list of only bools is a mask; any other list is int64 (floats truncated)

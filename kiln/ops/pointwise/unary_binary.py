@@ -641,9 +641,11 @@ def binary(
     schema=_binary_schema,
     tensors_only=False,
     refuses=None,
+    save_output=False,
     **record,
 ):
-    """A pointwise binary op over numpy function ``fn``; ``tensors_only``: PyTorch's signature
+    """A pointwise binary op over numpy function ``fn``; ``save_output``: the derivative reads
+    the result (``c.out``); ``tensors_only``: PyTorch's signature
     takes no Python number for either operand (``atan2``, ``hypot``); ``refuses(dtype)``: the
     operands' common dtypes PyTorch's CPU kernel is not built for (NotImplementedError, never a
     result computed in another type)."""
@@ -665,7 +667,7 @@ def binary(
     if kind == "same" and isinstance(fn, np.ufunc) and not tensors_only:
         op.inplace_kernel = _make_binary_inplace(fn)
     if derivative is not None:
-        op.register_derivative(derivative)
+        op.register_derivative(derivative, save_output=save_output)
     return op
 
 
@@ -856,14 +858,14 @@ def _copysign_grad(c, g):
 copysign = binary(
     "copysign",
     np.copysign,
+    _copysign_grad,
     kind="float",
+    save_output=True,
     complex_refused=complex_not_implemented("copysign_cpu"),
     grad_fn_name=lambda args: (
         "CopysignBackward0" if is_tensor_arg(args[1]) else "CopysignBackward1"
     ),
 )
-copysign.differentiable = True
-copysign.register_derivative(_copysign_grad, save_output=True)
 
 
 def _remainder_np(a, b, out=None):

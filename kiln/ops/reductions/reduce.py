@@ -762,10 +762,24 @@ def _logical_kernel(np_fn):
     return kernel
 
 
+_logical_reduce_meta = _reduce_meta(_logical_dtype)
+
+
 def _logical_meta(x, dim=None, keepdim=False):
     if _no_dims(dim):
         return fake(x._shape, _logical_dtype(x), x)
-    return _reduce_meta(_logical_dtype)(x, dim, keepdim)
+    return _logical_reduce_meta(x, dim, keepdim)
+
+
+def _logical_decomposition(reduced):
+    """``reduced(x, dim, keepdim)``'s verdict per slice in all/any's dtype; with no dims, each
+    element's own (nonzero)."""
+
+    def decomposition(x, dim=None, keepdim=False):
+        found = (x != 0) if _no_dims(dim) else reduced(x, dim, keepdim)
+        return found.to(_logical_dtype(x))
+
+    return decomposition
 
 
 all_ = defop(_logical_schema, name="all", kind="reduction", differentiable=False)
@@ -775,20 +789,8 @@ any_.register_kernel(_logical_kernel(np.logical_or.reduce))
 for _op in (all_, any_):
     _op.register_meta(_logical_meta)
 # all: no zero in the slice; any: some nonzero (NaN counts as true, as in PyTorch)
-all_.register_decomposition(
-    lambda x, dim=None, keepdim=False: (
-        (x != 0).to(_logical_dtype(x))
-        if _no_dims(dim)
-        else (sum(x == 0, dim, keepdim) == 0).to(_logical_dtype(x))
-    )
-)
-any_.register_decomposition(
-    lambda x, dim=None, keepdim=False: (
-        (x != 0).to(_logical_dtype(x))
-        if _no_dims(dim)
-        else (sum(x != 0, dim, keepdim) > 0).to(_logical_dtype(x))
-    )
-)
+all_.register_decomposition(_logical_decomposition(lambda x, d, k: sum(x == 0, d, k) == 0))
+any_.register_decomposition(_logical_decomposition(lambda x, d, k: sum(x != 0, d, k) > 0))
 
 
 @defop(kind="reduction", differentiable=False)

@@ -31,7 +31,6 @@ EXACT_SUM_MAX_SIZE = 1024
 _LANES = 8  # float32 lanes of the vectors PyTorch's sum kernel uses
 _ILP = 4
 _f32 = np.float32
-_NATIVE_MAX_ROW = 512  # rows this long or longer reach PyTorch's cascade: replayed here
 
 
 def _ceil_log2(x: int) -> int:
@@ -238,10 +237,11 @@ def _contiguous_rows(block: np.ndarray) -> np.ndarray:
     rows, n = block.shape
     if rows == 1:
         return torch_order_flat_sum(block[0]).reshape(1)
-    if n < _NATIVE_MAX_ROW:
-        kernels = machine_code.get("sums")  # the same additions, one loop per row
-        if kernels is not None:
-            return kernels.rows(block)
+    kernels = machine_code.get("sums")  # the same additions, one loop per row
+    if kernels is not None:
+        sums = kernels.rows(block)
+        if sums is not None:
+            return sums
     if n < _LANES:
         ordered = block if n <= _ILP else block[:, _SHORT_ROW_ORDERS[n]]
         return np.add.accumulate(ordered, axis=1, dtype=_f32)[:, -1] + _f32(0)

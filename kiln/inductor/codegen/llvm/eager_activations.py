@@ -4,8 +4,10 @@ and log_sigmoid (binary cross-entropy with logits).
 In numpy, gelu(erf) is twenty array passes with a float32 erfc fit (1.6 ms for 512x512 against
 PyTorch's 0.25); the transformer MLPs that call it once forward and once backward per layer feel
 that. Here each function is one vector pass over float32, written against the compiled kernels'
-ops handler (``LLVMOps``) in the formula order of the ops' decompositions and derivatives: eager
-results are the compiled kernels' to the bit, and within float32 rounding of PyTorch's.
+ops handler (``LLVMOps``): gelu(erf) and silu in their decompositions' formula order (eager is
+the compiled kernels' bits), the tanh form as ``x * sigmoid(2 inner)`` like the numpy kernel (no
+cancellation down its lower tail, which its decomposition has); all within float32 rounding of
+PyTorch's.
 
 ``kiln.ops.nn.activations`` reaches these through ``runtime.machine_code`` (the facade registers
 the loader; the first large call builds them); without them the numpy kernels run.

@@ -144,15 +144,18 @@ def _module() -> ir.Module:
 
 
 class NativeSums:
-    """``rows(block)``: the float32 sums of a C-contiguous (rows, n) float32 block, n < 512."""
+    """``rows(block)``: the float32 sums of a C-contiguous (rows, n) float32 block."""
 
     def __init__(self, compiled):
         self._rows = compiled.cfunc(
             "kiln_torch_order_rows", None, ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 2
         )
 
-    def rows(self, block: np.ndarray) -> np.ndarray:
+    def rows(self, block: np.ndarray) -> np.ndarray | None:
+        """The sums, or None for rows of ``MAX_ROW`` or more (the caller replays those)."""
         rows, n = block.shape
+        if n >= MAX_ROW:
+            return None
         out = np.empty(rows, np.float32)
         self._rows(rows, n, block.ctypes.data, out.ctypes.data)
         return out
