@@ -236,12 +236,31 @@ def _softmax_input(name, x, dim, dtype):
     return x, wrap_dim(dim, x.ndim)
 
 
+def _softmax_rows(a: np.ndarray, axis: int):
+    """``(kernels, rows, n)`` when the softmax family's machine code
+    (``inductor/codegen/llvm/eager_softmax.py``) serves ``a`` along ``axis``: C-contiguous
+    float32 rows along the last dim; None where the numpy kernels run."""
+    if a.dtype != _F32 or axis != a.ndim - 1 or a.size == 0 or not a.flags.c_contiguous:
+        return None
+    kernels = machine_code.get("softmax")
+    if kernels is None:
+        return None
+    n = a.shape[-1]
+    return kernels, a.size // n, n
+
+
 def _np_softmax(a: np.ndarray, axis: int, log: bool) -> np.ndarray:
     if a.ndim == 0:
         a = a.reshape(1)
         return _np_softmax(a, 0, log).reshape(())
     if a.size == 0:
         return a.copy()
+    native = _softmax_rows(a, axis)
+    if native is not None:
+        kernels, rows, n = native
+        out = empty_array(a.shape, a.dtype)
+        kernels.run("log_softmax" if log else "softmax", rows, n, a, out)
+        return out
     if axis == a.ndim - 1 and worth_blocking(a) and a.flags.c_contiguous:
         # rows in cache-sized blocks: each block is read from memory once, not once per step
         out = empty_array(a.shape, a.dtype)
@@ -302,6 +321,12 @@ def _log_softmax_with_exps(a: np.ndarray, axis: int) -> tuple[np.ndarray, tuple]
     """
     out = empty_array(a.shape, a.dtype)
     exps = empty_array(a.shape, a.dtype)
+    native = _softmax_rows(a, axis)
+    if native is not None:
+        kernels, rows, n = native
+        totals = np.empty(a.shape[:-1] + (1,), a.dtype)
+        kernels.run("log_softmax_exps", rows, n, a, out, exps, totals)
+        return out, (exps, totals)
     if axis == a.ndim - 1 and worth_blocking(a) and a.flags.c_contiguous:
         n = a.shape[-1]
         rows, o, ex = a.reshape(-1, n), out.reshape(-1, n), exps.reshape(-1, n)
@@ -368,6 +393,12 @@ def _log_softmax_grad_block(o, g, y, axis):
 def _numpy_softmax_grad(block, y: Tensor, g: Tensor, d: int) -> Tensor:
     """The softmax-family gradient in numpy, by cache-sized row blocks where rows are contiguous."""
     ya, ga = y._data, g._data
+    native = _softmax_rows(ya, d) if ga.shape == ya.shape and ga.flags.c_contiguous else None
+    if native is not None:
+        kernels, rows, n = native
+        out = empty_array(ya.shape, ya.dtype)
+        kernels.run(_NATIVE_GRADS[block], rows, n, ga, ya, out)
+        return wrap(out, y._dtype)
     if ga.shape != ya.shape:
         ga = np.broadcast_to(ga, ya.shape)
     out = new_like(ya)
@@ -390,6 +421,12 @@ def _log_softmax_grad_from_exps(saved: tuple, g: Tensor, d: int, dtype) -> Tenso
     and the softmax's division folded into the per-row factor ``sum(g) / total``."""
     exps, totals = saved
     ga = g._data
+    native = _softmax_rows(exps, d) if ga.shape == exps.shape and ga.flags.c_contiguous else None
+    if native is not None:
+        kernels, rows, n = native
+        out = empty_array(exps.shape, exps.dtype)
+        kernels.run("log_softmax_exps_grad", rows, n, ga, exps, out, totals)
+        return wrap(out, dtype)
     if ga.shape != exps.shape:
         ga = np.broadcast_to(ga, exps.shape)
     out = new_like(exps)
@@ -410,6 +447,10 @@ def _log_softmax_exps_grad_block(o, g, exps, totals, axis):
     s /= totals
     np.multiply(exps, s, out=o)
     np.subtract(g, o, out=o)
+
+
+# the machine-code row function doing each numpy block's work
+_NATIVE_GRADS = {_softmax_grad_block: "softmax_grad", _log_softmax_grad_block: "log_softmax_grad"}
 
 
 def _softmax_family_grad(block, formula):
