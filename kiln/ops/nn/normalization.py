@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ...runtime import blas
+from ...runtime import blas, machine_code
 from ...runtime import dtypes as dt
 from ...runtime.memory_format import format_strides, suggest_memory_format
 from ...runtime.storage import empty_array
@@ -97,6 +97,21 @@ def _np_layer_norm_rows(a, o, axes, eps, w, b, tmp):
         o += b
 
 
+_F32 = np.dtype(np.float32)
+
+
+def _native_rows(a: np.ndarray, *others):
+    """The row kernels in machine code (``inductor/codegen/llvm/eager_rows.py``) when they
+    serve layer norm over ``a``: non-empty C-contiguous float32, and every other array (weight,
+    bias, gradient; None: absent) float32 and C-contiguous; else None (numpy computes)."""
+    if a.dtype != _F32 or a.size == 0 or not a.flags.c_contiguous:
+        return None
+    for o in others:
+        if o is not None and (o.dtype != _F32 or not o.flags.c_contiguous):
+            return None
+    return machine_code.get("rows")
+
+
 def _rows_view(a: np.ndarray, k: int) -> np.ndarray:
     """``a`` (C-contiguous) as (rows, *normalized dims), ``k`` trailing normalized dims."""
     return a.reshape((-1,) + a.shape[a.ndim - k :])
@@ -109,6 +124,12 @@ def _layer_norm_kernel(x, normalized_shape, weight, bias, eps):
     a = c_contiguous(compute_array(x))  # PyTorch's result is contiguous, as the meta's
     w = None if weight is None else weight._data
     b = None if bias is None else bias._data
+    native = _native_rows(a, w, b)
+    if native is not None:
+        out = new_like(a)
+        n = math.prod(shape)
+        native.layer_norm(a.reshape(-1, n), out.reshape(-1, n), w, b, eps)
+        return wrap(out, x._dtype)
     if a.flags.c_contiguous and a.ndim > len(shape) and worth_blocking(a):
         # cache-sized blocks of rows: one read of the input instead of one per step
         out = new_like(a)
@@ -182,8 +203,19 @@ def _np_layer_norm_grad(x, g, weight, eps, k, needs):
         ga = np.broadcast_to(ga, xa.shape)
     ga = np.ascontiguousarray(ga)
     shape = xa.shape[xa.ndim - k :]
-    rows, grows = xa.reshape((-1,) + shape), ga.reshape((-1,) + shape)
     w = weight._data if weight is not None else None
+    native = _native_rows(xa, ga, w)
+    if native is not None:
+        n = math.prod(shape)
+        gx = new_like(xa) if needs[0] else None
+        sums = [np.zeros(n) if need else None for need in needs[1:]]
+        native.layer_norm_grad(xa.reshape(-1, n), ga.reshape(-1, n), w, gx, sums[0], sums[1], eps)
+        gx = None if gx is None else wrap(gx, x._dtype)
+        gw, gb = (
+            None if t is None else wrap(t.astype(_F32).reshape(shape), x._dtype) for t in sums
+        )
+        return gx, gw, gb
+    rows, grows = xa.reshape((-1,) + shape), ga.reshape((-1,) + shape)
     gx = new_like(xa) if needs[0] else None
     gx_rows = gx.reshape(rows.shape) if gx is not None else None
     parts_w = [] if needs[1] else None

@@ -238,11 +238,11 @@ def _softmax_input(name, x, dim, dtype):
 
 def _softmax_rows(a: np.ndarray, axis: int):
     """``(kernels, rows, n)`` when the softmax family's machine code
-    (``inductor/codegen/llvm/eager_softmax.py``) serves ``a`` along ``axis``: C-contiguous
+    (``inductor/codegen/llvm/eager_rows.py``) serves ``a`` along ``axis``: C-contiguous
     float32 rows along the last dim; None where the numpy kernels run."""
     if a.dtype != _F32 or axis != a.ndim - 1 or a.size == 0 or not a.flags.c_contiguous:
         return None
-    kernels = machine_code.get("softmax")
+    kernels = machine_code.get("rows")
     if kernels is None:
         return None
     n = a.shape[-1]
