@@ -171,14 +171,12 @@ def blockwise(body, out: np.ndarray, *ins: np.ndarray, temps: int = 0) -> np.nda
     return out
 
 
-_MACHINE_CODE_MIN = 512  # elements from which one call into machine code beats numpy
-
-
 def machine_code_activation(name: str, like: np.ndarray, *inputs: np.ndarray) -> np.ndarray | None:
     """Activation ``name`` (``inductor/codegen/llvm/eager_activations.py``) as one vector pass
     of the compiled kernels' own math, into a result shaped and laid out as ``like`` (a
     C-contiguous float32 array); None where numpy must compute it."""
-    if like.dtype != np.float32 or like.size < _MACHINE_CODE_MIN or not like.flags.c_contiguous:
+    # (any size: the call costs about one numpy ufunc call, gelu in numpy twenty)
+    if like.dtype != np.float32 or not like.size or not like.flags.c_contiguous:
         return None  # (the result takes ``like``'s layout: numpy keeps other layouts)
     for a in inputs:
         if a.dtype != np.float32 or a.shape != like.shape and np.size(a) != 1:

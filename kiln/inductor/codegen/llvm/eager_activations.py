@@ -24,7 +24,7 @@ from llvmlite import ir
 
 from ....runtime import dtypes as dt
 from .flat_loops import flat_loop, load, store
-from .jit import compile_module
+from .jit import compile_module, data_address
 from .ops_handler import LLVMOps
 from .values import F32, I64, V
 
@@ -148,7 +148,7 @@ class NativeActivations:
         }
 
     def run(self, name: str, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
-        self._functions[name](out.size, *[a.ctypes.data for a in inputs], out.ctypes.data)
+        self._functions[name](out.size, *[data_address(a) for a in inputs], data_address(out))
         return out
 
 

@@ -25,7 +25,7 @@ from llvmlite import ir
 
 from ....runtime import dtypes as dt
 from .flat_loops import flat_loop, load, splat, store
-from .jit import compile_module
+from .jit import compile_module, data_address
 from .values import F32, F64, I64
 
 __all__ = ["NativeCaster", "PAIRS", "build"]
@@ -128,7 +128,7 @@ class NativeCaster:
 
     def cast(self, a: np.ndarray, dst_np) -> np.ndarray:
         out = np.empty(a.shape, dst_np)
-        self._functions[a.dtype, np.dtype(dst_np)](a.size, a.ctypes.data, out.ctypes.data)
+        self._functions[a.dtype, np.dtype(dst_np)](a.size, data_address(a), data_address(out))
         return out
 
 

@@ -23,7 +23,7 @@ from llvmlite import ir
 
 from ....runtime import dtypes as dt
 from .flat_loops import flat_loop, splat, store
-from .jit import compile_module
+from .jit import compile_module, data_address
 from .ops_handler import LLVMOps
 from .philox import philox_words, uniform_from_word
 from .values import F32, I32, I64, V
@@ -119,17 +119,17 @@ class NativeSampler:
     def words(self, seed: int, offset: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         w0 = np.empty(n, np.uint32)
         w1 = np.empty(n, np.uint32)
-        self._words(seed, offset, n, w0.ctypes.data, w1.ctypes.data)
+        self._words(seed, offset, n, data_address(w0), data_address(w1))
         return w0, w1
 
     def uniform(self, seed: int, offset: int, n: int) -> np.ndarray:
         out = np.empty(n, np.float32)
-        self._uniform(seed, offset, n, out.ctypes.data)
+        self._uniform(seed, offset, n, data_address(out))
         return out
 
     def normal(self, seed: int, offset: int, n: int) -> np.ndarray:
         out = np.empty(n, np.float32)
-        self._normal(seed, offset, n, out.ctypes.data)
+        self._normal(seed, offset, n, data_address(out))
         return out
 
 

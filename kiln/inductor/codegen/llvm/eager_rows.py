@@ -31,7 +31,7 @@ from llvmlite import ir
 
 from ....runtime import dtypes as dt
 from .flat_loops import LANES, counted_loop, load, splat, store
-from .jit import compile_module
+from .jit import compile_module, data_address
 from .ops_handler import LLVMOps
 from .values import F32, F64, I32, I64, V
 
@@ -379,10 +379,6 @@ def _module() -> ir.Module:
     return module
 
 
-def _address(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
-
-
 _C_TYPES = {F32: ctypes.c_float, _F64P: ctypes.c_void_p}
 
 
@@ -406,7 +402,7 @@ class NativeRows:
     def run(self, name: str, rows: int, n: int, *arrays: np.ndarray) -> None:
         """``name``'s row function over ``rows`` rows of ``n``: the arrays in its order (inputs,
         then outputs; a per-row totals array last where the function has one)."""
-        self._fns[name](rows, n, *[_address(a) for a in arrays])
+        self._fns[name](rows, n, *[data_address(a) for a in arrays])
 
     def layer_norm(self, x, out, w, b, eps: float) -> None:
         """out = layer_norm(x) over rows of ``x.shape[-1]`` (w, b: that many floats, or None)."""
@@ -423,7 +419,7 @@ class NativeRows:
 
 
 def _addresses(*arrays) -> list:
-    return [None if a is None else _address(a) for a in arrays]
+    return [None if a is None else data_address(a) for a in arrays]
 
 
 def build() -> NativeRows:

@@ -18,7 +18,7 @@ import numpy as np
 from llvmlite import ir
 
 from .flat_loops import counted_loop
-from .jit import compile_module
+from .jit import compile_module, data_address
 from .values import F32, F64, I64
 
 __all__ = ["NativeScans", "build"]
@@ -143,11 +143,11 @@ class NativeScans:
         inner = int(np.prod(shape[axis + 1 :], dtype=np.int64))
         out = np.empty(shape, a.dtype)
         if inner == 1:
-            self._rows[a.dtype](outer, shape[axis], a.ctypes.data, out.ctypes.data)
+            self._rows[a.dtype](outer, shape[axis], data_address(a), data_address(out))
             return out
         acc = np.empty(max(inner, 1), np.float64)
         self._functions[a.dtype](
-            outer, shape[axis], inner, a.ctypes.data, out.ctypes.data, acc.ctypes.data
+            outer, shape[axis], inner, data_address(a), data_address(out), data_address(acc)
         )
         return out
 

@@ -22,7 +22,7 @@ import numpy as np
 from llvmlite import ir
 
 from .flat_loops import counted_loop
-from .jit import compile_module
+from .jit import compile_module, data_address
 from .values import F32, I64
 
 __all__ = ["MAX_ROW", "NativeSums", "build"]
@@ -157,7 +157,7 @@ class NativeSums:
         if n >= MAX_ROW:
             return None
         out = np.empty(rows, np.float32)
-        self._rows(rows, n, block.ctypes.data, out.ctypes.data)
+        self._rows(rows, n, data_address(block), data_address(out))
         return out
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "kernel_function",
     "compile_kernels",
     "compile_module",
+    "data_address",
     "host_target",
     "derived_key",
     "jit_stats",
@@ -403,6 +404,17 @@ def _engine_for_object(
     compiled = CompiledModule(engine, module, cache_hit, key, functions, nbytes)
     _ENGINES[_memory_key(key)] = compiled
     return compiled
+
+
+def data_address(a) -> int:
+    """The address of numpy array ``a``'s first element, for a ctypes call into machine code:
+    through a ctypes view of its buffer (0.6 us), or numpy's array interface (2.5 us, as long as
+    ``a.ctypes.data``: a small kernel's whole cost) where ctypes cannot view the buffer (read-only,
+    not C-contiguous, empty)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.__array_interface__["data"][0]
 
 
 @compile_stage("codegen")
