@@ -1,4 +1,4 @@
-"""softmax, log_softmax, cross_entropy and layer_norm in eager mode through the row kernels in
+"""softmax, log_softmax, cross_entropy, layer_norm and rms_norm in eager mode through the row kernels in
 machine code (``llvm/eager_rows.py``): values and gradients against PyTorch over row lengths with
 and without a scalar tail, NaN and infinite rows, the layouts the kernels leave to numpy, the
 compiled kernels, and the numpy kernels when the machine code is missing."""
@@ -33,6 +33,10 @@ _CASES = {
         x, x.shape[-1:], None, _affine(lib, x, 2.0)
     ),
     "layer_norm-transposed": lambda lib, x: lib.nn.functional.layer_norm(x.t(), x.shape[:1]),
+    "rms_norm": lambda lib, x: lib.nn.functional.rms_norm(x, x.shape[-1:]),
+    "rms_norm-weight": lambda lib, x: lib.nn.functional.rms_norm(
+        x, x.shape[-1:], _affine(lib, x, 0.5), eps=1e-4
+    ),
 }
 
 
@@ -59,14 +63,17 @@ def _run(lib, case, x, ones=False):
     return y.detach().numpy(), grad.numpy()
 
 
-# every case at every shape, except layer norm over the 2-element rows of the transposed 2x1000
-# input: two nearly equal values cancel in float32 (kiln and PyTorch are both ~3e-5 from the
-# float64 result there, in different directions)
+# every case at every shape, except two ill-conditioned ones where float32 results differ by
+# more than rounding: layer norm over the 2-element rows of the transposed 2x1000 input (two
+# nearly equal values cancel: kiln and PyTorch are both ~3e-5 from the float64 result, in
+# different directions), and the one-element rows of rms_norm, whose gradient at a small x is
+# a large rstd times eps / (x^2 + eps) (kiln 3e-6 from float64 there, PyTorch 1.3e-5)
+_ILL_CONDITIONED = {("layer_norm-transposed", (2, 1000)), ("rms_norm", (7, 1))}
 _CASE_SHAPES = [
     (case, shape)
     for case in sorted(_CASES)
     for shape in _SHAPES
-    if not (case == "layer_norm-transposed" and shape[0] == 2)
+    if (case, shape) not in _ILL_CONDITIONED and (case.split("-")[0], shape) not in _ILL_CONDITIONED
 ]
 
 
@@ -113,6 +120,26 @@ def test_no_grad_and_batched_rows_match_torch():
 
 @needs_torch
 @pytest.mark.parametrize("shape", [(6, 4, 10), (5, 3, 7), (33, 1), (2, 600)])
+@pytest.mark.parametrize("weighted", [True, False])
+def test_rms_norm_weight_gradient_matches_torch(shape, weighted):
+    x = _inputs(shape)
+    g = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    normalized = shape[1:]
+    w = np.random.default_rng(4).standard_normal(normalized).astype(np.float32)
+    results = []
+    for lib in (kiln, torch):
+        t = lib.tensor(x, requires_grad=True)
+        wt = lib.tensor(w, requires_grad=True) if weighted else None
+        y = lib.nn.functional.rms_norm(t, normalized, wt)
+        grads = lib.autograd.grad(y, [t] + ([wt] if weighted else []), lib.tensor(g))
+        results.append([y.detach().numpy()] + [v.numpy() for v in grads])
+    for got, want in zip(*results):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)
+
+
+@needs_torch
+@pytest.mark.parametrize("shape", [(6, 4, 10), (5, 3, 7), (33, 1), (2, 600)])
 @pytest.mark.parametrize("affine", ["both", "weight", "bias"])
 def test_layer_norm_parameter_gradients_match_torch(shape, affine):
     x = _inputs(shape)
@@ -143,7 +170,8 @@ def test_compiled_matches_eager():
     w = kiln.tensor(np.linspace(0.5, 1.5, 77, dtype=np.float32))
 
     def f(t):
-        return kiln.softmax(t, -1) * 2 + kiln.log_softmax(t, -1) + F.layer_norm(t, (77,), w)
+        normalized = F.layer_norm(t, (77,), w) - F.rms_norm(t, (77,), w)
+        return kiln.softmax(t, -1) * 2 + kiln.log_softmax(t, -1) + normalized
 
     t = kiln.tensor(x, requires_grad=True)
     eager = f(t)

@@ -310,8 +310,15 @@ def _rms_eps(x, eps):
 @rms_norm.register_kernel
 def _rms_norm_kernel(x, normalized_shape, weight, eps):
     require_float("rms_norm", x)
-    _, axes = _check_norm_shape(x, normalized_shape, weight, None)
+    shape, axes = _check_norm_shape(x, normalized_shape, weight, None)
     a = _in_kept_layout(x, compute_array(x))  # the suggested layout, as PyTorch's and the meta's
+    w = None if weight is None else weight._data
+    native = _native_rows(a, w)
+    if native is not None:
+        out = new_like(a)
+        n = math.prod(shape)
+        native.rms_norm(a.reshape(-1, n), out.reshape(-1, n), w, _rms_eps(x, eps))
+        return wrap(out, x._dtype)
     scale = 1.0 / np.sqrt(_np_mean(np.square(a), axes) + _rms_eps(x, eps))
     y = np.multiply(a, scale, out=np.empty_like(a, dtype=np.result_type(a, scale)))
     if weight is not None:
@@ -334,9 +341,34 @@ def _rms_parts(x, axes, eps):
     return x32 * rstd, rstd
 
 
+def _native_rms_norm_grad(x, g, weight, eps, shape, needs):
+    """(gx, gw) of rms_norm from the row kernels in machine code, or None where they do not
+    serve (see ``_native_rows``)."""
+    xa, ga = x._data, g._data
+    if ga.shape != xa.shape:
+        ga = np.broadcast_to(ga, xa.shape)  # ``y.sum().backward()``'s expanded gradient
+    xa, ga = np.ascontiguousarray(xa), np.ascontiguousarray(ga)
+    w = None if weight is None else weight._data
+    native = _native_rows(xa, ga, w)
+    if native is None:
+        return None
+    n = math.prod(shape)
+    gx = new_like(xa) if needs[0] else None
+    gw = np.zeros(n) if weight is not None and needs[2] else None
+    native.rms_norm_grad(xa.reshape(-1, n), ga.reshape(-1, n), w, gx, gw, _rms_eps(x, eps))
+    return (
+        None if gx is None else wrap(gx, x._dtype),
+        None if gw is None else wrap(gw.astype(_F32).reshape(shape), x._dtype),
+    )
+
+
 def _rms_norm_grad(c, g):
     x, normalized_shape, weight, eps = c.args
-    _, axes = _check_norm_shape(x, normalized_shape, None, None)
+    shape, axes = _check_norm_shape(x, normalized_shape, None, None)
+    if numpy_derivative_ok(x, g, weight):
+        grads = _native_rms_norm_grad(x, g, weight, eps, shape, c.needs_input_grad)
+        if grads is not None:
+            return grads[0], None, grads[1], None
     xhat, rstd = _rms_parts(x, axes, eps)
     g32 = upcast_half(g)
     gx = gw = None
