@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.runtime import blas
+from kiln.runtime import blas, machine_code
 from kiln.runtime.blas import BLAS, EAGER_PARALLEL_MACS, kernel_matmul
 from tests.oracle import assert_close, needs_torch, to_torch, torch
 
@@ -154,24 +154,42 @@ def test_products_openblas_runs_serially_leave_its_thread_count_alone(
     assert_close(out, to_torch(a) @ to_torch(b), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("loops", ["machine-code", "numpy"])
 def test_a_recurrent_layers_step_products_follow_the_policy_and_restore_the_count(
-    threads, monkeypatch
+    threads, monkeypatch, loops
 ):
     """The fused LSTM layer enters the policy once for its loop (``blas.products``): each of its
     step products (hidden-major: 256x64 by 64x20 forward, 64x256 by 256x20 backward) still runs
-    at one thread, and the count is back afterwards."""
+    at one thread, whether the step loop is machine code calling ``sgemm`` or numpy's, and the
+    count is back afterwards."""
     kiln.set_num_threads(2)
     before = _count()
     lstm = kiln.nn.LSTM(64, 64)
     x = kiln.randn(6, 20, 64, requires_grad=True)
     seen = []
-    real = np.matmul
+    if loops == "numpy":
+        monkeypatch.setitem(machine_code._built, "recurrent", False)
+        real = np.matmul
 
-    def spy(a, b, *args, **kwargs):
-        seen.append((a.shape, b.shape, _count()))
-        return real(a, b, *args, **kwargs)
+        def spy(a, b, *args, **kwargs):
+            seen.append((a.shape, b.shape, _count()))
+            return real(a, b, *args, **kwargs)
 
-    monkeypatch.setattr(np, "matmul", spy)
+        monkeypatch.setattr(np, "matmul", spy)
+    else:
+        kernels = machine_code.get("recurrent")
+        assert kernels is not None
+        for name, shapes in (
+            ("lstm_forward", ((256, 64), (64, 20))),
+            ("lstm_backward", ((64, 256), (256, 20))),
+        ):
+            real_loop = getattr(kernels, name)
+
+            def spy_loop(*args, real_loop=real_loop, shapes=shapes, **kwargs):
+                seen.extend([(*shapes, _count())] * 6)  # the layer's six steps
+                return real_loop(*args, **kwargs)
+
+            monkeypatch.setattr(kernels, name, spy_loop)
     lstm(x)[0].sum().backward()
     monkeypatch.undo()
     steps = [n for a, b, n in seen if a == (256, 64) and b == (64, 20)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...runtime import blas
+from ...runtime import blas, machine_code
 from ...runtime import dtypes as dt
 from ...runtime.device import cpu
 from ...runtime.state import per_thread
@@ -160,6 +160,16 @@ def _lstm_gate_scale(hidden: int, dtype) -> np.ndarray:
     return scale
 
 
+def _native_lstm(dtype: np.dtype):
+    """(the LSTM step loops in machine code, the address of OpenBLAS's ILP64 ``sgemm`` they
+    call) for float32 layers where both exist (``inductor/codegen/llvm/eager_recurrent.py``);
+    None where the numpy loops run."""
+    if dtype != np.float32 or not blas.BLAS.load() or not blas.BLAS.gemm:
+        return None
+    kernels = machine_code.get("recurrent")
+    return None if kernels is None else (kernels, blas.BLAS.gemm[0])
+
+
 @_rnn_layer.register_kernel
 def _rnn_layer_kernel(mode, gates, hx, cx, w_hh, b_hh, reverse):
     gx = gates._data
@@ -187,9 +197,16 @@ def _rnn_layer_kernel(mode, gates, hx, cx, w_hh, b_hh, reverse):
         out_t = np.empty((steps, H, batch), gx.dtype)
         product = np.empty((H, batch), gx.dtype)
         gates_ws, cell_ws, tanh_ws = _lstm_workspace(ws, batch, H)
+        native = _native_lstm(gx.dtype)
+        if native is not None and steps:
+            kernels, gemm = native
+            with blas.products(4 * H, H, batch):  # (its products on this thread alone)
+                kernels.lstm_forward(gemm, reverse, w_scaled, pre, h, c, ws, out_t)
+            last = _order(steps, reverse)[-1]
+            h, c = out_t[last], cell_ws[last]
         # e^-x overflows to inf for x below about -88 (float32): the sigmoid is then 0, as it is
         with blas.products(4 * H, H, batch), np.errstate(over="ignore"):
-            for t in _order(steps, reverse):
+            for t in _order(steps, reverse) if native is None else ():
                 g = gates_ws[t]
                 np.matmul(w_scaled, h, out=g)
                 g += pre[t]
@@ -405,8 +422,16 @@ def _rnn_layer_backward_kernel(
         blocks = d_gates_t.reshape(steps, 4, H, batch)
         product = np.empty((H, batch), dtype)
         w_t = w.T
+        native = _native_lstm(dtype)
+        if native is not None and steps:
+            kernels, gemm = native
+            with blas.products(H, 4 * H, batch):
+                kernels.lstm_backward(
+                    gemm, reverse, np.ascontiguousarray(w), go_t, to_dc,
+                    factor, ws, d_gates_t, dh, dc,
+                )  # fmt: skip
         with blas.products(H, 4 * H, batch):
-            for t in reversed(order):
+            for t in reversed(order) if native is None else ():
                 dh += go_t[t]
                 np.multiply(dh, to_dc[t], out=product)
                 dc += product
