@@ -244,6 +244,37 @@ def test_a_view_of_an_input_mutated_in_place(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("returned", ["reshape", "reshape-of-view", "view-then-reshape"])
+def test_a_reshape_of_an_input_mutated_in_place_stays_a_view_of_it(backend, returned):
+    # the inductor keeps ``reshape`` whole in its trace: the returned reshape must still alias
+    # the real input, so a write through it reaches the caller's tensor, as in eager
+    import torch
+
+    def f(lib, a):
+        if returned == "reshape":
+            a[0] = 5.0
+            return (a.reshape(4),)
+        b = a.view(2, 2)
+        b[0] = b[1] * 10
+        c = a.reshape(4) if returned == "reshape-of-view" else b.reshape(-1)
+        c.neg_()
+        return b, c
+
+    results = []
+    for lib, compile_fn in ((kiln, lambda g: kiln.compile(g, backend=backend)), (torch, None)):
+        a = lib.arange(4.0).reshape(2, 2) if returned == "reshape" else lib.arange(4.0)
+        g = lambda a, lib=lib: f(lib, a)  # noqa: E731
+        outs = (compile_fn(g) if compile_fn else g)(a)
+        outs[-1].add_(1000)
+        results.append([a, *outs, *[o._base is a for o in outs]])
+    for got, expected in zip(results[0], results[1]):
+        if isinstance(expected, bool):
+            assert got == expected
+        else:
+            assert_close(got, expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_view_of_a_non_leaf_input_mutated_in_place(backend):
     import torch
 

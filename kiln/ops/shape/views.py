@@ -25,6 +25,7 @@ from ...runtime.symbolic import (
 )
 from ...runtime.tensor import contiguous_strides, wrap_array
 from ..core.common import Tensor, fake, wrap, wrap_dim, wrap_dims
+from ..core.dispatch import mark_view
 from ..core.grad_fn_naming import rename_grad_fn
 from ..core.registry import defop
 
@@ -259,10 +260,16 @@ def _reshape_decomp(x, shape):
 
 @reshape.register_meta
 def _reshape_meta(x, shape):
+    requested = shape
     shape = infer_size(shape, x.numel())
     st, deferred = reshape_strides(x, shape)
     if st is not None:
-        return _meta_view(x, shape, st, _x_offset(x))
+        # a view, as the decomposition eager runs makes: a pass that keeps ``reshape`` whole
+        # (the inductor's trace) sees it alias ``x``, so an output that is such a reshape of an
+        # input is regenerated from the real input (a view of it, as in eager)
+        out = _meta_view(x, shape, st, _x_offset(x))
+        mark_view(out, x, reshape, (x, requested))
+        return out
     out = fake(shape, x._dtype, x)
     if deferred:
         _env_of(x._shape, x.stride(), shape).defer_until_aliased(deferred, x, out)
