@@ -80,19 +80,25 @@ def _step_index(b, k, steps, reverse):
     return b.select(b.icmp_signed("!=", reverse, _i64(0)), b.sub(b.sub(steps, _i64(1)), k), k)
 
 
+def _step_loop(module: ir.Module, name: str, pointers: int):
+    """``void name(i64 steps, i64 B, i64 H, i64 reverse, float* x pointers, i8* gemm)``: its
+    arguments but the last, a builder in its entry block, ``gemm`` as a function, and the
+    sizes every step uses (H B: a state, 4 H B: a step's gates, 6 H B: a workspace step)."""
+    args = [I64] * 4 + [_F32P] * pointers + [_I8P]
+    fn = ir.Function(module, ir.FunctionType(_VOID, args), name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    gemm = b.bitcast(fn.args[-1], _GEMM.as_pointer())
+    hb = b.mul(fn.args[2], fn.args[1])
+    return fn.args[:-1], b, gemm, (hb, b.mul(hb, _i64(4)), b.mul(hb, _i64(6)))
+
+
 def _forward(module: ir.Module) -> None:
     """``kiln_lstm_forward(steps, B, H, reverse, w, pre, h0, c0, ws, out, gemm)``: per step t,
     gates = 1 / (1 + e^(w @ h + pre[t])) (the cell gate's block then 2 s - 1), c = f c + i g,
     ws[t] = (gates, c, tanh(c)), out[t] = o tanh(c); w (4H, H) and ``pre`` (T, 4H, B) are
     scaled as ``recurrent._lstm_gate_scale`` says; states are (H, B)."""
-    args = [I64] * 4 + [_F32P] * 6 + [_I8P]
-    fn = ir.Function(module, ir.FunctionType(_VOID, args), "kiln_lstm_forward")
-    steps, batch, hidden, reverse, w, pre, h0, c0, ws, out, gemm_address = fn.args
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    gemm = b.bitcast(gemm_address, _GEMM.as_pointer())
-    hb = b.mul(hidden, batch)
-    gates_size = b.mul(hb, _i64(4))
-    step_size = b.mul(hb, _i64(6))
+    args, b, gemm, (hb, gates_size, step_size) = _step_loop(module, "kiln_lstm_forward", 6)
+    steps, batch, hidden, reverse, w, pre, h0, c0, ws, out = args
 
     def step(k):
         t = _step_index(b, k, steps, reverse)
@@ -157,14 +163,8 @@ def _backward(module: ir.Module) -> None:
     d_gates[t] = (factor[t, :3] dc, factor[t, 3] dh), dc *= f[t], dh = w^T @ d_gates[t]; ``dh``
     and ``dc`` (H, B) come in as the gradients after the last step and leave as those before
     the first."""
-    args = [I64] * 4 + [_F32P] * 8 + [_I8P]
-    fn = ir.Function(module, ir.FunctionType(_VOID, args), "kiln_lstm_backward")
-    steps, batch, hidden, reverse, w, go, to_dc, factor, ws, d_gates, dh, dc, gemm_address = fn.args
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    gemm = b.bitcast(gemm_address, _GEMM.as_pointer())
-    hb = b.mul(hidden, batch)
-    gates_size = b.mul(hb, _i64(4))
-    step_size = b.mul(hb, _i64(6))
+    args, b, gemm, (hb, gates_size, step_size) = _step_loop(module, "kiln_lstm_backward", 8)
+    steps, batch, hidden, reverse, w, go, to_dc, factor, ws, d_gates, dh, dc = args
 
     def step(k):
         t = _step_index(b, b.sub(b.sub(steps, _i64(1)), k), steps, reverse)
