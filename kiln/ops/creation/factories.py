@@ -230,6 +230,19 @@ def arange(
 
 
 def _arange_geometry(start, end, step, dtype):
+    if (
+        start.__class__ is int
+        and end.__class__ is int
+        and step.__class__ is int
+        and (dtype is None or dtype is dt.int64)
+    ):
+        # the common ``arange(n)`` of Python ints, without the general path's type checks
+        # (two thirds of a small arange's cost): the count is ``range``'s, as below
+        if step == 0:
+            raise RuntimeError("step must be nonzero")
+        if (step > 0 and start > end) or (step < 0 and start < end):
+            raise RuntimeError("upper bound and lower bound inconsistent with step sign")
+        return start, end, step, dt.int64, len(range(start, end, step))
     vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
     start, end, step = vals
     if step == 0:
@@ -273,6 +286,8 @@ def _arange_kernel(start, end, step, dtype, device):
         return devices.run_kernel(dev, arange, (start, end, step, d, dev))
     if d.is_floating_point:
         a = _float_range(start, step, n, d)
+    elif d is dt.int64 and start.__class__ is int and step.__class__ is int:
+        a = np.arange(start, start + n * step, step, dtype=np.int64)
     else:
         a = (start + np.arange(n, dtype=np.int64) * step).astype(d.np)
     return wrap_array(a, d)
