@@ -114,11 +114,14 @@ def test_half_inputs_match_torch(dtype):
         np.testing.assert_allclose(got, want, 1e-2, 1e-2)
 
 
-def test_backward_reuses_the_forward_statistics(monkeypatch):
-    """The plain backward takes the batch's mean and 1/std from the forward pass: the
+@pytest.mark.parametrize("kernels", ["numpy", "machine-code"])
+def test_backward_reuses_the_forward_statistics(monkeypatch, kernels):
+    """The plain backward takes the batch's mean and 1/std from the forward pass: in numpy the
     variance's pass (a per-channel dot product) runs once in the forward and the gradient's
-    own sum of products once in the backward, and the gradients equal PyTorch's."""
+    own sum of products once in the backward; in machine code the backward gets the forward's
+    statistics; and the gradients equal PyTorch's."""
     from kiln.ops.nn import normalization
+    from kiln.runtime import machine_code
 
     calls = []
     real = normalization._channel_dot
@@ -128,8 +131,29 @@ def test_backward_reuses_the_forward_statistics(monkeypatch):
         return real(*args)
 
     monkeypatch.setattr(normalization, "_channel_dot", counting)
+    if kernels == "numpy":
+        monkeypatch.setitem(machine_code._built, "rows", False)
+        _compare((4, 3, 6, 5), "float32")
+        assert len(calls) == 2
+        return
+    native = machine_code.get("rows")
+    stats = {}
+    forward, backward = native.batch_norm, native.batch_norm_grad
+
+    def recording_forward(x, out, w, b, mean, var, rstd, eps):
+        forward(x, out, w, b, mean, var, rstd, eps)
+        stats["forward"] = (mean.copy(), rstd.copy())
+
+    def recording_backward(x, g, w, mean, rstd, *rest):
+        stats["backward"] = (mean.copy(), rstd.copy())
+        backward(x, g, w, mean, rstd, *rest)
+
+    monkeypatch.setattr(native, "batch_norm", recording_forward)
+    monkeypatch.setattr(native, "batch_norm_grad", recording_backward)
     _compare((4, 3, 6, 5), "float32")
-    assert len(calls) == 2
+    assert not calls
+    for f, b in zip(stats["forward"], stats["backward"]):
+        np.testing.assert_array_equal(f, b)
 
 
 def test_retained_graph_backward_twice_matches_torch():

@@ -560,7 +560,19 @@ def _centered(a: np.ndarray, rows: np.ndarray, eps: float, stats=None) -> tuple:
 
 def _fast_batch_norm(a, rows, weight, bias, eps) -> tuple:
     """Training-mode batch norm of a C-contiguous (N, C, *S) ``a``: output, mean, variance,
-    1 / sqrt(var + eps). Five passes, each over long contiguous rows with a per-row scalar."""
+    1 / sqrt(var + eps). In float32 one machine-code call, per channel three passes over its
+    rows while they are in cache (``eager_rows.py``); else five numpy passes, each over long
+    contiguous rows with a per-row scalar."""
+    w = None if weight is None else weight._data
+    b = None if bias is None else bias._data
+    native = _native_rows(a, w, b)
+    if native is not None:
+        n, c = a.shape[:2]
+        y = new_like(a)
+        mean, var, rstd = (np.empty(c, _F32) for _ in range(3))
+        batch = (n, c, rows.shape[1])
+        native.batch_norm(a.reshape(batch), y.reshape(batch), w, b, mean, var, rstd, eps)
+        return y, mean, var, rstd
     y, mean, var, rstd = _centered(a, rows, eps)
     scale = rstd if weight is None else rstd * weight._data
     y *= scale[:, None]
@@ -697,6 +709,18 @@ def _fast_batch_norm_grad(x, a, rows, grows, weight, eps, needs, stats=None) -> 
     with per-channel ``k1 = rstd * w``, ``k2 = -k1 * rstd * gw / M``, ``k3 = -k1 * gb / M`` in
     four more."""
     n, c = a.shape[:2]
+    w = None if weight is None else weight._data
+    native = _native_rows(a, grows, w) if stats is not None else None
+    if native is not None and stats[0].dtype == _F32 and stats[1].dtype == _F32:
+        batch = (n, c, rows.shape[1])
+        gx = new_like(a) if needs[0] else None
+        gw = np.empty(c, _F32) if weight is not None and needs[1] else None
+        gb = np.empty(c, _F32) if needs[2] else None
+        native.batch_norm_grad(
+            a.reshape(batch), grows.reshape(batch), w, stats[0], stats[1],
+            None if gx is None else gx.reshape(batch), gw, gb,
+        )  # fmt: skip
+        return tuple(None if t is None else wrap(t, x._dtype) for t in (gx, gw, gb))
     count = rows.size // c
     xc, _, _, rstd = _centered(a, rows, eps, stats)
     gb = _channel_sum(grows, n)

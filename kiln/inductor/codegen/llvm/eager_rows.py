@@ -428,6 +428,157 @@ def _rms_norm_grad(row: _Row, p, r, base, eps, gw_sums) -> None:
     _column_sums(row, gw_sums, lambda o, i, lanes: o.mul(_load(o, g, i, lanes), xhat(o, i, lanes)))
 
 
+def _channel_function(module: ir.Module, name: str, pointers: int, body) -> None:
+    """``void name(i64 N, i64 C, i64 L, float* p0, ..., float eps)`` over a C-contiguous
+    (N, C, L) batch: ``body(b, c, N, M, rows, pointers, eps, total)`` for each channel c (M:
+    its N L values), where
+    ``rows(n)`` is the ``_Row`` of image n's channel-c values with its offset, and ``total`` a
+    float64 slot for sums over the images."""
+    fn = ir.Function(
+        module, ir.FunctionType(_VOID, [I64, I64, I64] + [_F32P] * pointers + [F32]), name
+    )
+    images, channels, length, *rest = fn.args
+    ptrs, eps = rest[:pointers], rest[pointers]
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    slots = {LANES: b.alloca(ir.VectorType(F32, LANES)), 1: b.alloca(F32)}
+    total = b.alloca(F64)
+    count = b.mul(images, length)
+
+    def channel(c):
+        def rows(n):
+            return _Row(b, length, slots), b.mul(b.add(b.mul(n, channels), c), length)
+
+        body(b, c, images, count, rows, ptrs, eps, total)
+
+    counted_loop(b, channels, channel)
+    b.ret_void()
+
+
+def _over_images(b, images, rows, total, value) -> V:
+    """The float64 sum over the images of ``value(row, offset)`` (a float32 row sum)."""
+    b.store(ir.Constant(F64, 0.0), total)
+
+    def image(n):
+        row, offset = rows(n)
+        b.store(b.fadd(b.load(total), b.fpext(value(row, offset).value, F64)), total)
+
+    counted_loop(b, images, image)
+    return b.load(total)
+
+
+def _at(p, offset):
+    return lambda o, i, lanes: _load(o, o.b.gep(p, [offset]), i, lanes)
+
+
+def _batch_norm(b, c, images, values, rows, ptrs, eps, total) -> None:
+    """Training batch norm of channel c: mean and biased variance over (N, L) (two passes, sums
+    in float64), rstd = 1 / sqrt(var + eps), out = (x - mean) * (rstd [* w]) [+ b]; the
+    channel's mean, variance and rstd written out. w and b may be null (absent)."""
+    x, out, w, bias, mean_out, var_out, rstd_out = ptrs
+    count = b.sitofp(values, F64)
+    ops = LLVMOps(_Emitter(b), 1, {})
+
+    def channel_mean(value):
+        return V(b.fptrunc(b.fdiv(_over_images(b, images, rows, total, value), count), F32), _F)
+
+    mean = channel_mean(lambda row, at: row.reduce(_at(x, at), "add", 0.0))
+
+    def square(row, at):
+        def deviation(o, i, lanes):
+            d = o.sub(_at(x, at)(o, i, lanes), _splat(o, mean, lanes))
+            return o.mul(d, d)
+
+        return row.reduce(deviation, "add", 0.0)
+
+    var = channel_mean(square)
+    rstd = ops.truediv(ops.constant(1.0, _F), ops.sqrt(ops.add(var, V(eps, _F))))
+    for p, value in ((mean_out, mean), (var_out, var), (rstd_out, rstd)):
+        b.store(value.value, b.gep(p, [c]))
+
+    def emit(flags):
+        has_w, has_b = flags
+        scale = ops.mul(rstd, V(b.load(b.gep(w, [c])), _F)) if has_w else rstd
+        shift = V(b.load(b.gep(bias, [c])), _F) if has_b else None
+
+        def image(n):
+            row, at = rows(n)
+            src, dst = b.gep(x, [at]), b.gep(out, [at])
+
+            def body(o, i, lanes):
+                y = o.mul(
+                    o.sub(_load(o, src, i, lanes), _splat(o, mean, lanes)), _splat(o, scale, lanes)
+                )
+                if shift is not None:
+                    y = o.add(y, _splat(o, shift, lanes))
+                store(o.b, y.value, dst, i, lanes)
+
+            row.each(body)
+
+        counted_loop(b, images, image)
+
+    _branches(b, [_present(b, w), _present(b, bias)], emit)
+
+
+def _batch_norm_grad(b, c, images, values, rows, ptrs, eps, total) -> None:
+    """Training batch norm's gradients for channel c from the forward's mean and rstd:
+    gb = sum(g), gw = sum(g (x - mean)) rstd (sums in float64), and gx = (g k1 + (x - mean) k2)
+    + k3 with k1 = rstd [* w], k2 = -k1 rstd gw / M, k3 = -k1 gb / M (M = N L). Null pointers
+    (w, gx, gw, gb) are absent."""
+    x, g, w, mean_in, rstd_in, gx, gw, gb = ptrs
+    ops = LLVMOps(_Emitter(b), 1, {})
+    mean = V(b.load(b.gep(mean_in, [c])), _F)
+    rstd = V(b.load(b.gep(rstd_in, [c])), _F)
+    sum_g = V(
+        b.fptrunc(
+            _over_images(
+                b, images, rows, total, lambda row, at: row.reduce(_at(g, at), "add", 0.0)
+            ),
+            F32,
+        ),
+        _F,
+    )
+
+    def dot(row, at):
+        def product(o, i, lanes):
+            return o.mul(
+                _at(g, at)(o, i, lanes), o.sub(_at(x, at)(o, i, lanes), _splat(o, mean, lanes))
+            )
+
+        return row.reduce(product, "add", 0.0)
+
+    weight_grad = ops.mul(V(b.fptrunc(_over_images(b, images, rows, total, dot), F32), _F), rstd)
+    for p, value in ((gw, weight_grad), (gb, sum_g)):
+        with b.if_then(_present(b, p)):
+            b.store(value.value, b.gep(p, [c]))
+
+    def emit(flags):
+        (has_w,) = flags
+        k1 = ops.mul(rstd, V(b.load(b.gep(w, [c])), _F)) if has_w else rstd
+        count = V(b.sitofp(values, F32), _F)
+        minus_k1 = ops.neg(k1)
+        k2 = ops.truediv(ops.mul(ops.mul(minus_k1, rstd), weight_grad), count)
+        k3 = ops.truediv(ops.mul(minus_k1, sum_g), count)
+
+        def image(n):
+            row, at = rows(n)
+            src, grad, dst = b.gep(x, [at]), b.gep(g, [at]), b.gep(gx, [at])
+
+            def body(o, i, lanes):
+                centred = o.sub(_load(o, src, i, lanes), _splat(o, mean, lanes))
+                value = o.add(
+                    o.mul(_load(o, grad, i, lanes), _splat(o, k1, lanes)),
+                    o.mul(centred, _splat(o, k2, lanes)),
+                )
+                store(o.b, o.add(value, _splat(o, k3, lanes)).value, dst, i, lanes)
+
+            row.each(body)
+
+        counted_loop(b, images, image)
+
+    with b.if_then(_present(b, gx)):
+        _branches(b, [_present(b, w)], emit)
+
+
 _F64P = F64.as_pointer()
 
 # name -> (float pointers, row body, extra arguments)
@@ -449,10 +600,21 @@ _FUNCTIONS = {
 }
 
 
+# name -> (float pointers, channel body): over (N, C, L) batches, per channel
+_CHANNEL_FUNCTIONS = {
+    # x, out, w, b, mean, var, rstd
+    "batch_norm": (7, _batch_norm),
+    # x, g, w, mean, rstd, gx, gw, gb
+    "batch_norm_grad": (8, _batch_norm_grad),
+}
+
+
 def _module() -> ir.Module:
     module = ir.Module(name="kiln_eager_rows")
     for name, (pointers, body, *extra) in _FUNCTIONS.items():
         _row_function(module, f"kiln_{name}_rows", pointers, body, *extra)
+    for name, (pointers, body) in _CHANNEL_FUNCTIONS.items():
+        _channel_function(module, f"kiln_{name}_channels", pointers, body)
     return module
 
 
@@ -475,6 +637,16 @@ class NativeRows:
                 *[ctypes.c_void_p] * pointers,
                 *scalars,
             )
+        self._channel_fns = {
+            name: compiled.cfunc(
+                f"kiln_{name}_channels",
+                None,
+                *[ctypes.c_int64] * 3,
+                *[ctypes.c_void_p] * pointers,
+                ctypes.c_float,
+            )
+            for name, (pointers, _) in _CHANNEL_FUNCTIONS.items()
+        }
 
     def run(self, name: str, rows: int, n: int, *arrays: np.ndarray) -> None:
         """``name``'s row function over ``rows`` rows of ``n``: the arrays in its order (inputs,
@@ -493,6 +665,20 @@ class NativeRows:
         self._fns["layer_norm_grad"](
             x.size // n, n, *_addresses(x, g, w, gx), eps, *_addresses(gw_sums, gb_sums)
         )
+
+    def batch_norm(self, x, out, w, b, mean, var, rstd, eps: float) -> None:
+        """Training batch norm of a C-contiguous (N, C, L) ``x`` into ``out``, the channels'
+        statistics into ``mean``, ``var`` and ``rstd`` (C floats each; w, b: C floats or None)."""
+        n, c, length = x.shape
+        arrays = _addresses(x, out, w, b, mean, var, rstd)
+        self._channel_fns["batch_norm"](n, c, length, *arrays, eps)
+
+    def batch_norm_grad(self, x, g, w, mean, rstd, gx, gw, gb) -> None:
+        """Training batch norm's gradients (each of gx, gw, gb None when not wanted) from the
+        forward's per-channel mean and rstd; x, g, gx (N, C, L)."""
+        n, c, length = x.shape
+        arrays = _addresses(x, g, w, mean, rstd, gx, gw, gb)
+        self._channel_fns["batch_norm_grad"](n, c, length, *arrays, 0.0)
 
     def rms_norm(self, x, out, w, eps: float) -> None:
         """out = rms_norm(x) over rows of ``x.shape[-1]`` (w: that many floats, or None)."""
