@@ -118,9 +118,9 @@ _random.set_native_sampler(_load_cpu_sampler)
 
 def _build_eager_machine_code(module: str):
     """Eager kernels numpy cannot make fast (16-bit casts, activations, cumsum, small row sums,
-    softmax and norm rows, LSTM steps) come from machine code built by the LLVM backend; the
-    runtime and op layers reach each set through ``runtime.machine_code``, which calls this on
-    the set's first use."""
+    softmax and norm rows, LSTM steps, Adam) come from machine code built by the LLVM backend;
+    the runtime and op layers reach each set through ``runtime.machine_code``, which calls this
+    on the set's first use."""
     return _importlib.import_module(f".inductor.codegen.llvm.{module}", __name__).build()
 
 
@@ -131,6 +131,7 @@ for _name, _module in (
     ("sums", "eager_sums"),
     ("rows", "eager_rows"),
     ("recurrent", "eager_recurrent"),
+    ("optimizers", "eager_optimizers"),
 ):
     _machine_code.set_loader(_name, _functools.partial(_build_eager_machine_code, _module))
 del _name, _module

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime import machine_code
 from ..runtime.compiling import is_compiling
 from ..runtime.device import cpu
 from ..runtime.state import per_thread
@@ -138,12 +139,43 @@ def adam_update(param: Tensor, state: dict, group: dict, lr: float, betas: tuple
         (1 - beta2**step) ** 0.5,  # square root of the second bias correction
         group["eps"],
     )
-    flat = [a.reshape(-1) for a in arrays]
-    n = flat[0].size
-    for start in range(0, max(n, 1), _CHUNK):
-        _adam_slice([a[start : start + _CHUNK] for a in flat], scalars)
+    if not (arrays[0].dtype == _FLOATS[0] and _native_adam(arrays, scalars)):
+        flat = [a.reshape(-1) for a in arrays]
+        n = flat[0].size
+        for start in range(0, max(n, 1), _CHUNK):
+            _adam_slice([a[start : start + _CHUNK] for a in flat], scalars)
     for t in tensors[:1] + tensors[2:]:
         t._bump_version()
+    return True
+
+
+def _native_adam(arrays: list[np.ndarray], scalars: tuple) -> bool:
+    """The float32 update as one machine-code pass (``inductor/codegen/llvm/eager_optimizers``)
+    with ``_adam_slice``'s roundings, so its bits; False where that code cannot be had."""
+    kernels = machine_code.get("optimizers")
+    if kernels is None:
+        return False
+    maximize, weight_decay, decoupled, lr, beta1, beta2, step_size, correction2_sqrt, eps = scalars
+    f32 = np.float32
+    w = f32(1 - beta1)  # as ``_lerp`` rounds and picks its formula
+    small = abs(w) < 0.5
+    p, grad, exp_avg, exp_avg_sq = arrays[:4]
+    kernels.adam(
+        p, grad, exp_avg, exp_avg_sq, arrays[4] if len(arrays) > 4 else exp_avg_sq,
+        {
+            "decay": f32(1 - lr * weight_decay),
+            "weight_decay": f32(weight_decay),
+            "coeff": w if small else w - f32(1),
+            "beta2": f32(beta2),
+            "one_minus_beta2": f32(1 - beta2),
+            "correction2": f32(correction2_sqrt),
+            "eps": f32(eps),
+            "neg_step": f32(-step_size),
+        },
+        maximize=maximize,
+        decay="" if weight_decay == 0 else "decoupled" if decoupled else "coupled",
+        small=small,
+    )  # fmt: skip
     return True
 
 
