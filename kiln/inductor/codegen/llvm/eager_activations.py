@@ -154,4 +154,4 @@ class NativeActivations:
 
 def build() -> NativeActivations:
     """Compile (or load from the object cache) the activation kernels."""
-    return NativeActivations(compile_module(str(_module()), opt_level=3))
+    return NativeActivations(compile_module(_module(), opt_level=3))

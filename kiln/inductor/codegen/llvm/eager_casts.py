@@ -134,4 +134,4 @@ class NativeCaster:
 
 def build() -> NativeCaster:
     """Compile (or load from the object cache) the casts."""
-    return NativeCaster(compile_module(str(_module()), opt_level=3))
+    return NativeCaster(compile_module(_module(), opt_level=3))

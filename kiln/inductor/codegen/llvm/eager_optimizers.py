@@ -120,4 +120,4 @@ class NativeOptimizers:
 
 def build() -> NativeOptimizers:
     """Compile (or load from the object cache) the optimizer updates."""
-    return NativeOptimizers(compile_module(str(_module()), opt_level=3))
+    return NativeOptimizers(compile_module(_module(), opt_level=3))

@@ -135,4 +135,4 @@ class NativeSampler:
 
 def build() -> NativeSampler:
     """Compile (or load from the object cache) the samplers."""
-    return NativeSampler(compile_module(str(_module()), opt_level=3))
+    return NativeSampler(compile_module(_module(), opt_level=3))

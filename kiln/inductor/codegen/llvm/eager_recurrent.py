@@ -238,4 +238,4 @@ class NativeRecurrent:
 
 def build() -> NativeRecurrent:
     """Compile (or load from the object cache) the LSTM step loops."""
-    return NativeRecurrent(compile_module(str(_module()), opt_level=3))
+    return NativeRecurrent(compile_module(_module(), opt_level=3))

@@ -700,4 +700,4 @@ def _addresses(*arrays) -> list:
 
 def build() -> NativeRows:
     """Compile (or load from the object cache) the row kernels."""
-    return NativeRows(compile_module(str(_module()), opt_level=3))
+    return NativeRows(compile_module(_module(), opt_level=3))

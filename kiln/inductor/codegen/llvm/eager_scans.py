@@ -154,4 +154,4 @@ class NativeScans:
 
 def build() -> NativeScans:
     """Compile (or load from the object cache) the scans."""
-    return NativeScans(compile_module(str(_module()), opt_level=3, vectorize=True))
+    return NativeScans(compile_module(_module(), opt_level=3, vectorize=True))

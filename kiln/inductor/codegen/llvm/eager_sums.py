@@ -163,4 +163,4 @@ class NativeSums:
 
 def build() -> NativeSums:
     """Compile (or load from the object cache) the row sums."""
-    return NativeSums(compile_module(str(_module()), opt_level=3))
+    return NativeSums(compile_module(_module(), opt_level=3))

@@ -53,6 +53,7 @@ __all__ = [
     "load_object",
     "shared_object",
     "optimized_ir",
+    "release_module",
     "reset_jit_stats",
     "wait_for_background",
 ]
@@ -292,9 +293,36 @@ def _object_path(key: str) -> Path:
     return cache_dir() / key[:2] / f"{key}.o"
 
 
+def release_module(module: ir.Module) -> None:
+    """Break the reference cycles of an emitted module once its text is taken, so reference
+    counting frees it at once: blocks and their function, instructions and their block, a
+    loop's phi and its update, arguments and their function, functions and the module.
+
+    Left to the cyclic collector, every kernel's IR waits for a full walk: with the collector
+    paused while a frame compiles (``dynamo.config.pause_gc_while_compiling``), the one
+    collection after a cold nanoGPT compile walked ~230k young objects and freed ~130k, most
+    of them IR (0.3-0.4 s). The module is unusable afterwards."""
+    for value in module.globals.values():
+        if isinstance(value, ir.Function):
+            for block in value.blocks:
+                for instruction in block.instructions:
+                    instruction.operands = []
+                    if isinstance(instruction, ir.PhiInstr):
+                        instruction.incomings = []
+                block.instructions = []
+                block.terminator = None
+            value.blocks = []
+            value.args = ()
+            value.return_value = None
+    module.globals.clear()
+
+
 def _ir_text(llvm_ir: str | ir.Module) -> str:
+    """The IR's text; a module passed in is consumed (``release_module``)."""
     if isinstance(llvm_ir, ir.Module):
-        return str(llvm_ir)
+        text = str(llvm_ir)
+        release_module(llvm_ir)
+        return text
     if isinstance(llvm_ir, str):
         return llvm_ir
     raise TypeError(f"expected LLVM IR text or llvmlite.ir.Module, got {type(llvm_ir).__name__}")

@@ -22,6 +22,7 @@ from ...dependencies import RecordingHandler
 from ...ir import ComputedBuffer, Pointwise, Reduction
 from ...virtualized import set_ops_handler
 from .columns import ColumnEmitter
+from .jit import release_module
 from .loop_plan import CHUNK, InnerLoop, LoopPlan
 from .ops_handler import LLVMOps
 from .philox import philox_words, uniform_from_word
@@ -920,30 +921,6 @@ def emit_kernel(
     emitter.emit()
     emitter.release()
     return emitter.function
-
-
-def release_module(module: ir.Module) -> None:
-    """Break the reference cycles of an emitted module once its text is taken, so reference
-    counting frees it at once: blocks and their function, instructions and their block, a
-    loop's phi and its update, arguments and their function, functions and the module.
-
-    Left to the cyclic collector, every kernel's IR waits for a full walk: with the collector
-    paused while a frame compiles (``dynamo.config.pause_gc_while_compiling``), the one
-    collection after a cold nanoGPT compile walked ~230k young objects and freed ~130k, most
-    of them IR (0.3-0.4 s). The module is unusable afterwards."""
-    for value in module.globals.values():
-        if isinstance(value, ir.Function):
-            for block in value.blocks:
-                for instruction in block.instructions:
-                    instruction.operands = []
-                    if isinstance(instruction, ir.PhiInstr):
-                        instruction.incomings = []
-                block.instructions = []
-                block.terminator = None
-            value.blocks = []
-            value.args = ()
-            value.return_value = None
-    module.globals.clear()
 
 
 class _ScatterPlan:
