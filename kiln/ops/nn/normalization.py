@@ -102,7 +102,7 @@ _F32 = np.dtype(np.float32)
 
 def _native_rows(a: np.ndarray, *others):
     """The row kernels in machine code (``inductor/codegen/llvm/eager_rows.py``) when they
-    serve layer norm over ``a``: non-empty C-contiguous float32, and every other array (weight,
+    serve a norm over ``a``: non-empty C-contiguous float32, and every other array (weight,
     bias, gradient; None: absent) float32 and C-contiguous; else None (numpy computes)."""
     if a.dtype != _F32 or a.size == 0 or not a.flags.c_contiguous:
         return None

@@ -204,27 +204,28 @@ def _rnn_layer_kernel(mode, gates, hx, cx, w_hh, b_hh, reverse):
                 kernels.lstm_forward(gemm, reverse, w_scaled, pre, h, c, ws, out_t)
             last = _order(steps, reverse)[-1]
             h, c = out_t[last], cell_ws[last]
-        # e^-x overflows to inf for x below about -88 (float32): the sigmoid is then 0, as it is
-        with blas.products(4 * H, H, batch), np.errstate(over="ignore"):
-            for t in _order(steps, reverse) if native is None else ():
-                g = gates_ws[t]
-                np.matmul(w_scaled, h, out=g)
-                g += pre[t]
-                np.exp(g, out=g)
-                g += 1
-                np.reciprocal(g, out=g)
-                cell = g[2 * H : 3 * H]
-                cell *= 2
-                cell -= 1
-                c_new = cell_ws[t]
-                np.multiply(g[H : 2 * H], c, out=c_new)
-                np.multiply(g[:H], cell, out=product)
-                c_new += product
-                tanh_c = tanh_ws[t]
-                np.tanh(c_new, out=tanh_c)
-                h = out_t[t]
-                np.multiply(g[3 * H :], tanh_c, out=h)
-                c = c_new
+        else:
+            # e^-x overflows to inf for x below about -88 (float32): the sigmoid is then 0, as it is
+            with blas.products(4 * H, H, batch), np.errstate(over="ignore"):
+                for t in _order(steps, reverse):
+                    g = gates_ws[t]
+                    np.matmul(w_scaled, h, out=g)
+                    g += pre[t]
+                    np.exp(g, out=g)
+                    g += 1
+                    np.reciprocal(g, out=g)
+                    cell = g[2 * H : 3 * H]
+                    cell *= 2
+                    cell -= 1
+                    c_new = cell_ws[t]
+                    np.multiply(g[H : 2 * H], c, out=c_new)
+                    np.multiply(g[:H], cell, out=product)
+                    c_new += product
+                    tanh_c = tanh_ws[t]
+                    np.tanh(c_new, out=tanh_c)
+                    h = out_t[t]
+                    np.multiply(g[3 * H :], tanh_c, out=h)
+                    c = c_new
         np.copyto(out, out_t.transpose(0, 2, 1))
         h = h.T
         c_n = c.T.copy()
@@ -430,15 +431,16 @@ def _rnn_layer_backward_kernel(
                     gemm, reverse, np.ascontiguousarray(w), go_t, to_dc,
                     factor, ws, d_gates_t, dh, dc,
                 )  # fmt: skip
-        with blas.products(H, 4 * H, batch):
-            for t in reversed(order) if native is None else ():
-                dh += go_t[t]
-                np.multiply(dh, to_dc[t], out=product)
-                dc += product
-                np.multiply(factor[t, :3], dc, out=blocks[t, :3])
-                np.multiply(factor[t, 3], dh, out=blocks[t, 3])
-                dc *= f[t]
-                np.matmul(w_t, d_gates_t[t], out=dh)
+        else:
+            with blas.products(H, 4 * H, batch):
+                for t in reversed(order):
+                    dh += go_t[t]
+                    np.multiply(dh, to_dc[t], out=product)
+                    dc += product
+                    np.multiply(factor[t, :3], dc, out=blocks[t, :3])
+                    np.multiply(factor[t, 3], dh, out=blocks[t, 3])
+                    dc *= f[t]
+                    np.matmul(w_t, d_gates_t[t], out=dh)
         np.copyto(d_gates, d_gates_t.transpose(0, 2, 1))
         dh = dh.T.copy()
         d_cx = dc.T.copy()

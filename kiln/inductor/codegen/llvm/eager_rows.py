@@ -1,6 +1,6 @@
 """Machine code for eager row kernels over float32 rows: softmax and log_softmax over the last
 dim, forward and backward (``cross_entropy`` is ``log_softmax`` then ``nll_loss``), and
-layer_norm and rms_norm, forward and backward.
+layer_norm, rms_norm and training batch_norm, forward and backward.
 
 In numpy each of these is four to six array passes (max, subtract, exp, sum, divide ...), each a
 call of a few microseconds: 27 us for an 8x16 softmax against PyTorch's 2, and 0.67 ms against
@@ -11,10 +11,12 @@ the compiled kernels' to within the order of the row sums (eight lanes of runnin
 in order, then the scalar tail). NaN and infinities behave as the numpy kernels: a NaN or +inf
 in a row, or a row of -inf, makes the row NaN, as in PyTorch.
 
-layer_norm (and likewise rms_norm) keeps the numpy kernels' formulas: two passes for the mean and the biased variance
-(more accurate than PyTorch's one-pass moments), ``1 / sqrt(var + eps)``, and in the backward
-``((g w - mean(g w)) - xhat mean(g w xhat)) rstd``; the weight and bias gradients are column sums
-over the rows, accumulated in float64 (the caller rounds them once).
+layer_norm (and likewise rms_norm) keeps the numpy kernels' formulas: two passes for the mean
+and the biased variance (more accurate than PyTorch's one-pass moments), ``1 / sqrt(var +
+eps)``, and in the backward ``((g w - mean(g w)) - xhat mean(g w xhat)) rstd``; the weight and
+bias gradients are column sums over the rows, accumulated in float64 (the caller rounds them
+once). Training batch norm works per channel over the (N, L) rows of an (N, C, L) batch, its
+sums over the images in float64.
 
 ``kiln.ops.nn.softmax_linear`` and ``kiln.ops.nn.normalization`` reach these through
 ``runtime.machine_code`` (the facade registers the loader as the set "rows"; the first call
@@ -71,8 +73,9 @@ class _Row:
         combine: str,
         start: float,
     ) -> V:
-        """``combine`` ("add" or "maximum") of ``value`` over the row, from ``start``: eight lane
-        accumulators over the whole vectors, folded lane 0 to 7, then the tail element by element."""
+        """``combine`` ("add" or "maximum") of ``value`` over the row, from ``start``: eight
+        lane accumulators over the whole vectors, folded lane 0 to 7, then the tail element by
+        element."""
         b = self.b
         vector, scalar = self.slots[LANES], self.slots[1]
         b.store(splat(b, ir.Constant(F32, start), LANES), vector)
