@@ -23,7 +23,7 @@ import numpy as np
 from llvmlite import ir
 
 from ....runtime import dtypes as dt
-from .flat_loops import flat_loop, load, store
+from .flat_loops import flat_loop, float_ops, load, store
 from .jit import compile_module, data_address
 from .ops_handler import LLVMOps
 from .values import F32, I64, V
@@ -109,13 +109,6 @@ FORMULAS: dict[str, tuple[int, Callable]] = {
 }
 
 
-class _Emitter:
-    """What ``LLVMOps`` asks of an emitter for plain float math: the builder."""
-
-    def __init__(self, builder: ir.IRBuilder):
-        self.builder = builder
-
-
 def _module() -> ir.Module:
     module = ir.Module(name="kiln_eager_activations")
     f32p = F32.as_pointer()
@@ -128,7 +121,7 @@ def _module() -> ir.Module:
             p.add_attribute("noalias")
 
         def body(b, i, lanes, inputs=inputs, out=out, formula=formula):
-            ops = LLVMOps(_Emitter(b), lanes, {})
+            ops = float_ops(b, lanes)
             values = [V(load(b, p, i, lanes), _F) for p in inputs]
             store(b, formula(ops, *values).value, out, i, lanes)
 

@@ -20,9 +20,8 @@ import ctypes
 from llvmlite import ir
 
 from ....runtime import dtypes as dt
-from .flat_loops import flat_loop, load, splat, store
+from .flat_loops import flat_loop, float_ops, load, splat, store
 from .jit import compile_module, data_address
-from .ops_handler import LLVMOps
 from .values import F32, F64, I64, V
 
 __all__ = ["NativeOptimizers", "build"]
@@ -46,13 +45,6 @@ _SCALARS = (
 )
 
 
-class _Emitter:
-    """What ``LLVMOps`` asks of an emitter for plain float math: the builder."""
-
-    def __init__(self, builder: ir.IRBuilder):
-        self.builder = builder
-
-
 def _module() -> ir.Module:
     module = ir.Module(name="kiln_eager_optimizers")
     args = [I64] + [_F32P] * 5 + [I64] + [F32] * len(_SCALARS)
@@ -62,7 +54,7 @@ def _module() -> ir.Module:
     def body(b: ir.IRBuilder, i: ir.Value, lanes: int) -> None:
         # plain IR arithmetic, no ``contract`` flag: a fused multiply-add would round once where
         # the numpy path rounds twice (``LLVMOps`` gives the NaN-propagating maximum and sqrt)
-        ops = LLVMOps(_Emitter(b), lanes, {})
+        ops = float_ops(b, lanes)
         s = {name: splat(b, value, lanes) for name, value in zip(_SCALARS, scalars)}
         wide = ir.VectorType(F64, lanes) if lanes > 1 else F64
 

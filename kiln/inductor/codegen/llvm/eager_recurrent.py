@@ -20,7 +20,7 @@ import ctypes
 from llvmlite import ir
 
 from ....runtime import dtypes as dt
-from .flat_loops import LANES, counted_loop, load, splat, store
+from .flat_loops import counted_loop, load, splat, store, vector_loop
 from .jit import compile_module, data_address
 from .ops_handler import LLVMOps
 from .values import F32, I32, I64, V
@@ -39,23 +39,8 @@ _GEMM = ir.FunctionType(
 )
 
 
-class _Emitter:
-    """What ``LLVMOps`` asks of an emitter for plain float math: the builder."""
-
-    def __init__(self, builder: ir.IRBuilder):
-        self.builder = builder
-
-
 def _i64(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
-
-
-def _elementwise(b: ir.IRBuilder, n: ir.Value, body) -> None:
-    """``body(ops, i, lanes)`` over 0 .. n - 1: whole vectors, then the scalar tail."""
-    ops = {LANES: LLVMOps(_Emitter(b), LANES, {}), 1: LLVMOps(_Emitter(b), 1, {})}
-    whole = b.and_(n, _i64(-LANES))
-    counted_loop(b, whole, lambda i: body(ops[LANES], i, LANES), step=LANES)
-    counted_loop(b, n, lambda i: body(ops[1], i, 1), start=whole)
 
 
 def _value(ops: LLVMOps, p: ir.Value, i: ir.Value, lanes: int) -> V:
@@ -130,7 +115,7 @@ def _forward(module: ir.Module) -> None:
             s = ops.truediv(_const(ops, 1.0, lanes), ops.add(ops.exp(x), _const(ops, 1.0, lanes)))
             store(ops.b, s.value, g, i, lanes)
 
-        _elementwise(b, gates_size, activate)
+        vector_loop(b, gates_size, activate)
         gate_i, gate_f = g, b.gep(g, [hb])
         gate_g, gate_o = b.gep(g, [b.mul(hb, _i64(2))]), b.gep(g, [b.mul(hb, _i64(3))])
         cell, tanh_c = b.gep(g, [b.mul(hb, _i64(4))]), b.gep(g, [b.mul(hb, _i64(5))])
@@ -151,7 +136,7 @@ def _forward(module: ir.Module) -> None:
             store(ops.b, tc.value, tanh_c, i, lanes)
             store(ops.b, ops.mul(_value(ops, gate_o, i, lanes), tc).value, h_out, i, lanes)
 
-        _elementwise(b, hb, update)
+        vector_loop(b, hb, update)
 
     counted_loop(b, steps, step)
     b.ret_void()
@@ -187,7 +172,7 @@ def _backward(module: ir.Module) -> None:
             store(ops.b, ops.mul(_value(ops, factors[3], i, lanes), h).value, blocks[3], i, lanes)
             store(ops.b, ops.mul(c, _value(ops, forget, i, lanes)).value, dc, i, lanes)
 
-        _elementwise(b, hb, update)
+        vector_loop(b, hb, update)
         # dh = w^T @ d_gates[t]: (H, 4H) @ (4H, B), w (4H, H) read transposed
         _gemm(
             b,

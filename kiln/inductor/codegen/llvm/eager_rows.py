@@ -32,7 +32,7 @@ import numpy as np
 from llvmlite import ir
 
 from ....runtime import dtypes as dt
-from .flat_loops import LANES, counted_loop, load, splat, store
+from .flat_loops import LANES, counted_loop, float_ops, load, splat, store, vector_loop
 from .jit import compile_module, data_address
 from .ops_handler import LLVMOps
 from .values import F32, F64, I32, I64, V
@@ -44,13 +44,6 @@ _VOID = ir.VoidType()
 _F32P = F32.as_pointer()
 
 
-class _Emitter:
-    """What ``LLVMOps`` asks of an emitter for plain float math: the builder."""
-
-    def __init__(self, builder: ir.IRBuilder):
-        self.builder = builder
-
-
 class _Row:
     """One row's loops: ``reduce`` folds a per-element value over the row, ``each`` runs a
     per-element body; both do whole vectors, then the scalar tail."""
@@ -59,13 +52,11 @@ class _Row:
         self.b = b
         self.n = n
         self.whole = b.and_(n, ir.Constant(I64, -LANES))
-        self.ops = {LANES: LLVMOps(_Emitter(b), LANES, {}), 1: LLVMOps(_Emitter(b), 1, {})}
+        self.ops = {LANES: float_ops(b, LANES), 1: float_ops(b, 1)}
         self.slots = slots  # lanes -> an accumulator slot allocated in the entry block
 
     def each(self, body: Callable[[LLVMOps, ir.Value, int], None]) -> None:
-        b = self.b
-        counted_loop(b, self.whole, lambda i: body(self.ops[LANES], i, LANES), step=LANES)
-        counted_loop(b, self.n, lambda i: body(self.ops[1], i, 1), start=self.whole)
+        vector_loop(self.b, self.n, body)
 
     def reduce(
         self,
@@ -479,7 +470,7 @@ def _batch_norm(b, c, images, values, rows, ptrs, eps, total) -> None:
     channel's mean, variance and rstd written out. w and b may be null (absent)."""
     x, out, w, bias, mean_out, var_out, rstd_out = ptrs
     count = b.sitofp(values, F64)
-    ops = LLVMOps(_Emitter(b), 1, {})
+    ops = float_ops(b, 1)
 
     def channel_mean(value):
         return V(b.fptrunc(b.fdiv(_over_images(b, images, rows, total, value), count), F32), _F)
@@ -528,7 +519,7 @@ def _batch_norm_grad(b, c, images, values, rows, ptrs, eps, total) -> None:
     + k3 with k1 = rstd [* w], k2 = -k1 rstd gw / M, k3 = -k1 gb / M (M = N L). Null pointers
     (w, gx, gw, gb) are absent."""
     x, g, w, mean_in, rstd_in, gx, gw, gb = ptrs
-    ops = LLVMOps(_Emitter(b), 1, {})
+    ops = float_ops(b, 1)
     mean = V(b.load(b.gep(mean_in, [c])), _F)
     rstd = V(b.load(b.gep(rstd_in, [c])), _F)
     sum_g = V(

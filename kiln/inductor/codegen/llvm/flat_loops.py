@@ -9,9 +9,12 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
+from .ops_handler import LLVMOps
 from .values import I32, I64
 
-__all__ = ["LANES", "counted_loop", "flat_loop", "load", "splat", "store"]
+__all__ = [
+    "LANES", "counted_loop", "flat_loop", "float_ops", "load", "splat", "store", "vector_loop",
+]  # fmt: skip
 
 LANES = 8  # elements per vector iteration: eight 32-bit values fill one AVX2 register
 
@@ -26,6 +29,30 @@ def flat_loop(
     counted_loop(b, whole, lambda i: body(b, i, LANES), step=LANES)
     counted_loop(b, n, lambda i: body(b, i, 1), start=whole)
     b.ret_void()
+
+
+def vector_loop(
+    b: ir.IRBuilder, n: ir.Value, body: Callable[[LLVMOps, ir.Value, int], None]
+) -> None:
+    """``body(ops, index, lanes)`` over 0 .. n - 1 from the builder's current block: whole
+    vectors, then the scalar tail, each with the ``float_ops`` of its width."""
+    ops = {LANES: float_ops(b, LANES), 1: float_ops(b, 1)}
+    whole = b.and_(n, ir.Constant(I64, -LANES))
+    counted_loop(b, whole, lambda i: body(ops[LANES], i, LANES), step=LANES)
+    counted_loop(b, n, lambda i: body(ops[1], i, 1), start=whole)
+
+
+class _BuilderOnly:
+    """What ``LLVMOps`` asks of an emitter for plain float math: the builder."""
+
+    def __init__(self, builder: ir.IRBuilder):
+        self.builder = builder
+
+
+def float_ops(b: ir.IRBuilder, lanes: int) -> LLVMOps:
+    """The compiled kernels' ops handler over ``b`` for plain float math of ``lanes`` lanes (no
+    buffers, no loop variables)."""
+    return LLVMOps(_BuilderOnly(b), lanes, {})
 
 
 def splat(b: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
