@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.ops.nn import conv_kernels
+from kiln.ops.nn import conv_direct, conv_kernels
 from tests.oracle import needs_torch, torch
 
 pytestmark = needs_torch
@@ -145,10 +145,24 @@ def _check(case, layout=None, create_graph=False):
         np.testing.assert_allclose(got, want, rtol, atol, err_msg=name)
 
 
-@pytest.fixture(params=["chosen", "positions", "taps", "channels", "wide"])
+def _force_direct(monkeypatch) -> None:
+    """Every float32 2-d convolution the machine-code loops can compute runs through them
+    (forward, stride-1 input gradient, weight gradient), whatever its size."""
+    for name, value in (("MIN_TAPS", 1), ("MIN_WIDTH", 1), ("MAX_CHANNEL_TAPS", 1 << 30),
+                        ("MAX_GRAD_CHANNEL_TAPS", 1 << 30), ("MAX_GRAD_STRIDE", 1 << 30)):  # fmt: skip
+        monkeypatch.setattr(conv_direct, name, value)
+
+
+@pytest.fixture(params=["chosen", "positions", "taps", "channels", "wide", "direct"])
 def column_layout(request, monkeypatch):
     """Every forward convolution (the weight gradient's too) in the given column layout;
-    "wide": every stride-1 one in the wide form (the others as chosen)."""
+    "wide": every stride-1 one in the wide form (the others as chosen); "direct": every one
+    the machine-code loops compute through them (the numpy layouts run without them)."""
+    if request.param == "direct":
+        _force_direct(monkeypatch)
+        return request.param
+    if request.param != "chosen":
+        monkeypatch.setattr(conv_direct, "_kernels", lambda: None)
     if request.param == "wide":
         monkeypatch.setattr(conv_kernels, "_wide_pays", lambda *_: True)
     elif request.param != "chosen":
@@ -235,8 +249,9 @@ def _count_columns(monkeypatch) -> list:
 @pytest.mark.parametrize("name", ["3x3-same", "strided-odd", "groups", "3d", "float64"])
 def test_weight_gradient_reuses_the_forward_columns(name, column_layout, monkeypatch):
     """A plain backward takes the weight gradient from the columns the forward copied: one
-    im2col (or, wide, one wide copy of the input: the input gradient's is of the output
-    gradient, whose channels differ here) for the pair, and gradients equal to PyTorch's."""
+    im2col (or, wide or direct, one padded copy of the input: the input gradient's is of the
+    output gradient, whose channels differ here) for the pair, and gradients equal to
+    PyTorch's."""
     calls = _count_columns(monkeypatch)
     case = FORWARD[name]
     wide_inputs = []
@@ -248,6 +263,14 @@ def test_weight_gradient_reuses_the_forward_columns(name, column_layout, monkeyp
         return real(a, plan)
 
     monkeypatch.setattr(conv_kernels, "_wide_buffer", counting)
+    real_phases = conv_direct.phase_input
+
+    def counting_phases(a, *args):
+        if a.shape[1] == case["cg"] * case["groups"]:
+            wide_inputs.append(a.shape)
+        return real_phases(a, *args)
+
+    monkeypatch.setattr(conv_direct, "phase_input", counting_phases)
     _check(case)
     assert len(calls) + len(wide_inputs) == 1
 
@@ -298,11 +321,16 @@ def test_frozen_weight_keeps_no_columns_and_gives_the_input_gradient(monkeypatch
         np.testing.assert_allclose(mine, want, 2e-5, 2e-4)
 
 
-@pytest.mark.parametrize("wide", [False, True])
-def test_infinite_input_weight_gradient_matches_torch(wide, monkeypatch):
-    """An infinite input pixel: the wide form's dropped positions multiply it by zero (NaN
-    where PyTorch never reads it), so its weight gradient falls back to im2col columns."""
-    monkeypatch.setattr(conv_kernels, "_wide_pays", lambda *_: wide)
+@pytest.mark.parametrize("form", ["columns", "wide", "direct"])
+def test_infinite_input_weight_gradient_matches_torch(form, monkeypatch):
+    """An infinite input pixel: the wide form's dropped positions, and the direct loops'
+    columns past the output width (rounded up to a vector), multiply it by zero (NaN where
+    PyTorch never reads it), so its weight gradient falls back to im2col columns."""
+    if form == "direct":
+        _force_direct(monkeypatch)
+    else:
+        monkeypatch.setattr(conv_direct, "_kernels", lambda: None)
+        monkeypatch.setattr(conv_kernels, "_wide_pays", lambda *_: form == "wide")
     case = _case((6, 7), cg=4, og=3, padding=1)
     x, w, b = _arrays(case, np.random.default_rng(3))
     x[1, 2, 3, 6] = np.inf  # the last column: the first kernel column never reads it
@@ -316,9 +344,11 @@ def test_infinite_input_weight_gradient_matches_torch(wide, monkeypatch):
     np.testing.assert_allclose(got[kiln], got[torch], 2e-5, 2e-4)
 
 
-def test_wide_form_runs_where_it_pays():
-    """The ResNet step's 16-channel 3x3 layer at 8x32x32 runs wide: shifted copies kept for
-    the weight gradient instead of im2col columns; a strided one does not."""
+def test_wide_form_runs_where_it_pays(monkeypatch):
+    """Without the machine-code loops, the ResNet step's 16-channel 3x3 layer at 8x32x32 runs
+    wide: shifted copies kept for the weight gradient instead of im2col columns; a strided one
+    does not."""
+    monkeypatch.setattr(conv_direct, "_kernels", lambda: None)
     x = np.random.default_rng(4).standard_normal((8, 16, 32, 32)).astype("float32")
     w = np.random.default_rng(5).standard_normal((16, 16, 3, 3)).astype("float32")
     pads = [(1, 1), (1, 1)]
@@ -326,3 +356,68 @@ def test_wide_form_runs_where_it_pays():
     assert isinstance(cols, conv_kernels.WideColumns)
     _, cols = conv_kernels.conv_forward_keeping_columns(x, w, (2, 2), pads, (1, 1), 1, (16, 16))
     assert isinstance(cols, np.ndarray)
+
+
+def test_direct_loops_run_where_they_pay():
+    """The ResNet step's 3x3 layers run through the machine-code loops; the 16-channel one
+    keeps its padded input for a weight gradient in the loops too, the strided one leaves its
+    weight gradient to the products; a 1x1 layer (a plain product) stays in numpy."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((8, 16, 32, 32)).astype("float32")
+    w3 = rng.standard_normal((32, 16, 3, 3)).astype("float32")
+    pads = [(1, 1), (1, 1)]
+    _, kept = conv_kernels.conv_forward_keeping_columns(
+        x, w3[:16], (1, 1), pads, (1, 1), 1, (32, 32)
+    )
+    assert isinstance(kept, conv_direct.PhaseInput)
+    calls = []
+    real = conv_direct.forward
+    conv_direct.forward = lambda *args: calls.append(args) or real(*args)
+    try:
+        _, kept = conv_kernels.conv_forward_keeping_columns(
+            x, w3, (2, 2), pads, (1, 1), 1, (16, 16)
+        )
+        assert kept is None and len(calls) == 1
+        w1 = rng.standard_normal((32, 16, 1, 1)).astype("float32")
+        conv_kernels.conv_forward(x, w1, (2, 2), [(0, 0), (0, 0)], (1, 1), 1, (16, 16))
+        assert len(calls) == 1
+    finally:
+        conv_direct.forward = real
+
+
+@pytest.mark.parametrize("forced", [False, True])
+@pytest.mark.parametrize(
+    "shape, outputs, kernel, stride, padding",
+    [
+        ((8, 16, 32, 32), 16, 3, 1, 1),  # the ResNet step's layers
+        ((8, 16, 32, 32), 32, 3, 2, 1),
+        ((8, 3, 32, 32), 16, 3, 1, 1),
+        ((3, 5, 13, 21), 6, (5, 3), (2, 1), (2, 1)),  # a last block of 2 outputs, width 21
+        ((2, 7, 9, 30), 9, 4, (1, 3), (0, 2)),  # stride 3 across the rows
+    ],
+)
+def test_direct_loops_match_torch_with_threads(shape, outputs, kernel, stride, padding, forced,
+                                               monkeypatch):  # fmt: skip
+    """Model-sized layers through ``F.conv2d`` and backward, as chosen and forced through the
+    loops, on two threads (rows shared by the pool) and one."""
+    if forced:
+        _force_direct(monkeypatch)
+    kernel = (kernel, kernel) if isinstance(kernel, int) else kernel
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape).astype("float32")
+    w = (rng.standard_normal((outputs, shape[1]) + kernel) * 0.2).astype("float32")
+    before = kiln.get_num_threads()
+    try:
+        for threads in (2, 1):
+            kiln.set_num_threads(threads)
+            got, want = [], []
+            for lib, out in ((kiln, got), (torch, want)):
+                xt, wt = lib.tensor(x, requires_grad=True), lib.tensor(w, requires_grad=True)
+                y = lib.nn.functional.conv2d(xt, wt, stride=stride, padding=padding)
+                g = np.cos(np.arange(y.numel())).reshape(tuple(y.shape)).astype("float32")
+                y.backward(lib.tensor(g))
+                out += [y.detach().numpy(), xt.grad.numpy(), wt.grad.numpy()]
+            for name, mine, theirs in zip(("out", "grad_x", "grad_w"), got, want):
+                np.testing.assert_allclose(mine, theirs, 1e-4, 2e-3, err_msg=name)
+    finally:
+        kiln.set_num_threads(before)

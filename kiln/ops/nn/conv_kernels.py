@@ -41,6 +41,7 @@ import numpy as np
 
 from ...runtime import blas
 from ...runtime.storage import empty_array
+from . import conv_direct
 
 __all__ = [
     "conv_forward",
@@ -357,6 +358,8 @@ def conv_forward(a, w, stride, pads, dilation, groups: int, out_spatial) -> np.n
     cg = a.shape[1] // groups
     if _whole_window(a.shape[2:], kernel, pads, dilation):
         return _dense_forward(a, w, groups)
+    if conv_direct.applies(a, w, stride, pads, dilation, groups, out_spatial):
+        return conv_direct.forward(a, w, stride, pads, out_spatial)[0]
     plan = _wide_applies(a.shape, kernel, stride, pads, dilation, groups, w.shape[0] // groups)
     if plan is not None:
         return _wide_forward(a, w, plan)[0]
@@ -376,6 +379,9 @@ def conv_forward_keeping_columns(
     cg = a.shape[1] // groups
     if cg == 1 or _whole_window(a.shape[2:], kernel, pads, dilation):
         return conv_forward(a, w, stride, pads, dilation, groups, out_spatial), None
+    if conv_direct.applies(a, w, stride, pads, dilation, groups, out_spatial):
+        out, x = conv_direct.forward(a, w, stride, pads, out_spatial)
+        return out, (x if conv_direct.grad_applies(x, kernel) else None)
     plan = _wide_applies(a.shape, kernel, stride, pads, dilation, groups, w.shape[0] // groups)
     if plan is not None:
         out, shifted = _wide_forward(a, w, plan)
@@ -505,6 +511,11 @@ def conv_weight_grad(
         x = a.reshape(n, groups, cg * p_k).transpose(1, 0, 2)
         total = blas.kernel_matmul(g.reshape(n, groups, og).transpose(1, 2, 0), x)
         return total.reshape((groups * og, cg) + kernel)
+    if isinstance(cols, conv_direct.PhaseInput):
+        total = conv_direct.weight_grad(cols, g, kernel)
+        if total is not None:
+            return total
+        cols = None
     if cols is None:
         plan = _wide_applies(a.shape, kernel, stride, pads, dilation, groups, og)
         if plan is not None:
@@ -571,6 +582,10 @@ def conv_transposed(a, w, stride, padding, dilation, groups: int, out_spatial) -
     in_spatial = a.shape[2:]
     if all(s == 1 and (d == 1 or size == 1) for s, size, d in zip(in_spatial, kernel, dilation)):
         return _dense_transposed(a, w, padding, groups, out_spatial)
+    if all(s == 1 for s in stride) and all(d == 1 for d in dilation) and groups == 1:
+        out = conv_direct.transposed(a, w, padding, out_spatial)
+        if out is not None:
+            return out
     if all(s == 1 or d == 1 for s, d in zip(stride, dilation)):
         plans = [
             _phases(in_spatial[i], out_spatial[i], kernel[i], stride[i], padding[i], dilation[i])
@@ -635,6 +650,8 @@ def _transposed_by_phases(a, w, stride, dilation, groups, out_spatial, plans) ->
         (max(combo[i][3][0] for combo in live), max(combo[i][3][1] for combo in live))
         for i in range(k)
     ]
+    unpadded = [(0, 0)] * k
+    dilated = groups != 1 or any(d != 1 for d in fdilation)
     first = live[0]
     layout = _column_layout([plan[2] for plan in first], [len(plan[0]) for plan in first], cg)
     padded = pad_spatial(a, widest, channels_last=layout == "channels" and cg > 1)
@@ -655,6 +672,11 @@ def _transposed_by_phases(a, w, stride, dilation, groups, out_spatial, plans) ->
         )
         part = padded[(slice(None), slice(None)) + window]
         weight = wf[(Ellipsis,) + taps]
+        if not dilated and conv_direct.applies(part, weight, [1] * k, unpadded, [1] * k, 1, counts):
+            # the phase through the machine-code loops, then copied to its strided positions
+            direct = conv_direct.forward(part, weight, [1] * k, unpadded, counts)[0]
+            np.copyto(out[(slice(None), slice(None)) + _phase_positions(combo, stride)], direct)
+            continue
         if layout == "channels":
             wmat = by_tap[(slice(None),) + taps].reshape(groups, -1, og)
         else:
@@ -664,13 +686,17 @@ def _transposed_by_phases(a, w, stride, dilation, groups, out_spatial, plans) ->
             return _convolve_padded(
                 part, weight, [1] * k, fdilation, groups, counts, layout, out, wmat
             )
-        target = tuple(
-            slice(plan[1], plan[1] + (plan[2] - 1) * stride[i] + 1, stride[i])
-            for i, plan in enumerate(combo)
-        )
-        view = out[(slice(None), slice(None)) + target]
+        view = out[(slice(None), slice(None)) + _phase_positions(combo, stride)]
         _convolve_padded(part, weight, [1] * k, fdilation, groups, counts, layout, view, wmat)
     return out
+
+
+def _phase_positions(combo, stride) -> tuple:
+    """The output positions of one phase of a transposed convolution: a strided slice per dim."""
+    return tuple(
+        slice(plan[1], plan[1] + (plan[2] - 1) * stride[i] + 1, stride[i])
+        for i, plan in enumerate(combo)
+    )
 
 
 def _before(index: int):
