@@ -446,12 +446,17 @@ _RECURRENT = {"LSTM": ("LSTM", [0, 3, 1, 2]), "GRU": ("GRU", [1, 0, 2]),
 
 
 @translates("_rnn_layer")
-def _rnn_layer(b, node, mode, gates, hx, cx, w_hh, b_hh, reverse):
+def _rnn_layer(b, node, mode, gates, hx, cx, w_hh, b_hh, reverse, batch_sizes=None):
     """One layer and direction as ONNX's LSTM, GRU or RNN operator. kiln's op starts from the
     input projections (``x @ w_ih.T + b_ih``, computed before it), so the operator's input
     weight ``W`` is a permutation that reorders PyTorch's gate blocks into ONNX's, and ``R`` and
     the recurrent bias are ``w_hh`` and ``b_hh`` with their rows in that order. The workspace
     output feeds only the backward kernel: it has no ONNX value."""
+    if batch_sizes is not None:
+        raise OnnxExportError(
+            f"{where(node)}: a packed sequence's recurrent layer has no ONNX translation; "
+            "export the model over padded sequences"
+        )
     op_type, order = _RECURRENT[mode]
     dtype = _out_dtype(node)
     hidden = _val(w_hh).shape[1]

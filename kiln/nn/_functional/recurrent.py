@@ -4,9 +4,10 @@ the ``*_cell`` functions), which take the weights as a flat list as ``torch.lstm
 
 ``nn.RNN`` / ``LSTM`` / ``GRU`` and the cells run the same code (``run_layers``, the steps), so
 the modules and the functions agree exactly. A layer of CPU float32/float64 tensors runs as
-one ``_rnn_layer`` op (``kiln/ops/recurrent.py``: the time loop in one kernel, back-propagation
-through time in another); packed sequences, projections, half types and autocast run the steps
-as a Python loop over kiln ops, which autograd differentiates and ``kiln.compile`` unrolls.
+one ``_rnn_layer`` op (``kiln/ops/nn/recurrent.py``: the time loop in one kernel, back-propagation
+through time in another; a packed sequence's in ``recurrent_packed.py``); projections, half types
+and autocast run the steps as a Python loop over kiln ops, which autograd differentiates and
+``kiln.compile`` unrolls.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def run_layers(
             w_ih, w_hh, b_ih, b_hh, w_hr = weights[layer * num_directions + direction]
             gates = linear(input, w_ih, b_ih)
             initial = tuple([s[layer * num_directions + direction] for s in state])
-            if batch_sizes is None and fused_layer_ok(gates, initial, w_hh, w_hr):
+            if fused_layer_ok(gates, initial, w_hh, w_hr):
                 out, h_n, c_n, _ = OPS["_rnn_layer"](
                     mode,
                     gates,
@@ -92,6 +93,7 @@ def run_layers(
                     w_hh,
                     b_hh,
                     direction == 1,
+                    batch_sizes,
                 )
                 outputs.append(out)
                 finals.append((h_n, c_n) if mode == "LSTM" else (h_n,))

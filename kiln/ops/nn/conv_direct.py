@@ -16,6 +16,7 @@ while every block of output channels rereads them, and the products' packed bloc
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +24,9 @@ import numpy as np
 from ...runtime import machine_code
 from ...runtime.storage import empty_array
 
-__all__ = ["PhaseInput", "applies", "forward", "grad_applies", "transposed", "weight_grad"]
+__all__ = [
+    "PhaseInput", "applies", "forward", "grad_applies", "pays", "transposed", "weight_grad",
+]  # fmt: skip
 
 _F32 = np.dtype(np.float32)
 LANES = 8  # output columns the loops compute at a time (``eager_convolution``'s)
@@ -58,22 +61,31 @@ def _kernels():
 
 
 def applies(a: np.ndarray, w: np.ndarray, stride, pads, dilation, groups: int, out_spatial) -> bool:
-    """Whether the loops compute ``conv_forward(a, w, stride, pads, dilation, groups)`` and pay:
-    a float32 2-d convolution of one group, no dilation, padding (not cropping), the shapes
-    above, and the machine code built."""
+    """Whether the loops compute ``conv_forward(a, w, stride, pads, dilation, groups)`` and pay
+    (``pays``), with the machine code built."""
     return (
-        a.ndim == 4
-        and groups == 1
-        and a.dtype == np.float32
+        a.dtype == np.float32
         and w.dtype == np.float32
+        and pays(a.shape, w.shape, pads, dilation, groups, out_spatial)
+        and _kernels() is not None
+    )
+
+
+def pays(x_shape, w_shape, pads, dilation, groups: int, out_spatial) -> bool:
+    """Whether the loops pay for a float32 convolution of these sizes: 2-d, one group, no
+    dilation, padding (not cropping), the sizes above. (Compiled graphs keep their own
+    lowering: routing these layers to this eager kernel as extern calls measured slower, a
+    ResNet CNN step 20.0 ms against 15.9, than the lowering's columns and pooled products.)"""
+    return (
+        len(x_shape) == 4
+        and groups == 1
         and tuple(dilation) == (1, 1)
         and all(lo >= 0 and hi >= 0 for lo, hi in pads)
-        and MIN_TAPS <= w.shape[2] * w.shape[3]
-        and a.shape[1] * w.shape[2] * w.shape[3] <= MAX_CHANNEL_TAPS
+        and MIN_TAPS <= w_shape[2] * w_shape[3]
+        and x_shape[1] * w_shape[2] * w_shape[3] <= MAX_CHANNEL_TAPS
         and out_spatial[-1] >= MIN_WIDTH
-        and a.size > 0
-        and w.size > 0
-        and _kernels() is not None
+        and math.prod(x_shape) > 0
+        and math.prod(w_shape) > 0
     )
 
 

@@ -25,6 +25,7 @@ from ...runtime.state import per_thread
 from ..core.common import Tensor, fake, wrap
 from ..core.registry import OPS, defop
 from ..creation.api import zeros_like
+from . import recurrent_packed
 
 __all__ = ["STEPS", "GATES", "fused_layer_ok"]
 
@@ -121,6 +122,7 @@ def _rnn_layer(
     w_hh: Tensor,
     b_hh: Tensor | None,
     reverse: bool,
+    batch_sizes: list[int] | None = None,
 ): ...
 
 
@@ -128,7 +130,9 @@ _rnn_layer.doc = (
     "Every time step of one recurrent layer and direction over the input projections ``gates`` "
     "(T, B, G*H): (output (T, B, H), final h, final c (empty unless LSTM), workspace). The "
     "workspace feeds the backward kernel: a uint8 tensor of the float data's bytes (as "
-    "PyTorch's cuDNN reserve space is), so it is not differentiable."
+    "PyTorch's cuDNN reserve space is), so it is not differentiable. With ``batch_sizes`` the "
+    "input is packed (N, G*H), step t ``batch_sizes[t]`` rows (the leading rows of the batch), "
+    "and so are the output (N, H) and the workspace (``recurrent_packed.py``)."
 )
 
 
@@ -171,7 +175,14 @@ def _native_lstm(dtype: np.dtype):
 
 
 @_rnn_layer.register_kernel
-def _rnn_layer_kernel(mode, gates, hx, cx, w_hh, b_hh, reverse):
+def _rnn_layer_kernel(mode, gates, hx, cx, w_hh, b_hh, reverse, batch_sizes=None):
+    if batch_sizes is not None:
+        out, h_n, c_n, ws = recurrent_packed.forward(
+            mode, gates._data, hx._data, None if cx is None else cx._data, w_hh._data,
+            None if b_hh is None else b_hh._data, reverse, batch_sizes, _WORKSPACE[mode],
+        )  # fmt: skip
+        d = gates._dtype
+        return wrap(out, d), wrap(h_n, d), wrap(c_n, d), wrap(ws.view(np.uint8), dt.uint8)
     gx = gates._data
     steps, batch, width = gx.shape
     hidden = w_hh._shape[1]
@@ -271,10 +282,19 @@ def _rnn_layer_kernel(mode, gates, hx, cx, w_hh, b_hh, reverse):
 
 
 @_rnn_layer.register_meta
-def _rnn_layer_meta(mode, gates, hx, cx, w_hh, b_hh, reverse):
-    steps, batch, _ = gates._shape
+def _rnn_layer_meta(mode, gates, hx, cx, w_hh, b_hh, reverse, batch_sizes=None):
     hidden = w_hh._shape[1]
     d = gates._dtype
+    if batch_sizes is not None:
+        rows = gates._shape[0]
+        batch = hx._shape[0]
+        return (
+            fake((rows, hidden), d, gates),
+            fake((batch, hidden), d, gates),
+            fake((batch, hidden) if mode == "LSTM" else (0,), d, gates),
+            fake((rows, _WORKSPACE[mode] * hidden * d.itemsize), dt.uint8, gates),
+        )
+    steps, batch, _ = gates._shape
     return (
         fake((steps, batch, hidden), d, gates),
         fake((batch, hidden), d, gates),
@@ -283,20 +303,29 @@ def _rnn_layer_meta(mode, gates, hx, cx, w_hh, b_hh, reverse):
     )
 
 
-def _loop(mode, gates, hx, cx, w_hh, b_hh, reverse):
-    """The layer as kiln ops, one step at a time (the reference the kernels follow)."""
+def _loop(mode, gates, hx, cx, w_hh, b_hh, reverse, batch_sizes=None):
+    """The layer as kiln ops, one step at a time (the reference the kernels follow); a packed
+    step updates the leading rows of the state only."""
     state = (hx, cx) if mode == "LSTM" else (hx,)
-    steps = gates.unbind(0)
+    steps = gates.unbind(0) if batch_sizes is None else gates.split(list(batch_sizes))
     outputs = [None] * len(steps)
+    batch = hx.shape[0]
     for t in _order(len(steps), reverse):
-        state = STEPS[mode](steps[t], state, w_hh, b_hh, None)
-        outputs[t] = state[0]
+        rows = steps[t].shape[0]
+        if rows == batch:
+            state = STEPS[mode](steps[t], state, w_hh, b_hh, None)
+            outputs[t] = state[0]
+            continue
+        active = STEPS[mode](steps[t], tuple([s[:rows] for s in state]), w_hh, b_hh, None)
+        outputs[t] = active[0]
+        state = tuple([OPS["cat"]([a, s[rows:]]) for a, s in zip(active, state)])
     c_n = state[1] if mode == "LSTM" else gates.new_zeros((0,))
-    return OPS["stack"](outputs), state[0], c_n
+    joined = OPS["stack"](outputs) if batch_sizes is None else OPS["cat"](outputs)
+    return joined, state[0], c_n
 
 
 def _rnn_layer_grad(c, g_out, g_h, g_c, _g_workspace=None):
-    mode, gates, hx, cx, w_hh, b_hh, reverse = c.args
+    mode, gates, hx, cx, w_hh, b_hh, reverse, batch_sizes = c.args
     out, _, _, workspace = c.out
     needs = c.needs_input_grad
     if per_thread.state.grad_enabled:
@@ -304,7 +333,7 @@ def _rnn_layer_grad(c, g_out, g_h, g_c, _g_workspace=None):
         from ...autograd.engine import grad as autograd_grad
 
         wanted = [(i, t) for i, t in enumerate(c.args) if isinstance(t, Tensor) and needs[i]]
-        outs = _loop(mode, gates, hx, cx, w_hh, b_hh, reverse)
+        outs = _loop(mode, gates, hx, cx, w_hh, b_hh, reverse, batch_sizes)
         pairs = [(o, g) for o, g in zip(outs, (g_out, g_h, g_c)) if g is not None]
         pairs = [(o, g) for o, g in pairs if o.requires_grad]
         grads = autograd_grad(
@@ -314,7 +343,7 @@ def _rnn_layer_grad(c, g_out, g_h, g_c, _g_workspace=None):
             create_graph=True,
             allow_unused=True,
         )
-        result = [None] * 7
+        result = [None] * 8
         for (i, t), gr in zip(wanted, grads):
             result[i] = gr if gr is not None else zeros_like(t)
         return tuple(result)
@@ -324,8 +353,9 @@ def _rnn_layer_grad(c, g_out, g_h, g_c, _g_workspace=None):
     if mode == "LSTM" and g_c is None:
         g_c = zeros(cx)
     d_gates, d_hx, d_cx, d_w, d_b = _rnn_layer_backward(
-        mode, g_out, g_h, g_c if mode == "LSTM" else None, hx, cx, w_hh, out, workspace, reverse
-    )
+        mode, g_out, g_h, g_c if mode == "LSTM" else None, hx, cx, w_hh, out, workspace, reverse,
+        batch_sizes,
+    )  # fmt: skip
     return (
         None,
         d_gates if needs[1] else None,
@@ -333,6 +363,7 @@ def _rnn_layer_grad(c, g_out, g_h, g_c, _g_workspace=None):
         d_cx if mode == "LSTM" and needs[3] else None,
         d_w if needs[4] else None,
         d_b if b_hh is not None and needs[5] else None,
+        None,
         None,
     )
 
@@ -356,6 +387,7 @@ def _rnn_layer_backward(
     output: Tensor,
     workspace: Tensor,
     reverse: bool,
+    batch_sizes: list[int] | None = None,
 ): ...
 
 
@@ -377,8 +409,24 @@ def _times_previous(a: np.ndarray, states: np.ndarray, first: np.ndarray, revers
 
 @_rnn_layer_backward.register_kernel
 def _rnn_layer_backward_kernel(
-    mode, grad_output, grad_h, grad_c, hx, cx, w_hh, output, workspace, reverse
+    mode, grad_output, grad_h, grad_c, hx, cx, w_hh, output, workspace, reverse, batch_sizes=None
 ):
+    if batch_sizes is not None:
+        dtype = output._data.dtype
+        d_gates, dh, d_cx, d_w, d_b = recurrent_packed.backward(
+            mode, grad_output._data, grad_h._data, None if grad_c is None else grad_c._data,
+            hx._data, None if cx is None else cx._data, w_hh._data, output._data,
+            workspace._data.view(dtype), reverse, batch_sizes, GATES[mode],
+        )  # fmt: skip
+        d = output._dtype
+        empty = np.empty((0,), dtype)
+        return (
+            wrap(d_gates, d),
+            wrap(dh, d),
+            wrap(d_cx if d_cx is not None else empty, d),
+            wrap(d_w, d),
+            wrap(d_b, d),
+        )
     go = grad_output._data
     out = output._data
     ws = workspace._data.view(out.dtype)  # the forward's floats, kept as bytes
@@ -507,13 +555,14 @@ def _rnn_layer_backward_kernel(
 
 @_rnn_layer_backward.register_meta
 def _rnn_layer_backward_meta(
-    mode, grad_output, grad_h, grad_c, hx, cx, w_hh, output, workspace, reverse
+    mode, grad_output, grad_h, grad_c, hx, cx, w_hh, output, workspace, reverse, batch_sizes=None
 ):
-    steps, batch, hidden = output._shape
+    hidden = w_hh._shape[1]
+    batch = hx._shape[0]
     d = output._dtype
     width = GATES[mode] * hidden
     return (
-        fake((steps, batch, width), d, output),
+        fake(tuple(output._shape[:-1]) + (width,), d, output),
         fake((batch, hidden), d, output),
         fake((batch, hidden) if mode == "LSTM" else (0,), d, output),
         fake(tuple(w_hh._shape), d, output),
