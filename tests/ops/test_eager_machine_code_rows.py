@@ -197,3 +197,25 @@ def test_numpy_kernels_when_the_machine_code_is_missing(monkeypatch, capsys):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     warned = capsys.readouterr().err
     assert "no machine code for rows" in warned and "no JIT here" in warned
+
+
+@needs_torch
+@pytest.mark.parametrize("case", ["softmax", "log_softmax", "cross_entropy"])
+def test_rows_shared_by_the_thread_pool_match_one_thread_and_torch(case):
+    """Enough rows (a causal attention softmax's 8x4x64x64, some rows with -inf) are cut into
+    chunks the compiled kernels' threads share: the values and gradients are those of one
+    thread, bit for bit (each row is computed alone), and PyTorch's."""
+    x = _inputs((2048, 64))
+    x[np.triu_indices(64, 1)] = -np.inf  # the first 64 rows: a causal mask
+    before = kiln.get_num_threads()
+    try:
+        results = []
+        for threads in (2, 1):
+            kiln.set_num_threads(threads)
+            results.append(_run(kiln, case, x))
+    finally:
+        kiln.set_num_threads(before)
+    for pooled, alone in zip(*results):
+        np.testing.assert_array_equal(pooled, alone)
+    for got, want in zip(results[0], _run(torch, case, x)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
