@@ -485,3 +485,54 @@ def test_antialiased_interpolate_matches_torch(mode, align_corners, shape, resiz
 def test_antialias_needs_bilinear_or_bicubic_on_4d_input():
     with pytest.raises(ValueError, match="Anti-alias"):
         kiln.nn.functional.interpolate(kiln.randn(1, 2, 8), size=4, mode="linear", antialias=True)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "shape,factor",
+    [((2, 3, 5), 3), ((2, 3, 4, 5), 2), ((2, 3, 4, 5), (2.0, 3)), ((1, 2, 3, 2, 4), (1, 2, 3))],
+)
+@pytest.mark.parametrize("recompute", [None, True])
+def test_nearest_upsampling_by_whole_factors_matches_torch(shape, factor, recompute):
+    """Whole scale factors repeat each input (expand and reshape): values, gradients and the
+    node's name as PyTorch's gather."""
+    data = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+    outs = []
+    for lib in (kiln, torch):
+        x = lib.tensor(data, requires_grad=True)
+        y = lib.nn.functional.interpolate(
+            x, scale_factor=factor, mode="nearest", recompute_scale_factor=recompute
+        )
+        (y * y.detach().cos()).sum().backward()
+        name = y.grad_fn.name() if lib is kiln else type(y.grad_fn).__name__
+        outs.append((y.detach().numpy(), x.grad.numpy(), name))
+    (y, gx, name), (ty, tgx, tname) = outs
+    np.testing.assert_array_equal(y, ty)
+    np.testing.assert_allclose(gx, tgx, rtol=1e-6, atol=1e-6)
+    assert name == tname
+    image = np.arange(12, dtype=np.uint8).reshape(1, 1, 3, 4)
+    got = kiln.nn.functional.interpolate(kiln.tensor(image), scale_factor=2)
+    want = torch.nn.functional.interpolate(torch.tensor(image), scale_factor=2)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_nearest_upsampling_compiles_once_for_every_image_size():
+    """``dynamic=True``: a whole scale factor keeps the image sizes symbolic (one graph), where
+    an index table built per size specialized them (a recompile per size)."""
+    from kiln.dynamo import explain
+
+    def upsample(x):
+        return F.interpolate(x, scale_factor=2, mode="nearest") * 2 + 1
+
+    from kiln.dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    counted = kiln.compile(upsample, backend=counter, dynamic=True)
+    compiled = kiln.compile(upsample, dynamic=True)
+    for side in (4, 6, 9):
+        x = kiln.randn(2, 3, side, side + 1)
+        np.testing.assert_array_equal(compiled(x).numpy(), upsample(x).numpy())
+        np.testing.assert_array_equal(counted(x).numpy(), upsample(x).numpy())
+    assert counter.frame_count == 1
+    report = explain(upsample)(kiln.randn(2, 3, 5, 5))
+    assert report.graph_count == 1 and report.graph_break_count == 0

@@ -100,8 +100,19 @@ def interpolate(
                 f"Input and scale_factor must have the same number of spatial dimensions, but got "
                 f"input with spatial dimensions of {list(spatial)} and scale_factor of {factors}."
             )
-        sizes = [int(math.floor(float(s) * f)) for s, f in zip(spatial, factors)]
+        sizes = [
+            s * int(f) if _whole(f) else int(math.floor(float(s) * f))
+            for s, f in zip(spatial, factors)
+        ]  # a whole factor keeps a symbolic size symbolic
         scales = [None] * dims if recompute_scale_factor else [float(f) for f in factors]
+        if (
+            mode == "nearest"
+            and (input.dtype.is_floating_point or input.dtype is dt.uint8)
+            and all(_whole(f) and f >= 1 for f in factors)
+        ):
+            out = _repeat_nearest(input, [int(f) for f in factors])
+            rename_grad_fn(out, (input,), _UPSAMPLE_NAMES[mode].format(dims=dims))
+            return out
     else:
         raise ValueError("either size or scale_factor should be defined")
     integral = not (input.dtype.is_floating_point or input.dtype.is_complex)
@@ -118,6 +129,29 @@ def interpolate(
     name = _UPSAMPLE_NAMES[mode].format(dims=dims)
     rename_grad_fn(out, (input,), name.replace("2D", "2DAa") if antialias else name)
     return out
+
+
+def _whole(factor) -> bool:
+    """A scale factor that is a whole number (2, 2.0), whose nearest neighbours repeat."""
+    return (
+        isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor == int(factor)
+    )
+
+
+def _repeat_nearest(x: Tensor, factors: list[int]) -> Tensor:
+    """Nearest upsampling by whole factors: output j of a dim reads input j // f, PyTorch's
+    floor(j * (1 / f)) exactly. Each spatial dim is repeated by an expand and a reshape (views
+    and one copy), not gathered through an index table built for one size: a compiled graph
+    with symbolic image sizes keeps them symbolic, and the copy is one pass."""
+    lead = list(x.shape[:2])
+    spatial = list(x.shape[2:])
+    shape = list(lead)
+    expanded = list(lead)
+    for s, f in zip(spatial, factors):
+        shape += [s, 1]
+        expanded += [s, f]
+    out = x.reshape(shape).expand(expanded)
+    return out.reshape(lead + [s * f for s, f in zip(spatial, factors)])
 
 
 def _uint8_image(x: Tensor, sizes, mode: str, align_corners: bool, scales, antialias: bool):
