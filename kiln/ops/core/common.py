@@ -9,8 +9,10 @@ import numpy as np
 
 from ...runtime import casting
 from ...runtime import dtypes as dt
+from ...runtime.device import cpu
 from ...runtime.device import device as _device
 from ...runtime.random import Generator
+from ...runtime.state import per_thread
 from ...runtime.storage import empty_array
 from ...runtime.symbolic import (
     SymInt,
@@ -32,6 +34,7 @@ Device = str | _device
 DType = dt.dtype
 
 __all__ = [
+    "numpy_derivative_ok",
     "Scalar",
     "TensorOrScalar",
     "TensorList",
@@ -398,3 +401,37 @@ def writes_out(fn):
         return out
 
     return wrapper
+
+
+_NUMPY_F32 = np.dtype(np.float32)
+_NUMPY_F64 = np.dtype(np.float64)
+_HALF_DTYPES = (dt.float16, dt.bfloat16)
+
+
+def numpy_derivative_ok(*tensors, halves: bool = False) -> bool:
+    """May a derivative compute its result with numpy directly instead of in kiln ops?
+
+    Only when nothing needs the kiln-op form: grad mode off (no double backward records a
+    graph), no dispatch mode (nothing traces the backward), no autocast, and every tensor a
+    CPU tensor with data in float32 or float64 (or, with ``halves``, float16/bfloat16, which
+    the caller computes in float32 and rounds once, as PyTorch's kernels do). The fused numpy
+    code then computes the same formula with fewer passes over memory.
+    """
+    state = per_thread.state
+    if state.grad_enabled or state.mode_stack or state.autocast is not None:
+        return False
+    for t in tensors:
+        if t is None:
+            continue
+        if t.__class__ is not Tensor and not isinstance(t, Tensor):
+            return False
+        a = t._data
+        if t._device is not cpu or a is None:
+            return False
+        if (
+            a.dtype != _NUMPY_F32
+            and a.dtype != _NUMPY_F64
+            and not (halves and t._dtype in _HALF_DTYPES)
+        ):
+            return False
+    return True

@@ -24,8 +24,6 @@ import numpy as np
 
 from ...runtime import blas, machine_code
 from ...runtime import dtypes as dt
-from ...runtime.device import cpu
-from ...runtime.state import per_thread
 from ...runtime.storage import empty_array
 from ..core.common import (
     DType,
@@ -35,6 +33,7 @@ from ..core.common import (
     cast_array,
     compute_np_dtype,
     fake,
+    numpy_derivative_ok,
     wrap,
     wrap_dim,
 )
@@ -87,31 +86,6 @@ def softmax_dim(ndim: int) -> int:
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _HALVES = (dt.float16, dt.bfloat16)
-
-
-def numpy_derivative_ok(*tensors, halves: bool = False) -> bool:
-    """May a derivative compute its result with numpy directly instead of in kiln ops?
-
-    Only when nothing needs the kiln-op form: grad mode off (no double backward records a
-    graph), no dispatch mode (nothing traces the backward), no autocast, and every tensor a
-    CPU tensor with data in float32 or float64 (or, with ``halves``, float16/bfloat16, which
-    the caller computes in float32 and rounds once, as PyTorch's kernels do). The fused numpy
-    code then computes the same formula with fewer passes over memory.
-    """
-    state = per_thread.state
-    if state.grad_enabled or state.mode_stack or state.autocast is not None:
-        return False
-    for t in tensors:
-        if t is None:
-            continue
-        if t.__class__ is not Tensor and not isinstance(t, Tensor):
-            return False
-        a = t._data
-        if t._device is not cpu or a is None:
-            return False
-        if a.dtype != _F32 and a.dtype != _F64 and not (halves and t._dtype in _HALVES):
-            return False
-    return True
 
 
 # A block of about this many bytes per operand keeps a fused kernel's temporaries in the L2

@@ -12,6 +12,7 @@ import numpy as np
 
 from ...runtime.device import cpu
 from ...runtime.memory_format import contiguous_format
+from ...runtime.storage import empty_array
 from ...runtime.symbolic import (
     GuardOnDataDependentError,
     SymInt,
@@ -24,7 +25,7 @@ from ...runtime.symbolic import (
     sym_min,
 )
 from ...runtime.tensor import contiguous_strides, wrap_array
-from ..core.common import Tensor, fake, wrap, wrap_dim, wrap_dims
+from ..core.common import Tensor, fake, numpy_derivative_ok, wrap, wrap_dim, wrap_dims
 from ..core.dispatch import mark_view
 from ..core.grad_fn_naming import rename_grad_fn
 from ..core.registry import defop
@@ -444,9 +445,27 @@ def _slice_meta(x, dim=0, start=None, end=None, step=1):
     return _meta_view(x, shape, stride, offset)
 
 
-slice.register_derivative(
-    lambda c, g: (slice_scatter(g.new_zeros(c.args[0].shape), g, *c.args[1:]),), save_inputs=()
-)
+def _slice_grad(c, g):
+    """The input's gradient: zeros but for the slice, which holds ``g``. A plain backward
+    writes that in numpy in one pass (zeros around the slice, ``g`` into it); the kiln-op form
+    (new_zeros, then slice_scatter: a zero fill, a clone and the copy, each through dispatch)
+    took a GPT block's q/k/v ``split`` backward 0.78 ms against PyTorch's 0.19."""
+    x = c.args[0]
+    if numpy_derivative_ok(g):
+        d = wrap_dim(c.args[1], x.ndim)
+        start, end, step = _slice_bounds(x._shape[d], *c.args[2:])
+        out = empty_array(tuple(x._shape), g._data.dtype)
+        index = [np.s_[:]] * x.ndim
+        for part in (np.s_[:start], np.s_[end:]) if step == 1 else (np.s_[:],):
+            index[d] = part
+            out[tuple(index)] = 0
+        index[d] = np.s_[start:end:step]
+        out[tuple(index)] = g._data
+        return (wrap(out, g._dtype),)
+    return (slice_scatter(g.new_zeros(x.shape), g, *c.args[1:]),)
+
+
+slice.register_derivative(_slice_grad, save_inputs=())
 
 
 @defop(kind="view", prim=True, view=True)
