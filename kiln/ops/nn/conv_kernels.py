@@ -380,8 +380,7 @@ def conv_forward_keeping_columns(
     if cg == 1 or _whole_window(a.shape[2:], kernel, pads, dilation):
         return conv_forward(a, w, stride, pads, dilation, groups, out_spatial), None
     if conv_direct.applies(a, w, stride, pads, dilation, groups, out_spatial):
-        out, x = conv_direct.forward(a, w, stride, pads, out_spatial)
-        return out, (x if conv_direct.grad_applies(x, kernel) else None)
+        return conv_direct.forward(a, w, stride, pads, out_spatial)
     plan = _wide_applies(a.shape, kernel, stride, pads, dilation, groups, w.shape[0] // groups)
     if plan is not None:
         out, shifted = _wide_forward(a, w, plan)
