@@ -412,21 +412,12 @@ def _rnn_layer_backward_kernel(
     mode, grad_output, grad_h, grad_c, hx, cx, w_hh, output, workspace, reverse, batch_sizes=None
 ):
     if batch_sizes is not None:
-        dtype = output._data.dtype
         d_gates, dh, d_cx, d_w, d_b = recurrent_packed.backward(
             mode, grad_output._data, grad_h._data, None if grad_c is None else grad_c._data,
             hx._data, None if cx is None else cx._data, w_hh._data, output._data,
-            workspace._data.view(dtype), reverse, batch_sizes, GATES[mode],
+            workspace._data.view(output._data.dtype), reverse, batch_sizes, GATES[mode],
         )  # fmt: skip
-        d = output._dtype
-        empty = np.empty((0,), dtype)
-        return (
-            wrap(d_gates, d),
-            wrap(dh, d),
-            wrap(d_cx if d_cx is not None else empty, d),
-            wrap(d_w, d),
-            wrap(d_b, d),
-        )
+        return _backward_results(output._dtype, d_gates, dh, d_cx, d_w, d_b)
     go = grad_output._data
     out = output._data
     ws = workspace._data.view(out.dtype)  # the forward's floats, kept as bytes
@@ -542,8 +533,13 @@ def _rnn_layer_backward_kernel(
     else:
         d_w = np.zeros((width, H), dtype)
     d_b = d_hh.reshape(steps * batch, width).sum(0)
-    d = output._dtype
-    empty = np.empty((0,), dtype)
+    return _backward_results(output._dtype, d_gates, dh, d_cx, d_w, d_b)
+
+
+def _backward_results(d, d_gates, dh, d_cx, d_w, d_b) -> tuple:
+    """The backward op's five results as tensors of dtype ``d`` (an empty c gradient unless
+    LSTM)."""
+    empty = np.empty((0,), d_gates.dtype)
     return (
         wrap(d_gates, d),
         wrap(dh, d),

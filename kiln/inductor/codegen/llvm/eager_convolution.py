@@ -279,8 +279,8 @@ def _module() -> ir.Module:
 class NativeConvolution:
     """The direct convolution loops over C-contiguous float32 arrays, run on the compiled
     kernels' thread pool. Shapes: ``xp`` (N, C, HP, stride, WQ), the phase-split padded input;
-    ``wb`` (ceil(O / CHANNEL_BLOCK), C, KH, KW, CHANNEL_BLOCK), zero past O; ``out`` (N, O, OH, OWV) with OWV a multiple of ``LANES``; ``g`` the
-    same as ``out``; ``dw`` (C, KH, KW, O)."""
+    ``wb`` (ceil(O / CHANNEL_BLOCK), C, KH, KW, CHANNEL_BLOCK), zero past O; ``out`` (N, O, OH,
+    OWV) with OWV a multiple of ``LANES``; ``g`` the same as ``out``; ``dw`` (C, KH, KW, O)."""
 
     def __init__(self, compiled):
         self._compiled = compiled
