@@ -510,6 +510,9 @@ def test_nearest_upsampling_by_whole_factors_matches_torch(shape, factor, recomp
     np.testing.assert_array_equal(y, ty)
     np.testing.assert_allclose(gx, tgx, rtol=1e-6, atol=1e-6)
     assert name == tname
+    for lib in (kiln, torch):
+        with pytest.raises(RuntimeError, match="sizes should be greater than 0"):
+            lib.nn.functional.interpolate(lib.ones(1, 2, 0, 3), scale_factor=2)
     image = np.arange(12, dtype=np.uint8).reshape(1, 1, 3, 4)
     got = kiln.nn.functional.interpolate(kiln.tensor(image), scale_factor=2)
     want = torch.nn.functional.interpolate(torch.tensor(image), scale_factor=2)

@@ -110,6 +110,7 @@ def interpolate(
             and (input.dtype.is_floating_point or input.dtype is dt.uint8)
             and all(_whole(f) and f >= 1 for f in factors)
         ):
+            _conv_ops.check_resample_sizes(input, spatial, sizes)
             out = _repeat_nearest(input, [int(f) for f in factors])
             rename_grad_fn(out, (input,), _UPSAMPLE_NAMES[mode].format(dims=dims))
             return out

@@ -909,7 +909,7 @@ def _nearest_index(size, out, scale, exact: bool) -> np.ndarray:
     return np.minimum(src.astype(np.int64), size - 1)
 
 
-def _check_resample_sizes(x: Tensor, spatial, sizes) -> None:
+def check_resample_sizes(x: Tensor, spatial, sizes) -> None:
     """PyTorch's upsample checks: every input and output size positive (the weights divide by
     them), and no empty channel or spatial dim (only the batch may be empty)."""
     if any(s <= 0 for s in spatial) or any(o <= 0 for o in sizes):
@@ -933,7 +933,7 @@ def resample(x: Tensor, sizes, mode: str, align_corners: bool, scales, antialias
     gradients and NaN/inf spreading match)."""
     k = len(sizes)
     spatial = x.shape[x.ndim - k :]
-    _check_resample_sizes(x, spatial, sizes)
+    check_resample_sizes(x, spatial, sizes)
     if mode in ("nearest", "nearest-exact"):
         for i in range(k):
             src = _nearest_index(spatial[i], sizes[i], scales[i], mode == "nearest-exact")
