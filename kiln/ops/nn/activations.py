@@ -24,6 +24,7 @@ from ...runtime.tensor import wrap_array
 from ..core.common import (
     Tensor,
     cast_array,
+    clip_ufunc,
     compute_np_dtype,
     pointwise_meta,
     to_float_dtype,
@@ -70,7 +71,7 @@ def _relu_kernel(x):
     top = _RELU_TOPS.get(a.dtype.type)
     # floats: np.clip to [0, inf] is relu to the bit (NaN stays, -0.0 stays, as PyTorch's) and
     # 2.5x faster than np.maximum
-    out = np.maximum(a, zero) if top is None else np.clip(a, zero, top)
+    out = np.maximum(a, zero) if top is None else clip_ufunc(a, zero, top)
     if x._shape and out.dtype == d.np:  # an array of its dtype (a 0-d one gives a numpy scalar)
         return wrap_array(out, d)
     return wrap(out, d)  # (16-bit floats were widened to float32: back to their dtype)
@@ -507,7 +508,7 @@ def _hardtanh_bounds(x, lo, hi):
 def _hardtanh_kernel(x, lo=-1.0, hi=1.0):
     lo, hi = _hardtanh_bounds(x, lo, hi)
     a = x._data
-    return wrap(np.clip(a, a.dtype.type(lo), a.dtype.type(hi)), x._dtype)
+    return wrap(clip_ufunc(a, a.dtype.type(lo), a.dtype.type(hi)), x._dtype)
 
 
 hardtanh.register_meta(lambda x, lo=-1.0, hi=1.0: pointwise_meta(x._dtype, x))

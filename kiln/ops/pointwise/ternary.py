@@ -23,6 +23,7 @@ from ..core.common import (
     c_contiguous,
     cast_array,
     checked_scalar,
+    clip_ufunc,
     compute_np_dtype,
     fake,
     pointwise_meta,
@@ -71,7 +72,7 @@ def _clamp_kernel(x, lo, hi):
         lo_np = _NEG_INF.get(d.np) if lo is None else as_np_operand(lo, d.np)
         hi_np = _POS_INF.get(d.np) if hi is None else as_np_operand(hi, d.np)
         if lo_np is not None and hi_np is not None:
-            out = np.clip(a, lo_np, hi_np)
+            out = clip_ufunc(a, lo_np, hi_np)
             if isinstance(lo, Tensor) or isinstance(hi, Tensor):
                 # with array bounds numpy may give the bound's zero where it equals ``x``
                 out = np.where(out == a, a, out)
