@@ -52,3 +52,18 @@ def test_small_reductions_print_torchs_digits(shape):
     got = kiln.nn.functional.layer_norm(k, shape[-1:]).numpy()
     want = torch.nn.functional.layer_norm(t, shape[-1:]).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@needs_torch
+def test_flat_sums_are_torchs_bits_with_and_without_the_machine_code(monkeypatch):
+    """``x.sum()`` of a 1-d float32 tensor below PyTorch's cascade: one machine-code row (eight
+    or more elements) or the numpy replay, PyTorch's bits either way."""
+    for built in (True, False):
+        with monkeypatch.context() as m:
+            if not built:
+                m.setitem(machine_code._built, "sums", False)
+            for n in [*range(1, 40), 63, 64, 65, 255, 256, 257, 300, 511]:
+                a = _block(1, n, seed=n)[0]
+                got = kiln.tensor(a).sum().numpy()
+                want = torch.tensor(a).sum().numpy()
+                assert got.view(np.int32) == want.view(np.int32), (built, n)
