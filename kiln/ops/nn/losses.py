@@ -129,12 +129,16 @@ def _nll_geometry(x, target, weight):
 def _nll_loss_kernel(x, target, weight, reduction, ignore_index):
     check_reduction(reduction)
     class_dim, n_classes = _nll_geometry(x, target, weight)
-    t = target._data.astype(np.int64)
-    if x.ndim == 2 and weight is None and t.size and ignore_index < 0 and t.min() >= 0:
-        # the common case (rows of logits, no weights, nothing ignored): a row-wise pick, the
-        # same sums as below without the masks
-        if t.max() >= n_classes:
-            raise IndexError(f"Target {int(t[t >= n_classes][0])} is out of bounds.")
+    t = target._data.astype(np.int64, copy=False)
+    if (
+        x.ndim == 2
+        and weight is None
+        and t.size
+        and ignore_index < 0
+        and t.view(np.uint64).max() < n_classes  # one reduction: negatives wrap to huge
+    ):
+        # the common case (rows of logits, no weights, every target a class, none ignored): a
+        # row-wise pick, the same sums as below without the masks
         cd = compute_np_dtype(x._dtype)
         losses = -(x._data[np.arange(t.shape[0]), t].astype(cd, copy=False))
         if reduction == "none":
