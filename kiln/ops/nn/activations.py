@@ -26,6 +26,7 @@ from ..core.common import (
     cast_array,
     clip_ufunc,
     compute_np_dtype,
+    numpy_derivative_ok,
     pointwise_meta,
     to_float_dtype,
     widened,
@@ -36,7 +37,7 @@ from ..core.registry import defop
 from ..pointwise.numpy_math import np_erf, np_silu, np_softplus
 from ..pointwise.unary_binary import refuse_integers, where
 from ..reductions.reduce import torch_type_name
-from .softmax_linear import blockwise, machine_code_activation, new_like, numpy_derivative_ok
+from .softmax_linear import blockwise, machine_code_activation, new_like
 
 __all__: list[str] = []
 

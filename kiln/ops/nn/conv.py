@@ -22,7 +22,7 @@ import numpy as np
 from ...runtime import dtypes as dt
 from ...runtime.storage import empty_array
 from ...runtime.symbolic import SymInt, sym_max
-from ..core.common import Tensor, compute_np_dtype, fake, wrap
+from ..core.common import Tensor, compute_np_dtype, fake, numpy_derivative_ok, wrap
 from ..core.registry import OPS, defop
 from ..creation.api import tensor
 from ..reductions.reduce import c_type_name, torch_type_name
@@ -34,7 +34,6 @@ from .conv_kernels import (
     kernel_offsets,
     offset_slices,
 )
-from .softmax_linear import numpy_derivative_ok
 
 __all__ = ["conv_output_size", "pool_output_size"]
 

@@ -20,12 +20,13 @@ from ..core.common import (
     cast_array,
     compute_np_dtype,
     fake,
+    numpy_derivative_ok,
     result_dtype,
     wrap,
 )
 from ..core.registry import OPS, defop
 from ..reductions.reduce import float_sum, torch_type_name
-from .softmax_linear import machine_code_activation, numpy_derivative_ok
+from .softmax_linear import machine_code_activation
 
 __all__ = ["check_reduction", "reduce_loss"]
 

@@ -25,6 +25,7 @@ from ..core.common import (
     compute_np_dtype,
     empty_like_layout,
     fake,
+    numpy_derivative_ok,
     wrap,
 )
 from ..core.registry import defop
@@ -32,7 +33,6 @@ from ..reductions.reduce import float_sum
 from .softmax_linear import (
     compute_array,
     new_like,
-    numpy_derivative_ok,
     require_float,
     row_blocks,
     scratch,

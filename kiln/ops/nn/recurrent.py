@@ -26,6 +26,7 @@ from ..core.common import Tensor, fake, wrap
 from ..core.registry import OPS, defop
 from ..creation.api import zeros_like
 from . import recurrent_packed
+from .recurrent_packed import sigmoid_in_place, step_order
 
 __all__ = ["STEPS", "GATES", "fused_layer_ok"]
 
@@ -136,19 +137,6 @@ _rnn_layer.doc = (
 )
 
 
-def _sigmoid(a: np.ndarray) -> np.ndarray:
-    # PyTorch's formula, 1 / (1 + e^-x), in place
-    np.negative(a, out=a)
-    np.exp(a, out=a)
-    a += 1
-    np.reciprocal(a, out=a)
-    return a
-
-
-def _order(steps: int, reverse: bool) -> range:
-    return range(steps - 1, -1, -1) if reverse else range(steps)
-
-
 def _lstm_gate_scale(hidden: int, dtype) -> np.ndarray:
     """Per gate column: -1 for the sigmoid gates (input, forget, output), -2 for the cell gate.
 
@@ -213,12 +201,12 @@ def _rnn_layer_kernel(mode, gates, hx, cx, w_hh, b_hh, reverse, batch_sizes=None
             kernels, gemm = native
             with blas.products(4 * H, H, batch):  # (its products on this thread alone)
                 kernels.lstm_forward(gemm, reverse, w_scaled, pre, h, c, ws, out_t)
-            last = _order(steps, reverse)[-1]
+            last = step_order(steps, reverse)[-1]
             h, c = out_t[last], cell_ws[last]
         else:
             # e^-x overflows to inf for x below about -88 (float32): the sigmoid is then 0, as it is
             with blas.products(4 * H, H, batch), np.errstate(over="ignore"):
-                for t in _order(steps, reverse):
+                for t in step_order(steps, reverse):
                     g = gates_ws[t]
                     np.matmul(w_scaled, h, out=g)
                     g += pre[t]
@@ -242,14 +230,14 @@ def _rnn_layer_kernel(mode, gates, hx, cx, w_hh, b_hh, reverse, batch_sizes=None
         c_n = c.T.copy()
     elif mode == "GRU":
         hh = np.empty((batch, 3 * H), gx.dtype)
-        for t in _order(steps, reverse):
+        for t in step_order(steps, reverse):
             blas.matmul(h, whT, out=hh)
             if bias is not None:
                 hh += bias
             w = ws[t]
             rz = w[:, : 2 * H]
             np.add(gx[t, :, : 2 * H], hh[:, : 2 * H], out=rz)
-            _sigmoid(rz)
+            sigmoid_in_place(rz)
             n, hn = w[:, 2 * H : 3 * H], w[:, 3 * H :]
             hn[...] = hh[:, 2 * H :]
             np.multiply(w[:, :H], hn, out=n)
@@ -262,7 +250,7 @@ def _rnn_layer_kernel(mode, gates, hx, cx, w_hh, b_hh, reverse, batch_sizes=None
             h = new_h
         c_n = np.empty((0,), gx.dtype)
     else:
-        for t in _order(steps, reverse):
+        for t in step_order(steps, reverse):
             pre = out[t]
             blas.matmul(h, whT, out=pre)
             pre += gx[t]
@@ -310,7 +298,7 @@ def _loop(mode, gates, hx, cx, w_hh, b_hh, reverse, batch_sizes=None):
     steps = gates.unbind(0) if batch_sizes is None else gates.split(list(batch_sizes))
     outputs = [None] * len(steps)
     batch = hx.shape[0]
-    for t in _order(len(steps), reverse):
+    for t in step_order(len(steps), reverse):
         rows = steps[t].shape[0]
         if rows == batch:
             state = STEPS[mode](steps[t], state, w_hh, b_hh, None)
@@ -432,7 +420,7 @@ def _rnn_layer_backward_kernel(
     d_hh = d_gates if mode != "GRU" else np.empty((steps, batch, width), dtype)
     dh = grad_h._data.astype(dtype, copy=True)
     h0 = hx._data
-    order = list(_order(steps, reverse))
+    order = list(step_order(steps, reverse))
     previous = {t: (order[k - 1] if k else None) for k, t in enumerate(order)}
     if mode == "LSTM":
         # hidden-major, as the forward ran: states (H, B), each step's gates (4H, B)

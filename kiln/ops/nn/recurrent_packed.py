@@ -19,7 +19,7 @@ import numpy as np
 
 from ...runtime import blas
 
-__all__ = ["forward", "backward", "offsets"]
+__all__ = ["forward", "backward", "offsets", "sigmoid_in_place", "step_order"]
 
 
 def offsets(batch_sizes) -> list[int]:
@@ -31,15 +31,16 @@ def offsets(batch_sizes) -> list[int]:
     return out
 
 
-def _order(steps: int, reverse: bool) -> range:
+def step_order(steps: int, reverse: bool) -> range:
+    """The time steps in the order a direction runs them."""
     return range(steps - 1, -1, -1) if reverse else range(steps)
 
 
-def _sigmoid(a: np.ndarray) -> np.ndarray:
-    # PyTorch's formula, 1 / (1 + e^-x), in place (e^-x overflowing to inf gives 0, as it does)
-    with np.errstate(over="ignore"):
-        np.negative(a, out=a)
-        np.exp(a, out=a)
+def sigmoid_in_place(a: np.ndarray) -> np.ndarray:
+    """PyTorch's formula, 1 / (1 + e^-x), in place (callers ignore exp's overflow to inf, which
+    gives 0 as PyTorch does)."""
+    np.negative(a, out=a)
+    np.exp(a, out=a)
     a += 1
     np.reciprocal(a, out=a)
     return a
@@ -51,7 +52,7 @@ def _previous(states: np.ndarray, initial: np.ndarray, batch_sizes, reverse: boo
     starts = offsets(batch_sizes)
     prev = np.empty_like(states)
     before = None
-    for t in _order(len(batch_sizes), reverse):
+    for t in step_order(len(batch_sizes), reverse):
         n, at = batch_sizes[t], starts[t]
         ran = 0 if before is None else min(n, batch_sizes[before])
         if ran:
@@ -74,8 +75,11 @@ def forward(mode: str, gx, h0, c0, w_hh, b_hh, reverse: bool, batch_sizes, works
     c = c0.astype(dtype, copy=True) if mode == "LSTM" else None
     wT = w_hh.T
     starts = offsets(batch_sizes)
-    with blas.products(batch_sizes[0] if batch_sizes else 1, H, w_hh.shape[0]):
-        for t in _order(len(batch_sizes), reverse):
+    with (
+        blas.products(batch_sizes[0] if batch_sizes else 1, H, w_hh.shape[0]),
+        np.errstate(over="ignore"),
+    ):
+        for t in step_order(len(batch_sizes), reverse):
             n, at = batch_sizes[t], starts[t]
             here = slice(at, at + n)
             hh = np.matmul(h[:n], wT)
@@ -84,9 +88,9 @@ def forward(mode: str, gx, h0, c0, w_hh, b_hh, reverse: bool, batch_sizes, works
             if mode == "LSTM":
                 g = ws[here, : 4 * H]
                 np.add(gx[here], hh, out=g)
-                _sigmoid(g[:, : 2 * H])
+                sigmoid_in_place(g[:, : 2 * H])
                 np.tanh(g[:, 2 * H : 3 * H], out=g[:, 2 * H : 3 * H])
-                _sigmoid(g[:, 3 * H :])
+                sigmoid_in_place(g[:, 3 * H :])
                 cell, tanh_c = ws[here, 4 * H : 5 * H], ws[here, 5 * H :]
                 np.multiply(g[:, H : 2 * H], c[:n], out=cell)
                 cell += g[:, :H] * g[:, 2 * H : 3 * H]
@@ -97,7 +101,7 @@ def forward(mode: str, gx, h0, c0, w_hh, b_hh, reverse: bool, batch_sizes, works
                 w = ws[here]
                 rz = w[:, : 2 * H]
                 np.add(gx[here, : 2 * H], hh[:, : 2 * H], out=rz)
-                _sigmoid(rz)
+                sigmoid_in_place(rz)
                 new, hn = w[:, 2 * H : 3 * H], w[:, 3 * H :]
                 hn[...] = hh[:, 2 * H :]
                 np.multiply(w[:, :H], hn, out=new)
@@ -135,7 +139,7 @@ def backward(mode, go, dh_n, dc_n, h0, c0, w_hh, out, ws, reverse: bool, batch_s
         c_prev = _previous(np.ascontiguousarray(ws[:, 4 * H : 5 * H]), c0, batch_sizes, reverse)
     starts = offsets(batch_sizes)
     with blas.products(batch_sizes[0] if batch_sizes else 1, width, H):
-        for t in reversed(list(_order(len(batch_sizes), reverse))):
+        for t in reversed(list(step_order(len(batch_sizes), reverse))):
             n, at = batch_sizes[t], starts[t]
             here = slice(at, at + n)
             d = dh[:n] + go[here]

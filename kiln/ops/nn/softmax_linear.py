@@ -47,7 +47,6 @@ __all__ = [
     "require_float",
     "upcast_half",
     "softmax_dim",
-    "numpy_derivative_ok",
     "row_blocks",
     "blockwise",
     "new_like",
