@@ -539,3 +539,57 @@ def test_nearest_upsampling_compiles_once_for_every_image_size():
     assert counter.frame_count == 1
     report = explain(upsample)(kiln.randn(2, 3, 5, 5))
     assert report.graph_count == 1 and report.graph_break_count == 0
+
+
+_SYMBOLIC_RESIZES = [
+    {"scale_factor": 2, "mode": "bilinear"},
+    {"scale_factor": 2, "mode": "bilinear", "align_corners": True},
+    {"scale_factor": 2, "mode": "bicubic"},
+    {"scale_factor": 3, "mode": "nearest-exact"},
+    {"size": "skip", "mode": "bilinear"},
+    {"size": "skip", "mode": "bicubic", "align_corners": True},
+    {"size": "skip", "mode": "nearest"},
+    {"size": "skip", "mode": "nearest-exact"},
+]
+
+
+@pytest.mark.parametrize("resize", _SYMBOLIC_RESIZES, ids=lambda r: "-".join(map(str, r.values())))
+def test_filtered_resizes_compile_once_for_every_image_size(resize):
+    """``dynamic=True``: bilinear and bicubic taps and nearest indices of symbolic sizes (a
+    U-Net decoder's ``size=skip.shape[2:]``, a whole scale factor) are computed in the graph,
+    not built as numpy tables for one size (a recompile per size); values and gradients as
+    eager's and PyTorch's on every size."""
+    from kiln.dynamo.testing import CompileCounter
+
+    def resize_like(x, skip):
+        kwargs = dict(resize)
+        if kwargs.get("size") == "skip":
+            kwargs["size"] = skip.shape[2:]
+        return F.interpolate(x, **kwargs) * 2 + 1
+
+    counter = CompileCounter()
+    counted = kiln.compile(resize_like, backend=counter, dynamic=True)
+    compiled = kiln.compile(resize_like, dynamic=True)
+    rng = np.random.default_rng(3)
+    for side in (4, 6, 9, 5):
+        data = rng.standard_normal((2, 3, side, side + 1)).astype(np.float32)
+        skip = kiln.zeros(1, 1, 2 * side + 1, 2 * side + 3)
+        grads = []
+        for fn in (resize_like, counted, compiled):
+            x = kiln.tensor(data, requires_grad=True)
+            y = fn(x, skip)
+            (y * y.detach().cos()).sum().backward()
+            grads.append((y.detach().numpy(), x.grad.numpy()))
+        for y, gx in grads[1:]:
+            np.testing.assert_allclose(y, grads[0][0], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(gx, grads[0][1], rtol=1e-5, atol=1e-5)
+        if torch is not None:
+            kwargs = dict(resize)
+            if kwargs.get("size") == "skip":
+                kwargs["size"] = tuple(skip.shape[2:])
+            tx = torch.tensor(data, requires_grad=True)
+            ty = torch.nn.functional.interpolate(tx, **kwargs) * 2 + 1
+            (ty * ty.detach().cos()).sum().backward()
+            np.testing.assert_allclose(grads[2][0], ty.detach().numpy(), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(grads[2][1], tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+    assert counter.frame_count == 1

@@ -852,6 +852,65 @@ def _cubic_taps(size, out, align_corners, scale) -> list[tuple[np.ndarray, np.nd
     return [(np.clip(base - 1 + j, 0, size - 1), coef) for j, coef in enumerate(coeffs)]
 
 
+def _traced_source(size, out, align_corners, scale, device) -> Tensor:
+    """Every output position's source coordinate (float64), computed by ops from symbolic
+    sizes so a graph with symbolic image sizes keeps them (a numpy table is built for one size
+    and specializes it): ``_linear_taps``' and ``_cubic_taps``' formula, the ratio applied as
+    ``* size / out`` (a SymInt's true division would specialize)."""
+    dst = OPS["arange"](0, out, 1, dtype=dt.float64, device=device)
+    if align_corners:
+        return dst * (size - 1) / (out - 1) if out > 1 else dst * 0.0
+    if scale is not None and scale > 0:
+        return (dst + 0.5) * (1.0 / scale) - 0.5
+    return (dst + 0.5) * size / out - 0.5
+
+
+def _traced_linear_taps(size, out, align_corners, scale, device) -> list[tuple[Tensor, Tensor]]:
+    """``_linear_taps`` as tensors for symbolic sizes (same neighbours, same weights)."""
+    if out == size:  # a guard when the symbols do not decide it
+        same = OPS["arange"](0, out, 1, dtype=dt.int64, device=device)
+        ones = same.to(dt.float64) * 0.0 + 1.0
+        return [(same, ones), (same, ones * 0.0)]
+    src = _traced_source(size, out, align_corners, scale, device)
+    if not align_corners:
+        src = src.clamp(min=0.0)
+    lo = src.floor().long().clamp(max=size - 1)
+    hi = (lo + 1).clamp(max=size - 1)
+    frac = src - lo
+    return [(lo, 1.0 - frac), (hi, frac)]
+
+
+def _traced_cubic_taps(size, out, align_corners, scale, device) -> list[tuple[Tensor, Tensor]]:
+    """``_cubic_taps`` as tensors for symbolic sizes."""
+    a = -0.75
+    src = _traced_source(size, out, align_corners, scale, device)
+    floor = src.floor()
+    t = src - floor
+    base = floor.long()
+    u = 1 - t
+    coeffs = [
+        ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+        ((a + 2) * t - (a + 3)) * t * t + 1,
+        ((a + 2) * u - (a + 3)) * u * u + 1,
+        ((a * (u + 1) - 5 * a) * (u + 1) + 8 * a) * (u + 1) - 4 * a,
+    ]
+    return [((base + (j - 1)).clamp(0, size - 1), coef) for j, coef in enumerate(coeffs)]
+
+
+def _traced_nearest_index(size, out, scale, exact: bool, device) -> Tensor:
+    """``_nearest_index`` as a tensor for symbolic sizes: the float32 ratio rounded from the
+    float64 quotient as there (the floor is not continuous: the ratio must round the same)."""
+    dst = OPS["arange"](0, out, 1, dtype=dt.float32, device=device)
+    if scale is not None and scale > 0:
+        ratio = float(np.float32(1.0 / scale))
+        src = ((dst + 0.5) * ratio if exact else dst * ratio).floor()
+    else:
+        one = OPS["full"]([1], 1.0, dtype=dt.float64, device=device)
+        ratio = (one * size / out).float()
+        src = ((dst + 0.5) * ratio if exact else dst * ratio).floor()
+    return src.long().clamp(max=size - 1)
+
+
 def _antialias_filter(mode: str, x: np.ndarray) -> np.ndarray:
     """PyTorch's antialiasing kernels: a triangle (bilinear) or Keys' cubic with A = -0.5
     (bicubic, as PIL's)."""
@@ -895,8 +954,12 @@ def _apply_taps(x: Tensor, dim: int, taps) -> Tensor:
     trailing = [1] * (x.ndim - 1 - dim)
     out = None
     for index, weight in taps:
-        gathered = OPS["index"](x, [None] * dim + [tensor(index, device=x.device)])
-        w = tensor(weight.reshape([-1] + trailing), dtype=x.dtype, device=x.device)
+        if isinstance(index, Tensor):  # traced taps (symbolic sizes)
+            w = weight.to(x.dtype).reshape([-1] + trailing)
+        else:
+            index = tensor(index, device=x.device)
+            w = tensor(weight.reshape([-1] + trailing), dtype=x.dtype, device=x.device)
+        gathered = OPS["index"](x, [None] * dim + [index])
         out = gathered * w if out is None else out + gathered * w
     return out
 
@@ -933,13 +996,24 @@ def resample(x: Tensor, sizes, mode: str, align_corners: bool, scales, antialias
     k = len(sizes)
     spatial = x.shape[x.ndim - k :]
     check_resample_sizes(x, spatial, sizes)
+    symbolic = any(isinstance(s, SymInt) for s in (*spatial, *sizes))
     if mode in ("nearest", "nearest-exact"):
+        exact = mode == "nearest-exact"
         for i in range(k):
-            src = _nearest_index(spatial[i], sizes[i], scales[i], mode == "nearest-exact")
-            idx = tensor(src, device=x.device)
+            if symbolic:
+                idx = _traced_nearest_index(spatial[i], sizes[i], scales[i], exact, x.device)
+            else:
+                src = _nearest_index(spatial[i], sizes[i], scales[i], exact)
+                idx = tensor(src, device=x.device)
             x = OPS["index"](x, [None] * (x.ndim - k + i) + [idx])
         return x
     build = _cubic_taps if mode == "bicubic" else _linear_taps
+    if symbolic and not antialias:  # antialiased windows' widths depend on the sizes' values
+        traced = _traced_cubic_taps if mode == "bicubic" else _traced_linear_taps
+
+        def build(size, out, align, scale):
+            return traced(size, out, align, scale, x.device)
+
     if antialias:
 
         def build(size, out, align, scale):
