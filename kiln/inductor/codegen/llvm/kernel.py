@@ -117,6 +117,11 @@ class KernelEmitter(ColumnEmitter):
         self.col_slots: dict = {}
         # the inner loop being emitted prefetches these (row pointer, item size) one row ahead
         self._prefetch_rows: list = []
+        # indices and splats already emitted in a block: a fused kernel's loads repeat the same
+        # index arithmetic (a row offset, j + lane, a channel's // and %) for every buffer they
+        # read, and emitting and printing each copy cost the compile more than LLVM's CSE saves
+        # (static sizes only: a symbolic coefficient's hash is only safe to take in kernel scope)
+        self._memo: dict | None = None if symbols else {}
 
     # ------------------------------------------------------------------ helpers
     def clamp(self, offsets, expr: sym.Expr, name: str, lanes: int):
@@ -185,10 +190,19 @@ class KernelEmitter(ColumnEmitter):
 
     def splat(self, value, lanes):
         b = self.builder
+        memo = self._memo
+        if memo is not None:
+            key = ("splat", b.block, id(value), lanes)
+            hit = memo.get(key)
+            if hit is not None:
+                return hit[0]
         vec = ir.VectorType(value.type, lanes)
         undef = ir.Constant(vec, ir.Undefined)
         v = b.insert_element(undef, value, ir.Constant(I32, 0))
-        return b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+        out = b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+        if memo is not None:
+            memo[key] = (out, value)  # the value kept alive: its id stays its own
+        return out
 
     def varies(self, expr: sym.Expr, env: dict) -> bool:
         """Whether an index differs between vector lanes (the inner variable, or an indirect
@@ -204,7 +218,23 @@ class KernelEmitter(ColumnEmitter):
         return False
 
     def emit_index(self, expr: sym.Expr, env: dict, lanes: int):
-        """An index as i64, or as <lanes x i64> when it varies across vector lanes."""
+        """An index as i64, or as <lanes x i64> when it varies across vector lanes; an index
+        emitted before in the current block (same expression, same loop values) is reused."""
+        memo = self._memo
+        if memo is None:
+            return self._emit_index(expr, env, lanes)
+        values = tuple(
+            env.get(a) for a in _atoms_deep(expr) if isinstance(a, (sym.Var, sym.Indirect))
+        )
+        key = ("index", self.builder.block, expr, lanes, self.j, tuple(map(id, values)))
+        hit = memo.get(key)
+        if hit is not None:
+            return hit[0]
+        out = self._emit_index(expr, env, lanes)
+        memo[key] = (out, values)  # the values kept alive: their ids stay their own
+        return out
+
+    def _emit_index(self, expr: sym.Expr, env: dict, lanes: int):
         b = self.builder
         if lanes > 1 and self.varies(expr, env):
             return self._emit_index_vec(expr, env, lanes)
