@@ -530,3 +530,25 @@ def test_a_bound_numpy_method_on_the_resumed_stack_does_not_recompile():
         np.testing.assert_array_equal(values, np.full(3, 2.0 * i, np.float32))
         assert_same(out, kiln.full((3,), 2.0 * i + 1))
     assert counter.frame_count == 2
+
+
+def _unpacks(packed):
+    padded, lengths = kiln.nn.utils.rnn.pad_packed_sequence(packed, batch_first=True)
+    return padded + 1, lengths
+
+
+def test_packed_sequence_reaches_kiln_functions_as_itself():
+    """A namedtuple argument (a ``PackedSequence``) reaches a kiln function as its own type:
+    passed as a plain tuple, ``pad_packed_sequence`` failed on ``.data`` and the break was
+    reported as the user's error; the one break left is the real one (it reads the batch sizes'
+    values), and the results are eager's."""
+    rnn = kiln.nn.utils.rnn
+    packed = rnn.pack_padded_sequence(
+        kiln.randn(3, 4, 2), kiln.tensor([4, 2, 3]), batch_first=True, enforce_sorted=False
+    )
+    report = kiln._dynamo.explain(_unpacks)(packed)
+    (reason,) = report.break_reasons
+    assert "AttributeError" not in reason.message and reason.category != "user error"
+    compiled = kiln.compile(_unpacks)
+    for got, want in zip(compiled(packed), _unpacks(packed)):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())

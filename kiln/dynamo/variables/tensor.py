@@ -284,7 +284,12 @@ def to_kiln_arg(vt: VariableTracker) -> Any:
         return value.item() if isinstance(value, np.generic) else value
     if isinstance(vt, BaseListVariable):
         items = [to_kiln_arg(v) for v in vt.items]
-        return vt.python_type()(items) if vt.python_type() in (list, tuple) else tuple(items)
+        kind = vt.python_type()
+        if kind in (list, tuple):
+            return kind(items)
+        if issubclass(kind, tuple) and hasattr(kind, "_make"):
+            return kind._make(items)  # a namedtuple (a PackedSequence) keeps its type and fields
+        return tuple(items)
     if isinstance(vt, SliceVariable):
         return slice(*(to_kiln_arg(v) for v in (vt.start, vt.stop, vt.step)))
     if isinstance(vt, DictVariable):
