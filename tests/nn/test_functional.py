@@ -593,3 +593,30 @@ def test_filtered_resizes_compile_once_for_every_image_size(resize):
             np.testing.assert_allclose(grads[2][0], ty.detach().numpy(), rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(grads[2][1], tx.grad.numpy(), rtol=1e-4, atol=1e-4)
     assert counter.frame_count == 1
+
+
+@pytest.mark.parametrize("pool", ["max_pool1d", "avg_pool1d"])
+def test_one_d_pool_over_a_symbolic_length_is_captured(pool):
+    """A text CNN's ``F.max_pool1d(x, x.size(2))`` under ``dynamic=True``: the kernel size is a
+    symbolic int, which the pools' argument check took for neither an int nor a sequence (a
+    graph break reported as the user's error); one graph now serves every length."""
+    from kiln.dynamo import explain
+    from kiln.dynamo.testing import CompileCounter
+
+    def over_length(x):
+        return getattr(F, pool)(x, x.size(2)).squeeze(2) * 2
+
+    counter = CompileCounter()
+    compiled = kiln.compile(over_length, backend=counter, dynamic=True)
+    rng = np.random.default_rng(0)
+    for length in (7, 5, 11):
+        data = rng.standard_normal((2, 3, length)).astype(np.float32)
+        got = compiled(kiln.tensor(data)).numpy()
+        np.testing.assert_allclose(got, over_length(kiln.tensor(data)).numpy(), rtol=1e-6)
+        if torch is not None:
+            want = getattr(torch.nn.functional, pool)(torch.tensor(data), length).squeeze(2) * 2
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)
+    assert counter.frame_count == 1
+    x = kiln.randn(2, 3, 6)
+    kiln.dynamo.mark_dynamic(x, 2)
+    assert not explain(over_length)(x).break_reasons

@@ -14,12 +14,13 @@ from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
 from ...ops.nn import conv as _conv_ops
 from ...runtime import dtypes as dt
+from ...runtime.symbolic import SymInt, is_int_like
 from ...runtime.tensor import Tensor
 
 
 def ntuple(value, n: int, name: str = "argument") -> list:
     """An int or sequence argument as a list of ``n`` ints (a single value repeats), named in errors."""
-    if isinstance(value, int):
+    if is_int_like(value):  # a SymInt too (``max_pool1d(x, x.size(2))``): kept symbolic
         return [value] * n
     value = list(value)
     if len(value) == 1:
@@ -28,7 +29,7 @@ def ntuple(value, n: int, name: str = "argument") -> list:
         raise RuntimeError(
             f"expected {name} to be a single integer or a list of {n} integers, got {value}"
         )
-    return [int(v) for v in value]
+    return [v if isinstance(v, SymInt) else int(v) for v in value]
 
 
 def batched(input: Tensor, dims: int, name: str):
