@@ -246,6 +246,11 @@ def _output_layout(meta) -> Layout | None:
     shape, stride = tuple(meta.shape), tuple(meta.stride())
     if _known_contiguous(shape, stride):
         return None
+    if any(v.__class__ is SymInt for v in (*shape, *stride)) and _known_dense(shape, stride):
+        # dense in another dim order for every size (a pooled image kept for the backward
+        # pass, its batch and channel dims swapped): ``is_contiguous`` would ask whether a
+        # symbolic size is 1, which a compile for every size cannot decide
+        return Layout(shape, stride, meta.dtype, 0, meta.device.type)
     if meta.is_contiguous() or not is_non_overlapping_and_dense(shape, stride):
         return None
     return Layout(shape, stride, meta.dtype, 0, meta.device.type)
@@ -266,6 +271,29 @@ def _known_contiguous(shape, stride) -> bool:
         ):
             return False
         expected, plain = expected * size_or_one(size), plain * size
+    return True
+
+
+def _known_dense(shape, stride) -> bool:
+    """Non-overlapping and dense for every size, in some order of the dims: each stride, taken
+    innermost first, is the product of the sizes already taken (as ``_known_contiguous`` asks
+    it, without deciding a symbolic size); a dim known to be of size 1 may go anywhere."""
+    left = list(range(len(shape)))
+    expected = plain = 1
+    while left:
+        pick = next(
+            (
+                d
+                for d in left
+                if statically_known_true("==", stride[d], expected)
+                or statically_known_true("==", stride[d], plain)
+            ),
+            None,
+        )
+        if pick is None:
+            return all(statically_known_true("==", shape[d], 1) for d in left)
+        left.remove(pick)
+        expected, plain = expected * size_or_one(shape[pick]), plain * shape[pick]
     return True
 
 

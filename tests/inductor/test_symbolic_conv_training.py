@@ -80,3 +80,43 @@ def test_resnet_training_step_serves_odd_and_even_image_sizes(stats, dynamic):
     assert_every_size_served(stats)
     settled = 1 if dynamic else 2
     assert frames[settled] == frames[-1]
+
+
+@needs_torch
+def test_pooled_encoder_training_step_serves_every_image_size(stats):
+    """A U-Net encoder's convolution, max pooling and convolution under ``dynamic=True``: the
+    pooled image the backward pass keeps comes out with its batch and channel dims swapped,
+    dense for every size; asking whether it was contiguous decided whether a pooled side was
+    1, which refused kernels for every size (each size then ran the graph's eager ops)."""
+
+    def build(lib):
+        lib.manual_seed(0)
+        nn = lib.nn
+        return nn.Sequential(
+            nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 4, 3, padding=1)
+        )
+
+    theirs, ours = build(torch), build(kiln)
+    copy_weights(kiln, ours, theirs)
+    our_opt = kiln.optim.SGD(ours.parameters(), lr=0.05)
+    their_opt = torch.optim.SGD(theirs.parameters(), lr=0.05)
+
+    def step(lib, model, opt):
+        def run(x):
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        return run
+
+    compiled = kiln.compile(step(kiln, ours, our_opt), dynamic=True)
+    their_step = step(torch, theirs, their_opt)
+    rng = np.random.default_rng(1)
+    for batch, side in [(2, 12), (3, 9), (2, 17), (4, 10)]:
+        x = rng.standard_normal((batch, 3, side, side)).astype(np.float32)
+        close_to_torch(compiled(kiln.tensor(x)), their_step(torch.tensor(x)))
+        for p, q in zip(ours.parameters(), theirs.parameters()):
+            np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-4, atol=1e-5)
+    assert_every_size_served(stats)
