@@ -148,7 +148,9 @@ class set_grad_enabled(_GradModeBase):  # noqa: N801
 
 
 class inference_mode(_GradModeBase):  # noqa: N801
-    """Like no_grad (kiln has no separate inference tensors; the speed benefit is the same)."""
+    """no_grad whose new tensors are inference tensors, as PyTorch's: ``is_inference()`` says
+    so, and outside the mode they may not be saved for backward, updated in place or made to
+    require grad (PyTorch gives them no version counter; kiln keeps the rules, not the saving)."""
 
     def __init__(self, mode: bool = True):
         self._target = not mode

@@ -13,7 +13,7 @@ import itertools
 import weakref
 
 from ..runtime.state import per_thread
-from ..runtime.tensor import Size, Tensor
+from ..runtime.tensor import INFERENCE_SAVED, INFERENCE_SEEN, Size, Tensor
 from .anomaly import anomaly_state, forward_stack
 
 __all__ = [
@@ -197,6 +197,8 @@ class OpBackward(Node):
         saves = op.saves_inputs
         if saves is not None and saves.__class__ is not tuple and callable(saves):
             saves = saves(args, needs_input_grad)
+        if INFERENCE_SEEN[0]:
+            _refuse_saved_inference(op, args, saves)
         versions = []
         if saves is None:
             saved_args = args
@@ -446,3 +448,11 @@ def grad_accumulator(leaf: Tensor) -> AccumulateGrad:
         acc = AccumulateGrad(leaf)
         leaf.__dict__["_accumulator_ref"] = weakref.ref(acc)
     return acc
+
+
+def _refuse_saved_inference(op, args, saves) -> None:
+    """PyTorch's refusal to save an inference tensor for backward: it has no version counter to
+    check the saved value against."""
+    for p in op.tensor_positions:
+        if (saves is None or p in saves) and getattr(args[p], "_inference", False):
+            raise RuntimeError(INFERENCE_SAVED)

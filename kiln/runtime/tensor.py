@@ -95,6 +95,18 @@ def _on_device(device_type: str) -> property:
     )
 
 
+# [whether any inference tensor was made in this process]: until one is, in-place ops and
+# autograd nodes need not look for them
+INFERENCE_SEEN = [False]
+
+INFERENCE_SAVED = (
+    "Inference tensors cannot be saved for backward. Please do not use Tensors created in "
+    "inference mode in computation tracked by autograd. To work around this, you can make a "
+    "clone to get a normal tensor and use it in autograd, or use `kiln.no_grad()` instead of "
+    "`kiln.inference_mode()`."
+)
+
+
 class Tensor:
     """A multi-dimensional array with PyTorch's semantics (see the module docstring)."""
 
@@ -130,6 +142,8 @@ class Tensor:
     # again from the base's (``dispatch.fresh_view_edge``), as PyTorch regenerates a view's
     # grad_fn
     _view_version = -1
+    # made under ``inference_mode`` (see ``dispatch._inference_outputs``)
+    _inference = False
 
     # ------------------------------------------------------------------ construction
     def __new__(cls, *args, **kwargs):
@@ -361,11 +375,23 @@ class Tensor:
             return
         if value and self._dtype.category < 2:  # neither floating nor complex
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        if value and self._inference:
+            from .state import per_thread
+
+            if not per_thread.state.inference_mode:
+                raise RuntimeError(
+                    "Setting requires_grad=True on inference tensor outside InferenceMode is "
+                    "not allowed."
+                )
         self._requires_grad = value
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         self.requires_grad = requires_grad
         return self
+
+    def is_inference(self) -> bool:
+        """Whether this tensor was made under ``kiln.inference_mode`` (or is a view of one)."""
+        return self._inference
 
     @property
     def is_leaf(self) -> bool:

@@ -423,3 +423,40 @@ def test_in_place_changes_to_values_whose_backward_needs_only_indices(name):
     theirs = run(torch, torch.tensor(data, requires_grad=True))
     for got, want in zip(ours, theirs):
         np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-5)
+
+
+def _inference_tensor_rules(lib):
+    """What PyTorch's inference tensors allow: which tensors are ones, and which uses outside
+    the mode raise (saving for backward, in-place updates, requiring grad)."""
+    made = []
+    outside = lib.ones(3)
+    with lib.inference_mode():
+        t = lib.ones(3)
+        made += [t, lib.tensor([1.0, 2.0]), t[1:], t * 2, lib.randn(2), lib.arange(3)]
+        made += [lib.from_numpy(np.ones(2)), outside[1:]]
+        outside.add_(1)  # a normal tensor may be updated inside the mode
+    with lib.inference_mode(False):
+        made.append(lib.ones(2))
+    with lib.no_grad():
+        made.append(lib.ones(2))
+    flags = [m.is_inference() for m in made] + [lib.is_inference(outside)]
+    outcomes = []
+    w = lib.ones(3, requires_grad=True)
+    for use in (
+        lambda: (w * t).sum().backward(),  # mul saves t
+        lambda: (w + t).sum().backward(),  # add saves nothing
+        lambda: t.add_(1),
+        lambda: t.requires_grad_(),
+        lambda: (t.clone() * w).sum().backward(),
+    ):
+        try:
+            use()
+            outcomes.append("ok")
+        except RuntimeError as e:
+            outcomes.append(str(e).split(".")[0])
+    return flags, outcomes
+
+
+@needs_torch
+def test_inference_tensors_follow_torch():
+    assert _inference_tensor_rules(kiln) == _inference_tensor_rules(torch)

@@ -290,19 +290,20 @@ def test_package_kernels_serve_every_size(tmp_path):
         package(kiln.randn(513, 8))
 
 
-def test_package_refuses_a_program_without_kernels_for_every_size(tmp_path):
-    """``unfold`` compares its window count ``n - 1`` with the sizes the symbolic compile
-    assumes (at least 2), which the symbol's range leaves open: no package rather than one
-    that serves the example's size only (ep.module() still runs every size)."""
+def test_package_of_unfold_windows_serves_every_size(tmp_path):
+    """``unfold``'s window count ``n - 1`` may be 1 where the symbolic compile assumes sizes of
+    at least 2; its result's layout is known dense for every size, so the package's kernels
+    serve every length, a single window included (the package was refused before)."""
 
     def fn(x):
         return x.unfold(0, 2, 1) * 2
 
     ep = export(fn, (kiln.randn(6, 3),), dynamic_shapes=({0: Dim("n", max=64)},))
-    with pytest.raises(NotImplementedError, match=r"kernels for every size of s0 \(n\)"):
-        aot_compile(ep, tmp_path / "unfold.kpkg")
-    for n in (2, 9):
+    aot_compile(ep, tmp_path / "unfold.kpkg")
+    package = load_package(tmp_path / "unfold.kpkg")
+    for n in (2, 9, 64):
         x = kiln.randn(n, 3)
+        assert_close(package(x), fn(x))
         assert_close(ep.module()(x), fn(x))
 
 

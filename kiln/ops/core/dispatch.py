@@ -27,7 +27,7 @@ from ...runtime.memory_format import (
     suggest_memory_format,
 )
 from ...runtime.state import per_thread
-from ...runtime.tensor import Tensor
+from ...runtime.tensor import INFERENCE_SEEN, Tensor
 from . import registry
 from .common import broadcast_shapes, zero_grad
 
@@ -35,11 +35,14 @@ __all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "Cop
 
 
 def dispatch(op, args: tuple, recorded: bool = False):
-    if op.inplace and len(op.tensor_positions) > 1:
-        storage = getattr(args[0], "_storage", None)
-        if storage is not None:  # else no view of it was ever made: no input can share it
-            _check_no_partial_overlap(op, args, storage)
     state = per_thread.state  # this thread's grad mode, modes and autocast: read once
+    if op.inplace:
+        if INFERENCE_SEEN[0] and getattr(args[0], "_inference", False):
+            _check_inference_update(state)
+        if len(op.tensor_positions) > 1:
+            storage = getattr(args[0], "_storage", None)
+            if storage is not None:  # else no view of it was ever made: no input can share it
+                _check_no_partial_overlap(op, args, storage)
     if state.autocast is not None and op in state.autocast.policies:
         return state.autocast.run(op, args)  # casts the arguments, then dispatches again
     if state.profiler is not None and not recorded:  # off: this one check is all it costs
@@ -72,6 +75,8 @@ def dispatch(op, args: tuple, recorded: bool = False):
         return _autograd(op, args, state, on_cpu, modes)
     if modes:
         return modes[-1].dispatch(op, args)
+    if state.inference_mode and not grad:
+        return _inference_outputs(op, args, _run_kernel(op, args))
     if on_cpu and kernel is not None:
         try:
             out = kernel(*args)
@@ -84,6 +89,28 @@ def dispatch(op, args: tuple, recorded: bool = False):
             args[0]._get_storage().version += 1
         return out
     return _run_kernel(op, args)
+
+
+def _inference_outputs(op, args: tuple, out):
+    """Mark what an op made under ``inference_mode`` as inference tensors, as PyTorch does: a
+    new tensor is one; a view is one when its base is; an in-place op's result stays as it was."""
+    if op.inplace:
+        return out
+    inference = getattr(args[0], "_inference", False) if op.is_view else True
+    if inference:
+        INFERENCE_SEEN[0] = True
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, Tensor):
+                t._inference = True
+    return out
+
+
+def _check_inference_update(state) -> None:
+    if not state.inference_mode:
+        raise RuntimeError(
+            "Inplace update to inference tensor outside InferenceMode is not allowed.You can "
+            "make a clone to get a normal tensor before doing inplace update."
+        )
 
 
 def _raise_broadcast_error(op, args: tuple, error: ValueError) -> None:

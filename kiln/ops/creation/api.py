@@ -19,8 +19,16 @@ from ...runtime.memory_format import (
     preserve_format,
     preserved_strides,
 )
+from ...runtime.state import per_thread
 from ...runtime.symbolic import SymInt, as_int
-from ...runtime.tensor import Size, Tensor, contiguous_strides, make_fake, wrap_array
+from ...runtime.tensor import (
+    INFERENCE_SEEN,
+    Size,
+    Tensor,
+    contiguous_strides,
+    make_fake,
+    wrap_array,
+)
 from ..core.common import checked_scalar, writes_out
 from ..core.registry import OPS, torch_function
 from .factories import check_size, logspace_values
@@ -57,6 +65,7 @@ __all__ = [
     "result_type",
     "promote_types",
     "is_tensor",
+    "is_inference",
     "is_floating_point",
     "numel",
 ]
@@ -105,6 +114,9 @@ def _is_int_like(s) -> bool:
 
 
 def _finish(t: Tensor, requires_grad: bool) -> Tensor:
+    if per_thread.state.inference_mode:  # a new tensor made there is an inference tensor
+        INFERENCE_SEEN[0] = True
+        t._inference = True
     if requires_grad:
         if t._dtype.category < 2:  # neither floating nor complex
             raise RuntimeError(
@@ -315,7 +327,7 @@ def from_numpy(array: np.ndarray) -> Tensor:
         array = array.copy()
     if not array.flags.writeable:
         array = array.view()
-    return wrap_array(array, d)
+    return _finish(wrap_array(array, d), False)
 
 
 def scalar_tensor(value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -711,6 +723,10 @@ def is_tensor(obj) -> bool:
 
 def is_floating_point(input: Tensor) -> bool:
     return input._dtype.is_floating_point
+
+
+def is_inference(input: Tensor) -> bool:  # noqa: A002
+    return input.is_inference()
 
 
 def numel(input: Tensor) -> int:
