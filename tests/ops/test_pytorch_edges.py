@@ -61,13 +61,14 @@ def test_sign_of_a_nan_scalar_and_of_integers():
 # ------------------------------------------------------------------------------ atan2 at the origin
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
 def test_atan2_gradient_where_the_squared_radius_is_zero(dtype):
-    """PyTorch counts an infinite 1 / (a**2 + b**2) as 0: the gradient at (0, 0) and where the
-    squares underflow is 0, an inf or NaN operand or upstream gradient still gives NaN."""
-    a_values = [0.0, -0.0, 1e-30, 0.0, 0.0, NAN, INF, 3.0]
-    b_values = [0.0, 0.0, 0.0, 1e-30, 0.0, 0.0, 0.0, -4.0]
-    upstream = [1.0, 2.0, 1.0, 1.0, INF, 1.0, 1.0, 1.0]
+    """PyTorch counts 1 / (a**2 + b**2) as 0 where the sum is 0: the gradient at (0, 0) and where
+    the squares underflow is 0, an inf or NaN operand or upstream gradient still gives NaN, and
+    a reciprocal overflowing a tiny nonzero sum stays inf (float16 near 0, float32 at 1e-20)."""
+    a_values = [0.0, -0.0, 1e-30, 0.0, 0.0, NAN, INF, 3.0, 0.0018, 1e-20, 1e-20]
+    b_values = [0.0, 0.0, 0.0, 1e-30, 0.0, 0.0, 0.0, -4.0, 0.0018, 1e-20, 0.0]
+    upstream = [1.0, 2.0, 1.0, 1.0, INF, 1.0, 1.0, 1.0, -2.0, 1.0, 1.0]
     grads = []
     for lib in (kiln, torch):
         kind = getattr(lib, dtype)

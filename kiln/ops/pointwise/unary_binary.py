@@ -812,11 +812,13 @@ fmin = binary(
 
 
 def _atan2_grad(c, g):
-    """PyTorch's formula: where ``1 / (a**2 + b**2)`` overflows (at (0, 0), or where the squares
-    underflow) the reciprocal counts as 0, so the gradient there is 0 rather than NaN or inf."""
+    """PyTorch's formula: where ``a**2 + b**2`` is 0 (at (0, 0), or where the squares underflow)
+    the reciprocal counts as 0, so the gradient there is 0 rather than NaN; a reciprocal that
+    overflows a nonzero sum stays inf (float16 near 0: PyTorch's gradients are then +-inf, and
+    NaN where the two contributions meet)."""
     a, b = c.args
-    recip = reciprocal(a * a + b * b)
-    recip = where(isinf(recip), 0, recip)
+    squares = a * a + b * b
+    recip = where(squares == 0, 0, reciprocal(squares))
     return (
         g * b * recip if needs_grad(c, 0) else None,
         g * -a * recip if needs_grad(c, 1) else None,
