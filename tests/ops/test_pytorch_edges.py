@@ -778,3 +778,36 @@ INTEGERS_REFUSED = {
 @pytest.mark.parametrize("name", list(INTEGERS_REFUSED))
 def test_integer_inputs_refused_like_pytorch(name):
     _assert_same_error(INTEGERS_REFUSED[name])
+
+
+# ------------------------------------------------------------------------------ sweep findings
+
+
+def test_nextafter_gradient_and_node_follow_torch():
+    """PyTorch differentiates nextafter as the identity in its input where it moves (0 where the
+    two are equal) and 0 in the direction."""
+    results = []
+    for lib in (kiln, torch):
+        a = lib.tensor([1.0, 2.0, -0.0, 4.0, 3.0], requires_grad=True)
+        b = lib.tensor([[2.0, 0.0, 0.0, 4.0, NAN]], requires_grad=True)
+        y = lib.nextafter(a, b)
+        (y * lib.tensor([[3.0, 5.0, 7.0, 11.0, 13.0]])).sum().backward()
+        name = y.grad_fn.name() if lib is kiln else type(y.grad_fn).__name__
+        results.append((y.detach(), a.grad, b.grad, name))
+    assert_close(results[0][:3], results[1][:3])
+    assert results[0][3] == results[1][3]
+
+
+def test_sinc_of_complex_numbers_stays_complex():
+    data = [0.5 + 1j, 1e-6 + 0j, 2 - 1j, 0j]
+    got = kiln.sinc(kiln.tensor(data, dtype=kiln.complex64))
+    want = torch.sinc(torch.tensor(data, dtype=torch.complex64))
+    assert got.dtype is kiln.complex64
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_ldexp_records_its_own_node():
+    for lib in (kiln, torch):
+        y = lib.ldexp(lib.ones(2, requires_grad=True), lib.tensor([1, 2]))
+        name = y.grad_fn.name() if lib is kiln else type(y.grad_fn).__name__
+        assert name == "LdexpBackward0"

@@ -27,7 +27,7 @@ from ..core.common import (
 )
 from ..core.registry import NAMESPACE, OPS, defop, tensor_method, torch_function
 from ..reductions.reduce import torch_type_name
-from .unary_binary import as_np_operand, div, pow, where
+from .unary_binary import as_np_operand, div, needs_grad, pow, where
 
 __all__: list[str] = []
 
@@ -67,7 +67,7 @@ frexp.register_derivative(
 )
 
 
-@defop(kind="pointwise")
+@defop(kind="pointwise", grad_fn_name="LdexpBackward0")
 def ldexp(self: Tensor, other: Tensor): ...
 
 
@@ -87,9 +87,10 @@ def _not_implemented_for(kernel_name: str, d: dt.dtype) -> NotImplementedError:
     return NotImplementedError(f"\"{kernel_name}\" not implemented for '{torch_type_name(d)}'")
 
 
-def _binary_numpy_op(name: str, np_fn, accepts):
-    """A non-differentiable binary op over a numpy function, for the dtypes ``accepts`` allows."""
-    op = defop(_binary_schema, name=name, kind="pointwise", differentiable=False)
+def _binary_numpy_op(name: str, np_fn, accepts, differentiable: bool = False):
+    """A binary op over a numpy function, for the dtypes ``accepts`` allows (non-differentiable
+    unless a derivative is registered on it)."""
+    op = defop(_binary_schema, name=name, kind="pointwise", differentiable=differentiable)
 
     @op.register_kernel
     def kernel(x, y):
@@ -116,6 +117,15 @@ nextafter = _binary_numpy_op(
     "nextafter",
     lambda a, b: np.where(a == b, b, np.nextafter(a, b)),
     lambda d: d.is_floating_point,
+    differentiable=True,
+)
+# PyTorch's formula: the step to the next float counts as the input itself (gradient 1 for x
+# where it moves, 0 where x == y returns y), and 0 for the direction
+nextafter.register_derivative(
+    lambda c, g: (
+        where(c.args[0] == c.args[1], 0, g) if needs_grad(c, 0) else None,
+        g.new_zeros(c.args[1].shape) if needs_grad(c, 1) else None,
+    ),
 )
 gcd = _binary_numpy_op("gcd", np.gcd, lambda d: d.is_integral)
 lcm = _binary_numpy_op("lcm", np.lcm, lambda d: d.is_integral)

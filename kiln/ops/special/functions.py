@@ -183,7 +183,7 @@ def _sinc_decomp(x):
     """sin(pi x) / (pi x), 1 at 0; small arguments are replaced before dividing so gradients
     stay finite.
     16-bit floats compute in float32 and round once, as PyTorch's kernel (pi x would overflow)."""
-    if not x.dtype.is_floating_point:
+    if not (x.dtype.is_floating_point or x.dtype.is_complex):
         x = x.to(dt.get_default_dtype())
     if x.dtype in (dt.float16, dt.bfloat16):
         return _sinc_decomp(x.float()).to(x.dtype)
