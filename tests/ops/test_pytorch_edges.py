@@ -811,3 +811,51 @@ def test_ldexp_records_its_own_node():
         y = lib.ldexp(lib.ones(2, requires_grad=True), lib.tensor([1, 2]))
         name = y.grad_fn.name() if lib is kiln else type(y.grad_fn).__name__
         assert name == "LdexpBackward0"
+
+
+_COMPLEX_REFUSERS = {
+    "lgamma": lambda lib, x: lib.lgamma(x),
+    "digamma": lambda lib, x: lib.digamma(x),
+    "i0": lambda lib, x: lib.i0(x),
+    "special.i0e": lambda lib, x: lib.special.i0e(x),
+    "special.i1": lambda lib, x: lib.special.i1(x),
+    "special.ndtri": lambda lib, x: lib.special.ndtri(x),
+    "special.erfcx": lambda lib, x: lib.special.erfcx(x),
+    "special.entr": lambda lib, x: lib.special.entr(x),
+    "polygamma-1": lambda lib, x: lib.polygamma(1, x),
+    "polygamma-3": lambda lib, x: lib.polygamma(3, x),
+    "mvlgamma": lambda lib, x: lib.mvlgamma(x, 2),
+}
+
+
+@pytest.mark.parametrize("name", list(_COMPLEX_REFUSERS))
+def test_real_special_functions_refuse_complex_inputs(name):
+    """PyTorch's CPU kernels of these functions have no complex types: they raise, where numpy
+    kernels would drop the imaginary part (a silent wrong answer)."""
+    fn = _COMPLEX_REFUSERS[name]
+    outcomes = [
+        _outcome(lib, lambda lib: fn(lib, lib.tensor([1 + 1j, 2.0 + 0j]))) for lib in (kiln, torch)
+    ]
+    assert outcomes[0][1] is not None and outcomes[0][1] == outcomes[1][1]
+
+
+def test_scatter_reduce_takes_max_and_min_for_amax_and_amin():
+    """PyTorch's forward takes "max" and "min" (its backward then refuses them; kiln's
+    differentiates them as "amax" and "amin")."""
+    results = []
+    for lib in (kiln, torch):
+        x = lib.zeros(4)
+        index = lib.tensor([0, 0, 3])
+        src = lib.tensor([1.0, 2.0, -5.0])
+        out = lib.scatter_reduce(x, 0, index, src, "max") + x.scatter_reduce(0, index, src, "min")
+        inplace = lib.ones(4).scatter_reduce_(0, index, src, "min", include_self=False)
+        results.append((out, inplace))
+    assert_close(results[0], results[1])
+    grads = []
+    for low, high in (("min", "max"), ("amin", "amax")):
+        src = kiln.tensor([1.0, 2.0, -5.0], requires_grad=True)
+        x = kiln.zeros(4)
+        (x.scatter_reduce(0, kiln.tensor([0, 0, 3]), src, high) * 2).sum().backward()
+        x.scatter_reduce(0, kiln.tensor([0, 0, 3]), src, low).sum().backward()
+        grads.append(src.grad)
+    assert_close(grads[0], grads[1])

@@ -77,6 +77,9 @@ def _make_inplace_op(op: Op) -> Op:
 
     inplace.kernel = kernel
     inplace.meta = lambda self, *rest: self
+    canonical = getattr(op, "canonical_args", None)
+    if canonical is not None:
+        inplace.canonicalize_args(canonical)
     OPS[name] = inplace
     return inplace
 

@@ -217,6 +217,19 @@ class Op:
         return (get_op, (self.name,))
 
     # ---- registration decorators (each returns the function so they can stack)
+    def canonicalize_args(self, fn: Callable) -> Callable:
+        """Rewrite the bound argument tuple of every call (``fn(args) -> args``) before dispatch:
+        spellings PyTorch also accepts become the one the kernels, metas and derivatives know
+        (the in-place variant made later inherits it)."""
+        plain = self.bind
+
+        def bind(*args, **kwargs):
+            return fn(plain(*args, **kwargs))
+
+        self.bind = bind
+        self.canonical_args = fn
+        return fn
+
     def register_kernel(self, fn: Callable) -> Callable:
         self.kernel = self._refusing_complex(fn)
         return fn

@@ -340,6 +340,14 @@ def scatter_reduce(
 ): ...
 
 
+@scatter_reduce.canonicalize_args
+def _max_and_min_spelled_out(args: tuple) -> tuple:
+    """PyTorch's scatter_reduce also takes "max" and "min" for "amax" and "amin"."""
+    if args[4] in ("max", "min"):
+        return (*args[:4], "a" + args[4], *args[5:])
+    return args
+
+
 _REDUCE_UFUNCS = {
     "sum": np.add,
     "mean": np.add,

@@ -66,6 +66,10 @@ def _float_operand(x: Tensor) -> tuple[np.ndarray, dt.dtype]:
     return cast_array(x._data, cd), od
 
 
+# the CPU kernel PyTorch names when it refuses a dtype, where not ``<name>_cpu``
+_KERNEL_NAMES = {"lgamma": "lgamma_vml_cpu", "digamma": "digamma", "i0": "i0_vml_cpu"}
+
+
 def _special_unary(
     name: str, np_fn, derivative=None, *, schema=_self_schema, uses="input", half=True
 ):
@@ -78,8 +82,9 @@ def _special_unary(
 
     def result_dtype(x: Tensor) -> dt.dtype:
         d = to_float_dtype(x._dtype)
-        if not half and d in (dt.float16, dt.bfloat16):
-            kernel_name = f"{name.removeprefix('special_')}_cpu"
+        if d.is_complex or (not half and d in (dt.float16, dt.bfloat16)):
+            # PyTorch's CPU kernels have no complex (numpy's would drop the imaginary part)
+            kernel_name = _KERNEL_NAMES.get(name, f"{name.removeprefix('special_')}_cpu")
             raise NotImplementedError(
                 f"\"{kernel_name}\" not implemented for '{torch_type_name(d)}'"
             )
@@ -108,23 +113,28 @@ def _special_unary(
 def polygamma(n: int, self: Tensor): ...
 
 
-def _check_polygamma_order(n) -> None:
+def _check_polygamma_order(n, x) -> None:
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
         raise TypeError(f"polygamma(): argument 'n' must be int, not {type(n).__name__}")
     if n < 0:
         raise RuntimeError("polygamma(n, x) does not support negative n.")
+    if x._dtype.is_complex:
+        kernel_name = {0: "digamma", 1: "trigamma"}.get(int(n), "polygamma")
+        raise NotImplementedError(
+            f"\"{kernel_name}\" not implemented for '{torch_type_name(x._dtype)}'"
+        )
 
 
 @polygamma.register_kernel
 def _polygamma_kernel(n, x):
-    _check_polygamma_order(n)
+    _check_polygamma_order(n, x)
     a, od = _float_operand(x)
     return wrap(np_polygamma(int(n), a), od)
 
 
 @polygamma.register_meta
 def _polygamma_meta(n, x):
-    _check_polygamma_order(n)
+    _check_polygamma_order(n, x)
     return pointwise_meta(to_float_dtype(x._dtype), x)
 
 
@@ -163,6 +173,10 @@ def _mvlgamma_decomp(x, p):
         raise TypeError(f"mvlgamma(): argument 'p' must be int, not {type(p).__name__}")
     if p < 1:
         raise RuntimeError("p has to be greater than or equal to 1")
+    if x.dtype.is_complex:  # PyTorch's refusal comes from the arange its formula makes
+        raise NotImplementedError(
+            f"\"arange_cpu\" not implemented for '{torch_type_name(x.dtype)}'"
+        )
     if not x.dtype.is_floating_point:
         x = x.to(dt.get_default_dtype())
     total = lgamma(x)
