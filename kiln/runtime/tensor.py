@@ -99,6 +99,13 @@ def _on_device(device_type: str) -> property:
 # autograd nodes need not look for them
 INFERENCE_SEEN = [False]
 
+
+def mark_inference(t: Tensor) -> None:
+    """Make ``t`` an inference tensor (made under ``inference_mode``, or a view of one)."""
+    INFERENCE_SEEN[0] = True
+    t._inference = True
+
+
 INFERENCE_SAVED = (
     "Inference tensors cannot be saved for backward. Please do not use Tensors created in "
     "inference mode in computation tracked by autograd. To work around this, you can make a "

@@ -27,7 +27,7 @@ from ...runtime.memory_format import (
     suggest_memory_format,
 )
 from ...runtime.state import per_thread
-from ...runtime.tensor import INFERENCE_SEEN, Tensor
+from ...runtime.tensor import INFERENCE_SEEN, Tensor, mark_inference
 from . import registry
 from .common import broadcast_shapes, zero_grad
 
@@ -98,10 +98,9 @@ def _inference_outputs(op, args: tuple, out):
         return out
     inference = getattr(args[0], "_inference", False) if op.is_view else True
     if inference:
-        INFERENCE_SEEN[0] = True
         for t in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(t, Tensor):
-                t._inference = True
+                mark_inference(t)
     return out
 
 

@@ -22,11 +22,11 @@ from ...runtime.memory_format import (
 from ...runtime.state import per_thread
 from ...runtime.symbolic import SymInt, as_int
 from ...runtime.tensor import (
-    INFERENCE_SEEN,
     Size,
     Tensor,
     contiguous_strides,
     make_fake,
+    mark_inference,
     wrap_array,
 )
 from ..core.common import checked_scalar, writes_out
@@ -115,8 +115,7 @@ def _is_int_like(s) -> bool:
 
 def _finish(t: Tensor, requires_grad: bool) -> Tensor:
     if per_thread.state.inference_mode:  # a new tensor made there is an inference tensor
-        INFERENCE_SEEN[0] = True
-        t._inference = True
+        mark_inference(t)
     if requires_grad:
         if t._dtype.category < 2:  # neither floating nor complex
             raise RuntimeError(
