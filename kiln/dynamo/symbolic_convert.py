@@ -196,6 +196,7 @@ class InstructionTranslatorBase:
             except Exception as e:
                 raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
         plain = _INPLACE_TO_PLAIN.get(op, op)
+        a, b = _constant_sequence_as_items(a, b), _constant_sequence_as_items(b, a)
         if isinstance(a, ListVariable) and op is operator.iadd:
             return a.call_method(self, "__iadd__", [b], {})
         if (
@@ -410,6 +411,21 @@ class InstructionTranslatorBase:
 
 def _method_caller_to(t, dtype):
     return t.to(dtype)
+
+
+def _constant_sequence_as_items(value: VariableTracker, other: VariableTracker):
+    """A constant tuple (``hs = ()``, a literal of numbers) as a tuple of variables when the
+    other operand is a traced sequence, so ``hs = hs + (h,)`` concatenates items instead of
+    asking for a constant result that neither side has."""
+    if (
+        isinstance(value, ConstantVariable)
+        and isinstance(other, BaseListVariable)
+        and type(value.as_python_constant()) is tuple
+    ):
+        from .variables.builder import wrap_constant_result
+
+        return TupleVariable([wrap_constant_result(v) for v in value.as_python_constant()])
+    return value
 
 
 def _identity_eq(vt: VariableTracker) -> bool:

@@ -201,6 +201,17 @@ def tuple_concat_repeat(x):
     return a * 2
 
 
+def tuple_grown_from_empty(x):
+    # transformers' ``all_hidden_states = all_hidden_states + (h,)`` over layers
+    hidden_states = ()
+    scales = (1, 2)
+    for layer in range(3):
+        x = x * 2 + layer
+        hidden_states = hidden_states + (x,)
+    hidden_states += (x.sin(),)
+    return (x,) + hidden_states[1:], scales + (len(hidden_states),), () + (x.cos(),)
+
+
 def fstring_of_constants(x, name):
     label = f"{name}-{x.shape[0]}:{3.14159:.2f}"
     return x * len(label), label
@@ -349,6 +360,7 @@ CASES = [
     Case(slicing_lists, lambda: (t(2),)),
     Case(star_unpacking, lambda: (t(2),)),
     Case(tuple_concat_repeat, lambda: (t(2),)),
+    Case(tuple_grown_from_empty, lambda: (t(2),)),
     Case(fstring_of_constants, lambda: (t(3), "name")),
     Case(string_methods, lambda: (t(3), "abc")),
     Case(comparisons_of_constants, lambda: (t(3), 2)),
