@@ -58,10 +58,21 @@ def views_apart(*tensors) -> bool:
 
 
 def overlapping(a, b) -> bool:
-    """Whether two tensors of one storage may touch a common element (their extents meet)."""
+    """Whether two tensors of one storage touch a common element. Extents that meet are not
+    enough: the key and value heads split from one projection (``qkv.split(d, dim=-1)``, then
+    viewed per head) interleave without sharing an element. The exact test is bounded; one too
+    hard to decide counts as overlapping."""
     import numpy as np
 
-    return bool(np.may_share_memory(a._data, b._data))
+    if not np.may_share_memory(a._data, b._data):
+        return False
+    try:
+        return bool(np.shares_memory(a._data, b._data, max_work=_OVERLAP_WORK))
+    except np.exceptions.TooHardError:
+        return True
+
+
+_OVERLAP_WORK = 1 << 12  # bound on the exact overlap test's search (numpy's max_work)
 
 
 class GuardSet:
@@ -75,6 +86,10 @@ class GuardSet:
         self.shape_env = None  # the capture's ShapeEnv: its guards are added at ``compile``
         self._symbol_sources: dict = {}  # symbol -> full source expression of its value
         self._int_symbols: dict = {}  # symbol of an int input -> the input's source name
+        # (strides expression, name, [(dim, stride)]) of inputs' size-1 dims, left unguarded
+        # unless the capture read a stride (``strides_read``)
+        self._unit_strides: list = []
+        self.strides_read = False
 
     def _add(
         self, expr: str, text: str, on_shape: bool = False, scalar: str | None = None,
@@ -113,11 +128,7 @@ class GuardSet:
                 f"{e}._shape == {tuple(t._shape)!r}", f"{name}.shape == {list(t._shape)}", True
             )
             # ``_stride`` caches ``stride()`` (None until first asked): a cheap read later
-            self._add(
-                f"({e}._stride or {e}.stride()) == {tuple(t.stride())!r}",
-                f"{name}.stride() == {t.stride()}",
-                True,
-            )
+            self._stride_match(f"({e}._stride or {e}.stride())", name, t._shape, t.stride())
         else:
             self._symbolic_shape(source, e, name, fake, bindings)
         self._add(
@@ -153,15 +164,39 @@ class GuardSet:
             if kind == "stride":
                 self.ns.pending.append((sym_var(symbol), f"{stride_var}[{d}]"))
                 self._symbol_sources[symbol] = f"{full}.stride()[{d}]"
-        strides = ", ".join(
-            s.expr.code(sym_var) if s.__class__ is SymInt else str(s) for s in fake.stride()
-        )
-        tuple_src = f"({strides},)" if len(fake._shape) == 1 else f"({strides})"
-        self._add(
-            f"{stride_var} == {tuple_src}",
-            f"{name}.stride() == ({', '.join(str(s) for s in fake.stride())})",
-            True,
-        )
+        self._stride_match(stride_var, name, fake._shape, fake.stride())
+
+    def _stride_match(self, strides_expr: str, name: str, shape: tuple, strides: tuple) -> None:
+        """The strides of a tensor input, except those of size-1 dims: no element is reached
+        through them, and a window of a growing buffer (``ids[:, -1:]`` in a generation loop)
+        changes them every call. They are guarded too if the capture read a stride
+        (``strides_read``, checked at ``compile``)."""
+        unit = [d for d, size in enumerate(shape) if size.__class__ is int and size == 1]
+        if unit:
+            self._unit_strides.append((strides_expr, name, [(d, strides[d]) for d in unit]))
+        kept = [d for d in range(len(shape)) if d not in unit]
+        if not kept:
+            return
+
+        def code(st) -> str:
+            return st.expr.code(sym_var) if st.__class__ is SymInt else str(st)
+
+        shown = ", ".join("*" if d in unit else str(st) for d, st in enumerate(strides))
+        text = f"{name}.stride() == ({shown}{',' if len(strides) == 1 else ''})"
+        if not unit:
+            listed = ", ".join(code(st) for st in strides)
+            self._add(f"{strides_expr} == ({listed}{',' if len(strides) == 1 else ''})", text, True)
+        else:
+            checks = " and ".join(f"{strides_expr}[{d}] == {code(strides[d])}" for d in kept)
+            self._add(checks, text, True)
+
+    def _read_unit_strides(self) -> None:
+        """The capture read a stride (``x.stride()``): the size-1 dims' strides it may have
+        used are guarded as well."""
+        for strides_expr, name, dims in self._unit_strides:
+            checks = " and ".join(f"{strides_expr}[{d}] == {st}" for d, st in dims)
+            listed = ", ".join(f"{name}.stride({d}) == {st}" for d, st in dims)
+            self._add(checks, listed, True)
 
     def symbolic_int(self, source: Source, symbol) -> None:
         """An int input standing for ``symbol``: bound, and guarded on its type only."""
@@ -319,6 +354,8 @@ class GuardSet:
     # ------------------------------------------------------------------ compile
     def compile(self, params: str, defaults: dict[str, Any], name: str) -> CompiledGuard:
         self._distinct_guard()
+        if self.strides_read:
+            self._read_unit_strides()
         self._shape_env_guards()
         if self.shape_env is not None:
             self.shape_env.freeze()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 
 import kiln
@@ -232,3 +233,30 @@ def test_identity_and_key_guards_describe_tensors_and_modules_briefly():
     table[lin.bias] = 3.0  # the key guard still checks the keys
     assert_same(fn(x), f(x))
     assert counter.frame_count == 2
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_window_of_a_growing_buffer_compiles_once(backend):
+    # ``ids[:, -1:]`` in a generation loop: the size-1 dim's stride grows with the buffer and
+    # is never used to reach an element, so it is not guarded
+    def step(x):
+        return x * 2 + 1, x.t(), x.view(-1)
+
+    counter = CompileCounter(backend)
+    compiled = kiln.compile(step, backend=counter)
+    for length in (5, 7, 9, 12):
+        window = kiln.randn(1, length)[:, -3:]
+        for got, expected in zip(compiled(window), step(window)):
+            np.testing.assert_array_equal(got.numpy(), expected.numpy())
+            assert got.stride() == expected.stride()
+    assert counter.frame_count == 1
+
+
+def test_a_read_stride_of_a_size_one_dim_is_guarded():
+    def scaled(x):
+        return x * x.stride(0)
+
+    compiled = kiln.compile(scaled, backend="aot_eager")
+    for length in (5, 7):
+        window = kiln.ones(1, length)[:, -3:]
+        np.testing.assert_array_equal(compiled(window).numpy(), scaled(window).numpy())

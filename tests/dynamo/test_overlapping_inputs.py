@@ -53,3 +53,21 @@ def test_disjoint_views_of_one_storage_compile():
     got = compiled(base[:4], base[4:])
     np.testing.assert_array_equal(got.numpy(), f(ref[:4], ref[4:]).numpy())
     np.testing.assert_array_equal(base.numpy(), ref.numpy())
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_interleaved_views_of_one_storage_compile(backend):
+    # the key and value heads split from one projection and viewed per head (a KV cache fed
+    # back as inputs): their extents interleave but no element is shared
+    def attend(k, v):
+        k.mul_(2)
+        return (k * v).sum(-1)
+
+    compiled = kiln.compile(attend, backend=backend, fullgraph=True)
+    qkv, ref = kiln.randn(2, 5, 12), None
+    ref = qkv.clone()
+    heads = [t.view(2, 5, 2, 2).transpose(1, 2) for t in qkv.split(4, dim=-1)[1:]]
+    expected_heads = [t.view(2, 5, 2, 2).transpose(1, 2) for t in ref.split(4, dim=-1)[1:]]
+    got = compiled(*heads)
+    np.testing.assert_allclose(got.numpy(), attend(*expected_heads).numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(qkv.numpy(), ref.numpy())

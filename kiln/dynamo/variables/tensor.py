@@ -209,6 +209,8 @@ def call_tensor_method(tx, tensor: TensorVariable, name: str, args, kwargs) -> V
         raise unsupported("unsupported_tensor_op", f"Tensor.{name}() changes autograd state")
     if name in _INPLACE_VIEWS or name in ("resize_", "resize_as_"):
         return _inplace_view(tx, tensor, name, args, kwargs)
+    if name == "stride":  # a size-1 dim's stride is read: guard it (GuardSet.strides_read)
+        tx.output.guards.strides_read = True
     if name == "detach":
         if args or kwargs:
             raise unsupported("user_exception", "TypeError: detach() takes no arguments")
