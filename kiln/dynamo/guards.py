@@ -328,6 +328,15 @@ class GuardSet:
         expected = "None" if config is None else self.ns.name_of(config, "autocast_config")
         self._add(f"{local}.state.autocast is {expected}", f"autocast is {config or 'off'}")
 
+    def logging_disabled(self, logger, level: int) -> None:
+        """A dropped ``logger.debug(...)``: its level is still off (``isEnabledFor`` reads the
+        logger's cache, a dict lookup on the hot path)."""
+        name = self.ns.name_of(logger, "logger")
+        self._add(
+            f"not {name}.isEnabledFor({level})",
+            f"logger {logger.name!r} has level {level} off",
+        )
+
     def _distinct_guard(self) -> None:
         srcs = self._distinct
         if len(srcs) < 2:

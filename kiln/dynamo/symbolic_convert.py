@@ -28,7 +28,7 @@ from .exc import BreakReason, Unsupported, unsupported
 from .exception_flow import raise_into_handler
 from .opcodes import HANDLERS
 from .sources import ClosureSource, GlobalsDictSource, GlobalSource, LocalSource
-from .variables.base import ConstantVariable, VariableTracker, fold_binary
+from .variables.base import ConstantVariable, FixedObjectVariable, VariableTracker, fold_binary
 from .variables.builder import wrap
 from .variables.dicts import DictVariable, DictViewVariable
 from .variables.functions import UNBOUND, CellVariable, bind_arguments
@@ -365,6 +365,8 @@ class InstructionTranslatorBase:
         code = fn.get_code()
         module = fn.get_globals().get("__name__") or ""
         if module.partition(".")[0] in _CALLED_NOT_INLINED:
+            if module == "logging" and _skips_disabled_log_call(self, fn.fn, args):
+                return ConstantVariable(None)
             error = unsupported("opaque_function", f"call to {module}.{code.co_qualname}")
             error.called_from = self  # this frame's call runs eagerly (not a compiled callee)
             raise error
@@ -411,6 +413,37 @@ class InstructionTranslatorBase:
 
 def _method_caller_to(t, dtype):
     return t.to(dtype)
+
+
+_LOG_LEVELS = {
+    "debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "exception": 40,
+    "critical": 50, "fatal": 50,
+}  # fmt: skip
+
+
+def _skips_disabled_log_call(tx, fn, args: list) -> bool:
+    """``logger.debug(...)`` (or ``logging.info(...)``) at a level the logger has off does
+    nothing, so capture drops it, guarded on the level staying off, instead of breaking the
+    graph: model code logs in its forward behind levels that are off in training runs. An
+    enabled call still breaks (it writes, and its order with the graph's effects matters)."""
+    import logging
+
+    level = _LOG_LEVELS.get(fn.__name__)
+    if level is None:
+        return False
+    if fn.__qualname__.startswith("Logger."):
+        owner = args[0] if args else None
+        logger = getattr(owner, "value", None)
+        if not isinstance(owner, FixedObjectVariable) or not isinstance(logger, logging.Logger):
+            return False
+    elif fn is getattr(logging, fn.__name__, None):
+        logger = logging.root
+    else:
+        return False
+    if logger.isEnabledFor(level):
+        return False
+    tx.output.guards.logging_disabled(logger, level)
+    return True
 
 
 def _constant_sequence_as_items(value: VariableTracker, other: VariableTracker):

@@ -329,7 +329,8 @@ def test_logger_call_is_one_graph_break(caplog):
     # only the user's logger: kiln's own artifacts are not this test's business
     said = [r.getMessage() for r in caplog.records if r.name == _logger.name]
     assert said == ["step 3"] * 3  # eager + two calls
-    report = kiln._dynamo.explain(_logs_in_the_middle)(kiln.ones(2))
+    with caplog.at_level(logging.INFO, logger=_logger.name):  # (at WARNING it is dropped)
+        report = kiln._dynamo.explain(_logs_in_the_middle)(kiln.ones(2))
     assert report.break_reasons[0].reason == "call to logging.Logger.info"
 
 
@@ -342,10 +343,31 @@ def _calls_helper_that_logs(x):
     return _helper_that_logs(x + 1) - 1
 
 
-def test_logger_call_inside_a_helper_keeps_the_helper_compiled():
+def test_logger_call_inside_a_helper_keeps_the_helper_compiled(caplog):
     """The helper is compiled on its own (its ``x * 3`` is a graph), not run eagerly."""
-    counter, _ = check(_calls_helper_that_logs, kiln.ones(2), graphs=3, breaks=2)
+    with caplog.at_level(logging.DEBUG, logger=_logger.name):
+        counter, _ = check(_calls_helper_that_logs, kiln.ones(2), graphs=3, breaks=2)
     assert counter.op_count == 3  # add | mul | sub: nothing left to eager code
+
+
+def _logs_with_the_root_logger(x):
+    logging.debug("root says %s", "hi")
+    return x.cos()
+
+
+def test_a_log_call_at_a_disabled_level_is_dropped_and_guarded(caplog):
+    with caplog.at_level(logging.INFO, logger=_logger.name):
+        check(_calls_helper_that_logs, kiln.ones(2), graphs=1, breaks=0)
+        check(_logs_with_the_root_logger, kiln.ones(2), graphs=1, breaks=0)
+    compiled = kiln.compile(_calls_helper_that_logs)
+    with caplog.at_level(logging.INFO, logger=_logger.name):
+        compiled(kiln.ones(2))
+    assert not [r for r in caplog.records if r.name == _logger.name]
+    with caplog.at_level(logging.DEBUG, logger=_logger.name):  # the guard sees the new level
+        got = compiled(kiln.ones(2))
+    said = [r.getMessage() for r in caplog.records if r.name == _logger.name]
+    assert said == ["inside helper"]
+    np.testing.assert_array_equal(got.numpy(), _calls_helper_that_logs(kiln.ones(2)).numpy())
 
 
 @kiln.compiler.disable
