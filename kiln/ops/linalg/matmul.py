@@ -25,8 +25,8 @@ from ..core.common import (
     require_number,
     wrap,
     wrap_dim,
-    writes_out,
 )
+from ..core.out_arguments import writes_out
 from ..core.registry import OPS, defop, tensor_method, torch_function
 from ..shape.shape_functions import narrow
 from ..shape.views import expand_shape
@@ -387,6 +387,7 @@ def _outer_decomp(a, b):
 
 
 @torch_function("ger")
+@writes_out(name="mul")
 @tensor_method("ger")
 def _ger(input: Tensor, vec2: Tensor) -> Tensor:
     return outer(input, vec2)
@@ -592,7 +593,7 @@ def _kron_decomp(a, b):
 
 
 @torch_function()
-@writes_out
+@writes_out(records_write=True)
 def tensordot(a: Tensor, b: Tensor, dims=2, out=None) -> Tensor:
     """Contract ``dims`` of ``a`` with ``dims`` of ``b``: one ``mm`` between two permuted reshapes."""
     if isinstance(dims, Tensor):
@@ -622,6 +623,7 @@ def tensordot(a: Tensor, b: Tensor, dims=2, out=None) -> Tensor:
 
 
 @torch_function()
+@writes_out(name="linalg_cross")
 @tensor_method()
 def cross(input: Tensor, other: Tensor, dim: int | None = None) -> Tensor:
     shape = broadcast_shapes(tuple(input.shape), tuple(other.shape))
