@@ -20,6 +20,7 @@ from ..core.common import (
     Scalar,
     Tensor,
     broadcast_shapes,
+    checked_scalar,
     compute_np_dtype,
     fake,
     require_number,
@@ -476,7 +477,19 @@ def _addmm_like(name, schema, product_shape, product, np_product, grads, **recor
     op.register_meta(meta)
     op.register_derivative(derivative)
     op.register_decomposition(decomposition)
+    op.canonicalize_args(_integral_scales)
     return op
+
+
+def _integral_scales(args: tuple) -> tuple:
+    """Integer ``self``: PyTorch converts ``beta`` and ``alpha`` to its type (a float truncated
+    toward zero, one out of range refused), so ``alpha=1.5`` scales by 1."""
+    x, m1, m2, beta, alpha = args
+    if isinstance(x, Tensor) and x._dtype.category == 1:
+        beta, alpha = (
+            int(checked_scalar(v, x._dtype)) if isinstance(v, float) else v for v in (beta, alpha)
+        )
+    return x, m1, m2, beta, alpha
 
 
 def _addmm_schema(
