@@ -180,6 +180,7 @@ def matrix_norm(
     name = "linalg.matrix_norm"
     if A.ndim < 2:
         raise RuntimeError(f"{name}: The input tensor A must have at least 2 dimensions.")
+    dec.refuse_complex(name, A.dtype)
     if not A.dtype.is_floating_point:
         raise RuntimeError(
             f"{name}: Expected a floating point or complex tensor as input. Got "
