@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .ops import OPS
 from .ops.core.common import wrap_dim
+from .ops.core.out_arguments import writes_out
 from .ops.creation import api
 from .ops.reductions.reduce import torch_type_name
 from .runtime import dtypes as dt
@@ -168,6 +169,7 @@ def _c2r(x: Tensor, n, dim: int, norm, forward: bool) -> Tensor:
     return OPS["_fft_c2r"](x, [d], _norm_mode(norm, forward), size)
 
 
+@writes_out
 def fft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
     """The one-dimensional discrete Fourier transform of ``input`` along ``dim``."""
     if isinstance(input, Tensor) and input.dtype.is_complex:
@@ -175,6 +177,7 @@ def fft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = N
     return _r2c("fft", input, n, dim, norm, True, onesided=False)
 
 
+@writes_out
 def ifft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
     """The one-dimensional inverse discrete Fourier transform."""
     if isinstance(input, Tensor) and input.dtype.is_complex:
@@ -182,21 +185,25 @@ def ifft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = 
     return _r2c("ifft", input, n, dim, norm, False, onesided=False)
 
 
+@writes_out
 def rfft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
     """The FFT of a real signal: only the n // 2 + 1 non-negative frequencies."""
     return _r2c("rfft", input, n, dim, norm, True, onesided=True)
 
 
+@writes_out
 def irfft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
     """The inverse of ``rfft``: a real signal of length ``n`` (default 2 * (m - 1))."""
     return _c2r(input, n, dim, norm, False)
 
 
+@writes_out
 def hfft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
     """The FFT of a Hermitian-symmetric signal given by its first half: a real spectrum."""
     return _c2r(input, n, dim, norm, True)
 
 
+@writes_out
 def ihfft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
     """The inverse of ``hfft``: the half spectrum of a real signal's inverse FFT."""
     return _r2c("ihfft", input, n, dim, norm, False, onesided=True)
@@ -247,56 +254,67 @@ def _irfftn(name: str, x: Tensor, s, dim, norm, forward: bool) -> Tensor:
     return OPS["_fft_c2r"](x, dims, _norm_mode(norm, forward), last_size)
 
 
+@writes_out
 def fftn(input: Tensor, s=None, dim=None, norm: str | None = None) -> Tensor:  # noqa: A002
     """The n-dimensional FFT over ``dim`` (default: all dims, or the last ``len(s)``)."""
     return _c2c_n(input, s, dim, norm, True)
 
 
+@writes_out
 def ifftn(input: Tensor, s=None, dim=None, norm: str | None = None) -> Tensor:  # noqa: A002
     """The n-dimensional inverse FFT."""
     return _c2c_n(input, s, dim, norm, False)
 
 
+@writes_out
 def fft2(input: Tensor, s=None, dim=(-2, -1), norm: str | None = None) -> Tensor:  # noqa: A002
     """The two-dimensional FFT (over the last two dims by default)."""
     return _c2c_n(input, s, dim, norm, True)
 
 
+@writes_out
 def ifft2(input: Tensor, s=None, dim=(-2, -1), norm: str | None = None) -> Tensor:  # noqa: A002
     """The two-dimensional inverse FFT."""
     return _c2c_n(input, s, dim, norm, False)
 
 
+@writes_out
 def rfftn(input: Tensor, s=None, dim=None, norm: str | None = None) -> Tensor:  # noqa: A002
     """The n-dimensional FFT of a real signal, halved along the last transformed dim."""
     return _rfftn("rfftn", input, s, dim, norm)
 
 
+@writes_out
 def rfft2(input: Tensor, s=None, dim=(-2, -1), norm: str | None = None) -> Tensor:  # noqa: A002
     """The two-dimensional ``rfftn``."""
     return _rfftn("rfftn", input, s, dim, norm)
 
 
+@writes_out
 def irfftn(input: Tensor, s=None, dim=None, norm: str | None = None) -> Tensor:  # noqa: A002
     """The inverse of ``rfftn``."""
     return _irfftn("irfftn", input, s, dim, norm, False)
 
 
+@writes_out
 def irfft2(input: Tensor, s=None, dim=(-2, -1), norm: str | None = None) -> Tensor:  # noqa: A002
     """The inverse of ``rfft2``."""
     return _irfftn("irfftn", input, s, dim, norm, False)
 
 
+@writes_out
 def hfftn(input: Tensor, s=None, dim=None, norm: str | None = None) -> Tensor:  # noqa: A002
     """The n-dimensional FFT of a Hermitian-symmetric signal given by its first half."""
     return _irfftn("hfftn", input, s, dim, norm, True)
 
 
+@writes_out
 def hfft2(input: Tensor, s=None, dim=(-2, -1), norm: str | None = None) -> Tensor:  # noqa: A002
     """The two-dimensional ``hfftn``."""
     return _irfftn("hfftn", input, s, dim, norm, True)
 
 
+@writes_out
 def ihfftn(input: Tensor, s=None, dim=None, norm: str | None = None) -> Tensor:  # noqa: A002
     """The inverse of ``hfftn``: a onesided inverse transform of a real signal."""
     if isinstance(input, Tensor) and input.dtype.is_complex:
@@ -311,6 +329,7 @@ def ihfftn(input: Tensor, s=None, dim=None, norm: str | None = None) -> Tensor: 
     return OPS["_fft_r2c"](x, dims, _norm_mode(norm, False), True).conj()
 
 
+@writes_out
 def ihfft2(input: Tensor, s=None, dim=(-2, -1), norm: str | None = None) -> Tensor:  # noqa: A002
     """The two-dimensional ``ihfftn``."""
     return ihfftn(input, s, dim, norm)

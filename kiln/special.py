@@ -8,6 +8,7 @@ functions ``torch.special`` shares with the main namespace are the same ops (``s
 
 from __future__ import annotations
 
+from .ops.core.out_arguments import writes_out
 from .ops.core.registry import OPS
 from .runtime.tensor import Tensor
 
@@ -76,6 +77,7 @@ bessel_j1 = OPS["special_bessel_j1"]
 spherical_bessel_j0 = OPS["special_spherical_bessel_j0"]
 
 
+@writes_out
 def xlogy(input, other) -> Tensor:  # noqa: A002
     """``input * log(other)``, 0 where ``input`` is 0; ``input`` may be a Python number."""
     if not isinstance(input, Tensor):
@@ -101,11 +103,13 @@ def log_softmax(input: Tensor, dim: int, *, dtype=None) -> Tensor:  # noqa: A002
     return OPS["log_softmax"](input, dim, dtype)
 
 
+@writes_out
 def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:  # noqa: A002
     """log(sum(exp(input))) over ``dim``, computed stably."""
     return OPS["logsumexp"](input, [dim] if isinstance(dim, int) else list(dim), keepdim)
 
 
+@writes_out
 def round(input: Tensor, *, decimals: int = 0) -> Tensor:  # noqa: A001,A002
     """Round half to even, to ``decimals`` decimal places."""
     return OPS["round"](input, decimals=decimals)

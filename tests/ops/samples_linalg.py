@@ -130,6 +130,21 @@ SAMPLES += [
         kwargs={"beta": 2, "alpha": 3},
         id="addmm-int",
     ),
+    # integer operands: PyTorch truncates float scales to the integer type (1.5 -> 1, -0.5 -> 0)
+    *(
+        Sample(
+            name,
+            tuple(T(s, dtype="int64", low=-3, high=3) for s in shapes),
+            kwargs={"beta": -0.5, "alpha": 1.5},
+            id=f"{name}-int-float-scales",
+        )
+        for name, shapes in (
+            ("addmm", ((2, 2), (2, 3), (3, 2))),
+            ("addmv", ((2,), (2, 3), (3,))),
+            ("baddbmm", ((2, 2, 2), (2, 2, 3), (2, 3, 2))),
+            ("addbmm", ((2, 2), (2, 2, 3), (2, 3, 2))),
+        )
+    ),
     Sample("addmv", (T((3,)), T((3, 4)), T((4,)))),
     Sample("addmv", (T(()), T((3, 4)), T((4,))), kwargs={"beta": 2, "alpha": 0.5}, id="addmv-0dim"),
     Sample("baddbmm", (T((2, 3, 4)), T((2, 3, 5)), T((2, 5, 4)))),

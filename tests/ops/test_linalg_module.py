@@ -387,6 +387,28 @@ def test_eig_of_a_complex_spectrum_names_the_missing_complex_dtype():
             fn(A)
 
 
+COMPLEX_REFUSED = {
+    "inv": lambda lib, a: lib.linalg.inv(a),
+    "det": lambda lib, a: lib.linalg.det(a),
+    "solve": lambda lib, a: lib.linalg.solve(a, a),
+    "cholesky": lambda lib, a: lib.linalg.cholesky(a),
+    "svd": lambda lib, a: lib.linalg.svd(a),
+    "matrix_norm": lambda lib, a: lib.linalg.matrix_norm(a),
+    "pinv": lambda lib, a: lib.linalg.pinv(a),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("name", list(COMPLEX_REFUSED))
+def test_complex_matrices_are_refused_as_unsupported_not_as_wrong_dtypes(name):
+    """PyTorch takes complex matrices; kiln says it does not support them yet, rather than
+    "expected a floating point or complex tensor ... Got ComplexFloat"."""
+    call = COMPLEX_REFUSED[name]
+    call(torch, torch.eye(2, dtype=torch.complex64) * 2)
+    with pytest.raises(NotImplementedError, match=r"complex inputs are not supported by kiln"):
+        call(kiln, kiln.eye(2, dtype=kiln.complex64) * 2)
+
+
 def test_eig_of_nonfinite_input_raises():
     with pytest.raises(RuntimeError, match="should not contain infs or NaNs"):
         kiln.linalg.eigvals(kiln.full((2, 2), math.inf))

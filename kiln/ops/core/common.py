@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
-
 import numpy as np
 
 from ...runtime import casting
@@ -19,12 +16,10 @@ from ...runtime.symbolic import (
     expect_true,
     is_size_one,
     known_same_shape,
-    same_shape,
     size_or_one,
     statically_known_true,
 )
 from ...runtime.tensor import Tensor, contiguous_strides, make_fake, wrap_array
-from .registry import OPS
 
 # names used in op schemas (the registry reads the annotation text, these make it checkable)
 Scalar = bool | int | float
@@ -57,7 +52,6 @@ __all__ = [
     "is_scalar",
     "fake",
     "checked_scalar",
-    "writes_out",
     "require_tensor",
 ]
 
@@ -379,29 +373,6 @@ def require_number(fn_name: str, arg_name: str, value) -> None:
     ``p=`` of norm): a captured graph then keeps a changing float a number there."""
     if isinstance(value, Tensor):
         raise TypeError(f"{fn_name}(): argument '{arg_name}' must be Number, not Tensor")
-
-
-def writes_out(fn):
-    """``f(..., out=t)`` for a Python-level function: computed as without ``out`` (in ``t``'s
-    dtype and on its device, for functions that take those, unless given), then written into
-    ``t``, resized to fit, which is returned."""
-    params = inspect.signature(fn).parameters
-
-    @functools.wraps(fn)
-    def wrapper(*args, out=None, **kwargs):
-        if out is None:
-            return fn(*args, **kwargs)
-        if "dtype" in params and kwargs.get("dtype") is None:
-            kwargs["dtype"] = out._dtype
-        if "device" in params and kwargs.get("device") is None:
-            kwargs["device"] = out._device
-        result = fn(*args, **kwargs)
-        if not same_shape(out._shape, result._shape):
-            out.resize_(result._shape)
-        OPS["copy_"](out, result)
-        return out
-
-    return wrapper
 
 
 try:  # numpy 2

@@ -20,14 +20,13 @@ from ...runtime.memory_format import (
     preserve_format,
     suggest_memory_format,
 )
-from ...runtime.state import per_thread
 from ...runtime.storage import writable_target
-from ...runtime.symbolic import SymInt, known_same_shape, same_shape
+from ...runtime.symbolic import SymInt, same_shape
 from ...runtime.tensor import Tensor
 from ..creation import api
 from .dispatch import dispatch
 from .grad_fn_naming import renames_grad_fn, renaming
-from .registry import METHODS, OPS, Op, return_type, torch_function
+from .registry import METHODS, OPS, Op, torch_function
 
 __all__ = ["install"]
 
@@ -109,42 +108,6 @@ def _write_result(op, self: Tensor, result: Tensor) -> None:
     # fill_ writes one value, so PyTorch lets it write through expanded (stride-0) dimensions
     target = writable_target(self._data, allow_overlap=op.name == "fill_")
     np.copyto(target, result._data, casting="unsafe")
-
-
-def call_with_out(op: Op, args: tuple, kwargs: dict):
-    """An op called with ``out=``: the result is written into ``out`` (a tensor, or a tuple for
-    multi-output ops), which is resized when its shape differs, as PyTorch does."""
-    out = kwargs.pop("out")
-    if out is None:
-        return op(*args, **kwargs)
-    if per_thread.state.grad_enabled and any(
-        isinstance(a, Tensor) and a._requires_grad for a in (*args, *kwargs.values())
-    ):
-        raise RuntimeError(
-            f"{op.name}(): functions with out=... arguments don't support automatic "
-            "differentiation, but one of the arguments requires grad."
-        )
-    return write_out(op(*args, **kwargs), out)
-
-
-def write_out(result, out):
-    """Write an op's result (a tensor or a tuple of them) into ``out``, resizing it to fit."""
-    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-    results = tuple(result) if isinstance(result, (tuple, list)) else (result,)
-    for target, value in zip(outs, results, strict=True):
-        if not dt.can_cast(value._dtype, target._dtype):
-            from ..reductions.reduce import torch_type_name
-
-            raise RuntimeError(
-                f"result type {torch_type_name(value._dtype)} can't be cast to the desired "
-                f"output type {torch_type_name(target._dtype)}"
-            )
-        if not known_same_shape(target._shape, value._shape):
-            target.resize_(value._shape)
-        OPS["copy_"](target, value)
-    if hasattr(result, "_fields"):  # (values, indices) come back as ``return_types.<op>_out``
-        return return_type(type(result).__name__ + "_out", result._fields)(*outs)
-    return out
 
 
 # ------------------------------------------------------------------------------ written-out methods

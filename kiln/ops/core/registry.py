@@ -205,7 +205,7 @@ class Op:
 
     def __call__(self, *args, **kwargs):
         if "out" in kwargs:  # ``kiln.mul(a, b, out=c)``: compute, then write into ``out``
-            from .methods import call_with_out
+            from .out_arguments import call_with_out
 
             return call_with_out(self, args, kwargs)
         return _dispatch(self, self.bind(*args, **kwargs))

@@ -19,12 +19,14 @@ from ...runtime.symbolic import as_int, is_negative
 from ...runtime.tensor import Size
 from ..creation.api import tensor
 from .common import Tensor
+from .out_arguments import writes_out
 from .registry import tensor_method, torch_function
 
 __all__: list[str] = []
 
 
 @torch_function()
+@writes_out
 @tensor_method()
 def narrow_copy(self: Tensor, dim: int, start: int, length: int) -> Tensor:
     """``narrow`` into fresh memory (contiguous, no view of ``self``)."""

@@ -29,7 +29,8 @@ from ...runtime.tensor import (
     mark_inference,
     wrap_array,
 )
-from ..core.common import checked_scalar, writes_out
+from ..core.common import checked_scalar
+from ..core.out_arguments import writes_out
 from ..core.registry import OPS, torch_function
 from .factories import check_size, logspace_values
 

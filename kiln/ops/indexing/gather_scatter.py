@@ -24,6 +24,7 @@ from ..core.common import (
 )
 from ..core.common import wrap_dim as _wrap_dim
 from ..core.grad_fn_naming import is_tensor_arg
+from ..core.out_arguments import writes_out
 from ..core.registry import OPS, defop, tensor_method, torch_function
 
 __all__ = ["INDEX_DTYPES", "index_dtype_name", "is_tensor_arg", "check_index_bounds", "as_1d"]
@@ -293,6 +294,7 @@ def _scatter_arg(src, value):
 
 
 @torch_function("scatter")
+@writes_out(name="scatter")
 @tensor_method("scatter")
 def _scatter_fn(input, dim, index, src=None, *, value=None, reduce=None):
     return scatter(input, dim, index, _scatter_arg(src, value), reduce=reduce)

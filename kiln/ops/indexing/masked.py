@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime import dtypes as dt
-from ..core.common import Tensor, broadcast_shapes, fake, wrap, writes_out
+from ..core.common import Tensor, broadcast_shapes, fake, wrap
 from ..core.common import wrap_dim as _wrap_dim
+from ..core.out_arguments import writes_out
 from ..core.registry import OPS, defop, tensor_method, torch_function
 from .gather_scatter import gather, index_dtype_name
 
@@ -198,6 +199,7 @@ def _put_decomp(x, index, source, accumulate=False):
 
 
 @torch_function()
+@writes_out(name="gather")
 @tensor_method()
 def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:
     if dim is None:

@@ -53,6 +53,7 @@ def check_float(name: str, A: Tensor, low_precision_kernel: str | None = None) -
     CPU kernels for them either do not exist — ``low_precision_kernel`` names the missing one —
     or are refused up front)."""
     d = A.dtype
+    refuse_complex(name, d)
     if not d.is_floating_point:
         raise RuntimeError(
             f"{name}: Expected a floating point or complex tensor as input. Got {torch_type_name(d)}"
@@ -63,6 +64,17 @@ def check_float(name: str, A: Tensor, low_precision_kernel: str | None = None) -
                 f"\"{low_precision_kernel}\" not implemented for '{torch_type_name(d)}'"
             )
         raise RuntimeError(f"{name}: Low precision dtypes not supported. Got {torch_type_name(d)}")
+
+
+def refuse_complex(name: str, d: dt.dtype) -> None:
+    """Complex matrices, which PyTorch accepts and kiln's linear algebra does not (yet): said
+    plainly, rather than PyTorch's "expected a floating point or complex tensor" for a complex
+    one."""
+    if d.is_complex:
+        raise NotImplementedError(
+            f"{name}: complex inputs are not supported by kiln yet (got {torch_type_name(d)}); "
+            "PyTorch supports them"
+        )
 
 
 def check_lapack_dtype(A: Tensor, kernel: str) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 from ...amp.autocast_mode import autocast_policy
 from ...runtime import dtypes as dt
 from ..core.common import Tensor, wrap_dim
+from ..core.out_arguments import writes_out
 from ..core.registry import OPS, return_type
 from ..creation.api import eye, full, zeros
 from ..pointwise.unary_binary import maximum, where
@@ -111,11 +112,13 @@ def svd(A: Tensor, full_matrices: bool = True, *, driver: str | None = None):
     return spec.svd(A, full_matrices)
 
 
+@writes_out
 def svdvals(A: Tensor, *, driver: str | None = None) -> Tensor:
     _check_driver("svdvals", driver)
     return spec.svdvals(A)
 
 
+@writes_out
 def pinv(input: Tensor, rcond=None, hermitian: bool = False, *, atol=None, rtol=None) -> Tensor:
     """Moore-Penrose pseudo-inverse; ``rcond`` is the older name of ``rtol``."""
     A = input  # PyTorch's keyword names; the formulas' matrix names
@@ -132,6 +135,7 @@ def pinv(input: Tensor, rcond=None, hermitian: bool = False, *, atol=None, rtol=
 _LU = return_type("linalg_lu", ("P", "L", "U"))
 
 
+@writes_out
 def lu(A: Tensor, *, pivot: bool = True):
     """``(P, L, U)`` with ``A = P L U``."""
     LU, pivots, _ = lu_ops.lu_factor_ex(A, pivot=pivot)
@@ -167,6 +171,7 @@ def _keep_two(r: Tensor, d0: int, d1: int, keepdim: bool) -> Tensor:
     return r
 
 
+@writes_out
 def matrix_norm(
     input: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *, dtype=None
 ) -> Tensor:
@@ -175,6 +180,7 @@ def matrix_norm(
     name = "linalg.matrix_norm"
     if A.ndim < 2:
         raise RuntimeError(f"{name}: The input tensor A must have at least 2 dimensions.")
+    dec.refuse_complex(name, A.dtype)
     if not A.dtype.is_floating_point:
         raise RuntimeError(
             f"{name}: Expected a floating point or complex tensor as input. Got "
@@ -207,6 +213,7 @@ def matrix_norm(
     return r
 
 
+@writes_out(records_write=True)
 def norm(input: Tensor, ord=None, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
     """A vector norm over one dim (or all), a matrix norm over two; a string ord is a matrix one."""
     A = input  # PyTorch's keyword names; the formulas' matrix names
@@ -230,6 +237,7 @@ def norm(input: Tensor, ord=None, dim=None, keepdim: bool = False, *, dtype=None
     return vector_norm(A, 2 if ord is None else ord, dim, keepdim, dtype=dtype)
 
 
+@writes_out
 def cond(input: Tensor, p=None) -> Tensor:
     """Condition number: from singular values for p in (None, 2, -2), else
     ``norm(A) * norm(A^{-1})`` (inf for singular matrices)."""
@@ -268,6 +276,7 @@ def _rank_tolerance(A: Tensor, s_max: Tensor, atol, rtol) -> Tensor:
     return tol
 
 
+@writes_out(differentiable=False)
 def matrix_rank(
     input: Tensor, *, atol=None, rtol=None, hermitian: bool = False, tol=None
 ) -> Tensor:
@@ -291,6 +300,7 @@ def matrix_rank(
 # ------------------------------------------------------------------------------ composites
 
 
+@writes_out
 def matrix_power(input: Tensor, n: int) -> Tensor:
     """``A^n`` by repeated squaring; n = 0 gives identities, n < 0 powers of the inverse."""
     A = input  # PyTorch's keyword names; the formulas' matrix names
@@ -333,6 +343,7 @@ def _chain_order(dims: list[int]) -> list[list[int]]:
     return split
 
 
+@writes_out
 def multi_dot(tensors) -> Tensor:
     """The product of a chain of matrices, multiplied in the cheapest order; the first may be a
     row vector and the last a column vector (1-D)."""
@@ -381,6 +392,7 @@ def multi_dot(tensors) -> Tensor:
     return out
 
 
+@writes_out
 def cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:
     """Cross product of 3-vectors along ``dim`` (-1 by default, unlike ``kiln.cross``)."""
     if input.ndim != other.ndim:
@@ -394,6 +406,7 @@ def cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:
     return _cross(input, other, dim)
 
 
+@writes_out
 @autocast_policy(cpu="lower", cuda="lower")
 def vecdot(x: Tensor, y: Tensor, *, dim: int = -1) -> Tensor:
     """Dot products along ``dim`` of broadcast ``x`` and ``y``."""
@@ -414,6 +427,7 @@ def diagonal(A: Tensor, *, offset: int = 0, dim1: int = -2, dim2: int = -1) -> T
     return OPS["diagonal"](A, offset, dim1, dim2)
 
 
+@writes_out
 def tensorinv(input: Tensor, ind: int = 2) -> Tensor:
     """The inverse of ``A`` seen as a linear map from its last dims to its first ``ind`` dims."""
     A = input  # PyTorch's keyword names; the formulas' matrix names
@@ -429,6 +443,7 @@ def tensorinv(input: Tensor, ind: int = 2) -> Tensor:
     return dec.inv(A.reshape(rows, cols)).reshape(out_shape)
 
 
+@writes_out
 def tensorsolve(input: Tensor, other: Tensor, dims=None) -> Tensor:
     """``X`` with ``tensordot(A, X, X.ndim) = B``; ``dims`` of ``A`` are moved to the end first."""
     A, B = input, other  # PyTorch's keyword names; the formulas' matrix names
@@ -498,6 +513,7 @@ def _apply_reflectors(input: Tensor, tau: Tensor, X: Tensor, left: bool, order) 
     return X
 
 
+@writes_out
 def householder_product(input: Tensor, tau: Tensor) -> Tensor:
     """The first ``n`` columns of ``H_1 ... H_k`` (LAPACK's orgqr): ``Q`` from ``geqrf``'s
     packed output. A composite of rank-one updates, so autograd sees its parts."""

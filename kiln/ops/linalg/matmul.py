@@ -20,13 +20,14 @@ from ..core.common import (
     Scalar,
     Tensor,
     broadcast_shapes,
+    checked_scalar,
     compute_np_dtype,
     fake,
     require_number,
     wrap,
     wrap_dim,
-    writes_out,
 )
+from ..core.out_arguments import writes_out
 from ..core.registry import OPS, defop, tensor_method, torch_function
 from ..shape.shape_functions import narrow
 from ..shape.views import expand_shape
@@ -387,6 +388,7 @@ def _outer_decomp(a, b):
 
 
 @torch_function("ger")
+@writes_out(name="mul")
 @tensor_method("ger")
 def _ger(input: Tensor, vec2: Tensor) -> Tensor:
     return outer(input, vec2)
@@ -475,7 +477,19 @@ def _addmm_like(name, schema, product_shape, product, np_product, grads, **recor
     op.register_meta(meta)
     op.register_derivative(derivative)
     op.register_decomposition(decomposition)
+    op.canonicalize_args(_integral_scales)
     return op
+
+
+def _integral_scales(args: tuple) -> tuple:
+    """Integer ``self``: PyTorch converts ``beta`` and ``alpha`` to its type (a float truncated
+    toward zero, one out of range refused), so ``alpha=1.5`` scales by 1."""
+    x, m1, m2, beta, alpha = args
+    if isinstance(x, Tensor) and x._dtype.category == 1:
+        beta, alpha = (
+            int(checked_scalar(v, x._dtype)) if isinstance(v, float) else v for v in (beta, alpha)
+        )
+    return x, m1, m2, beta, alpha
 
 
 def _addmm_schema(
@@ -592,7 +606,7 @@ def _kron_decomp(a, b):
 
 
 @torch_function()
-@writes_out
+@writes_out(records_write=True)
 def tensordot(a: Tensor, b: Tensor, dims=2, out=None) -> Tensor:
     """Contract ``dims`` of ``a`` with ``dims`` of ``b``: one ``mm`` between two permuted reshapes."""
     if isinstance(dims, Tensor):
@@ -622,6 +636,7 @@ def tensordot(a: Tensor, b: Tensor, dims=2, out=None) -> Tensor:
 
 
 @torch_function()
+@writes_out(name="linalg_cross")
 @tensor_method()
 def cross(input: Tensor, other: Tensor, dim: int | None = None) -> Tensor:
     shape = broadcast_shapes(tuple(input.shape), tuple(other.shape))

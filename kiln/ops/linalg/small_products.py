@@ -9,6 +9,7 @@ import numpy as np
 
 from ...runtime import dtypes as dt
 from ..core.common import Scalar, Tensor, compute_np_dtype, fake, result_dtype, wrap
+from ..core.out_arguments import writes_out
 from ..core.registry import defop, tensor_method, torch_function
 from ..creation.factories import full
 from ..pointwise.unary_binary import where
@@ -22,6 +23,7 @@ _int64 = dt.int64
 
 
 @torch_function()
+@writes_out(records_write=True)
 @tensor_method()
 def inner(input: Tensor, other: Tensor) -> Tensor:
     """Sum over the last dims of the products (for 0-d operands: the product)."""

@@ -31,6 +31,7 @@ from .factorizations import (
     check_lapack_dtype,
     check_matrix,
     raise_info_error,
+    refuse_complex,
     solve,
     solve_triangular,
 )
@@ -486,6 +487,7 @@ def pinv_cutoff(A: Tensor, s_max: np.ndarray, atol, rtol) -> np.ndarray:
 
 
 def _pinv_check(A):
+    refuse_complex("linalg.pinv", A.dtype)
     if A.ndim < 2 or A.dtype not in (dt.float32, dt.float64):
         raise RuntimeError(
             f"linalg.pinv({torch_type_name(A.dtype)}{{{list(A.shape)}}}): expected a tensor with "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from ..core.common import Tensor
+from ..core.out_arguments import writes_out
 from ..core.registry import return_type, tensor_method, torch_function
 from ..creation.api import eye, zeros
 from ..pointwise.unary_binary import where
@@ -54,12 +55,14 @@ def _logdet(input: Tensor) -> Tensor:
 
 
 @torch_function("inverse")
+@writes_out
 @tensor_method("inverse")
 def _inverse(input: Tensor) -> Tensor:
     return dec.inv(input)
 
 
 @torch_function("cholesky")
+@writes_out
 @tensor_method("cholesky")
 def _cholesky(input: Tensor, upper: bool = False) -> Tensor:
     return dec.cholesky(input, upper=upper)
@@ -82,6 +85,7 @@ def _check_cholesky_operands(B: Tensor, L: Tensor) -> None:
 
 
 @torch_function("cholesky_solve")
+@writes_out
 @tensor_method("cholesky_solve")
 def _cholesky_solve(input: Tensor, input2: Tensor, upper: bool = False) -> Tensor:
     """``A^{-1} B`` for ``A = L L^T`` (``U^T U`` when upper) given its Cholesky factor."""
@@ -92,6 +96,7 @@ def _cholesky_solve(input: Tensor, input2: Tensor, upper: bool = False) -> Tenso
 
 
 @torch_function("cholesky_inverse")
+@writes_out
 @tensor_method("cholesky_inverse")
 def _cholesky_inverse(input: Tensor, upper: bool = False) -> Tensor:
     """``A^{-1}`` for ``A = L L^T`` (``U^T U`` when upper) given its Cholesky factor."""
@@ -136,6 +141,7 @@ def _pinverse(input: Tensor, rcond: float = 1e-15, hermitian: bool = False) -> T
 
 
 @torch_function("matrix_power")
+@writes_out
 @tensor_method("matrix_power")
 def _matrix_power(input: Tensor, n: int) -> Tensor:
     return matrix_power(input, n)
@@ -183,6 +189,7 @@ def _lu(A: Tensor, pivot: bool = True, get_infos: bool = False):
 
 
 @torch_function("lu_solve")
+@writes_out
 @tensor_method("lu_solve")
 def _lu_solve(input: Tensor, LU_data: Tensor, LU_pivots: Tensor) -> Tensor:
     return lu_ops.lu_solve(LU_data, LU_pivots, input)
@@ -192,6 +199,7 @@ _LU_UNPACK = return_type("lu_unpack", ("P", "L", "U"))
 
 
 @torch_function("lu_unpack")
+@writes_out
 def _lu_unpack(
     LU_data: Tensor, LU_pivots: Tensor, unpack_data: bool = True, unpack_pivots: bool = True
 ):
@@ -199,6 +207,7 @@ def _lu_unpack(
 
 
 @torch_function("chain_matmul")
+@writes_out
 def _chain_matmul(*matrices: Tensor) -> Tensor:
     if len(matrices) == 1:
         return matrices[0].clone()
@@ -230,6 +239,7 @@ def _orgqr(input: Tensor, input2: Tensor) -> Tensor:
 
 
 @torch_function("ormqr")
+@writes_out
 @tensor_method("ormqr")
 def _ormqr(
     input: Tensor, input2: Tensor, input3: Tensor, left: bool = True, transpose: bool = False

@@ -13,6 +13,7 @@ import numpy as np
 
 from ...runtime import dtypes as dt
 from ..core.common import Tensor, result_dtype, wrap_dim
+from ..core.out_arguments import writes_out
 from ..core.registry import tensor_method, torch_function
 from ..creation.factories import full
 from ..shape.cat_split import cat
@@ -35,6 +36,7 @@ def _narrow_diff(x: Tensor, d: int) -> Tensor:
 
 
 @torch_function()
+@writes_out(name="sub")
 @tensor_method()
 def diff(
     input: Tensor,

@@ -31,6 +31,7 @@ from ..core.common import (
 )
 from ..core.complex_support import complex_not_implemented
 from ..core.grad_fn_naming import overload_name
+from ..core.out_arguments import writes_out
 from ..core.registry import OPS, defop, return_type, tensor_method, torch_function
 from ..indexing.gather_scatter import gather, scatter_add
 from ..pointwise.unary_binary import maximum, minimum, where
@@ -579,11 +580,7 @@ for _op, _np_arg, _np_extreme, _arg_op in (
 def _overloads(name, full_op, dim_op, binary_op):
     """PyTorch's max/min: ``f(x)``, ``f(x, dim, keepdim=False)`` and ``f(x, other)``."""
 
-    def fn(input: Tensor, dim=None, keepdim: bool | None = None, *, other=None, out=None):
-        if out is not None:  # computed, then written into the given tensor(s)
-            from ..core.methods import write_out
-
-            return write_out(fn(input, dim, keepdim, other=other), out)
+    def fn(input: Tensor, dim=None, keepdim: bool | None = None, *, other=None):
         if isinstance(dim, Tensor) or other is not None:
             if keepdim is not None:
                 raise TypeError(f"{name}() received an invalid combination of arguments")
@@ -603,7 +600,7 @@ def _overloads(name, full_op, dim_op, binary_op):
         return dim_op(input, dim, bool(keepdim))
 
     fn.__name__ = name
-    return fn
+    return writes_out(fn)
 
 
 for _name, _full, _dim_op, _binary in (
@@ -618,6 +615,7 @@ _AminmaxResult = return_type("aminmax", ("min", "max"))
 
 
 @torch_function()
+@writes_out(exact_dtype=True)
 @tensor_method()
 def aminmax(input: Tensor, *, dim: int | None = None, keepdim: bool = False):
     """(amin, amax) in one call; over every element when ``dim`` is None."""

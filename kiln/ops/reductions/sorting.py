@@ -18,6 +18,7 @@ from ...runtime import dtypes as dt
 from ..core.common import Scalar, Tensor, TensorOrScalar, fake, wrap, wrap_dim
 from ..core.complex_support import complex_not_implemented
 from ..core.grad_fn_naming import renaming
+from ..core.out_arguments import writes_out
 from ..core.registry import defop, return_type, tensor_method, torch_function
 from ..creation.factories import arange, full
 from ..indexing.gather_scatter import gather
@@ -416,7 +417,7 @@ for _name, _op, _ignore_nan, _grad_fn_name in (
     _fn = _median_function(_name, _op, _ignore_nan)
     if _grad_fn_name is not None:
         _fn = renaming(_fn, _grad_fn_name)
-    torch_function(_name)(_fn)
+    torch_function(_name)(writes_out(_fn, name=_name, exact_dtype=True))
     tensor_method(_name)(_fn)
 
 
@@ -706,6 +707,7 @@ def _histc_decomp(x, bins=100, lo=0, hi=0):
 
 
 @torch_function()
+@writes_out(differentiable=False)
 def bucketize(
     input: TensorOrScalar, boundaries: Tensor, *, out_int32: bool = False, right: bool = False
 ) -> Tensor:

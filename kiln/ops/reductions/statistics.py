@@ -18,6 +18,7 @@ import numpy as np
 from ...amp.autocast_mode import autocast_policy
 from ...runtime import dtypes as dt
 from ..core.common import Tensor, TensorOrScalar, c_contiguous, fake, wrap, wrap_dim
+from ..core.out_arguments import writes_out
 from ..core.registry import defop, return_type, tensor_method, torch_function
 from ..creation.factories import arange, full
 from ..indexing.gather_scatter import gather, scatter_add
@@ -276,6 +277,7 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan: bool) -> Tensor
 
 
 @torch_function()
+@writes_out(exact_dtype=True, records_write=True)
 @tensor_method()
 @autocast_policy(cpu="fp32")
 def quantile(
@@ -292,6 +294,7 @@ def quantile(
 
 
 @torch_function()
+@writes_out(exact_dtype=True, records_write=True)
 @tensor_method()
 @autocast_policy(cpu="fp32")
 def nanquantile(

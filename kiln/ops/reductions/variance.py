@@ -11,6 +11,7 @@ import numpy as np
 
 from ...runtime.symbolic import SymInt
 from ..core.common import Scalar, Tensor, compute_np_dtype, fake, wrap
+from ..core.out_arguments import writes_out
 from ..core.registry import defop, tensor_method, torch_function
 from ..pointwise.unary_binary import where
 from .reduce import (
@@ -183,6 +184,6 @@ def _var_like(name, op, with_mean):
 
 for _name, _op in (("var", var), ("std", std)):
     _fn = _var_like(_name, _op, False)
-    torch_function(_name)(_fn)
+    torch_function(_name)(writes_out(_fn))
     tensor_method(_name)(_fn)
     torch_function(_name + "_mean")(_var_like(_name + "_mean", _op, True))

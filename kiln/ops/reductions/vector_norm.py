@@ -19,6 +19,7 @@ from ..core.common import (
     wrap,
     wrap_dim,
 )
+from ..core.out_arguments import writes_out
 from ..core.registry import defop, tensor_method, torch_function
 from ..pointwise.unary_binary import where
 from .reduce import (
@@ -207,6 +208,7 @@ vector_norm.register_complex(
 
 
 @torch_function()
+@writes_out(name="linalg_vector_norm", exact_dtype=True)
 @tensor_method()
 def norm(input: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     """``torch.norm``: a vector norm over ``dim`` (all dims by default); 'fro' is the 2-norm."""

@@ -22,9 +22,9 @@ from ..core.common import (
     fake,
     wrap,
     wrap_dim,
-    writes_out,
 )
 from ..core.grad_fn_naming import renames_grad_fn
+from ..core.out_arguments import writes_out
 from ..core.registry import OPS, defop, tensor_method, torch_function
 from .shape_functions import narrow, tensor_args
 

@@ -1,0 +1,171 @@
+"""``out=`` as PyTorch handles it, for registered ops and Python-level functions alike.
+
+The result is computed as without ``out`` (with grad recording off), then written into ``out``
+(a tensor, or a tuple for multi-output functions), which is resized when its shape differs and
+returned. Autograd refuses only what it could not record: a differentiable function (one with a
+floating or complex result) whose inputs or ``out`` require grad; comparisons, ``argmax`` and
+other integer or boolean results write into ``out`` whatever requires grad.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+
+from ...autograd.grad_mode import no_grad
+from ...runtime import dtypes as dt
+from ...runtime.state import per_thread
+from ...runtime.symbolic import known_same_shape
+from ...runtime.tensor import Tensor
+from .registry import OPS, return_type
+
+__all__ = ["call_with_out", "write_out", "writes_out"]
+
+
+def _flat(value) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _requires_grad(values) -> bool:
+    for v in values:
+        if isinstance(v, Tensor):
+            if v._requires_grad:
+                return True
+        elif isinstance(v, (tuple, list)) and _requires_grad(v):
+            return True
+    return False
+
+
+def check_out_grad(name: str, differentiable: bool, result, inputs, out) -> None:
+    """PyTorch's refusal of ``out=`` where autograd would have to record the write: the
+    function is differentiable, grad mode is on, some result is floating or complex (integer
+    and boolean results never carry a gradient), and an input or ``out`` requires grad."""
+    if not differentiable or not per_thread.state.grad_enabled:
+        return
+    if not any(
+        isinstance(r, Tensor) and (r._dtype.is_floating_point or r._dtype.is_complex)
+        for r in _flat(result)
+    ):
+        return
+    if _requires_grad(inputs) or _requires_grad(_flat(out)):
+        raise RuntimeError(
+            f"{name}(): functions with out=... arguments don't support automatic "
+            "differentiation, but one of the arguments requires grad."
+        )
+
+
+def write_out(result, out, *, exact_dtype: bool = False, records_write: bool = False):
+    """Write a result (a tensor or a tuple of them) into ``out``, resizing it to fit; the
+    result's dtype must cast to ``out``'s safely, or with ``exact_dtype`` be the same.
+    ``records_write``: autograd records the copy (``out`` gets the result's gradient)."""
+    from ..reductions.reduce import c_type_name, torch_type_name
+
+    outs, results = _flat(out), _flat(result)
+    for target, value in zip(outs, results, strict=True):
+        if exact_dtype and value._dtype is not target._dtype:
+            raise RuntimeError(
+                f"Expected out tensor to have dtype {c_type_name(value._dtype)}, but got "
+                f"{c_type_name(target._dtype)} instead"
+            )
+        if not dt.can_cast(value._dtype, target._dtype):
+            raise RuntimeError(
+                f"result type {torch_type_name(value._dtype)} can't be cast to the desired "
+                f"output type {torch_type_name(target._dtype)}"
+            )
+    for target, value in zip(outs, results):
+        if not known_same_shape(target._shape, value._shape):
+            with no_grad():
+                target.resize_(value._shape)
+        if records_write:
+            OPS["copy_"](target, value)
+        else:  # nothing to record: check_out_grad refused what would need it
+            with no_grad():
+                OPS["copy_"](target, value)
+    if hasattr(result, "_fields"):  # (values, indices) come back as ``return_types.<op>_out``
+        return return_type(type(result).__name__ + "_out", result._fields)(*outs)
+    return out
+
+
+def compute_into(
+    name: str,
+    differentiable: bool,
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    out,
+    *,
+    exact_dtype: bool = False,
+    records_write: bool = False,
+):
+    """``fn(*args, **kwargs)`` written into ``out`` (see the module docstring)."""
+    if records_write:
+        return write_out(fn(*args, **kwargs), out, exact_dtype=exact_dtype, records_write=True)
+    with no_grad():
+        result = fn(*args, **kwargs)
+    check_out_grad(name, differentiable, result, (*args, *kwargs.values()), out)
+    return write_out(result, out, exact_dtype=exact_dtype)
+
+
+def call_with_out(op, args: tuple, kwargs: dict):
+    """A registered op called with ``out=``."""
+    out = kwargs.pop("out")
+    if out is None:
+        return op(*args, **kwargs)
+    return compute_into(op.name, op.differentiable, op, args, kwargs, out)
+
+
+def writes_out(
+    fn: Callable | None = None,
+    *,
+    name: str | None = None,
+    differentiable: bool = True,
+    exact_dtype: bool = False,
+    records_write: bool = False,
+):
+    """Give a Python-level function PyTorch's ``out=``. Factories (functions taking ``dtype``
+    and ``device``) compute in ``out``'s dtype and on its device unless told otherwise.
+    ``name``: the function's name in the autograd error (PyTorch names the op it runs);
+    ``exact_dtype``: ``out`` must have the result's dtype (norms, ``aminmax``, ``median``);
+    ``records_write``: PyTorch composes the function and copies its result into ``out`` under
+    autograd (``quantile``, ``tensordot``), so ``out`` takes the gradient instead of refusing."""
+    if fn is None:
+        return functools.partial(
+            writes_out,
+            name=name,
+            differentiable=differentiable,
+            exact_dtype=exact_dtype,
+            records_write=records_write,
+        )
+    signature = inspect.signature(fn)
+    params = signature.parameters
+    factory = "dtype" in params and "device" in params
+    label = name or fn.__name__
+
+    @functools.wraps(fn)
+    def wrapper(*args, out=None, **kwargs):
+        if out is None:
+            return fn(*args, **kwargs)
+        if factory:
+            target = _flat(out)[0]
+            if kwargs.get("dtype") is None:
+                kwargs["dtype"] = target._dtype
+            if kwargs.get("device") is None:
+                kwargs["device"] = target._device
+        return compute_into(
+            label,
+            differentiable,
+            fn,
+            args,
+            kwargs,
+            out,
+            exact_dtype=exact_dtype,
+            records_write=records_write,
+        )
+
+    if "out" not in params:  # introspection (``inspect.signature``) shows the new keyword
+        out_param = inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None)
+        kept = [p for p in params.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        extra = [p for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+        wrapper.__signature__ = signature.replace(parameters=[*kept, out_param, *extra])
+    return wrapper
