@@ -320,6 +320,25 @@ def test_nan_propagates_or_orders_last_like_pytorch(call):
     )
 
 
+@needs_torch
+@pytest.mark.parametrize("name", ["nansum", "nanmean"])
+@pytest.mark.parametrize("dim", [1, None, (0, 1)])
+def test_nan_reductions_differentiate_like_pytorch(name, dim):
+    # a slice of NaNs: nanmean divides 0 by a count of 0, and the inf gradient that sends back
+    # turns into NaN on the NaN entries (PyTorch multiplies by "not NaN", it does not select)
+    data = [[NAN, NAN], [1.0, 2.0], [NAN, 3.0]]
+    kwargs = {} if dim is None else {"dim": dim}
+    grads = []
+    for lib in (kiln, torch):
+        x = lib.tensor(data, requires_grad=True)
+        getattr(lib, name)(x, **kwargs).sum().backward()
+        grads.append(x.grad)
+    compiled_x = kiln.tensor(data, requires_grad=True)
+    kiln.compile(lambda x: getattr(kiln, name)(x, **kwargs).sum())(compiled_x).backward()
+    assert_close(grads[0], grads[1])
+    assert_close(compiled_x.grad, grads[1])
+
+
 def test_dim_accepts_int_tuple_list_and_numpy_ints():
     x = kiln.tensor(np.arange(24.0).reshape(2, 3, 4))
     reference = x.sum((0, 2))

@@ -811,6 +811,26 @@ def _nansum_decomp(x, dim=None, keepdim=False, dtype=None):
     return sum(x, dim, keepdim, dtype=dtype)
 
 
+@nansum.register_kernel
+def _nansum_kernel(x, dim=None, keepdim=False, dtype=None):
+    if x._dtype.is_floating_point:
+        a = x._data
+        x = wrap_array(np.where(np.isnan(a), a.dtype.type(0), a), x._dtype)
+    return _sum_kernel(x, dim, keepdim, dtype)
+
+
+nansum.register_meta(_reduce_meta(lambda x, dtype=None: sum_dtype(x, dtype)))
+
+
+# the incoming gradient times "not NaN" (not a selection): where it is inf (a nanmean over a
+# slice of NaNs divides by a count of 0) the NaN entries get NaN, as PyTorch's
+@nansum.register_derivative
+def _nansum_grad(c, g):
+    x, dim, keepdim = c.args[0], c.args[1], c.args[2]
+    g = expand_back(g, x.shape, reduce_dims(x, dim), keepdim)
+    return (g * x.isnan().logical_not() if x.dtype.is_floating_point else g,)
+
+
 @defop(kind="reduction")
 def nanmean(
     self: Tensor, dim: list[int] | None = None, keepdim: bool = False, *, dtype: DType | None = None
