@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ..ir import Graph, Node
 from ..ir.node import map_arg
 from ..ops.core.registry import OPS, Op
+from ..ops.shape.shape_functions import unfold_scatter
 from ..ops.shape.views import reshape_aliases
 
 __all__ = ["functionalize", "FunctionalizationResult", "UnsupportedMutationError", "is_view_node"]
@@ -143,9 +144,17 @@ class _Functionalizer:
             return cached[0]
         value = self.current[base]
         for view in self.chain_of(src):
-            value = self.new_node(view.target, (value,) + tuple(view.args[1:]), view, anchor)
+            value = self.replay(view, value, anchor)
         self.view_value[src] = (value, v)
         return value
+
+    def replay(self, view: Node, value: Node, anchor: Node) -> Node:
+        """``view``'s op applied to ``value``, a functional value of its parent. A written value
+        need not have the layout the parent had in eager (a functional ``fill`` of a transposed
+        view is contiguous), so ``view`` replays as ``reshape``: the same elements, viewed where
+        the layout allows and copied where not (PyTorch's ``view_copy``)."""
+        target = OPS["reshape"] if view.target is OPS["view"] else view.target
+        return self.new_node(target, (value,) + tuple(view.args[1:]), view, anchor)
 
     def write(self, target: Node, new_value: Node, anchor: Node) -> None:
         """Record that tensor ``target`` now holds ``new_value``."""
@@ -155,9 +164,7 @@ class _Functionalizer:
             # values along the chain as of now, then scatter the new value back up to the base
             values = [self.read(base, anchor)]
             for view in chain[:-1]:
-                values.append(
-                    self.new_node(view.target, (values[-1],) + tuple(view.args[1:]), view, anchor)
-                )
+                values.append(self.replay(view, values[-1], anchor))
             updated = new_value
             for view, parent_value in zip(reversed(chain), reversed(values)):
                 updated = self.scatter(view, parent_value, updated, anchor)
@@ -178,8 +185,17 @@ class _Functionalizer:
         if name == "permute":
             return self.new_node(OPS["permute"], (new, _inverse_perm(rest[0])), meta_like, anchor)
         if name in ("view", "reshape", "squeeze", "unsqueeze", "alias"):
+            # reshape, not view: ``new`` has the layout its op gave it, not the view's
             shape = tuple(meta_like.meta["val"].shape)
-            return self.new_node(OPS["view"], (new, shape), meta_like, anchor)
+            return self.new_node(OPS["reshape"], (new, shape), meta_like, anchor)
+        if name == "unfold":
+            _, size, step = rest
+            if step < size:  # eager writes overlapping windows' shared elements once per window
+                raise UnsupportedMutationError(
+                    "in-place write through an unfold view with overlapping windows "
+                    f"(size {size}, step {step}) cannot be functionalized"
+                )
+            return self.new_node(unfold_scatter, (parent_value, new) + rest, meta_like, anchor)
         if name == "view_as_real":  # the (real, imag) pairs rebuild the complex parent
             parts = [self.new_node(OPS["select"], (new, -1, i), None, anchor) for i in (0, 1)]
             return self.new_node(OPS["complex"], tuple(parts), meta_like, anchor)
@@ -207,7 +223,10 @@ class _Functionalizer:
             node.kwargs = map_arg(node.kwargs, lambda n: self.read(n, node))
             if viewing:
                 base = self.base_of(node)
-                self.view_value[node] = (node, self.version.get(base, 0))
+                version = self.version.get(base, 0)
+                if version and node.target is OPS["view"]:
+                    node.target = OPS["reshape"]  # it now reads a written value (see replay)
+                self.view_value[node] = (node, version)
                 continue
             if not _is_inplace(node):
                 continue

@@ -325,6 +325,9 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
     mode_ref: list = []
     rng_state = _RngState(mode_ref)
     table = decomposition_table() if decompositions is None else dict(decompositions)
+    # view ops stay whole (``unfold`` would become a gather): functionalization must see a
+    # write through a view to carry it back to the viewed tensor; it decomposes them after
+    table = {op: fn for op, fn in table.items() if not op.is_view}
     table.update(rng_state.table())
     mode = TracingMode(graph, decompositions=table)
     mode.replay_grad_mode = False  # the compiled pair runs outside autograd

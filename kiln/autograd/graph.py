@@ -13,7 +13,7 @@ import itertools
 import weakref
 
 from ..runtime.state import per_thread
-from ..runtime.tensor import INFERENCE_SAVED, INFERENCE_SEEN, Size, Tensor
+from ..runtime.tensor import INFERENCE_SAVED, INFERENCE_SEEN, Size, Tensor, mark_inference
 from .anomaly import anomaly_state, forward_stack
 
 __all__ = [
@@ -397,8 +397,13 @@ def _detached_alias(t: Tensor) -> Tensor:
     return alias
 
 
-# public for ``Tensor.detach`` (kiln.ops): an alias sharing data and version counter, no history
-detached_alias = _detached_alias
+def detached_alias(t: Tensor) -> Tensor:
+    """``Tensor.detach`` and ``.data`` (kiln.ops): an alias sharing data and version counter, no
+    history. An inference tensor's is one too (see ``mark_inference`` for why writable)."""
+    alias = _detached_alias(t)
+    if t._inference:
+        mark_inference(alias, writable=True)
+    return alias
 
 
 def _with_history(alias: Tensor, node: Node, output_nr: int) -> Tensor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime.tensor import Tensor
+from ..runtime.tensor import Tensor, mark_inference
 
 __all__ = ["Parameter", "Buffer", "is_lazy"]
 
@@ -26,6 +26,8 @@ def _alias_into(target: Tensor, source: Tensor) -> None:
     target._view_src = None
     if source._data is None and source._offset:
         target._offset = source._offset
+    if source._inference:  # then requires_grad=True is refused outside inference_mode
+        mark_inference(target)
 
 
 class Parameter(Tensor):

@@ -100,10 +100,16 @@ def _on_device(device_type: str) -> property:
 INFERENCE_SEEN = [False]
 
 
-def mark_inference(t: Tensor) -> None:
-    """Make ``t`` an inference tensor (made under ``inference_mode``, or a view of one)."""
+def mark_inference(t: Tensor, writable: bool = False) -> None:
+    """Make ``t`` an inference tensor (made under ``inference_mode``, or a view of one).
+
+    ``writable``: ``t`` is a ``detach()`` (or ``.data``) of one, which PyTorch gives a version
+    counter of its own: in-place writes to it are allowed outside ``inference_mode`` (to its
+    views not), while saving it for backward or making it require grad are still refused."""
     INFERENCE_SEEN[0] = True
     t._inference = True
+    if writable:
+        t._inference_writable = True
 
 
 INFERENCE_SAVED = (
@@ -149,8 +155,9 @@ class Tensor:
     # again from the base's (``dispatch.fresh_view_edge``), as PyTorch regenerates a view's
     # grad_fn
     _view_version = -1
-    # made under ``inference_mode`` (see ``dispatch._inference_outputs``)
+    # made under ``inference_mode`` (see ``dispatch._inference_outputs``), or a view of such
     _inference = False
+    _inference_writable = False  # see ``mark_inference``
 
     # ------------------------------------------------------------------ construction
     def __new__(cls, *args, **kwargs):

@@ -460,3 +460,64 @@ def _inference_tensor_rules(lib):
 @needs_torch
 def test_inference_tensors_follow_torch():
     assert _inference_tensor_rules(kiln) == _inference_tensor_rules(torch)
+
+
+# views made outside inference_mode of a tensor made inside it
+INFERENCE_VIEWS = {
+    "index": lambda x: x[0],
+    "column": lambda x: x[:, 1],
+    "slice": lambda x: x[1:],
+    "none_index": lambda x: x[None],
+    "view": lambda x: x.view(12),
+    "reshape": lambda x: x.reshape(2, 6),
+    "t": lambda x: x.t(),
+    "permute": lambda x: x.permute(1, 0),
+    "unsqueeze": lambda x: x.unsqueeze(0),
+    "narrow": lambda x: x.narrow(0, 1, 2),
+    "diagonal": lambda x: x.diagonal(),
+    "unfold": lambda x: x.unfold(1, 2, 2),
+    "as_strided": lambda x: x.as_strided((2, 2), (1, 4)),
+    "split": lambda x: x.split(1)[0],
+    "unbind": lambda x: x.unbind(0)[0],
+    "view_of_view": lambda x: x.view(-1).view(3, 4),
+    "view_of_detach": lambda x: x.detach()[0],
+    "detach": lambda x: x.detach(),  # PyTorch gives it its own version counter: writable
+    "data": lambda x: x.data,
+    "detach_of_view": lambda x: x[0].detach(),
+}
+
+
+def _inference_view_rules(lib, make_view):
+    """Whether a view (made outside the mode) of an inference tensor is one, and which of an
+    in-place update, saving it for backward and wrapping it in a Parameter raise."""
+    with lib.inference_mode():
+        x = lib.ones(3, 4)
+    v = make_view(x)
+    w = lib.ones(tuple(v.shape), requires_grad=True)
+    outcomes = [v.is_inference()]
+    for use in (lambda: v.add_(1), lambda: w * v, lambda: lib.nn.Parameter(v)):
+        try:
+            use()
+            outcomes.append("ok")
+        except RuntimeError as e:
+            outcomes.append(str(e).split(".")[0])
+    return outcomes
+
+
+@needs_torch
+@pytest.mark.parametrize("name", list(INFERENCE_VIEWS))
+def test_views_of_inference_tensors_are_inference_tensors_as_in_torch(name):
+    make_view = INFERENCE_VIEWS[name]
+    assert _inference_view_rules(kiln, make_view) == _inference_view_rules(torch, make_view)
+
+
+@needs_torch
+def test_a_parameter_of_an_inference_tensor_needs_inference_mode_as_in_torch():
+    def rules(lib):
+        with lib.inference_mode():
+            x = lib.ones(3)
+            inside = lib.nn.Parameter(x).is_inference()
+        frozen = lib.nn.Parameter(x, requires_grad=False)
+        return inside, frozen.is_inference(), frozen.requires_grad
+
+    assert rules(kiln) == rules(torch)

@@ -38,7 +38,8 @@ def dispatch(op, args: tuple, recorded: bool = False):
     state = per_thread.state  # this thread's grad mode, modes and autocast: read once
     if op.inplace:
         if INFERENCE_SEEN[0] and getattr(args[0], "_inference", False):
-            _check_inference_update(state)
+            if not args[0]._inference_writable:
+                _check_inference_update(state)
         if len(op.tensor_positions) > 1:
             storage = getattr(args[0], "_storage", None)
             if storage is not None:  # else no view of it was ever made: no input can share it
@@ -309,12 +310,17 @@ def mark_view(out, src: Tensor, op, args) -> None:
     # with grad mode off, a view of a tensor that requires grad requires grad too (PyTorch's
     # view semantics; with grad mode on, autograd gives it its history after this)
     no_grad_view = src._requires_grad
+    # a view of an inference tensor is one, wherever it is made (in place writes to it and
+    # saving it for backward are refused outside inference_mode, as for its base)
+    inference = src._inference
     if out.__class__ is Tensor:
         out._storage = storage
         out._base = base
         out._view_src = (op, args)  # also what Tensor.stride() reads for empty/size-1 dims
         if no_grad_view and out._dtype.category >= 2:
             out._requires_grad = out._no_grad_view = True
+        if inference:
+            mark_inference(out)
         return
     metas = None
     for i, o in enumerate(out):
@@ -323,6 +329,8 @@ def mark_view(out, src: Tensor, op, args) -> None:
         o._view_src = (op, args)
         if no_grad_view and o._dtype.category >= 2:
             o._requires_grad = o._no_grad_view = True
+        if inference:
+            mark_inference(o)
         if o._device is cpu and o._data is not None and (o._data.size == 0 or 1 in o._shape):
             metas = metas or op.meta(*args)  # numpy's strides there are not PyTorch's
             o._stride = metas[i]._stride

@@ -19,7 +19,16 @@ from ..core.common import Tensor, broadcast_shapes, fake, wrap_dim
 from ..core.grad_fn_naming import renames_grad_fn
 from ..core.registry import OPS, defop, tensor_method, torch_function
 
-__all__ = ["transpose", "flatten", "unflatten", "narrow", "unbind", "movedim", "tensor_args"]
+__all__ = [
+    "transpose",
+    "flatten",
+    "unflatten",
+    "narrow",
+    "unbind",
+    "movedim",
+    "tensor_args",
+    "unfold_scatter",
+]
 
 
 _as_strided_np = np.lib.stride_tricks.as_strided
@@ -377,6 +386,14 @@ def _unfold_grad(c, g):
 unfold.register_derivative(_unfold_grad, save_inputs=())
 
 
+def _window_index(windows, size, step, device):
+    """The flat positions along the unfolded dimension that each window's elements read."""
+    arange = OPS["arange"]
+    starts = arange(0, windows * step, step, dtype=dt.int64, device=device)
+    index = starts.unsqueeze(1) + arange(0, size, 1, dtype=dt.int64, device=device)
+    return index.reshape(-1)
+
+
 @unfold.register_decomposition
 def _unfold_decomp(x, dimension, size, step):
     """Gather the windows with ``index_select``: overlapping windows then sum their gradients."""
@@ -385,8 +402,18 @@ def _unfold_decomp(x, dimension, size, step):
         return OPS["reshape"](x, (1,))[:size]
     d = wrap_dim(dimension, x.ndim)
     windows = shape[d]
-    arange = OPS["arange"]
-    starts = arange(0, windows * step, step, dtype=dt.int64, device=x.device)
-    index = starts.unsqueeze(1) + arange(0, size, 1, dtype=dt.int64, device=x.device)
-    picked = OPS["index_select"](x, d, index.reshape(-1))
+    picked = OPS["index_select"](x, d, _window_index(windows, size, step, x.device))
     return movedim(unflatten(picked, d, (windows, size)), d + 1, -1)
+
+
+def unfold_scatter(x: Tensor, src: Tensor, dimension: int, size: int, step: int) -> Tensor:
+    """``x`` with ``x.unfold(dimension, size, step)`` replaced by ``src``, out of place (what
+    functionalization writes back through an ``unfold`` view). Windows must not overlap
+    (``step >= size``): an overlapping element would take one window's value arbitrarily."""
+    if x.ndim == 0:
+        return OPS["reshape"](src, ())
+    shape, _ = _unfold_geometry(x, dimension, size, step)
+    d = wrap_dim(dimension, x.ndim)
+    windows = shape[d]
+    flat = flatten(movedim(src, -1, d + 1), d, d + 1)
+    return OPS["index_copy"](x, d, _window_index(windows, size, step, x.device), flat)
