@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 
 from ..ir import Graph, Node
 from ..ir.node import map_arg
+from ..ir.sym_nodes import sym_size
 from ..ops.core.registry import Op
-from ..runtime.symbolic import INT_LIKE, hint_int
+from ..runtime.symbolic import INT_LIKE, SymInt, hint_int
 from ..runtime.tensor import Tensor
 from .functionalize import is_view_node
 
@@ -142,6 +143,7 @@ def _extract(joint: Graph, inputs: list, outputs: list) -> Graph:
 def _build(joint: Graph, saved: list, num_fwd_outputs: int, name: str) -> Partition:
     primals, tangents = _roles(joint)
     fwd_outs, grads = _outputs(joint, num_fwd_outputs)
+    saved = saved + _saved_symbols(joint, primals, saved + tangents)
     forward = _extract(joint, primals, list(fwd_outs) + saved)
     backward = _extract(joint, saved + tangents, list(grads))
     total, inputs = _storage_bytes(saved)
@@ -154,6 +156,53 @@ def _build(joint: Graph, saved: list, num_fwd_outputs: int, name: str) -> Partit
         num_fwd_outputs=num_fwd_outputs,
         name=name,
     )
+
+
+def _symbols_of(values) -> tuple[set, set]:
+    """``(read, used)``: the size symbols a graph taking ``values`` can read off them (a size,
+    stride or int that is exactly one symbol), and every symbol in their sizes."""
+    read, used = set(), set()
+    for val in values:
+        sizes = (*val._shape, *val.stride()) if isinstance(val, Tensor) else (val,)
+        for size in sizes:
+            if size.__class__ is SymInt:
+                used.update(size.expr.symbols())
+                symbol = size.expr.as_symbol()
+                if symbol is not None:
+                    read.add(symbol)
+    return read, used
+
+
+def _saved_symbols(joint: Graph, primals: list, backward_inputs: list) -> list:
+    """Size nodes the backward must receive as ints: a symbol its inputs hold only inside an
+    expression (the saved ``x.view(-1, 784)`` is ``(s0*s1*s1)//784`` rows long) cannot be
+    read off them, so its value is saved like an activation (an int), from a node of the joint
+    graph that is that symbol or, failing one, a new ``x.size(d)`` of the primal holding it."""
+    read, used = _symbols_of(n.meta.get("val") for n in backward_inputs)
+    missing = {s for s in used - read if not s.unbacked}
+    if not missing:
+        return []
+    found: dict = {}
+    for n in joint.nodes:
+        val = n.meta.get("val")
+        if n.op != "output" and val.__class__ is SymInt and n.meta.get("aot_role") != "tangent":
+            symbol = val.expr.as_symbol()
+            if symbol in missing and symbol not in found:
+                found[symbol] = n
+    for symbol in missing - found.keys():
+        for primal in primals:
+            val = primal.meta.get("val")
+            if not isinstance(val, Tensor):
+                continue
+            dims = [d for d, size in enumerate(val._shape) if size.__class__ is SymInt]
+            dim = next((d for d in dims if val._shape[d].expr.as_symbol() is symbol), None)
+            if dim is not None:
+                with joint.inserting_after(joint.find_nodes(op="placeholder")[-1]):
+                    node = joint.call_function(sym_size, (primal, dim))
+                node.meta["val"] = val._shape[dim]
+                found[symbol] = node
+                break
+    return [found[s] for s in sorted(found, key=lambda s: s.key)]
 
 
 def _forward_computed_grads(grads, backward_nodes) -> set:

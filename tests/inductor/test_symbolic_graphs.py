@@ -765,3 +765,37 @@ def test_a_convolution_whose_kernel_size_is_a_symbol_compiles():
                 np.testing.assert_allclose(m.grad.numpy(), r.grad.numpy(), rtol=1e-4, atol=1e-4)
     after = COMPILE_STATS.symbolic_compiles + COMPILE_STATS.symbolic_refused
     assert after == before + 2  # the forward and the backward, each by one of the routes
+
+
+@needs_torch
+@pytest.mark.parametrize("input_grad", [False, True])
+def test_a_backward_whose_sizes_hide_the_symbols_gets_them_as_ints(stats, input_grad):
+    """``x.view(-1, 784)`` under ``dynamic=True``: the saved activation has ``(s0*s1*s1)//784``
+    rows, from which no symbol can be read back, so the forward saves the symbols' values for
+    the backward (as PyTorch passes size ints): one kernel set serves every batch size."""
+
+    def step(lib, net, x):
+        return net(x.view(-1, 784)).square().sum()
+
+    nets = {}
+    for lib in (kiln, torch):
+        lib.manual_seed(0)
+        nets[lib] = lib.nn.Sequential(lib.nn.Linear(784, 16), lib.nn.ReLU(), lib.nn.Linear(16, 3))
+    copy_weights(kiln, nets[kiln], nets[torch])
+    compiled = kiln.compile(lambda x: step(kiln, nets[kiln], x), dynamic=True)
+    for n in (3, 5, 2, 7):
+        data = np.random.default_rng(n).standard_normal((n, 1, 28, 28)).astype(np.float32)
+        x, tx = (
+            kiln.tensor(data, requires_grad=input_grad),
+            torch.tensor(data, requires_grad=input_grad),
+        )
+        for net in nets.values():
+            net.zero_grad()
+        compiled(x).backward()
+        step(torch, nets[torch], tx).backward()
+        for p, tp in zip(nets[kiln].parameters(), nets[torch].parameters()):
+            np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-4, atol=1e-5)
+        if input_grad:
+            np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    assert stats.symbolic_compiles == 2 and stats.symbolic_refused == 0
+    assert stats.static_compiles == stats.eager_first_calls == 0

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from ...ops.core.registry import OPS
 from ...runtime import dtypes as dt
-from ...runtime.symbolic import known_same_shape, sym_max
+from ...runtime.symbolic import SizeDependentError, known_same_shape, sym_max
 from .. import sym
 from ..ir import InputBuffer, Layout, TensorBox
 from ..virtualized import ops
@@ -229,8 +229,12 @@ def _view(out_meta, x, size):
     def strided(layout):
         from ...ops.shape.views import view_strides
 
-        # a view only where it serves every size (else the loads index through the reshape)
-        st = view_strides(layout.shape, layout.stride, out_shape, guard=False)
+        # a view only where it serves every size (else the loads index through the reshape,
+        # which serves every size too: so does a comparison no range decides)
+        try:
+            st = view_strides(layout.shape, layout.stride, out_shape, guard=False)
+        except SizeDependentError:
+            return None
         return None if st is None else Layout(out_shape, tuple(st), layout.dtype, layout.offset)
 
     box = _view_box(x, out_shape, index_map, strided)
