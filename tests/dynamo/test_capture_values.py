@@ -399,6 +399,27 @@ def test_sorted_with_a_key_function():
     check(sort_with_key, kiln.randn(3))
 
 
+def sort_named_tensors(x):
+    named = {"weight": x * 2, "bias": x + 1, "alpha": x.sin()}
+    ordered = sorted(named.items())
+    by_name = sorted([("b", x), ("a", x * 3)], reverse=True)
+    return [name for name, _ in ordered], kiln.stack([t for _, t in ordered]), by_name
+
+
+def tied_tensor_keys(x):
+    return sorted([("a", x), ("a", x * 2)])
+
+
+def test_sorted_pairs_of_names_and_tensors_order_by_the_names():
+    check(sort_named_tensors, kiln.randn(3))
+    # equal names would compare the tensors (a TypeError in eager): capture breaks there
+    compiled = kiln.compile(tied_tensor_keys)
+    with pytest.raises(RuntimeError, match="Boolean value of Tensor with more than one value"):
+        tied_tensor_keys(kiln.randn(3))
+    with pytest.raises(RuntimeError, match="Boolean value of Tensor with more than one value"):
+        compiled(kiln.randn(3))
+
+
 def numpy_math_on_shapes(x):
     d = x.shape[-1]
     return x / np.sqrt(d) + np.prod(x.shape) + np.float32(0.5) + np.pi

@@ -32,6 +32,30 @@ def _const(vt: VariableTracker, what: str) -> Any:
     return vt.as_python_constant()
 
 
+class _Unordered:
+    """A sort key's part that is not a constant (the tensor in a ``(name, tensor)`` item):
+    sorting compares it only when everything before it ties, which capture cannot decide."""
+
+    def __init__(self, vt: VariableTracker):
+        self.vt = vt
+
+    def _compare(self, other):
+        raise unsupported("unsupported_object", f"a sort key compares {self.vt}")
+
+    __eq__ = __lt__ = __gt__ = __le__ = __ge__ = _compare
+    __hash__ = None
+
+
+def _sort_key(vt: VariableTracker) -> Any:
+    """A sort key as a Python value: a constant, or a tuple whose non-constant parts stand in
+    as ``_Unordered`` (``sorted(d.items())`` orders by the distinct names first)."""
+    if vt.is_python_constant():
+        return vt.as_python_constant()
+    if isinstance(vt, TupleVariable):
+        return tuple(_sort_key(item) for item in vt.items)
+    return _Unordered(vt)
+
+
 def _index(vt: VariableTracker) -> Any:
     return _const(vt, "an index")
 
@@ -224,7 +248,7 @@ class ListVariable(BaseListVariable):
         rev = bool(_const(reverse, "reverse")) if reverse is not None else False
         # the sort keys must be constants (a key function is evaluated on each item first)
         keys = [v if key is None else key.call_function(tx, [v], {}) for v in self.items]
-        pairs = [(_const(k, "a sort key"), v) for k, v in zip(keys, self.items)]
+        pairs = [(_sort_key(k), v) for k, v in zip(keys, self.items)]
         try:
             values = sorted(pairs, key=lambda p: p[0], reverse=rev)
         except TypeError as e:
