@@ -609,6 +609,6 @@ def make_fake(shape, dtype: _dt.dtype, dev: device, stride=None, offset: int = 0
     t._base = None
     t._view_src = None
     t._stride = tuple(stride) if stride is not None else contiguous_strides(t._shape)
-    if offset:
+    if offset.__class__ is not int or offset:  # a symbolic offset (a select past an unbacked size)
         t._offset = offset
     return t

@@ -105,3 +105,173 @@ def test_compiled_view_of_a_result_from_a_permuted_input(op, backend):
     np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(), rtol=1e-6)
     got.sum().backward()
     assert x.grad is not None and x.grad.shape == x.shape
+
+
+# ops returning positions (and what they are chosen from): PyTorch's results are row-major
+# whatever the input's layout (reductions, topk, kthvalue, mode), laid out like the input (sort,
+# argsort, msort, flip), or column by column (nonzero: its ``as_tuple`` columns are
+# contiguous), so ``topk(x, 2).indices.view(-1)`` works as it does there
+
+
+def _selection_ops(lib):
+    return {
+        "topk-dim0": lambda v: v.topk(2, 0),
+        "topk-dim1": lambda v: v.topk(2, 1),
+        "topk-last-smallest": lambda v: v.topk(2, -1, largest=False),
+        "topk-unsorted": lambda v: lib.topk(v, 1, 1, sorted=False),
+        "kthvalue": lambda v: v.kthvalue(2, -1),
+        "kthvalue-keepdim": lambda v: v.kthvalue(2, 1, keepdim=True),
+        "sort": lambda v: v.sort(1),
+        "sort-stable-descending": lambda v: v.sort(dim=0, descending=True, stable=True),
+        "argsort": lambda v: v.argsort(-1),
+        "msort": lambda v: lib.msort(v),
+        "max-dim": lambda v: v.max(1),
+        "min-dim-keepdim": lambda v: v.min(-1, keepdim=True),
+        "argmax": lambda v: v.argmax(1),
+        "amax-keepdim": lambda v: v.amax(1, keepdim=True),
+        "aminmax": lambda v: lib.aminmax(v, dim=-1),
+        "median-dim": lambda v: v.median(1),
+        "nanmedian-dim": lambda v: v.nanmedian(-1),
+        "mode": lambda v: v.mode(1),
+        "cummax": lambda v: v.cummax(-1),
+        "sum": lambda v: v.sum(1),
+        "sum-keepdim": lambda v: v.sum(-1, keepdim=True),
+        "prod": lambda v: v.prod(1),
+        "mean": lambda v: v.mean(-1),
+        "var": lambda v: v.var(1),
+        "std-keepdim": lambda v: v.std(-1, keepdim=True),
+        "logsumexp": lambda v: v.logsumexp(1),
+        "norm": lambda v: lib.linalg.vector_norm(v, dim=-1),
+        "all": lambda v: (v > 0).all(1),
+        "any-keepdim": lambda v: (v > 0).any(-1, keepdim=True),
+        "flip": lambda v: v.flip(1),
+    }
+
+
+def _data_dependent_ops(lib):
+    return {
+        "nonzero": lambda v: (v > 0).nonzero(),
+        "nonzero-as-tuple": lambda v: (v > 0).nonzero(as_tuple=True),
+        "where-condition": lambda v: lib.where(v > 0),
+        "argwhere": lambda v: lib.argwhere(v > 0),
+        "unique_consecutive-dim": lambda v: lib.unique_consecutive(
+            (v > 0).long(), dim=-1, return_inverse=True, return_counts=True
+        ),
+    }
+
+
+def _selection_inputs(lib, layout):
+    data = np.random.default_rng(0).standard_normal((3, 5, 4)).astype(np.float32)
+    if layout == "contiguous":
+        return lib.tensor(data[0])
+    if layout == "transposed":
+        return lib.tensor(data[0]).t()
+    if layout == "permuted":
+        return lib.tensor(data).permute(2, 0, 1)
+    if layout == "sliced":
+        return lib.tensor(data)[:, :, ::2]
+    # numpy's big sums take another path than its small ones
+    big = np.random.default_rng(1).standard_normal((30, 50, 40)).astype(np.float32)
+    return lib.tensor(big).permute(2, 0, 1)
+
+
+def _results(result):
+    return list(result) if isinstance(result, tuple) else [result]
+
+
+def _assert_like_torch(got, expected):
+    got, expected = _results(got), _results(expected)
+    assert [r.stride() for r in got] == [r.stride() for r in expected]
+    assert [r.is_contiguous() for r in got] == [r.is_contiguous() for r in expected]
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-5)
+
+
+_LAYOUTS = ["contiguous", "transposed", "permuted", "sliced", "big-permuted"]
+
+
+@pytest.mark.parametrize("layout", _LAYOUTS)
+@pytest.mark.parametrize("op", sorted(_selection_ops(kiln)))
+def test_selection_results_have_the_strides_of_torch_and_the_meta(op, layout):
+    x = _selection_inputs(kiln, layout)
+    eager = _selection_ops(kiln)[op](x)
+    _assert_like_torch(eager, _selection_ops(torch)[op](_selection_inputs(torch, layout)))
+    meta = _selection_ops(kiln)[op](x.to("meta"))
+    assert [r.stride() for r in _results(meta)] == [r.stride() for r in _results(eager)]
+
+
+@pytest.mark.parametrize("layout", _LAYOUTS[:4])
+@pytest.mark.parametrize("op", sorted(_data_dependent_ops(kiln)))
+def test_positions_of_nonzero_elements_have_the_strides_of_torch(op, layout):
+    got = _data_dependent_ops(kiln)[op](_selection_inputs(kiln, layout))
+    _assert_like_torch(got, _data_dependent_ops(torch)[op](_selection_inputs(torch, layout)))
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_nonzero_of_a_0d_tensor_has_the_strides_of_torch(value):
+    got, expected = kiln.tensor(value).nonzero(), torch.tensor(value).nonzero()
+    assert (tuple(got.shape), got.stride()) == (tuple(expected.shape), expected.stride())
+
+
+def test_topk_indices_view_as_one_row():
+    # the reported case: the positions were a slice of the whole sort, strides (4, 1)
+    x = kiln.randn(6, 4)
+    indices = kiln.topk(x, 2).indices
+    assert indices.stride() == (2, 1)
+    assert kiln.equal(indices.view(-1), indices.reshape(-1))
+
+
+_EINSUM_VIEWS = {
+    "bij->bji": (2, 3, 4),
+    "...ij->...ji": (2, 3, 4),
+    "ij->ij": (3, 4),
+    "ij": (3, 4),
+    "ji": (3, 4),
+    "ii->i": (4, 4),
+    "iij->ji": (3, 3, 2),
+}
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("equation", sorted(_EINSUM_VIEWS))
+def test_einsum_of_one_operand_without_sums_is_a_view(equation, transposed):
+    shape = _EINSUM_VIEWS[equation]
+    if transposed:  # made in the other order, then transposed to ``shape``
+        shape = shape[:-2] + shape[:-3:-1]
+    data = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    x, t = kiln.tensor(data), torch.tensor(data)
+    if transposed:
+        x, t = x.transpose(-1, -2), t.transpose(-1, -2)
+    got, expected = kiln.einsum(equation, x), torch.einsum(equation, t)
+    _assert_like_torch(got, expected)
+    assert got._base is (x if x._base is None else x._base)
+    got[(0,) * got.ndim] = 7.0  # written through to the operand, as PyTorch's view is
+    assert x[(0,) * x.ndim].item() == 7.0
+
+
+def test_einsum_view_keeps_its_gradient():
+    x = kiln.randn(2, 3, 4, requires_grad=True)
+    kiln.einsum("bij->bji", x).mul(kiln.arange(12.0).reshape(3, 4).t()).sum().backward()
+    assert kiln.equal(x.grad, kiln.arange(12.0).reshape(3, 4).expand(2, 3, 4))
+
+
+_COMPILED_SELECTIONS = {
+    "topk-indices": lambda v: v.topk(2, 1).indices.view(-1),
+    "kthvalue-indices": lambda v: v.kthvalue(2, 0).indices.view(-1),
+    "sort": lambda v: v.sort(1),
+    "argsort": lambda v: v.argsort(0),
+    "max-dim": lambda v: v.max(0, keepdim=True),
+    "amax": lambda v: v.amax(1, keepdim=True).view(-1),
+}
+
+
+@pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
+@pytest.mark.parametrize("op", sorted(_COMPILED_SELECTIONS))
+def test_compiled_selections_have_the_eager_strides(op, backend):
+    fn = _COMPILED_SELECTIONS[op]
+    x = kiln.randn(4, 6).t()
+    expected = _results(fn(x))
+    got = _results(kiln.compile(fn, backend=backend)(x))
+    assert [r.stride() for r in got] == [r.stride() for r in expected]
+    for g, e in zip(got, expected):
+        assert kiln.equal(g, e)

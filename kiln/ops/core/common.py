@@ -8,6 +8,7 @@ from ...runtime import casting
 from ...runtime import dtypes as dt
 from ...runtime.device import cpu
 from ...runtime.device import device as _device
+from ...runtime.memory_format import preserve_format, preserved_strides
 from ...runtime.random import Generator
 from ...runtime.state import per_thread
 from ...runtime.storage import empty_array
@@ -48,6 +49,8 @@ __all__ = [
     "device_operand",
     "zero_grad",
     "dense_strides_like",
+    "laid_out",
+    "preserved_layout",
     "to_float_dtype",
     "is_scalar",
     "fake",
@@ -118,6 +121,30 @@ def c_contiguous(a: np.ndarray) -> np.ndarray:
     """``a`` itself when C-contiguous, else a C-contiguous copy (``np.ascontiguousarray`` would
     also turn a 0-d array into a 1-d one)."""
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def laid_out(a: np.ndarray, strides: tuple | None = None) -> np.ndarray:
+    """A kernel's result ``a`` with the strides PyTorch gives it: row-major, or ``strides`` (dense,
+    any dim order); ``a`` itself when it has them, else a copy. numpy's results keep their
+    operand's dim order (ufunc reductions, ``take_along_axis``) or are slices of a bigger array
+    (the first ``k`` of a sort), and ``Tensor.stride()`` reads them as they are; unlike
+    ``c_contiguous``, size-1 dims get PyTorch's strides too."""
+    if not a.ndim or not a.size:
+        return a
+    want = contiguous_strides(a.shape) if strides is None else strides
+    item = a.itemsize
+    if all(s == w * item for s, w in zip(a.strides, want)):
+        return a
+    if strides is None:
+        out = empty_array(a.shape, a.dtype)
+    else:
+        order = sorted(range(a.ndim), key=lambda i: (-want[i], i))
+        inverse = [0] * a.ndim
+        for position, i in enumerate(order):
+            inverse[i] = position
+        out = empty_array(tuple(a.shape[i] for i in order), a.dtype).transpose(inverse)
+    out[...] = a
+    return out
 
 
 _SIXTEEN_BIT_NP = frozenset(np.dtype(d.np) for d in (dt.float16, dt.bfloat16))
@@ -239,6 +266,14 @@ def dense_strides_like(shape: tuple, like_stride: tuple | None) -> tuple:
         strides[i] = acc
         acc *= size_or_one(shape[i])
     return tuple(strides)
+
+
+def preserved_layout(x: Tensor) -> tuple | None:
+    """The strides of a result PyTorch lays out like ``x`` (``empty_like``'s preserve format:
+    ``x``'s own where they are dense, else dense in ``x``'s dim order); None for row-major."""
+    if x.is_contiguous():
+        return None
+    return preserved_strides(x._shape, x.stride(), preserve_format, "empty_like")
 
 
 def output_layout_source(shape: tuple, operands) -> tuple | None:

@@ -307,15 +307,23 @@ def _local_scalar_dense_meta(x):
 def nonzero(self: Tensor): ...
 
 
+# PyTorch lays the (count, ndim) positions out column by column (strides (1, count)), so that
+# ``nonzero(as_tuple=True)``'s columns, and ``where(c)``'s, are contiguous
+
+
 @nonzero.register_kernel
 def _nonzero_kernel(x):
-    return wrap(np.require(np.argwhere(x._data).astype(np.int64), requirements="C"), dt.int64)
+    columns = np.ascontiguousarray(np.argwhere(x._data).T, dtype=np.int64)
+    out = wrap(columns.T, dt.int64)
+    if not columns.size:  # numpy's strides of an empty array read as row-major ones
+        out._stride = (1, columns.shape[1])
+    return out
 
 
 @nonzero.register_meta
 def _nonzero_meta(x):
     count = data_dependent_size(f"nonzero of a {list(x._shape)} tensor", x.numel())
-    return fake((count, x.ndim), dt.int64, x)
+    return fake((count, x.ndim), dt.int64, x, (1, count))
 
 
 nonzero.differentiable = False

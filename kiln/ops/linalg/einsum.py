@@ -12,6 +12,7 @@ import string
 
 import numpy as np
 
+from ...runtime.state import per_thread
 from ..core.common import Tensor, TensorList, broadcast_shapes, compute_np_dtype, fake, wrap
 from ..core.registry import OPS, defop, torch_function
 from .matmul import bmm, matmul_dtype_name
@@ -250,6 +251,20 @@ def _einsum_decomp(equation, tensors):
     return t.permute([s.index(ch) for ch in out]).contiguous()
 
 
+def _einsum_view(equation: str, t: Tensor) -> Tensor | None:
+    """One operand whose every letter reaches the output: PyTorch's einsum returns a view of it
+    (its diagonals, then a permute), not a copy; None where letters are summed out, or under
+    autocast (which casts the operand to a new tensor first)."""
+    state = per_thread.state
+    if state.autocast is not None and einsum in state.autocast.policies:
+        return None
+    subs, out, _ = _einsum_plan(equation, [t])
+    if len(set(subs[0])) != len(out):
+        return None
+    t, s = _einsum_diagonals(t, subs[0])
+    return t.permute([s.index(ch) for ch in out])
+
+
 def _sublist_term(sublist) -> str:
     out = []
     for item in sublist:
@@ -268,14 +283,18 @@ def _sublist_term(sublist) -> str:
 def _einsum_fn(*args) -> Tensor:
     """``einsum(eq, *operands)``, ``einsum(eq, [operands])`` or the sublist form."""
     if args and isinstance(args[0], str):
-        operands = args[1:]
+        equation, operands = args[0], args[1:]
         if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
             operands = operands[0]
-        return einsum(args[0], list(operands))
-    items = list(args)
-    operands, terms = [], []
-    while len(items) >= 2:
-        operands.append(items.pop(0))
-        terms.append(_sublist_term(items.pop(0)))
-    equation = ",".join(terms) + ("->" + _sublist_term(items[0]) if items else "")
-    return einsum(equation, operands)
+    else:
+        items = list(args)
+        operands, terms = [], []
+        while len(items) >= 2:
+            operands.append(items.pop(0))
+            terms.append(_sublist_term(items.pop(0)))
+        equation = ",".join(terms) + ("->" + _sublist_term(items[0]) if items else "")
+    if len(operands) == 1 and isinstance(operands[0], Tensor):
+        view = _einsum_view(equation, operands[0])
+        if view is not None:
+            return view
+    return einsum(equation, list(operands))

@@ -23,6 +23,7 @@ from ..core.common import (
     cast_array,
     compute_np_dtype,
     fake,
+    laid_out,
     to_float_dtype,
     widened,
     wrap,
@@ -292,7 +293,7 @@ def _sum_kernel(x, dim, keepdim, dtype):
             return wrap_array(_add_reduce(a, None, out=...), d)
     od = sum_dtype(x, dtype)
     a = data_as_dtype(x, dtype)
-    return wrap(float_sum(a, reduce_dims(x, dim), compute_np_dtype(od), keepdim), od)
+    return wrap(laid_out(float_sum(a, reduce_dims(x, dim), compute_np_dtype(od), keepdim)), od)
 
 
 sum.register_meta(_reduce_meta(lambda x, dtype=None: sum_dtype(x, dtype)))
@@ -318,9 +319,8 @@ def prod(
 def _prod_kernel(x, dim, keepdim, dtype):
     od = sum_dtype(x, dtype)
     a = data_as_dtype(x, dtype)
-    return wrap(
-        np.multiply.reduce(a, reduce_dims(x, dim), compute_np_dtype(od), keepdims=keepdim), od
-    )
+    r = np.multiply.reduce(a, reduce_dims(x, dim), compute_np_dtype(od), keepdims=keepdim)
+    return wrap(laid_out(r), od)
 
 
 prod.register_meta(_reduce_meta(lambda x, dtype=None: sum_dtype(x, dtype)))
@@ -380,7 +380,7 @@ def _extreme_kernel(name, np_fn):
         dims = None if full else reduce_dims(x, dim)
         if not a.size:
             _check_reducible(name, x, range(a.ndim) if full else dims, full)
-        return wrap_array(np_fn(a, dims, keepdims=keepdim, out=...), x._dtype)
+        return wrap_array(laid_out(np_fn(a, dims, keepdims=keepdim, out=...)), x._dtype)
 
     return kernel
 
@@ -428,7 +428,7 @@ def _arg_kernel(name, np_fn):
         if not a.ndim:
             return wrap(np.zeros((), np.int64), _int64)
         _check_reducible(name, x, (d,), False)
-        return wrap(np_fn(a, axis=d, keepdims=keepdim), _int64)
+        return wrap(laid_out(np_fn(a, axis=d, keepdims=keepdim)), _int64)
 
     return kernel
 
@@ -531,8 +531,9 @@ def _dim_select_kernel(op, np_arg, np_extreme):
         _check_reducible(op.returns.__name__, x, (d,), False)
         # the extreme value itself equals the element at the arg index (NaN included)
         a = widened(a)
-        values = np_extreme(a, d, keepdims=keepdim)
-        return op.returns(wrap(values, x._dtype), wrap(np_arg(a, d, keepdims=keepdim), _int64))
+        values = laid_out(np_extreme(a, d, keepdims=keepdim))
+        indices = laid_out(np_arg(a, d, keepdims=keepdim))
+        return op.returns(wrap(values, x._dtype), wrap(indices, _int64))
 
     return kernel
 
@@ -658,7 +659,7 @@ def _mean_kernel(x, dim, keepdim, dtype):
     dims = reduce_dims(x, dim)
     r = np.asarray(float_sum(data_as_dtype(x, dtype), dims, compute_np_dtype(od), keepdim))
     r = r / reduced_numel(x._shape, dims)
-    return wrap(r, od)
+    return wrap(laid_out(r), od)
 
 
 mean.register_meta(_reduce_meta(lambda x, dtype=None: _mean_dtype(x, dtype)))
@@ -700,7 +701,7 @@ def _logsumexp_kernel(x, dim, keepdim):
     m = np.maximum.reduce(a, dims, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
     r = np.log(float_sum(np.exp(a - m), dims, keepdims=True)) + m
-    return wrap(r.reshape(reduced_shape(x._shape, dims, keepdim)), od)
+    return wrap(laid_out(r.reshape(reduced_shape(x._shape, dims, keepdim))), od)
 
 
 logsumexp.register_meta(
@@ -755,7 +756,8 @@ def _logical_kernel(np_fn):
     def kernel(x, dim, keepdim):
         if _no_dims(dim):
             return wrap(x._data != 0, _logical_dtype(x))
-        return wrap(np_fn(x._data, reduce_dims(x, dim), keepdims=keepdim), _logical_dtype(x))
+        found = np_fn(x._data, reduce_dims(x, dim), keepdims=keepdim)
+        return wrap(laid_out(found), _logical_dtype(x))
 
     return kernel
 

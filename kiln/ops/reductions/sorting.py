@@ -15,7 +15,16 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime import dtypes as dt
-from ..core.common import Scalar, Tensor, TensorOrScalar, fake, wrap, wrap_dim
+from ..core.common import (
+    Scalar,
+    Tensor,
+    TensorOrScalar,
+    fake,
+    laid_out,
+    preserved_layout,
+    wrap,
+    wrap_dim,
+)
 from ..core.complex_support import complex_not_implemented
 from ..core.grad_fn_naming import renaming
 from ..core.out_arguments import writes_out
@@ -110,13 +119,17 @@ def _sort_kernel(x, dim, descending, stable):
     if not stable and not radix:  # PyTorch's std::sort order among ties (its radix sort is stable)
         idx = replay_sort(a, d, descending, idx)
     values = a[idx] if a.ndim == 1 else np.take_along_axis(a, idx, d)
-    return sort.returns(wrap(values, x._dtype), wrap(idx, _int64))
+    strides = preserved_layout(x)  # PyTorch's sort lays both results out like its input
+    return sort.returns(
+        wrap(laid_out(values, strides), x._dtype), wrap(laid_out(idx, strides), _int64)
+    )
 
 
 @sort.register_meta
 def _sort_meta(x, dim=-1, descending=False, stable=False):
     wrap_dim(dim, x.ndim)
-    return sort.returns(fake(x._shape, x._dtype, x), fake(x._shape, _int64, x))
+    strides = preserved_layout(x)
+    return sort.returns(fake(x._shape, x._dtype, x, strides), fake(x._shape, _int64, x, strides))
 
 
 sort.register_derivative(
@@ -197,9 +210,9 @@ def _topk_kernel(x, k, dim, largest, sorted_):
         order = stable_head(a, d, k + 1, largest)  # the replay reads no further
     else:
         order = argsort_np(a, d, largest)
-    idx = replay_topk(a, d, k, largest, sorted_, order)
+    idx = laid_out(replay_topk(a, d, k, largest, sorted_, order))  # row-major, as PyTorch's
     values = a[idx] if a.ndim == 1 else np.take_along_axis(a, idx, d)
-    return topk.returns(wrap(values, x._dtype), wrap(idx, _int64))
+    return topk.returns(wrap(laid_out(values), x._dtype), wrap(idx, _int64))
 
 
 @topk.register_meta
@@ -274,7 +287,8 @@ def _kthvalue_kernel(x, k, dim, keepdim):
     values = np.take_along_axis(a, idx, d)
     if not keepdim:
         values, idx = values.squeeze(d), idx.squeeze(d)
-    return kthvalue.returns(wrap(values, x._dtype), wrap(idx, _int64))
+    # row-major, as PyTorch's (the positions may be a slice of a whole sort)
+    return kthvalue.returns(wrap(laid_out(values), x._dtype), wrap(laid_out(idx), _int64))
 
 
 @kthvalue.register_meta

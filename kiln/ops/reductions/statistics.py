@@ -503,7 +503,9 @@ def _unique_consecutive_kernel(x, dim):
             starts = np.concatenate(([True], changed))
         else:
             starts = np.zeros(0, bool)
-        values = np.compress(starts, a, axis=d)
+        # laid out as PyTorch's: the kept slices one after another, the dim moved back
+        kept = np.ascontiguousarray(np.compress(starts, np.moveaxis(a, d, 0), axis=0))
+        values = np.moveaxis(kept, 0, d)
         inverse_shape = starts.shape
     inverse = np.cumsum(starts) - 1
     counts = np.diff(np.append(np.flatnonzero(starts), starts.size))

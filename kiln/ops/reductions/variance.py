@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime.symbolic import SymInt
-from ..core.common import Scalar, Tensor, compute_np_dtype, fake, wrap
+from ..core.common import Scalar, Tensor, compute_np_dtype, fake, laid_out, wrap
 from ..core.out_arguments import writes_out
 from ..core.registry import defop, tensor_method, torch_function
 from ..pointwise.unary_binary import where
@@ -50,7 +50,7 @@ def _var_np(x, dim, correction, keepdim):
     acc = compute_np_dtype(x._dtype)
     centred = a - float_sum(a, dims, acc, True) / reduced_numel(x._shape, dims)
     squares = float_sum(centred * centred, dims, acc, keepdim)
-    return squares / float(max(_divisor(x, dims, correction), 0))
+    return laid_out(squares / float(max(_divisor(x, dims, correction), 0)))
 
 
 def _var_meta(x, dim=None, correction=1, keepdim=False):

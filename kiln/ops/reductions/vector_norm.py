@@ -15,6 +15,7 @@ from ..core.common import (
     Tensor,
     compute_np_dtype,
     fake,
+    laid_out,
     require_number,
     wrap,
     wrap_dim,
@@ -101,7 +102,7 @@ def _vector_norm_kernel(x, ord, dim, keepdim, dtype):
         r = float_sum(np.abs(a), dims, keepdims=keepdim)
     else:
         r = float_sum(np.abs(a) ** ord, dims, keepdims=keepdim) ** (1.0 / ord)
-    return wrap(r, od)
+    return wrap(laid_out(np.asarray(r)), od)
 
 
 @vector_norm.register_meta

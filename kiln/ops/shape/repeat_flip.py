@@ -13,7 +13,7 @@ from ...runtime import dtypes as dt
 from ...runtime.memory_format import contiguous_format
 from ...runtime.symbolic import as_int
 from ...runtime.tensor import Size
-from ..core.common import Tensor, fake, wrap, wrap_dim, wrap_dims
+from ..core.common import Tensor, fake, laid_out, preserved_layout, wrap, wrap_dim, wrap_dims
 from ..core.registry import OPS, defop, tensor_method, torch_function
 from .cat_split import cat
 from .shape_functions import flatten, narrow, transpose
@@ -159,13 +159,14 @@ def _flip_dims(x, dims):
 def _flip_kernel(x, dims):
     axes = _flip_dims(x, dims)
     a = x._data
-    return wrap((np.flip(a, axes) if axes else a).copy(), x._dtype)
+    out = laid_out(np.flip(a, axes) if axes else a, preserved_layout(x))  # as PyTorch's
+    return wrap(out if out is not a else a.copy(order="K"), x._dtype)
 
 
 @flip.register_meta
 def _flip_meta(x, dims):
     _flip_dims(x, dims)
-    return fake(x._shape, x._dtype, x)
+    return fake(x._shape, x._dtype, x, preserved_layout(x))
 
 
 flip.register_derivative(lambda c, g: (flip(g, c.args[1]),), save_inputs=())
