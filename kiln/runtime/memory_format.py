@@ -137,7 +137,8 @@ def is_non_overlapping_and_dense(shape: tuple, strides: tuple) -> bool:
         return True
     if len(shape) == 1:
         return shape[0] < 2 or strides[0] == 1
-    order = sorted(range(len(shape)), key=lambda d: (shape[d] < 2, strides[d]))
+    # (bool(): a symbolic size's comparison is decided here, not inside the tuple compares)
+    order = sorted(range(len(shape)), key=lambda d: (bool(shape[d] < 2), strides[d]))
     expected = 1
     for d in order:
         if shape[d] < 2:
