@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -574,3 +575,34 @@ def test_packed_sequence_reaches_kiln_functions_as_itself():
     compiled = kiln.compile(_unpacks)
     for got, want in zip(compiled(packed), _unpacks(packed)):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@functools.lru_cache(maxsize=16)
+def _inverse_frequencies(dim: int, base: float = 10000.0) -> tuple:
+    return tuple(1.0 / base ** (i / dim) for i in range(0, dim, 2))
+
+
+def _rotary_angles(x):
+    freqs = x.new_tensor(_inverse_frequencies(x.shape[-1]))
+    return x[..., ::2] * freqs
+
+
+def test_a_memoized_helper_is_captured_not_a_break():
+    check(_rotary_angles, kiln.randn(3, 8))
+
+
+@kiln.compiler.disable
+def _opaque_scale() -> float:
+    return 2.5
+
+
+def _tensor_method_across_a_break(x):
+    y = x * 2
+    return y.add(_opaque_scale()).sin()
+
+
+def test_a_tensor_method_waiting_on_the_stack_at_a_break_resumes_compiled():
+    # ``y.add`` is on the stack when the call to the disabled function breaks the graph: the
+    # resumed code gets the bound method, a new object each call, and still hits its cache
+    counter, _ = check(_tensor_method_across_a_break, kiln.randn(4), graphs=2, breaks=1)
+    assert counter.op_count == 3  # mul | add, sin: nothing left to eager code

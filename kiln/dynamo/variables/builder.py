@@ -166,6 +166,14 @@ def _wrap_new(output, value: Any, source: Source | None) -> VariableTracker:
         if source is not None:
             guards.identity(source, value)
         return WithExitVariable(None, value.restore)
+    if isinstance(value, functools._lru_cache_wrapper) and isinstance(
+        getattr(value, "__wrapped__", None), types.FunctionType
+    ):
+        # a memoized helper (rotary frequencies, a mask of a size): its body is captured, as
+        # PyTorch's dynamo does; the cache is neither read nor filled by compiled code
+        if source is not None:
+            guards.identity(source, value)
+        return UserFunctionVariable(value.__wrapped__)
     if _is_local_function(value) and source is not None:
         guards.identity(AttrSource(source, "__code__"), value.__code__)
         return LocalFunctionVariable(value, source)
@@ -185,6 +193,14 @@ def _wrap_new(output, value: Any, source: Source | None) -> VariableTracker:
     if isinstance(value, types.MethodType):
         self_src = AttrSource(source, "__self__") if source is not None else None
         fn = value.__func__
+        if isinstance(value.__self__, Tensor) and getattr(Tensor, fn.__name__, None) is fn:
+            # ``x.new_tensor`` left on the stack by a graph break in its arguments: a new
+            # bound method every call, so its function is guarded, not the method
+            from .tensor import TensorMethodVariable
+
+            if source is not None:
+                guards.identity(AttrSource(source, "__func__"), fn)
+            return TensorMethodVariable(sub(value.__self__, self_src), fn.__name__)
         if isinstance(fn, types.FunctionType) and kiln_function_kind(fn) not in ("kiln", "opaque"):
             return UserMethodVariable(fn, sub(value.__self__, self_src))
         return _opaque(output, value, source)
