@@ -26,6 +26,7 @@ from ...runtime.tensor import Tensor
 from ..creation import api
 from .dispatch import dispatch
 from .grad_fn_naming import renames_grad_fn, renaming
+from .out_arguments import refuse_unsafe_cast
 from .registry import METHODS, OPS, Op, torch_function
 
 __all__ = ["install"]
@@ -98,13 +99,7 @@ def _write_result(op, self: Tensor, result: Tensor) -> None:
             f"output with shape {list(self._shape)} doesn't match the broadcast shape "
             f"{list(result._shape)}"
         )
-    if not dt.can_cast(result._dtype, self._dtype):
-        from ..reductions.reduce import torch_type_name
-
-        raise RuntimeError(
-            f"result type {torch_type_name(result._dtype)} can't be cast to the desired output "
-            f"type {torch_type_name(self._dtype)}"
-        )
+    refuse_unsafe_cast(result._dtype, self._dtype)
     # fill_ writes one value, so PyTorch lets it write through expanded (stride-0) dimensions
     target = writable_target(self._data, allow_overlap=op.name == "fill_")
     np.copyto(target, result._data, casting="unsafe")

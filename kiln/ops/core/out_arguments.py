@@ -55,11 +55,23 @@ def check_out_grad(name: str, differentiable: bool, result, inputs, out) -> None
         )
 
 
+def refuse_unsafe_cast(result_dtype, out_dtype) -> None:
+    """PyTorch's error for writing a result into a tensor of a dtype it does not cast to
+    safely (a float result into an int ``out``, or into ``self`` of an in-place op)."""
+    if not dt.can_cast(result_dtype, out_dtype):
+        from ..reductions.reduce import torch_type_name
+
+        raise RuntimeError(
+            f"result type {torch_type_name(result_dtype)} can't be cast to the desired output "
+            f"type {torch_type_name(out_dtype)}"
+        )
+
+
 def write_out(result, out, *, exact_dtype: bool = False, records_write: bool = False):
     """Write a result (a tensor or a tuple of them) into ``out``, resizing it to fit; the
     result's dtype must cast to ``out``'s safely, or with ``exact_dtype`` be the same.
     ``records_write``: autograd records the copy (``out`` gets the result's gradient)."""
-    from ..reductions.reduce import c_type_name, torch_type_name
+    from ..reductions.reduce import c_type_name
 
     outs, results = _flat(out), _flat(result)
     for target, value in zip(outs, results, strict=True):
@@ -68,11 +80,7 @@ def write_out(result, out, *, exact_dtype: bool = False, records_write: bool = F
                 f"Expected out tensor to have dtype {c_type_name(value._dtype)}, but got "
                 f"{c_type_name(target._dtype)} instead"
             )
-        if not dt.can_cast(value._dtype, target._dtype):
-            raise RuntimeError(
-                f"result type {torch_type_name(value._dtype)} can't be cast to the desired "
-                f"output type {torch_type_name(target._dtype)}"
-            )
+        refuse_unsafe_cast(value._dtype, target._dtype)
     for target, value in zip(outs, results):
         if not known_same_shape(target._shape, value._shape):
             with no_grad():
