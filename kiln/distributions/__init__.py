@@ -26,6 +26,7 @@ from .continuous import (
 from .discrete import Bernoulli, Binomial, Categorical, Geometric, OneHotCategorical, Poisson
 from .distribution import Distribution
 from .kl import kl_divergence, register_kl
+from .mixture import MixtureSameFamily
 from .multivariate import Dirichlet, Independent, MultivariateNormal
 from .transformed import TransformedDistribution
 from .transforms import (
@@ -37,6 +38,7 @@ from .transforms import (
     PowerTransform,
     SigmoidTransform,
     SoftmaxTransform,
+    SoftplusTransform,
     TanhTransform,
     Transform,
 )
@@ -63,6 +65,7 @@ __all__ = [
     "IndependentTransform",
     "Laplace",
     "LogNormal",
+    "MixtureSameFamily",
     "MultivariateNormal",
     "Normal",
     "OneHotCategorical",
@@ -70,6 +73,7 @@ __all__ = [
     "PowerTransform",
     "SigmoidTransform",
     "SoftmaxTransform",
+    "SoftplusTransform",
     "StudentT",
     "TanhTransform",
     "Transform",
