@@ -23,7 +23,15 @@ from .continuous import (
     StudentT,
     Uniform,
 )
-from .discrete import Bernoulli, Binomial, Categorical, Geometric, OneHotCategorical, Poisson
+from .discrete import (
+    Bernoulli,
+    Binomial,
+    Categorical,
+    Geometric,
+    NegativeBinomial,
+    OneHotCategorical,
+    Poisson,
+)
 from .distribution import Distribution
 from .kl import kl_divergence, register_kl
 from .mixture import MixtureSameFamily
@@ -67,6 +75,7 @@ __all__ = [
     "LogNormal",
     "MixtureSameFamily",
     "MultivariateNormal",
+    "NegativeBinomial",
     "Normal",
     "OneHotCategorical",
     "Poisson",

@@ -40,6 +40,8 @@ CASES = [
     ("Bernoulli", lambda D, p: D.Bernoulli(probs=p[0]), [[0.2, 0.5, 0.9]], [1.0, 0.0, 1.0]),
     ("Bernoulli-logits", lambda D, p: D.Bernoulli(logits=p[0]), [[-1.0, 0.3, 2.0]], [1.0, 0.0, 1.0]),
     ("Geometric", lambda D, p: D.Geometric(probs=p[0]), [[0.2, 0.5, 0.9]], [1.0, 0.0, 4.0]),
+    ("NegativeBinomial", lambda D, p: D.NegativeBinomial(p[0], probs=p[1]), [[2.0, 0.5, 3.5], [0.2, 0.5, 0.7]], [1.0, 0.0, 4.0]),
+    ("NegativeBinomial-logits", lambda D, p: D.NegativeBinomial(p[0], logits=p[1]), [[2.0, 0.0, 3.5], [-1.0, 0.3, 0.5]], [1.0, 0.0, 4.0]),
     ("Poisson", lambda D, p: D.Poisson(p[0]), [[0.5, 2.0, 7.0]], [1.0, 0.0, 4.0]),
     ("Binomial", lambda D, p: D.Binomial(5, probs=p[0]), [[0.2, 0.5, 0.9]], [1.0, 0.0, 5.0]),
     ("Binomial-logits", lambda D, p: D.Binomial(4, logits=p[0]), [[-1.0, 0.3, 2.0]], [1.0, 0.0, 4.0]),
@@ -53,7 +55,7 @@ CASES = [
     ("Independent-Normal", lambda D, p: D.Independent(D.Normal(p[0], p[1]), 1), [[0.3, -1.0, 2.0], [0.5, 1.5, 2.0]], [0.1, -2.0, 3.0]),
 ]  # fmt: skip
 _IDS = [c[0] for c in CASES]
-DISCRETE = {"Bernoulli", "Bernoulli-logits", "Geometric", "Poisson", "Binomial", "Binomial-logits", "Categorical", "Categorical-logits", "OneHotCategorical"}  # fmt: skip
+DISCRETE = {"Bernoulli", "Bernoulli-logits", "Geometric", "NegativeBinomial", "NegativeBinomial-logits", "Poisson", "Binomial", "Binomial-logits", "Categorical", "Categorical-logits", "OneHotCategorical"}  # fmt: skip
 
 
 def _both(case, grad=False):
@@ -153,7 +155,7 @@ def test_sample_statistics_match_the_mean(case):
     sd = (
         d.stddev
         if name not in DISCRETE
-        or name.startswith(("Poisson", "Binomial", "Geometric", "Bernoulli"))
+        or name.startswith(("Poisson", "Binomial", "Geometric", "Bernoulli", "NegativeBinomial"))
         else None
     )
     got = _np(s.double().mean(0))
