@@ -34,6 +34,7 @@ from .discrete import (
 )
 from .distribution import Distribution
 from .kl import kl_divergence, register_kl
+from .lowrank import LowRankMultivariateNormal
 from .mixture import MixtureSameFamily
 from .multivariate import Dirichlet, Independent, MultivariateNormal
 from .transformed import TransformedDistribution
@@ -73,6 +74,7 @@ __all__ = [
     "IndependentTransform",
     "Laplace",
     "LogNormal",
+    "LowRankMultivariateNormal",
     "MixtureSameFamily",
     "MultivariateNormal",
     "NegativeBinomial",

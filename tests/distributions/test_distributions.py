@@ -52,6 +52,7 @@ CASES = [
     ("MultivariateNormal-cov", lambda D, p: D.MultivariateNormal(p[0], covariance_matrix=p[1]), [[0.1, -0.5], [[2.0, 0.3], [0.3, 1.0]]], [[0.5, 0.2], [-1.0, 2.0]]),
     ("MultivariateNormal-tril", lambda D, p: D.MultivariateNormal(p[0], scale_tril=p[1]), [[0.1, -0.5], [[1.5, 0.0], [0.3, 0.8]]], [[0.5, 0.2], [-1.0, 2.0]]),
     ("MultivariateNormal-prec", lambda D, p: D.MultivariateNormal(p[0], precision_matrix=p[1]), [[0.1, -0.5], [[2.0, 0.3], [0.3, 1.0]]], [[0.5, 0.2], [-1.0, 2.0]]),
+    ("LowRankMultivariateNormal", lambda D, p: D.LowRankMultivariateNormal(p[0], p[1], p[2]), [[0.1, -0.5, 0.3], [[1.0, 0.2], [0.3, -0.5], [0.0, 0.4]], [0.5, 1.5, 0.8]], [[0.5, 0.2, 0.1], [-1.0, 2.0, 0.0]]),
     ("Independent-Normal", lambda D, p: D.Independent(D.Normal(p[0], p[1]), 1), [[0.3, -1.0, 2.0], [0.5, 1.5, 2.0]], [0.1, -2.0, 3.0]),
 ]  # fmt: skip
 _IDS = [c[0] for c in CASES]
@@ -461,3 +462,23 @@ def test_mixture_density_loss_compiles_to_one_graph(backend):
         kiln.autograd.grad(got, leaves_c[:3]), kiln.autograd.grad(expected, leaves[:3])
     ):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@requires_torch
+def test_low_rank_normal_matrices_match_torch():
+    """Its covariance, precision and Cholesky factor (from the m x m capacitance), batched."""
+    import torch
+
+    loc = [[0.1, -0.5, 0.3], [0.0, 1.0, 2.0]]
+    factor = [[1.0, 0.2], [0.3, -0.5], [0.0, 0.4]]
+    diag = [0.5, 1.5, 0.8]
+    kd = KD.LowRankMultivariateNormal(_t(kiln, loc), _t(kiln, factor), _t(kiln, diag))
+    td = torch.distributions.LowRankMultivariateNormal(
+        _t(torch, loc), _t(torch, factor), _t(torch, diag)
+    )
+    for attr in ("covariance_matrix", "precision_matrix", "scale_tril", "variance"):
+        _close(getattr(kd, attr), getattr(td, attr), rtol=1e-9)
+    _close(kd.entropy(), td.entropy(), rtol=1e-9)
+    _close(
+        kd.expand((3, 2)).log_prob(_t(kiln, loc[0])), td.expand((3, 2)).log_prob(_t(torch, loc[0]))
+    )
