@@ -23,9 +23,19 @@ from .continuous import (
     StudentT,
     Uniform,
 )
-from .discrete import Bernoulli, Binomial, Categorical, Geometric, OneHotCategorical, Poisson
+from .discrete import (
+    Bernoulli,
+    Binomial,
+    Categorical,
+    Geometric,
+    NegativeBinomial,
+    OneHotCategorical,
+    Poisson,
+)
 from .distribution import Distribution
 from .kl import kl_divergence, register_kl
+from .lowrank import LowRankMultivariateNormal
+from .mixture import MixtureSameFamily
 from .multivariate import Dirichlet, Independent, MultivariateNormal
 from .transformed import TransformedDistribution
 from .transforms import (
@@ -37,6 +47,7 @@ from .transforms import (
     PowerTransform,
     SigmoidTransform,
     SoftmaxTransform,
+    SoftplusTransform,
     TanhTransform,
     Transform,
 )
@@ -63,13 +74,17 @@ __all__ = [
     "IndependentTransform",
     "Laplace",
     "LogNormal",
+    "LowRankMultivariateNormal",
+    "MixtureSameFamily",
     "MultivariateNormal",
+    "NegativeBinomial",
     "Normal",
     "OneHotCategorical",
     "Poisson",
     "PowerTransform",
     "SigmoidTransform",
     "SoftmaxTransform",
+    "SoftplusTransform",
     "StudentT",
     "TanhTransform",
     "Transform",

@@ -1,6 +1,7 @@
-"""Discrete distributions: Bernoulli, Categorical, OneHotCategorical, Binomial, Geometric,
-Poisson. Each takes ``probs`` or ``logits`` (exactly one) where PyTorch does; the other is
-derived lazily (``lazy_property``), so gradients flow to whichever the user gave."""
+"""Discrete distributions: Bernoulli, Categorical, OneHotCategorical, Binomial,
+NegativeBinomial, Geometric, Poisson. Each takes ``probs`` or ``logits`` (exactly one) where
+PyTorch does; the other is derived lazily (``lazy_property``), so gradients flow to whichever
+the user gave."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ..ops.public import (
     log1p,
     multinomial,
     no_grad,
+    poisson,
     rand,
     where,
     zeros_like,
@@ -41,7 +43,15 @@ from .utils import (
 
 _EMPTY = Size()  # the default sample/batch shape (a tuple: safe to share)
 
-__all__ = ["Bernoulli", "Binomial", "Categorical", "Geometric", "OneHotCategorical", "Poisson"]
+__all__ = [
+    "Bernoulli",
+    "Binomial",
+    "Categorical",
+    "Geometric",
+    "NegativeBinomial",
+    "OneHotCategorical",
+    "Poisson",
+]
 
 
 def _one_of(probs, logits) -> None:
@@ -381,6 +391,80 @@ class Binomial(Distribution):
         if expand:
             values = values.expand((-1,) + tuple(self._batch_shape))
         return values
+
+
+class NegativeBinomial(Distribution):
+    """Successes before ``total_count`` failures of Bernoulli(``probs``) trials (a real
+    ``total_count`` too): a Gamma-Poisson mixture, the usual likelihood for overdispersed
+    counts."""
+
+    arg_constraints = {
+        "total_count": constraints.greater_than_eq(0),
+        "probs": constraints.half_open_interval(0.0, 1.0),
+        "logits": constraints.real,
+    }
+    support = constraints.nonnegative_integer
+
+    def __init__(self, total_count, probs=None, logits=None, validate_args=None):
+        _one_of(probs, logits)
+        if probs is not None:
+            self.total_count, self.probs = broadcast_all(total_count, probs)
+            self.total_count = self.total_count.type_as(self.probs)
+        else:
+            self.total_count, self.logits = broadcast_all(total_count, logits)
+            self.total_count = self.total_count.type_as(self.logits)
+        self._param = self.probs if probs is not None else self.logits
+        super().__init__(self._param.size(), validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._expand_params(
+            NegativeBinomial, batch_shape, ("total_count", "probs", "logits"), _instance
+        )
+        new._param = new.__dict__.get("probs", new.__dict__.get("logits"))
+        return new
+
+    @lazy_property
+    def logits(self):
+        return probs_to_logits(self.probs, is_binary=True)
+
+    @lazy_property
+    def probs(self):
+        return logits_to_probs(self.logits, is_binary=True)
+
+    @property
+    def mean(self):
+        return self.total_count * exp(self.logits)
+
+    @property
+    def mode(self):
+        return ((self.total_count - 1) * self.logits.exp()).floor().clamp(min=0.0)
+
+    @property
+    def variance(self):
+        return self.mean / F.sigmoid(-self.logits)
+
+    @property
+    def param_shape(self) -> Size:
+        return self._param.size()
+
+    def sample(self, sample_shape=_EMPTY):
+        from .continuous import Gamma
+
+        with no_grad():
+            rate = Gamma(self.total_count, exp(-self.logits), validate_args=False).sample(
+                sample_shape
+            )
+            return poisson(rate)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        n, logits = self.total_count, self.logits
+        unnormalized = n * F.logsigmoid(-logits) + value * F.logsigmoid(logits)
+        normalization = -lgamma(n + value) + lgamma(1.0 + value) + lgamma(n)
+        # n = 0 with value 0 has probability 1, but lgamma(0) is infinite
+        normalization = normalization.masked_fill(n + value == 0.0, 0.0)
+        return unnormalized - normalization
 
 
 class Geometric(Distribution):

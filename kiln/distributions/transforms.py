@@ -30,6 +30,7 @@ __all__ = [
     "PowerTransform",
     "SigmoidTransform",
     "SoftmaxTransform",
+    "SoftplusTransform",
     "TanhTransform",
     "Transform",
     "identity_transform",
@@ -354,6 +355,28 @@ class SigmoidTransform(Transform):
 
     def log_abs_det_jacobian(self, x, y):
         return -F.softplus(-x) - F.softplus(x)
+
+
+class SoftplusTransform(Transform):
+    """y = log(1 + exp(x)) onto the positive reals (a positive scale from an unconstrained
+    parameter); the inverse is y + log(-expm1(-y)), stable for small and large y."""
+
+    domain = constraints.real
+    codomain = constraints.positive
+    bijective = True
+    sign = 1
+
+    def __eq__(self, other):
+        return isinstance(other, SoftplusTransform)
+
+    def _call(self, x):
+        return F.softplus(x)
+
+    def _inverse(self, y):
+        return (-y).expm1().neg().log() + y
+
+    def log_abs_det_jacobian(self, x, y):
+        return -F.softplus(-x)
 
 
 class TanhTransform(Transform):

@@ -286,6 +286,17 @@ class FrameCache:
         self.symbolic_ints.clear()
         self.static_ints.clear()
 
+    def _new_scalar_values(self, closure, args: tuple, kwargs: dict) -> list[str]:
+        """The ints/floats whose guard fails on the latest entry and that no earlier entry was
+        made for: a value seen before (two optimizers' weight decays alternating through one
+        ``step``) is another object's constant, not a number that changes on every call."""
+        checks = [entry.scalar_checks(closure, args, kwargs) for entry in self.guards]
+        return [
+            scalar
+            for scalar, held in checks[-1].items()
+            if not held and not any(earlier.get(scalar) for earlier in checks[:-1])
+        ]
+
     def capture(self, closure, arguments: dict, args: tuple, kwargs: dict):
         """On a miss: decide between recompiling and running eagerly; returns a CaptureResult
         or None (run eagerly)."""
@@ -303,7 +314,7 @@ class FrameCache:
             limit = config.recompile_limit
             recompiles = len(self.entries)
             if self.ctx.dynamic is not False:
-                for scalar in self.guards[-1].failed_scalars(closure, args, kwargs):
+                for scalar in self._new_scalar_values(closure, args, kwargs):
                     changes = self.scalar_changes.get(scalar, 0) + 1
                     self.scalar_changes[scalar] = changes
                     if changes > self.scalar_recompiles:

@@ -402,28 +402,30 @@ class CompiledGuard:
         exec(compile("\n".join(lines) + "\n", filename, "exec"), namespace)
         return namespace[name]
 
-    def failed_scalars(self, closure, args: tuple, kwargs: dict) -> list[str]:
-        """The source names of every int/float guard that fails for these arguments (each is
+    def scalar_checks(self, closure, args: tuple, kwargs: dict) -> dict[str, bool]:
+        """Each int/float guard's source name -> whether it holds for these arguments (each is
         checked on its own: a number that changed alongside another still counts)."""
         if not any(g.scalar for g in self.guards):
-            return []
+            return {}
         if getattr(self, "_scalar_checks", None) is None:
             params = f"___closure, {self._params}" if self._params else "___closure"
-            body = [f"def ___scalars({params}):", "    ___failed = []"]
+            body = [f"def ___scalars({params}):", "    ___held = {}"]
             for g in self.guards:
                 for name, expr in g.setup:
                     body += ["    try:", f"        {name} = {expr}", "    except Exception:"]
                     body.append("        pass")
                 if g.scalar:
-                    body += ["    try:", f"        if not ({g.expr}):"]
-                    body += [f"            ___failed.append({g.scalar!r})", "    except Exception:"]
-                    body.append("        pass")
-            body.append("    return ___failed")
+                    # a guard that cannot be evaluated says nothing about the number
+                    key = repr(g.scalar)
+                    body += ["    try:", f"        ___ok = bool({g.expr})", "    except Exception:"]
+                    body += ["        pass", "    else:"]
+                    body.append(f"        ___held[{key}] = ___held.get({key}, True) and ___ok")
+            body.append("    return ___held")
             self._scalar_checks = self._define(body, "<kiln scalar guards>", "___scalars")
         try:
             return self._scalar_checks(closure, *args, **kwargs)
         except TypeError:
-            return []
+            return {}
 
     def value_of(self, guard: Guard, closure, args: tuple, kwargs: dict):
         """The value of ``guard.value`` (a size a user's range guard checks) for these

@@ -30,6 +30,7 @@ __all__ = [
     "CellSource",
     "ConstSource",
     "ScalarTensorSource",
+    "ArrayTensorSource",
     "GuardNamespace",
     "HoistingNamespace",
 ]
@@ -365,6 +366,41 @@ class ScalarTensorSource(Source):
 
     def name(self):
         return f"tensor({self.base.name()})"
+
+    def root(self):
+        return self.base.root()
+
+
+def array_as_tensor(array):
+    """``kiln.from_numpy(array)``, or None for an array no tensor can share (an object or a
+    negative-strided array): guards then fail instead of raising."""
+    from ..ops.creation.api import from_numpy
+
+    try:
+        return from_numpy(array)
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+@dataclass(frozen=True)
+class ArrayTensorSource(Source):
+    """The numpy array at ``base`` as a tensor sharing its memory: how an array that captured
+    code hands to ``kiln.from_numpy`` / ``as_tensor`` / ``tensor`` (an observation passed to a
+    compiled policy, a filterbank kept on a module) enters the graph as an input read at each
+    call, as PyTorch treats ndarray inputs."""
+
+    base: Source
+
+    def expr(self, ns):
+        return f"{ns.name_of(array_as_tensor, 'f')}({ns.ref(self.base)})"
+
+    def reconstruct(self, cg):
+        cg.load_callable(array_as_tensor)
+        self.base.reconstruct(cg)
+        cg.call(1)
+
+    def name(self):
+        return f"from_numpy({self.base.name()})"
 
     def root(self):
         return self.base.root()

@@ -61,6 +61,7 @@ _MODULES = (
     "reductions.reduce",
     "shape.repeat_flip",
     "reductions.scans",
+    "reductions.segments",
     "shape.shape_functions",
     "reductions.sorting",
     "special.functions",

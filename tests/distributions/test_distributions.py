@@ -40,6 +40,8 @@ CASES = [
     ("Bernoulli", lambda D, p: D.Bernoulli(probs=p[0]), [[0.2, 0.5, 0.9]], [1.0, 0.0, 1.0]),
     ("Bernoulli-logits", lambda D, p: D.Bernoulli(logits=p[0]), [[-1.0, 0.3, 2.0]], [1.0, 0.0, 1.0]),
     ("Geometric", lambda D, p: D.Geometric(probs=p[0]), [[0.2, 0.5, 0.9]], [1.0, 0.0, 4.0]),
+    ("NegativeBinomial", lambda D, p: D.NegativeBinomial(p[0], probs=p[1]), [[2.0, 0.5, 3.5], [0.2, 0.5, 0.7]], [1.0, 0.0, 4.0]),
+    ("NegativeBinomial-logits", lambda D, p: D.NegativeBinomial(p[0], logits=p[1]), [[2.0, 0.0, 3.5], [-1.0, 0.3, 0.5]], [1.0, 0.0, 4.0]),
     ("Poisson", lambda D, p: D.Poisson(p[0]), [[0.5, 2.0, 7.0]], [1.0, 0.0, 4.0]),
     ("Binomial", lambda D, p: D.Binomial(5, probs=p[0]), [[0.2, 0.5, 0.9]], [1.0, 0.0, 5.0]),
     ("Binomial-logits", lambda D, p: D.Binomial(4, logits=p[0]), [[-1.0, 0.3, 2.0]], [1.0, 0.0, 4.0]),
@@ -50,10 +52,11 @@ CASES = [
     ("MultivariateNormal-cov", lambda D, p: D.MultivariateNormal(p[0], covariance_matrix=p[1]), [[0.1, -0.5], [[2.0, 0.3], [0.3, 1.0]]], [[0.5, 0.2], [-1.0, 2.0]]),
     ("MultivariateNormal-tril", lambda D, p: D.MultivariateNormal(p[0], scale_tril=p[1]), [[0.1, -0.5], [[1.5, 0.0], [0.3, 0.8]]], [[0.5, 0.2], [-1.0, 2.0]]),
     ("MultivariateNormal-prec", lambda D, p: D.MultivariateNormal(p[0], precision_matrix=p[1]), [[0.1, -0.5], [[2.0, 0.3], [0.3, 1.0]]], [[0.5, 0.2], [-1.0, 2.0]]),
+    ("LowRankMultivariateNormal", lambda D, p: D.LowRankMultivariateNormal(p[0], p[1], p[2]), [[0.1, -0.5, 0.3], [[1.0, 0.2], [0.3, -0.5], [0.0, 0.4]], [0.5, 1.5, 0.8]], [[0.5, 0.2, 0.1], [-1.0, 2.0, 0.0]]),
     ("Independent-Normal", lambda D, p: D.Independent(D.Normal(p[0], p[1]), 1), [[0.3, -1.0, 2.0], [0.5, 1.5, 2.0]], [0.1, -2.0, 3.0]),
 ]  # fmt: skip
 _IDS = [c[0] for c in CASES]
-DISCRETE = {"Bernoulli", "Bernoulli-logits", "Geometric", "Poisson", "Binomial", "Binomial-logits", "Categorical", "Categorical-logits", "OneHotCategorical"}  # fmt: skip
+DISCRETE = {"Bernoulli", "Bernoulli-logits", "Geometric", "NegativeBinomial", "NegativeBinomial-logits", "Poisson", "Binomial", "Binomial-logits", "Categorical", "Categorical-logits", "OneHotCategorical"}  # fmt: skip
 
 
 def _both(case, grad=False):
@@ -153,7 +156,7 @@ def test_sample_statistics_match_the_mean(case):
     sd = (
         d.stddev
         if name not in DISCRETE
-        or name.startswith(("Poisson", "Binomial", "Geometric", "Bernoulli"))
+        or name.startswith(("Poisson", "Binomial", "Geometric", "Bernoulli", "NegativeBinomial"))
         else None
     )
     got = _np(s.double().mean(0))
@@ -367,3 +370,115 @@ def test_log_prob_entropy_and_kl_compile(backend):
     gg = kiln.autograd.grad(got, leaves_c[:2])
     for a, b in zip(gg, ge):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def _gaussian_mixture(D, logits, loc, scale):
+    """A batch of two 2-d Gaussian mixtures with three components each."""
+    return D.MixtureSameFamily(D.Categorical(logits=logits), D.Independent(D.Normal(loc, scale), 1))
+
+
+_MIXTURE_PARAMS = [
+    [[0.2, -1.0, 0.5], [1.0, 0.0, -0.3]],
+    [[[0.1, -0.5], [1.0, 0.3], [-2.0, 0.0]], [[0.0, 0.0], [0.5, -1.5], [2.0, 1.0]]],
+    [[[0.5, 1.0], [0.8, 1.2], [1.5, 0.3]], [[1.0, 0.7], [0.4, 0.9], [2.0, 1.1]]],
+]
+
+
+@requires_torch
+def test_mixture_same_family_log_prob_moments_and_gradients_match_torch():
+    import torch
+
+    kp = [_t(kiln, p, grad=True) for p in _MIXTURE_PARAMS]
+    tp = [_t(torch, p, grad=True) for p in _MIXTURE_PARAMS]
+    kd, td = _gaussian_mixture(KD, *kp), _gaussian_mixture(torch.distributions, *tp)
+    assert kd.batch_shape == td.batch_shape and kd.event_shape == td.event_shape
+    value = [[[0.3, -0.2], [1.0, 2.0]], [[-1.0, 0.5], [0.0, 0.0]], [[2.0, 1.0], [0.5, -0.5]]]
+    kl, tl = kd.log_prob(_t(kiln, value)), td.log_prob(_t(torch, value))
+    _close(kl, tl)
+    _close(kd.mean, td.mean)
+    _close(kd.variance, td.variance)
+    for g_k, g_t in zip(kiln.autograd.grad(kl.sum(), kp), torch.autograd.grad(tl.sum(), tp)):
+        _close(g_k, g_t, rtol=1e-9, atol=1e-12)
+    k1 = KD.MixtureSameFamily(
+        KD.Categorical(logits=kp[0][0]), KD.Normal(kp[1][0, :, 0], kp[2][0, :, 0])
+    )
+    t1 = torch.distributions.MixtureSameFamily(
+        torch.distributions.Categorical(logits=tp[0][0]),
+        torch.distributions.Normal(tp[1][0, :, 0], tp[2][0, :, 0]),
+    )
+    _close(k1.cdf(_t(kiln, [0.3, -1.0])), t1.cdf(_t(torch, [0.3, -1.0])))
+    _close(
+        kd.expand((4, 2)).log_prob(_t(kiln, value[0])),
+        td.expand((4, 2)).log_prob(_t(torch, value[0])),
+    )
+
+
+def test_mixture_same_family_samples_one_component_per_draw():
+    logits = kiln.tensor([[-30.0, 30.0, -30.0], [30.0, -30.0, -30.0]])
+    loc = kiln.tensor(
+        [[[0.0, 0.0], [5.0, -5.0], [9.0, 9.0]], [[-3.0, 3.0], [9.0, 9.0], [9.0, 9.0]]]
+    )
+    mixture = _gaussian_mixture(KD, logits, loc, kiln.full((2, 3, 2), 1e-3))
+    draws = mixture.sample((6,))
+    assert tuple(draws.shape) == (6, 2, 2)
+    np.testing.assert_allclose(draws.mean(0).numpy(), [[5.0, -5.0], [-3.0, 3.0]], atol=1e-2)
+    with pytest.raises(ValueError, match="does not equal"):
+        KD.MixtureSameFamily(KD.Categorical(logits=kiln.zeros(4)), KD.Normal(loc[0, :, 0], 1.0))
+    with pytest.raises(ValueError, match="Categorical"):
+        KD.MixtureSameFamily(KD.Normal(0.0, 1.0), KD.Normal(loc[0, :, 0], 1.0))
+
+
+@requires_torch
+def test_softplus_transform_matches_torch():
+    import torch
+
+    x = [-30.0, -1.5, 0.0, 2.0, 25.0]
+    kt, tt = KD.transforms.SoftplusTransform(), torch.distributions.transforms.SoftplusTransform()
+    ky, ty = kt(_t(kiln, x)), tt(_t(torch, x))
+    _close(ky, ty)
+    _close(kt.inv(ky), tt.inv(ty))
+    _close(kt.log_abs_det_jacobian(_t(kiln, x), ky), tt.log_abs_det_jacobian(_t(torch, x), ty))
+    assert kt == KD.SoftplusTransform()
+    kd = KD.TransformedDistribution(KD.Normal(0.3, 0.7), [kt])
+    td = torch.distributions.TransformedDistribution(torch.distributions.Normal(0.3, 0.7), [tt])
+    _close(kd.log_prob(kiln.tensor([0.2, 3.0])), td.log_prob(torch.tensor([0.2, 3.0])), rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_mixture_density_loss_compiles_to_one_graph(backend):
+    def nll(logits, loc, log_scale, target):
+        mixture = _gaussian_mixture(KD, logits, loc, log_scale.exp())
+        return -mixture.log_prob(target).mean()
+
+    args = [kiln.randn(2, 3), kiln.randn(2, 3, 2), kiln.randn(2, 3, 2) * 0.1, kiln.randn(5, 2, 2)]
+    explanation = kiln._dynamo.explain(nll)(*args)
+    assert explanation.graph_count == 1 and not explanation.break_reasons
+    leaves = [a.clone().requires_grad_() for a in args[:3]] + args[3:]
+    leaves_c = [a.clone().requires_grad_() for a in args[:3]] + args[3:]
+    expected = nll(*leaves)
+    got = kiln.compile(nll, backend=backend)(*leaves_c)
+    np.testing.assert_allclose(got.item(), expected.item(), rtol=1e-5)
+    for a, b in zip(
+        kiln.autograd.grad(got, leaves_c[:3]), kiln.autograd.grad(expected, leaves[:3])
+    ):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@requires_torch
+def test_low_rank_normal_matrices_match_torch():
+    """Its covariance, precision and Cholesky factor (from the m x m capacitance), batched."""
+    import torch
+
+    loc = [[0.1, -0.5, 0.3], [0.0, 1.0, 2.0]]
+    factor = [[1.0, 0.2], [0.3, -0.5], [0.0, 0.4]]
+    diag = [0.5, 1.5, 0.8]
+    kd = KD.LowRankMultivariateNormal(_t(kiln, loc), _t(kiln, factor), _t(kiln, diag))
+    td = torch.distributions.LowRankMultivariateNormal(
+        _t(torch, loc), _t(torch, factor), _t(torch, diag)
+    )
+    for attr in ("covariance_matrix", "precision_matrix", "scale_tril", "variance"):
+        _close(getattr(kd, attr), getattr(td, attr), rtol=1e-9)
+    _close(kd.entropy(), td.entropy(), rtol=1e-9)
+    _close(
+        kd.expand((3, 2)).log_prob(_t(kiln, loc[0])), td.expand((3, 2)).log_prob(_t(torch, loc[0]))
+    )

@@ -429,6 +429,59 @@ def test_numpy_functions_of_constants_fold():
     check(numpy_math_on_shapes, kiln.randn(2, 4))
 
 
+def _compiled_with_counter(fn):
+    from kiln.dynamo.testing import CompileCounter
+
+    counter = CompileCounter("eager")
+    return kiln.compile(fn, backend=counter, fullgraph=True), counter
+
+
+def test_numpy_array_arguments_become_graph_inputs():
+    """A compiled policy fed the environment's observation array: ``as_tensor`` / ``from_numpy``
+    / ``tensor`` of it is an input read at each call (as PyTorch does), so new observations
+    reuse the graph; another dtype is another graph."""
+    net = kiln.nn.Linear(4, 2)
+
+    def act(obs):
+        x = kiln.as_tensor(obs, dtype=kiln.float32)
+        return net(x).softmax(-1), kiln.from_numpy(obs).sum(), kiln.tensor(obs).mul_(2)
+
+    compiled, counter = _compiled_with_counter(act)
+    rng = np.random.default_rng(0)
+    for dtype in (np.float32, np.float32, np.float32, np.float64):
+        obs = rng.standard_normal((3, 4)).astype(dtype)
+        for got, expected in zip(compiled(obs), act(obs)):
+            assert got.dtype == expected.dtype
+            np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(), rtol=1e-6)
+        np.testing.assert_array_equal(obs, obs.astype(dtype))  # tensor() copied: obs unchanged
+    assert counter.frame_count == 2
+
+
+def test_numpy_array_attributes_are_read_at_each_call():
+    """A filterbank kept on a module as an ndarray is not baked in: writes to it between calls
+    are seen, and an in-place op on ``from_numpy`` of it writes through, as eagerly."""
+
+    class Mel(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.filterbank = np.linspace(0, 1, 8, dtype=np.float32).reshape(4, 2)
+            self.counts = np.zeros(2, dtype=np.int64)
+
+        def forward(self, power):
+            kiln.from_numpy(self.counts).add_(1)
+            return power @ kiln.from_numpy(self.filterbank)
+
+    mel = Mel()
+    compiled, counter = _compiled_with_counter(mel)
+    power = kiln.rand(3, 4)
+    first = compiled(power)
+    np.testing.assert_allclose(first.numpy(), (power @ kiln.from_numpy(mel.filterbank)).numpy())
+    mel.filterbank *= 2
+    np.testing.assert_allclose(compiled(power).numpy(), 2 * first.numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(mel.counts, [2, 2])
+    assert counter.frame_count == 1
+
+
 _Point = collections.namedtuple("_Point", "x y")
 
 

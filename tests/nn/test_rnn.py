@@ -460,6 +460,28 @@ def test_forward_errors_match_torch(make_call):
     _same_error(make_call)
 
 
+@pytest.mark.parametrize("mode", ["gru", "rnn_tanh", "lstm"])
+def test_bfloat16_input_under_autocast_runs_like_torch(mode):
+    """A conv front end under CPU bfloat16 autocast hands the recurrent layer bfloat16 while
+    its weights stay float32: PyTorch skips the dtype check under autocast and returns
+    bfloat16; values and gradients agree to bfloat16's precision (rounding order differs)."""
+    cls, extra = MODES[mode]
+    k_mod, t_mod = _twins(cls, "float32", INPUT, HIDDEN, batch_first=True, **extra)
+    x = np.random.default_rng(0).standard_normal((BATCH, STEPS, INPUT)).astype(np.float32)
+    results = {}
+    for lib, module, leaf in zip((kiln, torch), (k_mod, t_mod), _both(x)):
+        with lib.autocast("cpu", dtype=lib.bfloat16):
+            output, _ = module(leaf.to(lib.bfloat16))
+        output.float().pow(2).sum().backward()
+        results[lib] = (output, leaf.grad, module.weight_ih_l0.grad)
+    for got, expected in zip(results[kiln], results[torch]):
+        assert str(got.dtype).split(".")[-1] == str(expected.dtype).split(".")[-1]
+        np.testing.assert_allclose(got.detach().float().numpy(), expected.detach().float().numpy(),
+                                   rtol=3e-2, atol=2e-2)  # fmt: skip
+    with pytest.raises(ValueError, match="does not match weight dtype"):  # outside autocast
+        k_mod(kiln.tensor(x).to(kiln.bfloat16))
+
+
 # ------------------------------------------------------------------ compile and training
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_compiled_lstm_forward_and_backward_match_eager(backend):

@@ -97,3 +97,32 @@ def test_scheduler_drives_a_compiled_optimizer_step(scheduler, backend):
     for p, q in zip(model.parameters(), twin.parameters()):
         np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-6, atol=1e-7)
     kiln.dynamo.reset()
+
+
+@pytest.mark.usefixtures("strict_capture")
+def test_two_optimizers_with_different_weight_decays_compile_without_a_break():
+    """An actor's and a critic's Adam share ``Optimizer.step``'s code: their weight decays
+    alternate between calls, but each is one object's constant (a value an earlier entry was
+    made for), not a number that changes every call, so neither step breaks its graph."""
+    kiln.manual_seed(0)
+    nets = [nn.Linear(5, 4), nn.Linear(5, 1)]
+    twins = copy.deepcopy(nets)
+    decays = [0.0, 1e-2]
+    opts = [kiln.optim.Adam(n.parameters(), lr=1e-2, weight_decay=d) for n, d in zip(nets, decays)]
+    twin_opts = [kiln.optim.Adam(n.parameters(), lr=1e-2, weight_decay=d)
+                 for n, d in zip(twins, decays)]  # fmt: skip
+    counter = CompileCounter("eager")
+    steps = [kiln.compile(o.step, backend=counter, fullgraph=True) for o in opts]
+    x = kiln.randn(8, 5)
+    for _ in range(6):
+        for group, do_steps in ((nets, steps), (twins, [o.step for o in twin_opts])):
+            for o in opts + twin_opts:
+                o.zero_grad()
+            (group[0](x).pow(2).sum() + group[1](x).sum()).backward()
+            for do_step in do_steps:
+                do_step()  # fullgraph: a break would raise
+    # per optimizer: the step that creates the state, then the steady state
+    assert counter.frame_count == 4
+    for p, q in zip([*nets[0].parameters(), *nets[1].parameters()],
+                    [*twins[0].parameters(), *twins[1].parameters()]):  # fmt: skip
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-6, atol=1e-7)

@@ -18,6 +18,7 @@ import numpy as np
 from ...ops.core.registry import Op
 from ...runtime.tensor import Tensor
 from ..sources import AttrSource, IdentityItemSource, ItemSource, Source
+from .arrays import ArrayVariable, is_capturable_array
 from .autocast import AutocastClassVariable, AutocastVariable, is_autocast_class
 from .base import ConstantVariable, VariableTracker, active_output, is_constant_value
 from .builtins import BUILTIN_HANDLERS, PURE_MODULES, BuiltinVariable
@@ -219,6 +220,9 @@ def _wrap_new(output, value: Any, source: Source | None) -> VariableTracker:
                 for k, v in value.keywords.items()
             },
         )
+    if source is not None and is_capturable_array(value):
+        guards.type_match(source, value)
+        return ArrayVariable(value, source)
     return _opaque(output, value, source)
 
 

@@ -311,6 +311,10 @@ def call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
     A float that changes between calls (a scheduled learning rate, ``1 - lr * wd``) passed next
     to a tensor goes in as a 0-dim tensor input of the graph when ``fn`` takes one there, so the
     graph does not bake (and recompile for) each value; otherwise it is guarded as before."""
+    from .arrays import ArrayVariable
+
+    if args and isinstance(args[0], ArrayVariable):  # kiln.from_numpy(obs) and the like
+        return args[0].convert(tx, fn, args[1:], kwargs)
     tensor = next((a for a in args if isinstance(a, TensorVariable)), None)
     if tensor is not None and any(_changing_float(v) for v in (*args, *kwargs.values())):
 

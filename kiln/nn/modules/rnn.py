@@ -18,6 +18,7 @@ from collections.abc import Callable
 from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.creation import api
 from ...runtime import dtypes
+from ...runtime.state import per_thread
 from ...runtime.tensor import Tensor
 from .. import functional as F
 from .. import init
@@ -161,7 +162,8 @@ class RNNBase(Module):
     # ------------------------------------------------------------------ argument checks
     def check_input(self, input: Tensor, batch_sizes: Tensor | None) -> None:
         weight_dtype = self.weight_ih_l0.dtype
-        if input.dtype != weight_dtype:
+        # under autocast (any device) the step's products cast their operands, as in PyTorch
+        if input.dtype != weight_dtype and per_thread.state.autocast is None:
             raise ValueError(
                 f"RNN input dtype ({input.dtype}) does not match weight dtype ({weight_dtype}). "
                 f"Convert input: input.to({weight_dtype}), or convert model: "
