@@ -297,6 +297,16 @@ class FrameCache:
             if not held and not any(earlier.get(scalar) for earlier in checks[:-1])
         ]
 
+    def _drop_dead_entries(self) -> None:
+        """Entries guarded on an object that has died (a model deleted, and a new one stepped
+        through the same code) never match again: dropped, so they neither count toward the
+        recompile limit nor keep their compiled code, as PyTorch evicts them."""
+        if not any(guard.dead() for guard in self.guards):
+            return
+        kept = [i for i, guard in enumerate(self.guards) if not guard.dead()]
+        self.guards[:] = [self.guards[i] for i in kept]
+        self.entries[:] = [self.entries[i] for i in kept]
+
     def capture(self, closure, arguments: dict, args: tuple, kwargs: dict):
         """On a miss: decide between recompiling and running eagerly; returns a CaptureResult
         or None (run eagerly)."""
@@ -308,6 +318,7 @@ class FrameCache:
             klog.log("graph_breaks", f"{self.eager_reason}; it runs eagerly")
         if self.eager_reason is not None:
             return None
+        self._drop_dead_entries()
         if self.guards:
             failed = self.guards[-1].failed_guard(closure, args, kwargs)
             why = getattr(failed, "text", failed)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import types
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +91,7 @@ class GuardSet:
         # unless the capture read a stride (``strides_read``)
         self._unit_strides: list = []
         self.strides_read = False
+        self.weak_refs: list = []  # objects identity guards name: an entry dies with them
 
     def _add(
         self, expr: str, text: str, on_shape: bool = False, scalar: str | None = None,
@@ -247,7 +249,13 @@ class GuardSet:
 
     def identity(self, source: Source, obj: Any) -> None:
         e = self.ns.ref(source)
-        self._add(f"{e} is {self.ns.name_of(obj, 'id')}", f"{source.name()} is {_short(obj)}")
+        try:  # held weakly: a cache entry must not keep a model or an optimizer alive
+            ref = weakref.ref(obj)
+            target = f"{self.ns.name_of(ref, 'wr')}()"
+            self.weak_refs.append(ref)
+        except TypeError:
+            target = self.ns.name_of(obj, "id")
+        self._add(f"{e} is {target}", f"{source.name()} is {_short(obj)}")
 
     def same_object(self, source: Source, first: Source) -> None:
         """``source`` reaches the same object as ``first`` (an alias the graph relies on)."""
@@ -381,7 +389,9 @@ class GuardSet:
         namespace = dict(self.ns.values)
         namespace.update(defaults)
         exec(compile(src, f"<kiln guards for {name}>", "exec"), namespace)
-        return CompiledGuard(namespace["___guard"], src, list(self.guards), params, namespace)
+        guard = CompiledGuard(namespace["___guard"], src, list(self.guards), params, namespace)
+        guard.weak_refs = tuple(self.weak_refs)
+        return guard
 
 
 class CompiledGuard:
@@ -394,6 +404,11 @@ class CompiledGuard:
         self._params = params
         self._namespace = namespace
         self._checks = None
+        self.weak_refs: tuple = ()
+
+    def dead(self) -> bool:
+        """An object an identity guard names has died: the entry can never match again."""
+        return any(ref() is None for ref in self.weak_refs)
 
     def _define(self, lines: list[str], filename: str, name: str):
         """Compile the function ``name`` written in ``lines`` in (a copy of) the guard's

@@ -80,3 +80,39 @@ def test_a_function_wrapped_from_a_compiled_one_gets_its_own_wrapper():
 
     np.testing.assert_allclose(kiln.compile(other)(x).numpy(), (x - 7).numpy())
     np.testing.assert_allclose(kiln.compile(step)(x).numpy(), step(x).numpy(), rtol=1e-6)
+
+
+class _Trainer:
+    """A model and its optimizer behind one step method (every instance runs the same code)."""
+
+    def __init__(self, seed: int):
+        kiln.manual_seed(seed)
+        self.model = kiln.nn.Sequential(kiln.nn.Linear(4, 8), kiln.nn.ReLU(), kiln.nn.Linear(8, 1))
+        self.optimizer = kiln.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def step(self, x):
+        self.optimizer.zero_grad()
+        loss = self.model(x).sum()
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+
+_compiled_trainer_step = kiln.compile(_Trainer.step)
+
+
+def test_a_deleted_model_leaves_the_cache_of_code_that_lives_on():
+    # one compiled function stepping one model after another (a sweep, k-fold training): the
+    # entries guarded on a deleted model are dropped, the model freed, and new models never
+    # reach the recompile limit
+    x = kiln.randn(3, 4)
+    refs = []
+    for seed in range(kiln.dynamo.config.recompile_limit + 3):
+        trainer, reference = _Trainer(seed), _Trainer(seed)
+        got = _compiled_trainer_step(trainer, x)
+        np.testing.assert_allclose(got.item(), reference.step(x).item(), rtol=1e-6)
+        refs.append(weakref.ref(trainer.model))
+        del trainer, reference
+        gc.collect()
+    assert [ref() for ref in refs] == [None] * len(refs)
+    assert _compiled_trainer_step._kiln_cache.eager_reason is None
