@@ -133,12 +133,20 @@ class _RemovableHandle:
 class SavedMeta:
     """Stands in for an input tensor an op's derivative doesn't need: only its metadata."""
 
-    __slots__ = ("_shape", "dtype", "device")
+    __slots__ = ("_shape", "dtype", "device", "_layout")
 
     def __init__(self, t: Tensor):
         self._shape = t._shape
         self.dtype = t._dtype
         self.device = t._device
+
+    def stride(self, dim=None):
+        """The input's strides (kept only for ops that declare ``saves_input_layouts``)."""
+        strides = self._layout[0]
+        return strides if dim is None else strides[dim]
+
+    def storage_offset(self) -> int:
+        return self._layout[1]
 
     @property
     def shape(self) -> Size:
@@ -220,6 +228,8 @@ class OpBackward(Node):
                         m._shape = a._shape
                         m.dtype = a._dtype
                         m.device = a._device
+                        if op.saves_input_layouts:
+                            m._layout = (a.stride(), a.storage_offset())
                         saved_args[p] = m
             for p in op.list_positions:
                 if p not in saves:

@@ -57,12 +57,20 @@ def _backward_from_a_stale_view(lib, w):
     return x  # backward(ones) from the view itself
 
 
+def _as_strided_written(lib, w):
+    # as_strided's gradient needs its input's layout, not its values, which the write changes
+    x = w * 1
+    x.as_strided((2, 2), (1, 4)).mul_(7)
+    return (x.view(2, 4) * lib.arange(8.0).view(2, 4)).sum()
+
+
 CASES = {
     "slice-mul-read-through-view": _slice_mul_read_through_view,
     "augmented-setitem": _augmented_setitem,
     "base-written-other-views-read": _base_written_other_views_read,
     "view-of-view-written": _view_of_view_written,
     "backward-from-a-stale-view": _backward_from_a_stale_view,
+    "as-strided-written": _as_strided_written,
 }
 
 

@@ -106,6 +106,7 @@ class Op:
         "inplace_kernel",
         "recording_kernel",
         "saves_inputs",
+        "saves_input_layouts",
         "saves_output",
         "ignored_grads",
         "returns",
@@ -179,6 +180,10 @@ class Op:
         # meta's and the kernel's (a later ``view`` of them must work compiled too)
         self.result_layout = None
         self.saves_inputs = None  # None: all tensor inputs; else a tuple of positions
+        # the unsaved inputs keep their strides and storage offset too (``as_strided``'s
+        # gradient needs its input's layout, never its values, which an in-place write through
+        # the view changes)
+        self.saves_input_layouts = False
         self.saves_output = False
         # output positions whose gradient the derivative never reads: the engine passes None
         # there instead of making zeros for an output nothing used (batch norm's statistics)
@@ -249,8 +254,9 @@ class Op:
         return fn
 
     def register_derivative(
-        self, fn: Callable | None = None, *, save_inputs=None, save_output=False, ignores=()
-    ):
+        self, fn: Callable | None = None, *, save_inputs=None, save_output=False, ignores=(),
+        save_input_layouts: bool = False,
+    ):  # fmt: skip
         """``ignores``: output positions whose incoming gradient ``fn`` never reads (it gets
         None there when no gradient reached that output). ``save_output``: True saves every
         output for ``fn`` (``c.out``), a tuple of positions only those (the others read as
@@ -264,6 +270,7 @@ class Op:
             else:
                 self.derivative = f
             self.saves_inputs = save_inputs
+            self.saves_input_layouts = save_input_layouts
             self.saves_output = save_output
             self.ignored_grads = frozenset(ignores)
             return f

@@ -628,7 +628,7 @@ def _as_strided_grad(c, g):
     )
 
 
-as_strided.register_derivative(_as_strided_grad)
+as_strided.register_derivative(_as_strided_grad, save_inputs=(), save_input_layouts=True)
 
 
 @defop(kind="scatter")
