@@ -54,6 +54,25 @@ __all__ = [
 ]
 
 
+def _count_and_rate(dist, total_count, probs, logits) -> None:
+    """``total_count`` and one of ``probs``/``logits`` broadcast together, the count in the
+    rate's dtype (Binomial, NegativeBinomial); ``_param`` is the rate given."""
+    _one_of(probs, logits)
+    if probs is not None:
+        dist.total_count, dist.probs = broadcast_all(total_count, probs)
+        dist._param = dist.probs
+    else:
+        dist.total_count, dist.logits = broadcast_all(total_count, logits)
+        dist._param = dist.logits
+    dist.total_count = dist.total_count.type_as(dist._param)
+
+
+def _expand_count_and_rate(dist, cls, batch_shape, instance):
+    new = dist._expand_params(cls, batch_shape, ("total_count", "probs", "logits"), instance)
+    new._param = new.__dict__.get("probs", new.__dict__.get("logits"))
+    return new
+
+
 def _one_of(probs, logits) -> None:
     if (probs is None) == (logits is None):
         raise ValueError("Either `probs` or `logits` must be specified, but not both.")
@@ -302,22 +321,11 @@ class Binomial(Distribution):
     has_enumerate_support = True
 
     def __init__(self, total_count=1, probs=None, logits=None, validate_args=None):
-        _one_of(probs, logits)
-        if probs is not None:
-            self.total_count, self.probs = broadcast_all(total_count, probs)
-            self.total_count = self.total_count.type_as(self.probs)
-        else:
-            self.total_count, self.logits = broadcast_all(total_count, logits)
-            self.total_count = self.total_count.type_as(self.logits)
-        self._param = self.probs if probs is not None else self.logits
+        _count_and_rate(self, total_count, probs, logits)
         super().__init__(self._param.size(), validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
-        new = self._expand_params(
-            Binomial, batch_shape, ("total_count", "probs", "logits"), _instance
-        )
-        new._param = new.__dict__.get("probs", new.__dict__.get("logits"))
-        return new
+        return _expand_count_and_rate(self, Binomial, batch_shape, _instance)
 
     @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self):
@@ -406,22 +414,11 @@ class NegativeBinomial(Distribution):
     support = constraints.nonnegative_integer
 
     def __init__(self, total_count, probs=None, logits=None, validate_args=None):
-        _one_of(probs, logits)
-        if probs is not None:
-            self.total_count, self.probs = broadcast_all(total_count, probs)
-            self.total_count = self.total_count.type_as(self.probs)
-        else:
-            self.total_count, self.logits = broadcast_all(total_count, logits)
-            self.total_count = self.total_count.type_as(self.logits)
-        self._param = self.probs if probs is not None else self.logits
+        _count_and_rate(self, total_count, probs, logits)
         super().__init__(self._param.size(), validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
-        new = self._expand_params(
-            NegativeBinomial, batch_shape, ("total_count", "probs", "logits"), _instance
-        )
-        new._param = new.__dict__.get("probs", new.__dict__.get("logits"))
-        return new
+        return _expand_count_and_rate(self, NegativeBinomial, batch_shape, _instance)
 
     @lazy_property
     def logits(self):
