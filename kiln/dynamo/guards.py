@@ -45,6 +45,11 @@ class Guard:
     value: str | None = None
 
 
+def _stride_code(stride) -> str:
+    """A stride as guard code: a number, or its expression over the bound size symbols."""
+    return stride.expr.code(sym_var) if stride.__class__ is SymInt else str(stride)
+
+
 def views_apart(*tensors) -> bool:
     """No two of ``tensors`` view overlapping memory (tensors of different storages never do;
     within one storage, their byte ranges are compared)."""
@@ -180,23 +185,22 @@ class GuardSet:
         if not kept:
             return
 
-        def code(st) -> str:
-            return st.expr.code(sym_var) if st.__class__ is SymInt else str(st)
-
         shown = ", ".join("*" if d in unit else str(st) for d, st in enumerate(strides))
         text = f"{name}.stride() == ({shown}{',' if len(strides) == 1 else ''})"
         if not unit:
-            listed = ", ".join(code(st) for st in strides)
+            listed = ", ".join(_stride_code(st) for st in strides)
             self._add(f"{strides_expr} == ({listed}{',' if len(strides) == 1 else ''})", text, True)
         else:
-            checks = " and ".join(f"{strides_expr}[{d}] == {code(strides[d])}" for d in kept)
+            checks = " and ".join(
+                f"{strides_expr}[{d}] == {_stride_code(strides[d])}" for d in kept
+            )
             self._add(checks, text, True)
 
     def _read_unit_strides(self) -> None:
         """The capture read a stride (``x.stride()``): the size-1 dims' strides it may have
         used are guarded as well."""
         for strides_expr, name, dims in self._unit_strides:
-            checks = " and ".join(f"{strides_expr}[{d}] == {st}" for d, st in dims)
+            checks = " and ".join(f"{strides_expr}[{d}] == {_stride_code(st)}" for d, st in dims)
             listed = ", ".join(f"{name}.stride({d}) == {st}" for d, st in dims)
             self._add(checks, listed, True)
 
