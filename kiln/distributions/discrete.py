@@ -54,28 +54,40 @@ __all__ = [
 ]
 
 
-def _count_and_rate(dist, total_count, probs, logits) -> None:
-    """``total_count`` and one of ``probs``/``logits`` broadcast together, the count in the
-    rate's dtype (Binomial, NegativeBinomial); ``_param`` is the rate given."""
-    _one_of(probs, logits)
-    if probs is not None:
-        dist.total_count, dist.probs = broadcast_all(total_count, probs)
-        dist._param = dist.probs
-    else:
-        dist.total_count, dist.logits = broadcast_all(total_count, logits)
-        dist._param = dist.logits
-    dist.total_count = dist.total_count.type_as(dist._param)
-
-
-def _expand_count_and_rate(dist, cls, batch_shape, instance):
-    new = dist._expand_params(cls, batch_shape, ("total_count", "probs", "logits"), instance)
-    new._param = new.__dict__.get("probs", new.__dict__.get("logits"))
-    return new
-
-
 def _one_of(probs, logits) -> None:
     if (probs is None) == (logits is None):
         raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+
+
+class _CountAndBinaryRate(Distribution):
+    """``total_count`` trials with a success rate given as ``probs`` or ``logits``, broadcast
+    together, the count in the rate's dtype (Binomial, NegativeBinomial)."""
+
+    def __init__(self, total_count, probs=None, logits=None, validate_args=None):
+        _one_of(probs, logits)
+        if probs is not None:
+            self.total_count, self.probs = broadcast_all(total_count, probs)
+            self._param = self.probs
+        else:
+            self.total_count, self.logits = broadcast_all(total_count, logits)
+            self._param = self.logits
+        self.total_count = self.total_count.type_as(self._param)
+        super().__init__(self._param.size(), validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._expand_params(
+            type(self), batch_shape, ("total_count", "probs", "logits"), _instance
+        )
+        new._param = new.__dict__.get("probs", new.__dict__.get("logits"))
+        return new
+
+    @lazy_property
+    def logits(self):
+        return probs_to_logits(self.probs, is_binary=True)
+
+    @lazy_property
+    def probs(self):
+        return logits_to_probs(self.logits, is_binary=True)
 
 
 class Bernoulli(Distribution):
@@ -310,7 +322,7 @@ class OneHotCategorical(Distribution):
         return values
 
 
-class Binomial(Distribution):
+class Binomial(_CountAndBinaryRate):
     """Successes in ``total_count`` Bernoulli(``probs``) trials."""
 
     arg_constraints = {
@@ -321,23 +333,11 @@ class Binomial(Distribution):
     has_enumerate_support = True
 
     def __init__(self, total_count=1, probs=None, logits=None, validate_args=None):
-        _count_and_rate(self, total_count, probs, logits)
-        super().__init__(self._param.size(), validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        return _expand_count_and_rate(self, Binomial, batch_shape, _instance)
+        super().__init__(total_count, probs, logits, validate_args)
 
     @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self):
         return constraints.integer_interval(0, self.total_count)
-
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits, is_binary=True)
 
     @property
     def mean(self):
@@ -401,7 +401,7 @@ class Binomial(Distribution):
         return values
 
 
-class NegativeBinomial(Distribution):
+class NegativeBinomial(_CountAndBinaryRate):
     """Successes before ``total_count`` failures of Bernoulli(``probs``) trials (a real
     ``total_count`` too): a Gamma-Poisson mixture, the usual likelihood for overdispersed
     counts."""
@@ -412,21 +412,6 @@ class NegativeBinomial(Distribution):
         "logits": constraints.real,
     }
     support = constraints.nonnegative_integer
-
-    def __init__(self, total_count, probs=None, logits=None, validate_args=None):
-        _count_and_rate(self, total_count, probs, logits)
-        super().__init__(self._param.size(), validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        return _expand_count_and_rate(self, NegativeBinomial, batch_shape, _instance)
-
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits, is_binary=True)
 
     @property
     def mean(self):
