@@ -59,7 +59,20 @@ def _one_of(probs, logits) -> None:
         raise ValueError("Either `probs` or `logits` must be specified, but not both.")
 
 
-class _CountAndBinaryRate(Distribution):
+class _BinaryRate(Distribution):
+    """A success rate given as ``probs`` or ``logits``: the other is derived lazily from it
+    (Bernoulli, Geometric, Binomial, NegativeBinomial)."""
+
+    @lazy_property
+    def logits(self):
+        return probs_to_logits(self.probs, is_binary=True)
+
+    @lazy_property
+    def probs(self):
+        return logits_to_probs(self.logits, is_binary=True)
+
+
+class _CountAndBinaryRate(_BinaryRate):
     """``total_count`` trials with a success rate given as ``probs`` or ``logits``, broadcast
     together, the count in the rate's dtype (Binomial, NegativeBinomial)."""
 
@@ -81,16 +94,8 @@ class _CountAndBinaryRate(Distribution):
         new._param = new.__dict__.get("probs", new.__dict__.get("logits"))
         return new
 
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
 
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits, is_binary=True)
-
-
-class Bernoulli(Distribution):
+class Bernoulli(_BinaryRate):
     """1 with probability ``probs`` (or sigmoid(``logits``)), else 0."""
 
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
@@ -124,14 +129,6 @@ class Bernoulli(Distribution):
     @property
     def variance(self):
         return self.probs * (1 - self.probs)
-
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits, is_binary=True)
 
     @property
     def param_shape(self) -> Size:
@@ -449,7 +446,7 @@ class NegativeBinomial(_CountAndBinaryRate):
         return unnormalized - normalization
 
 
-class Geometric(Distribution):
+class Geometric(_BinaryRate):
     """Failures before the first success of Bernoulli(``probs``) trials (support 0, 1, ...)."""
 
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
@@ -477,14 +474,6 @@ class Geometric(Distribution):
         new = self._expand_params(Geometric, batch_shape, ("probs", "logits"), _instance)
         new._param = new.__dict__.get("probs", new.__dict__.get("logits"))
         return new
-
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits, is_binary=True)
 
     @property
     def mean(self):
