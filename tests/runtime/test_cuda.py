@@ -215,6 +215,22 @@ def test_copy_into_cuda_tensors(gpu):
     np.testing.assert_array_equal(x.cpu().numpy(), expected)
 
 
+def test_copy_from_cuda_into_cpu_tensors(gpu):
+    """``cpu.copy_(cuda)`` copies across devices as PyTorch's does (a compiled optimizer step
+    writes its CPU ``step`` count back this way), with broadcasting and a dtype change; other
+    in-place ops still refuse a CUDA operand."""
+    x = kiln.zeros(2, 3, dtype=kiln.float64)
+    x.copy_(kiln.arange(3.0, device="cuda"))
+    np.testing.assert_array_equal(x.numpy(), np.tile(np.arange(3.0), (2, 1)))
+    step = kiln.tensor(1.0)
+    step.copy_(kiln.tensor(4.0, device="cuda"))
+    assert step.device.type == "cpu" and step.item() == 4.0
+    x[:, 1].copy_(kiln.full((2,), 7.0, device="cuda"))  # into a strided CPU view
+    np.testing.assert_array_equal(x.numpy()[:, 1], [7.0, 7.0])
+    with pytest.raises(RuntimeError, match="same device"):
+        kiln.zeros(2).add_(kiln.ones(2, device="cuda"))
+
+
 def test_random_numbers_equal_the_cpu_stream(gpu):
     kiln.manual_seed(123)
     a, b = kiln.rand(6, 5, device="cuda"), kiln.randn(7, device="cuda")

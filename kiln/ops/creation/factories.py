@@ -820,7 +820,9 @@ def _copy_kernel(x, src, non_blocking):
         if src._device is not x._device:
             from ...runtime import devices
 
-            return devices.copy_between(x, src)
+            if x._device.type != "cpu":
+                return devices.copy_between(x, src)
+            src = devices.transfer(src, x._device)  # to the host, then copied as a CPU source
         s = src._data
         if s.shape != x._shape:
             try:
