@@ -7,6 +7,7 @@ captures under ``kiln.compile`` as straight-line tensor code.
 
 from __future__ import annotations
 
+from ..runtime.tensor import Tensor
 from .optimizer import (
     COMMON_OLD_GROUP_DEFAULTS,
     Optimizer,
@@ -51,11 +52,14 @@ class Adadelta(Optimizer):
             ),
         )
 
+    def _state_for(self, param: Tensor, group: dict) -> dict:
+        return lazy_state(self, param, group["capturable"], "square_avg", "acc_delta")
+
     def _step_group(self, group: dict) -> None:
         lr = scalar_value(group["lr"])
         rho, eps, weight_decay = group["rho"], group["eps"], group["weight_decay"]
         for param, grad in params_with_grad(group):
-            state = lazy_state(self, param, group["capturable"], "square_avg", "acc_delta")
+            state = self._state_for(param, group)
             state["step"] += 1
             grad = l2_weight_decay(grad, param, weight_decay)
             square_avg, acc_delta = state["square_avg"], state["acc_delta"]

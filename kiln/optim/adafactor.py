@@ -62,12 +62,13 @@ class Adafactor(Optimizer):
             params, group_options(locals(), "lr beta2_decay eps d weight_decay foreach maximize")
         )
 
-    def _state(self, param: Tensor, grad: Tensor) -> dict:
+    def _state_for(self, param: Tensor, group: dict) -> dict:
         """``param``'s state, created at its first step: ``step``, then the second moment."""
         if param.is_complex():
             raise RuntimeError("Adafactor does not support complex parameters")
         state = self.state[param]
         if not state:
+            grad = param.grad
             state["step"] = api.zeros((), dtype=scalar_dtype())
             if grad.dim() > 1:
                 state["row_var"] = grad.new_zeros((*grad.shape[:-1], 1))
@@ -80,7 +81,7 @@ class Adafactor(Optimizer):
         lr = scalar_value(group["lr"])
         eps1, eps2 = group["eps"]
         for param, grad in params_with_grad(group):
-            state = self._state(param, param.grad)
+            state = self._state_for(param, group)
             self._update(param, grad, state, group, lr, eps2, eps1)
 
     @staticmethod

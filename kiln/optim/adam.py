@@ -71,15 +71,15 @@ class Adam(Optimizer):
         )
         check_fused(fused, foreach, differentiable)
 
-    def _state_for(self, param, amsgrad: bool, capturable: bool) -> dict:
+    def _state_for(self, param: Tensor, group: dict) -> dict:
         state = self.state[param]
         if not state:
             state["step"] = api.tensor(
-                0.0, dtype=scalar_dtype(), device=param.device if capturable else None
+                0.0, dtype=scalar_dtype(), device=param.device if group["capturable"] else None
             )
             state["exp_avg"] = api.zeros_like(param)
             state["exp_avg_sq"] = api.zeros_like(param)
-            if amsgrad:
+            if group["amsgrad"]:
                 state["max_exp_avg_sq"] = api.zeros_like(param)
         return state
 
@@ -90,7 +90,7 @@ class Adam(Optimizer):
         amsgrad = group["amsgrad"]
         fast = _numpy_step.available() and not group["capturable"] and not group["differentiable"]
         for param, grad in params_with_grad(group):
-            state = self._state_for(param, amsgrad, group["capturable"])
+            state = self._state_for(param, group)
             if fast and _numpy_step.adam_update(param, state, group, lr, (beta1, beta2)):
                 continue
             step_t = state["step"]

@@ -7,6 +7,7 @@ captured by ``kiln.compile`` or when ``capturable`` (no host reads of the step c
 
 from __future__ import annotations
 
+from ..runtime.tensor import Tensor
 from .optimizer import (
     COMMON_OLD_GROUP_DEFAULTS,
     Optimizer,
@@ -49,13 +50,16 @@ class Adamax(Optimizer):
             ),
         )
 
+    def _state_for(self, param: Tensor, group: dict) -> dict:
+        return lazy_state(self, param, group["capturable"], "exp_avg", "exp_inf")
+
     def _step_group(self, group: dict) -> None:
         lr = scalar_value(group["lr"])
         beta1, beta2 = group["betas"]
         eps, weight_decay = group["eps"], group["weight_decay"]
         capturable = group["capturable"]
         for param, grad in params_with_grad(group):
-            state = lazy_state(self, param, capturable, "exp_avg", "exp_inf")
+            state = self._state_for(param, group)
             step = advance_step(state, capturable)
             grad = l2_weight_decay(grad, param, weight_decay)
             exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]

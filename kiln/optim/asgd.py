@@ -58,9 +58,10 @@ class ASGD(Optimizer):
             ),
         )
 
-    def _state_for(self, param, lr: float) -> dict:
+    def _state_for(self, param: Tensor, group: dict) -> dict:
         state = self.state[param]
         if not state:
+            lr = scalar_value(group["lr"])
             state["step"] = api.zeros((), dtype=scalar_dtype(), device=param.device)
             state["eta"] = api.tensor(lr, dtype=scalar_dtype(), device=param.device)
             state["mu"] = api.ones((), dtype=scalar_dtype(), device=param.device)
@@ -73,7 +74,7 @@ class ASGD(Optimizer):
         weight_decay = group["weight_decay"]
         capturable = group["capturable"]
         for param, grad in params_with_grad(group):
-            state = self._state_for(param, lr)
+            state = self._state_for(param, group)
             eta, mu, ax = state["eta"], state["mu"], state["ax"]
             step = advance_step(state, capturable)
             grad = l2_weight_decay(grad, param, weight_decay)

@@ -8,6 +8,7 @@ is multiplied in its own dtype in both cases, so captured steps reproduce eager 
 
 from __future__ import annotations
 
+from ..runtime.tensor import Tensor
 from .optimizer import (
     COMMON_OLD_GROUP_DEFAULTS,
     Optimizer,
@@ -56,6 +57,9 @@ class NAdam(Optimizer):
             ),
         )
 
+    def _state_for(self, param: Tensor, group: dict) -> dict:
+        return lazy_state(self, param, group["capturable"], "exp_avg", "exp_avg_sq", mu_product=1.0)
+
     def _step_group(self, group: dict) -> None:
         lr = scalar_value(group["lr"])
         beta1, beta2 = group["betas"]
@@ -63,7 +67,7 @@ class NAdam(Optimizer):
         momentum_decay = group["momentum_decay"]
         capturable = group["capturable"]
         for param, grad in params_with_grad(group):
-            state = lazy_state(self, param, capturable, "exp_avg", "exp_avg_sq", mu_product=1.0)
+            state = self._state_for(param, group)
             mu_product = state["mu_product"]
             step = advance_step(state, capturable)
             grad = adam_weight_decay(param, grad, lr, group)

@@ -239,6 +239,23 @@ class Optimizer:
         """Update the parameters of one group (with their state) from their gradients."""
         raise NotImplementedError
 
+    # ``param``'s state for a step of ``group``, made at its first step: set by the optimizers
+    # whose state is made lazily, as ``_state_for(param, group) -> dict``
+    _state_for: Callable[[Tensor, dict], dict] | None = None
+
+    def _prepare_state(self) -> None:
+        """Make now the state the next ``step`` would make lazily (each parameter that has a
+        gradient and no state yet), as PyTorch's ``_init_group`` does for its compiler: capture
+        calls this before it traces ``step``, so the graph reads the state every later step has
+        instead of creating it, and the second step does not recompile on changed state keys."""
+        make = self._state_for
+        if make is None:
+            return
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.grad is not None and not self.state.get(param):
+                    make(param, group)
+
     def register_step_pre_hook(self, hook: Callable) -> RemovableHandle:
         """``hook(optimizer, args, kwargs)`` before ``step``; may return new (args, kwargs)."""
         return _register(self._optimizer_step_pre_hooks, hook)

@@ -55,6 +55,9 @@ class RAdam(Optimizer):
             ),
         )
 
+    def _state_for(self, param: Tensor, group: dict) -> dict:
+        return lazy_state(self, param, group["capturable"], "exp_avg", "exp_avg_sq")
+
     def _step_group(self, group: dict) -> None:
         lr = scalar_value(group["lr"])
         beta1, beta2 = group["betas"]
@@ -63,7 +66,7 @@ class RAdam(Optimizer):
         # the maximum length of the approximated simple moving average
         rho_inf = 2 / (1 - beta2) - 1
         for param, grad in params_with_grad(group):
-            state = lazy_state(self, param, capturable, "exp_avg", "exp_avg_sq")
+            state = self._state_for(param, group)
             step = advance_step(state, capturable)
             grad = adam_weight_decay(param, grad, lr, group)
             exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..ops.creation import api
+from ..runtime.tensor import Tensor
 from .optimizer import (
     Optimizer,
     check_at_least_zero,
@@ -47,7 +48,7 @@ class RMSprop(Optimizer):
             ),
         )
 
-    def _state_for(self, param, group) -> dict:
+    def _state_for(self, param: Tensor, group: dict) -> dict:
         state = self.state[param]
         if not state:
             state["step"] = api.zeros((), dtype=scalar_dtype())

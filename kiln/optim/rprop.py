@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .. import ops
 from ..ops.creation import api
+from ..runtime.tensor import Tensor
 from .optimizer import (
     COMMON_OLD_GROUP_DEFAULTS,
     Optimizer,
@@ -53,7 +54,7 @@ class Rprop(Optimizer):
             ),
         )
 
-    def _state_for(self, param, group) -> dict:
+    def _state_for(self, param: Tensor, group: dict) -> dict:
         state = self.state[param]
         if not state:
             device = param.device if group["capturable"] else None

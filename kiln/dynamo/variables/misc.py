@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ...optim.optimizer import Optimizer
 from ..exc import Unsupported, unsupported
 from ..sources import AttrSource
 from .autograd_function import AutogradFunctionApplyVariable, is_autograd_function
@@ -429,6 +430,8 @@ class UserObjectVariable(FixedObjectVariable):
         if pending is not None:
             return pending
         value = self.value
+        if name in _OPTIMIZER_STEP_NAMES and isinstance(value, Optimizer):
+            _prepare_optimizer_state(value)
         src = AttrSource(self.source, name) if self.source is not None else None
         d = getattr(value, "__dict__", None)
         if isinstance(d, dict) and name in d:
@@ -471,6 +474,21 @@ class UserObjectVariable(FixedObjectVariable):
 
     def __repr__(self) -> str:
         return f"UserObjectVariable({type(self.value).__name__})"
+
+
+# reading one of these off an optimizer means its step is about to be traced
+_OPTIMIZER_STEP_NAMES = frozenset({"step", "_step_group"})
+
+
+def _prepare_optimizer_state(optimizer: Optimizer) -> None:
+    """Make the state the optimizer's step would create lazily before that step is traced (as
+    PyTorch's compiler runs ``_init_group``): the graph then reads the state later steps have,
+    and guards on the state's keys hold from the second step on instead of recompiling it. The
+    state made is what the step itself would make; a failure is left for the step to raise."""
+    try:
+        optimizer._prepare_state()
+    except Exception:  # noqa: BLE001 - the traced (or eager) step reports it with its context
+        return
 
 
 class NewObjectVariable(UserObjectVariable):
