@@ -20,7 +20,7 @@ from collections import defaultdict
 import kiln
 from kiln.bench.dumps import observe_compiled_graphs
 from kiln.bench.workloads import WORKLOADS
-from kiln.inductor.codegen import cpu
+from kiln.inductor import config as inductor_config
 
 _clock = time.perf_counter
 
@@ -75,7 +75,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.threads:
-        cpu.set_num_threads(args.threads)
+        kiln.set_num_threads(args.threads)
+    # the compiled-graph cache rebuilds graphs without their schedule, which the labels read
+    inductor_config.fx_graph_cache = False
     instance = WORKLOADS[args.workload].build(kiln, args.quick, "cpu")
     with observe_compiled_graphs() as observed:
         fn = kiln.compile(instance.fn)

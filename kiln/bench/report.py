@@ -324,7 +324,8 @@ def format_report(suite: SuiteResult, markdown: bool = False) -> str:
     )
     lines.append(
         "compile: wall time of the first call of a freshly compiled function (capture, compile, "
-        "one step; every batch size of a varying-batch workload); cold = empty on-disk cache, "
+        "one step; every batch size of a varying-batch workload) plus what its second call "
+        "takes beyond a steady one (a recompile there); cold = empty on-disk cache, "
         "warm = compiled again with the cache populated. Stages: dynamo = bytecode capture and "
         "guards, aot = AOT autograd (functionalize, joint graph, partition), inductor = "
         "lowering, scheduling and kernel source, codegen = LLVM optimization and machine code "

@@ -15,12 +15,35 @@ from kiln.bench.runner import (
     WorkloadResult,
     _Column,
     _Runner,
+    _timed_first_calls,
     balanced_order,
     load_warnings,
     run_suite,
     spread,
 )
 from kiln.bench.workload_types import Instance, Workload
+
+
+class _HostLibrary:
+    def synchronize(self) -> None:
+        pass
+
+
+def test_compile_time_counts_a_recompile_on_the_second_call():
+    """A compiled step that recompiles on its second call (state its first call made) has not
+    finished compiling after one call: the second call's time beyond a steady call counts."""
+    import time
+
+    calls = []
+
+    def step(x):
+        calls.append(x)
+        time.sleep({1: 0.05, 2: 0.08}.get(len(calls), 0.0))  # compile, recompile, steady
+        return x + 1
+
+    seconds, first = _timed_first_calls(_HostLibrary(), step, Instance(step, (1,)))
+    assert first == 2 and len(calls) == 4
+    assert 0.13 <= seconds < 0.13 + 0.05
 
 
 def test_spread_is_the_median_quartiles_and_extremes_numpy_computes():
