@@ -709,13 +709,16 @@ class KernelEmitter(ColumnEmitter):
                     slots["v" + key] = b.alloca(ir.VectorType(t, lanes)) if lanes > 1 else None
             slots["dtype"] = n.data.dtype
             return slots
-        d = n.data.dtype if n.data.reduction_type not in ("argmax", "argmin") else n.data.src_dtype
+        indexed = n.data.reduction_type in ("argmax", "argmin")
+        d = n.data.src_dtype if indexed else n.data.dtype
         t = llvm_type(d)
+        idx_vec = idx = None  # only an arg reduction carries the index along (less IR for LLVM)
         with b.goto_entry_block():
             vec = b.alloca(ir.VectorType(t, lanes)) if lanes > 1 else None
             scalar = b.alloca(t)
-            idx_vec = b.alloca(ir.VectorType(I64, lanes)) if lanes > 1 else None
-            idx = b.alloca(I64)
+            if indexed:
+                idx_vec = b.alloca(ir.VectorType(I64, lanes)) if lanes > 1 else None
+                idx = b.alloca(I64)
         return {"vec": vec, "scalar": scalar, "idx_vec": idx_vec, "idx": idx, "dtype": d}
 
     def _init_accumulator(self, n, acc, lanes):
@@ -731,11 +734,14 @@ class KernelEmitter(ColumnEmitter):
         init = reduction_identity(rtype, d)
         h1 = LLVMOps(self, 1, {})
         self.builder.store(h1.const_of(init, d), acc["scalar"])
-        self.builder.store(ir.Constant(I64, 0), acc["idx"])
+        if acc["idx"] is not None:
+            self.builder.store(ir.Constant(I64, 0), acc["idx"])
         if lanes > 1:
             hv = LLVMOps(self, lanes, {})
             self.builder.store(hv.const_of(init, d), acc["vec"])
-            self.builder.store(ir.Constant(ir.VectorType(I64, lanes), [0] * lanes), acc["idx_vec"])
+            if acc["idx_vec"] is not None:
+                zeros = ir.Constant(ir.VectorType(I64, lanes), [0] * lanes)
+                self.builder.store(zeros, acc["idx_vec"])
 
     def _combine(self, rtype, handler, acc_v: V, v: V):
         if rtype == "sum":
