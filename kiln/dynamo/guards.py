@@ -17,6 +17,7 @@ from typing import Any
 
 from ..nn.modules.module import Module
 from ..runtime import dtypes as _dtypes
+from ..runtime.code_cache import compile_source
 from ..runtime.state import per_thread
 from ..runtime.symbolic import SymInt
 from ..runtime.tensor import Tensor
@@ -392,7 +393,7 @@ class GuardSet:
         src = "\n".join(lines) + "\n"
         namespace = dict(self.ns.values)
         namespace.update(defaults)
-        exec(compile(src, f"<kiln guards for {name}>", "exec"), namespace)
+        exec(compile_source(src, f"<kiln guards for {name}>"), namespace)
         guard = CompiledGuard(namespace["___guard"], src, list(self.guards), params, namespace)
         guard.weak_refs = tuple(self.weak_refs)
         return guard

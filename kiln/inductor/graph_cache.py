@@ -34,11 +34,12 @@ from pathlib import Path
 
 from ..aot.cache import importable_name, load_pickle
 from ..dynamo.counters import counters
+from ..runtime import cache_records
 from ..runtime.sym_expr import expr_from_data, expr_to_data
 from ..runtime.symbolic import SymInt
 from ..runtime.tensor import Tensor
 from . import wrapper_runtime
-from .codegen import cache_records, graph_index
+from .codegen import graph_index
 from .codegen.cpu import bind_kernel
 from .codegen.cpu_pool import RowKernel
 from .codegen.llvm import jit as llvm_jit

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import cache_records
+from ...runtime import cache_records
 from .llvm import jit as llvm_jit
 
 __all__ = ["AOTEntryStore"]

@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from . import cache_records
+from ...runtime import cache_records
 from .llvm import jit as llvm_jit
 
 __all__ = [

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ...runtime.code_cache import compile_source
 from ...runtime.state import per_thread
 from ...runtime.symbolic import SymInt
 from .. import wrapper_runtime
@@ -70,7 +71,7 @@ class WrapperModule:
         self.source = source
         # what the source refers to (the compiled-graph cache describes it, entry by entry)
         self.namespace = dict(namespace)
-        code = compile(source, "<kiln output_code>", "exec")
+        code = compile_source(source, "<kiln output_code>")
         exec(code, namespace)
         self.call = namespace["call"]
 

@@ -29,9 +29,9 @@ import llvmlite
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
+from ....runtime import cache_records
 from ....runtime.logs import compile_stage
 from ....runtime.switch_interval import quick_handoff
-from .. import cache_records
 
 __all__ = [
     "CompiledModule",

@@ -21,6 +21,7 @@ from pathlib import Path
 
 __all__ = ["pack", "read_record", "unpack", "write_record"]
 
+# the compilers' caches report here (``KILN_LOGS=inductor`` shows why a file was ignored)
 log = logging.getLogger("kiln.inductor")
 
 _MAGIC = b"KILNREC"
