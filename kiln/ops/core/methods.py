@@ -76,7 +76,16 @@ def _make_inplace_op(op: Op) -> Op:
         return self
 
     inplace.kernel = kernel
-    inplace.meta = lambda self, *rest: self
+    functional_meta = op.meta
+
+    def meta(self, *rest):
+        # the kernel's checks on fake tensors too: a captured ``x[:1].add_(x)`` or an int
+        # tensor's ``add_(1.5)`` raises where eager does instead of compiling to a wrong result
+        if functional_meta is not None:
+            _check_result_fits(self, functional_meta(self, *rest))
+        return self
+
+    inplace.meta = meta
     canonical = getattr(op, "canonical_args", None)
     if canonical is not None:
         inplace.canonicalize_args(canonical)
@@ -93,13 +102,21 @@ def _schema_of(op: Op):
     return schema
 
 
-def _write_result(op, self: Tensor, result: Tensor) -> None:
+def _check_result_fits(self: Tensor, result) -> None:
+    """PyTorch's checks on an in-place op's result: ``self``'s shape (no broadcasting ``self``
+    up) and a dtype that casts safely to ``self``'s."""
+    if not isinstance(result, Tensor):
+        return
     if not same_shape(result._shape, self._shape):
         raise RuntimeError(
             f"output with shape {list(self._shape)} doesn't match the broadcast shape "
             f"{list(result._shape)}"
         )
     refuse_unsafe_cast(result._dtype, self._dtype)
+
+
+def _write_result(op, self: Tensor, result: Tensor) -> None:
+    _check_result_fits(self, result)
     # fill_ writes one value, so PyTorch lets it write through expanded (stride-0) dimensions
     target = writable_target(self._data, allow_overlap=op.name == "fill_")
     np.copyto(target, result._data, casting="unsafe")

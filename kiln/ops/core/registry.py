@@ -253,6 +253,18 @@ class Op:
         self.meta = self._refusing_complex(fn)
         return fn
 
+    def check_in_meta(self, check: Callable) -> None:
+        """Run ``check(*args)``, argument checks the kernel makes, in front of the meta as well:
+        capture and AOT tracing run metas on fake tensors, and a check only the kernel made let
+        a compiled program return a result where eager raises (``-bool_tensor``, ``clamp()``)."""
+        inner = self.meta
+
+        def meta(*args):
+            check(*args)
+            return inner(*args)
+
+        self.meta = meta
+
     def register_derivative(
         self, fn: Callable | None = None, *, save_inputs=None, save_output=False, ignores=(),
         save_input_layouts: bool = False,

@@ -201,16 +201,20 @@ def index_put(
 ): ...
 
 
+def _check_put_dtype(x, values) -> None:
+    if isinstance(values, Tensor) and values._dtype is not x._dtype:
+        raise RuntimeError(
+            "Index put requires the source and destination dtypes match, got "
+            f"{_dtype_name(x._dtype)} for the destination and {_dtype_name(values._dtype)} "
+            "for the source."
+        )
+
+
 def _put_values(x, indices, values):
     """Bounds and dtype checks; the values as a numpy array of ``x``'s dtype."""
     _check_bounds(x, indices)
+    _check_put_dtype(x, values)
     if isinstance(values, Tensor):
-        if values._dtype is not x._dtype:
-            raise RuntimeError(
-                "Index put requires the source and destination dtypes match, got "
-                f"{_dtype_name(x._dtype)} for the destination and {_dtype_name(values._dtype)} "
-                "for the source."
-            )
         return values._data
     return np.asarray(values).astype(x._dtype.np)
 
@@ -241,7 +245,30 @@ def _index_put_kernel(x, indices, values, accumulate):
     return wrap(out, x._dtype)
 
 
-index_put.register_meta(lambda x, indices, values, accumulate=False: fake(x._shape, x._dtype, x))
+@index_put.register_meta
+def _index_put_meta(x, indices, values, accumulate=False):
+    # the kernel's checks that need no index values: a compiled ``y[idx] = v`` refuses a value
+    # of another dtype or one that does not broadcast to ``y[idx]``, as eager does
+    _check_put_dtype(x, values)
+    if isinstance(values, Tensor) and not any(
+        idx is not None and idx._dtype in _MASK_DTYPES for idx in indices
+    ):
+        target = tuple(index_result_shape(x._shape, indices))
+        value_shape = tuple(values._shape)
+        while len(value_shape) > len(target) and value_shape[0] == 1:
+            value_shape = value_shape[1:]  # leading 1s are dropped, in numpy's and PyTorch's
+        shapes = (value_shape, target)
+        if all(type(s) is int for shape in shapes for s in shape):
+            try:
+                fits = np.broadcast_shapes(*shapes) == shapes[1]
+            except ValueError:
+                fits = False
+            if not fits:
+                raise RuntimeError(
+                    f"shape mismatch: value tensor of shape {list(shapes[0])} cannot be "
+                    f"broadcast to indexing result of shape {list(shapes[1])}"
+                )
+    return fake(x._shape, x._dtype, x)
 
 
 def _index_put_grad(c, g):

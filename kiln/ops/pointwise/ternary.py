@@ -60,10 +60,14 @@ _NEG_INF = {t: t(-np.inf) for t in _FLOATS}
 _POS_INF = {t: t(np.inf) for t in _FLOATS}
 
 
-@clamp.register_kernel
-def _clamp_kernel(x, lo, hi):
+def _check_clamp_bounds(x, lo, hi) -> None:
     if lo is None and hi is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+
+
+@clamp.register_kernel
+def _clamp_kernel(x, lo, hi):
+    _check_clamp_bounds(x, lo, hi)
     d = result_dtype(x, lo, hi)
     a = x._data if x._dtype is d else x._data.astype(d.np)
     if d.is_floating_point:
@@ -97,6 +101,7 @@ def _clamp_kernel(x, lo, hi):
 
 @clamp.register_meta
 def _clamp_meta(x, lo=None, hi=None):
+    _check_clamp_bounds(x, lo, hi)
     d = result_dtype(x, lo, hi)
     if d.category == 1:  # as the kernel: a compiled graph must refuse what eager refuses
         for b in (lo, hi):
@@ -219,8 +224,7 @@ lerp.register_decomposition(lambda x, e, w: x + w * (e - x))
 def masked_fill(self: Tensor, mask: Tensor, value: TensorOrScalar): ...
 
 
-@masked_fill.register_kernel
-def _masked_fill_kernel(x, mask, value):
+def _check_masked_fill(x, mask, value) -> None:
     if mask._dtype is not _bool:
         raise RuntimeError(
             f"masked_fill_ only supports boolean masks, but got mask with dtype {mask._dtype.name}"
@@ -229,6 +233,11 @@ def _masked_fill_kernel(x, mask, value):
         raise RuntimeError(
             f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with {len(value._shape)} dimension(s)."
         )
+
+
+@masked_fill.register_kernel
+def _masked_fill_kernel(x, mask, value):
+    _check_masked_fill(x, mask, value)
     v = value.item() if isinstance(value, Tensor) else value
     v = checked_scalar(v, x._dtype)
     shape = broadcast_shapes(x._shape, mask._shape)
@@ -240,6 +249,7 @@ def _masked_fill_kernel(x, mask, value):
 
 
 masked_fill.register_meta(lambda x, m, v: fake(broadcast_shapes(x._shape, m._shape), x._dtype, x))
+masked_fill.check_in_meta(_check_masked_fill)
 masked_fill.result_layout = "contiguous"  # as PyTorch's
 
 

@@ -149,18 +149,27 @@ _LN10 = math.log(10.0)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
+_BOOL_NEGATION = (
+    "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+    "invert a mask, use the `~` or `logical_not()` operator instead."
+)
+
+
 def _negative(a):
     if a.dtype == np.bool_:
-        raise RuntimeError(
-            "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
-            "invert a mask, use the `~` or `logical_not()` operator instead."
-        )
+        raise RuntimeError(_BOOL_NEGATION)
     return np.negative(a)
+
+
+def _refuse_bool_negation(x) -> None:
+    if x._dtype is _bool:
+        raise RuntimeError(_BOOL_NEGATION)
 
 
 neg = unary(
     "neg", _negative, lambda c, g: (-g,), float_math=False, save_input=False, aliases=("negative",)
 )
+neg.check_in_meta(_refuse_bool_negation)
 abs_ = unary(
     "abs", np.abs, lambda c, g: (g * c.args[0].sign(),), float_math=False, aliases=("absolute",)
 )
@@ -978,6 +987,29 @@ for _op in (bitwise_and, bitwise_or, bitwise_xor, bitwise_left_shift, bitwise_ri
     _op.differentiable = False
 
 
+def _bitwise_meta_check(kernel_name: str, bools: bool):
+    def check(a, b) -> None:
+        d = binary_dtype(a, b)
+        if d.category >= 2 or (d is _bool and not bools):  # float or complex; bool shifts
+            from ..reductions.reduce import torch_type_name  # (reduce imports this module)
+
+            raise NotImplementedError(
+                f"\"{kernel_name}\" not implemented for '{torch_type_name(d)}'"
+            )
+
+    return check
+
+
+for _op, _name, _bools in (
+    (bitwise_and, "bitwise_and_cpu", True),
+    (bitwise_or, "bitwise_or_cpu", True),
+    (bitwise_xor, "bitwise_xor_cpu", True),
+    (bitwise_left_shift, "lshift_cpu", False),
+    (bitwise_right_shift, "rshift_cpu", False),
+):
+    _op.check_in_meta(_bitwise_meta_check(_name, _bools))
+
+
 # add/sub carry alpha; div carries a rounding mode; pow has its own promotion
 
 
@@ -1254,8 +1286,7 @@ pow.register_derivative(_pow_grad)
 def where(condition: Tensor, self: TensorOrScalar, other: TensorOrScalar): ...
 
 
-@where.register_kernel
-def _where_kernel(cond, x, y):
+def _check_where_condition(cond, x=None, y=None) -> None:
     if cond._dtype is not _bool and cond._dtype is not dt.uint8:
         from ..reductions.reduce import torch_type_name
 
@@ -1263,6 +1294,11 @@ def _where_kernel(cond, x, y):
             "where expected condition to be a boolean tensor, but got a tensor with dtype "
             + torch_type_name(cond._dtype)
         )
+
+
+@where.register_kernel
+def _where_kernel(cond, x, y):
+    _check_where_condition(cond)
     d = binary_dtype(x, y)
     if d.category == 1:  # a Python int converts (checked) into the integer result type
         x, y = (checked_scalar(v, d) if v.__class__ is int else v for v in (x, y))
@@ -1271,6 +1307,7 @@ def _where_kernel(cond, x, y):
 
 @where.register_meta
 def _where_meta(cond, x, y):
+    _check_where_condition(cond)
     d = binary_dtype(x, y)
     out = pointwise_meta(d, cond, *(t for t in (x, y) if isinstance(t, Tensor)))
     return out

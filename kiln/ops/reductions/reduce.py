@@ -407,9 +407,20 @@ amin = defop(
     prim=True,
     complex_refused=complex_not_implemented("min_values_cpu"),
 )
+
+
+def _extreme_check(name: str):
+    def check(x, dim=(), keepdim=False) -> None:
+        full = is_full_reduction(dim)
+        _check_reducible(name, x, range(x.ndim) if full else reduce_dims(x, dim), full)
+
+    return check
+
+
 for _op, _np_fn in ((amax, np.maximum.reduce), (amin, np.minimum.reduce)):
     _op.register_kernel(_extreme_kernel(_op.name, _np_fn))
     _op.register_meta(_reduce_meta(lambda x: x._dtype))
+    _op.check_in_meta(_extreme_check(_op.name))
     _op.register_derivative(_extreme_grad, save_output=True)
 
 
@@ -439,6 +450,18 @@ def _arg_meta(x, dim=None, keepdim=False):
     return fake(reduced_shape(x._shape, reduce_dims(x, dim), keepdim), _int64, x)
 
 
+def _arg_check(name: str):
+    def check(x, dim=None, keepdim=False) -> None:
+        if x._dtype is dt.bool_:
+            raise RuntimeError(f"{name}(): does not support bool input")
+        if dim is None:
+            _check_reducible(name, x, range(x.ndim), True, IndexError)
+        elif x.ndim:
+            _check_reducible(name, x, (wrap_dim(dim, x.ndim),), False)
+
+    return check
+
+
 argmax = defop(
     _arg_schema,
     name="argmax",
@@ -458,6 +481,7 @@ argmin = defop(
 for _op, _np_fn in ((argmax, np.argmax), (argmin, np.argmin)):
     _op.register_kernel(_arg_kernel(_op.name, _np_fn))
     _op.register_meta(_arg_meta)
+    _op.check_in_meta(_arg_check(_op.name))
 
 
 # max(x) / min(x): the full reduction, with max()'s NaN-aware even split of the gradient
@@ -489,9 +513,19 @@ min_all = defop(
     complex_refused=complex_not_implemented("min_all"),
     grad_fn_name="MinBackward1",
 )
+
+
+def _full_extreme_check(name: str):
+    def check(x) -> None:
+        _check_reducible(name, x, range(x.ndim), True)
+
+    return check
+
+
 for _op, _extreme in ((max_all, amax), (min_all, amin)):
     _op.register_kernel(_full_extreme_kernel(_op.name, _extreme))
     _op.register_meta(lambda x: fake((), x._dtype, x))
+    _op.check_in_meta(_full_extreme_check(_op.name))
     _op.register_derivative(
         lambda c, g: (evenly_distribute(g, c.args[0], c.out),), save_output=True
     )
@@ -574,6 +608,11 @@ for _op, _np_arg, _np_extreme, _arg_op in (
 ):
     _op.register_kernel(_dim_select_kernel(_op, _np_arg, _np_extreme))
     _op.register_meta(_dim_select_meta(_op))
+    _op.check_in_meta(
+        lambda x, dim, keepdim=False, _name=_op.returns.__name__: (
+            x.ndim and _check_reducible(_name, x, (wrap_dim(dim, x.ndim),), False)
+        )
+    )
     _op.register_derivative(_dim_select_grad, save_output=(1,), save_inputs=())
     _op.register_decomposition(_dim_select_decomp(_op, _arg_op))
 

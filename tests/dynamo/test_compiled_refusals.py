@@ -1,0 +1,83 @@
+"""Code that eager refuses is refused compiled too: capture runs every op's meta on fake
+tensors, and the metas make the kernels' checks that need no tensor values (an in-place
+result's shape and dtype, a boolean mask's dtype, an empty reduction, a setitem's value
+shape...). Without them a compiled program returned a result where PyTorch and kiln's eager
+mode raise. Checked against PyTorch's exception type where PyTorch is installed."""
+
+from __future__ import annotations
+
+import pytest
+
+import kiln
+
+torch = pytest.importorskip("torch")
+
+
+def _set_rows(lib, x):
+    y = x.clone()
+    y[lib.tensor([0, 1])] = lib.arange(15.0).reshape(3, 5)
+    return y
+
+
+CASES = {
+    "in-place result grows self": lambda lib, x: x[:1].clone().add_(x),
+    "int add_ of a float": lambda lib, x: lib.zeros(3, dtype=lib.int64).add_(1.5),
+    "int mul_ by a float tensor": lambda lib, x: lib.ones(3, dtype=lib.int64).mul_(
+        lib.tensor([1.5])
+    ),
+    "int exp_": lambda lib, x: lib.tensor([4, 2]).exp_(),
+    "int div_": lambda lib, x: lib.tensor([5, 2]).div_(2),
+    "setitem value shape": _set_rows,
+    "index_put_ value shape": lambda lib, x: x.clone().index_put_(
+        (lib.tensor([0, 1]),), lib.ones(3)
+    ),
+    "index_put_ value dtype": lambda lib, x: x.clone().index_put_(
+        (lib.tensor([0]),), lib.tensor([1.5], dtype=lib.float64)
+    ),
+    "max of nothing": lambda lib, x: lib.zeros(0).max() + 1,
+    "argmax of nothing": lambda lib, x: lib.zeros(0).argmax() + 1,
+    "amax over an empty dim": lambda lib, x: lib.zeros(3, 0).amax(1),
+    "max(dim) over an empty dim": lambda lib, x: lib.zeros(3, 0).max(1).values,
+    "negated bool": lambda lib, x: -(x > 5),
+    "int where condition": lambda lib, x: lib.where((x - 3).int(), x, -1.0),
+    "uint8 masked_fill mask": lambda lib, x: x.masked_fill(lib.ones(4, 5, dtype=lib.uint8), 0.0),
+    "clamp without bounds": lambda lib, x: x.clamp(),
+    "bitwise and of floats": lambda lib, x: x & 1,
+    "shift of floats": lambda lib, x: x << 1,
+}
+
+
+def _error(fn, *args):
+    try:
+        fn(*args)
+    except Exception as error:  # noqa: BLE001 - the type is what is compared
+        return error
+    return None
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_compiled_code_refuses_what_eager_and_pytorch_refuse(name):
+    case = CASES[name]
+    expected = _error(case, torch, torch.arange(20.0).reshape(4, 5))
+    assert expected is not None, "PyTorch accepts this: not a refusal case"
+    x = kiln.arange(20.0).reshape(4, 5)
+    eager = _error(case, kiln, x)
+    compiled = _error(kiln.compile(lambda x: case(kiln, x)), x)
+    assert isinstance(eager, type(expected)), (eager, expected)
+    assert isinstance(compiled, type(expected)), (compiled, expected)
+    assert str(compiled).splitlines()[0] == str(eager).splitlines()[0]
+
+
+def test_valid_neighbours_of_the_refused_cases_still_compile():
+    """The checks refuse only what eager refuses: leading 1s of a setitem value, a float
+    ``add_`` of an int tensor, ``clamp`` with one bound, a uint8 ``where`` condition."""
+
+    def fn(lib, x):
+        y = x.clone()
+        y[lib.tensor([0])] = lib.ones(1, 1, 5)
+        y.add_(lib.ones(5, dtype=lib.int64))
+        return lib.where((x > 3).to(lib.uint8), y.clamp(max=7.0), -y) + lib.ones(3, 0).amax(0).sum()
+
+    x = kiln.arange(20.0).reshape(4, 5)
+    expected = fn(torch, torch.arange(20.0).reshape(4, 5)).numpy()
+    kiln.testing.assert_close(kiln.compile(lambda x: fn(kiln, x))(x), kiln.from_numpy(expected))
