@@ -22,7 +22,13 @@ import numpy as np
 
 from ..autograd.grad_mode import no_grad
 from ..inductor import extern_matmul
-from ..inductor.codegen.cpu_pool import KERNEL_TYPE, RowKernel
+from ..inductor.codegen.cpu_pool import (
+    INDEX_ERRORS,
+    KERNEL_TYPE,
+    RowKernel,
+    index_error,
+    index_flag,
+)
 from ..nn.parameter import Parameter
 from ..ops.core.registry import OPS
 from ..runtime.storage import empty_array
@@ -281,7 +287,8 @@ def _build_wrapper(plan: dict, objects: _Objects | None, eager=None):
     A plan with size symbols resolves each call's layouts first; ``eager`` runs the calls its
     kernels do not serve."""
     ns: dict = {"_input": _input, "_alloc": _alloc, "_tensor": _tensor, "_ptr": _ptr,
-                "_strided": _strided}  # fmt: skip
+                "_strided": _strided, "_index_flag": index_flag,
+                "_index_error": index_error}  # fmt: skip
     body: list[str] = []
     args = []
     stashes: dict[str, threading.local] = {}  # multi-result fallbacks, by their first buffer
@@ -320,6 +327,8 @@ def _build_wrapper(plan: dict, objects: _Objects | None, eager=None):
             function = step["function"]
             address = objects.addresses[function]
             pointers = [f"_ptr({n})" for n in names]
+            if INDEX_ERRORS in names:  # a kernel with gathers: its out-of-range flag
+                body.append(f"{INDEX_ERRORS} = _index_flag()")
             if sizes is None:
                 ns[f"K{i}"] = RowKernel(function, KERNEL_TYPE(address), address,
                                         int(step["rows"]), int(step["work"]), names)  # fmt: skip
@@ -330,6 +339,8 @@ def _build_wrapper(plan: dict, objects: _Objects | None, eager=None):
                 ns[f"P{i}"] = ctypes.c_void_p * (len(names) + 1)
                 sizes.rows[i] = (step["rows"], step["work"])
                 body.append(f"K{i}(P{i}({', '.join([*pointers, '_S.address'])}), *_S.rows[{i}])")
+            if INDEX_ERRORS in names:
+                body.append(f"if {INDEX_ERRORS}[0]: _index_error('kernel {i} of the package')")
             continue
         out = step["out"]
         out_name = check_name(out["buffer"])

@@ -39,7 +39,7 @@ class RecordingHandler:
         self.reads.append(MemoryRead(name, sym.as_expr(index)))
         return _TOKEN
 
-    def indirect_indexing(self, value, size):
+    def indirect_indexing(self, value, size, wrap_negative=True):
         self.indirect += 1
         return sym.Indirect(f"_ind{self.indirect}", size)
 

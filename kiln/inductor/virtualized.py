@@ -57,7 +57,10 @@ class OpsHandler:
     def randn(self, seed, offset):
         raise NotImplementedError
 
-    def indirect_indexing(self, value, size: int):  # -> an index atom usable in expressions
+    def indirect_indexing(self, value, size: int, wrap_negative: bool = True):
+        """An index atom usable in expressions for ``value`` read from memory; negative values
+        count from the end (``x[idx]``) unless ``wrap_negative`` is False (``gather``,
+        ``scatter``: PyTorch refuses them). Out-of-range values are an error the code reports."""
         raise NotImplementedError
 
 

@@ -81,3 +81,51 @@ def test_valid_neighbours_of_the_refused_cases_still_compile():
     x = kiln.arange(20.0).reshape(4, 5)
     expected = fn(torch, torch.arange(20.0).reshape(4, 5)).numpy()
     kiln.testing.assert_close(kiln.compile(lambda x: fn(kiln, x))(x), kiln.from_numpy(expected))
+
+
+# an index read from a tensor outside its dimension: eager raises (IndexError or RuntimeError,
+# as PyTorch's eager op does); compiled kernels set an error flag the wrapper raises from
+# (RuntimeError, as PyTorch's compiled code), naming the user's line, instead of returning what
+# a clamped load read
+OUT_OF_RANGE = {
+    "x[idx] past the end": lambda lib, x: x[lib.tensor([4])] * 2,
+    "x[idx] before the start": lambda lib, x: x[lib.tensor([-9])] * 2,
+    "index_fill": lambda lib, x: x.clone().index_fill(0, lib.tensor([7]), 1.0),
+    "gather": lambda lib, x: lib.gather(x, 0, lib.tensor([[9]])) + 1,
+    "gather of a negative index": lambda lib, x: lib.gather(x, 1, lib.tensor([[4], [-1]])) + 1,
+    "scatter": lambda lib, x: x.scatter(0, lib.tensor([[9]]), 1.0),
+    "scatter_add of a negative index": lambda lib, x: x.scatter_add(
+        0, lib.tensor([[-1, 0]]), lib.ones(1, 2)
+    ),
+    "index_add": lambda lib, x: x.index_add(0, lib.tensor([5]), lib.ones(1, 5)),
+    "take": lambda lib, x: lib.take(x, lib.tensor([20, -21])),
+    "embedding": lambda lib, x: lib.nn.functional.embedding(lib.tensor([4, 1]), x),
+    "index_select": lambda lib, x: x.index_select(1, lib.tensor([5])),
+    "index_put_": lambda lib, x: x.clone().index_put_((lib.tensor([7]),), lib.tensor(1.0)),
+}
+
+
+@pytest.mark.parametrize("name", list(OUT_OF_RANGE))
+def test_compiled_gathers_refuse_indices_out_of_range(name):
+    case = OUT_OF_RANGE[name]
+    assert _error(case, torch, torch.arange(20.0).reshape(4, 5)) is not None
+    x = kiln.arange(20.0).reshape(4, 5)
+    assert _error(case, kiln, x) is not None
+    compiled = _error(kiln.compile(lambda x: case(kiln, x)), x)
+    assert isinstance(compiled, RuntimeError), compiled
+    assert "index out of bounds" in str(compiled)
+    assert "test_compiled_refusals.py" in str(compiled)  # the user's line
+
+
+def test_compiled_gathers_of_valid_indices_still_run():
+    """Negative indices count from the end where PyTorch lets them (``x[idx]``, ``take``),
+    the last valid index is in range, and a batch of valid gathers sets no flag."""
+
+    def fn(lib, x):
+        rows = x[lib.tensor([-1, 0, 3])]
+        picked = lib.gather(x, 1, lib.tensor([[4], [0], [1], [2]]))
+        return rows.sum(0) + picked.sum() + lib.take(x, lib.tensor([19, -20])).sum()
+
+    x = kiln.arange(20.0).reshape(4, 5)
+    expected = fn(torch, torch.arange(20.0).reshape(4, 5)).numpy()
+    kiln.testing.assert_close(kiln.compile(lambda x: fn(kiln, x))(x), kiln.from_numpy(expected))

@@ -22,10 +22,12 @@ import threading
 
 from llvmlite import ir
 
+from ...runtime import dtypes as dt
+from .. import sym
 from ..ir import Reduction
 from ..scheduler import Kernel, ScatterStep, Schedule
 from . import cpu_pool, graph_index
-from .cpu_pool import KERNEL_TYPE, RowKernel
+from .cpu_pool import INDEX_ERRORS, KERNEL_TYPE, RowKernel
 from .llvm import jit as llvm_jit
 from .llvm.kernel import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel, release_module
 from .llvm.loop_plan import plan_kernel
@@ -45,21 +47,34 @@ def _scatter_buffer_names(buf) -> list:
     names = [n for n in _scatter_reads(buf)]
     if buf.name not in names:
         names.append(buf.name)
-    return names
+    # a scatter's targets are read from an index tensor
+    return [*names, INDEX_ERRORS]
 
 
 def _buffer_names(kernel: Kernel, plan, sched: Schedule) -> list:
     from ..dependencies import reads_of
 
     names = []
+    gathers = False
     for node in kernel.nodes:
         index, rindex = plan.node_index[node.name]
         for r in reads_of(node, index, rindex):
+            gathers = gathers or _indirect(r.index)
             if r.name not in names and r.name not in kernel.locals:
                 names.append(r.name)
         if node.name not in kernel.locals and node.name not in names:
             names.append(node.name)
-    return names
+    return [*names, INDEX_ERRORS] if gathers else names
+
+
+def _indirect(expr) -> bool:
+    """Whether an index reads another tensor (a gather)."""
+    for atom in expr.terms:
+        if isinstance(atom, sym.Indirect):
+            return True
+        if isinstance(atom, (sym.FloorDiv, sym.Mod)) and _indirect(atom.expr):
+            return True
+    return False
 
 
 def bind_kernel(kernel: tuple, rows: int, work: int, names: list, plan=None) -> RowKernel:
@@ -210,6 +225,7 @@ class CPUKernels:
         """``(step index, kernel key, IR)`` for each step, as it is emitted; a kernel the generator
         cannot handle runs in numpy (logged with the reason)."""
         triple = llvm_jit.host_target().triple
+        dtypes = {**dtypes, INDEX_ERRORS: dt.int64}  # the gathers' error flag
         for i, step, plan, _, names in steps:
             module = ir.Module(name="kiln_kernel")
             module.triple = triple

@@ -32,7 +32,7 @@ from .. import config
 
 __all__ = [
     "Pool", "KERNEL", "SGEMM", "DGEMM", "GEMM_FIELDS", "thread_pool", "RowKernel", "KERNEL_TYPE",
-    "build_ahead",
+    "build_ahead", "INDEX_ERRORS", "index_flag", "index_error",
 ]  # fmt: skip
 
 # cycles a helper spins for the next job before it sleeps (~2 ms at 2.5-3.5 GHz)
@@ -409,6 +409,27 @@ CHUNKS_PER_THREAD = 4
 KERNEL_TYPE = ctypes.CFUNCTYPE(
     None, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)
 )
+
+# the argument a kernel with gathers gets after its buffers: one int64 it sets to nonzero when
+# an index read from memory was out of range; the wrapper (or a package's) checks it after the
+# call and raises, as eager and PyTorch's compiled code raise
+INDEX_ERRORS = "_index_errors"
+
+
+def index_flag() -> np.ndarray:
+    """A fresh error flag for one call of a kernel with gathers (threads running the same graph
+    do not share one)."""
+    return np.zeros(1, np.int64)
+
+
+def index_error(where: str):
+    """PyTorch's compiled code raises a RuntimeError for an index outside its dimension (eager
+    raises IndexError or RuntimeError, depending on the op); ``where`` names the kernel and the
+    user's lines whose ops it computes."""
+    raise RuntimeError(
+        "index out of bounds: an index tensor holds a value outside the dimension it indexes "
+        f"(in compiled code, {where})"
+    )
 
 
 class RowKernel:

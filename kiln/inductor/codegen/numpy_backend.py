@@ -90,11 +90,15 @@ class NumpyHandler:
     def index_expr(self, expr, dtype):
         return np.asarray(eval_expr(sym.as_expr(expr), self.env, self.values)).astype(_np(dtype))
 
-    def indirect_indexing(self, value, size):
+    def indirect_indexing(self, value, size, wrap_negative=True):
         self.indirect += 1
         atom = sym.Indirect(f"_ind{self.indirect}", size)
         v = np.asarray(value).astype(np.int64)
-        self.env[atom] = np.where(v < 0, v + _size(size, self.values), v)
+        if wrap_negative:
+            v = np.where(v < 0, v + _size(size, self.values), v)
+        # (no range check: bodies run here over broadcast values, an index of an empty
+        # loop's body included; the LLVM kernels check inside their loops)
+        self.env[atom] = v
         return sym.as_expr(atom)
 
     def to_dtype(self, x, dtype):

@@ -498,8 +498,11 @@ class KernelPrinter:
         xdep, rdep = self.expr_deps(expr)
         return self.emit(f"({self.index(expr)}).to({tl_dtype(dtype)})", dtype, xdep, rdep)
 
-    def indirect_indexing(self, value: TVal, size: int):
+    def indirect_indexing(self, value: TVal, size: int, wrap_negative: bool = True):
         value = self.materialize(value)
+        if not wrap_negative:
+            self.indirect[value.text] = value
+            return sym.as_expr(sym.Indirect(value.text, size))
         v = self.emit(
             f"tl.where({value} < 0, {value} + {self.size(size)}, {value})",
             value.dtype,

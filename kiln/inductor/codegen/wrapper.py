@@ -20,6 +20,7 @@ from .. import wrapper_runtime
 from ..ir import InputBuffer
 from ..scheduler import Kernel, Schedule
 from ..symbolic_sizes import SizeBinding
+from .cpu_pool import INDEX_ERRORS, index_error, index_flag
 
 __all__ = ["base_namespace", "generate_wrapper", "profiling_namespace", "WrapperModule"]
 
@@ -87,6 +88,8 @@ def base_namespace() -> dict:
         "_alloc": wrapper_runtime.allocate,
         "_tensor": wrapper_runtime.to_tensor,
         "_extern": wrapper_runtime.run_extern,
+        "_index_flag": index_flag,
+        "_index_error": index_error,
     }
 
 
@@ -197,6 +200,9 @@ def generate_wrapper(
             ns[f"K{i}"] = k
             ptype = f"P{i}"
             pointers = [f"_ptr({n})" for n in k.args]
+            gathers = INDEX_ERRORS in k.args
+            if gathers:
+                body.append(f"{INDEX_ERRORS} = _index_flag()")
             if sizes is None:
                 ns[ptype] = ctypes.c_void_p * len(k.args)
                 body.append(f"K{i}({ptype}({', '.join(pointers)}))")
@@ -204,6 +210,9 @@ def generate_wrapper(
                 ns[ptype] = ctypes.c_void_p * (len(k.args) + 1)
                 pointers.append("_S.symbol_address")
                 body.append(f"K{i}({ptype}({', '.join(pointers)}), *_S.rows[{i}])")
+            if gathers:
+                where = f"{step.name}: {_origins(step)}"
+                body.append(f"if {INDEX_ERRORS}[0]: _index_error({where!r})")
         elif sizes is not None and i in numpy_steps:  # run by numpy at this call's sizes
             ns[f"S{i}"] = numpy_steps[i]
             keys = [layout_ref(f"N{i}_{k}", buffers[name].layout) for k, name in enumerate(writes)]

@@ -28,8 +28,8 @@ def _gather(out_meta, x, dim, index, sparse_grad=False):
 
     def loader(out_index):
         target = list(out_index)
-        if nd:
-            target[d] = ops.indirect_indexing(idx_loader(list(out_index)), size)
+        if nd:  # PyTorch's gather refuses negative indices (no counting from the end)
+            target[d] = ops.indirect_indexing(idx_loader(list(out_index)), size, False)
         return inner(target)
 
     return _box(_ctx(x, index), out_meta.shape, x.dtype, loader, x, index)
@@ -157,8 +157,8 @@ def _scatter_add(out_meta, x, dim, index, src):
 
     def index_fn(i):
         target = list(i)
-        if nd:
-            target[d] = ops.indirect_indexing(idx_loader(list(i)), size)
+        if nd:  # as gather: negative indices are out of range
+            target[d] = ops.indirect_indexing(idx_loader(list(i)), size, False)
         return target
 
     return _scatter_buffer(out_meta, x, index.shape, index_fn, lambda i: src_loader(list(i)), "add")

@@ -17,6 +17,7 @@ from ....runtime import dtypes as dt
 from ....runtime.symbolic import SymInt
 from ... import sym
 from ...prims import shared_formula
+from ..cpu_pool import INDEX_ERRORS
 from . import math_library as llvm_math
 from .values import I1, I32, I64, UnsupportedInLLVM, V, llvm_type, memory_type
 
@@ -176,7 +177,7 @@ class LLVMOps:
         v = self.index(expr)
         return self.to_dtype(V(v, dt.int64), dtype)
 
-    def indirect_indexing(self, value, size):
+    def indirect_indexing(self, value, size, wrap_negative=True):
         atom = sym.Indirect(f"_ind{len(self.env)}", size)
         v = value.value
         t = I64 if self.lanes == 1 else ir.VectorType(I64, self.lanes)
@@ -185,10 +186,28 @@ class LLVMOps:
         zero = ir.Constant(t, None)
         sizes = self.e.sizes
         size_c = sizes.value(size) if self.lanes == 1 else sizes.vector(size, self.lanes)
-        neg = self.b.icmp_signed("<", v, zero)
-        wrapped = self.b.select(neg, self.b.add(v, size_c), v)
+        wrapped = v
+        if wrap_negative:
+            wrapped = self.b.select(self.b.icmp_signed("<", v, zero), self.b.add(v, size_c), v)
+        if INDEX_ERRORS in self.e.buffer_args:
+            self._flag_out_of_range(wrapped, size_c)
         self.env[atom] = wrapped
         return sym.as_expr(atom)
+
+    def _flag_out_of_range(self, wrapped, size_c) -> None:
+        """Set the kernel's error flag when an index lies outside ``[-size, size)``: the load
+        itself stays inside its buffer (``KernelEmitter.clamp``), and the wrapper raises after
+        the kernel, as eager and PyTorch's compiled code raise, instead of returning what the
+        clamped load read. (Wrapped, a bad index is negative or at least ``size``: unsigned,
+        both are ``>= size``.)"""
+        b = self.b
+        bad = b.icmp_unsigned(">=", wrapped, size_c)
+        if self.lanes > 1:
+            bad = b.icmp_unsigned(
+                "!=", b.bitcast(bad, ir.IntType(self.lanes)), ir.Constant(ir.IntType(self.lanes), 0)
+            )
+        flag = self.e.pointer(INDEX_ERRORS)
+        b.store(b.or_(b.load(flag), b.zext(bad, I64)), flag)
 
     # ------------------------------------------------------------------ conversions
     def to_dtype(self, x: V, dtype):
