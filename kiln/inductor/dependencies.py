@@ -64,8 +64,19 @@ def reads_of(buf: Buffer, index=None, rindex=None) -> list[MemoryRead]:
     and the code generators ask again and again with variables of the same names and sizes (a
     GPT training step's compile ran ~3400 bodies for ~740 distinct questions). A body's loads
     depend only on its variables: its loaders are closures fixed when it was built."""
+    return list(_recorded(buf, index, rindex)[0])
+
+
+def uses_indirect(buf: Buffer, index=None, rindex=None) -> bool:
+    """Whether ``buf``'s body turns a loaded value into an index (a gather's address, or an
+    index checked and used as a value): its kernel then gets the out-of-range flag."""
+    return _recorded(buf, index, rindex)[1] > 0
+
+
+def _recorded(buf: Buffer, index, rindex) -> tuple:
+    """``(loads, indirect indexings)`` of ``buf``'s body, remembered as ``reads_of`` says."""
     if not isinstance(buf, ComputedBuffer):
-        return []
+        return (), 0
     if index is None:
         index, rindex = iteration_vars(buf)
     data = buf.data
@@ -74,18 +85,19 @@ def reads_of(buf: Buffer, index=None, rindex=None) -> list[MemoryRead]:
     if memo is None or memo[0] is not data:
         memo = buf._reads_memo = (data, {})
     if key is not None:
-        reads = memo[1].get(key)
-        if reads is not None:
-            return list(reads)
+        known = memo[1].get(key)
+        if known is not None:
+            return known
     handler = RecordingHandler()
     with set_ops_handler(handler):
         if isinstance(data, Pointwise):
             data.inner_fn(index)
         else:
             data.inner_fn(index, rindex)
+    result = (tuple(handler.reads), handler.indirect)
     if key is not None:
-        memo[1][key] = tuple(handler.reads)
-    return handler.reads
+        memo[1][key] = result
+    return result
 
 
 def read_names(buf: Buffer) -> list[str]:

@@ -102,6 +102,18 @@ OUT_OF_RANGE = {
     "embedding": lambda lib, x: lib.nn.functional.embedding(lib.tensor([4, 1]), x),
     "index_select": lambda lib, x: x.index_select(1, lib.tensor([5])),
     "index_put_": lambda lib, x: x.clone().index_put_((lib.tensor([7]),), lib.tensor(1.0)),
+    # computed from the index without reading through it: checked by ``_checked_index``
+    "embedding of a negative index": lambda lib, x: lib.nn.functional.embedding(
+        lib.tensor([-1]), x
+    ),
+    "index_select of a negative index": lambda lib, x: x.index_select(1, lib.tensor([-1])),
+    "one_hot": lambda lib, x: lib.nn.functional.one_hot(lib.tensor([3]), 3) + x.sum().long(),
+    "cross_entropy target": lambda lib, x: lib.nn.functional.cross_entropy(
+        x, lib.tensor([0, 1, 2, 9])
+    ),
+    "nll_loss negative target": lambda lib, x: lib.nn.functional.nll_loss(
+        x, lib.tensor([0, 1, 2, -3])
+    ),
 }
 
 
@@ -124,7 +136,9 @@ def test_compiled_gathers_of_valid_indices_still_run():
     def fn(lib, x):
         rows = x[lib.tensor([-1, 0, 3])]
         picked = lib.gather(x, 1, lib.tensor([[4], [0], [1], [2]]))
-        return rows.sum(0) + picked.sum() + lib.take(x, lib.tensor([19, -20])).sum()
+        loss = lib.nn.functional.cross_entropy(x, lib.tensor([0, -100, 4, 2]))  # one ignored
+        taken = lib.take(x, lib.tensor([19, -20])).sum()
+        return rows.sum(0) + picked.sum() + taken + loss
 
     x = kiln.arange(20.0).reshape(4, 5)
     expected = fn(torch, torch.arange(20.0).reshape(4, 5)).numpy()

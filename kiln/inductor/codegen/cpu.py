@@ -23,7 +23,6 @@ import threading
 from llvmlite import ir
 
 from ...runtime import dtypes as dt
-from .. import sym
 from ..ir import Reduction
 from ..scheduler import Kernel, ScatterStep, Schedule
 from . import cpu_pool, graph_index
@@ -52,29 +51,19 @@ def _scatter_buffer_names(buf) -> list:
 
 
 def _buffer_names(kernel: Kernel, plan, sched: Schedule) -> list:
-    from ..dependencies import reads_of
+    from ..dependencies import reads_of, uses_indirect
 
     names = []
     gathers = False
     for node in kernel.nodes:
         index, rindex = plan.node_index[node.name]
+        gathers = gathers or uses_indirect(node, index, rindex)
         for r in reads_of(node, index, rindex):
-            gathers = gathers or _indirect(r.index)
             if r.name not in names and r.name not in kernel.locals:
                 names.append(r.name)
         if node.name not in kernel.locals and node.name not in names:
             names.append(node.name)
     return [*names, INDEX_ERRORS] if gathers else names
-
-
-def _indirect(expr) -> bool:
-    """Whether an index reads another tensor (a gather)."""
-    for atom in expr.terms:
-        if isinstance(atom, sym.Indirect):
-            return True
-        if isinstance(atom, (sym.FloorDiv, sym.Mod)) and _indirect(atom.expr):
-            return True
-    return False
 
 
 def bind_kernel(kernel: tuple, rows: int, work: int, names: list, plan=None) -> RowKernel:

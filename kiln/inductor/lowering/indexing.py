@@ -18,6 +18,21 @@ def _indirect(box: TensorBox, index, size: int):
     return ops.indirect_indexing(v, size)
 
 
+@register_lowering("_checked_index")
+def _checked_index(out_meta, index, size):
+    """The index itself, each value passed through ``indirect_indexing`` without counting
+    negatives from the end: the kernel that computes it (or a consumer it is fused into) flags
+    a value outside ``[0, size)`` as it flags a gather's."""
+    loader = index.loader
+
+    def load(i):
+        return ops.index_expr(ops.indirect_indexing(loader(list(i)), size, False), index.dtype)
+
+    box = _box(_ctx(index), out_meta.shape, index.dtype, load, index)
+    box.realize()  # checked once per index, not again in every consumer's loop (a loss's classes)
+    return box
+
+
 @register_lowering("gather")
 def _gather(out_meta, x, dim, index, sparse_grad=False):
     nd = len(x.shape)

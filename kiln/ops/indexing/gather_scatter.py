@@ -27,7 +27,9 @@ from ..core.grad_fn_naming import is_tensor_arg
 from ..core.out_arguments import writes_out
 from ..core.registry import OPS, defop, tensor_method, torch_function
 
-__all__ = ["INDEX_DTYPES", "index_dtype_name", "is_tensor_arg", "check_index_bounds", "as_1d"]
+__all__ = [
+    "INDEX_DTYPES", "index_dtype_name", "is_tensor_arg", "check_index_bounds", "as_1d",
+]  # fmt: skip
 
 INDEX_DTYPES = (dt.int64, dt.int32)
 
@@ -55,6 +57,24 @@ def check_index_bounds(
     if hi >= size or lo < low:
         bad = hi if hi >= size else lo
         raise exc(f"{prefix}index {bad} is out of bounds for dimension {d} with size {size}")
+
+
+@defop(kind="indexing", prim=True, differentiable=False)
+def _checked_index(index: Tensor, size: int): ...
+
+
+@_checked_index.register_kernel
+def _checked_index_kernel(index, size):
+    check_index_bounds("", index._data, size, 0)
+    return wrap(index._data.copy(), index._dtype)
+
+
+_checked_index.register_meta(lambda index, size: fake(index._shape, index._dtype, index))
+_checked_index.__doc__ = """``index`` itself, refused when a value lies outside ``[0, size)``: what a
+decomposition computes from an index without reading memory through it (``nll_loss``'s one-hot
+mask, ``one_hot``, ``embedding``'s and ``index_select``'s rows) checks it this way, so the
+compiled op refuses an index eager refuses (the inductor's kernels flag it as they flag a
+gather's)."""
 
 
 def as_1d(a: np.ndarray) -> np.ndarray:

@@ -118,7 +118,9 @@ index_select.register_derivative(_index_select_grad, save_inputs=(2,))
 def _index_select_decomp(x, dim, index):
     d, shape = _index_select_check(x, dim, index)
     flat = x.reshape(1) if x.ndim == 0 else x
-    return OPS["index"](flat, [None] * d + [index.reshape(-1)]).reshape(shape)
+    # ``index`` counts negative indices from the end; index_select refuses them
+    rows = OPS["_checked_index"](index.reshape(-1), flat.shape[d])
+    return OPS["index"](flat, [None] * d + [rows]).reshape(shape)
 
 
 # ------------------------------------------------------------------------------ index_add / fill / copy

@@ -77,7 +77,8 @@ embedding.register_derivative(_embedding_grad, save_inputs=(1,))
 
 @embedding.register_decomposition
 def _embedding_decomp(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    rows = OPS["index"](weight, [indices])
+    # ``index`` counts negative indices from the end; an embedding refuses them
+    rows = OPS["index"](weight, [OPS["_checked_index"](indices, weight.shape[0])])
     if padding_idx < 0 and not scale_grad_by_freq:
         return rows
     # same values, gradient scaled per lookup: 0 for the padding row, 1/count with freq scaling
@@ -133,4 +134,5 @@ def _one_hot_decomp(x, num_classes=-1):
     if num_classes == -1:
         num_classes = int(x.amax().item()) + 1  # data-dependent, as in PyTorch
     classes = OPS["arange"](0, num_classes, 1, dtype=dt.int64, device=x.device)
+    x = OPS["_checked_index"](x, num_classes)  # a class outside [0, num_classes) is an error
     return (x.unsqueeze(-1) == classes).to(dt.int64)
