@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..ops.creation import api
+from ..runtime.tensor import Tensor
 from .optimizer import (
     Optimizer,
     check_at_least_zero,
@@ -56,16 +57,23 @@ class Adagrad(Optimizer):
         # PyTorch creates Adagrad's state eagerly, so it appears in state_dict before any step
         for group in self.param_groups:
             for p in group["params"]:
-                state = self.state[p]
-                state["step"] = api.tensor(0.0, dtype=scalar_dtype())
-                state["sum"] = api.full_like(p, group["initial_accumulator_value"])
+                self._state_for(p, group)
+
+    def _state_for(self, param: Tensor, group: dict) -> dict:
+        """``param``'s state, made here for a group added after construction (at its first
+        step, as PyTorch's)."""
+        state = self.state[param]
+        if not state:
+            state["step"] = api.tensor(0.0, dtype=scalar_dtype())
+            state["sum"] = api.full_like(param, group["initial_accumulator_value"])
+        return state
 
     def _step_group(self, group: dict) -> None:
         lr = scalar_value(group["lr"])
         lr_decay, eps = group["lr_decay"], group["eps"]
         weight_decay = group["weight_decay"]
         for param, grad in params_with_grad(group):
-            state = self.state[param]
+            state = self._state_for(param, group)
             step = advance_step(state, capturable=False)
             grad = l2_weight_decay(grad, param, weight_decay)
             clr = scalar_for(lr / (1 + (step - 1) * lr_decay), param)

@@ -287,3 +287,46 @@ def result_type_of(dim_dtypes, zero_dim_dtypes, scalar_dtypes) -> dtype:
 def can_cast(from_: dtype, to: dtype) -> bool:
     """PyTorch's same-kind rule for writing results into an existing tensor."""
     return from_.category <= to.category
+
+
+# PyTorch's names of the scalar types, as its error messages spell them
+_TYPE_NAMES = {
+    bool_: "Bool",
+    uint8: "Byte",
+    int8: "Char",
+    int16: "Short",
+    int32: "Int",
+    int64: "Long",
+    float16: "Half",
+    bfloat16: "BFloat16",
+    float32: "Float",
+    float64: "Double",
+    complex64: "ComplexFloat",
+    complex128: "ComplexDouble",
+}
+
+
+def torch_type_name(d: dtype) -> str:
+    """PyTorch's scalar type name ('Long', 'Float'...), as its error messages spell it."""
+    return _TYPE_NAMES[d]
+
+
+_C_TYPE_NAMES = {
+    bool_: "bool",
+    uint8: "unsigned char",
+    int8: "signed char",
+    int16: "short int",
+    int32: "int",
+    int64: "long int",
+    float16: "c10::Half",
+    bfloat16: "c10::BFloat16",
+    float32: "float",
+    float64: "double",
+    complex64: "c10::complex<float>",
+    complex128: "c10::complex<double>",
+}
+
+
+def c_type_name(d: dtype) -> str:
+    """The C++ spelling ('float', 'long int') some ATen messages use, e.g. matmul's and conv's."""
+    return _C_TYPE_NAMES.get(d, d.name)

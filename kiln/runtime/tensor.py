@@ -15,6 +15,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .device import cpu, device, meta
+from .dtypes import c_type_name, torch_type_name
 from .storage import Storage
 from .symbolic import SymInt, same_shape, size_or_one
 
@@ -426,6 +427,12 @@ class Tensor:
                 raise RuntimeError(
                     f"assigned grad has data of a different size: grad {list(value._shape)} "
                     f"vs tensor {list(self._shape)}"
+                )
+            if value._dtype is not self._dtype:  # PyTorch's check (grad_dtype: the dtype)
+                raise RuntimeError(
+                    f"attempting to assign a gradient with dtype '{c_type_name(value._dtype)}' "
+                    f"to a tensor with grad_dtype '{torch_type_name(self._dtype)}'. The gradient "
+                    "must match the tensor's grad_dtype (defaults to the tensor's dtype)."
                 )
         self._grad = value
 

@@ -521,3 +521,16 @@ def test_a_parameter_of_an_inference_tensor_needs_inference_mode_as_in_torch():
         return inside, frozen.is_inference(), frozen.requires_grad
 
     assert rules(kiln) == rules(torch)
+
+
+def test_assigning_a_grad_of_another_dtype_is_refused_like_torch():
+    """PyTorch checks ``.grad`` against the tensor's dtype where it is assigned (an optimizer
+    would otherwise fail later, far from the cause); shape and dtype alike."""
+    p = kiln.nn.Parameter(kiln.ones(2))
+    for bad in (kiln.ones(2, dtype=kiln.float64), kiln.ones(2, dtype=kiln.int64)):
+        with pytest.raises(RuntimeError, match="attempting to assign a gradient with dtype"):
+            p.grad = bad
+    with pytest.raises(RuntimeError, match="different size"):
+        p.grad = kiln.ones(3)
+    p.grad = kiln.full((2,), 0.5)
+    assert p.grad.tolist() == [0.5, 0.5]

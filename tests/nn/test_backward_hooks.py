@@ -99,3 +99,46 @@ def test_old_backward_hook_gradient_shapes_match_torch(make):
         return seen
 
     assert shapes(kiln) == shapes(torch)
+
+
+@needs_torch
+def test_global_full_backward_hooks_see_every_module_like_torch():
+    """``nn.modules.module.register_module_full_backward_hook`` (and its pre hook) run for
+    every module, before a module's own hooks, until removed."""
+
+    def run(lib):
+        seen = []
+        pre = lib.nn.modules.module.register_module_full_backward_pre_hook(
+            lambda m, go: seen.append(("pre", type(m).__name__, len(go)))
+        )
+        post = lib.nn.modules.module.register_module_full_backward_hook(
+            lambda m, gi, go: seen.append(("post", type(m).__name__, len(gi), len(go)))
+        )
+        model = lib.nn.Sequential(lib.nn.Linear(2, 3), lib.nn.Tanh())
+        model[0].register_full_backward_hook(lambda m, gi, go: seen.append(("own", "Linear")))
+        model(lib.ones(1, 2, requires_grad=True)).sum().backward()
+        pre.remove()
+        post.remove()
+        model(lib.ones(1, 2, requires_grad=True)).sum().backward()
+        return seen
+
+    assert run(kiln) == run(torch)
+
+
+@needs_torch
+def test_full_backward_hook_of_a_module_returning_a_dict_is_not_called_like_torch():
+    def run(lib):
+        class Pair(lib.nn.Module):
+            def forward(self, x):
+                return {"a": x * 2, "b": x * 3}
+
+        calls = []
+        module = Pair()
+        module.register_full_backward_hook(lambda m, gi, go: calls.append(go))
+        x = lib.ones(2, requires_grad=True)
+        with pytest.warns(UserWarning, match="module output should be a Tensor or a tuple"):
+            out = module(x)
+        out["a"].sum().backward()
+        return calls, x.grad.tolist()
+
+    assert run(kiln) == run(torch)

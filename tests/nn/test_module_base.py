@@ -500,3 +500,27 @@ def test_set_submodule_like_torch(target, strict):
 def test_share_memory_returns_the_module():
     model = kiln.nn.Linear(2, 2)
     assert model.share_memory() is model
+
+
+@needs_torch
+def test_module_to_a_complex_dtype_and_overwriting_conversion_like_torch():
+    """``Module.to(complex64)`` converts floating parameters and buffers (not integer ones);
+    ``__future__.set_overwrite_module_params_on_conversion(True)`` makes new Parameter objects."""
+    import importlib
+
+    def run(lib):
+        future = importlib.import_module(lib.__name__ + ".__future__")
+        model = lib.nn.Sequential(lib.nn.Linear(2, 2), lib.nn.BatchNorm1d(2))
+        weight = model[0].weight
+        model.to(lib.complex64)
+        kept = model[0].weight is weight
+        dtypes = [str(t.dtype).split(".")[1] for t in (*model.parameters(), *model.buffers())]
+        future.set_overwrite_module_params_on_conversion(True)
+        try:
+            model.to(lib.complex128)
+            replaced = model[0].weight is not weight
+        finally:
+            future.set_overwrite_module_params_on_conversion(False)
+        return kept, dtypes, replaced, str(model[0].weight.dtype).split(".")[1]
+
+    assert run(kiln) == run(torch)

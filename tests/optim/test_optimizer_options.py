@@ -543,3 +543,21 @@ def test_sparse_adam_leaves_rows_without_gradient_alone():
     assert values[1].tolist() == [1.0, 1.0]
     assert opt.state[param]["exp_avg"].numpy()[1].tolist() == [0.0, 0.0]
     np.testing.assert_allclose(values[2], [1.1, 0.9], rtol=1e-6)
+
+
+@needs_torch
+def test_adagrad_steps_a_param_group_added_after_construction_like_torch():
+    def run(lib):
+        w, b = lib.nn.Parameter(lib.ones(2)), lib.nn.Parameter(lib.ones(2) * 2)
+        opt = lib.optim.Adagrad([w], lr=0.1, initial_accumulator_value=0.5)
+        opt.add_param_group({"params": [b], "lr": 0.2})
+        for _ in range(3):
+            opt.zero_grad()
+            (w.pow(2).sum() + b.pow(3).sum()).backward()
+            opt.step()
+        state = opt.state_dict()["state"]
+        return w.tolist(), b.tolist(), sorted(state), sorted(state[1])
+
+    got, want = run(kiln), run(torch)
+    np.testing.assert_allclose(got[0] + got[1], want[0] + want[1], rtol=1e-6)
+    assert got[2:] == want[2:]

@@ -109,3 +109,14 @@ def test_custom_getitem_and_collate_still_run_per_sample():
     batches = list(data.DataLoader(data.TensorDataset(kiln.arange(4.0)), batch_size=2,
                                    collate_fn=lambda samples: len(samples)))  # fmt: skip
     assert batches == [2, 2]
+
+
+def test_collate_internals_reachable_at_torch_paths():
+    """``torch.utils.data._utils.collate`` is reachable as an attribute after importing the
+    package (programs that extend ``default_collate_fn_map`` use the path)."""
+    collate_module = kiln.utils.data._utils.collate
+    batch = collate_module.collate(
+        [{"x": kiln.ones(2)}, {"x": kiln.zeros(2)}],
+        collate_fn_map=collate_module.default_collate_fn_map,
+    )
+    assert batch["x"].tolist() == [[1.0, 1.0], [0.0, 0.0]]

@@ -28,7 +28,12 @@ from . import (
     transformer,
     upsampling,
 )
-from ._hooks import register_module_forward_hook, register_module_forward_pre_hook
+from ._hooks import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+    register_module_full_backward_hook,
+    register_module_full_backward_pre_hook,
+)
 from .activation import *  # noqa: F403
 from .adaptive import *  # noqa: F403
 from .batchnorm import *  # noqa: F403
@@ -60,6 +65,9 @@ FAMILIES = (
     pixelshuffle, pooling, rnn, sparse, transformer, upsampling,
 )  # fmt: skip
 
-__all__ = ["register_module_forward_hook", "register_module_forward_pre_hook"] + [
-    name for family in FAMILIES for name in family.__all__
-]
+__all__ = [
+    "register_module_forward_hook",
+    "register_module_forward_pre_hook",
+    "register_module_full_backward_hook",
+    "register_module_full_backward_pre_hook",
+] + [name for family in FAMILIES for name in family.__all__]

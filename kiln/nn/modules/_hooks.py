@@ -24,6 +24,8 @@ __all__ = [
     "call_with_hooks",
     "register_module_forward_pre_hook",
     "register_module_forward_hook",
+    "register_module_full_backward_pre_hook",
+    "register_module_full_backward_hook",
 ]
 
 # per-module ordered dicts created by Module.__init__
@@ -40,14 +42,25 @@ HOOK_DICTS = (
 _global_forward_pre_hooks: OrderedDict = OrderedDict()
 _global_forward_hooks: OrderedDict = OrderedDict()
 _global_forward_hooks_always_called: OrderedDict = OrderedDict()
+_global_backward_pre_hooks: OrderedDict = OrderedDict()
+_global_backward_hooks: OrderedDict = OrderedDict()
 # read by Module.__call__ on every call: a one-element list is the cheapest shared flag
 GLOBAL_HOOKS_ACTIVE = [False]
+
+
+def _any_global_hooks() -> bool:
+    return bool(
+        _global_forward_pre_hooks
+        or _global_forward_hooks
+        or _global_backward_pre_hooks
+        or _global_backward_hooks
+    )
 
 
 class _GlobalHandle(RemovableHandle):
     def remove(self) -> None:
         super().remove()
-        GLOBAL_HOOKS_ACTIVE[0] = bool(_global_forward_pre_hooks or _global_forward_hooks)
+        GLOBAL_HOOKS_ACTIVE[0] = _any_global_hooks()
 
 
 def register_module_forward_pre_hook(hook: Callable) -> RemovableHandle:
@@ -66,6 +79,32 @@ def register_module_forward_hook(hook: Callable, *, always_call: bool = False) -
         _global_forward_hooks_always_called[handle.id] = True
     GLOBAL_HOOKS_ACTIVE[0] = True
     return handle
+
+
+def register_module_full_backward_pre_hook(hook: Callable) -> RemovableHandle:
+    """``hook(module, grad_output)`` before every module's full backward hooks (global ones run
+    before a module's own, as in PyTorch)."""
+    handle = _GlobalHandle(_global_backward_pre_hooks)
+    _global_backward_pre_hooks[handle.id] = hook
+    GLOBAL_HOOKS_ACTIVE[0] = True
+    return handle
+
+
+def register_module_full_backward_hook(hook: Callable) -> RemovableHandle:
+    """``hook(module, grad_input, grad_output)`` once every module's input gradients are known
+    (a full backward hook on all modules)."""
+    handle = _GlobalHandle(_global_backward_hooks)
+    _global_backward_hooks[handle.id] = hook
+    GLOBAL_HOOKS_ACTIVE[0] = True
+    return handle
+
+
+def _backward_hooks(module) -> list:
+    return [*_global_backward_hooks.values(), *module._backward_hooks.values()]
+
+
+def _backward_pre_hooks(module) -> list:
+    return [*_global_backward_pre_hooks.values(), *module._backward_pre_hooks.values()]
 
 
 def _run_pre_hooks(module, args: tuple, kwargs: dict):
@@ -104,8 +143,10 @@ def call_with_hooks(module, args: tuple, kwargs: dict):
     try:
         args, kwargs = _run_pre_hooks(module, args, kwargs)
         backward_hook = None
-        full_hooks = module._backward_hooks and module._is_full_backward_hook is not False
-        if full_hooks or module._backward_pre_hooks:
+        full_hooks = (
+            module._backward_hooks and module._is_full_backward_hook is not False
+        ) or _global_backward_hooks
+        if full_hooks or module._backward_pre_hooks or _global_backward_pre_hooks:
             backward_hook = _BackwardHook(module)
             args = backward_hook.wrap_inputs(args)
         result = module.forward(*args, **kwargs)
@@ -265,6 +306,7 @@ class _BackwardHook:
         self.n_inputs = 0
         self.grad_outputs = None
         self.inputs_hooked = False
+        self.outputs_hooked = False  # an output that is no tensor or tuple (a dict): no hooks
 
     def wrap_inputs(self, args: tuple) -> tuple:
         positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
@@ -285,6 +327,11 @@ class _BackwardHook:
         single = isinstance(result, Tensor)
         items = (result,) if single else result
         if not isinstance(items, tuple):
+            warnings.warn(
+                "For backward hooks to be called, module output should be a Tensor or a tuple "
+                f"of Tensors but received {type(result)}",
+                stacklevel=4,
+            )
             return result
         positions = [i for i, a in enumerate(items) if isinstance(a, Tensor)]
         tensors = [items[i] for i in positions]
@@ -293,6 +340,7 @@ class _BackwardHook:
         wrapped = _Identity.apply(*tensors)
         node = next(t.grad_fn for t in wrapped if t.grad_fn is not None)
         node.register_prehook(self._on_output_grads)
+        self.outputs_hooked = True
         out = list(items)
         for i, t in zip(positions, wrapped):
             out[i] = t
@@ -300,7 +348,7 @@ class _BackwardHook:
 
     def _on_output_grads(self, grad_outputs: tuple):
         module = self.module
-        for hook in list(module._backward_pre_hooks.values()):
+        for hook in _backward_pre_hooks(module):
             result = hook(module, grad_outputs)
             if result is not None:
                 grad_outputs = _checked(result, len(grad_outputs), "backward pre hook")
@@ -313,7 +361,7 @@ class _BackwardHook:
                 "more details."
             )
             empty = (None,) * self.n_inputs
-            for hook in list(module._backward_hooks.values()):
+            for hook in _backward_hooks(module):
                 result = hook(module, empty, grad_outputs)
                 if result is not None and any(r is not None for r in result):
                     raise RuntimeError(
@@ -324,7 +372,9 @@ class _BackwardHook:
 
     def _on_input_grads(self, grad_inputs: tuple, _grads_of_identity: tuple):
         module = self.module
-        for hook in list(module._backward_hooks.values()):
+        if not self.outputs_hooked:  # PyTorch's hooks never see a dict's gradients
+            return grad_inputs
+        for hook in _backward_hooks(module):
             result = hook(module, grad_inputs, self.grad_outputs)
             if result is not None:
                 grad_inputs = _checked(result, len(grad_inputs), "backward hook")

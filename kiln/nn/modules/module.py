@@ -23,10 +23,19 @@ from ...runtime.tensor import Tensor
 from ...utils.hooks import RemovableHandle
 from ..parameter import Buffer, Parameter
 from . import _hooks
-from ._hooks import register_module_forward_hook, register_module_forward_pre_hook  # noqa: F401
+from ._hooks import (  # noqa: F401 - PyTorch's nn.modules.module names
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+    register_module_full_backward_hook,
+    register_module_full_backward_pre_hook,
+)
 from ._state_dict import STATE_DICT_HOOK_DICTS, StateDictMixin, _IncompatibleKeys  # noqa: F401
 
-__all__ = ["Module"]
+__all__ = ["Module", "CONVERSION_FLAGS"]
+
+# ``kiln.__future__``'s switches for ``Module.to``/``float``/``cuda``...: "overwrite" makes new
+# Parameter objects; "swap" (PyTorch's swap_tensors route) keeps each object, as kiln always does
+CONVERSION_FLAGS = {"overwrite": False, "swap": False}
 
 
 def _typename(value) -> str:
@@ -365,16 +374,25 @@ class Module(StateDictMixin):
 
     # ------------------------------------------------------------------ conversions
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Module:
-        """Apply ``fn`` to every parameter, grad and buffer, keeping Parameter objects (``.data``)."""
+        """Apply ``fn`` to every parameter, grad and buffer, keeping Parameter objects (``.data``)
+        unless ``kiln.__future__.set_overwrite_module_params_on_conversion(True)`` asked for new
+        ones (PyTorch's option: an optimizer built before then still holds the old ones)."""
         if recurse:
             for module in self.children():
                 module._apply(fn)
+        overwrite = CONVERSION_FLAGS["overwrite"]
         with no_grad():
-            for param in self._parameters.values():
+            for key, param in self._parameters.items():
                 if param is None:
                     continue
-                param.data = fn(param)
                 grad = param._grad
+                if overwrite:
+                    new = Parameter(fn(param), param.requires_grad)
+                    if grad is not None:
+                        new._grad = fn(grad)
+                    self._parameters[key] = new
+                    continue
+                param.data = fn(param)
                 if grad is not None:
                     grad.data = fn(grad)
             for key, buf in self._buffers.items():
@@ -397,11 +415,12 @@ class Module(StateDictMixin):
         return self
 
     def to(self, *args, **kwargs) -> Module:
-        """``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)``; dtype must be float;
+        """``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)``; dtype must be a
+        float or complex one (floating parameters and buffers take it, as in PyTorch);
         ``memory_format`` lays out 4-d and 5-d parameters and buffers (channels-last models)."""
         memory_format = kwargs.pop("memory_format", None)
         device, dtype = _parse_to(args, kwargs)
-        if dtype is not None and not dtype.is_floating_point:
+        if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
             raise TypeError(
                 "nn.Module.to only accepts floating point or complex dtypes, but got desired "
                 f"dtype={dtype}"
@@ -410,7 +429,7 @@ class Module(StateDictMixin):
         def convert(t: Tensor) -> Tensor:
             if device is not None:
                 t = t.to(device)
-            if dtype is not None and t.is_floating_point():
+            if dtype is not None and (t.is_floating_point() or t.is_complex()):
                 t = t.to(dtype)
             if memory_format is not None and t.dim() in (4, 5):  # PyTorch's: conv weights
                 t = t.contiguous(memory_format=memory_format)

@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from ...runtime import dtypes as dt
+from ...runtime.dtypes import c_type_name, torch_type_name  # (their home is the dtypes)
 from ...runtime.tensor import wrap_array
 from ..core.common import (
     DType,
@@ -51,54 +52,13 @@ __all__ = [
     "scatter_back",
     "float_sum",
     "torch_type_name",
+    "c_type_name",
 ]
 
 
 _add_reduce = np.add.reduce
 _int64 = dt.int64
 _INF = float("inf")
-
-_TYPE_NAMES = {
-    dt.bool_: "Bool",
-    dt.uint8: "Byte",
-    dt.int8: "Char",
-    dt.int16: "Short",
-    dt.int32: "Int",
-    dt.int64: "Long",
-    dt.float16: "Half",
-    dt.bfloat16: "BFloat16",
-    dt.float32: "Float",
-    dt.float64: "Double",
-    dt.complex64: "ComplexFloat",
-    dt.complex128: "ComplexDouble",
-}
-
-
-def torch_type_name(d: dt.dtype) -> str:
-    """PyTorch's scalar type name ('Long', 'Float'...), as its error messages spell it."""
-    return _TYPE_NAMES[d]
-
-
-_C_TYPE_NAMES = {
-    dt.bool_: "bool",
-    dt.uint8: "unsigned char",
-    dt.int8: "signed char",
-    dt.int16: "short int",
-    dt.int32: "int",
-    dt.int64: "long int",
-    dt.float16: "c10::Half",
-    dt.bfloat16: "c10::BFloat16",
-    dt.float32: "float",
-    dt.float64: "double",
-    dt.complex64: "c10::complex<float>",
-    dt.complex128: "c10::complex<double>",
-}
-
-
-def c_type_name(d: dt.dtype) -> str:
-    """The C++ spelling ('float', 'long int') some ATen messages use, e.g. matmul's and conv's."""
-    return _C_TYPE_NAMES.get(d, d.name)
-
 
 # ------------------------------------------------------------------------------ machinery
 
