@@ -8,19 +8,21 @@ from collections.abc import Callable
 
 from ..nn import functional as F
 from ..ops.linalg import linalg_namespace as linalg
-from ..ops.public import broadcast_shapes, digamma, exp, lgamma, log, where
+from ..ops.public import broadcast_shapes, digamma, erf, exp, lgamma, log, log1p, where
 from .continuous import (
     _EULER,
     Beta,
+    Cauchy,
     Exponential,
     Gamma,
     Gumbel,
+    HalfNormal,
     Laplace,
     LogNormal,
     Normal,
     Uniform,
 )
-from .discrete import Bernoulli, Categorical, OneHotCategorical, Poisson
+from .discrete import Bernoulli, Binomial, Categorical, Geometric, OneHotCategorical, Poisson
 from .multivariate import Dirichlet, Independent, MultivariateNormal, _batch_mahalanobis
 from .utils import sum_rightmost
 
@@ -208,6 +210,83 @@ def _kl_mvn_mvn(p, q):
     term2 = solved.pow(2).sum((-2, -1))
     term3 = _batch_mahalanobis(q_L, q.loc - p.loc)
     return half_term1 + 0.5 * (term2 + term3 - n)
+
+
+@register_kl(HalfNormal, HalfNormal)
+def _kl_halfnormal_halfnormal(p, q):
+    var_ratio = (p.scale / q.scale).pow(2)
+    return 0.5 * (var_ratio - 1 - var_ratio.log())
+
+
+@register_kl(Cauchy, Cauchy)
+def _kl_cauchy_cauchy(p, q):
+    # the closed form of Chyzak and Nielsen: log of the squared summed scales and location
+    # difference over four times the scales' product
+    spread = (p.scale + q.scale).pow(2) + (p.loc - q.loc).pow(2)
+    return spread.log() - (4 * p.scale * q.scale).log()
+
+
+@register_kl(Geometric, Geometric)
+def _kl_geometric_geometric(p, q):
+    # E_p[log q(x)] = E_p[x] log(1 - q) + log q, with E_p[x] = (1 - p) / p
+    return -p.entropy() - log1p(-q.probs) / p.probs - q.logits
+
+
+@register_kl(Binomial, Binomial)
+def _kl_binomial_binomial(p, q):
+    if (p.total_count < q.total_count).any():
+        raise NotImplementedError(
+            "KL between Binomials where q.total_count > p.total_count is not implemented"
+        )
+    softplus = F.softplus
+    n = p.total_count
+    kl = n * (
+        p.probs * (softplus(-q.logits) - softplus(-p.logits))
+        + (1 - p.probs) * (softplus(q.logits) - softplus(p.logits))
+    )
+    return _infinite_where(p.total_count > q.total_count, kl)
+
+
+@register_kl(Uniform, Normal)
+def _kl_uniform_normal(p, q):
+    # -H(U) - E_U[log N]: E_U[(x - loc)^2] = (high - low)^2 / 12 + (mid - loc)^2
+    width = p.high - p.low
+    second_moment = width.pow(2) / 12 + ((p.high + p.low) / 2 - q.loc).pow(2)
+    return (q.scale * math.sqrt(2 * math.pi) / width).log() + second_moment / (2 * q.scale.pow(2))
+
+
+@register_kl(Normal, Laplace)
+def _kl_normal_laplace(p, q):
+    # E_N|x - loc_q| is the folded normal's mean
+    d = p.loc - q.loc
+    folded = p.scale * math.sqrt(2 / math.pi) * exp(-d.pow(2) / (2 * p.scale.pow(2))) + d * erf(
+        d / (p.scale * math.sqrt(2))
+    )
+    return -p.entropy() + (2 * q.scale).log() + folded / q.scale
+
+
+@register_kl(Exponential, Normal)
+def _kl_exponential_normal(p, q):
+    # E[x] = 1 / rate, E[x^2] = 2 / rate^2
+    second_moment = 2 / p.rate.pow(2) - 2 * q.loc / p.rate + q.loc.pow(2)
+    return (
+        -p.entropy()
+        + (q.scale * math.sqrt(2 * math.pi)).log()
+        + second_moment / (2 * q.scale.pow(2))
+    )
+
+
+@register_kl(Exponential, Gamma)
+def _kl_exponential_gamma(p, q):
+    # E_p[log x] = -euler - log(rate_p), E_p[x] = 1 / rate_p
+    a, b = q.concentration, q.rate
+    log_q = a * b.log() - lgamma(a) + (a - 1) * (-_EULER - p.rate.log()) - b / p.rate
+    return -p.entropy() - log_q
+
+
+@register_kl(Gamma, Exponential)
+def _kl_gamma_exponential(p, q):
+    return -p.entropy() - q.rate.log() + q.rate * p.concentration / p.rate
 
 
 @register_kl(Independent, Independent)

@@ -220,20 +220,41 @@ KL_PAIRS = [
     ("Poisson", lambda D, p: D.Poisson(p[0]), [[0.5, 3.0]], [[2.0, 1.0]]),
     ("MultivariateNormal", lambda D, p: D.MultivariateNormal(p[0], scale_tril=p[1]), [[0.1, -0.5], [[1.5, 0.0], [0.3, 0.8]]], [[0.0, 0.2], [[1.0, 0.0], [-0.4, 1.2]]]),
     ("Independent", lambda D, p: D.Independent(D.Normal(p[0], p[1]), 1), [[0.3, -1.0], [0.5, 1.5]], [[0.0, 1.0], [1.0, 0.7]]),
+    ("HalfNormal", lambda D, p: D.HalfNormal(p[0]), [[1.0, 2.0]], [[2.0, 0.5]]),
+    ("Cauchy", lambda D, p: D.Cauchy(p[0], p[1]), [[0.0, 1.0], [1.0, 2.0]], [[1.0, -1.0], [2.0, 0.5]]),
+    ("Geometric", lambda D, p: D.Geometric(p[0]), [[0.3, 0.7]], [[0.5, 0.2]]),
+    ("Binomial", lambda D, p: D.Binomial(5, p[0]), [[0.3, 0.6]], [[0.5, 0.4]]),
+]  # fmt: skip
+
+# (name, p's maker, q's maker, p's parameters, q's parameters): pairs of different families
+KL_CROSS_PAIRS = [
+    ("Uniform-Normal", lambda D, p: D.Uniform(p[0], p[1]), lambda D, p: D.Normal(p[0], p[1]), [[0.0, -1.0], [1.0, 2.0]], [[0.0, 1.0], [1.0, 3.0]]),
+    ("Normal-Laplace", lambda D, p: D.Normal(p[0], p[1]), lambda D, p: D.Laplace(p[0], p[1]), [[0.0, 1.0], [1.0, 0.5]], [[0.0, -1.0], [1.0, 2.0]]),
+    ("Exponential-Normal", lambda D, p: D.Exponential(p[0]), lambda D, p: D.Normal(p[0], p[1]), [[1.0, 3.0]], [[0.0, 1.0], [1.0, 2.0]]),
+    ("Exponential-Gamma", lambda D, p: D.Exponential(p[0]), lambda D, p: D.Gamma(p[0], p[1]), [[1.0, 3.0]], [[2.0, 0.5], [1.0, 3.0]]),
+    ("Gamma-Exponential", lambda D, p: D.Gamma(p[0], p[1]), lambda D, p: D.Exponential(p[0]), [[2.0, 0.5], [1.0, 3.0]], [[1.0, 3.0]]),
 ]  # fmt: skip
 
 
 @requires_torch
-@pytest.mark.parametrize("pair", KL_PAIRS, ids=[p[0] for p in KL_PAIRS])
+@pytest.mark.parametrize(
+    "pair",
+    KL_PAIRS + KL_CROSS_PAIRS,
+    ids=[p[0] for p in KL_PAIRS + KL_CROSS_PAIRS],
+)
 def test_kl_divergence_and_its_gradient_match_torch(pair):
     import torch
 
-    _, make, pp, qp = pair
+    if len(pair) == 4:
+        _, make, pp, qp = pair
+        make_q = make
+    else:
+        _, make, make_q, pp, qp = pair
     kpp = [_t(kiln, a, True) for a in pp]
     tpp = [_t(torch, a, True) for a in pp]
-    k = KD.kl_divergence(make(KD, kpp), make(KD, [_t(kiln, a) for a in qp]))
+    k = KD.kl_divergence(make(KD, kpp), make_q(KD, [_t(kiln, a) for a in qp]))
     t = torch.distributions.kl_divergence(
-        make(torch.distributions, tpp), make(torch.distributions, [_t(torch, a) for a in qp])
+        make(torch.distributions, tpp), make_q(torch.distributions, [_t(torch, a) for a in qp])
     )
     _close(k, t, rtol=1e-8)
     for a, b in zip(kiln.autograd.grad(k.sum(), kpp), torch.autograd.grad(t.sum(), tpp)):
