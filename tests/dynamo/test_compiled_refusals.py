@@ -114,6 +114,7 @@ OUT_OF_RANGE = {
     "nll_loss negative target": lambda lib, x: lib.nn.functional.nll_loss(
         x, lib.tensor([0, 1, 2, -3])
     ),
+    "masked_scatter of too few values": lambda lib, x: x.masked_scatter(x > -10, lib.ones(3)),
 }
 
 
@@ -138,7 +139,8 @@ def test_compiled_gathers_of_valid_indices_still_run():
         picked = lib.gather(x, 1, lib.tensor([[4], [0], [1], [2]]))
         loss = lib.nn.functional.cross_entropy(x, lib.tensor([0, -100, 4, 2]))  # one ignored
         taken = lib.take(x, lib.tensor([19, -20])).sum()
-        return rows.sum(0) + picked.sum() + taken + loss
+        scattered = x.masked_scatter(x > 15, lib.arange(4.0) + 100)  # exactly enough values
+        return rows.sum(0) + picked.sum() + taken + loss + scattered.sum(0)
 
     x = kiln.arange(20.0).reshape(4, 5)
     expected = fn(torch, torch.arange(20.0).reshape(4, 5)).numpy()

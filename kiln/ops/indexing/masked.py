@@ -124,7 +124,9 @@ def _masked_scatter_decomp(x, mask, source):
     if source.numel() == 0:
         return OPS["where"](m, base, base).reshape(shape)
     rank = OPS["cumsum"](m, 0) - 1
-    rank = OPS["clamp"](rank, 0, source.numel() - 1)
+    # a True position past the source's end is an error (too few source values), checked where
+    # it is taken; untaken positions read the first value
+    rank = OPS["_checked_index"](OPS["where"](m, rank, 0), source.numel())
     values = OPS["index"](source.reshape(-1), [rank])
     return OPS["where"](m, values, base).reshape(shape)
 
