@@ -27,6 +27,23 @@ def test_activation_checkpointing_is_the_plain_call_inside_a_graph():
     check(checkpointed_residual, kiln.randn(2, 4))
 
 
+_CHAIN = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4))
+
+
+def checkpointed_sequential(x):
+    from kiln.utils.checkpoint import checkpoint_sequential
+
+    whole = checkpoint_sequential(_CHAIN, 2, x, use_reentrant=False)
+    listed = checkpoint_sequential(list(_CHAIN), 3, x, use_reentrant=False)
+    return whole + listed
+
+
+def test_checkpoint_sequential_is_the_plain_chain_inside_a_graph():
+    """PyTorch's dynamo inlines it (its segments' ``checkpoint`` calls are captured): one graph,
+    for an ``nn.Sequential`` and for a list of modules."""
+    check(checkpointed_sequential, kiln.randn(2, 4))
+
+
 class _Recorder:
     def __init__(self):
         self.entered = 0

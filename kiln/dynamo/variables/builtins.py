@@ -16,7 +16,7 @@ from typing import Any
 from ...autograd.grad_mode import is_grad_enabled
 from ...runtime.compiling import is_compiling
 from ...runtime.symbolic import SymInt
-from ...utils.checkpoint import checkpoint
+from ...utils.checkpoint import checkpoint, checkpoint_sequential
 from ..exc import Unsupported, unsupported
 from .base import ConstantVariable, FixedObjectVariable, VariableTracker, active_output
 from .dicts import DictVariable, dict_key
@@ -523,6 +523,22 @@ def _checkpoint(tx, fn, args, kwargs):
     numbers): inside a graph it is the plain call (the partitioner decides what to keep)."""
     kwargs = {k: v for k, v in kwargs.items() if k not in _CHECKPOINT_OPTIONS}
     return args[0].call_function(tx, list(args[1:]), kwargs)
+
+
+@_handles(checkpoint_sequential)
+def _checkpoint_sequential(tx, fn, args, kwargs):
+    """As ``checkpoint``: inside a graph the segments are plain calls, one after another (an
+    ``nn.Sequential`` is called whole; a list of callables in order)."""
+    bound = dict(zip(("functions", "segments", "input"), args))
+    bound.update((k, v) for k, v in kwargs.items() if k not in _CHECKPOINT_OPTIONS)
+    functions, value = bound["functions"], bound["input"]
+    from .nn_module import NNModuleVariable
+
+    if isinstance(functions, NNModuleVariable):
+        return functions.call_function(tx, [value], {})
+    for function in functions.unpack(tx):
+        value = function.call_function(tx, [value], {})
+    return value
 
 
 @_handles(itertools.count)
