@@ -365,6 +365,10 @@ def _materialize(node: Node, buf: dict) -> tuple:
         return (buf.get(0),)
     from ..ops.creation.api import zeros
 
+    if getattr(node, "fn_cls", None) is not None:
+        # a custom Function's node: its outputs without a gradient stay None (its hooks see
+        # None, as in PyTorch); its apply makes zeros only if the Function materializes grads
+        return tuple(buf.get(nr) for nr in range(n_out))
     ignored = node.op.ignored_grads if node.__class__ is OpBackward else ()
     grads = []
     for nr in range(n_out):

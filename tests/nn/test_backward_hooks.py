@@ -142,3 +142,40 @@ def test_full_backward_hook_of_a_module_returning_a_dict_is_not_called_like_torc
         return calls, x.grad.tolist()
 
     assert run(kiln) == run(torch)
+
+
+@needs_torch
+def test_full_backward_hook_sees_none_for_an_output_without_gradient_like_torch():
+    """An output the loss does not use has no gradient: the hook gets None (not zeros), and so
+    does a custom Function's backward that does not materialize gradients."""
+
+    def run(lib):
+        class Two(lib.nn.Module):
+            def forward(self, a, b):
+                return a * b, a + b
+
+        seen = []
+        module = Two()
+        module.register_full_backward_hook(
+            lambda m, gi, go: seen.append([None if g is None else g.tolist() for g in go])
+        )
+        a = lib.ones(2, requires_grad=True)
+        first, _ = module(a, lib.full((2,), 3.0))
+        first.sum().backward()
+
+        class Split(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.set_materialize_grads(False)
+                return x * 2, x * 3
+
+            @staticmethod
+            def backward(ctx, g1, g2):
+                seen.append(g2 is None)
+                return g1 * 2
+
+        x = lib.ones(2, requires_grad=True)
+        Split.apply(x)[0].sum().backward()
+        return seen, a.grad.tolist(), x.grad.tolist()
+
+    assert run(kiln) == run(torch)
