@@ -172,6 +172,13 @@ def from_numpy_dtype(np_dtype) -> dtype:
     try:
         return _BY_NP[np.dtype(np_dtype)]
     except KeyError:
+        if np.dtype(np_dtype).byteorder not in "=|" and np.dtype(np_dtype).newbyteorder("=") in (
+            _BY_NP
+        ):
+            raise ValueError(
+                "given numpy array has byte order different from the native byte order. "
+                "Conversion between byte orders is currently not supported."
+            ) from None
         raise TypeError(
             f"can't convert np.ndarray of type numpy.{np.dtype(np_dtype)}. The only supported "
             "types are: float64, float32, float16, complex64, complex128, bfloat16, int64, int32, "

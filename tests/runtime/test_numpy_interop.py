@@ -4,8 +4,10 @@ numpy functions of tensors, negative strides, and numpy-style keywords (``axis``
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from tests.oracle import needs_torch
+import kiln
+from tests.oracle import error_of, needs_torch, torch
 from tests.runtime.helpers import cases, same_as_torch
 
 pytestmark = needs_torch
@@ -45,3 +47,22 @@ REDUCTIONS = {
 @cases(REDUCTIONS)
 def test_numpy_style_keywords_match_torch(case):
     same_as_torch(case)
+
+
+@needs_torch
+@pytest.mark.parametrize("make", [lambda lib, a: lib.tensor(a), lambda lib, a: lib.from_numpy(a)])
+def test_a_big_endian_array_is_refused_with_torchs_error(make):
+    a = np.arange(3, dtype=">f4")
+    assert error_of(lambda: make(kiln, a)) == error_of(lambda: make(torch, a))
+
+
+@needs_torch
+def test_abs_of_bools_and_index_copy_counts_raise_torchs_errors():
+    for call in (
+        lambda lib: lib.tensor([True, False]).abs(),
+        lambda lib: lib.zeros(4, 5).index_copy(0, lib.tensor([0, 1]), lib.ones(3, 5)),
+    ):
+        assert error_of(lambda: call(kiln)) == error_of(lambda: call(torch))
+    assert error_of(lambda: kiln.compile(lambda x: x.abs())(kiln.tensor([True])))[0] == (
+        "NotImplementedError"
+    )

@@ -52,6 +52,10 @@ def _dim_index_check(name: str, x, d: int, index, source=None) -> None:
             f"dimension. Got self.shape = {list(x.shape)} source.shape = {list(source.shape)}"
         )
     if ss[d] != n:
+        if name == "index_copy_":  # PyTorch's index_copy says it as an IndexError
+            raise IndexError(
+                f"{name}(): Number of indices ({n}) should be equal to source.size(dim) ({ss[d]})"
+            )
         raise RuntimeError(
             f"{name}(): Number of indices ({n}) should be equal to source.size(dim): ({ss[d]}), "
             f"for dim: {d}"

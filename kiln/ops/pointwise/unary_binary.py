@@ -170,9 +170,23 @@ neg = unary(
     "neg", _negative, lambda c, g: (-g,), float_math=False, save_input=False, aliases=("negative",)
 )
 neg.check_in_meta(_refuse_bool_negation)
+
+
+def _absolute(a):
+    if a.dtype == np.bool_:
+        raise NotImplementedError("\"abs_cpu\" not implemented for 'Bool'")
+    return np.abs(a)
+
+
+def _refuse_bool_abs(x) -> None:
+    if x._dtype is _bool:
+        raise NotImplementedError("\"abs_cpu\" not implemented for 'Bool'")
+
+
 abs_ = unary(
-    "abs", np.abs, lambda c, g: (g * c.args[0].sign(),), float_math=False, aliases=("absolute",)
+    "abs", _absolute, lambda c, g: (g * c.args[0].sign(),), float_math=False, aliases=("absolute",)
 )
+abs_.check_in_meta(_refuse_bool_abs)
 abs_.register_complex(
     kernel=lambda x: wrap(np.abs(x._data), x._dtype.to_real()),
     meta=lambda x: pointwise_meta(x._dtype.to_real(), x),
