@@ -51,9 +51,12 @@ def test_numpy_style_keywords_match_torch(case):
 
 @needs_torch
 @pytest.mark.parametrize("make", [lambda lib, a: lib.tensor(a), lambda lib, a: lib.from_numpy(a)])
-def test_a_big_endian_array_is_refused_with_torchs_error(make):
-    a = np.arange(3, dtype=">f4")
-    assert error_of(lambda: make(kiln, a)) == error_of(lambda: make(torch, a))
+@pytest.mark.parametrize(
+    "array", [np.arange(3, dtype=">f4"), np.arange(6.0).reshape(2, 3)[:, ::-1]], ids=["big", "neg"]
+)
+def test_a_big_endian_or_negatively_strided_array_is_refused_with_torchs_error(make, array):
+    assert error_of(lambda: make(kiln, array)) == error_of(lambda: make(torch, array))
+    assert error_of(lambda: make(kiln, array))[0] == "ValueError"
 
 
 @needs_torch

@@ -270,6 +270,8 @@ def tensor(
     data, *, dtype=None, device=None, requires_grad: bool = False, pin_memory: bool = False
 ) -> Tensor:
     """A new leaf tensor copying ``data`` (nested lists, numbers, numpy arrays or tensors)."""
+    if isinstance(data, np.ndarray):
+        _refuse_negative_strides(data)  # PyTorch's check, though it copies here
     if isinstance(data, np.ndarray) and dtype is None:
         d = dt.from_numpy_dtype(data.dtype)
         arr = np.array(data, copy=True)
@@ -312,17 +314,21 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
 asarray = as_tensor
 
 
-def from_numpy(array: np.ndarray) -> Tensor:
-    """A tensor sharing ``array``'s memory (writes through either are seen by both)."""
-    if not isinstance(array, np.ndarray):
-        raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
-    d = dt.from_numpy_dtype(array.dtype)
+def _refuse_negative_strides(array: np.ndarray) -> None:
     if any(s < 0 for s in array.strides):
         raise ValueError(
             "At least one stride in the given numpy array is negative, and tensors with negative "
             "strides are not currently supported. (You can probably work around this by making a "
             "copy of your array  with array.copy().) "
         )
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor sharing ``array``'s memory (writes through either are seen by both)."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
+    d = dt.from_numpy_dtype(array.dtype)
+    _refuse_negative_strides(array)
     if any(s % array.itemsize for s in array.strides):
         array = array.copy()
     if not array.flags.writeable:
