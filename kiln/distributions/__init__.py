@@ -23,6 +23,7 @@ from .continuous import (
     StudentT,
     Uniform,
 )
+from .derived import HalfCauchy, InverseGamma, Pareto, Weibull
 from .discrete import (
     Bernoulli,
     Binomial,
@@ -53,6 +54,10 @@ from .transforms import (
 )
 
 __all__ = [
+    "HalfCauchy",
+    "InverseGamma",
+    "Pareto",
+    "Weibull",
     "AbsTransform",
     "AffineTransform",
     "Bernoulli",
@@ -95,3 +100,36 @@ __all__ = [
     "register_kl",
     "transforms",
 ]
+
+
+def _module_paths() -> None:
+    """PyTorch's one-module-per-distribution paths (``torch.distributions.normal.Normal``,
+    ``from torch.distributions.normal import Normal``): each a module holding its class."""
+    import sys
+    import types
+
+    paths = {
+        "bernoulli": "Bernoulli", "beta": "Beta", "binomial": "Binomial",
+        "categorical": "Categorical", "cauchy": "Cauchy", "chi2": "Chi2",
+        "dirichlet": "Dirichlet", "exponential": "Exponential", "gamma": "Gamma",
+        "geometric": "Geometric", "gumbel": "Gumbel", "half_cauchy": "HalfCauchy",
+        "half_normal": "HalfNormal", "independent": "Independent",
+        "inverse_gamma": "InverseGamma", "laplace": "Laplace", "log_normal": "LogNormal",
+        "lowrank_multivariate_normal": "LowRankMultivariateNormal",
+        "mixture_same_family": "MixtureSameFamily",
+        "multivariate_normal": "MultivariateNormal", "negative_binomial": "NegativeBinomial",
+        "normal": "Normal", "one_hot_categorical": "OneHotCategorical", "pareto": "Pareto",
+        "poisson": "Poisson", "studentT": "StudentT",
+        "transformed_distribution": "TransformedDistribution", "uniform": "Uniform",
+        "weibull": "Weibull",
+    }  # fmt: skip
+    namespace = globals()
+    for path, cls_name in paths.items():
+        module = types.ModuleType(f"{__name__}.{path}", f"``torch.distributions.{path}``.")
+        setattr(module, cls_name, namespace[cls_name])
+        module.__all__ = [cls_name]
+        sys.modules[module.__name__] = module
+        namespace[path] = module
+
+
+_module_paths()
