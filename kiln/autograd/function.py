@@ -163,6 +163,8 @@ class Function(metaclass=_FunctionMeta):
                     o._requires_grad = True
                     o.grad_fn = node
                     o._output_nr = i
+                    if o._base is not None:
+                        o._custom_function_view = (i, cls.__name__)
             else:
                 metas.append(((), None))
             wrapped.append(o)

@@ -158,6 +158,9 @@ class Tensor:
     _view_version = -1
     # made under ``inference_mode`` (see ``dispatch._inference_outputs``), or a view of such
     _inference = False
+    # a view a custom Function returned: (output index, the Function's name); an in-place op on
+    # it is PyTorch's error (its view history would replace the Function's backward)
+    _custom_function_view = None
     _inference_writable = False  # see ``mark_inference``
 
     # ------------------------------------------------------------------ construction

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import kiln
-from tests.oracle import assert_same_error, needs_torch, torch
+from tests.oracle import assert_same_error, error_of, needs_torch, torch
 
 
 def _relu_net(lib):
@@ -179,3 +179,34 @@ def test_full_backward_hook_sees_none_for_an_output_without_gradient_like_torch(
         return seen, a.grad.tolist(), x.grad.tolist()
 
     assert run(kiln) == run(torch)
+
+
+@needs_torch
+def test_an_in_place_module_with_a_full_backward_hook_is_refused_like_torch():
+    """Its input is the view the hook Function returns; modifying a custom Function's view in
+    place is PyTorch's error (the view's history would replace the Function's backward). A
+    custom Function's returned input, modified in place, likewise; under no_grad it is fine."""
+
+    def run(lib):
+        relu = lib.nn.ReLU(inplace=True)
+        relu.register_full_backward_hook(lambda m, gi, go: None)
+        hooked = error_of(lambda: relu(lib.ones(1, 2, requires_grad=True) * 1))
+
+        class Same(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x
+
+            @staticmethod
+            def backward(ctx, g):
+                return g
+
+        x = lib.ones(2, requires_grad=True) * 1
+        returned = error_of(lambda: Same.apply(x).add_(1))
+        with lib.no_grad():
+            quiet = Same.apply(x).add_(1).tolist()
+        return hooked[0], returned, quiet, relu(lib.ones(1, 2) * -1).tolist()
+
+    got, want = run(kiln), run(torch)
+    assert got[0] == want[0] == "RuntimeError"
+    assert got[1:] == want[1:]

@@ -283,7 +283,7 @@ def _warn_from_user_code(message: str) -> None:
     warnings.warn(message, stacklevel=level)
 
 
-class _Identity(Function):
+class BackwardHookFunction(Function):
     """Passes tensors through; its graph node is where module backward hooks attach."""
 
     @staticmethod
@@ -314,7 +314,7 @@ class _BackwardHook:
         tensors = [args[i] for i in positions]
         if not (per_thread.state.grad_enabled and any(t._requires_grad for t in tensors)):
             return args
-        wrapped = _Identity.apply(*tensors)
+        wrapped = BackwardHookFunction.apply(*tensors)
         node = next(t.grad_fn for t in wrapped if t.grad_fn is not None)
         node.register_hook(self._on_input_grads)
         self.inputs_hooked = True
@@ -337,7 +337,7 @@ class _BackwardHook:
         tensors = [items[i] for i in positions]
         if not (per_thread.state.grad_enabled and any(t._requires_grad for t in tensors)):
             return result
-        wrapped = _Identity.apply(*tensors)
+        wrapped = BackwardHookFunction.apply(*tensors)
         node = next(t.grad_fn for t in wrapped if t.grad_fn is not None)
         node.register_prehook(self._on_output_grads)
         self.outputs_hooked = True

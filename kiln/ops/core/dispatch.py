@@ -549,6 +549,15 @@ def _inplace_autograd(op, args, state):
         raise RuntimeError(
             "a view of a leaf Variable that requires grad is being used in an in-place operation."
         )
+    made_by = self._custom_function_view
+    if made_by is not None and self.grad_fn is not None:
+        raise RuntimeError(
+            f"Output {made_by[0]} of {made_by[1]} is a view and is being modified inplace. This "
+            "view was created inside a custom Function (or because an input was returned as-is) "
+            "and the autograd logic to handle view+inplace would override the custom backward "
+            "associated with the custom Function, leading to incorrect gradients. This behavior "
+            "is forbidden. You can fix this by cloning the output of the custom Function."
+        )
     if _functional_saves_self(op.functional, args):
         # the derivative needs self's value from before the write: give it a copy
         args = (dispatch(_clone_op(), (self, None)),) + tuple(args[1:])
