@@ -29,6 +29,7 @@ from .discrete import (
     Binomial,
     Categorical,
     Geometric,
+    Multinomial,
     NegativeBinomial,
     OneHotCategorical,
     Poisson,
@@ -54,6 +55,7 @@ from .transforms import (
 )
 
 __all__ = [
+    "Multinomial",
     "HalfCauchy",
     "InverseGamma",
     "Pareto",
@@ -117,7 +119,7 @@ def _module_paths() -> None:
         "inverse_gamma": "InverseGamma", "laplace": "Laplace", "log_normal": "LogNormal",
         "lowrank_multivariate_normal": "LowRankMultivariateNormal",
         "mixture_same_family": "MixtureSameFamily",
-        "multivariate_normal": "MultivariateNormal", "negative_binomial": "NegativeBinomial",
+        "multinomial": "Multinomial", "multivariate_normal": "MultivariateNormal", "negative_binomial": "NegativeBinomial",
         "normal": "Normal", "one_hot_categorical": "OneHotCategorical", "pareto": "Pareto",
         "poisson": "Poisson", "studentT": "StudentT",
         "transformed_distribution": "TransformedDistribution", "uniform": "Uniform",

@@ -22,6 +22,7 @@ __all__ = [
     "is_dependent",
     "less_than",
     "lower_cholesky",
+    "multinomial",
     "nonnegative",
     "nonnegative_integer",
     "one_hot",
@@ -132,6 +133,22 @@ class _OneHot(Constraint):
 
     def check(self, value):
         return ((value == 0) | (value == 1)).all(-1) & (value.sum(-1) == 1)
+
+
+class _Multinomial(Constraint):
+    """Nonnegative integer counts over the last dim summing to at most ``upper_bound``."""
+
+    is_discrete = True
+    event_dim = 1
+
+    def __init__(self, upper_bound):
+        self.upper_bound = upper_bound
+
+    def check(self, value):
+        return (value >= 0).all(-1) & (value.sum(-1) <= self.upper_bound)
+
+    def __repr__(self) -> str:
+        return f"Multinomial(upper_bound={self.upper_bound})"
 
 
 class _IntegerInterval(Constraint):
@@ -266,5 +283,6 @@ interval = _Interval
 half_open_interval = _HalfOpenInterval
 simplex = _Simplex()
 lower_cholesky = _LowerCholesky()
+multinomial = _Multinomial
 positive_definite = _PositiveDefinite()
 positive_semidefinite = _PositiveSemidefinite()

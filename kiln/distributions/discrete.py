@@ -48,6 +48,7 @@ __all__ = [
     "Binomial",
     "Categorical",
     "Geometric",
+    "Multinomial",
     "NegativeBinomial",
     "OneHotCategorical",
     "Poisson",
@@ -549,3 +550,84 @@ class Poisson(Distribution):
         if rate.dtype.is_floating_point and not value.dtype.is_floating_point:
             value = value.to(rate.dtype)
         return value.xlogy(rate) - rate - lgamma(value + 1)
+
+
+class Multinomial(Distribution):
+    """Counts of ``total_count`` draws from a Categorical(``probs`` or ``logits``): events are
+    vectors over the categories summing to ``total_count``."""
+
+    arg_constraints = {"probs": constraints.simplex, "logits": constraints.real_vector}
+
+    def __init__(self, total_count=1, probs=None, logits=None, validate_args=None):
+        if not isinstance(total_count, int):
+            raise NotImplementedError("inhomogeneous total_count is not supported")
+        self.total_count = total_count
+        self._categorical = Categorical(probs=probs, logits=logits)
+        self._binomial = Binomial(total_count=total_count, probs=self.probs)
+        param = self._categorical._param
+        super().__init__(param.size()[:-1], param.size()[-1:], validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Multinomial, _instance)
+        batch_shape = Size(batch_shape)
+        new.total_count = self.total_count
+        new._categorical = self._categorical.expand(batch_shape)
+        new._binomial = Binomial(total_count=self.total_count, probs=new._categorical.probs)
+        Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @constraints.dependent_property(is_discrete=True, event_dim=1)
+    def support(self):
+        return constraints.multinomial(self.total_count)
+
+    @property
+    def logits(self):
+        return self._categorical.logits
+
+    @property
+    def probs(self):
+        return self._categorical.probs
+
+    @property
+    def param_shape(self) -> Size:
+        return self._categorical.param_shape
+
+    @property
+    def mean(self):
+        return self.probs * self.total_count
+
+    @property
+    def variance(self):
+        return self.total_count * self.probs * (1 - self.probs)
+
+    def sample(self, sample_shape=_EMPTY):
+        sample_shape = Size(sample_shape)
+        # total_count categorical draws, counted per category
+        draws = self._categorical.sample(Size((self.total_count,)) + sample_shape)
+        draws = draws.permute(*range(1, draws.dim()), 0)
+        shape = tuple(draws.shape[:-1]) + (self._categorical._num_events,)
+        counts = full(shape, 0.0, dtype=self.probs.dtype, device=self.probs.device)
+        ones = counts.new_ones(()).expand(tuple(draws.shape))
+        return counts.scatter_add_(-1, draws, ones)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        logits, value = broadcast_tensors(self.logits, value)
+        # a category of probability 0 contributes nothing when it is never drawn
+        logits = where((value == 0) & (logits == -math.inf), 0.0, logits)
+        log_factorial_n = lgamma(value.sum(-1) + 1)
+        log_factorial_xs = lgamma(value + 1).sum(-1)
+        log_powers = (logits * value).sum(-1)
+        return log_factorial_n - log_factorial_xs + log_powers
+
+    def entropy(self):
+        # n H(Categorical) - log n! + E[sum_i log x_i!], the expectation over each category's
+        # Binomial(n, p_i) marginal, enumerated
+        n = self.total_count
+        term1 = n * self._categorical.entropy() - math.lgamma(n + 1)
+        support = self._binomial.enumerate_support(expand=False)[1:]
+        binomial_probs = exp(self._binomial.log_prob(support))
+        weights = lgamma(support + 1)
+        return term1 + (binomial_probs * weights).sum((0, -1))
