@@ -39,6 +39,7 @@ from .kl import kl_divergence, register_kl
 from .lowrank import LowRankMultivariateNormal
 from .mixture import MixtureSameFamily
 from .multivariate import Dirichlet, Independent, MultivariateNormal
+from .relaxed import RelaxedBernoulli, RelaxedOneHotCategorical
 from .transformed import TransformedDistribution
 from .transforms import (
     AbsTransform,
@@ -55,6 +56,8 @@ from .transforms import (
 )
 
 __all__ = [
+    "RelaxedBernoulli",
+    "RelaxedOneHotCategorical",
     "Multinomial",
     "HalfCauchy",
     "InverseGamma",
@@ -125,7 +128,11 @@ def _module_paths() -> None:
         "transformed_distribution": "TransformedDistribution", "uniform": "Uniform",
         "weibull": "Weibull",
     }  # fmt: skip
+    from . import relaxed
+
     namespace = globals()
+    sys.modules[f"{__name__}.relaxed_bernoulli"] = namespace["relaxed_bernoulli"] = relaxed
+    sys.modules[f"{__name__}.relaxed_categorical"] = namespace["relaxed_categorical"] = relaxed
     for path, cls_name in paths.items():
         module = types.ModuleType(f"{__name__}.{path}", f"``torch.distributions.{path}``.")
         setattr(module, cls_name, namespace[cls_name])
