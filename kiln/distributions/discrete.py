@@ -51,6 +51,7 @@ __all__ = [
     "Multinomial",
     "NegativeBinomial",
     "OneHotCategorical",
+    "OverCategorical",
     "Poisson",
 ]
 
@@ -248,21 +249,24 @@ class Categorical(Distribution):
         return values
 
 
-class OneHotCategorical(Distribution):
-    """A Categorical whose samples are one-hot vectors of length K."""
+class OverCategorical(Distribution):
+    """A distribution whose events are vectors over a ``Categorical``'s K categories (one-hot
+    draws, counts, relaxed one-hot points): it keeps that Categorical (``_categorical``) for its
+    parameters, and expanding expands it. ``__init__`` of a subclass calls ``_over``."""
 
-    arg_constraints = {"probs": constraints.simplex, "logits": constraints.independent(constraints.real, 1)}  # fmt: skip
-    support = constraints.one_hot
-    has_enumerate_support = True
-
-    def __init__(self, probs=None, logits=None, validate_args=None):
+    def _over(self, probs, logits, validate_args) -> None:
         self._categorical = Categorical(probs, logits)
         param = self._categorical._param
-        super().__init__(param.size()[:-1], param.size()[-1:], validate_args=validate_args)
+        Distribution.__init__(
+            self, param.size()[:-1], param.size()[-1:], validate_args=validate_args
+        )
 
     def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(OneHotCategorical, _instance)
+        new = self._get_checked_instance(type(self), _instance)
         batch_shape = Size(batch_shape)
+        new.__dict__.update(
+            (k, v) for k, v in self.__dict__.items() if k not in ("_categorical", "_validate_args")
+        )
         new._categorical = self._categorical.expand(batch_shape)
         Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
         new._validate_args = self._validate_args
@@ -281,6 +285,21 @@ class OneHotCategorical(Distribution):
         return self._categorical.logits
 
     @property
+    def param_shape(self) -> Size:
+        return self._categorical.param_shape
+
+
+class OneHotCategorical(OverCategorical):
+    """A Categorical whose samples are one-hot vectors of length K."""
+
+    arg_constraints = {"probs": constraints.simplex, "logits": constraints.independent(constraints.real, 1)}  # fmt: skip
+    support = constraints.one_hot
+    has_enumerate_support = True
+
+    def __init__(self, probs=None, logits=None, validate_args=None):
+        self._over(probs, logits, validate_args)
+
+    @property
     def mean(self):
         return self._categorical.probs
 
@@ -292,10 +311,6 @@ class OneHotCategorical(Distribution):
     @property
     def variance(self):
         return self._categorical.probs * (1 - self._categorical.probs)
-
-    @property
-    def param_shape(self) -> Size:
-        return self._categorical.param_shape
 
     def sample(self, sample_shape=_EMPTY):
         probs = self._categorical.probs
@@ -552,7 +567,7 @@ class Poisson(Distribution):
         return value.xlogy(rate) - rate - lgamma(value + 1)
 
 
-class Multinomial(Distribution):
+class Multinomial(OverCategorical):
     """Counts of ``total_count`` draws from a Categorical(``probs`` or ``logits``): events are
     vectors over the categories summing to ``total_count``."""
 
@@ -562,36 +577,15 @@ class Multinomial(Distribution):
         if not isinstance(total_count, int):
             raise NotImplementedError("inhomogeneous total_count is not supported")
         self.total_count = total_count
-        self._categorical = Categorical(probs=probs, logits=logits)
-        self._binomial = Binomial(total_count=total_count, probs=self.probs)
-        param = self._categorical._param
-        super().__init__(param.size()[:-1], param.size()[-1:], validate_args=validate_args)
+        self._over(probs, logits, validate_args)
 
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(Multinomial, _instance)
-        batch_shape = Size(batch_shape)
-        new.total_count = self.total_count
-        new._categorical = self._categorical.expand(batch_shape)
-        new._binomial = Binomial(total_count=self.total_count, probs=new._categorical.probs)
-        Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
+    @property
+    def _binomial(self):  # each category's marginal, for the entropy
+        return Binomial(total_count=self.total_count, probs=self.probs)
 
     @constraints.dependent_property(is_discrete=True, event_dim=1)
     def support(self):
         return constraints.multinomial(self.total_count)
-
-    @property
-    def logits(self):
-        return self._categorical.logits
-
-    @property
-    def probs(self):
-        return self._categorical.probs
-
-    @property
-    def param_shape(self) -> Size:
-        return self._categorical.param_shape
 
     @property
     def mean(self):

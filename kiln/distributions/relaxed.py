@@ -11,7 +11,7 @@ from ..nn import functional as F
 from ..ops.public import full_like, rand
 from ..runtime.tensor import Size
 from . import constraints
-from .discrete import Categorical, _one_of
+from .discrete import OverCategorical, _one_of
 from .distribution import Distribution
 from .transformed import TransformedDistribution
 from .transforms import ExpTransform, SigmoidTransform
@@ -81,19 +81,13 @@ class LogitRelaxedBernoulli(Distribution):
         return log_t + diff - 2 * F.softplus(diff)
 
 
-class RelaxedBernoulli(TransformedDistribution):
-    """A sample in (0, 1) that approaches a Bernoulli draw as ``temperature`` goes to 0."""
+class _Relaxed(TransformedDistribution):
+    """A relaxation: a transformed base holding ``temperature`` and the discrete parameters."""
 
-    arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
-    support = constraints.unit_interval
     has_rsample = True
 
-    def __init__(self, temperature, probs=None, logits=None, validate_args=None):
-        base = LogitRelaxedBernoulli(temperature, probs, logits)
-        super().__init__(base, SigmoidTransform(), validate_args=validate_args)
-
     def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(RelaxedBernoulli, _instance)
+        new = self._get_checked_instance(type(self), _instance)
         return super().expand(batch_shape, _instance=new)
 
     @property
@@ -109,7 +103,18 @@ class RelaxedBernoulli(TransformedDistribution):
         return self.base_dist.probs
 
 
-class ExpRelaxedCategorical(Distribution):
+class RelaxedBernoulli(_Relaxed):
+    """A sample in (0, 1) that approaches a Bernoulli draw as ``temperature`` goes to 0."""
+
+    arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
+    support = constraints.unit_interval
+
+    def __init__(self, temperature, probs=None, logits=None, validate_args=None):
+        base = LogitRelaxedBernoulli(temperature, probs, logits)
+        super().__init__(base, SigmoidTransform(), validate_args=validate_args)
+
+
+class ExpRelaxedCategorical(OverCategorical):
     """The log of a relaxed one-hot sample: log-softmax of ``(logits + Gumbel noise) /
     temperature`` over the last dim."""
 
@@ -118,31 +123,8 @@ class ExpRelaxedCategorical(Distribution):
     has_rsample = True
 
     def __init__(self, temperature, probs=None, logits=None, validate_args=None):
-        self._categorical = Categorical(probs, logits)
         self.temperature = temperature
-        param = self._categorical._param
-        super().__init__(param.size()[:-1], param.size()[-1:], validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(ExpRelaxedCategorical, _instance)
-        batch_shape = Size(batch_shape)
-        new.temperature = self.temperature
-        new._categorical = self._categorical.expand(batch_shape)
-        Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
-
-    @property
-    def param_shape(self) -> Size:
-        return self._categorical.param_shape
-
-    @property
-    def logits(self):
-        return self._categorical.logits
-
-    @property
-    def probs(self):
-        return self._categorical.probs
+        self._over(probs, logits, validate_args)
 
     def rsample(self, sample_shape=_EMPTY):
         shape = self._extended_shape(sample_shape)
@@ -167,30 +149,13 @@ class ExpRelaxedCategorical(Distribution):
         return score + log_scale
 
 
-class RelaxedOneHotCategorical(TransformedDistribution):
+class RelaxedOneHotCategorical(_Relaxed):
     """A point on the simplex that approaches a one-hot draw as ``temperature`` goes to 0
     (the Gumbel-softmax distribution)."""
 
     arg_constraints = {"probs": constraints.simplex, "logits": constraints.real_vector}
     support = constraints.simplex
-    has_rsample = True
 
     def __init__(self, temperature, probs=None, logits=None, validate_args=None):
         base = ExpRelaxedCategorical(temperature, probs, logits, validate_args=validate_args)
         super().__init__(base, ExpTransform(), validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(RelaxedOneHotCategorical, _instance)
-        return super().expand(batch_shape, _instance=new)
-
-    @property
-    def temperature(self):
-        return self.base_dist.temperature
-
-    @property
-    def logits(self):
-        return self.base_dist.logits
-
-    @property
-    def probs(self):
-        return self.base_dist.probs
