@@ -77,15 +77,12 @@ class Weibull(TransformedDistribution):
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(Weibull, _instance)
-        new.scale = self.scale.expand(Size(batch_shape))
-        new.concentration = self.concentration.expand(Size(batch_shape))
-        new.concentration_reciprocal = new.concentration.reciprocal()
-        base = self.base_dist.expand(Size(batch_shape))
-        transforms = [
-            PowerTransform(exponent=new.concentration_reciprocal),
-            AffineTransform(loc=0, scale=new.scale),
-        ]
-        TransformedDistribution.__init__(new, base, transforms, validate_args=False)
+        batch_shape = Size(batch_shape)
+        scale, concentration = (
+            self.scale.expand(batch_shape),
+            self.concentration.expand(batch_shape),
+        )
+        Weibull.__init__(new, scale, concentration, validate_args=False)
         new._validate_args = self._validate_args
         return new
 

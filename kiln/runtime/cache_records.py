@@ -19,7 +19,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-__all__ = ["pack", "read_record", "unpack", "write_record"]
+__all__ = ["cache_root", "pack", "read_record", "unpack", "write_record"]
 
 # the compilers' caches report here (``KILN_LOGS=inductor`` shows why a file was ignored)
 log = logging.getLogger("kiln.inductor")
@@ -30,6 +30,15 @@ _MAX_HEADER = 512  # a header longer than this is not one of ours
 
 _unwritable_reported: set[str] = set()
 _report_lock = threading.Lock()
+
+
+def cache_root() -> Path:
+    """The folder every compile cache lives under, each in its own subfolder (``llvm``,
+    ``triton``, ``python`` ...): ``$KILN_CACHE_DIR``, else ``~/.cache/kiln``."""
+    root = os.environ.get("KILN_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "kiln"
+    )
+    return Path(root)
 
 
 def pack(key: str, payload: bytes) -> bytes:

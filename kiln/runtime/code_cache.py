@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import marshal
-import os
 import threading
 import types
 from collections import OrderedDict
@@ -30,13 +29,6 @@ __all__ = ["compile_source", "clear_memory"]
 _MEMORY_ENTRIES = 256  # code objects kept in memory (generated sources run to ~0.5 MB)
 _MEMORY: OrderedDict[str, types.CodeType] = OrderedDict()
 _LOCK = threading.Lock()
-
-
-def _root() -> Path:
-    root = os.environ.get("KILN_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "kiln"
-    )
-    return Path(root) / "python"
 
 
 def _key(source: str, filename: str) -> str:
@@ -56,7 +48,7 @@ def compile_source(source: str, filename: str) -> types.CodeType:
         if code is not None:
             _MEMORY.move_to_end(key)
             return code
-    path = _root() / key[:2] / key
+    path = cache_records.cache_root() / "python" / key[:2] / key
     code = _load(path, key, filename)
     if code is None:
         code = compile(source, filename, "exec")

@@ -18,6 +18,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from ...runtime import cache_records
 from ...runtime import dtypes as dt
 from ...runtime import logs as klog
 from ...runtime.storage import empty_array
@@ -120,10 +121,7 @@ _min = tl.standard._elementwise_min
 
 
 def _cache_dir() -> str:
-    root = os.environ.get("KILN_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "kiln"
-    )
-    return os.path.join(root, "triton")
+    return str(cache_records.cache_root() / "triton")
 
 
 def _write_source(source: str) -> str:

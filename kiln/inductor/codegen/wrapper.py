@@ -191,7 +191,8 @@ def generate_wrapper(
                 allocated.add(name)
                 bound.add(name)
                 body.append(f"{name} = {target}  # written where {target} goes, then overwritten")
-        body.append(f"# {step.name}: {_origins(step)}")
+        where = f"{step.name}: {_origins(step)}"
+        body.append(f"# {where}")
         if profiled is not None:
             body.append(f"_event = _rec.begin({_event_name(step)!r}, 'kernel')")
         if i in kernels:
@@ -211,7 +212,6 @@ def generate_wrapper(
                 pointers.append("_S.symbol_address")
                 body.append(f"K{i}({ptype}({', '.join(pointers)}), *_S.rows[{i}])")
             if gathers:
-                where = f"{step.name}: {_origins(step)}"
                 body.append(f"if {INDEX_ERRORS}[0]: _index_error({where!r})")
         elif sizes is not None and i in numpy_steps:  # run by numpy at this call's sizes
             ns[f"S{i}"] = numpy_steps[i]

@@ -66,20 +66,26 @@ _bool = dt.bool_
 def _unary_schema(self: Tensor): ...
 
 
-def refuse_integers(x, kernel_name: str | None) -> None:
+def refuse_integers(x, kernel_name: str | None, bool_kernel_name: str | None = None) -> None:
     """PyTorch has only float kernels for some ops: bool and integer inputs raise, naming the
-    kernel (None: the op takes every type)."""
+    kernel (None: the op takes every type); ``bool_kernel_name``: the kernel named when only
+    bool inputs have none (``abs``)."""
     if kernel_name is not None and x._dtype.category < 2:  # bool or integer
-        from ..reductions.reduce import torch_type_name  # (reduce imports this module)
+        refused = kernel_name
+    elif bool_kernel_name is not None and x._dtype is _bool:
+        refused = bool_kernel_name
+    else:
+        return
+    from ..reductions.reduce import torch_type_name  # (reduce imports this module)
 
-        raise NotImplementedError(
-            f"\"{kernel_name}\" not implemented for '{torch_type_name(x._dtype)}'"
-        )
+    raise NotImplementedError(f"\"{refused}\" not implemented for '{torch_type_name(x._dtype)}'")
 
 
-def _make_unary_kernel(fn, float_math: bool, out_bool: bool, integers_refused=None):
+def _make_unary_kernel(
+    fn, float_math: bool, out_bool: bool, integers_refused=None, bools_refused=None
+):
     def kernel(x):
-        refuse_integers(x, integers_refused)
+        refuse_integers(x, integers_refused, bools_refused)
         a = x._data
         d = x._dtype
         if out_bool:
@@ -97,9 +103,9 @@ def _make_unary_kernel(fn, float_math: bool, out_bool: bool, integers_refused=No
     return kernel
 
 
-def _make_unary_meta(float_math: bool, out_bool: bool, integers_refused=None):
+def _make_unary_meta(float_math: bool, out_bool: bool, integers_refused=None, bools_refused=None):
     def meta(x):
-        refuse_integers(x, integers_refused)
+        refuse_integers(x, integers_refused, bools_refused)
         if out_bool:
             return pointwise_meta(_bool, x)
         return pointwise_meta(to_float_dtype(x._dtype) if float_math else x._dtype, x)
@@ -118,10 +124,12 @@ def unary(
     prim=True,
     save_input=True,
     integers_refused: str | None = None,
+    bools_refused: str | None = None,
     **record,
 ):
     """Define a one-input elementwise op from a numpy function and a derivative formula;
     ``integers_refused``: the kernel PyTorch names when it has none for bool and integer inputs;
+    ``bools_refused``: the one it names when only bool inputs have none;
     ``record`` holds the op's other ``defop`` facts (``autocast=``...). ``save_input=False``:
     the formula does not read the input, so autograd keeps nothing and an in-place change of the
     input after the op is no error, as in PyTorch."""
@@ -133,8 +141,10 @@ def unary(
         differentiable=derivative is not None,
         **record,
     )
-    op.register_kernel(_make_unary_kernel(fn, float_math, out_bool, integers_refused))
-    op.register_meta(_make_unary_meta(float_math, out_bool, integers_refused))
+    op.register_kernel(
+        _make_unary_kernel(fn, float_math, out_bool, integers_refused, bools_refused)
+    )
+    op.register_meta(_make_unary_meta(float_math, out_bool, integers_refused, bools_refused))
     if derivative is not None:
         op.register_derivative(
             derivative,
@@ -172,21 +182,14 @@ neg = unary(
 neg.check_in_meta(_refuse_bool_negation)
 
 
-def _absolute(a):
-    if a.dtype == np.bool_:
-        raise NotImplementedError("\"abs_cpu\" not implemented for 'Bool'")
-    return np.abs(a)
-
-
-def _refuse_bool_abs(x) -> None:
-    if x._dtype is _bool:
-        raise NotImplementedError("\"abs_cpu\" not implemented for 'Bool'")
-
-
 abs_ = unary(
-    "abs", _absolute, lambda c, g: (g * c.args[0].sign(),), float_math=False, aliases=("absolute",)
+    "abs",
+    np.abs,
+    lambda c, g: (g * c.args[0].sign(),),
+    float_math=False,
+    aliases=("absolute",),
+    bools_refused="abs_cpu",
 )
-abs_.check_in_meta(_refuse_bool_abs)
 abs_.register_complex(
     kernel=lambda x: wrap(np.abs(x._data), x._dtype.to_real()),
     meta=lambda x: pointwise_meta(x._dtype.to_real(), x),
@@ -1300,7 +1303,7 @@ pow.register_derivative(_pow_grad)
 def where(condition: Tensor, self: TensorOrScalar, other: TensorOrScalar): ...
 
 
-def _check_where_condition(cond, x=None, y=None) -> None:
+def _check_where_condition(cond) -> None:
     if cond._dtype is not _bool and cond._dtype is not dt.uint8:
         from ..reductions.reduce import torch_type_name
 

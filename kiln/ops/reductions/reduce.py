@@ -333,13 +333,22 @@ prod.register_derivative(_prod_grad)
 def _amax_schema(self: Tensor, dim: list[int] = (), keepdim: bool = False): ...
 
 
+def _extreme_check(name: str):
+    def check(x, dim=(), keepdim=False) -> None:
+        full = is_full_reduction(dim)
+        _check_reducible(name, x, range(x.ndim) if full else reduce_dims(x, dim), full)
+
+    return check
+
+
 def _extreme_kernel(name, np_fn):
+    check = _extreme_check(name)
+
     def kernel(x, dim, keepdim):
         a = x._data
-        full = is_full_reduction(dim)
-        dims = None if full else reduce_dims(x, dim)
         if not a.size:
-            _check_reducible(name, x, range(a.ndim) if full else dims, full)
+            check(x, dim, keepdim)
+        dims = None if is_full_reduction(dim) else reduce_dims(x, dim)
         return wrap_array(laid_out(np_fn(a, dims, keepdims=keepdim, out=...)), x._dtype)
 
     return kernel
@@ -368,15 +377,6 @@ amin = defop(
     complex_refused=complex_not_implemented("min_values_cpu"),
 )
 
-
-def _extreme_check(name: str):
-    def check(x, dim=(), keepdim=False) -> None:
-        full = is_full_reduction(dim)
-        _check_reducible(name, x, range(x.ndim) if full else reduce_dims(x, dim), full)
-
-    return check
-
-
 for _op, _np_fn in ((amax, np.maximum.reduce), (amin, np.minimum.reduce)):
     _op.register_kernel(_extreme_kernel(_op.name, _np_fn))
     _op.register_meta(_reduce_meta(lambda x: x._dtype))
@@ -385,29 +385,6 @@ for _op, _np_fn in ((amax, np.maximum.reduce), (amin, np.minimum.reduce)):
 
 
 def _arg_schema(self: Tensor, dim: int | None = None, keepdim: bool = False): ...
-
-
-def _arg_kernel(name, np_fn):
-    def kernel(x, dim, keepdim):
-        if x._dtype is dt.bool_:
-            raise RuntimeError(f"{name}(): does not support bool input")
-        a = x._data
-        if dim is None:
-            _check_reducible(name, x, range(x.ndim), True, IndexError)
-            return wrap(np.asarray(np_fn(a)).reshape((1,) * a.ndim if keepdim else ()), _int64)
-        d = wrap_dim(dim, x.ndim)
-        if not a.ndim:
-            return wrap(np.zeros((), np.int64), _int64)
-        _check_reducible(name, x, (d,), False)
-        return wrap(laid_out(np_fn(a, axis=d, keepdims=keepdim)), _int64)
-
-    return kernel
-
-
-def _arg_meta(x, dim=None, keepdim=False):
-    if dim is None:
-        return fake((1,) * x.ndim if keepdim else (), _int64, x)
-    return fake(reduced_shape(x._shape, reduce_dims(x, dim), keepdim), _int64, x)
 
 
 def _arg_check(name: str):
@@ -420,6 +397,27 @@ def _arg_check(name: str):
             _check_reducible(name, x, (wrap_dim(dim, x.ndim),), False)
 
     return check
+
+
+def _arg_kernel(name, np_fn):
+    check = _arg_check(name)
+
+    def kernel(x, dim, keepdim):
+        check(x, dim, keepdim)
+        a = x._data
+        if dim is None:
+            return wrap(np.asarray(np_fn(a)).reshape((1,) * a.ndim if keepdim else ()), _int64)
+        if not a.ndim:
+            return wrap(np.zeros((), np.int64), _int64)
+        return wrap(laid_out(np_fn(a, axis=wrap_dim(dim, x.ndim), keepdims=keepdim)), _int64)
+
+    return kernel
+
+
+def _arg_meta(x, dim=None, keepdim=False):
+    if dim is None:
+        return fake((1,) * x.ndim if keepdim else (), _int64, x)
+    return fake(reduced_shape(x._shape, reduce_dims(x, dim), keepdim), _int64, x)
 
 
 argmax = defop(
@@ -450,10 +448,19 @@ for _op, _np_fn in ((argmax, np.argmax), (argmin, np.argmin)):
 def _full_schema(self: Tensor): ...
 
 
+def _full_extreme_check(name: str):
+    def check(x) -> None:
+        _check_reducible(name, x, range(x.ndim), True)
+
+    return check
+
+
 def _full_extreme_kernel(name, extreme):
+    check = _full_extreme_check(name)
+
     def kernel(x):
         if not x._data.size:
-            _check_reducible(name, x, range(x.ndim), True)
+            check(x)
         return extreme.kernel(x, (), False)
 
     return kernel
@@ -473,13 +480,6 @@ min_all = defop(
     complex_refused=complex_not_implemented("min_all"),
     grad_fn_name="MinBackward1",
 )
-
-
-def _full_extreme_check(name: str):
-    def check(x) -> None:
-        _check_reducible(name, x, range(x.ndim), True)
-
-    return check
 
 
 for _op, _extreme in ((max_all, amax), (min_all, amin)):
@@ -516,13 +516,23 @@ max_dim.returns = return_type("max", ("values", "indices"))
 min_dim.returns = return_type("min", ("values", "indices"))
 
 
+def _dim_select_check(name: str):
+    def check(x, dim, keepdim=False) -> None:
+        if x.ndim:
+            _check_reducible(name, x, (wrap_dim(dim, x.ndim),), False)
+
+    return check
+
+
 def _dim_select_kernel(op, np_arg, np_extreme):
+    check = _dim_select_check(op.returns.__name__)
+
     def kernel(x, dim, keepdim):
         a = x._data
         d = wrap_dim(dim, x.ndim)
         if not a.ndim:
             return op.returns(wrap(a.copy(), x._dtype), wrap(np.zeros((), np.int64), _int64))
-        _check_reducible(op.returns.__name__, x, (d,), False)
+        check(x, dim, keepdim)
         # the extreme value itself equals the element at the arg index (NaN included)
         a = widened(a)
         values = laid_out(np_extreme(a, d, keepdims=keepdim))
@@ -568,11 +578,7 @@ for _op, _np_arg, _np_extreme, _arg_op in (
 ):
     _op.register_kernel(_dim_select_kernel(_op, _np_arg, _np_extreme))
     _op.register_meta(_dim_select_meta(_op))
-    _op.check_in_meta(
-        lambda x, dim, keepdim=False, _name=_op.returns.__name__: (
-            x.ndim and _check_reducible(_name, x, (wrap_dim(dim, x.ndim),), False)
-        )
-    )
+    _op.check_in_meta(_dim_select_check(_op.returns.__name__))
     _op.register_derivative(_dim_select_grad, save_output=(1,), save_inputs=())
     _op.register_decomposition(_dim_select_decomp(_op, _arg_op))
 

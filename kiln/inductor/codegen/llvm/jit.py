@@ -202,10 +202,7 @@ def cache_dir() -> Path:
     pinned = getattr(_background_root, "path", None)
     if pinned is not None:
         return pinned
-    root = os.environ.get("KILN_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "kiln"
-    )
-    return Path(root) / "llvm"
+    return cache_records.cache_root() / "llvm"
 
 
 # LLVM releases the GIL while it optimizes and emits machine code, so a graph's kernels can be
