@@ -33,6 +33,11 @@ DISTANCES = [
         lambda lib: lib.nn.CosineSimilarity(dim=-1, eps=1e-3),
         [In((2, 3, 4)), In((1, 3, 4))],
     ),
+    Case(
+        "cosine_similarity_broadcast_along_dim",
+        lambda lib: lib.nn.CosineSimilarity(dim=-2),
+        [In((1, 2, 3)), In((2, 1, 3))],
+    ),
 ]
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from ...ops import OPS
 from ...ops.core.registry import torch_function
 from ...ops.creation.api import tensor as kiln_tensor
+from ...ops.shape.shape_functions import broadcast_tensors
 from ...runtime.tensor import Tensor
 
 
@@ -53,6 +54,9 @@ def normalize(
 
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """Cosine of the angle along ``dim``, of the inputs broadcast first (as PyTorch does: a size-1
+    ``dim`` counts once per element of the other input)."""
+    x1, x2 = broadcast_tensors(x1, x2)
     n1 = safe_vector_norm(x1, 2, dim, True)
     n2 = safe_vector_norm(x2, 2, dim, True)
     # PyTorch clamps the norms in place under no_grad: the value is clamped, the gradient is not
