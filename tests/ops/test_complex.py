@@ -160,6 +160,22 @@ def test_creation_with_complex_dtypes():
     assert kiln.empty(3, dtype=kiln.cfloat).shape == (3,)
 
 
+SPACED = [
+    "lib.linspace(-2, -3, 50, dtype=lib.complex64)",
+    "lib.linspace(1 + 2j, -3, 7)",
+    "lib.linspace(0.5, 4j, 6, dtype=lib.complex128)",
+    "lib.logspace(0, -3, 5, dtype=lib.complex64)",
+    "lib.logspace(1j, 2, 3)",
+    "lib.logspace(0, 4, 3, base=2, dtype=lib.complex128)",
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("expr", SPACED)
+def test_complex_linspace_and_logspace_match_torch(expr):
+    _assert_same(eval(expr, {"lib": kiln}), eval(expr, {"lib": torch}))
+
+
 def test_randn_complex_splits_unit_variance_between_the_parts():
     kiln.manual_seed(0)
     z = kiln.randn(200_000, dtype=kiln.cfloat)

@@ -534,6 +534,13 @@ def _check_steps(fn: str, start, end, steps) -> None:
         )
 
 
+def _spaced_dtype(start, end, dtype):
+    """linspace's and logspace's dtype: a complex endpoint makes the default one complex."""
+    if dtype is None and (isinstance(start, complex) or isinstance(end, complex)):
+        return dt.default_complex_dtype()
+    return dtype
+
+
 @writes_out
 def linspace(
     start, end, steps, *, dtype=None, device=None, requires_grad=False, out=None
@@ -541,6 +548,7 @@ def linspace(
     _check_steps("linspace", start, end, steps)
     start = start.item() if isinstance(start, Tensor) else start
     end = end.item() if isinstance(end, Tensor) else end
+    dtype = _spaced_dtype(start, end, dtype)
     return _finish(
         OPS["linspace"](start, end, int(steps), dtype=dtype, device=device), requires_grad
     )
@@ -553,7 +561,7 @@ def logspace(
     _check_steps("logspace", start, end, steps)
     start = start.item() if isinstance(start, Tensor) else start
     end = end.item() if isinstance(end, Tensor) else end
-    d = dtype or dt.get_default_dtype()
+    d = _spaced_dtype(start, end, dtype) or dt.get_default_dtype()
     if steps < 0:
         raise RuntimeError("number of steps must be non-negative")
     dev = as_device(device)

@@ -381,7 +381,12 @@ def _linspace_kernel(start, end, steps, dtype, device):
 def _linspace_values(start, end, steps: int, d: dt.dtype) -> np.ndarray:
     """PyTorch's linspace: the first half counts up from ``start``, the second half down from
     ``end``, with the step and a fused multiply-add in the result dtype (double for integers;
-    half precisions round after every operation)."""
+    half precisions round after every operation). Complex values count along each part."""
+    if d.is_complex:
+        start, end = complex(start), complex(end)
+        real = _linspace_values(start.real, end.real, steps, d.to_real())
+        imag = _linspace_values(start.imag, end.imag, steps, d.to_real())
+        return (real + 1j * imag.astype(np.complex128)).astype(d.np)
     idx = np.arange(steps, dtype=np.float64)
     if not d.is_floating_point:  # the endpoints convert (checked) to the integer type
         start, end = (float(int(checked_scalar(v, d))) for v in (start, end))
@@ -412,27 +417,36 @@ def _linspace_values(start, end, steps: int, d: dt.dtype) -> np.ndarray:
 
 def logspace_values(start, end, steps: int, base: float, d: dt.dtype) -> np.ndarray:
     """PyTorch's logspace: exponents in double from the endpoints in the result dtype (half
-    from each end, like linspace, but without fused multiply-adds), then libm's ``pow``."""
-    if steps <= 1:
-        exps = [float(start)] * steps
-    else:
-        if d.is_floating_point:
-            start, end = (float(d.np.type(v)) for v in (start, end))
-            span = float(d.np.type(end - start))
-        else:
-            start, end = (float(int(checked_scalar(v, d))) for v in (start, end))
-            span = end - start
-        step = span / (steps - 1)
-        exps = [
-            start + step * i if i < steps // 2 else end - step * (steps - 1 - i)
-            for i in range(steps)
-        ]
+    from each end, like linspace, but without fused multiply-adds), then libm's ``pow``; a
+    complex dtype's exponents count along each part, and ``pow`` is complex."""
+    if d.is_complex:
+        start, end = complex(start), complex(end)
+        real = _logspace_exponents(start.real, end.real, steps, d.to_real())
+        imag = _logspace_exponents(start.imag, end.imag, steps, d.to_real())
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.power(complex(base), np.add(real, 1j * np.asarray(imag))).astype(d.np)
+    exps = _logspace_exponents(start, end, steps, d)
     vals = np.array([_pow(float(base), e) for e in exps], dtype=np.float64)
     if not d.is_floating_point:
         with np.errstate(invalid="ignore"):
             vals = np.trunc(vals)
     with np.errstate(over="ignore", invalid="ignore"):
         return vals.astype(d.np)
+
+
+def _logspace_exponents(start, end, steps: int, d: dt.dtype) -> list[float]:
+    if steps <= 1:
+        return [float(start)] * steps
+    if d.is_floating_point:
+        start, end = (float(d.np.type(v)) for v in (start, end))
+        span = float(d.np.type(end - start))
+    else:
+        start, end = (float(int(checked_scalar(v, d))) for v in (start, end))
+        span = end - start
+    step = span / (steps - 1)
+    return [
+        start + step * i if i < steps // 2 else end - step * (steps - 1 - i) for i in range(steps)
+    ]
 
 
 def _pow(base: float, exponent: float) -> float:
