@@ -329,15 +329,15 @@ def _addc_op(name: str, grad_fn_name: str, decomposition):
 
 
 def _in_compute_dtype(formula):
-    """``formula`` over 16-bit float operands computed in float32 and rounded once, as
+    """``formula`` over operands cast to the result dtype first (a bfloat16 ``a`` beside float32
+    ones is not multiplied in bfloat16), 16-bit floats computed in float32 and rounded once, as
     PyTorch's CPU kernels do (``value * a`` rounded to float16 first overflows where theirs
     does not, and rounds differently)."""
 
     def decomposition(x, a, b, value=1):
         d = result_dtype(x, a, b)
-        if d is dt.float16 or d is dt.bfloat16:
-            return formula(x.float(), a.float(), b.float(), value).to(d)
-        return formula(x, a, b, value)
+        compute = dt.float32 if d is dt.float16 or d is dt.bfloat16 else d
+        return formula(x.to(compute), a.to(compute), b.to(compute), value).to(d)
 
     return decomposition
 
@@ -347,11 +347,13 @@ addcmul = _addc_op(
 )
 
 
-@_in_compute_dtype
+_addcdiv_formula = _in_compute_dtype(lambda x, a, b, value: x + value * a / b)
+
+
 def _addcdiv_decomp(x, a, b, value=1):
     if a.dtype.category < 2 and b.dtype.category < 2:
         raise RuntimeError(_ADDCDIV_INTEGERS)
-    return x + value * a / b
+    return _addcdiv_formula(x, a, b, value)
 
 
 _ADDCDIV_INTEGERS = (
