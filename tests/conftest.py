@@ -28,6 +28,22 @@ def _session_cache(tmp_path_factory):
         os.environ.pop("KILN_CACHE_DIR", None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _verify_kernel_reuse():
+    """Every kernel the inductor reuses by structure (``codegen.kernel_structure``) is emitted
+    anyway and compared: a structure key that misses something the emitter reads fails the run
+    instead of reusing the wrong IR."""
+    import os
+
+    previous = os.environ.get("KILN_VERIFY_KERNEL_REUSE")
+    os.environ["KILN_VERIFY_KERNEL_REUSE"] = "1"
+    yield
+    if previous is None:
+        os.environ.pop("KILN_VERIFY_KERNEL_REUSE", None)
+    else:
+        os.environ["KILN_VERIFY_KERNEL_REUSE"] = previous
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     kiln.manual_seed(0)

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import kiln
+from kiln.inductor.codegen import graph_index
 from kiln.inductor.codegen.llvm import jit as llvm_jit
 from tests.oracle import assert_close, needs_torch, to_torch
 
@@ -205,3 +208,69 @@ def test_a_later_process_finds_a_kernel_another_graph_compiled(cache_dir):
     damaged = _run_other_process(cache_dir, "second")
     # the kernel is not found through its record (its object, keyed by content, may still be)
     assert damaged["reused"] == 0 and damaged["close"]
+
+
+@pytest.fixture
+def reuse_unverified(cache_dir, monkeypatch):
+    """Kernels found by structure are taken as they are (the suite otherwise emits and compares
+    them), starting from a process that has emitted nothing."""
+    monkeypatch.delenv("KILN_VERIFY_KERNEL_REUSE", raising=False)
+    graph_index.clear_memory_cache()
+    return cache_dir
+
+
+@needs_torch
+def test_identical_blocks_emit_their_ir_once(reuse_unverified):
+    """The IR of a block's kernels is generated for the first block only: the other five take it
+    by structure before any IR is built, and the values are still PyTorch's."""
+    import torch
+
+    x = kiln.randn(5, 24)
+    with kiln.no_grad():
+        one, _ = compile_stats(Stack(kiln, make_blocks(kiln, 1)), x)
+        kiln.dynamo.reset()
+        graph_index.clear_memory_cache()
+        stack = Stack(kiln, make_blocks(kiln, 6))
+        six, out = compile_stats(stack, x)
+    assert six.kernel_uses == 6 * one.kernel_uses
+    assert six.kernels_emitted == one.kernels_emitted
+    assert six.kernels_by_structure == six.kernel_uses - one.kernel_uses
+    with torch.no_grad():
+        expected = torch_copy(stack)(to_torch(x))
+    assert_close(out, expected)
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        (lambda x: x * 2.0 + 1, lambda x: x * 3.0 + 1),  # a constant
+        (lambda x: x * 2.0 + 1, lambda x: x * 2 + 1),  # an int constant where a float was
+        (lambda x: x.exp() + 1, lambda x: x.expm1() + 1),  # an op
+        (lambda x: x + x.sum(1, keepdim=True), lambda x: x + x.amax(1, keepdim=True)),
+        (lambda x: x + 1, lambda x: x.t() + 1),  # an index expression
+        (lambda x: x[:, :3] * 2, lambda x: x[:, 1:4] * 2),  # an offset
+    ],
+)
+def test_kernels_differing_in_one_detail_are_not_taken_by_structure(
+    reuse_unverified, first, second
+):
+    """Graphs alike but for one detail of a kernel: the second gets IR of its own, not the
+    first's (whose values would be wrong for it)."""
+    x = kiln.randn(6, 6)
+    compile_stats(first, x)
+    kiln.dynamo.reset()
+    _, out = compile_stats(second, x)
+    assert_close(out, second(x))
+
+
+def test_a_different_dtype_is_not_taken_by_structure(reuse_unverified):
+    def double(x):
+        return (x * 2).relu()
+
+    x = kiln.randn(4, 8)
+    compile_stats(double, x)
+    kiln.dynamo.reset()
+    stats, out = compile_stats(double, x.double())
+    assert stats.kernels_by_structure == 0
+    assert out.dtype is kiln.float64
+    assert_close(out, double(x.double()))

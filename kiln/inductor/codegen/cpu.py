@@ -27,6 +27,7 @@ from ..ir import Reduction
 from ..scheduler import Kernel, ScatterStep, Schedule
 from . import cpu_pool, graph_index
 from .cpu_pool import INDEX_ERRORS, KERNEL_TYPE, RowKernel
+from .kernel_structure import EMITTED, structure_key, verify_reuse
 from .llvm import jit as llvm_jit
 from .llvm.kernel import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel, release_module
 from .llvm.loop_plan import plan_kernel
@@ -215,7 +216,19 @@ class CPUKernels:
         cannot handle runs in numpy (logged with the reason)."""
         triple = llvm_jit.host_target().triple
         dtypes = {**dtypes, INDEX_ERRORS: dt.int64}  # the gathers' error flag
+        verify = verify_reuse()
         for i, step, plan, _, names in steps:
+            local = [n.name for n in getattr(step, "nodes", ()) if n.name not in names]
+            structure = None
+            if not isinstance(step, ScatterStep):
+                structure = structure_key(
+                    plan, names, local, step.locals, dtypes, sizes, self.symbols
+                )
+            emitted = EMITTED.get(structure) if structure is not None else None
+            llvm_jit.count_emitted(int(emitted is None), int(emitted is not None))
+            if emitted is not None and not verify:
+                yield i, *emitted
+                continue
             module = ir.Module(name="kiln_kernel")
             module.triple = triple
             try:
@@ -234,9 +247,16 @@ class CPUKernels:
                 continue
             finally:
                 release_module(module)
-            local = [n.name for n in getattr(step, "nodes", ()) if n.name not in names]
             text = _canonical_names(text, names + local)
-            yield i, llvm_jit.kernel_key(text), text
+            kernel_key = llvm_jit.kernel_key(text)
+            if emitted is not None and emitted != (kernel_key, text):
+                raise AssertionError(
+                    f"inductor: {step.name} has the structure key of a kernel emitted before "
+                    "but different IR (kernel_structure misses something the emitter reads)"
+                )
+            if structure is not None:
+                EMITTED.put(structure, kernel_key, text)
+            yield i, kernel_key, text
 
 
 # IR handed to the background thread at a time: small enough that LLVM starts on a graph's

@@ -19,6 +19,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from ...runtime import cache_records
+from . import kernel_structure
 from .llvm import jit as llvm_jit
 
 __all__ = [
@@ -114,6 +115,7 @@ def clear_memory_cache() -> None:
     llvm_jit.wait_for_background()
     _MEMORY.clear()
     llvm_jit.clear_kernel_memory()
+    kernel_structure.EMITTED.clear()
 
 
 def memory_cache_bytes() -> int:

@@ -40,6 +40,7 @@ __all__ = [
     "asm",
     "cache_dir",
     "clear_kernel_memory",
+    "count_emitted",
     "in_background",
     "kernel_function",
     "compile_kernels",
@@ -90,6 +91,8 @@ class JitStats:
     kernel_uses: int = 0  # LLVM steps of the graphs compiled (a repeated kernel counts each time)
     kernels_compiled: int = 0  # distinct kernels optimized and turned into machine code
     kernels_reused: int = 0  # kernels found compiled already (this process or on disk)
+    kernels_emitted: int = 0  # kernels whose IR was generated
+    kernels_by_structure: int = 0  # kernels whose IR an equal kernel's was (not generated)
 
 
 _stats = JitStats()
@@ -101,6 +104,13 @@ def jit_stats() -> JitStats:
     wait_for_background()
     with _LOCK:
         return dataclasses.replace(_stats)
+
+
+def count_emitted(emitted: int, by_structure: int) -> None:
+    """Count kernels whose IR a graph generated, and those it took from an equal kernel's."""
+    with _LOCK:
+        _stats.kernels_emitted += emitted
+        _stats.kernels_by_structure += by_structure
 
 
 def reset_jit_stats() -> None:

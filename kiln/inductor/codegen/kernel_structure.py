@@ -1,0 +1,223 @@
+"""Kernels equal up to buffer names, recognized before their LLVM IR is emitted.
+
+A transformer's blocks lower to the same kernels once per block (a 12-layer GPT training step
+schedules 302 kernels, 82 of them distinct), and emitting LLVM IR for a kernel and printing it is
+the largest part of a cold compile. ``structure_key`` describes everything the emitter reads — the
+loop plan, each node's body as the ``ops`` calls it makes over the plan's index expressions, its
+store offsets, dtypes, storage sizes, which buffers stay in registers — with every buffer named by
+its argument position, the way ``cpu._canonical_names`` names them in the IR. Two kernels with the
+same key emit the same (canonically named) IR, so the second takes the first's (``EmittedKernels``)
+instead of emitting it again.
+
+A description is rendered, never guessed: an argument of a type it does not know, or a body that
+does something other than call ``ops`` with its values, gives no key, and the kernel is emitted as
+before. ``KILN_VERIFY_KERNEL_REUSE=1`` (the test suite sets it) emits every reused kernel anyway
+and raises if its IR differs from the one reused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+
+from ...runtime import dtypes as dt
+from ...runtime.symbolic import SymInt
+from .. import sym
+from ..ir import ComputedBuffer, Pointwise
+from ..virtualized import set_ops_handler
+
+__all__ = ["structure_key", "EmittedKernels", "EMITTED", "verify_reuse"]
+
+
+def verify_reuse() -> bool:
+    """Whether a reused kernel is emitted anyway and compared (``KILN_VERIFY_KERNEL_REUSE``)."""
+    return os.environ.get("KILN_VERIFY_KERNEL_REUSE", "") not in ("", "0")
+
+
+class _UndescribableError(Exception):
+    """Something in a kernel the description cannot render: no key, emit it."""
+
+
+class _Value:
+    """A body's value, named by the position of the ``ops`` call that made it."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+class _Describer:
+    """An ops handler that writes each call as one line (``t3=mul(t1,t2)``)."""
+
+    def __init__(self, label):
+        self.lines: list[str] = []
+        self.label = label
+        self.indirect = 0
+
+    def _value(self, text: str) -> _Value:
+        value = _Value(f"t{len(self.lines)}")
+        self.lines.append(f"{value.name}={text}")
+        return value
+
+    def load(self, name, index):
+        return self._value(f"load({self.label(name)},{_render(index)})")
+
+    def indirect_indexing(self, value, size, wrap_negative=True):
+        self.indirect += 1
+        atom = sym.Indirect(f"_ind{self.indirect}", size)
+        self.lines.append(f"{atom.name}=indirect({_render((value, size, wrap_negative))})")
+        return atom
+
+    def __getattr__(self, op: str):
+        if op.startswith("_"):
+            raise AttributeError(op)
+
+        def call(*args, **kwargs):
+            rendered = _render(args)
+            if kwargs:
+                rendered += _render(sorted(kwargs.items()))
+            return self._value(f"{op}{rendered}")
+
+        return call
+
+
+def _render(value) -> str:
+    """Text that tells apart every value a body passes to ``ops`` (``repr`` of a float keeps
+    -0.0, nan and every bit of precision; sizes of loop variables are in the plan's text)."""
+    cls = value.__class__
+    if cls is _Value:
+        return value.name
+    if cls in (int, float, bool, str) or value is None:
+        return repr(value)
+    if cls in (tuple, list):
+        return "(" + ",".join(_render(v) for v in value) + ")"
+    if isinstance(value, (sym.Expr, sym.Atom, SymInt)):
+        return f"<{value!r}>"
+    if isinstance(value, dt.dtype):
+        return value.name
+    raise _UndescribableError(cls.__name__)
+
+
+def _render_plan(value, label) -> str:
+    """The loop plan's fields, with buffers (objects or names) by label and variables with their
+    sizes; ``kernel`` is left out (its nodes are described one by one)."""
+    if isinstance(value, ComputedBuffer):
+        return label(value.name)
+    if isinstance(value, str):
+        return label(value)
+    if isinstance(value, sym.Var):
+        return f"{value.name}:{_render(value.size)}"
+    if isinstance(value, (list, tuple)):
+        return "(" + ",".join(_render_plan(v, label) for v in value) + ")"
+    if isinstance(value, (set, frozenset)):
+        return "{" + ",".join(sorted(_render_plan(v, label) for v in value)) + "}"
+    if isinstance(value, dict):
+        items = sorted((_render_plan(k, label), _render_plan(v, label)) for k, v in value.items())
+        return "{" + ",".join(f"{k}:{v}" for k, v in items) + "}"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = (
+            f"{f.name}={_render_plan(getattr(value, f.name), label)}"
+            for f in dataclasses.fields(value)
+            if f.name != "kernel"
+        )
+        return f"{type(value).__name__}(" + ",".join(fields) + ")"
+    return _render(value)
+
+
+def structure_key(
+    plan, names: list, local: list, locals_: set, dtypes: dict, sizes: dict, symbols
+) -> str | None:
+    """A digest of what the LLVM emitter reads for ``plan``'s kernel over buffers ``names``
+    (arguments, in order) and ``local`` (its buffers that are not arguments); None when some
+    part of it cannot be described."""
+    positions: dict[str, int] = {}
+    for position, name in enumerate([*names, *local]):
+        positions.setdefault(name, position)
+
+    def label(name: str) -> str:
+        position = positions.get(name)
+        return repr(name) if position is None else f"#{position}"
+
+    try:
+        parts = [
+            _render_plan(plan, label),
+            ",".join(f"{getattr(dtypes.get(n), 'name', None)}:{sizes.get(n)}" for n in names),
+            ",".join(f"{s.name}[{s.lower},{s.upper}]" for s in symbols),
+        ]
+        for node in plan.kernel.nodes:
+            parts.append(_describe_node(node, plan, label, locals_))
+    except _UndescribableError:
+        return None
+    except (TypeError, AttributeError, ValueError):
+        # a body that inspects or combines its values itself (not through ``ops``): such a
+        # kernel is emitted every time rather than described
+        return None
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _describe_node(node, plan, label, locals_: set) -> str:
+    data = node.data
+    index, rindex = plan.node_index[node.name]
+    fields = [
+        label(node.name),
+        type(data).__name__,
+        node.dtype.name,
+        "local" if node.name in locals_ else "stored",
+        _render(node.layout.offset_expr(index)),
+        _render(tuple(data.ranges)),
+    ]
+    if not isinstance(data, Pointwise):
+        fields += [
+            _render(tuple(data.reduction_ranges)),
+            data.reduction_type,
+            data.src_dtype.name,
+        ]
+    describer = _Describer(label)
+    with set_ops_handler(describer):
+        if isinstance(data, Pointwise):
+            result = data.inner_fn(index)
+        else:
+            result = data.inner_fn(index, rindex)
+    return " ".join(fields) + "\n" + "\n".join(describer.lines) + f"\n->{_render(result)}"
+
+
+class EmittedKernels:
+    """Canonical IR by structure key, most recently used last, at most ``max_bytes`` of it
+    (one per process: graphs compiled later reuse earlier graphs' kernels too)."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._texts: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> tuple[str, str] | None:
+        """``(kernel key, IR)`` emitted before under ``key``, or None."""
+        with self._lock:
+            found = self._texts.get(key)
+            if found is not None:
+                self._texts.move_to_end(key)
+            return found
+
+    def clear(self) -> None:
+        with self._lock:
+            self._texts.clear()
+            self._bytes = 0
+
+    def put(self, key: str, kernel_key: str, text: str) -> None:
+        with self._lock:
+            if key in self._texts:
+                return
+            self._texts[key] = (kernel_key, text)
+            self._bytes += len(text)
+            while self._bytes > self.max_bytes and len(self._texts) > 1:
+                _, (_, dropped) = self._texts.popitem(last=False)
+                self._bytes -= len(dropped)
+
+
+# the process's kernels by structure key (``graph_index.clear_memory_cache`` forgets them too)
+EMITTED = EmittedKernels(max_bytes=32 * 2**20)
