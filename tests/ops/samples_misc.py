@@ -370,6 +370,7 @@ for name in ("quantile", "nanquantile"):
 SAMPLES += [
     Sample("cov", (T((3, 6)),)),
     Sample("cov", (T((6,)),), id="cov-1d"),
+    Sample("cov", (T((1, 6)),), id="cov-one-variable-row"),
     Sample("cov", (T((2, 5)),), kwargs={"correction": 0}, id="cov-correction0"),
     Sample(
         "cov",
@@ -395,6 +396,7 @@ SAMPLES += [
     Sample("cov", (T((3, 4)),), fn=_method("cov"), id="cov-method"),
     Sample("corrcoef", (T((3, 6)),)),
     Sample("corrcoef", (T((5,)),), id="corrcoef-1d"),
+    Sample("corrcoef", (T((1, 5)),), id="corrcoef-one-variable-row"),
     Sample("corrcoef", (T((2, 5), dtype="int32", low=-4, high=4),), id="corrcoef-int"),
     Sample("corrcoef", (T((3, 6)),), fn=_method("corrcoef"), id="corrcoef-method"),
 ]

@@ -392,8 +392,8 @@ def cov(
         norm = norm.clamp(min=0)
     centered = x - mean
     scaled = centered if weights is None else centered * weights
-    out = mm(scaled, centered.t().to(scaled.dtype)) / norm
-    return out.squeeze() if input.ndim < 2 else out
+    # PyTorch squeezes every result: one variable in a (1, N) input gives a 0-d covariance too
+    return (mm(scaled, centered.t().to(scaled.dtype)) / norm).squeeze()
 
 
 @torch_function()
