@@ -174,6 +174,74 @@ def test_text_matches_pytorch(tmp_path):
 
 
 @needs_torch
+@pytest.mark.parametrize("num_thresholds, weighted", [(127, False), (10, True), (300, False)])
+def test_pr_curves_match_pytorch(tmp_path, num_thresholds, weighted):
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 2, size=50)
+    predictions = rng.uniform(size=50).astype(np.float32)
+    weights = rng.uniform(size=50) if weighted else None
+
+    def calls(writer, lib):
+        writer.add_pr_curve("cat", _tensor(lib, labels == 1), _tensor(lib, predictions), 2,
+                            num_thresholds, weights, walltime=3.0)  # fmt: skip
+        writer.add_pr_curve("np", labels, predictions, 3, num_thresholds, weights, 4.0)
+
+    _write_both(tmp_path, calls)
+
+
+def _projector_files(log_dir) -> dict[str, object]:
+    """Every file the projector reads, by path: bytes, or a PNG's pixels."""
+    found = {}
+    for root, _, files in os.walk(log_dir):
+        for name in files:
+            if name.startswith("events.out.tfevents"):
+                continue
+            path = os.path.join(root, name)
+            data = open(path, "rb").read()
+            found[os.path.relpath(path, log_dir)] = _pixels(data) if name.endswith(".png") else data
+    return found
+
+
+@needs_torch
+def test_embeddings_write_pytorchs_projector_files(tmp_path):
+    rng = np.random.default_rng(4)
+    features = rng.normal(size=(10, 4)).astype(np.float32)
+    images = rng.uniform(size=(10, 1, 6, 5)).astype(np.float32)
+    labels = [f"class {i % 3}" for i in range(10)]
+
+    files = []
+    for name, lib, make in (("kiln", kiln, SummaryWriter), ("torch", torch, _torch_writer)):
+        with make(log_dir=str(tmp_path / name)) as writer:
+            writer.add_embedding(_tensor(lib, features), labels, _tensor(lib, images), tag="a/b")
+            writer.add_embedding(features[:3], [[1, "x"], [2, "y"], [3, "z"]], global_step=7,
+                                 metadata_header=["id", "name"])  # fmt: skip
+        files.append(_projector_files(tmp_path / name))
+    ours, theirs = files
+    assert ours.keys() == theirs.keys()
+    assert "00000/a%2fb/sprite.png" in ours
+    for path in ours:
+        np.testing.assert_array_equal(np.asarray(ours[path]), np.asarray(theirs[path]), path)
+
+
+@needs_torch
+def test_figures_match_pytorch(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def calls(writer, lib):
+        figures = []
+        for scale in (1, 2, 3):
+            figure = plt.figure(figsize=(2, 1.5), dpi=40)
+            plt.plot([0, 1, 2], [0, scale, 1])
+            figures.append(figure)
+        writer.add_figure("one", figures[0], 0, walltime=1.0)
+        writer.add_figure("grid", figures[1:], 1, walltime=2.0)
+
+    _write_both(tmp_path, calls)
+
+
+@needs_torch
 @pytest.mark.parametrize(
     "hparams, domains",
     [

@@ -2,7 +2,7 @@
 
 Values arrive as kiln tensors, numpy arrays or Python numbers and are read as numpy arrays.
 Each builder returns a ``Summary`` that TensorBoard's plugins (scalars, histograms, images,
-text, hparams) recognise; the same call gives the same proto as ``torch.utils.tensorboard``.
+text, hparams, PR curves) recognise; the same call gives the same proto as ``torch.utils.tensorboard``.
 Images are encoded as PNG here (zlib), so no imaging library is needed.
 """
 
@@ -18,6 +18,7 @@ from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary, Summar
 from tensorboard.compat.proto.tensor_pb2 import TensorProto
 from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+from tensorboard.plugins.pr_curve.plugin_data_pb2 import PrCurvePluginData
 
 from ...runtime.tensor import Tensor
 
@@ -27,7 +28,10 @@ __all__ = [
     "histogram",
     "default_bins",
     "image",
+    "image_grid",
+    "figure_to_image",
     "text",
+    "pr_curve",
     "hparams",
     "encode_png",
 ]
@@ -133,7 +137,7 @@ def _to_hwc(array: np.ndarray, dataformats: str) -> np.ndarray:
     dataformats = dataformats.upper()
     if array.ndim == 4:
         batch = array.transpose([dataformats.find(c) for c in "NCHW"])
-        return _grid(batch).transpose(1, 2, 0)
+        return image_grid(batch).transpose(1, 2, 0)
     if array.ndim == 3:
         hwc = array.transpose([dataformats.find(c) for c in "HWC"])
         return np.concatenate([hwc] * 3, 2) if hwc.shape[2] == 1 else hwc
@@ -141,7 +145,7 @@ def _to_hwc(array: np.ndarray, dataformats: str) -> np.ndarray:
     return np.stack([hw] * 3, 2)
 
 
-def _grid(batch: np.ndarray, columns: int = 8) -> np.ndarray:
+def image_grid(batch: np.ndarray, columns: int = 8) -> np.ndarray:
     """NCHW images laid out row by row on one CHW canvas."""
     if batch.shape[1] == 1:
         batch = np.concatenate([batch] * 3, 1)
@@ -191,6 +195,60 @@ def image(tag: str, values: Any, dataformats: str = "CHW") -> Summary:
         height=height, width=width, colorspace=channels, encoded_image_string=encode_png(pixels)
     )
     return Summary(value=[Summary.Value(tag=tag, image=proto)])
+
+
+def figure_to_image(figures: Any, close: bool = True) -> np.ndarray:
+    """A matplotlib figure rendered as a CHW uint8 RGB image, or a list of them as NCHW (the
+    figures are closed unless ``close`` is false); needs matplotlib."""
+    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    def render(figure) -> np.ndarray:
+        canvas = FigureCanvasAgg(figure)
+        canvas.draw()
+        width, height = figure.canvas.get_width_height()
+        rgba = np.frombuffer(canvas.buffer_rgba(), dtype=np.uint8).reshape(height, width, 4)
+        if close:
+            plt.close(figure)
+        return np.moveaxis(rgba[:, :, :3], 2, 0)
+
+    if isinstance(figures, list):
+        return np.stack([render(figure) for figure in figures])
+    return render(figures)
+
+
+# ---------------------------------------------------------------------- PR curves
+
+
+def pr_curve(
+    tag: str, labels: Any, predictions: Any, num_thresholds: int = 127, weights: Any = None
+) -> Summary:
+    """A precision-recall curve for the pr_curves plugin: a 6 x ``num_thresholds`` table (true
+    and false positives, true and false negatives, precision, recall) over evenly spaced
+    thresholds, computed as TensorBoard's own summary op does (at most 127 thresholds)."""
+    num_thresholds = min(num_thresholds, 127)
+    labels, predictions = to_numpy(labels), to_numpy(predictions)
+    weights = 1.0 if weights is None else weights
+    buckets = np.int32(np.floor(predictions * (num_thresholds - 1)))
+    positive = labels.astype(np.float64)
+    span = (0, num_thresholds - 1)
+    tp_buckets, _ = np.histogram(buckets, num_thresholds, span, weights=positive * weights)
+    fp_buckets, _ = np.histogram(buckets, num_thresholds, span, weights=(1.0 - positive) * weights)
+    tp = np.cumsum(tp_buckets[::-1])[::-1]  # counts at or above each threshold
+    fp = np.cumsum(fp_buckets[::-1])[::-1]
+    tn, fn = fp[0] - fp, tp[0] - tp
+    precision = tp / np.maximum(1e-7, tp + fp)
+    recall = tp / np.maximum(1e-7, tp + fn)
+    data = np.stack((tp, fp, tn, fn, precision, recall))
+    content = PrCurvePluginData(version=0, num_thresholds=num_thresholds).SerializeToString()
+    plugin = SummaryMetadata.PluginData(plugin_name="pr_curves", content=content)
+    tensor = TensorProto(
+        dtype="DT_FLOAT",
+        float_val=data.reshape(-1).tolist(),
+        tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=n) for n in data.shape]),
+    )
+    value = Summary.Value(tag=tag, metadata=SummaryMetadata(plugin_data=plugin), tensor=tensor)
+    return Summary(value=[value])
 
 
 # ---------------------------------------------------------------------- text and hparams

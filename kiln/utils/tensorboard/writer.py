@@ -3,7 +3,8 @@
 A writer owns one event file in ``log_dir`` (``runs/<date>_<host><comment>`` by default), written
 in the background by tensorboard's ``EventFileWriter`` (``flush`` / ``close`` / every
 ``flush_secs``). ``add_scalars`` writes each curve to its own sub-directory, as PyTorch's does,
-so TensorBoard draws them in one chart; ``add_hparams`` writes a run of its own.
+so TensorBoard draws them in one chart; ``add_hparams`` writes a run of its own;
+``add_embedding`` writes the projector's files beside the event file.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tensorboard.compat.proto.event_pb2 import Event, SessionLog, TaggedRunMetad
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from . import summary
+from . import projector, summary
 from .graph import graph_def, run_metadata
 from .tracing import trace_model
 
@@ -75,6 +76,7 @@ class SummaryWriter:
         self.filename_suffix = filename_suffix
         self.file_writer: FileWriter | None = None
         self.all_writers: dict[str, FileWriter] | None = None
+        self._projector_config = projector.ProjectorConfig()
         self._get_file_writer()
 
     def _get_file_writer(self) -> FileWriter:
@@ -168,6 +170,53 @@ class SummaryWriter:
         """A batch of images, shown as one grid eight images wide."""
         proto = summary.image(tag, img_tensor, dataformats)
         self._get_file_writer().add_summary(proto, global_step, walltime)
+
+    def add_figure(
+        self,
+        tag: str,
+        figure: Any,
+        global_step: int | None = None,
+        close: bool = True,
+        walltime: float | None = None,
+    ) -> None:
+        """A matplotlib figure (or a list of them, as a grid) rendered as an image; the figures
+        are closed unless ``close`` is false."""
+        dataformats = "NCHW" if isinstance(figure, list) else "CHW"
+        image = summary.figure_to_image(figure, close)
+        self.add_image(tag, image, global_step, walltime, dataformats=dataformats)
+
+    def add_pr_curve(
+        self,
+        tag: str,
+        labels: Any,
+        predictions: Any,
+        global_step: int | None = None,
+        num_thresholds: int = 127,
+        weights: Any = None,
+        walltime: float | None = None,
+    ) -> None:
+        """A precision-recall curve of ``predictions`` (probabilities in [0, 1]) against binary
+        ``labels``, at ``num_thresholds`` evenly spaced thresholds (127 at most)."""
+        proto = summary.pr_curve(tag, labels, predictions, num_thresholds, weights)
+        self._get_file_writer().add_summary(proto, global_step, walltime)
+
+    def add_embedding(
+        self,
+        mat: Any,
+        metadata: list | None = None,
+        label_img: Any = None,
+        global_step: int | None = None,
+        tag: str = "default",
+        metadata_header: list | None = None,
+    ) -> None:
+        """Vectors (N x D) for the embedding projector, with a label per row (``metadata``,
+        several columns under ``metadata_header``) and an image per row (``label_img``, NCHW)."""
+        log_dir = self._get_file_writer().get_logdir()
+        info = projector.write_embedding(
+            log_dir, mat, metadata, label_img, global_step or 0, tag, metadata_header
+        )
+        self._projector_config.embeddings.append(info)
+        projector.write_config(log_dir, self._projector_config)
 
     def add_text(
         self,
