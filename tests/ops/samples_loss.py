@@ -83,6 +83,16 @@ add("cross_entropy", (T((4,)), classes((), 3, values=1)), CE)
 add("cross_entropy", (T((4,)), T((4,), low=0, high=1)), CE, id="cross_entropy-1d-probs")
 add("cross_entropy", (T((3, 5), layout="transposed"), classes((3,), 4)), CE, gradcheck=False)
 add("cross_entropy", (T((3, 4), dtype="float64"), classes((3,), 3)), CE)
+for r in REDUCTIONS:  # the common case's fast path divides in float32 for 16-bit inputs
+    add(
+        "nll_loss",
+        (T((3, 4), dtype="float16"), classes((3,), 3)),
+        ("nll_loss",),
+        kwargs={"reduction": r},
+        grad=False,
+        gradcheck=False,
+        id=f"nll_loss-float16-{r}",
+    )
 add(
     "cross_entropy",
     (T((3, 4)), classes((3,), 3, values=[-100, -100, -100])),

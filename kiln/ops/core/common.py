@@ -99,10 +99,13 @@ def to_float_dtype(d: dt.dtype) -> dt.dtype:
     return d if d.category >= 2 else dt.get_default_dtype()
 
 
-def compute_np_dtype(d: dt.dtype):
+_FLOAT32 = np.dtype(np.float32)
+
+
+def compute_np_dtype(d: dt.dtype) -> np.dtype:
     """numpy dtype to do float math in: half types compute in float32, as PyTorch's CPU kernels do."""
     if d is dt.float16 or d is dt.bfloat16:
-        return np.float32
+        return _FLOAT32
     return d.np
 
 
