@@ -62,6 +62,7 @@ from . import cuda  # noqa: E402
 from . import amp, cpu  # noqa: E402
 from . import testing  # noqa: E402
 from .serialization import load, save  # noqa: E402
+from . import hub  # noqa: E402
 from .ops.core import namespace as _namespace  # noqa: E402
 
 pi = _math.pi
