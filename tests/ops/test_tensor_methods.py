@@ -80,3 +80,24 @@ def test_type_as_returns_self_when_nothing_changes():
     x = kiln.ones(3)
     assert x.type_as(kiln.zeros(1)) is x
     assert x.type_as(kiln.zeros(1, dtype=kiln.int8)).dtype is kiln.int8
+
+
+# int-list arguments: PyTorch's methods take ``f(1, 3)``, ``f((1, 3))`` and ``f(size=...)``
+INT_LIST_FORMS = {
+    "sum_to_size-varargs": lambda x: x.sum_to_size(1, 3),
+    "sum_to_size-one-int": lambda x: x.reshape(-1).sum_to_size(1),
+    "sum_to_size-keyword": lambda x: x.sum_to_size(size=(2, 1)),
+    "broadcast_to-varargs": lambda x: x.broadcast_to(4, 2, 3),
+    "broadcast_to-tuple": lambda x: x.broadcast_to((4, 2, 3)),
+    "broadcast_to-keyword": lambda x: x.broadcast_to(size=[4, 2, 3]),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("case", sorted(INT_LIST_FORMS))
+def test_int_list_argument_forms_match_torch(case):
+    values = np.arange(6.0).reshape(2, 3)
+    got = INT_LIST_FORMS[case](kiln.tensor(values))
+    want = INT_LIST_FORMS[case](torch.tensor(values))
+    assert tuple(got.shape) == tuple(want.shape)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())

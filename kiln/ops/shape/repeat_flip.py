@@ -12,22 +12,12 @@ import numpy as np
 from ...runtime import dtypes as dt
 from ...runtime.memory_format import contiguous_format
 from ...runtime.symbolic import as_int
-from ...runtime.tensor import Size
 from ..core.common import Tensor, fake, laid_out, preserved_layout, wrap, wrap_dim, wrap_dims
 from ..core.registry import OPS, defop, tensor_method, torch_function
 from .cat_split import cat
-from .shape_functions import flatten, narrow, transpose
+from .shape_functions import flatten, int_list_args, narrow, transpose
 
 __all__ = ["flip", "roll"]
-
-
-def _varargs(args: tuple, keyword) -> tuple:
-    """``f(1, 2)``, ``f((1, 2))`` or ``f(name=(1, 2))``: PyTorch's int-list argument forms."""
-    if keyword is not None:
-        return (keyword,) if isinstance(keyword, int) else tuple(keyword)
-    if len(args) == 1 and isinstance(args[0], (list, tuple, Size)):
-        return tuple(args[0])
-    return tuple(args)
 
 
 # ------------------------------------------------------------------------------ repeating
@@ -60,7 +50,7 @@ def _repeat_decomp(x, repeats):
 
 @tensor_method("repeat")
 def _repeat_method(self: Tensor, *sizes, repeats=None) -> Tensor:
-    return repeat(self, _varargs(sizes, repeats))
+    return repeat(self, int_list_args(sizes, repeats))
 
 
 @torch_function()
@@ -71,7 +61,7 @@ def tile(input: Tensor, dims) -> Tensor:
 
 @tensor_method("tile")
 def _tile_method(self: Tensor, *dims_args, dims=None) -> Tensor:
-    return tile(self, _varargs(dims_args, dims))
+    return tile(self, int_list_args(dims_args, dims))
 
 
 @defop(kind="indexing", differentiable=False)
@@ -186,7 +176,7 @@ def _flip_decomp(x, dims):
 
 @tensor_method("flip")
 def _flip_method(self: Tensor, *dims_args, dims=None) -> Tensor:
-    return flip(self, _varargs(dims_args, dims))
+    return flip(self, int_list_args(dims_args, dims))
 
 
 @torch_function()

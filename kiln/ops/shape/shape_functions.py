@@ -172,10 +172,28 @@ def _select_fn(input: Tensor, dim: int, index) -> Tensor:
     return OPS["select"](input, dim, int(index))
 
 
+def int_list_args(args: tuple, keyword) -> tuple:
+    """``f(1, 2)``, ``f((1, 2))`` or ``f(name=(1, 2))``: PyTorch's int-list argument forms."""
+    if keyword is not None:
+        return (keyword,) if isinstance(keyword, int) else tuple(keyword)
+    if len(args) == 1 and isinstance(args[0], (list, tuple, Size)):
+        return tuple(args[0])
+    return tuple(args)
+
+
 @torch_function("broadcast_to")
-@tensor_method("broadcast_to")
 def broadcast_to(input: Tensor, size) -> Tensor:
-    return OPS["expand"](input, tuple(size))
+    return OPS["expand"](input, int_list_args((size,), None))
+
+
+@tensor_method("broadcast_to")
+def _broadcast_to_method(self: Tensor, *sizes, size=None) -> Tensor:
+    return OPS["expand"](self, int_list_args(sizes, size))
+
+
+@tensor_method("sum_to_size")
+def _sum_to_size_method(self: Tensor, *sizes, size=None) -> Tensor:
+    return OPS["sum_to_size"](self, int_list_args(sizes, size))
 
 
 @torch_function("squeeze")
