@@ -278,6 +278,12 @@ SAMPLES += [
         id="take_along_dim-bcast",
     ),
     Sample("take_along_dim", (T((3, 4)), I([11, 0, 5])), ops=("gather",), id="take_along_dim-flat"),
+    Sample(
+        "take_along_dim",
+        (T((3, 4)), I([[-4], [-1], [2]]), -1),
+        ops=("gather",),
+        id="take_along_dim-negative",
+    ),
 ]
 PERM = [[2, 0, 1, 3], [1, 3, 0, 2]]
 SAMPLES += [

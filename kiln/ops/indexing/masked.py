@@ -222,6 +222,8 @@ def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Te
     )
     src_shape, idx_shape = list(shape), list(shape)
     src_shape[d], idx_shape[d] = input.shape[d], indices.shape[d]
+    # along a dim (not flattened) PyTorch counts negative indices from the end
+    indices = OPS["where"](indices < 0, indices + input.shape[d], indices)
     return gather(input.expand(src_shape), d, indices.expand(idx_shape))
 
 
