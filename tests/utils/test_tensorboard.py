@@ -189,6 +189,48 @@ def test_pr_curves_match_pytorch(tmp_path, num_thresholds, weighted):
     _write_both(tmp_path, calls)
 
 
+@needs_torch
+def test_raw_histograms_and_pr_curves_match_pytorch(tmp_path):
+    counts = np.array([3.0, 5.0, 2.0])
+    limits = np.array([0.5, 1.0, 2.5])
+    curve = np.random.default_rng(5).uniform(size=(6, 4))
+
+    def calls(writer, lib):
+        writer.add_histogram_raw("h", 0.1, 2.4, 10, 11.5, 20.25, limits.tolist(),
+                                 counts.tolist(), 1, walltime=2.0)  # fmt: skip
+        writer.add_pr_curve_raw("pr", *(_tensor(lib, row) for row in curve), 2, 4, walltime=3.0)
+        writer.add_pr_curve_raw("pr_np", *curve, global_step=3, walltime=4.0)
+
+    _write_both(tmp_path, calls)
+
+
+@needs_torch
+@pytest.mark.parametrize("amplitude", [0.8, 1.5], ids=["in_range", "clipped"])
+def test_audio_matches_pytorch(tmp_path, amplitude):
+    wave = amplitude * np.sin(np.linspace(0, 20, 400)).astype(np.float32)
+
+    def calls(writer, lib):
+        writer.add_audio("tone", _tensor(lib, wave[None]), 0, 8000, walltime=1.0)
+        writer.add_audio("np", wave[:50], 1, walltime=2.0)
+
+    _write_both(tmp_path, calls)
+
+
+@needs_torch
+def test_custom_scalar_layouts_match_pytorch(tmp_path):
+    layout = {
+        "Taiwan": {"twse": ["Multiline", ["twse/0050", "twse/2330"]]},
+        "USA": {"dow": ["Margin", ["dow/aaa", "dow/bbb", "dow/ccc"]]},
+    }
+
+    def calls(writer, lib):
+        writer.add_custom_scalars(layout)
+        writer.add_custom_scalars_multilinechart(["a/x", "a/y"], title="both")
+        writer.add_custom_scalars_marginchart(["m/v", "m/lo", "m/hi"], category="margins")
+
+    _write_both(tmp_path, calls, keep_time=False)
+
+
 def _projector_files(log_dir) -> dict[str, object]:
     """Every file the projector reads, by path: bytes, or a PNG's pixels."""
     found = {}

@@ -2,13 +2,16 @@
 
 Values arrive as kiln tensors, numpy arrays or Python numbers and are read as numpy arrays.
 Each builder returns a ``Summary`` that TensorBoard's plugins (scalars, histograms, images,
-text, hparams, PR curves) recognise; the same call gives the same proto as ``torch.utils.tensorboard``.
+audio, text, hparams, PR curves, custom scalars) recognise; the same call gives the same proto
+as ``torch.utils.tensorboard``.
 Images are encoded as PNG here (zlib), so no imaging library is needed.
 """
 
 from __future__ import annotations
 
+import io
 import struct
+import wave
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -17,6 +20,7 @@ import numpy as np
 from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary, SummaryMetadata
 from tensorboard.compat.proto.tensor_pb2 import TensorProto
 from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 from tensorboard.plugins.pr_curve.plugin_data_pb2 import PrCurvePluginData
 
@@ -26,12 +30,16 @@ __all__ = [
     "to_numpy",
     "scalar",
     "histogram",
+    "histogram_raw",
     "default_bins",
     "image",
     "image_grid",
     "figure_to_image",
     "text",
     "pr_curve",
+    "pr_curve_raw",
+    "audio",
+    "custom_scalars",
     "hparams",
     "encode_png",
 ]
@@ -116,6 +124,20 @@ def histogram(tag: str, values: Any, bins: Any, max_bins: int | None = None) -> 
         bucket_limit=limits.tolist(),
         bucket=counts.tolist(),
     )
+    return Summary(value=[Summary.Value(tag=tag, histo=proto)])
+
+
+def histogram_raw(
+    tag: str, min: Any, max: Any, num: Any, sum: Any, sum_squares: Any,
+    bucket_limits: Any, bucket_counts: Any,
+) -> Summary:  # fmt: skip
+    """A histogram whose statistics and buckets the caller computed (upper limit per bucket)."""
+    if len(bucket_limits) != len(bucket_counts):
+        raise ValueError("len(bucket_limits) != len(bucket_counts), see the document.")
+    proto = HistogramProto(
+        min=min, max=max, num=num, sum=sum, sum_squares=sum_squares,
+        bucket_limit=bucket_limits, bucket=bucket_counts,
+    )  # fmt: skip
     return Summary(value=[Summary.Value(tag=tag, histo=proto)])
 
 
@@ -217,6 +239,34 @@ def figure_to_image(figures: Any, close: bool = True) -> np.ndarray:
     return render(figures)
 
 
+# ---------------------------------------------------------------------- audio
+
+
+def audio(tag: str, values: Any, sample_rate: int = 44100) -> Summary:
+    """Mono sound (values in [-1, 1], clipped with a warning when outside) as 16-bit WAV."""
+    array = to_numpy(values).squeeze()
+    if abs(array).max() > 1:
+        print("warning: audio amplitude out of range, auto clipped.")
+        array = array.clip(-1, 1)
+    if array.ndim != 1:
+        raise AssertionError("input tensor should be 1 dimensional.")
+    samples = (array * np.iinfo(np.int16).max).astype("<i2")
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(sample_rate)
+        wav.writeframes(samples.data)
+    proto = Summary.Audio(
+        sample_rate=sample_rate,
+        num_channels=1,
+        length_frames=samples.shape[-1],
+        encoded_audio_string=buffer.getvalue(),
+        content_type="audio/wav",
+    )
+    return Summary(value=[Summary.Value(tag=tag, audio=proto)])
+
+
 # ---------------------------------------------------------------------- PR curves
 
 
@@ -239,7 +289,16 @@ def pr_curve(
     tn, fn = fp[0] - fp, tp[0] - tp
     precision = tp / np.maximum(1e-7, tp + fp)
     recall = tp / np.maximum(1e-7, tp + fn)
-    data = np.stack((tp, fp, tn, fn, precision, recall))
+    return pr_curve_raw(tag, tp, fp, tn, fn, precision, recall, num_thresholds)
+
+
+def pr_curve_raw(
+    tag: str, tp: Any, fp: Any, tn: Any, fn: Any, precision: Any, recall: Any,
+    num_thresholds: int = 127,
+) -> Summary:  # fmt: skip
+    """A PR curve from counts and rates already computed, one value per threshold each."""
+    num_thresholds = min(num_thresholds, 127)
+    data = np.stack([to_numpy(v) for v in (tp, fp, tn, fn, precision, recall)])
     content = PrCurvePluginData(version=0, num_thresholds=num_thresholds).SerializeToString()
     plugin = SummaryMetadata.PluginData(plugin_name="pr_curves", content=content)
     tensor = TensorProto(
@@ -248,6 +307,43 @@ def pr_curve(
         tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=n) for n in data.shape]),
     )
     value = Summary.Value(tag=tag, metadata=SummaryMetadata(plugin_data=plugin), tensor=tensor)
+    return Summary(value=[value])
+
+
+# ---------------------------------------------------------------------- custom scalars
+
+
+def custom_scalars(layout: dict) -> Summary:
+    """The custom_scalars plugin's layout: ``{category: {chart title: ["Multiline", tags] or
+    ["Margin", [value, lower, upper]]}}``, charts of curves already logged with ``add_scalar``."""
+    categories = []
+    for category, charts in layout.items():
+        built = []
+        for title, (kind, tags) in charts.items():
+            if kind == "Margin":
+                if len(tags) != 3:
+                    raise AssertionError("len(tags) != 3")
+                series = layout_pb2.MarginChartContent.Series(
+                    value=tags[0], lower=tags[1], upper=tags[2]
+                )
+                chart = layout_pb2.Chart(
+                    title=title, margin=layout_pb2.MarginChartContent(series=[series])
+                )
+            else:
+                chart = layout_pb2.Chart(
+                    title=title, multiline=layout_pb2.MultilineChartContent(tag=tags)
+                )
+            built.append(chart)
+        categories.append(layout_pb2.Category(title=category, chart=built))
+    tensor = TensorProto(
+        dtype="DT_STRING",
+        string_val=[layout_pb2.Layout(category=categories).SerializeToString()],
+        tensor_shape=TensorShapeProto(),
+    )
+    plugin = SummaryMetadata.PluginData(plugin_name="custom_scalars")
+    value = Summary.Value(
+        tag="custom_scalars__config__", tensor=tensor, metadata=SummaryMetadata(plugin_data=plugin)
+    )
     return Summary(value=[value])
 
 

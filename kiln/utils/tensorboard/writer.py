@@ -147,6 +147,25 @@ class SummaryWriter:
         proto = summary.histogram(tag, values, bins, max_bins)
         self._get_file_writer().add_summary(proto, global_step, walltime)
 
+    def add_histogram_raw(
+        self,
+        tag: str,
+        min: Any,
+        max: Any,
+        num: Any,
+        sum: Any,
+        sum_squares: Any,
+        bucket_limits: Any,
+        bucket_counts: Any,
+        global_step: int | None = None,
+        walltime: float | None = None,
+    ) -> None:
+        """A histogram from statistics and buckets already computed (upper limit per bucket)."""
+        proto = summary.histogram_raw(
+            tag, min, max, num, sum, sum_squares, bucket_limits, bucket_counts
+        )
+        self._get_file_writer().add_summary(proto, global_step, walltime)
+
     def add_image(
         self,
         tag: str,
@@ -217,6 +236,59 @@ class SummaryWriter:
         )
         self._projector_config.embeddings.append(info)
         projector.write_config(log_dir, self._projector_config)
+
+    def add_pr_curve_raw(
+        self,
+        tag: str,
+        true_positive_counts: Any,
+        false_positive_counts: Any,
+        true_negative_counts: Any,
+        false_negative_counts: Any,
+        precision: Any,
+        recall: Any,
+        global_step: int | None = None,
+        num_thresholds: int = 127,
+        weights: Any = None,
+        walltime: float | None = None,
+    ) -> None:
+        """A precision-recall curve from counts and rates already computed per threshold
+        (``weights`` is accepted for PyTorch's signature and unused, as there)."""
+        proto = summary.pr_curve_raw(
+            tag, true_positive_counts, false_positive_counts, true_negative_counts,
+            false_negative_counts, precision, recall, num_thresholds,
+        )  # fmt: skip
+        self._get_file_writer().add_summary(proto, global_step, walltime)
+
+    def add_audio(
+        self,
+        tag: str,
+        snd_tensor: Any,
+        global_step: int | None = None,
+        sample_rate: int = 44100,
+        walltime: float | None = None,
+    ) -> None:
+        """A mono sound clip, shape (1, L), values in [-1, 1], as 16-bit WAV."""
+        proto = summary.audio(tag, snd_tensor, sample_rate)
+        self._get_file_writer().add_summary(proto, global_step, walltime)
+
+    def add_custom_scalars(self, layout: dict) -> None:
+        """Charts that gather curves logged with ``add_scalar``: ``{category: {title:
+        ["Multiline", tags] or ["Margin", [value, lower, upper]]}}`` (once per writer)."""
+        self._get_file_writer().add_summary(summary.custom_scalars(layout))
+
+    def add_custom_scalars_multilinechart(
+        self, tags: list, category: str = "default", title: str = "untitled"
+    ) -> None:
+        """One chart of several curves (``add_custom_scalars``' shorthand)."""
+        self.add_custom_scalars({category: {title: ["Multiline", tags]}})
+
+    def add_custom_scalars_marginchart(
+        self, tags: list, category: str = "default", title: str = "untitled"
+    ) -> None:
+        """One curve with a band between two others (``tags``: value, lower, upper)."""
+        if len(tags) != 3:
+            raise AssertionError(f"Expected 3 tags, got {len(tags)}.")
+        self.add_custom_scalars({category: {title: ["Margin", tags]}})
 
     def add_text(
         self,
