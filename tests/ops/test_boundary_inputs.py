@@ -207,3 +207,36 @@ def test_float_copied_into_bool_is_nonzero():
         return b, c, d
 
     _assert_same(*_both(fn))
+
+
+def _float64(lib, *shape):
+    values = np.arange(float(np.prod(shape))).reshape(shape) % 7
+    return lib.tensor(values, dtype=lib.float64, requires_grad=True)
+
+
+# an empty batch (or no channels): the result and the gradients are empty, not a reshape error
+EMPTY_BATCHES = {
+    "group_norm": lambda lib, F: F.group_norm(_float64(lib, 0, 4, 3), 2, _float64(lib, 4)),
+    "group_norm-2d": lambda lib, F: F.group_norm(_float64(lib, 0, 2), 1),
+    "instance_norm": lambda lib, F: F.instance_norm(_float64(lib, 0, 3, 4)),
+    "batch_norm-no-channels": lambda lib, F: F.batch_norm(
+        _float64(lib, 2, 0, 3), lib.zeros(0, dtype=lib.float64), None, training=True
+    ),
+    "unfold": lambda lib, F: F.unfold(_float64(lib, 0, 1, 5, 5), 2),
+    "lu_solve": lambda lib, F: lib.linalg.lu_solve(
+        _float64(lib, 0, 3, 3), lib.ones(0, 3, dtype=lib.int32), _float64(lib, 0, 3, 2)
+    ),
+    "cdist-mm-backward": lambda lib, F: lib.cdist(
+        _float64(lib, 0, 5), _float64(lib, 4, 5), compute_mode="use_mm_for_euclid_dist"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_BATCHES))
+def test_empty_batches_give_empty_results_and_gradients(name):
+    def fn(lib):
+        out = EMPTY_BATCHES[name](lib, lib.nn.functional)
+        out.sum().backward()
+        return out
+
+    _assert_same(*_both(fn))

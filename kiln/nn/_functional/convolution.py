@@ -168,7 +168,7 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
         [0, 0],
         c,
     )
-    cols = cols.reshape(x.shape[0], c * math.prod(kernel), -1)
+    cols = cols.flatten(2)  # (N, C*kh*kw, blocks): no size to infer when N is 0
     cols = cols.squeeze(0) if unbatched else cols
     rename_grad_fn(cols, (input,), "Im2ColBackward0")
     return cols

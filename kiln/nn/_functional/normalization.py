@@ -67,8 +67,10 @@ def batch_norm(
     eps: float = 1e-5,
 ) -> Tensor:
     """Batch norm; in training the running stats are updated in place with the unbiased variance."""
+    # values per channel, as PyTorch's _verify_batch_size counts them (no division by the
+    # channel count, which may be 0)
+    per_channel = math.prod(input.shape[:1] + input.shape[2:])
     if training:
-        per_channel = input.numel() // input.shape[1] if input.ndim >= 2 else input.numel()
         if per_channel == 1:
             raise ValueError(
                 f"Expected more than 1 value per channel when training, got input size {input.shape}"
@@ -77,7 +79,7 @@ def batch_norm(
         input, weight, bias, running_mean, running_var, training, momentum, eps
     )
     if training and (running_mean is not None or running_var is not None):
-        n = input.numel() // input.shape[1]
+        n = per_channel
         with no_grad():
             if running_mean is not None:
                 running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype) * momentum)

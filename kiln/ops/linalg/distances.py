@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...amp.autocast_mode import autocast_policy
@@ -78,8 +80,9 @@ def _euclidean_cdist_backward_kernel(grad, x1, x2, distances):
     others = b.shape[-2]
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(distances._data == 0, 0, grad._data / distances._data)
-    ratio = ratio.astype(a.dtype, copy=False).reshape(-1, rows, others)
-    a3, b3 = a.reshape(-1, rows, width), b.reshape(-1, others, width)
+    count = math.prod(batch)  # not -1: an empty side leaves nothing to infer it from
+    ratio = ratio.astype(a.dtype, copy=False).reshape(count, rows, others)
+    a3, b3 = a.reshape(count, rows, width), b.reshape(count, others, width)
     g1, g2 = np.zeros_like(a3), np.zeros_like(b3)
     step = max(1, _BACKWARD_BLOCK_BYTES // max(1, others * width * a.itemsize))
     for k in range(a3.shape[0]):

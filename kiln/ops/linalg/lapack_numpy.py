@@ -81,7 +81,7 @@ def apply_pivots(b: np.ndarray, pivots: np.ndarray, reverse: bool) -> np.ndarray
     count = math.prod(batch)
     x = np.array(b, copy=True)
     flat = x.reshape((count,) + b.shape[-2:])
-    piv = np.broadcast_to(pivots, batch + pivots.shape[-1:]).reshape(count, -1) - 1
+    piv = np.broadcast_to(pivots, batch + pivots.shape[-1:]).reshape(count, pivots.shape[-1]) - 1
     rows = np.arange(flat.shape[0])
     steps = range(piv.shape[1] - 1, -1, -1) if reverse else range(piv.shape[1])
     for j in steps:

@@ -418,7 +418,9 @@ def _check_group_norm(x, num_groups, weight, bias) -> tuple:
                 f"Expected {name} to be a vector of size equal to the number of channels in "
                 f"input, but got {name} of shape {list(t._shape)} and input of shape {list(x._shape)}"
             )
-    return n, c, (n, num_groups, -1), (c,) + (1,) * (x.ndim - 2)
+    # a group's size is -1 (inferred) unless an empty batch leaves nothing to infer it from
+    group = -1 if not (isinstance(n, int) and n == 0) else math.prod(x._shape[1:]) // num_groups
+    return n, c, (n, num_groups, group), (c,) + (1,) * (x.ndim - 2)
 
 
 @group_norm.register_kernel
@@ -426,7 +428,7 @@ def _group_norm_kernel(x, num_groups, weight, bias, eps):
     require_float("group_norm", x)
     n, c, grouped, chan = _check_group_norm(x, num_groups, weight, bias)
     a = _in_kept_layout(x, compute_array(x))
-    y = _np_normalize(a.reshape(n, num_groups, -1), (2,), eps).reshape(a.shape)
+    y = _np_normalize(a.reshape(grouped), (2,), eps).reshape(a.shape)
     if weight is not None:
         y *= weight._data.reshape(chan)
     if bias is not None:
