@@ -103,6 +103,18 @@ def test_istft_two_sided_and_padding_to_length_match_torch():
     assert out[kiln][2] == out[torch][2] == 1  # "shorter than the length parameter"
 
 
+@pytest.mark.parametrize("return_complex", [False, True])
+def test_istft_of_a_two_sided_spectrum_that_is_not_hermitian_matches_torch(return_complex):
+    # a real result reads only the first n_fft // 2 + 1 bins, as if the rest mirrored them
+    parts = np.random.default_rng(3).standard_normal((2, 10, 4))
+    out = {}
+    for lib in (kiln, torch):
+        spec = lib.complex(lib.tensor(parts[0]), lib.tensor(parts[1]))
+        window = lib.hann_window(10, dtype=lib.float64) + 0.1
+        out[lib] = lib.istft(spec, 10, window=window, return_complex=return_complex)
+    assert_close(out[kiln], out[torch])
+
+
 @pytest.mark.parametrize(
     "call",
     [

@@ -190,12 +190,11 @@ def istft(
     frames = spec.transpose(-1, -2)  # (batch, frames, n_freq)
     last = [frames.ndim - 1]
     norm = _BY_ROOT_N if normalized else _BY_N
-    if onesided:
-        frames = OPS["_fft_c2r"](frames, last, norm, n_fft)
-    else:
+    if return_complex:
         frames = OPS["_fft_c2c"](frames, last, norm, False)
-        if not return_complex:
-            frames = frames.real
+    else:  # a real signal: PyTorch keeps a two-sided input's first half, as if Hermitian
+        half = frames[..., : n_fft // 2 + 1]
+        frames = OPS["_fft_c2r"](half, last, norm, n_fft)
     frames = frames * taper
     total = n_fft + hop * (n_frames - 1)
     positions = (api.arange(n_frames) * hop).unsqueeze(1) + api.arange(n_fft)
