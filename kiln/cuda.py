@@ -1,7 +1,11 @@
 """``kiln.cuda``: PyTorch's ``torch.cuda`` basics for kiln's CUDA device.
 
 Everything here asks ``kiln.runtime.cuda`` (the driver API through ctypes). ``is_available()``
-never raises; the other functions raise a ``RuntimeError`` saying why when CUDA is unusable.
+never raises; the other functions raise a ``RuntimeError`` saying why when CUDA is unusable,
+except those PyTorch answers without setting CUDA up, so that GPU scripts run on a CPU-only
+machine as under PyTorch: the memory counters read zero until the first cuda tensor,
+``is_bf16_supported()`` is False and ``get_rng_state_all()`` empty without a device, and
+``seed``/``set_rng_state`` (deferred calls in PyTorch) do nothing then.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from .runtime.device import device as _device
 
 __all__ = [
     "is_available",
+    "is_initialized",
+    "is_bf16_supported",
+    "get_arch_list",
     "device_count",
     "current_device",
     "set_device",
@@ -24,6 +31,13 @@ __all__ = [
     "get_device_capability",
     "manual_seed",
     "manual_seed_all",
+    "seed",
+    "seed_all",
+    "initial_seed",
+    "get_rng_state",
+    "get_rng_state_all",
+    "set_rng_state",
+    "set_rng_state_all",
     "memory_allocated",
     "max_memory_allocated",
     "memory_reserved",
@@ -59,8 +73,29 @@ def is_available() -> bool:
     return _cuda.is_available()
 
 
+def is_initialized() -> bool:
+    """Whether CUDA is set up in this process (kiln sets it up with the first cuda tensor)."""
+    return _cuda.is_initialized()
+
+
 def device_count() -> int:
     return _cuda.device_count()
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """Whether the current device computes in bfloat16: natively from compute capability 8.0
+    (Ampere), emulated through float32 before it; False without a device."""
+    if not _cuda.is_available():
+        return False
+    return including_emulation or get_device_capability()[0] >= 8
+
+
+def get_arch_list() -> list[str]:
+    """The architectures kernels are built for: kiln builds them for the devices present when
+    it runs (``sm_XY`` each), so the list is empty without a device."""
+    if not _cuda.is_available():
+        return []
+    return sorted({"sm_{}{}".format(*get_device_capability(i)) for i in range(device_count())})
 
 
 def _index(device) -> int:
@@ -107,27 +142,74 @@ def manual_seed(seed: int) -> None:
 manual_seed_all = manual_seed
 
 
+def seed() -> None:
+    """Seed from the system's entropy (the generator the CPU shares); nothing without a device,
+    where PyTorch's call waits for an initialization that never comes."""
+    if _cuda.is_available():
+        _random.seed()
+
+
+seed_all = seed
+
+
+def initial_seed() -> int:
+    _cuda.require()
+    return _random.initial_seed()
+
+
+def get_rng_state(device="cuda"):
+    """The generator's state (shared with the CPU's) as a uint8 tensor."""
+    _cuda.require(_index(device))
+    return _random.get_rng_state()
+
+
+def get_rng_state_all() -> list:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state(new_state, device="cuda") -> None:
+    if _cuda.is_available():
+        _random.set_rng_state(new_state)
+
+
+def set_rng_state_all(new_states) -> None:
+    for index, state in enumerate(new_states):
+        set_rng_state(state, index)
+
+
 def memory_allocated(device=None) -> int:
-    """Bytes held by live cuda tensors (blocks rounded up to 512 bytes)."""
+    """Bytes held by live cuda tensors (blocks rounded up to 512 bytes); 0 before CUDA is set
+    up, as in PyTorch (a script logging memory runs on a CPU-only machine)."""
+    if not _cuda.is_initialized():
+        return 0
     return _cuda.allocator(_index(device)).allocated_bytes
 
 
 def max_memory_allocated(device=None) -> int:
     """The highest ``memory_allocated`` since the start or ``reset_peak_memory_stats``."""
+    if not _cuda.is_initialized():
+        return 0
     return _cuda.allocator(_index(device)).peak_allocated_bytes
 
 
 def memory_reserved(device=None) -> int:
     """Bytes obtained from the driver (segments), including cached free blocks."""
+    if not _cuda.is_initialized():
+        return 0
     return _cuda.allocator(_index(device)).reserved_bytes
 
 
 def max_memory_reserved(device=None) -> int:
+    if not _cuda.is_initialized():
+        return 0
     return _cuda.allocator(_index(device)).peak_reserved_bytes
 
 
 def memory_stats(device=None) -> dict:
-    """The caching allocator's counters under PyTorch's flattened names."""
+    """The caching allocator's counters under PyTorch's flattened names (none before CUDA is
+    set up)."""
+    if not _cuda.is_initialized():
+        return {}
     return dict(sorted(_cuda.allocator(_index(device)).stats().items()))
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "require",
     "use_driver",
     "allocator",
+    "is_initialized",
     "empty",
     "from_numpy",
     "to_numpy",
@@ -453,6 +454,12 @@ def allocator(index: int = 0) -> CachingAllocator:
 
 
 _allocators: dict[int, CachingAllocator] = {}
+
+
+def is_initialized() -> bool:
+    """Whether this process has set CUDA up: the first cuda tensor makes a device's allocator
+    (PyTorch's lazy initialization; before it, its memory counters read zero)."""
+    return bool(_allocators)
 
 
 class CudaArray:

@@ -66,6 +66,33 @@ def test_every_cuda_request_raises_a_clear_error(no_driver, request_cuda):
         request_cuda()
 
 
+def test_queries_pytorch_answers_without_a_gpu_answer_the_same(no_driver):
+    """GPU scripts log memory, pick bfloat16 and save RNG states unguarded: PyTorch answers
+    these without setting CUDA up, so they must not raise on a CPU-only machine either."""
+    torch = pytest.importorskip("torch")
+    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved",
+                 "max_memory_reserved", "is_initialized", "is_bf16_supported", "get_arch_list",
+                 "get_rng_state_all"):  # fmt: skip
+        assert getattr(kiln.cuda, name)() == getattr(torch.cuda, name)(), name
+    assert kiln.cuda.memory_stats() == dict(torch.cuda.memory_stats()) == {}
+    state = kiln.get_rng_state()
+    kiln.cuda.seed_all()
+    kiln.cuda.set_rng_state_all([])
+    assert kiln.equal(kiln.get_rng_state(), state)  # nothing happened to the CPU's generator
+    with pytest.raises(RuntimeError, match="CUDA is not available"):
+        kiln.cuda.initial_seed()
+
+
+def test_memory_counters_start_when_cuda_is_set_up(gpu):
+    assert not kiln.cuda.is_initialized() and kiln.cuda.memory_allocated() == 0
+    x = kiln.ones(256, device="cuda")
+    assert kiln.cuda.is_initialized() and kiln.cuda.memory_allocated() == 1024
+    assert kiln.cuda.memory_stats()["allocated_bytes.all.current"] == 1024
+    assert kiln.cuda.is_bf16_supported() and kiln.cuda.get_arch_list() == ["sm_90"]
+    assert len(kiln.cuda.get_rng_state_all()) == 2
+    del x
+
+
 # ------------------------------------------------------------------------------ memory
 
 
