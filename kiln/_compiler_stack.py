@@ -71,7 +71,13 @@ def _after_dynamo(module: ModuleType) -> None:
     module.backends.set_builtin_loader(_load_builtin_backends)
 
 
-_AFTER_IMPORT = {"kiln.dynamo": _after_dynamo}
+def _after_inductor(module: ModuleType) -> None:
+    """``torch._inductor.config`` is an attribute as soon as ``torch._inductor`` is (scripts such
+    as gpt-fast set ``torch._inductor.config.coordinate_descent_tuning`` after ``import torch``)."""
+    importlib.import_module("kiln.inductor.config")
+
+
+_AFTER_IMPORT = {"kiln.dynamo": _after_dynamo, "kiln.inductor": _after_inductor}
 
 
 class _AliasLoader(importlib.abc.Loader):

@@ -55,6 +55,17 @@ def test_private_namespaces_are_the_modules_kiln_reads():
     assert exc is sys.modules["kiln.dynamo.exc"]
 
 
+def test_inductor_config_is_an_attribute_without_importing_it():
+    """Scripts set ``torch._inductor.config.<knob>`` right after ``import torch``."""
+    out = _run(
+        "import kiln\n"
+        "kiln._inductor.config.coordinate_descent_tuning = True\n"
+        "import kiln.inductor.config as config\n"
+        "print(config.coordinate_descent_tuning, kiln._inductor.config is config)"
+    )
+    assert out == "True True"
+
+
 def test_facade_names_resolve_lazily():
     assert kiln.compile is kiln.dynamo.compile
     assert kiln.cond is kiln.dynamo.control_flow.cond
