@@ -98,6 +98,16 @@ def test_lgamma_keeps_relative_accuracy_at_its_zeros():
     np.testing.assert_allclose(k, t, rtol=1e-13)
 
 
+@needs_torch
+@pytest.mark.parametrize("n", [2, 4])
+def test_polygamma_of_far_negative_arguments_matches_torch(n):
+    # zeta(n + 1, x) sums about |x| direct terms before its tail: a million of them, summed
+    # in blocks (one at a time took seconds per element)
+    x = np.array([-999_999.3, -13437.7, -1001.2, -7.25])
+    k, t = _both(lambda v: kiln.polygamma(n, v), lambda v: torch.polygamma(n, v), x)
+    np.testing.assert_allclose(k, t, rtol=1e-12)
+
+
 # (x, digamma(x)) at and beside the positive root, from mpmath at 40 digits. PyTorch's digamma
 # loses relative accuracy there (3x off at the root itself, 3e-8 at 1.46163214): not a reference
 DIGAMMA_NEAR_ROOT = [

@@ -97,8 +97,13 @@ def _zeta_f64(s: np.ndarray, q: np.ndarray) -> np.ndarray:
         a += 1.0
     todo = np.nonzero(a < 9.0)[0]
     while todo.size:
-        total[todo] += a[todo] ** -ss[todo]
-        a[todo] += 1.0
+        # up to ``width`` terms per argument at a time: a far-negative q needs millions of them
+        width = max(1, min(4096, (1 << 20) // todo.size))
+        shifted = a[todo, None] + np.arange(width)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            terms = np.where(shifted < 9.0, shifted ** -ss[todo, None], 0.0)
+        total[todo] += terms.sum(1)
+        a[todo] += np.minimum(width, np.ceil(9.0 - a[todo]))
         todo = todo[a[todo] < 9.0]
     # Euler-Maclaurin tail: integral, half the first term, then the Bernoulli corrections
     power = a**-ss
