@@ -11,6 +11,7 @@ from collections import OrderedDict
 import pytest
 
 import kiln
+from kiln.nn.modules import utils as module_utils
 from tests.oracle import needs_torch, torch
 
 
@@ -144,3 +145,34 @@ def test_no_warning_for_plain_state_dict_round_trip():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert repr(model.load_state_dict(model.state_dict())) == "<All keys matched successfully>"
+
+
+def _wrapped(lib):
+    """The model under ``module``, as DataParallel and DDP hold it."""
+    outer = lib.nn.Module()
+    outer.module = _norm_net(lib)
+    return outer
+
+
+@needs_torch
+@pytest.mark.parametrize("prefix", ["module.", "module.1."])
+def test_consume_prefix_strips_wrapper_keys_and_metadata_like_pytorch(prefix):
+    got, want = _wrapped(kiln).state_dict(), _wrapped(torch).state_dict()
+    module_utils.consume_prefix_in_state_dict_if_present(got, prefix)
+    torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(want, prefix)
+    assert list(got.keys()) == list(want.keys())
+    assert dict(got._metadata) == dict(want._metadata)
+    if prefix == "module.":  # the stripped dict loads into the unwrapped model
+        _norm_net(kiln).load_state_dict(got)
+
+
+@needs_torch
+def test_layer_argument_helpers_match_pytorch():
+    theirs = torch.nn.modules.utils
+    for value in (3, (1, 2), [4, 5, 6], kiln.Size([7, 8])):
+        for name in ("_single", "_pair", "_triple", "_quadruple"):
+            assert getattr(module_utils, name)(value) == getattr(theirs, name)(value), name
+    assert module_utils._reverse_repeat_tuple((1, 2), 2) == theirs._reverse_repeat_tuple((1, 2), 2)
+    defaults = [1, 2, 7, 8]
+    assert module_utils._list_with_default([None, 3], defaults) == [7, 3]
+    assert theirs._list_with_default([None, 3], defaults) == [7, 3]

@@ -27,6 +27,7 @@ from . import (
     sparse,
     transformer,
     upsampling,
+    utils,  # noqa: F401 - _pair and consume_prefix_in_state_dict_if_present, as torch's
 )
 from ._hooks import (
     register_module_forward_hook,
