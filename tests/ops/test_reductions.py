@@ -221,6 +221,21 @@ def test_float32_sum_accumulates_in_float32_like_pytorch():
 
 
 @needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("name", ["var", "std"])
+def test_var_and_std_accumulate_in_float64_like_pytorch(name, dtype):
+    # PyTorch's CPU Welford runs in double and rounds once: the same bits, and a float32 std
+    # whose variance would overflow float32 stays finite (rows 0 and 1; the full reduction's
+    # float32 mean overflows there in PyTorch, so it reads the other rows)
+    data = np.random.default_rng(5).normal(5, 3, (200, 37))
+    data[0, :2], data[1, :2] = (3e38, 3e37), (1e38, 2e38)
+    k, t = _pair(kiln, data, dtype), _pair(torch, data, dtype)
+    for dim, rows in ((1, slice(None)), (0, slice(None)), (None, slice(2, None))):
+        got, want = getattr(k[rows], name)(dim), getattr(t[rows], name)(dim)
+        np.testing.assert_array_equal(got.float().numpy(), want.float().numpy())
+
+
+@needs_torch
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])
 @pytest.mark.parametrize("dim", [0, 1, None])
 def test_large_float32_sums_stay_within_pytorch_accuracy(layout, dim):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime.symbolic import SymInt
-from ..core.common import Scalar, Tensor, compute_np_dtype, fake, laid_out, wrap
+from ..core.common import Scalar, Tensor, fake, laid_out, wrap
 from ..core.out_arguments import writes_out
 from ..core.registry import defop, tensor_method, torch_function
 from ..pointwise.unary_binary import where
@@ -44,12 +44,13 @@ def _divisor(x, dims, correction) -> float:
 
 
 def _var_np(x, dim, correction, keepdim):
+    """In float64 for every float dtype, as PyTorch's CPU Welford accumulates (std's square root
+    too, before the one rounding: a float32 variance past float32's range has a finite std)."""
     _check_var_dtype(x)
     dims = reduce_dims(x, dim)
-    a = x._data
-    acc = compute_np_dtype(x._dtype)
-    centred = a - float_sum(a, dims, acc, True) / reduced_numel(x._shape, dims)
-    squares = float_sum(centred * centred, dims, acc, keepdim)
+    a = x._data.astype(np.float64, copy=False)
+    centred = a - float_sum(a, dims, np.float64, True) / reduced_numel(x._shape, dims)
+    squares = float_sum(centred * centred, dims, np.float64, keepdim)
     return laid_out(squares / float(max(_divisor(x, dims, correction), 0)))
 
 
