@@ -284,3 +284,10 @@ kaiming_uniform = _deprecated_alias(kaiming_uniform_)
 kaiming_normal = _deprecated_alias(kaiming_normal_)
 orthogonal = _deprecated_alias(orthogonal_)
 sparse = _deprecated_alias(sparse_)
+
+# PyTorch's private spellings of the fills, which init code copied from torch's source imports
+_no_grad_uniform_ = uniform_
+_no_grad_normal_ = normal_
+_no_grad_trunc_normal_ = trunc_normal_
+_no_grad_fill_ = constant_
+_no_grad_zero_ = zeros_

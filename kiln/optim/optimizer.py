@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from copy import deepcopy
 from itertools import chain
 from typing import Any
@@ -405,6 +405,52 @@ def scalar_dtype():
     """The dtype of step counters and other per-parameter scalar state: float64 while the default
     dtype is float64, else float32 (PyTorch's rule, so state dicts carry the same dtypes)."""
     return dt.float64 if dt.get_default_dtype() is dt.float64 else dt.float32
+
+
+# ------------------------------------------------------------------ PyTorch's private helpers
+# Optimizers written against torch's source (Lion, Sophia, schedule-free ...) import these from
+# ``torch.optim.optimizer``; each means what it means there.
+
+ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]] | Iterable[tuple[str, Tensor]]
+
+_FUSED_DEVICES = ("cpu", "cuda")
+_FOREACH_DEVICES = ("cuda",)
+
+
+def _use_grad_for_differentiable(func: Callable) -> Callable:
+    """``step`` with grad mode as the ``differentiable`` option says (every kiln optimizer's
+    ``step`` already runs so; this is for subclasses that decorate their own)."""
+
+    @functools.wraps(func)
+    def use_grad(self, *args, **kwargs):
+        with set_grad_enabled(bool(self.defaults.get("differentiable", False))):
+            return func(self, *args, **kwargs)
+
+    return use_grad
+
+
+def _get_value(x):
+    """A step counter's value: a Python number eagerly, the tensor itself in captured code."""
+    return x if is_compiling() else scalar_value(x)
+
+
+def _get_scalar_dtype(is_fused: bool | None = None):
+    return dt.float32 if is_fused else scalar_dtype()
+
+
+def _default_to_fused_or_foreach(
+    params: list, differentiable: bool, use_fused: bool = False
+) -> tuple[bool, bool]:
+    """(fused, foreach) as PyTorch picks them: fused when asked for and every parameter is a
+    floating-point tensor on a device with fused kernels (CPU, CUDA); else foreach when every
+    parameter is on CUDA (PyTorch has no CPU foreach kernels); neither when differentiable."""
+    if differentiable:
+        return False, False
+    fused = use_fused and all(
+        p is None or (p.device.type in _FUSED_DEVICES and p.is_floating_point()) for p in params
+    )
+    foreach = not fused and all(p is None or p.device.type in _FOREACH_DEVICES for p in params)
+    return fused, foreach
 
 
 def check_lr(lr) -> None:

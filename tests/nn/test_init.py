@@ -184,3 +184,15 @@ def test_deprecated_init_names_warn_and_still_fill():
     assert weight.abs().max().item() <= np.sqrt(6 / 60) and weight.std().item() > 0
     with pytest.warns(FutureWarning, match=r"`nn.init.constant` is now deprecated"):
         assert kiln.nn.init.constant(kiln.zeros(2), 0.5).tolist() == [0.5, 0.5]
+
+
+@needs_torch
+def test_private_init_fills_and_layer_type_aliases_exist_as_in_torch():
+    from kiln.nn.common_types import _size_2_t
+
+    assert _size_2_t == int | tuple[int, int]
+    for name in ("uniform_", "normal_", "trunc_normal_", "fill_", "zero_"):
+        assert hasattr(torch.nn.init, f"_no_grad_{name}")
+    weight = kiln.nn.init._no_grad_trunc_normal_(kiln.empty(100), 0.0, 1.0, -0.5, 0.5)
+    assert float(weight.abs().max()) <= 0.5
+    assert kiln.nn.init._no_grad_fill_(kiln.empty(3), 2.0).tolist() == [2.0, 2.0, 2.0]
