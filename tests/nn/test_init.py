@@ -192,7 +192,9 @@ def test_private_init_fills_and_layer_type_aliases_exist_as_in_torch():
 
     assert _size_2_t == int | tuple[int, int]
     for name in ("uniform_", "normal_", "trunc_normal_", "fill_", "zero_"):
-        assert hasattr(torch.nn.init, f"_no_grad_{name}")
+        assert hasattr(kiln.nn.init, f"_no_grad_{name}") and hasattr(
+            torch.nn.init, f"_no_grad_{name}"
+        )
     weight = kiln.nn.init._no_grad_trunc_normal_(kiln.empty(100), 0.0, 1.0, -0.5, 0.5)
     assert float(weight.abs().max()) <= 0.5
     assert kiln.nn.init._no_grad_fill_(kiln.empty(3), 2.0).tolist() == [2.0, 2.0, 2.0]
