@@ -219,9 +219,9 @@ class CPUKernels:
         verify = verify_reuse()
         for i, step, plan, _, names in steps:
             local = [n.name for n in getattr(step, "nodes", ()) if n.name not in names]
-            structure = None
+            structure, traces = None, None
             if not isinstance(step, ScatterStep):
-                structure = structure_key(
+                structure, traces = structure_key(
                     plan, names, local, step.locals, dtypes, sizes, self.symbols
                 )
             emitted = EMITTED.get(structure) if structure is not None else None
@@ -238,7 +238,15 @@ class CPUKernels:
                     )
                 else:
                     emit_kernel(
-                        module, _KERNEL, plan, names, dtypes, step.locals, sizes, self.symbols
+                        module,
+                        _KERNEL,
+                        plan,
+                        names,
+                        dtypes,
+                        step.locals,
+                        sizes,
+                        self.symbols,
+                        traces,
                     )
                 text = str(module)
             except UnsupportedInLLVM as e:

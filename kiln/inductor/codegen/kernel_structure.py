@@ -3,7 +3,8 @@
 A transformer's blocks lower to the same kernels once per block (a 12-layer GPT training step
 schedules 302 kernels, 82 of them distinct), and emitting LLVM IR for a kernel and printing it is
 the largest part of a cold compile. ``structure_key`` describes everything the emitter reads — the
-loop plan, each node's body as the ``ops`` calls it makes over the plan's index expressions, its
+loop plan, each node's body as the ``ops`` calls it makes over the plan's index expressions (its
+``body_trace`` record, which the emitter then replays instead of running the body again), its
 store offsets, dtypes, storage sizes, which buffers stay in registers — with every buffer named by
 its argument position, the way ``cpu._canonical_names`` names them in the IR. Two kernels with the
 same key emit the same (canonically named) IR, so the second takes the first's (``EmittedKernels``)
@@ -27,7 +28,7 @@ from ...runtime import dtypes as dt
 from ...runtime.symbolic import SymInt
 from .. import sym
 from ..ir import ComputedBuffer, Pointwise
-from ..virtualized import set_ops_handler
+from .body_trace import BodyTrace, NotRecordable, Token, record
 
 __all__ = ["structure_key", "EmittedKernels", "EMITTED", "verify_reuse"]
 
@@ -41,56 +42,12 @@ class _UndescribableError(Exception):
     """Something in a kernel the description cannot render: no key, emit it."""
 
 
-class _Value:
-    """A body's value, named by the position of the ``ops`` call that made it."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str):
-        self.name = name
-
-
-class _Describer:
-    """An ops handler that writes each call as one line (``t3=mul(t1,t2)``)."""
-
-    def __init__(self, label):
-        self.lines: list[str] = []
-        self.label = label
-        self.indirect = 0
-
-    def _value(self, text: str) -> _Value:
-        value = _Value(f"t{len(self.lines)}")
-        self.lines.append(f"{value.name}={text}")
-        return value
-
-    def load(self, name, index):
-        return self._value(f"load({self.label(name)},{_render(index)})")
-
-    def indirect_indexing(self, value, size, wrap_negative=True):
-        self.indirect += 1
-        atom = sym.Indirect(f"_ind{self.indirect}", size)
-        self.lines.append(f"{atom.name}=indirect({_render((value, size, wrap_negative))})")
-        return atom
-
-    def __getattr__(self, op: str):
-        if op.startswith("_"):
-            raise AttributeError(op)
-
-        def call(*args, **kwargs):
-            rendered = _render(args)
-            if kwargs:
-                rendered += _render(sorted(kwargs.items()))
-            return self._value(f"{op}{rendered}")
-
-        return call
-
-
 def _render(value) -> str:
     """Text that tells apart every value a body passes to ``ops`` (``repr`` of a float keeps
     -0.0, nan and every bit of precision; sizes of loop variables are in the plan's text)."""
     cls = value.__class__
-    if cls is _Value:
-        return value.name
+    if cls is Token:
+        return f"t{value.position}"
     if cls in (int, float, bool, str) or value is None:
         return repr(value)
     if cls in (tuple, list):
@@ -130,10 +87,11 @@ def _render_plan(value, label) -> str:
 
 def structure_key(
     plan, names: list, local: list, locals_: set, dtypes: dict, sizes: dict, symbols
-) -> str | None:
+) -> tuple[str | None, dict]:
     """A digest of what the LLVM emitter reads for ``plan``'s kernel over buffers ``names``
-    (arguments, in order) and ``local`` (its buffers that are not arguments); None when some
-    part of it cannot be described."""
+    (arguments, in order) and ``local`` (its buffers that are not arguments), or None when some
+    part of it cannot be described; and the bodies' records (``body_trace``, by node name),
+    which the emitter replays rather than running the bodies again."""
     positions: dict[str, int] = {}
     for position, name in enumerate([*names, *local]):
         positions.setdefault(name, position)
@@ -142,6 +100,7 @@ def structure_key(
         position = positions.get(name)
         return repr(name) if position is None else f"#{position}"
 
+    traces: dict = {}
     try:
         parts = [
             _render_plan(plan, label),
@@ -149,19 +108,16 @@ def structure_key(
             ",".join(f"{s.name}[{s.lower},{s.upper}]" for s in symbols),
         ]
         for node in plan.kernel.nodes:
-            parts.append(_describe_node(node, plan, label, locals_))
-    except _UndescribableError:
-        return None
-    except (TypeError, AttributeError, ValueError):
-        # a body that inspects or combines its values itself (not through ``ops``): such a
-        # kernel is emitted every time rather than described
-        return None
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+            index, rindex = plan.node_index[node.name]
+            traces[node.name] = trace = record(node, index, rindex)
+            parts.append(_describe_node(node, index, trace, label, locals_))
+    except (_UndescribableError, NotRecordable):
+        return None, traces
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest(), traces
 
 
-def _describe_node(node, plan, label, locals_: set) -> str:
+def _describe_node(node, index, trace: BodyTrace, label, locals_: set) -> str:
     data = node.data
-    index, rindex = plan.node_index[node.name]
     fields = [
         label(node.name),
         type(data).__name__,
@@ -176,13 +132,16 @@ def _describe_node(node, plan, label, locals_: set) -> str:
             data.reduction_type,
             data.src_dtype.name,
         ]
-    describer = _Describer(label)
-    with set_ops_handler(describer):
-        if isinstance(data, Pointwise):
-            result = data.inner_fn(index)
+    calls = []
+    for position, (op, args, kwargs, _) in enumerate(trace.calls):
+        if op == "load":  # the buffer by its argument position
+            rendered = f"({label(args[0])},{_render(args[1:])})"
         else:
-            result = data.inner_fn(index, rindex)
-    return " ".join(fields) + "\n" + "\n".join(describer.lines) + f"\n->{_render(result)}"
+            rendered = _render(args)
+        if kwargs:
+            rendered += _render(sorted(kwargs.items()))
+        calls.append(f"t{position}={op}{rendered}")
+    return " ".join(fields) + "\n" + "\n".join(calls) + f"\n->{_render(trace.result)}"
 
 
 class EmittedKernels:

@@ -15,6 +15,7 @@ from llvmlite import ir
 
 from ...ir import Reduction
 from ...virtualized import set_ops_handler
+from ..body_trace import NotRecordable, record, replay
 from .loop_plan import InnerLoop
 from .ops_handler import LLVMOps
 from .values import LANES, V, llvm_type, reduction_identity
@@ -26,7 +27,33 @@ I64 = ir.IntType(64)
 
 
 class ColumnEmitter:
-    """Mixin of ``llvm.KernelEmitter`` (its builder, plan, ``loop``, ``store``, ``_combine``)."""
+    """Mixin of ``llvm.KernelEmitter`` (its builder, plan, ``traces``, ``loop``, ``store``,
+    ``_combine``)."""
+
+    def trace_of(self, n):
+        """``n``'s body over the plan's index for it as recorded ops calls (``body_trace``),
+        recorded on first use; None for a body that cannot be recorded."""
+        trace = self.traces.get(n.name)
+        if trace is None and n.name not in self.traces:
+            index, rindex = self.plan.node_index[n.name]
+            try:
+                trace = record(n, index, rindex)
+            except NotRecordable:
+                trace = None
+            self.traces[n.name] = trace
+        return trace
+
+    def body_value(self, n, handler):
+        """``n``'s body emitted by ``handler``: its record replayed, or (a body that cannot be
+        recorded) run directly."""
+        trace = self.trace_of(n)
+        if trace is not None:
+            return replay(trace, handler)
+        index, rindex = self.plan.node_index[n.name]
+        with set_ops_handler(handler):
+            if isinstance(n.data, Reduction):
+                return n.data.inner_fn(index, rindex)
+            return n.data.inner_fn(index)
 
     def emit_columns(self):
         """Rows are blocks of columns; per block, every reduction keeps one accumulator per
@@ -118,8 +145,7 @@ class ColumnEmitter:
     def _column_value(self, n, h, width):
         """Per-column pointwise work after the reductions: computed, then stored or kept."""
         index, _ = self.plan.node_index[n.name]
-        with set_ops_handler(h):
-            value = n.data.inner_fn(index)
+        value = self.body_value(n, h)
         if value.dtype is not n.dtype:
             value = h.to_dtype(value, n.dtype)
         if n.name in self.col_slots:
@@ -142,9 +168,7 @@ class ColumnEmitter:
 
         def accumulate(h, width, ci):
             for n in nodes:
-                index, rindex = plan.node_index[n.name]
-                with set_ops_handler(h):
-                    value = n.data.inner_fn(index, rindex)
+                value = self.body_value(n, h)
                 d = self.col_slots[n.name][1]
                 if value.dtype is not d:
                     value = h.to_dtype(value, d)

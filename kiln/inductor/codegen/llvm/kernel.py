@@ -62,24 +62,30 @@ _MATH_OPS = frozenset(
 )  # fmt: skip
 
 
-def _math_calls(step: InnerLoop, plan: LoopPlan) -> int:
+def _math_calls(emitter: KernelEmitter, step: InnerLoop) -> int:
     """How many vector-math functions one element of ``step``'s loop evaluates."""
-    calls = []
+    calls = 0
+    for n in step.nodes:
+        trace = emitter.trace_of(n)
+        if trace is not None:
+            calls += sum(1 for call in trace.calls if call[0] in _MATH_OPS)
+            continue
+        counted = []
 
-    class Counting(RecordingHandler):
-        def __getattr__(self, name):
-            if name in _MATH_OPS:
-                calls.append(name)
-            return super().__getattr__(name)
+        class Counting(RecordingHandler):
+            def __getattr__(self, name):
+                if name in _MATH_OPS:
+                    counted.append(name)
+                return super().__getattr__(name)
 
-    with set_ops_handler(Counting()):
-        for n in step.nodes:
-            index, rindex = plan.node_index[n.name]
+        index, rindex = emitter.plan.node_index[n.name]
+        with set_ops_handler(Counting()):
             if isinstance(n.data, Pointwise):
                 n.data.inner_fn(index)
             else:
                 n.data.inner_fn(index, rindex)
-    return len(calls)
+        calls += len(counted)
+    return calls
 
 
 class KernelEmitter(ColumnEmitter):
@@ -95,9 +101,12 @@ class KernelEmitter(ColumnEmitter):
         locals_: set,
         buffer_sizes: dict | None = None,
         symbols: tuple = (),
+        traces: dict | None = None,
     ):
         self.module = module
         self.plan = plan
+        # node name -> its body's recorded ops calls (``body_trace``), replayed by every loop
+        self.traces: dict = {} if traces is None else traces
         self.kernel = plan.kernel
         self.buffer_args = buffer_args  # names, in the order of the i8** array
         self.buffer_dtypes = buffer_dtypes
@@ -362,7 +371,7 @@ class KernelEmitter(ColumnEmitter):
             return
 
         prefetch = (
-            plan_prefetch(plan, self.buffer_dtypes, lambda step: _math_calls(step, plan), LANES > 1)
+            plan_prefetch(plan, self.buffer_dtypes, lambda step: _math_calls(self, step), LANES > 1)
             if not plan.rq  # nested reduction loops: the next row is far ahead of any prefetch
             else None
         )
@@ -441,8 +450,7 @@ class KernelEmitter(ColumnEmitter):
     def emit_row_scalar(self, node: ComputedBuffer, env):
         index, _ = self.plan.node_index[node.name]
         handler = LLVMOps(self, 1, dict(env))
-        with set_ops_handler(handler):
-            value = node.data.inner_fn(index)
+        value = self.body_value(node, handler)
         self.finish_value(node, value, index, handler, 1)
 
     def finish_value(self, node, value: V, index, handler, lanes):
@@ -571,12 +579,8 @@ class KernelEmitter(ColumnEmitter):
                 loop_env[j] = i
                 handler = LLVMOps(self, width, loop_env)
                 for n in step.nodes:
-                    index, rindex = plan.node_index[n.name]
-                    with set_ops_handler(handler):
-                        if isinstance(n.data, Pointwise):
-                            value = n.data.inner_fn(index)
-                        else:
-                            value = n.data.inner_fn(index, rindex)
+                    index, _ = plan.node_index[n.name]
+                    value = self.body_value(n, handler)
                     if isinstance(n.data, Reduction):
                         self._accumulate(n, accs[n.name], value, handler, width, i)
                     else:
@@ -595,7 +599,7 @@ class KernelEmitter(ColumnEmitter):
             self._init_accumulator(n, accs[n.name], lanes)
         tail_start = ir.Constant(I64, 0)
         done_step = 0  # the step of the last loop emitted
-        math_calls = _math_calls(step, plan) if lanes > 1 else 0
+        math_calls = _math_calls(self, step) if lanes > 1 else 0
         if lanes > 1 and not reductions and math_calls >= 2:
             # several dependent polynomial evaluations per element make the loop latency-bound:
             # a 4x wider vector gives the core four independent chains to overlap
@@ -950,9 +954,10 @@ def emit_kernel(
     locals_: set,
     buffer_sizes: dict | None = None,
     symbols: tuple = (),
+    traces: dict | None = None,
 ) -> ir.Function:
     emitter = KernelEmitter(
-        module, name, plan, buffer_args, buffer_dtypes, locals_, buffer_sizes, symbols
+        module, name, plan, buffer_args, buffer_dtypes, locals_, buffer_sizes, symbols, traces
     )
     emitter.emit()
     emitter.release()
