@@ -279,7 +279,10 @@ def _exp_square(x: np.ndarray, scale: float) -> np.ndarray:
     hi = x.astype(np.float32).astype(_f64)
     with np.errstate(over="ignore", invalid="ignore"):
         lo = np.where(np.isinf(x), 0.0, (x - hi) * (x + hi))
-        return np.exp(scale * (hi * hi)) * np.exp(scale * lo)
+        main = np.exp(scale * (hi * hi))
+        # past exp's range the correction cannot bring it back (and for a huge x its own
+        # exponent overflows: 0 * inf); a float32-overflowing x has hi = inf, main 0 or inf
+        return np.where((main == 0) | np.isinf(main), main, main * np.exp(scale * lo))
 
 
 def _exp_minus_square(x: np.ndarray) -> np.ndarray:
