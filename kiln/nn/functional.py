@@ -12,6 +12,7 @@ pooling, resampling, losses, linear_cross_entropy); importing this module also r
 from __future__ import annotations
 
 from ..ops.nn.ctc import ctc_loss
+from ._functional import attention as _attention
 from ._functional.activations import (
     celu,
     celu_,
@@ -287,3 +288,10 @@ __all__ = [
     "upsample_bilinear",
     "upsample_nearest",
 ]
+
+# PyTorch's private names, which attention code copied from torch.nn.functional imports
+_canonical_mask = _attention.canonical_mask
+_none_or_dtype = _attention.none_or_dtype
+_mha_shape_check = _attention.mha_shape_check
+_in_projection = _attention.in_projection
+_in_projection_packed = _attention.in_projection_packed

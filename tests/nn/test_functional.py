@@ -620,3 +620,28 @@ def test_one_d_pool_over_a_symbolic_length_is_captured(pool):
     x = kiln.randn(2, 3, 6)
     kiln.dynamo.mark_dynamic(x, 2)
     assert not explain(over_length)(x).break_reasons
+
+
+@needs_torch
+def test_attention_helpers_under_pytorchs_private_names_match_pytorch():
+    """Custom attention layers copied from ``torch.nn.functional`` import these."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(3, 2, 4)).astype(np.float32) for _ in range(3))
+    w = rng.normal(size=(12, 4)).astype(np.float32)
+    b = rng.normal(size=12).astype(np.float32)
+    mask = np.array([[True, False, False]])
+    results = []
+    for lib in (kiln, torch):
+        G, T = lib.nn.functional, lib.tensor
+        qt = T(q)
+        projected = [
+            *G._in_projection_packed(qt, qt, qt, T(w), T(b)),
+            *G._in_projection_packed(qt, T(k), T(k), T(w), None),
+            *G._in_projection(qt, T(k), T(v), *T(w).chunk(3), *T(b).chunk(3)),
+        ]
+        results.append([p.numpy() for p in projected])
+        results[-1].append(G._canonical_mask(T(mask), "m", None, "", lib.float32, False).numpy())
+        assert G._none_or_dtype(T(mask)) is lib.bool and G._none_or_dtype(None) is None
+        assert G._mha_shape_check(qt, qt, qt, None, None, 2) is True
+    for ours, theirs in zip(*results, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)

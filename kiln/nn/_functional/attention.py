@@ -54,7 +54,7 @@ def none_or_dtype(mask: Tensor | None) -> dt.dtype | None:
     raise RuntimeError("input to _none_or_dtype() must be None or torch.Tensor")
 
 
-def _shape_check(query, key, value, key_padding_mask, attn_mask, num_heads) -> bool:
+def mha_shape_check(query, key, value, key_padding_mask, attn_mask, num_heads) -> bool:
     """PyTorch's checks of ranks; returns whether the input is batched (3-D)."""
     if query.dim() not in (2, 3):
         raise AssertionError(
@@ -95,7 +95,7 @@ def _split_last(proj: Tensor, parts: int, size: int) -> tuple:
     return tuple(stacked[i] for i in range(parts))
 
 
-def _in_projection_packed(q, k, v, w, b) -> tuple:
+def in_projection_packed(q, k, v, w, b) -> tuple:
     """q, k, v through one packed (3E, E) weight; one matmul when they are the same tensor."""
     embed = q.size(-1)
     if k is v and q is k:
@@ -109,7 +109,7 @@ def _in_projection_packed(q, k, v, w, b) -> tuple:
     return linear(q, w_q, b_q), linear(k, w_k, b_k), linear(v, w_v, b_v)
 
 
-def _in_projection(q, k, v, w_q, w_k, w_v, b_q, b_k, b_v) -> tuple:
+def in_projection(q, k, v, w_q, w_k, w_v, b_q, b_k, b_v) -> tuple:
     """q, k, v through separate weights (key/value widths may differ from the query's)."""
     eq, ek, ev = q.size(-1), k.size(-1), v.size(-1)
     weights = (("query", w_q, (eq, eq)), ("key", w_k, (eq, ek)), ("value", w_v, (eq, ev)))
@@ -165,7 +165,7 @@ def multi_head_attention_forward(
     is_causal: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Multi-head attention on sequence-first inputs; returns (output, weights or None)."""
-    batched = _shape_check(query, key, value, key_padding_mask, attn_mask, num_heads)
+    batched = mha_shape_check(query, key, value, key_padding_mask, attn_mask, num_heads)
     if not batched:
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
         if key_padding_mask is not None:
@@ -205,7 +205,7 @@ def multi_head_attention_forward(
                     f"use_separate_proj_weight is True but {name}_proj_weight is None"
                 )
         b_q, b_k, b_v = in_proj_bias.chunk(3) if in_proj_bias is not None else (None,) * 3
-        q, k, v = _in_projection(
+        q, k, v = in_projection(
             query, key, value, q_proj_weight, k_proj_weight, v_proj_weight, b_q, b_k, b_v
         )
     else:
@@ -213,7 +213,7 @@ def multi_head_attention_forward(
             raise AssertionError(f"key shape {key.shape} does not match value shape {value.shape}")
         if in_proj_weight is None:
             raise AssertionError("use_separate_proj_weight is False but in_proj_weight is None")
-        q, k, v = _in_projection_packed(query, key, value, in_proj_weight, in_proj_bias)
+        q, k, v = in_projection_packed(query, key, value, in_proj_weight, in_proj_bias)
     if attn_mask is not None:
         if attn_mask.dim() == 2:
             if tuple(attn_mask.shape) != (tgt_len, src_len):
