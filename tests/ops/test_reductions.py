@@ -308,7 +308,8 @@ def test_reductions_over_nothing_give_pytorch_identities(call):
         lambda lib, x: lib.logsumexp(x, 0),
         lambda lib, x: lib.cumsum(x, 0),
         lambda lib, x: lib.nanmean(x),
-        lambda lib, x: lib.searchsorted(lib.tensor([0.0, 1.0, 2.0]), x),
+        lambda lib, x: lib.searchsorted(lib.tensor([0.0, 1.0, 2.0], dtype=x.dtype), x),
+        lambda lib, x: lib.searchsorted(lib.sort(x)[0], x, right=True),
     ],
     ids=[
         "max",
@@ -323,12 +324,14 @@ def test_reductions_over_nothing_give_pytorch_identities(call):
         "cumsum",
         "nanmean",
         "searchsorted",
+        "searchsorted-nan-boundaries",
     ],
 )
-def test_nan_propagates_or_orders_last_like_pytorch(call):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_nan_propagates_or_orders_last_like_pytorch(call, dtype):
     data = [2.0, NAN, -1.0, 5.0, NAN]
-    k_out = call(kiln, kiln.tensor(data))
-    t_out = call(torch, torch.tensor(data))
+    k_out = call(kiln, _pair(kiln, data, dtype))
+    t_out = call(torch, _pair(torch, data, dtype))
     assert_close(
         list(k_out) if isinstance(k_out, tuple) else k_out,
         list(t_out) if isinstance(t_out, tuple) else t_out,

@@ -567,7 +567,9 @@ def _searchsorted_kernel(seq, values, out_int32, right, side, sorter):
     _check_searchsorted(seq, values)
     s = seq._data if sorter is None else np.take_along_axis(seq._data, sorter._data, -1)
     v = values._data if isinstance(values, Tensor) else np.asarray(values)
-    if (s.dtype.kind == "f" and np.isnan(s).any()) or (v.dtype.kind == "f" and np.isnan(v).any()):
+    v_float = values._dtype.is_floating_point if isinstance(values, Tensor) else v.dtype.kind == "f"
+    # (the dtypes' own flags: numpy calls bfloat16's kind "V")
+    if (seq._dtype.is_floating_point and np.isnan(s).any()) or (v_float and np.isnan(v).any()):
         r = _torch_binary_search(s, v, how == "right")
     elif s.ndim == 1:
         r = np.searchsorted(s, v, how)
