@@ -220,6 +220,26 @@ def test_float32_sum_accumulates_in_float32_like_pytorch():
     assert k_out.item() != sum(data)
 
 
+LONG_ROW_SELECTIONS = {
+    "topk": lambda lib, x: lib.topk(x, 5, 1),
+    "topk-smallest": lambda lib, x: lib.topk(x, 5, 1, largest=False),
+    "kthvalue": lambda lib, x: lib.kthvalue(x, 2900, 1),
+    "mode": lambda lib, x: lib.mode(x, 1),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(LONG_ROW_SELECTIONS))
+def test_selections_from_long_rows_with_nan_match_pytorch(name, dtype):
+    # rows long enough for the partial-sort paths, which must know bfloat16 holds NaN too
+    data = np.random.default_rng(0).standard_normal((4, 3000)).round(1)
+    data[:, ::7] = NAN
+    got = LONG_ROW_SELECTIONS[name](kiln, _pair(kiln, data, dtype))
+    want = LONG_ROW_SELECTIONS[name](torch, _pair(torch, data, dtype))
+    assert_close(list(got), list(want))
+
+
 @needs_torch
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("name", ["var", "std"])

@@ -50,6 +50,11 @@ __all__: list[str] = []
 _int64 = dt.int64
 
 
+def may_hold_nan(a: np.ndarray) -> bool:
+    """Whether ``a``'s dtype has NaN: numpy's kinds "f" and "c", and bfloat16 (kind "V")."""
+    return a.dtype.kind in "fc" or a.dtype == dt.bfloat16.np
+
+
 def _size_along(x, dim: int) -> int:
     return x.shape[dim] if x.ndim else 1
 
@@ -87,7 +92,7 @@ def stable_head(a: np.ndarray, axis: int, m: int, descending: bool) -> np.ndarra
     n = rows.shape[1]
     kth = n - m if descending else m - 1
     threshold = np.partition(rows, kth, axis=1)[:, kth : kth + 1]
-    floats = rows.dtype.kind in "fc"
+    floats = may_hold_nan(rows)
     if descending:
         beyond = rows > threshold
     else:
@@ -264,7 +269,7 @@ def _kth_positions(a: np.ndarray, d: int, k: int) -> np.ndarray:
     for p in (k - 2, k):
         if 0 <= p < n:
             tied |= part[:, p] == value[:, 0]
-    if rows.dtype.kind in "fc":
+    if may_hold_nan(rows):
         tied |= np.isnan(value[:, 0])
     idx = np.argmax(rows == value, axis=1)[:, None]
     which = np.flatnonzero(tied)

@@ -27,7 +27,7 @@ from ..linalg.matmul import mm
 from ..pointwise.unary_binary import where
 from ..random.fills import C_FLOAT_NAMES, C_TYPE_NAMES
 from .reduce import amax, amin, known_any, scatter_back, sum, torch_type_name
-from .sorting import sort
+from .sorting import may_hold_nan, sort
 from .stl_order import REPLAY_LIMIT, std_sort
 
 __all__: list[str] = []
@@ -138,7 +138,7 @@ def _mode_rows(rows: np.ndarray):
     # with NaNs anywhere: replayed unless the input is large
     replay = np.ones(rows.shape[0], bool) if rows.size <= REPLAY_LIMIT else None
     if replay is None:
-        replay = np.isnan(rows).any(axis=1) if rows.dtype.kind == "f" else ()
+        replay = np.isnan(rows).any(axis=1) if may_hold_nan(rows) else ()
     for r in range(rows.shape[0]):
         if len(replay) and replay[r]:
             values[r], indices[r] = _mode_by_std_sort(rows[r].tolist())
