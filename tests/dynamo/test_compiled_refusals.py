@@ -6,6 +6,7 @@ mode raise. Checked against PyTorch's exception type where PyTorch is installed.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import kiln
@@ -145,3 +146,31 @@ def test_compiled_gathers_of_valid_indices_still_run():
     x = kiln.arange(20.0).reshape(4, 5)
     expected = fn(torch, torch.arange(20.0).reshape(4, 5)).numpy()
     kiln.testing.assert_close(kiln.compile(lambda x: fn(kiln, x))(x), kiln.from_numpy(expected))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_rows_gathered_through_one_index_per_row(dtype):
+    """An embedding row is read through one token id per row: compiled code loads it a vector at
+    a time (the id shared by the lanes) and still flags an id outside the table, of either index
+    dtype, while valid ids give PyTorch's rows and gradients."""
+    table = np.arange(10 * 67, dtype=np.float32).reshape(10, 67) / 100
+
+    def fn(lib, weight, ids):
+        return (lib.nn.functional.embedding(ids, weight) * 2).sum(-1)
+
+    ids = np.array([[3, 9, 0], [9, 1, 4]])
+    weight = kiln.tensor(table, requires_grad=True)
+    out = kiln.compile(lambda w, i: fn(kiln, w, i))(
+        weight, kiln.tensor(ids).to(getattr(kiln, dtype))
+    )
+    out.sum().backward()
+    t_weight = torch.tensor(table, requires_grad=True)
+    expected = fn(torch, t_weight, torch.tensor(ids).to(getattr(torch, dtype)))
+    expected.sum().backward()
+    kiln.testing.assert_close(out, kiln.from_numpy(expected.detach().numpy()))
+    kiln.testing.assert_close(weight.grad, kiln.from_numpy(t_weight.grad.numpy()))
+    for bad in (10, -1):
+        wrong = kiln.tensor([[3, bad]]).to(getattr(kiln, dtype))
+        compiled = _error(kiln.compile(lambda w, i: fn(kiln, w, i)), weight.detach(), wrong)
+        assert isinstance(compiled, RuntimeError), compiled
+        assert "index out of bounds" in str(compiled)

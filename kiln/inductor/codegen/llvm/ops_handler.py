@@ -118,7 +118,7 @@ class LLVMOps:
             return V(e.slot_load(name, self.env[e.j], self.lanes), e.col_slots[name][1])
         if name in e.locals:
             value, d = e.locals[name]
-            return V(self.splat(value, d), d)
+            return V(self.splat(value, d), d, value if self.lanes > 1 else None)
         forwarded = self.forwarded.get(name)
         if forwarded is not None and forwarded[0] == sym.as_expr(index):
             return forwarded[1]
@@ -130,7 +130,8 @@ class LLVMOps:
             if not depends:
                 offset = e.clamp(e.emit_index(expr, self.env, 1), expr, name, 1)
                 raw = self.b.load(self.b.gep(e.pointer(name), [offset]), align=d.itemsize)
-                return V(self.splat(self._from_memory(raw, d), d), d)
+                scalar = self._from_memory(raw, d)
+                return V(self.splat(scalar, d), d, scalar)
             coeff = expr.coeff(j)
             rest = expr - sym.as_expr(j) * coeff
             lo, hi = e.index_bounds(expr)
@@ -178,23 +179,34 @@ class LLVMOps:
         return self.to_dtype(V(v, dt.int64), dtype)
 
     def indirect_indexing(self, value, size, wrap_negative=True):
+        """An index read from memory. One that every lane shares (an embedding row's token id,
+        read at the row's index) stays a scalar in ``env``: loads through it then move with the
+        inner variable like any other (one vector load, not one load per lane)."""
         atom = sym.Indirect(f"_ind{len(self.env)}", size)
+        lanes = self.lanes
         v = value.value
-        t = I64 if self.lanes == 1 else ir.VectorType(I64, self.lanes)
+        if lanes > 1 and value.uniform is not None:
+            lanes, v = 1, value.uniform
+        t = I64 if lanes == 1 else ir.VectorType(I64, lanes)
         if value.dtype is not dt.int64:
             v = self.b.sext(v, t) if value.dtype.is_signed else self.b.zext(v, t)
         zero = ir.Constant(t, None)
         sizes = self.e.sizes
-        size_c = sizes.value(size) if self.lanes == 1 else sizes.vector(size, self.lanes)
+        size_c = sizes.value(size) if lanes == 1 else sizes.vector(size, lanes)
         wrapped = v
         if wrap_negative:
             wrapped = self.b.select(self.b.icmp_signed("<", v, zero), self.b.add(v, size_c), v)
         if INDEX_ERRORS in self.e.buffer_args:
-            self._flag_out_of_range(wrapped, size_c)
+            self._flag_out_of_range(wrapped, size_c, lanes)
+        if lanes < self.lanes:
+            # vector loads through a shared index are not clamped lane by lane (as gathers
+            # are): keep the index itself inside [0, size) (a bad one is flagged above)
+            outside = self.b.icmp_unsigned(">=", wrapped, size_c)
+            wrapped = self.b.select(outside, zero, wrapped)
         self.env[atom] = wrapped
         return sym.as_expr(atom)
 
-    def _flag_out_of_range(self, wrapped, size_c) -> None:
+    def _flag_out_of_range(self, wrapped, size_c, lanes: int) -> None:
         """Set the kernel's error flag when an index lies outside ``[-size, size)``: the load
         itself stays inside its buffer (``KernelEmitter.clamp``), and the wrapper raises after
         the kernel, as eager and PyTorch's compiled code raise, instead of returning what the
@@ -202,9 +214,9 @@ class LLVMOps:
         both are ``>= size``.)"""
         b = self.b
         bad = b.icmp_unsigned(">=", wrapped, size_c)
-        if self.lanes > 1:
+        if lanes > 1:
             bad = b.icmp_unsigned(
-                "!=", b.bitcast(bad, ir.IntType(self.lanes)), ir.Constant(ir.IntType(self.lanes), 0)
+                "!=", b.bitcast(bad, ir.IntType(lanes)), ir.Constant(ir.IntType(lanes), 0)
             )
         flag = self.e.pointer(INDEX_ERRORS)
         b.store(b.or_(b.load(flag), b.zext(bad, I64)), flag)
@@ -215,6 +227,10 @@ class LLVMOps:
         v = x.value
         if src is dtype:
             return x
+        if self.lanes > 1 and x.uniform is not None and not src.is_floating_point:
+            # an index read once per row, cast (int32 token ids): cast the scalar, keep it
+            scalar = LLVMOps(self.e, 1, self.env).to_dtype(V(x.uniform, src), dtype)
+            return V(self.splat(scalar.value, dtype), dtype, scalar.value)
         if dtype is dt.bfloat16 or src is dt.bfloat16:
             raise UnsupportedInLLVM("bfloat16 arithmetic")
         if (dtype is dt.float16 or src is dt.float16) and dt.float32 not in (src, dtype):

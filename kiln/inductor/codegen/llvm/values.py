@@ -62,13 +62,15 @@ def memory_type(d: dt.dtype):
 
 
 class V:
-    """A value in a loop body: the LLVM value and its kiln dtype."""
+    """A value in a loop body: the LLVM value and its kiln dtype; ``uniform``, for a vector every
+    lane of which is one scalar (read at an index the lanes share), that scalar."""
 
-    __slots__ = ("value", "dtype")
+    __slots__ = ("value", "dtype", "uniform")
 
-    def __init__(self, value, dtype):
+    def __init__(self, value, dtype, uniform=None):
         self.value = value
         self.dtype = dtype
+        self.uniform = uniform
 
 
 def reduction_identity(rtype: str, d: dt.dtype):
