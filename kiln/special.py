@@ -24,6 +24,8 @@ __all__ = [
     "exp2",
     "expit",
     "expm1",
+    "gammainc",
+    "gammaincc",
     "gammaln",
     "i0",
     "i0e",
@@ -75,6 +77,8 @@ zeta = OPS["special_zeta"]
 bessel_j0 = OPS["special_bessel_j0"]
 bessel_j1 = OPS["special_bessel_j1"]
 spherical_bessel_j0 = OPS["special_spherical_bessel_j0"]
+gammainc = OPS["igamma"]
+gammaincc = OPS["igammac"]
 
 
 @writes_out

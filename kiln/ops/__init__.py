@@ -65,6 +65,7 @@ _MODULES = (
     "shape.shape_functions",
     "reductions.sorting",
     "special.functions",
+    "special.incomplete_gamma",
     "complex_fft.stft",
     "core.tensor_methods",
     "pointwise.ternary",
