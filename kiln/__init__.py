@@ -152,6 +152,10 @@ from .utils.tensorboard import tracing as _tensorboard_tracing  # noqa: E402
 
 _tensorboard_tracing.set_graph_tracer(_trace_graph)
 
+from .utils import model_zoo as _model_zoo  # noqa: E402
+
+_model_zoo.set_url_loader(hub.load_state_dict_from_url)  # utils sits below kiln.load
+
 
 def is_vulkan_available() -> bool:
     """False: kiln has no Vulkan backend."""

@@ -62,3 +62,10 @@ def test_cache_directory_follows_torch_home_and_set_dir(tmp_path, monkeypatch):
     assert kiln.hub.get_dir() == torch.hub.get_dir() == str(tmp_path / "home" / "hub")
     kiln.hub.set_dir(str(tmp_path / "elsewhere"))
     assert kiln.hub.get_dir() == str(tmp_path / "elsewhere")
+
+
+def test_model_zoo_load_url_is_the_hub_loader(tmp_path, checkpoint):
+    from kiln.utils import model_zoo
+
+    state = model_zoo.load_url(checkpoint.as_uri(), model_dir=str(tmp_path), map_location="cpu")
+    np.testing.assert_array_equal(state["weight"].numpy(), np.arange(6.0).reshape(2, 3))
