@@ -11,7 +11,6 @@ imports torch) is left out.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -20,7 +19,6 @@ import uuid
 import warnings
 from typing import Any
 from urllib.parse import urlparse
-from urllib.request import Request, urlopen
 
 from .serialization import load
 
@@ -55,6 +53,9 @@ def download_url_to_file(
     complete (a broken download never replaces a good file). With ``hash_prefix``, the file's
     SHA256 must start with it (``RuntimeError`` otherwise). ``progress`` is accepted for
     PyTorch's signature; no progress bar is drawn."""
+    import hashlib  # with urllib.request (http, ssl), 20 ms that `import kiln` need not pay
+    from urllib.request import Request, urlopen
+
     dst = os.path.expanduser(dst)
     partial = f"{dst}.{uuid.uuid4().hex}.partial"
     sha256 = hashlib.sha256() if hash_prefix is not None else None
