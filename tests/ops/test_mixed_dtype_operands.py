@@ -39,3 +39,25 @@ def test_operands_cast_to_the_result_dtype_first(name, dtypes):
     got = CASES[name](kiln, *_operands(kiln, dtypes))
     want = CASES[name](torch, *_operands(torch, dtypes))
     assert_close(got, want)
+
+
+# true division and atan2 of a 16-bit float tensor: the other operand (an int64 tensor, a 0-d
+# float32 one) is rounded to the 16-bit dtype first, so values past its range become inf
+_WIDE = [0.0, 1.0, -3.0, 7e4, -1e6, 2.0**62, 3e38, -3e38]
+_HALF = [1.0, -2.0, float("inf"), float("-inf"), 0.5, float("-inf"), 3.0, -0.0]
+DIVISIONS = {
+    "div-int64": lambda lib, h: h / lib.tensor([int(v) for v in _WIDE[:6]] + [5, -5]),
+    "div-int64-left": lambda lib, h: lib.tensor([int(v) for v in _WIDE[:6]] + [5, -5]) / h,
+    "div-0d-float32": lambda lib, h: lib.div(h, lib.tensor(3e38)),
+    "atan2-float32-0d": lambda lib, h: lib.atan2(h, lib.tensor(-3e38)),
+    "atan2-int64": lambda lib, h: lib.atan2(h, lib.tensor([2**62] * 8)),
+    "true_divide-float32-0d": lambda lib, h: lib.true_divide(lib.tensor(1e6), h),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(DIVISIONS))
+def test_sixteen_bit_division_rounds_the_other_operand_first(name, dtype):
+    got = DIVISIONS[name](kiln, kiln.tensor(_HALF, dtype=getattr(kiln, dtype)))
+    want = DIVISIONS[name](torch, torch.tensor(_HALF, dtype=getattr(torch, dtype)))
+    assert_close(got, want, equal_nan=True)

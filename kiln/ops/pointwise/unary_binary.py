@@ -595,7 +595,7 @@ def _make_binary_kernel(fn, kind: str):
             d = binary_dtype(x, y)
             if kind == "float":
                 d = to_float_dtype(d)
-            elif kind == "same" and d in _SIXTEEN_BIT_FLOATS:
+            if kind != "bool" and d in _SIXTEEN_BIT_FLOATS:  # operands rounded to d first
                 return wrap(fn(_in_float32(x, d, fn, False), _in_float32(y, d, fn, True)), d)
             cd = compute_np_dtype(d) if kind == "float" else d.np
             a = as_np_operand(x, cd)
