@@ -240,3 +240,22 @@ def test_empty_batches_give_empty_results_and_gradients(name):
         return out
 
     _assert_same(*_both(fn))
+
+
+def _integers(lib):
+    return lib.tensor([[3, 0, -7], [0, 2, 5]])
+
+
+# an integer divisor with zeros divides nothing when the broadcast is empty: no error
+EMPTY_INTEGER_DIVISIONS = {
+    "floor_divide": lambda lib: _integers(lib)[:0] // _integers(lib)[:1],
+    "remainder": lambda lib: _integers(lib)[:0] % _integers(lib)[:1],
+    "remainder-number": lambda lib: lib.remainder(_integers(lib)[:0], 0),
+    "fmod": lambda lib: lib.fmod(_integers(lib)[:0], _integers(lib)[1:]),
+    "div-trunc": lambda lib: lib.div(_integers(lib)[:, :0], 0, rounding_mode="trunc"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_INTEGER_DIVISIONS))
+def test_empty_integer_divisions_by_zero_do_not_raise(name):
+    _assert_same(*_both(EMPTY_INTEGER_DIVISIONS[name]))

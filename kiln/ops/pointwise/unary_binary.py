@@ -896,9 +896,15 @@ copysign = binary(
 )
 
 
-def _remainder_np(a, b, out=None):
-    if a.dtype.kind in "iu" and np.any(b == 0):
+def _check_integer_divisor(a, b) -> None:
+    """PyTorch's error for an integer division by zero, where some element divides (an empty
+    broadcast divides nothing)."""
+    if a.dtype.kind in "iu" and np.any(b == 0) and np.broadcast(a, b).size:
         raise RuntimeError("ZeroDivisionError")
+
+
+def _remainder_np(a, b, out=None):
+    _check_integer_divisor(a, b)
     if out is None:
         return np_remainder(a, b)
     np.copyto(out, np_remainder(a, b))
@@ -906,8 +912,7 @@ def _remainder_np(a, b, out=None):
 
 
 def _fmod_np(a, b, out=None):
-    if a.dtype.kind in "iu" and np.any(b == 0):
-        raise RuntimeError("ZeroDivisionError")
+    _check_integer_divisor(a, b)
     return np.fmod(a, b, out=out) if out is not None else np.fmod(a, b)
 
 
@@ -1184,8 +1189,7 @@ def _div_kernel(x, y, rounding_mode):
         return wrap(r, d)
     if d is _bool:
         raise NotImplementedError(f"\"div_{rounding_mode}_cpu\" not implemented for 'Bool'")
-    if np.any(b == 0):
-        raise RuntimeError("ZeroDivisionError")
+    _check_integer_divisor(a, b)
     if rounding_mode == "floor":
         return wrap(np.floor_divide(a, b), d)
     return wrap(np_trunc_divide(a, b), d)
