@@ -15,6 +15,8 @@ from .runtime.tensor import Tensor
 __all__ = [
     "bessel_j0",
     "bessel_j1",
+    "bessel_y0",
+    "bessel_y1",
     "digamma",
     "entr",
     "erf",
@@ -36,12 +38,18 @@ __all__ = [
     "log_softmax",
     "logit",
     "logsumexp",
+    "modified_bessel_i0",
+    "modified_bessel_i1",
+    "modified_bessel_k0",
+    "modified_bessel_k1",
     "multigammaln",
     "ndtr",
     "ndtri",
     "polygamma",
     "psi",
     "round",
+    "scaled_modified_bessel_k0",
+    "scaled_modified_bessel_k1",
     "sinc",
     "softmax",
     "spherical_bessel_j0",
@@ -79,6 +87,14 @@ bessel_j1 = OPS["special_bessel_j1"]
 spherical_bessel_j0 = OPS["special_spherical_bessel_j0"]
 gammainc = OPS["igamma"]
 gammaincc = OPS["igammac"]
+modified_bessel_i0 = OPS["special_modified_bessel_i0"]
+modified_bessel_i1 = OPS["special_modified_bessel_i1"]
+modified_bessel_k0 = OPS["special_modified_bessel_k0"]
+modified_bessel_k1 = OPS["special_modified_bessel_k1"]
+scaled_modified_bessel_k0 = OPS["special_scaled_modified_bessel_k0"]
+scaled_modified_bessel_k1 = OPS["special_scaled_modified_bessel_k1"]
+bessel_y0 = OPS["special_bessel_y0"]
+bessel_y1 = OPS["special_bessel_y1"]
 
 
 @writes_out

@@ -66,6 +66,7 @@ _MODULES = (
     "reductions.sorting",
     "special.functions",
     "special.incomplete_gamma",
+    "special.bessel",
     "complex_fft.stft",
     "core.tensor_methods",
     "pointwise.ternary",

@@ -18,7 +18,9 @@ NAN, INF = math.nan, math.inf
 
 BRIEF_NAMES = """expit logit erf erfc erfcx erfinv gammaln digamma psi polygamma multigammaln xlogy
 xlog1py log_softmax softmax sinc i0 i0e i1 i1e entr ndtr ndtri log_ndtr log1p expm1 exp2 logsumexp
-round zeta bessel_j0 bessel_j1 spherical_bessel_j0 gammainc gammaincc""".split()
+round zeta bessel_j0 bessel_j1 spherical_bessel_j0 gammainc gammaincc
+modified_bessel_i0 modified_bessel_i1 modified_bessel_k0 modified_bessel_k1 scaled_modified_bessel_k0
+scaled_modified_bessel_k1 bessel_y0 bessel_y1""".split()
 
 
 def _wide_grid(seed: int = 0) -> np.ndarray:

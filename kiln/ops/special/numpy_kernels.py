@@ -526,10 +526,11 @@ def _bessel_j_miller(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return current / scale, j1 / scale
 
 
-def _bessel_j_hankel(nu: int, x: np.ndarray) -> np.ndarray:
+def _bessel_j_hankel(nu: int, x: np.ndarray, second_kind: bool = False) -> np.ndarray:
     """Hankel's asymptotic form sqrt(2/(pi x)) (P cos chi - Q sin chi), chi = x - (2 nu + 1) pi/4,
     summed until its terms stop shrinking; cos and sin of chi are formed from cos x and sin x, so
-    no rounding of x - pi/4 enters."""
+    no rounding of x - pi/4 enters. ``second_kind``: Y_nu = sqrt(2/(pi x)) (P sin chi + Q cos chi).
+    """
     mu = 4.0 * nu * nu
     p = np.ones_like(x)
     q = np.zeros_like(x)
@@ -550,6 +551,8 @@ def _bessel_j_hankel(nu: int, x: np.ndarray) -> np.ndarray:
         cos_chi, sin_chi = c + s, s - c
     else:
         cos_chi, sin_chi = s - c, -(s + c)
+    if second_kind:
+        return np.sqrt(1.0 / (math.pi * x)) * (p * sin_chi + q * cos_chi)
     return np.sqrt(1.0 / (math.pi * x)) * (p * cos_chi - q * sin_chi)
 
 
