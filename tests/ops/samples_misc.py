@@ -33,6 +33,7 @@ SAMPLES += [
     Sample("diff", (T((3, 4)),), kwargs={"n": 7}, id="diff-n-beyond-size"),
     Sample("diff", (T((3, 4)),), kwargs={"n": 0}, id="diff-n0"),
     Sample("diff", (T((2, 3)), 1, 0, T((1, 3)), T((2, 3))), id="diff-prepend-append"),
+    Sample("diff", (T((2, 3)), 0, 0, T((1, 3)), T((2, 3))), id="diff-n0-ignores-prepend-append"),
     Sample("diff", (T((2, 3)), 1, 0, T((1, 3), dtype="float64")), id="diff-promotes-prepend"),
     Sample("diff", (T((4, 3), layout="transposed"),), gradcheck=False),
     Sample("diff", (T((6,), dtype="bool"),), id="diff-bool-xor"),

@@ -51,6 +51,8 @@ def diff(
     if n < 0:
         raise RuntimeError(f"order must be non-negative but got {n}")
     d = wrap_dim(dim, input.ndim)
+    if n == 0:  # PyTorch copies the input, without prepend and append
+        return input.clone()
     parts = []
     for name, extra in (("prepend", prepend), ("append", append)):
         if extra is None:
