@@ -18,31 +18,6 @@ __all__ = ["MixtureSameFamily"]
 _EMPTY = Size()
 
 
-class _MixtureSupport(constraints.Constraint):
-    """The component support, checked with the component dim added back to the value."""
-
-    def __init__(self, base: constraints.Constraint):
-        self.base_constraint = base
-
-    @property
-    def is_discrete(self) -> bool:  # type: ignore[override]
-        return self.base_constraint.is_discrete
-
-    @property
-    def event_dim(self) -> int:  # type: ignore[override]
-        return self.base_constraint.event_dim
-
-    def check(self, value):
-        if value.dim() < self.event_dim:
-            raise ValueError(f"Expected value.dim() >= {self.event_dim} but got {value.dim()}")
-        result = self.base_constraint.check(value.unsqueeze(-1 - self.event_dim))
-        keep = value.dim() - self.event_dim
-        return result.reshape(result.shape[:keep] + (-1,)).all(-1)
-
-    def __repr__(self) -> str:
-        return f"MixtureSameFamilyConstraint({self.base_constraint!r})"
-
-
 class MixtureSameFamily(Distribution):
     """A batch of mixtures: ``mixture_distribution`` (a ``Categorical`` over k components)
     selects among ``component_distribution``'s rightmost batch dim (of size k)."""
@@ -107,7 +82,7 @@ class MixtureSameFamily(Distribution):
 
     @constraints.dependent_property
     def support(self):
-        return _MixtureSupport(self._component_distribution.support)
+        return constraints.MixtureSameFamilyConstraint(self._component_distribution.support)
 
     @property
     def mixture_distribution(self) -> Categorical:

@@ -503,3 +503,46 @@ def test_low_rank_normal_matrices_match_torch():
     _close(
         kd.expand((3, 2)).log_prob(_t(kiln, loc[0])), td.expand((3, 2)).log_prob(_t(torch, loc[0]))
     )
+
+
+def _matrix_constraints(lib):
+    c = lib.distributions.constraints
+    return {
+        "lower_triangular": c.lower_triangular,
+        "square": c.square,
+        "symmetric": c.symmetric,
+        "corr_cholesky": c.corr_cholesky,
+        "cat": c.cat([c.positive, c.real, c.unit_interval], dim=-1, lengths=[1, 1, 2]),
+        "stack": c.stack([c.positive, c.real, c.nonnegative, c.unit_interval], dim=-1),
+        "mixture": c.MixtureSameFamilyConstraint(c.positive),
+    }
+
+
+@requires_torch
+@pytest.mark.parametrize("name", sorted(_matrix_constraints(kiln)))
+def test_matrix_and_composed_constraints_check_like_pytorch(name):
+    rng = np.random.default_rng(0)
+    tril = np.tril(rng.uniform(0.1, 1.0, size=(3, 4, 4))).astype(np.float32)
+    tril[1] /= np.linalg.norm(tril[1], axis=-1, keepdims=True)  # a correlation Cholesky factor
+    symmetric = (tril + tril.transpose(0, 2, 1)).astype(np.float32)
+    values = [tril, symmetric, rng.normal(size=(3, 4, 4)).astype(np.float32), tril[..., :3]]
+    import torch
+
+    ours, theirs = _matrix_constraints(kiln)[name], _matrix_constraints(torch)[name]
+    assert (ours.event_dim, ours.is_discrete) == (theirs.event_dim, theirs.is_discrete)
+    for value in values:
+        outcomes = []
+        for constraint, lib in ((ours, kiln), (theirs, torch)):
+            try:
+                outcomes.append(constraint.check(lib.tensor(value)).tolist())
+            except RuntimeError as error:  # a block that does not fit: the same error
+                outcomes.append(type(error))
+        assert outcomes[0] == outcomes[1], (name, value.shape)
+
+
+@requires_torch
+def test_mixture_support_is_pytorchs_constraint_class():
+    D = kiln.distributions
+    mix = D.MixtureSameFamily(D.Categorical(logits=kiln.zeros(2)), D.Normal(kiln.zeros(2), 1.0))
+    assert type(mix.support) is D.constraints.MixtureSameFamilyConstraint
+    assert repr(mix.support) == "MixtureSameFamilyConstraint(Real())"
