@@ -61,6 +61,12 @@ def _gradient_at(dim, edge_order=1):
 
 SAMPLES += [
     Sample("gradient", (T((3, 5)),), id="gradient-all-dims"),
+    Sample(
+        "gradient",
+        (T((3, 5)),),
+        kwargs={"spacing": None, "dim": None, "edge_order": 1},
+        id="gradient-defaults-spelled-out",
+    ),
     Sample("gradient", (T((3, 5)),), kwargs={"spacing": 2.0, "dim": 1}, id="gradient-dx"),
     Sample(
         "gradient",

@@ -229,6 +229,7 @@ def gradient(input: Tensor, *, spacing=1, dim=None, edge_order: int = 1) -> tupl
     the step (a number, one per dim) or the sample coordinates (one 1-D tensor per dim)."""
     if input.dtype is dt.uint8:
         raise RuntimeError("torch.gradient does not support uint8 input.")
+    spacing = 1 if spacing is None else spacing  # PyTorch's default, spelled out or not
     dims = _gradient_dims(input, dim)
     spacings = _gradient_spacings(input, spacing, dims, dim is not None)
     if edge_order not in (1, 2):
