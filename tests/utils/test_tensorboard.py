@@ -166,6 +166,39 @@ def test_image_batches_are_gridded_like_pytorch(tmp_path, count, channels):
 
 
 @needs_torch
+@pytest.mark.parametrize(
+    "dataformats, rescale, labels",
+    [("CHW", 1, ["cat", "dog"]), ("HWC", 2, None), ("CHW", 0.5, "one label for two boxes")],
+)
+def test_images_with_boxes_match_pytorch(tmp_path, dataformats, rescale, labels):
+    pytest.importorskip("PIL")
+    image = np.random.default_rng(6).uniform(size=(3, 40, 50)).astype(np.float32)
+    if dataformats == "HWC":
+        image = image.transpose(1, 2, 0)
+    boxes = np.array([[2.0, 3.0, 30.0, 25.0], [10.0, 12.0, 45.0, 38.0]])
+
+    def calls(writer, lib):
+        writer.add_image_with_boxes("boxes", _tensor(lib, image), _tensor(lib, boxes), 1, 2.0,
+                                    rescale, dataformats, labels)  # fmt: skip
+
+    _write_both(tmp_path, calls)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "dtype", ["float32", "float64", "float16", "bfloat16", "int64", "int8", "uint8", "bool"]
+)
+def test_whole_tensors_match_pytorch(tmp_path, dtype):
+    values = np.array([[0.5, -1.25, 3.0], [2.0, 0.0, 7.75]])
+
+    def calls(writer, lib):
+        tensor = lib.tensor(values).to(getattr(lib, dtype))
+        writer.add_tensor("t", tensor, 4, walltime=1.0)
+
+    _write_both(tmp_path, calls)
+
+
+@needs_torch
 def test_text_matches_pytorch(tmp_path):
     def calls(writer, lib):
         writer.add_text("notes", "**bold** and `code`, ünïcode", 4, walltime=8.0)

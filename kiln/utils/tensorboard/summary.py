@@ -31,9 +31,11 @@ __all__ = [
     "scalar",
     "histogram",
     "histogram_raw",
+    "tensor_summary",
     "default_bins",
     "image",
     "image_grid",
+    "image_boxes",
     "figure_to_image",
     "text",
     "pr_curve",
@@ -141,6 +143,55 @@ def histogram_raw(
     return Summary(value=[Summary.Value(tag=tag, histo=proto)])
 
 
+# ---------------------------------------------------------------------- whole tensors
+
+
+def _float32_bits(values: np.ndarray) -> list[int]:
+    """Each value as the bits of its float32 (PyTorch's ``half_val`` for 16-bit floats)."""
+    return values.astype(np.float32).reshape(-1).view(np.int32).tolist()
+
+
+def _complex_parts(values: np.ndarray) -> list[float]:
+    return np.stack([values.real, values.imag], -1).reshape(-1).tolist()
+
+
+def _flat(values: np.ndarray) -> list:
+    return values.reshape(-1).tolist()
+
+
+# dtype name -> (TensorProto dtype, value field, conversion), as torch.utils.tensorboard's table
+_TENSOR_FIELDS = {
+    "float16": ("DT_HALF", "half_val", _float32_bits),
+    "bfloat16": ("DT_BFLOAT16", "half_val", _float32_bits),
+    "float32": ("DT_FLOAT", "float_val", _flat),
+    "float64": ("DT_DOUBLE", "double_val", _flat),
+    "int8": ("DT_INT8", "int_val", _flat),
+    "uint8": ("DT_UINT8", "uint32_val", _flat),
+    "int16": ("DT_INT16", "int_val", _flat),
+    "int32": ("DT_INT32", "int_val", _flat),
+    "int64": ("DT_INT64", "int64_val", _flat),
+    "bool": ("DT_BOOL", "bool_val", _flat),
+    "complex64": ("DT_COMPLEX64", "scomplex_val", _complex_parts),
+    "complex128": ("DT_COMPLEX128", "dcomplex_val", _complex_parts),
+}
+
+
+def tensor_summary(tag: str, tensor: Tensor) -> Summary:
+    """A whole tensor under the tensor plugin (``add_tensor``)."""
+    if tensor.numel() * tensor.dtype.itemsize >= 1 << 31:
+        raise ValueError("tensor is bigger than protocol buffer's hard limit of 2GB in size")
+    name = str(tensor.dtype).split(".")[-1]
+    if name not in _TENSOR_FIELDS:
+        raise ValueError(f"{tag} has unsupported tensor dtype {tensor.dtype}")
+    kind, field, convert = _TENSOR_FIELDS[name]
+    values = to_numpy(tensor.float() if name == "bfloat16" else tensor)
+    shape = TensorShapeProto(dim=[TensorShapeProto.Dim(size=n) for n in tensor.shape])
+    proto = TensorProto(dtype=kind, tensor_shape=shape, **{field: convert(values)})
+    plugin = SummaryMetadata.PluginData(plugin_name="tensor")
+    value = Summary.Value(tag=tag, metadata=SummaryMetadata(plugin_data=plugin), tensor=proto)
+    return Summary(value=[value])
+
+
 # ---------------------------------------------------------------------- images
 
 
@@ -217,6 +268,55 @@ def image(tag: str, values: Any, dataformats: str = "CHW") -> Summary:
         height=height, width=width, colorspace=channels, encoded_image_string=encode_png(pixels)
     )
     return Summary(value=[Summary.Value(tag=tag, image=proto)])
+
+
+def image_boxes(
+    tag: str,
+    values: Any,
+    boxes: Any,
+    rescale: float = 1,
+    dataformats: str = "CHW",
+    labels: list | None = None,
+) -> Summary:
+    """An image with boxes (N x 4: xmin, ymin, xmax, ymax) drawn in red, each labelled when
+    ``labels`` names one per box, then scaled by ``rescale``. Drawn with Pillow (needed by this
+    call only), as PyTorch draws them, so the pixels are PyTorch's."""
+    from PIL import Image
+
+    array = _to_hwc(to_numpy(values), dataformats)
+    scale = 1 if array.dtype == np.uint8 else 255
+    pixels = (array.astype(np.float32) * scale).clip(0, 255).astype(np.uint8)
+    height, width, channels = pixels.shape
+    image = Image.fromarray(pixels)
+    boxes = to_numpy(boxes)
+    for i in range(boxes.shape[0]):
+        _draw_box(image, *boxes[i, :4], None if labels is None else labels[i])
+    size = (int(width * rescale), int(height * rescale))
+    image = image.resize(size, Image.Resampling.LANCZOS)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    proto = Summary.Image(
+        height=height, width=width, colorspace=channels, encoded_image_string=buffer.getvalue()
+    )
+    return Summary(value=[Summary.Value(tag=tag, image=proto)])
+
+
+def _draw_box(image, left, top, right, bottom, label: str | None) -> None:
+    """A 2-pixel red box; a label sits on a red band inside its bottom-left corner."""
+    from PIL import ImageDraw, ImageFont
+
+    font = ImageFont.load_default()
+    draw = ImageDraw.Draw(image)
+    corners = [(left, top), (left, bottom), (right, bottom), (right, top), (left, top)]
+    draw.line(corners, width=2, fill="Red")
+    if label:
+        x0, y0, x1, y1 = font.getbbox(label)
+        text_width, text_height = x1 - x0, y1 - y0
+        margin = np.ceil(0.05 * text_height)
+        band = [(left, bottom - text_height - 2 * margin), (left + text_width, bottom)]
+        draw.rectangle(band, fill="Red")
+        position = (left + margin, bottom - text_height - margin)
+        draw.text(position, label, fill="black", font=font)
 
 
 def figure_to_image(figures: Any, close: bool = True) -> np.ndarray:

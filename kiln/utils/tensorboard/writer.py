@@ -131,6 +131,14 @@ class SummaryWriter:
                 self.all_writers[path] = writer
             writer.add_summary(summary.scalar(main_tag, value), global_step, walltime)
 
+    def add_tensor(
+        self, tag: str, tensor: Any, global_step: int | None = None, walltime: float | None = None
+    ) -> None:
+        """A whole tensor's values and shape, under the tensor plugin."""
+        self._get_file_writer().add_summary(
+            summary.tensor_summary(tag, tensor), global_step, walltime
+        )
+
     def add_histogram(
         self,
         tag: str,
@@ -188,6 +196,27 @@ class SummaryWriter:
     ) -> None:
         """A batch of images, shown as one grid eight images wide."""
         proto = summary.image(tag, img_tensor, dataformats)
+        self._get_file_writer().add_summary(proto, global_step, walltime)
+
+    def add_image_with_boxes(
+        self,
+        tag: str,
+        img_tensor: Any,
+        box_tensor: Any,
+        global_step: int | None = None,
+        walltime: float | None = None,
+        rescale: float = 1,
+        dataformats: str = "CHW",
+        labels: list | str | None = None,
+    ) -> None:
+        """An image with boxes (N x 4: xmin, ymin, xmax, ymax) drawn on it, labelled when
+        ``labels`` has one entry per box (needs Pillow)."""
+        if labels is not None:
+            if isinstance(labels, str):
+                labels = [labels]
+            if len(labels) != box_tensor.shape[0]:
+                labels = None
+        proto = summary.image_boxes(tag, img_tensor, box_tensor, rescale, dataformats, labels)
         self._get_file_writer().add_summary(proto, global_step, walltime)
 
     def add_figure(
