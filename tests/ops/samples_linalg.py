@@ -184,6 +184,13 @@ SAMPLES += [
         ops=("mm",),
         id="tensordot-neg",
     ),
+    Sample(
+        "tensordot",
+        (T((1, 2, 3)), T((2, 2, 2))),
+        kwargs={"dims": ([0, 1], [2, 0])},
+        ops=("mm",),
+        id="tensordot-size-one-broadcasts",
+    ),
     Sample("cross", (T((4, 3)), T((4, 3))), kwargs={"dim": 1}, ops=("cat",)),
     Sample("cross", (T((3, 2)), T((3, 1))), kwargs={"dim": 0}, ops=("cat",), id="cross-bcast"),
     Sample(

@@ -622,7 +622,12 @@ def tensordot(a: Tensor, b: Tensor, dims=2, out=None) -> Tensor:
     dims_a = [wrap_dim(d, a.ndim) for d in dims_a]
     dims_b = [wrap_dim(d, b.ndim) for d in dims_b]
     for da, db in zip(dims_a, dims_b):
-        if a.shape[da] != b.shape[db]:
+        # a size-1 dim against a longer one broadcasts: the longer side is summed first
+        if b.shape[db] == 1:
+            a = a.sum(da, keepdim=True)
+        elif a.shape[da] == 1:
+            b = b.sum(db, keepdim=True)
+        elif a.shape[da] != b.shape[db]:
             raise RuntimeError(
                 f"contracted dimensions need to match, but first has size {a.shape[da]} in dim "
                 f"{da} and second has size {b.shape[db]} in dim {db}"
