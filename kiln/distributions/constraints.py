@@ -284,23 +284,30 @@ class _CorrCholesky(Constraint):
         return _LowerCholesky().check(value) & (row_norm - 1.0).abs().le(tolerance).all(dim=-1)
 
 
-class _Cat(Constraint):
-    """``cseq[i]`` on the i-th block of ``lengths[i]`` entries along ``dim`` (as ``cat``)."""
+class _Piecewise(Constraint):
+    """Constraints ``cseq`` applied to pieces of a value along ``dim`` (``cat``, ``stack``)."""
 
-    def __init__(self, cseq, dim: int = 0, lengths=None):
+    def __init__(self, cseq, dim: int = 0):
         if not all(isinstance(c, Constraint) for c in cseq):
             raise AssertionError("All elements of cseq must be Constraint instances")
         self.cseq = list(cseq)
-        self.lengths = [1] * len(self.cseq) if lengths is None else list(lengths)
-        if len(self.lengths) != len(self.cseq):
-            raise AssertionError(
-                f"lengths ({len(self.lengths)}) must match cseq ({len(self.cseq)})"
-            )
         self.dim = dim
 
     @property
     def is_discrete(self) -> bool:  # type: ignore[override]
         return any(c.is_discrete for c in self.cseq)
+
+
+class _Cat(_Piecewise):
+    """``cseq[i]`` on the i-th block of ``lengths[i]`` entries along ``dim`` (as ``cat``)."""
+
+    def __init__(self, cseq, dim: int = 0, lengths=None):
+        super().__init__(cseq, dim)
+        self.lengths = [1] * len(self.cseq) if lengths is None else list(lengths)
+        if len(self.lengths) != len(self.cseq):
+            raise AssertionError(
+                f"lengths ({len(self.lengths)}) must match cseq ({len(self.cseq)})"
+            )
 
     @property
     def event_dim(self) -> int:  # type: ignore[override]
@@ -315,18 +322,8 @@ class _Cat(Constraint):
         return cat_tensors(checks, self.dim)
 
 
-class _Stack(Constraint):
+class _Stack(_Piecewise):
     """``cseq[i]`` on the i-th slice along ``dim`` (as ``stack``)."""
-
-    def __init__(self, cseq, dim: int = 0):
-        if not all(isinstance(c, Constraint) for c in cseq):
-            raise AssertionError("All elements of cseq must be Constraint instances")
-        self.cseq = list(cseq)
-        self.dim = dim
-
-    @property
-    def is_discrete(self) -> bool:  # type: ignore[override]
-        return any(c.is_discrete for c in self.cseq)
 
     @property
     def event_dim(self) -> int:  # type: ignore[override]
