@@ -17,6 +17,10 @@ __all__ = [
     "bessel_j1",
     "bessel_y0",
     "bessel_y1",
+    "chebyshev_polynomial_t",
+    "chebyshev_polynomial_u",
+    "chebyshev_polynomial_v",
+    "chebyshev_polynomial_w",
     "digamma",
     "entr",
     "erf",
@@ -29,10 +33,14 @@ __all__ = [
     "gammainc",
     "gammaincc",
     "gammaln",
+    "hermite_polynomial_h",
+    "hermite_polynomial_he",
     "i0",
     "i0e",
     "i1",
     "i1e",
+    "laguerre_polynomial_l",
+    "legendre_polynomial_p",
     "log1p",
     "log_ndtr",
     "log_softmax",
@@ -50,6 +58,10 @@ __all__ = [
     "round",
     "scaled_modified_bessel_k0",
     "scaled_modified_bessel_k1",
+    "shifted_chebyshev_polynomial_t",
+    "shifted_chebyshev_polynomial_u",
+    "shifted_chebyshev_polynomial_v",
+    "shifted_chebyshev_polynomial_w",
     "sinc",
     "softmax",
     "spherical_bessel_j0",
@@ -95,6 +107,18 @@ scaled_modified_bessel_k0 = OPS["special_scaled_modified_bessel_k0"]
 scaled_modified_bessel_k1 = OPS["special_scaled_modified_bessel_k1"]
 bessel_y0 = OPS["special_bessel_y0"]
 bessel_y1 = OPS["special_bessel_y1"]
+chebyshev_polynomial_t = OPS["special_chebyshev_polynomial_t"]
+chebyshev_polynomial_u = OPS["special_chebyshev_polynomial_u"]
+chebyshev_polynomial_v = OPS["special_chebyshev_polynomial_v"]
+chebyshev_polynomial_w = OPS["special_chebyshev_polynomial_w"]
+shifted_chebyshev_polynomial_t = OPS["special_shifted_chebyshev_polynomial_t"]
+shifted_chebyshev_polynomial_u = OPS["special_shifted_chebyshev_polynomial_u"]
+shifted_chebyshev_polynomial_v = OPS["special_shifted_chebyshev_polynomial_v"]
+shifted_chebyshev_polynomial_w = OPS["special_shifted_chebyshev_polynomial_w"]
+hermite_polynomial_h = OPS["special_hermite_polynomial_h"]
+hermite_polynomial_he = OPS["special_hermite_polynomial_he"]
+laguerre_polynomial_l = OPS["special_laguerre_polynomial_l"]
+legendre_polynomial_p = OPS["special_legendre_polynomial_p"]
 
 
 @writes_out

@@ -67,6 +67,7 @@ _MODULES = (
     "special.functions",
     "special.incomplete_gamma",
     "special.bessel",
+    "special.polynomials",
     "complex_fft.stft",
     "core.tensor_methods",
     "pointwise.ternary",

@@ -20,7 +20,11 @@ BRIEF_NAMES = """expit logit erf erfc erfcx erfinv gammaln digamma psi polygamma
 xlog1py log_softmax softmax sinc i0 i0e i1 i1e entr ndtr ndtri log_ndtr log1p expm1 exp2 logsumexp
 round zeta bessel_j0 bessel_j1 spherical_bessel_j0 gammainc gammaincc
 modified_bessel_i0 modified_bessel_i1 modified_bessel_k0 modified_bessel_k1 scaled_modified_bessel_k0
-scaled_modified_bessel_k1 bessel_y0 bessel_y1""".split()
+scaled_modified_bessel_k1 bessel_y0 bessel_y1
+chebyshev_polynomial_t chebyshev_polynomial_u chebyshev_polynomial_v chebyshev_polynomial_w
+shifted_chebyshev_polynomial_t shifted_chebyshev_polynomial_u shifted_chebyshev_polynomial_v
+shifted_chebyshev_polynomial_w hermite_polynomial_h hermite_polynomial_he laguerre_polynomial_l
+legendre_polynomial_p""".split()
 
 
 def _wide_grid(seed: int = 0) -> np.ndarray:
