@@ -859,3 +859,39 @@ def test_scatter_reduce_takes_max_and_min_for_amax_and_amin():
         x.scatter_reduce(0, kiln.tensor([0, 0, 3]), src, low).sum().backward()
         grads.append(src.grad)
     assert_close(grads[0], grads[1])
+
+
+# ------------------------------------------------------------------------------ out= dtypes
+
+# ops whose out= must have the result's dtype in PyTorch (others cast into a wider out)
+EXACT_OUT_OPS = ["abs", "neg", "floor", "ceil", "trunc", "frac", "sign", "sgn", "round"]
+
+
+@pytest.mark.parametrize("out_dtype", ["float64", "float16"])
+@pytest.mark.parametrize("name", EXACT_OUT_OPS + ["conj_physical"])
+def test_out_of_another_dtype_is_refused_where_pytorch_refuses_it(name, out_dtype):
+    def fn(lib):
+        out = lib.empty(0, dtype=getattr(lib, out_dtype))
+        return getattr(lib, name)(lib.tensor([-1.5, 2.5]), out=out)
+
+    _assert_same_error(fn, match_message=False)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda lib: lib.bitwise_not(lib.tensor([1, 2]), out=lib.empty(0, dtype=lib.int32)),
+        lambda lib: lib.abs(lib.tensor([1, -2]), out=lib.empty(0)),
+    ],
+    ids=["bitwise_not-int32", "abs-int-into-float"],
+)
+def test_integer_out_of_another_dtype_is_refused_too(fn):
+    _assert_same_error(fn, match_message=False)
+
+
+def test_out_of_the_same_dtype_and_wider_casting_ops_still_write():
+    for lib in (kiln, torch):
+        same, wider = lib.empty(0), lib.empty(0, dtype=lib.float64)
+        lib.floor(lib.tensor([-1.5, 2.5]), out=same)
+        lib.sin(lib.tensor([0.5]), out=wider)
+        assert same.tolist() == [-2.0, 2.0] and wider.dtype == lib.float64

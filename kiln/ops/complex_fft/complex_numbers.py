@@ -235,7 +235,7 @@ METHODS["__complex__"] = _complex_value
 # ------------------------------------------------------------------------------ conjugation
 
 
-@defop(kind="pointwise")
+@defop(kind="pointwise", out_exact_dtype=True)
 def conj_physical(self: Tensor): ...
 
 

@@ -120,7 +120,9 @@ def call_with_out(op, args: tuple, kwargs: dict):
     out = kwargs.pop("out")
     if out is None:
         return op(*args, **kwargs)
-    return compute_into(op.name, op.differentiable, op, args, kwargs, out)
+    return compute_into(
+        op.name, op.differentiable, op, args, kwargs, out, exact_dtype=op.out_exact_dtype
+    )
 
 
 def writes_out(

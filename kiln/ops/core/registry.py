@@ -120,6 +120,7 @@ class Op:
         "aliases",
         "inplace_method",
         "recomputable",
+        "out_exact_dtype",
         "doc",
         "overloadpacket",
         "__weakref__",
@@ -206,6 +207,9 @@ class Op:
         # whether the min-cut partitioner may recompute it in the backward instead of saving
         # its result; None: the partitioner's rule by kind (pointwise, views, creation)
         self.recomputable = None
+        # ``out=`` must have the result's dtype, not one it casts to (PyTorch's abs, neg,
+        # rounding ops and bitwise_not check so)
+        self.out_exact_dtype = False
         self.doc = (schema.__doc__ or "").strip()
 
     def __call__(self, *args, **kwargs):
@@ -415,6 +419,7 @@ def defop(
     aliases: tuple = (),
     inplace_method: bool = False,
     recomputable: bool | None = None,
+    out_exact_dtype: bool = False,
 ):
     """Declare an op from a schema function; the function body is never run.
 
@@ -423,7 +428,8 @@ def defop(
     complex inputs (``complex_support``); ``grad_fn_name`` is PyTorch's name for its autograd
     node where it is not ``<Name>Backward0`` (``grad_fn_naming``); ``aliases`` are its other
     names; ``inplace_method`` gives a non-pointwise op a ``Tensor.<name>_`` variant;
-    ``recomputable`` overrides the partitioner's by-kind rule (a seeded random draw, a copy).
+    ``recomputable`` overrides the partitioner's by-kind rule (a seeded random draw, a copy);
+    ``out_exact_dtype``: an ``out=`` tensor must have the result's dtype.
     """
 
     def deco(schema):
@@ -440,6 +446,7 @@ def defop(
         op.aliases = tuple(aliases)
         op.inplace_method = inplace_method
         op.recomputable = recomputable
+        op.out_exact_dtype = out_exact_dtype
         if returns:
             op.returns = return_type(op_name, returns)
         OPS[op_name] = op

@@ -184,7 +184,7 @@ deg2rad.register_decomposition(lambda x: x * (math.pi / 180.0))
 rad2deg.register_decomposition(lambda x: x * (180.0 / math.pi))
 
 
-@defop(kind="pointwise")
+@defop(kind="pointwise", out_exact_dtype=True)
 def sgn(self: Tensor): ...
 
 

@@ -177,7 +177,13 @@ def _refuse_bool_negation(x) -> None:
 
 
 neg = unary(
-    "neg", _negative, lambda c, g: (-g,), float_math=False, save_input=False, aliases=("negative",)
+    "neg",
+    _negative,
+    lambda c, g: (-g,),
+    float_math=False,
+    save_input=False,
+    aliases=("negative",),
+    out_exact_dtype=True,
 )
 neg.check_in_meta(_refuse_bool_negation)
 
@@ -189,6 +195,7 @@ abs_ = unary(
     float_math=False,
     aliases=("absolute",),
     bools_refused="abs_cpu",
+    out_exact_dtype=True,
 )
 abs_.register_complex(
     kernel=lambda x: wrap(np.abs(x._data), x._dtype.to_real()),
@@ -383,6 +390,7 @@ floor = unary(
     None,
     float_math=False,
     complex_refused=(NotImplementedError, "floor is not supported for complex inputs"),
+    out_exact_dtype=True,
 )
 ceil = unary(
     "ceil",
@@ -390,6 +398,7 @@ ceil = unary(
     None,
     float_math=False,
     complex_refused=(NotImplementedError, "ceil is not supported for complex inputs"),
+    out_exact_dtype=True,
 )
 trunc = unary(
     "trunc",
@@ -398,6 +407,7 @@ trunc = unary(
     float_math=False,
     complex_refused=(NotImplementedError, "trunc is not supported for complex inputs"),
     aliases=("fix",),
+    out_exact_dtype=True,
 )
 frac = unary(
     "frac",
@@ -407,6 +417,7 @@ frac = unary(
     save_input=False,
     complex_refused=complex_not_implemented("frac_cpu"),
     integers_refused="frac_cpu",
+    out_exact_dtype=True,
 )
 
 sign = unary(
@@ -418,6 +429,7 @@ sign = unary(
         NotImplementedError,
         "Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead.",
     ),
+    out_exact_dtype=True,
 )
 sgn = sign
 isnan = unary("isnan", np.isnan, None, out_bool=True)
@@ -458,7 +470,7 @@ def _invert(a: np.ndarray) -> np.ndarray:
     return np.invert(a)
 
 
-bitwise_not = unary("bitwise_not", _invert, None, float_math=False)
+bitwise_not = unary("bitwise_not", _invert, None, float_math=False, out_exact_dtype=True)
 
 for _op in (
     floor,
@@ -481,7 +493,12 @@ for _op in (floor, ceil, trunc, sign):
     _op.register_derivative(lambda c, g: (zero_grad(g),), save_inputs=())
 
 
-@defop(kind="pointwise", prim=True, complex_refused=complex_not_implemented("round_vml_cpu"))
+@defop(
+    kind="pointwise",
+    prim=True,
+    complex_refused=complex_not_implemented("round_vml_cpu"),
+    out_exact_dtype=True,
+)
 def round(self: Tensor, *, decimals: int = 0): ...  # noqa: A001
 
 
