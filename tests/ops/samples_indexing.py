@@ -423,6 +423,12 @@ SAMPLES += [
     Sample("index_add", (T(()), 0, I(0), T(())), id="index_add-0dim"),
     Sample(
         "index_add",
+        (T((4,), dtype="uint8", low=0, high=250), 0, I([1, 3]), T((2,), dtype="uint8")),
+        kwargs={"alpha": -1},
+        id="index_add-uint8-negative-alpha-wraps",
+    ),
+    Sample(
+        "index_add",
         (T((4, 3), layout="transposed"), 1, I([2, 0]), T((4, 2))),
         gradcheck=False,
         id="index_add-noncontig",

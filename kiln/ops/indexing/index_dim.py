@@ -176,8 +176,8 @@ def _index_add_check(x, dim, index, source):
 def _index_add_kernel(x, dim, index, source, alpha):
     d = _index_add_check(x, dim, index, source)
     values = as_1d(source._data)
-    if alpha != 1:
-        values = (values * alpha).astype(values.dtype)
+    if alpha != 1:  # alpha in the values' dtype first, as add's (-1 wraps to 255 for bytes)
+        values = (values * np.asarray(alpha).astype(values.dtype)).astype(values.dtype)
     return _dim_put(x, d, index, values, True)
 
 
