@@ -13,6 +13,7 @@ from .ops.core.registry import OPS
 from .runtime.tensor import Tensor
 
 __all__ = [
+    "airy_ai",
     "bessel_j0",
     "bessel_j1",
     "bessel_y0",
@@ -107,6 +108,7 @@ scaled_modified_bessel_k0 = OPS["special_scaled_modified_bessel_k0"]
 scaled_modified_bessel_k1 = OPS["special_scaled_modified_bessel_k1"]
 bessel_y0 = OPS["special_bessel_y0"]
 bessel_y1 = OPS["special_bessel_y1"]
+airy_ai = OPS["special_airy_ai"]
 chebyshev_polynomial_t = OPS["special_chebyshev_polynomial_t"]
 chebyshev_polynomial_u = OPS["special_chebyshev_polynomial_u"]
 chebyshev_polynomial_v = OPS["special_chebyshev_polynomial_v"]

@@ -24,7 +24,7 @@ scaled_modified_bessel_k1 bessel_y0 bessel_y1
 chebyshev_polynomial_t chebyshev_polynomial_u chebyshev_polynomial_v chebyshev_polynomial_w
 shifted_chebyshev_polynomial_t shifted_chebyshev_polynomial_u shifted_chebyshev_polynomial_v
 shifted_chebyshev_polynomial_w hermite_polynomial_h hermite_polynomial_he laguerre_polynomial_l
-legendre_polynomial_p""".split()
+legendre_polynomial_p airy_ai""".split()
 
 
 def _wide_grid(seed: int = 0) -> np.ndarray:

@@ -1,5 +1,6 @@
 """Bessel functions of the second kind Y0, Y1, the modified Bessel functions K0, K1 (plain and
-exponentially scaled), and PyTorch's second spelling of I0, I1 (``modified_bessel_i0/i1``).
+exponentially scaled), PyTorch's second spelling of I0, I1 (``modified_bessel_i0/i1``) and the
+Airy function Ai (power series, K_1/3 for x > 2.1, its asymptotic form for x < -7).
 
 Kernels compute in float64: below x = 2 the logarithmic power series (DLMF 10.8.2, 10.31.1);
 above it K by the trapezoidal rule on K_nu(x) = int_0^inf exp(-x cosh t) cosh(nu t) dt (its
@@ -58,7 +59,7 @@ def _k_series(nu: int, x: np.ndarray) -> np.ndarray:
     return 1.0 / x + log_half * np_bessel_i1(x) - 0.25 * x * series
 
 
-def _k_scaled_quadrature(nu: int, x: np.ndarray) -> np.ndarray:
+def _k_scaled_quadrature(nu: float, x: np.ndarray) -> np.ndarray:
     """exp(x) K_nu(x) = int_0^inf exp(-x (cosh t - 1)) cosh(nu t) dt for x >= 2, by the
     trapezoidal rule. The integrand is about exp(-x t^2 / 2): a step of half its width 1/sqrt(x)
     (at most 0.2) keeps the error below 1e-17, and 30 steps reach x (cosh t - 1) > 45."""
@@ -66,7 +67,7 @@ def _k_scaled_quadrature(nu: int, x: np.ndarray) -> np.ndarray:
     t = step * np.arange(_QUADRATURE_NODES)
     weights = np.where(t == 0, 0.5, 1.0) * step
     if nu:
-        weights = weights * np.cosh(t)
+        weights = weights * np.cosh(nu * t)
     with np.errstate(under="ignore"):
         # cosh t - 1 as 2 sinh(t/2)^2: no cancellation at the small t of a large x
         values = np.exp(-2.0 * x[..., None] * np.sinh(0.5 * t) ** 2)
@@ -146,6 +147,69 @@ def _bessel_y_f64(nu: int, x: np.ndarray) -> np.ndarray:
     return res
 
 
+# Ai(0) and -Ai'(0): the coefficients of Ai's two power series (DLMF 9.4.1)
+_AIRY_F = 1.0 / (3.0 ** (2.0 / 3.0) * math.gamma(2.0 / 3.0))
+_AIRY_G = 1.0 / (3.0 ** (1.0 / 3.0) * math.gamma(1.0 / 3.0))
+_AIRY_SERIES_FROM = -7.0  # below: the asymptotic form (both err by about 1e-11 there)
+_AIRY_SERIES_TO = 2.1  # above: through K_1/3 (its quadrature wants 2/3 x^(3/2) >= 2)
+
+
+def _airy_series(x: np.ndarray) -> np.ndarray:
+    """Ai(x) = Ai(0) f(x) + Ai'(0) g(x), f = 1 + x^3/(2 3) + x^6/(2 3 5 6) + ...,
+    g = x + x^4/(3 4) + x^7/(3 4 6 7) + ..."""
+    cube = x * x * x
+    f_term, g_term = np.ones_like(x), x.copy()
+    f_total, g_total = f_term.copy(), g_term.copy()
+    for k in range(1, 60):
+        f_term = f_term * cube / ((3 * k - 1) * (3 * k))
+        g_term = g_term * cube / ((3 * k) * (3 * k + 1))
+        f_total += f_term
+        g_total += g_term
+    return _AIRY_F * f_total - _AIRY_G * g_total
+
+
+def _airy_positive(x: np.ndarray) -> np.ndarray:
+    """Ai(x) = sqrt(x / 3) / pi K_1/3(zeta), zeta = 2/3 x^(3/2) (DLMF 9.6.1)."""
+    zeta = 2.0 / 3.0 * x * np.sqrt(x)
+    with np.errstate(under="ignore"):
+        return np.sqrt(x / 3.0) / math.pi * np.exp(-zeta) * _k_scaled_quadrature(1.0 / 3.0, zeta)
+
+
+def _airy_negative(z: np.ndarray) -> np.ndarray:
+    """Ai(-z) for large z > 0 from its asymptotic form (DLMF 9.7.9): z^(-1/4) / sqrt(pi)
+    (cos(zeta - pi/4) sum (-1)^k u_2k zeta^-2k + sin(zeta - pi/4) sum (-1)^k u_2k+1 zeta^-2k-1),
+    summed until the terms stop shrinking; cos and sin of zeta - pi/4 from those of zeta."""
+    zeta = 2.0 / 3.0 * z * np.sqrt(z)
+    even, odd = np.ones_like(z), np.zeros_like(z)
+    term = np.ones_like(z)
+    shrinking = np.ones(z.shape, dtype=bool)
+    u = 1.0
+    for k in range(1, 80):
+        u = u * (6 * k - 5) * (6 * k - 3) * (6 * k - 1) / ((2 * k - 1) * 216 * k)
+        following = u / zeta**k
+        shrinking &= following < np.abs(term)
+        term = np.where(shrinking, following, 0.0)
+        sign = -1.0 if (k // 2) % 2 else 1.0
+        if k % 2:
+            odd += sign * term
+        else:
+            even += sign * term
+    c, s = np.cos(zeta), np.sin(zeta)
+    cos_shifted, sin_shifted = (c + s) * math.sqrt(0.5), (s - c) * math.sqrt(0.5)
+    return (cos_shifted * even + sin_shifted * odd) / (math.sqrt(math.pi) * z**0.25)
+
+
+def _airy_ai_f64(x: np.ndarray) -> np.ndarray:
+    res = np.full(x.shape, np.nan)
+    middle = (x >= _AIRY_SERIES_FROM) & (x <= _AIRY_SERIES_TO)
+    res[middle] = _airy_series(x[middle])
+    right = (x > _AIRY_SERIES_TO) & (x < np.inf)
+    res[right] = _airy_positive(x[right])
+    left = (x < _AIRY_SERIES_FROM) & (x > -np.inf)
+    res[left] = _airy_negative(-x[left])
+    return res
+
+
 def _float64_kernel(compute):
     """A numpy kernel over ``compute`` (float64 in, float64 out) that keeps the input's dtype."""
 
@@ -173,6 +237,7 @@ _KERNELS = {
     "scaled_modified_bessel_k1": lambda x: _bessel_k_f64(1, x, True),
     "bessel_y0": lambda x: _bessel_y_f64(0, x),
     "bessel_y1": lambda x: _bessel_y_f64(1, x),
+    "airy_ai": _airy_ai_f64,
 }
 
 for _name, _compute in _KERNELS.items():
