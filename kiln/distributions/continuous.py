@@ -24,6 +24,7 @@ from ..ops.public import (
     expm1,
     finfo,
     full,
+    igamma,
     lgamma,
     log,
     log1p,
@@ -519,6 +520,13 @@ class Gamma(Distribution):
             - self.rate * value
             - lgamma(self.concentration)
         )
+
+    def cdf(self, value):
+        """P(concentration, rate x): PyTorch differentiates it in the rate and x only."""
+        value = as_tensor(value, dtype=self.rate.dtype, device=self.rate.device)
+        if self._validate_args:
+            self._validate_sample(value)
+        return igamma(self.concentration, self.rate * value)
 
     def entropy(self):
         c = self.concentration

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 import kiln
-from tests.oracle import needs_torch, torch
+from tests.oracle import needs_torch, raised_by_both, torch
 
 # name -> (make(lib, params), parameters, points to evaluate, whether cdf/icdf are compared)
 CASES = {
     "Pareto": (lambda D, p: D.Pareto(p[0], p[1]), [[1.0, 2.0], [0.8, 3.5]], [1.5, 4.0], True),
     "Weibull": (lambda D, p: D.Weibull(p[0], p[1]), [[1.0, 2.0], [0.7, 3.0]], [0.3, 2.5], True),
-    # Gamma's cdf needs special.gammainc, which kiln does not have yet
+    # (its cdf, whose gradient PyTorch gives in the rate only: test_gamma_family_cdfs)
     "InverseGamma": (
         lambda D, p: D.InverseGamma(p[0], p[1]),
         [[0.8, 3.5], [1.0, 2.0]],
@@ -81,3 +81,37 @@ def test_samples_lie_in_the_support_and_expand_keeps_the_law(name):
     assert tuple(wide.batch_shape) == (3, 2)
     point = kiln.tensor(CASES[name][2], dtype=kiln.float64)
     np.testing.assert_allclose(_np(wide.log_prob(point))[1], _np(dist.log_prob(point)))
+
+
+GAMMA_CDFS = {
+    "Gamma": lambda D, c, r: D.Gamma(c, r),
+    "Chi2": lambda D, c, r: D.Chi2(2 * c),
+    "InverseGamma": lambda D, c, r: D.InverseGamma(c, r),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("name", sorted(GAMMA_CDFS))
+def test_gamma_family_cdfs_match_torch_with_the_rate_gradient(name):
+    results = []
+    for lib in (kiln, torch):
+        concentration = lib.tensor([0.8, 3.5, 20.0], dtype=lib.float64)
+        rate = lib.tensor([1.0, 2.0, 0.5], dtype=lib.float64, requires_grad=True)
+        value = lib.tensor([0.4, 1.3, 45.0], dtype=lib.float64, requires_grad=True)
+        out = GAMMA_CDFS[name](lib.distributions, concentration, rate).cdf(value)
+        grads = lib.autograd.grad(out.sum(), [rate, value], allow_unused=True)  # Chi2: no rate
+        results.append([_np(out), *(None if g is None else _np(g) for g in grads)])
+    for k, t in zip(*results):
+        assert (k is None) == (t is None)
+        if t is not None:
+            np.testing.assert_allclose(k, t, rtol=1e-9, atol=1e-14)
+
+
+@needs_torch
+def test_gamma_cdf_refuses_the_concentration_gradient_like_torch():
+    def run(lib):
+        concentration = lib.tensor([0.8, 3.5], dtype=lib.float64, requires_grad=True)
+        lib.distributions.Gamma(concentration, 1.0).cdf(lib.tensor([0.5, 2.0])).sum().backward()
+
+    got, expected = raised_by_both(NotImplementedError, lambda: run(kiln), lambda: run(torch))
+    assert str(got) == str(expected)
