@@ -74,3 +74,23 @@ def test_device_agnostic_training_script_runs(gpu):
     out = model(kiln.ones(4, 3, device=device))
     assert out.device.type == "cuda" and out.is_cuda and not out.is_xpu and not out.is_mps
     assert kiln.get_device_module(device) is kiln.cuda and out.get_device() == 0
+
+
+@needs_torch
+def test_cpu_streams_and_events_serve_device_agnostic_code_like_torch():
+    """``get_device_module("cpu").stream(s)`` and its kin exist for code written once for every
+    device; on the CPU they only track which stream is current."""
+    for lib in (kiln, torch):
+        cpu = lib.get_device_module("cpu")
+        default = cpu.current_stream()
+        side = cpu.Stream()
+        with cpu.stream(side):
+            assert cpu.current_stream() is side
+            side.wait_stream(default)
+            event = cpu.Event()
+            event.record()
+            assert event.query() is True
+        assert cpu.current_stream() is default
+        with cpu.stream(None):
+            assert cpu.current_stream() is default
+        assert cpu.is_initialized() is True
