@@ -660,3 +660,103 @@ for name in ("gcd_", "sinc_", "clamp_min_", "arctanh_"):
             id=f"namespace-{name}",
         )
     )
+
+# ------------------------------------------------------------------------------ incomplete gamma,
+# Bessel Y/K, Airy, orthogonal polynomials
+
+# PyTorch differentiates igamma/igammac in x only (a raises at backward)
+for name in ("igamma", "igammac"):
+    SAMPLES += [
+        Sample(name, (T((3, 4), low=0.5, high=4, requires_grad=False), T((3, 4), low=0.1, high=5))),
+        Sample(
+            name,
+            (
+                T((4, 5), low=0.5, high=4, requires_grad=False),
+                T((4, 5), low=0.1, high=5, layout="transposed"),
+            ),
+            gradcheck=False,
+        ),
+        Sample(
+            name,
+            (T((3, 1), low=0.5, high=4, requires_grad=False), T((4,), low=0.1, high=5)),
+            fn=_method(name),
+            id=f"{name}-method-broadcast",
+        ),
+    ]
+SAMPLES += [
+    Sample(
+        special_name,
+        (T((3,), low=0.5, high=4, requires_grad=False), T((3,), low=0.1, high=5)),
+        fn=_special(special_name),
+        ops=(op,),
+        id=f"special.{special_name}",
+    )
+    for special_name, op in (("gammainc", "igamma"), ("gammaincc", "igammac"))
+]
+
+# no derivative in PyTorch
+BESSEL_AIRY = {
+    "modified_bessel_i0": (-5, 5),
+    "modified_bessel_i1": (-5, 5),
+    "modified_bessel_k0": (0.1, 30),
+    "modified_bessel_k1": (0.1, 30),
+    "scaled_modified_bessel_k0": (0.1, 30),
+    "scaled_modified_bessel_k1": (0.1, 30),
+    "bessel_y0": (0.1, 30),
+    "bessel_y1": (0.1, 30),
+    "airy_ai": (-6, 4),
+}
+for name, (lo, hi) in BESSEL_AIRY.items():
+    SAMPLES += [
+        Sample(
+            name,
+            (T((3, 4), dtype=dtype, low=lo, high=hi, layout=layout, requires_grad=False),),
+            fn=_special(name),
+            ops=(f"special_{name}",),
+            grad=False,
+            gradcheck=False,
+            atol=1e-5,
+            id=f"{name}-{dtype}-{layout}",
+        )
+        for dtype, layout in (("float32", "contiguous"), ("float64", "transposed"))
+    ]
+
+POLYNOMIALS = [
+    "chebyshev_polynomial_t",
+    "chebyshev_polynomial_u",
+    "chebyshev_polynomial_v",
+    "chebyshev_polynomial_w",
+    "shifted_chebyshev_polynomial_t",
+    "shifted_chebyshev_polynomial_u",
+    "shifted_chebyshev_polynomial_v",
+    "shifted_chebyshev_polynomial_w",
+    "hermite_polynomial_h",
+    "hermite_polynomial_he",
+    "laguerre_polynomial_l",
+    "legendre_polynomial_p",
+]
+for name in POLYNOMIALS:
+    SAMPLES += [
+        Sample(
+            name,
+            (
+                T((3, 4), low=-1.2, high=1.2, requires_grad=False),
+                T((4,), dtype="int64", low=0, high=12),
+            ),
+            fn=_special(name),
+            ops=(f"special_{name}",),
+            grad=False,
+            gradcheck=False,
+            atol=1e-4,
+            id=f"{name}-tensor-n",
+        ),
+        Sample(
+            name,
+            (T((2, 3), dtype="float64", low=-1.5, high=1.5, requires_grad=False), 9),
+            fn=_special(name),
+            ops=(f"special_{name}",),
+            grad=False,
+            gradcheck=False,
+            id=f"{name}-number-n",
+        ),
+    ]

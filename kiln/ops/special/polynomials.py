@@ -169,7 +169,8 @@ def _polynomial_op(name: str, compute):
         d = result_dtype(x, n)
         degree = _degree(as_np_operand(n, d.np).astype(np.float64))
         xa, na = np.broadcast_arrays(as_np_operand(x, d.np), degree)
-        return wrap(compute(np.array(xa), np.array(na)), d)
+        flat = compute(np.array(xa).ravel(), np.array(na).ravel())
+        return wrap(flat.reshape(xa.shape), d)
 
     op.register_meta(
         lambda x, n: pointwise_meta(
