@@ -11,20 +11,11 @@ import numpy as np
 import pytest
 
 import kiln
+from tests.ops.samples_special import BESSEL_AIRY
 from tests.oracle import needs_torch, raised_by_both, torch
 
 NAN, INF = math.nan, math.inf
-NAMES = [
-    "modified_bessel_i0",
-    "modified_bessel_i1",
-    "modified_bessel_k0",
-    "modified_bessel_k1",
-    "scaled_modified_bessel_k0",
-    "scaled_modified_bessel_k1",
-    "bessel_y0",
-    "bessel_y1",
-    "airy_ai",
-]
+NAMES = list(BESSEL_AIRY)
 # PyTorch's float64 kernels for these are good to about 1e-6 absolute only
 TORCH_APPROXIMATE = ["bessel_y0", "bessel_y1", "airy_ai"]
 

@@ -11,23 +11,11 @@ import numpy as np
 import pytest
 
 import kiln
+from tests.ops.samples_special import POLYNOMIALS
 from tests.oracle import needs_torch, raised_by_both, torch
 
 NAN, INF = math.nan, math.inf
-NAMES = [
-    "chebyshev_polynomial_t",
-    "chebyshev_polynomial_u",
-    "chebyshev_polynomial_v",
-    "chebyshev_polynomial_w",
-    "shifted_chebyshev_polynomial_t",
-    "shifted_chebyshev_polynomial_u",
-    "shifted_chebyshev_polynomial_v",
-    "shifted_chebyshev_polynomial_w",
-    "hermite_polynomial_h",
-    "hermite_polynomial_he",
-    "laguerre_polynomial_l",
-    "legendre_polynomial_p",
-]
+NAMES = POLYNOMIALS
 
 X_EDGES = [-1.0, 1.0, 0.0, -0.0, 0.5, -0.5, INF, -INF, 1e-20, -1e-300, 1 - 1e-16, 50.0, -50.0]
 N_EDGES = [60, 100, 171, 200, 300, 1000, -0.5, 0.5, 2.9, -1.2, NAN, INF, -INF, 1e20]
