@@ -442,6 +442,11 @@ SAMPLES += [
     ),
     Sample("index_fill", (T((4, 3)), 0, I([1, 3, -1]), 2.5)),
     Sample("index_fill", (T((3, 4)), 1, I([0, 2]), T(())), id="index_fill-tensor-value"),
+    Sample(
+        "index_fill",
+        (T((3, 4)), 1, I([0, 2, 0, 2]), T(())),
+        id="index_fill-tensor-value-repeated-index",
+    ),
     Sample("index_fill", (T((3, 4), dtype="int32"), 1, I([0]), -7), id="index_fill-int"),
     Sample(
         "index_fill",

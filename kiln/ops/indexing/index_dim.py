@@ -234,10 +234,13 @@ def _index_fill_meta(x, dim, index, value):
 
 def _index_fill_grad(c, g):
     x, dim, index, value = c.args
-    gx = index_fill(g, dim, index, 0) if c.needs_input_grad[0] else None
+    unfilled = index_fill(g, dim, index, 0)
+    gx = unfilled if c.needs_input_grad[0] else None
     gv = None
     if is_tensor_arg(value) and c.needs_input_grad[3]:
-        gv = index_select(g, dim, index).sum()
+        # each filled position once, however often the index repeats it (as PyTorch's sum over
+        # the unique indices)
+        gv = (g - unfilled).sum()
     return gx, None, None, gv
 
 
