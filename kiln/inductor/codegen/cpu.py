@@ -130,7 +130,7 @@ class CPUKernels:
 
         def hand_over():
             nonlocal piece, uses, size
-            jobs.append(llvm_jit.in_background(llvm_jit.compile_kernels, piece, uses))
+            jobs.append(llvm_jit.compile_in_background(piece, uses))
             piece, uses, size = {}, 0, 0
 
         for i, kernel_key, text in self._emit_each(steps, dtypes, sizes):

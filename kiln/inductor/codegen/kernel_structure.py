@@ -27,7 +27,7 @@ from collections import OrderedDict
 from ...runtime import dtypes as dt
 from ...runtime.symbolic import SymInt
 from .. import sym
-from ..ir import ComputedBuffer, Pointwise
+from ..ir import ComputedBuffer, Pointwise, Reduction
 from .body_trace import BodyTrace, NotRecordable, Token, record
 
 __all__ = ["structure_key", "EmittedKernels", "EMITTED", "verify_reuse"]
@@ -126,7 +126,9 @@ def _describe_node(node, index, trace: BodyTrace, label, locals_: set) -> str:
         _render(node.layout.offset_expr(index)),
         _render(tuple(data.ranges)),
     ]
-    if not isinstance(data, Pointwise):
+    if not isinstance(data, (Pointwise, Reduction)):
+        raise _UndescribableError(type(data).__name__)
+    if isinstance(data, Reduction):
         fields += [
             _render(tuple(data.reduction_ranges)),
             data.reduction_type,

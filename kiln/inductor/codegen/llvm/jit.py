@@ -32,6 +32,8 @@ import llvmlite.ir as ir
 from ....runtime import cache_records
 from ....runtime.logs import compile_stage
 from ....runtime.switch_interval import quick_handoff
+from . import object_worker
+from .helper_process import HelperProcess, helper_wanted
 
 __all__ = [
     "CompiledModule",
@@ -44,6 +46,7 @@ __all__ = [
     "in_background",
     "kernel_function",
     "compile_kernels",
+    "compile_in_background",
     "compile_module",
     "data_address",
     "host_target",
@@ -96,6 +99,7 @@ class JitStats:
 
 
 _stats = JitStats()
+_COUNT_LOCK = threading.Lock()
 _LOCAL_LINKAGE = (llvm.Linkage.internal, llvm.Linkage.private)
 
 
@@ -107,8 +111,10 @@ def jit_stats() -> JitStats:
 
 
 def count_emitted(emitted: int, by_structure: int) -> None:
-    """Count kernels whose IR a graph generated, and those it took from an equal kernel's."""
-    with _LOCK:
+    """Count kernels whose IR a graph generated, and those it took from an equal kernel's
+    (under a lock of its own: ``_LOCK`` is held while LLVM compiles on the background thread,
+    and the emitting thread must not wait for that)."""
+    with _COUNT_LOCK:
         _stats.kernels_emitted += emitted
         _stats.kernels_by_structure += by_structure
 
@@ -189,15 +195,7 @@ def _define_runtime_helpers(host: HostTarget) -> None:
 def _new_target_machine(opt_level: int) -> llvm.TargetMachine:
     """A fresh TargetMachine for the host; MCJIT takes ownership of the one it is given."""
     host = host_target()
-    target = llvm.Target.from_triple(host.triple)
-    return target.create_target_machine(
-        cpu=host.cpu_name,
-        features=host.features,
-        opt=min(max(opt_level, 0), 3),
-        reloc="default",
-        codemodel="jitdefault",
-        jit=True,
-    )
+    return object_worker.target_machine(host.triple, host.cpu_name, host.features, opt_level)
 
 
 @functools.cache
@@ -225,9 +223,45 @@ _in_flight: set = set()  # futures of the jobs handed over and not finished
 _in_flight_lock = threading.Lock()
 
 
+# llvmlite lets one thread of a process into LLVM at a time: the helper process
+# (``helper_process``) is a second LLVM, fed by a thread of its own that waits on its pipe
+_HELPER_THREAD = concurrent.futures.ThreadPoolExecutor(
+    max_workers=1, thread_name_prefix="kiln-llvm-helper"
+)
+_queued = {"here": 0, "helper": 0}  # jobs handed to each and not finished
+_helper: HelperProcess | None = None
+_helper_lock = threading.Lock()
+
+
 def in_background(job, *args) -> concurrent.futures.Future:
     """Run ``job(*args)`` on the JIT's background thread (with this moment's cache directory)
     and return its future."""
+    return _submit(_BACKGROUND, "here", job, *args)
+
+
+def compile_in_background(texts: dict[str, str], uses: int = 0) -> concurrent.futures.Future:
+    """``compile_kernels(texts, uses)`` in the background: on the JIT's thread, or in the helper
+    process when it has fewer pieces waiting (pieces alternate while both are busy)."""
+    helper = _the_helper()
+    if helper is not None and _queued["helper"] < _queued["here"]:
+        return _submit(_HELPER_THREAD, "helper", compile_kernels, texts, uses, True)
+    return _submit(_BACKGROUND, "here", compile_kernels, texts, uses)
+
+
+def _the_helper() -> HelperProcess | None:
+    """The helper process (started on first use), or None where there is none to use."""
+    global _helper
+    if not helper_wanted():
+        return None
+    with _helper_lock:
+        if _helper is None:
+            host = host_target()
+            _helper = HelperProcess(host.triple, host.cpu_name, host.features)
+            _helper.start()
+        return _helper if _helper.usable else None
+
+
+def _submit(executor, lane: str, job, *args) -> concurrent.futures.Future:
     root = cache_dir()
 
     def run():
@@ -238,16 +272,19 @@ def in_background(job, *args) -> concurrent.futures.Future:
         finally:
             _background_root.path = None
 
-    future = _BACKGROUND.submit(run)
+    with _in_flight_lock:
+        _queued[lane] += 1
+    future = executor.submit(run)
     with _in_flight_lock:
         _in_flight.add(future)
-    future.add_done_callback(_finished)
+    future.add_done_callback(lambda done: _finished(done, lane))
     return future
 
 
-def _finished(future: concurrent.futures.Future) -> None:
+def _finished(future: concurrent.futures.Future, lane: str) -> None:
     with _in_flight_lock:
         _in_flight.discard(future)
+        _queued[lane] -= 1
 
 
 def wait_for_background() -> None:
@@ -337,24 +374,14 @@ def _ir_text(llvm_ir: str | ir.Module) -> str:
 
 def _parse(ir_text: str) -> llvm.ModuleRef:
     """Parse and verify IR and retarget it to the host triple and data layout."""
-    try:
-        module = llvm.parse_assembly(ir_text)
-        module.verify()
-    except RuntimeError as error:
-        raise RuntimeError(f"invalid LLVM IR: {error}") from None
-    # llvmlite.ir modules default to "unknown-unknown-unknown"; kernels always run on the host.
-    module.triple = host_target().triple
-    module.data_layout = str(_shared_target_machine(3).target_data)
-    return module
+    return object_worker.parsed(
+        ir_text, host_target().triple, str(_shared_target_machine(3).target_data)
+    )
 
 
 def _optimize(module: llvm.ModuleRef, opt_level: int, vectorize: bool) -> None:
     """Run LLVM's default new-pass-manager pipeline at ``opt_level`` over ``module`` in place."""
-    tuning = llvm.create_pipeline_tuning_options(speed_level=min(max(opt_level, 0), 3))
-    tuning.loop_vectorization = vectorize
-    tuning.slp_vectorization = vectorize
-    builder = llvm.create_pass_builder(_shared_target_machine(opt_level), tuning)
-    builder.getModulePassManager().run(module, builder)
+    object_worker.optimize(module, _shared_target_machine(opt_level), opt_level, vectorize)
 
 
 class CompiledModule:
@@ -593,15 +620,8 @@ def _find_kernel(key: str) -> tuple[CompiledModule, str] | None:
 def _linked(texts: list[tuple[str, str]]) -> llvm.ModuleRef:
     """One module of the kernels ``(function name, IR)``, each kernel's function renamed; the
     linker keeps each kernel's own copies of internal helpers apart."""
-    module = None
-    for name, text in texts:
-        part = _parse(text)
-        part.get_function(_KERNEL_NAME).name = name
-        if module is None:
-            module = part
-        else:
-            module.link_in(part)
-    return module
+    host = host_target()
+    return object_worker.linked(texts, host.triple, str(_shared_target_machine(3).target_data))
 
 
 def linked_ir(texts: list[tuple[str, str]]) -> str:
@@ -613,12 +633,15 @@ def linked_ir(texts: list[tuple[str, str]]) -> str:
 
 
 @compile_stage("codegen")
-def compile_kernels(texts: dict[str, str], uses: int = 0) -> dict[str, tuple[CompiledModule, str]]:
+def compile_kernels(
+    texts: dict[str, str], uses: int = 0, in_helper: bool = False
+) -> dict[str, tuple[CompiledModule, str]]:
     """Machine code for kernels given as ``{kernel_key(ir): ir}``, each IR defining ``kernel``:
     ``{key: (compiled module, function name)}``; ``uses``: how many steps call them (counted in
     ``JitStats.kernel_uses``). A kernel compiled before, in this process or
     (through the disk cache) an earlier one, is reused; the others are linked into one module,
-    optimized and compiled once, however many graphs or steps share them."""
+    optimized and compiled once, however many graphs or steps share them (``in_helper``: by
+    the helper process, this process's LLVM staying free meanwhile)."""
     found: dict[str, tuple[CompiledModule, str]] = {}
     with _LOCK:
         _stats.kernel_uses += uses
@@ -639,15 +662,21 @@ def compile_kernels(texts: dict[str, str], uses: int = 0) -> dict[str, tuple[Com
             _stats.cache_hits += 1
         else:
             _stats.cache_misses += 1
-            module = _linked([(f, texts[k]) for f, k in zip(functions, missing)])
-            start = time.perf_counter()
-            _optimize(module, 3, False)
+    if payload is None:
+        parts = [(f, texts[k]) for f, k in zip(functions, missing)]
+        start = time.perf_counter()
+        payload = _helper.compile(parts) if in_helper and _helper is not None else None
+        with _LOCK:
+            if payload is None:  # here: no helper, or it could not
+                module = _linked(parts)
+                _optimize(module, 3, False)
+                payload = _shared_target_machine(3).emit_object(module)
             _stats.optimize_seconds += time.perf_counter() - start
             _stats.optimize_runs += 1
-            payload = _shared_target_machine(3).emit_object(module)
             _stats.objects_generated += 1
             _stats.kernels_compiled += len(missing)
             cache_records.write_record(path, object_key, payload)
+    with _LOCK:
         compiled = _engine_for_object(object_key, payload, functions, cache_hit)
         for key, function in zip(missing, functions):
             _KERNELS[_memory_key(key)] = (object_key, function, functions)
