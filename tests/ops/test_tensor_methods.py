@@ -101,3 +101,25 @@ def test_int_list_argument_forms_match_torch(case):
     want = INT_LIST_FORMS[case](torch.tensor(values))
     assert tuple(got.shape) == tuple(want.shape)
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+# conversions: a memory format given to .float()/.double() and copy as to()'s fourth argument
+CONVERSIONS = {
+    "double-channels-last": lambda lib, x: x.double(memory_format=lib.channels_last),
+    "float-channels-last": lambda lib, x: x.float(memory_format=lib.channels_last),
+    "to-positional-copy": lambda lib, x: x.to("cpu", lib.float64, False, True),
+    "to-dtype-positional-copy": lambda lib, x: x.to(lib.float64, False, True),
+    "to-positional-no-copy": lambda lib, x: x.to("cpu", lib.float64, True, False),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("case", sorted(CONVERSIONS))
+def test_conversions_copy_and_lay_out_like_torch(case):
+    values = np.arange(24.0).reshape(2, 3, 2, 2)
+    k = kiln.tensor(values, dtype=kiln.float64, requires_grad=True)
+    t = torch.tensor(values, dtype=torch.float64, requires_grad=True)
+    got, want = CONVERSIONS[case](kiln, k), CONVERSIONS[case](torch, t)
+    assert (got is k) == (want is t)
+    assert got.stride() == want.stride() and str(got.dtype)[5:] == str(want.dtype)[6:]
+    assert (got.grad_fn is None) == (want.grad_fn is None)

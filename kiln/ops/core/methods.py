@@ -199,6 +199,8 @@ def _to(self, *args, **kwargs):
     fmt = kwargs.pop("memory_format", None)
     if kwargs:
         raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+    flags = [a for a in args if isinstance(a, bool)]  # positional (non_blocking, copy)
+    copy = copy or (len(flags) > 1 and flags[1])
     for a in args:
         if isinstance(a, dt.dtype):
             dtype = a
@@ -240,7 +242,7 @@ def _to_memory_format(x, fmt, copy: bool):
 
 def _type_conv(d):
     def method(self, memory_format=None):
-        return _to(self, d)
+        return _to(self, d, memory_format=memory_format)
 
     return method
 
