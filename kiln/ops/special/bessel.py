@@ -33,6 +33,7 @@ __all__: list[str] = []
 _SERIES_BELOW = 2.0
 _SERIES_TERMS = 24  # (x^2/4)^k / (k! (k+1)!) < 1e-40 for k = 24, x <= 2
 _QUADRATURE_NODES = 30
+_K_ASYMPTOTIC_FROM = 25.0
 
 
 def _log_series(nu: int, quarter_square: np.ndarray) -> np.ndarray:
@@ -63,15 +64,41 @@ def _k_scaled_quadrature(nu: float, x: np.ndarray) -> np.ndarray:
     """exp(x) K_nu(x) = int_0^inf exp(-x (cosh t - 1)) cosh(nu t) dt for x >= 2, by the
     trapezoidal rule. The integrand is about exp(-x t^2 / 2): a step of half its width 1/sqrt(x)
     (at most 0.2) keeps the error below 1e-17, and 30 steps reach x (cosh t - 1) > 45."""
-    step = np.minimum(0.2, 0.5 / np.sqrt(x))[..., None]
-    t = step * np.arange(_QUADRATURE_NODES)
-    weights = np.where(t == 0, 0.5, 1.0) * step
-    if nu:
-        weights = weights * np.cosh(nu * t)
-    with np.errstate(under="ignore"):
+    step = np.minimum(0.2, 0.5 / np.sqrt(x))
+    total = 0.5 * np.ones_like(x)  # the node t = 0, weighted 1/2
+    for j in range(1, _QUADRATURE_NODES):
+        t = j * step
         # cosh t - 1 as 2 sinh(t/2)^2: no cancellation at the small t of a large x
-        values = np.exp(-2.0 * x[..., None] * np.sinh(0.5 * t) ** 2)
-    return (values * weights).sum(-1)
+        with np.errstate(under="ignore"):
+            value = np.exp(-2.0 * x * np.sinh(0.5 * t) ** 2)
+        total += value * np.cosh(nu * t) if nu else value
+    return total * step
+
+
+def _k_scaled_asymptotic(nu: float, x: np.ndarray) -> np.ndarray:
+    """exp(x) K_nu(x) = sqrt(pi / (2x)) sum_k a_k(nu) / x^k (DLMF 10.40.2) for x >= 25, summed
+    until the terms stop shrinking (the smallest is about exp(-2x))."""
+    mu = 4.0 * nu * nu
+    term = np.ones_like(x)
+    total = term.copy()
+    shrinking = np.ones(x.shape, dtype=bool)
+    for k in range(1, 60):
+        following = term * (mu - (2 * k - 1) ** 2) / (8.0 * k * x)
+        shrinking &= np.abs(following) < np.abs(term)
+        if not shrinking.any():
+            break
+        term = np.where(shrinking, following, 0.0)
+        total += term
+    return np.sqrt(0.5 * math.pi / x) * total
+
+
+def _k_scaled(nu: float, x: np.ndarray) -> np.ndarray:
+    """exp(x) K_nu(x) for x >= 2."""
+    out = np.empty_like(x)
+    near = x < _K_ASYMPTOTIC_FROM
+    out[near] = _k_scaled_quadrature(nu, x[near])
+    out[~near] = _k_scaled_asymptotic(nu, x[~near])
+    return out
 
 
 def _bessel_k_f64(nu: int, x: np.ndarray, scaled: bool) -> np.ndarray:
@@ -84,7 +111,7 @@ def _bessel_k_f64(nu: int, x: np.ndarray, scaled: bool) -> np.ndarray:
     big = (x > _SERIES_BELOW) & (x < np.inf)
     if big.any():
         xb = x[big]
-        value = _k_scaled_quadrature(nu, xb)
+        value = _k_scaled(nu, xb)
         if not scaled:
             with np.errstate(under="ignore"):
                 value = value * np.exp(-xb)
@@ -172,7 +199,7 @@ def _airy_positive(x: np.ndarray) -> np.ndarray:
     """Ai(x) = sqrt(x / 3) / pi K_1/3(zeta), zeta = 2/3 x^(3/2) (DLMF 9.6.1)."""
     zeta = 2.0 / 3.0 * x * np.sqrt(x)
     with np.errstate(under="ignore"):
-        return np.sqrt(x / 3.0) / math.pi * np.exp(-zeta) * _k_scaled_quadrature(1.0 / 3.0, zeta)
+        return np.sqrt(x / 3.0) / math.pi * np.exp(-zeta) * _k_scaled(1.0 / 3.0, zeta)
 
 
 def _airy_negative(z: np.ndarray) -> np.ndarray:
@@ -188,6 +215,8 @@ def _airy_negative(z: np.ndarray) -> np.ndarray:
         u = u * (6 * k - 5) * (6 * k - 3) * (6 * k - 1) / ((2 * k - 1) * 216 * k)
         following = u / zeta**k
         shrinking &= following < np.abs(term)
+        if not shrinking.any():
+            break
         term = np.where(shrinking, following, 0.0)
         sign = -1.0 if (k // 2) % 2 else 1.0
         if k % 2:
