@@ -895,3 +895,16 @@ def test_out_of_the_same_dtype_and_wider_casting_ops_still_write():
         lib.floor(lib.tensor([-1.5, 2.5]), out=same)
         lib.sin(lib.tensor([0.5]), out=wider)
         assert same.tolist() == [-2.0, 2.0] and wider.dtype == lib.float64
+
+
+NARROW_ERRORS = {
+    "start-past-end": lambda lib: lib.ones(10).narrow(0, 11, 0),
+    "start-before-begin": lambda lib: lib.ones(10).narrow(0, -11, 1),
+    "too-long": lambda lib: lib.ones(10).narrow(0, 5, 6),
+    "negative-length": lambda lib: lib.ones(10).narrow(0, 3, -1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NARROW_ERRORS))
+def test_narrow_argument_errors_match_pytorch(name):
+    _assert_same_error(NARROW_ERRORS[name])

@@ -93,9 +93,15 @@ def narrow(input: Tensor, dim: int, start, length: int) -> Tensor:
     elif start.__class__ is not SymInt:  # a symbolic start stays one (cat's backward narrows
         start = int(start)  # at the sizes before it: int() would pin them)
     size = input.shape[d]
+    if not -size <= start <= size:
+        raise IndexError(
+            f"start out of range (expected to be in range of [{-size}, {size}], but got {start})"
+        )
+    if length < 0:
+        raise RuntimeError("narrow(): length must be non-negative.")
     if start < 0:
         start += size
-    if start < 0 or start + length > size or length < 0:
+    if start + length > size:
         raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
     return OPS["slice"](input, d, start, start + length, 1)
 
