@@ -1,8 +1,13 @@
 """Flatten nested Python containers of tensors into a list and back (tuples, lists, dicts,
-namedtuples, and classes registered with ``register_pytree_node``, as PyTorch's pytree)."""
+namedtuples, and classes registered with ``register_pytree_node``, as PyTorch's pytree).
+
+PyTorch's ``OrderedDict``, ``defaultdict`` and ``deque`` nodes come back as themselves: they
+flatten as a dict or a list whose ``container`` (the class, with a ``defaultdict``'s factory or a
+``deque``'s ``maxlen``) rebuilds them, so consumers that read ``kind`` see a dict or a list."""
 
 from __future__ import annotations
 
+from collections import OrderedDict, defaultdict, deque
 from typing import Any
 
 __all__ = ["tree_flatten", "tree_unflatten", "TreeSpec", "register_pytree_node"]
@@ -23,12 +28,14 @@ def register_pytree_node(cls: type, flatten_fn, unflatten_fn, **_options) -> Non
 class TreeSpec:
     """The shape of a nested value: container kinds and keys, with leaves as slots."""
 
-    __slots__ = ("kind", "context", "children")
+    __slots__ = ("kind", "context", "children", "container")
 
-    def __init__(self, kind: str, context: Any, children: list):
-        self.kind = kind  # "leaf", "tuple", "list", "dict", "namedtuple"
+    def __init__(self, kind: str, context: Any, children: list, container: tuple | None = None):
+        self.kind = kind  # "leaf", "tuple", "list", "dict", "namedtuple", "custom"
         self.context = context
         self.children = children
+        # a dict or list of another class: (OrderedDict,), (defaultdict, factory), (deque, maxlen)
+        self.container = container
 
     def __repr__(self) -> str:
         return f"TreeSpec({self.kind}, {self.context!r}, {self.children!r})"
@@ -45,7 +52,8 @@ class TreeSpec:
             except TypeError:
                 inner = repr(inner)
             context = (cls, inner)
-        return (self.kind, context, tuple(c.key() for c in self.children))
+        key = (self.kind, context, tuple(c.key() for c in self.children))
+        return key if self.container is None else (*key, self.container)
 
 
 _LEAF = TreeSpec("leaf", None, [])
@@ -65,9 +73,11 @@ def tree_flatten(value: Any) -> tuple[list, TreeSpec]:
             return TreeSpec("tuple", None, [rec(x) for x in v])
         if isinstance(v, list):
             return TreeSpec("list", None, [rec(x) for x in v])
+        if isinstance(v, deque):
+            return TreeSpec("list", None, [rec(x) for x in v], (deque, v.maxlen))
         if isinstance(v, dict):
             keys = list(v)
-            return TreeSpec("dict", keys, [rec(v[k]) for k in keys])
+            return TreeSpec("dict", keys, [rec(v[k]) for k in keys], _dict_container(v))
         leaves.append(v)
         return _LEAF
 
@@ -87,10 +97,25 @@ def tree_unflatten(leaves: list, spec: TreeSpec) -> Any:
         if s.kind == "namedtuple":
             return s.context(*items)
         if s.kind == "list":
-            return items
+            return items if s.container is None else deque(items, s.container[1])
         if s.kind == "custom":
             cls, context = s.context
             return _NODES[cls][1](items, context)
-        return dict(zip(s.context, items))
+        pairs = zip(s.context, items)
+        if s.container is None:
+            return dict(pairs)
+        if s.container[0] is defaultdict:
+            return defaultdict(s.container[1], pairs)
+        return OrderedDict(pairs)
 
     return rec(spec)
+
+
+def _dict_container(value: dict) -> tuple | None:
+    """How to rebuild ``value``'s class: None for a plain dict (and other subclasses, rebuilt
+    as dicts as before), PyTorch's two dict nodes as themselves."""
+    if isinstance(value, defaultdict):
+        return (defaultdict, value.default_factory)
+    if isinstance(value, OrderedDict):
+        return (OrderedDict,)
+    return None

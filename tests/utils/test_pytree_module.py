@@ -3,6 +3,7 @@ batches, registered container classes round-tripping through flatten/unflatten."
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import kiln
@@ -54,3 +55,28 @@ def test_compiled_function_returning_a_registered_class():
     t = torch.linspace(0, 1, 5)
     assert_close(got.logits, t.sin())
     assert_close(got.extra["cos"], t.cos())
+
+
+@needs_torch
+def test_ordered_and_default_dicts_and_deques_come_back_as_themselves_like_pytorch():
+    from torch.utils import _pytree as torch_pytree
+
+    factory = collections.defaultdict(list, {"x": 1, "y": [2, 3]})
+    trees = [
+        collections.OrderedDict(b=1, a=(2, 3)),
+        factory,
+        collections.deque([1, [2]], maxlen=3),
+        {"plain": collections.OrderedDict(k=4)},
+    ]
+    for tree in trees:
+        ours = pytree.tree_map(lambda x: x, tree)
+        theirs = torch_pytree.tree_map(lambda x: x, tree)
+        assert type(ours) is type(theirs) and ours == theirs
+        assert pytree.tree_leaves(tree) == torch_pytree.tree_leaves(tree)
+    rebuilt = pytree.tree_map(lambda x: x, factory)
+    assert rebuilt.default_factory is list
+    assert pytree.tree_map(lambda x: x, trees[2]).maxlen == 3
+    out = kiln.func.vmap(lambda d: collections.OrderedDict(y=d["a"] * 2))(
+        collections.OrderedDict(a=kiln.ones(3, 2))
+    )
+    assert type(out) is collections.OrderedDict
