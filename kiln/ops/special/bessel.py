@@ -21,7 +21,9 @@ from .numpy_kernels import (
     _BESSEL_J_HANKEL_FROM,
     _BESSEL_J_MILLER_START,
     _EULER_GAMMA,
+    _alternating_halves,
     _bessel_j_hankel,
+    _shrinking_terms,
     np_bessel_i0,
     np_bessel_i1,
     np_bessel_j0,
@@ -79,15 +81,8 @@ def _k_scaled_asymptotic(nu: float, x: np.ndarray) -> np.ndarray:
     """exp(x) K_nu(x) = sqrt(pi / (2x)) sum_k a_k(nu) / x^k (DLMF 10.40.2) for x >= 25, summed
     until the terms stop shrinking (the smallest is about exp(-2x))."""
     mu = 4.0 * nu * nu
-    term = np.ones_like(x)
-    total = term.copy()
-    shrinking = np.ones(x.shape, dtype=bool)
-    for k in range(1, 60):
-        following = term * (mu - (2 * k - 1) ** 2) / (8.0 * k * x)
-        shrinking &= np.abs(following) < np.abs(term)
-        if not shrinking.any():
-            break
-        term = np.where(shrinking, following, 0.0)
+    total = np.ones_like(x)
+    for _, term in _shrinking_terms(x, lambda k: (mu - (2 * k - 1) ** 2) / (8.0 * k * x)):
         total += term
     return np.sqrt(0.5 * math.pi / x) * total
 
@@ -207,22 +202,10 @@ def _airy_negative(z: np.ndarray) -> np.ndarray:
     (cos(zeta - pi/4) sum (-1)^k u_2k zeta^-2k + sin(zeta - pi/4) sum (-1)^k u_2k+1 zeta^-2k-1),
     summed until the terms stop shrinking; cos and sin of zeta - pi/4 from those of zeta."""
     zeta = 2.0 / 3.0 * z * np.sqrt(z)
-    even, odd = np.ones_like(z), np.zeros_like(z)
-    term = np.ones_like(z)
-    shrinking = np.ones(z.shape, dtype=bool)
-    u = 1.0
-    for k in range(1, 80):
-        u = u * (6 * k - 5) * (6 * k - 3) * (6 * k - 1) / ((2 * k - 1) * 216 * k)
-        following = u / zeta**k
-        shrinking &= following < np.abs(term)
-        if not shrinking.any():
-            break
-        term = np.where(shrinking, following, 0.0)
-        sign = -1.0 if (k // 2) % 2 else 1.0
-        if k % 2:
-            odd += sign * term
-        else:
-            even += sign * term
+    # u_k / u_(k-1), u_k = (2k+1)(2k+3)...(6k-1) / (216^k k!) (DLMF 9.7.2)
+    even, odd = _alternating_halves(
+        z, lambda k: (6 * k - 5) * (6 * k - 3) * (6 * k - 1) / ((2 * k - 1) * 216.0 * k * zeta)
+    )
     c, s = np.cos(zeta), np.sin(zeta)
     cos_shifted, sin_shifted = (c + s) * math.sqrt(0.5), (s - c) * math.sqrt(0.5)
     return (cos_shifted * even + sin_shifted * odd) / (math.sqrt(math.pi) * z**0.25)

@@ -526,26 +526,41 @@ def _bessel_j_miller(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return current / scale, j1 / scale
 
 
+def _shrinking_terms(x: np.ndarray, ratio):
+    """The terms t_k = t_(k-1) ratio(k), t_0 = 1, of an asymptotic series, as (k, t_k) for
+    k = 1, 2, ...; each element's terms are 0 from its first that does not shrink (where such a
+    series is best cut), and the sequence ends once no element's terms shrink."""
+    term = np.ones_like(x)
+    shrinking = np.ones(x.shape, dtype=bool)
+    for k in range(1, 60):
+        following = term * ratio(k)
+        shrinking &= np.abs(following) < np.abs(term)
+        if not shrinking.any():
+            return
+        term = np.where(shrinking, following, 0.0)
+        yield k, term
+
+
+def _alternating_halves(x: np.ndarray, ratio) -> tuple[np.ndarray, np.ndarray]:
+    """(1 + sum over even k, sum over odd k) of (-1)^(k//2) t_k for ``_shrinking_terms``: the
+    two series (P and Q) of Hankel-type asymptotic forms."""
+    even, odd = np.ones_like(x), np.zeros_like(x)
+    for k, term in _shrinking_terms(x, ratio):
+        signed = -term if (k // 2) % 2 else term
+        if k % 2:
+            odd += signed
+        else:
+            even += signed
+    return even, odd
+
+
 def _bessel_j_hankel(nu: int, x: np.ndarray, second_kind: bool = False) -> np.ndarray:
     """Hankel's asymptotic form sqrt(2/(pi x)) (P cos chi - Q sin chi), chi = x - (2 nu + 1) pi/4,
     summed until its terms stop shrinking; cos and sin of chi are formed from cos x and sin x, so
     no rounding of x - pi/4 enters. ``second_kind``: Y_nu = sqrt(2/(pi x)) (P sin chi + Q cos chi).
     """
     mu = 4.0 * nu * nu
-    p = np.ones_like(x)
-    q = np.zeros_like(x)
-    term = np.ones_like(x)
-    shrinking = np.ones(x.shape, dtype=bool)
-    for k in range(1, 60):
-        nxt = term * (mu - (2 * k - 1) ** 2) / (8.0 * k * x)
-        shrinking &= np.abs(nxt) < np.abs(term)
-        term = np.where(shrinking, nxt, 0.0)
-        # a_k / x^k alternates between Q (odd k) and P (even k), with signs (-1)^(k//2)
-        sign = -1.0 if (k // 2) % 2 else 1.0
-        if k % 2:
-            q += sign * term
-        else:
-            p += sign * term
+    p, q = _alternating_halves(x, lambda k: (mu - (2 * k - 1) ** 2) / (8.0 * k * x))
     c, s = np.cos(x), np.sin(x)
     if nu == 0:
         cos_chi, sin_chi = c + s, s - c
