@@ -138,10 +138,8 @@ def _decompose(graph: Graph, constants: dict, decompositions) -> Graph:
         if isinstance(example, Tensor):
             example = to_fake(example)
             example._requires_grad = False
-        proxies.append(mode.placeholder(ph.name, example))
-        new_graph.find_nodes(op="placeholder")[-1].meta["aot_role"] = ph.meta.get(
-            "aot_role", "primal"
-        )
+        role = {"aot_role": ph.meta.get("aot_role", "primal")}
+        proxies.append(mode.placeholder(ph.name, example, meta=role))
     with mode, no_grad():
         out = _Retracer(gm, mode).run(*proxies)
     mode.output(out)

@@ -341,8 +341,7 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
         with mode:
             proxies = []
             for k, i in enumerate(positions):
-                p = mode.placeholder(f"primals_{k + 1}", flat_args[i])
-                mode.graph.find_nodes(op="placeholder")[-1].meta["aot_role"] = "primal"
+                p = mode.placeholder(f"primals_{k + 1}", flat_args[i], meta={"aot_role": "primal"})
                 proxies.append(p)
             requires_grad = [with_grad and getattr(p, "_requires_grad", False) for p in proxies]
             grad_ctx = enable_grad() if with_grad else no_grad()

@@ -109,6 +109,10 @@ class Graph:
     """An FX-like graph of kiln ops (see the module docstring)."""
 
     def __init__(self, owning_module=None):
+        self._edits = 0  # node-list changes (insertions, moves, removals) so far
+        # the last input placeholder() put at the end of the inputs, and ``_edits`` after that:
+        # while nothing else changed the list, the next input goes right after it
+        self._last_input: tuple[Node, int] | None = None
         self._root = Node(self, "", "root", "", (), {})
         self._namespace = _Namespace()
         self._len = 0
@@ -155,13 +159,19 @@ class Graph:
         """A graph input. Unless an insertion point is set, it goes after the other inputs."""
         args = () if default is NO_DEFAULT else (default,)
         if self._insert == self._root.prepend:
-            last = self._root
-            for n in self.nodes:
-                if n.op != "placeholder":
-                    break
-                last = n
+            remembered = self._last_input
+            if remembered is not None and remembered[1] == self._edits:
+                last = remembered[0]
+            else:  # the list changed since: find the end of the inputs again
+                last = self._root
+                for n in self.nodes:
+                    if n.op != "placeholder":
+                        break
+                    last = n
             with self.inserting_after(last):
-                return self.create_node("placeholder", name, args, name=name)
+                node = self.create_node("placeholder", name, args, name=name)
+            self._last_input = (node, self._edits)
+            return node
         return self.create_node("placeholder", name, args, name=name)
 
     def get_attr(self, qualified_name: str) -> Node:

@@ -153,6 +153,7 @@ class Node:
         p = self._prev
         p._next, x._prev = x, p
         x._next, self._prev = self, x
+        self.graph._edits += 1
 
     def append(self, x: Node) -> None:
         """Move ``x`` to just after this node."""
@@ -161,6 +162,7 @@ class Node:
     def _remove_from_list(self) -> None:
         p, n = self._prev, self._next
         p._next, n._prev = n, p
+        self.graph._edits += 1
         # keep our own links: an iteration that is standing on this node can still move on
 
     # ---------------------------------------------------------------- arguments and users

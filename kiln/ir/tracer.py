@@ -124,11 +124,16 @@ class TracingMode(DispatchMode):
         self._expr_nodes: dict[Expr, Node] = {}
 
     # ---------------------------------------------------------------- building blocks
-    def placeholder(self, name: str, example: Any, fake: Tensor | None = None) -> Any:
+    def placeholder(
+        self, name: str, example: Any, fake: Tensor | None = None, meta: dict | None = None
+    ) -> Any:
         """A graph input. A tensor example gives a bound proxy (requires_grad copied), laid
         out like ``fake`` when given (a fake with symbolic sizes); a SymInt stands for an int
-        input; any other value is returned as is (the graph is specialized to it)."""
+        input; any other value is returned as is (the graph is specialized to it). ``meta``
+        goes into the node's meta."""
         node = self.graph.placeholder(name)
+        if meta:
+            node.meta.update(meta)
         if self.current_source is not None:
             self._set_source(node)
         if isinstance(example, Tensor):
