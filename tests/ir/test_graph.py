@@ -121,6 +121,23 @@ def test_placeholders_added_late_go_after_the_other_inputs():
     g.lint()
 
 
+def test_inputs_stay_in_front_whatever_changed_the_list_between_them():
+    """Consecutive inputs go one after another, and an input added after the list changed
+    (a node moved in front of the inputs' end, the last input erased) still goes right after
+    the inputs that lead the graph."""
+    g, n = _chain()
+    z = g.placeholder("z")
+    w = g.placeholder("w")
+    assert [x.name for x in g.nodes][:4] == ["x", "y", "z", "w"]
+    g.erase_node(w)
+    v = g.placeholder("v")
+    assert [x.name for x in g.nodes][:4] == ["x", "y", "z", "v"]
+    z.prepend(n["mul"])  # a computation now sits between the inputs
+    u = g.placeholder("u")
+    assert [x.name for x in g.nodes][:5] == ["x", "y", "u", "mul", "z"]
+    assert u.prev is n["y"] and v.op == "placeholder"
+
+
 def test_erase_node_refuses_nodes_with_users_and_unlinks_dead_ones():
     g, n = _chain()
     with pytest.raises(RuntimeError, match="user"):
