@@ -868,7 +868,9 @@ EXACT_OUT_OPS = ["abs", "neg", "floor", "ceil", "trunc", "frac", "sign", "sgn", 
 
 
 @pytest.mark.parametrize("out_dtype", ["float64", "float16"])
-@pytest.mark.parametrize("name", EXACT_OUT_OPS + ["conj_physical"])
+@pytest.mark.parametrize(
+    "name", EXACT_OUT_OPS + ["conj_physical", "nan_to_num", "isposinf", "isneginf", "signbit"]
+)
 def test_out_of_another_dtype_is_refused_where_pytorch_refuses_it(name, out_dtype):
     def fn(lib):
         out = lib.empty(0, dtype=getattr(lib, out_dtype))

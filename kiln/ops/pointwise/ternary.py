@@ -280,7 +280,7 @@ def _masked_fill_decomp(x, m, v):
     return where(m, v.to(x.dtype), x)
 
 
-@defop(kind="pointwise")
+@defop(kind="pointwise", out_exact_dtype=True)
 def nan_to_num(
     self: Tensor, nan: float | None = 0.0, posinf: float | None = None, neginf: float | None = None
 ): ...

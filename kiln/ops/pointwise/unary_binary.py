@@ -441,6 +441,7 @@ isposinf = unary(
     None,
     out_bool=True,
     complex_refused=(RuntimeError, "isposinf does not support complex inputs."),
+    out_exact_dtype=True,
 )
 isneginf = unary(
     "isneginf",
@@ -448,6 +449,7 @@ isneginf = unary(
     None,
     out_bool=True,
     complex_refused=(RuntimeError, "isneginf does not support complex inputs."),
+    out_exact_dtype=True,
 )
 signbit = unary(
     "signbit",
@@ -455,6 +457,7 @@ signbit = unary(
     None,
     out_bool=True,
     complex_refused=(RuntimeError, "signbit is not implemented for complex tensors."),
+    out_exact_dtype=True,
 )
 logical_not = unary("logical_not", np.logical_not, None, out_bool=True)
 
