@@ -82,7 +82,7 @@ from . import random  # noqa: E402,F401
 from . import distributions  # noqa: E402
 from . import profiler  # noqa: E402
 from . import jit  # noqa: E402
-from . import version  # noqa: E402
+from . import torch_version, version  # noqa: E402
 from . import accelerator, signal  # noqa: E402
 from .utils.dlpack import from_dlpack, to_dlpack  # noqa: E402
 from .runtime.legacy_types import set_default_tensor_type  # noqa: E402
@@ -181,7 +181,7 @@ def get_device_module(device=None):
 
 _device_class = device  # noqa: F405
 
-__version__ = version.__version__
+__version__ = torch_version.__version__
 
 
 def __getattr__(name: str):
