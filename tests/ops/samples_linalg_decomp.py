@@ -592,6 +592,7 @@ SAMPLES += [
         fn=_la("vander"),
         id="vander-int",
     ),
+    Sample("linalg.vander", (T(()),), kwargs={"N": 3}, fn=_la("vander"), id="vander-0d"),
     Sample("linalg.lstsq", (T((5, 3)), T((5, 2))), fn=_la("lstsq")),
     Sample("linalg.lstsq", (T((2, 5, 3)), T((2, 5))), fn=_la("lstsq"), id="lstsq-vector"),
     Sample(

@@ -470,8 +470,8 @@ def vander(x: Tensor, *, N: int | None = None) -> Tensor:
     N = n if N is None else N
     if N <= 1:
         raise RuntimeError("N must be greater than 1.")
-    if x.ndim == 0:
-        raise RuntimeError("N must be greater than 1.")
+    if x.ndim == 0:  # one point, as PyTorch takes it: one row
+        x = x.unsqueeze(0)
     powers = x.unsqueeze(-1).expand(tuple(x.shape) + (N - 1,))
     ones = full(tuple(x.shape) + (1,), 1, dtype=x.dtype, device=x.device)
     return OPS["cumprod"](OPS["cat"]([ones, powers], -1), -1)
