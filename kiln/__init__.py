@@ -82,7 +82,7 @@ from . import random  # noqa: E402,F401
 from . import distributions  # noqa: E402
 from . import profiler  # noqa: E402
 from . import jit  # noqa: E402
-from . import torch_version, version  # noqa: E402
+from . import __config__, torch_version, version  # noqa: E402
 from . import accelerator, signal  # noqa: E402
 from .utils.dlpack import from_dlpack, to_dlpack  # noqa: E402
 from .runtime.legacy_types import set_default_tensor_type  # noqa: E402

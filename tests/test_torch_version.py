@@ -32,3 +32,15 @@ def test_version_checks_of_third_party_code_pass():
     assert not version < "2.2"  # as strings, "2.13.0" < "2.2"
     assert tuple(int(part) for part in version.split("+")[0].split(".")) == (2, 13, 0)
     assert kiln.version.__version__ == version and kiln.version.release in version
+
+
+def test_config_reports_the_cpu_capability_pytorch_reports():
+    """``torch.__config__.show()`` and ``parallel_info()`` exist (environment reports print
+    them) and name the same CPU capability and thread count as PyTorch's on this machine."""
+    torch = pytest.importorskip("torch")
+    shown = kiln.__config__.show()
+    assert "built with" in shown
+    theirs = [line for line in torch.__config__.show().splitlines() if "CPU capability" in line]
+    ours = [line for line in shown.splitlines() if "CPU capability" in line]
+    assert len(ours) == 1 and theirs and theirs[0].split(":")[1].split()[0] in ours[0]
+    assert f"get_num_threads() : {kiln.get_num_threads()}" in kiln.__config__.parallel_info()
