@@ -42,5 +42,9 @@ def test_config_reports_the_cpu_capability_pytorch_reports():
     assert "built with" in shown
     theirs = [line for line in torch.__config__.show().splitlines() if "CPU capability" in line]
     ours = [line for line in shown.splitlines() if "CPU capability" in line]
-    assert len(ours) == 1 and theirs and theirs[0].split(":")[1].split()[0] in ours[0]
+    mine = ours[0].split(":")[1].split()[0]
+    # PyTorch may pick AVX2 code on an AVX-512 machine; kiln's kernels use what the CPU has
+    assert theirs[0].split(":")[1].split()[0] in (
+        {mine} | ({"AVX2"} if mine == "AVX512" else set())
+    )
     assert f"get_num_threads() : {kiln.get_num_threads()}" in kiln.__config__.parallel_info()
