@@ -910,3 +910,22 @@ NARROW_ERRORS = {
 @pytest.mark.parametrize("name", sorted(NARROW_ERRORS))
 def test_narrow_argument_errors_match_pytorch(name):
     _assert_same_error(NARROW_ERRORS[name])
+
+
+# Python complex numbers for a real dtype: Python's TypeError (bool takes their truth), not
+# numpy's silent loss of the imaginary part
+COMPLEX_NUMBERS_FOR_REAL_DTYPES = {
+    "tensor-float64": lambda lib: lib.tensor([1j, 2], dtype=lib.float64),
+    "tensor-scalar-float32": lambda lib: lib.tensor(1 + 1j, dtype=lib.float32),
+    "as_tensor-int32": lambda lib: lib.as_tensor([[1 + 1j]], dtype=lib.int32),
+    "asarray-float16": lambda lib: lib.asarray([2, 1j], dtype=lib.float16),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPLEX_NUMBERS_FOR_REAL_DTYPES))
+def test_complex_numbers_for_a_real_dtype_are_refused(name):
+    _assert_same_error(COMPLEX_NUMBERS_FOR_REAL_DTYPES[name])
+
+
+def test_complex_numbers_for_bool_take_their_truth():
+    assert kiln.tensor([1j, 0j], dtype=kiln.bool).tolist() == [True, False]

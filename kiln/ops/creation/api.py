@@ -238,6 +238,8 @@ def _to_nested_numpy(data, d: dt.dtype) -> np.ndarray:
         return np.arange(data.start, data.stop, data.step, dtype=np.int64)
     if isinstance(data, (list, tuple)):
         leaves = _plain_leaf_types(data)
+        if leaves is not None and complex in leaves:
+            _refuse_complex_numbers(d)
         if leaves is None:
             data = _scalars_for_tensors(data)
         try:
@@ -254,7 +256,19 @@ def _to_nested_numpy(data, d: dt.dtype) -> np.ndarray:
         return arr
     if d.category == 1 and isinstance(data, (int, float)):
         checked_scalar(data, d, c_names=False)
+    if isinstance(data, complex):
+        _refuse_complex_numbers(d)
     return np.asarray(data)
+
+
+def _refuse_complex_numbers(d: dt.dtype) -> None:
+    """PyTorch reads Python complex numbers for a real dtype as Python does: a TypeError (bool
+    takes their truth), where numpy would drop the imaginary part."""
+    if d.is_complex or d is dt.bool_:
+        return
+    if d.is_floating_point:
+        raise TypeError("must be real number, not complex")
+    raise TypeError("'complex' object cannot be interpreted as an integer")
 
 
 def _check_python_ints(arr: np.ndarray, d: dt.dtype, has_floats: bool) -> None:
