@@ -927,5 +927,32 @@ def test_complex_numbers_for_a_real_dtype_are_refused(name):
     _assert_same_error(COMPLEX_NUMBERS_FOR_REAL_DTYPES[name])
 
 
+# a complex fill value for a real tensor: PyTorch's checked Scalar conversion (a zero imaginary
+# part converts)
+COMPLEX_FILLS = {
+    "masked_fill": lambda lib: lib.zeros(2).masked_fill(lib.tensor(True), 1j),
+    "full": lambda lib: lib.full((2,), 1 - 1j, dtype=lib.float32),
+    "fill_": lambda lib: lib.zeros(2, dtype=lib.int64).fill_(2j),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPLEX_FILLS))
+def test_complex_fill_values_for_real_tensors_are_refused(name):
+    _assert_same_error(COMPLEX_FILLS[name])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda lib: lib.full((2,), 2 + 0j, dtype=lib.float32),
+        lambda lib: lib.zeros(3).masked_fill(lib.tensor([True, False, True]), -1 + 0j),
+        lambda lib: lib.zeros(2, dtype=lib.bool).fill_(1j),
+    ],
+    ids=["full-real-complex", "masked_fill-real-complex", "fill_-bool"],
+)
+def test_complex_fill_values_that_convert_match_pytorch(fn):
+    assert_close(fn(kiln), fn(torch))
+
+
 def test_complex_numbers_for_bool_take_their_truth():
     assert kiln.tensor([1j, 0j], dtype=kiln.bool).tolist() == [True, False]

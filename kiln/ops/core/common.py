@@ -385,6 +385,13 @@ def checked_scalar(value, d: dt.dtype, c_names: bool = True, check_float: bool =
     max raises (``check_float``). ``c_names``: the message names the C type (``uint8_t``) as
     PyTorch's Scalar conversions do; else the dtype (``uint8``), as ``tensor(data)`` does, which
     only checks integer types."""
+    if isinstance(value, complex) and not d.is_complex and c_names:
+        if d is dt.bool_:
+            return bool(value)
+        if value.imag != 0:  # PyTorch's check: a real element cannot hold it
+            name = _C_SCALAR_NAMES.get(d.name, d.name + "_t")
+            raise RuntimeError(f"value cannot be converted to type {name} without overflow")
+        value = value.real
     if isinstance(value, int) and not -(2**63) <= value < 2**63:
         if c_names:
             raise OverflowError("int too big to convert")
