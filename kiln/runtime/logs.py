@@ -128,18 +128,36 @@ COMPILE_STAGES = ("dynamo", "aot", "inductor", "codegen")
 _stage_recorders: list[dict[str, float]] = []
 _stage_lock = threading.Lock()
 _stage_stack = threading.local()  # [name, time the name last started being charged] per thread
+# per stage, the spans charged while recorders are open (disjoint, in order): a stage that
+# several threads run at once (LLVM on the JIT's thread and for its helper process) is charged
+# its wall time once
+_charged_spans: dict[str, list[list[float]]] = {}
 
 
-def _charge(stage: str, seconds: float) -> None:
+def _charge(stage: str, start: float, end: float) -> None:
     with _stage_lock:
+        spans = _charged_spans.setdefault(stage, [])
+        seconds = end - start
+        for span in spans:  # take out what another thread's span of this stage covered
+            seconds -= max(0.0, min(end, span[1]) - max(start, span[0]))
+        spans.append([start, end])
+        spans.sort()
+        merged = [spans[0]]
+        for span in spans[1:]:
+            if span[0] <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], span[1])
+            else:
+                merged.append(span)
+        _charged_spans[stage] = merged
         for totals in _stage_recorders:
-            totals[stage] = totals.get(stage, 0.0) + seconds
+            totals[stage] = totals.get(stage, 0.0) + max(0.0, seconds)
 
 
 @contextlib.contextmanager
 def compile_stage(name: str) -> Iterator[None]:
     """Time the enclosed work as compiler stage ``name`` (one of ``COMPILE_STAGES``) for any
-    open recorder; a nested stage's time is taken out of the enclosing one."""
+    open recorder; a nested stage's time is taken out of the enclosing one, and a stage run by
+    several threads at once is charged its wall time once."""
     if not _stage_recorders:
         yield
         return
@@ -147,7 +165,7 @@ def compile_stage(name: str) -> Iterator[None]:
     now = time.perf_counter()
     if stack:
         outer = stack[-1]
-        _charge(outer[0], now - outer[1])
+        _charge(outer[0], outer[1], now)
     frame = [name, now]
     stack.append(frame)
     try:
@@ -155,7 +173,7 @@ def compile_stage(name: str) -> Iterator[None]:
     finally:
         end = time.perf_counter()
         stack.pop()
-        _charge(name, end - frame[1])
+        _charge(name, frame[1], end)
         if stack:
             stack[-1][1] = end
 
@@ -166,6 +184,8 @@ def recording_compile_stages() -> Iterator[dict[str, float]]:
     yielded dict fills in as stages finish."""
     totals: dict[str, float] = {}
     with _stage_lock:
+        if not _stage_recorders:
+            _charged_spans.clear()
         _stage_recorders.append(totals)
     try:
         yield totals

@@ -51,6 +51,32 @@ def test_stages_outside_a_recording_are_not_counted(clock):
     assert totals == {}
 
 
+def test_a_stage_two_threads_run_at_once_is_charged_its_wall_time_once(clock):
+    """LLVM runs on the JIT's thread and for its helper process at the same time: their
+    overlapping codegen spans count once, what only one of them covers counts too."""
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+
+    def other_thread():
+        with klog.compile_stage("codegen"):
+            entered.set()
+            release.wait()
+
+    with klog.recording_compile_stages() as totals:
+        clock.now = 100.0
+        worker = threading.Thread(target=other_thread)
+        worker.start()  # its span opens at 100
+        entered.wait()
+        clock.now = 102.0
+        with klog.compile_stage("codegen"):  # this thread's: 102 to 107
+            clock.now = 107.0
+        clock.now = 110.0
+        release.set()  # the other's closes at 110
+        worker.join()
+    assert totals == {"codegen": 10.0}
+
+
 def test_two_open_recordings_both_see_a_stage(clock):
     with klog.recording_compile_stages() as outer:
         with klog.compile_stage("codegen"):
