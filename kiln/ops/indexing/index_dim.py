@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...runtime import dtypes as dt
 from ..core.common import (
     Scalar,
     Tensor,
@@ -254,7 +255,19 @@ def _index_fill_decomp(x, dim, index, value):
         value = value.to(x.dtype)
     else:
         value = OPS["full"]((), value, dtype=x.dtype, device=x.device)
-    return _dim_put_decomp(x, d, index, value, False)
+    # a mask of the filled slots along ``d``, then a where: a slot the index repeats is
+    # filled (and takes the value's gradient) once, as the kernel and its derivative say
+    size = x.shape[d] if x.ndim else 1
+    hit = OPS["index_put"](
+        OPS["full"]((size,), False, dtype=dt.bool_, device=x.device),
+        [index.reshape(-1)],
+        OPS["full"]((), True, dtype=dt.bool_, device=x.device),
+        False,
+    )
+    shape = [1] * x.ndim
+    if x.ndim:
+        shape[d] = size
+    return OPS["where"](hit.reshape(shape), value, x)
 
 
 @defop(kind="indexing", autocast={"cpu": "promote"}, inplace_method=True)
