@@ -275,3 +275,24 @@ def test_compiled_selections_have_the_eager_strides(op, backend):
     assert [r.stride() for r in got] == [r.stride() for r in expected]
     for g, e in zip(got, expected):
         assert kiln.equal(g, e)
+
+
+@pytest.mark.parametrize(
+    "shape, size",
+    [
+        ((), (1, 1)),
+        ((5,), (1, 5)),
+        ((1, 5), (1, 1, 5)),
+        ((5,), (3, 1, 5)),
+        ((5,), (1, 3, 5)),
+        ((2, 1), (1, 2, 4)),
+        ((2, 3), (1, 1, 2, 3)),
+    ],
+)
+def test_expand_lays_out_new_dims_as_pytorch(shape, size):
+    """A new dim of size 1 steps over the dims after it (``(1, 5)`` expanded to ``(1, 1, 5)``
+    has strides ``(5, 5, 1)``), a broadcast one is 0: eager, and compiled through the meta."""
+    expected = torch.ones(shape).expand(*size).stride()
+    assert kiln.ones(shape).expand(*size).stride() == expected
+    assert kiln.compile(lambda x: x.expand(*size) * 1)(kiln.ones(shape)).shape == size
+    assert kiln.compile(lambda x: x.expand(*size))(kiln.ones(shape)).stride() == expected

@@ -364,12 +364,30 @@ def expand_shape(shape, size) -> tuple:
 def expand(self: Tensor, size: list[int]): ...
 
 
+def _leading_strides(shape, following: list) -> list:
+    """Strides of the dims ``expand`` puts in front, as PyTorch lays them out: a new dim of size
+    1 steps over the dims after it (its size times its stride), any other one is a broadcast
+    (0). ``following``: the strides of the dims after the new ones; 0-d inputs have none."""
+    off = len(shape) - len(following)
+    strides = [0] * off + list(following)
+    for i in range(off - 1, -1, -1):
+        if shape[i].__class__ is int and shape[i] == 1 and i + 1 < len(shape):
+            strides[i] = shape[i + 1] * strides[i + 1]
+    return strides[:off]
+
+
 @expand.register_kernel
 def _expand_kernel(x, size):
     shape = expand_shape(x._shape, size)
     if shape == x._shape:
         return Tensor._wrap_view(x._data[...], x)
     r = np.broadcast_to(x._data, shape)
+    off = len(shape) - x.dim()
+    if 1 in shape[:off]:  # a new dim of size 1: PyTorch's stride for it (it addresses nothing)
+        item = r.itemsize
+        lead = _leading_strides(shape, [st // item for st in r.strides[off:]])
+        strides = tuple(st * item for st in lead) + r.strides[off:]
+        r = np.lib.stride_tricks.as_strided(r, shape, strides, writeable=False)
     return Tensor._wrap_view(r, x)
 
 
@@ -380,14 +398,14 @@ def _expand_meta(x, size):
     off = len(shape) - len(x._shape)
     # a broadcast dim gets stride 0; the stride of a dim of size 1 addresses nothing, so a
     # symbolic target size is taken as not 1 (size-obliviously) without a guard
-    new = [0] * off + [
+    kept = [
         st[i]
         if statically_known_true("==", x._shape[i], shape[i + off])
         or not (x._shape[i] == 1 and not is_size_one(shape[i + off]))
         else 0
         for i in range(len(x._shape))
     ]
-    return _meta_view(x, shape, new, _x_offset(x))
+    return _meta_view(x, shape, _leading_strides(shape, kept) + kept, _x_offset(x))
 
 
 expand.register_derivative(lambda c, g: (g.sum_to_size(c.args[0].shape),), save_inputs=())
