@@ -12,7 +12,7 @@ import numpy as np
 
 from ...runtime.device import cpu
 from ...runtime.memory_format import contiguous_format
-from ...runtime.storage import empty_array
+from ...runtime.storage import empty_array, storage_of
 from ...runtime.symbolic import (
     GuardOnDataDependentError,
     SymInt,
@@ -384,11 +384,26 @@ def _expand_kernel(x, size):
     r = np.broadcast_to(x._data, shape)
     off = len(shape) - x.dim()
     if 1 in shape[:off]:  # a new dim of size 1: PyTorch's stride for it (it addresses nothing)
-        item = r.itemsize
-        lead = _leading_strides(shape, [st // item for st in r.strides[off:]])
-        strides = tuple(st * item for st in lead) + r.strides[off:]
-        r = np.lib.stride_tricks.as_strided(r, shape, strides, writeable=False)
+        r = _with_leading_strides(r, off)
     return Tensor._wrap_view(r, x)
+
+
+def _with_leading_strides(r: np.ndarray, off: int) -> np.ndarray:
+    """``r`` (a broadcast view) with PyTorch's strides on its ``off`` new leading dims, over the
+    same owner (so in-place ops find its memory, and refuse it where elements overlap, as for
+    any broadcast view); ``r`` itself where numpy cannot view the owner so."""
+    item = r.itemsize
+    lead = _leading_strides(r.shape, [st // item for st in r.strides[off:]])
+    owner = storage_of(r)
+    start = r.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
+    try:
+        view = np.ndarray(
+            r.shape, r.dtype, owner, start, tuple(st * item for st in lead) + r.strides[off:]
+        )
+    except (TypeError, ValueError):
+        return r
+    view.flags.writeable = False
+    return view
 
 
 @expand.register_meta
