@@ -296,3 +296,15 @@ def test_expand_lays_out_new_dims_as_pytorch(shape, size):
     assert kiln.ones(shape).expand(*size).stride() == expected
     assert kiln.compile(lambda x: x.expand(*size) * 1)(kiln.ones(shape)).shape == size
     assert kiln.compile(lambda x: x.expand(*size))(kiln.ones(shape)).stride() == expected
+
+
+def test_in_place_ops_on_an_expanded_view_write_through_or_refuse_as_pytorch():
+    """A new size-1 dim keeps the view writable through its owner (PyTorch writes the base);
+    a broadcast dim makes elements share memory, which PyTorch refuses to write."""
+    ours, theirs = kiln.arange(5.0), torch.arange(5.0)
+    ours.expand(1, 5).mul_(2)
+    theirs.expand(1, 5).mul_(2)
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    for lib in (kiln, torch):
+        with pytest.raises(RuntimeError, match="single memory location"):
+            lib.ones(1, 5).expand(3, 1, 5).mul_(2)
