@@ -29,6 +29,7 @@ from . import cpu_pool, graph_index
 from .cpu_pool import INDEX_ERRORS, KERNEL_TYPE, RowKernel
 from .kernel_structure import EMITTED, structure_key, verify_reuse
 from .llvm import jit as llvm_jit
+from .llvm import object_worker
 from .llvm.kernel import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel, release_module
 from .llvm.loop_plan import plan_kernel
 
@@ -321,7 +322,9 @@ class _CompilingKernel(RowKernel):
             self.__class__ = RowKernel
 
 
-_KERNEL = "kernel"  # every kernel's function name in its own IR (``llvm_jit`` renames it)
+_KERNEL = (
+    object_worker.KERNEL_NAME
+)  # every kernel's function name in its own IR (renamed when linked)
 
 
 def _canonical_names(text: str, names: list) -> str:

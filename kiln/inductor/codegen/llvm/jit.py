@@ -541,7 +541,6 @@ def load_object(key: str, functions: tuple[str, ...]) -> CompiledModule | None:
 # optimize and emit even an empty one), so the new kernels of a graph share one object; every
 # kernel is still found by its own key: in this process through ``_KERNELS``, in a later one
 # through a small record per kernel (``kernels/<key>.index``) naming its object.
-_KERNEL_NAME = "kernel"  # the name a kernel's own IR gives its function (its key ignores names)
 
 # engines by object key while something (a compiled kernel) still holds them: an object needed
 # again is not loaded twice

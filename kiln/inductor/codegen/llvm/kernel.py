@@ -62,6 +62,19 @@ _MATH_OPS = frozenset(
 )  # fmt: skip
 
 
+class _CountingMath(RecordingHandler):
+    """Counts the vector-math calls of a body that cannot be recorded (``body_trace``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __getattr__(self, name):
+        if name in _MATH_OPS:
+            self.calls += 1
+        return super().__getattr__(name)
+
+
 def _math_calls(emitter: KernelEmitter, step: InnerLoop) -> int:
     """How many vector-math functions one element of ``step``'s loop evaluates."""
     calls = 0
@@ -70,21 +83,13 @@ def _math_calls(emitter: KernelEmitter, step: InnerLoop) -> int:
         if trace is not None:
             calls += sum(1 for call in trace.calls if call[0] in _MATH_OPS)
             continue
-        counted = []
-
-        class Counting(RecordingHandler):
-            def __getattr__(self, name):
-                if name in _MATH_OPS:
-                    counted.append(name)
-                return super().__getattr__(name)
-
         index, rindex = emitter.plan.node_index[n.name]
-        with set_ops_handler(Counting()):
+        with set_ops_handler(_CountingMath()) as counting:
             if isinstance(n.data, Pointwise):
                 n.data.inner_fn(index)
             else:
                 n.data.inner_fn(index, rindex)
-        calls += len(counted)
+        calls += counting.calls
     return calls
 
 
