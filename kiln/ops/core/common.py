@@ -56,6 +56,7 @@ __all__ = [
     "fake",
     "checked_scalar",
     "require_tensor",
+    "tensor_sequence",
 ]
 
 _PROMOTE = dt._PROMOTE
@@ -304,6 +305,23 @@ def require_tensor(fn_name: str, arg_name: str, value, position: int = 2) -> Non
             f"{fn_name}(): argument '{arg_name}' (position {position}) must be Tensor, not "
             f"{type(value).__name__}"
         )
+
+
+def tensor_sequence(value, fn_name: str, position: int = 0, arg_name: str = "tensors") -> list:
+    """PyTorch's parser check of a ``Tensor[]`` argument: a list or tuple (a tensor, whose rows
+    would otherwise be iterated, or a generator is refused) holding only tensors. ``position``
+    counts from 0, as PyTorch's element message does."""
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(
+            f"{fn_name}(): argument '{arg_name}' (position {position + 1}) must be tuple of "
+            f"Tensors, not {type(value).__name__}"
+        )
+    for i, t in enumerate(value):
+        if not isinstance(t, Tensor):
+            raise TypeError(
+                f"expected Tensor as element {i} in argument {position}, but got {type(t).__name__}"
+            )
+    return list(value)
 
 
 def first_tensor(*xs) -> Tensor | None:

@@ -13,7 +13,15 @@ import string
 import numpy as np
 
 from ...runtime.state import per_thread
-from ..core.common import Tensor, TensorList, broadcast_shapes, compute_np_dtype, fake, wrap
+from ..core.common import (
+    Tensor,
+    TensorList,
+    broadcast_shapes,
+    compute_np_dtype,
+    fake,
+    tensor_sequence,
+    wrap,
+)
 from ..core.registry import OPS, defop, torch_function
 from .matmul import bmm, matmul_dtype_name
 
@@ -293,8 +301,9 @@ def _einsum_fn(*args) -> Tensor:
             operands.append(items.pop(0))
             terms.append(_sublist_term(items.pop(0)))
         equation = ",".join(terms) + ("->" + _sublist_term(items[0]) if items else "")
-    if len(operands) == 1 and isinstance(operands[0], Tensor):
+    operands = tensor_sequence(operands, "einsum", position=1)
+    if len(operands) == 1:
         view = _einsum_view(equation, operands[0])
         if view is not None:
             return view
-    return einsum(equation, list(operands))
+    return einsum(equation, operands)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...amp.autocast_mode import autocast_policy
 from ...runtime import dtypes as dt
-from ..core.common import Tensor, wrap_dim
+from ..core.common import Tensor, tensor_sequence, wrap_dim
 from ..core.out_arguments import writes_out
 from ..core.registry import OPS, return_type
 from ..creation.api import eye, full, zeros
@@ -347,6 +347,7 @@ def _chain_order(dims: list[int]) -> list[list[int]]:
 def multi_dot(tensors) -> Tensor:
     """The product of a chain of matrices, multiplied in the cheapest order; the first may be a
     row vector and the last a column vector (1-D)."""
+    tensors = tensor_sequence(tensors, "linalg_multi_dot")
     n = len(tensors)
     if n < 2:
         raise RuntimeError(f"multi_dot(): expected at least 2 tensors but got {n}")

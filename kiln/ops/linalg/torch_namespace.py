@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..core.common import Tensor
+from ..core.common import Tensor, tensor_sequence
 from ..core.out_arguments import writes_out
 from ..core.registry import return_type, tensor_method, torch_function
 from ..creation.api import eye, zeros
@@ -209,6 +209,7 @@ def _lu_unpack(
 @torch_function("chain_matmul")
 @writes_out
 def _chain_matmul(*matrices: Tensor) -> Tensor:
+    tensor_sequence(matrices, "chain_matmul")
     if len(matrices) == 1:
         return matrices[0].clone()
     return multi_dot(list(matrices))

@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 
 from ...runtime import dtypes as dt
-from ..core.common import Tensor
+from ..core.common import Tensor, tensor_sequence
 from ..core.registry import tensor_method, torch_function
 from ..creation.api import tensor
 from ..creation.factories import full
@@ -34,6 +34,7 @@ _int64 = dt.int64
 @torch_function()
 def block_diag(*tensors: Tensor) -> Tensor:
     """The blocks along the diagonal of a zero matrix (0-d blocks are 1x1, 1-D blocks 1xn)."""
+    tensor_sequence(tensors, "block_diag")
     if not tensors:
         return full((1, 0), 0, dtype=dt.get_default_dtype())
     blocks = []
@@ -73,7 +74,7 @@ def _check_vector(t: Tensor) -> None:
 @torch_function()
 def cartesian_prod(*tensors: Tensor) -> Tensor:
     """Every combination of one element from each 1-D tensor, one per row."""
-    for t in tensors:
+    for t in tensor_sequence(tensors, "cartesian_prod"):
         _check_vector(t)
     if len(tensors) == 1:
         return tensors[0]

@@ -20,6 +20,7 @@ from ..core.common import (
     cast_array,
     empty_like_layout,
     fake,
+    tensor_sequence,
     wrap,
     wrap_dim,
 )
@@ -37,6 +38,19 @@ __all__ = ["split", "chunk"]
 def cat(tensors: TensorList, dim: int = 0): ...
 
 
+def _checks_tensor_list(op) -> None:
+    """Refuse what PyTorch's parser refuses in ``op``'s first argument (a tensor, whose rows
+    were joined, a generator, a number among the tensors) before dispatch iterates it."""
+
+    @op.canonicalize_args
+    def checked(args: tuple) -> tuple:
+        tensor_sequence(args[0], op.name)
+        return args
+
+
+_checks_tensor_list(cat)
+
+
 def _is_legacy_empty(shape) -> bool:
     """1-D empty tensors are skipped by ``cat`` whatever the other shapes (PyTorch's legacy rule)."""
     return tuple(shape) == (0,)
@@ -47,10 +61,6 @@ def _cat_geometry(tensors, dim):
     if not tensors:
         raise ValueError("torch.cat(): expected a non-empty list of Tensors")
     for i, t in enumerate(tensors):
-        if not isinstance(t, Tensor):
-            raise TypeError(
-                f"cat(): expected Tensor as element {i} in argument 0, but got {type(t).__name__}"
-            )
         if t.ndim == 0:
             raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
         if t._device is not tensors[0]._device:
@@ -138,9 +148,17 @@ def _cat_grad(c, g):
 cat.register_derivative(_cat_grad, save_inputs=())
 
 
-@torch_function("concat", "concatenate")
+@torch_function("concat")
 @writes_out
 def _concat(tensors, dim: int = 0, *, axis: int | None = None, out=None) -> Tensor:
+    tensor_sequence(tensors, "concat")
+    return cat(tensors, dim if axis is None else axis)
+
+
+@torch_function("concatenate")
+@writes_out
+def _concatenate(tensors, dim: int = 0, *, axis: int | None = None, out=None) -> Tensor:
+    tensor_sequence(tensors, "concatenate")
     return cat(tensors, dim if axis is None else axis)
 
 
@@ -148,12 +166,11 @@ def _concat(tensors, dim: int = 0, *, axis: int | None = None, out=None) -> Tens
 def stack(tensors: TensorList, dim: int = 0): ...
 
 
+_checks_tensor_list(stack)
+
+
 def _stack_check(tensors) -> tuple:
-    if not isinstance(tensors, (list, tuple)):
-        raise TypeError(
-            "stack(): argument 'tensors' (position 1) must be tuple of Tensors, not "
-            f"{type(tensors).__name__}"
-        )
+    tensor_sequence(tensors, "stack")
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
     first = tuple(tensors[0]._shape)
@@ -249,26 +266,32 @@ def atleast_3d(*tensors):
 @torch_function()
 @writes_out
 def hstack(tensors, *, out=None) -> Tensor:
-    ts = [_atleast_one(t, 1) for t in tensor_args((tensors,), "hstack")]
+    ts = [_atleast_one(t, 1) for t in tensor_sequence(tensors, "hstack")]
     return cat(ts, 0 if ts and ts[0].ndim == 1 else 1)
 
 
-@torch_function("vstack", "row_stack")
+@torch_function()
 @writes_out
 def vstack(tensors, *, out=None) -> Tensor:
-    return cat([_atleast_one(t, 2) for t in tensor_args((tensors,), "vstack")], 0)
+    return cat([_atleast_one(t, 2) for t in tensor_sequence(tensors, "vstack")], 0)
+
+
+@torch_function()
+@writes_out
+def row_stack(tensors, *, out=None) -> Tensor:
+    return cat([_atleast_one(t, 2) for t in tensor_sequence(tensors, "row_stack")], 0)
 
 
 @torch_function()
 @writes_out
 def dstack(tensors, *, out=None) -> Tensor:
-    return cat([_atleast_one(t, 3) for t in tensor_args((tensors,), "dstack")], 2)
+    return cat([_atleast_one(t, 3) for t in tensor_sequence(tensors, "dstack")], 2)
 
 
 @torch_function()
 @writes_out
 def column_stack(tensors, *, out=None) -> Tensor:
-    ts = tensor_args((tensors,), "column_stack")
+    ts = tensor_sequence(tensors, "column_stack")
     return hstack([OPS["reshape"](t, (t.numel(), 1)) if t.ndim <= 1 else t for t in ts])
 
 

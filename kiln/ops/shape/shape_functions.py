@@ -15,7 +15,7 @@ import numpy as np
 from ...runtime import dtypes as dt
 from ...runtime.symbolic import SymInt, known_same_shape
 from ...runtime.tensor import Size
-from ..core.common import Tensor, broadcast_shapes, fake, wrap_dim
+from ..core.common import Tensor, broadcast_shapes, fake, tensor_sequence, wrap_dim
 from ..core.grad_fn_naming import renames_grad_fn
 from ..core.registry import OPS, defop, tensor_method, torch_function
 
@@ -281,15 +281,12 @@ def t_(self: Tensor) -> Tensor:
 # ------------------------------------------------------------------------------ broadcasting
 
 
-def tensor_args(tensors, name: str) -> list:
+def tensor_args(tensors: tuple, name: str) -> list:
     """The tensors of ``f(t1, t2)`` or ``f([t1, t2])`` (checked to be tensors): the argument
-    convention of broadcast_tensors, meshgrid and the stacking functions."""
+    convention of meshgrid and atleast_Nd (broadcast_tensors takes ``f(t1, t2)`` only)."""
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
         tensors = tensors[0]
-    for t in tensors:
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name}(): expected Tensors, but got {type(t).__name__}")
-    return list(tensors)
+    return tensor_sequence(tensors, name)
 
 
 @torch_function("broadcast_shapes")
@@ -299,7 +296,7 @@ def _broadcast_shapes_fn(*shapes) -> Size:
 
 @torch_function()
 def broadcast_tensors(*tensors) -> tuple:
-    tensors = tensor_args(tensors, "broadcast_tensors")
+    tensors = tensor_sequence(tensors, "broadcast_tensors")
     shape = broadcast_shapes(*(t._shape for t in tensors))
     return tuple(
         t if known_same_shape(t._shape, shape) else OPS["expand"](t, shape) for t in tensors
