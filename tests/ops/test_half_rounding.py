@@ -8,6 +8,7 @@ twice, first to float32; numpy rounds once. The two differ on values just past a
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import kiln
@@ -48,3 +49,31 @@ def test_compiled_casts_round_through_float32(name, codegen):
     expected = torch.tensor(VALUES, dtype=torch.float64).to(t).float().tolist()
     fn = kiln.compile(lambda x: x.to(k), backend="inductor", options={"cpu_codegen": codegen})
     assert fn(kiln.tensor(VALUES, dtype=kiln.float64)).float().tolist() == expected
+
+
+def _division_operands(name, n):
+    generator = torch.Generator().manual_seed(n)
+    a = (torch.randn(n, generator=generator) * 100).to(getattr(torch, name))
+    b = (torch.randn(n, generator=generator) * 3).to(getattr(torch, name))
+    b[::97] = 0  # and a few divisions by zero (inf, nan)
+    return a, b
+
+
+def _kiln(x):
+    if not isinstance(x, torch.Tensor):
+        return x
+    return kiln.tensor(x.float().numpy()).to(getattr(kiln, str(x.dtype).split(".")[1]))
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["trunc", "floor"])
+@pytest.mark.parametrize("name", [p[0] for p in PAIRS])
+def test_rounding_division_of_long_half_rows_matches_pytorch(name, mode):
+    """PyTorch divides 16-bit floats in their own arithmetic (the quotient rounded before it is
+    truncated: bfloat16 78.5 / 0.414 is 190, not 189) unless the divisor is one element."""
+    a, b = _division_operands(name, 3001)
+    cases = [(a, b), (a, b[:1]), (a, b[5]), (a, 3.3), (78.5, b), (a[:3000].view(2, -1), b[:1500])]
+    for x, y in cases:
+        expected = torch.div(x, y, rounding_mode=mode).float().numpy()
+        ours = kiln.div(_kiln(x), _kiln(y), rounding_mode=mode)
+        np.testing.assert_array_equal(ours.float().numpy(), expected)

@@ -23,6 +23,7 @@ __all__ = [
     "np_remainder",
     "np_int_pow",
     "np_trunc_divide",
+    "np_half_rounding_divide",
     "np_sign",
     "np_float_pow",
     "SCALAR_POWERS",
@@ -143,6 +144,31 @@ def np_trunc_divide(a, b):
         floored = np.floor_divide(a, b)
         inexact = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
     return (floored + inexact).astype(floored.dtype, copy=False)
+
+
+def np_half_rounding_divide(a, b, rounding_mode: str, half) -> np.ndarray:
+    """``div(a, b, rounding_mode=...)`` of float16/bfloat16 values (``half``: their numpy dtype)
+    as PyTorch's CPU kernels compute it where the divisor has more than one element: in the
+    half type's arithmetic, each step rounded to it. 'trunc' truncates the rounded quotient
+    (78.5 / 0.414 is 189.6, rounded to bfloat16 190, not 189); 'floor' is the fmod-based floored
+    division with every intermediate rounded. Returns float32 values the half type holds."""
+
+    def rounded(x):
+        return x.astype(half).astype(np.float32)
+
+    a = np.asarray(a).astype(np.float32, copy=False)
+    b = np.asarray(b).astype(np.float32, copy=False)
+    with np.errstate(all="ignore"):
+        quotient = rounded(a / b)
+        if rounding_mode == "trunc":
+            return np.trunc(quotient)
+        mod = rounded(np.fmod(a, b))
+        div = rounded(rounded(a - mod) / b)
+        div = np.where((mod != 0) & ((b < 0) != (mod < 0)), rounded(div - 1), div)
+        floored = np.floor(div)
+        floored = np.where(rounded(div - floored) > 0.5, rounded(floored + 1), floored)
+        floored = np.where(div != 0, floored, np.copysign(np.float32(0), quotient))
+        return np.where(b == 0, quotient, floored)
 
 
 def np_int_pow(a, b):

@@ -45,6 +45,7 @@ from .numpy_math import (
     np_erf,
     np_erfinv,
     np_float_pow,
+    np_half_rounding_divide,
     np_int_pow,
     np_remainder,
     np_round,
@@ -1198,8 +1199,11 @@ def _div_kernel(x, y, rounding_mode):
     b = as_np_operand(y, d.np)
     if d.is_floating_point:
         cd = compute_np_dtype(d)
-        if cd != d.np and (not isinstance(y, Tensor) or not y._shape):
-            b = as_np_operand(y, cd)  # a number (or 0-d) divisor unrounded, as PyTorch divides
+        if cd != d.np and isinstance(y, Tensor) and y.numel() != 1:
+            # PyTorch divides half types in their own arithmetic unless the divisor is a scalar
+            return wrap(np_half_rounding_divide(a, b, rounding_mode, d.np), d)
+        if cd != d.np:
+            b = as_np_operand(y, cd)  # a scalar divisor unrounded, as PyTorch divides
         q = np.true_divide(a.astype(cd, copy=False), b.astype(cd, copy=False))
         r = (
             np.trunc(q)
