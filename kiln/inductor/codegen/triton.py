@@ -20,6 +20,7 @@ from ...runtime import dtypes as dt
 from ...runtime.symbolic import SymInt
 from .. import sym
 from ..prims import shared_formula
+from .cpu_pool import INDEX_ERRORS
 from .triton_math import (
     BITWISE,
     COMPARE,
@@ -273,13 +274,16 @@ class KernelPrinter:
         return name
 
     def store_line(self, buffer: str, text: str, rdep: bool) -> None:
-        store = (0, _Store(buffer, text))
+        self.statement(_Store(buffer, text), rdep)
+
+    def statement(self, item, rdep: bool) -> None:
+        """A line that computes no value (a store), where a value of its reach would go."""
         if self._post_mode:
-            self._post.append(store)
+            self._post.append((0, item))
         elif self.looping:
-            (self._body if rdep else self._pre).append(store)
+            (self._body if rdep else self._pre).append((0, item))
         else:
-            self.lines.append(store)
+            self.lines.append((0, item))
 
     def begin_loop(self) -> None:
         self._pre, self._body, self._post, self._loop_cache = [], [], [], {}
@@ -499,18 +503,29 @@ class KernelPrinter:
         return self.emit(f"({self.index(expr)}).to({tl_dtype(dtype)})", dtype, xdep, rdep)
 
     def indirect_indexing(self, value: TVal, size: int, wrap_negative: bool = True):
+        """An index read from memory (or ``_checked_index``'s). One outside the dimension (after
+        counting negatives from the end, when ``wrap_negative``) sets the kernel's error flag,
+        ``INDEX_ERRORS``, which the wrapper checks after the graph and raises from, as the CPU
+        kernels' flag; the index becomes 0 instead, so loads through it stay in their buffer."""
         value = self.materialize(value)
-        if not wrap_negative:
-            self.indirect[value.text] = value
-            return sym.as_expr(sym.Indirect(value.text, size))
-        v = self.emit(
-            f"tl.where({value} < 0, {value} + {self.size(size)}, {value})",
-            value.dtype,
-            value.xdep,
-            value.rdep,
-        )
-        self.indirect[v.text] = v
-        return sym.as_expr(sym.Indirect(v.text, size))
+        size_text = self.size(size)
+        xdep, rdep = value.xdep, value.rdep
+        if wrap_negative:
+            value = self.emit(
+                f"tl.where({value} < 0, {value} + {size_text}, {value})", value.dtype, xdep, rdep
+            )
+        counter = self._counter
+        bad = self.emit(f"({value} < 0) | ({value} >= {size_text})", dt.bool_, xdep, rdep)
+        if self._counter != counter:  # a new check (not one already printed in this scope)
+            mask = self.mask_for(xdep, rdep)
+            flagged = bad  # lanes past the end read no index
+            if mask is not None:
+                flagged = self.emit(f"{bad} & {mask}", dt.bool_, xdep, rdep)
+            ptr = f"{self.arg(INDEX_ERRORS, dt.int32)} + {flagged}.to(tl.int32) * 0"
+            self.statement(f"tl.store({ptr}, 1, {flagged})", rdep)
+        checked = self.emit(f"tl.where({bad}, 0, {value})", value.dtype, xdep, rdep)
+        self.indirect[checked.text] = checked
+        return sym.as_expr(sym.Indirect(checked.text, size))
 
     def to_dtype(self, x: TVal, dtype: dt.dtype) -> TVal:
         if x.dtype is dtype:

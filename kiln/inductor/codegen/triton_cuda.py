@@ -121,6 +121,16 @@ class CudaKernelRuntime:
         )
         return cuda.wrap(array)
 
+    def index_flags(self, count: int) -> list:
+        """``count`` int32 error flags in one zeroed allocation, as kernel arguments."""
+        buf = cuda.allocator(self.index).malloc(4 * count)
+        self.driver.memset(buf.ptr, 0, 4 * count)
+        return [self.pointer(buf, buf.ptr + 4 * i, dt.int32) for i in range(count)]
+
+    def read_index_flags(self, flags: list) -> list:
+        """The flags' values (waits for the kernels that set them)."""
+        return self._download(flags[0], dt.int32)[: len(flags)].tolist()
+
     # ---------------------------------------------------------------- calls
     def extern(self, ext, out, inputs: list, layouts=None, values: dict | None = None) -> None:
         """An extern call (eager fallback, float64 matmul) on host copies of its inputs;

@@ -192,7 +192,8 @@ def generate_matmul(
     what = f"{'b' if batched else ''}mm [{m}, {k}] x [{k}, {n}]" + (
         f" + epilogue {origins}" if origins else ""
     )
-    src.append(f"    # {what}" + (f"; {comment}" if comment else ""))
+    what += f"; {comment}" if comment else ""  # the user's lines: in errors too
+    src.append(f"    # {what}")
     src += ["    " + line for line in body]
     configs = tuning_configs(m, n, k, la.dtype)
     return GeneratedKernel(

@@ -7,6 +7,8 @@ kernels on static grids and returns the output buffers. The module is written to
 ``output_code.py`` (Triton needs the source file) and executed with an ``rt`` object that knows
 the device: ``HostRuntime`` runs kernels through Triton's interpreter on numpy buffers (tests),
 ``CudaKernelRuntime`` on the GPU. ``TritonCompiledGraph`` is what ``compile_graph`` returns.
+Kernels that read indices from memory each set an int32 flag of the call's for an index out of
+range; ``call`` reads the flags once, after its last kernel, and raises the CPU kernels' error.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import re
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ...runtime import cache_records
 from ...runtime import dtypes as dt
 from ...runtime import logs as klog
@@ -28,6 +32,7 @@ from .. import sym, wrapper_runtime
 from ..graph_lowering import _layout_of
 from ..ir import InputBuffer
 from ..scheduler import ExternCall, Kernel, ScatterStep, Schedule, _step_reads, _step_writes
+from .cpu_pool import INDEX_ERRORS, index_error
 from .triton import TritonConfig, storage_dtype_name
 from .triton_interpret import LIBDEVICE, HostBuffer, interpret_mode
 from .triton_kernels import GeneratedKernel, generate_kernel, generate_scatter
@@ -233,7 +238,7 @@ def load_source(source: str, rt, **names) -> dict:
     kernels are decorated), and ``libdevice`` is replaced by numpy versions."""
     path = _write_source(source)
     namespace = {"__name__": f"kiln_triton_{os.path.basename(os.path.dirname(path))}"}
-    namespace.update(rt=rt, __file__=path, **names)
+    namespace.update(rt=rt, index_error=index_error, __file__=path, **names)
     code = compile(source, path, "exec")
     # Triton's own library must be imported as compiled (not interpreted) functions, so it
     # stays usable for GPU kernels in this process: import it before interpret mode
@@ -284,6 +289,12 @@ def _render(steps, lowered, buffers, outputs, symbols=(), layouts: dict | None =
             out.append("")
     externs: list = []
     body: list[str] = []
+    # the kernels that read indices from memory: each sets its own flag for one out of range
+    checked = [k for k in kernels if INDEX_ERRORS in k.args]
+    flags = {k.name: f"index_flags[{i}]" for i, k in enumerate(checked)}
+    if checked:
+        out += ["", "# kernels flagging an index out of range, in flag order (named in the error)"]
+        out.append(f"INDEX_READERS = {tuple(f'{k.name}: {k.comment}' for k in checked)!r}")
     allocated: set = set()
     last_use: dict = {}
     for i, step in enumerate(steps):
@@ -297,6 +308,8 @@ def _render(steps, lowered, buffers, outputs, symbols=(), layouts: dict | None =
         names[b.name] = _pyname(b.name)
         body.append(f"{names[b.name]} = inputs[{b.name!r}]")
     body.append("inputs.clear()")  # the caller's references go: each input dies after its use
+    if checked:
+        body.append(f"index_flags = rt.index_flags({len(checked)})  # zeros, one per reader")
     # what the wrapper frees after its last reader: its own buffers and the graph's inputs
     freeable = allocated | {b.name for b in lowered.inputs if b is not None}
     for i, step in enumerate(steps):
@@ -327,7 +340,7 @@ def _render(steps, lowered, buffers, outputs, symbols=(), layouts: dict | None =
                     freeable.add(name)
             for k in step.generated:
                 body.append(f"# {k.name}: {k.kind}; {k.comment}")
-                body.append(_launch(k, names))
+                body.append(_launch(k, {**names, INDEX_ERRORS: flags.get(k.name)}))
         dead = [
             n for n, last in last_use.items() if last == i and n in freeable and n not in outputs
         ] + [n for n in step.writes if n in allocated and n not in last_use and n not in outputs]
@@ -335,6 +348,10 @@ def _render(steps, lowered, buffers, outputs, symbols=(), layouts: dict | None =
             body.append(f"del {', '.join(names[n] for n in sorted(set(dead)))}")
     returned = ", ".join(f"{n!r}: {names[n]}" for n in dict.fromkeys(outputs) if n in names)
     body.append("")
+    if checked:  # once per call: reading the flags waits for the device
+        body.append("for flagged, where in zip(rt.read_index_flags(index_flags), INDEX_READERS):")
+        body.append("    if flagged:")
+        body.append("        index_error(where)")
     body.append(f"return {{{returned}}}")
     out += ["", f"def call(inputs{'' if layouts is None else ', S'}):"] + [
         "    " + line if line else "" for line in body
@@ -477,6 +494,14 @@ class HostRuntime:
         for (src, _layout), b in zip(tensors, inputs):
             storages[src.name] = b.array
         wrapper_runtime.run_extern(ext, storages, layouts, values)
+
+    def index_flags(self, count: int) -> list:
+        """``count`` int32 error flags, zeroed, as kernel arguments (see ``_render``)."""
+        flags = np.zeros(count, np.int32)
+        return [HostBuffer.of_array(flags[i : i + 1]) for i in range(count)]
+
+    def read_index_flags(self, flags: list) -> list:
+        return [int(f.array[0]) for f in flags]
 
     def launch_tuned(self, kernel, configs: list, grid, *args) -> None:
         # the interpreter has no bfloat16 arithmetic: UPCAST makes tl.dot see float32
