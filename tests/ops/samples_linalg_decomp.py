@@ -231,7 +231,13 @@ SAMPLES += [
         "cholesky_inverse",
         (T((2, 3, 3)),),
         fn=lambda lib, a: lib.cholesky_inverse(_cholesky_factor(lib, a)),
-        ops=("_linalg_solve_triangular",),
+    ),
+    Sample(
+        "cholesky_inverse",
+        (T((3, 3)),),
+        kwargs={"upper": True},
+        fn=lambda lib, a, **k: lib.cholesky_inverse(_cholesky_factor(lib, a).mT, **k),
+        id="cholesky_inverse-upper",
     ),
 ]
 

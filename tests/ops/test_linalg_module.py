@@ -622,3 +622,29 @@ def test_compiled_matches_eager(backend, fn, n_inputs):
     compiled_out.sum().backward()
     for c, e in zip(compiled_in, eager_in):
         assert_close(c.grad, e.grad, rtol=1e-4, atol=1e-5)
+
+
+@needs_torch
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("triangular", [False, True], ids=["dense-leaf", "triangular-leaf"])
+def test_cholesky_inverse_gradient_of_a_leaf_is_dense_as_pytorch(upper, triangular, backend):
+    """PyTorch's derivative takes the whole input as the factor: the gradient fills both
+    triangles, though the forward reads one (it was the triangular solves' lower triangle)."""
+    a = _random(2, 4, 4, seed=3, shift=3)
+    if triangular:
+        a = np.triu(a) if upper else np.tril(a)
+    weights = _random(2, 4, 4, seed=4)
+    ours = kiln.tensor(a, requires_grad=True)
+    theirs = torch.tensor(a, requires_grad=True)
+
+    def fn(x):
+        return kiln.cholesky_inverse(x, upper=upper)
+
+    fn = fn if backend == "eager" else kiln.compile(fn, backend=backend)
+    out = fn(ours)
+    (out * kiln.tensor(weights)).sum().backward()
+    expected = torch.cholesky_inverse(theirs, upper=upper)
+    (expected * torch.tensor(weights)).sum().backward()
+    assert_close(out, expected, rtol=1e-10, atol=1e-12)
+    assert_close(ours.grad, theirs.grad, rtol=1e-9, atol=1e-11)

@@ -555,3 +555,44 @@ cholesky_ex.register_derivative(
     save_output=True,
     save_inputs=(),
 )
+
+
+def _check_cholesky_inverse(L: Tensor) -> None:
+    check_matrix("cholesky_inverse", L, dtype_check=False)
+    check_float("cholesky_inverse", L, "cholesky_inverse_out_cpu")
+
+
+@defop(kind="linalg", name="cholesky_inverse")
+def cholesky_inverse(input: Tensor, upper: bool = False):
+    """``A^{-1}`` for ``A = L L^T`` (``U^T U`` when upper) from the factor's triangle (the other
+    entries are never read). An op of its own, not two triangular solves: PyTorch's gradient
+    treats the whole input as the factor (dense), the solves' would be triangular."""
+
+
+@cholesky_inverse.register_kernel
+def _cholesky_inverse_kernel(L, upper):
+    _check_cholesky_inverse(L)
+    a = L._data
+    lower = np.swapaxes(a, -1, -2) if upper else a
+    identity = np.broadcast_to(np.eye(a.shape[-1], dtype=a.dtype), a.shape)
+    y = np_triangular_solve(lower, identity, lower=True, unit=False)
+    x = np_triangular_solve(np.swapaxes(lower, -1, -2), y, lower=False, unit=False)
+    return wrap(np.ascontiguousarray(x), L.dtype)
+
+
+@cholesky_inverse.register_meta
+def _cholesky_inverse_meta(L, upper=False):
+    _check_cholesky_inverse(L)
+    return fake(L.shape, L.dtype, L)
+
+
+def _cholesky_inverse_grad(c, g):
+    """With ``F = (L L^T)^{-1}``, ``dF = -F (dL L^T + L dL^T) F``: the gradient of L is
+    ``-F (g + g^T) F L`` (``-U F (g + g^T) F`` for ``F = (U^T U)^{-1}``), over every entry."""
+    L, upper = c.args
+    inverse = c.out
+    middle = inverse @ (g + g.mT) @ inverse
+    return (-(L @ middle) if upper else -(middle @ L)), None
+
+
+cholesky_inverse.register_derivative(_cholesky_inverse_grad, save_output=True)

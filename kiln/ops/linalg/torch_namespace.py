@@ -14,7 +14,7 @@ import math
 from ..core.common import Tensor, tensor_sequence
 from ..core.out_arguments import writes_out
 from ..core.registry import return_type, tensor_method, torch_function
-from ..creation.api import eye, zeros
+from ..creation.api import zeros
 from ..pointwise.unary_binary import where
 from . import factorizations as dec
 from . import lu as lu_ops
@@ -100,10 +100,7 @@ def _cholesky_solve(input: Tensor, input2: Tensor, upper: bool = False) -> Tenso
 @tensor_method("cholesky_inverse")
 def _cholesky_inverse(input: Tensor, upper: bool = False) -> Tensor:
     """``A^{-1}`` for ``A = L L^T`` (``U^T U`` when upper) given its Cholesky factor."""
-    dec.check_matrix("cholesky_inverse", input, dtype_check=False)
-    dec.check_float("cholesky_inverse", input, "cholesky_inverse_out_cpu")
-    identity = eye(input.shape[-1], dtype=input.dtype, device=input.device)
-    return _cholesky_solve(identity.expand(input.shape), input, upper)
+    return dec.cholesky_inverse(input, upper)
 
 
 _SVD = return_type("svd", ("U", "S", "V"))
