@@ -21,7 +21,7 @@ from typing import IO, Any
 import numpy as np
 
 from ..autograd.grad_mode import no_grad
-from ..inductor import extern_matmul
+from ..inductor import extern_convolution, extern_matmul
 from ..inductor.codegen.cpu_pool import (
     INDEX_ERRORS,
     KERNEL_TYPE,
@@ -357,6 +357,10 @@ def _build_wrapper(plan: dict, objects: _Objects | None, eager=None):
             if step["function"] not in extern_matmul.__all__:
                 raise ExportFileError(f"unknown matmul kernel {step['function']!r}")
             ns[f"E{i}"] = getattr(extern_matmul, step["function"])
+        elif kind == "convolution":
+            if step["function"] not in extern_convolution.__all__:
+                raise ExportFileError(f"unknown convolution kernel {step['function']!r}")
+            ns[f"E{i}"] = getattr(extern_convolution, step["function"])
         elif kind == "fallback":
             in_dtypes = [item["layout"]["dtype"] for item in step["inputs"] if "buffer" in item]
             stash = None

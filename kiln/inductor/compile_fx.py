@@ -266,7 +266,9 @@ def _through_cache(gm, example_inputs, options: dict, sizes=None, fallback=None)
     from . import graph_cache
 
     mutations = gm.graph.output_node.meta.get("input_mutations", ())
-    key = graph_cache.entry_key(_graph_key(gm, example_inputs, "llvm"), mutations, options)
+    # the configuration that changes which kernels a graph gets is part of its key
+    keyed = dict(options, direct_convolutions=config.direct_convolutions)
+    key = graph_cache.entry_key(_graph_key(gm, example_inputs, "llvm"), mutations, keyed)
     env = shape_env_of(example_inputs) if sizes is not None else None
     cached = graph_cache.load(key, gm, sizes, fallback, env)
     if cached is not None:

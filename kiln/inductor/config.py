@@ -34,6 +34,12 @@ unserved_size_eager_calls = 16
 # always, as ``set_num_threads`` says.
 threads_follow_load = True
 
+# kiln's own (read): float32 2-d convolutions of few channels (small CNNs' layers) run the
+# direct register-tiled loops eager mode uses (``extern_convolution.py``) where those pay,
+# forward, input and weight gradients, instead of columns copies and a BLAS product. False: the
+# columns lowering for every convolution (an A/B switch; part of the compiled-graph cache key).
+direct_convolutions = True
+
 debug = False
 verbose_progress = False
 # read: False (or ``force_disable_caches``) compiles every graph afresh instead of rebuilding it

@@ -37,9 +37,11 @@ import itertools
 import math
 import threading
 
+from ...ops.nn import conv_direct
 from ...runtime import dtypes as dt
+from ...runtime import machine_code
 from ...runtime.symbolic import SizeDependentError, hint_int
-from .. import extern_matmul, sym
+from .. import config, extern_convolution, extern_matmul, sym
 from ..ir import ExternBuffer, Layout, TensorBox
 from ..virtualized import ops
 from .framework import CURRENT, _box, _ctx, _meta_like_shape, _realized_input, register_lowering
@@ -62,9 +64,10 @@ def _convolution(
     _check_supported(out_meta, x, w, transposed)
     spec = _Spec(x, w, stride, padding, dilation, groups, tuple(out_meta.shape[2:]))
     if not transposed:
-        result = _forward(spec)
+        result = _direct(spec) or _forward(spec)
     elif _as_forward_possible(spec, output_padding):
-        result = _forward(_as_forward(spec))
+        forward = _as_forward(spec)
+        result = _direct(forward) or _forward(forward)
     else:
         result = _transposed(spec)
     if bias is not None:
@@ -357,6 +360,207 @@ def _product(spec: _Spec, shape: tuple, a, b) -> ExternBuffer:
         buf.origins = [CURRENT.node]
     ctx.buffers.append(buf)
     return buf
+
+
+# ------------------------------------------------------------------------------ direct loops
+
+
+def _direct(spec: _Spec) -> TensorBox | None:
+    """The convolution through the direct loops (``extern_convolution``) where they pay, as a
+    forward pass or, for the weight gradient's form (a convolution whose kernel is the output
+    gradient's image), as the loops' weight gradient; None where the columns lowering runs."""
+    if (
+        not config.direct_convolutions
+        or spec.k != 2
+        or spec.groups != 1
+        or spec.dtype is not dt.float32
+        or spec.w.dtype is not dt.float32
+        or machine_code.get("convolution") is None
+    ):
+        return None
+    static = (spec.in_spatial, spec.kernel, spec.out_spatial, spec.weight_shape[2:])
+    if any(s.__class__ is not int for sizes in static for s in sizes):
+        return None
+    return _direct_forward(spec) or _direct_weight_grad(spec)
+
+
+def _direct_forward(spec: _Spec) -> TensorBox | None:
+    n, c, o = spec.batch, spec.channels, spec.weight_shape[0]
+    if c.__class__ is not int or o.__class__ is not int or tuple(spec.dilation) != (1, 1):
+        return None
+    pads = [(p, p) for p in spec.padding]
+    x_shape = (hint_int(n), c) + spec.in_spatial
+    if not conv_direct.pays(x_shape, spec.weight_shape, pads, (1, 1), 1, spec.out_spatial):
+        return None
+    oh, ow = spec.out_spatial
+    width = _lanes_width(ow)
+    inner = spec.x.loader
+
+    def read(sample, channel, row, col):
+        return inner([sample, channel, row, col])
+
+    xp = _phase_input(spec, read, (n, c) + spec.in_spatial, spec.kernel, spec.stride, width)
+    wb = _blocked_weight(spec)
+    layout = Layout.contiguous((n, o, oh, width), spec.dtype)
+    buf = _direct_call(spec, layout, extern_convolution.conv2d_direct_out, [xp, wb, spec.stride[0]])
+    return _stored_as(buf, (n, o, oh, ow)) if width == ow else _narrowed(buf, (n, o, oh, ow))
+
+
+def _direct_weight_grad(spec: _Spec) -> TensorBox | None:
+    """``convolution(x^T, g^T, stride=1, padding=p, dilation=s)``, the weight gradient the
+    derivative writes (``out[c, o, i, j] = sum x[n, c, s*a + i - p, s*b + j - p] g[n, o, a, b]``),
+    as the loops' weight gradient of the convolution of ``x`` (N, C, H, W) with stride ``s``
+    whose output gradient is ``g`` (N, O, OH, OW). The loops' result is (C, KH, KW, O), read
+    through a permuted view. Only for gradients a multiple of the loops' vector wide: a rounded
+    width would multiply the padding columns' inputs by zero, an infinite input giving NaN."""
+    if tuple(spec.stride) != (1, 1):
+        return None
+    c, n = spec.batch, spec.channels  # the roles of the transposed operands
+    o = spec.weight_shape[0]
+    if c.__class__ is not int or o.__class__ is not int:
+        return None
+    grad_spatial = spec.kernel  # (OH, OW): the output gradient's image
+    kernel = spec.out_spatial
+    stride = tuple(spec.dilation)
+    oh, ow = grad_spatial
+    if ow % conv_direct.LANES:
+        return None
+    pads = [(p, p) for p in spec.padding]
+    x_shape = (hint_int(n), c) + spec.in_spatial
+    if not conv_direct.pays(x_shape, (o, c) + kernel, pads, (1, 1), 1, grad_spatial):
+        return None
+    inner = spec.x.loader
+
+    def read(sample, channel, row, col):
+        return inner([channel, sample, row, col])
+
+    geometry = _Spec(spec.x, spec.w, stride, spec.padding, (1, 1), 1, grad_spatial)
+    xp = _phase_input(geometry, read, (n, c) + spec.in_spatial, kernel, stride, ow)
+    g_shape = (n, o, oh, ow)
+
+    def g_index(index):
+        return [index[1], index[0], index[2], index[3]]
+
+    g = _operand_in(spec.w, g_shape, g_index, _permuted((1, 0, 2, 3)))
+    layout = Layout.contiguous((c,) + kernel + (o,), spec.dtype)
+    buf = _direct_call(spec, layout, extern_convolution.conv2d_weight_grad_out, [xp, g, stride[0]])
+    kh, kw = kernel
+    view = Layout((c, o, kh, kw), (kh * kw * o, 1, kw * o, o), spec.dtype, 0, buf.layout.device)
+    return _buffer_view(buf, view)
+
+
+def _lanes_width(columns: int) -> int:
+    lanes = conv_direct.LANES
+    return -(-columns // lanes) * lanes
+
+
+def _phase_input(spec: _Spec, read, x_shape: tuple, kernel, stride, width: int):
+    """The loops' input: ``xp[n, c, r, q, j]`` = padded input pixel (r, j * stride_w + q), zero
+    outside the input, for outputs ``width`` columns wide (``conv_direct.phase_input``'s layout),
+    stored contiguously by a generated loop (where whatever computes the input fuses)."""
+    n, c, h, w = x_shape
+    kh, kw = kernel
+    sh, sw = stride
+    top, left = spec.padding
+    oh = spec.out_spatial[0]
+    rows = (oh - 1) * sh + kh
+    wq = width + (kw - 1) // sw
+    shape = (n, c, rows, sw, wq)
+
+    def loader(index):
+        row = sym.as_expr(index[2]) - top
+        col = sym.as_expr(index[4]) * sw + sym.as_expr(index[3]) - left
+        cond = None
+        for position, size in ((row, h), (col, w)):
+            lo, hi = position.bounds()
+            iv = ops.index_expr(position, dt.int64)
+            checks = []
+            if not sym.known(">=", lo, 0):
+                checks.append(ops.ge(iv, ops.constant(0, dt.int64)))
+            if not sym.known("<", hi, size):
+                checks.append(ops.lt(iv, ops.constant(size, dt.int64)))
+            for check in checks:
+                cond = check if cond is None else ops.logical_and(cond, check)
+        value = read(index[0], index[1], row, col)
+        if cond is None:
+            return value
+        return ops.where(cond, value, ops.constant(0.0, spec.dtype))
+
+    box = _box(_ctx(spec.x), shape, spec.dtype, loader, spec.x)
+    buf = box.realize()
+    if CURRENT.node is not None:
+        buf.origins = [CURRENT.node]
+    return buf, buf.layout
+
+
+def _blocked_weight(spec: _Spec):
+    """The weight (O, C, KH, KW) as the loops read it: (ceil(O / 4), C, KH, KW, 4), zero past
+    O, stored by a generated loop (a transposed convolution's flipped kernel is read flipped)."""
+    o = spec.weight_shape[0]
+    block = conv_direct.BLOCK
+    blocks = -(-o // block)
+    inner = spec.w.loader
+
+    def loader(index):
+        channel = sym.as_expr(index[0]) * block + sym.as_expr(index[4])
+        value = inner([channel, index[1], index[2], index[3]])
+        if o % block == 0:
+            return value
+        inside = ops.lt(ops.index_expr(channel, dt.int64), ops.constant(o, dt.int64))
+        return ops.where(inside, value, ops.constant(0.0, spec.dtype))
+
+    shape = (blocks, spec.weight_shape[1]) + spec.kernel + (block,)
+    box = _box(_ctx(spec.w), shape, spec.dtype, loader, spec.w)
+    buf = box.realize()
+    return buf, buf.layout
+
+
+def _operand_in(box: TensorBox, shape: tuple, index_map, strided):
+    """``box`` seen as ``shape``, handed to a direct loop: C-contiguous, a view when one is."""
+    from .views import _view_box
+
+    view = _view_box(box, shape, index_map, strided)
+    return _realized_input(view, lambda layout: layout == Layout.contiguous(shape, layout.dtype))
+
+
+def _permuted(dims: tuple):
+    def strided(layout):
+        return Layout(
+            tuple(layout.shape[d] for d in dims),
+            tuple(layout.stride[d] for d in dims),
+            layout.dtype,
+            layout.offset,
+            layout.device,
+        )
+
+    return strided
+
+
+def _direct_call(spec: _Spec, layout: Layout, kernel, inputs: list) -> ExternBuffer:
+    ctx = _ctx(spec.x, spec.w)
+    buf = ExternBuffer(ctx.new_name(), layout, kernel, inputs, {}, "convolution")
+    if CURRENT.node is not None:
+        buf.origins = [CURRENT.node]
+    ctx.buffers.append(buf)
+    return buf
+
+
+def _narrowed(buf: ExternBuffer, shape: tuple) -> TensorBox:
+    """The direct loops' output (N, O, OH, OWV), computed in whole vectors, read as its first
+    ``shape[-1]`` columns."""
+    st = buf.layout.stride
+    return _buffer_view(buf, Layout(shape, st, buf.dtype, 0, buf.layout.device))
+
+
+def _buffer_view(buf: ExternBuffer, layout: Layout) -> TensorBox:
+    name = buf.name
+
+    def loader(index):
+        return ops.load(name, layout.offset_expr(index))
+
+    box = TensorBox(tuple(layout.shape), buf.dtype, loader, _ctx())
+    box.view_of = (buf, layout)
+    return box
 
 
 # ------------------------------------------------------------------------------ transposed

@@ -1,0 +1,202 @@
+"""Compiled small-channel convolutions through the direct loops (``extern_convolution``): the
+forward pass, the input gradient (a stride-1 transposed convolution) and the weight gradient
+equal PyTorch's, over the shapes where the loops apply (rounded output widths, output channels
+not a multiple of the channel block, strides, padding, a fused producer, a batch norm before),
+the graphs really call the loops, and the switch and the numpy fallback give the same values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.nn.functional as F
+from kiln.bench.dumps import observe_compiled_graphs
+from kiln.inductor import config, extern_convolution
+from kiln.inductor.ir import ExternBuffer
+from kiln.ops.nn import conv_direct
+from tests.oracle import assert_close, needs_torch, to_torch, torch
+
+# (input shape, output channels, kernel, stride, padding): direct forward and weight gradient
+# where the output width is a multiple of eight, direct forward alone where it is rounded up
+CASES = {
+    "resnet_stem": ((2, 3, 16, 32), 16, 3, 1, 1),
+    "resnet_block": ((2, 16, 16, 16), 16, 3, 1, 1),
+    "strided": ((2, 8, 16, 32), 12, 3, 2, 1),
+    "rounded_width": ((2, 5, 9, 18), 6, 3, 1, 1),
+    "no_padding_odd_channels": ((3, 4, 12, 26), 7, 3, 1, 0),
+    "five_by_five": ((2, 6, 10, 40), 8, 5, 1, 2),
+}
+
+
+@pytest.fixture(autouse=True)
+def _schedules_kept(monkeypatch):
+    """Graphs compiled afresh: one rebuilt from the compiled-graph cache keeps no schedule,
+    which the tests read to see which extern calls a graph makes."""
+    monkeypatch.setattr(config, "fx_graph_cache", False)
+
+
+def _externs(observed) -> list:
+    names = []
+    for item in observed:
+        for step in item.graph.schedule.steps:
+            buf = getattr(step, "buffer", None)
+            if isinstance(buf, ExternBuffer):
+                names.append(buf.kernel.__name__)
+    return names
+
+
+def _inputs(case, seed: int):
+    xs, o, k, _, _ = case
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((o, xs[1], k, k)).astype(np.float32) / k
+    b = rng.standard_normal(o).astype(np.float32)
+    return x, w, b
+
+
+def _run_kiln(fn, arrays, compiled: bool):
+    tensors = [kiln.tensor(a, requires_grad=True) for a in arrays]
+    with observe_compiled_graphs() as observed:
+        out = (kiln.compile(fn, fullgraph=True) if compiled else fn)(*tensors)
+        (out * out.detach().cos()).sum().backward()
+    return out.detach(), [t.grad for t in tensors], _externs(observed)
+
+
+@needs_torch
+@pytest.mark.parametrize("name", list(CASES))
+def test_direct_convolution_matches_torch(name):
+    case = CASES[name]
+    xs, o, k, stride, padding = case
+
+    def fn(x, w, b):
+        # the input's producer (an affine and ReLU, as a batch norm's) fuses into the loops'
+        # padded copy; the output's consumer reads the loops' (maybe rounded) rows
+        return (F.conv2d((x * 0.5 + 0.25).relu(), w, b, stride, padding) * 1.5).tanh()
+
+    arrays = _inputs(case, sum(map(ord, name)))
+    got, grads, externs = _run_kiln(fn, arrays, compiled=True)
+    eager, eager_grads, _ = _run_kiln(fn, arrays, compiled=False)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in arrays)
+    expected = torch.tanh(
+        torch.nn.functional.conv2d(torch.relu(tx * 0.5 + 0.25), tw, tb, stride, padding) * 1.5
+    )
+    (expected * expected.detach().cos()).sum().backward()
+    assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert_close(got, eager, rtol=1e-5, atol=1e-5)
+    for g, e, t in zip(grads, eager_grads, (tx.grad, tw.grad, tb.grad)):
+        assert_close(g, t, rtol=1e-4, atol=1e-4)
+        assert_close(g, e, rtol=1e-4, atol=1e-4)
+    out_width = tuple(expected.shape)[-1]
+    assert "conv2d_direct_out" in externs, externs
+    # the input gradient of a stride-1 layer is a forward pass of the loops too
+    assert externs.count("conv2d_direct_out") == (2 if stride == 1 else 1), externs
+    assert ("conv2d_weight_grad_out" in externs) == (out_width % conv_direct.LANES == 0), externs
+
+
+@needs_torch
+def test_direct_convolution_in_a_training_step_matches_torch():
+    """A ResNet basic block with batch norms, trained two steps: parameters equal PyTorch's."""
+
+    def block(lib):
+        nn = lib.nn
+        return nn.Sequential(
+            nn.Conv2d(8, 8, 3, 1, 1, bias=False),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.Conv2d(8, 16, 3, 2, 1, bias=False),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.Conv2d(16, 16, 3, 1, 1, bias=False),
+        )
+
+    model = block(kiln)
+    reference = block(torch)
+    reference.load_state_dict({k: to_torch(v) for k, v in model.state_dict().items()})
+    images = np.random.default_rng(1).standard_normal((4, 8, 16, 32)).astype(np.float32)
+    optimizer = kiln.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    torch_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+
+    @kiln.compile
+    def step(x):
+        optimizer.zero_grad()
+        loss = model(x).square().mean()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    with observe_compiled_graphs() as observed:
+        for _ in range(2):
+            loss = step(kiln.tensor(images))
+            torch_optimizer.zero_grad()
+            torch_loss = reference(torch.tensor(images)).square().mean()
+            torch_loss.backward()
+            torch_optimizer.step()
+            assert_close(loss, torch_loss, rtol=1e-4, atol=1e-5)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert_close(p, q, rtol=1e-4, atol=1e-5)
+    assert "conv2d_weight_grad_out" in _externs(observed)
+
+
+@needs_torch
+def test_direct_convolution_keeps_infinities_and_nans_as_torch():
+    """An infinite input next to the columns the loops compute past the output width (an
+    18-wide output computed 24 wide) gives PyTorch's inf/NaN pattern, no more."""
+    x, w, b = _inputs(CASES["rounded_width"], 3)
+    x[0, 1, 4, -1] = np.inf
+    x[1, 2, 0, 0] = np.nan
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, 1, 1)
+
+    got, grads, externs = _run_kiln(fn, (x, w, b), compiled=True)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    expected = torch.nn.functional.conv2d(tx, tw, tb, 1, 1)
+    (expected * expected.detach().cos()).sum().backward()
+    assert "conv2d_direct_out" in externs
+    assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    for g, t in zip(grads, (tx.grad, tw.grad, tb.grad)):
+        assert_close(g, t, rtol=1e-4, atol=1e-4)
+
+
+def test_switch_off_gives_the_columns_lowering_and_the_same_values(monkeypatch):
+    x, w, b = _inputs(CASES["resnet_block"], 4)
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, 1, 1).relu()
+
+    got, grads, externs = _run_kiln(fn, (x, w, b), compiled=True)
+    monkeypatch.setattr(config, "direct_convolutions", False)
+    off, off_grads, off_externs = _run_kiln(fn, (x, w, b), compiled=True)
+    assert "conv2d_direct_out" in externs
+    assert not [e for e in off_externs if e.startswith("conv2d")], off_externs
+    assert_close(got, off, rtol=1e-5, atol=1e-5)
+    for g, e in zip(grads, off_grads):
+        assert_close(g, e, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_numpy_fallback_computes_the_loops_sums(monkeypatch, stride):
+    """Without the machine code (LLVM failed to build it) the extern functions compute the
+    same sums from the same layouts with numpy."""
+    rng = np.random.default_rng(stride)
+    a = rng.standard_normal((2, 5, 11, 16)).astype(np.float32)
+    w = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
+    out, xp = conv_direct.forward(a, w, (stride, stride), [(1, 1), (1, 1)], _out(a, stride))
+    wb = conv_direct._blocked(w)
+    g = rng.standard_normal(out.shape[:3] + (conv_direct._width(out.shape[3]),))
+    g = g.astype(np.float32)
+    machine = np.empty(g.shape, np.float32), np.empty((5, 3, 3, 6), np.float32)
+    extern_convolution.conv2d_direct_out(machine[0], xp.xp, wb, stride)
+    extern_convolution.conv2d_weight_grad_out(machine[1], xp.xp, g, stride)
+    monkeypatch.setattr(extern_convolution, "_kernels", lambda: None)
+    numpy = np.empty(g.shape, np.float32), np.empty((5, 3, 3, 6), np.float32)
+    extern_convolution.conv2d_direct_out(numpy[0], xp.xp, wb, stride)
+    extern_convolution.conv2d_weight_grad_out(numpy[1], xp.xp, g, stride)
+    np.testing.assert_allclose(numpy[0], machine[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(numpy[1], machine[1], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(machine[0][..., : out.shape[3]], out, rtol=1e-6, atol=1e-6)
+
+
+def _out(a, stride):
+    return tuple((s + 2 - 3) // stride + 1 for s in a.shape[2:])
