@@ -163,3 +163,21 @@ def test_kernels_on_a_cuda_device_flag_indices_out_of_range(gpu, name):
     kiln.testing.assert_close(got.cpu(), fn(x, kiln.tensor(good)))
     error = _error(compiled, x.to("cuda"), kiln.tensor(bad).to("cuda"))
     _is_index_error(error, __file__)
+
+
+def test_flagging_kernels_pass_the_gpu_compiler():
+    """The checks in a matmul epilogue and in a looped reduction compile to cubins (sm_90, no
+    GPU needed): the interpreter is laxer than Triton's compiler."""
+    from kiln.inductor.codegen.triton_wrapper import compile_for_gpu
+
+    a, b, bias, i = kiln.randn(6, 10), kiln.randn(10, 8), kiln.randn(3, 8), kiln.tensor([0, 2, 1])
+
+    def fn(a, b, bias, i):
+        rows = i.repeat(2)
+        return (a @ b) + bias[rows], kiln.nn.functional.cross_entropy(a, rows)
+
+    compiled = compile_traced(fn, a, b, bias, i, codegen="triton", options=LOOPED)
+    checking = [k.name for k in compiled.module.kernels if "_index_errors" in k.args]
+    assert len(checking) == 2
+    binaries = compile_for_gpu(compiled.module, (9, 0))
+    assert all(binaries[name].asm.get("cubin") for name in checking)
