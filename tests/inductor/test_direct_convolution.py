@@ -201,3 +201,46 @@ def test_numpy_fallback_computes_the_loops_sums(monkeypatch, stride):
 
 def _out(a, stride):
     return tuple((s + 2 - 3) // stride + 1 for s in a.shape[2:])
+
+
+@needs_torch
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_strided_weight_gradient_computes_the_kernels_taps_only(kernel):
+    """A stride-2 layer's weight gradient convolves the input cropped on its far side, so the
+    product computes the kernel's taps (9 for a 3x3, 1 for a 1x1), not the 16 or 4 the padded
+    input gives; values (first and second derivatives) equal PyTorch's."""
+    rng = np.random.default_rng(kernel)
+    xn = rng.standard_normal((2, 4, 16, 16)).astype(np.float32)
+    wn = rng.standard_normal((8, 4, kernel, kernel)).astype(np.float32)
+    padding = kernel // 2
+
+    def fn(x, w):
+        return F.conv2d(x, w, None, 2, padding).square().sum()
+
+    x, w = (kiln.tensor(a, requires_grad=True) for a in (xn, wn))
+    with observe_compiled_graphs() as observed:
+        kiln.compile(fn, fullgraph=True)(x, w).backward()
+    products = []
+    for item in observed:
+        for step in item.graph.schedule.steps:
+            buf = getattr(step, "buffer", None)
+            if isinstance(buf, ExternBuffer) and buf.kernel.__name__ == "matmul_out":
+                products.append(tuple(buf.layout.shape))
+    assert (1, 8, 4 * kernel * kernel) in products, products
+    tx, tw = (torch.tensor(a, requires_grad=True) for a in (xn, wn))
+    torch.nn.functional.conv2d(tx, tw, None, 2, padding).square().sum().backward()
+    assert_close(w.grad, tw.grad, rtol=1e-4, atol=1e-4)
+    assert_close(x.grad, tx.grad, rtol=1e-4, atol=1e-4)
+    # the derivative's own graph (create_graph) through the cropped input
+    x, w = (kiln.tensor(a.astype(np.float64), requires_grad=True) for a in (xn, wn))
+    tx, tw = (torch.tensor(a.astype(np.float64), requires_grad=True) for a in (xn, wn))
+    for lib, a, b, out in ((kiln, x, w, []), (torch, tx, tw, [])):
+        y = lib.nn.functional.conv2d(a, b, None, 2, padding)
+        (gw,) = lib.autograd.grad(y.square().sum(), (b,), create_graph=True)
+        out.extend(lib.autograd.grad(gw.sin().sum(), (a, b)))
+        if lib is kiln:
+            got = out
+        else:
+            expected = out
+    for g, e in zip(got, expected):
+        assert_close(g, e, rtol=1e-9, atol=1e-9)
