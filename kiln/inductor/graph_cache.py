@@ -43,7 +43,7 @@ from .codegen import graph_index
 from .codegen.cpu import bind_kernel
 from .codegen.cpu_pool import RowKernel
 from .codegen.llvm import jit as llvm_jit
-from .codegen.wrapper import WrapperModule, base_namespace, profiling_namespace
+from .codegen.wrapper import WrapperModule, base_namespace, profiling_namespace, source_lines
 from .ir import Layout
 from .scheduler import ExternCall
 
@@ -51,7 +51,7 @@ __all__ = ["CachedGraph", "entry_key", "load", "save"]
 
 log = logging.getLogger("kiln.inductor")
 
-FORMAT = 3
+FORMAT = 4
 _PLAIN = (int, float, bool, str, type(None))
 
 
@@ -238,6 +238,8 @@ def _describe(name: str, value, compiled, attributes: dict, sizes: _Sizes) -> tu
         kernel = ("fallback", recipe) if recipe else ("function", _function_name(buf.kernel))
         layout = sizes.store(buf.layout)
         return ("extern", buf.name, layout, kernel, inputs, kwargs, bool(buf.symbolic_scalars))
+    if name == "_lines":  # the user lines of the graph that loads the entry, not this one's
+        return ("lines",)
     if name in _PER_CAPTURE:
         return ("capture", name)
     return ("value", _plain_value(value))
@@ -395,6 +397,8 @@ def _rebuild(payload: bytes, gm, binding=None, fallback=None, env=None) -> Cache
             namespace[name] = _extern_runner(
                 _StoredExtern(buf_name, layout, kernel, inputs, kwargs, symbolic_scalars)
             )
+        elif kind == "lines":
+            namespace[name] = source_lines(gm)
         elif kind == "capture":
             if binding is None:
                 raise ValueError(f"{name} belongs to a graph compiled for every size")

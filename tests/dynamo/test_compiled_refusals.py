@@ -131,6 +131,27 @@ def test_compiled_gathers_refuse_indices_out_of_range(name):
     assert "test_compiled_refusals.py" in str(compiled)  # the user's line
 
 
+def _gather_at_first_line(x, idx):
+    return x[idx] * 2
+
+
+def _gather_at_second_line(x, idx):
+    return x[idx] * 2
+
+
+def test_index_errors_name_the_line_of_the_graph_that_ran(tmp_path, monkeypatch):
+    """Two functions with the same graph at different lines share cache entries (the key leaves
+    lines out, in the AOT and the compiled-graph caches, and across processes), but each one's
+    error names its own line, not the line of the function that stored the entry."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    x, bad = kiln.arange(5.0), kiln.tensor([7])
+    for fn in (_gather_at_first_line, _gather_at_second_line):
+        error = _error(kiln.compile(fn), x, bad)
+        assert isinstance(error, RuntimeError), error
+        line = fn.__code__.co_firstlineno + 1
+        assert f"test_compiled_refusals.py:{line})" in str(error), (fn.__name__, str(error))
+
+
 def test_compiled_gathers_of_valid_indices_still_run():
     """Negative indices count from the end where PyTorch lets them (``x[idx]``, ``take``),
     the last valid index is in range, and a batch of valid gathers sets no flag."""

@@ -25,15 +25,26 @@ from .cpu_pool import INDEX_ERRORS, index_error, index_flag
 __all__ = ["base_namespace", "generate_wrapper", "profiling_namespace", "WrapperModule"]
 
 
-def _origins(step) -> str:
+def _origin_nodes(step) -> list:
     bufs = step.nodes if isinstance(step, Kernel) else [step.buffer]
+    return [o for b in bufs for o in b.origins]
+
+
+def _origins(step) -> str:
     names = []
-    for b in bufs:
-        for o in b.origins:
-            label = getattr(o, "name", str(o))
-            src = getattr(o, "meta", {}).get("source")
-            names.append(f"{label}@{src}" if src else label)
+    for o in _origin_nodes(step):
+        label = getattr(o, "name", str(o))
+        src = getattr(o, "meta", {}).get("source")
+        names.append(f"{label}@{src}" if src else label)
     return ", ".join(names) or "-"
+
+
+def source_lines(gm) -> dict:
+    """Each graph node's user source line (``file:line``), by node name. A wrapper's errors
+    name lines through this table rather than text baked into its source: a graph rebuilt from
+    the compiled-graph cache may have been stored by the same graph at other lines (another
+    function, another file), which its key deliberately leaves out."""
+    return {n.name: n.meta["source"] for n in gm.graph.nodes if n.meta.get("source")}
 
 
 _addressof = ctypes.addressof
@@ -124,6 +135,7 @@ def generate_wrapper(
     inplace = inplace or {}
     inplace_inputs = {lowered.inputs[k].name: k for k in inplace.values()}
     ns = base_namespace()
+    user_lines = ns["_lines"] = {}  # the user lines index errors name (``source_lines``)
     lines = []
     symbolic: dict = {}  # name -> layout worked out per call (kernels for every size)
 
@@ -212,7 +224,13 @@ def generate_wrapper(
                 pointers.append("_S.symbol_address")
                 body.append(f"K{i}({ptype}({', '.join(pointers)}), *_S.rows[{i}])")
             if gathers:
-                body.append(f"if {INDEX_ERRORS}[0]: _index_error({where!r})")
+                origins = _origin_nodes(step)
+                names = tuple(getattr(o, "name", str(o)) for o in origins)
+                for o in origins:
+                    src = getattr(o, "meta", {}).get("source")
+                    if src:
+                        user_lines[o.name] = src
+                body.append(f"if {INDEX_ERRORS}[0]: _index_error({step.name!r}, {names!r}, _lines)")
         elif sizes is not None and i in numpy_steps:  # run by numpy at this call's sizes
             ns[f"S{i}"] = numpy_steps[i]
             keys = [layout_ref(f"N{i}_{k}", buffers[name].layout) for k, name in enumerate(writes)]
