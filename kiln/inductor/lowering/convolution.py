@@ -1,4 +1,14 @@
-"""Lowering of ``convolution``: im2col or col2im loops around one extern BLAS product.
+"""Lowering of ``convolution``: the direct loops for small channel counts, else im2col or
+col2im loops around one extern BLAS product.
+
+Float32 2-d convolutions of few channels (``conv_direct.pays``: small CNNs' 3x3 layers) run the
+register-tiled loops eager mode runs (``extern_convolution``, ``_direct``): a generated loop
+stores the input padded and split by the column stride's phases (``_phase_input``, where the
+input's producer fuses), another the weight blocked by four output channels, and the extern call
+computes the output rows. The input gradient of a stride-1 layer is such a forward pass over the
+flipped kernel; the weight gradient (a convolution whose kernel is the output gradient's image)
+is recognized by its shape and runs the loops' weight-gradient walk. Everything else takes the
+columns and a product, below.
 
 A convolution is a matrix product once its input windows are laid out as columns. The eager
 kernel builds the columns with numpy (a padded copy, then a strided copy); here they are loops of
