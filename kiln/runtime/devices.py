@@ -163,12 +163,15 @@ def run_kernel(dev, op, args: tuple):
     return _kernels().run_op(op, args, dev)
 
 
+_CPU_INDEX_OPS = frozenset({"index", "index_put", "index_put_"})
+
+
 def _stage_arguments(op, args: tuple, dev) -> tuple:
     """Check devices; 0-dim CPU tensors (PyTorch lets them act as scalars) move to ``dev``."""
 
-    def fix(a):
+    def fix(a, index_list=False):
         if isinstance(a, Tensor) and a._device != dev:
-            if a._device.type == "cpu" and a.ndim == 0:
+            if a._device.type == "cpu" and (a.ndim == 0 or index_list):
                 return transfer(a, dev)
             raise RuntimeError(
                 "Expected all tensors to be on the same device, but found at least two "
@@ -179,8 +182,11 @@ def _stage_arguments(op, args: tuple, dev) -> tuple:
     out = list(args)
     for p in op.tensor_positions:
         out[p] = fix(out[p])
+    # advanced indexing takes index tensors from the CPU for a tensor on any device, as
+    # PyTorch's ``x[idx]`` and ``index_put_`` do (they are copied over)
+    indices = op.name in _CPU_INDEX_OPS
     for p in op.list_positions:
-        out[p] = type(out[p])(fix(a) for a in out[p])
+        out[p] = type(out[p])(fix(a, indices) for a in out[p])
     if op.name in ("philox_rand", "philox_randn"):
         # seeds and offsets change every call: make them graph inputs, not baked constants
         for p in (1, 2):

@@ -472,3 +472,56 @@ def test_compiled_training_step_on_cuda_matches_cpu(gpu):
     _close(loss, loss_cpu)
     for p, g in zip(model.parameters(), grads_cpu):
         _close(p.grad, g)
+
+
+def _raised(fn, *args):
+    try:
+        fn(*args)
+    except RuntimeError as error:
+        return str(error)
+    return None
+
+
+def test_compiled_code_refuses_mixed_devices_as_eager_does(gpu):
+    """A CUDA tensor with a CPU one fails compiled as eager (a 0-d CPU tensor is a scalar)."""
+    x = kiln.arange(5.0, device="cuda")
+
+    def add(x, y):
+        return x + y
+
+    eager = _raised(add, x, kiln.ones(5))
+    assert eager is not None and "same device" in eager
+    assert _raised(kiln.compile(add), x, kiln.ones(5)) == eager
+    scalar = kiln.tensor(2.0)
+    assert kiln.compile(add)(x, scalar).cpu().tolist() == (x.cpu() + 2.0).tolist()
+
+
+def test_cuda_tensors_take_cpu_index_tensors_as_pytorch(gpu):
+    """``x[idx]`` and ``index_put_`` take CPU index tensors for a tensor on any device."""
+    x = kiln.arange(6.0, device="cuda")
+    idx = kiln.tensor([4, 1])
+
+    def gather(x, i):
+        return x[i] * 2
+
+    assert gather(x, idx).cpu().tolist() == [8.0, 2.0]
+    assert kiln.compile(gather)(x, idx).cpu().tolist() == [8.0, 2.0]
+    y = x.clone()
+    y[idx] = kiln.tensor([10.0, 20.0], device="cuda")
+    assert y.cpu().tolist() == [0.0, 20.0, 2.0, 3.0, 10.0, 5.0]
+
+
+def test_compiled_code_under_a_cuda_default_device(gpu):
+    """An index tensor made inside compiled code under ``set_default_device("cuda")`` is moved
+    to the device by an eager fallback, whose result comes back to host memory for the call."""
+    kiln.set_default_device("cuda")
+    try:
+        x = kiln.arange(5.0)
+
+        def fn(x):
+            return x[kiln.tensor([1, 3])] * 2
+
+        assert fn(x).device.type == "cuda"
+        assert kiln.compile(fn)(x).cpu().tolist() == [2.0, 6.0]
+    finally:
+        kiln.set_default_device(None)

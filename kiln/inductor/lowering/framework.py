@@ -264,6 +264,14 @@ def fallback(op, out_meta, args) -> TensorBox:
     return tuple(outs)
 
 
+def _host(t: Tensor) -> np.ndarray:
+    """A fallback result's values in host memory, where extern calls write: an op that makes a
+    tensor on a device (``to_device``, or a factory under ``set_default_device("cuda")``)
+    returns device memory, which the Triton runtime's extern call uploads again after."""
+    data = t._data
+    return data if isinstance(data, np.ndarray) else t.cpu()._data
+
+
 def fallback_kernels(op_name: str, dtypes: tuple, results: int) -> list[Callable]:
     """The extern kernels running op ``op_name``'s eager kernel on arrays of ``dtypes``: one
     ``run(out, *arrays, template)`` for an op with one result; for ``results`` > 1, the first
@@ -288,7 +296,7 @@ def fallback_kernels(op_name: str, dtypes: tuple, results: int) -> list[Callable
     if results == 1:
 
         def run(out, *arrays, template):
-            np.copyto(out, call_kernel(arrays, template)._data, casting="unsafe")
+            np.copyto(out, _host(call_kernel(arrays, template)), casting="unsafe")
 
         kernels = [run]
     else:
@@ -296,7 +304,7 @@ def fallback_kernels(op_name: str, dtypes: tuple, results: int) -> list[Callable
 
         def run_first(out, *arrays, template):
             outputs = call_kernel(arrays, template)
-            stash.results = [r._data for r in outputs]
+            stash.results = [_host(r) for r in outputs]
             np.copyto(out, stash.results[0], casting="unsafe")
 
         kernels = [run_first]

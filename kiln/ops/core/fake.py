@@ -6,8 +6,9 @@ dtype and strides without computing anything. ``to_fake`` makes a data-less twin
 
 from __future__ import annotations
 
+from ...runtime.device import cpu, meta
 from ...runtime.tensor import Tensor, make_fake
-from .dispatch import DispatchMode, mark_view
+from .dispatch import _ONE_DEVICE_KINDS, DispatchMode, _tensor_args, mark_view
 
 __all__ = ["FakeTensorMode", "to_fake"]
 
@@ -30,6 +31,8 @@ class FakeTensorMode(DispatchMode):
             if op.decomposition is not None:
                 return self.below_decompose(op, args)
             raise NotImplementedError(f"kiln op '{op.name}' has no meta function for fake tensors")
+        if op.kind in _ONE_DEVICE_KINDS:
+            _check_devices(op, args)
         out = op.meta(*args)
         if op.is_view:
             mark_view(out, args[0], op, args)
@@ -39,3 +42,23 @@ class FakeTensorMode(DispatchMode):
 
     def below_decompose(self, op, args):
         return op.decomposition(*args)
+
+
+def _check_devices(op, args) -> None:
+    """The device check eager kernels make, on fake tensors: captured code that mixes a CUDA
+    tensor with a CPU one must fail as eager code does, not compile into a graph that runs
+    (a 0-d CPU tensor joins any device as a scalar; meta tensors keep their own check)."""
+    tensors = list(_tensor_args(op, args))
+    if len(tensors) < 2:
+        return
+    chooser = next((t for t in tensors if t._shape or t._device is not cpu), tensors[0])
+    for t in tensors:
+        dev = t._device
+        if dev is chooser._device or meta in (dev, chooser._device):
+            continue
+        if dev is cpu and not t._shape:
+            continue
+        raise RuntimeError(
+            "Expected all tensors to be on the same device, but found at least two devices, "
+            f"{chooser._device} and {dev}! (while running {op.name})"
+        )
