@@ -45,13 +45,20 @@ def conv2d_direct_out(out: np.ndarray, xp: np.ndarray, wb: np.ndarray, stride: i
             out += np.einsum("oc,ncij->noij", weight[:, :, i, j], window)
 
 
-def conv2d_weight_grad_out(out: np.ndarray, xp: np.ndarray, g: np.ndarray, stride: int) -> None:
+def conv2d_weight_grad_out(
+    out: np.ndarray, xp: np.ndarray, g: np.ndarray, stride: int, exact: np.ndarray | None = None
+) -> None:
     """``out`` (C, KH, KW, O) = the weight gradient of the convolution that read ``xp`` (N, C,
-    HP, SW, WQ), for the output gradient ``g`` (N, O, OH, OWV)."""
+    HP, SW, WQ), for the output gradient ``g`` (N, O, OH, OWV). ``exact``: the gradient
+    itself (N, O, OH, OW) where ``g`` is it zero-padded to whole vectors: a result that is not
+    finite is computed again over its real columns (an infinite input read only by a padding
+    column gave NaN, where PyTorch never reads it)."""
     kernels = _kernels()
     if kernels is not None:
         kernels.weight_grad(xp, g, out, int(stride))
-        return
+        if exact is None or exact.shape[3] == g.shape[3] or np.isfinite(out).all():
+            return
+        g = exact
     for i in range(out.shape[1]):
         for j in range(out.shape[2]):
             window = _tap_window(xp, i, j, int(stride), g.shape[2:])

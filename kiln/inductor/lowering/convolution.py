@@ -388,10 +388,12 @@ def _direct(spec: _Spec) -> TensorBox | None:
         or machine_code.get("convolution") is None
     ):
         return None
-    static = (spec.in_spatial, spec.kernel, spec.out_spatial, spec.weight_shape[2:])
-    if any(s.__class__ is not int for sizes in static for s in sizes):
-        return None
-    return _direct_forward(spec) or _direct_weight_grad(spec)
+    # image sizes may be symbolic (a graph compiled for every size): the loops take their
+    # shapes from the arrays each call passes, and are chosen by the sizes seen
+    forward = None
+    if all(s.__class__ is int for s in spec.kernel + spec.weight_shape[2:]):
+        forward = _direct_forward(spec)
+    return forward or _direct_weight_grad(spec)
 
 
 def _direct_forward(spec: _Spec) -> TensorBox | None:
@@ -399,8 +401,9 @@ def _direct_forward(spec: _Spec) -> TensorBox | None:
     if c.__class__ is not int or o.__class__ is not int or tuple(spec.dilation) != (1, 1):
         return None
     pads = [(p, p) for p in spec.padding]
-    x_shape = (hint_int(n), c) + spec.in_spatial
-    if not conv_direct.pays(x_shape, spec.weight_shape, pads, (1, 1), 1, spec.out_spatial):
+    x_shape = (hint_int(n), c) + tuple(hint_int(s) for s in spec.in_spatial)
+    seen = tuple(hint_int(s) for s in spec.out_spatial)
+    if not conv_direct.pays(x_shape, spec.weight_shape, pads, (1, 1), 1, seen):
         return None
     oh, ow = spec.out_spatial
     width = _lanes_width(ow)
@@ -413,7 +416,9 @@ def _direct_forward(spec: _Spec) -> TensorBox | None:
     wb = _blocked_weight(spec)
     layout = Layout.contiguous((n, o, oh, width), spec.dtype)
     buf = _direct_call(spec, layout, extern_convolution.conv2d_direct_out, [xp, wb, spec.stride[0]])
-    return _stored_as(buf, (n, o, oh, ow)) if width == ow else _narrowed(buf, (n, o, oh, ow))
+    if width.__class__ is int and width == ow:
+        return _stored_as(buf, (n, o, oh, ow))
+    return _narrowed(buf, (n, o, oh, ow))
 
 
 def _direct_weight_grad(spec: _Spec) -> TensorBox | None:
@@ -421,51 +426,72 @@ def _direct_weight_grad(spec: _Spec) -> TensorBox | None:
     writes for a stride-1 layer (``out[c, o, i, j] = sum x[n, c, a + i - p, b + j - p] g[n, o,
     a, b]``), as the loops' weight gradient of the convolution of ``x`` (N, C, H, W) whose
     output gradient is ``g`` (N, O, OH, OW). The loops' result is (C, KH, KW, O), read through
-    a permuted view. Only for gradients a multiple of the loops' vector wide: a rounded width
-    would multiply the padding columns' inputs by zero, an infinite input giving NaN."""
-    if tuple(spec.stride) != (1, 1):
-        return None
+    a permuted view. The loops walk whole vectors: for a width not a multiple of eight (or not
+    known to be one) they read ``g`` zero-padded, and the extern call, given ``g`` itself too,
+    recomputes the sums over the real columns where the result is not finite (an infinite
+    input under a padding column times zero would make NaN where PyTorch never reads it)."""
     c, n = spec.batch, spec.channels  # the roles of the transposed operands
     o = spec.weight_shape[0]
+    kernel = spec.out_spatial
     if c.__class__ is not int or o.__class__ is not int:
         return None
-    grad_spatial = spec.kernel  # (OH, OW): the output gradient's image
-    kernel = spec.out_spatial
-    stride = tuple(spec.dilation)
-    oh, ow = grad_spatial
-    if ow % conv_direct.LANES or stride != (1, 1):
-        # a strided layer's gradient is asked for up to stride - 1 more taps per dim than its
-        # kernel has (the derivative narrows them off): the loops would compute 16 taps for a
-        # 3x3 kernel and 4 for a 1x1 one, where the columns product computes the same taps but
-        # at its rate (8x16x32x32 with 32 outputs at stride 2: 0.42 ms against 0.30 + 0.16)
+    if any(k.__class__ is not int for k in kernel) or tuple(spec.dilation) != (1, 1):
+        # a strided layer's gradient convolves with the stride as its dilation; the columns
+        # product computes those at its rate (8x16x32x32 with 32 outputs at stride 2: the
+        # loops took 0.42 ms against 0.30 + 0.16)
         return None
+    grad_spatial = spec.kernel  # (OH, OW): the output gradient's image
+    oh, ow = grad_spatial
     pads = [(p, p) for p in spec.padding]
-    x_shape = (hint_int(n), c) + spec.in_spatial
-    if not conv_direct.pays(x_shape, (o, c) + kernel, pads, (1, 1), 1, grad_spatial):
+    x_shape = (hint_int(n), c) + tuple(hint_int(s) for s in spec.in_spatial)
+    seen = tuple(hint_int(s) for s in grad_spatial)
+    if not conv_direct.pays(x_shape, (o, c) + kernel, pads, (1, 1), 1, seen):
         return None
     inner = spec.x.loader
 
     def read(sample, channel, row, col):
         return inner([channel, sample, row, col])
 
-    geometry = _Spec(spec.x, spec.w, stride, spec.padding, (1, 1), 1, grad_spatial)
-    xp = _phase_input(geometry, read, (n, c) + spec.in_spatial, kernel, stride, ow)
+    width = _lanes_width(ow)
+    geometry = _Spec(spec.x, spec.w, (1, 1), spec.padding, (1, 1), 1, grad_spatial)
+    xp = _phase_input(geometry, read, (n, c) + spec.in_spatial, kernel, (1, 1), width)
     g_shape = (n, o, oh, ow)
 
     def g_index(index):
         return [index[1], index[0], index[2], index[3]]
 
     g = _operand_in(spec.w, g_shape, g_index, _permuted((1, 0, 2, 3)))
+    inputs = [xp, g, 1]
+    if not (width.__class__ is int and width == ow):
+        inputs = [xp, _zero_padded(g, width), 1, g]
     layout = Layout.contiguous((c,) + kernel + (o,), spec.dtype)
-    buf = _direct_call(spec, layout, extern_convolution.conv2d_weight_grad_out, [xp, g, stride[0]])
+    buf = _direct_call(spec, layout, extern_convolution.conv2d_weight_grad_out, inputs)
     kh, kw = kernel
     view = Layout((c, o, kh, kw), (kh * kw * o, 1, kw * o, o), spec.dtype, 0, buf.layout.device)
     return _buffer_view(buf, view)
 
 
-def _lanes_width(columns: int) -> int:
+def _zero_padded(g, width):
+    """The buffer ``g`` (N, O, OH, OW) stored ``width`` columns wide, zero past OW."""
+    box = _buffer_view(*g)
+    shape = tuple(box.shape[:3]) + (width,)
+    ow = box.shape[3]
+    load = box.loader
+
+    def loader(index):
+        col = sym.as_expr(index[3])
+        inside = ops.lt(ops.index_expr(col, dt.int64), _int64(ow))
+        return ops.where(inside, load(index), ops.constant(0.0, box.dtype))
+
+    padded = _box(_ctx(), shape, box.dtype, loader, box)
+    buf = padded.realize()
+    return buf, buf.layout
+
+
+def _lanes_width(columns):
+    """``columns`` rounded up to whole vectors of the loops (an expression when symbolic)."""
     lanes = conv_direct.LANES
-    return -(-columns // lanes) * lanes
+    return (columns + (lanes - 1)) // lanes * lanes
 
 
 def _phase_input(spec: _Spec, read, x_shape: tuple, kernel, stride, width: int):
@@ -492,7 +518,7 @@ def _phase_input(spec: _Spec, read, x_shape: tuple, kernel, stride, width: int):
             if not sym.known(">=", lo, 0):
                 checks.append(ops.ge(iv, ops.constant(0, dt.int64)))
             if not sym.known("<", hi, size):
-                checks.append(ops.lt(iv, ops.constant(size, dt.int64)))
+                checks.append(ops.lt(iv, _int64(size)))
             for check in checks:
                 cond = check if cond is None else ops.logical_and(cond, check)
         value = read(index[0], index[1], row, col)
