@@ -83,7 +83,7 @@ def _root_edge(t: Tensor, i: int):
 
 
 def _output_meta(node: Node, nr: int):
-    if node.__class__ is OpBackward:  # the common case: its metadata is always recorded
+    if isinstance(node, OpBackward):  # the common case: its metadata is always recorded
         return node.out_meta[nr]
     if isinstance(node, AccumulateGrad):
         v = node.variable
@@ -274,7 +274,7 @@ def run_backward(
                     for k in targets.get((node, nr), ()):
                         captured[k] = g
             run = needed is None or node in needed
-            if node.__class__ is not OpBackward and isinstance(node, AccumulateGrad):
+            if isinstance(node, AccumulateGrad):
                 if accumulate and run and 0 in buf and (targets is None or (node, 0) in targets):
                     if profiler is None:
                         _accumulate(node.variable, buf[0], create_graph, taken)
@@ -291,7 +291,7 @@ def run_backward(
             outputs = None
             skip = targets is not None and not accumulate and run and _only_target(node, needed)
             if run and buf and not skip:
-                if node.__class__ is OpBackward and len(node.out_meta) == 1:
+                if isinstance(node, OpBackward) and len(node.out_meta) == 1:
                     grads_in = (buf.get(0),)  # _materialize's one-output case
                 else:
                     grads_in = _materialize(node, buf)
@@ -369,7 +369,7 @@ def _materialize(node: Node, buf: dict) -> tuple:
         # a custom Function's node: its outputs without a gradient stay None (its hooks see
         # None, as in PyTorch); its apply makes zeros only if the Function materializes grads
         return tuple(buf.get(nr) for nr in range(n_out))
-    ignored = node.op.ignored_grads if node.__class__ is OpBackward else ()
+    ignored = node.op.ignored_grads if isinstance(node, OpBackward) else ()
     grads = []
     for nr in range(n_out):
         g = buf.get(nr)

@@ -63,10 +63,10 @@ class FunctionCtx:
 
 
 class _FunctionBackward(Node):
-    __slots__ = ("ctx", "fn_cls", "out_meta", "_n_inputs", "_input_positions")
+    """The node of one ``Function.apply`` call; each Function gets its own subclass, called
+    ``<Function>Backward`` as in PyTorch (``Fn._backward_cls``)."""
 
-    def name(self) -> str:
-        return f"{self.fn_cls.__name__}Backward"
+    __slots__ = ("ctx", "fn_cls", "out_meta", "_n_inputs", "_input_positions")
 
     def apply(self, grad_outputs: tuple) -> tuple:
         ctx = self.ctx
@@ -99,6 +99,12 @@ class _FunctionBackward(Node):
 class _FunctionMeta(type):
     def __init__(cls, name, bases, attrs):
         super().__init__(name, bases, attrs)
+        backward_name = f"{name}Backward"
+        cls._backward_cls = type(
+            backward_name,
+            (_FunctionBackward,),
+            {"__slots__": (), "__qualname__": backward_name, "__module__": __name__},
+        )
 
 
 class Function(metaclass=_FunctionMeta):
@@ -144,7 +150,7 @@ class Function(metaclass=_FunctionMeta):
                 next_functions.append(leaf_edge(a))
             else:
                 next_functions.append((a.grad_fn, a._output_nr))
-        node = _FunctionBackward(tuple(next_functions))
+        node = cls._backward_cls(tuple(next_functions))
         node.ctx = ctx
         node.fn_cls = cls
         node._n_inputs = len(args)

@@ -2,7 +2,8 @@
 
 ``OpBackward`` records one op call: the saved inputs/outputs its derivative formula needs (with
 their version counters, so in-place changes after saving are caught) and one edge per tensor
-input. ``AccumulateGrad`` ends a path at a leaf. Derivative formulas themselves live with the
+input. Each node is an instance of a subclass named as PyTorch names the call's node
+(``MulBackward0``; ``node_class``), so ``type(grad_fn).__name__`` reads as PyTorch's. ``AccumulateGrad`` ends a path at a leaf. Derivative formulas themselves live with the
 ops (``op.derivative``); they are ordinary kiln code, so running them with grad mode on records
 a graph of the backward (higher-order gradients) and running them under a tracer records nodes.
 """
@@ -19,6 +20,8 @@ from .anomaly import anomaly_state, forward_stack
 __all__ = [
     "Node",
     "OpBackward",
+    "node_class",
+    "op_node_class",
     "AccumulateGrad",
     "SavedMeta",
     "grad_accumulator",
@@ -175,7 +178,10 @@ def _camel(name: str) -> str:
 
 class OpBackward(Node):
     """The grad_fn of one op call. Derivatives read ``ctx.args``, ``ctx.out``, ``ctx.needs_input_grad``
-    and ``ctx.kernel_saved`` (what the op's recording kernel kept for them, else None)."""
+    and ``ctx.kernel_saved`` (what the op's recording kernel kept for them, else None).
+
+    Nodes are made as instances of ``op_node_class(op, args)``, the subclass carrying PyTorch's
+    name for the call: ``type(node).__name__`` and ``node.name()`` are both that name."""
 
     __slots__ = (
         "op",
@@ -185,7 +191,6 @@ class OpBackward(Node):
         "needs_input_grad",
         "edge_positions",
         "out_meta",
-        "display_name",
         "kernel_saved",
     )
 
@@ -199,7 +204,6 @@ class OpBackward(Node):
             self.metadata_ = {"traceback_": forward_stack()}
         self.op = op
         self.kernel_saved = None
-        self.display_name = None  # set where PyTorch's name depends on the call (``x.t()``)
         self.edge_positions = edge_positions  # (arg position, index in list or -1) per edge
         self.needs_input_grad = needs_input_grad
         saves = op.saves_inputs
@@ -262,19 +266,10 @@ class OpBackward(Node):
         else:
             self.out_meta = tuple((o._shape, o._dtype) for o in out)
 
-    def name(self) -> str:
-        """PyTorch's node name (``MmBackward0``), as tensor reprs print it: an op may carry a
-        ``grad_fn_name`` string, or a function of the call's arguments choosing the overload."""
-        if self.display_name is not None:
-            return self.display_name
-        namer = getattr(self.op, "grad_fn_name", None)
-        if namer is None:
-            return _camel(self.op.name) + "Backward0"
-        if callable(namer):
-            return (
-                namer(self._args) if self._args is not None else _camel(self.op.name) + "Backward0"
-            )
-        return namer
+    def rename(self, name: str) -> None:
+        """Give the node PyTorch's name for the call that made it, where that is not the op's
+        (a composite or a Python-level function names its result's node: ``x.t()``)."""
+        self.__class__ = node_class(name)
 
     @property
     def args(self) -> tuple:
@@ -353,12 +348,37 @@ class OpBackward(Node):
     def release(self) -> None:
         self._released = True
         if self._versions or self.op.saves_output:
-            if callable(self.op.grad_fn_name):
-                self.display_name = self.name()  # the name may depend on the arguments
             self._args = None
             self._out = None
             self._versions = ()
         self.kernel_saved = None
+
+
+_NODE_CLASSES: dict[str, type] = {}
+
+
+def node_class(name: str) -> type:
+    """The subclass of ``OpBackward`` called ``name`` (``MulBackward0``), made once per name."""
+    cls = _NODE_CLASSES.get(name)
+    if cls is None:
+        attrs = {"__slots__": (), "__qualname__": name, "__module__": __name__}
+        cls = _NODE_CLASSES[name] = type(name, (OpBackward,), attrs)
+    return cls
+
+
+def op_node_class(op, args: tuple) -> type:
+    """The node class for a call of ``op`` with ``args``: named by the op's ``grad_fn_name``
+    (a string, or a function of the arguments choosing PyTorch's overload: ``x.sum(0)`` is
+    ``SumBackward1``), else ``<Op>Backward0``. A name that does not depend on the arguments is
+    kept on the op (``op.node_class``), so the dispatcher finds it with one attribute read."""
+    namer = op.grad_fn_name
+    if callable(namer):
+        name = namer(args)
+        cls = _NODE_CLASSES.get(name)
+        return cls if cls is not None else node_class(name)
+    cls = node_class(_camel(op.name) + "Backward0" if namer is None else namer)
+    op.node_class = cls
+    return cls
 
 
 class _OutputVersion:

@@ -49,6 +49,13 @@ _SAVED_STATE = {OpBackward: ("_args", "_out", "_versions"), _FunctionBackward: (
 _DETERMINISM_CHECKS = ("default", "none")
 
 
+def _saved_state(node: Node) -> tuple:
+    for node_type, names in _SAVED_STATE.items():
+        if isinstance(node, node_type):  # (every op's node is a subclass named for the op)
+            return names
+    return ()
+
+
 class _Recomputing(threading.local):
     """Depth of recomputations running in this thread: nested checkpoints inside one just run
     their function (per thread: another thread's forward keeps checkpointing meanwhile)."""
@@ -164,9 +171,7 @@ class _Segment:
         # arguments (a node's PyTorch name may be chosen from them)
         self.signature = [_signature(node) for node in nodes]
         for node in nodes:
-            if getattr(node, "display_name", "") is None:
-                node.display_name = node.name()  # keep printing the name the arguments chose
-            for name in _SAVED_STATE.get(type(node), ()):
+            for name in _saved_state(node):
                 setattr(node, name, () if name == "_versions" else None)
             self.handles.append(node.register_prehook(self._before_node))
 
@@ -187,7 +192,7 @@ class _Segment:
         if self.check:
             self._check_same_graph(twins)
         for node, twin in zip(self.nodes, twins):
-            for name in _SAVED_STATE.get(type(node), ()):
+            for name in _saved_state(node):
                 setattr(node, name, getattr(twin, name))
         for handle in self.handles:
             handle.remove()
@@ -232,7 +237,7 @@ def _checkpoint_without_reentrant(
         return outputs
     nodes = _nodes_created_since(outputs, first)
     # (nodes that keep what they saved, such as a compiled region's, need no recomputation)
-    if any(type(node) in _SAVED_STATE for node in nodes):
+    if any(_saved_state(node) for node in nodes):
         segment = _Segment(
             function, args, kwargs, rng_state, recompute_context, determinism_check == "default"
         )

@@ -1,5 +1,6 @@
 """The ``grad_fn`` names reprs print, as PyTorch's: tensor methods and operators,
-``nn.functional`` calls, layers and recurrent outputs."""
+``nn.functional`` calls, layers and recurrent outputs. The node's class carries the name too
+(``type(y.grad_fn).__name__``), as PyTorch's classes do."""
 
 from __future__ import annotations
 
@@ -73,9 +74,53 @@ GRAD_FN = {
 }
 
 
+def _names(node) -> tuple:
+    return node.name(), type(node).__name__, type(node).__qualname__
+
+
 @cases(GRAD_FN)
 def test_grad_fn_names_match_torch(case):
-    assert case(kiln).grad_fn.name() == case(torch).grad_fn.name()
+    assert _names(case(kiln).grad_fn) == _names(case(torch).grad_fn)
+
+
+def test_node_classes_are_shared_and_still_op_nodes():
+    x = kiln.ones(3, requires_grad=True)
+    first, second = (x * 2).grad_fn, (x * 3).grad_fn
+    assert type(first) is type(second)
+    assert isinstance(first, kiln.autograd.graph.OpBackward)
+    assert type(x.exp().grad_fn) is not type(first)
+
+
+@needs_torch
+def test_leaf_accumulator_and_copy_node_classes_match_torch():
+    classes = []
+    for lib in (kiln, torch):
+        x = lib.ones(3, requires_grad=True)
+        accumulator = (x * 2).grad_fn.next_functions[0][0]
+        overwritten = (x * 2).clone()
+        overwritten.copy_(lib.zeros(3))  # overwritten by values that need no grad
+        classes.append((type(accumulator).__name__, type(overwritten.grad_fn).__name__))
+    assert classes[0] == classes[1] == ("AccumulateGrad", "CopyBackwards")
+
+
+@needs_torch
+def test_custom_function_node_class_matches_torch():
+    names = []
+    for lib in (kiln, torch):
+
+        class Double(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 2
+
+        node = Double.apply(lib.ones(3, requires_grad=True)).grad_fn
+        assert type(node) is Double._backward_cls
+        names.append(_names(node))
+    assert names[0] == names[1] == ("DoubleBackward",) * 3
 
 
 def test_grad_fn_name_survives_backward():
@@ -83,6 +128,7 @@ def test_grad_fn_name_survives_backward():
     total = x.sum(0)
     total.backward(kiln.ones(3))
     assert repr(total) == "tensor([2., 2., 2.], grad_fn=<SumBackward1>)"
+    assert type(total.grad_fn).__name__ == "SumBackward1"
 
 
 _GRAD_FN_CASES = {
@@ -145,7 +191,7 @@ def test_functional_grad_fn_names_print_like_torch(case):
     names = []
     for lib in (kiln, torch):
         out = _GRAD_FN_CASES[case](lib.nn.functional, _grad_fn_inputs(lib))
-        names.append(out.grad_fn.name())
+        names.append(_names(out.grad_fn))
     assert names[0] == names[1]
 
 
@@ -161,5 +207,5 @@ def test_recurrent_output_grad_fn_names_print_like_torch(kind, kwargs):
     names = []
     for lib in (kiln, torch):
         out, _ = getattr(lib.nn, kind)(3, 4, **kwargs)(lib.ones(5, 2, 3))
-        names.append(out.grad_fn.name())
+        names.append(_names(out.grad_fn))
     assert names[0] == names[1]

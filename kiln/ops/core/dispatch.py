@@ -18,7 +18,7 @@ one call.
 from __future__ import annotations
 
 from ...autograd import engine
-from ...autograd.graph import Node, OpBackward, leaf_edge
+from ...autograd.graph import Node, OpBackward, leaf_edge, op_node_class
 from ...runtime.device import cpu, meta
 from ...runtime.memory_format import (
     contiguous_format,
@@ -503,6 +503,11 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
         if positions is None:
             positions = tuple((p, -1) for p in op.tensor_positions if isinstance(args[p], Tensor))
     node = OpBackward(op, args, out, tuple(next_functions), positions, tuple(needs))
+    # then PyTorch's name for it (``MulBackward0``) as its class: made as OpBackward, so that
+    # the attribute writes in __init__ see one type (CPython specializes them per type; a
+    # class per op there cost more than the assignment)
+    node_class = op.node_class
+    node.__class__ = node_class if node_class is not None else op_node_class(op, args)
     if kernel_saved is not None:
         node.keep_kernel_saved(kernel_saved)
     if op.is_view:
@@ -578,7 +583,7 @@ def _inplace_autograd(op, args, state):
             self.grad_fn = result.grad_fn
             self._output_nr = result._output_nr
         else:  # overwritten by values that need no grad: the old history gets zero gradient
-            self.grad_fn = _Overwritten(_edge(self))
+            self.grad_fn = CopyBackwards(_edge(self))
             self._output_nr = 0
         self._requires_grad = True
         return self
@@ -625,16 +630,13 @@ def _copy_op():
     return _COPY[0]
 
 
-class _Overwritten(Node):
+class CopyBackwards(Node):
     """History of a tensor fully overwritten in place by values that do not require grad."""
 
     __slots__ = ("out_meta",)
 
     def __init__(self, old_edge):
         super().__init__((old_edge,))
-
-    def name(self) -> str:
-        return "CopyBackwards"
 
     def apply(self, grad_outputs: tuple) -> tuple:
         return (zero_grad(grad_outputs[0]),)

@@ -19,10 +19,14 @@ from ...runtime.tensor import Tensor
 
 __all__ = ["overload_name", "is_tensor_arg", "rename_grad_fn", "renaming", "renames_grad_fn"]
 
+_OVERLOADS = 8  # more overloads of one name than PyTorch has for any op
+
 
 def overload_name(name: str, chosen: Callable[[tuple], int]) -> Callable[[tuple], str]:
-    """``<name>Backward<n>`` with the overload number ``chosen(args)``."""
-    return lambda args: f"{name}Backward{chosen(args)}"
+    """``<name>Backward<n>`` with the overload number ``chosen(args)`` (run for every node the
+    op records: the names are made once)."""
+    names = tuple(f"{name}Backward{n}" for n in range(_OVERLOADS))
+    return lambda args: names[chosen(args)]
 
 
 def is_tensor_arg(x) -> bool:
@@ -37,7 +41,7 @@ def rename_grad_fn(result, inputs: tuple, name: str) -> None:
         if not isinstance(node, OpBackward):
             continue
         if not any(node is getattr(a, "grad_fn", None) for a in inputs):
-            node.display_name = name
+            node.rename(name)
 
 
 def renaming(fn: Callable, name: str | Callable) -> Callable:

@@ -117,6 +117,7 @@ class Op:
         "holomorphic",
         "complex_derivative",
         "grad_fn_name",
+        "node_class",
         "aliases",
         "inplace_method",
         "recomputable",
@@ -202,6 +203,9 @@ class Op:
         # PyTorch's name for its grad_fn node (a string or a function of the call's arguments);
         # None: ``<Name>Backward0``
         self.grad_fn_name = None
+        # the autograd node class of every call (``MulBackward0``) where the name does not
+        # depend on the arguments; filled on first use (``autograd.graph.op_node_class``)
+        self.node_class = None
         self.aliases = ()  # PyTorch's other names for the op (``absolute`` for ``abs``)
         self.inplace_method = False  # Tensor.<name>_ for a non-pointwise op (``index_put_``)
         # whether the min-cut partitioner may recompute it in the backward instead of saving
