@@ -281,3 +281,26 @@ def test_direct_convolution_serves_every_image_size():
                 p.grad, q.grad = None, None
     externs = _externs(observed)
     assert "conv2d_direct_out" in externs and "conv2d_weight_grad_out" in externs, externs
+
+
+@needs_torch
+def test_dilated_layer_weight_gradient_is_not_taken_for_the_loops():
+    """A dilated layer's weight gradient convolves with the dilation as its stride, which the
+    loops' walk does not have: it must take the columns product (found by the convolution
+    fuzzer: a 5x1 kernel dilated by 2 over 9x16 images got another layer's sums)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 1, 9, 16)).astype(np.float32)
+    w = rng.standard_normal((1, 1, 5, 1)).astype(np.float32)
+
+    def fn(x, w):
+        return F.conv2d(x, w, None, 1, 0, (2, 1)).tanh()
+
+    kx, kw = (kiln.tensor(a, requires_grad=True) for a in (x, w))
+    out = kiln.compile(fn, fullgraph=True)(kx, kw)
+    out.sum().backward()
+    tx, tw = (torch.tensor(a, requires_grad=True) for a in (x, w))
+    expected = torch.nn.functional.conv2d(tx, tw, None, 1, 0, (2, 1)).tanh()
+    expected.sum().backward()
+    assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert_close(kw.grad, tw.grad, rtol=1e-4, atol=1e-4)
+    assert_close(kx.grad, tx.grad, rtol=1e-4, atol=1e-4)

@@ -440,6 +440,9 @@ def _direct_weight_grad(spec: _Spec) -> TensorBox | None:
         # product computes those at its rate (8x16x32x32 with 32 outputs at stride 2: the
         # loops took 0.42 ms against 0.30 + 0.16)
         return None
+    if tuple(spec.stride) != (1, 1):
+        # a dilated layer's: the loops' walk has no dilation
+        return None
     grad_spatial = spec.kernel  # (OH, OW): the output gradient's image
     oh, ow = grad_spatial
     pads = [(p, p) for p in spec.padding]
