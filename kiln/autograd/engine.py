@@ -14,6 +14,7 @@ under a lock, as PyTorch's AccumulateGrad does, so no thread's contribution is l
 from __future__ import annotations
 
 import heapq
+import math
 import threading
 import warnings
 
@@ -24,9 +25,9 @@ from ..runtime.state import per_thread
 from ..runtime.symbolic import known_same_shape, same_shape
 from ..runtime.tensor import Tensor, wrap_array
 from .anomaly import anomaly_state, run_node
-from .graph import AccumulateGrad, Node, OpBackward, grad_accumulator
+from .graph import AccumulateGrad, GradientEdge, Node, OpBackward, grad_accumulator
 
-__all__ = ["run_backward", "backward", "grad", "ExecutionEngine", "execution_engine"]
+__all__ = ["run_backward", "backward", "grad", "ExecutionEngine", "execution_engine", "tensor_edge"]
 
 
 class ExecutionEngine:
@@ -71,15 +72,32 @@ def _refresh_stale_view(t: Tensor) -> None:
         fresh_view_edge[0](t)
 
 
+def tensor_edge(t: Tensor) -> tuple:
+    """(node, output number) where the gradient of ``t`` (requiring grad) goes."""
+    _refresh_stale_view(t)
+    if t.grad_fn is None:
+        return grad_accumulator(t), 0
+    return t.grad_fn, t._output_nr
+
+
 def _root_edge(t: Tensor, i: int):
     if not t._requires_grad:
         raise RuntimeError(
             f"element {i} of tensors does not require grad and does not have a grad_fn"
         )
-    _refresh_stale_view(t)
-    if t.grad_fn is None:
-        return grad_accumulator(t), 0
-    return t.grad_fn, t._output_nr
+    return tensor_edge(t)
+
+
+def _edge_root(edge: GradientEdge, g):
+    """A root given as a ``GradientEdge``: its gradient, ones for a one-element output."""
+    if g is not None:
+        return g
+    shape, dtype = _output_meta(edge.node, edge.output_nr)
+    if math.prod(shape) != 1:
+        raise RuntimeError("grad can be implicitly created only for scalar outputs")
+    from ..ops.creation.api import ones
+
+    return ones(shape, dtype=dtype)
 
 
 def _output_meta(node: Node, nr: int):
@@ -146,6 +164,10 @@ def run_backward(
     root_edges = []
     root_grads = []
     for i, (t, g) in enumerate(zip(roots, grad_roots)):
+        if isinstance(t, GradientEdge):
+            root_edges.append((t.node, t.output_nr))
+            root_grads.append(_edge_root(t, g))
+            continue
         if not isinstance(t, Tensor):
             raise TypeError(f"backward expects tensors, got {type(t).__name__}")
         edge = _root_edge(t, i)
@@ -179,6 +201,9 @@ def run_backward(
     if inputs is not None:
         targets = {}
         for k, t in enumerate(inputs):
+            if isinstance(t, GradientEdge):
+                targets.setdefault((t.node, t.output_nr), []).append(k)
+                continue
             if not isinstance(t, Tensor):
                 raise TypeError(f"inputs must be tensors, got {type(t).__name__}")
             if not t._requires_grad:
@@ -441,7 +466,7 @@ def _shares(g: Tensor, leaf: Tensor) -> bool:
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """``kiln.autograd.backward``: accumulate gradients of ``tensors`` into the leaves' ``.grad``."""
-    if isinstance(tensors, Tensor):
+    if isinstance(tensors, (Tensor, GradientEdge)):
         tensors = (tensors,)
     tensors = tuple(tensors)
     if grad_tensors is None:
@@ -450,7 +475,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         grad_tensors = (grad_tensors,)
     if retain_graph is None:
         retain_graph = create_graph
-    if isinstance(inputs, Tensor):
+    if isinstance(inputs, (Tensor, GradientEdge)):
         inputs = (inputs,)
     run_backward(tensors, tuple(grad_tensors), retain_graph, create_graph, inputs=inputs)
 
@@ -498,9 +523,9 @@ def grad(
             materialize_grads=materialize_grads,
         )
         return dict(zip(names, result))
-    if isinstance(outputs, Tensor):
+    if isinstance(outputs, (Tensor, GradientEdge)):
         outputs = (outputs,)
-    single = isinstance(inputs, Tensor)
+    single = isinstance(inputs, (Tensor, GradientEdge))
     inputs = (inputs,) if single else tuple(inputs)
     outputs = tuple(outputs)
     if grad_outputs is None:
@@ -529,8 +554,18 @@ def grad(
     if materialize_grads:
         from ..ops.creation.api import zeros_like
 
-        result = tuple(zeros_like(t) if g is None else g for t, g in zip(inputs, result))
+        result = tuple(
+            (_edge_zeros(t) if isinstance(t, GradientEdge) else zeros_like(t)) if g is None else g
+            for t, g in zip(inputs, result)
+        )
     return result
+
+
+def _edge_zeros(edge: GradientEdge) -> Tensor:
+    from ..ops.creation.api import zeros
+
+    shape, dtype = _output_meta(edge.node, edge.output_nr)
+    return zeros(shape, dtype=dtype)
 
 
 def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 from .graph import _RELEASED_MSG, Node, leaf_edge
+from .saved_hooks import Packed, pack_tensor
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
 
@@ -43,6 +44,8 @@ class FunctionCtx:
             raise RuntimeError(_RELEASED_MSG)
         if self._saved is None:
             return ()
+        if any(p.__class__ is Packed for p in self._saved):  # not version-checked, as PyTorch's
+            return tuple(None if p is None else p.unpack() for p in self._saved)
         for t, v in zip(self._saved, self._saved_versions):
             if t is not None and t._get_storage().version != v:
                 raise RuntimeError(
@@ -51,6 +54,13 @@ class FunctionCtx:
                     f"at version {t._get_storage().version}; expected version {v} instead."
                 )
         return self._saved
+
+    def _pack_saved(self, hooks: tuple) -> None:
+        """What ``save_for_backward`` kept, through ``saved_tensors_hooks``' pack hook (once
+        the node exists, as PyTorch packs)."""
+        if self._saved:
+            self._saved = tuple(None if t is None else pack_tensor(t, hooks) for t in self._saved)
+            self._saved_versions = (None,) * len(self._saved)
 
     def mark_non_differentiable(self, *tensors) -> None:
         self._non_differentiable.update(id(t) for t in tensors)
@@ -152,6 +162,8 @@ class Function(metaclass=_FunctionMeta):
                 next_functions.append((a.grad_fn, a._output_nr))
         node = cls._backward_cls(tuple(next_functions))
         node.ctx = ctx
+        if state.saved_tensors_hooks:
+            ctx._pack_saved(state.saved_tensors_hooks[-1])
         node.fn_cls = cls
         node._n_inputs = len(args)
         node._input_positions = tuple(positions)

@@ -12,10 +12,19 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from collections import namedtuple
 
 from ..runtime.state import per_thread
 from ..runtime.tensor import INFERENCE_SAVED, INFERENCE_SEEN, Size, Tensor, mark_inference
 from .anomaly import anomaly_state, forward_stack
+from .saved_hooks import (
+    PackedArgs,
+    disable_saved_tensors_hooks,
+    pack_tensor,
+    save_on_cpu,
+    saved_tensors_hooks,
+    unpacked,
+)
 
 __all__ = [
     "Node",
@@ -26,6 +35,11 @@ __all__ = [
     "SavedMeta",
     "grad_accumulator",
     "detached_alias",
+    "saved_tensors_hooks",
+    "save_on_cpu",
+    "disable_saved_tensors_hooks",
+    "GradientEdge",
+    "get_gradient_edge",
 ]
 
 _sequence = itertools.count()
@@ -275,7 +289,29 @@ class OpBackward(Node):
     def args(self) -> tuple:
         if self._released:
             raise RuntimeError(_RELEASED_MSG)
-        return self._args
+        args = self._args
+        return args if args.__class__ is not PackedArgs else unpacked(args)
+
+    def pack_saved(self, hooks: tuple) -> None:
+        """Hand every tensor the node saved to ``saved_tensors_hooks``' pack hook (``hooks``:
+        the innermost (pack, unpack) pair) and keep what it returns; ``args`` and ``out``
+        unpack on each read. As PyTorch's, packed tensors are not version-checked: what the
+        unpack hook returns may be a copy, and the node must not keep the original alive."""
+        op = self.op
+        args = list(self._args)
+        for p in op.tensor_positions:
+            if isinstance(args[p], Tensor):
+                args[p] = pack_tensor(args[p], hooks)
+        for p in op.list_positions:
+            if isinstance(args[p], (list, tuple)):
+                args[p] = [pack_tensor(t, hooks) if isinstance(t, Tensor) else t for t in args[p]]
+        self._args = PackedArgs(args)
+        out = self._out
+        if isinstance(out, Tensor):
+            self._out = pack_tensor(out, hooks)
+        elif out is not None:
+            self._out = tuple(None if o is None else pack_tensor(o, hooks) for o in out)
+        self._versions = ()
 
     def keep_kernel_saved(self, saved) -> None:
         """Keep what the op's recording kernel saved for the derivative; where the op can
@@ -294,6 +330,8 @@ class OpBackward(Node):
         if self._released:
             raise RuntimeError(_RELEASED_MSG)
         out = self._out
+        if self._args.__class__ is PackedArgs:
+            out = unpacked(out)
         if out is None and self.kernel_saved is not None:
             rebuild = self.op.output_from_kernel_saved
             if rebuild is not None:
@@ -347,7 +385,7 @@ class OpBackward(Node):
 
     def release(self) -> None:
         self._released = True
-        if self._versions or self.op.saves_output:
+        if self._versions or self.op.saves_output or self._args.__class__ is PackedArgs:
             self._args = None
             self._out = None
             self._versions = ()
@@ -491,3 +529,23 @@ def _refuse_saved_inference(op, args, saves) -> None:
     for p in op.tensor_positions:
         if (saves is None or p in saves) and getattr(args[p], "_inference", False):
             raise RuntimeError(INFERENCE_SAVED)
+
+
+# where a tensor's gradient is computed: its grad_fn and output number, or its accumulator
+GradientEdge = namedtuple(
+    "GradientEdge", ("node", "output_nr", "ownership_token"), defaults=(None,)
+)
+
+
+def get_gradient_edge(tensor: Tensor) -> GradientEdge:
+    """The edge ``kiln.autograd.grad(outputs, inputs=[edge])`` differentiates with respect to:
+    the gradient that reaches it, whether or not the tensor is still there."""
+    if not tensor.requires_grad:
+        raise RuntimeError(
+            "It is not possible to get the gradient edge for a Tensor that does not require "
+            "gradients"
+        )
+    from .engine import tensor_edge  # (the engine imports this module)
+
+    node, output_nr = tensor_edge(tensor)
+    return GradientEdge(node, output_nr)

@@ -26,7 +26,7 @@ class ThreadState:
 
     __slots__ = (
         "grad_enabled", "inference_mode", "mode_stack", "autocast", "source_stack", "profiler",
-        "frees_saved",
+        "frees_saved", "saved_tensors_hooks", "saved_hooks_disabled",
     )  # fmt: skip
 
     def __init__(self):
@@ -47,6 +47,10 @@ class ThreadState:
         # computation ends, not after it (a compiled backward returns each activation's memory
         # once it has read it). False outside the engine: a node called directly keeps them.
         self.frees_saved = False
+        # (pack, unpack) pairs of the active ``autograd.graph.saved_tensors_hooks`` contexts,
+        # innermost last; the message ``disable_saved_tensors_hooks`` refuses them with
+        self.saved_tensors_hooks: list = []
+        self.saved_hooks_disabled = None
 
 
 class _PerThread(threading.local):

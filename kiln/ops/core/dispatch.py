@@ -448,7 +448,11 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
     try:
         kernel_saved = None
         if on_cpu and not modes and op.recording_kernel is not None:
-            out, kernel_saved = op.recording_kernel(*args)
+            # (with saved-tensor hooks, only tensors the hooks see are saved: no kernel_saved)
+            if state.saved_tensors_hooks:
+                out = op.kernel(*args)
+            else:
+                out, kernel_saved = op.recording_kernel(*args)
         elif on_cpu and not modes and op.kernel is not None:
             try:
                 out = op.kernel(*args)
@@ -508,6 +512,8 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
     # class per op there cost more than the assignment)
     node_class = op.node_class
     node.__class__ = node_class if node_class is not None else op_node_class(op, args)
+    if state.saved_tensors_hooks:
+        node.pack_saved(state.saved_tensors_hooks[-1])
     if kernel_saved is not None:
         node.keep_kernel_saved(kernel_saved)
     if op.is_view:
