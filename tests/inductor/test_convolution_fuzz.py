@@ -1,9 +1,10 @@
 """Random convolution geometries, compiled forward and backward against PyTorch.
 
 The op fuzzer's programs are too small to reach the convolution lowering's choices (the direct
-loops need rows of 16 outputs or more), so this draws whole layers: batch, channels, image and
-kernel sizes, stride, padding, dilation, groups, bias, an input layout, and a producer before
-and a consumer after the convolution, which fuse into the lowering's copies. Each draw is
+loops need rows of 16 outputs or more), so this draws whole layers: batch, channels, image
+and kernel sizes, stride, padding, dilation, groups, bias, plain or transposed, an input
+layout, and a producer before and a consumer after the convolution, which fuse into the
+lowering's copies. Each draw is
 compiled (fresh, no compiled-graph cache) and its output and the gradients of input, weight and
 bias are compared with PyTorch's. ``KILN_CONV_FUZZ_EXAMPLES`` sets how many draws (a campaign:
 ``KILN_CONV_FUZZ_EXAMPLES=500 KILN_CONV_FUZZ_SEED=7 python -m pytest
@@ -39,6 +40,12 @@ def layers(draw):
     reach = [d * (k - 1) + 1 for d, k in zip(dilation, kernel)]
     height = draw(st.integers(max(1, reach[0] - 2 * padding[0]), 20))
     width = draw(st.integers(max(1, reach[1] - 2 * padding[1], 16), 41))
+    transposed = draw(st.sampled_from((False, False, True)))
+    if transposed:  # its output, (size - 1) * stride - 2 * padding + reach, must not be empty
+        padding = tuple(
+            min(p, ((size - 1) * s + r - 1) // 2)
+            for p, size, s, r in zip(padding, (height, width), stride, reach)
+        )
     return {
         "batch": draw(st.integers(1, 3)),
         "channels": channels,
@@ -50,6 +57,8 @@ def layers(draw):
         "dilation": dilation,
         "groups": groups,
         "bias": draw(st.booleans()),
+        "transposed": transposed,
+        "output_padding": (draw(st.integers(0, 1)), draw(st.integers(0, 1))),
         "layout": draw(st.sampled_from(("contiguous", "channels_last", "sliced"))),
         "producer": draw(st.sampled_from(("none", "relu", "affine"))),
         "seed": draw(st.integers(0, 2**16)),
@@ -76,9 +85,16 @@ def _run(lib, layer, arrays):
             x = x.relu()
         elif producer == "affine":
             x = x * 0.75 - 0.25
-        out = lib.nn.functional.conv2d(
-            x, w, b, layer["stride"], layer["padding"], layer["dilation"], layer["groups"]
-        )
+        nnf = lib.nn.functional
+        if layer["transposed"]:
+            out = nnf.conv_transpose2d(
+                x, w, b, layer["stride"], layer["padding"], _output_padding(layer),
+                layer["groups"], layer["dilation"],
+            )  # fmt: skip
+        else:
+            out = nnf.conv2d(
+                x, w, b, layer["stride"], layer["padding"], layer["dilation"], layer["groups"]
+            )
         return out.tanh()
 
     if lib is kiln:
@@ -87,6 +103,14 @@ def _run(lib, layer, arrays):
     (out * lib.tensor(arrays[3][: out.numel()].reshape(tuple(out.shape)))).sum().backward()
     grads = [x.grad, w.grad] + ([b.grad] if b is not None else [])
     return out.detach(), grads
+
+
+def _output_padding(layer) -> tuple:
+    """The drawn output padding where it is allowed (below the stride or the dilation)."""
+    return tuple(
+        p if p < max(s, d) else 0
+        for p, s, d in zip(layer["output_padding"], layer["stride"], layer["dilation"])
+    )
 
 
 @needs_torch
@@ -103,7 +127,8 @@ def test_random_convolutions_compiled_match_torch(layer):
     n, c, o, g = layer["batch"], layer["channels"], layer["outputs"], layer["groups"]
     kh, kw = layer["kernel"]
     x = rng.standard_normal((n, c) + layer["image"]).astype(np.float32)
-    w = (rng.standard_normal((o, c // g, kh, kw)) / np.sqrt(c // g * kh * kw)).astype(np.float32)
+    shape = (c, o // g, kh, kw) if layer["transposed"] else (o, c // g, kh, kw)
+    w = (rng.standard_normal(shape) / np.sqrt(c // g * kh * kw)).astype(np.float32)
     b = rng.standard_normal(o).astype(np.float32)
     cotangent = rng.standard_normal(n * o * 64 * 64).astype(np.float32)
     arrays = (x, w, b, cotangent)
