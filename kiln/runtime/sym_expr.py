@@ -644,11 +644,21 @@ def mod(e: Expr, d: Expr) -> Expr:
         return _atom(Mod(r, d))
     if e == d or e.exact_quotient(d) is not None:
         return ZERO
+    if _is_mod_by(e, d):  # (a % d) % d == a % d: a remainder taken again stays as it is
+        return e
     lo, hi = e.bounds()
     dlo = d.bounds()[0]
     if lo >= 0 and dlo >= 1 and hi < dlo:
         return e
     return _atom(Mod(e, d))
+
+
+def _is_mod_by(e: Expr, d: Expr) -> bool:
+    """Whether ``e`` is exactly one ``a % d`` (coefficient 1, no constant)."""
+    if e.const != 0 or len(e.terms) != 1:
+        return False
+    ((monomial, coeff),) = e.terms.items()
+    return coeff == 1 and len(monomial) == 1 and type(monomial[0]) is Mod and monomial[0].b == d
 
 
 def maximum(a: Expr, b: Expr) -> Expr:

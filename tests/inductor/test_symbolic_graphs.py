@@ -716,6 +716,35 @@ def test_flips_and_pooling_windows_compile_once_for_every_size(stats):
     assert stats.static_compiles == 0
 
 
+@needs_torch
+def test_padded_average_pooling_backward_compiles_for_every_size(stats):
+    """A padded ``avg_pool2d``'s backward indexes its gradient with a remainder of a symbolic
+    constant: simplifying ``(c % m) % m`` must end (it recursed until Python's limit, and the
+    graph ran with the eager backend)."""
+    import warnings
+
+    def pool(lib, x):
+        return lib.nn.functional.avg_pool2d(x, 3, 2, 1)
+
+    compiled = kiln.compile(lambda x: pool(kiln, x), dynamic=True)
+    rng = np.random.default_rng(0)
+    for shape in [(2, 3, 9, 10), (3, 2, 7, 12), (1, 4, 11, 5)]:
+        data = rng.standard_normal(shape).astype(np.float32)
+        x = kiln.tensor(data, requires_grad=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = compiled(x)
+        assert not [w for w in caught if "failed to compile" in str(w.message)]
+        tx = torch.tensor(data, requires_grad=True)
+        theirs = pool(torch, tx)
+        np.testing.assert_allclose(got.detach().numpy(), theirs.detach().numpy(), 1e-5, 1e-6)
+        gy = rng.standard_normal(tuple(theirs.shape)).astype(np.float32)
+        got.backward(kiln.tensor(gy))
+        theirs.backward(torch.tensor(gy))
+        np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), 1e-5, 1e-6)
+    assert stats.symbolic_refused == 0 and stats.fallback_calls == 0
+
+
 def _slices_of_derived_lengths(lib, x):
     """Slices whose length is a size's floor division (empty for the smallest sizes), inner
     slices and a narrow: the sizes may be 0 for some values of the symbols only."""
