@@ -18,7 +18,7 @@ from ..ops.creation.api import tensor
 from ..runtime import random as rng
 from ..runtime.state import per_thread
 from ..runtime.symbolic import SymInt, has_symbols
-from ..runtime.tensor import Tensor
+from ..runtime.tensor import Tensor, mark_inference
 from ..utils.pytree import tree_unflatten
 from .trace import OUT_CONST, OUT_GRAPH, OUT_INPUT, TraceResult, tangent_example
 
@@ -249,8 +249,18 @@ def _drawing_symbolic_counters(layout: RuntimeLayout, forward: Callable, total: 
 
 def _inference_runner(layout: RuntimeLayout, forward: Callable, rng_total) -> Callable:
     num_graph, mutated = layout.num_graph, layout.mutated
+    # a runner built under inference_mode runs under it only (the capture guards the mode)
+    inference = per_thread.state.inference_mode
     if rng_total is None and not mutated and layout.direct:
-        return forward  # the forward's tuple is fn's result: nothing to add per call
+        if not inference:
+            return forward  # the forward's tuple is fn's result: nothing to add per call
+
+        def run_direct(*primals):
+            outs = forward(*primals)
+            _mark_inference_outputs(primals, outs)
+            return outs
+
+        return run_direct
 
     def run(*primals):
         outs = (
@@ -258,9 +268,22 @@ def _inference_runner(layout: RuntimeLayout, forward: Callable, rng_total) -> Ca
         )
         if mutated:
             _copy_back(primals, outs, mutated)
-        return _finish(layout, primals, outs[:num_graph] if mutated else outs)
+        graph_outs = outs[:num_graph] if mutated else outs
+        if inference:
+            _mark_inference_outputs(primals, graph_outs)
+        return _finish(layout, primals, graph_outs)
 
     return run
+
+
+def _mark_inference_outputs(primals, graph_outs) -> None:
+    """Under ``inference_mode`` the tensors a compiled graph made are inference tensors, as
+    the eager ops' results are (the kernels' outputs never pass the dispatcher that marks
+    those); one over an input's memory is a view and keeps that input's kind."""
+    inputs = {id(t._get_storage()) for t in primals if isinstance(t, Tensor)}
+    for t in graph_outs:
+        if isinstance(t, Tensor) and id(t._get_storage()) not in inputs:
+            mark_inference(t)
 
 
 def _training_runner(layout: RuntimeLayout, forward: Callable, backward: Callable, rng_total):

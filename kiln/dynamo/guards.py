@@ -326,14 +326,20 @@ class GuardSet:
         self._add(f"{key!r} not in {self.ns.ref(source)}", f"{key!r} not in {source.name()}")
 
     def global_state(self) -> None:
-        """Grad mode, the default dtype and autocast: they change what eager code would do.
-        Grad mode and autocast are read from the calling thread's state, as eager code would."""
+        """Grad mode (and inference mode without it), the default dtype and autocast: they change
+        what eager code would do. The modes are read from the calling thread's state, as eager
+        code would."""
         state = per_thread.state
         local = self.ns.name_of(per_thread, "per_thread")
         dflt = self.ns.name_of(_dtypes._default_dtype, "default_dtype")
         current = _dtypes.get_default_dtype()
         grad = state.grad_enabled
         self._add(f"{local}.state.grad_enabled is {grad}", f"grad mode is {grad}")
+        if not grad:  # compiled results are inference tensors under inference_mode only
+            inference = state.inference_mode
+            self._add(
+                f"{local}.state.inference_mode is {inference}", f"inference mode is {inference}"
+            )
         self._add(
             f"{dflt}[0] is {self.ns.name_of(current, 'dtype')}", f"default dtype is {current}"
         )

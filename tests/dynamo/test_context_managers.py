@@ -11,6 +11,7 @@ import kiln
 import kiln.nn as nn
 import kiln.nn.functional as F
 from kiln.dynamo.testing import CompileCounter
+from tests.oracle import needs_torch, torch
 
 from .helpers import assert_same, check
 
@@ -144,3 +145,30 @@ def test_grad_mode_blocks_with_breaks_and_switches(backend):
     out[0].sum().backward()
     expected[0].sum().backward()
     assert_same(w.grad, twin.grad)
+
+
+def _conv_block(lib, conv, x):
+    """New results (a convolution, a pointwise tail), a view of the input, the input itself."""
+    return lib.relu(conv(x)) * 2, x[:, :1], x
+
+
+@needs_torch
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compiled_results_under_inference_mode_are_inference_tensors_as_in_torch(dynamic):
+    """The kernels' outputs under ``inference_mode`` are inference tensors, as the eager ops'
+    are: refused in-place updates outside the mode included; views of a normal input and the
+    input itself stay normal tensors (they were normal tensors whatever mode the call ran in)."""
+    ours_conv, theirs_conv = kiln.nn.Conv2d(2, 3, 3), torch.nn.Conv2d(2, 3, 3)
+    compiled = kiln.compile(lambda x: _conv_block(kiln, ours_conv, x), dynamic=dynamic)
+    for batch in (2, 3):
+        x, tx = kiln.randn(batch, 2, 6, 7), torch.randn(batch, 2, 6, 7)
+        with kiln.inference_mode():
+            ours = compiled(x)
+        with torch.inference_mode():
+            theirs = _conv_block(torch, theirs_conv, tx)
+        assert [o.is_inference() for o in ours] == [t.is_inference() for t in theirs]
+        assert [o.requires_grad for o in ours] == [t.requires_grad for t in theirs]
+        with pytest.raises(RuntimeError, match="Inplace update to inference tensor"):
+            ours[0].add_(1)
+        with kiln.no_grad():
+            assert not compiled(x)[0].is_inference()
