@@ -458,12 +458,7 @@ def _direct_weight_grad(spec: _Spec) -> TensorBox | None:
     width = _lanes_width(ow)
     geometry = _Spec(spec.x, spec.w, (1, 1), spec.padding, (1, 1), 1, grad_spatial)
     xp = _phase_input(geometry, read, (n, c) + spec.in_spatial, kernel, (1, 1), width)
-    g_shape = (n, o, oh, ow)
-
-    def g_index(index):
-        return [index[1], index[0], index[2], index[3]]
-
-    g = _operand_in(spec.w, g_shape, g_index, _permuted((1, 0, 2, 3)))
+    g = _contiguous_operand(_swap_leading(spec.w))  # (N, O, OH, OW)
     inputs = [xp, g, 1]
     if not (width.__class__ is int and width == ow):
         inputs = [xp, _zero_padded(g, width), 1, g]
@@ -558,25 +553,10 @@ def _blocked_weight(spec: _Spec):
     return buf, buf.layout
 
 
-def _operand_in(box: TensorBox, shape: tuple, index_map, strided):
-    """``box`` seen as ``shape``, handed to a direct loop: C-contiguous, a view when one is."""
-    from .views import _view_box
-
-    view = _view_box(box, shape, index_map, strided)
-    return _realized_input(view, lambda layout: layout == Layout.contiguous(shape, layout.dtype))
-
-
-def _permuted(dims: tuple):
-    def strided(layout):
-        return Layout(
-            tuple(layout.shape[d] for d in dims),
-            tuple(layout.stride[d] for d in dims),
-            layout.dtype,
-            layout.offset,
-            layout.device,
-        )
-
-    return strided
+def _contiguous_operand(box: TensorBox):
+    """``box`` handed to a direct loop: C-contiguous, a view of a buffer when one is."""
+    shape = tuple(box.shape)
+    return _realized_input(box, lambda layout: layout == Layout.contiguous(shape, layout.dtype))
 
 
 def _direct_call(spec: _Spec, layout: Layout, kernel, inputs: list) -> ExternBuffer:
