@@ -556,7 +556,25 @@ class KernelPrinter:
             # integers become half types through float32, as PyTorch's CPU kernels do (Triton's
             # interpreter reinterprets an integer's bits as a bfloat16)
             x = self.emit(f"{x}.to(tl.float32)", dt.float32, x.xdep, x.rdep)
+        if dtype is dt.bfloat16 and x.dtype in (dt.float32, dt.float64):
+            x = self._bfloat16_rounded(x)
         return self.emit(f"{x}.to({tl_dtype(dtype)})", dtype, x.xdep, x.rdep)
+
+    def _bfloat16_rounded(self, x: TVal) -> TVal:
+        """``x`` as a float32 that bfloat16 holds, rounded to nearest even. GPUs round so when
+        they convert; Triton's interpreter truncates (float32 exp(3) = 20.09 became 20.0, not
+        PyTorch's 20.125), so the bits are rounded first and the conversion is then exact.
+        NaNs pass unrounded (a signalling NaN's carry would make it inf)."""
+        if x.dtype is dt.float64:
+            x = self.emit(f"{x}.to(tl.float32)", dt.float32, x.xdep, x.rdep)
+        bits = self.emit(f"{x}.to(tl.int32, bitcast=True)", dt.int32, x.xdep, x.rdep)
+        rounded = self.emit(
+            f"(({bits} + (0x7FFF + (({bits} >> 16) & 1))) & -65536).to(tl.float32, bitcast=True)",
+            dt.float32,
+            x.xdep,
+            x.rdep,
+        )
+        return self.emit(f"tl.where({x} != {x}, {x}, {rounded})", dt.float32, x.xdep, x.rdep)
 
     def dtype_of(self, x: TVal) -> dt.dtype:
         return x.dtype
