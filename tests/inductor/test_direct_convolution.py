@@ -332,3 +332,36 @@ def test_weight_gradient_walks_with_unrolled_rows_give_the_same_bits(width):
             window = extern_convolution._tap_window(x.xp, i, j, 1, (7, width))
             reference[:, i, j, :] = np.einsum("noij,ncij->co", g, window)
     np.testing.assert_allclose(unrolled, reference, rtol=1e-4, atol=1e-4)
+
+
+@needs_torch
+def test_transposed_convolution_that_grows_the_image_multiplies_only_landing_taps():
+    """A DCGAN generator's first layer (1x1 noise to 4x4, a 4x4 kernel at stride 1): as a
+    forward convolution over the flipped kernel it multiplied every tap over 3 rows and columns
+    of padding zeros (16x the multiply-adds); the product then col2im computes the taps that
+    land. Values and gradients equal PyTorch's."""
+    rng = np.random.default_rng(8)
+    z = rng.standard_normal((4, 8, 1, 1)).astype(np.float32)
+    w = rng.standard_normal((8, 6, 4, 4)).astype(np.float32)
+
+    def fn(z, w):
+        return F.conv_transpose2d(z, w, None, 1, 0).relu()
+
+    kz, kw = (kiln.tensor(a, requires_grad=True) for a in (z, w))
+    with observe_compiled_graphs() as observed:
+        out = kiln.compile(fn, fullgraph=True)(kz, kw)
+        (out * out).sum().backward()
+    tz, tw = (torch.tensor(a, requires_grad=True) for a in (z, w))
+    expected = torch.nn.functional.conv_transpose2d(tz, tw, None, 1, 0).relu()
+    (expected * expected).sum().backward()
+    assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert_close(kz.grad, tz.grad, rtol=1e-4, atol=1e-4)
+    assert_close(kw.grad, tw.grad, rtol=1e-4, atol=1e-4)
+    products = [
+        tuple(step.buffer.layout.shape)
+        for item in observed
+        for step in item.graph.schedule.steps
+        if isinstance(getattr(step, "buffer", None), ExternBuffer)
+        and step.buffer.kernel.__name__ == "matmul_out"
+    ]
+    assert (4, 1, 6 * 16, 1) in products, products  # W^T z: one column per landing tap
