@@ -221,6 +221,8 @@ def _build_plan(fn, args, kwargs, config: AOTConfig, with_grad: bool):
     if logs.enabled():
         _log_saved_bytes(graph, num_fwd, partition)
     _note_input_mutations(partition.forward, mutated)
+    # the compiler gives the outputs before these eager's layouts; saved tensors keep theirs
+    partition.forward.output_node.meta["saved_from"] = num_fwd
     checks, saved_outputs = _saved_layout(partition.forward, num_fwd, trace.num_graph_outputs)
     layout = RuntimeLayout(trace, mutated, checks, saved_outputs)
     return EntryPlan(trace, layout, partition.forward, partition.backward), traced, partition

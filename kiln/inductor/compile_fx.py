@@ -268,6 +268,9 @@ def _through_cache(gm, example_inputs, options: dict, sizes=None, fallback=None)
     mutations = gm.graph.output_node.meta.get("input_mutations", ())
     # the configuration that changes which kernels a graph gets is part of its key
     keyed = dict(options, direct_convolutions=config.direct_convolutions)
+    saved_from = gm.graph.output_node.meta.get("saved_from")
+    if saved_from is not None:  # outputs before it are stored in eager's layout
+        keyed["saved_from"] = saved_from
     key = graph_cache.entry_key(_graph_key(gm, example_inputs, "llvm"), mutations, keyed)
     env = shape_env_of(example_inputs) if sizes is not None else None
     cached = graph_cache.load(key, gm, sizes, fallback, env)

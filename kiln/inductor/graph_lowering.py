@@ -162,16 +162,32 @@ class GraphLowering:
         from ..utils.pytree import tree_flatten
 
         flat, spec = tree_flatten(output_value)
+        # outputs from here on are tensors saved for the backward: only it reads their layout
+        saved_from = self.gm.graph.output_node.meta.get("saved_from", len(flat))
         outputs = []
-        for item in flat:
+        for position, item in enumerate(flat):
             value = self.env[item] if hasattr(item, "op") else item
             if isinstance(value, TensorBox):
                 if value.buffer is not None and isinstance(value.buffer, InputBuffer):
                     outputs.append(("buffer", value.buffer, value.buffer.layout))
                     continue
                 view = getattr(value, "view_of", None)
-                if view is not None:
+                eager = None
+                if view is not None and position < saved_from and hasattr(item, "op"):
+                    eager = _contiguous_eager_layout(item.meta.get("val"))
+                if view is not None and (
+                    eager is None
+                    or isinstance(view[0], InputBuffer)
+                    or all(map(_same_stride, eager.stride, view[1].stride))
+                ):
                     outputs.append(("buffer", view[0], view[1]))
+                    continue
+                if view is not None:
+                    # a view of a buffer in another order or with padded rows (a convolution's
+                    # product, its direct loops' rows) where eager's is contiguous: a copy, so
+                    # the user's ``.view`` of it works as in eager
+                    buf = value.realize(eager)
+                    outputs.append(("buffer", buf, buf.layout))
                     continue
                 buf = value.realize()
                 layout = _output_layout(item.meta.get("val")) if hasattr(item, "op") else None
@@ -254,6 +270,22 @@ def _output_layout(meta) -> Layout | None:
     if meta.is_contiguous() or not is_non_overlapping_and_dense(shape, stride):
         return None
     return Layout(shape, stride, meta.dtype, 0, meta.device.type)
+
+
+def _contiguous_eager_layout(meta) -> Layout | None:
+    """The contiguous layout when eager gives a graph output one (so the user may ``.view``
+    it); None otherwise, or for at most one element (any strides will do)."""
+    if not isinstance(meta, Tensor) or statically_known_true("<=", meta.numel(), 1):
+        return None
+    shape, stride = tuple(meta.shape), tuple(meta.stride())
+    if _known_contiguous(shape, stride):
+        return Layout.contiguous(shape, meta.dtype, meta.device.type)
+    return None
+
+
+def _same_stride(a, b) -> bool:
+    """Equal for every size (a padded row's ``8 * ((s3 + 7) // 8)`` is not ``s3``)."""
+    return statically_known_true("==", a, b)
 
 
 def _known_contiguous(shape, stride) -> bool:

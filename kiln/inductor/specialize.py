@@ -100,6 +100,7 @@ def specializing(
         klog.log("graph_breaks", message)
         return boxed_eager_compiler(gm, example_inputs)
     mutations = gm.graph.output_node.meta.get("input_mutations")
+    saved_from = gm.graph.output_node.meta.get("saved_from")
     compiled: dict = {}
     seen: dict = {}  # signature -> calls run with the eager ops
     over_limit: set = set()  # signatures that came again once the limit was reached
@@ -115,6 +116,8 @@ def specializing(
         static = GraphModule({**_attributes(gm), **_attributes(static)}, static.graph)
         if mutations is not None:
             static.graph.output_node.meta["input_mutations"] = mutations
+        if saved_from is not None:
+            static.graph.output_node.meta["saved_from"] = saved_from
         if has_symbols(examples) or is_symbolic_graph(static, examples):
             raise RuntimeError("internal error: a specialized graph still has symbolic sizes")
         fn = compiled[key] = compile_static(static, examples)

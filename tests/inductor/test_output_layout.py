@@ -48,3 +48,39 @@ def test_compiled_output_strides_equal_eager(name, codegen, requires_grad):
     for got, want, oracle in zip(compiled, eager, reference):
         assert got.stride() == want.stride() == oracle.stride()
         assert_close(got.detach(), want.detach())
+
+
+CONVOLUTIONS = {
+    # a strided layer's product is stored [C, N*P]: its NCHW result was a permuted view of it
+    "stride_4": dict(stride=4),
+    # small-channel direct loops store rows padded to whole vectors: the result was a slice
+    "direct_padded_rows": dict(padding=1),
+}
+
+
+def _conv_head(lib, x, w, kwargs):
+    return lib.nn.functional.conv2d(x, w, **kwargs)
+
+
+@needs_torch
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("name", sorted(CONVOLUTIONS))
+def test_a_convolution_returned_by_a_compiled_graph_is_contiguous_as_in_eager(
+    name, requires_grad, dynamic
+):
+    """A model whose last layer is a convolution (a segmentation head, a critic) returns its
+    result contiguous, as eager and PyTorch do, so ``out.view(batch, -1)`` works; it was a view
+    of the kernel's buffer in another order or with padded rows, and ``view`` raised."""
+    kwargs = CONVOLUTIONS[name]
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((8, 3, 4, 4)).astype(np.float32)
+    compiled = kiln.compile(lambda x, w: _conv_head(kiln, x, w, kwargs), dynamic=dynamic)
+    for shape in [(2, 3, 16, 20), (3, 3, 17, 23)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = compiled(
+            kiln.tensor(x, requires_grad=requires_grad), kiln.tensor(weight, requires_grad=True)
+        )
+        want = _conv_head(torch, torch.tensor(x), torch.tensor(weight), kwargs)
+        assert got.stride() == want.stride()
+        assert_close(got.view(shape[0], -1).detach(), want.view(shape[0], -1))
