@@ -21,6 +21,7 @@ import warnings
 import numpy as np
 
 from ..runtime.device import cpu
+from ..runtime.memory_format import contiguous_format, is_non_overlapping_and_dense
 from ..runtime.state import per_thread
 from ..runtime.symbolic import known_same_shape, same_shape
 from ..runtime.tensor import Tensor, wrap_array
@@ -434,7 +435,7 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, taken: set | None =
                 or taken is not None
                 and buffer in taken
             ):
-                g = g.clone()
+                g = _copy_in_layout_of(g, leaf)
                 buffer = _buffer_of(g)
             if taken is not None:
                 taken.add(buffer)
@@ -447,6 +448,19 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, taken: set | None =
     if leaf._post_accumulate_hooks:
         for hook in list(leaf._post_accumulate_hooks):
             hook(leaf)
+
+
+def _copy_in_layout_of(g: Tensor, leaf: Tensor) -> Tensor:
+    """A copy of ``g`` laid out as PyTorch's AccumulateGrad lays a gradient it cannot keep:
+    with the leaf's strides where the leaf is dense, else contiguous. A plain clone kept a
+    permuted gradient's strides (a compiled convolution's weight gradient is a permuted view of
+    its kernel's result), and ``p.grad.view(-1)`` then failed where PyTorch's works."""
+    strides = leaf.stride()
+    if is_non_overlapping_and_dense(tuple(leaf._shape), tuple(strides)):
+        out = g.new_empty_strided(tuple(leaf._shape), tuple(strides))
+        out.copy_(g)
+        return out
+    return g.clone(memory_format=contiguous_format)
 
 
 def _buffer_of(g: Tensor):

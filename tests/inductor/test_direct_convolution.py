@@ -365,3 +365,24 @@ def test_transposed_convolution_that_grows_the_image_multiplies_only_landing_tap
         and step.buffer.kernel.__name__ == "matmul_out"
     ]
     assert (4, 1, 6 * 16, 1) in products, products  # W^T z: one column per landing tap
+
+
+@needs_torch
+def test_weight_gradient_of_a_compiled_convolution_is_laid_out_as_the_weight():
+    """The loops' weight gradient is a permuted view of (C, KH, KW, O); the gradient the
+    parameter keeps is laid out as the parameter, as PyTorch's AccumulateGrad lays it, so
+    ``p.grad.view(-1)`` (``parameters_to_vector``, gradient logging) works (probe round 7)."""
+    conv = kiln.nn.Conv2d(3, 8, 3, padding=1)
+    reference = torch.nn.Conv2d(3, 8, 3, padding=1)
+    reference.load_state_dict({k: to_torch(v) for k, v in conv.state_dict().items()})
+    data = np.random.default_rng(9).standard_normal((2, 3, 16, 24)).astype(np.float32)
+    kiln.compile(lambda x: conv(x).relu().sum())(kiln.tensor(data)).backward()
+    reference(torch.tensor(data)).relu().sum().backward()
+    assert conv.weight.grad.stride() == reference.weight.grad.stride() == (27, 9, 3, 1)
+    assert_close(conv.weight.grad.view(-1), reference.weight.grad.view(-1), rtol=1e-4, atol=1e-4)
+    assert_close(
+        kiln.nn.utils.parameters_to_vector(p.grad for p in conv.parameters()),
+        torch.nn.utils.parameters_to_vector(p.grad for p in reference.parameters()),
+        rtol=1e-4,
+        atol=1e-4,
+    )
