@@ -426,10 +426,7 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, taken: set | None =
             buffer = _buffer_of(g)
             if (
                 g._base is not None
-                # numpy's flag, where there is an array, is PyTorch's rule (size-1 dims' strides
-                # ignored) and costs no strides tuple; else the tensor's own check
-                or not (g._data is not None and g._device is cpu and g._data.flags.c_contiguous)
-                and not g.is_contiguous()
+                or not _obeys_layout(g, leaf)
                 or g._storage is not None
                 and _shares(g, leaf)
                 or taken is not None
@@ -448,6 +445,27 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, taken: set | None =
     if leaf._post_accumulate_hooks:
         for hook in list(leaf._post_accumulate_hooks):
             hook(leaf)
+
+
+def _contiguous(t: Tensor) -> bool:
+    # numpy's flag, where there is an array, is PyTorch's rule (size-1 dims' strides ignored)
+    # and costs no strides tuple; else the tensor's own check
+    data = t._data
+    if data is not None and t._device is cpu:
+        return data.flags.c_contiguous
+    return t.is_contiguous()
+
+
+def _obeys_layout(g: Tensor, leaf: Tensor) -> bool:
+    """PyTorch's layout contract for a gradient AccumulateGrad keeps: a dense leaf's strides
+    (dims of size 1 aside), else contiguous. A channels-last weight gets a channels-last
+    gradient, as in PyTorch; a contiguous leaf (the common case) asks only ``g``'s flag."""
+    if _contiguous(leaf):
+        return _contiguous(g)
+    shape, strides = tuple(leaf._shape), tuple(leaf.stride())
+    if not is_non_overlapping_and_dense(shape, strides):
+        return _contiguous(g)
+    return all(size == 1 or a == b for size, a, b in zip(shape, strides, g.stride()))
 
 
 def _copy_in_layout_of(g: Tensor, leaf: Tensor) -> Tensor:

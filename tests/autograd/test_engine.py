@@ -534,3 +534,28 @@ def test_assigning_a_grad_of_another_dtype_is_refused_like_torch():
         p.grad = kiln.ones(3)
     p.grad = kiln.full((2,), 0.5)
     assert p.grad.tolist() == [0.5, 0.5]
+
+
+@needs_torch
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "transposed", "sliced"])
+def test_accumulated_gradient_follows_the_leafs_layout_as_pytorch(layout):
+    """PyTorch's AccumulateGrad keeps a gradient laid out as a dense leaf (a channels-last
+    weight gets a channels-last gradient) and makes other leaves' gradients contiguous."""
+
+    def leaf(lib):
+        base = lib.arange(2 * 3 * 4 * 5, dtype=lib.float32).reshape(2, 3, 4, 5)
+        if layout == "channels_last":
+            base = base.contiguous(memory_format=lib.channels_last)
+        elif layout == "transposed":
+            base = base.transpose(1, 3)
+        elif layout == "sliced":
+            base = base[:, :, ::2]
+        return base.detach().requires_grad_(True)
+
+    strides = []
+    for lib in (kiln, torch):
+        x = leaf(lib)
+        (x.permute(0, 2, 3, 1) * 2).sum().backward()
+        strides.append(x.grad.stride())
+        assert x.grad.tolist() == (2 * lib.ones_like(x)).tolist()
+    assert strides[0] == strides[1]
