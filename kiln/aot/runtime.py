@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..autograd.graph import _RELEASED_MSG, Node, _detached_alias
+from ..autograd.saved_hooks import pack_tensor, unpacked
 from ..ops.core.dispatch import _edge as autograd_edge
 from ..ops.creation.api import tensor
 from ..runtime import random as rng
@@ -191,7 +192,7 @@ class CompiledFunctionBackward(Node):
     references and each activation's memory returns as soon as its last reader has run; with
     ``retain_graph=True`` the node keeps them for the next backward."""
 
-    __slots__ = ("backward", "saved", "versions", "out_meta", "contiguous")
+    __slots__ = ("backward", "saved", "versions", "out_meta", "contiguous", "packed")
 
     def name(self) -> str:
         return "CompiledFunctionBackward"
@@ -209,7 +210,7 @@ class CompiledFunctionBackward(Node):
                     f"{list(t._shape)}], saved by a compiled region, is at version "
                     f"{t._get_storage().version}; expected version {version} instead."
                 )
-        args = list(self.saved)
+        args = list(self.saved) if not self.packed else [unpacked(a) for a in self.saved]
         args += [
             g if not want or g.is_contiguous() else g.contiguous()
             for g, want in zip(grad_outputs, self.contiguous)
@@ -315,8 +316,16 @@ def _training_runner(layout: RuntimeLayout, forward: Callable, backward: Callabl
             saved = list(saved)
             for i in saved_outputs:
                 saved[i] = _fresh_alias(saved[i])
-        node.saved = saved
-        node.versions = [(saved[i], saved[i]._get_storage().version) for i in saved_checks]
+        hooks = state.saved_tensors_hooks
+        node.packed = bool(hooks)
+        if hooks:
+            # saved-tensor hooks see what the compiled region saves, as its ctx's would in
+            # PyTorch's compiled function; packed tensors are not version-checked (PyTorch's)
+            node.saved = [pack_tensor(t, hooks[-1]) if isinstance(t, Tensor) else t for t in saved]
+            node.versions = []
+        else:
+            node.saved = saved
+            node.versions = [(saved[i], saved[i]._get_storage().version) for i in saved_checks]
         graph_outs = list(outs[:num_graph])
         for nr, j in enumerate(diff):
             o = graph_outs[j]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import kiln
-from tests.oracle import needs_torch, torch
+from tests.oracle import assert_close, needs_torch, torch
 
 pytestmark = needs_torch
 
@@ -202,3 +202,37 @@ def test_gradient_edge_as_output_and_in_backward_inputs():
         results.append((from_edge.detach().numpy(), x.grad.numpy()))
     for ours, theirs in zip(*results):
         np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
+@needs_torch
+def test_hooks_see_what_a_compiled_region_saves():
+    """As PyTorch's compiled function packs its context's saved tensors: a compiled region's
+    saved activations go through the hooks (which tensors it saves is the partitioner's
+    choice, so only that some are packed and each unpacked is checked), and the gradient is
+    the hooks' unpacked values'."""
+    calls = []
+
+    def pack(t):
+        calls.append("pack")
+        return t.clone()  # the region's own tensor is not what the backward reads
+
+    def unpack(t):
+        calls.append("unpack")
+        return t
+
+    data = np.linspace(-1.0, 1.0, 6)
+    fn = kiln.compile(lambda x: (x.sin() * x).sum())
+    fn(kiln.tensor(data, requires_grad=True)).backward()  # compiled outside the context
+    x = kiln.tensor(data, requires_grad=True)
+    with kiln.autograd.graph.saved_tensors_hooks(pack, unpack):
+        y = fn(x)
+    assert calls and set(calls) == {"pack"}
+    y.backward()
+    assert calls.count("unpack") == calls.count("pack")
+    tx = torch.tensor(data, requires_grad=True)
+    (tx.sin() * tx).sum().backward()
+    assert_close(x.grad, tx.grad)
+    # outside any context: nothing packed
+    calls.clear()
+    fn(kiln.tensor(data, requires_grad=True)).backward()
+    assert calls == []
