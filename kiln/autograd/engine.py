@@ -473,11 +473,12 @@ def _copy_in_layout_of(g: Tensor, leaf: Tensor) -> Tensor:
     with the leaf's strides where the leaf is dense, else contiguous. A plain clone kept a
     permuted gradient's strides (a compiled convolution's weight gradient is a permuted view of
     its kernel's result), and ``p.grad.view(-1)`` then failed where PyTorch's works."""
-    strides = leaf.stride()
-    if is_non_overlapping_and_dense(tuple(leaf._shape), tuple(strides)):
-        out = g.new_empty_strided(tuple(leaf._shape), tuple(strides))
-        out.copy_(g)
-        return out
+    if not _contiguous(leaf):
+        shape, strides = tuple(leaf._shape), tuple(leaf.stride())
+        if is_non_overlapping_and_dense(shape, strides):
+            out = g.new_empty_strided(shape, strides)
+            out.copy_(g)
+            return out
     return g.clone(memory_format=contiguous_format)
 
 

@@ -45,6 +45,8 @@ __all__ = ["load_package", "CompiledPackage"]
 _OTHER_KINDS = {"kiln.exported_program": "it is an exported program: use kiln.export.load"}
 _LLVM_LOCK = threading.Lock()
 _SIZE_SETS = 256  # distinct size sets a package keeps resolved
+# the step kinds that call a function of a native extern module, by that module's ``__all__``
+_NATIVE_EXTERNS = {"matmul": extern_matmul, "convolution": extern_convolution}
 
 
 # ---------------------------------------------------------------------------- the CPU and LLVM
@@ -353,14 +355,11 @@ def _build_wrapper(plan: dict, objects: _Objects | None, eager=None):
             else:
                 ns[f"X{i}_{j}"] = item["value"]
                 views.append(f"X{i}_{j}")
-        if kind == "matmul":
-            if step["function"] not in extern_matmul.__all__:
-                raise ExportFileError(f"unknown matmul kernel {step['function']!r}")
-            ns[f"E{i}"] = getattr(extern_matmul, step["function"])
-        elif kind == "convolution":
-            if step["function"] not in extern_convolution.__all__:
-                raise ExportFileError(f"unknown convolution kernel {step['function']!r}")
-            ns[f"E{i}"] = getattr(extern_convolution, step["function"])
+        if kind in _NATIVE_EXTERNS:
+            module = _NATIVE_EXTERNS[kind]
+            if step["function"] not in module.__all__:
+                raise ExportFileError(f"unknown {kind} kernel {step['function']!r}")
+            ns[f"E{i}"] = getattr(module, step["function"])
         elif kind == "fallback":
             in_dtypes = [item["layout"]["dtype"] for item in step["inputs"] if "buffer" in item]
             stash = None

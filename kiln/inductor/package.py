@@ -64,12 +64,10 @@ def _extern_step(i: int, buf: ExternBuffer) -> dict:
 
     inputs = [_view(item) if isinstance(item, tuple) else {"value": item} for item in buf.inputs]
     out = {"buffer": buf.name, "layout": _layout(buf.layout)}
-    for name in extern_matmul.__all__:
-        if buf.kernel is getattr(extern_matmul, name) and not buf.kwargs:
-            return {"kind": "matmul", "function": name, "inputs": inputs, "out": out}
-    for name in extern_convolution.__all__:
-        if buf.kernel is getattr(extern_convolution, name) and not buf.kwargs:
-            return {"kind": "convolution", "function": name, "inputs": inputs, "out": out}
+    for kind, module in (("matmul", extern_matmul), ("convolution", extern_convolution)):
+        for name in module.__all__:
+            if buf.kernel is getattr(module, name) and not buf.kwargs:
+                return {"kind": kind, "function": name, "inputs": inputs, "out": out}
     fallback = _FALLBACK.match(buf.description)
     if fallback is not None and fallback["result"] not in (None, "0"):
         # a later result of a multi-output fallback: taken from the first result's call, whose

@@ -247,15 +247,7 @@ def _forward(spec: _Spec) -> TensorBox:
 
 def _stored_as(buf: ExternBuffer, shape: tuple) -> TensorBox:
     """The contiguous product ``buf`` read as a contiguous tensor of ``shape`` (same numel)."""
-    layout = Layout.contiguous(shape, buf.dtype)
-    name = buf.name
-
-    def loader(index):
-        return ops.load(name, layout.offset_expr(index))
-
-    box = TensorBox(shape, buf.dtype, loader, _ctx())
-    box.view_of = (buf, layout)
-    return box
+    return _buffer_view(buf, Layout.contiguous(shape, buf.dtype), shape)
 
 
 def _swap_leading(box: TensorBox) -> TensorBox:
@@ -342,18 +334,9 @@ def _padded_source(spec: _Spec) -> TensorBox:
 
     def loader(index):
         positions = [sym.as_expr(index[2 + i]) - padding[i] for i in range(k)]
-        cond = None
-        for i in range(k):
-            if not padding[i]:
-                continue
-            iv = ops.index_expr(positions[i], dt.int64)
-            inside = ops.logical_and(
-                ops.ge(iv, ops.constant(0, dt.int64)),
-                ops.lt(iv, _int64(size[i])),
-            )
-            cond = inside if cond is None else ops.logical_and(cond, inside)
+        cond = _inside([(positions[i], size[i]) for i in range(k) if padding[i]])
         value = inner(list(index[:2]) + positions)
-        return ops.where(cond, value, ops.constant(0.0, x.dtype))
+        return value if cond is None else ops.where(cond, value, ops.constant(0.0, x.dtype))
 
     box = _box(_ctx(x), shape, x.dtype, loader, x)
     box.realize()
@@ -363,9 +346,14 @@ def _padded_source(spec: _Spec) -> TensorBox:
 def _product(spec: _Spec, shape: tuple, a, b) -> ExternBuffer:
     """A contiguous extern buffer of ``shape`` holding ``a @ b`` (the plain matmul extern, so a
     package describes it as one)."""
-    ctx = _ctx(spec.x, spec.w)
     layout = Layout.contiguous(shape, spec.dtype)
-    buf = ExternBuffer(ctx.new_name(), layout, extern_matmul.matmul_out, [a, b], {}, "convolution")
+    return _extern_call(spec, layout, extern_matmul.matmul_out, [a, b])
+
+
+def _extern_call(spec: _Spec, layout: Layout, kernel, inputs: list) -> ExternBuffer:
+    """The convolution's extern call ``kernel(out, *inputs)`` into a buffer of ``layout``."""
+    ctx = _ctx(spec.x, spec.w)
+    buf = ExternBuffer(ctx.new_name(), layout, kernel, inputs, {}, "convolution")
     if CURRENT.node is not None:
         buf.origins = [CURRENT.node]
     ctx.buffers.append(buf)
@@ -415,7 +403,7 @@ def _direct_forward(spec: _Spec) -> TensorBox | None:
     xp = _phase_input(spec, read, (n, c) + spec.in_spatial, spec.kernel, spec.stride, width)
     wb = _blocked_weight(spec)
     layout = Layout.contiguous((n, o, oh, width), spec.dtype)
-    buf = _direct_call(spec, layout, extern_convolution.conv2d_direct_out, [xp, wb, spec.stride[0]])
+    buf = _extern_call(spec, layout, extern_convolution.conv2d_direct_out, [xp, wb, spec.stride[0]])
     if width.__class__ is int and width == ow:
         return _stored_as(buf, (n, o, oh, ow))
     return _narrowed(buf, (n, o, oh, ow))
@@ -463,7 +451,7 @@ def _direct_weight_grad(spec: _Spec) -> TensorBox | None:
     if not (width.__class__ is int and width == ow):
         inputs = [xp, _zero_padded(g, width), 1, g]
     layout = Layout.contiguous((c,) + kernel + (o,), spec.dtype)
-    buf = _direct_call(spec, layout, extern_convolution.conv2d_weight_grad_out, inputs)
+    buf = _extern_call(spec, layout, extern_convolution.conv2d_weight_grad_out, inputs)
     kh, kw = kernel
     view = Layout((c, o, kh, kw), (kh * kw * o, 1, kw * o, o), spec.dtype, 0, buf.layout.device)
     return _buffer_view(buf, view)
@@ -508,17 +496,7 @@ def _phase_input(spec: _Spec, read, x_shape: tuple, kernel, stride, width: int):
     def loader(index):
         row = sym.as_expr(index[2]) - top
         col = sym.as_expr(index[4]) * sw + sym.as_expr(index[3]) - left
-        cond = None
-        for position, size in ((row, h), (col, w)):
-            lo, hi = position.bounds()
-            iv = ops.index_expr(position, dt.int64)
-            checks = []
-            if not sym.known(">=", lo, 0):
-                checks.append(ops.ge(iv, ops.constant(0, dt.int64)))
-            if not sym.known("<", hi, size):
-                checks.append(ops.lt(iv, _int64(size)))
-            for check in checks:
-                cond = check if cond is None else ops.logical_and(cond, check)
+        cond = _inside([(row, h), (col, w)])
         value = read(index[0], index[1], row, col)
         if cond is None:
             return value
@@ -529,6 +507,23 @@ def _phase_input(spec: _Spec, read, x_shape: tuple, kernel, stride, width: int):
     if CURRENT.node is not None:
         buf.origins = [CURRENT.node]
     return buf, buf.layout
+
+
+def _inside(positions: list):
+    """An ops bool: every ``(position, size)`` has ``0 <= position < size``, the tests its
+    index range already proves left out; None when all are proved."""
+    cond = None
+    for position, size in positions:
+        lo, hi = position.bounds()
+        iv = ops.index_expr(position, dt.int64)
+        checks = []
+        if not sym.known(">=", lo, 0):
+            checks.append(ops.ge(iv, ops.constant(0, dt.int64)))
+        if not sym.known("<", hi, size):
+            checks.append(ops.lt(iv, _int64(size)))
+        for check in checks:
+            cond = check if cond is None else ops.logical_and(cond, check)
+    return cond
 
 
 def _blocked_weight(spec: _Spec):
@@ -559,15 +554,6 @@ def _contiguous_operand(box: TensorBox):
     return _realized_input(box, lambda layout: layout == Layout.contiguous(shape, layout.dtype))
 
 
-def _direct_call(spec: _Spec, layout: Layout, kernel, inputs: list) -> ExternBuffer:
-    ctx = _ctx(spec.x, spec.w)
-    buf = ExternBuffer(ctx.new_name(), layout, kernel, inputs, {}, "convolution")
-    if CURRENT.node is not None:
-        buf.origins = [CURRENT.node]
-    ctx.buffers.append(buf)
-    return buf
-
-
 def _narrowed(buf: ExternBuffer, shape: tuple) -> TensorBox:
     """The direct loops' output (N, O, OH, OWV), computed in whole vectors, read as its first
     ``shape[-1]`` columns."""
@@ -575,13 +561,14 @@ def _narrowed(buf: ExternBuffer, shape: tuple) -> TensorBox:
     return _buffer_view(buf, Layout(shape, st, buf.dtype, 0, buf.layout.device))
 
 
-def _buffer_view(buf: ExternBuffer, layout: Layout) -> TensorBox:
+def _buffer_view(buf, layout: Layout, shape: tuple | None = None) -> TensorBox:
+    """A box reading the stored ``buf`` through ``layout`` (externs take it as that view)."""
     name = buf.name
 
     def loader(index):
         return ops.load(name, layout.offset_expr(index))
 
-    box = TensorBox(tuple(layout.shape), buf.dtype, loader, _ctx())
+    box = TensorBox(tuple(layout.shape) if shape is None else shape, buf.dtype, loader, _ctx())
     box.view_of = (buf, layout)
     return box
 

@@ -228,13 +228,23 @@ def _device_chooser(op, args, first: Tensor) -> Tensor:
         t._device is not meta for t in tensors
     ):
         return first  # one device, or no meta tensor (CPU and CUDA keep their own checks)
-    chooser = next((t for t in tensors if t._shape or t._device is not cpu), first)
+    chooser, elsewhere = device_placement(tensors)
+    if elsewhere is not None:
+        raise RuntimeError(
+            f"Tensor on device {elsewhere._device} is not on the expected device {chooser._device}!"
+        )
+    return chooser
+
+
+def device_placement(tensors: list) -> tuple:
+    """``(chooser, elsewhere)``: the tensor whose device a call runs on (the first that is not a
+    0-d CPU tensor: a CPU scalar joins a computation on any device without choosing it) and
+    the first tensor on another device that is not such a scalar (None when there is none)."""
+    chooser = next((t for t in tensors if t._shape or t._device is not cpu), tensors[0])
     for t in tensors:
         if t._device is not chooser._device and (t._shape or t._device is not cpu):
-            raise RuntimeError(
-                f"Tensor on device {t._device} is not on the expected device {chooser._device}!"
-            )
-    return chooser
+            return chooser, t
+    return chooser, None
 
 
 def _run_kernel(op, args):

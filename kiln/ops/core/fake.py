@@ -6,9 +6,9 @@ dtype and strides without computing anything. ``to_fake`` makes a data-less twin
 
 from __future__ import annotations
 
-from ...runtime.device import cpu, meta
+from ...runtime.device import meta
 from ...runtime.tensor import Tensor, make_fake
-from .dispatch import _ONE_DEVICE_KINDS, DispatchMode, _tensor_args, mark_view
+from .dispatch import _ONE_DEVICE_KINDS, DispatchMode, _tensor_args, device_placement, mark_view
 
 __all__ = ["FakeTensorMode", "to_fake"]
 
@@ -51,14 +51,9 @@ def _check_devices(op, args) -> None:
     tensors = list(_tensor_args(op, args))
     if len(tensors) < 2:
         return
-    chooser = next((t for t in tensors if t._shape or t._device is not cpu), tensors[0])
-    for t in tensors:
-        dev = t._device
-        if dev is chooser._device or meta in (dev, chooser._device):
-            continue
-        if dev is cpu and not t._shape:
-            continue
+    chooser, elsewhere = device_placement(tensors)
+    if elsewhere is not None and meta not in (elsewhere._device, chooser._device):
         raise RuntimeError(
             "Expected all tensors to be on the same device, but found at least two devices, "
-            f"{chooser._device} and {dev}! (while running {op.name})"
+            f"{chooser._device} and {elsewhere._device}! (while running {op.name})"
         )
