@@ -358,8 +358,10 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
             outputs = _OutputAnalysis(flat_out, fn_args, proxies)
             grad_mutations = []
             if with_grad:
+                # an input written in place with a value that has history, whether or not it
+                # required grad before (``outputs[t] = h`` into a ``zeros`` buffer)
                 for k, (arg, before) in enumerate(zip(fn_args, history)):
-                    if requires_grad[k] and arg.grad_fn is not before:
+                    if arg.grad_fn is not before:
                         grad_mutations.append((k, outputs.graph_index(arg)))
             graph_outputs = outputs.graph_outputs
             diff = [j for j, o in enumerate(graph_outputs) if with_grad and _is_differentiable(o)]

@@ -135,6 +135,31 @@ def test_mutating_a_non_leaf_input_that_requires_grad_continues_its_history(comp
     np.testing.assert_allclose(cg, eg, rtol=1e-5)
 
 
+@needs_torch
+def test_an_input_written_with_values_that_have_history_gains_that_history(compiler):
+    """A seq2seq decoder fills a ``zeros`` buffer made before a graph break
+    (``outputs[t] = step(...)``): the buffer must carry the steps' history, as in PyTorch."""
+
+    def f(lib, outputs, w):
+        h = outputs[0] + 1
+        for t in range(1, 3):
+            h = (h @ w).tanh()
+            outputs[t] = h
+        return outputs.sum(0)
+
+    weights = np.arange(9, dtype=np.float32).reshape(3, 3) / 10
+    results = []
+    for lib, fn in ((torch, f), (kiln, aot_function(f, compiler))):
+        w = lib.tensor(weights, requires_grad=True)
+        outputs = lib.zeros(3, 2, 3)
+        total = fn(lib, outputs, w)
+        assert outputs.requires_grad
+        (outputs * lib.arange(18.0).view(3, 2, 3)).sum().backward()
+        results.append((_np(outputs), _np(total), _np(w.grad)))
+    for ours, theirs in zip(results[1], results[0]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+
+
 def test_a_buffer_updated_from_values_that_require_grad_keeps_requires_grad_false(compiler):
     def f(x, buf):
         with kiln.no_grad():
