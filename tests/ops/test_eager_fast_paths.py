@@ -206,3 +206,92 @@ def test_slice_gradients_match_torch(take, create_graph):
         results.append(out)
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _outcomes(call, *arrays):
+    """``call(lib, *tensors)`` under kiln and PyTorch on the same values (numpy arrays, or
+    ``(array, requires_grad)`` pairs): both results, or both exceptions."""
+    outcomes = []
+    for lib in (kiln, torch):
+        tensors = []
+        for a in arrays:
+            a, requires_grad = a if isinstance(a, tuple) else (a, False)
+            tensors.append(lib.tensor(a, requires_grad=requires_grad))
+        try:
+            outcomes.append(call(lib, *tensors))
+        except (RuntimeError, TypeError, ValueError, IndexError) as error:
+            outcomes.append(error)
+    return outcomes
+
+
+def _assert_same_outcome(call, *arrays):
+    """Values, dtype, shape, strides, requires_grad and grad_fn name as PyTorch's, or its
+    exception type and message."""
+    got, want = _outcomes(call, *arrays)
+    if isinstance(want, Exception):
+        assert type(got) is type(want) and str(got) == str(want), (got, want)
+        return
+    assert not isinstance(got, Exception), got
+    assert got.dtype == getattr(kiln, str(want.dtype).split(".")[-1])
+    assert tuple(got.shape) == tuple(want.shape) and got.stride() == want.stride()
+    assert got.requires_grad == want.requires_grad
+    if want.grad_fn is not None:
+        assert got.grad_fn.name() == type(want.grad_fn).__name__
+    assert_close(got, want, equal_nan=True)
+
+
+_CAT_CASES = {
+    "rows": (lambda lib, a, b: lib.cat([a, b]), (2, 3), (4, 3)),
+    "columns_negative_dim": (lambda lib, a, b: lib.cat((a, b), -1), (2, 3), (2, 1)),
+    "one_d": (lambda lib, a, b: lib.cat([a, b, a]), (3,), (5,)),
+    "three_d_middle": (lambda lib, a, b: lib.cat([a, b], 1), (2, 1, 3), (2, 4, 3)),
+    "transposed_input": (lambda lib, a, b: lib.cat([a.t(), b], 0), (3, 2), (1, 3)),
+    "sliced_input": (lambda lib, a, b: lib.cat([a[:, ::2], b], 1), (2, 6), (2, 2)),
+    "one_tensor": (lambda lib, a, b: lib.cat([a], 1), (2, 3), (1,)),
+    "empty_one_d_among_one_d": (lambda lib, a, b: lib.cat([a[:0], b]), (3,), (2,)),
+    "legacy_empty_with_matrix": (lambda lib, a, b: lib.cat([a[:0], b]), (3,), (2, 2)),
+    "empty_rows": (lambda lib, a, b: lib.cat([a[:0], b]), (2, 3), (2, 3)),
+    "channels_last": (
+        lambda lib, a, b: lib.cat(
+            [
+                a.contiguous(memory_format=lib.channels_last),
+                b.contiguous(memory_format=lib.channels_last),
+            ],
+            1,
+        ),
+        (1, 2, 3, 3),
+        (1, 1, 3, 3),
+    ),
+    "mixed_dtypes": (lambda lib, a, b: lib.cat([a, b.double()]), (2, 3), (1, 3)),
+    "ints": (lambda lib, a, b: lib.cat([a.long(), b.long()], 1), (2, 3), (2, 2)),
+    "bools": (lambda lib, a, b: lib.cat([a > 0, b > 0]), (2, 3), (1, 3)),
+    "size_mismatch": (lambda lib, a, b: lib.cat([a, b]), (2, 3), (2, 4)),
+    "rank_mismatch": (lambda lib, a, b: lib.cat([a, b]), (2, 3), (3,)),
+    "dim_out_of_range": (lambda lib, a, b: lib.cat([a, b], 2), (2, 3), (2, 3)),
+    "zero_dim": (lambda lib, a, b: lib.cat([a.sum(), b.sum()]), (2,), (2,)),
+}
+
+
+@pytest.mark.parametrize("case", list(_CAT_CASES))
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_cat_matches_pytorch(case, requires_grad):
+    """``cat``'s shortcut (one dtype, rank below 4, a contiguous result) and the general path
+    it leaves to: values, layout, grad_fn, gradients, or PyTorch's error."""
+    call, shape_a, shape_b = _CAT_CASES[case]
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(shape_a).astype(np.float32)
+    b = rng.standard_normal(shape_b).astype(np.float32)
+    _assert_same_outcome(call, (a, requires_grad), (b, requires_grad))
+    if requires_grad:
+        want = _outcomes(call, (a, True), (b, True))[1]
+        if not isinstance(want, Exception) and want.requires_grad:
+            leaves = []
+            for lib in (kiln, torch):
+                xa = lib.tensor(a, requires_grad=True)
+                xb = lib.tensor(b, requires_grad=True)
+                (call(lib, xa, xb) * 3).sum().backward()
+                leaves.append((xa.grad, xb.grad))
+            for k_grad, t_grad in zip(*leaves):
+                assert (k_grad is None) == (t_grad is None)
+                if t_grad is not None:
+                    assert_close(k_grad, t_grad)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime import dtypes as dt
+from ...runtime.device import cpu
 from ...runtime.memory_format import format_strides, suggest_memory_format
 from ...runtime.storage import empty_array
 from ...runtime.symbolic import as_int
-from ...runtime.tensor import contiguous_strides
+from ...runtime.tensor import contiguous_strides, wrap_array
 from ..core.common import (
     Tensor,
     TensorList,
@@ -108,8 +109,41 @@ def _cat_strides(shape: tuple, kept) -> tuple:
     return format_strides(shape, fmt or "contiguous_format")
 
 
+def _cat_plain(tensors, dim):
+    """The common call's result, joined without ``_cat_geometry``'s general rules: CPU tensors
+    of one dtype and one rank below 4 (no channels-last format to follow, so the result is
+    contiguous whatever the inputs' strides) and sizes agreeing off ``dim`` (a 1-D empty
+    tensor among 1-D ones adds nothing, as PyTorch's legacy rule has it). None for any other call, which the general path checks and refuses as
+    PyTorch does (its messages and exception types)."""
+    first = tensors[0]
+    ref = first._shape
+    rank = len(ref)
+    dtype = first._dtype
+    if not 0 < rank < 4 or dim.__class__ is not int or not -rank <= dim < rank:
+        return None
+    d = dim + rank if dim < 0 else dim
+    total = 0
+    arrays = []
+    for t in tensors:
+        shape = t._shape
+        data = t._data
+        if data is None or t._dtype is not dtype or t._device is not cpu or len(shape) != rank:
+            return None
+        for k in range(rank):
+            if k != d and shape[k] != ref[k]:
+                return None
+        total += shape[d]
+        arrays.append(data)
+    shape = ref[:d] + (total,) + ref[d + 1 :]
+    return wrap_array(np.concatenate(arrays, axis=d, out=empty_array(shape, dtype.np)), dtype)
+
+
 @cat.register_kernel
 def _cat_kernel(tensors, dim):
+    if tensors:
+        plain = _cat_plain(tensors, dim)
+        if plain is not None:
+            return plain
     tensors = list(tensors)
     shape, d, dtype, kept = _cat_geometry(tensors, dim)
     if not kept:
