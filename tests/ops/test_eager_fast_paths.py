@@ -295,3 +295,58 @@ def test_cat_matches_pytorch(case, requires_grad):
                 assert (k_grad is None) == (t_grad is None)
                 if t_grad is not None:
                     assert_close(k_grad, t_grad)
+
+
+_NLL_TARGETS = {
+    "classes": np.array([0, 3, 4, 1, 4, 2]),
+    "ignored_default": np.array([0, -100, 4, 1, -100, 2]),
+    "all_ignored": np.full(6, -100),
+    "negative": np.array([0, 3, -1, 1, 4, 2]),
+    "too_large": np.array([0, 3, 5, 1, 4, 2]),
+    "uint8": np.array([0, 3, 4, 1, 4, 2], dtype=np.uint8),
+    "empty": np.zeros(0, dtype=np.int64),
+}
+
+
+@pytest.mark.parametrize("targets", list(_NLL_TARGETS))
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("loss", ["nll_loss", "cross_entropy"])
+def test_class_index_losses_match_pytorch(targets, reduction, dtype, loss):
+    """``nll_loss``'s row-pick shortcut (2-D input, no weight, every target a class) and the
+    masked general path, through both losses: values and dtype, or PyTorch's error."""
+    t = _NLL_TARGETS[targets]
+    rows = t.shape[0]
+    x = np.random.default_rng(4).standard_normal((rows, 5)).astype(np.float32)
+
+    def call(lib, logits, target):
+        logits = logits.to(getattr(lib, dtype))
+        if loss == "nll_loss":
+            logits = logits.log_softmax(1)
+        return getattr(lib.nn.functional, loss)(logits, target, reduction=reduction)
+
+    _assert_same_outcome(call, x, t)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+@pytest.mark.parametrize("rows", [3, 200])
+def test_nll_loss_shortcut_on_strided_inputs_and_long_batches(layout, rows):
+    """Row picks from a non-contiguous input, and batches past the listed range check (one bad
+    target among 200 is still PyTorch's IndexError); gradients as PyTorch's."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((rows, 7) if layout != "transposed" else (7, rows))
+    t = rng.integers(0, 7, rows)
+    views = {
+        "contiguous": lambda v: v,
+        "transposed": lambda v: v.t(),
+        "sliced": lambda v: v[:, ::1][:, :5],
+    }
+    if layout == "sliced":
+        t = t % 5
+
+    def call(lib, logits, target):
+        return lib.nn.functional.nll_loss(views[layout](logits), target)
+
+    _assert_same_outcome(call, (x.astype(np.float32), True), t)
+    t[rows // 2] = 7
+    _assert_same_outcome(call, x.astype(np.float32), t)

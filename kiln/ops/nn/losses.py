@@ -126,28 +126,40 @@ def _nll_geometry(x, target, weight):
     return class_dim, n_classes
 
 
+# targets up to this many are range-checked as a Python list: cheaper than numpy's reductions
+_LISTED_TARGETS = 64
+
+
+def _nll_rows_plain(x, t: np.ndarray, reduction: str, n_classes: int):
+    """The common call's loss: rows of log-probabilities, no weight, every target a class and
+    none ignored (``ignore_index`` negative). A row-wise pick and the general path's sums,
+    without its masks; None for any other call."""
+    if t.size <= _LISTED_TARGETS:
+        targets = t.tolist()
+        if not targets or min(targets) < 0 or max(targets) >= n_classes:
+            return None
+    elif t.view(np.uint64).max() >= n_classes:  # one reduction: negatives wrap to huge
+        return None
+    cd = compute_np_dtype(x._dtype)
+    losses = -(x._data[np.arange(t.shape[0]), t].astype(cd, copy=False))
+    if reduction == "none":
+        return wrap(losses, x._dtype)
+    total = np.add.reduce(losses)  # (``losses.sum()`` is a Python wrapper around this)
+    if reduction == "mean":
+        total = total / cd.type(t.shape[0])
+    return wrap(total, x._dtype)
+
+
 @nll_loss.register_kernel
 def _nll_loss_kernel(x, target, weight, reduction, ignore_index):
     check_reduction(reduction)
     class_dim, n_classes = _nll_geometry(x, target, weight)
-    t = target._data.astype(np.int64, copy=False)
-    if (
-        x.ndim == 2
-        and weight is None
-        and t.size
-        and ignore_index < 0
-        and t.view(np.uint64).max() < n_classes  # one reduction: negatives wrap to huge
-    ):
-        # the common case (rows of logits, no weights, every target a class, none ignored): a
-        # row-wise pick, the same sums as below without the masks
-        cd = compute_np_dtype(x._dtype)
-        losses = -(x._data[np.arange(t.shape[0]), t].astype(cd, copy=False))
-        if reduction == "none":
-            return wrap(losses, x._dtype)
-        total = losses.sum()
-        if reduction == "sum":
-            return wrap(np.asarray(total, cd), x._dtype)
-        return wrap(np.asarray(total / cd.type(t.shape[0]), cd), x._dtype)
+    t = target._data
+    if len(x._shape) == 2 and weight is None and ignore_index < 0:
+        plain = _nll_rows_plain(x, t, reduction, n_classes)
+        if plain is not None:
+            return plain
+    t = t.astype(np.int64, copy=False)
     valid = t != ignore_index
     bad = valid & ((t < 0) | (t >= n_classes))
     if bad.any():
