@@ -350,3 +350,54 @@ def test_nll_loss_shortcut_on_strided_inputs_and_long_batches(layout, rows):
     _assert_same_outcome(call, (x.astype(np.float32), True), t)
     t[rows // 2] = 7
     _assert_same_outcome(call, x.astype(np.float32), t)
+
+
+_REDUCTION_CALLS = {
+    "sum": lambda lib, x: x.sum(),
+    "mean": lambda lib, x: x.mean(),
+    "mean_dim": lambda lib, x: x.mean(1),
+    "mean_keepdim": lambda lib, x: x.mean(-1, keepdim=True),
+    "mean_float64_dtype": lambda lib, x: x.mean(dtype=lib.float64),
+    "sum_dim": lambda lib, x: x.sum(1),
+    "max_values": lambda lib, x: x.max(1).values,
+    "max_indices": lambda lib, x: x.max(-1).indices,
+    "min_keepdim": lambda lib, x: x.min(0, keepdim=True).values,
+    "min_indices": lambda lib, x: x.min(0).indices,
+    "max_dim_out_of_range": lambda lib, x: x.max(2),
+}
+_REDUCTION_INPUTS = {
+    "contiguous": lambda v: v,
+    "transposed": lambda v: v.t(),
+    "empty_rows": lambda v: v[:0],
+    "nan_and_ties": lambda v: v * 0 + v.new_tensor([[1.0, float("nan"), 1.0, 3.0]] * 3),
+    "float64": lambda v: v.double(),
+    "float16": lambda v: v.half(),
+    "int": lambda v: (v * 4).long(),
+}
+
+
+@pytest.mark.parametrize("call", list(_REDUCTION_CALLS))
+@pytest.mark.parametrize("layout", list(_REDUCTION_INPUTS))
+def test_reductions_match_pytorch(call, layout):
+    """``sum()``/``mean()`` over a contiguous float buffer and ``max``/``min`` along a dim take
+    shortcuts; other dtypes, layouts and empty inputs the general path: values, dtypes and
+    strides, or PyTorch's error (an empty max, a mean of ints)."""
+    values = np.random.default_rng(7).standard_normal((3, 4)).astype(np.float32)
+
+    def run(lib, x):
+        return _REDUCTION_CALLS[call](lib, _REDUCTION_INPUTS[layout](x))
+
+    _assert_same_outcome(run, values)
+
+
+@pytest.mark.parametrize("call", ["mean", "max_values", "mean_dim"])
+def test_reduction_gradients_match_pytorch(call):
+    values = np.random.default_rng(8).standard_normal((3, 4)).astype(np.float32)
+    grads = []
+    for lib in (kiln, torch):
+        x = lib.tensor(values, requires_grad=True)
+        out = _REDUCTION_CALLS[call](lib, x)
+        assert out.grad_fn is not None
+        grads.append((out.grad_fn, *lib.autograd.grad(out.sum() * 2, x)))
+    assert grads[0][0].name() == type(grads[1][0]).__name__
+    assert_close(grads[0][1], grads[1][1])

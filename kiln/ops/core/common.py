@@ -135,6 +135,8 @@ def laid_out(a: np.ndarray, strides: tuple | None = None) -> np.ndarray:
     ``c_contiguous``, size-1 dims get PyTorch's strides too."""
     if not a.ndim or not a.size:
         return a
+    if strides is None and a.flags.c_contiguous and 1 not in a.shape:
+        return a  # (numpy's flag leaves only size-1 dims' strides open)
     want = contiguous_strides(a.shape) if strides is None else strides
     item = a.itemsize
     if all(s == w * item for s, w in zip(a.strides, want)):

@@ -241,16 +241,26 @@ def sum(
 ): ...  # noqa: A001
 
 
-@sum.register_kernel
-def _sum_kernel(x, dim, keepdim, dtype):
+def _contiguous_float_total(x, dim, keepdim: bool, dtype) -> np.ndarray | None:
+    """The 0-d sum of every element for the commonest call (``x.sum()``, ``x.mean()``: a
+    C-contiguous float32 or float64 ``x``, no dim, dtype or keepdim), in the order of the
+    general path's sums; None for any other call."""
     d = x._dtype
     a = x._data
     if dim is None and dtype is None and not keepdim and (d is dt.float32 or d is dt.float64):
         if a.flags.c_contiguous:
             if d is dt.float32 and a.size <= EXACT_SUM_MAX_SIZE:
-                return wrap_array(torch_order_flat_sum(a.reshape(-1)), d)
-            # the common ``x.sum()``: one pairwise add.reduce straight into a 0-d array
-            return wrap_array(_add_reduce(a, None, out=...), d)
+                return torch_order_flat_sum(a.reshape(-1))
+            # one pairwise add.reduce straight into a 0-d array
+            return _add_reduce(a, None, out=...)
+    return None
+
+
+@sum.register_kernel
+def _sum_kernel(x, dim, keepdim, dtype):
+    total = _contiguous_float_total(x, dim, keepdim, dtype)
+    if total is not None:
+        return wrap_array(total, x._dtype)
     od = sum_dtype(x, dtype)
     a = data_as_dtype(x, dtype)
     return wrap(laid_out(float_sum(a, reduce_dims(x, dim), compute_np_dtype(od), keepdim)), od)
@@ -532,7 +542,8 @@ def _dim_select_kernel(op, np_arg, np_extreme):
         d = wrap_dim(dim, x.ndim)
         if not a.ndim:
             return op.returns(wrap(a.copy(), x._dtype), wrap(np.zeros((), np.int64), _int64))
-        check(x, dim, keepdim)
+        if not a.shape[d]:
+            check(x, dim, keepdim)
         # the extreme value itself equals the element at the arg index (NaN included)
         a = widened(a)
         values = laid_out(np_extreme(a, d, keepdims=keepdim))
@@ -573,8 +584,9 @@ def _dim_select_decomp(op, arg_op):
 
 
 for _op, _np_arg, _np_extreme, _arg_op in (
-    (max_dim, np.argmax, np.maximum.reduce, argmax),
-    (min_dim, np.argmin, np.minimum.reduce, argmin),
+    # (the ndarray methods: np.argmax is a Python wrapper around them)
+    (max_dim, np.ndarray.argmax, np.maximum.reduce, argmax),
+    (min_dim, np.ndarray.argmin, np.minimum.reduce, argmin),
 ):
     _op.register_kernel(_dim_select_kernel(_op, _np_arg, _np_extreme))
     _op.register_meta(_dim_select_meta(_op))
@@ -660,6 +672,9 @@ def _mean_dtype(x, dtype=None):
 
 @mean.register_kernel
 def _mean_kernel(x, dim, keepdim, dtype):
+    total = _contiguous_float_total(x, dim, keepdim, dtype)
+    if total is not None:  # (divided by the count as below: NaN for an empty ``x``)
+        return wrap(total / x._data.size, x._dtype)
     od = _mean_dtype(x, dtype)
     dims = reduce_dims(x, dim)
     r = np.asarray(float_sum(data_as_dtype(x, dtype), dims, compute_np_dtype(od), keepdim))
