@@ -401,3 +401,34 @@ def test_reduction_gradients_match_pytorch(call):
         grads.append((out.grad_fn, *lib.autograd.grad(out.sum() * 2, x)))
     assert grads[0][0].name() == type(grads[1][0]).__name__
     assert_close(grads[0][1], grads[1][1])
+
+
+_VIEW_CALLS = {
+    "column": lambda lib, x: x[:, 0],
+    "last_column": lambda lib, x: x[:, -1],
+    "ellipsis_column": lambda lib, x: x[..., 1],
+    "rows_then_column": lambda lib, x: x[1:, 2],
+    "strided_columns": lambda lib, x: x[:, ::2],
+    "new_axis": lambda lib, x: x[None, :, 1],
+    "column_out_of_range": lambda lib, x: x[:, 4],
+    "too_many_indices": lambda lib, x: x[:, 0, 0],
+    "select_negative_dim": lambda lib, x: x.select(-1, -2),
+    "select_bad_dim": lambda lib, x: x.select(2, 0),
+    "transpose": lambda lib, x: x.transpose(0, 1),
+    "transpose_negative": lambda lib, x: x.transpose(-1, -2),
+    "transpose_same_dim": lambda lib, x: x.transpose(1, -1),
+    "transpose_out_of_range": lambda lib, x: x.transpose(0, 2),
+    "transpose_vector": lambda lib, x: x[0].transpose(0, -1),
+    "transpose_scalar": lambda lib, x: x[0, 0].transpose(0, -1),
+    "reshape_transposed": lambda lib, x: x.t().reshape(-1),
+    "reshape_bad_size": lambda lib, x: x.reshape(5, -1),
+}
+
+
+@pytest.mark.parametrize("call", list(_VIEW_CALLS))
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_views_match_pytorch(call, requires_grad):
+    """Indexing, select, transpose and reshape shortcuts (int dims in range, plain slices): the
+    view's values, strides and grad_fn, or PyTorch's error."""
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    _assert_same_outcome(_VIEW_CALLS[call], (values, requires_grad))

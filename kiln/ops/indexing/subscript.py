@@ -399,6 +399,9 @@ def _normalize(index) -> tuple:
 
 def _convert(item, device):
     """One index item as int, slice, None, Ellipsis, bool or an index tensor."""
+    kind = item.__class__
+    if kind is int or kind is slice:  # the common items first
+        return item
     if item is None or item is Ellipsis or isinstance(item, slice):
         return item
     if isinstance(item, (bool, np.bool_)):
@@ -438,6 +441,9 @@ def _all_bools(seq) -> bool:
 
 
 def _consumes(item) -> int:
+    kind = item.__class__
+    if kind is int or kind is slice:
+        return 1
     if item is None or item is Ellipsis or isinstance(item, bool):
         return 0
     if isinstance(item, Tensor) and item._dtype in _MASK_DTYPES:
@@ -474,10 +480,25 @@ def _apply_basic(x: Tensor, items: list):
                 dim += x.ndim - consumed
                 ellipsis_seen = True
             continue
-        if item is None:
+        kind = item.__class__
+        if kind is slice:
+            if item.start is None and item.stop is None and item.step is None:
+                dim += 1  # ``x[:, i]``'s first item: the whole dim, no op
+                continue
+            step = _slice_int(item.step)
+            step = 1 if step is None else step
+            if step == 0:
+                raise ValueError("slice step cannot be zero")
+            if step < 0:
+                raise ValueError("step must be greater than zero")
+            start, stop = _slice_int(item.start), _slice_int(item.stop)
+            if not (start is None and stop is None and step == 1):
+                out = OPS["slice"](out, dim, start, stop, step)
+            dim += 1
+        elif item is None:
             out = OPS["unsqueeze"](out, dim)
             dim += 1
-        elif isinstance(item, bool):
+        elif kind is bool:
             # a new size-1 dim indexed by [0] (True) or [] (False): a copy with a known shape,
             # as PyTorch's mask [True]/[False] gives
             from ..creation.api import tensor
@@ -493,17 +514,6 @@ def _apply_basic(x: Tensor, items: list):
                     f"index {item} is out of bounds for dimension {dim} with size {size}"
                 )
             out = OPS["select"](out, dim, item)
-        elif isinstance(item, slice):
-            step = _slice_int(item.step)
-            step = 1 if step is None else step
-            if step == 0:
-                raise ValueError("slice step cannot be zero")
-            if step < 0:
-                raise ValueError("step must be greater than zero")
-            start, stop = _slice_int(item.start), _slice_int(item.stop)
-            if not (start is None and stop is None and step == 1):
-                out = OPS["slice"](out, dim, start, stop, step)
-            dim += 1
         else:
             advanced.append((dim, item))
             dim += _consumes(item)

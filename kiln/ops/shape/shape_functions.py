@@ -16,6 +16,7 @@ from ...runtime import dtypes as dt
 from ...runtime.symbolic import SymInt, known_same_shape
 from ...runtime.tensor import Size
 from ..core.common import Tensor, broadcast_shapes, fake, tensor_sequence, wrap_dim
+from ..core.dispatch import dispatch
 from ..core.grad_fn_naming import renames_grad_fn
 from ..core.registry import OPS, defop, tensor_method, torch_function
 
@@ -38,14 +39,18 @@ _as_strided_np = np.lib.stride_tricks.as_strided
 @tensor_method("transpose", "swapaxes", "swapdims")
 @renames_grad_fn("TransposeBackward0")
 def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:
-    n = input.ndim
-    d0 = wrap_dim(dim0, n)
-    d1 = wrap_dim(dim1, n)
+    n = len(input._shape)
+    if dim0.__class__ is int and dim1.__class__ is int and -n <= dim0 < n and -n <= dim1 < n:
+        d0 = dim0 + n if dim0 < 0 else dim0  # (the common call, without wrap_dim's checks)
+        d1 = dim1 + n if dim1 < 0 else dim1
+    else:
+        d0 = wrap_dim(dim0, n)
+        d1 = wrap_dim(dim1, n)
     if n < 2 or d0 == d1:
-        return OPS["alias"](input) if n else input
+        return OPS["alias"](input)  # a view of its own, as PyTorch's (a 0-d one too)
     perm = list(range(n))
     perm[d0], perm[d1] = perm[d1], perm[d0]
-    return OPS["permute"](input, perm)
+    return dispatch(OPS["permute"], (input, perm))  # (bound already: no schema binding)
 
 
 @torch_function()

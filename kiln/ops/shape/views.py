@@ -8,6 +8,8 @@ functionalization uses to replay in-place updates of views.
 
 from __future__ import annotations
 
+import builtins
+
 import numpy as np
 
 from ...runtime.device import cpu
@@ -26,7 +28,7 @@ from ...runtime.symbolic import (
 )
 from ...runtime.tensor import contiguous_strides, wrap_array
 from ..core.common import Tensor, fake, numpy_derivative_ok, wrap, wrap_dim, wrap_dims
-from ..core.dispatch import mark_view
+from ..core.dispatch import dispatch, mark_view
 from ..core.grad_fn_naming import rename_grad_fn
 from ..core.registry import defop
 
@@ -200,8 +202,8 @@ def view(self: Tensor, size: list[int]): ...
 
 @view.register_kernel
 def _view_kernel(x, size):
-    shape = infer_size(size, x.numel())
     a = x._data
+    shape = infer_size(size, a.size)
     r = a.reshape(shape)
     # numpy copies only a non-contiguous buffer it cannot view: then PyTorch refuses the view
     if a.size and not a.flags.c_contiguous and not np.may_share_memory(a, r):
@@ -233,12 +235,13 @@ def reshape(self: Tensor, shape: list[int]): ...
 
 @reshape.register_decomposition
 def _reshape_decomp(x, shape):
-    shape = infer_size(shape, x.numel())
     data = x._data
     # a C-contiguous buffer views as any shape of its size (numpy's flag ignores the strides
-    # of size-1 dims, as PyTorch's is_contiguous does): no stride computation needed
+    # of size-1 dims, as PyTorch's is_contiguous does): no stride computation needed, and the
+    # arguments are the view's bound ones already
     if x._device is cpu and data is not None and data.flags.c_contiguous:
-        return view(x, shape)
+        return dispatch(view, (x, infer_size(shape, data.size)))
+    shape = infer_size(shape, x.numel())
     strides, deferred = reshape_strides(x, shape)
     if strides is not None:
         out = view(x, shape)
@@ -516,13 +519,18 @@ def _select_index(x, dim, index):
 @select.register_kernel
 def _select_kernel(x, dim, index):
     shape = x._shape
-    if dim == 0 and shape and -shape[0] <= index < shape[0]:
-        return Tensor._wrap_view(x._data[index, ...], x)
+    rank = len(shape)
+    if dim.__class__ is int and -rank <= dim < rank:  # (the common call: no wrap_dim checks)
+        d = dim + rank if dim < 0 else dim
+        if -shape[d] <= index < shape[d]:
+            return Tensor._wrap_view(x._data[(_WHOLE_DIM,) * d + (index, Ellipsis)], x)
     if x.ndim == 0:
         raise IndexError("select() cannot be applied to a 0-dim tensor.")
     d, i = _select_index(x, dim, index)
-    idx = (np.s_[:],) * d + (i, Ellipsis)
-    return Tensor._wrap_view(x._data[idx], x)
+    return Tensor._wrap_view(x._data[(_WHOLE_DIM,) * d + (i, Ellipsis)], x)
+
+
+_WHOLE_DIM = builtins.slice(None)  # (``slice`` here is the op)
 
 
 @select.register_meta
