@@ -432,3 +432,26 @@ def test_views_match_pytorch(call, requires_grad):
     view's values, strides and grad_fn, or PyTorch's error."""
     values = np.arange(12, dtype=np.float32).reshape(3, 4)
     _assert_same_outcome(_VIEW_CALLS[call], (values, requires_grad))
+
+
+_SELECT_CALLS = {
+    "masked_fill": lambda lib, x, m: x.masked_fill(m, -1.5),
+    "masked_fill_broadcast_mask": lambda lib, x, m: x.masked_fill(m[:1], float("inf")),
+    "masked_fill_transposed": lambda lib, x, m: x.t().masked_fill(m.t(), 2),
+    "masked_fill_tensor_value": lambda lib, x, m: x.masked_fill(m, lib.tensor(3.0)),
+    "masked_fill_int_mask": lambda lib, x, m: x.masked_fill(m.long(), 0.0),
+    "masked_fill_mask_too_big": lambda lib, x, m: x[:1].masked_fill(m, 0.0),
+    "where": lambda lib, x, m: lib.where(m, x, -x),
+    "where_scalar": lambda lib, x, m: lib.where(m, x, 0.0),
+    "where_out": lambda lib, x, m: lib.where(m, x, -x, out=lib.empty(3, 4)),
+    "where_out_none": lambda lib, x, m: lib.where(m, x, -x, out=None),
+}
+
+
+@pytest.mark.parametrize("call", list(_SELECT_CALLS))
+def test_masked_selection_matches_pytorch(call):
+    """masked_fill (same-shape mask shortcut) and where (``out=None`` passed on as no ``out``)."""
+    rng = np.random.default_rng(9)
+    values = rng.standard_normal((3, 4)).astype(np.float32)
+    mask = rng.random((3, 4)) > 0.5
+    _assert_same_outcome(_SELECT_CALLS[call], values, mask)

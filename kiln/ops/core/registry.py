@@ -218,9 +218,12 @@ class Op:
 
     def __call__(self, *args, **kwargs):
         if "out" in kwargs:  # ``kiln.mul(a, b, out=c)``: compute, then write into ``out``
-            from .out_arguments import call_with_out
+            if kwargs["out"] is None:  # (a wrapper passing its own ``out=None`` on)
+                del kwargs["out"]
+            else:
+                from .out_arguments import call_with_out
 
-            return call_with_out(self, args, kwargs)
+                return call_with_out(self, args, kwargs)
         return _dispatch(self, self.bind(*args, **kwargs))
 
     def __repr__(self) -> str:

@@ -227,7 +227,8 @@ def masked_fill(self: Tensor, mask: Tensor, value: TensorOrScalar): ...
 def _check_masked_fill(x, mask, value) -> None:
     if mask._dtype is not _bool:
         raise RuntimeError(
-            f"masked_fill_ only supports boolean masks, but got mask with dtype {mask._dtype.name}"
+            "masked_fill_ only supports boolean masks, but got mask with dtype "
+            + dt.c_type_name(mask._dtype)
         )
     if isinstance(value, Tensor) and value._shape:
         raise RuntimeError(
@@ -240,7 +241,7 @@ def _masked_fill_kernel(x, mask, value):
     _check_masked_fill(x, mask, value)
     v = value.item() if isinstance(value, Tensor) else value
     v = checked_scalar(v, x._dtype)
-    shape = broadcast_shapes(x._shape, mask._shape)
+    shape = x._shape if mask._shape == x._shape else broadcast_shapes(x._shape, mask._shape)
     # PyTorch's result is contiguous whatever the inputs' layouts
     out = empty_array(shape, x._dtype.np)
     np.copyto(out, x._data)
