@@ -455,6 +455,13 @@ def _max_pool_kernel(x, kernel, stride, padding, dilation, ceil_mode):
         if np.isnan(values).any():
             for position, tap in enumerate(taps):
                 np.copyto(arg, position, where=np.isnan(tap))
+    if any(p != (0, 0) for p in pads):  # an all -inf window: its first position in the input
+        np.copyto(
+            arg,
+            _first_inside(out, kernel, stride, padding, dilation),
+            where=values == -np.inf,
+            casting="unsafe",
+        )
     # flat input index = sum over dims of (window start + kernel offset) * the dim's flat stride:
     # the window starts give a small (*out) grid, the kernel offsets a table indexed by ``arg``
     flat = [math.prod(spatial[i + 1 :]) for i in range(k)]
@@ -469,6 +476,19 @@ def _max_pool_kernel(x, kernel, stride, padding, dilation, ceil_mode):
     np.take(table, arg, out=index)
     index += base
     return wrap(values, x._dtype), wrap(index, dt.int64)
+
+
+def _first_inside(out, kernel, stride, padding, dilation) -> np.ndarray:
+    """Per output position (broadcastable over ``out``): the window position, counted in C order
+    over the kernel, of the window's first element inside the input (the padding's -inf would
+    otherwise be the first maximum of an all -inf window; PyTorch starts at that element)."""
+    k = len(kernel)
+    first = np.zeros((1,) * k, np.int64)
+    for i in range(k):
+        start = np.arange(out[i]) * stride[i] - padding[i]
+        steps = np.maximum(-(start // dilation[i]), 0)  # ceil(-start / dilation), at least 0
+        first = first * kernel[i] + steps.reshape((-1,) + (1,) * (k - 1 - i))
+    return first
 
 
 def _max_and_first_arg(taps: list) -> tuple:
@@ -538,13 +558,67 @@ def _np_scatter_to_input(g: Tensor, indices: Tensor, input_shape, kernel, stride
 _max_pool.register_derivative(_max_pool_grad, save_output=(1,), save_inputs=())
 
 
+# windows of at most this many positions decompose into a chain of compares (one pointwise
+# kernel once compiled); larger ones into reductions over the window's elements
+UNROLLED_WINDOW_MAX = 64
+
+
 @_max_pool.register_decomposition
 def _max_pool_decomp(x, kernel, stride, padding, dilation, ceil_mode):
+    """PyTorch's kernel walks a window's positions in order and takes a position that is
+    greater than the maximum so far or NaN (so the first of tied maxima, the last NaN),
+    starting from -inf at the window's first position inside the input (which an all -inf
+    window keeps: the padding never wins). Here a chain of compares does the same, one pointwise
+    kernel once compiled; a window of more than ``UNROLLED_WINDOW_MAX`` positions reduces its
+    elements instead (``_max_pool_reduced``)."""
     out = _pool_geometry("max_pool", x, kernel, stride, padding, dilation, ceil_mode)
     k = len(kernel)
     spatial = _spatial(x)
     pads = _pool_pads(spatial, out, kernel, stride, padding, dilation, ceil_mode)
     xp = OPS["constant_pad_nd"](x, [p for pair in reversed(pads) for p in pair], float("-inf"))
+    # per dim: the window starts (input coordinates, the padding's negative), shaped to
+    # broadcast over the output, and the dilation steps from there to the first one inside
+    starts, steps_in = [], []
+    for i in range(k):
+        grid = OPS["arange"](0, out[i], 1, dtype=dt.int64, device=x.device)
+        start = grid.reshape([-1] + [1] * (k - 1 - i)) * stride[i] - padding[i]
+        starts.append(start)
+        steps_in.append(
+            OPS["clamp_min"]((-start + dilation[i] - 1).div(dilation[i], rounding_mode="floor"), 0)
+        )
+
+    def flat_index(coords):
+        index = coords[0]
+        for i in range(1, k):
+            index = index * spatial[i] + coords[i]
+        return index
+
+    if math.prod(kernel) > UNROLLED_WINDOW_MAX:
+        return _max_pool_reduced(x, xp, out, kernel, stride, dilation, starts, steps_in, flat_index)
+    index = flat_index([starts[i] + steps_in[i] * dilation[i] for i in range(k)])
+    best = None
+    for offset in kernel_offsets(kernel):
+        value = xp
+        for i in range(k):
+            begin = offset[i] * dilation[i]
+            value = OPS["slice"](
+                value, 2 + i, begin, begin + (out[i] - 1) * stride[i] + 1, stride[i]
+            )
+        here = flat_index([starts[i] + offset[i] * dilation[i] for i in range(k)])
+        if best is None:  # greater than the -inf the walk starts from, or NaN
+            take = (value > float("-inf")) | value.isnan()
+            best = value
+        else:
+            take = (value > best) | value.isnan()
+            best = OPS["where"](take, value, best)
+        index = OPS["where"](take, here, index)
+    return best, index.expand(best.shape).contiguous()
+
+
+def _max_pool_reduced(x, xp, out, kernel, stride, dilation, starts, steps_in, flat_index):
+    """A large window's maximum position as reductions over its elements: the last NaN if it
+    has one, else the first maximum, else (all -inf) its first position inside the input."""
+    k = len(kernel)
     contiguous = xp.stride()
     size = list(xp.shape[:2]) + out + list(kernel)
     strides = (
@@ -553,17 +627,23 @@ def _max_pool_decomp(x, kernel, stride, padding, dilation, ceil_mode):
         + [contiguous[2 + i] * dilation[i] for i in range(k)]
     )
     win = OPS["as_strided"](xp.detach(), size, strides).reshape(list(xp.shape[:2]) + out + [-1])
+    positions = OPS["arange"](0, math.prod(kernel), 1, dtype=dt.int64, device=x.device)
+    nan = win.isnan()
+    last_nan = OPS["where"](nan, positions, -1).amax(-1)
+    first_inside = steps_in[0]
+    for i in range(1, k):
+        first_inside = first_inside * kernel[i] + steps_in[i]
     arg = win.argmax(-1)
-    index = None
+    arg = OPS["where"](win.amax(-1) == float("-inf"), first_inside, arg)
+    arg = OPS["where"](last_nan >= 0, last_nan, arg)
+    coords = []
     rest = arg
-    divisors = [math.prod(kernel[i + 1 :]) for i in range(k)]
     for i in range(k):
-        offset = rest.div(divisors[i], rounding_mode="floor")
-        rest = rest - offset * divisors[i]
-        grid = OPS["arange"](0, out[i], 1, dtype=dt.int64, device=x.device)
-        grid = grid.reshape([-1] + [1] * (k - 1 - i)) * stride[i] - padding[i]
-        coord = grid + offset * dilation[i]
-        index = coord if index is None else index * spatial[i] + coord
+        tail = math.prod(kernel[i + 1 :])
+        offset = rest.div(tail, rounding_mode="floor")
+        rest = rest - offset * tail
+        coords.append(starts[i] + offset * dilation[i])
+    index = flat_index(coords)
     return gather_at(x, index), index
 
 
