@@ -88,3 +88,55 @@ def test_an_all_minus_inf_window_points_inside_the_input_eager_and_compiled():
     for fn in (lambda t: kiln.nn.functional.max_pool2d(t, 3, 2, 1, return_indices=True),):
         assert fn(x)[1].tolist() == expected
         assert kiln.compile(fn)(x)[1].tolist() == expected
+
+
+ADAPTIVE = {
+    "2d to 2x2": ((2, 3, 5, 7), (2, 2)),
+    "2d to 3x2 (overlapping windows)": ((1, 2, 4, 5), (3, 2)),
+    "2d to 1x1": ((2, 2, 4, 5), (1, 1)),
+    "1d to 4": ((2, 3, 11), (4,)),
+    "3d to 2x1x3": ((1, 2, 4, 3, 7), (2, 1, 3)),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("case", sorted(ADAPTIVE))
+def test_adaptive_max_pool_takes_the_last_nan_and_the_first_maximum(case, mode):
+    shape, output_size = ADAPTIVE[case]
+    a = _input(shape, seed=len(case) + 1)
+    x = kiln.tensor(a, requires_grad=True)
+    t = torch.tensor(a, requires_grad=True)
+    name = f"adaptive_max_pool{len(output_size)}d"
+
+    def step(lib, x):
+        values, indices = getattr(lib.nn.functional, name)(x, output_size, return_indices=True)
+        values.nan_to_num(0.0, 0.0, 0.0).sum().backward()
+        return values, indices
+
+    values, indices = MODES[mode](lambda x: step(kiln, x))(x)
+    expected_values, expected_indices = step(torch, t)
+    assert indices.tolist() == expected_indices.tolist()
+    assert_close(values, expected_values, equal_nan=True)
+    assert_close(x.grad, t.grad, equal_nan=True)
+
+
+@needs_torch
+@pytest.mark.parametrize("dims", [2, 3])
+def test_fractional_max_pool_picks_and_routes_the_gradient_as_pytorch(dims):
+    shape = (2, 3) + (9,) * dims
+    a = _input(shape, seed=dims)
+    samples = np.random.default_rng(dims).random((2, 3, dims)).astype(np.float32)
+    results = []
+    for lib in (kiln, torch):
+        x = lib.tensor(a, requires_grad=True)
+        fn = getattr(lib.nn.functional, f"fractional_max_pool{dims}d")
+        values, indices = fn(
+            x, 2, output_size=4, return_indices=True, _random_samples=lib.tensor(samples)
+        )
+        values.nan_to_num(0.0, 0.0, 0.0).sum().backward()  # ties: the gradient goes to one
+        results.append((values, indices, x.grad))
+    (values, indices, grad), (t_values, t_indices, t_grad) = results
+    assert indices.tolist() == t_indices.tolist()
+    assert_close(values, t_values, equal_nan=True)
+    assert_close(grad, t_grad, equal_nan=True)

@@ -375,8 +375,12 @@ def _fractional_max_pool(
     flat = flat.expand([n, c, *out_size, *kernel]).reshape(window_shape)
     planes = x.reshape(n, c, -1)
     values = OPS["gather"](planes, 2, flat.reshape(n, c, -1)).reshape(window_shape)
-    out = values.amax(-1)
-    pick = values.argmax(-1, keepdim=True)
+    # PyTorch's kernel takes a greater element or a NaN: the first maximum, or the last NaN;
+    # the result is that element (its gradient goes there alone, not split among ties)
+    positions = OPS["arange"](0, window_shape[-1], dtype=dt.int64, device=x.device)
+    last_nan = OPS["where"](values.isnan(), positions, -1).amax(-1, keepdim=True)
+    pick = OPS["where"](last_nan >= 0, last_nan, values.argmax(-1, keepdim=True))
+    out = OPS["gather"](values, -1, pick).squeeze(-1)
     indices = OPS["gather"](flat, -1, pick).squeeze(-1)
     if unbatched:
         out, indices = out.squeeze(0), indices.squeeze(0)

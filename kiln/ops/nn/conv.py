@@ -862,6 +862,10 @@ def _adaptive_max_pool_kernel(x, output_size):
     lengths = tuple(g.shape[1] for g in grids)
     flat = gathered.transpose(order).reshape(x.shape[:2] + tuple(output_size) + (-1,))
     arg = flat.argmax(axis=-1)
+    nan = np.isnan(flat)
+    if nan.any():  # PyTorch's kernel takes every NaN it meets: a window's last one
+        last = flat.shape[-1] - 1 - np.argmax(nan[..., ::-1], axis=-1)
+        arg = np.where(nan.any(axis=-1), last, arg)
     values = np.take_along_axis(flat, arg[..., None], -1)[..., 0]
     offsets = np.unravel_index(arg, lengths)
     flat_index = np.zeros(arg.shape, np.int64)
@@ -893,7 +897,10 @@ def _adaptive_max_pool_decomp(x, output_size):
     gathered = OPS["index"](x.detach(), [None, None] + index)
     order = [0, 1] + [2 + 2 * i for i in range(k)] + [3 + 2 * i for i in range(k)]
     flat = gathered.permute(order).reshape(list(x.shape[:2]) + list(output_size) + [-1])
-    arg = flat.argmax(-1)
+    # the first maximum, or the last NaN (PyTorch's kernel takes every NaN it meets)
+    positions = OPS["arange"](0, flat.shape[-1], 1, dtype=dt.int64, device=x.device)
+    last_nan = OPS["where"](flat.isnan(), positions, -1).amax(-1)
+    arg = OPS["where"](last_nan >= 0, last_nan, flat.argmax(-1))
     flat_index = None
     rest = arg
     for i in range(k):
