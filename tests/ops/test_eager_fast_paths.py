@@ -455,3 +455,56 @@ def test_masked_selection_matches_pytorch(call):
     values = rng.standard_normal((3, 4)).astype(np.float32)
     mask = rng.random((3, 4)) > 0.5
     _assert_same_outcome(_SELECT_CALLS[call], values, mask)
+
+
+_ROW_CALLS = {
+    "softmax_last": lambda lib, x: lib.softmax(x, -1),
+    "softmax_last_positive": lambda lib, x: lib.softmax(x, x.dim() - 1),
+    "softmax_first": lambda lib, x: lib.softmax(x, 0),
+    "softmax_float64_dtype": lambda lib, x: lib.softmax(x, -1, dtype=lib.float64),
+    "log_softmax_last": lambda lib, x: lib.log_softmax(x, -1),
+    "log_softmax_transposed": lambda lib, x: lib.log_softmax(x.transpose(0, -1), -1),
+    "log_softmax_half": lambda lib, x: lib.log_softmax(x.half(), -1),
+    "log_softmax_float64": lambda lib, x: lib.log_softmax(x.double(), -1),
+    "log_softmax_empty": lambda lib, x: lib.log_softmax(x[:0], -1),
+    "log_softmax_scalar": lambda lib, x: lib.log_softmax(x.flatten()[0], -1),
+    "softmax_dim_out_of_range": lambda lib, x: lib.softmax(x, x.dim()),
+}
+
+
+@pytest.mark.parametrize("call", list(_ROW_CALLS))
+@pytest.mark.parametrize("shape", [(3, 5), (2, 3, 4), (7,)])
+def test_softmax_rows_match_pytorch(call, shape):
+    """softmax/log_softmax's shortcut (contiguous float32 along the last dim) and the general
+    kernel: values, dtype and layout, or PyTorch's error."""
+    values = (np.random.default_rng(10).standard_normal(shape) * 4).astype(np.float32)
+    values.flat[0] = -np.inf
+    _assert_same_outcome(_ROW_CALLS[call], values)
+
+
+_LINEAR_CASES = [
+    ((2, 5), None),
+    ((2, 5), (4,)),
+    ((2, 5), (1, 4)),
+    ((2, 5), ()),
+    ((3, 2, 5), (4,)),
+    ((3, 2, 5), (1, 4)),
+    ((5,), (4,)),
+]
+
+
+@pytest.mark.parametrize("input_shape,bias", _LINEAR_CASES)
+def test_linear_bias_shapes_match_pytorch(input_shape, bias):
+    """``F.linear``'s bias check (a bias of the out features skips the broadcast) against
+    PyTorch: vector and broadcast biases, values and grad_fn names."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(input_shape).astype(np.float32)
+    w = rng.standard_normal((4, 5)).astype(np.float32)
+    arrays = [(x, True), (w, True)]
+    if bias is not None:
+        arrays.append((rng.standard_normal(bias).astype(np.float32), True))
+
+    def call(lib, *tensors):
+        return lib.nn.functional.linear(*tensors)
+
+    _assert_same_outcome(call, *arrays)

@@ -25,6 +25,7 @@ import numpy as np
 from ...runtime import blas, machine_code
 from ...runtime import dtypes as dt
 from ...runtime.storage import empty_array
+from ...runtime.tensor import wrap_array
 from ..core.common import (
     DType,
     Tensor,
@@ -256,10 +257,31 @@ def _softmax_block(a: np.ndarray, out, axis: int, log: bool, tmp) -> np.ndarray:
     return out
 
 
+def _last_dim_rows(name: str, x: Tensor, dim, dtype) -> Tensor | None:
+    """``name`` (softmax or log_softmax) of the commonest call, straight to the machine-code
+    rows: a non-empty C-contiguous float32 ``x`` along its last dim, no ``dtype``. None for any
+    other call (or without the machine code), which the general kernel serves."""
+    a = x._data
+    if dtype is not None or x._dtype is not dt.float32 or not a.ndim or dim.__class__ is not int:
+        return None
+    if (dim != -1 and dim != a.ndim - 1) or not a.size or not a.flags.c_contiguous:
+        return None
+    kernels = machine_code.get("rows")
+    if kernels is None:
+        return None
+    n = a.shape[-1]
+    out = empty_array(a.shape, _F32)
+    kernels.run(name, a.size // n, n, a, out)
+    return wrap_array(out, dt.float32)
+
+
 def _softmax_kernel(log):
     name = "log_softmax" if log else "softmax"
 
     def kernel(x, dim, dtype):
+        out = _last_dim_rows(name, x, dim, dtype)
+        if out is not None:
+            return out
         x, d = _softmax_input(name, x, dim, dtype)
         # PyTorch's result is contiguous whatever the input's layout (so is the meta's)
         a = c_contiguous(compute_array(x))
@@ -517,16 +539,17 @@ def _linear_check(x, w, b):
             "expected m1 and m2 to have the same dtype, but got: "
             f"{c_type_name(x._dtype)} != {c_type_name(w._dtype)}"
         )
-    if w.ndim == 1 and b is not None:
+    x_shape, w_shape = x._shape, w._shape
+    if len(w_shape) == 1 and b is not None:
         raise RuntimeError("mat2 must be a matrix, got 1-D tensor")
-    if w.ndim not in (1, 2) or x.ndim == 0 or x._shape[-1] != w._shape[-1]:
-        rows = math.prod(x._shape[:-1]) if x.ndim else 1
+    if len(w_shape) not in (1, 2) or not x_shape or x_shape[-1] != w_shape[-1]:
+        rows = math.prod(x_shape[:-1]) if x_shape else 1
         raise RuntimeError(
-            f"mat1 and mat2 shapes cannot be multiplied ({rows}x{x._shape[-1] if x.ndim else 1} "
-            f"and {'x'.join(map(str, reversed(w._shape)))})"
+            f"mat1 and mat2 shapes cannot be multiplied ({rows}x{x_shape[-1] if x_shape else 1} "
+            f"and {'x'.join(map(str, reversed(w_shape)))})"
         )
-    out = tuple(x._shape[:-1]) + tuple(w._shape[:-1])
-    if b is not None:
+    out = tuple(x_shape[:-1]) + tuple(w_shape[:-1])
+    if b is not None and b._shape != w_shape[:1]:  # (a bias of the out features broadcasts)
         out = broadcast_shapes(out, b._shape)
     return out
 
