@@ -24,6 +24,7 @@ from ..core.common import (
     result_dtype,
     wrap,
 )
+from ..core.dispatch import dispatch
 from ..core.registry import OPS, defop
 from ..reductions.reduce import float_sum, torch_type_name
 from .softmax_linear import machine_code_activation
@@ -128,20 +129,27 @@ def _nll_geometry(x, target, weight):
 
 # targets up to this many are range-checked as a Python list: cheaper than numpy's reductions
 _LISTED_TARGETS = 64
+_ROW_NUMBERS = np.arange(_LISTED_TARGETS)
+_ROW_NUMBERS.flags.writeable = False
 
 
 def _nll_rows_plain(x, t: np.ndarray, reduction: str, n_classes: int):
     """The common call's loss: rows of log-probabilities, no weight, every target a class and
     none ignored (``ignore_index`` negative). A row-wise pick and the general path's sums,
     without its masks; None for any other call."""
-    if t.size <= _LISTED_TARGETS:
+    rows = t.shape[0]
+    if rows <= _LISTED_TARGETS:
         targets = t.tolist()
         if not targets or min(targets) < 0 or max(targets) >= n_classes:
             return None
+        row_numbers = _ROW_NUMBERS[:rows]
     elif t.view(np.uint64).max() >= n_classes:  # one reduction: negatives wrap to huge
         return None
+    else:
+        row_numbers = np.arange(rows)
     cd = compute_np_dtype(x._dtype)
-    losses = -(x._data[np.arange(t.shape[0]), t].astype(cd, copy=False))
+    picked = x._data[row_numbers, t]
+    losses = np.negative(picked, out=picked) if picked.dtype == cd else -picked.astype(cd)
     if reduction == "none":
         return wrap(losses, x._dtype)
     total = np.add.reduce(losses)  # (``losses.sum()`` is a Python wrapper around this)
@@ -274,12 +282,13 @@ def _cross_entropy(
     check_reduction(reduction)
     if not 0.0 <= label_smoothing <= 1.0:
         raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
-    class_dim = 0 if input.ndim == 1 else 1
-    n_classes = input.shape[class_dim]
-    logp = OPS["log_softmax"](input, class_dim)
-    wshape = [1] * input.ndim
+    rank = len(input._shape)
+    class_dim = 0 if rank == 1 else 1
+    n_classes = input._shape[class_dim]
+    logp = dispatch(OPS["log_softmax"], (input, class_dim, None))  # (bound: no binding)
+    wshape = [1] * rank
     wshape[class_dim] = n_classes
-    if tuple(input.shape) == tuple(target.shape):
+    if input._shape == target._shape:
         if not target.dtype.is_floating_point:
             raise RuntimeError(
                 f"Expected floating point type for target with class probabilities, got {target.dtype}"
@@ -298,7 +307,7 @@ def _cross_entropy(
             if input.numel()
             else -terms.sum() * float("nan")
         )
-    loss = nll_loss(logp, target, weight, reduction, ignore_index)
+    loss = dispatch(nll_loss, (logp, target, weight, reduction, ignore_index))
     if label_smoothing == 0:
         return loss
     ignored = target == ignore_index
