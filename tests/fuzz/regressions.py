@@ -488,6 +488,19 @@ REGRESSIONS: list[Case] = [
         ("inductor-triton",),
     ),
     Case(
+        "a flip of an empty tensor in a Triton reduction: its constant index -1 is checked for "
+        "no element (it raised an index error; seed 9898)",
+        _one(
+            [
+                Input("x0", (0,), dtype="int64", fill="integral"),
+                Input("x1", (0,), dtype="int64", layout="transposed", seed=8),
+            ],
+            ["v1 = x0 % -3", "v3 = v1.flip(-1)", "v4 = torch.matmul(v3, x1)"],
+            ["v4"],
+        ),
+        ("pytorch", *COMPILED, "inductor-triton"),
+    ),
+    Case(
         "sort along a non-last dim with ties: a contiguous result (aot_eager replays flatten "
         "as a view; seed 90004)",
         _one(

@@ -517,10 +517,16 @@ class KernelPrinter:
         counter = self._counter
         bad = self.emit(f"({value} < 0) | ({value} >= {size_text})", dt.bool_, xdep, rdep)
         if self._counter != counter:  # a new check (not one already printed in this scope)
-            mask = self.mask_for(xdep, rdep)
-            flagged = bad  # lanes past the end read no index
-            if mask is not None:
-                flagged = self.emit(f"{bad} & {mask}", dt.bool_, xdep, rdep)
+            # lanes past the end read no index; nor does an index the same for every lane (a
+            # constant) where the kernel runs no element (a flip of an empty tensor's -1)
+            guards = [m for m in (self.mask_for(xdep, rdep),) if m is not None]
+            if not xdep:
+                guards.append(self.xmask)
+            if not rdep and self.rmask:
+                guards.append("(rbase < rnumel)")
+            flagged = bad
+            if guards:
+                flagged = self.emit(f"{bad} & {' & '.join(guards)}", dt.bool_, True, rdep)
             ptr = f"{self.arg(INDEX_ERRORS, dt.int32)} + {flagged}.to(tl.int32) * 0"
             self.statement(f"tl.store({ptr}, 1, {flagged})", rdep)
         checked = self.emit(f"tl.where({bad}, 0, {value})", value.dtype, xdep, rdep)
