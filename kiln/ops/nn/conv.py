@@ -598,12 +598,7 @@ def _max_pool_decomp(x, kernel, stride, padding, dilation, ceil_mode):
     index = flat_index([starts[i] + steps_in[i] * dilation[i] for i in range(k)])
     best = None
     for offset in kernel_offsets(kernel):
-        value = xp
-        for i in range(k):
-            begin = offset[i] * dilation[i]
-            value = OPS["slice"](
-                value, 2 + i, begin, begin + (out[i] - 1) * stride[i] + 1, stride[i]
-            )
+        value = _window_tap(xp, offset, out, stride, dilation)
         here = flat_index([starts[i] + offset[i] * dilation[i] for i in range(k)])
         if best is None:  # greater than the -inf the walk starts from, or NaN
             take = (value > float("-inf")) | value.isnan()
@@ -613,6 +608,15 @@ def _max_pool_decomp(x, kernel, stride, padding, dilation, ceil_mode):
             best = OPS["where"](take, value, best)
         index = OPS["where"](take, here, index)
     return best, index.expand(best.shape).contiguous()
+
+
+def _window_tap(xp: Tensor, offset, out, stride, dilation) -> Tensor:
+    """The element at kernel position ``offset`` of every window of the padded input ``xp``:
+    a strided slice per spatial dim."""
+    for i, o in enumerate(offset):
+        begin = o * dilation[i]
+        xp = OPS["slice"](xp, 2 + i, begin, begin + (out[i] - 1) * stride[i] + 1, stride[i])
+    return xp
 
 
 def _max_pool_reduced(x, xp, out, kernel, stride, dilation, starts, steps_in, flat_index):
@@ -755,12 +759,21 @@ def _avg_pool_decomp(x, kernel, stride, padding, ceil_mode, count_include_pad, d
     )
     k = len(kernel)
     xp = OPS["constant_pad_nd"](x, [p for pair in reversed(pads) for p in pair], 0.0)
+    divisor = tensor(div, dtype=x.dtype, device=x.device)
+    if math.prod(kernel) <= UNROLLED_WINDOW_MAX:
+        # the window's elements added in order (one pointwise kernel once compiled; a
+        # convolution by a kernel of ones made columns of every window and a product)
+        total = None
+        for offset in kernel_offsets(kernel):
+            value = _window_tap(xp, offset, out, stride, [1] * k)
+            total = value if total is None else total + value
+        return total / divisor
     n, ch = x.shape[:2]
     flat = xp.reshape([n * ch, 1] + list(xp.shape[2:]))
     ones = x.new_ones([1, 1] + list(kernel))
     sums = convolution(flat, ones, None, list(stride), [0] * k, [1] * k, False, [0] * k, 1)
     sums = sums.reshape([n, ch] + out)
-    return sums / tensor(div, dtype=x.dtype, device=x.device)
+    return sums / divisor
 
 
 # ------------------------------------------------------------------------------ adaptive pooling

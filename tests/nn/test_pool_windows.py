@@ -1,6 +1,7 @@
-"""Which element a max pool picks, eager and compiled, as PyTorch's kernel picks it: the first of
-tied maxima, the last NaN of a window, and for a window of -inf only its first element inside
-the input (never the padding). The index decides where the gradient goes."""
+"""Pooling windows, eager and compiled, against PyTorch. Which element a max pool picks: the
+first of tied maxima, the last NaN of a window, and for a window of -inf only its first element
+inside the input (never the padding); the index decides where the gradient goes. Average pools
+compiled (a sum over the window's positions) with PyTorch's divisors."""
 
 from __future__ import annotations
 
@@ -140,3 +141,35 @@ def test_fractional_max_pool_picks_and_routes_the_gradient_as_pytorch(dims):
     assert indices.tolist() == t_indices.tolist()
     assert_close(values, t_values, equal_nan=True)
     assert_close(grad, t_grad, equal_nan=True)
+
+
+AVERAGE = {
+    "2d 3x3 stride 2 pad 1": ((2, 3, 9, 9), dict(kernel_size=3, stride=2, padding=1)),
+    "2d ceil, padding left out": (
+        (1, 2, 10, 7),
+        dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+    ),
+    "2d divisor override": ((2, 2, 8, 8), dict(kernel_size=2, divisor_override=3)),
+    "1d 4 stride 3 ceil": ((2, 3, 14), dict(kernel_size=4, stride=3, ceil_mode=True)),
+    "3d 2x2x3 pad": ((1, 2, 5, 6, 7), dict(kernel_size=(2, 2, 3), stride=2, padding=(1, 0, 1))),
+    "2d 9x9 (a convolution of ones)": ((1, 2, 12, 12), dict(kernel_size=9, stride=3, padding=4)),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["compiled", "dynamic"])
+@pytest.mark.parametrize("case", sorted(AVERAGE))
+def test_compiled_average_pool_equals_pytorch(case, mode):
+    shape, kwargs = AVERAGE[case]
+    a = np.random.default_rng(len(case)).standard_normal(shape).astype(np.float32)
+    x = kiln.tensor(a, requires_grad=True)
+    t = torch.tensor(a, requires_grad=True)
+    name = f"avg_pool{len(shape) - 2}d"
+
+    def step(lib, x):
+        y = getattr(lib.nn.functional, name)(x, **kwargs)
+        (y * y).sum().backward()
+        return y
+
+    assert_close(MODES[mode](lambda x: step(kiln, x))(x), step(torch, t), rtol=1e-5, atol=1e-5)
+    assert_close(x.grad, t.grad, rtol=1e-5, atol=1e-5)
