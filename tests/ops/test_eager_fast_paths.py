@@ -359,16 +359,21 @@ _REDUCTION_CALLS = {
     "mean_keepdim": lambda lib, x: x.mean(-1, keepdim=True),
     "mean_float64_dtype": lambda lib, x: x.mean(dtype=lib.float64),
     "sum_dim": lambda lib, x: x.sum(1),
+    "sum_last_keepdim": lambda lib, x: x.sum(-1, keepdim=True),
+    "sum_dim_tuple": lambda lib, x: x.sum((-1,)),
+    "mean_last": lambda lib, x: x.mean(-1),
     "max_values": lambda lib, x: x.max(1).values,
     "max_indices": lambda lib, x: x.max(-1).indices,
     "min_keepdim": lambda lib, x: x.min(0, keepdim=True).values,
     "min_indices": lambda lib, x: x.min(0).indices,
-    "max_dim_out_of_range": lambda lib, x: x.max(2),
+    "max_dim_out_of_range": lambda lib, x: x.max(2).values,
 }
 _REDUCTION_INPUTS = {
     "contiguous": lambda v: v,
     "transposed": lambda v: v.t(),
     "empty_rows": lambda v: v[:0],
+    "one_row": lambda v: v[:1],
+    "size_one_middle": lambda v: v[:, None],
     "nan_and_ties": lambda v: v * 0 + v.new_tensor([[1.0, float("nan"), 1.0, 3.0]] * 3),
     "float64": lambda v: v.double(),
     "float16": lambda v: v.half(),
@@ -379,8 +384,8 @@ _REDUCTION_INPUTS = {
 @pytest.mark.parametrize("call", list(_REDUCTION_CALLS))
 @pytest.mark.parametrize("layout", list(_REDUCTION_INPUTS))
 def test_reductions_match_pytorch(call, layout):
-    """``sum()``/``mean()`` over a contiguous float buffer and ``max``/``min`` along a dim take
-    shortcuts; other dtypes, layouts and empty inputs the general path: values, dtypes and
+    """``sum()``/``mean()`` over a contiguous float buffer, or along its last dim, and
+    ``max``/``min`` along a dim take shortcuts; other dtypes, layouts and empty inputs the general path: values, dtypes and
     strides, or PyTorch's error (an empty max, a mean of ints)."""
     values = np.random.default_rng(7).standard_normal((3, 4)).astype(np.float32)
 

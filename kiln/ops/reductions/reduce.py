@@ -256,11 +256,29 @@ def _contiguous_float_total(x, dim, keepdim: bool, dtype) -> np.ndarray | None:
     return None
 
 
+def _last_dim_sums(x, dim, keepdim: bool, dtype) -> np.ndarray | None:
+    """The row sums of the commonest call along a dim (``x.sum(-1)``, ``x.mean(1)``: a small
+    non-empty C-contiguous float32 ``x`` along its last dim, no dtype), PyTorch's additions
+    straight from ``torch_order_sum`` as ``float_sum`` would reach it; None for any other call."""
+    a = x._data
+    rank = a.ndim
+    if dtype is not None or x._dtype is not dt.float32 or dim.__class__ is not int or not rank:
+        return None
+    if dim != -1 and dim != rank - 1:
+        return None
+    if not 0 < a.size <= EXACT_SUM_MAX_SIZE or not a.flags.c_contiguous:
+        return None
+    return torch_order_sum(a, (rank - 1,), keepdim)
+
+
 @sum.register_kernel
 def _sum_kernel(x, dim, keepdim, dtype):
     total = _contiguous_float_total(x, dim, keepdim, dtype)
     if total is not None:
         return wrap_array(total, x._dtype)
+    sums = _last_dim_sums(x, dim, keepdim, dtype)
+    if sums is not None:
+        return wrap_array(laid_out(sums), x._dtype)
     od = sum_dtype(x, dtype)
     a = data_as_dtype(x, dtype)
     return wrap(laid_out(float_sum(a, reduce_dims(x, dim), compute_np_dtype(od), keepdim)), od)
@@ -675,6 +693,9 @@ def _mean_kernel(x, dim, keepdim, dtype):
     total = _contiguous_float_total(x, dim, keepdim, dtype)
     if total is not None:  # (divided by the count as below: NaN for an empty ``x``)
         return wrap(total / x._data.size, x._dtype)
+    sums = _last_dim_sums(x, dim, keepdim, dtype)
+    if sums is not None:
+        return wrap_array(laid_out(sums / x._shape[-1]), x._dtype)
     od = _mean_dtype(x, dtype)
     dims = reduce_dims(x, dim)
     r = np.asarray(float_sum(data_as_dtype(x, dtype), dims, compute_np_dtype(od), keepdim))
