@@ -143,7 +143,7 @@ def _ones_root(t: Tensor) -> Tensor:
         from ..ops.creation.api import ones_like
 
         return ones_like(t)
-    return wrap_array(np.ones(t._shape, t._dtype.np), t._dtype)
+    return wrap_array(np.array(1, t._dtype.np), t._dtype)  # (np.ones is Python: ~1 us)
 
 
 def run_backward(
@@ -160,8 +160,6 @@ def run_backward(
     ``inputs``: tensors whose gradients to capture (``grad``) or to restrict accumulation to
     (``backward(inputs=...)``). Returns the captured gradients when ``accumulate`` is False.
     """
-    from ..ops.creation.api import ones_like
-
     root_edges = []
     root_grads = []
     for i, (t, g) in enumerate(zip(roots, grad_roots)):
@@ -179,11 +177,12 @@ def run_backward(
                     f"shape {list(t._shape)}; pass gradient= with that shape)"
                 )
             # a 0-d CPU loss (the usual root): no layout to preserve, made directly
-            g = (
-                _ones_root(t)
-                if not t._shape and t._data is not None and t._device is cpu
-                else ones_like(t)
-            )
+            if not t._shape and t._data is not None and t._device is cpu:
+                g = _ones_root(t)
+            else:
+                from ..ops.creation.api import ones_like  # (an import costs ~1 us per call)
+
+                g = ones_like(t)
         elif not isinstance(g, Tensor):
             raise TypeError(f"gradients must be tensors, got {type(g).__name__}")
         elif not known_same_shape(g._shape, t._shape):

@@ -513,3 +513,58 @@ def test_linear_bias_shapes_match_pytorch(input_shape, bias):
         return lib.nn.functional.linear(*tensors)
 
     _assert_same_outcome(call, *arrays)
+
+
+_EXPAND_CALLS = {
+    "number": lambda lib, x: x[0, 0].expand(3, 4),
+    "row": lambda lib, x: x[:1].expand(3, 4),
+    "column": lambda lib, x: x[:, :1].expand(3, 5),
+    "new_leading_dims": lambda lib, x: x[0].expand(2, 1, 4),
+    "transposed_source": lambda lib, x: x.t()[:1].expand(2, 3),
+    "bfloat16": lambda lib, x: x.bfloat16()[:1].expand(2, 4),
+    "bools": lambda lib, x: (x > 5)[:1].expand(2, 4),
+    "empty": lambda lib, x: x[:, :0].expand(2, 3, 0),
+    "bad_size": lambda lib, x: x[:1].expand(3, 5),
+    "expanded_number_times_tensor": lambda lib, x: x[0, 0].expand(3, 4) * x,
+    "expanded_number_times_transposed": lambda lib, x: x[0, 0].expand(4, 3) * x.t(),
+}
+
+
+@pytest.mark.parametrize("call", list(_EXPAND_CALLS))
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_expand_matches_pytorch(call, requires_grad):
+    """``expand``'s broadcast view built by the ndarray constructor (a C-contiguous source) or
+    by numpy (any other), and a product with an expanded number first: values, strides (a
+    read-only broadcast; the product contiguous as PyTorch's), grad_fn, or PyTorch's error."""
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    _assert_same_outcome(_EXPAND_CALLS[call], (values, requires_grad))
+
+
+def test_write_into_expanded_view_is_refused_and_reads_see_the_source():
+    x = kiln.tensor([[0.0, 1.0, 2.0, 3.0]])
+    y = x.expand(3, 4)
+    assert y.data_ptr() == x.data_ptr() and y._base is x
+    with pytest.raises(RuntimeError, match="single memory location"):
+        y.add_(1)
+    x.add_(1)
+    assert y.tolist() == [[1.0, 2.0, 3.0, 4.0]] * 3
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "bfloat16"])
+@pytest.mark.parametrize("root", ["scalar", "vector_with_gradient"])
+def test_backward_roots_match_pytorch(dtype, root):
+    """The 0-d loss's implicit gradient (made directly, in the loss's dtype) and an explicit
+    one: the leaves' gradients and dtypes as PyTorch's."""
+    values = np.random.default_rng(12).standard_normal((3, 4))
+    grads = []
+    for lib in (kiln, torch):
+        a = lib.tensor(values, dtype=getattr(lib, dtype), requires_grad=True)
+        b = lib.tensor(values[::-1].copy(), dtype=getattr(lib, dtype), requires_grad=True)
+        if root == "scalar":
+            (a * b).sum().backward()
+        else:
+            (a * b).sum(1).backward(lib.ones(3, dtype=getattr(lib, dtype)))
+        grads.append((a.grad, b.grad))
+    for got, want in zip(*grads):
+        assert got.dtype == getattr(kiln, str(want.dtype).split(".")[-1])
+        assert_close(got, want)

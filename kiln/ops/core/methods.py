@@ -11,6 +11,7 @@ import builtins
 
 import numpy as np
 
+from ...autograd.engine import backward
 from ...autograd.graph import detached_alias
 from ...runtime import dtypes as dt
 from ...runtime.device import as_device, device
@@ -438,8 +439,6 @@ def _data_set(self, value):
 
 
 def _backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-    from ...autograd.engine import backward
-
     backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
 

@@ -609,9 +609,13 @@ def _make_binary_kernel(fn, kind: str):
                 a.nbytes < _POOL_MIN_BYTES
                 and b.nbytes < _POOL_MIN_BYTES
                 and a.shape == b.shape  # numpy's shapes: plain ints, nothing symbolic
-                and (a.flags.c_contiguous or not b.flags.c_contiguous)
             ):
-                return wrap_array(fn(a, b), d)
+                if a.flags.c_contiguous or not b.flags.c_contiguous:
+                    return wrap_array(fn(a, b), d)
+                if not any(a.strides) and b.flags.c_contiguous:
+                    # an expanded number first (a reduction's gradient times a saved input):
+                    # PyTorch's result is contiguous, as ``_binary_out`` would find
+                    return wrap_array(fn(a, b, out=np.empty(a.shape, a.dtype)), d)
         else:
             d = binary_dtype(x, y)
             if kind == "float":
