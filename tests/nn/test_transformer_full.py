@@ -172,6 +172,49 @@ def test_encoder_inference_zeroes_padded_positions_like_torch(padding, grad, exp
     assert at_padding == expect_zeros
 
 
+def _self_attention(lib, batch_first=True):
+    return lib.nn.MultiheadAttention(8, 2, batch_first=batch_first)
+
+
+def _encoder_layer(lib, batch_first=True):
+    return lib.nn.TransformerEncoderLayer(8, 2, 16, batch_first=batch_first)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "build, batch_first, distinct_key, grad, expect_nan",
+    [
+        (_self_attention, True, False, False, True),  # PyTorch's fused inference kernel
+        (_self_attention, True, True, False, False),  # not self-attention: the SDPA path
+        (_self_attention, False, False, False, False),  # sequence-first: the SDPA path
+        (_self_attention, True, False, True, False),  # weights need gradients
+        (_encoder_layer, True, False, False, True),  # the fused encoder layer
+        (_encoder_layer, False, False, False, False),
+    ],
+)
+def test_a_fully_padded_sequence_is_nan_exactly_where_torch_runs_its_fused_kernel(
+    build, batch_first, distinct_key, grad, expect_nan
+):
+    tmod, kmod = _copied_pair(lambda lib: build(lib, batch_first))
+    tmod.eval(), kmod.eval()
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    if not batch_first:
+        x = x.transpose(1, 0, 2).copy()
+    padding = [[0, 0, 0, 1, 1], [1, 1, 1, 1, 1]]
+    outs = []
+    for lib, mod in ((torch, tmod), (kiln, kmod)):
+        query, mask = lib.tensor(x), _padding(lib, padding)
+        key = query.clone() if distinct_key else query
+        with lib.set_grad_enabled(grad):
+            if build is _self_attention:
+                out = mod(query, key, key, key_padding_mask=mask, need_weights=False)[0]
+            else:
+                out = mod(query, src_key_padding_mask=mask)
+        outs.append(out.detach())
+    assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+    assert bool(outs[1].isnan().any()) == expect_nan
+
+
 @needs_torch
 @pytest.mark.parametrize("batch_first", [False, True])
 def test_torch_state_dict_loads_and_eval_outputs_match(batch_first):

@@ -10,11 +10,15 @@ each names its function in ``_fn``.
 ``out_proj.weight`` ...) match PyTorch so state dicts move between the two. The module
 canonicalizes the masks, puts batch-first inputs sequence-first and calls
 ``F.multi_head_attention_forward``, which holds the math (and its two computation paths).
-PyTorch's fused inference fast path is not reproduced; the values are the same.
+PyTorch's fused inference fast path is not reproduced (the values are the same) but for one
+observable effect: it returns NaN for a query whose keys are all masked, where its other path
+returns zeros, and so does this module under the same conditions.
 """
 
 from __future__ import annotations
 
+from ...amp.autocast_mode import is_autocast_enabled
+from ...autograd.grad_mode import is_grad_enabled
 from ...ops.creation import api
 from ...runtime.tensor import Tensor
 from .. import functional as F
@@ -444,6 +448,11 @@ class MultiheadAttention(Module):
         is_causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         batched = query.dim() == 3
+        # PyTorch's fused kernel returns NaN where a row has every key masked, as the weights'
+        # softmax does; its other path (scaled_dot_product_attention) returns zeros there
+        fused = not need_weights and self._takes_fused_path(
+            query, key, value, key_padding_mask, attn_mask
+        )
         key_padding_mask = canonical_mask(
             key_padding_mask, "key_padding_mask", none_or_dtype(attn_mask), "attn_mask",
             query.dtype,
@@ -469,11 +478,35 @@ class MultiheadAttention(Module):
             query, key, value, self.embed_dim, self.num_heads, self.in_proj_weight,
             self.in_proj_bias, self.bias_k, self.bias_v, self.add_zero_attn, self.dropout,
             self.out_proj.weight, self.out_proj.bias, training=self.training,
-            key_padding_mask=key_padding_mask, need_weights=need_weights, attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask, need_weights=need_weights or fused,
+            attn_mask=attn_mask,
             use_separate_proj_weight=separate, q_proj_weight=self.q_proj_weight,
             k_proj_weight=self.k_proj_weight, v_proj_weight=self.v_proj_weight,
             average_attn_weights=average_attn_weights, is_causal=is_causal,
         )  # fmt: skip
+        if fused:
+            weights = None
         if self.batch_first and batched:
             out = out.transpose(1, 0)
         return out, weights
+
+    def _takes_fused_path(self, query, key, value, key_padding_mask, attn_mask) -> bool:
+        """Whether PyTorch would run this call through its fused inference kernel
+        (``_native_multi_head_attention``): its conditions, in its order."""
+        if any(m is not None and m.is_floating_point() for m in (attn_mask, key_padding_mask)):
+            return False
+        if query.dim() != 3 or query is not key or key is not value:
+            return False
+        if self.in_proj_weight is None or self.in_proj_bias is None:
+            return False
+        if query.dtype != self.in_proj_weight.dtype or query.dtype != self.in_proj_bias.dtype:
+            return False
+        if self.training or self.num_heads % 2 or not self.batch_first:
+            return False
+        if self.bias_k is not None or self.bias_v is not None or self.add_zero_attn:
+            return False
+        if not self._qkv_same_embed_dim or is_autocast_enabled():
+            return False
+        tensors = (query, self.in_proj_weight, self.in_proj_bias)
+        tensors += (self.out_proj.weight, self.out_proj.bias)
+        return not (is_grad_enabled() and any(t.requires_grad for t in tensors))

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from ...amp.autocast_mode import is_autocast_enabled
 from ...autograd.grad_mode import is_grad_enabled
 from ...ops.creation import api
 from ...runtime.compiling import is_compiling
@@ -117,11 +118,13 @@ class _TransformerLayer(Module):
         self.activation = activation
 
     def _attention_block(
-        self, attention, dropout, x, memory, attn_mask, key_padding_mask, is_causal
+        self, attention, dropout, x, memory, attn_mask, key_padding_mask, is_causal, fused=False
     ) -> Tensor:
+        # ``fused``: PyTorch runs the layer as one kernel, whose softmax gives NaN for a query
+        # with every key masked (the weights path's does; scaled_dot_product_attention's zeros)
         x = attention(
             x, memory, memory, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-            need_weights=False, is_causal=is_causal,
+            need_weights=fused, is_causal=is_causal,
         )[0]  # fmt: skip
         return dropout(x)
 
@@ -157,18 +160,39 @@ class TransformerEncoderLayer(_TransformerLayer):
             src.dtype,
         )  # fmt: skip
         src_mask = canonical_mask(src_mask, "src_mask", None, "", src.dtype, False)
+        fused = self._takes_fused_path(src)
         x = src
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal, fused)
             x = x + self._ff_block(self.norm2(x))
         else:
-            x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
+            x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal, fused))
             x = self.norm2(x + self._ff_block(x))
         return x
 
-    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False) -> Tensor:
+    def _takes_fused_path(self, src: Tensor) -> bool:
+        """Whether PyTorch would run this call as one fused kernel
+        (``_transformer_encoder_layer_fwd``): its conditions, in its order."""
+        attn = self.self_attn
+        if src.dim() != 3 or self.training or not attn.batch_first:
+            return False
+        if attn.in_proj_bias is None or not attn._qkv_same_embed_dim:
+            return False
+        if not self.activation_relu_or_gelu or self.norm1.eps != self.norm2.eps:
+            return False
+        if attn.num_heads % 2 == 1 or is_autocast_enabled():
+            return False
+        if any(m._forward_hooks or m._forward_pre_hooks for m in self.modules()):
+            return False
+        tensors = (src, attn.in_proj_weight, attn.in_proj_bias, attn.out_proj.weight)
+        tensors += (attn.out_proj.bias, self.norm1.weight, self.norm1.bias, self.norm2.weight)
+        tensors += (self.norm2.bias, self.linear1.weight, self.linear1.bias)
+        tensors += (self.linear2.weight, self.linear2.bias)
+        return not (is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False, fused=False) -> Tensor:
         return self._attention_block(
-            self.self_attn, self.dropout1, x, x, attn_mask, key_padding_mask, is_causal
+            self.self_attn, self.dropout1, x, x, attn_mask, key_padding_mask, is_causal, fused
         )
 
     def _ff_block(self, x: Tensor) -> Tensor:
