@@ -568,3 +568,23 @@ def test_backward_roots_match_pytorch(dtype, root):
     for got, want in zip(*grads):
         assert got.dtype == getattr(kiln, str(want.dtype).split(".")[-1])
         assert_close(got, want)
+
+
+@pytest.mark.parametrize("rows", [1, 8, 200])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("scale", [0.5, float("inf"), float("nan")])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_nll_loss_row_gradient_matches_pytorch(rows, reduction, scale, dtype):
+    """nll_loss's derivative for rows with every target a class (a pick-and-assign, no masks)
+    against PyTorch, with finite, infinite and NaN incoming gradients; uint8 targets too."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((rows, 6))
+    t = rng.integers(0, 6, rows)
+    grads = []
+    for lib in (kiln, torch):
+        logits = lib.tensor(x, dtype=getattr(lib, dtype), requires_grad=True)
+        target = lib.tensor(t.astype(np.uint8) if rows == 8 else t)
+        loss = lib.nn.functional.nll_loss(logits.log_softmax(1), target, reduction=reduction)
+        (loss.sum() * scale).backward()
+        grads.append(logits.grad)
+    assert_close(grads[0], grads[1], equal_nan=True)

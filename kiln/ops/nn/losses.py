@@ -133,20 +133,28 @@ _ROW_NUMBERS = np.arange(_LISTED_TARGETS)
 _ROW_NUMBERS.flags.writeable = False
 
 
-def _nll_rows_plain(x, t: np.ndarray, reduction: str, n_classes: int):
-    """The common call's loss: rows of log-probabilities, no weight, every target a class and
-    none ignored (``ignore_index`` negative). A row-wise pick and the general path's sums,
-    without its masks; None for any other call."""
+def _row_numbers_of_classes(t: np.ndarray, n_classes: int) -> np.ndarray | None:
+    """``arange(len(t))`` when the 1-d targets ``t`` are all classes (in ``[0, n_classes)``, so
+    none is a negative ``ignore_index``), for a row-wise pick; None when some is not, or there
+    are none."""
     rows = t.shape[0]
     if rows <= _LISTED_TARGETS:
         targets = t.tolist()
         if not targets or min(targets) < 0 or max(targets) >= n_classes:
             return None
-        row_numbers = _ROW_NUMBERS[:rows]
-    elif t.view(np.uint64).max() >= n_classes:  # one reduction: negatives wrap to huge
+        return _ROW_NUMBERS[:rows]
+    if t.view(np.uint64).max() >= n_classes:  # one reduction: negatives wrap to huge
         return None
-    else:
-        row_numbers = np.arange(rows)
+    return np.arange(rows)
+
+
+def _nll_rows_plain(x, t: np.ndarray, reduction: str, n_classes: int):
+    """The common call's loss: rows of log-probabilities, no weight, every target a class and
+    none ignored (``ignore_index`` negative). A row-wise pick and the general path's sums,
+    without its masks; None for any other call."""
+    row_numbers = _row_numbers_of_classes(t, n_classes)
+    if row_numbers is None:
+        return None
     cd = compute_np_dtype(x._dtype)
     picked = x._data[row_numbers, t]
     losses = np.negative(picked, out=picked) if picked.dtype == cd else -picked.astype(cd)
@@ -220,7 +228,19 @@ def _nll_loss_grad_numpy(x, target, weight, reduction, ignore_index, class_dim, 
     Same formula and order of operations as the kiln-op form (``-w * g``, divided by the summed
     weight for a mean, exactly zero at ignored targets)."""
     cd = x.dtype.np
-    t = target._data.astype(np.int64, copy=False)
+    t = target._data
+    if len(x._shape) == 2 and weight is None and ignore_index < 0:
+        row_numbers = _row_numbers_of_classes(t, x._shape[1])
+        if row_numbers is not None:
+            # every target a class, none ignored: each row's target entry is ``-w * g`` with w
+            # 1 (over the summed weight, the row count, for a mean), as below without masks
+            coef = cd.type(-1) * g._data.astype(cd, copy=False)
+            if reduction == "mean":
+                coef = coef / cd.type(t.shape[0])
+            out = np.zeros(x._shape, cd)
+            out[row_numbers, t] = coef
+            return wrap(out, x.dtype)
+    t = t.astype(np.int64, copy=False)
     valid = t != ignore_index
     safe = np.where(valid, t, 0)
     w = valid.astype(cd) if weight is None else np.where(valid, weight._data[safe], 0).astype(cd)
