@@ -361,7 +361,7 @@ class _IndexProbe:
                 (dim, coeff, offset), *others = uses[v]
                 rel = sym.as_expr(index[dim]) - offset
                 value = rel // coeff if coeff != 1 else rel
-                if v.size.__class__ is int and v.size > 0:
+                if _wrap(v.size, offset, self.shape[dim]):
                     # read where the condition fails too: wrapped into [0, size) the index stays
                     # inside the view there, and the simplifier knows its range where it holds
                     # (a reshaped source's divisions by symbolic sizes fold away)
@@ -381,6 +381,19 @@ class _IndexProbe:
             return cond, view_index
 
         return inverse
+
+
+def _wrap(size, offset, extent) -> bool:
+    """Whether a scatter's source is read at its index wrapped into ``[0, size)``: where the
+    base is parts of that size (a ``cat`` or ``split`` of equal parts), ``(x - 2*256) % 256`` is
+    ``x % 256``, which the loop planner splits into affine pieces. Elsewhere (a padding's
+    ``x - 1``, or a whole dim) the raw index is affine along the loop, and a vector load reads
+    it (a masked one where it may leave the buffer); wrapped, every lane would be a gather."""
+    if size.__class__ is not int or size <= 0:
+        return False
+    if offset.__class__ is not int or extent.__class__ is not int:
+        return True
+    return offset % size == 0 and extent % size == 0 and extent > size
 
 
 def _in_range(i, offset, coeff, size):

@@ -145,6 +145,13 @@ class LLVMOps:
                 )
                 raw = self.b.load(vec_ptr, align=d.itemsize)
                 return V(self._from_memory(raw, d), d)
+            if (
+                sym.known("==", coeff, 1)
+                and not e.varies(rest, self.env)
+                and size is not None
+                and not any(isinstance(a, sym.Indirect) for a in rest.atoms())
+            ):
+                return V(self._from_memory(self._masked_load(name, rest, size, d), d), d)
             # gather: one scalar load per lane
             offsets = e.clamp(e.emit_index(expr, self.env, self.lanes), expr, name, self.lanes)
             vec = ir.Constant(ir.VectorType(memory_type(d), self.lanes), ir.Undefined)
@@ -157,6 +164,44 @@ class LLVMOps:
         offset = e.clamp(e.emit_index(expr, self.env, 1), expr, name, 1)
         raw = self.b.load(self.b.gep(e.pointer(name), [offset]), align=d.itemsize)
         return V(self._from_memory(raw, d), d)
+
+    def _masked_load(self, name, rest, size, d):
+        """Consecutive lanes that may leave the buffer (the input of a padding, read where the
+        padding's condition fails too): one vector load of the lanes inside it, the others zero.
+        Their values are never used; a gather with clamped indices costs a load per lane."""
+        e, b, lanes = self.e, self.b, self.lanes
+        base = b.add(e.emit_index(rest, self.env, 1), self.env[e.j])
+        vec_type = ir.VectorType(I64, lanes)
+        first = b.insert_element(ir.Constant(vec_type, ir.Undefined), base, ir.Constant(I32, 0))
+        first = b.shuffle_vector(
+            first,
+            ir.Constant(vec_type, ir.Undefined),
+            ir.Constant(ir.VectorType(I32, lanes), [0] * lanes),
+        )
+        offsets = b.add(first, ir.Constant(vec_type, list(range(lanes))))
+        limit = e.sizes.vector(size, lanes)
+        inside = b.and_(
+            b.icmp_signed(">=", offsets, ir.Constant(vec_type, None)),
+            b.icmp_signed("<", offsets, limit),
+        )
+        element = memory_type(d)
+        data = ir.VectorType(element, lanes)
+        ptr = b.bitcast(b.gep(e.pointer(name), [base]), data.as_pointer())
+        return b.call(
+            self._masked_load_function(data),
+            [ptr, ir.Constant(I32, d.itemsize), inside, ir.Constant(data, None)],
+        )
+
+    def _masked_load_function(self, data: ir.VectorType):
+        module = self.e.module
+        suffix = f"v{data.count}{_mangled(data.element)}"
+        name = f"llvm.masked.load.{suffix}.p0{suffix}"
+        function = module.globals.get(name)
+        if function is None:
+            mask = ir.VectorType(I1, data.count)
+            fnty = ir.FunctionType(data, [data.as_pointer(), I32, mask, data])
+            function = ir.Function(module, fnty, name)
+        return function
 
     def _from_memory(self, raw, d):
         if d is dt.bool_:
@@ -755,3 +800,14 @@ _COMPOSED = {
 
 
 # ---------------------------------------------------------------------------------- kernels
+
+
+def _mangled(element: ir.Type) -> str:
+    """An element type's name in an overloaded intrinsic's name (``f32``, ``i64``)."""
+    if isinstance(element, ir.FloatType):
+        return "f32"
+    if isinstance(element, ir.DoubleType):
+        return "f64"
+    if isinstance(element, ir.HalfType):
+        return "f16"
+    return f"i{element.width}"
