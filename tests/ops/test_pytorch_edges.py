@@ -694,16 +694,20 @@ def test_mode_replays_pytorchs_sort_with_nans_and_long_tied_rows():
         np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("right", [False, True])
-def test_searchsorted_bisects_like_pytorch_around_nans(right):
+def test_searchsorted_bisects_like_pytorch_around_nans(right, compiled):
     rng = np.random.default_rng(12)
+    search = kiln.searchsorted
+    if compiled:  # the decomposition bisects as the kernel does
+        search = kiln.compile(lambda s, v, right: kiln.searchsorted(s, v, right=right))
     for n in (1, 3, 8, 21):
         seq = np.sort(rng.integers(0, 6, (2, n)).astype(np.float32), 1)
         seq[1, n // 2 :] = np.nan  # NaNs sorted last, as sort leaves them
         values = rng.integers(-1, 8, (2, 6)).astype(np.float32)
         values[0, :2] = (np.nan, np.inf)
         for s, v in ((seq, values), (seq[1], values[0])):
-            got = kiln.searchsorted(kiln.tensor(s), kiln.tensor(v), right=right)
+            got = search(kiln.tensor(s), kiln.tensor(v), right=right)
             want = torch.searchsorted(torch.tensor(s), torch.tensor(v), right=right)
             np.testing.assert_array_equal(got.numpy(), want.numpy())
 

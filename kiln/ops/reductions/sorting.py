@@ -625,6 +625,10 @@ def _searchsorted_decomp(seq, values, out_int32=False, right=False, side=None, s
         seq = gather(seq, -1, sorter)
     if not isinstance(values, Tensor):
         values = full((), values, device=seq.device)
+    to = dt.int32 if out_int32 else _int64
+    n = seq.shape[-1]
+    if n.__class__ is int:
+        return _bisection(seq, values, n, right).to(to)
     bounds = seq if seq.ndim == 1 else seq.unsqueeze(-2)
     v = values.unsqueeze(-1)
     v_nan = v != v
@@ -632,7 +636,25 @@ def _searchsorted_decomp(seq, values, out_int32=False, right=False, side=None, s
         before = (bounds <= v) | v_nan
     else:
         before = (bounds < v) | (v_nan & (bounds == bounds))
-    return sum(before, -1).to(dt.int32 if out_int32 else _int64)
+    return sum(before, -1).to(to)
+
+
+def _bisection(seq: Tensor, values: Tensor, n: int, right: bool) -> Tensor:
+    """PyTorch's bisection, one step per bit of ``n`` (``_torch_binary_search``'s): a probe
+    that is not ``>=`` the value (``>`` for ``right``) sends the search right. Where the
+    boundaries hold NaNs, where they sit steers the search as in PyTorch (a count of the
+    boundaries ordered before the value answers otherwise)."""
+    start = full(tuple(values.shape), 0, dtype=_int64, device=values.device)
+    end = full(tuple(values.shape), n, dtype=_int64, device=values.device)
+    for _ in range(n.bit_length()):
+        active = start < end
+        mid = (start + end).div(2, rounding_mode="floor")
+        at = mid.clamp(max=n - 1)
+        probe = seq[at] if seq.ndim == 1 else gather(seq, -1, at)
+        go_right = ~(probe > values) if right else ~(probe >= values)
+        start = where(active & go_right, mid + 1, start)
+        end = where(active & ~go_right, mid, end)
+    return start
 
 
 # ------------------------------------------------------------------------------ bincount / histc
