@@ -166,7 +166,10 @@ class TracingMode(DispatchMode):
             return self._constant(tensor)
         entry = self._aliases.get(_alias_key(tensor))
         if entry is not None:
-            return entry[1]
+            source, node = entry
+            if self.replay_grad_mode and source._requires_grad and not tensor._requires_grad:
+                return self._detached(tensor, node)
+            return node
         raise RuntimeError(
             f"a fake tensor of shape {list(tensor._shape)} and dtype {tensor.dtype} was not "
             "produced by this trace; inputs must come from TracingMode.placeholder"
@@ -422,6 +425,18 @@ class TracingMode(DispatchMode):
         tensor._offset = offset
         node.meta["val"] = _meta_value(tensor)
         self._aliases[_alias_key(tensor)] = (tensor, node)
+
+    def _detached(self, tensor: Tensor, node: Node) -> Node:
+        """A ``detach()`` of ``node``'s value that library code made between ops (a
+        decomposition's gradient stop), recorded: a graph that runs under autograd again would
+        otherwise carry gradients through it. Other aliases of the value keep its node. (The
+        tensors a traced backward's formulas read are such aliases too; detaching them there is
+        a no-op.)"""
+        detached = self.graph.call_function(Tensor.detach, (node,))
+        detached.meta["val"] = _meta_value(tensor)
+        self._set_source(detached)
+        self._nodes[id(tensor)] = (tensor, detached)
+        return detached
 
     def _bind(self, tensor: Tensor, node: Node) -> None:
         self._nodes[id(tensor)] = (tensor, node)
