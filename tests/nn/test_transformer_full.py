@@ -485,6 +485,38 @@ def test_scaled_dot_product_attention_matches_torch(name, dtype):
         assert not np.isnan(kg.numpy()).any()
 
 
+@needs_torch
+@pytest.mark.parametrize("fill", ["finfo_min", -1e9, -1e4])
+@pytest.mark.parametrize("rank", [4, 3])  # PyTorch's CPU flash kernel takes 4-d calls only
+@pytest.mark.parametrize("compiled", [False, True])
+def test_sdpa_gradients_of_queries_whose_keys_are_all_masked_by_an_additive_mask_match_torch(
+    fill, rank, compiled
+):
+    """A left-padded causal batch: the first queries of the padded sequence see only keys that
+    the mask pushes to ``fill``. PyTorch's flash kernel recomputes their weights from a rounded
+    log-sum-exp in the backward (``finfo.min``: every weight 1 instead of 1/keys); its math path
+    (3-d calls) is exact. Eager and compiled kiln follow whichever PyTorch takes."""
+    rng = np.random.default_rng(0)
+    shape = (2, 2, 5, 4) if rank == 4 else (4, 5, 4)
+    arrays = [rng.standard_normal(shape).astype(np.float32) for _ in range(4)]
+    results = []
+    for lib in (torch, kiln):
+        low = lib.finfo(lib.float32).min if fill == "finfo_min" else fill
+        mask = lib.triu(lib.full((5, 5), low), diagonal=1)
+        mask[:, :2] = low  # two padding keys: queries 0 and 1 see nothing else
+        q, k, v = (lib.tensor(a, requires_grad=True) for a in arrays[:3])
+
+        def attend(q, k, v, mask):
+            return lib.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+        run = kiln.compile(attend) if compiled and lib is kiln else attend
+        out = run(q, k, v, mask)
+        out.backward(lib.tensor(arrays[3]))
+        results.append([out, q.grad, k.grad, v.grad])
+    for ours, theirs in zip(results[1], results[0]):
+        assert_close(ours.detach(), theirs.detach(), rtol=1e-4, atol=1e-5)
+
+
 def test_scaled_dot_product_attention_rejects_integer_and_mismatched_masks():
     q = kiln.randn(4, 8, dtype=kiln.float64)
     with pytest.raises(RuntimeError, match="attn_mask.dtype: long int and  query.dtype: double"):

@@ -2,7 +2,8 @@
 
 Causal and boolean masks become -inf scores; a row with every key masked attends to nothing
 (PyTorch's safe softmax: zeros, no NaN forward or backward). Grouped-query attention repeats the
-key/value heads.
+key/value heads. With an additive mask, the gradients follow PyTorch's CPU flash kernel where it
+would take the call (``_flash_backward_scale``).
 """
 
 from __future__ import annotations
@@ -95,11 +96,44 @@ def _sdpa_decomp(
     else:
         # a row with every key masked attends to nothing (PyTorch's safe softmax): zeros, and no
         # NaN in the forward or the backward
-        dead = scores.amax(-1, True) == float("-inf")
+        row_max = scores.amax(-1, True)
+        dead = row_max == float("-inf")
         weights = OPS["where"](dead, 0.0, softmax(OPS["where"](dead, 0.0, scores), -1))
+    probabilities = weights
     if dropout_p > 0.0:
         keep = (
             OPS["rand"](weights.shape, dtype=weights.dtype, device=weights.device) < 1 - dropout_p
         )
         weights = _masked_scale(weights, keep, 1.0 / (1.0 - dropout_p))
-    return OPS["matmul"](weights, v)
+    out = OPS["matmul"](weights, v)
+    if masked is None and attn_mask is not None and _flash_kernel_takes(q, k, v, attn_mask):
+        out = _flash_backward_scale(out, probabilities, row_max, dead)
+    return out
+
+
+def _flash_kernel_takes(q, k, v, attn_mask) -> bool:
+    """Whether PyTorch's CPU dispatcher picks its flash kernel for a call with an additive
+    mask (else its math path, whose gradients are exact): 4-d operands of one head size, laid
+    out with unit last strides, and a 2-d or 4-d mask that needs no gradient."""
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or attn_mask.ndim not in (2, 4):
+        return False
+    if not q.shape[-1] == k.shape[-1] == v.shape[-1] or attn_mask.requires_grad:
+        return False
+    return q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1
+
+
+def _flash_backward_scale(out, weights, row_max, dead):
+    """``out`` unchanged, its gradient rows scaled as PyTorch's flash kernel's backward scales
+    them.
+
+    That backward recomputes the weights as ``exp(score - lse)`` from the forward's float
+    ``lse = max + log(sum)``; where a mask's huge negative values dominate a row (a query whose
+    keys are all masked with ``finfo.min`` or -1e4), the rounding of ``lse`` scales the row's
+    recomputed weights by ``c = exp(exact lse - rounded lse)`` (the key count, for ``finfo.min``),
+    and with them the row's score and value gradients. Scaling the output's gradient row by ``c``
+    gives the same gradients; ``c`` is 1 where ``lse`` is exact."""
+    with_max = OPS["where"](dead, 0.0, row_max.detach())
+    log_sum = -(weights.detach().amax(-1, True).log())  # the largest weight is 1 / sum
+    lse = with_max + log_sum  # rounded as the kernel's
+    scale = OPS["where"](dead, 1.0, ((with_max - lse) + log_sum).exp())
+    return out * scale - (out * (scale - 1.0)).detach()
