@@ -588,3 +588,26 @@ def test_nll_loss_row_gradient_matches_pytorch(rows, reduction, scale, dtype):
         (loss.sum() * scale).backward()
         grads.append(logits.grad)
     assert_close(grads[0], grads[1], equal_nan=True)
+
+
+_NORM_CALLS = {
+    "layer_norm": lambda lib, x, w: lib.nn.functional.layer_norm(x, (4,), w, w * 0.5),
+    "layer_norm_two_dims": lambda lib, x, w: lib.nn.functional.layer_norm(x, (3, 4)),
+    "layer_norm_wrong_shape": lambda lib, x, w: lib.nn.functional.layer_norm(x, (3,)),
+    "layer_norm_too_many_dims": lambda lib, x, w: lib.nn.functional.layer_norm(x, (2, 2, 3, 4)),
+    "layer_norm_wrong_weight": lambda lib, x, w: lib.nn.functional.layer_norm(x, (4,), w[:3]),
+    "layer_norm_wrong_bias": lambda lib, x, w: lib.nn.functional.layer_norm(x, (4,), w, w[:2]),
+    "rms_norm": lambda lib, x, w: lib.nn.functional.rms_norm(x, (4,), w),
+    "rms_norm_wrong_weight": lambda lib, x, w: lib.nn.functional.rms_norm(x, (4,), w[None]),
+}
+
+
+@pytest.mark.parametrize("call", list(_NORM_CALLS))
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_norm_shape_checks_match_pytorch(call, requires_grad):
+    """The norms' shape check (tuples compared as they are): results and grad_fn names, or
+    PyTorch's error for a normalized shape, weight or bias that does not fit."""
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    w = rng.standard_normal(4).astype(np.float32)
+    _assert_same_outcome(_NORM_CALLS[call], (x, requires_grad), (w, requires_grad))

@@ -44,20 +44,29 @@ __all__: list[str] = []
 
 
 def _check_norm_shape(x, normalized_shape, weight, bias) -> tuple:
+    """``(normalized shape, its dims in x)`` after PyTorch's checks (shapes are tuples: compared
+    as they are, no copies; this runs on every norm call)."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     k = len(shape)
-    if k == 0 or tuple(x._shape[x.ndim - k :]) != shape or x.ndim < k:
+    x_shape = x._shape
+    rank = len(x_shape)
+    if k == 0 or rank < k or x_shape[rank - k :] != shape:
         raise RuntimeError(
             f"Given normalized_shape={list(shape)}, expected input with shape "
-            f"[*, {', '.join(map(str, shape))}], but got input of size{list(x._shape)}"
+            f"[*, {', '.join(map(str, shape))}], but got input of size{list(x_shape)}"
         )
-    for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None and tuple(t._shape) != shape:
-            raise RuntimeError(
-                f"Expected {name} to be of same shape as normalized_shape, but got {name} of "
-                f"shape {list(t._shape)} and normalized_shape = {list(shape)}"
-            )
-    return shape, tuple(range(x.ndim - k, x.ndim))
+    if weight is not None and weight._shape != shape:
+        _refuse_affine_shape("weight", weight, shape)
+    if bias is not None and bias._shape != shape:
+        _refuse_affine_shape("bias", bias, shape)
+    return shape, tuple(range(rank - k, rank))
+
+
+def _refuse_affine_shape(name: str, t, shape: tuple) -> None:
+    raise RuntimeError(
+        f"Expected {name} to be of same shape as normalized_shape, but got {name} of "
+        f"shape {list(t._shape)} and normalized_shape = {list(shape)}"
+    )
 
 
 @defop(kind="nn", autocast={"cuda": "fp32"}, grad_fn_name="NativeLayerNormBackward0")
