@@ -89,6 +89,20 @@ TRANSPOSED = {
     "large-padding": _case((8, 7), transposed=True, kernel=2, padding=2),  # input cropped
     "groups": _case((5, 5), transposed=True, cg=2, og=3, groups=2, stride=2, padding=1),
     "depthwise": _case((5, 6), transposed=True, cg=1, og=1, groups=3, stride=2),
+    # one input channel per group, outputs added per kernel offset: a multiplier, dilation,
+    # padding that crops and an output padding
+    "depthwise-multiplier-dilated": _case(
+        (6, 5),
+        transposed=True,
+        cg=1,
+        og=2,
+        groups=3,
+        kernel=(3, 2),
+        stride=(2, 1),
+        dilation=(1, 2),
+        padding=(2, 1),
+        output_padding=(1, 0),
+    ),  # fmt: skip
     "one-pixel-input": _case((1, 1), transposed=True, cg=6, og=4, kernel=4),
     "one-pixel-cropped-and-padded": _case(
         (1, 1), transposed=True, kernel=(4, 3), stride=3, padding=1, output_padding=(2, 1)

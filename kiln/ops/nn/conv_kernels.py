@@ -585,6 +585,8 @@ def conv_transposed(a, w, stride, padding, dilation, groups: int, out_spatial) -
         out = conv_direct.transposed(a, w, padding, out_spatial)
         if out is not None:
             return out
+    if a.shape[1] == groups and math.prod(kernel) <= _PER_CHANNEL_TAPS_MAX:
+        return _per_channel_transposed(a, w, stride, padding, dilation, groups, out_spatial)
     if all(s == 1 or d == 1 for s, d in zip(stride, dilation)):
         plans = [
             _phases(in_spatial[i], out_spatial[i], kernel[i], stride[i], padding[i], dilation[i])
@@ -594,6 +596,42 @@ def conv_transposed(a, w, stride, padding, dilation, groups: int, out_spatial) -
         if _gather_pays(a.shape[0], cg, og, in_spatial, kernel, plans):
             return _transposed_by_phases(a, w, stride, dilation, groups, out_spatial, plans)
     return _col2im(a, w, stride, padding, dilation, groups, out_spatial)
+
+
+# a transposed convolution with one input channel per group (a depthwise layer's input
+# gradient) adds each kernel offset's product into the output when the kernel has at most this
+# many offsets
+_PER_CHANNEL_TAPS_MAX = 64
+
+
+def _per_channel_transposed(a, w, stride, padding, dilation, groups, out_spatial) -> np.ndarray:
+    """``conv_transposed`` with one input channel per group: per kernel offset, the input
+    times that offset's weights added into the output's strided positions. col2im made an
+    outer product per group (a GEMM of inner dimension 1) and added columns laid out
+    (K, N, G, Og, *in) into the output: 4.6 of a 5.7 ms depthwise 3x3 training step on
+    8x32x16x16, against PyTorch's 1.0 ms for the whole step."""
+    n = a.shape[0]
+    kernel = tuple(w.shape[2:])
+    k = len(kernel)
+    in_spatial = a.shape[2:]
+    og = w.shape[1]
+    full = [
+        max(
+            (in_spatial[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1,
+            padding[i] + out_spatial[i],
+        )
+        for i in range(k)
+    ]
+    dtype = np.result_type(a, w)
+    buf = np.zeros((n, groups, og) + tuple(full), dtype)
+    xg = a.reshape((n, groups, 1) + in_spatial)
+    wg = w.reshape((groups, og) + kernel)
+    for offset in kernel_offsets(kernel):
+        taps = wg[(slice(None), slice(None)) + offset].reshape((groups, og) + (1,) * k)
+        buf[(Ellipsis,) + offset_slices(offset, in_spatial, stride, dilation)] += xg * taps
+    crop = tuple(slice(padding[i], padding[i] + out_spatial[i]) for i in range(k))
+    out = np.ascontiguousarray(buf[(Ellipsis,) + crop])
+    return out.reshape((n, groups * og) + tuple(out_spatial))
 
 
 def _dense_transposed(a, w, padding, groups: int, out_spatial) -> np.ndarray:
