@@ -21,6 +21,9 @@ CASES = {
     "2d_stride2": ((2, 5, 13, 10), (6, 5, 3, 3), 2, 1, 1, 1),
     "2d_mixed": ((2, 4, 9, 11), (6, 2, 3, 2), (2, 1), (1, 2), (2, 1), 2),
     "2d_depthwise": ((3, 4, 12, 7), (8, 1, 3, 3), 2, 0, 1, 4),
+    "2d_depthwise_same_dilated": ((2, 6, 9, 10), (6, 1, 3, 3), 1, 2, 2, 6),
+    "2d_depthwise_5x5": ((2, 5, 11, 8), (5, 1, 5, 5), 1, 2, 1, 5),
+    "1d_depthwise": ((2, 4, 19), (4, 1, 7), 1, 3, 1, 4),
     "2d_pointwise": ((2, 6, 7, 5), (3, 6, 1, 1), 1, 0, 1, 1),
     "2d_large_output": ((2, 3, 20, 17), (5, 3, 3, 3), 1, 1, 1, 1),
     "2d_dilated_wide": ((1, 2, 15, 16), (3, 2, 4, 5), (1, 3), (3, 0), (2, 1), 1),
@@ -180,6 +183,24 @@ def test_convolution_lowers_without_eager_fallback():
     compiled = compile_traced(fn, x, w, b)
     assert compiled.schedule.lowered.fallbacks == []
     assert_close(compiled(x, w, b)[0], fn(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+def test_a_depthwise_convolution_is_one_pointwise_loop_over_its_stored_input():
+    """A depthwise layer sums its kernel's offsets in the output's loop: no product, no
+    columns; its input's producer (a batch norm's affine and ReLU) is stored once."""
+    rng = np.random.default_rng(3)
+    x = _tensor(rng, (2, 8, 12, 12), kiln.float32)
+    w = _tensor(rng, (8, 1, 3, 3), kiln.float32)
+    scale = _tensor(rng, (1, 8, 1, 1), kiln.float32)
+
+    def fn(x, w, scale):
+        return F.conv2d((x * scale).relu(), w, None, 1, 1, 1, 8) + 1.0
+
+    compiled = compile_traced(fn, x, w, scale)
+    steps = [step.describe() for step in compiled.schedule.steps]
+    assert not [s for s in steps if "extern" in s], steps
+    assert len(steps) == 2, steps  # the producer stored, then the taps' loop
+    assert_close(compiled(x, w, scale)[0], fn(x, w, scale), rtol=1e-5, atol=1e-5)
 
 
 @needs_torch

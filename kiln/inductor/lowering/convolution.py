@@ -74,10 +74,10 @@ def _convolution(
     _check_supported(out_meta, x, w, transposed)
     spec = _Spec(x, w, stride, padding, dilation, groups, tuple(out_meta.shape[2:]))
     if not transposed:
-        result = _direct(spec) or _forward(spec)
+        result = _per_channel(spec) or _direct(spec) or _forward(spec)
     elif _as_forward_possible(spec, output_padding):
         forward = _as_forward(spec)
-        result = _direct(forward) or _forward(forward)
+        result = _per_channel(forward) or _direct(forward) or _forward(forward)
     else:
         result = _transposed(spec)
     if bias is not None:
@@ -358,6 +358,60 @@ def _extern_call(spec: _Spec, layout: Layout, kernel, inputs: list) -> ExternBuf
         buf.origins = [CURRENT.node]
     ctx.buffers.append(buf)
     return buf
+
+
+# ------------------------------------------------------------------------------ per channel
+
+# a convolution with one input channel per group (depthwise) sums its kernel's offsets in the
+# output's loop when the kernel has at most this many
+PER_CHANNEL_TAPS_MAX = 64
+
+
+def _per_channel(spec: _Spec) -> TensorBox | None:
+    """A convolution with one input channel per group (a depthwise layer, its stride-1 input
+    gradient): each output element sums its kernel's offsets, the input read where the
+    window is inside it, one pointwise loop the consumers fuse with (the columns made a
+    product of inner dimension 9 per group, and an im2col copy first). None elsewhere."""
+    k, groups = spec.k, spec.groups
+    if spec.channels.__class__ is not int or spec.channels != groups:
+        return None
+    if any(s.__class__ is not int for s in spec.kernel + spec.weight_shape[:2]):
+        return None
+    if math.prod(spec.kernel) > PER_CHANNEL_TAPS_MAX or spec.weight_shape[1] != 1:
+        return None
+    per_group = spec.weight_shape[0] // groups
+    # the input stored once (its producer, a batch norm's affine and ReLU, runs there), not
+    # computed again for each of the kernel's offsets that read it
+    x_load, w_load = _buffer_view(*_realized_input(spec.x)).loader, spec.w.loader
+    to = spec.dtype
+
+    def loader(index):
+        sample, channel, ys = index[0], sym.as_expr(index[1]), index[2:]
+        source = channel // per_group if per_group > 1 else channel
+        total = None
+        for offset in itertools.product(*(range(size) for size in spec.kernel)):
+            positions = [
+                sym.as_expr(ys[i]) * spec.stride[i] - spec.padding[i] + offset[i] * spec.dilation[i]
+                for i in range(k)
+            ]
+            value = x_load([sample, source] + positions)
+            inside = _inside(list(zip(positions, spec.in_spatial)))
+            if inside is not None:
+                value = ops.where(inside, value, ops.constant(0.0, to))
+            term = ops.mul(value, w_load([channel, sym.ZERO] + [sym.const(o) for o in offset]))
+            total = term if total is None else ops.add(total, term)
+        return total
+
+    box = _box(
+        _ctx(spec.x),
+        (spec.batch, spec.weight_shape[0]) + spec.out_spatial,
+        to,
+        loader,
+        spec.x,
+        spec.w,
+    )
+    box.size_hint = 3 * math.prod(spec.kernel)
+    return box
 
 
 # ------------------------------------------------------------------------------ direct loops
