@@ -62,15 +62,21 @@ MODES = {
 def test_max_pool_picks_the_element_pytorch_picks(case, mode):
     shape, kwargs = CASES[case]
     a = _input(shape, seed=len(case))
-    x = kiln.tensor(a, requires_grad=True)
-    t = torch.tensor(a, requires_grad=True)
 
     def step(lib, x):
         values, indices = _pool(lib, x, kwargs)
         # a finite cotangent: NaN values have gradient too, and it goes where the index points
-        (values.nan_to_num(0.0, 0.0, 0.0) * 1.0).sum().backward()
+        values.nan_to_num(0.0, 0.0, 0.0).sum().backward()
         return values, indices
 
+    _picks_as_pytorch(step, mode, a)
+
+
+def _picks_as_pytorch(step, mode, a):
+    """``step(lib, x)`` returns (values, indices) and backpropagates: kiln's, run in ``mode``,
+    equal PyTorch's, the input's gradient too."""
+    x = kiln.tensor(a, requires_grad=True)
+    t = torch.tensor(a, requires_grad=True)
     values, indices = MODES[mode](lambda x: step(kiln, x))(x)
     expected_values, expected_indices = step(torch, t)
     assert indices.tolist() == expected_indices.tolist()
@@ -106,8 +112,6 @@ ADAPTIVE = {
 def test_adaptive_max_pool_takes_the_last_nan_and_the_first_maximum(case, mode):
     shape, output_size = ADAPTIVE[case]
     a = _input(shape, seed=len(case) + 1)
-    x = kiln.tensor(a, requires_grad=True)
-    t = torch.tensor(a, requires_grad=True)
     name = f"adaptive_max_pool{len(output_size)}d"
 
     def step(lib, x):
@@ -115,11 +119,7 @@ def test_adaptive_max_pool_takes_the_last_nan_and_the_first_maximum(case, mode):
         values.nan_to_num(0.0, 0.0, 0.0).sum().backward()
         return values, indices
 
-    values, indices = MODES[mode](lambda x: step(kiln, x))(x)
-    expected_values, expected_indices = step(torch, t)
-    assert indices.tolist() == expected_indices.tolist()
-    assert_close(values, expected_values, equal_nan=True)
-    assert_close(x.grad, t.grad, equal_nan=True)
+    _picks_as_pytorch(step, mode, a)
 
 
 @needs_torch

@@ -598,6 +598,26 @@ def conv_transposed(a, w, stride, padding, dilation, groups: int, out_spatial) -
     return _col2im(a, w, stride, padding, dilation, groups, out_spatial)
 
 
+def _uncropped(in_spatial, kernel, stride, padding, dilation, out_spatial) -> list:
+    """Per dim, the extent a transposed convolution's products are added over before the
+    padding crops them (at least the padding and the output)."""
+    return [
+        max(
+            (in_spatial[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1,
+            padding[i] + out_spatial[i],
+        )
+        for i in range(len(kernel))
+    ]
+
+
+def _cropped(buf: np.ndarray, padding, out_spatial) -> np.ndarray:
+    """The output (N, G*Og, *out) cut from the uncropped (N, G, Og, *full) sums."""
+    n, groups, og = buf.shape[:3]
+    crop = tuple(slice(p, p + o) for p, o in zip(padding, out_spatial))
+    out = np.ascontiguousarray(buf[(Ellipsis,) + crop])
+    return out.reshape((n, groups * og) + tuple(out_spatial))
+
+
 # a transposed convolution with one input channel per group (a depthwise layer's input
 # gradient) adds each kernel offset's product into the output when the kernel has at most this
 # many offsets
@@ -615,13 +635,7 @@ def _per_channel_transposed(a, w, stride, padding, dilation, groups, out_spatial
     k = len(kernel)
     in_spatial = a.shape[2:]
     og = w.shape[1]
-    full = [
-        max(
-            (in_spatial[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1,
-            padding[i] + out_spatial[i],
-        )
-        for i in range(k)
-    ]
+    full = _uncropped(in_spatial, kernel, stride, padding, dilation, out_spatial)
     dtype = np.result_type(a, w)
     buf = np.zeros((n, groups, og) + tuple(full), dtype)
     xg = a.reshape((n, groups, 1) + in_spatial)
@@ -629,9 +643,7 @@ def _per_channel_transposed(a, w, stride, padding, dilation, groups, out_spatial
     for offset in kernel_offsets(kernel):
         taps = wg[(slice(None), slice(None)) + offset].reshape((groups, og) + (1,) * k)
         buf[(Ellipsis,) + offset_slices(offset, in_spatial, stride, dilation)] += xg * taps
-    crop = tuple(slice(padding[i], padding[i] + out_spatial[i]) for i in range(k))
-    out = np.ascontiguousarray(buf[(Ellipsis,) + crop])
-    return out.reshape((n, groups * og) + tuple(out_spatial))
+    return _cropped(buf, padding, out_spatial)
 
 
 def _dense_transposed(a, w, padding, groups: int, out_spatial) -> np.ndarray:
@@ -749,13 +761,7 @@ def _col2im(a, w, stride, padding, dilation, groups, out_spatial) -> np.ndarray:
     k = len(kernel)
     in_spatial = a.shape[2:]
     cg, og = c // groups, w.shape[1]
-    full = [
-        max(
-            (in_spatial[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1,
-            padding[i] + out_spatial[i],
-        )
-        for i in range(k)
-    ]
+    full = _uncropped(in_spatial, kernel, stride, padding, dilation, out_spatial)
     dtype = np.result_type(a, w)
     buf = empty_array((n, groups, og) + tuple(full), dtype)
     buf.fill(0)
@@ -768,6 +774,4 @@ def _col2im(a, w, stride, padding, dilation, groups, out_spatial) -> np.ndarray:
     cols = cols.transpose(tuple(range(2, 2 + k)) + (2 + k, 0, 1) + tuple(range(3 + k, 3 + 2 * k)))
     for offset in kernel_offsets(kernel):
         buf[(Ellipsis,) + offset_slices(offset, in_spatial, stride, dilation)] += cols[offset]
-    crop = tuple(slice(padding[i], padding[i] + out_spatial[i]) for i in range(k))
-    out = np.ascontiguousarray(buf[(Ellipsis,) + crop])
-    return out.reshape((n, groups * og) + tuple(out_spatial))
+    return _cropped(buf, padding, out_spatial)
