@@ -517,6 +517,29 @@ def test_sdpa_gradients_of_queries_whose_keys_are_all_masked_by_an_additive_mask
         assert_close(ours.detach(), theirs.detach(), rtol=1e-4, atol=1e-5)
 
 
+@needs_torch
+@pytest.mark.parametrize("dtype, rtol", [("float16", 2e-3), ("bfloat16", 2e-2)])
+def test_sdpa_of_16_bit_inputs_computes_in_float32_like_torch(dtype, rtol):
+    """PyTorch's CPU kernels upcast: a ``finfo(float16).min`` mask added to negative scores
+    must not overflow to -inf (which made a fully masked row's weights uneven), and the
+    weights are not rounded to 16 bits between the two products."""
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal((2, 2, 5, 4)).astype(np.float32) for _ in range(4)]
+    results = []
+    for lib in (torch, kiln):
+        kind = getattr(lib, dtype)
+        low = lib.finfo(kind).min
+        mask = lib.triu(lib.full((5, 5), low, dtype=kind), diagonal=1)
+        mask[:, :2] = low
+        q, k, v = (lib.tensor(a).to(kind).requires_grad_() for a in arrays[:3])
+        out = lib.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        out.backward(lib.tensor(arrays[3]).to(kind))
+        results.append([t.detach().float() for t in (out, q.grad, k.grad, v.grad)])
+    for ours, theirs in zip(results[1], results[0]):
+        scale = float(theirs.abs().max())
+        assert_close(ours, theirs, rtol=0, atol=rtol * scale)
+
+
 def test_scaled_dot_product_attention_rejects_integer_and_mismatched_masks():
     q = kiln.randn(4, 8, dtype=kiln.float64)
     with pytest.raises(RuntimeError, match="attn_mask.dtype: long int and  query.dtype: double"):

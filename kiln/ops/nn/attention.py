@@ -78,6 +78,15 @@ def _sdpa_decomp(
             )
         k = _repeat_heads(k, q.shape[-3] // k.shape[-3])
         v = _repeat_heads(v, q.shape[-3] // v.shape[-3])
+    flash = attn_mask is not None and attn_mask.dtype is not dt.bool_
+    flash = flash and _flash_kernel_takes(q, k, v, attn_mask)
+    result_dtype = q.dtype
+    if result_dtype in (dt.float16, dt.bfloat16):
+        # PyTorch's CPU kernels (flash and math) compute 16-bit attention in float32: scores
+        # plus a finfo(float16).min mask do not overflow, weights are not rounded
+        q, k, v = q.float(), k.float(), v.float()
+        if attn_mask is not None and attn_mask.is_floating_point():
+            attn_mask = attn_mask.float()
     length, source = q.shape[-2], k.shape[-2]
     factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = OPS["matmul"](q * factor, k.transpose(-2, -1))
@@ -106,9 +115,9 @@ def _sdpa_decomp(
         )
         weights = _masked_scale(weights, keep, 1.0 / (1.0 - dropout_p))
     out = OPS["matmul"](weights, v)
-    if masked is None and attn_mask is not None and _flash_kernel_takes(q, k, v, attn_mask):
+    if flash:
         out = _flash_backward_scale(out, probabilities, row_max, dead)
-    return out
+    return out.to(result_dtype)
 
 
 def _flash_kernel_takes(q, k, v, attn_mask) -> bool:
