@@ -23,6 +23,7 @@ import numpy as np
 from ..runtime.device import cpu
 from ..runtime.memory_format import contiguous_format, is_non_overlapping_and_dense
 from ..runtime.state import per_thread
+from ..runtime.storage import data_address
 from ..runtime.symbolic import known_same_shape, same_shape
 from ..runtime.tensor import Tensor, wrap_array
 from .anomaly import anomaly_state, run_node
@@ -489,7 +490,7 @@ def _buffer_of(g: Tensor):
         return id(g)
     while isinstance(data.base, np.ndarray):
         data = data.base
-    return data.__array_interface__["data"][0]
+    return data_address(data)
 
 
 def _shares(g: Tensor, leaf: Tensor) -> bool:

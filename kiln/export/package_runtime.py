@@ -31,7 +31,7 @@ from ..inductor.codegen.cpu_pool import (
 )
 from ..nn.parameter import Parameter
 from ..ops.core.registry import OPS
-from ..runtime.storage import empty_array
+from ..runtime.storage import data_address, empty_array
 from ..runtime.tensor import Tensor, wrap_array
 from .container import ExportFileError, PackageError, read_container
 from .dims import check_inputs
@@ -175,15 +175,7 @@ def _tensor(storage: np.ndarray, view: _View) -> Tensor:
     return wrap_array(_strided(storage, view), view.dtype)
 
 
-_addressof = ctypes.addressof
-_char_at = ctypes.c_char.from_buffer
-
-
-def _ptr(a: np.ndarray) -> int:
-    try:
-        return _addressof(_char_at(a))
-    except (TypeError, ValueError):
-        return a.__array_interface__["data"][0]
+_ptr = data_address
 
 
 def _fallback(op_name: str, template: Any, in_dtypes: list, stash: threading.local | None):

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..runtime import flags
 from ..runtime.blas import BLAS
+from ..runtime.storage import data_address
 
 __all__ = ["matmul_out", "matmul_batched_out", "matmul_16bit_out"]
 
@@ -92,7 +93,7 @@ def _gemm_table(out, a, b, parts: int):
     if blocks is False:
         return None
     relative, swapped = blocks
-    pa, pb, pc = (x.__array_interface__["data"][0] for x in (a, b, out))
+    pa, pb, pc = (data_address(x) for x in (a, b, out))
     table = relative.copy()
     table[:, 5] += pb if swapped else pa
     table[:, 7] += pa if swapped else pb

@@ -21,6 +21,7 @@ eager training step held about a gigabyte of free buffers between steps.
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import threading
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from .host_malloc import tune_host_malloc
 
-__all__ = ["Storage", "BufferPool", "pool", "empty_array", "writable_target"]
+__all__ = ["Storage", "BufferPool", "pool", "empty_array", "writable_target", "data_address"]
 
 
 class Storage:
@@ -216,3 +217,46 @@ def writable_target(array: np.ndarray, allow_overlap: bool = False) -> np.ndarra
         raise RuntimeError(_OVERLAP_MESSAGE)
     offset = array.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
     return np.ndarray(array.shape, array.dtype, buffer=owner, offset=offset, strides=array.strides)
+
+
+# ------------------------------------------------------------------------------ data addresses
+
+
+def _buffer_address(a) -> int:
+    """``a``'s data address through a ctypes view of its buffer (0.5 us), or numpy's array
+    interface (2.5 us, as long as ``a.ctypes.data``) where ctypes cannot view the buffer
+    (read-only, not C-contiguous, empty)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.__array_interface__["data"][0]
+
+
+def _field_reader():
+    """A function reading an ndarray's data pointer from its C struct (the field right after
+    the object header: ``PyArrayObject_fields.data``; 0.27 us, for every array), or None when
+    that layout does not hold here (checked on arrays whose addresses numpy reports)."""
+    read = ctypes.c_void_p.from_address
+    offset = object.__basicsize__  # the object header the struct starts with
+
+    def field(a) -> int:
+        return read(id(a) + offset).value or 0
+
+    base = np.arange(24, dtype=np.float32)
+    probes = (base, base[5:], base[::3], np.broadcast_to(base[7:8], (4, 3)), base.reshape(4, 6).T)
+    try:
+        if all(field(p) == p.__array_interface__["data"][0] for p in probes):
+            return field
+    except (ValueError, OSError):
+        pass
+    return None
+
+
+_FIELD = _field_reader()
+
+
+def data_address(a: np.ndarray) -> int:
+    """The address of numpy array ``a``'s first element: every kernel call passes a few (a
+    compiled graph's wrapper one per buffer, softmax rows two, layer norm four), and every
+    ``data_ptr``."""
+    return _FIELD(a) if _FIELD is not None else _buffer_address(a)

@@ -16,7 +16,7 @@ import numpy as np
 from . import dtypes as _dt
 from .device import cpu, device, meta
 from .dtypes import c_type_name, torch_type_name
-from .storage import Storage
+from .storage import Storage, data_address
 from .symbolic import SymInt, same_shape, size_or_one
 
 __all__ = ["Tensor", "Size", "contiguous_strides", "wrap_array", "make_fake"]
@@ -267,9 +267,7 @@ class Tensor:
         if self._device is not cpu:  # a device array (kiln.runtime.cuda.CudaArray)
             return data.offset
         base = self._get_storage().base
-        return (
-            data.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-        ) // data.itemsize
+        return (data_address(data) - data_address(base)) // data.itemsize
 
     def data_ptr(self) -> int:
         data = self._data
@@ -277,7 +275,7 @@ class Tensor:
             return 0
         if self._device is not cpu:
             return data.data_ptr()
-        return data.__array_interface__["data"][0]
+        return data_address(data)
 
     def _get_storage(self) -> Storage:
         st = self._storage

@@ -28,10 +28,10 @@ from pathlib import Path
 import llvmlite
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
-import numpy as np
 
 from ....runtime import cache_records
 from ....runtime.logs import compile_stage
+from ....runtime.storage import data_address
 from ....runtime.switch_interval import quick_handoff
 from . import object_worker
 from .helper_process import HelperProcess, helper_wanted
@@ -467,45 +467,6 @@ def _engine_for_object(
     compiled = CompiledModule(engine, module, cache_hit, key, functions, nbytes)
     _ENGINES[_memory_key(key)] = compiled
     return compiled
-
-
-def _buffer_address(a) -> int:
-    """``a``'s data address through a ctypes view of its buffer (0.6 us), or numpy's array
-    interface (2.5 us, as long as ``a.ctypes.data``) where ctypes cannot view the buffer
-    (read-only, not C-contiguous, empty)."""
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))
-    except (TypeError, ValueError, BufferError):
-        return a.__array_interface__["data"][0]
-
-
-def _field_reader():
-    """A function reading an ndarray's data pointer from its C struct (the field right after
-    the object header: ``PyArrayObject_fields.data``; 0.35 us, for every array), or None when
-    that layout does not hold here (checked on arrays whose addresses numpy reports)."""
-    read = ctypes.c_void_p.from_address
-    offset = object.__basicsize__  # the object header the struct starts with
-
-    def field(a) -> int:
-        return read(id(a) + offset).value or 0
-
-    base = np.arange(24, dtype=np.float32)
-    probes = (base, base[5:], base[::3], np.broadcast_to(base[7:8], (4, 3)), base.reshape(4, 6).T)
-    try:
-        if all(field(p) == p.__array_interface__["data"][0] for p in probes):
-            return field
-    except (ValueError, OSError):
-        pass
-    return None
-
-
-def data_address(a) -> int:
-    """The address of numpy array ``a``'s first element, for a ctypes call into machine code:
-    a small kernel's call costs a few of these (softmax rows: two; layer norm: four)."""
-    return _FIELD(a) if _FIELD is not None else _buffer_address(a)
-
-
-_FIELD = _field_reader()
 
 
 @compile_stage("codegen")
