@@ -224,6 +224,16 @@ def _sync_grad_mode(cg: PyCodegen, output: OutputGraph) -> None:
         cg.append(Instr("POP_TOP"))
 
 
+def _leave_autocast_blocks(cg: PyCodegen, output: OutputGraph) -> None:
+    """Leave, at run time, the ``with autocast`` blocks a resume function began inside (a graph
+    break cut through them) and whose end the captured code passed: the graph ran with autocast
+    off, so their objects' ``__exit__`` must still restore the thread's autocast state."""
+    for exit_ in output.autocast_exits:
+        cg.load_callable(exit_)
+        cg.call(0)
+        cg.append(Instr("POP_TOP"))
+
+
 def _finish_return(ctx, tx) -> CaptureResult:
     value = tx.returned
     output = tx.output
@@ -232,6 +242,7 @@ def _finish_return(ctx, tx) -> CaptureResult:
     def body(cg: PyCodegen) -> None:
         _prepare_all(cg, [value], output.side_effects)
         _sync_grad_mode(cg, output)  # a resume that began inside a grad-mode block ends outside
+        _leave_autocast_blocks(cg, output)
         cg.load(value)
         cg.append(Instr("RETURN_VALUE"))
 
@@ -307,6 +318,7 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
             output.side_effects,
         )
         _sync_grad_mode(cg, output)  # the instruction and the resume run in the block's mode
+        _leave_autocast_blocks(cg, output)
         for vt in top:
             cg.load(vt)
         if name in _JUMP_BREAKS:

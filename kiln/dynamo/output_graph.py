@@ -135,6 +135,9 @@ class OutputGraph:
         # the autocast configuration ops are traced under; the graph records their casts
         self.autocast = state.autocast
         self._autocast_at_entry = self.autocast
+        # run-time exits of autocast blocks entered before this frame's capture began and left
+        # in it (``AutocastExit``), called after the graph in order
+        self.autocast_exits: list = []
         self.inputs: list[tuple[Source, Tensor]] = []
         self._input_vts: dict[int, Any] = {}
         self._proxy_vts: dict[int, Any] = {}

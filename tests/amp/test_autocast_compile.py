@@ -138,3 +138,51 @@ def test_sixteen_bit_composites_compile_to_eager_values(name, dtype, backend):
     fn = SIXTEEN_BIT_FUNCTIONS[name]
     x, w = (_data(3, 4) * 3).to(dtype), _data(4, 4, k=1.3).to(dtype)
     _assert_equal([kiln.compile(fn, backend=backend)(x, w)], [fn(x, w)])
+
+
+def _record(value):
+    """A value passed through a graph break (an HF model's ``ModelOutput``, which dynamo does
+    not model, breaks the graph inside ``with autocast`` the same way)."""
+    kiln.compiler.graph_break()
+    return value
+
+
+def broken_regions(x, w):
+    """Graph breaks inside an autocast region, inside a region nested in it, and in the
+    region again after the nested one ended."""
+    y = x.relu()
+    with kiln.autocast("cpu", dtype=kiln.bfloat16):
+        y = y @ w
+        z = _record(y) @ w  # a break in the region
+        with kiln.autocast("cpu", enabled=False):
+            q = _record(z.float() @ w) * 2  # a break in a nested region
+        z = _record(z @ w) + q  # a break after the nested region ended
+        inside = kiln.is_autocast_enabled("cpu")
+    return y, z, q, inside, kiln.is_autocast_enabled("cpu")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_breaks_inside_regions_resume_compiled_and_equal_eager(backend):
+    x, w = _data(3, 4), _data(4, 4, k=1.3)
+    counter = CompileCounter(backend)
+    compiled = kiln.compile(broken_regions, backend=counter)
+    expected = broken_regions(x, w)
+    for _ in range(2):
+        got = compiled(x, w)
+        _assert_equal(got[:3], expected[:3])
+        assert got[3:] == expected[3:] == (True, False)
+        assert not kiln.is_autocast_enabled("cpu")  # every region left at run time
+    assert counter.frame_count == 4  # the frame and three resume functions: none ran eagerly
+
+
+def test_an_exception_after_a_break_inside_a_region_leaves_the_region():
+    w = _data(4, 4)
+
+    def raising(x):
+        with kiln.autocast("cpu", dtype=kiln.bfloat16):
+            _record(x @ w)
+            raise ValueError("in the region")
+
+    with pytest.raises(ValueError, match="in the region"):
+        kiln.compile(raising)(_data(3, 4))
+    assert not kiln.is_autocast_enabled("cpu")

@@ -14,7 +14,7 @@ from ..exc import Unsupported, unsupported
 from .base import ConstantVariable, VariableTracker
 from .misc import ClassVariable
 
-__all__ = ["AutocastClassVariable", "AutocastVariable", "is_autocast_class"]
+__all__ = ["AutocastClassVariable", "AutocastVariable", "AutocastExit", "is_autocast_class"]
 
 
 def is_autocast_class(value) -> bool:
@@ -60,7 +60,7 @@ class AutocastVariable(VariableTracker):
         tx.output.set_autocast(
             autocast_mode.derive_config(previous, ctx._kind, bool(ctx._enabled), ctx.fast_dtype)
         )
-        return AutocastExitVariable(previous)
+        return AutocastExitVariable(previous, ctx)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if name in ("device", "fast_dtype"):
@@ -74,14 +74,53 @@ class AutocastVariable(VariableTracker):
 
 
 class AutocastExitVariable(VariableTracker):
-    """The ``__exit__`` that ``BEFORE_WITH`` leaves on the stack: restores the configuration."""
+    """The ``__exit__`` that ``BEFORE_WITH`` leaves on the stack: restores the configuration.
+    Live at a graph break, it enters the autocast object for real where the graph ends (the
+    graph ran with autocast off) and hands the resume function an ``AutocastExit``, which
+    capture of the resume function turns back into this variable."""
 
-    def __init__(self, previous):
+    def __init__(self, previous, ctx: autocast_mode.autocast, live: AutocastExit | None = None):
         self.previous = previous
+        self.ctx = ctx
+        self.live = live  # the run-time exit of a block entered before this capture began
 
     def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
         tx.output.set_autocast(self.previous)
+        if self.live is not None:
+            tx.output.autocast_exits.append(self.live)
         return ConstantVariable(None)
 
     def reconstruct(self, cg) -> None:
-        raise unsupported("unsupported_bytecode", "a graph break inside a `with autocast` block")
+        if self.live is not None:  # entered at run time already, by an earlier break
+            cg.load_const(self.live)
+            return
+        cg.load_callable(AutocastExit.of(self.ctx).enter)
+        cg.call(0)
+
+
+class AutocastExit:
+    """At run time, the ``__exit__`` of a ``with autocast`` block a graph break cut through:
+    ``enter`` enters the block's autocast object where the break runs eagerly and returns this
+    exit, which the resume function calls where the block ends (or on an exception). One per
+    autocast object, so the resume function's guard on it holds from call to call."""
+
+    def __init__(self, ctx: autocast_mode.autocast):
+        self.ctx = ctx
+
+    @staticmethod
+    def of(ctx: autocast_mode.autocast) -> AutocastExit:
+        exit_ = ctx.__dict__.get("_resume_exit")
+        if exit_ is None:
+            exit_ = ctx.__dict__["_resume_exit"] = AutocastExit(ctx)
+        return exit_
+
+    def enter(self) -> AutocastExit:
+        self.ctx.__enter__()
+        return self
+
+    def __call__(self, *exc_info) -> bool:
+        return self.ctx.__exit__(*(exc_info or (None, None, None)))
+
+    def restores(self):
+        """The configuration the block's exit goes back to (the block's entry saved it)."""
+        return self.ctx._saved[-1][1]

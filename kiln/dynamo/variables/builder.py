@@ -19,7 +19,13 @@ from ...ops.core.registry import Op
 from ...runtime.tensor import Tensor
 from ..sources import AttrSource, IdentityItemSource, ItemSource, Source
 from .arrays import ArrayVariable, is_capturable_array
-from .autocast import AutocastClassVariable, AutocastVariable, is_autocast_class
+from .autocast import (
+    AutocastClassVariable,
+    AutocastExit,
+    AutocastExitVariable,
+    AutocastVariable,
+    is_autocast_class,
+)
 from .base import ConstantVariable, VariableTracker, active_output, is_constant_value
 from .builtins import BUILTIN_HANDLERS, PURE_MODULES, BuiltinVariable
 from .dicts import DictVariable, IdentityKey, is_key_value, key_value
@@ -155,6 +161,10 @@ def _wrap_new(output, value: Any, source: Source | None) -> VariableTracker:
         return GradModeClassVariable(value, source)
     if is_autocast_class(value):
         return AutocastClassVariable(value, source)
+    if isinstance(value, AutocastExit):  # a ``with autocast`` block cut by a graph break
+        if source is not None:
+            guards.identity(source, value)
+        return AutocastExitVariable(value.restores(), value.ctx, live=value)
     if isinstance(value, AutocastVariable.autocast_type()):
         if source is not None:
             guards.identity(source, value)
