@@ -186,3 +186,22 @@ def test_an_exception_after_a_break_inside_a_region_leaves_the_region():
     with pytest.raises(ValueError, match="in the region"):
         kiln.compile(raising)(_data(3, 4))
     assert not kiln.is_autocast_enabled("cpu")
+
+
+@pytest.mark.parametrize("amp", [False, True], ids=["nullcontext", "autocast"])
+def test_a_break_inside_an_optional_autocast_block_resumes_compiled(amp):
+    """``ctx = autocast() if amp else nullcontext()``: either block resumes compiled."""
+    import contextlib
+
+    w = _data(4, 4, k=0.7)
+
+    def step(x):
+        with kiln.autocast("cpu") if amp else contextlib.nullcontext():
+            y = _record(x @ w) @ w
+        return y
+
+    counter = CompileCounter("eager")
+    x = _data(3, 4)
+    _assert_equal([kiln.compile(step, backend=counter)(x)], [step(x)])
+    assert counter.frame_count == 2
+    assert not kiln.is_autocast_enabled("cpu")

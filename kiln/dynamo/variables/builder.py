@@ -28,6 +28,7 @@ from .autocast import (
 )
 from .base import ConstantVariable, VariableTracker, active_output, is_constant_value
 from .builtins import BUILTIN_HANDLERS, PURE_MODULES, BuiltinVariable
+from .contexts import NULL_EXIT, NullExitVariable
 from .dicts import DictVariable, IdentityKey, is_key_value, key_value
 from .functions import (
     LocalFunctionVariable,
@@ -161,6 +162,8 @@ def _wrap_new(output, value: Any, source: Source | None) -> VariableTracker:
         return GradModeClassVariable(value, source)
     if is_autocast_class(value):
         return AutocastClassVariable(value, source)
+    if value is NULL_EXIT:  # a ``with nullcontext()`` block cut by a graph break
+        return NullExitVariable()
     if isinstance(value, AutocastExit):  # a ``with autocast`` block cut by a graph break
         if source is not None:
             guards.identity(source, value)

@@ -15,7 +15,7 @@ from ..exc import unsupported
 from .base import ConstantVariable, VariableTracker
 from .lists import IteratorVariable
 
-__all__ = ["enter_context"]
+__all__ = ["enter_context", "NULL_EXIT", "NullExitVariable"]
 
 _GENERATOR_CONTEXT = contextlib._GeneratorContextManager
 
@@ -26,6 +26,10 @@ def enter_context(tx, ctx: VariableTracker) -> tuple[VariableTracker, VariableTr
         kind = ctx.python_type()
     except Exception:
         kind = None
+    if kind is contextlib.nullcontext:
+        # ``ctx = autocast() if amp else nullcontext()``: nothing to enter or leave, so a
+        # graph break inside the block hands the resume function an exit that does nothing
+        return NullExitVariable(), tx.getattr(ctx, "__enter__").call_function(tx, [], {})
     if kind is _GENERATOR_CONTEXT:
         gen = tx.getattr(ctx, "gen")
         if not isinstance(gen, IteratorVariable):
@@ -65,3 +69,22 @@ class _GeneratorExit(VariableTracker):
 
     def reconstruct(self, cg) -> None:
         raise unsupported("unsupported_bytecode", "a graph break inside a `with` block")
+
+
+def _null_exit(*exc_info) -> bool:
+    """At run time, the exit of a ``nullcontext`` block a graph break cut through."""
+    return False
+
+
+NULL_EXIT = _null_exit
+
+
+class NullExitVariable(VariableTracker):
+    """Leaving a ``nullcontext`` block: nothing happens; live at a graph break, the resume
+    function gets ``NULL_EXIT``, which capture turns back into this variable."""
+
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        return ConstantVariable(False)
+
+    def reconstruct(self, cg) -> None:
+        cg.load_const(NULL_EXIT)
