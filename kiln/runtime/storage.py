@@ -239,24 +239,21 @@ def _field_reader():
     read = ctypes.c_void_p.from_address
     offset = object.__basicsize__  # the object header the struct starts with
 
-    def field(a) -> int:
+    def data_address(a) -> int:
+        """The address of numpy array ``a``'s first element, from its struct."""
         return read(id(a) + offset).value or 0
 
     base = np.arange(24, dtype=np.float32)
     probes = (base, base[5:], base[::3], np.broadcast_to(base[7:8], (4, 3)), base.reshape(4, 6).T)
     try:
-        if all(field(p) == p.__array_interface__["data"][0] for p in probes):
-            return field
+        if all(data_address(p) == p.__array_interface__["data"][0] for p in probes):
+            return data_address
     except (ValueError, OSError):
         pass
     return None
 
 
-_FIELD = _field_reader()
-
-
-def data_address(a: np.ndarray) -> int:
-    """The address of numpy array ``a``'s first element: every kernel call passes a few (a
-    compiled graph's wrapper one per buffer, softmax rows two, layer norm four), and every
-    ``data_ptr``."""
-    return _FIELD(a) if _FIELD is not None else _buffer_address(a)
+# ``data_address(a)``: the address of numpy array ``a``'s first element. Every kernel call
+# passes a few (a compiled graph's wrapper one per buffer, softmax rows two, layer norm four),
+# and every ``data_ptr``: the reader is chosen once here, not tested per call.
+data_address = _field_reader() or _buffer_address

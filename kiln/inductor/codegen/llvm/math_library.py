@@ -368,6 +368,8 @@ def type_suffix(ty: ir.Type) -> str:
         return "f32"
     if isinstance(ty, ir.DoubleType):
         return "f64"
+    if isinstance(ty, ir.HalfType):
+        return "f16"
     if isinstance(ty, ir.IntType):
         return f"i{ty.width}"
     raise TypeError(f"no intrinsic suffix for {ty}")

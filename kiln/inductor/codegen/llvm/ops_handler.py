@@ -172,13 +172,7 @@ class LLVMOps:
         e, b, lanes = self.e, self.b, self.lanes
         base = b.add(e.emit_index(rest, self.env, 1), self.env[e.j])
         vec_type = ir.VectorType(I64, lanes)
-        first = b.insert_element(ir.Constant(vec_type, ir.Undefined), base, ir.Constant(I32, 0))
-        first = b.shuffle_vector(
-            first,
-            ir.Constant(vec_type, ir.Undefined),
-            ir.Constant(ir.VectorType(I32, lanes), [0] * lanes),
-        )
-        offsets = b.add(first, ir.Constant(vec_type, list(range(lanes))))
+        offsets = b.add(e.splat(base, lanes), ir.Constant(vec_type, list(range(lanes))))
         limit = e.sizes.vector(size, lanes)
         inside = b.and_(
             b.icmp_signed(">=", offsets, ir.Constant(vec_type, None)),
@@ -194,7 +188,7 @@ class LLVMOps:
 
     def _masked_load_function(self, data: ir.VectorType):
         module = self.e.module
-        suffix = f"v{data.count}{_mangled(data.element)}"
+        suffix = llvm_math.type_suffix(data)
         name = f"llvm.masked.load.{suffix}.p0{suffix}"
         function = module.globals.get(name)
         if function is None:
@@ -800,14 +794,3 @@ _COMPOSED = {
 
 
 # ---------------------------------------------------------------------------------- kernels
-
-
-def _mangled(element: ir.Type) -> str:
-    """An element type's name in an overloaded intrinsic's name (``f32``, ``i64``)."""
-    if isinstance(element, ir.FloatType):
-        return "f32"
-    if isinstance(element, ir.DoubleType):
-        return "f64"
-    if isinstance(element, ir.HalfType):
-        return "f16"
-    return f"i{element.width}"
