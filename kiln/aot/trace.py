@@ -360,8 +360,9 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
             if with_grad:
                 # an input written in place with a value that has history, whether or not it
                 # required grad before (``outputs[t] = h`` into a ``zeros`` buffer)
+                # (a size passed as an argument is a SymInt: it has no history)
                 for k, (arg, before) in enumerate(zip(fn_args, history)):
-                    if arg.grad_fn is not before:
+                    if isinstance(arg, Tensor) and arg.grad_fn is not before:
                         grad_mutations.append((k, outputs.graph_index(arg)))
             graph_outputs = outputs.graph_outputs
             diff = [j for j, o in enumerate(graph_outputs) if with_grad and _is_differentiable(o)]

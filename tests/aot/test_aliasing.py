@@ -160,6 +160,29 @@ def test_an_input_written_with_values_that_have_history_gains_that_history(compi
         np.testing.assert_allclose(ours, theirs, rtol=1e-5)
 
 
+@needs_torch
+@pytest.mark.filterwarnings("error")  # the inductor falling back to eager is the failure
+def test_a_size_passed_as_an_argument_is_no_input_with_history_under_dynamic():
+    """A graph-net readout ``zeros(num_graphs, C).index_add_(0, batch, x)`` with
+    ``num_graphs`` an int argument: under ``dynamic=True`` it is a SymInt input of the joint
+    graph, which the check for inputs gaining history must pass over."""
+
+    def readout(lib, x, w, batch, num_graphs):
+        pooled = lib.zeros(num_graphs, 3).index_add_(0, batch, x @ w)
+        return (pooled / lib.arange(1, num_graphs + 1).unsqueeze(-1)).sum()
+
+    x = np.arange(15, dtype=np.float32).reshape(5, 3) / 10
+    weights = np.eye(3, dtype=np.float32) + 0.1
+    results = []
+    for lib, fn in ((torch, readout), (kiln, kiln.compile(readout, dynamic=True))):
+        w = lib.tensor(weights, requires_grad=True)
+        loss = fn(lib, lib.tensor(x), w, lib.tensor([0, 1, 1, 0, 1]), 2)
+        loss.backward()
+        results.append((_np(loss), _np(w.grad)))
+    for ours, theirs in zip(results[1], results[0]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+
+
 def test_a_buffer_updated_from_values_that_require_grad_keeps_requires_grad_false(compiler):
     def f(x, buf):
         with kiln.no_grad():
