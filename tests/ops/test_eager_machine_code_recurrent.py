@@ -71,3 +71,37 @@ def test_saturated_gates_match_torch_without_warnings(recwarn):
         assert not np.isnan(a).any()
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4)
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def _run_variant(lib, seed, bias, batch_first):
+    """Outputs and gradients of a 2-layer LSTM without biases or batch-first, its initial state
+    strided views (the loops read their operands batch-major: they take contiguous copies)."""
+    rng = np.random.default_rng(seed)
+    steps, batch, width, hidden = 6, 5, 7, 16
+    lstm = lib.nn.LSTM(width, hidden, 2, bias=bias, batch_first=batch_first)
+    with lib.no_grad():
+        for p in lstm.parameters():
+            p.copy_(lib.tensor(rng.uniform(-0.4, 0.4, tuple(p.shape)).astype(np.float32)))
+    shape = (batch, steps, width) if batch_first else (steps, batch, width)
+    x = lib.tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
+    h0 = lib.tensor(rng.standard_normal((batch, 2, hidden)).astype(np.float32), requires_grad=True)
+    c0 = lib.tensor(rng.standard_normal((2, hidden, batch)).astype(np.float32), requires_grad=True)
+    out, (h, c) = lstm(x, (h0.transpose(0, 1), c0.permute(0, 2, 1)))
+    g = [lib.tensor(rng.standard_normal(tuple(t.shape)).astype(np.float32)) for t in (out, h, c)]
+    grads = lib.autograd.grad([out, h, c], [x, h0, c0, *lstm.parameters()], g)
+    return [t.detach().numpy() for t in (out, h, c)] + [t.numpy() for t in grads]
+
+
+@needs_torch
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_strided_states_without_bias_match_torch_and_the_numpy_loops(
+    bias, batch_first, monkeypatch
+):
+    native = _run_variant(kiln, 7, bias, batch_first)
+    for got, want in zip(native, _run_variant(torch, 7, bias, batch_first)):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
+    monkeypatch.setitem(machine_code._built, "recurrent", False)
+    for got, want in zip(native, _run_variant(kiln, 7, bias, batch_first)):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)

@@ -81,9 +81,10 @@ _WORKSPACE = {"RNN_TANH": 0, "RNN_RELU": 0, "LSTM": 6, "GRU": 4}
 
 
 def _lstm_workspace(ws: np.ndarray, batch: int, hidden: int) -> tuple:
-    """The LSTM workspace (T, B, 6H) as (gates (T, 4H, B), c (T, H, B), tanh(c) (T, H, B)).
+    """The numpy loops' LSTM workspace (T, B, 6H) as (gates (T, 4H, B), c (T, H, B), tanh(c)
+    (T, H, B)); the machine-code loops keep each batch row's (gates, c, tanh(c)) together.
 
-    The kernels run an LSTM hidden-major (each step's state is (H, B): ``gates.T = w_hh @
+    The numpy kernels run an LSTM hidden-major (each step's state is (H, B): ``gates.T = w_hh @
     h.T``), so each gate of a step is one contiguous (H, B) block: numpy's loops over a gate
     slice of a batch-major (B, 4H) step, 20 rows of 64 apart by 256, cost ~2-3 us more than
     over contiguous memory, for each of a step's dozen operations, and the backward's
@@ -180,7 +181,21 @@ def _rnn_layer_kernel(mode, gates, hx, cx, w_hh, b_hh, reverse, batch_sizes=None
     out = np.empty((steps, batch, hidden), gx.dtype)
     ws = np.empty((steps, batch, _WORKSPACE[mode] * hidden), gx.dtype)
     H = hidden
-    if mode == "LSTM":
+    native = _native_lstm(gx.dtype) if mode == "LSTM" and steps else None
+    if native is not None:
+        # batch-major machine code reading the projections where they are (eager_recurrent.py)
+        kernels, gemm = native
+        scale = _lstm_gate_scale(H, gx.dtype)
+        bias = np.zeros(4 * H, gx.dtype) if bias is None else np.ascontiguousarray(bias)
+        with blas.products(batch, H, 4 * H):  # (its products on this thread alone)
+            kernels.lstm_forward(
+                gemm, reverse, np.ascontiguousarray(w_hh._data.T) * scale, np.ascontiguousarray(gx), bias,
+                scale, np.ascontiguousarray(h), np.ascontiguousarray(cx._data), ws, out,
+            )  # fmt: skip
+        last = step_order(steps, reverse)[-1]
+        h = out[last]
+        c_n = ws[last, :, 4 * H : 5 * H].copy()
+    elif mode == "LSTM":
         scale = _lstm_gate_scale(H, gx.dtype)[:, None]
         # the step's constant part, ``x_t @ w_ih.T + b_ih + b_hh``, hidden-major (the bias
         # pass transposes) and scaled for the exp
@@ -196,35 +211,27 @@ def _rnn_layer_kernel(mode, gates, hx, cx, w_hh, b_hh, reverse, batch_sizes=None
         out_t = np.empty((steps, H, batch), gx.dtype)
         product = np.empty((H, batch), gx.dtype)
         gates_ws, cell_ws, tanh_ws = _lstm_workspace(ws, batch, H)
-        native = _native_lstm(gx.dtype)
-        if native is not None and steps:
-            kernels, gemm = native
-            with blas.products(4 * H, H, batch):  # (its products on this thread alone)
-                kernels.lstm_forward(gemm, reverse, w_scaled, pre, h, c, ws, out_t)
-            last = step_order(steps, reverse)[-1]
-            h, c = out_t[last], cell_ws[last]
-        else:
-            # e^-x overflows to inf for x below about -88 (float32): the sigmoid is then 0, as it is
-            with blas.products(4 * H, H, batch), np.errstate(over="ignore"):
-                for t in step_order(steps, reverse):
-                    g = gates_ws[t]
-                    np.matmul(w_scaled, h, out=g)
-                    g += pre[t]
-                    np.exp(g, out=g)
-                    g += 1
-                    np.reciprocal(g, out=g)
-                    cell = g[2 * H : 3 * H]
-                    cell *= 2
-                    cell -= 1
-                    c_new = cell_ws[t]
-                    np.multiply(g[H : 2 * H], c, out=c_new)
-                    np.multiply(g[:H], cell, out=product)
-                    c_new += product
-                    tanh_c = tanh_ws[t]
-                    np.tanh(c_new, out=tanh_c)
-                    h = out_t[t]
-                    np.multiply(g[3 * H :], tanh_c, out=h)
-                    c = c_new
+        # e^-x overflows to inf for x below about -88 (float32): the sigmoid is then 0, as it is
+        with blas.products(4 * H, H, batch), np.errstate(over="ignore"):
+            for t in step_order(steps, reverse):
+                g = gates_ws[t]
+                np.matmul(w_scaled, h, out=g)
+                g += pre[t]
+                np.exp(g, out=g)
+                g += 1
+                np.reciprocal(g, out=g)
+                cell = g[2 * H : 3 * H]
+                cell *= 2
+                cell -= 1
+                c_new = cell_ws[t]
+                np.multiply(g[H : 2 * H], c, out=c_new)
+                np.multiply(g[:H], cell, out=product)
+                c_new += product
+                tanh_c = tanh_ws[t]
+                np.tanh(c_new, out=tanh_c)
+                h = out_t[t]
+                np.multiply(g[3 * H :], tanh_c, out=h)
+                c = c_new
         np.copyto(out, out_t.transpose(0, 2, 1))
         h = h.T
         c_n = c.T.copy()
@@ -422,7 +429,19 @@ def _rnn_layer_backward_kernel(
     h0 = hx._data
     order = list(step_order(steps, reverse))
     previous = {t: (order[k - 1] if k else None) for k, t in enumerate(order)}
-    if mode == "LSTM":
+    native = _native_lstm(dtype) if mode == "LSTM" and steps else None
+    if native is not None:
+        # batch-major machine code, its factors made per row (eager_recurrent.py)
+        kernels, gemm = native
+        dc = np.array(grad_c._data, dtype, order="C")  # copies: the loop updates them
+        dh = np.ascontiguousarray(dh)
+        with blas.products(batch, 4 * H, H):
+            kernels.lstm_backward(
+                gemm, reverse, np.ascontiguousarray(w), np.ascontiguousarray(go), ws,
+                np.ascontiguousarray(cx._data), d_gates, dh, dc,
+            )  # fmt: skip
+        d_cx = dc
+    elif mode == "LSTM":
         # hidden-major, as the forward ran: states (H, B), each step's gates (4H, B)
         dh = np.ascontiguousarray(dh.T)
         dc = np.array(grad_c._data.T, dtype, order="C")  # a copy: the loop updates it
@@ -450,24 +469,15 @@ def _rnn_layer_backward_kernel(
         blocks = d_gates_t.reshape(steps, 4, H, batch)
         product = np.empty((H, batch), dtype)
         w_t = w.T
-        native = _native_lstm(dtype)
-        if native is not None and steps:
-            kernels, gemm = native
-            with blas.products(H, 4 * H, batch):
-                kernels.lstm_backward(
-                    gemm, reverse, np.ascontiguousarray(w), go_t, to_dc,
-                    factor, ws, d_gates_t, dh, dc,
-                )  # fmt: skip
-        else:
-            with blas.products(H, 4 * H, batch):
-                for t in reversed(order):
-                    dh += go_t[t]
-                    np.multiply(dh, to_dc[t], out=product)
-                    dc += product
-                    np.multiply(factor[t, :3], dc, out=blocks[t, :3])
-                    np.multiply(factor[t, 3], dh, out=blocks[t, 3])
-                    dc *= f[t]
-                    np.matmul(w_t, d_gates_t[t], out=dh)
+        with blas.products(H, 4 * H, batch):
+            for t in reversed(order):
+                dh += go_t[t]
+                np.multiply(dh, to_dc[t], out=product)
+                dc += product
+                np.multiply(factor[t, :3], dc, out=blocks[t, :3])
+                np.multiply(factor[t, 3], dh, out=blocks[t, 3])
+                dc *= f[t]
+                np.matmul(w_t, d_gates_t[t], out=dh)
         np.copyto(d_gates, d_gates_t.transpose(0, 2, 1))
         dh = dh.T.copy()
         d_cx = dc.T.copy()
