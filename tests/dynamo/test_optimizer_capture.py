@@ -287,6 +287,25 @@ def test_clip_grad_norm_inside_a_compiled_step_sees_the_gradients():
     assert_same(model.state_dict(), twin.state_dict())
 
 
+def _line_search_step(model, direction):
+    """TRPO's line search: the parameters as one vector, moved along a direction, written back
+    with ``vector_to_parameters`` (which assigns each parameter's ``.data``)."""
+    old = nn.utils.parameters_to_vector(model.parameters())
+    nn.utils.vector_to_parameters(old - 0.5 * direction, model.parameters())
+    return nn.utils.parameters_to_vector(model.parameters())
+
+
+def test_vector_to_parameters_in_compiled_code_writes_the_parameters():
+    kiln.manual_seed(0)
+    model = nn.Linear(3, 2)
+    twin = copy.deepcopy(model)
+    step = kiln.compile(_line_search_step)
+    direction = kiln.arange(8.0)
+    for _ in range(2):
+        assert_same(step(model, direction), _line_search_step(twin, direction))
+    assert_same(model.state_dict(), twin.state_dict())
+
+
 def _lr_step(model, opt, sched, x):
     opt.zero_grad()
     loss = model(x).pow(2).mean()

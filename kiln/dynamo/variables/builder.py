@@ -65,6 +65,7 @@ _STATEFUL_KILN_NAMES = frozenset(
 _INLINED_KILN_PREFIXES = (
     "kiln.nn.modules", "kiln.autograd", "kiln.utils", "kiln.optim", "kiln.distributions",
     "kiln.nn.utils.clip_grad",  # reads and scales ``.grad`` (proxies have none)
+    "kiln.nn.utils.convert_parameters",  # assigns ``.data`` (lost on a proxy)
 )  # fmt: skip
 
 
