@@ -278,6 +278,27 @@ def test_slices_whose_end_is_another_inputs_size_compile_once_for_every_size(sta
     assert stats.static_compiles == 0
 
 
+@needs_torch
+def test_a_select_at_an_int_argument_compiles_once_for_every_value(stats):
+    """A diffusion sampler's ``alphas_cumprod[t]`` and ``alphas_cumprod[t - 1]`` with ``t`` a
+    Python int counting down: once ``t`` is symbolic the selected element's position is an
+    index expression, not a plain int each value compiles for (or runs eagerly at)."""
+
+    def fn(lib, x, table, t):
+        return x * table[t].sqrt() + table[t - 1] * x[:, t, None]
+
+    table = np.linspace(0.9, 0.1, 10).astype(np.float32)
+    x = _inputs(3, 10)
+    compiled = kiln.compile(lambda x, table, t: fn(kiln, x, table, t), backend="inductor")
+    with kiln.no_grad():
+        for t in (9, 8, 5, 2, 7):
+            got = compiled(kiln.tensor(x), kiln.tensor(table), t)
+            theirs = fn(torch, torch.tensor(x), torch.tensor(table), t)
+            np.testing.assert_allclose(got.numpy(), theirs.numpy(), 1e-6)
+    assert stats.symbolic_refused == 0 and stats.symbolic_compiles == 1
+    assert stats.static_compiles == stats.eager_first_calls == 0
+
+
 def _scatters(lib, x):
     """Backward scatters: max over a dim (its gradient goes to the arg-max positions) and
     index_add into a buffer whose size is symbolic."""

@@ -143,7 +143,7 @@ def _select(out_meta, x, dim, index):
 
     def index_map(idx):
         idx = list(idx)
-        idx.insert(d, sym.const(i))
+        idx.insert(d, sym.as_expr(i))  # a SymInt index stays symbolic
         return idx
 
     def strided(layout):
