@@ -116,7 +116,9 @@ def test_memory_stays_flat_over_500_distinct_graphs(tmp_path):
     """Before the fix every graph kept about 1 MB (its closure's frame cache, an MCJIT engine
     holding its IR module): 151 -> 442 MB by the 300th. What is left is about 70 KB per cold
     compile that llvmlite's new-pass-manager binding never frees (a PassInstrumentationCallbacks
-    per PassBuilder, with callbacks added on every run), outside kiln's reach."""
+    per PassBuilder, with callbacks added on every run), outside kiln's reach; 130 KB with
+    llvmlite 0.50 on an AVX-512 host (larger modules), where Python's own heap grows 13 KB per
+    compile (tracemalloc). The bound (80 MB over 400 graphs) still fails the 1 MB per graph."""
     budget = 4 * 2**20
     env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path / "many"), "PYTHONPATH": str(REPO)}
     start = time.perf_counter()
@@ -136,7 +138,7 @@ def test_memory_stays_flat_over_500_distinct_graphs(tmp_path):
         f"(+{growth:.1f} MB) in {time.perf_counter() - start:.0f} s"
     )
     assert report["index"] <= budget
-    assert growth < 40, f"RSS grew {growth:.1f} MB from graph 100 to 500: {rss}"
+    assert growth < 80, f"RSS grew {growth:.1f} MB from graph 100 to 500: {rss}"
 
 
 def test_a_cold_compile_leaves_no_kernel_ir_for_the_cyclic_collector():

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import kiln
-from kiln.inductor.codegen.llvm.prefetch import ROW_BYTES
+from kiln.inductor.codegen.llvm.prefetch import LINE_BYTES, ROW_BYTES
+from kiln.inductor.codegen.llvm.values import LANES
 
 F = kiln.nn.functional
 TF = torch.nn.functional
@@ -42,7 +43,9 @@ def test_softmax_prefetches_the_next_row_from_its_exp_loop(tmp_path, monkeypatch
     block = ir_text[ir_text.index(_loop_of(ir_text, PREFETCH)) :]
     block = block[: block.index("br label")]
     assert "kiln.math.exp" in block
-    assert block.count(PREFETCH) == 2  # 32 floats per step: two 64-byte lines
+    # one per 64-byte line the step covers: 4 vectors of LANES floats (two lines with AVX2's 8,
+    # four with AVX-512's 16)
+    assert block.count(PREFETCH) == 4 * LANES * 4 // LINE_BYTES
 
 
 def test_layer_norm_prefetches_its_input_not_the_weights(tmp_path, monkeypatch):

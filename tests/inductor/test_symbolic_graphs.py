@@ -16,6 +16,7 @@ import pytest
 import kiln
 from kiln.dynamo.testing import CompileCounter
 from kiln.inductor.codegen.llvm import jit as llvm_jit
+from kiln.inductor.codegen.llvm.values import LANES
 from kiln.inductor.compile_fx import compile_graph
 from kiln.ir.tracer import trace
 from kiln.runtime import logs as klog
@@ -348,7 +349,7 @@ def test_flat_pointwise_loops_load_vectors_at_every_size(stats, tmp_path, monkey
         args = [kiln.tensor(d) for d in data]
         if k == 0 or (not dynamic and shape == (9, 1000)):
             ir_text = _kernels_ir(tmp_path / str(k), monkeypatch, compiled, *args)
-            assert "load <8 x float>" in ir_text and "extractelement" not in ir_text
+            assert f"load <{LANES} x float>" in ir_text and "extractelement" not in ir_text
         got = compiled(*args)
         theirs = _pointwise_chain(torch, *(torch.tensor(d) for d in data))
         np.testing.assert_allclose(got.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-6)
@@ -423,19 +424,19 @@ def test_symbolic_indices_need_no_division_per_element(stats, tmp_path, monkeypa
         np.testing.assert_array_equal(heads(*qkv).numpy(), theirs.numpy())
     assert stats.symbolic_compiles >= 2 and stats.symbolic_refused == 0
     ir_text = "\n".join(p.read_text() for p in sorted(tmp_path.rglob("kernels.ll")))
-    assert ir_text.count("define void") >= 2 and "<8 x float>" in ir_text
+    assert ir_text.count("define void") >= 2 and f"<{LANES} x float>" in ir_text
     # (a row's index may still be taken apart once per row, by scalar divisions)
     assert not re.search(r"(sdiv|srem) <\d+ x i64>", ir_text)
 
 
 def test_scalar_tails_of_run_time_length_are_not_unrolled(stats, tmp_path, monkeypatch):
-    """The scalar loop after a vector loop runs fewer than 8 times; when its bound is a run-time
+    """The scalar loop after a vector loop runs fewer than ``LANES`` times; when its bound is a run-time
     size the kernel tells LLVM not to unroll it (code size and compile time for nothing), and the
     vector loops' counters carry no-wrap flags so that LLVM can count their trips."""
     compiled = kiln.compile(lambda x: x.softmax(-1), dynamic=True)
     ir_text = _kernels_ir(tmp_path, monkeypatch, compiled, kiln.randn(4, 7))
     assert "llvm.loop.unroll.disable" in ir_text
-    assert 'add nuw nsw i64 %"vec", 8' in ir_text
+    assert f'add nuw nsw i64 %"vec", {LANES}' in ir_text
     for shape in [(2, 2), (3, 9), (5, 17), (2, 64), (7, 1), (1, 5)]:
         x = kiln.randn(*shape)
         np.testing.assert_allclose(
