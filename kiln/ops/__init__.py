@@ -43,6 +43,7 @@ _MODULES = (
     "linalg.lu",
     "linalg.spectral",
     "nn.losses",
+    "nn.cross_entropy_rows",
     "indexing.masked",
     "shape.assembly",
     "linalg.small_products",

@@ -13,6 +13,8 @@ import math
 import numpy as np
 
 from ...runtime import dtypes as dt
+from ...runtime.device import cpu
+from ...runtime.state import per_thread
 from ...runtime.tensor import Size
 from ..core.common import (
     Tensor,
@@ -27,7 +29,7 @@ from ..core.common import (
 from ..core.dispatch import dispatch
 from ..core.registry import OPS, defop
 from ..reductions.reduce import float_sum, torch_type_name
-from .softmax_linear import machine_code_activation
+from .softmax_linear import log_softmax, machine_code_activation
 
 __all__ = ["check_reduction", "reduce_loss"]
 
@@ -290,6 +292,28 @@ def _nll_loss_decomp(x, target, weight=None, reduction="mean", ignore_index=-100
     return OPS["where"](empty, float("nan"), losses.sum() / OPS["where"](empty, 1.0, total))
 
 
+def _rows_op_serves(x: Tensor, target: Tensor, weight, label_smoothing: float) -> bool:
+    """May ``cross_entropy`` run as ``_cross_entropy_rows`` (``cross_entropy_rows.py``: one op,
+    one node)? 2-d float32/float64 CPU scores with data, 1-d int64 class indices, no weight or
+    label smoothing, and no mode, profiler, autocast or saved-tensor hooks that should see the
+    two ops (or that the node's saved softmax would bypass), and both ops' kernels in place."""
+    if weight is not None or label_smoothing != 0 or len(x._shape) != 2:
+        return False
+    if (x._dtype is not dt.float32 and x._dtype is not dt.float64) or x._device is not cpu:
+        return False
+    if target._dtype is not dt.int64 or len(target._shape) != 1 or x._data is None:
+        return False
+    if log_softmax.kernel is None or nll_loss.kernel is None:  # (a test running decompositions)
+        return False
+    state = per_thread.state
+    return not (
+        state.mode_stack
+        or state.profiler is not None
+        or state.autocast is not None
+        or state.saved_tensors_hooks
+    )
+
+
 def _cross_entropy(
     input: Tensor,
     target: Tensor,
@@ -303,6 +327,9 @@ def _cross_entropy(
     if not 0.0 <= label_smoothing <= 1.0:
         raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
     rank = len(input._shape)
+    if rank == 2 and input._shape != target._shape:
+        if _rows_op_serves(input, target, weight, label_smoothing):
+            return dispatch(OPS["_cross_entropy_rows"], (input, target, reduction, ignore_index))
     class_dim = 0 if rank == 1 else 1
     n_classes = input._shape[class_dim]
     logp = dispatch(OPS["log_softmax"], (input, class_dim, None))  # (bound: no binding)
