@@ -36,6 +36,10 @@ _VOID = ir.VoidType()
 _F32P = F32.as_pointer()
 _I8P = ir.IntType(8).as_pointer()
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+# the forward's gate arithmetic (an exp and a division per gate, a tanh per state) in 16-lane
+# vectors: ~105 against ~150 us a 35x20x64 layer on AVX-512 (the backward's products and sums
+# measured no faster at 16); elementwise, so the bits are those of any width
+_FORWARD_LANES = 16
 # cblas_sgemm with 64-bit sizes: order, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc
 _GEMM = ir.FunctionType(
     _VOID,
@@ -132,7 +136,7 @@ def _forward(module: ir.Module) -> None:
                 one = _const(ops, 1.0, lanes)
                 store(ops.b, ops.truediv(one, ops.add(ops.exp(x), one)).value, g, i, lanes)
 
-            vector_loop(b, gate_row, activate)
+            vector_loop(b, gate_row, activate, _FORWARD_LANES)
             gate_i, gate_f = g, b.gep(g, [row])
             gate_g, gate_o = b.gep(g, [b.mul(row, _i64(2))]), b.gep(g, [b.mul(row, _i64(3))])
             cell, tanh_c = b.gep(g, [b.mul(row, _i64(4))]), b.gep(g, [b.mul(row, _i64(5))])
@@ -152,7 +156,7 @@ def _forward(module: ir.Module) -> None:
                 store(ops.b, tc.value, tanh_c, i, lanes)
                 store(ops.b, ops.mul(_value(ops, gate_o, i, lanes), tc).value, h_out, i, lanes)
 
-            vector_loop(b, row, update)
+            vector_loop(b, row, update, _FORWARD_LANES)
 
         counted_loop(b, batch, each_row)
 

@@ -32,13 +32,18 @@ def flat_loop(
 
 
 def vector_loop(
-    b: ir.IRBuilder, n: ir.Value, body: Callable[[LLVMOps, ir.Value, int], None]
+    b: ir.IRBuilder,
+    n: ir.Value,
+    body: Callable[[LLVMOps, ir.Value, int], None],
+    lanes: int = LANES,
 ) -> None:
     """``body(ops, index, lanes)`` over 0 .. n - 1 from the builder's current block: whole
-    vectors, then the scalar tail, each with the ``float_ops`` of its width."""
-    ops = {LANES: float_ops(b, LANES), 1: float_ops(b, 1)}
-    whole = b.and_(n, ir.Constant(I64, -LANES))
-    counted_loop(b, whole, lambda i: body(ops[LANES], i, LANES), step=LANES)
+    vectors of ``lanes`` (a power of two), then the scalar tail, each with the ``float_ops``
+    of its width. An elementwise body gives the same bits at any width; reductions fold their
+    lanes, so their sets keep ``LANES``."""
+    ops = {lanes: float_ops(b, lanes), 1: float_ops(b, 1)}
+    whole = b.and_(n, ir.Constant(I64, -lanes))
+    counted_loop(b, whole, lambda i: body(ops[lanes], i, lanes), step=lanes)
     counted_loop(b, n, lambda i: body(ops[1], i, 1), start=whole)
 
 
