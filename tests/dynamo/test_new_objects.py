@@ -3,6 +3,9 @@ capture, rebuilt at run time only when they outlive the graph."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections import OrderedDict
+
 import numpy as np
 import pytest
 
@@ -159,3 +162,73 @@ def test_policy_sample_and_log_prob_compile():
     a, lp = kiln.compile(policy, backend="aot_eager", fullgraph=True)(mu, log_std)
     expected = KD.Normal(mu, log_std.exp()).log_prob(a).sum(-1)
     np.testing.assert_allclose(lp.numpy(), expected.numpy(), rtol=1e-5)
+
+
+class OutputDict(OrderedDict):
+    """A model's dataclass output as Hugging Face's ``ModelOutput`` and diffusers'
+    ``BaseOutput`` behave: fields that are not None are items too, in field order, kept in step
+    by ``__setitem__``/``__setattr__``; an int indexes the tuple of items."""
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                self[field.name] = value
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        super().__setattr__(key, value)
+
+    def __setattr__(self, name, value):
+        if name in self.keys() and value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return dict(self.items())[key]
+        return self.to_tuple()[key]
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+@dataclasses.dataclass
+class ClassifierOutput(OutputDict):
+    loss: kiln.Tensor | None = None
+    logits: kiln.Tensor | None = None
+    hidden_states: tuple | None = None
+
+
+def _classify(x, w, labels=None):
+    hidden = (x @ w).tanh()
+    logits = hidden * 2
+    loss = None if labels is None else ((logits - labels) ** 2).mean()
+    return ClassifierOutput(loss=loss, logits=logits, hidden_states=(x, hidden))
+
+
+def test_a_dataclass_dict_output_is_built_in_the_graph_and_rebuilt_when_returned():
+    backend, graphs = _backend()
+    x, w = kiln.randn(2, 3), kiln.randn(3, 3)
+    out = kiln.compile(_classify, backend=backend, fullgraph=True)(x, w)
+    expected = _classify(x, w)
+    assert len(graphs) == 1
+    assert type(out) is ClassifierOutput and list(out.keys()) == ["logits", "hidden_states"]
+    assert out.loss is None and len(out.to_tuple()) == 2
+    for got in (out.logits, out[0], out["logits"]):
+        np.testing.assert_allclose(got.numpy(), expected.logits.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(out[1][1].numpy(), expected.hidden_states[1].numpy(), rtol=1e-6)
+
+
+def test_a_dataclass_dict_output_read_inside_the_graph_stays_in_one_graph():
+    def step(x, w, labels):
+        out = _classify(x, w, labels)
+        out.logits = out.logits * 3  # its __setattr__ updates the item too
+        return out.loss + out[1].sum() + out["logits"].mean(), "loss" in out
+
+    backend, graphs = _backend()
+    x, w, labels = kiln.randn(2, 3), kiln.randn(3, 3), kiln.randn(2, 3)
+    got, has_loss = kiln.compile(step, backend=backend, fullgraph=True)(x, w, labels)
+    expected, _ = step(x, w, labels)
+    assert len(graphs) == 1 and has_loss
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-6)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import sys
 import types
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ from ..exc import Unsupported, unsupported
 from ..sources import AttrSource
 from .autograd_function import AutogradFunctionApplyVariable, is_autograd_function
 from .base import ConstantVariable, FixedObjectVariable, VariableTracker
+from .dict_objects import NewDictObjectVariable, constructible_dict
 from .functions import (
     UserFunctionVariable,
     UserMethodVariable,
@@ -123,6 +125,8 @@ class ClassVariable(FixedObjectVariable):
         stateless = _stateless_module(cls, args, kwargs)
         if stateless is not None:
             return stateless
+        if constructible_dict(cls):  # a dataclass output (ModelOutput)
+            return NewDictObjectVariable.construct(tx, cls, args, kwargs)
         if _constructible(cls):
             obj = NewObjectVariable(object.__new__(cls))
             init = inspect.getattr_static(cls, "__init__")
@@ -245,6 +249,10 @@ class SuperVariable(VariableTracker):
         start = mro.index(self.cls) + 1 if self.cls in mro else len(mro)
         for klass in mro[start:]:
             if name in klass.__dict__:
+                if klass in (OrderedDict, dict, object) and isinstance(
+                    self.obj, NewDictObjectVariable
+                ):
+                    return self.obj.base_method(name)
                 attr = klass.__dict__[name]
                 bound = bind_class_attribute(tx, self.obj, attr, self.obj.python_type())
                 if bound is not None:
