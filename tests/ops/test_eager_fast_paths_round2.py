@@ -181,3 +181,27 @@ def test_softmax_family_backward_of_a_strided_gradient(name, gradient):
     got = grads(kiln, contiguous=False)
     np.testing.assert_allclose(got, grads(torch, contiguous=False), rtol=1e-5, atol=1e-6)
     _same_bits(got, grads(kiln, contiguous=True))
+
+
+def _eight_lane_sums(rows: np.ndarray) -> np.ndarray:
+    """Each row's float32 sum in the row kernels' order: eight running lane sums over whole
+    vectors of eight, folded lane 0 to 7, then the tail element by element."""
+    sums = []
+    for row in rows:
+        whole = len(row) // 8 * 8
+        lanes = np.zeros(8, np.float32)
+        for k in range(0, whole, 8):
+            lanes = lanes + row[k : k + 8]
+        total = lanes[0]
+        for v in list(lanes[1:]) + list(row[whole:]):
+            total = np.float32(total + v)
+        sums.append(total)
+    return np.array(sums, np.float32)
+
+
+@pytest.mark.parametrize("n", [7, 8, 15, 16, 17, 24, 31, 33, 100, 1000])
+def test_row_kernels_sum_their_wide_exps_in_the_eight_lane_order(n):
+    # the exp passes run 16 lanes wide; their sums must stay the 8-lane loop's
+    x = kiln.tensor(_scores(3, n, np.float32, seed=n))
+    _, (exps, totals) = kiln.ops.log_softmax.recording_kernel(x, 1, None)
+    _same_bits(totals.reshape(-1), _eight_lane_sums(exps))

@@ -45,6 +45,13 @@ _VOID = ir.VoidType()
 _F32P = F32.as_pointer()
 
 
+# passes that take an exp run in vectors of twice the accumulators' width (16 float32 lanes:
+# one AVX-512 register): the exp is most of such a pass, and lane-wise, so its bits do not
+# depend on the width; a sum folds each wide vector's halves into the LANES-wide running sums
+# in order, so the sums are those of the narrow loop too
+_WIDE = 2 * LANES
+
+
 class _Row:
     """One row's loops: ``reduce`` folds a per-element value over the row, ``each`` runs a
     per-element body; both do whole vectors, then the scalar tail."""
@@ -56,18 +63,21 @@ class _Row:
         self.ops = {LANES: float_ops(b, LANES), 1: float_ops(b, 1)}
         self.slots = slots  # lanes -> an accumulator slot allocated in the entry block
 
-    def each(self, body: Callable[[LLVMOps, ir.Value, int], None]) -> None:
-        vector_loop(self.b, self.n, body)
+    def each(self, body: Callable[[LLVMOps, ir.Value, int], None], lanes: int = LANES) -> None:
+        vector_loop(self.b, self.n, body, lanes)
 
     def reduce(
         self,
         value: Callable[[LLVMOps, ir.Value, int], V],
         combine: str,
         start: float,
+        wide: bool = False,
     ) -> V:
         """``combine`` ("add" or "maximum") of ``value`` over the row, from ``start``: eight
         lane accumulators over the whole vectors, folded lane 0 to 7, then the tail element by
-        element."""
+        element. ``wide``: ``value`` is computed ``_WIDE`` lanes at a time while whole wide
+        vectors remain, its two halves combined into the accumulators in order (the same
+        results)."""
         b = self.b
         vector, scalar = self.slots[LANES], self.slots[1]
         b.store(splat(b, ir.Constant(F32, start), LANES), vector)
@@ -77,7 +87,24 @@ class _Row:
             total = getattr(ops, combine)(V(b.load(vector), _F), value(ops, i, LANES))
             b.store(total.value, vector)
 
-        counted_loop(b, self.whole, vector_step, step=LANES)
+        start_narrow = None
+        if wide:
+            paired = b.and_(self.n, ir.Constant(I64, -_WIDE))
+            wide_ops = float_ops(b, _WIDE)
+            undefined = ir.Constant(ir.VectorType(F32, _WIDE), ir.Undefined)
+
+            def wide_step(i):
+                both = value(wide_ops, i, _WIDE).value
+                total = V(b.load(vector), _F)
+                for half in (0, LANES):
+                    lanes = ir.Constant(ir.VectorType(I32, LANES), list(range(half, half + LANES)))
+                    part = V(b.shuffle_vector(both, undefined, lanes), _F)
+                    total = getattr(self.ops[LANES], combine)(total, part)
+                b.store(total.value, vector)
+
+            counted_loop(b, paired, wide_step, step=_WIDE)
+            start_narrow = paired
+        counted_loop(b, self.whole, vector_step, start=start_narrow, step=LANES)
         ops = self.ops[1]
         lanes = b.load(vector)
         total = V(b.extract_element(lanes, ir.Constant(I32, 0)), _F)
@@ -159,7 +186,7 @@ def _softmax(row: _Row, p, r, base) -> None:
         store(ops.b, e.value, out, i, lanes)
         return e
 
-    total = row.reduce(exp_store, "add", 0.0)
+    total = row.reduce(exp_store, "add", 0.0, wide=True)
     row.each(
         lambda ops, i, lanes: store(
             ops.b,
@@ -167,7 +194,8 @@ def _softmax(row: _Row, p, r, base) -> None:
             out,
             i,
             lanes,
-        )
+        ),
+        _WIDE,
     )
 
 
@@ -186,7 +214,7 @@ def _log_softmax(row: _Row, p, r, base, exps=False) -> None:
             store(ops.b, e.value, e_out, i, lanes)
         return e
 
-    total = row.reduce(exp_value, "add", 0.0)
+    total = row.reduce(exp_value, "add", 0.0, wide=True)
     if exps:
         row.b.store(total.value, row.b.gep(base[3], [r]))
     log_total = row.ops[1].log(total)
@@ -234,7 +262,8 @@ def _log_softmax_grad(row: _Row, p, r, base) -> None:
             o,
             i,
             lanes,
-        )
+        ),
+        _WIDE,
     )
 
 
