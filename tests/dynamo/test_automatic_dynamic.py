@@ -192,6 +192,34 @@ def test_a_number_changing_every_call_stops_recompiling_without_a_warning(recwar
     assert not [w for w in recwarn if "recompiled" in str(w.message)]
 
 
+class _ReplayBuffer:
+    """A ring buffer written at a Python int pointer, as RL replay buffers are."""
+
+    def __init__(self, lib, capacity=4):
+        self.obs, self.capacity, self.ptr = lib.zeros(capacity, 3), capacity, 0
+
+    def add(self, obs):
+        self.obs[self.ptr] = obs
+        self.ptr = (self.ptr + 1) % self.capacity
+        return self.obs.sum(0)
+
+
+@needs_torch
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_write_at_a_changing_int_pointer_stays_in_one_symbolic_graph(backend):
+    """``obs[self.ptr] = x`` with the pointer symbolic once it has changed: the write selects
+    at the SymInt (it asked for a plain int, guarding on each value, then broke the graph)."""
+    ours, theirs = _ReplayBuffer(kiln), _ReplayBuffer(torch)
+    counter = CompileCounter(backend)
+    add = kiln.compile(_ReplayBuffer.add, backend=counter)
+    for step in range(7):
+        row = np.full(3, step + 1, np.float32)
+        assert_close(add(ours, kiln.tensor(row)), theirs.add(torch.tensor(row)))
+    assert ours.ptr == theirs.ptr == 3
+    assert_close(ours.obs, theirs.obs)
+    assert counter.frame_count == 3  # 0 and 1 baked in, then one graph for every pointer
+
+
 def _merged_heads(lib, x):
     """Attention's head split made contiguous (and reshaped): a transposed view that is
     contiguous already only when the sequence length is 1."""

@@ -589,7 +589,8 @@ def setitem(x: Tensor, index, value) -> None:
         OPS["masked_fill_"](x, index, value)
         return
     if _is_int(index) and x.ndim:
-        out, advanced = OPS["select"](x, 0, int(index)), []
+        # a SymInt stays symbolic (a replay buffer's write pointer), as in getitem
+        out, advanced = OPS["select"](x, 0, index if index.__class__ is SymInt else int(index)), []
     else:
         out, advanced = _parse(x, index)
     if isinstance(value, Tensor) and (advanced or not known_same_shape(value._shape, out._shape)):
