@@ -97,6 +97,10 @@ def _log_sigmoid(ops, x):
     return ops.sub(ops.minimum(x, _c(ops, 0.0)), ops.log1p(ops.exp(ops.neg(ops.abs(x)))))
 
 
+# 16 float32 lanes (one AVX-512 register) a vector: gelu over 512x256 138-157 -> 105-107 us,
+# its forward+backward 380-414 -> 305-315 us; lane-wise formulas, so the bits of any width
+_LANES = 16
+
 # name -> (number of inputs, formula over LLVMOps values)
 FORMULAS: dict[str, tuple[int, Callable]] = {
     "gelu": (1, _gelu),
@@ -125,7 +129,7 @@ def _module() -> ir.Module:
             values = [V(load(b, p, i, lanes), _F) for p in inputs]
             store(b, formula(ops, *values).value, out, i, lanes)
 
-        flat_loop(fn, n, body)
+        flat_loop(fn, n, body, _LANES)
     return module
 
 

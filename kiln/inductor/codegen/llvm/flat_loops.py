@@ -20,13 +20,17 @@ LANES = 8  # elements per vector iteration: eight 32-bit values fill one AVX2 re
 
 
 def flat_loop(
-    fn: ir.Function, n: ir.Value, body: Callable[[ir.IRBuilder, ir.Value, int], None]
+    fn: ir.Function,
+    n: ir.Value,
+    body: Callable[[ir.IRBuilder, ir.Value, int], None],
+    lanes: int = LANES,
 ) -> None:
     """Give ``fn`` a body that calls ``body(builder, index, lanes)`` for index = 0, L, 2L, ...
-    while a whole vector fits, then once per remaining element with lanes = 1, and returns."""
+    while a whole vector of ``lanes`` fits, then once per remaining element with lanes = 1,
+    and returns."""
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    whole = b.and_(n, ir.Constant(I64, -LANES))
-    counted_loop(b, whole, lambda i: body(b, i, LANES), step=LANES)
+    whole = b.and_(n, ir.Constant(I64, -lanes))
+    counted_loop(b, whole, lambda i: body(b, i, lanes), step=lanes)
     counted_loop(b, n, lambda i: body(b, i, 1), start=whole)
     b.ret_void()
 
