@@ -67,6 +67,12 @@ def _restore(prev: bool) -> None:
 
 class _GradModeBase:
     _target = True
+    _decorates_bare = True  # ``@kiln.no_grad`` without parentheses decorates, as PyTorch's
+
+    def __new__(cls, *args, **kwargs):
+        if cls._decorates_bare and len(args) == 1 and not kwargs and callable(args[0]):
+            return cls()(args[0])
+        return super().__new__(cls)
 
     def __enter__(self):
         _switch(self, self._target)
@@ -117,11 +123,6 @@ class no_grad(_GradModeBase):  # noqa: N801
 
     _target = False
 
-    def __init__(self, orig_func=None):
-        # ``@no_grad`` without parentheses is an error in PyTorch too; support ``@no_grad()``
-        if orig_func is not None:
-            raise TypeError("use @kiln.no_grad() with parentheses")
-
 
 class enable_grad(_GradModeBase):  # noqa: N801
     """Enable gradient recording inside the block (e.g. within a no_grad region)."""
@@ -131,6 +132,8 @@ class enable_grad(_GradModeBase):  # noqa: N801
 
 class set_grad_enabled(_GradModeBase):  # noqa: N801
     """Set grad mode to ``mode``; takes effect immediately, like PyTorch (also usable with ``with``)."""
+
+    _decorates_bare = False
 
     def __init__(self, mode: bool):
         self._target = bool(mode)

@@ -187,6 +187,24 @@ def test_no_grad_enable_grad_and_set_grad_enabled():
         assert not (x + 1).requires_grad
 
 
+@needs_torch
+@pytest.mark.parametrize("mode", ["no_grad", "enable_grad", "inference_mode"])
+def test_grad_modes_decorate_without_parentheses_as_in_torch(mode):
+    """``@torch.no_grad`` (no call) decorates the function, as ``@torch.no_grad()`` does."""
+    results = []
+    for lib in (torch, kiln):
+
+        @getattr(lib, mode)
+        def double(t):
+            return t * 2
+
+        x = lib.ones(2, requires_grad=True)
+        with lib.no_grad():
+            y = double(x)
+        results.append((double.__name__, y.requires_grad, y.is_inference()))
+    assert results[1] == results[0]
+
+
 def test_detach_shares_storage_and_cuts_history():
     x = kiln.ones(3, requires_grad=True)
     y = x * 2

@@ -422,6 +422,37 @@ def test_no_grad_decorated_function_is_inlined():
     check(calls_no_grad_decorated, t(3).requires_grad_())
 
 
+def decorates_in_the_frame(net, x):
+    """Grad-mode decorators applied inside captured code, with and without parentheses; the
+    decorated function is returned too (rebuilt as the real decorated function)."""
+
+    @kiln.no_grad()
+    def peek(v):
+        return net(v) * 2
+
+    @kiln.no_grad
+    def peek_bare(v):
+        return net(v) * 3
+
+    @kiln.inference_mode()
+    def peek_inference(v):
+        return net(v) * 4
+
+    total = peek(x) + net(x) + peek_bare(x) + peek_inference(x)
+    return total, peek(x).requires_grad, peek
+
+
+def test_grad_mode_decorators_applied_in_captured_code_stay_in_one_graph():
+    net = kiln.nn.Linear(3, 3)
+    x = t(4, 3)
+    counter = CompileCounter()
+    total, needs_grad, peek = kiln.compile(decorates_in_the_frame, backend=counter)(net, x)
+    expected, _, _ = decorates_in_the_frame(net, x)
+    assert counter.frame_count == 1 and not needs_grad
+    assert_same(total, expected)
+    assert total.requires_grad and not peek(x).requires_grad
+
+
 def build_size_and_device(x):
     size = kiln.Size([x.shape[0], 2])
     dev = kiln.device("cpu")

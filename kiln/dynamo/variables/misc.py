@@ -4,6 +4,7 @@ grad-mode context managers, methods of constants and arbitrary user objects."""
 from __future__ import annotations
 
 import inspect
+import operator
 import sys
 import types
 from collections import OrderedDict
@@ -313,6 +314,11 @@ class GradModeVariable(VariableTracker):
             return ConstantVariable(None)
         raise unsupported("unsupported_object", f"{self.cls.__name__}.{name}()")
 
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        if len(args) == 1 and not kwargs and self.restore_on_exit is None:
+            return GradModeFunctionVariable(self, args[0])  # ``@kiln.no_grad()`` on ``fn``
+        raise unsupported("unsupported_object", f"calling {self.cls.__name__}() with these")
+
     def reconstruct(self, cg) -> None:
         cg.load_callable(self.cls)
         if self.cls.__name__ == "no_grad" or self.cls.__name__ == "enable_grad":
@@ -320,6 +326,29 @@ class GradModeVariable(VariableTracker):
         else:
             cg.load_const(self.target if self.cls.__name__ != "inference_mode" else not self.target)
             cg.call(1)
+
+
+class GradModeFunctionVariable(VariableTracker):
+    """A function decorated with a grad mode by captured code (``@kiln.no_grad()`` on a nested
+    function): a call switches the mode around the inlined function, as the wrapper does."""
+
+    def __init__(self, mode: GradModeVariable, fn: VariableTracker):
+        self.mode = mode
+        self.fn = fn
+
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        prev = tx.output.grad_enabled
+        tx.output.set_grad_enabled(self.mode.target)
+        try:
+            return self.fn.call_function(tx, args, kwargs)
+        finally:
+            tx.output.set_grad_enabled(prev)
+
+    def reconstruct(self, cg) -> None:
+        cg.load_callable(operator.call)  # mode(fn): the real decorated function
+        cg.load(self.mode)
+        cg.load(self.fn)
+        cg.call(2)
 
 
 def grad_mode_classes() -> tuple:
@@ -340,6 +369,9 @@ class GradModeClassVariable(ClassVariable):
         from ...autograd import grad_mode
 
         cls = self.cls
+        if args and cls is not grad_mode.set_grad_enabled and not args[0].is_python_constant():
+            # ``@kiln.no_grad`` without parentheses on a function
+            return self.call_function(tx, [], {}).call_function(tx, args, kwargs)
         if cls is grad_mode.no_grad:
             return GradModeVariable(False, cls)
         if cls is grad_mode.enable_grad:
