@@ -11,8 +11,10 @@ them, for the same reason.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -956,3 +958,82 @@ def test_gan_with_spectral_and_weight_norm_trains_like_torch():
         for mine, its in zip(our_losses, their_losses):
             _close(mine, its, "loss", 1e-3)
         _assert_same_state(ours, theirs)  # spectral norm's u and v buffers too
+
+
+# ---------------------------------------------------------------------------------- pipelines
+
+
+def _denoiser(lib):
+    """A diffusers-style denoiser returning a dataclass output over OrderedDict (fields that are
+    not None are items too), taking its timestep as a 0-d tensor or a Python number."""
+    nn = lib.nn
+
+    class BaseOutput(OrderedDict):
+        def __post_init__(self):
+            for field in dataclasses.fields(self):
+                if getattr(self, field.name) is not None:
+                    self[field.name] = getattr(self, field.name)
+
+        def __setitem__(self, key, value):
+            super().__setitem__(key, value)
+            super().__setattr__(key, value)
+
+        def __getitem__(self, key):
+            return dict(self.items())[key] if isinstance(key, str) else tuple(self.values())[key]
+
+    @dataclasses.dataclass
+    class DenoiserOutput(BaseOutput):
+        sample: object = None
+
+    class Denoiser(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.time_mlp = nn.Linear(8, 4)
+            self.conv_in, self.conv_out = (
+                nn.Conv2d(4, 4, 3, padding=1),
+                nn.Conv2d(4, 4, 3, padding=1),
+            )
+
+        def forward(self, sample, timestep, return_dict=True):
+            if not lib.is_tensor(timestep):
+                timestep = lib.tensor([timestep], dtype=lib.long)
+            elif len(timestep.shape) == 0:
+                timestep = timestep[None]
+            timestep = timestep.expand(sample.shape[0])
+            freqs = lib.exp(-math.log(10000) * lib.arange(4, dtype=lib.float32) / 4)
+            angles = timestep[:, None].float() * freqs[None]
+            emb = self.time_mlp(lib.cat([angles.sin(), angles.cos()], -1))
+            h = self.conv_out(lib.nn.functional.silu(self.conv_in(sample) + emb[:, :, None, None]))
+            return DenoiserOutput(sample=h) if return_dict else (h,)
+
+    return Denoiser()
+
+
+def _guided_step(lib, unet, latents, t, alphas_cumprod, guidance):
+    """Classifier-free guidance and a deterministic DDIM update, reading the model's output by
+    attribute, by key and by position."""
+    out = unet(lib.cat([latents] * 2), t)
+    uncond, cond = out.sample.chunk(2)
+    assert out["sample"] is out[0]
+    eps = uncond + guidance * (cond - uncond)
+    a_t = alphas_cumprod[t]
+    x0 = (latents - (1 - a_t).sqrt() * eps) / a_t.sqrt()
+    return a_t.sqrt() * 0.9 * x0 + (1 - a_t * 0.81).sqrt() * eps
+
+
+def test_diffusers_style_guided_denoising_compiles_its_dataclass_output_in_the_graph():
+    ours, theirs = _pair(_denoiser)
+    _, their_acp = _noise_schedule(torch)
+    _, our_acp = _noise_schedule(kiln)
+    x = np.random.default_rng(0).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    step = kiln.compile(_guided_step)
+    their_x, our_x = torch.tensor(x), kiln.tensor(x)
+    with torch.no_grad(), kiln.no_grad():
+        for t in (40, 30, 20):
+            their_x = _guided_step(torch, theirs, their_x, torch.tensor(t), their_acp, 7.5)
+            our_x = step(kiln, ours, our_x, kiln.tensor(t), our_acp, 7.5)
+        report = kiln._dynamo.explain(_guided_step)(
+            kiln, ours, our_x, kiln.tensor(10), our_acp, 7.5
+        )
+    _close(our_x, their_x, "latents", 1e-4, 1e-5)
+    assert report.graph_count == 1, report.break_reasons
