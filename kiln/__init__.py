@@ -194,4 +194,10 @@ def __getattr__(name: str):
             f"kiln has no {name} dtype (complex numbers with half-precision parts): use "
             "kiln.complex64 (cfloat) or kiln.complex128 (cdouble)"
         )
+    if name == "sparse" or name.startswith("sparse_"):  # sparse_coo_tensor, sparse_csr ...
+        raise AttributeError(
+            f"module 'kiln' has no attribute {name!r}: kiln has no sparse tensors (every tensor "
+            "is dense and strided); use a dense matrix with matmul, or index_add_/scatter_add_ "
+            "over an edge list (message passing)"
+        )
     raise AttributeError(f"module 'kiln' has no attribute {name!r}")

@@ -163,3 +163,11 @@ if __name__ == "__main__":
     print(
         f"{'all':22} {total_theirs - total_missing:5} of {total_theirs:5} ({total_missing} left out)"
     )
+
+
+@pytest.mark.parametrize("name", ["sparse", "sparse_coo_tensor", "sparse_csr_tensor"])
+def test_sparse_names_say_kiln_tensors_are_dense(name):
+    """PyTorch's GCN example builds a sparse adjacency: the error says what to use instead."""
+    assert not hasattr(kiln, name)
+    with pytest.raises(AttributeError, match="no sparse tensors.*index_add_"):
+        getattr(kiln, name)
