@@ -80,6 +80,21 @@ def _mlp_step(lib):
     return step
 
 
+# class targets of a 4-row batch and a 4x4 leaf of scores, per library
+_TARGETS = {kiln: kiln.tensor([0, 3, 1, 2])}
+_SCORES = {kiln: kiln.randn(4, 4, requires_grad=True)}
+if torch is not None:
+    _TARGETS[torch] = torch.tensor([0, 3, 1, 2])
+    _SCORES[torch] = torch.randn(4, 4, requires_grad=True)
+
+
+def _loss_step(lib, targets):
+    """cross_entropy's forward and backward: the composite loss's per-call cost with its nodes."""
+    scores = _SCORES[lib]
+    scores.grad = None
+    lib.nn.functional.cross_entropy(scores, targets).backward()
+
+
 def tiny_ops(quick: bool):
     """Rows of (case, kiln us, torch us, kiln/torch of the minima, kiln/torch of the medians)."""
     number = 200 if quick else 500
@@ -103,6 +118,15 @@ def tiny_ops(quick: bool):
         ("add (requires_grad)", lambda m, x, y, mm, g: g + y),
         ("mul (requires_grad)", lambda m, x, y, mm, g: g * y),
         ("relu (requires_grad)", lambda m, x, y, mm, g: g.relu()),
+        ("softmax 4x4", lambda m, x, y, mm, g: m.nn.functional.softmax(mm, -1)),
+        ("log_softmax 4x4", lambda m, x, y, mm, g: m.nn.functional.log_softmax(mm, -1)),
+        ("linear 4x4", lambda m, x, y, mm, g: m.nn.functional.linear(mm, mm, x)),
+        (
+            "cross_entropy 4x4",
+            lambda m, x, y, mm, g: m.nn.functional.cross_entropy(mm, _TARGETS[m]),
+        ),
+        ("nll_loss 4x4", lambda m, x, y, mm, g: m.nn.functional.nll_loss(mm, _TARGETS[m])),
+        ("cross_entropy fwd+bwd", lambda m, x, y, mm, g: _loss_step(m, _TARGETS[m])),
     ]
     rows = []
     if torch is not None:
