@@ -1037,3 +1037,83 @@ def test_diffusers_style_guided_denoising_compiles_its_dataclass_output_in_the_g
         )
     _close(our_x, their_x, "latents", 1e-4, 1e-5)
     assert report.graph_count == 1, report.break_reasons
+
+
+# ---------------------------------------------------------------------------------- segmentation
+
+
+def _segmenter(lib):
+    """DeepLab-style: an encoder, atrous convolutions at three dilations, image pooling
+    upsampled back (bilinear, align_corners=False), a skip fused at full resolution and logits
+    resized to the input (align_corners=True)."""
+    nn, F = lib.nn, lib.nn.functional
+
+    def conv_bn(cin, cout):
+        return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(True)]
+
+    class Segmenter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc1 = nn.Sequential(*conv_bn(3, 8))
+            self.enc2 = nn.Sequential(nn.MaxPool2d(2), *conv_bn(8, 16))
+            self.atrous = nn.ModuleList(
+                nn.Conv2d(16, 8, 3, padding=d, dilation=d) for d in (1, 2, 3)
+            )
+            self.image_pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(16, 8, 1))
+            self.fuse, self.classify = nn.Conv2d(40, 8, 1), nn.Conv2d(8, 4, 1)
+
+        def forward(self, x):
+            skip = self.enc1(x)
+            deep = self.enc2(skip)
+            pooled = F.interpolate(self.image_pool(deep), size=deep.shape[-2:], mode="bilinear")
+            y = lib.cat([m(deep) for m in self.atrous] + [pooled], 1)
+            y = F.interpolate(y, size=skip.shape[-2:], mode="bilinear", align_corners=False)
+            y = self.classify(self.fuse(lib.cat([y, skip], 1)))
+            return F.interpolate(y, size=x.shape[-2:], mode="bilinear", align_corners=True)
+
+    return Segmenter()
+
+
+def _segmentation_step(lib, model, opt, x, y):
+    """Weighted, label-smoothed cross entropy ignoring label 255, plus a soft Dice loss over the
+    valid pixels and a sigmoid focal loss on the background channel."""
+    F = lib.nn.functional
+    opt.zero_grad()
+    logits = model(x)
+    labels = lib.where(y == 255, 0, y)
+    valid = (y != 255).unsqueeze(1).float()
+    probs, onehot = logits.softmax(1), F.one_hot(labels, 4).permute(0, 3, 1, 2).float()
+    overlap = (probs * onehot * valid).sum((0, 2, 3))
+    total = ((probs + onehot) * valid).sum((0, 2, 3))
+    dice = 1 - ((2 * overlap + 1e-6) / (total + 1e-6)).mean()
+    background = (labels == 0).float()
+    p = logits[:, 0].sigmoid()
+    p_t = p * background + (1 - p) * (1 - background)
+    bce = F.binary_cross_entropy_with_logits(logits[:, 0], background, reduction="none")
+    focal = ((0.25 * background + 0.75 * (1 - background)) * bce * (1 - p_t) ** 2).mean()
+    weight = lib.tensor([1.0, 2.0, 0.5, 1.5])
+    ce = F.cross_entropy(logits, y, weight=weight, ignore_index=255, label_smoothing=0.05)
+    loss = ce + dice + focal
+    loss.backward()
+    opt.step()
+    return loss
+
+
+@pytest.mark.slow  # ~14 s: compiled for every size (odd sizes, three resizes, the losses' backward)
+def test_segmentation_with_ignore_index_dice_and_focal_losses_matches_torch_under_dynamic():
+    ours, theirs = _pair(_segmenter)
+    their_opt = torch.optim.SGD(theirs.parameters(), lr=0.01, momentum=0.9)
+    our_opt = kiln.optim.SGD(ours.parameters(), lr=0.01, momentum=0.9)
+    step = kiln.compile(_segmentation_step, dynamic=True)
+    rng = np.random.default_rng(0)
+    for shape in ((2, 15, 17), (3, 18, 14)):
+        x = rng.standard_normal((shape[0], 3, *shape[1:])).astype(np.float32)
+        y = rng.integers(0, 4, shape)
+        y[:, 0, :3] = 255
+        with kiln.no_grad():  # each step from PyTorch's weights: BatchNorm parts trajectories
+            for mine, its in zip(ours.state_dict().values(), theirs.state_dict().values()):
+                mine.copy_(kiln.tensor(its.numpy()))
+        their_loss = _segmentation_step(torch, theirs, their_opt, torch.tensor(x), torch.tensor(y))
+        our_loss = step(kiln, ours, our_opt, kiln.tensor(x), kiln.tensor(y))
+        _close(our_loss, their_loss, "loss")
+        _assert_same_state(ours, theirs)
