@@ -62,8 +62,9 @@ def disable(fn: Callable | None = None, recursive: bool = True, *, reason: str |
     function that calls it breaks its graph there and calls it as plain Python.
 
     Works as ``@disable``, ``@disable(recursive=False)`` and ``disable(fn)``; on a module it
-    disables the module's ``forward``. ``recursive`` is accepted for PyTorch compatibility:
-    functions called from ``fn`` are never captured here anyway (there is no frame hook)."""
+    disables the module's ``forward``. With ``recursive`` (the default) the modules ``fn`` calls
+    are not compiled either where a frame running eagerly would compile them
+    (``eager_frames``); other functions it calls are never captured (there is no frame hook)."""
     if fn is None:
         return lambda f: disable(f, recursive, reason=reason)
     from ..nn.modules.module import Module
@@ -77,9 +78,19 @@ def disable(fn: Callable | None = None, recursive: bool = True, *, reason: str |
     if isinstance(original, types.MethodType):
         return types.MethodType(disable(original.__func__, recursive), original.__self__)
 
-    @functools.wraps(original)
-    def run_eagerly(*args, **kwargs):
-        return original(*args, **kwargs)
+    if recursive:
+        from . import eager_frames
+
+        @functools.wraps(original)
+        def run_eagerly(*args, **kwargs):
+            with eager_frames.suspended():  # nor are the modules it calls compiled
+                return original(*args, **kwargs)
+
+    else:
+
+        @functools.wraps(original)
+        def run_eagerly(*args, **kwargs):
+            return original(*args, **kwargs)
 
     run_eagerly.__dict__.pop("_kiln_original", None)
     run_eagerly._kiln_disabled = reason or "disabled by kiln.compiler.disable"

@@ -38,6 +38,7 @@ from .bytecode_analysis import clear_cache as _clear_frame_code
 from .convert_frame import CaptureResult, EagerFrame, convert_frame
 from .counters import counters
 from .ddp_graph_split import split_for_ddp
+from .eager_frames import run_eagerly
 from .exc import GraphBreakError, InvalidBackend
 from .guards import signature_source
 from .resume import clear_cache as _clear_resume
@@ -433,7 +434,7 @@ def _compiled_function(
 
     def miss(args: tuple, kwargs: dict):
         if cache.eager_reason is not None:
-            return fn(*args, **kwargs)
+            return run_eagerly(fn, ctx, args, kwargs)
         with compile_lock:
             run = _recheck(entries, closure, args, kwargs)  # compiled by another thread?
             if run is None:
@@ -441,7 +442,7 @@ def _compiled_function(
                     run = capture(args, kwargs)
         if run is not None:
             return run(*args, **kwargs)
-        return fn(*args, **kwargs)
+        return run_eagerly(fn, ctx, args, kwargs)
 
     def capture(args: tuple, kwargs: dict):
         """A new entry's function (added to the cache), or None: run ``fn`` eagerly."""
@@ -538,7 +539,7 @@ def _resume_caller(code: types.CodeType, f_globals: dict, ctx: CompileContext) -
                     with _collector_paused():
                         run = capture(closure, args)
         if run is None:
-            return function(closure)(*args)
+            return run_eagerly(function(closure), ctx, args, {})
         return run(*args) if closure is None else run(closure, *args)
 
     def capture(closure, args: tuple):

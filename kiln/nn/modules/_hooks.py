@@ -46,6 +46,10 @@ _global_backward_pre_hooks: OrderedDict = OrderedDict()
 _global_backward_hooks: OrderedDict = OrderedDict()
 # read by Module.__call__ on every call: a one-element list is the cheapest shared flag
 GLOBAL_HOOKS_ACTIVE = [False]
+# ``route(module, args, kwargs)`` while some thread runs a compiled function's frame eagerly
+# (``dynamo.eval_frame``): the modules that frame calls are compiled, as PyTorch compiles the
+# frames a skipped frame calls. None otherwise (the route itself checks which thread calls)
+NESTED_COMPILE: list = [None]
 
 
 def _any_global_hooks() -> bool:

@@ -541,6 +541,7 @@ class Module(StateDictMixin):
                 or d["_backward_hooks"]
                 or d["_backward_pre_hooks"]
                 or _hooks.GLOBAL_HOOKS_ACTIVE[0]
+                or _hooks.NESTED_COMPILE[0]
             )
         except KeyError:
             raise AttributeError(
@@ -548,6 +549,9 @@ class Module(StateDictMixin):
                 "must call super().__init__() before using the module"
             ) from None
         if hooked:
+            route = _hooks.NESTED_COMPILE[0]
+            if route is not None:
+                return route(self, args, kwargs)
             return _hooks.call_with_hooks(self, args, kwargs)
         return self.forward(*args, **kwargs)
 

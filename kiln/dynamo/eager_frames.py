@@ -1,0 +1,99 @@
+"""Frames that run eagerly still compile the modules they call.
+
+PyTorch's frame hook sees every frame: when it skips one (a graph break inside a loop, a
+generator, the recompile limit), the frames that one calls are still captured, so a compiled
+training loop with ``loss.backward()`` inside its ``for`` runs its model's forward compiled.
+kiln has no frame hook; what it can see is ``Module.__call__``. While a compiled function's frame
+runs eagerly on a thread, ``nn.modules._hooks.NESTED_COMPILE`` holds ``_route_module_call``,
+and each module that thread calls runs through ``kiln.compile(module)`` in the frame's settings
+(one compiled module per module and settings, kept while the module lives). Other threads' calls,
+calls made from inside that compiled module's own eager parts, and functions under
+``kiln.compiler.disable`` (which disables what it calls, as PyTorch's does) run as usual.
+A generator's body runs after its call returns, outside this; its modules stay eager.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+
+from ..nn.modules import _hooks
+from ..nn.modules.module import Module
+from ..runtime.state import compile_lock
+from . import bytecode_versions as bv
+
+__all__ = ["run_eagerly", "suspended"]
+
+
+class _EagerFrames(threading.local):
+    """The settings (``CompileContext``) of the frame this thread runs eagerly, or None."""
+
+    ctx = None
+
+
+_STATE = _EagerFrames()
+_ROUTING = [0]  # frames running eagerly, all threads (the route is installed while > 0)
+# module -> {context: its compiled module}
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def run_eagerly(fn: Callable, ctx, args: tuple, kwargs: dict):
+    """``fn(*args, **kwargs)``, compiling in ``ctx`` the modules it calls on this thread."""
+    if not bv.SUPPORTED:
+        return fn(*args, **kwargs)
+    saved = _STATE.ctx
+    _STATE.ctx = ctx
+    with compile_lock:
+        _ROUTING[0] += 1
+        _hooks.NESTED_COMPILE[0] = _route_module_call
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _STATE.ctx = saved
+        with compile_lock:
+            _ROUTING[0] -= 1
+            if not _ROUTING[0]:
+                _hooks.NESTED_COMPILE[0] = None
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Modules called inside the block run as usual on this thread (``compiler.disable``)."""
+    saved = _STATE.ctx
+    _STATE.ctx = None
+    try:
+        yield
+    finally:
+        _STATE.ctx = saved
+
+
+def _route_module_call(module: Module, args: tuple, kwargs: dict):
+    """``Module.__call__`` while some frame runs eagerly."""
+    ctx = _STATE.ctx
+    if ctx is None or _forward_disabled(module):
+        return _hooks.call_with_hooks(module, args, kwargs)
+    from .eval_frame import OptimizedModule
+
+    if isinstance(module, OptimizedModule):
+        return _hooks.call_with_hooks(module, args, kwargs)
+    per_context = _COMPILED.get(module)
+    if per_context is None:
+        per_context = _COMPILED[module] = {}
+    compiled = per_context.get(ctx)
+    if compiled is None:
+        compiled = per_context[ctx] = OptimizedModule(module, ctx)
+    _STATE.ctx = None  # the compiled module's own eager parts call modules as usual
+    try:
+        return compiled(*args, **kwargs)
+    finally:
+        _STATE.ctx = ctx
+
+
+def _forward_disabled(module: Module) -> bool:
+    forward = module.__dict__.get("forward") or inspect.getattr_static(
+        type(module), "forward", None
+    )
+    return forward is None or bool(getattr(forward, "_kiln_disabled", False))

@@ -1,0 +1,154 @@
+"""A compiled function whose frame runs eagerly (a graph break inside a loop, the recompile limit) still
+compiles the modules it calls, as PyTorch compiles the frames a skipped frame calls: a training
+loop with ``backward()`` inside its ``for`` runs its model compiled. Results, gradients and hooks
+are eager's; modules called by other threads meanwhile, or with compiling disabled, stay eager."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import kiln
+
+
+class _Recording:
+    """A backend noting the shapes of each graph's tensor inputs (which module it came from)."""
+
+    def __init__(self):
+        self.graphs: list[list[tuple]] = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append([tuple(t.shape) for t in example_inputs if isinstance(t, kiln.Tensor)])
+        return gm.forward
+
+
+def _model(seed=0):
+    kiln.manual_seed(seed)
+    return kiln.nn.Sequential(kiln.nn.Linear(8, 16), kiln.nn.ReLU(), kiln.nn.Linear(16, 1))
+
+
+def _data():
+    g = np.random.default_rng(1)
+    return [
+        (
+            kiln.tensor(g.standard_normal((4, 8), np.float32)),
+            kiln.tensor(g.standard_normal((4, 1), np.float32)),
+        )
+        for _ in range(3)
+    ]
+
+
+def _epoch(model, opt, data):
+    total = 0.0
+    for x, y in data:
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()  # a graph break inside the loop: the frame runs eagerly
+        opt.step()
+        total += loss.item()
+    return total
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_a_training_loop_run_eagerly_compiles_its_model(backend):
+    eager_model, model = _model(), _model()
+    eager_opt = kiln.optim.SGD(eager_model.parameters(), lr=0.1)
+    opt = kiln.optim.SGD(model.parameters(), lr=0.1)
+    recording = _Recording()
+    compiled = kiln.compile(_epoch, backend=recording if backend == "eager" else backend)
+    data = _data()
+    for _ in range(2):
+        want = _epoch(eager_model, eager_opt, data)
+        got = compiled(model, opt, data)
+        assert got == pytest.approx(want, rel=1e-5)
+    for a, b in zip(model.parameters(), eager_model.parameters()):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
+    if backend == "eager":
+        # the model's forward: its input and four parameters
+        assert [(4, 8), (16, 8), (16,), (1, 16), (1,)] in recording.graphs
+
+
+class _Stack(kiln.nn.Module):
+    """A forward whose loop holds a graph break: its blocks are compiled one by one."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = kiln.nn.ModuleList(kiln.nn.Linear(6, 6) for _ in range(3))
+        self.norms: list[float] = []
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x).tanh()
+            self.norms.append(x.norm().item())  # .item() inside the loop
+        return x
+
+
+def test_a_forward_run_eagerly_compiles_its_blocks():
+    kiln.manual_seed(3)
+    stack = _Stack()
+    x = kiln.randn(2, 6, requires_grad=True)
+    want = stack(x)
+    want.sum().backward()
+    want_grad = x.grad.clone()
+    x.grad = None
+    recording = _Recording()
+    got = kiln.compile(stack, backend=recording)(x)
+    got.sum().backward()
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), want_grad.numpy(), rtol=1e-6)
+    assert recording.graphs.count([(2, 6), (6, 6), (6,)]) >= 1
+    assert len(stack.norms) == 6
+
+
+def test_hooks_of_a_module_called_from_an_eager_frame_run_once():
+    model = _model()
+    calls = []
+    model.register_forward_hook(lambda m, args, out: calls.append(out.shape) or out * 2)
+
+    def run(xs):
+        outs = []
+        for x in xs:
+            outs.append(model(x))
+            print(end="")  # a graph break inside the loop
+        return outs
+
+    xs = [kiln.randn(3, 8) for _ in range(2)]
+    want = run(xs)
+    calls.clear()
+    got = kiln.compile(run, backend="aot_eager")(xs)
+    assert calls == [(3, 1), (3, 1)]
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-6)
+
+
+def test_other_threads_and_disabled_forwards_stay_eager():
+    class Plain(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = kiln.nn.Linear(3, 3)
+
+        @kiln.compiler.disable
+        def forward(self, x):
+            return self.lin(x)
+
+    model, plain, other = _model(), Plain(), kiln.nn.Linear(5, 5)
+    side = []
+
+    def run(xs):
+        for x in xs:
+            model(x)
+            plain(kiln.ones(2, 3))
+            thread = threading.Thread(target=lambda: side.append(other(kiln.ones(7, 5))))
+            thread.start()
+            thread.join()
+            print(end="")
+        return x
+
+    recording = _Recording()
+    kiln.compile(run, backend=recording)([kiln.randn(3, 8)])
+    shapes = {s for graph in recording.graphs for s in graph}
+    assert (3, 8) in shapes  # the model, called by the frame's thread
+    assert (7, 5) not in shapes and (2, 3) not in shapes
+    assert len(side) == 1
