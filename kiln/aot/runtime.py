@@ -26,8 +26,10 @@ from .trace import OUT_CONST, OUT_GRAPH, OUT_INPUT, TraceResult, tangent_example
 __all__ = ["CompiledFunctionBackward", "boxed_caller", "make_runner", "RuntimeLayout"]
 
 _DOUBLE_BACKWARD_MSG = (
-    "double backward through a kiln-compiled region is not supported: compile the outer "
-    "computation instead, or run this region eagerly for higher-order gradients"
+    "double backward through a kiln-compiled region is not supported (torch.compile refuses it "
+    "too): autograd.grad(..., create_graph=True) needs the computation it differentiates run "
+    "eagerly; a gradient penalty or Hessian-vector product can be wrapped with "
+    "@kiln.compiler.disable (the rest of the step stays compiled)"
 )
 
 

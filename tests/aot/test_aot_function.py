@@ -131,7 +131,7 @@ def test_double_backward_through_compiled_region_raises():
     x = _leaf(3)
     compiled = aot_function(lambda t: (t**3).sum(), eager_compiler)
     y = compiled(x)
-    with pytest.raises(RuntimeError, match="double backward"):
+    with pytest.raises(RuntimeError, match="double backward.*@kiln.compiler.disable"):
         kiln.autograd.grad(y, x, create_graph=True)
 
 
