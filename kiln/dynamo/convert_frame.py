@@ -267,6 +267,8 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
     top = stack[len(stack) - consumed :]
     if bp.compile_callee:
         top[bv.CALLABLE_SLOT] = _CompiledCallee(ctx, top[bv.CALLABLE_SLOT])
+    elif bp.reason.kind == "higher_order_grad":
+        output.differentiable = True  # the gradient taken here will be differentiated again
     names = list(tx.code.co_varnames)
 
     def live_at(target: int) -> list[str]:

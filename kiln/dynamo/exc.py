@@ -67,6 +67,11 @@ BREAK_KINDS: dict[str, tuple[str, str]] = {
         "this function is implemented in C (or has side effects kiln cannot see); "
         "move the call outside the compiled function",
     ),
+    "higher_order_grad": (
+        FUNDAMENTAL,
+        "a gradient taken with create_graph=True: the graph before it runs with the eager ops, "
+        "so that gradient can be differentiated again (a compiled region's backward cannot be)",
+    ),
     "print": (
         UNSUPPORTED,
         "print() runs eagerly between graphs; remove it from hot code to get a single graph",

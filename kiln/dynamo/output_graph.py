@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from typing import Any
 
 from ..autograd.grad_mode import set_grad_enabled_node
@@ -138,6 +139,9 @@ class OutputGraph:
         # run-time exits of autocast blocks entered before this frame's capture began and left
         # in it (``AutocastExit``), called after the graph in order
         self.autocast_exits: list = []
+        # the graph ends where a gradient is taken with create_graph=True: it runs with the
+        # eager ops (a differentiable history) instead of as a compiled region
+        self.differentiable = False
         self.inputs: list[tuple[Source, Tensor]] = []
         self._input_vts: dict[int, Any] = {}
         self._proxy_vts: dict[int, Any] = {}
@@ -408,6 +412,10 @@ class OutputGraph:
             klog.log("graph", f"captured graph for {self.name}:\n{gm.code}")
             klog.dump(f"{self.name}_graph", "py", gm.code)
         compile_graph = self.ctx.compile_graph
+        if self.differentiable:
+            klog.log("graph_breaks", f"{self.name} runs with the eager ops: a gradient of it is "
+                     "taken with create_graph=True")  # fmt: skip
+            compile_graph = _eager_graph
         if enables_grad:
             compile_graph = functools.partial(_with_grad_enabled, compile_graph)
         if self._autocast_at_entry is None:
@@ -422,3 +430,9 @@ class OutputGraph:
         if self._autocast_at_entry is not None:
             compiled = _running_without_autocast(compiled)
         return compiled
+
+
+def _eager_graph(gm: GraphModule, example_inputs: list, name: str) -> Callable:
+    """The graph as its module's forward: kiln ops whose history a later gradient with
+    ``create_graph=True`` differentiates again (a compiled region's backward cannot be)."""
+    return gm.forward

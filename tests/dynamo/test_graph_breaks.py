@@ -606,3 +606,51 @@ def test_a_tensor_method_waiting_on_the_stack_at_a_break_resumes_compiled():
     # resumed code gets the bound method, a new object each call, and still hits its cache
     counter, _ = check(_tensor_method_across_a_break, kiln.randn(4), graphs=2, breaks=1)
     assert counter.op_count == 3  # mul | add, sin: nothing left to eager code
+
+
+def _critic(lib):
+    return lib.nn.Sequential(lib.nn.Linear(3, 8), lib.nn.Tanh(), lib.nn.Linear(8, 1))
+
+
+def _gradient_penalty_step(lib, critic, real, fake, alpha):
+    """WGAN-GP's critic loss: a gradient taken with create_graph=True, then differentiated
+    again by the step's backward."""
+    interp = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+    out = critic(interp)
+    (grads,) = lib.autograd.grad(out, interp, lib.ones_like(out), create_graph=True)
+    penalty = ((grads.norm(2, dim=1) - 1) ** 2).mean()
+    loss = critic(fake).mean() - critic(real).mean() + 10 * penalty
+    loss.backward()
+    return loss.detach()
+
+
+def _hessian_vector_step(lib, critic, x):
+    loss = critic(x).pow(2).mean()
+    loss.backward(create_graph=True)
+    first = [p.grad for p in critic.parameters()]
+    (sum((g * 0.1).sum() for g in first)).backward()
+    return loss.detach()
+
+
+@needs_torch
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph")  # PyTorch's
+@pytest.mark.parametrize("program", [_gradient_penalty_step, _hessian_vector_step])
+def test_a_gradient_taken_with_create_graph_is_differentiated_again_compiled(program):
+    """The graph ending at ``autograd.grad``/``backward`` with ``create_graph=True`` runs with
+    the eager ops, so the second backward goes through it (a compiled region refuses double
+    backward, as torch.compile's does; the other graphs stay compiled)."""
+    rng = np.random.default_rng(0)
+    data = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(2)]
+    data.append(rng.uniform(size=(4, 1)).astype(np.float32))
+    torch.manual_seed(0)
+    theirs, ours = _critic(torch), _critic(kiln)
+    for mine, its in zip(ours.parameters(), theirs.parameters()):
+        mine.data.copy_(kiln.tensor(its.detach().numpy()))
+    n_args = 3 if program is _gradient_penalty_step else 1
+    expected = program(torch, theirs, *map(torch.tensor, data[:n_args]))
+    got = kiln.compile(program)(kiln, ours, *map(kiln.tensor, data[:n_args]))
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+    for mine, its in zip(ours.parameters(), theirs.parameters()):
+        np.testing.assert_allclose(
+            mine.grad.detach().numpy(), its.grad.detach().numpy(), rtol=1e-4, atol=1e-6
+        )

@@ -13,6 +13,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from ...autograd.engine import backward as autograd_backward
+from ...autograd.engine import grad as autograd_grad
 from ...autograd.grad_mode import is_grad_enabled
 from ...runtime.compiling import is_compiling
 from ...runtime.symbolic import SymInt
@@ -29,7 +31,7 @@ from .lists import (
     SliceVariable,
     TupleVariable,
 )
-from .tensor import TensorVariable
+from .tensor import TensorVariable, creates_graph
 
 __all__ = ["BuiltinVariable", "BUILTIN_HANDLERS", "PURE_MODULES"]
 
@@ -106,6 +108,8 @@ class BuiltinVariable(FixedObjectVariable):
             raise unsupported("opaque_function", f"call to {name} ({disabled})")
         if name == "graph_break" and module == "kiln.dynamo.decorators":
             raise unsupported("opaque_function", "kiln.compiler.graph_break() was called")
+        if fn in (autograd_grad, autograd_backward) and creates_graph(kwargs.get("create_graph")):
+            raise unsupported("higher_order_grad", f"call to {name} with create_graph=True")
         kind = "a C function" if isinstance(fn, types.BuiltinFunctionType) else "not captured"
         raise unsupported("opaque_function", f"call to {name} ({kind})")
 

@@ -198,6 +198,11 @@ def _method_caller(name: str):
     return fn
 
 
+def creates_graph(flag: VariableTracker | None) -> bool:
+    """Whether a ``create_graph`` argument is True (a gradient that will be differentiated)."""
+    return flag is not None and flag.is_python_constant() and flag.as_python_constant() is True
+
+
 def call_tensor_method(tx, tensor: TensorVariable, name: str, args, kwargs) -> VariableTracker:
     if name == "item" and not args and not kwargs and _integer_scalar(tensor.proxy):
         return unbacked_item(tx, tensor)
@@ -205,6 +210,10 @@ def call_tensor_method(tx, tensor: TensorVariable, name: str, args, kwargs) -> V
         raise unsupported("data_dependent_value", f"Tensor.{name}() needs the tensor's values")
     if name == "requires_grad_" and _requires_grad_unchanged(tensor, args, kwargs):
         return tensor
+    if name == "backward" and creates_graph(
+        kwargs.get("create_graph", args[2] if len(args) > 2 else None)
+    ):
+        raise unsupported("higher_order_grad", "Tensor.backward() with create_graph=True")
     if name in _STATE_METHODS:
         raise unsupported("unsupported_tensor_op", f"Tensor.{name}() changes autograd state")
     if name in _INPLACE_VIEWS or name in ("resize_", "resize_as_"):
