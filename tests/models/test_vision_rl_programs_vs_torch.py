@@ -1117,3 +1117,36 @@ def test_segmentation_with_ignore_index_dice_and_focal_losses_matches_torch_unde
         our_loss = step(kiln, ours, our_opt, kiln.tensor(x), kiln.tensor(y))
         _close(our_loss, their_loss, "loss")
         _assert_same_state(ours, theirs)
+
+
+def _wgan_gp_critic_step(lib, gan, d_opt, real, z, alpha):
+    """WGAN-GP: the critic's gradient at interpolates, taken with create_graph=True, in a
+    penalty the step's backward differentiates again."""
+    d_opt.zero_grad()
+    fake = gan["generator"](z).detach()
+    interp = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+    out = gan["critic"](interp)
+    (grads,) = lib.autograd.grad(out, interp, lib.ones_like(out), create_graph=True)
+    penalty = ((grads.view(grads.size(0), -1).norm(2, dim=1) - 1) ** 2).mean()
+    loss = gan["critic"](fake).mean() - gan["critic"](real).mean() + 10 * penalty
+    loss.backward()
+    d_opt.step()
+    return loss
+
+
+def test_wgan_gp_critic_steps_match_torch_compiled():
+    ours, theirs = _pair(_gan)
+    their_opt = torch.optim.Adam(theirs["critic"].parameters(), lr=1e-4, betas=(0.0, 0.9))
+    our_opt = kiln.optim.Adam(ours["critic"].parameters(), lr=1e-4, betas=(0.0, 0.9))
+    step = kiln.compile(_wgan_gp_critic_step)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        data = (
+            rng.uniform(-1, 1, (4, 1, 16, 16)).astype(np.float32),
+            rng.standard_normal((4, 4)).astype(np.float32),
+            rng.uniform(size=(4, 1, 1, 1)).astype(np.float32),
+        )
+        their_loss = _wgan_gp_critic_step(torch, theirs, their_opt, *map(torch.tensor, data))
+        our_loss = step(kiln, ours, our_opt, *map(kiln.tensor, data))
+        _close(our_loss, their_loss, "loss", 1e-3)
+        _assert_same_state(ours["critic"], theirs["critic"])
