@@ -8,13 +8,16 @@ runs eagerly on a thread, ``nn.modules._hooks.NESTED_COMPILE`` holds ``_route_mo
 and each module that thread calls runs through ``kiln.compile(module)`` in the frame's settings
 (one compiled module per module and settings, kept while the module lives). Other threads' calls,
 calls made from inside that compiled module's own eager parts, and functions under
-``kiln.compiler.disable`` (which disables what it calls, as PyTorch's does) run as usual.
-A generator's body runs after its call returns, outside this; its modules stay eager.
+``kiln.compiler.disable`` (which disables what it calls, as PyTorch's does) run as usual, and
+so does a frame that takes gradients with ``create_graph`` (its modules' backward must be
+differentiable again: where PyTorch's nested compile refuses that, kiln keeps the frame
+eager). A generator's body runs after its call returns, outside this; its modules stay eager.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import threading
 import weakref
@@ -42,7 +45,8 @@ _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def run_eagerly(fn: Callable, ctx, args: tuple, kwargs: dict):
     """``fn(*args, **kwargs)``, compiling in ``ctx`` the modules it calls on this thread."""
-    if not bv.SUPPORTED:
+    code = getattr(fn, "__code__", None)
+    if not bv.SUPPORTED or code is None or _differentiates_twice(code):
         return fn(*args, **kwargs)
     saved = _STATE.ctx
     _STATE.ctx = ctx
@@ -57,6 +61,17 @@ def run_eagerly(fn: Callable, ctx, args: tuple, kwargs: dict):
             _ROUTING[0] -= 1
             if not _ROUTING[0]:
                 _hooks.NESTED_COMPILE[0] = None
+
+
+@functools.lru_cache(maxsize=256)
+def _differentiates_twice(code) -> bool:
+    """Does the frame take a gradient with ``create_graph`` (MAML's inner step, a gradient
+    penalty)? Its model must then run eagerly: a compiled region's backward cannot be
+    differentiated again, and the whole frame ran eagerly before modules were compiled here."""
+    for const in code.co_consts:
+        if const == "create_graph" or (isinstance(const, tuple) and "create_graph" in const):
+            return True
+    return "create_graph" in code.co_names
 
 
 @contextlib.contextmanager

@@ -152,3 +152,29 @@ def test_other_threads_and_disabled_forwards_stay_eager():
     assert (3, 8) in shapes  # the model, called by the frame's thread
     assert (7, 5) not in shapes and (2, 3) not in shapes
     assert len(side) == 1
+
+
+def test_a_frame_differentiating_twice_keeps_its_modules_eager():
+    """MAML's meta-loss takes gradients with create_graph inside its loop: its model's backward
+    must be differentiable again, which a compiled region's is not, so the model stays eager
+    (as the whole frame did before) and the meta-gradients are eager's."""
+    kiln.manual_seed(0)
+    model = kiln.nn.Sequential(kiln.nn.Linear(4, 8), kiln.nn.Tanh(), kiln.nn.Linear(8, 1))
+    tasks = [(kiln.randn(5, 4), kiln.randn(5, 1)) for _ in range(3)]
+
+    def meta_loss(model, tasks):
+        total = 0.0
+        for x, y in tasks:
+            loss = ((model(x) - y) ** 2).mean()
+            grads = kiln.autograd.grad(loss, list(model.parameters()), create_graph=True)
+            total = total + sum((g**2).sum() for g in grads)
+        total.backward()
+        return total
+
+    want = meta_loss(model, tasks)
+    want_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    got = kiln.compile(meta_loss, backend="aot_eager")(model, tasks)
+    assert got.item() == pytest.approx(want.item(), rel=1e-6)
+    for p, g in zip(model.parameters(), want_grads):
+        np.testing.assert_allclose(p.grad.numpy(), g.numpy(), rtol=1e-5, atol=1e-7)
