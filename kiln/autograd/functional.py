@@ -10,12 +10,30 @@ Inputs and outputs may each be a tensor or a tuple of tensors; results follow Py
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from ..ops import public as _public
 from ..runtime.tensor import Tensor
 from .engine import grad as autograd_grad
 from .grad_mode import enable_grad, is_grad_enabled, set_grad_enabled
+
+# calls of this module's functions now running: a compiled function's frame run eagerly leaves
+# the modules they call eager (``dynamo.eager_frames``), since these differentiate twice
+RUNNING = [0]
+
+
+def _counted(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def counted(*args, **kwargs):
+        RUNNING[0] += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            RUNNING[0] -= 1
+
+    return counted
+
 
 __all__ = ["vjp", "jvp", "jacobian", "hessian", "hvp", "vhp"]
 
@@ -184,6 +202,7 @@ def _single_scalar_output(outputs: tuple, is_tuple: bool, fn_name: str) -> None:
 
 
 # ------------------------------------------------------------------------------ products
+@_counted
 def vjp(
     func: Callable, inputs: Tensors, v: Tensors | None = None, create_graph=False, strict=False
 ):
@@ -217,6 +236,7 @@ def _transpose_graph(func, inputs: tuple, strict: bool, fn_name: str):
     return outputs_is_tuple, outputs, dummies, grad_inputs
 
 
+@_counted
 def jvp(
     func: Callable, inputs: Tensors, v: Tensors | None = None, create_graph=False, strict=False
 ):
@@ -332,6 +352,7 @@ def _jacobian_forward(func, inputs, strict: bool, vectorize: bool):
     return _unpack(jacobian, (outputs_is_tuple, inputs_is_tuple))
 
 
+@_counted
 def jacobian(
     func: Callable,
     inputs: Tensors,
@@ -367,6 +388,7 @@ def jacobian(
     return _jacobian_reverse(func, inputs, create_graph, strict)
 
 
+@_counted
 def hessian(
     func: Callable,
     inputs: Tensors,
@@ -418,6 +440,7 @@ def _first_gradient(func, inputs, v, create_graph: bool, strict: bool, fn_name: 
     return inputs_is_tuple, inputs, v, outputs_is_tuple, outputs, jac
 
 
+@_counted
 def vhp(
     func: Callable, inputs: Tensors, v: Tensors | None = None, create_graph=False, strict=False
 ):
@@ -435,6 +458,7 @@ def vhp(
     )
 
 
+@_counted
 def hvp(
     func: Callable, inputs: Tensors, v: Tensors | None = None, create_graph=False, strict=False
 ):

@@ -11,7 +11,7 @@ calls made from inside that compiled module's own eager parts, and functions und
 ``kiln.compiler.disable`` (which disables what it calls, as PyTorch's does) run as usual, and
 so does a frame that takes gradients with ``create_graph`` (its modules' backward must be
 differentiable again: where PyTorch's nested compile refuses that, kiln keeps the frame
-eager). A generator's body runs after its call returns, outside this; its modules stay eager.
+eager), as do modules called inside ``kiln.func`` and ``autograd.functional`` transforms. A generator's body runs after its call returns, outside this; its modules stay eager.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 
+from ..autograd import functional as _functional
+from ..func import transforms as _func_transforms
 from ..nn.modules import _hooks
 from ..nn.modules.module import Module
 from ..runtime.state import compile_lock
@@ -88,7 +90,8 @@ def suspended() -> Iterator[None]:
 def _route_module_call(module: Module, args: tuple, kwargs: dict):
     """``Module.__call__`` while some frame runs eagerly."""
     ctx = _STATE.ctx
-    if ctx is None or _forward_disabled(module):
+    if ctx is None or _forward_disabled(module) or _func_transforms._live or _functional.RUNNING[0]:
+        # (inside kiln.func or autograd.functional transforms, which differentiate twice)
         return _hooks.call_with_hooks(module, args, kwargs)
     from .eval_frame import OptimizedModule
 

@@ -178,3 +178,33 @@ def test_a_frame_differentiating_twice_keeps_its_modules_eager():
     assert got.item() == pytest.approx(want.item(), rel=1e-6)
     for p, g in zip(model.parameters(), want_grads):
         np.testing.assert_allclose(p.grad.numpy(), g.numpy(), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_modules_inside_function_transforms_stay_eager(backend):
+    """kiln.func and autograd.functional transforms differentiate twice (grad, jvp's double-vjp
+    trick, hessian): modules they call from a frame run eagerly are not compiled."""
+    from kiln.func import functional_call, grad, jacrev, vmap
+
+    kiln.manual_seed(0)
+    m = kiln.nn.Linear(3, 2)
+    x = kiln.randn(4, 3)
+
+    def transforms(x):
+        outs = []
+        for _ in range(2):
+            outs.append(vmap(m)(x.unsqueeze(1)))
+            weight_grad = grad(
+                lambda w: functional_call(m, {"weight": w, "bias": m.bias}, (x,)).sum()
+            )
+            outs.append(weight_grad(m.weight))
+            outs.append(jacrev(lambda v: m(v))(x[0]))
+            outs.append(kiln.autograd.functional.hessian(lambda v: m(v).square().sum(), x[0]))
+            outs.append(kiln.autograd.functional.jvp(lambda v: m(v), x[0], kiln.ones(3))[1])
+            print(end="")  # a graph break inside the loop
+        return outs
+
+    want = transforms(x)
+    got = kiln.compile(transforms, backend=backend)(x)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-6, atol=1e-7)
