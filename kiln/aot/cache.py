@@ -259,6 +259,8 @@ def _named_exactly(value: Any) -> bool:
 
 
 def _target_text(target: Any) -> str:
+    if isinstance(target, Op) and target.user_defined:  # its kernel, fake and backward are
+        raise ValueError(f"{target!r} is defined by user code")  # not in kiln's source digest
     if isinstance(target, (str, Op)):
         return format_target(target)
     module, name = importable_name(target)

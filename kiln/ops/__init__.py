@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 
+from .core import custom_ops as _custom_ops
 from .core import dispatch as _dispatch  # noqa: F401  (installs the dispatcher)
 from .core import methods as _methods
 from .core.registry import OPS, Op, get_op, list_ops
@@ -90,6 +91,9 @@ def __getattr__(name: str) -> Op:
     try:
         return OPS[name]
     except KeyError:
+        found = _custom_ops.namespace(name)  # ``kiln.ops.mylib``: ops kiln.library defined
+        if found is not None:
+            return found
         raise AttributeError(f"kiln.ops has no op named {name!r}") from None
 
 

@@ -75,7 +75,7 @@ def kiln_function_kind(fn: Any) -> str | None:
     module forwards, grad-mode wrappers), ``"opaque"`` (changes global state or is the capture
     machinery: a graph break), or None for functions not in kiln."""
     if isinstance(fn, Op):
-        return "kiln"
+        return "kiln" if fn.capturable else "opaque"
     if not isinstance(fn, (types.FunctionType, types.BuiltinFunctionType)):
         return None
     marks = getattr(fn, "__dict__", None)

@@ -128,6 +128,12 @@ class Op:
         "__dict__",
     )
 
+    # defined by user code (``kiln.library``): kiln's caches cannot vouch for what it computes
+    user_defined = False
+    # capture may record it as a graph node (an op mutating inputs it cannot say which runs
+    # eagerly, behind a graph break)
+    capturable = True
+
     def __init__(self, name: str, schema: Callable, kind: str, prim: bool, view: bool):
         self.name = name
         self.signature = inspect.signature(schema)
@@ -384,10 +390,11 @@ def _make_binder(name: str, sig: inspect.Signature) -> Callable:
             for n in required
         )
     tup = "(" + "".join(f"{n}, " for n in names) + ")"
-    src = f"def bind_{name}({', '.join(params)}):\n{body}    return {tup}\n"
+    function_name = "bind_" + name.replace(".", "_")  # (a custom op's name: ``mylib.foo``)
+    src = f"def {function_name}({', '.join(params)}):\n{body}    return {tup}\n"
     namespace = dict(defaults, _unset=_UNSET)
     exec(compile(src, f"<kiln op schema {name}>", "exec"), namespace)
-    return namespace[f"bind_{name}"]
+    return namespace[function_name]
 
 
 # kiln.return_types.<name>: the named tuples multi-output ops return (picklable by that path)

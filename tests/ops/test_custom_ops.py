@@ -1,0 +1,263 @@
+"""``kiln.library`` custom ops against PyTorch's ``torch.library``: each program is written once
+against a framework module and run with ``torch`` and with ``kiln`` (eagerly, backward, and
+compiled as one opaque graph node). No ``from __future__ import annotations``: PyTorch reads
+the ops' annotations as types."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.ops.core import custom_ops
+from kiln.ops.core.registry import OPS
+from tests.oracle import needs_torch, torch
+
+pytestmark = needs_torch
+_names = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _forget_kiln_ops():
+    """Remove the ops each test defines from kiln's registry: other tests walk every op."""
+    before = set(OPS)
+    yield
+    for name in set(OPS) - before:
+        custom_ops.remove(OPS[name].qualname)
+
+
+def _fresh(prefix: str) -> str:
+    """An op name no earlier test used (PyTorch's registrations outlive a test)."""
+    return f"kilntest::{prefix}{next(_names)}"
+
+
+def _sin_op(lib, name: str, *, autograd: bool = True, fake: bool = True):
+    """``y * sin(x)`` computed in numpy (as custom ops wrapping other libraries do)."""
+    Tensor = lib.Tensor
+
+    @lib.library.custom_op(name, mutates_args=())
+    def op(x: Tensor, y: float) -> Tensor:
+        return lib.from_numpy(np.sin(x.numpy()) * y)
+
+    if fake:
+
+        @op.register_fake
+        def _(x, y):
+            return lib.empty_like(x)
+
+    if autograd:
+
+        def setup_context(ctx, inputs, output):
+            x, y = inputs
+            ctx.save_for_backward(x)
+            ctx.y = y
+
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * x.cos() * ctx.y, None
+
+        op.register_autograd(backward, setup_context=setup_context)
+    return op
+
+
+def _both(program):
+    """``program(lib)`` run with kiln and with PyTorch; their results as numpy, compared."""
+    name = _fresh("op")
+    got = program(kiln, name)
+    expected = program(torch, name)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g.detach().numpy(), e.detach().numpy(), rtol=1e-6, atol=1e-6)
+    return got
+
+
+X = [0.1, 0.5, -1.0, 2.0, 3.0]
+
+
+def test_custom_op_runs_eagerly_with_its_autograd_formula():
+    def program(lib, name):
+        op = _sin_op(lib, name)
+        x = lib.tensor(X, requires_grad=True)
+        out = op(x, 2.0)
+        out.sum().backward()
+        return out, x.grad
+
+    _both(program)
+
+
+def test_custom_op_is_reached_through_ops_namespace():
+    def program(lib, name):
+        _sin_op(lib, name)
+        namespace, short = name.split("::")
+        op = getattr(getattr(lib.ops, namespace), short)
+        x = lib.tensor(X)
+        return op(x, 3.0), op.default(x, 3.0)
+
+    _both(program)
+
+
+def test_compiled_custom_op_is_one_graph_node_with_eager_values_and_gradients():
+    graphs = []
+
+    def recording(gm, example_inputs):
+        graphs.append(gm)
+        return kiln.dynamo.backends.lookup("inductor")(gm, example_inputs)
+
+    def program(lib, name):
+        op = _sin_op(lib, name)
+        x = lib.tensor(X, requires_grad=True)
+
+        def f(a):
+            return op(a * 2, 3.0).relu() + 1
+
+        backend = recording if lib is kiln else "inductor"
+        out = lib.compile(f, fullgraph=True, backend=backend)(x)
+        out.sum().backward()
+        return out, x.grad
+
+    _both(program)
+    (gm,) = graphs
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert sum(isinstance(t, kiln.library.CustomOpDef) for t in targets) == 1
+
+
+def test_custom_op_with_two_results_and_a_tensor_list():
+    def program(lib, name):
+        Tensor = lib.Tensor
+
+        @lib.library.custom_op(name, mutates_args=())
+        def op(xs: list[Tensor], scale: float) -> tuple[Tensor, Tensor]:
+            total = sum(x.numpy() for x in xs) * scale
+            return lib.from_numpy(total), lib.from_numpy(-total)
+
+        @op.register_fake
+        def _(xs, scale):
+            return lib.empty_like(xs[0]), lib.empty_like(xs[0])
+
+        a, b = lib.tensor(X), lib.tensor(X[::-1])
+        eager = op([a, b], 2.0)
+        compiled = lib.compile(lambda p, q: op([p, q], 2.0), fullgraph=True)(a, b)
+        return (*eager, *compiled)
+
+    _both(program)
+
+
+def test_library_define_and_impl_style():
+    def program(lib, name):
+        namespace, short = name.split("::")
+        library = lib.library.Library(namespace, "FRAGMENT")
+        library.define(f"{short}(Tensor x, float alpha=1.0) -> Tensor")
+        library.impl(short, lambda x, alpha=1.0: x * alpha + 1, "CPU")
+        library.impl(short, lambda x, alpha=1.0: lib.empty_like(x), "Meta")
+        op = getattr(getattr(lib.ops, namespace), short)
+        x = lib.tensor(X)
+        compiled = lib.compile(lambda t: op(t, 4.0) * 2, fullgraph=True)(x)
+        return op(x, 3.0), op(x), compiled
+
+    _both(program)
+
+
+def test_register_fake_by_name():
+    def program(lib, name):
+        op = _sin_op(lib, name, fake=False)
+        lib.library.register_fake(name)(lambda x, y: lib.empty_like(x))
+        x = lib.tensor(X)
+        return (lib.compile(lambda t: op(t, 2.0), fullgraph=True)(x),)
+
+    _both(program)
+
+
+def test_backward_without_a_formula_raises_as_pytorch():
+    for lib in (torch, kiln):
+        op = _sin_op(lib, _fresh("nograd"), autograd=False)
+        out = op(lib.tensor(X, requires_grad=True), 2.0)
+        with pytest.raises(RuntimeError, match="no autograd formula was registered"):
+            out.sum().backward()
+
+
+def test_capture_without_a_fake_names_the_missing_fake():
+    op = _sin_op(kiln, _fresh("nofake"), fake=False)
+    report = kiln.dynamo.explain(lambda t: op(t, 2.0) + 1)(kiln.tensor(X))
+    assert "There was no fake impl registered" in str(report)
+
+
+@pytest.mark.parametrize(
+    "annotations, message",
+    [
+        ("x, y: float", "Parameter x must have a type annotation"),
+        ("x: Tensor, y: dict", "Parameter y has unsupported type"),
+    ],
+)
+def test_bad_schemas_are_refused_as_pytorch_refuses_them(annotations, message):
+    for lib in (torch, kiln):
+        namespace = {"Tensor": lib.Tensor}
+        exec(f"def f({annotations}) -> Tensor: return x", namespace)
+        with pytest.raises(ValueError, match=message):
+            lib.library.custom_op(_fresh("bad"), mutates_args=())(namespace["f"])
+
+
+def test_missing_return_annotation_is_refused():
+    def f(x: kiln.Tensor):
+        return x
+
+    with pytest.raises(ValueError, match="No return type annotation"):
+        kiln.library.custom_op(_fresh("noret"), mutates_args=())(f)
+
+
+def test_inferred_schema_text_matches_pytorch():
+    for lib_a, lib_b in ((torch, kiln),):
+
+        def make(lib):
+            Tensor = lib.Tensor
+
+            def f(
+                x: Tensor, ys: list[Tensor], n: int, s: float = 2.0, *, flag: bool = False,
+                o: Tensor | None = None,
+            ) -> tuple[Tensor, Tensor]: ...  # fmt: skip
+
+            return f
+
+        expected = lib_a.library.infer_schema(make(lib_a), mutates_args=())
+        assert kiln.library.infer_schema(make(lib_b), mutates_args=()) == expected
+
+
+def test_unknown_schema_type_and_double_definition_raise_runtime_error():
+    for lib in (torch, kiln):
+        namespace, short = _fresh("lib").split("::")
+        library = lib.library.Library(namespace, "FRAGMENT")
+        with pytest.raises(RuntimeError, match="unknown type specifier"):
+            library.define(f"{short}(Tensor x, floaty a) -> Tensor")
+        library.define(f"{short}(Tensor x) -> Tensor")
+        with pytest.raises(RuntimeError, match="multiple times"):
+            library.define(f"{short}(Tensor x) -> Tensor")
+
+
+def test_mutating_op_updates_its_input_and_breaks_the_graph():
+    def program(lib, name):
+        Tensor = lib.Tensor
+
+        @lib.library.custom_op(name, mutates_args=("x",))
+        def op(x: Tensor, v: float) -> None:
+            x.numpy()[:] += v
+
+        a = lib.tensor(X)
+        op(a, 1.0)
+        b = lib.tensor(X)
+        lib.compile(lambda t: op(t, 2.0))(b)
+        return a, b
+
+    _both(program)
+
+
+def test_opcheck_passes_for_a_well_defined_op():
+    op = _sin_op(kiln, _fresh("check"))
+    results = kiln.library.opcheck(op, (kiln.tensor(X, requires_grad=True), 2.0))
+    assert set(results.values()) == {"SUCCESS"}
+
+
+def test_opcheck_reports_a_fake_with_the_wrong_shape():
+    op = _sin_op(kiln, _fresh("wrongfake"), fake=False)
+    op.register_fake(lambda x, y: kiln.empty(1))
+    results = kiln.library.opcheck(op, (kiln.tensor(X), 2.0), raise_exception=False)
+    assert results["test_faketensor"] != "SUCCESS"
+    with pytest.raises(kiln.library.OpCheckError):
+        kiln.library.opcheck(op, (kiln.tensor(X), 2.0), test_utils="test_faketensor")
