@@ -81,6 +81,12 @@ from . import return_types  # noqa: E402,F401
 from . import random  # noqa: E402,F401
 from . import distributions  # noqa: E402
 from . import profiler  # noqa: E402
+from .profiler import autograd_profiler as _autograd_profiler  # noqa: E402
+
+# PyTorch's ``torch.autograd.profiler``: a library-layer module (autograd sits below the
+# profiler), put where PyTorch programs look for it
+autograd.profiler = _autograd_profiler
+_sys.modules["kiln.autograd.profiler"] = _autograd_profiler
 from . import jit  # noqa: E402
 from . import __config__, torch_version, version  # noqa: E402
 from . import accelerator, signal  # noqa: E402
