@@ -5,7 +5,8 @@ generator, the recompile limit), the frames that one calls are still captured, s
 training loop with ``loss.backward()`` inside its ``for`` runs its model's forward compiled.
 kiln has no frame hook; what it can see is ``Module.__call__``. While a compiled function's frame
 runs eagerly on a thread, ``nn.modules._hooks.NESTED_COMPILE`` holds ``_route_module_call``,
-and each module that thread calls runs through ``kiln.compile(module)`` in the frame's settings
+and each module that thread calls (but ``kiln.nn``'s own leaf layers: ``Linear``, ``ReLU``)
+runs through ``kiln.compile(module)`` in the frame's settings
 (one compiled module per module and settings, kept while the module lives). Other threads' calls,
 calls made from inside that compiled module's own eager parts, and functions under
 ``kiln.compiler.disable`` (which disables what it calls, as PyTorch's does) run as usual, and
@@ -95,7 +96,7 @@ def _route_module_call(module: Module, args: tuple, kwargs: dict):
         return _hooks.call_with_hooks(module, args, kwargs)
     from .eval_frame import OptimizedModule
 
-    if isinstance(module, OptimizedModule):
+    if isinstance(module, OptimizedModule) or _builtin_leaf(module):
         return _hooks.call_with_hooks(module, args, kwargs)
     per_context = _COMPILED.get(module)
     if per_context is None:
@@ -108,6 +109,14 @@ def _route_module_call(module: Module, args: tuple, kwargs: dict):
         return compiled(*args, **kwargs)
     finally:
         _STATE.ctx = ctx
+
+
+def _builtin_leaf(module: Module) -> bool:
+    """A ``kiln.nn`` layer without submodules (``Linear``, ``ReLU``, ``Dropout``): one op or a
+    few, which compiling alone cannot fuse with anything; each instance would be a compile of
+    its own (a loop over a hundred such layers, a hundred compiles) and a compiled call costs
+    more than its eager op on small inputs."""
+    return not module._modules and type(module).__module__.startswith("kiln.nn.")
 
 
 def _forward_disabled(module: Module) -> bool:
