@@ -35,12 +35,14 @@ __all__ = ["Storage", "BufferPool", "pool", "empty_array", "writable_target", "d
 class Storage:
     """The shared identity of a buffer: base array plus in-place version counter."""
 
-    __slots__ = ("base", "version", "shared", "__weakref__")
+    __slots__ = ("base", "version", "shared", "segment", "__weakref__")
 
     def __init__(self, base: np.ndarray | None):
         self.base = base
         self.version = 0
         self.shared = False  # set by ``Tensor.share_memory_``
+        # (file, bytes) of the shared memory holding ``base`` (``runtime.shared_memory``)
+        self.segment = None
 
     def data_ptr(self) -> int:
         if self.base is None:

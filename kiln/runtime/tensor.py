@@ -368,9 +368,14 @@ class Tensor:
         return self._get_storage().shared
 
     def share_memory_(self) -> Tensor:
-        """Mark the storage shared (kiln's CPU buffers are already visible to this process's
-        threads; there is no cross-process sharing)."""
-        self._get_storage().shared = True
+        """Move the storage into memory other processes map (``runtime.shared_memory``): passed
+        to a ``kiln.multiprocessing`` process or queue, the tensor is the same memory there."""
+        if self._device is cpu and self._data is not None:
+            from .shared_memory import share_storage
+
+            share_storage(self)
+        else:
+            self._get_storage().shared = True
         return self
 
     # ------------------------------------------------------------------ autograd fields
