@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..runtime.torch_function import handle_torch_function, has_torch_function, is_tensor_like
 from . import anomaly, functional, grad_mode, graph
 from .anomaly import (
     detect_anomaly,
@@ -36,4 +37,7 @@ __all__ = [
     "is_anomaly_enabled",
     "is_anomaly_check_nan_enabled",
     "set_anomaly_enabled",
+    "handle_torch_function",
+    "has_torch_function",
+    "is_tensor_like",
 ]

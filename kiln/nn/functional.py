@@ -12,6 +12,12 @@ pooling, resampling, losses, linear_cross_entropy); importing this module also r
 from __future__ import annotations
 
 from ..ops.nn.ctc import ctc_loss
+from ..runtime.torch_function import (
+    handle_torch_function,
+    has_torch_function,
+    has_torch_function_unary,
+    has_torch_function_variadic,
+)
 from ._functional import attention as _attention
 from ._functional.activations import (
     celu,
@@ -159,6 +165,10 @@ from ._functional.resampling import (
 )
 
 __all__ = [
+    "handle_torch_function",
+    "has_torch_function",
+    "has_torch_function_unary",
+    "has_torch_function_variadic",
     "adaptive_avg_pool1d",
     "adaptive_avg_pool2d",
     "adaptive_avg_pool3d",
