@@ -261,3 +261,47 @@ def test_opcheck_reports_a_fake_with_the_wrong_shape():
     assert results["test_faketensor"] != "SUCCESS"
     with pytest.raises(kiln.library.OpCheckError):
         kiln.library.opcheck(op, (kiln.tensor(X), 2.0), test_utils="test_faketensor")
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled", "dynamic"])
+def test_optional_tensor_int_and_keyword_only_arguments(mode):
+    """Pieces registered by name; ``setup_context`` gets the keyword-only arguments apart, as
+    PyTorch passes them, and ``backward`` returns a gradient per positional input."""
+
+    def program(lib, name):
+        Tensor = lib.Tensor
+
+        @lib.library.custom_op(name, mutates_args=(), device_types="cpu")
+        def op(x: Tensor, w: Tensor | None, n: int, *, bias: float = 0.0) -> Tensor:
+            out = x.numpy() * n + bias
+            if w is not None:
+                out = out * w.numpy()
+            return lib.from_numpy(np.ascontiguousarray(out))
+
+        lib.library.register_fake(name)(lambda x, w, n, *, bias=0.0: lib.empty_like(x))
+
+        def setup_context(ctx, inputs, output, keyword_only_inputs):
+            x, w, n = inputs
+            ctx.n, ctx.bias = n, keyword_only_inputs["bias"]
+            ctx.save_for_backward(x, w)
+
+        def backward(ctx, grad):
+            x, w = ctx.saved_tensors
+            if w is None:
+                return grad * ctx.n, None, None
+            return grad * ctx.n * w, grad * (x * ctx.n + ctx.bias), None
+
+        lib.library.register_autograd(name, backward, setup_context=setup_context)
+        x = lib.linspace(-1, 1, 6).reshape(2, 3).requires_grad_()
+        w = lib.linspace(0.5, 2, 6).reshape(2, 3).requires_grad_()
+
+        def f(x, w):
+            return (op(x.sin(), w, 3, bias=0.5) * 2).sum() + op(x, None, 2).mean()
+
+        if mode != "eager":
+            f = lib.compile(f, fullgraph=True, dynamic=mode == "dynamic")
+        out = f(x, w)
+        out.backward()
+        return out, x.grad, w.grad
+
+    _both(program)

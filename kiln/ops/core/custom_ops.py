@@ -204,21 +204,33 @@ class CustomOpDef(Op):
                 f"{self.qualname}: register_autograd is not supported for ops that mutate their "
                 "inputs in kiln; write the op without mutation or use autograd.Function"
             )
-        count = len(self.param_names)
+        # as PyTorch's: ``inputs`` holds the positional arguments; keyword-only ones go to
+        # ``setup_context`` as ``keyword_only_inputs`` and get no gradient from ``backward``
+        keyword_only = [
+            p.name
+            for p in self.schema.signature.parameters.values()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY
+        ]
+        count = len(self.param_names) - len(keyword_only)
 
         def derivative(node, *grads):
             ctx = FunctionCtx()
-            ctx.needs_input_grad = node.needs_input_grad
+            ctx.needs_input_grad = node.needs_input_grad[:count]
+            args = node.args
             if setup_context is not None:
-                setup_context(ctx, node.args, node.out)
+                if keyword_only:
+                    named = dict(zip(keyword_only, args[count:]))
+                    setup_context(ctx, args[:count], node.out, keyword_only_inputs=named)
+                else:
+                    setup_context(ctx, args, node.out)
             result = backward(ctx, *grads)
             result = tuple(result) if isinstance(result, (tuple, list)) else (result,)
             if len(result) != count:
                 raise RuntimeError(
                     f"{self.qualname}: the backward returned {len(result)} gradients, expected "
-                    f"{count}: one per input (None for inputs that are not tensors)"
+                    f"{count}: one per positional input (None for those that are not tensors)"
                 )
-            return result
+            return result + (None,) * len(keyword_only)
 
         self.derivative = derivative
 
