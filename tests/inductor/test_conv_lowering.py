@@ -29,6 +29,12 @@ CASES = {
     "2d_dilated_wide": ((1, 2, 15, 16), (3, 2, 4, 5), (1, 3), (3, 0), (2, 1), 1),
     "1d": ((3, 5, 17), (7, 5, 4), 3, 2, 1, 1),
     "1d_groups": ((2, 6, 40), (9, 2, 5), 1, 4, 2, 3),
+    # stride 2 with even sizes: the input gradient's col2im runs by phase (odd and even pads,
+    # odd and even kernels, groups, 1-d)
+    "2d_stride2_even": ((2, 5, 12, 10), (6, 5, 3, 3), 2, 1, 1, 1),
+    "2d_stride2_k4_groups": ((2, 4, 16, 8), (6, 2, 4, 4), 2, 1, 1, 2),
+    "2d_stride2_k1": ((2, 3, 8, 6), (4, 3, 1, 1), 2, 0, 1, 1),
+    "1d_stride2_k5_pad2": ((3, 4, 18), (5, 4, 5), 2, 2, 1, 1),
 }
 
 DTYPES = [kiln.float32, kiln.float64]
@@ -116,7 +122,17 @@ def test_compiled_convolution_matches_eager_and_torch(name, dtype):
 
 
 @needs_torch
-@pytest.mark.parametrize("name", ["2d_stride2", "2d_mixed", "1d_groups"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "2d_stride2",
+        "2d_mixed",
+        "1d_groups",
+        "2d_stride2_even",
+        "2d_stride2_k4_groups",
+        "1d_stride2_k5_pad2",
+    ],
+)
 def test_compiled_transposed_convolution_matches_torch(name):
     xs, ws, stride, padding, dilation, groups = CASES[name]
     rng = np.random.default_rng(7)
@@ -333,3 +349,26 @@ def test_a_symbolic_compile_the_lowering_fails_retries_with_eager_convolutions(s
     assert any("lowered for symbolic batch sizes only" in m for m in messages), messages
     assert stats.symbolic_compiles == 1
     assert stats.symbolic_refused == stats.static_compiles == stats.fallback_calls == 0
+
+
+def test_a_stride_2_col2im_loops_by_phase(monkeypatch):
+    """The input gradient of a stride-2 layer with even sizes is one kernel over
+    ``[N, C, 2, 2, H/2, W/2]`` (phase outer, affine reads of the columns), stored through a
+    stride-2 layout into the plain NCHW buffer; its values are eager's."""
+    import kiln.inductor.lowering.convolution as lowering
+
+    calls = []
+    real = lowering._col2im_by_phase
+    monkeypatch.setattr(lowering, "_col2im_by_phase", lambda *a: calls.append(a) or real(*a))
+    rng = np.random.default_rng(3)
+    y = _tensor(rng, (2, 6, 8, 5), kiln.float32, True)
+    w = _tensor(rng, (6, 4, 3, 3), kiln.float32, True)
+
+    def fn(y, w):
+        return F.conv_transpose2d(y, w, None, 2, 1, 1).sin()
+
+    compiled = compile_traced(fn, y, w)
+    assert len(calls) == 1
+    shapes = [list(k.outer) for k in compiled.schedule.kernels]
+    assert [2, 4, 2, 2, 8, 5] in shapes, shapes
+    assert_close(compiled(y, w)[0], fn(y, w), rtol=1e-5, atol=1e-5)
