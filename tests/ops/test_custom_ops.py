@@ -305,3 +305,19 @@ def test_optional_tensor_int_and_keyword_only_arguments(mode):
         return out, x.grad, w.grad
 
     _both(program)
+
+
+def test_define_and_impl_functions_then_opcheck():
+    def program(lib, name):
+        lib.library.define(name, "(Tensor x, int k=2) -> Tensor")
+        lib.library.impl(name, "cpu")(lambda x, k=2: x * k)
+        lib.library.register_fake(name)(lambda x, k=2: lib.empty_like(x))
+        namespace, short = name.split("::")
+        op = getattr(getattr(lib.ops, namespace), short)
+        x = lib.arange(3.0)
+        results = lib.library.opcheck(op.default, (x,))
+        assert set(results.values()) == {"SUCCESS"}
+        compiled = lib.compile(lambda t: op(t, k=3) + 1, fullgraph=True)(x)
+        return op(x), op(x, 5), compiled
+
+    _both(program)
