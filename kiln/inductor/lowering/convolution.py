@@ -713,25 +713,30 @@ def _col2im(spec: _Spec, columns: TensorBox, ocg: int) -> TensorBox:
         sample, channel, ys = index[0], sym.as_expr(index[1]), index[2:]
         group, within = (channel // ocg, channel % ocg) if g > 1 else (sym.ZERO, channel)
         per_dim = [_col2im_taps(spec, i, sym.as_expr(ys[i])) for i in range(k)]
-        total = None
-        for taps in itertools.product(*per_dim):
-            if any(tap is None for tap in taps):
-                continue
-            conds = [c for tap in taps for c in tap[2]]
-            value = load(
-                [sample, group, within] + [tap[0] for tap in taps] + [tap[1] for tap in taps]
-            )
-            if conds:
-                cond = conds[0]
-                for c in conds[1:]:
-                    cond = ops.logical_and(cond, c)
-                value = ops.where(cond, value, ops.constant(0.0, to))
-            total = value if total is None else ops.add(total, value)
-        return ops.constant(0.0, to) if total is None else total
+        return _sum_of_taps(load, [sample, group, within], per_dim, to)
 
     box = _box(_ctx(spec.x), out_shape, to, loader, spec.x)
     box.size_hint = terms + 1
     return box
+
+
+def _sum_of_taps(load, lead: list, per_dim: list, to) -> object:
+    """The sum over every combination of one tap per dim (``(offset, input position,
+    conditions)``, None for one that never lands) of the columns at ``lead + offsets +
+    positions``, each taken where its conditions hold."""
+    total = None
+    for taps in itertools.product(*per_dim):
+        if any(tap is None for tap in taps):
+            continue
+        conds = [c for tap in taps for c in tap[2]]
+        value = load(lead + [tap[0] for tap in taps] + [tap[1] for tap in taps])
+        if conds:
+            cond = conds[0]
+            for c in conds[1:]:
+                cond = ops.logical_and(cond, c)
+            value = ops.where(cond, value, ops.constant(0.0, to))
+        total = value if total is None else ops.add(total, value)
+    return ops.constant(0.0, to) if total is None else total
 
 
 def _phases_apply(spec: _Spec) -> bool:
@@ -772,19 +777,7 @@ def _col2im_by_phase(spec: _Spec, columns: TensorBox, ocg: int) -> TensorBox:
         rs, qs = index[2 : 2 + k], index[2 + k :]
         group, within = (channel // ocg, channel % ocg) if g > 1 else (sym.ZERO, channel)
         per_dim = [_phase_taps(spec, i, sym.as_expr(rs[i]), sym.as_expr(qs[i])) for i in range(k)]
-        total = None
-        for taps in itertools.product(*per_dim):
-            conds = [c for tap in taps for c in tap[2]]
-            value = load(
-                [sample, group, within] + [tap[0] for tap in taps] + [tap[1] for tap in taps]
-            )
-            if conds:
-                cond = conds[0]
-                for c in conds[1:]:
-                    cond = ops.logical_and(cond, c)
-                value = ops.where(cond, value, ops.constant(0.0, to))
-            total = value if total is None else ops.add(total, value)
-        return ops.constant(0.0, to) if total is None else total
+        return _sum_of_taps(load, [sample, group, within], per_dim, to)
 
     box = _box(_ctx(spec.x), phase_shape, to, loader, spec.x)
     buf = box.realize(Layout(phase_shape, phase_strides, to))
