@@ -34,3 +34,8 @@ def send_back(index: int, lib_name: str, queue, received) -> None:
 
 def fail(index: int, lib_name: str) -> None:
     raise ValueError(f"worker {index} failed on purpose")
+
+
+def square(tensor):
+    """A pool's task: the tensor arrives pickled and its result goes back the same way."""
+    return tensor * tensor

@@ -34,7 +34,9 @@ def test_spawned_processes_write_into_a_shared_tensor(lib):
     assert shared.tolist() == [1.0, 2.0, 0.0]
 
 
-def _hogwild(lib):
+def _hogwild(lib, in_processes: bool):
+    """Two workers' SGD steps on one shared model: in spawned processes, or (for the
+    reference, whose result the order of the steps does not change) one after the other."""
     lib.manual_seed(0)
     model = lib.nn.Linear(4, 2)
     with lib.no_grad():
@@ -43,27 +45,32 @@ def _hogwild(lib):
     model.share_memory()
     context = lib.multiprocessing.get_context("spawn")
     lock = context.Lock()
-    processes = [
-        context.Process(target=workers.hogwild_steps, args=(i, lib.__name__, model, lock, 3))
-        for i in range(2)
-    ]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join()
-        assert process.exitcode == 0
+    if in_processes:
+        processes = [
+            context.Process(target=workers.hogwild_steps, args=(i, lib.__name__, model, lock, 3))
+            for i in range(2)
+        ]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join()
+            assert process.exitcode == 0
+    else:
+        for i in range(2):
+            workers.hogwild_steps(i, lib.__name__, model, lock, 3)
     return model.weight.detach().numpy().copy(), model.bias.detach().numpy().copy()
 
 
 def test_hogwild_processes_update_the_same_parameters():
-    (kiln_weight, kiln_bias), (torch_weight, torch_bias) = _hogwild(kiln), _hogwild(torch)
+    kiln_weight, kiln_bias = _hogwild(kiln, in_processes=True)
+    torch_weight, torch_bias = _hogwild(torch, in_processes=False)
     np.testing.assert_allclose(kiln_weight, torch_weight, rtol=1e-6)
     np.testing.assert_allclose(kiln_bias, torch_bias, rtol=1e-6)
     assert not np.allclose(kiln_bias, 0.5)  # the children's steps reached the parent
 
 
-@LIBS
-def test_tensors_come_back_through_a_queue(lib):
+def test_tensors_come_back_through_a_queue():
+    lib = kiln
     context = lib.multiprocessing.get_context("spawn")
     queue, received = context.Queue(), context.Event()
     running = lib.multiprocessing.spawn(
@@ -80,10 +87,12 @@ def test_tensors_come_back_through_a_queue(lib):
     ]
 
 
-@LIBS
-def test_a_failing_worker_raises_its_error_in_the_parent(lib):
-    with pytest.raises(lib.multiprocessing.ProcessRaisedException, match="failed on purpose"):
-        lib.multiprocessing.spawn(workers.fail, args=(lib.__name__,), nprocs=1)
+def test_a_failing_worker_raises_its_error_in_the_parent():
+    with pytest.raises(kiln.multiprocessing.ProcessRaisedException, match="failed on purpose"):
+        kiln.multiprocessing.spawn(workers.fail, args=("kiln",), nprocs=1)
+    assert kiln.multiprocessing.ProcessRaisedException.__mro__[1].__name__ == (
+        torch.multiprocessing.ProcessRaisedException.__mro__[1].__name__
+    )
 
 
 def test_module_offers_pythons_names():
@@ -91,3 +100,10 @@ def test_module_offers_pythons_names():
     assert mp.cpu_count() >= 1
     for name in ("Process", "Queue", "Pool", "get_context", "set_start_method", "Manager"):
         assert hasattr(mp, name), name
+
+
+def test_tensors_cross_a_pool_both_ways():
+    with kiln.multiprocessing.get_context("spawn").Pool(1) as pool:
+        got = pool.map(workers.square, [kiln.arange(3.0), kiln.full((2, 2), 3.0)])
+    assert [t.tolist() for t in got] == [[0.0, 1.0, 4.0], [[9.0, 9.0], [9.0, 9.0]]]
+    assert all(isinstance(t, kiln.Tensor) for t in got)
