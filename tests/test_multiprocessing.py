@@ -25,6 +25,15 @@ def test_share_memory_keeps_values_and_marks_the_tensor_shared():
         assert t[1].tolist() == [13.0, 14.0, 15.0]
 
 
+def test_sharing_a_view_moves_its_base_too():
+    for lib in (kiln, torch):
+        base = lib.arange(6.0)
+        view = base[2:]
+        view.share_memory_()
+        view += 1
+        assert base.is_shared() and base.tolist() == [0.0, 1.0, 3.0, 4.0, 5.0, 6.0]
+
+
 @LIBS
 def test_spawned_processes_write_into_a_shared_tensor(lib):
     shared = lib.zeros(3).share_memory_()

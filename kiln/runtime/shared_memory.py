@@ -9,8 +9,9 @@ every process's updates. The creating process removes the file when the storage 
 process exits; mappings already made stay valid (POSIX keeps an unlinked file's pages while
 mapped). Tensors that are not shared are pickled by value, as before.
 
-Views made of a storage before it was shared keep the old buffer; share a tensor before viewing
-it (``Module.share_memory`` shares parameters, which are not views).
+The tensor shared and the base it views move; other views made of the storage before it was
+shared keep the old buffer: share a tensor before viewing it (``Module.share_memory`` shares
+parameters, which are not views).
 """
 
 from __future__ import annotations
@@ -68,13 +69,19 @@ def share_storage(tensor: Tensor) -> None:
     pages = _map(path, base.nbytes, create=True)
     shared = np.ndarray(base.shape, base.dtype, buffer=pages, strides=base.strides)
     np.copyto(shared, base)
-    data = tensor._data
-    offset = data.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-    tensor._data = np.ndarray(data.shape, data.dtype, pages, offset=offset, strides=data.strides)
+    for holder in (tensor, tensor._base):  # the tensor, and the base it is a view of
+        if holder is not None and holder._data is not None:
+            holder._data = _moved(holder._data, base, pages)
     storage.base = shared
     storage.shared = True
     storage.segment = (path, base.nbytes)
     weakref.finalize(storage, _unlink, path, os.getpid())
+
+
+def _moved(data: np.ndarray, base: np.ndarray, pages: mmap.mmap) -> np.ndarray:
+    """``data`` (a view of ``base``) with the same layout over ``pages``, ``base``'s copy."""
+    offset = data.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    return np.ndarray(data.shape, data.dtype, pages, offset=offset, strides=data.strides)
 
 
 def reduce_shared(tensor: Tensor):
