@@ -174,7 +174,12 @@ class GraphLowering:
                 view = getattr(value, "view_of", None)
                 eager = None
                 if view is not None and position < saved_from and hasattr(item, "op"):
-                    eager = _contiguous_eager_layout(item.meta.get("val"))
+                    meta = item.meta.get("val")
+                    eager = _contiguous_eager_layout(meta)
+                    if eager is None and not _is_symbolic_meta(meta):
+                        # dense in another order (a channels-last convolution's); symbolic
+                        # layouts are left as they are (no size decision made here)
+                        eager = _output_layout(meta)
                 if view is not None and (
                     eager is None
                     or isinstance(view[0], InputBuffer)
@@ -184,8 +189,8 @@ class GraphLowering:
                     continue
                 if view is not None:
                     # a view of a buffer in another order or with padded rows (a convolution's
-                    # product, its direct loops' rows) where eager's is contiguous: a copy, so
-                    # the user's ``.view`` of it works as in eager
+                    # product, its direct loops' rows) where eager's is contiguous or
+                    # channels-last: a copy, so the user's ``.view`` of it works as in eager
                     buf = value.realize(eager)
                     outputs.append(("buffer", buf, buf.layout))
                     continue
@@ -270,6 +275,12 @@ def _output_layout(meta) -> Layout | None:
     if meta.is_contiguous() or not is_non_overlapping_and_dense(shape, stride):
         return None
     return Layout(shape, stride, meta.dtype, 0, meta.device.type)
+
+
+def _is_symbolic_meta(meta) -> bool:
+    return isinstance(meta, Tensor) and any(
+        v.__class__ is SymInt for v in (*meta.shape, *meta.stride())
+    )
 
 
 def _contiguous_eager_layout(meta) -> Layout | None:

@@ -154,6 +154,9 @@ def _patch_weight(channels: int, kernel, like: Tensor) -> Tensor:
 def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
     """im2col: (N, C, H, W) -> (N, C*kh*kw, L) sliding blocks, as a grouped convolution."""
     x, unbatched = batched(input, 2, "unfold")
+    # row-major, as PyTorch's im2col reads it: a channels-last input's blocks and its gradient
+    # are row-major there too (the convolution would keep channels-last)
+    x = x.contiguous()
     kernel = ntuple(kernel_size, 2, "kernel_size")
     c = x.shape[1]
     weight = _patch_weight(c, kernel, x)

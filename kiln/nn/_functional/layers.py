@@ -9,6 +9,7 @@ from __future__ import annotations
 from ...amp.autocast_mode import autocast_policy
 from ...autograd.grad_mode import no_grad
 from ...ops import OPS
+from ...ops.core.common import in_suggested_format
 from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
 from ...ops.shape import padding as _padding
@@ -87,6 +88,7 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
         )
     out = _padding.pad_indexed(input, pad, mode)
     if mode != "circular":  # (PyTorch's circular padding records in-place slice copies)
+        out = in_suggested_format(out, input)  # as PyTorch's reflection/replication kernels
         kind = "Reflection" if mode == "reflect" else "Replication"
         rename_grad_fn(out, (input,), f"{kind}Pad{len(pad) // 2}DBackward0")
     return out

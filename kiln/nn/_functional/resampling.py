@@ -11,6 +11,7 @@ import math
 import warnings
 
 from ...amp.autocast_mode import autocast_policy
+from ...ops.core.common import in_suggested_format
 from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
 from ...ops.nn import conv as _conv_ops
@@ -111,7 +112,7 @@ def interpolate(
             and all(_whole(f) and f >= 1 for f in factors)
         ):
             _conv_ops.check_resample_sizes(input, spatial, sizes)
-            out = _repeat_nearest(input, [int(f) for f in factors])
+            out = in_suggested_format(_repeat_nearest(input, [int(f) for f in factors]), input)
             rename_grad_fn(out, (input,), _UPSAMPLE_NAMES[mode].format(dims=dims))
             return out
     else:
@@ -127,6 +128,7 @@ def interpolate(
     if mode == "area":
         return adaptive_avg(input, sizes, dims)
     out = _conv_ops.resample(input, sizes, mode, bool(align_corners), scales, antialias)
+    out = in_suggested_format(out, input)  # PyTorch's upsampling kernels keep channels-last
     name = _UPSAMPLE_NAMES[mode].format(dims=dims)
     rename_grad_fn(out, (input,), name.replace("2D", "2DAa") if antialias else name)
     return out
@@ -200,7 +202,7 @@ def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
     n = len(lead)
     x = input.reshape(lead + [c // (r * r), r, r, h, w])
     x = x.permute(list(range(n)) + [n, n + 3, n + 1, n + 4, n + 2])
-    out = x.reshape(lead + [c // (r * r), h * r, w * r])
+    out = in_suggested_format(x.reshape(lead + [c // (r * r), h * r, w * r]), input)
     rename_grad_fn(out, (input,), "PixelShuffleBackward0")
     return out
 
@@ -214,7 +216,7 @@ def channel_shuffle(input: Tensor, groups: int) -> Tensor:
         )
     rest = list(input.shape[2:])
     x = input.reshape([n, groups, c // groups] + rest).transpose(1, 2)
-    out = x.reshape([n, c] + rest)
+    out = in_suggested_format(x.reshape([n, c] + rest), input)
     rename_grad_fn(out, (input,), "ChannelShuffleBackward0")
     return out
 
@@ -231,7 +233,7 @@ def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
     n = len(lead)
     x = input.reshape(lead + [c, h // r, r, w // r, r])
     x = x.permute(list(range(n)) + [n, n + 2, n + 4, n + 1, n + 3])
-    out = x.reshape(lead + [c * r * r, h // r, w // r])
+    out = in_suggested_format(x.reshape(lead + [c * r * r, h // r, w // r]), input)
     rename_grad_fn(out, (input,), "PixelUnshuffleBackward0")
     return out
 

@@ -8,7 +8,13 @@ from ...runtime import casting
 from ...runtime import dtypes as dt
 from ...runtime.device import cpu
 from ...runtime.device import device as _device
-from ...runtime.memory_format import preserve_format, preserved_strides
+from ...runtime.memory_format import (
+    format_strides,
+    memory_format,
+    preserve_format,
+    preserved_strides,
+    suggest_memory_format,
+)
 from ...runtime.random import Generator
 from ...runtime.state import per_thread
 from ...runtime.storage import empty_array
@@ -141,14 +147,9 @@ def laid_out(a: np.ndarray, strides: tuple | None = None) -> np.ndarray:
     item = a.itemsize
     if all(s == w * item for s, w in zip(a.strides, want)):
         return a
-    if strides is None:
-        out = empty_array(a.shape, a.dtype)
-    else:
-        order = sorted(range(a.ndim), key=lambda i: (-want[i], i))
-        inverse = [0] * a.ndim
-        for position, i in enumerate(order):
-            inverse[i] = position
-        out = empty_array(tuple(a.shape[i] for i in order), a.dtype).transpose(inverse)
+    out = (
+        empty_array(a.shape, a.dtype) if strides is None else empty_laid_out(a.shape, a.dtype, want)
+    )
     out[...] = a
     return out
 
@@ -272,6 +273,70 @@ def dense_strides_like(shape: tuple, like_stride: tuple | None) -> tuple:
         strides[i] = acc
         acc *= size_or_one(shape[i])
     return tuple(strides)
+
+
+def suggested_format(*tensors) -> str:
+    """The memory format PyTorch's spatial kernels (convolution, pooling, padding, resampling)
+    give their results: the first channels-last format one of ``tensors`` suggests (a
+    convolution asks its input, then its weight), else ``contiguous_format``."""
+    for t in tensors:
+        if t is None or len(t._shape) not in (4, 5):
+            continue
+        strides = t.stride()
+        if any(v.__class__ is SymInt for v in (*t._shape, *strides)):
+            fmt = _symbolic_channels_last(t._shape, strides)
+        elif strides[1] > strides[-1]:
+            continue  # channels outside the last dim: row-major's order (the common call)
+        else:
+            fmt = suggest_memory_format(t._shape, strides)
+        if fmt != "contiguous_format":
+            return fmt
+    return "contiguous_format"
+
+
+def _symbolic_channels_last(shape: tuple, strides: tuple) -> str:
+    """``suggest_memory_format`` of a layout with symbolic sizes, decided without guards: the
+    channels-last format whose strides these are for every size, else row-major."""
+    name = "channels_last" if len(shape) == 4 else "channels_last_3d"
+    expected = format_strides(tuple(shape), name)
+    if all(statically_known_true("==", s, e) for s, e in zip(strides, expected)):
+        return name
+    return "contiguous_format"
+
+
+def suggested_strides(shape: tuple, *tensors) -> tuple | None:
+    """Strides for a result of ``shape`` in ``suggested_format(*tensors)``; None for row-major
+    (a meta's ``fake`` and ``laid_out`` read None so)."""
+    fmt = suggested_format(*tensors)
+    return None if fmt == "contiguous_format" else format_strides(tuple(shape), fmt)
+
+
+def in_suggested_format(out: Tensor, *tensors) -> Tensor:
+    """``out`` laid out in ``suggested_format(*tensors)`` where that is channels-last (one copy,
+    traced as a ``clone`` so compiled graphs give the same strides, size-1 dims' as PyTorch's);
+    ``out`` itself otherwise, so the row-major path costs nothing. For ops built of other ops
+    (resampling, shuffles) and for gradients computed in another layout."""
+    fmt = suggested_format(*tensors)
+    if fmt == "contiguous_format" or out.ndim != len(tensors[0]._shape):
+        return out
+    if tuple(out.stride()) == format_strides(tuple(out.shape), fmt):
+        return out
+    return out.clone(memory_format=memory_format(fmt))
+
+
+def empty_laid_out(shape: tuple, dtype, strides: tuple) -> np.ndarray:
+    """An uninitialized array of ``shape`` with the dense ``strides`` (size-1 dims' as PyTorch
+    gives them), for a kernel to write a channels-last result into directly."""
+    order = sorted(range(len(shape)), key=lambda i: (-strides[i], i))
+    inverse = [0] * len(shape)
+    for position, i in enumerate(order):
+        inverse[i] = position
+    dtype = np.dtype(dtype)
+    out = empty_array(tuple(shape[i] for i in order), dtype).transpose(inverse)
+    want = tuple(s * dtype.itemsize for s in strides)
+    if out.strides != want:  # (they differ in size-1 dims only, which no index steps along)
+        out = np.lib.stride_tricks.as_strided(out, shape, want)
+    return out
 
 
 def preserved_layout(x: Tensor) -> tuple | None:

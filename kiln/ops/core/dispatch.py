@@ -22,6 +22,7 @@ from ...autograd.graph import Node, OpBackward, leaf_edge, op_node_class
 from ...runtime.device import cpu, meta
 from ...runtime.memory_format import (
     contiguous_format,
+    format_strides,
     is_non_overlapping_and_dense,
     memory_format,
     suggest_memory_format,
@@ -29,7 +30,7 @@ from ...runtime.memory_format import (
 from ...runtime.state import per_thread
 from ...runtime.tensor import INFERENCE_SEEN, Tensor, mark_inference
 from . import registry
-from .common import broadcast_shapes, zero_grad
+from .common import broadcast_shapes, preserved_layout, zero_grad
 
 __all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "CopySlices"]
 
@@ -419,13 +420,43 @@ def run_decomposition(op, args):
         return out
     x = args[0]
     fmt = contiguous_format
+    if callable(layout):  # the format depends on the arguments (3-d average pooling)
+        layout = layout(*args)
+    if layout == "preserved":
+        return _laid_out_like(out, x)
     if layout == "suggested" and isinstance(x, Tensor):
         fmt = memory_format(suggest_memory_format(x._shape, x.stride()))
     if isinstance(out, tuple):  # (a norm's 1-d statistics keep their layout)
         rank = getattr(x, "ndim", None)
-        parts = [o.contiguous(memory_format=fmt) if o.ndim == rank else o for o in out]
+        parts = [_in_format(o, fmt) if o.ndim == rank else o for o in out]
         return type(out)(*parts) if hasattr(out, "_fields") else tuple(parts)
-    return out.contiguous(memory_format=fmt)
+    return _in_format(out, fmt)
+
+
+def _in_format(out: Tensor, fmt) -> Tensor:
+    """``out`` with ``fmt``'s strides: channels-last ones exactly, size-1 dims' too (a pooled
+    (N, C, 1, 1) image's are PyTorch's (C, 1, C, C), which ``contiguous`` would not restride)."""
+    if fmt is contiguous_format:
+        return out.contiguous()
+    if tuple(out.stride()) == format_strides(tuple(out.shape), fmt):
+        return out
+    return registry.OPS["clone"](out, memory_format=fmt)
+
+
+def _laid_out_like(out: Tensor, x: Tensor) -> Tensor:
+    """``out`` in the layout ``empty_like(x)`` has (``x``'s strides where dense, else dense in
+    its dim order): a permute, a contiguous copy and the inverse permute, which trace as views
+    and one clone."""
+    strides = preserved_layout(x)
+    if strides is None:
+        return out.contiguous()
+    if tuple(out.stride()) == strides:
+        return out
+    order = sorted(range(len(strides)), key=lambda i: (-strides[i], i))
+    inverse = [0] * len(order)
+    for position, i in enumerate(order):
+        inverse[i] = position
+    return out.permute(order).contiguous().permute(inverse)
 
 
 def laid_out_decomposition(op):
@@ -560,6 +591,14 @@ def _inplace_autograd(op, args, state):
             "can clarify your code by moving both the view and the inplace either both inside the "
             "no_grad block (if you don't want the inplace to be tracked) or both outside (if you "
             "want the inplace to be tracked)."
+        )
+    made = self._multi_output_view
+    if made is not None and self.grad_fn is not None:
+        raise RuntimeError(
+            f"Output {made[0]} of {made[1]} is a view and is being modified inplace. This view "
+            "is the output of a function that returns multiple views. Such functions do not "
+            "allow the output views to be modified inplace. You should replace the inplace "
+            "operation by an out-of-place one."
         )
     if self._requires_grad and self.grad_fn is None:
         raise RuntimeError(

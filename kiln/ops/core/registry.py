@@ -185,7 +185,8 @@ class Op:
         # where PyTorch's result has a fixed layout that the op's decomposition (pointwise ops
         # keeping the input's) need not give: "contiguous", or "suggested" (the input's
         # suggested memory format); a traced decomposition's results are laid out so, as the
-        # meta's and the kernel's (a later ``view`` of them must work compiled too)
+        # meta's and the kernel's (a later ``view`` of them must work compiled too); or a
+        # function of the op's arguments returning one of those
         self.result_layout = None
         self.saves_inputs = None  # None: all tensor inputs; else a tuple of positions
         # the unsaved inputs keep their strides and storage offset too (``as_strided``'s

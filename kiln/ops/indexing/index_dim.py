@@ -16,6 +16,8 @@ from ..core.common import (
     TensorOrScalar,
     checked_scalar,
     fake,
+    laid_out,
+    preserved_layout,
     require_tensor,
     scalar_value,
     wrap,
@@ -224,13 +226,15 @@ def _index_fill_kernel(x, dim, index, value):
     value = scalar_value(value)
     if not isinstance(value, np.ndarray):
         value = checked_scalar(value, x._dtype)  # -1 into uint8 is 255, 300 raises
-    return _dim_put(x, d, index, value, False, IndexError, negative_ok=True)
+    out = _dim_put(x, d, index, value, False, IndexError, negative_ok=True)
+    strides = preserved_layout(x)  # PyTorch fills a copy that keeps the input's layout
+    return out if strides is None else wrap(laid_out(out._data, strides), x._dtype)
 
 
 @index_fill.register_meta
 def _index_fill_meta(x, dim, index, value):
     _index_fill_check(x, dim, index, value)
-    return fake(x._shape, x._dtype, x)
+    return fake(x._shape, x._dtype, x, preserved_layout(x))
 
 
 def _index_fill_grad(c, g):
@@ -246,6 +250,7 @@ def _index_fill_grad(c, g):
 
 
 index_fill.register_derivative(_index_fill_grad, save_inputs=(2,))
+index_fill.result_layout = "preserved"  # as PyTorch's
 
 
 @index_fill.register_decomposition

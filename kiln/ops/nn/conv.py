@@ -22,7 +22,17 @@ import numpy as np
 from ...runtime import dtypes as dt
 from ...runtime.storage import empty_array
 from ...runtime.symbolic import SymInt, sym_max
-from ..core.common import Tensor, compute_np_dtype, fake, numpy_derivative_ok, wrap
+from ..core.common import (
+    Tensor,
+    compute_np_dtype,
+    empty_laid_out,
+    fake,
+    in_suggested_format,
+    laid_out,
+    numpy_derivative_ok,
+    suggested_strides,
+    wrap,
+)
 from ..core.registry import OPS, defop
 from ..creation.api import tensor
 from ..reductions.reduce import c_type_name, torch_type_name
@@ -152,15 +162,31 @@ def _convolution_kernel(x, w, b, stride, padding, dilation, transposed, output_p
     a = x._data.astype(cd, copy=False)
     wa = w._data.astype(cd, copy=False)
     if 0 in shape:
-        return wrap(np.zeros(shape, cd), x._dtype)
+        return wrap(_conv_laid_out(np.zeros(shape, cd), x, w), x._dtype)
     if transposed:
         out = conv_transposed(a, wa, stride, padding, dilation, groups, shape[2:])
     else:
         pads = [(p, p) for p in padding]
-        out = conv_forward(a, wa, stride, pads, dilation, groups, shape[2:])
+        out = conv_forward(
+            a, wa, stride, pads, dilation, groups, shape[2:], _conv_out(shape, cd, x, w)
+        )
     if b is not None:
         out = out + b._data.astype(cd, copy=False).reshape((-1,) + (1,) * (out.ndim - 2))
-    return wrap(out, x._dtype)
+    return wrap(_conv_laid_out(out, x, w), x._dtype)
+
+
+def _conv_out(shape: tuple, dtype, x: Tensor, w: Tensor) -> np.ndarray | None:
+    """A channels-last buffer for the products to write a channels-last result into (no copy
+    after them); None for a row-major result."""
+    strides = suggested_strides(shape, x, w)
+    return None if strides is None else empty_laid_out(shape, dtype, strides)
+
+
+def _conv_laid_out(out: np.ndarray, x: Tensor, w: Tensor) -> np.ndarray:
+    """A convolution's result in PyTorch's layout: channels-last when the input or the
+    weight suggests it (oneDNN's rule), else as computed (row-major)."""
+    strides = suggested_strides(out.shape, x, w)
+    return out if strides is None else laid_out(out, strides)
 
 
 # im2col columns up to this size are kept from the forward pass for the weight gradient
@@ -198,17 +224,24 @@ def _convolution_recording_kernel(
         ), None
     pads = [(p, p) for p in padding]
     out, cols = conv_forward_keeping_columns(
-        x._data, w._data, stride, pads, dilation, groups, shape[2 : 2 + k]
+        x._data,
+        w._data,
+        stride,
+        pads,
+        dilation,
+        groups,
+        shape[2 : 2 + k],
+        _conv_out(shape, cd, x, w),
     )
     if b is not None:
         out += b._data.reshape((-1,) + (1,) * k)
-    return wrap(out, x._dtype), cols
+    return wrap(_conv_laid_out(out, x, w), x._dtype), cols
 
 
 @convolution.register_meta
 def _convolution_meta(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
     shape = _conv_geometry(x, w, b, stride, padding, dilation, transposed, output_padding, groups)
-    return fake(shape, x._dtype, x)
+    return fake(shape, x._dtype, x, suggested_strides(shape, x, w))
 
 
 def _narrow_spatial(t: Tensor, sizes) -> Tensor:
@@ -273,8 +306,8 @@ def _numpy_convolution_grad(
             else None
         )
     return (
-        None if gx is None else wrap(gx, x._dtype),
-        None if gw is None else wrap(gw, w._dtype),
+        None if gx is None else wrap(_conv_laid_out(gx, x, w), x._dtype),
+        None if gw is None else wrap(_conv_laid_out(gw, x, w), w._dtype),
     )
 
 
@@ -316,6 +349,11 @@ def _convolution_grad(c, g):
             src, pads = _weight_grad_source(src, kernel, stride, padding, dilation, g.shape[2:])
         gw = convolution(src, filt, None, dilation, pads, stride, False, [0] * k, groups)
         gw = _narrow_spatial(gw, kernel).transpose(0, 1)
+    # both in the forward's layout, channels-last where the input or the weight is (PyTorch's)
+    if gx is not None:
+        gx = in_suggested_format(gx, x, w)
+    if gw is not None:
+        gw = in_suggested_format(gw, x, w)
     return gx, gw, gb, None, None, None, None, None, None
 
 
@@ -472,7 +510,12 @@ def _max_pool_kernel(x, kernel, stride, padding, dilation, ceil_mode):
     table = np.zeros(len(taps), np.int64)
     for p, offset in enumerate(kernel_offsets(kernel)):
         table[p] = sum(offset[i] * dilation[i] * flat[i] for i in range(k))
-    index = empty_array(arg.shape, np.dtype(np.int64))
+    strides = suggested_strides(values.shape, x)
+    if strides is None:
+        index = empty_array(arg.shape, np.dtype(np.int64))
+    else:
+        values = laid_out(values, strides)
+        index = empty_laid_out(arg.shape, np.int64, strides)
     np.take(table, arg, out=index)
     index += base
     return wrap(values, x._dtype), wrap(index, dt.int64)
@@ -511,7 +554,8 @@ def _max_and_first_arg(taps: list) -> tuple:
 def _max_pool_meta(x, kernel, stride, padding, dilation, ceil_mode):
     out = _pool_geometry("max_pool", x, kernel, stride, padding, dilation, ceil_mode)
     shape = tuple(x.shape[:2]) + tuple(out)
-    return fake(shape, x._dtype, x), fake(shape, dt.int64, x)
+    strides = suggested_strides(shape, x)
+    return fake(shape, x._dtype, x, strides), fake(shape, dt.int64, x, strides)
 
 
 def scatter_to_input(g: Tensor, indices: Tensor, input_shape) -> Tensor:
@@ -528,10 +572,12 @@ def _max_pool_grad(c, g, _g_indices=None):
     x, kernel, stride, padding, dilation, _ = c.args
     indices = c.out[1]
     if numpy_derivative_ok(g) and indices._data is not None:
-        return (_np_scatter_to_input(g, indices, tuple(x.shape), kernel, stride, dilation),) + (
-            None,
-        ) * 5
-    return (scatter_to_input(g, indices, tuple(x.shape)),) + (None,) * 5
+        gx = _np_scatter_to_input(g, indices, tuple(x.shape), kernel, stride, dilation)
+        strides = suggested_strides(gx._shape, x)  # (PyTorch's: the input's layout)
+        if strides is not None:
+            gx = wrap(laid_out(gx._data, strides), gx._dtype)
+        return (gx,) + (None,) * 5
+    return (in_suggested_format(scatter_to_input(g, indices, tuple(x.shape)), x),) + (None,) * 5
 
 
 def _np_scatter_to_input(g: Tensor, indices: Tensor, input_shape, kernel, stride, dilation):
@@ -555,7 +601,10 @@ def _np_scatter_to_input(g: Tensor, indices: Tensor, input_shape, kernel, stride
     return wrap(gx.reshape(input_shape), g._dtype)
 
 
-_max_pool.register_derivative(_max_pool_grad, save_output=(1,), save_inputs=())
+_max_pool.register_derivative(
+    _max_pool_grad, save_output=(1,), save_inputs=(), save_input_layouts=True
+)
+_max_pool.result_layout = "suggested"  # as PyTorch's
 
 
 # windows of at most this many positions decompose into a chain of compares (one pointwise
@@ -712,18 +761,33 @@ def _avg_pool_kernel(x, kernel, stride, padding, ceil_mode, count_include_pad, d
     a = x._data.astype(compute_np_dtype(x._dtype), copy=False)
     if any(p != (0, 0) for p in pads):
         a = np.pad(a, [(0, 0), (0, 0)] + pads)
+    strides = _avg_pool_strides(tuple(x.shape[:2]) + tuple(out), x)
     sums = None
     for offset in kernel_offsets(kernel):
         tap = a[(Ellipsis,) + offset_slices(offset, out, stride, [1] * k)]
-        sums = tap.copy() if sums is None else np.add(sums, tap, out=sums)
+        if sums is None:  # channels-last sums are written so from the first window on
+            sums = tap.copy() if strides is None else laid_out(tap, strides)
+        else:
+            np.add(sums, tap, out=sums)
     sums /= div
     return wrap(sums, x._dtype)
+
+
+def _batched_2d_format(x, *args) -> str:
+    """PyTorch's 2-d average and adaptive pooling keep a channels-last input's layout; their
+    3-d kernels have no channels-last path and return row-major results."""
+    return "suggested" if x.ndim == 4 else "contiguous"
+
+
+def _avg_pool_strides(shape: tuple, x) -> tuple | None:
+    return suggested_strides(shape, x) if x.ndim == 4 else None
 
 
 @_avg_pool.register_meta
 def _avg_pool_meta(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
     out = _pool_geometry("avg_pool", x, kernel, stride, padding, [1] * len(kernel), ceil_mode)
-    return fake(tuple(x.shape[:2]) + tuple(out), x._dtype, x)
+    shape = tuple(x.shape[:2]) + tuple(out)
+    return fake(shape, x._dtype, x, _avg_pool_strides(shape, x))
 
 
 def _window_sum_transposed(g: Tensor, kernel, stride) -> Tensor:
@@ -746,10 +810,12 @@ def _avg_pool_grad(c, g):
     crop = []
     for i in reversed(range(len(kernel))):
         crop += [-padding[i], padding[i] + x.shape[2 + i] - full.shape[2 + i]]
-    return (OPS["constant_pad_nd"](full, crop, 0.0),) + (None,) * 6
+    gx = OPS["constant_pad_nd"](full, crop, 0.0)
+    return (in_suggested_format(gx, x) if x.ndim == 4 else gx,) + (None,) * 6
 
 
-_avg_pool.register_derivative(_avg_pool_grad, save_inputs=())
+_avg_pool.register_derivative(_avg_pool_grad, save_inputs=(), save_input_layouts=True)
+_avg_pool.result_layout = _batched_2d_format  # as PyTorch's
 
 
 @_avg_pool.register_decomposition
@@ -835,6 +901,9 @@ def _adaptive_avg_pool_decomp(x, output_size):
     return _apply_per_dim(x, [_averaging_matrix(s, o) for s, o in zip(spatial, output_size)])
 
 
+_adaptive_avg_pool.result_layout = _batched_2d_format  # as PyTorch's
+
+
 @defop(kind="pooling", returns=("values", "indices"))
 def _adaptive_max_pool(input: Tensor, output_size: list[int]): ...
 
@@ -885,6 +954,9 @@ def _adaptive_max_pool_kernel(x, output_size):
     for i in range(k):
         rows = np.arange(output_size[i]).reshape((-1,) + (1,) * (k - 1 - i))
         flat_index = flat_index * spatial[i] + grids[i][rows, offsets[i]]
+    strides = _avg_pool_strides(values.shape, x)
+    if strides is not None:
+        values, flat_index = laid_out(values, strides), laid_out(flat_index, strides)
     return wrap(values, x._dtype), wrap(flat_index, dt.int64)
 
 
@@ -894,7 +966,8 @@ def _adaptive_max_pool_meta(x, output_size):
     for size in _spatial(x):  # its windows need the input's sizes (``_adaptive_index_grid``)
         int(size)
     shape = tuple(x.shape[:2]) + tuple(output_size)
-    return fake(shape, x._dtype, x), fake(shape, dt.int64, x)
+    strides = _avg_pool_strides(shape, x)
+    return fake(shape, x._dtype, x, strides), fake(shape, dt.int64, x, strides)
 
 
 @_adaptive_max_pool.register_decomposition
@@ -927,11 +1000,16 @@ def _adaptive_max_pool_decomp(x, output_size):
     return gather_at(x, flat_index), flat_index
 
 
+def _adaptive_max_pool_grad(c, g, _g_indices=None):
+    x = c.args[0]
+    gx = scatter_to_input(g, c.out[1], tuple(x.shape))
+    return (in_suggested_format(gx, x) if x.ndim == 4 else gx), None
+
+
 _adaptive_max_pool.register_derivative(
-    lambda c, g, _gi=None: (scatter_to_input(g, c.out[1], tuple(c.args[0].shape)), None),
-    save_output=(1,),
-    save_inputs=(),
+    _adaptive_max_pool_grad, save_output=(1,), save_inputs=(), save_input_layouts=True
 )
+_adaptive_max_pool.result_layout = _batched_2d_format  # as PyTorch's
 
 
 # ------------------------------------------------------------------------------ interpolation

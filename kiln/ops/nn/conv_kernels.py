@@ -350,10 +350,12 @@ def _wide_applies(shape, kernel, stride, pads, dilation, groups: int, og: int):
     return plan if _wide_pays(plan, og) else None
 
 
-def conv_forward(a, w, stride, pads, dilation, groups: int, out_spatial) -> np.ndarray:
+def conv_forward(a, w, stride, pads, dilation, groups: int, out_spatial, out=None) -> np.ndarray:
     """Convolution of ``a`` (N, C, *S) with ``w`` (O, C/groups, *K): (N, O, *out_spatial).
 
-    ``pads``: per spatial dim, (before, after) zero padding (negative crops)."""
+    ``pads``: per spatial dim, (before, after) zero padding (negative crops). ``out``: an
+    array (a channels-last one) the column products write into; the other paths return
+    arrays of their own."""
     kernel = tuple(w.shape[2:])
     cg = a.shape[1] // groups
     if _whole_window(a.shape[2:], kernel, pads, dilation):
@@ -365,11 +367,11 @@ def conv_forward(a, w, stride, pads, dilation, groups: int, out_spatial) -> np.n
         return _wide_forward(a, w, plan)[0]
     layout = _column_layout(out_spatial, kernel, cg)
     a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
-    return _convolve_padded(a, w, stride, dilation, groups, tuple(out_spatial), layout)
+    return _convolve_padded(a, w, stride, dilation, groups, tuple(out_spatial), layout, out)
 
 
 def conv_forward_keeping_columns(
-    a, w, stride, pads, dilation, groups: int, out_spatial
+    a, w, stride, pads, dilation, groups: int, out_spatial, out=None
 ) -> tuple[np.ndarray, np.ndarray | WideColumns | None]:
     """``conv_forward``, also returning the columns its product read (im2col's, or a wide
     convolution's shifted copies; None where it read none: a whole-window or depthwise
@@ -378,7 +380,7 @@ def conv_forward_keeping_columns(
     kernel = tuple(w.shape[2:])
     cg = a.shape[1] // groups
     if cg == 1 or _whole_window(a.shape[2:], kernel, pads, dilation):
-        return conv_forward(a, w, stride, pads, dilation, groups, out_spatial), None
+        return conv_forward(a, w, stride, pads, dilation, groups, out_spatial, out), None
     if conv_direct.applies(a, w, stride, pads, dilation, groups, out_spatial):
         return conv_direct.forward(a, w, stride, pads, out_spatial)
     plan = _wide_applies(a.shape, kernel, stride, pads, dilation, groups, w.shape[0] // groups)
@@ -389,7 +391,8 @@ def conv_forward_keeping_columns(
     layout = _column_layout(out_spatial, kernel, cg)
     a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
     cols = _columns(a, kernel, stride, dilation, groups, out_spatial, layout)
-    out = empty_array((a.shape[0], w.shape[0]) + out_spatial, np.result_type(a, w))
+    if out is None:
+        out = empty_array((a.shape[0], w.shape[0]) + out_spatial, np.result_type(a, w))
     _multiply_columns(cols, _weight_matrix(w, groups, layout), groups, layout, out)
     return out, cols
 
@@ -455,6 +458,12 @@ def _multiply_columns(cols, wmat, groups: int, layout: str, out) -> np.ndarray:
         else:
             np.copyto(grouped, blas.kernel_matmul(wmat, cols).reshape(grouped.shape))
         return out
+    if groups == 1 and out.strides[1] == out.itemsize:
+        channels_inner = out.transpose((0,) + tuple(range(2, k + 2)) + (1,))
+        if channels_inner.flags.c_contiguous:
+            # a channels-last output is the product's own (N, *P, O) layout: written in place
+            blas.kernel_matmul(cols[0], wmat[0], channels_inner.reshape(n * p_out, og))
+            return out
     product = empty_array((groups, n) + out_spatial + (og,), out.dtype)
     flat = product.reshape(groups, n * p_out, og)
     for group in range(groups):

@@ -19,6 +19,7 @@ from ..core.common import (
     Tensor,
     TensorList,
     cast_array,
+    empty_laid_out,
     empty_like_layout,
     fake,
     tensor_sequence,
@@ -99,9 +100,17 @@ def _cat_strides(shape: tuple, kept) -> tuple:
     """PyTorch's layout for cat's result: channels-last where every input suggests the same
     channels-last format, else contiguous (numpy would follow a transposed first input, and a
     later ``view`` of the result would fail)."""
+    return _joined_strides(shape, [(t._shape, t.stride()) for t in kept])
+
+
+def _joined_strides(shape: tuple, layouts) -> tuple:
+    """``_cat_strides`` of inputs given as (shape, strides) pairs."""
     fmt = None
-    for t in kept:
-        suggested = suggest_memory_format(t._shape, t.stride())
+    for t_shape, t_stride in layouts:
+        suggested = "contiguous_format"
+        # (channels outside the last dim: row-major's order, the common call, decided here)
+        if len(t_shape) in (4, 5) and t_stride[1] <= t_stride[-1]:
+            suggested = suggest_memory_format(t_shape, t_stride)
         if fmt is None:
             fmt = suggested
         elif suggested != fmt:
@@ -228,10 +237,31 @@ def _stack_kernel(tensors, dim=0):
         return _stack_decomp(tensors, dim)  # promotion as cat's
     d = wrap_dim(dim, len(first) + 1)
     shape = first[:d] + (len(tensors),) + first[d:]
-    # contiguous whatever the inputs' layout, as PyTorch's (and the meta's) result
-    return wrap(
-        np.stack([t._data for t in tensors], axis=d, out=empty_array(shape, dtype.np)), dtype
-    )
+    strides = _stack_strides(tensors, d)
+    if strides is None or strides == contiguous_strides(shape):
+        out = empty_array(shape, dtype.np)
+    else:
+        out = empty_laid_out(shape, dtype.np, strides)
+    return wrap(np.stack([t._data for t in tensors], axis=d, out=out), dtype)
+
+
+def _stack_strides(tensors: list, d: int) -> tuple | None:
+    """PyTorch's layout for stack's result: inside the rank, ``cat`` along ``d`` (channels-last
+    inputs give channels-last) with ``d`` then split in two; at the end, ``cat`` of the inputs
+    unsqueezed there (contiguous but for odd layouts). None: row-major, decided cheaply."""
+    first = tuple(tensors[0]._shape)
+    rank = len(first) + (d == len(first))
+    last = -1 if d < len(first) else None  # (the unsqueezed dim's stride is 1)
+    if rank not in (4, 5) or all(
+        t.stride()[1] > (1 if last is None else t.stride()[last]) for t in tensors
+    ):  # no channels-last format to follow (a batch of 3-d images, row-major inputs)
+        return None
+    if d < len(first):
+        joined = first[:d] + (first[d] * len(tensors),) + first[d + 1 :]
+        strides = _joined_strides(joined, [(t._shape, t.stride()) for t in tensors])
+        return strides[:d] + (first[d] * strides[d], strides[d]) + strides[d + 1 :]
+    shape = first + (len(tensors),)
+    return _joined_strides(shape, [(tuple(t._shape) + (1,), t.stride() + (1,)) for t in tensors])
 
 
 @stack.register_decomposition
@@ -239,6 +269,8 @@ def _stack_decomp(tensors, dim=0):
     first = _stack_check(tensors)
     tensors = list(tensors)
     d = wrap_dim(dim, len(first) + 1)
+    if d < len(first):  # as PyTorch's: a cat, then a view splitting the joined dim
+        return OPS["view"](cat(tensors, d), first[:d] + (len(tensors),) + first[d:])
     return cat([OPS["unsqueeze"](t, d) for t in tensors], d)
 
 
@@ -250,7 +282,8 @@ def _stack_meta(tensors, dim=0):
     dtype = tensors[0]._dtype
     for t in tensors[1:]:
         dtype = dt.promote_types(dtype, t._dtype)
-    return fake(first[:d] + (len(tensors),) + first[d:], dtype, tensors[0])
+    shape = first[:d] + (len(tensors),) + first[d:]
+    return fake(shape, dtype, tensors[0], _stack_strides(tensors, d))
 
 
 def _stack_grad(c, g):

@@ -9,7 +9,14 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime.symbolic import as_int
-from ..core.common import Tensor, checked_scalar, fake, wrap
+from ..core.common import (
+    Tensor,
+    checked_scalar,
+    empty_laid_out,
+    fake,
+    suggested_strides,
+    wrap,
+)
 from ..core.registry import OPS, defop
 from ..creation.api import tensor
 
@@ -62,7 +69,15 @@ def _constant_pad_kernel(x, pad, value):
         fill = np.array(value).astype(x._dtype.np)
     else:
         fill = int(checked_scalar(value, x._dtype))
-    return wrap(np.pad(a, widths, mode="constant", constant_values=fill), x._dtype)
+    shape = tuple(s + before + after for s, (before, after) in zip(a.shape, widths))
+    strides = suggested_strides(shape, x)
+    if strides is None:
+        return wrap(np.pad(a, widths, mode="constant", constant_values=fill), x._dtype)
+    # a channels-last input's result is written channels-last (PyTorch's layout) in one pass
+    out = empty_laid_out(shape, a.dtype, strides)
+    out.fill(fill)
+    out[tuple(slice(before, before + s) for s, (before, _) in zip(a.shape, widths))] = a
+    return wrap(out, x._dtype)
 
 
 @constant_pad_nd.register_meta
@@ -70,7 +85,7 @@ def _constant_pad_meta(x, pad, value=0):
     shape = list(x._shape)
     for dim, before, after in _pad_geometry(x, pad):
         shape[dim] += before + after
-    return fake(shape, x._dtype, x)
+    return fake(shape, x._dtype, x, suggested_strides(shape, x))
 
 
 constant_pad_nd.register_derivative(
@@ -94,6 +109,9 @@ def _constant_pad_decomp(x, pad, value=0):
         start = max(before, 0)
         x = OPS["slice_scatter"](base, x, dim, start, start + x.shape[dim], 1)
     return x
+
+
+constant_pad_nd.result_layout = "suggested"  # as PyTorch's
 
 
 _PAD_HELP = (

@@ -12,7 +12,16 @@ import numpy as np
 from ...runtime import dtypes as dt
 from ...runtime.memory_format import contiguous_format
 from ...runtime.symbolic import as_int
-from ..core.common import Tensor, fake, laid_out, preserved_layout, wrap, wrap_dim, wrap_dims
+from ..core.common import (
+    Tensor,
+    fake,
+    laid_out,
+    preserved_layout,
+    suggested_strides,
+    wrap,
+    wrap_dim,
+    wrap_dims,
+)
 from ..core.registry import OPS, defop, tensor_method, torch_function
 from .cat_split import cat
 from .shape_functions import flatten, int_list_args, narrow, transpose
@@ -174,6 +183,9 @@ def _flip_decomp(x, dims):
     return x
 
 
+flip.result_layout = "preserved"  # as PyTorch's (and the kernel's)
+
+
 @tensor_method("flip")
 def _flip_method(self: Tensor, *dims_args, dims=None) -> Tensor:
     return flip(self, int_list_args(dims_args, dims))
@@ -218,13 +230,23 @@ def _roll_kernel(x, shifts, dims):
     shifts, dims = _roll_args(x, shifts, dims)
     a = x._data
     out = np.roll(a, shifts[0]) if dims is None else np.roll(a, shifts, dims)
-    return wrap(np.require(out, requirements="C"), x._dtype)
+    return wrap(laid_out(out, _roll_strides(x, dims)), x._dtype)
+
+
+def _roll_strides(x, dims) -> tuple | None:
+    """PyTorch's roll along dims keeps a channels-last input's layout (any other is made
+    row-major, as is a roll of the flattened tensor)."""
+    return None if dims is None else suggested_strides(x._shape, x)
+
+
+def _roll_format(x, shifts, dims=None) -> str:
+    return "contiguous" if dims is None else "suggested"
 
 
 @roll.register_meta
 def _roll_meta(x, shifts, dims=None):
     _roll_args(x, shifts, dims)
-    return fake(x._shape, x._dtype, x)
+    return fake(x._shape, x._dtype, x, _roll_strides(x, dims))
 
 
 def _roll_grad(c, g):
@@ -234,6 +256,7 @@ def _roll_grad(c, g):
 
 
 roll.register_derivative(_roll_grad, save_inputs=())
+roll.result_layout = _roll_format  # as PyTorch's
 
 
 @roll.register_decomposition
