@@ -321,3 +321,23 @@ def test_define_and_impl_functions_then_opcheck():
         return op(x), op(x, 5), compiled
 
     _both(program)
+
+
+def test_fake_with_a_data_dependent_size_compiles():
+    def program(lib, name):
+        Tensor = lib.Tensor
+
+        @lib.library.custom_op(name, mutates_args=())
+        def positive(x: Tensor) -> Tensor:
+            values = x.numpy()
+            return lib.from_numpy(values[values > 0].copy())
+
+        @positive.register_fake
+        def _(x):
+            return x.new_empty(lib.library.get_ctx().new_dynamic_size())
+
+        x = lib.tensor([1.0, -2.0, 3.0, -4.0, 5.0])
+        compiled = lib.compile(lambda t: positive(t * 2) + 1, fullgraph=True)(x)
+        return positive(x), compiled
+
+    _both(program)

@@ -32,6 +32,8 @@ __all__ = [
     "namespace",
     "lookup",
     "remove",
+    "get_ctx",
+    "FakeImplCtx",
 ]
 
 # namespace name -> its ``kiln.ops.<namespace>`` object
@@ -264,6 +266,27 @@ class CustomOpDef(Op):
             f"Trying to backward through {self.name}.default but no autograd formula was "
             "registered. Please use register_autograd to add one."
         )
+
+
+class FakeImplCtx:
+    """What ``get_ctx()`` gives a fake function: sizes only the kernel's data decides."""
+
+    def new_dynamic_size(self, *, min: int = 0, max: int | None = None):
+        """A size the fake cannot know (``nonzero``'s row count): a fresh symbol while
+        capturing, in ``[min, max]``."""
+        from ..indexing.subscript import data_dependent_size
+
+        size = data_dependent_size("a custom op's data-dependent size", max)
+        if min > 0:
+            from ...runtime.symbolic import check
+
+            check(size >= min)
+        return size
+
+
+def get_ctx() -> FakeImplCtx:
+    """``torch.library.get_ctx()``, for a fake function."""
+    return FakeImplCtx()
 
 
 def _detached(value):
