@@ -341,3 +341,16 @@ def test_fake_with_a_data_dependent_size_compiles():
         return positive(x), compiled
 
     _both(program)
+
+
+@pytest.mark.parametrize("result", ["input", "view"])
+def test_a_result_aliasing_an_input_is_refused_as_pytorch(result):
+    for lib in (torch, kiln):
+        Tensor = lib.Tensor
+
+        @lib.library.custom_op(_fresh("alias"), mutates_args=())
+        def op(x: Tensor) -> Tensor:
+            return x if result == "input" else x[1:]
+
+        with pytest.raises(RuntimeError, match="may not alias any inputs"):
+            op(lib.ones(3))

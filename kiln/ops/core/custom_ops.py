@@ -14,6 +14,8 @@ import inspect
 import types
 from collections.abc import Callable, Iterable, Sequence
 
+import numpy as np
+
 from ...autograd.function import FunctionCtx
 from ...runtime.state import per_thread
 from ...runtime.tensor import Tensor
@@ -248,12 +250,28 @@ class CustomOpDef(Op):
             out = _call_user(impl, self.schema.signature, tuple(_detached(a) for a in args))
         finally:
             state.grad_enabled = enabled
+        self._check_no_alias(args, out)
         for name in self.schema.mutated:
             value = args[self.param_names.index(name)]
             for t in value if isinstance(value, (list, tuple)) else (value,):
                 if isinstance(t, Tensor):
                     t._get_storage().version += 1
         return out
+
+    def _check_no_alias(self, args: tuple, out) -> None:
+        """PyTorch's rule: a result is never an input nor a view of one (autograd would
+        record the op's history on the caller's tensor)."""
+        inputs = [t for t in _flat_tensors(args) if t._data is not None]
+        outputs = [t for t in _flat_tensors((out,)) if t._data is not None]
+        for i, result in enumerate(outputs):
+            others = inputs + outputs[:i]
+            if any(np.may_share_memory(result._data, other._data) for other in others):
+                raise RuntimeError(
+                    f"{self.qualname}: The output of this custom operator (1) must not also be "
+                    "an input to this custom operator and (2) may not alias any inputs to this "
+                    "custom operator or other returns. Please instead return a clone of the "
+                    "offending output tensor(s) (e.g. return x.clone())."
+                )
 
     def _no_fake(self, *args):
         raise RuntimeError(
@@ -287,6 +305,16 @@ class FakeImplCtx:
 def get_ctx() -> FakeImplCtx:
     """``torch.library.get_ctx()``, for a fake function."""
     return FakeImplCtx()
+
+
+def _flat_tensors(values) -> list[Tensor]:
+    found = []
+    for value in values:
+        if isinstance(value, Tensor):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(_flat_tensors(value))
+    return found
 
 
 def _detached(value):
