@@ -97,7 +97,7 @@ class Recorder:
     def record_op(self, op, args: tuple):
         """Run ``op`` through the dispatcher as an ``aten::<name>`` event (PyTorch's names, so
         code that looks events up by name finds them)."""
-        event = self.begin(f"aten::{op.name}", "cpu_op")
+        event = self.begin(op.qualname, "cpu_op")
         if self.record_shapes:
             event.input_shapes = [_shape(a) for a in args]
         try:

@@ -354,3 +354,12 @@ def test_a_result_aliasing_an_input_is_refused_as_pytorch(result):
 
         with pytest.raises(RuntimeError, match="may not alias any inputs"):
             op(lib.ones(3))
+
+
+def test_profiler_names_a_custom_op_by_its_qualified_name():
+    for lib in (torch, kiln):
+        name = _fresh("profiled")
+        op = _sin_op(lib, name)
+        with lib.profiler.profile() as prof:
+            op(lib.tensor(X), 2.0)
+        assert name in {event.key for event in prof.key_averages()}

@@ -117,7 +117,7 @@ class CustomOpDef(Op):
         signature_holder.__signature__ = schema.signature
         signature_holder.__doc__ = doc
         super().__init__(f"{namespace_name}.{short}", signature_holder, "custom", False, False)
-        self.qualname = qualname
+        self._qualname = qualname
         self.schema = schema
         self.implementations: dict[str, Callable] = {}
         self.fake = None
@@ -125,6 +125,10 @@ class CustomOpDef(Op):
         self.derivative = self._no_formula
         self.meta = self._no_fake
         self.grad_fn_name = f"GeneratedBackwardFor_{namespace_name}_{short}_defaultBackward"
+
+    @property
+    def qualname(self) -> str:
+        return self._qualname
 
     # PyTorch's names: ``foo._name``, ``torch.ops.mylib.foo.default``
     @property

@@ -236,6 +236,11 @@ class Op:
     def __repr__(self) -> str:
         return f"kiln.ops.{self.name}"
 
+    @property
+    def qualname(self) -> str:
+        """PyTorch's ``namespace::name`` of the op (``aten::add``), as the profiler names it."""
+        return f"aten::{self.name}"
+
     def __reduce__(self):
         return (get_op, (self.name,))
 
