@@ -363,3 +363,20 @@ def test_profiler_names_a_custom_op_by_its_qualified_name():
         with lib.profiler.profile() as prof:
             op(lib.tensor(X), 2.0)
         assert name in {event.key for event in prof.key_averages()}
+
+
+def test_vmap_over_a_custom_op_with_and_without_a_rule():
+    def program(lib, name):
+        Tensor = lib.Tensor
+
+        @lib.library.custom_op(name, mutates_args=())
+        def total(x: Tensor) -> Tensor:
+            return lib.from_numpy(np.asarray(x.numpy().sum(), dtype=np.float32))
+
+        total.register_fake(lambda x: x.new_empty(()))
+        batch = lib.arange(6.0).reshape(2, 3)
+        without_rule = lib.vmap(total)(batch)
+        total.register_vmap(lambda info, in_dims, x: (x.sum(dim=in_dims[0] + 1), 0))
+        return without_rule, lib.vmap(total)(batch)
+
+    _both(program)

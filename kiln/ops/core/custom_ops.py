@@ -200,6 +200,16 @@ class CustomOpDef(Op):
 
         return deco(fn) if fn is not None else deco
 
+    def register_vmap(self, func: Callable | None = None, /):
+        """Accepted and kept: ``kiln.vmap`` runs a function once per batch entry, so the op
+        needs no batching rule (the results are the rule's)."""
+
+        def deco(rule):
+            self.vmap_rule = rule
+            return rule
+
+        return deco(func) if func is not None else deco
+
     def register_autograd(
         self, backward: Callable, /, *, setup_context: Callable | None = None
     ) -> None:
