@@ -73,6 +73,17 @@ def _spatial_ops(lib):
         "stack-dim1": (lambda x: lib.stack([x, x * 2], 1), [image]),
         "stack-last": (lambda x: lib.stack([x, x * 2], -1), [image]),
         "unfold": (lambda x: F.unfold(x, 2), [image]),
+        "conv_transpose2d-groups": (
+            lambda x, w: F.conv_transpose2d(x, w, stride=2, output_padding=1, groups=3),
+            [(2, 6, 5, 6), (6, 2, 3, 3)],
+        ),
+        "max_pool2d-ceil-dilated": (
+            lambda x: F.max_pool2d(x, 2, 2, dilation=2, ceil_mode=True),
+            [image],
+        ),
+        "lp_pool2d": (lambda x: F.lp_pool2d(x, 2, 2), [image]),
+        "area": (lambda x: F.interpolate(x, (3, 4), mode="area"), [image]),
+        "pad-reflect-3d": (lambda x: F.pad(x, (1, 1, 1, 1, 1, 1), mode="reflect"), [volume]),
     }
 
 
@@ -87,7 +98,9 @@ _GRADIENT_LAYOUTS = {
     "conv2d-weight-only",
     "conv3d",
     "conv_transpose2d",
+    "conv_transpose2d-groups",
     "max_pool2d",
+    "max_pool2d-ceil-dilated",
     "max_pool2d-indices",
     "max_pool3d",
     "avg_pool2d",
