@@ -90,7 +90,10 @@ def opcheck(
     kwargs = kwargs or {}
     names = (test_utils,) if isinstance(test_utils, str) else tuple(test_utils)
     eager = op(*args, **kwargs)
-    tolerances = {"atol": atol if atol is not None else 1e-5, "rtol": rtol or 1.3e-6}
+    tolerances = {
+        "atol": atol if atol is not None else 1e-5,
+        "rtol": rtol if rtol is not None else 1.3e-6,
+    }
 
     def schema():
         if not isinstance(op, CustomOpDef):
