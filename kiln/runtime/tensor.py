@@ -161,6 +161,9 @@ class Tensor:
     # a view a custom Function returned: (output index, the Function's name); an in-place op on
     # it is PyTorch's error (its view history would replace the Function's backward)
     _custom_function_view = None
+    # an output of split/chunk/unbind with history: (output index, "Split"/"Unbind"); an in-place
+    # op on it is PyTorch's error (the pieces share their view history)
+    _multi_output_view = None
     _inference_writable = False  # see ``mark_inference``
 
     # ------------------------------------------------------------------ construction

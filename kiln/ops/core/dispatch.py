@@ -558,9 +558,13 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
     if kernel_saved is not None:
         node.keep_kernel_saved(kernel_saved)
     if op.is_view:
+        inherited = getattr(args[0], "_multi_output_view", None) if args else None
         for o in (out,) if out.__class__ is Tensor else out:
             if isinstance(o, Tensor) and o._base is not None:  # (a reshape may copy)
                 o._view_version = o._storage.version
+                if inherited is not None:  # a view of a split's piece is refused in turn,
+                    # named after its own node as PyTorch names it ("Output 0 of Select")
+                    o._multi_output_view = (0, type(node).__name__.rstrip("0123456789")[:-8])
     if out.__class__ is Tensor:  # the common case first
         if out._dtype.category >= 2:  # floating or complex
             out._requires_grad = True

@@ -34,14 +34,23 @@ def is_tensor_arg(x) -> bool:
     return isinstance(x, (Tensor, SavedMeta))
 
 
+# PyTorch's functions returning several views (split, chunk, unbind): their outputs may not be
+# modified in place while they have history (``dispatch._inplace_autograd``)
+_MULTI_OUTPUT_VIEWS = {"SplitBackward0", "SplitWithSizesBackward0", "UnbindBackward0"}
+
+
 def rename_grad_fn(result, inputs: tuple, name: str) -> None:
-    """Name the nodes this call made (not nodes the result shares with an input)."""
-    for out in result if isinstance(result, (list, tuple)) else (result,):
+    """Name the nodes this call made (not nodes the result shares with an input); mark the
+    outputs of a multi-output view function with ``(output index, function name)``."""
+    multi = name in _MULTI_OUTPUT_VIEWS and isinstance(result, (list, tuple))
+    for i, out in enumerate(result if isinstance(result, (list, tuple)) else (result,)):
         node = getattr(out, "grad_fn", None)
         if not isinstance(node, OpBackward):
             continue
         if not any(node is getattr(a, "grad_fn", None) for a in inputs):
             node.rename(name)
+            if multi:
+                out._multi_output_view = (i, name[: -len("Backward0")])
 
 
 def renaming(fn: Callable, name: str | Callable) -> Callable:
