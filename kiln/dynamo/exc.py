@@ -88,6 +88,11 @@ BREAK_KINDS: dict[str, tuple[str, str]] = {
         UNSUPPORTED,
         "kiln cannot model this object's behaviour; pass tensors and plain Python values instead",
     ),
+    "op_not_implemented": (
+        UNSUPPORTED,
+        "the op lacks a piece capture needs (a meta/fake function): register it (a custom op's "
+        "register_fake) or call the op outside the compiled function",
+    ),
     "unsupported_tensor_op": (
         UNSUPPORTED,
         "this tensor operation changes Python-level state (hooks, requires_grad, .grad)",

@@ -174,10 +174,13 @@ def test_backward_without_a_formula_raises_as_pytorch():
             out.sum().backward()
 
 
-def test_capture_without_a_fake_names_the_missing_fake():
-    op = _sin_op(kiln, _fresh("nofake"), fake=False)
+def test_compiling_without_a_fake_fails_with_fullgraph_and_breaks_without():
+    for lib in (torch, kiln):
+        op = _sin_op(lib, _fresh("nofake"), fake=False)
+        with pytest.raises(Exception, match="There was no fake impl registered"):
+            lib.compile(lambda t: op(t, 2.0) + 1, fullgraph=True)(lib.tensor(X))
     report = kiln.dynamo.explain(lambda t: op(t, 2.0) + 1)(kiln.tensor(X))
-    assert "There was no fake impl registered" in str(report)
+    assert "register_fake" in str(report)
 
 
 @pytest.mark.parametrize(

@@ -369,14 +369,14 @@ def _call_kiln(tx, fn, args: list, kwargs: dict) -> VariableTracker:
         raise unsupported("unbacked_branch", f"{_name(fn)}: {e}") from None
     except ConstraintViolationError as e:
         raise unsupported("user_exception", f"{type(e).__name__}: {e}") from None
+    except NotImplementedError as e:  # (a RuntimeError too: caught first)
+        raise unsupported("op_not_implemented", f"{_name(fn)}: {e}") from None
     except RuntimeError as e:
         if "being captured into a graph" in str(e):
             raise unsupported(
                 "data_dependent_value", f"{_name(fn)} reads a tensor's values: {e}"
             ) from None
         raise _uncertain(unsupported("user_exception", f"{type(e).__name__}: {e}")) from None
-    except NotImplementedError as e:
-        raise unsupported("unsupported_tensor_op", f"{_name(fn)}: {e}") from None
     except Exception as e:
         raise _uncertain(unsupported("user_exception", f"{type(e).__name__}: {e}")) from None
     finally:

@@ -288,7 +288,7 @@ class CustomOpDef(Op):
                 )
 
     def _no_fake(self, *args):
-        raise RuntimeError(
+        raise NotImplementedError(  # (a RuntimeError; capture breaks the graph at it)
             f"There was no fake impl registered for {self!r}. This is necessary for "
             "kiln.compile/export/fx tracing to work. Please use `register_fake` to add one."
         )
