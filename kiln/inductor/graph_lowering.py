@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..autograd.grad_mode import set_grad_enabled_node
 from ..ops.core.registry import Op
-from ..runtime.memory_format import is_non_overlapping_and_dense
+from ..runtime.memory_format import format_strides, is_non_overlapping_and_dense
 from ..runtime.symbolic import SymInt, size_or_one, statically_known_true
 from ..runtime.tensor import Tensor
 from .ir import Buffer, GraphContext, InputBuffer, Layout, TensorBox
@@ -265,6 +265,8 @@ def _output_layout(meta) -> Layout | None:
     if not isinstance(meta, Tensor) or statically_known_true("<=", meta.numel(), 1):
         return None
     shape, stride = tuple(meta.shape), tuple(meta.stride())
+    if _channels_last_with_size_one_dims(shape, stride):
+        return Layout(shape, stride, meta.dtype, 0, meta.device.type)
     if _known_contiguous(shape, stride):
         return None
     if any(v.__class__ is SymInt for v in (*shape, *stride)) and _known_dense(shape, stride):
@@ -275,6 +277,18 @@ def _output_layout(meta) -> Layout | None:
     if meta.is_contiguous() or not is_non_overlapping_and_dense(shape, stride):
         return None
     return Layout(shape, stride, meta.dtype, 0, meta.device.type)
+
+
+def _channels_last_with_size_one_dims(shape: tuple, stride: tuple) -> bool:
+    """A channels-last layout that ``is_contiguous`` also accepts, its size-1 dims' strides
+    aside (a globally pooled (N, C, 1, 1) image: (C, 1, C, C)): eager gives PyTorch's
+    strides, so the compiled output takes them too. Static sizes only."""
+    if len(shape) not in (4, 5) or any(v.__class__ is not int for v in (*shape, *stride)):
+        return False
+    name = "channels_last" if len(shape) == 4 else "channels_last_3d"
+    return stride == format_strides(shape, name) and stride != format_strides(
+        shape, "contiguous_format"
+    )
 
 
 def _is_symbolic_meta(meta) -> bool:

@@ -41,6 +41,7 @@ def _spatial_ops(lib):
         "avg_pool2d": (lambda x: F.avg_pool2d(x, 3, 2, 1), [image]),
         "avg_pool3d": (lambda x: F.avg_pool3d(x, 2), [volume]),
         "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (3, 2)), [image]),
+        "adaptive_avg_pool2d-global": (lambda x: F.adaptive_avg_pool2d(x, 1), [image]),
         "adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x, (3, 2)), [image]),
         "adaptive_avg_pool3d": (lambda x: F.adaptive_avg_pool3d(x, 2), [volume]),
         "pad-constant": (lambda x: F.pad(x, (1, 2, 3, 4)), [image]),
@@ -106,6 +107,7 @@ _GRADIENT_LAYOUTS = {
     "avg_pool2d",
     "avg_pool3d",
     "adaptive_max_pool2d",
+    "adaptive_avg_pool2d-global",
     "pad-constant",
     "pad-constant-3d",
     "roll",
@@ -182,6 +184,9 @@ def test_input_gradient_strides_match_torch(op):
 
 _COMPILED = [
     "conv2d",
+    "conv2d-1x1",
+    "conv2d-depthwise",
+    "adaptive_avg_pool2d-global",
     "conv2d-weight-only",
     "conv_transpose2d",
     "conv3d",
