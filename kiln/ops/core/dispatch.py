@@ -586,6 +586,14 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
     return out
 
 
+def _view_written(made: tuple, why: str) -> RuntimeError:
+    """PyTorch's error for an in-place write on output ``made[0]`` of ``made[1]``, a view whose
+    history cannot take it."""
+    return RuntimeError(
+        f"Output {made[0]} of {made[1]} is a view and is being modified inplace. This view {why}"
+    )
+
+
 def _inplace_autograd(op, args, state):
     self = args[0]
     if self._no_grad_view and self.grad_fn is None:
@@ -596,13 +604,12 @@ def _inplace_autograd(op, args, state):
             "no_grad block (if you don't want the inplace to be tracked) or both outside (if you "
             "want the inplace to be tracked)."
         )
-    made = self._multi_output_view
-    if made is not None and self.grad_fn is not None:
-        raise RuntimeError(
-            f"Output {made[0]} of {made[1]} is a view and is being modified inplace. This view "
+    if self._multi_output_view is not None and self.grad_fn is not None:
+        raise _view_written(
+            self._multi_output_view,
             "is the output of a function that returns multiple views. Such functions do not "
             "allow the output views to be modified inplace. You should replace the inplace "
-            "operation by an out-of-place one."
+            "operation by an out-of-place one.",
         )
     if self._requires_grad and self.grad_fn is None:
         raise RuntimeError(
@@ -613,14 +620,13 @@ def _inplace_autograd(op, args, state):
         raise RuntimeError(
             "a view of a leaf Variable that requires grad is being used in an in-place operation."
         )
-    made_by = self._custom_function_view
-    if made_by is not None and self.grad_fn is not None:
-        raise RuntimeError(
-            f"Output {made_by[0]} of {made_by[1]} is a view and is being modified inplace. This "
-            "view was created inside a custom Function (or because an input was returned as-is) "
-            "and the autograd logic to handle view+inplace would override the custom backward "
+    if self._custom_function_view is not None and self.grad_fn is not None:
+        raise _view_written(
+            self._custom_function_view,
+            "was created inside a custom Function (or because an input was returned as-is) and "
+            "the autograd logic to handle view+inplace would override the custom backward "
             "associated with the custom Function, leading to incorrect gradients. This behavior "
-            "is forbidden. You can fix this by cloning the output of the custom Function."
+            "is forbidden. You can fix this by cloning the output of the custom Function.",
         )
     if _functional_saves_self(op.functional, args):
         # the derivative needs self's value from before the write: give it a copy
