@@ -28,7 +28,6 @@ from ..autograd import functional as _functional
 from ..func import transforms as _func_transforms
 from ..nn.modules import _hooks
 from ..nn.modules.module import Module
-from ..runtime.state import compile_lock
 from . import bytecode_versions as bv
 
 __all__ = ["run_eagerly", "suspended"]
@@ -42,6 +41,7 @@ class _EagerFrames(threading.local):
 
 _STATE = _EagerFrames()
 _ROUTING = [0]  # frames running eagerly, all threads (the route is installed while > 0)
+_ROUTING_LOCK = threading.Lock()  # (not compile_lock: a frame must not wait for a compile)
 # module -> {context: its compiled module}
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -53,14 +53,14 @@ def run_eagerly(fn: Callable, ctx, args: tuple, kwargs: dict):
         return fn(*args, **kwargs)
     saved = _STATE.ctx
     _STATE.ctx = ctx
-    with compile_lock:
+    with _ROUTING_LOCK:
         _ROUTING[0] += 1
         _hooks.NESTED_COMPILE[0] = _route_module_call
     try:
         return fn(*args, **kwargs)
     finally:
         _STATE.ctx = saved
-        with compile_lock:
+        with _ROUTING_LOCK:
             _ROUTING[0] -= 1
             if not _ROUTING[0]:
                 _hooks.NESTED_COMPILE[0] = None
@@ -90,25 +90,24 @@ def suspended() -> Iterator[None]:
 
 def _route_module_call(module: Module, args: tuple, kwargs: dict):
     """``Module.__call__`` while some frame runs eagerly."""
-    ctx = _STATE.ctx
-    if ctx is None or _forward_disabled(module) or _func_transforms._live or _functional.RUNNING[0]:
-        # (inside kiln.func or autograd.functional transforms, which differentiate twice)
-        return _hooks.call_with_hooks(module, args, kwargs)
     from .eval_frame import OptimizedModule
 
-    if isinstance(module, OptimizedModule) or _builtin_leaf(module):
+    ctx = _STATE.ctx
+    if (
+        ctx is None
+        or _builtin_leaf(module)
+        or _func_transforms._live  # inside kiln.func or autograd.functional transforms,
+        or _functional.RUNNING[0]  # which differentiate twice
+        or isinstance(module, OptimizedModule)
+        or _forward_disabled(module)
+    ):
         return _hooks.call_with_hooks(module, args, kwargs)
-    per_context = _COMPILED.get(module)
-    if per_context is None:
-        per_context = _COMPILED[module] = {}
+    per_context = _COMPILED.setdefault(module, {})
     compiled = per_context.get(ctx)
     if compiled is None:
         compiled = per_context[ctx] = OptimizedModule(module, ctx)
-    _STATE.ctx = None  # the compiled module's own eager parts call modules as usual
-    try:
+    with suspended():  # the compiled module's own eager parts call modules as usual
         return compiled(*args, **kwargs)
-    finally:
-        _STATE.ctx = ctx
 
 
 def _builtin_leaf(module: Module) -> bool:

@@ -18,23 +18,12 @@ from multiprocessing.reduction import ForkingPickler
 from ..nn.parameter import Parameter
 from ..runtime.shared_memory import reduce_shared
 from ..runtime.tensor import Tensor
-from .spawn import (
-    ProcessContext,
-    ProcessException,
-    ProcessExitedException,
-    ProcessRaisedException,
-    spawn,
-    start_processes,
-)
+from .spawn import *  # noqa: F403
+from .spawn import __all__ as _spawn_names
 
 __all__ = [
     *multiprocessing.__all__,
-    "spawn",
-    "start_processes",
-    "ProcessContext",
-    "ProcessException",
-    "ProcessRaisedException",
-    "ProcessExitedException",
+    *_spawn_names,
     "get_sharing_strategy",
     "set_sharing_strategy",
     "get_all_sharing_strategies",

@@ -9,7 +9,7 @@ from kiln.ops.core.registry import OPS
 def _kiln_ops():
     """kiln's own ops: not the ``namespace::name`` ops other tests define through
     ``kiln.library`` in the same process (a schema may be defined before any implementation)."""
-    return [(name, op) for name, op in OPS.items() if op.qualname == f"aten::{name}"]
+    return [(name, op) for name, op in OPS.items() if not op.user_defined]
 
 
 def test_kiln_ops_attribute_is_the_registered_op():
