@@ -115,6 +115,20 @@ def _build_layer_norm(lib, quick, device):
     return Instance(layer_norm, args)
 
 
+def _build_mse(lib, quick, device):
+    F = lib.nn.functional
+    rng = seeded_rng("mse")
+
+    def mse_loss(prediction, target):
+        return F.mse_loss(prediction, target)
+
+    args = (
+        randn_tensor(lib, rng, _square(quick), device),
+        randn_tensor(lib, rng, _square(quick), device),
+    )
+    return Instance(mse_loss, args)
+
+
 def _build_copy(lib, quick, device):
     def copy(x):
         return x.clone()
@@ -274,6 +288,12 @@ WORKLOADS: dict[str, Workload] = {
             "F.layer_norm over rows of 8192x1024",
             _build_layer_norm,
             moved_bytes=_layer_norm_bytes,
+        ),
+        Workload(
+            "mse_loss",
+            "F.mse_loss of two 4096x4096 float32: pointwise into one full reduction",
+            _build_mse,
+            moved_bytes=_square_bytes,  # two squares read (the scalar written is noise)
         ),
         Workload("mlp_forward", _describe_mlp(False), functools.partial(_build_mlp, train=False)),
         Workload(
