@@ -458,41 +458,51 @@ def FORMAT_WITH_SPEC(tx, instr):
     tx.push(ConstantVariable(format(_formatted_constant(tx.pop()), spec)))
 
 
+def _built_container(tx, instr):
+    """The list/set/dict a LIST_APPEND-like opcode adds to. It is new (BUILD_LIST) unless the
+    frame is a resume function, where a half-built container arrives as an argument (a graph
+    break inside a long literal or a 3.12 comprehension): then it has a source, and what is added
+    must be replayed on the caller's object, as any mutation of an input is."""
+    target = tx.stack[-instr.arg]
+    tx.output.side_effects.mutated(target)
+    return target
+
+
 @handler("LIST_APPEND")
 def LIST_APPEND(tx, instr):
     value = tx.pop()
-    tx.stack[-instr.arg].items.append(value)
+    _built_container(tx, instr).items.append(value)
 
 
 @handler("LIST_EXTEND")
 def LIST_EXTEND(tx, instr):
     value = tx.pop()
-    tx.stack[-instr.arg].items.extend(value.unpack(tx))
+    _built_container(tx, instr).items.extend(value.unpack(tx))
 
 
 @handler("SET_ADD")
 def SET_ADD(tx, instr):
     value = tx.pop()
-    tx.stack[-instr.arg].values.add(value.as_python_constant())
+    _built_container(tx, instr).values.add(value.as_python_constant())
 
 
 @handler("SET_UPDATE")
 def SET_UPDATE(tx, instr):
     value = tx.pop()
-    tx.stack[-instr.arg].values.update(v.as_python_constant() for v in value.unpack(tx))
+    _built_container(tx, instr).values.update(v.as_python_constant() for v in value.unpack(tx))
 
 
 @handler("MAP_ADD")
 def MAP_ADD(tx, instr):
     value = tx.pop()
     key = tx.pop()
-    tx.stack[-instr.arg].items[dict_key(key)] = value
+    _built_container(tx, instr).items[dict_key(key)] = value
 
 
 @handler("DICT_UPDATE", "DICT_MERGE")
 def DICT_UPDATE(tx, instr):
     other = tx.pop()
-    target = tx.stack[-instr.arg]
+    target = _built_container(tx, instr)
     if not isinstance(other, DictVariable):
         raise unsupported("unsupported_object", f"** of {other}")
     if instr.name == "DICT_MERGE":

@@ -654,3 +654,31 @@ def test_a_gradient_taken_with_create_graph_is_differentiated_again_compiled(pro
         np.testing.assert_allclose(
             mine.grad.detach().numpy(), its.grad.detach().numpy(), rtol=1e-4, atol=1e-6
         )
+
+
+def _literal_with_a_break(kind: str, size: int = 40):
+    """A function returning a display of more than 30 items with a graph break among them:
+    CPython builds it empty and adds the items one by one (LIST_APPEND, MAP_ADD, SET_ADD,
+    DICT_UPDATE), so the resume function gets the half-built container as an argument."""
+    items = {
+        "list": [f"x + {i}" for i in range(size)] + ["_log_and_double(x)", "x - 1"],
+        "dict": [f"'k{i}': x + {i}" for i in range(size)] + ["'b': _log_and_double(x)", "'z': x"],
+        "set": [str(i) for i in range(size)] + ["int(_log_and_double(x).sum() > 1e9)", "99"],
+        "dict_merge": ["**d", "'b': _log_and_double(x)", "**d", "'z': x - 1"],
+    }[kind]
+    brackets = "[]" if kind == "list" else "{}"
+    source = f"def display(x, d):\n    return {brackets[0]}{', '.join(items)}{brackets[1]}\n"
+    namespace = {"_log_and_double": _log_and_double}
+    exec(source, namespace)
+    return namespace["display"]
+
+
+def _log_and_double(x):
+    _log("doubling")
+    return x * 2
+
+
+@pytest.mark.parametrize("kind", ["list", "dict", "set", "dict_merge"])
+def test_a_break_inside_a_long_display_keeps_the_items_added_after_it(kind):
+    # the items added in the resume function were dropped: 40 of 42 list items came back
+    check(_literal_with_a_break(kind), t(3), {"a": t(2)}, graphs=None, breaks=None)
