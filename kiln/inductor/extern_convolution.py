@@ -24,16 +24,48 @@ from ..runtime import machine_code
 __all__ = ["conv2d_direct_out", "conv2d_weight_grad_out"]
 
 
-def _kernels():
-    return machine_code.get("convolution")
+# eager mode's tile: 8 lanes, 4 output channels by 2 vectors of columns (3 taps a gradient tile)
+_EAGER = (8, 4, 2, 3)
 
 
-def conv2d_direct_out(out: np.ndarray, xp: np.ndarray, wb: np.ndarray, stride: int) -> None:
+def _kernels(tiles=None):
+    """The loops for ``tiles`` (eager's when None or equal to them), or None without LLVM."""
+    kernels = machine_code.get("convolution")
+    if kernels is None or tiles is None:
+        return kernels
+    from .codegen.llvm import eager_convolution
+
+    return eager_convolution.compiled_tiles()
+
+
+def _tiles(lanes: int, channels: int, columns: int, taps: int, row_vectors=None):
+    if (lanes, channels, columns, taps) == _EAGER:
+        return None
+    from .codegen.llvm.eager_convolution import Tiles
+
+    return Tiles(lanes, channels, columns, taps, row_vectors)
+
+
+def conv2d_direct_out(
+    out: np.ndarray,
+    xp: np.ndarray,
+    wb: np.ndarray,
+    stride: int,
+    lanes: int = 8,
+    channels: int = 4,
+    columns: int = 2,
+) -> None:
     """``out`` (N, O, OH, OWV) = the convolution of the phase-split input ``xp`` (N, C, HP, SW,
-    WQ) by the channel-blocked weight ``wb`` (ceil(O/4), C, KH, KW, 4); ``stride``: the rows'."""
-    kernels = _kernels()
+    WQ) by the channel-blocked weight ``wb`` (ceil(O/CB), C, KH, KW, CB); ``stride``: the
+    rows'. ``lanes``, ``channels`` (CB), ``columns``: the register tile the lowering chose
+    (OWV a multiple of ``lanes``); every tile gives the same bits."""
+    tiles = _tiles(int(lanes), int(channels), int(columns), 3)
+    kernels = _kernels(tiles)
     if kernels is not None:
-        kernels.forward(xp, wb, out, int(stride))
+        if tiles is None:
+            kernels.forward(xp, wb, out, int(stride))
+        else:
+            kernels.forward(xp, wb, out, int(stride), tiles)
         return
     o = out.shape[1]
     blocks, c, kh, kw, block = wb.shape
@@ -46,16 +78,33 @@ def conv2d_direct_out(out: np.ndarray, xp: np.ndarray, wb: np.ndarray, stride: i
 
 
 def conv2d_weight_grad_out(
-    out: np.ndarray, xp: np.ndarray, g: np.ndarray, stride: int, exact: np.ndarray | None = None
+    out: np.ndarray,
+    xp: np.ndarray,
+    g: np.ndarray,
+    stride: int,
+    exact: np.ndarray | None = None,
+    lanes: int = 8,
+    channels: int = 4,
+    taps: int = 3,
 ) -> None:
     """``out`` (C, KH, KW, O) = the weight gradient of the convolution that read ``xp`` (N, C,
     HP, SW, WQ), for the output gradient ``g`` (N, O, OH, OWV). ``exact``: the gradient
     itself (N, O, OH, OW) where ``g`` is it zero-padded to whole vectors: a result that is not
     finite is computed again over its real columns (an infinite input read only by a padding
-    column gave NaN, where PyTorch never reads it)."""
-    kernels = _kernels()
+    column gave NaN, where PyTorch never reads it). ``lanes``, ``channels``, ``taps``: the
+    register tile the lowering chose (OWV a multiple of ``lanes``; the sums' order, hence the
+    last bits, depend on ``lanes``)."""
+    vectors = g.shape[3] // int(lanes)
+    from .codegen.llvm.eager_convolution import UNROLLED_ROW_VECTORS
+
+    rows = vectors if vectors in UNROLLED_ROW_VECTORS else None
+    tiles = _tiles(int(lanes), int(channels), 2, int(taps), rows)
+    kernels = _kernels(tiles)
     if kernels is not None:
-        kernels.weight_grad(xp, g, out, int(stride))
+        if tiles is None:
+            kernels.weight_grad(xp, g, out, int(stride))
+        else:
+            kernels.weight_grad(xp, g, out, int(stride), tiles)
         if exact is None or exact.shape[3] == g.shape[3] or np.isfinite(out).all():
             return
         g = exact

@@ -13,7 +13,9 @@ import kiln
 import kiln.nn.functional as F
 from kiln.bench.dumps import observe_compiled_graphs
 from kiln.inductor import config, extern_convolution
+from kiln.inductor.codegen.llvm.eager_convolution import Tiles
 from kiln.inductor.ir import ExternBuffer
+from kiln.inductor.lowering import convolution as convolution_lowering
 from kiln.ops.nn import conv_direct
 from tests.oracle import assert_close, needs_torch, to_torch, torch
 
@@ -63,9 +65,20 @@ def _run_kiln(fn, arrays, compiled: bool):
     return out.detach(), [t.grad for t in tensors], _externs(observed)
 
 
+# the lowering's tile choice: the host's (AVX-512's 16-lane tiles there, eager's on AVX2),
+# eager's everywhere, AVX-512's on any host
+TILE_KNOBS = [None, "eager", "wide"]
+
+
+@pytest.fixture(params=TILE_KNOBS, ids=lambda k: k or "host")
+def tile_knob(request, monkeypatch):
+    monkeypatch.setattr(convolution_lowering, "TILES", request.param)
+    return request.param
+
+
 @needs_torch
 @pytest.mark.parametrize("name", list(CASES))
-def test_direct_convolution_matches_torch(name):
+def test_direct_convolution_matches_torch(name, tile_knob):
     case = CASES[name]
     xs, o, k, stride, padding = case
 
@@ -90,11 +103,13 @@ def test_direct_convolution_matches_torch(name):
     assert "conv2d_direct_out" in externs, externs
     # the input gradient of a stride-1 layer is a forward pass of the loops too
     assert externs.count("conv2d_direct_out") == (2 if stride == 1 else 1), externs
-    assert ("conv2d_weight_grad_out" in externs) == (stride == 1), externs
+    # a strided layer's weight gradient takes AVX-512's tiles, not eager's
+    wide = convolution_lowering._wide()
+    assert ("conv2d_weight_grad_out" in externs) == (stride == 1 or wide), externs
 
 
 @needs_torch
-def test_direct_convolution_in_a_training_step_matches_torch():
+def test_direct_convolution_in_a_training_step_matches_torch(tile_knob):
     """A ResNet basic block with batch norms, trained two steps: parameters equal PyTorch's."""
 
     def block(lib):
@@ -181,27 +196,61 @@ def test_switch_off_gives_the_columns_lowering_and_the_same_values(monkeypatch):
         assert_close(g, e, rtol=1e-4, atol=1e-4)
 
 
+# register tiles the extern functions take (lanes, output channels, column vectors, taps): eager
+# mode's, and the AVX-512 ones compiled graphs choose (any host runs them: LLVM splits the
+# vectors for AVX2)
+TILES = [(8, 4, 2, 3), (16, 8, 2, 3), (16, 16, 1, 3), (16, 4, 1, 6)]
+
+
+@pytest.mark.parametrize("tiles", TILES, ids=lambda t: "x".join(map(str, t)))
 @pytest.mark.parametrize("stride", [1, 2])
-def test_numpy_fallback_computes_the_loops_sums(monkeypatch, stride):
+def test_numpy_fallback_computes_the_loops_sums(monkeypatch, stride, tiles):
     """Without the machine code (LLVM failed to build it) the extern functions compute the
-    same sums from the same layouts with numpy."""
+    same sums from the same layouts with numpy; every tile gives the same sums."""
+    lanes, channels, columns, taps = tiles
     rng = np.random.default_rng(stride)
     a = rng.standard_normal((2, 5, 11, 16)).astype(np.float32)
     w = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
-    out, xp = conv_direct.forward(a, w, (stride, stride), [(1, 1), (1, 1)], _out(a, stride))
-    wb = conv_direct._blocked(w)
-    g = rng.standard_normal(out.shape[:3] + (conv_direct._width(out.shape[3]),))
-    g = g.astype(np.float32)
+    out, _ = conv_direct.forward(a, w, (stride, stride), [(1, 1), (1, 1)], _out(a, stride))
+    xp = _phase(a, stride, lanes)
+    wb = _blocked(w, channels)
+    width = -(-out.shape[3] // lanes) * lanes
+    g = rng.standard_normal(out.shape[:3] + (width,)).astype(np.float32)
+    g[..., out.shape[3] :] = 0
+    forward = (lanes, channels, columns)
+    grad = (None, lanes, channels, taps)
     machine = np.empty(g.shape, np.float32), np.empty((5, 3, 3, 6), np.float32)
-    extern_convolution.conv2d_direct_out(machine[0], xp.xp, wb, stride)
-    extern_convolution.conv2d_weight_grad_out(machine[1], xp.xp, g, stride)
-    monkeypatch.setattr(extern_convolution, "_kernels", lambda: None)
+    extern_convolution.conv2d_direct_out(machine[0], xp, wb, stride, *forward)
+    extern_convolution.conv2d_weight_grad_out(machine[1], xp, g, stride, *grad)
+    monkeypatch.setattr(extern_convolution, "_kernels", lambda tiles=None: None)
     numpy = np.empty(g.shape, np.float32), np.empty((5, 3, 3, 6), np.float32)
-    extern_convolution.conv2d_direct_out(numpy[0], xp.xp, wb, stride)
-    extern_convolution.conv2d_weight_grad_out(numpy[1], xp.xp, g, stride)
+    extern_convolution.conv2d_direct_out(numpy[0], xp, wb, stride, *forward)
+    extern_convolution.conv2d_weight_grad_out(numpy[1], xp, g, stride, *grad)
     np.testing.assert_allclose(numpy[0], machine[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(numpy[1], machine[1], rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(machine[0][..., : out.shape[3]], out, rtol=1e-6, atol=1e-6)
+    # every tile sums an output element's terms in eager's order: the same bits
+    np.testing.assert_array_equal(machine[0][..., : out.shape[3]], out)
+
+
+def _phase(a, stride: int, lanes: int) -> np.ndarray:
+    """``conv_direct.phase_input``'s layout for rows rounded to ``lanes``."""
+    out_spatial = _out(a, stride)
+    width = -(-out_spatial[1] // lanes) * lanes
+    # the padded copy of a convolution whose output is ``width`` wide reads the same pixels
+    wide = conv_direct.phase_input(a, (3, 3), (stride, stride), [(1, 1), (1, 1)], out_spatial)
+    rows, phases = wide.xp.shape[2:4]
+    xp = np.zeros(a.shape[:2] + (rows, phases, width + 2 // stride), np.float32)
+    run = min(xp.shape[4], wide.xp.shape[4])
+    xp[..., :run] = wide.xp[..., :run]
+    return xp
+
+
+def _blocked(w: np.ndarray, block: int) -> np.ndarray:
+    o = w.shape[0]
+    blocks = -(-o // block)
+    wb = np.zeros((blocks * block,) + w.shape[1:], np.float32)
+    wb[:o] = w
+    return np.ascontiguousarray(wb.reshape((blocks, block) + w.shape[1:]).transpose(0, 2, 3, 4, 1))
 
 
 def _out(a, stride):
@@ -319,12 +368,7 @@ def test_weight_gradient_walks_with_unrolled_rows_give_the_same_bits(width):
     g = rng.standard_normal((3, 6, 7, width)).astype(np.float32)
     unrolled, generic = np.empty((5, 3, 3, 6), np.float32), np.empty((5, 3, 3, 6), np.float32)
     kernels.weight_grad(x.xp, g, unrolled, 1)
-    rows = kernels._weight_grad_rows
-    try:
-        kernels._weight_grad_rows = {}
-        kernels.weight_grad(x.xp, g, generic, 1)
-    finally:
-        kernels._weight_grad_rows = rows
+    kernels.weight_grad(x.xp, g, generic, 1, Tiles())  # eager's tile, rows in a loop
     np.testing.assert_array_equal(unrolled, generic)
     reference = np.empty_like(generic)
     for i in range(3):

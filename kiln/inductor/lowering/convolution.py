@@ -52,6 +52,7 @@ from ...runtime import dtypes as dt
 from ...runtime import machine_code
 from ...runtime.symbolic import SizeDependentError, hint_int
 from .. import config, extern_convolution, extern_matmul, sym
+from ..codegen.llvm.values import LANES
 from ..ir import ExternBuffer, Layout, TensorBox
 from ..virtualized import ops
 from .framework import CURRENT, _box, _ctx, _meta_like_shape, _realized_input, register_lowering
@@ -448,25 +449,30 @@ def _direct_forward(spec: _Spec) -> TensorBox | None:
     if not conv_direct.pays(x_shape, spec.weight_shape, pads, (1, 1), 1, seen):
         return None
     oh, ow = spec.out_spatial
-    width = _lanes_width(ow)
+    lanes, channels, columns = forward_tiles(o, seen[1])
+    width = _lanes_width(ow, lanes)
     inner = spec.x.loader
 
     def read(sample, channel, row, col):
         return inner([sample, channel, row, col])
 
     xp = _phase_input(spec, read, (n, c) + spec.in_spatial, spec.kernel, spec.stride, width)
-    wb = _blocked_weight(spec)
+    wb = _blocked_weight(spec, channels)
     layout = Layout.contiguous((n, o, oh, width), spec.dtype)
-    buf = _extern_call(spec, layout, extern_convolution.conv2d_direct_out, [xp, wb, spec.stride[0]])
+    inputs = [xp, wb, spec.stride[0]]
+    if (lanes, channels, columns) != EAGER_TILES[:3]:
+        _request_tiles("forward", (lanes, channels, columns, 3, None))
+        inputs += [lanes, channels, columns]
+    buf = _extern_call(spec, layout, extern_convolution.conv2d_direct_out, inputs)
     if width.__class__ is int and width == ow:
         return _stored_as(buf, (n, o, oh, ow))
     return _narrowed(buf, (n, o, oh, ow))
 
 
 def _direct_weight_grad(spec: _Spec) -> TensorBox | None:
-    """``convolution(x^T, g^T, stride=1, padding=p)``, the weight gradient the derivative
-    writes for a stride-1 layer (``out[c, o, i, j] = sum x[n, c, a + i - p, b + j - p] g[n, o,
-    a, b]``), as the loops' weight gradient of the convolution of ``x`` (N, C, H, W) whose
+    """``convolution(x^T, g^T, stride=1, padding=p, dilation=s)``, the weight gradient the
+    derivative writes for a stride-s layer (``out[c, o, i, j] = sum x[n, c, a * s + i - p,
+    b * s + j - p] g[n, o, a, b]``), as the loops' weight gradient of the convolution of ``x`` (N, C, H, W) whose
     output gradient is ``g`` (N, O, OH, OW). The loops' result is (C, KH, KW, O), read through
     a permuted view. The loops walk whole vectors: for a width not a multiple of eight (or not
     known to be one) they read ``g`` zero-padded, and the extern call, given ``g`` itself too,
@@ -477,13 +483,16 @@ def _direct_weight_grad(spec: _Spec) -> TensorBox | None:
     kernel = spec.out_spatial
     if c.__class__ is not int or o.__class__ is not int:
         return None
-    if any(k.__class__ is not int for k in kernel) or tuple(spec.dilation) != (1, 1):
-        # a strided layer's gradient convolves with the stride as its dilation; the columns
-        # product computes those at its rate (8x16x32x32 with 32 outputs at stride 2: the
-        # loops took 0.42 ms against 0.30 + 0.16)
-        return None
-    if tuple(spec.stride) != (1, 1):
+    if any(k.__class__ is not int for k in kernel) or tuple(spec.stride) != (1, 1):
         # a dilated layer's: the loops' walk has no dilation
+        return None
+    lanes, channels, taps = grad_tiles()
+    # a strided layer's gradient convolves with the stride as its dilation: the loops walk
+    # the input split by the stride's phases, as eager's forward pass left it. With eager's
+    # tile the columns product beat them (8x16x32x32 with 32 outputs at stride 2: the loops
+    # took 0.42 ms against 0.30 + 0.16); AVX-512's tile takes 0.16 ms (load 3.9; PyTorch 0.14)
+    stride = tuple(spec.dilation)
+    if stride != (1, 1) and lanes < _WIDE:
         return None
     grad_spatial = spec.kernel  # (OH, OW): the output gradient's image
     oh, ow = grad_spatial
@@ -497,18 +506,72 @@ def _direct_weight_grad(spec: _Spec) -> TensorBox | None:
     def read(sample, channel, row, col):
         return inner([channel, sample, row, col])
 
-    width = _lanes_width(ow)
-    geometry = _Spec(spec.x, spec.w, (1, 1), spec.padding, (1, 1), 1, grad_spatial)
-    xp = _phase_input(geometry, read, (n, c) + spec.in_spatial, kernel, (1, 1), width)
+    width = _lanes_width(ow, lanes)
+    geometry = _Spec(spec.x, spec.w, stride, spec.padding, (1, 1), 1, grad_spatial)
+    xp = _phase_input(geometry, read, (n, c) + spec.in_spatial, kernel, stride, width)
     g = _contiguous_operand(_swap_leading(spec.w))  # (N, O, OH, OW)
-    inputs = [xp, g, 1]
+    inputs = [xp, g, stride[0]]
     if not (width.__class__ is int and width == ow):
-        inputs = [xp, _zero_padded(g, width), 1, g]
+        inputs = [xp, _zero_padded(g, width), stride[0], g]
+    if (lanes, channels, taps) != (EAGER_TILES[0], EAGER_TILES[1], EAGER_TILES[3]):
+        vectors = hint_int(width) // lanes
+        _request_tiles("grad", (lanes, channels, 2, taps, vectors if vectors <= 4 else None))
+        inputs += [None] * (4 - len(inputs)) + [lanes, channels, taps]
     layout = Layout.contiguous((c,) + kernel + (o,), spec.dtype)
     buf = _extern_call(spec, layout, extern_convolution.conv2d_weight_grad_out, inputs)
     kh, kw = kernel
     view = Layout((c, o, kh, kw), (kh * kw * o, 1, kw * o, o), spec.dtype, 0, buf.layout.device)
     return _buffer_view(buf, view)
+
+
+# eager mode's tile (lanes, output channels, column vectors, weight-gradient taps): the loops'
+# build; the others compile when a graph first chooses them
+EAGER_TILES = (8, 4, 2, 3)
+
+# None: a tile per layer for the host (``forward_tiles``, ``grad_tiles``); "eager": eager
+# mode's for every layer; "wide": AVX-512's on any host (LLVM splits the vectors for AVX2).
+# Tests force each kind through this
+TILES: str | None = None
+_WIDE = 16  # lanes of the AVX-512 tiles
+
+
+def _wide() -> bool:
+    return TILES == "wide" or (TILES is None and LANES >= _WIDE)
+
+
+def forward_tiles(out_channels: int, out_width: int) -> tuple:
+    """The forward loops' register tile for a layer: (lanes, output channels, column vectors).
+
+    With AVX-512 (16 lanes, 32 vector registers) a tile of 16 accumulators: 8 channels by 2
+    vectors where rows are 2+ vectors wide, else 16 channels by one vector. Eager mode's tile
+    (4 by 2 vectors of 8) is what fits AVX2's 16 registers. One layer's forward pass, 2
+    threads, load 3.5 (``eager_convolution.build_tiles``, same inputs): 8x16x32x32 by a
+    16-channel 3x3 kernel 0.37 ms eager's tile, 0.21 ms 8x2 of 16 lanes (16x1: 0.22); the
+    same at stride 2 (16x16 rows, 32 outputs) 0.19, 0.12 (16x1: 0.11); 8x32x16x16 by 32
+    channels 0.36, 0.24 (16x1: 0.22); PyTorch (oneDNN): 0.20, 0.12, 0.16."""
+    if not _wide():
+        return EAGER_TILES[:3]
+    vectors = -(-out_width // _WIDE)
+    if vectors >= 2 or out_channels <= 8:
+        return (_WIDE, 8, 2)
+    return (_WIDE, 16, 1)
+
+
+def grad_tiles() -> tuple:
+    """The weight-gradient loops' tile: (lanes, output channels, taps). 8 channels by 3 taps
+    of 16 lanes with AVX-512: 8x16x32x32 with 16 outputs, 3x3, 0.23 ms against eager tile's
+    0.34 (4 by 3: 0.26; 2 by 9: 0.31); at 8x32x16x16 with 32: 0.32 against 0.37; PyTorch 0.20
+    and 0.17 (2 threads, load 3.5)."""
+    if not _wide():
+        return (EAGER_TILES[0], EAGER_TILES[1], EAGER_TILES[3])
+    return (_WIDE, 8, 3)
+
+
+def _request_tiles(kind: str, tiles: tuple) -> None:
+    """Start compiling a tile's loops now, so that the graph's first call finds them built."""
+    from ..codegen.llvm import eager_convolution
+
+    eager_convolution.compiled_tiles().request(kind, eager_convolution.Tiles(*tiles))
 
 
 def _zero_padded(g, width):
@@ -528,9 +591,8 @@ def _zero_padded(g, width):
     return buf, buf.layout
 
 
-def _lanes_width(columns):
-    """``columns`` rounded up to whole vectors of the loops (an expression when symbolic)."""
-    lanes = conv_direct.LANES
+def _lanes_width(columns, lanes: int):
+    """``columns`` rounded up to whole vectors of ``lanes`` (an expression when symbolic)."""
     return (columns + (lanes - 1)) // lanes * lanes
 
 
@@ -580,11 +642,11 @@ def _inside(positions: list):
     return cond
 
 
-def _blocked_weight(spec: _Spec):
-    """The weight (O, C, KH, KW) as the loops read it: (ceil(O / 4), C, KH, KW, 4), zero past
-    O, stored by a generated loop (a transposed convolution's flipped kernel is read flipped)."""
+def _blocked_weight(spec: _Spec, block: int):
+    """The weight (O, C, KH, KW) as the loops read it: (ceil(O / B), C, KH, KW, B) for a tile
+    of ``block`` output channels, zero past O, stored by a generated loop (a transposed
+    convolution's flipped kernel is read flipped)."""
     o = spec.weight_shape[0]
-    block = conv_direct.BLOCK
     blocks = -(-o // block)
     inner = spec.w.loader
 

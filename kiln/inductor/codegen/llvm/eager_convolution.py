@@ -25,24 +25,54 @@ the padded output gradient with the flipped, transposed kernel, so it runs the f
 from __future__ import annotations
 
 import ctypes
+import functools
+import threading
+from dataclasses import dataclass
 
 import numpy as np
 from llvmlite import ir
 
 from ..cpu_pool import KERNEL_TYPE, RowKernel
+from . import jit
 from .flat_loops import LANES, counted_loop, load, splat, store
 from .jit import compile_module, data_address
 from .values import F32, I64
 
-__all__ = ["CHANNEL_BLOCK", "COLUMN_BLOCK", "NativeConvolution", "TAP_BLOCK", "build"]
+__all__ = [
+    "CHANNEL_BLOCK", "COLUMN_BLOCK", "EAGER_TILES", "NativeConvolution", "TAP_BLOCK", "Tiles",
+    "build", "build_tiles",
+]  # fmt: skip
 
 CHANNEL_BLOCK = 4  # output channels a tile holds
 COLUMN_BLOCK = 2  # vectors of output columns a forward tile holds (16 floats)
 TAP_BLOCK = 3  # kernel taps a weight-gradient tile holds
 
+
+@dataclass(frozen=True)
+class Tiles:
+    """A register tile of the loops: ``lanes`` floats a vector; the forward pass's tile holds
+    ``channels`` output channels by ``columns`` vectors of output columns; the weight
+    gradient's, ``channels`` output channels by ``taps`` kernel taps; ``row_vectors``: the
+    output rows' vectors (OWV / lanes) the weight gradient's walk is unrolled for (None: a
+    loop over them). Eager mode runs ``EAGER_TILES`` for every shape; compiled graphs pick a
+    tile per layer (``lowering/convolution.py``)."""
+
+    lanes: int = LANES
+    channels: int = CHANNEL_BLOCK
+    columns: int = COLUMN_BLOCK
+    taps: int = TAP_BLOCK
+    row_vectors: int | None = None
+
+    @property
+    def suffix(self) -> str:
+        rows = "" if self.row_vectors is None else f"_{self.row_vectors}v"
+        return f"l{self.lanes}c{self.channels}x{self.columns}t{self.taps}{rows}"
+
+
+EAGER_TILES = Tiles()
+
 _VOID = ir.VoidType()
 _I8PP = ir.IntType(8).as_pointer().as_pointer()
-_VEC = ir.VectorType(F32, LANES)
 _KERNEL_FN = ir.FunctionType(_VOID, [I64, I64, _I8PP])
 
 # forward and weight-gradient parameters, in the order of the int64 array each call passes
@@ -54,19 +84,22 @@ def _i64(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
 
 
-def _zero_vector() -> ir.Constant:
-    return ir.Constant(_VEC, [0.0] * LANES)
+def _zero_vector(lanes: int) -> ir.Constant:
+    return ir.Constant(ir.VectorType(F32, lanes), [0.0] * lanes)
 
 
 class _Kernel:
     """A row kernel's function, its builder in the entry block and its unpacked arguments."""
 
-    def __init__(self, module: ir.Module, name: str, params: tuple, buffers: int):
+    def __init__(self, module: ir.Module, name: str, params: tuple, buffers: int, lanes: int):
         self.fn = ir.Function(module, _KERNEL_FN, name)
         self.row_start, self.row_end, pointers = self.fn.args
         self.b = b = ir.IRBuilder(self.fn.append_basic_block("entry"))
-        self.fmuladd = module.globals.get("llvm.fmuladd.v8f32") or ir.Function(
-            module, ir.FunctionType(_VEC, [_VEC] * 3), "llvm.fmuladd.v8f32"
+        self.lanes = lanes
+        self.vec = vec = ir.VectorType(F32, lanes)
+        intrinsic = f"llvm.fmuladd.v{lanes}f32"
+        self.fmuladd = module.globals.get(intrinsic) or ir.Function(
+            module, ir.FunctionType(vec, [vec] * 3), intrinsic
         )
         raw = [b.load(b.gep(pointers, [_i64(i)])) for i in range(buffers + 2)]
         p = b.bitcast(raw[0], I64.as_pointer())
@@ -79,7 +112,7 @@ class _Kernel:
         entry = self.fn.entry_basic_block
         here = self.b.block
         self.b.position_at_start(entry)
-        slots = [self.b.alloca(_VEC) for _ in range(count)]
+        slots = [self.b.alloca(self.vec) for _ in range(count)]
         self.b.position_at_end(here)
         return slots
 
@@ -95,20 +128,22 @@ class _Kernel:
         counted_loop(b, count, lambda i: body(i, 1), start=whole)
 
 
-def _forward(module: ir.Module) -> None:
+def _forward(module: ir.Module, tiles: Tiles = EAGER_TILES, name: str | None = None) -> None:
     """``kiln_conv2d_forward(row_start, row_end, pointers)``: pointers = (params, taps, xp, wb,
     out). Row r is image r // OH, output row r % OH: out[n, o, oh, 0:OWV] = sum over c, t of
-    wb[o // 4, c, t, o % 4] * xp[n, c, ...][oh * ROW + taps[t] + 0:OWV] (ROW: the elements of
+    wb[o // CB, c, t, o % CB] * xp[n, c, ...][oh * ROW + taps[t] + 0:OWV] (ROW: the elements of
     ``stride`` input rows; ``taps[t]``: the tap's offset from the output row's first input
-    element). The weight is blocked by CHANNEL_BLOCK output channels (zero past O), so that a
-    tile reads its channels' weights as one contiguous run."""
-    k = _Kernel(module, "kiln_conv2d_forward", _FORWARD_PARAMS, 3)
+    element; CB: ``tiles.channels``). The weight is blocked by CB output channels (zero past
+    O), so that a tile reads its channels' weights as one contiguous run. Every output element
+    sums its terms in the same order whatever the tile: all tiles give the same bits."""
+    lanes, cb, cols = tiles.lanes, tiles.channels, tiles.columns
+    k = _Kernel(module, name or _forward_name(tiles), _FORWARD_PARAMS, 3, lanes)
     b, p = k.b, k.p
     x, w, out = k.buffers
-    acc = k.accumulators(CHANNEL_BLOCK * COLUMN_BLOCK)
-    w_channel = b.mul(p["T"], _i64(CHANNEL_BLOCK))  # one input channel's weights in a block
+    acc = k.accumulators(cb * cols)
+    w_channel = b.mul(p["T"], _i64(cb))  # one input channel's weights in a block
     w_block = b.mul(p["C"], w_channel)
-    blocks = b.sdiv(b.add(p["O"], _i64(CHANNEL_BLOCK - 1)), _i64(CHANNEL_BLOCK))
+    blocks = b.sdiv(b.add(p["O"], _i64(cb - 1)), _i64(cb))
 
     def row(r):
         n, oh = b.sdiv(r, p["OH"]), b.srem(r, p["OH"])
@@ -116,13 +151,13 @@ def _forward(module: ir.Module) -> None:
         out_row = b.gep(out, [b.add(b.mul(n, b.mul(p["O"], p["OUT_PLANE"])), b.mul(oh, p["OWV"]))])
 
         def block(blk):
-            o0 = b.mul(blk, _i64(CHANNEL_BLOCK))
+            o0 = b.mul(blk, _i64(cb))
             w_blk = b.gep(w, [b.mul(blk, w_block)])
 
             def columns(col, nv):
-                for j in range(CHANNEL_BLOCK):
+                for j in range(cb):
                     for v in range(nv):
-                        b.store(_zero_vector(), acc[j * COLUMN_BLOCK + v])
+                        b.store(_zero_vector(lanes), acc[j * cols + v])
 
                 def channel(c):
                     x_c = b.gep(x_row, [b.add(b.mul(c, p["PLANE"]), col)])
@@ -130,36 +165,41 @@ def _forward(module: ir.Module) -> None:
 
                     def tap(t):
                         x_t = b.gep(x_c, [b.load(b.gep(k.taps, [t]))])
-                        xs = [load(b, x_t, _i64(v * LANES), LANES) for v in range(nv)]
-                        w_t = b.gep(w_c, [b.mul(t, _i64(CHANNEL_BLOCK))])
-                        for j in range(CHANNEL_BLOCK):
-                            wj = splat(b, b.load(b.gep(w_t, [_i64(j)])), LANES)
+                        xs = [load(b, x_t, _i64(v * lanes), lanes) for v in range(nv)]
+                        w_t = b.gep(w_c, [b.mul(t, _i64(cb))])
+                        for j in range(cb):
+                            wj = splat(b, b.load(b.gep(w_t, [_i64(j)])), lanes)
                             for v in range(nv):
-                                s = acc[j * COLUMN_BLOCK + v]
+                                s = acc[j * cols + v]
                                 b.store(k.fma(wj, xs[v], b.load(s)), s)
 
                     counted_loop(b, p["T"], tap)
 
                 counted_loop(b, p["C"], channel)
-                for j in range(CHANNEL_BLOCK):
+                for j in range(cb):
                     o = b.add(o0, _i64(j))
                     with b.if_then(b.icmp_signed("<", o, p["O"]), likely=True):
                         o_row = b.gep(out_row, [b.mul(o, p["OUT_PLANE"])])
                         for v in range(nv):
-                            s = acc[j * COLUMN_BLOCK + v]
-                            store(b, b.load(s), o_row, b.add(col, _i64(v * LANES)), LANES)
+                            s = acc[j * cols + v]
+                            store(b, b.load(s), o_row, b.add(col, _i64(v * lanes)), lanes)
 
-            # whole tiles of COLUMN_BLOCK vectors, then one vector (OWV is a multiple of LANES)
+            # whole tiles of ``cols`` vectors, then one vector (OWV is a multiple of lanes)
             k.blocked_loop(
-                b.sdiv(p["OWV"], _i64(LANES)),
-                COLUMN_BLOCK,
-                lambda v0, nv: columns(b.mul(v0, _i64(LANES)), nv),
+                b.sdiv(p["OWV"], _i64(lanes)),
+                cols,
+                lambda v0, nv: columns(b.mul(v0, _i64(lanes)), nv),
             )
 
         counted_loop(b, blocks, block)
 
     counted_loop(b, k.row_end, row, start=k.row_start)
     b.ret_void()
+
+
+def _forward_name(tiles: Tiles) -> str:
+    base = "kiln_conv2d_forward"
+    return base if tiles == EAGER_TILES else f"{base}_{tiles.suffix}"
 
 
 # output rows this short (in vectors) get a weight-gradient walk of their own, with the row's
@@ -169,32 +209,38 @@ def _forward(module: ir.Module) -> None:
 UNROLLED_ROW_VECTORS = (1, 2, 3, 4)
 
 
-def _weight_grad(module: ir.Module, row_vectors: int | None = None) -> None:
+def _weight_grad(module: ir.Module, tiles: Tiles = EAGER_TILES, name: str | None = None) -> None:
     """``kiln_conv2d_weight_grad(row_start, row_end, pointers)``: pointers = (params, taps, xp,
-    g, dw). Row r is input channel r // BLOCKS and output channels from CHANNEL_BLOCK *
-    (r % BLOCKS): dw[c, t, o] = sum over n, oh, columns of g[n, o, oh, :] * xp[n, c, ...][oh *
+    g, dw). Row r is input channel r // BLOCKS and output channels from CB * (r % BLOCKS)
+    (CB: ``tiles.channels``): dw[c, t, o] = sum over n, oh, columns of g[n, o, oh, :] * xp[n, c, ...][oh *
     ROW + taps[t] + columns] (``g``: the output gradient zero-padded to OWV columns).
 
     Image by image: one image's rows of the block's output gradient and of the input channel
     stay in the first-level cache while every block of taps sweeps them, each block's
     accumulators loaded from and stored back to a per-row vector per (tap, channel)."""
-    k = _Kernel(module, _weight_grad_name(row_vectors), _GRAD_PARAMS, 3)
+    lanes, block, tap_block, row_vectors = (
+        tiles.lanes,
+        tiles.channels,
+        tiles.taps,
+        tiles.row_vectors,
+    )
+    k = _Kernel(module, name or _weight_grad_name(tiles), _GRAD_PARAMS, 3, lanes)
     b, p = k.b, k.p
     x, g, dw = k.buffers
-    acc = k.accumulators(CHANNEL_BLOCK * TAP_BLOCK)
-    vectors = b.sdiv(p["OWV"], _i64(LANES))
+    acc = k.accumulators(block * tap_block)
+    vectors = b.sdiv(p["OWV"], _i64(lanes))
     # (tap, channel) vectors, allocated once in the entry block (where the builder still is)
-    sums = b.alloca(_VEC, size=b.mul(p["T"], _i64(CHANNEL_BLOCK)))
+    sums = b.alloca(k.vec, size=b.mul(p["T"], _i64(block)))
 
     def row(r):
         c = b.sdiv(r, p["BLOCKS"])
-        first = b.mul(b.srem(r, p["BLOCKS"]), _i64(CHANNEL_BLOCK))
+        first = b.mul(b.srem(r, p["BLOCKS"]), _i64(block))
         x_c = b.gep(x, [b.mul(c, p["PLANE"])])
         dw_c = b.gep(dw, [b.mul(c, b.mul(p["T"], p["O"]))])
 
         def tile(n, o0, cb, t0, tb):
             def slot(j, i):
-                return b.gep(sums, [b.add(b.mul(b.add(t0, _i64(i)), _i64(CHANNEL_BLOCK)), _i64(j))])
+                return b.gep(sums, [b.add(b.mul(b.add(t0, _i64(i)), _i64(block)), _i64(j))])
 
             for j in range(cb):
                 for i in range(tb):
@@ -210,10 +256,10 @@ def _weight_grad(module: ir.Module, row_vectors: int | None = None) -> None:
                 x_taps = [b.gep(x_q, [off]) for off in offsets]
 
                 def vector(v):
-                    col = b.mul(v, _i64(LANES))
-                    xs = [load(b, x_t, col, LANES) for x_t in x_taps]
+                    col = b.mul(v, _i64(lanes))
+                    xs = [load(b, x_t, col, lanes) for x_t in x_taps]
                     for j in range(cb):
-                        gj = load(b, g_rows[j], col, LANES)
+                        gj = load(b, g_rows[j], col, lanes)
                         for i in range(tb):
                             a = acc[j * tb + i]
                             b.store(k.fma(gj, xs[i], b.load(a)), a)
@@ -233,29 +279,29 @@ def _weight_grad(module: ir.Module, row_vectors: int | None = None) -> None:
             def clear(t):
                 for j in range(cb):
                     b.store(
-                        _zero_vector(), b.gep(sums, [b.add(b.mul(t, _i64(CHANNEL_BLOCK)), _i64(j))])
+                        _zero_vector(lanes), b.gep(sums, [b.add(b.mul(t, _i64(block)), _i64(j))])
                     )
 
             counted_loop(b, p["T"], clear)
             counted_loop(
                 b,
                 p["N"],
-                lambda n: k.blocked_loop(p["T"], TAP_BLOCK, lambda t0, tb: tile(n, o0, cb, t0, tb)),
+                lambda n: k.blocked_loop(p["T"], tap_block, lambda t0, tb: tile(n, o0, cb, t0, tb)),
             )
 
             def write(t):
                 for j in range(cb):
-                    vec = b.load(b.gep(sums, [b.add(b.mul(t, _i64(CHANNEL_BLOCK)), _i64(j))]))
+                    vec = b.load(b.gep(sums, [b.add(b.mul(t, _i64(block)), _i64(j))]))
                     spot = b.add(b.mul(t, p["O"]), b.add(o0, _i64(j)))
-                    b.store(_lane_sum(b, vec), b.gep(dw_c, [spot]))
+                    b.store(_lane_sum(b, vec, lanes), b.gep(dw_c, [spot]))
 
             counted_loop(b, p["T"], write)
 
         # a whole block of output channels, or the last block's remainder one at a time
         left = b.sub(p["O"], first)
-        with b.if_else(b.icmp_signed(">=", left, _i64(CHANNEL_BLOCK))) as (whole, part):
+        with b.if_else(b.icmp_signed(">=", left, _i64(block))) as (whole, part):
             with whole:
-                channels(first, CHANNEL_BLOCK)
+                channels(first, block)
             with part:
                 counted_loop(b, left, lambda j: channels(b.add(first, j), 1))
 
@@ -263,9 +309,9 @@ def _weight_grad(module: ir.Module, row_vectors: int | None = None) -> None:
     b.ret_void()
 
 
-def _lane_sum(b: ir.IRBuilder, vec: ir.Value) -> ir.Value:
+def _lane_sum(b: ir.IRBuilder, vec: ir.Value, lanes: int) -> ir.Value:
     """The sum of a vector's lanes, pairwise (halves added until one lane is left)."""
-    width = LANES
+    width = lanes
     while width > 1:
         width //= 2
         low = b.shuffle_vector(
@@ -280,40 +326,48 @@ def _lane_sum(b: ir.IRBuilder, vec: ir.Value) -> ir.Value:
     return b.extract_element(vec, ir.Constant(ir.IntType(32), 0))
 
 
-def _weight_grad_name(row_vectors: int | None) -> str:
+def _weight_grad_name(tiles: Tiles) -> str:
     base = "kiln_conv2d_weight_grad"
-    return base if row_vectors is None else f"{base}_{row_vectors}v"
+    eager = Tiles(row_vectors=tiles.row_vectors)
+    if tiles == eager:
+        return base if tiles.row_vectors is None else f"{base}_{tiles.row_vectors}v"
+    return f"{base}_{tiles.suffix}"
 
 
-def _module() -> ir.Module:
+_EAGER_GRAD_TILES = (EAGER_TILES,) + tuple(Tiles(row_vectors=n) for n in UNROLLED_ROW_VECTORS)
+
+
+def _module(forward: tuple = (EAGER_TILES,), grad: tuple = _EAGER_GRAD_TILES) -> ir.Module:
     module = ir.Module(name="kiln_eager_convolution")
-    _forward(module)
-    _weight_grad(module)
-    for count in UNROLLED_ROW_VECTORS:
-        _weight_grad(module, count)
+    for tiles in forward:
+        _forward(module, tiles)
+    for tiles in grad:
+        _weight_grad(module, tiles)
     return module
 
 
 class NativeConvolution:
     """The direct convolution loops over C-contiguous float32 arrays, run on the compiled
-    kernels' thread pool. Shapes: ``xp`` (N, C, HP, stride, WQ), the phase-split padded input;
-    ``wb`` (ceil(O / CHANNEL_BLOCK), C, KH, KW, CHANNEL_BLOCK), zero past O; ``out`` (N, O, OH,
-    OWV) with OWV a multiple of ``LANES``; ``g`` the same as ``out``; ``dw`` (C, KH, KW, O)."""
+    kernels' thread pool, for the tiles they were built with. Shapes: ``xp`` (N, C, HP,
+    stride, WQ), the phase-split padded input; ``wb`` (ceil(O / CB), C, KH, KW, CB), zero past
+    O (CB: the forward tile's channels); ``out`` (N, O, OH, OWV) with OWV a multiple of the
+    tile's lanes; ``g`` the same as ``out``; ``dw`` (C, KH, KW, O)."""
 
-    def __init__(self, compiled):
+    def __init__(self, compiled, forward: tuple = (EAGER_TILES,), grad: tuple = _EAGER_GRAD_TILES):
         self._compiled = compiled
-        kernels = {}
-        names = ["kiln_conv2d_forward", _weight_grad_name(None)]
-        names += [_weight_grad_name(count) for count in UNROLLED_ROW_VECTORS]
-        for name in names:
+
+        def kernel(name):
             address = compiled.address(name)
-            fn = KERNEL_TYPE(address)
-            kernels[name] = RowKernel(name, fn, address, 0, 0, ())
-        self._forward = kernels["kiln_conv2d_forward"]
-        self._weight_grad = kernels[_weight_grad_name(None)]
-        self._weight_grad_rows = {
-            count: kernels[_weight_grad_name(count)] for count in UNROLLED_ROW_VECTORS
-        }
+            return RowKernel(name, KERNEL_TYPE(address), address, 0, 0, ())
+
+        self._forward = {tiles: kernel(_forward_name(tiles)) for tiles in forward}
+        self._weight_grad = {tiles: kernel(_weight_grad_name(tiles)) for tiles in grad}
+
+    def _forward_kernel(self, tiles: Tiles) -> RowKernel:
+        return self._forward[tiles]
+
+    def _weight_grad_kernel(self, tiles: Tiles) -> RowKernel:
+        return self._weight_grad[tiles]
 
     @staticmethod
     def taps(kh: int, kw: int, phases: int, wq: int) -> np.ndarray:
@@ -331,7 +385,14 @@ class NativeConvolution:
         )
         kernel(pointers, rows=rows, work=work)
 
-    def forward(self, xp: np.ndarray, wb: np.ndarray, out: np.ndarray, stride: int) -> None:
+    def forward(
+        self,
+        xp: np.ndarray,
+        wb: np.ndarray,
+        out: np.ndarray,
+        stride: int,
+        tiles: Tiles = EAGER_TILES,
+    ) -> None:
         n, c, hp, phases, wq = xp.shape
         o = out.shape[1]
         kh, kw = wb.shape[2:4]
@@ -340,22 +401,91 @@ class NativeConvolution:
         row = phases * wq
         params = np.array([c, o, oh, owv, t, stride * row, hp * row, oh * owv], np.int64)
         work = n * oh * owv * o * c * t // 8
-        self._run(self._forward, params, self.taps(kh, kw, phases, wq), (xp, wb, out), n * oh, work)
+        taps = self.taps(kh, kw, phases, wq)
+        self._run(self._forward_kernel(tiles), params, taps, (xp, wb, out), n * oh, work)
 
-    def weight_grad(self, xp: np.ndarray, g: np.ndarray, dw: np.ndarray, stride: int) -> None:
+    def weight_grad(
+        self, xp: np.ndarray, g: np.ndarray, dw: np.ndarray, stride: int, tiles: Tiles | None = None
+    ) -> None:
+        """``tiles``: None for eager's (8 lanes, unrolled for rows of 1-4 vectors)."""
         n, c, hp, phases, wq = xp.shape
         _, kh, kw, o = dw.shape
         oh, owv = g.shape[2:]
         t = kh * kw
         row = phases * wq
-        blocks = -(-o // CHANNEL_BLOCK)
+        if tiles is None:
+            tiles = Tiles(
+                row_vectors=owv // LANES if owv // LANES in UNROLLED_ROW_VECTORS else None
+            )
+        blocks = -(-o // tiles.channels)
         params = np.array([c, o, n, oh, owv, t, stride * row, hp * row, oh * owv, blocks], np.int64)
         work = n * oh * owv * o * c * t // 8
         taps = self.taps(kh, kw, phases, wq)
-        kernel = self._weight_grad_rows.get(owv // LANES, self._weight_grad)
-        self._run(kernel, params, taps, (xp, g, dw), c * blocks, work)
+        self._run(self._weight_grad_kernel(tiles), params, taps, (xp, g, dw), c * blocks, work)
 
 
 def build() -> NativeConvolution:
     """Compile (or load from the object cache) the direct convolution loops."""
     return NativeConvolution(compile_module(_module(), opt_level=3))
+
+
+@functools.cache
+def build_tiles(forward: Tiles | None = None, grad: Tiles | None = None) -> NativeConvolution:
+    """The loops of one forward tile and/or one weight-gradient tile as one module, compiled
+    here (benchmarks and tests; compiled graphs use ``CompiledTiles``)."""
+    fw = () if forward is None else (forward,)
+    gr = () if grad is None else (grad,)
+    return NativeConvolution(compile_module(_module(fw, gr), opt_level=3), fw, gr)
+
+
+class CompiledTiles(NativeConvolution):
+    """The loops of the tiles compiled graphs chose, each tile a kernel of its own compiled in
+    the background as the graphs' kernels are (``jit.compile_in_background``: on the JIT's
+    thread or in the helper process, while the compiler goes on), asked for by the lowering
+    (``request``) and waited for by the first call."""
+
+    def __init__(self):  # noqa: D107 - no module of its own
+        self._pending: dict = {}
+        self._kernels: dict = {}
+        self._modules: list = []  # the machine code, alive while the kernels are
+        self._lock = threading.Lock()
+
+    def request(self, kind: str, tiles: Tiles) -> None:
+        """Start compiling the ``kind`` ("forward" or "grad") loops of ``tiles``."""
+        with self._lock:
+            if (kind, tiles) in self._pending:
+                return
+            module = ir.Module(name=f"kiln_conv2d_{kind}_{tiles.suffix}")
+            (_forward if kind == "forward" else _weight_grad)(module, tiles, name="kernel")
+            text = str(module)
+            key = jit.kernel_key(text)
+            self._pending[(kind, tiles)] = (key, jit.compile_in_background({key: text}))
+
+    def _kernel(self, kind: str, tiles: Tiles) -> RowKernel:
+        found = self._kernels.get((kind, tiles))
+        if found is not None:
+            return found
+        self.request(kind, tiles)
+        key, future = self._pending[(kind, tiles)]
+        compiled, name = future.result()[key]
+        address = compiled.address(name)
+        kernel = RowKernel(name, KERNEL_TYPE(address), address, 0, 0, ())
+        self._modules.append(compiled)
+        self._kernels[(kind, tiles)] = kernel
+        return kernel
+
+    def _forward_kernel(self, tiles: Tiles) -> RowKernel:
+        return self._kernel("forward", tiles)
+
+    def _weight_grad_kernel(self, tiles: Tiles) -> RowKernel:
+        return self._kernel("grad", tiles)
+
+
+_COMPILED_TILES: list = []
+
+
+def compiled_tiles() -> CompiledTiles:
+    """The process's ``CompiledTiles``."""
+    if not _COMPILED_TILES:
+        _COMPILED_TILES.append(CompiledTiles())
+    return _COMPILED_TILES[0]
