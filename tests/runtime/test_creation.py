@@ -4,6 +4,9 @@ dtype and device. Each case is a snippet run with both libraries (tests/runtime/
 
 from __future__ import annotations
 
+import array
+import collections
+
 import numpy as np
 import pytest
 
@@ -12,6 +15,18 @@ from tests.oracle import needs_torch, torch
 from tests.runtime.helpers import cases, same_as_torch
 
 pytestmark = needs_torch
+
+
+class _Triple:
+    """A user-defined sequence: ``__len__`` and ``__getitem__`` only."""
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        if i >= 3:
+            raise IndexError(i)
+        return float(i)
 
 
 CREATION = {
@@ -52,6 +67,19 @@ CREATION = {
     "int-requires-grad": lambda lib: lib.tensor([1, 2], requires_grad=True),
     "int-zeros-requires-grad": lambda lib: lib.zeros(2, dtype=lib.long, requires_grad=True),
     "int-requires-grad-method": lambda lib: lib.tensor([1, 2]).requires_grad_(),
+    # any object with the sequence protocol is read as a list (REINFORCE's returns deque)
+    "deque": lambda lib: lib.tensor(collections.deque([1.0, 0.5])),
+    "deque-of-ints": lambda lib: lib.tensor(collections.deque([1, 2])),
+    "deque-of-0dim-tensors": lambda lib: lib.tensor(collections.deque([lib.tensor(1.5), 2])),
+    "deques-in-list": lambda lib: lib.tensor([collections.deque([1, 2]), (3, 4)]),
+    "array-module-array": lambda lib: lib.tensor(array.array("i", [1, 2])),
+    "sequence-class": lambda lib: lib.tensor(_Triple()),
+    "legacy-deque": lambda lib: lib.Tensor(collections.deque([1, 2])),
+    "as-tensor-deque": lambda lib: lib.as_tensor(collections.deque([1, 2])),
+    "new-tensor-deque": lambda lib: lib.ones(1).new_tensor(collections.deque([1, 2])),
+    "dict": lambda lib: lib.tensor({1: 2}),
+    "set": lambda lib: lib.tensor({1, 2}),
+    "generator": lambda lib: lib.tensor(i for i in range(2)),
 }
 
 

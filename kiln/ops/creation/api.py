@@ -133,6 +133,32 @@ def _is_sequence(x) -> bool:
     return isinstance(x, (list, tuple, range, np.ndarray))
 
 
+_NOT_FOREIGN = (
+    list,
+    tuple,
+    range,
+    np.ndarray,
+    Tensor,
+    str,
+    bytes,
+    dict,
+    numbers.Number,
+    np.generic,
+)
+
+
+def _is_foreign_sequence(x) -> bool:
+    """PyTorch reads any object with the sequence protocol (CPython's PySequence_Check: a
+    ``collections.deque``, an ``array.array``, a class with ``__len__`` and ``__getitem__``)
+    as the list of its items; dicts, sets and generators it refuses."""
+    kind = type(x)
+    return (
+        not isinstance(x, _NOT_FOREIGN)
+        and hasattr(kind, "__getitem__")
+        and hasattr(kind, "__len__")
+    )
+
+
 _PLAIN_NUMBERS = frozenset((bool, int, float, complex))
 
 
@@ -182,7 +208,7 @@ def _infer_leaf_dtype(data) -> dt.dtype:
         return dt.get_default_dtype()
     if isinstance(data, numbers.Complex):
         return dt.default_complex_dtype()
-    if isinstance(data, (list, tuple, range)):
+    if isinstance(data, (list, tuple, range)) or _is_foreign_sequence(data):
         out = None
         for item in data:
             d = _infer_leaf_dtype(item)
@@ -199,7 +225,7 @@ def _scalars_for_tensors(data):
         if data.numel() != 1:
             raise ValueError("only one element tensors can be converted to Python scalars")
         return data.item()
-    if isinstance(data, (list, tuple)):
+    if isinstance(data, (list, tuple)) or _is_foreign_sequence(data):
         return [_scalars_for_tensors(v) for v in data]
     return data
 
@@ -290,6 +316,8 @@ def tensor(
         d = dt.from_numpy_dtype(data.dtype)
         arr = np.array(data, copy=True)
     else:
+        if _is_foreign_sequence(data):
+            data = list(data)
         d = dtype if dtype is not None else _infer_dtype(data)
         if isinstance(data, (list, tuple)) and not data:
             arr = np.zeros((0,), d.np)
@@ -809,7 +837,9 @@ def legacy_tensor_constructor(args: tuple, kwargs: dict) -> Tensor:
     """``kiln.Tensor(data)`` / ``kiln.Tensor(2, 3)``: PyTorch's legacy float constructor."""
     if len(args) == 1 and isinstance(args[0], Size):
         return empty(args[0])
-    if len(args) == 1 and isinstance(args[0], (list, tuple, np.ndarray)):
+    if len(args) == 1 and (
+        isinstance(args[0], (list, tuple, np.ndarray)) or _is_foreign_sequence(args[0])
+    ):
         return tensor(args[0], dtype=dt.get_default_dtype())
     if all(isinstance(a, int) for a in args):
         return empty(*args)
