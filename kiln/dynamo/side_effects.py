@@ -16,8 +16,12 @@ from .exc import unsupported
 __all__ = ["SideEffects"]
 
 
-def _replace_list(target: list, items: list) -> None:
-    target[:] = items
+def _replace_list(target, items: list) -> None:
+    if isinstance(target, list):
+        target[:] = items
+    else:  # a deque
+        target.clear()
+        target.extend(items)
 
 
 def _replace_dict(target: dict, items: dict) -> None:

@@ -9,6 +9,7 @@ breaks ``kiln.dynamo.explain`` reports.
 
 from __future__ import annotations
 
+import collections
 import copy
 from dataclasses import dataclass
 from typing import Any
@@ -50,8 +51,9 @@ def assert_same(
             err_msg=path,
         )  # fmt: skip
         return
-    if isinstance(expected, (list, tuple)):
+    if isinstance(expected, (list, tuple, collections.deque)):
         assert type(actual) is type(expected), f"{path}: {type(actual)} != {type(expected)}"
+        assert getattr(actual, "maxlen", None) == getattr(expected, "maxlen", None), path
         assert len(actual) == len(expected), f"{path}: length differs"
         for i, (a, e) in enumerate(zip(actual, expected)):
             assert_same(a, e, f"{path}[{i}]", rtol, atol)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 
 import kiln
@@ -90,7 +92,32 @@ def set_add_on_input(x, seen):
     return x
 
 
+def returns_of_rewards(x, rewards):
+    """REINFORCE's discounted returns, built in a deque from the right."""
+    running, returns = 0.0, collections.deque()
+    for r in rewards[::-1]:
+        running = r + 0.99 * running
+        returns.appendleft(running)
+    returns = kiln.tensor(returns)
+    return x * (returns - returns.mean()) / (returns.std() + 1e-8)
+
+
+def sliding_window_deque(x, history):
+    """A bounded deque made in the function and one passed in: appends drop the oldest."""
+    history.append(x * 2)
+    window = collections.deque(maxlen=2)
+    for i in range(4):
+        window.append(x + i)
+    window.appendleft(x - 1)
+    window.rotate(1)
+    first = window.popleft()
+    window.extendleft([x * 5, x * 6])
+    return sum(history) + first, window, len(window), window.maxlen, history.popleft()
+
+
 CASES = [
+    Case(returns_of_rewards, lambda: (t(3), [1.0, 0.0, 1.0])),
+    Case(sliding_window_deque, lambda: (t(2), collections.deque([t(2), t(2)], maxlen=3))),
     Case(append_to_input_list, lambda: (t(3), [])),
     Case(extend_and_pop_input_list, lambda: (t(3), [t(3)]), graphs=1),
     Case(setitem_input_list, lambda: (t(3), [1, 2, 3]), graphs=1),

@@ -8,6 +8,7 @@ cached by identity so that two paths to one object give one variable (aliasing s
 
 from __future__ import annotations
 
+import collections
 import functools
 import types
 from collections import defaultdict
@@ -36,7 +37,13 @@ from .functions import (
     UserFunctionVariable,
     UserMethodVariable,
 )
-from .lists import ListVariable, NamedTupleVariable, SetVariable, TupleVariable
+from .lists import (
+    DequeVariable,
+    ListVariable,
+    NamedTupleVariable,
+    SetVariable,
+    TupleVariable,
+)
 from .misc import (
     ClassVariable,
     GradModeClassVariable,
@@ -137,6 +144,12 @@ def _wrap_new(output, value: Any, source: Source | None) -> VariableTracker:
         if source is not None:
             guards.length(source, value)
         return ListVariable([sub(v, item(i)) for i, v in enumerate(value)], source)
+    if type(value) is collections.deque:
+        if source is not None:
+            guards.length(source, value)
+            guards.constant(AttrSource(source, "maxlen"), value.maxlen)
+        items = [sub(v, item(i)) for i, v in enumerate(value)]
+        return DequeVariable(items, value.maxlen, source)
     if isinstance(value, tuple):
         if source is not None:
             guards.length(source, value)

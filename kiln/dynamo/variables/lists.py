@@ -8,6 +8,7 @@ rebuilt with ``BUILD_LIST``/``BUILD_MAP``... only if they escape (returned, kept
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 from bytecode import Instr
@@ -19,6 +20,7 @@ __all__ = [
     "BaseListVariable",
     "TupleVariable",
     "ListVariable",
+    "DequeVariable",
     "NamedTupleVariable",
     "SliceVariable",
     "SetVariable",
@@ -275,6 +277,100 @@ class ListVariable(BaseListVariable):
             del self.items[key]
         except (IndexError, TypeError) as e:
             raise _user_error(e) from None
+
+
+class DequeVariable(ListVariable):
+    """A ``collections.deque``: a list whose appends drop items from the other end once
+    ``maxlen`` is reached. The list methods it lacks (sort, slicing) fail as on a deque."""
+
+    cls = collections.deque
+
+    def __init__(self, items: list, maxlen: int | None = None, source=None):
+        super().__init__(items, source)
+        self.maxlen = maxlen
+        self._trim(at_left=True)
+
+    def _trim(self, at_left: bool) -> None:
+        while self.maxlen is not None and len(self.items) > self.maxlen:
+            self.items.pop(0 if at_left else -1)
+
+    def as_python_constant(self) -> Any:
+        return collections.deque((_const(v, "a deque item") for v in self.items), self.maxlen)
+
+    def new(self, items: list) -> VariableTracker:
+        return DequeVariable(items, self.maxlen)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "maxlen":
+            return ConstantVariable(self.maxlen)
+        return super().var_getattr(tx, name)
+
+    def getitem(self, tx, index: VariableTracker) -> VariableTracker:
+        if isinstance(_index(index), slice):
+            raise unsupported("user_exception", "TypeError: sequence index must be integer")
+        return super().getitem(tx, index)
+
+    method_sort = None  # a deque has no sort
+
+    def method_append(self, tx, value):
+        super().method_append(tx, value)
+        self._trim(at_left=True)
+        return ConstantVariable(None)
+
+    def method_extend(self, tx, other):
+        super().method_extend(tx, other)
+        self._trim(at_left=True)
+        return ConstantVariable(None)
+
+    def method_appendleft(self, tx, value):
+        self._mutated(tx)
+        self.items.insert(0, value)
+        self._trim(at_left=False)
+        return ConstantVariable(None)
+
+    def method_extendleft(self, tx, other):
+        self._mutated(tx)
+        self.items[:0] = reversed(other.unpack(tx))
+        self._trim(at_left=False)
+        return ConstantVariable(None)
+
+    def method_pop(self, tx):
+        if not self.items:
+            raise unsupported("user_exception", "IndexError: pop from an empty deque")
+        return super().method_pop(tx)
+
+    def method_popleft(self, tx):
+        if not self.items:
+            raise unsupported("user_exception", "IndexError: pop from an empty deque")
+        self._mutated(tx)
+        return self.items.pop(0)
+
+    def method_rotate(self, tx, steps=None):
+        n = _const(steps, "rotate's argument") if steps is not None else 1
+        self._mutated(tx)
+        if self.items:
+            n %= len(self.items)
+            self.items[:] = self.items[-n:] + self.items[:-n]
+        return ConstantVariable(None)
+
+    def method_insert(self, tx, index, value):
+        if self.maxlen is not None and len(self.items) >= self.maxlen:
+            raise unsupported("user_exception", "IndexError: deque already at its maximum size")
+        return super().method_insert(tx, index, value)
+
+    def method_copy(self, tx):
+        return DequeVariable(list(self.items), self.maxlen)
+
+    def reconstruct(self, cg) -> None:
+        if self.source is not None:
+            self.source.reconstruct(cg)
+            return
+        cg.load_callable(collections.deque)
+        for v in self.items:
+            cg.load(v)
+        cg.append(Instr("BUILD_LIST", len(self.items)))
+        cg.load_const(self.maxlen)
+        cg.call(2)
 
 
 class SliceVariable(VariableTracker):

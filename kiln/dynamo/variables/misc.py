@@ -3,6 +3,7 @@ grad-mode context managers, methods of constants and arbitrary user objects."""
 
 from __future__ import annotations
 
+import collections
 import inspect
 import operator
 import sys
@@ -123,6 +124,8 @@ class ClassVariable(FixedObjectVariable):
                 **{k: v.as_python_constant() for k, v in kwargs.items()},
             )
             return tx.wrap(value, None)
+        if cls is collections.deque:
+            return _new_deque(tx, args, kwargs)
         stateless = _stateless_module(cls, args, kwargs)
         if stateless is not None:
             return stateless
@@ -139,6 +142,24 @@ class ClassVariable(FixedObjectVariable):
                 )
             return obj
         raise unsupported("unsupported_object", f"creating a {cls.__qualname__} object")
+
+
+def _new_deque(tx, args: list, kwargs: dict) -> VariableTracker:
+    """``deque(iterable=(), maxlen=None)`` made in captured code."""
+    from .lists import DequeVariable
+
+    names = ("iterable", "maxlen")
+    if len(args) > 2 or set(kwargs) - set(names):
+        raise unsupported("user_exception", "TypeError: deque() takes iterable and maxlen")
+    bound = {**dict(zip(names, args)), **kwargs}
+    iterable, maxlen = bound.get("iterable"), bound.get("maxlen")
+    if iterable is not None and iterable.is_python_constant():
+        iterable = None if iterable.as_python_constant() is None else iterable
+    items = [] if iterable is None else iterable.unpack(tx)
+    limit = None if maxlen is None else maxlen.as_python_constant()
+    if limit is not None and (not isinstance(limit, int) or limit < 0):
+        raise unsupported("user_exception", "ValueError: maxlen must be a non-negative integer")
+    return DequeVariable(items, limit)
 
 
 def _stateless_module(cls: type, args: list, kwargs: dict) -> VariableTracker | None:
