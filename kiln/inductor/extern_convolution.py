@@ -38,12 +38,12 @@ def _kernels(tiles=None):
     return eager_convolution.compiled_tiles()
 
 
-def _tiles(lanes: int, channels: int, columns: int, taps: int, row_vectors=None):
+def _tiles(lanes: int, channels: int, columns: int, taps: int):
     if (lanes, channels, columns, taps) == _EAGER:
-        return None
+        return None  # eager's loops, with their walks for short rows
     from .codegen.llvm.eager_convolution import Tiles
 
-    return Tiles(lanes, channels, columns, taps, row_vectors)
+    return Tiles(lanes, channels, columns, taps)
 
 
 def conv2d_direct_out(
@@ -94,11 +94,7 @@ def conv2d_weight_grad_out(
     column gave NaN, where PyTorch never reads it). ``lanes``, ``channels``, ``taps``: the
     register tile the lowering chose (OWV a multiple of ``lanes``; the sums' order, hence the
     last bits, depend on ``lanes``)."""
-    vectors = g.shape[3] // int(lanes)
-    from .codegen.llvm.eager_convolution import UNROLLED_ROW_VECTORS
-
-    rows = vectors if vectors in UNROLLED_ROW_VECTORS else None
-    tiles = _tiles(int(lanes), int(channels), 2, int(taps), rows)
+    tiles = _tiles(int(lanes), int(channels), 2, int(taps))
     kernels = _kernels(tiles)
     if kernels is not None:
         if tiles is None:

@@ -408,7 +408,8 @@ def test_transposed_convolution_that_grows_the_image_multiplies_only_landing_tap
         if isinstance(getattr(step, "buffer", None), ExternBuffer)
         and step.buffer.kernel.__name__ == "matmul_out"
     ]
-    assert (4, 1, 6 * 16, 1) in products, products  # W^T z: one column per landing tap
+    # W^T z, the batch as one product (``_transposed_batch``): one column per landing tap
+    assert (1, 6 * 16, 4) in products, products
 
 
 @needs_torch
@@ -430,3 +431,51 @@ def test_weight_gradient_of_a_compiled_convolution_is_laid_out_as_the_weight():
         rtol=1e-4,
         atol=1e-4,
     )
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "case",
+    [
+        # (input shape, output channels per group, kernel, stride, padding, groups, dilation)
+        ((3, 4, 1, 1), 5, 4, 1, 0, 1, 1),
+        ((2, 6, 3, 2), 2, 3, 2, 1, 2, 1),
+        ((4, 4, 2, 3), 3, (2, 3), (2, 1), (0, 1), 1, (1, 2)),
+    ],
+)
+def test_transposed_convolution_of_small_inputs_as_one_product_matches_torch(case, dtype):
+    """A transposed convolution with few input positions per sample multiplies the whole batch
+    at once (the columns read back through a permuted view): values and gradients equal
+    PyTorch's, with groups, strides, padding and dilation, in float32 and float64."""
+    xs, ocg, kernel, stride, padding, groups, dilation = case
+    kernel = kernel if isinstance(kernel, tuple) else (kernel, kernel)
+    rng = np.random.default_rng(xs[0])
+    x = rng.standard_normal(xs).astype(dtype)
+    w = rng.standard_normal((xs[1], ocg) + kernel).astype(dtype)
+
+    def fn(x, w):
+        return F.conv_transpose2d(x, w, None, stride, padding, 0, groups, dilation).tanh()
+
+    kx, kw = (kiln.tensor(a, requires_grad=True) for a in (x, w))
+    with observe_compiled_graphs() as observed:
+        out = kiln.compile(fn, fullgraph=True)(kx, kw)
+        (out * out).sum().backward()
+    tx, tw = (torch.tensor(a, requires_grad=True) for a in (x, w))
+    expected = torch.nn.functional.conv_transpose2d(
+        tx, tw, None, stride, padding, 0, groups, dilation
+    ).tanh()
+    (expected * expected).sum().backward()
+    tol = 1e-5 if dtype == np.float32 else 1e-10
+    assert_close(out, expected, rtol=tol, atol=tol)
+    assert_close(kx.grad, tx.grad, rtol=10 * tol, atol=10 * tol)
+    assert_close(kw.grad, tw.grad, rtol=10 * tol, atol=10 * tol)
+    pin = xs[2] * xs[3]
+    products = [
+        tuple(step.buffer.layout.shape)
+        for item in observed
+        for step in item.graph.schedule.steps
+        if isinstance(getattr(step, "buffer", None), ExternBuffer)
+        and step.buffer.kernel.__name__ == "matmul_out"
+    ]
+    assert (groups, ocg * kernel[0] * kernel[1], xs[0] * pin) in products, products

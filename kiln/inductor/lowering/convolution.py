@@ -65,6 +65,12 @@ __all__ = ["COLUMNS_PER_SAMPLE_MIN", "static_images_only"]
 # as one product over the batch (wider products, and a result read through a permuted view)
 COLUMNS_PER_SAMPLE_MIN = 256
 
+# a transposed convolution with fewer input positions per sample than this multiplies the
+# whole batch at once (``_transposed_batch``). extern_matmul_out, 2 threads, load ~6: per
+# sample against batched, 16 samples of 1024x64 by 64x1 (a DCGAN generator's noise) 0.057 /
+# 0.023 ms; of 512x64 by 64x16 0.130 / 0.123; of 48x32 by 32x64 0.023 / 0.030
+TRANSPOSED_COLUMNS_PER_SAMPLE_MIN = 16
+
 _DTYPES = (dt.float32, dt.float64)
 
 
@@ -514,8 +520,7 @@ def _direct_weight_grad(spec: _Spec) -> TensorBox | None:
     if not (width.__class__ is int and width == ow):
         inputs = [xp, _zero_padded(g, width), stride[0], g]
     if (lanes, channels, taps) != (EAGER_TILES[0], EAGER_TILES[1], EAGER_TILES[3]):
-        vectors = hint_int(width) // lanes
-        _request_tiles("grad", (lanes, channels, 2, taps, vectors if vectors <= 4 else None))
+        _request_tiles("grad", (lanes, channels, 2, taps, None))
         inputs += [None] * (4 - len(inputs)) + [lanes, channels, taps]
     layout = Layout.contiguous((c,) + kernel + (o,), spec.dtype)
     buf = _extern_call(spec, layout, extern_convolution.conv2d_weight_grad_out, inputs)
@@ -561,7 +566,9 @@ def grad_tiles() -> tuple:
     """The weight-gradient loops' tile: (lanes, output channels, taps). 8 channels by 3 taps
     of 16 lanes with AVX-512: 8x16x32x32 with 16 outputs, 3x3, 0.23 ms against eager tile's
     0.34 (4 by 3: 0.26; 2 by 9: 0.31); at 8x32x16x16 with 32: 0.32 against 0.37; PyTorch 0.20
-    and 0.17 (2 threads, load 3.5)."""
+    and 0.17 (2 threads, load 3.5). Its walk loops over a row's vectors: unrolled for one or
+    two (as eager's are) it was 3-9% faster, but took twice as long to compile (0.32 against
+    0.15 s each at load 6)."""
     if not _wide():
         return (EAGER_TILES[0], EAGER_TILES[1], EAGER_TILES[3])
     return (_WIDE, 8, 3)
@@ -737,6 +744,8 @@ def _transposed(spec: _Spec) -> TensorBox:
     kn = math.prod(spec.kernel)
     pin = math.prod(spec.in_spatial)
     weight = _weight_matrix(spec, icg, ocg * kn, transpose=True)  # [G, Og*K, Icg]
+    if hint_int(pin) < TRANSPOSED_COLUMNS_PER_SAMPLE_MIN:  # either is right for every size
+        return _col2im(spec, _transposed_batch(spec, weight), ocg)
     shape = (n, g, icg, pin)
 
     def index_map(index):
@@ -745,6 +754,40 @@ def _transposed(spec: _Spec) -> TensorBox:
     inputs = _operand(x, shape, index_map, _reshape_strided(shape))
     buf = _product(spec, (n, g, ocg * kn, pin), weight, inputs)
     return _col2im(spec, _stored_as(buf, (n, g, ocg) + spec.kernel + spec.in_spatial), ocg)
+
+
+def _transposed_batch(spec: _Spec, weight) -> TensorBox:
+    """``W^T x`` for small inputs: one product per group over the whole batch, ``[G, Og*K,
+    Icg] @ [G, Icg, N*Pin]`` (the input copied sample-inner, or viewed so where each sample is
+    one position), read as the columns ``[N, G, Og, *K, *in]`` through a permuted view. Per
+    sample, a DCGAN generator's first layer (1x1 noise) made 16 matrix-vector products."""
+    x = spec.x
+    g, n, k = spec.groups, spec.batch, spec.k
+    icg = spec.channels // g
+    ocg = spec.weight_shape[1]
+    kn = math.prod(spec.kernel)
+    pin = math.prod(spec.in_spatial)
+    shape = (g, icg, n * pin)
+
+    def index_map(index):
+        sample_position = _unflatten(index[2], (n,) + spec.in_spatial)
+        return [sample_position[0], index[0] * icg + index[1]] + sample_position[1:]
+
+    def strided(layout):
+        # one position per sample: the input's own strides describe [G, Icg, N]
+        if not (pin.__class__ is int and pin == 1):
+            return None
+        sn, sc = layout.stride[:2]
+        return Layout(shape, (icg * sc, sc, sn), layout.dtype, layout.offset)
+
+    inputs = _operand(x, shape, index_map, strided)
+    buf = _product(spec, (g, ocg * kn, n * pin), weight, inputs)
+    stored = _stored_as(buf, (g, ocg) + spec.kernel + (n,) + spec.in_spatial)
+    from .views import _permute
+
+    dims = [2 + k, 0, 1] + list(range(2, 2 + k)) + list(range(3 + k, 3 + 2 * k))
+    shape = tuple(stored.shape[d] for d in dims)
+    return _permute(_meta_like_shape(shape, stored.dtype), stored, dims)
 
 
 def _col2im(spec: _Spec, columns: TensorBox, ocg: int) -> TensorBox:
