@@ -456,6 +456,24 @@ def test_retracing_a_graph_module_keeps_the_original_sources():
     assert all(s.startswith(__file__) for s in sources.values())
 
 
+def test_retracing_a_long_graph_module_maps_every_line_to_its_source():
+    # the generated forward's lines are found by bisecting its line table (f_lineno walked it
+    # from the start for every traced op): each op of a long graph keeps its own source
+    x0 = kiln.randn(3)
+    mode = ir.TracingMode(ir.Graph())
+    x = mode.placeholder("x", x0)
+    with mode:
+        for i in range(400):
+            mode.current_source, mode.current_source_text = f"model.py:{i}", f"step {i}"
+            x = (x * 0.5 + 1).neg() if i % 2 else x.exp().sin()
+    mode.output(x)
+    first = ir.GraphModule(kiln.nn.Module(), mode.graph)
+    again = ir.trace(first, x0)
+    nodes = [again.graph.find_nodes(op="call_function"), first.graph.find_nodes(op="call_function")]
+    got, want = ([(n.meta["source"], n.meta["source_text"]) for n in ns] for ns in nodes)
+    assert len(got) == 1000 and got == want
+
+
 def test_retracing_through_an_interpreter_keeps_the_original_sources():
     first = ir.trace(lambda x: x.exp() * 2, kiln.randn(3))
     graph = ir.Graph()
