@@ -463,6 +463,21 @@ def test_size_and_device_constructors():
     check(build_size_and_device, t(3))
 
 
+def legacy_constructors(x, depths):
+    """NeRF's ``raw2outputs``: ``torch.Tensor([1e10]).expand(...)`` and ``torch.log(
+    torch.Tensor([10.0]))``; the typed constructors of old code."""
+    far = kiln.Tensor([1e10]).expand(depths[..., :1].shape)
+    dists = kiln.cat([depths[..., 1:] - depths[..., :-1], far], -1)
+    psnr = -10.0 * kiln.log(x.square().mean()) / kiln.log(kiln.Tensor([10.0]))
+    counts = kiln.LongTensor([1, 2]) + kiln.FloatTensor(2).zero_() + kiln.Tensor(2).fill_(0.5)
+    return dists, psnr, counts
+
+
+def test_legacy_constructors_are_captured():
+    # each was 'creating a Tensor object', a graph break
+    check(legacy_constructors, t(3), t(2, 4).cumsum(-1), graphs=1, breaks=0)
+
+
 def seeding_inside(x):
     kiln.manual_seed(3)
     return x + kiln.rand(3)

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 
 from ...optim.optimizer import Optimizer
+from ...runtime import legacy_types
+from ...runtime.tensor import Tensor
 from ..exc import Unsupported, unsupported
 from ..sources import AttrSource
 from .autograd_function import AutogradFunctionApplyVariable, is_autograd_function
@@ -126,6 +128,12 @@ class ClassVariable(FixedObjectVariable):
             return tx.wrap(value, None)
         if cls is collections.deque:
             return _new_deque(tx, args, kwargs)
+        if cls is Tensor or isinstance(cls, type(legacy_types.FloatTensor)):
+            # the legacy constructors (``kiln.Tensor([1e10])``, ``kiln.LongTensor(3)``): kiln
+            # functions making a tensor from data or sizes
+            from .tensor import call_kiln
+
+            return call_kiln(tx, cls, args, kwargs)
         stateless = _stateless_module(cls, args, kwargs)
         if stateless is not None:
             return stateless
