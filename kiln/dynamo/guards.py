@@ -389,10 +389,16 @@ class GuardSet:
             self.shape_env.freeze()
         lines = [f"def ___guard(___closure, {params}):" if params else "def ___guard(___closure):"]
         lines.append("    try:")
+        # the checks between two setup lines make one ``if``: a statement per check made a
+        # GPT-2 optimizer step's guard 11,000 lines whose compile took 0.13-0.18 s (0.07 s so);
+        # ``failed_guard`` still tells which check failed
+        run: list[str] = []
         for g in self.guards:
-            lines += [f"        {name} = {expr}" for name, expr in g.setup]
-            lines.append(f"        if not ({g.expr}):")
-            lines.append("            return False")
+            if g.setup:
+                lines += _checks_line(run)
+                lines += [f"        {name} = {expr}" for name, expr in g.setup]
+            run.append(g.expr)
+        lines += _checks_line(run)
         lines.append("    except Exception:")
         lines.append("        return False")
         lines.append("    return True")
@@ -403,6 +409,21 @@ class GuardSet:
         guard = CompiledGuard(namespace["___guard"], src, list(self.guards), params, namespace)
         guard.weak_refs = tuple(self.weak_refs)
         return guard
+
+
+def _checks_line(run: list[str]) -> list[str]:
+    """The lines returning False unless every check in ``run`` holds (emptying ``run``)."""
+    if not run:
+        return []
+    if len(run) == 1:
+        lines = [f"        if not ({run[0]}):"]
+    else:
+        lines = ["        if not ("]
+        lines += [f"            ({expr})" for expr in run[:1]]
+        lines += [f"            and ({expr})" for expr in run[1:]]
+        lines.append("        ):")
+    run.clear()
+    return [*lines, "            return False"]
 
 
 class CompiledGuard:

@@ -260,3 +260,31 @@ def test_a_read_stride_of_a_size_one_dim_is_guarded():
     for length in (5, 7):
         window = kiln.ones(1, length)[:, -3:]
         np.testing.assert_array_equal(compiled(window).numpy(), scaled(window).numpy())
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        lambda x, y: (x, y.double()),
+        lambda x, y: (x, kiln.randn(1, 3)),
+        lambda x, y: (x, kiln.randn(3, 2).t()),
+        lambda x, y: (x.requires_grad_(), y),
+    ],
+    ids=["dtype", "shape", "strides", "requires_grad"],
+)
+def test_checks_joined_in_one_if_each_still_guard(changed):
+    # the checks between two setup lines are one ``if`` of joined conditions (a GPT-2 step's
+    # guard compiled in half the time): each of them still fails the guard on its own, and the
+    # recompile names the one that failed
+    def f(x, y):
+        return x * 2 + y
+
+    fn, counter = compiled_with_counter(f)
+    x, y = t(2, 3), t(2, 3)
+    fn(x, y)
+    guard = fn._kiln_cache.guards[0]
+    assert "            and (x._shape == (2, 3))" in guard.src
+    args = changed(x.clone(), y.clone())
+    assert guard.failure_reason(None, args, {}) is not None
+    assert_same(fn(*args), f(*args))
+    assert counter.frame_count == 2
