@@ -478,6 +478,33 @@ def test_legacy_constructors_are_captured():
     check(legacy_constructors, t(3), t(2, 4).cumsum(-1), graphs=1, breaks=0)
 
 
+_COSINE_TRIPLET = kiln.nn.TripletMarginWithDistanceLoss(
+    distance_function=lambda x, y: 1.0 - kiln.nn.functional.cosine_similarity(x, y), margin=0.5
+)
+_PAIRWISE = kiln.nn.PairwiseDistance()
+
+
+def triplet_losses_with_distance_functions(anchor, positive, negative):
+    """A siamese net's losses: the distance a lambda (made here or in a module), a module, a
+    kiln function; ``distance_function or pairwise_distance`` asks the callable's truth."""
+    F = kiln.nn.functional
+    return (
+        _COSINE_TRIPLET(anchor, positive, negative),
+        F.triplet_margin_with_distance_loss(
+            anchor, positive, negative, distance_function=lambda x, y: (x - y).abs().sum(-1)
+        ),
+        F.triplet_margin_with_distance_loss(
+            anchor, positive, negative, distance_function=_PAIRWISE, swap=True
+        ),
+        F.triplet_margin_with_distance_loss(anchor, positive, negative, distance_function=None),
+    )
+
+
+def test_functional_losses_call_the_users_distance_function_in_the_graph():
+    # passing the lambda to the loss was a graph break ('passing ... to a kiln function')
+    check(triplet_losses_with_distance_functions, t(4, 3), t(4, 3), t(4, 3), graphs=1, breaks=0)
+
+
 def seeding_inside(x):
     kiln.manual_seed(3)
     return x + kiln.rand(3)

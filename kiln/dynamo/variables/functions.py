@@ -80,6 +80,9 @@ class UserFunctionVariable(FixedObjectVariable):
 
     fn = property(lambda self: self.value)
 
+    def truth(self, tx) -> bool:
+        return True  # a function is true (it has no __bool__ or __len__)
+
     def get_code(self):
         return self.fn.__code__
 
@@ -147,6 +150,9 @@ class LocalFunctionVariable(UserFunctionVariable):
 class NestedFunctionVariable(VariableTracker):
     """A function made by ``MAKE_FUNCTION`` inside the captured code (a closure or lambda)."""
 
+    def truth(self, tx) -> bool:
+        return True  # a function is true (it has no __bool__ or __len__)
+
     def __init__(self, code, globals_: dict, defaults, kwdefaults, closure):
         self.code = code
         self.globals = globals_
@@ -202,6 +208,9 @@ class NestedFunctionVariable(VariableTracker):
 class UserMethodVariable(VariableTracker):
     """``obj.method``: a function with its ``self`` bound."""
 
+    def truth(self, tx) -> bool:
+        return True  # a function is true (it has no __bool__ or __len__)
+
     def __init__(self, fn, obj: VariableTracker, source=None):
         self.fn = fn  # a Python function
         self.obj = obj
@@ -228,6 +237,9 @@ class UserMethodVariable(VariableTracker):
 
 class PartialVariable(VariableTracker):
     """``functools.partial(func, *args, **kwargs)``."""
+
+    def truth(self, tx) -> bool:
+        return True  # a function is true (it has no __bool__ or __len__)
 
     def __init__(self, func: VariableTracker, args: list, kwargs: dict, source=None):
         self.func = func

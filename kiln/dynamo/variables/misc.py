@@ -76,7 +76,27 @@ class KilnFunctionVariable(FixedObjectVariable):
     def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
         from .tensor import call_kiln
 
+        if _takes_user_code(self.fn, [*args, *kwargs.values()]):
+            return UserFunctionVariable(self.fn).call_function(tx, args, kwargs)
         return call_kiln(tx, self.fn, args, kwargs)
+
+
+def _takes_user_code(fn, args: list) -> bool:
+    """A functional-API function given a user's callable (``triplet_margin_with_distance_loss``'s
+    ``distance_function``): it is evaluated like user code, which calls the callable the way
+    captured code calls any function (proxies cannot carry a lambda made in the frame)."""
+    from .functions import NestedFunctionVariable, PartialVariable, UserMethodVariable
+    from .nn_module import NNModuleVariable
+
+    callables = (
+        UserFunctionVariable, NestedFunctionVariable, UserMethodVariable, PartialVariable,
+        NNModuleVariable,
+    )  # fmt: skip
+    return (
+        isinstance(fn, types.FunctionType)
+        and fn.__module__.startswith("kiln.nn.")
+        and any(isinstance(a, callables) for a in args)
+    )
 
 
 def _is_numpy_scalar_type(cls: type) -> bool:

@@ -148,6 +148,16 @@ class NNModuleVariable(VariableTracker):
     def _children(self) -> list[tuple[str, Any]]:
         return [(k, m) for k, m in self.module.__dict__["_modules"].items() if m is not None]
 
+    def truth(self, tx) -> bool:
+        """A module is true unless it is an empty container (``if self.layers:``); one of a
+        class with its own ``__bool__`` or ``__len__`` is left to the base (a break)."""
+        if self._is_container():
+            return bool(self._children())
+        kind = type(self.module)
+        if hasattr(kind, "__bool__") or hasattr(kind, "__len__"):
+            return super().truth(tx)
+        return True
+
     def _is_container(self) -> bool:
         from ...nn.modules.container import ModuleDict, ModuleList, Sequential
 
