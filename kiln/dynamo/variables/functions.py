@@ -118,6 +118,8 @@ class UserFunctionVariable(FixedObjectVariable):
         if name in self.fn.__dict__:
             src = AttrSource(self.source, name) if self.source is not None else None
             return tx.wrap(self.fn.__dict__[name], src)
+        if not hasattr(self.fn, name):  # getattr(fn, "_mark", False) takes the default
+            raise missing_attribute(type(self.fn), name)
         raise unsupported("unsupported_object", f"function attribute {name!r}")
 
     def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
@@ -221,6 +223,17 @@ class UserMethodVariable(VariableTracker):
 
     def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
         return tx.inline_call(UserFunctionVariable(self.fn), [self.obj, *args], kwargs)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        """A bound method's attributes: its ``__self__`` and ``__func__``, and the function's
+        own (``optimizer.step._kiln_step_wrapped``, which a scheduler's step reads)."""
+        if name == "__self__":
+            return self.obj
+        function_source = AttrSource(self.source, "__func__") if self.source is not None else None
+        function = UserFunctionVariable(self.fn, function_source)
+        if name == "__func__":
+            return function
+        return function.var_getattr(tx, name)
 
     def reconstruct(self, cg) -> None:
         if self.source is not None:
