@@ -198,6 +198,7 @@ def _emit(ctx, tx, body, line: int):
     outputs = probe.requested
     cg = PyCodegen(tx.f_globals, {id(vt): i for i, vt in enumerate(outputs)}, line)
     cg.extend(bv.prologue(list(tx.code.co_freevars), [], lineno=line))
+    output.check_overlapping_inputs()
     if output.has_graph(outputs):
         _graph_call(cg, output, output.compile(outputs))
     body(cg)

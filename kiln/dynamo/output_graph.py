@@ -143,6 +143,10 @@ class OutputGraph:
         # eager ops (a differentiable history) instead of as a compiled region
         self.differentiable = False
         self.inputs: list[tuple[Source, Tensor]] = []
+        # tensor inputs from the frame's locals: (source, proxy, its version when made), and
+        # the pairs of them viewing overlapping memory
+        self._local_inputs: list[tuple[Source, Tensor, int]] = []
+        self.overlapping_inputs: list[tuple[Source, Source]] = []
         self._input_vts: dict[int, Any] = {}
         self._proxy_vts: dict[int, Any] = {}
         self._tracked: dict[int, tuple[Any, Any]] = {}
@@ -203,8 +207,10 @@ class OutputGraph:
             )
             distinct = isinstance(source, LocalSource) or isinstance(source.root(), LocalSource)
             if distinct:
-                self._refuse_overlap(tensor, source)
+                self._note_overlap(tensor, source)
             proxy = self.mode.placeholder(self._placeholder_name(source), tensor, fake)
+            if distinct:
+                self._local_inputs.append((source, proxy, proxy._version))
             self.guards.tensor_match(source, tensor, distinct=distinct, fake=fake,
                                      bindings=bindings)  # fmt: skip
             for d, symbol, first, kind in bindings:
@@ -220,20 +226,38 @@ class OutputGraph:
         self._proxy_vts[id(proxy)] = vt
         return vt
 
-    def _refuse_overlap(self, tensor: Tensor, source: Source) -> None:
-        """Two inputs viewing overlapping memory (``f(base[:4], base[2:])``): the graph would treat
-        them as separate buffers and a write through one would not show in the other."""
+    def _note_overlap(self, tensor: Tensor, source: Source) -> None:
+        """Two inputs viewing overlapping memory (``f(base[:4], base[2:])``; a language model's
+        ``data, targets = source[i : i + n], source[i + 1 : i + 1 + n]``): the graph treats them
+        as separate buffers, which holds as long as it writes to no input (checked once it is
+        complete: ``check_overlapping_inputs``)."""
         for other_source, other in self.inputs:  # (ints of symbolic sizes are inputs too)
             if (
                 isinstance(other, Tensor)
                 and other is not tensor
                 and other._storage is tensor._storage
+                and overlapping(other, tensor)
             ):
-                if overlapping(other, tensor):
-                    raise unsupported(
-                        "overlapping_inputs",
-                        f"{source.name()} and {other_source.name()} view overlapping memory",
-                    )
+                self.overlapping_inputs.append((source, other_source))
+                return
+
+    def check_overlapping_inputs(self) -> None:
+        """A graph that writes to an input while two inputs overlap runs eagerly: a write
+        through one must show in the other. One that writes to none computes the same however
+        its inputs alias, so the guard that they view apart is dropped."""
+        if not self.overlapping_inputs:
+            return
+        written = [
+            s.name() for s, proxy, version in self._local_inputs if proxy._version != version
+        ]
+        if written:
+            first, second = self.overlapping_inputs[0]
+            raise unsupported(
+                "overlapping_inputs",
+                f"{first.name()} and {second.name()} view overlapping memory and the graph "
+                f"writes to {written[0]}",
+            )
+        self.guards._distinct.clear()  # (the sources tensor_match(distinct=True) collected)
 
     def symbolic_int(self, value: int, source: Source):
         """The variable of an int read from ``source`` whose value changed between calls (or
