@@ -7,8 +7,10 @@ stores the input padded and split by the column stride's phases (``_phase_input`
 input's producer fuses), another the weight blocked by four output channels, and the extern call
 computes the output rows. The input gradient of a stride-1 layer is such a forward pass over the
 flipped kernel; the weight gradient (a convolution whose kernel is the output gradient's image)
-is recognized by its shape and runs the loops' weight-gradient walk. Everything else takes the
-columns and a product, below.
+is recognized by its shape and runs the loops' weight-gradient walk. Each layer takes a register
+tile of its own (``forward_tiles``, ``grad_tiles``): on AVX-512 hosts 16-lane tiles, compiled
+in the background as the graph's kernels are, where eager mode runs its 8-lane ones. Everything
+else takes the columns and a product, below.
 
 A convolution is a matrix product once its input windows are laid out as columns. The eager
 kernel builds the columns with numpy (a padded copy, then a strided copy); here they are loops of
