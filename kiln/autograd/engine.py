@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 import threading
 import warnings
 
@@ -23,7 +24,7 @@ import numpy as np
 from ..runtime.device import cpu
 from ..runtime.memory_format import contiguous_format, is_non_overlapping_and_dense
 from ..runtime.state import per_thread
-from ..runtime.storage import data_address
+from ..runtime.storage import data_address, memory_unshared
 from ..runtime.symbolic import known_same_shape, same_shape
 from ..runtime.tensor import Tensor, wrap_array
 from .anomaly import anomaly_state, run_node
@@ -262,8 +263,10 @@ def run_backward(
         if buf is None:
             buffers[node] = {nr: g}
             return
-        prev = buf.get(nr)
-        buf[nr] = g if prev is None else prev + g
+        if nr in buf:
+            _add_gradient(buf, nr, g, create_graph)
+        else:
+            buf[nr] = g
 
     for (node, nr), g in zip(root_edges, root_grads):
         deliver(node, nr, g)
@@ -348,9 +351,10 @@ def run_backward(
                         nbuf = buffers.get(nxt)
                         if nbuf is None:
                             buffers[nxt] = {nr: g}
+                        elif nr in nbuf:
+                            _add_gradient(nbuf, nr, g, create_graph)
                         else:
-                            prev = nbuf.get(nr)
-                            nbuf[nr] = g if prev is None else prev + g
+                            nbuf[nr] = g
                 left = deps[nxt] - 1
                 deps[nxt] = left
                 if left == 0:
@@ -370,6 +374,46 @@ def run_backward(
                 )
         return tuple(captured)
     return None
+
+
+def _calibrate_held_once() -> int:
+    """getrefcount of a tensor only a gradient buffer holds, read from it into a local."""
+
+    def seen(buffer: dict) -> int:
+        prev = buffer[0]
+        return sys.getrefcount(prev)
+
+    return seen({0: Tensor()})
+
+
+_HELD_ONCE = _calibrate_held_once()
+
+
+def _add_gradient(buffer: dict, nr: int, g: Tensor, create_graph: bool) -> None:
+    """``buffer[nr] += g``, as PyTorch's InputBuffer accumulates: into the gradient already
+    there when nothing but this pass sees it (no history to keep, no other reference to the
+    tensor or its memory), else as a new sum. A tied weight's two gradients (GPT-2's 154 MB
+    embedding) or a residual stream's then need no third buffer; the sum is the same."""
+    prev = buffer[nr]
+    if (
+        not create_graph
+        and sys.getrefcount(prev) == _HELD_ONCE
+        and prev.__class__ is Tensor
+        and g.__class__ is Tensor
+        and prev._device is cpu
+        and g._device is cpu
+        and prev._dtype is g._dtype
+        and prev._base is None
+        and not prev._requires_grad
+        and prev._data is not None
+        and prev._data.flags.writeable
+        and prev._data.flags.c_contiguous
+        and known_same_shape(prev._shape, g._shape)
+        and memory_unshared(prev._data, prev._storage)
+    ):
+        prev.add_(g)
+        return
+    buffer[nr] = prev + g
 
 
 # PyTorch's name for the node that accumulates a leaf's gradient, as its profiler shows it

@@ -29,7 +29,15 @@ import numpy as np
 
 from .host_malloc import tune_host_malloc
 
-__all__ = ["Storage", "BufferPool", "pool", "empty_array", "writable_target", "data_address"]
+__all__ = [
+    "Storage",
+    "BufferPool",
+    "pool",
+    "empty_array",
+    "memory_unshared",
+    "writable_target",
+    "data_address",
+]
 
 
 class Storage:
@@ -80,6 +88,20 @@ def _calibrate_free_refs() -> int:
 
 
 _FREE_REFS = _calibrate_free_refs()
+
+
+def _calibrate_held_once() -> int:
+    """getrefcount of an object one container holds, read from it into a local (or passed in
+    as a parameter from such a container): what ``memory_unshared`` compares counts with."""
+
+    def seen(holder: list) -> int:
+        obj = holder[0]
+        return sys.getrefcount(obj)
+
+    return seen([object()])
+
+
+_HELD_ONCE = _calibrate_held_once()
 
 
 class BufferPool:
@@ -153,6 +175,10 @@ class BufferPool:
         with self._lock:
             self._release_free(0)
 
+    def holds(self, buffer: np.ndarray) -> bool:
+        """Whether ``buffer`` is one of the pool's (its bucket list references it)."""
+        return id(buffer) in self._last_use
+
     @property
     def pooled_bytes(self) -> int:
         """Bytes of every pooled buffer, in use or free."""
@@ -179,6 +205,25 @@ def empty_array(shape: tuple, np_dtype: np.dtype) -> np.ndarray:
         return np.empty(shape, np_dtype)
     buf = pool.allocate(nbytes)
     return buf[:nbytes].view(np_dtype).reshape(shape)
+
+
+def memory_unshared(data: np.ndarray, storage: Storage | None) -> bool:
+    """Whether one tensor alone sees its memory: nothing references its array ``data`` but the
+    tensor (and its ``storage``), nothing references the array owning the memory but ``data``,
+    that storage and the pool, and no other tensor shares the storage. Such memory may be
+    written in place without anyone observing it (the autograd engine sums gradients so).
+    Counts references: call it with the tensor's own fields (``t._data, t._storage``)."""
+    root = data.base
+    if storage is not None and sys.getrefcount(storage) != _HELD_ONCE:
+        return False
+    if sys.getrefcount(data) != _HELD_ONCE + (root is None and storage is not None):
+        return False
+    if root is None:
+        return True
+    if root.__class__ is not np.ndarray:
+        return False  # memory of another object (a mapped file, bytes): not ours to judge
+    holders = 1 + (storage is not None) + pool.holds(root)  # data's base, the storage, the pool
+    return sys.getrefcount(root) == _HELD_ONCE - 1 + holders
 
 
 def storage_of(array: np.ndarray) -> np.ndarray:
