@@ -94,6 +94,8 @@ class CompiledGraph:
                 numpy_steps[i] = _numpy_step(step)
         self.numpy_reasons = numpy_reasons
         self.inplace = plan_inplace(sched, mutations) if mutations else {}
+        if self.inplace:
+            sched.plan_reuse(set(self.inplace))
         self.wrapper = generate_wrapper(
             sched, kernels, numpy_steps, self.inplace, sizes=binding, fallback=fallback
         )

@@ -21,9 +21,8 @@ not (a transposed view) gets its new value copied back by the runtime instead.
 from __future__ import annotations
 
 from . import sym
-from .dependencies import reads_of
 from .ir import ComputedBuffer, InputBuffer, Layout, Pointwise
-from .scheduler import Kernel, Schedule
+from .scheduler import Schedule, reads_only_where_written
 
 __all__ = ["plan_inplace"]
 
@@ -67,7 +66,7 @@ def plan_inplace(sched: Schedule, mutations) -> dict:
         s = step_of[buf.name]
         if last_read.get(x.name, -1) > s:  # a later step reads the old value
             continue
-        if not _kernel_allows(sched.steps[s], buf, x.name):
+        if not reads_only_where_written(sched.steps[s], buf, x.name):
             continue
         out[buf.name] = k
         taken.add(buf.name)
@@ -83,19 +82,3 @@ def _same_layout(a: Layout, b: Layout) -> bool:
         and all(sym.same_size(p, q) for p, q in zip(a.shape + a.stride, b.shape + b.stride))
         and sym.same_size(a.offset, b.offset)
     )
-
-
-def _kernel_allows(kernel: Kernel, buf: ComputedBuffer, name: str) -> bool:
-    outer = [sym.Var(f"o{i}", s) for i, s in enumerate(kernel.outer)]
-    inner = [sym.Var(f"i{i}", s) for i, s in enumerate(kernel.inner)]
-    index, _ = kernel.node_vars(buf, outer, inner)
-    store = buf.layout.offset_expr(index)
-    seen_buf = False
-    for node in kernel.nodes:
-        idx, ridx = kernel.node_vars(node, outer, inner)
-        for r in reads_of(node, idx, ridx):
-            if r.name == name and (seen_buf or r.index != store):
-                return False
-        if node is buf:
-            seen_buf = True
-    return True

@@ -151,6 +151,13 @@ class Schedule:
     def kernels(self) -> list:
         return [s for s in self.steps if isinstance(s, Kernel)]
 
+    def plan_reuse(self, written_elsewhere=frozenset()) -> None:
+        """Plan ``reuse`` again, knowing the buffers stored into mutated inputs' memory
+        (``reinplace.plan_inplace``, decided on this schedule): they take no other memory."""
+        self.reuse = _plan_reuse(
+            self.steps, self.stored, self.last_use, self.lowered, written_elsewhere
+        )
+
     def describe(self) -> str:
         lines = [s.describe() for s in self.steps]
         if self.reuse:
@@ -674,27 +681,80 @@ def _same_layout(a, b) -> bool:
     )
 
 
-def _plan_reuse(steps, stored, last_use, lowered) -> dict:
-    """Give a new buffer the memory of one that died earlier with the same size and dtype."""
+def _plan_reuse(steps, stored, last_use, lowered, written_elsewhere=frozenset()) -> dict:
+    """Give a new buffer the memory of one that died earlier with the same size and dtype, or
+    failing that of one its own kernel reads for the last time, only at the elements it
+    writes (``reads_only_where_written``): an elementwise ``a + b`` goes into ``a``'s memory.
+    Graph outputs take such memory too (a tied weight's summed gradient, GPT-2's 154 MB, went
+    to a third buffer while its two parts were alive); ``written_elsewhere`` names the buffers
+    stored into mutated inputs' memory (``reinplace``), which need none."""
     free: dict = {}  # (nbytes, dtype) -> [buffer names]
     reuse: dict = {}
     buffers = {b.name: b for b in lowered.buffers}
     outputs = {o[1].name for o in lowered.outputs if o[0] == "buffer"}
+    dying: dict = {}  # step -> the buffers it reads last that may lend their memory
+    for name, last in last_use.items():
+        if name in stored and name in buffers and name not in outputs:
+            dying.setdefault(last, []).append(name)
     for i, step in enumerate(steps):
+        lent: set = set()  # buffers dying here whose memory a buffer of this step took
         for name in _step_writes(step):
-            if name not in stored or name in outputs:
+            if name not in stored or name in written_elsewhere:
                 continue
             size = (_nbytes(buffers[name]), buffers[name].dtype)
             candidates = free.get(size)
             if candidates:
                 reuse[name] = candidates.pop()
-        for name, last in list(last_use.items()):
-            if last == i and name in stored and name in buffers and name not in outputs:
-                owner = name
-                while owner in reuse:
-                    owner = reuse[owner]
+                continue
+            donor = _inplace_donor(step, buffers[name], dying.get(i, ()), lent, buffers)
+            if donor is not None:
+                reuse[name] = donor
+                lent.add(donor)
+        for name in dying.get(i, ()):
+            if name not in lent:
                 free.setdefault((_nbytes(buffers[name]), buffers[name].dtype), []).append(name)
     return reuse
+
+
+def _inplace_donor(step, buf, dying, lent: set, buffers: dict):
+    """A buffer read last by ``step`` whose memory ``buf`` can be written into as ``step``
+    runs (same size and dtype, every read of it at the element ``buf`` stores, none after
+    ``buf``'s node), or None."""
+    if not isinstance(step, Kernel) or not isinstance(buf.data, Pointwise):
+        return None
+    if buf.name in step.aliases.values():
+        return None  # an internal buffer is written into its memory first
+    size = _nbytes(buf)
+    for name in dying:
+        donor = buffers[name]
+        if (
+            name not in lent
+            and donor.dtype is buf.dtype
+            and sym.same_size(_nbytes(donor), size)
+            and reads_only_where_written(step, buf, name)
+        ):
+            return name
+    return None
+
+
+def reads_only_where_written(kernel: Kernel, buf: ComputedBuffer, name: str) -> bool:
+    """Whether ``kernel`` reads buffer ``name`` only at the element its node ``buf`` stores
+    and only by nodes up to ``buf``'s: ``buf`` may then be stored into ``name``'s memory, in
+    every loop order and thread split the kernel may take (each element is read before it is
+    overwritten, by the thread that overwrites it)."""
+    outer = [sym.Var(f"o{i}", s) for i, s in enumerate(kernel.outer)]
+    inner = [sym.Var(f"i{i}", s) for i, s in enumerate(kernel.inner)]
+    index, _ = kernel.node_vars(buf, outer, inner)
+    store = buf.layout.offset_expr(index)
+    seen_buf = False
+    for node in kernel.nodes:
+        idx, ridx = kernel.node_vars(node, outer, inner)
+        for r in reads_of(node, idx, ridx):
+            if r.name == name and (seen_buf or r.index != store):
+                return False
+        if node is buf:
+            seen_buf = True
+    return True
 
 
 def _nbytes(buf: Buffer) -> int:

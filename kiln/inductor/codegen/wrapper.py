@@ -185,6 +185,8 @@ def generate_wrapper(
             if name in inplace:
                 target = lowered.inputs[inplace[name]].name
                 body.append(f"{name} = {target}  # the new value of {target}, written in place")
+            elif donor is not None and sched.last_use.get(donor) == i:
+                body.append(f"{name} = {donor}  # written over {donor} as this step reads it")
             elif donor is not None:
                 body.append(f"{name} = {donor}  # reuses {donor}'s memory (dead by now)")
             else:

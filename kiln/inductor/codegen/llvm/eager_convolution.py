@@ -126,8 +126,11 @@ class _Kernel:
 
     def blocked_loop(self, count, block: int, body) -> None:
         """``body(start, block)`` over whole blocks of ``block`` from 0, then ``body(start, 1)``
-        over what remains."""
+        over what remains (one loop for blocks of one: half the code to compile)."""
         b = self.b
+        if block == 1:
+            counted_loop(b, count, lambda i: body(i, 1))
+            return
         whole = b.mul(b.sdiv(count, _i64(block)), _i64(block))
         counted_loop(b, whole, lambda i: body(i, block), step=block)
         counted_loop(b, count, lambda i: body(i, 1), start=whole)
