@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 
 import kiln
@@ -503,6 +504,17 @@ def triplet_losses_with_distance_functions(anchor, positive, negative):
 def test_functional_losses_call_the_users_distance_function_in_the_graph():
     # passing the lambda to the loss was a graph break ('passing ... to a kiln function')
     check(triplet_losses_with_distance_functions, t(4, 3), t(4, 3), t(4, 3), graphs=1, breaks=0)
+
+
+def numpy_type_facts(x):
+    """REINFORCE's ``eps = np.finfo(np.float32).eps.item()``, inside the step."""
+    eps = np.finfo(np.float32).eps.item()
+    return (x - x.mean()) / (x.std() + eps) + np.iinfo(np.int8).max
+
+
+def test_numpy_finfo_and_iinfo_of_constants_are_constants():
+    # 'creating a finfo object' was a graph break
+    check(numpy_type_facts, t(4), graphs=1, breaks=0)
 
 
 def seeding_inside(x):

@@ -100,8 +100,9 @@ def _takes_user_code(fn, args: list) -> bool:
 
 
 def _is_numpy_scalar_type(cls: type) -> bool:
-    """``np.float32(0.5)``: numpy scalars of constants are constants."""
-    return issubclass(cls, (np.number, np.bool_))
+    """``np.float32(0.5)``, ``np.finfo(np.float32)``: numpy scalars and type facts made from
+    constants are constants."""
+    return issubclass(cls, (np.number, np.bool_, np.finfo, np.iinfo, np.dtype))
 
 
 class ClassVariable(FixedObjectVariable):
