@@ -356,6 +356,11 @@ class GuardSet:
             f"logger {logger.name!r} has level {level} off",
         )
 
+    def allow_overlapping_inputs(self) -> None:
+        """The graph writes to none of its inputs: it holds however they alias, so the guard
+        that the frame's tensors view apart is dropped."""
+        self._distinct.clear()
+
     def _distinct_guard(self) -> None:
         srcs = self._distinct
         if len(srcs) < 2:

@@ -257,7 +257,7 @@ class OutputGraph:
                 f"{first.name()} and {second.name()} view overlapping memory and the graph "
                 f"writes to {written[0]}",
             )
-        self.guards._distinct.clear()  # (the sources tensor_match(distinct=True) collected)
+        self.guards.allow_overlapping_inputs()
 
     def symbolic_int(self, value: int, source: Source):
         """The variable of an int read from ``source`` whose value changed between calls (or
