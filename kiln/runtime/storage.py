@@ -17,6 +17,12 @@ a buffer freed by one phase of a step (the forward's activations) stays resident
 phase allocates other sizes (the backward's gradients, the optimizer's temporaries), and the
 process holds the sum of each size's high-water mark instead of the live peak: GPT-2 small's
 eager training step held about a gigabyte of free buffers between steps.
+
+The budget is small (32 MiB) because whatever it keeps is free exactly when the process grows,
+so it lands on the step's peak: a training step's phases allocate different sizes, and a budget
+of 256 MiB put ~230 MiB of free buffers on GPT-2 small's peak while sparing it only ~0.2 GB of
+its ~1.2-1.9 GB of fresh buffers per step (about 0.1 s/GB of page faults here). Small models'
+buffers stay under the pool's 1 MiB minimum, in malloc's free lists (``host_malloc``).
 """
 
 from __future__ import annotations
@@ -68,9 +74,8 @@ class Storage:
 
 
 _POOL_MIN_BYTES = 1 << 20  # below this numpy's own small-block cache is as good
-# free buffers kept for reuse: a small model's whole step fits (no page faults per step), a large
-# one's steps fault in what exceeds it again (GPT-2 small: about a second of a 40 s eager step)
-DEFAULT_MAX_FREE_BYTES = 256 << 20
+# free buffers kept for reuse (see the module docstring): they sit on the peak of a step
+DEFAULT_MAX_FREE_BYTES = 32 << 20
 
 # numpy's buffers below the pool's size come from malloc: keep glibc from unmapping them per use
 tune_host_malloc()
@@ -115,6 +120,7 @@ class BufferPool:
         self._last_use: dict[int, int] = {}
         self._uses = 0
         self._total = 0
+        self.fresh_bytes = 0  # bytes of every buffer made (not reused): pages faulted in
         self._lock = threading.Lock()
         self._free_refs = _FREE_REFS
 
@@ -138,6 +144,7 @@ class BufferPool:
             bucket.append(buf)
             self._last_use[id(buf)] = self._uses
             self._total += size
+            self.fresh_bytes += size
             return buf
 
     def _free_ids(self) -> list[tuple[int, int, int]]:

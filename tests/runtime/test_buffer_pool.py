@@ -69,3 +69,13 @@ def test_tensors_from_the_pool_hold_their_buffer():
     z = kiln.zeros(1024, 1024)  # may reuse x's buffer, never y's
     np.testing.assert_array_equal(y.numpy(), np.full((1024, 1024), 2, np.float32))
     np.testing.assert_array_equal(z.numpy(), 0)
+
+
+def test_fresh_bytes_counts_buffers_made_not_reused():
+    pool = BufferPool(max_free_bytes=64 * MB)
+    a = pool.allocate(3 * MB)
+    made = pool.fresh_bytes
+    assert made == a.nbytes
+    del a
+    pool.allocate(3 * MB)  # the freed buffer again: no new pages
+    assert pool.fresh_bytes == made
