@@ -348,9 +348,102 @@ def preserved_layout(x: Tensor) -> tuple | None:
 
 
 def output_layout_source(shape: tuple, operands) -> tuple | None:
-    """The strides of the first operand with the full output shape, when it is not contiguous."""
+    """The strides PyTorch's TensorIterator gives an elementwise result of ``shape`` over
+    ``operands`` (None: row-major). Operands of the result's shape that share one dense layout
+    give it; otherwise the dims are ordered by the operands' strides, the first operand that
+    tells two dims apart deciding, a broadcast dim (stride 0) telling nothing, equal strides
+    putting the shorter dim inside: an expanded channels-last gradient times a row-major mask
+    is channels-last, as in PyTorch. Eager kernels and metas both lay results out by it, so a
+    compiled graph's views see the strides eager code makes."""
+    ndim = len(shape)
+    if ndim < 2:
+        return None
+    tensors = [o for o in operands if isinstance(o, Tensor)]
+    if not tensors:
+        return None
+    if any(v.__class__ is SymInt for t in tensors for v in (*t._shape, *t.stride())) or any(
+        v.__class__ is SymInt for v in shape
+    ):
+        return _first_full_operand_layout(shape, tensors)
+    shape = tuple(shape)
+    rows = []
+    same_shape = True
+    for t in tensors:
+        tshape = tuple(t._shape)
+        stride = tuple(t.stride())
+        if tshape != shape:
+            same_shape = False
+            pad = ndim - len(tshape)
+            stride = (0,) * pad + tuple(
+                0 if size == 1 and shape[pad + i] != 1 else st
+                for i, (size, st) in enumerate(zip(tshape, stride))
+            )
+        rows.append(stride)
+    contiguous = contiguous_strides(shape)
+    if same_shape:
+        first = rows[0]
+        if all(_same_dense_layout(shape, row, contiguous) for row in rows):
+            return None
+        if all(_same_dense_layout(shape, row, first) for row in rows[1:]) and _dense(shape, first):
+            return None if _same_dense_layout(shape, first, contiguous) else first
+    perm = list(range(ndim - 1, -1, -1))  # perm[0]: the innermost dim
+    for i in range(1, ndim):
+        dim1 = i
+        for dim0 in range(i - 1, -1, -1):
+            order = _iterator_order(rows, shape, perm[dim0], perm[dim1])
+            if order > 0:
+                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+                dim1 = dim0
+            elif order < 0:
+                break
+    if perm == list(range(ndim - 1, -1, -1)):
+        return None
+    strides = [0] * ndim
+    step = 1
+    for d in perm:
+        strides[d] = step
+        step *= shape[d]
+    return tuple(strides)
+
+
+def _iterator_order(rows: list, shape: tuple, dim0: int, dim1: int) -> int:
+    """TensorIterator's comparison of two dims: 1 when ``dim0`` belongs outside ``dim1``, -1
+    when inside, 0 when no operand tells."""
+    for row in rows:
+        a, b = row[dim0], row[dim1]
+        if a == 0 or b == 0:
+            continue
+        if a < b:
+            return -1
+        if a > b:
+            return 1
+        if shape[dim0] > shape[dim1]:
+            return 1
+    return 0
+
+
+def _same_dense_layout(shape: tuple, stride: tuple, other: tuple) -> bool:
+    """Equal strides in every dim longer than one (the only ones an index steps along)."""
+    return all(size == 1 or a == b for size, a, b in zip(shape, stride, other))
+
+
+def _dense(shape: tuple, stride: tuple) -> bool:
+    """Non-overlapping and dense: some order of the dims makes the strides row-major's."""
+    expected = 1
+    for size, st in sorted(zip(shape, stride), key=lambda pair: pair[1]):
+        if size == 1:
+            continue
+        if st != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _first_full_operand_layout(shape: tuple, operands) -> tuple | None:
+    """Symbolic sizes: the strides of the first operand with the full output shape, when they
+    are not row-major (comparing symbolic strides would add guards)."""
     for o in operands:
-        if isinstance(o, Tensor) and shape and known_same_shape(o._shape, shape):
+        if shape and known_same_shape(o._shape, shape):
             st = o.stride()
             if all(statically_known_true(">", a, b) for a, b in zip(st, st[1:])):
                 return None  # dims in row-major order: the dense layout is the contiguous one

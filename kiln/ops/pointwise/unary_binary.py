@@ -29,6 +29,7 @@ from ..core.common import (
     cast_array,
     checked_scalar,
     compute_np_dtype,
+    empty_laid_out,
     empty_like_layout,
     output_layout_source,
     pointwise_meta,
@@ -82,6 +83,29 @@ def refuse_integers(x, kernel_name: str | None, bool_kernel_name: str | None = N
     raise NotImplementedError(f"\"{refused}\" not implemented for '{torch_type_name(x._dtype)}'")
 
 
+def _iterator_layout(r, operands):
+    """``r``, a result numpy laid out by its own rule, in TensorIterator's layout (which the
+    metas give, and compiled graphs view by) where the two differ: numpy puts a broadcast
+    (stride-0) dim of a permuted operand elsewhere. Contiguous operands give a contiguous
+    result either way; others are copied only when the layouts differ (rare: expanded,
+    permuted operands)."""
+    if r.__class__ is not np.ndarray or r.ndim < 2:
+        return r
+    if r.flags.c_contiguous and all(
+        o.__class__ is not Tensor or o._data.flags.c_contiguous for o in operands
+    ):
+        return r
+    want = output_layout_source(r.shape, operands)
+    if want is None:
+        return np.ascontiguousarray(r)
+    size = r.itemsize
+    if all(n == 1 or have == w * size for n, have, w in zip(r.shape, r.strides, want)):
+        return r
+    out = empty_laid_out(r.shape, r.dtype, want)
+    np.copyto(out, r)
+    return out
+
+
 def _make_unary_kernel(
     fn, float_math: bool, out_bool: bool, integers_refused=None, bools_refused=None
 ):
@@ -90,7 +114,7 @@ def _make_unary_kernel(
         a = x._data
         d = x._dtype
         if out_bool:
-            return wrap(fn(a), _bool)
+            return wrap(_iterator_layout(fn(a), (x,)), _bool)
         if float_math:
             od = to_float_dtype(d)
             cd = compute_np_dtype(od)
@@ -98,8 +122,8 @@ def _make_unary_kernel(
             if a.nbytes >= _POOL_MIN_BYTES and cd == od.np:
                 out = empty_like_layout(a.shape, od, output_layout_source(a.shape, (x,)))
                 return wrap(fn(a, out=out), od)
-            return wrap(fn(a), od)
-        return wrap(fn(a), d)
+            return wrap(_iterator_layout(fn(a), (x,)), od)
+        return wrap(_iterator_layout(fn(a), (x,)), d)
 
     return kernel
 
@@ -543,8 +567,14 @@ def _binary_out(a, b, d: dt.dtype, x, y):
     n = 1
     for s in shape:
         n *= s
-    if n * d.itemsize < _POOL_MIN_BYTES and (sa != shape or a.flags.c_contiguous):
-        return None  # numpy's own output (it keeps the layout of a full-shape first operand)
+    if (
+        n * d.itemsize < _POOL_MIN_BYTES
+        and a.flags.c_contiguous
+        and (b.__class__ is not np.ndarray or b.flags.c_contiguous)
+    ):
+        return None  # numpy's own output: contiguous, as PyTorch's
+    # numpy orders a result's dims by its own rule, which differs from TensorIterator's where
+    # an operand is broadcast or permuted; the metas follow TensorIterator's
     return empty_like_layout(shape, d, output_layout_source(shape, (x, y)))
 
 
@@ -588,7 +618,7 @@ def _make_binary_kernel(fn, kind: str):
             and x._dtype in _NUMPY_NATIVE_FLOATS
             and x._data.nbytes < _POOL_MIN_BYTES
         ):
-            return wrap(fn(x._data, y), x._dtype)
+            return wrap(_iterator_layout(fn(x._data, y), (x,)), x._dtype)
         # hot path: two same-dtype tensors with dims (no promotion, no casts)
         if (
             x.__class__ is Tensor
@@ -602,7 +632,7 @@ def _make_binary_kernel(fn, kind: str):
             a = x._data
             b = y._data
             if kind == "bool":
-                return wrap_array(fn(a, b), _bool)
+                return wrap_array(_iterator_layout(fn(a, b), (x, y)), _bool)
             if d in _SIXTEEN_BIT_FLOATS and (a.size >= WIDEN_MIN or b.size >= WIDEN_MIN):
                 return wrap(fn(_in_float32(x, d, fn, False), _in_float32(y, d, fn, True)), d)
             if (
@@ -610,8 +640,8 @@ def _make_binary_kernel(fn, kind: str):
                 and b.nbytes < _POOL_MIN_BYTES
                 and a.shape == b.shape  # numpy's shapes: plain ints, nothing symbolic
             ):
-                if a.flags.c_contiguous or not b.flags.c_contiguous:
-                    return wrap_array(fn(a, b), d)
+                if a.flags.c_contiguous:
+                    return wrap_array(fn(a, b), d)  # contiguous, as PyTorch's would be
                 if not any(a.strides) and b.flags.c_contiguous:
                     # an expanded number first (a reduction's gradient times a saved input):
                     # PyTorch's result is contiguous, as ``_binary_out`` would find
@@ -626,9 +656,9 @@ def _make_binary_kernel(fn, kind: str):
             a = as_np_operand(x, cd)
             b = as_np_operand(y, cd)
             if kind == "bool":
-                return wrap(fn(a, b), _bool)
+                return wrap(_iterator_layout(fn(a, b), (x, y)), _bool)
             if cd != d.np:
-                return wrap(fn(a, b), d)
+                return wrap(_iterator_layout(fn(a, b), (x, y)), d)
         out = _binary_out(a, b, d, x, y)
         if out is not None:
             return wrap(fn(a, b, out=out), d)
@@ -1351,7 +1381,16 @@ def _where_kernel(cond, x, y):
     d = binary_dtype(x, y)
     if d.category == 1:  # a Python int converts (checked) into the integer result type
         x, y = (checked_scalar(v, d) if v.__class__ is int else v for v in (x, y))
-    return wrap(np.where(cond._data, as_np_operand(x, d.np), as_np_operand(y, d.np)), d)
+    a, b = as_np_operand(x, d.np), as_np_operand(y, d.np)
+    if all(t.__class__ is not np.ndarray or t.flags.c_contiguous for t in (cond._data, a, b)):
+        return wrap(np.where(cond._data, a, b), d)  # contiguous, as PyTorch's
+    # numpy would order the result's dims by its own rule: lay it out as TensorIterator does
+    # (the meta's layout), then select into it
+    shape = broadcast_shapes(*(t._shape for t in (cond, x, y) if isinstance(t, Tensor)))
+    out = empty_like_layout(shape, d, output_layout_source(shape, (cond, x, y)))
+    np.copyto(out, b)
+    np.copyto(out, a, where=cond._data)
+    return wrap(out, d)
 
 
 @where.register_meta

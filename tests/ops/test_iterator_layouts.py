@@ -1,0 +1,112 @@
+"""Elementwise results over permuted and expanded operands are laid out as PyTorch's
+TensorIterator lays them out, in eager kernels (numpy's own rule places a broadcast dim
+elsewhere) and in the metas compiled graphs are traced with, so both agree with each other and
+a compiled graph's views of such a result see the strides eager code makes."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import kiln
+from tests.oracle import needs_torch, torch
+
+
+def _operand(lib, shape, order, expanded):
+    """A tensor of ``shape`` stored with its dims in ``order`` (outermost first) and the dims
+    in ``expanded`` broadcast from size 1."""
+    stored = [1 if d in expanded else shape[d] for d in order]
+    t = lib.arange(float(np.prod(stored))).reshape(stored)
+    t = t.permute(*[order.index(d) for d in range(len(shape))])
+    return t.expand(*shape)
+
+
+def _cases():
+    """Deterministic draws of two or three operands (some of them lower-rank) of one shape."""
+    rng = np.random.default_rng(7)
+    cases = []
+    while len(cases) < 60:
+        rank = int(rng.integers(2, 5))
+        shape = tuple(int(s) for s in rng.choice([1, 2, 3, 4], rank))
+        operands = []
+        for _ in range(int(rng.integers(2, 4))):
+            order = [int(d) for d in rng.permutation(rank)]
+            expanded = frozenset(int(d) for d in range(rank) if rng.random() < 0.3)
+            operands.append((order, expanded, bool(rng.random() < 0.3)))
+        cases.append((shape, tuple(operands)))
+    return cases
+
+
+def _build(lib, shape, operands):
+    built = []
+    for order, expanded, drop_first in operands:
+        t = _operand(lib, shape, order, expanded)
+        built.append(t[0] if drop_first and len(shape) > 2 else t)
+    return built
+
+
+_OPS = {
+    "add": lambda lib, ts: ts[0] + ts[1],
+    "mul_scalar": lambda lib, ts: ts[0] * 2,
+    "exp": lambda lib, ts: ts[0].exp(),
+    "gt": lambda lib, ts: ts[0] > 1,
+    "where": lambda lib, ts: lib.where(ts[1] > 1, ts[0], ts[1]),
+    "where_scalar": lambda lib, ts: lib.where(ts[1] > 1, ts[0], 0.0),
+}
+
+
+def _layout(t) -> tuple:
+    """Strides of the dims longer than one (a size-1 dim's stride is never stepped over)."""
+    return tuple((d, s) for d, (n, s) in enumerate(zip(t.shape, t.stride())) if n > 1)
+
+
+@needs_torch
+@pytest.mark.parametrize("name", sorted(_OPS))
+def test_eager_results_have_torchs_strides(name):
+    op = _OPS[name]
+    for shape, operands in _cases():
+        got = op(kiln, _build(kiln, shape, operands))
+        expected = op(torch, _build(torch, shape, operands))
+        assert _layout(got) == _layout(expected), (shape, operands)
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(_OPS))
+def test_metas_lay_results_out_as_eager_kernels_do(name):
+    op = _OPS[name]
+    for shape, operands in _cases():
+        eager = op(kiln, _build(kiln, shape, operands))
+        traced = _meta_result(op, shape, operands)
+        assert _layout(traced) == _layout(eager), (shape, operands)
+
+
+def _meta_result(op, shape, operands):
+    """The op's result as a compiled graph's trace sees it: on meta tensors of the same
+    strides."""
+    built = _build(kiln, shape, operands)
+    metas = [kiln.empty_strided(tuple(t.shape), tuple(t.stride()), device="meta") for t in built]
+    return op(kiln, metas)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_masked_expanded_gradient_views_in_a_compiled_backward(backend):
+    """The backward of ``where(mask, x.unsqueeze(-1).expand(...), 0)`` summed over the new dim,
+    reshaped: the gradient's where() result is viewed by the graph, so its eager strides must
+    be the meta's (adaptive average pooling's decomposition failed so under aot_eager)."""
+
+    def fn(x, mask):
+        picked = x.unsqueeze(-1).expand(*x.shape, 4)
+        return kiln.where(mask, picked, 0).reshape(*x.shape[:-1], -1).sum(-1)
+
+    x = kiln.randn(2, 3, 3, 2).to(memory_format=kiln.channels_last).requires_grad_()
+    mask = kiln.tensor(list(itertools.islice(itertools.cycle([True, False, True]), 8)))
+    mask = mask.reshape(1, 1, 1, 2, 4)
+    compiled = kiln.compile(fn, backend=backend)
+    got = compiled(x, mask)
+    (grad,) = kiln.autograd.grad(got, x, kiln.ones_like(got))
+    expected = fn(x, mask)
+    (expected_grad,) = kiln.autograd.grad(expected, x, kiln.ones_like(expected))
+    np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(grad.numpy(), expected_grad.numpy(), rtol=1e-6)
