@@ -16,10 +16,16 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from .builder import KNOWN_ISSUES, Builder, FuzzConfig, known_issues_for
+from .nn_rules import NN_NEEDS, NN_OPS
 from .op_rules import NEEDS, OPS
 from .programs import Program
 
 __all__ = ["COUNTS", "config_for", "FuzzConfig", "programs", "KNOWN_ISSUES", "known_issues_for"]
+
+# tensor ops first (hypothesis shrinks towards them), then the ops of model code
+_OPS = OPS + NN_OPS
+_EMITTERS = dict(_OPS)
+_NEEDS = {**NEEDS, **NN_NEEDS}
 
 # programs per check and profile (KILN_FUZZ); compiling is the cost (~50-300 ms a graph with
 # LLVM, more with Triton's interpreter), so the fast profile spreads its programs over the
@@ -58,9 +64,9 @@ def programs(draw, config: FuzzConfig = FuzzConfig()) -> Program:
     while made < wanted and attempts < 4 * wanted:
         attempts += 1
         x = b.operand()
-        names = [name for name, _ in OPS if NEEDS.get(name, lambda v: True)(x)]
+        names = [name for name, _ in _OPS if _NEEDS.get(name, lambda v: True)(x)]
         name = b.pick(names)
-        emitter = dict(OPS)[name]
+        emitter = _EMITTERS[name]
         if emitter(b, x) is not None:
             made += 1
     return b.finish()

@@ -16,6 +16,7 @@ import math
 import warnings
 
 from ...amp.autocast_mode import autocast_policy
+from ...autograd.grad_mode import is_grad_enabled
 from ...ops import OPS
 from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
@@ -42,6 +43,21 @@ def _reduction(size_average, reduce, reduction: str) -> str:
     return "sum" if reduce else "none"
 
 
+def _no_derivative(fn_name: str, arg_name: str, value) -> None:
+    """PyTorch has no derivative for this argument: one that requires grad is refused in grad
+    mode, not silently given no gradient."""
+    if value is not None and value.requires_grad and is_grad_enabled():
+        raise RuntimeError(
+            f"The function '{fn_name}' is not differentiable with respect to argument "
+            f"'{arg_name}'. This input cannot have requires_grad True."
+        )
+
+
+def _nll_name(input: Tensor) -> str:
+    """The ATen function PyTorch's nll_loss runs for an input of this rank."""
+    return "nll_loss2d_forward" if input.ndim >= 3 else "nll_loss_forward"
+
+
 def _warn_size(input: Tensor, target: Tensor) -> None:
     if tuple(input.shape) != tuple(target.shape):
         warnings.warn(
@@ -63,6 +79,8 @@ def cross_entropy(
     label_smoothing: float = 0.0,
 ) -> Tensor:
     reduction = _reduction(size_average, reduce, reduction)
+    if not target.is_floating_point():  # class indices go through nll_loss; probabilities do not
+        _no_derivative(_nll_name(input), "weight", weight)
     out = OPS["cross_entropy"](input, target, weight, reduction, ignore_index, label_smoothing)
     if target.is_floating_point() and target.shape == input.shape:
         # PyTorch's probability-target loss ends in a negation, or a division by the batch size
@@ -80,6 +98,7 @@ def nll_loss(
     reduction: str = "mean",
 ) -> Tensor:
     reduction = _reduction(size_average, reduce, reduction)
+    _no_derivative(_nll_name(input), "weight", weight)
     return OPS["nll_loss"](input, target, weight, reduction, ignore_index)
 
 
@@ -132,6 +151,7 @@ def binary_cross_entropy(
             f"Using a target size ({target.shape}) that is different to the input size "
             f"({input.shape}) is deprecated. Please ensure they have the same size."
         )
+    _no_derivative("binary_cross_entropy", "weight", weight)
     if weight is not None:
         weight = weight.expand(tuple(input.shape))
     return OPS["binary_cross_entropy"](input, target, weight, reduction)
@@ -147,6 +167,8 @@ def binary_cross_entropy_with_logits(
     pos_weight=None,
 ) -> Tensor:
     reduction = _reduction(size_average, reduce, reduction)
+    _no_derivative("binary_cross_entropy_with_logits", "weight", weight)
+    _no_derivative("binary_cross_entropy_with_logits", "pos_weight", pos_weight)
     return OPS["binary_cross_entropy_with_logits"](input, target, weight, pos_weight, reduction)
 
 
@@ -249,6 +271,7 @@ def hinge_embedding_loss(
 @autocast_policy(cpu="fp32", cuda="fp32")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean") -> Tensor:
     reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
+    _no_derivative("soft_margin_loss", "target", target)
     out = _loss.reduce_loss((-target * input).exp().log1p(), reduction)
     rename_grad_fn(out, (input,), "SoftMarginLossBackward0")
     return out

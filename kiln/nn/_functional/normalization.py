@@ -49,6 +49,14 @@ def group_norm(
         raise RuntimeError(
             f"Expected at least 2 dimensions for input tensor but received {input.ndim}"
         )
+    if num_groups and input.shape[1] % num_groups == 0:
+        # PyTorch's _verify_batch_size on [N * C // G, G, *spatial]: one value per group
+        # normalizes to zero whatever it is
+        size = [input.shape[0] * input.shape[1] // num_groups, num_groups, *input.shape[2:]]
+        if math.prod(size[:1] + size[2:]) == 1:
+            raise ValueError(
+                f"Expected more than 1 value per channel when training, got input size {size}"
+            )
     return OPS["group_norm"](input, num_groups, weight, bias, eps)
 
 

@@ -93,6 +93,8 @@ def select_bits(mask: np.ndarray, a: np.ndarray, b: np.ndarray | None) -> np.nda
 
     np.where branches on each element, several times slower on a random mask than these
     ufuncs (``b ^ ((a ^ b) & mask)``), and every bit pattern (NaN, inf, -0.0) moves unchanged."""
+    if not a.ndim:  # 0-d in, a numpy scalar out of the first ufunc: no ``out=`` to write into
+        return np.where(mask.astype(bool), a, a.dtype.type(0) if b is None else b)
     ints = _SAME_WIDTH_INT[a.itemsize]
     if b is None:
         return np.bitwise_and(a.view(ints), mask).view(a.dtype)

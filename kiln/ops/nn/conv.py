@@ -850,24 +850,31 @@ def _adaptive_bounds(size: int, out: int):
     return (i * size) // out, -((-(i + 1) * size) // out)
 
 
-def _averaging_matrix(size: int, out: int) -> np.ndarray:
-    """(out, size) matrix whose rows average PyTorch's adaptive windows."""
+def _window_mean(x: Tensor, dim: int, size: int, out: int) -> Tensor:
+    """The means of PyTorch's adaptive windows along ``dim``: each window's elements gathered
+    (short windows repeat their last index), the repeats replaced by zeros, summed and divided
+    by the window's length. A product with an averaging matrix would be shorter, but multiplies
+    the elements outside a window by zero, and a NaN or inf there made every output NaN."""
+    if out == 0:
+        return x.narrow(dim, 0, 0)
     start, end = _adaptive_bounds(size, out)
-    pos = np.arange(size)
-    inside = (pos >= start[:, None]) & (pos < end[:, None])
-    return inside / (end - start)[:, None]
-
-
-def _apply_per_dim(x: Tensor, matrices) -> Tensor:
-    """Contract each trailing spatial dim with its (out, size) matrix (separable resampling)."""
-    k = len(matrices)
-    for i, m in enumerate(matrices):
-        dim = x.ndim - k + i
-        mt = tensor(np.ascontiguousarray(m.T), dtype=x.dtype, device=x.device)
-        moved = x.movedim(dim, -1) if dim != x.ndim - 1 else x
-        moved = OPS["matmul"](moved, mt)
-        x = moved.movedim(-1, dim) if dim != x.ndim - 1 else moved
-    return x
+    width = int((end - start).max())
+    reach = start[:, None] + np.arange(width)
+    inside = reach < end[:, None]
+    index = np.minimum(reach, end[:, None] - 1).reshape(-1)
+    picked = OPS["index_select"](x, dim, tensor(index, dtype=dt.int64, device=x.device))
+    split = list(x.shape)
+    split[dim : dim + 1] = [out, width]
+    picked = picked.reshape(split)
+    mask_shape = [1] * len(split)
+    mask_shape[dim : dim + 2] = [out, width]
+    mask = tensor(inside.reshape(mask_shape), device=x.device)
+    zero = tensor(0, dtype=x.dtype, device=x.device)
+    sums = OPS["where"](mask, picked, zero).sum(dim + 1)
+    counts_shape = [1] * x.ndim
+    counts_shape[dim] = out
+    counts = tensor((end - start).reshape(counts_shape), dtype=x.dtype, device=x.device)
+    return sums / counts
 
 
 @defop(kind="pooling")
@@ -890,6 +897,10 @@ def _adaptive_avg_pool_decomp(x, output_size):
     _adaptive_check("adaptive_avg_pool", x, output_size)
     k = len(output_size)
     spatial = x.shape[x.ndim - k :]
+    if all(o == 1 for o in output_size):
+        # global pooling: a mean over the spatial dims, whose gradient is laid out as
+        # PyTorch's kernel lays it (a view through a reshape first would not be)
+        return x.mean(list(range(x.ndim - k, x.ndim)), keepdim=True)
     if all(o and s % o == 0 for s, o in zip(spatial, output_size)):
         # equal windows: a reshape and a mean
         shape = list(x.shape[: x.ndim - k])
@@ -898,7 +909,9 @@ def _adaptive_avg_pool_decomp(x, output_size):
             shape += [o, s // o]
             dims.append(len(shape) - 1)
         return x.reshape(shape).mean(dims)
-    return _apply_per_dim(x, [_averaging_matrix(s, o) for s, o in zip(spatial, output_size)])
+    for i, (s, o) in enumerate(zip(spatial, output_size)):
+        x = _window_mean(x, x.ndim - k + i, s, o)
+    return x
 
 
 _adaptive_avg_pool.result_layout = _batched_2d_format  # as PyTorch's

@@ -56,7 +56,7 @@ def _embedding_grad(c, g):
     weight, indices, padding_idx, scale_grad_by_freq, _ = c.args
     num, dim = weight.shape
     flat = indices.reshape(-1)
-    rows = g.reshape(-1, dim)
+    rows = g.reshape(flat.shape[0], dim)  # (-1, dim) is ambiguous for a weight of width 0
     if padding_idx >= 0:
         rows = OPS["where"]((flat != padding_idx).unsqueeze(1), rows, 0)
     if scale_grad_by_freq:

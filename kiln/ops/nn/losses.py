@@ -554,9 +554,12 @@ def _bce_kernel(x, t, w, reduction):
     check_reduction(reduction)
     _bce_check(x, t, w)
     a = x._data.astype(compute_np_dtype(x._dtype), copy=False)
-    if a.size and (a.min() < 0 or a.max() > 1):
-        raise RuntimeError("all elements of input should be between 0 and 1")
     b = t._data
+    # written as PyTorch's checks are (0 <= v <= 1), so NaN fails them too
+    if a.size and not np.logical_and(a >= 0, a <= 1).all():
+        raise RuntimeError("all elements of input should be between 0 and 1")
+    if b.size and not np.logical_and(b >= 0, b <= 1).all():
+        raise RuntimeError("all elements of target should be between 0 and 1")
     with np.errstate(divide="ignore"):
         loss = -(b * np.maximum(np.log(a), -100.0) + (1 - b) * np.maximum(np.log1p(-a), -100.0))
     if w is not None:

@@ -124,8 +124,9 @@ def _cumprod_grad(c, g):
     # before the first zero of a slice: sum_{k>=i} g_k out_k / x_i; at the first zero z: the
     # same sum taken with x_z replaced by 1; after it every product holds x_z = 0
     x, dim, dtype = c.args
-    if not x.ndim:
-        return (g,)
+    numel = x.numel()
+    if not x.ndim or (numel.__class__ is int and numel <= 1):
+        return (g,)  # PyTorch's: one element is its own product (g, not g * inf / inf)
     d = wrap_dim(dim, x.ndim)
     if dtype is not None:
         x = x.to(dtype)
