@@ -293,6 +293,17 @@ class GuardSet:
         scalar = source.name() if type(value) in (int, float) else None
         self._add(f"{e} == {lit}", f"{source.name()} == {value!r}", scalar=scalar)
 
+    def comparison(self, source: Source, symbol: str, other: Any, result: bool) -> None:
+        """``<source's value> <symbol> other`` came out ``result``: a number that changes
+        between calls compared with a constant (``if momentum != 0``) guards the outcome, so
+        the next value takes the same graph unless the comparison turns."""
+        e = self.ns.ref(source)
+        lit = repr(other) if _has_literal(other) else self.ns.name_of(other, "k")
+        self._add(
+            f"bool({e} {symbol} {lit}) is {result!r}",
+            f"({source.name()} {symbol} {other!r}) is {result!r}",
+        )
+
     def equal(self, source: Source, snapshot: Any) -> None:
         """``source == snapshot`` (a frozen copy taken at capture time)."""
         e = self.ns.ref(source)

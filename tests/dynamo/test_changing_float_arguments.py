@@ -57,3 +57,25 @@ def test_a_negated_changing_float_stays_in_the_graph():
     for s in (0.1, 0.05, 0.025):
         _Holder.s = s
         np.testing.assert_allclose(compiled(p, g).numpy(), step(p, g).numpy(), rtol=1e-6)
+
+
+def _scaled_if_set(x, config):
+    if config["scale"] != 0:
+        x = x * 2
+    if config["scale"]:
+        x = x + 1
+    return x * config["scale"]
+
+
+def test_a_number_that_changes_too_often_is_compared_by_its_outcome():
+    """Compared with a constant, a number too changeable to bake in guards the comparison's
+    outcome: its changes reuse the graph, and a value that turns the comparison recompiles."""
+    from kiln.dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    compiled = kiln.compile(_scaled_if_set, backend=counter)
+    x = kiln.ones(3)
+    for scale in [0.5, 0.25, 0.125, 1.5, 2.5, 3.5, 4.5, 5.5, 0.0, 6.5, 0.0]:
+        got = compiled(x, {"scale": scale})
+        np.testing.assert_array_equal(got.numpy(), _scaled_if_set(x, {"scale": scale}).numpy())
+    assert counter.frame_count <= 6

@@ -241,8 +241,8 @@ def test_adam_step_is_one_fused_pass_per_parameter(monkeypatch, tmp_path):
     schedules = []
     original = compile_fx.compile_graph
 
-    def recording(gm, example_inputs, options=None):
-        compiled = original(gm, example_inputs, options)
+    def recording(gm, example_inputs, *args, **kwargs):
+        compiled = original(gm, example_inputs, *args, **kwargs)
         schedules.append(compiled.schedule)
         return compiled
 
@@ -373,6 +373,27 @@ def test_a_scheduler_stepped_in_the_compiled_step_matches_eager(schedule):
     assert_same(model.state_dict(), twin.state_dict())
     # (the schedule's counters and momenta change between calls: breaks of their own kind)
     assert not [r for r in report.break_reasons if "attribute" in r.message]
+
+
+def test_a_cycled_momentum_keeps_the_compiled_optimizer_step():
+    # OneCycleLR changes SGD's momentum every step; ``if momentum != 0`` read a value that
+    # changes too often to bake in: a graph break inside the step's loop, which ran eagerly
+    kiln.manual_seed(0)
+    model = nn.Linear(3, 2)
+    twin = copy.deepcopy(model)
+    runs = []
+    for m in (model, twin):
+        opt = kiln.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        runs.append((m, opt, kiln.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.5, total_steps=30)))
+    report = ExplainOutput()
+    ctx = CompileContext(CompileCounter())
+    ctx.listeners.append(report)
+    step = ctx.wrapper_for(_step_then_schedule)
+    x = kiln.randn(4, 3)
+    for _ in range(20):
+        assert_same(step(*runs[0], x), _step_then_schedule(*runs[1], x))
+    assert_same(model.state_dict(), twin.state_dict())
+    assert not [r for r in report.break_reasons if "momentum" in r.message]
 
 
 def test_one_compiled_step_for_two_models_leaves_each_optimizers_state_alone():

@@ -174,6 +174,17 @@ class ConstantVariable(VariableTracker):
         self.guard()
         return self.value
 
+    def is_dynamic_scalar(self) -> bool:
+        """A number read from a source whose value changed too often to bake in (reading its
+        value would be a graph break), not yet guarded or computed from others."""
+        return (
+            type(self.value) in (int, float)
+            and not self._guarded
+            and self.recipe is None
+            and self.source is not None
+            and self.source.name() in active_output().dynamic_scalars
+        )
+
     def is_dynamic_number(self) -> bool:
         """An int or float that depends on a number read from a source whose value changed
         between calls (``self.step + 1`` too), not yet baked in: arithmetic with a tensor takes
@@ -233,6 +244,8 @@ class ConstantVariable(VariableTracker):
         return [wrap_constant_result(v) for v in items]
 
     def truth(self, tx) -> bool:
+        if self.is_dynamic_scalar():  # ``if momentum:``: the truth is guarded, not the value
+            return _guarded_comparison(operator.ne, self, 0).value
         return bool(self.as_python_constant())
 
     def __repr__(self) -> str:
@@ -248,8 +261,14 @@ def _holds_symint(values) -> bool:
 
 def fold_binary(op, a: ConstantVariable, b: ConstantVariable) -> ConstantVariable:
     """``op(a, b)`` on constants. Ints/floats read from sources stay unguarded (with a recipe)
-    so a pass-through update like ``self.step + 1`` is rebuilt at run time, not guarded."""
+    so a pass-through update like ``self.step + 1`` is rebuilt at run time, not guarded; one
+    that changes too often to bake in, compared with a constant, guards the comparison."""
     numeric = (int, float)
+    if op in _COMPARISONS:
+        if a.is_dynamic_scalar() and _fixed_number(b):
+            return _guarded_comparison(op, a, b.as_python_constant())
+        if b.is_dynamic_scalar() and _fixed_number(a):
+            return _guarded_comparison(_FLIPPED[op], b, a.as_python_constant())
     if (
         op in _RECIPE_OPS
         and type(a.value) in numeric
@@ -259,6 +278,26 @@ def fold_binary(op, a: ConstantVariable, b: ConstantVariable) -> ConstantVariabl
         value = op(a.value, b.value)
         return ConstantVariable(value, recipe=(op, a, b))
     return ConstantVariable(op(a.as_python_constant(), b.as_python_constant()))
+
+
+_COMPARISONS = {
+    operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=",
+    operator.gt: ">", operator.ge: ">=",
+}  # fmt: skip
+_FLIPPED = {
+    operator.eq: operator.eq, operator.ne: operator.ne, operator.lt: operator.gt,
+    operator.le: operator.ge, operator.gt: operator.lt, operator.ge: operator.le,
+}  # fmt: skip
+
+
+def _fixed_number(vt: ConstantVariable) -> bool:
+    return type(vt.value) in (int, float, bool) and not vt.is_dynamic_scalar()
+
+
+def _guarded_comparison(op, dynamic: ConstantVariable, other) -> ConstantVariable:
+    result = bool(op(dynamic.value, other))
+    active_output().guards.comparison(dynamic.source, _COMPARISONS[op], other, result)
+    return ConstantVariable(result)
 
 
 _RECIPE_OPS = frozenset(
