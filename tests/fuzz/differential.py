@@ -41,7 +41,10 @@ BACKENDS: dict[str, tuple[str, dict | None]] = {
     "inductor-triton": ("inductor", {"cpu_codegen": "triton"}),
     # verify mode must stay silent where compiled equals eager (no false alarms)
     "inductor-verify": ("inductor", {"verify": True}),
+    # symbolic sizes from the first call: kernels for every size, guards on relations only
+    "inductor-dynamic": ("inductor", None),
 }
+_DYNAMIC = frozenset({"inductor-dynamic"})
 
 # KILN_FUZZ_STRIDES=1 also compares the outputs' strides (``layout``): off by default while eager
 # kiln's pad, cat, cumsum and softmax keep an input's column-major order where PyTorch's results
@@ -107,7 +110,9 @@ def layout(t) -> tuple | None:
 def run_compiled(program: Program, backend: str, calls: int = 2) -> list[Run]:
     """Compile the program with ``backend`` (a key of ``BACKENDS``) and run it ``calls`` times."""
     name, options = BACKENDS[backend]
-    compiled = kiln.compile(program.function(kiln), backend=name, options=options)
+    compiled = kiln.compile(
+        program.function(kiln), backend=name, options=options, dynamic=backend in _DYNAMIC or None
+    )
     runs = []
     for _ in range(calls):
         with warnings.catch_warnings(record=True) as caught:
@@ -302,9 +307,10 @@ def reproducer(program: Program, backend: str | None) -> str:
     ]
     if backend is not None:
         name, options = BACKENDS[backend]
+        dynamic = ", dynamic=True" if backend in _DYNAMIC else ""
         lines += [
             "inputs = [build_input(torch, spec) for spec in specs]",
-            f"compiled = torch.compile(program, backend={name!r}, options={options!r})",
+            f"compiled = torch.compile(program, backend={name!r}, options={options!r}{dynamic})",
             "print('compiled', compiled(*inputs))",
         ]
     return "\n".join(lines)

@@ -33,11 +33,12 @@ _NEEDS = {**NEEDS, **NN_NEEDS}
 COUNTS = {
     "fast": {
         "pytorch": 150, "eager": 40, "aot_eager": 50, "inductor": 60, "inductor-numpy": 40,
-        "inductor-triton": 12, "inductor-verify": 25,
+        "inductor-triton": 12, "inductor-verify": 25, "inductor-dynamic": 25,
     },
     "long": {
         "pytorch": 4000, "eager": 800, "aot_eager": 1200, "inductor": 2000,
         "inductor-numpy": 1200, "inductor-triton": 300, "inductor-verify": 600,
+        "inductor-dynamic": 1200,
     },
 }  # fmt: skip
 
