@@ -107,6 +107,33 @@ def test_a_cached_graph_reports_its_kernels_to_the_profiler(cache_dir):
     np.testing.assert_allclose(out.numpy(), f(x).numpy(), rtol=1e-6)
 
 
+def test_a_cold_compile_compiles_only_the_wrapper_it_runs(cache_dir, monkeypatch):
+    # the cache stores the kernel-reporting wrapper's source; compiling it waits for a profiler
+    from kiln.inductor.codegen import wrapper
+
+    compiled_sources = []
+    real = wrapper.compile_source
+
+    def counting(source, filename):
+        compiled_sources.append(source)
+        return real(source, filename)
+
+    monkeypatch.setattr(wrapper, "compile_source", counting)
+
+    def f(x):
+        return (x.exp() + 1).sum(1)
+
+    x = kiln.randn(8, 16)
+    compiled = kiln.compile(f)
+    compiled(x)
+    assert len(compiled_sources) == 1 and "_recorder_of" not in compiled_sources[0]
+    with kiln.profiler.profile() as prof:
+        out = compiled(x)
+    assert len(compiled_sources) == 2 and "_recorder_of" in compiled_sources[1]
+    assert any(e.key.startswith("kernel") for e in prof.key_averages())
+    np.testing.assert_allclose(out.numpy(), f(x).numpy(), rtol=1e-6)
+
+
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
 def test_a_damaged_entry_is_compiled_again(cache_dir, lowerings, damage):
     x = kiln.randn(2, 6, 4)
