@@ -336,12 +336,19 @@ class Expr:
 
     # ---------------------------------------------------------------- arithmetic
     def __add__(self, other):
-        other = as_expr(other)
+        if other.__class__ is not Expr:
+            other = as_expr(other)
         terms = dict(self.terms)
         for a, c in other.terms.items():
-            terms[a] = terms.get(a, 0) + c
-        out = Expr(terms, self.const + other.const)
-        return _recombine(out) if len(out.terms) > 1 else out
+            c = terms.get(a, 0) + c
+            if c.__class__ is int and c == 0:
+                del terms[a]
+            else:
+                terms[a] = c
+        const = self.const + other.const
+        # the terms are kept as ``Expr()`` would keep them (the sums' zeros are dropped)
+        out = _made(terms, const if const.__class__ is int else size_value(const))
+        return _recombine(out) if len(terms) > 1 else out
 
     __radd__ = __add__
 
@@ -364,7 +371,10 @@ class Expr:
                 raise TypeError(
                     f"index expressions are affine: cannot multiply ({self}) by ({other})"
                 )
-        k = size_value(other)
+        k = other if other.__class__ is int else size_value(other)
+        if k.__class__ is int and k != 0 and self.const.__class__ is int:
+            # no coefficient becomes 0 and the constant stays a plain int: no filtering
+            return _made({a: c * k for a, c in self.terms.items()}, self.const * k)
         return Expr({a: c * k for a, c in self.terms.items()}, self.const * k)
 
     __rmul__ = __mul__
@@ -522,7 +532,25 @@ def const(v: int) -> Expr:
     return Expr({}, int(v))
 
 
+def _made(terms: dict, const) -> Expr:
+    """``Expr(terms, const)`` for terms without a zero coefficient and a constant that is
+    already a size value (the arithmetic's hot paths: ``Expr()`` copies and filters)."""
+    e = _NEW(Expr)
+    e.terms = terms
+    e.const = const
+    e._hash = None
+    return e
+
+
+_NEW = object.__new__
+
+
 def as_expr(v) -> Expr:
+    cls = v.__class__
+    if cls is Expr:
+        return v
+    if cls is int:
+        return _made({}, v)
     if isinstance(v, Expr):
         return v
     if isinstance(v, Atom):

@@ -182,3 +182,18 @@ def test_remembered_offsets_and_reads_follow_the_variables_sizes():
     assert [a.size for a in read8.index.terms] == [8]
     buf.data = ir.Pointwise((4, 1), dt.float32, lambda idx: ir.ops.load("other", sym.ZERO))
     assert [r.name for r in reads_of(buf, [small, sym.ZERO])] == ["other"]  # a new body
+
+
+def test_sums_and_products_drop_cancelled_terms_as_the_constructor_does():
+    # the arithmetic builds its results without ``Expr()``'s copy: they must still equal (and
+    # hash as) the expression made by it, with no zero coefficient left
+    i, j, k = sym.Var("i", 6), sym.Var("j", 4), sym.Var("k", 3)
+    e = sym.as_expr(i) * 4 + j * 2 + 5
+    cancelled = e + (sym.as_expr(i) * -4) + (-5)
+    assert cancelled.terms == {j: 2} and cancelled.const == 0
+    assert cancelled == sym.Expr({j: 2}, 0) and hash(cancelled) == hash(sym.Expr({j: 2}, 0))
+    assert (e * 0).terms == {} and e * 0 == 0
+    assert e * 3 == sym.Expr({i: 12, j: 6}, 15)
+    assert e - e == 0 and (e - e).terms == {}
+    assert sym.as_expr(7) == sym.Expr({}, 7) and sym.as_expr(True) == 1
+    _check(e + k * 3 - j * 2, lambda a, b, c: 4 * a + 3 * c + 5, [i, j, k])
