@@ -154,3 +154,13 @@ def test_embedding_of_a_zero_width_weight_has_an_empty_gradient():
     kiln.nn.functional.embedding(kiln.tensor([[0, 0], [1, 1]]), ours).sum().backward()
     torch.nn.functional.embedding(torch.tensor([[0, 0], [1, 1]]), theirs).sum().backward()
     assert tuple(ours.grad.shape) == tuple(theirs.grad.shape) == (2, 0)
+
+
+@needs_torch
+def test_cumprod_along_a_dim_of_one_passes_the_gradient_through():
+    values = np.array([[[np.inf, 0.0, np.nan], [2.0, -1.0, 3.0]]], dtype=np.float32)
+    ours, theirs = _pair(values, requires_grad=True)
+    upstream = np.full(values.shape, -2.0, dtype=np.float32)
+    kiln.cumprod(ours, 0).backward(kiln.tensor(upstream))
+    torch.cumprod(theirs, 0).backward(torch.tensor(upstream))
+    np.testing.assert_array_equal(ours.grad.numpy(), theirs.grad.numpy())

@@ -110,3 +110,26 @@ def test_a_masked_expanded_gradient_views_in_a_compiled_backward(backend):
     (expected_grad,) = kiln.autograd.grad(expected, x, kiln.ones_like(expected))
     np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(), rtol=1e-6)
     np.testing.assert_allclose(grad.numpy(), expected_grad.numpy(), rtol=1e-6)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda lib, x: 2.0**x,
+        lambda lib, x: lib.pow(3, x.long()),
+        lambda lib, x: lib.nn.functional.pad(x[0], (1, 2)),
+        lambda lib, x: lib.nn.functional.pad(x[0], (1, 2, 0, 1), value=-1.0),
+    ],
+    ids=["number_pow", "number_pow_int", "pad_2d", "pad_2d_both_dims"],
+)
+@pytest.mark.parametrize("backend", [None, "aot_eager", "inductor"])
+def test_results_torch_lays_out_row_major_over_a_transposed_input(op, backend):
+    """Not iterator results: a number's power and a constant pad of a 2-d tensor are row-major
+    in PyTorch whatever the input's order (numpy's kept a transposed input's)."""
+    fn = op if backend is None else kiln.compile(op, backend=backend)
+    x = kiln.arange(12.0).reshape(2, 3, 2).transpose(1, 2)
+    expected = op(torch, torch.arange(12.0).reshape(2, 3, 2).transpose(1, 2))
+    got = fn(kiln, x)
+    assert _layout(got) == _layout(expected)
+    np.testing.assert_allclose(got.numpy(), expected.numpy())

@@ -31,6 +31,7 @@ from ..core.common import (
     compute_np_dtype,
     empty_laid_out,
     empty_like_layout,
+    fake,
     output_layout_source,
     pointwise_meta,
     require_tensor,
@@ -1323,13 +1324,23 @@ def _pow_kernel(x, y):
                 return wrap(exact_form(a), d)
     b = as_np_operand(y, cd)
     if d.category == 2:
-        return wrap(np_float_pow(a, b), d)
-    if d.category > 2:  # complex
-        return wrap(np.power(a, b), d)
-    return wrap(np_int_pow(a, b), d)
+        out = np_float_pow(a, b)
+    elif d.category > 2:  # complex
+        out = np.power(a, b)
+    else:
+        out = np_int_pow(a, b)
+    if not isinstance(x, Tensor) and out.__class__ is np.ndarray:
+        out = np.ascontiguousarray(out)  # a number's power: PyTorch's result is row-major
+    return wrap(out, d)
 
 
-pow.register_meta(lambda x, y: pointwise_meta(binary_dtype(x, y), x, y))
+def _pow_meta(x, y):
+    if not isinstance(x, Tensor):  # a number's power: row-major, as the kernel's
+        return fake(tuple(y._shape), binary_dtype(x, y), y)
+    return pointwise_meta(binary_dtype(x, y), x, y)
+
+
+pow.register_meta(_pow_meta)
 
 
 def _pow_grad(c, g):

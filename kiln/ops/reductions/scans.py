@@ -128,6 +128,8 @@ def _cumprod_grad(c, g):
     if not x.ndim or (numel.__class__ is int and numel <= 1):
         return (g,)  # PyTorch's: one element is its own product (g, not g * inf / inf)
     d = wrap_dim(dim, x.ndim)
+    if x.shape[d].__class__ is int and x.shape[d] == 1:
+        return (g,)  # so is each slice of one element
     if dtype is not None:
         x = x.to(dtype)
     zero = x == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime.symbolic import as_int
+from ...runtime.tensor import contiguous_strides
 from ..core.common import (
     Tensor,
     checked_scalar,
@@ -71,10 +72,11 @@ def _constant_pad_kernel(x, pad, value):
         fill = int(checked_scalar(value, x._dtype))
     shape = tuple(s + before + after for s, (before, after) in zip(a.shape, widths))
     strides = suggested_strides(shape, x)
-    if strides is None:
+    if strides is None and a.flags.c_contiguous:
         return wrap(np.pad(a, widths, mode="constant", constant_values=fill), x._dtype)
-    # a channels-last input's result is written channels-last (PyTorch's layout) in one pass
-    out = empty_laid_out(shape, a.dtype, strides)
+    # a channels-last input's result is written channels-last (PyTorch's layout) in one pass;
+    # any other is row-major (np.pad would keep a transposed input's column-major order)
+    out = empty_laid_out(shape, a.dtype, strides or contiguous_strides(shape))
     out.fill(fill)
     out[tuple(slice(before, before + s) for s, (before, _) in zip(a.shape, widths))] = a
     return wrap(out, x._dtype)
