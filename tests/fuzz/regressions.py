@@ -510,4 +510,24 @@ REGRESSIONS: list[Case] = [
         ),
         ("pytorch", *COMPILED),
     ),
+    Case(
+        "lerp towards a finite end from an infinite start with a weight of 0.5 or more: the "
+        "compiled decomposition x + w * (e - x) gave NaN (-inf + inf) where eager's two-sided "
+        "formula, PyTorch's, gives the infinity (inductor-dynamic campaign, seed 22)",
+        _one(
+            [Input("x0", (2, 2), fill="special"), Input("x1", (2, 2))],
+            ["v0 = torch.maximum(x0, x0)", "v1 = torch.lerp(v0, x1, x1.sigmoid())"],
+        ),
+        ("pytorch", *COMPILED, "inductor-dynamic"),
+    ),
+    Case(
+        "the backward of a bfloat16 sort (a scatter-add of the gradient): its LLVM kernel added "
+        "the stored bits with fadd on i16 and failed to parse, raising instead of running "
+        "(inductor-dynamic campaign, seed 22; numpy takes it now)",
+        _one(
+            [Input("x1", (2, 3, 4), dtype="bfloat16", requires_grad=True)],
+            ["v1 = torch.sort(x1, 2, descending=False).values"],
+        ),
+        ("pytorch", *COMPILED, "inductor-dynamic"),
+    ),
 ]

@@ -217,7 +217,16 @@ def _lerp_grad(c, g):
 
 
 lerp.register_derivative(_lerp_grad)
-lerp.register_decomposition(lambda x, e, w: x + w * (e - x))
+
+
+@lerp.register_decomposition
+def _lerp_decomp(x, e, w):
+    """PyTorch's two-sided formula, as the kernel's: from the nearer end, so lerp is exact at
+    both ends and an infinite end gives the infinity (x + w * (e - x) gave NaN for x = -inf,
+    w >= 0.5: -inf + inf)."""
+    if not isinstance(w, Tensor):
+        return x + w * (e - x) if abs(w) < 0.5 else e - (e - x) * (1 - w)
+    return where(w.abs() < 0.5, x + w * (e - x), e - (e - x) * (1 - w))
 
 
 @defop(kind="pointwise")

@@ -993,6 +993,10 @@ def emit_scatter_kernel(
     duplicate indices ("set") and lanes could collide ("add").
     """
     data = buf.data
+    if data.mode == "add" and buf.dtype is dt.bfloat16:
+        # the sum would add the stored bits (bfloat16 is an i16 here); numpy rounds each add
+        # to bfloat16 as PyTorch's scatter_add does
+        raise UnsupportedInLLVM("bfloat16 scatter-add")
     emitter = KernelEmitter(
         module, name, _ScatterPlan(), buffer_args, buffer_dtypes, set(), buffer_sizes, symbols
     )
