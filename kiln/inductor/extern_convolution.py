@@ -38,12 +38,12 @@ def _kernels(tiles=None):
     return eager_convolution.compiled_tiles()
 
 
-def _tiles(lanes: int, channels: int, columns: int, taps: int):
-    if (lanes, channels, columns, taps) == _EAGER:
+def _tiles(lanes: int, channels: int, columns: int, taps: int, whole: int):
+    if (lanes, channels, columns, taps) == _EAGER and not whole:
         return None  # eager's loops, with their walks for short rows
     from .codegen.llvm.eager_convolution import Tiles
 
-    return Tiles(lanes, channels, columns, taps)
+    return Tiles(lanes, channels, columns, taps, whole=bool(whole))
 
 
 def conv2d_direct_out(
@@ -54,12 +54,14 @@ def conv2d_direct_out(
     lanes: int = 8,
     channels: int = 4,
     columns: int = 2,
+    whole: int = 0,
 ) -> None:
     """``out`` (N, O, OH, OWV) = the convolution of the phase-split input ``xp`` (N, C, HP, SW,
     WQ) by the channel-blocked weight ``wb`` (ceil(O/CB), C, KH, KW, CB); ``stride``: the
     rows'. ``lanes``, ``channels`` (CB), ``columns``: the register tile the lowering chose
-    (OWV a multiple of ``lanes``); every tile gives the same bits."""
-    tiles = _tiles(int(lanes), int(channels), int(columns), 3)
+    (OWV a multiple of ``lanes``); every tile gives the same bits. ``whole``: OWV is a multiple
+    of ``columns`` vectors (the loops for the rest left out)."""
+    tiles = _tiles(int(lanes), int(channels), int(columns), 3, int(whole))
     kernels = _kernels(tiles)
     if kernels is not None:
         if tiles is None:
@@ -86,6 +88,7 @@ def conv2d_weight_grad_out(
     lanes: int = 8,
     channels: int = 4,
     taps: int = 3,
+    whole: int = 0,
 ) -> None:
     """``out`` (C, KH, KW, O) = the weight gradient of the convolution that read ``xp`` (N, C,
     HP, SW, WQ), for the output gradient ``g`` (N, O, OH, OWV). ``exact``: the gradient
@@ -93,8 +96,9 @@ def conv2d_weight_grad_out(
     finite is computed again over its real columns (an infinite input read only by a padding
     column gave NaN, where PyTorch never reads it). ``lanes``, ``channels``, ``taps``: the
     register tile the lowering chose (OWV a multiple of ``lanes``; the sums' order, hence the
-    last bits, depend on ``lanes``)."""
-    tiles = _tiles(int(lanes), int(channels), 2, int(taps))
+    last bits, depend on ``lanes``). ``whole``: O and the kernel's taps are multiples of
+    ``channels`` and ``taps`` (the loops for the rest left out)."""
+    tiles = _tiles(int(lanes), int(channels), 2, int(taps), int(whole))
     kernels = _kernels(tiles)
     if kernels is not None:
         if tiles is None:

@@ -479,3 +479,28 @@ def test_transposed_convolution_of_small_inputs_as_one_product_matches_torch(cas
         and step.buffer.kernel.__name__ == "matmul_out"
     ]
     assert (groups, ocg * kernel[0] * kernel[1], xs[0] * pin) in products, products
+
+
+@pytest.mark.parametrize(
+    "tiles", [(16, 8, 2, 3), (16, 16, 1, 3)], ids=lambda t: "x".join(map(str, t))
+)
+def test_whole_block_loops_give_the_general_loops_bits(tiles):
+    """A compiled layer whose sizes come in whole tiles gets loops without the remainders'
+    (``whole``): the same bits as the general loops, forward and weight gradient."""
+    lanes, channels, columns, taps = tiles
+    rng = np.random.default_rng(channels)
+    a = rng.standard_normal((2, 5, 11, 32)).astype(np.float32)
+    w = rng.standard_normal((16, 5, 3, 3)).astype(np.float32)
+    xp = _phase(a, 1, lanes)
+    wb = _blocked(w, channels)
+    g = rng.standard_normal((2, 16, 11, 32)).astype(np.float32)
+    results = []
+    for whole in (0, 1):
+        out, dw = np.empty(g.shape, np.float32), np.empty((5, 3, 3, 16), np.float32)
+        extern_convolution.conv2d_direct_out(out, xp, wb, 1, lanes, channels, columns, whole)
+        extern_convolution.conv2d_weight_grad_out(dw, xp, g, 1, None, lanes, channels, taps, whole)
+        results.append((out, dw))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+    expected = conv_direct.forward(a, w, (1, 1), [(1, 1), (1, 1)], (11, 32))[0]
+    np.testing.assert_allclose(results[1][0], expected, rtol=1e-5, atol=1e-5)

@@ -469,8 +469,10 @@ def _direct_forward(spec: _Spec) -> TensorBox | None:
     layout = Layout.contiguous((n, o, oh, width), spec.dtype)
     inputs = [xp, wb, spec.stride[0]]
     if (lanes, channels, columns) != EAGER_TILES[:3]:
-        _request_tiles("forward", (lanes, channels, columns, 3, None))
-        inputs += [lanes, channels, columns]
+        # a width the graph knows in whole tiles: no loop for a last vector
+        whole = width.__class__ is int and (width // lanes) % columns == 0
+        _request_tiles("forward", (lanes, channels, columns, 3, None, whole))
+        inputs += [lanes, channels, columns, int(whole)]
     buf = _extern_call(spec, layout, extern_convolution.conv2d_direct_out, inputs)
     if width.__class__ is int and width == ow:
         return _stored_as(buf, (n, o, oh, ow))
@@ -522,8 +524,10 @@ def _direct_weight_grad(spec: _Spec) -> TensorBox | None:
     if not (width.__class__ is int and width == ow):
         inputs = [xp, _zero_padded(g, width), stride[0], g]
     if (lanes, channels, taps) != (EAGER_TILES[0], EAGER_TILES[1], EAGER_TILES[3]):
-        _request_tiles("grad", (lanes, channels, 2, taps, None))
-        inputs += [None] * (4 - len(inputs)) + [lanes, channels, taps]
+        # output channels and kernel taps in whole blocks: no loops for the rest
+        whole = o % channels == 0 and math.prod(kernel) % taps == 0
+        _request_tiles("grad", (lanes, channels, 2, taps, None, whole))
+        inputs += [None] * (4 - len(inputs)) + [lanes, channels, taps, int(whole)]
     layout = Layout.contiguous((c,) + kernel + (o,), spec.dtype)
     buf = _extern_call(spec, layout, extern_convolution.conv2d_weight_grad_out, inputs)
     kh, kw = kernel

@@ -59,7 +59,10 @@ class Tiles:
     ``channels`` output channels by ``columns`` vectors of output columns; the weight
     gradient's, ``channels`` output channels by ``taps`` kernel taps; ``row_vectors``: the
     output rows' vectors (OWV / lanes) the weight gradient's walk is unrolled for (None: a
-    loop over them). Eager mode runs ``EAGER_TILES`` for every shape; compiled graphs pick a
+    loop over them); ``whole``: every block is whole (the forward pass's row vectors a
+    multiple of ``columns``; the weight gradient's output channels of ``channels`` and kernel
+    taps of ``taps``), so no loops for the rest are built (a compiled graph's layer, whose
+    sizes it knows: less code to compile). Eager mode runs ``EAGER_TILES`` for every shape; compiled graphs pick a
     tile per layer (``lowering/convolution.py``)."""
 
     lanes: int = LANES
@@ -67,10 +70,12 @@ class Tiles:
     columns: int = COLUMN_BLOCK
     taps: int = TAP_BLOCK
     row_vectors: int | None = None
+    whole: bool = False
 
     @property
     def suffix(self) -> str:
         rows = "" if self.row_vectors is None else f"_{self.row_vectors}v"
+        rows += "_whole" if self.whole else ""
         return f"l{self.lanes}c{self.channels}x{self.columns}t{self.taps}{rows}"
 
 
@@ -124,10 +129,14 @@ class _Kernel:
     def fma(self, a, x, acc):
         return self.b.call(self.fmuladd, [a, x, acc])
 
-    def blocked_loop(self, count, block: int, body) -> None:
+    def blocked_loop(self, count, block: int, body, exact: bool = False) -> None:
         """``body(start, block)`` over whole blocks of ``block`` from 0, then ``body(start, 1)``
-        over what remains (one loop for blocks of one: half the code to compile)."""
+        over what remains (one loop for blocks of one, or where ``exact`` says ``count`` is
+        whole blocks: half the code to compile)."""
         b = self.b
+        if exact:
+            counted_loop(b, count, lambda i: body(i, block), step=block)
+            return
         if block == 1:
             counted_loop(b, count, lambda i: body(i, 1))
             return
@@ -197,6 +206,7 @@ def _forward(module: ir.Module, tiles: Tiles = EAGER_TILES, name: str | None = N
                 b.sdiv(p["OWV"], _i64(lanes)),
                 cols,
                 lambda v0, nv: columns(b.mul(v0, _i64(lanes)), nv),
+                tiles.whole,
             )
 
         counted_loop(b, blocks, block)
@@ -294,7 +304,9 @@ def _weight_grad(module: ir.Module, tiles: Tiles = EAGER_TILES, name: str | None
             counted_loop(
                 b,
                 p["N"],
-                lambda n: k.blocked_loop(p["T"], tap_block, lambda t0, tb: tile(n, o0, cb, t0, tb)),
+                lambda n: k.blocked_loop(
+                    p["T"], tap_block, lambda t0, tb: tile(n, o0, cb, t0, tb), tiles.whole
+                ),
             )
 
             def write(t):
@@ -306,12 +318,15 @@ def _weight_grad(module: ir.Module, tiles: Tiles = EAGER_TILES, name: str | None
             counted_loop(b, p["T"], write)
 
         # a whole block of output channels, or the last block's remainder one at a time
-        left = b.sub(p["O"], first)
-        with b.if_else(b.icmp_signed(">=", left, _i64(block))) as (whole, part):
-            with whole:
-                channels(first, block)
-            with part:
-                counted_loop(b, left, lambda j: channels(b.add(first, j), 1))
+        if tiles.whole:
+            channels(first, block)
+        else:
+            left = b.sub(p["O"], first)
+            with b.if_else(b.icmp_signed(">=", left, _i64(block))) as (whole, part):
+                with whole:
+                    channels(first, block)
+                with part:
+                    counted_loop(b, left, lambda j: channels(b.add(first, j), 1))
 
     counted_loop(b, k.row_end, row, start=k.row_start)
     b.ret_void()
