@@ -530,4 +530,23 @@ REGRESSIONS: list[Case] = [
         ),
         ("pytorch", *COMPILED, "inductor-dynamic"),
     ),
+    Case(
+        "a number's power of a 0-d tensor: the row-major copy of the result made it 1-d "
+        "(np.ascontiguousarray; inductor-dynamic campaign, seed 41)",
+        _one(
+            [Input("x0", (), dtype="int32", fill="integral")],
+            ["v0 = torch.neg(x0)", "v5 = 2 ** v0"],
+        ),
+        ("pytorch", *COMPILED, "inductor-dynamic"),
+    ),
+    Case(
+        "embedding with a padding_idx over infinite weights: the decomposition's gradient "
+        "trick frozen + (rows - frozen) * scale gave NaN (inf - inf) in compiled code "
+        "(inductor-dynamic campaign, seed 41)",
+        _one(
+            [Input("x0", (2, 4), fill="special", requires_grad=True)],
+            ["v1 = torch.nn.functional.embedding(torch.tensor([1, 0, 0]), x0, padding_idx=1)"],
+        ),
+        ("pytorch", *COMPILED, "inductor-dynamic"),
+    ),
 ]

@@ -81,14 +81,19 @@ def _embedding_decomp(weight, indices, padding_idx=-1, scale_grad_by_freq=False,
     rows = OPS["index"](weight, [OPS["_checked_index"](indices, weight.shape[0])])
     if padding_idx < 0 and not scale_grad_by_freq:
         return rows
-    # same values, gradient scaled per lookup: 0 for the padding row, 1/count with freq scaling
+    frozen = rows.detach()
+    if not scale_grad_by_freq:
+        # the padding row's lookups take no gradient: a selection between the row and its
+        # detached copy, the same values bit for bit (frozen + (rows - frozen) * scale gave NaN
+        # for an infinite weight: inf - inf)
+        return OPS["where"]((indices != padding_idx).unsqueeze(-1), rows, frozen)
+    # same values, gradient scaled per lookup: 0 for the padding row, 1/count
     scale = (indices != padding_idx).to(weight.dtype)
     if scale_grad_by_freq:
         flat = indices.reshape(-1)
         ones = weight.new_ones(tuple(flat.shape))
         counts = OPS["index_put"](weight.new_zeros((weight.shape[0],)), [flat], ones, True)
         scale = scale / OPS["index"](counts, [indices])
-    frozen = rows.detach()
     return frozen + (rows - frozen) * scale.unsqueeze(-1)
 
 

@@ -1329,7 +1329,7 @@ def _pow_kernel(x, y):
         out = np.power(a, b)
     else:
         out = np_int_pow(a, b)
-    if not isinstance(x, Tensor) and out.__class__ is np.ndarray:
+    if not isinstance(x, Tensor) and out.__class__ is np.ndarray and out.ndim > 1:
         out = np.ascontiguousarray(out)  # a number's power: PyTorch's result is row-major
     return wrap(out, d)
 
