@@ -164,3 +164,17 @@ def test_cumprod_along_a_dim_of_one_passes_the_gradient_through():
     kiln.cumprod(ours, 0).backward(kiln.tensor(upstream))
     torch.cumprod(theirs, 0).backward(torch.tensor(upstream))
     np.testing.assert_array_equal(ours.grad.numpy(), theirs.grad.numpy())
+
+
+@needs_torch
+def test_binary_cross_entropy_target_gradient_is_unclamped_as_torchs():
+    probabilities = [1.0, 0.0, 0.3, 0.999]
+    grads = []
+    for lib in (kiln, torch):
+        target = lib.tensor([0.5, 0.2, 0.7, 0.1], requires_grad=True)
+        lib.nn.functional.binary_cross_entropy(
+            lib.tensor(probabilities), target, reduction="sum"
+        ).backward()
+        grads.append(target.grad.numpy())
+    # -logit(p): infinite where p saturates (the clamped logs gave +-100)
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6)

@@ -584,7 +584,8 @@ def _bce_grad(c, g):
     if c.needs_input_grad[0]:
         gx = scale * (x - t) / ((1 - x) * x).clamp(min=1e-12)
     if c.needs_input_grad[1]:
-        gt = scale * ((1 - x).log().clamp(min=-100.0) - x.log().clamp(min=-100.0))
+        # PyTorch's -logit(x), unclamped: a saturated probability gives an infinite gradient
+        gt = scale * ((-x).log1p() - x.log())
     return gx, gt, None, None
 
 
