@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from .builder import Builder, Value, numel
+from .op_rules import _nest
 
 __all__ = ["NN_OPS", "NN_NEEDS"]
 
@@ -292,13 +293,6 @@ def _distinct_per_column(b: Builder, shape: list, dim: int, size: int) -> list:
         column = (flat // (inner * count)) * inner + flat % inner
         values[flat] = choices[column][i]
     return values
-
-
-def _nest(values: list, shape: list):
-    if len(shape) <= 1:
-        return values
-    step = numel(shape[1:])
-    return [_nest(values[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
 def _accumulate(b: Builder, x: Value):
