@@ -146,6 +146,17 @@ for _name, _module in (
 ):
     _machine_code.set_loader(_name, _functools.partial(_build_eager_machine_code, _module))
 del _name, _module
+
+
+def _compiled_convolution_tiles():
+    """The loops of the register tiles compiled graphs choose per layer (built in the
+    background per tile), reached by the lowering and the extern calls through
+    ``runtime.machine_code`` as eager's sets are."""
+    module = _importlib.import_module(".inductor.codegen.llvm.eager_convolution", __name__)
+    return module.compiled_tiles()
+
+
+_machine_code.set_loader("convolution_tiles", _compiled_convolution_tiles)
 _compiler_stack.install()
 
 

@@ -33,17 +33,16 @@ def _kernels(tiles=None):
     kernels = machine_code.get("convolution")
     if kernels is None or tiles is None:
         return kernels
-    from .codegen.llvm import eager_convolution
-
-    return eager_convolution.compiled_tiles()
+    return machine_code.get("convolution_tiles")
 
 
 def _tiles(lanes: int, channels: int, columns: int, taps: int, whole: int):
     if (lanes, channels, columns, taps) == _EAGER and not whole:
         return None  # eager's loops, with their walks for short rows
-    from .codegen.llvm.eager_convolution import Tiles
-
-    return Tiles(lanes, channels, columns, taps, whole=bool(whole))
+    compiled = machine_code.get("convolution_tiles")
+    if compiled is None:
+        return None  # no machine code: numpy computes the layer (``_kernels`` is None too)
+    return compiled.tiles(lanes, channels, columns, taps, whole=bool(whole))
 
 
 def conv2d_direct_out(

@@ -582,9 +582,9 @@ def grad_tiles() -> tuple:
 
 def _request_tiles(kind: str, tiles: tuple) -> None:
     """Start compiling a tile's loops now, so that the graph's first call finds them built."""
-    from ..codegen.llvm import eager_convolution
-
-    eager_convolution.compiled_tiles().request(kind, eager_convolution.Tiles(*tiles))
+    compiled = machine_code.get("convolution_tiles")
+    if compiled is not None:
+        compiled.request(kind, compiled.tiles(*tiles))
 
 
 def _zero_padded(g, width):

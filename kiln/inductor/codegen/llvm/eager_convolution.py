@@ -473,6 +473,13 @@ class CompiledTiles(NativeConvolution):
         self._modules: list = []  # the machine code, alive while the kernels are
         self._lock = threading.Lock()
 
+    @staticmethod
+    def tiles(*fields, **named) -> Tiles:
+        """A tile by its fields (``Tiles``'s): the lowering and the extern calls reach this
+        module only through ``runtime.machine_code`` (the code generator's modules sit below
+        them)."""
+        return Tiles(*fields, **named)
+
     def request(self, kind: str, tiles: Tiles) -> None:
         """Start compiling the ``kind`` ("forward" or "grad") loops of ``tiles``."""
         with self._lock:
