@@ -314,14 +314,24 @@ def _lr_step(model, opt, sched, x):
     return loss.detach()
 
 
-def test_compiled_step_with_a_per_step_lr_schedule_matches_eager(recwarn):
+def _twin_runs(make_optimizer, make_schedule) -> list:
+    """(model, optimizer, schedule) twice over one model and its deep copy: one run compiled,
+    the other eager, from the same weights."""
     kiln.manual_seed(0)
     model = nn.Linear(3, 2)
-    twin = copy.deepcopy(model)
     runs = []
-    for m in (model, twin):
-        opt = kiln.optim.Adam(m.parameters(), lr=0.1)
-        runs.append((m, opt, kiln.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)))
+    for m in (model, copy.deepcopy(model)):
+        opt = make_optimizer(m.parameters())
+        runs.append((m, opt, make_schedule(opt)))
+    return runs
+
+
+def test_compiled_step_with_a_per_step_lr_schedule_matches_eager(recwarn):
+    runs = _twin_runs(
+        lambda params: kiln.optim.Adam(params, lr=0.1),
+        lambda opt: kiln.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10),
+    )
+    model, twin = runs[0][0], runs[1][0]
     counter = CompileCounter()
     step = kiln.compile(_lr_step, backend=counter)
     x = kiln.randn(4, 3)
@@ -355,13 +365,8 @@ def _step_then_schedule(model, opt, sched, x):
 )
 def test_a_scheduler_stepped_in_the_compiled_step_matches_eager(schedule):
     # its first step reads optimizer.step._kiln_step_wrapped: it was a graph break
-    kiln.manual_seed(0)
-    model = nn.Linear(3, 2)
-    twin = copy.deepcopy(model)
-    runs = []
-    for m in (model, twin):
-        opt = kiln.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
-        runs.append((m, opt, schedule(opt)))
+    runs = _twin_runs(lambda params: kiln.optim.SGD(params, lr=0.1, momentum=0.9), schedule)
+    model, twin = runs[0][0], runs[1][0]
     report = ExplainOutput()
     ctx = CompileContext(CompileCounter())
     ctx.listeners.append(report)

@@ -38,14 +38,26 @@ def _schedules_kept(monkeypatch):
     monkeypatch.setattr(config, "fx_graph_cache", False)
 
 
+def _extern_buffers(observed) -> list:
+    return [
+        step.buffer
+        for item in observed
+        for step in item.graph.schedule.steps
+        if isinstance(getattr(step, "buffer", None), ExternBuffer)
+    ]
+
+
 def _externs(observed) -> list:
-    names = []
-    for item in observed:
-        for step in item.graph.schedule.steps:
-            buf = getattr(step, "buffer", None)
-            if isinstance(buf, ExternBuffer):
-                names.append(buf.kernel.__name__)
-    return names
+    return [buf.kernel.__name__ for buf in _extern_buffers(observed)]
+
+
+def _products(observed) -> list:
+    """The shapes of the BLAS products (``matmul_out`` extern calls) the graphs make."""
+    return [
+        tuple(buf.layout.shape)
+        for buf in _extern_buffers(observed)
+        if buf.kernel.__name__ == "matmul_out"
+    ]
 
 
 def _inputs(case, seed: int):
@@ -274,12 +286,7 @@ def test_strided_weight_gradient_computes_the_kernels_taps_only(kernel):
     x, w = (kiln.tensor(a, requires_grad=True) for a in (xn, wn))
     with observe_compiled_graphs() as observed:
         kiln.compile(fn, fullgraph=True)(x, w).backward()
-    products = []
-    for item in observed:
-        for step in item.graph.schedule.steps:
-            buf = getattr(step, "buffer", None)
-            if isinstance(buf, ExternBuffer) and buf.kernel.__name__ == "matmul_out":
-                products.append(tuple(buf.layout.shape))
+    products = _products(observed)
     assert (1, 8, 4 * kernel * kernel) in products, products
     tx, tw = (torch.tensor(a, requires_grad=True) for a in (xn, wn))
     torch.nn.functional.conv2d(tx, tw, None, 2, padding).square().sum().backward()
@@ -401,13 +408,7 @@ def test_transposed_convolution_that_grows_the_image_multiplies_only_landing_tap
     assert_close(out, expected, rtol=1e-5, atol=1e-5)
     assert_close(kz.grad, tz.grad, rtol=1e-4, atol=1e-4)
     assert_close(kw.grad, tw.grad, rtol=1e-4, atol=1e-4)
-    products = [
-        tuple(step.buffer.layout.shape)
-        for item in observed
-        for step in item.graph.schedule.steps
-        if isinstance(getattr(step, "buffer", None), ExternBuffer)
-        and step.buffer.kernel.__name__ == "matmul_out"
-    ]
+    products = _products(observed)
     # W^T z, the batch as one product (``_transposed_batch``): one column per landing tap
     assert (1, 6 * 16, 4) in products, products
 
@@ -471,13 +472,7 @@ def test_transposed_convolution_of_small_inputs_as_one_product_matches_torch(cas
     assert_close(kx.grad, tx.grad, rtol=10 * tol, atol=10 * tol)
     assert_close(kw.grad, tw.grad, rtol=10 * tol, atol=10 * tol)
     pin = xs[2] * xs[3]
-    products = [
-        tuple(step.buffer.layout.shape)
-        for item in observed
-        for step in item.graph.schedule.steps
-        if isinstance(getattr(step, "buffer", None), ExternBuffer)
-        and step.buffer.kernel.__name__ == "matmul_out"
-    ]
+    products = _products(observed)
     assert (groups, ocg * kernel[0] * kernel[1], xs[0] * pin) in products, products
 
 

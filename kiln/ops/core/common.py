@@ -361,16 +361,15 @@ def output_layout_source(shape: tuple, operands) -> tuple | None:
     tensors = [o for o in operands if isinstance(o, Tensor)]
     if not tensors:
         return None
-    if any(v.__class__ is SymInt for t in tensors for v in (*t._shape, *t.stride())) or any(
+    layouts = [(tuple(t._shape), tuple(t.stride())) for t in tensors]
+    if any(v.__class__ is SymInt for pair in layouts for part in pair for v in part) or any(
         v.__class__ is SymInt for v in shape
     ):
         return _first_full_operand_layout(shape, tensors)
     shape = tuple(shape)
     rows = []
     same_shape = True
-    for t in tensors:
-        tshape = tuple(t._shape)
-        stride = tuple(t.stride())
+    for tshape, stride in layouts:
         if tshape != shape:
             same_shape = False
             pad = ndim - len(tshape)

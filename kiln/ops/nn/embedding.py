@@ -88,12 +88,10 @@ def _embedding_decomp(weight, indices, padding_idx=-1, scale_grad_by_freq=False,
         # for an infinite weight: inf - inf)
         return OPS["where"]((indices != padding_idx).unsqueeze(-1), rows, frozen)
     # same values, gradient scaled per lookup: 0 for the padding row, 1/count
-    scale = (indices != padding_idx).to(weight.dtype)
-    if scale_grad_by_freq:
-        flat = indices.reshape(-1)
-        ones = weight.new_ones(tuple(flat.shape))
-        counts = OPS["index_put"](weight.new_zeros((weight.shape[0],)), [flat], ones, True)
-        scale = scale / OPS["index"](counts, [indices])
+    flat = indices.reshape(-1)
+    ones = weight.new_ones(tuple(flat.shape))
+    counts = OPS["index_put"](weight.new_zeros((weight.shape[0],)), [flat], ones, True)
+    scale = (indices != padding_idx).to(weight.dtype) / OPS["index"](counts, [indices])
     return frozen + (rows - frozen) * scale.unsqueeze(-1)
 
 

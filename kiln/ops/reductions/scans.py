@@ -124,12 +124,13 @@ def _cumprod_grad(c, g):
     # before the first zero of a slice: sum_{k>=i} g_k out_k / x_i; at the first zero z: the
     # same sum taken with x_z replaced by 1; after it every product holds x_z = 0
     x, dim, dtype = c.args
-    numel = x.numel()
-    if not x.ndim or (numel.__class__ is int and numel <= 1):
-        return (g,)  # PyTorch's: one element is its own product (g, not g * inf / inf)
+    if not x.ndim:
+        return (g,)
     d = wrap_dim(dim, x.ndim)
-    if x.shape[d].__class__ is int and x.shape[d] == 1:
-        return (g,)  # so is each slice of one element
+    numel, length = x.numel(), x.shape[d]
+    if (numel.__class__ is int and numel == 0) or (length.__class__ is int and length == 1):
+        # PyTorch's: an element alone in its slice is its own product (g, not g * inf / inf)
+        return (g,)
     if dtype is not None:
         x = x.to(dtype)
     zero = x == 0
