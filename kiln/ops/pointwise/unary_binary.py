@@ -92,10 +92,13 @@ def _iterator_layout(r, operands):
     permuted operands)."""
     if r.__class__ is not np.ndarray or r.ndim < 2:
         return r
-    if r.flags.c_contiguous and all(
-        o.__class__ is not Tensor or o._data.flags.c_contiguous for o in operands
-    ):
-        return r
+    if r.flags.c_contiguous:
+        # a loop, not all() over a generator: this runs on every small op (~0.2 us saved)
+        for o in operands:
+            if o.__class__ is Tensor and not o._data.flags.c_contiguous:
+                break
+        else:
+            return r
     want = output_layout_source(r.shape, operands)
     if want is None:
         return np.ascontiguousarray(r)
@@ -114,8 +117,12 @@ def _make_unary_kernel(
         refuse_integers(x, integers_refused, bools_refused)
         a = x._data
         d = x._dtype
+        # a contiguous operand's result is contiguous in numpy and in PyTorch alike: only
+        # another layout asks _iterator_layout (a call and its checks on every small op)
+        plain = a.flags.c_contiguous
         if out_bool:
-            return wrap(_iterator_layout(fn(a), (x,)), _bool)
+            r = fn(a)
+            return wrap(r if plain else _iterator_layout(r, (x,)), _bool)
         if float_math:
             od = to_float_dtype(d)
             cd = compute_np_dtype(od)
@@ -123,8 +130,10 @@ def _make_unary_kernel(
             if a.nbytes >= _POOL_MIN_BYTES and cd == od.np:
                 out = empty_like_layout(a.shape, od, output_layout_source(a.shape, (x,)))
                 return wrap(fn(a, out=out), od)
-            return wrap(_iterator_layout(fn(a), (x,)), od)
-        return wrap(_iterator_layout(fn(a), (x,)), d)
+            r = fn(a)
+            return wrap(r if plain else _iterator_layout(r, (x,)), od)
+        r = fn(a)
+        return wrap(r if plain else _iterator_layout(r, (x,)), d)
 
     return kernel
 
@@ -619,7 +628,9 @@ def _make_binary_kernel(fn, kind: str):
             and x._dtype in _NUMPY_NATIVE_FLOATS
             and x._data.nbytes < _POOL_MIN_BYTES
         ):
-            return wrap(_iterator_layout(fn(x._data, y), (x,)), x._dtype)
+            a = x._data
+            r = fn(a, y)
+            return wrap(r if a.flags.c_contiguous else _iterator_layout(r, (x,)), x._dtype)
         # hot path: two same-dtype tensors with dims (no promotion, no casts)
         if (
             x.__class__ is Tensor
@@ -633,7 +644,10 @@ def _make_binary_kernel(fn, kind: str):
             a = x._data
             b = y._data
             if kind == "bool":
-                return wrap_array(_iterator_layout(fn(a, b), (x, y)), _bool)
+                r = fn(a, b)
+                if not (r.flags.c_contiguous and a.flags.c_contiguous and b.flags.c_contiguous):
+                    r = _iterator_layout(r, (x, y))
+                return wrap_array(r, _bool)
             if d in _SIXTEEN_BIT_FLOATS and (a.size >= WIDEN_MIN or b.size >= WIDEN_MIN):
                 return wrap(fn(_in_float32(x, d, fn, False), _in_float32(y, d, fn, True)), d)
             if (
@@ -656,10 +670,16 @@ def _make_binary_kernel(fn, kind: str):
             cd = compute_np_dtype(d) if kind == "float" else d.np
             a = as_np_operand(x, cd)
             b = as_np_operand(y, cd)
-            if kind == "bool":
-                return wrap(_iterator_layout(fn(a, b), (x, y)), _bool)
-            if cd != d.np:
-                return wrap(_iterator_layout(fn(a, b), (x, y)), d)
+            if kind == "bool" or cd != d.np:
+                r = fn(a, b)
+                # a contiguous tensor and a number: numpy's result is PyTorch's (contiguous)
+                if not (
+                    a.__class__ is np.ndarray
+                    and a.flags.c_contiguous
+                    and (b.__class__ is not np.ndarray or not b.ndim)
+                ):
+                    r = _iterator_layout(r, (x, y))
+                return wrap(r, _bool if kind == "bool" else d)
         out = _binary_out(a, b, d, x, y)
         if out is not None:
             return wrap(fn(a, b, out=out), d)
