@@ -1413,14 +1413,19 @@ def _where_kernel(cond, x, y):
     if d.category == 1:  # a Python int converts (checked) into the integer result type
         x, y = (checked_scalar(v, d) if v.__class__ is int else v for v in (x, y))
     a, b = as_np_operand(x, d.np), as_np_operand(y, d.np)
-    if all(t.__class__ is not np.ndarray or t.flags.c_contiguous for t in (cond._data, a, b)):
-        return wrap(np.where(cond._data, a, b), d)  # contiguous, as PyTorch's
+    c = cond._data
+    if (
+        c.flags.c_contiguous
+        and (a.__class__ is not np.ndarray or a.flags.c_contiguous)
+        and (b.__class__ is not np.ndarray or b.flags.c_contiguous)
+    ):
+        return wrap(np.where(c, a, b), d)  # contiguous, as PyTorch's
     # numpy would order the result's dims by its own rule: lay it out as TensorIterator does
     # (the meta's layout), then select into it
     shape = broadcast_shapes(*(t._shape for t in (cond, x, y) if isinstance(t, Tensor)))
     out = empty_like_layout(shape, d, output_layout_source(shape, (cond, x, y)))
     np.copyto(out, b)
-    np.copyto(out, a, where=cond._data)
+    np.copyto(out, a, where=c)
     return wrap(out, d)
 
 
