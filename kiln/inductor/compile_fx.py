@@ -12,6 +12,8 @@ kernels, and steps the LLVM generator leaves to numpy replayed at each call's si
 from __future__ import annotations
 
 import os
+import threading
+import warnings
 import weakref
 
 from ..profiler import add_activation_listener
@@ -50,6 +52,7 @@ class CompiledGraph:
         mutations=(),
         sizes=None,
         fallback=None,
+        eager=None,
     ):
         from .codegen.wrapper import generate_wrapper
         from .reinplace import plan_inplace
@@ -104,17 +107,59 @@ class CompiledGraph:
         self._steps = (kernels, numpy_steps)  # for the kernel-reporting wrapper, made when needed
         self._profiled = None
         self._call = self._plain
+        # LLVM makes the kernels in the background: the first call waits for all of them before
+        # running any step, so that a failure there (after ``compile_graph`` returned, beyond
+        # dynamo's reach) runs the graph with the eager ops instead (``eager`` makes that run)
+        compiling = self._cpu_kernels is not None and self._cpu_kernels.compiling
+        self._eager = eager if compiling else None
+        self._unchecked = compiling
         _LIVE_GRAPHS.add(self)
         if _profiling[0]:
             self.report_kernels(True)
 
     def __call__(self, *args):
+        if self._unchecked:
+            self._take_kernels()
         return self._call(list(args))
 
     def boxed_call(self, args: list) -> tuple:
         """The graph run on ``args``, which it empties and whose items it drops after their
         last use (``WrapperModule``): the caller's way to hand over inputs it no longer needs."""
+        if self._unchecked:
+            self._take_kernels()
         return self._call(args)
+
+    def _take_kernels(self) -> None:
+        """Wait for the background compile; if it failed, every call from now on runs the graph
+        with the eager ops (saying why once), as a failure at compile time does."""
+        with _TAKING:
+            if self._unchecked:  # not taken by another thread meanwhile
+                self._take_kernels_once()
+
+    def _take_kernels_once(self) -> None:
+        eager = self._eager
+        try:
+            self._cpu_kernels.wait()
+        except Exception as why:
+            if eager is None:
+                raise
+            message = (
+                f"inductor: compiling the kernels of a graph failed ({type(why).__name__}: "
+                f"{why}); the graph runs with the eager ops"
+            )
+            klog.log("graph_breaks", message)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            run = eager()
+
+            def call(args: list) -> tuple:
+                values = tuple(args)
+                args.clear()
+                return run(*values)
+
+            self._plain = self._profiled = self._call = call
+        finally:
+            self._unchecked = False
+            self._eager = None  # the graph module is needed no longer
 
     def report_kernels(self, active: bool) -> None:
         """Switch to (or back from) the wrapper that reports kernels to ``kiln.profiler``."""
@@ -143,6 +188,8 @@ class CompiledGraph:
         """The kernels' LLVM IR as one module ("" without LLVM kernels), for packages."""
         return self._cpu_kernels.module_ir if self._cpu_kernels is not None else ""
 
+
+_TAKING = threading.Lock()
 
 # live compiled graphs, switched to their kernel-reporting wrappers while a profile records
 _LIVE_GRAPHS: weakref.WeakSet = weakref.WeakSet()
@@ -251,7 +298,9 @@ def compile_graph(
             klog.log("cudagraphs", "skipping cudagraphs due to cpu device")
         mutations = gm.graph.output_node.meta.get("input_mutations", ())
         key = graph_key if graph_key is not None else _graph_key(gm, example_inputs, codegen)
-        compiled = CompiledGraph(sched, codegen, key, mutations, sizes, fallback)
+        compiled = CompiledGraph(
+            sched, codegen, key, mutations, sizes, fallback, eager=_eager_run(gm, example_inputs)
+        )
     _dump(gm, compiled)
     return compiled
 
@@ -348,6 +397,18 @@ def _eager_graph(gm, example_inputs, reason: str):
     klog.log("graph_breaks", message)
     klog.log("inductor", message)
     return boxed_eager_compiler(gm, example_inputs)
+
+
+def _eager_run(gm, example_inputs):
+    """What makes the graph's run by the eager ops (AOT's calling convention), should its
+    kernels fail to compile."""
+
+    def make():
+        from ..aot.backend import boxed_eager_compiler
+
+        return boxed_eager_compiler(gm, example_inputs)
+
+    return make
 
 
 def _graph_key(gm, example_inputs, codegen: str) -> str:

@@ -2,8 +2,8 @@
 
 The first call of a kernel waits for its machine code; the answers must be those of a
 compile that waited at once (PyTorch's values and gradients), from any thread, with the objects
-in the cache directory of the moment the graph was compiled, and a failure to compile must
-surface at that call rather than give a wrong answer.
+in the cache directory of the moment the graph was compiled; a failure to compile runs the
+graph with the eager ops, as a failure at compile time does.
 """
 
 from __future__ import annotations
@@ -111,12 +111,45 @@ def test_a_graph_compiled_again_while_its_kernels_compile_waits_for_them(cache_d
     np.testing.assert_allclose(out.item(), mlp_loss(w1, w2, x).item(), rtol=1e-5)
 
 
-def test_a_failed_background_compile_raises_at_the_first_call(cache_dir, monkeypatch):
+def test_a_failed_background_compile_runs_the_graph_eagerly(cache_dir, monkeypatch):
+    """LLVM fails after ``kiln.compile`` returned (the kernels compile in the background): the
+    forward and backward graphs run with the eager ops, saying why, with eager's values and
+    gradients; nothing runs a half-compiled graph."""
+
     def broken(texts, uses=0):
         raise RuntimeError("invalid LLVM IR: made up for the test")
 
     monkeypatch.setattr(llvm_jit, "compile_kernels", broken)
     kiln.dynamo.reset()
-    w1, w2, x = mlp_inputs()
-    with pytest.raises(RuntimeError, match="made up for the test"):
-        kiln.compile(mlp_loss)(w1, w2, x)
+    inputs = [t.requires_grad_() for t in mlp_inputs()]
+    with pytest.warns(RuntimeWarning, match="made up for the test") as warned:
+        loss = kiln.compile(mlp_loss)(*inputs)
+        loss.backward()
+    assert sum("runs with the eager ops" in str(w.message) for w in warned) == 2  # fwd, bwd
+    reference = [t.detach().clone().requires_grad_() for t in inputs]
+    expected = mlp_loss(*reference)
+    expected.backward()
+    np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-5)
+    for ours, theirs in zip(inputs, reference):
+        np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-4, atol=1e-7)
+
+
+def test_a_failed_background_compile_of_a_graph_mutating_its_input_runs_eagerly(
+    cache_dir, monkeypatch
+):
+    def broken(texts, uses=0):
+        raise RuntimeError("made up for the test")
+
+    def step(buffer, x):
+        buffer.mul_(0.5).add_(x)
+        return buffer.sum() * 2
+
+    monkeypatch.setattr(llvm_jit, "compile_kernels", broken)
+    kiln.dynamo.reset()
+    buffer, x = kiln.arange(6.0).reshape(2, 3), kiln.full((2, 3), 0.25)
+    expected_buffer = buffer.clone()
+    expected = step(expected_buffer, x)
+    with pytest.warns(RuntimeWarning, match="made up for the test"):
+        out = kiln.compile(step)(buffer, x)
+    assert out.item() == expected.item()
+    np.testing.assert_array_equal(buffer.numpy(), expected_buffer.numpy())

@@ -159,6 +159,15 @@ class CPUKernels:
         graph still compiling is recorded when its kernels are)."""
         return self._entry.key if self._entry is not None else self._index_key
 
+    @property
+    def compiling(self) -> bool:
+        """Whether the background compile's result has not been taken yet."""
+        return self._compiling is not None
+
+    def wait(self) -> None:
+        """Wait for the background compile, raising what it raised."""
+        self._compiled()
+
     def _compiled(self) -> None:
         """Wait for the background compile (if any) and take what it recorded."""
         if self._compiling is None:
