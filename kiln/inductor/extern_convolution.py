@@ -10,7 +10,10 @@ with a 16-channel 3x3 kernel: 1.24 against 1.94 ms). The lowering (``lowering/co
 writes that copy as a generated loop (where the producer, a batch norm's affine and ReLU, fuses
 in) and calls these functions for the products; eager and compiled then agree to the bit.
 
-Both take C-contiguous float32 arrays in the loops' layouts (``NativeConvolution``'s docstring),
+Small images (output rows of a few columns) run the channels-in-lanes loop instead
+(``conv2d_channels_out``): over the padded input as stored, the output channels-last.
+
+All take C-contiguous float32 arrays in the loops' layouts (``NativeConvolution``'s docstring),
 and the row stride as a plain int argument, so a package describes the call by name. Without the
 machine code (LLVM failed to build it) numpy computes the same sums from the same layouts.
 """
@@ -21,7 +24,10 @@ import numpy as np
 
 from ..runtime import machine_code
 
-__all__ = ["conv2d_direct_out", "conv2d_weight_grad_out"]
+__all__ = [
+    "conv2d_channels_out", "conv2d_channels_transposed_out", "conv2d_direct_out",
+    "conv2d_weight_grad_out",
+]  # fmt: skip
 
 
 # eager mode's tile: 8 lanes, 4 output channels by 2 vectors of columns (3 taps a gradient tile)
@@ -127,3 +133,179 @@ def _tap_window(xp: np.ndarray, i: int, j: int, stride: int, out_spatial) -> np.
         (c * hp * row * item, hp * row * item, stride * row * item, item),
         writeable=False,
     )
+
+
+# window tables by geometry: a graph calls the same layers every step
+_WINDOWS: dict = {}
+WINDOWS_KEPT = 256
+
+
+def _kept(key, make):
+    found = _WINDOWS.get(key)
+    if found is None:
+        if len(_WINDOWS) >= WINDOWS_KEPT:
+            _WINDOWS.clear()
+        found = _WINDOWS[key] = make()
+    return found
+
+
+def _int64(values) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(values, np.int64).reshape(-1))
+
+
+def _forward_windows(x_shape, out_spatial, stride, dilation, kernel, channels, block) -> tuple:
+    """The loop's tables (``NativeConvolution``'s ``channels_forward``) for a forward
+    convolution over the padded ``x`` (N, C, HP, WP): pixels in NCHW's order, the last row
+    filled up with the first pixel's window, written to the scratch rows past the output."""
+    n, c, hp, wp = x_shape
+    oh, ow = out_spatial
+    count = n * oh * ow
+    rows = -(-count // block)
+    sources = np.zeros(rows * block, np.int64)
+    sources[:count] = (
+        np.arange(n, dtype=np.int64)[:, None, None] * (c * hp * wp)
+        + np.arange(oh, dtype=np.int64)[None, :, None] * (stride[0] * wp)
+        + np.arange(ow, dtype=np.int64)[None, None, :] * stride[1]
+    ).reshape(-1)
+    targets = np.arange(rows * block, dtype=np.int64) * channels
+    kh, kw = kernel
+    taps = [i * dilation[0] * wp + j * dilation[1] for i in range(kh) for j in range(kw)]
+    return sources, targets, np.zeros(rows, np.int64), _int64(taps)
+
+
+def _transposed_windows(x_shape, out_spatial, stride, padding, phase_kernel, channels, block):
+    """The tables for a transposed convolution whose kernel is ``stride * phase_kernel``:
+    output position y along a dim takes kernel offsets r + s * j (r = (y + p) % s, j <
+    phase_kernel) from input (y + p) // s - j, so each phase (r along each dim) is a stride-1
+    convolution by its part of the kernel, read backwards. ``x`` is padded by phase_kernel - 1
+    before each dim (``lowering/convolution.py``); a row holds one phase's pixels (a phase's
+    last row filled up with its first pixel, written to the scratch rows past the output),
+    and takes that phase's weights (``wt``: (phases, C, T, O))."""
+    n, c, hp, wp = x_shape
+    oh, ow = out_spatial
+    (sh, sw), (ph, pw), (jh, jw) = stride, padding, phase_kernel
+    sources, targets, weights = [], [], []
+    for ry in range(sh):
+        for rx in range(sw):
+            ys = np.array([y for y in range(oh) if (y + ph) % sh == ry], np.int64)
+            xs = np.array([x for x in range(ow) if (x + pw) % sw == rx], np.int64)
+            if not len(ys) or not len(xs):
+                continue
+            source = (
+                np.arange(n, dtype=np.int64)[:, None, None] * (c * hp * wp)
+                + ((ys + ph) // sh + jh - 1)[None, :, None] * wp
+                + ((xs + pw) // sw + jw - 1)[None, None, :]
+            ).reshape(-1)
+            target = (
+                (np.arange(n, dtype=np.int64)[:, None, None] * oh + ys[None, :, None]) * ow
+                + xs[None, None, :]
+            ).reshape(-1) * channels
+            rows = -(-len(source) // block)
+            spare = rows * block - len(source)
+            sources += [source, np.full(spare, source[0])]
+            targets += [target, (n * oh * ow + np.arange(spare, dtype=np.int64)) * channels]
+            weights.append(np.full(rows, (ry * sw + rx) * c * jh * jw * channels))
+    taps = [-(i * wp + j) for i in range(jh) for j in range(jw)]
+    return (
+        _int64(np.concatenate(sources)),
+        _int64(np.concatenate(targets)),
+        _int64(np.concatenate(weights)),
+        _int64(taps),
+    )
+
+
+def _channels(out, x, wt, windows, tiles) -> None:
+    """Run the loop over ``windows`` (``wt``: ((phases,) C, T, O)); without the machine code,
+    numpy gathers the same terms."""
+    compiled = machine_code.get("convolution_tiles")
+    if compiled is not None:
+        compiled.channels_forward(x, wt, out, windows, compiled.channel_tiles(*tiles))
+        return
+    sources, targets, weights, taps = windows
+    c, o = wt.shape[-3], wt.shape[-1]
+    plane = x.shape[2] * x.shape[3]
+    flat, kernels = x.reshape(-1), wt.reshape(-1, c, len(taps), o)
+    block = len(sources) // len(weights)
+    reach = np.arange(c, dtype=np.int64)[:, None] * plane + taps[None, :]
+    result = out.reshape(-1, o)
+    for offset in np.unique(weights):
+        pixels = np.repeat(weights == offset, block)
+        gathered = flat[sources[pixels][:, None, None] + reach[None]]
+        rows = targets[pixels] // o
+        result[rows] = np.einsum("pct,cto->po", gathered, kernels[offset // (c * len(taps) * o)])
+
+
+def conv2d_channels_out(
+    out: np.ndarray,
+    x: np.ndarray,
+    wt: np.ndarray,
+    stride_h: int,
+    stride_w: int,
+    dilation_h: int,
+    dilation_w: int,
+    kernel_h: int,
+    kernel_w: int,
+    out_h: int,
+    out_w: int,
+    lanes: int,
+    vectors: int,
+    pixels: int,
+) -> None:
+    """``out`` (N * OH * OW + ``pixels`` - 1, O): its first N * OH * OW rows the convolution of
+    the padded input ``x`` (N, C, HP, WP) by ``wt`` (C, KH, KW, O), channels-last (the rows
+    past them are scratch). ``lanes``, ``vectors``, ``pixels``: the register tile the
+    lowering chose (O a multiple of ``lanes * vectors``)."""
+    key = ("forward", x.shape, out_h, out_w, stride_h, stride_w, dilation_h, dilation_w)
+    key += (kernel_h, kernel_w, out.shape[1], pixels)
+    windows = _kept(
+        key,
+        lambda: _forward_windows(
+            x.shape,
+            (int(out_h), int(out_w)),
+            (int(stride_h), int(stride_w)),
+            (int(dilation_h), int(dilation_w)),
+            (int(kernel_h), int(kernel_w)),
+            out.shape[1],
+            int(pixels),
+        ),
+    )
+    wt = wt.reshape(wt.shape[0], -1, wt.shape[-1])
+    _channels(out, x, wt, windows, (int(lanes), int(vectors), int(pixels)))
+
+
+def conv2d_channels_transposed_out(
+    out: np.ndarray,
+    x: np.ndarray,
+    wt: np.ndarray,
+    stride_h: int,
+    stride_w: int,
+    padding_h: int,
+    padding_w: int,
+    out_h: int,
+    out_w: int,
+    lanes: int,
+    vectors: int,
+    pixels: int,
+) -> None:
+    """``out`` as ``conv2d_channels_out``'s for a transposed convolution whose kernel is a
+    whole number of strides (``_transposed_windows``): ``x`` (N, C, HP, WP) the input padded
+    by the phase kernel less one before each dim (and after, as far as the output reads),
+    ``wt`` (SH, SW, C, JH, JW, O) each phase's kernel, ``wt[ry, rx, c, j, i, o]`` = the
+    weight's [c, o, ry + SH * j, rx + SW * i]."""
+    jh, jw = wt.shape[3:5]
+    key = ("transposed", x.shape, out_h, out_w, stride_h, stride_w, padding_h, padding_w)
+    key += (jh, jw, out.shape[1], pixels)
+    windows = _kept(
+        key,
+        lambda: _transposed_windows(
+            x.shape,
+            (int(out_h), int(out_w)),
+            (int(stride_h), int(stride_w)),
+            (int(padding_h), int(padding_w)),
+            (jh, jw),
+            out.shape[1],
+            int(pixels),
+        ),
+    )
+    wt = wt.reshape(-1, wt.shape[2], jh * jw, wt.shape[-1])
+    _channels(out, x, wt, windows, (int(lanes), int(vectors), int(pixels)))

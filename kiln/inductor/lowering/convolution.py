@@ -9,8 +9,12 @@ computes the output rows. The input gradient of a stride-1 layer is such a forwa
 flipped kernel; the weight gradient (a convolution whose kernel is the output gradient's image)
 is recognized by its shape and runs the loops' weight-gradient walk. Each layer takes a register
 tile of its own (``forward_tiles``, ``grad_tiles``): on AVX-512 hosts 16-lane tiles, compiled
-in the background as the graph's kernels are, where eager mode runs its 8-lane ones. Everything
-else takes the columns and a product, below.
+in the background as the graph's kernels are, where eager mode runs its 8-lane ones. Where output
+rows are too short for those loops' vectors (4-8 pixels: a DCGAN's layers), the lanes run over
+output channels instead (``_channels``: any stride, padding and dilation, the weight gradient's
+form too, and a strided transposed convolution phase by phase, ``_channels_transposed``), the
+output channels-last and read as NCHW through a view. Everything else takes the columns and a
+product, below.
 
 A convolution is a matrix product once its input windows are laid out as columns. The eager
 kernel builds the columns with numpy (a padded copy, then a strided copy); here they are loops of
@@ -83,12 +87,14 @@ def _convolution(
     _check_supported(out_meta, x, w, transposed)
     spec = _Spec(x, w, stride, padding, dilation, groups, tuple(out_meta.shape[2:]))
     if not transposed:
-        result = _per_channel(spec) or _direct(spec) or _forward(spec)
+        result = _per_channel(spec) or _direct(spec) or _channels(spec) or _forward(spec)
     elif _as_forward_possible(spec, output_padding):
         forward = _as_forward(spec)
-        result = _per_channel(forward) or _direct(forward) or _forward(forward)
+        result = (
+            _per_channel(forward) or _direct(forward) or _channels(forward) or _forward(forward)
+        )
     else:
-        result = _transposed(spec)
+        result = _channels_transposed(spec) or _transposed(spec)
     if bias is not None:
         result = _add_bias(result, bias)
     return result
@@ -533,6 +539,141 @@ def _direct_weight_grad(spec: _Spec) -> TensorBox | None:
     kh, kw = kernel
     view = Layout((c, o, kh, kw), (kh * kw * o, 1, kw * o, o), spec.dtype, 0, buf.layout.device)
     return _buffer_view(buf, view)
+
+
+# ------------------------------------------------------------------------------ channels in lanes
+
+# input channels x kernel taps up to which the channels-in-lanes loop runs a layer (a tile
+# sweeps every weight of its output channels: 512 x 64 float32, 128 KB, measured; past that
+# BLAS's packed blocks keep theirs in cache)
+CHANNELS_TAPS_MAX = 1024
+
+
+def _channels(spec: _Spec) -> TensorBox | None:
+    """A float32 2-d convolution whose output rows are too short for the direct loops' vectors
+    (fewer than ``conv_direct.MIN_WIDTH`` columns: a DCGAN's 4x4 and 8x8 images, and the weight
+    gradients whose "output" is a 4x4 kernel) through the channels-in-lanes loop
+    (``extern_convolution.conv2d_channels_out``): the padded input as ``_padded_source`` stores
+    it, the weight as (C, KH * KW, O), the output channels-last, read as NCHW through a view.
+    The columns copy and product it replaces: the 16x32x8x8 layer of 64 4x4 filters at stride 2
+    took 0.07 ms to copy columns and 0.14 ms to multiply, the loop 0.10-0.13 (2 threads, AVX-512,
+    load 3). None where it does not apply."""
+    if not _channels_applies(spec):
+        return None
+    c, o = spec.channels, spec.weight_shape[0]
+    taps = math.prod(spec.kernel)
+    if (
+        spec.out_spatial[-1] >= conv_direct.MIN_WIDTH
+        or taps < conv_direct.MIN_TAPS
+        or c * taps > CHANNELS_TAPS_MAX
+    ):
+        return None
+    tiles = channel_tiles(o)
+    if tiles is None:
+        return None
+    (oh, ow), (kh, kw) = spec.out_spatial, spec.kernel
+    source = _contiguous_operand(_padded_source(spec))
+    shape = (c, kh, kw, o)
+
+    def weight(index):
+        return spec.w.loader([index[3], index[0], index[1], index[2]])
+
+    wt = _box(_ctx(spec.w), shape, spec.dtype, weight, spec.w).realize()
+    inputs = [source, (wt, wt.layout), *spec.stride, *spec.dilation, kh, kw, oh, ow]
+    return _channels_call(spec, extern_convolution.conv2d_channels_out, inputs, o, tiles)
+
+
+def _channels_call(spec: _Spec, kernel, inputs: list, o: int, tiles: tuple) -> TensorBox:
+    """The loop's extern call and its output read as NCHW: (pixels, O) channels-last, with a
+    tile's rows less one of scratch past the output (a last row filled up with pixels that
+    are not the output's writes there)."""
+    n, (oh, ow) = spec.batch, spec.out_spatial
+    lanes, vectors, pixels = tiles
+    compiled = machine_code.get("convolution_tiles")
+    compiled.request("channels", compiled.channel_tiles(lanes, vectors, pixels))
+    layout = Layout.contiguous((n * oh * ow + pixels - 1, o), spec.dtype)
+    buf = _extern_call(spec, layout, kernel, inputs + [lanes, vectors, pixels])
+    view = Layout((n, o, oh, ow), (oh * ow * o, 1, ow * o, o), spec.dtype, 0, buf.layout.device)
+    return _buffer_view(buf, view)
+
+
+def _channels_applies(spec: _Spec) -> bool:
+    """Float32, 2-d, one group, static sizes, the direct loops on, LLVM there."""
+    sizes = (spec.batch, spec.channels) + spec.in_spatial + spec.out_spatial + spec.weight_shape
+    return (
+        config.direct_convolutions
+        and spec.k == 2
+        and spec.groups == 1
+        and spec.dtype is dt.float32
+        and spec.w.dtype is dt.float32
+        and all(s.__class__ is int for s in sizes)
+        and min(spec.out_spatial) > 0
+        and machine_code.get("convolution_tiles") is not None
+    )
+
+
+def _channels_transposed(spec: _Spec) -> TensorBox | None:
+    """A strided transposed convolution of small images (a DCGAN generator's upsampling
+    layers, a strided layer's input gradient) through the channels-in-lanes loop, phase by
+    phase (``extern_convolution._transposed_windows``): output position y along a dim takes
+    kernel offsets ``r + s * j`` (``r = (y + p) % s``) from input ``(y + p) // s - j``, so each
+    phase is a stride-1 convolution by its part of the kernel. Where the kernel is a whole
+    number of strides, without dilation. The product ``W^T x`` and the col2im gather it
+    replaces: 16x64x4x4 to 8x8 by 32 4x4 filters, 0.16 + 0.03 ms, the loop 0.12 (2 threads,
+    AVX-512). None where it does not apply."""
+    if not _channels_applies(spec) or any(d != 1 for d in spec.dilation):
+        return None
+    if any(s < 2 or k % s for s, k in zip(spec.stride, spec.kernel)):
+        return None  # stride 1: the forward form; uneven phases: col2im
+    c, o = spec.channels, spec.weight_shape[1]
+    (sh, sw), (kh, kw) = spec.stride, spec.kernel
+    jh, jw = kh // sh, kw // sw
+    if spec.out_spatial[-1] >= conv_direct.MIN_WIDTH or c * jh * jw > CHANNELS_TAPS_MAX:
+        return None
+    tiles = channel_tiles(o)
+    if tiles is None:
+        return None
+    (h, w), (oh, ow), (ph, pw) = spec.in_spatial, spec.out_spatial, spec.padding
+    # rows and columns the phases read: from -(j - 1) to the last output's (y + p) // s
+    rows = jh - 1 + max(h, (oh - 1 + ph) // sh + 1)
+    cols = jw - 1 + max(w, (ow - 1 + pw) // sw + 1)
+    inner = spec.x.loader
+
+    def padded(index):
+        row = sym.as_expr(index[2]) - (jh - 1)
+        col = sym.as_expr(index[3]) - (jw - 1)
+        value = inner([index[0], index[1], row, col])
+        cond = _inside([(row, h), (col, w)])
+        return value if cond is None else ops.where(cond, value, ops.constant(0.0, spec.dtype))
+
+    shape = (spec.batch, c, rows, cols)
+    source = _box(_ctx(spec.x), shape, spec.dtype, padded, spec.x).realize()
+    w_load = spec.w.loader
+
+    def phase_weight(index):
+        ry, rx, channel, j, i, out = (sym.as_expr(v) for v in index)
+        return w_load([channel, out, ry + sh * j, rx + sw * i])
+
+    wshape = (sh, sw, c, jh, jw, o)
+    wt = _box(_ctx(spec.w), wshape, spec.dtype, phase_weight, spec.w).realize()
+    inputs = [(source, source.layout), (wt, wt.layout), sh, sw, ph, pw, oh, ow]
+    kernel = extern_convolution.conv2d_channels_transposed_out
+    return _channels_call(spec, kernel, inputs, o, tiles)
+
+
+def channel_tiles(out_channels: int) -> tuple | None:
+    """The channels-in-lanes loop's register tile for a layer: (lanes, vectors of output
+    channels, output pixels), or None where the output channels are not whole vectors. 16
+    accumulators with AVX-512's 32 registers (64 channels: 4 vectors by 4 pixels, 0.10 ms
+    for the layer above against 0.11 by 8 of 2 vectors; 32 channels: 2 by 8), 8 with AVX2's
+    16."""
+    lanes = _WIDE if _wide() else EAGER_TILES[0]
+    if out_channels % lanes:
+        return None
+    most = 4 if lanes == _WIDE else 2
+    vectors = next(v for v in (4, 2, 1) if v <= most and out_channels % (v * lanes) == 0)
+    accumulators = 16 if lanes == _WIDE else 8
+    return lanes, vectors, accumulators // vectors
 
 
 # eager mode's tile (lanes, output channels, column vectors, weight-gradient taps): the loops'

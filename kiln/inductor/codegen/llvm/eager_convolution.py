@@ -25,6 +25,13 @@ The tile's shape is a parameter (``Tiles``): eager mode builds the one above for
 sized for AVX2's 16 registers; compiled graphs choose per layer (``lowering/convolution.py``)
 and get AVX-512's 16-lane tiles (16 accumulators of 16 floats, ~1.6x the forward rate) as
 kernels of their own (``CompiledTiles``).
+
+Small images (4-8 output columns: a DCGAN's layers) leave most lanes of a row's vectors empty;
+there the lanes run over output channels instead (``_channels_forward``): a tile of a few
+output pixels by a few vectors of channels, each pixel's input value broadcast, over the
+padded input as it is (no phase split) and a table of each pixel's first element, so any
+stride and dilation is a table, and the weight gradient's convolution (whose "pixels" are the
+input channels by kernel taps) runs the same loop. Compiled graphs only (``ChannelTiles``).
 """
 
 from __future__ import annotations
@@ -44,7 +51,8 @@ from .jit import compile_module, data_address
 from .values import F32, I64
 
 __all__ = [
-    "CHANNEL_BLOCK", "COLUMN_BLOCK", "EAGER_TILES", "NativeConvolution", "TAP_BLOCK", "Tiles",
+    "CHANNEL_BLOCK", "COLUMN_BLOCK", "ChannelTiles", "EAGER_TILES", "NativeConvolution", "TAP_BLOCK",
+    "Tiles",
     "build", "build_tiles",
 ]  # fmt: skip
 
@@ -80,6 +88,22 @@ class Tiles:
 
 
 EAGER_TILES = Tiles()
+
+
+@dataclass(frozen=True)
+class ChannelTiles:
+    """The channels-in-lanes loop's register tile: ``pixels`` output pixels by ``vectors``
+    vectors of ``lanes`` output channels (the output channels a multiple of
+    ``vectors * lanes``)."""
+
+    lanes: int
+    vectors: int
+    pixels: int
+
+    @property
+    def suffix(self) -> str:
+        return f"l{self.lanes}v{self.vectors}p{self.pixels}"
+
 
 _VOID = ir.VoidType()
 _I8PP = ir.IntType(8).as_pointer().as_pointer()
@@ -332,6 +356,71 @@ def _weight_grad(module: ir.Module, tiles: Tiles = EAGER_TILES, name: str | None
     b.ret_void()
 
 
+# channels-in-lanes parameters, in the order of the int64 array each call passes
+_CHANNELS_PARAMS = ("C", "O", "T", "PLANE")
+
+
+def _channels_forward(module: ir.Module, tiles: ChannelTiles, name: str) -> None:
+    """``name(row_start, row_end, pointers)``: pointers = (params, taps, sources, targets,
+    weights, x, wt, out). Row r is output pixels PB * r .. PB * r + PB - 1 (PB:
+    ``tiles.pixels``): out[targets[p] + o] = sum over c, t of x[sources[p] + c * PLANE +
+    taps[t]] * wt[weights[r] + (c * T + t) * O + o], ``x`` the padded input (PLANE elements a
+    channel), ``sources[p]`` where pixel p's window starts (sample, row and column by the
+    strides), ``taps[t]`` a kernel tap's offset from there (by the dilation), ``wt`` weights
+    (C, T, O) from ``weights[r]`` (a transposed layer's rows take their phase's), ``out``
+    channels-last from ``targets[p]``. Each output element sums its terms in the same order
+    whatever the tile."""
+    lanes, vectors, pixels = tiles.lanes, tiles.vectors, tiles.pixels
+    k = _Kernel(module, name, _CHANNELS_PARAMS, 6, lanes)
+    b, p = k.b, k.p
+    sources, targets, weights, x, w, out = k.buffers
+    sources, targets, weights = (
+        b.bitcast(t, I64.as_pointer()) for t in (sources, targets, weights)
+    )
+    acc = k.accumulators(vectors * pixels)
+    w_channel = b.mul(p["T"], p["O"])
+    block = vectors * lanes
+
+    def row(r):
+        first = b.mul(r, _i64(pixels))
+        pixel = [b.add(first, _i64(i)) for i in range(pixels)]
+        x_pixels = [b.gep(x, [b.load(b.gep(sources, [i]))]) for i in pixel]
+        o_pixels = [b.gep(out, [b.load(b.gep(targets, [i]))]) for i in pixel]
+        w_row = b.gep(w, [b.load(b.gep(weights, [r]))])
+
+        def channels(blk):
+            o0 = b.mul(blk, _i64(block))
+            for slot in acc:
+                b.store(_zero_vector(lanes), slot)
+
+            def channel(c):
+                x_c = [b.gep(x_p, [b.mul(c, p["PLANE"])]) for x_p in x_pixels]
+                w_c = b.gep(w_row, [b.add(b.mul(c, w_channel), o0)])
+
+                def tap(t):
+                    offset = b.load(b.gep(k.taps, [t]))
+                    w_t = b.gep(w_c, [b.mul(t, p["O"])])
+                    ws = [load(b, w_t, _i64(j * lanes), lanes) for j in range(vectors)]
+                    for i in range(pixels):
+                        xi = splat(b, b.load(b.gep(x_c[i], [offset])), lanes)
+                        for j in range(vectors):
+                            s = acc[i * vectors + j]
+                            b.store(k.fma(xi, ws[j], b.load(s)), s)
+
+                counted_loop(b, p["T"], tap)
+
+            counted_loop(b, p["C"], channel)
+            for i in range(pixels):
+                for j in range(vectors):
+                    at = b.add(o0, _i64(j * lanes))
+                    store(b, b.load(acc[i * vectors + j]), o_pixels[i], at, lanes)
+
+        counted_loop(b, b.sdiv(p["O"], _i64(block)), channels)
+
+    counted_loop(b, k.row_end, row, start=k.row_start)
+    b.ret_void()
+
+
 def _lane_sum(b: ir.IRBuilder, vec: ir.Value, lanes: int) -> ir.Value:
     """The sum of a vector's lanes, pairwise (halves added until one lane is left)."""
     width = lanes
@@ -480,13 +569,18 @@ class CompiledTiles(NativeConvolution):
         them)."""
         return Tiles(*fields, **named)
 
-    def request(self, kind: str, tiles: Tiles) -> None:
-        """Start compiling the ``kind`` ("forward" or "grad") loops of ``tiles``."""
+    @staticmethod
+    def channel_tiles(lanes: int, vectors: int, pixels: int) -> ChannelTiles:
+        """A channels-in-lanes tile by its fields (as ``tiles``)."""
+        return ChannelTiles(lanes, vectors, pixels)
+
+    def request(self, kind: str, tiles: Tiles | ChannelTiles) -> None:
+        """Start compiling the ``kind`` ("forward", "grad" or "channels") loops of ``tiles``."""
         with self._lock:
             if (kind, tiles) in self._pending:
                 return
             module = ir.Module(name=f"kiln_conv2d_{kind}_{tiles.suffix}")
-            (_forward if kind == "forward" else _weight_grad)(module, tiles, name="kernel")
+            _BUILDERS[kind](module, tiles, name="kernel")
             text = str(module)
             key = jit.kernel_key(text)
             self._pending[(kind, tiles)] = (key, jit.compile_in_background({key: text}))
@@ -510,6 +604,29 @@ class CompiledTiles(NativeConvolution):
     def _weight_grad_kernel(self, tiles: Tiles) -> RowKernel:
         return self._kernel("grad", tiles)
 
+    def channels_forward(
+        self,
+        x: np.ndarray,
+        wt: np.ndarray,
+        out: np.ndarray,
+        windows: tuple,
+        tiles: ChannelTiles,
+    ) -> None:
+        """``out`` (pixels, O) = the convolution of the padded input ``x`` (N, C, HP, WP) by
+        ``wt`` ((phases,) C, T, O) at ``windows``: (sources, targets, weights, taps), the
+        int64 tables ``_channels_forward`` reads (sources and targets whole rows of the
+        tile's pixels)."""
+        sources, targets, weights, taps = windows
+        c, o = wt.shape[-3], wt.shape[-1]
+        plane = x.shape[2] * x.shape[3]
+        params = np.array([c, o, len(taps), plane], np.int64)
+        rows = len(weights)
+        work = len(sources) * o * c * len(taps) // 8
+        arrays = (sources, targets, weights, x, wt, out)
+        self._run(self._kernel("channels", tiles), params, taps, arrays, rows, work)
+
+
+_BUILDERS = {"forward": _forward, "grad": _weight_grad, "channels": _channels_forward}
 
 _COMPILED_TILES: list = []
 
