@@ -88,10 +88,12 @@ class Adam(Optimizer):
         beta1, beta2 = scalar_value(group["betas"][0]), scalar_value(group["betas"][1])
         eps = group["eps"]
         amsgrad = group["amsgrad"]
-        fast = _numpy_step.available() and not group["capturable"] and not group["differentiable"]
+        fast = None
+        if _numpy_step.available() and not group["capturable"] and not group["differentiable"]:
+            fast = _numpy_step.AdamScalars(group, lr, (beta1, beta2))
         for param, grad in params_with_grad(group):
             state = self._state_for(param, group)
-            if fast and _numpy_step.adam_update(param, state, group, lr, (beta1, beta2)):
+            if fast is not None and _numpy_step.adam_update(param, state, fast):
                 continue
             step_t = state["step"]
             step_t += 1

@@ -60,3 +60,40 @@ def test_machine_code_gives_the_numpy_paths_bits(name, options, special, monkeyp
 def test_adam_matches_torch(name, options):
     for got, want in zip(_train(kiln, name, options), _train(torch, name, options)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _mixed_group(lib, name, options, steps=5):
+    """One group mixing what the fast path takes and what it hands to the op path: float32
+    and float64 parameters, a transposed (non-contiguous) one, a 0-d one, and one whose
+    gradient is None every other step, so the group's parameters reach different step counts
+    (each count gets its own bias corrections)."""
+    rng = np.random.default_rng(5)
+    values = [
+        rng.standard_normal((4, 6)).astype(np.float32),
+        rng.standard_normal((9,)).astype(np.float64),
+        rng.standard_normal((6, 3)).astype(np.float32),
+        np.float32(rng.standard_normal()),
+        rng.standard_normal((5,)).astype(np.float32),
+    ]
+    params = [lib.tensor(v, requires_grad=True) for v in values]
+    with lib.no_grad():  # a parameter that is a transposed view of its storage
+        params[2] = lib.tensor(values[2]).t().requires_grad_()
+    opt = getattr(lib.optim, name)(params, **{"lr": 1e-2, **options})
+    for step in range(steps):
+        for i, p in enumerate(params):
+            grad = rng.standard_normal(tuple(p.shape)).astype(p.detach().numpy().dtype)
+            p.grad = None if i == 4 and step % 2 else lib.tensor(grad).reshape(p.shape)
+        opt.step()
+    return [p.detach().numpy().copy() for p in params] + [
+        v.numpy().copy() for p in params for v in opt.state[p].values()
+    ]
+
+
+@needs_torch
+@pytest.mark.parametrize("name, options", _SETTINGS, ids=[f"{n}-{o}" for n, o in _SETTINGS])
+def test_adam_group_of_mixed_parameters_matches_torch(name, options):
+    got, want = _mixed_group(kiln, name, options), _mixed_group(torch, name, options)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
