@@ -17,6 +17,7 @@ from ..ops.core.registry import Op
 from ..runtime.memory_format import format_strides, is_non_overlapping_and_dense
 from ..runtime.symbolic import SymInt, size_or_one, statically_known_true
 from ..runtime.tensor import Tensor
+from . import sym
 from .ir import Buffer, GraphContext, InputBuffer, Layout, TensorBox
 from .lowering import CURRENT, LOWERINGS, fallback
 
@@ -267,7 +268,7 @@ def _output_layout(meta) -> Layout | None:
     shape, stride = tuple(meta.shape), tuple(meta.stride())
     if _channels_last_with_size_one_dims(shape, stride):
         return Layout(shape, stride, meta.dtype, 0, meta.device.type)
-    if _known_contiguous(shape, stride):
+    if sym.known_contiguous(shape, stride):
         return None
     if any(v.__class__ is SymInt for v in (*shape, *stride)) and _known_dense(shape, stride):
         # dense in another dim order for every size (a pooled image kept for the backward
@@ -303,7 +304,7 @@ def _contiguous_eager_layout(meta) -> Layout | None:
     if not isinstance(meta, Tensor) or statically_known_true("<=", meta.numel(), 1):
         return None
     shape, stride = tuple(meta.shape), tuple(meta.stride())
-    if _known_contiguous(shape, stride):
+    if sym.known_contiguous(shape, stride):
         return Layout.contiguous(shape, meta.dtype, meta.device.type)
     return None
 
@@ -313,27 +314,9 @@ def _same_stride(a, b) -> bool:
     return statically_known_true("==", a, b)
 
 
-def _known_contiguous(shape, stride) -> bool:
-    """Contiguous for every size (symbolic strides are the sizes' products, as tensors make
-    them): asked without deciding whether a symbolic size is 0 or 1, which ``is_contiguous``
-    must and a compile for every size cannot. A stride may be the plain product of the sizes
-    after it (a view's) or count an empty dim as 1 (a new tensor's): the two differ only for
-    an empty tensor, which any strides describe."""
-    expected = plain = 1
-    for size, st in zip(reversed(shape), reversed(stride)):
-        if not (
-            statically_known_true("==", st, expected)
-            or statically_known_true("==", st, plain)
-            or statically_known_true("==", size, 1)
-        ):
-            return False
-        expected, plain = expected * size_or_one(size), plain * size
-    return True
-
-
 def _known_dense(shape, stride) -> bool:
     """Non-overlapping and dense for every size, in some order of the dims: each stride, taken
-    innermost first, is the product of the sizes already taken (as ``_known_contiguous`` asks
+    innermost first, is the product of the sizes already taken (as ``sym.known_contiguous`` asks
     it, without deciding a symbolic size); a dim known to be of size 1 may go anywhere."""
     left = list(range(len(shape)))
     expected = plain = 1

@@ -133,6 +133,11 @@ class Layout:
         )
 
     def is_contiguous(self) -> bool:
+        """Row-major and dense. A symbolic layout answers for every size (``known_contiguous``):
+        whether a symbolic size is 1 is not decided, so a strided view whose sizes may be 1 is
+        "not contiguous", the answer its callers (which copy or take a slower path) can act on."""
+        if self.is_symbolic:
+            return sym.known_contiguous(self.shape, self.stride) and sym.same_size(self.offset, 0)
         return self.offset == 0 and all(
             size == 1 or st == cst
             for size, st, cst in zip(self.shape, self.stride, contiguous_strides(self.shape))

@@ -16,6 +16,7 @@ from ..runtime.symbolic import (
     SizeDependentError,
     SymInt,
     fold_pinned,
+    size_or_one,
     statically_known_true,
     sym_max,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "index_key",
     "size_value",
     "same_size",
+    "known_contiguous",
     "broadcasts",
     "is_symbolic",
     "Expr",
@@ -94,6 +96,24 @@ def same_size(a, b) -> bool:
     if a.__class__ is int and b.__class__ is int:
         return a == b
     return statically_known_true("==", a, b)
+
+
+def known_contiguous(shape, stride) -> bool:
+    """Contiguous for every size (symbolic strides are the sizes' products, as tensors make
+    them): asked without deciding whether a symbolic size is 0 or 1, which ``is_contiguous``
+    must and a compile for every size cannot. A stride may be the plain product of the sizes
+    after it (a view's) or count an empty dim as 1 (a new tensor's): the two differ only for
+    an empty tensor, which any strides describe."""
+    expected = plain = 1
+    for size, st in zip(reversed(shape), reversed(stride)):
+        if not (
+            statically_known_true("==", st, expected)
+            or statically_known_true("==", st, plain)
+            or statically_known_true("==", size, 1)
+        ):
+            return False
+        expected, plain = expected * size_or_one(size), plain * size
+    return True
 
 
 def broadcasts(size, out_size) -> bool:

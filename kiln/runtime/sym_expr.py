@@ -257,6 +257,11 @@ class Min(_Binary):
         return minimum(self.a.subs(mapping), self.b.subs(mapping))
 
 
+def _degree_order(monomial: tuple) -> tuple:
+    """Monomials ordered by degree, then by their atoms: long division's leading term."""
+    return len(monomial), monomial
+
+
 def _monomial_product(m1: tuple, m2: tuple) -> tuple:
     if not m1:
         return m2
@@ -462,8 +467,12 @@ class Expr:
     __rmul__ = __mul__
 
     def exact_quotient(self, d: Expr) -> Expr | None:
-        """``self / d`` when ``d`` is one term and divides every term of ``self`` exactly."""
-        if d.const or len(d.terms) != 1 or self.const:
+        """``self / d`` when ``d`` divides ``self`` exactly: term by term for a one-term ``d``,
+        by long division otherwise (a size inferred for a view's -1, ``(16*b*h*w + 16*b) //
+        (b*h*w + b)``, is 16 for every size)."""
+        if d.const or len(d.terms) != 1:
+            return self._long_division(d) if d.terms else None
+        if self.const:
             return None
         ((dm, dc),) = d.terms.items()
         terms = {}
@@ -476,6 +485,25 @@ class Expr:
             terms[rest] = terms.get(rest, 0) + c // dc
         quotient = Expr({m: c for m, c in terms.items() if m and c}, terms.get((), 0))
         return quotient
+
+    def _long_division(self, d: Expr) -> Expr | None:
+        """``self / d`` by polynomial long division: the remainder's largest term over ``d``'s,
+        one quotient term at a time, until nothing remains (None if a step does not divide or
+        the terms run out: a quotient that exists may be missed, never a wrong one given)."""
+        lead = max(d.terms, key=_degree_order)
+        lead_coeff = d.terms[lead]
+        quotient, rest = ZERO, self
+        for _ in range(len(self.terms) + 1):
+            if not rest.terms:
+                return quotient if rest.const == 0 else None
+            m = max(rest.terms, key=_degree_order)
+            c = rest.terms[m]
+            factor = _contains(m, lead)
+            if c % lead_coeff or factor is None:
+                return None
+            term = Expr({factor: c // lead_coeff}, 0) if factor else const(c // lead_coeff)
+            quotient, rest = quotient + term, rest - term * d
+        return None
 
 
 def floordivs_expanded(e: Expr, limit: int = 4) -> Expr:

@@ -280,6 +280,28 @@ def test_slices_whose_end_is_another_inputs_size_compile_once_for_every_size(sta
 
 
 @needs_torch
+def test_a_strided_pool_that_may_be_one_pixel_compiles_once_for_every_size(stats):
+    """torchvision's LastLevelMaxPool, ``max_pool2d(x, 1, 2)``, on a stride-2 convolution's
+    output: a stride-2 view whose sizes are 1 for some inputs is contiguous only there; asking
+    whether its clone may reuse the buffer is answered "no" for every size instead of refusing
+    the symbolic route."""
+
+    def fn(lib, x):
+        y = lib.nn.functional.conv2d(x, lib.linspace(-1, 1, 108).view(4, 3, 3, 3), stride=2)
+        return y + lib.nn.functional.max_pool2d(y, 1, 2, 0).mean()
+
+    compiled = kiln.compile(lambda x: fn(kiln, x), backend="inductor", dynamic=True)
+    with kiln.no_grad():
+        for n, h, w in ((5, 13, 11), (6, 9, 10), (7, 17, 15)):
+            data = np.random.default_rng(h).standard_normal((n, 3, h, w), dtype=np.float32)
+            got = compiled(kiln.tensor(data))
+            theirs = fn(torch, torch.tensor(data))
+            np.testing.assert_allclose(got.numpy(), theirs.numpy(), 1e-5, 1e-6)
+    assert stats.symbolic_refused == 0 and stats.symbolic_compiles == 1
+    assert stats.static_compiles == stats.eager_first_calls == 0
+
+
+@needs_torch
 def test_a_select_at_an_int_argument_compiles_once_for_every_value(stats):
     """A diffusion sampler's ``alphas_cumprod[t]`` and ``alphas_cumprod[t - 1]`` with ``t`` a
     Python int counting down: once ``t`` is symbolic the selected element's position is an

@@ -130,6 +130,18 @@ def test_products_of_sizes_simplify():
     assert env.guards == []
 
 
+def test_a_quotient_by_a_sum_of_sizes_simplifies_when_it_divides_exactly():
+    """A view's -1 over a batch of patch grids plus a class token, ``(16*b*h*w + 16*b) //
+    (b*h*w + b)``, is 16 for every size; one that does not divide stays a division."""
+    env, (b, h, w) = _env_with(2, 3, 4)
+    tokens = b * h * w + b
+    assert (16 * tokens) // tokens == 16 and type((16 * tokens) // tokens) is int
+    assert str(((h + 1) * (w + 2)) // (w + 2)) == "s1 + 1"
+    assert str((tokens + 1) // tokens) not in ("1", "0")
+    assert str((b * h + b) // (h + 2)).count("//") == 1
+    assert env.guards == []
+
+
 def test_symint_is_not_an_int_subclass_so_every_index_use_specializes():
     """CPython reads an int subclass's value for range(), seq[n] and slicing without calling
     __index__; a SymInt must go through __index__ (a guard) instead of baking the hint in."""
