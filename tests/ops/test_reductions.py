@@ -548,3 +548,45 @@ def test_segment_reduce_along_an_axis_with_rows_of_lengths_matches_torch():
             lib.segment_reduce(lib.tensor(_SEGMENT_DATA), "sum", lengths=lib.tensor([2, 3]))
         with pytest.raises(RuntimeError, match="Either lengths or offsets must be defined"):
             lib.segment_reduce(lib.tensor(_SEGMENT_DATA), "sum")
+
+
+# ------------------------------------------------------------------------------ column sums
+
+_COLUMN_SUMS = [
+    ((512, 256), (0,)),  # a bias gradient's rows
+    ((8, 64, 65), (0, 1)),  # batch x tokens: block sums with a remainder (512 = 22 * 23 + 6)
+    ((130, 3), (0,)),  # few columns
+    ((3, 200, 5, 2), (0, 1)),  # several kept dims
+    ((20000, 7), (0,)),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize(("shape", "dims"), _COLUMN_SUMS)
+def test_sums_over_leading_dims_match_torch(shape, dims, keepdim, dtype):
+    """Sums over a contiguous array's leading dims go through products with ones (blocks of
+    about sqrt(rows) rows); NaN and infinities land in their columns as PyTorch's do."""
+    data = np.random.default_rng(7).standard_normal(shape).astype(dtype)
+    flat = data.reshape(-1)
+    flat[5], flat[-1], flat[-3] = np.inf, np.nan, -np.inf
+    got = _pair(kiln, data, dtype).sum(dims, keepdim)
+    want = _pair(torch, data, dtype).sum(dims, keepdim)
+    assert tuple(got.shape) == tuple(want.shape)
+    assert_close(got, want)
+
+
+@needs_torch
+def test_linear_bias_gradient_is_the_column_sum():
+    grad = np.random.default_rng(8).standard_normal((8, 64, 192)).astype(np.float32)
+    biases = []
+    for lib in (kiln, torch):
+        x = lib.ones(8, 64, 16)
+        layer_bias = lib.zeros(192, requires_grad=True)
+        lib.nn.functional.linear(x, lib.zeros(192, 16), layer_bias).backward(lib.tensor(grad))
+        biases.append(layer_bias.grad)
+    assert_close(biases[0], biases[1])
+    # the sum's accuracy: within a few float32 ulps of the float64 sum
+    exact = grad.astype(np.float64).sum((0, 1))
+    np.testing.assert_allclose(biases[0].numpy(), exact, rtol=0, atol=2e-5)

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from ...runtime import blas
 from ...runtime import dtypes as dt
 from ...runtime.dtypes import c_type_name, torch_type_name  # (their home is the dtypes)
 from ...runtime.tensor import wrap_array
@@ -123,6 +124,9 @@ def float_sum(a: np.ndarray, dims: tuple, dtype=None, keepdims: bool = False) ->
             return exact
     if a.size < _CASCADE_MIN_SIZE or np.dtype(dtype or a.dtype).kind != "f" or _collapses(a, dims):
         return _add_reduce(a, dims, dtype, keepdims=keepdims, out=...)
+    columns = _column_sums(a, dims, dtype)
+    if columns is not None:
+        return columns.reshape(reduced_shape(a.shape, dims, keepdims))
     shape, strides = a.shape, a.strides
     inner = min((i for i in range(a.ndim) if shape[i] > 1), key=lambda i: abs(strides[i]))
     long_axes = [d for d in dims if d != inner and shape[d] >= _CASCADE_MIN_LENGTH]
@@ -135,6 +139,42 @@ def float_sum(a: np.ndarray, dims: tuple, dtype=None, keepdims: bool = False) ->
     if rest:
         r = _add_reduce(r, rest, dtype, keepdims=True)
     return r if keepdims else r.reshape(reduced_shape(shape, dims, False))
+
+
+def _column_sums(a: np.ndarray, dims, dtype) -> np.ndarray | None:
+    """The sums over a C-contiguous float array's leading dims (a linear layer's bias
+    gradient: ``g.sum((0, 1))`` of a batch x tokens x features gradient) as products with a
+    vector of ones, per block of about sqrt(rows) rows, then the few block sums added: the
+    two-level cascade ``_cascade`` makes, with the blocks summed by BLAS. numpy's add.reduce
+    over a leading axis adds one row at a time: 17 us for 512 x 256 float32 against 7 us here
+    (PyTorch: 7 us), and 3.5 ms against 0.2 ms for 200,000 x 3. None where the call is not of
+    that kind."""
+    count = len(dims)
+    if (
+        not 0 < count < a.ndim
+        or a.dtype not in _BLAS_FLOATS
+        or (dtype is not None and np.dtype(dtype) != a.dtype)
+        or not a.flags.c_contiguous
+        or tuple(dims) != tuple(range(count))
+    ):
+        return None
+    rows = math.prod(a.shape[:count])
+    columns = a.size // rows
+    if rows < _CASCADE_MIN_LENGTH or columns < 2 or (columns > 1024 and a.size > 1 << 20):
+        return None  # (long rows of a large array: add.reduce streams them as fast)
+    matrix = a.reshape(rows, columns)
+    block = math.isqrt(rows)
+    whole = rows - rows % block
+    ones = np.ones(block, a.dtype)
+    sums = _add_reduce(
+        blas.kernel_matmul(ones, matrix[:whole].reshape(whole // block, block, columns)), 0
+    )
+    if whole < rows:
+        sums += blas.kernel_matmul(np.ones(rows - whole, a.dtype), matrix[whole:])
+    return sums
+
+
+_BLAS_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _collapses(a: np.ndarray, dims) -> bool:
