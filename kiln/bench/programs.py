@@ -3,7 +3,8 @@
 ``models_for(lib)`` builds every model class on ``lib.nn`` (one set per library), so the same
 source runs in kiln and in PyTorch. The programs are the steps third-party code makes: nanoGPT's
 training step (token and position embeddings, GPT-2 blocks, tied head, cross-entropy, gradient
-clipping, AdamW), word_language_model's LSTM step, a ResNet basic-block CNN step, DCGAN's
+clipping, AdamW), word_language_model's LSTM step, a ResNet basic-block CNN step, torchvision's
+resnet18 and pytorch/examples' MNIST network (the two CNNs issue 18's table times), DCGAN's
 discriminator + generator step, and GPT-2 small (opt-in: gigabytes and seconds per step).
 Dropout is left out: the libraries' random streams differ, and first outputs are compared.
 """
@@ -32,11 +33,15 @@ __all__ = [
     "build_lstm_lm",
     "build_resnet_cnn",
     "build_dcgan",
+    "build_resnet18",
+    "build_mnist_cnn",
     "NANOGPT_SIZES",
     "GPT2_SMALL_SIZES",
     "LSTM_SIZES",
     "RESNET_SIZES",
     "DCGAN_SIZES",
+    "RESNET18_SIZES",
+    "MNIST_SIZES",
 ]
 
 
@@ -171,6 +176,47 @@ def models_for(lib) -> SimpleNamespace:
             x = self.block2(self.block1(self.stem(x)))
             return self.fc(self.pool(x).flatten(1))
 
+    class ResNet18(nn.Module):
+        """torchvision's resnet18: a 7x7 stride-2 stem, max pool, four stages of two basic
+        blocks (64-512 channels, each later stage halving the image), pool, classify."""
+
+        def __init__(self, classes: int):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+            self.bn1 = nn.BatchNorm2d(64)
+            self.maxpool = nn.MaxPool2d(3, 2, 1)
+            stages, inputs = [], 64
+            for outputs, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+                stages.append(
+                    nn.Sequential(
+                        BasicBlock(inputs, outputs, stride), BasicBlock(outputs, outputs, 1)
+                    )
+                )
+                inputs = outputs
+            self.layers = nn.Sequential(*stages)
+            self.avgpool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(512, classes)
+
+        def forward(self, x):
+            x = self.maxpool(F.relu(self.bn1(self.conv1(x))))
+            return self.fc(self.avgpool(self.layers(x)).flatten(1))
+
+    class MnistNet(nn.Module):
+        """pytorch/examples' MNIST network (its dropout left out): two 3x3 convolutions, max
+        pool, two linear layers, log-softmax."""
+
+        def __init__(self, scale: int):
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 32 // scale, 3, 1)
+            self.conv2 = nn.Conv2d(32 // scale, 64 // scale, 3, 1)
+            self.fc1 = nn.Linear(9216 // scale, 128 // scale)
+            self.fc2 = nn.Linear(128 // scale, 10)
+
+        def forward(self, x):
+            x = F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2)
+            x = F.relu(self.fc1(lib.flatten(x, 1)))
+            return F.log_softmax(self.fc2(x), dim=1)
+
     def generator(noise: int, width: int):
         """DCGAN's generator from ``noise`` x 1 x 1 to 3 x 16 x 16."""
         return nn.Sequential(
@@ -202,6 +248,8 @@ def models_for(lib) -> SimpleNamespace:
         GPT=GPT,
         LSTMLanguageModel=LSTMLanguageModel,
         ResNetCNN=ResNetCNN,
+        ResNet18=ResNet18,
+        MnistNet=MnistNet,
         generator=generator,
         discriminator=discriminator,
     )
@@ -214,6 +262,11 @@ GPT2_SMALL_SIZES = {False: (2, 256, 50304, 12, 768, 12), True: (1, 16, 128, 2, 3
 LSTM_SIZES = {False: (35, 20, 1000, 64, 64, 2), True: (5, 4, 100, 16, 16, 2)}
 # batch, image side, channels, classes
 RESNET_SIZES = {False: (8, 32, 16, 10), True: (2, 8, 4, 10)}
+# batch, image side, classes (quick: 64 pixels, so that the last stage's batch norm sees more than
+# two values: over two, its output is a cancellation that rounds differently in each library)
+RESNET18_SIZES = {False: (8, 32, 1000), True: (2, 64, 10)}
+# batch, channel divisor (the images are 1 x 28 x 28)
+MNIST_SIZES = {False: (64, 1), True: (4, 8)}
 # batch, noise, width (the images are 3 x 16 x 16)
 DCGAN_SIZES = {False: (16, 64, 32), True: (4, 8, 4)}
 
@@ -282,6 +335,28 @@ def build_resnet_cnn(lib, quick: bool, device: str) -> Instance:
     step = training_step(lib, model, optimizer, "cross_entropy")
     images = randn_tensor(lib, rng, (batch, 3, side, side), device)
     return Instance(step, (images, int_tensor(lib, rng, classes, (batch,), device)))
+
+
+def build_resnet18(lib, quick: bool, device: str) -> Instance:
+    batch, side, classes = RESNET18_SIZES[quick]
+    rng = seeded_rng("resnet18")
+    model = models_for(lib).ResNet18(classes).to(device)
+    set_parameters(lib, model, rng)
+    optimizer = lib.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+    step = training_step(lib, model, optimizer, "cross_entropy")
+    images = randn_tensor(lib, rng, (batch, 3, side, side), device)
+    return Instance(step, (images, int_tensor(lib, rng, classes, (batch,), device)))
+
+
+def build_mnist_cnn(lib, quick: bool, device: str) -> Instance:
+    batch, scale = MNIST_SIZES[quick]
+    rng = seeded_rng("mnist_cnn")
+    model = models_for(lib).MnistNet(scale).to(device)
+    set_parameters(lib, model, rng)
+    optimizer = lib.optim.Adadelta(model.parameters(), lr=1.0)
+    step = training_step(lib, model, optimizer, "nll_loss")
+    images = randn_tensor(lib, rng, (batch, 1, 28, 28), device)
+    return Instance(step, (images, int_tensor(lib, rng, 10, (batch,), device)))
 
 
 def build_dcgan(lib, quick: bool, device: str) -> Instance:

@@ -24,12 +24,16 @@ from .programs import (
     DCGAN_SIZES,
     GPT2_SMALL_SIZES,
     LSTM_SIZES,
+    MNIST_SIZES,
     NANOGPT_SIZES,
+    RESNET18_SIZES,
     RESNET_SIZES,
     build_dcgan,
     build_gpt2_small,
     build_lstm_lm,
+    build_mnist_cnn,
     build_nanogpt,
+    build_resnet18,
     build_resnet_cnn,
     models_for,
 )
@@ -257,6 +261,22 @@ def _describe_resnet() -> str:
     )
 
 
+def _describe_resnet18() -> str:
+    batch, side, classes = RESNET18_SIZES[False]
+    return (
+        f"torchvision resnet18, batch {batch} x 3x{side}x{side}, {classes} classes: fwd + bwd + "
+        "SGD momentum, weight decay"
+    )
+
+
+def _describe_mnist() -> str:
+    batch, _ = MNIST_SIZES[False]
+    return (
+        f"pytorch/examples MNIST network (no dropout), batch {batch} x 1x28x28: fwd + nll_loss "
+        "+ bwd + Adadelta"
+    )
+
+
 def _describe_dcgan() -> str:
     batch, noise, width = DCGAN_SIZES[False]
     return (
@@ -346,6 +366,16 @@ WORKLOADS: dict[str, Workload] = {
             in_quick=False,  # its convolutions compile as extern calls in seconds: full run only
         ),
         Workload("dcgan_train_step", _describe_dcgan(), build_dcgan, trains=True, in_quick=False),
+        Workload(
+            "resnet18_train_step",
+            _describe_resnet18(),
+            build_resnet18,
+            trains=True,
+            in_quick=False,  # 11.7M parameters: a tenth of a second per step
+        ),
+        Workload(
+            "mnist_cnn_train_step", _describe_mnist(), build_mnist_cnn, trains=True, in_quick=False
+        ),
         Workload("gpt_forward_lengths", describe_gpt_lengths(), build_gpt_lengths, end_to_end=True),
         Workload(
             "mlp_ragged_epochs",
