@@ -268,7 +268,12 @@ def _legal(
     inner_vars = [sym.Var(f"i{i}", s) for i, s in enumerate(inner)]
     outer_set = set(outer_vars)
     cache = read_cache if read_cache is not None else {}
-    for node in trial.nodes:
+    # with the kernel's loops unchanged, its members' reads were checked when each joined (and
+    # none reads ``buf``, which comes after them): only ``buf``'s reads are new. Checking them
+    # all again made filling a kernel quadratic in its size (an optimizer's updates, a few
+    # hundred buffers in reach of one kernel)
+    same_loops = outer == tuple(kernel.outer) and inner == tuple(kernel.inner)
+    for node in [buf] if same_loops else trial.nodes:
         key = (node.name, tuple(outer), tuple(inner))
         reads = cache.get(key)
         if reads is None:
