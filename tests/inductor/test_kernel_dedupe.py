@@ -274,3 +274,49 @@ def test_a_different_dtype_is_not_taken_by_structure(reuse_unverified):
     assert stats.kernels_by_structure == 0
     assert out.dtype is kiln.float64
     assert_close(out, double(x.double()))
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        (lambda x: x * 2.0 + 1, lambda x: x * 3.0 + 1),  # a constant
+        (lambda x: x.exp() + 1, lambda x: x.expm1() + 1),  # an op
+        (lambda x: x + x.sum(1, keepdim=True), lambda x: x + x.amax(1, keepdim=True)),
+        (lambda x: x + 1, lambda x: x.t() + 1),  # an index expression
+        (lambda x: x[:, :3] * 2, lambda x: x[:, 1:4] * 2),  # an offset
+        (lambda x: x * 2.0 + 1, lambda x: (x * 2.0 + 1).double()),  # a dtype
+    ],
+)
+def test_kernels_of_one_graph_differing_in_one_detail_are_not_twins(
+    reuse_unverified, first, second
+):
+    """Two kernels of one graph (a matmul between them) alike but for one detail: the second is
+    planned and emitted for itself, not taken as the first's twin."""
+    x = kiln.randn(6, 6)
+    eye = kiln.eye(6)[:, : second(x).shape[1]]
+
+    def both(x):
+        return second(first(x) @ eye[: first(x).shape[1]])
+
+    expected = both(x)
+    stats, out = compile_stats(both, x)
+    assert stats.kernels_emitted == 2
+    assert_close(out, expected)
+
+
+def test_a_graph_repeating_a_kernel_plans_and_emits_it_once(reuse_unverified):
+    """The same pointwise work after each of four matmuls: one kernel planned and emitted, its
+    three twins take it with their own buffers (their values differ)."""
+    weights = [kiln.randn(6, 6) for _ in range(4)]
+
+    def chain(x):
+        for w in weights:
+            x = (x @ w).tanh() * 0.5 + x
+        return x
+
+    x = kiln.randn(5, 6)
+    expected = chain(x)
+    stats, out = compile_stats(chain, x)
+    assert stats.kernel_uses == 4
+    assert stats.kernels_emitted == 1 and stats.kernels_by_structure == 3
+    assert_close(out, expected)

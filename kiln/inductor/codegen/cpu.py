@@ -27,7 +27,7 @@ from ..ir import Reduction
 from ..scheduler import Kernel, ScatterStep, Schedule
 from . import cpu_pool, graph_index
 from .cpu_pool import INDEX_ERRORS, KERNEL_TYPE, RowKernel
-from .kernel_structure import EMITTED, structure_key, verify_reuse
+from .kernel_structure import EMITTED, kernel_shape, structure_key, verify_reuse
 from .llvm import jit as llvm_jit
 from .llvm import object_worker
 from .llvm.kernel import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel, release_module
@@ -105,7 +105,7 @@ class CPUKernels:
         sizes = sizes or {}
         # kernels for every size: the size symbols whose values follow the buffer pointers
         self.symbols = list(symbols)
-        steps = _plan_steps(sched)
+        steps, self._twins = _plan_steps(sched, dtypes, sizes, self.symbols)
         key = None
         if graph_key is not None:
             key = llvm_jit.derived_key(
@@ -227,7 +227,16 @@ class CPUKernels:
         triple = llvm_jit.host_target().triple
         dtypes = {**dtypes, INDEX_ERRORS: dt.int64}  # the gathers' error flag
         verify = verify_reuse()
+        made: dict[int, tuple] = {}  # step index -> (kernel key, IR), for its twins
         for i, step, plan, _, names in steps:
+            twin = self._twins.get(i)
+            if twin is not None and not verify:
+                llvm_jit.count_emitted(0, 1)
+                if twin in made:
+                    yield i, *made[twin]
+                else:  # the first runs in numpy: so does its twin
+                    self.numpy_steps[i] = self.numpy_steps[twin]
+                continue
             local = [n.name for n in getattr(step, "nodes", ()) if n.name not in names]
             structure, traces = None, None
             if not isinstance(step, ScatterStep):
@@ -237,6 +246,7 @@ class CPUKernels:
             emitted = EMITTED.get(structure) if structure is not None else None
             llvm_jit.count_emitted(int(emitted is None), int(emitted is not None))
             if emitted is not None and not verify:
+                made[i] = emitted
                 yield i, *emitted
                 continue
             module = ir.Module(name="kiln_kernel")
@@ -272,8 +282,14 @@ class CPUKernels:
                     f"inductor: {step.name} has the structure key of a kernel emitted before "
                     "but different IR (kernel_structure misses something the emitter reads)"
                 )
+            if twin is not None and made.get(twin) != (kernel_key, text):
+                raise AssertionError(
+                    f"inductor: {step.name} has the shape of an earlier kernel but different IR "
+                    "(kernel_shape misses something the emitter reads)"
+                )
             if structure is not None:
                 EMITTED.put(structure, kernel_key, text)
+            made[i] = (kernel_key, text)
             yield i, kernel_key, text
 
 
@@ -355,16 +371,42 @@ def _canonical_names(text: str, names: list) -> str:
 _BUFFER_VALUE = re.compile(r'"(p|cols)_([^"]*)"')
 
 
-def _plan_steps(sched: Schedule) -> list:
-    """``(index, step, plan, work, buffer names)`` for every step the LLVM generator may compile."""
+def _plan_steps(sched: Schedule, dtypes: dict, sizes: dict, symbols) -> tuple[list, dict]:
+    """``(index, step, plan, work, buffer names)`` for every step the LLVM generator may
+    compile, and ``{step index: index of an earlier step}`` for kernels equal to an earlier one
+    up to buffer names (``kernel_structure.kernel_shape``): such a twin takes the earlier one's
+    plan and IR, its arguments renamed, instead of being planned, described and emitted again
+    (``KILN_VERIFY_KERNEL_REUSE`` works each out anyway and compares)."""
     steps = []
+    twins: dict[int, int] = {}
+    first: dict[str, tuple] = {}  # shape digest -> (step index, plan, buffer names, names seen)
+    verify = verify_reuse()
     for i, step in enumerate(sched.steps):
         if isinstance(step, ScatterStep):
             steps.append((i, step, _SingleRow(), 0, _scatter_buffer_names(step.buffer)))
         elif isinstance(step, Kernel):
+            shape = kernel_shape(step, dtypes, sizes, symbols)
+            earlier = first.get(shape[0]) if shape is not None else None
+            if earlier is not None and not verify:
+                j, plan, names, seen = earlier
+                renamed = dict(zip(seen, shape[1]))
+                twins[i] = j
+                steps.append((i, step, plan, _work(step), [renamed.get(n, n) for n in names]))
+                continue
             plan = plan_kernel(step)
-            steps.append((i, step, plan, _work(step), _buffer_names(step, plan, sched)))
-    return steps
+            names = _buffer_names(step, plan, sched)
+            if earlier is not None:  # verifying: the renamed arguments must be these
+                renamed = dict(zip(earlier[3], shape[1]))
+                if [renamed.get(n, n) for n in earlier[2]] != names:
+                    raise AssertionError(
+                        f"inductor: {step.name} has the shape of an earlier kernel but other "
+                        "arguments (kernel_shape misses something the planner reads)"
+                    )
+                twins[i] = earlier[0]
+            elif shape is not None:
+                first[shape[0]] = (i, plan, names, shape[1])
+            steps.append((i, step, plan, _work(step), names))
+    return steps, twins
 
 
 def _signature(sched: Schedule, steps, dtypes: dict, sizes: dict, symbols=()) -> str:
