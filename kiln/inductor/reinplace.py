@@ -42,8 +42,13 @@ def plan_inplace(sched: Schedule, mutations) -> dict:
     for i, names in enumerate(sched.step_reads):
         for name in names:
             last_read[name] = i
+    returned: dict = {}  # id of a buffer the graph returns -> how many outputs it is
+    for o in lowered.outputs:
+        if o[0] == "buffer":
+            returned[id(o[1])] = returned.get(id(o[1]), 0) + 1
     out: dict = {}
     taken = set()
+    accesses: dict = {}  # each kernel's stores and reads, for reads_only_where_written
     for k, j in mutations:
         if not (0 <= k < len(lowered.inputs)) or not (0 <= j < len(lowered.outputs)):
             continue
@@ -60,13 +65,13 @@ def plan_inplace(sched: Schedule, mutations) -> dict:
             or not _same_layout(layout, buf.layout)
             or not _same_layout(buf.layout, x.layout)
             or not sym.known("==", buf.layout.offset, 0)
-            or sum(1 for o in lowered.outputs if o[0] == "buffer" and o[1] is buf) != 1
+            or returned[id(buf)] != 1
         ):
             continue
         s = step_of[buf.name]
         if last_read.get(x.name, -1) > s:  # a later step reads the old value
             continue
-        if not reads_only_where_written(sched.steps[s], buf, x.name):
+        if not reads_only_where_written(sched.steps[s], buf, x.name, accesses):
             continue
         out[buf.name] = k
         taken.add(buf.name)

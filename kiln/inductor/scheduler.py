@@ -742,24 +742,41 @@ def _inplace_donor(step, buf, dying, lent: set, buffers: dict):
     return None
 
 
-def reads_only_where_written(kernel: Kernel, buf: ComputedBuffer, name: str) -> bool:
+def reads_only_where_written(
+    kernel: Kernel, buf: ComputedBuffer, name: str, known: dict | None = None
+) -> bool:
     """Whether ``kernel`` reads buffer ``name`` only at the element its node ``buf`` stores
     and only by nodes up to ``buf``'s: ``buf`` may then be stored into ``name``'s memory, in
     every loop order and thread split the kernel may take (each element is read before it is
-    overwritten, by the thread that overwrites it)."""
-    outer = [sym.Var(f"o{i}", s) for i, s in enumerate(kernel.outer)]
-    inner = [sym.Var(f"i{i}", s) for i, s in enumerate(kernel.inner)]
-    index, _ = kernel.node_vars(buf, outer, inner)
-    store = buf.layout.offset_expr(index)
+    overwritten, by the thread that overwrites it). ``known``: each kernel's stores and reads
+    kept across calls (an optimizer's kernel is asked once per parameter it updates)."""
+    found = known.get(id(kernel)) if known is not None else None
+    if found is None or found[0] is not kernel:
+        found = (kernel, *_node_accesses(kernel))
+        if known is not None:
+            known[id(kernel)] = found
+    _, stores, reads = found
+    store = stores[buf.name]
     seen_buf = False
-    for node in kernel.nodes:
-        idx, ridx = kernel.node_vars(node, outer, inner)
-        for r in reads_of(node, idx, ridx):
+    for node, node_reads in zip(kernel.nodes, reads):
+        for r in node_reads:
             if r.name == name and (seen_buf or r.index != store):
                 return False
         if node is buf:
             seen_buf = True
     return True
+
+
+def _node_accesses(kernel: Kernel) -> tuple[dict, list]:
+    """``({node name: store offset}, [reads per node])`` over the kernel's own loop variables."""
+    outer = [sym.Var(f"o{i}", s) for i, s in enumerate(kernel.outer)]
+    inner = [sym.Var(f"i{i}", s) for i, s in enumerate(kernel.inner)]
+    stores, reads = {}, []
+    for node in kernel.nodes:
+        idx, ridx = kernel.node_vars(node, outer, inner)
+        stores[node.name] = node.layout.offset_expr(idx)
+        reads.append(reads_of(node, idx, ridx))
+    return stores, reads
 
 
 def _nbytes(buf: Buffer) -> int:
