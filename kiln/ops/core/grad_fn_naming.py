@@ -42,6 +42,15 @@ _MULTI_OUTPUT_VIEWS = {"SplitBackward0", "SplitWithSizesBackward0", "UnbindBackw
 def rename_grad_fn(result, inputs: tuple, name: str) -> None:
     """Name the nodes this call made (not nodes the result shares with an input); mark the
     outputs of a multi-output view function with ``(output index, function name)``."""
+    if result.__class__ is Tensor:  # one result (a transpose, a view): no generators
+        node = result.grad_fn
+        if node is None or not isinstance(node, OpBackward):
+            return
+        for a in inputs:
+            if node is getattr(a, "grad_fn", None):
+                return
+        node.rename(name)
+        return
     multi = name in _MULTI_OUTPUT_VIEWS and isinstance(result, (list, tuple))
     for i, out in enumerate(result if isinstance(result, (list, tuple)) else (result,)):
         node = getattr(out, "grad_fn", None)

@@ -288,12 +288,17 @@ def permute(self: Tensor, dims: list[int]): ...
 
 
 def _perm(dims, ndim):
-    if (
-        len(dims) == ndim
-        and all(d.__class__ is int and 0 <= d < ndim for d in dims)
-        and len(set(dims)) == ndim
-    ):
-        return dims
+    if len(dims) == ndim:
+        # each dim an int in range, each once: one loop and a bit mask (all() over a
+        # generator and a set cost ~1 us of a 2 us transpose)
+        seen = 0
+        for d in dims:
+            if d.__class__ is not int or not 0 <= d < ndim:
+                break
+            seen |= 1 << d
+        else:
+            if seen == (1 << ndim) - 1:
+                return dims
     # PyTorch's order of checks: the count, then each dim's range, then duplicates
     if len(dims) != ndim:
         raise RuntimeError(
