@@ -882,7 +882,8 @@ class SymInt:
         return self._compare(">=", other)
 
     def __bool__(self):
-        return self._compare("!=", 0)
+        # an unbacked size compares to a SymBool, which decides (or refuses) itself
+        return bool(self._compare("!=", 0))
 
     # ---------------------------------------------------------------- conversions
     def __index__(self):

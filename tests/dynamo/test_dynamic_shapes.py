@@ -240,6 +240,10 @@ def _masked(x):
     return kiln.masked_select(x, x > 0.2) * 3
 
 
+def _masked_mean(x):
+    return kiln.masked_select(x, x > 0.2).pow(2).mean()
+
+
 def _bool_indexing(x):
     y = x[x > 0]
     return (y * y).sum(), y
@@ -263,6 +267,7 @@ def _item_as_size(x, n):
 _DATA_DEPENDENT = [
     (_nonzero_rows, lambda rng: (rng.standard_normal((6, 3)),), False),
     (_masked, lambda rng: (rng.random(7),), True),
+    (_masked_mean, lambda rng: (rng.random(7),), True),
     (_bool_indexing, lambda rng: (rng.standard_normal(9),), True),
     (_unique_counts, lambda rng: (rng.standard_normal(10) * 2,), False),
     (_repeat_rows, lambda rng: (rng.standard_normal((4, 2)), rng.integers(0, 4, 4)), True),
@@ -283,6 +288,7 @@ def _first(out):
 @pytest.mark.parametrize(
     "fn, make, differentiable", _DATA_DEPENDENT, ids=lambda v: getattr(v, "__name__", "")
 )
+@pytest.mark.filterwarnings("error:backend")  # a backend failing falls back to eager silently
 def test_data_dependent_sizes_stay_in_one_graph_and_match_eager(fn, make, differentiable, backend):
     report = kiln.dynamo.explain(fn)(*(_to(kiln, a, False) for a in make(np.random.default_rng(0))))
     assert report.graph_count == 1 and not report.break_reasons
@@ -305,7 +311,7 @@ def test_data_dependent_sizes_stay_in_one_graph_and_match_eager(fn, make, differ
 @needs_torch
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize(
-    "fn, make, differentiable", _DATA_DEPENDENT[:5], ids=lambda v: getattr(v, "__name__", "")
+    "fn, make, differentiable", _DATA_DEPENDENT[:6], ids=lambda v: getattr(v, "__name__", "")
 )
 def test_data_dependent_sizes_match_torch(fn, make, differentiable, backend):
     compiled = kiln.compile(fn, backend=backend)

@@ -750,8 +750,11 @@ def _mean_grad(c, g):
     x, dim, keepdim, _ = c.args
     dims = reduce_dims(x, dim)
     n = reduced_numel(x.shape, dims)
-    # (no element was reduced: the input is empty, and so is its gradient)
-    return (expand_back(g, x.shape, dims, keepdim) / n if n else g.new_zeros(tuple(x.shape)),)
+    if n.__class__ is int and n == 0:
+        # no element was reduced: the input is empty, and so is its gradient
+        return (g.new_zeros(tuple(x.shape)),)
+    # a symbolic count (a masked_select's, unbacked) divides without deciding whether it is 0
+    return (expand_back(g, x.shape, dims, keepdim) / n,)
 
 
 mean.register_derivative(_mean_grad, save_inputs=())
