@@ -604,26 +604,40 @@ class CompiledTiles(NativeConvolution):
     def _weight_grad_kernel(self, tiles: Tiles) -> RowKernel:
         return self._kernel("grad", tiles)
 
-    def channels_forward(
-        self,
-        x: np.ndarray,
-        wt: np.ndarray,
-        out: np.ndarray,
-        windows: tuple,
-        tiles: ChannelTiles,
-    ) -> None:
-        """``out`` (pixels, O) = the convolution of the padded input ``x`` (N, C, HP, WP) by
-        ``wt`` ((phases,) C, T, O) at ``windows``: (sources, targets, weights, taps), the
-        int64 tables ``_channels_forward`` reads (sources and targets whole rows of the
-        tile's pixels)."""
+    def channels_call(
+        self, windows: tuple, c: int, o: int, plane: int, tiles: ChannelTiles
+    ) -> _ChannelsCall:
+        """The loop over ``windows`` ((sources, targets, weights, taps), the int64 tables
+        ``_channels_forward`` reads, sources and targets whole rows of the tile's pixels) for
+        an input of ``c`` channels of ``plane`` elements and ``o`` output channels, as a
+        callable ``(x, wt, out)``: a layer's call, made once (a pointer array built per call
+        from eight arrays took 10 us, as long as the loop over a 4x4 image)."""
         sources, targets, weights, taps = windows
-        c, o = wt.shape[-3], wt.shape[-1]
-        plane = x.shape[2] * x.shape[3]
         params = np.array([c, o, len(taps), plane], np.int64)
-        rows = len(weights)
+        fixed = (params, taps, sources, targets, weights)
         work = len(sources) * o * c * len(taps) // 8
-        arrays = (sources, targets, weights, x, wt, out)
-        self._run(self._kernel("channels", tiles), params, taps, arrays, rows, work)
+        return _ChannelsCall(self._kernel("channels", tiles), fixed, len(weights), work)
+
+
+class _ChannelsCall:
+    """One layer's channels-in-lanes loop: its kernel, its tables and their addresses."""
+
+    __slots__ = ("kernel", "tables", "addresses", "rows", "work")
+    _POINTERS = ctypes.c_void_p * 8
+
+    def __init__(self, kernel: RowKernel, tables: tuple, rows: int, work: int):
+        self.kernel = kernel
+        self.tables = tables  # kept alive while their addresses are used
+        self.addresses = tuple(map(data_address, tables))
+        self.rows, self.work = rows, work
+
+    def __call__(self, x: np.ndarray, wt: np.ndarray, out: np.ndarray) -> None:
+        """``out`` = the loop over the padded input ``x`` and the weights ``wt`` (C-contiguous
+        float32, the shapes the call was made for)."""
+        pointers = self._POINTERS(
+            *self.addresses, data_address(x), data_address(wt), data_address(out)
+        )
+        self.kernel(pointers, rows=self.rows, work=self.work)
 
 
 _BUILDERS = {"forward": _forward, "grad": _weight_grad, "channels": _channels_forward}
