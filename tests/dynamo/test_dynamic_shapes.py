@@ -244,6 +244,10 @@ def _masked_mean(x):
     return kiln.masked_select(x, x > 0.2).pow(2).mean()
 
 
+def _masked_scatter(x):
+    return kiln.zeros_like(x).masked_scatter(x > 0.2, x * 2) + x
+
+
 def _bool_indexing(x):
     y = x[x > 0]
     return (y * y).sum(), y
@@ -325,6 +329,22 @@ def test_data_dependent_sizes_match_torch(fn, make, differentiable, backend):
         _first(out).sum().backward()
         _first(expected).sum().backward()
         _close(ours[0].grad, theirs[0].grad)
+
+
+@needs_torch
+@pytest.mark.filterwarnings("error:backend")  # a backend failing falls back to eager silently
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_masked_scatter_compiles_forward_and_backward_like_torch(backend):
+    """Its backward concatenates a mask's count of the source with the rest: the legacy
+    empty-tensor rule of ``cat`` must not decide whether that data-dependent length is 0."""
+    data = np.random.default_rng(0).random((3, 4)).astype(np.float32)
+    ours, theirs = kiln.tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+    out = kiln.compile(_masked_scatter, backend=backend)(ours)
+    expected = _call_torch(_masked_scatter, [theirs])
+    _close(out, expected)
+    (out * out).sum().backward()
+    (expected * expected).sum().backward()
+    _close(ours.grad, theirs.grad)
 
 
 def _call_torch(fn, args):

@@ -13,7 +13,7 @@ from ...runtime import dtypes as dt
 from ...runtime.device import cpu
 from ...runtime.memory_format import format_strides, suggest_memory_format
 from ...runtime.storage import empty_array
-from ...runtime.symbolic import as_int
+from ...runtime.symbolic import as_int, statically_known_true
 from ...runtime.tensor import contiguous_strides, wrap_array
 from ..core.common import (
     Tensor,
@@ -54,8 +54,12 @@ _checks_tensor_list(cat)
 
 
 def _is_legacy_empty(shape) -> bool:
-    """1-D empty tensors are skipped by ``cat`` whatever the other shapes (PyTorch's legacy rule)."""
-    return tuple(shape) == (0,)
+    """1-D empty tensors are skipped by ``cat`` whatever the other shapes (PyTorch's legacy rule).
+    A symbolic length counts as empty only where it is known to be 0: a boolean mask's count
+    cannot be decided while tracing, and PyTorch's size-oblivious check takes it as non-empty."""
+    if len(shape) != 1:
+        return False
+    return shape[0] == 0 if shape[0].__class__ is int else statically_known_true("==", shape[0], 0)
 
 
 def _cat_geometry(tensors, dim):
