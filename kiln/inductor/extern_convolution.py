@@ -214,20 +214,22 @@ def _transposed_windows(x_shape, out_spatial, stride, padding, phase_kernel, cha
     )
 
 
-def _channels(key: tuple, x, wt, out, make_windows, tiles: tuple) -> None:
-    """The loop over ``make_windows()``'s tables (made once per ``key``; ``wt``: ((phases,)
-    C, T, O)); without the machine code, numpy gathers the same terms."""
+def _channels(x, wt, out, tiles: tuple, windows_for, geometry: tuple) -> None:
+    """The loop over the tables ``windows_for(x.shape, *geometry, O, tile's pixels)`` makes
+    (once per shapes, geometry and tile; ``wt``: ((phases,) C, T, O)); without the machine
+    code, numpy gathers the same terms."""
     c, o = wt.shape[-3], wt.shape[-1]
 
     def make():
-        windows = make_windows()
+        windows = windows_for(x.shape, *geometry, o, tiles[2])
         compiled = machine_code.get("convolution_tiles")
         if compiled is None:
             return windows, None
         plane = x.shape[2] * x.shape[3]
         return windows, compiled.channels_call(windows, c, o, plane, compiled.channel_tiles(*tiles))
 
-    windows, call = _kept(key + tiles, make)
+    key = (windows_for, x.shape, wt.shape, out.shape, geometry, tiles)
+    windows, call = _kept(key, make)
     if call is not None and machine_code.get("convolution_tiles") is not None:
         call(x, wt, out)
         return
@@ -264,22 +266,10 @@ def conv2d_channels_out(
     the padded input ``x`` (N, C, HP, WP) by ``wt`` (C, KH, KW, O), channels-last (the rows
     past them are scratch). ``lanes``, ``vectors``, ``pixels``: the register tile the
     lowering chose (O a multiple of ``lanes * vectors``)."""
-    key = ("forward", x.shape, out.shape, out_h, out_w, stride_h, stride_w, dilation_h)
-    key += (dilation_w, kernel_h, kernel_w)
-    tiles = (int(lanes), int(vectors), int(pixels))
-
-    def make_windows():
-        return _forward_windows(
-            x.shape,
-            (int(out_h), int(out_w)),
-            (int(stride_h), int(stride_w)),
-            (int(dilation_h), int(dilation_w)),
-            (int(kernel_h), int(kernel_w)),
-            out.shape[1],
-            tiles[2],
-        )
-
-    _channels(key, x, wt.reshape(wt.shape[0], -1, wt.shape[-1]), out, make_windows, tiles)
+    geometry = ((int(out_h), int(out_w)), (int(stride_h), int(stride_w)))
+    geometry += ((int(dilation_h), int(dilation_w)), (int(kernel_h), int(kernel_w)))
+    weights = wt.reshape(wt.shape[0], -1, wt.shape[-1])
+    _channels(x, weights, out, (int(lanes), int(vectors), int(pixels)), _forward_windows, geometry)
 
 
 def conv2d_channels_transposed_out(
@@ -302,20 +292,8 @@ def conv2d_channels_transposed_out(
     ``wt`` (SH, SW, C, JH, JW, O) each phase's kernel, ``wt[ry, rx, c, j, i, o]`` = the
     weight's [c, o, ry + SH * j, rx + SW * i]."""
     jh, jw = wt.shape[3:5]
-    key = ("transposed", x.shape, wt.shape, out.shape, out_h, out_w, stride_h, stride_w)
-    key += (padding_h, padding_w)
-    tiles = (int(lanes), int(vectors), int(pixels))
-
-    def make_windows():
-        return _transposed_windows(
-            x.shape,
-            (int(out_h), int(out_w)),
-            (int(stride_h), int(stride_w)),
-            (int(padding_h), int(padding_w)),
-            (jh, jw),
-            out.shape[1],
-            tiles[2],
-        )
-
+    geometry = ((int(out_h), int(out_w)), (int(stride_h), int(stride_w)))
+    geometry += ((int(padding_h), int(padding_w)), (jh, jw))
     phases = wt.reshape(-1, wt.shape[2], jh * jw, wt.shape[-1])
-    _channels(key, x, phases, out, make_windows, tiles)
+    tiles = (int(lanes), int(vectors), int(pixels))
+    _channels(x, phases, out, tiles, _transposed_windows, geometry)

@@ -556,8 +556,8 @@ def _channels(spec: _Spec) -> TensorBox | None:
     (``extern_convolution.conv2d_channels_out``): the padded input as ``_padded_source`` stores
     it, the weight as (C, KH * KW, O), the output channels-last, read as NCHW through a view.
     The columns copy and product it replaces: the 16x32x8x8 layer of 64 4x4 filters at stride 2
-    took 0.07 ms to copy columns and 0.14 ms to multiply, the loop 0.10-0.13 (2 threads, AVX-512,
-    load 3). None where it does not apply."""
+    took 0.07 ms to copy columns and 0.14 ms to multiply (``compiled_profile``, 2 threads,
+    AVX-512, load 2), the loop 0.14 (load 5). None where it does not apply."""
     if not _channels_applies(spec):
         return None
     c, o = spec.channels, spec.weight_shape[0]
@@ -619,8 +619,8 @@ def _channels_transposed(spec: _Spec) -> TensorBox | None:
     kernel offsets ``r + s * j`` (``r = (y + p) % s``) from input ``(y + p) // s - j``, so each
     phase is a stride-1 convolution by its part of the kernel. Where the kernel is a whole
     number of strides, without dilation. The product ``W^T x`` and the col2im gather it
-    replaces: 16x64x4x4 to 8x8 by 32 4x4 filters, 0.16 + 0.03 ms, the loop 0.12 (2 threads,
-    AVX-512). None where it does not apply."""
+    replaces: 16x64x4x4 to 8x8 by 32 4x4 filters, 0.16 + 0.03 ms (``compiled_profile``, 2
+    threads, AVX-512, load 2), the loop 0.13 (load 5). None where it does not apply."""
     if not _channels_applies(spec) or any(d != 1 for d in spec.dilation):
         return None
     if any(s < 2 or k % s for s, k in zip(spec.stride, spec.kernel)):
@@ -664,9 +664,9 @@ def _channels_transposed(spec: _Spec) -> TensorBox | None:
 def channel_tiles(out_channels: int) -> tuple | None:
     """The channels-in-lanes loop's register tile for a layer: (lanes, vectors of output
     channels, output pixels), or None where the output channels are not whole vectors. 16
-    accumulators with AVX-512's 32 registers (64 channels: 4 vectors by 4 pixels, 0.10 ms
-    for the layer above against 0.11 by 8 of 2 vectors; 32 channels: 2 by 8), 8 with AVX2's
-    16."""
+    accumulators with AVX-512's 32 registers (64 channels: 4 vectors by 4 pixels; the layer
+    above took 0.21 ms so, 0.22 by 8 pixels of 2 vectors, 0.24 by 6 of 2, 0.28 by 6 of 4, in
+    one process at load 4; 32 channels: 2 by 8), 8 with AVX2's 16."""
     lanes = _WIDE if _wide() else EAGER_TILES[0]
     if out_channels % lanes:
         return None
