@@ -220,6 +220,40 @@ def test_a_depthwise_convolution_is_one_pointwise_loop_over_its_stored_input():
 
 
 @needs_torch
+@pytest.mark.parametrize(
+    "case",
+    [
+        ((16, 1, 1, 1), (1, 64, 4, 4), 1, 0, 0, 1),  # a DCGAN discriminator's last input gradient
+        ((3, 1, 3, 2), (1, 5, 3, 3), 2, 1, 0, 1),
+        ((2, 4, 3, 3), (4, 2, 3, 3), 2, 0, 1, 4),
+        ((2, 3, 2, 5), (3, 7, 2, 4), 1, 0, 0, 3),
+    ],
+    ids=["noise_to_image", "strided", "strided_groups", "growing_groups"],
+)
+def test_transposed_convolution_of_one_channel_per_group_is_one_pointwise_loop(case):
+    """With one input channel per group the columns ``W^T x`` are products of two values: no
+    BLAS product, col2im reads them as it computes them."""
+    xs, ws, stride, padding, output_padding, groups = case
+    rng = np.random.default_rng(9)
+    x = _tensor(rng, xs, kiln.float32, True)
+    w = _tensor(rng, ws, kiln.float32, True)
+
+    def fn(x, w):
+        return F.conv_transpose2d(x.tanh(), w, None, stride, padding, output_padding, groups)
+
+    compiled = compile_traced(fn, x, w)
+    steps = [step.describe() for step in compiled.schedule.steps]
+    assert not [s for s in steps if "extern" in s], steps
+    tx, tw = to_torch(x, True), to_torch(w, True)
+    expected = torch.nn.functional.conv_transpose2d(
+        tx.tanh(), tw, None, stride, padding, output_padding, groups
+    )
+    _sum_backward_matches(
+        kiln.compile(fn, fullgraph=True)(x, w), expected, [(x, tx), (w, tw)], grad_atol=1e-5
+    )
+
+
+@needs_torch
 @pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic", "automatic_dynamic_batch"])
 def test_convolution_with_changing_sizes_matches_torch(dynamic):
     """``dynamic=True`` makes the image sizes symbolic too; a batch that changes from call to
