@@ -178,3 +178,27 @@ def test_binary_cross_entropy_target_gradient_is_unclamped_as_torchs():
         grads.append(target.grad.numpy())
     # -logit(p): infinite where p saturates (the clamped logs gave +-100)
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "values, upstream",
+    [
+        ([2.0, 0.0, 3.0], [1.0, np.inf, 1.0]),  # the sum before the zero skips terms past it
+        ([0.0, 0.0, 2.0], [1.0, np.inf, 1.0]),  # the first zero's sum stops at the second
+        ([0.0, 3.0, 0.0, 2.0], [1.0, 1.0, 1.0, -np.inf]),
+        ([0.0, 3.0, 0.0, 2.0], [1.0, np.nan, 1.0, 1.0]),  # NaN before the second zero stays
+    ],
+)
+def test_cumprod_gradient_leaves_out_terms_past_a_zero_as_torch(values, upstream):
+    """An infinite upstream gradient meeting a product made zero by an earlier zero gave NaN
+    (inf * 0) where PyTorch's sums leave those terms out (a fuzz case: cumprod, scatter_add,
+    a reciprocal with its inf)."""
+    ours, theirs = _pair(values, requires_grad=True)
+    kiln.cumprod(ours, 0).backward(kiln.tensor(np.float32(upstream)))
+    torch.cumprod(theirs, 0).backward(torch.tensor(np.float32(upstream)))
+    np.testing.assert_array_equal(ours.grad.numpy(), theirs.grad.numpy())
+    compiled = kiln.compile(lambda x: kiln.cumprod(x, 0))
+    again = kiln.tensor(np.float32(values), requires_grad=True)
+    compiled(again).backward(kiln.tensor(np.float32(upstream)))
+    np.testing.assert_array_equal(again.grad.numpy(), theirs.grad.numpy())

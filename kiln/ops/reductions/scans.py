@@ -137,8 +137,11 @@ def _cumprod_grad(c, g):
     zeros_so_far = cumsum(zero, d)
     before = zeros_so_far == 0
     first = zero & (zeros_so_far == 1)
-    grad_before = reverse_cumsum(g * c.out, d) / where(before, x, 1)
-    grad_first = reverse_cumsum(g * cumprod(where(first, 1, x), d), d)
+    # each sum takes only the terms whose products hold no zero but x_z, as PyTorch's: a term
+    # out_k = 0 past a zero would turn an infinite g_k into NaN (inf * 0) where PyTorch's is finite
+    grad_before = reverse_cumsum(where(before, g * c.out, 0), d) / where(before, x, 1)
+    terms = where(zeros_so_far <= 1, g * cumprod(where(first, 1, x), d), 0)
+    grad_first = reverse_cumsum(terms, d)
     return (where(before, grad_before, where(first, grad_first, 0)),)
 
 
