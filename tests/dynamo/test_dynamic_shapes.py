@@ -228,6 +228,27 @@ def test_a_training_loop_with_a_smaller_last_batch_captures_the_step_at_most_twi
     assert counter.frame_count <= 2
 
 
+def _guided(x, t):
+    """Classifier-free guidance: the batch doubled by ``cat``, split back by ``chunk(2)``."""
+    both = kiln.cat([x, x * 2]) + kiln.cat([t, t])[:, None]
+    uncond, cond = both.chunk(2)
+    return uncond + 7.5 * (cond - uncond)
+
+
+@needs_torch
+def test_chunk_of_a_doubled_batch_keeps_the_batch_symbolic():
+    """``chunk(2)`` of a ``2 * s0`` dim has the symbolic step ``s0``; split took ``int()`` of
+    it, which pinned the batch size and recompiled for every new one."""
+    counter = CompileCounter("eager")
+    compiled = kiln.compile(_guided, backend=counter, dynamic=True)
+    rng = np.random.default_rng(0)
+    for n in (3, 5, 6):
+        x, t = rng.standard_normal((n, 4)), rng.standard_normal(n)
+        got = compiled(*(kiln.tensor(a.astype(np.float32)) for a in (x, t)))
+        _close(got, _call_torch(_guided, [torch.tensor(a.astype(np.float32)) for a in (x, t)]))
+    assert counter.frame_count == 1
+
+
 # ------------------------------------------------------------------------------ data-dependent
 
 

@@ -417,7 +417,7 @@ def split(input: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
     if input.ndim == 0:
         raise RuntimeError("split expects at least a 1-dimensional tensor")
     d = wrap_dim(dim, input.ndim)
-    step = int(split_size_or_sections)
+    step = as_int(split_size_or_sections)  # chunk's symbolic step stays symbolic
     size = input.shape[d]
     if step < 0:
         raise RuntimeError(f"split expects split_size be non-negative, but got split_size={step}")
