@@ -124,6 +124,23 @@ def test_weight_gradient_runs_the_loop(tile_knob):
 
 
 @needs_torch
+def test_weight_gradient_of_a_saved_permuted_input_is_copied_contiguous():
+    """A 1x1 layer's weight gradient reads the input with batch and channels swapped; saved for
+    the backward graph as that permuted view (an input of it, stored in another order), it is
+    copied before the loop reads it as contiguous (a U-Net's ``proj_out`` got its gradient
+    from the wrong pixels)."""
+
+    def fn(x, w):
+        return F.conv2d(x * 1, w)
+
+    def torch_fn(x, w):
+        return torch.nn.functional.conv2d(x * 1, w)
+
+    externs = _check(fn, torch_fn, _inputs((3, 16, 6, 6), 16, 1, 11))
+    assert "conv2d_channels_out" in externs, externs
+
+
+@needs_torch
 def test_stride_one_transposed_layer_runs_the_loop(tile_knob):
     """A stride-1 transposed convolution is a forward one over the flipped kernel: the loop."""
 

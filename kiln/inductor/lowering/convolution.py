@@ -819,9 +819,18 @@ def _blocked_weight(spec: _Spec, block: int):
 
 
 def _contiguous_operand(box: TensorBox):
-    """``box`` handed to a direct loop: C-contiguous, a view of a buffer when one is."""
+    """``box`` handed to a direct loop: C-contiguous, a view of a buffer when one is. A stored
+    value in another order (a graph input that is a permuted view: the weight gradient's
+    batch-and-channels-swapped image) is copied, since the loops read it as contiguous."""
     shape = tuple(box.shape)
-    return _realized_input(box, lambda layout: layout == Layout.contiguous(shape, layout.dtype))
+    buf, layout = _realized_input(
+        box, lambda layout: layout == Layout.contiguous(shape, layout.dtype)
+    )
+    contiguous = Layout.contiguous(shape, layout.dtype)
+    if layout != contiguous:
+        buf = box.realize(contiguous)
+        layout = buf.layout
+    return buf, layout
 
 
 def _narrowed(buf: ExternBuffer, shape: tuple) -> TensorBox:
