@@ -663,3 +663,36 @@ def test_attention_helpers_under_pytorchs_private_names_match_pytorch():
         assert G._mha_shape_check(qt, qt, qt, None, None, 2) is True
     for ours, theirs in zip(*results, strict=True):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_binary_cross_entropy_plain_backward_is_the_op_formulas_bits(reduction, dtype):
+    """A plain backward computes BCE's input gradient on the arrays; the kiln-op formula
+    (taken under create_graph) must give the same bits, saturated probabilities included."""
+    rng = np.random.default_rng(11)
+    probabilities = rng.uniform(0, 1, 37).astype(dtype)
+    probabilities[:4] = [0, 1, 1e-30, 1 - 1e-7]
+    target = kiln.tensor(rng.uniform(0, 1, 37).astype(dtype))
+    grads = []
+    for create_graph in (False, True):
+        p = kiln.tensor(probabilities, requires_grad=True)
+        loss = F.binary_cross_entropy(p, target, reduction=reduction)
+        (loss.sum() if reduction == "none" else loss * 1.7).backward(create_graph=create_graph)
+        grads.append(p.grad.detach().numpy())
+    np.testing.assert_array_equal(grads[0], grads[1])
+
+
+@needs_torch
+def test_binary_cross_entropy_gradients_match_torch_with_target_and_weight_grads():
+    """The op formula still serves what the array path leaves out: a weight, a target that
+    requires grad."""
+    rng = np.random.default_rng(12)
+    p, t, w = (rng.uniform(0.05, 0.95, 9).astype(np.float32) for _ in range(3))
+    grads = []
+    for lib in (kiln, torch):
+        x, y = lib.tensor(p, requires_grad=True), lib.tensor(t, requires_grad=True)
+        lib.nn.functional.binary_cross_entropy(x, y, weight=lib.tensor(w)).backward()
+        grads.append((x.grad.detach().numpy(), y.grad.detach().numpy()))
+    for got, want in zip(grads[0], grads[1]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

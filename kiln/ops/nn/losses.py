@@ -20,6 +20,7 @@ from ..core.common import (
     Tensor,
     broadcast_shapes,
     cast_array,
+    clip_ufunc,
     compute_np_dtype,
     fake,
     numpy_derivative_ok,
@@ -577,6 +578,14 @@ binary_cross_entropy.register_meta(
 
 def _bce_grad(c, g):
     x, t, w, reduction = c.args
+    if (
+        w is None
+        and not c.needs_input_grad[1]
+        and numpy_derivative_ok(x, t, g)
+        and x._dtype is t._dtype
+        and g._dtype is x._dtype
+    ):
+        return _bce_input_grad_numpy(x, t, g, reduction), None, None, None
     scale = _grad_scale(g, reduction, x.numel())
     if w is not None:
         scale = scale * w
@@ -587,6 +596,19 @@ def _bce_grad(c, g):
         # PyTorch's -logit(x), unclamped: a saturated probability gives an infinite gradient
         gt = scale * ((-x).log1p() - x.log())
     return gx, gt, None, None
+
+
+def _bce_input_grad_numpy(x: Tensor, t: Tensor, g: Tensor, reduction: str) -> Tensor:
+    """The input's gradient of a plain backward (no weight, no target gradient), the kiln-op
+    formula's steps on the arrays with the same roundings, so its bits: a DCGAN's three losses
+    of 16 probabilities spent ~85 us each in the formula's seven dispatched ops (PyTorch's
+    node: ~25 us)."""
+    xa, ta, ga = x._data, t._data, g._data
+    number = xa.dtype.type
+    scale = np.true_divide(ga, number(x.numel())) if reduction == "mean" else ga
+    denominator = np.multiply(np.subtract(number(1), xa), xa)
+    denominator = clip_ufunc(denominator, number(1e-12), number(math.inf))  # clamp(min=1e-12)
+    return wrap(np.true_divide(np.multiply(scale, np.subtract(xa, ta)), denominator), x._dtype)
 
 
 binary_cross_entropy.register_derivative(_bce_grad)
