@@ -98,6 +98,21 @@ def test_class_index_loss_with_float_target_message():
 
 @needs_torch
 @pytest.mark.parametrize(
+    ("input_shape", "target"),
+    [((4, 3), [0.0, 1.0]), ((2, 3, 2, 2), [0.0, 1.0, 1.0, 0.0]), ((3,), [0.0, 1.0])],
+)
+def test_float_target_of_another_batch_size_is_a_value_error_as_in_torch(input_shape, target):
+    """PyTorch checks the rank and batch size before the target's dtype: probabilities of the
+    wrong shape given to cross_entropy raise its ValueError, not the dtype's RuntimeError."""
+
+    def call(lib):
+        return lambda: lib.nn.functional.cross_entropy(lib.zeros(input_shape), lib.tensor(target))
+
+    assert error_of(call(kiln), torch_names=True) == error_of(call(torch), torch_names=True)
+
+
+@needs_torch
+@pytest.mark.parametrize(
     ("input_shape", "target_shape"),
     [
         ((2, 3, 4), (2, 5)),

@@ -97,13 +97,20 @@ def _target_shape_message(x, target) -> str:
 
 
 def _nll_geometry(x, target, weight):
-    """(class dim, number of classes) after PyTorch's argument checks."""
+    """(class dim, number of classes) after PyTorch's argument checks, in its order: the rank
+    and batch size (ValueError) before the target's dtype (a float target of another batch
+    size, a cross_entropy given probabilities of the wrong shape, is a ValueError)."""
+    if x.ndim == 0:
+        raise ValueError("Expected 1 or more dimensions (got 0)")
+    if x.ndim >= 2 and (target.ndim == 0 or target._shape[0] != x._shape[0]):
+        raise ValueError(
+            f"Expected input batch_size ({x._shape[0]}) to match target batch_size "
+            f"({target._shape[0] if target.ndim else 0})."
+        )
     if target._dtype not in (dt.int64, dt.uint8):
         raise RuntimeError(
             f"expected target dtype to be Long or Byte, but got {torch_type_name(target._dtype)}"
         )
-    if x.ndim == 0:
-        raise ValueError("Expected 1 or more dimensions (got 0)")
     class_dim = 0 if x.ndim == 1 else 1
     if x.ndim == 1:
         if target.ndim == 1 and target._shape[0] != 1:
@@ -114,11 +121,6 @@ def _nll_geometry(x, target, weight):
             raise RuntimeError(
                 f"0D target tensor expected for 1D input, got target of shape {list(target._shape)}"
             )
-    elif target.ndim == 0 or target._shape[0] != x._shape[0]:
-        raise ValueError(
-            f"Expected input batch_size ({x._shape[0]}) to match target batch_size "
-            f"({target._shape[0] if target.ndim else 0})."
-        )
     elif tuple(target._shape) != tuple(x._shape[:1] + x._shape[2:]):
         raise RuntimeError(_target_shape_message(x, target))
     n_classes = x._shape[class_dim]
