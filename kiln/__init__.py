@@ -53,6 +53,8 @@ from .autograd.anomaly import (  # noqa: E402,F401
 # the core's public names (and ``ops``), gathered (for the layers too) in ops.public
 from .ops.public import *  # noqa: E402,F403
 from . import linalg  # noqa: E402
+from . import sparse  # noqa: E402
+from .ops.sparse.functions import sparse_coo_tensor, spmm  # noqa: E402,F401
 from . import nn  # noqa: E402
 from . import distributed  # noqa: E402 - import kiln.distributed as dist (MPI starts at init)
 from . import optim, utils  # noqa: E402
@@ -214,10 +216,10 @@ def __getattr__(name: str):
             f"kiln has no {name} dtype (complex numbers with half-precision parts): use "
             "kiln.complex64 (cfloat) or kiln.complex128 (cdouble)"
         )
-    if name == "sparse" or name.startswith("sparse_"):  # sparse_coo_tensor, sparse_csr ...
+    if name.startswith("sparse_"):  # sparse_csr_tensor, sparse_bsr_tensor ...
         raise AttributeError(
-            f"module 'kiln' has no attribute {name!r}: kiln has no sparse tensors (every tensor "
-            "is dense and strided); use a dense matrix with matmul, or index_add_/scatter_add_ "
-            "over an edge list (message passing)"
+            f"module 'kiln' has no attribute {name!r}: kiln's only sparse layout is COO "
+            "(kiln.sparse_coo_tensor); else use a dense matrix with matmul, or "
+            "index_add_/scatter_add_ over an edge list (message passing)"
         )
     raise AttributeError(f"module 'kiln' has no attribute {name!r}")

@@ -466,7 +466,9 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, taken: set | None =
         g = g.detach()
     with _accumulate_lock:
         grad = leaf._grad
-        if grad is None:
+        if grad is None and (g.is_sparse or leaf.is_sparse):
+            leaf._grad = g  # a sparse op's gradient: made fresh for this pass, kept as it is
+        elif grad is None:
             buffer = _buffer_of(g)
             if (
                 g._base is not None
@@ -481,7 +483,13 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, taken: set | None =
             if taken is not None:
                 taken.add(buffer)
             leaf._grad = g
-        elif create_graph or grad._requires_grad or not known_same_shape(grad._shape, g._shape):
+        elif (
+            create_graph
+            or grad._requires_grad
+            or not known_same_shape(grad._shape, g._shape)
+            or grad.is_sparse
+            and not g.is_sparse
+        ):
             # with history only under create_graph (grad mode here is create_graph)
             leaf._grad = grad + g
         else:

@@ -62,6 +62,8 @@ def dispatch(op, args: tuple, recorded: bool = False):
         a = args[p]
         if a.__class__ is Tensor or isinstance(a, Tensor):
             if a._device is not cpu or a._data is None:
+                if a.is_sparse:  # only data-less tensors pay for this test
+                    return _sparse_dispatch(op, args)
                 on_cpu = False
             if grad and a._requires_grad:
                 needs_grad = True
@@ -72,6 +74,8 @@ def dispatch(op, args: tuple, recorded: bool = False):
                     if grad and a._requires_grad:
                         needs_grad = True
                     if a._device is not cpu or a._data is None:
+                        if a.is_sparse:
+                            return _sparse_dispatch(op, args)
                         on_cpu = False
     if needs_grad:
         return _autograd(op, args, state, on_cpu, modes)
@@ -91,6 +95,13 @@ def dispatch(op, args: tuple, recorded: bool = False):
             args[0]._get_storage().version += 1
         return out
     return _run_kernel(op, args)
+
+
+def _sparse_dispatch(op, args: tuple):
+    """An op with a sparse COO argument: its sparse version, or PyTorch's error for it."""
+    from ..sparse.functions import sparse_dispatch
+
+    return sparse_dispatch(op, args)
 
 
 def _inference_outputs(op, args: tuple, out):

@@ -670,7 +670,11 @@ def install() -> None:
     T.__int__ = _int
     T.__index__ = _index
     T.__iter__ = _iter
+    from ..sparse.coo import dense_to_sparse
+
     T.t = _t
+    T.to_sparse = dense_to_sparse
+    T.to_sparse_coo = dense_to_sparse
     T.T = property(_T)
     T.mT = property(renaming(_mT, "TransposeBackward0"))
     T.mH = property(lambda self: _mT(self, "mH").conj())
