@@ -54,7 +54,19 @@ _OPS = {
     "gt": lambda lib, ts: ts[0] > 1,
     "where": lambda lib, ts: lib.where(ts[1] > 1, ts[0], ts[1]),
     "where_scalar": lambda lib, ts: lib.where(ts[1] > 1, ts[0], 0.0),
+    "floor_divide_scalar": lambda lib, ts: ts[0] // 1.5,
+    "div_trunc": lambda lib, ts: lib.div(ts[0], ts[1], rounding_mode="trunc"),
+    # unreduced losses: one iterator over (input, target); huber's result is empty_like(input)
+    "mse_loss": lambda lib, ts: _loss(lib, "mse_loss", ts),
+    "l1_loss": lambda lib, ts: _loss(lib, "l1_loss", ts),
+    "smooth_l1_loss": lambda lib, ts: _loss(lib, "smooth_l1_loss", ts),
+    "huber_loss": lambda lib, ts: _loss(lib, "huber_loss", ts),
 }
+
+
+def _loss(lib, name, ts):
+    loss_input, target = lib.broadcast_tensors(ts[0], ts[1])
+    return getattr(lib.nn.functional, name)(loss_input, target, reduction="none")
 
 
 def _layout(t) -> tuple:

@@ -22,8 +22,11 @@ from ..core.common import (
     cast_array,
     clip_ufunc,
     compute_np_dtype,
+    contiguous_strides,
+    empty_laid_out,
     fake,
     numpy_derivative_ok,
+    output_layout_source,
     result_dtype,
     wrap,
 )
@@ -388,11 +391,24 @@ def _loss_dtype(x, t):
     return result_dtype(x, t)
 
 
-def _elementwise_loss(name, schema, np_fn, grad_fn, decomp_fn, **record):
+def _loss_strides(shape: tuple, x: Tensor, t: Tensor, like_input: bool) -> tuple | None:
+    """The strides of an unreduced loss (None: row-major), as PyTorch lays them out: one
+    TensorIterator over (input, target) for most losses; huber's output is made
+    ``empty_like(input)``: the input's dense layout (its dims ordered by its strides) where it
+    has the result's shape, row-major where it is broadcast (the output is resized)."""
+    if not like_input:
+        return output_layout_source(shape, (x, t))
+    if tuple(x._shape) != tuple(shape):
+        return None
+    return output_layout_source(shape, (x,))
+
+
+def _elementwise_loss(name, schema, np_fn, grad_fn, decomp_fn, like_input=False, **record):
     """Define ``name(input, target, *params, reduction)`` from three elementwise formulas.
 
     ``np_fn(a, t, *params)`` is the numpy loss, ``grad_fn(x, t, *params)`` returns the kiln
     gradients (d/dinput, d/dtarget) of one element, ``decomp_fn`` the kiln loss of one element.
+    ``like_input``: the unreduced loss takes the input's layout (``_loss_strides``).
     """
     op = defop(schema, name=name, kind="loss", **record)
 
@@ -410,12 +426,24 @@ def _elementwise_loss(name, schema, np_fn, grad_fn, decomp_fn, **record):
         cd = compute_np_dtype(d)
         a = x._data.astype(cd, copy=False)
         b = t._data.astype(cd, copy=False)
-        return wrap(_np_reduce(np.asarray(np_fn(a, b, *params), cd), reduction), d)
+        r = _np_reduce(np.asarray(np_fn(a, b, *params), cd), reduction)
+        if r.ndim > 1 and (reduction == "none" or reduction == 0):
+            strides = _loss_strides(r.shape, x, t, like_input)
+            want = contiguous_strides(r.shape) if strides is None else strides
+            if any(
+                n != 1 and have != w * r.itemsize for n, have, w in zip(r.shape, r.strides, want)
+            ):
+                out = empty_laid_out(r.shape, r.dtype, want)
+                np.copyto(out, r)
+                r = out
+        return wrap(r, d)
 
     def meta(x, t, *rest):
         check_reduction(rest[-1])
         shape, d = check(x, t)
-        return fake(shape if rest[-1] == "none" else (), d, x)
+        if rest[-1] != "none" and rest[-1] != 0:
+            return fake((), d, x)
+        return fake(shape, d, x, _loss_strides(shape, x, t, like_input) if len(shape) > 1 else None)
 
     def derivative(c, g):
         x, t, *params, reduction = c.args
@@ -430,9 +458,14 @@ def _elementwise_loss(name, schema, np_fn, grad_fn, decomp_fn, **record):
     op.register_kernel(kernel)
     op.register_meta(meta)
     op.register_derivative(derivative)
-    op.register_decomposition(
-        lambda x, t, *rest: reduce_loss(decomp_fn(x, t, *rest[:-1]), check_reduction(rest[-1]))
-    )
+
+    def decomposition(x, t, *rest):
+        loss = reduce_loss(decomp_fn(x, t, *rest[:-1]), check_reduction(rest[-1]))
+        if like_input and loss.ndim > 1 and _loss_strides(loss.shape, x, t, True) is None:
+            return loss.contiguous()  # (elsewhere the formula, input first, gives its layout)
+        return loss
+
+    op.register_decomposition(decomposition)
     return op
 
 
@@ -529,6 +562,7 @@ huber_loss = _elementwise_loss(
     lambda x, t, delta: OPS["where"](
         (x - t).abs() < delta, 0.5 * (x - t) * (x - t), delta * ((x - t).abs() - 0.5 * delta)
     ),
+    like_input=True,
     autocast={"cpu": "fp32", "cuda": "fp32"},
 )
 

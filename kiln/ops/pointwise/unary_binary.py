@@ -1256,7 +1256,9 @@ def _div_kernel(x, y, rounding_mode):
         cd = compute_np_dtype(d)
         if cd != d.np and isinstance(y, Tensor) and y.numel() != 1:
             # PyTorch divides half types in their own arithmetic unless the divisor is a scalar
-            return wrap(np_half_rounding_divide(a, b, rounding_mode, d.np), d)
+            return wrap(
+                _iterator_layout(np_half_rounding_divide(a, b, rounding_mode, d.np), (x, y)), d
+            )
         if cd != d.np:
             b = as_np_operand(y, cd)  # a scalar divisor unrounded, as PyTorch divides
         q = np.true_divide(a.astype(cd, copy=False), b.astype(cd, copy=False))
@@ -1265,13 +1267,12 @@ def _div_kernel(x, y, rounding_mode):
             if rounding_mode == "trunc"
             else np.floor_divide(a.astype(cd, copy=False), b.astype(cd, copy=False))
         )
-        return wrap(r, d)
+        return wrap(_iterator_layout(r, (x, y)), d)
     if d is _bool:
         raise NotImplementedError(f"\"div_{rounding_mode}_cpu\" not implemented for 'Bool'")
     _check_integer_divisor(a, b)
-    if rounding_mode == "floor":
-        return wrap(np.floor_divide(a, b), d)
-    return wrap(np_trunc_divide(a, b), d)
+    r = np.floor_divide(a, b) if rounding_mode == "floor" else np_trunc_divide(a, b)
+    return wrap(_iterator_layout(r, (x, y)), d)
 
 
 @div.register_meta
