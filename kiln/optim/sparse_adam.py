@@ -2,8 +2,8 @@
 
 PyTorch's SparseAdam updates the moments and the parameter only at the entries a sparse gradient
 holds (for ``nn.Embedding(sparse=True)``: the rows that were looked up) and refuses dense
-gradients. kiln has no sparse layout: every gradient, ``nn.Embedding(sparse=True)``'s included,
-is dense. So kiln's SparseAdam takes dense gradients and treats as present the rows (slices
+gradients. kiln's takes sparse COO gradients that way; it also takes a dense gradient (from
+code written before kiln had sparse gradients), treating as present the rows (slices
 along the first dimension) where the gradient is not all zero, which is exactly the set of rows
 an embedding lookup touches unless a looked-up row's gradient is zero in every entry. On those
 rows the arithmetic is PyTorch's, in its order, so trajectories agree bit for bit; the other
@@ -57,7 +57,29 @@ class SparseAdam(Optimizer):
                 state["exp_avg"] = api.zeros_like(param)
                 state["exp_avg_sq"] = api.zeros_like(param)
             state["step"] += 1
-            _lazy_adam_update(param, grad, state, lr, (beta1, beta2), eps)
+            if grad.is_sparse:
+                _sparse_adam_update(param, grad, state, lr, (beta1, beta2), eps)
+            else:
+                _lazy_adam_update(param, grad, state, lr, (beta1, beta2), eps)
+
+
+def _sparse_adam_update(param, grad, state: dict, lr, betas, eps: float) -> None:
+    """PyTorch's SparseAdam step for a sparse gradient: its arithmetic, in its order, at the
+    gradient's (coalesced) indices; the other entries and their moments stay as they are."""
+    exp_avg, exp_avg_sq, step = state["exp_avg"], state["exp_avg_sq"], state["step"]
+    beta1, beta2 = betas
+    grad = grad.coalesce()
+    where = tuple(grad._indices())
+    values = grad._values()
+    old_avg, old_sq = exp_avg[where], exp_avg_sq[where]
+    avg_update = values.sub(old_avg).mul_(1 - beta1)
+    sq_update = values.pow(2).sub_(old_sq).mul_(1 - beta2)
+    exp_avg.index_put_(where, avg_update, accumulate=True)
+    exp_avg_sq.index_put_(where, sq_update, accumulate=True)
+    numer = avg_update.add_(old_avg)
+    denom = sq_update.add_(old_sq).sqrt_().add_(eps)
+    step_size = lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
+    param.index_put_(where, numer.div_(denom).mul(-step_size), accumulate=True)
 
 
 def _touched_rows(grad: Tensor) -> Tensor:

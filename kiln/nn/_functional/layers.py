@@ -13,6 +13,7 @@ from ...ops.core.common import in_suggested_format
 from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
 from ...ops.shape import padding as _padding
+from ...ops.sparse.functions import embedding_sparse
 from ...runtime.tensor import Tensor
 from .distances import safe_vector_norm
 
@@ -38,10 +39,10 @@ def embedding(
             padding_idx = num + padding_idx
     else:
         padding_idx = -1
-    if sparse:
-        raise NotImplementedError("kiln has no sparse tensors: use sparse=False")
     if max_norm is not None:
         _embedding_renorm_(weight, input, max_norm, norm_type)
+    if sparse and weight.requires_grad:
+        return embedding_sparse(weight, input, padding_idx, scale_grad_by_freq)
     return OPS["embedding"](weight, input, padding_idx, scale_grad_by_freq, sparse)
 
 

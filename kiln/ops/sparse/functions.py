@@ -558,6 +558,39 @@ def _sum(t, dim=None, keepdim=False, *, dtype=None):
     return sparse_sum(t, dim, dtype)
 
 
+class EmbeddingSparse(Function):
+    @staticmethod
+    def forward(ctx, weight: Tensor, indices: Tensor, padding_idx: int, scale_grad_by_freq: bool):
+        from ..core.registry import OPS
+
+        ctx.weight_shape, ctx.padding_idx = weight._shape, padding_idx
+        ctx.indices, ctx.scale = indices._check_data("look up").reshape(-1), scale_grad_by_freq
+        return OPS["embedding"](weight, indices, padding_idx, scale_grad_by_freq, False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        rows = ctx.indices.astype(np.int64)
+        values_ = grad._check_data("read").reshape(len(rows), *ctx.weight_shape[1:])
+        if ctx.scale:
+            raise RuntimeError(
+                "embedding_backward: scale_grad_by_freq not supported with sparse gradients"
+            )
+        keep = rows != ctx.padding_idx
+        rows, values_ = rows[keep], values_[keep]
+        out = make_sparse(
+            _wrap(rows[None], dt.int64),
+            _wrap(values_.astype(values_.dtype, copy=True), grad._dtype),
+            ctx.weight_shape,
+        )
+        return out, None, None, None
+
+
+def embedding_sparse(weight: Tensor, indices: Tensor, padding_idx: int, scale_grad_by_freq: bool):
+    """``F.embedding(sparse=True)``: the dense lookup, whose gradient to ``weight`` is a sparse
+    tensor of the looked-up rows (uncoalesced, the padding index left out), as PyTorch's."""
+    return EmbeddingSparse.apply(weight, indices, padding_idx, scale_grad_by_freq)
+
+
 # the dense ops a sparse argument may reach, by op name (anything else: NotImplementedError)
 SPARSE_OPS = {
     "mm": _mm,

@@ -1,0 +1,79 @@
+"""Sparse gradients against PyTorch: ``nn.Embedding(sparse=True)``'s, and the optimizers that
+take them (SGD, SparseAdam)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from tests.oracle import needs_torch, torch
+
+pytestmark = needs_torch
+
+LOOKUPS = [[1, 2, 4, 1], [0, 4, 9, 3]]
+
+
+def _embedding(lib, **options):
+    emb = lib.nn.Embedding(10, 3, sparse=True, **options)
+    with lib.no_grad():
+        emb.weight.copy_(lib.from_numpy(np.linspace(-1, 1, 30, dtype=np.float32).reshape(10, 3)))
+    return emb
+
+
+@pytest.mark.parametrize("options", [{}, {"padding_idx": 0}])
+def test_embedding_gradient_is_sparse_as_pytorchs(options):
+    grads = []
+    for lib in (kiln, torch):
+        emb = _embedding(lib, **options)
+        (emb(lib.tensor(LOOKUPS)) ** 2).sum().backward()
+        grads.append(emb.weight.grad)
+    k, t = grads
+    assert k.is_sparse and t.is_sparse and k._nnz() == t._nnz()
+    np.testing.assert_allclose(k.to_dense().numpy(), t.to_dense().numpy(), rtol=1e-6)
+
+
+def test_scale_grad_by_freq_with_sparse_gradients_is_pytorchs_error():
+    for lib in (kiln, torch):
+        emb = _embedding(lib, scale_grad_by_freq=True)
+        with pytest.raises(RuntimeError, match="scale_grad_by_freq not supported with sparse"):
+            emb(lib.tensor(LOOKUPS)).sum().backward()
+
+
+def test_functional_embedding_sparse_gradient():
+    grads = []
+    for lib in (kiln, torch):
+        weight = lib.ones(5, 2, requires_grad=True)
+        lib.nn.functional.embedding(lib.tensor([0, 3, 3]), weight, sparse=True).sum().backward()
+        grads.append(weight.grad)
+    assert grads[0].is_sparse
+    np.testing.assert_array_equal(grads[0].to_dense().numpy(), grads[1].to_dense().numpy())
+
+
+@pytest.mark.parametrize(
+    "name, options",
+    [("SGD", {"lr": 0.1}), ("SparseAdam", {"lr": 0.1}), ("SparseAdam", {"maximize": True})],
+)
+def test_optimizer_trajectory_with_sparse_gradients_matches_pytorch(name, options):
+    weights = []
+    for lib in (kiln, torch):
+        emb = _embedding(lib, padding_idx=0)
+        optimizer = getattr(lib.optim, name)(emb.parameters(), **options)
+        for step in range(4):
+            optimizer.zero_grad()
+            lookups = lib.tensor(LOOKUPS) if step % 2 else lib.tensor([[5, 6, 5]])
+            (emb(lookups) ** 2).sum().backward()
+            optimizer.step()
+        weights.append(emb.weight.detach().numpy())
+    np.testing.assert_allclose(weights[0], weights[1], rtol=1e-6, atol=1e-7)
+
+
+def test_sparse_gradient_accumulates_over_two_backward_passes():
+    grads = []
+    for lib in (kiln, torch):
+        emb = _embedding(lib)
+        for lookups in ([1, 2], [2, 7]):
+            emb(lib.tensor(lookups)).sum().backward()
+        grads.append(emb.weight.grad)
+    assert grads[0].is_sparse
+    np.testing.assert_array_equal(grads[0].to_dense().numpy(), grads[1].to_dense().numpy())
