@@ -133,6 +133,9 @@ class OutputGraph:
         state = per_thread.state  # the capturing thread's: the frame was called in it
         self.grad_enabled = state.grad_enabled
         self.entry_grad_enabled = self.grad_enabled  # the mode the frame was called in
+        # inside a captured ``inference_mode()`` block: what is_inference_mode_enabled() reads
+        # there (the graph's ops run as under no_grad, as torch.compile's do)
+        self.inference_mode = state.inference_mode
         # the autocast configuration ops are traced under; the graph records their casts
         self.autocast = state.autocast
         self._autocast_at_entry = self.autocast

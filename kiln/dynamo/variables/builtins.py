@@ -15,7 +15,7 @@ from typing import Any
 
 from ...autograd.engine import backward as autograd_backward
 from ...autograd.engine import grad as autograd_grad
-from ...autograd.grad_mode import is_grad_enabled
+from ...autograd.grad_mode import is_grad_enabled, is_inference_mode_enabled
 from ...runtime.compiling import is_compiling
 from ...runtime.symbolic import SymInt
 from ...utils.checkpoint import checkpoint, checkpoint_sequential
@@ -486,6 +486,13 @@ def _math(tx, fn, args, kwargs):
 def _is_grad_enabled(tx, fn, args, kwargs):
     """The grad mode where the call is in the captured code (not the mode capture runs in)."""
     return ConstantVariable(tx.output.grad_enabled)
+
+
+@_handles(is_inference_mode_enabled)
+def _is_inference_mode_enabled(tx, fn, args, kwargs):
+    """Whether the call is inside an ``inference_mode()`` block of the captured code (or the
+    frame was called in one)."""
+    return ConstantVariable(tx.output.inference_mode)
 
 
 @_handles(functools.reduce)

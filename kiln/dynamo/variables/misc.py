@@ -344,10 +344,13 @@ class GradModeVariable(VariableTracker):
 
     def enter(self, tx) -> VariableTracker:
         prev = tx.output.grad_enabled
+        inference = tx.output.inference_mode
+        if self.cls.__name__ == "inference_mode":
+            tx.output.inference_mode = not self.target
         if self.restore_on_exit is None:
             tx.output.set_grad_enabled(self.target)
-            return WithExitVariable(self, prev)
-        return WithExitVariable(self, self.restore_on_exit)
+            return WithExitVariable(self, prev, inference)
+        return WithExitVariable(self, self.restore_on_exit, inference)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if name in ("clone", "__enter__"):
@@ -459,12 +462,15 @@ class WithExitVariable(VariableTracker):
     at a graph break, it is handed to the resume function as a ``GradModeExit``, which capture
     of the resume function turns back into this variable."""
 
-    def __init__(self, ctx: GradModeVariable | None, restore: bool):
+    def __init__(self, ctx: GradModeVariable | None, restore: bool, inference: bool | None = None):
         self.ctx = ctx
         self.restore = restore
+        self.inference = inference  # the inference-mode flag the block was entered with
 
     def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
         tx.output.set_grad_enabled(self.restore)
+        if self.inference is not None:
+            tx.output.inference_mode = self.inference
         return ConstantVariable(None)
 
     def reconstruct(self, cg) -> None:
