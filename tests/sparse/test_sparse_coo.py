@@ -97,6 +97,9 @@ def test_sum_of_two_sparse_tensors_and_with_a_dense_one():
     _close(k - k * 2, t - t * 2)
     _close(kiln.add(kiln.tensor(dense), k), torch.add(torch.tensor(dense), t))
     _close(kiln.tensor(dense) + k, torch.tensor(dense) + t)
+    for lib, sparse in ((torch, t), (kiln, k)):
+        with pytest.raises(RuntimeError, match=r"add\(sparse, dense\) is not supported"):
+            sparse + lib.tensor(dense)
 
 
 @pytest.mark.parametrize("dim", [None, 0, 1, (0, 1)])

@@ -52,7 +52,13 @@ def test_functional_embedding_sparse_gradient():
 
 @pytest.mark.parametrize(
     "name, options",
-    [("SGD", {"lr": 0.1}), ("SparseAdam", {"lr": 0.1}), ("SparseAdam", {"maximize": True})],
+    [
+        ("SGD", {"lr": 0.1}),
+        ("SGD", {"lr": 0.1, "momentum": 0.9}),
+        ("SGD", {"lr": 0.1, "momentum": 0.9, "nesterov": True}),
+        ("SparseAdam", {"lr": 0.1}),
+        ("SparseAdam", {"maximize": True}),
+    ],
 )
 def test_optimizer_trajectory_with_sparse_gradients_matches_pytorch(name, options):
     weights = []

@@ -341,6 +341,16 @@ def mul(a, b) -> SparseTensor:
     return Scale.apply(a, factor)
 
 
+def mul_(t: Tensor, factor) -> SparseTensor:
+    """In place: a sparse tensor's values scaled (SGD's momentum buffer of a sparse gradient)."""
+    if not isinstance(t, SparseTensor):
+        raise NotImplementedError("mul_: a dense tensor times a sparse one, in place")
+    factor = _scalar(factor, "mul_")
+    _check_no_history(t, factor if isinstance(factor, Tensor) else t, "mul_")
+    t._sparse_values = _wrap(t._sparse_values._data * factor, t._dtype)
+    return t
+
+
 def neg(t: SparseTensor) -> SparseTensor:
     return Scale.apply(t, -1)
 
@@ -388,32 +398,34 @@ def _check_same_shape(a: Tensor, b: Tensor, name: str) -> None:
 
 
 def add(a, b, alpha=1) -> Tensor:
-    """sparse + sparse (sparse, uncoalesced), dense + sparse and sparse + dense (dense)."""
+    """sparse + sparse (sparse, uncoalesced) and dense + sparse (dense), as PyTorch's."""
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
         raise NotImplementedError("add: a sparse tensor and a number (use values() and rebuild)")
     _check_same_shape(a, b, "add")
     if isinstance(a, SparseTensor) and isinstance(b, SparseTensor):
         return SparseAdd.apply(a, b, alpha)
-    if isinstance(b, SparseTensor):
-        return DenseAddSparse.apply(a, b, alpha)
-    if alpha != 1:
-        return DenseAddSparse.apply(a * alpha, b, 1)
-    return DenseAddSparse.apply(b, a, 1)
+    if isinstance(a, SparseTensor):
+        raise RuntimeError("add(sparse, dense) is not supported. Use add(dense, sparse) instead.")
+    return DenseAddSparse.apply(a, b, alpha)
 
 
 def sub(a, b, alpha=1) -> Tensor:
     return add(a, b, -alpha)
 
 
-def add_(a: Tensor, b: Tensor, alpha=1) -> Tensor:
-    """In place: a sparse ``a`` gains ``b``'s entries; a dense ``a`` adds ``b``'s values in (how
-    gradients accumulate into ``.grad``)."""
-    _check_same_shape(a, b, "add_")
+def _check_no_history(a: Tensor, b: Tensor, name: str) -> None:
     if a._requires_grad or b._requires_grad:
         from ...runtime.state import per_thread
 
         if per_thread.state.grad_enabled:
-            raise NotImplementedError("add_: in-place sparse addition with autograd")
+            raise NotImplementedError(f"{name}: an in-place sparse op with autograd")
+
+
+def add_(a: Tensor, b: Tensor, alpha=1) -> Tensor:
+    """In place: a sparse ``a`` gains ``b``'s entries; a dense ``a`` adds ``b``'s values in (how
+    gradients accumulate into ``.grad``)."""
+    _check_same_shape(a, b, "add_")
+    _check_no_history(a, b, "add_")
     if isinstance(a, SparseTensor):
         if not isinstance(b, SparseTensor):
             raise RuntimeError("add_: a sparse tensor cannot gain a dense tensor in place")
@@ -599,6 +611,7 @@ SPARSE_OPS = {
     "sub": sub,
     "add_": add_,
     "mul": mul,
+    "mul_": mul_,
     "neg": neg,
     "sum": _sum,
     "clone": clone,
