@@ -108,6 +108,8 @@ def is_kiln_function(fn: Any) -> bool:
 def wrap(output, value: Any, source: Source | None) -> VariableTracker:
     """The variable for ``value`` read from ``source`` (None: a value fixed at capture time)."""
     if isinstance(value, Tensor):
+        if value.is_sparse:  # no graph op takes one: what reads it breaks the graph
+            return _opaque(output, value, source)
         return output.input_tensor(value, source)
     if value.__class__ is int and source is not None:
         symbolic = output.symbolic_int(value, source)  # an int that changes between calls
