@@ -35,10 +35,11 @@ _EAGER = (8, 4, 2, 3)
 
 
 def _kernels(tiles=None):
-    """The loops for ``tiles`` (eager's when None or equal to them), or None without LLVM."""
-    kernels = machine_code.get("convolution")
-    if kernels is None or tiles is None:
-        return kernels
+    """The loops for ``tiles`` (eager's when None), or None without LLVM. Another tile's loops
+    are compiled kernels of their own (``_tiles`` gave it only where they exist): eager mode's
+    module, every eager tile compiled at once, is not built for them."""
+    if tiles is None:
+        return machine_code.get("convolution")
     return machine_code.get("convolution_tiles")
 
 

@@ -499,3 +499,29 @@ def test_whole_block_loops_give_the_general_loops_bits(tiles):
     np.testing.assert_array_equal(results[0][1], results[1][1])
     expected = conv_direct.forward(a, w, (1, 1), [(1, 1), (1, 1)], (11, 32))[0]
     np.testing.assert_allclose(results[1][0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_graph_of_wide_tiles_does_not_build_eager_modes_loops(monkeypatch):
+    """AVX-512's tiles are kernels of their own: compiling and running a graph with them
+    (forward and both gradients) never builds eager mode's module, whose every tile compiles
+    at once (a second of a cold compile's critical path)."""
+    from kiln.runtime import machine_code
+
+    monkeypatch.setattr(convolution_lowering, "TILES", "wide")
+    built = []
+    loader = machine_code._loaders["convolution"]
+    monkeypatch.setitem(machine_code._loaders, "convolution", lambda: built.append(1) or loader())
+    monkeypatch.delitem(machine_code._built, "convolution", raising=False)
+    case = ((2, 8, 18, 20), 16, 3, 1, 1)
+    arrays = _inputs(case, 5)
+
+    def fn(x, w, b):
+        return F.conv2d(x.relu(), w, b, 1, 1).tanh()
+
+    got, grads, externs = _run_kiln(fn, arrays, compiled=True)
+    assert "conv2d_direct_out" in externs and "conv2d_weight_grad_out" in externs, externs
+    assert built == []
+    eager, eager_grads, _ = _run_kiln(fn, arrays, compiled=False)
+    assert_close(got, eager, rtol=1e-5, atol=1e-5)
+    for g, e in zip(grads, eager_grads):
+        assert_close(g, e, rtol=1e-4, atol=1e-4)

@@ -442,7 +442,7 @@ def _direct(spec: _Spec) -> TensorBox | None:
         or spec.groups != 1
         or spec.dtype is not dt.float32
         or spec.w.dtype is not dt.float32
-        or machine_code.get("convolution") is None
+        or not _loops_built()
     ):
         return None
     # image sizes may be symbolic (a graph compiled for every size): the loops take their
@@ -451,6 +451,18 @@ def _direct(spec: _Spec) -> TensorBox | None:
     if all(s.__class__ is int for s in spec.kernel + spec.weight_shape[2:]):
         forward = _direct_forward(spec)
     return forward or _direct_weight_grad(spec)
+
+
+def _loops_built() -> bool:
+    """Whether the direct loops have machine code for the tiles this host's graphs take. The
+    AVX-512 tiles are kernels compiled in the background (``CompiledTiles``), so eager mode's
+    module (every eager tile's loops in one, compiled at once: 1.0 s with an empty cache, load
+    3) is built here only where the graphs run eager's tiles (AVX2 hosts); a compile asking
+    for it on an AVX-512 host waited that long on the lowering's thread for loops it never
+    calls."""
+    if _wide():
+        return machine_code.get("convolution_tiles") is not None
+    return machine_code.get("convolution") is not None
 
 
 def _direct_forward(spec: _Spec) -> TensorBox | None:
