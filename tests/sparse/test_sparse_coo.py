@@ -90,6 +90,17 @@ def test_transpose_clone_detach_scale_and_negate():
     _close(-k, -t)
 
 
+def test_dtype_conversion_keeps_the_layout_and_passes_gradients_back():
+    k, t = _pair(requires_grad=True)
+    kd, td = k.double(), t.double()
+    assert kd.is_sparse and kd.dtype is kiln.float64 and k.to("cpu") is k
+    _close(kd, td)
+    kiln.sparse.sum(kd * 3).backward()
+    torch.sparse.sum(td * 3).backward()
+    assert k.grad.dtype is kiln.float32
+    _close(k.grad, t.grad)
+
+
 def test_sum_of_two_sparse_tensors_and_with_a_dense_one():
     k, t = _pair()
     dense = np.arange(9, dtype=np.float32).reshape(3, 3)

@@ -487,7 +487,7 @@ def sparse_sum(t: SparseTensor, dim=None, dtype=None) -> Tensor:
     if not isinstance(t, SparseTensor):
         return t.sum() if dim is None else t.sum(dim)
     if dtype is not None:
-        t = Scale.apply(t, 1) if dtype is t._dtype else _cast(t, dtype)
+        t = _cast(t, dtype)
     if dim is None:
         return SparseSum.apply(t)
     dims = sorted({d % len(t._shape) for d in ((dim,) if isinstance(dim, int) else dim)})
@@ -523,8 +523,21 @@ class SparseSumDims(Function):
         return make_sparse(pattern._sparse_indices, values_grad, pattern._shape, True), None
 
 
+class Cast(Function):
+    @staticmethod
+    def forward(ctx, t: SparseTensor, dtype):
+        ctx.dtype = t._dtype
+        values_ = t._sparse_values.to(dtype)
+        return make_sparse(t._sparse_indices, values_, t._shape, t._coalesced)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.to(ctx.dtype), None
+
+
 def _cast(t: SparseTensor, dtype) -> SparseTensor:
-    return make_sparse(t._sparse_indices, t._sparse_values.to(dtype), t._shape, t._coalesced)
+    """``t.to(dtype)`` (``float()``, ``double()``...): the values converted."""
+    return t if dtype is t._dtype else Cast.apply(t, dtype)
 
 
 class Clone(Function):
@@ -615,6 +628,7 @@ SPARSE_OPS = {
     "neg": neg,
     "sum": _sum,
     "clone": clone,
+    "convert_element_type": _cast,
 }
 
 
