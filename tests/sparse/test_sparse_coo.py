@@ -176,6 +176,22 @@ def test_sparse_dense_product_and_gradients(how):
     _close(k.grad, t.grad, 1e-5)
 
 
+@pytest.mark.parametrize("how", ["sparse.mm", "mm", "matmul"])
+def test_dense_sparse_product_and_gradients(how):
+    rng = np.random.default_rng(3)
+    d = rng.standard_normal((2, 3)).astype(np.float32)
+    results = []
+    for lib in (kiln, torch):
+        sparse = lib.sparse_coo_tensor(INDICES, VALUES, (3, 3), requires_grad=True)
+        dense = lib.tensor(d, requires_grad=True)
+        fn = {"sparse.mm": lib.sparse.mm, "mm": lib.mm, "matmul": lib.matmul}[how]
+        out = fn(dense, sparse)
+        (out * lib.arange(6.0).view(2, 3)).sum().backward()
+        results.append((out, dense.grad, sparse.grad))
+    for ours, theirs in zip(*results):
+        _close(ours, theirs, 1e-5)
+
+
 def test_gradient_reaches_values_through_the_constructor():
     rng = np.random.default_rng(1)
     d = rng.standard_normal((3, 2)).astype(np.float32)

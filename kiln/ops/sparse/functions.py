@@ -296,13 +296,16 @@ class SparseDenseMm(Function):
         return grad_sparse, grad_dense, None
 
 
-def sparse_mm(t: SparseTensor, dense: Tensor, *, sparse_grad: bool = False, name="mm") -> Tensor:
-    """``sparse @ dense`` (dense result). ``sparse_grad``: the sparse operand's gradient is
-    sparse (``kiln.sparse.mm``), else dense (``kiln.mm``), as PyTorch's."""
+def sparse_mm(t: Tensor, dense: Tensor, *, sparse_grad: bool = False, name="mm") -> Tensor:
+    """``sparse @ dense`` or ``dense @ sparse`` (dense result; the second as the transpose of
+    the first). ``sparse_grad``: the sparse operand's gradient is sparse (``kiln.sparse.mm``),
+    else dense (``kiln.mm``), as PyTorch's."""
     if not isinstance(t, SparseTensor):
-        raise NotImplementedError(
-            f"{name}: a dense first operand with a sparse second is not implemented by kiln"
-        )
+        if dense.dim() != 2 or t.dim() != 2:
+            raise RuntimeError(
+                f"{name}: expected 2-d matrices, got {t.dim()}-d and {dense.dim()}-d"
+            )
+        return sparse_mm(transpose(dense), t.t(), sparse_grad=sparse_grad, name=name).t()
     _check_mm(t, dense, name)
     return SparseDenseMm.apply(t, dense, sparse_grad)
 
@@ -562,7 +565,7 @@ def detach(t: SparseTensor) -> SparseTensor:
 
 def spmm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002 - PyTorch's name
     """``torch.spmm``: ``mm`` whose first operand may be sparse (dense gradient to it)."""
-    if isinstance(input, SparseTensor):
+    if isinstance(input, SparseTensor) or isinstance(mat2, SparseTensor):
         return sparse_mm(input, mat2, name="spmm")
     from ..core.registry import OPS
 
