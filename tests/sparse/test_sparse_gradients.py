@@ -36,8 +36,10 @@ def test_embedding_gradient_is_sparse_as_pytorchs(options):
 def test_scale_grad_by_freq_with_sparse_gradients_is_pytorchs_error():
     for lib in (kiln, torch):
         emb = _embedding(lib, scale_grad_by_freq=True)
-        with pytest.raises(RuntimeError, match="scale_grad_by_freq not supported with sparse"):
-            emb(lib.tensor(LOOKUPS)).sum().backward()
+        bag = lib.nn.EmbeddingBag(10, 3, sparse=True, scale_grad_by_freq=True)
+        for module in (emb, bag):
+            with pytest.raises(RuntimeError, match="scale_grad_by_freq not supported with sparse"):
+                module(lib.tensor(LOOKUPS)).sum().backward()
 
 
 def test_functional_embedding_sparse_gradient():
@@ -83,3 +85,28 @@ def test_sparse_gradient_accumulates_over_two_backward_passes():
         grads.append(emb.weight.grad)
     assert grads[0].is_sparse
     np.testing.assert_array_equal(grads[0].to_dense().numpy(), grads[1].to_dense().numpy())
+
+
+BAG_CASES = [
+    {"mode": "mean"},
+    {"mode": "sum", "padding_idx": 2},
+    {"mode": "sum", "per_sample_weights": True},
+]
+
+
+@pytest.mark.parametrize("case", BAG_CASES, ids=[str(c) for c in BAG_CASES])
+def test_embedding_bag_gradient_is_sparse_as_pytorchs(case):
+    case = dict(case)
+    weighted = case.pop("per_sample_weights", False)
+    grads = []
+    for lib in (kiln, torch):
+        bag = lib.nn.EmbeddingBag(6, 2, sparse=True, **case)
+        with lib.no_grad():
+            bag.weight.copy_(lib.arange(12.0).view(6, 2) / 10)
+        extra = {"per_sample_weights": lib.tensor([1.0, 2, 3, 4, 5])} if weighted else {}
+        out = bag(lib.tensor([1, 2, 4, 1, 3]), lib.tensor([0, 2]), **extra)
+        (out * lib.tensor([[1.0, 2.0], [3.0, 4.0]])).sum().backward()
+        grads.append(bag.weight.grad)
+    assert grads[0].is_sparse and grads[1].is_sparse
+    assert grads[0]._nnz() == grads[1]._nnz()
+    np.testing.assert_allclose(grads[0].to_dense().numpy(), grads[1].to_dense().numpy(), rtol=1e-6)

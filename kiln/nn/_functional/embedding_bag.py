@@ -13,6 +13,7 @@ from ...autograd.grad_mode import is_grad_enabled
 from ...ops import OPS
 from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
+from ...ops.sparse.functions import embedding_sparse
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .layers import _embedding_renorm_
@@ -127,8 +128,6 @@ def embedding_bag(
         raise ValueError("max mode does not support scaling the gradient by the frequency")
     if mode == "max" and sparse:
         raise ValueError("max mode does not support sparse weights")
-    if sparse:
-        raise NotImplementedError("kiln has no sparse tensors: use sparse=False")
     num_weights = weight.shape[0]
     if padding_idx is not None:
         if not -num_weights <= padding_idx < num_weights:
@@ -152,9 +151,11 @@ def embedding_bag(
     if padding_idx is not None:
         keep = keep & (input != padding_idx)
     bag = OPS["where"](keep, bag, num_bags).to(dt.int64)
-    rows = OPS["embedding"](
-        weight, input, -1 if padding_idx is None else padding_idx, scale_grad_by_freq, False
-    )
+    lookup_padding = -1 if padding_idx is None else padding_idx
+    if sparse and weight.requires_grad:
+        rows = embedding_sparse(weight, input, lookup_padding, scale_grad_by_freq)
+    else:
+        rows = OPS["embedding"](weight, input, lookup_padding, scale_grad_by_freq, False)
     dim = weight.shape[1]
     zeros = OPS["full"]((num_bags + 1, dim), 0, dtype=weight.dtype, device=weight.device)
     if mode == "max":

@@ -597,12 +597,12 @@ class EmbeddingSparse(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        rows = ctx.indices.astype(np.int64)
-        values_ = grad._check_data("read").reshape(len(rows), *ctx.weight_shape[1:])
         if ctx.scale:
             raise RuntimeError(
                 "embedding_backward: scale_grad_by_freq not supported with sparse gradients"
             )
+        rows = ctx.indices.astype(np.int64)
+        values_ = grad._check_data("read").reshape(len(rows), *ctx.weight_shape[1:])
         keep = rows != ctx.padding_idx
         rows, values_ = rows[keep], values_[keep]
         out = make_sparse(
@@ -614,8 +614,9 @@ class EmbeddingSparse(Function):
 
 
 def embedding_sparse(weight: Tensor, indices: Tensor, padding_idx: int, scale_grad_by_freq: bool):
-    """``F.embedding(sparse=True)``: the dense lookup, whose gradient to ``weight`` is a sparse
-    tensor of the looked-up rows (uncoalesced, the padding index left out), as PyTorch's."""
+    """``F.embedding(sparse=True)`` and the lookup of ``F.embedding_bag(sparse=True)``: the
+    dense lookup, whose gradient to ``weight`` is a sparse tensor of the looked-up rows
+    (uncoalesced, the padding index left out), as PyTorch's."""
     return EmbeddingSparse.apply(weight, indices, padding_idx, scale_grad_by_freq)
 
 
