@@ -278,6 +278,17 @@ def rebuild_device_tensor(data, dtype, device_name, requires_grad):
     return _with_grad(data.to(dtype=dtype).to(target), requires_grad)
 
 
+def rebuild_sparse_tensor(layout, data):
+    """``torch._utils._rebuild_sparse_tensor``: a COO tensor from (indices, values, size[,
+    is_coalesced]); the compressed layouts kiln lacks are an error."""
+    if layout is not layouts.sparse_coo:
+        raise RuntimeError(f"kiln.load: sparse layout {layout} is not supported (COO only)")
+    from ..ops.sparse.functions import sparse_coo_tensor
+
+    indices, values, size, *rest = data
+    return sparse_coo_tensor(indices, values, size, is_coalesced=rest[0] if rest else None)
+
+
 def get_layout(name: str):
     """``torch.serialization._get_layout``: ``'torch.strided'`` to the layout object."""
     found = getattr(layouts, str(name).rpartition(".")[2], None)
@@ -314,7 +325,7 @@ def _table() -> dict[str, object]:
         "torch._utils._rebuild_device_tensor_from_numpy": rebuild_device_tensor,
         "torch._tensor._rebuild_from_type_v2": rebuild_from_type_v2,
         "torch._utils._rebuild_qtensor": Unsupported(_QUANTIZED),
-        "torch._utils._rebuild_sparse_tensor": Unsupported("sparse tensors (kiln is strided only)"),
+        "torch._utils._rebuild_sparse_tensor": rebuild_sparse_tensor,
         "torch._utils._rebuild_nested_tensor": Unsupported("nested tensors"),
         "torch._utils._rebuild_wrapper_subclass": Unsupported("wrapper tensor subclasses"),
         # kiln's own names, in checkpoints written by kiln before it wrote PyTorch's format

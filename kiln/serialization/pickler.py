@@ -31,6 +31,7 @@ __all__ = ["StoragePlan", "CheckpointPickler", "pickle_checkpoint"]
 _REBUILD_TENSOR = TorchName("torch._utils", "_rebuild_tensor_v2")
 _REBUILD_PARAMETER = TorchName("torch._utils", "_rebuild_parameter")
 _REBUILD_META = TorchName("torch._utils", "_rebuild_meta_tensor_no_storage")
+_REBUILD_SPARSE = TorchName("torch._utils", "_rebuild_sparse_tensor")
 _TORCH_SIZE = TorchName("torch", "Size")
 _TORCH_DEVICE = TorchName("torch", "device")
 _GET_LAYOUT = TorchName("torch.serialization", "_get_layout")
@@ -220,6 +221,9 @@ class CheckpointPickler(pickle._Pickler):  # the Python pickler: its dispatch ta
         if cls is _TensorData:
             return self._reduce_tensor(obj.tensor, False)
         if isinstance(obj, Tensor):
+            if obj.is_sparse:  # PyTorch's record: (layout, (indices, values, size, coalesced))
+                parts = (obj._indices(), obj._values().detach(), obj.shape, obj.is_coalesced())
+                return (_REBUILD_SPARSE, (obj.layout, parts))
             if getattr(obj, "_is_param", False):
                 hooks = OrderedDict()
                 return (_REBUILD_PARAMETER, (_TensorData(obj), obj.requires_grad, hooks))

@@ -8,6 +8,8 @@ tensor of shape (sparse_dim, nnz), ``values`` one of shape (nnz, *dense_shape), 
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from ...runtime import dtypes as dt
@@ -62,6 +64,29 @@ class SparseTensor(Tensor):
         # in-place version counting and saved-tensor checks follow the values' storage
         return self._sparse_values._get_storage()
 
+    def __reduce_ex__(self, protocol):
+        parts = (self._sparse_indices, self._sparse_values.detach(), self._shape, self._coalesced)
+        return (rebuild_sparse, (*parts, self._requires_grad))
+
+    def __deepcopy__(self, memo):
+        """A leaf's deep copy, as PyTorch's: indices and values copied, with ``requires_grad``
+        and ``.grad``."""
+        if id(self) in memo:
+            return memo[id(self)]
+        if self.grad_fn is not None:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                "protocol at the moment."
+            )
+        indices = copy.deepcopy(self._sparse_indices, memo)
+        values = copy.deepcopy(self._sparse_values.detach(), memo)
+        result = make_sparse(indices, values, self._shape, self._coalesced)
+        result._requires_grad = self._requires_grad
+        memo[id(self)] = result
+        if self._grad is not None:
+            result._grad = copy.deepcopy(self._grad, memo)
+        return result
+
     def _check_data(self, what: str):
         raise NotImplementedError(
             f"cannot {what} a tensor of layout kiln.sparse_coo: call .to_dense() first"
@@ -82,6 +107,13 @@ def make_sparse(indices: Tensor, values: Tensor, shape, coalesced: bool = False)
     t._sparse_indices = indices
     t._sparse_values = values
     t._coalesced = coalesced
+    return t
+
+
+def rebuild_sparse(indices, values, shape, coalesced: bool, requires_grad: bool):
+    """Unpickling a sparse tensor (``SparseTensor.__reduce_ex__``)."""
+    t = make_sparse(indices, values, shape, coalesced)
+    t._requires_grad = requires_grad
     return t
 
 
