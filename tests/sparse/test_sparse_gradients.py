@@ -110,3 +110,16 @@ def test_embedding_bag_gradient_is_sparse_as_pytorchs(case):
     assert grads[0].is_sparse and grads[1].is_sparse
     assert grads[0]._nnz() == grads[1]._nnz()
     np.testing.assert_allclose(grads[0].to_dense().numpy(), grads[1].to_dense().numpy(), rtol=1e-6)
+
+
+def test_zero_grad_keeping_a_sparse_gradient_empties_it():
+    nnz = []
+    for lib in (kiln, torch):
+        emb = _embedding(lib)
+        emb(lib.tensor([1, 2])).sum().backward()
+        assert emb.weight.grad.data.is_sparse
+        lib.optim.SGD(emb.parameters(), lr=0.1).zero_grad(set_to_none=False)
+        nnz.append((emb.weight.grad.is_sparse, emb.weight.grad._nnz()))
+        emb(lib.tensor([3])).sum().backward()
+        nnz.append(emb.weight.grad.to_dense().sum().item())
+    assert nnz[:2] == nnz[2:] and nnz[0] == (True, 0)

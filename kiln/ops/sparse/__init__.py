@@ -20,6 +20,7 @@ _METHODS = {
     "t": functions.transpose,
     "transpose": functions.transpose,
     "detach": functions.detach,
+    "zero_": functions.zero_,
     "clone": functions.clone,
     "to_sparse": dense_to_sparse,
     "to_sparse_coo": dense_to_sparse,
@@ -29,3 +30,4 @@ _METHODS = {
 for _name, _method in _METHODS.items():
     setattr(SparseTensor, _name, _method)
 SparseTensor.T = property(functions.transpose)
+SparseTensor.data = property(functions.detach)

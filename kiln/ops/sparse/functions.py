@@ -559,6 +559,14 @@ def clone(t: SparseTensor, *, memory_format=None) -> SparseTensor:
     return Clone.apply(t)
 
 
+def zero_(t: SparseTensor) -> SparseTensor:
+    """In place: no entries left (``zero_grad(set_to_none=False)`` on a sparse gradient)."""
+    t._sparse_indices = _wrap(np.zeros((t.sparse_dim(), 0), np.int64), dt.int64)
+    t._sparse_values = _wrap(t._sparse_values._data[:0].copy(), t._dtype)
+    t._coalesced = True
+    return t
+
+
 def detach(t: SparseTensor) -> SparseTensor:
     return make_sparse(t._sparse_indices, t._sparse_values.detach(), t._shape, t._coalesced)
 
