@@ -67,3 +67,57 @@ def test_sparse_global_read_by_compiled_code():
     x = kiln.randn(3, 4)
     compiled = _compiled_without_internal_errors(propagate, x)
     np.testing.assert_allclose(compiled.numpy(), propagate(x).numpy(), rtol=1e-6)
+
+
+class _SparseLookups(kiln.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = kiln.nn.Embedding(10, 4, sparse=True)
+        self.bag = kiln.nn.EmbeddingBag(10, 4, sparse=True)
+        self.linear = kiln.nn.Linear(4, 2)
+
+    def forward(self, lookups):
+        rows = self.embedding(lookups).relu() + self.bag(lookups)[:, None]
+        return self.linear(rows).sum()
+
+
+def _dense(grad):
+    return (grad.to_dense() if grad.is_sparse else grad).numpy()
+
+
+def test_sparse_embedding_gradients_of_a_compiled_module_equal_eager():
+    kiln.manual_seed(0)
+    model, lookups = _SparseLookups(), kiln.tensor([[1, 2, 3], [4, 1, 9]])
+    model(lookups).backward()
+    eager = {name: _dense(p.grad).copy() for name, p in model.named_parameters()}
+    model.zero_grad()
+    _compiled_without_internal_errors(model, lookups).backward()
+    for name, param in model.named_parameters():
+        assert param.grad.is_sparse == (name != "linear.weight" and name != "linear.bias")
+        np.testing.assert_allclose(_dense(param.grad), eager[name], rtol=1e-6)
+
+
+def test_compiled_sparse_adam_step_equals_eager():
+    weights = []
+    for compiled in (False, True):
+        kiln.manual_seed(0)
+        model = _SparseLookups()
+        optimizer = kiln.optim.SparseAdam([model.embedding.weight, model.bag.weight], lr=0.1)
+        step = _compiled_step(optimizer) if compiled else optimizer.step
+        for lookups in ([[1, 2, 3]], [[4, 1, 9]], [[2, 2, 5]]):
+            optimizer.zero_grad()
+            model(kiln.tensor(lookups)).backward()
+            step()
+        weights.append(model.embedding.weight.detach().numpy())
+    np.testing.assert_allclose(weights[1], weights[0], rtol=1e-6)
+
+
+def _compiled_step(optimizer):
+    compiled = kiln.compile(optimizer.step)
+
+    def step():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            return compiled()
+
+    return step
