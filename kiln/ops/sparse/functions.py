@@ -72,6 +72,9 @@ class SparseCooTensorWithDimsAndTensors(Function):
 
     @staticmethod
     def backward(ctx, grad):
+        if isinstance(grad, SparseTensor) and grad._sparse_indices._data is ctx.indices:
+            # a gradient on these very entries (``Values``'): one per entry, duplicates apart
+            return None, grad._sparse_values, None, None
         array = _values_at(grad, ctx.indices, ctx.value_shape)
         return None, _wrap(array, grad._dtype), None, None
 
@@ -192,6 +195,9 @@ def to_dense(t: Tensor, dtype=None, *, masked_grad: bool | None = None) -> Tenso
 
 
 class Values(Function):
+    """A sparse tensor's values, entry by entry, differentiable (uncoalesced ones only inside
+    ops that are linear in them)."""
+
     @staticmethod
     def forward(ctx, t: SparseTensor):
         ctx.source = t.detach()
@@ -311,6 +317,58 @@ def sparse_mm(t: Tensor, dense: Tensor, *, sparse_grad: bool = False, name="mm")
 
 
 # ---------------------------------------------------------------------------- arithmetic
+def _on_values(t: SparseTensor, fn, coalesced: bool) -> SparseTensor:
+    """A sparse tensor of ``fn(values)`` on ``t``'s indices (coalesced first where ``fn`` is
+    not linear, as PyTorch does), differentiable through the values."""
+    if coalesced:
+        t = coalesce(t)
+    source = Values.apply(t) if t._requires_grad else t._sparse_values
+    new_values = fn(source)
+    if new_values._requires_grad:
+        parts = (t._sparse_indices, new_values, t._shape, t._coalesced)
+        return SparseCooTensorWithDimsAndTensors.apply(*parts)
+    return make_sparse(t._sparse_indices, new_values, t._shape, t._coalesced)
+
+
+def _zero_preserving(name: str):
+    """The sparse version of a unary op that maps 0 to 0: the op on the coalesced values."""
+
+    def apply(t, *args):
+        from ..core.dispatch import dispatch
+        from ..core.registry import OPS
+
+        if not isinstance(t, SparseTensor):
+            raise NotImplementedError(f"{name}: a sparse tensor as a second operand")
+        return _on_values(t, lambda v: dispatch(OPS[name], (v, *args)), coalesced=True)
+
+    return apply
+
+
+def div(t, divisor, rounding_mode=None) -> SparseTensor:
+    """``sparse / number`` (or a 0-d tensor), PyTorch's only sparse division."""
+    from ..core.registry import OPS
+
+    if not isinstance(t, SparseTensor) or isinstance(divisor, SparseTensor):
+        raise NotImplementedError("div: kiln divides a sparse tensor by a number only")
+    if isinstance(divisor, Tensor) and divisor.dim() != 0:
+        raise RuntimeError(
+            "Sparse division requires a scalar or zero-dim dense tensor divisor (got shape "
+            f"{list(divisor._shape)} for divisor)"
+        )
+    linear = rounding_mode is None
+    return _on_values(t, lambda v: OPS["div"](v, divisor, rounding_mode=rounding_mode), not linear)
+
+
+def pow_(t, exponent) -> SparseTensor:
+    from ..core.registry import OPS
+
+    if not isinstance(t, SparseTensor) or isinstance(exponent, Tensor):
+        raise NotImplementedError("pow: kiln raises a sparse tensor to a number only")
+    if not exponent > 0:
+        raise NotImplementedError(f"pow: a sparse tensor to the power {exponent} is not sparse")
+    return _on_values(t, lambda v: OPS["pow"](v, exponent), coalesced=True)
+
+
 class Scale(Function):
     @staticmethod
     def forward(ctx, t: SparseTensor, factor):
@@ -333,9 +391,43 @@ def _scalar(value, name: str):
     return value
 
 
+def _elementwise_product(a: SparseTensor, b: Tensor) -> SparseTensor:
+    """sparse * sparse (the entries both hold) or sparse * dense of one shape (``a``'s
+    entries), coalesced first as PyTorch's; differentiable through both."""
+    if tuple(a._shape) != tuple(b._shape):
+        raise NotImplementedError(
+            f"mul: kiln multiplies sparse tensors elementwise at one shape only, got "
+            f"{list(a._shape)} and {list(b._shape)}"
+        )
+    if not isinstance(b, SparseTensor):  # linear in ``a``: its entries as they are
+        source = Values.apply(a) if a._requires_grad else a._sparse_values
+        where = tuple(_wrap(row, dt.int64) for row in a._sparse_indices._data)
+        product = source * b[where]
+        return _with_values(a._sparse_indices._data, product, a._shape, a._coalesced)
+    a = coalesce(a)
+    a_values = Values.apply(a) if a._requires_grad else a._sparse_values
+    b = coalesce(b)
+    sparse_shape = a._shape[: a.sparse_dim()]
+    keys_a = linear_index(a._sparse_indices._data, sparse_shape)
+    keys_b = linear_index(b._sparse_indices._data, sparse_shape)
+    _, in_a, in_b = np.intersect1d(keys_a, keys_b, assume_unique=True, return_indices=True)
+    b_values = Values.apply(b) if b._requires_grad else b._sparse_values
+    product = a_values[_wrap(in_a, dt.int64)] * b_values[_wrap(in_b, dt.int64)]
+    return _with_values(a._sparse_indices._data[:, in_a], product, a._shape)
+
+
+def _with_values(index_array, new_values: Tensor, shape, coalesced: bool = True) -> SparseTensor:
+    indices = _wrap(index_array, dt.int64)
+    if new_values._requires_grad:
+        return SparseCooTensorWithDimsAndTensors.apply(indices, new_values, shape, coalesced)
+    return make_sparse(indices, new_values, shape, coalesced)
+
+
 def mul(a, b) -> SparseTensor:
     if not isinstance(a, SparseTensor):
         a, b = b, a
+    if isinstance(b, Tensor) and (isinstance(b, SparseTensor) or b.dim() != 0):
+        return _elementwise_product(a, b)
     factor = _scalar(b, "mul")
     if (isinstance(factor, float) or isinstance(factor, complex)) and not (
         a._dtype.is_floating_point or a._dtype.is_complex
@@ -641,7 +733,15 @@ SPARSE_OPS = {
     "sum": _sum,
     "clone": clone,
     "convert_element_type": _cast,
+    "div": div,
+    "pow": pow_,
 }
+# unary ops that map zero to zero, as PyTorch's sparse kernels run them: on the coalesced values
+ZERO_PRESERVING = (
+    "abs sqrt sin tan tanh relu sign expm1 log1p floor ceil round trunc frac asin atan sinh asinh "
+    "atanh erf erfinv isnan isinf signbit nan_to_num"
+).split()
+SPARSE_OPS.update({name: _zero_preserving(name) for name in ZERO_PRESERVING})
 
 
 def sparse_dispatch(op, args: tuple):
