@@ -54,7 +54,8 @@ from .autograd.anomaly import (  # noqa: E402,F401
 from .ops.public import *  # noqa: E402,F403
 from . import linalg  # noqa: E402
 from . import sparse  # noqa: E402
-from .ops.sparse.functions import sparse_coo_tensor, spmm  # noqa: E402,F401
+from .ops.sparse.construction import sparse_coo_tensor  # noqa: E402,F401
+from .ops.sparse.products import spmm  # noqa: E402,F401
 from . import nn  # noqa: E402
 from . import distributed  # noqa: E402 - import kiln.distributed as dist (MPI starts at init)
 from . import optim, utils  # noqa: E402

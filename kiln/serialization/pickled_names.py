@@ -283,7 +283,7 @@ def rebuild_sparse_tensor(layout, data):
     is_coalesced]); the compressed layouts kiln lacks are an error."""
     if layout is not layouts.sparse_coo:
         raise RuntimeError(f"kiln.load: sparse layout {layout} is not supported (COO only)")
-    from ..ops.sparse.functions import sparse_coo_tensor
+    from ..ops.sparse.construction import sparse_coo_tensor
 
     indices, values, size, *rest = data
     return sparse_coo_tensor(indices, values, size, is_coalesced=rest[0] if rest else None)

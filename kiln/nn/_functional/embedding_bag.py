@@ -13,7 +13,7 @@ from ...autograd.grad_mode import is_grad_enabled
 from ...ops import OPS
 from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
-from ...ops.sparse.functions import embedding_sparse
+from ...ops.sparse.products import embedding_sparse
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .layers import _embedding_renorm_

@@ -13,7 +13,7 @@ from ...ops.core.common import in_suggested_format
 from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
 from ...ops.shape import padding as _padding
-from ...ops.sparse.functions import embedding_sparse
+from ...ops.sparse.products import embedding_sparse
 from ...runtime.tensor import Tensor
 from .distances import safe_vector_norm
 
