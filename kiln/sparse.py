@@ -9,9 +9,10 @@ from .ops.sparse import arithmetic as _arithmetic
 from .ops.sparse import construction as _construction
 from .ops.sparse import products as _products
 from .ops.sparse.coo import SparseTensor as _SparseTensor
+from .ops.sparse.softmax import sparse_softmax as _sparse_softmax
 from .runtime import dtypes as _dt
 
-__all__ = ["mm", "sum", "FloatTensor", "DoubleTensor", "LongTensor"]
+__all__ = ["mm", "sum", "softmax", "log_softmax", "FloatTensor", "DoubleTensor", "LongTensor"]
 
 
 def mm(mat1, mat2):
@@ -23,6 +24,16 @@ def mm(mat1, mat2):
 def sum(input, dim=None, dtype=None):  # noqa: A001 - PyTorch's name
     """``torch.sparse.sum``: see ``kiln.ops.sparse.arithmetic.sparse_sum``."""
     return _arithmetic.sparse_sum(input, dim, dtype)
+
+
+def softmax(input, dim: int, *, dtype=None):
+    """``torch.sparse.softmax``: over the entries held, the others as minus infinity."""
+    return _sparse_softmax(input, dim, dtype)
+
+
+def log_softmax(input, dim: int, *, dtype=None):
+    """``torch.sparse.log_softmax``: the log of ``softmax``, computed as one."""
+    return _sparse_softmax(input, dim, dtype, log=True)
 
 
 def _legacy(dtype):

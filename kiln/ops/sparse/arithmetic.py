@@ -108,7 +108,7 @@ def _elementwise_product(a: SparseTensor, b: Tensor) -> SparseTensor:
         source = Values.apply(a) if a._requires_grad else a._sparse_values
         where = tuple(wrap(row, dt.int64) for row in a._sparse_indices._data)
         product = source * b[where]
-        return _with_values(a._sparse_indices._data, product, a._shape, a._coalesced)
+        return with_values(a._sparse_indices._data, product, a._shape, a._coalesced)
     a = coalesce(a)
     a_values = Values.apply(a) if a._requires_grad else a._sparse_values
     b = coalesce(b)
@@ -118,10 +118,10 @@ def _elementwise_product(a: SparseTensor, b: Tensor) -> SparseTensor:
     _, in_a, in_b = np.intersect1d(keys_a, keys_b, assume_unique=True, return_indices=True)
     b_values = Values.apply(b) if b._requires_grad else b._sparse_values
     product = a_values[wrap(in_a, dt.int64)] * b_values[wrap(in_b, dt.int64)]
-    return _with_values(a._sparse_indices._data[:, in_a], product, a._shape)
+    return with_values(a._sparse_indices._data[:, in_a], product, a._shape)
 
 
-def _with_values(index_array, new_values: Tensor, shape, coalesced: bool = True) -> SparseTensor:
+def with_values(index_array, new_values: Tensor, shape, coalesced: bool = True) -> SparseTensor:
     indices = wrap(index_array, dt.int64)
     if new_values._requires_grad:
         return SparseCooTensorWithDimsAndTensors.apply(indices, new_values, shape, coalesced)
