@@ -68,6 +68,24 @@ def test_in_place_on_leaf_is_allowed_under_no_grad():
     np.testing.assert_allclose(x.detach().numpy(), 2 * np.ones(3))
 
 
+@needs_torch
+def test_where_saves_only_its_condition():
+    """PyTorch's where saves the condition alone: its operands may change in place before the
+    backward (a fuzz case: a bool operand filled in place), the condition may not."""
+    for lib in (kiln, torch):
+        cond = lib.tensor([[True, False]])
+        x = lib.tensor([[1.0, 2.0]], dtype=lib.bfloat16, requires_grad=True)
+        other = lib.tensor([[True]])
+        out = lib.where(cond, x, other)
+        other.masked_fill_(other, False)
+        out.sum().backward()
+        np.testing.assert_array_equal(x.grad.float().numpy(), [[1.0, 0.0]])
+        out = lib.where(cond, x, 0.0)
+        cond.logical_not_()
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()
+
+
 def test_modifying_a_saved_tensor_is_detected():
     x = kiln.randn(4, requires_grad=True)
     y = x.sigmoid()  # saves its output

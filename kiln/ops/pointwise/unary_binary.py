@@ -1447,4 +1447,4 @@ def _where_grad(c, g):
     )
 
 
-where.register_derivative(_where_grad)
+where.register_derivative(_where_grad, save_inputs=(0,))  # the condition only, as PyTorch
