@@ -86,6 +86,33 @@ def test_where_saves_only_its_condition():
             out.sum().backward()
 
 
+@needs_torch
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda lib, a, b: lib.lerp(a, b, 0.3),
+        lambda lib, a, b: lib.hypot(a, b),
+        lambda lib, a, b: lib.fmod(a, b),
+        lambda lib, a, b: lib.remainder(a, b),
+        lambda lib, a, b: lib.copysign(a, b),
+    ],
+    ids=["lerp", "hypot", "fmod", "remainder", "copysign"],
+)
+def test_an_operand_the_gradient_does_not_read_may_change_in_place(op):
+    """These ops' gradients for their first operand do not read the second: PyTorch does not
+    save it, so changing it in place before the backward is allowed."""
+    values = np.array([[0.5, -1.2, 2.0], [1.5, 0.3, -0.7]], np.float32)
+    grads = []
+    for lib in (kiln, torch):
+        a = lib.tensor(values, requires_grad=True)
+        b = lib.tensor(values[::-1].copy() + 3)
+        out = op(lib, a * 1.0, b)
+        b.add_(1.0)
+        out.sum().backward()
+        grads.append(a.grad.numpy())
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6)
+
+
 def test_modifying_a_saved_tensor_is_detected():
     x = kiln.randn(4, requires_grad=True)
     y = x.sigmoid()  # saves its output

@@ -216,7 +216,10 @@ def _lerp_grad(c, g):
     )
 
 
-lerp.register_derivative(_lerp_grad)
+# the weight for the two ends' gradients, the ends only for the weight's (PyTorch saves no more)
+lerp.register_derivative(
+    _lerp_grad, save_inputs=lambda args, needs: (2,) + ((0, 1) if needs[2] else ())
+)
 
 
 @lerp.register_decomposition

@@ -744,10 +744,13 @@ def binary(
     tensors_only=False,
     refuses=None,
     save_output=False,
+    save_inputs=None,
     **record,
 ):
     """A pointwise binary op over numpy function ``fn``; ``save_output``: the derivative reads
-    the result (``c.out``); ``tensors_only``: PyTorch's signature
+    the result (``c.out``); ``save_inputs``: the inputs it reads (as ``register_derivative``'s;
+    PyTorch saves no more, so an operand changed in place after the op backs through where
+    theirs does); ``tensors_only``: PyTorch's signature
     takes no Python number for either operand (``atan2``, ``hypot``); ``refuses(dtype)``: the
     operands' common dtypes PyTorch's CPU kernel is not built for (NotImplementedError, never a
     result computed in another type)."""
@@ -769,7 +772,7 @@ def binary(
     if kind == "same" and isinstance(fn, np.ufunc) and not tensors_only:
         op.inplace_kernel = _make_binary_inplace(fn)
     if derivative is not None:
-        op.register_derivative(derivative, save_output=save_output)
+        op.register_derivative(derivative, save_output=save_output, save_inputs=save_inputs)
     return op
 
 
@@ -937,10 +940,28 @@ atan2 = binary(
     complex_refused=complex_not_implemented("atan2_cpu"),
     aliases=("arctan2",),
 )
+
+
+def _saved_where_needed(args, needs) -> tuple:
+    """Each operand whose own gradient reads it (with the result)."""
+    return tuple(i for i in (0, 1) if needs[i])
+
+
+def _operands_if_divisor_needs(args, needs) -> tuple:
+    """remainder/fmod: the dividend's gradient is the incoming one; only the divisor's reads
+    the operands."""
+    return (0, 1) if needs[1] else ()
+
+
 hypot = binary(
     "hypot",
     np.hypot,
-    lambda c, g: (g * c.args[0] / hypot(*c.args), g * c.args[1] / hypot(*c.args)),
+    lambda c, g: (
+        g * c.args[0] / c.out if needs_grad(c, 0) else None,
+        g * c.args[1] / c.out if needs_grad(c, 1) else None,
+    ),
+    save_output=True,
+    save_inputs=_saved_where_needed,
     tensors_only=True,
     refuses=lambda d: not d.is_floating_point,
     complex_refused=complex_not_implemented("hypot_cpu"),
@@ -954,7 +975,7 @@ def _copysign_grad(c, g):
     gx = gy = None
     if needs_grad(c, 0):
         gx = g * where(x == 0, 0.0, c.out / x)
-    if isinstance(y, Tensor) and needs_grad(c, 1):
+    if needs_grad(c, 1):  # (y may be kept as its metadata only: it is not read)
         gy = g.new_zeros(tuple(y.shape))
     return gx, gy
 
@@ -965,6 +986,7 @@ copysign = binary(
     _copysign_grad,
     kind="float",
     save_output=True,
+    save_inputs=lambda args, needs: (0,) if needs[0] else (),
     complex_refused=complex_not_implemented("copysign_cpu"),
     grad_fn_name=lambda args: (
         "CopysignBackward0" if is_tensor_arg(args[1]) else "CopysignBackward1"
@@ -1001,6 +1023,7 @@ remainder = binary(
         g,
         -g * div(c.args[0], c.args[1], rounding_mode="floor") if needs_grad(c, 1) else None,
     ),
+    save_inputs=_operands_if_divisor_needs,
     refuses=lambda d: d is dt.bool_,
     complex_refused=complex_not_implemented("remainder_cpu"),
 )
@@ -1008,6 +1031,7 @@ fmod = binary(
     "fmod",
     _fmod_np,
     lambda c, g: (g, -g * (c.args[0] / c.args[1]).trunc() if needs_grad(c, 1) else None),
+    save_inputs=_operands_if_divisor_needs,
     refuses=lambda d: d is dt.bool_,
     complex_refused=complex_not_implemented("fmod_cpu"),
 )
