@@ -16,6 +16,7 @@ import numpy as np
 
 from ...amp.autocast_mode import autocast_policy
 from ...runtime import dtypes as dt
+from ...runtime.symbolic import sym_max
 from ..core.common import Tensor, tensor_sequence, wrap_dim
 from ..core.out_arguments import writes_out
 from ..core.registry import OPS, return_type
@@ -616,8 +617,8 @@ def lstsq(input: Tensor, b: Tensor, rcond: float | None = None, *, driver: str |
     m, n = A.shape[-2:]
     if B2.shape[-2] != m:
         raise RuntimeError(f"{name}: input.size(-2) should match other.size(-2)")
-    if rcond is None:
-        rcond = float(np.finfo(A.dtype.np).eps) * max(m, n)
+    if rcond is None:  # a tensor: m or n may be a symbolic size, and max() would pin it
+        rcond = A.new_full((), float(np.finfo(A.dtype.np).eps)) * sym_max(m, n)
     solution = matmul(spec.pinv(A, None, rcond, False), B2)
     # PyTorch's empty residuals still belong to the graph; its singular values do not
     empty = solution.reshape(-1)[:0]
@@ -634,7 +635,7 @@ def lstsq(input: Tensor, b: Tensor, rcond: float | None = None, *, driver: str |
             else zeros(A.shape[:-2], dtype=dt.int64)
         )
     residuals = empty
-    if m > n and driver != "gelsy":
+    if driver != "gelsy" and m > n:
         full_rank = driver == "gels" or bool((rank == min(m, n)).all())
         if full_rank:
             residuals = sum((matmul(A, solution) - B2) ** 2, -2)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ...amp.autocast_mode import autocast_policy
 from ...runtime import dtypes as dt
+from ...runtime.symbolic import statically_known_true
 from ..core.common import Tensor, TensorOrScalar, c_contiguous, fake, wrap, wrap_dim
 from ..core.out_arguments import writes_out
 from ..core.registry import defop, return_type, tensor_method, torch_function
@@ -232,7 +233,7 @@ def _check_quantile(input: Tensor, q, interpolation: str) -> None:
             raise RuntimeError("quantile() q values must be in the range [0, 1]")
     elif not 0 <= q <= 1:
         raise RuntimeError(f"quantile() q must be in the range [0, 1] but got {q}")
-    if input.numel() == 0:
+    if statically_known_true("==", input.numel(), 0):  # a symbolic size is never 0
         raise RuntimeError("quantile() input tensor must be non-empty")
 
 
@@ -250,7 +251,8 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan: bool) -> Tensor
     if ignore_nan:  # rank among the non-NaN values; an all-NaN slice picks a NaN
         rank = (q_vec * (n - nans - 1).to(input.dtype)).clamp(min=0)
     else:  # any NaN makes the quantile NaN: point at the last (NaN) element
-        rank = where(nans > 0, float(n - 1), q_vec * (n - 1))
+        last = q_vec * (n - 1)  # n symbolic under dynamic shapes: float(n) would pin it
+        rank = where(nans > 0, last.new_ones(()) * (n - 1), last)
     rank = rank.expand(row.shape[:-1] + (q_vec.shape[0],))
     if interpolation == "nearest":
         low = high = rank.round()
