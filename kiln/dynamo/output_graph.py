@@ -76,17 +76,21 @@ def _running_without_autocast(compiled):
     return run
 
 
-def _is_module_state(source: Source) -> bool:
+def _is_module_state(source: Source, inputs: dict) -> bool:
     """Whether ``source`` reads a module's parameter or buffer (``self.fc.weight``), a
-    gradient (``p.grad``) or an optimizer's state of a parameter (``opt.state[p]['exp_avg']``):
-    tensors shaped like the parameters, which ``dynamic=True`` leaves static as PyTorch does
-    (its optimizer marks grads and state static). An optimizer step compiled with symbolic
-    parameter shapes would tie a 16x3x3x3 weight's dims into one symbol and give every tiny
-    update kernel loops of unknown trip count."""
+    parameter's gradient (``p.grad``) or an optimizer's state of a parameter
+    (``opt.state[p]['exp_avg']``): tensors shaped like the parameters, which ``dynamic=True``
+    leaves static as PyTorch does (its optimizer marks grads and state static). An optimizer
+    step compiled with symbolic parameter shapes would tie a 16x3x3x3 weight's dims into one
+    symbol and give every tiny update kernel loops of unknown trip count. The gradient of
+    anything else (an input that ``requires_grad_()`` made a leaf) is shaped like that input:
+    it follows it (``inputs``: the graph's input tensors by source; an unknown base counts as a
+    parameter)."""
     from .sources import AttrSource, IdentityItemSource, ModuleTableSource
 
     if isinstance(source, AttrSource) and source.attr == "grad":
-        return True
+        base = inputs.get(source.base)
+        return base is None or base._is_param or _is_module_state(source.base, inputs)
     while source is not None:
         if isinstance(source, ModuleTableSource):
             return True
@@ -151,6 +155,7 @@ class OutputGraph:
         self._local_inputs: list[tuple[Source, Tensor, int]] = []
         self.overlapping_inputs: list[tuple[Source, Source]] = []
         self._input_vts: dict[int, Any] = {}
+        self._input_by_source: dict[Source, Tensor] = {}
         self._proxy_vts: dict[int, Any] = {}
         self._tracked: dict[int, tuple[Any, Any]] = {}
         self._cells: dict[int, Any] = {}
@@ -191,7 +196,9 @@ class OutputGraph:
                     self.current_tx.source_location()
                 )
             name = source.name()
-            dims = self.shape_policy.dims_for(name, tensor, _is_module_state(source))
+            dims = self.shape_policy.dims_for(
+                name, tensor, _is_module_state(source, self._input_by_source)
+            )
             history = self.shape_policy.seen.get(name)
             if history is not None and len(history) != tensor.ndim:
                 history = None
@@ -222,6 +229,7 @@ class OutputGraph:
                 elif kind == "stride":
                     self.symbol_reads[symbol] = (source, "stride", d)
             self.inputs.append((source, tensor))
+            self._input_by_source[source] = tensor
             self.input_shapes[name] = tuple(tensor._shape)
             self.input_strides[name] = tuple(tensor.stride())
             vt = TensorVariable(proxy, source, tensor)

@@ -582,6 +582,35 @@ def test_dynamic_true_keeps_parameters_gradients_and_optimizer_state_static():
     assert any(hint(t) == (7, 5) and symbolic(t)[0] for t in inputs)  # the batch is a symbol
 
 
+def test_dynamic_true_makes_the_gradient_of_an_input_leaf_symbolic_like_the_input():
+    """``x.requires_grad_()`` on a batch, backward, then ``x.grad`` read after the graph break:
+    the gradient is shaped like the batch, not like a parameter, so the resume function takes
+    its dims as symbols and a new batch size does not recompile (it did: ``.grad`` was always
+    static)."""
+    from kiln.dynamo.counters import counters
+
+    weight = kiln.nn.Parameter(kiln.randn(4, 3))
+
+    def step(x):
+        x = x.clone().requires_grad_()
+        (x @ weight).square().sum().backward()
+        return x.grad * 2, weight.grad.clone()
+
+    compiled = kiln.compile(step, dynamic=True)
+    start = None
+    for index, batch in enumerate((5, 6, 9)):
+        if index == 1:
+            start = counters["recompiles"]["total"]
+        x = kiln.randn(batch, 4)
+        weight.grad = None
+        got, got_w = compiled(x)
+        weight.grad = None
+        want, want_w = step(x)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(got_w.numpy(), want_w.numpy(), rtol=1e-5)
+    assert counters["recompiles"]["total"] == start
+
+
 def test_an_int_argument_the_backward_needs_may_change_between_calls():
     """``n`` changes, so the second call's graph takes it as a symbolic int, and the backward
     (a slice's gradient) keeps it: a saved size, not a tensor whose version is checked."""
@@ -712,3 +741,25 @@ def test_a_graph_without_parameters_follows_grad_mode_and_requires_grad(backend)
             mine.sum().backward()
             ref.sum().backward()
             _close(mine_x.grad, ref_x.grad)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: kiln.linalg.lstsq(x, x[:, :1]).solution,
+        lambda x: kiln.quantile(x, kiln.tensor([0.1, 0.5]), dim=0),
+        lambda x: kiln.quantile(x, 0.3),
+        lambda x: kiln.nanquantile(kiln.where(x > 1, float("nan"), x), 0.5, dim=0),
+    ],
+    ids=["lstsq", "quantile-dim", "quantile-all", "nanquantile"],
+)
+def test_lstsq_and_quantile_keep_the_batch_size_symbolic(fn):
+    """``lstsq``'s default rcond (``eps * max(m, n)``), ``quantile``'s emptiness check and its
+    NaN rank (``float(n - 1)``) turned the symbolic size into a Python number: every batch size
+    recompiled."""
+    counter = CompileCounter("eager")
+    compiled = kiln.compile(fn, backend=counter, dynamic=True)
+    for n in (5, 6, 9):
+        x = kiln.randn(n, 3)
+        np.testing.assert_allclose(compiled(x).numpy(), fn(x).numpy(), rtol=1e-5, atol=1e-6)
+    assert counter.frame_count == 1
