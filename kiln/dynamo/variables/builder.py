@@ -281,11 +281,13 @@ def _wrap_dict(output, value: dict, source: Source | None) -> VariableTracker:
 
 
 def _is_local_function(value: Any) -> bool:
-    """A plain function defined inside another (made anew by each run of its ``def``)."""
+    """A plain function defined inside another (made anew by each run of its ``def``): user
+    code's, or one of kiln's that capture inlines as user code (LBFGS.step's ``evaluate``, which
+    a graph break passes to the resume function: an identity guard failed at every step)."""
     return (
         type(value) is types.FunctionType
         and "<locals>" in value.__qualname__
-        and kiln_function_kind(value) is None
+        and kiln_function_kind(value) in (None, "inline")
     )
 
 
