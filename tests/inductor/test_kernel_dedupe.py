@@ -320,3 +320,20 @@ def test_a_graph_repeating_a_kernel_plans_and_emits_it_once(reuse_unverified):
     assert stats.kernel_uses == 4
     assert stats.kernels_emitted == 1 and stats.kernels_by_structure == 3
     assert_close(out, expected)
+
+
+def test_a_size_pinned_by_a_guard_keys_as_the_constant_the_emitter_writes():
+    """The emitter writes a symbol that a guard pinned (``s == 2``) as its constant and loads an
+    unpinned one, even one whose range is [2, 2]; kernels keyed alike after the pin came
+    between two compiles reused IR of the other kind (the inductor-dynamic fuzz campaign, seed
+    74, with KILN_VERIFY_KERNEL_REUSE)."""
+    from kiln.inductor.codegen.kernel_structure import _render
+    from kiln.runtime.symbolic import ShapeEnv
+
+    env = ShapeEnv()
+    pinned = env.symint(env.create_symbol(2, "x.size(0)", lower=2))
+    narrowed = env.symint(env.create_symbol(2, "y.size(0)", lower=2))
+    assert _render(pinned) == "<s0>"
+    assert bool(pinned == 2) and bool(narrowed <= 2)
+    assert _render(pinned) == "2"  # what the emitter writes now
+    assert _render(narrowed) == "<s1>"  # still loaded from the sizes argument

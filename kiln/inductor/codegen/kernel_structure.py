@@ -25,7 +25,7 @@ import threading
 from collections import OrderedDict
 
 from ...runtime import dtypes as dt
-from ...runtime.symbolic import SymInt
+from ...runtime.symbolic import SymInt, fold_pinned
 from .. import sym
 from ..ir import ComputedBuffer, Pointwise, Reduction
 from .body_trace import BodyTrace, NotRecordable, Token, record
@@ -50,6 +50,12 @@ def _render(value) -> str:
         return f"t{value.position}"
     if cls in (int, float, bool, str) or value is None:
         return repr(value)
+    if cls is SymInt:
+        # the emitter writes a symbol a guard pinned as its constant (``fold_pinned``), and the
+        # pin can come between two compiles of one graph: key what it will write
+        value = fold_pinned(value)
+        if value.__class__ is int:
+            return repr(value)
     if cls in (tuple, list):
         return "(" + ",".join(_render(v) for v in value) + ")"
     if isinstance(value, (sym.Expr, sym.Atom, SymInt)):
