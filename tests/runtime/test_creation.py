@@ -209,3 +209,17 @@ FACTORIES = {
 @cases(FACTORIES)
 def test_factories_match_torch(case):
     same_as_torch(case)
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["zeros", "ones", "empty", "rand", "randn"])
+def test_factories_take_size_as_a_keyword_as_torch(name):
+    """``torch.ones(size=(n, 1))`` is common in third-party code; giving it twice is
+    PyTorch's TypeError."""
+    for lib in (kiln, torch):
+        assert tuple(getattr(lib, name)(size=(3, 1)).shape) == (3, 1)
+        assert tuple(getattr(lib, name)(size=[2]).shape) == (2,)
+        with pytest.raises(TypeError):  # (rand/randn's message lists their signatures)
+            getattr(lib, name)(2, size=(3,))
+    compiled = kiln.compile(lambda x: x + getattr(kiln, name)(size=(2, 3)) * 0)
+    assert tuple(compiled(kiln.ones(2, 3)).shape) == (2, 3)

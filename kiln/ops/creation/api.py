@@ -387,11 +387,27 @@ def scalar_tensor(value, *, dtype=None, device=None, requires_grad=False) -> Ten
 # ------------------------------------------------------------------------------ filled
 
 
+def _sizes(positional: tuple, size, name: str) -> tuple:
+    """The sizes given positionally (``zeros(2, 3)``, ``zeros((2, 3))``) or as ``size=``."""
+    if size is None:
+        return positional
+    if positional:
+        raise TypeError(f"{name}() got multiple values for argument 'size'")
+    return (size,)
+
+
 @writes_out
 def zeros(
-    *size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+    *size_args,
+    size=None,
+    dtype=None,
+    device=None,
+    requires_grad=False,
+    out=None,
+    layout=None,
+    pin_memory=False,
 ) -> Tensor:
-    shape = _size(size, "zeros")
+    shape = _size(_sizes(size_args, size, "zeros"), "zeros")
     if any(s < 0 for s in shape):
         raise RuntimeError("zeros: Dimension size must be non-negative.")
     return _finish(
@@ -402,17 +418,30 @@ def zeros(
 
 @writes_out
 def ones(
-    *size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+    *size_args,
+    size=None,
+    dtype=None,
+    device=None,
+    requires_grad=False,
+    out=None,
+    layout=None,
+    pin_memory=False,
 ) -> Tensor:
     return _finish(
-        OPS["full"](_size(size, "ones"), 1, dtype=dtype or dt.get_default_dtype(), device=device),
+        OPS["full"](
+            _size(_sizes(size_args, size, "ones"), "ones"),
+            1,
+            dtype=dtype or dt.get_default_dtype(),
+            device=device,
+        ),
         requires_grad,
     )
 
 
 @writes_out
 def empty(
-    *size,
+    *size_args,
+    size=None,
     dtype=None,
     device=None,
     requires_grad=False,
@@ -421,7 +450,11 @@ def empty(
     pin_memory=False,
     memory_format=None,
 ) -> Tensor:
-    out = OPS["empty"](_size(size, "empty"), dtype=dtype or dt.get_default_dtype(), device=device)
+    out = OPS["empty"](
+        _size(_sizes(size_args, size, "empty"), "empty"),
+        dtype=dtype or dt.get_default_dtype(),
+        device=device,
+    )
     if memory_format is not None:
         fmt = check_memory_format(memory_format, out.ndim, "empty")
         if fmt == "preserve_format":
@@ -640,12 +673,19 @@ def _require_float_dtype(dtype, kernel: str) -> None:
 
 @writes_out
 def rand(
-    *size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None
+    *size_args,
+    size=None,
+    generator=None,
+    dtype=None,
+    device=None,
+    requires_grad=False,
+    out=None,
+    layout=None,
 ) -> Tensor:
     _require_float_dtype(dtype, "check_uniform_bounds")
     return _finish(
         OPS["rand"](
-            _size(size, "rand"),
+            _size(_sizes(size_args, size, "rand"), "rand"),
             generator=generator,
             dtype=dtype or dt.get_default_dtype(),
             device=device,
@@ -656,12 +696,19 @@ def rand(
 
 @writes_out
 def randn(
-    *size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None
+    *size_args,
+    size=None,
+    generator=None,
+    dtype=None,
+    device=None,
+    requires_grad=False,
+    out=None,
+    layout=None,
 ) -> Tensor:
     _require_float_dtype(dtype, "normal_kernel_cpu")
     return _finish(
         OPS["randn"](
-            _size(size, "randn"),
+            _size(_sizes(size_args, size, "randn"), "randn"),
             generator=generator,
             dtype=dtype or dt.get_default_dtype(),
             device=device,
