@@ -23,7 +23,7 @@ from .continuous import (
     StudentT,
     Uniform,
 )
-from .derived import HalfCauchy, InverseGamma, Pareto, Weibull
+from .derived import FisherSnedecor, HalfCauchy, InverseGamma, Kumaraswamy, Pareto, Weibull
 from .discrete import (
     Bernoulli,
     Binomial,
@@ -61,6 +61,8 @@ __all__ = [
     "Multinomial",
     "HalfCauchy",
     "InverseGamma",
+    "FisherSnedecor",
+    "Kumaraswamy",
     "Pareto",
     "Weibull",
     "AbsTransform",
@@ -116,10 +118,10 @@ def _module_paths() -> None:
     paths = {
         "bernoulli": "Bernoulli", "beta": "Beta", "binomial": "Binomial",
         "categorical": "Categorical", "cauchy": "Cauchy", "chi2": "Chi2",
-        "dirichlet": "Dirichlet", "exponential": "Exponential", "gamma": "Gamma",
+        "dirichlet": "Dirichlet", "exponential": "Exponential", "fishersnedecor": "FisherSnedecor", "gamma": "Gamma",
         "geometric": "Geometric", "gumbel": "Gumbel", "half_cauchy": "HalfCauchy",
         "half_normal": "HalfNormal", "independent": "Independent",
-        "inverse_gamma": "InverseGamma", "laplace": "Laplace", "log_normal": "LogNormal",
+        "inverse_gamma": "InverseGamma", "kumaraswamy": "Kumaraswamy", "laplace": "Laplace", "log_normal": "LogNormal",
         "lowrank_multivariate_normal": "LowRankMultivariateNormal",
         "mixture_same_family": "MixtureSameFamily",
         "multinomial": "Multinomial", "multivariate_normal": "MultivariateNormal", "negative_binomial": "NegativeBinomial",

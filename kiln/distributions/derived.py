@@ -2,21 +2,34 @@
 scaled), ``Weibull`` (a unit exponential to a power, scaled), ``InverseGamma`` (a gamma's
 reciprocal) and ``HalfCauchy`` (a Cauchy's absolute value). Sampling, ``log_prob``, ``cdf`` and
 ``icdf`` come from ``TransformedDistribution``; the moments, mode and entropy are their closed
-forms (PyTorch's conventions: an undefined mean or variance is inf)."""
+forms (PyTorch's conventions: an undefined mean or variance is inf). ``Kumaraswamy`` (a uniform
+through powers) and ``FisherSnedecor`` (a ratio of gammas, a plain ``Distribution``) too."""
 
 from __future__ import annotations
 
 import math
 
-from ..ops.public import digamma, exp, full_like, lgamma, ones_like, where
+from ..ops.public import (
+    digamma,
+    exp,
+    finfo,
+    full_like,
+    lgamma,
+    log,
+    log1p,
+    ones_like,
+    where,
+    zeros_like,
+)
 from ..runtime.tensor import Size
 from . import constraints
-from .continuous import _EULER, Cauchy, Exponential, Gamma
+from .continuous import _EMPTY, _EULER, Cauchy, Exponential, Gamma, Uniform
+from .distribution import Distribution
 from .transformed import TransformedDistribution
 from .transforms import AbsTransform, AffineTransform, ExpTransform, PowerTransform
 from .utils import broadcast_all
 
-__all__ = ["HalfCauchy", "InverseGamma", "Pareto", "Weibull"]
+__all__ = ["FisherSnedecor", "HalfCauchy", "InverseGamma", "Kumaraswamy", "Pareto", "Weibull"]
 
 
 class Pareto(TransformedDistribution):
@@ -201,3 +214,119 @@ class HalfCauchy(TransformedDistribution):
 
     def entropy(self):
         return self.base_dist.entropy() - math.log(2)
+
+
+class Kumaraswamy(TransformedDistribution):
+    """Density ``a b x**(a-1) (1 - x**a)**(b-1)`` on [0, 1] (a = concentration1,
+    b = concentration0): ``(1 - U**(1/b))**(1/a)`` with ``U ~ Uniform(0, 1)``."""
+
+    arg_constraints = {
+        "concentration1": constraints.positive,
+        "concentration0": constraints.positive,
+    }
+    support = constraints.unit_interval
+    has_rsample = True
+
+    def __init__(self, concentration1, concentration0, validate_args=None):
+        self.concentration1, self.concentration0 = broadcast_all(concentration1, concentration0)
+        base = Uniform(
+            zeros_like(self.concentration0), ones_like(self.concentration0), validate_args
+        )
+        transforms = [
+            PowerTransform(exponent=self.concentration0.reciprocal()),
+            AffineTransform(loc=1.0, scale=-1.0),
+            PowerTransform(exponent=self.concentration1.reciprocal()),
+        ]
+        super().__init__(base, transforms, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Kumaraswamy, _instance)
+        new.concentration1 = self.concentration1.expand(Size(batch_shape))
+        new.concentration0 = self.concentration0.expand(Size(batch_shape))
+        return super().expand(batch_shape, _instance=new)
+
+    def _moment(self, n):
+        """``E[X**n] = b B(1 + n/a, b)``."""
+        a, b = self.concentration1, self.concentration0
+        k = 1 + n / a
+        return b * exp(lgamma(k) + lgamma(b) - lgamma(k + b))
+
+    @property
+    def mean(self):
+        return self._moment(1)
+
+    @property
+    def mode(self):
+        a, b = self.concentration1, self.concentration0
+        mode = ((a - 1) / (a * b - 1)).pow(a.reciprocal())
+        return where((a < 1) | (b < 1), float("nan"), mode)
+
+    @property
+    def variance(self):
+        return self._moment(2) - self._moment(1).pow(2)
+
+    def entropy(self):
+        a, b = self.concentration1, self.concentration0
+        harmonic_b = digamma(b + 1) + _EULER
+        return (1 - b.reciprocal()) + (1 - a.reciprocal()) * harmonic_b - log(a * b)
+
+
+class FisherSnedecor(Distribution):
+    """The F distribution: ``(X1 / df1) / (X2 / df2)`` for chi-square ``X1``, ``X2``."""
+
+    arg_constraints = {"df1": constraints.positive, "df2": constraints.positive}
+    support = constraints.positive
+    has_rsample = True
+
+    def __init__(self, df1, df2, validate_args=None):
+        self.df1, self.df2 = broadcast_all(df1, df2)
+        self._gamma1 = Gamma(self.df1 * 0.5, self.df1)
+        self._gamma2 = Gamma(self.df2 * 0.5, self.df2)
+        super().__init__(self.df1.size(), validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(FisherSnedecor, _instance)
+        batch_shape = Size(batch_shape)
+        FisherSnedecor.__init__(
+            new, self.df1.expand(batch_shape), self.df2.expand(batch_shape), validate_args=False
+        )
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def mean(self):
+        df2 = self.df2
+        return where(df2 > 2, df2 / (df2 - 2), float("nan"))
+
+    @property
+    def mode(self):
+        df1, df2 = self.df1, self.df2
+        return where(df1 > 2, (df1 - 2) / df1 * df2 / (df2 + 2), float("nan"))
+
+    @property
+    def variance(self):
+        df1, df2 = self.df1, self.df2
+        value = 2 * df2.pow(2) * (df1 + df2 - 2) / (df1 * (df2 - 2).pow(2) * (df2 - 4))
+        return where(df2 > 4, value, float("nan"))
+
+    def rsample(self, sample_shape=_EMPTY):
+        shape = self._extended_shape(sample_shape)
+        # Gamma(df/2, df) is chi-square(df) / (2 df): the 2s cancel in the ratio
+        x1 = self._gamma1.rsample(sample_shape).view(shape)
+        x2 = self._gamma2.rsample(sample_shape).view(shape)
+        tiny = finfo(x2.dtype).tiny
+        x2 = x2.clamp(min=tiny)
+        return (x1 / x2).clamp(min=tiny)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        half1, half2 = self.df1 * 0.5, self.df2 * 0.5
+        ratio = self.df1 / self.df2
+        norm = lgamma(half1 + half2) - lgamma(half1) - lgamma(half2)
+        return (
+            norm
+            + half1 * log(ratio)
+            + (half1 - 1) * log(value)
+            - (half1 + half2) * log1p(ratio * value)
+        )
