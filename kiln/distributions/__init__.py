@@ -51,6 +51,7 @@ from .transforms import (
     SigmoidTransform,
     SoftmaxTransform,
     SoftplusTransform,
+    StickBreakingTransform,
     TanhTransform,
     Transform,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "SigmoidTransform",
     "SoftmaxTransform",
     "SoftplusTransform",
+    "StickBreakingTransform",
     "StudentT",
     "TanhTransform",
     "Transform",

@@ -31,6 +31,7 @@ __all__ = [
     "SigmoidTransform",
     "SoftmaxTransform",
     "SoftplusTransform",
+    "StickBreakingTransform",
     "TanhTransform",
     "Transform",
     "identity_transform",
@@ -483,3 +484,43 @@ class SoftmaxTransform(Transform):
 
     def _inverse(self, y):
         return y.log()
+
+
+class StickBreakingTransform(Transform):
+    """Real vectors of length K-1 to the K-simplex by breaking a stick: each coordinate's
+    sigmoid (shifted by ``log(K-1-i)``, so zeros map to the uniform point) takes its share of
+    what is left. Bijective, unlike ``SoftmaxTransform``, so it has a log-det."""
+
+    domain = constraints.real_vector
+    codomain = constraints.simplex
+    bijective = True
+
+    @staticmethod
+    def _offset(like, n):
+        return (n - public.arange(n, dtype=like.dtype, device=like.device)).log()
+
+    def _call(self, x):
+        z = sigmoid(x - self._offset(x, x.shape[-1]))
+        left = (1 - z).cumprod(-1)  # the stick left after each break
+        return F.pad(z, (0, 1), value=1.0) * F.pad(left, (1, 0), value=1.0)
+
+    def _inverse(self, y):
+        shares = y[..., :-1]
+        n = shares.shape[-1]
+        left = (1 - shares.cumsum(-1)).clamp(min=public.finfo(y.dtype).tiny)
+        return shares.log() - left.log() + self._offset(y, n)
+
+    def log_abs_det_jacobian(self, x, y):
+        shifted = x - self._offset(x, x.shape[-1])
+        # y_i = z_i * left_i: log|J| = sum_i log z_i (1 - z_i) left_i = sum_i log y_i (1 - z_i)
+        return (F.logsigmoid(shifted) - shifted + y[..., :-1].log()).sum(-1)
+
+    def forward_shape(self, shape):
+        if len(shape) < 1:
+            raise ValueError("Too few dimensions on input")
+        return tuple(shape[:-1]) + (shape[-1] + 1,)
+
+    def inverse_shape(self, shape):
+        if len(shape) < 1:
+            raise ValueError("Too few dimensions on input")
+        return tuple(shape[:-1]) + (shape[-1] - 1,)

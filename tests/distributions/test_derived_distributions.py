@@ -159,3 +159,29 @@ def test_what_torch_leaves_unimplemented_raises_in_both(name, what):
         lambda: getattr(make(kiln.distributions, _params(kiln, values)), what)(),
         lambda: getattr(make(torch.distributions, _params(torch, values)), what)(),
     )
+
+
+@needs_torch
+def test_stick_breaking_transform_matches_torch_forward_inverse_log_det_and_gradients():
+    results = []
+    for lib in (kiln, torch):
+        transform = lib.distributions.transforms.StickBreakingTransform()
+        x = lib.tensor([[0.1, -0.2, 1.5], [0.0, 0.0, 0.0]], dtype=lib.float64, requires_grad=True)
+        y = transform(x)
+        log_det = transform.log_abs_det_jacobian(x, y)
+        weights = lib.arange(4.0, dtype=lib.float64)
+        (grad,) = lib.autograd.grad((y * weights).sum() + log_det.sum(), [x])
+        dist = lib.distributions.TransformedDistribution(
+            lib.distributions.Normal(lib.zeros(3), lib.ones(3)), [transform]
+        )
+        point = lib.tensor([0.1, 0.2, 0.3, 0.4])
+        shapes = (transform.forward_shape((2, 3)), transform.inverse_shape((2, 4)))
+        results.append(
+            [_np(y), _np(log_det), _np(transform.inv(y)), _np(grad), _np(dist.log_prob(point))]
+        )
+        results[-1].append(shapes)
+        assert bool(lib.distributions.constraints.simplex.check(y).all())
+    (*ours, our_shapes), (*theirs, their_shapes) = results
+    assert tuple(map(tuple, our_shapes)) == tuple(map(tuple, their_shapes))
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
