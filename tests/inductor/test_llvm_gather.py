@@ -73,3 +73,48 @@ def test_padding_of_a_transposed_input_gathers_inside_the_buffer(tmp_path, monke
     )
     assert GATHER in ir_text
     np.testing.assert_array_equal(out.numpy(), fn(torch.from_numpy(a), TF.pad).numpy())
+
+
+@pytest.mark.parametrize(
+    ("status", "slow"),
+    [("Mitigation: Microcode", True), ("Not affected", False), ("Vulnerable", False), ("", False)],
+)
+def test_gathers_become_scalar_loads_where_the_microcode_slows_them(status, slow):
+    # Skylake's gather instruction, which LLVM picks for it unless told gathers are slow
+    from llvmlite import binding as llvm
+
+    from kiln.inductor.codegen.llvm import jit
+
+    jit.host_target()
+    features = jit.host_features("+avx2,+avx512f", status)
+    assert features.startswith("+avx2,+avx512f")
+    assert ("+prefer-no-gather" in features) == slow
+    target = llvm.Target.from_default_triple()
+    machine = target.create_target_machine(cpu="skylake-avx512", features=features, opt=3)
+    module = llvm.parse_assembly(str(_gather_module()))
+    module.triple = llvm.get_default_triple()
+    assert ("vgather" in machine.emit_assembly(module)) != slow
+
+
+def _gather_module():
+    """A function of one 8-lane float gather, as ``LLVMOps._gather`` writes it."""
+    from llvmlite import ir
+
+    from kiln.inductor.codegen.llvm.ops_handler import _VectorGEP
+
+    f32, i64 = ir.FloatType(), ir.IntType(64)
+    data, pointers = ir.VectorType(f32, 8), ir.VectorType(f32.as_pointer(), 8)
+    module = ir.Module()
+    fn = ir.Function(module, ir.FunctionType(data, [f32.as_pointer(), ir.VectorType(i64, 8)]), "k")
+    b = ir.IRBuilder(fn.append_basic_block())
+    gep = _VectorGEP(b.block, fn.args[0], fn.args[1], pointers)
+    b._insert(gep)
+    mask = ir.VectorType(ir.IntType(1), 8)
+    gather = ir.Function(
+        module,
+        ir.FunctionType(data, [pointers, ir.IntType(32), mask, data]),
+        "llvm.masked.gather.v8f32.v8p0f32",
+    )
+    on = ir.Constant(mask, [1] * 8)
+    b.ret(b.call(gather, [gep, ir.Constant(ir.IntType(32), 4), on, ir.Constant(data, None)]))
+    return module

@@ -39,6 +39,7 @@ from .helper_process import HelperProcess, helper_wanted
 __all__ = [
     "CompiledModule",
     "HostTarget",
+    "host_features",
     "JitStats",
     "asm",
     "cache_dir",
@@ -138,10 +139,32 @@ def host_target() -> HostTarget:
         host = HostTarget(
             triple=llvm.get_process_triple(),
             cpu_name=llvm.get_host_cpu_name(),
-            features=llvm.get_host_cpu_features().flatten(),
+            features=host_features(llvm.get_host_cpu_features().flatten(), _gather_mitigation()),
         )
         _define_runtime_helpers(host)
         return host
+
+
+_GDS_STATUS = "/sys/devices/system/cpu/vulnerabilities/gather_data_sampling"
+
+
+def _gather_mitigation() -> str:
+    """The kernel's word on the CPU's gather data sampling (empty where it does not say)."""
+    try:
+        with open(_GDS_STATUS) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def host_features(features: str, gather_mitigation: str) -> str:
+    """The host's LLVM features, asking for scalar loads in place of gather instructions where
+    the microcode's gather data sampling mitigation makes every gather slow (Skylake to Ice
+    Lake): kernels load scattered lanes with ``llvm.masked.gather``, which LLVM otherwise turns
+    into the gather instruction on those CPUs."""
+    if gather_mitigation.startswith("Mitigation"):
+        return f"{features},+prefer-no-gather" if features else "+prefer-no-gather"
+    return features
 
 
 # LLVM's x86 code generator turns a double -> half conversion into a call of ``__truncdfhf2``
