@@ -48,10 +48,6 @@ NOT_ONE_GRAPH = {
     **dict.fromkeys(
         [
             "get-mask-middle",
-            "masked_scatter-float32[3, 4]-bool[3, 4]-float32[7]",
-            "masked_scatter-bigger-source",
-            "masked_scatter-bcast",
-            "masked_scatter_-method",
             "unique_consecutive-values",
             "unique_consecutive-both",
             "unique_consecutive-dim0",
