@@ -12,6 +12,8 @@ both recompiled for every batch size; the ``.grad`` of an input made a leaf was 
 Left: a Python float of a size (``0.5 * n * log(2 pi)``) is baked in, as kiln has no symbolic
 floats (the Gaussian process allows its recompiles). LBFGS's closure ``evaluate``, a local
 function of kiln's, was guarded by identity in its resume functions: a recompile every step.
+Missing: ``Kumaraswamy``, ``FisherSnedecor``, ``StickBreakingTransform`` (added). Left:
+``pdist``/``triu_indices`` of a symbolic row count recompile per size (the strict xfail).
 """
 
 from __future__ import annotations
@@ -993,3 +995,92 @@ def test_dataset_utilities_split_concat_subset_and_samplers_agree_with_torch():
     weighted, want_weighted = ours.pop("weighted"), theirs.pop("weighted")
     assert len(weighted) == len(want_weighted) == 3 and set(weighted) == {1, 2, 4}
     assert ours == theirs
+
+
+# ------------------------------------------------------------------------------ ensembles, statistics
+
+
+def _ensemble(lib):
+    return lib.nn.ModuleList([lib.nn.Linear(3, 2) for _ in range(4)])
+
+
+def _ensemble_step(lib, models, x):
+    """Model ensembling: the members' parameters stacked, one ``functional_call`` vmapped."""
+    params, buffers = lib.func.stack_module_state(list(models))
+    base = models[0]
+
+    def call(p, b, x):
+        return lib.func.functional_call(base, (p, b), (x,))
+
+    return lib.func.vmap(call, in_dims=(0, 0, None))(params, buffers, x)
+
+
+def _statistics_step(lib, model, x):
+    covariance = lib.cov(x.t())
+    eigenvalues, eigenvectors = lib.linalg.eigh(covariance)
+    return (
+        covariance,
+        lib.corrcoef(x.t()),
+        eigenvalues,
+        eigenvectors.abs(),  # each eigenvector's sign is arbitrary
+        lib.cdist(x, x, p=1),
+        lib.autograd.functional.jacobian(lambda z: z.sin() * z.sum(), x[0]),
+        lib.autograd.functional.hessian(lambda z: (z**3).sum(), x[0]),
+        lib.autograd.functional.vjp(lambda z: z.exp(), x[0], lib.ones(3))[1],
+    )
+
+
+def _single_inputs(rng):
+    return [(rng.standard_normal((n, 3), dtype=np.float32),) for n in (5, 7, 6)]
+
+
+@pytest.mark.parametrize(
+    "build,step",
+    [(_ensemble, _ensemble_step), (_identity, _statistics_step)],
+    ids=["ensemble", "statistics"],
+)
+def test_vmapped_ensemble_and_covariance_eigh_pdist_autograd_functional_match_torch(build, step):
+    program = Program(
+        build, step, _single_inputs, grads=False, rtol=1e-3, atol=1e-4, modes=ALL_MODES
+    )
+    _check(program)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pdist and triu_indices take their pairs from numpy's triu_indices of the row count: "
+    "under dynamic=True the size is baked in and each new one recompiles",
+)
+def test_pdist_keeps_the_row_count_symbolic():
+    program = Program(
+        _identity,
+        lambda lib, model, x: (lib.nn.functional.pdist(x), lib.triu_indices(x.shape[0], 3, 1)),
+        _single_inputs,
+        grads=False,
+    )
+    _check(program)
+
+
+def _masked_linear(lib):
+    model = lib.nn.Linear(6, 3)
+    return model, lib.optim.SGD(model.parameters(), lr=0.1)
+
+
+def _magnitude_pruning_step(lib, model, opt, x, y):
+    """Magnitude pruning by hand (no ``nn.utils.prune``): a mask from the weights' sizes, the
+    masked weight in the forward, the mask applied again after the step."""
+    mask = (model.weight.detach().abs() > 0.2).float()
+    out = lib.nn.functional.linear(x, model.weight * mask, model.bias)
+    loss = lib.nn.functional.l1_loss(out, y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    with lib.no_grad():
+        model.weight.mul_(mask)
+    return loss, mask.sum()
+
+
+def test_magnitude_pruning_masks_train_like_torch():
+    _check(
+        Program(_masked_linear, _magnitude_pruning_step, _pairs((5, 7, 9), 6, 3), modes=ALL_MODES)
+    )
