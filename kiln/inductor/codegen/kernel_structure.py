@@ -122,6 +122,20 @@ def structure_key(
     return hashlib.sha256("\n".join(parts).encode()).hexdigest(), traces
 
 
+def _render_calls(trace: BodyTrace, label) -> list[str]:
+    """Each call a body made to ``ops``, a loaded buffer by its label (argument position)."""
+    calls = []
+    for op, args, kwargs, _ in trace.calls:
+        if op == "load":
+            rendered = f"({label(args[0])},{_render(args[1:])})"
+        else:
+            rendered = _render(args)
+        if kwargs:
+            rendered += _render(sorted(kwargs.items()))
+        calls.append(op + rendered)
+    return calls
+
+
 def _describe_node(node, index, trace: BodyTrace, label, locals_: set) -> str:
     data = node.data
     fields = [
@@ -140,15 +154,7 @@ def _describe_node(node, index, trace: BodyTrace, label, locals_: set) -> str:
             data.reduction_type,
             data.src_dtype.name,
         ]
-    calls = []
-    for position, (op, args, kwargs, _) in enumerate(trace.calls):
-        if op == "load":  # the buffer by its argument position
-            rendered = f"({label(args[0])},{_render(args[1:])})"
-        else:
-            rendered = _render(args)
-        if kwargs:
-            rendered += _render(sorted(kwargs.items()))
-        calls.append(f"t{position}={op}{rendered}")
+    calls = [f"t{position}={call}" for position, call in enumerate(_render_calls(trace, label))]
     return " ".join(fields) + "\n" + "\n".join(calls) + f"\n->{_render(trace.result)}"
 
 
@@ -203,15 +209,7 @@ def kernel_shape(kernel, dtypes: dict, sizes: dict, symbols) -> tuple[str, list]
                     data.reduction_type,
                     data.src_dtype.name,
                 ]
-            calls = []
-            for op, args, kwargs, _ in trace.calls:
-                if op == "load":
-                    rendered = f"({label(args[0])},{_render(args[1:])})"
-                else:
-                    rendered = _render(args)
-                if kwargs:
-                    rendered += _render(sorted(kwargs.items()))
-                calls.append(op + rendered)
+            calls = _render_calls(trace, label)
             parts.append(
                 " ".join(fields) + "\n" + "\n".join(calls) + f"\n->{_render(trace.result)}"
             )
