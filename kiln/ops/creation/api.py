@@ -72,8 +72,13 @@ __all__ = [
 ]
 
 
-def _size(args, fn: str = "zeros") -> tuple:
-    """A size from ``f(2, 3)`` or ``f((2, 3))``, with the TypeErrors PyTorch's parser raises."""
+def _size(args, fn: str = "zeros", keyword=None) -> tuple:
+    """A size from ``f(2, 3)``, ``f((2, 3))`` or ``f(size=(2, 3))`` (``keyword``), with the
+    TypeErrors PyTorch's parser raises."""
+    if keyword is not None:
+        if args:
+            raise TypeError(f"{fn}() got multiple values for argument 'size'")
+        args = (keyword,)
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = tuple(args[0])
     elif len(args) == 1 and not _is_int_like(args[0]):
@@ -387,15 +392,6 @@ def scalar_tensor(value, *, dtype=None, device=None, requires_grad=False) -> Ten
 # ------------------------------------------------------------------------------ filled
 
 
-def _sizes(positional: tuple, size, name: str) -> tuple:
-    """The sizes given positionally (``zeros(2, 3)``, ``zeros((2, 3))``) or as ``size=``."""
-    if size is None:
-        return positional
-    if positional:
-        raise TypeError(f"{name}() got multiple values for argument 'size'")
-    return (size,)
-
-
 @writes_out
 def zeros(
     *size_args,
@@ -407,7 +403,7 @@ def zeros(
     layout=None,
     pin_memory=False,
 ) -> Tensor:
-    shape = _size(_sizes(size_args, size, "zeros"), "zeros")
+    shape = _size(size_args, "zeros", size)
     if any(s < 0 for s in shape):
         raise RuntimeError("zeros: Dimension size must be non-negative.")
     return _finish(
@@ -429,7 +425,7 @@ def ones(
 ) -> Tensor:
     return _finish(
         OPS["full"](
-            _size(_sizes(size_args, size, "ones"), "ones"),
+            _size(size_args, "ones", size),
             1,
             dtype=dtype or dt.get_default_dtype(),
             device=device,
@@ -451,7 +447,7 @@ def empty(
     memory_format=None,
 ) -> Tensor:
     out = OPS["empty"](
-        _size(_sizes(size_args, size, "empty"), "empty"),
+        _size(size_args, "empty", size),
         dtype=dtype or dt.get_default_dtype(),
         device=device,
     )
@@ -685,7 +681,7 @@ def rand(
     _require_float_dtype(dtype, "check_uniform_bounds")
     return _finish(
         OPS["rand"](
-            _size(_sizes(size_args, size, "rand"), "rand"),
+            _size(size_args, "rand", size),
             generator=generator,
             dtype=dtype or dt.get_default_dtype(),
             device=device,
@@ -708,7 +704,7 @@ def randn(
     _require_float_dtype(dtype, "normal_kernel_cpu")
     return _finish(
         OPS["randn"](
-            _size(_sizes(size_args, size, "randn"), "randn"),
+            _size(size_args, "randn", size),
             generator=generator,
             dtype=dtype or dt.get_default_dtype(),
             device=device,

@@ -22,9 +22,8 @@ from ..core.common import (
     cast_array,
     clip_ufunc,
     compute_np_dtype,
-    contiguous_strides,
-    empty_laid_out,
     fake,
+    laid_out,
     numpy_derivative_ok,
     output_layout_source,
     result_dtype,
@@ -428,14 +427,7 @@ def _elementwise_loss(name, schema, np_fn, grad_fn, decomp_fn, like_input=False,
         b = t._data.astype(cd, copy=False)
         r = _np_reduce(np.asarray(np_fn(a, b, *params), cd), reduction)
         if r.ndim > 1 and (reduction == "none" or reduction == 0):
-            strides = _loss_strides(r.shape, x, t, like_input)
-            want = contiguous_strides(r.shape) if strides is None else strides
-            if any(
-                n != 1 and have != w * r.itemsize for n, have, w in zip(r.shape, r.strides, want)
-            ):
-                out = empty_laid_out(r.shape, r.dtype, want)
-                np.copyto(out, r)
-                r = out
+            r = laid_out(r, _loss_strides(r.shape, x, t, like_input))
         return wrap(r, d)
 
     def meta(x, t, *rest):
