@@ -385,6 +385,16 @@ def output_layout_source(shape: tuple, operands) -> tuple | None:
             return None
         if all(_same_dense_layout(shape, row, first) for row in rows[1:]) and _dense(shape, first):
             return None if _same_dense_layout(shape, first, contiguous) else first
+    return iterator_strides(shape, rows)
+
+
+def iterator_strides(shape: tuple, rows: list) -> tuple | None:
+    """The dense strides TensorIterator gives a result of ``shape`` (static sizes) from its
+    operands' strides ``rows`` (one per operand, in operand order, each already broadcast to
+    ``shape``: 0 in a dim the operand is broadcast along); None when they are row-major. Ops
+    that build a TensorIterator over operands of their own making (advanced indexing over a
+    restrided source) call this with those rows."""
+    ndim = len(shape)
     perm = list(range(ndim - 1, -1, -1))  # perm[0]: the innermost dim
     for i in range(1, ndim):
         dim1 = i

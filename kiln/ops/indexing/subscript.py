@@ -17,7 +17,7 @@ from ...runtime import dtypes as dt
 from ...runtime.storage import writable_target
 from ...runtime.sym_expr import INF
 from ...runtime.symbolic import SymInt, active_env, known_same_shape, same_shape
-from ..core.common import Tensor, broadcast_shapes, fake, wrap
+from ..core.common import Tensor, broadcast_shapes, fake, iterator_strides, laid_out, wrap
 from ..core.registry import OPS, defop, tensor_method, torch_function
 from ..shape.views import expand_shape
 from .row_accumulate import accumulate_rows
@@ -127,11 +127,101 @@ def _index_kernel(x, indices):
         if idx._dtype in (dt.int64, dt.int32):
             # one integer index array (a gather along one dim, F.pad's reflect and replicate):
             # np.take's loop is 2x faster than numpy's general fancy indexing, same result
-            return wrap(np.take(x._data, idx._data, axis=single[0]), x._dtype)
+            return _index_result(np.take(x._data, idx._data, axis=single[0]), x, indices)
     r = x._data[_np_indices(indices)]
     if all(i is None for i in indices):  # only full slices: numpy gave a view, the op copies
         r = r.copy()
-    return wrap(np.require(r, requirements="C"), x._dtype)
+    return _index_result(r, x, indices)
+
+
+def _index_result(r: np.ndarray, x: Tensor, indices) -> Tensor:
+    strides = _index_strides(x, indices)
+    out = wrap(laid_out(r, strides), x._dtype)
+    if strides is not None and not r.size:  # (numpy's strides of an empty array are row-major)
+        out._stride = strides
+    return out
+
+
+def _index_strides(x: Tensor, indices) -> tuple | None:
+    """The strides PyTorch gives ``x[indices]`` (None: row-major). PyTorch's ``index`` moves the
+    indexed dims to the front when they are not adjacent, restrides the source with stride 0
+    along the indexed dims and iterates it with the broadcast index tensors, so the result's
+    dim order follows the source's strides in the kept dims and the index tensors' in the
+    indexed ones: ``x.permute(2, 0, 1)[:, :, i]`` keeps the permuted order. A boolean mask
+    counts as one contiguous index per dim it covers (its nonzero positions)."""
+    layouts: list = []
+    for idx in indices:
+        if idx is None:
+            layouts.append(None)
+        elif idx._dtype in _MASK_DTYPES:
+            if idx._data is None:
+                return None  # (a count only known at run time)
+            count = int(np.count_nonzero(idx._data))
+            layouts += [((count,), (1,))] * max(idx.ndim, 1)
+        else:
+            layouts.append((tuple(idx._shape), tuple(idx.stride())))
+    shape, stride = tuple(x._shape), tuple(x.stride())
+    sizes = [*shape, *stride] + [v for lay in layouts if lay for part in lay for v in part]
+    if any(v.__class__ is SymInt for v in sizes):
+        return None
+    layouts += [None] * (len(shape) - len(layouts))
+    positions = [d for d, lay in enumerate(layouts) if lay is not None]
+    if not positions:
+        return None
+    if positions != list(range(positions[0], positions[-1] + 1)):
+        order = positions + [d for d in range(len(shape)) if layouts[d] is None]
+        shape = tuple(shape[d] for d in order)
+        stride = tuple(stride[d] for d in order)
+        layouts = [layouts[d] for d in order]
+        positions = list(range(len(positions)))
+    bshape = tuple(broadcast_shapes(*(layouts[d][0] for d in positions)))
+    before, after = positions[0], positions[-1] + 1
+    out_shape = shape[:before] + bshape + shape[after:]
+    if len(out_shape) < 2:
+        return None
+    rows = [stride[:before] + (0,) * len(bshape) + stride[after:]]
+    for d in positions:
+        ishape, istride = layouts[d]
+        pad = len(bshape) - len(ishape)
+        if tuple(ishape) != bshape:  # expanded to the common shape: stride 0 where broadcast
+            istride = (0,) * pad + tuple(
+                0 if size == 1 and bshape[pad + k] != 1 else st
+                for k, (size, st) in enumerate(zip(ishape, istride))
+            )
+        # viewed with size-1 dims around it, which read as broadcast where the result is longer
+        viewed = _unsqueezed_strides(bshape, istride, before, len(shape) - after)
+        rows.append(
+            tuple(
+                0 if n != 1 and k not in range(before, before + len(bshape)) else st
+                for k, (n, st) in enumerate(zip(out_shape, viewed))
+            )
+        )
+    return iterator_strides(out_shape, rows)
+
+
+def _unsqueezed_strides(shape: tuple, stride: tuple, before: int, after: int) -> tuple:
+    """The strides ``reshape`` gives a tensor of ``shape``/``stride`` viewed with ``before``
+    leading and ``after`` trailing size-1 dims: a size-1 dim takes the stride of the memory
+    chunk it sits against (the step of the dims inside it times their size), as PyTorch's view
+    computes it; only the size-1 dims of a result that is itself size 1 there keep reading it."""
+    new = [1] * before + list(shape) + [1] * after
+    out = [0] * len(new)
+    view_d = len(new) - 1
+    base = stride[-1] if stride else 1
+    numel = view_numel = 1
+    for d in range(len(shape) - 1, -1, -1):
+        numel *= shape[d]
+        if d == 0 or (shape[d - 1] != 1 and stride[d - 1] != numel * base):
+            while view_d >= 0 and (view_numel < numel or new[view_d] == 1):
+                out[view_d] = view_numel * base
+                view_numel *= new[view_d]
+                view_d -= 1
+            if d > 0:
+                base, numel, view_numel = stride[d - 1], 1, 1
+    while view_d >= 0:  # (leading size-1 dims past the last chunk)
+        out[view_d] = view_numel * base
+        view_d -= 1
+    return tuple(out)
 
 
 def index_result_shape(shape, indices) -> tuple:
@@ -154,7 +244,7 @@ def _index_meta(x, indices):
         raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
     if any(idx is not None and idx._dtype in _MASK_DTYPES for idx in indices):
         return fake(_masked_index_shape(x, indices), x._dtype, x)
-    return fake(index_result_shape(x._shape, indices), x._dtype, x)
+    return fake(index_result_shape(x._shape, indices), x._dtype, x, _index_strides(x, indices))
 
 
 def _masked_index_shape(x, indices) -> tuple:

@@ -1,0 +1,117 @@
+"""Advanced indexing lays its result out as PyTorch's ``index`` does: a TensorIterator over the
+source restrided with stride 0 along the indexed dims and the broadcast index tensors, so the
+kept dims follow the source's order (``x.permute(2, 0, 1)[:, :, i]`` is not row-major) and the
+indexed dims follow the index tensors'. Eager kernels and the meta a compiled graph is traced
+with agree, so views of such a result behave alike in both."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from tests.oracle import needs_torch, torch
+
+
+def _draw(rng: np.random.Generator):
+    """A source shape, a permutation of its dims and one item per dim (at least one of them an
+    integer tensor, possibly 2-d and transposed, or a boolean mask)."""
+    while True:
+        rank = int(rng.integers(2, 5))
+        shape = [int(s) for s in rng.integers(1, 5, rank)]
+        perm = [int(d) for d in rng.permutation(rank)]
+        items = []
+        for d in range(rank):
+            n = shape[perm[d]]
+            r = rng.random()
+            if r < 0.35:
+                ishape = [(int(rng.integers(1, 4)),), (2, int(rng.integers(1, 4))), (1,)][
+                    int(rng.integers(0, 3))
+                ]
+                values = rng.integers(0, n, ishape)
+                items.append(("tensor", values, len(ishape) == 2 and bool(rng.random() < 0.5)))
+            elif r < 0.45:
+                mask = rng.random(n) < 0.7
+                mask[int(rng.integers(0, n))] = True  # (never empty: its strides are moot)
+                items.append(("mask", mask, False))
+            elif r < 0.55:
+                items.append(("int", int(rng.integers(0, n)), False))
+            elif r < 0.65:
+                items.append(("slice", slice(0, max(1, n - 1)), False))
+            else:
+                items.append(("slice", slice(None), False))
+        if any(kind in ("tensor", "mask") for kind, _, _ in items):
+            return shape, perm, items
+
+
+def _build(lib, shape, perm, items):
+    x = lib.arange(float(np.prod(shape))).reshape(shape).permute(*perm)
+    index = []
+    for kind, value, transposed in items:
+        if kind == "tensor":
+            index.append(lib.tensor(value.T.copy()).t() if transposed else lib.tensor(value))
+        elif kind == "mask":
+            index.append(lib.tensor(value))
+        else:
+            index.append(value)
+    return x, tuple(index)
+
+
+def _cases(count: int):
+    rng = np.random.default_rng(18)
+    return [_draw(rng) for _ in range(count)]
+
+
+@needs_torch
+@pytest.mark.parametrize("case", range(40))
+def test_eager_indexing_has_torchs_strides(case):
+    shape, perm, items = _cases(40)[case]
+    tx, ti = _build(torch, shape, perm, items)
+    try:
+        want = tx[ti]
+    except IndexError:  # index tensors that do not broadcast: kiln's message is tested elsewhere
+        with pytest.raises(IndexError):
+            kx, ki = _build(kiln, shape, perm, items)
+            kx[ki]
+        return
+    kx, ki = _build(kiln, shape, perm, items)
+    got = kx[ki]
+    assert tuple(got.shape) == tuple(want.shape)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert got.stride() == want.stride(), (shape, perm, items)
+
+
+@needs_torch
+def test_permuted_source_keeps_its_order_and_views_like_torch():
+    tx = torch.arange(24.0).reshape(2, 3, 4).permute(2, 0, 1)
+    kx = kiln.arange(24.0).reshape(2, 3, 4).permute(2, 0, 1)
+    ti, ki = torch.tensor([0, 2, 1]), kiln.tensor([0, 2, 1])
+    for fn in (
+        lambda x, i: x[:, :, i],
+        lambda x, i: x[:, i[:2] // 2],
+        lambda x, i: x[i, :, 0],
+        lambda x, i: x[i.view(3, 1), :, i[1:]],  # separated: the indexed dims move to the front
+    ):
+        want, got = fn(tx, ti), fn(kx, ki)
+        assert got.stride() == want.stride()
+        assert got.is_contiguous() == want.is_contiguous()
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    # a view PyTorch refuses over such a result is refused alike
+    with pytest.raises(RuntimeError):
+        tx[:, :, ti].view(-1)
+    with pytest.raises(RuntimeError, match="view"):
+        kx[:, :, ki].view(-1)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_indexing_lays_out_as_eager(backend):
+    def f(x, i):
+        return x[:, :, i] * 2, x[:, i], x[i], x[:, :, i].reshape(-1)
+
+    x = kiln.arange(24.0).reshape(2, 3, 4).permute(2, 0, 1)
+    i = kiln.tensor([1, 0])
+    eager = f(x, i)
+    compiled = kiln.compile(f, backend=backend)(x, i)
+    for e, c in zip(eager, compiled):
+        assert c.stride() == e.stride()
+        np.testing.assert_array_equal(c.numpy(), e.numpy())
