@@ -748,3 +748,58 @@ def test_compiled_loss_matches_eager(loss, shape, backend):
     expected.backward()
     got.backward()
     assert_close(compiled_x.grad, eager_x.grad, rtol=1e-5, atol=1e-6)
+
+
+@needs_torch
+def test_l1_loss_keeps_the_difference_so_the_target_may_change_in_place():
+    """PyTorch's l1_loss is ``(input - target).abs()`` reduced: backward reads the difference,
+    not the target, so changing the target in place before backward is allowed."""
+    grads = []
+    for lib in (torch, kiln):
+        x = lib.tensor([0.5, -1.0, 2.0], requires_grad=True)
+        t = lib.tensor([1.0, -2.0, 2.5])
+        loss = lib.nn.functional.l1_loss(x, t)
+        t.add_(10)
+        loss.backward()
+        grads.append(x.grad.numpy())
+        assert type(loss.grad_fn).__name__ == "MeanBackward0"
+    np.testing.assert_array_equal(grads[1], grads[0])
+
+
+@needs_torch
+def test_soft_margin_loss_keeps_the_input_dtype_and_refuses_a_broadcasting_target():
+    """PyTorch computes ``neg(input).mul_(target)...``: a float64 target leaves a float32
+    loss, and a target that would broadcast the input up is refused."""
+    x64 = np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.5]])
+    t64 = np.array([[1.0, -1.0, 1.0], [-1.0, 1.0, 1.0]])
+    results = []
+    for lib in (torch, kiln):
+        x = lib.tensor(x64, dtype=lib.float32)
+        loss = lib.nn.functional.soft_margin_loss(x, lib.tensor(t64), reduction="none")
+        assert loss.dtype == lib.float32
+        results.append(loss.numpy())
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            lib.nn.functional.soft_margin_loss(lib.rand(3), lib.rand(2, 3))
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-6)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda F, lib: F.binary_cross_entropy(lib.rand(3), lib.rand(3), weight=lib.rand(2, 3)),
+        lambda F, lib: F.binary_cross_entropy_with_logits(
+            lib.rand(3), lib.rand(3), weight=lib.rand(2, 3)
+        ),
+        lambda F, lib: F.binary_cross_entropy_with_logits(
+            lib.rand(3), lib.rand(3), pos_weight=lib.rand(2, 3)
+        ),
+    ],
+    ids=["bce_weight", "bce_logits_weight", "bce_logits_pos_weight"],
+)
+def test_bce_weights_that_broadcast_the_input_up_are_refused(call):
+    """PyTorch multiplies the loss by its weights in place, so a weight bigger than the input
+    raises the in-place shape error instead of broadcasting the loss."""
+    for lib in (torch, kiln):
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            call(lib.nn.functional, lib)

@@ -18,6 +18,7 @@ import warnings
 from ...amp.autocast_mode import autocast_policy
 from ...autograd.grad_mode import is_grad_enabled
 from ...ops import OPS
+from ...ops.core.common import broadcast_shapes
 from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
 from ...ops.nn import losses as _loss
@@ -122,9 +123,15 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", we
     return _weighted_elementwise("mse_loss", input, target, reduction, weight, True)
 
 
+@autocast_policy(cpu="fp32", cuda="fp32")
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     reduction = _reduction(size_average, reduce, reduction)
-    return _weighted_elementwise("l1_loss", input, target, reduction, weight, True)
+    if weight is not None:
+        return _weighted_elementwise("l1_loss", input, target, reduction, weight, True)
+    _warn_size(input, target)
+    # PyTorch's composite, (input - target).abs() reduced: its backward keeps the difference,
+    # so the target may change in place before backward, as in PyTorch
+    return _loss.reduce_loss((input - target).abs(), _loss.check_reduction(reduction))
 
 
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
@@ -152,8 +159,8 @@ def binary_cross_entropy(
             f"({input.shape}) is deprecated. Please ensure they have the same size."
         )
     _no_derivative("binary_cross_entropy", "weight", weight)
-    if weight is not None:
-        weight = weight.expand(tuple(input.shape))
+    if weight is not None:  # (a weight broadcasting the input up is the op's error)
+        weight = weight.expand(tuple(broadcast_shapes(tuple(target.shape), tuple(weight.shape))))
     return OPS["binary_cross_entropy"](input, target, weight, reduction)
 
 
@@ -272,7 +279,9 @@ def hinge_embedding_loss(
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean") -> Tensor:
     reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
     _no_derivative("soft_margin_loss", "target", target)
-    out = _loss.reduce_loss((-target * input).exp().log1p(), reduction)
+    # PyTorch's neg_out(input) then mul_(target): the input's layout and dtype, and a target
+    # that would broadcast the input is refused
+    out = _loss.reduce_loss((-input).mul_(target).exp().log1p(), reduction)
     rename_grad_fn(out, (input,), "SoftMarginLossBackward0")
     return out
 

@@ -26,6 +26,7 @@ from ..core.common import (
     laid_out,
     numpy_derivative_ok,
     output_layout_source,
+    preserved_layout,
     result_dtype,
     wrap,
 )
@@ -575,7 +576,17 @@ def _bce_check(x, t, w):
             f"({list(x._shape)}) is deprecated. Please ensure they have the same size."
         )
     if w is not None:
-        broadcast_shapes(x._shape, w._shape)
+        _check_weight_fits(x, w)
+
+
+def _check_weight_fits(x: Tensor, w: Tensor) -> None:
+    """PyTorch multiplies the loss by a weight in place: a weight that would broadcast the
+    input up is refused with the in-place message."""
+    shape = broadcast_shapes(x._shape, w._shape)
+    if tuple(shape) != tuple(x._shape):
+        raise RuntimeError(
+            f"output with shape {list(x._shape)} doesn't match the broadcast shape {list(shape)}"
+        )
 
 
 @binary_cross_entropy.register_kernel
@@ -593,15 +604,29 @@ def _bce_kernel(x, t, w, reduction):
         loss = -(b * np.maximum(np.log(a), -100.0) + (1 - b) * np.maximum(np.log1p(-a), -100.0))
     if w is not None:
         loss = loss * w._data
-    return wrap(_np_reduce(np.asarray(loss, a.dtype), reduction), x._dtype)
+    loss = _np_reduce(np.asarray(loss, a.dtype), reduction)
+    return wrap(laid_out(loss, _bce_strides(x, reduction)) if loss.ndim > 1 else loss, x._dtype)
+
+
+def _bce_strides(x: Tensor, reduction: str) -> tuple | None:
+    """PyTorch makes the unreduced loss ``empty_like(input)``: the input's layout."""
+    return preserved_layout(x) if reduction == "none" and x.ndim > 1 else None
 
 
 binary_cross_entropy.register_meta(
     lambda x, t, w=None, reduction="mean": (
         _bce_check(x, t, w),
-        fake(x._shape if check_reduction(reduction) == "none" else (), x._dtype, x),
+        fake(
+            x._shape if check_reduction(reduction) == "none" else (),
+            x._dtype,
+            x,
+            _bce_strides(x, reduction),
+        ),
     )[1]
 )
+binary_cross_entropy.result_layout = lambda x, t, w=None, reduction="mean": (
+    "preserved" if reduction == "none" and x.ndim > 1 else "contiguous"
+)  # as PyTorch's
 
 
 def _bce_grad(c, g):
@@ -668,7 +693,7 @@ def _bcel_check(x, t, w, pw):
         )
     for o in (w, pw):
         if o is not None:
-            broadcast_shapes(x._shape, o._shape)
+            _check_weight_fits(x, o)
 
 
 def _np_log_sigmoid(a):
@@ -688,13 +713,27 @@ def _bcel_kernel(x, t, w, pw, reduction):
     loss = (1 - b) * a - log_weight * (_np_log_sigmoid(a) if log_sig is None else log_sig)
     if w is not None:
         loss = loss * w._data
-    return wrap(_np_reduce(np.asarray(loss, cd), reduction), d)
+    loss = _np_reduce(np.asarray(loss, cd), reduction)
+    return wrap(laid_out(loss, _bcel_strides(t, reduction)) if loss.ndim > 1 else loss, d)
+
+
+def _bcel_strides(t: Tensor, reduction: str) -> tuple | None:
+    """PyTorch computes the unreduced loss as ``(1 - target).mul_(input).sub_(...)``: the
+    target's layout."""
+    if reduction != "none" or t.ndim < 2:
+        return None
+    return output_layout_source(tuple(t._shape), (t,))
 
 
 binary_cross_entropy_with_logits.register_meta(
     lambda x, t, w=None, pw=None, reduction="mean": (
         _bcel_check(x, t, w, pw),
-        fake(x._shape if check_reduction(reduction) == "none" else (), result_dtype(x, t), x),
+        fake(
+            x._shape if check_reduction(reduction) == "none" else (),
+            result_dtype(x, t),
+            x,
+            _bcel_strides(t, reduction),
+        ),
     )[1]
 )
 
