@@ -95,6 +95,7 @@ def conv2d_weight_grad_out(
     channels: int = 4,
     taps: int = 3,
     whole: int = 0,
+    exact_stride: int = 0,
 ) -> None:
     """``out`` (C, KH, KW, O) = the weight gradient of the convolution that read ``xp`` (N, C,
     HP, SW, WQ), for the output gradient ``g`` (N, O, OH, OWV). ``exact``: the gradient
@@ -103,7 +104,9 @@ def conv2d_weight_grad_out(
     column gave NaN, where PyTorch never reads it). ``lanes``, ``channels``, ``taps``: the
     register tile the lowering chose (OWV a multiple of ``lanes``; the sums' order, hence the
     last bits, depend on ``lanes``). ``whole``: O and the kernel's taps are multiples of
-    ``channels`` and ``taps`` (the loops for the rest left out)."""
+    ``channels`` and ``taps`` (the loops for the rest left out). ``exact_stride``: the rows'
+    stride ``exact`` is read with, where it differs from ``g``'s (the flat planes' walk,
+    whose rows ``g`` are ``stride`` input rows apart, ``exact``'s one)."""
     tiles = _tiles(int(lanes), int(channels), 2, int(taps), int(whole))
     kernels = _kernels(tiles)
     if kernels is not None:
@@ -113,7 +116,8 @@ def conv2d_weight_grad_out(
             kernels.weight_grad(xp, g, out, int(stride), tiles)
         if exact is None or exact.shape[3] == g.shape[3] or np.isfinite(out).all():
             return
-        g = exact
+    if exact is not None:
+        g, stride = exact, int(exact_stride) or int(stride)
     for i in range(out.shape[1]):
         for j in range(out.shape[2]):
             window = _tap_window(xp, i, j, int(stride), g.shape[2:])

@@ -449,8 +449,8 @@ def _direct(spec: _Spec) -> TensorBox | None:
     # shapes from the arrays each call passes, and are chosen by the sizes seen
     forward = None
     if all(s.__class__ is int for s in spec.kernel + spec.weight_shape[2:]):
-        forward = _direct_forward(spec)
-    return forward or _direct_weight_grad(spec)
+        forward = _plane_forward(spec) or _direct_forward(spec)
+    return forward or _plane_weight_grad(spec) or _direct_weight_grad(spec)
 
 
 def _loops_built() -> bool:
@@ -549,6 +549,159 @@ def _direct_weight_grad(spec: _Spec) -> TensorBox | None:
     layout = Layout.contiguous((c,) + kernel + (o,), spec.dtype)
     buf = _extern_call(spec, layout, extern_convolution.conv2d_weight_grad_out, inputs)
     kh, kw = kernel
+    view = Layout((c, o, kh, kw), (kh * kw * o, 1, kw * o, o), spec.dtype, 0, buf.layout.device)
+    return _buffer_view(buf, view)
+
+
+# ------------------------------------------------------------------------------ flat planes
+
+# input channels x kernel taps up to which a stride-1 layer runs the loops over flat planes
+# (``_plane_forward``) where the rows form does not take it (``conv_direct.MAX_CHANNEL_TAPS``):
+# the MNIST CNN's input gradient, 64 channels by 9 taps over 64x28x28 padded images, 25 ms
+# against 60 for the columns (100 MB of them) and product (2 threads, AVX-512, load ~3)
+PLANE_CHANNEL_TAPS_MAX = 576
+
+# False: every layer takes the rows form or the columns as before the plane walk (an A/B
+# switch for benchmarks and tests)
+PLANES = True
+
+
+def _plane_rows(out_rows: int, padded_width: int, lanes: int) -> tuple:
+    """How the loops walk a flat plane of ``out_rows`` output rows ``padded_width`` apart:
+    ``(rows, step, chunk)``, each image's output as ``rows`` loop rows of ``chunk`` elements
+    (whole vectors), a loop row ``step`` input rows after the one before. One row of the whole
+    plane rounded up to a vector, or rows of ``step * padded_width`` elements where that is a
+    whole number of vectors: whichever computes fewer elements (the same: more loop rows, for
+    the threads)."""
+    whole = _lanes_width(out_rows * padded_width, lanes)
+    walks = [(whole, 1, out_rows, whole)]
+    least = lanes // math.gcd(padded_width, lanes)
+    for step in range(least, out_rows, least):
+        rows = -(-out_rows // step)
+        walks.append((rows * step * padded_width, rows, step, step * padded_width))
+    return min(walks, key=lambda walk: (walk[0], -walk[1]))[1:]
+
+
+def _plane_pays(channels: int, taps: int, out_spatial: tuple, padded_width: int, lanes: int):
+    """The plane walk ``(rows, step, chunk)`` for a stride-1 layer where it computes fewer
+    elements than the rows form (each output row rounded up to whole vectors: an MNIST CNN's
+    24-column rows take 32, the plane 26 a row), or where the rows form does not run the layer
+    (more than ``conv_direct.MAX_CHANNEL_TAPS``) and the columns would; else None."""
+    oh, ow = out_spatial
+    if not PLANES or ow < conv_direct.MIN_WIDTH or taps < conv_direct.MIN_TAPS:
+        return None
+    if channels * taps > PLANE_CHANNEL_TAPS_MAX:
+        return None
+    rows, step, chunk = _plane_rows(oh, padded_width, lanes)
+    if channels * taps <= conv_direct.MAX_CHANNEL_TAPS and rows * chunk >= oh * _lanes_width(
+        ow, lanes
+    ):
+        return None
+    return rows, step, chunk
+
+
+def _plane_input_rows(rows: int, chunk: int, kernel: tuple, padded_width: int) -> int:
+    """Padded input rows the plane walk reads: its last vector's reach by the last tap."""
+    kh, kw = kernel
+    return -(-(rows * chunk + (kh - 1) * padded_width + kw - 1) // padded_width)
+
+
+def _plane_forward(spec: _Spec) -> TensorBox | None:
+    """A stride-1 layer through the direct loops walking each image's padded plane as one flat
+    row: output element ``y * WP + x`` sums the input at the same flat position plus each
+    tap's ``i * WP + j`` (WP the padded width), so the columns past the output width (WP - OW
+    of them) are all the loops compute beyond the output, where the rows form rounds each row
+    up to whole vectors. The output is read through a view whose rows are WP apart. The
+    loops' call is the rows form's, on arrays shaped so (``_plane_rows``). None where it does
+    not apply or pay."""
+    c, o = spec.channels, spec.weight_shape[0]
+    if tuple(spec.stride) != (1, 1) or tuple(spec.dilation) != (1, 1):
+        return None
+    sizes = (c, o) + spec.in_spatial + spec.out_spatial + spec.kernel
+    if any(s.__class__ is not int for s in sizes) or min(spec.padding) < 0:
+        return None
+    (oh, ow), (kh, kw), left = spec.out_spatial, spec.kernel, spec.padding[1]
+    padded_width = spec.in_spatial[1] + 2 * left
+    lanes = forward_tiles(o, ow)[0]
+    walk = _plane_pays(c, kh * kw, (oh, ow), padded_width, lanes)
+    if walk is None:
+        return None
+    rows, step, chunk = walk
+    lanes, channels, columns = forward_tiles(o, chunk)
+    n = spec.batch
+    inner = spec.x.loader
+
+    def read(sample, channel, row, col):
+        return inner([sample, channel, row, col])
+
+    stored = _plane_input_rows(rows, chunk, spec.kernel, padded_width)
+    x_shape = (n, c) + spec.in_spatial
+    xp = _phase_input(spec, read, x_shape, spec.kernel, (1, 1), ow, rows=stored)
+    wb = _blocked_weight(spec, channels)
+    inputs = [xp, wb, step]
+    if (lanes, channels, columns) != EAGER_TILES[:3]:
+        whole = (chunk // lanes) % columns == 0
+        _request_tiles("forward", (lanes, channels, columns, 3, None, whole))
+        inputs += [lanes, channels, columns, int(whole)]
+    layout = Layout.contiguous((n, o, rows, chunk), spec.dtype)
+    buf = _extern_call(spec, layout, extern_convolution.conv2d_direct_out, inputs)
+    plane = rows * chunk
+    strides = (o * plane, plane, padded_width, 1)
+    view = Layout((n, o, oh, ow), strides, spec.dtype, 0, buf.layout.device)
+    return _buffer_view(buf, view)
+
+
+def _plane_weight_grad(spec: _Spec) -> TensorBox | None:
+    """The weight gradient's form (``_direct_weight_grad``) of a stride-1 layer over flat
+    planes (``_plane_forward``): the output gradient stored as the plane walk's rows, zero in
+    the columns past its width, the input as the forward pass's plane. A zero column times an
+    infinite input would make NaN where PyTorch never reads it: the extern call is given the
+    gradient itself too and sums a result that is not finite again over its real columns."""
+    c, n = spec.batch, spec.channels  # the roles of the transposed operands
+    o = spec.weight_shape[0]
+    kernel, grad_spatial = spec.out_spatial, spec.kernel
+    if tuple(spec.stride) != (1, 1) or tuple(spec.dilation) != (1, 1):
+        return None
+    sizes = (c, o) + kernel + grad_spatial + spec.in_spatial
+    if any(s.__class__ is not int for s in sizes) or min(spec.padding) < 0:
+        return None
+    (oh, ow), (kh, kw), left = grad_spatial, kernel, spec.padding[1]
+    padded_width = spec.in_spatial[1] + 2 * left
+    if padded_width - kw + 1 != ow:
+        return None
+    lanes, channels, taps = grad_tiles()
+    walk = _plane_pays(c, kh * kw, (oh, ow), padded_width, lanes)
+    if walk is None:
+        return None
+    rows, step, chunk = walk
+    inner = spec.x.loader
+
+    def read(sample, channel, row, col):
+        return inner([channel, sample, row, col])
+
+    stored = _plane_input_rows(rows, chunk, kernel, padded_width)
+    geometry = _Spec(spec.x, spec.w, (1, 1), spec.padding, (1, 1), 1, grad_spatial)
+    xp = _phase_input(geometry, read, (n, c) + spec.in_spatial, kernel, (1, 1), ow, rows=stored)
+    g_load = spec.w.loader  # (O, N, OH, OW)
+
+    def flat_gradient(index):
+        row, col = sym.as_expr(index[2]), sym.as_expr(index[3])
+        y = row * step + col // padded_width
+        x = col % padded_width
+        inside = _inside([(y, oh), (x, ow)])
+        value = g_load([index[1], index[0], y, x])
+        return value if inside is None else ops.where(inside, value, ops.constant(0.0, spec.dtype))
+
+    shape = (n, o, rows, chunk)
+    flat = _box(_ctx(spec.w), shape, spec.dtype, flat_gradient, spec.w).realize()
+    exact = _contiguous_operand(_swap_leading(spec.w))  # (N, O, OH, OW)
+    whole = 0
+    if (lanes, channels, taps) != (EAGER_TILES[0], EAGER_TILES[1], EAGER_TILES[3]):
+        whole = int(o % channels == 0 and (kh * kw) % taps == 0)
+        _request_tiles("grad", (lanes, channels, 2, taps, None, bool(whole)))
+    inputs = [xp, (flat, flat.layout), step, exact, lanes, channels, taps, whole, 1]
+    layout = Layout.contiguous((c,) + kernel + (o,), spec.dtype)
+    buf = _extern_call(spec, layout, extern_convolution.conv2d_weight_grad_out, inputs)
     view = Layout((c, o, kh, kw), (kh * kw * o, 1, kw * o, o), spec.dtype, 0, buf.layout.device)
     return _buffer_view(buf, view)
 
@@ -762,16 +915,19 @@ def _lanes_width(columns, lanes: int):
     return (columns + (lanes - 1)) // lanes * lanes
 
 
-def _phase_input(spec: _Spec, read, x_shape: tuple, kernel, stride, width: int):
+def _phase_input(spec: _Spec, read, x_shape: tuple, kernel, stride, width: int, rows=None):
     """The loops' input: ``xp[n, c, r, q, j]`` = padded input pixel (r, j * stride_w + q), zero
     outside the input, for outputs ``width`` columns wide (``conv_direct.phase_input``'s layout),
-    stored contiguously by a generated loop (where whatever computes the input fuses)."""
+    stored contiguously by a generated loop (where whatever computes the input fuses).
+    ``rows``: how many padded rows to store (the windows' reach where None; the flat planes'
+    walk reads a few rows past it)."""
     n, c, h, w = x_shape
     kh, kw = kernel
     sh, sw = stride
     top, left = spec.padding
     oh = spec.out_spatial[0]
-    rows = (oh - 1) * sh + kh
+    if rows is None:
+        rows = (oh - 1) * sh + kh
     wq = width + (kw - 1) // sw
     shape = (n, c, rows, sw, wq)
 
