@@ -274,6 +274,8 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
 
     def live_at(target: int) -> list[str]:
         live = tx.fc.live_locals(target)
+        if "__class__" in tx.code.co_freevars and tx.code.co_argcount:
+            live = {*live, names[0]}  # zero-argument super() reads the first argument unnamed
         return [n for n in names if n in live and n in tx.symbolic_locals]
 
     fallthrough = ip + 1
@@ -300,15 +302,15 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
                     cg.load(tx.cells[var])
             cg.append(Instr("BUILD_TUPLE", len(rcode.co_freevars)))
             nargs += 1
+        for local in live:  # in the resume's argument order: live locals, then the stack
+            cg.load(tx.symbolic_locals[local])
+            nargs += 1
         for vt in slots:
             if not isinstance(vt, NullVariable):
                 cg.load(vt)
                 nargs += 1
         for temp in result_temps:
             cg.append(Instr("LOAD_FAST", temp))
-            nargs += 1
-        for local in live:
-            cg.load(tx.symbolic_locals[local])
             nargs += 1
         cg.call(nargs)
         cg.append(Instr("RETURN_VALUE"))

@@ -2,8 +2,8 @@
 
 ``resume_code(code, target, nulls, live)`` copies the *original* code object and puts a prologue
 in front: push the saved stack slots (``PUSH_NULL`` where the stack held a NULL; 3.12 crashes if
-a NULL is passed as an argument), then jump to ``target``. The resume function takes the stack
-slots and the live locals as positional arguments. Exception regions keep the original depths
+a NULL is passed as an argument), then jump to ``target``. The resume function takes the live
+locals and then the stack slots as positional arguments. Exception regions keep the original depths
 (``conserve_exception_block_stackdepth``): the prologue rebuilds exactly the original stack.
 
 Resume codes are cached by (original code, target, stack shape, live locals), and a break inside
@@ -92,7 +92,8 @@ def resume_code(
     new.qualname = f"{original.co_qualname}_resume_at_line_{line}"
     new.filename = original.co_filename
     new.first_lineno = original.co_firstlineno
-    new.argnames = stack_names + list(live)
+    # the live locals come first: a zero-argument ``super()`` reads the frame's local 0
+    new.argnames = list(live) + stack_names
     new.argcount = len(new.argnames)
     keep = CompilerFlags.OPTIMIZED | CompilerFlags.NEWLOCALS | CompilerFlags.NESTED
     new.flags = CompilerFlags(original.co_flags) & keep

@@ -682,3 +682,40 @@ def _log_and_double(x):
 def test_a_break_inside_a_long_display_keeps_the_items_added_after_it(kind):
     # the items added in the resume function were dropped: 40 of 42 list items came back
     check(_literal_with_a_break(kind), t(3), {"a": t(2)}, graphs=None, breaks=None)
+
+
+class _Doubler(kiln.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+class _BreaksThenCallsSuper(_Doubler):
+    def forward(self, x):
+        print("a graph break with a value on the stack")
+        return super().forward(x) + 1
+
+
+class _MasksDataThenCallsSuper(kiln.nn.Linear):
+    """PixelCNN's masked convolution, linear: ``.data`` masked in place, then the parent's
+    forward by zero-argument ``super()``."""
+
+    def __init__(self):
+        super().__init__(3, 2)
+        self.register_buffer("mask", kiln.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]]))
+
+    def forward(self, x):
+        self.weight.data *= self.mask
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("module_class", [_BreaksThenCallsSuper, _MasksDataThenCallsSuper])
+def test_zero_argument_super_after_a_graph_break_finds_self(module_class):
+    # a resume function took the stack slots first: a zero-argument super() (which reads the
+    # frame's first local, and names no ``self`` so ``self`` was not live) saw a stack value
+    kiln.manual_seed(0)
+    eager, compiled = module_class(), module_class()
+    compiled.load_state_dict(eager.state_dict())
+    run = kiln.compile(compiled)
+    x = kiln.randn(4, 3)
+    for _ in range(2):
+        assert_same(run(x), eager(x))
