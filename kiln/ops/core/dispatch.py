@@ -32,7 +32,15 @@ from ...runtime.tensor import INFERENCE_SEEN, Tensor, mark_inference
 from . import registry
 from .common import broadcast_shapes, preserved_layout, zero_grad
 
-__all__ = ["dispatch", "DispatchMode", "run_below_autograd", "view_replay", "CopySlices"]
+__all__ = [
+    "dispatch",
+    "DispatchMode",
+    "run_below_autograd",
+    "view_replay",
+    "CopySlices",
+    "operator_method",
+    "writing_method",
+]
 
 
 def dispatch(op, args: tuple, recorded: bool = False):
@@ -41,10 +49,12 @@ def dispatch(op, args: tuple, recorded: bool = False):
         if INFERENCE_SEEN[0] and getattr(args[0], "_inference", False):
             if not args[0]._inference_writable:
                 _check_inference_update(state)
-        if len(op.tensor_positions) > 1:
-            storage = getattr(args[0], "_storage", None)
-            if storage is not None:  # else no view of it was ever made: no input can share it
-                _check_no_partial_overlap(op, args, storage)
+        storage = getattr(args[0], "_storage", None)
+        if storage is not None:  # else no view of it was ever made: no input can share it
+            for p in op.tensor_positions:  # _check_no_partial_overlap's test, inlined
+                if getattr(args[p], "_storage", None) is storage and args[p] is not args[0]:
+                    _check_no_partial_overlap(op, args, storage)
+                    break
     if state.autocast is not None and op in state.autocast.policies:
         return state.autocast.run(op, args)  # casts the arguments, then dispatches again
     if state.profiler is not None and not recorded:  # off: this one check is all it costs
@@ -92,9 +102,100 @@ def dispatch(op, args: tuple, recorded: bool = False):
         if op.is_view:
             mark_view(out, args[0], op, args)
         elif op.inplace:
-            args[0]._get_storage().version += 1
+            storage = args[0]._storage
+            if storage is None:
+                storage = args[0]._get_storage()
+            storage.version += 1
         return out
     return _run_kernel(op, args)
+
+
+def operator_method(op, reverse: bool = False, operand_types: tuple = (Tensor,)):
+    """``Tensor.__add__`` and its kin: ``dispatch(op, op.bind(self, other))`` (swapped when
+    ``reverse``), with ``dispatch``'s fast path taken here for the common call: CPU tensors with
+    data (or a number), none needing a gradient recorded, no mode, autocast, profiler or
+    inference mode in this thread. That call is exactly the kernel's, so the dispatcher's frame
+    and its generic loops are skipped; every other call goes through ``dispatch``. An
+    ``other`` not among ``operand_types`` gives NotImplemented (Python's operator protocol)."""
+    bind = op.bind
+    kernel = op.kernel
+    if kernel is None or op.inplace or op.is_view:
+        raise ValueError(f"operator_method: {op.name} has no plain kernel")
+
+    def method(self, other):
+        if not isinstance(other, operand_types):
+            return NotImplemented
+        args = bind(other, self) if reverse else bind(self, other)
+        state = per_thread.state
+        if (
+            state.mode_stack
+            or state.autocast is not None
+            or state.profiler is not None
+            or state.inference_mode
+            or self.__class__ is not Tensor
+            or self._device is not cpu
+            or self._data is None
+        ):
+            return dispatch(op, args)
+        if other.__class__ is Tensor:
+            if other._device is not cpu or other._data is None:
+                return dispatch(op, args)
+            if state.grad_enabled and (self._requires_grad or other._requires_grad):
+                return dispatch(op, args)
+        elif isinstance(other, Tensor) or (state.grad_enabled and self._requires_grad):
+            return dispatch(op, args)
+        try:
+            return kernel(*args)
+        except ValueError as error:
+            _raise_broadcast_error(op, args, error)
+            raise
+
+    return method
+
+
+def writing_method(op, write_into):
+    """``Tensor.add_`` and its kin for in-place ops whose functional op can write its result
+    straight into ``self`` (``write_into(self, other, *rest) -> bool``, the functional op's
+    ``inplace_kernel``): for the common call (``self`` a CPU tensor, nothing needing a gradient
+    recorded, no mode, autocast, profiler or inference tensor, no input sharing ``self``'s
+    memory) the write and ``dispatch``'s version bump happen here; any other call, or one
+    ``write_into`` declines, goes through ``dispatch``."""
+    bind = op.bind
+
+    def method(self, *args, **kwargs):
+        if kwargs:
+            return op(self, *args, **kwargs)
+        state = per_thread.state
+        if (
+            len(args) == 1
+            and self.__class__ is Tensor
+            and not state.mode_stack
+            and state.autocast is None
+            and state.profiler is None
+            and not state.inference_mode
+            and not (INFERENCE_SEEN[0] and self._inference)
+        ):
+            other = args[0]
+            storage = self._storage
+            if other.__class__ is Tensor:
+                plain = not (
+                    (state.grad_enabled and (self._requires_grad or other._requires_grad))
+                    or (storage is not None and other._storage is storage and other is not self)
+                )
+            else:  # a number (write_into declines anything else); a tensor subclass: dispatch
+                plain = not (state.grad_enabled and self._requires_grad) and not isinstance(
+                    other, Tensor
+                )
+            if plain and write_into(self, other):
+                if storage is None:
+                    storage = self._get_storage()
+                storage.version += 1
+                return self
+        return dispatch(op, bind(self, *args))
+
+    method.__name__ = op.name
+    method.__doc__ = op.doc
+    return method
 
 
 def _sparse_dispatch(op, args: tuple):

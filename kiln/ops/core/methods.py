@@ -25,7 +25,7 @@ from ...runtime.storage import writable_target
 from ...runtime.symbolic import SymInt, same_shape
 from ...runtime.tensor import Tensor
 from ..creation import api
-from .dispatch import dispatch
+from .dispatch import dispatch, operator_method, writing_method
 from .grad_fn_naming import renames_grad_fn, renaming
 from .out_arguments import refuse_unsafe_cast
 from .registry import METHODS, OPS, Op, torch_function
@@ -126,21 +126,35 @@ def _write_result(op, self: Tensor, result: Tensor) -> None:
 # ------------------------------------------------------------------------------ written-out methods
 
 
-def _view(self, *shape):
+def _sizes_by_keyword(method: str, args: tuple, kwargs: dict, name: str) -> tuple:
+    """PyTorch's size-taking methods also take their sizes by keyword (``x.reshape(shape=s)``,
+    as DiT's unpatchify writes it)."""
+    if not kwargs:
+        return args
+    if args or set(kwargs) != {name}:
+        raise TypeError(f"{method}() got an unexpected keyword argument {next(iter(kwargs))!r}")
+    return (kwargs[name],)
+
+
+def _view(self, *shape, **kwargs):
+    shape = _sizes_by_keyword("view", shape, kwargs, "size")
     if len(shape) == 1 and isinstance(shape[0], dt.dtype):
         return api.view_as_dtype(self, shape[0])
     return dispatch(OPS["view"], (self, _shape_args(shape)))  # view(self, size): bound
 
 
-def _reshape(self, *shape):
+def _reshape(self, *shape, **kwargs):
+    shape = _sizes_by_keyword("reshape", shape, kwargs, "shape")
     return dispatch(OPS["reshape"], (self, _shape_args(shape)))
 
 
-def _expand(self, *size):
+def _expand(self, *size, **kwargs):
+    size = _sizes_by_keyword("expand", size, kwargs, "size")
     return dispatch(OPS["expand"], (self, _shape_args(size)))
 
 
-def _permute(self, *dims):
+def _permute(self, *dims, **kwargs):
+    dims = _sizes_by_keyword("permute", dims, kwargs, "dims")
     if not dims:  # permute(()) is fine for a 0-d tensor; permute() is a missing argument
         raise TypeError('permute() missing 1 required positional arguments: "dims"')
     return OPS["permute"](self, _shape_args(dims))
@@ -528,28 +542,23 @@ _OPERAND_TYPES = (
 
 
 def _binary_dunder(op, reverse=False):
-    if reverse:
-
-        def method(self, other):
-            if not isinstance(other, _OPERAND_TYPES):
-                return NotImplemented
-            return dispatch(op, op.bind(other, self))
-
-    else:
-
-        def method(self, other):
-            if not isinstance(other, _OPERAND_TYPES):
-                return NotImplemented
-            return dispatch(op, op.bind(self, other))
-
-    return method
+    return operator_method(op, reverse, _OPERAND_TYPES)
 
 
 def _inplace_dunder(op_name):
+    name = op_name + "_"
+
     def method(self, other):
-        return getattr(self, op_name + "_")(other)
+        return getattr(self, name)(other)
 
     return method
+
+
+def _inplace_method_of(op: Op):
+    """``Tensor.<name>_``: written straight into ``self`` where the functional op can
+    (``Op.inplace_kernel``: ``dispatch.writing_method``), else ``_method_of``'s."""
+    write_into = op.functional.inplace_kernel if op.functional is not None else None
+    return _method_of(op) if write_into is None else writing_method(op, write_into)
 
 
 def _floordiv(self, other):
@@ -629,11 +638,11 @@ def install() -> None:
             and name != "convert_element_type"
         ):
             ip = _make_inplace_op(op)
-            setattr(T, ip.name, _method_of(ip))
+            setattr(T, ip.name, _inplace_method_of(ip))
     for op in list(OPS.values()):
         if op.inplace_variant is not None:
             for alias in op.aliases:
-                setattr(T, alias + "_", _method_of(op.inplace_variant))
+                setattr(T, alias + "_", _inplace_method_of(op.inplace_variant))
 
     T.view = _view
     T.reshape = _reshape

@@ -700,34 +700,50 @@ def _make_binary_meta(kind: str):
     return meta
 
 
+def _operand_into(y, x):
+    """``y`` as the numpy operand of a ufunc writing into ``x``'s buffer: a tensor of ``x``'s
+    dtype on the CPU that broadcasts to ``x``'s shape, or a Python number (a weak scalar); None
+    for anything else (the general path's promotion and checks)."""
+    if y.__class__ is Tensor:
+        if y._dtype is not x._dtype or y._device is not cpu or y._data is None:
+            return None
+        shape, into = y._shape, x._shape
+        if shape != into:
+            if len(shape) > len(into):
+                return None
+            for s, t in zip(reversed(shape), reversed(into)):
+                if s != t and s != 1:
+                    return None
+        return y._data
+    if y.__class__ is float or y.__class__ is int:
+        return y
+    return None
+
+
+def _written(ufunc, a, b, out) -> None:
+    """``ufunc(a, b, out=out)`` into a tensor's array ``out``; an ``expand``ed (read-only) one
+    is made writable as PyTorch allows, or refused with its error. numpy buffers an operand
+    overlapping ``out``, so the values are those of computing first and copying after."""
+    try:  # numpy refuses a read-only output with a ValueError
+        ufunc(a, b, out=out)
+    except ValueError:
+        target = writable_target(out)  # PyTorch's error, or a writable alias of the memory
+        ufunc(a if a is not out else target, b, out=target)
+
+
 def _make_binary_inplace(ufunc):
     """``x op= y`` computed straight into ``x``'s buffer (``Op.inplace_kernel``) where the
-    out-of-place result has ``x``'s dtype and shape: ``x`` a float32/64 CPU tensor, ``y`` a
-    same-dtype tensor broadcasting into ``x`` or a Python number (a weak scalar). numpy buffers
-    an operand overlapping the output, so the values are those of computing first and copying
-    after."""
+    out-of-place result has ``x``'s dtype and shape: ``x`` a float32/64 CPU tensor, ``y`` an
+    operand ``_operand_into`` takes. ``alpha``: add's scale of ``y`` (only 1 is written here)."""
 
-    def write_into(x, y) -> bool:
+    def write_into(x, y, alpha=1) -> bool:
         a = x._data
-        if x._device is not cpu or a is None or x._dtype not in _NUMPY_NATIVE_FLOATS:
+        if alpha != 1 or x._device is not cpu or a is None or x._dtype not in _NUMPY_NATIVE_FLOATS:
             return False
-        if y.__class__ is Tensor:
-            if y._dtype is not x._dtype or y._device is not cpu or y._data is None:
-                return False
-            shape, into = y._shape, x._shape
-            if shape != into:
-                if len(shape) > len(into):
-                    return False
-                for s, t in zip(reversed(shape), reversed(into)):
-                    if s != t and s != 1:
-                        return False
-            b = y._data
-        elif y.__class__ is float or y.__class__ is int:
-            b = y
-        else:
+        b = _operand_into(y, x)
+        if b is None:
             return False
-        target = writable_target(a)
-        ufunc(target, b, out=target)
+        _written(ufunc, a, b, a)
         return True
 
     return write_into
@@ -1168,8 +1184,7 @@ def _make_alpha_kernel(np_fn):
 
 add = defop(_alpha_schema, name="add", kind="pointwise", prim=True)
 add.register_kernel(_make_alpha_kernel(np.add))
-_add_into = _make_binary_inplace(np.add)
-add.inplace_kernel = lambda x, y, alpha: (alpha == 1 or alpha is True) and _add_into(x, y)
+add.inplace_kernel = _make_binary_inplace(np.add)
 add.register_meta(lambda x, y, alpha=1: pointwise_meta(binary_dtype(x, y), x, y))
 add.register_derivative(
     lambda c, g: (

@@ -1,0 +1,262 @@
+"""Tensor operators and in-place methods that skip the dispatcher keep its semantics.
+
+``x + y``, ``x * y`` (``dispatch.operator_method``) and ``x.add_(y)``, ``x.mul_(y)``, ``x += y``
+(``dispatch.writing_method``) call the kernel directly when nothing but the kernel would run:
+CPU tensors, no gradient to record, no mode, profiler, autocast or inference tensor. Each test
+here takes a call across one of those lines and compares it with PyTorch (or, for kiln's own
+machinery, with what the dispatcher records).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.ops.core.dispatch import DispatchMode
+from tests.oracle import assert_close, needs_torch, torch
+
+pytestmark = needs_torch
+
+_VALUES = np.array([[1.5, -2.0, 0.25], [3.0, 0.5, -1.0]], dtype=np.float32)
+
+
+def _pair(lib, dtype="float32", requires_grad=False):
+    x = lib.tensor(_VALUES).to(getattr(lib, dtype))
+    y = lib.tensor(_VALUES[::-1].copy()).to(getattr(lib, dtype))
+    if requires_grad:
+        x.requires_grad_()
+    return x, y
+
+
+@pytest.mark.parametrize("method", ["add_", "mul_", "sub_", "div_"])
+@pytest.mark.parametrize("other", ["tensor", "row", "int", "float", "self"])
+def test_inplace_method_values_and_version_match_pytorch(method, other):
+    results = []
+    for lib in (kiln, torch):
+        x, y = _pair(lib)
+        operand = {"tensor": y, "row": y[0], "int": 3, "float": -0.5, "self": x}[other]
+        before = x._version
+        returned = getattr(x, method)(operand)
+        results.append((x, returned is x, x._version - before))
+    (k, k_same, k_bumps), (t, t_same, t_bumps) = results
+    assert_close(k, t)
+    assert (k_same, k_bumps) == (t_same, t_bumps) == (True, 1)
+
+
+@pytest.mark.parametrize("operator", ["iadd", "imul"])
+def test_augmented_assignment_bumps_the_version_once(operator):
+    import operator as py_operator
+
+    results = []
+    for lib in (kiln, torch):
+        x, y = _pair(lib)
+        alias = x
+        x = getattr(py_operator, operator)(x, y)
+        results.append((x, x is alias, x._version))
+    (k, k_alias, k_version), (t, t_alias, t_version) = results
+    assert_close(k, t)
+    assert (k_alias, k_version) == (t_alias, t_version)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int64", "float16"])
+@pytest.mark.parametrize("method", ["add_", "mul_"])
+def test_inplace_methods_of_other_dtypes_and_mixed_operands_match_pytorch(dtype, method):
+    """dtypes and operands the direct write declines (the dispatcher's promotion and checks)."""
+    for make in (
+        lambda lib: lib.tensor(_VALUES[0], dtype=lib.float64),
+        lambda lib: lib.tensor([1, 2, 3]),
+        lambda lib: 2.5,
+        lambda lib: True,
+    ):
+        outcomes = []
+        for lib in (kiln, torch):
+            x = lib.tensor(_VALUES).to(getattr(lib, dtype))
+            try:
+                getattr(x, method)(make(lib))
+                outcomes.append(x)
+            except RuntimeError as error:
+                outcomes.append(type(error))
+        k, t = outcomes
+        if isinstance(t, type):
+            assert k is t
+        else:
+            assert k.dtype == getattr(kiln, dtype)
+            assert_close(k, t)
+
+
+def test_inplace_on_a_leaf_that_requires_grad_is_refused_with_grad_mode_on_only():
+    for lib in (kiln, torch):
+        x, y = _pair(lib, requires_grad=True)
+        with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+            x.mul_(y)
+        with lib.no_grad():
+            x.mul_(y)
+            x.add_(1.0)
+        assert x.grad_fn is None and x.requires_grad
+    k, t = _pair(kiln, requires_grad=True)[0], _pair(torch, requires_grad=True)[0]
+    with kiln.no_grad():
+        k.mul_(_pair(kiln)[1]).add_(1.0)
+    with torch.no_grad():
+        t.mul_(_pair(torch)[1]).add_(1.0)
+    assert_close(k, t)
+
+
+@pytest.mark.parametrize("method", ["add_", "mul_"])
+@pytest.mark.parametrize("who", ["self", "other", "both"])
+def test_inplace_that_needs_a_gradient_records_it_as_pytorch(method, who):
+    grads, names = [], []
+    for lib in (kiln, torch):
+        leaf, w = _pair(lib)
+        leaf.requires_grad_(who in ("self", "both"))
+        w.requires_grad_(who in ("other", "both"))
+        x = leaf * 1.0
+        getattr(x, method)(w)
+        names.append(type(x.grad_fn).__name__)
+        (x * x).sum().backward()
+        grads.append([t.grad for t in (leaf, w) if t.requires_grad])
+    assert names[0] == names[1]
+    for k, t in zip(*grads, strict=True):
+        assert_close(k, t)
+
+
+def test_inplace_write_of_a_saved_operand_still_fails_backward():
+    for lib in (kiln, torch):
+        w = lib.tensor(_VALUES, requires_grad=True)
+        saved = lib.tensor(_VALUES)
+        loss = (w * saved).sum()
+        saved.add_(1.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+
+
+def test_inference_tensor_writes_are_refused_outside_inference_mode_only():
+    messages = []
+    for lib in (kiln, torch):
+        with lib.inference_mode():
+            x = lib.ones(3)
+            x.add_(lib.ones(3))
+            x.mul_(2.0)
+        assert x.tolist() == [4.0, 4.0, 4.0]
+        with pytest.raises(RuntimeError) as error:
+            x.add_(lib.ones(3))
+        messages.append(str(error.value))
+        plain = lib.ones(3)
+        with lib.inference_mode():
+            plain.mul_(3.0)  # a normal tensor may be written inside inference_mode
+        assert plain.tolist() == [3.0, 3.0, 3.0]
+    assert messages[1].startswith(messages[0])  # (PyTorch's adds a link to its RFC)
+
+
+def test_inference_mode_results_of_operators_are_inference_tensors():
+    for lib in (kiln, torch):
+        x, y = _pair(lib)
+        with lib.inference_mode():
+            made = x + y
+            scaled = 2.0 * x
+        assert made.is_inference() and scaled.is_inference()
+        assert not (x + y).is_inference()
+
+
+def test_partial_overlap_is_refused_and_the_same_view_is_not():
+    for lib in (kiln, torch):
+        x = lib.arange(6.0)
+        with pytest.raises(RuntimeError, match="single memory location"):
+            x[1:].add_(x[:-1])
+        x.mul_(x)
+        x[2:4].add_(x[2:4])
+        assert x.tolist() == [0.0, 1.0, 8.0, 18.0, 16.0, 25.0]
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [("x + y", "add"), ("x * y", "mul"), ("2.0 * x", "mul"), ("x - 1", "sub"), ("x / y", "div"),
+     ("x.add_(y)", "add_"), ("x.mul_(2.0)", "mul_")],
+)  # fmt: skip
+def test_a_dispatch_mode_sees_every_operator_call(call, name):
+    class Recording(DispatchMode):
+        def __init__(self):
+            self.ops = []
+
+        def dispatch(self, op, args):
+            self.ops.append(op.name)
+            return self.below(op, args)
+
+    x, y = _pair(kiln)
+    expected = eval(call, {}, {"x": x.clone(), "y": y})  # noqa: S307 - the test's own strings
+    mode = Recording()
+    with mode:
+        got = eval(call, {}, {"x": x, "y": y})  # noqa: S307
+    assert mode.ops == [name]
+    assert_close(got, expected)
+
+
+def test_the_profiler_records_operator_and_inplace_calls():
+    x, y = _pair(kiln)
+    with kiln.profiler.profile() as prof:
+        x + y
+        x.mul_(y)
+    keys = {event.key for event in prof.key_averages()}
+    assert {"aten::add", "aten::mul_"} <= keys
+
+
+def test_operators_under_autocast_match_pytorch():
+    results = []
+    for lib in (kiln, torch):
+        x, y = _pair(lib)
+        with lib.autocast("cpu", dtype=lib.bfloat16):
+            total = x + y
+            product = (x @ y.t()) * y[:, :2]
+        results.append((total, product))
+    for k, t in zip(*results, strict=True):
+        assert str(k.dtype).split(".")[-1] == str(t.dtype).split(".")[-1]
+        assert_close(k.float(), t.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_operator_with_a_parameter_or_a_grad_operand_records_history():
+    names, grads = [], []
+    for lib in (kiln, torch):
+        weight = lib.nn.Parameter(lib.tensor(_VALUES))
+        x = lib.tensor(_VALUES[::-1].copy())
+        out = (x * weight + 1.0) - x
+        names.append((type(out.grad_fn).__name__, out.requires_grad))
+        out.sum().backward()
+        grads.append(weight.grad)
+    assert names[0] == names[1] == ("SubBackward0", True)
+    assert_close(*grads)
+
+
+def test_operator_broadcast_mismatch_raises_pytorchs_error():
+    messages = []
+    for lib in (kiln, torch):
+        with pytest.raises(RuntimeError) as error:
+            lib.ones(3) * lib.ones(4)
+        messages.append(str(error.value))
+    assert messages[0] == messages[1]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda lib, x, y: x + y.t().contiguous().t(),
+        lambda lib, x, y: x.t() * y.t(),
+        lambda lib, x, y: x[:, :1] + y,
+        lambda lib, x, y: 3 * x.to(lib.int64),
+        lambda lib, x, y: x.to(lib.int32) + 0.5,
+        lambda lib, x, y: x.to(lib.float16) * y,
+        lambda lib, x, y: True + x.to(lib.bool),
+        lambda lib, x, y: x + lib.tensor(2.0, dtype=lib.float64),
+    ],
+)
+def test_operator_results_match_pytorch_in_values_dtype_and_strides(call):
+    k = call(kiln, *_pair(kiln))
+    t = call(torch, *_pair(torch))
+    assert_close(k, t)
+    assert k.stride() == t.stride()
+
+
+def test_operators_on_a_meta_tensor_give_meta_results():
+    for lib in (kiln, torch):
+        x = lib.empty(2, 3, device="meta")
+        out = x * 2.0 + x
+        assert out.device.type == "meta" and tuple(out.shape) == (2, 3)
