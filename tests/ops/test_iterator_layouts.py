@@ -181,3 +181,26 @@ def test_compiled_unreduced_losses_lay_out_as_eager(name, backend):
     (grad,) = kiln.autograd.grad(got.sum(), x)
     (expected_grad,) = kiln.autograd.grad(expected.sum(), x)
     np.testing.assert_allclose(grad.numpy(), expected_grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "name, build",
+    [
+        ("gelu", lambda lib: lib.arange(4.0).reshape(1, 4).expand(3, 4)),
+        ("silu", lambda lib: lib.arange(3.0).reshape(3, 1).expand(3, 4)),
+        ("logsigmoid", lambda lib: lib.arange(12.0).reshape(4, 3).t()),
+        ("logsigmoid", lambda lib: lib.arange(12.0).reshape(4, 3).t().half()),
+    ],
+)
+@pytest.mark.parametrize("backend", [None, "aot_eager", "inductor"])
+def test_activations_lay_out_as_torch(name, build, backend):
+    """gelu and silu over an expanded input are row-major in PyTorch (a stride-0 dim tells
+    TensorIterator nothing; numpy put it inside); log_sigmoid's result is always row-major."""
+    fn = getattr(kiln.nn.functional, name)
+    if backend is not None:
+        fn = kiln.compile(fn, backend=backend)
+    expected = getattr(torch.nn.functional, name)(build(torch))
+    got = fn(build(kiln))
+    assert _layout(got) == _layout(expected)
+    np.testing.assert_allclose(got.float().numpy(), expected.float().numpy(), rtol=1e-3)

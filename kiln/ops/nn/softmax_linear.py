@@ -34,6 +34,7 @@ from ..core.common import (
     cast_array,
     compute_np_dtype,
     fake,
+    laid_out,
     numpy_derivative_ok,
     wrap,
     wrap_dim,
@@ -636,10 +637,12 @@ def _log_sigmoid_kernel(x):
     out = machine_code_activation("log_sigmoid", a, a)
     if out is not None:
         return wrap(out, x._dtype)
-    return wrap(np.minimum(a, 0) - np.log1p(np.exp(-np.abs(a))), x._dtype)
+    # PyTorch's result is row-major whatever the input's layout (empty_like(input, Contiguous))
+    return wrap(laid_out(np.minimum(a, 0) - np.log1p(np.exp(-np.abs(a)))), x._dtype)
 
 
 log_sigmoid.register_meta(lambda x: fake(x._shape, x._dtype, x))
+log_sigmoid.result_layout = "contiguous"  # as PyTorch's
 log_sigmoid.register_derivative(lambda c, g: (g * (-c.args[0]).sigmoid(),))
 log_sigmoid.register_decomposition(lambda x: x.clamp(max=0) - (-x.abs()).exp().log1p())
 
