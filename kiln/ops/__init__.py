@@ -65,6 +65,7 @@ _MODULES = (
     "reductions.scans",
     "reductions.segments",
     "shape.shape_functions",
+    "shape.storage_views",
     "reductions.sorting",
     "special.functions",
     "special.incomplete_gamma",

@@ -34,6 +34,7 @@ import threading
 import numpy as np
 
 from .host_malloc import tune_host_malloc
+from .untyped_storage import UntypedStorageMethods, storage_array
 
 __all__ = [
     "Storage",
@@ -46,12 +47,18 @@ __all__ = [
 ]
 
 
-class Storage:
-    """The shared identity of a buffer: base array plus in-place version counter."""
+class Storage(UntypedStorageMethods):
+    """The shared identity of a buffer: base array plus in-place version counter. It is also
+    PyTorch's ``UntypedStorage`` (``kiln.UntypedStorage(n)`` allocates ``n`` bytes)."""
 
     __slots__ = ("base", "version", "shared", "segment", "__weakref__")
 
-    def __init__(self, base: np.ndarray | None):
+    def __init__(self, base=None, *, device=None):
+        if base is not None and base.__class__ is not np.ndarray:
+            if isinstance(base, (int, list, tuple, range, bytes, bytearray)):
+                base = storage_array(base)
+        if device is not None and str(device) != "cpu":
+            raise RuntimeError(f"kiln.UntypedStorage(device={device!r}): only CPU storages")
         self.base = base
         self.version = 0
         self.shared = False  # set by ``Tensor.share_memory_``
@@ -64,7 +71,15 @@ class Storage:
         return self.base.__array_interface__["data"][0]
 
     def nbytes(self) -> int:
-        return 0 if self.base is None else self.base.nbytes
+        """The allocation's bytes: a pooled buffer counts the bytes asked of the pool, not its
+        bucket's (code comparing ``nbytes`` with a tensor's, as safetensors does, sees
+        PyTorch's figure)."""
+        base = self.base
+        if base is None:
+            return 0
+        if pool.holds(base):
+            return pool.requested_bytes(base)
+        return base.nbytes
 
     def size(self) -> int:
         return self.nbytes()  # an untyped storage counts bytes
@@ -118,6 +133,8 @@ class BufferPool:
         self._buckets: dict[int, list[np.ndarray]] = {}
         # id(buffer) -> the allocation count when it was last handed out
         self._last_use: dict[int, int] = {}
+        # id(buffer) -> the bytes asked for when it was last handed out
+        self._requested: dict[int, int] = {}
         self._uses = 0
         self._total = 0
         self.fresh_bytes = 0  # bytes of every buffer made (not reused): pages faulted in
@@ -138,11 +155,13 @@ class BufferPool:
             for buf in bucket:
                 if sys.getrefcount(buf) <= self._free_refs:
                     self._last_use[id(buf)] = self._uses
+                    self._requested[id(buf)] = nbytes
                     return buf
             self._release_free(self.max_free_bytes)  # before the fresh buffer's pages fault in
             buf = np.empty(size, dtype=np.uint8)
             bucket.append(buf)
             self._last_use[id(buf)] = self._uses
+            self._requested[id(buf)] = nbytes
             self._total += size
             self.fresh_bytes += size
             return buf
@@ -175,6 +194,7 @@ class BufferPool:
             bucket[:] = [buf for buf in bucket if id(buf) not in keys]
             for key in keys:
                 del self._last_use[key]
+                del self._requested[key]
             self._total -= size * len(keys)
 
     def clear(self) -> None:
@@ -185,6 +205,10 @@ class BufferPool:
     def holds(self, buffer: np.ndarray) -> bool:
         """Whether ``buffer`` is one of the pool's (its bucket list references it)."""
         return id(buffer) in self._last_use
+
+    def requested_bytes(self, buffer: np.ndarray) -> int:
+        """The bytes asked for when ``buffer`` was last handed out (its owner's allocation)."""
+        return self._requested.get(id(buffer), buffer.nbytes)
 
     @property
     def pooled_bytes(self) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ...runtime import cuda as runtime_cuda
 from ...runtime.storage import Storage
+from ...runtime.typed_storage import TypedStorage
 from .common import Tensor
 from .registry import tensor_method, torch_function
 
@@ -41,8 +42,8 @@ def typename(obj, /) -> str:
 
 @torch_function()
 def is_storage(obj, /) -> bool:
-    """True for what ``Tensor.untyped_storage()`` returns."""
-    return isinstance(obj, Storage)
+    """True for what ``Tensor.untyped_storage()`` and ``Tensor.storage()`` return."""
+    return isinstance(obj, (Storage, TypedStorage))
 
 
 @tensor_method()
