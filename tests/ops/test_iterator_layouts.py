@@ -204,3 +204,18 @@ def test_activations_lay_out_as_torch(name, build, backend):
     got = fn(build(kiln))
     assert _layout(got) == _layout(expected)
     np.testing.assert_allclose(got.float().numpy(), expected.float().numpy(), rtol=1e-3)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_recorded_half_log_softmax_is_row_major(dtype):
+    """log_softmax of a transposed 16-bit input that requires grad (the recording kernel's
+    path) is row-major, as PyTorch's and as the plain kernel's."""
+    results = []
+    for lib in (torch, kiln):
+        x = lib.arange(6.0).reshape(2, 3).t().to(getattr(lib, dtype)).requires_grad_()
+        results.append(lib.nn.functional.log_softmax(x, dim=-1))
+    assert results[1].stride() == results[0].stride() == (2, 1)
+    np.testing.assert_allclose(
+        results[1].detach().float().numpy(), results[0].detach().float().numpy(), rtol=1e-2
+    )

@@ -358,7 +358,7 @@ def _log_softmax_recording_kernel(x, dim, dtype):
     x, d = _softmax_input("log_softmax", x, dim, dtype)
     a = x._data
     if x.ndim == 0 or a.size == 0 or (a.dtype != _F32 and a.dtype != _F64):
-        return wrap(_np_softmax(compute_array(x), d, True), x._dtype), None
+        return wrap(laid_out(_np_softmax(compute_array(x), d, True)), x._dtype), None
     out, saved = _log_softmax_with_exps(a, d)
     return wrap(out, x._dtype), saved
 
