@@ -216,6 +216,8 @@ def test_recorded_half_log_softmax_is_row_major(dtype):
         x = lib.arange(6.0).reshape(2, 3).t().to(getattr(lib, dtype)).requires_grad_()
         results.append(lib.nn.functional.log_softmax(x, dim=-1))
     assert results[1].stride() == results[0].stride() == (2, 1)
+    # (PyTorch's bfloat16 kernel rounds its row total to bfloat16 first: a few units off)
+    rtol = 1e-2 if dtype == "float16" else 6e-2
     np.testing.assert_allclose(
-        results[1].detach().float().numpy(), results[0].detach().float().numpy(), rtol=1e-2
+        results[1].detach().float().numpy(), results[0].detach().float().numpy(), rtol=rtol
     )
