@@ -75,6 +75,21 @@ FORWARD = {
     "wide-1d-many-channels": _case((17,), cg=20, og=3, kernel=3, padding=1, dilation=2),
     "wide-3d-last-dim-shifts": _case((3, 4, 5), cg=12, og=2, kernel=(2, 1, 3), padding=(1, 0, 1)),
     "wide-2d-last-dim-shifts": _case((6, 5), cg=16, og=3, kernel=3, padding=1),
+    # images so small that most kernel taps read only padding: the kernel is trimmed to the
+    # taps that read the input (one pixel, groups; a dilation that leaves the live tap past
+    # the padding, so the trimmed convolution crops; 1-d and 3-d)
+    "trimmed-one-pixel": _case((1, 1), cg=6, og=5, kernel=3, padding=1),
+    "trimmed-one-pixel-groups": _case((1, 1), cg=2, og=3, groups=2, kernel=(3, 5), padding=(1, 2)),
+    "trimmed-strided-to-one-pixel": _case(
+        (2, 1), cg=4, og=3, kernel=(5, 3), stride=2, padding=(2, 1)
+    ),
+    "trimmed-dilated-crop": _case((3, 3), cg=3, og=4, kernel=3, dilation=2, padding=1),
+    "trimmed-1d": _case((1,), n=3, cg=5, og=2, kernel=5, padding=2),
+    "trimmed-3d": _case((1, 1, 2), cg=3, og=2, kernel=3, padding=1),
+    "trimmed-float64": _case((1, 1), cg=3, og=4, kernel=3, padding=1, dtype="float64"),
+    # more weight than columns: "taps" columns, the weight read as it is
+    "weight-heavy": _case((2, 2), n=2, cg=8, og=12, kernel=3, padding=1),
+    "weight-heavy-strided": _case((3, 2), n=1, cg=9, og=7, kernel=3, stride=2, padding=1),
 }
 
 TRANSPOSED = {
@@ -116,6 +131,20 @@ TRANSPOSED = {
     "1d": _case((6,), transposed=True, kernel=5, stride=2, padding=2, output_padding=1),
     "3d": _case((3, 2, 3), transposed=True, kernel=2, stride=(2, 1, 2), padding=(0, 1, 0)),
     "float64": _case((4, 5), transposed=True, stride=2, kernel=3, dtype="float64"),
+    # taps whose every product lands in the cropped padding are left out
+    "trimmed-one-pixel": _case((1, 1), transposed=True, cg=4, og=3, kernel=3, padding=1),
+    "trimmed-groups-output-padding": _case(
+        (1, 1),
+        transposed=True,
+        cg=2,
+        og=3,
+        groups=2,
+        kernel=(5, 3),
+        stride=2,
+        padding=(2, 1),
+        output_padding=(1, 0),
+    ),  # fmt: skip
+    "weight-heavy": _case((2, 2), transposed=True, n=1, cg=10, og=9, kernel=3, padding=1),
 }
 
 
@@ -434,3 +463,64 @@ def test_direct_loops_match_torch_with_threads(shape, outputs, kernel, stride, p
                 np.testing.assert_allclose(mine, theirs, 1e-4, 2e-3, err_msg=name)
     finally:
         kiln.set_num_threads(before)
+
+
+def test_taps_reading_only_padding_are_left_out(monkeypatch):
+    """A 3x3 layer over 1x1 images (ResNet-18's last stage) multiplies by its centre tap alone:
+    forward, input and weight gradient run as 1x1 products."""
+    kernels = []
+    for name in ("_dense_forward", "_dense_transposed"):
+        real = getattr(conv_kernels, name)
+
+        def recording(a, w, *args, _real=real):
+            kernels.append(tuple(w.shape[2:]))
+            return _real(a, w, *args)
+
+        monkeypatch.setattr(conv_kernels, name, recording)
+    _check(_case((1, 1), n=3, cg=16, og=16, kernel=3, padding=1))
+    assert kernels and set(kernels) == {(1, 1)}
+
+
+def test_trimmed_weight_gradient_of_an_infinite_output_gradient_matches_torch():
+    """An infinite output gradient at a model's sizes (PyTorch's oneDNN kernels): the left-out
+    taps' gradient stays zero, the live tap's is infinite."""
+    case = _case((1, 1), n=3, cg=16, og=16, kernel=3, padding=1)
+    x, w, _ = _arrays(case, np.random.default_rng(8))
+    got = {}
+    for lib in (torch, kiln):
+        leaves = [lib.tensor(a, requires_grad=True) for a in (x, w)]
+        y = _convolve(lib, case, *leaves, None)
+        g = np.ones(tuple(y.shape), "float32")
+        g[1, 2] = np.inf
+        got[lib] = [t.numpy() for t in lib.autograd.grad(y, leaves, lib.tensor(g))]
+    assert (got[torch][1][2, :, 0, 0] == 0).all() and np.isinf(got[torch][1][2, :, 1, 1]).all()
+    for mine, want in zip(got[kiln], got[torch]):
+        np.testing.assert_allclose(mine, want, 2e-5, 2e-4)
+
+
+def test_infinite_weight_at_a_tap_reading_only_padding_leaves_the_output_finite():
+    """PyTorch's forward skips the padding: an infinite weight at a tap that reads nothing but
+    padding does not reach the output (columns of zeros would make it NaN)."""
+    case = _case((1, 1), cg=3, og=4, kernel=3, padding=1)
+    x, w, b = _arrays(case, np.random.default_rng(9))
+    w[1, 2, 0, 0] = np.inf
+    got = {lib: _convolve(lib, case, lib.tensor(x), lib.tensor(w), lib.tensor(b)).numpy()
+           for lib in (torch, kiln)}  # fmt: skip
+    assert np.isfinite(got[torch]).all()
+    np.testing.assert_allclose(got[kiln], got[torch], 2e-5, 2e-4)
+
+
+@pytest.mark.parametrize(
+    "batch, image, channels, outputs, layout",
+    [
+        (8, 8, 64, 64, "channels"),  # ResNet-18's first stage: columns outweigh the weight
+        (8, 2, 256, 256, "taps"),  # its third: the weight outweighs the columns
+        (8, 1, 512, 512, "taps"),
+        (8, 2, 256, 256 * 4, "taps"),
+    ],
+)
+def test_column_layout_weighs_the_weight_copy(batch, image, channels, outputs, layout):
+    """ "channels" columns copy the weight with its taps moved: chosen only where the columns
+    hold more elements than that copy."""
+    got = conv_kernels._column_layout((image, image), (3, 3), channels, batch, outputs)
+    assert got == layout

@@ -33,6 +33,7 @@ on the calling thread, not handed to OpenBLAS's threads one by one (see there).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -65,6 +66,9 @@ _as_strided = np.lib.stride_tricks.as_strided
 _MAC_COST = 0.1
 _COLUMN_COST = 6.0
 _PHASE_COST = 100_000
+# a weight element copied into another order (the forward weight of a transposed convolution's
+# phases: channels swapped, taps moved, through strided reads)
+_WEIGHT_COPY_COST = 2.0
 
 
 # padded rows up to this long are zeroed whole before the copy (8x16x34x34: ~60 us against ~80)
@@ -140,12 +144,22 @@ def _copied(view: np.ndarray) -> np.ndarray:
     return out
 
 
-def _column_layout(out_spatial, kernel, channels: int) -> str:
+def _column_layout(out_spatial, kernel, channels: int, batch: int, outputs: int) -> str:
     """The columns' innermost axis: the longest run the copy into them reads, the output width
     ("positions"), the kernel width ("taps") or the input channels ("channels", read from a
-    channels-last copy of the input)."""
+    channels-last copy of the input).
+
+    "channels" columns also cost a copy of the weight (or, for a weight gradient, of the
+    result) with the kernel taps moved inside the channels; where that copy holds at least as
+    many elements as the columns (``outputs`` per group against ``batch`` times the output
+    positions), "taps" columns take the weight as it is, and one product reads it once: a
+    512-channel 3x3 layer over 2x2 images (ResNet-18's last stage) copied its 9.4 MB weight
+    in every forward pass and transposed its gradient through cache misses (13 ms a layer)."""
     runs = {"positions": out_spatial[-1], "taps": kernel[-1], "channels": channels}
-    return max(runs, key=runs.__getitem__)
+    layout = max(runs, key=runs.__getitem__)
+    if layout == "channels" and math.prod(kernel) > 1 and outputs >= batch * math.prod(out_spatial):
+        return "taps"
+    return layout
 
 
 def _whole_window(spatial, kernel, pads, dilation) -> bool:
@@ -154,6 +168,61 @@ def _whole_window(spatial, kernel, pads, dilation) -> bool:
         s == size and p == (0, 0) and (d == 1 or size == 1)
         for s, size, p, d in zip(spatial, kernel, pads, dilation)
     )
+
+
+# a kernel is trimmed to its live taps where they are at most this part of its taps: the
+# trimmed weight is a strided copy, which reads every cache line of the weight in runs of a few
+# elements (ResNet-18's 256-to-512-channel 3x3 stride-2 layer at 2x2 images, 4 live taps of 9:
+# forward 1.9 against 0.85 ms untrimmed; its 512-channel layers at 1x1, 1 of 9: 0.32 against 1.7)
+_TRIM_LIVE_MAX = 0.25
+
+
+def _live_taps(size: int, count: int, kernel: int, stride: int, before: int, dilation: int):
+    """The first and one past the last tap of one kernel dim that reads an input position
+    (rather than padding) at any of ``count`` windows; None where no tap does."""
+    live = []
+    for tap in range(kernel):
+        start = tap * dilation - before  # the input position the first window reads
+        first = max(0, -(start // stride))  # the first window reading a position >= 0
+        if first < count and start + first * stride < size:
+            live.append(tap)
+    return (live[0], live[-1] + 1) if live else None
+
+
+@functools.lru_cache(maxsize=256)
+def _trimmed(spatial: tuple, counts: tuple, kernel: tuple, stride: tuple, befores: tuple,
+             dilation: tuple):  # fmt: skip
+    """Per dim, the (first, stop) kernel taps a convolution's windows can read input through,
+    where at most ``_TRIM_LIVE_MAX`` of the taps read the input at some window (a 3x3 layer over
+    1x1 images reads its centre tap alone: ResNet-18's last stage), else None. A trimmed tap
+    adds only products of zero padding; dropping it leaves the live taps and less padding.
+    (Cached: a model asks about the same few geometries every step.)"""
+    ranges = [
+        _live_taps(size, count, kn, s, b, d)
+        for size, count, kn, s, b, d in zip(spatial, counts, kernel, stride, befores, dilation)
+    ]
+    if any(r is None for r in ranges):
+        return None
+    if _TRIM_LIVE_MAX * math.prod(kernel) < math.prod(stop - first for first, stop in ranges):
+        return None
+    return tuple(ranges)
+
+
+def _trim_forward(shape, w_shape, stride, pads, dilation, out_spatial):
+    """``_trimmed`` for a forward convolution of an input of ``shape`` by a weight of
+    ``w_shape``: (the weight's index of the live taps, the padding that goes with them), or
+    None."""
+    kernel = w_shape[2:]
+    befores = tuple(lo for lo, _ in pads)
+    ranges = _trimmed(tuple(shape[2:]), tuple(out_spatial), tuple(kernel), tuple(stride), befores,
+                      tuple(dilation))  # fmt: skip
+    if ranges is None:
+        return None
+    pads = [
+        (lo - first * d, hi - (kn - stop) * d)
+        for (lo, hi), (first, stop), kn, d in zip(pads, ranges, kernel, dilation)
+    ]
+    return (Ellipsis,) + tuple(slice(first, stop) for first, stop in ranges), pads
 
 
 def _dense_forward(a, w, groups: int) -> np.ndarray:
@@ -356,16 +425,20 @@ def conv_forward(a, w, stride, pads, dilation, groups: int, out_spatial, out=Non
     ``pads``: per spatial dim, (before, after) zero padding (negative crops). ``out``: an
     array (a channels-last one) the column products write into; the other paths return
     arrays of their own."""
+    trim = _trim_forward(a.shape, w.shape, stride, pads, dilation, out_spatial)
+    if trim is not None:
+        w, pads = w[trim[0]], trim[1]
     kernel = tuple(w.shape[2:])
     cg = a.shape[1] // groups
     if _whole_window(a.shape[2:], kernel, pads, dilation):
         return _dense_forward(a, w, groups)
     if conv_direct.applies(a, w, stride, pads, dilation, groups, out_spatial):
         return conv_direct.forward(a, w, stride, pads, out_spatial)[0]
-    plan = _wide_applies(a.shape, kernel, stride, pads, dilation, groups, w.shape[0] // groups)
+    og = w.shape[0] // groups
+    plan = _wide_applies(a.shape, kernel, stride, pads, dilation, groups, og)
     if plan is not None:
         return _wide_forward(a, w, plan)[0]
-    layout = _column_layout(out_spatial, kernel, cg)
+    layout = _column_layout(out_spatial, kernel, cg, a.shape[0], og)
     a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
     return _convolve_padded(a, w, stride, dilation, groups, tuple(out_spatial), layout, out)
 
@@ -376,19 +449,24 @@ def conv_forward_keeping_columns(
     """``conv_forward``, also returning the columns its product read (im2col's, or a wide
     convolution's shifted copies; None where it read none: a whole-window or depthwise
     convolution), which ``conv_weight_grad`` takes instead of copying the same windows again
-    in the backward pass."""
+    in the backward pass. Where some kernel taps read only padding (``_trimmed``), the
+    columns are the live taps' (``conv_weight_grad`` trims the same way)."""
+    trim = _trim_forward(a.shape, w.shape, stride, pads, dilation, out_spatial)
+    if trim is not None:
+        w, pads = w[trim[0]], trim[1]
     kernel = tuple(w.shape[2:])
     cg = a.shape[1] // groups
     if cg == 1 or _whole_window(a.shape[2:], kernel, pads, dilation):
         return conv_forward(a, w, stride, pads, dilation, groups, out_spatial, out), None
     if conv_direct.applies(a, w, stride, pads, dilation, groups, out_spatial):
         return conv_direct.forward(a, w, stride, pads, out_spatial)
-    plan = _wide_applies(a.shape, kernel, stride, pads, dilation, groups, w.shape[0] // groups)
+    og = w.shape[0] // groups
+    plan = _wide_applies(a.shape, kernel, stride, pads, dilation, groups, og)
     if plan is not None:
         out, shifted = _wide_forward(a, w, plan)
         return out, WideColumns(shifted, plan)
     out_spatial = tuple(out_spatial)
-    layout = _column_layout(out_spatial, kernel, cg)
+    layout = _column_layout(out_spatial, kernel, cg, a.shape[0], og)
     a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
     cols = _columns(a, kernel, stride, dilation, groups, out_spatial, layout)
     if out is None:
@@ -507,9 +585,29 @@ def conv_weight_grad(
     written as a convolution (the input's batch and channels swapped, the gradient as its
     kernel) copied the input twice more and the gradient once, and ran one product whose
     inner dimension is every output position of the batch: with "positions" columns a
-    product per image (its positions inner) and a sum over the batch of the small results."""
-    n, c = a.shape[:2]
+    product per image (its positions inner) and a sum over the batch of the small results.
+
+    Where most kernel taps read only padding (``_trimmed``, as the forward pass trimmed them),
+    the live taps' gradient is computed and the others are zero, as PyTorch's oneDNN kernels
+    give them also where the output gradient is not finite (its im2col kernel, which it runs
+    for some sizes, gives NaN there: infinity times the padding's zeros)."""
     kernel = tuple(kernel)
+    trim = _trim_forward(a.shape, (g.shape[1], a.shape[1] // groups) + kernel, stride, pads,
+                         dilation, g.shape[2:])  # fmt: skip
+    if trim is None:
+        return _weight_grad(a, g, kernel, stride, pads, dilation, groups, cols)
+    index, live_pads = trim
+    live_kernel = tuple(sl.stop - sl.start for sl in index[1:])
+    live = _weight_grad(a, g, live_kernel, stride, live_pads, dilation, groups, cols)
+    total = empty_array((g.shape[1], a.shape[1] // groups) + kernel, live.dtype)
+    total.fill(0)
+    total[index] = live
+    return total
+
+
+def _weight_grad(a, g, kernel, stride, pads, dilation, groups: int, cols) -> np.ndarray:
+    """``conv_weight_grad`` of a kernel whose every tap reads the input somewhere."""
+    n, c = a.shape[:2]
     k = len(kernel)
     out_spatial = tuple(g.shape[2:])
     cg, og = c // groups, g.shape[1] // groups
@@ -517,7 +615,8 @@ def conv_weight_grad(
     if _whole_window(a.shape[2:], kernel, pads, dilation):
         # (Og, N) times (N, Cg*K) per group: the input is its own column matrix
         x = a.reshape(n, groups, cg * p_k).transpose(1, 0, 2)
-        total = blas.kernel_matmul(g.reshape(n, groups, og).transpose(1, 2, 0), x)
+        total = empty_array((groups, og, cg * p_k), np.result_type(a, g))
+        blas.kernel_matmul(g.reshape(n, groups, og).transpose(1, 2, 0), x, total)
         return total.reshape((groups * og, cg) + kernel)
     if isinstance(cols, conv_direct.PhaseInput):
         total = conv_direct.weight_grad(cols, g, kernel)
@@ -534,23 +633,29 @@ def conv_weight_grad(
         if total is not None:
             return total
         cols = None
-    layout = _column_layout(out_spatial, kernel, cg)
+    layout = _column_layout(out_spatial, kernel, cg, n, og)
     if cols is None:
         a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
         cols = _columns(a, kernel, stride, dilation, groups, out_spatial, layout)
     gm = g.reshape(n, groups, og, p_out)
+    # products whose result is the gradient's own (Og, Cg*K) rows ((Og, K*Cg) for "channels"
+    # columns, moved within each row after): the transposed result, (Cg*K, Og), cost a copy
+    # through cache misses of the whole gradient
+    dtype = np.result_type(cols, g)
+    # (pooled results: a fresh array of a large weight's size costs its page faults)
+    total = empty_array((groups, og, cg * p_k), dtype)  # (G, Og, Cg*K or K*Cg)
     if layout == "positions":
-        per_image = blas.kernel_matmul(cols, gm.transpose(0, 1, 3, 2))  # (N, G, Cg*K, Og)
-        total = per_image.sum(0)
+        per_image = empty_array((n, groups, og, cg * p_k), dtype)
+        blas.kernel_matmul(gm, cols.transpose(0, 1, 3, 2), per_image)
+        np.sum(per_image, axis=0, out=total)
     else:
-        gt = _copied(gm.transpose(1, 0, 3, 2)).reshape(groups, n * p_out, og)
-        total = blas.kernel_matmul(cols.transpose(0, 2, 1), gt)  # (G, Cg*K or K*Cg, Og)
+        gt = _copied(gm.transpose(1, 2, 0, 3)).reshape(groups, og, n * p_out)
+        blas.kernel_matmul(gt, cols, total)
     if layout == "channels":
-        total = total.reshape((groups,) + kernel + (cg, og))
-        order = (0, k + 2, k + 1) + tuple(range(1, k + 1))
+        total = total.reshape((groups * og,) + kernel + (cg,))
+        order = (0, k + 1) + tuple(range(1, k + 1))
         return np.ascontiguousarray(total.transpose(order)).reshape((groups * og, cg) + kernel)
-    total = total.reshape((groups, cg * p_k, og)).transpose(0, 2, 1)
-    return np.ascontiguousarray(total).reshape((groups * og, cg) + kernel)
+    return total.reshape((groups * og, cg) + kernel)
 
 
 def _phases(size_in, size_out, kernel, stride, padding, dilation) -> list[tuple]:
@@ -571,20 +676,33 @@ def _phases(size_in, size_out, kernel, stride, padding, dilation) -> list[tuple]
     return plans
 
 
-def _gather_pays(batch, channels, outputs, in_spatial, kernel, plans) -> bool:
+def _gather_pays(batch, channels, outputs, in_spatial, kernel, plans, weight: int = 0) -> bool:
     """Whether gathering by phases costs less than col2im (``channels``, ``outputs``: per group;
-    the costs above)."""
+    the costs above). Gathering also copies the ``weight`` (its elements per group) into the
+    forward convolution's order, where col2im multiplies by it as it is: at small images and
+    many channels (ResNet-18's 256-channel 3x3 layers at 2x2) that copy is the larger part."""
     gathered = math.prod(
         sum(len(taps) * max(count, 0) for taps, _, count, _ in dim_plans) for dim_plans in plans
     )
     phases = math.prod(sum(1 for taps, _, count, _ in p if taps and count > 0) for p in plans)
     gather = batch * channels * gathered * (1 + outputs * _MAC_COST) + phases * _PHASE_COST
+    gather += weight * _WEIGHT_COPY_COST
     columns = batch * outputs * math.prod(kernel) * math.prod(in_spatial)
     return gather <= columns * (_COLUMN_COST + channels * _MAC_COST)
 
 
 def conv_transposed(a, w, stride, padding, dilation, groups: int, out_spatial) -> np.ndarray:
-    """Transposed convolution of ``a`` (N, C, *S) with ``w`` (C, O/groups, *K): (N, O, *out)."""
+    """Transposed convolution of ``a`` (N, C, *S) with ``w`` (C, O/groups, *K): (N, O, *out).
+
+    Kernel taps whose every product lands in the padding the output crops (a 3x3 layer's
+    input gradient at 1x1 images: all but the centre) are left out (``_trimmed``)."""
+    ranges = _trimmed(tuple(out_spatial), a.shape[2:], w.shape[2:], tuple(stride), tuple(padding),
+                      tuple(dilation))  # fmt: skip
+    if ranges is not None and all(
+        p >= first * d for p, (first, _), d in zip(padding, ranges, dilation)
+    ):
+        w = w[(Ellipsis,) + tuple(slice(first, stop) for first, stop in ranges)]
+        padding = [p - first * d for p, (first, _), d in zip(padding, ranges, dilation)]
     kernel = tuple(w.shape[2:])
     k = len(kernel)
     in_spatial = a.shape[2:]
@@ -602,7 +720,7 @@ def conv_transposed(a, w, stride, padding, dilation, groups: int, out_spatial) -
             for i in range(k)
         ]
         cg, og = a.shape[1] // groups, w.shape[1]
-        if _gather_pays(a.shape[0], cg, og, in_spatial, kernel, plans):
+        if _gather_pays(a.shape[0], cg, og, in_spatial, kernel, plans, w.size // groups):
             return _transposed_by_phases(a, w, stride, dilation, groups, out_spatial, plans)
     return _col2im(a, w, stride, padding, dilation, groups, out_spatial)
 
@@ -711,7 +829,8 @@ def _transposed_by_phases(a, w, stride, dilation, groups, out_spatial, plans) ->
     unpadded = [(0, 0)] * k
     dilated = groups != 1 or any(d != 1 for d in fdilation)
     first = live[0]
-    layout = _column_layout([plan[2] for plan in first], [len(plan[0]) for plan in first], cg)
+    counts = [plan[2] for plan in first]
+    layout = _column_layout(counts, [len(plan[0]) for plan in first], cg, n, og)
     padded = pad_spatial(a, widest, channels_last=layout == "channels" and cg > 1)
     if layout == "channels":
         # (G, *K, Cg, Og) once, a gather along rows of K elements; each phase's weight operand
@@ -777,7 +896,8 @@ def _col2im(a, w, stride, padding, dilation, groups, out_spatial) -> np.ndarray:
     p_in, p_k = math.prod(in_spatial), math.prod(kernel)
     wmat = w.reshape(groups, cg, og * p_k).transpose(0, 2, 1)
     xs = _copied(a.reshape(n, groups, cg, p_in).transpose(1, 2, 0, 3))
-    cols = blas.kernel_matmul(wmat, xs.reshape(groups, cg, n * p_in))
+    cols = empty_array((groups, og * p_k, n * p_in), dtype)
+    blas.kernel_matmul(wmat, xs.reshape(groups, cg, n * p_in), cols)
     cols = cols.reshape((groups, og) + kernel + (n,) + tuple(in_spatial))
     # (K..., N, G, Og, *in): each offset's slab lines up with the output's axes
     cols = cols.transpose(tuple(range(2, 2 + k)) + (2 + k, 0, 1) + tuple(range(3 + k, 3 + 2 * k)))
