@@ -1,6 +1,6 @@
 """``kiln.nn``: modules, parameters, initialisers, functional ops and utilities (as ``torch.nn``)."""
 
-from . import attention, common_types, functional, init, modules, parallel, utils  # noqa: F401
+from . import attention, common_types, functional, grad, init, modules, parallel, utils  # noqa: F401
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
 from .modules.lazy import UninitializedBuffer, UninitializedParameter

@@ -18,6 +18,7 @@ from ..runtime.torch_function import (
     has_torch_function_unary,
     has_torch_function_variadic,
 )
+from . import grad  # noqa: F401 - PyTorch's F.grad is the torch.nn.grad module
 from ._functional import attention as _attention
 from ._functional.activations import (
     celu,
