@@ -26,7 +26,7 @@ from ..runtime import machine_code
 
 __all__ = [
     "conv2d_channels_out", "conv2d_channels_transposed_out", "conv2d_direct_out",
-    "conv2d_weight_grad_out",
+    "conv2d_weight_grad_channels_last_out", "conv2d_weight_grad_out", "request_channels_last",
 ]  # fmt: skip
 
 
@@ -302,3 +302,61 @@ def conv2d_channels_transposed_out(
     phases = wt.reshape(-1, wt.shape[2], jh * jw, wt.shape[-1])
     tiles = (int(lanes), int(vectors), int(pixels))
     _channels(x, phases, out, tiles, _transposed_windows, geometry)
+
+
+def _channels_last():
+    """The channels-last weight-gradient loops (``codegen/llvm/channels_last_weight_grad``),
+    or None where the direct loops have no machine code (LLVM failed to build them)."""
+    if machine_code.get("convolution_tiles") is None:
+        return None
+    from .codegen.llvm import channels_last_weight_grad
+
+    return channels_last_weight_grad
+
+
+def request_channels_last(lanes: int, vectors: int, pairs: int) -> None:
+    """Start compiling the channels-last weight gradient's tile, so that a graph's first call
+    finds it built."""
+    kernels = _channels_last()
+    if kernels is not None:
+        kernels.request(kernels.WeightGradTiles(lanes, vectors, pairs))
+
+
+def conv2d_weight_grad_channels_last_out(
+    out: np.ndarray,
+    xp: np.ndarray,
+    g: np.ndarray,
+    kernel_h: int,
+    kernel_w: int,
+    lanes: int,
+    vectors: int,
+    pairs: int,
+) -> None:
+    """``out`` (Q, O): its first C * KH * KW rows the weight gradient (C, KH, KW, O) of the
+    stride-1 convolution that read the padded input ``xp`` (N, C, HP, 1, WP), for the output
+    gradient ``g`` (N, OH, OW, O) channels-last (the rows past them are scratch, Q a multiple
+    of ``pairs``). ``lanes``, ``vectors``, ``pairs``: the register tile the lowering chose (O
+    a multiple of ``lanes * vectors``)."""
+    n, c, hp, _, wp = xp.shape
+    kh, kw = int(kernel_h), int(kernel_w)
+    count = c * kh * kw
+    kernels = _channels_last()
+    if kernels is not None:
+
+        def make():
+            offsets = np.zeros(out.shape[0], np.int64)
+            taps = np.array([i * wp + j for i in range(kh) for j in range(kw)], np.int64)
+            offsets[:count] = (np.arange(c, dtype=np.int64)[:, None] * (hp * wp) + taps).ravel()
+            return offsets
+
+        offsets = _kept(("channels_last", c, hp, wp, kh, kw, out.shape[0]), make)
+        tiles = kernels.WeightGradTiles(int(lanes), int(vectors), int(pairs))
+        kernels.weight_grad(out, xp, g, offsets, tiles)
+        return
+    _, oh, ow, o = g.shape
+    out[count:] = 0
+    result = out[:count].reshape(c, kh, kw, o)
+    for i in range(kh):
+        for j in range(kw):
+            window = xp[:, :, i : i + oh, 0, j : j + ow]
+            result[:, i, j, :] = np.einsum("nyxo,ncyx->co", g, window)

@@ -109,7 +109,6 @@ def test_plane_walk_matches_torch(name, tile_knob):
         assert_close(g, e, rtol=1e-4, atol=1e-4)
     names = [call[0] for call in calls]
     assert "matmul_out" not in names, calls  # no columns product anywhere
-    assert "conv2d_weight_grad_out" in names, calls
     # the forward pass and the input gradient (a forward pass over the output gradient) walk
     # planes where that computes fewer elements than the rows form (8 lanes: rows of 24 are
     # whole vectors) or the rows form cannot run the layer
@@ -119,6 +118,11 @@ def test_plane_walk_matches_torch(name, tile_knob):
     backward = convolution_lowering._plane_pays(o, k * k, xs[2:], ow + 2 * (k - 1 - padding), lanes)
     walked = _plane_rows(calls, xs[0], o, oh) + _plane_rows(calls, xs[0], xs[1], xs[2])
     assert len(walked) == (forward is not None) + (backward is not None), calls
+    # the weight gradient walks planes where the forward pass does: through the channels-last
+    # loops where the output channels are whole vectors
+    channels_last = forward is not None and o % lanes == 0
+    assert ("conv2d_weight_grad_channels_last_out" in names) == channels_last, calls
+    assert ("conv2d_weight_grad_out" in names) == (not channels_last), calls
     if tile_knob != "eager" and lanes == 16:
         assert len(walked) == 2, calls
 
@@ -224,8 +228,8 @@ def test_plane_weight_gradient_numpy_fallback_reads_the_exact_rows(monkeypatch):
 
 @needs_torch
 def test_plane_walk_serves_every_batch_size():
-    """``dynamic=True`` with the batch the only size that changes: one graph, the walk for
-    every batch, equal to PyTorch at each."""
+    """The batch marked dynamic (the only symbolic size): one graph, the walk for every batch,
+    equal to PyTorch at each."""
     rng = np.random.default_rng(6)
     conv = kiln.nn.Conv2d(8, 16, 3, 1, 0)
     reference = torch.nn.Conv2d(8, 16, 3, 1, 0)
@@ -234,11 +238,12 @@ def test_plane_walk_serves_every_batch_size():
     def fn(x):
         return conv(x.relu()).tanh()
 
-    compiled = kiln.compile(fn, dynamic=True)
+    compiled = kiln.compile(fn)
     with observe_compiled_graphs() as observed:
         for batch in (2, 3, 5):
             data = rng.standard_normal((batch, 8, 20, 20)).astype(np.float32)
             x = kiln.tensor(data, requires_grad=True)
+            kiln.dynamo.mark_dynamic(x, 0)
             out = compiled(x)
             (out * out).sum().backward()
             tx = torch.tensor(data, requires_grad=True)
@@ -249,5 +254,52 @@ def test_plane_walk_serves_every_batch_size():
             for p, q in zip(conv.parameters(), reference.parameters()):
                 assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
                 p.grad, q.grad = None, None
-    names = [call[0] for call in _calls(observed)]
-    assert "conv2d_direct_out" in names and "conv2d_weight_grad_out" in names, names
+    assert len(observed) == 2  # one forward graph and one backward graph, for every batch
+    calls = _calls(observed)
+    names = [call[0] for call in calls]
+    assert "conv2d_weight_grad_channels_last_out" in names, names
+    if convolution_lowering._wide():  # 18-column rows: 32 with 16 lanes, a plane row 20
+        assert _plane_rows([c for c in calls if c[1][1] == 16], calls[0][1][0], 16, 18), calls
+
+
+@needs_torch
+def test_channels_last_weight_gradient_keeps_infinities_and_nans_as_torch():
+    """The channels-last weight gradient visits only real output positions: an infinity and a
+    NaN in the input give PyTorch's pattern with nothing summed again."""
+    x, w, b = _inputs(((2, 4, 12, 20), 16, 3, 1), 5)
+    x[0, 1, 4, 0] = np.inf
+    x[1, 2, 0, 19] = np.nan
+    cotangent = np.random.default_rng(8).standard_normal((2, 16, 12, 20)).astype(np.float32)
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, 1, 1)
+
+    got, grads, calls = _run(fn, (x, w, b), compiled=True, cotangent=cotangent)
+    assert "conv2d_weight_grad_channels_last_out" in [call[0] for call in calls], calls
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    expected = torch.nn.functional.conv2d(tx, tw, tb, 1, 1)
+    expected.backward(torch.tensor(cotangent))
+    assert np.isinf(tw.grad.numpy()).any() and np.isfinite(tw.grad.numpy()).any()
+    for g, t in zip(grads, (tx.grad, tw.grad, tb.grad)):
+        assert_close(g, t, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tiles", [(16, 4, 6), (16, 1, 12), (8, 2, 6), (8, 1, 5)])
+def test_channels_last_weight_gradient_numpy_fallback_and_tiles_agree(monkeypatch, tiles):
+    """Every tile, and numpy without the machine code, give the weight gradient of the padded
+    input and the channels-last output gradient (scratch rows past it zero for numpy)."""
+    lanes, vectors, pairs = tiles
+    rng = np.random.default_rng(11)
+    n, c, o, oh, ow, k = 3, 5, lanes * vectors, 7, 17, 3
+    xp = rng.standard_normal((n, c, oh + k - 1, 1, ow + k - 1)).astype(np.float32)
+    g = rng.standard_normal((n, oh, ow, o)).astype(np.float32)
+    windows = np.lib.stride_tricks.sliding_window_view(xp[:, :, :, 0], (k, k), axis=(2, 3))
+    expected = np.einsum("nyxo,ncyxij->cijo", g, windows)
+    rows = -(-(c * k * k) // pairs) * pairs
+    for machine in (True, False):
+        if not machine:
+            monkeypatch.setattr(extern_convolution, "_channels_last", lambda: None)
+        out = np.full((rows, o), np.nan, np.float32)
+        extern_convolution.conv2d_weight_grad_channels_last_out(out, xp, g, k, k, *tiles)
+        got = out[: c * k * k].reshape(c, k, k, o)
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
