@@ -303,3 +303,29 @@ def test_channels_last_weight_gradient_numpy_fallback_and_tiles_agree(monkeypatc
         extern_convolution.conv2d_weight_grad_channels_last_out(out, xp, g, k, k, *tiles)
         got = out[: c * k * k].reshape(c, k, k, o)
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@needs_torch
+def test_plane_walk_of_a_channels_last_input_gives_torchs_values_and_strides():
+    """A channels-last input is read through its layout into the stored plane; the output
+    and the input gradient come back in PyTorch's channels-last strides."""
+    x, w, b = _inputs(((3, 8, 20, 20), 16, 3, 0), 12)
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, 1, 0)
+
+    kx = kiln.tensor(x).contiguous(memory_format=kiln.channels_last).requires_grad_()
+    kw, kb = (kiln.tensor(a, requires_grad=True) for a in (w, b))
+    with observe_compiled_graphs() as observed:
+        got = kiln.compile(fn, fullgraph=True)(kx, kw, kb)
+        got.sum().backward()
+    assert _plane_rows(_calls(observed), 3, 16, 18), _calls(observed)
+    tx = torch.tensor(x).contiguous(memory_format=torch.channels_last).requires_grad_()
+    tw, tb = (torch.tensor(a, requires_grad=True) for a in (w, b))
+    expected = torch.nn.functional.conv2d(tx, tw, tb, 1, 0)
+    expected.sum().backward()
+    assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert got.stride() == expected.stride()
+    assert kx.grad.stride() == tx.grad.stride()
+    for g, t in zip((kx.grad, kw.grad, kb.grad), (tx.grad, tw.grad, tb.grad)):
+        assert_close(g, t, rtol=1e-4, atol=1e-4)
