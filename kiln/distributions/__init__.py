@@ -9,6 +9,7 @@ Parameters are kiln tensors, so gradients of ``log_prob``, ``entropy``, ``kl_div
 from __future__ import annotations
 
 from . import constraints, transforms
+from .constraint_registry import biject_to, transform_to
 from .continuous import (
     Beta,
     Cauchy,
@@ -44,19 +45,37 @@ from .transformed import TransformedDistribution
 from .transforms import (
     AbsTransform,
     AffineTransform,
+    CatTransform,
     ComposeTransform,
+    CorrCholeskyTransform,
+    CumulativeDistributionTransform,
     ExpTransform,
     IndependentTransform,
+    LowerCholeskyTransform,
+    PositiveDefiniteTransform,
     PowerTransform,
+    ReshapeTransform,
     SigmoidTransform,
     SoftmaxTransform,
     SoftplusTransform,
+    StackTransform,
     StickBreakingTransform,
     TanhTransform,
     Transform,
+    identity_transform,
 )
 
 __all__ = [
+    "CatTransform",
+    "CorrCholeskyTransform",
+    "CumulativeDistributionTransform",
+    "LowerCholeskyTransform",
+    "PositiveDefiniteTransform",
+    "ReshapeTransform",
+    "StackTransform",
+    "biject_to",
+    "identity_transform",
+    "transform_to",
     "RelaxedBernoulli",
     "RelaxedOneHotCategorical",
     "Multinomial",

@@ -11,16 +11,21 @@ from kiln.runtime.random import default_generator
 
 from ..ops.public import (
     Tensor,
+    arange,
     broadcast_tensors,
+    cat,
     enable_grad,
     finfo,
     from_numpy,
     get_default_dtype,
+    int64,
     log,
     log1p,
     sigmoid,
     softmax,
     tensor,
+    zeros,
+    zeros_like,
 )
 
 __all__ = [
@@ -30,6 +35,8 @@ __all__ = [
     "logits_to_probs",
     "probs_to_logits",
     "numpy_sample",
+    "tril_matrix_to_vec",
+    "vec_to_tril_matrix",
 ]
 
 
@@ -106,3 +113,39 @@ def numpy_sample(shape, dtype, device, draw):
     rng = np.random.Generator(np.random.Philox(key=(seed << 64) | offset))
     values = np.asarray(draw(rng, tuple(shape)))
     return from_numpy(np.ascontiguousarray(values)).to(dtype=dtype, device=device)
+
+
+def _tril_positions(n: int, diag: int, device):
+    """Row-major flat positions in an n x n matrix of the entries on or below diagonal
+    ``diag`` (PyTorch's order for a flattened triangle)."""
+    rows = arange(n, device=device).view(-1, 1)
+    cols = arange(n, device=device).view(1, -1)
+    mask = (cols < rows + (diag + 1)).reshape(-1)
+    return arange(n * n, device=device)[mask]
+
+
+def tril_matrix_to_vec(mat, diag: int = 0):
+    """The entries of ``mat`` on or below diagonal ``diag``, row by row, as the last dim."""
+    n = mat.shape[-1]
+    if diag < -n or diag >= n:
+        raise ValueError(f"diag ({diag}) provided is outside [{-n}, {n - 1}].")
+    flat = mat.reshape(tuple(mat.shape[:-2]) + (n * n,))
+    return flat[..., _tril_positions(n, diag, mat.device)]
+
+
+def vec_to_tril_matrix(vec, diag: int = 0):
+    """The inverse of ``tril_matrix_to_vec``: zeros above diagonal ``diag``. A gather from the
+    vector with a zero put in front, so gradients flow back to ``vec``."""
+    length = vec.shape[-1]
+    root = ((1 + 2 * diag) ** 2 + 8 * length + 4 * abs(diag) * (diag + 1)) ** 0.5
+    n_real = (-(1 + 2 * diag) + root) / 2
+    n = round(n_real)
+    if abs(n - n_real) > finfo(vec.dtype).eps:
+        raise ValueError(
+            f"The size of last dimension is {length} which cannot be expressed as the lower "
+            "triangular part of a square D x D matrix."
+        )
+    source = zeros(n * n, dtype=int64, device=vec.device)
+    source[_tril_positions(n, diag, vec.device)] = arange(1, length + 1, device=vec.device)
+    padded = cat([zeros_like(vec[..., :1]), vec], dim=-1)
+    return padded[..., source].reshape(tuple(vec.shape[:-1]) + (n, n))

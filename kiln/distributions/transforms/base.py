@@ -1,38 +1,21 @@
-"""Bijective transforms with log-det-Jacobians, for ``TransformedDistribution`` (a tanh-squashed
-Gaussian policy, a log-normal, an affine change of variables)."""
+"""The transform protocol (``Transform``: a map with its inverse, log-det-Jacobian, domain and
+codomain, and a one-pair cache) and the transforms built from others: composition,
+reinterpreted batch dims, reshaping, and pieces along a dim (``CatTransform``,
+``StackTransform``)."""
 
 from __future__ import annotations
 
-import math
-import numbers
-
-from ..nn import functional as F
-from ..ops import public
-from ..ops.public import (
-    Tensor,
-    atanh,
-    clamp,
-    full_like,
-    get_default_dtype,
-    sigmoid,
-    tensor,
-    zeros_like,
-)
-from . import constraints
-from .utils import sum_rightmost
+from ...ops.public import cat, stack, zeros_like
+from ...runtime.tensor import Size
+from .. import constraints
+from ..utils import sum_rightmost
 
 __all__ = [
-    "AbsTransform",
-    "AffineTransform",
+    "CatTransform",
     "ComposeTransform",
-    "ExpTransform",
     "IndependentTransform",
-    "PowerTransform",
-    "SigmoidTransform",
-    "SoftmaxTransform",
-    "SoftplusTransform",
-    "StickBreakingTransform",
-    "TanhTransform",
+    "ReshapeTransform",
+    "StackTransform",
     "Transform",
     "identity_transform",
 ]
@@ -145,6 +128,9 @@ class _InverseTransform(Transform):
     def inv(self):
         return self._inv
 
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _InverseTransform) and self._inv == other._inv
+
     def __call__(self, x):
         return self._inv._inv_call(x)
 
@@ -163,6 +149,9 @@ class ComposeTransform(Transform):
             parts = [part.with_cache(cache_size) for part in parts]
         super().__init__(cache_size=cache_size)
         self.parts = list(parts)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ComposeTransform) and self.parts == other.parts
 
     @property
     def domain(self):  # type: ignore[override]
@@ -293,234 +282,182 @@ class IndependentTransform(Transform):
         )
 
 
-class ExpTransform(Transform):
-    domain = constraints.real
-    codomain = constraints.positive
-    bijective = True
-    sign = 1
-
-    def _call(self, x):
-        return x.exp()
-
-    def _inverse(self, y):
-        return y.log()
-
-    def log_abs_det_jacobian(self, x, y):
-        return x
+def _check_piece_dim(dim: int, value, name: str, size: int, what: str, holder: str) -> None:
+    """PyTorch's checks (and messages) on the dim a Cat/StackTransform splits along."""
+    if not -value.dim() <= dim < value.dim():
+        raise AssertionError(f"dim {dim} out of range for {holder} with {value.dim()} dimensions")
+    if value.size(dim) != size:
+        raise AssertionError(f"{name}.size({dim}) = {value.size(dim)} must equal {what} {size}")
 
 
-class PowerTransform(Transform):
-    """y = x ** exponent on positive x."""
+class ReshapeTransform(Transform):
+    """The rightmost dims of shape ``in_shape`` read as ``out_shape`` (a flat parameter vector
+    as a matrix event): volume preserving, so the log-det is zero."""
 
-    domain = constraints.positive
-    codomain = constraints.positive
     bijective = True
 
-    def __init__(self, exponent, cache_size: int = 0):
+    def __init__(self, in_shape, out_shape, cache_size: int = 0):
+        self.in_shape = Size(in_shape)
+        self.out_shape = Size(out_shape)
+        if self.in_shape.numel() != self.out_shape.numel():
+            raise ValueError("in_shape, out_shape have different numbers of elements")
         super().__init__(cache_size=cache_size)
-        (self.exponent,) = _as_tensors(exponent)
-
-    def with_cache(self, cache_size=1):
-        if self._cache_size == cache_size:
-            return self
-        return PowerTransform(self.exponent, cache_size=cache_size)
-
-    @property
-    def sign(self):  # type: ignore[override]
-        return self.exponent.sign()
-
-    def _call(self, x):
-        return x.pow(self.exponent)
-
-    def _inverse(self, y):
-        return y.pow(1 / self.exponent)
-
-    def log_abs_det_jacobian(self, x, y):
-        return (self.exponent * y / x).abs().log()
-
-
-class SigmoidTransform(Transform):
-    domain = constraints.real
-    codomain = constraints.unit_interval
-    bijective = True
-    sign = 1
-
-    def _call(self, x):
-        finfo = public.finfo(x.dtype)
-        return clamp(sigmoid(x), min=finfo.tiny, max=1.0 - finfo.eps)
-
-    def _inverse(self, y):
-        finfo = public.finfo(y.dtype)
-        y = y.clamp(min=finfo.tiny, max=1.0 - finfo.eps)
-        return y.log() - (-y).log1p()
-
-    def log_abs_det_jacobian(self, x, y):
-        return -F.softplus(-x) - F.softplus(x)
-
-
-class SoftplusTransform(Transform):
-    """y = log(1 + exp(x)) onto the positive reals (a positive scale from an unconstrained
-    parameter); the inverse is y + log(-expm1(-y)), stable for small and large y."""
-
-    domain = constraints.real
-    codomain = constraints.positive
-    bijective = True
-    sign = 1
-
-    def __eq__(self, other):
-        return isinstance(other, SoftplusTransform)
-
-    def _call(self, x):
-        return F.softplus(x)
-
-    def _inverse(self, y):
-        return (-y).expm1().neg().log() + y
-
-    def log_abs_det_jacobian(self, x, y):
-        return -F.softplus(-x)
-
-
-class TanhTransform(Transform):
-    """y = tanh(x); the log-det uses 2 (log 2 - x - softplus(-2x)), stable for large |x|."""
-
-    domain = constraints.real
-    codomain = constraints.interval(-1.0, 1.0)
-    bijective = True
-    sign = 1
-
-    def _call(self, x):
-        return x.tanh()
-
-    def _inverse(self, y):
-        return atanh(y)
-
-    def log_abs_det_jacobian(self, x, y):
-        return 2.0 * (math.log(2.0) - x - F.softplus(-2.0 * x))
-
-
-class AbsTransform(Transform):
-    domain = constraints.real
-    codomain = constraints.positive
-
-    def _call(self, x):
-        return x.abs()
-
-    def _inverse(self, y):
-        return y
-
-
-def _as_tensors(*values):
-    return [
-        v if isinstance(v, Tensor) else tensor(float(v), dtype=get_default_dtype()) for v in values
-    ]
-
-
-class AffineTransform(Transform):
-    """y = loc + scale * x, over ``event_dim`` rightmost dims."""
-
-    bijective = True
-
-    def __init__(self, loc, scale, event_dim: int = 0, cache_size: int = 0):
-        super().__init__(cache_size=cache_size)
-        self.loc = loc
-        self.scale = scale
-        self._event_dim = event_dim
-
-    @property
-    def event_dim(self) -> int:  # type: ignore[override]
-        return self._event_dim
 
     @property
     def domain(self):  # type: ignore[override]
-        if self._event_dim == 0:
-            return constraints.real
-        return constraints.independent(constraints.real, self._event_dim)
+        return constraints.independent(constraints.real, len(self.in_shape))
 
     @property
     def codomain(self):  # type: ignore[override]
-        return self.domain
+        return constraints.independent(constraints.real, len(self.out_shape))
 
     def with_cache(self, cache_size=1):
         if self._cache_size == cache_size:
             return self
-        return AffineTransform(self.loc, self.scale, self._event_dim, cache_size=cache_size)
-
-    @property
-    def sign(self):  # type: ignore[override]
-        if isinstance(self.scale, numbers.Real):
-            return 1 if float(self.scale) > 0 else -1 if float(self.scale) < 0 else 0
-        return self.scale.sign()
+        return ReshapeTransform(self.in_shape, self.out_shape, cache_size=cache_size)
 
     def _call(self, x):
-        return self.loc + self.scale * x
+        batch_shape = x.shape[: x.dim() - len(self.in_shape)]
+        return x.reshape(batch_shape + self.out_shape)
 
     def _inverse(self, y):
-        return (y - self.loc) / self.scale
+        batch_shape = y.shape[: y.dim() - len(self.out_shape)]
+        return y.reshape(batch_shape + self.in_shape)
 
     def log_abs_det_jacobian(self, x, y):
-        shape = x.shape
-        scale = self.scale
-        if isinstance(scale, numbers.Real):
-            result = full_like(x, math.log(abs(scale)))
-        else:
-            result = public.abs(scale).log()
-        if self._event_dim:
-            result_size = result.size()[: result.dim() - self._event_dim] + (-1,)
-            result = result.view(result_size).sum(-1)
-            shape = shape[: len(shape) - self._event_dim]
-        return result.expand(shape)
-
-
-class SoftmaxTransform(Transform):
-    """Real vectors to the simplex (not bijective: no log-det)."""
-
-    domain = constraints.real_vector
-    codomain = constraints.simplex
-
-    def _call(self, x):
-        logprobs = x
-        probs = (logprobs - logprobs.max(-1, True)[0]).exp()
-        return probs / probs.sum(-1, True)
-
-    def _inverse(self, y):
-        return y.log()
-
-
-class StickBreakingTransform(Transform):
-    """Real vectors of length K-1 to the K-simplex by breaking a stick: each coordinate's
-    sigmoid (shifted by ``log(K-1-i)``, so zeros map to the uniform point) takes its share of
-    what is left. Bijective, unlike ``SoftmaxTransform``, so it has a log-det."""
-
-    domain = constraints.real_vector
-    codomain = constraints.simplex
-    bijective = True
+        batch_shape = x.shape[: x.dim() - len(self.in_shape)]
+        return x.new_zeros(batch_shape)
 
     @staticmethod
-    def _offset(like, n):
-        return (n - public.arange(n, dtype=like.dtype, device=like.device)).log()
-
-    def _call(self, x):
-        z = sigmoid(x - self._offset(x, x.shape[-1]))
-        left = (1 - z).cumprod(-1)  # the stick left after each break
-        return F.pad(z, (0, 1), value=1.0) * F.pad(left, (1, 0), value=1.0)
-
-    def _inverse(self, y):
-        shares = y[..., :-1]
-        n = shares.shape[-1]
-        left = (1 - shares.cumsum(-1)).clamp(min=public.finfo(y.dtype).tiny)
-        return shares.log() - left.log() + self._offset(y, n)
-
-    def log_abs_det_jacobian(self, x, y):
-        shifted = x - self._offset(x, x.shape[-1])
-        # y_i = z_i * left_i: log|J| = sum_i log z_i (1 - z_i) left_i = sum_i log y_i (1 - z_i)
-        return (F.logsigmoid(shifted) - shifted + y[..., :-1].log()).sum(-1)
+    def _swap_tail(shape, old: Size, new: Size):
+        if len(shape) < len(old):
+            raise ValueError("Too few dimensions on input")
+        cut = len(shape) - len(old)
+        if tuple(shape[cut:]) != tuple(old):
+            raise ValueError(f"Shape mismatch: expected {shape[cut:]} but got {old}")
+        return shape[:cut] + new
 
     def forward_shape(self, shape):
-        if len(shape) < 1:
-            raise ValueError("Too few dimensions on input")
-        return tuple(shape[:-1]) + (shape[-1] + 1,)
+        return self._swap_tail(shape, self.in_shape, self.out_shape)
 
     def inverse_shape(self, shape):
-        if len(shape) < 1:
-            raise ValueError("Too few dimensions on input")
-        return tuple(shape[:-1]) + (shape[-1] - 1,)
+        return self._swap_tail(shape, self.out_shape, self.in_shape)
+
+
+class CatTransform(Transform):
+    """``tseq[i]`` on the i-th block of ``lengths[i]`` entries along ``dim``, the results
+    concatenated (a vector whose first entries are positive and the rest unconstrained)."""
+
+    def __init__(self, tseq, dim: int = 0, lengths=None, cache_size: int = 0):
+        if not all(isinstance(t, Transform) for t in tseq):
+            raise AssertionError("All elements of tseq must be Transform instances")
+        if cache_size:
+            tseq = [t.with_cache(cache_size) for t in tseq]
+        super().__init__(cache_size=cache_size)
+        self.transforms = list(tseq)
+        self.lengths = [1] * len(self.transforms) if lengths is None else list(lengths)
+        if len(self.lengths) != len(self.transforms):
+            raise AssertionError(
+                f"lengths ({len(self.lengths)}) must match transforms ({len(self.transforms)})"
+            )
+        self.dim = dim
+
+    @property
+    def event_dim(self) -> int:  # type: ignore[override]
+        return max(t.event_dim for t in self.transforms)
+
+    @property
+    def length(self) -> int:
+        return sum(self.lengths)
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return CatTransform(self.transforms, self.dim, self.lengths, cache_size)
+
+    def _pieces(self, value):
+        start = 0
+        for transform, length in zip(self.transforms, self.lengths):
+            yield transform, value.narrow(self.dim, start, length)
+            start += length
+
+    def _call(self, x):
+        _check_piece_dim(self.dim, x, "x", self.length, "length", "tensor")
+        return cat([t(piece) for t, piece in self._pieces(x)], dim=self.dim)
+
+    def _inverse(self, y):
+        _check_piece_dim(self.dim, y, "y", self.length, "length", "tensor")
+        return cat([t.inv(piece) for t, piece in self._pieces(y)], dim=self.dim)
+
+    def log_abs_det_jacobian(self, x, y):
+        _check_piece_dim(self.dim, x, "x", self.length, "length", "x")
+        _check_piece_dim(self.dim, y, "y", self.length, "length", "y")
+        event_dim = self.event_dim
+        terms = []
+        for (t, x_piece), (_, y_piece) in zip(self._pieces(x), self._pieces(y)):
+            term = t.log_abs_det_jacobian(x_piece, y_piece)
+            terms.append(sum_rightmost(term, event_dim - t.event_dim))
+        # a dim left in the log-det (a batch dim) keeps the pieces apart; an event dim sums them
+        dim = (self.dim - x.dim() if self.dim >= 0 else self.dim) + event_dim
+        if dim < 0:
+            return cat(terms, dim=dim)
+        return sum(terms)
+
+    @property
+    def bijective(self) -> bool:  # type: ignore[override]
+        return all(t.bijective for t in self.transforms)
+
+    @property
+    def domain(self):  # type: ignore[override]
+        return constraints.cat([t.domain for t in self.transforms], self.dim, self.lengths)
+
+    @property
+    def codomain(self):  # type: ignore[override]
+        return constraints.cat([t.codomain for t in self.transforms], self.dim, self.lengths)
+
+
+class StackTransform(Transform):
+    """``tseq[i]`` on the i-th slice along ``dim``, the results stacked back along it."""
+
+    def __init__(self, tseq, dim: int = 0, cache_size: int = 0):
+        if not all(isinstance(t, Transform) for t in tseq):
+            raise AssertionError("All elements of tseq must be Transform instances")
+        if cache_size:
+            tseq = [t.with_cache(cache_size) for t in tseq]
+        super().__init__(cache_size=cache_size)
+        self.transforms = list(tseq)
+        self.dim = dim
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return StackTransform(self.transforms, self.dim, cache_size)
+
+    def _slices(self, value):
+        return [value.select(self.dim, i) for i in range(value.size(self.dim))]
+
+    def _call(self, x):
+        _check_piece_dim(self.dim, x, "x", len(self.transforms), "len(transforms)", "tensor")
+        return stack([t(s) for s, t in zip(self._slices(x), self.transforms)], dim=self.dim)
+
+    def _inverse(self, y):
+        _check_piece_dim(self.dim, y, "y", len(self.transforms), "len(transforms)", "tensor")
+        return stack([t.inv(s) for s, t in zip(self._slices(y), self.transforms)], dim=self.dim)
+
+    def log_abs_det_jacobian(self, x, y):
+        _check_piece_dim(self.dim, x, "x", len(self.transforms), "len(transforms)", "x")
+        _check_piece_dim(self.dim, y, "y", len(self.transforms), "len(transforms)", "y")
+        pairs = zip(self._slices(x), self._slices(y), self.transforms)
+        return stack([t.log_abs_det_jacobian(xs, ys) for xs, ys, t in pairs], dim=self.dim)
+
+    @property
+    def bijective(self) -> bool:  # type: ignore[override]
+        return all(t.bijective for t in self.transforms)
+
+    @property
+    def domain(self):  # type: ignore[override]
+        return constraints.stack([t.domain for t in self.transforms], self.dim)
+
+    @property
+    def codomain(self):  # type: ignore[override]
+        return constraints.stack([t.codomain for t in self.transforms], self.dim)
