@@ -9,7 +9,12 @@ computes the output rows. The input gradient of a stride-1 layer is such a forwa
 flipped kernel; the weight gradient (a convolution whose kernel is the output gradient's image)
 is recognized by its shape and runs the loops' weight-gradient walk. Each layer takes a register
 tile of its own (``forward_tiles``, ``grad_tiles``): on AVX-512 hosts 16-lane tiles, compiled
-in the background as the graph's kernels are, where eager mode runs its 8-lane ones. Where output
+in the background as the graph's kernels are, where eager mode runs its 8-lane ones. A stride-1
+layer whose rows those vectors would round up (24 columns computed as 32: the MNIST CNN) walks
+each image's padded plane as flat rows instead (``_plane_forward``: only the padding columns
+computed past the output), which also serves layers of up to 64 channels by 9 taps that the
+rows form leaves to the columns (the MNIST CNN's input gradient); its weight gradient runs with
+the output channels in the lanes (``_channels_last_weight_grad``). Where output
 rows are too short for those loops' vectors (4-8 pixels: a DCGAN's layers), the lanes run over
 output channels instead (``_channels``: any stride, padding and dilation, the weight gradient's
 form too, and a strided transposed convolution phase by phase, ``_channels_transposed``), the
