@@ -271,3 +271,28 @@ def test_compiled_spatial_transformer_matches_eager(mode, backend):
         results.append((out, x.grad, t.grad))
     for eager, compiled in zip(*results):
         assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+
+
+@needs_torch
+def test_affine_grid_of_x_size_keeps_the_batch_symbolic_under_dynamic():
+    # ``affine_grid(theta, x.size())`` (the spatial transformer tutorial) read every size with
+    # int(): the batch size was specialized, so each new batch size recompiled
+    from kiln.dynamo.counters import counters
+
+    kiln.compiler.reset()
+
+    def warp(lib, image, theta):
+        grid = lib.nn.functional.affine_grid(theta, image.size(), align_corners=False)
+        return lib.nn.functional.grid_sample(image, grid, align_corners=False)
+
+    compiled = kiln.compile(warp, dynamic=True)
+    rng = np.random.default_rng(5)
+    for index, n in enumerate((4, 6, 5)):
+        if index == 1:
+            start = counters["recompiles"]["total"]
+        image = rng.standard_normal((n, 2, 5, 6)).astype(np.float32)
+        theta = (np.eye(2, 3) + 0.2 * rng.standard_normal((n, 2, 3))).astype(np.float32)
+        want = warp(torch, torch.tensor(image), torch.tensor(theta))
+        got = compiled(kiln, kiln.tensor(image), kiln.tensor(theta))
+        assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert counters["recompiles"]["total"] == start

@@ -21,6 +21,7 @@ from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
 from ...ops.reductions.reduce import torch_type_name
 from ...runtime import dtypes as dt
+from ...runtime.symbolic import is_int_like
 from ...runtime.tensor import Tensor
 
 __all__ = ["affine_grid", "grid_sample"]
@@ -58,12 +59,14 @@ def affine_grid(theta: Tensor, size: list[int], align_corners: bool | None = Non
     align_corners = _align_corners_default(align_corners)
     if not theta.is_floating_point():
         raise ValueError(f"Expected theta to have floating point type, but got {theta.dtype}")
-    size = [int(s) for s in size]
+    size = list(size)
     if len(size) not in (4, 5):
         raise NotImplementedError(
             "affine_grid only supports 4D and 5D sizes, for 2D and 3D affine transforms, "
             f"respectively. Got size {size}."
         )
+    # the batch size stays symbolic under dynamic=True (only the grid's values read the rest)
+    size = [size[0] if is_int_like(size[0]) else int(size[0]), *(int(s) for s in size[1:])]
     k = len(size) - 2
     if theta.dim() != 3 or theta.shape[-2] != k or theta.shape[-1] != k + 1:
         raise ValueError(
