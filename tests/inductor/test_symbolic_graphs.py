@@ -322,6 +322,29 @@ def test_a_select_at_an_int_argument_compiles_once_for_every_value(stats):
     assert stats.static_compiles == stats.eager_first_calls == 0
 
 
+@needs_torch
+def test_a_squeeze_of_a_divided_size_compiles_once_for_every_size(stats):
+    """Prototypical networks' ``log_p_y.gather(2, target).squeeze()`` with ``n_query`` read as
+    ``query.size(0) // n_way``: the capture decided which dims go, so the lowering takes the
+    dims that are 1 for every size instead of asking whether ``s0 // 3`` is 1 (which refused
+    the kernels for every size, and each size then ran with the eager ops)."""
+
+    def fn(lib, query):
+        n_query = query.size(0) // 3
+        d = query.sum(1).view(3, n_query, 1)
+        return d.squeeze() * 2, d.squeeze(-1).exp()
+
+    compiled = kiln.compile(lambda q: fn(kiln, q), backend="inductor", dynamic=True)
+    with kiln.no_grad():
+        for n in (6, 12, 9):
+            query = _inputs(n, 5)
+            for got, theirs in zip(compiled(kiln.tensor(query)), fn(torch, torch.tensor(query))):
+                assert tuple(got.shape) == tuple(theirs.shape)
+                np.testing.assert_allclose(got.numpy(), theirs.numpy(), 1e-5, 1e-6)
+    assert stats.symbolic_refused == 0 and stats.symbolic_compiles == 1
+    assert stats.static_compiles == stats.eager_first_calls == 0
+
+
 def _scatters(lib, x):
     """Backward scatters: max over a dim (its gradient goes to the arg-max positions) and
     index_add into a buffer whose size is symbolic."""

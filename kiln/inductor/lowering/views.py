@@ -176,11 +176,18 @@ def _unsqueeze(out_meta, x, dim):
 def _squeeze(out_meta, x, dim=None):
     out_shape = tuple(out_meta.shape)
     if dim is None:
-        removed = [i for i, s in enumerate(x.shape) if s == 1]
+        candidates = range(len(x.shape))
     else:
         dims = (dim,) if isinstance(dim, int) else tuple(dim)
         nd = max(len(x.shape), 1)
-        removed = sorted({d % nd for d in dims if x.shape and x.shape[d % nd] == 1})
+        candidates = sorted({d % nd for d in dims if x.shape})
+    # the meta decided at capture which dims go (a symbolic size that was 1 there is pinned to
+    # 1): the sizes 1 for every size are those, so a kernel for every size need not ask whether
+    # ``s0 // 3`` is 1 (prototypical networks' ``squeeze()`` of n_query); the values decide
+    # only if that misses one
+    removed = [i for i in candidates if sym.known("==", x.shape[i], 1)]
+    if len(x.shape) - len(removed) != len(out_shape):
+        removed = [i for i in candidates if x.shape[i] == 1]
     kept = [i for i in range(len(x.shape)) if i not in removed]
 
     def index_map(index):
