@@ -90,6 +90,11 @@ INT_LIST_FORMS = {
     "broadcast_to-varargs": lambda x: x.broadcast_to(4, 2, 3),
     "broadcast_to-tuple": lambda x: x.broadcast_to((4, 2, 3)),
     "broadcast_to-keyword": lambda x: x.broadcast_to(size=[4, 2, 3]),
+    # DiT's unpatchify writes ``x.reshape(shape=(...))``
+    "reshape-keyword": lambda x: x.reshape(shape=(3, 1, 2)),
+    "view-keyword": lambda x: x.view(size=[3, 2]),
+    "expand-keyword": lambda x: x.expand(size=(4, 2, 3)),
+    "permute-keyword": lambda x: x.permute(dims=(1, 0)),
 }
 
 
@@ -101,6 +106,21 @@ def test_int_list_argument_forms_match_torch(case):
     want = INT_LIST_FORMS[case](torch.tensor(values))
     assert tuple(got.shape) == tuple(want.shape)
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: x.reshape(size=(3, 2)),
+        lambda x: x.view(shape=(3, 2)),
+        lambda x: x.reshape((3, 2), shape=(3, 2)),
+    ],
+)
+def test_size_keywords_of_another_name_are_type_errors_like_torch(call):
+    for lib in (torch, kiln):
+        with pytest.raises(TypeError):
+            call(lib.zeros(2, 3))
 
 
 # conversions: a memory format given to .float()/.double() and copy as to()'s fourth argument
