@@ -24,6 +24,7 @@ from .continuous import (
     StudentT,
     Uniform,
 )
+from .continuous_bernoulli import ContinuousBernoulli
 from .derived import FisherSnedecor, HalfCauchy, InverseGamma, Kumaraswamy, Pareto, Weibull
 from .discrete import (
     Bernoulli,
@@ -33,10 +34,15 @@ from .discrete import (
     Multinomial,
     NegativeBinomial,
     OneHotCategorical,
+    OneHotCategoricalStraightThrough,
     Poisson,
 )
 from .distribution import Distribution
+from .exp_family import ExponentialFamily
+from .generalized_pareto import GeneralizedPareto
 from .kl import kl_divergence, register_kl
+from .lkj_cholesky import LKJCholesky
+from .logistic_normal import LogisticNormal
 from .lowrank import LowRankMultivariateNormal
 from .mixture import MixtureSameFamily
 from .multivariate import Dirichlet, Independent, MultivariateNormal
@@ -64,15 +70,25 @@ from .transforms import (
     Transform,
     identity_transform,
 )
+from .von_mises import VonMises
+from .wishart import Wishart
 
 __all__ = [
     "CatTransform",
+    "ContinuousBernoulli",
     "CorrCholeskyTransform",
     "CumulativeDistributionTransform",
+    "ExponentialFamily",
+    "GeneralizedPareto",
+    "LKJCholesky",
+    "LogisticNormal",
     "LowerCholeskyTransform",
+    "OneHotCategoricalStraightThrough",
     "PositiveDefiniteTransform",
     "ReshapeTransform",
     "StackTransform",
+    "VonMises",
+    "Wishart",
     "biject_to",
     "identity_transform",
     "transform_to",
@@ -146,7 +162,9 @@ def _module_paths() -> None:
         "lowrank_multivariate_normal": "LowRankMultivariateNormal",
         "mixture_same_family": "MixtureSameFamily",
         "multinomial": "Multinomial", "multivariate_normal": "MultivariateNormal", "negative_binomial": "NegativeBinomial",
-        "normal": "Normal", "one_hot_categorical": "OneHotCategorical", "pareto": "Pareto",
+        "normal": "Normal",
+        "one_hot_categorical": ("OneHotCategorical", "OneHotCategoricalStraightThrough"),
+        "pareto": "Pareto",
         "poisson": "Poisson", "studentT": "StudentT",
         "transformed_distribution": "TransformedDistribution", "uniform": "Uniform",
         "weibull": "Weibull",
@@ -156,10 +174,12 @@ def _module_paths() -> None:
     namespace = globals()
     sys.modules[f"{__name__}.relaxed_bernoulli"] = namespace["relaxed_bernoulli"] = relaxed
     sys.modules[f"{__name__}.relaxed_categorical"] = namespace["relaxed_categorical"] = relaxed
-    for path, cls_name in paths.items():
+    for path, cls_names in paths.items():
+        cls_names = (cls_names,) if isinstance(cls_names, str) else cls_names
         module = types.ModuleType(f"{__name__}.{path}", f"``torch.distributions.{path}``.")
-        setattr(module, cls_name, namespace[cls_name])
-        module.__all__ = [cls_name]
+        for cls_name in cls_names:
+            setattr(module, cls_name, namespace[cls_name])
+        module.__all__ = list(cls_names)
         sys.modules[module.__name__] = module
         namespace[path] = module
 

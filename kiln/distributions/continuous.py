@@ -41,6 +41,7 @@ from ..ops.public import (
 from ..runtime.compiling import is_compiling
 from . import constraints
 from .distribution import Distribution
+from .exp_family import ExponentialFamily
 from .utils import broadcast_all, numpy_sample
 
 _EMPTY = Size()  # the default sample/batch shape (a tuple: safe to share)
@@ -87,8 +88,10 @@ class _LocScale(Distribution):
         return self.loc + self._noise(shape) * self.scale
 
 
-class Normal(_LocScale):
+class Normal(_LocScale, ExponentialFamily):
     """The Gaussian N(loc, scale^2)."""
+
+    _mean_carrier_measure = 0
 
     @property
     def mean(self):
@@ -130,6 +133,13 @@ class Normal(_LocScale):
 
     def entropy(self):
         return 0.5 + 0.5 * math.log(2 * math.pi) + log(self.scale)
+
+    @property
+    def _natural_params(self):
+        return (self.loc / self.scale.pow(2), -0.5 * self.scale.pow(2).reciprocal())
+
+    def _log_normalizer(self, x, y):
+        return -0.25 * x.pow(2) / y + 0.5 * log(-math.pi / y)
 
 
 class Laplace(_LocScale):
@@ -416,8 +426,10 @@ class Uniform(Distribution):
         return log(self.high - self.low)
 
 
-class Exponential(Distribution):
+class Exponential(ExponentialFamily):
     """Density rate * exp(-rate * x) on x >= 0."""
+
+    _mean_carrier_measure = 0
 
     arg_constraints = {"rate": constraints.positive}
     support = constraints.nonnegative
@@ -468,6 +480,13 @@ class Exponential(Distribution):
     def entropy(self):
         return 1.0 - log(self.rate)
 
+    @property
+    def _natural_params(self):
+        return (-self.rate,)
+
+    def _log_normalizer(self, x):
+        return -log(-x)
+
 
 def _standard_gamma(concentration, shape):
     """Gamma(concentration, 1) samples of ``shape`` (no gradient)."""
@@ -479,8 +498,10 @@ def _standard_gamma(concentration, shape):
         return draw.clamp(min=tiny)
 
 
-class Gamma(Distribution):
+class Gamma(ExponentialFamily):
     """Density rate^a x^(a-1) exp(-rate x) / Gamma(a), shape ``concentration`` = a."""
+
+    _mean_carrier_measure = 0
 
     arg_constraints = {"concentration": constraints.positive, "rate": constraints.positive}
     support = constraints.nonnegative
@@ -531,6 +552,13 @@ class Gamma(Distribution):
     def entropy(self):
         c = self.concentration
         return c - log(self.rate) + lgamma(c) + (1.0 - c) * digamma(c)
+
+    @property
+    def _natural_params(self):
+        return (self.concentration - 1, -self.rate)
+
+    def _log_normalizer(self, x, y):
+        return lgamma(x + 1) + (x + 1) * log(-y.reciprocal())
 
 
 class Chi2(Gamma):
@@ -615,7 +643,7 @@ class StudentT(Distribution):
         )
 
 
-class Beta(Distribution):
+class Beta(ExponentialFamily):
     """Density x^(a-1) (1-x)^(b-1) / B(a, b) on [0, 1]; a = concentration1, b = concentration0."""
 
     arg_constraints = {
@@ -671,3 +699,10 @@ class Beta(Distribution):
         total = a + b
         lbeta = lgamma(a) + lgamma(b) - lgamma(total)
         return lbeta - (a - 1) * digamma(a) - (b - 1) * digamma(b) + (total - 2) * digamma(total)
+
+    @property
+    def _natural_params(self):
+        return (self.concentration1, self.concentration0)
+
+    def _log_normalizer(self, x, y):
+        return lgamma(x) + lgamma(y) - lgamma(x + y)

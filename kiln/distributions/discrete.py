@@ -22,6 +22,7 @@ from ..ops.public import (
     int64,
     lgamma,
     log1p,
+    logit,
     multinomial,
     no_grad,
     poisson,
@@ -32,6 +33,7 @@ from ..ops.public import (
 from ..runtime.compiling import is_compiling
 from . import constraints
 from .distribution import Distribution
+from .exp_family import ExponentialFamily
 from .utils import (
     broadcast_all,
     clamp_probs,
@@ -51,6 +53,7 @@ __all__ = [
     "Multinomial",
     "NegativeBinomial",
     "OneHotCategorical",
+    "OneHotCategoricalStraightThrough",
     "OverCategorical",
     "Poisson",
 ]
@@ -97,8 +100,10 @@ class _CountAndBinaryRate(_BinaryRate):
         return new
 
 
-class Bernoulli(_BinaryRate):
+class Bernoulli(_BinaryRate, ExponentialFamily):
     """1 with probability ``probs`` (or sigmoid(``logits``)), else 0."""
+
+    _mean_carrier_measure = 0
 
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
     support = constraints.boolean
@@ -149,6 +154,13 @@ class Bernoulli(_BinaryRate):
 
     def entropy(self):
         return F.binary_cross_entropy_with_logits(self.logits, self.probs, reduction="none")
+
+    @property
+    def _natural_params(self):
+        return (logit(self.probs),)
+
+    def _log_normalizer(self, x):
+        return log1p(exp(x))
 
     def enumerate_support(self, expand: bool = True):
         values = arange(2, dtype=self._param.dtype, device=self._param.device)
@@ -333,6 +345,19 @@ class OneHotCategorical(OverCategorical):
         if expand:
             values = values.expand((n,) + tuple(self.batch_shape) + (n,))
         return values
+
+
+class OneHotCategoricalStraightThrough(OneHotCategorical):
+    """A ``OneHotCategorical`` with the straight-through gradient estimator (Bengio et al.,
+    2013): ``rsample`` is the one-hot draw in the forward pass and has the gradient of
+    ``probs`` in the backward pass."""
+
+    has_rsample = True
+
+    def rsample(self, sample_shape=_EMPTY):
+        samples = self.sample(sample_shape)
+        probs = self._categorical.probs
+        return samples + (probs - probs.detach())
 
 
 class Binomial(_CountAndBinaryRate):
@@ -525,7 +550,7 @@ class Geometric(_BinaryRate):
         )
 
 
-class Poisson(Distribution):
+class Poisson(ExponentialFamily):
     """Counts with mean ``rate``."""
 
     arg_constraints = {"rate": constraints.nonnegative}
@@ -565,6 +590,13 @@ class Poisson(Distribution):
         if rate.dtype.is_floating_point and not value.dtype.is_floating_point:
             value = value.to(rate.dtype)
         return value.xlogy(rate) - rate - lgamma(value + 1)
+
+    @property
+    def _natural_params(self):
+        return (self.rate.log(),)
+
+    def _log_normalizer(self, x):
+        return exp(x)
 
 
 class Multinomial(OverCategorical):

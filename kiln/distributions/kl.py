@@ -6,9 +6,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from ..autograd import grad
 from ..nn import functional as F
 from ..ops.linalg import linalg_namespace as linalg
-from ..ops.public import broadcast_shapes, digamma, erf, exp, lgamma, log, log1p, where
+from ..ops.public import (
+    broadcast_shapes,
+    digamma,
+    erf,
+    exp,
+    full_like,
+    lgamma,
+    log,
+    log1p,
+    where,
+)
 from .continuous import (
     _EULER,
     Beta,
@@ -22,7 +33,10 @@ from .continuous import (
     Normal,
     Uniform,
 )
+from .continuous_bernoulli import ContinuousBernoulli
+from .derived import Pareto
 from .discrete import Bernoulli, Binomial, Categorical, Geometric, OneHotCategorical, Poisson
+from .exp_family import ExponentialFamily
 from .multivariate import Dirichlet, Independent, MultivariateNormal, _batch_mahalanobis
 from .utils import sum_rightmost
 
@@ -152,6 +166,25 @@ def _kl_gumbel_gumbel(p, q):
     t2 = ct1 * _EULER
     t3 = exp(ct2 + lgamma(1 + ct1) - ct3)
     return t1 + t2 + t3 - (1 + _EULER)
+
+
+@register_kl(ExponentialFamily, ExponentialFamily)
+def _kl_expfamily_expfamily(p, q):
+    """The Bregman divergence of the log normalizer between the two natural parameters: any
+    pair of one family without a closed form (Wishart's), gradients to q's parameters only."""
+    if type(p) is not type(q):
+        raise NotImplementedError(
+            "The cross KL-divergence between different exponential families cannot be "
+            "computed using Bregman divergences"
+        )
+    p_params = [param.detach().requires_grad_() for param in p._natural_params]
+    q_params = q._natural_params
+    p_normalizer = p._log_normalizer(*p_params)
+    gradients = grad(p_normalizer.sum(), p_params, create_graph=True)
+    result = q._log_normalizer(*q_params) - p_normalizer
+    for p_param, q_param, gradient in zip(p_params, q_params, gradients):
+        result = result - sum_rightmost((q_param - p_param) * gradient, len(q.event_shape))
+    return result
 
 
 @register_kl(Gamma, Gamma)
@@ -294,3 +327,73 @@ def _kl_independent_independent(p, q):
     if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
         raise NotImplementedError
     return sum_rightmost(kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)
+
+
+# ContinuousBernoulli against itself and the families PyTorch pairs it with. Its support is
+# [0, 1]: a q whose support misses part of p's, or one supported on [0, 1] against a p that is
+# not, gives an infinite divergence.
+
+
+@register_kl(ContinuousBernoulli, ContinuousBernoulli)
+def _kl_continuous_bernoulli_continuous_bernoulli(p, q):
+    t1 = p.mean * (p.logits - q.logits)
+    t2 = p._cont_bern_log_norm() + log1p(-p.probs)
+    t3 = -q._cont_bern_log_norm() - log1p(-q.probs)
+    return t1 + t2 + t3
+
+
+def _minus_entropy_plus_cross_with_continuous_bernoulli(p, q):
+    """-H(p) - E_p[log q(x)] for a continuous-Bernoulli q: only E_p[x] enters."""
+    return -p.entropy() - p.mean * q.logits - log1p(-q.probs) - q._cont_bern_log_norm()
+
+
+@register_kl(Beta, ContinuousBernoulli)
+def _kl_beta_continuous_bernoulli(p, q):
+    return _minus_entropy_plus_cross_with_continuous_bernoulli(p, q)
+
+
+@register_kl(Uniform, ContinuousBernoulli)
+def _kl_uniform_continuous_bernoulli(p, q):
+    result = _minus_entropy_plus_cross_with_continuous_bernoulli(p, q)
+    outside = p.high.ge(q.support.upper_bound) | p.low.le(q.support.lower_bound)
+    return _infinite_where(outside, result)
+
+
+@register_kl(ContinuousBernoulli, Exponential)
+def _kl_continuous_bernoulli_exponential(p, q):
+    return -p.entropy() - log(q.rate) + q.rate * p.mean
+
+
+@register_kl(ContinuousBernoulli, Normal)
+def _kl_continuous_bernoulli_normal(p, q):
+    t1 = -p.entropy()
+    t2 = 0.5 * (math.log(2.0 * math.pi) + (q.loc / q.scale).square()) + log(q.scale)
+    t3 = (p.variance + p.mean.square() - 2.0 * q.loc * p.mean) / (2.0 * q.scale.square())
+    return t1 + t2 + t3
+
+
+@register_kl(ContinuousBernoulli, Uniform)
+def _kl_continuous_bernoulli_uniform(p, q):
+    result = -p.entropy() + (q.high - q.low).log()
+    outside = q.low.ge(p.support.lower_bound) | q.high.le(p.support.upper_bound)
+    return _infinite_where(outside, result)
+
+
+def _register_infinite(pairs, parameter: str) -> None:
+    """KL(p || q) = inf for every pair: p puts mass where q has none."""
+
+    def infinite(p, q):
+        return full_like(getattr(p, parameter), math.inf)
+
+    for type_p, type_q in pairs:
+        register_kl(type_p, type_q)(infinite)
+
+
+_register_infinite([(ContinuousBernoulli, Pareto)], "probs")
+_register_infinite([(Exponential, ContinuousBernoulli)], "rate")
+_register_infinite([(Gamma, ContinuousBernoulli)], "concentration")
+_register_infinite(
+    [(Gumbel, ContinuousBernoulli), (Laplace, ContinuousBernoulli), (Normal, ContinuousBernoulli)],
+    "loc",
+)
+_register_infinite([(Pareto, ContinuousBernoulli)], "scale")

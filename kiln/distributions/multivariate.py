@@ -24,6 +24,7 @@ from ..ops.public import (
 from . import constraints
 from .continuous import _standard_gamma
 from .distribution import Distribution
+from .exp_family import ExponentialFamily
 from .utils import lazy_property, sum_rightmost
 
 _EMPTY = Size()  # the default sample/batch shape (a tuple: safe to share)
@@ -51,6 +52,16 @@ def _precision_to_scale_tril(precision):
     l_inv = transpose(flip(flipped, (-2, -1)), -2, -1)
     eye = public.eye(precision.shape[-1], dtype=precision.dtype, device=precision.device)
     return linalg.solve_triangular(l_inv, eye, upper=False)
+
+
+def _lower_factor(covariance_matrix, precision_matrix, scale_tril):
+    """The lower Cholesky factor of a covariance given by whichever one of the three is not
+    None (MultivariateNormal's and Wishart's scale)."""
+    if scale_tril is not None:
+        return scale_tril
+    if covariance_matrix is not None:
+        return linalg.cholesky(covariance_matrix)
+    return _precision_to_scale_tril(precision_matrix)
 
 
 class MultivariateNormal(Distribution):
@@ -98,12 +109,9 @@ class MultivariateNormal(Distribution):
         setattr(self, name, matrix.expand(batch_shape + (n, n)))
         self.loc = loc.expand(batch_shape + (-1,))
         super().__init__(batch_shape, self.loc.shape[-1:], validate_args=validate_args)
-        if scale_tril is not None:
-            self._unbroadcasted_scale_tril = scale_tril
-        elif covariance_matrix is not None:
-            self._unbroadcasted_scale_tril = linalg.cholesky(covariance_matrix)
-        else:
-            self._unbroadcasted_scale_tril = _precision_to_scale_tril(precision_matrix)
+        self._unbroadcasted_scale_tril = _lower_factor(
+            covariance_matrix, precision_matrix, scale_tril
+        )
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(MultivariateNormal, _instance)
@@ -173,7 +181,7 @@ class MultivariateNormal(Distribution):
         return H.expand(self._batch_shape)
 
 
-class Dirichlet(Distribution):
+class Dirichlet(ExponentialFamily):
     """Distribution over the probability simplex with parameters ``concentration``."""
 
     arg_constraints = {"concentration": constraints.independent(constraints.positive, 1)}
@@ -233,6 +241,13 @@ class Dirichlet(Distribution):
             - (k - a0) * digamma(a0)
             - ((self.concentration - 1.0) * digamma(self.concentration)).sum(-1)
         )
+
+    @property
+    def _natural_params(self):
+        return (self.concentration,)
+
+    def _log_normalizer(self, x):
+        return lgamma(x).sum(-1) - lgamma(x.sum(-1))
 
 
 class Independent(Distribution):
