@@ -302,3 +302,27 @@ def test_storage_ids_as_safetensors_reads_them():
         assert whole.data_ptr() == key(whole)[0]
         assert whole.nelement() * whole.element_size() == key(whole)[1]
         assert key(whole[10:]) == key(whole)
+
+
+def test_set_with_history_records_an_undifferentiable_node_as_pytorch():
+    for lib in (kiln, torch):
+        a = lib.ones(3, requires_grad=True)
+        b = a * 2
+        b.set_(lib.zeros(3))
+        c = lib.zeros(3).set_(a)
+        assert b.requires_grad and c.requires_grad and not c.is_leaf
+        with pytest.raises(RuntimeError, match="derivative for set_ is not implemented"):
+            b.sum().backward()
+        assert not lib.zeros(3).set_(a.detach()).requires_grad
+        with lib.no_grad():
+            leaf = lib.ones(2, requires_grad=True).set_(lib.zeros(4))
+        assert leaf.is_leaf and leaf.requires_grad and tuple(leaf.shape) == (4,)
+
+
+def test_compiled_function_over_a_set_tensor_equals_eager():
+    def program(x):
+        view = kiln.tensor([]).set_(x.untyped_storage(), 1, (2, 2), (1, 2))
+        return view * 2 + 1
+
+    x = kiln.arange(6.0)
+    assert kiln.compile(program)(x).tolist() == program(x).tolist() == [[3.0, 7.0], [5.0, 9.0]]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...autograd.function import Function
 from ...runtime import dtypes as dt
 from ...runtime.device import cpu
 from ...runtime.state import per_thread
@@ -66,7 +67,31 @@ def _untyped_of(self: Tensor, source) -> Storage:
     )
 
 
-def _adopt(self: Tensor, data: np.ndarray, storage: Storage) -> Tensor:
+class _SetStorage(Function):
+    """The history ``set_`` records when a gradient could flow (PyTorch records one too): the
+    result requires grad, and reaching it in backward is PyTorch's error."""
+
+    @staticmethod
+    def forward(ctx, target, *sources):
+        return target.detach()
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("derivative for set_ is not implemented")
+
+
+def _history_node(self: Tensor, source) -> Tensor | None:
+    """A tensor carrying ``_SetStorage`` when grad mode is on and ``self`` or a tensor
+    ``source`` requires grad (taken before ``self`` changes, so its edge is self's old history)."""
+    sources = (source,) if isinstance(source, Tensor) else ()
+    if not per_thread.state.grad_enabled:
+        return None
+    if not (self._requires_grad or any(t._requires_grad for t in sources)):
+        return None
+    return _SetStorage.apply(self, *sources)
+
+
+def _adopt(self: Tensor, data: np.ndarray, storage: Storage, history=None) -> Tensor:
     """Make ``self`` a plain (non-view) tensor over ``data`` with ``storage`` as its identity."""
     self._data = data
     self._shape = data.shape
@@ -75,6 +100,10 @@ def _adopt(self: Tensor, data: np.ndarray, storage: Storage) -> Tensor:
     self._base = None
     self._view_src = None
     storage.version += 1
+    if history is not None:
+        self.grad_fn = history.grad_fn
+        self._output_nr = history._output_nr
+        self._requires_grad = True
     return self
 
 
@@ -113,9 +142,10 @@ def set_(self: Tensor, source=None, storage_offset: int = 0, size=None, stride=N
     strides), a storage's (from ``storage_offset``, with ``size``/``stride``; all of it by
     default), or a new empty storage when called without arguments."""
     _check_settable(self)
+    history = _history_node(self, source)
     if source is None:
         empty = Storage(np.empty(0, np.uint8))
-        return _adopt(self, _view_of_storage(empty, self.dtype, 0, (0,), (1,)), empty)
+        return _adopt(self, _view_of_storage(empty, self.dtype, 0, (0,), (1,)), empty, history)
     if isinstance(source, Tensor):
         if source.dtype is not self.dtype:
             raise RuntimeError(
@@ -123,7 +153,7 @@ def set_(self: Tensor, source=None, storage_offset: int = 0, size=None, stride=N
             )
         if source._device is not cpu:
             raise RuntimeError("kiln's set_ works on CPU tensors only")
-        return _adopt(self, source._check_data("set_"), source._get_storage())
+        return _adopt(self, source._check_data("set_"), source._get_storage(), history)
     untyped = _untyped_of(self, source)
     if size is None:
         if storage_offset:
@@ -132,7 +162,7 @@ def set_(self: Tensor, source=None, storage_offset: int = 0, size=None, stride=N
     size = tuple(int(s) for s in size)
     stride = contiguous_strides(size) if stride is None else tuple(int(s) for s in stride)
     data = _view_of_storage(untyped, self.dtype, int(storage_offset), size, stride)
-    return _adopt(self, data, untyped)
+    return _adopt(self, data, untyped, history)
 
 
 @torch_function()
