@@ -8,7 +8,11 @@ Parameters are kiln tensors, so gradients of ``log_prob``, ``entropy``, ``kl_div
 
 from __future__ import annotations
 
-from . import constraints, transforms
+from . import (
+    constraints,
+    kl_cross_families,  # noqa: F401 - registers the cross-family divergences
+    transforms,
+)
 from .constraint_registry import biject_to, transform_to
 from .continuous import (
     Beta,

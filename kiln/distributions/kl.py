@@ -14,7 +14,6 @@ from ..ops.public import (
     digamma,
     erf,
     exp,
-    full_like,
     lgamma,
     log,
     log1p,
@@ -37,7 +36,9 @@ from .continuous_bernoulli import ContinuousBernoulli
 from .derived import Pareto
 from .discrete import Bernoulli, Binomial, Categorical, Geometric, OneHotCategorical, Poisson
 from .exp_family import ExponentialFamily
+from .lowrank import LowRankMultivariateNormal
 from .multivariate import Dirichlet, Independent, MultivariateNormal, _batch_mahalanobis
+from .transformed import TransformedDistribution
 from .utils import sum_rightmost
 
 __all__ = ["kl_divergence", "register_kl"]
@@ -231,17 +232,35 @@ def _kl_mvn_mvn(p, q):
             "KL-divergence between two Multivariate Normals with different event shapes "
             "cannot be computed"
         )
-    p_L, q_L = p._unbroadcasted_scale_tril, q._unbroadcasted_scale_tril
-    half_term1 = q_L.diagonal(dim1=-2, dim2=-1).log().sum(-1) - p_L.diagonal(
+    return _kl_gaussian_factors(p, q, p._unbroadcasted_scale_tril, q._unbroadcasted_scale_tril)
+
+
+@register_kl(LowRankMultivariateNormal, LowRankMultivariateNormal)
+@register_kl(LowRankMultivariateNormal, MultivariateNormal)
+@register_kl(MultivariateNormal, LowRankMultivariateNormal)
+def _kl_lowrank_gaussians(p, q):
+    """Through the full Cholesky factors (O(n^3), where PyTorch keeps the low-rank
+    structure; the same divergence)."""
+    if p.event_shape != q.event_shape:
+        raise ValueError(
+            "KL-divergence between two (Low Rank) Multivariate Normals with different event "
+            "shapes cannot be computed"
+        )
+    return _kl_gaussian_factors(p, q, p.scale_tril, q.scale_tril)
+
+
+def _kl_gaussian_factors(p, q, p_factor, q_factor):
+    """KL between Gaussians p and q from their covariances' lower factors."""
+    half_term1 = q_factor.diagonal(dim1=-2, dim2=-1).log().sum(-1) - p_factor.diagonal(
         dim1=-2, dim2=-1
     ).log().sum(-1)
     n = p.event_shape[0]
-    batch = broadcast_shapes(q_L.shape[:-2], p_L.shape[:-2])
-    q_full = q_L.expand(batch + (n, n))
-    p_full = p_L.expand(batch + (n, n))
+    batch = broadcast_shapes(q_factor.shape[:-2], p_factor.shape[:-2])
+    q_full = q_factor.expand(batch + (n, n))
+    p_full = p_factor.expand(batch + (n, n))
     solved = linalg.solve_triangular(q_full, p_full, upper=False)
     term2 = solved.pow(2).sum((-2, -1))
-    term3 = _batch_mahalanobis(q_L, q.loc - p.loc)
+    term3 = _batch_mahalanobis(q_factor, q.loc - p.loc)
     return half_term1 + 0.5 * (term2 + term3 - n)
 
 
@@ -329,11 +348,6 @@ def _kl_independent_independent(p, q):
     return sum_rightmost(kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)
 
 
-# ContinuousBernoulli against itself and the families PyTorch pairs it with. Its support is
-# [0, 1]: a q whose support misses part of p's, or one supported on [0, 1] against a p that is
-# not, gives an infinite divergence.
-
-
 @register_kl(ContinuousBernoulli, ContinuousBernoulli)
 def _kl_continuous_bernoulli_continuous_bernoulli(p, q):
     t1 = p.mean * (p.logits - q.logits)
@@ -342,58 +356,20 @@ def _kl_continuous_bernoulli_continuous_bernoulli(p, q):
     return t1 + t2 + t3
 
 
-def _minus_entropy_plus_cross_with_continuous_bernoulli(p, q):
-    """-H(p) - E_p[log q(x)] for a continuous-Bernoulli q: only E_p[x] enters."""
-    return -p.entropy() - p.mean * q.logits - log1p(-q.probs) - q._cont_bern_log_norm()
+@register_kl(Pareto, Pareto)
+def _kl_pareto_pareto(p, q):
+    # infinite where p's support starts below q's
+    scale_ratio = p.scale / q.scale
+    alpha_ratio = q.alpha / p.alpha
+    result = q.alpha * scale_ratio.log() - alpha_ratio.log() + alpha_ratio - 1
+    return _infinite_where(p.scale < q.scale, result)
 
 
-@register_kl(Beta, ContinuousBernoulli)
-def _kl_beta_continuous_bernoulli(p, q):
-    return _minus_entropy_plus_cross_with_continuous_bernoulli(p, q)
-
-
-@register_kl(Uniform, ContinuousBernoulli)
-def _kl_uniform_continuous_bernoulli(p, q):
-    result = _minus_entropy_plus_cross_with_continuous_bernoulli(p, q)
-    outside = p.high.ge(q.support.upper_bound) | p.low.le(q.support.lower_bound)
-    return _infinite_where(outside, result)
-
-
-@register_kl(ContinuousBernoulli, Exponential)
-def _kl_continuous_bernoulli_exponential(p, q):
-    return -p.entropy() - log(q.rate) + q.rate * p.mean
-
-
-@register_kl(ContinuousBernoulli, Normal)
-def _kl_continuous_bernoulli_normal(p, q):
-    t1 = -p.entropy()
-    t2 = 0.5 * (math.log(2.0 * math.pi) + (q.loc / q.scale).square()) + log(q.scale)
-    t3 = (p.variance + p.mean.square() - 2.0 * q.loc * p.mean) / (2.0 * q.scale.square())
-    return t1 + t2 + t3
-
-
-@register_kl(ContinuousBernoulli, Uniform)
-def _kl_continuous_bernoulli_uniform(p, q):
-    result = -p.entropy() + (q.high - q.low).log()
-    outside = q.low.ge(p.support.lower_bound) | q.high.le(p.support.upper_bound)
-    return _infinite_where(outside, result)
-
-
-def _register_infinite(pairs, parameter: str) -> None:
-    """KL(p || q) = inf for every pair: p puts mass where q has none."""
-
-    def infinite(p, q):
-        return full_like(getattr(p, parameter), math.inf)
-
-    for type_p, type_q in pairs:
-        register_kl(type_p, type_q)(infinite)
-
-
-_register_infinite([(ContinuousBernoulli, Pareto)], "probs")
-_register_infinite([(Exponential, ContinuousBernoulli)], "rate")
-_register_infinite([(Gamma, ContinuousBernoulli)], "concentration")
-_register_infinite(
-    [(Gumbel, ContinuousBernoulli), (Laplace, ContinuousBernoulli), (Normal, ContinuousBernoulli)],
-    "loc",
-)
-_register_infinite([(Pareto, ContinuousBernoulli)], "scale")
+@register_kl(TransformedDistribution, TransformedDistribution)
+def _kl_transformed_transformed(p, q):
+    """The same transforms on both sides leave the divergence of the bases unchanged."""
+    if p.transforms != q.transforms:
+        raise NotImplementedError
+    if p.event_shape != q.event_shape:
+        raise NotImplementedError
+    return kl_divergence(p.base_dist, q.base_dist)

@@ -1,6 +1,7 @@
 """ContinuousBernoulli against PyTorch's: densities, cdf/icdf, moments and entropy with their
-gradients (inside and outside the Taylor region around probs = 1/2), KL divergences, validation;
-samples by shape, support and moments; rsample's gradient by central differences."""
+gradients (inside and outside the Taylor region around probs = 1/2), validation; samples by
+shape, support and moments; rsample's gradient by central differences. (Its KL divergences:
+test_kl_pairs.py.)"""
 
 from __future__ import annotations
 
@@ -65,46 +66,6 @@ def test_expand_keeps_the_parameters_and_lims():
     value = kiln.tensor([0.3, 0.8])
     np.testing.assert_allclose(to_numpy(wide.log_prob(value))[2], to_numpy(dist.log_prob(value)))
     assert tuple(wide.sample((4,)).shape) == (4, 3, 2)
-
-
-CB = lambda D, probs: D.ContinuousBernoulli(probs=probs)  # noqa: E731
-KL_PAIRS = {
-    "CB-CB": (CB, [[0.2, 0.4995, 0.9]], CB, [[0.6, 0.3, 0.5002]]),
-    "Beta-CB": (lambda D, a, b: D.Beta(a, b), [[0.5, 2.0], [1.5, 0.7]], CB, [[0.3, 0.8]]),
-    "Uniform-CB": (
-        lambda D, lo, hi: D.Uniform(lo, hi),
-        [[0.1, -0.5], [0.7, 0.5]],
-        CB,
-        [[0.3, 0.8]],
-    ),
-    "CB-Exponential": (CB, [[0.2, 0.9]], lambda D, r: D.Exponential(r), [[0.5, 3.0]]),
-    "CB-Normal": (CB, [[0.2, 0.9]], lambda D, m, s: D.Normal(m, s), [[0.5, -2.0], [1.0, 0.5]]),
-    "CB-Uniform": (
-        CB,
-        [[0.2, 0.9]],
-        lambda D, lo, hi: D.Uniform(lo, hi),
-        [[-1.0, 0.0], [2.0, 1.0]],
-    ),
-    "CB-Pareto": (CB, [[0.2, 0.9]], lambda D, s, a: D.Pareto(s, a), [[0.5, 1.0], [2.0, 3.0]]),
-    "Exponential-CB": (lambda D, r: D.Exponential(r), [[0.5, 2.0]], CB, [[0.3, 0.8]]),
-    "Gamma-CB": (lambda D, c, r: D.Gamma(c, r), [[0.5, 2.0], [1.0, 3.0]], CB, [[0.3, 0.8]]),
-    "Gumbel-CB": (lambda D, m, s: D.Gumbel(m, s), [[0.5, 2.0], [1.0, 3.0]], CB, [[0.3, 0.8]]),
-    "Laplace-CB": (lambda D, m, s: D.Laplace(m, s), [[0.5, 2.0], [1.0, 3.0]], CB, [[0.3, 0.8]]),
-    "Normal-CB": (lambda D, m, s: D.Normal(m, s), [[0.5, 2.0], [1.0, 3.0]], CB, [[0.3, 0.8]]),
-    "Pareto-CB": (lambda D, s, a: D.Pareto(s, a), [[0.5, 2.0], [1.0, 3.0]], CB, [[0.3, 0.8]]),
-}
-
-
-@needs_torch
-@pytest.mark.parametrize("pair", list(KL_PAIRS))
-def test_kl_divergences_match_torch(pair):
-    make_p, p_params, make_q, q_params = KL_PAIRS[pair]
-
-    def pair_of(D, *params):
-        cut = len(p_params)
-        return make_p(D, *params[:cut]), make_q(D, *params[cut:])
-
-    assert_matches_torch(pair_of, p_params + q_params, "kl_divergence", rtol=1e-8)
 
 
 @needs_torch
