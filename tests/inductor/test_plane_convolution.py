@@ -329,3 +329,29 @@ def test_plane_walk_of_a_channels_last_input_gives_torchs_values_and_strides():
     assert kx.grad.stride() == tx.grad.stride()
     for g, t in zip((kx.grad, kw.grad, kb.grad), (tx.grad, tw.grad, tb.grad)):
         assert_close(g, t, rtol=1e-4, atol=1e-4)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "inputs, outputs, padding, size",
+    [(32, 16, 1, (20, 22)), (16, 32, 0, (18, 22)), (64, 16, 1, (9, 24))],
+)
+def test_stride_one_transposed_convolution_walks_planes_as_torch(inputs, outputs, padding, size):
+    """A stride-1 ConvTranspose2d is a forward pass over the flipped kernel: it, its input
+    gradient and its weight gradient take the plane walk's loops and equal PyTorch's."""
+    layer = kiln.nn.ConvTranspose2d(inputs, outputs, 3, 1, padding)
+    reference = torch.nn.ConvTranspose2d(inputs, outputs, 3, 1, padding)
+    reference.load_state_dict({k: to_torch(v) for k, v in layer.state_dict().items()})
+    data = np.random.default_rng(13).standard_normal((2, inputs) + size).astype(np.float32)
+    x, tx = kiln.tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+    with observe_compiled_graphs() as observed:
+        got = kiln.compile(lambda x: layer(x).tanh())(x)
+        got.sum().backward()
+    expected = reference(tx).tanh()
+    expected.sum().backward()
+    names = [call[0] for call in _calls(observed)]
+    assert "matmul_out" not in names and names.count("conv2d_direct_out") == 2, names
+    assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert_close(x.grad, tx.grad, rtol=1e-4, atol=1e-4)
+    for p, q in zip(layer.parameters(), reference.parameters()):
+        assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-3)
