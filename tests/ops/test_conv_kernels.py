@@ -88,8 +88,8 @@ FORWARD = {
     "trimmed-3d": _case((1, 1, 2), cg=3, og=2, kernel=3, padding=1),
     "trimmed-float64": _case((1, 1), cg=3, og=4, kernel=3, padding=1, dtype="float64"),
     # more weight than columns: "taps" columns, the weight read as it is
-    "weight-heavy": _case((2, 2), n=2, cg=8, og=12, kernel=3, padding=1),
-    "weight-heavy-strided": _case((3, 2), n=1, cg=9, og=7, kernel=3, stride=2, padding=1),
+    "weight-heavy": _case((2, 2), n=1, cg=8, og=20, kernel=3, padding=1),
+    "weight-heavy-strided": _case((3, 2), n=1, cg=9, og=10, kernel=3, stride=2, padding=1),
 }
 
 TRANSPOSED = {
@@ -305,14 +305,15 @@ def test_weight_gradient_reuses_the_forward_columns(name, column_layout, monkeyp
         return real(a, plan)
 
     monkeypatch.setattr(conv_kernels, "_wide_buffer", counting)
-    real_phases = conv_direct.phase_input
+    for name in ("phase_input", "_plane_input"):  # the direct loops' rows or flat planes
+        real_phases = getattr(conv_direct, name)
 
-    def counting_phases(a, *args):
-        if a.shape[1] == case["cg"] * case["groups"]:
-            wide_inputs.append(a.shape)
-        return real_phases(a, *args)
+        def counting_phases(a, *args, _real=real_phases):
+            if a.shape[1] == case["cg"] * case["groups"]:
+                wide_inputs.append(a.shape)
+            return _real(a, *args)
 
-    monkeypatch.setattr(conv_direct, "phase_input", counting_phases)
+        monkeypatch.setattr(conv_direct, name, counting_phases)
     _check(case)
     assert len(calls) + len(wide_inputs) == 1
 
@@ -514,7 +515,8 @@ def test_infinite_weight_at_a_tap_reading_only_padding_leaves_the_output_finite(
     "batch, image, channels, outputs, layout",
     [
         (8, 8, 64, 64, "channels"),  # ResNet-18's first stage: columns outweigh the weight
-        (8, 2, 256, 256, "taps"),  # its third: the weight outweighs the columns
+        (8, 4, 128, 128, "channels"),  # its second: as many elements
+        (8, 2, 256, 256, "taps"),  # its third: the weight eight times the columns
         (8, 1, 512, 512, "taps"),
         (8, 2, 256, 256 * 4, "taps"),
     ],

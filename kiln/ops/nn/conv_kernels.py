@@ -66,9 +66,6 @@ _as_strided = np.lib.stride_tricks.as_strided
 _MAC_COST = 0.1
 _COLUMN_COST = 6.0
 _PHASE_COST = 100_000
-# a weight element copied into another order (the forward weight of a transposed convolution's
-# phases: channels swapped, taps moved, through strided reads)
-_WEIGHT_COPY_COST = 2.0
 
 
 # padded rows up to this long are zeroed whole before the copy (8x16x34x34: ~60 us against ~80)
@@ -144,20 +141,29 @@ def _copied(view: np.ndarray) -> np.ndarray:
     return out
 
 
+# "taps" columns replace "channels" ones where the weight has more than this many times the
+# columns' elements. ResNet-18's layers, forward and weight gradient from the same columns,
+# "channels" against "taps" (ms of process time, 1 thread, load 18): at equal sizes (128
+# channels over 4x4 images, 64 over 8x8 at stride 2) 1.05 / 1.17 and 0.56 / 0.62; at eight
+# times the columns (256 over 2x2, 128 to 256 at stride 2) 1.74 / 1.33 and 0.87 / 0.69
+_TAPS_WEIGHT_RATIO = 4
+
+
 def _column_layout(out_spatial, kernel, channels: int, batch: int, outputs: int) -> str:
     """The columns' innermost axis: the longest run the copy into them reads, the output width
     ("positions"), the kernel width ("taps") or the input channels ("channels", read from a
     channels-last copy of the input).
 
     "channels" columns also cost a copy of the weight (or, for a weight gradient, of the
-    result) with the kernel taps moved inside the channels; where that copy holds at least as
-    many elements as the columns (``outputs`` per group against ``batch`` times the output
-    positions), "taps" columns take the weight as it is, and one product reads it once: a
-    512-channel 3x3 layer over 2x2 images (ResNet-18's last stage) copied its 9.4 MB weight
-    in every forward pass and transposed its gradient through cache misses (13 ms a layer)."""
+    result) with the kernel taps moved inside the channels; where that copy holds more than
+    ``_TAPS_WEIGHT_RATIO`` times the columns' elements (``outputs`` per group against ``batch``
+    times the output positions), "taps" columns take the weight as it is, and one product reads
+    it once: a 512-channel 3x3 layer over 2x2 images (ResNet-18's last stage) copied its 9.4 MB
+    weight in every forward pass. ``outputs`` 0: the run lengths alone decide."""
     runs = {"positions": out_spatial[-1], "taps": kernel[-1], "channels": channels}
     layout = max(runs, key=runs.__getitem__)
-    if layout == "channels" and math.prod(kernel) > 1 and outputs >= batch * math.prod(out_spatial):
+    columns = batch * math.prod(out_spatial)
+    if layout == "channels" and math.prod(kernel) > 1 and outputs > _TAPS_WEIGHT_RATIO * columns:
         return "taps"
     return layout
 
@@ -444,13 +450,16 @@ def conv_forward(a, w, stride, pads, dilation, groups: int, out_spatial, out=Non
 
 
 def conv_forward_keeping_columns(
-    a, w, stride, pads, dilation, groups: int, out_spatial, out=None
+    a, w, stride, pads, dilation, groups: int, out_spatial, out=None, keep_bytes: int | None = None
 ) -> tuple[np.ndarray, np.ndarray | WideColumns | None]:
     """``conv_forward``, also returning the columns its product read (im2col's, or a wide
     convolution's shifted copies; None where it read none: a whole-window or depthwise
     convolution), which ``conv_weight_grad`` takes instead of copying the same windows again
     in the backward pass. Where some kernel taps read only padding (``_trimmed``), the
-    columns are the live taps' (``conv_weight_grad`` trims the same way)."""
+    columns are the live taps' (``conv_weight_grad`` trims the same way). ``keep_bytes``: im2col
+    columns larger than this are not kept (the weight gradient copies them again rather than
+    holding ~K times the input); the direct loops' padded input and the wide form's shifted
+    copies are kept whatever their size (about the input's, and K's last dim times it)."""
     trim = _trim_forward(a.shape, w.shape, stride, pads, dilation, out_spatial)
     if trim is not None:
         w, pads = w[trim[0]], trim[1]
@@ -468,6 +477,10 @@ def conv_forward_keeping_columns(
     out_spatial = tuple(out_spatial)
     layout = _column_layout(out_spatial, kernel, cg, a.shape[0], og)
     a = pad_spatial(a, pads, channels_last=layout == "channels" and cg > 1)
+    if keep_bytes is not None:
+        size = a.shape[0] * a.shape[1] * math.prod(kernel) * math.prod(out_spatial)
+        if size * a.itemsize > keep_bytes:
+            return _convolve_padded(a, w, stride, dilation, groups, out_spatial, layout, out), None
     cols = _columns(a, kernel, stride, dilation, groups, out_spatial, layout)
     if out is None:
         out = empty_array((a.shape[0], w.shape[0]) + out_spatial, np.result_type(a, w))
@@ -676,17 +689,14 @@ def _phases(size_in, size_out, kernel, stride, padding, dilation) -> list[tuple]
     return plans
 
 
-def _gather_pays(batch, channels, outputs, in_spatial, kernel, plans, weight: int = 0) -> bool:
+def _gather_pays(batch, channels, outputs, in_spatial, kernel, plans) -> bool:
     """Whether gathering by phases costs less than col2im (``channels``, ``outputs``: per group;
-    the costs above). Gathering also copies the ``weight`` (its elements per group) into the
-    forward convolution's order, where col2im multiplies by it as it is: at small images and
-    many channels (ResNet-18's 256-channel 3x3 layers at 2x2) that copy is the larger part."""
+    the costs above)."""
     gathered = math.prod(
         sum(len(taps) * max(count, 0) for taps, _, count, _ in dim_plans) for dim_plans in plans
     )
     phases = math.prod(sum(1 for taps, _, count, _ in p if taps and count > 0) for p in plans)
     gather = batch * channels * gathered * (1 + outputs * _MAC_COST) + phases * _PHASE_COST
-    gather += weight * _WEIGHT_COPY_COST
     columns = batch * outputs * math.prod(kernel) * math.prod(in_spatial)
     return gather <= columns * (_COLUMN_COST + channels * _MAC_COST)
 
@@ -720,7 +730,7 @@ def conv_transposed(a, w, stride, padding, dilation, groups: int, out_spatial) -
             for i in range(k)
         ]
         cg, og = a.shape[1] // groups, w.shape[1]
-        if _gather_pays(a.shape[0], cg, og, in_spatial, kernel, plans, w.size // groups):
+        if _gather_pays(a.shape[0], cg, og, in_spatial, kernel, plans):
             return _transposed_by_phases(a, w, stride, dilation, groups, out_spatial, plans)
     return _col2im(a, w, stride, padding, dilation, groups, out_spatial)
 
@@ -830,7 +840,8 @@ def _transposed_by_phases(a, w, stride, dilation, groups, out_spatial, plans) ->
     dilated = groups != 1 or any(d != 1 for d in fdilation)
     first = live[0]
     counts = [plan[2] for plan in first]
-    layout = _column_layout(counts, [len(plan[0]) for plan in first], cg, n, og)
+    # (the phases copy the weight whatever the layout: "channels" columns cost no more)
+    layout = _column_layout(counts, [len(plan[0]) for plan in first], cg, n, 0)
     padded = pad_spatial(a, widest, channels_last=layout == "channels" and cg > 1)
     if layout == "channels":
         # (G, *K, Cg, Og) once, a gather along rows of K elements; each phase's weight operand

@@ -49,6 +49,7 @@ from . import jit
 from .flat_loops import LANES, counted_loop, load, splat, store
 from .jit import compile_module, data_address
 from .values import F32, I64
+from .values import LANES as HOST_LANES
 
 __all__ = [
     "CHANNEL_BLOCK", "COLUMN_BLOCK", "ChannelTiles", "EAGER_TILES", "NativeConvolution", "TAP_BLOCK",
@@ -555,6 +556,9 @@ class CompiledTiles(NativeConvolution):
     the background as the graphs' kernels are (``jit.compile_in_background``: on the JIT's
     thread or in the helper process, while the compiler goes on), asked for by the lowering
     (``request``) and waited for by the first call."""
+
+    # the host's vector width: eager convolutions take these tiles where it is AVX-512's 16
+    host_lanes = HOST_LANES
 
     def __init__(self):  # noqa: D107 - no module of its own
         self._pending: dict = {}
