@@ -197,5 +197,7 @@ class Distribution:
         parts = []
         for k in names:
             v = self.__dict__[k]
-            parts.append(f"{k}: {v.item() if v.numel() == 1 else v.size()}")
+            # a one-element tensor as PyTorch formats it: a 0-d one as its number
+            shown = (v.item() if v.dim() == 0 else v) if v.numel() == 1 else v.size()
+            parts.append(f"{k}: {shown}")
         return f"{type(self).__name__}({', '.join(parts)})"

@@ -141,6 +141,3 @@ class TransformedDistribution(Distribution):
         for transform in self.transforms:
             value = transform(value)
         return value
-
-    def __repr__(self) -> str:
-        return "TransformedDistribution()"

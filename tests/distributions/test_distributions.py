@@ -282,6 +282,26 @@ def test_kl_dispatch_and_registration():
 
 
 @requires_torch
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda L: L.distributions.Normal(L.tensor([0.5]), L.tensor(1.0)),
+        lambda L: L.distributions.ContinuousBernoulli(logits=L.tensor([0.3])),
+        lambda L: L.distributions.Pareto(L.tensor(1.0), L.tensor([2.0, 3.0])),
+        lambda L: L.distributions.LogisticNormal(L.zeros(2), L.ones(2)),
+        lambda L: L.distributions.TransformedDistribution(
+            L.distributions.Normal(0.0, 1.0), [L.distributions.ExpTransform()]
+        ),
+    ],
+    ids=["one-element", "logits", "sizes", "logistic-normal", "transformed"],
+)
+def test_repr_matches_torch(make):
+    import torch
+
+    assert repr(make(kiln)) == repr(make(torch)).replace("torch.Size", "kiln.Size")
+
+
+@requires_torch
 def test_validation_messages_match_torch():
     import torch
 
