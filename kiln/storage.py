@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .runtime.storage import Storage as UntypedStorage
+from .runtime.storage import UntypedStorage
 from .runtime.typed_storage import LEGACY_STORAGE_CLASSES, TypedStorage
 from .runtime.typed_storage import _LegacyStorage as _LegacyStorage  # noqa: F401
 from .runtime.typed_storage import (  # noqa: F401 - PyTorch's switch, by its private name

@@ -38,6 +38,7 @@ from .untyped_storage import UntypedStorageMethods, storage_array
 
 __all__ = [
     "Storage",
+    "UntypedStorage",
     "BufferPool",
     "pool",
     "empty_array",
@@ -49,16 +50,11 @@ __all__ = [
 
 class Storage(UntypedStorageMethods):
     """The shared identity of a buffer: base array plus in-place version counter. It is also
-    PyTorch's ``UntypedStorage`` (``kiln.UntypedStorage(n)`` allocates ``n`` bytes)."""
+    PyTorch's untyped storage (see ``UntypedStorage`` below for the public constructor)."""
 
     __slots__ = ("base", "version", "shared", "segment", "__weakref__")
 
-    def __init__(self, base=None, *, device=None):
-        if base is not None and base.__class__ is not np.ndarray:
-            if isinstance(base, (int, list, tuple, range, bytes, bytearray)):
-                base = storage_array(base)
-        if device is not None and str(device) != "cpu":
-            raise RuntimeError(f"kiln.UntypedStorage(device={device!r}): only CPU storages")
+    def __init__(self, base: np.ndarray | None):
         self.base = base
         self.version = 0
         self.shared = False  # set by ``Tensor.share_memory_``
@@ -77,15 +73,37 @@ class Storage(UntypedStorageMethods):
         base = self.base
         if base is None:
             return 0
-        if pool.holds(base):
-            return pool.requested_bytes(base)
-        return base.nbytes
+        requested = pool._requested.get(id(base))  # a live pooled buffer: its id is its own
+        return base.nbytes if requested is None else requested
 
     def size(self) -> int:
         return self.nbytes()  # an untyped storage counts bytes
 
     def __len__(self) -> int:
         return self.nbytes()
+
+
+class _AnyStorage(type):
+    """Every ``Storage`` counts as an ``UntypedStorage`` (``isinstance``/``issubclass``)."""
+
+    def __instancecheck__(cls, instance) -> bool:
+        return isinstance(instance, Storage)
+
+    def __subclasscheck__(cls, subclass) -> bool:
+        return issubclass(subclass, Storage)
+
+
+class UntypedStorage(Storage, metaclass=_AnyStorage):
+    """``kiln.UntypedStorage(n)`` / ``(sequence of bytes)`` / ``()``: PyTorch's constructor. A
+    subclass, so that the runtime's ``Storage(base)`` (made once per tensor that needs one) pays
+    nothing for the argument forms; ``isinstance(t.untyped_storage(), UntypedStorage)`` holds."""
+
+    __slots__ = ()
+
+    def __init__(self, source=None, *, device=None):
+        if device is not None and str(device) != "cpu":
+            raise RuntimeError(f"kiln.UntypedStorage(device={device!r}): only CPU storages")
+        super().__init__(source if isinstance(source, np.ndarray) else storage_array(source))
 
 
 _POOL_MIN_BYTES = 1 << 20  # below this numpy's own small-block cache is as good
@@ -205,10 +223,6 @@ class BufferPool:
     def holds(self, buffer: np.ndarray) -> bool:
         """Whether ``buffer`` is one of the pool's (its bucket list references it)."""
         return id(buffer) in self._last_use
-
-    def requested_bytes(self, buffer: np.ndarray) -> int:
-        """The bytes asked for when ``buffer`` was last handed out (its owner's allocation)."""
-        return self._requested.get(id(buffer), buffer.nbytes)
 
     @property
     def pooled_bytes(self) -> int:

@@ -18,7 +18,8 @@ import numpy as np
 
 from . import dtypes as dt
 from .device import device
-from .storage import Storage
+from .storage import Storage, UntypedStorage
+from .untyped_storage import element_index
 
 __all__ = [
     "TypedStorage",
@@ -107,9 +108,9 @@ class TypedStorage:
             raise TypeError(f"TypedStorage(): too many arguments ({len(args)})")
         source = args[0] if args else 0
         if isinstance(source, (int, np.integer)) and not isinstance(source, bool):
-            self._untyped_storage = Storage(int(source) * dtype.itemsize)
+            self._untyped_storage = UntypedStorage(int(source) * dtype.itemsize)
         else:
-            self._untyped_storage = Storage(_storage_bytes_for(source, dtype))
+            self._untyped_storage = UntypedStorage(_storage_bytes_for(source, dtype))
 
     # ------------------------------------------------------------------ metadata
     @property
@@ -171,14 +172,11 @@ class TypedStorage:
     def _index(self, idx) -> int:
         if isinstance(idx, slice):
             raise RuntimeError("slices are only supported in UntypedStorage.__getitem__")
-        n = self.size()
-        i = int(idx)
-        if not -n <= i < n:
-            raise IndexError(f"index {i} out of range for storage of size {n}")
-        return i + n if i < 0 else i
+        return element_index(idx, self.size())
 
     def __getitem__(self, idx):
-        return _python_values(self._array()[self._index(idx) : self._index(idx) + 1])[0]
+        i = self._index(idx)
+        return _python_values(self._array()[i : i + 1])[0]
 
     def __setitem__(self, idx, value) -> None:
         if not isinstance(idx, (int, np.integer, slice)):

@@ -17,7 +17,15 @@ import numpy as np
 
 from .device import cpu, device
 
-__all__ = ["UntypedStorageMethods", "storage_array"]
+__all__ = ["UntypedStorageMethods", "storage_array", "element_index"]
+
+
+def element_index(idx, size: int) -> int:
+    """``idx`` (negative counts from the end) checked against a storage of ``size`` elements."""
+    i = int(idx)
+    if not -size <= i < size:
+        raise IndexError(f"index {i} out of range for storage of size {size}")
+    return i + size if i < 0 else i
 
 
 def storage_array(source) -> np.ndarray | None:
@@ -109,11 +117,7 @@ class UntypedStorageMethods:
 
     # ------------------------------------------------------------------ elements
     def _index(self, idx: int) -> int:
-        n = self.nbytes()
-        i = int(idx)
-        if not -n <= i < n:
-            raise IndexError(f"index {i} out of range for storage of size {n}")
-        return i + n if i < 0 else i
+        return element_index(idx, self.nbytes())
 
     def __getitem__(self, idx):
         """A byte as an int; a slice is a new storage over the same memory (PyTorch's too)."""
