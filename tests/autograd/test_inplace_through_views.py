@@ -96,3 +96,31 @@ def test_autograd_grad_from_a_stale_view():
         x[:, 1:3].mul_(3)
         grads.append(lib.autograd.grad(x.sum(), w)[0])
     assert_close(grads[0], grads[1])
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda lib: lib.ones(2).repeat(2, 1),
+        lambda lib: lib.ones(2).tile(2, 1),
+        lambda lib: lib.ones(2, 1).repeat_interleave(2, dim=1),
+        lambda lib: lib.tensor([2.0]).repeat(1).view(1, 1).expand(1, 2).contiguous(),
+    ],
+    ids=["repeat", "tile", "repeat_interleave", "repeat_of_one"],
+)
+def test_copies_made_by_an_op_are_its_own_tensors(make):
+    """repeat and tile return a fresh tensor, not a view of the copy they made: a value written
+    into the result afterwards (``r[0, 1] = w``) makes the result itself require grad, and
+    gradients reach ``w`` (the fuzzer's ``2.0 ** v1`` after ``v1[0] = x0`` came out not
+    requiring grad). (PyTorch's repeat_interleave returns a view of its copy, whose grad_fn
+    PyTorch regenerates from the base; kiln's returns the copy itself.)"""
+    grads = []
+    for lib in (torch, kiln):
+        w = lib.tensor(1.5, requires_grad=True)
+        r = make(lib)
+        r[0, 1] = w
+        assert r.requires_grad
+        (2.0**r).sum().backward()
+        grads.append(w.grad.item())
+    assert grads[1] == pytest.approx(grads[0])

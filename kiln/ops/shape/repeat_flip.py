@@ -25,6 +25,7 @@ from ..core.common import (
 from ..core.registry import OPS, defop, tensor_method, torch_function
 from .cat_split import cat
 from .shape_functions import flatten, int_list_args, narrow, transpose
+from .views import own_tensor
 
 __all__ = ["flip", "roll"]
 
@@ -54,7 +55,7 @@ def _repeat_decomp(x, repeats):
         final.append(r * s)
     # one copy: broadcast each dim against its repeat count, then merge the pairs
     grid = OPS["expand"](OPS["reshape"](x, interleaved), expanded)
-    return OPS["view"](OPS["clone"](grid, memory_format=contiguous_format), final)
+    return own_tensor(OPS["view"](OPS["clone"](grid, memory_format=contiguous_format), final))
 
 
 @tensor_method("repeat")
@@ -140,7 +141,7 @@ def repeat_interleave(
         OPS["unsqueeze"](input, d + 1), shape[: d + 1] + [repeats] + shape[d + 1 :]
     )
     shape[d] *= repeats
-    return OPS["view"](OPS["clone"](grid, memory_format=contiguous_format), shape)
+    return own_tensor(OPS["view"](OPS["clone"](grid, memory_format=contiguous_format), shape))
 
 
 # ------------------------------------------------------------------------------ flip / roll / rot90

@@ -229,6 +229,16 @@ def _view_meta(x, size):
 view.register_derivative(lambda c, g: (g.reshape(c.args[0].shape),), save_inputs=())
 
 
+def own_tensor(out: Tensor) -> Tensor:
+    """PyTorch's ``_unsafe_view``: ``out``, a view of a copy the op made itself, becomes a tensor
+    of its own. The copy is no tensor the caller can reach, so an in-place write to the result
+    records its own node rather than rebasing an unreachable base: writing
+    ``r = x.repeat(2); r[0] = w`` must leave ``r`` requiring grad."""
+    out._base = None
+    out._view_version = -1
+    return out
+
+
 @defop(kind="view")
 def reshape(self: Tensor, shape: list[int]): ...
 
@@ -249,11 +259,7 @@ def _reshape_decomp(x, shape):
             # PyTorch views a non-contiguous tensor through ``_reshape_alias``
             rename_grad_fn(out, (x,), "ReshapeAliasBackward0")
         return out
-    out = view(x.clone(memory_format=contiguous_format), shape)
-    # PyTorch's _unsafe_view: the copy is the result's own storage, not a view of a tensor the
-    # caller can reach (an in-place op on it records its own node, not a view rebase)
-    out._base = None
-    out._view_version = -1
+    out = own_tensor(view(x.clone(memory_format=contiguous_format), shape))
     if deferred:
         _env_of(x._shape, x.stride(), shape).defer_until_aliased(deferred, x, out)
     if x._requires_grad and x._data is not None:
