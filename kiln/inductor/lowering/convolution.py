@@ -657,11 +657,13 @@ def _plane_forward(spec: _Spec) -> TensorBox | None:
 
 
 def _plane_weight_grad(spec: _Spec) -> TensorBox | None:
-    """The weight gradient's form (``_direct_weight_grad``) of a stride-1 layer over flat
-    planes (``_plane_forward``): the output gradient stored as the plane walk's rows, zero in
-    the columns past its width, the input as the forward pass's plane. A zero column times an
-    infinite input would make NaN where PyTorch never reads it: the extern call is given the
-    gradient itself too and sums a result that is not finite again over its real columns."""
+    """The weight gradient's form (``_direct_weight_grad``) of a layer the plane walk takes:
+    with the output channels in the lanes where they are whole vectors
+    (``_channels_last_weight_grad``), else over flat planes (``_plane_forward``): the output
+    gradient stored as the plane walk's rows, zero in the columns past its width, the input as
+    the forward pass's plane. A zero column times an infinite input would make NaN where
+    PyTorch never reads it: the extern call is given the gradient itself too and sums a result
+    that is not finite again over its real columns."""
     c, n = spec.batch, spec.channels  # the roles of the transposed operands
     o = spec.weight_shape[0]
     kernel, grad_spatial = spec.out_spatial, spec.kernel
