@@ -34,7 +34,7 @@ import threading
 import numpy as np
 
 from .host_malloc import tune_host_malloc
-from .untyped_storage import UntypedStorageMethods, storage_array
+from .untyped_storage import UntypedStorageMethods, spanned_bytes, storage_array
 
 __all__ = [
     "Storage",
@@ -74,7 +74,15 @@ class Storage(UntypedStorageMethods):
         if base is None:
             return 0
         requested = pool._requested.get(id(base))  # a live pooled buffer: its id is its own
-        return base.nbytes if requested is None else requested
+        if requested is not None:
+            return requested
+        if base.base is None:  # an array owning its memory is contiguous
+            return base.nbytes
+        if isinstance(base, np.ndarray) and not (
+            base.flags.c_contiguous or base.flags.f_contiguous
+        ):
+            return spanned_bytes(base)  # memory numpy's as_strided lent: first to last
+        return base.nbytes
 
     def size(self) -> int:
         return self.nbytes()  # an untyped storage counts bytes

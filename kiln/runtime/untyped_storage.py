@@ -17,7 +17,7 @@ import numpy as np
 
 from .device import cpu, device
 
-__all__ = ["UntypedStorageMethods", "storage_array", "element_index"]
+__all__ = ["UntypedStorageMethods", "storage_array", "element_index", "spanned_bytes"]
 
 
 def element_index(idx, size: int) -> int:
@@ -49,6 +49,13 @@ def storage_array(source) -> np.ndarray | None:
     return values.astype(np.uint8)
 
 
+def spanned_bytes(base: np.ndarray) -> int:
+    """The bytes from ``base``'s first element to the end of its last (strides non-negative)."""
+    if 0 in base.shape:
+        return 0
+    return base.itemsize + sum((n - 1) * s for n, s in zip(base.shape, base.strides, strict=True))
+
+
 def _flat_bytes(base: np.ndarray | None) -> np.ndarray:
     """A 1-D ``uint8`` view of the memory ``base`` spans (a contiguous root is the common case;
     a strided one, such as an ``as_strided`` result numpy made, is covered from its first element
@@ -58,10 +65,9 @@ def _flat_bytes(base: np.ndarray | None) -> np.ndarray:
     if base.flags.c_contiguous or base.flags.f_contiguous:
         return base.ravel(order="K").view(np.uint8)
     item = base.itemsize
-    span = item + sum((n - 1) * s for n, s in zip(base.shape, base.strides, strict=True))
-    if 0 in base.shape:
-        span = 0
-    flat = np.lib.stride_tricks.as_strided(base, shape=(span // item,), strides=(item,))
+    flat = np.lib.stride_tricks.as_strided(
+        base, shape=(spanned_bytes(base) // item,), strides=(item,)
+    )
     return flat.view(np.uint8)
 
 

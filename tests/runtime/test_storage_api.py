@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 
 import kiln
@@ -326,3 +327,19 @@ def test_compiled_function_over_a_set_tensor_equals_eager():
 
     x = kiln.arange(6.0)
     assert kiln.compile(program)(x).tolist() == program(x).tolist() == [[3.0, 7.0], [5.0, 9.0]]
+
+
+@pytest.mark.parametrize("layout", ["fortran", "strided"])
+def test_storage_of_numpy_memory_in_other_layouts(layout):
+    """``from_numpy`` of a Fortran-ordered array or of numpy's ``as_strided`` view: the storage
+    covers the memory the tensor spans, as PyTorch's does."""
+    if layout == "fortran":
+        array = np.asfortranarray(np.arange(6.0).reshape(2, 3))
+    else:
+        array = np.lib.stride_tricks.as_strided(np.arange(10.0), shape=(3,), strides=(24,))
+    ours, theirs = kiln.from_numpy(array), torch.from_numpy(array)
+    assert ours.untyped_storage().nbytes() == theirs.untyped_storage().nbytes()
+    assert ours.storage().tolist() == theirs.storage().tolist()
+    assert ours.stride() == theirs.stride()
+    ours.storage()[1] = 100.0  # the same memory: PyTorch's storage sees it at the same index
+    assert theirs.storage()[1] == 100.0 and ours.tolist() == theirs.tolist()
