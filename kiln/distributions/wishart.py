@@ -1,7 +1,8 @@
 """``Wishart``: the law of a scatter matrix sum_i x_i x_i^T of ``df`` Gaussian vectors with
 covariance Sigma (the conjugate prior of a Gaussian's precision). Samples use Bartlett's
 decomposition: L A A^T L^T with A lower triangular, chi-distributed on the diagonal and
-standard normal below it, so ``rsample`` is differentiable in Sigma's factor L.
+standard normal below it, so ``rsample`` is differentiable in Sigma's factor L and (through
+the chi-square draws' implicit reparameterization) in ``df``.
 
 Its KL divergence has no closed form here: it is ``ExponentialFamily``'s Bregman divergence."""
 
