@@ -343,3 +343,23 @@ def test_storage_of_numpy_memory_in_other_layouts(layout):
     assert ours.stride() == theirs.stride()
     ours.storage()[1] = 100.0  # the same memory: PyTorch's storage sees it at the same index
     assert theirs.storage()[1] == 100.0 and ours.tolist() == theirs.tolist()
+
+
+def test_compiled_as_strided_in_place_equals_eager_and_pytorch():
+    def program(x):
+        y = x * 2
+        y.as_strided_((2, 2), (1, 2), 1)
+        return y + 1
+
+    def on_input(x):
+        x.as_strided_((2,), (2,))
+        return x * 3
+
+    expected = program(torch.arange(6.0)).tolist()
+    assert kiln.compile(program)(kiln.arange(6.0)).tolist() == expected
+    assert program(kiln.arange(6.0)).tolist() == expected
+    compiled_input, eager_input = kiln.arange(6.0), kiln.arange(6.0)
+    assert kiln.compile(on_input)(compiled_input).tolist() == on_input(torch.arange(6.0)).tolist()
+    on_input(eager_input)
+    assert tuple(compiled_input.shape) == tuple(eager_input.shape) == (2,)
+    assert compiled_input.stride() == eager_input.stride() == (2,)
