@@ -102,9 +102,17 @@ def tiny_ops(quick: bool):
     xk, yk = kiln.randn(4), kiln.randn(4)
     mk = kiln.randn(4, 4)
     gk = kiln.randn(4, requires_grad=True)
+    # issue 18's plain ops on 16 floats, per library: two operands (the second ones, so that
+    # repeated in-place writes stay finite) and the tensor the in-place and out= forms write
+    flat = {kiln: (kiln.randn(16), kiln.ones(16), kiln.zeros(16))}
     cases = [
         ("add", lambda m, x, y, mm, g: x + y),
         ("mul", lambda m, x, y, mm, g: x * y),
+        ("add 16", lambda m, x, y, mm, g: flat[m][0] + flat[m][1]),
+        ("mul 16", lambda m, x, y, mm, g: flat[m][0] * flat[m][1]),
+        ("add_ 16 (in place)", lambda m, x, y, mm, g: flat[m][2].add_(flat[m][1])),
+        ("mul_ 16 (in place)", lambda m, x, y, mm, g: flat[m][2].mul_(flat[m][1])),
+        ("add 16, out=", lambda m, x, y, mm, g: m.add(flat[m][0], flat[m][1], out=flat[m][2])),
         ("mul scalar", lambda m, x, y, mm, g: x * 2.0),
         ("exp", lambda m, x, y, mm, g: x.exp()),
         ("relu", lambda m, x, y, mm, g: m.relu(x)),
@@ -132,6 +140,7 @@ def tiny_ops(quick: bool):
     if torch is not None:
         xt, yt = torch.randn(4), torch.randn(4)
         mt = torch.randn(4, 4)
+        flat[torch] = (torch.randn(16), torch.ones(16), torch.zeros(16))
         gt = torch.randn(4, requires_grad=True)
     for name, fn in cases:
         (k, k_med), (t, t_med) = _paired_times(

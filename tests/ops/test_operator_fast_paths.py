@@ -260,3 +260,150 @@ def test_operators_on_a_meta_tensor_give_meta_results():
         x = lib.empty(2, 3, device="meta")
         out = x * 2.0 + x
         assert out.device.type == "meta" and tuple(out.shape) == (2, 3)
+
+
+# ---- out=: written straight into ``out`` (Op.out_kernel) where that is all the copy would do
+
+
+def _out_call(lib, case):
+    x, y = _pair(lib)
+    calls = {
+        "add": lambda: (lib.add(x, y, out=(out := lib.empty(2, 3))), out),
+        "mul_number": lambda: (lib.mul(x, 2.5, out=(out := lib.empty(2, 3))), out),
+        "sub_row": lambda: (lib.sub(x, y[0], out=(out := lib.empty(2, 3))), out),
+        "transposed_out": lambda: (lib.add(x, y, out=(out := lib.empty(3, 2).t())), out),
+        "out_is_input": lambda: (lib.mul(x, y, out=x), x),
+        "out_is_both": lambda: (lib.add(x, x, out=x), x),
+        "float64_out": lambda: (
+            lib.add(x, y, out=(out := lib.empty(2, 3, dtype=lib.float64))),
+            out,
+        ),
+        "int_out": lambda: (lib.add(x, y, out=(out := lib.empty(2, 3, dtype=lib.int64))), out),
+        "resized_out": lambda: (lib.mul(x, y, out=(out := lib.empty(0))), out),
+        "broadcast_first": lambda: (lib.add(y[0], x, out=(out := lib.empty(2, 3))), out),
+        "alpha": lambda: (lib.add(x, y, alpha=2, out=(out := lib.empty(2, 3))), out),
+        "expanded_out": lambda: (lib.add(x, y, out=(out := lib.zeros(1, 3).expand(2, 3))), out),
+        "partial_overlap": lambda: (lib.add(x[:, 1:], 1.0, out=x[:, :2]), x),
+        "int_inputs": lambda: (
+            lib.mul(x.to(lib.int32), 3, out=(out := lib.empty(2, 3, dtype=lib.int32))),
+            out,
+        ),
+    }
+    before = None
+    try:
+        returned, out = calls[case]()
+    except RuntimeError as error:
+        return type(error), str(error).split(".")[0], before
+    return out, returned is out, out._version
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["add", "mul_number", "sub_row", "transposed_out", "out_is_input", "out_is_both",
+     "float64_out", "int_out", "resized_out", "broadcast_first", "alpha", "expanded_out",
+     "partial_overlap", "int_inputs"],
+)  # fmt: skip
+def test_out_argument_matches_pytorch(case):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyTorch's warning about resizing a non-empty out
+        k, t = _out_call(kiln, case), _out_call(torch, case)
+    if isinstance(t[0], type):
+        assert k[:2] == t[:2]
+        return
+    assert_close(k[0], t[0])
+    assert k[0].dtype == getattr(kiln, str(t[0].dtype).split(".")[-1])
+    assert k[0].stride() == t[0].stride()
+    assert k[1:] == t[1:]  # ``out`` returned, and its version bumped as PyTorch's
+
+
+def test_out_argument_refuses_gradients_as_pytorch_and_writes_under_no_grad():
+    messages = []
+    for lib in (kiln, torch):
+        x, y = _pair(lib, requires_grad=True)
+        out = lib.empty(2, 3)
+        with pytest.raises(RuntimeError) as error:
+            lib.mul(x, y, out=out)
+        messages.append(str(error.value))
+        with lib.no_grad():
+            lib.mul(x, y, out=out)
+        assert not out.requires_grad and out.grad_fn is None
+        assert_close(out, (x * y).detach())
+        with pytest.raises(RuntimeError):
+            lib.mul(y, 2.0, out=lib.empty(2, 3, requires_grad=True))
+    assert messages[0] == messages[1]
+
+
+def test_out_argument_into_an_inference_tensor_as_pytorch():
+    for lib in (kiln, torch):
+        x, y = _pair(lib)
+        with lib.inference_mode():
+            out = lib.empty(2, 3)
+            lib.add(x, y, out=out)
+        assert_close(out, x + y)
+        with pytest.raises(RuntimeError, match="Inplace update to inference tensor"):
+            lib.add(x, y, out=out)
+
+
+def test_a_dispatch_mode_sees_out_calls_as_the_op_and_a_copy():
+    class Recording(DispatchMode):
+        def __init__(self):
+            self.ops = []
+
+        def dispatch(self, op, args):
+            self.ops.append(op.name)
+            return self.below(op, args)
+
+    x, y = _pair(kiln)
+    out = kiln.empty(2, 3)
+    mode = Recording()
+    with mode:
+        kiln.add(x, y, out=out)
+    assert mode.ops == ["add", "copy_"]
+    assert_close(out, x + y)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x, y: x + y,
+        lambda x, y: x * y,
+        lambda x, y: 2.0 * x - y,
+        lambda x, y: x / y,
+        lambda x, y: (y - x) ** 2,
+        lambda x, y: x * y[0] + 1,
+    ],
+)
+@pytest.mark.parametrize("who", ["x", "y", "both"])
+def test_operator_gradients_and_nodes_match_pytorch(call, who):
+    results = []
+    for lib in (kiln, torch):
+        x, y = _pair(lib)
+        x.requires_grad_(who in ("x", "both"))
+        y.requires_grad_(who in ("y", "both"))
+        out = call(x, y)
+        seen = []
+        out.register_hook(lambda g: seen.append(g.sum().item()))
+        out.backward(lib.ones_like(out))
+        results.append((out, type(out.grad_fn).__name__, seen, x.grad, y.grad))
+    (k, k_name, k_seen, *k_grads), (t, t_name, t_seen, *t_grads) = results
+    assert_close(k, t.detach())
+    assert k_name == t_name and k_seen == t_seen
+    for kg, tg in zip(k_grads, t_grads, strict=True):
+        assert (kg is None) == (tg is None)
+        if tg is not None:
+            assert_close(kg, tg)
+
+
+def test_operator_under_saved_tensor_hooks_packs_what_pytorch_packs():
+    counts = []
+    for lib in (kiln, torch):
+        x, y = _pair(lib, requires_grad=True)
+        packed = []
+        with lib.autograd.graph.saved_tensors_hooks(lambda t: packed.append(1) or t, lambda t: t):
+            out = x * y + x
+        out.sum().backward()
+        counts.append(len(packed))
+        assert_close(x.grad, (y + 1).detach() if lib is torch else (y + 1))
+    assert counts[0] == counts[1]

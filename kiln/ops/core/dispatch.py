@@ -12,7 +12,9 @@ Order of concerns, outermost first:
 
 Grad mode, the mode stack and autocast are the calling thread's (``runtime.state``), looked up
 once per call. The fast path (no grad needed, no mode, CPU) is a handful of attribute reads and
-one call.
+one call. Tensor operators and the in-place methods numpy can write directly take that path
+before reaching ``dispatch`` (``operator_method``, ``writing_method``; ``out=`` likewise in
+``out_arguments``): a new concern added above must be added to their conditions too.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ __all__ = [
     "CopySlices",
     "operator_method",
     "writing_method",
+    "partially_overlapping",
+    "PARTIAL_OVERLAP",
 ]
 
 
@@ -112,11 +116,12 @@ def dispatch(op, args: tuple, recorded: bool = False):
 
 def operator_method(op, reverse: bool = False, operand_types: tuple = (Tensor,)):
     """``Tensor.__add__`` and its kin: ``dispatch(op, op.bind(self, other))`` (swapped when
-    ``reverse``), with ``dispatch``'s fast path taken here for the common call: CPU tensors with
-    data (or a number), none needing a gradient recorded, no mode, autocast, profiler or
-    inference mode in this thread. That call is exactly the kernel's, so the dispatcher's frame
-    and its generic loops are skipped; every other call goes through ``dispatch``. An
-    ``other`` not among ``operand_types`` gives NotImplemented (Python's operator protocol)."""
+    ``reverse``), with ``dispatch``'s decisions taken here for the common call: CPU tensors with
+    data (or a number), no mode, autocast, profiler or inference mode in this thread. Such a
+    call is the kernel's alone, or autograd's recording of it where an operand requires grad
+    (``_autograd``, as ``dispatch`` would call it), so the dispatcher's frame and its generic
+    loops are skipped; every other call goes through ``dispatch``. An ``other`` not among
+    ``operand_types`` gives NotImplemented (Python's operator protocol)."""
     bind = op.bind
     kernel = op.kernel
     if kernel is None or op.inplace or op.is_view:
@@ -141,9 +146,11 @@ def operator_method(op, reverse: bool = False, operand_types: tuple = (Tensor,))
             if other._device is not cpu or other._data is None:
                 return dispatch(op, args)
             if state.grad_enabled and (self._requires_grad or other._requires_grad):
-                return dispatch(op, args)
-        elif isinstance(other, Tensor) or (state.grad_enabled and self._requires_grad):
+                return _autograd(op, args, state, True, state.mode_stack)  # as dispatch would
+        elif isinstance(other, Tensor):
             return dispatch(op, args)
+        elif state.grad_enabled and self._requires_grad:
+            return _autograd(op, args, state, True, state.mode_stack)
         try:
             return kernel(*args)
         except ValueError as error:
@@ -237,7 +244,7 @@ def _raise_broadcast_error(op, args: tuple, error: ValueError) -> None:
     raise RuntimeError(str(error)) from None
 
 
-_PARTIAL_OVERLAP = (
+PARTIAL_OVERLAP = (
     "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
     "a single memory location. Please clone() the tensor before performing the operation."
 )
@@ -255,11 +262,11 @@ def _check_no_partial_overlap(op, args: tuple, storage) -> None:
         a = args[p]
         if a is out or getattr(a, "_storage", None) is not storage:
             continue  # (views share their base's storage object: see ``mark_view``)
-        if _partially_overlapping(out, a):
-            raise RuntimeError(_PARTIAL_OVERLAP)
+        if partially_overlapping(out, a):
+            raise RuntimeError(PARTIAL_OVERLAP)
 
 
-def _partially_overlapping(a: Tensor, b: Tensor) -> bool:
+def partially_overlapping(a: Tensor, b: Tensor) -> bool:
     """PyTorch's ``get_overlap_status(a, b) == Partial`` for two tensors of one storage."""
     if not is_non_overlapping_and_dense(a._shape, a.stride()) or not is_non_overlapping_and_dense(
         b._shape, b.stride()

@@ -18,6 +18,7 @@ from ...runtime import dtypes as dt
 from ...runtime.state import per_thread
 from ...runtime.symbolic import known_same_shape
 from ...runtime.tensor import Tensor
+from .dispatch import PARTIAL_OVERLAP, partially_overlapping
 from .registry import OPS, return_type
 
 __all__ = ["call_with_out", "write_out", "writes_out"]
@@ -83,8 +84,11 @@ def write_out(result, out, *, exact_dtype: bool = False, records_write: bool = F
         refuse_unsafe_cast(value._dtype, target._dtype)
     for target, value in zip(outs, results):
         if not known_same_shape(target._shape, value._shape):
+            version = target._version
             with no_grad():
                 target.resize_(value._shape)
+            # PyTorch resizes ``out`` without counting a write: only the copy bumps its version
+            target._get_storage().version = version
         if records_write:
             OPS["copy_"](target, value)
         else:  # nothing to record: check_out_grad refused what would need it
@@ -116,13 +120,63 @@ def compute_into(
 
 
 def call_with_out(op, args: tuple, kwargs: dict):
-    """A registered op called with ``out=``."""
+    """A registered op called with ``out=``: written straight into ``out`` by the op's
+    ``out_kernel`` where that is all the general path would do (``_writes_directly``), else
+    computed and copied (``compute_into``)."""
     out = kwargs.pop("out")
     if out is None:
         return op(*args, **kwargs)
+    if op.kind == "pointwise" and getattr(out, "_storage", None) is not None:
+        _refuse_partial_overlap(op, args, out)
+    write = op.out_kernel
+    if write is not None and not kwargs and _writes_directly(args, out) and write(out, *args):
+        storage = out._storage
+        if storage is None:
+            storage = out._get_storage()
+        storage.version += 1  # as the copy into ``out`` would
+        return out
     return compute_into(
         op.name, op.differentiable, op, args, kwargs, out, exact_dtype=op.out_exact_dtype
     )
+
+
+def _refuse_partial_overlap(op, args: tuple, out) -> None:
+    """PyTorch's TensorIterator check before an elementwise op writes ``out``: no input may
+    share some but not all of its memory (``add(x[1:], 1, out=x[:-1])``), as for an in-place
+    op (``dispatch._check_no_partial_overlap``)."""
+    storage = getattr(out, "_storage", None)
+    if storage is None:  # no view of it was ever made: no input can share it
+        return
+    for p in op.tensor_positions:
+        a = args[p] if p < len(args) else None
+        if a is not out and getattr(a, "_storage", None) is storage:
+            if partially_overlapping(out, a):
+                raise RuntimeError(PARTIAL_OVERLAP)
+
+
+def _writes_directly(args: tuple, out) -> bool:
+    """Whether a call with ``out=`` may skip compute-then-copy: two operands and nothing
+    between the call and its kernel in this thread (no mode, autocast, profiler or inference
+    mode; ``out`` not an inference tensor; no gradient to refuse). The op's ``out_kernel``
+    then decides from the operands."""
+    state = per_thread.state
+    if (
+        len(args) != 2
+        or state.mode_stack
+        or state.autocast is not None
+        or state.profiler is not None
+        or state.inference_mode
+        or getattr(out, "_inference", True)
+    ):
+        return False
+    if state.grad_enabled:
+        x, y = args
+        return not (
+            getattr(x, "_requires_grad", False)
+            or getattr(y, "_requires_grad", False)
+            or getattr(out, "_requires_grad", False)
+        )
+    return True
 
 
 def writes_out(

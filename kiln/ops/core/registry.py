@@ -104,6 +104,7 @@ class Op:
         "functional",
         "inplace_variant",
         "inplace_kernel",
+        "out_kernel",
         "recording_kernel",
         "saves_inputs",
         "saves_input_layouts",
@@ -173,6 +174,10 @@ class Op:
         # ``kernel(self, *rest) -> bool``: writes the in-place variant's result straight into
         # ``self``'s buffer where it can (True), else leaves it to the compute-then-copy path
         self.inplace_kernel = None
+        # ``kernel(out, *args) -> bool``: writes a call's result straight into its ``out=``
+        # tensor where it can (True: the result has ``out``'s dtype and shape), else leaves it
+        # to the compute-then-copy path (``out_arguments.call_with_out``)
+        self.out_kernel = None
         # ``kernel(*args) -> (out, saved)``: what autograd runs instead of ``kernel`` when it
         # records a node for an eager CPU call; ``saved`` (anything, or None) is kept on the node
         # for the derivative as ``ctx.kernel_saved``, so a forward can hand its backward an
@@ -228,9 +233,7 @@ class Op:
             if kwargs["out"] is None:  # (a wrapper passing its own ``out=None`` on)
                 del kwargs["out"]
             else:
-                from .out_arguments import call_with_out
-
-                return call_with_out(self, args, kwargs)
+                return _call_with_out(self, args, kwargs)
         return _dispatch(self, self.bind(*args, **kwargs))
 
     def __repr__(self) -> str:
@@ -498,3 +501,13 @@ def _dispatch(op, args):  # replaced by kiln.ops.core.dispatch at import (breaks
 def _install_dispatch(fn: Callable) -> None:
     global _dispatch
     _dispatch = fn
+
+
+def _call_with_out(op: Op, args: tuple, kwargs: dict):
+    """``out_arguments.call_with_out``, which imports this module: bound on the first call, so
+    later calls with ``out=`` skip the import statement."""
+    global _call_with_out
+    from .out_arguments import call_with_out
+
+    _call_with_out = call_with_out
+    return call_with_out(op, args, kwargs)

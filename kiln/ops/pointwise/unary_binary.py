@@ -749,6 +749,35 @@ def _make_binary_inplace(ufunc):
     return write_into
 
 
+def _make_binary_out(ufunc):
+    """``op(x, y, out=out)`` computed straight into ``out``'s buffer (``Op.out_kernel``) where
+    the result has ``out``'s dtype and shape: ``x`` a float32/64 CPU tensor of ``out``'s dtype
+    and shape, ``y`` an operand ``_operand_into`` takes."""
+
+    def write_out(out, x, y, alpha=1) -> bool:
+        o = out._data
+        if (
+            alpha != 1
+            or x.__class__ is not Tensor
+            or out.__class__ is not Tensor
+            or o is None
+            or out._device is not cpu
+            or x._dtype is not out._dtype
+            or x._dtype not in _NUMPY_NATIVE_FLOATS
+            or x._device is not cpu
+            or x._data is None
+            or x._shape != out._shape
+        ):
+            return False
+        b = _operand_into(y, x)
+        if b is None:
+            return False
+        _written(ufunc, x._data, b, o)
+        return True
+
+    return write_out
+
+
 def binary(
     name,
     fn,
@@ -787,6 +816,7 @@ def binary(
     op.register_meta(meta)
     if kind == "same" and isinstance(fn, np.ufunc) and not tensors_only:
         op.inplace_kernel = _make_binary_inplace(fn)
+        op.out_kernel = _make_binary_out(fn)
     if derivative is not None:
         op.register_derivative(derivative, save_output=save_output, save_inputs=save_inputs)
     return op
@@ -1185,6 +1215,7 @@ def _make_alpha_kernel(np_fn):
 add = defop(_alpha_schema, name="add", kind="pointwise", prim=True)
 add.register_kernel(_make_alpha_kernel(np.add))
 add.inplace_kernel = _make_binary_inplace(np.add)
+add.out_kernel = _make_binary_out(np.add)
 add.register_meta(lambda x, y, alpha=1: pointwise_meta(binary_dtype(x, y), x, y))
 add.register_derivative(
     lambda c, g: (
