@@ -102,3 +102,27 @@ def test_masked_fill_with_a_tensor_value_still_gets_its_gradient():
     x.masked_fill(mask, value).sum().backward()
     assert value.grad.item() == 4.0
     np.testing.assert_array_equal(x.grad.numpy(), 1 - np.eye(4, dtype=np.float32))
+
+
+@needs_torch
+def test_linear_keeps_neither_its_bias_nor_an_input_without_a_gradient():
+    """PyTorch's linear saves the weight for the input's gradient and the input for the
+    weight's, never the bias: changing the bias in place, or the weight when only the input
+    needs a gradient, before backward is no error (the fuzzer's ``x2.copy_(x2)`` after
+    ``linear(x0, x1, x2)`` raised in kiln)."""
+    grads = []
+    for lib in (torch, kiln):
+        x = lib.arange(6.0).reshape(2, 3).requires_grad_()
+        w = lib.arange(12.0).reshape(4, 3) / 10
+        b = lib.ones(4)
+        y = lib.nn.functional.linear(x, w.requires_grad_(), b)
+        b.mul_(2)
+        y.sum().backward()
+        x2 = lib.arange(6.0).reshape(2, 3).requires_grad_()
+        h = x2 * 1
+        y2 = lib.nn.functional.linear(h, lib.ones(4, 3))
+        h.mul_(3)  # (the input is not kept: only the weight is needed)
+        y2.sum().backward()
+        grads.append((x.grad.numpy(), w.grad.numpy(), x2.grad.numpy()))
+    for got, expected in zip(grads[1], grads[0]):
+        np.testing.assert_allclose(got, expected)

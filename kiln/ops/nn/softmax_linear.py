@@ -614,7 +614,13 @@ def _linear_grad(c, g):
     return gx, gw, gb
 
 
-linear.register_derivative(_linear_grad)
+# PyTorch's linear keeps the weight for the input's gradient and the input for the weight's,
+# never the bias: writing into the bias (or an input not needing a gradient) after the op is no
+# error at backward
+linear.register_derivative(
+    _linear_grad,
+    save_inputs=lambda args, needs: ((1,) if needs[0] else ()) + ((0,) if needs[1] else ()),
+)
 
 
 @linear.register_decomposition
