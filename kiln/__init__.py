@@ -104,7 +104,7 @@ from . import storage  # noqa: E402
 from .storage import TypedStorage, UntypedStorage  # noqa: E402
 
 globals().update({cls.__name__: cls for cls in storage.LEGACY_STORAGE_CLASSES.values()})
-Storage = storage.FloatStorage  # PyTorch's name for the default dtype's legacy class
+Storage = globals()["FloatStorage"]  # PyTorch's name for the default dtype's legacy class
 
 legacy_contiguous_format = contiguous_format  # noqa: F405 - PyTorch's older name of the same format
 from .symbolic import *  # noqa: E402,F403

@@ -16,6 +16,4 @@ from .runtime.typed_storage import (  # noqa: F401
     warn_typed_storage_removal as _warn_typed_storage_removal,
 )
 
-__all__ = ["TypedStorage", "UntypedStorage"]
-
-globals().update({cls.__name__: cls for cls in LEGACY_STORAGE_CLASSES.values()})
+__all__ = ["TypedStorage", "UntypedStorage", "LEGACY_STORAGE_CLASSES"]
