@@ -110,11 +110,11 @@ def test_student_t_variance_gradient_reaches_the_degrees_of_freedom():
     """E[x^2] = scale^2 df / (df - 2): the squared samples' gradient in df goes through the
     chi-square draw's concentration."""
     kiln.manual_seed(0)
-    df = kiln.tensor([5.0, 9.0], dtype=F64, requires_grad=True)
-    samples = kiln.distributions.StudentT(df).rsample((100000,))
+    df = kiln.tensor([7.0, 12.0], dtype=F64, requires_grad=True)
+    samples = kiln.distributions.StudentT(df).rsample((40000,))
     (grad,) = kiln.autograd.grad(samples.pow(2).mean(0).sum(), [df])
     expected = -2 / (to_numpy(df) - 2) ** 2
-    np.testing.assert_allclose(to_numpy(grad), expected, rtol=0.15)
+    np.testing.assert_allclose(to_numpy(grad), expected, rtol=0.1)
 
 
 def test_no_gradient_is_built_when_the_concentration_needs_none():
