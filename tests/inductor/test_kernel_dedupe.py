@@ -337,3 +337,43 @@ def test_a_size_pinned_by_a_guard_keys_as_the_constant_the_emitter_writes():
     assert bool(pinned == 2) and bool(narrowed <= 2)
     assert _render(pinned) == "2"  # what the emitter writes now
     assert _render(narrowed) == "<s1>"  # still loaded from the sizes argument
+
+
+def _momentum_step(params, buffers, grads):
+    """An SGD-with-momentum update of tensors of different sizes: one flat kernel each."""
+    out = []
+    for p, b, g in zip(params, buffers, grads):
+        b = b * 0.9 + g
+        out += [p - 0.01 * b, b]
+    return out
+
+
+@needs_torch
+def test_flat_kernels_differing_only_in_size_share_machine_code(cache_dir):
+    """A flat loop's element count is the range its rows cover, not a constant of its IR: an
+    optimizer's update of parameters of different sizes (under a vector, under a piece, over
+    several) is one compiled kernel, with PyTorch's values at every size."""
+    sizes = [(37,), (64, 3, 3), (4097,), (3, 5000)]
+    tensors = [[kiln.randn(*s) for s in sizes] for _ in range(3)]
+    stats, out = compile_stats(_momentum_step, *tensors)
+    assert stats.kernel_uses == len(sizes) and stats.kernels_compiled == 1
+    expected = _momentum_step(*([to_torch(t) for t in group] for group in tensors))
+    for got, want in zip(out, expected):
+        assert_close(got, want)
+
+
+@needs_torch
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("size", [300_007, 4096 * 40, 4096 * 40 + 17])
+def test_flat_kernels_split_among_threads_anywhere(cache_dir, threads, size):
+    """Threads take a flat loop's elements in ranges that need not end at a piece: each range
+    runs its partial pieces first and last, and every element is computed once."""
+    saved = kiln.get_num_threads()
+    kiln.set_num_threads(threads)
+    try:
+        x, y = kiln.randn(size), kiln.randn(size)
+        got = kiln.compile(lambda a, b: (a * 1.5 - b).exp() + a)(x, y)
+    finally:
+        kiln.set_num_threads(saved)
+    a, b = to_torch(x), to_torch(y)
+    assert_close(got, (a * 1.5 - b).exp() + a)

@@ -160,8 +160,8 @@ class KernelEmitter(ColumnEmitter):
         return b.select(b.icmp_signed(">", offsets, top), top, offsets)
 
     def index_bounds(self, expr: sym.Expr) -> tuple:
-        """Inclusive bounds of an index over the positions the loops really visit. A chunked flat
-        loop visits ``row * CHUNK + j`` only below its element count (the last row is cut), which
+        """Inclusive bounds of an index over the positions the loops really visit. A flat loop
+        visits ``row + j`` only below its element count (a piece ends where the rows do), which
         the variables' ranges alone do not say: bounded as one flat variable instead, an access
         that walks the loop stays provably inside its buffer (a vector load, no clamp)."""
         plan = self.plan
@@ -171,7 +171,7 @@ class KernelEmitter(ColumnEmitter):
         if j not in expr.free_vars():
             return expr.bounds()
         flat = sym.Var("flat", plan.total)
-        return expr.subs({j: flat - sym.as_expr(row) * CHUNK}).bounds()
+        return expr.subs({j: flat - sym.as_expr(row)}).bounds()
 
     def release(self) -> None:
         """Drop the size reader once the kernel is emitted: it calls back into the emitter (a
@@ -393,8 +393,36 @@ class KernelEmitter(ColumnEmitter):
                 else:
                     self.emit_row_scalar(step[1], env)
 
-        self.loop(self.end, row_body, "row", start=self.start)
+        if plan.chunked:
+            self._piece_loop(row_body)
+        else:
+            self.loop(self.end, row_body, "row", start=self.start)
         b.ret_void()
+
+    def _piece_loop(self, body) -> None:
+        """A flat loop's rows (its elements) ``[start, end)`` in pieces, each ending at the next
+        multiple of ``CHUNK`` or at ``end``: ``body(first element of the piece)``. Pieces keep
+        CHUNK's alignment however the threads split the rows."""
+        b = self.builder
+        pre = b.block
+        head = self.function.append_basic_block("piece_head")
+        body_bb = self.function.append_basic_block("piece_body")
+        done = self.function.append_basic_block("piece_done")
+        b.branch(head)
+        b.position_at_end(head)
+        row = b.phi(I64, "row")
+        row.add_incoming(self.start, pre)
+        b.cbranch(b.icmp_signed("<", row, self.end), body_bb, done)
+        b.position_at_end(body_bb)
+        body(row)
+        row.add_incoming(self._piece_end(row), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+
+    def _piece_end(self, row):
+        """The first element after the piece starting at ``row``: the next multiple of CHUNK."""
+        b = self.builder
+        return b.add(b.or_(row, ir.Constant(I64, CHUNK - 1)), ir.Constant(I64, 1), flags=_NSW)
 
     def _next_row_pointers(self, prefetch, row, env) -> list:
         """(pointer to where ``row + 1`` starts reading, item size) of each prefetched load.
@@ -447,10 +475,9 @@ class KernelEmitter(ColumnEmitter):
         if not plan.chunked:
             return self.sizes.value(plan.inner_size)
         b = self.builder
-        start = b.mul(row, self.sizes.value(plan.inner_size), flags=("nuw", "nsw"))
-        remaining = b.sub(self.sizes.value(plan.total), start, flags=_NSW)
-        chunk = self.sizes.value(plan.inner_size)
-        return b.select(b.icmp_signed("<", remaining, chunk), remaining, chunk)
+        stop = self._piece_end(row)
+        stop = b.select(b.icmp_signed("<", self.end, stop), self.end, stop)
+        return b.sub(stop, row, flags=_NSW)
 
     def emit_row_scalar(self, node: ComputedBuffer, env):
         index, _ = self.plan.node_index[node.name]
@@ -497,10 +524,10 @@ class KernelEmitter(ColumnEmitter):
     def emit_inner_loop(self, step: InnerLoop, env, row):
         self._row_env = env
         count = self._inner_count(row)
-        if self.plan.chunked and self.plan.inner_size == CHUNK:
-            # every chunk but the last is CHUNK elements: a loop whose trip count LLVM knows
-            # keeps its constants in registers and needs no remainder (a run-time count made
-            # gelu 13% slower, the same IR but for the count); the last chunk takes the rest
+        if self.plan.chunked:
+            # a piece is CHUNK elements but where a thread's rows start or end: a loop whose
+            # trip count LLVM knows keeps its constants in registers and needs no remainder (a
+            # run-time count made gelu 13% slower, the same IR but for the count)
             b = self.builder
             chunk = ir.Constant(I64, CHUNK)
             with b.if_else(b.icmp_signed("==", count, chunk)) as (full, partial):

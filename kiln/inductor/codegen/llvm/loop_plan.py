@@ -4,7 +4,11 @@ A kernel runs over *rows* (the outer iteration space, flattened; threads take ro
 per row, one or more *inner loops* (the reduction space, or the last dimension of a pointwise
 kernel). Before choosing the loops, adjacent dimensions that every memory access walks as one
 (stride of dim k equals stride of dim k+1 times its size) are merged, so a contiguous
-4096x4096 pointwise kernel becomes one flat loop, chunked into rows of ``CHUNK`` elements.
+4096x4096 pointwise kernel becomes one flat loop. A flat loop's rows are its elements: a call
+over rows ``[start, end)`` walks them in pieces that end at multiples of ``CHUNK`` (threads take
+element ranges), so its element count is the caller's ``end`` and never a constant of the kernel:
+flat kernels equal but for their size (an optimizer's update of each parameter) have equal IR,
+which LLVM compiles once.
 
 Each node gets its loop index as expressions of the kernel variables (``row_vars`` after
 unflattening the row index, and ``j`` for the inner loop). A loop is *vectorizable* when every
@@ -31,7 +35,10 @@ from ...virtualized import set_ops_handler
 
 __all__ = ["LoopPlan", "plan_kernel", "CHUNK", "InnerLoop"]
 
-CHUNK = 4096  # elements per row when a flat pointwise loop is chunked for threads
+CHUNK = 4096  # a flat loop's elements are taken in pieces ending at multiples of this
+# a flat loop shorter than this keeps its element count in the kernel (one row, a constant
+# count): a scalar needs no vector loop, nor pieces, and is rarely shared by another size
+FLAT_MIN = 16
 
 
 @dataclass
@@ -45,8 +52,8 @@ class LoopPlan:
     kernel: Kernel
     row_sizes: tuple  # sizes of the row dims (after merging); rows = prod
     inner_size: int  # elements of the inner loop (1 for per-row scalar work)
-    chunked: bool  # a flat pointwise loop split into rows of CHUNK
-    total: int  # elements of the flat loop when chunked
+    chunked: bool  # a flat pointwise loop whose rows are its elements, taken CHUNK at a time
+    total: int  # elements of the flat loop when chunked (the rows; read by bounds proofs only)
     node_index: dict = field(default_factory=dict)  # name -> (index exprs, rindex exprs)
     row_vars: list = field(default_factory=list)
     j: sym.Var | None = None
@@ -305,18 +312,14 @@ def plan_kernel(kernel: Kernel) -> LoopPlan:
         j = sym.Var("r0", inner)
         exprs = join(_expand(split, merged, [sym.as_expr(row) * inner + j]))
         plan = LoopPlan(kernel, (row.size,), inner, False, 0, row_vars=[row], j=j)
-    elif len(merged) == 1:
+    elif len(merged) == 1 and (sym.is_symbolic(merged[0]) or merged[0] >= FLAT_MIN):
+        # one flat loop: the row variable is the element a piece starts at, ``j`` walks the
+        # piece (see the module docstring)
         total = merged[0]
-        if sym.is_symbolic(total):  # at least 2 elements; the last row is cut where they end
-            rows = (total + CHUNK - 1) // CHUNK
-            j = sym.Var("r0", CHUNK)
-        else:
-            rows = max((total + CHUNK - 1) // CHUNK, 1)
-            j = sym.Var("r0", min(CHUNK, max(total, 1)))
-        row = sym.Var("x0", rows)
-        flat = sym.as_expr(row) * CHUNK + j
-        exprs = join(_expand(split, merged, [flat]))
-        plan = LoopPlan(kernel, (rows,), j.size, True, total, row_vars=[row], j=j)
+        row = sym.Var("x0", total)
+        j = sym.Var("r0", CHUNK)
+        exprs = join(_expand(split, merged, [sym.as_expr(row) + j]))
+        plan = LoopPlan(kernel, (total,), CHUNK, True, total, row_vars=[row], j=j)
     else:
         row_vars = [sym.Var(f"x{i}", s) for i, s in enumerate(merged[:-1])]
         j = sym.Var("r0", merged[-1])
