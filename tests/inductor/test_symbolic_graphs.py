@@ -345,6 +345,46 @@ def test_a_squeeze_of_a_divided_size_compiles_once_for_every_size(stats):
     assert stats.static_compiles == stats.eager_first_calls == 0
 
 
+@needs_torch
+def test_relative_attention_scores_over_a_memory_compile_once_for_every_length(stats):
+    """Transformer-XL's relative positions ``arange(klen - 1, -1, -1.0)`` with ``klen`` the
+    memory's length plus the segment's: a whole float step over a symbolic start is counted in
+    ints (the length as doubles specialised ``klen``: a recompile per memory length)."""
+
+    def fn(lib, w, mems, weight, bias, inv_freq):
+        qlen, bsz = w.shape[:2]
+        heads = lib.cat([mems, w], 0) @ weight
+        q, k = lib.chunk(heads, 2, dim=-1)
+        klen = k.size(0)
+        q = q[-qlen:].view(qlen, bsz, 2, 4)
+        k = k.view(klen, bsz, 2, 4)
+        pos_seq = lib.arange(klen - 1, -1, -1.0)
+        pos_emb = lib.ger(pos_seq, inv_freq).sin()
+        ac = lib.einsum("ibnd,jbnd->ijbn", (q + bias, k))
+        bd = lib.einsum("ibnd,jd->ijbn", (q, pos_emb))
+        return (ac + bd).softmax(1)
+
+    compiled = kiln.compile(lambda *a: fn(kiln, *a), backend="inductor", dynamic=True)
+    rng = np.random.default_rng(7)
+    inv_freq = np.array([1.0, 0.3, 0.1, 0.03], dtype=np.float32)
+    weight = rng.standard_normal((8, 16)).astype(np.float32)
+    bias = rng.standard_normal((2, 4)).astype(np.float32)
+    for qlen, mlen in ((5, 3), (6, 7), (7, 9)):
+        w = rng.standard_normal((qlen, 2, 8)).astype(np.float32)
+        mems = rng.standard_normal((mlen, 2, 8)).astype(np.float32)
+        arrays = (w, mems, weight, bias, inv_freq)
+        results = []
+        for lib, run in ((kiln, compiled), (torch, lambda *a: fn(torch, *a))):
+            tensors = [lib.tensor(a, requires_grad=a is weight) for a in arrays]
+            out = run(*tensors)
+            (out * out).sum().backward()
+            results.append((out.detach().numpy(), tensors[2].grad.numpy()))
+        for got, theirs in zip(*results):
+            np.testing.assert_allclose(got, theirs, 1e-4, 1e-5)
+    assert stats.symbolic_refused == 0 and stats.symbolic_compiles == 2  # forward, backward
+    assert stats.static_compiles == stats.eager_first_calls == 0
+
+
 def _scatters(lib, x):
     """Backward scatters: max over a dim (its gradient goes to the arg-max positions) and
     index_add into a buffer whose size is symbolic."""

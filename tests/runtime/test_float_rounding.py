@@ -64,6 +64,11 @@ RANGE_CASES = [
     (-3, 3, 0.3),
     (0, 10, 1 / 3),
     (-4, 39.2, 0.8),
+    # int bounds with a whole float step (Transformer-XL's positions), counted in ints
+    (5, -1, -1.0),
+    (0, 7, 2.0),
+    (10, 3, -3.0),
+    (2, 2, 1.0),
 ]
 
 

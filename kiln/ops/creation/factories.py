@@ -19,7 +19,7 @@ from ...runtime import random as rng
 from ...runtime.device import as_device, cpu, meta
 from ...runtime.memory_format import contiguous_format, preserve_format, preserved_strides
 from ...runtime.storage import empty_array, writable_target
-from ...runtime.symbolic import SymInt, as_int, has_symbols, is_negative, sym_int
+from ...runtime.symbolic import SymInt, as_int, has_symbols, is_int_like, is_negative, sym_int
 from ...runtime.tensor import contiguous_strides, make_fake, wrap_array
 from ..core.common import (
     Device,
@@ -264,6 +264,13 @@ def _arange_geometry(start, end, step, dtype):
         sign = 1 if step > 0 else -1
         span = end - start + step - sign
         n = abs(span) // abs(step) * (1 if (span >= 0) == (step > 0) else -1)
+    elif (
+        step.__class__ is float and step.is_integer() and all(is_int_like(v) for v in (start, end))
+    ):
+        # int bounds and a whole float step (Transformer-XL's ``arange(klen - 1, -1, -1.0)``):
+        # the doubles' count is exact, so it is counted in ints, a symbolic size staying one
+        k = int(step)
+        n = -((start - end) // k) if k > 0 else -((end - start) // -k)
     else:  # the length from the values as doubles (other integer types then truncate them)
         n = math.ceil((end - start) / step)
     if n < 0 or (step > 0 and start > end) or (step < 0 and start < end):
