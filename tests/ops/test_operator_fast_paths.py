@@ -407,3 +407,21 @@ def test_operator_under_saved_tensor_hooks_packs_what_pytorch_packs():
         counts.append(len(packed))
         assert_close(x.grad, (y + 1).detach() if lib is torch else (y + 1))
     assert counts[0] == counts[1]
+
+
+def test_operators_call_the_kernel_registered_now(monkeypatch):
+    """The operator reads the op's kernel at each call: one registered after the Tensor
+    methods were made (a replacement, a test's spy) is the one that runs."""
+    from kiln.ops.core.registry import OPS
+
+    calls = []
+    kernel = OPS["mul"].kernel
+
+    def spy(*args):
+        calls.append(len(args))
+        return kernel(*args)
+
+    monkeypatch.setattr(OPS["mul"], "kernel", spy)
+    x, y = _pair(kiln)
+    assert_close(x * y, _pair(torch)[0] * _pair(torch)[1])
+    assert calls == [2]

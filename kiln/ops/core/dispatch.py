@@ -123,17 +123,18 @@ def operator_method(op, reverse: bool = False, operand_types: tuple = (Tensor,))
     loops are skipped; every other call goes through ``dispatch``. An ``other`` not among
     ``operand_types`` gives NotImplemented (Python's operator protocol)."""
     bind = op.bind
-    kernel = op.kernel
-    if kernel is None or op.inplace or op.is_view:
-        raise ValueError(f"operator_method: {op.name} has no plain kernel")
+    if op.inplace or op.is_view:
+        raise ValueError(f"operator_method: {op.name} is not an out-of-place op")
 
     def method(self, other):
         if not isinstance(other, operand_types):
             return NotImplemented
         args = bind(other, self) if reverse else bind(self, other)
         state = per_thread.state
+        kernel = op.kernel
         if (
-            state.mode_stack
+            kernel is None
+            or state.mode_stack
             or state.autocast is not None
             or state.profiler is not None
             or state.inference_mode
