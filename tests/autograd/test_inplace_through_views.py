@@ -124,3 +124,66 @@ def test_copies_made_by_an_op_are_its_own_tensors(make):
         (2.0**r).sum().backward()
         grads.append(w.grad.item())
     assert grads[1] == pytest.approx(grads[0])
+
+
+def _view_written_through_its_own_view(lib, w):
+    buf = lib.zeros(2, 2)
+    grid = buf.view(4)
+    grid[1] = w  # a select of grid: a view of buf
+    return (grid * grid).sum() + grid[1:].sum()
+
+
+def _sibling_view_written(lib, w):
+    buf = lib.zeros(3, 2)
+    first, second = buf[0], buf[1]
+    second.copy_(w * lib.ones(2))
+    return (first * 3 + second * 5).sum() + (buf * buf).sum()
+
+
+def _base_written_directly(lib, w):
+    buf = lib.ones(2, 3)
+    rows = buf.t()
+    buf.mul_(w)
+    return (rows * rows).sum()
+
+
+def _unsqueezed_scratch(lib, w):
+    out = lib.zeros(3).unsqueeze(0)
+    out[0, 2] = w * 2
+    return (out.exp() * out).sum()
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        _view_written_through_its_own_view,
+        _sibling_view_written,
+        _base_written_directly,
+        _unsqueezed_scratch,
+    ],
+)
+def test_views_of_a_buffer_that_gains_a_history_lead_back_to_it(program):
+    """A view made (with grad mode on) of a buffer that needed no gradient, after the buffer
+    was written with a value that does, through another view or directly: PyTorch's view then
+    requires grad (a differentiable view reads its base's flag) and its gradient reaches the
+    written value. kiln's kept ``requires_grad=False``, and its uses dropped the gradient."""
+    results = []
+    for lib in (torch, kiln):
+        w = lib.tensor(1.5, requires_grad=True)
+        loss = program(lib, w)
+        assert loss.requires_grad
+        loss.backward()
+        results.append((loss.item(), w.grad.item()))
+    assert results[1] == pytest.approx(results[0])
+
+
+def test_a_detached_alias_stays_out_of_the_history():
+    """A detached alias of such a buffer is no differentiable view, in PyTorch as in kiln: it
+    keeps ``requires_grad=False`` after the buffer gains a history."""
+    for lib in (torch, kiln):
+        w = lib.tensor(1.5, requires_grad=True)
+        buf = lib.zeros(2, 2)
+        detached = buf.detach()
+        buf[0, 0] = w
+        assert buf.requires_grad
+        assert not detached.requires_grad

@@ -19,6 +19,8 @@ before reaching ``dispatch`` (``operator_method``, ``writing_method``; ``out=`` 
 
 from __future__ import annotations
 
+from weakref import ref as _weak_ref
+
 from ...autograd import engine
 from ...autograd.graph import Node, OpBackward, leaf_edge, op_node_class
 from ...runtime.device import cpu, meta
@@ -433,6 +435,42 @@ def _check_same_device(op, args, dev) -> None:
             )
 
 
+def _watch_view(base: Tensor, view: Tensor) -> None:
+    """Remember ``view``, made with grad mode on from a ``base`` that needs no gradient: if an
+    in-place write (through another view, or into the base) later gives the base a history,
+    this view leads backward through it too (``_wake_views``), as PyTorch's differentiable
+    views do (their ``requires_grad`` reads the base's). Views are held by weak references in
+    a list (a WeakSet's callbacks doubled a view op's cost), pruned of dead ones whenever its
+    length reaches a power of two past 64: a base sliced anew every step stays small."""
+    refs = base.__dict__.get("_grad_views")
+    if refs is None:
+        base._grad_views = [_weak_ref(view)]
+        return
+    refs.append(_weak_ref(view))
+    n = len(refs)
+    if n >= 64 and not n & (n - 1):
+        refs[:] = [r for r in refs if r() is not None]
+
+
+def _wake_views(base: Tensor, written: Tensor | None = None) -> None:
+    """``base`` has just been given a history by an in-place write: the views of it made while
+    it needed no gradient (all but ``written``, the view the write went through) record their
+    view ops again from it, so that ``v = buf.view(2, 2); v[0, 1] = w; v * 2`` requires grad
+    and leads back to ``w``."""
+    refs = base.__dict__.pop("_grad_views", None)
+    if not refs:
+        return
+    for ref in refs:
+        view = ref()
+        if view is None or view is written or view._requires_grad or view._base is not base:
+            continue
+        fresh = view_replay(view)(base)
+        view.grad_fn = fresh.grad_fn
+        view._output_nr = fresh._output_nr
+        view._requires_grad = True
+        view._view_version = view._storage.version
+
+
 def mark_view(out, src: Tensor, op, args) -> None:
     """Views share the source's storage (and version counter) and remember how they were made."""
     storage = src._storage
@@ -453,6 +491,8 @@ def mark_view(out, src: Tensor, op, args) -> None:
         out._view_src = (op, args)  # also what Tensor.stride() reads for empty/size-1 dims
         if no_grad_view and out._dtype.category >= 2:
             out._requires_grad = out._no_grad_view = True
+        elif not base._requires_grad and out._dtype.category >= 2 and per_thread.state.grad_enabled:
+            _watch_view(base, out)
         if inference:
             mark_inference(out)
         return
@@ -463,6 +503,8 @@ def mark_view(out, src: Tensor, op, args) -> None:
         o._view_src = (op, args)
         if no_grad_view and o._dtype.category >= 2:
             o._requires_grad = o._no_grad_view = True
+        elif not base._requires_grad and o._dtype.category >= 2 and per_thread.state.grad_enabled:
+            _watch_view(base, o)
         if inference:
             mark_inference(o)
         if o._device is cpu and o._data is not None and (o._data.size == 0 or 1 in o._shape):
@@ -770,13 +812,19 @@ def _inplace_autograd(op, args, state):
         else:  # overwritten by values that need no grad: the old history gets zero gradient
             self.grad_fn = CopyBackwards(_edge(self))
             self._output_nr = 0
+        woke = not self._requires_grad
         self._requires_grad = True
+        if woke:
+            _wake_views(self)
         return self
     replay = view_replay(self)
     node = CopySlices(_edge(base), _edge(result), base, replay)
     base.grad_fn = node
     base._output_nr = 0
+    woke = not base._requires_grad
     base._requires_grad = True
+    if woke:
+        _wake_views(base, self)
     fresh = replay(base)  # records the view ops from the new base: the view's new history
     self.grad_fn = fresh.grad_fn
     self._output_nr = fresh._output_nr
