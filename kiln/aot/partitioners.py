@@ -6,7 +6,7 @@ output is ``(*forward_outputs, *input_gradients)``. Both partitioners return a f
 input_gradients``; they differ in what they save.
 
 - ``default_partition`` saves every forward value the backward reads.
-- ``min_cut_partition`` chooses the saved set by a minimum cut (``min_cut.py``) over a graph
+- ``min_cut_partition`` chooses the saved set by a minimum cut (networkx max-flow) over a graph
   whose edge capacities are the bytes a saved value keeps alive: cheap ops (pointwise, views,
   creation, counter-based random) may be recomputed in the backward from what is saved;
   matmuls, convolutions, reductions and gathers never are.
@@ -26,7 +26,6 @@ from ..ops.core.registry import Op
 from ..runtime.symbolic import INT_LIKE, SymInt, hint_int
 from ..runtime.tensor import Tensor
 from .functionalize import is_view_node
-from .min_cut import source_side
 
 __all__ = ["Partition", "default_partition", "min_cut_partition", "tensor_bytes", "storage_root"]
 
@@ -251,6 +250,8 @@ def _save_cost(node: Node) -> int:
 
 def min_cut_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
     """Save the cheapest set of tensors from which the backward can recompute what it needs."""
+    import networkx as nx  # a tenth of a second to import: paid by training graphs only
+
     _, tangents = _roles(joint)
     backward_nodes = _tangent_dependent(joint, tangents)
     _, grads = _outputs(joint, num_fwd_outputs)
@@ -261,24 +262,25 @@ def min_cut_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
         for n in joint.nodes
         if n.op in ("placeholder", "call_function", "get_attr") and n not in backward_nodes
     ]
-    edges = []  # (tail, head, bytes or None: infinite)
+    flow = nx.DiGraph()
+    # edges without a capacity attribute are infinite for networkx
     for n in forward_nodes:
         val = n.meta.get("val")
         if isinstance(val, Tensor):
-            edges.append((("in", n), ("out", n), _save_cost(n)))
+            flow.add_edge(("in", n), ("out", n), capacity=_save_cost(n))
         elif isinstance(val, INT_LIKE) and not isinstance(val, bool):
-            edges.append((("in", n), ("out", n), 8))  # a size: an int to save
+            flow.add_edge(("in", n), ("out", n), capacity=8)  # a size: an int to save
         else:  # a tuple of results or a scalar cannot be saved as such
-            edges.append((("in", n), ("out", n), None))
+            flow.add_edge(("in", n), ("out", n))
         if not _recomputable(n):
-            edges.append(("source", ("in", n), None))
+            flow.add_edge("source", ("in", n))
         if n in direct or (n in needed_by_backward and any(u in backward_nodes for u in n.users)):
-            edges.append((("out", n), "sink", None))
+            flow.add_edge(("out", n), "sink")
         for user in n.users:
             if user not in backward_nodes and user.op != "output":
-                edges.append((("out", n), ("in", user), None))
-    if not any(head == "sink" for _, head, _ in edges):
+                flow.add_edge(("out", n), ("in", user))
+    if "sink" not in flow:
         return _build(joint, [], num_fwd_outputs, "min_cut_partition")
-    reachable = source_side(edges, "source", "sink")
+    _, (reachable, _) = nx.minimum_cut(flow, "source", "sink")
     saved = [n for n in forward_nodes if ("in", n) in reachable and ("out", n) not in reachable]
     return _build(joint, saved, num_fwd_outputs, "min_cut_partition")
