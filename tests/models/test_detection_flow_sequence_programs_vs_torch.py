@@ -663,7 +663,7 @@ def _wavenet(lib, channels=6, quantization=8):
         def __init__(self):
             super().__init__()
             self.embed = nn.Embedding(quantization, channels)
-            self.blocks = nn.ModuleList([ResidualBlock(d) for d in (1, 2, 4)])
+            self.blocks = nn.ModuleList([ResidualBlock(d) for d in (1, 2)])
             self.out = nn.Sequential(nn.ReLU(), nn.Conv1d(channels, quantization, 1))
 
         def forward(self, audio):
@@ -731,7 +731,7 @@ def test_conv_lstm_next_frame_prediction_trains_like_torch():
     _check(Program(_conv_lstm, _train, _images((2, 3, 2), (4, 1, 5, 5))))
 
 
-def _bahdanau_seq2seq(lib, vocab=11, hidden=8, max_length=5):
+def _bahdanau_seq2seq(lib, vocab=11, hidden=8, max_length=3):
     """The PyTorch seq2seq tutorial: a GRU encoder, an attention decoder with Bahdanau's
     additive scores (``Va(tanh(Wa q + Ua k))``), ``bmm`` contexts, teacher forcing on even
     steps and greedy ``topk(1)`` feedback on odd ones, ``NLLLoss`` on ``log_softmax``."""
@@ -808,8 +808,8 @@ def _bahdanau_seq2seq(lib, vocab=11, hidden=8, max_length=5):
 
 def _translation_batches(rng):
     return [
-        (rng.integers(1, 11, (n, 6)), rng.integers(1, 11, (n, 5)), step % 2 == 0)
-        for step, n in enumerate((3, 2, 4, 3))
+        (rng.integers(1, 11, (n, 4)), rng.integers(1, 11, (n, 3)), step % 2 == 0)
+        for step, n in enumerate((5, 6, 7, 5))
     ]
 
 
