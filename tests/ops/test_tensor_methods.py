@@ -95,6 +95,9 @@ INT_LIST_FORMS = {
     "view-keyword": lambda x: x.view(size=[3, 2]),
     "expand-keyword": lambda x: x.expand(size=(4, 2, 3)),
     "permute-keyword": lambda x: x.permute(dims=(1, 0)),
+    "new_zeros-keyword": lambda x: x.new_zeros(size=(3, 1)),
+    "new_ones-keyword": lambda x: x.new_ones(size=[2, 2]),
+    "new_empty-keyword": lambda x: x.new_empty(size=(1, 4)).fill_(2),
 }
 
 
@@ -115,6 +118,7 @@ def test_int_list_argument_forms_match_torch(case):
         lambda x: x.reshape(size=(3, 2)),
         lambda x: x.view(shape=(3, 2)),
         lambda x: x.reshape((3, 2), shape=(3, 2)),
+        lambda x: x.new_zeros(sizes=(3,)),
     ],
 )
 def test_size_keywords_of_another_name_are_type_errors_like_torch(call):

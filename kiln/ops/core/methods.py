@@ -163,6 +163,8 @@ def _permute(self, *dims, **kwargs):
 def _new_tensor_factory(fn_name):
     def method(self, *size, dtype=None, device=None, requires_grad=False, **kwargs):
         fn = getattr(api, fn_name)
+        if "size" in kwargs and not size:  # x.new_ones(size=(2, 3)), as PyTorch takes it
+            size = (kwargs.pop("size"),)
         return fn(
             *size,
             dtype=dtype or self._dtype,
@@ -176,9 +178,17 @@ def _new_tensor_factory(fn_name):
 
 
 def _new_zeros(
-    self, *size, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False
+    self,
+    *size,
+    dtype=None,
+    device=None,
+    requires_grad=False,
+    layout=None,
+    pin_memory=False,
+    **kwargs,
 ):
     """``full(size, 0)``: a negative size gets ``full``'s error, not ``torch.zeros``' own."""
+    size = _sizes_by_keyword("new_zeros", size, kwargs, "size")
     return api.full(
         _shape_args(size),
         0,
