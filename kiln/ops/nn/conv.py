@@ -30,6 +30,7 @@ from ..core.common import (
     in_suggested_format,
     laid_out,
     numpy_derivative_ok,
+    suggested_format,
     suggested_strides,
     wrap,
 )
@@ -352,6 +353,11 @@ def _convolution_grad(c, g):
         gx = in_suggested_format(gx, x, w)
     if gw is not None:
         gw = in_suggested_format(gw, x, w)
+        if suggested_format(x, w) == "contiguous_format":
+            # row-major, as the eager kernel's and PyTorch's: the transposed view left here made
+            # a compiled backward's weight gradients permuted, which AccumulateGrad then copied
+            # in numpy (resnet18: 20 weights, 11 ms a step); a traced clone fuses with the product
+            gw = gw.contiguous()
     return gx, gw, gb, None, None, None, None, None, None
 
 
