@@ -19,7 +19,7 @@ from ...runtime.sym_expr import INF
 from ...runtime.symbolic import SymInt, active_env, known_same_shape, same_shape
 from ..core.common import Tensor, broadcast_shapes, fake, iterator_strides, laid_out, wrap
 from ..core.registry import OPS, defop, tensor_method, torch_function
-from ..shape.views import expand_shape
+from ..shape.views import expand_shape, view_strides
 from .row_accumulate import accumulate_rows
 
 __all__ = ["getitem", "setitem", "DataDependentOutputError"]
@@ -189,7 +189,7 @@ def _index_strides(x: Tensor, indices) -> tuple | None:
                 for k, (size, st) in enumerate(zip(ishape, istride))
             )
         # viewed with size-1 dims around it, which read as broadcast where the result is longer
-        viewed = _unsqueezed_strides(bshape, istride, before, len(shape) - after)
+        viewed = view_strides(bshape, istride, (1,) * before + bshape + (1,) * (len(shape) - after))
         rows.append(
             tuple(
                 0 if n != 1 and k not in range(before, before + len(bshape)) else st
@@ -197,31 +197,6 @@ def _index_strides(x: Tensor, indices) -> tuple | None:
             )
         )
     return iterator_strides(out_shape, rows)
-
-
-def _unsqueezed_strides(shape: tuple, stride: tuple, before: int, after: int) -> tuple:
-    """The strides ``reshape`` gives a tensor of ``shape``/``stride`` viewed with ``before``
-    leading and ``after`` trailing size-1 dims: a size-1 dim takes the stride of the memory
-    chunk it sits against (the step of the dims inside it times their size), as PyTorch's view
-    computes it; only the size-1 dims of a result that is itself size 1 there keep reading it."""
-    new = [1] * before + list(shape) + [1] * after
-    out = [0] * len(new)
-    view_d = len(new) - 1
-    base = stride[-1] if stride else 1
-    numel = view_numel = 1
-    for d in range(len(shape) - 1, -1, -1):
-        numel *= shape[d]
-        if d == 0 or (shape[d - 1] != 1 and stride[d - 1] != numel * base):
-            while view_d >= 0 and (view_numel < numel or new[view_d] == 1):
-                out[view_d] = view_numel * base
-                view_numel *= new[view_d]
-                view_d -= 1
-            if d > 0:
-                base, numel, view_numel = stride[d - 1], 1, 1
-    while view_d >= 0:  # (leading size-1 dims past the last chunk)
-        out[view_d] = view_numel * base
-        view_d -= 1
-    return tuple(out)
 
 
 def index_result_shape(shape, indices) -> tuple:

@@ -26,9 +26,7 @@ from ..core.common import (
     cast_array,
     clip_ufunc,
     compute_np_dtype,
-    laid_out,
     numpy_derivative_ok,
-    output_layout_source,
     pointwise_meta,
     to_float_dtype,
     widened,
@@ -37,7 +35,7 @@ from ..core.common import (
 from ..core.complex_support import complex_not_implemented
 from ..core.registry import defop
 from ..pointwise.numpy_math import np_erf, np_silu, np_softplus
-from ..pointwise.unary_binary import refuse_integers, where
+from ..pointwise.unary_binary import iterator_layout, refuse_integers, where
 from ..reductions.reduce import torch_type_name
 from .softmax_linear import blockwise, machine_code_activation, new_like
 
@@ -270,16 +268,8 @@ def _gelu_kernel(x, approximate):
     if out is not None:
         return wrap(out, od)
     if approximate == "tanh":
-        return wrap(_like_iterator(blockwise(_gelu_tanh_body, new_like(a), a), x), od)
-    return wrap(_like_iterator(blockwise(_gelu_erf_body, new_like(a), a, temps=3), x), od)
-
-
-def _like_iterator(r: np.ndarray, x: Tensor) -> np.ndarray:
-    """``r`` computed in numpy's layout for ``x`` (``new_like``), in TensorIterator's where the
-    two differ: an expanded input's stride-0 dims order differently in numpy."""
-    if x._data.flags.c_contiguous or r.ndim < 2:
-        return r
-    return laid_out(r, output_layout_source(r.shape, (x,)))
+        return wrap(iterator_layout(blockwise(_gelu_tanh_body, new_like(a), a), (x,)), od)
+    return wrap(iterator_layout(blockwise(_gelu_erf_body, new_like(a), a, temps=3), (x,)), od)
 
 
 @gelu.register_meta
@@ -358,8 +348,8 @@ def _silu_kernel(x):
     if out is not None:
         return wrap(out, od)
     if a.dtype == np.float32 or a.dtype == np.float64:
-        return wrap(_like_iterator(blockwise(_silu_body, new_like(a), a), x), od)
-    return wrap(_like_iterator(np_silu(a), x), od)
+        return wrap(iterator_layout(blockwise(_silu_body, new_like(a), a), (x,)), od)
+    return wrap(iterator_layout(np_silu(a), (x,)), od)
 
 
 @silu.register_meta

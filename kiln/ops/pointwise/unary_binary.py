@@ -84,7 +84,7 @@ def refuse_integers(x, kernel_name: str | None, bool_kernel_name: str | None = N
     raise NotImplementedError(f"\"{refused}\" not implemented for '{torch_type_name(x._dtype)}'")
 
 
-def _iterator_layout(r, operands):
+def iterator_layout(r, operands):
     """``r``, a result numpy laid out by its own rule, in TensorIterator's layout (which the
     metas give, and compiled graphs view by) where the two differ: numpy puts a broadcast
     (stride-0) dim of a permuted operand elsewhere. Contiguous operands give a contiguous
@@ -118,11 +118,11 @@ def _make_unary_kernel(
         a = x._data
         d = x._dtype
         # a contiguous operand's result is contiguous in numpy and in PyTorch alike: only
-        # another layout asks _iterator_layout (a call and its checks on every small op)
+        # another layout asks iterator_layout (a call and its checks on every small op)
         plain = a.flags.c_contiguous
         if out_bool:
             r = fn(a)
-            return wrap(r if plain else _iterator_layout(r, (x,)), _bool)
+            return wrap(r if plain else iterator_layout(r, (x,)), _bool)
         if float_math:
             od = to_float_dtype(d)
             cd = compute_np_dtype(od)
@@ -131,9 +131,9 @@ def _make_unary_kernel(
                 out = empty_like_layout(a.shape, od, output_layout_source(a.shape, (x,)))
                 return wrap(fn(a, out=out), od)
             r = fn(a)
-            return wrap(r if plain else _iterator_layout(r, (x,)), od)
+            return wrap(r if plain else iterator_layout(r, (x,)), od)
         r = fn(a)
-        return wrap(r if plain else _iterator_layout(r, (x,)), d)
+        return wrap(r if plain else iterator_layout(r, (x,)), d)
 
     return kernel
 
@@ -630,7 +630,7 @@ def _make_binary_kernel(fn, kind: str):
         ):
             a = x._data
             r = fn(a, y)
-            return wrap(r if a.flags.c_contiguous else _iterator_layout(r, (x,)), x._dtype)
+            return wrap(r if a.flags.c_contiguous else iterator_layout(r, (x,)), x._dtype)
         # hot path: two same-dtype tensors with dims (no promotion, no casts)
         if (
             x.__class__ is Tensor
@@ -646,7 +646,7 @@ def _make_binary_kernel(fn, kind: str):
             if kind == "bool":
                 r = fn(a, b)
                 if not (r.flags.c_contiguous and a.flags.c_contiguous and b.flags.c_contiguous):
-                    r = _iterator_layout(r, (x, y))
+                    r = iterator_layout(r, (x, y))
                 return wrap_array(r, _bool)
             if d in _SIXTEEN_BIT_FLOATS and (a.size >= WIDEN_MIN or b.size >= WIDEN_MIN):
                 return wrap(fn(_in_float32(x, d, fn, False), _in_float32(y, d, fn, True)), d)
@@ -678,7 +678,7 @@ def _make_binary_kernel(fn, kind: str):
                     and a.flags.c_contiguous
                     and (b.__class__ is not np.ndarray or not b.ndim)
                 ):
-                    r = _iterator_layout(r, (x, y))
+                    r = iterator_layout(r, (x, y))
                 return wrap(r, _bool if kind == "bool" else d)
         out = _binary_out(a, b, d, x, y)
         if out is not None:
@@ -1327,7 +1327,7 @@ def _div_kernel(x, y, rounding_mode):
         if cd != d.np and isinstance(y, Tensor) and y.numel() != 1:
             # PyTorch divides half types in their own arithmetic unless the divisor is a scalar
             return wrap(
-                _iterator_layout(np_half_rounding_divide(a, b, rounding_mode, d.np), (x, y)), d
+                iterator_layout(np_half_rounding_divide(a, b, rounding_mode, d.np), (x, y)), d
             )
         if cd != d.np:
             b = as_np_operand(y, cd)  # a scalar divisor unrounded, as PyTorch divides
@@ -1337,12 +1337,12 @@ def _div_kernel(x, y, rounding_mode):
             if rounding_mode == "trunc"
             else np.floor_divide(a.astype(cd, copy=False), b.astype(cd, copy=False))
         )
-        return wrap(_iterator_layout(r, (x, y)), d)
+        return wrap(iterator_layout(r, (x, y)), d)
     if d is _bool:
         raise NotImplementedError(f"\"div_{rounding_mode}_cpu\" not implemented for 'Bool'")
     _check_integer_divisor(a, b)
     r = np.floor_divide(a, b) if rounding_mode == "floor" else np_trunc_divide(a, b)
-    return wrap(_iterator_layout(r, (x, y)), d)
+    return wrap(iterator_layout(r, (x, y)), d)
 
 
 @div.register_meta
