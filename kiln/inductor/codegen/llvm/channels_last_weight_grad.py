@@ -31,8 +31,9 @@ from llvmlite import ir
 
 from ..cpu_pool import KERNEL_TYPE, RowKernel
 from . import jit
+from .ir_loops import counted_loop, load, splat, store
 from .jit import data_address
-from .values import F32, I32, I64
+from .values import F32, I64
 
 __all__ = ["WeightGradTiles", "request", "weight_grad"]
 
@@ -57,39 +58,6 @@ class WeightGradTiles:
 
 def _i64(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
-
-
-# The loop and vector helpers are written here rather than taken from ``flat_loops``: that
-# module reaches the ops handler, which the lowering (this module's importer, through the
-# extern calls) sits below.
-
-
-def _loop(b: ir.IRBuilder, end: ir.Value, body, start: ir.Value | None = None) -> None:
-    """``for i in range(start, end): body(i)`` in new blocks; the builder is left after it."""
-    head, loop, done = (b.function.append_basic_block(name) for name in ("head", "body", "done"))
-    before = b.block
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64)
-    i.add_incoming(_i64(0) if start is None else start, before)
-    b.cbranch(b.icmp_signed("<", i, end), loop, done)
-    b.position_at_end(loop)
-    body(i)
-    i.add_incoming(b.add(i, _i64(1)), b.block)
-    b.branch(head)
-    b.position_at_end(done)
-
-
-def _vector_at(b: ir.IRBuilder, base: ir.Value, i: ir.Value, lanes: int) -> ir.Value:
-    """A pointer to floats i .. i + lanes - 1 of ``base`` as one vector."""
-    return b.bitcast(b.gep(base, [i]), ir.VectorType(F32, lanes).as_pointer())
-
-
-def _splat(b: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
-    vec = ir.VectorType(F32, lanes)
-    one = b.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(I32, 0))
-    zeros = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
-    return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined), zeros)
 
 
 def _kernel(module: ir.Module, tiles: WeightGradTiles, name: str) -> None:
@@ -135,29 +103,26 @@ def _kernel(module: ir.Module, tiles: WeightGradTiles, name: str) -> None:
 
                 def column(col):
                     g_c = b.gep(g_y, [b.mul(col, p["O"])])
-                    gs = [
-                        b.load(_vector_at(b, g_c, _i64(j * lanes), lanes), align=4)
-                        for j in range(vectors)
-                    ]
+                    gs = [load(b, g_c, _i64(j * lanes), lanes) for j in range(vectors)]
                     for i in range(pairs):
-                        xi = _splat(b, b.load(b.gep(x_y[i], [col])), lanes)
+                        xi = splat(b, b.load(b.gep(x_y[i], [col])), lanes)
                         for j in range(vectors):
                             s = acc[i * vectors + j]
                             b.store(b.call(fmuladd, [xi, gs[j], b.load(s)]), s)
 
-                _loop(b, p["OW"], column)
+                counted_loop(b, p["OW"], column)
 
-            _loop(b, p["OH"], out_row)
+            counted_loop(b, p["OH"], out_row)
             for i in range(pairs):
                 dw_q = b.gep(dw, [b.add(b.mul(b.add(q0, _i64(i)), p["O"]), o0)])
                 for j in range(vectors):
-                    at = _vector_at(b, dw_q, _i64(j * lanes), lanes)
-                    total = b.fadd(b.load(at, align=4), b.load(acc[i * vectors + j]))
-                    b.store(total, at, align=4)
+                    at = _i64(j * lanes)
+                    total = b.fadd(load(b, dw_q, at, lanes), b.load(acc[i * vectors + j]))
+                    store(b, total, dw_q, at, lanes)
 
-        _loop(b, row_end, row, start=row_start)
+        counted_loop(b, row_end, row, start=row_start)
 
-    _loop(b, p["N"], image)
+    counted_loop(b, p["N"], image)
     b.ret_void()
 
 
