@@ -648,3 +648,53 @@ def test_cholesky_inverse_gradient_of_a_leaf_is_dense_as_pytorch(upper, triangul
     (expected * torch.tensor(weights)).sum().backward()
     assert_close(out, expected, rtol=1e-10, atol=1e-12)
     assert_close(ours.grad, theirs.grad, rtol=1e-9, atol=1e-11)
+
+
+@needs_torch
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("triangular", [False, True], ids=["dense-factor", "triangular-factor"])
+def test_cholesky_solve_factor_gradient_is_dense_as_pytorch(upper, triangular, backend):
+    """PyTorch's derivative of ``cholesky_solve(B, L)`` for ``L`` is ``-(G X^T + X G^T) L``
+    over every entry (the triangular solves it was built from kept only L's triangle); the
+    factor's batch broadcasts against B's, and its gradient sums over the broadcast."""
+    factor = _random(1, 4, 4, seed=5, shift=3)
+    if triangular:
+        factor = np.triu(factor) if upper else np.tril(factor)
+    rhs = _random(3, 4, 2, seed=6)
+    weights = _random(3, 4, 2, seed=7)
+    ours = [kiln.tensor(a, requires_grad=True) for a in (rhs, factor)]
+    theirs = [torch.tensor(a, requires_grad=True) for a in (rhs, factor)]
+
+    def fn(b, factor):
+        return kiln.cholesky_solve(b, factor, upper=upper)
+
+    fn = fn if backend == "eager" else kiln.compile(fn, backend=backend)
+    out = fn(*ours)
+    expected = torch.cholesky_solve(*theirs, upper=upper)
+    assert_close(out, expected, rtol=1e-10, atol=1e-12)
+    grads = kiln.autograd.grad((out * kiln.tensor(weights)).sum(), ours)
+    expected_grads = torch.autograd.grad((expected * torch.tensor(weights)).sum(), theirs)
+    for got, want in zip(grads, expected_grads):
+        assert_close(got, want, rtol=1e-9, atol=1e-11)
+    if backend == "eager":  # a compiled graph's node is CompiledFunctionBackward in both
+        assert out.grad_fn.name() == expected.grad_fn.name()
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "case",
+    [
+        lambda L: L.cholesky_solve(L.ones(3, 2), L.eye(3, dtype=L.float64)),
+        lambda L: L.cholesky_solve(L.ones(3, 2, dtype=L.int64), L.eye(3, dtype=L.int64)),
+        lambda L: L.cholesky_solve(L.ones(2, 3, 2), L.eye(3).expand(4, 3, 3)),
+        lambda L: L.cholesky_solve(L.ones(3, 2), L.ones(3, 2)),
+    ],
+    ids=["dtypes", "int", "batches", "not-square"],
+)
+def test_cholesky_solve_refuses_what_pytorch_refuses(case):
+    with pytest.raises(Exception) as theirs:
+        case(torch)
+    with pytest.raises(type(theirs.value)) as ours:
+        case(kiln)
+    assert str(ours.value) == str(theirs.value)

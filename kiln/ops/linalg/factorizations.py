@@ -596,3 +596,77 @@ def _cholesky_inverse_grad(c, g):
 
 
 cholesky_inverse.register_derivative(_cholesky_inverse_grad, save_output=True)
+
+
+def _cholesky_solve_geometry(B: Tensor, L: Tensor) -> tuple:
+    """The result's shape (the broadcast batch of ``B`` and ``L``), checked as PyTorch's
+    ``cholesky_solve`` and ``linearSolveCheckInputs`` check, in their order."""
+    if B.ndim < 2:
+        raise RuntimeError(
+            f"b should have at least 2 dimensions, but has {B.ndim} dimensions instead"
+        )
+    if L.ndim < 2:
+        raise RuntimeError(
+            f"u should have at least 2 dimensions, but has {L.ndim} dimensions instead"
+        )
+    if B.dtype is not L.dtype:
+        raise RuntimeError(
+            f"Expected b and A to have the same dtype, but found b of type "
+            f"{torch_type_name(B.dtype)} and A of type {torch_type_name(L.dtype)} instead."
+        )
+    if L.shape[-1] != L.shape[-2]:
+        raise RuntimeError(
+            f"A must be batches of square matrices, but they are {L.shape[-2]} by "
+            f"{L.shape[-1]} matrices"
+        )
+    if B.shape[-2] != L.shape[-1]:
+        raise RuntimeError(
+            f"Incompatible matrix sizes for cholesky_solve: each A matrix is {L.shape[-1]} by "
+            f"{L.shape[-1]} but each b matrix is {B.shape[-2]} by {B.shape[-1]}"
+        )
+    batch = broadcast_shapes(tuple(B.shape[:-2]), tuple(L.shape[:-2]))
+    refuse_complex("cholesky_solve", B.dtype)
+    if B.dtype not in (dt.float32, dt.float64):
+        raise NotImplementedError(
+            f"\"cholesky_solve_cpu\" not implemented for '{torch_type_name(B.dtype)}'"
+        )
+    return batch + tuple(B.shape[-2:])
+
+
+@defop(kind="linalg", name="cholesky_solve")
+def cholesky_solve(input: Tensor, input2: Tensor, upper: bool = False):
+    """``A^{-1} B`` for ``A = L L^T`` (``U^T U`` when upper) from the factor's triangle. An op
+    of its own, not two triangular solves: PyTorch's derivative treats the whole factor as
+    dense, where the solves' derivatives would keep only its triangle."""
+
+
+@cholesky_solve.register_kernel
+def _cholesky_solve_kernel(B, L, upper):
+    shape = _cholesky_solve_geometry(B, L)
+    factor = L._data
+    lower = np.swapaxes(factor, -1, -2) if upper else factor
+    y = np_triangular_solve(lower, B._data, lower=True, unit=False)
+    x = np_triangular_solve(np.swapaxes(lower, -1, -2), y, lower=False, unit=False)
+    return wrap(np.ascontiguousarray(np.broadcast_to(x, shape)), B.dtype)
+
+
+@cholesky_solve.register_meta
+def _cholesky_solve_meta(B, L, upper=False):
+    return fake(_cholesky_solve_geometry(B, L), B.dtype, B)
+
+
+def _cholesky_solve_grad(c, g):
+    """With ``X = (L L^T)^{-1} B`` and ``G = (L L^T)^{-1} g``: ``gB = G`` and, since
+    ``dX = -(L L^T)^{-1} (dL L^T + L dL^T) X``, ``gL = -(G X^T + X G^T) L`` (for
+    ``A = U^T U``: ``gU = -U (G X^T + X G^T)``), over every entry of the factor."""
+    L, upper = c.args[1], c.args[2]
+    gB = cholesky_solve(g, L, upper)
+    gL = None
+    if c.needs_input_grad[1]:
+        middle = gB @ c.out.mT
+        middle = middle + middle.mT
+        gL = -(L @ middle) if upper else -(middle @ L)
+    return (gB if c.needs_input_grad[0] else None), gL, None
+
+
+cholesky_solve.register_derivative(_cholesky_solve_grad, save_output=True)

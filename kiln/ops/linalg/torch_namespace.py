@@ -68,31 +68,12 @@ def _cholesky(input: Tensor, upper: bool = False) -> Tensor:
     return dec.cholesky(input, upper=upper)
 
 
-def _check_cholesky_operands(B: Tensor, L: Tensor) -> None:
-    if B.ndim < 2:
-        raise RuntimeError(
-            f"b should have at least 2 dimensions, but has {B.ndim} dimensions instead"
-        )
-    if L.ndim < 2:
-        raise RuntimeError(
-            f"u should have at least 2 dimensions, but has {L.ndim} dimensions instead"
-        )
-    if L.shape[-1] != L.shape[-2] or B.shape[-2] != L.shape[-1]:
-        raise RuntimeError(
-            f"Incompatible matrix sizes for cholesky_solve: each A matrix is {L.shape[-2]} by "
-            f"{L.shape[-1]} but each b matrix is {B.shape[-2]} by {B.shape[-1]}"
-        )
-
-
 @torch_function("cholesky_solve")
 @writes_out
 @tensor_method("cholesky_solve")
 def _cholesky_solve(input: Tensor, input2: Tensor, upper: bool = False) -> Tensor:
     """``A^{-1} B`` for ``A = L L^T`` (``U^T U`` when upper) given its Cholesky factor."""
-    _check_cholesky_operands(input, input2)
-    lower = input2.mT if upper else input2
-    y = dec.solve_triangular(lower, input, upper=False)
-    return dec.solve_triangular(lower.mT, y, upper=True)
+    return dec.cholesky_solve(input, input2, upper)
 
 
 @torch_function("cholesky_inverse")
