@@ -23,6 +23,7 @@ import numpy as np
 from ..runtime import cuda as _cuda
 from ..runtime.device import as_device, cpu
 from ..runtime.tensor import Tensor
+from ..runtime.typed_storage import TypedStorage
 from .legacy_kiln import is_legacy_kiln, load_legacy_kiln
 from .pickled_names import LoadedStorage, StorageType
 from .pickler import pickle_checkpoint
@@ -163,9 +164,9 @@ class _StorageLoader:
             if order not in ("little", "big"):
                 raise RuntimeError(f"kiln.load: {archive.name}: unknown byte order {order!r}")
             self.swap = order != sys.byteorder
-        self.loaded: dict[str, LoadedStorage] = {}
+        self.loaded: dict[str, TypedStorage] = {}
 
-    def __call__(self, pid) -> LoadedStorage:
+    def __call__(self, pid) -> TypedStorage:
         if not isinstance(pid, tuple) or len(pid) != 5 or _ascii(pid[0]) != "storage":
             raise pickle.UnpicklingError(f"Only persistent_load of storage is allowed, got {pid!r}")
         _, storage_type, key, location, numel = pid
@@ -174,7 +175,7 @@ class _StorageLoader:
         key, location = _ascii(key), _ascii(location)
         storage = self.loaded.get(key)
         if storage is None:
-            storage = self._read(key, storage_type, location, numel)
+            storage = self._read(key, storage_type, location, numel).as_typed()
             self.loaded[key] = storage
         return storage
 

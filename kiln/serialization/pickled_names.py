@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 import codecs
 import functools
+import weakref
 from collections import Counter, OrderedDict
 
 import numpy as np
@@ -22,6 +23,7 @@ from ..runtime import layouts, legacy_types
 from ..runtime.device import as_device, cpu, device, meta
 from ..runtime.storage import Storage
 from ..runtime.tensor import Size, Tensor, make_fake, wrap_array
+from ..runtime.typed_storage import TypedStorage
 
 __all__ = [
     "TorchName",
@@ -147,6 +149,19 @@ class LoadedStorage:
     def __repr__(self) -> str:
         return f"<storage {self.key!r}: {self.size()} x {self.dtype} from {self.location}>"
 
+    def as_typed(self) -> TypedStorage:
+        """What the pickle receives for this record, as in PyTorch: a ``TypedStorage`` (of
+        uint8 for an ``UntypedStorage`` record) over the bytes the tensors rebuilt from it
+        view, so a storage saved beside its tensors still shares their memory. The rebuild
+        functions find the record (its target device) again through it."""
+        typed = TypedStorage(wrap_storage=self.identity, dtype=self.dtype, _internal=True)
+        _RECORD_OF[typed] = self
+        return typed
+
+
+# the record behind each storage a load handed to the pickle (dropped with the storage)
+_RECORD_OF: weakref.WeakKeyDictionary[TypedStorage, LoadedStorage] = weakref.WeakKeyDictionary()
+
 
 # ---------------------------------------------------------------------------- rebuild functions
 
@@ -159,10 +174,11 @@ def _check_ints(what: str, values) -> tuple:
     return tuple(values)
 
 
-def _tensor_from_storage(storage, storage_offset, size, stride, dtype=None) -> Tensor:
-    if not isinstance(storage, LoadedStorage):
+def _tensor_from_storage(typed, storage_offset, size, stride, dtype=None) -> Tensor:
+    storage = _RECORD_OF.get(typed) if isinstance(typed, TypedStorage) else None
+    if storage is None:
         raise RuntimeError(
-            f"kiln.load: a tensor is rebuilt from {type(storage).__name__}, not a storage record"
+            f"kiln.load: a tensor is rebuilt from {type(typed).__name__}, not a storage record"
         )
     dtype = storage.dtype if dtype is None or storage.dtype is not dt.uint8 else dtype
     if not isinstance(dtype, dt.dtype):

@@ -8,7 +8,9 @@ usual (by its own class), as with ``torch.save``.
 
 Views of one buffer share one storage record. ``StoragePlan`` decides the records in a first,
 discarded pickling pass, because a record's extent (and so each tensor's offset in it) is known
-only once every tensor viewing the buffer has been seen.
+only once every tensor viewing the buffer has been seen. A storage pickled by itself
+(``t.untyped_storage()``, ``t.storage()``) is a persistent id too, as in PyTorch, naming a record
+that holds exactly its bytes (the id has no offset); tensors over it share that record.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import numpy as np
 from ..runtime import dtypes as dt
 from ..runtime import layouts
 from ..runtime.device import device
-from ..runtime.storage import storage_of
+from ..runtime.storage import Storage, storage_of
 from ..runtime.tensor import Size, Tensor
+from ..runtime.typed_storage import TypedStorage
 from .pickled_names import STORAGE_NAME, TorchName
 
 __all__ = ["StoragePlan", "CheckpointPickler", "pickle_checkpoint"]
@@ -36,6 +39,7 @@ _TORCH_SIZE = TorchName("torch", "Size")
 _TORCH_DEVICE = TorchName("torch", "device")
 _GET_LAYOUT = TorchName("torch.serialization", "_get_layout")
 _STORAGE_TYPES = {d: TorchName("torch", name) for d, name in STORAGE_NAME.items()}
+_UNTYPED_STORAGE = TorchName("torch.storage", "UntypedStorage")
 
 
 def _host_array(t: Tensor) -> np.ndarray:
@@ -56,6 +60,25 @@ def _extent(array: np.ndarray) -> tuple[int, int]:
     return lo, lo + sum((n - 1) * s for n, s in zip(array.shape, array.strides)) + array.itemsize
 
 
+def _location(dev: device) -> str:
+    return str(dev) if dev.type != "cuda" else f"cuda:{dev.index or 0}"
+
+
+def _storage_elements(storage, dtype: dt.dtype) -> np.ndarray:
+    """A saved storage's bytes read as ``dtype``: its memory, from the start of its buffer."""
+    untyped = storage.untyped()
+    root = untyped.base
+    if untyped.nbytes() and not isinstance(root, np.ndarray):
+        raise RuntimeError(
+            f"kiln.save: a storage on {untyped.device} cannot be saved; save a tensor over it"
+        )
+    whole = _flat_bytes(root) if untyped.nbytes() else None
+    if whole is None:  # empty, or memory numpy spans with gaps: its bytes, copied
+        whole = np.frombuffer(bytes(untyped.tolist()), np.uint8)
+    count = untyped.nbytes() // dtype.itemsize
+    return whole[: count * dtype.itemsize].view(dtype.np)
+
+
 def _flat_bytes(root: np.ndarray) -> np.ndarray | None:
     """All of ``root``'s memory as one uint8 array, or None if it is not one block."""
     if root.flags.c_contiguous:
@@ -73,15 +96,17 @@ class _Record:
         self.dtype = dtype
         self.location = location
         self.members: list[np.ndarray] = []
+        self.saves_storage = False  # a storage object names it: its bytes are the storage's
         self.key = ""
         self.start = 0
         self.data: np.ndarray | None = None  # uint8 bytes, set by ``StoragePlan.finish``
 
     def settle(self, whole: np.ndarray | None) -> None:
         """Choose the bytes: the whole buffer when it holds this dtype (PyTorch's storage of a
-        view is its base's), else just the span the tensors cover (a pooled byte buffer)."""
+        view is its base's), else just the span the tensors cover (a pooled byte buffer, or
+        a saved storage's own bytes)."""
         root_start = self.root.__array_interface__["data"][0]
-        if whole is not None and self.root.dtype == self.dtype.np:
+        if whole is not None and self.root.dtype == self.dtype.np and not self.saves_storage:
             self.start, self.data = root_start, whole
             return
         extents = [_extent(a) for a in self.members]
@@ -96,37 +121,48 @@ class StoragePlan:
     def __init__(self):
         self._records: list[_Record] = []
         self._by_root: dict[tuple, _Record] = {}
-        self._of_tensor: dict[int, tuple[_Record, np.ndarray]] = {}
+        # id(tensor or storage) -> (its record, its memory, whether it is a storage)
+        self._of_tensor: dict[int, tuple[_Record, np.ndarray, bool]] = {}
         self._keepalive: list = []  # ids stay unique while the plan is in use
 
     def note(self, t: Tensor) -> None:
         """First pass: remember the tensor and the buffer it views."""
         if id(t) in self._of_tensor or t.is_meta:
             return
-        array = _host_array(t)
-        self._keepalive.append((t, array))
+        self._note_array(t, _host_array(t), t.dtype, _location(t.device), False)
+
+    def note_storage(self, storage: Storage | TypedStorage) -> None:
+        """First pass: remember a storage pickled by itself (as uint8 when untyped)."""
+        if id(storage) not in self._of_tensor:
+            dtype = storage.dtype if isinstance(storage, TypedStorage) else dt.uint8
+            array = _storage_elements(storage, dtype)
+            self._note_array(storage, array, dtype, _location(storage.device), True)
+
+    def _note_array(self, owner, array: np.ndarray, dtype: dt.dtype, location: str, whole: bool):
+        """Place ``owner`` (a tensor, or a storage when ``whole``) whose memory is ``array``."""
+        self._keepalive.append((owner, array))
         root = storage_of(array)
-        whole = _flat_bytes(root)
-        item = t.dtype.itemsize
+        whole_bytes = _flat_bytes(root)
+        item = dtype.itemsize
         alone = (
-            whole is None
+            whole_bytes is None
             or array.size == 0
             or any(s % item for s in array.strides)
-            or not self._inside(array, root, whole)
+            or not self._inside(array, root, whole_bytes)
         )
-        location = str(t.device) if t.device.type != "cuda" else f"cuda:{t.device.index or 0}"
         if alone:
             array = array.copy(order="C")  # (ascontiguousarray would make a 0-d array 1-d)
             root = array
-            record = self._add(_Record(root, t.dtype, location))
+            record = self._add(_Record(root, dtype, location))
         else:
-            key = (id(root), t.dtype, location)
+            key = (id(root), dtype, location)
             record = self._by_root.get(key)
             if record is None:
-                record = self._add(_Record(root, t.dtype, location))
+                record = self._add(_Record(root, dtype, location))
                 self._by_root[key] = record
         record.members.append(array)
-        self._of_tensor[id(t)] = (record, array)
+        record.saves_storage |= whole
+        self._of_tensor[id(owner)] = (record, array, whole)
 
     @staticmethod
     def _inside(array: np.ndarray, root: np.ndarray, whole: np.ndarray) -> bool:
@@ -135,16 +171,36 @@ class StoragePlan:
         return start <= lo and hi <= start + whole.size
 
     def finish(self) -> None:
-        """Settle each record's bytes; a tensor misaligned in a shared span gets its own."""
+        """Settle each record's bytes; a tensor misaligned in a shared span gets its own, and
+        so does a storage whose record does not hold exactly its bytes (a storage sliced from
+        a bigger one, saved beside tensors over the rest)."""
         for record in self._records:
             record.settle(_flat_bytes(record.root))
-        for key, (record, array) in list(self._of_tensor.items()):
-            if (array.__array_interface__["data"][0] - record.start) % record.dtype.itemsize:
+        for key, (record, array, whole) in list(self._of_tensor.items()):
+            start = array.__array_interface__["data"][0]
+            misplaced = (
+                (start, start + array.nbytes) != (record.start, record.start + record.data.size)
+                if whole
+                else (start - record.start) % record.dtype.itemsize
+            )
+            if misplaced:
                 copy = array.copy(order="C")
                 alone = self._add(_Record(copy, record.dtype, record.location))
                 alone.members.append(copy)
+                alone.saves_storage = whole
                 alone.settle(_flat_bytes(copy))
-                self._of_tensor[key] = (alone, copy)
+                self._of_tensor[key] = (alone, copy, whole)
+
+    def storage_placement(self, storage: Storage | TypedStorage) -> tuple:
+        """The persistent id of a storage pickled by itself: its record holds exactly it."""
+        if id(storage) not in self._of_tensor:  # made while pickling
+            self.note_storage(storage)
+            record = self._of_tensor[id(storage)][0]
+            record.settle(_flat_bytes(record.root))
+        record = self._of_tensor[id(storage)][0]
+        numel = record.data.size // record.dtype.itemsize
+        kind = _STORAGE_TYPES[record.dtype] if isinstance(storage, TypedStorage) else None
+        return ("storage", kind or _UNTYPED_STORAGE, record.key, record.location, numel)
 
     def placement(self, t: Tensor) -> tuple[str, TorchName, str, int, int, tuple]:
         """(key, storage type, location, numel, element offset, element strides) of ``t``."""
@@ -152,7 +208,7 @@ class StoragePlan:
             self.note(t)
             record = self._of_tensor[id(t)][0]
             record.settle(_flat_bytes(record.root))
-        record, array = self._of_tensor[id(t)]
+        record, array, _ = self._of_tensor[id(t)]
         item = record.dtype.itemsize
         offset = (array.__array_interface__["data"][0] - record.start) // item
         strides = tuple(s // item for s in array.strides)
@@ -214,7 +270,14 @@ class CheckpointPickler(pickle._Pickler):  # the Python pickler: its dispatch ta
         self._planning = planning
 
     def persistent_id(self, obj):
-        return obj.pid if type(obj) is _StorageRef else None
+        if type(obj) is _StorageRef:
+            return obj.pid
+        if isinstance(obj, (Storage, TypedStorage)):  # a storage saved by itself
+            if self._planning:
+                self._plan.note_storage(obj)
+                return ("storage",)
+            return self._plan.storage_placement(obj)
+        return None
 
     def reducer_override(self, obj):
         cls = type(obj)
