@@ -16,10 +16,10 @@ import gc
 import os
 import platform
 import sys
-import time
-from dataclasses import dataclass
 
 import numpy as np
+
+from ..runtime.cpu_load import CpuSnapshot, cpu_snapshot, others_busy_cores
 
 __all__ = [
     "machine_info",
@@ -33,7 +33,6 @@ __all__ = [
 ]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def machine_info(threads: int | None = None) -> dict:
@@ -80,39 +79,6 @@ def load_average() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
-
-
-@dataclass(frozen=True)
-class CpuSnapshot:
-    wall: float
-    busy_seconds: float | None  # all processes' CPU time since boot (None: not on Linux)
-    own_seconds: float  # this process's CPU time, every thread
-
-
-def cpu_snapshot() -> CpuSnapshot:
-    times = os.times()
-    return CpuSnapshot(time.perf_counter(), _busy_seconds(), times.user + times.system)
-
-
-def _busy_seconds() -> float | None:
-    """CPU time all processes used since boot (user, nice, system, irq, softirq, steal)."""
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()
-    except OSError:
-        return None
-    if not fields or fields[0] != "cpu":
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
-    return (user + nice + system + irq + softirq + steal) / _TICKS
-
-
-def others_busy_cores(start: CpuSnapshot, end: CpuSnapshot) -> float | None:
-    """How many cores other processes kept busy, on average, between two snapshots."""
-    if start.busy_seconds is None or end.busy_seconds is None or end.wall <= start.wall:
-        return None
-    others = (end.busy_seconds - start.busy_seconds) - (end.own_seconds - start.own_seconds)
-    return max(0.0, others / (end.wall - start.wall))
 
 
 def _status_kib(field: str) -> int | None:

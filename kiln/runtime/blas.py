@@ -6,7 +6,7 @@ waits milliseconds for a descheduled worker (an LSTM language model's 20x200x800
 measured ~100 ms each under a load average of 14), and after each call the workers spin ~100 ms,
 taking a core from whatever runs next. So kiln decides per call: eager products below
 ``EAGER_PARALLEL_MACS`` run on the calling thread alone (``matmul``), larger ones may use
-OpenBLAS's threads while the load average leaves a core spare (``spare_cores``), at most
+OpenBLAS's threads while other processes leave a core spare (``spare_cores``), at most
 ``kiln.set_num_threads`` of them (the products inside convolution
 and batch norm kernels, which come several to a call, count the whole call: ``kernel_matmul``);
 the inductor runs its large products as single-threaded blocks on its own kernel threads
@@ -22,11 +22,10 @@ import os
 import sys
 import sysconfig
 import threading
-import time
 
 import numpy as np
 
-from . import flags
+from . import cpu_load, flags
 
 __all__ = [
     "BLAS",
@@ -250,24 +249,14 @@ class _AsNumpy:
 _AS_NUMPY = _AsNumpy()
 
 
-# [when last read, whether a core was spare then]: the load average changes slowly, and reading
-# it costs a system call, so it is read at most once a second
-_LOAD_READ = [-1e9, True]
-
-
 def spare_cores() -> bool:
-    """Whether the machine has a core to spare for OpenBLAS's workers: the one-minute load
-    average below the core count less this thread. On a busy machine a two-thread product waits
-    at OpenBLAS's barrier for a descheduled worker: a 512x512x512 product took 36 ms at two
-    threads against 10 ms at one under a load average of 5 (PyTorch at one thread: 11 ms)."""
-    now = time.monotonic()
-    if now - _LOAD_READ[0] > 1.0:
-        try:
-            load = os.getloadavg()[0]
-        except OSError:  # no load average on this platform: trust the thread count
-            load = 0.0
-        _LOAD_READ[:] = [now, load < (os.cpu_count() or 1) - 0.5]
-    return _LOAD_READ[1]
+    """Whether the machine has a core to spare for OpenBLAS's workers: other processes keep
+    less than half a core busy beyond the ones this thread leaves (``cpu_load``; this process's
+    own threads, OpenBLAS's spinning workers included, do not count). On a busy machine a
+    two-thread product waits at OpenBLAS's barrier for a descheduled worker: a 512x512x512
+    product took 36 ms at two threads against 10 ms at one under a load average of 5 (PyTorch
+    at one thread: 11 ms)."""
+    return cpu_load.others_busy_now() < cpu_load.cores() - 1.5
 
 
 def _policy(m: int, k: int, n: int, outputs: int):

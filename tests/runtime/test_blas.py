@@ -102,13 +102,15 @@ def test_large_products_may_use_openblas_threads(threads, monkeypatch, spare):
     assert seen == [min(2, BLAS.ceiling) if spare else 1]
 
 
-def test_spare_cores_reads_the_load_average(monkeypatch):
-    monkeypatch.setattr(blas, "_LOAD_READ", [-1e9, True])
-    monkeypatch.setattr(blas.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+def test_spare_cores_counts_only_other_processes(monkeypatch):
+    """A core is spare while other processes keep less than half a core busy beyond the one
+    the calling thread takes (this process's own threads are not counted: ``cpu_load``)."""
+    from kiln.runtime import cpu_load
+
+    monkeypatch.setattr(cpu_load, "cores", lambda: 2)
+    monkeypatch.setattr(cpu_load, "others_busy_now", lambda: 1.2)
     assert blas.spare_cores() is False
-    monkeypatch.setattr(blas.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    assert blas.spare_cores() is False  # read at most once a second
-    monkeypatch.setattr(blas, "_LOAD_READ", [-1e9, False])
+    monkeypatch.setattr(cpu_load, "others_busy_now", lambda: 0.3)
     assert blas.spare_cores() is True
 
 

@@ -21,13 +21,11 @@ thread alone.
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
-import time
 
 import numpy as np
 
-from ...runtime import flags
+from ...runtime import cpu_load, flags
 from .. import config
 
 __all__ = [
@@ -37,9 +35,6 @@ __all__ = [
 
 # cycles a helper spins for the next job before it sleeps (~2 ms at 2.5-3.5 GHz)
 SPIN_CYCLES = 6_000_000
-
-# how often the machine's load is read (``Pool.parallel``), in seconds
-LOAD_CHECK_SECONDS = 0.5
 
 KERNEL, SGEMM, DGEMM = 1, 2, 3
 # per gemm chunk: transA, transB, M, N, K, A, lda, B, ldb, C, ldc (row-major cblas arguments)
@@ -292,9 +287,8 @@ class Pool:
         if run is not None:
             self.helpers = [_Helper(f"kiln-kernel_{i}", run) for i in range(threads - 1)]
         self.slots = np.array([h.addr for h in self.helpers], np.int64)
-        self._cores = _cores()
+        self._cores = cpu_load.cores()
         self._spare = True
-        self._load_checked = 0.0
 
     @property
     def parallel(self) -> bool:
@@ -304,25 +298,15 @@ class Pool:
 
     def _cores_spare(self) -> bool:
         """OpenMP's dynamic thread rule (``OMP_DYNAMIC``): on a machine whose other processes
-        keep its cores busy (load average, less this process's own threads, above the cores
-        the helpers would use), a helper is descheduled in the middle of its chunk and the
-        posting thread waits a scheduler tick for it: a GPT step of 5 ms took 15-30 ms at load
-        6 on 2 cores, twice its time on one thread. Jobs then run on the calling thread alone.
-        Read every ``LOAD_CHECK_SECONDS``; switching back needs the load to fall further (the
-        load average lags by a minute, and counts this process's helpers while they run)."""
+        keep its cores busy (``cpu_load``: their CPU time, not this process's threads), a
+        helper is descheduled in the middle of its chunk and the posting thread waits a
+        scheduler tick for it: a GPT step of 5 ms took 15-30 ms at load 6 on 2 cores, twice its
+        time on one thread. Jobs then run on the calling thread alone. Read every
+        ``cpu_load.CHECK_SECONDS``; switching back needs the others to leave a little more room
+        than switching off."""
         if not config.threads_follow_load:
             return True
-        now = time.monotonic()
-        if now - self._load_checked < LOAD_CHECK_SECONDS:
-            return self._spare
-        self._load_checked = now
-        try:
-            load = os.getloadavg()[0]
-        except OSError:  # no load average (not Unix): trust the thread count
-            return True
-        ours = self.threads if self._spare else 1
-        others = max(load - ours, 0.0)
-        free = self._cores - 1 - others  # cores left for the helpers after the calling thread
+        free = self._cores - 1 - cpu_load.others_busy_now()  # after the calling thread
         self._spare = free >= len(self.helpers) - (0.75 if self._spare else 0.5)
         return self._spare
 
@@ -361,14 +345,6 @@ class Pool:
         job[0], job[1] = kind, len(table)
         job[3], job[4] = gemm_address, table.ctypes.data
         return job
-
-
-def _cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 _pool: list = [None]
