@@ -22,6 +22,7 @@ from kiln.ir.tracer import trace
 from kiln.runtime import logs as klog
 from kiln.runtime.symbolic import ShapeEnv
 from kiln.runtime.tensor import make_fake
+from tests.inductor.helpers import assert_every_size_served
 from tests.models.models import GPTConfig, copy_weights, models_for
 from tests.oracle import needs_torch, torch
 
@@ -343,6 +344,44 @@ def test_a_squeeze_of_a_divided_size_compiles_once_for_every_size(stats):
                 np.testing.assert_allclose(got.numpy(), theirs.numpy(), 1e-5, 1e-6)
     assert stats.symbolic_refused == 0 and stats.symbolic_compiles == 1
     assert stats.static_compiles == stats.eager_first_calls == 0
+
+
+@needs_torch
+def test_attention_over_a_downsampled_map_compiles_once_for_every_size(stats):
+    """A diffusion U-Net's middle attention: heads of a stride-2 convolution's map reshaped to
+    ``[B*H, C/H, h*w]`` for ``bmm``, the result viewed back and permuted, and a channel
+    ``mean(1, keepdim=True)``, all over sizes ``s // 2``. Matching the operands' and consumer's
+    shapes compares sizes without guarding on them, and a keepdim reduction asks which dims it
+    reduced instead of comparing shapes (either asked whether ``s1 // 2`` is 8 and refused the
+    kernels for every size, so each size ran with the eager ops)."""
+
+    weight = np.random.default_rng(3).standard_normal((12, 2, 3, 3)).astype(np.float32) * 0.3
+    convs = {}
+    for lib in (kiln, torch):
+        convs[lib] = lib.nn.Conv2d(2, 12, 3, stride=2, padding=1, bias=False)
+        convs[lib].weight.data.copy_(lib.tensor(weight))
+
+    def fn(lib, x):
+        y = convs[lib](x)
+        b, c, h, w = y.shape
+        y = y - y.mean(dim=1, keepdim=True)
+        q, k, v = (t.reshape(b * 2, c // 6, h * w) for t in y.chunk(3, dim=1))
+        attn = lib.bmm(q.transpose(1, 2), k).softmax(dim=-1)
+        out = lib.bmm(attn, v.transpose(1, 2)).reshape(b, 2, h * w, c // 6).permute(0, 2, 1, 3)
+        return out.reshape(b, h, w, c // 3)
+
+    compiled = kiln.compile(lambda x: fn(kiln, x), backend="inductor", dynamic=True)
+    for n, side in ((3, 8), (4, 6), (5, 10)):
+        x = np.random.default_rng(side).standard_normal((n, 2, side, side)).astype(np.float32)
+        results = []
+        for lib, run in ((kiln, compiled), (torch, lambda x: fn(torch, x))):
+            tensor = lib.tensor(x, requires_grad=True)
+            out = run(tensor)
+            (out * out).sum().backward()
+            results.append((out.detach().numpy(), tensor.grad.numpy()))
+        for got, theirs in zip(*results):
+            np.testing.assert_allclose(got, theirs, 1e-4, 1e-5)
+    assert_every_size_served(stats)
 
 
 @needs_torch

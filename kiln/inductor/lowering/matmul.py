@@ -26,7 +26,7 @@ from collections.abc import Callable
 from ...runtime import dtypes as dt
 from .. import extern_matmul
 from ..ir import ExternBuffer, Layout, TensorBox
-from ..sym import known
+from ..sym import known, same_size
 from .framework import CURRENT, _ctx, extern, register_lowering
 from .views import _name, _view
 
@@ -87,7 +87,7 @@ def _consumer_layout(out_meta) -> Layout | None:
         return None
     reshape = users[0]
     shape = tuple(getattr(reshape.meta.get("val"), "shape", ()))
-    if len(shape) != 4 or shape[2:] != tuple(out_meta.shape[1:]):
+    if len(shape) != 4 or not _same_shape(shape[2:], tuple(out_meta.shape[1:])):
         return None
     perm = [0, 1, 2, 3]
     current = reshape
@@ -122,6 +122,12 @@ def _view_without_copy(box: TensorBox):
     return None
 
 
+def _same_shape(a, b) -> bool:
+    """Whether two shapes are provably equal, without guarding on symbolic sizes (a kernel
+    compiled for every size cannot ask whether ``s1 // 2`` is 8)."""
+    return len(a) == len(b) and all(same_size(x, y) for x, y in zip(a, b))
+
+
 def _batched_operands(a: TensorBox, b: TensorBox, split: tuple | None = None):
     """Inputs of a ``bmm`` as views with the batch dim split back into the dims it was merged
     from (``split``, or the dims an operand was reshaped from), when that avoids a copy or the
@@ -141,7 +147,7 @@ def _batched_operands(a: TensorBox, b: TensorBox, split: tuple | None = None):
             if (
                 src is not None
                 and len(src.shape) > 3
-                and tuple(src.shape[-2:]) == tuple(x.shape[-2:])
+                and _same_shape(src.shape[-2:], x.shape[-2:])
                 and getattr(x, "view_of", None) is None
             ):
                 split = tuple(src.shape[:-2])
@@ -151,7 +157,7 @@ def _batched_operands(a: TensorBox, b: TensorBox, split: tuple | None = None):
     layouts = []
     for x in (a, b):
         src = source(x)
-        if src is not None and tuple(src.shape[:-2]) == split:
+        if src is not None and _same_shape(src.shape[:-2], split):
             view = _view_without_copy(src)
             if view is not None:
                 layouts.append(view)
@@ -179,7 +185,7 @@ def _batched_operands(a: TensorBox, b: TensorBox, split: tuple | None = None):
             )
         )
     if not forced and all(
-        layout.shape == tuple(x.shape) for (_, layout), x in zip(layouts, (a, b))
+        _same_shape(layout.shape, x.shape) for (_, layout), x in zip(layouts, (a, b))
     ):
         return None
     return layouts

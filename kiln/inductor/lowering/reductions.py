@@ -96,7 +96,7 @@ def make_reduction(
     box = TensorBox.of_buffer(buf, ctx)
     if acc_dtype is not result_dtype:
         box = _cast(None, box, result_dtype)
-    if keepdim and out_shape != ranges:
+    if keepdim and dims:  # (comparing the shapes would guard on symbolic sizes)
         inner = box.loader
         box = TensorBox(out_shape, result_dtype, lambda index: inner([index[i] for i in kept]), ctx)
     return box
