@@ -240,6 +240,36 @@ def test_embedding_padding_row_gets_no_gradient():
     np.testing.assert_array_equal(w.grad.numpy()[0], 1)
 
 
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("padding_idx", [None, 3, -2])
+@pytest.mark.parametrize("index_dtype", ["int64", "int32"])
+def test_embedding_weight_gradient_matches_torch(dtype, padding_idx, index_dtype):
+    """The derivative's numpy form (zeros summed into in place, no recorded backward) and the
+    op form (double backward) both give PyTorch's gradient: repeated rows summed, the padding
+    row zero, a transposed incoming gradient read in its order."""
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((9, 5)).astype(dtype)
+    idx = rng.integers(0, 9, (4, 6)).astype(index_dtype)
+    idx[0, :3] = 7  # a repeated row
+    idx[1, 0] = 9 + padding_idx if padding_idx is not None and padding_idx < 0 else 3
+    g = rng.standard_normal((5, 6, 4)).astype(dtype)
+    got, want = [], []
+    for lib, out in ((kiln, got), (torch, want)):
+        weight = lib.tensor(w, requires_grad=True)
+        rows = lib.nn.functional.embedding(lib.tensor(idx), weight, padding_idx=padding_idx)
+        leaf = lib.tensor(g, requires_grad=True)
+        (first,) = lib.autograd.grad(rows, weight, leaf.permute(2, 1, 0), create_graph=True)
+        (second,) = lib.autograd.grad((first * first).sum(), leaf)
+        out.extend([first.detach(), second])
+        rows = lib.nn.functional.embedding(lib.tensor(idx), weight, padding_idx=padding_idx)
+        rows.backward(lib.tensor(g).permute(2, 1, 0))  # not contiguous
+        out.append(weight.grad)
+    for a, b in zip(got, want):
+        assert_close(a, b)
+        assert a.dtype == getattr(kiln, dtype)
+
+
 def test_embedding_rejects_out_of_range_and_float_indices():
     w = kiln.randn(5, 3)
     with pytest.raises(IndexError):
