@@ -7,6 +7,7 @@ symbol on the second capture, which then serves every later size.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 
@@ -444,6 +445,40 @@ def test_sizes_used_as_numbers_stay_symbolic():
     code = counter.graphs[0].code
     assert "x.size(0)" in code and "arange" in code
     assert not [g.text for g in guards if re.search(r"s\d == \d", g.text)]  # no specialization
+
+
+_WINDOW = 2
+
+
+def _rounded_quotients(x):
+    B = int(x.shape[0] / (4 * 4 / _WINDOW / _WINDOW))  # Swin's window_reverse
+    groups = math.ceil(x.shape[1] / 2)
+    return x.view(B, 4, x.shape[1]).sum(1), x.new_zeros(groups), math.floor(x.shape[1] / 3.0)
+
+
+def _size_over_number_as_a_float(x):
+    return x * (x.shape[0] / 2)
+
+
+def test_int_floor_and_ceil_of_a_size_over_a_number_stay_symbolic():
+    """``int(size / k)``, ``math.floor``/``math.ceil`` of it are the sizes' quotients, with no
+    guard on the size (PyTorch makes them ``sym_int``s); the float ``size / k`` itself, used as
+    a number, specializes the size as before."""
+    counter = CompileCounter("eager")
+    compiled = kiln.compile(_rounded_quotients, backend=counter, dynamic=True)
+    for n, width in ((8, 3), (12, 5), (16, 6), (20, 7)):
+        x = kiln.randn(n, width)
+        _close(compiled(x), _rounded_quotients(x))
+        if torch is not None:
+            theirs = _rounded_quotients(torch.tensor(x.numpy()))
+            assert [tuple(v.shape) for v in compiled(x)[:2]] == [tuple(v.shape) for v in theirs[:2]]
+    assert counter.frame_count == 1
+    counter = CompileCounter("eager")
+    compiled = kiln.compile(_size_over_number_as_a_float, backend=counter, dynamic=True)
+    for n in (4, 6, 4):
+        x = kiln.randn(n, 3)
+        _close(compiled(x), _size_over_number_as_a_float(x))
+    assert counter.frame_count == 2
 
 
 def test_sizes_returned_or_live_across_a_break_are_rebuilt_for_each_call():

@@ -166,8 +166,10 @@ class ConstantVariable(VariableTracker):
             output.guards.constant(self.source, self.value)
         if self.recipe is not None:
             _, a, b = self.recipe
-            a.guard()
-            b.guard()
+            for part in (a, b):
+                part.guard()
+                if part.value.__class__ is SymInt:  # a size over a number: its value decides
+                    part.value.env.specialize(part.value)
             self.recipe = None
 
     def as_python_constant(self) -> Any:
@@ -277,7 +279,48 @@ def fold_binary(op, a: ConstantVariable, b: ConstantVariable) -> ConstantVariabl
     ):
         value = op(a.value, b.value)
         return ConstantVariable(value, recipe=(op, a, b))
+    if op in (operator.truediv, operator.itruediv):
+        quotient = _size_over_number(a, b)
+        if quotient is not None:
+            return quotient
     return ConstantVariable(op(a.as_python_constant(), b.as_python_constant()))
+
+
+def _size_over_number(a: ConstantVariable, b: ConstantVariable) -> ConstantVariable | None:
+    """``size / k`` for a symbolic size and a positive whole number ``k`` (Swin's
+    ``int(windows.shape[0] / (H * W / ws / ws))``): a float whose recipe keeps the size, so
+    ``int``/``math.floor``/``math.ceil`` of it stay symbolic (``rounded_quotient``) while any
+    other use of the float specializes the size, as reading it did before."""
+    size = a.value
+    if size.__class__ is not SymInt or size.hint is None or a.recipe is not None:
+        return None
+    if b.recipe is not None or type(b.value) not in (int, float):
+        return None
+    divisor = b.as_python_constant()
+    if not divisor > 0 or not float(divisor).is_integer():
+        return None
+    return ConstantVariable(size.hint / divisor, recipe=(operator.truediv, a, b))
+
+
+def rounded_quotient(vt: VariableTracker, rounding: str) -> ConstantVariable | None:
+    """``int``/``math.trunc`` (``rounding="trunc"``), ``math.floor`` or ``math.ceil`` of a
+    ``size / k`` made by ``_size_over_number``, as a symbolic size without a guard; None for
+    other values (and for a truncation whose size may be negative)."""
+    from ...runtime.symbolic import statically_known_true
+
+    recipe = getattr(vt, "recipe", None)
+    if recipe is None or recipe[0] not in (operator.truediv, operator.itruediv):
+        return None
+    _, a, b = recipe
+    size = a.value
+    if size.__class__ is not SymInt or a.recipe is not None or b.recipe is not None:
+        return None
+    divisor = int(b.value)
+    if rounding == "ceil":
+        return ConstantVariable((size + (divisor - 1)) // divisor)
+    if rounding == "trunc" and not statically_known_true(">=", size, 0):
+        return None
+    return ConstantVariable(size // divisor)
 
 
 _COMPARISONS = {

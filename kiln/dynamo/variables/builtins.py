@@ -20,7 +20,13 @@ from ...runtime.compiling import is_compiling
 from ...runtime.symbolic import SymInt
 from ...utils.checkpoint import checkpoint, checkpoint_sequential
 from ..exc import Unsupported, unsupported
-from .base import ConstantVariable, FixedObjectVariable, VariableTracker, active_output
+from .base import (
+    ConstantVariable,
+    FixedObjectVariable,
+    VariableTracker,
+    active_output,
+    rounded_quotient,
+)
 from .dicts import DictVariable, dict_key
 from .generators import CountVariable
 from .lists import (
@@ -210,6 +216,10 @@ def _isinstance(tx, fn, args, kwargs):
 @_handles(issubclass, callable, repr, str, int, float, complex, chr, ord, hash, round, divmod,
           pow, format, bin, hex, oct, ascii)  # fmt: skip
 def _pure(tx, fn, args, kwargs):
+    if fn is int and len(args) == 1 and not kwargs:
+        quotient = rounded_quotient(args[0], "trunc")
+        if quotient is not None:
+            return quotient
     if (
         fn in (int, float, complex, str, repr, format, round, hash)
         and args
@@ -469,8 +479,12 @@ def _opaque(tx, fn, args, kwargs):
     raise unsupported("opaque_function", f"{fn.__name__}() cannot be captured")
 
 
-@_handles(math.isclose, math.floor, math.ceil, math.sqrt, math.log, math.exp, math.prod)
+@_handles(math.isclose, math.floor, math.ceil, math.trunc, math.sqrt, math.log, math.exp, math.prod)
 def _math(tx, fn, args, kwargs):
+    if fn in (math.floor, math.ceil, math.trunc) and len(args) == 1:
+        quotient = rounded_quotient(args[0], fn.__name__)
+        if quotient is not None:
+            return quotient
     if _all_const(args, kwargs):
         return _fold(fn, args, kwargs)
     if fn is math.prod and len(args) == 1 and not args[0].is_python_constant():
