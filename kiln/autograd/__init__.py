@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..runtime.torch_function import handle_torch_function, has_torch_function, is_tensor_like
-from . import anomaly, functional, grad_mode, graph
+from . import anomaly, forward_ad, functional, grad_mode, graph
 from .anomaly import (
     detect_anomaly,
     is_anomaly_check_nan_enabled,
@@ -31,6 +31,7 @@ __all__ = [
     "GradcheckError",
     "graph",
     "functional",
+    "forward_ad",
     "Variable",
     "detect_anomaly",
     "set_detect_anomaly",

@@ -83,6 +83,7 @@ _MODULES = (
     "shape.views",
     "creation.windows",
     "nn.ctc",
+    "core.forward_rules",  # reads the ops above
 )
 for _module in _MODULES:
     importlib.import_module(f"{__name__}.{_module}")

@@ -165,6 +165,7 @@ class Tensor:
     # op on it is PyTorch's error (the pieces share their view history)
     _multi_output_view = None
     _inference_writable = False  # see ``mark_inference``
+    _fw_grad = None  # the tangent in the open forward-AD level (``autograd.forward_ad``)
 
     # ------------------------------------------------------------------ construction
     def __new__(cls, *args, **kwargs):

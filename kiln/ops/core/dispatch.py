@@ -4,6 +4,8 @@ Order of concerns, outermost first:
 0. autocast: inside ``kiln.autocast``, an op with a cast policy gets its inputs cast first;
    profiling: while ``kiln.profiler.profile`` records in this thread, the call is timed (with
    its shapes) around the rest of dispatch, and the recorder calls back with ``recorded=True``;
+   forward AD: while a dual level is open, the call goes to ``forward_grad`` (which comes back
+   with ``dual_done``) to give its results tangents; closed, that is one flag test;
 1. composite ops (no kernel of their own) run their decomposition, unless a mode wants them whole;
 2. autograd: if grad mode is on and an input requires grad, run the op below autograd and record
    an ``OpBackward`` node on the outputs (in-place ops rebase history; see ``_inplace_autograd``);
@@ -22,6 +24,7 @@ from __future__ import annotations
 from weakref import ref as _weak_ref
 
 from ...autograd import engine
+from ...autograd.forward_ad import DUAL_ACTIVE
 from ...autograd.graph import Node, OpBackward, leaf_edge, op_node_class
 from ...runtime.device import cpu, meta
 from ...runtime.memory_format import (
@@ -33,7 +36,7 @@ from ...runtime.memory_format import (
 )
 from ...runtime.state import per_thread
 from ...runtime.tensor import INFERENCE_SEEN, Tensor, mark_inference
-from . import registry
+from . import forward_grad, registry
 from .common import broadcast_shapes, preserved_layout, zero_grad
 
 __all__ = [
@@ -49,7 +52,7 @@ __all__ = [
 ]
 
 
-def dispatch(op, args: tuple, recorded: bool = False):
+def dispatch(op, args: tuple, recorded: bool = False, dual_done: bool = False):
     state = per_thread.state  # this thread's grad mode, modes and autocast: read once
     if op.inplace:
         if INFERENCE_SEEN[0] and getattr(args[0], "_inference", False):
@@ -65,6 +68,8 @@ def dispatch(op, args: tuple, recorded: bool = False):
         return state.autocast.run(op, args)  # casts the arguments, then dispatches again
     if state.profiler is not None and not recorded:  # off: this one check is all it costs
         return state.profiler.record_op(op, args)
+    if DUAL_ACTIVE[0] and not dual_done:  # a forward-AD level is open: tangents ride along
+        return forward_grad.dual_dispatch(op, args, dispatch)
     modes = state.mode_stack
     kernel = op.kernel
     if kernel is None and op.decomposition is not None:
@@ -125,6 +130,7 @@ def operator_method(op, reverse: bool = False, operand_types: tuple = (Tensor,))
     loops are skipped; every other call goes through ``dispatch``. An ``other`` not among
     ``operand_types`` gives NotImplemented (Python's operator protocol)."""
     bind = op.bind
+    dual_active = DUAL_ACTIVE  # a closure cell: read faster than the module global
     if op.inplace or op.is_view:
         raise ValueError(f"operator_method: {op.name} is not an out-of-place op")
 
@@ -137,6 +143,7 @@ def operator_method(op, reverse: bool = False, operand_types: tuple = (Tensor,))
         if (
             kernel is None
             or state.mode_stack
+            or dual_active[0]
             or state.autocast is not None
             or state.profiler is not None
             or state.inference_mode
@@ -180,6 +187,7 @@ def writing_method(op, write_into):
             len(args) == 1
             and self.__class__ is Tensor
             and not state.mode_stack
+            and not DUAL_ACTIVE[0]
             and state.autocast is None
             and state.profiler is None
             and not state.inference_mode

@@ -13,6 +13,7 @@ import functools
 import inspect
 from collections.abc import Callable
 
+from ...autograd.forward_ad import DUAL_ACTIVE
 from ...autograd.grad_mode import no_grad
 from ...runtime import dtypes as dt
 from ...runtime.state import per_thread
@@ -163,6 +164,7 @@ def _writes_directly(args: tuple, out) -> bool:
     if (
         len(args) != 2
         or state.mode_stack
+        or DUAL_ACTIVE[0]
         or state.autocast is not None
         or state.profiler is not None
         or state.inference_mode

@@ -96,6 +96,7 @@ class Op:
         "kernel",
         "meta",
         "derivative",
+        "jvp",
         "decomposition",
         "kind",
         "is_prim",
@@ -164,6 +165,10 @@ class Op:
         self.kernel = None
         self.meta = None
         self.derivative = None
+        # ``jvp(args, tangents, out) -> tangent``: the forward-mode derivative (``tangents``
+        # lines up with ``args``, None where an argument has none); None: forward AD gets it
+        # from ``derivative`` by the double-vjp trick (``forward_grad``)
+        self.jvp = None
         self.decomposition = None
         self.kind = kind
         self.is_prim = prim
@@ -314,6 +319,10 @@ class Op:
             return f
 
         return deco(fn) if fn is not None else deco
+
+    def register_jvp(self, fn: Callable) -> Callable:
+        self.jvp = fn
+        return fn
 
     def register_decomposition(self, fn: Callable) -> Callable:
         decomposition = self._refusing_complex(fn)

@@ -1,0 +1,136 @@
+"""Forward-mode derivatives (``Op.jvp``) of the ops forward AD meets most.
+
+Every other op gets its tangent from its backward by the double-vjp trick
+(``forward_grad._double_vjp``), which runs the op again and two backward passes; these
+rules compute ``J . t`` directly. A rule is ``jvp(args, tangents, out) -> tangent``:
+``tangents`` lines up with the op's canonical ``args`` (None where an argument carries no
+tangent, a number included), ``out`` is the op's result. Rules run with the dual level
+suspended and under the caller's grad mode, so backward AD records them like any other ops.
+"""
+
+from __future__ import annotations
+
+from .dispatch import dispatch
+from .registry import OPS
+
+__all__ = ["linear_in_first"]
+
+
+def _sum(*terms):
+    """The sum of the terms that are not None (None if all are)."""
+    total = None
+    for term in terms:
+        if term is not None:
+            total = term if total is None else total + term
+    return total
+
+
+def _scaled(t, alpha):
+    if t is None or alpha == 1:
+        return t
+    return t * alpha
+
+
+def linear_in_first(op) -> None:
+    """``op`` is linear in its first argument and its others carry no tangent (sum, mean,
+    clone, advanced indexing): the tangent is the op applied to the first one's tangent."""
+
+    def jvp(args, tangents, out):
+        if tangents[0] is None:
+            return None
+        return dispatch(op, (tangents[0],) + tuple(args[1:]))
+
+    op.register_jvp(jvp)
+
+
+@OPS["add"].register_jvp
+def _add(args, tangents, out):
+    return _sum(tangents[0], _scaled(tangents[1], args[2]))
+
+
+@OPS["sub"].register_jvp
+def _sub(args, tangents, out):
+    other = tangents[1]
+    return _sum(tangents[0], None if other is None else -_scaled(other, args[2]))
+
+
+@OPS["mul"].register_jvp
+def _mul(args, tangents, out):
+    a, b = args[0], args[1]
+    ta, tb = tangents[0], tangents[1]
+    return _sum(None if ta is None else ta * b, None if tb is None else a * tb)
+
+
+@OPS["div"].register_jvp
+def _div(args, tangents, out):
+    a, b, rounding_mode = args
+    if rounding_mode is not None:  # piecewise constant: a zero tangent, as PyTorch's
+        return out * 0
+    ta, tb = tangents[0], tangents[1]
+    return _sum(None if ta is None else ta / b, None if tb is None else -(out * tb) / b)
+
+
+@OPS["neg"].register_jvp
+def _neg(args, tangents, out):
+    return -tangents[0]
+
+
+def _product_rule(op):
+    def jvp(args, tangents, out):
+        a, b = args[0], args[1]
+        ta, tb = tangents[0], tangents[1]
+        return _sum(
+            None if ta is None else dispatch(op, (ta, b)),
+            None if tb is None else dispatch(op, (a, tb)),
+        )
+
+    op.register_jvp(jvp)
+
+
+for _name in ("mm", "bmm", "matmul"):
+    _product_rule(OPS[_name])
+
+
+@OPS["linear"].register_jvp
+def _linear(args, tangents, out):
+    x, weight, _ = args
+    tx, tw, tb = tangents
+    linear = OPS["linear"]
+    return _sum(
+        None if tx is None else dispatch(linear, (tx, weight, None)),
+        None if tw is None else dispatch(linear, (x, tw, None)),
+        tb,
+    )
+
+
+@OPS["exp"].register_jvp
+def _exp(args, tangents, out):
+    return tangents[0] * out
+
+
+@OPS["tanh"].register_jvp
+def _tanh(args, tangents, out):
+    return tangents[0] * (1 - out * out)
+
+
+@OPS["sigmoid"].register_jvp
+def _sigmoid(args, tangents, out):
+    return tangents[0] * (out * (1 - out))
+
+
+@OPS["relu"].register_jvp
+def _relu(args, tangents, out):
+    return tangents[0] * (out > 0)
+
+
+@OPS["copy_"].register_jvp
+def _copy(args, tangents, out):
+    """The written tensor's new tangent: the source's, cast and broadcast (None: zero)."""
+    self, source_tangent = args[0], tangents[1]
+    if source_tangent is None:
+        return None
+    return source_tangent.to(self.dtype).expand(self.shape)
+
+
+for _name in ("sum", "mean", "clone", "index"):
+    linear_in_first(OPS[_name])
