@@ -11,6 +11,7 @@ it.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any, NamedTuple
 from weakref import ref as _weak_ref
 
@@ -99,16 +100,27 @@ def set_tangent(t: Tensor, tangent: Tensor | None) -> None:
         _dual_tensors[:] = [r for r in _dual_tensors if r() is not None]
 
 
+class _Suspension(threading.local):
+    depth = 0
+
+
+_suspension = _Suspension()
+
+
+def dual_suspended() -> bool:
+    """Whether this thread is computing tangents (its ops carry none)."""
+    return _suspension.depth > 0
+
+
 class suspended_dual:  # noqa: N801  (a context manager, named like PyTorch's)
-    """Ops inside run as plain ops, carrying no tangents: the tangent computations themselves.
-    Process-wide, as the level is; nests."""
+    """This thread's ops inside run as plain ops, carrying no tangents: the tangent
+    computations themselves (other threads' ops keep theirs). Nests."""
 
     def __enter__(self) -> None:
-        self._prev = DUAL_ACTIVE[0]
-        DUAL_ACTIVE[0] = False
+        _suspension.depth += 1
 
     def __exit__(self, *exc) -> None:
-        DUAL_ACTIVE[0] = self._prev
+        _suspension.depth -= 1
 
 
 def make_dual(tensor: Tensor, tangent: Tensor, *, level: int | None = None) -> Tensor:
@@ -175,7 +187,8 @@ def unpack_dual(tensor: Tensor, *, level: int | None = None) -> UnpackedDualTens
         return UnpackedDualTensor(tensor, None)
     from ..ops.core.registry import OPS
 
-    tangent = tangent_of(tensor)
+    # (a custom Function's forward runs suspended: its inputs show no tangent, as in PyTorch)
+    tangent = None if dual_suspended() else tangent_of(tensor)
     if level != _current_level:
         if tangent is not None:
             raise RuntimeError("Invalid level given to _fw_primal")

@@ -2,13 +2,16 @@
 
 ``forward(ctx, *args)`` runs with grad mode off; ``backward(ctx, *grads)`` returns one gradient per
 forward input (None for non-tensors). ``ctx.save_for_backward`` stores tensors with their version
-counters so in-place changes after saving are reported like any other saved tensor.
+counters so in-place changes after saving are reported like any other saved tensor. Under forward
+AD, ``forward`` sees no tangents and ``jvp(ctx, *tangents)`` gives the outputs' (what
+``ctx.save_for_forward`` kept is its ``ctx.saved_tensors``), as in PyTorch.
 """
 
 from __future__ import annotations
 
 from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
+from .forward_ad import DUAL_ACTIVE, dual_suspended, set_tangent, suspended_dual, tangent_of
 from .graph import _RELEASED_MSG, Node, leaf_edge
 from .saved_hooks import Packed, pack_tensor
 
@@ -61,6 +64,15 @@ class FunctionCtx:
         if self._saved:
             self._saved = tuple(None if t is None else pack_tensor(t, hooks) for t in self._saved)
             self._saved_versions = (None,) * len(self._saved)
+
+    def save_for_forward(self, *tensors) -> None:
+        """Keep tensors for ``jvp`` (its ``ctx.saved_tensors``)."""
+        for t in tensors:
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(
+                    f"save_for_forward expects all arguments to be tensors; but got {type(t).__name__}"
+                )
+        self._saved_for_forward = tensors
 
     def mark_non_differentiable(self, *tensors) -> None:
         self._non_differentiable.update(id(t) for t in tensors)
@@ -132,23 +144,33 @@ class Function(metaclass=_FunctionMeta):
     def setup_context(ctx, inputs, output):
         raise NotImplementedError
 
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError(
+            "You must implement the jvp function for custom autograd.Function to use it with "
+            "forward mode AD."
+        )
+
     @classmethod
     def apply(cls, *args, **kwargs):
         ctx = FunctionCtx()
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
         uses_setup = cls.setup_context is not Function.setup_context
+        tangents = _input_tangents(args) if DUAL_ACTIVE[0] and not dual_suspended() else None
         state = per_thread.state
         prev = state.grad_enabled
         state.grad_enabled = False
         try:
-            if uses_setup:
-                out = cls.forward(*args, **kwargs)
-                cls.setup_context(ctx, args, out)
+            if tangents is not None:
+                with suspended_dual():
+                    out = _run_forward(cls, ctx, uses_setup, args, kwargs)
             else:
-                out = cls.forward(ctx, *args, **kwargs)
+                out = _run_forward(cls, ctx, uses_setup, args, kwargs)
         finally:
             state.grad_enabled = prev
         if not (prev and any(ctx.needs_input_grad)):
+            if tangents is not None:
+                _give_tangents(cls, ctx, args, tangents, out)
             return out
         positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
         next_functions = []
@@ -189,7 +211,52 @@ class Function(metaclass=_FunctionMeta):
         node.out_meta = tuple(
             (shape, dtype) if dtype is not None else ((), _NoneDtype) for shape, dtype in metas
         )
-        return tuple(wrapped) if isinstance(out, tuple) else wrapped[0]
+        result = tuple(wrapped) if isinstance(out, tuple) else wrapped[0]
+        if tangents is not None:
+            _give_tangents(cls, ctx, args, tangents, result)
+        return result
+
+
+def _run_forward(cls, ctx: FunctionCtx, uses_setup: bool, args: tuple, kwargs: dict):
+    if uses_setup:
+        out = cls.forward(*args, **kwargs)
+        cls.setup_context(ctx, args, out)
+        return out
+    return cls.forward(ctx, *args, **kwargs)
+
+
+def _input_tangents(args: tuple) -> list | None:
+    """The arguments' tangents in the open dual level, or None when none has one."""
+    tangents = [tangent_of(a) if isinstance(a, Tensor) else None for a in args]
+    return tangents if any(t is not None for t in tangents) else None
+
+
+def _give_tangents(cls, ctx: FunctionCtx, args: tuple, tangents: list, out) -> None:
+    """The outputs' tangents from the Function's ``jvp`` (zeros for tensor inputs without a
+    tangent, as PyTorch materializes them), computed with the level suspended."""
+    if cls.jvp is Function.jvp:
+        raise NotImplementedError(
+            "You must implement the jvp function for custom autograd.Function to use it with "
+            "forward mode AD."
+        )
+    from ..ops.public import zeros_like
+
+    with suspended_dual():
+        given = [
+            zeros_like(a) if t is None and isinstance(a, Tensor) else t
+            for a, t in zip(args, tangents)
+        ]
+        saved, versions = ctx._saved, ctx._saved_versions
+        ctx.save_for_backward(*getattr(ctx, "_saved_for_forward", ()))
+        try:
+            result = cls.jvp(ctx, *given)
+        finally:
+            ctx._saved, ctx._saved_versions = saved, versions
+    outs = out if isinstance(out, tuple) else (out,)
+    results = result if isinstance(result, tuple) else (result,)
+    for o, t in zip(outs, results):
+        if isinstance(o, Tensor) and isinstance(t, Tensor) and o._dtype.category >= 2:
+            set_tangent(o, t)
 
 
 class _NoneDtypeType:

@@ -474,3 +474,74 @@ def test_func_jvp_unchanged_inside_and_outside_a_level():
     with fwAD.dual_level():
         out = kiln.func.jvp(kiln.sin, (kiln.tensor(x),), (kiln.tensor(t),))[1]
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12)
+
+
+# ------------------------------------------------------------------------------ custom Functions
+
+
+def _product_function(lib, seen: list):
+    fad = fwAD if lib is kiln else torch_fwAD
+
+    class Product(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_forward(a, b)
+            seen.append(fad.unpack_dual(a).tangent)
+            return a * b
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, grad
+
+        @staticmethod
+        def jvp(ctx, ta, tb):
+            a, b = ctx.saved_tensors
+            seen.append(tb.tolist())  # zeros for the input without a tangent
+            return ta * b + a * tb
+
+    return Product
+
+
+def test_custom_function_jvp_matches_pytorch():
+    x, y, tx = _arrays((3,), (3,), (3,))
+    results = []
+    for lib, fad in ((kiln, fwAD), (torch, torch_fwAD)):
+        seen = []
+        with fad.dual_level():
+            dual = fad.make_dual(lib.tensor(x), lib.tensor(tx))
+            out = _product_function(lib, seen).apply(dual, lib.tensor(y))
+            results.append(fad.unpack_dual(out).tangent.numpy())
+        assert seen == [None, [0.0, 0.0, 0.0]]  # forward saw no tangent
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-12)
+    np.testing.assert_allclose(results[0], tx * y, rtol=1e-12)
+
+
+def test_custom_function_without_jvp_is_refused_like_pytorch():
+    def make(lib, fad):
+        class Double(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, a):
+                return a * 2
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * 2
+
+        with fad.dual_level():
+            Double.apply(fad.make_dual(lib.ones(2), lib.ones(2)))
+
+    ours, theirs = _both(make)
+    assert theirs is not None and ours == theirs
+
+
+def test_other_threads_see_the_level_like_pytorch():
+    import threading
+
+    for lib, fad in ((kiln, fwAD), (torch, torch_fwAD)):
+        seen = []
+        with fad.dual_level():
+            dual = fad.make_dual(lib.ones(3, dtype=lib.float64), lib.ones(3, dtype=lib.float64))
+            worker = threading.Thread(target=lambda: seen.append(fad.unpack_dual(dual * 3)[1]))
+            worker.start()
+            worker.join()
+        assert seen[0].tolist() == [3.0, 3.0, 3.0]

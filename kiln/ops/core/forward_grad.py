@@ -13,14 +13,14 @@ parts carry the tangents. Otherwise the op runs, and its results get ``J . t``:
 
 An in-place op's tangent is the out-of-place op's, computed before the write (the rules read
 the old value) and then written into the existing tangent, so that views of the tangent see
-it. Tangent computations run with the level suspended (no tangents of tangents) and, where
+it. Tangent computations run with the level suspended in their thread (no tangents of tangents) and, where
 backward AD must see them (a primal or a tangent requires grad), under grad mode.
 """
 
 from __future__ import annotations
 
 from ...autograd.engine import grad as autograd_grad
-from ...autograd.forward_ad import set_tangent, suspended_dual, tangent_of
+from ...autograd.forward_ad import dual_suspended, set_tangent, suspended_dual, tangent_of
 from ...runtime.state import per_thread
 from ...runtime.tensor import Tensor
 from . import registry
@@ -31,6 +31,8 @@ __all__ = ["dual_dispatch", "zeros_tangent"]
 def dual_dispatch(op, args: tuple, dispatch):
     """Run ``op`` (through ``dispatch`` below the forward-AD check) and give its results
     their tangents."""
+    if dual_suspended():
+        return dispatch(op, args, True, True)
     tangents = _input_tangents(op, args)
     if tangents is None or not op.differentiable or op.kernel is None:
         return dispatch(op, args, True, True)  # a composite's parts carry the tangents
