@@ -7,6 +7,7 @@ non-prim op expanded (used by tests to check each decomposition against the op's
 
 from __future__ import annotations
 
+from ..ops.core.common import laid_out_as
 from ..ops.core.dispatch import (
     DispatchMode,
     dispatch,
@@ -108,8 +109,12 @@ def _upcast(op: Op, args: tuple) -> tuple:
 
 
 def _round_like(result, expected):
+    """``result`` in the dtypes and layouts of the kernel's (``expected``, the meta's): the
+    float32 copies of expanded or strided inputs are dense, and would order the dims."""
     if isinstance(result, Tensor):
-        return result if result._dtype is expected._dtype else _to(result, expected._dtype)
+        if result._dtype is not expected._dtype:
+            result = _to(result, expected._dtype)
+        return laid_out_as(result, expected.stride())
     parts = [_round_like(r, e) for r, e in zip(result, expected)]
     return type(result)._make(parts) if hasattr(type(result), "_make") else type(result)(parts)
 

@@ -57,6 +57,8 @@ __all__ = [
     "dense_strides_like",
     "laid_out",
     "preserved_layout",
+    "laid_out_as",
+    "in_iterator_layout",
     "to_float_dtype",
     "is_scalar",
     "fake",
@@ -324,6 +326,43 @@ def in_suggested_format(out: Tensor, *tensors) -> Tensor:
     return out.clone(memory_format=memory_format(fmt))
 
 
+def laid_out_as(out: Tensor, strides: tuple) -> Tensor:
+    """``out`` with the dense ``strides`` (compared in dims longer than one): itself when it has
+    them, else a permute, a contiguous copy and the inverse permute, which trace as views and
+    one clone. For composites and decompositions whose parts order dims otherwise than the
+    op's kernel and meta do. Strides that are not dense (a meta's broadcast result) are no
+    layout to copy into, and symbolic ones are not compared (that would add guards): ``out``
+    is returned as it is."""
+    shape = tuple(out.shape)
+    if any(v.__class__ is SymInt for v in (*shape, *strides)):
+        return out
+    if not _dense(shape, strides) or all(
+        n == 1 or a == b for n, a, b in zip(shape, out.stride(), strides)
+    ):
+        return out
+    order = sorted(range(len(strides)), key=lambda i: (-strides[i], i))
+    inverse = [0] * len(order)
+    for position, i in enumerate(order):
+        inverse[i] = position
+    return out.permute(order).contiguous().permute(inverse)
+
+
+def in_iterator_layout(out: Tensor, operands, common_dtype: dt.dtype | None = None) -> Tensor:
+    """``out``, an elementwise result over ``operands`` built of several ops, laid out as one
+    TensorIterator over them lays it out (``output_layout_source``), as the op's kernel does."""
+    if all(
+        o._data is not None and o._data.flags.c_contiguous
+        for o in (out, *operands)
+        if isinstance(o, Tensor)
+    ):
+        return out  # contiguous operands: a contiguous result either way
+    shape = tuple(out.shape)
+    if any(v.__class__ is SymInt for v in shape):
+        return out
+    layout = output_layout_source(shape, operands, common_dtype)
+    return laid_out_as(out, dense_strides_like(shape, layout))
+
+
 def empty_laid_out(shape: tuple, dtype, strides: tuple) -> np.ndarray:
     """An uninitialized array of ``shape`` with the dense ``strides`` (size-1 dims' as PyTorch
     gives them), for a kernel to write a channels-last result into directly."""
@@ -347,14 +386,21 @@ def preserved_layout(x: Tensor) -> tuple | None:
     return preserved_strides(x._shape, x.stride(), preserve_format, "empty_like")
 
 
-def output_layout_source(shape: tuple, operands) -> tuple | None:
+def output_layout_source(
+    shape: tuple, operands, common_dtype: dt.dtype | None = None, *, unpromoted: int = 0
+) -> tuple | None:
     """The strides PyTorch's TensorIterator gives an elementwise result of ``shape`` over
     ``operands`` (None: row-major). Operands of the result's shape that share one dense layout
     give it; otherwise the dims are ordered by the operands' strides, the first operand that
     tells two dims apart deciding, a broadcast dim (stride 0) telling nothing, equal strides
     putting the shorter dim inside: an expanded channels-last gradient times a row-major mask
     is channels-last, as in PyTorch. Eager kernels and metas both lay results out by it, so a
-    compiled graph's views see the strides eager code makes."""
+    compiled graph's views see the strides eager code makes.
+
+    TensorIterator first copies each operand whose dtype is not the common one (``common_dtype``;
+    by default the operands' promoted type, ``operands[:unpromoted]`` left out, as where's
+    condition is) to that dtype, so such an operand counts with its copy's strides
+    (``promoted_strides``): an expanded int tensor plus a transposed float one is row-major."""
     ndim = len(shape)
     if ndim < 2:
         return None
@@ -366,6 +412,8 @@ def output_layout_source(shape: tuple, operands) -> tuple | None:
         v.__class__ is SymInt for v in shape
     ):
         return _first_full_operand_layout(shape, tensors)
+    if len(tensors) > 1:
+        layouts = _promoted_layouts(operands, layouts, common_dtype, unpromoted)
     shape = tuple(shape)
     rows = []
     same_shape = True
@@ -388,6 +436,36 @@ def output_layout_source(shape: tuple, operands) -> tuple | None:
     return iterator_strides(shape, rows)
 
 
+def _promoted_layouts(operands, layouts: list, common_dtype, unpromoted: int) -> list:
+    """``layouts`` (one (shape, strides) per tensor operand) with each operand TensorIterator
+    copies to ``common_dtype`` first read as that copy: dense, in its own dim order."""
+    tensors = [o for o in operands if isinstance(o, Tensor)]
+    if common_dtype is None:
+        first = tensors[0]._dtype
+        if len(tensors) == len(operands) and all(t._dtype is first for t in tensors):
+            return layouts  # one dtype and no numbers: nothing is cast
+        common_dtype = result_dtype(*operands[unpromoted:])
+    skipped = sum(isinstance(o, Tensor) for o in operands[:unpromoted])
+    out = list(layouts)
+    for i in range(skipped, len(tensors)):
+        tshape, stride = layouts[i]
+        if tensors[i]._dtype is not common_dtype and not _dense(tshape, stride):
+            out[i] = (tshape, promoted_strides(tshape, stride))
+    return out
+
+
+def promoted_strides(shape: tuple, stride: tuple) -> tuple:
+    """The strides of ``t.to(dtype)`` for a ``t`` that is not dense (PyTorch's
+    ``infer_dense_strides``): dense, its dims in the order of its strides, a broadcast dim
+    (stride 0) staying where it is, so an expanded operand's copy is row-major."""
+    strides = [0] * len(shape)
+    step = 1
+    for d in _iterator_perm(shape, (stride,)):
+        strides[d] = step
+        step *= max(shape[d], 1)
+    return tuple(strides)
+
+
 def iterator_strides(shape: tuple, rows: list) -> tuple | None:
     """The dense strides TensorIterator gives a result of ``shape`` (static sizes) from its
     operands' strides ``rows`` (one per operand, in operand order, each already broadcast to
@@ -395,7 +473,22 @@ def iterator_strides(shape: tuple, rows: list) -> tuple | None:
     that build a TensorIterator over operands of their own making (advanced indexing over a
     restrided source) call this with those rows."""
     ndim = len(shape)
-    perm = list(range(ndim - 1, -1, -1))  # perm[0]: the innermost dim
+    perm = _iterator_perm(shape, rows)
+    if perm == list(range(ndim - 1, -1, -1)):
+        return None
+    strides = [0] * ndim
+    step = 1
+    for d in perm:
+        strides[d] = step
+        step *= shape[d]
+    return tuple(strides)
+
+
+def _iterator_perm(shape: tuple, rows) -> list:
+    """TensorIterator's dim order (``perm[0]`` the innermost): an insertion sort by
+    ``_iterator_order`` that leaves dims no operand tells apart where they are."""
+    ndim = len(shape)
+    perm = list(range(ndim - 1, -1, -1))
     for i in range(1, ndim):
         dim1 = i
         for dim0 in range(i - 1, -1, -1):
@@ -405,14 +498,7 @@ def iterator_strides(shape: tuple, rows: list) -> tuple | None:
                 dim1 = dim0
             elif order < 0:
                 break
-    if perm == list(range(ndim - 1, -1, -1)):
-        return None
-    strides = [0] * ndim
-    step = 1
-    for d in perm:
-        strides[d] = step
-        step *= shape[d]
-    return tuple(strides)
+    return perm
 
 
 def _iterator_order(rows: list, shape: tuple, dim0: int, dim1: int) -> int:
@@ -521,10 +607,15 @@ def zero_grad(g: Tensor) -> Tensor:
     return g.new_zeros(tuple(g.shape))
 
 
-def pointwise_meta(out_dtype: dt.dtype, *operands) -> Tensor:
+def pointwise_meta(
+    out_dtype: dt.dtype, *operands, common_dtype: dt.dtype | None = None, unpromoted: int = 0
+) -> Tensor:
+    """An elementwise result's fake: the broadcast shape, TensorIterator's layout
+    (``output_layout_source``, whose ``common_dtype``/``unpromoted`` these are)."""
     shapes = [o._shape for o in operands if isinstance(o, Tensor)]
     shape = broadcast_shapes(*shapes)
-    stride = dense_strides_like(shape, output_layout_source(shape, operands))
+    layout = output_layout_source(shape, operands, common_dtype, unpromoted=unpromoted)
+    stride = dense_strides_like(shape, layout)
     return fake(shape, out_dtype, device_operand(*operands), stride)
 
 

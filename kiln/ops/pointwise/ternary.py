@@ -26,6 +26,7 @@ from ..core.common import (
     clip_ufunc,
     compute_np_dtype,
     fake,
+    in_iterator_layout,
     pointwise_meta,
     result_dtype,
     to_float_dtype,
@@ -34,7 +35,7 @@ from ..core.common import (
 from ..core.grad_fn_naming import is_tensor_arg
 from ..core.registry import defop
 from ..reductions.reduce import torch_type_name
-from .unary_binary import as_np_operand, maximum, needs_grad, where
+from .unary_binary import as_np_operand, iterator_layout, maximum, needs_grad, where
 
 __all__: list[str] = []
 
@@ -80,7 +81,7 @@ def _clamp_kernel(x, lo, hi):
             if isinstance(lo, Tensor) or isinstance(hi, Tensor):
                 # with array bounds numpy may give the bound's zero where it equals ``x``
                 out = np.where(out == a, a, out)
-            return wrap(out, d)
+            return wrap(_clamp_layout(out, x, lo, hi, d), d)
     if d.category == 1:  # out-of-range number bounds raise, as PyTorch's conversion does
         lo, hi = (checked_scalar(b, d) if isinstance(b, (int, float)) else b for b in (lo, hi))
     out = a
@@ -96,7 +97,15 @@ def _clamp_kernel(x, lo, hi):
         # a number bound keeps ``x`` where they are equal (PyTorch's clamp_min/clamp_max), so
         # -0.0 clamped at 0.0 stays -0.0; numpy's maximum/minimum pick the bound's zero
         out = np.where(out == a, a, out)
-    return wrap(out, d)
+    return wrap(_clamp_layout(out, x, lo, hi, d), d)
+
+
+def _clamp_layout(out: np.ndarray, x: Tensor, lo, hi, d: dt.dtype) -> np.ndarray:
+    """numpy's clamp result in TensorIterator's layout over (x, lo, hi); a contiguous ``x``
+    with number bounds (the common call) is contiguous either way."""
+    if x._data.flags.c_contiguous and lo.__class__ is not Tensor and hi.__class__ is not Tensor:
+        return out
+    return iterator_layout(out, (x, lo, hi), d)
 
 
 @clamp.register_meta
@@ -107,7 +116,7 @@ def _clamp_meta(x, lo=None, hi=None):
         for b in (lo, hi):
             if isinstance(b, (int, float)):
                 checked_scalar(b, d)
-    return pointwise_meta(d, x, *(t for t in (lo, hi) if isinstance(t, Tensor)))
+    return pointwise_meta(d, x, *(t for t in (lo, hi) if isinstance(t, Tensor)), common_dtype=d)
 
 
 def _clamp_grad(c, g):
@@ -153,7 +162,7 @@ def _clamp_decomp(x, lo=None, hi=None):
         out = where(_takes_bound(out < lo, lo), lo, out)
     if hi is not None:
         out = where(_takes_bound(out > hi, hi), hi, out)
-    return out
+    return in_iterator_layout(out, (x, lo, hi), result_dtype(x, lo, hi))
 
 
 @defop(kind="pointwise", holomorphic=True)
@@ -198,7 +207,7 @@ def _lerp_kernel(x, end, w):
         out = out.astype(np.float32)
     else:
         out = np.where(small, a + ww * (b - a), b - (b - a) * (1 - ww))
-    return wrap(out, d)
+    return wrap(iterator_layout(out, (x, end, w), d), d)
 
 
 @lerp.register_meta
@@ -228,8 +237,10 @@ def _lerp_decomp(x, e, w):
     both ends and an infinite end gives the infinity (x + w * (e - x) gave NaN for x = -inf,
     w >= 0.5: -inf + inf)."""
     if not isinstance(w, Tensor):
-        return x + w * (e - x) if abs(w) < 0.5 else e - (e - x) * (1 - w)
-    return where(w.abs() < 0.5, x + w * (e - x), e - (e - x) * (1 - w))
+        out = x + w * (e - x) if abs(w) < 0.5 else e - (e - x) * (1 - w)
+    else:  # (the select's condition, read from ``w``, would order the dims first)
+        out = where(w.abs() < 0.5, x + w * (e - x), e - (e - x) * (1 - w))
+    return in_iterator_layout(out, (x, e, w))
 
 
 @defop(kind="pointwise")
@@ -309,8 +320,8 @@ def _nan_to_num_kernel(x, nan, posinf, neginf):
             fixed = _nan_to_num_kernel(wrap(c_contiguous(part), real), nan, posinf, neginf)
             target[...] = fixed._data
         return wrap(out, x._dtype)
-    if not x._dtype.is_floating_point:
-        return wrap(a.copy(), x._dtype)
+    if not x._dtype.is_floating_point:  # a copy laid out as PyTorch's clone
+        return wrap(iterator_layout(a.copy(), (x,)), x._dtype)
     info = ml_dtypes.finfo(a.dtype)  # numpy's finfo does not know bfloat16
     out = np.where(a != a, 0.0 if nan is None else nan, a)
     out = np.where(out == np.inf, info.max if posinf is None else posinf, out)
@@ -350,7 +361,8 @@ def _in_compute_dtype(formula):
     def decomposition(x, a, b, value=1):
         d = result_dtype(x, a, b)
         compute = dt.float32 if d is dt.float16 or d is dt.bfloat16 else d
-        return formula(x.to(compute), a.to(compute), b.to(compute), value).to(d)
+        out = formula(x.to(compute), a.to(compute), b.to(compute), value).to(d)
+        return in_iterator_layout(out, (x, a, b), d)  # (a cast copy of ``x`` is dense)
 
     return decomposition
 
@@ -484,7 +496,8 @@ def _register_log_add_exp(op, np_fn, exp, log_scale: float) -> None:
     def kernel(a, b):
         d = out_dtype(a, b)
         cd = compute_np_dtype(d)  # half types in float32, as PyTorch's CPU kernels do
-        return wrap(np_fn(as_np_operand(a, cd), as_np_operand(b, cd)).astype(d.np), d)
+        out = np_fn(as_np_operand(a, cd), as_np_operand(b, cd))
+        return wrap(iterator_layout(out, (a, b), d), d)
 
     def meta(a, b):
         return pointwise_meta(out_dtype(a, b), a, b)
@@ -497,10 +510,11 @@ def _register_log_add_exp(op, np_fn, exp, log_scale: float) -> None:
         )
 
     def decomposition(a, b):
-        a, b = _as_float_operands(a, b)
-        m = maximum(a, b)
-        out = m + exp(-(a - b).abs()).log1p() * log_scale
-        return where((a == b) & a.isinf(), a, out)  # inf, inf -> inf (not inf - inf)
+        x, y = _as_float_operands(a, b)
+        m = maximum(x, y)
+        out = m + exp(-(x - y).abs()).log1p() * log_scale
+        out = where((x == y) & x.isinf(), x, out)  # inf, inf -> inf (not inf - inf)
+        return in_iterator_layout(out, (a, b))
 
     op.register_kernel(kernel)
     op.register_meta(meta)

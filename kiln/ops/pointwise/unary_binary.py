@@ -84,12 +84,13 @@ def refuse_integers(x, kernel_name: str | None, bool_kernel_name: str | None = N
     raise NotImplementedError(f"\"{refused}\" not implemented for '{torch_type_name(x._dtype)}'")
 
 
-def iterator_layout(r, operands):
+def iterator_layout(r, operands, common_dtype: dt.dtype | None = None):
     """``r``, a result numpy laid out by its own rule, in TensorIterator's layout (which the
     metas give, and compiled graphs view by) where the two differ: numpy puts a broadcast
     (stride-0) dim of a permuted operand elsewhere. Contiguous operands give a contiguous
     result either way; others are copied only when the layouts differ (rare: expanded,
-    permuted operands)."""
+    permuted operands). ``common_dtype``: the dtype operands are promoted to, where it is not
+    their promoted type (integers in float math)."""
     if r.__class__ is not np.ndarray or r.ndim < 2:
         return r
     if r.flags.c_contiguous:
@@ -99,7 +100,7 @@ def iterator_layout(r, operands):
                 break
         else:
             return r
-    want = output_layout_source(r.shape, operands)
+    want = output_layout_source(r.shape, operands, common_dtype)
     if want is None:
         return np.ascontiguousarray(r)
     size = r.itemsize
@@ -547,7 +548,8 @@ def _round_kernel(x, decimals):
     a = x._data
     if decimals and x._dtype in (dt.float16, dt.bfloat16):
         a = a.astype(np.float32)  # x * 10**decimals in 16 bits would overflow (PyTorch: float)
-    return wrap(np_round(a, decimals), x._dtype)
+    r = np_round(a, decimals)  # (numpy keeps an expanded integer operand's odd layout)
+    return wrap(r if a.flags.c_contiguous else iterator_layout(r, (x,)), x._dtype)
 
 
 round.register_meta(lambda x, decimals: pointwise_meta(x._dtype, x))
@@ -566,7 +568,7 @@ def as_np_operand(x, np_dtype):
     return np.asarray(x).astype(np_dtype)
 
 
-def _binary_out(a, b, d: dt.dtype, x, y):
+def _binary_out(a, b, d: dt.dtype, x, y, common_dtype: dt.dtype | None = None):
     """A pooled output buffer for large results (fresh large buffers cost page faults).
 
     Also where mismatched shapes are caught, with PyTorch's message (before numpy's).
@@ -585,7 +587,7 @@ def _binary_out(a, b, d: dt.dtype, x, y):
         return None  # numpy's own output: contiguous, as PyTorch's
     # numpy orders a result's dims by its own rule, which differs from TensorIterator's where
     # an operand is broadcast or permuted; the metas follow TensorIterator's
-    return empty_like_layout(shape, d, output_layout_source(shape, (x, y)))
+    return empty_like_layout(shape, d, output_layout_source(shape, (x, y), common_dtype))
 
 
 # the float dtypes numpy computes in as PyTorch does (float16 is not: numpy rounds a Python
@@ -649,7 +651,8 @@ def _make_binary_kernel(fn, kind: str):
                     r = iterator_layout(r, (x, y))
                 return wrap_array(r, _bool)
             if d in _SIXTEEN_BIT_FLOATS and (a.size >= WIDEN_MIN or b.size >= WIDEN_MIN):
-                return wrap(fn(_in_float32(x, d, fn, False), _in_float32(y, d, fn, True)), d)
+                r = fn(_in_float32(x, d, fn, False), _in_float32(y, d, fn, True))
+                return wrap(iterator_layout(r, (x, y)), d)
             if (
                 a.nbytes < _POOL_MIN_BYTES
                 and b.nbytes < _POOL_MIN_BYTES
@@ -666,7 +669,8 @@ def _make_binary_kernel(fn, kind: str):
             if kind == "float":
                 d = to_float_dtype(d)
             if kind != "bool" and d in _SIXTEEN_BIT_FLOATS:  # operands rounded to d first
-                return wrap(fn(_in_float32(x, d, fn, False), _in_float32(y, d, fn, True)), d)
+                r = fn(_in_float32(x, d, fn, False), _in_float32(y, d, fn, True))
+                return wrap(iterator_layout(r, (x, y), d), d)
             cd = compute_np_dtype(d) if kind == "float" else d.np
             a = as_np_operand(x, cd)
             b = as_np_operand(y, cd)
@@ -678,9 +682,9 @@ def _make_binary_kernel(fn, kind: str):
                     and a.flags.c_contiguous
                     and (b.__class__ is not np.ndarray or not b.ndim)
                 ):
-                    r = iterator_layout(r, (x, y))
+                    r = iterator_layout(r, (x, y), None if kind == "bool" else d)
                 return wrap(r, _bool if kind == "bool" else d)
-        out = _binary_out(a, b, d, x, y)
+        out = _binary_out(a, b, d, x, y, d if kind == "float" else None)
         if out is not None:
             return wrap(fn(a, b, out=out), d)
         return wrap(fn(a, b), d)
@@ -691,9 +695,10 @@ def _make_binary_kernel(fn, kind: str):
 def _make_binary_meta(kind: str):
     def meta(x, y, *rest):
         d = binary_dtype(x, y)
-        if kind == "float":
+        if kind == "float":  # integers promoted to float: copied first, as TensorIterator does
             d = to_float_dtype(d)
-        elif kind == "bool":
+            return pointwise_meta(d, x, y, common_dtype=d)
+        if kind == "bool":
             d = _bool
         return pointwise_meta(d, x, y)
 
@@ -1494,7 +1499,7 @@ def _where_kernel(cond, x, y):
     # numpy would order the result's dims by its own rule: lay it out as TensorIterator does
     # (the meta's layout), then select into it
     shape = broadcast_shapes(*(t._shape for t in (cond, x, y) if isinstance(t, Tensor)))
-    out = empty_like_layout(shape, d, output_layout_source(shape, (cond, x, y)))
+    out = empty_like_layout(shape, d, output_layout_source(shape, (cond, x, y), d, unpromoted=1))
     np.copyto(out, b)
     np.copyto(out, a, where=c)
     return wrap(out, d)
@@ -1504,8 +1509,8 @@ def _where_kernel(cond, x, y):
 def _where_meta(cond, x, y):
     _check_where_condition(cond)
     d = binary_dtype(x, y)
-    out = pointwise_meta(d, cond, *(t for t in (x, y) if isinstance(t, Tensor)))
-    return out
+    values = (t for t in (x, y) if isinstance(t, Tensor))
+    return pointwise_meta(d, cond, *values, common_dtype=d, unpromoted=1)
 
 
 def _where_grad(c, g):

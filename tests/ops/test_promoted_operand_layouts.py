@@ -1,0 +1,189 @@
+"""Elementwise results over operands of different dtypes are laid out as PyTorch lays them out.
+
+PyTorch's TensorIterator first copies each operand whose dtype is not the common one to that
+dtype (``to``, which keeps a dense operand's strides and makes another one dense in its own dim
+order, a broadcast dim real), and only then orders the result's dims by the operands' strides:
+``int_tensor.expand(4, 6) + float_tensor.t()`` is row-major, the copy of the expanded operand
+deciding; ``where``'s condition is never promoted. Checked over ops x layouts (contiguous,
+transposed, sliced with a step, expanded, channels-last 4-d) x dtype pairs against PyTorch,
+eager, on meta tensors (what compiled graphs are traced with) and compiled.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import kiln
+from tests.oracle import needs_torch, torch
+
+pytestmark = needs_torch
+
+
+def _values(lib, shape, dtype: str):
+    data = np.random.default_rng(len(shape)).standard_normal(shape) * 3
+    return lib.tensor(data).to(getattr(lib, dtype))
+
+
+# each builds a (4, 6) operand, or a (2, 3, 4, 6) one for the 4-d layouts
+LAYOUTS_2D = {
+    "contiguous": lambda lib, d: _values(lib, (4, 6), d),
+    "transposed": lambda lib, d: _values(lib, (6, 4), d).t(),
+    "sliced": lambda lib, d: _values(lib, (4, 12), d)[:, ::2],
+    "transposed_sliced": lambda lib, d: _values(lib, (12, 4), d).t()[:, ::2],
+    "transposed_sliced_rows": lambda lib, d: _values(lib, (6, 8), d).t()[::2],
+    "expanded": lambda lib, d: _values(lib, (1, 6), d).expand(4, 6),
+    "expanded_columns": lambda lib, d: _values(lib, (4, 1), d).expand(4, 6),
+    "broadcast_row": lambda lib, d: _values(lib, (6,), d),
+}
+LAYOUTS_4D = {
+    "channels_last": lambda lib, d: _values(lib, (2, 3, 4, 6), d).contiguous(
+        memory_format=lib.channels_last
+    ),
+    "contiguous_4d": lambda lib, d: _values(lib, (2, 3, 4, 6), d),
+    "sliced_4d": lambda lib, d: _values(lib, (2, 3, 4, 12), d)[..., ::2],
+    "permuted_4d": lambda lib, d: _values(lib, (2, 4, 6, 3), d).permute(0, 3, 1, 2),
+    "broadcast_row": LAYOUTS_2D["broadcast_row"],
+}
+LAYOUT_PAIRS = [
+    (a, b)
+    for layouts in (LAYOUTS_2D, LAYOUTS_4D)
+    for a, b in itertools.product(layouts, repeat=2)
+    if not a == b == "broadcast_row"
+]
+DTYPES = ["float32", "int64", "float64", "int32", "bfloat16", "bool"]
+
+
+def _float(lib, t):
+    return t if t.is_floating_point() else t.float()
+
+
+OPS = {
+    "add": lambda lib, a, b: a + b,
+    "mul": lambda lib, a, b: a * b,
+    "true_divide": lambda lib, a, b: a / b,  # integers promoted to float: both copied
+    "lt": lambda lib, a, b: a < b,  # promotes, though the result is bool
+    "maximum": lambda lib, a, b: lib.maximum(a, b),
+    "atan2": lambda lib, a, b: lib.atan2(_float(lib, a), b),
+    "logaddexp": lambda lib, a, b: lib.logaddexp(a, b),
+    "where": lambda lib, a, b: lib.where(a > 0, a, b),
+    "where_condition_of_other": lambda lib, a, b: lib.where(b > 0, a, b),
+    "lerp": lambda lib, a, b: lib.lerp(_float(lib, a), _float(lib, a) * 2, b.float()),
+    "clamp": lambda lib, a, b: lib.clamp(a, b, b + 1),
+    "clamp_min": lambda lib, a, b: lib.clamp(a, min=b),
+    "addcmul": lambda lib, a, b: lib.addcmul(a, b, b),
+}
+
+
+def _layout_fn(name: str):
+    return LAYOUTS_2D.get(name) or LAYOUTS_4D[name]
+
+
+def _run(lib, op: str, layouts: tuple, dtypes: tuple):
+    a, b = (_layout_fn(layout)(lib, d) for layout, d in zip(layouts, dtypes))
+    return OPS[op](lib, a, b)
+
+
+def _torch_cases(op: str, layouts: tuple):
+    """(dtype pair, PyTorch's result) for every pair PyTorch accepts."""
+    for dtypes in itertools.product(DTYPES, repeat=2):
+        try:
+            yield dtypes, _run(torch, op, layouts, dtypes)
+        except (RuntimeError, NotImplementedError):
+            continue
+
+
+def _same(got, want, context) -> None:
+    assert tuple(got.stride()) == tuple(want.stride()), context
+    assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1], context
+    np.testing.assert_allclose(
+        got.float().numpy(), want.float().numpy(), rtol=1e-2, atol=1e-2, err_msg=str(context)
+    )
+
+
+@pytest.mark.parametrize("layouts", LAYOUT_PAIRS, ids="-".join)
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_eager_results_have_torchs_strides_for_every_dtype_pair(op, layouts):
+    for dtypes, expected in _torch_cases(op, layouts):
+        _same(_run(kiln, op, layouts, dtypes), expected, (op, layouts, dtypes))
+
+
+def _on_meta(op: str, layouts: tuple, dtypes: tuple):
+    """The op as a compiled graph's trace sees it: on meta tensors of the eager strides."""
+    built = [_layout_fn(layout)(kiln, d) for layout, d in zip(layouts, dtypes)]
+    metas = [
+        kiln.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="meta")
+        for t in built
+    ]
+    return OPS[op](kiln, *metas)
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_metas_lay_mixed_dtype_results_out_as_eager_kernels_do(op):
+    for layouts in LAYOUT_PAIRS:
+        for dtypes in [("int64", "float32"), ("float32", "int64"), ("bool", "int32")]:
+            try:
+                eager = _run(kiln, op, layouts, dtypes)
+            except (RuntimeError, NotImplementedError):
+                continue
+            traced = _on_meta(op, layouts, dtypes)
+            assert tuple(traced.stride()) == tuple(eager.stride()), (layouts, dtypes)
+
+
+COMPILED_PAIRS = [
+    ("expanded", "transposed"),
+    ("transposed", "expanded"),
+    ("sliced", "transposed_sliced"),
+    ("transposed_sliced", "contiguous"),
+    ("expanded_columns", "transposed_sliced_rows"),
+    ("channels_last", "contiguous_4d"),
+    ("sliced_4d", "permuted_4d"),
+    ("broadcast_row", "transposed"),
+]
+COMPILED_DTYPES = [
+    ("int64", "float32"),
+    ("float32", "int64"),
+    ("bfloat16", "float32"),
+    ("int32", "int64"),
+    ("float32", "float32"),
+    ("bfloat16", "bfloat16"),
+]
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_compiled_results_have_eager_and_torchs_strides(op):
+    """One graph per case (``dynamic=False``): the inductor stores each result in the layout
+    the eager kernel gives (16-bit operands computed in float32 copies included)."""
+    for layouts, dtypes in itertools.product(COMPILED_PAIRS, COMPILED_DTYPES):
+        try:
+            expected = _run(torch, op, layouts, dtypes)
+        except (RuntimeError, NotImplementedError):
+            continue
+        compiled = kiln.compile(lambda a, b: OPS[op](kiln, a, b), dynamic=False)
+        a, b = (_layout_fn(layout)(kiln, d) for layout, d in zip(layouts, dtypes))
+        got = compiled(a, b)
+        _same(got, _run(kiln, op, layouts, dtypes), (op, layouts, dtypes, "vs eager"))
+        _same(got, expected, (op, layouts, dtypes))
+
+
+UNARY = {
+    "round": lambda lib, t: lib.round(t),
+    "nan_to_num": lambda lib, t: lib.nan_to_num(t),
+    "sin": lambda lib, t: lib.sin(t),
+    "abs": lambda lib, t: lib.abs(t),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(set(LAYOUTS_2D) | set(LAYOUTS_4D)))
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_unary_results_of_integer_operands_have_torchs_strides(op, layout):
+    """``round`` of an expanded integer tensor is row-major (numpy kept the expanded layout's
+    order); ``nan_to_num`` of a transposed integer tensor keeps its order (it was made C)."""
+    for dtype in ["int64", "int32", "bool", "float32", "bfloat16"]:
+        try:
+            expected = UNARY[op](torch, _layout_fn(layout)(torch, dtype))
+        except (RuntimeError, NotImplementedError):
+            continue
+        _same(UNARY[op](kiln, _layout_fn(layout)(kiln, dtype)), expected, (op, layout, dtype))
