@@ -161,6 +161,8 @@ def make_dual(tensor: Tensor, tangent: Tensor, *, level: int | None = None) -> T
 
     with suspended_dual():
         dual = OPS["alias"](tensor)
+        if dual.grad_fn is not None:
+            dual.grad_fn.rename("ViewBackward0")  # PyTorch's name for make_dual's node
         if tangent.numel() > 1 and tuple(tangent.stride()) != tuple(tensor.stride()):
             laid_out = empty_strided(
                 tensor.shape, tensor.stride(), dtype=tangent.dtype, device=tangent.device

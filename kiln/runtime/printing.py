@@ -221,6 +221,8 @@ def tensor_repr(t) -> str:
         suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")
     elif t._requires_grad:
         suffixes.append("requires_grad=True")
+    if t._fw_grad is not None:  # a dual tensor (``autograd.forward_ad``)
+        suffixes.append(f"tangent={tensor_repr(t._fw_grad)}")
     text = _add_suffixes(prefix + body, suffixes, indent)
     if getattr(t, "_is_param", False):
         text = "Parameter containing:\n" + text

@@ -402,6 +402,17 @@ def test_tangent_of_another_layout_is_copied_into_the_primal_layout():
             assert got.tolist() == tangent.tolist()
 
 
+def test_dual_tensor_prints_its_tangent_like_pytorch():
+    texts = []
+    for lib, fad in ((kiln, fwAD), (torch, torch_fwAD)):
+        with fad.dual_level():
+            primal = lib.zeros(2, dtype=lib.float64, requires_grad=True)
+            dual = fad.make_dual(primal, lib.ones(2, dtype=lib.float64))
+            plain = fad.make_dual(lib.zeros(2), lib.ones(2))
+            texts.append(repr(dual).replace("torch.", "kiln.") + repr(plain * 2))
+    assert texts[0] == texts[1]
+
+
 def test_float32_tangent_of_a_float64_primal_is_kept_as_pytorch_keeps_it():
     with fwAD.dual_level():
         tangent = kiln.ones(3)
