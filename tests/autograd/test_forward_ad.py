@@ -219,6 +219,8 @@ INPLACE = {
     "exp_": lambda lib, F, x, y: (x * 1).exp_() + y,
     "copy_": lambda lib, F, x, y: lib.zeros(4, 3, dtype=lib.float64).copy_(x) * y,
     "relu_": lambda lib, F, x, y: F.relu(x * y, inplace=True),
+    "addcmul_": lambda lib, F, x, y: x.clone().addcmul_(y, y, value=0.5),
+    "square_clamp_min_": lambda lib, F, x, y: (x * y).square_().clamp_min_(0.3),
 }
 
 

@@ -110,12 +110,15 @@ def _inplace(op, args: tuple, tangents: tuple, dispatch):
     values, written into ``args[0]``'s tangent (or its base's, made zero first) after the op."""
     functional = op.functional
     self = args[0]
-    with suspended_dual():
-        if op.jvp is not None:  # a rule giving the written tensor's new tangent (copy_)
+    if op.jvp is not None:  # a rule giving the written tensor's new tangent (copy_)
+        with suspended_dual():
             new = op.jvp(args, tangents, None)
-        elif functional is None or functional.kernel is None:
-            raise NotImplementedError(f"forward AD: no tangent rule for the in-place op {op.name}")
-        else:
+    elif functional is None:
+        raise NotImplementedError(f"forward AD: no tangent rule for the in-place op {op.name}")
+    elif functional.kernel is None:  # a composite: its parts give its value the tangent
+        new = tangent_of(dispatch(functional, args))
+    else:
+        with suspended_dual():
             value = dispatch(functional, args, True, True)
             new = _result_tangents(functional, args, tangents, value)
     out = dispatch(op, args, True, True)
