@@ -12,9 +12,11 @@ is rebuilt from its source at run time instead, so a step counter does not recom
 
 from __future__ import annotations
 
+import math
 import operator
 import threading
 import types
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -279,48 +281,93 @@ def fold_binary(op, a: ConstantVariable, b: ConstantVariable) -> ConstantVariabl
     ):
         value = op(a.value, b.value)
         return ConstantVariable(value, recipe=(op, a, b))
-    if op in (operator.truediv, operator.itruediv):
-        quotient = _size_over_number(a, b)
-        if quotient is not None:
-            return quotient
+    if op in _SCALING_OPS:
+        scaled = _scaled_size(op, a, b)
+        if scaled is not None:
+            return scaled
     return ConstantVariable(op(a.as_python_constant(), b.as_python_constant()))
 
 
-def _size_over_number(a: ConstantVariable, b: ConstantVariable) -> ConstantVariable | None:
-    """``size / k`` for a symbolic size and a positive whole number ``k`` (Swin's
-    ``int(windows.shape[0] / (H * W / ws / ws))``): a float whose recipe keeps the size, so
-    ``int``/``math.floor``/``math.ceil`` of it stay symbolic (``rounded_quotient``) while any
-    other use of the float specializes the size, as reading it did before."""
-    size = a.value
-    if size.__class__ is not SymInt or size.hint is None or a.recipe is not None:
+_SCALING_OPS = (operator.mul, operator.imul, operator.truediv, operator.itruediv)
+
+
+def _plain_number(vt: ConstantVariable):
+    """The value of an int or float constant computed from nothing symbolic, else None."""
+    if vt.recipe is not None or type(vt.value) not in (int, float):
         return None
-    if b.recipe is not None or type(b.value) not in (int, float):
+    return vt.as_python_constant()
+
+
+def _size_and_factor(vt: ConstantVariable) -> tuple[SymInt, Fraction, bool] | None:
+    """``(size, factor, divided)`` when ``vt`` is a symbolic size times numbers whose float
+    products are exact (ints, floats with a small power-of-two denominator: ``1.5 * n``),
+    then at most one division by a positive whole number (``divided``); None otherwise.
+    Rounding such a float gives what rounding the exact fraction gives (one rounding of a
+    quotient of exact values cannot cross an integer), so it can be a size's quotient."""
+    if vt.recipe is None:
+        return (vt.value, Fraction(1), False) if vt.value.__class__ is SymInt else None
+    op, a, b = vt.recipe
+    left = _size_and_factor(a) if isinstance(a, ConstantVariable) else None
+    if op in (operator.truediv, operator.itruediv):
+        divisor = _plain_number(b)
+        if left is None or left[2] or divisor is None:
+            return None
+        if not divisor > 0 or not float(divisor).is_integer():
+            return None
+        return left[0], left[1] / int(divisor), True
+    if op not in (operator.mul, operator.imul):
         return None
-    divisor = b.as_python_constant()
-    if not divisor > 0 or not float(divisor).is_integer():
+    size_side, number = (left, _plain_number(b)) if left is not None else (None, None)
+    if size_side is None:
+        size_side, number = _size_and_factor(b), _plain_number(a)
+    if size_side is None or size_side[2] or number is None or not math.isfinite(number):
         return None
-    return ConstantVariable(size.hint / divisor, recipe=(operator.truediv, a, b))
+    factor = Fraction(number)
+    if factor.denominator > 1 << 16:
+        return None
+    return size_side[0], size_side[1] * factor, False
+
+
+def _scaled_size(op, a: ConstantVariable, b: ConstantVariable) -> ConstantVariable | None:
+    """A symbolic size times a float or over a number (Swin's ``windows.shape[0] / (H * W /
+    ws / ws)``, Switch's ``capacity_factor * num_tokens / num_experts``): a float whose
+    recipe keeps the size, so ``int``/``math.floor``/``math.ceil`` of it stay symbolic
+    (``rounded_quotient``, as PyTorch's ``sym_int``) while any other use of the float
+    specializes the size, as reading it did before."""
+    multiply = op in (operator.mul, operator.imul)
+    if multiply and _size_and_factor(a) is None:
+        a, b = b, a
+    found = _size_and_factor(a)
+    if found is None or found[0].hint is None:
+        return None
+    if multiply and a.value.__class__ is SymInt and type(b.value) is not float:
+        return None  # a size times an int is a size already
+    number = _plain_number(b)
+    if number is None:
+        return None
+    base = a.value.hint if a.value.__class__ is SymInt else a.value
+    candidate = ConstantVariable(op(base, number), recipe=(op, a, b))
+    return candidate if _size_and_factor(candidate) is not None else None
 
 
 def rounded_quotient(vt: VariableTracker, rounding: str) -> ConstantVariable | None:
     """``int``/``math.trunc`` (``rounding="trunc"``), ``math.floor`` or ``math.ceil`` of a
-    ``size / k`` made by ``_size_over_number``, as a symbolic size without a guard; None for
-    other values (and for a truncation whose size may be negative)."""
+    float made by ``_scaled_size``, as a symbolic size without a guard; None for other values
+    (and for a negative factor, or a truncation whose size may be negative)."""
     from ...runtime.symbolic import statically_known_true
 
-    recipe = getattr(vt, "recipe", None)
-    if recipe is None or recipe[0] not in (operator.truediv, operator.itruediv):
+    if not isinstance(vt, ConstantVariable) or vt.recipe is None:
         return None
-    _, a, b = recipe
-    size = a.value
-    if size.__class__ is not SymInt or a.recipe is not None or b.recipe is not None:
+    found = _size_and_factor(vt)
+    if found is None or found[1] <= 0:
         return None
-    divisor = int(b.value)
+    size, factor, _ = found
+    scaled = size * factor.numerator
     if rounding == "ceil":
-        return ConstantVariable((size + (divisor - 1)) // divisor)
+        return ConstantVariable((scaled + (factor.denominator - 1)) // factor.denominator)
     if rounding == "trunc" and not statically_known_true(">=", size, 0):
         return None
-    return ConstantVariable(size // divisor)
+    return ConstantVariable(scaled // factor.denominator)
 
 
 _COMPARISONS = {
