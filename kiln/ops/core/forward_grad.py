@@ -9,7 +9,8 @@ parts carry the tangents. Otherwise the op runs, and its results get ``J . t``:
 - an op with a forward rule (``Op.jvp``, ``forward_rules``): the rule;
 - any other op: the double-vjp trick on its ``derivative``. The op runs again on stand-ins of
   its inputs that record autograd history; ``v = J^T g`` for a dummy cotangent ``g`` is linear
-  in ``g``, so the gradient of ``<v, t>`` with respect to ``g`` is ``J t``.
+  in ``g``, so the gradient of ``<v, t>`` with respect to ``g`` is ``J t``. An elementwise
+  op's real Jacobian is diagonal (``J t = J^T t``): one vjp at the tangent does.
 
 An in-place op's tangent is the out-of-place op's, computed before the write (the rules read
 the old value) and then written into the existing tangent, so that views of the tangent see
@@ -211,28 +212,13 @@ def _double_vjp(op, args: tuple, tangents: tuple, out, rng):
         ]
         if not wanted:
             return _zero_results(outs)
-        cotangents = [zeros_tangent(again[i]).requires_grad_() for i in wanted]
-        vjps = autograd_grad(
-            [again[i] for i in wanted], inputs, cotangents, create_graph=True, allow_unused=True
-        )
-        pairs = [
-            (v, t.to(v.dtype))
-            for v, t in zip(vjps, input_tangents)
-            if v is not None and v._requires_grad
-        ]
         keep_graph = prev and (
             any(t._requires_grad for t in input_tangents) or _any_requires_grad(op, args)
         )
-        if pairs:
-            jvps = autograd_grad(
-                [v for v, _ in pairs],
-                cotangents,
-                [t for _, t in pairs],
-                create_graph=keep_graph,
-                allow_unused=True,
-            )
+        if _diagonal(op, again, inputs, input_tangents):
+            jvps = [_diagonal_jvp(again[0], inputs, input_tangents, keep_graph)]
         else:
-            jvps = [None] * len(wanted)
+            jvps = _jvp_by_double_vjp(again, wanted, inputs, input_tangents, keep_graph)
     finally:
         state.grad_enabled = prev
     result = [None] * len(outs)
@@ -244,6 +230,56 @@ def _double_vjp(op, args: tuple, tangents: tuple, out, rng):
         if result[i] is None and isinstance(o, Tensor) and o._dtype.category >= 2:
             result[i] = zeros_tangent(o)
     return result if isinstance(out, (tuple, list)) else result[0]
+
+
+def _jvp_by_double_vjp(again: list, wanted: list, inputs: list, tangents: list, keep_graph):
+    """The gradient of ``<J^T g, t>`` with respect to dummy cotangents ``g``: ``J t``."""
+    cotangents = [zeros_tangent(again[i]).requires_grad_() for i in wanted]
+    vjps = autograd_grad(
+        [again[i] for i in wanted], inputs, cotangents, create_graph=True, allow_unused=True
+    )
+    pairs = [
+        (v, t.to(v.dtype)) for v, t in zip(vjps, tangents) if v is not None and v._requires_grad
+    ]
+    if not pairs:
+        return [None] * len(wanted)
+    return autograd_grad(
+        [v for v, _ in pairs],
+        cotangents,
+        [t for _, t in pairs],
+        create_graph=keep_graph,
+        allow_unused=True,
+    )
+
+
+def _diagonal(op, again: list, inputs: list, tangents: list) -> bool:
+    """Whether each input's Jacobian is diagonal, and real, so that ``J t = J^T t``: an
+    elementwise op's one real result, of the shape of every input with a tangent."""
+    if op.kind != "pointwise" or len(again) != 1 or again[0]._dtype.category != 2:
+        return False
+    shape = again[0]._shape
+    return all(x._shape == shape and x._dtype.category == 2 for x in inputs) and all(
+        t._dtype.category == 2 for t in tangents
+    )
+
+
+def _diagonal_jvp(out: Tensor, inputs: list, tangents: list, keep_graph: bool):
+    """``J t`` of an elementwise op as the sum of its vjps at the tangents: one backward pass
+    per input with a tangent instead of the double-vjp's two."""
+    total = None
+    for k, (x, t) in enumerate(zip(inputs, tangents)):
+        (part,) = autograd_grad(
+            [out],
+            [x],
+            [t.to(out.dtype)],
+            retain_graph=keep_graph or k < len(inputs) - 1,
+            create_graph=keep_graph,
+            allow_unused=True,
+        )
+        if part is not None:  # (in the input's dtype: a cast's tangent is the result's)
+            part = part.to(out.dtype)
+            total = part if total is None else total + part
+    return total
 
 
 def _any_requires_grad(op, args: tuple) -> bool:
