@@ -558,3 +558,18 @@ def test_other_threads_see_the_level_like_pytorch():
             worker.start()
             worker.join()
         assert seen[0].tolist() == [3.0, 3.0, 3.0]
+
+
+def test_forward_over_reverse_hessian_vector_product_matches_pytorch():
+    x, v = _arrays((4,), (4,))
+    tangents = []
+    for lib, fad in ((kiln, fwAD), (torch, torch_fwAD)):
+        leaf = lib.tensor(x, requires_grad=True)
+        with fad.dual_level():
+            dual = fad.make_dual(leaf, lib.tensor(v))
+            y = (dual.sin() * dual).sum() + (dual**3).sum()
+            (gradient,) = lib.autograd.grad(y, leaf)
+            tangents.append(fad.unpack_dual(gradient).tangent.numpy())
+    hessian = np.diag(2 * np.cos(x) - x * np.sin(x) + 6 * x)
+    np.testing.assert_allclose(tangents[0], tangents[1], rtol=1e-10)
+    np.testing.assert_allclose(tangents[0], hessian @ v, rtol=1e-10)
