@@ -28,6 +28,7 @@ from .ops_handler import LLVMOps
 from .philox import philox_words, uniform_from_word
 from .prefetch import LINE_BYTES, ROW_BYTES, plan_prefetch
 from .sizes import SizeValues
+from .transpose_tiles import TileEmitter
 from .values import (
     I8,
     I32,
@@ -93,7 +94,7 @@ def _math_calls(emitter: KernelEmitter, step: InnerLoop) -> int:
     return calls
 
 
-class KernelEmitter(ColumnEmitter):
+class KernelEmitter(ColumnEmitter, TileEmitter):
     """Emits one kernel function into a module (see the module docstring)."""
 
     def __init__(
@@ -393,8 +394,11 @@ class KernelEmitter(ColumnEmitter):
                 else:
                     self.emit_row_scalar(step[1], env)
 
+        tile = self.transpose_tile()
         if plan.chunked:
             self._piece_loop(row_body)
+        elif tile is not None and not _math_calls(self, plan.steps[0]):
+            self.tiled_row_loop(tile, row_body)
         else:
             self.loop(self.end, row_body, "row", start=self.start)
         b.ret_void()
