@@ -330,6 +330,18 @@ ERRORS = {
     ),
     "exit_other": _in_level(lambda lib, fad: fad.exit_dual_level(level=3)),
     "exit_none": lambda lib, fad: fad.exit_dual_level(),
+    "out_input": _in_level(
+        lambda lib, fad: lib.add(fad.make_dual(lib.ones(3), lib.ones(3)), 1, out=lib.zeros(3))
+    ),
+    "out_dual": _in_level(
+        lambda lib, fad: lib.mul(lib.ones(3), 2, out=fad.make_dual(lib.ones(3), lib.ones(3)))
+    ),
+    "out_list": _in_level(
+        lambda lib, fad: lib.cat([fad.make_dual(lib.ones(3), lib.ones(3))], out=lib.zeros(3))
+    ),
+    "out_reduction": _in_level(
+        lambda lib, fad: lib.sum(fad.make_dual(lib.ones(3), lib.ones(3)), 0, out=lib.zeros(()))
+    ),
     "unpack_other_level": _in_level(
         lambda lib, fad: fad.unpack_dual(fad.make_dual(lib.ones(3), lib.ones(3)), level=1)
     ),

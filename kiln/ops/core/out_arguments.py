@@ -13,7 +13,7 @@ import functools
 import inspect
 from collections.abc import Callable
 
-from ...autograd.forward_ad import DUAL_ACTIVE
+from ...autograd.forward_ad import DUAL_ACTIVE, tangent_of
 from ...autograd.grad_mode import no_grad
 from ...runtime import dtypes as dt
 from ...runtime.state import per_thread
@@ -112,12 +112,27 @@ def compute_into(
     records_write: bool = False,
 ):
     """``fn(*args, **kwargs)`` written into ``out`` (see the module docstring)."""
+    if DUAL_ACTIVE[0]:
+        _refuse_dual(name, (*args, *kwargs.values(), out))
     if records_write:
         return write_out(fn(*args, **kwargs), out, exact_dtype=exact_dtype, records_write=True)
     with no_grad():
         result = fn(*args, **kwargs)
     check_out_grad(name, differentiable, result, (*args, *kwargs.values()), out)
     return write_out(result, out, exact_dtype=exact_dtype)
+
+
+def _refuse_dual(name: str, values: tuple) -> None:
+    """PyTorch's refusal of an ``out=`` call with a dual tensor among its tensors (inputs or
+    ``out``): its out= variants have no forward derivatives."""
+    for value in values:
+        if isinstance(value, (list, tuple)):
+            _refuse_dual(name, tuple(value))
+        elif isinstance(value, Tensor) and tangent_of(value) is not None:
+            raise NotImplementedError(
+                f"Trying to use forward AD with {name}_out that does not support it because it "
+                "is an out= function"
+            )
 
 
 def call_with_out(op, args: tuple, kwargs: dict):
