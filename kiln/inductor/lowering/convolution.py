@@ -58,7 +58,9 @@ import itertools
 import math
 import threading
 
+from ...ops.core.registry import OPS
 from ...ops.nn import conv_direct
+from ...ops.nn.conv_kernels import trimmed_taps
 from ...runtime import dtypes as dt
 from ...runtime import machine_code
 from ...runtime.symbolic import SizeDependentError, hint_int
@@ -66,7 +68,15 @@ from .. import config, extern_convolution, extern_matmul, sym
 from ..codegen.llvm.values import LANES
 from ..ir import ExternBuffer, Layout, TensorBox
 from ..virtualized import ops
-from .framework import CURRENT, _box, _ctx, _meta_like_shape, _realized_input, register_lowering
+from .framework import (
+    CURRENT,
+    LOWERINGS,
+    _box,
+    _ctx,
+    _meta_like_shape,
+    _realized_input,
+    register_lowering,
+)
 from .matmul import blas_layout
 
 __all__ = ["COLUMNS_PER_SAMPLE_MIN", "static_images_only"]
@@ -91,6 +101,7 @@ def _convolution(
 ):
     _check_supported(out_meta, x, w, transposed)
     spec = _Spec(x, w, stride, padding, dilation, groups, tuple(out_meta.shape[2:]))
+    spec = _without_dead_taps(spec, transposed)
     if not transposed:
         result = _per_channel(spec) or _direct(spec) or _channels(spec) or _forward(spec)
     elif _as_forward_possible(spec, output_padding):
@@ -175,6 +186,36 @@ class _Spec:
         self.kernel = tuple(_static(s) for s in w.shape[2:])
         self.weight_shape = tuple(_static(s) for s in w.shape)
         self.dtype = x.dtype
+
+    def io_spatial(self) -> tuple:
+        """(the input's spatial sizes, the output's): what the windows read, how many."""
+        return self.in_spatial, self.out_spatial
+
+
+def _without_dead_taps(spec: _Spec, transposed: bool) -> _Spec:
+    """``spec`` without the kernel taps that read only padding, where the eager kernels leave
+    them out (``trimmed_taps``: at most a quarter of the taps read the input, as a 3x3 layer's
+    centre tap alone at 1x1 images): an infinite weight there then never meets a padding zero,
+    and the result (and a transposed convolution's, the input gradient) is eager's and
+    PyTorch's finite one, not NaN. Taken where every size is known and as many taps are dead
+    at both ends of each dim, so the smaller kernel keeps a symmetric padding and the output
+    size."""
+    reads, windows = (spec.out_spatial, spec.in_spatial) if transposed else spec.io_spatial()
+    geometry = (reads, windows, spec.kernel, spec.stride, spec.padding, spec.dilation)
+    if any(v.__class__ is not int for part in geometry for v in part):
+        return spec
+    ranges = trimmed_taps(*(tuple(part) for part in geometry))
+    if ranges is None or any(
+        first != kn - stop or p < first * d
+        for (first, stop), kn, p, d in zip(ranges, spec.kernel, spec.padding, spec.dilation)
+    ):
+        return spec
+    w = spec.w
+    for i, (first, stop) in enumerate(ranges):
+        shape = tuple(w.shape[: 2 + i]) + (stop - first,) + tuple(w.shape[3 + i :])
+        w = LOWERINGS[OPS["slice"]](_meta_like_shape(shape, w.dtype), w, 2 + i, first, stop)
+    padding = [p - first * d for (first, _), p, d in zip(ranges, spec.padding, spec.dilation)]
+    return _Spec(spec.x, w, spec.stride, padding, spec.dilation, spec.groups, spec.out_spatial)
 
 
 def _operand(box: TensorBox, shape: tuple, index_map, strided):

@@ -54,6 +54,7 @@ __all__ = [
     "offset_slices",
     "pad_spatial",
     "windows",
+    "trimmed_taps",
 ]
 
 _as_strided = np.lib.stride_tricks.as_strided
@@ -196,8 +197,8 @@ def _live_taps(size: int, count: int, kernel: int, stride: int, before: int, dil
 
 
 @functools.lru_cache(maxsize=256)
-def _trimmed(spatial: tuple, counts: tuple, kernel: tuple, stride: tuple, befores: tuple,
-             dilation: tuple):  # fmt: skip
+def trimmed_taps(spatial: tuple, counts: tuple, kernel: tuple, stride: tuple, befores: tuple,
+                 dilation: tuple):  # fmt: skip
     """Per dim, the (first, stop) kernel taps a convolution's windows can read input through,
     where at most ``_TRIM_LIVE_MAX`` of the taps read the input at some window (a 3x3 layer over
     1x1 images reads its centre tap alone: ResNet-18's last stage), else None. A trimmed tap
@@ -215,13 +216,13 @@ def _trimmed(spatial: tuple, counts: tuple, kernel: tuple, stride: tuple, before
 
 
 def _trim_forward(shape, w_shape, stride, pads, dilation, out_spatial):
-    """``_trimmed`` for a forward convolution of an input of ``shape`` by a weight of
+    """``trimmed_taps`` for a forward convolution of an input of ``shape`` by a weight of
     ``w_shape``: (the weight's index of the live taps, the padding that goes with them), or
     None."""
     kernel = w_shape[2:]
     befores = tuple(lo for lo, _ in pads)
-    ranges = _trimmed(tuple(shape[2:]), tuple(out_spatial), tuple(kernel), tuple(stride), befores,
-                      tuple(dilation))  # fmt: skip
+    ranges = trimmed_taps(tuple(shape[2:]), tuple(out_spatial), tuple(kernel), tuple(stride),
+                          befores, tuple(dilation))  # fmt: skip
     if ranges is None:
         return None
     pads = [
@@ -455,7 +456,7 @@ def conv_forward_keeping_columns(
     """``conv_forward``, also returning the columns its product read (im2col's, or a wide
     convolution's shifted copies; None where it read none: a whole-window or depthwise
     convolution), which ``conv_weight_grad`` takes instead of copying the same windows again
-    in the backward pass. Where some kernel taps read only padding (``_trimmed``), the
+    in the backward pass. Where some kernel taps read only padding (``trimmed_taps``), the
     columns are the live taps' (``conv_weight_grad`` trims the same way). ``keep_bytes``: im2col
     columns larger than this are not kept (the weight gradient copies them again rather than
     holding ~K times the input); the direct loops' padded input and the wide form's shifted
@@ -600,7 +601,7 @@ def conv_weight_grad(
     inner dimension is every output position of the batch: with "positions" columns a
     product per image (its positions inner) and a sum over the batch of the small results.
 
-    Where most kernel taps read only padding (``_trimmed``, as the forward pass trimmed them),
+    Where most kernel taps read only padding (``trimmed_taps``, as the forward pass trimmed them),
     the live taps' gradient is computed and the others are zero, as PyTorch's oneDNN kernels
     give them also where the output gradient is not finite (its im2col kernel, which it runs
     for some sizes, gives NaN there: infinity times the padding's zeros)."""
@@ -705,9 +706,9 @@ def conv_transposed(a, w, stride, padding, dilation, groups: int, out_spatial) -
     """Transposed convolution of ``a`` (N, C, *S) with ``w`` (C, O/groups, *K): (N, O, *out).
 
     Kernel taps whose every product lands in the padding the output crops (a 3x3 layer's
-    input gradient at 1x1 images: all but the centre) are left out (``_trimmed``)."""
-    ranges = _trimmed(tuple(out_spatial), a.shape[2:], w.shape[2:], tuple(stride), tuple(padding),
-                      tuple(dilation))  # fmt: skip
+    input gradient at 1x1 images: all but the centre) are left out (``trimmed_taps``)."""
+    ranges = trimmed_taps(tuple(out_spatial), a.shape[2:], w.shape[2:], tuple(stride),
+                          tuple(padding), tuple(dilation))  # fmt: skip
     if ranges is not None and all(
         p >= first * d for p, (first, _), d in zip(padding, ranges, dilation)
     ):
