@@ -104,6 +104,7 @@ REDUCTIONS = {
     "norm": lambda lib, F, x: lib.linalg.vector_norm(x, dim=1),
     "logsumexp": lambda lib, F, x: x.logsumexp(1),
     "cumsum": lambda lib, F, x: x.cumsum(1),
+    "logcumsumexp": lambda lib, F, x: x.logcumsumexp(1),
     "prod": lambda lib, F, x: x.prod(0),
 }
 
@@ -242,6 +243,14 @@ def test_inplace_tangents_match_pytorch(name):
     x, y, tx, ty = _arrays((4, 3), (4, 3), (4, 3), (4, 3))
     assert_same_jvp(INPLACE[name], [x, y], [tx, ty])
     assert_same_jvp(INPLACE[name], [x, y], [None, ty])
+
+
+def test_integer_tensor_written_with_a_dual_takes_no_tangent():
+    for lib, fad in ((kiln, fwAD), (torch, torch_fwAD)):
+        with fad.dual_level():
+            ints = lib.zeros(3, dtype=lib.int64)
+            ints.copy_(fad.make_dual(lib.ones(3), lib.ones(3)))
+            assert fad.unpack_dual(ints).tangent is None
 
 
 def test_inplace_on_dual_updates_the_tangent_in_place():

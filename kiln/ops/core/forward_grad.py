@@ -111,6 +111,8 @@ def _inplace(op, args: tuple, tangents: tuple, dispatch):
     values, written into ``args[0]``'s tangent (or its base's, made zero first) after the op."""
     functional = op.functional
     self = args[0]
+    if self._dtype.category < 2:  # an integer or bool tensor takes no tangent
+        return dispatch(op, args, True, True)
     if op.jvp is not None:  # a rule giving the written tensor's new tangent (copy_)
         with suspended_dual():
             new = op.jvp(args, tangents, None)
@@ -234,7 +236,10 @@ def _double_vjp(op, args: tuple, tangents: tuple, out, rng):
 
 def _jvp_by_double_vjp(again: list, wanted: list, inputs: list, tangents: list, keep_graph):
     """The gradient of ``<J^T g, t>`` with respect to dummy cotangents ``g``: ``J t``."""
-    cotangents = [zeros_tangent(again[i]).requires_grad_() for i in wanted]
+    from ..public import ones_like
+
+    # (ones, not zeros: a derivative may split ``g`` by sign, linear only away from g = 0)
+    cotangents = [ones_like(again[i]).requires_grad_() for i in wanted]
     vjps = autograd_grad(
         [again[i] for i in wanted], inputs, cotangents, create_graph=True, allow_unused=True
     )
