@@ -444,7 +444,8 @@ def _promoted_layouts(operands, layouts: list, common_dtype, unpromoted: int) ->
         first = tensors[0]._dtype
         if len(tensors) == len(operands) and all(t._dtype is first for t in tensors):
             return layouts  # one dtype and no numbers: nothing is cast
-        common_dtype = result_dtype(*operands[unpromoted:])
+        promoted = operands[unpromoted:]
+        common_dtype = result_dtype(*(o for o in promoted if isinstance(o, Tensor) or is_scalar(o)))
     skipped = sum(isinstance(o, Tensor) for o in operands[:unpromoted])
     out = list(layouts)
     for i in range(skipped, len(tensors)):
