@@ -1,6 +1,6 @@
 """Eager edge cases where kiln once differed from PyTorch: the sign of NaN, products with
 zero-sized dims, lerp's refusal to promote, meta tensors mixed with CPU ones, interpolate's size
-checks, permute/movedim argument errors and factory sizes too large to store. Each case runs the
+checks, permute/movedim/expand argument errors and factory sizes too large to store. Each case runs the
 same code on both libraries and compares values, or exception types and messages."""
 
 from __future__ import annotations
@@ -431,6 +431,10 @@ PERMUTE_ERRORS = {
     "movedim-lengths-differ": lambda lib: lib.zeros(2, 3, 4).movedim((0,), (0, 1)),
     "movedim-out-of-range": lambda lib: lib.zeros(2, 3, 4).movedim(3, 0),
     "reshape-negative": lambda lib: _m23(lib).reshape(2, -3),
+    # the last mismatching dim is named, as PyTorch walks the dims from the end
+    "expand-two-mismatches": lambda lib: _m23(lib).expand(4, 2),
+    "expand-with-a-new-dim": lambda lib: _m23(lib).expand(5, 4, 2),
+    "expand-negative-new-dim": lambda lib: _m23(lib).expand(-1, 2, 3),
 }
 
 

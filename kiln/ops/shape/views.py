@@ -350,22 +350,25 @@ def expand_shape(shape, size) -> tuple:
             f"tensor ({len(shape)})"
         )
     off = len(size) - len(shape)
-    out = []
-    for i, s in enumerate(size):
+    out = [0] * len(size)
+    # from the last dim, as PyTorch's inferExpandGeometry: its error names the last mismatch
+    for i in range(len(size) - 1, -1, -1):
+        s = size[i]
         if i < off:
             if s < 0:
                 raise RuntimeError(
-                    f"expand: the expanded size {s} is not allowed in a leading, non-existing dimension {i}"
+                    f"The expanded size of the tensor ({s}) isn't allowed in a leading, "
+                    f"non-existing dimension {i}"
                 )
-            out.append(s)
+            out[i] = s
             continue
         cur = shape[i - off]
         if s == -1:
-            out.append(cur)
+            out[i] = cur
         elif (cur.__class__ is int and cur == 1) or statically_known_true("==", cur, s):
-            out.append(s)  # decided without comparing a symbolic size
+            out[i] = s  # decided without comparing a symbolic size
         elif cur == s or cur == 1:
-            out.append(s)
+            out[i] = s
         else:
             raise RuntimeError(
                 f"The expanded size of the tensor ({s}) must match the existing size ({cur}) at "
