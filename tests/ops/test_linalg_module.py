@@ -673,6 +673,7 @@ def test_cholesky_solve_factor_gradient_is_dense_as_pytorch(upper, triangular, b
     out = fn(*ours)
     expected = torch.cholesky_solve(*theirs, upper=upper)
     assert_close(out, expected, rtol=1e-10, atol=1e-12)
+    assert out.stride() == expected.stride()  # LAPACK's: each matrix column by column
     grads = kiln.autograd.grad((out * kiln.tensor(weights)).sum(), ours)
     expected_grads = torch.autograd.grad((expected * torch.tensor(weights)).sum(), theirs)
     for got, want in zip(grads, expected_grads):

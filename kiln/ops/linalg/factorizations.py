@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime import dtypes as dt
-from ..core.common import Tensor, broadcast_shapes, fake, wrap
+from ..core.common import Tensor, broadcast_shapes, fake, laid_out, wrap
 from ..core.registry import defop, return_type
 from ..creation.api import eye
 from ..pointwise.unary_binary import where
@@ -640,6 +640,18 @@ def cholesky_solve(input: Tensor, input2: Tensor, upper: bool = False):
     dense, where the solves' derivatives would keep only its triangle."""
 
 
+def _column_major_strides(shape: tuple) -> tuple:
+    """A batch of matrices each stored column by column, the batch row-major: the layout of
+    LAPACK's results that PyTorch returns (``cholesky_solve``'s (2, 3, 2) is (6, 1, 3))."""
+    rows, cols = shape[-2], shape[-1]
+    strides = [1, max(rows, 1)]
+    step = max(rows, 1) * max(cols, 1)
+    for size in reversed(shape[:-2]):
+        strides.insert(0, step)
+        step *= max(size, 1)
+    return tuple(strides)
+
+
 @cholesky_solve.register_kernel
 def _cholesky_solve_kernel(B, L, upper):
     shape = _cholesky_solve_geometry(B, L)
@@ -647,12 +659,13 @@ def _cholesky_solve_kernel(B, L, upper):
     lower = np.swapaxes(factor, -1, -2) if upper else factor
     y = np_triangular_solve(lower, B._data, lower=True, unit=False)
     x = np_triangular_solve(np.swapaxes(lower, -1, -2), y, lower=False, unit=False)
-    return wrap(np.ascontiguousarray(np.broadcast_to(x, shape)), B.dtype)
+    return wrap(laid_out(x, _column_major_strides(shape)), B.dtype)
 
 
 @cholesky_solve.register_meta
 def _cholesky_solve_meta(B, L, upper=False):
-    return fake(_cholesky_solve_geometry(B, L), B.dtype, B)
+    shape = _cholesky_solve_geometry(B, L)
+    return fake(shape, B.dtype, B, _column_major_strides(shape))
 
 
 def _cholesky_solve_grad(c, g):
