@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+import weakref
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
 from copy import deepcopy
@@ -26,7 +27,14 @@ from ..runtime.compiling import is_compiling
 from ..runtime.tensor import Tensor
 from ..utils.hooks import RemovableHandle
 
-__all__ = ["Optimizer", "required", "register_optimizer_step_pre_hook", "step_value", "scalar_for"]
+__all__ = [
+    "Optimizer",
+    "required",
+    "register_optimizer_step_pre_hook",
+    "step_value",
+    "scalar_for",
+    "is_optimizer_state",
+]
 
 
 class _RequiredParameter:
@@ -102,6 +110,17 @@ def _register(hooks: OrderedDict, hook: Callable, prepend: bool = False) -> Remo
     return handle
 
 
+# every optimizer alive, for ``is_optimizer_state``
+_OPTIMIZERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def is_optimizer_state(mapping: object) -> bool:
+    """Whether ``mapping`` is the ``state`` of a live optimizer. Capture asks about every dict
+    it wraps: a graph that adds parameters to one is an optimizer's first step, which creates
+    its state and runs once (see ``dynamo.output_graph``)."""
+    return any(o.state is mapping for o in _OPTIMIZERS)
+
+
 class Optimizer:
     """Base class: holds ``param_groups`` (dicts with ``params`` and options) and ``state``.
 
@@ -134,6 +153,7 @@ class Optimizer:
                 "dicts, but got " + _typename(params)
             )
         self.state: defaultdict = defaultdict(dict)
+        _OPTIMIZERS.add(self)
         self.param_groups: list[dict[str, Any]] = []
         groups = list(params)
         if not groups:
@@ -148,6 +168,7 @@ class Optimizer:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        _OPTIMIZERS.add(self)
         for name in _HOOK_DICTS:
             self.__dict__.setdefault(name, OrderedDict())
         self.__dict__.setdefault("_opt_called", False)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...ops.core.registry import Op
+from ...optim.optimizer import is_optimizer_state
 from ...runtime.tensor import Tensor
 from ..sources import AttrSource, IdentityItemSource, ItemSource, Source
 from .arrays import ArrayVariable, is_capturable_array
@@ -277,7 +278,10 @@ def _wrap_dict(output, value: dict, source: Source | None) -> VariableTracker:
         else:
             src = ItemSource(source, k, no_insert)
         items[key] = wrap(output, v, src)
-    return DictVariable(items, source, type(value), factory)
+    vt = DictVariable(items, source, type(value), factory)
+    if source is not None and is_optimizer_state(value):
+        vt.entries_before = len(value)
+    return vt
 
 
 def _is_local_function(value: Any) -> bool:

@@ -126,6 +126,9 @@ class DictVariable(VariableTracker):
     the variable of a ``defaultdict``'s factory (called for a missing key, as Python does)."""
 
     mutable = True
+    # an optimizer's ``state`` as capture found it: how many parameters had state (None: not
+    # an optimizer's state); a graph that adds some runs once (``OutputGraph.compile``)
+    entries_before: int | None = None
 
     def __init__(self, items: dict, source=None, user_cls: type = dict, default_factory=None):
         self.items = dict(items)
