@@ -220,7 +220,7 @@ def _double_vjp(op, args: tuple, tangents: tuple, out, rng):
         if _diagonal(op, again, inputs, input_tangents):
             jvps = [_diagonal_jvp(again[0], inputs, input_tangents, keep_graph)]
         else:
-            jvps = _jvp_by_double_vjp(again, wanted, inputs, input_tangents, keep_graph)
+            jvps = _jvp_by_double_vjp(op, again, wanted, inputs, input_tangents, keep_graph)
     finally:
         state.grad_enabled = prev
     result = [None] * len(outs)
@@ -234,7 +234,7 @@ def _double_vjp(op, args: tuple, tangents: tuple, out, rng):
     return result if isinstance(out, (tuple, list)) else result[0]
 
 
-def _jvp_by_double_vjp(again: list, wanted: list, inputs: list, tangents: list, keep_graph):
+def _jvp_by_double_vjp(op, again: list, wanted: list, inputs: list, tangents: list, keep_graph):
     """The gradient of ``<J^T g, t>`` with respect to dummy cotangents ``g``: ``J t``."""
     from ..public import ones_like
 
@@ -243,6 +243,14 @@ def _jvp_by_double_vjp(again: list, wanted: list, inputs: list, tangents: list, 
     vjps = autograd_grad(
         [again[i] for i in wanted], inputs, cotangents, create_graph=True, allow_unused=True
     )
+    for v in vjps:
+        if v is not None and not v._requires_grad and bool(v.any()):
+            # J^T g is linear in g: one that is not zero yet has no history in g came from a
+            # derivative autograd cannot differentiate, and J t would silently be zero
+            raise NotImplementedError(
+                f"forward AD: the derivative of '{op.name}' is not differentiable, so its "
+                "tangent cannot be computed from it; give the op a forward rule (Op.jvp)"
+            )
     pairs = [
         (v, t.to(v.dtype)) for v, t in zip(vjps, tangents) if v is not None and v._requires_grad
     ]
