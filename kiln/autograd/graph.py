@@ -349,14 +349,34 @@ class OpBackward(Node):
         for t, v in self._versions:
             now = t._get_storage().version
             if now != v:
+                hint = (
+                    "the backtrace further above shows the operation that failed to compute its "
+                    "gradient. The variable in question was changed in there or anywhere later. "
+                    "Good luck!"
+                    if anomaly_state[0]
+                    else "enable anomaly detection to find the operation that failed to compute "
+                    "its gradient, with kiln.autograd.set_detect_anomaly(True, check_nan=False)."
+                )
                 raise RuntimeError(
                     "one of the variables needed for gradient computation has been modified by "
-                    f"an inplace operation: [{_describe(t)}], which is output 0 of "
-                    f"{self.name()}, is at version {now}; expected version {v} instead. Hint: "
-                    "the operation that failed was computing the gradient of "
-                    f"{self.op.name}; find the in-place op that changed this tensor after it "
-                    "was used."
+                    f"an inplace operation: [{_describe(t)}]{self._made_by(t)} is at version "
+                    f"{now}; expected version {v} instead. Hint: {hint}"
                 )
+
+    def _made_by(self, saved) -> str:
+        """PyTorch's ``, which is output N of Op,`` for a saved tensor: a saved output names
+        this node; a saved input names the node that made it as it is now (the in-place op's,
+        once one wrote into it); a leaf names none."""
+        outs = self._out if isinstance(self._out, tuple) else (self._out,)
+        for index, out in enumerate(outs):
+            if out is saved:
+                return f", which is output {index} of {_op_name(self)},"
+        if saved.__class__ is _OutputVersion:
+            return f", which is output 0 of {_op_name(self)},"
+        grad_fn = getattr(saved, "grad_fn", None)
+        if grad_fn is None:
+            return ""
+        return f", which is output {saved.output_nr} of {_op_name(grad_fn)},"
 
     def apply(self, grad_outputs: tuple) -> tuple:
         op = self.op
@@ -447,7 +467,17 @@ class _OutputVersion:
 
 
 def _describe(t: Tensor) -> str:
-    return f"kiln.{t._dtype.name} tensor of shape {list(t._shape)}"
+    """``kiln.FloatTensor [2, 3]``, as PyTorch names a tensor in version errors."""
+    from ..runtime.legacy_types import legacy_type_name
+
+    return f"{legacy_type_name(t._dtype)} {list(t._shape)}"
+
+
+def _op_name(node) -> str:
+    """A node's name as PyTorch's version errors give it: ``Exp`` for ``ExpBackward0``."""
+    name = node.name()
+    stem = name.rstrip("0123456789")
+    return stem.removesuffix("Backward") if stem.endswith("Backward") else name
 
 
 def _detached_alias(t: Tensor) -> Tensor:

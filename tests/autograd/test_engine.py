@@ -121,6 +121,64 @@ def test_modifying_a_saved_tensor_is_detected():
         y.sum().backward()
 
 
+def _saved_output_changed(lib, x):
+    y = x.exp()
+    y.add_(1)
+    y.sum().backward()
+
+
+def _saved_input_changed(lib, x):
+    a = x * 2
+    s = a.sin()
+    a.add_(1)
+    s.sum().backward()
+
+
+def _saved_leaf_changed(lib, x):
+    leaf = lib.ones(2, requires_grad=True)
+    s = (x * leaf).sum()
+    with lib.no_grad():
+        leaf.add_(1)
+    s.backward()
+
+
+def _second_output_changed(lib, x):
+    a = lib.stack([x, x * 3]).double()
+    values, indices = a.max(dim=1)
+    s = a.sin()
+    a.mul_(2)
+    (s.sum() + values.sum()).backward()
+
+
+def _under_anomaly_mode(lib, x):
+    with lib.autograd.set_detect_anomaly(True):
+        _saved_output_changed(lib, x)
+
+
+@needs_torch
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize(
+    "program",
+    [
+        _saved_output_changed,
+        _saved_input_changed,
+        _saved_leaf_changed,
+        _second_output_changed,
+        _under_anomaly_mode,
+    ],
+)
+def test_a_changed_saved_tensor_is_named_as_pytorch_names_it(program):
+    """PyTorch's version error: the tensor's legacy type and shape, the node that made it as
+    it is now (a saved output's own node; for a saved input the in-place op's node, without
+    ``Backward0``; none for a leaf) and the anomaly-detection hint."""
+    messages = []
+    for lib in (torch, kiln):
+        with pytest.raises(RuntimeError) as info:
+            program(lib, lib.ones(2, requires_grad=True))
+        messages.append(str(info.value).replace(f"{lib.__name__}.", ""))
+    assert messages[1] == messages[0]
+
+
 def test_version_counter_counts_in_place_ops_and_is_shared_by_views():
     x = kiln.zeros(4)
     v = x[1:3]
