@@ -4,7 +4,8 @@ loop, an IWAE-bound VAE through ``torch.distributions``, a Swin block (shifted w
 mixture of experts (top-k routing, ``one_hot``, capacity by ``cumsum``, dispatch and combine
 by ``einsum``), PointNet with its T-Net, a DGCNN edge convolution (k nearest neighbours by
 ``topk``, gathered by flat indices) with ``scatter_reduce`` pooling, and a Perceiver's latent
-cross-attention, written as their authors write them and run eagerly, under ``kiln.compile``
+cross-attention, capsule routing by agreement, a Mamba selective scan and a ConvNeXt block,
+written as their authors write them and run eagerly, under ``kiln.compile``
 and under ``kiln.compile(dynamic=True)`` against PyTorch (probe round 14). The harness is round
 11's (``Program``, ``_check``).
 
@@ -706,3 +707,190 @@ def test_perceiver_latent_cross_attention_with_sdpa_padding_mask_trains_like_tor
     # the self-attention's key bias gets a zero gradient up to rounding
     skip = ("self_attn.in_proj_bias",)
     _check(Program(_perceiver, _train, _masked_sequences, skip=skip))
+
+
+# ------------------------------------------------------------------------------ capsules, SSMs
+
+
+def _capsule_net(lib, in_caps=6, in_dim=4, out_caps=3, out_dim=5, iterations=3):
+    """Capsule routing by agreement: ``squash``, prediction vectors by a 5-d broadcast
+    ``matmul`` of ``W[None]`` and ``u[:, :, None, :, None]``, routing logits updated over a
+    Python loop with ``softmax(dim=2)``, the detached predictions in all but the last
+    iteration, and the margin loss on the capsules' lengths."""
+    nn, F = lib.nn, lib.nn.functional
+
+    def squash(s, dim=-1):
+        squared_norm = (s**2).sum(dim=dim, keepdim=True)
+        return squared_norm / (1 + squared_norm) * s / (lib.sqrt(squared_norm) + 1e-8)
+
+    class CapsNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.primary = nn.Conv1d(1, in_caps * in_dim, kernel_size=3, stride=2)
+            self.W = nn.Parameter(0.1 * lib.randn(1, in_caps, out_caps, out_dim, in_dim))
+
+        def forward(self, x, target):
+            u = self.primary(x.unsqueeze(1))  # [B, caps*dim, L]
+            u = u.mean(-1).view(x.size(0), in_caps, in_dim)
+            u = squash(u)
+            u_hat = lib.matmul(self.W, u[:, :, None, :, None]).squeeze(-1)  # [B, in, out, d]
+            temp_u_hat = u_hat.detach()
+            b = lib.zeros(x.size(0), in_caps, out_caps, 1)
+            for route_iter in range(iterations - 1):
+                c = b.softmax(dim=2)
+                s = (c * temp_u_hat).sum(dim=1)
+                v = squash(s)
+                uv = lib.matmul(temp_u_hat.unsqueeze(-2), v[:, None, :, :, None]).squeeze(-1)
+                b = b + uv
+            c = b.softmax(dim=2)
+            v = squash((c * u_hat).sum(dim=1))
+            lengths = v.norm(dim=-1)
+            one_hot = F.one_hot(target, out_caps).float()
+            loss = (
+                one_hot * F.relu(0.9 - lengths) ** 2
+                + 0.5 * (1 - one_hot) * F.relu(lengths - 0.1) ** 2
+            )
+            return loss.sum(dim=1).mean(), lengths
+
+    model = CapsNet()
+    return model, lib.optim.Adam(model.parameters(), lr=1e-2)
+
+
+def _signal_batches(rng, classes=3):
+    return [
+        (rng.standard_normal((n, 9)).astype(np.float32), rng.integers(0, classes, n))
+        for n in (4, 6, 4)
+    ]
+
+
+def test_capsule_routing_by_agreement_with_5d_broadcast_matmul_trains_like_torch():
+    _check(Program(_capsule_net, _train, _signal_batches, modes=ALL_MODES))
+
+
+def _mamba(lib, d_model=4, d_state=3, expand=2, d_conv=3):
+    """A selective state-space block as mamba-minimal writes it: in-projection split into
+    ``x`` and the gate ``res``, a depthwise causal ``Conv1d`` trimmed to the length, input-
+    dependent ``delta``/``B``/``C`` by ``split`` of a projection, ``softplus``, ``A = -exp(A_log)``
+    discretised by ``einsum``, a Python scan over time collecting ``einsum`` outputs with
+    ``stack``, the skip ``D`` and the SiLU gate."""
+    nn, F = lib.nn, lib.nn.functional
+    d_inner = expand * d_model
+    dt_rank = 2
+
+    class MambaBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.in_proj = nn.Linear(d_model, d_inner * 2, bias=False)
+            self.conv1d = nn.Conv1d(
+                d_inner, d_inner, kernel_size=d_conv, groups=d_inner, padding=d_conv - 1
+            )
+            self.x_proj = nn.Linear(d_inner, dt_rank + d_state * 2, bias=False)
+            self.dt_proj = nn.Linear(dt_rank, d_inner)
+            A = lib.arange(1, d_state + 1).float().repeat(d_inner, 1)
+            self.A_log = nn.Parameter(lib.log(A))
+            self.D = nn.Parameter(lib.ones(d_inner))
+            self.out_proj = nn.Linear(d_inner, d_model, bias=False)
+            self.norm = nn.LayerNorm(d_model)
+
+        def selective_scan(self, u, delta, A, B, C, D):
+            b, length, d_in = u.shape
+            deltaA = lib.exp(lib.einsum("b l d, d n -> b l d n", delta, A))
+            deltaB_u = lib.einsum("b l d, b l n, b l d -> b l d n", delta, B, u)
+            x = lib.zeros((b, d_in, A.shape[1]))
+            ys = []
+            for i in range(length):
+                x = deltaA[:, i] * x + deltaB_u[:, i]
+                ys.append(lib.einsum("b d n, b n -> b d", x, C[:, i, :]))
+            y = lib.stack(ys, dim=1)
+            return y + u * D
+
+        def forward(self, x, y):
+            b, length, d = x.shape
+            x_and_res = self.in_proj(self.norm(x))
+            h, res = x_and_res.split(split_size=[d_inner, d_inner], dim=-1)
+            h = self.conv1d(h.transpose(1, 2))[:, :, :length].transpose(1, 2)
+            h = F.silu(h)
+            A = -lib.exp(self.A_log.float())
+            x_dbl = self.x_proj(h)
+            delta, B, C = x_dbl.split(split_size=[dt_rank, d_state, d_state], dim=-1)
+            delta = F.softplus(self.dt_proj(delta))
+            h = self.selective_scan(h, delta, A, B, C, self.D.float())
+            out = x + self.out_proj(h * F.silu(res))
+            return F.mse_loss(out, y), out
+
+    model = MambaBlock()
+    return model, lib.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def _scan_batches(rng):
+    return [
+        (
+            rng.standard_normal((n, 5, 4)).astype(np.float32),
+            rng.standard_normal((n, 5, 4)).astype(np.float32),
+        )
+        for n in (2, 3, 2)
+    ]
+
+
+def test_mamba_selective_scan_with_einsum_and_causal_depthwise_conv_trains_like_torch():
+    _check(Program(_mamba, _train, _scan_batches))
+
+
+def _convnext(lib, dim=8, classes=3):
+    """ConvNeXt's stem and block: a patchify convolution, a 7x7 depthwise convolution, a
+    ``LayerNorm`` over channels by ``permute`` to channels-last and back, the inverted
+    bottleneck as ``Linear`` layers, layer scale ``gamma`` and a channels-first LayerNorm
+    written out with ``mean``/``pow``/``sqrt`` for the head's input."""
+    nn, F = lib.nn, lib.nn.functional
+
+    class LayerNormChannelsFirst(nn.Module):
+        def __init__(self, normalized_shape, eps=1e-6):
+            super().__init__()
+            self.weight = nn.Parameter(lib.ones(normalized_shape))
+            self.bias = nn.Parameter(lib.zeros(normalized_shape))
+            self.eps = eps
+
+        def forward(self, x):
+            u = x.mean(1, keepdim=True)
+            s = (x - u).pow(2).mean(1, keepdim=True)
+            x = (x - u) / lib.sqrt(s + self.eps)
+            return self.weight[:, None, None] * x + self.bias[:, None, None]
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dwconv = nn.Conv2d(dim, dim, kernel_size=7, padding=3, groups=dim)
+            self.norm = nn.LayerNorm(dim, eps=1e-6)
+            self.pwconv1 = nn.Linear(dim, 4 * dim)
+            self.act = nn.GELU()
+            self.pwconv2 = nn.Linear(4 * dim, dim)
+            self.gamma = nn.Parameter(0.5 * lib.ones(dim))
+
+        def forward(self, x):
+            inp = x
+            x = self.dwconv(x).permute(0, 2, 3, 1)
+            x = self.pwconv2(self.act(self.pwconv1(self.norm(x))))
+            x = (self.gamma * x).permute(0, 3, 1, 2)
+            return inp + x
+
+    class ConvNeXt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(
+                nn.Conv2d(1, dim, kernel_size=2, stride=2), LayerNormChannelsFirst(dim)
+            )
+            self.block = Block()
+            self.norm = nn.LayerNorm(dim)
+            self.head = nn.Linear(dim, classes)
+
+        def forward(self, img, target):
+            x = self.block(self.stem(img))
+            logits = self.head(self.norm(x.mean([-2, -1])))
+            return F.cross_entropy(logits, target), logits
+
+    model = ConvNeXt()
+    return model, lib.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+
+
+def test_convnext_block_with_channels_last_layer_norm_and_layer_scale_trains_like_torch():
+    _check(Program(_convnext, _train, _swin_batches))
