@@ -198,7 +198,7 @@ def _live_taps(size: int, count: int, kernel: int, stride: int, before: int, dil
 
 @functools.lru_cache(maxsize=256)
 def trimmed_taps(spatial: tuple, counts: tuple, kernel: tuple, stride: tuple, befores: tuple,
-                 dilation: tuple):  # fmt: skip
+                 dilation: tuple) -> tuple | None:  # fmt: skip
     """Per dim, the (first, stop) kernel taps a convolution's windows can read input through,
     where at most ``_TRIM_LIVE_MAX`` of the taps read the input at some window (a 3x3 layer over
     1x1 images reads its centre tap alone: ResNet-18's last stage), else None. A trimmed tap
