@@ -594,3 +594,20 @@ def test_forward_over_reverse_hessian_vector_product_matches_pytorch():
     hessian = np.diag(2 * np.cos(x) - x * np.sin(x) + 6 * x)
     np.testing.assert_allclose(tangents[0], tangents[1], rtol=1e-10)
     np.testing.assert_allclose(tangents[0], hessian @ v, rtol=1e-10)
+
+
+@pytest.mark.parametrize("dual", [(0,), (1,), (2,), (1, 2)])
+def test_layer_norm_tangent_of_some_operands_matches_pytorch(dual):
+    shapes = [(2, 3, 5), (3, 5), (3, 5)]
+    primals, tangents = _arrays(*shapes), _arrays(*shapes)
+    tangents = [t if i in dual else None for i, t in enumerate(tangents)]
+    assert_same_jvp(lambda lib, F, x, w, b: F.layer_norm(x, (3, 5), w, b), primals, tangents)
+
+
+def test_softmax_with_a_dtype_tangent_matches_pytorch():
+    x, tx = _arrays((3, 5), (3, 5))
+
+    def fn(lib, F, x):
+        return F.softmax(x.float(), 1, dtype=lib.float64) + F.log_softmax(x, 0)
+
+    assert_same_jvp(fn, [x], [tx], rtol=1e-6, atol=1e-7)

@@ -123,6 +123,40 @@ def _relu(args, tangents, out):
     return tangents[0] * (out > 0)
 
 
+@OPS["softmax"].register_jvp
+def _softmax(args, tangents, out):
+    """y = softmax(x): t_y = y * (t - <t, y>) along ``dim``."""
+    tangent, dim = tangents[0].to(out.dtype), args[1]
+    return out * (tangent - (tangent * out).sum(dim, keepdim=True))
+
+
+@OPS["log_softmax"].register_jvp
+def _log_softmax(args, tangents, out):
+    """y = log_softmax(x): t_y = t - <t, exp(y)> along ``dim``."""
+    tangent, dim = tangents[0].to(out.dtype), args[1]
+    return tangent - (tangent * out.exp()).sum(dim, keepdim=True)
+
+
+@OPS["layer_norm"].register_jvp
+def _layer_norm(args, tangents, out):
+    """y = xhat * w + b with xhat = (x - mean) / sigma over the normalized dims:
+    t_xhat = (t - mean(t) - xhat * mean(t * xhat)) / sigma."""
+    x, normalized_shape, weight, _, eps = args
+    tx, tw, tb = tangents[0], tangents[2], tangents[3]
+    dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    centered = x - x.mean(dims, keepdim=True)
+    sigma = ((centered * centered).mean(dims, keepdim=True) + eps).sqrt()
+    normalized = centered / sigma
+    terms = []
+    if tx is not None:
+        moved = tx - tx.mean(dims, keepdim=True)
+        moved = (moved - normalized * (tx * normalized).mean(dims, keepdim=True)) / sigma
+        terms.append(moved if weight is None else moved * weight)
+    if tw is not None:
+        terms.append(normalized * tw)
+    return _sum(*terms, tb)
+
+
 @OPS["copy_"].register_jvp
 def _copy(args, tangents, out):
     """The written tensor's new tangent: the source's, cast and broadcast (None: zero)."""
