@@ -35,11 +35,6 @@ _current_level = -1
 _dual_tensors: list = []
 
 
-def current_level() -> int:
-    """The open level (-1: none)."""
-    return _current_level
-
-
 def enter_dual_level() -> int:
     """Open a forward-AD level and make it the default of ``make_dual``/``unpack_dual``."""
     global _current_level
@@ -88,11 +83,8 @@ def tangent_of(t: Tensor) -> Tensor | None:
     return tangent
 
 
-def set_tangent(t: Tensor, tangent: Tensor | None) -> None:
-    """Give ``t`` the tangent ``tangent`` (None: drop it) in the open level."""
-    if tangent is None:
-        t.__dict__.pop("_fw_grad", None)
-        return
+def set_tangent(t: Tensor, tangent: Tensor) -> None:
+    """Give ``t`` the tangent ``tangent`` in the open level."""
     t._fw_grad = tangent
     _dual_tensors.append(_weak_ref(t))
     n = len(_dual_tensors)
