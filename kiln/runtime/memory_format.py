@@ -27,10 +27,21 @@ __all__ = [
 
 
 class memory_format(str):  # noqa: N801 - PyTorch's spelling
-    """A memory format constant: compares equal to its name, prints as ``kiln.<name>``."""
+    """A memory format constant: compares equal to its name, prints as ``kiln.<name>``.
+
+    One object per name: ``memory_format("contiguous_format")`` is ``kiln.contiguous_format``.
+    A second object of a name would not pickle (pickle finds ``kiln.<name>`` and refuses an
+    object that is not it: the AOT cache dropped every graph whose batch norm layout copy
+    carried one) and would fail ``is`` tests against the constants."""
 
     __module__ = "kiln"
     __slots__ = ()
+
+    def __new__(cls, name: str) -> memory_format:
+        fmt = _INTERNED.get(name)
+        if fmt is None:
+            fmt = _INTERNED[name] = super().__new__(cls, name)
+        return fmt
 
     def __repr__(self) -> str:
         return f"kiln.{str.__str__(self)}"
@@ -41,6 +52,7 @@ class memory_format(str):  # noqa: N801 - PyTorch's spelling
         return str.__str__(self)  # pickled by reference to ``kiln.<name>``
 
 
+_INTERNED: dict[str, memory_format] = {}
 contiguous_format = memory_format("contiguous_format")
 channels_last = memory_format("channels_last")
 channels_last_3d = memory_format("channels_last_3d")

@@ -261,3 +261,36 @@ def test_a_new_process_compiles_from_the_cache(cache_dir):
     for run in runs:
         got = (run["loss"], [np.array(g) for g in run["grads"]], np.array(run["mean"]))
         assert_same(got, eager)
+
+
+def test_a_graph_padding_a_transposed_image_is_cached(cache_dir):
+    """``constant_pad_nd`` of an image with its batch and channel dims swapped (a convolution's
+    weight gradient traces one) lays its result out with a copy whose memory format constant
+    the entry pickles: it must be ``kiln.contiguous_format`` itself, or pickling refuses it
+    and the graph is compiled again on every warm start."""
+
+    def f(x, w):
+        return (kiln.nn.functional.pad(x.transpose(0, 1), (1, 0, 0, 1)) * w).sin().sum()
+
+    x = kiln.randn(2, 3, 4, 5, requires_grad=True)
+    w = kiln.randn(3, 2, 5, 6, requires_grad=True)
+
+    def run():
+        kiln.dynamo.reset()
+        out = kiln.compile(f)(x, w)
+        return [out.item(), *kiln.autograd.grad(out, (x, w))]
+
+    before = aot_counts()
+    cold = run()
+    assert delta(before, "autograd_cache_saved") >= 1
+    assert delta(before, "autograd_cache_bypass") == 0
+    before = aot_counts()
+    warm = run()
+    assert delta(before, "autograd_cache_hit") >= 1
+    assert delta(before, "autograd_cache_miss") == 0
+    out = f(x, w)
+    want = [out.item(), *kiln.autograd.grad(out, (x, w))]
+    for got in (cold, warm):
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+        for g, e in zip(got[1:], want[1:]):
+            np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
