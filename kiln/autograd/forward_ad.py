@@ -33,6 +33,7 @@ _current_level = -1
 # the tensors given a tangent in the open level, by weak reference: closing the level clears
 # their tangents (pruned of dead ones whenever the list's length reaches a power of two past 64)
 _dual_tensors: list = []
+_dual_tensors_lock = threading.Lock()  # other threads' ops give tangents too
 
 
 def enter_dual_level() -> int:
@@ -59,11 +60,12 @@ def exit_dual_level(*, level: int | None = None) -> None:
         raise RuntimeError("Dual level must be a positive number.")
     DUAL_ACTIVE[0] = False
     _current_level = -1
-    for held in _dual_tensors:
-        t = held()
-        if t is not None:
-            t.__dict__.pop("_fw_grad", None)
-    _dual_tensors.clear()
+    with _dual_tensors_lock:
+        for held in _dual_tensors:
+            t = held()
+            if t is not None:
+                t.__dict__.pop("_fw_grad", None)
+        _dual_tensors.clear()
 
 
 def tangent_of(t: Tensor) -> Tensor | None:
@@ -86,10 +88,11 @@ def tangent_of(t: Tensor) -> Tensor | None:
 def set_tangent(t: Tensor, tangent: Tensor) -> None:
     """Give ``t`` the tangent ``tangent`` in the open level."""
     t._fw_grad = tangent
-    _dual_tensors.append(_weak_ref(t))
-    n = len(_dual_tensors)
-    if n >= 64 and not n & (n - 1):
-        _dual_tensors[:] = [r for r in _dual_tensors if r() is not None]
+    with _dual_tensors_lock:
+        _dual_tensors.append(_weak_ref(t))
+        n = len(_dual_tensors)
+        if n >= 64 and not n & (n - 1):
+            _dual_tensors[:] = [r for r in _dual_tensors if r() is not None]
 
 
 class _Suspension(threading.local):

@@ -611,3 +611,26 @@ def test_softmax_with_a_dtype_tangent_matches_pytorch():
         return F.softmax(x.float(), 1, dtype=lib.float64) + F.log_softmax(x, 0)
 
     assert_same_jvp(fn, [x], [tx], rtol=1e-6, atol=1e-7)
+
+
+def test_closing_a_level_clears_tangents_made_by_many_threads():
+    import threading
+
+    results = []
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(kiln.ones(4, dtype=kiln.float64), kiln.ones(4, dtype=kiln.float64))
+
+        def work():
+            value = dual
+            for _ in range(200):  # past the weak list's pruning sizes
+                value = value * 1.0
+                results.append(value)
+
+        workers = [threading.Thread(target=work) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert all(fwAD.unpack_dual(r).tangent is not None for r in results)
+    with fwAD.dual_level():
+        assert all(fwAD.unpack_dual(r).tangent is None for r in results)
