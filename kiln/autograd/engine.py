@@ -209,9 +209,7 @@ def run_backward(
             if not isinstance(t, Tensor):
                 raise TypeError(f"inputs must be tensors, got {type(t).__name__}")
             if not t._requires_grad:
-                raise RuntimeError(
-                    f"One of the differentiated Tensors (index {k}) does not require grad"
-                )
+                raise RuntimeError("One of the differentiated Tensors does not require grad")
             _refresh_stale_view(t)
             node = t.grad_fn if t.grad_fn is not None else grad_accumulator(t)
             targets.setdefault((node, t._output_nr if t.grad_fn is not None else 0), []).append(k)
@@ -369,8 +367,8 @@ def run_backward(
         for k, g in enumerate(captured):
             if g is None and not allow_unused:
                 raise RuntimeError(
-                    f"One of the differentiated Tensors (index {k}) appears to not have been used "
-                    "in the graph. Set allow_unused=True if this is the desired behavior."
+                    f"The differentiated Tensor at index {k} appears to not have been used in the "
+                    "graph. Set allow_unused=True if this is the desired behavior."
                 )
         return tuple(captured)
     return None

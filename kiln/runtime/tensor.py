@@ -435,8 +435,9 @@ class Tensor:
                 )
             if not same_shape(value._shape, self._shape):
                 raise RuntimeError(
-                    f"assigned grad has data of a different size: grad {list(value._shape)} "
-                    f"vs tensor {list(self._shape)}"
+                    f"attempting to assign a gradient of size '{list(value._shape)}' to a tensor "
+                    f"of size '{list(self._shape)}'. Please ensure that the gradient and the "
+                    "tensor are the same size"
                 )
             if value._dtype is not self._dtype:  # PyTorch's check (grad_dtype: the dtype)
                 raise RuntimeError(

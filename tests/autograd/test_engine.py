@@ -651,7 +651,7 @@ def test_assigning_a_grad_of_another_dtype_is_refused_like_torch():
     for bad in (kiln.ones(2, dtype=kiln.float64), kiln.ones(2, dtype=kiln.int64)):
         with pytest.raises(RuntimeError, match="attempting to assign a gradient with dtype"):
             p.grad = bad
-    with pytest.raises(RuntimeError, match="different size"):
+    with pytest.raises(RuntimeError, match="attempting to assign a gradient of size"):
         p.grad = kiln.ones(3)
     p.grad = kiln.full((2,), 0.5)
     assert p.grad.tolist() == [0.5, 0.5]

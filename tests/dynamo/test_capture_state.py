@@ -310,7 +310,7 @@ def test_grad_assigned_in_compiled_code_is_read_back():
 
 def test_grad_of_the_wrong_shape_raises_like_eager():
     (p,) = _leaves((3,), grads=False)
-    with pytest.raises(RuntimeError, match="assigned grad has data of a different size"):
+    with pytest.raises(RuntimeError, match=r"attempting to assign a gradient of size .\[4\]."):
         kiln.compile(assign_grad_of_wrong_shape, backend=CompileCounter())(p)
 
 

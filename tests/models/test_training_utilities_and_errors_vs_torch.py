@@ -421,6 +421,28 @@ def _mistakes(lib):
         "where_shapes": lambda: lib.where(lib.ones(2, 3) > 0, lib.ones(4), 0.0),
         "softmax_dim": lambda: lib.ones(2, 3).softmax(dim=2),
         "cross_entropy_batch": lambda: F.cross_entropy(lib.ones(3, 4), lib.tensor([0, 1])),
+        "mm_not_a_matrix": lambda: lib.mm(lib.ones(2, 2, 2), x),
+        "mm_mat2_not_a_matrix": lambda: lib.mm(x, lib.ones(3)),
+        "bmm_not_3d": lambda: lib.bmm(x, x.t()),
+        "bmm_batch2_not_3d": lambda: lib.bmm(lib.ones(2, 3, 4), lib.ones(4, 2)),
+        "argmax_of_empty": lambda: lib.tensor([]).argmax(),
+        "max_of_empty": lambda: lib.tensor([]).max(),
+        "grad_of_another_size": lambda: setattr(
+            lib.ones(2, requires_grad=True), "grad", lib.ones(3)
+        ),
+        "grad_of_unused_input": lambda: lib.autograd.grad(
+            (lib.ones(2, requires_grad=True) * 2).sum(), [lib.ones(2, requires_grad=True)]
+        ),
+        "grad_of_input_without_grad": lambda: lib.autograd.grad(
+            (lib.ones(2, requires_grad=True) * 2).sum(), [lib.ones(2)]
+        ),
+        "clamp_without_bounds": lambda: x.clamp(),
+        "normal_negative_std": lambda: lib.normal(0.0, -1.0, (2,)),
+        "normal_tensor_mean_negative_std": lambda: lib.normal(lib.zeros(2), -0.5),
+        "clip_grad_norm_type": lambda: nn.utils.clip_grad_norm_(
+            nn.Linear(2, 2).parameters(), 1.0, norm_type="x"
+        ),
+        "vector_norm_ord_string": lambda: lib.linalg.vector_norm(x, ord="fro"),
     }
 
 

@@ -148,8 +148,8 @@ class TensorVariable(VariableTracker):
             if value.proxy._shape != self.proxy._shape:
                 raise unsupported(
                     "user_exception",
-                    f"RuntimeError: assigned grad has data of a different size: grad "
-                    f"{list(value.proxy._shape)} vs tensor {list(self.proxy._shape)}",
+                    f"RuntimeError: attempting to assign a gradient of size "
+                    f"'{list(value.proxy._shape)}' to a tensor of size '{list(self.proxy._shape)}'",
                 )
             return
         if not (value.is_python_constant() and value.as_python_constant() is None):

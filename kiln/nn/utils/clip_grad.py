@@ -98,10 +98,10 @@ def get_total_norm(
     foreach: bool | None = None,
 ) -> Tensor:
     """The ``norm_type`` norm of all ``tensors`` together, as if concatenated into one vector."""
+    norm_type = float(norm_type)  # a bad norm_type is refused even without gradients
     tensors = [t for t in _as_list(tensors) if t is not None]
     if not tensors:
         return tensor(0.0)
-    norm_type = float(norm_type)
     arrays = _eager_arrays(tensors, norm_type)
     if arrays is not None:
         total = wrap_array(_np_total_norm(arrays, norm_type), tensors[0].dtype)

@@ -769,6 +769,8 @@ def normal(
     out=None,
 ) -> Tensor:
     """``normal(mean, std)`` with tensor or float mean/std, or ``normal(mean, std, size)``."""
+    if not isinstance(std, Tensor) and std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
     if isinstance(mean, Tensor) or isinstance(std, Tensor):
         shape = (
             OPS["add"]

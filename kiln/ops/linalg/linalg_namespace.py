@@ -11,6 +11,7 @@ Composites are plain kiln code, so autograd and graph capture see their parts.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -148,6 +149,10 @@ def lu(A: Tensor, *, pivot: bool = True):
 
 def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
     """The ``ord``-norm of ``x`` over ``dim`` (all elements by default), as a flat vector."""
+    if not isinstance(ord, numbers.Number):
+        raise TypeError(
+            f"linalg_vector_norm(): argument 'ord' must be Number, not {type(ord).__name__}"
+        )
     if isinstance(dim, int):
         dim = [dim]
     return _vector_norm_op(x, ord, None if dim is None else list(dim), keepdim, dtype=dtype)

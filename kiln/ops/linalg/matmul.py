@@ -115,10 +115,10 @@ def _mm_kernel(a, b):
 
 
 def _mm_check(a, b):
-    if a.ndim != 2 or b.ndim != 2:
-        raise RuntimeError(
-            f"mm: expected 2-D tensors, got shapes {list(a._shape)} and {list(b._shape)}"
-        )
+    if a.ndim != 2:
+        raise RuntimeError("self must be a matrix")
+    if b.ndim != 2:
+        raise RuntimeError("mat2 must be a matrix")
     if a._shape[1] != b._shape[0]:
         raise RuntimeError(
             f"mat1 and mat2 shapes cannot be multiplied ({a._shape[0]}x{a._shape[1]} and {b._shape[0]}x{b._shape[1]})"
@@ -148,10 +148,10 @@ def bmm(self: Tensor, mat2: Tensor): ...
 
 
 def _bmm_check(a, b):
-    if a.ndim != 3 or b.ndim != 3:
-        raise RuntimeError(
-            f"bmm: expected 3-D tensors, got shapes {list(a._shape)} and {list(b._shape)}"
-        )
+    if a.ndim != 3:
+        raise RuntimeError("batch1 must be a 3D tensor")
+    if b.ndim != 3:
+        raise RuntimeError("batch2 must be a 3D tensor")
     if a._shape[0] != b._shape[0] or a._shape[2] != b._shape[1]:
         raise RuntimeError(
             f"Expected size for first two dimensions of batch2 tensor to be: [{a._shape[0]}, {a._shape[2]}] "

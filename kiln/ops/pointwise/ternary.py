@@ -63,7 +63,7 @@ _POS_INF = {t: t(np.inf) for t in _FLOATS}
 
 def _check_clamp_bounds(x, lo, hi) -> None:
     if lo is None and hi is None:
-        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+        raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
 
 
 @clamp.register_kernel

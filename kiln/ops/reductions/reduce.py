@@ -254,10 +254,15 @@ def _check_reducible(name: str, x, dims, full: bool, error=RuntimeError) -> None
     shape = x._shape
     for d in dims:
         if shape[d] == 0:
-            if full:
+            if full:  # argmax/argmin (IndexError) leave out PyTorch's second sentence
+                hint = (
+                    ""
+                    if error is IndexError
+                    else (" Specify the reduction dim with the 'dim' argument.")
+                )
                 raise error(
-                    f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
-                    "Specify the reduction dim with the 'dim' argument."
+                    f"{name}(): Expected reduction dim to be specified for input.numel() == 0."
+                    + hint
                 )
             raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
 
