@@ -634,3 +634,29 @@ def test_closing_a_level_clears_tangents_made_by_many_threads():
         assert all(fwAD.unpack_dual(r).tangent is not None for r in results)
     with fwAD.dual_level():
         assert all(fwAD.unpack_dual(r).tangent is None for r in results)
+
+
+CONVOLUTIONS = {
+    "conv1d": (lambda lib, F, x, w, b: F.conv1d(x, w, b, padding=2), [(2, 3, 9), (4, 3, 3), (4,)]),
+    "conv2d_groups": (
+        lambda lib, F, x, w, b: F.conv2d(x, w, b, groups=2, dilation=2),
+        [(1, 4, 7, 7), (6, 2, 2, 2), (6,)],
+    ),
+    "conv2d_unbatched": (
+        lambda lib, F, x, w, b: F.conv2d(x, w, b),
+        [(3, 5, 5), (2, 3, 3, 3), (2,)],
+    ),
+    "conv_transpose2d": (
+        lambda lib, F, x, w, b: F.conv_transpose2d(x, w, b, stride=2, output_padding=1),
+        [(2, 3, 4, 4), (3, 2, 3, 3), (2,)],
+    ),
+}
+
+
+@pytest.mark.parametrize("dual", [(0,), (1,), (2,), (0, 1, 2)])
+@pytest.mark.parametrize("name", sorted(CONVOLUTIONS))
+def test_convolution_tangent_of_some_operands_matches_pytorch(name, dual):
+    fn, shapes = CONVOLUTIONS[name]
+    primals, tangents = _arrays(*shapes), _arrays(*shapes)
+    tangents = [t if i in dual else None for i, t in enumerate(tangents)]
+    assert_same_jvp(fn, primals, tangents, rtol=1e-9, atol=1e-11)

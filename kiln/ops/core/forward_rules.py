@@ -103,6 +103,22 @@ def _linear(args, tangents, out):
     )
 
 
+@OPS["convolution"].register_jvp
+def _convolution(args, tangents, out):
+    """Bilinear in input and weight, plus the bias per output channel."""
+    x, weight, _, *geometry = args
+    tx, tw, tb = tangents[0], tangents[1], tangents[2]
+    convolution = OPS["convolution"]
+    bias = None
+    if tb is not None:
+        bias = tb.reshape((1, -1) + (1,) * (out.ndim - 2))
+    return _sum(
+        None if tx is None else dispatch(convolution, (tx, weight, None, *geometry)),
+        None if tw is None else dispatch(convolution, (x, tw, None, *geometry)),
+        bias,
+    )
+
+
 @OPS["exp"].register_jvp
 def _exp(args, tangents, out):
     return tangents[0] * out
