@@ -660,3 +660,27 @@ def test_convolution_tangent_of_some_operands_matches_pytorch(name, dual):
     primals, tangents = _arrays(*shapes), _arrays(*shapes)
     tangents = [t if i in dual else None for i, t in enumerate(tangents)]
     assert_same_jvp(fn, primals, tangents, rtol=1e-9, atol=1e-11)
+
+
+POOLS_AND_LOOKUPS = {
+    "max_pool2d_padded": (lambda lib, F, x: F.max_pool2d(x, 3, 2, padding=1), [(2, 3, 7, 6)]),
+    "max_pool1d_unbatched": (lambda lib, F, x: F.max_pool1d(x, 2), [(3, 8)]),
+    "max_pool3d_dilated": (lambda lib, F, x: F.max_pool3d(x, 2, dilation=2), [(1, 2, 5, 5, 5)]),
+    "adaptive_max_pool2d": (lambda lib, F, x: F.adaptive_max_pool2d(x, (2, 3)), [(2, 3, 7, 8)]),
+    "avg_pool2d_ceil": (
+        lambda lib, F, x: F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True),
+        [(2, 3, 7, 6)],
+    ),
+    "embedding": (lambda lib, F, w: F.embedding(lib.tensor([[0, 3], [3, 1]]), w), [(5, 4)]),
+    "nll_loss": (lambda lib, F, x: F.nll_loss(x, lib.tensor([0, 2, 1])), [(3, 4)]),
+    "nll_loss_weighted": (
+        lambda lib, F, x, w: F.nll_loss(x, lib.tensor([0, 2, 1]), w, reduction="sum"),
+        [(3, 4), (4,)],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POOLS_AND_LOOKUPS))
+def test_pool_and_lookup_tangents_match_pytorch(name):
+    fn, shapes = POOLS_AND_LOOKUPS[name]
+    assert_same_jvp(fn, _arrays(*shapes), _arrays(*shapes))

@@ -75,7 +75,9 @@ def _result_tangents(op, args: tuple, tangents: tuple, out, rng=None):
 
         return dispatch(op, (tangents[0],) + tuple(args[1:]))
     if op.jvp is not None:
-        return op.jvp(args, tangents, out)
+        result = op.jvp(args, tangents, out)
+        if result is not NotImplemented:
+            return result
     return _double_vjp(op, args, tangents, out, rng)
 
 

@@ -4,7 +4,8 @@ Every other op gets its tangent from its backward by the double-vjp trick
 (``forward_grad._double_vjp``), which runs the op again and two backward passes; these
 rules compute ``J . t`` directly. A rule is ``jvp(args, tangents, out) -> tangent``:
 ``tangents`` lines up with the op's canonical ``args`` (None where an argument carries no
-tangent, a number included), ``out`` is the op's result. Rules run with the dual level
+tangent, a number included), ``out`` is the op's result; a rule returning NotImplemented
+leaves the call to the general way. Rules run with the dual level
 suspended and under the caller's grad mode, so backward AD records them like any other ops.
 """
 
@@ -32,12 +33,13 @@ def _scaled(t, alpha):
 
 
 def linear_in_first(op) -> None:
-    """``op`` is linear in its first argument and its others carry no tangent (sum, mean,
-    clone, advanced indexing): the tangent is the op applied to the first one's tangent."""
+    """``op`` is linear in its first argument (sum, mean, clone, advanced indexing, average
+    pooling, embedding's weight, nll_loss's input): the tangent is the op applied to the first
+    one's tangent, where the others carry none."""
 
     def jvp(args, tangents, out):
-        if tangents[0] is None:
-            return None
+        if any(t is not None for t in tangents[1:]):
+            return NotImplemented  # (nll_loss's weight) not linear there: the general way
         return dispatch(op, (tangents[0],) + tuple(args[1:]))
 
     op.register_jvp(jvp)
@@ -196,5 +198,18 @@ def _euclidean_cdist(args, tangents, out):
     return OPS["where"](out == 0, 0.0, along / out)
 
 
-for _name in ("sum", "mean", "clone", "index"):
+def _max_pooled(args, tangents, out):
+    """The tangent at each window's maximum: the input's tangent gathered at the indices
+    (positions in each flattened plane, as PyTorch's)."""
+    values, indices = out
+    planes = indices.ndim - len(args[1])  # (kernel_size or output_size: one per spatial dim)
+    flat_tangent = tangents[0].flatten(planes)
+    gathered = flat_tangent.gather(-1, indices.flatten(planes)).reshape(values.shape)
+    return (gathered, None)
+
+
+for _name in ("_max_pool", "_adaptive_max_pool"):
+    OPS[_name].register_jvp(_max_pooled)
+
+for _name in ("sum", "mean", "clone", "index", "_avg_pool", "embedding", "nll_loss"):
     linear_in_first(OPS[_name])
