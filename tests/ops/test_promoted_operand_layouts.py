@@ -74,6 +74,10 @@ OPS = {
     "clamp": lambda lib, a, b: lib.clamp(a, b, b + 1),
     "clamp_min": lambda lib, a, b: lib.clamp(a, min=b),
     "addcmul": lambda lib, a, b: lib.addcmul(a, b, b),
+    "add_alpha": lambda lib, a, b: lib.add(a, b, alpha=2),
+    "pow": lambda lib, a, b: lib.pow(a, b),
+    "nextafter": lambda lib, a, b: lib.nextafter(a, b),
+    "heaviside": lambda lib, a, b: lib.heaviside(a, b),  # one iterator in PyTorch
 }
 
 
@@ -170,6 +174,8 @@ def test_compiled_results_have_eager_and_torchs_strides(op):
 
 UNARY = {
     "round": lambda lib, t: lib.round(t),
+    "square": lambda lib, t: t**2,
+    "cube": lambda lib, t: t**3,
     "nan_to_num": lambda lib, t: lib.nan_to_num(t),
     "sin": lambda lib, t: lib.sin(t),
     "abs": lambda lib, t: lib.abs(t),

@@ -20,6 +20,7 @@ from ..core.common import (
     TensorOrScalar,
     binary_dtype,
     fake,
+    in_iterator_layout,
     pointwise_meta,
     require_tensor,
     to_float_dtype,
@@ -27,7 +28,7 @@ from ..core.common import (
 )
 from ..core.registry import NAMESPACE, OPS, defop, tensor_method, torch_function
 from ..reductions.reduce import torch_type_name
-from .unary_binary import as_np_operand, div, needs_grad, pow, where
+from .unary_binary import as_np_operand, div, iterator_layout, needs_grad, pow, where
 
 __all__: list[str] = []
 
@@ -97,7 +98,8 @@ def _binary_numpy_op(name: str, np_fn, accepts, differentiable: bool = False):
         d = binary_dtype(x, y)
         if not accepts(d):
             raise _not_implemented_for(f"{name}_cpu", d)
-        return wrap(np_fn(as_np_operand(x, d.np), as_np_operand(y, d.np)), d)
+        out = np_fn(as_np_operand(x, d.np), as_np_operand(y, d.np))
+        return wrap(iterator_layout(out, (x, y), d), d)
 
     @op.register_meta
     def meta(x, y):
@@ -217,7 +219,8 @@ def _heaviside_decomp(x, values):
     require_tensor("heaviside", "values", values)
     if x.dtype is not values.dtype:
         raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
-    return where(x == 0, values, (x > 0).to(x.dtype))
+    out = where(x == 0, values, (x > 0).to(x.dtype))
+    return in_iterator_layout(out, (x, values))  # one TensorIterator in PyTorch
 
 
 @torch_function()

@@ -1208,7 +1208,7 @@ def _make_alpha_kernel(np_fn):
                 if y._dtype is not d or cd != d.np:
                     a, b = as_np_operand(x, cd), as_np_operand(y, cd)
                     broadcast_shapes(np.shape(a), np.shape(b))
-                    return wrap(np_fn(a, b * scale), d)
+                    return wrap(iterator_layout(np_fn(a, b * scale), (x, y), d), d)
                 y = wrap(y._data * scale, d)
             else:
                 y = y * alpha
@@ -1412,12 +1412,12 @@ def _pow_kernel(x, y):
     cd = compute_np_dtype(d)
     a = as_np_operand(x, cd)
     if not isinstance(y, Tensor) and y == 2:
-        return wrap(np.square(a), d)
+        return wrap(_power_layout(np.square(a), x, y, d), d)
     if d.category == 2 and isinstance(x, Tensor) and not isinstance(y, Tensor):
         exact_form = scalar_power_form(y, d is dt.float16)
         if exact_form is not None:
             with np.errstate(all="ignore"):
-                return wrap(exact_form(a), d)
+                return wrap(_power_layout(exact_form(a), x, y, d), d)
     b = as_np_operand(y, cd)
     if d.category == 2:
         out = np_float_pow(a, b)
@@ -1426,8 +1426,19 @@ def _pow_kernel(x, y):
     else:
         out = np_int_pow(a, b)
     if not isinstance(x, Tensor) and out.__class__ is np.ndarray and out.ndim > 1:
-        out = np.ascontiguousarray(out)  # a number's power: PyTorch's result is row-major
-    return wrap(out, d)
+        return wrap(np.ascontiguousarray(out), d)  # a number's power: PyTorch's is row-major
+    return wrap(_power_layout(out, x, y, d), d)
+
+
+def _power_layout(out, x, y, d: dt.dtype):
+    """A power in TensorIterator's layout (numpy's keeps an expanded or a permuted operand's
+    order its own way); a contiguous base to a number's power is contiguous, and a 0-d or 1-d
+    result has one layout."""
+    if out.__class__ is not np.ndarray or out.ndim < 2:
+        return out
+    if isinstance(x, Tensor) and x._data.flags.c_contiguous and not isinstance(y, Tensor):
+        return out
+    return iterator_layout(out, (x, y), d)
 
 
 def _pow_meta(x, y):
