@@ -14,8 +14,9 @@ parts carry the tangents. Otherwise the op runs, and its results get ``J . t``:
 
 An in-place op's tangent is the out-of-place op's, computed before the write (the rules read
 the old value) and then written into the existing tangent, so that views of the tangent see
-it. Tangent computations run with the level suspended in their thread (no tangents of tangents) and, where
-backward AD must see them (a primal or a tangent requires grad), under grad mode.
+it. Tangent computations run with the level suspended in their thread (no tangents of
+tangents) and, where backward AD must see them (a primal or a tangent requires grad), under
+grad mode.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ...runtime.state import per_thread
 from ...runtime.tensor import Tensor
 from . import registry
 
-__all__ = ["dual_dispatch", "zeros_tangent"]
+__all__ = ["dual_dispatch"]
 
 
 def dual_dispatch(op, args: tuple, dispatch):
@@ -101,7 +102,7 @@ def _shaped_like(tangent: Tensor, out: Tensor) -> Tensor:
     return tangent
 
 
-def zeros_tangent(t: Tensor) -> Tensor:
+def _zero_tangent(t: Tensor) -> Tensor:
     """A zero tangent for ``t`` (where an input without one meets one with)."""
     from ..public import zeros_like
 
@@ -148,7 +149,7 @@ def _write_tangent(self: Tensor, new: Tensor | None) -> None:
         return
     from .dispatch import view_replay
 
-    base_tangent = zeros_tangent(base)
+    base_tangent = _zero_tangent(base)
     set_tangent(base, base_tangent)
     view_tangent = view_replay(self)(base_tangent)
     view_tangent.copy_(new)
@@ -228,11 +229,11 @@ def _double_vjp(op, args: tuple, tangents: tuple, out, rng):
     result = [None] * len(outs)
     for i, j in zip(wanted, jvps):
         if j is None:
-            j = zeros_tangent(outs[i])
+            j = _zero_tangent(outs[i])
         result[i] = j if keep_graph else j.detach()
     for i, o in enumerate(outs):
         if result[i] is None and isinstance(o, Tensor) and o._dtype.category >= 2:
-            result[i] = zeros_tangent(o)
+            result[i] = _zero_tangent(o)
     return result if isinstance(out, (tuple, list)) else result[0]
 
 
@@ -308,6 +309,6 @@ def _any_requires_grad(op, args: tuple) -> bool:
 
 def _zero_results(outs: list):
     result = [
-        zeros_tangent(o) if isinstance(o, Tensor) and o._dtype.category >= 2 else None for o in outs
+        _zero_tangent(o) if isinstance(o, Tensor) and o._dtype.category >= 2 else None for o in outs
     ]
     return result if len(outs) > 1 else result[0]
