@@ -385,6 +385,26 @@ def test_attention_over_a_downsampled_map_compiles_once_for_every_size(stats):
 
 
 @needs_torch
+def test_stacking_chunks_of_a_symbolic_dim_compiles_once_for_every_size(stats):
+    """``stack`` of per-chunk sums over ``chunk(3, dim=1)`` of a symbolic width: the parts are
+    1-d, so ``cat``'s lowering asked whether each part's size (``s1 - 2 * ceil(s1 / 3)``) is 0
+    (PyTorch's legacy rule drops empty 1-d parts) and refused the kernels for every size."""
+
+    def fn(lib, x):
+        parts = {f"p{i}": t.sum(0) for i, t in enumerate(x.chunk(3, dim=1))}
+        return lib.stack([v for _, v in sorted(parts.items())]).exp()
+
+    compiled = kiln.compile(lambda x: fn(kiln, x), backend="inductor", dynamic=True)
+    with kiln.no_grad():
+        for n, width in ((3, 6), (4, 9), (5, 12)):
+            x = _inputs(n, width)
+            got, theirs = compiled(kiln.tensor(x)), fn(torch, torch.tensor(x))
+            assert tuple(got.shape) == tuple(theirs.shape)
+            np.testing.assert_allclose(got.numpy(), theirs.numpy(), 1e-5, 1e-6)
+    assert_every_size_served(stats)
+
+
+@needs_torch
 def test_relative_attention_scores_over_a_memory_compile_once_for_every_length(stats):
     """Transformer-XL's relative positions ``arange(klen - 1, -1, -1.0)`` with ``klen`` the
     memory's length plus the segment's: a whole float step over a symbolic start is counted in

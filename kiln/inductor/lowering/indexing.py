@@ -101,7 +101,10 @@ def _cat(out_meta, tensors, dim=0):
     out_shape = tuple(out_meta.shape)
     nd = len(out_shape)
     d = dim % max(nd, 1)
-    parts = [t for t in tensors if not (len(t.shape) == 1 and t.shape[0] == 0 and nd > 1)]
+    # PyTorch's legacy rule skips 1-d empty parts; a symbolic size is not asked whether it is 0
+    parts = [
+        t for t in tensors if not (nd > 1 and len(t.shape) == 1 and sym.same_size(t.shape[0], 0))
+    ]
     if len(parts) > 8:
         raise NotImplementedError("cat of many tensors uses the fallback")
     out_dtype = out_meta.dtype
