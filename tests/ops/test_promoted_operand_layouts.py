@@ -78,6 +78,9 @@ OPS = {
     "pow": lambda lib, a, b: lib.pow(a, b),
     "nextafter": lambda lib, a, b: lib.nextafter(a, b),
     "heaviside": lambda lib, a, b: lib.heaviside(a, b),  # one iterator in PyTorch
+    "xlog1py": lambda lib, a, b: lib.special.xlog1py(a, b),
+    "zeta": lambda lib, a, b: lib.special.zeta(a, b),
+    "igamma": lambda lib, a, b: lib.igamma(a, b),
 }
 
 

@@ -26,7 +26,7 @@ from ..core.common import (
     wrap,
 )
 from ..core.registry import defop, tensor_method
-from ..pointwise.unary_binary import as_np_operand, needs_grad, where
+from ..pointwise.unary_binary import as_np_operand, iterator_layout, needs_grad, where
 from ..reductions.reduce import torch_type_name
 from .numpy_kernels import (
     np_bessel_i0,
@@ -333,12 +333,17 @@ def _xlog1py_kernel(x, y):
     a, b = as_np_operand(x, cd), as_np_operand(y, cd)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.where((a == 0) & ~np.isnan(b), 0.0, a * np.log1p(b))
-    return wrap(out, d)
+    return wrap(iterator_layout(out, (x, y), d), d)
 
 
-special_xlog1py.register_meta(
-    lambda x, y: pointwise_meta(to_float_dtype(binary_dtype(x, y)), *_tensors_of(x, y))
-)
+def _float_pair_meta(x, y):
+    """A binary float function's fake: integers promoted to the float result (and copied
+    first, as TensorIterator does: ``output_layout_source``)."""
+    d = to_float_dtype(binary_dtype(x, y))
+    return pointwise_meta(d, x, y, common_dtype=d)
+
+
+special_xlog1py.register_meta(_float_pair_meta)
 
 
 def _xlog1py_grad(c, g):
@@ -368,16 +373,11 @@ def special_zeta(input: TensorOrScalar, other: TensorOrScalar): ...  # noqa: A00
 def _zeta_kernel(s, q):
     d = to_float_dtype(binary_dtype(s, q))
     cd = compute_np_dtype(d)
-    return wrap(np_zeta(as_np_operand(s, cd), as_np_operand(q, cd)), d)
+    out = np_zeta(as_np_operand(s, cd), as_np_operand(q, cd))
+    return wrap(iterator_layout(out, (s, q), d), d)
 
 
-special_zeta.register_meta(
-    lambda s, q: pointwise_meta(to_float_dtype(binary_dtype(s, q)), *_tensors_of(s, q))
-)
-
-
-def _tensors_of(*xs):
-    return [x for x in xs if isinstance(x, Tensor)]
+special_zeta.register_meta(_float_pair_meta)
 
 
 def _zeta_grad(c, g):

@@ -17,7 +17,7 @@ import numpy as np
 from ...runtime import dtypes as dt
 from ..core.common import Tensor, binary_dtype, compute_np_dtype, pointwise_meta, wrap
 from ..core.registry import defop
-from ..pointwise.unary_binary import as_np_operand, needs_grad
+from ..pointwise.unary_binary import as_np_operand, iterator_layout, needs_grad
 from ..reductions.reduce import torch_type_name
 from .functions import lgamma
 from .numpy_kernels import _B2K, _erfc_f64, _lgamma_near_2, np_lgamma
@@ -240,9 +240,14 @@ def _incomplete_gamma_op(name: str, np_fn, sign: float):
     def kernel(a, x):
         d = _result_dtype(name, a, x)
         cd = compute_np_dtype(d)
-        return wrap(np_fn(as_np_operand(a, cd), as_np_operand(x, cd)), d)
+        out = np_fn(as_np_operand(a, cd), as_np_operand(x, cd))
+        return wrap(iterator_layout(out, (a, x), d), d)
 
-    op.register_meta(lambda a, x: pointwise_meta(_result_dtype(name, a, x), a, x))
+    def meta(a, x):
+        d = _result_dtype(name, a, x)
+        return pointwise_meta(d, a, x, common_dtype=d)  # (integers promoted to d first)
+
+    op.register_meta(meta)
 
     def derivative(c, g):
         a, x = c.args
