@@ -684,3 +684,30 @@ POOLS_AND_LOOKUPS = {
 def test_pool_and_lookup_tangents_match_pytorch(name):
     fn, shapes = POOLS_AND_LOOKUPS[name]
     assert_same_jvp(fn, _arrays(*shapes), _arrays(*shapes))
+
+
+BATCH_NORMS = {
+    "training": lambda lib, F, x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+    "training_with_running": lambda lib, F, x, w, b: F.batch_norm(
+        x, lib.zeros(3, dtype=lib.float64), lib.ones(3, dtype=lib.float64), w, b, training=True
+    ),
+    "eval": lambda lib, F, x, w, b: F.batch_norm(
+        x,
+        lib.linspace(-1, 1, 3, dtype=lib.float64),
+        lib.linspace(0.5, 2, 3, dtype=lib.float64),
+        w,
+        b,
+        training=False,
+        eps=1e-3,
+    ),
+    "training_1d": lambda lib, F, x, w, b: F.batch_norm(x[:, :, 0, 0], None, None, w, b, True),
+}
+
+
+@pytest.mark.parametrize("dual", [(0,), (1,), (2,), (0, 1, 2)])
+@pytest.mark.parametrize("name", sorted(BATCH_NORMS))
+def test_batch_norm_tangent_matches_pytorch(name, dual):
+    shapes = [(4, 3, 5, 2), (3,), (3,)]
+    primals, tangents = _arrays(*shapes), _arrays(*shapes)
+    tangents = [t if i in dual else None for i, t in enumerate(tangents)]
+    assert_same_jvp(BATCH_NORMS[name], primals, tangents)

@@ -155,6 +155,13 @@ def _log_softmax(args, tangents, out):
     return tangent - (tangent * out.exp()).sum(dim, keepdim=True)
 
 
+def _normalized_tangent(tx, normalized, sigma, dims):
+    """The tangent of (x - mean) / sigma with the statistics of x over ``dims`` (layer and
+    batch norm): (t - mean(t) - xhat * mean(t * xhat)) / sigma."""
+    moved = tx - tx.mean(dims, keepdim=True)
+    return (moved - normalized * (tx * normalized).mean(dims, keepdim=True)) / sigma
+
+
 @OPS["layer_norm"].register_jvp
 def _layer_norm(args, tangents, out):
     """y = xhat * w + b with xhat = (x - mean) / sigma over the normalized dims:
@@ -167,12 +174,40 @@ def _layer_norm(args, tangents, out):
     normalized = centered / sigma
     terms = []
     if tx is not None:
-        moved = tx - tx.mean(dims, keepdim=True)
-        moved = (moved - normalized * (tx * normalized).mean(dims, keepdim=True)) / sigma
+        moved = _normalized_tangent(tx, normalized, sigma, dims)
         terms.append(moved if weight is None else moved * weight)
     if tw is not None:
         terms.append(normalized * tw)
     return _sum(*terms, tb)
+
+
+@OPS["_native_batch_norm"].register_jvp
+def _batch_norm(args, tangents, out):
+    """The output's tangent (the batch statistics are not differentiable outputs), from the
+    batch's statistics in training (or without running ones), else from the running ones."""
+    x, weight, _, running_mean, running_var, training, _, eps = args
+    tx, tw, tb = tangents[0], tangents[1], tangents[2]
+    if tangents[3] is not None or tangents[4] is not None:
+        return NotImplemented
+    dims = (0,) + tuple(range(2, x.ndim))
+    channel = (1, -1) + (1,) * (x.ndim - 2)
+    if training or running_mean is None:
+        centered = x - x.mean(dims, keepdim=True)
+        sigma = ((centered * centered).mean(dims, keepdim=True) + eps).sqrt()
+        normalized = centered / sigma
+        moved = None if tx is None else _normalized_tangent(tx, normalized, sigma, dims)
+    else:
+        sigma = (running_var + eps).sqrt().reshape(channel)
+        normalized = (x - running_mean.reshape(channel)) / sigma
+        moved = None if tx is None else tx / sigma
+    terms = []
+    if moved is not None:
+        terms.append(moved if weight is None else moved * weight.reshape(channel))
+    if tw is not None:
+        terms.append(normalized * tw.reshape(channel))
+    if tb is not None:
+        terms.append(tb.reshape(channel))
+    return (_sum(*terms).to(out[0].dtype), None, None)
 
 
 @OPS["copy_"].register_jvp
