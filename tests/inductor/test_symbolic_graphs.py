@@ -405,6 +405,36 @@ def test_stacking_chunks_of_a_symbolic_dim_compiles_once_for_every_size(stats):
 
 
 @needs_torch
+def test_padding_by_a_difference_of_sizes_compiles_once_for_every_size(stats):
+    """Pytorch-UNet's ``Up``: ``F.pad`` of the upsampled map by ``diffX // 2`` and
+    ``diffX - diffX // 2`` of two symbolic sizes, a pad or a crop depending on them. The pad's
+    decomposition needed each amount's sign for its slices (refusing the kernels for every
+    size); amounts of unknown sign now read the input by a clamped index instead."""
+
+    def fn(lib, x1, x2):
+        diff_y = x2.size()[2] - x1.size()[2]
+        diff_x = x2.size()[3] - x1.size()[3]
+        x1 = lib.nn.functional.pad(
+            x1, [diff_x // 2, diff_x - diff_x // 2, diff_y // 2, diff_y - diff_y // 2]
+        )
+        return lib.cat([x2, x1 * 2], dim=1)
+
+    compiled = kiln.compile(lambda *a: fn(kiln, *a), backend="inductor", dynamic=True)
+    rng = np.random.default_rng(5)
+    for small, large in (((5, 7), (7, 8)), ((6, 8), (6, 11)), ((9, 9), (8, 12))):
+        arrays = [rng.standard_normal((2, 3, *hw)).astype(np.float32) for hw in (small, large)]
+        results = []
+        for lib, run in ((kiln, compiled), (torch, lambda *a: fn(torch, *a))):
+            tensors = [lib.tensor(a, requires_grad=True) for a in arrays]
+            out = run(*tensors)
+            (out * out.detach()).sum().backward()
+            results.append([out.detach().numpy()] + [t.grad.numpy() for t in tensors])
+        for got, theirs in zip(*results):
+            np.testing.assert_allclose(got, theirs, 1e-6)
+    assert_every_size_served(stats)
+
+
+@needs_torch
 def test_relative_attention_scores_over_a_memory_compile_once_for_every_length(stats):
     """Transformer-XL's relative positions ``arange(klen - 1, -1, -1.0)`` with ``klen`` the
     memory's length plus the segment's: a whole float step over a symbolic start is counted in

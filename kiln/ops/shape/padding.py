@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...runtime.symbolic import as_int
+from ...runtime import dtypes as dt
+from ...runtime.symbolic import as_int, statically_known_true
 from ...runtime.tensor import contiguous_strides
 from ..core.common import (
     Tensor,
@@ -95,9 +96,36 @@ constant_pad_nd.register_derivative(
 )
 
 
+def _sign_known(size) -> bool:
+    return (
+        size.__class__ is int
+        or statically_known_true(">=", size, 0)
+        or (statically_known_true("<=", size, 0))
+    )
+
+
+def _pad_by_gather(x, geometry, value):
+    """Padding whose amounts have no known sign (Pytorch-UNet's ``diffX // 2`` between two
+    symbolic sizes: a pad or a crop depending on the sizes): each output position reads the
+    input at ``i - before`` where that is inside it, else ``value``; no slice needs the sign."""
+    for dim, before, after in geometry:
+        size = x.shape[dim]
+        source = OPS["arange"](-before, size + after, 1, dtype=dt.int64, device=x.device)
+        inside = (source >= 0) & (source < size)
+        source = source.clamp(0, size - 1)
+        view = [1] * x.ndim
+        view[dim] = -1
+        gathered = OPS["index_select"](x, dim, source)
+        fill = value if x.dtype.is_floating_point else int(value)
+        x = OPS["where"](inside.view(view), gathered, fill)
+    return x
+
+
 @constant_pad_nd.register_decomposition
 def _constant_pad_decomp(x, pad, value=0):
     geometry = _pad_geometry(x, pad)
+    if not all(_sign_known(before) and _sign_known(after) for _, before, after in geometry):
+        return _pad_by_gather(x, geometry, value)
     for dim, before, after in geometry:
         size = x.shape[dim]
         x = OPS["slice"](x, dim, max(-before, 0), size - max(-after, 0), 1)
