@@ -56,7 +56,9 @@ def test_tied_embedding_and_head_take_two_weight_sized_buffers(pooled_allocation
     del pooled_allocations[:]
     loss.backward()
     weight_sized = [n for n in pooled_allocations if n == weight.nbytes]
-    assert len(weight_sized) == 2, pooled_allocations  # the head's and the embedding's
+    # the head's; the embedding's is numpy zeros (calloc'd pages, rows no token names never
+    # touched), and the sum goes into one of the two: no third weight-sized buffer
+    assert len(weight_sized) == 1, pooled_allocations
 
     tw = torch.tensor(weight, requires_grad=True)
     loss_of(torch, tw, torch.tensor(tokens)).backward()
