@@ -58,6 +58,7 @@ __all__ = [
     "laid_out",
     "preserved_layout",
     "laid_out_as",
+    "copied_in_order",
     "in_iterator_layout",
     "to_float_dtype",
     "is_scalar",
@@ -340,6 +341,12 @@ def laid_out_as(out: Tensor, strides: tuple) -> Tensor:
         n == 1 or a == b for n, a, b in zip(shape, out.stride(), strides)
     ):
         return out
+    return copied_in_order(out, strides)
+
+
+def copied_in_order(out: Tensor, strides: tuple) -> Tensor:
+    """A copy of ``out`` with the dense ``strides``: permuted so they are row-major, made
+    contiguous, permuted back (two views and one clone when traced)."""
     order = sorted(range(len(strides)), key=lambda i: (-strides[i], i))
     inverse = [0] * len(order)
     for position, i in enumerate(order):

@@ -37,7 +37,7 @@ from ...runtime.memory_format import (
 from ...runtime.state import per_thread
 from ...runtime.tensor import INFERENCE_SEEN, Tensor, mark_inference
 from . import forward_grad, registry
-from .common import broadcast_shapes, preserved_layout, zero_grad
+from .common import broadcast_shapes, copied_in_order, preserved_layout, zero_grad
 
 __all__ = [
     "dispatch",
@@ -622,11 +622,7 @@ def _laid_out_like(out: Tensor, x: Tensor) -> Tensor:
         return out.contiguous()
     if tuple(out.stride()) == strides:
         return out
-    order = sorted(range(len(strides)), key=lambda i: (-strides[i], i))
-    inverse = [0] * len(order)
-    for position, i in enumerate(order):
-        inverse[i] = position
-    return out.permute(order).contiguous().permute(inverse)
+    return copied_in_order(out, strides)
 
 
 def laid_out_decomposition(op):
