@@ -13,6 +13,8 @@ import os
 import warnings
 from collections.abc import Callable
 
+from . import cpu_load
+
 __all__ = [
     "set_float32_matmul_precision",
     "get_float32_matmul_precision",
@@ -131,10 +133,7 @@ def is_warn_always_enabled() -> bool:
 
 
 def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # platforms without affinity masks
-        return os.cpu_count() or 1
+    return cpu_load.cores()
 
 
 # threads of kiln's own kernels (compiled CPU code); whoever keeps threads for them listens here

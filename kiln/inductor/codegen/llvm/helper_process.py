@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 
+from ....runtime import cpu_load
 from . import object_worker
 
 __all__ = ["HelperProcess", "helper_wanted"]
@@ -27,11 +28,7 @@ def helper_wanted() -> bool:
     switched off (``KILN_LLVM_HELPER=0``)."""
     if os.environ.get("KILN_LLVM_HELPER", "1") == "0":
         return False
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return cores > 1
+    return cpu_load.cores() > 1
 
 
 class HelperProcess:
