@@ -83,3 +83,21 @@ def assert_every_size_served(stats) -> None:
     assert stats.symbolic_compiles >= 1
     assert stats.symbolic_refused == 0
     assert stats.static_compiles == stats.eager_first_calls == stats.fallback_calls == 0
+
+
+def kernels_ir(tmp_path, monkeypatch, compiled, *args) -> tuple:
+    """What ``compiled(*args)`` returns, and its kernels' LLVM IR (``KILN_DEBUG_DIR`` dumps)."""
+    monkeypatch.setenv("KILN_DEBUG_DIR", str(tmp_path))
+    out = compiled(*args)
+    monkeypatch.delenv("KILN_DEBUG_DIR")
+    return out, "\n".join(p.read_text() for p in sorted(tmp_path.rglob("kernels.ll")))
+
+
+def seeded_values(shape, dtype: str, seed: int = 7) -> np.ndarray:
+    """Values of ``dtype`` for kernel tests: booleans, small integers of both signs, normals."""
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(shape) > 0.5
+    if dtype.startswith("int"):
+        return rng.integers(-50, 50, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)

@@ -12,50 +12,34 @@ import torch
 
 import kiln
 from kiln.inductor.codegen.llvm.values import LANES
+from tests.inductor.helpers import kernels_ir, seeded_values
 
 F = kiln.nn.functional
 TF = torch.nn.functional
 GATHER = "llvm.masked.gather"
 
 
-def _kernels_ir(tmp_path, monkeypatch, compiled, *args):
-    """What ``compiled(*args)`` returns, and its kernels' LLVM IR (``KILN_DEBUG_DIR`` dumps)."""
-    monkeypatch.setenv("KILN_DEBUG_DIR", str(tmp_path))
-    out = compiled(*args)
-    monkeypatch.delenv("KILN_DEBUG_DIR")
-    return out, "\n".join(p.read_text() for p in sorted(tmp_path.rglob("kernels.ll")))
-
-
-def _values(shape, dtype: str) -> np.ndarray:
-    rng = np.random.default_rng(7)
-    if dtype == "bool":
-        return rng.random(shape) > 0.5
-    if dtype.startswith("int"):
-        return rng.integers(-50, 50, shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "int8", "bool"])
 @pytest.mark.parametrize("inner", [LANES, 3 * LANES + 5])
 def test_transposing_copy_gathers_and_equals_pytorch(tmp_path, monkeypatch, dtype, inner):
-    a = _values((inner, 7, 6), dtype)
+    a = seeded_values((inner, 7, 6), dtype)
 
     def fn(x):
         return x.permute(1, 2, 0).contiguous()
 
-    out, ir_text = _kernels_ir(tmp_path, monkeypatch, kiln.compile(fn), kiln.tensor(a))
+    out, ir_text = kernels_ir(tmp_path, monkeypatch, kiln.compile(fn), kiln.tensor(a))
     assert GATHER in ir_text
     np.testing.assert_array_equal(out.numpy(), fn(torch.from_numpy(a)).numpy())
 
 
 def test_reduction_along_a_strided_dimension_gathers(tmp_path, monkeypatch):
     # a batch norm's statistics: per channel over batch and pixels, the batch the inner loop
-    a = _values((2 * LANES + 3, 5, 2, 2), "float32")
+    a = seeded_values((2 * LANES + 3, 5, 2, 2), "float32")
 
     def fn(x):
         return (x * x).sum((0, 2, 3)) + x.sum((0, 2, 3))
 
-    out, ir_text = _kernels_ir(tmp_path, monkeypatch, kiln.compile(fn), kiln.tensor(a))
+    out, ir_text = kernels_ir(tmp_path, monkeypatch, kiln.compile(fn), kiln.tensor(a))
     assert GATHER in ir_text
     expected = fn(torch.from_numpy(a)).numpy()
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
@@ -63,12 +47,12 @@ def test_reduction_along_a_strided_dimension_gathers(tmp_path, monkeypatch):
 
 def test_padding_of_a_transposed_input_gathers_inside_the_buffer(tmp_path, monkeypatch):
     # the padded lanes' indices leave the input: the gather reads clamped ones, never used
-    a = _values((LANES + 3, 9), "float32")
+    a = seeded_values((LANES + 3, 9), "float32")
 
     def fn(x, pad):
         return pad(x.t(), (2, 3, 1, 1)) * 2.0
 
-    out, ir_text = _kernels_ir(
+    out, ir_text = kernels_ir(
         tmp_path, monkeypatch, kiln.compile(lambda x: fn(x, F.pad)), kiln.tensor(a)
     )
     assert GATHER in ir_text

@@ -13,25 +13,9 @@ import torch
 import kiln
 from kiln.inductor import config as inductor_config
 from kiln.inductor.codegen.llvm.values import LANES
+from tests.inductor.helpers import kernels_ir, seeded_values
 
 TILED = "tile_rows"
-
-
-def _kernels_ir(tmp_path, monkeypatch, compiled, *args):
-    """What ``compiled(*args)`` returns, and its kernels' LLVM IR (``KILN_DEBUG_DIR`` dumps)."""
-    monkeypatch.setenv("KILN_DEBUG_DIR", str(tmp_path))
-    out = compiled(*args)
-    monkeypatch.delenv("KILN_DEBUG_DIR")
-    return out, "\n".join(p.read_text() for p in sorted(tmp_path.rglob("kernels.ll")))
-
-
-def _values(shape, dtype: str) -> np.ndarray:
-    rng = np.random.default_rng(11)
-    if dtype == "bool":
-        return rng.random(shape) > 0.5
-    if dtype.startswith("int"):
-        return rng.integers(-50, 50, shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int8", "int64", "bool"])
@@ -45,12 +29,12 @@ def _values(shape, dtype: str) -> np.ndarray:
     ],
 )
 def test_permuted_copy_is_tiled_and_equals_pytorch(tmp_path, monkeypatch, dtype, shape, perm):
-    a = _values(shape, dtype)
+    a = seeded_values(shape, dtype, seed=11)
 
     def fn(x):
         return x.permute(*perm).contiguous()
 
-    out, ir_text = _kernels_ir(tmp_path, monkeypatch, kiln.compile(fn), kiln.tensor(a))
+    out, ir_text = kernels_ir(tmp_path, monkeypatch, kiln.compile(fn), kiln.tensor(a))
     assert TILED in ir_text
     np.testing.assert_array_equal(out.numpy(), fn(torch.from_numpy(a)).numpy())
     assert out.stride() == fn(torch.from_numpy(a)).stride()
@@ -59,13 +43,13 @@ def test_permuted_copy_is_tiled_and_equals_pytorch(tmp_path, monkeypatch, dtype,
 def test_fused_body_reads_the_tile_and_contiguous_inputs(tmp_path, monkeypatch):
     """A permuted input combined with one read along the lanes and a scalar: each row of the
     tile runs the body with its transposed column in place of the gather."""
-    a = _values((3 * LANES, 2 * LANES), "float32")
-    b = _values((2 * LANES, 3 * LANES), "float32")
+    a = seeded_values((3 * LANES, 2 * LANES), "float32", seed=11)
+    b = seeded_values((2 * LANES, 3 * LANES), "float32", seed=11)
 
     def fn(x, y):
         return (x.t() * 2.5 + y).contiguous()
 
-    out, ir_text = _kernels_ir(
+    out, ir_text = kernels_ir(
         tmp_path, monkeypatch, kiln.compile(fn), kiln.tensor(a), kiln.tensor(b)
     )
     assert TILED in ir_text
@@ -80,7 +64,7 @@ def test_threads_taking_rows_mid_tile(monkeypatch):
     saved = kiln.get_num_threads()
     kiln.set_num_threads(2)
     try:
-        a = _values((16 * LANES, 64 * LANES + 3), "float32")
+        a = seeded_values((16 * LANES, 64 * LANES + 3), "float32", seed=11)
 
         def fn(x):
             return x.t().contiguous() + 1.0
@@ -92,8 +76,8 @@ def test_threads_taking_rows_mid_tile(monkeypatch):
 
 
 def test_gradient_of_a_permuted_product_matches_pytorch():
-    a = _values((2 * LANES, LANES, 3), "float32")
-    w = _values((3, 2 * LANES, LANES), "float32")
+    a = seeded_values((2 * LANES, LANES, 3), "float32", seed=11)
+    w = seeded_values((3, 2 * LANES, LANES), "float32", seed=11)
 
     def fn(lib, x, y):
         return ((x.permute(2, 0, 1) * y).contiguous() ** 2).sum()
@@ -109,16 +93,16 @@ def test_gradient_of_a_permuted_product_matches_pytorch():
 def test_untileable_permutes_keep_their_gathers(tmp_path, monkeypatch):
     """No row variable along which the input is contiguous (it walks the middle of the rows)
     or an inner length the vector width does not divide: the kernel keeps its loop."""
-    a = _values((2 * LANES, 2 * LANES, 3, 3), "float32")
+    a = seeded_values((2 * LANES, 2 * LANES, 3, 3), "float32", seed=11)
 
     def fn(x):
         return x.permute(2, 3, 1, 0).contiguous()
 
-    out, ir_text = _kernels_ir(tmp_path, monkeypatch, kiln.compile(fn), kiln.tensor(a))
+    out, ir_text = kernels_ir(tmp_path, monkeypatch, kiln.compile(fn), kiln.tensor(a))
     assert TILED not in ir_text
     np.testing.assert_array_equal(out.numpy(), fn(torch.from_numpy(a)).numpy())
-    b = _values((LANES + 3, 2 * LANES), "float32")
-    out, ir_text = _kernels_ir(
+    b = seeded_values((LANES + 3, 2 * LANES), "float32", seed=11)
+    out, ir_text = kernels_ir(
         tmp_path / "odd",
         monkeypatch,
         kiln.compile(fn := lambda x: x.t().contiguous()),
