@@ -435,6 +435,35 @@ def test_padding_by_a_difference_of_sizes_compiles_once_for_every_size(stats):
 
 
 @needs_torch
+@pytest.mark.parametrize("count_include_pad", [True, False])
+def test_ceil_mode_average_pooling_compiles_once_for_every_size(stats, count_include_pad):
+    """ResNet-D's ``avg_pool2d(x, 2, ceil_mode=True)`` over symbolic images: the divisor of
+    each window was a numpy array of the output size (a guard on each size, so a recompile
+    per size); it is made with tensor ops from an ``arange`` of the size, and the padding the
+    last windows need (``max(extra, 0)``) is not compared with 0."""
+
+    def fn(lib, x):
+        pooled = lib.nn.functional.avg_pool2d(
+            x, 3, 2, 1, ceil_mode=True, count_include_pad=count_include_pad
+        )
+        return pooled * pooled.shape[-1]
+
+    compiled = kiln.compile(lambda x: fn(kiln, x), backend="inductor", dynamic=True)
+    for n, h, w in ((3, 6, 7), (4, 9, 8), (5, 7, 11)):
+        data = np.random.default_rng(h).standard_normal((n, 2, h, w)).astype(np.float32)
+        results = []
+        for lib, run in ((kiln, compiled), (torch, lambda x: fn(torch, x))):
+            x = lib.tensor(data, requires_grad=True)
+            out = run(x)
+            (out * out).sum().backward()
+            results.append((out.detach().numpy(), x.grad.numpy()))
+        for got, theirs in zip(*results):
+            np.testing.assert_allclose(got, theirs, 1e-5, 1e-6)
+    assert_every_size_served(stats)
+    assert stats.symbolic_compiles == 2  # the forward and the backward, once
+
+
+@needs_torch
 def test_relative_attention_scores_over_a_memory_compile_once_for_every_length(stats):
     """Transformer-XL's relative positions ``arange(klen - 1, -1, -1.0)`` with ``klen`` the
     memory's length plus the segment's: a whole float step over a symbolic start is counted in

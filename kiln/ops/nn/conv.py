@@ -746,12 +746,39 @@ def _avg_divisor(spatial, out, kernel, stride, padding, count_include_pad, overr
 
 
 def _avg_setup(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    """Output size, pads and divisor array; the divisor is None for ceil mode over symbolic
+    sizes (a numpy array of them would fix the sizes): ``_divisor_tensor`` makes it."""
     dilation = [1] * len(kernel)
     out = _pool_geometry("avg_pool", x, kernel, stride, padding, dilation, ceil_mode)
     spatial = _spatial(x)
     pads = _pool_pads(spatial, out, kernel, stride, padding, dilation, ceil_mode)
+    if ceil_mode and divisor_override is None and any(o.__class__ is SymInt for o in out):
+        return out, pads, None
     div = _avg_divisor(spatial, out, kernel, stride, padding, count_include_pad, divisor_override)
     return out, pads, div
+
+
+def _divisor_tensor(ref, div, out, kernel, stride, padding, count_include_pad, x=None):
+    """The divisor as a tensor of ``ref``'s dtype: ``_avg_setup``'s array, or where that is
+    None (symbolic output sizes: ceil-mode windows over symbolic images) the same counts made
+    with tensor ops from an ``arange`` of each output size. ``x``: the input (default ref)."""
+    if div is not None:
+        return tensor(div, dtype=ref.dtype, device=ref.device)
+    spatial = _spatial(ref if x is None else x)
+    x = ref
+    k = len(kernel)
+    div = None
+    for i in range(k):
+        start = OPS["arange"](0, out[i], 1, dtype=dt.int64, device=x.device) * stride[i]
+        start = start - padding[i]
+        end = (start + kernel[i]).clamp(max=spatial[i] + padding[i])
+        if count_include_pad:
+            count = end - start
+        else:
+            count = end.clamp(max=spatial[i]) - start.clamp(min=0)
+        count = count.to(x.dtype).reshape((-1,) + (1,) * (k - 1 - i))
+        div = count if div is None else div * count
+    return div
 
 
 @_avg_pool.register_kernel
@@ -809,7 +836,7 @@ def _avg_pool_grad(c, g):
     out, pads, div = _avg_setup(
         x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
     )
-    scaled = g / tensor(div, dtype=g.dtype, device=g.device)
+    scaled = g / _divisor_tensor(g, div, out, kernel, stride, padding, count_include_pad, x)
     full = _window_sum_transposed(scaled, kernel, stride)
     crop = []
     for i in reversed(range(len(kernel))):
@@ -829,7 +856,7 @@ def _avg_pool_decomp(x, kernel, stride, padding, ceil_mode, count_include_pad, d
     )
     k = len(kernel)
     xp = OPS["constant_pad_nd"](x, [p for pair in reversed(pads) for p in pair], 0.0)
-    divisor = tensor(div, dtype=x.dtype, device=x.device)
+    divisor = _divisor_tensor(x, div, out, kernel, stride, padding, count_include_pad)
     if math.prod(kernel) <= UNROLLED_WINDOW_MAX:
         # the window's elements added in order (one pointwise kernel once compiled; a
         # convolution by a kernel of ones made columns of every window and a product)

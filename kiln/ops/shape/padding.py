@@ -128,17 +128,29 @@ def _constant_pad_decomp(x, pad, value=0):
         return _pad_by_gather(x, geometry, value)
     for dim, before, after in geometry:
         size = x.shape[dim]
-        x = OPS["slice"](x, dim, max(-before, 0), size - max(-after, 0), 1)
+        x = OPS["slice"](x, dim, _crop(before), size - _crop(after), 1)
     for dim, before, after in geometry:
-        if before <= 0 and after <= 0:
+        grow_before, grow_after = _crop(-before), _crop(-after)
+        if _is_zero(grow_before) and _is_zero(grow_after):
             continue
         shape = list(x.shape)
-        shape[dim] += max(before, 0) + max(after, 0)
+        shape[dim] += grow_before + grow_after
         fill = value if x.dtype.is_floating_point else int(value)
         base = OPS["full"](shape, fill, dtype=x.dtype, device=x.device)
-        start = max(before, 0)
-        x = OPS["slice_scatter"](base, x, dim, start, start + x.shape[dim], 1)
+        x = OPS["slice_scatter"](base, x, dim, grow_before, grow_before + x.shape[dim], 1)
     return x
+
+
+def _crop(pad):
+    """``max(-pad, 0)`` for a pad of known sign, decided from the sign (a symbolic pad such as
+    a ceil-mode pool's ``max(extra, 0)`` is not compared with 0)."""
+    if pad.__class__ is int:
+        return max(-pad, 0)
+    return 0 if statically_known_true(">=", pad, 0) else -pad
+
+
+def _is_zero(size) -> bool:
+    return size.__class__ is int and size == 0
 
 
 constant_pad_nd.result_layout = "suggested"  # as PyTorch's
