@@ -464,6 +464,30 @@ def test_ceil_mode_average_pooling_compiles_once_for_every_size(stats, count_inc
 
 
 @needs_torch
+def test_rolling_symbolic_dims_by_constant_shifts_compiles_once_for_every_size(stats):
+    """Swin's cyclic shift ``roll(x, (-1, 2), (1, 2))`` over symbolic heights and widths: where
+    ``shift % n`` falls is unknown, so the decomposition's split asked its sign and refused the
+    kernels for every size; each position now reads ``(i - shift) % n``."""
+
+    def fn(lib, x):
+        return lib.roll(x, shifts=(-1, 2), dims=(1, 2)) * x.sigmoid()
+
+    compiled = kiln.compile(lambda x: fn(kiln, x), backend="inductor", dynamic=True)
+    for n, h, w in ((3, 5, 7), (4, 6, 9), (5, 8, 6)):
+        data = np.random.default_rng(h).standard_normal((n, h, w, 2)).astype(np.float32)
+        results = []
+        for lib, run in ((kiln, compiled), (torch, lambda x: fn(torch, x))):
+            x = lib.tensor(data, requires_grad=True)
+            out = run(x)
+            (out * out).sum().backward()
+            results.append((out.detach().numpy(), x.grad.numpy()))
+        for got, theirs in zip(*results):
+            np.testing.assert_allclose(got, theirs, 1e-5, 1e-6)
+    assert_every_size_served(stats)
+    assert stats.symbolic_compiles == 2  # the forward and the backward, once
+
+
+@needs_torch
 def test_relative_attention_scores_over_a_memory_compile_once_for_every_length(stats):
     """Transformer-XL's relative positions ``arange(klen - 1, -1, -1.0)`` with ``klen`` the
     memory's length plus the segment's: a whole float step over a symbolic start is counted in

@@ -268,6 +268,14 @@ def _roll_decomp(x, shifts, dims=None):
     out = x
     for s, d in zip(shifts, dims):
         n = x.shape[d]
+        if n.__class__ is not int and (s % n).__class__ is not int:
+            # a symbolic length: where ``s % n`` falls is not known, so each position reads
+            # ``(i - s) % n`` instead of splitting at it (which asked the split's sign)
+            source = OPS["remainder"](
+                OPS["arange"](0, n, 1, dtype=dt.int64, device=x.device) - s, n
+            )
+            out = OPS["index_select"](out, d, source)
+            continue
         s = s % n if n else 0
         if s:
             out = cat([narrow(out, d, n - s, s), narrow(out, d, 0, n - s)], d)
