@@ -488,6 +488,33 @@ def test_rolling_symbolic_dims_by_constant_shifts_compiles_once_for_every_size(s
 
 
 @needs_torch
+@pytest.mark.parametrize("mode, factor", [("bilinear", 0.5), ("nearest", 1.5), ("bicubic", 0.75)])
+def test_interpolation_by_a_fractional_scale_compiles_once_for_every_size(stats, mode, factor):
+    """``F.interpolate(x, scale_factor=0.5)`` over symbolic images: the output size
+    ``floor(size * 0.5)`` was computed from ``float(size)``, which pinned each size (a
+    recompile per image size); a factor with a small power-of-two denominator gives the size's
+    exact quotient ``size * p // q``."""
+
+    def fn(lib, x):
+        return lib.nn.functional.interpolate(x, scale_factor=factor, mode=mode)
+
+    compiled = kiln.compile(lambda x: fn(kiln, x), backend="inductor", dynamic=True)
+    for n, h, w in ((3, 6, 7), (4, 9, 8), (5, 7, 11)):
+        data = np.random.default_rng(h).standard_normal((n, 2, h, w)).astype(np.float32)
+        results = []
+        for lib, run in ((kiln, compiled), (torch, lambda x: fn(torch, x))):
+            x = lib.tensor(data, requires_grad=True)
+            out = run(x)
+            (out * out).sum().backward()
+            results.append((out.detach().numpy(), x.grad.numpy()))
+        for got, theirs in zip(*results):
+            assert got.shape == theirs.shape
+            np.testing.assert_allclose(got, theirs, 1e-4, 1e-5)
+    assert_every_size_served(stats)
+    assert stats.symbolic_compiles == 2  # the forward and the backward, once
+
+
+@needs_torch
 def test_relative_attention_scores_over_a_memory_compile_once_for_every_length(stats):
     """Transformer-XL's relative positions ``arange(klen - 1, -1, -1.0)`` with ``klen`` the
     memory's length plus the segment's: a whole float step over a symbolic start is counted in

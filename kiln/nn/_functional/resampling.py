@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from fractions import Fraction
 
 from ...amp.autocast_mode import autocast_policy
 from ...ops.core.common import in_suggested_format
@@ -17,6 +18,7 @@ from ...ops.core.registry import torch_function
 from ...ops.nn import conv as _conv_ops
 from ...ops.reductions.reduce import torch_type_name
 from ...runtime import dtypes as dt
+from ...runtime.symbolic import SymInt
 from ...runtime.tensor import Tensor
 from .pooling import adaptive_avg
 
@@ -101,10 +103,7 @@ def interpolate(
                 f"Input and scale_factor must have the same number of spatial dimensions, but got "
                 f"input with spatial dimensions of {list(spatial)} and scale_factor of {factors}."
             )
-        sizes = [
-            s * int(f) if _whole(f) else int(math.floor(float(s) * f))
-            for s, f in zip(spatial, factors)
-        ]  # a whole factor keeps a symbolic size symbolic
+        sizes = [_scaled_size(s, f) for s, f in zip(spatial, factors)]
         scales = [None] * dims if recompute_scale_factor else [float(f) for f in factors]
         if (
             mode == "nearest"
@@ -132,6 +131,19 @@ def interpolate(
     name = _UPSAMPLE_NAMES[mode].format(dims=dims)
     rename_grad_fn(out, (input,), name.replace("2D", "2DAa") if antialias else name)
     return out
+
+
+def _scaled_size(size, factor):
+    """``floor(size * factor)``; a symbolic size stays symbolic for a whole factor and for one
+    with a small power-of-two denominator (0.5, 1.5: the float product is exact, so its floor
+    is ``size * p // q``), where ``float(size)`` would fix the size."""
+    if _whole(factor):
+        return size * int(factor)
+    if size.__class__ is SymInt and isinstance(factor, float) and math.isfinite(factor):
+        ratio = Fraction(factor)
+        if ratio > 0 and ratio.denominator <= 1 << 16:
+            return (size * ratio.numerator) // ratio.denominator
+    return int(math.floor(float(size) * factor))
 
 
 def _whole(factor) -> bool:
