@@ -515,6 +515,28 @@ def test_interpolation_by_a_fractional_scale_compiles_once_for_every_size(stats,
 
 
 @needs_torch
+def test_linspace_of_a_symbolic_count_compiles_once_for_every_size(stats):
+    """A Perceiver's position grid ``linspace(-1, 1, steps=x.size(-1))``: the count reached
+    the op as ``int(steps)`` and its decomposition divided by ``steps - 1`` as a Python number,
+    each pinning the size (a recompile per length); the step now divides by a 0-dim tensor of
+    the symbolic count."""
+
+    def fn(lib, x):
+        grid = lib.linspace(-1.0, 1.0, steps=x.size(-1))
+        rows = lib.linspace(0.0, 3.0, x.size(0)).unsqueeze(1)
+        return x * grid + rows
+
+    compiled = kiln.compile(lambda x: fn(kiln, x), backend="inductor", dynamic=True)
+    with kiln.no_grad():
+        for n, width in ((3, 7), (4, 10), (6, 5), (5, 33)):
+            x = _inputs(n, width)
+            got, theirs = compiled(kiln.tensor(x)), fn(torch, torch.tensor(x))
+            np.testing.assert_allclose(got.numpy(), theirs.numpy(), 1e-6, 1e-7)
+    assert_every_size_served(stats)
+    assert stats.symbolic_compiles == 1
+
+
+@needs_torch
 def test_relative_attention_scores_over_a_memory_compile_once_for_every_length(stats):
     """Transformer-XL's relative positions ``arange(klen - 1, -1, -1.0)`` with ``klen`` the
     memory's length plus the segment's: a whole float step over a symbolic start is counted in

@@ -20,7 +20,7 @@ from ...runtime.memory_format import (
     preserved_strides,
 )
 from ...runtime.state import per_thread
-from ...runtime.symbolic import SymInt, as_int
+from ...runtime.symbolic import SymInt, as_int, sym_int
 from ...runtime.tensor import (
     Size,
     Tensor,
@@ -621,7 +621,7 @@ def linspace(
     end = end.item() if isinstance(end, Tensor) else end
     dtype = _spaced_dtype(start, end, dtype)
     return _finish(
-        OPS["linspace"](start, end, int(steps), dtype=dtype, device=device), requires_grad
+        OPS["linspace"](start, end, sym_int(steps), dtype=dtype, device=device), requires_grad
     )
 
 

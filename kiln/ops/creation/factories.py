@@ -473,9 +473,18 @@ linspace.register_meta(
 @linspace.register_decomposition
 def _linspace_decomp(start, end, steps, dtype=None, device=None):
     d = _dtype_or_default(dtype)
-    idx = arange(0, steps, 1, dtype=dt.float64 if d is dt.float64 else dt.float32, device=device)
-    step = (end - start) / max(steps - 1, 1)
-    half = max(steps // 2, 1)  # one step is ``start`` (the first half's formula)
+    compute = dt.float64 if d is dt.float64 else dt.float32
+    idx = arange(0, steps, 1, dtype=compute, device=device)
+    if steps.__class__ is SymInt:
+        # a symbolic count (``linspace(-1, 1, x.size(-1))``): the step divides by a 0-dim
+        # tensor of ``steps - 1``, as a float of the size would fix it; symbolic sizes are at
+        # least 2, so the division and the halves need no guard
+        count = full((), steps - 1, dtype=compute, device=device)
+        step = (end - start) / count
+        half = steps // 2
+    else:
+        step = (end - start) / max(steps - 1, 1)
+        half = max(steps // 2, 1)  # one step is ``start`` (the first half's formula)
     from ..pointwise.unary_binary import where
 
     vals = where(idx < half, start + step * idx, end - step * (steps - 1 - idx))
