@@ -57,6 +57,20 @@ def _interim(fn):
     return kiln.compile(fn, backend="inductor", options={"symbolic_kernels": False})
 
 
+def _matches_torch_with_gradients(compiled, fn, arrays, rtol=1e-5, atol=1e-6) -> None:
+    """``compiled(*tensors)`` against ``fn(torch, *tensors)``: the outputs and the gradients of
+    ``(out * out).sum()`` for every input."""
+    results = []
+    for lib, run in ((kiln, compiled), (torch, lambda *a: fn(torch, *a))):
+        tensors = [lib.tensor(a, requires_grad=True) for a in arrays]
+        out = run(*tensors)
+        (out * out.detach()).sum().backward()
+        results.append([out.detach().numpy()] + [t.grad.numpy() for t in tensors])
+    for got, theirs in zip(*results):
+        assert got.shape == theirs.shape
+        np.testing.assert_allclose(got, theirs, rtol, atol)
+
+
 @needs_torch
 def test_sizes_seen_once_compile_no_kernels(stats):
     compiled = _interim(lambda x: _pointwise_and_reduction(kiln, x))
@@ -373,14 +387,7 @@ def test_attention_over_a_downsampled_map_compiles_once_for_every_size(stats):
     compiled = kiln.compile(lambda x: fn(kiln, x), backend="inductor", dynamic=True)
     for n, side in ((3, 8), (4, 6), (5, 10)):
         x = np.random.default_rng(side).standard_normal((n, 2, side, side)).astype(np.float32)
-        results = []
-        for lib, run in ((kiln, compiled), (torch, lambda x: fn(torch, x))):
-            tensor = lib.tensor(x, requires_grad=True)
-            out = run(tensor)
-            (out * out).sum().backward()
-            results.append((out.detach().numpy(), tensor.grad.numpy()))
-        for got, theirs in zip(*results):
-            np.testing.assert_allclose(got, theirs, 1e-4, 1e-5)
+        _matches_torch_with_gradients(compiled, fn, [x], 1e-4, 1e-5)
     assert_every_size_served(stats)
 
 
@@ -423,14 +430,7 @@ def test_padding_by_a_difference_of_sizes_compiles_once_for_every_size(stats):
     rng = np.random.default_rng(5)
     for small, large in (((5, 7), (7, 8)), ((6, 8), (6, 11)), ((9, 9), (8, 12))):
         arrays = [rng.standard_normal((2, 3, *hw)).astype(np.float32) for hw in (small, large)]
-        results = []
-        for lib, run in ((kiln, compiled), (torch, lambda *a: fn(torch, *a))):
-            tensors = [lib.tensor(a, requires_grad=True) for a in arrays]
-            out = run(*tensors)
-            (out * out.detach()).sum().backward()
-            results.append([out.detach().numpy()] + [t.grad.numpy() for t in tensors])
-        for got, theirs in zip(*results):
-            np.testing.assert_allclose(got, theirs, 1e-6)
+        _matches_torch_with_gradients(compiled, fn, arrays)
     assert_every_size_served(stats)
 
 
@@ -451,14 +451,7 @@ def test_ceil_mode_average_pooling_compiles_once_for_every_size(stats, count_inc
     compiled = kiln.compile(lambda x: fn(kiln, x), backend="inductor", dynamic=True)
     for n, h, w in ((3, 6, 7), (4, 9, 8), (5, 7, 11)):
         data = np.random.default_rng(h).standard_normal((n, 2, h, w)).astype(np.float32)
-        results = []
-        for lib, run in ((kiln, compiled), (torch, lambda x: fn(torch, x))):
-            x = lib.tensor(data, requires_grad=True)
-            out = run(x)
-            (out * out).sum().backward()
-            results.append((out.detach().numpy(), x.grad.numpy()))
-        for got, theirs in zip(*results):
-            np.testing.assert_allclose(got, theirs, 1e-5, 1e-6)
+        _matches_torch_with_gradients(compiled, fn, [data])
     assert_every_size_served(stats)
     assert stats.symbolic_compiles == 2  # the forward and the backward, once
 
@@ -475,14 +468,7 @@ def test_rolling_symbolic_dims_by_constant_shifts_compiles_once_for_every_size(s
     compiled = kiln.compile(lambda x: fn(kiln, x), backend="inductor", dynamic=True)
     for n, h, w in ((3, 5, 7), (4, 6, 9), (5, 8, 6)):
         data = np.random.default_rng(h).standard_normal((n, h, w, 2)).astype(np.float32)
-        results = []
-        for lib, run in ((kiln, compiled), (torch, lambda x: fn(torch, x))):
-            x = lib.tensor(data, requires_grad=True)
-            out = run(x)
-            (out * out).sum().backward()
-            results.append((out.detach().numpy(), x.grad.numpy()))
-        for got, theirs in zip(*results):
-            np.testing.assert_allclose(got, theirs, 1e-5, 1e-6)
+        _matches_torch_with_gradients(compiled, fn, [data])
     assert_every_size_served(stats)
     assert stats.symbolic_compiles == 2  # the forward and the backward, once
 
@@ -501,15 +487,7 @@ def test_interpolation_by_a_fractional_scale_compiles_once_for_every_size(stats,
     compiled = kiln.compile(lambda x: fn(kiln, x), backend="inductor", dynamic=True)
     for n, h, w in ((3, 6, 7), (4, 9, 8), (5, 7, 11)):
         data = np.random.default_rng(h).standard_normal((n, 2, h, w)).astype(np.float32)
-        results = []
-        for lib, run in ((kiln, compiled), (torch, lambda x: fn(torch, x))):
-            x = lib.tensor(data, requires_grad=True)
-            out = run(x)
-            (out * out).sum().backward()
-            results.append((out.detach().numpy(), x.grad.numpy()))
-        for got, theirs in zip(*results):
-            assert got.shape == theirs.shape
-            np.testing.assert_allclose(got, theirs, 1e-4, 1e-5)
+        _matches_torch_with_gradients(compiled, fn, [data], 1e-4, 1e-5)
     assert_every_size_served(stats)
     assert stats.symbolic_compiles == 2  # the forward and the backward, once
 

@@ -24,19 +24,11 @@ import math
 
 import numpy as np
 
+from tests.models.test_detection_flow_sequence_programs_vs_torch import _train
 from tests.models.test_hf_vision_sequence_programs_vs_torch import ALL_MODES, Program, _check
 from tests.oracle import needs_torch
 
 pytestmark = needs_torch
-
-
-def _train(lib, model, opt, *inputs):
-    out = model(*inputs)
-    out = out if isinstance(out, tuple) else (out,)
-    opt.zero_grad()
-    out[0].backward()
-    opt.step()
-    return out
 
 
 # ------------------------------------------------------------------------------ DDPM U-Net

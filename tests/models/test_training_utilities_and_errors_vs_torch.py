@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import kiln
+from tests.models.test_detection_flow_sequence_programs_vs_torch import _train
 from tests.models.test_hf_vision_sequence_programs_vs_torch import ALL_MODES, Program, _check
 from tests.oracle import needs_torch, torch
 
@@ -278,14 +279,6 @@ def _attention_batches(rng):
                 padding,
             )
         )
-    return out
-
-
-def _train(lib, model, opt, *inputs):
-    out = model(*inputs)
-    opt.zero_grad()
-    out[0].backward()
-    opt.step()
     return out
 
 
