@@ -358,11 +358,11 @@ def in_iterator_layout(out: Tensor, operands, common_dtype: dt.dtype | None = No
     """``out``, an elementwise result over ``operands`` built of several ops, laid out as one
     TensorIterator over them lays it out (``output_layout_source``), as the op's kernel does."""
     if all(
-        o._data is not None and o._data.flags.c_contiguous
+        o._data.flags.c_contiguous if isinstance(o._data, np.ndarray) else o.is_contiguous()
         for o in (out, *operands)
         if isinstance(o, Tensor)
     ):
-        return out  # contiguous operands: a contiguous result either way
+        return out  # contiguous operands: a contiguous result either way (CUDA ones too)
     shape = tuple(out.shape)
     if any(v.__class__ is SymInt for v in shape):
         return out
