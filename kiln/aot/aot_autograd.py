@@ -205,8 +205,10 @@ def _saved_layout(forward: Graph, num_fwd_outputs: int, num_graph: int):
 
     ``checks``: saved tensors user code can reach (inputs, outputs and views of them); their
     version counters are checked before the backward, as eager checks its saved tensors.
-    ``outputs``: saved tensors that are also graph outputs; the backward node keeps a separate
-    alias of each, since the output itself will point at that node (no reference cycle).
+    ``outputs``: ``(saved index, graph output index)`` of saved tensors that are also graph
+    outputs; the backward node keeps a separate alias of the output's storage, since the
+    output itself will point at that node (no reference cycle), while an in-place write into
+    the output still moves the version the node checks.
     """
     outs = list(forward.output_node.args[0])
     saved = outs[num_fwd_outputs:]
@@ -218,8 +220,8 @@ def _saved_layout(forward: Graph, num_fwd_outputs: int, num_graph: int):
         for i, (s, r) in enumerate(zip(saved, roots))
         if isinstance(s.meta.get("val"), Tensor) and (r.op == "placeholder" or r in reachable)
     ]
-    graph_outputs = set(outs[:num_graph])
-    return checks, [i for i, s in enumerate(saved) if s in graph_outputs]
+    graph_outputs = {s: j for j, s in reversed(list(enumerate(outs[:num_graph])))}
+    return checks, [(i, graph_outputs[s]) for i, s in enumerate(saved) if s in graph_outputs]
 
 
 @compile_stage("aot")

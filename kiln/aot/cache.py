@@ -65,7 +65,7 @@ __all__ = [
 
 log = logging.getLogger("kiln.aot")
 
-FORMAT = 4  # bumped when the entry's layout changes: older entries are then misses
+FORMAT = 5  # bumped when the entry's layout changes: older entries are then misses
 _META_KEYS = ("val", "source", "source_text", "aot_role", "input_mutations", "saved_from")
 _PLAIN = (int, float, bool, str, type(None), complex, DType, Device, type(Ellipsis))
 

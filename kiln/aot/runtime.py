@@ -58,7 +58,7 @@ class RuntimeLayout:
         self.grad_primals = list(trace.grad_primals)
         # saved-tensor positions whose storage user code can reach (inputs, outputs)
         self.saved_checks = list(saved_checks or [])
-        # saved-tensor positions that are also graph outputs (kept as separate aliases)
+        # (saved position, graph output position) of saved tensors that are graph outputs
         self.saved_outputs = list(saved_outputs or [])
         self.plan = trace.plan
         # the backward node's outputs: shape and dtype (to materialize missing gradients) and
@@ -316,8 +316,11 @@ def _training_runner(layout: RuntimeLayout, forward: Callable, backward: Callabl
         saved = outs[num_fw:]
         if saved_outputs:
             saved = list(saved)
-            for i in saved_outputs:
-                saved[i] = _fresh_alias(saved[i])
+            for i, j in saved_outputs:
+                # the output's storage, not the saved value's: a compiled graph may return
+                # one buffer as two tensors, and the user's in-place write into the output
+                # must move the version the backward checks
+                saved[i] = _fresh_alias(outs[j])
         hooks = state.saved_tensors_hooks
         node.packed = bool(hooks)
         if hooks:

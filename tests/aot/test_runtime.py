@@ -97,6 +97,24 @@ def test_modifying_a_saved_input_before_backward_raises_like_eager():
             y.backward()
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_writing_into_a_saved_output_before_backward_raises_like_eager(backend):
+    """``exp`` saves its result, which the compiled region also returns: the inductor's graph
+    returns that buffer as two tensors (the output and the saved value), so the user's
+    ``y.add_(1)`` moved only the output's version and the backward silently read the new
+    values (a wrong gradient); the node now keeps an alias of the output's own storage."""
+    kiln.dynamo.reset()
+    compiled = kiln.compile(lambda t: (t * 2).exp(), backend=backend)
+    x = _leaf(3)
+    y = compiled(x)
+    y.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    y = compiled(x)
+    (y * 3).sum().backward()  # untouched, the gradient is exp's
+    np.testing.assert_allclose(x.grad.numpy(), 6 * np.exp(2 * x.detach().numpy()), 1e-6)
+
+
 class BoxedBackward:
     """A backward compiler whose graphs take their arguments boxed (as the inductor's do): each
     call records, once it has computed and emptied the list, whether something else still holds
