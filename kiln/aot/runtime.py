@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..autograd.graph import _RELEASED_MSG, Node, _detached_alias
+from ..autograd.graph import _RELEASED_MSG, Node, _detached_alias, version_error
 from ..autograd.saved_hooks import pack_tensor, unpacked
 from ..ops.core.dispatch import _edge as autograd_edge
 from ..ops.creation.api import tensor
@@ -204,14 +204,17 @@ class CompiledFunctionBackward(Node):
             raise RuntimeError(_DOUBLE_BACKWARD_MSG)
         if self._released:
             raise RuntimeError(_RELEASED_MSG)
-        for t, version in self.versions:
+        for t, version, output_nr in self.versions:
             if t._get_storage().version != version:
-                raise RuntimeError(
-                    "one of the variables needed for gradient computation has been modified by "
-                    f"an inplace operation: [kiln.{t._dtype.name} tensor of shape "
-                    f"{list(t._shape)}], saved by a compiled region, is at version "
-                    f"{t._get_storage().version}; expected version {version} instead."
-                )
+                grad_fn = t.grad_fn
+                if output_nr is not None:  # an output of this region (PyTorch's wording)
+                    made_by = f", which is output {output_nr} of CompiledFunction,"
+                elif grad_fn is not None:
+                    name = grad_fn.name().rstrip("0123456789").removesuffix("Backward")
+                    made_by = f", which is output {t.output_nr} of {name},"
+                else:
+                    made_by = ""
+                raise version_error(t, made_by, t._get_storage().version, version)
         args = list(self.saved) if not self.packed else [unpacked(a) for a in self.saved]
         args += [
             g if not want or g.is_contiguous() else g.contiguous()
@@ -330,7 +333,11 @@ def _training_runner(layout: RuntimeLayout, forward: Callable, backward: Callabl
             node.versions = []
         else:
             node.saved = saved
-            node.versions = [(saved[i], saved[i]._get_storage().version) for i in saved_checks]
+            # (saved tensor, its version, its output number when it is a differentiable output)
+            output_nrs = {i: diff.index(j) for i, j in saved_outputs if j in diff}
+            node.versions = [
+                (saved[i], saved[i]._get_storage().version, output_nrs.get(i)) for i in saved_checks
+            ]
         graph_outs = list(outs[:num_graph])
         for nr, j in enumerate(diff):
             o = graph_outs[j]

@@ -349,19 +349,7 @@ class OpBackward(Node):
         for t, v in self._versions:
             now = t._get_storage().version
             if now != v:
-                hint = (
-                    "the backtrace further above shows the operation that failed to compute its "
-                    "gradient. The variable in question was changed in there or anywhere later. "
-                    "Good luck!"
-                    if anomaly_state[0]
-                    else "enable anomaly detection to find the operation that failed to compute "
-                    "its gradient, with kiln.autograd.set_detect_anomaly(True, check_nan=False)."
-                )
-                raise RuntimeError(
-                    "one of the variables needed for gradient computation has been modified by "
-                    f"an inplace operation: [{_describe(t)}]{self._made_by(t)} is at version "
-                    f"{now}; expected version {v} instead. Hint: {hint}"
-                )
+                raise version_error(t, self._made_by(t), now, v)
 
     def _made_by(self, saved) -> str:
         """PyTorch's ``, which is output N of Op,`` for a saved tensor: a saved output names
@@ -464,6 +452,24 @@ class _OutputVersion:
     @property
     def version(self) -> int:
         return self._expected
+
+
+def version_error(saved, made_by: str, now: int, expected: int) -> RuntimeError:
+    """PyTorch's error for a saved tensor written in place before the backward read it;
+    ``made_by``: ``", which is output N of Op,"`` or empty (a leaf)."""
+    hint = (
+        "the backtrace further above shows the operation that failed to compute its "
+        "gradient. The variable in question was changed in there or anywhere later. "
+        "Good luck!"
+        if anomaly_state[0]
+        else "enable anomaly detection to find the operation that failed to compute "
+        "its gradient, with kiln.autograd.set_detect_anomaly(True, check_nan=False)."
+    )
+    return RuntimeError(
+        "one of the variables needed for gradient computation has been modified by an "
+        f"inplace operation: [{_describe(saved)}]{made_by} is at version {now}; expected "
+        f"version {expected} instead. Hint: {hint}"
+    )
 
 
 def _describe(t: Tensor) -> str:
