@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..autograd.graph import _RELEASED_MSG, Node, _detached_alias, version_error
+from ..autograd.graph import _RELEASED_MSG, Node, _detached_alias, made_by, version_error
 from ..autograd.saved_hooks import pack_tensor, unpacked
 from ..ops.core.dispatch import _edge as autograd_edge
 from ..ops.creation.api import tensor
@@ -206,15 +206,12 @@ class CompiledFunctionBackward(Node):
             raise RuntimeError(_RELEASED_MSG)
         for t, version, output_nr in self.versions:
             if t._get_storage().version != version:
-                grad_fn = t.grad_fn
-                if output_nr is not None:  # an output of this region (PyTorch's wording)
-                    made_by = f", which is output {output_nr} of CompiledFunction,"
-                elif grad_fn is not None:
-                    name = grad_fn.name().rstrip("0123456789").removesuffix("Backward")
-                    made_by = f", which is output {t.output_nr} of {name},"
-                else:
-                    made_by = ""
-                raise version_error(t, made_by, t._get_storage().version, version)
+                origin = (  # an output of this region, or the node that made the tensor
+                    f", which is output {output_nr} of CompiledFunction,"
+                    if output_nr is not None
+                    else made_by(t)
+                )
+                raise version_error(t, origin, t._get_storage().version, version)
         args = list(self.saved) if not self.packed else [unpacked(a) for a in self.saved]
         args += [
             g if not want or g.is_contiguous() else g.contiguous()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..runtime.state import per_thread
 from ..runtime.tensor import Tensor
 from .forward_ad import DUAL_ACTIVE, dual_suspended, set_tangent, suspended_dual, tangent_of
-from .graph import _RELEASED_MSG, Node, leaf_edge
+from .graph import _RELEASED_MSG, Node, leaf_edge, made_by, version_error
 from .saved_hooks import Packed, pack_tensor
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
@@ -51,11 +51,7 @@ class FunctionCtx:
             return tuple(None if p is None else p.unpack() for p in self._saved)
         for t, v in zip(self._saved, self._saved_versions):
             if t is not None and t._get_storage().version != v:
-                raise RuntimeError(
-                    "one of the variables needed for gradient computation has been modified by an "
-                    f"inplace operation: [kiln.{t._dtype.name} tensor of shape {list(t._shape)}] is "
-                    f"at version {t._get_storage().version}; expected version {v} instead."
-                )
+                raise version_error(t, made_by(t), t._get_storage().version, v)
         return self._saved
 
     def _pack_saved(self, hooks: tuple) -> None:

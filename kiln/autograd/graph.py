@@ -361,10 +361,7 @@ class OpBackward(Node):
                 return f", which is output {index} of {_op_name(self)},"
         if saved.__class__ is _OutputVersion:
             return f", which is output 0 of {_op_name(self)},"
-        grad_fn = getattr(saved, "grad_fn", None)
-        if grad_fn is None:
-            return ""
-        return f", which is output {saved.output_nr} of {_op_name(grad_fn)},"
+        return made_by(saved)
 
     def apply(self, grad_outputs: tuple) -> tuple:
         op = self.op
@@ -470,6 +467,15 @@ def version_error(saved, made_by: str, now: int, expected: int) -> RuntimeError:
         f"inplace operation: [{_describe(saved)}]{made_by} is at version {now}; expected "
         f"version {expected} instead. Hint: {hint}"
     )
+
+
+def made_by(saved) -> str:
+    """``, which is output N of Op,`` for a tensor with history (the node that made it as it
+    is now, named as PyTorch's version errors name it), empty for a leaf."""
+    grad_fn = getattr(saved, "grad_fn", None)
+    if grad_fn is None:
+        return ""
+    return f", which is output {saved.output_nr} of {_op_name(grad_fn)},"
 
 
 def _describe(t: Tensor) -> str:

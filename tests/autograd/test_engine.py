@@ -150,6 +150,24 @@ def _second_output_changed(lib, x):
     (s.sum() + values.sum()).backward()
 
 
+def _custom_function_input_changed(lib, x):
+    class Double(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            (a,) = ctx.saved_tensors
+            return grad * a
+
+    a = x * 1
+    y = Double.apply(a)
+    a.add_(1)
+    y.sum().backward()
+
+
 def _under_anomaly_mode(lib, x):
     with lib.autograd.set_detect_anomaly(True):
         _saved_output_changed(lib, x)
@@ -164,6 +182,7 @@ def _under_anomaly_mode(lib, x):
         _saved_input_changed,
         _saved_leaf_changed,
         _second_output_changed,
+        _custom_function_input_changed,
         _under_anomaly_mode,
     ],
 )
