@@ -135,6 +135,15 @@ def raised_by_both(exc_type: type[BaseException], actual_call, expected_call) ->
     return actual.value, expected.value
 
 
+def first_lines_of_errors(kiln_call, torch_call) -> tuple[str, str]:
+    """(kiln's, PyTorch's) first message lines, library names left out (``kiln.``, ``torch.``),
+    once both calls raised exceptions of one class name (a user's mistake: the same error)."""
+    actual, expected = raised_by_both(Exception, kiln_call, torch_call)
+    assert type(actual).__name__ == type(expected).__name__
+    got = str(actual).split("\n")[0].replace("kiln.", "")
+    return got, str(expected).split("\n")[0].replace("torch.", "")
+
+
 def assert_raises_alike(exc_type: type[BaseException], actual_call, expected_call) -> None:
     """Both calls raise ``exc_type`` (a subclass counts) and their messages are equal.
 
