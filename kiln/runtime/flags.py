@@ -132,10 +132,6 @@ def is_warn_always_enabled() -> bool:
     return STATE["warn_always"]
 
 
-def _usable_cores() -> int:
-    return cpu_load.cores()
-
-
 # threads of kiln's own kernels (compiled CPU code); whoever keeps threads for them listens here
 def _default_num_threads() -> int:
     """OMP_NUM_THREADS when set to a positive number, at most the number of cores (as PyTorch
@@ -188,7 +184,7 @@ def set_num_interop_threads(n: int) -> None:
 
 def get_num_interop_threads() -> int:
     value = STATE["interop_threads"]
-    return _usable_cores() if value is None else value
+    return cpu_load.cores() if value is None else value
 
 
 def set_flush_denormal(mode: bool) -> bool:

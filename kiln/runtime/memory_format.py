@@ -31,8 +31,8 @@ class memory_format(str):  # noqa: N801 - PyTorch's spelling
 
     One object per name: ``memory_format("contiguous_format")`` is ``kiln.contiguous_format``.
     A second object of a name would not pickle (pickle finds ``kiln.<name>`` and refuses an
-    object that is not it: the AOT cache dropped every graph whose batch norm layout copy
-    carried one) and would fail ``is`` tests against the constants."""
+    object that is not it: the AOT cache dropped every graph whose layout copy carried one,
+    such as a convolution weight gradient's padding of an image with N and C swapped) and would fail ``is`` tests against the constants."""
 
     __module__ = "kiln"
     __slots__ = ()

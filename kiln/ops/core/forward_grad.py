@@ -44,7 +44,7 @@ def dual_dispatch(op, args: tuple, dispatch):
     rng = _rng_state() if seeded else None
     out = dispatch(op, args, True, True)
     with suspended_dual():
-        result = _result_tangents(op, args, tangents, out, rng)
+        result = _result_tangents(op, args, tangents, out, rng, dispatch)
     _attach(out, result)
     return out
 
@@ -68,18 +68,16 @@ def _input_tangents(op, args: tuple) -> tuple | None:
     return tuple(tangents) if found else None
 
 
-def _result_tangents(op, args: tuple, tangents: tuple, out, rng=None):
+def _result_tangents(op, args: tuple, tangents: tuple, out, rng, dispatch):
     if op.is_view:
         if tangents[0] is None:
             return None
-        from .dispatch import dispatch
-
         return dispatch(op, (tangents[0],) + tuple(args[1:]))
     if op.jvp is not None:
         result = op.jvp(args, tangents, out)
         if result is not NotImplemented:
             return result
-    return _double_vjp(op, args, tangents, out, rng)
+    return _double_vjp(op, args, tangents, out, rng, dispatch)
 
 
 def _attach(out, result) -> None:
@@ -126,7 +124,7 @@ def _inplace(op, args: tuple, tangents: tuple, dispatch):
     else:
         with suspended_dual():
             value = dispatch(functional, args, True, True)
-            new = _result_tangents(functional, args, tangents, value)
+            new = _result_tangents(functional, args, tangents, value, None, dispatch)
     out = dispatch(op, args, True, True)
     with suspended_dual():
         _write_tangent(self, new)
@@ -176,10 +174,8 @@ def _stand_in(a: Tensor, outer_grad: bool) -> Tensor:
     return a.detach().requires_grad_()
 
 
-def _double_vjp(op, args: tuple, tangents: tuple, out, rng):
+def _double_vjp(op, args: tuple, tangents: tuple, out, rng, dispatch):
     """``J . t`` from ``op``'s derivative: the gradient of ``<J^T g, t>`` with respect to ``g``."""
-    from .dispatch import dispatch
-
     state = per_thread.state
     outer_grad = state.grad_enabled
     lifted = list(args)

@@ -394,7 +394,7 @@ class KernelEmitter(ColumnEmitter, TileEmitter):
                 else:
                     self.emit_row_scalar(step[1], env)
 
-        tile = self.transpose_tile()
+        tile = None if plan.chunked else self.transpose_tile()
         if plan.chunked:
             self._piece_loop(row_body)
         elif tile is not None and not _math_calls(self, plan.steps[0]):

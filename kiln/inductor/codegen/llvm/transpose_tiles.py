@@ -185,10 +185,14 @@ class TileEmitter:
             for name, expr in tile.loads:
                 d = self.buffer_dtypes[name]
                 vector = ir.VectorType(memory_type(d), LANES).as_pointer()
+                # row t of the tile starts ``t`` steps of j after row 0's: one index, then adds
+                base = self.emit_index(expr, {**first, j: i}, 1)
+                stride = expr.coeff(j)
                 rows = []
                 for t in range(LANES):
-                    at = i if not t else b.add(i, ir.Constant(I64, t), flags=_NSW)
-                    offset = self.emit_index(expr, {**first, j: at}, 1)
+                    offset = (
+                        base if not t else b.add(base, ir.Constant(I64, t * stride), flags=_NSW)
+                    )
                     pointer = b.bitcast(b.gep(self.pointer(name), [offset]), vector)
                     rows.append(b.load(pointer, align=d.itemsize))
                 columns[name] = (interleave_transpose(b, rows), d, expr)
