@@ -20,6 +20,8 @@ from ..runtime.torch_function import (
 )
 from . import grad  # noqa: F401 - PyTorch's F.grad is the torch.nn.grad module
 from ._functional import attention as _attention
+from ._functional import batch_norm_stats as _batch_norm_stats  # noqa: F401 (torch.* names)
+from ._functional import native_kernels as _native_kernels  # noqa: F401 (torch.* names)
 from ._functional.activations import (
     celu,
     celu_,
@@ -63,6 +65,7 @@ from ._functional.convolution import (
     conv1d,
     conv2d,
     conv3d,
+    conv_tbc,
     conv_transpose1d,
     conv_transpose2d,
     conv_transpose3d,
@@ -194,6 +197,7 @@ __all__ = [
     "conv1d",
     "conv2d",
     "conv3d",
+    "conv_tbc",
     "conv_transpose1d",
     "conv_transpose2d",
     "conv_transpose3d",

@@ -218,6 +218,40 @@ def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=
     return out
 
 
+@torch_function()
+def conv_tbc(input: Tensor, weight: Tensor, bias: Tensor, pad: int = 0) -> Tensor:
+    """A 1-d convolution in fairseq's time-batch-channel layout: ``input`` (time, batch,
+    in_channels), ``weight`` (kernel_width, in_channels, out_channels); the result is
+    (time, batch, out_channels), contiguous, as PyTorch's kernel makes it."""
+    if input.ndim != 3:
+        raise RuntimeError("Input must have 3 dims: time, batch, in_channel")
+    if weight.ndim != 3:
+        raise RuntimeError(
+            "Weight tensor must have 3 dims: kernel_width, in_channels, out_channels."
+        )
+    if bias.ndim != 1:
+        raise RuntimeError("Bias must be 1-D")
+    if input.shape[2] != weight.shape[1]:
+        raise RuntimeError("Input dim 2 (input channels) is not == dim 1 in the weight tensor")
+    if bias.shape[0] != weight.shape[2]:
+        raise RuntimeError("Bias size must equal dim 2 in the weight tensor (output channels).")
+    length = input.shape[0] + 2 * pad - weight.shape[0] + 1
+    if length < 0:
+        raise RuntimeError(
+            f"Trying to create tensor with negative dimension {length}: "
+            f"[{length}, {input.shape[1]}, {weight.shape[2]}]"
+        )
+    if input.dtype != weight.dtype:
+        raise RuntimeError(
+            "self and mat2 must have the same dtype, but got "
+            f"{dt.torch_type_name(input.dtype)} and {dt.torch_type_name(weight.dtype)}"
+        )
+    out = conv1d(input.permute(1, 2, 0), weight.permute(2, 1, 0), bias, padding=pad)
+    out = out.permute(2, 0, 1).contiguous()
+    rename_grad_fn(out, (input, weight, bias), "ConvTbcBackward0")
+    return out
+
+
 # ------------------------------------------------------------------------------ kiln.<name> forms
 # ``torch.<name>`` versions of these functions take other argument orders (aten schemas)
 

@@ -86,18 +86,31 @@ def batch_norm(
     out, mean, var = OPS["_native_batch_norm"](
         input, weight, bias, running_mean, running_var, training, momentum, eps
     )
-    if training and (running_mean is not None or running_var is not None):
-        n = per_channel
-        with no_grad():
-            if running_mean is not None:
-                running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype) * momentum)
-            if running_var is not None:
-                if n.__class__ is SymInt:  # a count under capture stays a graph value
-                    unbiased = var * n / (n - 1)  # (a float of it would pin the batch size)
-                else:
-                    unbiased = var * (n / (n - 1))
-                running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype) * momentum)
+    if training:
+        update_running_stats(running_mean, running_var, mean, var, per_channel, momentum)
     return out
+
+
+def update_running_stats(
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    mean: Tensor,
+    var: Tensor,
+    count,
+    momentum: float,
+) -> None:
+    """Move the running statistics (either may be None) ``momentum`` of the way to a batch's
+    ``mean`` and biased ``var`` over ``count`` values per channel, in place; the variance is
+    made unbiased first, as every PyTorch batch-norm kernel does."""
+    with no_grad():
+        if running_mean is not None:
+            running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype) * momentum)
+        if running_var is not None:
+            if isinstance(count, (SymInt, Tensor)):  # a count under capture stays a graph value
+                unbiased = var * count / (count - 1)  # (a float of it would pin the batch size)
+            else:
+                unbiased = var * (count / (count - 1))
+            running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype) * momentum)
 
 
 def instance_norm(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, TypeVar
 
+from ...ops.core.registry import torch_function
 from ...runtime.tensor import Tensor
 from ..modules._hooks import remove_reparametrization_hook
 from ..modules.module import Module
@@ -19,6 +20,7 @@ from ..parameter import Parameter
 __all__ = ["WeightNorm", "weight_norm", "remove_weight_norm", "norm_except_dim", "weight_norm_fn"]
 
 
+@torch_function("norm_except_dim")  # torch.norm_except_dim is this function
 def norm_except_dim(v: Tensor, pow: float = 2, dim: int = 0) -> Tensor:
     """The ``pow``-norm of every slice of ``v`` along ``dim`` (kept as a size-1 broadcastable
     shape); ``dim=-1`` means the norm of the whole tensor, as in ``torch.norm_except_dim``."""
