@@ -96,6 +96,7 @@ from . import accelerator, signal  # noqa: E402
 from . import library  # noqa: E402
 from . import multiprocessing  # noqa: E402 - registers the tensor reductions
 from . import fx, overrides  # noqa: E402
+from . import quasirandom  # noqa: E402
 from .utils.dlpack import from_dlpack, to_dlpack  # noqa: E402
 from .runtime.legacy_types import set_default_tensor_type  # noqa: E402
 from .runtime.cuda import OutOfMemoryError  # noqa: E402
