@@ -23,7 +23,7 @@ from . import config
 from .bytecode_analysis import break_stack_effect
 from .codegen import GRAPH_OUTPUT_VAR, PyCodegen, make_code
 from .compiled_region import CompiledRegion
-from .exc import BreakReason, GraphBreakError, Unsupported
+from .exc import BreakReason, CreatesOptimizerState, GraphBreakError, Unsupported
 from .guards import GuardSet
 from .output_graph import OutputGraph, set_grad_enabled_node
 from .resume import original_position, resume_code
@@ -90,6 +90,10 @@ def convert_frame(
             instr = tx.instructions[request.ip]
             compile_callee = request.inlined and instr.name in _CALLS
             break_points[request.ip] = BreakPoint(request.ip, reason, compile_callee)
+        except CreatesOptimizerState:
+            klog.log("recompiles", f"{name} runs eagerly this once: it creates an optimizer's "
+                     "state (the next call captures the steady step)")  # fmt: skip
+            return EagerFrame(f"{name} creates an optimizer's state", permanent=False)
         except Unsupported as e:
             reason = e.reason or BreakReason(
                 e.kind, e.message, code.co_filename, code.co_firstlineno, name

@@ -224,6 +224,14 @@ class SkipFrame(TorchDynamoException):
     """The frame is not captured and runs eagerly."""
 
 
+class CreatesOptimizerState(Exception):  # noqa: N818 - a decision, like Unsupported
+    """Raised inside the symbolic evaluator when the captured code adds a parameter to a live
+    optimizer's ``state``: that call is the optimizer's first step, whose graph never runs
+    again (its guards name the parameters that have state), so the frame runs eagerly this once
+    and the next call captures the steady step. Raised at the first new entry, it spares the
+    tracing of the rest of the step too. Internal: ``convert_frame`` catches it."""
+
+
 class UserError(TorchDynamoException):
     """The user's code is wrong in a way capture detects."""
 

@@ -116,8 +116,8 @@ _OPTIMIZERS: weakref.WeakSet = weakref.WeakSet()
 
 def is_optimizer_state(mapping: object) -> bool:
     """Whether ``mapping`` is the ``state`` of a live optimizer. Capture asks about every dict
-    it wraps: a graph that adds parameters to one is an optimizer's first step, which creates
-    its state and runs once (see ``dynamo.output_graph``)."""
+    it wraps: code that adds parameters to one is an optimizer's first step, which creates its
+    state and runs eagerly once (see ``dynamo.exc.CreatesOptimizerState``)."""
     return any(o.state is mapping for o in _OPTIMIZERS)
 
 

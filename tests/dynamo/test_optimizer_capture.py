@@ -4,9 +4,9 @@ inside them), and a compiled training loop follows the eager one step for step.
 An optimizer whose state starts as zeros (Adam's moments, RMSprop's averages ...) has that state
 made before its first step is traced, as PyTorch's compiler runs ``_init_group``: one capture
 serves every step. SGD's momentum buffer starts as a copy of the first gradient, so its first
-captured step creates it and the second is captured once more (PyTorch recompiles there too);
-that first graph, which never runs again, runs with the eager ops instead of being compiled:
-the backend sees one step graph.
+step would create it and the second would be captured once more (PyTorch recompiles there
+too); capture stops at the first new state entry and that step runs eagerly instead (its graph
+would never run again): the backend sees one step graph.
 Bias corrections stay tensors when captured (``kiln.compiler.is_compiling``), computed as eager
 computes them, so the captured step gives eager's bits; inductor's fused kernels round
 differently and are compared within float32 tolerance.
@@ -434,9 +434,9 @@ def test_one_compiled_step_for_two_models_leaves_each_optimizers_state_alone():
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_a_train_step_compiles_sgds_steady_step_once_and_matches_pytorch(backend):
     """A compiled training step with SGD's momentum: the graph after ``backward()`` creates the
-    momentum buffers on the first call and runs with the eager ops; the second call's graph
-    (buffers present) is the one compiled, and serves every later step. Parameters and
-    momentum buffers equal PyTorch's eager training after each step."""
+    momentum buffers on the first call and runs eagerly (capture stops at the first new entry);
+    the second call's graph (buffers present) is the one compiled, and serves every later step.
+    Parameters and momentum buffers equal PyTorch's eager training after each step."""
     rng = np.random.default_rng(3)
     w0 = rng.standard_normal((4, 6)).astype(np.float32)
     b0 = rng.standard_normal(4).astype(np.float32)
@@ -472,3 +472,31 @@ def test_a_train_step_compiles_sgds_steady_step_once_and_matches_pytorch(backend
                          rtol=1e-5, atol=1e-6)  # fmt: skip
     # forward and backward once; the optimizer's update once, from the second call on
     assert frames == [1, 2, 2, 2]
+
+
+@needs_torch
+def test_a_fullgraph_sgd_step_runs_its_state_creating_first_call_eagerly():
+    """``fullgraph=True`` on SGD's step: the first call, which creates the momentum buffers,
+    runs eagerly (no graph break is raised: nothing in the code breaks), and the steady step
+    is compiled once; the parameters follow PyTorch's eager SGD."""
+    rng = np.random.default_rng(4)
+    w0 = rng.standard_normal((3, 5)).astype(np.float32)
+    grads = [rng.standard_normal((3, 5)).astype(np.float32) for _ in range(3)]
+
+    def setup(lib):
+        w = lib.nn.Parameter(lib.tensor(w0))
+        return w, lib.optim.SGD([w], lr=0.05, momentum=0.8, nesterov=True)
+
+    w, opt = setup(kiln)
+    tw, t_opt = setup(torch)
+    counter = CompileCounter("aot_eager")
+    step = kiln.compile(opt.step, backend=counter, fullgraph=True)
+    frames = []
+    for g in grads:
+        w.grad, tw.grad = kiln.tensor(g), torch.tensor(g)
+        step()
+        t_opt.step()
+        frames.append(counter.frame_count)
+        assert_close(w, tw, rtol=1e-6, atol=1e-6)
+        assert_close(opt.state[w]["momentum_buffer"], t_opt.state[tw]["momentum_buffer"])
+    assert frames == [0, 1, 1]

@@ -15,7 +15,7 @@ from bytecode import Instr
 
 from ...runtime.tensor import Tensor
 from .. import bytecode_versions as bv
-from ..exc import unsupported
+from ..exc import CreatesOptimizerState, unsupported
 from .base import ConstantVariable, VariableTracker, active_output, container_method
 from .lists import TupleVariable
 
@@ -127,7 +127,7 @@ class DictVariable(VariableTracker):
 
     mutable = True
     # an optimizer's ``state`` as capture found it: how many parameters had state (None: not
-    # an optimizer's state); a graph that adds some runs once (``OutputGraph.compile``)
+    # an optimizer's state); capture that adds one ends (``exc.CreatesOptimizerState``)
     entries_before: int | None = None
 
     def __init__(self, items: dict, source=None, user_cls: type = dict, default_factory=None):
@@ -160,6 +160,12 @@ class DictVariable(VariableTracker):
     def _mutated(self, tx) -> None:
         tx.output.side_effects.mutated(self)
 
+    def _grown(self) -> None:
+        """After an insertion: an optimizer's state that gained a parameter ends the capture
+        (``CreatesOptimizerState``)."""
+        if self.entries_before is not None and len(self.items) > self.entries_before:
+            raise CreatesOptimizerState(f"{len(self.items) - self.entries_before} new entries")
+
     def getitem(self, tx, key: VariableTracker) -> VariableTracker:
         k = self._key(key)
         if k not in self.items:
@@ -171,12 +177,14 @@ class DictVariable(VariableTracker):
             value = self.default_factory.call_function(tx, [], {})
             self._mutated(tx)
             self.items[k] = value
+            self._grown()
         return self.items[k]
 
     def setitem(self, tx, key: VariableTracker, value: VariableTracker) -> None:
         k = self._key(key)
         self._mutated(tx)
         self.items[k] = value
+        self._grown()
 
     def delitem(self, tx, key: VariableTracker) -> None:
         k = self._key(key)
@@ -210,12 +218,14 @@ class DictVariable(VariableTracker):
                 items.update(arg.items)
             for k, v in kwargs.items():
                 items[k] = v
+            self._grown()
             return ConstantVariable(None)
         if name == "setdefault":
             k = self._key(args[0])
             if k not in items:
                 self._mutated(tx)
                 items[k] = args[1] if len(args) > 1 else ConstantVariable(None)
+                self._grown()
             return items[k]
         if name == "pop":
             k = self._key(args[0])
