@@ -15,6 +15,7 @@ from typing import Any
 from bytecode import Bytecode, CompilerFlags, Instr
 
 from . import bytecode_versions as bv
+from .assemble import assemble
 
 __all__ = ["PyCodegen", "make_code", "GRAPH_OUTPUT_VAR"]
 
@@ -136,13 +137,20 @@ def make_code(
     bc.flags = flags
     bc.freevars = list(template.co_freevars)
     bc.cellvars = []
-    bc.extend(instructions)
     if stacksize is None and not keep_exception_depths:
         stacksize = _straight_line_stacksize(instructions)
         if stacksize is not None:
+            code = assemble(
+                template, instructions, name=bc.name, qualname=bc.qualname,
+                argnames=bc.argnames, argcount=bc.argcount, posonlyargcount=bc.posonlyargcount,
+                kwonlyargcount=bc.kwonlyargcount, flags=int(flags), stacksize=stacksize,
+            )  # fmt: skip
+            if code is not None:
+                return code
             # the library's control-flow graph pass (a third of a warm capture's code
             # assembly) learns nothing more about code without jumps or handlers
-            return bc.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
+            keep_exception_depths = True
+    bc.extend(instructions)
     if keep_exception_depths:
         return bc.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
     return bc.to_code(stacksize=stacksize)
