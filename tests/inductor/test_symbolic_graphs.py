@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln.dynamo.counters import counters
 from kiln.dynamo.testing import CompileCounter
 from kiln.inductor.codegen.llvm import jit as llvm_jit
 from kiln.inductor.codegen.llvm.values import LANES
@@ -432,6 +433,44 @@ def test_padding_by_a_difference_of_sizes_compiles_once_for_every_size(stats):
         arrays = [rng.standard_normal((2, 3, *hw)).astype(np.float32) for hw in (small, large)]
         _matches_torch_with_gradients(compiled, fn, arrays)
     assert_every_size_served(stats)
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_index_padding_of_symbolic_sizes_compiles_once_for_every_size(stats, mode):
+    """``F.pad`` in the reflect, replicate and circular modes, and ``stft``'s reflect-padded
+    centre frames, over symbolic lengths: the source index of each output position was a numpy
+    array of the size (a guard pinning it, so ``dynamic=True`` recompiled per length); it is
+    made with tensor ops from an ``arange`` of the size."""
+
+    def fn(lib, x):
+        padded = lib.nn.functional.pad(x, (3, 2, 1, 2), mode=mode)
+        return padded * padded.shape[-1]
+
+    compiled = kiln.compile(lambda x: fn(kiln, x), backend="inductor", dynamic=True)
+    recompiles = counters["recompiles"]["total"]
+    for h, w in ((5, 7), (6, 9), (4, 12)):
+        data = np.random.default_rng(w).standard_normal((2, 3, h, w)).astype(np.float32)
+        _matches_torch_with_gradients(compiled, fn, [data])
+    assert counters["recompiles"]["total"] == recompiles
+    assert_every_size_served(stats)
+
+
+@needs_torch
+def test_stft_of_symbolic_lengths_compiles_once_for_every_length(stats):
+    def fn(lib, wave):
+        spec = lib.stft(
+            wave, 16, hop_length=4, window=lib.hann_window(16), center=True, pad_mode="reflect",
+            return_complex=True,
+        )  # fmt: skip
+        return spec.abs()
+
+    counter = CompileCounter()
+    compiled = kiln.compile(lambda w: fn(kiln, w), backend=counter, dynamic=True)
+    for length in (40, 53, 61):
+        data = np.random.default_rng(length).standard_normal((2, length)).astype(np.float32)
+        _matches_torch_with_gradients(compiled, fn, [data], rtol=1e-4, atol=1e-5)
+    assert counter.frame_count == 1
 
 
 @needs_torch

@@ -20,7 +20,6 @@ from ..core.common import (
     wrap,
 )
 from ..core.registry import OPS, defop
-from ..creation.api import tensor
 
 __all__ = ["pad_indexed"]
 
@@ -164,18 +163,20 @@ _PAD_HELP = (
 )
 
 
-def _source_index(mode: str, size: int, before: int, after: int) -> np.ndarray:
-    """For each output position along one dim, the input position it copies (PyTorch's rules)."""
+def _source_index(mode: str, size, before: int, after: int, device) -> Tensor:
+    """For each output position along one dim, the input position it copies (PyTorch's rules).
+    Made with ops rather than numpy so that a symbolic ``size`` (an STFT's signal length under
+    ``dynamic=True``) stays symbolic instead of pinning the graph to one size."""
     if mode == "circular":
-        lo, hi = max(-before, 0), size - max(-after, 0)
-        n = hi - lo
-        pos = np.arange(-max(before, 0), n + max(after, 0))
-        return lo + np.mod(pos, n)
-    pos = np.arange(-before, size + after)
+        lo = max(-before, 0)
+        n = size - max(-after, 0) - lo
+        pos = OPS["arange"](-max(before, 0), n + max(after, 0), 1, dtype=dt.int64, device=device)
+        return OPS["remainder"](pos, n) + lo
+    pos = OPS["arange"](-before, size + after, 1, dtype=dt.int64, device=device)
     if mode == "replicate":
-        return np.clip(pos, 0, size - 1)
-    pos = np.abs(pos)
-    return np.where(pos > size - 1, 2 * (size - 1) - pos, pos)
+        return pos.clamp(0, size - 1)
+    pos = pos.abs()
+    return OPS["where"](pos > size - 1, pos.neg() + 2 * (size - 1), pos)
 
 
 def pad_indexed(x: Tensor, pad, mode: str) -> Tensor:
@@ -201,7 +202,6 @@ def pad_indexed(x: Tensor, pad, mode: str) -> Tensor:
                 f"padding of an empty dimension is not possible (dimension {dim} of {list(x.shape)})"
             )
     for dim, before, after in geometry:
-        src = _source_index(mode, x.shape[dim], before, after)
-        index = tensor(src.astype(np.int64), device=x.device)
+        index = _source_index(mode, x.shape[dim], before, after, x.device)
         x = OPS["index"](x, [None] * dim + [index])
     return x
