@@ -4,7 +4,7 @@ Every function works on batches of matrices (leading dims), is differentiable wh
 is (derivatives live with the ops in ``kiln/ops/linalg_*.py``), and raises ``LinAlgError`` (a
 ``RuntimeError``) for singular or indefinite inputs with PyTorch's messages. kiln has no complex
 dtype: ``eig``/``eigvals`` handle real spectra only (returned as real tensors), and the LDL
-functions are not provided.
+functions take real symmetric matrices.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from .ops.linalg.linalg_namespace import (
     householder_product,
     inv,
     inv_ex,
+    ldl_factor,
+    ldl_factor_ex,
+    ldl_solve,
     lstsq,
     lu,
     lu_factor,
@@ -66,6 +69,9 @@ __all__ = [
     "householder_product",
     "inv",
     "inv_ex",
+    "ldl_factor",
+    "ldl_factor_ex",
+    "ldl_solve",
     "lstsq",
     "lu",
     "lu_factor",

@@ -18,4 +18,24 @@ __all__ = [
     "Buffer",
     *_modules_all,
 ]
-__all__ += ["UninitializedParameter", "UninitializedBuffer", "DataParallel"]
+__all__ += ["UninitializedParameter", "UninitializedBuffer", "DataParallel", "factory_kwargs"]
+
+_FACTORY_KEYS = frozenset({"device", "dtype", "memory_format"})
+
+
+def factory_kwargs(kwargs: dict | None) -> dict:
+    """The ``device``/``dtype``/``memory_format`` of a module's ``**kwargs`` as one dict to pass
+    to factory functions (``kiln.empty(n, **factory_kwargs(kwargs))``): an unknown key is a
+    TypeError at once, and a ``factory_kwargs`` entry gives them where a module's own argument
+    already has the name; a key given both ways is refused."""
+    if kwargs is None:
+        return {}
+    unknown = kwargs.keys() - _FACTORY_KEYS - {"factory_kwargs"}
+    if unknown:
+        raise TypeError(f"unexpected kwargs {unknown}")
+    merged = dict(kwargs.get("factory_kwargs", {}))
+    for key in _FACTORY_KEYS & kwargs.keys():
+        if key in merged:
+            raise TypeError(f"{key} specified twice, in **kwargs and in factory_kwargs")
+        merged[key] = kwargs[key]
+    return merged

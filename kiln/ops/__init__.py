@@ -40,6 +40,7 @@ _MODULES = (
     "linalg.matmul",
     "linalg.torch_namespace",
     "linalg.factorizations",
+    "linalg.ldl",
     "linalg.linalg_namespace",
     "linalg.lu",
     "linalg.lowrank",

@@ -17,6 +17,7 @@ from .rmsprop import RMSprop
 from .rprop import Rprop
 from .sgd import SGD
 from .sparse_adam import SparseAdam
+from .swap_in import swap_in_optimizer_params_and_state
 
 __all__ = [
     "Optimizer",
@@ -37,4 +38,5 @@ __all__ = [
     "Muon",
     "lr_scheduler",
     "swa_utils",
+    "swap_in_optimizer_params_and_state",
 ]

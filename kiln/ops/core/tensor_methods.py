@@ -1,6 +1,6 @@
 """Tensor methods PyTorch has that the op table does not give: ``narrow_copy``, ``type_as``,
-``fill_diagonal_``, ``resize_``/``resize_as_`` and the element-by-element Python escapes
-``apply_``/``map_``. (In-place variants of linear-algebra and scan ops, ``addmm_``, ``cumsum_``...,
+``as_subclass``, ``module_load``, ``fill_diagonal_``, ``resize_``/``resize_as_`` and the
+element-by-element Python escapes ``apply_``/``map_``. (In-place variants of linear-algebra and scan ops, ``addmm_``, ``cumsum_``...,
 are generated from their ops' records, ``defop(inplace_method=True)``, like ``add_``.)
 
 ``resize_``, ``apply_`` and ``map_`` work on CPU data directly: they change storage or call
@@ -20,7 +20,7 @@ from ...runtime.tensor import Size
 from ..creation.api import tensor
 from .common import Tensor
 from .out_arguments import writes_out
-from .registry import tensor_method, torch_function
+from .registry import OPS, tensor_method, torch_function
 
 __all__: list[str] = []
 
@@ -37,6 +37,41 @@ def narrow_copy(self: Tensor, dim: int, start: int, length: int) -> Tensor:
 def type_as(self: Tensor, other: Tensor) -> Tensor:
     """``self`` converted to ``other``'s dtype and device (``self`` itself if they match)."""
     return self.to(device=other.device, dtype=other.dtype)
+
+
+@tensor_method()
+def as_subclass(self: Tensor, cls: type) -> Tensor:
+    """``self``'s data as an instance of the Tensor subclass ``cls``, without calling its
+    constructor: an alias (same storage, an ``AliasBackward0`` node when ``self`` requires
+    grad), so writes through either show in both and gradients flow back to ``self``."""
+    if not isinstance(cls, type):
+        raise TypeError(f"cls must be a type (got {type(cls).__name__})")
+    if not issubclass(cls, Tensor):
+        raise TypeError(
+            "Creating a Tensor subclass from a class that does not inherit from Tensor is not "
+            "possible. Make sure your class inherits from Tensor."
+        )
+    out = OPS["alias"](self)
+    try:
+        out.__class__ = cls
+    except TypeError:  # ``cls`` adds slots: a fresh object of it takes the alias's fields
+        retyped = object.__new__(cls)
+        for name in Tensor.__slots__:
+            if name not in ("__dict__", "__weakref__") and hasattr(out, name):
+                setattr(retyped, name, getattr(out, name))
+        retyped.__dict__.update(out.__dict__)
+        return retyped
+    return out
+
+
+@tensor_method()
+def module_load(self: Tensor, other: Tensor, assign: bool = False) -> Tensor:
+    """What ``Module.load_state_dict`` swaps in for the parameter or buffer ``self`` given the
+    state dict's ``other``: ``other`` detached with ``assign``, else ``self`` after copying
+    ``other`` into it, detached (a new object either way). Subclasses override it."""
+    if assign:
+        return other.detach()
+    return self.copy_(other).detach()
 
 
 def _diagonal_mask(shape: tuple, wrap: bool) -> np.ndarray:

@@ -34,6 +34,7 @@ __all__ = [
     "check_matrix",
     "check_float",
     "check_lapack_dtype",
+    "column_major_strides",
     "raise_info_error",
 ]
 
@@ -640,7 +641,7 @@ def cholesky_solve(input: Tensor, input2: Tensor, upper: bool = False):
     dense, where the solves' derivatives would keep only its triangle."""
 
 
-def _column_major_strides(shape: tuple) -> tuple:
+def column_major_strides(shape: tuple) -> tuple:
     """A batch of matrices each stored column by column, the batch row-major: the layout of
     LAPACK's results that PyTorch returns (``cholesky_solve``'s (2, 3, 2) is (6, 1, 3))."""
     rows, cols = shape[-2], shape[-1]
@@ -659,13 +660,13 @@ def _cholesky_solve_kernel(B, L, upper):
     lower = np.swapaxes(factor, -1, -2) if upper else factor
     y = np_triangular_solve(lower, B._data, lower=True, unit=False)
     x = np_triangular_solve(np.swapaxes(lower, -1, -2), y, lower=False, unit=False)
-    return wrap(laid_out(x, _column_major_strides(shape)), B.dtype)
+    return wrap(laid_out(x, column_major_strides(shape)), B.dtype)
 
 
 @cholesky_solve.register_meta
 def _cholesky_solve_meta(B, L, upper=False):
     shape = _cholesky_solve_geometry(B, L)
-    return fake(shape, B.dtype, B, _column_major_strides(shape))
+    return fake(shape, B.dtype, B, column_major_strides(shape))
 
 
 def _cholesky_solve_grad(c, g):

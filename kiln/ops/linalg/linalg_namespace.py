@@ -26,6 +26,7 @@ from ..pointwise.unary_binary import maximum, where
 from ..reductions.reduce import amax, amin, sum, torch_type_name
 from ..reductions.vector_norm import vector_norm as _vector_norm_op
 from . import factorizations as dec
+from . import ldl as ldl_ops
 from . import lu as lu_ops
 from . import spectral as spec
 from .matmul import cross as _cross
@@ -65,6 +66,9 @@ __all__ = [
     "vander",
     "lu_factor",
     "lu_factor_ex",
+    "ldl_factor",
+    "ldl_factor_ex",
+    "ldl_solve",
     "lu",
     "lu_solve",
     "matmul",
@@ -98,6 +102,9 @@ matrix_exp = spec.matrix_exp
 lu_factor = lu_ops.lu_factor
 lu_factor_ex = lu_ops.lu_factor_ex
 lu_solve = lu_ops.lu_solve
+ldl_factor = ldl_ops.ldl_factor
+ldl_factor_ex = ldl_ops.ldl_factor_ex
+ldl_solve = ldl_ops.ldl_solve
 
 
 def _check_driver(name: str, driver) -> None:
