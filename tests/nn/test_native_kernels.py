@@ -226,6 +226,17 @@ def test_norm_except_dim_matches_pytorch(pow_, dim):
     assert_close(_grads([got], (x,), [kiln.tensor(g)]), _grads([want], (tx,), [torch.tensor(g)]))
 
 
+@pytest.mark.parametrize("pow_", [0, 1, 2, 3])
+def test_norm_except_dim_of_a_vector_is_each_elements_norm(pow_):
+    """A 1-d tensor along its only dim: every element is its own slice (p=0 counts nonzeros)."""
+    x = kiln.tensor([0.0, -2.0, 3.0, 0.5], requires_grad=True)
+    tx = torch.tensor([0.0, -2.0, 3.0, 0.5], requires_grad=True)
+    got, want = kiln.norm_except_dim(x, pow_, 0), torch.norm_except_dim(tx, pow_, 0)
+    assert_close(got, want)
+    g = [1.0, 2.0, -1.0, 0.5]
+    assert_close(_grads([got], (x,), [kiln.tensor(g)]), _grads([want], (tx,), [torch.tensor(g)]))
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_native_kernels_compiled_equal_eager(backend):
     def program(x, w, b, rm, rv, seq, wt, bt):

@@ -28,7 +28,9 @@ def norm_except_dim(v: Tensor, pow: float = 2, dim: int = 0) -> Tensor:
         return v.norm(pow)
     dim = dim % v.dim()
     others = [d for d in range(v.dim()) if d != dim]
-    return v.norm(pow, dim=others, keepdim=True) if others else v.abs()
+    if not others:  # each element is its own slice: its ``pow``-norm (p=0 counts it if nonzero)
+        return v.unsqueeze(-1).norm(pow, dim=-1)
+    return v.norm(pow, dim=others, keepdim=True)
 
 
 def weight_norm_fn(v: Tensor, g: Tensor, dim: int = 0) -> Tensor:
