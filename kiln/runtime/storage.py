@@ -42,6 +42,7 @@ __all__ = [
     "BufferPool",
     "pool",
     "empty_array",
+    "zeros_array",
     "memory_unshared",
     "writable_target",
     "data_address",
@@ -173,7 +174,8 @@ class BufferPool:
         step = max(top >> 3, 4096)
         return (nbytes + step - 1) // step * step
 
-    def allocate(self, nbytes: int) -> np.ndarray:
+    def allocate(self, nbytes: int, zeroed: bool = False) -> np.ndarray:
+        """A buffer of at least ``nbytes``; with ``zeroed``, its first ``nbytes`` are zero."""
         size = self._bucket_size(nbytes)
         with self._lock:
             self._uses += 1
@@ -182,9 +184,14 @@ class BufferPool:
                 if sys.getrefcount(buf) <= self._free_refs:
                     self._last_use[id(buf)] = self._uses
                     self._requested[id(buf)] = nbytes
+                    if zeroed:
+                        buf[:nbytes].fill(0)
                     return buf
             self._release_free(self.max_free_bytes)  # before the fresh buffer's pages fault in
-            buf = np.empty(size, dtype=np.uint8)
+            # fresh zeroed memory comes from calloc: the kernel's zero pages, neither written
+            # nor resident until the tensor's first write (AdamW's 1 GB of GPT-2 moments were
+            # memset at creation and faulted in then, in the capture of the first step)
+            buf = np.zeros(size, dtype=np.uint8) if zeroed else np.empty(size, dtype=np.uint8)
             bucket.append(buf)
             self._last_use[id(buf)] = self._uses
             self._requested[id(buf)] = nbytes
@@ -257,6 +264,19 @@ def empty_array(shape: tuple, np_dtype: np.dtype) -> np.ndarray:
     if nbytes < _POOL_MIN_BYTES:
         return np.empty(shape, np_dtype)
     buf = pool.allocate(nbytes)
+    return buf[:nbytes].view(np_dtype).reshape(shape)
+
+
+def zeros_array(shape: tuple, np_dtype: np.dtype) -> np.ndarray:
+    """A zero-filled C-contiguous array, from the pool when it is large (fresh memory is left to
+    calloc, whose pages stay untouched until written)."""
+    n = 1
+    for s in shape:
+        n *= s
+    nbytes = n * np_dtype.itemsize
+    if nbytes < _POOL_MIN_BYTES:
+        return np.zeros(shape, np_dtype)
+    buf = pool.allocate(nbytes, zeroed=True)
     return buf[:nbytes].view(np_dtype).reshape(shape)
 
 

@@ -79,3 +79,39 @@ def test_fresh_bytes_counts_buffers_made_not_reused():
     del a
     pool.allocate(3 * MB)  # the freed buffer again: no new pages
     assert pool.fresh_bytes == made
+
+
+def test_zeroed_buffers_are_zero_whether_reused_or_fresh():
+    """A zeroed request reuses a dirty free buffer (clearing the bytes asked for) or takes
+    fresh calloc'd memory."""
+    pool = BufferPool(max_free_bytes=64 * MB)
+    a = pool.allocate(3 * MB)
+    a.fill(7)
+    address = a.ctypes.data
+    del a
+    b = pool.allocate(3 * MB - 5, zeroed=True)
+    assert b.ctypes.data == address
+    assert not b[: 3 * MB - 5].any()
+    c = pool.allocate(3 * MB, zeroed=True)  # b is in use: fresh memory
+    assert c.ctypes.data != address and not c.any()
+
+
+def test_zero_filled_tensors_from_a_dirty_pool_are_zero_and_keep_negative_zero():
+    """``zeros``/``zeros_like``/``full(0)`` over large sizes take zeroed pool memory; -0.0 (its
+    sign bit set) is filled as a value, in every dtype PyTorch's factories make."""
+    for _ in range(3):  # leave freed, dirty buffers of these sizes in the pool
+        dirty = kiln.full((1024, 1024), float("nan"))
+        del dirty
+    for make in (
+        lambda: kiln.zeros(1024, 1024),
+        lambda: kiln.zeros_like(kiln.empty(1024, 1024)),
+        lambda: kiln.full((1024, 1024), 0),
+        lambda: kiln.zeros(512, 1024, dtype=kiln.float64),
+        lambda: kiln.zeros(1024, 1024, dtype=kiln.complex64),
+    ):
+        z = make()
+        assert not np.isnan(z.numpy()).any() and not z.numpy().any()
+    neg = kiln.full((1024, 1024), -0.0).numpy()
+    assert np.signbit(neg).all() and not neg.any()
+    bits = kiln.full((1024, 512), complex(-0.0, 0.0)).numpy().view(np.float32)
+    assert np.signbit(bits[:, 0::2]).all() and not np.signbit(bits[:, 1::2]).any()

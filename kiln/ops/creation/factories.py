@@ -18,7 +18,7 @@ from ...runtime import dtypes as dt
 from ...runtime import random as rng
 from ...runtime.device import as_device, cpu, meta
 from ...runtime.memory_format import contiguous_format, preserve_format, preserved_strides
-from ...runtime.storage import empty_array, writable_target
+from ...runtime.storage import empty_array, writable_target, zeros_array
 from ...runtime.symbolic import SymInt, as_int, has_symbols, is_int_like, is_negative, sym_int
 from ...runtime.tensor import contiguous_strides, make_fake, wrap_array
 from ..core.common import (
@@ -133,9 +133,20 @@ def _full_kernel(size, fill_value, dtype, device):
         from ...runtime import devices
 
         return devices.full(size, fill_value, d, dev)
+    if _all_bits_zero(fill_value):
+        return wrap_array(zeros_array(size, d.np), d)
     a = empty_array(size, d.np)
     a.fill(fill_value)
     return wrap_array(a, d)
+
+
+def _all_bits_zero(value) -> bool:
+    """Whether ``value`` is stored as zero bytes in any dtype (-0.0 is not: its sign bit is set)."""
+    if isinstance(value, complex):
+        return _all_bits_zero(value.real) and _all_bits_zero(value.imag)
+    if isinstance(value, float):
+        return value == 0 and math.copysign(1.0, value) > 0
+    return isinstance(value, int) and value == 0
 
 
 @full.register_meta
