@@ -113,9 +113,10 @@ class _Watch:
 
 def _others_from_load() -> float:
     """The load average less the calling thread: an upper bound of the other processes' load
-    (it also counts this process's other threads while they run)."""
+    (it also counts this process's other threads while they run), at most every core (a load
+    of 8 on 2 cores is processes waiting, not 7 busy cores)."""
     try:
-        return max(os.getloadavg()[0] - 1.0, 0.0)
+        return min(max(os.getloadavg()[0] - 1.0, 0.0), float(cores()))
     except (OSError, AttributeError):  # no load average on this platform: trust the threads
         return 0.0
 

@@ -54,8 +54,12 @@ def test_watch_falls_back_to_the_load_average(monkeypatch):
     monkeypatch.setattr(cpu_load, "_stat_covers_this_machine", lambda: False)
     monkeypatch.setattr(cpu_load.os, "getloadavg", lambda: (0.5, 0.5, 0.5))
     assert cpu_load._Watch().others() == 0.0
-    monkeypatch.setattr(cpu_load.os, "getloadavg", lambda: (6.5, 6.5, 6.5))
-    assert cpu_load._Watch().others() == pytest.approx(5.5)
+    monkeypatch.setattr(cpu_load.os, "getloadavg", lambda: (2.5, 2.5, 2.5))
+    monkeypatch.setattr(cpu_load, "cores", lambda: 4)
+    assert cpu_load._Watch().others() == pytest.approx(1.5)
+    # processes waiting for a core are not more busy cores than the machine has
+    monkeypatch.setattr(cpu_load.os, "getloadavg", lambda: (8.5, 8.5, 8.5))
+    assert cpu_load._Watch().others() == pytest.approx(4.0)
 
 
 def test_others_busy_now_reads_this_machine():
