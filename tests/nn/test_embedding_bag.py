@@ -140,6 +140,11 @@ ERRORS = [
     (dict(input=[[0.5]]), RuntimeError, "Long, Int"),
     (dict(input=[[0, 1]], mode="mean", psw=True), NotImplementedError, "only supported for"),
     (dict(input=[[0, 1]], mode="sum", psw=[1.0]), ValueError, "per_sample_weights"),
+    (dict(input=[0, 7], offsets=[0]), RuntimeError, r"Index 1 of input takes value 7 .* \[0, 5\)"),
+    (dict(input=[0, 5], offsets=[0], mode="sum", psw=True), RuntimeError, "takes value 5"),
+    (dict(input=[0, -2, 1], offsets=[0], mode="max"), RuntimeError, "found idx to be -2"),
+    (dict(input=[[0, 1], [6, 0]], mode="max"), RuntimeError, "found idx to be 6"),
+    (dict(input=[0, 5], offsets=[0], padding_idx=1), RuntimeError, "found idx to be 5"),
 ]
 
 

@@ -59,6 +59,27 @@ def _check_offsets(offsets: Tensor, n: int) -> None:
         )
 
 
+def _check_indices(input: Tensor, num_weights: int, message_of_max: bool) -> None:
+    """PyTorch's RuntimeError for an index outside the table (plain ``embedding`` raises an
+    IndexError, so the lookup's own check would name the wrong type); max-mode and padded bags
+    word it as PyTorch's max kernel does."""
+    if input.numel() == 0 or not _has_data(input):
+        return
+    outside = (input < 0) | (input >= num_weights)
+    if not bool(outside.any()):
+        return
+    position = int(OPS["nonzero"](outside)[0, 0])
+    value = int(input[position])
+    if message_of_max:
+        raise RuntimeError(
+            f"embedding_bag: Expected idx >= 0 && idx < num_embeddings but found idx to be {value}"
+        )
+    raise RuntimeError(
+        f"Index {position} of input takes value {value} which is not in the valid range "
+        f"[0, {num_weights})"
+    )
+
+
 def embedding_bag(
     input: Tensor,
     weight: Tensor,
@@ -145,6 +166,7 @@ def embedding_bag(
         )
     n = input.shape[0]
     _check_offsets(offsets, n)
+    _check_indices(input, num_weights, mode == "max" or padding_idx is not None)
     bag, num_bags = _bag_of_each_index(offsets, n, include_last_offset)
     # indices outside every bag and padding indices go to an extra bag that is dropped
     keep = bag >= 0
