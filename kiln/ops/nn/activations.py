@@ -117,7 +117,7 @@ def _relu_grad(c, g):
 
 
 relu.register_derivative(_relu_grad, save_output=True, save_inputs=())
-relu.register_decomposition(lambda x: where(x <= 0, 0, x))  # NaN stays NaN
+relu.register_decomposition(lambda x: where(x < 0, 0, x))  # NaN and -0.0 stay, as eagerly
 
 
 @defop(kind="pointwise", complex_refused=complex_not_implemented("GeluKernelImpl"))

@@ -483,20 +483,7 @@ def _max_pool_kernel(x, kernel, stride, padding, dilation, ceil_mode):
     taps = [
         a[(Ellipsis,) + offset_slices(o, out, stride, dilation)] for o in kernel_offsets(kernel)
     ]
-    if len(taps) < 256 and not np.isnan(x._data).any():
-        values, arg = _max_and_first_arg(taps)
-    else:
-        values = taps[0].copy()
-        for tap in taps[1:]:
-            np.maximum(values, tap, out=values)  # propagates NaN, like PyTorch
-        # the first kernel position holding the maximum: scan backwards; a window with NaNs
-        # picks its last NaN (PyTorch's kernel takes every NaN it meets as the new maximum)
-        arg = np.zeros(values.shape, np.int64)
-        for position in range(len(taps) - 1, -1, -1):
-            np.copyto(arg, position, where=taps[position] == values)
-        if np.isnan(values).any():
-            for position, tap in enumerate(taps):
-                np.copyto(arg, position, where=np.isnan(tap))
+    values, arg = _max_and_first_arg(taps, bool(np.isnan(x._data).any()))
     if any(p != (0, 0) for p in pads):  # an all -inf window: its first position in the input
         np.copyto(
             arg,
@@ -538,18 +525,22 @@ def _first_inside(out, kernel, stride, padding, dilation) -> np.ndarray:
     return first
 
 
-def _max_and_first_arg(taps: list) -> tuple:
-    """Running max over NaN-free taps and the first tap holding it, without masked loops: the
-    running max only grows at a strictly greater tap, so the first maximum's position is the
-    last position that was strictly greater, and positions only grow (``arg = max(arg, p b)``)."""
+def _max_and_first_arg(taps: list, nans: bool) -> tuple:
+    """PyTorch's scan over each window: a tap replaces the maximum so far where it is strictly
+    greater, or NaN (with ``nans``). Ties keep the first tap, and its zero's sign (np.maximum
+    would take the later zero); a window with NaNs keeps its last one. A replacing position is
+    larger than every earlier one, so the positions need no masked loop (``arg = max(arg, p b)``)."""
     values = taps[0].copy()
-    arg = np.zeros(values.shape, np.uint8)
+    index_type = np.uint8 if len(taps) < 256 else np.int64
+    arg = np.zeros(values.shape, index_type)
     better = np.empty(values.shape, np.bool_)
-    step = np.empty(values.shape, np.uint8)
+    step = np.empty(values.shape, index_type)
     for p, tap in enumerate(taps[1:], 1):
         np.greater(tap, values, out=better)
-        np.maximum(values, tap, out=values)
-        np.multiply(better, np.uint8(p), out=step)
+        if nans:
+            better |= np.isnan(tap)
+        np.copyto(values, tap, where=better)
+        np.multiply(better, index_type(p), out=step)
         np.maximum(arg, step, out=arg)
     return values, arg
 

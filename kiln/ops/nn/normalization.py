@@ -102,8 +102,7 @@ def _np_layer_norm_rows(a, o, axes, eps, w, b, tmp):
     o *= 1.0 / np.sqrt(var + eps)
     if w is not None:
         o *= w
-    if b is not None:
-        o += b
+    o += 0.0 if b is None else b  # an absent bias adds 0.0, as PyTorch's: -0.0 comes out 0.0
 
 
 _F32 = np.dtype(np.float32)
@@ -152,8 +151,7 @@ def _layer_norm_kernel(x, normalized_shape, weight, bias, eps):
     y = _np_normalize(a, axes, eps)
     if w is not None:
         y *= w
-    if b is not None:
-        y += b
+    y += 0.0 if b is None else b
     return wrap(y, x._dtype)
 
 
@@ -298,9 +296,7 @@ def _layer_norm_decomp(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     y, _ = _normalized(upcast_half(x), axes, eps)
     if weight is not None:
         y = y * weight
-    if bias is not None:
-        y = y + bias
-    return y.to(x.dtype)
+    return (y + (0.0 if bias is None else bias)).to(x.dtype)
 
 
 @defop(kind="nn", autocast={"cuda": "fp32"})
@@ -587,8 +583,7 @@ def _fast_batch_norm(a, rows, weight, bias, eps) -> tuple:
     y, mean, var, rstd = _centered(a, rows, eps)
     scale = rstd if weight is None else rstd * weight._data
     y *= scale[:, None]
-    if bias is not None:
-        y += bias._data[:, None]
+    y += 0.0 if bias is None else bias._data[:, None]  # 0.0 for none: -0.0 comes out 0.0
     return y.reshape(a.shape), mean, var, rstd
 
 
@@ -620,13 +615,13 @@ def _batch_norm_kernel(x, weight, bias, running_mean, running_var, training, mom
         var = running_var._data.reshape(chan)
         empty = np.zeros(0, stat_dtype.np)
         stats = (wrap(empty, stat_dtype), wrap(empty.copy(), stat_dtype))
-    # one pass scales by rstd * weight per channel, as PyTorch's CPU kernel does
+    # one pass scales by rstd * weight per channel, as PyTorch's CPU kernel does; its shift
+    # (bias - mean * scale) is 0.0 without a bias, never -0.0, so no result is -0.0 then
     scale = 1.0 / np.sqrt(var + eps)
     if weight is not None:
         scale = scale * weight._data.reshape(chan)
     y *= scale
-    if bias is not None:
-        y += bias._data.reshape(chan)
+    y += 0.0 if bias is None else bias._data.reshape(chan)
     return (wrap(y.astype(a.dtype, copy=False), x._dtype),) + stats
 
 
@@ -800,8 +795,7 @@ def _batch_norm_decomp(x, weight, bias, running_mean, running_var, training, mom
     y, _ = _bn_parts(x32, running_mean, running_var, training, eps, axes, chan)
     if weight is not None:
         y = y * weight.reshape(chan)
-    if bias is not None:
-        y = y + bias.reshape(chan)
+    y = y + (0.0 if bias is None else bias.reshape(chan))
     if training:
         mean = x32.mean(axes)
         var = ((x32 - mean.reshape(chan)) ** 2).mean(axes)

@@ -57,8 +57,9 @@ def clamp(self: Tensor, min: TensorOrScalar | None = None, max: TensorOrScalar |
 
 
 _FLOATS = (np.float16, np.float32, np.float64, ml_dtypes.bfloat16)
-_NEG_INF = {t: t(-np.inf) for t in _FLOATS}
-_POS_INF = {t: t(np.inf) for t in _FLOATS}
+# keyed by numpy dtype objects, as ``dtype.np`` gives them
+_NEG_INF = {np.dtype(t): t(-np.inf) for t in _FLOATS}
+_POS_INF = {np.dtype(t): t(np.inf) for t in _FLOATS}
 
 
 def _check_clamp_bounds(x, lo, hi) -> None:

@@ -951,16 +951,32 @@ def _nan_ignoring_extreme_grad(keep_self):
     return derivative
 
 
+def _first_on_ties(ufunc):
+    """``ufunc`` (np.fmax/np.fmin) returning the first operand where the two compare equal, as
+    PyTorch's fmax/fmin do for every size (fmax(0.0, -0.0) is 0.0, fmax(-0.0, 0.0) -0.0); numpy's
+    float32/float64 loops return the second."""
+
+    def fn(a, b, out=None):
+        result = ufunc(a, b) if out is None else ufunc(a, b, out=out)
+        if not isinstance(result, np.ndarray):  # 0-d operands give a numpy scalar
+            return result.dtype.type(a) if a == b else result
+        if result.dtype.kind not in "biu":
+            np.copyto(result, a, where=(a == b))
+        return result
+
+    return fn
+
+
 fmax = binary(
     "fmax",
-    np.fmax,
+    _first_on_ties(np.fmax),
     _nan_ignoring_extreme_grad(lambda a, b: a >= b),
     complex_refused=(RuntimeError, "fmax not implemented for complex tensors."),
     tensors_only=True,
 )
 fmin = binary(
     "fmin",
-    np.fmin,
+    _first_on_ties(np.fmin),
     _nan_ignoring_extreme_grad(lambda a, b: a <= b),
     complex_refused=(RuntimeError, "fmin not implemented for complex tensors."),
     tensors_only=True,
@@ -1364,7 +1380,8 @@ def _div_grad(c, g):
         zero = zero_grad(g)
         return (zero if needs_grad(c, 0) else None, zero if needs_grad(c, 1) else None)
     ga = g / b if needs_grad(c, 0) else None
-    gb = -g * a / (b * b) if needs_grad(c, 1) else None
+    # PyTorch's order, (a / b) / b: b * b overflows where the quotients do not (inf / 3e38)
+    gb = -g * (a / b / b) if needs_grad(c, 1) else None
     return ga, gb
 
 

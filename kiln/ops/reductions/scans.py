@@ -16,7 +16,7 @@ from ..core.common import DType, Tensor, c_contiguous, compute_np_dtype, fake, w
 from ..core.registry import defop
 from ..creation.factories import arange
 from ..pointwise.unary_binary import where
-from ..shape.repeat_flip import flip
+from ..shape.repeat_flip import flip, roll
 from .reduce import (
     data_as_dtype,
     logsumexp,
@@ -140,9 +140,16 @@ def _cumprod_grad(c, g):
     # each sum takes only the terms whose products hold no zero but x_z, as PyTorch's: a term
     # out_k = 0 past a zero would turn an infinite g_k into NaN (inf * 0) where PyTorch's is finite
     grad_before = reverse_cumsum(where(before, g * c.out, 0), d) / where(before, x, 1)
-    terms = where(zeros_so_far <= 1, g * cumprod(where(first, 1, x), d), 0)
-    grad_first = reverse_cumsum(terms, d)
-    return (where(before, grad_before, where(first, grad_first, 0)),)
+    # at the first zero, PyTorch's sum of g_k times the products after it up to the second zero
+    # (g masked, not the product: 0 times a product that overflowed is NaN there too), times
+    # the result just before the zero (the forward's double-accumulated product, 1 at the start)
+    from_first = zeros_so_far == 1
+    after_first = cumprod(where(from_first & ~first, x, 1), d)
+    total = sum(after_first * where(from_first, g, 0), d, keepdim=True)
+    position = arange(0, length, 1, dtype=_int64, device=x.device)
+    position = position.reshape((length,) + (1,) * (x.ndim - d - 1))
+    shifted = where(position == 0, 1, roll(c.out, [1], [d]))
+    return (where(before, grad_before, where(first, total * shifted, 0)),)
 
 
 cumprod.register_derivative(_cumprod_grad, save_output=True)
@@ -160,7 +167,11 @@ def _logcumsumexp_kernel(x, dim):
         )
     d = wrap_dim(dim, x.ndim)
     a = x._data.astype(compute_np_dtype(x._dtype), copy=False)
-    out = np.ascontiguousarray(np.logaddexp.accumulate(a, axis=d)) if a.ndim else a.copy()
+    if not a.ndim:
+        return wrap(a.copy(), x._dtype)
+    out = np.ascontiguousarray(np.logaddexp.accumulate(a, axis=d))
+    # PyTorch adds each element to the running -inf as log1p(exp(-inf)) + x: a -0.0 comes out 0.0
+    out += 0.0
     return wrap(out, x._dtype)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...runtime import dtypes as dt
 from ...runtime.symbolic import SymInt
 from ..core.common import Scalar, Tensor, fake, laid_out, wrap
 from ..core.out_arguments import writes_out
@@ -71,22 +72,32 @@ def _scaled(t: Tensor, factor: float, dof) -> Tensor:
     return t * (factor * _inverse(dof))
 
 
+def _var_backward(g, x, dim, keepdim, correction):
+    """PyTorch's var_backward: ``(2 / dof) * g * (x - mean)``, in its order (a zero ``g`` times
+    an infinite ``x - mean`` is NaN, and the sign of a zero comes from ``x - mean``). Over every
+    element (``dim`` None) with no degrees of freedom left it is ``g`` times NaN where ``x`` is
+    the mean and inf elsewhere, whatever the sign of ``x - mean``."""
+    dims = reduce_dims(x, dim)
+    g = expand_back(g, x.shape, dims, keepdim)
+    dof = _divisor(x, dims, correction)
+    mu = mean(x, dims, True)
+    if (dim is None or x.ndim == 0) and dof.__class__ is not SymInt and dof <= 0:
+        return g * where(x == mu, float("nan"), _INF)
+    return _scaled(g, 2.0, dof) * (x - mu)
+
+
 def _var_grad(c, g):
     x, dim, correction, keepdim = c.args
-    dims = reduce_dims(x, dim)
-    centred = expand_back(g, x.shape, dims, keepdim) * (x - mean(x, dims, True))
-    return (_scaled(centred, 2.0, _divisor(x, dims, correction)),)
+    return (_var_backward(g, x, dim, keepdim, correction),)
 
 
 def _std_grad(c, g):
-    # var's gradient divided by 2*std; zero where std is zero, as in PyTorch
+    """PyTorch's std_backward: var's gradient of ``g / (2 std)``, that quotient zero where std is
+    zero (and where ``2 std`` overflows: an infinite ``x - mean`` then makes it NaN, as there)."""
     x, dim, correction, keepdim = c.args
-    dims = reduce_dims(x, dim)
-    std_ = expand_back(c.out, x.shape, dims, keepdim)
-    flat = std_ == 0
-    g = expand_back(g, x.shape, dims, keepdim) / where(flat, 1, std_)
-    scaled = _scaled(g * (x - mean(x, dims, True)), 1.0, _divisor(x, dims, correction))
-    return (where(flat, 0, scaled),)
+    std_ = c.out
+    grad_var = where(std_ == 0, 0, g / (std_ * 2))
+    return (_var_backward(grad_var, x, dim, keepdim, correction),)
 
 
 var = defop(_var_schema, name="var", kind="reduction")
@@ -113,11 +124,17 @@ def _var_decomp(x, dim=None, correction=1, keepdim=False):
     return sum(centred * centred, dims, keepdim) / max(_divisor(x, dims, correction), 0)
 
 
-std.register_decomposition(
-    lambda x, dim=None, correction=1, keepdim=False: var(
-        x, dim, correction=correction, keepdim=keepdim
-    ).sqrt()
-)
+@std.register_decomposition
+def _std_decomp(x, dim=None, correction=1, keepdim=False):
+    """In float64, then rounded once, as the kernel (PyTorch's Welford): the variance of float32
+    values near their largest passes float32's range where its root does not (std of
+    [3e38, 3e38, -1, 2] is 1.7e38, not inf)."""
+    _check_var_dtype(x)
+    dims = reduce_dims(x, dim)
+    wide = x.to(dt.float64)
+    centred = wide - mean(wide, dims, True)
+    squares = sum(centred * centred, dims, keepdim)
+    return (squares / max(_divisor(x, dims, correction), 0)).sqrt().to(x.dtype)
 
 
 def _complex_var(x, dim, correction, keepdim) -> np.ndarray:

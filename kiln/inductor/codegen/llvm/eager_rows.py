@@ -322,7 +322,8 @@ def _present(b: ir.IRBuilder, p: ir.Value) -> ir.Value:
 
 
 def _layer_norm(row: _Row, p, r, base, eps) -> None:
-    """out = (x - mean) * rstd [* w] [+ b]; w and b may be null (absent)"""
+    """out = (x - mean) * rstd [* w] + b; w and b may be null (absent), an absent b is 0.0 as
+    in PyTorch's kernel (which so turns a -0.0 into 0.0)"""
     x, out, _, _ = p
     b = row.b
     w, bias = base[2], base[3]
@@ -337,6 +338,8 @@ def _layer_norm(row: _Row, p, r, base, eps) -> None:
                 y = ops.mul(y, _load(ops, w, i, lanes))
             if has_b:
                 y = ops.add(y, _load(ops, bias, i, lanes))
+            else:
+                y = ops.add(y, _splat(ops, V(ir.Constant(F32, 0.0), _F), lanes))
             store(ops.b, y.value, out, i, lanes)
 
         row.each(body)
@@ -511,7 +514,7 @@ def _at(p, offset):
 
 def _batch_norm(b, c, images, values, rows, ptrs, eps, total) -> None:
     """Training batch norm of channel c: mean and biased variance over (N, L) (two passes, sums
-    in float64), rstd = 1 / sqrt(var + eps), out = (x - mean) * (rstd [* w]) [+ b]; the
+    in float64), rstd = 1 / sqrt(var + eps), out = (x - mean) * (rstd [* w]) + (b or 0.0); the
     channel's mean, variance and rstd written out. w and b may be null (absent)."""
     x, out, w, bias, mean_out, var_out, rstd_out = ptrs
     count = b.sitofp(values, F64)
@@ -537,7 +540,8 @@ def _batch_norm(b, c, images, values, rows, ptrs, eps, total) -> None:
     def emit(flags):
         has_w, has_b = flags
         scale = ops.mul(rstd, V(b.load(b.gep(w, [c])), _F)) if has_w else rstd
-        shift = V(b.load(b.gep(bias, [c])), _F) if has_b else None
+        # an absent bias shifts by 0.0 (PyTorch's shift is then never -0.0)
+        shift = V(b.load(b.gep(bias, [c])), _F) if has_b else V(ir.Constant(F32, 0.0), _F)
 
         def image(n):
             row, at = rows(n)
@@ -547,8 +551,7 @@ def _batch_norm(b, c, images, values, rows, ptrs, eps, total) -> None:
                 y = o.mul(
                     o.sub(_load(o, src, i, lanes), _splat(o, mean, lanes)), _splat(o, scale, lanes)
                 )
-                if shift is not None:
-                    y = o.add(y, _splat(o, shift, lanes))
+                y = o.add(y, _splat(o, shift, lanes))
                 store(o.b, y.value, dst, i, lanes)
 
             row.each(body)
