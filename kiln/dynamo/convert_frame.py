@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from bytecode import Instr, Label
 
+from ..nn.modules import _hooks
 from ..runtime import logs as klog
 from . import bytecode_versions as bv
 from . import config
@@ -174,11 +175,29 @@ class _CompiledCallee(VariableTracker):
         elif isinstance(inner, NNModuleVariable):
             forward = type(inner.module).forward
             cg.load_callable(types.MethodType)
-            cg.load_const(self.ctx.wrapper_for(forward, split=True))
+            cg.load_const(_call_through_hooks(self.ctx.wrapper_for(forward, split=True)))
             cg.load(inner)
             cg.call(2)
         else:
             cg.load(inner)
+
+
+def _call_through_hooks(compiled_forward):
+    """``Module.__call__`` for a module whose inlined call broke: its class's ``forward`` runs
+    through ``compiled_forward``, and the module's hooks (its own and global ones, there at
+    capture or registered since) run around it as they would eagerly. Kept on the wrapper, so
+    it lives as long as the wrapper does."""
+    call = getattr(compiled_forward, "_kiln_call_through_hooks", None)
+    if call is None:
+
+        def call(module, *args, **kwargs):
+            if _hooks.has_hooks(module):
+                forward = types.MethodType(compiled_forward, module)
+                return _hooks.call_with_hooks(module, args, kwargs, forward)
+            return compiled_forward(module, *args, **kwargs)
+
+        compiled_forward._kiln_call_through_hooks = call
+    return call
 
 
 def _graph_call(cg: PyCodegen, output: OutputGraph, compiled) -> None:

@@ -15,6 +15,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from ..nn.modules import _hooks
 from ..nn.modules.module import Module
 from ..runtime import dtypes as _dtypes
 from ..runtime.code_cache import compile_source
@@ -331,6 +332,16 @@ class GuardSet:
             expected = self.ns.name_of(tuple(keys), "keys")
             by_value = self.ns.name_of(tuple(is_constant_value(k) for k in keys), "by_value")
             self._add(f"{match}({e}, {expected}, {by_value})", text)
+
+    def module_hooks_absent(self, source: Source, tables: tuple[str, ...]) -> None:
+        """The module at ``source`` has nothing in its hook ``tables`` and no global module hook
+        is set: a hook registered after capture makes the next call recompile and run it (as
+        PyTorch guards a module's hook dicts). Inline dict reads: one per module call."""
+        e = self.ns.ref(source)
+        flag = self.ns.name_of(_hooks.GLOBAL_HOOKS_ACTIVE, "global_hooks")
+        reads = " or ".join(f"{e}.__dict__[{table!r}]" for table in tables)
+        what = "hooks" if tables == _hooks.HOOK_DICTS else "hooks in " + ", ".join(tables)
+        self._add(f"not ({flag}[0] or {reads})", f"{source.name()} has no {what}")
 
     def absent(self, source: Source, key: str) -> None:
         """``key`` is not in the dict at ``source`` (a builtin is not shadowed by a global)."""

@@ -347,6 +347,78 @@ def test_hooks_added_or_removed_after_compiling_are_seen():
     assert_same(compiled(x), net(x))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hooks_registered_after_compiling_on_modules_without_hooks_run(backend):
+    """A submodule without hooks at capture was inlined with no guard on its hook tables, so
+    a forward, pre-forward, backward or global hook registered afterwards never ran (the
+    compiled function kept returning the unhooked result)."""
+    kiln.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    x = kiln.randn(3, 4, requires_grad=True)
+    compiled = kiln.compile(lambda v: net(v) * 2, backend=backend)
+
+    def both(fn):
+        results = []
+        for run in (fn, lambda v: net(v) * 2):
+            x.grad = None
+            out = run(x)
+            out.sum().backward()
+            results.append((out.detach(), x.grad.clone()))
+        (got, got_grad), (want, want_grad) = results
+        assert_same(got, want)
+        assert_same(got_grad, want_grad)
+
+    both(compiled)
+    handle = net[1].register_forward_hook(lambda m, i, o: o * 0.5)
+    both(compiled)
+    net[0].register_forward_pre_hook(lambda m, args: (args[0] + 1,))
+    both(compiled)
+    handle.remove()
+    both(compiled)
+    net[2].register_full_backward_hook(lambda m, grad_in, grad_out: (grad_in[0] * 3,))
+    both(compiled)
+    net[0].register_full_backward_hook(lambda m, grad_in, grad_out: (grad_in[0] - 1,))
+    both(compiled)
+    everywhere = nn.modules.module.register_module_forward_hook(lambda m, i, o: o + 1)
+    try:
+        both(compiled)
+    finally:
+        everywhere.remove()
+    both(compiled)
+
+
+class _BranchingBlock(nn.Module):
+    """A forward with a data-dependent branch: inlining it breaks the graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        y = self.fc(x)
+        if y.sum() > 0:
+            y = y * 2
+        return y
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hooks_of_a_module_whose_forward_breaks_the_graph_run(backend):
+    """A hooked module whose inlined forward broke was called through its compiled forward,
+    bypassing ``Module.__call__``: its forward and pre-forward hooks never ran, at capture or
+    when registered later (Grad-CAM's feature hook on a block with a data-dependent branch)."""
+    kiln.manual_seed(0)
+    block = _BranchingBlock()
+    x = kiln.randn(2, 3)
+    compiled = kiln.compile(lambda v: block(v) - 1, backend=backend)
+    assert_same(compiled(x), block(x) - 1)
+    block.register_forward_hook(lambda m, i, o: o + 100)
+    block.register_forward_pre_hook(lambda m, i: (i[0] * 0 + 1,))
+    assert_same(compiled(x), block(x) - 1)
+    kiln.dynamo.reset()
+    compiled = kiln.compile(lambda v: block(v) - 1, backend=backend)
+    assert_same(compiled(x), block(x) - 1)
+
+
 def test_backward_hooks_still_run_eagerly_and_correctly():
     net, _ = _hooked_net()
     grads = []

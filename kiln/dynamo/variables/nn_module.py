@@ -28,11 +28,12 @@ _MODELLED_METHODS = frozenset(
 )  # fmt: skip
 
 
-def _has_hooks(module) -> bool:
-    from ...nn.modules import _hooks
-
-    d = module.__dict__
-    return bool(any(d.get(name) for name in _hooks.HOOK_DICTS) or _hooks.GLOBAL_HOOKS_ACTIVE[0])
+# hook tables whose entries make a module call a graph break (``_call_with_forward_hooks``)
+_CAPTURE_BREAKING_TABLES = (
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_forward_hooks_always_called",
+)
 
 
 class NNModuleVariable(VariableTracker):
@@ -83,8 +84,12 @@ class NNModuleVariable(VariableTracker):
         tx.output.side_effects.store_attr(self, name, value)
 
     def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
-        if _has_hooks(self.module):
+        from ...nn.modules import _hooks
+
+        if _hooks.has_hooks(self.module):
             return self._call_with_forward_hooks(tx, args, kwargs)
+        if self.source is not None:  # a hook registered later must reach the next call
+            tx.output.guards.module_hooks_absent(self.source, _hooks.HOOK_DICTS)
         return self._call_forward(tx, args, kwargs)
 
     def _call_forward(self, tx, args: list, kwargs: dict) -> VariableTracker:
@@ -118,6 +123,10 @@ class NNModuleVariable(VariableTracker):
         def table(name: str) -> dict:
             vt = tx.wrap(d[name], AttrSource(self.source, name))  # guarded by its keys
             return vt.items
+
+        # the forward tables are guarded by their keys below; the ones that would make this
+        # call a graph break must stay empty
+        tx.output.guards.module_hooks_absent(self.source, _CAPTURE_BREAKING_TABLES)
 
         with_kwargs = set(d["_forward_pre_hooks_with_kwargs"])
         call_args = list(args)

@@ -22,6 +22,7 @@ from ...utils.hooks import RemovableHandle
 __all__ = [
     "HOOK_DICTS",
     "call_with_hooks",
+    "has_hooks",
     "register_module_forward_pre_hook",
     "register_module_forward_hook",
     "register_module_full_backward_pre_hook",
@@ -141,8 +142,15 @@ def _is_always_called(module, hook_id) -> bool:
     )
 
 
-def call_with_hooks(module, args: tuple, kwargs: dict):
-    """``module(*args, **kwargs)`` running pre-hooks, forward, forward hooks and backward hooks."""
+def has_hooks(module) -> bool:
+    """Whether calling ``module`` runs a hook: one in its own tables or a global one."""
+    d = module.__dict__
+    return bool(GLOBAL_HOOKS_ACTIVE[0] or any(d.get(name) for name in HOOK_DICTS))
+
+
+def call_with_hooks(module, args: tuple, kwargs: dict, forward: Callable | None = None):
+    """``module(*args, **kwargs)`` running pre-hooks, forward, forward hooks and backward hooks;
+    ``forward`` stands in for ``module.forward`` (a compiled wrapper of it)."""
     called = set()
     try:
         args, kwargs = _run_pre_hooks(module, args, kwargs)
@@ -153,7 +161,7 @@ def call_with_hooks(module, args: tuple, kwargs: dict):
         if full_hooks or module._backward_pre_hooks or _global_backward_pre_hooks:
             backward_hook = _BackwardHook(module)
             args = backward_hook.wrap_inputs(args)
-        result = module.forward(*args, **kwargs)
+        result = (module.forward if forward is None else forward)(*args, **kwargs)
         with_kwargs = module._forward_hooks_with_kwargs
         for hook_id, hook in _forward_hooks(module):
             if _is_always_called(module, hook_id):
