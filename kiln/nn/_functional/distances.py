@@ -18,7 +18,10 @@ from ...runtime.tensor import Tensor
 
 
 def safe_vector_norm(x: Tensor, p: float, dim, keepdim: bool = False) -> Tensor:
-    """p-norm over ``dim`` whose gradient is 0 (not NaN) where the norm is 0, as in PyTorch."""
+    """p-norm over ``dim`` whose gradient is 0 (not NaN) where the norm is 0, as in PyTorch.
+    A complex ``x`` has a real norm: that of its elements' magnitudes."""
+    if x.dtype.is_complex:
+        x = x.abs()
     if p == 1:
         return x.abs().sum(dim, keepdim)
     if p == math.inf:

@@ -18,7 +18,7 @@ from ...runtime.storage import Storage
 from ...runtime.symbolic import as_int, is_negative
 from ...runtime.tensor import Size
 from ..creation.api import tensor
-from .common import Tensor
+from .common import Tensor, checked_scalar
 from .out_arguments import writes_out
 from .registry import OPS, tensor_method, torch_function
 
@@ -100,12 +100,13 @@ def fill_diagonal_(self: Tensor, fill_value, wrap: bool = False) -> Tensor:
         raise RuntimeError("all dimensions of input must be of equal length")
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
-    # cast the value to self's kind first (2.7 fills an int tensor with 2), so that no
-    # decomposition of masked_fill can promote the result
+    # cast the value to self's kind first (2.7 fills an int tensor with 2; -1.5 does not fit a
+    # uint8 one), so that no decomposition of masked_fill can promote the result; a complex
+    # tensor takes a real value as it is
     if self.dtype is dt.bool_:
         fill_value = bool(fill_value)
-    elif not self.dtype.is_floating_point:
-        fill_value = int(fill_value)
+    elif self.dtype.category == 1:
+        fill_value = int(checked_scalar(fill_value, self.dtype))
     mask = tensor(_diagonal_mask(tuple(self.shape), wrap), device=self.device)
     return self.masked_fill_(mask, fill_value)
 

@@ -114,13 +114,14 @@ def _addr_decomp(x, vec1, vec2, beta=1, alpha=1):
 
 @torch_function()
 def vander(x: Tensor, N: int | None = None, increasing: bool = False) -> Tensor:  # noqa: N803
-    """Columns of powers of ``x`` (highest first unless ``increasing``); integers give int64."""
+    """Columns of powers of ``x`` (highest first unless ``increasing``); integers give int64,
+    floating and complex ``x`` their own dtype."""
     if x.ndim != 1:
         raise RuntimeError("x must be a one-dimensional tensor.")
     n = x.shape[0] if N is None else N
     if n < 0:
         raise RuntimeError("N must be non-negative.")
-    d = x.dtype if x.dtype.is_floating_point else _int64
+    d = x.dtype if x.dtype.is_floating_point or x.dtype.is_complex else _int64
     base = x.to(d)
     columns = [full((x.shape[0], min(n, 1)), 1, dtype=d, device=x.device)]
     if n > 1:

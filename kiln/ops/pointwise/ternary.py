@@ -295,11 +295,11 @@ masked_fill.register_derivative(_masked_fill_grad, save_inputs=(1, 2))
 @masked_fill.register_decomposition
 def _masked_fill_decomp(x, m, v):
     """``where`` promotes (a float scalar into an int tensor gives float): masked_fill keeps
-    ``x``'s dtype, so the value is cast first."""
+    ``x``'s dtype, so the value is cast first (a complex ``x`` takes a real value as it is)."""
     if not isinstance(v, Tensor):
         if x.dtype is dt.bool_:
             v = bool(v)
-        elif not x.dtype.is_floating_point:
+        elif x.dtype.category == 1:
             v = int(v)
         return where(m, v, x).to(x.dtype)
     return where(m, v.to(x.dtype), x)

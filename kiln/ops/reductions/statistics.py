@@ -20,7 +20,7 @@ from ...runtime import dtypes as dt
 from ...runtime.symbolic import statically_known_true
 from ..core.common import Tensor, TensorOrScalar, c_contiguous, fake, wrap, wrap_dim
 from ..core.out_arguments import writes_out
-from ..core.registry import defop, return_type, tensor_method, torch_function
+from ..core.registry import OPS, defop, return_type, tensor_method, torch_function
 from ..creation.factories import arange, full
 from ..indexing.gather_scatter import gather, scatter_add
 from ..indexing.subscript import DataDependentOutputError
@@ -359,7 +359,7 @@ def cov(
     if input.dtype is _bool:
         raise RuntimeError("cov(): bool dtype is not supported for input")
     x = input.reshape(1, -1) if input.ndim < 2 else input
-    if not x.dtype.is_floating_point:
+    if not (x.dtype.is_floating_point or x.dtype.is_complex):
         x = x.to(dt.get_default_dtype())
     observations = x.shape[1]
     weights = None
@@ -394,19 +394,24 @@ def cov(
         norm = norm.clamp(min=0)
     centered = x - mean
     scaled = centered if weights is None else centered * weights
+    # the product with the conjugate: a complex variable's variance is real and non-negative.
     # PyTorch squeezes every result: one variable in a (1, N) input gives a 0-d covariance too
-    return (mm(scaled, centered.t().to(scaled.dtype)) / norm).squeeze()
+    return (mm(centered, scaled.t().conj().to(centered.dtype)) / norm).squeeze()
 
 
 @torch_function()
 @tensor_method()
 def corrcoef(input: Tensor) -> Tensor:
-    """Pearson correlation coefficients of the rows of ``input``, clipped to [-1, 1]."""
+    """Pearson correlation coefficients of the rows of ``input``, clipped to [-1, 1] (a complex
+    coefficient's real and imaginary parts each, as PyTorch clips them)."""
     c = cov(input)
     if c.ndim == 0:
         return c / c
-    stddev = c.diagonal().sqrt()
+    variances = c.diagonal()
+    stddev = (variances.real if c.dtype.is_complex else variances).sqrt()
     c = c / stddev.unsqueeze(1) / stddev.unsqueeze(0)
+    if c.dtype.is_complex:
+        return OPS["complex"](c.real.clamp(-1, 1), c.imag.clamp(-1, 1))
     return c.clamp(-1, 1)
 
 

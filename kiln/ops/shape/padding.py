@@ -66,7 +66,7 @@ def _constant_pad_kernel(x, pad, value):
     widths = [(0, 0)] * x.ndim
     for dim, before, after in geometry:
         widths[dim] = (max(before, 0), max(after, 0))
-    if x._dtype.is_floating_point:
+    if x._dtype.is_floating_point or x._dtype.is_complex:
         fill = np.array(value).astype(x._dtype.np)
     else:
         fill = int(checked_scalar(value, x._dtype))
@@ -115,7 +115,7 @@ def _pad_by_gather(x, geometry, value):
         view = [1] * x.ndim
         view[dim] = -1
         gathered = OPS["index_select"](x, dim, source)
-        fill = value if x.dtype.is_floating_point else int(value)
+        fill = value if x.dtype.is_floating_point or x.dtype.is_complex else int(value)
         x = OPS["where"](inside.view(view), gathered, fill)
     return x
 
@@ -134,7 +134,7 @@ def _constant_pad_decomp(x, pad, value=0):
             continue
         shape = list(x.shape)
         shape[dim] += grow_before + grow_after
-        fill = value if x.dtype.is_floating_point else int(value)
+        fill = value if x.dtype.is_floating_point or x.dtype.is_complex else int(value)
         base = OPS["full"](shape, fill, dtype=x.dtype, device=x.device)
         x = OPS["slice_scatter"](base, x, dim, grow_before, grow_before + x.shape[dim], 1)
     return x
