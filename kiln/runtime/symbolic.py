@@ -72,6 +72,7 @@ __all__ = [
     "constrain_as_size",
     "sym_constrain_range",
     "statically_known_true",
+    "size_oblivious_known_less",
     "fold_pinned",
     "expect_true",
     "SymBool",
@@ -1182,6 +1183,28 @@ def is_size_one(size) -> bool:
         if lo > 1 or hi < 1 or size.hint != 1:
             return False
     return size == 1
+
+
+def size_oblivious_known_less(a, b) -> bool:
+    """Whether ``a < b`` for sizes or strides holds for every value of the size symbols from
+    2 up (what the compiled kernels assume), as ``statically_known_true`` decides: no guard,
+    False where it depends (two unrelated symbols), as PyTorch's ``guard_or_false``. For
+    orderings that matter only along dims longer than one (TensorIterator's order of dims)."""
+    if a.__class__ is not SymInt and b.__class__ is not SymInt:
+        return a < b
+    lhs, rhs = _operand(a)[0], _operand(b)[0]
+    raised = [
+        (s, s.lower)
+        for s in (lhs - rhs).symbols()
+        if s.lower < 2 <= s.upper and (not s.unbacked or s.size_like)
+    ]
+    for s, _ in raised:
+        s.lower = 2
+    try:
+        return _decide_exprs("<", lhs, rhs) is True
+    finally:
+        for s, lower in raised:
+            s.lower = lower
 
 
 def size_or_one(s):

@@ -4,7 +4,8 @@ PyTorch's TensorIterator first copies each operand whose dtype is not the common
 dtype (``to``, which keeps a dense operand's strides and makes another one dense in its own dim
 order, a broadcast dim real), and only then orders the result's dims by the operands' strides:
 ``int_tensor.expand(4, 6) + float_tensor.t()`` is row-major, the copy of the expanded operand
-deciding; ``where``'s condition is never promoted. Checked over ops x layouts (contiguous,
+deciding; ``where``'s condition is never promoted. Ops built of several (lerp, clamp, addcmul,
+xlogy, ldexp) lay their results out as PyTorch's one iterator, or its composite, does. Checked over ops x layouts (contiguous,
 transposed, sliced with a step, expanded, channels-last 4-d) x dtype pairs against PyTorch,
 eager, on meta tensors (what compiled graphs are traced with) and compiled.
 """
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln.dynamo.testing import CompileCounter
 from tests.oracle import needs_torch, torch
 
 pytestmark = needs_torch
@@ -74,11 +76,20 @@ OPS = {
     "clamp": lambda lib, a, b: lib.clamp(a, b, b + 1),
     "clamp_min": lambda lib, a, b: lib.clamp(a, min=b),
     "addcmul": lambda lib, a, b: lib.addcmul(a, b, b),
+    "addcdiv": lambda lib, a, b: lib.addcdiv(a, b, b * b + 1, value=0.5),
     "add_alpha": lambda lib, a, b: lib.add(a, b, alpha=2),
     "pow": lambda lib, a, b: lib.pow(a, b),
     "nextafter": lambda lib, a, b: lib.nextafter(a, b),
     "heaviside": lambda lib, a, b: lib.heaviside(a, b),  # one iterator in PyTorch
     "xlog1py": lambda lib, a, b: lib.special.xlog1py(a, b),
+    "xlogy": lambda lib, a, b: lib.xlogy(a, b),  # a composite, one iterator in PyTorch
+    "xlogy_of_a_number": lambda lib, a, b: lib.xlogy(2, b),
+    "ldexp": lambda lib, a, b: lib.ldexp(a, b),  # PyTorch: std::ldexp into empty_like, or a*2**b
+    "copysign": lambda lib, a, b: lib.copysign(a, b),
+    "hypot": lambda lib, a, b: lib.hypot(a, b),
+    "fmod": lambda lib, a, b: lib.fmod(a, b),
+    "remainder": lambda lib, a, b: lib.remainder(a, b),
+    "remainder_by_a_number": lambda lib, a, b: lib.remainder(a, 1.5),
     "zeta": lambda lib, a, b: lib.special.zeta(a, b),
     "igamma": lambda lib, a, b: lib.igamma(a, b),
 }
@@ -159,20 +170,39 @@ COMPILED_DTYPES = [
 ]
 
 
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "symbolic"])
 @pytest.mark.parametrize("op", sorted(OPS))
-def test_compiled_results_have_eager_and_torchs_strides(op):
-    """One graph per case (``dynamic=False``): the inductor stores each result in the layout
-    the eager kernel gives (16-bit operands computed in float32 copies included)."""
+def test_compiled_results_have_eager_and_torchs_strides(op, dynamic):
+    """One graph per case: the inductor stores each result in the layout the eager kernel
+    gives (16-bit operands computed in float32 copies included). With symbolic sizes the
+    metas and the decompositions of ops built of several (lerp, clamp, addcmul, addcdiv) order
+    the dims by the symbolic strides (they were left in the first operand's or the last part's
+    layout)."""
     for layouts, dtypes in itertools.product(COMPILED_PAIRS, COMPILED_DTYPES):
         try:
             expected = _run(torch, op, layouts, dtypes)
         except (RuntimeError, NotImplementedError):
             continue
-        compiled = kiln.compile(lambda a, b: OPS[op](kiln, a, b), dynamic=False)
+        compiled = kiln.compile(lambda a, b: OPS[op](kiln, a, b), dynamic=dynamic)
         a, b = (_layout_fn(layout)(kiln, d) for layout, d in zip(layouts, dtypes))
         got = compiled(a, b)
         _same(got, _run(kiln, op, layouts, dtypes), (op, layouts, dtypes, "vs eager"))
         _same(got, expected, (op, layouts, dtypes))
+
+
+@pytest.mark.parametrize("op", ["lerp", "clamp", "addcmul", "addcdiv"])
+def test_one_symbolic_graph_lays_out_every_size_as_torch(op):
+    """A transposed operand with an expanded one: the layout follows the sizes of each call
+    (strides are expressions in them), with no recompile."""
+    counter = CompileCounter("inductor")
+    compiled = kiln.compile(lambda a, b: OPS[op](kiln, a, b), backend=counter, dynamic=True)
+    for rows, cols in ((4, 6), (5, 9), (7, 3)):
+        data = np.random.default_rng(rows).standard_normal((cols, rows)).astype(np.float32)
+        row = np.random.default_rng(cols).standard_normal((1, cols)).astype(np.float32)
+        got = compiled(kiln.tensor(data).t(), kiln.tensor(row).expand(rows, cols))
+        want = OPS[op](torch, torch.tensor(data).t(), torch.tensor(row).expand(rows, cols))
+        _same(got, want, (op, rows, cols))
+    assert counter.frame_count == 1
 
 
 UNARY = {

@@ -821,6 +821,28 @@ def test_ldexp_records_its_own_node():
         assert name == "LdexpBackward0"
 
 
+@pytest.mark.parametrize("mode", ["eager", "static", "dynamic"])
+def test_ldexp_of_an_integer_exponent_is_exact_as_torchs(mode):
+    """PyTorch runs std::ldexp for a float input and an integer exponent: exact where the
+    power alone would overflow the input's dtype (2**20 in float16, 2**130 in float32), 0 for
+    0 times any power, the exponent read as a C int (an int64 wraps); a float exponent forms
+    the power in its own dtype (2.0**200 overflows float32 before the float64 product)."""
+    cases = [
+        (lambda lib: lib.tensor([2.0**-10, 3.0]).half(), lambda lib: lib.tensor([20, -30])),
+        (
+            lambda lib: lib.tensor([2.0**-10, 0.0, 3.0]),
+            lambda lib: lib.tensor([130, 10**12, -(10**12)]),
+        ),
+        (lambda lib: lib.tensor([2.0**-1000], dtype=lib.float64), lambda lib: lib.tensor([1500])),
+        (lambda lib: lib.ones(2, dtype=lib.float64), lambda lib: lib.tensor([200.0, -3.0])),
+    ]
+    fn = kiln.ldexp if mode == "eager" else kiln.compile(kiln.ldexp, dynamic=mode == "dynamic")
+    for x, e in cases:
+        got, want = fn(x(kiln), e(kiln)), torch.ldexp(x(torch), e(torch))
+        assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+        np.testing.assert_array_equal(got.double().numpy(), want.double().numpy())
+
+
 _COMPLEX_REFUSERS = {
     "lgamma": lambda lib, x: lib.lgamma(x),
     "digamma": lambda lib, x: lib.digamma(x),

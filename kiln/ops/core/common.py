@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ...runtime import casting
@@ -23,6 +25,7 @@ from ...runtime.symbolic import (
     expect_true,
     is_size_one,
     known_same_shape,
+    size_oblivious_known_less,
     size_or_one,
     statically_known_true,
 )
@@ -269,7 +272,7 @@ def dense_strides_like(shape: tuple, like_stride: tuple | None) -> tuple:
     if like_stride is None:
         return contiguous_strides(shape)
     ndim = len(shape)
-    order = sorted(range(ndim), key=lambda i: (-like_stride[i], -i))
+    order = _outer_first(like_stride, reverse_ties=True)
     strides = [0] * ndim
     acc = 1
     for i in reversed(order):
@@ -332,13 +335,12 @@ def laid_out_as(out: Tensor, strides: tuple) -> Tensor:
     them, else a permute, a contiguous copy and the inverse permute, which trace as views and
     one clone. For composites and decompositions whose parts order dims otherwise than the
     op's kernel and meta do. Strides that are not dense (a meta's broadcast result) are no
-    layout to copy into, and symbolic ones are not compared (that would add guards): ``out``
-    is returned as it is."""
+    layout to copy into. Symbolic strides are compared without guards (a size of 1 counts as
+    larger; strides not known equal for every size count as different: one more copy)."""
     shape = tuple(out.shape)
-    if any(v.__class__ is SymInt for v in (*shape, *strides)):
-        return out
     if not _dense(shape, strides) or all(
-        n == 1 or a == b for n, a, b in zip(shape, out.stride(), strides)
+        is_size_one(n) or statically_known_true("==", a, b)
+        for n, a, b in zip(shape, out.stride(), strides)
     ):
         return out
     return copied_in_order(out, strides)
@@ -347,7 +349,7 @@ def laid_out_as(out: Tensor, strides: tuple) -> Tensor:
 def copied_in_order(out: Tensor, strides: tuple) -> Tensor:
     """A copy of ``out`` with the dense ``strides``: permuted so they are row-major, made
     contiguous, permuted back (two views and one clone when traced)."""
-    order = sorted(range(len(strides)), key=lambda i: (-strides[i], i))
+    order = _outer_first(strides)
     inverse = [0] * len(order)
     for position, i in enumerate(order):
         inverse[i] = position
@@ -364,8 +366,6 @@ def in_iterator_layout(out: Tensor, operands, common_dtype: dt.dtype | None = No
     ):
         return out  # contiguous operands: a contiguous result either way (CUDA ones too)
     shape = tuple(out.shape)
-    if any(v.__class__ is SymInt for v in shape):
-        return out
     layout = output_layout_source(shape, operands, common_dtype)
     return laid_out_as(out, dense_strides_like(shape, layout))
 
@@ -415,21 +415,17 @@ def output_layout_source(
     if not tensors:
         return None
     layouts = [(tuple(t._shape), tuple(t.stride())) for t in tensors]
-    if any(v.__class__ is SymInt for pair in layouts for part in pair for v in part) or any(
-        v.__class__ is SymInt for v in shape
-    ):
-        return _first_full_operand_layout(shape, tensors)
     if len(tensors) > 1:
         layouts = _promoted_layouts(operands, layouts, common_dtype, unpromoted)
     shape = tuple(shape)
     rows = []
     same_shape = True
     for tshape, stride in layouts:
-        if tshape != shape:
+        if not known_same_shape(tshape, shape):
             same_shape = False
             pad = ndim - len(tshape)
             stride = (0,) * pad + tuple(
-                0 if size == 1 and shape[pad + i] != 1 else st
+                0 if is_size_one(size) and not is_size_one(shape[pad + i]) else st
                 for i, (size, st) in enumerate(zip(tshape, stride))
             )
         rows.append(stride)
@@ -470,14 +466,15 @@ def promoted_strides(shape: tuple, stride: tuple) -> tuple:
     step = 1
     for d in _iterator_perm(shape, (stride,)):
         strides[d] = step
-        step *= max(shape[d], 1)
+        step *= size_or_one(shape[d])
     return tuple(strides)
 
 
 def iterator_strides(shape: tuple, rows: list) -> tuple | None:
     """The dense strides TensorIterator gives a result of ``shape`` (static sizes) from its
     operands' strides ``rows`` (one per operand, in operand order, each already broadcast to
-    ``shape``: 0 in a dim the operand is broadcast along); None when they are row-major. Ops
+    ``shape``: 0 in a dim the operand is broadcast along); None when they are row-major.
+    Symbolic strides are ordered size-obliviously (``size_oblivious_known_less``). Ops
     that build a TensorIterator over operands of their own making (advanced indexing over a
     restrided source) call this with those rows."""
     ndim = len(shape)
@@ -514,46 +511,65 @@ def _iterator_order(rows: list, shape: tuple, dim0: int, dim1: int) -> int:
     when inside, 0 when no operand tells."""
     for row in rows:
         a, b = row[dim0], row[dim1]
-        if a == 0 or b == 0:
-            continue
-        if a < b:
-            return -1
-        if a > b:
-            return 1
-        if shape[dim0] > shape[dim1]:
+        if a.__class__ is int and b.__class__ is int:  # eager code's strides: the hot path
+            if a == 0 or b == 0:
+                continue
+            if a < b:
+                return -1
+            if a > b:
+                return 1
+        else:  # symbolic: what holds for every size, no guard (undecided: no opinion)
+            if statically_known_true("==", a, 0) or statically_known_true("==", b, 0):
+                continue
+            if size_oblivious_known_less(a, b):
+                return -1
+            if size_oblivious_known_less(b, a):
+                return 1
+            if not statically_known_true("==", a, b):
+                continue
+        if size_oblivious_known_less(shape[dim1], shape[dim0]):
             return 1
     return 0
 
 
 def _same_dense_layout(shape: tuple, stride: tuple, other: tuple) -> bool:
-    """Equal strides in every dim longer than one (the only ones an index steps along)."""
-    return all(size == 1 or a == b for size, a, b in zip(shape, stride, other))
+    """Equal strides in every dim longer than one (the only ones an index steps along);
+    symbolic ones equal for every size."""
+    return all(
+        is_size_one(size) or statically_known_true("==", a, b)
+        for size, a, b in zip(shape, stride, other)
+    )
 
 
 def _dense(shape: tuple, stride: tuple) -> bool:
-    """Non-overlapping and dense: some order of the dims makes the strides row-major's."""
+    """Non-overlapping and dense: some order of the dims makes the strides row-major's
+    (symbolic strides: for every size; ``False`` where that is not known)."""
     expected = 1
-    for size, st in sorted(zip(shape, stride), key=lambda pair: pair[1]):
-        if size == 1:
+    for d in reversed(_outer_first(stride)):
+        if is_size_one(shape[d]):
             continue
-        if st != expected:
+        if not statically_known_true("==", stride[d], expected):
             return False
-        expected *= size
+        expected *= shape[d]
     return True
 
 
-def _first_full_operand_layout(shape: tuple, operands) -> tuple | None:
-    """Symbolic sizes: the strides of the first operand with the full output shape, when they
-    are not row-major (comparing symbolic strides would add guards)."""
-    for o in operands:
-        if shape and known_same_shape(o._shape, shape):
-            st = o.stride()
-            if all(statically_known_true(">", a, b) for a, b in zip(st, st[1:])):
-                return None  # dims in row-major order: the dense layout is the contiguous one
-            if st != contiguous_strides(shape) and 0 not in st:
-                return st
-            return None
-    return None
+def _outer_first(strides: tuple, reverse_ties: bool = False) -> list:
+    """The dims ordered by their strides, largest first, ties by dim (the last first with
+    ``reverse_ties``); symbolic strides by what holds for every size, without guards."""
+    dims = range(len(strides))
+    tie = (lambda i: -i) if reverse_ties else (lambda i: i)
+    if all(s.__class__ is int for s in strides):
+        return sorted(dims, key=lambda i: (-strides[i], tie(i)))
+
+    def compare(i: int, j: int) -> int:
+        if size_oblivious_known_less(strides[j], strides[i]):
+            return -1
+        if size_oblivious_known_less(strides[i], strides[j]):
+            return 1
+        return -1 if tie(i) < tie(j) else 1
+
+    return sorted(dims, key=functools.cmp_to_key(compare))
 
 
 def fake(shape, dtype: dt.dtype, like: Tensor, stride=None, offset: int = 0) -> Tensor:

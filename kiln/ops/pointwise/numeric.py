@@ -15,18 +15,23 @@ import math
 import numpy as np
 
 from ...runtime import dtypes as dt
+from ...runtime.symbolic import known_same_shape
 from ..core.common import (
     Tensor,
     TensorOrScalar,
     binary_dtype,
+    dense_strides_like,
     fake,
     in_iterator_layout,
+    laid_out_as,
+    output_layout_source,
     pointwise_meta,
+    preserved_layout,
     require_tensor,
-    to_float_dtype,
     wrap,
 )
 from ..core.registry import NAMESPACE, OPS, defop, tensor_method, torch_function
+from ..creation.factories import full
 from ..reductions.reduce import torch_type_name
 from .unary_binary import as_np_operand, div, iterator_layout, needs_grad, pow, where
 
@@ -74,11 +79,35 @@ def ldexp(self: Tensor, other: Tensor): ...
 
 @ldexp.register_decomposition
 def _ldexp_decomp(x, e):
-    """x * 2**e, with the power formed in floating point (so negative exponents work)."""
+    """PyTorch's two routes: a float ``x`` with an integer exponent is std::ldexp into
+    ``empty_like(x)`` (exact, ``x``'s dtype and layout); otherwise ``x * 2**e``, the power
+    formed from the number 2.0 (a row-major result) where ``x`` is an integer or float32 and
+    from a 0-d tensor of ``x``'s dtype (``e``'s layout and, a float ``e``, its dtype) else."""
     require_tensor("ldexp", "input", x, 1)
     require_tensor("ldexp", "other", e)
-    d = to_float_dtype(binary_dtype(x, e))  # both in the pair's float type (half stays half)
-    return x.to(d) * pow(2.0, e.to(d))
+    if x.dtype.is_floating_point and not (e.dtype.is_floating_point or e.dtype.is_complex):
+        return _ldexp_int_exponent(x, e)
+    if x.dtype.is_floating_point and x.dtype is not dt.float32 or x.dtype.is_complex:
+        return x * pow(full((), 2.0, dtype=x.dtype, device=x.device), e)
+    return x * pow(2.0, e)
+
+
+def _ldexp_int_exponent(x: Tensor, e: Tensor) -> Tensor:
+    """std::ldexp: ``x * 2**e`` formed in float64 as three exact powers (each finite, so that
+    0 * 2**e stays 0; beyond +-2200 every result is 0 or inf anyway) of the exponent as a C
+    int (an int64 one wraps), rounded once to ``x``'s dtype; laid out as ``empty_like(x)``, or
+    by TensorIterator without promotion where ``x`` is broadcast (PyTorch resizes that
+    output)."""
+    steps = e.to(dt.int32).to(dt.float64).clamp(-2200, 2200)  # C's int, as std::ldexp takes
+    third = (steps / 3).trunc()
+    power = pow(2.0, third)
+    out = (x.to(dt.float64) * power * power * pow(2.0, steps - 2 * third)).to(x.dtype)
+    shape = tuple(out.shape)
+    if known_same_shape(tuple(x.shape), shape):
+        layout = preserved_layout(x)
+    else:
+        layout = output_layout_source(shape, (x, e), x.dtype, unpromoted=2)  # none copied
+    return laid_out_as(out, dense_strides_like(shape, layout))
 
 
 # ------------------------------------------------------------------------------ nextafter, gcd, lcm

@@ -368,21 +368,9 @@ def _in_compute_dtype(formula):
     return decomposition
 
 
-_addcmul_formula = _in_compute_dtype(lambda x, a, b, value: x + value * a * b)
-
-
-def _addcmul_decomp(x, a, b, value=1):
-    """An integer result takes ``value`` as an integer of its dtype (0.5 multiplies by 0, 300
-    does not fit int8), as PyTorch converts the scalar to the kernel's type; bools have none."""
-    d = result_dtype(x, a, b)
-    if d is dt.bool_:
-        raise NotImplementedError("\"addcmul_cpu_out\" not implemented for 'Bool'")
-    if d.category == 1 and isinstance(value, (bool, int, float)):
-        value = int(checked_scalar(value, d))
-    return _addcmul_formula(x, a, b, value)
-
-
-addcmul = _addc_op("addcmul", "AddcmulBackward0", _addcmul_decomp)
+addcmul = _addc_op(
+    "addcmul", "AddcmulBackward0", _in_compute_dtype(lambda x, a, b, value: x + value * a * b)
+)
 
 
 _addcdiv_formula = _in_compute_dtype(lambda x, a, b, value: x + value * a / b)
@@ -427,9 +415,10 @@ def _xlogy_decomp(x, y):
             return _zero_where_x_is(x, x * math.log(y))
         log_y = math.inf if y == math.inf else -math.inf if y == 0 else math.nan
         return where((x == 0) & (y == y), 0.0, x * log_y)
-    x, y = _as_float_operands(x, y)
-    log_y = where((x == 0) & ((y <= 0) | (y == math.inf)), 0.0, y.log())
-    return _zero_where_x_is(x, x * log_y)
+    d = to_float_dtype(result_dtype(x, y))
+    a, b = _as_float_operands(x, y)
+    log_b = where((a == 0) & ((b <= 0) | (b == math.inf)), 0.0, b.log())
+    return in_iterator_layout(_zero_where_x_is(a, a * log_b), (x, y), d)  # one iterator
 
 
 def _zero_where_x_is(x, product):
