@@ -23,7 +23,9 @@ from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
 from ...ops.nn import losses as _loss
 from ...ops.reductions.reduce import torch_type_name
+from ...ops.shape.shape_functions import broadcast_tensors
 from ...runtime import dtypes as dt
+from ...runtime.symbolic import known_same_shape
 from ...runtime.tensor import Tensor
 from .activations import logsigmoid
 from .distances import pairwise_distance
@@ -69,6 +71,15 @@ def _warn_size(input: Tensor, target: Tensor) -> None:
         )
 
 
+def _broadcast_pair(input: Tensor, target: Tensor) -> tuple:
+    """``torch.broadcast_tensors(input, target)``, which PyTorch's elementwise losses call
+    first: an expanded 0-d target is no longer 0-d, so it takes part in the type promotion
+    (a float32 input and a 0-d float64 target give a float64 loss)."""
+    if known_same_shape(tuple(input.shape), tuple(target.shape)):
+        return input, target
+    return tuple(broadcast_tensors(input, target))
+
+
 def cross_entropy(
     input: Tensor,
     target: Tensor,
@@ -106,6 +117,7 @@ def nll_loss(
 def _weighted_elementwise(name, input, target, reduction, weight, mean_by_weight, *params):
     _warn_size(input, target)
     _loss.check_reduction(reduction)
+    input, target = _broadcast_pair(input, target)
     if weight is None:
         return OPS[name](input, target, *params, reduction)
     if tuple(weight.shape) != tuple(input.shape):
@@ -129,8 +141,13 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", wei
     if weight is not None:
         return _weighted_elementwise("l1_loss", input, target, reduction, weight, True)
     _warn_size(input, target)
-    # PyTorch's composite, (input - target).abs() reduced: its backward keeps the difference,
-    # so the target may change in place before backward, as in PyTorch
+    return _l1(input, target, reduction)
+
+
+def _l1(input: Tensor, target: Tensor, reduction: str) -> Tensor:
+    """PyTorch's composite, (input - target).abs() reduced, over the broadcast pair: its
+    backward keeps the difference, so the target may change in place before backward."""
+    input, target = _broadcast_pair(input, target)
     return _loss.reduce_loss((input - target).abs(), _loss.check_reduction(reduction))
 
 
@@ -138,6 +155,9 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     reduction = _reduction(size_average, reduce, reduction)
     if beta < 0:
         raise RuntimeError(f"smooth_l1_loss does not support negative values for beta (got {beta})")
+    if beta == 0.0:  # PyTorch calls l1_loss then
+        _warn_size(input, target)
+        return _l1(input, target, reduction)
     return _weighted_elementwise("smooth_l1_loss", input, target, reduction, None, True, beta)
 
 

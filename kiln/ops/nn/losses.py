@@ -408,38 +408,57 @@ def _elementwise_loss(name, schema, np_fn, grad_fn, decomp_fn, like_input=False,
 
     ``np_fn(a, t, *params)`` is the numpy loss, ``grad_fn(x, t, *params)`` returns the kiln
     gradients (d/dinput, d/dtarget) of one element, ``decomp_fn`` the kiln loss of one element.
-    ``like_input``: the unreduced loss takes the input's layout (``_loss_strides``).
+    ``like_input``: the unreduced loss is written into ``empty_like(input)`` as huber's is: the
+    input's layout (``_loss_strides``) and dtype (computed in the promoted one), and its
+    backward, one TensorIterator of PyTorch's default checks, refuses operands of two dtypes.
     """
     op = defop(schema, name=name, kind="loss", **record)
 
     def check(x, t):
+        """(shape, dtype computed in, dtype of the result)."""
         if not x._dtype.is_floating_point and not t._dtype.is_floating_point:
             raise RuntimeError(
                 f"{name}: expected floating point inputs, got {x._dtype} and {t._dtype}"
             )
-        return broadcast_shapes(x._shape, t._shape), _loss_dtype(x, t)
+        d = _loss_dtype(x, t)
+        if like_input and not dt.can_cast(d, x._dtype):
+            raise RuntimeError(
+                f"result type {torch_type_name(d)} can't be cast to the desired output type "
+                f"{torch_type_name(x._dtype)}"
+            )
+        return broadcast_shapes(x._shape, t._shape), d, x._dtype if like_input else d
 
     def kernel(x, t, *rest):
         *params, reduction = rest
         check_reduction(reduction)
-        _, d = check(x, t)
+        _, d, out_dtype = check(x, t)
         cd = compute_np_dtype(d)
         a = x._data.astype(cd, copy=False)
         b = t._data.astype(cd, copy=False)
-        r = _np_reduce(np.asarray(np_fn(a, b, *params), cd), reduction)
+        elements = np.asarray(np_fn(a, b, *params), cd)
+        if out_dtype is not d:  # stored in the input's dtype, then reduced
+            elements = elements.astype(out_dtype.np).astype(compute_np_dtype(out_dtype))
+        r = _np_reduce(elements, reduction)
         if r.ndim > 1 and (reduction == "none" or reduction == 0):
             r = laid_out(r, _loss_strides(r.shape, x, t, like_input))
-        return wrap(r, d)
+        return wrap(r, out_dtype)
 
     def meta(x, t, *rest):
         check_reduction(rest[-1])
-        shape, d = check(x, t)
+        shape, _, out_dtype = check(x, t)
         if rest[-1] != "none" and rest[-1] != 0:
-            return fake((), d, x)
-        return fake(shape, d, x, _loss_strides(shape, x, t, like_input) if len(shape) > 1 else None)
+            return fake((), out_dtype, x)
+        strides = _loss_strides(shape, x, t, like_input) if len(shape) > 1 else None
+        return fake(shape, out_dtype, x, strides)
 
     def derivative(c, g):
         x, t, *params, reduction = c.args
+        if like_input and x.dtype is not t.dtype:
+            first, second = (t, x) if c.needs_input_grad[0] else (x, t)
+            raise RuntimeError(
+                f"Found dtype {torch_type_name(first.dtype)} but expected "
+                f"{torch_type_name(second.dtype)}"
+            )
         shape = broadcast_shapes(tuple(x.shape), tuple(t.shape))
         scale = _grad_scale(g, reduction, math.prod(shape))
         gx, gt = grad_fn(x, t, *params)
@@ -453,7 +472,10 @@ def _elementwise_loss(name, schema, np_fn, grad_fn, decomp_fn, like_input=False,
     op.register_derivative(derivative)
 
     def decomposition(x, t, *rest):
-        loss = reduce_loss(decomp_fn(x, t, *rest[:-1]), check_reduction(rest[-1]))
+        elements = decomp_fn(x, t, *rest[:-1])
+        if like_input and elements.dtype is not x.dtype:
+            elements = elements.to(x.dtype)
+        loss = reduce_loss(elements, check_reduction(rest[-1]))
         if like_input and loss.ndim > 1 and _loss_strides(loss.shape, x, t, True) is None:
             return loss.contiguous()  # (elsewhere the formula, input first, gives its layout)
         return loss
