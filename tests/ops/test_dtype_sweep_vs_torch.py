@@ -7,6 +7,7 @@ op; compiled runs give ``kiln.compile`` the tensors as inputs.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import kiln
@@ -89,3 +90,110 @@ def test_fill_diagonal_converts_its_value_as_pytorch_does(operands, call):
     """An integer tensor takes the value truncated, and refuses one its dtype cannot hold (a
     negative float in uint8, 300 in int8) as PyTorch does, instead of wrapping it around."""
     _agrees_with_torch(operands, call, compiled=True)
+
+
+def _ints(dtype: str, *rows):
+    return lambda lib: tuple(_t(lib, r, dtype) for r in rows)
+
+
+_WRAPPING = [[100, 100, 50, -128], [27, 127, -1, 3]]
+INTEGER_RESULTS = {
+    "addcmul-fractional-value-int16": (
+        _ints("int16", [1, 2, 3], [3, 4, 5], [1, 1, 2]),
+        lambda lib, x, a, b: lib.addcmul(x, a, b, value=0.5),
+    ),
+    "addcmul-value-2.7-int8": (
+        _ints("int8", [1, 2, 3], [3, 4, 5], [1, 1, 2]),
+        lambda lib, x, a, b: lib.addcmul(x, a, b, value=2.7),
+    ),
+    "addcmul-value-overflows-int8": (
+        _ints("int8", [1, 2], [3, 4], [1, 1]),
+        lambda lib, x, a, b: lib.addcmul(x, a, b, value=300),
+    ),
+    "addcmul-negative-value-uint8": (
+        _ints("uint8", [1, 2], [3, 4], [1, 1]),
+        lambda lib, x, a, b: lib.addcmul(x, a, b, value=-1),
+    ),
+    "addcmul-bool": (
+        _ints("bool", [True, False], [True, True], [False, True]),
+        lambda lib, x, a, b: lib.addcmul(x, a, b),
+    ),
+    "trapezoid-int8-wraps": (_ints("int8", *_WRAPPING), lambda lib, y: lib.trapezoid(y)),
+    "trapezoid-int8-dim0-dx": (
+        _ints("int8", *_WRAPPING),
+        lambda lib, y: lib.trapz(y, dx=0.5, dim=0),
+    ),
+    "trapezoid-uint8-x": (
+        _ints("uint8", [200, 100, 250, 7], [1, 2, 4, 9]),
+        lambda lib, y, x: lib.trapezoid(y, x),
+    ),
+    "trapezoid-empty-int16": (_ints("int16", []), lambda lib, y: lib.trapezoid(y)),
+    "trapezoid-empty-bool": (_ints("bool", []), lambda lib, y: lib.trapezoid(y)),
+    "trapezoid-bool": (_ints("bool", [True, False]), lambda lib, y: lib.trapezoid(y)),
+    "cumulative_trapezoid-int8": (
+        _ints("int8", *_WRAPPING),
+        lambda lib, y: lib.cumulative_trapezoid(y),
+    ),
+    "cumulative_trapezoid-int8-x": (
+        _ints("int8", [100, 100, 50], [1, 2, 4]),
+        lambda lib, y, x: lib.cumulative_trapezoid(y, x),
+    ),
+    "cumulative_trapezoid-empty-bool": (
+        _ints("bool", []),
+        lambda lib, y: lib.cumulative_trapezoid(y),
+    ),
+    "bilinear-int8": (
+        _ints("int8", [[100, 2]], [[100, 2]], [[[100, 2], [3, 4]]]),
+        lambda lib, a, b, w: lib.nn.functional.bilinear(a, b, w),
+    ),
+    "dropout-p1-bool": (
+        _ints("bool", [True, False]),
+        lambda lib, x: lib.nn.functional.dropout(x, p=1.0),
+    ),
+    "bincount-empty-weighted": (
+        lambda lib: (_t(lib, [], "int64"), _t(lib, [], "float32")),
+        lambda lib, x, w: lib.bincount(x, weights=w, minlength=3),
+    ),
+}
+
+
+@_cases(INTEGER_RESULTS)
+def test_integer_results_follow_pytorchs_arithmetic(operands, call):
+    """Integers compute in PyTorch's dtypes and order: addcmul's value becomes an integer of
+    the result's dtype, trapezoid adds neighbours in the input's dtype (int8 wraps around) and
+    integrates an empty dim to zeros of that dtype, bilinear keeps int8, dropout(p=1) keeps
+    bool, and an empty bincount is int64 whatever its weights."""
+    _agrees_with_torch(operands, call, compiled=True)
+
+
+_SQUARE = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+EINSUMS = {
+    "ij->": ([(2, 3)], "ij->"),
+    "ii": ([(3, 3)], "ii"),
+    "ii->i": ([(3, 3)], "ii->i"),
+    "ij->j": ([(2, 3)], "ij->j"),
+    "ij,j->i-broadcast": ([(2, 1), (3,)], "ij,j->i"),
+    "ij,j->i": ([(2, 3), (3,)], "ij,j->i"),
+    "ab,cd->": ([(2, 3), (2, 2)], "ab,cd->"),
+    "ij,kj->": ([(2, 2), (1, 2)], "ij,kj->"),
+    "ij,jk,kl->il": ([(2, 3), (3, 4), (4, 1)], "ij,jk,kl->il"),
+    "i,j->ij": ([(3,), (4,)], "i,j->ij"),
+    "ij,ij->i": ([(2, 3), (2, 3)], "ij,ij->i"),
+    "ij->-empty": ([(0, 3)], "ij->"),
+    "ij,jk->ik-empty": ([(0, 3), (3, 2)], "ij,jk->ik"),
+}
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "bool"])
+@pytest.mark.parametrize("shapes,equation", list(EINSUMS.values()), ids=list(EINSUMS))
+def test_einsum_of_integers_sums_into_int64_where_pytorch_does(shapes, equation, dtype):
+    """PyTorch's einsum sums a letter out of one operand with ``sum`` (integers and bools
+    become int64) and contracts shared letters with ``bmm`` (same dtypes, no bools): the result
+    dtype, values and errors follow those steps."""
+    rng = np.random.default_rng(len(equation))
+    arrays = [rng.integers(-60, 140, size=shape) for shape in shapes]
+
+    def operands(lib):
+        return tuple(lib.tensor(a).to(getattr(lib, dtype)) for a in arrays)
+
+    _agrees_with_torch(operands, lambda lib, *xs: lib.einsum(equation, *xs), compiled=True)

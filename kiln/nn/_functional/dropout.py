@@ -22,8 +22,8 @@ def _check_p(p: float) -> None:
 
 def _apply_mask(input: Tensor, p: float, mask_shape, inplace: bool) -> Tensor:
     """input * keep / (1 - p) with keep ~ Bernoulli(1 - p) drawn from kiln's generator."""
-    if p == 1.0:
-        out = input * 0
+    if p == 1.0:  # times a zero of input's dtype: a bool input stays bool, NaNs stay NaN
+        out = input * OPS["full"]((), 0, dtype=input.dtype, device=input.device)
     else:
         keep = OPS["rand"](mask_shape, dtype=dt.float32, device=input.device) < 1.0 - p
         out = OPS["_masked_scale"](input, keep, 1.0 / (1.0 - p))
@@ -114,8 +114,8 @@ def _alpha_dropout(input, p, training, inplace, mask_shape):
     _check_p(p)
     if not training or p == 0.0 or input.numel() == 0:
         return input
-    if p == 1.0:
-        out = input * 0
+    if p == 1.0:  # times a zero of input's dtype: a bool input stays bool, NaNs stay NaN
+        out = input * OPS["full"]((), 0, dtype=input.dtype, device=input.device)
     else:
         keep = (OPS["rand"](mask_shape, dtype=dt.float32, device=input.device) < 1.0 - p).to(
             input.dtype

@@ -116,7 +116,8 @@ def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None
     out_features, in1, in2 = weight.shape
     lead = list(input1.shape[:-1])
     left = OPS["matmul"](input1.reshape(-1, in1), weight.permute(1, 0, 2).reshape(in1, -1))
-    out = (left.reshape(-1, out_features, in2) * input2.reshape(-1, 1, in2)).sum(-1)
+    products = left.reshape(-1, out_features, in2) * input2.reshape(-1, 1, in2)
+    out = products.sum(-1, dtype=products.dtype)  # integers stay in their dtype, as PyTorch's
     out = out.reshape(lead + [out_features])
     return out + bias if bias is not None else out
 

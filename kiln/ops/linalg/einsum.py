@@ -12,6 +12,7 @@ import string
 
 import numpy as np
 
+from ...runtime import dtypes as dt
 from ...runtime.state import per_thread
 from ..core.common import (
     Tensor,
@@ -23,6 +24,7 @@ from ..core.common import (
     wrap,
 )
 from ..core.registry import OPS, defop, torch_function
+from ..reductions.reduce import torch_type_name
 from .matmul import bmm, matmul_dtype_name
 
 __all__: list[str] = []
@@ -123,11 +125,66 @@ def _einsum_dtype(tensors):
     return d
 
 
+def _einsum_result_dtype(subs: list[str], out: str, tensors) -> dt.dtype:
+    """The result dtype PyTorch's einsum gives, which is not always the operands'.
+
+    PyTorch contracts operands left to right; a letter that no later operand holds (with a size
+    other than 1) is summed out of one side by ``sum``, which turns integers and bools into
+    int64, while a letter both sides hold goes through ``bmm`` (same dtypes only, no bools) and
+    no summed letter at all through ``mul`` (which promotes). This replays those steps on the
+    letters alone, raising PyTorch's errors where its steps fail.
+    """
+    d = tensors[0].dtype
+    if d.category > 1:
+        return d
+    shapes = []
+    for s, t in zip(subs, tensors):
+        letters = _diagonal_steps(s)[1]
+        sizes = dict(zip(s, t.shape))
+        shapes.append({ch: sizes[ch] for ch in letters})
+    summed = sorted({ch for s in subs for ch in s} - set(out))
+    if len(tensors) == 1:
+        return dt.int64 if summed else d
+    if any(t.numel() == 0 for t in tensors):
+        return d  # (zeros of the operands' dtype, before any step)
+    counts = {ch: sum(shape.get(ch, 1) != 1 for shape in shapes) for ch in summed}
+    left, left_dtype = dict(shapes[0]), d
+    for right in shapes[1:]:
+        right, right_dtype, contracted = dict(right), d, False
+        for ch in summed:
+            a, b = left.get(ch, 1), right.get(ch, 1)
+            if a != 1 and b != 1:
+                counts[ch] -= 1
+                if counts[ch] == 1:
+                    contracted, counts[ch] = True, 0
+                    left[ch] = right[ch] = 1
+            elif counts[ch] == 1 and (a != 1 or b != 1):
+                counts[ch] = 0
+                if a != 1:
+                    left[ch], left_dtype = 1, dt.int64
+                else:
+                    right[ch], right_dtype = 1, dt.int64
+        if contracted:
+            if left_dtype is not right_dtype:
+                raise RuntimeError(
+                    f"expected scalar type {torch_type_name(left_dtype)} but found "
+                    f"{torch_type_name(right_dtype)}"
+                )
+            if left_dtype is dt.bool_:
+                raise NotImplementedError("\"bmm\" not implemented for 'Bool'")
+        else:
+            left_dtype = dt.promote_types(left_dtype, right_dtype)
+        for ch, n in right.items():
+            left[ch] = max(left.get(ch, 1), n)
+    return left_dtype
+
+
 @einsum.register_kernel
 def _einsum_kernel(equation, tensors):
     tensors = list(tensors)
-    d = _einsum_dtype(tensors)
+    _einsum_dtype(tensors)
     subs, out, sizes = _einsum_plan(equation, tensors)
+    d = _einsum_result_dtype(subs, out, tensors)
     cd = compute_np_dtype(d)
     arrays = []
     for t, s in zip(tensors, subs):
@@ -143,9 +200,9 @@ def _einsum_kernel(equation, tensors):
 @einsum.register_meta
 def _einsum_meta(equation, tensors):
     tensors = list(tensors)
-    d = _einsum_dtype(tensors)
-    _, out, sizes = _einsum_plan(equation, tensors)
-    return fake([sizes[c] for c in out], d, tensors[0])
+    _einsum_dtype(tensors)
+    subs, out, sizes = _einsum_plan(equation, tensors)
+    return fake([sizes[c] for c in out], _einsum_result_dtype(subs, out, tensors), tensors[0])
 
 
 def _einsum_grad(c, g):
@@ -242,6 +299,8 @@ def _einsum_decomp(equation, tensors):
     tensors = list(tensors)
     _einsum_dtype(tensors)
     subs, out, sizes = _einsum_plan(equation, tensors)
+    d = _einsum_result_dtype(subs, out, tensors)
+    tensors = [t.to(d) for t in tensors]  # (int64 where PyTorch's sums give it)
     terms = []
     for t, s in zip(tensors, subs):
         t, s = _einsum_diagonals(t, s)

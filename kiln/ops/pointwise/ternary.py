@@ -368,9 +368,21 @@ def _in_compute_dtype(formula):
     return decomposition
 
 
-addcmul = _addc_op(
-    "addcmul", "AddcmulBackward0", _in_compute_dtype(lambda x, a, b, value: x + value * a * b)
-)
+_addcmul_formula = _in_compute_dtype(lambda x, a, b, value: x + value * a * b)
+
+
+def _addcmul_decomp(x, a, b, value=1):
+    """An integer result takes ``value`` as an integer of its dtype (0.5 multiplies by 0, 300
+    does not fit int8), as PyTorch converts the scalar to the kernel's type; bools have none."""
+    d = result_dtype(x, a, b)
+    if d is dt.bool_:
+        raise NotImplementedError("\"addcmul_cpu_out\" not implemented for 'Bool'")
+    if d.category == 1 and isinstance(value, (bool, int, float)):
+        value = int(checked_scalar(value, d))
+    return _addcmul_formula(x, a, b, value)
+
+
+addcmul = _addc_op("addcmul", "AddcmulBackward0", _addcmul_decomp)
 
 
 _addcdiv_formula = _in_compute_dtype(lambda x, a, b, value: x + value * a / b)

@@ -17,7 +17,7 @@ from ..core.out_arguments import writes_out
 from ..core.registry import tensor_method, torch_function
 from ..creation.factories import full
 from ..shape.cat_split import cat
-from ..shape.shape_functions import narrow
+from ..shape.shape_functions import narrow, select
 from .reduce import sum
 
 __all__: list[str] = []
@@ -78,8 +78,6 @@ def _trapezoid_dx(y: Tensor, x: Tensor | None, dx: float | None, d: int):
     """Spacing of the sample points along ``d``: a number, or a tensor broadcasting with y."""
     if x is None:
         return 1.0 if dx is None else dx
-    if dx is not None:
-        raise TypeError("trapezoid() received both x and dx")
     if x.ndim == 1:
         if x.shape[0] != y.shape[d]:
             raise RuntimeError("trapezoid: There must be one `x` value for each sample point")
@@ -88,26 +86,38 @@ def _trapezoid_dx(y: Tensor, x: Tensor | None, dx: float | None, d: int):
     return _narrow_diff(x, wrap_dim(d - y.ndim, x.ndim))
 
 
-def _trapezoid_areas(y: Tensor, x, dx, dim: int):
+def _trapezoid_sides(name: str, y: Tensor, x, dx, dim: int):
+    """(dim, spacing, left samples, right samples); no sides for an empty ``dim``."""
     d = wrap_dim(dim, y.ndim)
-    step = _trapezoid_dx(y, x, dx, d)
+    if x is not None and dx is not None:
+        raise TypeError(f"{name}() received both x and dx")
     n = y.shape[d]
     if n == 0:
-        return d, None
-    heights = narrow(y, d, 1, n - 1) + narrow(y, d, 0, n - 1)
-    return d, heights * step / 2
+        return d, None, None, None
+    _refuse_bool(name, y, x)
+    return d, _trapezoid_dx(y, x, dx, d), narrow(y, d, 0, n - 1), narrow(y, d, 1, n - 1)
+
+
+def _refuse_bool(name: str, y: Tensor, x) -> None:
+    if y.dtype is dt.bool_ or isinstance(x, Tensor) and x.dtype is dt.bool_:
+        which = "`y`" if x is None else "`x` or `y`"
+        raise RuntimeError(f"{name}: received a bool input for {which}, but bool is not supported")
 
 
 @torch_function()
 def trapezoid(
     y: Tensor, x: Tensor | None = None, *, dx: float | None = None, dim: int = -1
 ) -> Tensor:
-    """Integral of ``y`` along ``dim`` by the trapezoidal rule (samples at ``x`` or spacing ``dx``)."""
-    d, areas = _trapezoid_areas(y, x, dx, dim)
-    if areas is None:
-        shape = y.shape[:d] + y.shape[d + 1 :]
-        return full(shape, 0, dtype=result_dtype(y, 1.0), device=y.device)
-    return sum(areas, d)
+    """Integral of ``y`` along ``dim`` by the trapezoidal rule (samples at ``x`` or spacing
+    ``dx``). The sums are PyTorch's, in its order and dtypes: an integer ``y``'s neighbours are
+    added in its own dtype (int8 wraps around) before any float enters."""
+    d, step, left, right = _trapezoid_sides("trapezoid", y, x, dx, dim)
+    if left is None:  # zeros of y's dtype, one per integral
+        return full(y.shape[:d] + y.shape[d + 1 :], 0, dtype=y.dtype, device=y.device)
+    if isinstance(step, Tensor):
+        return sum((left + right) * step, d) / 2.0
+    ends = select(y, d, 0) + select(y, d, -1)
+    return (sum(y, d) - ends * 0.5) * step
 
 
 @torch_function()
@@ -120,11 +130,15 @@ def trapz(y: Tensor, x: Tensor | None = None, *, dx: float | None = None, dim: i
 def cumulative_trapezoid(
     y: Tensor, x: Tensor | None = None, *, dx: float | None = None, dim: int = -1
 ) -> Tensor:
-    """Running trapezoidal integral: one value per interval (``n - 1`` along ``dim``)."""
-    d, areas = _trapezoid_areas(y, x, dx, dim)
-    if areas is None:
+    """Running trapezoidal integral: one value per interval (``n - 1`` along ``dim``), summed
+    in PyTorch's order and dtypes as ``trapezoid`` is (a bool ``y`` is refused even empty)."""
+    _refuse_bool("cumulative_trapezoid", y, x)
+    d, step, left, right = _trapezoid_sides("cumulative_trapezoid", y, x, dx, dim)
+    if left is None:
         return full(y.shape, 0, dtype=result_dtype(y, 1.0), device=y.device)
-    return areas.cumsum(d)
+    if isinstance(step, Tensor):
+        return ((left + right) * step).cumsum(d) / 2.0
+    return (step / 2.0 * (left + right)).cumsum(d)
 
 
 def _gradient_dims(input: Tensor, dim) -> list[int]:

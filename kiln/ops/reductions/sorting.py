@@ -675,7 +675,7 @@ def _bincount_kernel(x, weights, minlength):
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if minlength < 0:
         raise RuntimeError("minlength should be >= 0")
-    if weights is None:
+    if weights is None or a.size == 0:  # an empty input counts in int64, weights or not
         return wrap(np.bincount(a, minlength=minlength), _int64)
     if weights.ndim != 1 or weights.shape[0] != a.shape[0]:
         raise RuntimeError("weights should be 1-d and have the same length as input")
