@@ -134,15 +134,22 @@ def interpolate(
 
 
 def _scaled_size(size, factor):
-    """``floor(size * factor)``; a symbolic size stays symbolic for a whole factor and for one
-    with a small power-of-two denominator (0.5, 1.5: the float product is exact, so its floor
-    is ``size * p // q``), where ``float(size)`` would fix the size."""
+    """``floor(float(size) * factor)``, PyTorch's output size. A symbolic size stays symbolic
+    for a whole factor and for the double nearest a fraction ``p/q`` (0.3, 1.5, q up to 2**16)
+    as ``size * p // q``, where ``float(size)`` would fix the size: the rounded product floors
+    as the exact one does (sizes below 2**30) except at an exact multiple ``size * p / q``
+    when the double lies below ``p/q`` by enough for the product to round down (0.7 at size
+    90: 62.99999999999999); a factor like that guards that the size is no such multiple."""
     if _whole(factor):
         return size * int(factor)
-    if size.__class__ is SymInt and isinstance(factor, float) and math.isfinite(factor):
-        ratio = Fraction(factor)
-        if ratio > 0 and ratio.denominator <= 1 << 16:
-            return (size * ratio.numerator) // ratio.denominator
+    if size.__class__ is SymInt and isinstance(factor, float) and 0 < factor < math.inf:
+        exact = Fraction(factor)
+        ratio = exact.limit_denominator(1 << 16)
+        if abs(exact - ratio) <= ratio / (1 << 52):  # the double of a simple fraction
+            scaled = size * ratio.numerator
+            below = (ratio - exact) / ratio  # > 0: the double is smaller than the fraction
+            if below < Fraction(1, 1 << 54) or scaled % ratio.denominator != 0:
+                return scaled // ratio.denominator
     return int(math.floor(float(size) * factor))
 
 

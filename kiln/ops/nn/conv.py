@@ -899,6 +899,24 @@ def _window_mean(x: Tensor, dim: int, size: int, out: int) -> Tensor:
     return sums / counts
 
 
+def _masked_window_mean(x: Tensor, dim: int, size, out: int) -> Tensor:
+    """``_window_mean`` for a symbolic ``size``, one graph for every size: each window's sum
+    taken over the whole dim with the elements outside it replaced by zeros (not multiplied
+    by them: a NaN or inf outside stays out), the bounds computed from ``size`` in the graph."""
+    if out == 0:
+        return x.narrow(dim, 0, 0)
+    window = OPS["arange"](0, out, 1, dtype=dt.int64, device=x.device)
+    start = (window * size).div(out, rounding_mode="floor")
+    end = -((-(window + 1) * size).div(out, rounding_mode="floor"))
+    position = OPS["arange"](0, size, 1, dtype=dt.int64, device=x.device)
+    inside = (position >= start[:, None]) & (position < end[:, None])
+    trailing = [1] * (x.ndim - dim - 1)
+    inside = inside.reshape([out, size] + trailing)
+    zero = tensor(0, dtype=x.dtype, device=x.device)
+    sums = OPS["where"](inside, x.unsqueeze(dim), zero).sum(dim + 1)
+    return sums / (end - start).to(x.dtype).reshape([out] + trailing)
+
+
 @defop(kind="pooling")
 def _adaptive_avg_pool(input: Tensor, output_size: list[int]): ...
 
@@ -923,6 +941,11 @@ def _adaptive_avg_pool_decomp(x, output_size):
         # global pooling: a mean over the spatial dims, whose gradient is laid out as
         # PyTorch's kernel lays it (a view through a reshape first would not be)
         return x.mean(list(range(x.ndim - k, x.ndim)), keepdim=True)
+    if any(s.__class__ is SymInt for s in spatial):
+        # symbolic sizes: whether windows are equal, and how long they are, would be guards
+        for i, (s, o) in enumerate(zip(spatial, output_size)):
+            x = _masked_window_mean(x, x.ndim - k + i, s, o)
+        return x
     if all(o and s % o == 0 for s, o in zip(spatial, output_size)):
         # equal windows: a reshape and a mean
         shape = list(x.shape[: x.ndim - k])

@@ -11,7 +11,7 @@ import numpy as np
 
 from ...runtime import dtypes as dt
 from ...runtime.memory_format import contiguous_format
-from ...runtime.symbolic import as_int
+from ...runtime.symbolic import as_int, is_int_like
 from ..core.common import (
     Tensor,
     fake,
@@ -213,7 +213,9 @@ def roll(self: Tensor, shifts: list[int], dims: list[int] | None = None): ...
 
 
 def _roll_args(x, shifts, dims):
-    shifts = (shifts,) if isinstance(shifts, int) else tuple(int(s) for s in shifts)
+    """(shifts, wrapped dims) as tuples; a symbolic shift (``x.shape[1] // 2`` under
+    ``dynamic=True``) stays a SymInt, which the decomposition reads modulo the length."""
+    shifts = (shifts,) if is_int_like(shifts) else tuple(as_int(s) for s in shifts)
     if dims is None:
         if len(shifts) != 1:
             raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:0")
