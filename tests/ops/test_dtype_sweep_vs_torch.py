@@ -197,3 +197,58 @@ def test_einsum_of_integers_sums_into_int64_where_pytorch_does(shapes, equation,
         return tuple(lib.tensor(a).to(getattr(lib, dtype)) for a in arrays)
 
     _agrees_with_torch(operands, lambda lib, *xs: lib.einsum(equation, *xs), compiled=True)
+
+
+def _eye(dtype: str):
+    return lambda lib: (lib.eye(3).to(getattr(lib, dtype)),)
+
+
+def _bools(*shapes):
+    return lambda lib: tuple(lib.ones(s, dtype=lib.bool) for s in shapes)
+
+
+UNSUPPORTED_DTYPES = {
+    "linalg.eigh-int16": (_eye("int16"), lambda lib, a: lib.linalg.eigh(a)),
+    "linalg.eigvalsh-bool": (_eye("bool"), lambda lib, a: lib.linalg.eigvalsh(a)),
+    "linalg.lu_factor-int32": (_eye("int32"), lambda lib, a: lib.linalg.lu_factor(a)),
+    "linalg.lu-uint8": (_eye("uint8"), lambda lib, a: lib.linalg.lu(a)),
+    "lu_unpack-int64": (_eye("int64"), lambda lib, a: lib.linalg.lu_factor_ex(a)),
+    "cholesky_inverse-int8": (_eye("int8"), lambda lib, a: lib.cholesky_inverse(a)),
+    "linalg.cholesky-int16": (_eye("int16"), lambda lib, a: lib.linalg.cholesky(a)),
+    "mm-bool": (_bools((2, 3), (3, 2)), lambda lib, a, b: lib.mm(a, b)),
+    "matmul-bool-matrices": (_bools((2, 3), (3, 2)), lambda lib, a, b: a @ b),
+    "matmul-bool-vector": (_bools((2, 3), (3,)), lambda lib, a, b: a @ b),
+    "matmul-bool-vectors": (_bools((3,), (3,)), lambda lib, a, b: a @ b),
+    "matmul-bool-batches": (_bools((2, 2, 3), (2, 3, 2)), lambda lib, a, b: a @ b),
+    "matmul-bool-batch-matrix": (_bools((2, 2, 3), (3, 2)), lambda lib, a, b: a @ b),
+    "bmm-bool": (_bools((2, 2, 3), (2, 3, 2)), lambda lib, a, b: lib.bmm(a, b)),
+    "mv-bool": (_bools((2, 3), (3,)), lambda lib, a, b: lib.mv(a, b)),
+    "dot-bool": (_bools((3,), (3,)), lambda lib, a, b: lib.dot(a, b)),
+    "vdot-bool": (_bools((3,), (3,)), lambda lib, a, b: lib.vdot(a, b)),
+    "linear-bool": (_bools((2, 3), (4, 3)), lambda lib, a, w: lib.nn.functional.linear(a, w)),
+    "addmm-bool": (_bools((2, 2), (2, 3), (3, 2)), lambda lib, c, a, b: lib.addmm(c, a, b)),
+    "matrix_power-bool": (_bools((2, 2)), lambda lib, a: lib.linalg.matrix_power(a, 2)),
+    "floor-bool": (_bools((3,)), lambda lib, x: lib.floor(x)),
+    "ceil-bool": (_bools((3,)), lambda lib, x: x.ceil()),
+    "trunc-bool": (_bools((3,)), lambda lib, x: lib.trunc(x)),
+    "round-bool": (_bools((3,)), lambda lib, x: lib.round(x)),
+    "round-decimals-bool": (_bools((3,)), lambda lib, x: lib.round(x, decimals=1)),
+    "round-int64": (_ints("int64", [1, -2]), lambda lib, x: lib.round(x)),
+    "pow-bool-exponent": (_bools((3,), (3,)), lambda lib, a, b: a**b),
+    "pow-number-to-bool-exponent": (_bools((3,)), lambda lib, b: lib.pow(True, b)),
+    "pow-bool-to-number": (_bools((3,)), lambda lib, a: lib.pow(a, True)),
+    "pow-bool-squared": (_bools((3,)), lambda lib, a: a**2),
+}
+
+
+@_cases(UNSUPPORTED_DTYPES)
+def test_dtypes_without_a_kernel_raise_pytorchs_exception_type(operands, call):
+    """Where PyTorch has no CPU kernel for a dtype it raises NotImplementedError ("lu_cpu" not
+    implemented for 'Int'; "addmm_impl_cpu_" for bool products; "floor_vml_cpu", "pow" for
+    bools), which ``pytest.raises(NotImplementedError)`` tells from the RuntimeError of an
+    argument check: kiln raises the same type (and the same message)."""
+    _agrees_with_torch(operands, call, compiled=True)
+    want = sweep.outcome(lambda: call(torch, *operands(torch)))
+    got = sweep.outcome(lambda: call(kiln, *operands(kiln)))
+    if want[0] == "error":
+        assert str(got[1]) == str(want[1])

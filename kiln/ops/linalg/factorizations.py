@@ -49,12 +49,20 @@ class LinAlgError(RuntimeError):
 # ------------------------------------------------------------------------------ argument checks
 
 
-def check_float(name: str, A: Tensor, low_precision_kernel: str | None = None) -> None:
+def check_float(
+    name: str, A: Tensor, low_precision_kernel: str | None = None, integers_reach_kernel=False
+) -> None:
     """Linear algebra runs in float32/float64: integers are refused, half types too (PyTorch's
     CPU kernels for them either do not exist — ``low_precision_kernel`` names the missing one —
-    or are refused up front)."""
+    or are refused up front). Where PyTorch checks no dtype before the kernel
+    (``integers_reach_kernel``: LU, eigh, cholesky_inverse), integers and bools are refused as
+    half types are, with ``NotImplementedError`` naming the kernel."""
     d = A.dtype
     refuse_complex(name, d)
+    if not d.is_floating_point and integers_reach_kernel and low_precision_kernel is not None:
+        raise NotImplementedError(
+            f"\"{low_precision_kernel}\" not implemented for '{torch_type_name(d)}'"
+        )
     if not d.is_floating_point:
         raise RuntimeError(
             f"{name}: Expected a floating point or complex tensor as input. Got {torch_type_name(d)}"
@@ -93,8 +101,10 @@ def check_matrix(
     arg: str = "A",
     low_precision_kernel: str | None = None,
     dtype_check: bool = True,
+    integers_reach_kernel: bool = False,
 ) -> None:
-    """``A`` is a (batch of) matrices, square when asked, of a supported float dtype."""
+    """``A`` is a (batch of) matrices, square when asked, of a supported float dtype
+    (``check_float``)."""
     if A.ndim < 2:
         raise RuntimeError(f"{name}: The input tensor {arg} must have at least 2 dimensions.")
     if square and A.shape[-1] != A.shape[-2]:
@@ -103,7 +113,7 @@ def check_matrix(
             f"{A.shape[-2]} by {A.shape[-1]} matrices"
         )
     if dtype_check:
-        check_float(name, A, low_precision_kernel)
+        check_float(name, A, low_precision_kernel, integers_reach_kernel)
 
 
 def raise_info_error(name: str, info: np.ndarray, message, error=None) -> None:
@@ -560,7 +570,7 @@ cholesky_ex.register_derivative(
 
 def _check_cholesky_inverse(L: Tensor) -> None:
     check_matrix("cholesky_inverse", L, dtype_check=False)
-    check_float("cholesky_inverse", L, "cholesky_inverse_out_cpu")
+    check_float("cholesky_inverse", L, "cholesky_inverse_out_cpu", integers_reach_kernel=True)
 
 
 @defop(kind="linalg", name="cholesky_inverse")

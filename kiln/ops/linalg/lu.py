@@ -35,7 +35,7 @@ def _check_lu_input(name: str, A) -> None:
             f"torch.lu_factor: Expected tensor with 2 or more dimensions. Got size: "
             f"{list(A.shape)} instead"
         )
-    check_float(name, A, "lu_cpu")
+    check_float(name, A, "lu_cpu", integers_reach_kernel=True)
 
 
 # ------------------------------------------------------------------------------ pivots

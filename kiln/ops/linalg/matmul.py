@@ -61,7 +61,24 @@ def _check_mm_dtypes(name, a, b):
             f"{c_type_name(a._dtype)} != {c_type_name(b._dtype)}"
         )
     if a._dtype is dt.bool_:
-        raise RuntimeError(f"{name} is not implemented for bool tensors")
+        kernel = _BOOL_KERNELS.get(name) or _matmul_kernel_name(a.ndim, b.ndim)
+        raise NotImplementedError(f"\"{kernel}\" not implemented for 'Bool'")
+
+
+# PyTorch's CPU kernel behind each product, named in its error for bool operands
+_BOOL_KERNELS = {"mm": "addmm_impl_cpu_", "mv": "addmv_impl_cpu", "bmm": "bmm", "dot": "dot"}
+
+
+def _matmul_kernel_name(a_ndim: int, b_ndim: int) -> str:
+    """The kernel ``matmul`` reaches for operands of these ranks (a batch times a matrix folds
+    into one ``mm``)."""
+    if a_ndim == 1 and b_ndim == 1:
+        return "dot"
+    if b_ndim == 1:
+        return "addmv_impl_cpu"
+    if a_ndim >= 3 and b_ndim >= 3 or a_ndim <= 2 and b_ndim >= 3:
+        return "bmm"
+    return "addmm_impl_cpu_"
 
 
 def _fold_batch(x: np.ndarray, y: np.ndarray):
@@ -346,6 +363,8 @@ def _vector_check(name, a, b):
             f"{name} : expected both vectors to have same dtype, but found "
             f"{matmul_dtype_name(a.dtype)} and {matmul_dtype_name(b.dtype)}"
         )
+    if a.dtype is dt.bool_:
+        raise NotImplementedError("\"dot\" not implemented for 'Bool'")
 
 
 def matmul_dtype_name(d) -> str:

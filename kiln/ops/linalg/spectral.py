@@ -202,7 +202,9 @@ eigh.returns = return_type("linalg_eigh", ("eigenvalues", "eigenvectors"))
 
 @eigh.register_kernel
 def _eigh_kernel(A, UPLO):
-    check_matrix("linalg.eigh", A, low_precision_kernel="linalg_eigh_cpu")
+    check_matrix(
+        "linalg.eigh", A, low_precision_kernel="linalg_eigh_cpu", integers_reach_kernel=True
+    )
     _check_uplo(UPLO)
     w, v = _np_eigh(A._data, UPLO)
     return eigh.returns(wrap(w, A.dtype), wrap(v, A.dtype))
@@ -210,7 +212,9 @@ def _eigh_kernel(A, UPLO):
 
 @eigh.register_meta
 def _eigh_meta(A, UPLO="L"):
-    check_matrix("linalg.eigh", A, low_precision_kernel="linalg_eigh_cpu")
+    check_matrix(
+        "linalg.eigh", A, low_precision_kernel="linalg_eigh_cpu", integers_reach_kernel=True
+    )
     _check_uplo(UPLO)
     return eigh.returns(fake(A.shape[:-1], A.dtype, A), fake(A.shape, A.dtype, A))
 
@@ -234,14 +238,18 @@ def eigvalsh(input: Tensor, UPLO: str = "L"):
 
 @eigvalsh.register_kernel
 def _eigvalsh_kernel(A, UPLO):
-    check_matrix("linalg.eigvalsh", A, low_precision_kernel="linalg_eigh_cpu")
+    check_matrix(
+        "linalg.eigvalsh", A, low_precision_kernel="linalg_eigh_cpu", integers_reach_kernel=True
+    )
     _check_uplo(UPLO)
     return wrap(_np_eigh(A._data, UPLO)[0], A.dtype)
 
 
 @eigvalsh.register_meta
 def _eigvalsh_meta(A, UPLO="L"):
-    check_matrix("linalg.eigvalsh", A, low_precision_kernel="linalg_eigh_cpu")
+    check_matrix(
+        "linalg.eigvalsh", A, low_precision_kernel="linalg_eigh_cpu", integers_reach_kernel=True
+    )
     _check_uplo(UPLO)
     return fake(A.shape[:-1], A.dtype, A)
 

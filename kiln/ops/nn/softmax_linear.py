@@ -550,6 +550,8 @@ def _linear_check(x, w, b):
             "expected m1 and m2 to have the same dtype, but got: "
             f"{c_type_name(x._dtype)} != {c_type_name(w._dtype)}"
         )
+    if x._dtype is dt.bool_:
+        raise NotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Bool'")
     x_shape, w_shape = x._shape, w._shape
     if len(w_shape) == 1 and b is not None:
         raise RuntimeError("mat2 must be a matrix, got 1-D tensor")

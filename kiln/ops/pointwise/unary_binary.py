@@ -426,6 +426,7 @@ floor = unary(
     None,
     float_math=False,
     complex_refused=(NotImplementedError, "floor is not supported for complex inputs"),
+    bools_refused="floor_vml_cpu",
     out_exact_dtype=True,
 )
 ceil = unary(
@@ -434,6 +435,7 @@ ceil = unary(
     None,
     float_math=False,
     complex_refused=(NotImplementedError, "ceil is not supported for complex inputs"),
+    bools_refused="ceil_vml_cpu",
     out_exact_dtype=True,
 )
 trunc = unary(
@@ -442,6 +444,7 @@ trunc = unary(
     None,
     float_math=False,
     complex_refused=(NotImplementedError, "trunc is not supported for complex inputs"),
+    bools_refused="trunc_vml_cpu",
     aliases=("fix",),
     out_exact_dtype=True,
 )
@@ -541,10 +544,14 @@ for _op in (floor, ceil, trunc, sign):
 def round(self: Tensor, *, decimals: int = 0): ...  # noqa: A001
 
 
+def _refuse_round(x, decimals) -> None:
+    """Integers round to themselves, except to a number of decimals; bools never round."""
+    refuse_integers(x, "round_cpu" if decimals else None, "round_vml_cpu")
+
+
 @round.register_kernel
 def _round_kernel(x, decimals):
-    if decimals:
-        refuse_integers(x, "round_cpu")
+    _refuse_round(x, decimals)
     a = x._data
     if decimals and x._dtype in (dt.float16, dt.bfloat16):
         a = a.astype(np.float32)  # x * 10**decimals in 16 bits would overflow (PyTorch: float)
@@ -552,7 +559,12 @@ def _round_kernel(x, decimals):
     return wrap(r if a.flags.c_contiguous else iterator_layout(r, (x,)), x._dtype)
 
 
-round.register_meta(lambda x, decimals: pointwise_meta(x._dtype, x))
+@round.register_meta
+def _round_meta(x, decimals=0):
+    _refuse_round(x, decimals)
+    return pointwise_meta(x._dtype, x)
+
+
 round.register_derivative(lambda c, g: (zero_grad(g),), save_inputs=())
 
 # ------------------------------------------------------------------------------ binary family
@@ -1421,9 +1433,18 @@ def _pow_grad_fn_name(args) -> str:
 def pow(self: TensorOrScalar, exponent: TensorOrScalar): ...  # noqa: A001
 
 
+def _pow_dtype(x, y) -> dt.dtype:
+    """The result dtype; a bool tensor exponent of a bool result has no kernel in PyTorch (a
+    bool base to a number's power has one)."""
+    d = binary_dtype(x, y)
+    if d is _bool and isinstance(y, Tensor):
+        raise NotImplementedError("\"pow\" not implemented for 'Bool'")
+    return d
+
+
 @pow.register_kernel
 def _pow_kernel(x, y):
-    d = binary_dtype(x, y)
+    d = _pow_dtype(x, y)
     if d.category < 2 and isinstance(y, Tensor) is False and y < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
     cd = compute_np_dtype(d)
@@ -1460,8 +1481,8 @@ def _power_layout(out, x, y, d: dt.dtype):
 
 def _pow_meta(x, y):
     if not isinstance(x, Tensor):  # a number's power: row-major, as the kernel's
-        return fake(tuple(y._shape), binary_dtype(x, y), y)
-    return pointwise_meta(binary_dtype(x, y), x, y)
+        return fake(tuple(y._shape), _pow_dtype(x, y), y)
+    return pointwise_meta(_pow_dtype(x, y), x, y)
 
 
 pow.register_meta(_pow_meta)
