@@ -172,28 +172,31 @@ class _CompiledCallee(VariableTracker):
             cg.load_const(self.ctx.wrapper_for(inner.fn, split=True))
             cg.load(inner.obj)
             cg.call(2)
-        elif isinstance(inner, NNModuleVariable):
+        elif isinstance(inner, NNModuleVariable) and "forward" not in inner.module.__dict__:
             forward = type(inner.module).forward
             cg.load_callable(types.MethodType)
-            cg.load_const(_call_through_hooks(self.ctx.wrapper_for(forward, split=True)))
+            cg.load_const(_call_through_hooks(forward, self.ctx.wrapper_for(forward, split=True)))
             cg.load(inner)
             cg.call(2)
         else:
             cg.load(inner)
 
 
-def _call_through_hooks(compiled_forward):
+def _call_through_hooks(forward, compiled_forward):
     """``Module.__call__`` for a module whose inlined call broke: its class's ``forward`` runs
     through ``compiled_forward``, and the module's hooks (its own and global ones, there at
-    capture or registered since) run around it as they would eagerly. Kept on the wrapper, so
-    it lives as long as the wrapper does."""
+    capture or registered since) run around it as they would eagerly; a module whose class or
+    own ``forward`` has changed since is called as it is. Kept on the wrapper, so it lives as
+    long as the wrapper does."""
     call = getattr(compiled_forward, "_kiln_call_through_hooks", None)
     if call is None:
 
         def call(module, *args, **kwargs):
+            if type(module).forward is not forward or "forward" in module.__dict__:
+                return module(*args, **kwargs)
             if _hooks.has_hooks(module):
-                forward = types.MethodType(compiled_forward, module)
-                return _hooks.call_with_hooks(module, args, kwargs, forward)
+                bound = types.MethodType(compiled_forward, module)
+                return _hooks.call_with_hooks(module, args, kwargs, bound)
             return compiled_forward(module, *args, **kwargs)
 
         compiled_forward._kiln_call_through_hooks = call

@@ -587,12 +587,20 @@ class OptimizedModule(Module):
         # a cache of its own: instances of one class must not share the recompile budget
         object.__setattr__(self, "_compiled_forward", _compiled_function(forward, ctx))
         object.__setattr__(self, "_compiled_call", None)
+        object.__setattr__(self, "_class", type(mod))
 
     def forward(self, *args, **kwargs):
         mod = self._orig_mod
         d = mod.__dict__
-        if d["_forward_pre_hooks"] or d["_forward_hooks"]:
-            # the module's own hooks are captured with its forward (``mod(...)`` compiled)
+        if (
+            d["_forward_pre_hooks"]
+            or d["_forward_hooks"]
+            or "forward" in d
+            or type(mod) is not self.__dict__["_class"]
+        ):
+            # the module's own hooks, a forward set on the module (accelerate's fp32 output
+            # wrapper) or a swapped class: ``mod(...)`` is compiled, which calls what eager
+            # ``Module.__call__`` calls
             call = self.__dict__["_compiled_call"]
             if call is None:
                 ctx = self.__dict__["_compiled_forward"]._kiln_context

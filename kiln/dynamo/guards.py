@@ -343,6 +343,18 @@ class GuardSet:
         what = "hooks" if tables == _hooks.HOOK_DICTS else "hooks in " + ", ".join(tables)
         self._add(f"not ({flag}[0] or {reads})", f"{source.name()} has no {what}")
 
+    def module_forward(self, source: Source, module: Module) -> None:
+        """The module at ``source`` is still of its class and still has (or has not) a
+        ``forward`` of its own: what ``Module.__call__`` would call is what was inlined."""
+        e = self.ns.ref(source)
+        cls = self.ns.name_of(type(module), "T")
+        own = "forward" in module.__dict__
+        self._add(
+            f"type({e}) is {cls} and ({'forward'!r} in {e}.__dict__) is {own}",
+            f"{source.name()} is a {type(module).__name__} "
+            + ("with a forward of its own" if own else "calling its class's forward"),
+        )
+
     def absent(self, source: Source, key: str) -> None:
         """``key`` is not in the dict at ``source`` (a builtin is not shadowed by a global)."""
         self._add(f"{key!r} not in {self.ns.ref(source)}", f"{key!r} not in {source.name()}")

@@ -419,6 +419,51 @@ def test_hooks_of_a_module_whose_forward_breaks_the_graph_run(backend):
     assert_same(compiled(x), block(x) - 1)
 
 
+class _TripledLinear(nn.Linear):
+    def forward(self, x):
+        return super().forward(x) * 3
+
+
+def _fp32_outputs(forward):
+    """accelerate's ``convert_outputs_to_fp32`` shape: a wrapper set as ``model.forward``."""
+
+    def wrapped(*args, **kwargs):
+        return forward(*args, **kwargs).float() + 0.5
+
+    return wrapped
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("how", ["function", "module"])
+def test_a_forward_set_on_a_module_or_a_swapped_class_is_what_compiled_code_calls(backend, how):
+    """Compiled code inlined the class's ``forward`` whatever the instance held: a ``forward``
+    set on the module (accelerate, PEFT), before or after compiling, and a ``__class__`` swap
+    after compiling were ignored, inside a compiled function and by ``kiln.compile(module)``."""
+    kiln.manual_seed(0)
+    inner = nn.Linear(3, 2)
+    net = nn.Sequential(inner, nn.ReLU()) if how == "function" else inner
+    x = kiln.randn(4, 3)
+    compiled = (
+        kiln.compile(lambda v: net(v) - 1, backend=backend)
+        if how == "function"
+        else kiln.compile(net, backend=backend)
+    )
+
+    def expected():
+        return net(x) - 1 if how == "function" else net(x)
+
+    assert_same(compiled(x), expected())
+    inner.forward = _fp32_outputs(inner.forward)
+    assert_same(compiled(x), expected())
+    del inner.forward
+    assert_same(compiled(x), expected())
+    inner.__class__ = _TripledLinear
+    assert_same(compiled(x), expected())
+    kiln.dynamo.reset()
+    inner.forward = _fp32_outputs(inner.forward)
+    assert_same(compiled(x), expected())
+
+
 def test_backward_hooks_still_run_eagerly_and_correctly():
     net, _ = _hooked_net()
     grads = []

@@ -93,6 +93,16 @@ class NNModuleVariable(VariableTracker):
         return self._call_forward(tx, args, kwargs)
 
     def _call_forward(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        """What ``Module.__call__`` calls: the instance's own ``forward`` where one was set on
+        it (accelerate and PEFT wrap ``model.forward`` so), else its class's; the class and
+        the choice are guarded, so a later override or ``__class__`` swap recompiles."""
+        own = self.module.__dict__.get("forward")
+        if self.source is not None:
+            tx.output.guards.module_forward(self.source, self.module)
+        if own is not None:
+            if self.source is None:
+                raise unsupported("unsupported_object", "a forward set on a module made here")
+            return tx.wrap(own, AttrSource(self.source, "forward")).call_function(tx, args, kwargs)
         forward = inspect.getattr_static(type(self.module), "forward")
         if not isinstance(forward, types.FunctionType):
             raise unsupported("unsupported_object", f"{type(self.module).__name__}.forward")
