@@ -494,7 +494,17 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, taken: set | None =
             grad.add_(g)
     if leaf._post_accumulate_hooks:
         for hook in list(leaf._post_accumulate_hooks):
-            hook(leaf)
+            _check_post_accumulate_result(hook(leaf))
+
+
+def _check_post_accumulate_result(result) -> None:
+    """A post-accumulate-grad hook works in place on ``.grad``: PyTorch refuses a value
+    returned (a tensor returned by ``p.grad.mul_(0)`` must not look like a replacement)."""
+    if result is None:
+        return
+    if isinstance(result, Tensor):
+        raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+    raise TypeError(f"expected Variable, but hook returned '{type(result).__name__}'")
 
 
 def _contiguous(t: Tensor) -> bool:

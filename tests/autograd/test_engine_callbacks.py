@@ -68,3 +68,26 @@ def test_queue_callback_outside_backward_raises_like_torch():
     with pytest.raises(RuntimeError) as theirs:
         torch.autograd.Variable._execution_engine.queue_callback(lambda: None)
     assert str(ours.value) == str(theirs.value)
+
+
+@needs_torch
+@pytest.mark.parametrize("returned", ["grad", "number", "none"])
+def test_a_post_accumulate_grad_hook_returning_a_value_raises_like_torch(returned):
+    """The hook's result was ignored; PyTorch raises (a RuntimeError for a tensor, such as the
+    ``p.grad.mul_(0)`` of a one-line lambda, a TypeError for anything else but None)."""
+    results = []
+    for lib in (kiln, torch):
+        hook = {
+            "grad": lambda p: p.grad.mul_(0),
+            "number": lambda p: 5,
+            "none": lambda p: None,
+        }[returned]
+        x = lib.ones(2, requires_grad=True)
+        x.register_post_accumulate_grad_hook(hook)
+        try:
+            (x * 2).sum().backward()
+            error = None
+        except (RuntimeError, TypeError) as e:
+            error = (type(e).__name__, str(e))
+        results.append((error, x.grad.tolist()))
+    assert results[0] == results[1]
