@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from bytecode import Instr, Label
 
 from ..nn.modules import _hooks
+from ..nn.modules.module import Module
 from ..runtime import logs as klog
 from . import bytecode_versions as bv
 from . import config
@@ -172,7 +173,7 @@ class _CompiledCallee(VariableTracker):
             cg.load_const(self.ctx.wrapper_for(inner.fn, split=True))
             cg.load(inner.obj)
             cg.call(2)
-        elif isinstance(inner, NNModuleVariable) and "forward" not in inner.module.__dict__:
+        elif isinstance(inner, NNModuleVariable) and _calls_its_class_forward(inner.module):
             forward = type(inner.module).forward
             cg.load_callable(types.MethodType)
             cg.load_const(_call_through_hooks(forward, self.ctx.wrapper_for(forward, split=True)))
@@ -180,6 +181,12 @@ class _CompiledCallee(VariableTracker):
             cg.call(2)
         else:
             cg.load(inner)
+
+
+def _calls_its_class_forward(module) -> bool:
+    """Whether calling ``module`` runs its class's ``forward`` through ``Module.__call__``
+    (not a ``forward`` set on it, nor a class's own ``__call__``)."""
+    return "forward" not in module.__dict__ and type(module).__call__ is Module.__call__
 
 
 def _call_through_hooks(forward, compiled_forward):
@@ -192,7 +199,7 @@ def _call_through_hooks(forward, compiled_forward):
     if call is None:
 
         def call(module, *args, **kwargs):
-            if type(module).forward is not forward or "forward" in module.__dict__:
+            if type(module).forward is not forward or not _calls_its_class_forward(module):
                 return module(*args, **kwargs)
             if _hooks.has_hooks(module):
                 bound = types.MethodType(compiled_forward, module)

@@ -597,10 +597,11 @@ class OptimizedModule(Module):
             or d["_forward_hooks"]
             or "forward" in d
             or type(mod) is not self.__dict__["_class"]
+            or type(mod).__call__ is not Module.__call__
         ):
             # the module's own hooks, a forward set on the module (accelerate's fp32 output
-            # wrapper) or a swapped class: ``mod(...)`` is compiled, which calls what eager
-            # ``Module.__call__`` calls
+            # wrapper), a swapped class or a class's own ``__call__``: ``mod(...)`` is
+            # compiled, which calls what eager ``mod(...)`` calls
             call = self.__dict__["_compiled_call"]
             if call is None:
                 ctx = self.__dict__["_compiled_forward"]._kiln_context

@@ -464,6 +464,31 @@ def test_a_forward_set_on_a_module_or_a_swapped_class_is_what_compiled_code_call
     assert_same(compiled(x), expected())
 
 
+class _DoublingCall(nn.Linear):
+    """A layer with its own ``__call__`` around ``Module.__call__``."""
+
+    def __call__(self, *args, **kwargs):
+        return super().__call__(*args, **kwargs) * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_class_with_its_own_call_is_called_through_it(backend):
+    """Compiled code went straight to the hooks and ``forward``, skipping a class's own
+    ``__call__``: a silent wrong answer in a function, in a ``Sequential`` and through
+    ``kiln.compile(module)``; ``super().__call__`` is the module call, captured whole."""
+    kiln.manual_seed(0)
+    layer = _DoublingCall(3, 2)
+    net = nn.Sequential(layer, nn.ReLU())
+    x = kiln.randn(4, 3)
+    counter = CompileCounter(backend)
+    assert_same(kiln.compile(lambda v: layer(v) + 1, backend=counter)(x), layer(x) + 1)
+    assert counter.frame_count == 1  # no graph break
+    assert_same(kiln.compile(lambda v: net(v) - 1, backend=backend)(x), net(x) - 1)
+    assert_same(kiln.compile(layer, backend=backend)(x), layer(x))
+    layer.register_forward_hook(lambda m, i, o: o + 10)
+    assert_same(kiln.compile(lambda v: net(v) - 1, backend=backend)(x), net(x) - 1)
+
+
 def test_backward_hooks_still_run_eagerly_and_correctly():
     net, _ = _hooked_net()
     grads = []

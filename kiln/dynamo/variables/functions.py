@@ -295,6 +295,11 @@ class PartialVariable(VariableTracker):
 def bind_class_attribute(tx, obj: VariableTracker, attr: Any, obj_type: type):
     """``obj.<name>`` where ``attr`` was found on ``obj``'s class: a bound method, a property's
     value (its getter inlined), a static or class method; None for a plain class attribute."""
+    from ...nn.modules.module import Module
+    from .nn_module import ModuleCallMethod, NNModuleVariable
+
+    if attr is Module.__call__ and isinstance(obj, NNModuleVariable):
+        return ModuleCallMethod(obj)  # the module call protocol, not _call_impl's body
     if isinstance(attr, types.FunctionType):
         return UserMethodVariable(attr, obj)
     if isinstance(attr, property):

@@ -36,6 +36,17 @@ _CAPTURE_BREAKING_TABLES = (
 )
 
 
+class ModuleCallMethod(VariableTracker):
+    """``Module.__call__`` bound to a module (``super().__call__(x)`` in a class's own
+    ``__call__``): the module call protocol, not an inlining of ``_call_impl``."""
+
+    def __init__(self, module: NNModuleVariable):
+        self.module = module
+
+    def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        return self.module.call_module(tx, args, kwargs)
+
+
 class NNModuleVariable(VariableTracker):
     """A ``kiln.nn.Module`` instance (guarded by identity when it has a source)."""
 
@@ -84,6 +95,17 @@ class NNModuleVariable(VariableTracker):
         tx.output.side_effects.store_attr(self, name, value)
 
     def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        from ...nn.modules.module import Module
+
+        own_call = type(self.module).__call__
+        if own_call is not Module.__call__:  # a class's own ``__call__`` wraps Module's
+            if self.source is not None:
+                tx.output.guards.type_match(self.source, self.module)
+            return tx.inline_call(UserFunctionVariable(own_call), [self, *args], kwargs)
+        return self.call_module(tx, args, kwargs)
+
+    def call_module(self, tx, args: list, kwargs: dict) -> VariableTracker:
+        """``Module.__call__``: the forward (pre-)hooks and the forward."""
         from ...nn.modules import _hooks
 
         if _hooks.has_hooks(self.module):
