@@ -252,3 +252,90 @@ def test_dtypes_without_a_kernel_raise_pytorchs_exception_type(operands, call):
     got = sweep.outcome(lambda: call(kiln, *operands(kiln)))
     if want[0] == "error":
         assert str(got[1]) == str(want[1])
+
+
+def _ints_and_floats(lib):
+    return _t(lib, [1, 2], "int64"), _t(lib, [True, False], "bool"), _t(lib, [1.5, 2], "float32")
+
+
+ALPHAS = {
+    "int-float-alpha": lambda lib, i, b, f: lib.add(i, i, alpha=1.5),
+    "int-alpha-1.0": lambda lib, i, b, f: lib.sub(i, i, alpha=1.0),
+    "int-number-float-alpha": lambda lib, i, b, f: lib.add(i, 1, alpha=0.5),
+    "int-bool-alpha": lambda lib, i, b, f: lib.add(i, i, alpha=True),
+    "float-bool-alpha": lambda lib, i, b, f: lib.add(f, f, alpha=True),
+    "bool-bool-alpha": lambda lib, i, b, f: lib.add(b, b, alpha=False),
+    "bool-int-alpha": lambda lib, i, b, f: lib.add(b, b, alpha=2),
+    "float-complex-alpha": lambda lib, i, b, f: lib.add(f, f, alpha=2j),
+    "complex-complex-alpha": lambda lib, i, b, f: lib.add(f.to(lib.complex64), f, alpha=2j),
+    "float-int-tensor-float-alpha": lambda lib, i, b, f: lib.add(f, i, alpha=1.5),
+    "inplace-int-float-alpha": lambda lib, i, b, f: i.add_(i, alpha=0.5),
+}
+
+
+@pytest.mark.parametrize("call", list(ALPHAS.values()), ids=list(ALPHAS))
+def test_add_and_sub_check_alpha_as_pytorch_does(call):
+    """PyTorch's alpha check whatever alpha's value: a bool alpha only for bool results, an
+    integral alpha for integers (1.0 too), no complex alpha for real results; compiled code
+    checks it too (the meta did not)."""
+    _agrees_with_torch(_ints_and_floats, call, compiled=True)
+
+
+_IMAGE = [[[[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]]]]
+COMPILED_REFUSALS = {
+    "max_pool2d-complex": (
+        _ints("complex64", _IMAGE),
+        lambda lib, x: lib.nn.functional.max_pool2d(x, 2),
+    ),
+    "max_pool2d-bool": (_ints("bool", _IMAGE), lambda lib, x: lib.nn.functional.max_pool2d(x, 2)),
+    "avg_pool2d-bool": (_ints("bool", _IMAGE), lambda lib, x: lib.nn.functional.avg_pool2d(x, 2)),
+    "avg_pool1d-int32": (
+        _ints("int32", _IMAGE[0][0]),
+        lambda lib, x: lib.nn.functional.avg_pool1d(x, 2),
+    ),
+    "hardshrink-int64": (_ints("int64", [1, -2]), lambda lib, x: lib.nn.functional.hardshrink(x)),
+    "softshrink-int8": (_ints("int8", [1, -2]), lambda lib, x: lib.nn.functional.softshrink(x)),
+    "logcumsumexp-int8": (_ints("int8", [1, -2]), lambda lib, x: lib.logcumsumexp(x, 0)),
+    "logcumsumexp-uint8": (_ints("uint8", [1, 2]), lambda lib, x: x.logcumsumexp(0)),
+    "nll_loss-int16": (
+        lambda lib: (_t(lib, [[1, 2], [3, 4]], "int16"), _t(lib, [0, 1], "int64")),
+        lambda lib, x, t: lib.nn.functional.nll_loss(x, t),
+    ),
+    "nll_loss-3d-int32": (
+        lambda lib: (_t(lib, [[[1, 2], [3, 4]]], "int32"), _t(lib, [[0, 1]], "int64")),
+        lambda lib, x, t: lib.nn.functional.nll_loss(x, t, reduction="sum"),
+    ),
+    "nll_loss-bool": (
+        lambda lib: (_t(lib, [[True, False]], "bool"), _t(lib, [1], "int64")),
+        lambda lib, x, t: lib.nn.functional.nll_loss(x, t, reduction="none"),
+    ),
+    "nll_loss-complex": (
+        lambda lib: (_t(lib, [[1j, 2]], "complex64"), _t(lib, [1], "int64")),
+        lambda lib, x, t: lib.nn.functional.nll_loss(x, t),
+    ),
+    "binary_cross_entropy-int64": (
+        _ints("int64", [1, 0], [0, 1]),
+        lambda lib, x, t: lib.nn.functional.binary_cross_entropy(x, t),
+    ),
+    "binary_cross_entropy-bool": (
+        _ints("bool", [True, False], [False, True]),
+        lambda lib, x, t: lib.nn.functional.binary_cross_entropy(x, t, reduction="sum"),
+    ),
+    "binary_cross_entropy_with_logits-int32": (
+        _ints("int32", [1, 0], [0, 1]),
+        lambda lib, x, t: lib.nn.functional.binary_cross_entropy_with_logits(x, t),
+    ),
+    "binary_cross_entropy_with_logits-int-input-float-target": (
+        lambda lib: (_t(lib, [1, 0], "int64"), _t(lib, [0.5, 0.5], "float32")),
+        lambda lib, x, t: lib.nn.functional.binary_cross_entropy_with_logits(x, t),
+    ),
+}
+
+
+@_cases(COMPILED_REFUSALS)
+def test_compiled_code_refuses_the_dtypes_eager_refuses(operands, call):
+    """Integer, bool and complex inputs the kernels refuse are refused by the metas too: a
+    compiled max_pool2d of bools, hardshrink, logcumsumexp returned results where eager (and
+    PyTorch) raise, and nll_loss and the binary cross-entropies of integers computed eagerly where
+    PyTorch has no kernel."""
+    _agrees_with_torch(operands, call, compiled=True)

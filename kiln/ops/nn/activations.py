@@ -565,11 +565,17 @@ hardswish = _float_unary_decomp_op(
 def _shrink_schema(self: Tensor, lambd: float = 0.5): ...
 
 
-def _shrink_input(x: Tensor, kernel_name: str) -> np.ndarray:
+def _check_shrink_dtype(x: Tensor, kernel_name: str) -> None:
+    """Float inputs only (the kernel's check, made by the metas too, so compiled code refuses
+    what eager does)."""
     if not x._dtype.is_floating_point:
         raise NotImplementedError(
             f"\"{kernel_name}\" not implemented for '{torch_type_name(x._dtype)}'"
         )
+
+
+def _shrink_input(x: Tensor, kernel_name: str) -> np.ndarray:
+    _check_shrink_dtype(x, kernel_name)
     return cast_array(x._data, compute_np_dtype(x._dtype))
 
 
@@ -600,7 +606,12 @@ def _hardshrink_kernel(x, lambd):
     return wrap(np.where((a >= -lambd) & (a <= lambd), a.dtype.type(0), a), x._dtype)
 
 
-hardshrink.register_meta(lambda x, lambd=0.5: pointwise_meta(x._dtype, x))
+@hardshrink.register_meta
+def _hardshrink_meta(x, lambd=0.5):
+    _check_shrink_dtype(x, "hardshrink_cpu")
+    return pointwise_meta(x._dtype, x)
+
+
 hardshrink.register_derivative(_shrink_grad)
 hardshrink.register_decomposition(
     lambda x, lambd=0.5: where((x >= -lambd) & (x <= lambd), 0.0, x)  # NaN passes through
@@ -619,6 +630,7 @@ def _softshrink_kernel(x, lambd):
 
 @softshrink.register_meta
 def _softshrink_meta(x, lambd=0.5):
+    _check_shrink_dtype(x, "softshrink_check")
     _check_softshrink_lambda(x, lambd)
     return pointwise_meta(x._dtype, x)
 

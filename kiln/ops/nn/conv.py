@@ -469,10 +469,24 @@ def _max_pool(
 ): ...
 
 
+def _refusing_non_float(name: str):
+    """The pools' dtype check, made by the kernel and, in front of the meta, by compiled code
+    (which would otherwise pool what eager refuses)."""
+
+    def check(x, *rest) -> None:
+        if not x._dtype.is_floating_point:
+            raise NotImplementedError(f"\"{name}\" not implemented for '{x._dtype.name}'")
+
+    return check
+
+
+_check_max_pool_dtype = _refusing_non_float("max_pool")
+_check_avg_pool_dtype = _refusing_non_float("avg_pool")
+
+
 @_max_pool.register_kernel
 def _max_pool_kernel(x, kernel, stride, padding, dilation, ceil_mode):
-    if not x._dtype.is_floating_point:
-        raise NotImplementedError(f"\"max_pool\" not implemented for '{x._dtype.name}'")
+    _check_max_pool_dtype(x)
     out = _pool_geometry("max_pool", x, kernel, stride, padding, dilation, ceil_mode)
     k = len(kernel)
     spatial = _spatial(x)
@@ -551,6 +565,9 @@ def _max_pool_meta(x, kernel, stride, padding, dilation, ceil_mode):
     shape = tuple(x.shape[:2]) + tuple(out)
     strides = suggested_strides(shape, x)
     return fake(shape, x._dtype, x, strides), fake(shape, dt.int64, x, strides)
+
+
+_max_pool.check_in_meta(_check_max_pool_dtype)
 
 
 def scatter_to_input(g: Tensor, indices: Tensor, input_shape) -> Tensor:
@@ -774,8 +791,7 @@ def _divisor_tensor(ref, div, out, kernel, stride, padding, count_include_pad, x
 
 @_avg_pool.register_kernel
 def _avg_pool_kernel(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    if not x._dtype.is_floating_point:
-        raise NotImplementedError(f"\"avg_pool\" not implemented for '{x._dtype.name}'")
+    _check_avg_pool_dtype(x)
     out, pads, div = _avg_setup(
         x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
     )
@@ -810,6 +826,9 @@ def _avg_pool_meta(x, kernel, stride, padding, ceil_mode, count_include_pad, div
     out = _pool_geometry("avg_pool", x, kernel, stride, padding, [1] * len(kernel), ceil_mode)
     shape = tuple(x.shape[:2]) + tuple(out)
     return fake(shape, x._dtype, x, _avg_pool_strides(shape, x))
+
+
+_avg_pool.check_in_meta(_check_avg_pool_dtype)
 
 
 def _window_sum_transposed(g: Tensor, kernel, stride) -> Tensor:

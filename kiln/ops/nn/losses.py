@@ -135,6 +135,14 @@ def _nll_geometry(x, target, weight):
     return class_dim, n_classes
 
 
+def _check_nll_dtype(x) -> None:
+    """Float inputs only, checked after the geometry as PyTorch's kernels check (inputs of 3 or
+    more dims go to the 2-d kernel)."""
+    if not x._dtype.is_floating_point:
+        kernel = "nll_loss2d_forward_out_frame" if x.ndim >= 3 else "nll_loss_out_frame"
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{torch_type_name(x._dtype)}'")
+
+
 # targets up to this many are range-checked as a Python list: cheaper than numpy's reductions
 _LISTED_TARGETS = 64
 _ROW_NUMBERS = np.arange(_LISTED_TARGETS)
@@ -178,6 +186,7 @@ def _nll_rows_plain(x, t: np.ndarray, reduction: str, n_classes: int):
 def _nll_loss_kernel(x, target, weight, reduction, ignore_index):
     check_reduction(reduction)
     class_dim, n_classes = _nll_geometry(x, target, weight)
+    _check_nll_dtype(x)
     t = target._data
     if len(x._shape) == 2 and weight is None and ignore_index < 0:
         plain = _nll_rows_plain(x, t, reduction, n_classes)
@@ -207,6 +216,7 @@ def _nll_loss_kernel(x, target, weight, reduction, ignore_index):
 def _nll_loss_meta(x, target, weight=None, reduction="mean", ignore_index=-100):
     check_reduction(reduction)
     _nll_geometry(x, target, weight)
+    _check_nll_dtype(x)
     return fake(target._shape if reduction == "none" else (), x._dtype, x)
 
 
@@ -599,6 +609,10 @@ def _bce_check(x, t, w):
         )
     if w is not None:
         _check_weight_fits(x, w)
+    if x._dtype is t._dtype and not x._dtype.is_floating_point:
+        raise NotImplementedError(
+            f"\"binary_cross_entropy\" not implemented for '{torch_type_name(x._dtype)}'"
+        )
 
 
 def _check_weight_fits(x: Tensor, w: Tensor) -> None:
@@ -716,6 +730,10 @@ def _bcel_check(x, t, w, pw):
     for o in (w, pw):
         if o is not None:
             _check_weight_fits(x, o)
+    if not x._dtype.is_floating_point:  # (PyTorch takes log_sigmoid of the input itself)
+        raise NotImplementedError(
+            f"\"log_sigmoid_cpu\" not implemented for '{torch_type_name(x._dtype)}'"
+        )
 
 
 def _np_log_sigmoid(a):

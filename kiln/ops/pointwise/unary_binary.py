@@ -1217,16 +1217,33 @@ for _op, _name, _bools in (
 def _alpha_schema(self: TensorOrScalar, other: TensorOrScalar, *, alpha: Scalar = 1): ...
 
 
+def _check_alpha(x, y, alpha) -> None:
+    """PyTorch's alpha_check, made before anything is computed (eagerly and in the metas): a
+    bool alpha only for a bool result, an integral one for integers, no complex one for real
+    results, whatever its value (``alpha=1.0`` with integers raises too)."""
+    if alpha.__class__ is int:
+        return
+    d = binary_dtype(x, y)
+    if isinstance(alpha, (bool, np.bool_)):
+        if d is not _bool:
+            raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    elif d.category < 2 and not isinstance(alpha, (int, np.integer)):
+        raise RuntimeError(
+            "For integral input tensors, argument alpha must not be a floating point number."
+        )
+    if d.category < 3 and isinstance(alpha, (complex, np.complexfloating)):
+        raise RuntimeError(
+            "For non-complex input tensors, argument alpha must not be a complex number."
+        )
+
+
 def _make_alpha_kernel(np_fn):
     plain = _make_binary_kernel(np_fn, "same")
 
     def kernel(x, y, alpha):
+        _check_alpha(x, y, alpha)
         if alpha != 1 and alpha is not True:
             d = binary_dtype(x, y)
-            if isinstance(alpha, float) and d.category < 2:
-                raise RuntimeError(
-                    "For integral input tensors, argument alpha must not be a floating point number."
-                )
             if isinstance(y, Tensor):
                 cd = compute_np_dtype(d)
                 # PyTorch rounds alpha to the result dtype, then forms x + alpha * y in the
@@ -1249,7 +1266,14 @@ add = defop(_alpha_schema, name="add", kind="pointwise", prim=True)
 add.register_kernel(_make_alpha_kernel(np.add))
 add.inplace_kernel = _make_binary_inplace(np.add)
 add.out_kernel = _make_binary_out(np.add)
-add.register_meta(lambda x, y, alpha=1: pointwise_meta(binary_dtype(x, y), x, y))
+
+
+@add.register_meta
+def _add_meta(x, y, alpha=1):
+    _check_alpha(x, y, alpha)
+    return pointwise_meta(binary_dtype(x, y), x, y)
+
+
 add.register_derivative(
     lambda c, g: (
         g if needs_grad(c, 0) else None,
@@ -1288,6 +1312,7 @@ def _checked_sub_kernel(x, y, alpha):
 
 def _sub_meta(x, y, alpha=1):
     _check_sub_operands(x, y)
+    _check_alpha(x, y, alpha)
     return pointwise_meta(binary_dtype(x, y), x, y)
 
 

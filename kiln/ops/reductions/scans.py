@@ -159,12 +159,18 @@ cumprod.register_derivative(_cumprod_grad, save_output=True)
 def logcumsumexp(self: Tensor, dim: int): ...
 
 
-@logcumsumexp.register_kernel
-def _logcumsumexp_kernel(x, dim):
+def _check_logcumsumexp_dtype(x) -> None:
+    """Float inputs only: the kernel's check, made by the meta too (compiled code refuses
+    integers as eager does)."""
     if not x._dtype.is_floating_point:
         raise NotImplementedError(
             f"\"logcumsumexp_out_cpu\" not implemented for '{torch_type_name(x._dtype)}'"
         )
+
+
+@logcumsumexp.register_kernel
+def _logcumsumexp_kernel(x, dim):
+    _check_logcumsumexp_dtype(x)
     d = wrap_dim(dim, x.ndim)
     a = x._data.astype(compute_np_dtype(x._dtype), copy=False)
     if not a.ndim:
@@ -177,6 +183,7 @@ def _logcumsumexp_kernel(x, dim):
 
 @logcumsumexp.register_meta
 def _logcumsumexp_meta(x, dim):
+    _check_logcumsumexp_dtype(x)
     wrap_dim(dim, x.ndim)
     return fake(x._shape, x._dtype, x)
 
