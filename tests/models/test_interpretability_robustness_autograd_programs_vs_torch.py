@@ -20,6 +20,7 @@ import numpy as np
 
 import kiln
 from tests.models.test_hf_vision_sequence_programs_vs_torch import ALL_MODES, Program, _check
+from tests.models.test_sparse_equivariant_spiking_ssl_programs_vs_torch import _classify_step
 from tests.oracle import needs_torch, torch
 
 pytestmark = needs_torch
@@ -258,15 +259,6 @@ def _custom_functions_net(lib):
 
     model = Net()
     return model, lib.optim.RMSprop(model.parameters(), lr=3e-3, momentum=0.5)
-
-
-def _classify_step(lib, model, opt, x, y):
-    logits = model(x)
-    loss = lib.nn.functional.cross_entropy(logits, y)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    return loss, logits
 
 
 def _feature_batches(rng):
