@@ -339,3 +339,41 @@ def test_compiled_code_refuses_the_dtypes_eager_refuses(operands, call):
     PyTorch) raise, and nll_loss and the binary cross-entropies of integers computed eagerly where
     PyTorch has no kernel."""
     _agrees_with_torch(operands, call, compiled=True)
+
+
+def _matrix(dtype: str):
+    return lambda lib: (_t(lib, [[1, 0, 3], [2, 5, 1]], dtype),)
+
+
+UNORDERED_AND_COMPLEX = {
+    "cummax-complex": (_matrix("complex64"), lambda lib, x: lib.cummax(x, 0)),
+    "cummin-complex": (_matrix("complex64"), lambda lib, x: x.cummin(1)),
+    "kthvalue-bool": (_matrix("bool"), lambda lib, x: lib.kthvalue(x, 1, 0)),
+    "kthvalue-complex": (_matrix("complex64"), lambda lib, x: lib.kthvalue(x, 2, 1)),
+    "kthvalue-0d-complex": (_matrix("complex64"), lambda lib, x: lib.kthvalue(x[0, 0], 1)),
+    "median-bool": (_matrix("bool"), lambda lib, x: lib.median(x)),
+    "median-dim-bool": (_matrix("bool"), lambda lib, x: lib.median(x, 0)),
+    "median-dim-complex": (_matrix("complex64"), lambda lib, x: x.median(1)),
+    "nanmedian-bool": (_matrix("bool"), lambda lib, x: lib.nanmedian(x)),
+    "nanmedian-complex": (_matrix("complex64"), lambda lib, x: lib.nanmedian(x)),
+    "nanmedian-dim-bool": (_matrix("bool"), lambda lib, x: lib.nanmedian(x, 1)),
+    "elu-complex": (_matrix("complex64"), lambda lib, x: lib.nn.functional.elu(x)),
+    "celu-complex": (_matrix("complex64"), lambda lib, x: lib.nn.functional.celu(x)),
+    "selu-complex": (_matrix("complex64"), lambda lib, x: lib.nn.functional.selu(x)),
+    "leaky_relu-complex": (_matrix("complex64"), lambda lib, x: lib.nn.functional.leaky_relu(x)),
+    "softplus-complex": (_matrix("complex64"), lambda lib, x: lib.nn.functional.softplus(x)),
+    "hardsigmoid-complex": (_matrix("complex64"), lambda lib, x: lib.nn.functional.hardsigmoid(x)),
+    "hardswish-complex": (_matrix("complex64"), lambda lib, x: lib.nn.functional.hardswish(x)),
+    "mish-complex": (_matrix("complex64"), lambda lib, x: lib.nn.functional.mish(x)),
+    "rad2deg-complex": (_matrix("complex64"), lambda lib, x: lib.rad2deg(x)),
+    "deg2rad-complex": (_matrix("complex64"), lambda lib, x: x.deg2rad()),
+}
+
+
+@_cases(UNORDERED_AND_COMPLEX)
+def test_ops_without_bool_or_complex_kernels_refuse_them(operands, call):
+    """kthvalue and median have no bool or complex kernels in PyTorch, cummax/cummin and the
+    float activations no complex ones, rad2deg/deg2rad refuse complex tensors: kiln computed
+    them (orderings of complex numbers by numpy's rules); now it raises PyTorch's exception,
+    eagerly and compiled."""
+    _agrees_with_torch(operands, call, compiled=True)

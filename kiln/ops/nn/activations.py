@@ -377,7 +377,11 @@ silu.register_derivative(_silu_grad)
 silu.register_decomposition(lambda x: x * x.sigmoid())
 
 
-@defop(kind="pointwise", autocast={"cuda": "fp32"})
+@defop(
+    kind="pointwise",
+    autocast={"cuda": "fp32"},
+    complex_refused=complex_not_implemented("softplus_cpu"),
+)
 def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0): ...
 
 
@@ -411,8 +415,11 @@ def _softplus_decomp(x, beta=1.0, threshold=20.0):
 
 
 def _float_unary_decomp_op(name, schema, np_fn, grad, decomp, **record):
-    op = defop(schema, name=name, kind="pointwise", **record)
+    """A float-only activation: integers, bools and complex inputs have no ``<name>_cpu``
+    kernel in PyTorch."""
     kernel_name = f"{name}_cpu"
+    record.setdefault("complex_refused", complex_not_implemented(kernel_name))
+    op = defop(schema, name=name, kind="pointwise", **record)
 
     def kernel(x, *params):
         refuse_integers(x, kernel_name)

@@ -203,11 +203,17 @@ floor_divide.register_decomposition(lambda x, y: div(x, y, rounding_mode="floor"
 # ------------------------------------------------------------------------------ angles, signs, steps
 
 
-@defop(kind="pointwise")
+@defop(
+    kind="pointwise",
+    complex_refused=(RuntimeError, "deg2rad is not supported for complex tensors."),
+)
 def deg2rad(self: Tensor): ...
 
 
-@defop(kind="pointwise")
+@defop(
+    kind="pointwise",
+    complex_refused=(RuntimeError, "rad2deg is not supported for complex tensors."),
+)
 def rad2deg(self: Tensor): ...
 
 

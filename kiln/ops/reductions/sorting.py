@@ -279,9 +279,19 @@ def _kth_positions(a: np.ndarray, d: int, k: int) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(idx.reshape(shape[:-1] + (1,)), -1, d))
 
 
+def refuse_unordered(x, kernel_name: str) -> None:
+    """PyTorch's selection kernels (kthvalue, median) have no bool or complex versions."""
+    if x._dtype is dt.bool_ or x._dtype.is_complex:
+        raise NotImplementedError(
+            f"\"{kernel_name}\" not implemented for '{torch_type_name(x._dtype)}'"
+        )
+
+
 @kthvalue.register_kernel
 def _kthvalue_kernel(x, k, dim, keepdim):
     d = _kthvalue_dim(x, k, dim)
+    if x.ndim:  # (a 0-d input is its own k-th value, no kernel runs)
+        refuse_unordered(x, "kthvalue_cpu")
     a = x._data
     if not a.ndim:
         return kthvalue.returns(wrap(a.copy(), x._dtype), wrap(np.zeros((), np.int64), _int64))
@@ -299,6 +309,8 @@ def _kthvalue_kernel(x, k, dim, keepdim):
 @kthvalue.register_meta
 def _kthvalue_meta(x, k, dim=-1, keepdim=False):
     d = _kthvalue_dim(x, k, dim)
+    if x.ndim:
+        refuse_unordered(x, "kthvalue_cpu")
     shape = tuple(s for i, s in enumerate(x._shape) if i != d or keepdim)
     shape = tuple(1 if i == d else s for i, s in enumerate(shape)) if keepdim else shape
     return kthvalue.returns(fake(shape, x._dtype, x), fake(shape, _int64, x))
@@ -355,6 +367,7 @@ def _empty_median(d: dt.dtype):
 
 def _full_median_kernel(ignore_nan: bool):
     def kernel(x):
+        refuse_unordered(x, "median_cpu")
         a = np.sort(x._data.reshape(-1))
         if not a.size:
             return wrap(np.asarray(_empty_median(x._dtype)), x._dtype)
@@ -386,10 +399,16 @@ median = defop(
     kind="sort",
     complex_refused=complex_not_implemented("median_cpu"),
 )
-nanmedian = defop(_full_median_schema, name="nanmedian", kind="sort")
+nanmedian = defop(
+    _full_median_schema,
+    name="nanmedian",
+    kind="sort",
+    complex_refused=complex_not_implemented("median_cpu"),
+)
 for _op, _ignore_nan in ((median, False), (nanmedian, True)):
     _op.register_kernel(_full_median_kernel(_ignore_nan))
     _op.register_meta(lambda x: fake((), x._dtype, x))
+    _op.check_in_meta(lambda x: refuse_unordered(x, "median_cpu"))
     _op.register_derivative(
         lambda c, g: (evenly_distribute(g, c.args[0], c.out),), save_output=True
     )
@@ -399,6 +418,7 @@ for _op, _ignore_nan in ((median, False), (nanmedian, True)):
 def _median_along(result, x: Tensor, dim: int, keepdim: bool, ignore_nan: bool):
     """median(x, dim): the sorted slice at ``median_position``, value and index."""
     d = wrap_dim(dim, x.ndim)
+    refuse_unordered(x, "median_out")
     if not x.ndim:
         return result(x.clone(), x.new_zeros((), dtype=_int64))
     n = x.shape[d]

@@ -19,6 +19,7 @@ from ...amp.autocast_mode import autocast_policy
 from ...runtime import dtypes as dt
 from ...runtime.symbolic import statically_known_true
 from ..core.common import Tensor, TensorOrScalar, c_contiguous, fake, wrap, wrap_dim
+from ..core.complex_support import complex_not_implemented
 from ..core.out_arguments import writes_out
 from ..core.registry import OPS, defop, return_type, tensor_method, torch_function
 from ..creation.factories import arange, full
@@ -111,8 +112,16 @@ def _cum_extreme_decomp(op, largest: bool):
     return decomposition
 
 
-cummax = defop(_cum_extreme_schema, name="cummax", kind="scan", returns=("values", "indices"))
-cummin = defop(_cum_extreme_schema, name="cummin", kind="scan", returns=("values", "indices"))
+cummax, cummin = (
+    defop(
+        _cum_extreme_schema,
+        name=name,
+        kind="scan",
+        returns=("values", "indices"),
+        complex_refused=complex_not_implemented(f"{name}_cpu"),
+    )
+    for name in ("cummax", "cummin")
+)
 cummax.result_layout = cummin.result_layout = "contiguous"  # as PyTorch's
 for _op, _ufunc, _largest in ((cummax, np.maximum, True), (cummin, np.minimum, False)):
     _op.register_kernel(_cum_extreme_kernel(_op, _ufunc))
