@@ -361,8 +361,11 @@ def _median_positions(nans: Tensor, n: int, ignore_nan: bool) -> Tensor:
 
 
 def _empty_median(d: dt.dtype):
-    """PyTorch's median of nothing: NaN, or the lowest integer for integer dtypes."""
-    return np.nan if d.is_floating_point else np.iinfo(d.np).min
+    """PyTorch's median of nothing: NaN, converted to an integer dtype as x86 converts it (the
+    lowest int32/int64; int8, int16 and uint8 keep the low bits of int32's lowest, 0)."""
+    if d.is_floating_point:
+        return np.nan
+    return np.iinfo(d.np).min if d.np.itemsize >= 4 else 0
 
 
 def _full_median_kernel(ignore_nan: bool):
