@@ -442,3 +442,44 @@ def test_sampled_variant_compiles_to_eagers_result(family, sample, variant):
     raises the exception type eager raises."""
     why = sweep.run_compiled(sample, variant)
     assert why is None, why
+
+
+def _batch(dtype: str):
+    return lambda lib: (lib.ones(4, 3, 2).to(getattr(lib, dtype)),)
+
+
+LOSSES_AND_NORMS = {
+    "mse_loss-int16": (_ints("int16", [1, 0, 3]), lambda lib, x: lib.nn.functional.mse_loss(x, x)),
+    "mse_loss-bool": (_ints("bool", [True]), lambda lib, x: lib.nn.functional.mse_loss(x, x)),
+    "mse_loss-complex": (
+        lambda lib: (_t(lib, [1j, 2], "complex64"),),
+        lambda lib, x: lib.nn.functional.mse_loss(x, x, reduction="sum"),
+    ),
+    "smooth_l1_loss-int64": (
+        _ints("int64", [1, 0, 3]),
+        lambda lib, x: lib.nn.functional.smooth_l1_loss(x, x),
+    ),
+    "huber_loss-uint8": (
+        _ints("uint8", [1, 0, 3]),
+        lambda lib, x: lib.nn.functional.huber_loss(x, x, reduction="none"),
+    ),
+    "group_norm-complex": (_batch("complex64"), lambda lib, x: lib.nn.functional.group_norm(x, 3)),
+    "batch_norm-int8": (
+        _batch("int8"),
+        lambda lib, x: lib.nn.functional.batch_norm(x, lib.zeros(3), lib.ones(3)),
+    ),
+    "batch_norm-training-int8": (
+        _batch("int8"),
+        lambda lib, x: lib.nn.functional.batch_norm(x, None, None, training=True),
+    ),
+    "layer_norm-int64": (_batch("int64"), lambda lib, x: lib.nn.functional.layer_norm(x, (2,))),
+}
+
+
+@_cases(LOSSES_AND_NORMS)
+def test_losses_and_norms_refuse_dtypes_without_kernels(operands, call):
+    """mse/smooth_l1/huber losses whose operands promote to an integer, bool or complex dtype
+    raise PyTorch's NotImplementedError ("mse_cpu" not implemented for 'Short'), not a
+    RuntimeError; the norms' dtype checks are made by their metas too, so compiled batch and
+    group norms refuse what eager refuses."""
+    _agrees_with_torch(operands, call, compiled=True)

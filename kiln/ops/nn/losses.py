@@ -413,7 +413,9 @@ def _loss_strides(shape: tuple, x: Tensor, t: Tensor, like_input: bool) -> tuple
     return output_layout_source(shape, (x,))
 
 
-def _elementwise_loss(name, schema, np_fn, grad_fn, decomp_fn, like_input=False, **record):
+def _elementwise_loss(
+    name, schema, np_fn, grad_fn, decomp_fn, like_input=False, kernel_name=None, **record
+):
     """Define ``name(input, target, *params, reduction)`` from three elementwise formulas.
 
     ``np_fn(a, t, *params)`` is the numpy loss, ``grad_fn(x, t, *params)`` returns the kiln
@@ -426,6 +428,11 @@ def _elementwise_loss(name, schema, np_fn, grad_fn, decomp_fn, like_input=False,
 
     def check(x, t):
         """(shape, dtype computed in, dtype of the result)."""
+        common = _loss_dtype(x, t)
+        if kernel_name is not None and not common.is_floating_point:
+            raise NotImplementedError(
+                f"\"{kernel_name}\" not implemented for '{torch_type_name(common)}'"
+            )
         if not x._dtype.is_floating_point and not t._dtype.is_floating_point:
             raise RuntimeError(
                 f"{name}: expected floating point inputs, got {x._dtype} and {t._dtype}"
@@ -504,6 +511,7 @@ mse_loss = _elementwise_loss(
     lambda x, t: (2 * (x - t), -2 * (x - t)),
     lambda x, t: (x - t) * (x - t),
     autocast={"cpu": "fp32", "cuda": "fp32"},
+    kernel_name="mse_cpu",
 )
 
 
@@ -566,6 +574,7 @@ smooth_l1_loss = _elementwise_loss(
     _smooth_l1_grad,
     _smooth_l1_decomp,
     autocast={"cpu": "fp32", "cuda": "fp32"},
+    kernel_name="smooth_l1_cpu",
 )
 
 
@@ -589,6 +598,7 @@ huber_loss = _elementwise_loss(
     ),
     like_input=True,
     autocast={"cpu": "fp32", "cuda": "fp32"},
+    kernel_name="huber_cpu",
 )
 
 

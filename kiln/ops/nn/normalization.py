@@ -288,6 +288,7 @@ def _layer_norm_grad(c, g):
 
 
 layer_norm.register_derivative(_layer_norm_grad, save_inputs=(0, 2))
+layer_norm.check_in_meta(lambda x, *rest: require_float("layer_norm", x))
 
 
 @layer_norm.register_decomposition
@@ -387,6 +388,7 @@ def _rms_norm_grad(c, g):
 
 
 rms_norm.register_derivative(_rms_norm_grad, save_inputs=(0, 2))
+rms_norm.check_in_meta(lambda x, *rest: require_float("rms_norm", x))
 
 
 @rms_norm.register_decomposition
@@ -473,6 +475,7 @@ def _group_norm_grad(c, g):
 
 
 group_norm.register_derivative(_group_norm_grad, save_inputs=(0, 2))
+group_norm.check_in_meta(lambda x, *rest: require_float("group_norm", x))
 
 
 @group_norm.register_decomposition
@@ -780,6 +783,7 @@ def _batch_norm_grad(c, g, _grad_mean=None, _grad_var=None):
     return gx, gw, gb, None, None, None, None, None
 
 
+_native_batch_norm.check_in_meta(lambda x, *rest: require_float("batch_norm", x))
 _native_batch_norm.register_derivative(
     # running stats are read only in eval mode; in training they are updated after the call
     _batch_norm_grad,
