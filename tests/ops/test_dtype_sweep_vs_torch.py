@@ -483,3 +483,50 @@ def test_losses_and_norms_refuse_dtypes_without_kernels(operands, call):
     RuntimeError; the norms' dtype checks are made by their metas too, so compiled batch and
     group norms refuse what eager refuses."""
     _agrees_with_torch(operands, call, compiled=True)
+
+
+def _volume(dtype: str):
+    return lambda lib: (lib.ones(1, 2, 4, 4, 4).to(getattr(lib, dtype)),)
+
+
+FLOAT_ONLY = {
+    "adaptive_avg_pool2d-int64": (
+        _volume("int64"),
+        lambda lib, x: lib.nn.functional.adaptive_avg_pool2d(x[0], (2, 3)),
+    ),
+    "adaptive_avg_pool2d-global-int64": (
+        _volume("int64"),
+        lambda lib, x: lib.nn.functional.adaptive_avg_pool2d(x[0], 1),
+    ),
+    "adaptive_avg_pool1d-bool": (
+        _volume("bool"),
+        lambda lib, x: lib.nn.functional.adaptive_avg_pool1d(x[0, 0], 3),
+    ),
+    "adaptive_avg_pool3d-int8": (
+        _volume("int8"),
+        lambda lib, x: lib.nn.functional.adaptive_avg_pool3d(x, 2),
+    ),
+    "adaptive_max_pool2d-complex": (
+        _volume("complex64"),
+        lambda lib, x: lib.nn.functional.adaptive_max_pool2d(x[0], 2),
+    ),
+    "adaptive_max_pool3d-uint8": (
+        _volume("uint8"),
+        lambda lib, x: lib.nn.functional.adaptive_max_pool3d(x, 2),
+    ),
+    "pdist-int8": (_matrix("int8"), lambda lib, x: lib.nn.functional.pdist(x)),
+    "pdist-complex": (_matrix("complex64"), lambda lib, x: lib.pdist(x)),
+    "pdist-float16": (_matrix("float16"), lambda lib, x: lib.nn.functional.pdist(x)),
+    "pdist-bfloat16": (_matrix("bfloat16"), lambda lib, x: lib.pdist(x)),
+    "logit-complex": (_matrix("complex64"), lambda lib, x: lib.logit(x)),
+    "xlog1py-complex": (_matrix("complex64"), lambda lib, x: lib.special.xlog1py(x, x)),
+}
+
+
+@_cases(FLOAT_ONLY)
+def test_float_only_ops_refuse_other_dtypes(operands, call):
+    """Adaptive pools (but a global average, which is a mean with its own error), pdist,
+    logit and xlog1py have float kernels only in PyTorch: kiln pooled integers, bools and
+    complex numbers and measured integer distances; now it raises PyTorch's exception,
+    eagerly and compiled."""
+    _agrees_with_torch(operands, call, compiled=True)

@@ -14,6 +14,7 @@ from ...ops import OPS
 from ...ops.core.registry import torch_function
 from ...ops.creation.api import tensor as kiln_tensor
 from ...ops.shape.shape_functions import broadcast_tensors
+from ...runtime.dtypes import torch_type_name
 from ...runtime.tensor import Tensor
 
 
@@ -42,6 +43,10 @@ def pdist(input: Tensor, p: float = 2) -> Tensor:
     """Distances between every pair of rows i < j, in row-major order of the pairs."""
     if input.ndim != 2:
         raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
+    if not input.dtype.is_floating_point:
+        raise RuntimeError("pdist only supports floating-point dtypes")
+    if input.dtype.itemsize == 2:  # (PyTorch's CPU kernel has no 16-bit float version)
+        raise NotImplementedError(f"\"pdist\" not implemented for '{torch_type_name(input.dtype)}'")
     first, second = np.triu_indices(input.shape[0], 1)
     rows_i = OPS["index"](input, [kiln_tensor(first, device=input.device)])
     rows_j = OPS["index"](input, [kiln_tensor(second, device=input.device)])

@@ -949,6 +949,12 @@ def _adaptive_check(name, x, output_size):
         )
     if any(o < 0 for o in output_size):
         raise RuntimeError(f"{name}: output_size must be non-negative, got {list(output_size)}")
+    # PyTorch's kernels are for floats; an average to one element per channel is a mean,
+    # which refuses integers with its own error
+    global_average = name == "adaptive_avg_pool" and all(o == 1 for o in output_size)
+    if not x.dtype.is_floating_point and not global_average:
+        kernel = f"{name}3d_cpu" if k == 3 else f"{name}2d"
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{torch_type_name(x.dtype)}'")
 
 
 @_adaptive_avg_pool.register_decomposition

@@ -32,6 +32,7 @@ from ..core.common import (
     to_float_dtype,
     wrap,
 )
+from ..core.complex_support import complex_not_implemented
 from ..core.grad_fn_naming import is_tensor_arg
 from ..core.registry import defop
 from ..reductions.reduce import torch_type_name
@@ -446,7 +447,11 @@ def _as_float_operands(x, y):
     return tuple(v.to(d) if isinstance(v, Tensor) and v.dtype is not d else v for v in (x, y))
 
 
-@defop(kind="pointwise", grad_fn_name="LogitBackward0")
+@defop(
+    kind="pointwise",
+    grad_fn_name="LogitBackward0",
+    complex_refused=complex_not_implemented("logit_cpu"),
+)
 def logit(self: Tensor, eps: float | None = None): ...
 
 

@@ -25,6 +25,7 @@ from ..core.common import (
     to_float_dtype,
     wrap,
 )
+from ..core.complex_support import complex_not_implemented
 from ..core.registry import defop, tensor_method
 from ..pointwise.unary_binary import as_np_operand, iterator_layout, needs_grad, where
 from ..reductions.reduce import torch_type_name
@@ -319,7 +320,7 @@ def _entr_decomp(x):
     return where(x != x, x, out)
 
 
-@defop(kind="pointwise")
+@defop(kind="pointwise", complex_refused=complex_not_implemented("xlog1py_cpu"))
 def special_xlog1py(input: TensorOrScalar, other: TensorOrScalar): ...  # noqa: A002
 
 
