@@ -55,10 +55,12 @@ class CaptureResult:
 
 @dataclass
 class EagerFrame:
-    """The frame cannot be captured: run it eagerly (``permanent``: for every future call)."""
+    """The frame cannot be captured: run it eagerly (``permanent``: for every future call;
+    ``plain``: this once, as it is, its modules not compiled either: a one-off run)."""
 
     reason: BreakReason | str
     permanent: bool = True
+    plain: bool = False
 
 
 def convert_frame(
@@ -95,7 +97,9 @@ def convert_frame(
         except CreatesOptimizerState:
             klog.log("recompiles", f"{name} runs eagerly this once: it creates an optimizer's "
                      "state (the next call captures the steady step)")  # fmt: skip
-            return EagerFrame(f"{name} creates an optimizer's state", permanent=False)
+            # a one-off: the modules it calls are not compiled for it (their graphs, in this
+            # call's grad mode and sizes, would only be compiled again by the steady step's)
+            return EagerFrame(f"{name} creates an optimizer's state", permanent=False, plain=True)
         except Unsupported as e:
             reason = e.reason or BreakReason(
                 e.kind, e.message, code.co_filename, code.co_firstlineno, name

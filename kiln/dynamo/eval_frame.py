@@ -52,6 +52,9 @@ __all__ = [
     "compile", "compile_in_context", "reset", "CompileContext", "OptimizedModule", "FrameCache",
 ]  # fmt: skip
 
+# ``FrameCache.capture``'s answer for a one-off run of the frame as it is (``EagerFrame.plain``)
+PLAIN_RUN = object()
+
 _GENERATOR_FLAGS = (
     inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
     | inspect.CO_ITERABLE_COROUTINE
@@ -309,8 +312,8 @@ class FrameCache:
         self.entries[:] = [self.entries[i] for i in kept]
 
     def capture(self, closure, arguments: dict, args: tuple, kwargs: dict):
-        """On a miss: decide between recompiling and running eagerly; returns a CaptureResult
-        or None (run eagerly)."""
+        """On a miss: decide between recompiling and running eagerly; returns a CaptureResult,
+        None (run eagerly) or ``PLAIN_RUN`` (run the frame as it is, this once)."""
         if self.eager_reason is None and not bv.SUPPORTED:
             self.eager_reason = bv.unsupported_reason()
             _warn_unsupported_python()
@@ -378,7 +381,7 @@ class FrameCache:
         if isinstance(result, EagerFrame):
             if result.permanent:
                 self.eager_reason = str(result.reason)
-            return None
+            return PLAIN_RUN if result.plain else None
         self.seen_shapes.update(result.input_shapes)
         self.seen_strides.update(result.input_strides)
         self.symbolic_ints.update(result.symbolic_ints)
@@ -461,6 +464,8 @@ def _compiled_function(
                 return None  # ``fn`` raises Python's own TypeError
             bound.apply_defaults()
             result = cache.capture(closure, dict(bound.arguments), args, kwargs)
+            if result is PLAIN_RUN:
+                return fn
             if result is not None:
                 run = types.FunctionType(
                     result.code, fn.__globals__, fn.__name__, fn.__defaults__, closure
@@ -546,6 +551,10 @@ def _resume_caller(code: types.CodeType, f_globals: dict, ctx: CompileContext) -
         result = cache.capture(closure, dict(zip(names, args)), args, {})
         if result is None:
             return None
+        if result is PLAIN_RUN:
+            if closure is None:
+                return function(None)
+            return lambda closure, *args: function(closure)(*args)
         if closure is None:
             run = types.FunctionType(result.code, f_globals, code.co_name)
         else:

@@ -418,6 +418,18 @@ class OutputGraph:
             if n.op == "call_function" and n.target is not set_grad_enabled_node
         )
 
+    def creates_optimizer_state(self) -> bool:
+        """Whether this graph's call adds parameters to an optimizer's ``state`` (its first
+        step makes the momentum or moment buffers). Compiling such a graph is wasted: its
+        guards name the parameters that have state, so it never runs again. (Where the frame
+        does nothing after the step, capture stops at the first new entry instead:
+        ``exc.CreatesOptimizerState``.)"""
+        for container in self.side_effects.containers.values():
+            before = getattr(container, "entries_before", None)
+            if before is not None and len(container.items) > before:
+                return True
+        return False
+
     def has_graph(self, outputs: list) -> bool:
         """Whether there is anything to run: ops recorded, or tensors to produce."""
         return self.op_count() > 0 or bool(outputs)
@@ -450,6 +462,12 @@ class OutputGraph:
         if self.differentiable:
             klog.log("graph_breaks", f"{self.name} runs with the eager ops: a gradient of it is "
                      "taken with create_graph=True")  # fmt: skip
+            compile_graph = _eager_graph
+        elif self.creates_optimizer_state():
+            # its guards hold the optimizer's parameters with state: the next call, which finds
+            # the state this call creates, captures again; the graph runs once, as eager ops
+            klog.log("recompiles", f"{self.name} runs with the eager ops this once: it creates "
+                     "an optimizer's state (the next call compiles the steady step)")  # fmt: skip
             compile_graph = _eager_graph
         if enables_grad:
             compile_graph = functools.partial(_with_grad_enabled, compile_graph)

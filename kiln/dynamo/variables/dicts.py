@@ -100,6 +100,20 @@ def dict_key(vt: VariableTracker, identity_guards: bool = False) -> Any:
     return IdentityKey(obj, vt)
 
 
+_TAIL_OPS = frozenset({"POP_TOP", "LOAD_FAST", "LOAD_CONST", "LOAD_DEREF", "STORE_FAST",
+                       "BUILD_TUPLE", "RETURN_VALUE", "RETURN_CONST", "NOP", "COPY", "SWAP",
+                       "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST"})  # fmt: skip
+
+
+def _calls_nothing_after(root) -> bool:
+    """Whether the root frame, after the instruction being evaluated (the call that led to the
+    optimizer's step), only moves values and returns (``opt.step(); return loss``)."""
+    instructions = root.instructions
+    return all(
+        getattr(instr, "name", "NOP") in _TAIL_OPS for instr in instructions[root.current_ip + 1 :]
+    )
+
+
 def key_variable(tx, key: Any) -> VariableTracker:
     """The variable of an ``items`` key (made from its pinned object the first time)."""
     if type(key) is not IdentityKey:
@@ -162,8 +176,16 @@ class DictVariable(VariableTracker):
 
     def _grown(self) -> None:
         """After an insertion: an optimizer's state that gained a parameter ends the capture
-        (``CreatesOptimizerState``)."""
-        if self.entries_before is not None and len(self.items) > self.entries_before:
+        (``CreatesOptimizerState``) when the captured frame does nothing after the call that
+        got here; otherwise capture goes on and the graph runs once with the eager ops
+        (``OutputGraph.creates_optimizer_state``), so what follows (an evaluation pass) is
+        compiled on this call, not deferred to the next."""
+        if self.entries_before is None or len(self.items) <= self.entries_before:
+            return
+        tx = active_output().current_tx
+        while tx is not None and tx.parent is not None:
+            tx = tx.parent
+        if tx is not None and _calls_nothing_after(tx):
             raise CreatesOptimizerState(f"{len(self.items) - self.entries_before} new entries")
 
     def getitem(self, tx, key: VariableTracker) -> VariableTracker:
