@@ -287,7 +287,8 @@ class Expr:
     kernels compiled for every size, coefficients and the constant may be ``SymInt``s (strides
     over symbolic sizes)."""
 
-    __slots__ = ("terms", "const", "_hash")
+    # ``_index_key``: ``_expr_key``'s answer, set when first asked (expressions are immutable)
+    __slots__ = ("terms", "const", "_hash", "_index_key")
 
     def __init__(self, terms: dict | None = None, const: int = 0):
         # a SymInt coefficient is kept without asking whether it is 0: one that simplified to
@@ -586,8 +587,9 @@ def index_key(*indices) -> tuple | None:
     """A hashable stand-in for index lists, for memos of work done on them: equal keys mean the
     very same expressions over loop variables of the same names *and sizes* (``Var`` compares
     by name alone, and a size can change what a simplification may do). Plain ints, constants
-    and affine expressions over such variables have one; anything else (a division, an
-    indirect index, a symbolic size) gives None: not remembered."""
+    and affine expressions over such variables, and over their floor divisions and moduli by
+    plain ints (a pooling's or a reshape's index), have one; anything else (an indirect index,
+    a symbolic size) gives None: not remembered."""
     key: list = []
     for index in indices:
         for v in index or ():
@@ -599,19 +601,53 @@ def index_key(*indices) -> tuple | None:
             elif cls is int:
                 key.append(v)
             elif cls is Expr:
-                if v.const.__class__ is not int:
+                v = _expr_key(v)
+                if v is None:
                     return None
-                terms = []
-                for a, c in v.terms.items():
-                    if (
-                        a.__class__ is not Var
-                        or a.size.__class__ is not int
-                        or c.__class__ is not int
-                    ):
-                        return None
-                    terms.append((a.name, a.size, c))
-                key.append((v.const, frozenset(terms)))
+                key.append(v)
             else:
                 return None
         key.append(None)  # where one list ends
     return tuple(key)
+
+
+def _expr_key(e: Expr) -> tuple | None:
+    """``index_key``'s part for one expression: ``(constant, frozenset of terms)``, a term
+    ``(name, size, coefficient)`` for a variable and ``(atom's key, coefficient)`` for a
+    division or modulo, whose key is ``("//" or "%", its expression's key, divisor)``.
+
+    Kept on the expression: the bodies' loaders hand the same expressions on from view to view
+    and the memos ask for each again (a ResNet training step's compile asked ~36k times for
+    ~5k expressions)."""
+    try:
+        return e._index_key
+    except AttributeError:
+        pass
+    e._index_key = key = _new_expr_key(e)
+    return key
+
+
+def _new_expr_key(e: Expr) -> tuple | None:
+    if e.const.__class__ is not int:
+        return None
+    terms = []
+    for a, c in e.terms.items():
+        if c.__class__ is not int:
+            return None
+        cls = a.__class__
+        if cls is Var:
+            if a.size.__class__ is not int:
+                return None
+            terms.append((a.name, a.size, c))
+            continue
+        if cls is FloorDiv:
+            op, divisor = "//", a.div
+        elif cls is Mod:
+            op, divisor = "%", a.mod
+        else:
+            return None
+        inner = _expr_key(a.expr)
+        if inner is None or divisor.__class__ is not int:
+            return None
+        terms.append(((op, inner, divisor), c))
+    return (e.const, frozenset(terms))

@@ -1,6 +1,7 @@
 """Index work remembered across bodies and graphs (``Layout.offset_expr``'s memo, shared by
-layouts of one geometry): what is remembered for one question must never answer another.
-Views that differ only in their offset compile to PyTorch's values."""
+layouts of one geometry, and ``sym.index_key`` for divided and reduced indices): what is
+remembered for one question must never answer another. Views that differ only in their
+offset, and reshaped or pooled indices over loops of other sizes, compile to PyTorch's values."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 import kiln
+import kiln.nn.functional as F
 from kiln.inductor import config, ir, sym
 from tests.oracle import assert_close, needs_torch, torch
 
@@ -36,6 +38,25 @@ def test_views_of_one_shape_and_stride_at_other_offsets_match_torch(cold):
     for fn in (shifted_difference, left, right):
         got = kiln.compile(fn, fullgraph=True)(kiln.tensor(x))
         assert_close(got, fn(torch.tensor(x)), rtol=0, atol=0)
+
+
+@needs_torch
+@pytest.mark.parametrize("size", [8, 12])
+def test_pooled_and_reshaped_indices_for_each_size_match_torch(cold, size):
+    """Pooling windows and a pixel shuffle index by division and modulo; compiled for two
+    sizes in turn, each size's indices are its own."""
+    rng = np.random.default_rng(size)
+    x = rng.standard_normal((2, 8, size, size)).astype(np.float32)
+
+    def fn(t, nn_functional):
+        shuffled = nn_functional.pixel_shuffle(t, 2)
+        pooled = nn_functional.max_pool2d(t, 2) + nn_functional.avg_pool2d(t, 2)
+        return shuffled * 2, pooled, t.reshape(2, 4, 2, size, size).sum(2)
+
+    got = kiln.compile(lambda t: fn(t, F), fullgraph=True)(kiln.tensor(x))
+    expected = fn(torch.tensor(x), torch.nn.functional)
+    for g, e in zip(got, expected):
+        assert_close(g, e, rtol=1e-6, atol=1e-6)
 
 
 def test_layouts_of_one_geometry_share_offsets_and_other_offsets_do_not():

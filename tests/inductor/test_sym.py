@@ -157,7 +157,12 @@ def test_index_keys_tell_variables_of_other_sizes_apart():
     assert sym.index_key([e]) == sym.index_key([sym.Var("x0", 4) * 3 + 1])
     assert sym.index_key([e]) != sym.index_key([b * 3 + 1])
     assert sym.index_key([a], [b]) != sym.index_key([a, b])  # where the lists part counts
-    assert sym.index_key([a // 2]) is None  # a division is not keyed: not remembered
+    # divisions and moduli are keyed by their divisor and their variables' sizes too
+    assert sym.index_key([a // 2]) == sym.index_key([sym.Var("x0", 4) // 2])
+    assert sym.index_key([a // 2]) != sym.index_key([b // 2])
+    assert sym.index_key([(a * 4 + 1) // 3]) != sym.index_key([(a * 4 + 1) // 5])
+    assert sym.index_key([(a * 4 + 1) % 3]) != sym.index_key([(a * 4 + 1) // 3])
+    assert sym.index_key([sym.Indirect("_ind1", 4)]) is None  # an indirect index is not keyed
 
 
 def test_remembered_offsets_and_reads_follow_the_variables_sizes():
