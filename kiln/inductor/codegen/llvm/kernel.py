@@ -36,6 +36,7 @@ from .values import (
     LANES,
     UnsupportedInLLVM,
     V,
+    int_vector,
     llvm_type,
     memory_type,
     reduction_identity,
@@ -214,7 +215,7 @@ class KernelEmitter(ColumnEmitter, TileEmitter):
         vec = ir.VectorType(value.type, lanes)
         undef = ir.Constant(vec, ir.Undefined)
         v = b.insert_element(undef, value, ir.Constant(I32, 0))
-        out = b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+        out = b.shuffle_vector(v, undef, int_vector(I32, [0] * lanes))
         if memo is not None:
             memo[key] = (out, value)  # the value kept alive: its id stays its own
         return out
@@ -280,7 +281,7 @@ class KernelEmitter(ColumnEmitter, TileEmitter):
         def const(v):
             if v.__class__ is SymInt:
                 return self.sizes.vector(v, lanes) if lanes else self.sizes.value(v)
-            return ir.Constant(ty, [v] * lanes) if lanes else ir.Constant(ty, v)
+            return int_vector(ty.element, [v] * lanes) if lanes else ir.Constant(ty, v)
 
         rem = b.srem(value, const(d))
         nonneg = sym.known(">=", atom.expr.bounds()[0], 0)  # else the floor fix-up, always right
@@ -312,7 +313,7 @@ class KernelEmitter(ColumnEmitter, TileEmitter):
             if isinstance(atom, sym.Indirect):  # loaded per lane
                 v = env[atom]
             elif isinstance(atom, sym.Var):  # the inner variable itself: j + lane
-                lane = ir.Constant(vty, list(range(lanes)))
+                lane = int_vector(I64, range(lanes))
                 v = b.add(self.splat(env[j], lanes), lane, flags=_NSW)
             else:
                 v = self._div_mod(atom, self._emit_index_vec(atom.expr, env, lanes), vty)
@@ -914,12 +915,12 @@ class KernelEmitter(ColumnEmitter, TileEmitter):
             lo = b.shuffle_vector(
                 value,
                 ir.Constant(value.type, ir.Undefined),
-                ir.Constant(ir.VectorType(I32, half), list(range(half))),
+                int_vector(I32, range(half)),
             )
             hi = b.shuffle_vector(
                 value,
                 ir.Constant(value.type, ir.Undefined),
-                ir.Constant(ir.VectorType(I32, half), list(range(half, width))),
+                int_vector(I32, range(half, width)),
             )
             hv.lanes = half
             value = self._combine(rtype, hv, V(lo, d), V(hi, d)).value

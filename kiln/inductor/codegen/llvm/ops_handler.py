@@ -19,7 +19,17 @@ from ... import sym
 from ...prims import shared_formula
 from ..cpu_pool import INDEX_ERRORS
 from . import math_library as llvm_math
-from .values import I1, I32, I64, UnsupportedInLLVM, V, llvm_type, memory_type
+from .values import (
+    I1,
+    I32,
+    I64,
+    UnsupportedInLLVM,
+    V,
+    int_vector,
+    llvm_type,
+    memory_type,
+    splat_constant,
+)
 
 __all__ = ["LLVMOps", "LEFT_TO_NUMPY"]
 
@@ -95,9 +105,7 @@ class LLVMOps:
         vec = ir.VectorType(value.type, self.lanes)
         undef = ir.Constant(vec, ir.Undefined)
         v = self.b.insert_element(undef, value, ir.Constant(I32, 0))
-        return self.b.shuffle_vector(
-            v, undef, ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes)
-        )
+        return self.b.shuffle_vector(v, undef, int_vector(I32, [0] * self.lanes))
 
     def const_of(self, value, d: dt.dtype):
         t = llvm_type(d)
@@ -116,11 +124,7 @@ class LLVMOps:
                 else:
                     v = int(v)
             c = ir.Constant(t, int(v))
-        return (
-            c
-            if self.lanes == 1
-            else ir.Constant(ir.VectorType(t, self.lanes), [c.constant] * self.lanes)
-        )
+        return c if self.lanes == 1 else splat_constant(c, self.lanes)
 
     # ------------------------------------------------------------------ memory and indices
     def index(self, expr) -> ir.Value:
@@ -249,7 +253,7 @@ class LLVMOps:
             mask = ir.VectorType(I1, lanes)
             fnty = ir.FunctionType(data, [pointers.type, I32, mask, data])
             function = ir.Function(self.e.module, fnty, name)
-        on = ir.Constant(ir.VectorType(I1, lanes), [1] * lanes)
+        on = int_vector(I1, [1] * lanes)
         return b.call(
             function, [pointers, ir.Constant(I32, d.itemsize), on, ir.Constant(data, ir.Undefined)]
         )

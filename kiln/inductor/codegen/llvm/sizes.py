@@ -12,6 +12,7 @@ from llvmlite import ir
 
 from ....runtime import sym_expr
 from ....runtime.symbolic import SymInt, fold_pinned
+from .values import int_vector
 
 __all__ = ["SizeValues"]
 
@@ -50,7 +51,7 @@ class SizeValues:
         """``size`` in every lane of a ``<lanes x i64>``."""
         size = fold_pinned(size)
         if size.__class__ is not SymInt:
-            return ir.Constant(ir.VectorType(I64, lanes), [int(size)] * lanes)
+            return int_vector(I64, [int(size)] * lanes)
         b = self.b
         undef = ir.Constant(ir.VectorType(I64, lanes), ir.Undefined)
         v = b.insert_element(undef, self.value(size), ir.Constant(ir.IntType(32), 0))

@@ -6,6 +6,8 @@ on these, and this module imports none of them.
 
 from __future__ import annotations
 
+import functools
+
 from llvmlite import ir
 
 from ....runtime import dtypes as dt
@@ -14,9 +16,11 @@ __all__ = [
     "LANES",
     "UnsupportedInLLVM",
     "V",
+    "int_vector",
     "llvm_type",
     "memory_type",
     "reduction_identity",
+    "splat_constant",
 ]
 
 
@@ -59,6 +63,30 @@ def llvm_type(d: dt.dtype):
 
 def memory_type(d: dt.dtype):
     return I8 if d is dt.bool_ else llvm_type(d)
+
+
+def int_vector(element: ir.IntType, values) -> ir.Constant:
+    """The constant vector of ``values`` (plain ints), one object per element width and values.
+
+    llvmlite formats a constant's text once per object, element by element: lane indices,
+    shuffle masks and splatted sizes made afresh at each use were ~0.1 s of a ResNet training
+    step's IR printing (every kernel has the same few). A constant is a value with no parent,
+    so one object serves every instruction of every module."""
+    values = tuple(values)
+    if any(v.__class__ is not int for v in values):  # a bool would share an int's entry
+        return ir.Constant(ir.VectorType(element, len(values)), list(values))
+    return _int_vector(element.width, values)
+
+
+@functools.lru_cache(maxsize=1024)
+def _int_vector(width: int, values: tuple) -> ir.Constant:
+    return ir.Constant(ir.VectorType(ir.IntType(width), len(values)), list(values))
+
+
+def splat_constant(scalar: ir.Constant, lanes: int) -> ir.Constant:
+    """``scalar`` in every lane: one element object, so its text (a float's hex digits) is
+    formatted once rather than once per lane; the vector's text is the same."""
+    return ir.Constant(ir.VectorType(scalar.type, lanes), [scalar] * lanes)
 
 
 class V:
