@@ -22,6 +22,7 @@ import numpy as np
 import kiln
 from tests import ops as ops_pkg
 from tests.ops.opinfo import Sample, T
+from tests.ops.test_oracle import _storage_shape
 from tests.oracle import torch
 
 DTYPES = (
@@ -92,15 +93,6 @@ class Variant:
         if self.kind in SHAPES:
             return any(self._shaped(a) != a for a in specs)
         return any(a.dtype == "float32" for a in specs)
-
-
-def _storage_shape(spec: T) -> tuple:
-    shape = tuple(spec.shape)
-    if spec.layout == "transposed" and len(shape) >= 2:
-        return shape[:-2] + (shape[-1], shape[-2])
-    if spec.layout == "strided" and shape:
-        return shape[:-1] + (shape[-1] * 2,)
-    return shape
 
 
 def _array(spec: T, rng: np.random.Generator) -> np.ndarray:
