@@ -323,8 +323,10 @@ def writable_target(array: np.ndarray, allow_overlap: bool = False) -> np.ndarra
     """
     if array.flags.writeable:
         return array
-    if not allow_overlap and any(
-        st == 0 and n > 1 for n, st in zip(array.shape, array.strides, strict=True)
+    if (
+        not allow_overlap
+        and array.size  # nothing is written to an empty tensor (PyTorch: dense, no overlap)
+        and any(st == 0 and n > 1 for n, st in zip(array.shape, array.strides, strict=True))
     ):
         raise RuntimeError(_OVERLAP_MESSAGE)
     owner = storage_of(array)

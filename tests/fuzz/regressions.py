@@ -549,4 +549,36 @@ REGRESSIONS: list[Case] = [
         ),
         ("pytorch", *COMPILED, "inductor-dynamic"),
     ),
+    Case(
+        "copy_ into an empty expanded view raised the internal-overlap error: a stride-0 dim "
+        "of size 2 in a tensor of no elements writes nothing (pytorch campaign, seed 106)",
+        Program(
+            (Input("x0", (0, 3), dtype="bool"),),
+            (
+                "v0 = x0.flatten()",
+                "v1 = v0.expand(2, 0)",
+                "v2 = v1.flip(1)",
+                "v3 = v2.detach()",
+                "v4 = v0.squeeze(-1)",
+                "v3.copy_(v0)",
+            ),
+            ("v4",),
+        ),
+    ),
+    Case(
+        "out-of-place index_put laid its result out row-major where PyTorch clones its input "
+        "in the input's layout (KILN_FUZZ_STRIDES pytorch campaign, seed 106)",
+        _one(
+            [
+                Input("x0", (1, 2, 2), layout="expanded", fill="integral"),
+                Input("x1", (1, 2, 2), layout="transposed", fill="integral", seed=9),
+                Input("x2", (2, 2, 2), fill="special", seed=1),
+            ],
+            [
+                "v3 = torch.mul(x0, x1)",
+                "v5 = v3.index_put((torch.tensor([0, 0]),), x2, accumulate=True)",
+            ],
+        ),
+        ("pytorch", *COMPILED),
+    ),
 ]

@@ -751,7 +751,7 @@ multinomial.differentiable = False
 def clone(self: Tensor, *, memory_format: str | None = None): ...
 
 
-def _clone_layout(x, memory_format) -> tuple | None:
+def clone_layout(x, memory_format) -> tuple | None:
     """The clone's strides as PyTorch picks them, or None for plain contiguous ones."""
     if memory_format is contiguous_format or x._shape == ():
         return None
@@ -765,7 +765,7 @@ def _clone_layout(x, memory_format) -> tuple | None:
 
 @clone.register_kernel
 def _clone_kernel(x, memory_format):
-    layout = _clone_layout(x, memory_format)
+    layout = clone_layout(x, memory_format)
     if layout is None:
         out = empty_array(x._shape, x._data.dtype)
         np.copyto(out, x._data)
@@ -777,7 +777,7 @@ def _clone_kernel(x, memory_format):
 
 @clone.register_meta
 def _clone_meta(x, memory_format=None):
-    return fake(x._shape, x._dtype, x, _clone_layout(x, memory_format))
+    return fake(x._shape, x._dtype, x, clone_layout(x, memory_format))
 
 
 clone.register_derivative(lambda c, g: (g,), save_inputs=())

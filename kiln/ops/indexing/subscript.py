@@ -19,6 +19,7 @@ from ...runtime.sym_expr import INF
 from ...runtime.symbolic import SymInt, active_env, known_same_shape, same_shape
 from ..core.common import Tensor, broadcast_shapes, fake, iterator_strides, laid_out, wrap
 from ..core.registry import OPS, defop, tensor_method, torch_function
+from ..creation.factories import clone_layout
 from ..shape.views import expand_shape, view_strides
 from .row_accumulate import accumulate_rows
 
@@ -305,7 +306,11 @@ def _assign(target: np.ndarray, idx: tuple, v: np.ndarray, accumulate: bool) -> 
 @index_put.register_kernel
 def _index_put_kernel(x, indices, values, accumulate):
     v = _put_values(x, indices, values)
-    out = x._data.copy()
+    # PyTorch's out-of-place index_put clones ``x`` in its own layout (preserve_format)
+    layout = clone_layout(x, None)
+    out = x._data.copy(order="K")
+    if layout is not None:
+        out = laid_out(out, layout)
     _assign(out, _np_indices(indices), v, accumulate)
     return wrap(out, x._dtype)
 
@@ -333,7 +338,7 @@ def _index_put_meta(x, indices, values, accumulate=False):
                     f"shape mismatch: value tensor of shape {list(shapes[0])} cannot be "
                     f"broadcast to indexing result of shape {list(shapes[1])}"
                 )
-    return fake(x._shape, x._dtype, x)
+    return fake(x._shape, x._dtype, x, clone_layout(x, None))
 
 
 def _index_put_grad(c, g):
