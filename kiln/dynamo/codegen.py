@@ -17,7 +17,7 @@ from bytecode import Bytecode, CompilerFlags, Instr
 from . import bytecode_versions as bv
 from .assemble import assemble
 
-__all__ = ["PyCodegen", "make_code", "GRAPH_OUTPUT_VAR"]
+__all__ = ["PyCodegen", "make_code", "parameter_names", "GRAPH_OUTPUT_VAR"]
 
 GRAPH_OUTPUT_VAR = "___graph_out"
 
@@ -103,6 +103,13 @@ class PyCodegen:
         self.append(Instr("BINARY_SUBSCR"))
 
 
+def parameter_names(template: types.CodeType) -> list[str]:
+    """The names of ``template``'s parameters, ``*args`` and ``**kwargs`` included."""
+    n = template.co_argcount + template.co_kwonlyargcount
+    n += bool(template.co_flags & 0x04) + bool(template.co_flags & 0x08)
+    return list(template.co_varnames[:n])
+
+
 def make_code(
     template: types.CodeType,
     instructions: list,
@@ -114,42 +121,41 @@ def make_code(
     keep_exception_depths: bool = False,
 ) -> types.CodeType:
     """A code object with ``template``'s file, line, names and signature (unless overridden)."""
-    bc = Bytecode()
-    bc.name = name or template.co_name
-    bc.qualname = name or template.co_qualname
-    bc.filename = template.co_filename
-    bc.first_lineno = template.co_firstlineno
+    qualname = name or template.co_qualname
+    name = name or template.co_name
     if argnames is None:
-        n = template.co_argcount + template.co_kwonlyargcount
-        n += bool(template.co_flags & 0x04) + bool(template.co_flags & 0x08)
-        bc.argnames = list(template.co_varnames[:n])
-        bc.argcount = template.co_argcount
-        bc.posonlyargcount = template.co_posonlyargcount
-        bc.kwonlyargcount = template.co_kwonlyargcount
+        argnames = parameter_names(template)
+        counts = (template.co_argcount, template.co_posonlyargcount, template.co_kwonlyargcount)
     else:
-        bc.argnames = list(argnames)
-        bc.argcount = len(argnames)
+        argnames = list(argnames)
+        counts = (len(argnames), 0, 0)
     if flags is None:
         flags = template.co_flags & ~(
             CompilerFlags.GENERATOR | CompilerFlags.COROUTINE | CompilerFlags.ASYNC_GENERATOR
             | CompilerFlags.ITERABLE_COROUTINE
         )  # fmt: skip
-    bc.flags = flags
-    bc.freevars = list(template.co_freevars)
-    bc.cellvars = []
     if stacksize is None and not keep_exception_depths:
         stacksize = _straight_line_stacksize(instructions)
         if stacksize is not None:
             code = assemble(
-                template, instructions, name=bc.name, qualname=bc.qualname,
-                argnames=bc.argnames, argcount=bc.argcount, posonlyargcount=bc.posonlyargcount,
-                kwonlyargcount=bc.kwonlyargcount, flags=int(flags), stacksize=stacksize,
+                template, instructions, name=name, qualname=qualname, argnames=argnames,
+                argcount=counts[0], posonlyargcount=counts[1], kwonlyargcount=counts[2],
+                flags=int(flags), stacksize=stacksize,
             )  # fmt: skip
             if code is not None:
                 return code
             # the library's control-flow graph pass (a third of a warm capture's code
             # assembly) learns nothing more about code without jumps or handlers
             keep_exception_depths = True
+    bc = Bytecode()
+    bc.name, bc.qualname = name, qualname
+    bc.filename = template.co_filename
+    bc.first_lineno = template.co_firstlineno
+    bc.argnames = argnames
+    bc.argcount, bc.posonlyargcount, bc.kwonlyargcount = counts
+    bc.flags = flags
+    bc.freevars = list(template.co_freevars)
+    bc.cellvars = []
     bc.extend(instructions)
     if keep_exception_depths:
         return bc.to_code(stacksize=stacksize, compute_exception_stack_depths=False)

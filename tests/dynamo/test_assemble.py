@@ -20,9 +20,7 @@ def _library_code(template, instructions, stacksize):
     bc.name = bc.qualname = template.co_name
     bc.filename = template.co_filename
     bc.first_lineno = template.co_firstlineno
-    n = template.co_argcount + template.co_kwonlyargcount
-    n += bool(template.co_flags & 0x04) + bool(template.co_flags & 0x08)
-    bc.argnames = list(template.co_varnames[:n])
+    bc.argnames = codegen.parameter_names(template)
     bc.argcount = template.co_argcount
     bc.posonlyargcount = template.co_posonlyargcount
     bc.kwonlyargcount = template.co_kwonlyargcount
@@ -34,11 +32,9 @@ def _library_code(template, instructions, stacksize):
 
 
 def _direct_code(template, instructions, stacksize):
-    n = template.co_argcount + template.co_kwonlyargcount
-    n += bool(template.co_flags & 0x04) + bool(template.co_flags & 0x08)
     return assemble(
         template, instructions, name=template.co_name, qualname=template.co_name,
-        argnames=list(template.co_varnames[:n]), argcount=template.co_argcount,
+        argnames=codegen.parameter_names(template), argcount=template.co_argcount,
         posonlyargcount=template.co_posonlyargcount, kwonlyargcount=template.co_kwonlyargcount,
         flags=template.co_flags, stacksize=stacksize,
     )  # fmt: skip
