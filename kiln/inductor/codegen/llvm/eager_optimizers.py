@@ -1,4 +1,4 @@
-"""Machine code for the eager Adam/AdamW update of a float32 parameter.
+"""Machine code for the eager Adam/AdamW and SGD updates of a float32 parameter.
 
 ``optim/_numpy_step.py`` does a parameter's update on its arrays in about fifteen numpy calls
 (the lerp of the first moment in float64, the second moment, the bias-corrected denominator,
@@ -11,6 +11,11 @@ the op path's.
 Run-time flags choose maximize, the weight-decay form and the lerp's formula by ``select``;
 amsgrad passes its running maximum (without it the caller passes the second moment itself,
 whose maximum with itself is itself).
+
+SGD's update is memory-bound: the numpy path makes a parameter-sized temporary for each scaled
+term (weight decay, the step), and at resnet18's sizes those are fresh pages every step
+(arrays past glibc's mmap threshold), so its eager step spent more time faulting pages in than
+computing. One pass reads the parameter, gradient and momentum buffer once and writes each once.
 """
 
 from __future__ import annotations
@@ -82,11 +87,50 @@ def _module() -> ir.Module:
         store(b, param, p, i, lanes)
 
     flat_loop(fn, n, body)
+    _sgd_function(module, momentum=False)
+    _sgd_function(module, momentum=True)
     return module
 
 
+# SGD's flag bits and float32 scalars (as ``_numpy_step.sgd_update`` rounds them)
+SGD_MAXIMIZE, SGD_DECAY, SGD_NEW_BUFFER, SGD_NESTEROV = 1, 2, 4, 8
+_SGD_SCALARS = ("weight_decay", "momentum", "one_minus_dampening", "neg_lr")
+
+
+def _sgd_function(module: ir.Module, momentum: bool) -> None:
+    """``kiln_sgd`` (no momentum buffer) or ``kiln_sgd_momentum``: the numpy path's operations
+    in its order, each rounded to float32 (no fused multiply-add)."""
+    args = [I64] + [_F32P] * 3 + [I64] + [F32] * len(_SGD_SCALARS)
+    name = "kiln_sgd_momentum" if momentum else "kiln_sgd"
+    fn = ir.Function(module, ir.FunctionType(_VOID, args), name)
+    n, p, g, buf, flags, *scalars = fn.args
+
+    def body(b: ir.IRBuilder, i: ir.Value, lanes: int) -> None:
+        s = {name: splat(b, value, lanes) for name, value in zip(_SGD_SCALARS, scalars)}
+
+        def flag(bit):
+            on = b.icmp_unsigned("!=", b.and_(flags, ir.Constant(I64, bit)), ir.Constant(I64, 0))
+            return splat(b, on, lanes)
+
+        param, grad = load(b, p, i, lanes), load(b, g, i, lanes)
+        grad = b.select(flag(SGD_MAXIMIZE), b.fneg(grad), grad)
+        grad = b.select(flag(SGD_DECAY), b.fadd(grad, b.fmul(param, s["weight_decay"])), grad)
+        if momentum:
+            # a new buffer is the gradient itself (its memory is not read: ``select`` drops the
+            # arithmetic on whatever it held); a dampening of 0 multiplies by 1, exactly
+            old = load(b, buf, i, lanes)
+            kept = b.fadd(b.fmul(old, s["momentum"]), b.fmul(grad, s["one_minus_dampening"]))
+            kept = b.select(flag(SGD_NEW_BUFFER), grad, kept)
+            store(b, kept, buf, i, lanes)
+            ahead = b.fadd(grad, b.fmul(kept, s["momentum"]))
+            grad = b.select(flag(SGD_NESTEROV), ahead, kept)
+        store(b, b.fadd(param, b.fmul(grad, s["neg_lr"])), p, i, lanes)
+
+    flat_loop(fn, n, body)
+
+
 class NativeOptimizers:
-    """``adam(p, g, m, v, v_max, flags, scalars)`` over C-contiguous float32 arrays of one size."""
+    """``adam(...)`` and ``sgd(...)`` over C-contiguous float32 arrays of one size."""
 
     def __init__(self, compiled):
         self._adam = compiled.cfunc(
@@ -97,6 +141,10 @@ class NativeOptimizers:
             ctypes.c_int64,
             *[ctypes.c_float] * len(_SCALARS),
         )
+        sgd_args = (ctypes.c_int64, *[ctypes.c_void_p] * 3, ctypes.c_int64)
+        sgd_args += (ctypes.c_float,) * len(_SGD_SCALARS)
+        self._sgd = compiled.cfunc("kiln_sgd", None, *sgd_args)
+        self._sgd_momentum = compiled.cfunc("kiln_sgd_momentum", None, *sgd_args)
 
     def adam(
         self, p, g, m, v, v_max, scalars: dict, *, maximize: bool, decay: str, small: bool
@@ -108,6 +156,30 @@ class NativeOptimizers:
         flags |= {"coupled": COUPLED_DECAY, "decoupled": DECOUPLED_DECAY}.get(decay, 0)
         addresses = [data_address(a) for a in (p, g, m, v, v_max)]
         self._adam(p.size, *addresses, flags, *[scalars[name] for name in _SCALARS])
+
+    def sgd(
+        self,
+        p,
+        g,
+        buf,
+        scalars: dict,
+        *,
+        maximize: bool,
+        decay: bool,
+        new_buffer: bool,
+        nesterov: bool,
+    ) -> None:
+        """One SGD update in place; ``buf`` the momentum buffer (None without momentum; with
+        ``new_buffer`` its memory is only written), ``scalars`` each of ``_SGD_SCALARS`` as a
+        float32, ``decay`` whether the weight-decay term is added at all."""
+        flags = (SGD_MAXIMIZE if maximize else 0) | (SGD_NEW_BUFFER if new_buffer else 0)
+        flags |= (SGD_DECAY if decay else 0) | (SGD_NESTEROV if nesterov else 0)
+        words = [scalars[name] for name in _SGD_SCALARS]
+        if buf is None:
+            self._sgd(p.size, data_address(p), data_address(g), None, flags, *words)
+        else:
+            addresses = [data_address(a) for a in (p, g, buf)]
+            self._sgd_momentum(p.size, *addresses, flags, *words)
 
 
 def build() -> NativeOptimizers:
