@@ -106,6 +106,10 @@ def _elementwise(name):
     return lambda m, *xs: getattr(m, name)(*xs)
 
 
+def _elementwise_loss(name):
+    return lambda m, a, b: getattr(m.nn.functional, name)(a, b, reduction="none")
+
+
 def _functional(name):
     return lambda m, x: getattr(m.nn.functional, name)(x)
 
@@ -118,6 +122,8 @@ _add("fmax fmin copysign pow div atan2 hypot mul sub logaddexp", "pair", _elemen
 _add("maximum minimum", "pair", _elementwise, tie_zero_sign=True)
 _add("fmod remainder", "pair", _elementwise, torch_differs=_quotient_overflows)
 _add("floor_divide", "pair", _elementwise, grad=False)
+_add("xlogy", "pair", _elementwise)
+_add("mse_loss l1_loss smooth_l1_loss huber_loss", "pair", _elementwise_loss)
 _add(
     "sign sgn exp log log1p sqrt rsqrt sigmoid tanh nan_to_num expm1 reciprocal", "x", _elementwise
 )

@@ -508,7 +508,9 @@ mse_loss = _elementwise_loss(
     "mse_loss",
     _mse_schema,
     lambda a, b: np.square(a - b),
-    lambda x, t: (2 * (x - t), -2 * (x - t)),
+    # the target's gradient from t - x, as PyTorch's (mse_loss_backward with the operands
+    # swapped): 0.0, not -0.0, where they are equal
+    lambda x, t: (2 * (x - t), 2 * (t - x)),
     lambda x, t: (x - t) * (x - t),
     autocast={"cpu": "fp32", "cuda": "fp32"},
     kernel_name="mse_cpu",
@@ -551,13 +553,17 @@ def _smooth_l1_np(a, b, beta):
     return np.where(z < beta, 0.5 * z * z / beta, z - 0.5 * beta)
 
 
-def _smooth_l1_grad(x, t, beta):
-    d = x - t
+def _smooth_l1_slope(d, beta):
+    """d / beta inside the band, +-1 beyond it, and NaN at a NaN difference (PyTorch's
+    branches)."""
     if beta == 0:
-        return d.sign(), -d.sign()
-    # d / beta inside the band, +-1 beyond it, and NaN at a NaN difference (PyTorch's branches)
-    gd = OPS["where"](d < -beta, -1.0, OPS["where"](d > beta, 1.0, d / beta))
-    return gd, -gd
+        return d.sign()
+    return OPS["where"](d < -beta, -1.0, OPS["where"](d > beta, 1.0, d / beta))
+
+
+def _smooth_l1_grad(x, t, beta):
+    # the target's from t - x, as PyTorch's: 0.0, not -0.0, where input equals target
+    return _smooth_l1_slope(x - t, beta), _smooth_l1_slope(t - x, beta)
 
 
 def _smooth_l1_decomp(x, t, beta):
@@ -582,8 +588,8 @@ def _huber_schema(input: Tensor, target: Tensor, delta: float = 1.0, reduction: 
 
 
 def _huber_grad(x, t, delta):
-    gd = (x - t).clamp(-delta, delta)
-    return gd, -gd
+    # the target's from t - x, as PyTorch's: 0.0, not -0.0, where input equals target
+    return (x - t).clamp(-delta, delta), (t - x).clamp(-delta, delta)
 
 
 huber_loss = _elementwise_loss(

@@ -414,15 +414,51 @@ def square(self: Tensor): ...
 square.register_decomposition(lambda x: x.long() * x.long() if x.dtype is _bool else x * x)
 
 
-@defop(kind="pointwise", grad_fn_name="XlogyBackward0")
+@defop(
+    kind="pointwise",
+    grad_fn_name="XlogyBackward0",
+    complex_refused=complex_not_implemented("xlogy_cpu"),
+)
 def xlogy(self: Tensor, other: TensorOrScalar): ...
+
+
+def _xlogy_dtype(x, y) -> dt.dtype:
+    return to_float_dtype(result_dtype(x, y))
+
+
+@xlogy.register_kernel
+def _xlogy_kernel(x, y):
+    d = _xlogy_dtype(x, y)
+    cd = compute_np_dtype(d)  # half types in float32, as PyTorch's CPU kernels do
+    a, b = as_np_operand(x, cd), as_np_operand(y, cd)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where((a == 0) & (b == b), cd.type(0), a * np.log(b))
+    return wrap(iterator_layout(np.asarray(out, cd), (x, y), d), d)
+
+
+xlogy.register_meta(lambda x, y: pointwise_meta(_xlogy_dtype(x, y), x, y))
+
+
+def _xlogy_grad(c, g):
+    """PyTorch's formulas: d/dx is xlogy(g, y), 0 where x == 0 and y <= 0 (so log(y) at x == 0
+    otherwise: inf at y = inf, which a mask on the product's log(y) would lose); d/dy is
+    g * x / y (its zeros keep x's sign, NaN at x = y = 0)."""
+    x, y = c.args
+    gx = gy = None
+    if needs_grad(c, 0):
+        gx = where((x == 0) & (y <= 0), 0.0, xlogy(g, y))
+    if needs_grad(c, 1):
+        gy = g * x / y
+    return gx, gy
+
+
+xlogy.register_derivative(_xlogy_grad)
 
 
 @xlogy.register_decomposition
 def _xlogy_decomp(x, y):
-    """x * log(y), 0 where x == 0 (unless y is NaN). The mask sits on log(y), not on the
-    product, so d/dx stays log(y) at x == 0 as in PyTorch (Beta/Dirichlet log_prob gradients
-    at concentration 1 need it)."""
+    """x * log(y), 0 where x == 0 (unless y is NaN); compiled forward passes (gradients come
+    from ``_xlogy_grad``). The mask sits on log(y) too, so that 0 * log(inf) is not NaN."""
     if not isinstance(y, Tensor):
         if y > 0 and y != math.inf:
             return _zero_where_x_is(x, x * math.log(y))
