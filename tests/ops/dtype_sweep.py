@@ -155,6 +155,19 @@ def _tensors(out) -> list:
     return [out] if out is not None and hasattr(out, "shape") else []
 
 
+def assert_agrees_with_torch(operands, call, compiled: bool) -> None:
+    """``call(lib, *operands(lib))`` gives PyTorch's result (dtype, shape, values) or raises its
+    exception type; with ``compiled``, ``kiln.compile`` of it too (the tensors as inputs)."""
+    want = outcome(lambda: call(torch, *operands(torch)))
+    got = outcome(lambda: call(kiln, *operands(kiln)))
+    assert compare(got, want, strides=False) is None, compare(got, want, False)
+    if compiled:
+        kiln.dynamo.reset()
+        inputs = operands(kiln)
+        got = outcome(lambda: kiln.compile(lambda *xs: call(kiln, *xs))(*inputs))
+        assert compare(got, want, strides=False) is None, compare(got, want, False)
+
+
 def _builtin_type(error: BaseException) -> type:
     """The first builtin exception class of the error's type (PyTorch's own classes, such as
     ``torch.linalg.LinAlgError``, derive from one)."""

@@ -24,15 +24,7 @@ def _t(lib, values, dtype: str):
     return lib.tensor(values, dtype=getattr(lib, dtype))
 
 
-def _agrees_with_torch(operands, call, compiled: bool) -> None:
-    want = sweep.outcome(lambda: call(torch, *operands(torch)))
-    got = sweep.outcome(lambda: call(kiln, *operands(kiln)))
-    assert sweep.compare(got, want, strides=False) is None, sweep.compare(got, want, False)
-    if compiled:
-        kiln.dynamo.reset()
-        inputs = operands(kiln)
-        got = sweep.outcome(lambda: kiln.compile(lambda *xs: call(kiln, *xs))(*inputs))
-        assert sweep.compare(got, want, strides=False) is None, sweep.compare(got, want, False)
+_agrees_with_torch = sweep.assert_agrees_with_torch
 
 
 def _cases(table: dict):

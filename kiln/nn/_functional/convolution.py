@@ -151,9 +151,23 @@ def _patch_weight(channels: int, kernel, like: Tensor) -> Tensor:
     )
 
 
+def _blocks_dtype(input: Tensor, kernel: str) -> dt.dtype | None:
+    """PyTorch's im2col/col2im take bools (an overlap of blocks is their OR) but no integers.
+    The dtype the blocks are moved in by the one-hot convolution: int64 for bools (a bool
+    convolution has no kernel), None for the input's own."""
+    if input.dtype.is_integral:
+        raise NotImplementedError(
+            f"\"{kernel}\" not implemented for '{dt.torch_type_name(input.dtype)}'"
+        )
+    return dt.int64 if input.dtype is dt.bool_ else None
+
+
 def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
     """im2col: (N, C, H, W) -> (N, C*kh*kw, L) sliding blocks, as a grouped convolution."""
     x, unbatched = batched(input, 2, "unfold")
+    moved_as = _blocks_dtype(x, "im2col_out_cpu")
+    if moved_as is not None:
+        x = x.to(moved_as)
     # row-major, as PyTorch's im2col reads it: a channels-last input's blocks and its gradient
     # are row-major there too (the convolution would keep channels-last)
     x = x.contiguous()
@@ -172,6 +186,8 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
         c,
     )
     cols = cols.flatten(2)  # (N, C*kh*kw, blocks): no size to infer when N is 0
+    if moved_as is not None:
+        cols = cols.to(input.dtype)
     cols = cols.squeeze(0) if unbatched else cols
     rename_grad_fn(cols, (input,), "Im2ColBackward0")
     return cols
@@ -179,8 +195,16 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
 
 def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
     """col2im, the adjoint of ``unfold``: overlapping blocks are summed."""
+    if input.ndim not in (2, 3):
+        raise RuntimeError(
+            "Expected 2D or 3D (batch mode) tensor for input with possibly 0 batch size and "
+            f"non-zero dimensions for input, but got: {list(input.shape)}"
+        )
     unbatched = input.ndim == 2
     cols = input.unsqueeze(0) if unbatched else input
+    moved_as = _blocks_dtype(input, "col2im_out_cpu")
+    if moved_as is not None:
+        cols = cols.to(moved_as)
     kernel = ntuple(kernel_size, 2, "kernel_size")
     size = ntuple(output_size, 2, "output_size")
     stride, padding = ntuple(stride, 2, "stride"), ntuple(padding, 2, "padding")
@@ -213,6 +237,8 @@ def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=
     out = OPS["convolution"](
         grid, _patch_weight(c, kernel, cols), None, stride, padding, dilation, True, extra, c
     )
+    if moved_as is not None:
+        out = out.to(input.dtype)
     out = out.squeeze(0) if unbatched else out
     rename_grad_fn(out, (input,), "Col2ImBackward0")
     return out

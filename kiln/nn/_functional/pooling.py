@@ -27,7 +27,18 @@ def _pool_args(kernel_size, stride, padding, dims):
     return kernel, ntuple(stride, dims, "stride"), ntuple(padding, dims, "padding")
 
 
+def _refuse_non_float(input: Tensor, kernel: str) -> None:
+    """PyTorch's kernels compiled for floating dtypes only (1-d max pooling without indices,
+    unpooling) raise NotImplementedError naming the dtype."""
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError(
+            f"\"{kernel}\" not implemented for '{dt.torch_type_name(input.dtype)}'"
+        )
+
+
 def _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, dims):
+    if dims == 1 and not return_indices:  # PyTorch's own 1-d loop, not 2-d pooling's
+        _refuse_non_float(input, "max_pool1d_impl")
     x, unbatched = batched(input, dims, f"max_pool{dims}d")
     kernel, stride, padding = _pool_args(kernel_size, stride, padding, dims)
     dilation = ntuple(dilation, dims, "dilation")
@@ -77,6 +88,7 @@ def max_pool3d_with_indices(
 
 def _max_unpool(input, indices, kernel_size, stride, padding, output_size, dims):
     """Scatter pooled values back to the positions ``indices`` name; zeros elsewhere."""
+    _refuse_non_float(input, "max_unpool3d" if dims == 3 else "max_unpool2d")
     kernel, stride, padding = _pool_args(kernel_size, stride, padding, dims)
     x, unbatched = batched(input, dims, f"max_unpool{dims}d")
     idx = indices.unsqueeze(0) if unbatched else indices

@@ -64,7 +64,7 @@ def _transposed_size(size, kernel, stride, padding, dilation, output_padding) ->
 # ------------------------------------------------------------------------------ convolution
 
 
-@defop(kind="extern", prim=True, autocast={"cuda": "lower"})
+@defop(kind="extern", prim=True, autocast={"cuda": "lower"}, holomorphic=True)
 def convolution(
     input: Tensor,
     weight: Tensor,
@@ -98,6 +98,11 @@ def _conv_geometry(x, w, b, stride, padding, dilation, transposed, output_paddin
         )
     if groups <= 0:
         raise RuntimeError("non-positive groups is not supported")
+    if w.shape[0] < groups:
+        raise RuntimeError(
+            f"Given groups={groups}, expected weight to be at least {groups} at dimension 0, but "
+            f"got weight of size {list(w.shape)} instead"
+        )
     channels = x.shape[1]
     kernel = tuple(w.shape[2:])
     if transposed:
@@ -151,15 +156,36 @@ def _conv_geometry(x, w, b, stride, padding, dilation, transposed, output_paddin
         raise RuntimeError(
             f"expected scalar type {torch_type_name(x.dtype)} but found {torch_type_name(w.dtype)}"
         )
+    _check_conv_dtype(x._dtype, k, any(d != 1 for d in dilation), transposed)
     return (x.shape[0], out_channels) + tuple(out)
+
+
+def _check_conv_dtype(dtype: dt.dtype, k: int, dilated: bool, transposed: bool) -> None:
+    """PyTorch's CPU convolutions of integers: its plain (im2col) kernels take every integer
+    dtype, its dilated and transposed ones int64 only, none bools."""
+    if dtype.is_floating_point or dtype.is_complex or dtype is dt.int64:
+        return
+    if transposed:
+        kernel = f"slow_conv_transpose{max(k, 2)}d_out_cpu"
+    elif dilated:
+        kernel = "slow_conv_dilated<>"
+    elif dtype is dt.bool_:
+        kernel = "compute_columns3d" if k == 3 else "slow_conv2d_cpu"
+    else:
+        return
+    raise NotImplementedError(f"\"{kernel}\" not implemented for '{torch_type_name(dtype)}'")
+
+
+def _conv_compute_dtype(dtype: dt.dtype) -> np.dtype:
+    """Integers are multiplied and added in int64: its wrapping sums, cast to the input's
+    dtype, are the narrow dtype's wrapping sums, as PyTorch's integer kernels give them."""
+    return np.dtype(np.int64) if dtype.is_integral else compute_np_dtype(dtype)
 
 
 @convolution.register_kernel
 def _convolution_kernel(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
     shape = _conv_geometry(x, w, b, stride, padding, dilation, transposed, output_padding, groups)
-    if not x._dtype.is_floating_point:
-        raise NotImplementedError(f"\"convolution\" not implemented for '{x._dtype.name}'")
-    cd = compute_np_dtype(x._dtype)
+    cd = _conv_compute_dtype(x._dtype)
     a = x._data.astype(cd, copy=False)
     wa = w._data.astype(cd, copy=False)
     if 0 in shape:
@@ -469,40 +495,56 @@ def _max_pool(
 ): ...
 
 
-def _refusing_non_float(name: str):
-    """The pools' dtype check, made by the kernel and, in front of the meta, by compiled code
-    (which would otherwise pool what eager refuses)."""
-
-    def check(x, *rest) -> None:
-        if not x._dtype.is_floating_point:
-            raise NotImplementedError(f"\"{name}\" not implemented for '{x._dtype.name}'")
-
-    return check
+def _check_max_pool_dtype(x, kernel, *rest) -> None:
+    """PyTorch's max pools take integers but not bools or complex numbers; checked by the kernel
+    and, in front of the meta, by compiled code (which would otherwise pool what eager refuses)."""
+    if x._dtype is dt.bool_ or x._dtype.is_complex:
+        name = "max_pool3d" if len(kernel) == 3 else "max_pool2d"
+        raise NotImplementedError(f"\"{name}\" not implemented for '{torch_type_name(x._dtype)}'")
 
 
-_check_max_pool_dtype = _refusing_non_float("max_pool")
-_check_avg_pool_dtype = _refusing_non_float("avg_pool")
+def _check_avg_pool_dtype(x, kernel, *rest) -> None:
+    """PyTorch's average pools take int64 (summed and divided in integers) but no other integer
+    dtype, bool or complex; the 3-d one no 16-bit floats either."""
+    d = x._dtype
+    if d is dt.float32 or d is dt.float64 or d is dt.int64:
+        return
+    if len(kernel) == 3:
+        name = "avg_pool3d_out_frame"
+    elif d.is_floating_point:
+        return
+    else:
+        name = "avg_pool2d"
+    raise NotImplementedError(f"\"{name}\" not implemented for '{torch_type_name(d)}'")
+
+
+def lowest_value(d: dt.dtype) -> float | int:
+    """The value a max pool's windows start from and pad with: -inf, or an integer dtype's
+    least value (PyTorch's ``numeric_limits::lowest``)."""
+    return float("-inf") if d.is_floating_point else int(np.iinfo(d.np).min)
 
 
 @_max_pool.register_kernel
 def _max_pool_kernel(x, kernel, stride, padding, dilation, ceil_mode):
-    _check_max_pool_dtype(x)
+    _check_max_pool_dtype(x, kernel)
     out = _pool_geometry("max_pool", x, kernel, stride, padding, dilation, ceil_mode)
     k = len(kernel)
     spatial = _spatial(x)
     pads = _pool_pads(spatial, out, kernel, stride, padding, dilation, ceil_mode)
     a = x._data
+    lowest = lowest_value(x._dtype)
     if any(p != (0, 0) for p in pads):
-        a = np.pad(a, [(0, 0), (0, 0)] + pads, constant_values=-np.inf)
+        a = np.pad(a, [(0, 0), (0, 0)] + pads, constant_values=lowest)
     taps = [
         a[(Ellipsis,) + offset_slices(o, out, stride, dilation)] for o in kernel_offsets(kernel)
     ]
-    values, arg = _max_and_first_arg(taps, bool(np.isnan(x._data).any()))
-    if any(p != (0, 0) for p in pads):  # an all -inf window: its first position in the input
+    nans = x._dtype.is_floating_point and bool(np.isnan(x._data).any())
+    values, arg = _max_and_first_arg(taps, nans)
+    if any(p != (0, 0) for p in pads):  # a window of the lowest values: its first one inside
         np.copyto(
             arg,
             _first_inside(out, kernel, stride, padding, dilation),
-            where=values == -np.inf,
+            where=values == lowest,
             casting="unsafe",
         )
     # flat input index = sum over dims of (window start + kernel offset) * the dim's flat stride:
@@ -636,7 +678,8 @@ def _max_pool_decomp(x, kernel, stride, padding, dilation, ceil_mode):
     k = len(kernel)
     spatial = _spatial(x)
     pads = _pool_pads(spatial, out, kernel, stride, padding, dilation, ceil_mode)
-    xp = OPS["constant_pad_nd"](x, [p for pair in reversed(pads) for p in pair], float("-inf"))
+    lowest = lowest_value(x.dtype)
+    xp = OPS["constant_pad_nd"](x, [p for pair in reversed(pads) for p in pair], lowest)
     # per dim: the window starts (input coordinates, the padding's negative), shaped to
     # broadcast over the output, and the dilation steps from there to the first one inside
     starts, steps_in = [], []
@@ -655,14 +698,16 @@ def _max_pool_decomp(x, kernel, stride, padding, dilation, ceil_mode):
         return index
 
     if math.prod(kernel) > UNROLLED_WINDOW_MAX:
-        return _max_pool_reduced(x, xp, out, kernel, stride, dilation, starts, steps_in, flat_index)
+        return _max_pool_reduced(
+            x, xp, out, kernel, stride, dilation, starts, steps_in, flat_index, lowest
+        )
     index = flat_index([starts[i] + steps_in[i] * dilation[i] for i in range(k)])
     best = None
     for offset in kernel_offsets(kernel):
         value = _window_tap(xp, offset, out, stride, dilation)
         here = flat_index([starts[i] + offset[i] * dilation[i] for i in range(k)])
-        if best is None:  # greater than the -inf the walk starts from, or NaN
-            take = (value > float("-inf")) | value.isnan()
+        if best is None:  # greater than the lowest value the walk starts from, or NaN
+            take = (value > lowest) | value.isnan()
             best = value
         else:
             take = (value > best) | value.isnan()
@@ -680,9 +725,9 @@ def _window_tap(xp: Tensor, offset, out, stride, dilation) -> Tensor:
     return xp
 
 
-def _max_pool_reduced(x, xp, out, kernel, stride, dilation, starts, steps_in, flat_index):
+def _max_pool_reduced(x, xp, out, kernel, stride, dilation, starts, steps_in, flat_index, lowest):
     """A large window's maximum position as reductions over its elements: the last NaN if it
-    has one, else the first maximum, else (all -inf) its first position inside the input."""
+    has one, else the first maximum, else (all ``lowest``) its first position inside the input."""
     k = len(kernel)
     contiguous = xp.stride()
     size = list(xp.shape[:2]) + out + list(kernel)
@@ -699,7 +744,7 @@ def _max_pool_reduced(x, xp, out, kernel, stride, dilation, starts, steps_in, fl
     for i in range(1, k):
         first_inside = first_inside * kernel[i] + steps_in[i]
     arg = win.argmax(-1)
-    arg = OPS["where"](win.amax(-1) == float("-inf"), first_inside, arg)
+    arg = OPS["where"](win.amax(-1) == lowest, first_inside, arg)
     arg = OPS["where"](last_nan >= 0, last_nan, arg)
     coords = []
     rest = arg
@@ -791,7 +836,7 @@ def _divisor_tensor(ref, div, out, kernel, stride, padding, count_include_pad, x
 
 @_avg_pool.register_kernel
 def _avg_pool_kernel(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    _check_avg_pool_dtype(x)
+    _check_avg_pool_dtype(x, kernel)
     out, pads, div = _avg_setup(
         x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
     )
@@ -807,8 +852,19 @@ def _avg_pool_kernel(x, kernel, stride, padding, ceil_mode, count_include_pad, d
             sums = tap.copy() if strides is None else laid_out(tap, strides)
         else:
             np.add(sums, tap, out=sums)
+    if x._dtype.is_integral:
+        return wrap(_truncating_division(sums, div.astype(np.int64)), x._dtype)
     sums /= div
     return wrap(sums, x._dtype)
+
+
+def _truncating_division(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C's integer quotient (rounded toward zero), as PyTorch's int64 average pools divide;
+    numpy's ``//`` rounds toward minus infinity. ``a`` is overwritten."""
+    quotient = np.floor_divide(a, b)
+    inexact = (quotient * b != a) & ((a < 0) != (b < 0))
+    quotient += inexact
+    return quotient
 
 
 def _batched_2d_format(x, *args) -> str:
@@ -874,13 +930,21 @@ def _avg_pool_decomp(x, kernel, stride, padding, ceil_mode, count_include_pad, d
         for offset in kernel_offsets(kernel):
             value = _window_tap(xp, offset, out, stride, [1] * k)
             total = value if total is None else total + value
-        return total / divisor
+        return _divided_by_window_size(total, divisor)
     n, ch = x.shape[:2]
     flat = xp.reshape([n * ch, 1] + list(xp.shape[2:]))
     ones = x.new_ones([1, 1] + list(kernel))
     sums = convolution(flat, ones, None, list(stride), [0] * k, [1] * k, False, [0] * k, 1)
     sums = sums.reshape([n, ch] + out)
-    return sums / divisor
+    return _divided_by_window_size(sums, divisor)
+
+
+def _divided_by_window_size(sums: Tensor, divisor: Tensor) -> Tensor:
+    """The windows' sums divided by their sizes: an integer quotient rounded toward zero for
+    int64 sums (PyTorch's kernel), a true quotient otherwise."""
+    if sums.dtype.is_floating_point:
+        return sums / divisor
+    return sums.div(divisor, rounding_mode="trunc")
 
 
 # ------------------------------------------------------------------------------ adaptive pooling
