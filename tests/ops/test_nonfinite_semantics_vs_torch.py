@@ -182,6 +182,8 @@ CASES.update(
         "topk": Case(lambda m, x: m.topk(x, 2, 1), "rows"),
         "topk_smallest": Case(lambda m, x: m.topk(x, 2, 1, largest=False), "rows"),
         "median": Case(lambda m, x: m.median(x, 1), "rows"),
+        "nanmedian": Case(lambda m, x: m.nanmedian(x, 1), "rows"),
+        "nanmedian_columns": Case(lambda m, x: m.nanmedian(x, 0), "rows"),
         "unique": Case(lambda m, x: m.unique(x), "x", grad=False),
         "unique_inverse_counts": Case(
             lambda m, x: m.unique(x, return_inverse=True, return_counts=True), "x", grad=False
@@ -348,3 +350,15 @@ def test_std_and_var_gradients_without_degrees_of_freedom():
             with np.errstate(all="ignore"), pytest.warns(UserWarning):
                 expected = grads(torch, op, **kwargs)
             assert not nonfinite_mismatches(grads(kiln, op, **kwargs), expected), (op, kwargs)
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_nanmedian_index_of_an_all_nan_slice_is_torchs(keepdim):
+    # PyTorch's index for a slice of NaNs is where its std::nth_element's swaps leave them
+    # (0, 0, 0, 2, 2, 3, 5, ... by length): every length up to 70, and a long one
+    for n in list(range(1, 71)) + [1000]:
+        x = np.full((2, n), np.nan, "f4")
+        x[1, n // 2] = 1.0
+        got = kiln.nanmedian(kiln.tensor(x), 1, keepdim)
+        expected = torch.nanmedian(torch.tensor(x), 1, keepdim)
+        assert got.indices.tolist() == expected.indices.tolist(), n

@@ -12,6 +12,8 @@ eager kernels only (their meta functions raise).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ...runtime import dtypes as dt
@@ -353,6 +355,24 @@ def median_position(n: int, nans: int, ignore_nan: bool) -> int:
     return n - nans if nans else (n - 1) // 2
 
 
+@functools.lru_cache(maxsize=64)
+def all_nan_median_index(n: int) -> int:
+    """The index ``nanmedian(dim=)`` gives a slice of ``n`` NaNs. PyTorch's kernel runs
+    libstdc++'s ``std::nth_element`` for position 0 over the indices 0..n-1 with a comparator
+    that is false for every pair of NaNs; what its introselect's swaps leave first is the answer
+    (2 for 4 or 5 NaNs, 8 for 13). With nothing ever less, each round moves the middle index to
+    the front, partitions the rest by swapping its ends inwards (a reversal) and keeps the part
+    before the cut, until at most 3 remain for the insertion sort, which moves nothing."""
+    idx = np.arange(n)
+    last = n
+    while last > 3:
+        mid = last // 2
+        idx[0], idx[mid] = idx[mid], idx[0]
+        idx[1:last] = idx[1:last][::-1].copy()
+        last = 1 + (last - 1) // 2
+    return int(idx[0]) if n else 0
+
+
 def _median_positions(nans: Tensor, n: int, ignore_nan: bool) -> Tensor:
     """``median_position`` for tensors of NaN counts (one per slice)."""
     if ignore_nan:
@@ -427,9 +447,12 @@ def _median_along(result, x: Tensor, dim: int, keepdim: bool, ignore_nan: bool):
     n = x.shape[d]
     if n == 0:
         raise IndexError(f"{result.__name__}(): Expected reduction dim {d} to have non-zero size.")
-    values, indices = sort(x, d, stable=True)
-    pos = _median_positions(sum(x != x, d, True), n, ignore_nan)
-    values, indices = gather(values, d, pos), gather(indices, d, pos)
+    indices = sort(x, d, stable=True)[1]
+    nans = sum(x != x, d, True)
+    indices = gather(indices, d, _median_positions(nans, n, ignore_nan))
+    if ignore_nan:
+        indices = where(nans == n, all_nan_median_index(int(n)), indices)
+    values = gather(x, d, indices)  # the gradient goes to the index, as PyTorch's does
     if not keepdim:
         values, indices = values.squeeze(d), indices.squeeze(d)
     return result(values, indices)
