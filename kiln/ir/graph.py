@@ -109,7 +109,9 @@ class Graph:
     """An FX-like graph of kiln ops (see the module docstring)."""
 
     def __init__(self, owning_module=None):
-        self._edits = 0  # node-list changes (insertions, moves, removals) so far
+        # node-list changes that may move the end of the inputs (insertions other than a
+        # non-input appended at the end, moves, removals) so far
+        self._edits = 0
         # the last input placeholder() put at the end of the inputs, and ``_edits`` after that:
         # while nothing else changed the list, the next input goes right after it
         self._last_input: tuple[Node, int] | None = None
@@ -151,7 +153,12 @@ class Graph:
             raise TypeError(f"{op} target must be a string, got {target!r}")
         unique = self._namespace.create_name(name or _name_for_target(op, target))
         node = Node(self, unique, op, target, () if args is None else args, kwargs or {})
+        edits = self._edits
         self._insert(node)
+        if op != "placeholder" and self._insert == self._root.prepend:
+            # appended after every node: the inputs still end where they did (tracing adds a
+            # parameter's input between ops; a scan per input was quadratic in the inputs)
+            self._edits = edits
         self._len += 1
         return node
 

@@ -138,6 +138,28 @@ def test_inputs_stay_in_front_whatever_changed_the_list_between_them():
     assert u.prev is n["y"] and v.op == "placeholder"
 
 
+def test_inputs_added_between_appended_ops_stay_in_front_without_rescanning():
+    """Tracing appends ops and adds an input (a parameter) between them: each input goes after
+    the last without walking the inputs again, and an input appended at the end of a graph of
+    inputs only (``create_node``) counts as one of them."""
+    g = ir.Graph()
+    inputs = [g.placeholder("a")]
+    for i in range(5):
+        g.call_function(OPS["neg"], (inputs[-1],))
+        inputs.append(g.placeholder(f"p{i}"))
+    names = [x.name for x in g.nodes]
+    assert names[:6] == ["a", "p0", "p1", "p2", "p3", "p4"]
+    assert all(x.op == "call_function" for x in list(g.nodes)[6:])
+    g.output(inputs[-1])
+    g.lint()
+
+    only = ir.Graph()
+    only.placeholder("x")
+    only.create_node("placeholder", "y", name="y")
+    z = only.placeholder("z")
+    assert [x.name for x in only.nodes] == ["x", "y", "z"] and z.prev.name == "y"
+
+
 def test_erase_node_refuses_nodes_with_users_and_unlinks_dead_ones():
     g, n = _chain()
     with pytest.raises(RuntimeError, match="user"):

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from ...runtime.device import device
+from ...runtime.dtypes import dtype
 from ...runtime.symbolic import SymBool, SymInt
 from ..exc import unsupported
 from ..sources import Source
@@ -121,16 +123,15 @@ _CONSTANT_TYPES = (
     np.number,
     SymInt,  # a symbolic size (``x.shape[0] * 2``): folded into an expression
     SymBool,  # a relation on data-dependent sizes (``n >= 0``)
+    dtype,
+    device,
 )
 
 
 def is_constant_value(value: Any) -> bool:
     """Immutable values the evaluator folds: scalars, strings, None, ranges, slices, tuples,
     frozensets of those, dtypes, devices, sizes and code objects."""
-    from ...runtime.device import device
-    from ...runtime.dtypes import dtype
-
-    if isinstance(value, _CONSTANT_TYPES + (dtype, device)):
+    if isinstance(value, _CONSTANT_TYPES):
         if isinstance(value, slice):
             return all(is_constant_value(v) for v in (value.start, value.stop, value.step))
         return True
