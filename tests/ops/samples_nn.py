@@ -394,10 +394,11 @@ add("pairwise_distance", (T((3, 4)), T((4,))), (), kwargs={"p": 3.0})
 
 
 def _masked_scale(lib, x, mask, scale):
-    """Dropout's mask application with a fixed mask (PyTorch: x * mask * scale)."""
+    """Dropout's mask application with a fixed mask (PyTorch's dropout: x * mask, scaled in
+    place, which refuses integer and bool inputs)."""
     if lib.__name__ == "kiln":
         return lib.ops._masked_scale(x, mask, scale)
-    return x * mask.to(x.dtype) * scale
+    return (x * mask.to(x.dtype)).mul_(scale)
 
 
 add(

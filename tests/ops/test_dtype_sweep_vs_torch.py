@@ -145,6 +145,43 @@ INTEGER_RESULTS = {
         _ints("bool", [True, False]),
         lambda lib, x: lib.nn.functional.dropout(x, p=1.0),
     ),
+    "margin_ranking_loss-int16": (
+        _ints("int16", [1, 2, 3], [3, 1, 2], [1, -1, 1]),
+        lambda lib, a, b, y: lib.nn.functional.margin_ranking_loss(a, b, y, reduction="none"),
+    ),
+    "margin_ranking_loss-uint8-mean": (
+        _ints("uint8", [1, 2, 3], [3, 1, 2], [1, 0, 1]),
+        lambda lib, a, b, y: lib.nn.functional.margin_ranking_loss(a, b, y, margin=1),
+    ),
+    "hinge_embedding_loss-uint8-wraps": (
+        _ints("uint8", [1, 2, 3], [1, -1, 1]),
+        lambda lib, x, y: lib.nn.functional.hinge_embedding_loss(x, y, reduction="none"),
+    ),
+    "hinge_embedding_loss-int64-fraction-margin-sum": (
+        _ints("int64", [1, -2, 3], [-1, -1, 1]),
+        lambda lib, x, y: lib.nn.functional.hinge_embedding_loss(x, y, 2.5, reduction="sum"),
+    ),
+    "hinge_embedding_loss-int32-mean": (
+        _ints("int32", [1, -2, 3], [-1, -1, 1]),
+        lambda lib, x, y: lib.nn.functional.hinge_embedding_loss(x, y),
+    ),
+    "hinge_embedding_loss-bool": (
+        _ints("bool", [True, False], [True, False]),
+        lambda lib, x, y: lib.nn.functional.hinge_embedding_loss(x, y),
+    ),
+    "dropout-int64": (_ints("int64", [1, 2]), lambda lib, x: lib.nn.functional.dropout(x, 0.5)),
+    "dropout2d-bool": (
+        _ints("bool", [[[True, False]]]),
+        lambda lib, x: lib.nn.functional.dropout2d(x, 0.5),
+    ),
+    "dropout-complex": (
+        lambda lib: (_t(lib, [1j, 2], "complex64"),),
+        lambda lib, x: lib.nn.functional.dropout(x, 0.5),
+    ),
+    "dropout-p1-complex": (
+        lambda lib: (_t(lib, [1j, 2], "complex64"),),
+        lambda lib, x: lib.nn.functional.dropout(x, 1.0),
+    ),
     "bincount-empty-weighted": (
         lambda lib: (_t(lib, [], "int64"), _t(lib, [], "float32")),
         lambda lib, x, w: lib.bincount(x, weights=w, minlength=3),
@@ -157,7 +194,10 @@ def test_integer_results_follow_pytorchs_arithmetic(operands, call):
     """Integers compute in PyTorch's dtypes and order: addcmul's value becomes an integer of
     the result's dtype, trapezoid adds neighbours in the input's dtype (int8 wraps around) and
     integrates an empty dim to zeros of that dtype, bilinear keeps int8, dropout(p=1) keeps
-    bool, and an empty bincount is int64 whatever its weights."""
+    bool, and an empty bincount is int64 whatever its weights. margin_ranking_loss adds a
+    float margin (integers give float32); hinge_embedding_loss fills the margin in the input's
+    dtype (uint8 differences wrap, the mean of integers is refused). Dropout refuses to scale
+    integers and bools in place, and draws no complex mask."""
     _agrees_with_torch(operands, call, compiled=True)
 
 

@@ -24,6 +24,10 @@ def _apply_mask(input: Tensor, p: float, mask_shape, inplace: bool) -> Tensor:
     """input * keep / (1 - p) with keep ~ Bernoulli(1 - p) drawn from kiln's generator."""
     if p == 1.0:  # times a zero of input's dtype: a bool input stays bool, NaNs stay NaN
         out = input * OPS["full"]((), 0, dtype=input.dtype, device=input.device)
+    elif input.dtype.is_complex:  # PyTorch draws the mask in the input's dtype
+        raise NotImplementedError(
+            f"\"bernoulli_scalar_cpu_\" not implemented for '{dt.torch_type_name(input.dtype)}'"
+        )
     else:
         keep = OPS["rand"](mask_shape, dtype=dt.float32, device=input.device) < 1.0 - p
         out = OPS["_masked_scale"](input, keep, 1.0 / (1.0 - p))

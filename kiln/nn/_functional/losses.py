@@ -281,7 +281,8 @@ def margin_ranking_loss(
             f"margin_ranking_loss : All input tensors should have same dimension but got sizes: "
             f"input1: {input1.shape}, input2: {input2.shape}, target: {target.shape} "
         )
-    loss = (-target * (input1 - input2) + margin).clamp(min=0)
+    # PyTorch's margin is a double: integer inputs give a float loss
+    loss = (-target * (input1 - input2) + float(margin)).clamp(min=0)
     return _loss.reduce_loss(loss, reduction)
 
 
@@ -290,8 +291,11 @@ def hinge_embedding_loss(
     input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"
 ) -> Tensor:
     reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
-    margin_part = OPS["where"](target != 1, (margin - input).clamp(min=0), 0.0)
-    self_part = OPS["where"](target != -1, input, 0.0)
+    # PyTorch's ``margin - input`` fills a tensor like the input with the margin and subtracts:
+    # the loss keeps the input's dtype (an integer margin truncated, differences wrapping)
+    filled = OPS["full"]((), margin, dtype=input.dtype, device=input.device)
+    margin_part = OPS["where"](target != 1, (filled - input).clamp(min=0), 0)
+    self_part = OPS["where"](target != -1, input, 0)
     return _loss.reduce_loss(margin_part + self_part, reduction)
 
 
