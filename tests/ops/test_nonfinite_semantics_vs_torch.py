@@ -52,7 +52,17 @@ ROWS = np.array(
 )
 IMAGE = ROWS[[0, 1, 2, 4, 5, 6, 7, 9]].reshape(1, 2, 4, 4)
 LOGITS = np.array([[0, -INF, 1], [-INF, -INF, 2], [3, -INF, -INF], [1, 2, 3], [-INF] * 3], "f4")
-INPUTS = {"x": [SPECIALS], "pair": [_A, _B], "rows": [ROWS], "image": [IMAGE], "logits": [LOGITS]}
+# finite rows whose layer-norm input gradient, under an infinite weight, is -inf, inf or NaN
+# by the signs of x and of its mean (PyTorch's db * mean - ds)
+NORM_ROWS = np.array([[-1, -2, 5, 6], [1, 2, 3, 4], [2, -1, -1, 3], [-5, 1, 1, 1]], "f4")
+INPUTS = {
+    "norm_rows": [NORM_ROWS],
+    "x": [SPECIALS],
+    "pair": [_A, _B],
+    "rows": [ROWS],
+    "image": [IMAGE],
+    "logits": [LOGITS],
+}
 
 
 @dataclass(frozen=True)
@@ -210,6 +220,14 @@ CASES.update(
             lambda m, x: m.nn.functional.adaptive_max_pool2d(x, 1), "image"
         ),
         "layer_norm": Case(lambda m, x: m.nn.functional.layer_norm(x, (4,)), "rows"),
+        "layer_norm_infinite_weight": Case(
+            lambda m, x: m.nn.functional.layer_norm(x, (4,), m.tensor([INF, 1.0, -2.0, 0.5])),
+            "rows",
+        ),
+        "layer_norm_minus_infinite_weight": Case(
+            lambda m, x: m.nn.functional.layer_norm(x, (4,), m.tensor([1.0, -INF, 1.0, 1.0])),
+            "norm_rows",
+        ),
         "layer_norm_image": Case(lambda m, x: m.nn.functional.layer_norm(x, (4, 4)), "image"),
         "batch_norm": Case(
             lambda m, x: m.nn.functional.batch_norm(x, None, None, training=True), "rows"

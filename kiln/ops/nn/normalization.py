@@ -170,14 +170,25 @@ def _normalized(x, axes, eps):
     Mean and (biased) variance are two independent reductions of ``x``: compiled, they share one
     loop and the variance is Welford's single-pass update, so the rows are read once.
     """
-    mean = x.mean(axes, True)
-    rstd = (x.var(axes, correction=0, keepdim=True) + eps).rsqrt()
+    mean, rstd = _moments(x, axes, eps)
     return (x - mean) * rstd, rstd
 
 
-def _norm_input_grad(gy, xhat, rstd, axes):
-    """d/dx of (x - mean) * rstd given the gradient ``gy`` of the normalized value."""
-    return rstd * (gy - gy.mean(axes, True) - xhat * (gy * xhat).mean(axes, True))
+def _moments(x, axes, eps):
+    """(mean, rstd) over ``axes``, kept, in kiln ops."""
+    return x.mean(axes, True), (x.var(axes, correction=0, keepdim=True) + eps).rsqrt()
+
+
+def _norm_input_grad(gy, x, mean, rstd, axes, n: int):
+    """d/dx of (x - mean) * rstd given the gradient ``gy`` of the normalized value, as
+    PyTorch's CPU kernel writes it: ``rstd * gy + b * x + c`` from the row sums ``db`` of gy
+    and ``ds`` of gy * x. An infinite gy (an infinite weight) makes ``db * mean - ds`` inf - inf
+    there, so the whole row is NaN as in PyTorch, where centring gy first left some -inf."""
+    db = gy.sum(axes, True)
+    ds = (gy * x).sum(axes, True)
+    b = (db * mean - ds) * rstd * rstd * rstd * (1.0 / n)
+    c = -b * mean - db * rstd * (1.0 / n)
+    return rstd * gy + b * x + c
 
 
 def _np_layer_norm_grad_rows(x, g, w, eps, axes, gx, parts_w, parts_b, xhat, t):
@@ -185,7 +196,8 @@ def _np_layer_norm_grad_rows(x, g, w, eps, axes, gx, parts_w, parts_b, xhat, t):
     input gradient into ``gx`` (unless None) and appends this block's weight/bias gradient sums
     to the lists (unless None); ``xhat`` and ``t`` are scratch like ``x``. Same formula as
     ``_layer_norm_grad``'s kiln ops."""
-    np.subtract(x, _np_mean(x, axes), out=xhat)
+    mean = _np_mean(x, axes)
+    np.subtract(x, mean, out=xhat)
     rstd = 1.0 / np.sqrt(_np_mean(np.square(xhat, out=t), axes) + eps)
     xhat *= rstd
     if parts_w is not None:
@@ -194,12 +206,16 @@ def _np_layer_norm_grad_rows(x, g, w, eps, axes, gx, parts_w, parts_b, xhat, t):
         parts_b.append(float_sum(g, (0,), g.dtype.type))
     if gx is None:
         return
+    # PyTorch's form (``_norm_input_grad``): rstd * gy + b * x + c
     gy = np.multiply(g, w, out=gx) if w is not None else g
-    m2 = _np_mean(np.multiply(gy, xhat, out=t), axes)
-    np.subtract(gy, _np_mean(gy, axes), out=gx)
-    xhat *= m2
-    gx -= xhat
-    gx *= rstd
+    n = math.prod(x.shape[ax] for ax in axes)
+    db = float_sum(gy, axes, gy.dtype.type, True)
+    ds = float_sum(np.multiply(gy, x, out=t), axes, gy.dtype.type, True)
+    b = (db * mean - ds) * rstd * rstd * rstd * x.dtype.type(1.0 / n)
+    c = -b * mean - db * rstd * x.dtype.type(1.0 / n)
+    np.multiply(gy, rstd, out=gx)
+    gx += np.multiply(x, b, out=t)
+    gx += c
 
 
 def _np_layer_norm_grad(x, g, weight, eps, k, needs):
@@ -274,12 +290,13 @@ def _layer_norm_grad(c, g):
         )
         return gx, None, gw, gb, None
     x32, g32 = upcast_half(x), upcast_half(g)
-    xhat, rstd = _normalized(x32, axes, eps)
+    mean, rstd = _moments(x32, axes, eps)
+    xhat = (x32 - mean) * rstd
     lead = tuple(range(x.ndim - len(axes)))
     gx = gw = gb = None
     if needs[0]:
         gy = g32 * weight if weight is not None else g32
-        gx = _norm_input_grad(gy, xhat, rstd, axes)
+        gx = _norm_input_grad(gy, x32, mean, rstd, axes, math.prod(shape))
     if weight is not None and needs[2]:
         gw = (g32 * xhat).sum(lead) if lead else g32 * xhat
     if bias is not None and needs[3]:

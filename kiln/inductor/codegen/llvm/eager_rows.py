@@ -348,9 +348,11 @@ def _layer_norm(row: _Row, p, r, base, eps) -> None:
 
 
 def _layer_norm_grad(row: _Row, p, r, base, eps, gw_sums, gb_sums) -> None:
-    """gx = ((gy - mean(gy)) - xhat * mean(gy * xhat)) * rstd with gy = g [* w], xhat =
-    (x - mean) * rstd; column sums of g * xhat and of g added to the float64 ``gw_sums`` and
-    ``gb_sums``. Null pointers (w, gx, the sums) are absent."""
+    """gx = rstd * gy + b * x + c with gy = g [* w], b = (db * mean - ds) * rstd^3 / n and
+    c = -b * mean - db * rstd / n from the row sums db of gy and ds of gy * x: PyTorch's CPU
+    formula, so an infinite gy gives its NaNs (inf - inf in b); column sums of g * xhat
+    (xhat = (x - mean) * rstd) and of g added to the float64 ``gw_sums`` and ``gb_sums``. Null
+    pointers (w, gx, the sums) are absent."""
     x, g, _, gx = p
     b = row.b
     w = base[2]
@@ -367,17 +369,21 @@ def _layer_norm_grad(row: _Row, p, r, base, eps, gw_sums, gb_sums) -> None:
             return ops.mul(value, _load(ops, w, i, lanes)) if has_w else value
 
         ops = row.ops[1]
-        count = V(b.sitofp(row.n, F32), _F)
-        m1 = ops.truediv(row.reduce(gy, "add", 0.0), count)
-        m2 = ops.truediv(
-            row.reduce(lambda o, i, lanes: o.mul(gy(o, i, lanes), xhat(o, i, lanes)), "add", 0.0),
-            count,
+        scale = ops.truediv(ops.constant(1.0, _F), V(b.sitofp(row.n, F32), _F))
+        db = row.reduce(gy, "add", 0.0)
+        ds = row.reduce(
+            lambda o, i, lanes: o.mul(gy(o, i, lanes), _load(o, x, i, lanes)), "add", 0.0
         )
+        coef_b = ops.mul(ops.sub(ops.mul(db, mean), ds), rstd)
+        coef_b = ops.mul(ops.mul(ops.mul(coef_b, rstd), rstd), scale)
+        coef_c = ops.sub(ops.mul(ops.neg(coef_b), mean), ops.mul(ops.mul(db, rstd), scale))
 
         def body(o, i, lanes):
-            centred = o.sub(gy(o, i, lanes), _splat(o, m1, lanes))
-            value = o.sub(centred, o.mul(xhat(o, i, lanes), _splat(o, m2, lanes)))
-            store(o.b, o.mul(value, _splat(o, rstd, lanes)).value, gx, i, lanes)
+            # rstd * gy rounded by itself, as PyTorch's vector products are: fused into the
+            # next add it left a row of one element (b = 0, c = -rstd * gy) 1e-5 off zero
+            value = V(o.b.fmul(_splat(o, rstd, lanes).value, gy(o, i, lanes).value), _F)
+            value = o.add(value, o.mul(_splat(o, coef_b, lanes), _load(o, x, i, lanes)))
+            store(o.b, o.add(value, _splat(o, coef_c, lanes)).value, gx, i, lanes)
 
         row.each(body)
 
