@@ -3,7 +3,8 @@
 ``FrameCode`` flattens ``bytecode``'s instruction list (labels and try markers become tables),
 and answers: where does a jump go, which ``try`` region holds an instruction, is it inside a
 loop, which locals are live there (resume functions must receive exactly those: 3.12 crashes on
-a ``LOAD_FAST`` of an unbound local), and how many stack slots a graph-breaking instruction
+a ``LOAD_FAST`` of an unbound local), which closure cells code after an instruction names, and
+how many stack slots a graph-breaking instruction
 consumes and produces.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 
-from bytecode import Instr, Label, SetLineno, TryBegin, TryEnd
+from bytecode import CellVar, FreeVar, Instr, Label, SetLineno, TryBegin, TryEnd
 
 from . import bytecode_versions as bv
 
@@ -143,6 +144,26 @@ class FrameCode:
         if self._live is None:
             self._live = self._liveness()
         return self._live[i]
+
+    def cells_named_from(self, i: int) -> frozenset:
+        """Cell and free variable names that an instruction reachable from ``i`` (``i``
+        included) reads, writes or passes to a closure. A cell no such instruction names is
+        dead there: a resume function starting at ``i`` never looks inside it."""
+        seen = {i}
+        todo = [i]
+        names: set[str] = set()
+        while todo:
+            j = todo.pop()
+            if j >= len(self.instructions):
+                continue
+            arg = self.instructions[j].arg
+            if isinstance(arg, (CellVar, FreeVar)):
+                names.add(arg.name)
+            for s in self.successors(j):
+                if s not in seen:
+                    seen.add(s)
+                    todo.append(s)
+        return frozenset(names)
 
     def _liveness(self) -> list[frozenset]:
         n = len(self.instructions)

@@ -94,6 +94,12 @@ def convert_frame(
             instr = tx.instructions[request.ip]
             compile_callee = request.inlined and instr.name in _CALLS
             break_points[request.ip] = BreakPoint(request.ip, reason, compile_callee)
+            if request.stopped and not compile_callee:
+                # the translator stands where a capture breaking here would stop: break now
+                # (a training step's ``loss.backward()`` captured its forward twice)
+                tx.exit = break_points[request.ip]
+                tx.done = True
+                return _finish_break(ctx, tx, tx.exit)
         except CreatesOptimizerState:
             klog.log("recompiles", f"{name} runs eagerly this once: it creates an optimizer's "
                      "state (the next call captures the steady step)")  # fmt: skip
@@ -321,6 +327,11 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
     if jump_target is not None:
         local_sets.append(live_at(jump_target))
     all_locals = sorted({n for s in local_sets for n in s}, key=names.index)
+    # the frame's own cells that code after the break names; the others reach the resume
+    # function empty (their contents are not made graph outputs: a backward through the
+    # graph would give zero gradients to the inputs only such a dead value depends on)
+    targets = [t for t in (fallthrough, jump_target) if t is not None]
+    named_cells = frozenset().union(*(tx.fc.cells_named_from(t) for t in targets))
 
     def resume_call(cg: PyCodegen, target: int, slots: list, result_temps: list[str], live):
         nulls = tuple(isinstance(v, NullVariable) for v in slots) + (False,) * len(result_temps)
@@ -335,8 +346,11 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
             for var in rcode.co_freevars:
                 if var in tx.code.co_freevars:
                     cg.append(bv.load_closure(var))
-                else:
+                elif var in named_cells:
                     cg.load(tx.cells[var])
+                else:
+                    cg.load_callable(types.CellType)
+                    cg.call(0)
             cg.append(Instr("BUILD_TUPLE", len(rcode.co_freevars)))
             nargs += 1
         for local in live:  # in the resume's argument order: live locals, then the stack
@@ -353,7 +367,7 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
         cg.append(Instr("RETURN_VALUE"))
 
     def body(cg: PyCodegen) -> None:
-        own_cells = [tx.cells[n] for n in tx.code.co_cellvars if n in tx.cells]
+        own_cells = [tx.cells[n] for n in tx.code.co_cellvars if n in tx.cells and n in named_cells]
         _prepare_all(
             cg,
             [*deep, *top, *(tx.symbolic_locals[n] for n in all_locals), *own_cells],

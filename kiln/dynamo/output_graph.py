@@ -159,9 +159,42 @@ class OutputGraph:
         self._proxy_vts: dict[int, Any] = {}
         self._tracked: dict[int, tuple[Any, Any]] = {}
         self._cells: dict[int, Any] = {}
+        self._cell_sources: dict[int, Source] = {}  # where each of those cells is read
         self._names: set[str] = set()
         self.instruction_count = 0
         self.current_tx = None  # the translator evaluating the current instruction
+
+    def effects_mark(self) -> tuple:
+        """What an instruction's evaluation can add to the capture (graph nodes, inputs, guards,
+        size guards and symbols, side effects, modes), as sizes and flags: equal before and
+        after an instruction that raised, it changed nothing here."""
+        side = self.side_effects
+        return (
+            self.graph._len,
+            self.graph._edits,
+            len(self.guards),
+            len(self.guards.ns.pending),
+            len(self.shape_env.guards),
+            len(self.shape_env.symbols),
+            len(self.inputs),
+            len(self._local_inputs),
+            len(self._input_vts),
+            len(self._proxy_vts),
+            len(self._tracked),
+            len(self._cells),
+            len(self._scalar_vts),
+            len(self.symbol_reads),
+            len(self.mode.attributes),
+            len(side.containers),
+            len(side.attrs),
+            len(side.globals),
+            len(side.cells),
+            len(self.autocast_exits),
+            self.grad_enabled,
+            self.inference_mode,
+            self.autocast,
+            self.differentiable,
+        )
 
     def count_instruction(self) -> None:
         self.instruction_count += 1
@@ -385,6 +418,9 @@ class OutputGraph:
 
         entry = self._cells.get(id(cell))
         if entry is not None:
+            first = self._cell_sources.get(id(cell))
+            if cell_source is not None and first is not None and first != cell_source:
+                self.guards.same_object(cell_source, first)  # the graph relies on the alias
             return entry
         if cell_source is not None:
             contents_source = AttrSource(cell_source, "cell_contents")
@@ -398,8 +434,16 @@ class OutputGraph:
             vt = CellVariable(contents, cell_source=cell_source)
         else:
             vt = CellVariable(contents, cell=cell)
-        self._cells[id(cell)] = vt
+        self.register_cell(cell, vt, cell_source)
         return vt
+
+    def register_cell(self, cell, vt, cell_source=None) -> None:
+        """Make ``vt`` the one variable of the real ``cell``: a function that reaches the same
+        cell through its ``__closure__`` (a local function passed to a resume function, which
+        has the cell as its own free variable too) then reads and writes that variable."""
+        self._cells[id(cell)] = vt
+        if cell_source is not None:
+            self._cell_sources[id(cell)] = cell_source
 
     def set_autocast(self, config) -> None:
         """Enter or leave a ``with autocast`` region (``config``: a ``_Config`` or None)."""

@@ -27,6 +27,7 @@ __all__ = [
     "ItemSource",
     "IdentityItemSource",
     "ClosureSource",
+    "ClosureCellSource",
     "CellSource",
     "ConstSource",
     "ScalarTensorSource",
@@ -297,6 +298,23 @@ class ClosureSource(Source):
 
     def name(self):
         return f"<closure {self.var}>"
+
+
+@dataclass(frozen=True)
+class ClosureCellSource(Source):
+    """The captured frame's own free variable ``index`` (``name``): the cell object itself."""
+
+    index: int
+    var: str
+
+    def expr(self, ns):
+        return f"___closure[{self.index}]"
+
+    def reconstruct(self, cg):
+        cg.append(bv.load_closure(self.var))
+
+    def name(self):
+        return f"<closure cell {self.var}>"
 
 
 @dataclass(frozen=True, eq=False)

@@ -458,6 +458,81 @@ def test_a_local_function_called_after_breaks_uses_this_calls_closure(backend):
         assert_same(compiled(x, k), closure_called_after_a_break(x, k))
 
 
+def dead_cell_before_a_break(lib, x, y):
+    """``acc`` (a cell: ``bump`` writes it) depends on ``y`` and is never read after the
+    break: ``y`` gets no gradient from a backward through the result."""
+    v = x * 2
+    acc = y
+
+    def bump(t):
+        nonlocal acc
+        acc = acc + t
+
+    bump(v)
+    lib._dynamo.graph_break()
+    return v
+
+
+def live_cell_across_a_break(lib, x, y):
+    """``acc`` is written before the break and read, and written again, after it."""
+    acc = y * 1
+
+    def bump(t):
+        nonlocal acc
+        acc = acc + t
+        return acc
+
+    bump(x)
+    lib._dynamo.graph_break()
+    bump(x * 3)
+    return acc * 2
+
+
+@needs_torch
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("fn", [dead_cell_before_a_break, live_cell_across_a_break])
+def test_gradients_through_closure_cells_at_a_break_match_pytorch(fn, backend):
+    compiled = kiln.compile(lambda x, y: fn(kiln, x, y), backend=backend)
+    values = np.arange(6.0).reshape(2, 3)
+    got_x, got_y = (kiln.tensor(values, requires_grad=True) for _ in range(2))
+    want_x, want_y = (torch.tensor(values, requires_grad=True) for _ in range(2))
+    got = compiled(got_x, got_y)
+    want = fn(torch, want_x, want_y)
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy())
+    got.sum().backward()
+    want.sum().backward()
+    for g, w in ((got_x.grad, want_x.grad), (got_y.grad, want_y.grad)):
+        assert (g is None) == (w is None), (g, w)
+        if w is not None:
+            np.testing.assert_allclose(g.numpy(), w.numpy())
+
+
+def _closure_runner():
+    """``run`` reads its free variable ``acc``; ``bump`` writes the same cell."""
+    acc = kiln.zeros(3)
+
+    def bump(t):
+        nonlocal acc
+        acc = acc + t
+
+    def run(fn, x):
+        fn(x)
+        return acc * 1
+
+    return run, bump
+
+
+def test_a_function_passed_in_that_shares_the_frames_cell_is_guarded():
+    run, bump = _closure_runner()
+    eager_run, eager_bump = _closure_runner()
+    compiled = kiln.compile(run, backend="eager")
+    x = kiln.ones(3)
+    # bump writes run's own cell; the other bump a cell of its own (a guard tells them apart)
+    pairs = [(bump, eager_bump), (_closure_runner()[1],) * 2, (bump, eager_bump)]
+    for fn, eager_fn in pairs:
+        assert_same(compiled(fn, x), eager_run(eager_fn, x))
+
+
 def _lookup(d, key):
     if key not in d:
         raise KeyError(key)
