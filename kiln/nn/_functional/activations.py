@@ -12,7 +12,6 @@ from ...ops import OPS
 from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
 from ...ops.nn import softmax_linear as _nn
-from ...ops.pointwise.unary_binary import refuse_integers
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 
@@ -143,7 +142,10 @@ def prelu(input: Tensor, weight: Tensor) -> Tensor:
 def glu(input: Tensor, dim: int = -1) -> Tensor:
     if input.ndim == 0:
         raise RuntimeError("glu does not support scalars because halving size must be even")
-    refuse_integers(input, "glu_cpu")
+    if not input.dtype.is_floating_point:  # PyTorch's kernel: floats only
+        raise NotImplementedError(
+            f"\"glu_cpu\" not implemented for '{dt.torch_type_name(input.dtype)}'"
+        )
     out = OPS["glu"](input, dim)
     rename_grad_fn(out, (input,), "GluBackward0")
     return out

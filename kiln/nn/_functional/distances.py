@@ -12,6 +12,7 @@ import numpy as np
 
 from ...ops import OPS
 from ...ops.core.registry import torch_function
+from ...ops.creation.api import result_type
 from ...ops.creation.api import tensor as kiln_tensor
 from ...ops.shape.shape_functions import broadcast_tensors
 from ...runtime.dtypes import torch_type_name
@@ -45,7 +46,8 @@ def pdist(input: Tensor, p: float = 2) -> Tensor:
         raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
     if not input.dtype.is_floating_point:
         raise RuntimeError("pdist only supports floating-point dtypes")
-    if input.dtype.itemsize == 2:  # (PyTorch's CPU kernel has no 16-bit float version)
+    # PyTorch's CPU kernel, run for two rows or more, has no 16-bit float version
+    if input.dtype.itemsize == 2 and input.shape[0] > 1:
         raise NotImplementedError(f"\"pdist\" not implemented for '{torch_type_name(input.dtype)}'")
     first, second = np.triu_indices(input.shape[0], 1)
     rows_i = OPS["index"](input, [kiln_tensor(first, device=input.device)])
@@ -53,9 +55,19 @@ def pdist(input: Tensor, p: float = 2) -> Tensor:
     return safe_vector_norm(rows_i - rows_j, p, -1)
 
 
+def _check_norm_dtype(x: Tensor) -> None:
+    """PyTorch's vector norm takes floating and complex tensors only."""
+    if not (x.dtype.is_floating_point or x.dtype.is_complex):
+        raise RuntimeError(
+            "linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
+            f"{torch_type_name(x.dtype)}"
+        )
+
+
 def normalize(
     input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out: Tensor | None = None
 ) -> Tensor:
+    _check_norm_dtype(input)
     denom = safe_vector_norm(input, p, dim, True).clamp(min=eps).expand(tuple(input.shape))
     result = input / denom
     return out.copy_(result) if out is not None else result
@@ -64,6 +76,12 @@ def normalize(
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """Cosine of the angle along ``dim``, of the inputs broadcast first (as PyTorch does: a size-1
     ``dim`` counts once per element of the other input)."""
+    common = result_type(x1, x2)
+    if not common.is_floating_point:
+        raise RuntimeError(
+            "expected common dtype to be floating point, yet common dtype is "
+            f"{torch_type_name(common)}"
+        )
     x1, x2 = broadcast_tensors(x1, x2)
     n1 = safe_vector_norm(x1, 2, dim, True)
     n2 = safe_vector_norm(x2, 2, dim, True)

@@ -211,11 +211,21 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
             "major release.",
             stacklevel=3,  # one frame for the autocast_policy wrapper
         )
+    _check_kl_div_dtypes(input, target)
     pointwise = kl_pointwise(input, target, log_target)
     if reduction == "batchmean":
         total = pointwise.sum()
         return total / input.shape[0] if input.ndim else total
     return _loss.reduce_loss(pointwise, _loss.check_reduction(reduction))
+
+
+def _check_kl_div_dtypes(input: Tensor, target: Tensor) -> None:
+    """PyTorch's kl_div computes floats only: complex, integer and bool operands are refused."""
+    dtypes = (input.dtype, target.dtype)
+    if any(d.is_complex for d in dtypes):
+        raise RuntimeError("kl_div: Complex inputs not supported.")
+    if not all(d.is_floating_point for d in dtypes):
+        raise RuntimeError("kl_div: Integral inputs not supported.")
 
 
 def kl_pointwise(input: Tensor, target: Tensor, log_target: bool) -> Tensor:
@@ -252,7 +262,7 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     if not isinstance(var, Tensor):
         if var < 0:
             raise ValueError("var has negative entry/entries")
-        var = OPS["full"](tuple(input.shape), float(var), dtype=input.dtype, device=input.device)
+        var = float(var) * input.new_ones(tuple(input.shape))  # float32 for integer inputs
     elif not var.is_fake and (var < 0).any().item():
         raise ValueError("var has negative entry/entries")
     if tuple(var.shape) != tuple(input.shape):
@@ -264,6 +274,11 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
             raise ValueError("var is of incorrect size")
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(reduction + " is not valid")
+    if not (var.dtype.is_floating_point or var.dtype.is_complex):
+        # PyTorch clamps a copy of var in place by the float eps
+        raise RuntimeError(
+            f"result type Float can't be cast to the desired output type {dt.c_type_name(var.dtype)}"
+        )
     var = var + (var.clamp(min=eps) - var).detach()
     loss = 0.5 * (var.log() + (input - target) ** 2 / var)
     if full:
@@ -304,8 +319,14 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="m
     reduction = _loss.check_reduction(_reduction(size_average, reduce, reduction))
     _no_derivative("soft_margin_loss", "target", target)
     # PyTorch's neg_out(input) then mul_(target): the input's layout and dtype, and a target
-    # that would broadcast the input is refused
-    out = _loss.reduce_loss((-input).mul_(target).exp().log1p(), reduction)
+    # that would broadcast the input is refused; then exp_ in place, which an integer refuses
+    product = (-input).mul_(target)
+    if not (product.dtype.is_floating_point or product.dtype.is_complex):
+        raise RuntimeError(
+            "result type Float can't be cast to the desired output type "
+            f"{torch_type_name(product.dtype)}"
+        )
+    out = _loss.reduce_loss(product.exp().log1p(), reduction)
     rename_grad_fn(out, (input,), "SoftMarginLossBackward0")
     return out
 

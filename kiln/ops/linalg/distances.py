@@ -168,7 +168,8 @@ def pdist(input: Tensor, p: float = 2.0) -> Tensor:
         raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
     if not input.dtype.is_floating_point:
         raise RuntimeError("pdist only supports floating-point dtypes")
-    if input.dtype.itemsize == 2:  # (PyTorch's CPU kernel has no 16-bit float version)
+    # PyTorch's CPU kernel, run for two rows or more, has no 16-bit float version
+    if input.dtype.itemsize == 2 and input.shape[0] > 1:
         raise NotImplementedError(f"\"pdist\" not implemented for '{torch_type_name(input.dtype)}'")
     _check_distance_p("pdist", p)
     n = input.shape[0]

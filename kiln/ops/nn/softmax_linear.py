@@ -32,6 +32,7 @@ from ..core.common import (
     broadcast_shapes,
     c_contiguous,
     cast_array,
+    checked_scalar,
     compute_np_dtype,
     fake,
     laid_out,
@@ -663,10 +664,17 @@ def _composite(name, decomposition, kind="nn", **record):
 
 
 def _threshold(self: Tensor, threshold: float, value: float):
-    # PyTorch's condition: NaN is not <= threshold, so it passes through; the value takes the
-    # input's dtype (an integer input stays integer)
-    if not self.dtype.is_floating_point and not self.dtype.is_complex:
-        value = int(value)
+    # PyTorch's condition: NaN is not <= threshold, so it passes through. Its kernel has no
+    # bool or complex version and converts both numbers to the input's dtype, checked (a
+    # negative float refused by uint8) and truncated (an integer input stays integer)
+    if self.dtype is dt.bool_ or self.dtype.is_complex:
+        raise NotImplementedError(
+            f"\"threshold_cpu\" not implemented for '{torch_type_name(self.dtype)}'"
+        )
+    threshold = checked_scalar(threshold, self.dtype)
+    value = checked_scalar(value, self.dtype)
+    if not self.dtype.is_floating_point:
+        threshold, value = int(threshold), int(value)
     return OPS["where"](self <= threshold, value, self)
 
 
@@ -691,6 +699,7 @@ def _tanhshrink(self: Tensor):
 
 
 def _celu(self: Tensor, alpha: float = 1.0):
+    _refuse_non_float(self, "elu_cpu")
     if alpha == 0:
         raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
     return OPS["elu"](self * (1.0 / alpha), 1.0) * alpha if alpha != 1.0 else OPS["elu"](self, 1.0)
@@ -704,7 +713,18 @@ def _selu(self: Tensor):
     return OPS["elu"](self, _SELU_ALPHA) * _SELU_SCALE
 
 
+def _refuse_non_float(x: Tensor, kernel: str) -> None:
+    """PyTorch's kernels for floating dtypes only: other inputs raise NotImplementedError."""
+    if not x.dtype.is_floating_point:
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{torch_type_name(x.dtype)}'")
+
+
 def _prelu(self: Tensor, weight: Tensor):
+    if self.dtype is not weight.dtype:
+        raise RuntimeError(
+            f"prelu: Type promoting not supported. Got {torch_type_name(self.dtype)} and "
+            f"{torch_type_name(weight.dtype)}"
+        )
     if weight.ndim > 1:
         raise RuntimeError(f"prelu: weight must be 0-D or 1-D, got shape {list(weight.shape)}")
     if weight.numel() != 1:
@@ -718,6 +738,7 @@ def _prelu(self: Tensor, weight: Tensor):
             weight = weight.reshape([channels] + [1] * (self.ndim - 2))
     elif weight.ndim and self.ndim == 0:
         weight = weight.reshape(())  # a 0-d input keeps its shape (a (1,) weight would widen it)
+    _refuse_non_float(self, "prelu_cpu")
     # the inner selection keeps positive inputs out of the weight's gradient (an inf input
     # times a zero gradient would be NaN there); PyTorch sums x * g over x <= 0 only
     negative_part = OPS["where"](self > 0, 0.0, self)

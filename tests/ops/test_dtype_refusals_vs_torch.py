@@ -1,0 +1,73 @@
+"""Inputs whose dtype PyTorch's CPU kernels refuse, or compute in a dtype of their own, compared
+with PyTorch eagerly and compiled: kiln raises PyTorch's exception type (message naming the
+dtype) where it computed before, and computes where PyTorch does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.ops.dtype_sweep import assert_agrees_with_torch
+from tests.oracle import needs_torch
+
+pytestmark = needs_torch
+
+_DTYPES = ("float16", "bfloat16", "float64", "int64", "int16", "uint8", "bool", "complex64")
+
+
+def _operands(dtype: str, *shapes, low: int = -3):
+    """Tensors of ``shapes`` in ``dtype``, values in [low, 3] (from 0 for uint8)."""
+    rng = np.random.default_rng(len(shapes))
+    low = 0 if dtype == "uint8" else low
+    arrays = [rng.integers(low, 4, size=s) + (0.25 if "float" in dtype else 0) for s in shapes]
+    return lambda lib: tuple(lib.tensor(a).to(getattr(lib, dtype)) for a in arrays)
+
+
+def _f(name: str, *args, **kwargs):
+    return lambda lib, *xs: getattr(lib.nn.functional, name)(*xs, *args, **kwargs)
+
+
+CASES = {
+    "kl_div": (((3, 4), (3, 4)), _f("kl_div", reduction="sum")),
+    "kl_div-log-target": (((3, 4), (3, 4)), _f("kl_div", reduction="none", log_target=True)),
+    "soft_margin_loss": (((4,), (4,)), _f("soft_margin_loss")),
+    "normalize": (((3, 4),), _f("normalize")),
+    "cosine_similarity": (((2, 3, 4), (1, 3, 4)), _f("cosine_similarity", dim=-1)),
+    "prelu": (((2, 3),), lambda lib, x: lib.nn.functional.prelu(x, x[0])),
+    "prelu-float32-weight": (((3,),), lambda lib, x: lib.nn.functional.prelu(x, lib.ones(1))),
+    "celu": (((3, 4),), _f("celu", alpha=2.0)),
+    "glu": (((3, 4),), _f("glu")),
+    "threshold": (((3, 5),), _f("threshold", 0.5, -2.0)),
+    "threshold-int-value": (((3, 5),), _f("threshold", -0.5, -1)),
+    "threshold-overflowing-value": (((3, 5),), _f("threshold", 1, 300)),
+    "pdist-one-row": (((1, 3),), lambda lib, x: lib.pdist(x)),
+    "pdist-functional-one-row": (((1, 3),), _f("pdist")),
+}
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("shapes,call", list(CASES.values()), ids=list(CASES))
+def test_ops_refuse_the_dtypes_pytorch_refuses(shapes, call, dtype):
+    """kl_div refuses integer, bool and complex operands; soft_margin_loss refuses the integer
+    result of its in-place exp; normalize and cosine_similarity refuse non-float
+    dtypes; prelu, celu and glu have float kernels only (prelu refuses mixed dtypes first);
+    threshold refuses bools and complex numbers and a value its dtype cannot hold, and
+    truncates a float threshold for integers; pdist of one row runs no kernel, so 16-bit floats
+    pass."""
+    assert_agrees_with_torch(_operands(dtype, *shapes), call, compiled=True)
+
+
+GAUSSIAN = {
+    "gaussian_nll_loss": (((4,), (4,), (4,)), _f("gaussian_nll_loss", reduction="sum")),
+    "gaussian_nll_loss-float-var": (((4,), (4,)), _f("gaussian_nll_loss", 1.5)),
+}
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("shapes,call", list(GAUSSIAN.values()), ids=list(GAUSSIAN))
+def test_gaussian_nll_loss_refuses_integer_variances(shapes, call, dtype):
+    """PyTorch clamps a copy of var in place by a float eps: an integer or bool var is refused
+    (its C type named); a number var times ones like the input is float32 for integer inputs.
+    (Nonnegative variances: compiled code does not check their sign, a data-dependent check.)"""
+    assert_agrees_with_torch(_operands(dtype, *shapes, low=0), call, compiled=True)
