@@ -10,6 +10,7 @@ checks one by one to say which failed (only on a cache miss, never on the hot pa
 from __future__ import annotations
 
 import inspect
+import math
 import types
 import weakref
 from dataclasses import dataclass
@@ -611,6 +612,10 @@ def _keys_match(d: dict, keys: tuple, by_value: tuple) -> bool:
 
 
 def _has_literal(value: Any) -> bool:
+    """Whether ``repr(value)`` is Python source that evaluates back to it. An infinite or NaN
+    float is not (``inf`` is no name in a guard), so it is held as a named constant."""
+    if type(value) is float:
+        return math.isfinite(value)
     if isinstance(value, (int, float, str, bytes, bool, type(None))):
         return type(value) in (int, float, str, bytes, bool, type(None))
     if isinstance(value, tuple) and type(value) is tuple:

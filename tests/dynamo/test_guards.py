@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -288,3 +289,22 @@ def test_checks_joined_in_one_if_each_still_guard(changed):
     assert guard.failure_reason(None, args, {}) is not None
     assert_same(fn(*args), f(*args))
     assert counter.frame_count == 2
+
+
+def _zero_non_finite(x):
+    """N-BEATS' divide_no_nan: module-level infinities read in the frame (np.inf, math.inf)."""
+    result = x / x.sum()
+    result[result == np.inf] = 0.0
+    result[result == -math.inf] = 0.0
+    return result + (x < math.inf) + (x > -np.inf)
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_an_infinite_float_constant_is_guarded_once_not_on_every_call(dynamic):
+    """A guard on a float constant that is inf or -inf was written as the literal ``inf``, a
+    name the guard does not have: it failed on every call, recompiling the frame each time."""
+    fn, counter = compiled_with_counter(_zero_non_finite, dynamic=dynamic)
+    for values in ([0.0, 1.0, -1.0], [2.0, -2.0, 3.0], [1.0, 2.0, 3.0]):
+        x = t(3) * 0 + kiln.tensor(values)
+        assert_same(fn(x), _zero_non_finite(x))
+    assert counter.frame_count == 1
