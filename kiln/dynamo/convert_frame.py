@@ -94,6 +94,12 @@ def convert_frame(
             instr = tx.instructions[request.ip]
             compile_callee = request.inlined and instr.name in _CALLS
             break_points[request.ip] = BreakPoint(request.ip, reason, compile_callee)
+            if request.stopped and not compile_callee:
+                # the translator stands where a capture breaking here would stop: break now
+                # (a training step's ``loss.backward()`` captured its forward twice)
+                tx.exit = break_points[request.ip]
+                tx.done = True
+                return _finish_break(ctx, tx, tx.exit)
         except CreatesOptimizerState:
             klog.log("recompiles", f"{name} runs eagerly this once: it creates an optimizer's "
                      "state (the next call captures the steady step)")  # fmt: skip

@@ -170,11 +170,18 @@ class Unsupported(TorchDynamoException):  # noqa: N818 - Dynamo's name for the s
         self.kind = kind
         self.message = message
         self.reason: BreakReason | None = None  # filled in with the user location when caught
+        # raised before the instruction changed anything but its popped operands (no graph
+        # node, guard, input or side effect): the root frame can stop right there instead of
+        # being captured again up to a planned break
+        self.clean = False
 
 
-def unsupported(kind: str, message: str) -> Unsupported:
-    """Build the exception to raise for a graph break of ``kind``."""
-    return Unsupported(kind, message)
+def unsupported(kind: str, message: str, *, clean: bool = False) -> Unsupported:
+    """Build the exception to raise for a graph break of ``kind``; ``clean``: raised before the
+    call or instruction had any effect (see ``Unsupported.clean``)."""
+    error = Unsupported(kind, message)
+    error.clean = clean
+    return error
 
 
 class GraphBreakError(Unsupported):

@@ -164,6 +164,38 @@ class OutputGraph:
         self.instruction_count = 0
         self.current_tx = None  # the translator evaluating the current instruction
 
+    def effects_mark(self) -> tuple:
+        """What an instruction's evaluation can add to the capture (graph nodes, inputs, guards,
+        size guards and symbols, side effects, modes), as sizes and flags: equal before and
+        after an instruction that raised, it changed nothing here."""
+        side = self.side_effects
+        return (
+            self.graph._len,
+            self.graph._edits,
+            len(self.guards),
+            len(self.guards.ns.pending),
+            len(self.shape_env.guards),
+            len(self.shape_env.symbols),
+            len(self.inputs),
+            len(self._local_inputs),
+            len(self._input_vts),
+            len(self._proxy_vts),
+            len(self._tracked),
+            len(self._cells),
+            len(self._scalar_vts),
+            len(self.symbol_reads),
+            len(self.mode.attributes),
+            len(side.containers),
+            len(side.attrs),
+            len(side.globals),
+            len(side.cells),
+            len(self.autocast_exits),
+            self.grad_enabled,
+            self.inference_mode,
+            self.autocast,
+            self.differentiable,
+        )
+
     def count_instruction(self) -> None:
         self.instruction_count += 1
         if self.instruction_count > config.instruction_limit:

@@ -77,13 +77,17 @@ class BreakPoint:
 
 
 class BreakRequest(Exception):  # noqa: N818
-    """The root frame met an instruction it cannot evaluate (``convert_frame`` decides)."""
+    """The root frame met an instruction it cannot evaluate (``convert_frame`` decides).
+    ``stopped``: the translator is back in its state before the instruction (a clean refusal,
+    ``Unsupported.clean``), as a capture planned to break there would be, so the break can be
+    made from it without capturing the frame again."""
 
-    def __init__(self, ip: int, error: Unsupported, inlined: bool):
+    def __init__(self, ip: int, error: Unsupported, inlined: bool, stopped: bool = False):
         super().__init__(error.message)
         self.ip = ip
         self.error = error
         self.inlined = inlined
+        self.stopped = stopped
 
 
 class InstructionTranslatorBase:
@@ -508,10 +512,23 @@ class InstructionTranslator(InstructionTranslatorBase):
             self.done = True
             return
         ip = self.ip
+        # the state a clean refusal leaves to restore: the operands the instruction pops
+        stack, kw_names, mark = self.stack.copy(), self.kw_names, self.output.effects_mark()
         try:
             super().step()
         except Unsupported as e:
-            raise BreakRequest(ip, e, inlined=getattr(e, "inlined", False)) from None
+            inlined = getattr(e, "inlined", False)
+            stopped = (
+                e.clean
+                and not inlined
+                and getattr(e, "called_from", self) is self
+                and self.ip == ip + 1  # (a jump it made would be an effect)
+                and self.output.effects_mark() == mark
+            )
+            if stopped:
+                self.stack, self.kw_names = stack, kw_names
+                self.ip = self.current_ip = ip
+            raise BreakRequest(ip, e, inlined=inlined, stopped=stopped) from None
 
     def inline_call(self, fn, args, kwargs):
         try:

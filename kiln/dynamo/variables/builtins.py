@@ -111,13 +111,14 @@ class BuiltinVariable(FixedObjectVariable):
         name = getattr(fn, "__qualname__", fn)
         disabled = getattr(fn, "__dict__", {}).get("_kiln_disabled")
         if disabled:
-            raise unsupported("opaque_function", f"call to {name} ({disabled})")
+            raise unsupported("opaque_function", f"call to {name} ({disabled})", clean=True)
         if name == "graph_break" and module == "kiln.dynamo.decorators":
-            raise unsupported("opaque_function", "kiln.compiler.graph_break() was called")
+            message = "kiln.compiler.graph_break() was called"
+            raise unsupported("opaque_function", message, clean=True)
         if fn in (autograd_grad, autograd_backward) and creates_graph(kwargs.get("create_graph")):
             raise unsupported("higher_order_grad", f"call to {name} with create_graph=True")
         kind = "a C function" if isinstance(fn, types.BuiltinFunctionType) else "not captured"
-        raise unsupported("opaque_function", f"call to {name} ({kind})")
+        raise unsupported("opaque_function", f"call to {name} ({kind})", clean=True)
 
 
 # ------------------------------------------------------------------ operators
@@ -471,7 +472,7 @@ _register_value_types()
 
 @_handles(print)
 def _print(tx, fn, args, kwargs):
-    raise unsupported("print", "print() has a side effect on the console")
+    raise unsupported("print", "print() has a side effect on the console", clean=True)
 
 
 @_handles(id, input, open, exec, eval, compile, globals, locals, vars, dir, breakpoint)

@@ -207,15 +207,21 @@ def call_tensor_method(tx, tensor: TensorVariable, name: str, args, kwargs) -> V
     if name == "item" and not args and not kwargs and _integer_scalar(tensor.proxy):
         return unbacked_item(tx, tensor)
     if name in _DATA_METHODS:
-        raise unsupported("data_dependent_value", f"Tensor.{name}() needs the tensor's values")
+        raise unsupported(
+            "data_dependent_value", f"Tensor.{name}() needs the tensor's values", clean=True
+        )
     if name == "requires_grad_" and _requires_grad_unchanged(tensor, args, kwargs):
         return tensor
     if name == "backward" and creates_graph(
         kwargs.get("create_graph", args[2] if len(args) > 2 else None)
     ):
-        raise unsupported("higher_order_grad", "Tensor.backward() with create_graph=True")
+        raise unsupported(
+            "higher_order_grad", "Tensor.backward() with create_graph=True", clean=True
+        )
     if name in _STATE_METHODS:
-        raise unsupported("unsupported_tensor_op", f"Tensor.{name}() changes autograd state")
+        raise unsupported(
+            "unsupported_tensor_op", f"Tensor.{name}() changes autograd state", clean=True
+        )
     if name in _INPLACE_VIEWS or name in ("resize_", "resize_as_"):
         return _inplace_view(tx, tensor, name, args, kwargs)
     if name == "stride":  # a size-1 dim's stride is read: guard it (GuardSet.strides_read)
