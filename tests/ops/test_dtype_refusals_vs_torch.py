@@ -71,3 +71,35 @@ def test_gaussian_nll_loss_refuses_integer_variances(shapes, call, dtype):
     (its C type named); a number var times ones like the input is float32 for integer inputs.
     (Nonnegative variances: compiled code does not check their sign, a data-dependent check.)"""
     assert_agrees_with_torch(_operands(dtype, *shapes, low=0), call, compiled=True)
+
+
+RESAMPLING = {
+    "nearest-1d": ((2, 3, 5), {"scale_factor": 2}),
+    "nearest-2d-size": ((2, 3, 5, 4), {"size": (7, 3)}),
+    "nearest-exact-2d": ((2, 3, 5, 4), {"scale_factor": 1.5, "mode": "nearest-exact"}),
+    "nearest-3d": ((1, 2, 3, 4, 2), {"scale_factor": (2, 1.5, 1)}),
+    "linear": ((2, 3, 6), {"size": 4, "mode": "linear"}),
+    "bilinear": ((1, 2, 5, 4), {"size": (3, 7), "mode": "bilinear"}),
+    "bicubic-antialias": ((1, 2, 6, 6), {"size": (4, 3), "mode": "bicubic", "antialias": True}),
+    "trilinear": ((1, 2, 3, 4, 2), {"scale_factor": 2, "mode": "trilinear"}),
+    "area": ((1, 2, 6, 6), {"size": 3, "mode": "area"}),
+}
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("shape,kwargs", list(RESAMPLING.values()), ids=list(RESAMPLING))
+def test_interpolate_computes_the_dtypes_pytorchs_kernels_take(shape, kwargs, dtype):
+    """Upsampling kernels take floats, and uint8 in the nearest, bilinear and bicubic modes
+    (antialiased ones no 16-bit floats); other dtypes raise NotImplementedError naming PyTorch's
+    kernel, whole-factor nearest upsampling (a repeat) included. (uint8 images are compared
+    with low values: PyTorch's fixed-point weights can round a large one differently.)"""
+    call = _f("interpolate", **kwargs)
+    assert_agrees_with_torch(_operands(dtype, shape, low=0), call, compiled=True)
+
+
+@pytest.mark.parametrize("kwargs", [{"size": 3}, {"scale_factor": 2}, {"size": (3, 4)}])
+def test_interpolate_of_a_0d_input_raises_pytorchs_error(kwargs):
+    """Without spatial dims the size arguments are checked first (a size list of the wrong
+    length: ValueError), then NotImplementedError, as PyTorch's function does."""
+    call = _f("interpolate", mode="bilinear", **kwargs)
+    assert_agrees_with_torch(lambda lib: (lib.tensor(1.5),), call, compiled=True)

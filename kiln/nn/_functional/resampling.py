@@ -34,7 +34,15 @@ _UPSAMPLE_NAMES = {
 }
 
 
-# the kernel PyTorch names when an integer tensor reaches a filtering mode (uint8 images excepted)
+# the kernel PyTorch names when a dtype it has no kernel for reaches a nearest mode, by dims
+_NEAREST_REFUSALS = {
+    1: "compute_indices_weights_nearest",
+    2: "upsample_nearest2d_channels_last",
+    3: "compute_indices_weights_nearest",
+}
+# the modes whose kernels take no uint8 images
+_UINT8_REFUSALS = ("linear", "trilinear", "area")
+# the kernel PyTorch names when an integer, bool or complex tensor reaches a filtering mode
 _INTEGER_REFUSALS = {
     "linear": "compute_indices_weights_linear",
     "trilinear": "compute_indices_weights_linear",
@@ -56,10 +64,6 @@ def interpolate(
 ) -> Tensor:
     """Resize the spatial dims: nearest/nearest-exact, (bi/tri)linear, bicubic and area."""
     dims = input.ndim - 2
-    if dims < 1:
-        raise ValueError(
-            f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D)"
-        )
     if mode in ("nearest", "area", "nearest-exact"):
         if align_corners is not None:
             raise ValueError(
@@ -67,17 +71,13 @@ def interpolate(
                 "linear | bilinear | bicubic | trilinear"
             )
     elif mode in _INTERP_DIMS:
-        if _INTERP_DIMS[mode] != dims:
+        if dims >= 1 and _INTERP_DIMS[mode] != dims:
             raise NotImplementedError(
                 f"Got {input.ndim}D input, but {mode} mode needs {_INTERP_DIMS[mode] + 2}D input"
             )
         align_corners = bool(align_corners)
     else:
-        raise NotImplementedError(
-            f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for the "
-            f"modes: nearest | linear | bilinear | bicubic | trilinear | area | nearest-exact "
-            f"(got {mode})"
-        )
+        raise NotImplementedError(_unsupported_dims(input, mode))
     if antialias and (mode not in ("bilinear", "bicubic") or input.ndim != 4):
         raise ValueError(
             "Anti-alias option is restricted to bilinear and bicubic modes and requires a 4-D "
@@ -87,24 +87,24 @@ def interpolate(
         raise ValueError("only one of size or scale_factor should be defined")
     spatial = input.shape[2:]
     if size is not None:
-        sizes = [size] * dims if isinstance(size, int) else list(size)
-        if len(sizes) != dims:
+        sizes = [size] * max(dims, 0) if isinstance(size, int) else list(size)
+        if not isinstance(size, int) and len(sizes) != dims:
             raise ValueError(
                 f"Input and output must have the same number of spatial dimensions, but got input "
                 f"with spatial dimensions of {list(spatial)} and output size of {sizes}."
             )
         scales = [None] * dims
     elif scale_factor is not None:
-        factors = (
-            [scale_factor] * dims if isinstance(scale_factor, (int, float)) else list(scale_factor)
-        )
-        if len(factors) != dims:
+        single = isinstance(scale_factor, (int, float))
+        factors = [scale_factor] * max(dims, 0) if single else list(scale_factor)
+        if not single and len(factors) != dims:
             raise ValueError(
                 f"Input and scale_factor must have the same number of spatial dimensions, but got "
                 f"input with spatial dimensions of {list(spatial)} and scale_factor of {factors}."
             )
         sizes = [_scaled_size(s, f) for s, f in zip(spatial, factors)]
         scales = [None] * dims if recompute_scale_factor else [float(f) for f in factors]
+        _check_resample_input(input, mode, dims, antialias)
         if (
             mode == "nearest"
             and (input.dtype.is_floating_point or input.dtype is dt.uint8)
@@ -116,14 +116,9 @@ def interpolate(
             return out
     else:
         raise ValueError("either size or scale_factor should be defined")
-    integral = not (input.dtype.is_floating_point or input.dtype.is_complex)
-    if integral and mode not in ("nearest", "nearest-exact"):
-        if mode in ("bilinear", "bicubic") and input.dtype is dt.uint8:
-            return _uint8_image(input, sizes, mode, bool(align_corners), scales, antialias)
-        kernel = _INTEGER_REFUSALS[mode].format(dims=dims)
-        raise NotImplementedError(
-            f"\"{kernel}\" not implemented for '{torch_type_name(input.dtype)}'"
-        )
+    _check_resample_input(input, mode, dims, antialias)
+    if input.dtype is dt.uint8 and mode in ("bilinear", "bicubic"):
+        return _uint8_image(input, sizes, mode, bool(align_corners), scales, antialias)
     if mode == "area":
         return adaptive_avg(input, sizes, dims)
     out = _conv_ops.resample(input, sizes, mode, bool(align_corners), scales, antialias)
@@ -131,6 +126,35 @@ def interpolate(
     name = _UPSAMPLE_NAMES[mode].format(dims=dims)
     rename_grad_fn(out, (input,), name.replace("2D", "2DAa") if antialias else name)
     return out
+
+
+def _unsupported_dims(input: Tensor, mode: str) -> str:
+    return (
+        f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for the "
+        f"modes: nearest | linear | bilinear | bicubic | trilinear | lanczos | area | nearest-exact "
+        f"(got {mode})"
+    )
+
+
+def _check_resample_input(input: Tensor, mode: str, dims: int, antialias: bool) -> None:
+    """After the size arguments' checks: PyTorch's last error for inputs without spatial dims,
+    then its kernels' dtypes. They compute floats, and uint8 images where nearest, bilinear
+    and bicubic modes take them (antialiased ones floats of 32 bits up); other dtypes raise
+    NotImplementedError naming the kernel."""
+    if dims < 1:
+        raise NotImplementedError(_unsupported_dims(input, mode))
+    d = input.dtype
+    if antialias and d in (dt.float16, dt.bfloat16):
+        kernel = "compute_index_ranges_weights"
+    elif d.is_floating_point or d is dt.uint8 and mode not in _UINT8_REFUSALS:
+        return
+    elif mode in ("nearest", "nearest-exact"):
+        kernel = _NEAREST_REFUSALS[dims]
+    elif antialias:
+        kernel = "compute_index_ranges_weights"
+    else:
+        kernel = _INTEGER_REFUSALS[mode].format(dims=dims)
+    raise NotImplementedError(f"\"{kernel}\" not implemented for '{torch_type_name(d)}'")
 
 
 def _scaled_size(size, factor):
