@@ -478,12 +478,15 @@ def _group_norm_grad(c, g):
     x, num_groups, weight, bias, eps = c.args
     n, ch, grouped, chan = _check_group_norm(x, num_groups, None, None)
     x32, g32 = upcast_half(x), upcast_half(g)
-    xhat, rstd = _normalized(x32.reshape(grouped), (2,), eps)
+    x_grouped = x32.reshape(grouped)
+    mean, rstd = _moments(x_grouped, (2,), eps)
+    xhat = (x_grouped - mean) * rstd
     reduce_dims = (0,) + tuple(range(2, x.ndim))
     gx = gw = gb = None
     if c.needs_input_grad[0]:
-        gy = g32 * weight.reshape(chan) if weight is not None else g32
-        gx = _norm_input_grad(gy.reshape(grouped), xhat, rstd, (2,)).reshape(x.shape)
+        gy = (g32 * weight.reshape(chan) if weight is not None else g32).reshape(grouped)
+        count = x_grouped.shape[2]
+        gx = _norm_input_grad(gy, x_grouped, mean, rstd, (2,), count).reshape(x.shape)
     if weight is not None and c.needs_input_grad[2]:
         gw = (g32 * xhat.reshape(x.shape)).sum(reduce_dims)
     if bias is not None and c.needs_input_grad[3]:
@@ -788,11 +791,16 @@ def _batch_norm_grad(c, g, _grad_mean=None, _grad_var=None):
         )
         return gx, gw, gb, None, None, None, None, None
     x32, g32 = upcast_half(x), upcast_half(g)
-    xhat, rstd = _bn_parts(x32, running_mean, running_var, training, eps, axes, chan)
+    if training:
+        mean, rstd = _moments(x32, axes, eps)
+        xhat = (x32 - mean) * rstd
+    else:
+        xhat, rstd = _bn_parts(x32, running_mean, running_var, training, eps, axes, chan)
     gx = gw = gb = None
     if c.needs_input_grad[0]:
         gy = g32 * weight.reshape(chan) if weight is not None else g32
-        gx = _norm_input_grad(gy, xhat, rstd, axes) if training else gy * rstd
+        count = math.prod(x.shape[axis] for axis in axes)
+        gx = _norm_input_grad(gy, x32, mean, rstd, axes, count) if training else gy * rstd
     if weight is not None and c.needs_input_grad[1]:
         gw = (g32 * xhat).sum(axes)
     if bias is not None and c.needs_input_grad[2]:
