@@ -303,7 +303,7 @@ def _zero_for_none(actual, expected) -> bool:
         return not np.any(actual[4])
     if expected[0] in ("list", "tuple") and actual[0] == expected[0]:
         return len(actual[1]) == len(expected[1]) and all(
-            a == e or _zero_for_none(a, e) or _compare_snapshots(a, e, "") is None
+            _zero_for_none(a, e) or _compare_snapshots(a, e, "") is None
             for a, e in zip(actual[1], expected[1])
         )
     return False
