@@ -71,6 +71,20 @@ def map_aggregate(a: Any, fn: Callable[[Any], Any]) -> Any:
     return fn(a)
 
 
+_NESTED = (tuple, list, dict, slice)
+
+
+def _flat_inputs(values, inputs: dict) -> bool:
+    """Add the nodes among ``values`` to ``inputs``; False (stop) at a nested container."""
+    for v in values:
+        kind = type(v)
+        if kind is Node:
+            inputs[v] = None
+        elif kind not in _LEAF_TYPES and isinstance(v, _NESTED):
+            return False
+    return True
+
+
 def map_arg(a: Any, fn: Callable[[Node], Any]) -> Any:
     """Apply ``fn`` to every ``Node`` inside a nested argument structure."""
     return map_aggregate(a, lambda x: fn(x) if isinstance(x, Node) else x)
@@ -199,13 +213,20 @@ class Node:
         for old in self._input_nodes:
             old.users.pop(self, None)
         inputs: dict[Node, None] = {}
+        # most nodes read flat arguments (nodes and plain values): collect the nodes in one pass
+        # and keep the tuple (immutable, so sharing it is safe); nested containers are copied
+        if _flat_inputs(args, inputs) and _flat_inputs(kwargs.values(), inputs):
+            self._args = args
+            self._kwargs = dict(kwargs)
+        else:
+            inputs.clear()
 
-        def collect(n: Node) -> Node:
-            inputs.setdefault(n)
-            return n
+            def collect(n: Node) -> Node:
+                inputs.setdefault(n)
+                return n
 
-        self._args = map_arg(args, collect)
-        self._kwargs = map_arg(kwargs, collect)
+            self._args = map_arg(args, collect)
+            self._kwargs = map_arg(kwargs, collect)
         self._input_nodes = inputs
         for n in inputs:
             n.users.setdefault(self)

@@ -160,6 +160,21 @@ def test_inputs_added_between_appended_ops_stay_in_front_without_rescanning():
     assert [x.name for x in only.nodes] == ["x", "y", "z"] and z.prev.name == "y"
 
 
+def test_arguments_record_their_nodes_flat_or_nested_and_nested_lists_are_copied():
+    g = ir.Graph()
+    x, y = g.placeholder("x"), g.placeholder("y")
+    flat = g.call_function(OPS["add"], (x, y), {"alpha": 2})
+    parts = [flat, x]
+    nested = g.call_function(OPS["cat"], (parts, 0), {"out": None})
+    kw = g.call_function(OPS["mul"], (flat,), {"other": y})
+    parts.append(y)  # the caller's list is not the node's
+    assert nested.args[0] == [flat, x] and nested.args[0] is not parts
+    assert flat.all_input_nodes == [x, y] and kw.all_input_nodes == [flat, y]
+    assert nested.all_input_nodes == [flat, x]
+    assert list(x.users) == [flat, nested] and list(y.users) == [flat, kw]
+    assert list(flat.users) == [nested, kw]
+
+
 def test_erase_node_refuses_nodes_with_users_and_unlinks_dead_ones():
     g, n = _chain()
     with pytest.raises(RuntimeError, match="user"):
