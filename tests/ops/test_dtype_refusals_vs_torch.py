@@ -103,3 +103,63 @@ def test_interpolate_of_a_0d_input_raises_pytorchs_error(kwargs):
     length: ValueError), then NotImplementedError, as PyTorch's function does."""
     call = _f("interpolate", mode="bilinear", **kwargs)
     assert_agrees_with_torch(lambda lib: (lib.tensor(1.5),), call, compiled=True)
+
+
+def _sorted(lib, x):
+    return lib.sort(x.flatten())[0]
+
+
+UNSORTED_KERNELS = {
+    "searchsorted": (((5,), (2, 3)), lambda lib, s, v: lib.searchsorted(_sorted(lib, s), v)),
+    "searchsorted-float-values": (
+        ((5,),),
+        lambda lib, s: lib.searchsorted(_sorted(lib, s), lib.tensor([0.5, 1.5])),
+    ),
+    "bucketize": (((2, 3), (4,)), lambda lib, v, b: lib.bucketize(v, _sorted(lib, b))),
+    "topk": (((3, 4),), lambda lib, x: lib.topk(x, 2)),
+    "trace": (((3, 3),), lambda lib, x: lib.trace(x)),
+    "isin": (((3, 4), (5,)), lambda lib, x, t: lib.isin(x, t)),
+    "isin-bool-number": (((3, 4),), lambda lib, x: lib.isin(x, True)),
+    "isin-complex-number": (((3, 4),), lambda lib, x: lib.isin(x, 1j)),
+    "nansum": (((3, 4),), lambda lib, x: lib.nansum(x, 1)),
+    "nanmean": (((3, 4),), lambda lib, x: lib.nanmean(x)),
+    "erfcx": (((3, 4),), lambda lib, x: lib.special.erfcx(x)),
+    "ndtri": (((3, 4),), lambda lib, x: lib.special.ndtri(x)),
+    "log_ndtr": (((3, 4),), lambda lib, x: lib.special.log_ndtr(x)),
+    "zeta": (((3, 4), (3, 4)), lambda lib, x, q: lib.special.zeta(x, q)),
+    "zeta-number": (((3, 4),), lambda lib, q: lib.special.zeta(2.0, q)),
+}
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("shapes,call", list(UNSORTED_KERNELS.values()), ids=list(UNSORTED_KERNELS))
+def test_sorting_and_special_ops_refuse_pytorchs_missing_kernels(shapes, call, dtype):
+    """searchsorted/bucketize refuse a bool or complex common dtype, topk and trace bools, isin
+    bool and complex operands (numbers too), nansum/nanmean complex inputs; erfcx, ndtri,
+    log_ndtr and zeta have no 16-bit float kernels (zeta no complex one either)."""
+    assert_agrees_with_torch(_operands(dtype, *shapes), call, compiled=True)
+
+
+PADDINGS = {
+    "reflect-1d": ((2, 3, 6), (2, 1), "reflect"),
+    "replicate-2d-unbatched": ((3, 4, 5), (1, 2, 0, 1), "replicate"),
+    "reflect-3d": ((1, 2, 3, 3, 3), (1, 1, 0, 1, 1, 0), "reflect"),
+    "circular-1d": ((2, 3, 6), (2, 1), "circular"),
+    "reflect-1d-input": ((6,), (1, 1), "reflect"),
+    "replicate-0d": ((), (1, 1), "replicate"),
+    "reflect-odd-padding": ((2, 3, 6), (1, 1, 1), "reflect"),
+    "reflect-empty-channels": ((2, 0, 6), (1, 1), "reflect"),
+    "replicate-empty-batch": ((0, 3, 6), (1, 1), "replicate"),
+    "replicate-empty-unbatched": ((0, 6), (1, 1), "replicate"),
+    "circular-empty-channels": ((2, 0, 6), (1, 1), "circular"),
+}
+
+
+@pytest.mark.parametrize("dtype", ("float32", "int64", "bool", "complex64"))
+@pytest.mark.parametrize("shape,pad,mode", list(PADDINGS.values()), ids=list(PADDINGS))
+def test_non_constant_padding_checks_as_pytorch(shape, pad, mode, dtype):
+    """F.pad's checks in PyTorch's order: an odd padding length, more padding than twice the
+    input's dims, an unsupported size for the dims (NotImplementedError), an empty dim besides
+    the batch for reflection and replication, then their kernels' missing bool version."""
+    call = _f("pad", pad, mode=mode)
+    assert_agrees_with_torch(_operands(dtype, shape), call, compiled=True)

@@ -81,6 +81,13 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
     if mode == "constant":
         # PyTorch's F.pad reads ``value`` as a float: -1 does not wrap into an unsigned type
         return OPS["constant_pad_nd"](input, list(pad), 0 if value is None else float(value))
+    if len(pad) % 2:
+        raise RuntimeError("Padding length must be divisible by 2")
+    if len(pad) > 2 * input.ndim:
+        raise RuntimeError(
+            "Padding length should be less than or equal to two times the input dimension but "
+            f"got padding length {len(pad)} and input of dimension {input.ndim}"
+        )
     if value is not None and value != 0:
         raise RuntimeError(f'Padding mode "{mode}" doesn\'t take in value argument.')
     if mode not in ("reflect", "replicate", "circular"):

@@ -722,4 +722,6 @@ def trace(self: Tensor): ...
 def _trace_decomp(x):
     if x.ndim != 2:
         raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {x.ndim}")
+    if x.dtype is dt.bool_:  # (PyTorch's CPU kernel has no bool version)
+        raise NotImplementedError("\"trace\" not implemented for 'Bool'")
     return OPS["sum"](OPS["diagonal"](x, 0, 0, 1))

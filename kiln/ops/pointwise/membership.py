@@ -37,7 +37,17 @@ def isin(
 def _isin_dtype(elements, test_elements) -> dt.dtype:
     if not isinstance(elements, Tensor) and not isinstance(test_elements, Tensor):
         raise TypeError("isin() expects at least one of elements and test_elements to be a Tensor")
+    for operand in (elements, test_elements):  # PyTorch's kernels sort and compare numbers
+        d = operand._dtype if isinstance(operand, Tensor) else _SCALAR_DTYPES.get(type(operand))
+        if d is dt.bool_ or d is not None and d.is_complex:
+            raise RuntimeError(
+                f"Unsupported input type encountered for isin(): {dt.torch_type_name(d)}"
+            )
     return result_dtype(elements, test_elements)
+
+
+# a Python number's tensor dtype, where isin refuses it
+_SCALAR_DTYPES = {bool: dt.bool_, complex: dt.complex128}
 
 
 @isin.register_kernel

@@ -895,8 +895,14 @@ def nansum(
 ): ...
 
 
+def _check_nansum_dtype(x, *rest) -> None:
+    if x._dtype.is_complex:
+        raise RuntimeError("nansum on CPU does not support complex inputs")
+
+
 @nansum.register_decomposition
 def _nansum_decomp(x, dim=None, keepdim=False, dtype=None):
+    _check_nansum_dtype(x)
     if x.dtype.is_floating_point:
         x = where(x.isnan(), 0, x)
     return sum(x, dim, keepdim, dtype=dtype)
@@ -904,6 +910,7 @@ def _nansum_decomp(x, dim=None, keepdim=False, dtype=None):
 
 @nansum.register_kernel
 def _nansum_kernel(x, dim=None, keepdim=False, dtype=None):
+    _check_nansum_dtype(x)
     if x._dtype.is_floating_point:
         a = x._data
         x = wrap_array(np.where(np.isnan(a), a.dtype.type(0), a), x._dtype)
@@ -911,6 +918,7 @@ def _nansum_kernel(x, dim=None, keepdim=False, dtype=None):
 
 
 nansum.register_meta(_reduce_meta(lambda x, dtype=None: sum_dtype(x, dtype)))
+nansum.check_in_meta(_check_nansum_dtype)
 
 
 # the incoming gradient times "not NaN" (not a selection): where it is inf (a nanmean over a

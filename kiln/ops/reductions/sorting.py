@@ -24,6 +24,7 @@ from ..core.common import (
     fake,
     laid_out,
     preserved_layout,
+    result_dtype,
     wrap,
     wrap_dim,
 )
@@ -198,6 +199,8 @@ def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool
 
 
 def _topk_dim(x, k, dim) -> int:
+    if x._dtype is dt.bool_:  # (PyTorch's CPU kernel has no bool version)
+        raise RuntimeError("topk does not support bool dtypes on CPU")
     d = wrap_dim(dim, x.ndim)
     if not 0 <= k <= _size_along(x, d):
         raise RuntimeError("selected index k out of range")
@@ -610,6 +613,11 @@ def _check_searchsorted(seq, values) -> None:
                 "dimensions of boundaries tensor and input value tensor must match, but we got "
                 f"boundaries tensor {list(seq.shape)} and input value tensor {list(v_shape)}"
             )
+    common = result_dtype(seq, values)
+    if common is dt.bool_ or common.is_complex:  # (PyTorch's CPU kernel has neither)
+        raise NotImplementedError(
+            f"\"searchsorted_out_cpu\" not implemented for '{torch_type_name(common)}'"
+        )
 
 
 @searchsorted.register_kernel

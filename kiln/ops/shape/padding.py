@@ -179,6 +179,20 @@ def _source_index(mode: str, size, before: int, after: int, device) -> Tensor:
     return OPS["where"](pos > size - 1, pos.neg() + 2 * (size - 1), pos)
 
 
+def _check_reflect_or_replicate_input(x: Tensor, k: int, mode: str) -> None:
+    """PyTorch's reflection and replication kernels: every dim but the batch's non-empty (a
+    symbolic size is taken for non-empty), then no bool version."""
+    inner = x.shape[1:] if x.ndim == k + 2 else x.shape
+    if any(s.__class__ is int and s == 0 for s in inner):
+        raise RuntimeError(
+            f"Expected {k + 1}D or {k + 2}D (batch mode) tensor with possibly 0 batch size and "
+            f"other non-zero dimensions for input, but got: {list(x.shape)}"
+        )
+    if x.dtype is dt.bool_:
+        kind = "reflection" if mode == "reflect" else "replication"
+        raise NotImplementedError(f"\"{kind}_pad{k}d\" not implemented for 'Bool'")
+
+
 def pad_indexed(x: Tensor, pad, mode: str) -> Tensor:
     """``F.pad`` for reflect/replicate/circular: one ``index`` per padded dim (gradients scatter)."""
     pad = [int(p) for p in pad]
@@ -187,6 +201,8 @@ def pad_indexed(x: Tensor, pad, mode: str) -> Tensor:
         raise NotImplementedError(
             f"Padding size {len(pad)} is not supported for {x.ndim}D input tensor.\n{_PAD_HELP}"
         )
+    if mode != "circular":
+        _check_reflect_or_replicate_input(x, k, mode)
     geometry = _pad_geometry(x, pad)
     for dim, before, after in geometry:
         size = x.shape[dim]

@@ -271,6 +271,7 @@ special_erfcx = _special_unary(
     np_erfcx,
     lambda c, g: (g * (2 * c.args[0] * c.out - _TWO_OVER_SQRT_PI),),
     schema=_input_schema,
+    half=False,
     uses="both",
 )
 special_ndtr = _special_unary(
@@ -281,6 +282,7 @@ special_ndtri = _special_unary(
     np_ndtri,
     lambda c, g: (g * _SQRT_2PI * (c.out * c.out * 0.5).exp(),),
     schema=_input_schema,
+    half=False,
     uses="output",
 )
 special_log_ndtr = _special_unary(
@@ -289,6 +291,7 @@ special_log_ndtr = _special_unary(
     # pdf / cdf, formed in log space so it stays finite deep in the left tail
     lambda c, g: (g * (c.args[0] * c.args[0] * -0.5 - c.out).exp() * _INV_SQRT_2PI,),
     schema=_input_schema,
+    half=False,
     uses="both",
 )
 
@@ -370,15 +373,24 @@ special_xlog1py.register_derivative(_xlog1py_grad)
 def special_zeta(input: TensorOrScalar, other: TensorOrScalar): ...  # noqa: A002
 
 
+def _zeta_dtype(s, q) -> dt.dtype:
+    """The result dtype; PyTorch's CPU kernel has no 16-bit float or complex version."""
+    d = to_float_dtype(binary_dtype(s, q))
+    if d.is_complex or d in (dt.float16, dt.bfloat16):
+        raise NotImplementedError(f"\"zeta_cpu\" not implemented for '{torch_type_name(d)}'")
+    return d
+
+
 @special_zeta.register_kernel
 def _zeta_kernel(s, q):
-    d = to_float_dtype(binary_dtype(s, q))
+    d = _zeta_dtype(s, q)
     cd = compute_np_dtype(d)
     out = np_zeta(as_np_operand(s, cd), as_np_operand(q, cd))
     return wrap(iterator_layout(out, (s, q), d), d)
 
 
 special_zeta.register_meta(_float_pair_meta)
+special_zeta.check_in_meta(_zeta_dtype)
 
 
 def _zeta_grad(c, g):
