@@ -41,6 +41,8 @@ from .common import broadcast_shapes, copied_in_order, preserved_layout, zero_gr
 
 __all__ = [
     "dispatch",
+    "dispatch_self_only",
+    "self_only_method",
     "DispatchMode",
     "run_below_autograd",
     "view_replay",
@@ -119,6 +121,58 @@ def dispatch(op, args: tuple, recorded: bool = False, dual_done: bool = False):
             storage.version += 1
         return out
     return _run_kernel(op, args)
+
+
+def dispatch_self_only(op, args: tuple):
+    """``dispatch(op, args)`` for an op whose only tensor parameter is ``self``
+    (``op.self_only``: ``exp``, ``sum``, ``view``), with ``dispatch``'s decisions taken here
+    for the common call: ``self`` a CPU tensor with data, no mode, autocast, profiler, forward
+    AD or inference mode in this thread, an out-of-place op with a kernel. Such a call is the
+    kernel's alone (and a view's bookkeeping), or autograd's recording of it where ``self``
+    requires grad; every other call goes through ``dispatch``. One thread-state test and one
+    tensor's, where ``dispatch`` loops over the op's tensor and list parameters."""
+    state = per_thread.state
+    kernel = op.kernel
+    x = args[0]
+    if (
+        kernel is None
+        or op.inplace
+        or state.mode_stack
+        or DUAL_ACTIVE[0]
+        or state.autocast is not None
+        or state.profiler is not None
+        or state.inference_mode
+        or x.__class__ is not Tensor
+        or x._device is not cpu
+        or x._data is None
+    ):
+        return dispatch(op, args)
+    if state.grad_enabled and x._requires_grad:
+        return _autograd(op, args, state, True, state.mode_stack)  # as dispatch would
+    try:
+        out = kernel(*args)
+    except ValueError as error:
+        _raise_broadcast_error(op, args, error)
+        raise
+    if op.is_view:
+        mark_view(out, x, op, args)
+    return out
+
+
+def self_only_method(op):
+    """``Tensor.exp`` and its kin, for an op whose only tensor parameter is ``self``: a call
+    without keywords goes straight to ``dispatch_self_only`` (``Op.__call__`` in between cost
+    a frame and a forwarded ``*args, **kwargs``); with keywords (``out=``), through the op."""
+    bind = op.bind
+
+    def method(self, *args, **kwargs):
+        if kwargs:
+            return op(self, *args, **kwargs)
+        return dispatch_self_only(op, bind(self, *args))
+
+    method.__name__ = op.name
+    method.__doc__ = op.doc
+    return method
 
 
 def operator_method(op, reverse: bool = False, operand_types: tuple = (Tensor,)):
@@ -957,4 +1011,4 @@ class DispatchMode:
         assert popped is self, "dispatch modes must be exited in LIFO order"
 
 
-registry._install_dispatch(dispatch)
+registry._install_dispatch(dispatch, dispatch_self_only)

@@ -25,7 +25,13 @@ from ...runtime.storage import writable_target
 from ...runtime.symbolic import SymInt, same_shape
 from ...runtime.tensor import Tensor
 from ..creation import api
-from .dispatch import dispatch, operator_method, writing_method
+from .dispatch import (
+    dispatch,
+    dispatch_self_only,
+    operator_method,
+    self_only_method,
+    writing_method,
+)
 from .grad_fn_naming import renames_grad_fn, renaming
 from .out_arguments import refuse_unsafe_cast
 from .registry import METHODS, OPS, Op, torch_function
@@ -42,6 +48,8 @@ def _shape_args(args):
 
 
 def _method_of(op: Op):
+    if op.self_only:
+        return self_only_method(op)
     bind = op.bind
 
     def method(self, *args, **kwargs):
@@ -140,24 +148,24 @@ def _view(self, *shape, **kwargs):
     shape = _sizes_by_keyword("view", shape, kwargs, "size")
     if len(shape) == 1 and isinstance(shape[0], dt.dtype):
         return api.view_as_dtype(self, shape[0])
-    return dispatch(OPS["view"], (self, _shape_args(shape)))  # view(self, size): bound
+    return dispatch_self_only(OPS["view"], (self, _shape_args(shape)))  # view(self, size): bound
 
 
 def _reshape(self, *shape, **kwargs):
     shape = _sizes_by_keyword("reshape", shape, kwargs, "shape")
-    return dispatch(OPS["reshape"], (self, _shape_args(shape)))
+    return dispatch_self_only(OPS["reshape"], (self, _shape_args(shape)))
 
 
 def _expand(self, *size, **kwargs):
     size = _sizes_by_keyword("expand", size, kwargs, "size")
-    return dispatch(OPS["expand"], (self, _shape_args(size)))
+    return dispatch_self_only(OPS["expand"], (self, _shape_args(size)))
 
 
 def _permute(self, *dims, **kwargs):
     dims = _sizes_by_keyword("permute", dims, kwargs, "dims")
     if not dims:  # permute(()) is fine for a 0-d tensor; permute() is a missing argument
         raise TypeError('permute() missing 1 required positional arguments: "dims"')
-    return OPS["permute"](self, _shape_args(dims))
+    return dispatch_self_only(OPS["permute"], (self, _shape_args(dims)))
 
 
 def _new_tensor_factory(fn_name):
@@ -420,9 +428,10 @@ def _size_eq(self, other):
 
 @renames_grad_fn("TBackward0")
 def _t(self):
-    if self.ndim > 2:
-        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
-    return OPS["permute"](self, (1, 0) if self.ndim == 2 else tuple(range(self.ndim)))
+    ndim = len(self._shape)
+    if ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {ndim}D")
+    return dispatch_self_only(OPS["permute"], (self, (1, 0) if ndim == 2 else tuple(range(ndim))))
 
 
 def _T(self):  # noqa: N802

@@ -92,6 +92,7 @@ class Op:
         "edge_arg_positions",
         "tensor_edge_positions",
         "tensor_positions_lead",
+        "self_only",
         "differentiable",
         "kernel",
         "meta",
@@ -161,6 +162,9 @@ class Op:
         # the tensor parameters come first (``add(self, other, *, alpha)``): a derivative's
         # leading gradients are then the node's edges' gradients as they stand
         self.tensor_positions_lead = self.tensor_positions == tuple(range(len(tensor_positions)))
+        # ``self`` is the only tensor parameter (``exp``, ``sum``, ``view``): dispatch's
+        # one-tensor path (``dispatch.dispatch_self_only``) decides such a call
+        self.self_only = self.tensor_positions == (0,) and not self.list_positions
         self.differentiable = True
         self.kernel = None
         self.meta = None
@@ -239,6 +243,8 @@ class Op:
                 del kwargs["out"]
             else:
                 return _call_with_out(self, args, kwargs)
+        if self.self_only:
+            return _dispatch_self_only(self, self.bind(*args, **kwargs))
         return _dispatch(self, self.bind(*args, **kwargs))
 
     def __repr__(self) -> str:
@@ -507,9 +513,11 @@ def _dispatch(op, args):  # replaced by kiln.ops.core.dispatch at import (breaks
     raise RuntimeError("kiln.ops.core.dispatch not initialised")
 
 
-def _install_dispatch(fn: Callable) -> None:
-    global _dispatch
+def _install_dispatch(fn: Callable, self_only: Callable) -> None:
+    """``dispatch`` and its one-tensor path, which import this module."""
+    global _dispatch, _dispatch_self_only
     _dispatch = fn
+    _dispatch_self_only = self_only
 
 
 def _call_with_out(op: Op, args: tuple, kwargs: dict):

@@ -18,6 +18,7 @@ from ...runtime.storage import writable_target
 from ...runtime.sym_expr import INF
 from ...runtime.symbolic import SymInt, active_env, known_same_shape, same_shape
 from ..core.common import Tensor, broadcast_shapes, fake, iterator_strides, laid_out, wrap
+from ..core.dispatch import dispatch_self_only
 from ..core.registry import OPS, defop, tensor_method, torch_function
 from ..creation.factories import clone_layout
 from ..shape.views import expand_shape, view_strides
@@ -620,13 +621,15 @@ def _parse(x: Tensor, index):
 
 def getitem(x: Tensor, index) -> Tensor:
     """``x[index]`` with PyTorch's semantics."""
-    if _is_int(index):
-        if x.ndim == 0:
+    if index.__class__ is int or _is_int(index):
+        if not x._shape:
             raise IndexError(
                 "invalid index of a 0-dim tensor. Use `tensor.item()` in Python or "
                 "`tensor.item<T>()` in C++ to convert a 0-dim tensor to a number"
             )
-        return OPS["select"](x, 0, index if index.__class__ is SymInt else int(index))
+        if index.__class__ is not int and index.__class__ is not SymInt:
+            index = int(index)
+        return dispatch_self_only(OPS["select"], (x, 0, index))
     out, advanced = _parse(x, index)
     if not advanced:
         return OPS["alias"](x) if out is x else out

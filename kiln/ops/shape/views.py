@@ -320,7 +320,7 @@ def _perm(dims, ndim):
 
 @permute.register_kernel
 def _permute_kernel(x, dims):
-    return Tensor._wrap_view(x._data.transpose(_perm(dims, x.ndim)), x)
+    return wrap_array(x._data.transpose(_perm(dims, len(x._shape))), x._dtype)
 
 
 @permute.register_meta
@@ -551,7 +551,7 @@ def _select_kernel(x, dim, index):
     if dim.__class__ is int and -rank <= dim < rank:  # (the common call: no wrap_dim checks)
         d = dim + rank if dim < 0 else dim
         if -shape[d] <= index < shape[d]:
-            return Tensor._wrap_view(x._data[(_WHOLE_DIM,) * d + (index, Ellipsis)], x)
+            return wrap_array(x._data[(_WHOLE_DIM,) * d + (index, Ellipsis)], x._dtype)
     if x.ndim == 0:
         raise IndexError("select() cannot be applied to a 0-dim tensor.")
     d, i = _select_index(x, dim, index)
