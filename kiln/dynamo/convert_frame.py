@@ -99,7 +99,10 @@ def convert_frame(
                 # (a training step's ``loss.backward()`` captured its forward twice)
                 tx.exit = break_points[request.ip]
                 tx.done = True
-                return _finish_break(ctx, tx, tx.exit)
+                try:
+                    return _finish_break(ctx, tx, tx.exit)
+                except Unsupported as e:  # (as the handler below, which this one bypasses)
+                    return _not_rebuilt(ctx, e, code, name)
         except CreatesOptimizerState:
             klog.log("recompiles", f"{name} runs eagerly this once: it creates an optimizer's "
                      "state (the next call captures the steady step)")  # fmt: skip
@@ -107,15 +110,19 @@ def convert_frame(
             # call's grad mode and sizes, would only be compiled again by the steady step's)
             return EagerFrame(f"{name} creates an optimizer's state", permanent=False, plain=True)
         except Unsupported as e:
-            reason = e.reason or BreakReason(
-                e.kind, e.message, code.co_filename, code.co_firstlineno, name
-            )
-            if ctx.fullgraph:
-                raise GraphBreakError(reason) from None
-            return _eager(ctx, reason, "the values at the break cannot be rebuilt", code.co_name)
+            return _not_rebuilt(ctx, e, code, name)
         finally:
             pop_output()
     return EagerFrame(f"more than {config.restart_limit} graph breaks in {name}")
+
+
+def _not_rebuilt(ctx, e: Unsupported, code, name: str) -> EagerFrame:
+    """An ``Unsupported`` out of making the break (or a capture that cannot break there): the
+    frame runs eagerly (``fullgraph=True``: the error)."""
+    reason = e.reason or BreakReason(e.kind, e.message, code.co_filename, code.co_firstlineno, name)
+    if ctx.fullgraph:
+        raise GraphBreakError(reason) from None
+    return _eager(ctx, reason, "the values at the break cannot be rebuilt", code.co_name)
 
 
 def _eager(ctx, reason: BreakReason, why: str, frame: str) -> EagerFrame:
@@ -332,6 +339,7 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
     # graph would give zero gradients to the inputs only such a dead value depends on)
     targets = [t for t in (fallthrough, jump_target) if t is not None]
     named_cells = frozenset().union(*(tx.fc.cells_named_from(t) for t in targets))
+    passed_on = {n: tx.symbolic_locals.passed_on(n) for n in all_locals}  # one variable each
 
     def resume_call(cg: PyCodegen, target: int, slots: list, result_temps: list[str], live):
         nulls = tuple(isinstance(v, NullVariable) for v in slots) + (False,) * len(result_temps)
@@ -354,7 +362,7 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
             cg.append(Instr("BUILD_TUPLE", len(rcode.co_freevars)))
             nargs += 1
         for local in live:  # in the resume's argument order: live locals, then the stack
-            cg.load(tx.symbolic_locals[local])
+            cg.load(passed_on[local])
             nargs += 1
         for vt in slots:
             if not isinstance(vt, NullVariable):
@@ -370,7 +378,7 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
         own_cells = [tx.cells[n] for n in tx.code.co_cellvars if n in tx.cells and n in named_cells]
         _prepare_all(
             cg,
-            [*deep, *top, *(tx.symbolic_locals[n] for n in all_locals), *own_cells],
+            [*deep, *top, *(passed_on[n] for n in all_locals), *own_cells],
             output.side_effects,
         )
         _sync_grad_mode(cg, output)  # the instruction and the resume run in the block's mode

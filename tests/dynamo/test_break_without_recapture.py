@@ -97,6 +97,25 @@ def test_backward_in_a_step_gives_eager_gradients_and_captures_once():
         np.testing.assert_allclose(a.numpy(), b.numpy())
 
 
+def _pairs(x):
+    yield x + 1
+    yield x * 2
+
+
+def generator_across_print(x):
+    g = _pairs(x)
+    a = next(g)
+    print("between")
+    return a + next(g)
+
+
+def test_a_clean_break_whose_values_cannot_be_rebuilt_runs_the_frame_eagerly():
+    """Making the break fails (a generator made in the capture outlives it): the frame runs
+    eagerly, as when the break was planned, instead of the error escaping."""
+    counter, report = check(generator_across_print, _x(), graphs=0, breaks=1, calls=2)
+    assert "cannot be rebuilt" in str(report)
+
+
 def test_a_break_inside_an_inlined_call_still_captures_again():
     def inner(x):
         print("inner")
