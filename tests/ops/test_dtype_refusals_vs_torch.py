@@ -163,3 +163,42 @@ def test_non_constant_padding_checks_as_pytorch(shape, pad, mode, dtype):
     the batch for reflection and replication, then their kernels' missing bool version."""
     call = _f("pad", pad, mode=mode)
     assert_agrees_with_torch(_operands(dtype, shape), call, compiled=True)
+
+
+LOSSES_AND_SOFTMAX = {
+    "mse_loss-weight-mean": (((3, 4), (3, 4), (3, 4)), _f("mse_loss", reduction="mean")),
+    "mse_loss-weight-none": (
+        ((3, 4), (3, 4), (3, 4)),
+        lambda lib, x, t, w: lib.nn.functional.mse_loss(x, t, reduction="none", weight=w),
+    ),
+    "softmax-empty": (((0, 3),), _f("softmax", dim=0)),
+    "log_softmax-empty": (((2, 0),), _f("log_softmax", dim=1)),
+    "softmin-empty": (((0, 3),), _f("softmin", dim=1)),
+    "softmax-to-float64": (
+        ((3, 4),),
+        lambda lib, x: lib.nn.functional.softmax(x, 1, dtype=lib.float64),
+    ),
+    "log_softmax-to-complex128": (
+        ((3, 4),),
+        lambda lib, x: lib.nn.functional.log_softmax(x, 1, dtype=lib.complex128),
+    ),
+    "cross_entropy-probabilities": (((3, 4), (3, 4)), _f("cross_entropy")),
+    "cross_entropy-0d": (((), ()), _f("cross_entropy")),
+    "cross_entropy-probabilities-ignore-index": (
+        ((3, 4), (3, 4)),
+        _f("cross_entropy", ignore_index=1),
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize(
+    "shapes,call", list(LOSSES_AND_SOFTMAX.values()), ids=list(LOSSES_AND_SOFTMAX)
+)
+def test_losses_and_softmax_follow_pytorchs_dtype_paths(shapes, call, dtype):
+    """A weighted mse_loss is PyTorch's pow(input - target, 2) * weight in any dtype (was
+    refused for integers and complex numbers); softmax of an empty input returns it whatever
+    its dtype, and a ``dtype=`` argument casts first (a complex input to float64 computes);
+    cross_entropy checks a probability target's dtype (and ignore_index) before any kernel,
+    0-d inputs included."""
+    assert_agrees_with_torch(_operands(dtype, *shapes), call, compiled=True)

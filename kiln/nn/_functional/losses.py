@@ -114,7 +114,12 @@ def nll_loss(
     return OPS["nll_loss"](input, target, weight, reduction, ignore_index)
 
 
-def _weighted_elementwise(name, input, target, reduction, weight, mean_by_weight, *params):
+def _weighted_elementwise(
+    name, input, target, reduction, weight, mean_by_weight, *params, weighted_form=None
+):
+    """The loss ``name`` (an op), or with ``weight`` its unreduced values times the weight,
+    reduced; ``weighted_form(input, target)`` stands for the op's values where PyTorch's
+    weighted path computes them with other ops (whose dtypes it then takes)."""
     _warn_size(input, target)
     _loss.check_reduction(reduction)
     input, target = _broadcast_pair(input, target)
@@ -122,7 +127,10 @@ def _weighted_elementwise(name, input, target, reduction, weight, mean_by_weight
         return OPS[name](input, target, *params, reduction)
     if tuple(weight.shape) != tuple(input.shape):
         raise ValueError("Weights and input must have the same size.")
-    loss = OPS[name](input, target, *params, "none") * weight
+    if weighted_form is not None:
+        loss = weighted_form(input, target) * weight
+    else:
+        loss = OPS[name](input, target, *params, "none") * weight
     if reduction == "none":
         return loss
     if reduction == "sum" or not mean_by_weight:
@@ -132,7 +140,14 @@ def _weighted_elementwise(name, input, target, reduction, weight, mean_by_weight
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     reduction = _reduction(size_average, reduce, reduction)
-    return _weighted_elementwise("mse_loss", input, target, reduction, weight, True)
+    return _weighted_elementwise(
+        "mse_loss", input, target, reduction, weight, True, weighted_form=_squared_error
+    )
+
+
+def _squared_error(input: Tensor, target: Tensor) -> Tensor:
+    """PyTorch's weighted mse: pow(input - target, 2), in any dtype the difference has."""
+    return (input - target).pow(2)
 
 
 @autocast_policy(cpu="fp32", cuda="fp32")

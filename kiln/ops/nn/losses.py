@@ -343,7 +343,15 @@ def _cross_entropy(
     if not 0.0 <= label_smoothing <= 1.0:
         raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
     rank = len(input._shape)
-    if rank == 2 and input._shape != target._shape:
+    if input._shape == target._shape:  # class probabilities: checked before any kernel runs
+        if not target.dtype.is_floating_point:
+            raise RuntimeError(
+                "Expected floating point type for target with class probabilities, got "
+                f"{torch_type_name(target.dtype)}"
+            )
+        if ignore_index >= 0:
+            raise RuntimeError("ignore_index is not supported for floating point target")
+    elif rank == 2:
         if _rows_op_serves(input, target, weight, label_smoothing):
             return dispatch(OPS["_cross_entropy_rows"], (input, target, reduction, ignore_index))
     class_dim = 0 if rank == 1 else 1
@@ -352,10 +360,6 @@ def _cross_entropy(
     wshape = [1] * rank
     wshape[class_dim] = n_classes
     if input._shape == target._shape:
-        if not target.dtype.is_floating_point:
-            raise RuntimeError(
-                f"Expected floating point type for target with class probabilities, got {target.dtype}"
-            )
         if label_smoothing > 0:
             target = target * (1 - label_smoothing) + label_smoothing / n_classes
         terms = logp * target

@@ -40,7 +40,6 @@ from ..core.common import (
     wrap,
     wrap_dim,
 )
-from ..core.complex_support import complex_not_implemented
 from ..core.registry import OPS, defop
 from ..reductions.reduce import c_type_name, float_sum, torch_type_name
 from ..reductions.sum_order import EXACT_SUM_MAX_SIZE
@@ -187,26 +186,34 @@ def new_like(a: np.ndarray, dtype=None) -> np.ndarray:
 # ------------------------------------------------------------------------------ softmax family
 
 
-@defop(
-    kind="nn",
-    autocast={"cuda": "fp32_set_dtype"},
-    complex_refused=complex_not_implemented("softmax_lastdim_kernel_impl"),
-)
+@defop(kind="nn", autocast={"cuda": "fp32_set_dtype"})
 def softmax(self: Tensor, dim: int, dtype: DType | None = None): ...
 
 
-@defop(
-    kind="nn",
-    autocast={"cuda": "fp32_set_dtype"},
-    complex_refused=complex_not_implemented("log_softmax_lastdim_kernel_impl"),
-)
+@defop(kind="nn", autocast={"cuda": "fp32_set_dtype"})
 def log_softmax(self: Tensor, dim: int, dtype: DType | None = None): ...
 
 
+def _check_softmax_dtype(name: str, x: Tensor, dtype) -> None:
+    """PyTorch's softmax kernels (run on the input cast to ``dtype``, if given) compute floats
+    only; an empty input returns before any kernel, in whatever dtype."""
+    d = dtype or x._dtype
+    if any(s.__class__ is int and s == 0 for s in x._shape):
+        return
+    if d.is_complex:
+        raise NotImplementedError(
+            f"\"{name}_lastdim_kernel_impl\" not implemented for '{torch_type_name(d)}'"
+        )
+    if not d.is_floating_point:
+        raise NotImplementedError(
+            f"\"{name}\" not implemented for '{d.name}' (input of shape {list(x._shape)})"
+        )
+
+
 def _softmax_input(name, x, dim, dtype):
+    _check_softmax_dtype(name, x, dtype)
     if dtype is not None:
         x = x.to(dtype)
-    require_float(name, x)
     return x, wrap_dim(dim, x.ndim)
 
 
@@ -366,6 +373,8 @@ def _log_softmax_recording_kernel(x, dim, dtype):
 
 softmax.register_meta(_softmax_meta)
 log_softmax.register_meta(_softmax_meta)
+softmax.check_in_meta(lambda x, dim, dtype=None: _check_softmax_dtype("softmax", x, dtype))
+log_softmax.check_in_meta(lambda x, dim, dtype=None: _check_softmax_dtype("log_softmax", x, dtype))
 softmax.result_layout = log_softmax.result_layout = "contiguous"  # as PyTorch's
 
 
