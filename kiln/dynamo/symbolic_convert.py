@@ -487,6 +487,51 @@ class InliningTranslator(InstructionTranslatorBase):
             self.cells[name] = cell
 
 
+class _UnreadArgument(VariableTracker):
+    """An argument the captured code never read, passed on to a resume function as it is
+    (loaded from the frame's local): nothing about it is guarded here."""
+
+    def __init__(self, name: str):
+        self.source = LocalSource(name)
+
+
+class _ArgumentLocals(dict):
+    """The root frame's locals, its arguments wrapped (and so guarded) when first read, as
+    PyTorch's lazy variables are: an argument the captured code never reads (an unused
+    parameter, a tensor in ``*args`` passed on untouched) adds no guard, so a new dtype,
+    shape or ``requires_grad`` of it compiles nothing again."""
+
+    def __init__(self, tx, arguments: dict):
+        super().__init__(dict.fromkeys(arguments))
+        self._tx = tx
+        self._unread = dict(arguments)
+
+    def _read(self, name) -> None:
+        if name in self._unread:
+            value = self._unread.pop(name)
+            dict.__setitem__(self, name, self._tx.wrap(value, LocalSource(name)))
+
+    def __getitem__(self, name):
+        self._read(name)
+        return dict.__getitem__(self, name)
+
+    def get(self, name, default=None):
+        self._read(name)
+        return dict.get(self, name, default)
+
+    def pop(self, name, *default):
+        self._read(name)
+        return dict.pop(self, name, *default)
+
+    def __setitem__(self, name, value) -> None:
+        self._unread.pop(name, None)
+        dict.__setitem__(self, name, value)
+
+    def passed_on(self, name: str) -> VariableTracker:
+        """The local ``name`` for a resume function's argument: an unread argument as it is."""
+        return _UnreadArgument(name) if name in self._unread else self[name]
+
+
 class InstructionTranslator(InstructionTranslatorBase):
     """The root frame of a capture (see the module docstring)."""
 
@@ -494,8 +539,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         super().__init__(output, code, f_globals)
         self.break_points = break_points
         self.exit: BreakPoint | None = None
-        for name, value in arguments.items():
-            self.symbolic_locals[name] = self.wrap(value, LocalSource(name))
+        self.symbolic_locals = _ArgumentLocals(self, arguments)
         for i, (name, cell) in enumerate(zip(code.co_freevars, closure or ())):
             try:
                 contents = self.wrap(cell.cell_contents, ClosureSource(i, name))
