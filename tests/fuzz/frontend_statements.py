@@ -501,10 +501,49 @@ def _nested_break(d: Drawer) -> list[str]:
     a, b = d.pick(), d.pick()
     brk = d.rng.choice(_BREAKS)
     full = a in d.full or b in d.full
-    choice = d.rng.randrange(8)
+    choice = d.rng.randrange(13)
     d.define(name, full)
     if choice == 0:
         return [f"{name} = {a}", f"for t in [{b}, {a}]:", f"    {brk}", f"    {name} = {name} + t"]
+    if choice == 8:  # a break inside a comprehension (its own function before 3.12)
+        return [
+            f"parts = [(print('c', file=SINK), t * 2)[1] for t in ({a}, {b})]",
+            f"{name} = parts[0] + parts[1]",
+        ]
+    if choice == 9:  # an inlined function that breaks, called in a loop
+        return [
+            "def step(t):",
+            f"    {brk}",
+            "    return t * 0.5",
+            f"{name} = {a}",
+            f"for t in ({a}, {b}):",
+            f"    {name} = {name} + step(t)",
+        ]
+    if choice == 10:
+        return [
+            f"{name} = {a} * 1",
+            f'for k, t in {{"p": {a}, "q": {b}}}.items():',
+            f"    {brk}",
+            f"    {name} = {name} + t * len(k)",
+        ]
+    if choice == 11:
+        return [
+            f"{name} = {a}",
+            "for i in range(2):",
+            "    with torch.no_grad():",
+            f"        {name} = {name} + {b} * i",
+            f"        {brk}",
+            f"    {name} = {name} * 2",
+        ]
+    if choice == 12:
+        return [
+            f"{name} = {a} * 1",
+            "i = 0",
+            f"while ({name}.abs().sum() > 0.5) and i < 2:",
+            f"    {brk}",
+            f"    {name} = {name} * 0.5 + {b}",
+            "    i += 1",
+        ]
     if choice == 1:
         return [
             f"{name} = {a} * 1",
