@@ -202,3 +202,56 @@ def test_losses_and_softmax_follow_pytorchs_dtype_paths(shapes, call, dtype):
     cross_entropy checks a probability target's dtype (and ignore_index) before any kernel,
     0-d inputs included."""
     assert_agrees_with_torch(_operands(dtype, *shapes), call, compiled=True)
+
+
+def _index(*values):
+    return lambda lib: lib.tensor(list(values))
+
+
+INDEXING = {
+    "index_select-0d-two-indices": (lambda lib, x: lib.index_select(x[0, 0], 0, _index(0, 0)(lib))),
+    "index_select-empty-rows": (lambda lib, x: x[:0].index_select(0, _index(1)(lib))),
+    "index_select-empty-rows-no-index": (lambda lib, x: x[:0].index_select(0, _index(1)(lib)[:0])),
+    "embedding-0d-weight": (lambda lib, x: lib.nn.functional.embedding(_index(0)(lib), x[0, 0])),
+    "embedding-empty-weight": (lambda lib, x: lib.nn.functional.embedding(_index(1)(lib), x[:0])),
+    "embedding-max-norm-0d-weight": (
+        lambda lib, x: lib.nn.functional.embedding(_index(0)(lib), x[0, 0], max_norm=1.0)
+    ),
+    "embedding-freq": (
+        lambda lib, x: lib.nn.functional.embedding(_index(0, 2, 0)(lib), x, scale_grad_by_freq=True)
+    ),
+    "mv-0d-matrix": (lambda lib, x: lib.mv(x[0, 0], x[0])),
+    "index_add-0d-two-indices": (lambda lib, x: x[0, 0].index_add(0, _index(0, 0)(lib), x[1, 1])),
+    "scatter_reduce-mean": (
+        lambda lib, x: x.scatter_reduce(0, _index([0, 1], [0, 0])(lib), x[:2], "mean")
+    ),
+    "scatter_reduce-amax": (
+        lambda lib, x: x.scatter_reduce(0, _index([0, 1], [0, 0])(lib), x[:2], "amax")
+    ),
+    "index_reduce-matrix-mean": (
+        lambda lib, x: x.index_reduce(0, _index(0, 2)(lib), x[:2], "mean")
+    ),
+    "index_reduce-matrix-amin": (
+        lambda lib, x: x.index_reduce(0, _index(0, 2)(lib), x[:2], "amin")
+    ),
+    "index_reduce-matrix-prod-without-self": (
+        lambda lib, x: x.index_reduce(0, _index(0, 2)(lib), x[:2], "prod", include_self=False)
+    ),
+    "index_reduce-vector-prod": (
+        lambda lib, x: x[0].index_reduce(0, _index(0, 0)(lib), x[1, :2], "prod")
+    ),
+    "mvlgamma": (lambda lib, x: lib.mvlgamma(x, 1)),
+}
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("call", list(INDEXING.values()), ids=list(INDEXING))
+def test_indexing_errors_and_dtypes_follow_pytorch(call, dtype):
+    """index_select of a scalar by several indices, or of an empty matrix's axis, raises
+    RuntimeError (was IndexError); embedding checks a 2-D weight (and embedding_renorm_'s),
+    then an empty table, and keeps an integer table's dtype under scale_grad_by_freq when
+    compiled; mv of a 0-d matrix and index_add of a 0-d source by several indices raise
+    IndexError; scatter_reduce has no bool mean and no complex amax/amin (a complex mean
+    divides), index_reduce refuses bools and complex numbers by PyTorch's path; mvlgamma
+    refuses bools."""
+    assert_agrees_with_torch(_operands(dtype, (3, 3), low=1), call, compiled=True)

@@ -29,8 +29,8 @@ def embedding(
     scale_grad_by_freq: bool = False,
     sparse: bool = False,
 ) -> Tensor:
-    num = weight.shape[0]
     if padding_idx is not None:
+        num = weight.shape[0]
         if padding_idx > 0 and padding_idx >= num:
             raise AssertionError("Padding_idx must be within num_embeddings")
         if padding_idx < 0:
@@ -48,6 +48,11 @@ def embedding(
 
 def _embedding_renorm_(weight: Tensor, indices: Tensor, max_norm: float, norm_type: float):
     """Rescale (in place) the looked-up rows whose norm exceeds ``max_norm``."""
+    if weight.ndim != 2:
+        raise RuntimeError(
+            f"Expected 2-dimensional tensor, but got {weight.ndim}-dimensional tensor for "
+            "argument #1 'self' (while checking arguments for embedding_renorm_)"
+        )
     with no_grad():
         flat = indices.reshape(-1)
         rows = OPS["index"](weight, [flat])

@@ -392,16 +392,22 @@ def _reduce_identity(reduce: str, dtype: dt.dtype):
     return info.min if reduce == "amax" else info.max
 
 
-def _check_reduce(reduce):
+def _check_reduce(reduce, dtype: dt.dtype):
     if reduce not in _REDUCE_UFUNCS:
         raise RuntimeError(
             f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}"
+        )
+    # PyTorch's CPU kernels: no bool mean, no complex ordering
+    if dtype is dt.bool_ and reduce == "mean" or dtype.is_complex and reduce in ("amax", "amin"):
+        raise NotImplementedError(
+            f'"scatter_gather_tensor_cpu_reduce_{reduce}" not implemented for '
+            f"'{dt.torch_type_name(dtype)}'"
         )
 
 
 @scatter_reduce.register_kernel
 def _scatter_reduce_kernel(x, dim, index, src, reduce, include_self):
-    _check_reduce(reduce)
+    _check_reduce(reduce, x._dtype)
     d = _scatter_check(x, dim, index, src)
     out = as_1d(x._data).copy()
     coords, shape = _scatter_coords(x, d, index)
@@ -414,7 +420,7 @@ def _scatter_reduce_kernel(x, dim, index, src, reduce, include_self):
         count = np.full(out.shape, 1 if include_self else 0, dtype=np.int64)
         np.add.at(count.reshape(-1), coords, 1)
         count = np.maximum(count, 1)
-        if x._dtype.is_floating_point:
+        if x._dtype.is_floating_point or x._dtype.is_complex:
             out = (out / count).astype(out.dtype)
         else:
             out = np.floor_divide(out, count).astype(out.dtype)
@@ -423,7 +429,7 @@ def _scatter_reduce_kernel(x, dim, index, src, reduce, include_self):
 
 @scatter_reduce.register_meta
 def _scatter_reduce_meta(x, dim, index, src, reduce, include_self=True):
-    _check_reduce(reduce)
+    _check_reduce(reduce, x._dtype)
     _scatter_check(x, dim, index, src)
     return fake(x._shape, x._dtype, x)
 

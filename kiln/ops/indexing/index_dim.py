@@ -55,6 +55,8 @@ def _dim_index_check(name: str, x, d: int, index, source=None) -> None:
             f"dimension. Got self.shape = {list(x.shape)} source.shape = {list(source.shape)}"
         )
     if ss[d] != n:
+        if not source.ndim:  # PyTorch reads the 0-d source's size along dim
+            raise IndexError(f"Dimension specified as {d} but tensor has no dimensions")
         if name == "index_copy_":  # PyTorch's index_copy says it as an IndexError
             raise IndexError(
                 f"{name}(): Number of indices ({n}) should be equal to source.size(dim) ({ss[d]})"
@@ -80,14 +82,22 @@ def _index_select_check(x, dim, index):
     if index.dtype not in INDEX_DTYPES:
         raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
     if x.ndim == 0 and index.numel() != 1:
-        raise IndexError(
+        raise RuntimeError(
             f"index_select(): Index to scalar can have only 1 value, got {index.numel()} value(s)"
         )
+    if x.ndim > 1 and _known_zero(x.shape[d]) and not _known_zero(index.numel()):
+        # (PyTorch's CPU kernel checks an empty matrix's axis before its indices)
+        raise RuntimeError("index_select(): self indexing axis dim should be positive")
     if x.ndim == 0:
         return d, ()  # a scalar stays a scalar, whatever the index's shape
     shape = list(x.shape)
     shape[d] = index.numel()
     return d, tuple(shape)
+
+
+def _known_zero(size) -> bool:
+    """A size that is the int 0 (a symbolic size is taken for non-zero: no guard is made)."""
+    return size.__class__ is int and size == 0
 
 
 @index_select.register_kernel
@@ -321,6 +331,21 @@ def index_reduce(
 ): ...
 
 
+def _index_reduce_refusal(x, reduce: str, include_self: bool) -> str | None:
+    """The kernel PyTorch names refusing a bool or complex ``x``, by the path it takes: a
+    reduction without ``self`` and a vector's loop have neither dtype; the rows of a matrix
+    take bools but for the mean (a floor division) and complex numbers but for amax/amin."""
+    if not (x.dtype is dt.bool_ or x.dtype.is_complex):
+        return None
+    if not include_self:
+        return "index_reduce_func_exclude_input_init"
+    if x.ndim <= 1:
+        return "index_func_"
+    if x.dtype is dt.bool_:
+        return "div_floor_cpu" if reduce == "mean" else None
+    return {"amax": "maximum_cpu", "amin": "minimum_cpu"}.get(reduce)
+
+
 @index_reduce.register_decomposition
 def _index_reduce_decomp(x, dim, index, source, reduce, include_self=True):
     """``scatter_reduce`` with ``index`` spread over ``source``'s other dims."""
@@ -330,6 +355,11 @@ def _index_reduce_decomp(x, dim, index, source, reduce, include_self=True):
         raise RuntimeError(
             "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got "
             f"{reduce}."
+        )
+    kernel = _index_reduce_refusal(x, reduce, include_self)
+    if kernel is not None:
+        raise NotImplementedError(
+            f"\"{kernel}\" not implemented for '{dt.torch_type_name(x.dtype)}'"
         )
     if source.ndim == 0:
         return OPS["scatter_reduce"](

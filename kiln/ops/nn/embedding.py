@@ -36,11 +36,21 @@ def embedding(
 ): ...
 
 
-@embedding.register_kernel
-def _embedding_kernel(weight, indices, padding_idx, scale_grad_by_freq, sparse):
+def _check_embedding(weight, indices, *rest) -> None:
+    """PyTorch's checks, in its order: the indices' dtype, a 2-D weight, then its
+    ``index_select`` of the rows, which refuses an empty table before reading any index.
+    Made in front of the meta too, so compiled code refuses the same calls."""
     _check_indices("embedding", indices)
     if weight.ndim != 2:
         raise RuntimeError(f"'weight' must be 2-D, got a tensor of shape {list(weight._shape)}")
+    rows, lookups = weight._shape[0], indices.numel()
+    if rows.__class__ is int and rows == 0 and not (lookups.__class__ is int and lookups == 0):
+        raise RuntimeError("index_select(): self indexing axis dim should be positive")
+
+
+@embedding.register_kernel
+def _embedding_kernel(weight, indices, padding_idx, scale_grad_by_freq, sparse):
+    _check_embedding(weight, indices)
     idx = indices._data
     num = weight._shape[0]
     if idx.size and (idx.min() < 0 or idx.max() >= num):
@@ -50,7 +60,6 @@ def _embedding_kernel(weight, indices, padding_idx, scale_grad_by_freq, sparse):
 
 @embedding.register_meta
 def _embedding_meta(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    _check_indices("embedding", indices)
     return fake(tuple(indices._shape) + (weight._shape[1],), weight._dtype, weight)
 
 
@@ -98,6 +107,7 @@ def _embedding_grad(c, g):
     )
 
 
+embedding.check_in_meta(_check_embedding)
 embedding.register_derivative(_embedding_grad, save_inputs=(1,))
 
 
@@ -107,6 +117,8 @@ def _embedding_decomp(weight, indices, padding_idx=-1, scale_grad_by_freq=False,
     rows = OPS["index"](weight, [OPS["_checked_index"](indices, weight.shape[0])])
     if padding_idx < 0 and not scale_grad_by_freq:
         return rows
+    if not (weight.dtype.is_floating_point or weight.dtype.is_complex):
+        return rows  # (no gradient to scale: the scaled form would promote integers to float)
     frozen = rows.detach()
     if not scale_grad_by_freq:
         # the padding row's lookups take no gradient: a selection between the row and its

@@ -172,6 +172,8 @@ def _mvlgamma_decomp(x, p):
     """log of the multivariate gamma function: sum_j lgamma(x - j/2) + p(p-1)/4 log(pi)."""
     if not isinstance(p, (int, np.integer)) or isinstance(p, bool):
         raise TypeError(f"mvlgamma(): argument 'p' must be int, not {type(p).__name__}")
+    if x.dtype is dt.bool_:
+        raise RuntimeError("The input tensor may not be a boolean tensor.")
     if p < 1:
         raise RuntimeError("p has to be greater than or equal to 1")
     if x.dtype.is_complex:  # PyTorch's refusal comes from the arange its formula makes
