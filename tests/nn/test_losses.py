@@ -803,3 +803,33 @@ def test_bce_weights_that_broadcast_the_input_up_are_refused(call):
     for lib in (torch, kiln):
         with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
             call(lib.nn.functional, lib)
+
+
+@pytest.mark.parametrize(
+    "input_shape, target_shape",
+    [
+        ((4, 4), (4,)),
+        ((4, 4), (4, 1)),
+        ((4, 4), ()),
+        ((4, 4), (3,)),
+        ((4,), ()),
+        ((4,), (2,)),
+        ((2, 3, 5), (2, 5)),
+        ((2, 3, 5), (2, 4)),
+        ((2, 3, 5), (2,)),
+    ],
+)
+@pytest.mark.parametrize("loss", ["nll_loss", "cross_entropy"])
+@needs_torch
+def test_class_index_loss_shape_checks_match_pytorch(loss, input_shape, target_shape):
+    """nll_loss's rank, batch and target-shape checks (read off the shapes on every call):
+    the same result, or the same exception type and message, as PyTorch."""
+    outcomes = []
+    for lib in (kiln, torch):
+        x = lib.zeros(input_shape)
+        target = lib.zeros(target_shape, dtype=lib.int64)
+        try:
+            outcomes.append(("value", float(getattr(lib.nn.functional, loss)(x, target))))
+        except (RuntimeError, ValueError) as error:
+            outcomes.append((type(error).__name__, str(error)))
+    assert outcomes[0] == outcomes[1]

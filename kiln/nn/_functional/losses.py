@@ -91,10 +91,11 @@ def cross_entropy(
     label_smoothing: float = 0.0,
 ) -> Tensor:
     reduction = _reduction(size_average, reduce, reduction)
-    if not target.is_floating_point():  # class indices go through nll_loss; probabilities do not
+    probabilities = target._dtype.is_floating_point
+    if weight is not None and not probabilities:  # class indices go through nll_loss
         _no_derivative(_nll_name(input), "weight", weight)
     out = OPS["cross_entropy"](input, target, weight, reduction, ignore_index, label_smoothing)
-    if target.is_floating_point() and target.shape == input.shape:
+    if probabilities and target.shape == input.shape:
         # PyTorch's probability-target loss ends in a negation, or a division by the batch size
         rename_grad_fn(out, (input,), "DivBackward1" if reduction == "mean" else "NegBackward0")
     return out
@@ -110,7 +111,8 @@ def nll_loss(
     reduction: str = "mean",
 ) -> Tensor:
     reduction = _reduction(size_average, reduce, reduction)
-    _no_derivative(_nll_name(input), "weight", weight)
+    if weight is not None:
+        _no_derivative(_nll_name(input), "weight", weight)
     return OPS["nll_loss"](input, target, weight, reduction, ignore_index)
 
 

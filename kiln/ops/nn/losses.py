@@ -103,27 +103,32 @@ def _nll_geometry(x, target, weight):
     """(class dim, number of classes) after PyTorch's argument checks, in its order: the rank
     and batch size (ValueError) before the target's dtype (a float target of another batch
     size, a cross_entropy given probabilities of the wrong shape, is a ValueError)."""
-    if x.ndim == 0:
+    rank = len(x._shape)  # (ranks read off the shapes: this runs on every loss call)
+    target_rank = len(target._shape)
+    if rank == 0:
         raise ValueError("Expected 1 or more dimensions (got 0)")
-    if x.ndim >= 2 and (target.ndim == 0 or target._shape[0] != x._shape[0]):
+    if rank >= 2 and (target_rank == 0 or target._shape[0] != x._shape[0]):
         raise ValueError(
             f"Expected input batch_size ({x._shape[0]}) to match target batch_size "
-            f"({target._shape[0] if target.ndim else 0})."
+            f"({target._shape[0] if target_rank else 0})."
         )
     if target._dtype not in (dt.int64, dt.uint8):
         raise RuntimeError(
             f"expected target dtype to be Long or Byte, but got {torch_type_name(target._dtype)}"
         )
-    class_dim = 0 if x.ndim == 1 else 1
-    if x.ndim == 1:
-        if target.ndim == 1 and target._shape[0] != 1:
+    class_dim = 0 if rank == 1 else 1
+    if rank == 1:
+        if target_rank == 1 and target._shape[0] != 1:
             raise ValueError(
                 f"For 1D input, 1D target must have size 1, but got target size: {target._shape[0]}"
             )
-        if target.ndim != 0:
+        if target_rank != 0:
             raise RuntimeError(
                 f"0D target tensor expected for 1D input, got target of shape {list(target._shape)}"
             )
+    elif rank == 2:  # (the batch sizes agree: the target must be 1-d)
+        if target_rank != 1:
+            raise RuntimeError(_target_shape_message(x, target))
     elif tuple(target._shape) != tuple(x._shape[:1] + x._shape[2:]):
         raise RuntimeError(_target_shape_message(x, target))
     n_classes = x._shape[class_dim]
@@ -139,7 +144,7 @@ def _check_nll_dtype(x) -> None:
     """Float inputs only, checked after the geometry as PyTorch's kernels check (inputs of 3 or
     more dims go to the 2-d kernel)."""
     if not x._dtype.is_floating_point:
-        kernel = "nll_loss2d_forward_out_frame" if x.ndim >= 3 else "nll_loss_out_frame"
+        kernel = "nll_loss2d_forward_out_frame" if len(x._shape) >= 3 else "nll_loss_out_frame"
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{torch_type_name(x._dtype)}'")
 
 
