@@ -363,7 +363,10 @@ class InstructionTranslatorBase:
         """Evaluate a call to a user function in a child translator; return its result."""
         disabled = getattr(getattr(fn, "fn", None), "__dict__", {}).get("_kiln_disabled")
         if disabled:
-            raise unsupported("opaque_function", f"call to {fn.fn.__qualname__} ({disabled})")
+            message = f"call to {fn.fn.__qualname__} ({disabled})"
+            error = unsupported("opaque_function", message, clean=True)
+            error.called_from = self  # this frame's call runs eagerly (nothing to compile)
+            raise error
         if getattr(getattr(fn, "fn", None), "__dict__", {}).get("_kiln_assume_constant"):
             return self._constant_result(fn.fn, args, kwargs)
         code = fn.get_code()
@@ -371,7 +374,8 @@ class InstructionTranslatorBase:
         if module.partition(".")[0] in _CALLED_NOT_INLINED:
             if module == "logging" and _skips_disabled_log_call(self, fn.fn, args):
                 return ConstantVariable(None)
-            error = unsupported("opaque_function", f"call to {module}.{code.co_qualname}")
+            message = f"call to {module}.{code.co_qualname}"
+            error = unsupported("opaque_function", message, clean=True)
             error.called_from = self  # this frame's call runs eagerly (not a compiled callee)
             raise error
         if code.co_flags & _FLAGS_UNSUPPORTED:

@@ -7,6 +7,7 @@ refusals after effects, and breaks inside inlined calls, still capture again."""
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import numpy as np
 import pytest
@@ -60,6 +61,26 @@ def opaque_call_with_stack(x):
     return x.relu() + len(repr(x.shape)) + float(np.float32(x.sum().tolist()))
 
 
+@kiln.compiler.disable
+def _eager_helper(t):
+    return t * 3
+
+
+_log = logging.getLogger("tests.dynamo.break_without_recapture")
+
+
+def disabled_call_between(x):
+    a = x.tanh()
+    b = _eager_helper(a)
+    return a + b
+
+
+def log_between(x):
+    a = x.exp()
+    _log.warning("step %d", 1)
+    return a - 1
+
+
 def backward_in_step(w, x):
     loss = (w * x).sum()
     loss.backward()
@@ -74,6 +95,13 @@ def backward_in_step(w, x):
 def test_clean_breaks_capture_the_frame_once(fn, breaks):
     with _counting_root_captures() as runs:
         check(fn, _x(), graphs=None, breaks=breaks, calls=2)
+    assert runs[fn.__name__] == 1, runs
+
+
+@pytest.mark.parametrize("fn", [disabled_call_between, log_between], ids=lambda f: f.__name__)
+def test_disabled_functions_and_logging_calls_capture_the_frame_once(fn, caplog):
+    with _counting_root_captures() as runs:
+        check(fn, _x(), graphs=None, breaks=None, calls=2)
     assert runs[fn.__name__] == 1, runs
 
 
