@@ -805,3 +805,33 @@ def test_lstsq_and_quantile_keep_the_batch_size_symbolic(fn):
         x = kiln.randn(n, 3)
         np.testing.assert_allclose(compiled(x).numpy(), fn(x).numpy(), rtol=1e-5, atol=1e-6)
     assert counter.frame_count == 1
+
+
+@needs_torch
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("spatial", [(), (3, 3)], ids=["BatchNorm1d", "BatchNorm2d"])
+def test_batch_norm_training_backward_keeps_the_batch_size_symbolic(backend, spatial):
+    """Batch norm's input gradient scales by one over the values per channel (N*H*W); taken as
+    a Python float (``1.0 / n``) it pinned the batch size, so a training step under
+    ``dynamic=True`` recompiled for every batch (probe round 16: DINO, SwAV, FixMatch,
+    distillation, Conformer). Outputs, gradients and running statistics against PyTorch."""
+    kind = "BatchNorm2d" if spatial else "BatchNorm1d"
+    mine_bn, ref_bn = getattr(kiln.nn, kind)(3), getattr(torch.nn, kind)(3)
+
+    def step(bn, x):
+        y = (bn(x) * x).sum()
+        y.backward()
+        return y
+
+    counter = CompileCounter(backend)
+    compiled = kiln.compile(step, backend=counter, dynamic=True)
+    rng = np.random.default_rng(0)
+    for n in (4, 5, 7):
+        x = rng.standard_normal((n, 3, *spatial)).astype(np.float32)
+        mine_x = kiln.tensor(x, requires_grad=True)
+        ref_x = torch.tensor(x, requires_grad=True)
+        _close(compiled(mine_bn, mine_x), step(ref_bn, ref_x))
+        _close(mine_x.grad, ref_x.grad)
+        _close(mine_bn.running_var, ref_bn.running_var)
+        _close(mine_bn.running_mean, ref_bn.running_mean)
+    assert counter.frame_count == 1

@@ -179,15 +179,18 @@ def _moments(x, axes, eps):
     return x.mean(axes, True), (x.var(axes, correction=0, keepdim=True) + eps).rsqrt()
 
 
-def _norm_input_grad(gy, x, mean, rstd, axes, n: int):
+def _norm_input_grad(gy, x, mean, rstd, axes, n):
     """d/dx of (x - mean) * rstd given the gradient ``gy`` of the normalized value, as
     PyTorch's CPU kernel writes it: ``rstd * gy + b * x + c`` from the row sums ``db`` of gy
     and ``ds`` of gy * x. An infinite gy (an infinite weight) makes ``db * mean - ds`` inf - inf
     there, so the whole row is NaN as in PyTorch, where centring gy first left some -inf."""
     db = gy.sum(axes, True)
     ds = (gy * x).sum(axes, True)
-    b = (db * mean - ds) * rstd * rstd * rstd * (1.0 / n)
-    c = -b * mean - db * rstd * (1.0 / n)
+    # a symbolic count (batch norm's batch under dynamic shapes) stays in the graph: a Python
+    # float of it would pin the size and recompile for every batch
+    scale = 1.0 / n if isinstance(n, int) else rstd.new_ones(()) / n
+    b = (db * mean - ds) * rstd * rstd * rstd * scale
+    c = -b * mean - db * rstd * scale
     return rstd * gy + b * x + c
 
 
