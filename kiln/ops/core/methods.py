@@ -32,6 +32,7 @@ from .dispatch import (
     self_only_method,
     writing_method,
 )
+from .fake import FakeTensorMode
 from .grad_fn_naming import renames_grad_fn, renaming
 from .out_arguments import refuse_unsafe_cast
 from .registry import METHODS, OPS, Op, torch_function
@@ -89,9 +90,13 @@ def _make_inplace_op(op: Op) -> Op:
 
     def meta(self, *rest):
         # the kernel's checks on fake tensors too: a captured ``x[:1].add_(x)`` or an int
-        # tensor's ``add_(1.5)`` raises where eager does instead of compiling to a wrong result
+        # tensor's ``add_(1.5)`` raises where eager does instead of compiling to a wrong result;
+        # a composite's result is its decomposition's, run over metas only (no graph nodes)
         if functional_meta is not None:
             _check_result_fits(self, functional_meta(self, *rest))
+        elif op.decomposition is not None:
+            with FakeTensorMode():
+                _check_result_fits(self, op.decomposition(self, *rest))
         return self
 
     inplace.meta = meta
@@ -144,21 +149,32 @@ def _sizes_by_keyword(method: str, args: tuple, kwargs: dict, name: str) -> tupl
     return (kwargs[name],)
 
 
+def _sizes_of(args: tuple) -> tuple:
+    """``_shape_args``, with the commonest spellings (``x.view(2, 8)``, ``x.view(16)``: the
+    sizes as separate ints, already the tuple wanted) answered without its type tests."""
+    if len(args) != 1 or args[0].__class__ is int:
+        return args
+    return _shape_args(args)
+
+
 def _view(self, *shape, **kwargs):
-    shape = _sizes_by_keyword("view", shape, kwargs, "size")
-    if len(shape) == 1 and isinstance(shape[0], dt.dtype):
+    if kwargs:
+        shape = _sizes_by_keyword("view", shape, kwargs, "size")
+    if len(shape) == 1 and shape[0].__class__ is not int and isinstance(shape[0], dt.dtype):
         return api.view_as_dtype(self, shape[0])
-    return dispatch_self_only(OPS["view"], (self, _shape_args(shape)))  # view(self, size): bound
+    return dispatch_self_only(OPS["view"], (self, _sizes_of(shape)))  # view(self, size): bound
 
 
 def _reshape(self, *shape, **kwargs):
-    shape = _sizes_by_keyword("reshape", shape, kwargs, "shape")
-    return dispatch_self_only(OPS["reshape"], (self, _shape_args(shape)))
+    if kwargs:
+        shape = _sizes_by_keyword("reshape", shape, kwargs, "shape")
+    return dispatch_self_only(OPS["reshape"], (self, _sizes_of(shape)))
 
 
 def _expand(self, *size, **kwargs):
-    size = _sizes_by_keyword("expand", size, kwargs, "size")
-    return dispatch_self_only(OPS["expand"], (self, _shape_args(size)))
+    if kwargs:
+        size = _sizes_by_keyword("expand", size, kwargs, "size")
+    return dispatch_self_only(OPS["expand"], (self, _sizes_of(size)))
 
 
 def _permute(self, *dims, **kwargs):
