@@ -171,7 +171,7 @@ def test_partial_overlap_is_refused_and_the_same_view_is_not():
 @pytest.mark.parametrize(
     ("call", "name"),
     [("x + y", "add"), ("x * y", "mul"), ("2.0 * x", "mul"), ("x - 1", "sub"), ("x / y", "div"),
-     ("x.add_(y)", "add_"), ("x.mul_(2.0)", "mul_")],
+     ("x.add_(y)", "add_"), ("x.mul_(2.0)", "mul_"), ("x @ y.t()", "matmul")],
 )  # fmt: skip
 def test_a_dispatch_mode_sees_every_operator_call(call, name):
     class Recording(DispatchMode):
@@ -184,9 +184,10 @@ def test_a_dispatch_mode_sees_every_operator_call(call, name):
 
     x, y = _pair(kiln)
     expected = eval(call, {}, {"x": x.clone(), "y": y})  # noqa: S307 - the test's own strings
+    y_t = y.t()  # (a view made outside the mode: the mode sees only the operator)
     mode = Recording()
     with mode:
-        got = eval(call, {}, {"x": x, "y": y})  # noqa: S307
+        got = eval(call.replace("y.t()", "y_t"), {}, {"x": x, "y": y, "y_t": y_t})  # noqa: S307
     assert mode.ops == [name]
     assert_close(got, expected)
 
@@ -373,6 +374,8 @@ def test_a_dispatch_mode_sees_out_calls_as_the_op_and_a_copy():
         lambda x, y: x / y,
         lambda x, y: (y - x) ** 2,
         lambda x, y: x * y[0] + 1,
+        lambda x, y: x @ y.t(),
+        lambda x, y: (x.t() @ y).relu(),
     ],
 )
 @pytest.mark.parametrize("who", ["x", "y", "both"])
@@ -425,3 +428,14 @@ def test_operators_call_the_kernel_registered_now(monkeypatch):
     x, y = _pair(kiln)
     assert_close(x * y, _pair(torch)[0] * _pair(torch)[1])
     assert calls == [2]
+
+
+def test_matmul_operator_refuses_non_tensors_and_raises_pytorchs_shape_error():
+    outcomes = []
+    for lib in (kiln, torch):
+        x, y = _pair(lib)
+        refused = (x.__matmul__([1.0, 2.0, 3.0]), x.__rmatmul__(2.0))
+        with pytest.raises(RuntimeError) as error:
+            x @ y
+        outcomes.append((refused, str(error.value)))
+    assert outcomes[0] == outcomes[1] == ((NotImplemented, NotImplemented), outcomes[1][1])

@@ -622,18 +622,6 @@ def _rpow(self, other):
     return OPS["pow"](other, self)
 
 
-def _matmul_dunder(self, other):
-    if not isinstance(other, Tensor):
-        return NotImplemented
-    return OPS["matmul"](self, other)
-
-
-def _rmatmul(self, other):
-    if not isinstance(other, Tensor):
-        return NotImplemented
-    return OPS["matmul"](other, self)
-
-
 def _invert(self):
     if self._dtype is dt.bool_:
         return OPS["logical_not"](self)
@@ -751,8 +739,9 @@ def install() -> None:
     T.__rmod__ = _binary_dunder(OPS["remainder"], reverse=True)
     T.__pow__ = _binary_dunder(OPS["pow"])
     T.__rpow__ = _rpow
-    T.__matmul__ = _matmul_dunder
-    T.__rmatmul__ = _rmatmul
+    # ``x @ w`` takes the operators' fast path; anything but a tensor is NotImplemented
+    T.__matmul__ = operator_method(OPS["matmul"])
+    T.__rmatmul__ = operator_method(OPS["matmul"], reverse=True)
     T.__and__ = _binary_dunder(OPS["bitwise_and"])
     T.__rand__ = _binary_dunder(OPS["bitwise_and"], reverse=True)
     T.__or__ = _binary_dunder(OPS["bitwise_or"])
