@@ -577,11 +577,13 @@ def inductor(gm, example_inputs, options: dict | None = None):
     """
     from ..aot.backend import aot_module_simplified
     from ..aot.partitioners import default_partition, min_cut_partition
+    from .nonfinite_weights import eager_where_weights_are_not_finite
 
     options = options or {}
 
     def compiler(graph_module, examples):
-        return compile_graph_cached(graph_module, examples, options)
+        compiled = compile_graph_cached(graph_module, examples, options)
+        return eager_where_weights_are_not_finite(compiled, graph_module, examples)
 
     partition = default_partition if options.get("partitioner") == "default" else min_cut_partition
     return aot_module_simplified(

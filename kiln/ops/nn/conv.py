@@ -45,6 +45,12 @@ from .conv_kernels import (
     kernel_offsets,
     offset_slices,
 )
+from .conv_padding import (
+    onednn_skips_padding,
+    padded_forward,
+    scattered_transposed,
+    weight_is_finite,
+)
 
 __all__ = ["conv_output_size", "pool_output_size"]
 
@@ -191,15 +197,37 @@ def _convolution_kernel(x, w, b, stride, padding, dilation, transposed, output_p
     if 0 in shape:
         return wrap(_conv_laid_out(np.zeros(shape, cd), x, w), x._dtype)
     if transposed:
-        out = conv_transposed(a, wa, stride, padding, dilation, groups, shape[2:])
+        out = _transposed_as_pytorch_pads(a, wa, w, stride, padding, dilation, groups, shape[2:])
     else:
         pads = [(p, p) for p in padding]
-        out = conv_forward(
-            a, wa, stride, pads, dilation, groups, shape[2:], _conv_out(shape, cd, x, w)
-        )
+        out = _forward_as_pytorch_pads(a, wa, w, stride, pads, dilation, groups, shape[2:])
+        if out is None:
+            out = conv_forward(
+                a, wa, stride, pads, dilation, groups, shape[2:], _conv_out(shape, cd, x, w)
+            )
     if b is not None:
         out = out + b._data.astype(cd, copy=False).reshape((-1,) + (1,) * (out.ndim - 2))
     return wrap(_conv_laid_out(out, x, w), x._dtype)
+
+
+def _forward_as_pytorch_pads(a, wa, w: Tensor, stride, pads, dilation, groups, out_spatial):
+    """A padded forward convolution whose weight is not finite, computed as PyTorch's kernel
+    treats the padding (``conv_padding``: left out by oneDNN's direct loops, multiplied by
+    im2col); None for the usual case, a finite weight or no padding, where nobody can tell."""
+    if not any(lo or hi for lo, hi in pads) or weight_is_finite(w):
+        return None
+    skip = onednn_skips_padding(
+        a.shape, wa.shape, stride, pads, dilation, groups, out_spatial, a.dtype
+    )
+    return padded_forward(a, wa, stride, pads, dilation, groups, out_spatial, skip)
+
+
+def _transposed_as_pytorch_pads(a, wa, w: Tensor, stride, padding, dilation, groups, out_spatial):
+    """``conv_transposed``, as col2im where the weight is not finite (no product with the
+    zeros the gathering forms pad with: PyTorch's never meet them)."""
+    if weight_is_finite(w):
+        return conv_transposed(a, wa, stride, padding, dilation, groups, out_spatial)
+    return scattered_transposed(a, wa, stride, padding, dilation, groups, out_spatial)
 
 
 def _conv_out(shape: tuple, dtype, x: Tensor, w: Tensor) -> np.ndarray | None:
@@ -247,6 +275,11 @@ def _convolution_recording_kernel(
         return wrap(np.zeros(shape, cd), x._dtype), None
     k = len(shape) - 2
     pads = [(p, p) for p in padding]
+    out = _forward_as_pytorch_pads(x._data, w._data, w, stride, pads, dilation, groups, shape[2:])
+    if out is not None:
+        if b is not None:
+            out += b._data.reshape((-1,) + (1,) * k)
+        return wrap(_conv_laid_out(out, x, w), x._dtype), None
     out, cols = conv_forward_keeping_columns(
         x._data,
         w._data,
@@ -317,11 +350,15 @@ def _numpy_convolution_grad(
         ]
         if tuple(sizes) != tuple(x.shape[2:]):
             return None
-        gx = conv_forward(ga, wa, stride, pads, dilation, groups, sizes) if needs[0] else None
+        gx = None
+        if needs[0]:
+            gx = _forward_as_pytorch_pads(ga, wa, w, stride, pads, dilation, groups, sizes)
+            if gx is None:
+                gx = conv_forward(ga, wa, stride, pads, dilation, groups, sizes)
         gw = conv_weight_grad(ga, a, kernel, stride, pads, dilation, groups) if needs[1] else None
     else:
         gx = (
-            conv_transposed(ga, wa, stride, padding, dilation, groups, x.shape[2:])
+            _transposed_as_pytorch_pads(ga, wa, w, stride, padding, dilation, groups, x.shape[2:])
             if needs[0]
             else None
         )
