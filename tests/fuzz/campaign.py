@@ -84,22 +84,33 @@ def _candidates(program: Program):
                 )
 
 
-def shrink(program: Program, check: str, wanted: str, budget: int = 200) -> Program:
-    """Greedy shrinking: take the first simpler variant that fails with signature ``wanted``."""
+def shrink_greedily(item, candidates, keeps_failing, budget: int = 200):
+    """Greedy shrinking: take the first simpler variant (of ``candidates(item)``) for which
+    ``keeps_failing`` holds and start again from it, until none does or ``budget`` checks are
+    spent (the frontend fuzzer shrinks its programs the same way)."""
     changed = True
     while changed and budget > 0:
         changed = False
-        for candidate in _candidates(program):
-            if candidate == program:
+        for candidate in candidates(item):
+            if candidate == item:
                 continue
             budget -= 1
-            problem = _check(candidate, check)
-            if problem is not None and signature(problem) == wanted:
-                program, changed = candidate, True
+            if keeps_failing(candidate):
+                item, changed = candidate, True
                 break
             if budget <= 0:
                 break
-    return program
+    return item
+
+
+def shrink(program: Program, check: str, wanted: str, budget: int = 200) -> Program:
+    """The simplest variant of ``program`` found that fails with signature ``wanted``."""
+
+    def keeps_failing(candidate: Program) -> bool:
+        problem = _check(candidate, check)
+        return problem is not None and signature(problem) == wanted
+
+    return shrink_greedily(program, _candidates, keeps_failing, budget)
 
 
 def _programs(count: int, seed_value: int, config: FuzzConfig) -> list[Program]:

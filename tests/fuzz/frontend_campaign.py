@@ -22,6 +22,7 @@ import sys
 import time
 import warnings
 
+from .campaign import shrink_greedily
 from .frontend_differential import MODES, find_mismatch
 from .frontend_programs import Call, FrontendProgram, draw_program
 
@@ -93,19 +94,14 @@ def candidates(program: FrontendProgram):
 
 
 def shrink(program: FrontendProgram, name: str, wanted: str, budget: int = 150) -> FrontendProgram:
-    """Greedy: take the first simpler variant that fails with signature ``wanted``, repeat."""
-    changed = True
-    while changed and budget > 0:
-        changed = False
-        for candidate in candidates(program):
-            budget -= 1
-            problem = check(candidate, name)
-            if problem is not None and signature(problem) == wanted:
-                program, changed = candidate, True
-                break
-            if budget <= 0:
-                break
-    return program
+    """The simplest variant of ``program`` found that fails check ``name`` with signature
+    ``wanted`` (greedily, as the op fuzzer's campaign shrinks)."""
+
+    def keeps_failing(candidate: FrontendProgram) -> bool:
+        problem = check(candidate, name)
+        return problem is not None and signature(problem) == wanted
+
+    return shrink_greedily(program, candidates, keeps_failing, budget)
 
 
 def report(program: FrontendProgram, name: str, problem: str) -> str:

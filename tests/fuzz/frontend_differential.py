@@ -25,13 +25,9 @@ import numpy as np
 import kiln
 from kiln.dynamo import config as dynamo_config
 from kiln.dynamo.counters import counters
+from tests.oracle import torch  # the test-only oracle (None where it is not installed)
 
 from .frontend_programs import Call, FrontendProgram
-
-try:  # PyTorch is the test-only oracle
-    import torch
-except ImportError:  # pragma: no cover - depends on the environment
-    torch = None
 
 __all__ = ["MODES", "CallRecord", "compare", "find_mismatch", "run_program"]
 
