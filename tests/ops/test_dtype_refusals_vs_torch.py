@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import kiln
 from tests.ops.dtype_sweep import assert_agrees_with_torch
-from tests.oracle import needs_torch
+from tests.oracle import needs_torch, torch
 
 pytestmark = needs_torch
 
@@ -255,3 +256,64 @@ def test_indexing_errors_and_dtypes_follow_pytorch(call, dtype):
     divides), index_reduce refuses bools and complex numbers by PyTorch's path; mvlgamma
     refuses bools."""
     assert_agrees_with_torch(_operands(dtype, (3, 3), low=1), call, compiled=True)
+
+
+COMPOSITE_IN_PLACE = {
+    "rad2deg_": lambda lib, x: x.clone().rad2deg_(),
+    "deg2rad_": lambda lib, x: x.clone().deg2rad_(),
+    "rad2deg_-of-a-view": lambda lib, x: x.clone()[1:].rad2deg_(),
+}
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float16", "int16", "int64", "uint8"))
+@pytest.mark.parametrize("call", list(COMPOSITE_IN_PLACE.values()), ids=list(COMPOSITE_IN_PLACE))
+def test_in_place_composites_refuse_results_their_input_cannot_hold(call, dtype):
+    """An in-place composite op (one defined by its decomposition, without a meta) checks its
+    result against ``self`` when captured too: its decomposition runs over metas, so a compiled
+    ``rad2deg_`` of an int16 tensor raises as eager does instead of writing truncated values."""
+    assert_agrees_with_torch(_operands(dtype, (3, 4)), call, compiled=True)
+
+
+LINALG_AND_RANDOM = {
+    "triangular_solve-float32-coefficients": (
+        ((3, 2),),
+        lambda lib, b: lib.triangular_solve(b, lib.eye(3) * 2),
+    ),
+    "cdist": (((3, 2), (4, 2)), lambda lib, a, b: lib.cdist(a, b, p=1.0)),
+    "cdist-empty": (((0, 2), (4, 2)), lambda lib, a, b: lib.cdist(a, b)),
+    "cdist-products": (
+        ((30, 3), (28, 3)),
+        lambda lib, a, b: lib.cdist(a, b, compute_mode="use_mm_for_euclid_dist"),
+    ),
+    "bernoulli-of-probabilities": (((3, 4),), lambda lib, x: (x * 0).bernoulli()),
+    "bernoulli-certain-p": (((3, 4),), lambda lib, x: lib.bernoulli(x, 1.0)),
+    "bernoulli_-certain-p": (((3, 4),), lambda lib, x: x.clone().bernoulli_(0.0)),
+    "bernoulli_-tensor-p": (((3, 4),), lambda lib, x: x.clone().bernoulli_(lib.ones(3, 4))),
+}
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize(
+    "shapes,call", list(LINALG_AND_RANDOM.values()), ids=list(LINALG_AND_RANDOM)
+)
+def test_linalg_and_random_dtypes_follow_pytorch(shapes, call, dtype):
+    """The old triangular_solve refuses b and A of different dtypes; cdist's direct kernel has
+    no 16-bit floats (an empty side runs none), its product form computes them with PyTorch's
+    roundings (bfloat16 raised a numpy TypeError); bernoulli of probabilities takes floats
+    only, bernoulli with a number any real dtype, and no form takes complex numbers. (16-bit
+    floats are compared eagerly: compiled code keeps float32 between the product form's steps,
+    where PyTorch and the eager kernel round each one.)"""
+    compiled = dtype not in ("float16", "bfloat16")
+    assert_agrees_with_torch(_operands(dtype, *shapes), call, compiled=compiled)
+
+
+@pytest.mark.parametrize("dtype", ("int64", "uint8", "bool"))
+def test_bernoulli_of_an_integer_tensor_draws_with_the_given_probability(dtype):
+    """``bernoulli(x, p)`` of an integer tensor draws 1 with probability p, as PyTorch's: the
+    probability was converted to the integer dtype first (0.3 became 0: never a 1)."""
+    kiln.manual_seed(0)
+    draws = kiln.bernoulli(kiln.zeros(20000, dtype=getattr(kiln, dtype)), 0.3)
+    want = torch.bernoulli(torch.zeros(20000, dtype=getattr(torch, dtype)), 0.3)
+    assert str(draws.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+    assert abs(draws.float().mean().item() - 0.3) < 0.02
+    assert abs(want.float().mean().item() - 0.3) < 0.02

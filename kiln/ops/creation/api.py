@@ -800,9 +800,20 @@ def multinomial(
 
 @writes_out
 def bernoulli(input: Tensor, p=None, *, generator=None, out=None) -> Tensor:
-    prob = input if p is None else full(input._shape, p, dtype=input._dtype, device=input._device)
+    """0/1 draws of ``input``'s dtype, 1 with probability ``input`` (floats only, as PyTorch's
+    kernel) or ``p`` (any real dtype: the draw is made in floats, then cast)."""
+    d = input._dtype
+    if d.is_complex:
+        kernel = "bernoulli_tensor_cpu_self_" if p is None else "bernoulli_scalar_cpu_"
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{dt.torch_type_name(d)}'")
+    if p is None and not d.is_floating_point:
+        raise NotImplementedError(
+            f"\"bernoulli_tensor_cpu_p_\" not implemented for '{dt.torch_type_name(d)}'"
+        )
+    draw = d if d.is_floating_point else dt.get_default_dtype()
+    prob = input if p is None else full(input._shape, p, dtype=draw, device=input._device)
     u = OPS["rand"](input._shape, generator=generator, dtype=prob._dtype, device=input._device)
-    return (u < prob).to(input._dtype)
+    return (u < prob).to(d)
 
 
 # ------------------------------------------------------------------------------ type queries

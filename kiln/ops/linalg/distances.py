@@ -45,6 +45,8 @@ def _euclidean_cdist_kernel(x1, x2):
     """PyTorch's product form: [-2 x1, |x1|^2, 1] @ [x2, 1, |x2|^2]^T, clamped at 1e-30 before
     the square root (so the cancellation error is PyTorch's too)."""
     a, b = x1._data, x2._data
+    if x1._dtype in (dt.float16, dt.bfloat16):
+        return wrap(_half_euclidean_cdist(a, b), x1._dtype)
     sq1 = np.einsum("...i,...i->...", a, a)[..., None]
     sq2 = np.einsum("...i,...i->...", b, b)[..., None]
     left = np.concatenate([a * a.dtype.type(-2), sq1, np.ones_like(sq1)], -1)
@@ -52,6 +54,25 @@ def _euclidean_cdist_kernel(x1, x2):
     r = blas.matmul(left, np.swapaxes(right, -1, -2))
     np.maximum(r, r.dtype.type(1e-30), out=r)
     return wrap(np.sqrt(r, out=r), x1._dtype)
+
+
+def _half_euclidean_cdist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The product form over 16-bit floats as PyTorch's ops compute it: each square, the row
+    sums and the product (accumulated in float32) rounded to the input's type, so the
+    cancellation leaves PyTorch's error; numpy's einsum has no bfloat16."""
+    half = a.dtype
+
+    def rounded(x: np.ndarray) -> np.ndarray:
+        return x.astype(half).astype(np.float32)
+
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    sq1 = rounded(rounded(a32 * a32).sum(-1, keepdims=True))
+    sq2 = rounded(rounded(b32 * b32).sum(-1, keepdims=True))
+    left = np.concatenate([a32 * -2, sq1, np.ones_like(sq1)], -1)
+    right = np.concatenate([b32, np.ones_like(sq2), sq2], -1)
+    r = rounded(blas.matmul(left, np.swapaxes(right, -1, -2)))
+    np.maximum(r, np.float32(1e-30), out=r)
+    return np.sqrt(r, out=r)
 
 
 @_euclidean_cdist.register_meta
@@ -151,6 +172,10 @@ def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str = _MM_IF) ->
         x1 = x1.expand(batch + tuple(x1.shape[-2:]))
         x2 = x2.expand(batch + tuple(x2.shape[-2:]))
         return _euclidean_cdist(x1, x2)
+    sizes = (x1.shape[-2], x2.shape[-2], x1.shape[-1], *x1.shape[:-2], *x2.shape[:-2])
+    empty = any(s.__class__ is int and s == 0 for s in sizes)
+    if x1.dtype in (dt.float16, dt.bfloat16) and not empty:  # (PyTorch's kernel: no 16-bit)
+        raise NotImplementedError(f"\"cdist\" not implemented for '{torch_type_name(x1.dtype)}'")
     differences = x1.unsqueeze(-2) - x2.unsqueeze(-3)
     distances = vector_norm(differences, p, [-1])
     if p == 0:

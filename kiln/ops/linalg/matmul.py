@@ -418,8 +418,6 @@ def mv(self: Tensor, vec: Tensor): ...
 
 
 def _mv_check(m, v):
-    if m.ndim == 0:  # PyTorch sizes its result from the matrix's first dim first
-        raise IndexError("Dimension specified as 0 but tensor has no dimensions")
     if m.ndim != 2 or v.ndim != 1:
         raise RuntimeError(f"vector + matrix @ vector expected, got 1, {m.ndim}, {v.ndim}")
     if m.shape[1] != v.shape[0]:
@@ -432,6 +430,8 @@ def _mv_check(m, v):
 
 @mv.register_decomposition
 def _mv_decomp(m, v):
+    if m.ndim == 0:  # PyTorch's mv sizes its result from the matrix's first dim first
+        raise IndexError("Dimension specified as 0 but tensor has no dimensions")
     _mv_check(m, v)
     return mm(m, v.unsqueeze(1)).squeeze(1)
 

@@ -16,6 +16,7 @@ from ..core.out_arguments import writes_out
 from ..core.registry import return_type, tensor_method, torch_function
 from ..creation.api import zeros
 from ..pointwise.unary_binary import where
+from ..reductions.reduce import torch_type_name
 from . import factorizations as dec
 from . import lu as lu_ops
 from . import spectral as spec
@@ -150,6 +151,11 @@ def _triangular_solve(
                 f"torch.triangular_solve: Expected {which} to have at least 2 dimensions, but it "
                 f"has {t.ndim} dimensions instead"
             )
+    if input.dtype is not A.dtype:  # (the old function promotes nothing)
+        raise RuntimeError(
+            f"Expected b and A to have the same dtype, but found b of type "
+            f"{torch_type_name(input.dtype)} and A of type {torch_type_name(A.dtype)} instead."
+        )
     coefficient = A.mT if transpose else A
     X = dec.solve_triangular(
         coefficient, input, upper=upper != transpose, unitriangular=unitriangular

@@ -124,6 +124,11 @@ def bernoulli_(
 ) -> Tensor:
     """Fill with 0/1 draws that are 1 with probability ``p`` (a number, or a tensor that
     broadcasts to ``self``'s shape, one probability per element)."""
+    if self._dtype.is_complex:  # (PyTorch's kernels have no complex draws)
+        kernel = "bernoulli_tensor_cpu_self_" if isinstance(p, Tensor) else "bernoulli_scalar_cpu_"
+        raise NotImplementedError(
+            f"\"{kernel}\" not implemented for '{torch_type_name(self._dtype)}'"
+        )
     if isinstance(p, Tensor):
         if known_any((p < 0) | (p > 1)):
             raise RuntimeError(
