@@ -317,3 +317,35 @@ def test_bernoulli_of_an_integer_tensor_draws_with_the_given_probability(dtype):
     assert str(draws.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
     assert abs(draws.float().mean().item() - 0.3) < 0.02
     assert abs(want.float().mean().item() - 0.3) < 0.02
+
+
+MORE_LINALG = {
+    "tensordot-size-one-broadcasts": (
+        ((1, 2, 3), (2, 2, 2)),
+        lambda lib, a, b: lib.tensordot(a, b, dims=([0, 1], [2, 0])),
+    ),
+    "tensordot-dims-beyond-ndim": (((), ()), lambda lib, a, b: lib.tensordot(a, b, dims=2)),
+    "dist": (((3, 4), (4,)), lambda lib, a, b: lib.dist(a, b, 3.0)),
+    "histogram-bin-count": (((20,),), lambda lib, x: tuple(lib.histogram(x, 5))),
+    "histogram-range": (((20,),), lambda lib, x: tuple(lib.histogram(x, 4, range=(0.0, 3.0)))),
+    "histogram-empty": (((0,),), lambda lib, x: tuple(lib.histogram(x, 4))),
+}
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("shapes,call", list(MORE_LINALG.values()), ids=list(MORE_LINALG))
+def test_more_linalg_dtypes_follow_pytorch(shapes, call, dtype):
+    """tensordot sums a dim broadcast against a size-1 one in its own dtype (an int16 sum
+    became int64, and the product refused the mixed pair) and checks dims against both ranks;
+    dist takes complex differences; histogram refuses 16-bit floats only where the edges come
+    from the data."""
+    assert_agrees_with_torch(_operands(dtype, *shapes, low=0), call, compiled=True)
+
+
+@pytest.mark.parametrize("dtype", ("float64", "int64", "int16", "uint8", "bool"))
+def test_the_old_cholesky_refuses_integers_as_its_kernel_does(dtype):
+    """torch.cholesky has no dtype check of its own: integers reach its kernel, which raises
+    NotImplementedError ("cholesky_cpu"), not linalg.cholesky's RuntimeError. (Complex
+    factorizations are not implemented in kiln.)"""
+    call = lambda lib, a: lib.cholesky(a + a.mT + lib.eye(3) * 9)  # noqa: E731
+    assert_agrees_with_torch(_operands(dtype, (3, 3), low=0), call, compiled=True)

@@ -209,7 +209,7 @@ def pdist(input: Tensor, p: float = 2.0) -> Tensor:
 def dist(input: Tensor, other: Tensor, p: float = 2.0) -> Tensor:
     """The p-norm of ``input - other`` (broadcast) over all elements."""
     difference = input - other
-    if not difference.dtype.is_floating_point:
+    if not (difference.dtype.is_floating_point or difference.dtype.is_complex):
         raise RuntimeError(
             "norm(): input dtype should be either floating point or complex. Got "
             f"{torch_type_name(difference.dtype)} instead."

@@ -635,6 +635,8 @@ def tensordot(a: Tensor, b: Tensor, dims=2, out=None) -> Tensor:
     if isinstance(dims, int):
         if dims < 0:
             raise RuntimeError(f"tensordot expects dims >= 0, but got dims={dims}")
+        if dims > a.ndim or dims > b.ndim:
+            raise RuntimeError(f"tensordot expects dims < ndim_a or ndim_b, but got dims={dims}")
         dims_a, dims_b = list(range(a.ndim - dims, a.ndim)), list(range(dims))
     else:
         dims_a, dims_b = ([d] if isinstance(d, int) else list(d) for d in dims)
@@ -643,11 +645,12 @@ def tensordot(a: Tensor, b: Tensor, dims=2, out=None) -> Tensor:
     dims_a = [wrap_dim(d, a.ndim) for d in dims_a]
     dims_b = [wrap_dim(d, b.ndim) for d in dims_b]
     for da, db in zip(dims_a, dims_b):
-        # a size-1 dim against a longer one broadcasts: the longer side is summed first
+        # a size-1 dim against a longer one broadcasts: the longer side is summed first, in
+        # its own dtype (PyTorch's: small integers are not widened to int64)
         if b.shape[db] == 1:
-            a = a.sum(da, keepdim=True)
+            a = a.sum(da, keepdim=True, dtype=a.dtype)
         elif a.shape[da] == 1:
-            b = b.sum(db, keepdim=True)
+            b = b.sum(db, keepdim=True, dtype=b.dtype)
         elif a.shape[da] != b.shape[db]:
             raise RuntimeError(
                 f"contracted dimensions need to match, but first has size {a.shape[da]} in dim "

@@ -66,6 +66,11 @@ def _inverse(input: Tensor) -> Tensor:
 @writes_out
 @tensor_method("cholesky")
 def _cholesky(input: Tensor, upper: bool = False) -> Tensor:
+    if not (input.dtype.is_floating_point or input.dtype.is_complex):
+        # the old function has no dtype check of its own: its kernel refuses
+        raise NotImplementedError(
+            f"\"cholesky_cpu\" not implemented for '{torch_type_name(input.dtype)}'"
+        )
     return dec.cholesky(input, upper=upper)
 
 

@@ -439,7 +439,12 @@ def histogram(
 
 
 def _check_histogram(x, bins, range_, weight) -> None:
-    if not x._dtype.is_floating_point:
+    # PyTorch's kernels take floats; 16-bit ones except where the edges come from the data
+    # (a bin count without a range, over a non-empty input)
+    edges_from_data = not isinstance(bins, Tensor) and range_ is None and x.numel() != 0
+    if not x._dtype.is_floating_point or (
+        x._dtype in (dt.float16, dt.bfloat16) and edges_from_data
+    ):
         raise NotImplementedError(
             f"\"histogramdd\" not implemented for '{torch_type_name(x._dtype)}'"
         )
