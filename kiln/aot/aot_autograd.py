@@ -252,6 +252,7 @@ def _build_plan(fn, args, kwargs, config: AOTConfig, with_grad: bool):
     if not with_grad:
         _note_input_mutations(graph, mutated)
         return EntryPlan(trace, RuntimeLayout(trace, mutated), graph, None), traced, None
+    _mark_mutated_inputs(graph, {k for k, _ in mutated} | {k for k, _ in trace.grad_mutations})
     partition = config.partition_fn(graph, num_fwd_outputs=num_fwd)
     if logs.enabled():
         _log_saved_bytes(graph, num_fwd, partition)
@@ -277,6 +278,18 @@ def _compile_plan(plan: EntryPlan, config: AOTConfig) -> tuple[Callable, GraphMo
     forward = config.fw_compiler(forward_gm, _example_fakes(plan.forward))
     backward = config.bw_compiler(backward_gm, _example_fakes(plan.backward))
     return make_runner(plan.layout, forward, backward), forward_gm
+
+
+def _mark_mutated_inputs(joint: Graph, indices: set) -> None:
+    """``meta["mutated_input"]`` on the primals the forward writes: the runtime copies their new
+    values in before the backward runs, so a partitioner must not save them to recompute from."""
+    if not indices:
+        return
+    primals = [
+        n for n in joint.nodes if n.op == "placeholder" and n.meta.get("aot_role") != "tangent"
+    ]
+    for k in indices:
+        primals[k].meta["mutated_input"] = True
 
 
 def _note_input_mutations(forward: Graph, mutated: list) -> None:

@@ -9,7 +9,9 @@ input_gradients``; they differ in what they save.
 - ``min_cut_partition`` chooses the saved set by a minimum cut (networkx max-flow) over a graph
   whose edge capacities are the bytes a saved value keeps alive: cheap ops (pointwise, views,
   creation, counter-based random) may be recomputed in the backward from what is saved;
-  matmuls, convolutions, reductions and gathers never are.
+  matmuls, convolutions, reductions and gathers never are. An input the forward writes
+  (``meta["mutated_input"]``) is not saved for recomputing from: the backward runs after the
+  new value is copied in.
 
 Memory is counted by storage: a view keeps its whole base alive, so saving a view costs its
 base's bytes, and several saved views of one base cost that base once (``saved_bytes``).
@@ -266,7 +268,14 @@ def min_cut_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
     # edges without a capacity attribute are infinite for networkx
     for n in forward_nodes:
         val = n.meta.get("val")
-        if isinstance(val, Tensor):
+        read_by_backward = n in direct or (
+            n in needed_by_backward and any(u in backward_nodes for u in n.users)
+        )
+        if n.meta.get("mutated_input") and not read_by_backward:
+            # an input the forward writes (its new value is copied in after the graph): saved,
+            # the backward would read the new value; what is computed from it is saved instead
+            flow.add_edge(("in", n), ("out", n))
+        elif isinstance(val, Tensor):
             flow.add_edge(("in", n), ("out", n), capacity=_save_cost(n))
         elif isinstance(val, INT_LIKE) and not isinstance(val, bool):
             flow.add_edge(("in", n), ("out", n), capacity=8)  # a size: an int to save
@@ -274,7 +283,7 @@ def min_cut_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
             flow.add_edge(("in", n), ("out", n))
         if not _recomputable(n):
             flow.add_edge("source", ("in", n))
-        if n in direct or (n in needed_by_backward and any(u in backward_nodes for u in n.users)):
+        if read_by_backward:
             flow.add_edge(("out", n), "sink")
         for user in n.users:
             if user not in backward_nodes and user.op != "output":
