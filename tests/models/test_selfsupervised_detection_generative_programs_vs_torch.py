@@ -8,14 +8,18 @@ first part).
 
 The harness is ``test_hf_vision_sequence_programs_vs_torch``'s: kiln's model starts from
 PyTorch's weights, and every step's outputs, parameters, gradients and buffers are compared.
-All of these match PyTorch. What the round found here: batch norm's derivative in ops (compiled
-and double backward) raised TypeError after a helper's signature changed, so YOLO's compiled
-graphs ran on the eager backend (fixed); DINO's ``chunk(ncrops)`` of a symbolic batch compared
-with another symbolic size leaves ``ceil(s / 4) == 1`` undecided, so its loss graph gets kernels
-per size and new sizes run with the eager ops; a loss module holding a tensor (``BCEWithLogitsLoss
-(pos_weight=...)``) built inside a compiled step breaks the graph and its identity guard
-recompiles the rest on every call (YOLO builds them once, as here); ``t[range(n), cls]``
-specialises ``n`` (as PyTorch's does).
+Each program runs two batches of different sizes (the second is where ``dynamic=True`` must not
+recompile, and where plain ``kiln.compile`` turns the changed sizes dynamic), on models cut to
+what their features need, to keep the file fast. All of these match PyTorch. What the round
+found here: batch norm's derivative in ops (compiled and double backward) raised TypeError after
+a helper's signature changed, so YOLO's compiled graphs ran on the eager backend, and once it
+ran, its ``1.0 / n`` made a Python float of the symbolic count, so every training step with
+batch norm recompiled per batch size under ``dynamic=True`` (DINO, SwAV, FixMatch; both fixed);
+DINO's ``chunk(ncrops)`` of a symbolic batch compared with another symbolic size leaves
+``ceil(s/4) == 1`` undecided, so its loss graph gets kernels per size and new sizes run with the
+eager ops; a loss module holding a tensor (``BCEWithLogitsLoss(pos_weight=...)``) built inside a
+compiled step breaks the graph and its identity guard recompiles the rest on every call (YOLO
+builds them once, as here); ``t[range(n), cls]`` specialises ``n`` (as PyTorch's does).
 """
 
 from __future__ import annotations
@@ -49,8 +53,9 @@ def _mae(lib, patch=2, dim=8, side=8):
             self.patch_embed = nn.Linear(patch * patch, dim)
             self.cls_token = nn.Parameter(lib.zeros(1, 1, dim))
             self.pos_embed = nn.Parameter(lib.randn(1, patches + 1, dim) * 0.02)
-            self.blocks = nn.TransformerEncoderLayer(
-                dim, 2, 2 * dim, dropout=0.0, batch_first=True, norm_first=True
+            # the encoder's blocks, cut to one pre-norm MLP block: the masking is what is tested
+            self.blocks = nn.Sequential(
+                nn.LayerNorm(dim), nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim)
             )
             self.norm = nn.LayerNorm(dim)
             self.decoder_embed = nn.Linear(dim, dim)
@@ -84,7 +89,7 @@ def _mae(lib, patch=2, dim=8, side=8):
             x, mask, ids_restore = self.random_masking(x, noise)
             cls_token = self.cls_token + self.pos_embed[:, :1, :]
             x = lib.cat((cls_token.expand(x.shape[0], -1, -1), x), dim=1)
-            x = self.norm(self.blocks(x))
+            x = self.norm(x + self.blocks(x))
             x = self.decoder_embed(x)
             mask_tokens = self.mask_token.repeat(
                 x.shape[0], ids_restore.shape[1] + 1 - x.shape[1], 1
@@ -118,7 +123,7 @@ def _masked_images(rng):
             rng.standard_normal((n, 1, 8, 8), dtype=np.float32),
             rng.uniform(size=(n, 16)).astype(np.float32),
         )
-        for n in (3, 5, 4)
+        for n in (3, 5)
     ]
 
 
@@ -243,14 +248,13 @@ def _crops(rng):
             rng.standard_normal((n, 1, 3, 3), dtype=np.float32),
             rng.standard_normal((n, 1, 3, 3), dtype=np.float32),
         )
-        for n in (4, 5, 7)
+        for n in (4, 5)
     ]
 
 
 def test_dino_multi_crop_teacher_centering_and_momentum_update_train_like_torch():
-    # 2 alone (the first step's branch, the last layer's new optimizer state), 6 after other
-    # tests in the process
-    _check(Program(_dino, _dino_step, _crops, rtol=2e-4, recompiles=6))
+    # the second step leaves the first step's branch (``steps[0] < 1``)
+    _check(Program(_dino, _dino_step, _crops, rtol=2e-4, recompiles=1))
 
 
 # ------------------------------------------------------------------------------ SwAV
@@ -325,14 +329,11 @@ def _swav_step(lib, model, opt, iteration, view1, view2, view3):
 
 
 def _views(rng):
-    return [
-        tuple(rng.standard_normal((n, 6), dtype=np.float32) for _ in range(3)) for n in (4, 6, 5)
-    ]
+    return [tuple(rng.standard_normal((n, 6), dtype=np.float32) for _ in range(3)) for n in (4, 6)]
 
 
 def test_swav_sinkhorn_swapped_prediction_with_frozen_prototypes_trains_like_torch():
-    # recompiles: 0 alone, 2 after other tests in the process (state kept across reset())
-    _check(Program(_swav, _swav_step, _views, modes=ALL_MODES, rtol=2e-4, recompiles=2))
+    _check(Program(_swav, _swav_step, _views, modes=ALL_MODES, rtol=2e-4))
 
 
 # ------------------------------------------------------------------------------ FixMatch
@@ -427,7 +428,7 @@ def _fixmatch_step(
 
 def _semi_supervised_batches(rng):
     batches = []
-    for n in (4, 6, 5):
+    for n in (4, 6):
         weak = rng.standard_normal((2 * n, 5), dtype=np.float32) * 2
         batches.append(
             (
@@ -441,7 +442,8 @@ def _semi_supervised_batches(rng):
 
 
 def test_fixmatch_confidence_masked_pseudo_labels_and_model_ema_train_like_torch():
-    _check(Program(_fixmatch, _fixmatch_step, _semi_supervised_batches, recompiles=4))
+    # the second step: the EMA exists, and the warmup's lr of 0 has changed
+    _check(Program(_fixmatch, _fixmatch_step, _semi_supervised_batches, recompiles=2))
 
 
 # ------------------------------------------------------------------------------ YOLO CIoU
@@ -481,13 +483,7 @@ def _yolo(lib, classes=3, anchors=((1.5, 2.0), (3.0, 2.5))):
     class Detect(nn.Module):
         def __init__(self):
             super().__init__()
-            self.backbone = nn.Sequential(
-                nn.Conv2d(3, 8, 3, 2, 1),
-                nn.BatchNorm2d(8),
-                nn.SiLU(),
-                nn.Conv2d(8, 8, 3, 1, 1),
-                nn.SiLU(),
-            )
+            self.backbone = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.BatchNorm2d(8), nn.SiLU())
             self.m = nn.Conv2d(8, na * (5 + classes), 1)
             self.register_buffer("anchors", lib.tensor(anchors))
 
@@ -535,7 +531,7 @@ def _yolo_step(lib, model, opt, criteria, imgs, positive, tbox, tcls):
 
 def _yolo_batches(rng):
     batches = []
-    for n, side, positives in ((2, 8, 5), (3, 8, 7), (2, 12, 6)):
+    for n, side, positives in ((2, 8, 5), (3, 12, 7)):
         grid = side // 2
         cells = rng.choice(n * 2 * grid * grid, positives, replace=False)
         b, rest = np.divmod(cells, 2 * grid * grid)
@@ -556,8 +552,9 @@ def _yolo_batches(rng):
 
 
 def test_yolo_ciou_loss_with_indexed_positives_and_objectness_targets_trains_like_torch():
-    # ``t[range(n), tcls] = cp`` specialises the number of positives (a range of a size)
-    _check(Program(_yolo, _yolo_step, _yolo_batches, rtol=2e-4, recompiles=3))
+    # ``t[range(n), tcls] = cp`` specialises the number of positives (a range of a size),
+    # and the second step finds the optimizer's state
+    _check(Program(_yolo, _yolo_step, _yolo_batches, rtol=2e-4, recompiles=2))
 
 
 # ------------------------------------------------------------------------------ DETR
@@ -677,7 +674,7 @@ def _detr_step(lib, model, opt, samples, labels, boxes, counts):
 
 def _detection_sets(rng):
     batches = []
-    for counts in ((2, 1), (3, 1, 2), (1, 3)):
+    for counts in ((2, 1), (3, 1, 2)):
         total = sum(counts)
         centres = rng.uniform(0.2, 0.8, (total, 2))
         sizes = rng.uniform(0.1, 0.4, (total, 2))
@@ -693,7 +690,8 @@ def _detection_sets(rng):
 
 
 def test_detr_hungarian_matching_through_scipy_and_set_criterion_trains_like_torch():
-    _check(Program(_detr, _detr_step, _detection_sets, rtol=2e-4, recompiles=8))
+    # the targets' counts are Python numbers (``tolist``) and their list's length varies
+    _check(Program(_detr, _detr_step, _detection_sets, rtol=2e-4, recompiles=4))
 
 
 # ------------------------------------------------------------------------------ CenterNet
@@ -795,7 +793,7 @@ def _centernet_step(lib, model, opt, images, hm, ind, reg_mask, wh_target):
 
 def _heatmaps(rng):
     batches = []
-    for n, side in ((3, 8), (4, 8), (3, 10)):
+    for n, side in ((3, 8), (4, 10)):
         ys, xs = np.mgrid[0:side, 0:side]
         hm = np.zeros((n, 2, side, side), np.float32)
         ind = np.zeros((n, 4), np.int64)
@@ -953,7 +951,7 @@ def _style_batches(rng):
             rng.standard_normal((n, 4), dtype=np.float32),
             rng.standard_normal((n, 1, 4, 4), dtype=np.float32),
         )
-        for n in (2, 3, 5)
+        for n in (2, 3)
     ]
 
 
@@ -1073,7 +1071,7 @@ def _points(rng):
             rng.uniform(-0.99, 0.99, (n, 3)).astype(np.float32),
             rng.uniform(0, 1, (n, 3)).astype(np.float32),
         )
-        for n in (16, 24, 20)
+        for n in (16, 24)
     ]
 
 

@@ -7,12 +7,14 @@ tutorial), written once for both libraries and run eagerly, under ``kiln.compile
 
 The harness is ``test_hf_vision_sequence_programs_vs_torch``'s: kiln's model starts from
 PyTorch's weights, and every step's outputs, parameters, gradients and buffers are compared.
-All of these match PyTorch. What the round found here: a guard on ``np.inf`` (N-BEATS'
-``divide_no_nan``) was written as the name ``inf`` and failed on every call, recompiling each
-step, and every eager ``GroupNorm`` backward raised TypeError (RetNet; both fixed); a
-distribution object crossing a graph break has its ``batch_shape`` guarded as a constant (one
-recompile per batch size under ``dynamic=True``); TextCNN's ``max_pool1d(x, x.size(2))``
-compiles per length, as PyTorch's (its kernel size is ``int[]``).
+Each program runs two batches of different sizes, on models cut to what their features need, to
+keep the file fast. All of these match PyTorch. What the round found here: a guard on ``np.inf``
+(N-BEATS' ``divide_no_nan``) was written as the name ``inf`` and failed on every call,
+recompiling each step, every eager ``GroupNorm`` backward raised TypeError (RetNet), and batch
+norm's backward pinned the batch size under ``dynamic=True`` (distillation, Conformer; all
+fixed); a distribution object crossing a graph break has its ``batch_shape`` guarded as a
+constant (one recompile per batch size under ``dynamic=True``); TextCNN's ``max_pool1d(x,
+x.size(2))`` compiles per length, as PyTorch's (its kernel size is ``int[]``).
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ def _text_cnn(lib, vocab=20, dim=6, classes=3):
         def __init__(self):
             super().__init__()
             self.embedding = nn.Embedding(vocab, dim, padding_idx=0)
-            self.convs = nn.ModuleList([nn.Conv2d(1, 4, (k, dim)) for k in (2, 3, 4)])
-            self.fc = nn.Linear(4 * 3, classes)
+            self.convs = nn.ModuleList([nn.Conv2d(1, 4, (k, dim)) for k in (2, 3)])
+            self.fc = nn.Linear(4 * 2, classes)
 
         def conv_and_pool(self, x, conv):
             x = F.relu(conv(x)).squeeze(3)
@@ -60,7 +62,7 @@ def _text_cnn(lib, vocab=20, dim=6, classes=3):
 
     model = TextCNN()
     opt = lib.optim.Adam(model.parameters(), lr=1e-2)
-    return model, opt, lib.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    return model, opt, lib.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
 
 
 def _text_step(lib, model, opt, scheduler, ids, labels):
@@ -76,7 +78,7 @@ def _text_step(lib, model, opt, scheduler, ids, labels):
 
 def _sentences(rng):
     batches = []
-    for n, length in ((4, 7), (6, 9), (5, 8)):
+    for n, length in ((4, 7), (6, 9)):
         ids, _ = _tokens(rng, [n], length, 20)[0]
         batches.append((ids, rng.integers(0, 3, n)))
     return batches
@@ -84,8 +86,8 @@ def _sentences(rng):
 
 def test_text_cnn_max_over_time_on_the_batch_length_trains_like_torch():
     # max_pool1d's kernel is the batch's length: a size PyTorch specialises too (its kernel_size
-    # is int[]), so dynamic=True compiles per length; the scheduler's lr changes add guards
-    _check(Program(_text_cnn, _text_step, _sentences, modes=ALL_MODES, recompiles=4))
+    # is int[]), so dynamic=True compiles per length; the scheduler's lr change adds a guard
+    _check(Program(_text_cnn, _text_step, _sentences, modes=ALL_MODES, recompiles=2))
 
 
 # ------------------------------------------------------------------------------ distillation
@@ -147,7 +149,7 @@ def _distill_step(lib, model, opt, x, labels, alpha=0.7, T=4.0):
     return loss, kd, at, teacher_outputs
 
 
-def _images(rng, sizes=(4, 6, 5), side=6, classes=4):
+def _images(rng, sizes=(4, 6), side=6, classes=4):
     return [
         (
             rng.standard_normal((n, 1, side, side), dtype=np.float32),
@@ -158,8 +160,7 @@ def _images(rng, sizes=(4, 6, 5), side=6, classes=4):
 
 
 def test_knowledge_distillation_with_temperature_hints_and_attention_transfer_trains_like_torch():
-    # recompiles: 0 alone, 2 after other tests in the process (state kept across reset())
-    _check(Program(_distillation, _distill_step, _images, recompiles=2))
+    _check(Program(_distillation, _distill_step, _images))
 
 
 # ------------------------------------------------------------------------------ DeBERTa
@@ -284,7 +285,7 @@ def _classify_step(lib, model, opt, ids, mask, labels):
     return loss, logits
 
 
-def _labelled_tokens(rng, sizes=((4, 6), (6, 9), (5, 7)), vocab=23):
+def _labelled_tokens(rng, sizes=((4, 6), (6, 9)), vocab=23):
     batches = []
     for n, length in sizes:
         ids, mask = _tokens(rng, [n], length, vocab)[0]
@@ -300,11 +301,11 @@ def test_deberta_disentangled_attention_with_log_buckets_and_gathered_scores_tra
 
 
 def _conformer(lib, d=8, classes=3):
-    """A Conformer encoder block (the torchaudio/ESPnet shape): a two-convolution subsampler
-    with lengths ``((l - 1) // 2 - 1) // 2`` and a padding mask from ``arange``, macaron
-    feed-forwards at half weight, ``MultiheadAttention`` with ``key_padding_mask``, the
-    convolution module (pointwise, GLU, depthwise ``Conv1d`` with ``groups=d``, BatchNorm1d,
-    SiLU), a masked mean pool."""
+    """A Conformer encoder block (the torchaudio/ESPnet shape): a two-convolution subsampler with
+    lengths ``((l - 1) // 2 - 1) // 2`` and a padding mask from ``arange``, a macaron
+    feed-forward at half weight (the second one left out: it repeats the first),
+    ``MultiheadAttention`` with ``key_padding_mask``, the convolution module (pointwise,
+    GLU, depthwise ``Conv1d`` with ``groups=d``, BatchNorm1d, SiLU), a masked mean pool."""
     nn = lib.nn
 
     class FeedForward(nn.Module):
@@ -341,7 +342,7 @@ def _conformer(lib, d=8, classes=3):
                 nn.Conv2d(1, d, 3, 2), nn.ReLU(), nn.Conv2d(d, d, 3, 2), nn.ReLU()
             )
             self.out = nn.Linear(d * 1, d)
-            self.ff1, self.ff2 = FeedForward(), FeedForward()
+            self.ff1 = FeedForward()
             self.attn_norm = nn.LayerNorm(d)
             self.attn = nn.MultiheadAttention(d, 2, batch_first=True)
             self.conv = ConvModule()
@@ -358,7 +359,7 @@ def _conformer(lib, d=8, classes=3):
             y = self.attn_norm(x)
             x = x + self.attn(y, y, y, key_padding_mask=mask, need_weights=False)[0]
             x = x + self.conv(x)
-            x = self.final_norm(x + 0.5 * self.ff2(x))
+            x = self.final_norm(x)
             keep = (~mask).unsqueeze(-1).float()
             return self.head((x * keep).sum(1) / keep.sum(1))
 
@@ -368,7 +369,7 @@ def _conformer(lib, d=8, classes=3):
 
 def _utterances(rng):
     batches = []
-    for n, frames in ((4, 15), (6, 19), (5, 17)):
+    for n, frames in ((4, 15), (6, 19)):
         lengths = rng.integers(frames - 6, frames + 1, n)
         lengths[0] = frames
         batches.append(
@@ -384,7 +385,7 @@ def _utterances(rng):
 def test_conformer_block_with_subsampled_lengths_glu_and_depthwise_conv_trains_like_torch():
     # the key bias's gradient is zero but for rounding (softmax ignores a shift), and Adam
     # with eps=1e-9 steps by its sign
-    program = Program(_conformer, _classify_step, _utterances, rtol=2e-4, recompiles=2)
+    program = Program(_conformer, _classify_step, _utterances, rtol=2e-4)
     _check(dataclasses.replace(program, skip=("attn.in_proj_bias",)))
 
 
@@ -530,13 +531,13 @@ def _retnet_step(lib, model, opt, ids):
     loss.backward()
     opt.step()
     with lib.no_grad():
-        recurrent = model.forward_recurrent(ids[:, :4])
-        parallel = model(ids[:, :4])
+        recurrent = model.forward_recurrent(ids[:, :3])
+        parallel = model(ids[:, :3])
     return loss, parallel, (recurrent - parallel).abs().max() < 1e-4
 
 
 def _token_streams(rng):
-    return [(rng.integers(0, 13, (n, length)),) for n, length in ((2, 7), (3, 9), (4, 6))]
+    return [(rng.integers(0, 13, (n, length)),) for n, length in ((2, 7), (3, 9))]
 
 
 def test_retnet_parallel_and_recurrent_retention_with_xpos_train_like_torch():
@@ -596,7 +597,7 @@ def _mdn_step(lib, model, opt, mdn_loss, x, y):
 
 def _mdn_batches(rng):
     batches = []
-    for n in (8, 12, 10):
+    for n in (8, 12):
         x = rng.uniform(-1, 1, (n, 1)).astype(np.float32)
         y = np.concatenate([np.sin(3 * x), np.cos(2 * x)], 1) + 0.1 * rng.standard_normal((n, 2))
         batches.append((x, y.astype(np.float32)))
@@ -606,7 +607,7 @@ def _mdn_batches(rng):
 def test_mixture_density_network_by_hand_and_by_mixture_same_family_trains_like_torch():
     # the mixture object crosses the backward's graph break and its batch_shape (a Size of
     # the batch) is guarded as a constant: one recompile per batch size under dynamic=True
-    _check(Program(_mdn, _mdn_step, _mdn_batches, modes=ALL_MODES, rtol=2e-4, recompiles=2))
+    _check(Program(_mdn, _mdn_step, _mdn_batches, modes=ALL_MODES, rtol=2e-4, recompiles=1))
 
 
 # ------------------------------------------------------------------------------ N-BEATS
@@ -716,7 +717,7 @@ def _nbeats_step(lib, model, opt, x, x_mask, y, y_mask):
 
 def _series(rng):
     batches = []
-    for n in (4, 6, 5):
+    for n in (4, 6):
         x = rng.standard_normal((n, 6), dtype=np.float32)
         y = rng.standard_normal((n, 3), dtype=np.float32)
         y[0] = 0.0  # zero targets: 0 / 0 wherever the forecast is 0 too
