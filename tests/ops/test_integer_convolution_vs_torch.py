@@ -177,3 +177,42 @@ def test_fold_of_a_0d_input_raises_a_runtime_error():
     operands = _operands("int64", ())
     call = _f("fold", output_size=(2, 2), kernel_size=1)
     assert_agrees_with_torch(lambda lib: (operands(lib)[0].float(),), call, compiled=True)
+
+
+_POOL_SHAPE_CASES = [(), (4,), (4, 4), (0, 4), (0, 4, 4), (2, 0, 4, 4), (0, 2, 4, 4), (2, 4, 0)]
+
+
+@pytest.mark.parametrize("shape", _POOL_SHAPE_CASES, ids=str)
+@pytest.mark.parametrize(
+    "call",
+    [
+        _f("avg_pool1d", kernel_size=2),
+        _f("avg_pool2d", kernel_size=2),
+        _f("lp_pool2d", norm_type=2, kernel_size=2),
+        _f("max_pool1d", kernel_size=2),
+        _f("max_pool2d", kernel_size=2),
+        _f("max_pool3d", kernel_size=1),
+        _f("avg_pool3d", kernel_size=1),
+        _f("adaptive_avg_pool2d", output_size=(1, 2)),
+        _f("adaptive_avg_pool3d", output_size=(1, 1, 2)),
+    ],
+    ids=[
+        "avg1d",
+        "avg2d",
+        "lp2d",
+        "max1d",
+        "max2d",
+        "max3d",
+        "avg3d",
+        "adaptive_avg",
+        "adaptive_max",
+    ],
+)
+def test_pools_check_ranks_and_empty_dims_as_pytorch(call, shape):
+    """Too few dims and empty non-batch dims raise PyTorch's exception types: 2-d average
+    pooling reads the channels first (IndexError), the others refuse the rank; an empty
+    channel or spatial dim is refused (an empty batch is not); adaptive pools with a size
+    tuple check the rank against it first (ValueError). (Adaptive max pooling of an empty
+    batch fails in its numpy kernel's reshape: a known divergence.)"""
+    operands = lambda lib: (lib.ones(shape),)  # noqa: E731
+    assert_agrees_with_torch(operands, call, compiled=True)

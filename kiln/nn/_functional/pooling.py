@@ -36,9 +36,40 @@ def _refuse_non_float(input: Tensor, kernel: str) -> None:
         )
 
 
+def _check_non_empty(input: Tensor, dims: int, kind: str) -> None:
+    """PyTorch's pooling kernels refuse an empty dim other than the batch's (a symbolic size
+    is taken for non-empty), with each kernel's message; 1-d average pooling runs as 2-d."""
+    if input.ndim not in (dims + 1, dims + 2):
+        return  # ``batched`` refuses the rank
+    inner = input.shape[1:] if input.ndim == dims + 2 else input.shape
+    empty = [i for i, s in enumerate(inner) if s.__class__ is int and s == 0]
+    if not empty:
+        return
+    shape = list(input.shape)
+    if dims == 3:
+        name = "avg_pool3d" if kind == "avg" else "max_pool3d_with_indices_out_cpu_template"
+        raise RuntimeError(
+            f"{name}(): Expected input's non-batch dimensions to have positive length, but "
+            f"input has a shape of {shape} and non-batch dimension {empty[0] + 1} has length "
+            "zero!"
+        )
+    if dims == 1 and kind == "max":
+        raise RuntimeError(
+            "max_pool1d: Expected 2D or 3D (batch mode) tensor with optional 0 dim batch size "
+            f"for input, but got:{shape}"
+        )
+    if dims == 1:
+        shape.insert(-1, 1)
+    raise RuntimeError(
+        "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but "
+        f"got:{shape}"
+    )
+
+
 def _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, dims):
     if dims == 1 and not return_indices:  # PyTorch's own 1-d loop, not 2-d pooling's
         _refuse_non_float(input, "max_pool1d_impl")
+    _check_non_empty(input, dims, "max")
     x, unbatched = batched(input, dims, f"max_pool{dims}d")
     kernel, stride, padding = _pool_args(kernel_size, stride, padding, dims)
     dilation = ntuple(dilation, dims, "dilation")
@@ -154,6 +185,14 @@ def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False) -> Te
 
 
 def _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor, dims):
+    if dims == 2 and input.ndim < 3:  # PyTorch's 2-d kernel reads the channels first
+        raise IndexError(
+            "Dimension specified as -3 but tensor has no dimensions"
+            if input.ndim == 0
+            else f"Dimension out of range (expected to be in range of [{-input.ndim}, "
+            f"{input.ndim - 1}], but got -3)"
+        )
+    _check_non_empty(input, dims, "avg")
     x, unbatched = batched(input, dims, f"avg_pool{dims}d")
     kernel, stride, padding = _pool_args(kernel_size, stride, padding, dims)
     out = OPS["_avg_pool"](x, kernel, stride, padding, ceil_mode, count_include_pad, divisor)
@@ -196,6 +235,9 @@ def avg_pool3d(
 
 
 def _output_size(input: Tensor, output_size, dims: int) -> list:
+    if dims > 1 and not isinstance(output_size, int) and input.ndim <= len(output_size):
+        # (PyTorch's _list_with_default, before any kernel check)
+        raise ValueError(f"Input dimension should be at least {len(output_size) + 1}")
     sizes = [output_size] * dims if isinstance(output_size, int) else list(output_size)
     if len(sizes) == 1:
         sizes = sizes * dims
