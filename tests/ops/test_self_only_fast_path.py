@@ -28,12 +28,16 @@ _CALLS = [
     (lambda lib, x: x.sum(1), "sum", "SumBackward1"),
     (lambda lib, x: x.sum(), "sum", "SumBackward0"),
     (lambda lib, x: x.view(6), "view", "ViewBackward0"),
+    (lambda lib, x: x.reshape(3, 2), "view", "ViewBackward0"),  # a composite: its view
     (lambda lib, x: x.t(), "permute", "TBackward0"),
     (lambda lib, x: x.permute(1, 0), "permute", "PermuteBackward0"),
     (lambda lib, x: x[1], "select", "SelectBackward0"),
     (lambda lib, x: lib.nn.functional.softmax(x, -1), "softmax", "SoftmaxBackward0"),
 ]
-_IDS = ["exp", "kiln.relu", "relu", "sum_dim", "sum", "view", "t", "permute", "select", "softmax"]
+_IDS = [
+    "exp", "kiln.relu", "relu", "sum_dim", "sum", "view", "reshape", "t", "permute", "select",
+    "softmax",
+]  # fmt: skip
 
 
 def _input(lib, requires_grad=False):

@@ -129,19 +129,26 @@ def dispatch_self_only(op, args: tuple):
     for the common call: ``self`` a CPU tensor with data, no mode, autocast, profiler, forward
     AD or inference mode in this thread, an out-of-place op with a kernel. Such a call is the
     kernel's alone (and a view's bookkeeping), or autograd's recording of it where ``self``
-    requires grad; every other call goes through ``dispatch``. One thread-state test and one
+    requires grad; a composite's (``reshape``) is its decomposition's, as in ``dispatch``
+    without a mode; every other call goes through ``dispatch``. One thread-state test and one
     tensor's, where ``dispatch`` loops over the op's tensor and list parameters."""
     state = per_thread.state
-    kernel = op.kernel
-    x = args[0]
     if (
-        kernel is None
-        or op.inplace
+        op.inplace
         or state.mode_stack
         or DUAL_ACTIVE[0]
         or state.autocast is not None
         or state.profiler is not None
-        or state.inference_mode
+    ):
+        return dispatch(op, args)
+    kernel = op.kernel
+    if kernel is None:
+        if op.decomposition is not None:
+            return run_decomposition(op, args)  # a composite without a mode: dispatch's choice
+        return dispatch(op, args)
+    x = args[0]
+    if (
+        state.inference_mode
         or x.__class__ is not Tensor
         or x._device is not cpu
         or x._data is None

@@ -28,7 +28,7 @@ from ...runtime.symbolic import (
 )
 from ...runtime.tensor import contiguous_strides, wrap_array
 from ..core.common import Tensor, fake, numpy_derivative_ok, wrap, wrap_dim, wrap_dims
-from ..core.dispatch import dispatch, mark_view
+from ..core.dispatch import dispatch_self_only, mark_view
 from ..core.grad_fn_naming import rename_grad_fn
 from ..core.registry import defop
 
@@ -250,7 +250,7 @@ def _reshape_decomp(x, shape):
     # of size-1 dims, as PyTorch's is_contiguous does): no stride computation needed, and the
     # arguments are the view's bound ones already
     if x._device is cpu and data is not None and data.flags.c_contiguous:
-        return dispatch(view, (x, infer_size(shape, data.size)))
+        return dispatch_self_only(view, (x, infer_size(shape, data.size)))
     shape = infer_size(shape, x.numel())
     strides, deferred = reshape_strides(x, shape)
     if strides is not None:
