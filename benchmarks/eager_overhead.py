@@ -88,6 +88,29 @@ if torch is not None:
     _SCORES[torch] = torch.randn(4, 4, requires_grad=True)
 
 
+# three small parameters with gradients and an SGD (momentum) optimizer over them, per library
+_PARAMS = {}
+_OPTIMIZERS = {}
+
+
+def _optimizer_step(lib):
+    """One ``optimizer.step()`` of SGD with momentum over three small parameters (4x4, 4, 1):
+    the per-parameter Python cost of an optimizer's eager update."""
+    if lib not in _OPTIMIZERS:
+        params = [lib.nn.Parameter(lib.randn(*shape)) for shape in ((4, 4), (4,), (1,))]
+        for p in params:
+            p.grad = lib.ones_like(p)
+        _PARAMS[lib] = params
+        _OPTIMIZERS[lib] = lib.optim.SGD(params, lr=1e-3, momentum=0.9)
+    _OPTIMIZERS[lib].step()
+
+
+def _grad_accumulation(lib, leaf):
+    """``(leaf * 2).sum().backward()`` into a leaf whose ``.grad`` already exists: two nodes and
+    the accumulation into ``x.grad``."""
+    (leaf * 2).sum().backward()
+
+
 def _loss_step(lib, targets):
     """cross_entropy's forward and backward: the composite loss's per-call cost with its nodes."""
     scores = _SCORES[lib]
@@ -135,6 +158,11 @@ def tiny_ops(quick: bool):
         ),
         ("nll_loss 4x4", lambda m, x, y, mm, g: m.nn.functional.nll_loss(mm, _TARGETS[m])),
         ("cross_entropy fwd+bwd", lambda m, x, y, mm, g: _loss_step(m, _TARGETS[m])),
+        ("permute", lambda m, x, y, mm, g: mm.permute(1, 0)),
+        ("reshape", lambda m, x, y, mm, g: mm.reshape(2, 8)),
+        ("layer_norm 4x4", lambda m, x, y, mm, g: m.nn.functional.layer_norm(mm, (4,))),
+        ("x.grad accumulation", lambda m, x, y, mm, g: _grad_accumulation(m, g)),
+        ("SGD step (3 params)", lambda m, x, y, mm, g: _optimizer_step(m)),
     ]
     rows = []
     if torch is not None:
