@@ -349,3 +349,29 @@ def test_the_old_cholesky_refuses_integers_as_its_kernel_does(dtype):
     factorizations are not implemented in kiln.)"""
     call = lambda lib, a: lib.cholesky(a + a.mT + lib.eye(3) * 9)  # noqa: E731
     assert_agrees_with_torch(_operands(dtype, (3, 3), low=0), call, compiled=True)
+
+
+SCALAR_DIMS_AND_KERNELS = {
+    "argmax-0d-dim-1": (((),), lambda lib, x: lib.argmax(x, 1)),
+    "argmin-0d-dim--2": (((),), lambda lib, x: lib.argmin(x, -2, keepdim=True)),
+    "argmax-0d-dim-0": (((),), lambda lib, x: lib.argmax(x, 0)),
+    "flip-0d-dim-1": (((),), lambda lib, x: lib.flip(x, [1])),
+    "flip-0d-repeated": (((),), lambda lib, x: lib.flip(x, [0, -1])),
+    "flip-0d": (((),), lambda lib, x: lib.flip(x, [0])),
+    "roll-0d-dim": (((),), lambda lib, x: lib.roll(x, 1, 0)),
+    "roll-0d-no-dims": (((),), lambda lib, x: lib.roll(x, 1)),
+    "cross": (((4, 3), (4, 3)), lambda lib, a, b: lib.cross(a, b, dim=1)),
+    "mode": (((2, 7),), lambda lib, x: tuple(lib.mode(x, 1))),
+    "mode-0d": (((),), lambda lib, x: tuple(lib.mode(x))),
+}
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize(
+    "shapes,call", list(SCALAR_DIMS_AND_KERNELS.values()), ids=list(SCALAR_DIMS_AND_KERNELS)
+)
+def test_scalar_dims_and_kernel_dtypes_follow_pytorch(shapes, call, dtype):
+    """A scalar's dim arguments are checked (argmax/argmin, flip: -1 and 0 only, once; roll
+    reads its size: IndexError); cross has no bool kernel; mode no complex one, though a
+    scalar is its own mode."""
+    assert_agrees_with_torch(_operands(dtype, *shapes), call, compiled=True)

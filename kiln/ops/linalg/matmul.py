@@ -668,6 +668,8 @@ def tensordot(a: Tensor, b: Tensor, dims=2, out=None) -> Tensor:
 @writes_out(name="linalg_cross")
 @tensor_method()
 def cross(input: Tensor, other: Tensor, dim: int | None = None) -> Tensor:
+    if input.dtype is dt.bool_ or other.dtype is dt.bool_:  # (PyTorch's kernel has no bools)
+        raise NotImplementedError("\"cross\" not implemented for 'Bool'")
     shape = broadcast_shapes(tuple(input.shape), tuple(other.shape))
     if dim is None:
         dim = next((i for i, s in enumerate(shape) if s == 3), None)

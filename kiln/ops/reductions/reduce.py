@@ -468,6 +468,8 @@ def _arg_check(name: str):
             _check_reducible(name, x, range(x.ndim), True, IndexError)
         elif x.ndim:
             _check_reducible(name, x, (wrap_dim(dim, x.ndim),), False)
+        else:
+            wrap_dim(dim, 0)  # a scalar takes dims -1 and 0 only
 
     return check
 

@@ -137,6 +137,12 @@ for _op, _ufunc, _largest in ((cummax, np.maximum, True), (cummin, np.minimum, F
 def mode(self: Tensor, dim: int = -1, keepdim: bool = False): ...
 
 
+def _check_mode_dtype(x, *rest) -> None:
+    """PyTorch's kernel has no complex version; a scalar is its own mode, without it."""
+    if x._dtype.is_complex and x.ndim:
+        raise NotImplementedError(f"\"mode_cpu\" not implemented for '{torch_type_name(x._dtype)}'")
+
+
 def _mode_rows(rows: np.ndarray):
     """Most frequent value of each row (the smallest among equally frequent ones) and the last
     position where it occurs."""
@@ -180,6 +186,7 @@ def _mode_by_std_sort(values: list):
 
 @mode.register_kernel
 def _mode_kernel(x, dim, keepdim):
+    _check_mode_dtype(x)
     d = wrap_dim(dim, x.ndim)
     a = x._data
     if not a.ndim:
@@ -217,6 +224,7 @@ def _mode_grad(c, g, _g_indices=None):
     return (scatter_back(g, indices, d, x.shape), None, None)
 
 
+mode.check_in_meta(_check_mode_dtype)
 mode.register_derivative(_mode_grad, save_output=True, save_inputs=())
 
 

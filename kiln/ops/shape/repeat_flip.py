@@ -152,7 +152,9 @@ def flip(self: Tensor, dims: list[int]): ...
 
 
 def _flip_dims(x, dims):
-    return wrap_dims((dims,) if isinstance(dims, int) else tuple(dims), x.ndim) if x.ndim else ()
+    # checked for a scalar too (dims -1 and 0, once), which then has nothing to reverse
+    axes = wrap_dims((dims,) if isinstance(dims, int) else tuple(dims), x.ndim)
+    return axes if x.ndim else ()
 
 
 @flip.register_kernel
@@ -225,6 +227,8 @@ def _roll_args(x, shifts, dims):
         raise RuntimeError(
             f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}"
         )
+    if not x.ndim:  # PyTorch reads the scalar's size along the dim
+        raise IndexError(f"Dimension specified as {dims[0]} but tensor has no dimensions")
     return shifts, tuple(wrap_dim(d, x.ndim) for d in dims)
 
 
