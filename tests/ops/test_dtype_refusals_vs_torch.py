@@ -375,3 +375,30 @@ def test_scalar_dims_and_kernel_dtypes_follow_pytorch(shapes, call, dtype):
     reads its size: IndexError); cross has no bool kernel; mode no complex one, though a
     scalar is its own mode."""
     assert_agrees_with_torch(_operands(dtype, *shapes), call, compiled=True)
+
+
+CONVERTED_NUMBERS = {
+    "histc-negative-range": (((4, 6),), lambda lib, x: lib.histc(x, 7, -1, 1)),
+    "histc-range-beyond-int8": (((4, 6),), lambda lib, x: lib.histc(x, 3, 0, 300)),
+    "histc-empty": (((0,),), lambda lib, x: lib.histc(x, 3)),
+    "scatter_-negative-value": (
+        ((2, 4),),
+        lambda lib, x: x.clone().scatter_(1, lib.tensor([[0, 2]]), value=-1.0),
+    ),
+    "scatter_-fractional-value": (
+        ((2, 4),),
+        lambda lib, x: x.clone().scatter_(1, lib.tensor([[0, 2]]), value=2.7),
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize(
+    "shapes,call", list(CONVERTED_NUMBERS.values()), ids=list(CONVERTED_NUMBERS)
+)
+def test_numbers_converted_to_the_input_dtype_are_checked(shapes, call, dtype):
+    """histc converts its range to the input's dtype for the bin edges before its float-only
+    kernel refuses integers (an out-of-range number raises RuntimeError; an empty input's
+    range is widened to [-1, 1] first; bools have no linspace); scatter_'s value is checked
+    as PyTorch converts a number (-1.0 into uint8 raises, 2.7 into an integer truncates)."""
+    assert_agrees_with_torch(_operands(dtype, *shapes, low=0), call, compiled=True)

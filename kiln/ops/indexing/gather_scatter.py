@@ -17,6 +17,7 @@ from ..core.common import (
     Tensor,
     TensorOrScalar,
     c_contiguous,
+    checked_scalar,
     fake,
     require_tensor,
     scalar_value,
@@ -186,8 +187,8 @@ def _scatter_coords(x, d, index):
 
 def _src_values(src, shape, dtype):
     """The part of ``src`` the index covers (or a scalar value), in the output dtype."""
-    if not isinstance(src, Tensor):
-        return np.asarray(scalar_value(src)).astype(dtype.np)
+    if not isinstance(src, Tensor):  # checked as PyTorch converts a Scalar (and ``full`` does)
+        return np.asarray(checked_scalar(scalar_value(src), dtype)).astype(dtype.np)
     s = as_1d(src._data)
     return s[tuple(slice(0, n) for n in shape)]
 
@@ -252,6 +253,8 @@ def _scatter_kernel(x, dim, index, src, reduce):
 @scatter.register_meta
 def _scatter_meta(x, dim, index, src, reduce=None):
     _scatter_check(x, dim, index, src)
+    if not isinstance(src, Tensor):  # the kernel's conversion of a number, checked
+        checked_scalar(scalar_value(src), x._dtype)
     return fake(x._shape, x._dtype, x)
 
 

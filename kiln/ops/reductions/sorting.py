@@ -21,6 +21,7 @@ from ..core.common import (
     Scalar,
     Tensor,
     TensorOrScalar,
+    checked_scalar,
     fake,
     laid_out,
     preserved_layout,
@@ -747,7 +748,16 @@ def _bincount_meta(x, weights=None, minlength=0):
 def histc(self: Tensor, bins: int = 100, min: Scalar = 0, max: Scalar = 0): ...  # noqa: A002
 
 
-def _check_histc(x, bins) -> None:
+def _check_histc(x, bins, lo, hi) -> None:
+    # PyTorch's order: the bin edges' linspace in the input's dtype (no bools; the range
+    # converted to an integer dtype checked), then the kernel (floats only)
+    if x._dtype is dt.bool_:
+        raise NotImplementedError("\"linspace_cpu\" not implemented for 'Bool'")
+    if x._dtype.is_integral:
+        if lo == hi and x.numel().__class__ is int and x.numel() == 0:
+            lo, hi = lo - 1, hi + 1  # (an empty input's range: the kernel widens it so)
+        checked_scalar(float(lo), x._dtype)
+        checked_scalar(float(hi), x._dtype)
     if not x._dtype.is_floating_point:
         raise NotImplementedError(
             f"\"histogram_cpu\" not implemented for '{torch_type_name(x._dtype)}'"
@@ -768,7 +778,7 @@ def _histc_range(lo, hi):
 
 @histc.register_kernel
 def _histc_kernel(x, bins, lo, hi):
-    _check_histc(x, bins)
+    _check_histc(x, bins, lo, hi)
     a = x._data.reshape(-1)
     if lo == hi and a.size:
         lo, hi = a.min(), a.max()
@@ -781,13 +791,13 @@ def _histc_kernel(x, bins, lo, hi):
 
 @histc.register_meta
 def _histc_meta(x, bins=100, lo=0, hi=0):
-    _check_histc(x, bins)
+    _check_histc(x, bins, lo, hi)
     return fake((bins,), x._dtype, x)
 
 
 @histc.register_decomposition
 def _histc_decomp(x, bins=100, lo=0, hi=0):
-    _check_histc(x, bins)
+    _check_histc(x, bins, lo, hi)
     flat = x.reshape(-1)
     if lo == hi and flat.shape[0]:
         lo, hi = amin(flat), amax(flat)
