@@ -142,8 +142,9 @@ def call_with_out(op, args: tuple, kwargs: dict):
     out = kwargs.pop("out")
     if out is None:
         return op(*args, **kwargs)
-    if op.kind == "pointwise" and getattr(out, "_storage", None) is not None:
-        _refuse_partial_overlap(op, args, out)
+    storage = getattr(out, "_storage", None)
+    if storage is not None and op.kind == "pointwise":
+        _refuse_partial_overlap(op, args, out, storage)
     write = op.out_kernel
     if write is not None and not kwargs and _writes_directly(args, out) and write(out, *args):
         storage = out._storage
@@ -156,18 +157,18 @@ def call_with_out(op, args: tuple, kwargs: dict):
     )
 
 
-def _refuse_partial_overlap(op, args: tuple, out) -> None:
-    """PyTorch's TensorIterator check before an elementwise op writes ``out``: no input may
+def _refuse_partial_overlap(op, args: tuple, out, storage) -> None:
+    """PyTorch's TensorIterator check before an elementwise op writes ``out`` (``storage``, its
+    storage: without one no view of it was ever made, and no input can share it): no input may
     share some but not all of its memory (``add(x[1:], 1, out=x[:-1])``), as for an in-place
     op (``dispatch._check_no_partial_overlap``)."""
-    storage = getattr(out, "_storage", None)
-    if storage is None:  # no view of it was ever made: no input can share it
-        return
+    count = len(args)
     for p in op.tensor_positions:
-        a = args[p] if p < len(args) else None
-        if a is not out and getattr(a, "_storage", None) is storage:
-            if partially_overlapping(out, a):
-                raise RuntimeError(PARTIAL_OVERLAP)
+        if p < count:
+            a = args[p]
+            if a is not out and getattr(a, "_storage", None) is storage:
+                if partially_overlapping(out, a):
+                    raise RuntimeError(PARTIAL_OVERLAP)
 
 
 def _writes_directly(args: tuple, out) -> bool:
