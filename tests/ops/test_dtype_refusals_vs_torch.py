@@ -402,3 +402,32 @@ def test_numbers_converted_to_the_input_dtype_are_checked(shapes, call, dtype):
     range is widened to [-1, 1] first; bools have no linspace); scatter_'s value is checked
     as PyTorch converts a number (-1.0 into uint8 raises, 2.7 into an integer truncates)."""
     assert_agrees_with_torch(_operands(dtype, *shapes, low=0), call, compiled=True)
+
+
+MARGIN_LOSSES = {
+    "multi_margin_loss": (
+        lambda lib, x: lib.nn.functional.multi_margin_loss(x, lib.tensor([0, 2, 1, 0]))
+    ),
+    "multilabel_margin_loss": (
+        lambda lib, x: lib.nn.functional.multilabel_margin_loss(x, lib.tensor([[0, 1, -1]] * 4))
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("call", list(MARGIN_LOSSES.values()), ids=list(MARGIN_LOSSES))
+def test_margin_losses_refuse_16_bit_floats(call, dtype):
+    """The multi-class margin losses' CPU kernels compute float32/float64 only: 16-bit floats
+    raise NotImplementedError (they computed), except over an empty batch, which runs none."""
+    assert_agrees_with_torch(_operands(dtype, (4, 3)), call, compiled=True)
+
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float64"))
+def test_margin_loss_of_an_empty_batch_runs_no_kernel(dtype):
+    """An empty batch's multi_margin_loss is computed whatever its float dtype."""
+
+    def call(lib, x):
+        target = lib.tensor([0, 2, 1, 0])[:0]
+        return lib.nn.functional.multi_margin_loss(x[:0], target, reduction="none")
+
+    assert_agrees_with_torch(_operands(dtype, (4, 3)), call, compiled=True)
