@@ -431,3 +431,12 @@ def test_margin_loss_of_an_empty_batch_runs_no_kernel(dtype):
         return lib.nn.functional.multi_margin_loss(x[:0], target, reduction="none")
 
     assert_agrees_with_torch(_operands(dtype, (4, 3)), call, compiled=True)
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("shape", [(3,), (), (2, 3)], ids=str)
+def test_linalg_vander_refuses_bools_and_16_bit_floats(shape, dtype):
+    """linalg.vander checks its dtype before anything else: floats of 32 bits up, complex
+    numbers and integers only (kiln.vander, the old function, takes them all)."""
+    call = lambda lib, x: lib.linalg.vander(x)  # noqa: E731
+    assert_agrees_with_torch(_operands(dtype, shape), call, compiled=True)

@@ -476,9 +476,10 @@ def tensorsolve(input: Tensor, other: Tensor, dims=None) -> Tensor:
 
 def vander(x: Tensor, *, N: int | None = None) -> Tensor:
     """Rows ``1, x, x^2, ..., x^(N-1)`` (increasing powers, unlike ``kiln.vander``)."""
-    if x.dtype is dt.bool_:
+    if x.dtype in (dt.bool_, dt.float16, dt.bfloat16):  # (PyTorch's check: no 16-bit floats)
         raise RuntimeError(
-            "linalg.vander supports floating point, complex, and integer tensors, but got Bool"
+            "linalg.vander supports floating point, complex, and integer tensors, but got "
+            f"{dt.torch_type_name(x.dtype)}"
         )
     n = x.shape[-1] if x.ndim else 1
     N = n if N is None else N
