@@ -440,3 +440,12 @@ def test_linalg_vander_refuses_bools_and_16_bit_floats(shape, dtype):
     numbers and integers only (kiln.vander, the old function, takes them all)."""
     call = lambda lib, x: lib.linalg.vander(x)  # noqa: E731
     assert_agrees_with_torch(_operands(dtype, shape), call, compiled=True)
+
+
+@pytest.mark.parametrize("shape", [(4,), (), (0,)], ids=str)
+@pytest.mark.parametrize("dim", [None, 0])
+def test_unique_consecutive_refuses_complex_inputs(shape, dim):
+    """unique_consecutive has no complex kernel in PyTorch, empty and 0-d inputs included:
+    kiln compared complex numbers by numpy's rules."""
+    call = lambda lib, x: lib.unique_consecutive(x, dim=dim)  # noqa: E731
+    assert_agrees_with_torch(_operands("complex64", shape), call, compiled=True)

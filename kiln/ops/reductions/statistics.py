@@ -506,7 +506,7 @@ def _histogram_meta(x, bins=100, range_=None, weight=None, density=False):
 # ------------------------------------------------------------------------------ unique_consecutive
 
 
-@defop(kind="sort", differentiable=False)
+@defop(kind="sort", differentiable=False, complex_refused=complex_not_implemented("unique"))
 def _unique_consecutive(self: Tensor, dim: int | None = None): ...
 
 
