@@ -449,3 +449,12 @@ def test_unique_consecutive_refuses_complex_inputs(shape, dim):
     kiln compared complex numbers by numpy's rules."""
     call = lambda lib, x: lib.unique_consecutive(x, dim=dim)  # noqa: E731
     assert_agrees_with_torch(_operands("complex64", shape), call, compiled=True)
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("shape", [(2, 4, 3, 3), (2, 4, 5)], ids=str)
+def test_local_response_norm_averages_with_pytorchs_pool_dtypes(shape, dtype):
+    """PyTorch averages a 4-D or wider input's squares with avg_pool3d (float32, float64 and
+    int64 only) and a 3-D one's with avg_pool2d: the same dtypes are refused."""
+    call = _f("local_response_norm", 3)
+    assert_agrees_with_torch(_operands(dtype, shape), call, compiled=True)

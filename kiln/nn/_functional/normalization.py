@@ -12,6 +12,7 @@ from ...autograd.grad_mode import no_grad
 from ...ops import OPS
 from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
+from ...runtime import dtypes as dt
 from ...runtime.symbolic import SymInt
 from ...runtime.tensor import Tensor
 from .layers import pad
@@ -156,6 +157,11 @@ def local_response_norm(
         )
     if input.numel() == 0:
         return input
+    if input.ndim > 3 and input.dtype not in (dt.float32, dt.float64, dt.int64):
+        # PyTorch averages 4-D and wider inputs with avg_pool3d, whose kernel takes these only
+        raise NotImplementedError(
+            f"\"avg_pool3d_out_frame\" not implemented for '{dt.torch_type_name(input.dtype)}'"
+        )
     sq = (input * input).unsqueeze(1)
     shape = list(input.shape)
     flat = sq.reshape([shape[0], 1, shape[1], -1])
