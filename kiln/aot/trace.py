@@ -146,9 +146,9 @@ def _replayer(view: Tensor, source: Tensor) -> Callable[[Tensor], Tensor] | None
         # made under no_grad: replayed under no_grad, it has eager's history (none)
         replay_tracked = _replayer_tracked(view, source)
 
-        def untracked(real: Tensor) -> Tensor:
+        def untracked(real: Tensor, resolve=None) -> Tensor:
             with no_grad():
-                return replay_tracked(real)
+                return replay_tracked(real, resolve)
 
         return untracked
     return _replayer_tracked(view, source)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import kiln
-from tests.oracle import assert_close, needs_torch, to_torch
+from tests.oracle import assert_close, needs_torch, to_torch, torch
 
 pytestmark = needs_torch
 
@@ -354,3 +354,19 @@ def test_a_custom_function_returning_a_view_keeps_its_own_backward(name, backend
 
     functions = {lib.__name__: _custom_function(lib, name) for lib in (kiln, torch)}
     _compare(lambda lib, x: functions[lib.__name__].apply(x * 3), [_rand(3, 4)], backend)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_view_of_an_input_returned_under_no_grad_for_a_new_size(backend):
+    """Grad mode off around the call: the output view is replayed untracked, for the sizes of
+    each call (the second call's new size makes them symbolic)."""
+    compiled = kiln.compile(lambda x: (x.view(-1), x[0]), backend=backend)
+    with kiln.no_grad(), torch.no_grad():
+        for shape in ((5, 4), (5, 3), (2, 3)):
+            values = np.arange(float(np.prod(shape))).reshape(shape)
+            got = compiled(kiln.tensor(values, requires_grad=True))
+            x = torch.tensor(values, requires_grad=True)
+            want = (x.view(-1), x[0])
+            for g, w in zip(got, want):
+                assert g.requires_grad == w.requires_grad
+                np.testing.assert_array_equal(g.detach().numpy(), w.detach().numpy())
