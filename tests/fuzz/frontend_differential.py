@@ -54,6 +54,7 @@ class CallRecord:
     after_alias_probe: object = None
     graphs: int = 0
     warnings: list[str] = field(default_factory=list)
+    grad_mode_after: bool = True  # a compiled call must restore it, as a ``with`` block does
 
 
 def load(program: FrontendProgram, framework) -> dict:
@@ -197,6 +198,8 @@ def run_program(program: FrontendProgram, mode: str) -> list[CallRecord]:
                     record.error = _error_name(e)
                     outputs = None
             record.graphs = counters["stats"]["unique_graphs"] - graphs_before
+            record.grad_mode_after = framework.is_grad_enabled()
+            framework.set_grad_enabled(True)  # (a leak must not spill into the next calls)
             record.warnings = [str(w.message).splitlines()[0] for w in caught]
             record.outputs = snapshot(outputs)
             record.inputs_after = snapshot(inputs)
@@ -322,6 +325,8 @@ def compare(
         compare_snapshots = functools.partial(_compare_snapshots, precise=precise)
         if not _same_error(a.error, e.error, loose):
             return f"{where}: raised {a.error!r} vs {e.error!r}"
+        if a.grad_mode_after != e.grad_mode_after:
+            return f"{where}: grad mode after the call {a.grad_mode_after} vs {e.grad_mode_after}"
         if e.error is not None:
             continue
         for name in ("outputs", "inputs_after", "state"):
