@@ -458,3 +458,18 @@ def test_local_response_norm_averages_with_pytorchs_pool_dtypes(shape, dtype):
     int64 only) and a 3-D one's with avg_pool2d: the same dtypes are refused."""
     call = _f("local_response_norm", 3)
     assert_agrees_with_torch(_operands(dtype, shape), call, compiled=True)
+
+
+@pytest.mark.parametrize("dtype", ("int64", "uint8", "bool", "float16"))
+@pytest.mark.parametrize(
+    "call",
+    [
+        _f("logsigmoid"),
+        lambda lib, x: lib.nn.functional.multilabel_soft_margin_loss(x, (x > 1).float()),
+    ],
+    ids=["logsigmoid", "multilabel_soft_margin_loss"],
+)
+def test_compiled_log_sigmoid_refuses_integers_as_eager_does(call, dtype):
+    """log_sigmoid's float-only check runs in front of its meta too: compiled code computed
+    integer inputs that eager kiln and PyTorch refuse."""
+    assert_agrees_with_torch(_operands(dtype, (3, 4)), call, compiled=True)

@@ -660,6 +660,7 @@ def _log_sigmoid_kernel(x):
 
 
 log_sigmoid.register_meta(lambda x: fake(x._shape, x._dtype, x))
+log_sigmoid.check_in_meta(lambda x: require_float("log_sigmoid_forward", x))
 log_sigmoid.result_layout = "contiguous"  # as PyTorch's
 log_sigmoid.register_derivative(lambda c, g: (g * (-c.args[0]).sigmoid(),))
 log_sigmoid.register_decomposition(lambda x: x.clamp(max=0) - (-x.abs()).exp().log1p())
