@@ -416,16 +416,14 @@ def _graph_key(gm, example_inputs, codegen: str) -> str:
     """What determines a lowered graph's kernels: its nodes (not the source comments of its code:
     the same graph called from another line is the same graph), the layouts of its inputs and
     tensor attributes (their values are passed by pointer), other attribute values, and kiln's
-    source; for symbolic sizes, the symbols' ranges and the capture's guards, which its decisions
-    may rest on. The CPU code generator adds the schedule's outline (``codegen.cpu._signature``)."""
+    source. The CPU code generator adds the schedule's outline (``codegen.cpu._signature``)."""
     from ..ir.node import format_target
 
     parts = [codegen, kiln_source_digest()]
     parts += [_describe(v) for v in example_inputs]
     symbols = graph_symbols(example_inputs)
-    if symbols:  # kernels for every size rest on the ranges and the guarded relations
+    if symbols:  # kernels for every size rest on the ranges their decisions were made in
         parts.append(f"symbols {[(s.name, s.lower, s.upper) for s in symbols]}")
-        parts.append(f"guards {[guard.text() for guard in shape_env_of(example_inputs).guards]}")
     for node in gm.graph.nodes:
         args = _arg_text((node.args, node.kwargs))
         line = f"{node.name} {node.op} {format_target(node.target)} {args}"

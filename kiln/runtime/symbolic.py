@@ -1013,32 +1013,12 @@ def _decide_remembered(env: ShapeEnv, op: str, lhs: Expr, rhs: Expr) -> bool | N
     bounds."""
     memo = env._decisions
     if memo is None:
-        return _decide_fresh_or_guarded(env, op, lhs, rhs)
+        return _decide_fresh(op, lhs, rhs)
     key = (op, lhs, rhs)
     result = memo.get(key, _UNDECIDED)
     if result is _UNDECIDED:
-        result = memo[key] = _decide_fresh_or_guarded(env, op, lhs, rhs)
+        result = memo[key] = _decide_fresh(op, lhs, rhs)
     return result
-
-
-_SWAPPED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-
-
-def _decide_fresh_or_guarded(env: ShapeEnv, op: str, lhs: Expr, rhs: Expr) -> bool | None:
-    """``_decide_fresh``, else the answer a guard already recorded gives: code built over these
-    symbols only runs for calls that passed every guard, so ``ceil(s0 / 4) != 1`` (recorded
-    when the capture broadcast a chunk of the batch) decides the broadcast a kernel for every
-    size asks about, which the symbols' ranges leave open."""
-    result = _decide_fresh(op, lhs, rhs)
-    if result is not None or not env._guard_keys:
-        return result
-    for relation, left, right in ((op, lhs, rhs), (_SWAPPED[op], rhs, lhs)):
-        left, right = _normalized(left, right)
-        if (relation, left, right) in env._guard_keys:
-            return True
-        if (_NEGATE[relation], left, right) in env._guard_keys:
-            return False
-    return None
 
 
 def _non_decreasing(e: Expr) -> bool:

@@ -318,27 +318,6 @@ def test_a_strided_pool_that_may_be_one_pixel_compiles_once_for_every_size(stats
 
 
 @needs_torch
-def test_chunks_of_two_batches_broadcast_with_one_kernel_set_from_the_guards(stats):
-    """DINO's loss: ``chunk(4)`` of one symbolic batch times ``chunk(2)`` of another. Whether
-    ``ceil(s0 / 4)`` is 1 (a broadcast) the symbols' ranges leave open, but the capture guarded
-    it is not (and that the two chunk sizes are equal), and kernels only run for calls that
-    passed those guards: one kernel set for every size, no per-size compiles or eager runs."""
-
-    def fn(lib, a, b):
-        return (a.chunk(4)[1] * b.chunk(2)[0]).sum()
-
-    compiled = kiln.compile(lambda a, b: fn(kiln, a, b), backend="inductor", dynamic=True)
-    with kiln.no_grad():
-        for n in (4, 5, 7, 5):
-            a, b = _inputs(4 * n, 6), _inputs(2 * n, 6)
-            got = compiled(kiln.tensor(a), kiln.tensor(b))
-            theirs = fn(torch, torch.tensor(a), torch.tensor(b))
-            np.testing.assert_allclose(got.numpy(), theirs.numpy(), 1e-5, 1e-5)
-    assert stats.symbolic_refused == 0 and stats.symbolic_compiles == 1
-    assert stats.static_compiles == stats.eager_first_calls == 0
-
-
-@needs_torch
 def test_a_select_at_an_int_argument_compiles_once_for_every_value(stats):
     """A diffusion sampler's ``alphas_cumprod[t]`` and ``alphas_cumprod[t - 1]`` with ``t`` a
     Python int counting down: once ``t`` is symbolic the selected element's position is an

@@ -15,12 +15,11 @@ found here: batch norm's derivative in ops (compiled and double backward) raised
 a helper's signature changed, so YOLO's compiled graphs ran on the eager backend, and once it
 ran, its ``1.0 / n`` made a Python float of the symbolic count, so every training step with
 batch norm recompiled per batch size under ``dynamic=True`` (DINO, SwAV, FixMatch; both fixed);
-DINO's ``chunk(ncrops)`` of a symbolic batch compared with another symbolic size left
-``ceil(s/4) == 1`` undecided, so its loss graph got kernels per size and new sizes ran with the
-eager ops (fixed: the inductor decides it from the capture's guards); a loss module holding a
-tensor (``BCEWithLogitsLoss(pos_weight=...)``) built inside a compiled step breaks the graph and
-its identity guard recompiles the rest on every call (YOLO builds them once, as here);
-``t[range(n), cls]`` specialises ``n`` (as PyTorch's does).
+DINO's ``chunk(ncrops)`` of a symbolic batch compared with another symbolic size leaves
+``ceil(s/4) == 1`` undecided, so its loss graph gets kernels per size and new sizes run with the
+eager ops; a loss module holding a tensor (``BCEWithLogitsLoss(pos_weight=...)``) built inside a
+compiled step breaks the graph and its identity guard recompiles the rest on every call (YOLO
+builds them once, as here); ``t[range(n), cls]`` specialises ``n`` (as PyTorch's does).
 """
 
 from __future__ import annotations
