@@ -50,6 +50,12 @@ _SCALARS = (
 )
 
 
+def _flag(b: ir.IRBuilder, flags: ir.Value, bit: int, lanes: int) -> ir.Value:
+    """Whether run-time flag ``bit`` is set, splatted to ``lanes`` (a ``select`` mask)."""
+    on = b.icmp_unsigned("!=", b.and_(flags, ir.Constant(I64, bit)), ir.Constant(I64, 0))
+    return splat(b, on, lanes)
+
+
 def _module() -> ir.Module:
     module = ir.Module(name="kiln_eager_optimizers")
     args = [I64] + [_F32P] * 5 + [I64] + [F32] * len(_SCALARS)
@@ -64,8 +70,7 @@ def _module() -> ir.Module:
         wide = ir.VectorType(F64, lanes) if lanes > 1 else F64
 
         def flag(bit):
-            on = b.icmp_unsigned("!=", b.and_(flags, ir.Constant(I64, bit)), ir.Constant(I64, 0))
-            return splat(b, on, lanes)
+            return _flag(b, flags, bit, lanes)
 
         param, grad = load(b, p, i, lanes), load(b, g, i, lanes)
         grad = b.select(flag(MAXIMIZE), b.fneg(grad), grad)
@@ -109,8 +114,7 @@ def _sgd_function(module: ir.Module, momentum: bool) -> None:
         s = {name: splat(b, value, lanes) for name, value in zip(_SGD_SCALARS, scalars)}
 
         def flag(bit):
-            on = b.icmp_unsigned("!=", b.and_(flags, ir.Constant(I64, bit)), ir.Constant(I64, 0))
-            return splat(b, on, lanes)
+            return _flag(b, flags, bit, lanes)
 
         param, grad = load(b, p, i, lanes), load(b, g, i, lanes)
         grad = b.select(flag(SGD_MAXIMIZE), b.fneg(grad), grad)
