@@ -147,12 +147,7 @@ def dispatch_self_only(op, args: tuple):
             return run_decomposition(op, args)  # a composite without a mode: dispatch's choice
         return dispatch(op, args)
     x = args[0]
-    if (
-        state.inference_mode
-        or x.__class__ is not Tensor
-        or x._device is not cpu
-        or x._data is None
-    ):
+    if state.inference_mode or x.__class__ is not Tensor or x._device is not cpu or x._data is None:
         return dispatch(op, args)
     if state.grad_enabled and x._requires_grad:
         return _autograd(op, args, state, True, state.mode_stack)  # as dispatch would
