@@ -29,7 +29,7 @@ from .exc import BreakReason, CreatesOptimizerState, GraphBreakError, Unsupporte
 from .guards import GuardSet
 from .output_graph import OutputGraph, set_grad_enabled_node
 from .resume import original_position, resume_code
-from .symbolic_convert import BreakPoint, BreakRequest, InstructionTranslator
+from .symbolic_convert import CALL_OPCODES, BreakPoint, BreakRequest, InstructionTranslator
 from .variables.base import NullVariable, VariableTracker, pop_output, push_output
 
 __all__ = ["convert_frame", "CaptureResult", "EagerFrame"]
@@ -37,7 +37,6 @@ __all__ = ["convert_frame", "CaptureResult", "EagerFrame"]
 _JUMP_BREAKS = frozenset(
     {"POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"}
 )
-_CALLS = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
 
 
 @dataclass
@@ -92,7 +91,7 @@ def convert_frame(
             if problem is not None:
                 return _eager(ctx, reason, problem, code.co_name)
             instr = tx.instructions[request.ip]
-            compile_callee = request.inlined and instr.name in _CALLS
+            compile_callee = request.inlined and instr.name in CALL_OPCODES
             break_points[request.ip] = BreakPoint(request.ip, reason, compile_callee)
             if request.stopped and not compile_callee:
                 # the translator stands where a capture breaking here would stop: break now

@@ -76,6 +76,10 @@ class BreakPoint:
     compile_callee: bool  # the instruction is a call whose inlining broke
 
 
+# the call instructions: the only ones a clean refusal (``Unsupported.clean``) comes from
+CALL_OPCODES = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
+
+
 class BreakRequest(Exception):  # noqa: N818
     """The root frame met an instruction it cannot evaluate (``convert_frame`` decides).
     ``stopped``: the translator is back in its state before the instruction (a clean refusal,
@@ -560,14 +564,17 @@ class InstructionTranslator(InstructionTranslatorBase):
             self.done = True
             return
         ip = self.ip
-        # the state a clean refusal leaves to restore: the operands the instruction pops
-        stack, kw_names, mark = self.stack.copy(), self.kw_names, self.output.effects_mark()
+        # the state a clean refusal leaves to restore: the operands a call pops
+        call = self.instructions[ip].name in CALL_OPCODES
+        if call:
+            stack, kw_names, mark = self.stack.copy(), self.kw_names, self.output.effects_mark()
         try:
             super().step()
         except Unsupported as e:
             inlined = getattr(e, "inlined", False)
             stopped = (
-                e.clean
+                call
+                and e.clean
                 and not inlined
                 and getattr(e, "called_from", self) is self
                 and self.ip == ip + 1  # (a jump it made would be an effect)
