@@ -25,10 +25,10 @@ builds them once, as here); ``t[range(n), cls]`` specialises ``n`` (as PyTorch's
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from tests.models.test_hf_vision_sequence_programs_vs_torch import ALL_MODES, Program, _check
 from tests.oracle import needs_torch
@@ -583,7 +583,7 @@ def _generalized_box_iou(lib, boxes1, boxes2):
 
 def _detr(lib, classes=3, queries=5, d=8):
     """DETR's set criterion: a Hungarian matcher under ``no_grad`` (softmax class cost, ``cdist``
-    with p=1 box cost, generalised IoU cost) whose cost matrix goes to scipy's
+    with p=1 box cost, generalised IoU cost) whose cost matrix goes to a
     ``linear_sum_assignment`` through ``.cpu()`` and ``split`` by target counts, then the
     permutation indices by ``full_like``/``cat``, no-object targets by ``full`` and index
     assignment, cross entropy with an ``empty_weight`` buffer, L1 and GIoU box losses."""
@@ -614,6 +614,20 @@ def _detr(lib, classes=3, queries=5, d=8):
     return model, lib.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
 
 
+def _linear_sum_assignment(cost):
+    """scipy's ``linear_sum_assignment`` for the few targets here, by exhaustive search (scipy
+    is not a test dependency); like DETR's call, it reads the tensor through ``np.asarray``."""
+    cost = np.asarray(cost, dtype=np.float64)
+    rows, cols = cost.shape
+    best, best_cols = math.inf, ()
+    for perm in itertools.permutations(range(rows), cols):
+        total = sum(cost[r, c] for c, r in enumerate(perm))
+        if total < best:
+            best, best_cols = total, perm
+    pairs = sorted((r, c) for c, r in enumerate(best_cols))
+    return np.array([r for r, _ in pairs]), np.array([c for _, c in pairs])
+
+
 def _hungarian_matcher(lib, outputs, targets):
     with lib.no_grad():
         bs, num_queries = outputs["pred_logits"].shape[:2]
@@ -629,7 +643,7 @@ def _hungarian_matcher(lib, outputs, targets):
         C = 5 * cost_bbox + 1 * cost_class + 2 * cost_giou
         C = C.view(bs, num_queries, -1).cpu()
         sizes = [len(v["boxes"]) for v in targets]
-        indices = [linear_sum_assignment(c[i]) for i, c in enumerate(C.split(sizes, -1))]
+        indices = [_linear_sum_assignment(c[i]) for i, c in enumerate(C.split(sizes, -1))]
         return [
             (lib.as_tensor(i, dtype=lib.int64), lib.as_tensor(j, dtype=lib.int64))
             for i, j in indices
@@ -689,7 +703,7 @@ def _detection_sets(rng):
     return batches
 
 
-def test_detr_hungarian_matching_through_scipy_and_set_criterion_trains_like_torch():
+def test_detr_hungarian_matching_through_numpy_and_set_criterion_trains_like_torch():
     # the targets' counts are Python numbers (``tolist``) and their list's length varies
     _check(Program(_detr, _detr_step, _detection_sets, rtol=2e-4, recompiles=4))
 
