@@ -92,6 +92,11 @@ class PyCodegen:
         else:
             vt.reconstruct(self)
 
+    def load_callable_value(self, vt) -> None:
+        """Push the runtime value of ``vt`` and a NULL: the layout ``call`` expects."""
+        self.prepare(vt)
+        self.extend(bv.load_callable([Instr("LOAD_FAST", self.temps[id(vt)])]))
+
     def load_graph_output(self, vt) -> None:
         if self.graph_outputs is None:
             if all(v is not vt for v in self.requested):

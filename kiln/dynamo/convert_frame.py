@@ -15,7 +15,7 @@ import io
 import types
 from dataclasses import dataclass, field
 
-from bytecode import Instr, Label
+from bytecode import Instr, Label, TryBegin, TryEnd
 
 from ..nn.modules import _hooks
 from ..nn.modules.module import Module
@@ -30,7 +30,9 @@ from .guards import GuardSet
 from .output_graph import OutputGraph, set_grad_enabled_node
 from .resume import original_position, resume_code
 from .symbolic_convert import CALL_OPCODES, BreakPoint, BreakRequest, InstructionTranslator
+from .variables.autocast import AutocastExitVariable
 from .variables.base import NullVariable, VariableTracker, pop_output, push_output
+from .variables.misc import WithExitVariable
 
 __all__ = ["convert_frame", "CaptureResult", "EagerFrame"]
 
@@ -284,6 +286,40 @@ def _leave_autocast_blocks(cg: PyCodegen, output: OutputGraph) -> None:
         cg.append(Instr("POP_TOP"))
 
 
+# the exits of ``with`` blocks whose mode the transformed code switched for real before the
+# breaking instruction (grad mode, autocast): an exception out of that instruction must run them
+_MODE_BLOCK_EXITS = (WithExitVariable, AutocastExitVariable)
+
+
+class _LeaveBlocksOnError:
+    """An exception handler around the instruction a graph break runs eagerly inside grad-mode
+    or autocast ``with`` blocks: the exception leaves the blocks (their exits run, innermost
+    first) before it propagates, as the original code's handlers would have (PyTorch's
+    transformed code wraps the instruction in the same blocks)."""
+
+    def __init__(self, cg: PyCodegen, stack: list):
+        self.exits = [vt for vt in stack if isinstance(vt, _MODE_BLOCK_EXITS)]
+        self.handler = Label()
+        self.begin = TryBegin(self.handler, push_lasti=False) if self.exits else None
+        if self.begin is not None:
+            cg.append(self.begin)
+
+    def end(self, cg: PyCodegen) -> None:
+        """Close the protected range (once per path out of the instruction)."""
+        if self.begin is not None:
+            cg.append(TryEnd(self.begin))
+
+    def emit_handler(self, cg: PyCodegen) -> None:
+        if self.begin is None:
+            return
+        cg.append(self.handler)
+        for exit_ in reversed(self.exits):
+            cg.load_callable_value(exit_)
+            cg.call(0)
+            cg.append(Instr("POP_TOP"))
+        cg.append(Instr("RERAISE", 0))
+
+
 def _finish_return(ctx, tx) -> CaptureResult:
     value = tx.returned
     output = tx.output
@@ -382,6 +418,7 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
         )
         _sync_grad_mode(cg, output)  # the instruction and the resume run in the block's mode
         _leave_autocast_blocks(cg, output)
+        protect = _LeaveBlocksOnError(cg, deep)
         for vt in top:
             cg.load(vt)
         if name in _JUMP_BREAKS:
@@ -392,22 +429,29 @@ def _finish_break(ctx, tx, bp: BreakPoint) -> CaptureResult:
             else:
                 cg.extend(bv.jump_if(name.endswith("TRUE"), taken))
                 fall_slots, jump_slots = deep, deep
+            protect.end(cg)
             resume_call(cg, fallthrough, fall_slots, [], local_sets[0])
             cg.append(taken)
+            protect.end(cg)
             if jump_slots is not deep:
                 cg.append(Instr("POP_TOP"))  # the kept value is passed from its temporary
             resume_call(cg, jump_target, jump_slots, [], local_sets[1])
+            protect.emit_handler(cg)
             return
         if name == "CALL":
             cg.call(instr.arg, tx.kw_names)
         else:
             cg.append(Instr(instr.name, instr.arg) if instr.arg is not None else Instr(instr.name))
         if name == "RAISE_VARARGS":
+            protect.end(cg)
+            protect.emit_handler(cg)
             return
+        protect.end(cg)
         temps = [cg.new_temp("result") for _ in range(produced)]
         for temp in reversed(temps):
             cg.append(Instr("STORE_FAST", temp))
         resume_call(cg, fallthrough, deep, temps, local_sets[0])
+        protect.emit_handler(cg)
 
     instructions = _emit(ctx, tx, body, line)
     ctx.record_break(bp.reason)
