@@ -162,6 +162,33 @@ def test_layer_norm_parameter_gradients_match_torch(shape, affine):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)
 
 
+def _one_element_rows_weight_grad(lib, x, w, g, layer_norm):
+    t = lib.tensor(x, requires_grad=True)
+    wt = lib.tensor(w, requires_grad=True)
+    (gw,) = lib.autograd.grad(layer_norm(t, [1], wt), [wt], lib.tensor(g))
+    return gw.numpy()
+
+
+@needs_torch
+@pytest.mark.parametrize("path", ["machine_code", "numpy", "compiled"])
+def test_layer_norm_weight_gradient_over_one_element_rows_rounds_as_torch(path, monkeypatch):
+    """Rows of one element have zero variance: PyTorch's xhat for the weight gradient, the
+    multiply-add x * rstd + (-rstd * mean) fused, is the product's rounding (rstd = 1 /
+    sqrt(eps)), a few 1e-6 summed, not the exact 0 of (x - mean) * rstd."""
+    x = _inputs((2, 4, 1))
+    g = np.random.default_rng(2).standard_normal((2, 4, 1)).astype(np.float32)
+    w = np.array([0.75], np.float32)
+    want = _one_element_rows_weight_grad(torch, x, w, g, torch.nn.functional.layer_norm)
+    layer_norm = F.layer_norm
+    if path == "numpy":
+        monkeypatch.setitem(machine_code._built, "rows", False)  # as when building failed
+    elif path == "compiled":
+        layer_norm = kiln.compile(F.layer_norm)
+    got = _one_element_rows_weight_grad(kiln, x, w, g, layer_norm)
+    assert want != 0.0
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=0)
+
+
 def test_compiled_matches_eager():
     assert machine_code.get("rows") is not None  # the eager values below are the machine code's
     x = _inputs((33, 77))

@@ -29,6 +29,7 @@ from ..core.common import (
     wrap,
 )
 from ..core.registry import defop
+from ..creation.factories import fma
 from ..reductions.reduce import float_sum
 from .softmax_linear import (
     compute_array,
@@ -194,6 +195,16 @@ def _norm_input_grad(gy, x, mean, rstd, axes, n):
     return rstd * gy + b * x + c
 
 
+def _weight_grad_xhat(x, mean, rstd):
+    """xhat as PyTorch's CPU kernel forms it for the weight gradient, ``x * rstd + (-rstd *
+    mean)``: the kernels fuse the multiply-add where the host has FMA (as PyTorch's vector
+    code does), which leaves the product's rounding where ``(x - mean) * rstd`` is exactly 0
+    (a row of one element). Not the forward's ``(x - mean) * rstd`` either: compiled, that
+    value has one consumer fewer and fuses, rather than being stored as one more full-size
+    buffer of the backward per layer norm (shared, it raised GPT-2 small's compiled memory)."""
+    return x * rstd + (-rstd) * mean
+
+
 def _np_layer_norm_grad_rows(x, g, w, eps, axes, gx, parts_w, parts_b, xhat, t):
     """Layer norm's gradients for one block of rows (``axes``: the normalized dims): writes the
     input gradient into ``gx`` (unless None) and appends this block's weight/bias gradient sums
@@ -202,8 +213,8 @@ def _np_layer_norm_grad_rows(x, g, w, eps, axes, gx, parts_w, parts_b, xhat, t):
     mean = _np_mean(x, axes)
     np.subtract(x, mean, out=xhat)
     rstd = 1.0 / np.sqrt(_np_mean(np.square(xhat, out=t), axes) + eps)
-    xhat *= rstd
     if parts_w is not None:
+        xhat[...] = fma(x, rstd, -rstd * mean)  # ``_weight_grad_xhat``'s fused form
         parts_w.append(float_sum(np.multiply(g, xhat, out=t), (0,), g.dtype.type))
     if parts_b is not None:
         parts_b.append(float_sum(g, (0,), g.dtype.type))
@@ -294,13 +305,13 @@ def _layer_norm_grad(c, g):
         return gx, None, gw, gb, None
     x32, g32 = upcast_half(x), upcast_half(g)
     mean, rstd = _moments(x32, axes, eps)
-    xhat = (x32 - mean) * rstd
     lead = tuple(range(x.ndim - len(axes)))
     gx = gw = gb = None
     if needs[0]:
         gy = g32 * weight if weight is not None else g32
         gx = _norm_input_grad(gy, x32, mean, rstd, axes, math.prod(shape))
     if weight is not None and needs[2]:
+        xhat = _weight_grad_xhat(x32, mean, rstd)
         gw = (g32 * xhat).sum(lead) if lead else g32 * xhat
     if bias is not None and needs[3]:
         gb = g32.sum(lead) if lead else g32

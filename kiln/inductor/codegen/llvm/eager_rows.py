@@ -13,8 +13,8 @@ in a row, or a row of -inf, makes the row NaN, as in PyTorch.
 
 layer_norm (and likewise rms_norm) keeps the numpy kernels' formulas: two passes for the mean
 and the biased variance (more accurate than PyTorch's one-pass moments), ``1 / sqrt(var +
-eps)``, and in the backward ``((g w - mean(g w)) - xhat mean(g w xhat)) rstd``; the weight and
-bias gradients are column sums over the rows, accumulated in float64 (the caller rounds them
+eps)``, and in the backward PyTorch's ``rstd g w + b x + c`` (``_layer_norm_grad``); the weight
+and bias gradients are column sums over the rows, accumulated in float64 (the caller rounds them
 once). Training batch norm works per channel over the (N, L) rows of an (N, C, L) batch, its
 sums over the images in float64.
 
@@ -351,15 +351,20 @@ def _layer_norm_grad(row: _Row, p, r, base, eps, gw_sums, gb_sums) -> None:
     """gx = rstd * gy + b * x + c with gy = g [* w], b = (db * mean - ds) * rstd^3 / n and
     c = -b * mean - db * rstd / n from the row sums db of gy and ds of gy * x: PyTorch's CPU
     formula, so an infinite gy gives its NaNs (inf - inf in b); column sums of g * xhat
-    (xhat = (x - mean) * rstd) and of g added to the float64 ``gw_sums`` and ``gb_sums``. Null
-    pointers (w, gx, the sums) are absent."""
+    (xhat = x * rstd + (-rstd * mean), PyTorch's form: the multiply-add fused on FMA hosts) and
+    of g added to the float64 ``gw_sums`` and ``gb_sums``. Null pointers (w, gx, the sums) are
+    absent."""
     x, g, _, gx = p
     b = row.b
     w = base[2]
     mean, rstd = _moments(row, x, eps)
+    # rounded by itself (no contract flag), so only x * rstd fuses into the add
+    shift = V(b.fmul(b.fneg(rstd.value), mean.value), _F)
 
     def xhat(ops, i, lanes):
-        return ops.mul(_shifted(ops, x, i, lanes, mean), _splat(ops, rstd, lanes))
+        return ops.add(
+            ops.mul(_load(ops, x, i, lanes), _splat(ops, rstd, lanes)), _splat(ops, shift, lanes)
+        )
 
     def input_grad(flags):
         (has_w,) = flags
