@@ -4,7 +4,9 @@ eager and give PyTorch's values and gradients.
 
 Functionalization replays the view chain onto the newest value of the base, whose layout need
 not be the one eager's base had (a functional ``fill`` of a transposed view is contiguous):
-a ``view`` in the chain must replay with ``reshape``'s semantics. The AOT conftest turns a
+a ``view`` in the chain must replay with ``reshape``'s semantics. A whole-tensor ``copy_`` is
+different: its value keeps the destination's strides, whatever the source's, because the ops
+after it (a ``view`` among them) were captured reading the destination's layout. The AOT conftest turns a
 backend failure (the eager fallback) into an error.
 """
 
@@ -108,6 +110,18 @@ def _view_written_after_its_base(lib, x):
     return v.contiguous().view(-1), h * 1
 
 
+def _copy_of_a_transposed_source(lib, x):
+    h = x * 1.0
+    h.copy_((x.t() * 2).contiguous().t())  # h keeps its own (contiguous) strides
+    return (h * 3).view(-1)
+
+
+def _copy_into_a_transposed_intermediate(lib, x):
+    h = x.t() * 1.0  # a pointwise result of a transpose is laid out as the transpose
+    h.copy_(x.t().contiguous() * 2)
+    return (h * 3).t().view(-1)
+
+
 CASES = [
     _transpose_of_a_view,
     _transpose_then_view_of_the_base,
@@ -123,6 +137,8 @@ CASES = [
     _copy_into_a_transposed_view,
     _squeeze_chain,
     _view_written_after_its_base,
+    _copy_of_a_transposed_source,
+    _copy_into_a_transposed_intermediate,
 ]
 
 

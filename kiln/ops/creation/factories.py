@@ -906,12 +906,20 @@ def _copy_from(self: Tensor, src: TensorOrScalar, non_blocking: bool = False): .
 
 
 def _copy_functional_decomp(x, src, non_blocking=False):
-    """What copy_ computes, out of place: ``src`` broadcast to ``x``'s shape in ``x``'s dtype."""
+    """What copy_ computes, out of place: ``src`` broadcast to ``x``'s shape in ``x``'s dtype,
+    laid out as ``x`` is (ops after the write, a ``view`` among them, read the buffer's strides,
+    not the source's: ``buffer.copy_(grid.T)`` leaves the buffer contiguous)."""
     s = src if isinstance(src, Tensor) else full((), src, dtype=x.dtype, device=x.device)
     s = s.to(x.dtype)
     if s.shape != x.shape:
         s = s.expand(x.shape)
-    return s.clone() if s._base is not None or s is src else s
+    if x.is_contiguous():
+        fresh = s is not src and s._base is None and s.is_contiguous()
+        return s if fresh else s.clone(memory_format=contiguous_format)
+    # x's dimensions from the outermost stride in; a dense copy in that order has x's strides
+    order = sorted(range(x.ndim), key=lambda d: (-x.stride()[d], -d))
+    inverse = sorted(range(x.ndim), key=order.__getitem__)
+    return s.permute(order).clone(memory_format=contiguous_format).permute(inverse)
 
 
 _copy_from.register_decomposition(_copy_functional_decomp)
