@@ -192,3 +192,43 @@ def test_upsample_aliases_warn_that_they_are_deprecated(name):
     got = _warnings_of(lambda: getattr(kiln.nn.functional, name)(kiln.ones(1, 1, 2, 2), None, 2))
     want = _warnings_of(lambda: getattr(torch.nn.functional, name)(torch.ones(1, 1, 2, 2), None, 2))
     assert got == want and got[0][1] == __file__
+
+
+_POOLS = {
+    "avg_pool1d": lambda F, x: F.avg_pool1d(x, 2),
+    "lp_pool1d": lambda F, x: F.lp_pool1d(x, 2, 2),
+    "max_pool1d": lambda F, x: F.max_pool1d(x, 2),
+    "max_pool1d-grad": lambda F, x: F.max_pool1d(x.requires_grad_(), 2),
+    "max_pool1d-indices": lambda F, x: F.max_pool1d(x, 2, return_indices=True),
+    "adaptive_avg_pool1d": lambda F, x: F.adaptive_avg_pool1d(x, 2),
+    "adaptive_max_pool1d": lambda F, x: F.adaptive_max_pool1d(x, 2),
+    "adaptive_avg_pool2d": lambda F, x: F.adaptive_avg_pool2d(x, (1, 2)),
+    "adaptive_avg_pool3d": lambda F, x: F.adaptive_avg_pool3d(x, (1, 1, 2)),
+    "adaptive_max_pool2d": lambda F, x: F.adaptive_max_pool2d(x, (1, 2)),
+    "adaptive_max_pool3d": lambda F, x: F.adaptive_max_pool3d(x, (1, 1, 2)),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "shape",
+    [(), (4,), (3, 0), (2, 0, 3), (2, 3, 0), (0, 3, 4), (2, 0, 3, 4), (0, 3, 4, 4), (3, 4, 0, 2),
+     (2, 0, 3, 3, 3), (2, 3, 3, 0, 3), (1, 2, 3, 4, 5, 6)],
+    ids=str,
+)  # fmt: skip
+@pytest.mark.parametrize("pool", sorted(_POOLS))
+def test_pool_rank_and_empty_dim_errors_match_torch(pool, shape):
+    """1-d pools check their rank first (max_pool1d without indices its own way), then run as
+    2-d pools of a one-row image; adaptive pools name themselves and the empty dim (the 2-d
+    average checks the spatial dims, the others every dim but the first); an empty batch pools
+    to an empty result."""
+
+    def outcome(lib):
+        call = lambda: _POOLS[pool](lib.nn.functional, lib.ones(shape))  # noqa: E731
+        error = error_of(call)
+        if error != ("no error", ""):
+            return error
+        out = call()
+        return [tuple(t.shape) for t in (out if isinstance(out, tuple) else (out,))]
+
+    assert outcome(kiln) == outcome(torch)

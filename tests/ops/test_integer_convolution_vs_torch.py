@@ -195,6 +195,8 @@ _POOL_SHAPE_CASES = [(), (4,), (4, 4), (0, 4), (0, 4, 4), (2, 0, 4, 4), (0, 2, 4
         _f("avg_pool3d", kernel_size=1),
         _f("adaptive_avg_pool2d", output_size=(1, 2)),
         _f("adaptive_avg_pool3d", output_size=(1, 1, 2)),
+        _f("adaptive_max_pool2d", output_size=(1, 2)),
+        _f("adaptive_max_pool1d", output_size=2),
     ],
     ids=[
         "avg1d",
@@ -205,14 +207,15 @@ _POOL_SHAPE_CASES = [(), (4,), (4, 4), (0, 4), (0, 4, 4), (2, 0, 4, 4), (0, 2, 4
         "max3d",
         "avg3d",
         "adaptive_avg",
+        "adaptive_avg3d",
         "adaptive_max",
+        "adaptive_max1d",
     ],
 )
 def test_pools_check_ranks_and_empty_dims_as_pytorch(call, shape):
     """Too few dims and empty non-batch dims raise PyTorch's exception types: 2-d average
     pooling reads the channels first (IndexError), the others refuse the rank; an empty
     channel or spatial dim is refused (an empty batch is not); adaptive pools with a size
-    tuple check the rank against it first (ValueError). (Adaptive max pooling of an empty
-    batch fails in its numpy kernel's reshape: a known divergence.)"""
+    tuple check the rank against it first (ValueError)."""
     operands = lambda lib: (lib.ones(shape),)  # noqa: E731
     assert_agrees_with_torch(operands, call, compiled=True)

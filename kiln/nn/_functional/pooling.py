@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 
 from ...amp.autocast_mode import autocast_policy
+from ...autograd.grad_mode import is_grad_enabled
 from ...ops import OPS
 from ...ops.core.grad_fn_naming import rename_grad_fn
 from ...ops.core.registry import torch_function
+from ...ops.nn.conv import adaptive_pool_check
 from ...runtime import dtypes as dt
 from ...runtime.tensor import Tensor
 from .activations import relu
@@ -37,8 +39,8 @@ def _refuse_non_float(input: Tensor, kernel: str) -> None:
 
 
 def _check_non_empty(input: Tensor, dims: int, kind: str) -> None:
-    """PyTorch's pooling kernels refuse an empty dim other than the batch's (a symbolic size
-    is taken for non-empty), with each kernel's message; 1-d average pooling runs as 2-d."""
+    """PyTorch's 2-d and 3-d pooling kernels refuse an empty dim other than the batch's (a
+    symbolic size is taken for non-empty), with each kernel's message."""
     if input.ndim not in (dims + 1, dims + 2):
         return  # ``batched`` refuses the rank
     inner = input.shape[1:] if input.ndim == dims + 2 else input.shape
@@ -53,22 +55,58 @@ def _check_non_empty(input: Tensor, dims: int, kind: str) -> None:
             f"input has a shape of {shape} and non-batch dimension {empty[0] + 1} has length "
             "zero!"
         )
-    if dims == 1 and kind == "max":
-        raise RuntimeError(
-            "max_pool1d: Expected 2D or 3D (batch mode) tensor with optional 0 dim batch size "
-            f"for input, but got:{shape}"
-        )
-    if dims == 1:
-        shape.insert(-1, 1)
     raise RuntimeError(
         "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but "
         f"got:{shape}"
     )
 
 
+def _check_1d_rank(input: Tensor, name: str) -> None:
+    """PyTorch's 1-d pools (but max_pool1d without indices) check the rank first."""
+    if input.ndim not in (2, 3):
+        raise RuntimeError(
+            f"Expected 2 to 3 dimensions, but got {input.ndim}-dimensional tensor for argument "
+            f"#1 'self' (while checking arguments for {name})"
+        )
+
+
+def _one_row(kernel: tuple, stride: tuple, padding: tuple, dilation=(1,)) -> tuple:
+    """A 1-d pool's arguments for PyTorch's way of running it: a 2-d pool of
+    ``input.unsqueeze(-2)`` with windows one row tall, squeezed after. The result so has the
+    2-d pool's layout (a transposed (N, L, C) input gives a channels-last one) and the
+    gradient node ``SqueezeBackward1``."""
+    return (1, *kernel), (1, *stride), (0, *padding), (1, *dilation)
+
+
+def _max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    """PyTorch's max_pool1d_with_indices is 2-d pooling of a one-row image; max_pool1d checks
+    its input, then takes that path only when a gradient is recorded, else its own loop
+    (row-major results)."""
+    if return_indices:
+        _check_1d_rank(input, "max_pool1d")
+    else:
+        inner = input.shape[1:] if input.ndim == 3 else input.shape
+        if input.ndim not in (2, 3) or any(s.__class__ is int and s == 0 for s in inner):
+            raise RuntimeError(
+                "max_pool1d: Expected 2D or 3D (batch mode) tensor with optional 0 dim batch "
+                f"size for input, but got:{list(input.shape)}"
+            )
+    kernel, stride, padding = _pool_args(kernel_size, stride, padding, 1)
+    dilation = ntuple(dilation, 1, "dilation")
+    if return_indices or (input.requires_grad and is_grad_enabled()):
+        row = _one_row(kernel, stride, padding, dilation)
+        values, indices = _max_pool(input.unsqueeze(-2), *row, ceil_mode, True, 2)
+        values = values.squeeze(-2)
+        return (values, indices.squeeze(-2)) if return_indices else values
+    _refuse_non_float(input, "max_pool1d_impl")
+    x, unbatched = batched(input, 1, "max_pool1d")
+    values, _ = OPS["_max_pool"](x, kernel, stride, padding, dilation, ceil_mode)
+    return values.squeeze(0) if unbatched else values
+
+
 def _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, dims):
-    if dims == 1 and not return_indices:  # PyTorch's own 1-d loop, not 2-d pooling's
-        _refuse_non_float(input, "max_pool1d_impl")
+    if dims == 1:
+        return _max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
     _check_non_empty(input, dims, "max")
     x, unbatched = batched(input, dims, f"max_pool{dims}d")
     kernel, stride, padding = _pool_args(kernel_size, stride, padding, dims)
@@ -202,7 +240,13 @@ def _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad,
 def avg_pool1d(
     input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True
 ) -> Tensor:
-    return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1)
+    _check_1d_rank(input, "avg_pool1d")
+    kernel, stride, padding = _pool_args(kernel_size, stride, padding, 1)
+    kernel, stride, padding, _ = _one_row(kernel, stride, padding)
+    out = _avg_pool(
+        input.unsqueeze(-2), kernel, stride, padding, ceil_mode, count_include_pad, None, 2
+    )
+    return out.squeeze(-2)
 
 
 def avg_pool2d(
@@ -248,17 +292,20 @@ def _output_size(input: Tensor, output_size, dims: int) -> list:
 
 
 def adaptive_avg(input, output_size, dims):
-    """Adaptive average pooling over the last ``dims`` dims (``None`` sizes keep the input's)."""
+    """Adaptive average pooling over the last ``dims`` dims (``None`` sizes keep the input's);
+    1-d pooling runs as 2-d pooling of a one-row image (``_one_row``)."""
+    if dims == 1:
+        _check_1d_rank(input, "adaptive_avg_pool1d")
     sizes = _output_size(input, output_size, dims)
+    if dims == 1:
+        return adaptive_avg(input.unsqueeze(-2), [1] + sizes, 2).squeeze(-2)
     out = OPS["_adaptive_avg_pool"](input, sizes)
     rename_grad_fn(out, (input,), _adaptive_name("Avg", dims, sizes))
     return out
 
 
 def _adaptive_name(kind: str, dims: int, sizes: list) -> str:
-    """PyTorch's node: 1-d pooling runs as 2-d and squeezes; a global average is a mean."""
-    if dims == 1:
-        return "SqueezeBackward1"
+    """PyTorch's node: a global average is a mean."""
     if kind == "Avg" and all(s == 1 for s in sizes):
         return "MeanBackward1"
     return f"Adaptive{kind}Pool{dims}DBackward0"
@@ -278,7 +325,15 @@ def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:
 
 
 def _adaptive_max(input, output_size, return_indices, dims):
+    if dims == 1:
+        _check_1d_rank(input, "adaptive_max_pool1d")
     sizes = _output_size(input, output_size, dims)
+    # (on the input as given: PyTorch checks every dim but the first, batched or not)
+    adaptive_pool_check("adaptive_max_pool", input, sizes, first_checked=1)
+    if dims == 1:  # as 2-d pooling of a one-row image (``_one_row``)
+        values, indices = _adaptive_max(input.unsqueeze(-2), [1] + sizes, True, 2)
+        values, indices = values.squeeze(-2), indices.squeeze(-2)
+        return (values, indices) if return_indices else values
     x, unbatched = batched(input, dims, f"adaptive_max_pool{dims}d")
     values, indices = OPS["_adaptive_max_pool"](x, sizes)
     if unbatched:

@@ -1041,32 +1041,38 @@ def _masked_window_mean(x: Tensor, dim: int, size, out: int) -> Tensor:
 def _adaptive_avg_pool(input: Tensor, output_size: list[int]): ...
 
 
-def _adaptive_check(name, x, output_size):
+def adaptive_pool_check(name: str, x: Tensor, output_size, first_checked: int | None = None):
+    """PyTorch's checks of an adaptive pool's input, with its messages: the rank, then no empty
+    dim from ``first_checked`` on (default: the spatial dims; PyTorch's 3-d average and its
+    max pools check every dim but the first), the output size, the dtype (float kernels)."""
     k = len(output_size)
-    if x.ndim not in (k + 1, k + 2) or any(s == 0 for s in x.shape[x.ndim - k :]):
-        raise RuntimeError(
-            f"{name}(): Expected {k + 1}D or {k + 2}D tensor with non-zero sizes for the spatial "
-            f"dims, but got input of shape {list(x.shape)}"
-        )
+    shape = list(x.shape)
+    if x.ndim not in (k + 1, k + 2):
+        got = "but got: " if name == "adaptive_max_pool" else "but got "
+        raise RuntimeError(f"{name}{k}d(): Expected {k + 1}D or {k + 2}D tensor, {got}{shape}")
+    first = x.ndim - k if first_checked is None else first_checked
+    for d in range(first, x.ndim):
+        if shape[d].__class__ is int and shape[d] == 0:
+            raise RuntimeError(
+                f"{name}{k}d(): Expected input to have non-zero size for non-batch dimensions, "
+                f"but input has sizes {shape} with dimension {d} being empty"
+            )
     if any(o < 0 for o in output_size):
         raise RuntimeError(f"{name}: output_size must be non-negative, got {list(output_size)}")
-    # PyTorch's kernels are for floats; an average to one element per channel is a mean,
-    # which refuses integers with its own error
-    global_average = name == "adaptive_avg_pool" and all(o == 1 for o in output_size)
-    if not x.dtype.is_floating_point and not global_average:
+    if not x.dtype.is_floating_point:
         kernel = f"{name}3d_cpu" if k == 3 else f"{name}2d"
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{torch_type_name(x.dtype)}'")
 
 
 @_adaptive_avg_pool.register_decomposition
 def _adaptive_avg_pool_decomp(x, output_size):
-    _adaptive_check("adaptive_avg_pool", x, output_size)
     k = len(output_size)
-    spatial = x.shape[x.ndim - k :]
     if all(o == 1 for o in output_size):
-        # global pooling: a mean over the spatial dims, whose gradient is laid out as
-        # PyTorch's kernel lays it (a view through a reshape first would not be)
-        return x.mean(list(range(x.ndim - k, x.ndim)), keepdim=True)
+        # global pooling: PyTorch's mean over the last k dims, without the pool's checks (the
+        # mean's own refuse integers), its gradient laid out as PyTorch's
+        return x.mean(list(range(-k, 0)), keepdim=True)
+    adaptive_pool_check("adaptive_avg_pool", x, output_size, 1 if k == 3 else None)
+    spatial = x.shape[x.ndim - k :]
     if any(s.__class__ is SymInt for s in spatial):
         # symbolic sizes: whether windows are equal, and how long they are, would be guards
         for i, (s, o) in enumerate(zip(spatial, output_size)):
@@ -1108,7 +1114,7 @@ def _adaptive_index_grid(spatial, output_size):
 
 @_adaptive_max_pool.register_kernel
 def _adaptive_max_pool_kernel(x, output_size):
-    _adaptive_check("adaptive_max_pool", x, output_size)
+    adaptive_pool_check("adaptive_max_pool", x, output_size)
     if x.ndim != len(output_size) + 2:
         raise RuntimeError("adaptive_max_pool: expected a batched input")
     k = len(output_size)
@@ -1126,7 +1132,8 @@ def _adaptive_max_pool_kernel(x, output_size):
     gathered = x._data[(slice(None), slice(None)) + index]
     order = (0, 1) + tuple(2 + 2 * i for i in range(k)) + tuple(3 + 2 * i for i in range(k))
     lengths = tuple(g.shape[1] for g in grids)
-    flat = gathered.transpose(order).reshape(x.shape[:2] + tuple(output_size) + (-1,))
+    window = math.prod(lengths)  # (not -1: an empty batch has no elements to infer it from)
+    flat = gathered.transpose(order).reshape(x.shape[:2] + tuple(output_size) + (window,))
     arg = flat.argmax(axis=-1)
     nan = np.isnan(flat)
     if nan.any():  # PyTorch's kernel takes every NaN it meets: a window's last one
@@ -1146,7 +1153,7 @@ def _adaptive_max_pool_kernel(x, output_size):
 
 @_adaptive_max_pool.register_meta
 def _adaptive_max_pool_meta(x, output_size):
-    _adaptive_check("adaptive_max_pool", x, output_size)
+    adaptive_pool_check("adaptive_max_pool", x, output_size)
     for size in _spatial(x):  # its windows need the input's sizes (``_adaptive_index_grid``)
         int(size)
     shape = tuple(x.shape[:2]) + tuple(output_size)
@@ -1156,7 +1163,7 @@ def _adaptive_max_pool_meta(x, output_size):
 
 @_adaptive_max_pool.register_decomposition
 def _adaptive_max_pool_decomp(x, output_size):
-    _adaptive_check("adaptive_max_pool", x, output_size)
+    adaptive_pool_check("adaptive_max_pool", x, output_size)
     k = len(output_size)
     spatial = _spatial(x)
     grids = _adaptive_index_grid(spatial, output_size)
@@ -1166,7 +1173,8 @@ def _adaptive_max_pool_decomp(x, output_size):
     ]
     gathered = OPS["index"](x.detach(), [None, None] + index)
     order = [0, 1] + [2 + 2 * i for i in range(k)] + [3 + 2 * i for i in range(k)]
-    flat = gathered.permute(order).reshape(list(x.shape[:2]) + list(output_size) + [-1])
+    window = math.prod(g.shape[1] for g in grids)  # (-1 fails for an empty batch)
+    flat = gathered.permute(order).reshape(list(x.shape[:2]) + list(output_size) + [window])
     # the first maximum, or the last NaN (PyTorch's kernel takes every NaN it meets)
     positions = OPS["arange"](0, flat.shape[-1], 1, dtype=dt.int64, device=x.device)
     last_nan = OPS["where"](flat.isnan(), positions, -1).amax(-1)
