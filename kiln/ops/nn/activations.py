@@ -302,11 +302,10 @@ def _gelu_grad(c, g):
             ga = np.broadcast_to(ga, a.shape)
         body = _gelu_tanh_grad_body if approximate == "tanh" else _gelu_erf_grad_body
         return (wrap(blockwise(body, new_like(a), ga, a, temps=3), x._dtype),)
-    if approximate == "tanh":
-        inner = _GELU_K * (x + _GELU_KAPPA * x * x * x)
-        t = inner.tanh()
+    if approximate == "tanh":  # the kernels' sigmoid form (``_gelu_tanh_grad_body``)
+        s = (2 * _GELU_K * (x + _GELU_KAPPA * x * x * x)).sigmoid()
         dinner = _GELU_K * (1 + 3 * _GELU_KAPPA * x * x)
-        return (g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * dinner),)
+        return (g * (s + 2 * x * s * (1 - s) * dinner),)
     cdf = 0.5 * (1 + (x * _SQRT1_2).erf())
     pdf = (-0.5 * x * x).exp() * _INV_SQRT_2PI
     return (g * (cdf + x * pdf),)
@@ -318,7 +317,9 @@ gelu.register_derivative(_gelu_grad)
 @gelu.register_decomposition
 def _gelu_decomp(x, approximate="none"):
     if approximate == "tanh":
-        return 0.5 * x * (1 + (_GELU_K * (x + _GELU_KAPPA * x * x * x)).tanh())
+        # x sigmoid(2 inner), as the eager kernels compute 0.5 x (1 + tanh(inner)): compiled
+        # code then gives their values down the lower tail, where 1 + tanh cancels
+        return x * (2 * _GELU_K * (x + _GELU_KAPPA * x * x * x)).sigmoid()
     half = 0.5 * x  # PyTorch's zeros: +0.0 for -0.0 and where 1 + erf cancels
     return half * (x * _SQRT1_2).erf() + half
 
