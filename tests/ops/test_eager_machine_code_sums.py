@@ -67,3 +67,23 @@ def test_flat_sums_are_torchs_bits_with_and_without_the_machine_code(monkeypatch
                 got = kiln.tensor(a).sum().numpy()
                 want = torch.tensor(a).sum().numpy()
                 assert got.view(np.int32) == want.view(np.int32), (built, n)
+
+
+@needs_torch
+@pytest.mark.parametrize("n", range(8))
+def test_short_flat_sums_keep_torchs_signed_zeros_and_specials(n):
+    """Fewer than eight elements are one running sum (``np.add.accumulate``) that starts from
+    the first element, not PyTorch's 0: an all -0.0 input must still sum to +0.0, and NaN/inf
+    must land as PyTorch's additions put them."""
+    cases = [np.full(n, -0.0, np.float32), _block(1, n, seed=100 + n)[0]]
+    for special in (np.inf, -np.inf, np.nan):
+        for at in range(n):
+            a = _block(1, n, seed=at)[0]
+            a[at] = special
+            cases.append(a)
+    for a in cases:
+        got = kiln.tensor(a).sum().numpy()
+        want = torch.tensor(a).sum().numpy()
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        assert np.signbit(got) == np.signbit(want), a

@@ -38,7 +38,12 @@ from ..core.out_arguments import writes_out
 from ..core.registry import OPS, defop, return_type, tensor_method, torch_function
 from ..indexing.gather_scatter import gather, scatter_add
 from ..pointwise.unary_binary import maximum, minimum, where
-from .sum_order import EXACT_SUM_MAX_SIZE, torch_order_flat_sum, torch_order_sum
+from .sum_order import (
+    EXACT_SUM_MAX_SIZE,
+    torch_order_flat_sum,
+    torch_order_last_dim_sums,
+    torch_order_sum,
+)
 
 __all__ = [
     "known_any",
@@ -304,7 +309,7 @@ def _contiguous_float_total(x, dim, keepdim: bool, dtype) -> np.ndarray | None:
 def _last_dim_sums(x, dim, keepdim: bool, dtype) -> np.ndarray | None:
     """The row sums of the commonest call along a dim (``x.sum(-1)``, ``x.mean(1)``: a small
     non-empty C-contiguous float32 ``x`` along its last dim, no dtype), PyTorch's additions
-    straight from ``torch_order_sum`` as ``float_sum`` would reach it; None for any other call."""
+    ``torch_order_sum``'s, as ``float_sum`` would reach them; None for any other call."""
     a = x._data
     rank = a.ndim
     if dtype is not None or x._dtype is not dt.float32 or dim.__class__ is not int or not rank:
@@ -313,7 +318,7 @@ def _last_dim_sums(x, dim, keepdim: bool, dtype) -> np.ndarray | None:
         return None
     if not 0 < a.size <= EXACT_SUM_MAX_SIZE or not a.flags.c_contiguous:
         return None
-    return torch_order_sum(a, (rank - 1,), keepdim)
+    return torch_order_last_dim_sums(a, keepdim)
 
 
 @sum.register_kernel
