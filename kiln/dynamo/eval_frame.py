@@ -329,10 +329,13 @@ class FrameCache:
             limit = config.recompile_limit
             recompiles = len(self.entries)
             if self.ctx.dynamic is not False:
+                # a float is baked in until its first change, as PyTorch's automatic dynamic
+                # makes it a symbolic float then (an int turns symbolic at its first change)
+                floats = {g.scalar for g in self.guards[-1].guards if g.float_scalar}
                 for scalar in self._new_scalar_values(closure, args, kwargs):
                     changes = self.scalar_changes.get(scalar, 0) + 1
                     self.scalar_changes[scalar] = changes
-                    if changes > self.scalar_recompiles:
+                    if changes > (0 if scalar in floats else self.scalar_recompiles):
                         self.dynamic_scalars.add(scalar)
             if getattr(failed, "scalar", None) and failed.scalar in self.symbolic_ints:
                 self.static_ints.add(failed.scalar)  # symbolic did not help: a plain number
@@ -593,8 +596,9 @@ class OptimizedModule(Module):
         self._orig_mod = mod
         forward = inspect.getattr_static(type(mod), "forward")
         forward = getattr(forward, "_kiln_original", forward)  # ``@kiln.compile def forward``
-        # a cache of its own: instances of one class must not share the recompile budget
-        object.__setattr__(self, "_compiled_forward", _compiled_function(forward, ctx))
+        # the class's one cache in ``ctx``: modules are guarded by type (and what is read from
+        # them), so instances of the class share its entries, as PyTorch's per-code caches do
+        object.__setattr__(self, "_compiled_forward", ctx.wrapper_for(forward))
         object.__setattr__(self, "_compiled_call", None)
         object.__setattr__(self, "_class", type(mod))
 
@@ -646,7 +650,8 @@ def _call_module(module, *args, **kwargs):
 
 def compile_module_in_place(mod: Module, **options) -> None:
     """``Module.compile(**options)``: the module's own ``forward`` becomes a compiled wrapper of
-    its class's ``forward`` (a cache of its own); hooks keep running around it, eagerly."""
+    its class's ``forward`` (the cache the class's instances share in these settings); hooks
+    keep running around it, eagerly."""
     if options.pop("disable", False):
         return
     ctx = _context_for(
@@ -656,7 +661,7 @@ def compile_module_in_place(mod: Module, **options) -> None:
     if options:
         raise TypeError(f"compile() got unexpected keyword arguments {sorted(options)}")
     forward = inspect.getattr_static(type(mod), "forward")
-    mod.forward = types.MethodType(_compiled_function(forward, ctx), mod)
+    mod.forward = types.MethodType(ctx.wrapper_for(forward), mod)
 
 
 _SHARED_CONTEXTS: dict[tuple, CompileContext] = {}

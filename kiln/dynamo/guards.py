@@ -42,6 +42,7 @@ class Guard:
     setup: tuple = ()
     on_shape: bool = False  # a tensor's shape or strides (a new shape recompiles)
     scalar: str | None = None  # the source name of an int/float whose value is checked
+    float_scalar: bool = False  # that number is a float (PyTorch makes it dynamic at a change)
     # a range the user declared (``sym_constrain_range``...): failing it is an error saying this,
     # and ``value`` (Python over the guard's parameters) is the size that broke it
     error: str | None = None
@@ -103,12 +104,15 @@ class GuardSet:
 
     def _add(
         self, expr: str, text: str, on_shape: bool = False, scalar: str | None = None,
-        error: str | None = None, value: str | None = None,
+        error: str | None = None, value: str | None = None, float_scalar: bool = False,
     ):  # fmt: skip
         if expr not in self._seen:
             self._seen.add(expr)
             self.guards.append(
-                Guard(expr, text, tuple(self.ns.pending), on_shape, scalar, error, value)
+                Guard(
+                    expr, text, tuple(self.ns.pending), on_shape, scalar, float_scalar, error,
+                    value,
+                )
             )
             self.ns.pending.clear()
 
@@ -271,6 +275,13 @@ class GuardSet:
             f"{source.name()} is {first.name()}",
         )
 
+    def different_objects(self, source: Source, other: Source) -> None:
+        """``source`` and ``other`` reach different objects (the code compared them)."""
+        self._add(
+            f"{self.ns.ref(source)} is not {self.ns.ref(other)}",
+            f"{source.name()} is not {other.name()}",
+        )
+
     def type_match(self, source: Source, obj: Any) -> None:
         cls = self.ns.name_of(type(obj), "T")
         self._add(
@@ -293,7 +304,10 @@ class GuardSet:
             return
         lit = self.ns.name_of(value, "k") if not _has_literal(value) else repr(value)
         scalar = source.name() if type(value) in (int, float) else None
-        self._add(f"{e} == {lit}", f"{source.name()} == {value!r}", scalar=scalar)
+        self._add(
+            f"{e} == {lit}", f"{source.name()} == {value!r}", scalar=scalar,
+            float_scalar=type(value) is float,
+        )  # fmt: skip
 
     def comparison(self, source: Source, symbol: str, other: Any, result: bool) -> None:
         """``<source's value> <symbol> other`` came out ``result``: a number that changes

@@ -301,9 +301,12 @@ class InstructionTranslatorBase:
             return a.as_python_constant() is b.as_python_constant()
         if a.is_python_constant() and b.is_python_constant():
             return a.as_python_constant() is b.as_python_constant()
-        for x, y in ((a, b), (b, a)):
-            if isinstance(x, NNModuleVariable) and isinstance(y, NNModuleVariable):
-                return x.module is y.module
+        if isinstance(a, NNModuleVariable) and isinstance(b, NNModuleVariable):
+            if a.module is b.module:
+                return True
+            if a.source is not None and b.source is not None:  # guarded by type, not identity
+                self.output.guards.different_objects(a.source, b.source)
+            return False
         return False
 
     def contains_op(self, container: VariableTracker, item: VariableTracker) -> VariableTracker:

@@ -138,8 +138,8 @@ def _wrap_new(output, value: Any, source: Source | None) -> VariableTracker:
         return ItemSource(source, i) if source is not None else None
 
     if isinstance(value, Module):
-        if source is not None:
-            guards.identity(source, value)
+        if source is not None:  # what is read from it is guarded there (``nn_module``)
+            guards.type_match(source, value)
         return NNModuleVariable(value, source)
     if isinstance(value, types.CellType):
         raise TypeError("cells are wrapped by OutputGraph.cell_variable")

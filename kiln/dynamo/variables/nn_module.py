@@ -1,10 +1,15 @@
 """``nn.Module`` objects during capture: attributes, submodules, parameters and calls.
 
-A module read from a source is guarded by identity. Its parameters and buffers become graph
-inputs read through ``module._parameters['w']`` (so optimizer updates are seen without
-recompiling, and guards avoid the slow ``Module.__getattr__``); plain attributes (``training``,
-sizes, flags) are constants guarded when used. Calling a module without hooks inlines its
-``forward``; containers (``Sequential``, ``ModuleList``, ``ModuleDict``) iterate and index.
+A module read from a source is guarded by its type, as PyTorch guards the modules it inlines:
+what capture reads from it is guarded where it is read, so one entry serves every instance of
+the class that agrees on those reads (two models of one class, a stack of identical blocks
+compiled one by one). Its parameters and buffers become graph inputs read through
+``module._parameters['w']`` (so optimizer updates are seen without recompiling, and guards avoid
+the slow ``Module.__getattr__``); plain attributes (``training``, sizes, flags) are constants
+guarded when used; a container's children are guarded by their names and types. What cannot be
+re-read through sources (a slice of a container, a whole tree's parameters) pins the module by
+identity. Calling a module without hooks inlines its ``forward``; containers (``Sequential``,
+``ModuleList``, ``ModuleDict``) iterate and index.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ class ModuleCallMethod(VariableTracker):
 
 
 class NNModuleVariable(VariableTracker):
-    """A ``kiln.nn.Module`` instance (guarded by identity when it has a source)."""
+    """A ``kiln.nn.Module`` instance (guarded by type when it has a source)."""
 
     mutable = True
 
@@ -88,8 +93,17 @@ class NNModuleVariable(VariableTracker):
             raise missing_attribute(type(module), name) from None
         bound = bind_class_attribute(tx, self, attr, type(module))
         if bound is not None:
+            if self.source is not None and not _is_data_descriptor(attr):
+                # another instance of the class may shadow the class's attribute with its own
+                tx.output.guards.absent(AttrSource(self.source, "__dict__"), name)
             return bound
         return tx.wrap(getattr(module, name), self._child_source(None, name))
+
+    def pin(self, tx) -> None:
+        """Guard the module by identity: capture read something from it that guards on its
+        reads cannot check (a slice of a container, the parameters of its whole tree)."""
+        if self.source is not None:
+            tx.output.guards.identity(self.source, self.module)
 
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
         tx.output.side_effects.store_attr(self, name, value)
@@ -186,14 +200,24 @@ class NNModuleVariable(VariableTracker):
         return output
 
     # ------------------------------------------------------------------ containers
-    def _children(self) -> list[tuple[str, Any]]:
-        return [(k, m) for k, m in self.module.__dict__["_modules"].items() if m is not None]
+    def _children(self, tx) -> list[tuple[str, Any]]:
+        """The container's children, guarded: their names in order, and which are None."""
+        table = self.module.__dict__["_modules"]
+        if self.source is not None:
+            guards = tx.output.guards
+            guards.dict_keys(AttrSource(self.source, "_modules"), table)
+            for key, child in table.items():
+                if child is None:
+                    guards.constant(self._child_source("_modules", key), None)
+                else:
+                    guards.type_match(self._child_source("_modules", key), child)
+        return [(k, m) for k, m in table.items() if m is not None]
 
     def truth(self, tx) -> bool:
         """A module is true unless it is an empty container (``if self.layers:``); one of a
         class with its own ``__bool__`` or ``__len__`` is left to the base (a break)."""
         if self._is_container():
-            return bool(self._children())
+            return bool(self._children(tx))
         kind = type(self.module)
         if hasattr(kind, "__bool__") or hasattr(kind, "__len__"):
             return super().truth(tx)
@@ -230,19 +254,20 @@ class NNModuleVariable(VariableTracker):
                 )
             return self._python_method(tx, "__iter__").call_function(tx, [], {}).unpack(tx)
         if self._is_dict():
-            return [ConstantVariable(k) for k, _ in self._children()]
-        return [tx.wrap(m, self._child_source("_modules", k)) for k, m in self._children()]
+            return [ConstantVariable(k) for k, _ in self._children(tx)]
+        return [tx.wrap(m, self._child_source("_modules", k)) for k, m in self._children(tx)]
 
     def getitem(self, tx, index: VariableTracker) -> VariableTracker:
         if not self._is_container():
             return self._python_method(tx, "__getitem__").call_function(tx, [index], {})
         key = index.as_python_constant()
-        children = self._children()
+        children = self._children(tx)
         if self._is_dict():
             if key not in self.module.__dict__["_modules"]:
                 raise unsupported("user_exception", f"KeyError: {key!r}")
             return tx.wrap(self.module[key], self._child_source("_modules", key))
         if isinstance(key, slice):
+            self.pin(tx)  # a new container of this one's children, read without sources
             return NNModuleVariable(self.module[key], None)
         try:
             name, child = children[key]
@@ -254,12 +279,12 @@ class NNModuleVariable(VariableTracker):
         from .lists import ListVariable, TupleVariable
 
         if name == "__len__" and self._is_container():
-            return ConstantVariable(len(self._children()))
+            return ConstantVariable(len(self._children(tx)))
         if name == "__getitem__" and self._is_container():
             return self.getitem(tx, args[0])
         if name in ("children", "values") and (name == "children" or self._is_dict()):
             return ListVariable(
-                [tx.wrap(m, self._child_source("_modules", k)) for k, m in self._children()]
+                [tx.wrap(m, self._child_source("_modules", k)) for k, m in self._children(tx)]
             )
         if name in ("named_children", "items") and (name == "named_children" or self._is_dict()):
             return ListVariable(
@@ -267,14 +292,15 @@ class NNModuleVariable(VariableTracker):
                     TupleVariable(
                         [ConstantVariable(k), tx.wrap(m, self._child_source("_modules", k))]
                     )
-                    for k, m in self._children()
+                    for k, m in self._children(tx)
                 ]
             )
         if name == "keys" and self._is_dict():
-            return ListVariable([ConstantVariable(k) for k, _ in self._children()])
+            return ListVariable([ConstantVariable(k) for k, _ in self._children(tx)])
         if name in ("parameters", "buffers", "named_parameters", "named_buffers"):
             return self._members(tx, name, args, kwargs)
         if name in ("modules", "named_modules"):
+            self.pin(tx)  # the whole tree, as it is now
             items = []
             for path, module in self.module.named_modules():
                 vt = tx.wrap(module, self._path_source(path, "_modules") if path else self.source)
@@ -290,6 +316,7 @@ class NNModuleVariable(VariableTracker):
 
         py_args = [a.as_python_constant() for a in args]
         py_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+        self.pin(tx)  # the members of the whole tree, as it is now
         named = name if name.startswith("named_") else "named_" + name
         items = []
         for path, tensor in getattr(self.module, named)(*py_args, **py_kwargs):
@@ -312,6 +339,11 @@ class NNModuleVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"NNModuleVariable({type(self.module).__name__})"
+
+
+def _is_data_descriptor(attr: Any) -> bool:
+    """A class attribute that wins over the instance's ``__dict__`` (a property)."""
+    return hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__")
 
 
 def _is_none(vt: VariableTracker) -> bool:
