@@ -103,15 +103,26 @@ def test_permuted_source_keeps_its_order_and_views_like_torch():
         kx[:, :, ki].view(-1)
 
 
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_compiled_indexing_lays_out_as_eager(backend):
+def test_compiled_indexing_lays_out_as_eager(backend, dynamic):
+    """Symbolic sizes and strides (``dynamic``) are ordered as static ones: a permuted source
+    keeps its order rather than coming out row-major."""
+
     def f(x, i):
-        return x[:, :, i] * 2, x[:, i], x[i], x[:, :, i].reshape(-1)
+        return (
+            x[:, :, i] * 2,
+            x[:, i],
+            x[i],
+            x[:, :, i].reshape(-1),
+            (x + 1)[..., kiln.tensor([0])],
+            x[i.view(2, 1), :, i],
+        )
 
     x = kiln.arange(24.0).reshape(2, 3, 4).permute(2, 0, 1)
     i = kiln.tensor([1, 0])
     eager = f(x, i)
-    compiled = kiln.compile(f, backend=backend)(x, i)
+    compiled = kiln.compile(f, backend=backend, dynamic=dynamic)(x, i)
     for e, c in zip(eager, compiled):
         assert c.stride() == e.stride()
         np.testing.assert_array_equal(c.numpy(), e.numpy())

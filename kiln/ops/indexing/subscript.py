@@ -16,7 +16,14 @@ import numpy as np
 from ...runtime import dtypes as dt
 from ...runtime.storage import writable_target
 from ...runtime.sym_expr import INF
-from ...runtime.symbolic import SymInt, active_env, known_same_shape, same_shape
+from ...runtime.symbolic import (
+    SymInt,
+    active_env,
+    has_symbols,
+    is_size_one,
+    known_same_shape,
+    same_shape,
+)
 from ..core.common import Tensor, broadcast_shapes, fake, iterator_strides, laid_out, wrap
 from ..core.dispatch import dispatch_self_only
 from ..core.registry import OPS, defop, tensor_method, torch_function
@@ -163,9 +170,6 @@ def _index_strides(x: Tensor, indices) -> tuple | None:
         else:
             layouts.append((tuple(idx._shape), tuple(idx.stride())))
     shape, stride = tuple(x._shape), tuple(x.stride())
-    sizes = [*shape, *stride] + [v for lay in layouts if lay for part in lay for v in part]
-    if any(v.__class__ is SymInt for v in sizes):
-        return None
     layouts += [None] * (len(shape) - len(layouts))
     positions = [d for d, lay in enumerate(layouts) if lay is not None]
     if not positions:
@@ -185,16 +189,18 @@ def _index_strides(x: Tensor, indices) -> tuple | None:
     for d in positions:
         ishape, istride = layouts[d]
         pad = len(bshape) - len(ishape)
-        if tuple(ishape) != bshape:  # expanded to the common shape: stride 0 where broadcast
+        if has_symbols(ishape) or tuple(ishape) != bshape:
+            # expanded to the common shape: stride 0 where broadcast (symbolic sizes taken
+            # size-obliviously, not 1: the order found holds for every size but 1's strides)
             istride = (0,) * pad + tuple(
-                0 if size == 1 and bshape[pad + k] != 1 else st
+                0 if is_size_one(size) and not is_size_one(bshape[pad + k]) else st
                 for k, (size, st) in enumerate(zip(ishape, istride))
             )
         # viewed with size-1 dims around it, which read as broadcast where the result is longer
         viewed = view_strides(bshape, istride, (1,) * before + bshape + (1,) * (len(shape) - after))
         rows.append(
             tuple(
-                0 if n != 1 and k not in range(before, before + len(bshape)) else st
+                0 if not is_size_one(n) and k not in range(before, before + len(bshape)) else st
                 for k, (n, st) in enumerate(zip(out_shape, viewed))
             )
         )
