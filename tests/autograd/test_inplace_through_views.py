@@ -177,6 +177,26 @@ def test_views_of_a_buffer_that_gains_a_history_lead_back_to_it(program):
     assert results[1] == pytest.approx(results[0])
 
 
+def test_every_kept_view_of_many_leads_back_after_the_base_gains_a_history():
+    """Views are watched by weak references in a list pruned of dead ones as it grows (the
+    common append is inlined in ``mark_view``): of 300 views made one after another, most
+    dropped at once, the kept ones, made before and after each pruning, must all wake."""
+    results = []
+    for lib in (torch, kiln):
+        w = lib.tensor(1.5, requires_grad=True)
+        buf = lib.ones(4, 3)
+        kept = []
+        for i in range(300):
+            view = buf[i % 4]
+            if i % 37 == 0:
+                kept.append(view)
+        buf.mul_(w)
+        assert all(v.requires_grad for v in kept)
+        sum(((k + 1) * v).sum() for k, v in enumerate(kept)).backward()
+        results.append(w.grad.item())
+    assert results[1] == pytest.approx(results[0])
+
+
 def test_a_detached_alias_stays_out_of_the_history():
     """A detached alias of such a buffer is no differentiable view, in PyTorch as in kiln: it
     keeps ``requires_grad=False`` after the buffer gains a history."""

@@ -50,6 +50,16 @@ def _x_offset(x: Tensor) -> int:
 
 def infer_size(shape, numel: int) -> tuple:
     """Resolve one ``-1`` in a requested shape, with PyTorch's error messages."""
+    # the commonest call first (every size a plain int, none -1, of the right product: a
+    # reshape's sizes, resolved once, reach the view's kernel here again): one loop, no list
+    known = 1
+    for s in shape:
+        if s.__class__ is not int or s < 0:
+            break
+        known *= s
+    else:
+        if known == numel:
+            return shape if shape.__class__ is tuple else tuple(shape)
     shape = list(shape)
     infer = None
     known = 1
