@@ -126,3 +126,30 @@ def test_compiled_indexing_lays_out_as_eager(backend, dynamic):
     for e, c in zip(eager, compiled):
         assert c.stride() == e.stride()
         np.testing.assert_array_equal(c.numpy(), e.numpy())
+
+
+@needs_torch
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize(
+    "source",
+    [((1, 2, 1), (3, 2, 3), None), ((3, 1, 1), (3, 2, 3), None), ((1, 1, 3), (2, 4, 3), (2, 1, 0))],
+    ids=["expanded-middle", "expanded-first", "expanded-transposed"],
+)
+def test_out_of_place_index_put_lays_out_as_torch(source, accumulate):
+    """index_put clones its input preserving the layout: an expanded (not dense) input gives
+    dense strides in its dims' order, broadcast dims keeping their row-major place (numpy's
+    order-"K" copy ordered them otherwise: (3, 9, 1) where PyTorch gives (6, 3, 1)); compiled
+    code gives the same strides."""
+    stored, shape, perm = source
+
+    def run(lib, compiled=False):
+        x = lib.arange(float(np.prod(stored))).reshape(stored).expand(shape)
+        x = x if perm is None else x.permute(*perm)
+        f = lambda x, v: x.index_put((lib.tensor([0]),), v, accumulate=accumulate)  # noqa: E731
+        f = kiln.compile(f, backend="inductor", dynamic=False) if compiled else f
+        return f(x, lib.ones(tuple(x.shape[1:])))
+
+    want = run(torch)
+    for got in (run(kiln), run(kiln, compiled=True)):
+        assert got.stride() == want.stride()
+        np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -315,9 +315,10 @@ def _index_put_kernel(x, indices, values, accumulate):
     v = _put_values(x, indices, values)
     # PyTorch's out-of-place index_put clones ``x`` in its own layout (preserve_format)
     layout = clone_layout(x, None)
-    out = x._data.copy(order="K")
-    if layout is not None:
-        out = laid_out(out, layout)
+    if layout is None:  # (numpy's order "K" would order an expanded x's dims its own way)
+        out = x._data.copy(order="C")
+    else:
+        out = laid_out(x._data.copy(order="K"), layout)
     _assign(out, _np_indices(indices), v, accumulate)
     return wrap(out, x._dtype)
 
