@@ -596,13 +596,22 @@ def _range_inclusive(
     return _finish((steps * step + start).to(d), requires_grad)
 
 
-def _check_steps(fn: str, start, end, steps) -> None:
-    if not isinstance(steps, numbers.Integral):
-        got = ", ".join(type(v).__name__ for v in (start, end, steps))
-        raise TypeError(
-            f"{fn}() received an invalid combination of arguments - got ({got}), but expected "
-            "one of:"
-        )
+def _check_steps(fn: str, start, end, steps):
+    """``steps`` as the int PyTorch's argument parser makes of it: an int, or a 0-d integer
+    tensor read through ``__index__`` (Deformable DETR's ``linspace(0.5, H_ - 0.5, H_)`` with
+    ``H_`` from a shapes tensor); a float, bool or 1-d tensor is a TypeError."""
+    if isinstance(steps, numbers.Integral):
+        return steps
+    if (
+        isinstance(steps, Tensor)
+        and steps.dim() == 0
+        and not (steps.dtype.is_floating_point or steps.dtype.is_complex or steps.dtype == dt.bool_)
+    ):
+        return steps.__index__()
+    got = ", ".join(type(v).__name__ for v in (start, end, steps))
+    raise TypeError(
+        f"{fn}() received an invalid combination of arguments - got ({got}), but expected one of:"
+    )
 
 
 def _spaced_dtype(start, end, dtype):
@@ -616,7 +625,7 @@ def _spaced_dtype(start, end, dtype):
 def linspace(
     start, end, steps, *, dtype=None, device=None, requires_grad=False, out=None
 ) -> Tensor:
-    _check_steps("linspace", start, end, steps)
+    steps = _check_steps("linspace", start, end, steps)
     start = start.item() if isinstance(start, Tensor) else start
     end = end.item() if isinstance(end, Tensor) else end
     dtype = _spaced_dtype(start, end, dtype)
@@ -629,7 +638,7 @@ def linspace(
 def logspace(
     start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False, out=None
 ) -> Tensor:
-    _check_steps("logspace", start, end, steps)
+    steps = _check_steps("logspace", start, end, steps)
     start = start.item() if isinstance(start, Tensor) else start
     end = end.item() if isinstance(end, Tensor) else end
     d = _spaced_dtype(start, end, dtype) or dt.get_default_dtype()
