@@ -108,12 +108,9 @@ class GuardSet:
     ):  # fmt: skip
         if expr not in self._seen:
             self._seen.add(expr)
-            self.guards.append(
-                Guard(
-                    expr, text, tuple(self.ns.pending), on_shape, scalar, float_scalar, error,
-                    value,
-                )
-            )
+            setup = tuple(self.ns.pending)
+            guard = Guard(expr, text, setup, on_shape, scalar, float_scalar, error, value)
+            self.guards.append(guard)
             self.ns.pending.clear()
 
     def __len__(self) -> int:

@@ -164,3 +164,21 @@ def test_comparing_two_modules_by_identity_is_guarded():
     for a, b in ((lin1, lin2), (lin1, lin1), (lin2, lin1), (lin2, lin2)):
         got, want = step(a, b, x), pick(a, b, x)
         np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-6)
+
+
+def test_an_optional_submodule_is_guarded_where_it_is_missing():
+    class Head(kiln.nn.Module):
+        def __init__(self, project: bool):
+            super().__init__()
+            if project:
+                self.proj = kiln.nn.Linear(2, 2)
+
+        def forward(self, x):
+            if hasattr(self, "proj"):
+                x = self.proj(x)
+            return getattr(self, "proj", kiln.nn.Identity())(x) * 2
+
+    step = kiln.compile(lambda m, x: m(x), backend="eager")
+    x = kiln.ones(1, 2)
+    for m in (Head(False), Head(True), Head(False)):
+        np.testing.assert_allclose(step(m, x).detach().numpy(), m(x).detach().numpy(), rtol=1e-6)

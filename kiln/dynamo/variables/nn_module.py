@@ -90,6 +90,10 @@ class NNModuleVariable(VariableTracker):
         try:
             attr = inspect.getattr_static(type(module), name)
         except AttributeError:
+            if self.source is not None:  # ``hasattr``/``getattr(m, name, default)`` decide on it
+                guards = tx.output.guards
+                for table in ("__dict__", *_TABLES):
+                    guards.absent(AttrSource(self.source, table), name)
             raise missing_attribute(type(module), name) from None
         bound = bind_class_attribute(tx, self, attr, type(module))
         if bound is not None:
