@@ -251,3 +251,40 @@ def test_a_resnet_stem_stays_channels_last():
     _assert_same(list(got), list(expected))
     for y in got[:2]:
         assert y.is_contiguous(memory_format=kiln.channels_last)
+
+
+def _conv1d_calls(lib) -> dict:
+    F = lib.nn.functional
+    return {
+        "conv1d": (lambda x, w: F.conv1d(x, w, padding=1), (2, 3, 5), (4, 3, 2)),
+        "conv1d-unbatched-strided": (
+            lambda x, w: F.conv1d(x, w, stride=2, padding=1, dilation=2),
+            (3, 6),
+            (4, 3, 2),
+        ),
+        "conv1d-groups": (lambda x, w: F.conv1d(x, w, groups=2), (2, 6, 5), (4, 3, 2)),
+        "conv_transpose1d": (lambda x, w: F.conv_transpose1d(x, w, stride=2), (2, 3, 5), (3, 4, 2)),
+    }
+
+
+@pytest.mark.parametrize("input_order", ["row-major", "transposed"])
+@pytest.mark.parametrize("backend", [None, "aot_eager", "inductor"], ids=["eager", "aot", "ind"])
+@pytest.mark.parametrize("op", sorted(_conv1d_calls(kiln)))
+def test_1d_convolution_with_a_permuted_weight_is_channels_last_as_torch(op, backend, input_order):
+    """PyTorch runs a 1-d convolution as a 2-d one of a contiguous copy of the input and the
+    weight viewed (O, C, 1, K): a weight stored (O, K, C) suggests channels-last, so the
+    result is (N, L, C)-ordered whatever the input's layout."""
+
+    def run(lib):
+        fn, x_shape, w_shape = _conv1d_calls(lib)[op]
+        rng = np.random.default_rng(0)
+        x = lib.tensor(rng.standard_normal(x_shape).astype(np.float32))
+        if input_order == "transposed":
+            x = x.transpose(-1, -2).contiguous().transpose(-1, -2)
+        stored = (w_shape[0], w_shape[2], w_shape[1])
+        w = lib.tensor(rng.standard_normal(stored).astype(np.float32)).permute(0, 2, 1)
+        if lib is kiln and backend is not None:
+            fn = kiln.compile(fn, backend=backend, dynamic=False)
+        return fn(x, w)
+
+    _assert_same([run(kiln)], [run(torch)])

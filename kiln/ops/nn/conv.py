@@ -230,17 +230,33 @@ def _transposed_as_pytorch_pads(a, wa, w: Tensor, stride, padding, dilation, gro
     return scattered_transposed(a, wa, stride, padding, dilation, groups, out_spatial)
 
 
+def _conv_result_strides(shape: tuple, x: Tensor, w: Tensor) -> tuple | None:
+    """The strides of a convolution's result in PyTorch (None: row-major): channels-last when
+    the input or the weight suggests it (oneDNN's and the slow kernels' rule). PyTorch runs a
+    1-d convolution as a 2-d one of a contiguous copy of the input and the weight viewed as
+    (O, C, 1, K), and squeezes the result: a permuted (O, K, C)-ordered weight so gives a
+    channels-last result, whatever the input's layout."""
+    if len(shape) != 3:
+        return suggested_strides(shape, x, w)
+    sizes, strides = tuple(w._shape), tuple(w.stride())
+    as_2d = fake(
+        sizes[:2] + (1, sizes[2]), w._dtype, w, strides[:2] + (sizes[2] * strides[2], strides[2])
+    )
+    planes = suggested_strides((shape[0], shape[1], 1, shape[2]), as_2d)
+    return None if planes is None else (planes[0], planes[1], planes[3])
+
+
 def _conv_out(shape: tuple, dtype, x: Tensor, w: Tensor) -> np.ndarray | None:
     """A channels-last buffer for the products to write a channels-last result into (no copy
     after them); None for a row-major result."""
-    strides = suggested_strides(shape, x, w)
+    strides = _conv_result_strides(shape, x, w)
     return None if strides is None else empty_laid_out(shape, dtype, strides)
 
 
 def _conv_laid_out(out: np.ndarray, x: Tensor, w: Tensor) -> np.ndarray:
-    """A convolution's result in PyTorch's layout: channels-last when the input or the
-    weight suggests it (oneDNN's rule), else as computed (row-major)."""
-    strides = suggested_strides(out.shape, x, w)
+    """A convolution's result in PyTorch's layout (``_conv_result_strides``), else as computed
+    (row-major)."""
+    strides = _conv_result_strides(out.shape, x, w)
     return out if strides is None else laid_out(out, strides)
 
 
@@ -299,7 +315,7 @@ def _convolution_recording_kernel(
 @convolution.register_meta
 def _convolution_meta(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
     shape = _conv_geometry(x, w, b, stride, padding, dilation, transposed, output_padding, groups)
-    return fake(shape, x._dtype, x, suggested_strides(shape, x, w))
+    return fake(shape, x._dtype, x, _conv_result_strides(shape, x, w))
 
 
 def _narrow_spatial(t: Tensor, sizes) -> Tensor:
