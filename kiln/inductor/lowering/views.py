@@ -7,7 +7,12 @@ from collections.abc import Callable
 
 from ...ops.core.registry import OPS
 from ...runtime import dtypes as dt
-from ...runtime.symbolic import SizeDependentError, known_same_shape, sym_max
+from ...runtime.symbolic import (
+    SizeDependentError,
+    known_same_shape,
+    statically_known_true,
+    sym_max,
+)
 from .. import sym
 from ..ir import InputBuffer, Layout, TensorBox
 from ..virtualized import ops
@@ -443,17 +448,33 @@ def _to_device(out_meta, x, device):
 
 def clone_without_copy(box: TensorBox, node) -> TensorBox | None:
     """``clone`` of a view that already lies contiguous in a buffer the graph computed (a
-    product written in its consumer's order): the same box, when nothing returns the clone (so
-    no two outputs share memory); None otherwise."""
+    product written in its consumer's order): the same box, when no two outputs would then
+    share memory (nothing returns the clone, or nothing but the clone returns the buffer: a
+    weight gradient's product written in the weight's order); None otherwise."""
     view = getattr(box, "view_of", None)
     if view is None:
         return None
     buf, layout = view
     if isinstance(buf, InputBuffer) or not layout.is_contiguous():
         return None
-    if layout.numel() != buf.layout.numel() or _reaches_output(node):
+    if layout.numel() != buf.layout.numel():
+        return None
+    if _reaches_output(node) and (
+        _returned_besides(node, buf) or not _strides_as_returned(layout, node)
+    ):
         return None
     return box
+
+
+def _strides_as_returned(layout: Layout, node) -> bool:
+    """Whether the output the clone is has ``layout``'s strides exactly: a size-1 dim's stride
+    too (a channels-last 1x1 weight's gradient is (C, 1, C, C), where the view's is (C, 1, 1,
+    1)); the output is a copy otherwise, as before the alias."""
+    meta = node.meta.get("val")
+    stride = getattr(meta, "stride", None)
+    if stride is None or len(stride()) != len(layout.stride):
+        return False
+    return all(statically_known_true("==", a, b) for a, b in zip(stride(), layout.stride))
 
 
 _VIEWS = frozenset(
@@ -475,6 +496,41 @@ def _reaches_output(node, depth: int = 16) -> bool:
                 if d >= depth:
                     return True
                 stack.append((user, d + 1))
+    return False
+
+
+# ops whose result may be their input's storage (a clone that stayed a view, as here)
+_ALIASING = _VIEWS | {"clone", "to_device"}
+
+
+def _returned_besides(node, buf) -> bool:
+    """Whether the graph returns ``buf``'s storage other than through ``node`` (True when
+    unsure): ``node`` is a clone of a chain of views of the node that computed ``buf``, and
+    anything else aliasing that node's result (a view, another clone) reaching the output
+    would share memory with the clone."""
+    root = node
+    for _ in range(16):
+        if root is not node and _name(root) not in _VIEWS:
+            break
+        args = getattr(root, "args", ())
+        if not args or not hasattr(args[0], "users"):
+            return True
+        root = args[0]
+    else:
+        return True
+    if root not in getattr(buf, "origins", ()):
+        return True  # the buffer is another node's (a lowering that returned its input)
+    stack, seen = [root], {root}
+    while stack:
+        current = stack.pop()
+        for user in current.users:
+            if user is node or user in seen:
+                continue
+            if user.op == "output" or len(seen) > 64:
+                return True
+            if _name(user) in _ALIASING:
+                seen.add(user)
+                stack.append(user)
     return False
 
 

@@ -38,6 +38,7 @@ from ..core.registry import OPS, defop
 from ..creation.api import tensor
 from ..reductions.reduce import c_type_name, torch_type_name
 from .conv_kernels import (
+    _trim_forward,
     conv_forward,
     conv_forward_keeping_columns,
     conv_transposed,
@@ -419,14 +420,18 @@ def _convolution_grad(c, g):
             ]
             gx = convolution(g, w, None, stride, padding, dilation, True, back_padding, groups)
     if needs[1]:
-        pads = padding
-        if transposed:
-            src, filt = _group_major(g, groups), x.transpose(0, 1)
+        live = None if transposed else _live_taps(x, w, g, stride, padding, dilation)
+        if live is None:
+            pads = [(p, p) for p in padding]
+            gw = _weight_grad(x, g, kernel, stride, pads, dilation, transposed, groups)
         else:
-            src, filt = _group_major(x, groups), g.transpose(0, 1)
-            src, pads = _weight_grad_source(src, kernel, stride, padding, dilation, g.shape[2:])
-        gw = convolution(src, filt, None, dilation, pads, stride, False, [0] * k, groups)
-        gw = _narrow_spatial(gw, kernel).transpose(0, 1)
+            taps, live_padding = live
+            live_kernel = tuple(stop - first for first, stop in taps)
+            gw = _weight_grad(x, g, live_kernel, stride, live_padding, dilation, False, groups)
+            around = []
+            for (first, stop), kn in reversed(list(zip(taps, kernel))):
+                around += [first, kn - stop]
+            gw = OPS["constant_pad_nd"](gw, around, 0.0)
     # both in the forward's layout, channels-last where the input or the weight is (PyTorch's)
     if gx is not None:
         gx = in_suggested_format(gx, x, w)
@@ -440,6 +445,42 @@ def _convolution_grad(c, g):
     return gx, gw, gb, None, None, None, None, None, None
 
 
+def _weight_grad(x, g, kernel, stride, padding, dilation, transposed: bool, groups: int):
+    """(O, C, *kernel): the weight gradient as a convolution of the input by the output
+    gradient (the batch as its channels), transposed to the weight's order. ``padding``:
+    (before, after) per dim, the same for a transposed convolution's."""
+    k = len(kernel)
+    pads = [lo for lo, _ in padding]
+    if transposed:
+        src, filt = _group_major(g, groups), x.transpose(0, 1)
+    else:
+        src, filt = _group_major(x, groups), g.transpose(0, 1)
+        src, pads = _weight_grad_source(src, kernel, stride, padding, dilation, g.shape[2:])
+    gw = convolution(src, filt, None, dilation, pads, stride, False, [0] * k, groups)
+    return _narrow_spatial(gw, kernel).transpose(0, 1)
+
+
+def _live_taps(x, w, g, stride, padding, dilation) -> tuple | None:
+    """((first, stop) per dim, padding): the kernel taps that read the input, where eager's
+    weight gradient computes those alone and leaves the rest zero (``trimmed_taps``: a 3x3
+    layer over 1x1 images, its centre tap), and the (before, after) padding that goes with
+    them; None elsewhere (symbolic sizes too). The convolution over the live taps is a
+    fraction of the whole (resnet18's 512-channel layers: one [512, 512] product, not one
+    [512, 4608] whose other columns are zero) and gives eager's zeros where the output
+    gradient is not finite (a product with the padding's zeros would give NaN)."""
+    sizes = tuple(x.shape[2:]) + tuple(g.shape[2:])
+    if not all(type(v) is int for v in sizes):
+        return None
+    pads = [(p, p) for p in padding]
+    trim = _trim_forward(x.shape, w.shape, stride, pads, dilation, g.shape[2:])
+    if trim is None:
+        return None
+    index, live_pads = trim
+    if any(lo < 0 or hi < 0 for lo, hi in live_pads):
+        return None
+    return tuple((s.start, s.stop) for s in index[1:]), live_pads
+
+
 def _weight_grad_source(src: Tensor, kernel, stride, padding, dilation, grad_spatial) -> tuple:
     """The input the weight gradient convolves (and its padding) so that the result has the
     kernel's taps and no more. Convolved with the output gradient as its kernel and the stride
@@ -447,19 +488,23 @@ def _weight_grad_source(src: Tensor, kernel, stride, padding, dilation, grad_spa
     up to ``s - 1`` more than the kernel's, which the caller narrows off: a 3x3 stride-2 layer
     over 32 rows computed 16 taps for 9, a 1x1 stride-2 shortcut 4 for 1. Padded on the far
     side by that many taps' dilation less (negative: cropped), the input gives the kernel's taps
-    exactly; the taps kept read only rows inside it. Sizes that are symbolic keep the padding."""
+    exactly; the taps kept read only rows inside it. ``padding`` is (before, after) per dim, the
+    two different for the live taps alone (``_live_taps``). Sizes that are symbolic keep the
+    padding (then the same on both sides)."""
     sizes = tuple(src.shape[2:])
     if not all(type(v) is int for v in sizes + tuple(grad_spatial)):
-        return src, padding
+        return src, [lo for lo, _ in padding]
     extra = [
-        (size + 2 * p - s * (o - 1) - 1) // d + 1 - kn
-        for size, p, s, o, d, kn in zip(sizes, padding, stride, grad_spatial, dilation, kernel)
+        (size + lo + hi - s * (o - 1) - 1) // d + 1 - kn
+        for size, (lo, hi), s, o, d, kn in zip(
+            sizes, padding, stride, grad_spatial, dilation, kernel
+        )
     ]
-    if not any(e > 0 for e in extra):
-        return src, padding
+    if not any(e > 0 for e in extra) and all(lo == hi for lo, hi in padding):
+        return src, [lo for lo, _ in padding]
     pads = []
-    for p, e, d in reversed(list(zip(padding, extra, dilation))):
-        pads += [p, p - max(e, 0) * d]
+    for (lo, hi), e, d in reversed(list(zip(padding, extra, dilation))):
+        pads += [lo, hi - max(e, 0) * d]
     return OPS["constant_pad_nd"](src, pads, 0.0), [0] * len(sizes)
 
 
