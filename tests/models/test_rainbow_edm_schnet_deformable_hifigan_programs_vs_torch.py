@@ -1,8 +1,9 @@
 """Rainbow's distributional DQN with noisy nets, EDM's preconditioned denoiser and Heun
 sampler, SchNet's continuous-filter convolutions trained on forces, Deformable DETR's
-multi-scale deformable attention and HiFi-GAN's generator with its multi-period discriminator,
-written as their authors write them and run eagerly, under ``kiln.compile`` and under
-``kiln.compile(dynamic=True)`` against PyTorch (probe round 17, second part).
+multi-scale deformable attention, HiFi-GAN's generator with its multi-period discriminator,
+DreamerV2's RSSM and CycleGAN with its image pool, written as their authors write them and
+run eagerly, under ``kiln.compile`` and under ``kiln.compile(dynamic=True)`` against PyTorch
+(probe round 17, second part; the costliest, CycleGAN, eagerly and under ``dynamic=True``).
 
 The harness is ``test_hf_vision_sequence_programs_vs_torch``'s: kiln's model starts from
 PyTorch's weights, and every step's outputs, parameters, gradients and buffers are compared.
@@ -988,3 +989,187 @@ def _trajectories(rng, obs_dim=5, action_dim=2, stoch=3, classes=3, length=4):
 
 def test_dreamer_rssm_with_straight_through_categoricals_and_kl_balancing_trains_like_torch():
     _check(Program(_rssm, _world_model_step, _trajectories, modes=ALL_MODES, rtol=2e-4))
+
+
+# ------------------------------------------------------------------------------ CycleGAN
+
+
+def _cyclegan(lib, ngf=4, ndf=4, pool_size=3):
+    """junyanz/pytorch-CycleGAN-and-pix2pix: a ResNet generator (``ReflectionPad2d``,
+    ``InstanceNorm2d``, ``ConvTranspose2d(output_padding=1)``, ``Tanh``), a PatchGAN
+    discriminator with in-place ``LeakyReLU(0.2, True)``, ``GANLoss`` (LSGAN) comparing with
+    ``real_label`` buffers ``expand_as`` the prediction, ``set_requires_grad`` toggling the
+    discriminators, the ``ImagePool`` history (``image.data`` unsqueezed, the module-level
+    ``random`` deciding, with its own seeded ``random.Random`` here), cycle and identity losses,
+    one Adam over ``itertools.chain`` of both generators and a linear-decay ``LambdaLR``."""
+    import itertools
+    import random
+
+    nn = lib.nn
+
+    class ResnetBlock(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.conv_block = nn.Sequential(
+                nn.ReflectionPad2d(1), nn.Conv2d(dim, dim, kernel_size=3, bias=True),
+                nn.InstanceNorm2d(dim), nn.ReLU(True),
+                nn.ReflectionPad2d(1), nn.Conv2d(dim, dim, kernel_size=3, bias=True),
+                nn.InstanceNorm2d(dim),
+            )  # fmt: skip
+
+        def forward(self, x):
+            return x + self.conv_block(x)
+
+    def generator():
+        return nn.Sequential(
+            nn.ReflectionPad2d(3), nn.Conv2d(1, ngf, kernel_size=7, padding=0, bias=True),
+            nn.InstanceNorm2d(ngf), nn.ReLU(True),
+            nn.Conv2d(ngf, ngf * 2, kernel_size=3, stride=2, padding=1, bias=True),
+            nn.InstanceNorm2d(ngf * 2), nn.ReLU(True),
+            ResnetBlock(ngf * 2),
+            nn.ConvTranspose2d(ngf * 2, ngf, kernel_size=3, stride=2, padding=1,
+                               output_padding=1, bias=True),
+            nn.InstanceNorm2d(ngf), nn.ReLU(True),
+            nn.ReflectionPad2d(3), nn.Conv2d(ngf, 1, kernel_size=7, padding=0), nn.Tanh(),
+        )  # fmt: skip
+
+    def discriminator():
+        return nn.Sequential(
+            nn.Conv2d(1, ndf, kernel_size=4, stride=2, padding=1), nn.LeakyReLU(0.2, True),
+            nn.Conv2d(ndf, ndf * 2, kernel_size=4, stride=1, padding=1, bias=True),
+            nn.InstanceNorm2d(ndf * 2), nn.LeakyReLU(0.2, True),
+            nn.Conv2d(ndf * 2, 1, kernel_size=4, stride=1, padding=1),
+        )  # fmt: skip
+
+    class GANLoss(nn.Module):
+        def __init__(self, target_real_label=1.0, target_fake_label=0.0):
+            super().__init__()
+            self.register_buffer("real_label", lib.tensor(target_real_label))
+            self.register_buffer("fake_label", lib.tensor(target_fake_label))
+            self.loss = nn.MSELoss()
+
+        def __call__(self, prediction, target_is_real):
+            target_tensor = self.real_label if target_is_real else self.fake_label
+            return self.loss(prediction, target_tensor.expand_as(prediction))
+
+    class ImagePool:
+        def __init__(self, pool_size, rng):
+            self.pool_size = pool_size
+            self.rng = rng
+            if self.pool_size > 0:
+                self.num_imgs = 0
+                self.images = []
+
+        def query(self, images):
+            if self.pool_size == 0:
+                return images
+            return_images = []
+            for image in images:
+                image = lib.unsqueeze(image.data, 0)
+                if self.num_imgs < self.pool_size:
+                    self.num_imgs = self.num_imgs + 1
+                    self.images.append(image)
+                    return_images.append(image)
+                else:
+                    p = self.rng.uniform(0, 1)
+                    if p > 0.5:
+                        random_id = self.rng.randint(0, self.pool_size - 1)
+                        tmp = self.images[random_id].clone()
+                        self.images[random_id] = image
+                        return_images.append(tmp)
+                    else:
+                        return_images.append(image)
+            return lib.cat(return_images, 0)
+
+    class CycleGANModel(nn.Module):
+        def __init__(self, lambda_A=10.0, lambda_B=10.0, lambda_identity=0.5):
+            super().__init__()
+            self.netG_A, self.netG_B = generator(), generator()
+            self.netD_A, self.netD_B = discriminator(), discriminator()
+            self.criterionGAN = GANLoss()
+            self.criterionCycle = nn.L1Loss()
+            self.criterionIdt = nn.L1Loss()
+            self.fake_A_pool = ImagePool(pool_size, random.Random(0))
+            self.fake_B_pool = ImagePool(pool_size, random.Random(1))
+            self.lambda_A, self.lambda_B, self.lambda_idt = lambda_A, lambda_B, lambda_identity
+
+        def set_requires_grad(self, nets, requires_grad=False):
+            if not isinstance(nets, list):
+                nets = [nets]
+            for net in nets:
+                if net is not None:
+                    for param in net.parameters():
+                        param.requires_grad = requires_grad
+
+    model = CycleGANModel()
+    optimizer_G = lib.optim.Adam(
+        itertools.chain(model.netG_A.parameters(), model.netG_B.parameters()),
+        lr=2e-3, betas=(0.5, 0.999),
+    )  # fmt: skip
+    optimizer_D = lib.optim.Adam(
+        itertools.chain(model.netD_A.parameters(), model.netD_B.parameters()),
+        lr=2e-3, betas=(0.5, 0.999),
+    )  # fmt: skip
+
+    def lambda_rule(epoch, n_epochs=1, n_epochs_decay=3):
+        return 1.0 - max(0, epoch + 1 - n_epochs) / float(n_epochs_decay + 1)
+
+    schedulers = [
+        lib.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lambda_rule)
+        for optimizer in (optimizer_G, optimizer_D)
+    ]
+    return model, optimizer_G, optimizer_D, schedulers
+
+
+def _backward_D_basic(m, netD, real, fake):
+    pred_real = netD(real)
+    loss_D_real = m.criterionGAN(pred_real, True)
+    pred_fake = netD(fake.detach())
+    loss_D_fake = m.criterionGAN(pred_fake, False)
+    loss_D = (loss_D_real + loss_D_fake) * 0.5
+    loss_D.backward()
+    return loss_D
+
+
+def _cyclegan_step(lib, m, optimizer_G, optimizer_D, schedulers, real_A, real_B):
+    fake_B = m.netG_A(real_A)
+    rec_A = m.netG_B(fake_B)
+    fake_A = m.netG_B(real_B)
+    rec_B = m.netG_A(fake_A)
+    m.set_requires_grad([m.netD_A, m.netD_B], False)
+    optimizer_G.zero_grad()
+    idt_A = m.netG_A(real_B)
+    loss_idt_A = m.criterionIdt(idt_A, real_B) * m.lambda_B * m.lambda_idt
+    idt_B = m.netG_B(real_A)
+    loss_idt_B = m.criterionIdt(idt_B, real_A) * m.lambda_A * m.lambda_idt
+    loss_G_A = m.criterionGAN(m.netD_A(fake_B), True)
+    loss_G_B = m.criterionGAN(m.netD_B(fake_A), True)
+    loss_cycle_A = m.criterionCycle(rec_A, real_A) * m.lambda_A
+    loss_cycle_B = m.criterionCycle(rec_B, real_B) * m.lambda_B
+    loss_G = loss_G_A + loss_G_B + loss_cycle_A + loss_cycle_B + loss_idt_A + loss_idt_B
+    loss_G.backward()
+    optimizer_G.step()
+    m.set_requires_grad([m.netD_A, m.netD_B], True)
+    optimizer_D.zero_grad()
+    loss_D_A = _backward_D_basic(m, m.netD_A, real_B, m.fake_B_pool.query(fake_B))
+    loss_D_B = _backward_D_basic(m, m.netD_B, real_A, m.fake_A_pool.query(fake_A))
+    optimizer_D.step()
+    for scheduler in schedulers:
+        scheduler.step()
+    return loss_G, loss_D_A, loss_D_B, fake_B
+
+
+def _unpaired_images(rng):
+    return [
+        tuple(rng.uniform(-1, 1, (n, 1, 8, 8)).astype(np.float32) for _ in range(2)) for n in (2, 3)
+    ]
+
+
+def test_cyclegan_with_image_pool_requires_grad_toggling_and_lambda_lr_trains_like_torch():
+    # a convolution's bias before an instance norm has a gradient of rounding noise (the norm
+    # takes the mean out), which Adam's first step scales to the learning rate
+    before_norm = ["1", "4", "7.conv_block.1", "7.conv_block.5", "8"]
+    skip = tuple(f"netG_{g}.{i}.bias" for g in "AB" for i in before_norm)
+    skip += tuple(f"netD_{d}.2.bias" for d in "AB")
+    # the scheduled learning rates and the pools' fill counts (Python state) recompile
+    _check(Program(_cyclegan, _cyclegan_step, _unpaired_images, rtol=5e-4, skip=skip, recompiles=3))
