@@ -30,6 +30,7 @@ from ..runtime.tensor import Tensor
 from ..utils.pytree import tree_flatten
 from . import logs
 from .cache import EntryPlan, GraphCache, compile_with_cache
+from .dead_taps import share_live_taps
 from .decompositions import decomposition_table
 from .functionalize import functionalize, is_view_node
 from .module_state import functional_call
@@ -92,6 +93,7 @@ def _joint_graph(fn, args, kwargs, decompositions, with_grad: bool):
     grads = outs[n_graph : func.num_outputs]
     graph.output_node.args = (tuple(outs[:n_graph] + new_values + grads),)
     graph = _decompose(graph, trace.constants, decompositions)
+    share_live_taps(graph)
     _merge_common_subexpressions(graph)
     graph.eliminate_dead_code()
     return graph, trace, mutated, n_graph + len(mutated)

@@ -2,15 +2,21 @@
 last stage). Its weight gradient is computed for the live taps alone and padded with zeros, as
 eager kiln's kernel does: compiled, that is one small product instead of a product as wide as
 the whole kernel whose other columns are zero, and the dead taps stay zero where the output
-gradient is infinite (the padding's zeros times infinity gave NaN). A weight gradient written
-by its product in the weight's order is returned without a copy."""
+gradient is infinite (the padding's zeros times infinity gave NaN). The forward pass and the
+input gradient share one copy of the live taps, which the backward takes saved, not the whole
+weight. A weight gradient written by its product in the weight's order is returned without a
+copy."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 import pytest
 
 import kiln
+from kiln.aot import partition_report
+from kiln.ops.core.registry import OPS
 from tests.oracle import needs_torch, torch
 
 # (batch, in channels, out channels, image, kernel, conv2d keywords): every one leaves at most a
@@ -30,9 +36,7 @@ def _operands(layer, seed: int = 0):
     (n, c, o, image, kernel), keywords = layer
     rng = np.random.default_rng(seed + n + c + o)
     x = rng.standard_normal((n, c) + image).astype(np.float32)
-    w = rng.standard_normal((o, c // keywords.get("groups", 1)) + kernel).astype(
-        np.float32
-    )
+    w = rng.standard_normal((o, c // keywords.get("groups", 1)) + kernel).astype(np.float32)
     return x, w
 
 
@@ -54,16 +58,10 @@ def test_compiled_gradients_over_dead_taps_equal_torch(layer):
     keywords = layer[1]
     x, w = _operands(layer)
     expected_out = _conv(torch, keywords)(torch.tensor(x), torch.tensor(w))
-    grad = (
-        np.random.default_rng(1)
-        .standard_normal(tuple(expected_out.shape))
-        .astype(np.float32)
-    )
+    grad = np.random.default_rng(1).standard_normal(tuple(expected_out.shape)).astype(np.float32)
     expected = _results(torch, _conv(torch, keywords), x, w, grad)
     compiled = _results(kiln, kiln.compile(_conv(kiln, keywords)), x, w, grad)
-    for name, got, want in zip(
-        ("output", "input grad", "weight grad"), compiled, expected
-    ):
+    for name, got, want in zip(("output", "input grad", "weight grad"), compiled, expected):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
@@ -71,18 +69,14 @@ def test_compiled_gradients_over_dead_taps_equal_torch(layer):
 def test_dead_taps_gradient_stays_zero_for_an_infinite_output_gradient(layer):
     keywords = layer[1]
     x, w = _operands(layer)
-    out_shape = kiln.nn.functional.conv2d(
-        kiln.tensor(x), kiln.tensor(w), **keywords
-    ).shape
+    out_shape = kiln.nn.functional.conv2d(kiln.tensor(x), kiln.tensor(w), **keywords).shape
     grad = np.random.default_rng(2).standard_normal(tuple(out_shape)).astype(np.float32)
     grad.flat[0] = np.inf
     eager = _results(kiln, _conv(kiln, keywords), x, w, grad)
     compiled = _results(kiln, kiln.compile(_conv(kiln, keywords)), x, w, grad)
     weight_grad = compiled[2]
     assert np.isnan(weight_grad).sum() < weight_grad.size  # the dead taps are numbers
-    for name, got, want in zip(
-        ("output", "input grad", "weight grad"), compiled, eager
-    ):
+    for name, got, want in zip(("output", "input grad", "weight grad"), compiled, eager):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
@@ -90,11 +84,7 @@ def test_dead_taps_gradient_stays_zero_for_an_infinite_output_gradient(layer):
 @pytest.mark.parametrize("batch", [1, 3])
 def test_a_module_weight_gradient_over_one_pixel_equals_torch(batch):
     # its product lies in the weight's order: the step returns it without a copy
-    x = (
-        np.random.default_rng(batch)
-        .standard_normal((batch, 24, 1, 1))
-        .astype(np.float32)
-    )
+    x = np.random.default_rng(batch).standard_normal((batch, 24, 1, 1)).astype(np.float32)
     layers = {}
     for lib in (torch, kiln):
         lib.manual_seed(0)
@@ -112,9 +102,7 @@ def test_a_module_weight_gradient_over_one_pixel_equals_torch(batch):
 
 
 @pytest.mark.parametrize("returned", ["clone alone", "clone and source", "two clones"])
-def test_a_returned_clone_of_a_product_never_shares_memory_with_another_output(
-    returned,
-):
+def test_a_returned_clone_of_a_product_never_shares_memory_with_another_output(returned):
     def fn(a, b):
         p = a @ b
         flat = p.reshape(-1).clone()
@@ -125,9 +113,7 @@ def test_a_returned_clone_of_a_product_never_shares_memory_with_another_output(
         return flat, p.reshape(-1).clone()
 
     rng = np.random.default_rng(3)
-    a, b = (
-        kiln.tensor(rng.standard_normal(s).astype(np.float32)) for s in ((5, 7), (7, 6))
-    )
+    a, b = (kiln.tensor(rng.standard_normal(s).astype(np.float32)) for s in ((5, 7), (7, 6)))
     eager, compiled = fn(a, b), kiln.compile(fn)(a, b)
     for got, want in zip(compiled, eager):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
@@ -136,3 +122,22 @@ def test_a_returned_clone_of_a_product_never_shares_memory_with_another_output(
     np.testing.assert_array_equal(compiled[0].numpy(), before[0] + 1.0)
     for got, old in zip(compiled[1:], before[1:]):
         np.testing.assert_array_equal(got.numpy(), old)
+
+
+def test_forward_and_input_gradient_share_one_saved_copy_of_the_live_taps():
+    x = kiln.randn(2, 32, 1, 1, requires_grad=True)
+    w = kiln.randn(48, 32, 3, 3, requires_grad=True)
+    conv = partial(kiln.nn.functional.conv2d, padding=1)
+    chosen = partition_report(conv, (x, w))["min_cut_partition"]
+    # the forward convolution and the input gradient's (the weight gradient's kernel is the
+    # output gradient): both by the (48, 32, 1, 1) live taps
+    forward, input_grad = (
+        n
+        for graph in (chosen.forward, chosen.backward)
+        for n in graph.nodes
+        if n.target is OPS["convolution"] and tuple(n.args[1].meta["val"].shape)[1:] == (32, 1, 1)
+    )
+    assert forward.args[1].name == input_grad.args[1].name  # one copy, saved
+    assert forward.args[4] == input_grad.args[4] == [0, 0]  # no padding left to read
+    saved = [n for n in chosen.backward.nodes if n.op == "placeholder"][: len(chosen.saved)]
+    assert all(tuple(n.meta["val"].shape) != (48, 32, 3, 3) for n in saved)  # not the weight

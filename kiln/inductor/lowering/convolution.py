@@ -1154,7 +1154,12 @@ def _as_forward(spec: _Spec) -> _Spec:
         flipped = [kernel[i] - 1 - sym.as_expr(index[2 + i]) for i in range(k)]
         return inner([group * icg + sym.as_expr(index[1]), within] + flipped)
 
-    flipped = _box(_ctx(w), (g * ocg, icg) + kernel, w.dtype, loader, w)
+    if g == 1 and all(kn == 1 for kn in kernel):
+        # nothing to flip: the weight transposed, a view (BLAS reads a stored weight so, where
+        # a loop copied it: resnet18's 512-channel layers' centre taps, 1 MB each)
+        flipped = _swap_leading(w)
+    else:
+        flipped = _box(_ctx(w), (g * ocg, icg) + kernel, w.dtype, loader, w)
     padding = [d * (kn - 1) - p for p, d, kn in zip(spec.padding, spec.dilation, kernel)]
     return _Spec(spec.x, flipped, spec.stride, padding, spec.dilation, g, spec.out_spatial)
 
