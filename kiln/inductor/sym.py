@@ -451,8 +451,9 @@ class Expr:
         nonneg = known(">=", lo, 0)
         if nonneg and known("<", hi, m):
             return self
-        # drop terms that are multiples of m (non-negative expressions only)
-        if nonneg:
+        # drop terms that are multiples of m (non-negative expressions only; a modulus that is
+        # 0 for some sizes, an empty view's, has no multiples to test: its loops never run)
+        if nonneg and known(">", m, 0):
             kept = Expr(
                 {a: c for a, c in self.terms.items() if not known("==", c % m, 0)}, self.const % m
             )

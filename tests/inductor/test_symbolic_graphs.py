@@ -1081,6 +1081,32 @@ def test_slices_that_are_empty_for_some_sizes_compile_once_for_every_size(stats)
     assert stats.static_compiles == 0
 
 
+def _repeat_of_a_trimmed_slice(lib, x):
+    """A length (n // 2) - 1 view repeated: empty for n = 3, the size the graph is traced with,
+    so the repeat's index remainder has a modulus whose example value is 0."""
+    return x[1::2][0:-1].repeat(2), x[1::2][0:-1].repeat(2, 3)
+
+
+@needs_torch
+def test_repeat_of_a_view_empty_for_the_traced_size_compiles_once_for_every_size(stats):
+    """Simplifying ``i % m`` tested terms for multiples of m with an example value of 0 and
+    raised ZeroDivisionError: the graph ran with the eager backend (fuzz --check
+    inductor-dynamic --seed 117)."""
+    import warnings
+
+    compiled = kiln.compile(lambda x: _repeat_of_a_trimmed_slice(kiln, x), dynamic=True)
+    with kiln.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for n in (3, 4, 7, 10):
+            data = _inputs(n, 1)[:, 0].copy()
+            got = compiled(kiln.tensor(data))
+            theirs = _repeat_of_a_trimmed_slice(torch, torch.tensor(data))
+            for g, t in zip(got, theirs):
+                assert tuple(g.shape) == tuple(t.shape)
+                np.testing.assert_array_equal(g.numpy(), t.numpy())
+    assert stats.symbolic_refused == 0 and stats.fallback_calls == 0
+
+
 @needs_torch
 def test_a_convolution_whose_kernel_size_is_a_symbol_compiles():
     """Under ``dynamic=True`` a weight passed as an argument gets symbolic sizes too: its
