@@ -502,7 +502,7 @@ def _detached_alias(t: Tensor) -> Tensor:
     alias._stride = t._stride
     alias._base = None
     alias._view_src = None
-    if t._data is None and t._offset:
+    if t._data is None:  # (a symbolic offset, 0 for the traced sizes only, is not asked its truth)
         alias._offset = t._offset
     return alias
 

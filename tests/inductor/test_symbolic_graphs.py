@@ -1107,6 +1107,33 @@ def test_repeat_of_a_view_empty_for_the_traced_size_compiles_once_for_every_size
     assert stats.symbolic_refused == 0 and stats.fallback_calls == 0
 
 
+def _cummax_of_a_tail_slice(lib, x):
+    """A slice whose storage offset is s0 - 2, 0 for the traced size 2; cummax's decomposition
+    detaches it."""
+    return (x * 2)[-2:3:2].cummax(0).values
+
+
+@needs_torch
+def test_detached_view_with_an_offset_zero_for_the_traced_size_traces(stats):
+    """A detached alias of a view kept the view's symbolic offset only if it was true, so for
+    the traced size (offset 0) the trace no longer knew the alias and the graph ran with the
+    eager backend (fuzz --check inductor-dynamic --seed 117)."""
+    import warnings
+
+    compiled = kiln.compile(lambda x: _cummax_of_a_tail_slice(kiln, x), dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for n in (2, 3, 4):
+            data = _inputs(n, 1)[:, 0].copy()
+            x, tx = kiln.tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+            got, theirs = compiled(x), _cummax_of_a_tail_slice(torch, tx)
+            np.testing.assert_array_equal(got.detach().numpy(), theirs.detach().numpy())
+            got.sum().backward()
+            theirs.sum().backward()
+            np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+    assert stats.symbolic_refused == 0 and stats.fallback_calls == 0
+
+
 @needs_torch
 def test_a_convolution_whose_kernel_size_is_a_symbol_compiles():
     """Under ``dynamic=True`` a weight passed as an argument gets symbolic sizes too: its
