@@ -254,8 +254,11 @@ def _join_short_inner(sizes: tuple) -> tuple:
 
 
 def plan_kernel(kernel: Kernel) -> LoopPlan:
-    outer = tuple(kernel.outer)
-    inner = tuple(kernel.inner)
+    # a size a guard pinned (``s1 == 3``) is planned as its constant, as the emitter writes it
+    # and ``kernel_structure`` describes it: planned as a symbol, a kernel got rows of
+    # (s0, s1) and no vectors where its twin over plain (16, 3, 7) merged them into vectors
+    outer = tuple(sym.size_value(s) for s in kernel.outer)
+    inner = tuple(sym.size_value(s) for s in kernel.inner)
     nodes = kernel.nodes
 
     def node_exprs(outer_vars, inner_vars):
