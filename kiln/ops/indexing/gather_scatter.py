@@ -270,6 +270,9 @@ def _scatter_grad(c, g):
 
 
 scatter.register_derivative(_scatter_grad, save_inputs=(2,))
+# as PyTorch's (a structured op: a row-major result); the decomposition's index_put would keep
+# the input's layout
+scatter.result_layout = "contiguous"
 
 
 def _coord_tensors(x: Tensor, d: int, index: Tensor) -> list:

@@ -207,6 +207,7 @@ def _index_add_grad(c, g):
 
 
 index_add.register_derivative(_index_add_grad, save_inputs=(2,))
+index_add.result_layout = "contiguous"  # as PyTorch's (its decomposition's parts keep x's)
 
 
 @index_add.register_decomposition
@@ -315,6 +316,7 @@ def _index_copy_grad(c, g):
 
 
 index_copy.register_derivative(_index_copy_grad, save_inputs=(2,))
+index_copy.result_layout = "contiguous"  # as PyTorch's (its decomposition's parts keep x's)
 index_copy.register_decomposition(
     lambda x, dim, index, source: _dim_put_decomp(
         x, _index_copy_check(x, dim, index, source), index, source, False
