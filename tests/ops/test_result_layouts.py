@@ -44,6 +44,7 @@ def _ops(lib):
         "batch_norm": lambda v: F.batch_norm(v, None, None, training=True),
         "group_norm": lambda v: F.group_norm(v, 3),
         "scatter": lambda v: v.scatter(1, long_zeros(v), 1.0),
+        "renorm": lambda v: v.renorm(2, 1, 1.0),
     }
 
 

@@ -246,3 +246,6 @@ def _renorm_decomp(x, p, dim, maxnorm):
     # the 1e-7 keeps the scale finite for zero norms, as PyTorch's kernel does
     factor = where(norms > maxnorm, maxnorm / (norms + 1e-7), 1.0)
     return x * factor
+
+
+renorm.result_layout = "contiguous"  # as PyTorch's structured kernel (x * factor keeps x's)
