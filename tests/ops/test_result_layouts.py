@@ -45,6 +45,8 @@ def _ops(lib):
         "group_norm": lambda v: F.group_norm(v, 3),
         "scatter": lambda v: v.scatter(1, long_zeros(v), 1.0),
         "renorm": lambda v: v.renorm(2, 1, 1.0),
+        "put": lambda v: v.put(lib.tensor([1, 4]), lib.ones(2)),
+        "put-accumulate": lambda v: v.put(lib.tensor([1, 1]), lib.ones(2), accumulate=True),
     }
 
 

@@ -200,6 +200,9 @@ def _put_decomp(x, index, source, accumulate=False):
     return flat.reshape(tuple(x.shape))
 
 
+put.result_layout = "preserved"  # as PyTorch's clone of x (the flat index_put is row-major)
+
+
 @torch_function()
 @writes_out(name="gather")
 @tensor_method()
