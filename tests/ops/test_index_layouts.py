@@ -163,6 +163,7 @@ def _writes_into_a_copy(lib) -> dict:
         "scatter-value": lambda x, v: x.scatter(1, i, 2.0),
         "index_add": lambda x, v: x.index_add(1, rows, v.expand(2, 2, 2)),
         "index_copy": lambda x, v: x.index_copy(1, rows, v.expand(2, 2, 2)),
+        "index_select": lambda x, v: x.index_select(0, lib.tensor([0, 0])),
     }
 
 
@@ -170,10 +171,11 @@ def _writes_into_a_copy(lib) -> dict:
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("op", sorted(_writes_into_a_copy(kiln)))
-def test_scatter_index_add_and_index_copy_are_row_major_compiled_too(op, backend, dynamic):
-    """PyTorch's structured scatter, index_add and index_copy make a row-major result whatever
-    the input's layout, as eager kiln does; their decompositions (an index_put into a clone
-    that keeps the input's layout) gave a transposed input's order when compiled."""
+def test_scatter_index_add_copy_and_select_are_row_major_compiled_too(op, backend, dynamic):
+    """PyTorch's scatter, index_add, index_copy and index_select make a row-major result
+    whatever the input's layout, as eager kiln does; their decompositions (an index_put into
+    a clone, an index, that keep the input's layout) gave a transposed input's order when
+    compiled."""
 
     def inputs(lib):
         rng = np.random.default_rng(0)

@@ -129,6 +129,7 @@ def _index_select_grad(c, g):
 
 
 index_select.register_derivative(_index_select_grad, save_inputs=(2,))
+index_select.result_layout = "contiguous"  # as PyTorch's (the decomposition's index keeps x's)
 
 
 @index_select.register_decomposition
