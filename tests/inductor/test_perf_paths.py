@@ -182,8 +182,9 @@ def test_attention_heads_reach_the_batched_matmul_without_copies():
         return (att @ v).transpose(1, 2).reshape(b, t, h * d)
 
     compiled = check_against_eager(fn, x, qkv_w, bias, atol=1e-5)
-    # the bias add (stored once), the softmax and the final transpose: no per-head copies
-    assert len(compiled.schedule.kernels) == 3
+    # the bias add (stored once) and the softmax: no per-head copies, and no final transpose
+    # (the heads' product is written in the output's order, which the reshape's clone aliases)
+    assert len(compiled.schedule.kernels) == 2
     externs = [s for s in compiled.schedule.steps if isinstance(s, ExternCall)]
     assert any(len(layout.shape) == 4 for s in externs for _, layout in s.buffer.inputs)
 
