@@ -246,3 +246,24 @@ def test_rows_shared_by_the_thread_pool_match_one_thread_and_torch(case):
         np.testing.assert_array_equal(pooled, alone)
     for got, want in zip(results[0], _run(torch, case, x)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
+
+
+@needs_torch
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("shape, normalized", [((2, 0), [0]), ((0, 3), [3]), ((2, 3, 0), [3, 0])])
+def test_layer_norm_gradients_of_empty_tensors_are_empty_as_torch(shape, normalized, compiled):
+    """An empty row (the normalized shape holds a 0) has no element for the 1/n scale: the
+    backward raised ZeroDivisionError; PyTorch returns empty gradients."""
+
+    def grads(lib, layer_norm):
+        x = lib.zeros(shape, requires_grad=True)
+        w = lib.ones(normalized, requires_grad=True)
+        b = lib.zeros(normalized, requires_grad=True)
+        layer_norm(x, normalized, w, b).sum().backward()
+        return [t.grad.detach().numpy() for t in (x, w, b)]
+
+    want = grads(torch, torch.nn.functional.layer_norm)
+    layer_norm = kiln.compile(F.layer_norm) if compiled else F.layer_norm
+    for got, expected in zip(grads(kiln, layer_norm), want):
+        assert got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)

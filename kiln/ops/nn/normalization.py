@@ -189,7 +189,8 @@ def _norm_input_grad(gy, x, mean, rstd, axes, n):
     ds = (gy * x).sum(axes, True)
     # a symbolic count (batch norm's batch under dynamic shapes) stays in the graph: a Python
     # float of it would pin the size and recompile for every batch
-    scale = 1.0 / n if isinstance(n, int) else rstd.new_ones(()) / n
+    # (an empty row, ``layer_norm(x, [0])``: no element for the scale to reach)
+    scale = (1.0 / n if n else 0.0) if isinstance(n, int) else rstd.new_ones(()) / n
     b = (db * mean - ds) * rstd * rstd * rstd * scale
     c = -b * mean - db * rstd * scale
     return rstd * gy + b * x + c
