@@ -268,10 +268,14 @@ class FrameCache:
         self.scalar_changes: dict[str, int] = {}
         self.dynamic_scalars: set[str] = set()
         # automatic dynamic shapes: dims found to change (source name -> dims, symbolic in
-        # later captures) and the sizes of each tensor input at the last capture
+        # later captures) and the sizes of each tensor input at the last capture; a method of
+        # a module keeps them per instance (``_histories``): modules are guarded by type, so
+        # a DCGAN's generator and discriminator, two ``Sequential``s, share this cache, and the
+        # other one's sizes are not this one's changing
         self.automatic_dims: dict[str, set] = {}
         self.seen_shapes: dict[str, tuple] = {}
         self.seen_strides: dict[str, tuple] = {}
+        self._histories: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # ints passed as symbols (source names), and those whose symbol got specialized (a
         # graph needed the plain value): they go back to being Python numbers
         self.symbolic_ints: set[str] = set()
@@ -287,6 +291,7 @@ class FrameCache:
         self.automatic_dims.clear()
         self.seen_shapes.clear()
         self.seen_strides.clear()
+        self._histories = weakref.WeakKeyDictionary()
         self.symbolic_ints.clear()
         self.static_ints.clear()
 
@@ -358,11 +363,12 @@ class FrameCache:
                 warnings.warn(self.eager_reason, RuntimeWarning, stacklevel=4)
                 return None
             klog.log("recompiles", f"recompiling {self.name}: guard failed: {why}")
+        automatic, seen_shapes, seen_strides = self._history(arguments)
         policy = ShapePolicy(
-            self.ctx.dynamic, self.automatic_dims, self.seen_shapes, self.name, self.static_ints,
+            self.ctx.dynamic, automatic, seen_shapes, self.name, self.static_ints,
             self.ctx.declared_dims,
         )  # fmt: skip
-        policy.seen_strides = self.seen_strides
+        policy.seen_strides = seen_strides
         try:
             with klog.compile_stage("dynamo"):
                 result = convert_frame(
@@ -385,10 +391,21 @@ class FrameCache:
             if result.permanent:
                 self.eager_reason = str(result.reason)
             return PLAIN_RUN if result.plain else None
-        self.seen_shapes.update(result.input_shapes)
-        self.seen_strides.update(result.input_strides)
+        seen_shapes.update(result.input_shapes)
+        seen_strides.update(result.input_strides)
         self.symbolic_ints.update(result.symbolic_ints)
         return result
+
+    def _history(self, arguments: dict) -> tuple[dict, dict, dict]:
+        """The automatic-dynamic history this capture reads and extends: the frame's own, or
+        for a method of a module its instance's (see ``__init__``)."""
+        owner = arguments.get("self") if arguments else None
+        if not isinstance(owner, Module):
+            return self.automatic_dims, self.seen_shapes, self.seen_strides
+        history = self._histories.get(owner)
+        if history is None:
+            history = self._histories[owner] = ({}, {}, {})
+        return history
 
     def add(self, result: CaptureResult, params: str, defaults: dict, run: Callable) -> None:
         with klog.compile_stage("dynamo"):

@@ -73,6 +73,8 @@ class ShapePolicy:
             if d < ndim:
                 dims[d] = None
         previous = self.seen.get(name)
+        if (t._is_param or module_state) and config.force_parameter_static_shapes:
+            previous = None  # a parameter's or buffer's sizes never turn symbolic by changing
         if config.automatic_dynamic_shapes and previous is not None and len(previous) == ndim:
             for d in range(ndim):
                 if previous[d] != shape[d] and d not in dims:

@@ -182,3 +182,62 @@ def test_an_optional_submodule_is_guarded_where_it_is_missing():
     x = kiln.ones(1, 2)
     for m in (Head(False), Head(True), Head(False)):
         np.testing.assert_allclose(step(m, x).detach().numpy(), m(x).detach().numpy(), rtol=1e-6)
+
+
+class _ShapeRecorder:
+    """A backend that runs the graph as captured and keeps whether each one had a symbolic
+    size among its inputs (a placeholder's traced value)."""
+
+    def __init__(self):
+        self.symbolic: list[bool] = []
+
+    def __call__(self, gm, example_inputs):
+        from kiln.runtime.symbolic import SymInt
+
+        def symbolic(value) -> bool:
+            if isinstance(value, kiln.Tensor):
+                return any(isinstance(size, SymInt) for size in value.shape)
+            return isinstance(value, SymInt)
+
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.symbolic.append(any(symbolic(n.meta.get("val")) for n in placeholders))
+        return gm.forward
+
+
+def test_instances_of_other_sizes_keep_static_graphs():
+    """A DCGAN's generator and discriminator, compiled one by one, are two ``Sequential``s of
+    other widths sharing one cache (``Sequential.forward``'s): the second one's sizes are not
+    the first one's changing, so neither graph turns symbolic (automatic dynamic keeps a history
+    per instance of a method's module), and parameters never do. (One function taking either
+    module, ``step(m, x)``, sees its own ``x`` change width: that turns symbolic, as in
+    PyTorch.)"""
+    nn = kiln.nn
+    kiln.manual_seed(0)
+    small = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
+    wide = nn.Sequential(nn.Linear(7, 9), nn.ReLU(), nn.Linear(9, 4))
+    recorder = _ShapeRecorder()
+    callers = [kiln.compile(small, backend=recorder), kiln.compile(wide, backend=recorder)]
+    for _ in range(3):
+        for caller, module, width in zip(callers, (small, wide), (3, 7)):
+            x = kiln.randn(4, width)
+            np.testing.assert_allclose(caller(x).detach().numpy(), module(x).detach().numpy())
+    assert recorder.symbolic == [False, False]
+    # the same instance with a new batch size still turns its batch symbolic
+    callers[0](kiln.randn(6, 3))
+    assert recorder.symbolic == [False, False, True]
+
+
+def test_a_parameter_that_changes_size_stays_static():
+    """``config.force_parameter_static_shapes`` (PyTorch's default): a parameter replaced by
+    one of another size recompiles with its new size as a constant, never a symbol."""
+    nn = kiln.nn
+    kiln.manual_seed(0)
+    lin = nn.Linear(3, 4)
+    recorder = _ShapeRecorder()
+    compiled = kiln.compile(lin, backend=recorder)
+    x = kiln.randn(2, 3)
+    for out_features in (4, 6, 8):
+        lin.weight = nn.Parameter(kiln.randn(out_features, 3))
+        lin.bias = nn.Parameter(kiln.randn(out_features))
+        np.testing.assert_allclose(compiled(x).detach().numpy(), lin(x).detach().numpy(), rtol=1e-6)
+    assert recorder.symbolic == [False] * len(recorder.symbolic) and len(recorder.symbolic) >= 2
