@@ -189,7 +189,7 @@ def _index_strides(x: Tensor, indices) -> tuple | None:
     for d in positions:
         ishape, istride = layouts[d]
         pad = len(bshape) - len(ishape)
-        if has_symbols(ishape) or tuple(ishape) != bshape:
+        if has_symbols(ishape) or has_symbols(bshape) or tuple(ishape) != bshape:
             # expanded to the common shape: stride 0 where broadcast (symbolic sizes taken
             # size-obliviously, not 1: the order found holds for every size but 1's strides)
             istride = (0,) * pad + tuple(
