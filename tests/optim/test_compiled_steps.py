@@ -71,7 +71,8 @@ def test_compiled_step_is_one_graph_and_follows_eager(name, backend):
 @pytest.mark.parametrize("scheduler", ["CyclicLR", "OneCycleLR"])
 def test_scheduler_drives_a_compiled_optimizer_step(scheduler, backend):
     """The scheduler changes ``lr`` (and momentum) between compiled steps; the compiled step
-    must see each new value (guards recompile it), following an eager twin."""
+    must see each new value (a guard, or the value as a graph input), following an eager
+    twin."""
     kiln.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
     twin = copy.deepcopy(model)
@@ -92,7 +93,9 @@ def test_scheduler_drives_a_compiled_optimizer_step(scheduler, backend):
             ((net(x) - y) ** 2).mean().backward()
             step()
             sched.step()
-    assert runs[0][4].frame_count > 1
+    # compiled at least once: the first step (SGD makes its momentum buffers) runs eagerly, and
+    # lr stops being baked in at its first change, so one graph then serves every later lr
+    assert runs[0][4].frame_count >= 1
     assert runs[0][2].get_last_lr() == runs[1][2].get_last_lr()
     for p, q in zip(model.parameters(), twin.parameters()):
         np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-6, atol=1e-7)
