@@ -611,13 +611,22 @@ def _deformable(lib, d_model=8, n_levels=2, n_heads=2, n_points=2):
     return model, lib.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-4)
 
 
-def _train(lib, model, opt, *inputs):
-    loss, *logged = model(*inputs)
-    opt.zero_grad()
-    loss.backward()
-    lib.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
-    opt.step()
-    return (loss, *logged)
+def _clipped_step(max_norm: float):
+    """A step of a model returning ``(loss, *logged)``, its gradient norm clipped to
+    ``max_norm`` (Deformable DETR's 0.1, DreamerV2's 100)."""
+
+    def step(lib, model, opt, *inputs):
+        loss, *logged = model(*inputs)
+        opt.zero_grad()
+        loss.backward()
+        lib.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        opt.step()
+        return (loss, *logged)
+
+    return step
+
+
+_train = _clipped_step(0.1)
 
 
 def _feature_maps(rng):
@@ -962,13 +971,7 @@ def _rssm(lib, obs_dim=5, action_dim=2, deter=6, stoch=3, classes=3, hidden=8):
     return model, lib.optim.Adam(model.parameters(), lr=2e-3, eps=1e-5)
 
 
-def _world_model_step(lib, model, opt, *batch):
-    loss, *logged = model(*batch)
-    opt.zero_grad()
-    loss.backward()
-    lib.nn.utils.clip_grad_norm_(model.parameters(), 100.0)
-    opt.step()
-    return (loss, *logged)
+_world_model_step = _clipped_step(100.0)
 
 
 def _trajectories(rng, obs_dim=5, action_dim=2, stoch=3, classes=3, length=4):
