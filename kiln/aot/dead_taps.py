@@ -16,7 +16,7 @@ from __future__ import annotations
 from ..ir import Graph, Node
 from ..ops.core.fake import FakeTensorMode
 from ..ops.core.registry import OPS
-from ..ops.nn.conv_kernels import trimmed_taps
+from ..ops.nn.conv_kernels import symmetric_live_taps
 from ..runtime.tensor import Tensor
 
 __all__ = ["share_live_taps"]
@@ -51,20 +51,9 @@ def _live_taps(node: Node) -> tuple | None:
     if not isinstance(w, Node) or not all(isinstance(v, Tensor) for v in values):
         return None
     x_val, w_val, out_val = values
-    kernel = tuple(w_val.shape[2:])
     spatial = (tuple(out_val.shape[2:]), tuple(x_val.shape[2:]))
     reads, windows = spatial if transposed else spatial[::-1]
-    geometry = (reads, windows, kernel, tuple(stride), tuple(padding), tuple(dilation))
-    if any(v.__class__ is not int for part in geometry for v in part):
-        return None
-    ranges = trimmed_taps(*geometry)
-    if ranges is None or any(
-        first != kn - stop or p < first * d
-        for (first, stop), kn, p, d in zip(ranges, kernel, padding, dilation)
-    ):
-        return None
-    live_padding = [p - first * d for (first, _), p, d in zip(ranges, padding, dilation)]
-    return tuple(ranges), live_padding
+    return symmetric_live_taps(reads, windows, tuple(w_val.shape[2:]), stride, padding, dilation)
 
 
 def _live_copy(graph: Graph, before: Node, weight: Node, ranges: tuple) -> Node:

@@ -291,7 +291,7 @@ class FrameCache:
         self.automatic_dims.clear()
         self.seen_shapes.clear()
         self.seen_strides.clear()
-        self._histories = weakref.WeakKeyDictionary()
+        self._histories.clear()
         self.symbolic_ints.clear()
         self.static_ints.clear()
 

@@ -60,7 +60,7 @@ import threading
 
 from ...ops.core.registry import OPS
 from ...ops.nn import conv_direct
-from ...ops.nn.conv_kernels import trimmed_taps
+from ...ops.nn.conv_kernels import symmetric_live_taps
 from ...runtime import dtypes as dt
 from ...runtime import machine_code
 from ...runtime.symbolic import SizeDependentError, hint_int
@@ -201,20 +201,16 @@ def _without_dead_taps(spec: _Spec, transposed: bool) -> _Spec:
     at both ends of each dim, so the smaller kernel keeps a symmetric padding and the output
     size."""
     reads, windows = (spec.out_spatial, spec.in_spatial) if transposed else spec.io_spatial()
-    geometry = (reads, windows, spec.kernel, spec.stride, spec.padding, spec.dilation)
-    if any(v.__class__ is not int for part in geometry for v in part):
+    live = symmetric_live_taps(
+        reads, windows, spec.kernel, spec.stride, spec.padding, spec.dilation
+    )
+    if live is None:
         return spec
-    ranges = trimmed_taps(*(tuple(part) for part in geometry))
-    if ranges is None or any(
-        first != kn - stop or p < first * d
-        for (first, stop), kn, p, d in zip(ranges, spec.kernel, spec.padding, spec.dilation)
-    ):
-        return spec
+    ranges, padding = live
     w = spec.w
     for i, (first, stop) in enumerate(ranges):
         shape = tuple(w.shape[: 2 + i]) + (stop - first,) + tuple(w.shape[3 + i :])
         w = LOWERINGS[OPS["slice"]](_meta_like_shape(shape, w.dtype), w, 2 + i, first, stop)
-    padding = [p - first * d for (first, _), p, d in zip(ranges, spec.padding, spec.dilation)]
     return _Spec(spec.x, w, spec.stride, padding, spec.dilation, spec.groups, spec.out_spatial)
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "pad_spatial",
     "windows",
     "trimmed_taps",
+    "symmetric_live_taps",
 ]
 
 _as_strided = np.lib.stride_tricks.as_strided
@@ -213,6 +214,25 @@ def trimmed_taps(spatial: tuple, counts: tuple, kernel: tuple, stride: tuple, be
     if _TRIM_LIVE_MAX * math.prod(kernel) < math.prod(stop - first for first, stop in ranges):
         return None
     return tuple(ranges)
+
+
+def symmetric_live_taps(reads, windows, kernel, stride, padding, dilation) -> tuple | None:
+    """``(ranges, live_padding)``: the taps ``trimmed_taps`` keeps, where every size is a plain
+    int and as many taps are dead at both ends of each dim (the smaller kernel then keeps a
+    symmetric padding, ``live_padding``, and the output size); None otherwise. The compiled
+    convolutions leave the dead taps out by this rule (the lowering, and AOT's shared copy of
+    the live taps), so an infinite weight there never meets a padding zero, as in eager."""
+    geometry = tuple(tuple(part) for part in (reads, windows, kernel, stride, padding, dilation))
+    if any(v.__class__ is not int for part in geometry for v in part):
+        return None
+    ranges = trimmed_taps(*geometry)
+    if ranges is None or any(
+        first != kn - stop or p < first * d
+        for (first, stop), kn, p, d in zip(ranges, kernel, padding, dilation)
+    ):
+        return None
+    live_padding = [p - first * d for (first, _), p, d in zip(ranges, padding, dilation)]
+    return tuple(ranges), live_padding
 
 
 def _trim_forward(shape, w_shape, stride, pads, dilation, out_spatial):
