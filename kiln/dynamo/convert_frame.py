@@ -250,6 +250,7 @@ def _emit(ctx, tx, body, line: int):
     cg = PyCodegen(tx.f_globals, {id(vt): i for i, vt in enumerate(outputs)}, line)
     cg.extend(bv.prologue(list(tx.code.co_freevars), [], lineno=line))
     output.check_overlapping_inputs()
+    output.guard_written_histories()
     if output.has_graph(outputs):
         _graph_call(cg, output, output.compile(outputs))
     body(cg)

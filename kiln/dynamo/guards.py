@@ -149,6 +149,10 @@ class GuardSet:
         if distinct:
             self._distinct.append(source)
 
+    def has_history(self, source: Source) -> None:
+        """A tensor input is no leaf (it has a grad_fn): the graph writes it in place."""
+        self._add(f"{self.ns.ref(source)}.grad_fn is not None", f"{source.name()} is not a leaf")
+
     def _symbolic_shape(self, source: Source, e: str, name: str, fake: Tensor, bindings) -> None:
         tag = f"{len(self._symbol_sources)}_{len(self.guards)}"
         shape_var, stride_var = f"___shape{tag}", f"___stride{tag}"

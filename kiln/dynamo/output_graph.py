@@ -154,6 +154,8 @@ class OutputGraph:
         # the pairs of them viewing overlapping memory
         self._local_inputs: list[tuple[Source, Tensor, int]] = []
         self.overlapping_inputs: list[tuple[Source, Source]] = []
+        # inputs with autograd history (not leaves): (source, proxy, its stand-in grad_fn)
+        self._with_history: list[tuple[Source, Tensor, Any]] = []
         self._input_vts: dict[int, Any] = {}
         self._input_by_source: dict[Source, Tensor] = {}
         self._proxy_vts: dict[int, Any] = {}
@@ -208,7 +210,7 @@ class OutputGraph:
     def input_tensor(self, tensor: Tensor, source: Source | None):
         """The variable of a real tensor: a placeholder (guarded) or, without a source, a
         constant of the graph."""
-        from .variables.tensor import TensorVariable, make_fake_like
+        from .variables.tensor import TensorVariable, make_fake_like, mark_history
 
         vt = self._input_vts.get(id(tensor))
         if vt is not None and vt.example is tensor:
@@ -266,6 +268,8 @@ class OutputGraph:
             self.input_shapes[name] = tuple(tensor._shape)
             self.input_strides[name] = tuple(tensor.stride())
             vt = TensorVariable(proxy, source, tensor)
+            if tensor._requires_grad and tensor.grad_fn is not None:
+                self._with_history.append((source, proxy, mark_history(proxy)))
         self._input_vts[id(tensor)] = vt
         self._proxy_vts[id(proxy)] = vt
         return vt
@@ -302,6 +306,14 @@ class OutputGraph:
                 f"writes to {written[0]}",
             )
         self.guards.allow_overlapping_inputs()
+
+    def guard_written_histories(self) -> None:
+        """An input with history that the graph wrote in place (its proxy's grad_fn moved
+        off its stand-in) relied on not being a leaf: a leaf that requires grad must refuse the
+        write as eager does, so a later call with one captures again."""
+        for source, proxy, stand_in in self._with_history:
+            if proxy.grad_fn is not stand_in:
+                self.guards.has_history(source)
 
     def symbolic_int(self, value: int, source: Source):
         """The variable of an int read from ``source`` whose value changed between calls (or

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ...autograd.graph import Node
 from ...ops.indexing.subscript import DataDependentOutputError
 from ...runtime.state import per_thread
 from ...runtime.symbolic import ConstraintViolationError, GuardOnDataDependentError, SymInt
@@ -282,6 +283,24 @@ def _requires_grad_unchanged(tensor: TensorVariable, args: list, kwargs: dict) -
     if len(args) > 1 or not flag.is_python_constant():
         return False
     return bool(flag.as_python_constant()) == tensor.proxy._requires_grad
+
+
+class InputHistory(Node):
+    """The grad_fn of a graph input's proxy where the real input has one: the proxy is no leaf,
+    so in-place ops on it are functionalized as on the real tensor, not refused as writes to a
+    leaf (PyTorch's fake tensors keep an input's history the same way). Capture never runs a
+    backward, so it has none to apply."""
+
+    __slots__ = ()
+
+    def apply(self, grad_outputs: tuple) -> tuple:
+        raise RuntimeError("internal error: a capture stand-in for an input's history ran")
+
+
+def mark_history(proxy: Tensor) -> Node:
+    """Give ``proxy`` (an input with autograd history) a stand-in grad_fn; returns it."""
+    proxy.grad_fn, proxy._output_nr = InputHistory(()), 0
+    return proxy.grad_fn
 
 
 def make_fake_like(t: Tensor) -> Tensor:
