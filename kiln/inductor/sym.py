@@ -433,8 +433,8 @@ class Expr:
             return q if known("<", rhi, d) else q + rest // d
         split = _factor_split(self, d)
         if split is not None:  # (g*Q + R) // (g*m) == Q // m when 0 <= R < g
-            g, q, _ = split
-            return q // (d // g)
+            _, q, _, ratio = split
+            return q // ratio
         return Expr({FloorDiv(self, d): 1}, 0)
 
     def __mod__(self, m):
@@ -464,8 +464,8 @@ class Expr:
                 return kept % m
             split = _factor_split(self, m)
             if split is not None:  # (g*Q + R) % (g*m') == g*(Q % m') + R when 0 <= R < g
-                g, q, r = split
-                return (q % (m // g)) * g + r
+                g, q, r, ratio = split
+                return (q % ratio) * g + r
         return Expr({Mod(self, m): 1}, 0)
 
     def _single_atom(self):
@@ -484,16 +484,16 @@ class Expr:
 
 
 def _factor_split(e: Expr, d: int):
-    """``(g, Q, R)`` with ``e == g*Q + R``, ``g`` a divisor of ``d`` above 1 and ``0 <= R < g``
-    (the largest such ``g``), or None. Reshapes produce these: flattening ``[.., n]`` and
-    splitting again by a multiple of ``n`` gives ``(n*i + j) // (n*k)`` with ``j < n``, which is
-    ``i // k`` — keeping the inner variable out of the division lets the loop stay contiguous
-    (and vectorized). Floor semantics hold for negative ``Q`` too (code generators emit floor
-    division and modulo where a dividend may be negative)."""
+    """``(g, Q, R, d // g)`` with ``e == g*Q + R``, ``g`` a divisor of ``d`` above 1 and
+    ``0 <= R < g`` (the largest such ``g``), or None. Reshapes produce these: flattening
+    ``[.., n]`` and splitting again by a multiple of ``n`` gives ``(n*i + j) // (n*k)`` with
+    ``j < n``, which is ``i // k`` — keeping the inner variable out of the division lets the loop
+    stay contiguous (and vectorized). Floor semantics hold for negative ``Q`` too (code
+    generators emit floor division and modulo where a dividend may be negative)."""
     import math
 
     if any(c.__class__ is not int for c in e.terms.values()):
-        return None  # symbolic strides: their common divisors are not known
+        return _symbolic_factor_split(e, d)
     if d.__class__ is int:
         candidates = sorted({math.gcd(c, d) for c in e.terms.values()}, reverse=True)
     else:  # a symbolic divisor (``1024*s1``): the coefficients that provably divide it
@@ -510,8 +510,42 @@ def _factor_split(e: Expr, d: int):
         rlo, rhi = r.bounds()
         if not (known(">=", rlo, 0) and known("<", rhi, g)):
             continue
-        return g, Expr(big, e.const // g), r
+        return g, Expr(big, e.const // g), r, d // g
     return None
+
+
+def _symbolic_factor_split(e: Expr, d):
+    """``_factor_split`` where coefficients are symbolic: ``g`` is a coefficient that ``d`` and
+    some others are provable whole multiples of (``(X*X*m0 + X*m1 + m2) // (4*X*X)`` over loops
+    of sizes ``(4*s0, X, X)`` is ``m0 // 4``). Without it the split stayed standing or not
+    depending on the order a view's body built the index, so two kernels with equal bodies over
+    their own loops could merge their loops differently."""
+    if d.__class__ is int or e.const.__class__ is not int:
+        return None
+    candidates = {c for c in e.terms.values() if c.__class__ is SymInt}
+    for g in sorted(candidates, key=lambda c: -c.hint if c.hint is not None else 0):
+        ratio = _whole_multiple(d, g)
+        if ratio is None:
+            continue
+        big = {}
+        for a, c in e.terms.items():
+            k = _whole_multiple(c, g)
+            if k is not None:
+                big[a] = k
+        r = Expr({a: c for a, c in e.terms.items() if a not in big}, e.const)
+        rlo, rhi = r.bounds()
+        if big and known(">=", rlo, 0) and known("<", rhi, g):
+            return g, Expr(big, 0), r, ratio
+    return None
+
+
+def _whole_multiple(c, g) -> int | None:
+    """The positive int ``k`` with ``c == k*g`` for every size (``g`` symbolic), else None. The
+    sizes seen propose ``k``; the symbols' algebra must prove it."""
+    if c.__class__ is int or c.hint is None or not g.hint or c.hint % g.hint:
+        return None
+    k = c.hint // g.hint
+    return k if k >= 1 and same_size(g * k, c) else None
 
 
 def _recombine(e: Expr) -> Expr:

@@ -94,6 +94,33 @@ def test_unflattening_over_symbolic_sizes_recombines_to_the_flat_index():
         assert x0 * (s1 * 1024) + x1 * 1024 + x2 == flat
 
 
+def test_a_split_by_a_symbolic_stride_simplifies_whichever_order_built_it():
+    """``(X*X*m0 + X*m1 + m2) // (4*X*X)`` over loops ``(4*s0, X, X)`` is ``m0 // 4`` (its
+    remainder ``X*m1 + m2`` stays below the symbolic stride ``X*X``), and the digits recombine
+    to the flat index: a view whose body built the division from the flat index kept it
+    standing, so its kernel merged no loops where a kernel with the same body over its own loops
+    (the division built digit by digit) merged them, and the twin check refused CycleGAN's
+    graph."""
+    from kiln.inductor.codegen.numpy_backend import eval_expr
+
+    env, (s0, s1) = _symbols(2, 3)
+    x = 2 * ((s1 + 1) // 2)
+    with env.kernel_scope():
+        m0, m1, m2 = sym.Var("m0", 4 * s0), sym.Var("m1", x), sym.Var("m2", x)
+        flat = sym.as_expr(m0) * (x * x) + sym.as_expr(m1) * x + m2
+        quotient, remainder = flat // (4 * x * x), flat % (4 * x * x)
+        assert quotient == sym.as_expr(m0) // 4
+        assert quotient * (4 * x * x) + remainder == flat
+    for a, b in [(2, 3), (3, 4), (1, 5)]:
+        values = {s0.expr.as_symbol(): a, s1.expr.as_symbol(): b}
+        side = 2 * ((b + 1) // 2)
+        for i, j, k in itertools.product(range(4 * a), range(side), range(side)):
+            point = {m0: i, m1: j, m2: k}
+            index = i * side * side + j * side + k
+            assert eval_expr(quotient, point, values) == index // (4 * side * side)
+            assert eval_expr(remainder, point, values) == index % (4 * side * side)
+
+
 def test_nested_floor_divisions_merge_and_digits_recombine():
     x = sym.as_expr(sym.Var("x", 4 * 6 * 5))
     assert (x // 5) // 6 == x // 30
