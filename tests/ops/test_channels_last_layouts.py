@@ -223,6 +223,24 @@ def test_compiled_results_have_the_strides_of_torch(op, backend):
             np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["eager", "static", "dynamic"])
+@pytest.mark.parametrize("shapes", [((2, 1, 4, 4), (3, 1, 1, 1)), ((1, 4, 2), (2, 1, 1, 1))])
+def test_one_element_filters_keep_a_row_major_result(shapes, mode):
+    """A (O, 1, 1, 1) weight's strides are channels-last's and row-major's at once: c10 calls
+    that tie row-major, and so must the meta of symbolic sizes (a dynamic compile gave a
+    channels-last result; fuzz campaign --check inductor-dynamic --seed 131)."""
+
+    def run(lib):
+        rng = np.random.default_rng(0)
+        x, w = (lib.tensor(rng.standard_normal(s).astype(np.float32)) for s in shapes)
+        fn = lib.nn.functional.conv2d
+        if lib is kiln and mode != "eager":
+            fn = kiln.compile(fn, backend="inductor", dynamic=mode == "dynamic")
+        return fn(x, w.requires_grad_())
+
+    _assert_same([run(kiln)], [run(torch)])
+
+
 @pytest.mark.parametrize("op", ["conv2d", "max_pool2d", "avg_pool2d", "pad-constant", "bilinear"])
 def test_row_major_inputs_keep_row_major_results(op):
     fn, shapes = _spatial_ops(kiln)[op]

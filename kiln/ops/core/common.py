@@ -302,10 +302,16 @@ def suggested_format(*tensors) -> str:
 
 def _symbolic_channels_last(shape: tuple, strides: tuple) -> str:
     """``suggest_memory_format`` of a layout with symbolic sizes, decided without guards: the
-    channels-last format whose strides these are for every size, else row-major."""
+    channels-last format whose strides these are for every size, else row-major. As c10,
+    row-major wins the tie of one element per image (a (O, 1, 1, 1) weight, whose strides are
+    both) and an empty layout; a symbolic size counts as at least 2 (``is_size_one``)."""
     name = "channels_last" if len(shape) == 4 else "channels_last_3d"
     expected = format_strides(tuple(shape), name)
-    if all(statically_known_true("==", s, e) for s, e in zip(strides, expected)):
+    if (
+        all(statically_known_true("==", s, e) for s, e in zip(strides, expected))
+        and not any(n.__class__ is int and n == 0 for n in shape)
+        and not all(is_size_one(n) for n in shape[1:])
+    ):
         return name
     return "contiguous_format"
 
