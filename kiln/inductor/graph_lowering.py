@@ -177,10 +177,14 @@ class GraphLowering:
                 if view is not None and position < saved_from and hasattr(item, "op"):
                     meta = item.meta.get("val")
                     eager = _contiguous_eager_layout(meta)
-                    if eager is None and not _is_symbolic_meta(meta):
-                        # dense in another order (a channels-last convolution's); symbolic
-                        # layouts are left as they are (no size decision made here)
-                        eager = _output_layout(meta)
+                    if eager is None:
+                        # dense in another order (a channels-last convolution's); a symbolic
+                        # layout only where it is so for every size (no size decided here)
+                        eager = (
+                            _dense_for_every_size(meta)
+                            if _is_symbolic_meta(meta)
+                            else _output_layout(meta)
+                        )
                 if view is not None and (
                     eager is None
                     or isinstance(view[0], InputBuffer)
@@ -270,14 +274,24 @@ def _output_layout(meta) -> Layout | None:
         return Layout(shape, stride, meta.dtype, 0, meta.device.type)
     if sym.known_contiguous(shape, stride):
         return None
-    if any(v.__class__ is SymInt for v in (*shape, *stride)) and _known_dense(shape, stride):
-        # dense in another dim order for every size (a pooled image kept for the backward
-        # pass, its batch and channel dims swapped): ``is_contiguous`` would ask whether a
-        # symbolic size is 1, which a compile for every size cannot decide
-        return Layout(shape, stride, meta.dtype, 0, meta.device.type)
+    if _is_symbolic_meta(meta):
+        dense = _dense_for_every_size(meta)
+        if dense is not None:
+            return dense
     if meta.is_contiguous() or not is_non_overlapping_and_dense(shape, stride):
         return None
     return Layout(shape, stride, meta.dtype, 0, meta.device.type)
+
+
+def _dense_for_every_size(meta: Tensor) -> Layout | None:
+    """The layout of a symbolic ``meta`` where it is dense in another dim order for every size
+    (a pooled image kept for the backward pass, its batch and channel dims swapped; a
+    channels-last convolution): ``is_contiguous`` would ask whether a symbolic size is 1,
+    which a compile for every size cannot decide. None otherwise."""
+    shape, stride = tuple(meta.shape), tuple(meta.stride())
+    if _known_dense(shape, stride):
+        return Layout(shape, stride, meta.dtype, 0, meta.device.type)
+    return None
 
 
 def _channels_last_with_size_one_dims(shape: tuple, stride: tuple) -> bool:

@@ -223,6 +223,17 @@ def test_compiled_results_have_the_strides_of_torch(op, backend):
             np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("op", ["conv2d", "conv2d-1x1", "conv2d-stride2", "conv2d-weight-only"])
+def test_compiled_results_for_every_size_have_the_strides_of_torch(op):
+    """Under ``dynamic=True`` a convolution's product (batch and channels swapped, or padded
+    rows) is copied into the channels-last layout its symbolic meta gives, as for static
+    sizes, not returned as the product's view ((16, 32, 4, 1) for a (2, 3, 4, 4) result)."""
+    fn, shapes = _spatial_ops(kiln)[op]
+    compiled = kiln.compile(fn, backend="inductor", dynamic=True)
+    got = _results(compiled(*_inputs(kiln, shapes)))
+    _assert_same(got, _results(_spatial_ops(torch)[op][0](*_inputs(torch, shapes))))
+
+
 @pytest.mark.parametrize("mode", ["eager", "static", "dynamic"])
 @pytest.mark.parametrize("shapes", [((2, 1, 4, 4), (3, 1, 1, 1)), ((1, 4, 2), (2, 1, 1, 1))])
 def test_one_element_filters_keep_a_row_major_result(shapes, mode):
