@@ -43,15 +43,45 @@ def _helper() -> HelperProcess:
     return HelperProcess(host.triple, host.cpu_name, host.features)
 
 
-def test_the_helper_makes_the_object_this_process_makes():
+# strided indices: its machine code depends on object_worker.LLVM_OPTIONS (loop strength
+# reduction off), which the helper must apply too
+STRIDED = """
+define void @"kernel"(i64 %start, i64 %end, i8** %args) nounwind {
+entry:
+  %p = getelementptr i8*, i8** %args, i64 0
+  %raw = load i8*, i8** %p
+  %x = bitcast i8* %raw to float*
+  br label %head
+head:
+  %i = phi i64 [%start, %entry], [%next, %body]
+  %more = icmp slt i64 %i, %end
+  br i1 %more, label %body, label %done
+body:
+  %i5 = mul i64 %i, 5
+  %at = getelementptr float, float* %x, i64 %i5
+  %v = load float, float* %at
+  %w = fmul float %v, 3.0
+  %i3 = mul i64 %i, 3
+  %to = getelementptr float, float* %x, i64 %i3
+  store float %w, float* %to
+  %next = add i64 %i, 1
+  br label %head
+done:
+  ret void
+}
+"""
+
+
+@pytest.mark.parametrize("kernel", [KERNEL, STRIDED], ids=["rows", "strided"])
+def test_the_helper_makes_the_object_this_process_makes(kernel):
     helper = _helper()
     try:
-        remote = helper.compile([("kernel_a", KERNEL), ("kernel_b", KERNEL)])
+        remote = helper.compile([("kernel_a", kernel), ("kernel_b", kernel)])
     finally:
         helper.close()
     with llvm_jit._LOCK:
         machine = llvm_jit._shared_target_machine(3)
-        here = object_worker.kernels_object([("kernel_a", KERNEL), ("kernel_b", KERNEL)], machine)
+        here = object_worker.kernels_object([("kernel_a", kernel), ("kernel_b", kernel)], machine)
     assert remote is not None and remote == here
 
 

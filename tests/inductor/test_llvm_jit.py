@@ -15,9 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from llvmlite import binding as llvm_binding
 from llvmlite import ir
 
 from kiln.inductor.codegen.llvm import jit as llvm_jit
+from kiln.inductor.codegen.llvm import object_worker
 from kiln.runtime import logs as klog
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,6 +112,63 @@ def test_vectorizers_are_off_by_default_and_on_when_asked():
     vectorized = llvm_jit.asm(scale_ir(3.0), vectorize=True)
     assert "vmulss" in scalar_only and "vmulps" not in scalar_only
     assert "vmulps" in vectorized
+
+
+# x[5 i] * 3 -> y[3 i]: loop strength reduction would turn both indices into pointer increments
+STRIDED = """
+define void @"kernel"(i64 %start, i64 %end, i8** %args) nounwind {
+entry:
+  %p = getelementptr i8*, i8** %args, i64 0
+  %raw = load i8*, i8** %p
+  %x = bitcast i8* %raw to float*
+  %q = getelementptr i8*, i8** %args, i64 1
+  %rawq = load i8*, i8** %q
+  %y = bitcast i8* %rawq to float*
+  br label %head
+head:
+  %i = phi i64 [%start, %entry], [%next, %body]
+  %more = icmp slt i64 %i, %end
+  br i1 %more, label %body, label %done
+body:
+  %i5 = mul i64 %i, 5
+  %at = getelementptr float, float* %x, i64 %i5
+  %v = load float, float* %at
+  %w = fmul float %v, 3.0
+  %i3 = mul i64 %i, 3
+  %to = getelementptr float, float* %y, i64 %i3
+  store float %w, float* %to
+  %next = add i64 %i, 1
+  br label %head
+done:
+  ret void
+}
+"""
+
+
+def test_kernels_compile_under_kilns_llvm_options():
+    """``object_worker.LLVM_OPTIONS`` (no loop strength reduction: compile time, no speed) hold
+    for kiln's compiles: the machine code differs from LLVM's default and computes the same."""
+    ours = llvm_jit.asm(STRIDED)
+    try:
+        llvm_binding.set_option("kiln", "-disable-lsr=false")
+        default = llvm_jit.asm(STRIDED)
+    finally:
+        object_worker.set_llvm_options()
+    assert ours != default and llvm_jit.asm(STRIDED) == ours
+    kernel = llvm_jit.compile_module(STRIDED).cfunc(
+        "kernel", None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p
+    )
+    x = np.arange(50, dtype=np.float32)
+    y = np.zeros(30, np.float32)
+    kernel(0, 10, (ctypes.c_void_p * 2)(x.ctypes.data, y.ctypes.data))
+    np.testing.assert_array_equal(y[::3], x[::5] * 3)
+
+
+def test_the_llvm_options_are_part_of_the_cache_key(monkeypatch):
+    """An object made under other LLVM options is never loaded: the key covers them."""
+    key = llvm_jit.kernel_key(STRIDED)
+    monkeypatch.setattr(object_worker, "LLVM_OPTIONS", ())
+    assert llvm_jit.kernel_key(STRIDED) != key
 
 
 def test_optimized_ir_is_text_of_the_optimized_module():

@@ -136,6 +136,7 @@ def host_target() -> HostTarget:
     with _LOCK:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
+        object_worker.set_llvm_options()
         host = HostTarget(
             triple=llvm.get_process_triple(),
             cpu_name=llvm.get_host_cpu_name(),
@@ -337,6 +338,7 @@ def _toolchain_digest(parts) -> str:
         host.triple,
         host.cpu_name,
         host.features,
+        *object_worker.LLVM_OPTIONS,
         *parts,
     ):
         digest.update(part.encode())
