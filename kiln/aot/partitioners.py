@@ -6,10 +6,10 @@ output is ``(*forward_outputs, *input_gradients)``. Both partitioners return a f
 input_gradients``; they differ in what they save.
 
 - ``default_partition`` saves every forward value the backward reads.
-- ``min_cut_partition`` chooses the saved set by a minimum cut (networkx max-flow) over a graph
-  whose edge capacities are the bytes a saved value keeps alive: cheap ops (pointwise, views,
-  creation, counter-based random) may be recomputed in the backward from what is saved;
-  matmuls, convolutions, reductions and gathers never are. An input the forward writes
+- ``min_cut_partition`` chooses the saved set by a minimum cut (``min_cut.py``'s maximum flow)
+  over a graph whose edge capacities are the bytes a saved value keeps alive: cheap ops
+  (pointwise, views, creation, counter-based random) may be recomputed in the backward from
+  what is saved; matmuls, convolutions, reductions and gathers never are. An input the forward writes
   (``meta["mutated_input"]``) is not saved for recomputing from: the backward runs after the
   new value is copied in.
 
@@ -28,6 +28,7 @@ from ..ops.core.registry import Op
 from ..runtime.symbolic import INT_LIKE, SymInt, hint_int
 from ..runtime.tensor import Tensor
 from .functionalize import is_view_node
+from .min_cut import FlowGraph
 
 __all__ = ["Partition", "default_partition", "min_cut_partition", "tensor_bytes", "storage_root"]
 
@@ -252,8 +253,6 @@ def _save_cost(node: Node) -> int:
 
 def min_cut_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
     """Save the cheapest set of tensors from which the backward can recompute what it needs."""
-    import networkx as nx  # a tenth of a second to import: paid by training graphs only
-
     _, tangents = _roles(joint)
     backward_nodes = _tangent_dependent(joint, tangents)
     _, grads = _outputs(joint, num_fwd_outputs)
@@ -264,8 +263,7 @@ def min_cut_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
         for n in joint.nodes
         if n.op in ("placeholder", "call_function", "get_attr") and n not in backward_nodes
     ]
-    flow = nx.DiGraph()
-    # edges without a capacity attribute are infinite for networkx
+    flow = FlowGraph()  # an edge without a capacity cannot be cut
     for n in forward_nodes:
         val = n.meta.get("val")
         read_by_backward = n in direct or (
@@ -290,11 +288,6 @@ def min_cut_partition(joint: Graph, num_fwd_outputs: int) -> Partition:
                 flow.add_edge(("out", n), ("in", user))
     if "sink" not in flow:
         return _build(joint, [], num_fwd_outputs, "min_cut_partition")
-    # Boykov-Kolmogorov's search trees suit these graphs (long chains, few augmenting paths):
-    # the same cuts as networkx's default preflow-push on the bench's training graphs, 2-16x
-    # sooner (resnet18's 1838-node graph: 532 -> 204 ms at a load of 5)
-    _, (reachable, _) = nx.minimum_cut(
-        flow, "source", "sink", flow_func=nx.algorithms.flow.boykov_kolmogorov
-    )
+    reachable = flow.source_side("source", "sink")
     saved = [n for n in forward_nodes if ("in", n) in reachable and ("out", n) not in reachable]
     return _build(joint, saved, num_fwd_outputs, "min_cut_partition")
