@@ -31,6 +31,12 @@ automatic_dynamic_shapes = True
 # process holds (after a first compile, a second one spent most of its time there); the
 # garbage of the compile is collected after it, as usual
 pause_gc_while_compiling = True
+# regional compilation (``regional_split``): a graph the inductor compiles is cut around the
+# calls of a module class made at least ``regional_min_repeats`` times, each over at least
+# ``regional_min_ops`` ops, and identical pieces are compiled once (a transformer's blocks)
+regional_compile = True
+regional_min_repeats = 3
+regional_min_ops = 16
 
 # PyTorch knobs scripts set or print, with PyTorch's defaults: kiln reads none of them (no DDP
 # graph splitting; .item() of an integer tensor and nonzero/unique are always captured as

@@ -20,28 +20,17 @@ are left whole (a piece boundary there would need more care than it is worth).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..ir import Graph, GraphModule, Node, map_arg
 from ..ir.passes import fetch_attr
 from ..nn.parallel.distributed import ddp_bucket_cap_for, has_live_ddp
-from ..ops.core.registry import Op
 from ..runtime import logs as klog
 from ..runtime.random import get_rng_state, set_rng_state
 from ..runtime.tensor import Tensor
-from .output_graph import set_grad_enabled_node
+from .graph_pieces import build_pieces, why_not_split
 
 __all__ = ["split_for_ddp", "bucket_segments"]
-
-
-@dataclass
-class _Piece:
-    module: GraphModule
-    inputs: list[Node]
-    outputs: list[Node]
-    compiled: Callable | None = None
 
 
 def _parameter_bytes(gm: GraphModule, example_inputs: list) -> tuple[dict[Node, int], tuple | None]:
@@ -61,17 +50,6 @@ def _parameter_bytes(gm: GraphModule, example_inputs: list) -> tuple[dict[Node, 
     caps = ddp_bucket_cap_for(list(tensors.values()))
     sizes = {node: t.numel() * t.element_size() for node, t in tensors.items()}
     return sizes, caps
-
-
-def _why_not_split(graph: Graph) -> str | None:
-    for node in graph.nodes:
-        if node.op != "call_function":
-            continue
-        if node.target is set_grad_enabled_node:
-            return "it switches grad mode"
-        if isinstance(node.target, Op) and node.target.inplace:
-            return f"it mutates a tensor in place ({node.name})"
-    return None
 
 
 def bucket_segments(
@@ -97,38 +75,6 @@ def bucket_segments(
     return segments
 
 
-def _build_pieces(gm: GraphModule, segments: list[list[Node]]) -> list[_Piece]:
-    pieces = []
-    for k, nodes in enumerate(segments):
-        own = set(nodes)
-        graph = Graph()
-        env: dict[Node, Node] = {}
-        inputs: list[Node] = []
-        attrs = {}
-
-        def value_of(node: Node) -> Node:
-            mapped = env.get(node)
-            if mapped is not None:
-                return mapped
-            if node.op == "get_attr":
-                mapped = graph.get_attr(node.target)
-                attrs[node.target] = fetch_attr(gm, node.target)
-            else:  # a graph input, or a value an earlier piece computes
-                mapped = graph.placeholder(node.name)
-                inputs.append(node)
-            mapped.meta = copy.copy(node.meta)
-            env[node] = mapped
-            return mapped
-
-        for node in nodes:
-            env[node] = graph.node_copy(node, value_of)
-        outputs = [n for n in nodes if any(user not in own for user in n.users)]
-        graph.output(tuple(env[n] for n in outputs))
-        name = f"{type(gm).__name__}_piece{k}"
-        pieces.append(_Piece(GraphModule(attrs, graph, class_name=name), inputs, outputs))
-    return pieces
-
-
 def split_for_ddp(
     gm: GraphModule, example_inputs: list, compile_piece: Callable[[GraphModule, list], Callable]
 ) -> Callable | None:
@@ -139,14 +85,14 @@ def split_for_ddp(
     parameter_bytes, caps = _parameter_bytes(gm, example_inputs)
     if caps is None:
         return None
-    reason = _why_not_split(gm.graph)
+    reason = why_not_split(gm.graph)
     if reason is not None:
         klog.log("graph_breaks", f"DDP graph not split at bucket boundaries: {reason}")
         return None
     segments = bucket_segments(gm.graph, parameter_bytes, caps)
     if len(segments) < 2:
         return None
-    pieces = _build_pieces(gm, segments)
+    pieces = build_pieces(gm, segments)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     state = get_rng_state()
     try:

@@ -41,6 +41,7 @@ from .ddp_graph_split import split_for_ddp
 from .eager_frames import run_eagerly
 from .exc import GraphBreakError, InvalidBackend
 from .guards import signature_source
+from .regional_split import split_repeated_regions
 from .resume import clear_cache as _clear_resume
 from .sources import guard_param_name
 from .stance import DEFAULT as _DEFAULT_STANCE
@@ -198,6 +199,14 @@ class CompileContext:
         try:
             # a graph reading DDP's parameters compiles in bucket-sized pieces (overlap)
             compiled = split_for_ddp(gm, example_inputs, run_backend)
+            if compiled is None and backend == "inductor" and reference is None:
+                # a stack of identical blocks compiles once (regional compilation); its pieces
+                # compile at the first run, under the lock and pause a capture takes
+                def run_piece(graph_module, inputs) -> Callable:
+                    with compile_lock, _collector_paused():
+                        return run_backend(graph_module, inputs)
+
+                compiled = split_repeated_regions(gm, example_inputs, run_piece)
             if compiled is None:
                 compiled = run_backend(gm, example_inputs)
         except Exception as e:

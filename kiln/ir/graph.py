@@ -126,6 +126,20 @@ class Graph:
     def nodes(self) -> _NodeList:
         return _NodeList(self)
 
+    def last_node(self) -> Node | None:
+        """The node at the end of the list now (None: empty); with ``nodes_after``, what a
+        stretch of tracing added."""
+        last = self._root._prev
+        return None if last is self._root else last
+
+    def nodes_after(self, node: Node | None) -> Iterator[Node]:
+        """The live nodes after ``node`` (all of them for None), in order."""
+        cur = (self._root if node is None else node)._next
+        while cur is not self._root:
+            if not cur._erased:
+                yield cur
+            cur = cur._next
+
     def find_nodes(self, *, op: str, target: Any = None) -> list[Node]:
         """Nodes with opcode ``op`` (and ``target``, when given), in order."""
         return [n for n in self.nodes if n.op == op and (target is None or n.target is target)]

@@ -19,6 +19,7 @@ import types
 from typing import Any
 
 from ..exc import unsupported
+from ..graph_pieces import mark_module_call
 from ..sources import AttrSource, ModuleTableSource, Source
 from .base import BoundMethodVariable, ConstantVariable, VariableTracker
 from .functions import UserFunctionVariable, bind_class_attribute, missing_attribute
@@ -126,11 +127,16 @@ class NNModuleVariable(VariableTracker):
         """``Module.__call__``: the forward (pre-)hooks and the forward."""
         from ...nn.modules import _hooks
 
+        graph = tx.output.graph
+        last = graph.last_node()
         if _hooks.has_hooks(self.module):
-            return self._call_with_forward_hooks(tx, args, kwargs)
-        if self.source is not None:  # a hook registered later must reach the next call
-            tx.output.guards.module_hooks_absent(self.source, _hooks.HOOK_DICTS)
-        return self._call_forward(tx, args, kwargs)
+            result = self._call_with_forward_hooks(tx, args, kwargs)
+        else:
+            if self.source is not None:  # a hook registered later must reach the next call
+                tx.output.guards.module_hooks_absent(self.source, _hooks.HOOK_DICTS)
+            result = self._call_forward(tx, args, kwargs)
+        mark_module_call(graph, last, type(self.module))
+        return result
 
     def _call_forward(self, tx, args: list, kwargs: dict) -> VariableTracker:
         """What ``Module.__call__`` calls: the instance's own ``forward`` where one was set on
