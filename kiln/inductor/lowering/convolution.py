@@ -37,10 +37,12 @@ is the 3x3 kernel and whose "batch" is the input channels, becomes one
 ``[O, N*H*W] @ [N*H*W, C*9]`` product rather than ``C`` products nine columns wide.
 
 A transposed convolution (the input gradient, ``ConvTranspose``) with unit strides is a forward
-convolution over the flipped kernel (``_as_forward``). Otherwise it is the product first, ``W^T x``
-giving one column per (output channel, kernel offset, input position), then col2im as a gather:
-every output element sums the kernel offsets whose input position lands on it (``_col2im``), a
-loop the consumers fuse with. 16-bit dtypes run the eager kernel (logged).
+convolution over the flipped kernel (``_as_forward``), unless a flipped copy of the weight costs
+more than it saves (``_flip_costs_more``: many channels over small images). Otherwise it is the
+product first, ``W^T x`` giving one column per (output channel, kernel offset, input position),
+BLAS reading the stored weight transposed, then col2im as a gather: every output element sums
+the kernel offsets whose input position lands on it (``_col2im``), a loop the consumers fuse
+with. 16-bit dtypes run the eager kernel (logged).
 
 The batch and image sizes may be symbolic (a graph compiled once for every size): loop bounds,
 padding tests and product shapes are expressions over them, and the two size-dependent choices
@@ -106,9 +108,9 @@ def _convolution(
         result = _per_channel(spec) or _direct(spec) or _channels(spec) or _forward(spec)
     elif _as_forward_possible(spec, output_padding):
         forward = _as_forward(spec)
-        result = (
-            _per_channel(forward) or _direct(forward) or _channels(forward) or _forward(forward)
-        )
+        result = _per_channel(forward) or _direct(forward) or _channels(forward)
+        if result is None:
+            result = _transposed(spec) if _flip_costs_more(spec) else _forward(forward)
     else:
         result = _channels_transposed(spec) or _transposed(spec)
     if bias is not None:
@@ -818,7 +820,8 @@ def _channels(spec: _Spec) -> TensorBox | None:
     it, the weight as (C, KH * KW, O), the output channels-last, read as NCHW through a view.
     The columns copy and product it replaces: the 16x32x8x8 layer of 64 4x4 filters at stride 2
     took 0.07 ms to copy columns and 0.14 ms to multiply (``compiled_profile``, 2 threads,
-    AVX-512, load 2), the loop 0.14 (load 5). None where it does not apply."""
+    AVX-512, load 2), the loop 0.14 (load 5). None where it does not apply, and for a weight
+    gradient of more output channels than terms per sum (``_read_transposed``)."""
     if not _channels_applies(spec):
         return None
     c, o = spec.channels, spec.weight_shape[0]
@@ -830,7 +833,7 @@ def _channels(spec: _Spec) -> TensorBox | None:
     ):
         return None
     tiles = channel_tiles(o)
-    if tiles is None:
+    if tiles is None or (o > c * taps and _read_transposed()):
         return None
     (oh, ow), (kh, kw) = spec.out_spatial, spec.kernel
     source = _contiguous_operand(_padded_source(spec))
@@ -842,6 +845,22 @@ def _channels(spec: _Spec) -> TensorBox | None:
     wt = _box(_ctx(spec.w), shape, spec.dtype, weight, spec.w).realize()
     inputs = [source, (wt, wt.layout), *spec.stride, *spec.dilation, kh, kw, oh, ow]
     return _channels_call(spec, extern_convolution.conv2d_channels_out, inputs, o, tiles)
+
+
+def _read_transposed() -> bool:
+    """Whether every use of the convolution being lowered swaps its first two dims: the weight
+    gradient's form, whose (input channel, output channel) result the derivative transposes
+    into the weight's order. The channels-in-lanes loop writes that result output channels
+    innermost, so a copy then transposes it; the columns product writes it in the weight's
+    order, which the graph's clone aliases. Where the output channels outnumber the terms of
+    each sum (resnet18's 256-channel layers over 2x2 images: 256 against 8 samples by 2x2
+    positions), that copy costs more than the columns the product needs."""
+    from .views import _name
+
+    users = list(getattr(CURRENT.node, "users", ()))
+    return bool(users) and all(
+        _name(user) == "permute" and list(user.args[1][:2]) == [1, 0] for user in users
+    )
 
 
 def _channels_call(spec: _Spec, kernel, inputs: list, o: int, tiles: tuple) -> TensorBox:
@@ -1134,6 +1153,27 @@ def _as_forward_possible(spec: _Spec, output_padding) -> bool:
         and all(p <= d * (k - 1) for p, d, k in zip(spec.padding, spec.dilation, spec.kernel))
         and not grows
     )
+
+
+def _flip_costs_more(spec: _Spec) -> bool:
+    """Whether a unit-stride transposed convolution that would take the columns and product
+    (``_forward`` of ``_as_forward``) costs less as the product ``W^T x`` and col2im. The
+    forward form copies the weight flipped (a loop BLAS cannot skip: no strides describe a
+    flip), stores the input padded and writes columns of ``Icg * K`` rows per output position;
+    the product form reads the stored weight through a transposed view and writes columns of
+    ``Og * K`` rows per input position, which col2im gathers where its consumers run. Taken
+    where the weight's copy and the forward columns hold more than the product's columns: the
+    input gradients of resnet18's 128- and 256-channel 3x3 layers over 4x4 and 2x2 images,
+    whose weights (0.6 and 2.4 MB, copied each step) outweigh their columns."""
+    if all(kn == 1 for kn in spec.kernel):
+        return False  # nothing to flip: the forward form reads the weight as a view
+    g, n = spec.groups, spec.batch
+    icg, ocg = spec.channels // g, spec.weight_shape[1]
+    kn = math.prod(spec.kernel)
+    weight = g * icg * ocg * kn
+    forward_columns = g * icg * kn * hint_int(n * math.prod(spec.out_spatial))
+    product_columns = g * ocg * kn * hint_int(n * math.prod(spec.in_spatial))
+    return weight + forward_columns > product_columns
 
 
 def _as_forward(spec: _Spec) -> _Spec:
