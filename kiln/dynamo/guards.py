@@ -54,6 +54,11 @@ def _stride_code(stride) -> str:
     return stride.expr.code(sym_var) if stride.__class__ is SymInt else str(stride)
 
 
+def _hint(value) -> int:
+    """A size or stride as the value seen (a ``SymInt``'s hint)."""
+    return value.hint if value.__class__ is SymInt else value
+
+
 def views_apart(*tensors) -> bool:
     """No two of ``tensors`` view overlapping memory (tensors of different storages never do;
     within one storage, their byte ranges are compared)."""
@@ -184,11 +189,13 @@ class GuardSet:
     def _stride_match(self, strides_expr: str, name: str, shape: tuple, strides: tuple) -> None:
         """The strides of a tensor input, except those of size-1 dims: no element is reached
         through them, and a window of a growing buffer (``ids[:, -1:]`` in a generation loop)
-        changes them every call. They are guarded too if the capture read a stride
-        (``strides_read``, checked at ``compile``)."""
+        changes them every call. They are guarded exactly if the capture read a stride
+        (``strides_read``, checked at ``compile``), and otherwise by how they compare with
+        the other strides (``_unit_stride_order``)."""
         unit = [d for d, size in enumerate(shape) if size.__class__ is int and size == 1]
         if unit:
             self._unit_strides.append((strides_expr, name, [(d, strides[d]) for d in unit]))
+            self._unit_stride_order(strides_expr, name, shape, strides, unit)
         kept = [d for d in range(len(shape)) if d not in unit]
         if not kept:
             return
@@ -203,6 +210,51 @@ class GuardSet:
                 f"{strides_expr}[{d}] == {_stride_code(strides[d])}" for d in kept
             )
             self._add(checks, text, True)
+
+    def _unit_stride_order(self, strides_expr: str, name: str, shape, strides, unit) -> None:
+        """Where each size-1 dim's stride falls among 0 and the other dims' strides and
+        extents (stride times size): what layout choices compare it with (the channels-last
+        test ``suggest_memory_format`` makes for a convolution, a pooling or an upsampling;
+        the dim order a layout-preserving op copies). A graph compiled for a channels-last
+        ``(n, c, 1, w)`` input chose its outputs' layouts from those comparisons; an input whose
+        size-1 stride compares otherwise looks contiguous to eager and captures again."""
+        marks = [(0, "0")]
+        for k, size in enumerate(shape):
+            if k not in unit:
+                marks += [(strides[k], _stride_code(strides[k]))]
+                marks += [(strides[k] * size, _stride_code(strides[k] * size))]
+        checks, shown = [], []
+        for d in unit:
+            ref, value = f"{strides_expr}[{d}]", strides[d]
+            compared = [(strides[e], f"{strides_expr}[{e}]") for e in unit if e != d]
+            below = above = None  # the nearest plain marks on either side of the stride
+            for mark, code in marks:
+                if mark.__class__ is not int or value.__class__ is not int:
+                    compared.append((mark, code))
+                elif mark == value:
+                    below = above = (mark, code)
+                    break
+                elif mark < value and (below is None or mark > below[0]):
+                    below = (mark, code)
+                elif mark > value and (above is None or mark < above[0]):
+                    above = (mark, code)
+            if below is not None and below is above:
+                checks.append(f"{ref} == {below[1]}")
+                shown.append(f"{name}.stride({d}) == {below[0]}")
+            else:
+                if below is not None:
+                    checks.append(f"{ref} > {below[1]}")
+                    shown.append(f"{name}.stride({d}) > {below[0]}")
+                if above is not None:
+                    checks.append(f"{ref} < {above[1]}")
+                    shown.append(f"{name}.stride({d}) < {above[0]}")
+            for mark, code in compared:  # (by the sizes seen: no size guard is recorded)
+                seen, other = _hint(value), _hint(mark)
+                op = "==" if seen == other else ("<" if seen < other else ">")
+                checks.append(f"{ref} {op} {code}")
+                shown.append(f"{name}.stride({d}) {op} {mark}")
+        if checks:
+            self._add(" and ".join(checks), ", ".join(shown), True)
 
     def _read_unit_strides(self) -> None:
         """The capture read a stride (``x.stride()``): the size-1 dims' strides it may have

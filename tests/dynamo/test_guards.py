@@ -11,6 +11,7 @@ import pytest
 import kiln
 from kiln.dynamo import config
 from kiln.dynamo.testing import CompileCounter
+from tests.oracle import needs_torch, torch
 
 from .helpers import assert_same
 
@@ -252,6 +253,37 @@ def test_a_window_of_a_growing_buffer_compiles_once(backend):
             np.testing.assert_array_equal(got.numpy(), expected.numpy())
             assert got.stride() == expected.stride()
     assert counter.frame_count == 1
+
+
+_LAYOUT_CHOOSERS = {
+    "conv2d": lambda lib, x: lib.nn.functional.conv2d(x, lib.ones(5, 3, 1, 1)),
+    "max_pool2d": lambda lib, x: lib.nn.functional.max_pool2d(x, 1),
+    "interpolate": lambda lib, x: lib.nn.functional.interpolate(x, scale_factor=2),
+}
+
+
+def _laid_out(lib, strides: tuple, data: np.ndarray):
+    """``data`` (shape ``(2, 3, 1, 4)``) in a buffer with ``strides``."""
+    x = lib.as_strided(lib.zeros(64), data.shape, strides)
+    x.copy_(lib.tensor(data))
+    return x
+
+
+@needs_torch
+@pytest.mark.parametrize("op", sorted(_LAYOUT_CHOOSERS))
+def test_a_size_one_stride_that_changes_the_channels_last_choice_recaptures(op):
+    # channels-last (2, 3, 1, 4) is (12, 1, 12, 3); with the size-1 dim's stride 3 or 1 it
+    # looks contiguous to the channels-last test, and the result is laid out otherwise
+    fn = _LAYOUT_CHOOSERS[op]
+    compiled = kiln.compile(lambda x: fn(kiln, x))
+    data = np.random.default_rng(0).standard_normal((2, 3, 1, 4)).astype(np.float32)
+    layouts = [(12, 1, 12, 3), (12, 1, 3, 3), (12, 1, 1, 3), (12, 1, 24, 3)]
+    for strides in layouts + layouts[::-1]:
+        got = compiled(_laid_out(kiln, strides, data))
+        eager = fn(kiln, _laid_out(kiln, strides, data))
+        want = fn(torch, _laid_out(torch, strides, data))
+        assert got.stride() == eager.stride() == want.stride(), strides
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
 
 
 def test_a_read_stride_of_a_size_one_dim_is_guarded():
