@@ -311,3 +311,43 @@ def test_in_place_ops_on_an_expanded_view_write_through_or_refuse_as_pytorch():
     for lib in (kiln, torch):
         with pytest.raises(RuntimeError, match="single memory location"):
             lib.ones(1, 5).expand(3, 1, 5).mul_(2)
+
+
+def _view_scatters(lib):
+    def ones_of(view):
+        return lib.ones(tuple(view.shape))
+
+    return {
+        "slice_scatter": lambda v: lib.slice_scatter(v, ones_of(v[:, :, 1:3]), 2, 1, 3),
+        "select_scatter": lambda v: lib.select_scatter(v, ones_of(v.select(1, 0)), 1, 0),
+        "diagonal_scatter": lambda v: lib.diagonal_scatter(
+            v, ones_of(v.diagonal(0, 1, 2)), 0, 1, 2
+        ),
+        # (which elements a strided view reaches depends on the result's layout)
+        "as_strided_scatter": lambda v: lib.as_strided_scatter(v, lib.ones(2, 2), (2, 2), (1, 2)),
+    }
+
+
+def _laid_out_inputs(lib):
+    rng = np.random.default_rng(0)
+    image = rng.standard_normal((2, 3, 4, 6)).astype(np.float32)
+    rows = rng.standard_normal((2, 6, 3)).astype(np.float32)
+    return {
+        "channels-last": lib.tensor(image).contiguous(memory_format=lib.channels_last),
+        "transposed": lib.tensor(rows).transpose(1, 2),
+    }
+
+
+@pytest.mark.parametrize("mode", ["eager", "meta", "aot_eager", "inductor"])
+@pytest.mark.parametrize("layout", ["channels-last", "transposed"])
+@pytest.mark.parametrize("op", sorted(_view_scatters(kiln)))
+def test_view_scatters_keep_the_input_layout_as_torch(op, layout, mode):
+    fn = _view_scatters(kiln)[op]
+    x = _laid_out_inputs(kiln)[layout]
+    want = _view_scatters(torch)[op](_laid_out_inputs(torch)[layout])
+    if mode == "meta":
+        assert fn(x.to("meta")).stride() == want.stride()
+        return
+    got = (fn if mode == "eager" else kiln.compile(fn, backend=mode))(x)
+    assert got.stride() == want.stride()
+    np.testing.assert_array_equal(got.numpy(), want.numpy())

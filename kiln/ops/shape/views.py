@@ -13,7 +13,7 @@ import builtins
 import numpy as np
 
 from ...runtime.device import cpu
-from ...runtime.memory_format import contiguous_format
+from ...runtime.memory_format import contiguous_format, preserve_format
 from ...runtime.storage import empty_array, storage_of
 from ...runtime.symbolic import (
     GuardOnDataDependentError,
@@ -27,7 +27,15 @@ from ...runtime.symbolic import (
     sym_min,
 )
 from ...runtime.tensor import contiguous_strides, wrap_array
-from ..core.common import Tensor, fake, numpy_derivative_ok, wrap, wrap_dim, wrap_dims
+from ..core.common import (
+    Tensor,
+    fake,
+    numpy_derivative_ok,
+    preserved_layout,
+    wrap,
+    wrap_dim,
+    wrap_dims,
+)
 from ..core.dispatch import dispatch_self_only, mark_view
 from ..core.grad_fn_naming import rename_grad_fn
 from ..core.registry import defop
@@ -797,14 +805,17 @@ diagonal.register_derivative(
 
 # ------------------------------------------------------------------------------ scatter inverses
 # Functional "copy src into a view of a copy of input": gradients of views and functionalized
-# in-place updates. Each is one kernel on the CPU: copy, then assign through the view.
+# in-place updates. Each is one kernel on the CPU: copy, then assign through the view. The copy
+# is laid out like the input (``empty_like``'s strides, PyTorch's ``clone_preserve_strides``
+# where the input is dense), so a functionalized in-place update keeps its tensor's layout and
+# ``as_strided_scatter`` writes the elements a strided view of the input would reach.
 
 
 def _scatter_op(name, view_op, schema):
     op = defop(schema, name=name, kind="scatter", prim=True)
 
     def kernel(x, src, *params):
-        out = x.clone(memory_format=contiguous_format) if x._data is not None else None
+        out = x.clone(memory_format=preserve_format) if x._data is not None else None
         target = view_op.kernel(out, *params)
         if not known_same_shape(target._shape, src._shape):
             raise RuntimeError(
@@ -815,7 +826,7 @@ def _scatter_op(name, view_op, schema):
         return out
 
     def meta(x, src, *params):
-        return fake(x._shape, x._dtype, x)
+        return fake(x._shape, x._dtype, x, preserved_layout(x))
 
     def derivative(c, g):
         x, src, *params = c.args
