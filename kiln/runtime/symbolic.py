@@ -314,7 +314,9 @@ class ShapeEnv:
                     raised.append((s, s.lower))
                     s.lower = 2
             try:
-                result = _decide_exprs(b.op, b.lhs, b.rhs)
+                # rebuilt under the raised ranges: ``max(1, u0)`` (a contiguous stride made
+                # while u0 could be 0) is ``u0`` once u0 >= 2
+                result = _decide_fresh(b.op, b.lhs, b.rhs)
             finally:
                 for s, lower in raised:
                     s.lower = lower

@@ -10,6 +10,8 @@ wrongly over an expanded one, shows.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -370,3 +372,14 @@ def test_a_view_of_an_input_returned_under_no_grad_for_a_new_size(backend):
             for g, w in zip(got, want):
                 assert g.requires_grad == w.requires_grad
                 np.testing.assert_array_equal(g.detach().numpy(), w.detach().numpy())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_boolean_mask_on_a_later_dim_of_an_input_that_needs_grad_compiles(backend):
+    # its (3, u0) result is laid out with stride max(1, u0); laying out its gradient asked
+    # whether that equals u0, which inductor refused (the graph ran with the eager backend)
+    mask = kiln.tensor([True, False, True, False])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        _compare(lambda lib, a: a[:, mask if lib is kiln else to_torch(mask)], [_rand(3, 4)],
+                 backend)  # fmt: skip

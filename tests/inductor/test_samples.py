@@ -47,7 +47,6 @@ NOT_ONE_GRAPH = {
     "get-mask-and-tensor": (RuntimeError, "is not read by any value of this graph"),
     **dict.fromkeys(
         [
-            "get-mask-middle",
             "unique_consecutive-values",
             "unique_consecutive-both",
             "unique_consecutive-dim0",

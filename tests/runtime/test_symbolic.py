@@ -24,6 +24,7 @@ from kiln.runtime.symbolic import (
     SymInt,
     known_same_shape,
     statically_known_true,
+    sym_max,
 )
 from kiln.runtime.tensor import contiguous_strides, make_fake
 from tests.oracle import assert_raises_alike, needs_torch, torch
@@ -374,6 +375,19 @@ def test_relations_on_unbacked_sizes_are_symbolic_booleans():
     with env.user_code(), pytest.raises(GuardOnDataDependentError, match="u0"):
         bool(relation)
     assert bool(u0 == 1) is False  # library code: unbacked sizes count as >= 2
+    assert env.guards == []
+
+
+def test_library_code_decides_a_max_built_before_an_unbacked_size_counted_as_at_least_two():
+    # a contiguous stride of a (3, u0) boolean-mask result is max(1, u0); whether it equals u0
+    # (is the result contiguous?) is asked when AOT lays out the output's gradient
+    env = ShapeEnv()
+    u0 = env.unbacked_size("boolean-mask indexing")
+    stride = sym_max(1, u0)
+    assert bool(stride == u0) is True
+    assert bool(stride != u0) is False
+    with env.user_code(), pytest.raises(GuardOnDataDependentError, match="u0"):
+        bool(stride == u0)
     assert env.guards == []
 
 
