@@ -226,3 +226,28 @@ def test_unary_results_of_integer_operands_have_torchs_strides(op, layout):
         except (RuntimeError, NotImplementedError):
             continue
         _same(UNARY[op](kiln, _layout_fn(layout)(kiln, dtype)), expected, (op, layout, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "bool"])
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda lib, a: a * 1.5,
+        lambda lib, a: a + lib.ones(1),
+        lambda lib, a: a / 2,
+        lambda lib, a: lib.logical_or(a, a) * 1,
+        lambda lib, a: a < 0.5,
+    ],
+    ids=["times_a_float", "plus_a_float_vector", "divided", "bool_times_an_int", "lt_a_float"],
+)
+def test_a_cast_expanded_permuted_operand_keeps_its_dim_order(op, dtype):
+    """TensorIterator's copy of an expanded transposed operand to the common dtype is dense in
+    the operand's dim order ((18, 6, 1, 2) for a (2, 3, 2, 3) result), and so is the result;
+    the eager kernel asked its numpy cast, row-major whatever the operand's layout, and gave
+    (18, 6, 3, 1) (fuzz campaign --check pytorch --seed 135)."""
+
+    def run(lib):
+        a = _values(lib, (3, 3, 2), dtype).transpose(1, 2).expand(2, -1, -1, -1)
+        return op(lib, a)
+
+    _same(run(kiln), run(torch), dtype)

@@ -600,15 +600,18 @@ def _binary_out(a, b, d: dt.dtype, x, y, common_dtype: dt.dtype | None = None):
     n = 1
     for s in shape:
         n *= s
-    if (
-        n * d.itemsize < _POOL_MIN_BYTES
-        and a.flags.c_contiguous
-        and (b.__class__ is not np.ndarray or b.flags.c_contiguous)
-    ):
+    if n * d.itemsize < _POOL_MIN_BYTES and _stored_contiguous(x) and _stored_contiguous(y):
         return None  # numpy's own output: contiguous, as PyTorch's
     # numpy orders a result's dims by its own rule, which differs from TensorIterator's where
     # an operand is broadcast or permuted; the metas follow TensorIterator's
     return empty_like_layout(shape, d, output_layout_source(shape, (x, y), common_dtype))
+
+
+def _stored_contiguous(x: TensorOrScalar) -> bool:
+    """Whether operand ``x`` is row-major (a number is): asked of the operand, not of its
+    numpy cast, which is row-major whatever the operand's layout (an expanded transposed int
+    tensor times 1.5: TensorIterator's copy keeps the transposed order, so the result does)."""
+    return x.__class__ is not Tensor or x._data.flags.c_contiguous
 
 
 # the float dtypes numpy computes in as PyTorch does (float16 is not: numpy rounds a Python
@@ -700,7 +703,7 @@ def _make_binary_kernel(fn, kind: str):
                 # a contiguous tensor and a number: numpy's result is PyTorch's (contiguous)
                 if not (
                     a.__class__ is np.ndarray
-                    and a.flags.c_contiguous
+                    and _stored_contiguous(x)
                     and (b.__class__ is not np.ndarray or not b.ndim)
                 ):
                     r = iterator_layout(r, (x, y), None if kind == "bool" else d)
