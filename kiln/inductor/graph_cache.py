@@ -51,7 +51,7 @@ __all__ = ["CachedGraph", "entry_key", "load", "save"]
 
 log = logging.getLogger("kiln.inductor")
 
-FORMAT = 4
+FORMAT = 5  # 5: wrappers end by releasing the pool's idle buffers (stored sources lack it)
 _PLAIN = (int, float, bool, str, type(None))
 
 

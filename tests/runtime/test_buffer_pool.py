@@ -115,3 +115,36 @@ def test_zero_filled_tensors_from_a_dirty_pool_are_zero_and_keep_negative_zero()
     assert np.signbit(neg).all() and not neg.any()
     bits = kiln.full((1024, 512), complex(-0.0, 0.0)).numpy().view(np.float32)
     assert np.signbit(bits[:, 0::2]).all() and not np.signbit(bits[:, 1::2]).any()
+
+
+def test_release_idle_drops_the_biggest_idle_buffers_until_the_free_ones_fit_the_budget():
+    """Buffers nobody was handed since the previous ``release_idle`` go, the biggest first,
+    until what is free fits the budget: the small ones stay for the next stretch to reuse."""
+    pool = BufferPool(max_free_bytes=8 * MB)
+    buffers = [pool.allocate(n) for n in (2 * MB, 3 * MB, 20 * MB)]
+    small = {b.ctypes.data for b in buffers[:2]}
+    pool.release_idle()  # the end of a stretch: all three in use, nothing to drop
+    del buffers  # 25 MB free, over the budget; nothing scanned yet
+    assert pool.free_bytes == 25 * MB
+    pool.release_idle()
+    assert pool.free_bytes == 5 * MB
+    made = pool.fresh_bytes
+    again = {pool.allocate(2 * MB).ctypes.data, pool.allocate(3 * MB).ctypes.data}
+    assert again == small and pool.fresh_bytes == made  # reused, no new pages
+
+
+def test_release_idle_keeps_buffers_handed_out_since_its_last_call_over_the_budget():
+    """A stretch of work run in a loop (a compiled graph's call) finds its temporaries again at
+    its next run: what was handed out since the previous call stays free, however big."""
+    pool = BufferPool(max_free_bytes=1 * MB)
+    held = pool.allocate(2 * MB)
+    pool.release_idle()
+    for _ in range(3):
+        temporary = pool.allocate(16 * MB)
+        del temporary
+        pool.release_idle()
+        assert pool.free_bytes == 16 * MB
+    assert pool.fresh_bytes == held.nbytes + 16 * MB  # one 16 MB buffer made, reused since
+    pool.release_idle()  # a stretch that did not use it: now it goes
+    assert pool.free_bytes == 0
+    held[:] = 1  # buffers in use are never dropped

@@ -2,7 +2,8 @@
 
 The source is what a compiled call executes (it is exec'd once) and what ``KILN_DEBUG_DIR`` dumps
 as ``output_code.py``. Each kernel call carries a comment naming the graph nodes it computes;
-buffers whose last reader has run lend their memory to later buffers of the same size.
+buffers whose last reader has run lend their memory to later buffers of the same size, and a
+call that leaves pooled buffers free ends by handing the pool's idle ones back (its budget).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from ...runtime.code_cache import compile_source
 from ...runtime.state import per_thread
-from ...runtime.storage import data_address
+from ...runtime.storage import data_address, pool, pooled
 from ...runtime.symbolic import SymInt
 from .. import wrapper_runtime
 from ..ir import InputBuffer
@@ -98,6 +99,7 @@ def base_namespace() -> dict:
         "_extern": wrapper_runtime.run_extern,
         "_index_flag": index_flag,
         "_index_error": index_error,
+        "_release_idle": pool.release_idle,
     }
 
 
@@ -270,6 +272,8 @@ def generate_wrapper(
             key = f"V{len(outs)}"
             ns[key] = out[1]
             outs.append(key)
+    if _leaves_pooled_buffers(lowered):
+        body.append("_release_idle()")
     body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
     inputs_read = {buf.name for buf in inputs if buf is not None}
     body = _free_dead_buffers(body, bound | inputs_read | set(arg_names), by_name, sched)
@@ -289,6 +293,20 @@ def generate_wrapper(
         prologue.append(f"del {', '.join(unused)}")
     lines += ["    " + line for line in entry + prologue + body]
     return WrapperModule("\n".join(lines) + "\n", ns)
+
+
+def _leaves_pooled_buffers(lowered) -> bool:
+    """Whether a call may leave pooled buffers free (its own, or inputs it drops): one of its
+    buffers or inputs is big enough for the pool, or has symbolic sizes. Such a wrapper ends
+    by releasing the pool's idle buffers (``BufferPool.release_idle``); one whose buffers are
+    all small skips the pool scan that costs."""
+    for buf in (*lowered.buffers, *(b for b in lowered.inputs if b is not None)):
+        layout = buf.layout
+        if layout.is_symbolic:
+            return True
+        if pooled(layout.storage_size() * np.dtype(layout.dtype.np).itemsize):
+            return True
+    return False
 
 
 def _unpack(arg_names: list) -> list:
