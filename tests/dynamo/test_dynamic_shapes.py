@@ -369,6 +369,39 @@ def test_masked_scatter_compiles_forward_and_backward_like_torch(backend):
     _close(ours.grad, theirs.grad)
 
 
+def _masked_write_of_masked_read(x, m):
+    y = x.clone()
+    y[m] = x[m] * 2
+    return y
+
+
+def _mask_changed_between_reads(x, m):
+    m = m.clone()
+    first = x.detach()[m]  # no gradient: the backward does not read the mask written below
+    m[0] = ~m[0]  # a different count of True values: the second read is its own size
+    second = x[m]
+    return second.sum(0) * 2, first.sum(0), second.shape[0] - first.shape[0]
+
+
+@needs_torch
+@pytest.mark.filterwarnings("error:backend")  # a backend failing falls back to eager silently
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("fn", [_masked_write_of_masked_read, _mask_changed_between_reads])
+def test_one_mask_read_twice_has_one_count_until_it_is_written(fn, backend):
+    """``y[m] = x[m] * 2``: the values' count and the write's count are one size (its backward
+    checked ``u1 == u0`` and the backend fell back to eager); an in-place write to the mask in
+    between makes a new count."""
+    rng = np.random.default_rng(0)
+    data, mask = rng.random((4, 3)).astype(np.float32), np.array([True, False, True, True])
+    ours, theirs = kiln.tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+    out = kiln.compile(fn, backend=backend)(ours, kiln.tensor(mask))
+    expected = _call_torch(fn, [theirs, torch.tensor(mask)])
+    _close(out, expected)
+    _first(out).sum().backward()
+    _first(expected).sum().backward()
+    _close(ours.grad, theirs.grad)
+
+
 def _call_torch(fn, args):
     """Run a test function written against ``kiln`` with ``torch`` in its place."""
     namespace = dict(fn.__globals__, kiln=torch)

@@ -50,6 +50,21 @@ def data_dependent_size(what: str, upper=None):
     return env.unbacked_size(what, upper if upper.__class__ is int else INF)
 
 
+def true_count(mask, what: str):
+    """The data-dependent count of ``mask``'s nonzero elements while capturing, one unbacked
+    symbol per mask value: a mask read twice (``y[m] = x[m] * 2``, whose backward reads it
+    again) gives counts the shape checks know are equal, as PyTorch's fake tensors memoise
+    ``nonzero``. An in-place write to the mask (its version moves) or another capture makes a
+    fresh one."""
+    env = active_env()
+    memo = getattr(mask, "_true_count", None)
+    if memo is not None and memo[0] is env and memo[1] == mask._version:
+        return memo[2]
+    count = data_dependent_size(what, mask.numel())
+    mask._true_count = (env, mask._version, count)
+    return count
+
+
 def _dtype_name(d: dt.dtype) -> str:
     return {"bool": "Bool", "bfloat16": "BFloat16", "int64": "Long", "int32": "Int"}.get(
         d.name, d.name.capitalize()
@@ -236,7 +251,7 @@ def _masked_index_shape(x, indices) -> tuple:
     per_dim: list = []
     for idx in indices:
         if idx is not None and idx._dtype in _MASK_DTYPES:
-            count = data_dependent_size("boolean-mask indexing", idx.numel())
+            count = true_count(idx, "boolean-mask indexing")
             per_dim.append(fake((count,), dt.int64, x))
             per_dim += [_COVERED] * (idx.ndim - 1)
         else:
@@ -427,7 +442,7 @@ def _nonzero_kernel(x):
 
 @nonzero.register_meta
 def _nonzero_meta(x):
-    count = data_dependent_size(f"nonzero of a {list(x._shape)} tensor", x.numel())
+    count = true_count(x, f"nonzero of a {list(x._shape)} tensor")
     return fake((count, x.ndim), dt.int64, x, (1, count))
 
 
