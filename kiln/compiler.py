@@ -13,7 +13,7 @@ __all__ = ["reset", "is_compiling"]
 
 # the capture frontend's controls, imported when first used (see the module docstring)
 _FROM_DECORATORS = frozenset(
-    {"is_dynamo_compiling", *CAPTURE_CONTROLS, "cudagraph_mark_step_begin"}
+    {"is_dynamo_compiling", *CAPTURE_CONTROLS, "cudagraph_mark_step_begin", "nested_compile_region"}
 )
 # from ``kiln.dynamo`` (its ``list_backends`` is PyTorch's: without the debug backends)
 _FROM_DYNAMO = frozenset(

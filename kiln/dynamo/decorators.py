@@ -21,11 +21,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..runtime.compiling import CAPTURE_CONTROLS, is_compiling
+from ..runtime.compiling import CAPTURE_CONTROLS, is_compiling, mark_compile_region
 from ..runtime.tensor import Tensor
 
 __all__ = [
     *CAPTURE_CONTROLS,
+    "nested_compile_region",
     "dynamic_dims",
     "dynamic_marks",
     "static_dims",
@@ -108,6 +109,18 @@ def allow_in_graph(fn: Callable) -> Callable:
         )
     fn._kiln_allow_in_graph = True
     return fn
+
+
+def nested_compile_region(fn: Callable | None = None):
+    """PyTorch's ``torch.compiler.nested_compile_region``: each call of ``fn`` in a compiled
+    graph is a region of its own, and calls whose ops and inputs' layouts agree share one
+    compile (``regional_split``); eagerly, ``fn`` runs as it is. Usable with or without
+    parentheses."""
+    if fn is None:
+        return nested_compile_region
+    if not isinstance(fn, types.FunctionType):
+        raise TypeError(f"nested_compile_region expects a function, got {type(fn).__name__}")
+    return mark_compile_region(fn)
 
 
 def graph_break(msg: str = "") -> None:

@@ -8,9 +8,9 @@ pieces (or the graph's inputs) computed, and whose outputs are the values later 
 graph's output read. Each compiled piece backpropagates as its own autograd node, like the
 graphs on either side of a graph break.
 
-Capture marks which module call made each node (``mark_module_call``): a node's
+Capture marks which module call made each node (``mark_call``): a node's
 ``meta["module_calls"]`` lists the calls that enclose it, outermost first, as (serial number,
-module type). Regional compilation finds its regions from those marks.
+module class or marked function). Regional compilation finds its regions from those marks.
 """
 
 from __future__ import annotations
@@ -19,23 +19,25 @@ import copy
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..ir import Graph, GraphModule, Node
 from ..ir.passes import fetch_attr
 from ..ops.core.registry import Op
 
-__all__ = ["Piece", "build_pieces", "why_not_split", "mark_module_call"]
+__all__ = ["Piece", "build_pieces", "why_not_split", "mark_call"]
 
 _call_serials = itertools.count()
 
 
-def mark_module_call(graph: Graph, before: Node | None, module_type: type) -> None:
+def mark_call(graph: Graph, before: Node | None, kind: Any) -> None:
     """Record that the ops traced after ``before`` (the graph's last node when the call began)
-    belong to one call of a ``module_type`` module. Inner calls are marked first, as they end
-    first, so each node's list grows outward."""
+    belong to one call of ``kind``: a module's class, or a function marked with
+    ``kiln.compiler.nested_compile_region``. Inner calls are marked first, as they end first,
+    so each node's list grows outward."""
     if before is not None and before._erased:
         return  # the list changed under the call: leave its nodes unmarked
-    call = (next(_call_serials), module_type)
+    call = (next(_call_serials), kind)
     for node in graph.nodes_after(before):
         if node.op == "call_function":
             node.meta.setdefault("module_calls", []).insert(0, call)

@@ -123,7 +123,16 @@ class UserFunctionVariable(FixedObjectVariable):
         raise unsupported("unsupported_object", f"function attribute {name!r}")
 
     def call_function(self, tx, args: list, kwargs: dict) -> VariableTracker:
-        return tx.inline_call(self, args, kwargs)
+        if self.fn.__dict__.get("_kiln_compile_region") is None:
+            return tx.inline_call(self, args, kwargs)
+        from ..graph_pieces import mark_call
+
+        # ``nested_compile_region``: its ops are marked as one region (``regional_split``)
+        graph = tx.output.graph
+        last = graph.last_node()
+        result = tx.inline_call(self, args, kwargs)
+        mark_call(graph, last, self.fn)
+        return result
 
 
 class LocalFunctionVariable(UserFunctionVariable):

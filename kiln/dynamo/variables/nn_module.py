@@ -19,7 +19,7 @@ import types
 from typing import Any
 
 from ..exc import unsupported
-from ..graph_pieces import mark_module_call
+from ..graph_pieces import mark_call
 from ..sources import AttrSource, ModuleTableSource, Source
 from .base import BoundMethodVariable, ConstantVariable, VariableTracker
 from .functions import UserFunctionVariable, bind_class_attribute, missing_attribute
@@ -135,7 +135,7 @@ class NNModuleVariable(VariableTracker):
             if self.source is not None:  # a hook registered later must reach the next call
                 tx.output.guards.module_hooks_absent(self.source, _hooks.HOOK_DICTS)
             result = self._call_forward(tx, args, kwargs)
-        mark_module_call(graph, last, type(self.module))
+        mark_call(graph, last, type(self.module))
         return result
 
     def _call_forward(self, tx, args: list, kwargs: dict) -> VariableTracker:
