@@ -27,14 +27,17 @@ def _flat(out) -> list:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def _compare(fn, inputs: list, backend: str, same_layout: bool = False) -> None:
-    """Run ``fn(lib, *inputs)`` compiled under kiln and eagerly under PyTorch, then compare;
-    ``same_layout``: also whether each output is a view, and its strides."""
+def _compare(fn, inputs: list, backend: str | None, same_layout: bool = False) -> None:
+    """Run ``fn(lib, *inputs)`` compiled under kiln (``backend`` None: kiln's eager mode) and
+    eagerly under PyTorch, then compare; ``same_layout``: also whether each output is a view,
+    and its strides."""
     import torch
 
     kiln_inputs = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
     torch_inputs = [to_torch(x) for x in inputs]
-    compiled = kiln.compile(lambda *a: fn(kiln, *a), backend=backend, fullgraph=True)
+    compiled = lambda *a: fn(kiln, *a)  # noqa: E731
+    if backend is not None:
+        compiled = kiln.compile(compiled, backend=backend, fullgraph=True)
     got = _flat(compiled(*kiln_inputs))
     expected = _flat(fn(torch, *torch_inputs))
     assert len(got) == len(expected)

@@ -734,6 +734,8 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
             out = run_below_autograd(op, args)
     finally:
         state.grad_enabled = True
+    if not op.is_view and (out.__class__ is not Tensor or out._base is not None):
+        _own_base(out, args)
     needs = [False] * len(args)
     list_positions = op.list_positions
     if list_positions:
@@ -815,6 +817,31 @@ def _autograd(op, args, state, on_cpu: bool, modes: list):
         out._requires_grad = True
         out.grad_fn = node
     return out
+
+
+def _own_base(out, args: tuple) -> None:
+    """A non-view op's results are their own bases to autograd, as PyTorch's: a decomposition run
+    below autograd may return a view of a tensor it made (``stack``'s cat then view, ``matmul``'s
+    squeezed ``mm``), and such a result kept that intermediate as its base. A write through a
+    view of the result then gave the hidden intermediate the new history, and the result itself,
+    not a view at autograd's level, kept its stale history (a compiled ``stack`` read after a
+    ``fill_`` through its alias passed the overwritten values' gradient to its inputs). A view
+    of an argument stays one: the argument's own history must see writes through it."""
+    outs = (out,) if out.__class__ is Tensor else out
+    if not isinstance(outs, (tuple, list)):
+        return
+    visible = None
+    for o in outs:
+        if not isinstance(o, Tensor) or o._base is None:
+            continue
+        if visible is None:
+            visible = set()
+            for a in args:
+                for t in a if isinstance(a, (tuple, list)) else (a,):
+                    if isinstance(t, Tensor):
+                        visible.add(id(t._base if t._base is not None else t))
+        if id(o._base) not in visible:
+            o._base = None
 
 
 def _view_written(made: tuple, why: str) -> RuntimeError:
