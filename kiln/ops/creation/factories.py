@@ -1001,12 +1001,20 @@ def _fill_kernel(x, value):
         )
     if not isinstance(value, Tensor):
         v = checked_scalar(v, x._dtype, check_float=x._dtype.itemsize != 2 or x.numel() != 1)
-    a = empty_array(x._shape, x._data.dtype)
+    layout = clone_layout(x, preserve_format)
+    if layout is None:
+        a = empty_array(x._shape, x._data.dtype)
+        a.fill(v)
+        return wrap_array(a, x._dtype)
+    a = strided_array(x._shape, layout, x._data.dtype)
     a.fill(v)
-    return wrap_array(a, x._dtype)
+    return _wrap_strided(a, x._dtype, layout)
 
 
-fill.register_meta(lambda x, value: fake(x._shape, x._dtype, x))
+# laid out like ``self``, as PyTorch's ``empty_like(self).fill_(value)``: a functionalized
+# ``fill_`` of a transposed tensor must keep the strides the ops after it read
+fill.register_meta(lambda x, value: fake(x._shape, x._dtype, x, clone_layout(x, preserve_format)))
+fill.result_layout = "preserved"
 fill.register_derivative(
     lambda c, g: (
         zero_grad(g) if c.needs_input_grad[0] else None,
