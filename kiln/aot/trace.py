@@ -252,8 +252,9 @@ def _covers(outer: Tensor, inner: Tensor) -> bool:
 class _OutputAnalysis:
     """Classifies fn's output leaves into the plan and the graph outputs (module docstring)."""
 
-    def __init__(self, flat_out: list, args: list, proxies: list):
+    def __init__(self, flat_out: list, args: list, proxies: list, aliased_tensor: Callable):
         self.plan: list = [None] * len(flat_out)
+        self._aliased_tensor = aliased_tensor
         self.graph_outputs: list[Tensor] = []
         self._graph_index: dict[int, int] = {}
         input_storage = {}
@@ -300,11 +301,19 @@ class _OutputAnalysis:
                 sources[i] = _history_root(t)
                 if not any(sources[i] is r for r in roots):
                     roots.append(sources[i])
+        detached: dict[int, Tensor] = {}
         for i in members:
             t = flat_out[i]
             if i in sources:
                 continue
             chain = _ancestors(t)
+            viewed = self._aliased_tensor(t) if len(chain) == 1 else None
+            if viewed is not None and _view_parent(viewed) is not None:
+                # a detached view of an intermediate (``y.diagonal().detach()``): made from
+                # ``y`` like the view, it keeps eager's strides, which a backend that writes
+                # its outputs densely would not give the view itself
+                detached[i] = viewed
+                chain = _ancestors(viewed)
             source = next((a for a in chain if any(a is r for r in roots)), None)
             if source is None:
                 source = next((r for r in roots if _covers(r, t)), None)
@@ -315,8 +324,16 @@ class _OutputAnalysis:
         for i in members:
             t, source = flat_out[i], sources[i]
             j = self.graph_index(source)
-            replay = _replayer(t, source)
+            replay = _replayer(t, source) if i not in detached else _detaching(detached[i], source)
             self.plan[i] = (OUT_GRAPH, j, None) if replay is None else (OUT_VIEW, -j - 1, replay)
+
+
+def _detaching(view: Tensor, source: Tensor) -> Callable[[Tensor], Tensor]:
+    """``view`` made from a real tensor laid out like ``source``, then detached."""
+    replay = _replayer(view, source)
+    if replay is None:
+        return lambda real, resolve=None: real.detach()
+    return lambda real, resolve=None: replay(real, resolve).detach()
 
 
 def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceResult:
@@ -355,7 +372,7 @@ def trace_function(fn, args, kwargs, with_grad: bool, decompositions) -> TraceRe
                 with _size_oblivious(mode):
                     out = fn(*call_positional, **call_keywords)
             flat_out, out_spec = tree_flatten(out)
-            outputs = _OutputAnalysis(flat_out, fn_args, proxies)
+            outputs = _OutputAnalysis(flat_out, fn_args, proxies, mode.aliased_tensor)
             grad_mutations = []
             if with_grad:
                 # an input written in place with a value that has history, whether or not it

@@ -426,6 +426,14 @@ class TracingMode(DispatchMode):
         node.meta["val"] = _meta_value(tensor)
         self._aliases[_alias_key(tensor)] = (tensor, node)
 
+    def aliased_tensor(self, tensor: Tensor) -> Tensor | None:
+        """The traced tensor a detached alias (``y.diagonal().detach()``) reads the memory and
+        layout of, whose view chain the alias itself does not record; None if there is none."""
+        entry = self._aliases.get(_alias_key(tensor))
+        if entry is None or entry[0] is tensor:
+            return None
+        return entry[0]
+
     def _detached(self, tensor: Tensor, node: Node) -> Node:
         """A ``detach()`` of ``node``'s value that library code made between ops (a
         decomposition's gradient stop), recorded: a graph that runs under autograd again would
