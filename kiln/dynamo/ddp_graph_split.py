@@ -25,10 +25,12 @@ from collections.abc import Callable
 from ..ir import Graph, GraphModule, Node, map_arg
 from ..ir.passes import fetch_attr
 from ..nn.parallel.distributed import ddp_bucket_cap_for, has_live_ddp
+from ..ops.core.registry import Op
 from ..runtime import logs as klog
 from ..runtime.random import get_rng_state, set_rng_state
 from ..runtime.tensor import Tensor
-from .graph_pieces import build_pieces, why_not_split
+from .graph_pieces import build_pieces
+from .output_graph import set_grad_enabled_node
 
 __all__ = ["split_for_ddp", "bucket_segments"]
 
@@ -50,6 +52,20 @@ def _parameter_bytes(gm: GraphModule, example_inputs: list) -> tuple[dict[Node, 
     caps = ddp_bucket_cap_for(list(tensors.values()))
     sizes = {node: t.numel() * t.element_size() for node, t in tensors.items()}
     return sizes, caps
+
+
+def _why_not_split(graph: Graph) -> str | None:
+    """Why ``graph`` must stay whole (None: it may be cut): a cut between a grad-mode switch
+    and the ops it governs, or between an in-place write and a read of the written tensor,
+    would need more care than splitting is worth."""
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target is set_grad_enabled_node:
+            return "it switches grad mode"
+        if isinstance(node.target, Op) and node.target.inplace:
+            return f"it mutates a tensor in place ({node.name})"
+    return None
 
 
 def bucket_segments(
@@ -85,7 +101,7 @@ def split_for_ddp(
     parameter_bytes, caps = _parameter_bytes(gm, example_inputs)
     if caps is None:
         return None
-    reason = why_not_split(gm.graph)
+    reason = _why_not_split(gm.graph)
     if reason is not None:
         klog.log("graph_breaks", f"DDP graph not split at bucket boundaries: {reason}")
         return None

@@ -23,9 +23,8 @@ from typing import Any
 
 from ..ir import Graph, GraphModule, Node
 from ..ir.passes import fetch_attr
-from ..ops.core.registry import Op
 
-__all__ = ["Piece", "build_pieces", "why_not_split", "mark_call"]
+__all__ = ["Piece", "build_pieces", "mark_call"]
 
 _call_serials = itertools.count()
 
@@ -52,22 +51,6 @@ class Piece:
     inputs: list[Node]
     outputs: list[Node]
     compiled: Callable | None = None
-
-
-def why_not_split(graph: Graph) -> str | None:
-    """Why ``graph`` must stay whole (None: it may be cut): a cut between a grad-mode switch
-    and the ops it governs, or between an in-place write and a read of the written tensor,
-    would need more care than splitting is worth."""
-    from .output_graph import set_grad_enabled_node  # (output_graph imports capture's modules)
-
-    for node in graph.nodes:
-        if node.op != "call_function":
-            continue
-        if node.target is set_grad_enabled_node:
-            return "it switches grad mode"
-        if isinstance(node.target, Op) and node.target.inplace:
-            return f"it mutates a tensor in place ({node.name})"
-    return None
 
 
 def build_pieces(gm: GraphModule, segments: list[list[Node]]) -> list[Piece]:

@@ -94,8 +94,7 @@ def _grad_modes(graph: Graph, segments: list[list[Node]]) -> list[bool | None] |
     each writing its inputs for real before the next starts, and an in-place op's result is
     the input tensor itself."""
     piece_of = {node: k for k, segment in enumerate(segments) for node in segment}
-    modes: list[bool | None] = [None] * len(segments)
-    seen = [False] * len(segments)
+    modes: dict[int, bool | None] = {}
     mode = None
     for node in graph.nodes:
         if node.op != "call_function":
@@ -104,9 +103,7 @@ def _grad_modes(graph: Graph, segments: list[list[Node]]) -> list[bool | None] |
             mode = node.args[0]
             continue
         k = piece_of[node]
-        if not seen[k]:
-            modes[k], seen[k] = mode, True
-        elif modes[k] != mode:
+        if modes.setdefault(k, mode) != mode:
             return None
         if isinstance(node.target, Op) and node.target.inplace:
             written = node.args[0]
@@ -114,7 +111,7 @@ def _grad_modes(graph: Graph, segments: list[list[Node]]) -> list[bool | None] |
                 continue  # a compiled piece returns the very input it wrote (pieces agree)
             if any(piece_of.get(user, k) != k for user in (written, *written.users, *node.users)):
                 return None
-    return modes
+    return [modes[k] for k in range(len(segments))]
 
 
 def _segments(ops: list[Node], regions: list[tuple[int, int]]) -> list[list[Node]]:
