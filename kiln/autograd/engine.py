@@ -28,6 +28,7 @@ from ..runtime.storage import data_address, memory_unshared
 from ..runtime.symbolic import known_same_shape, same_shape
 from ..runtime.tensor import Tensor, wrap_array
 from .anomaly import anomaly_state, run_node
+from .grad_mode import _record
 from .graph import AccumulateGrad, GradientEdge, Node, OpBackward, grad_accumulator
 
 __all__ = ["run_backward", "backward", "grad", "ExecutionEngine", "execution_engine", "tensor_edge"]
@@ -279,6 +280,8 @@ def run_backward(
     profiler = state.profiler  # ``kiln.profiler``'s recorder while it records this thread
     prev_grad_mode, prev_frees_saved = state.grad_enabled, state.frees_saved
     state.grad_enabled = create_graph
+    if state.mode_stack and prev_grad_mode != create_graph:
+        _record(create_graph)  # a traced backward's ops replay under its grad mode
     state.frees_saved = not retain_graph
     callback_stack = execution_engine._stack()
     callbacks: list = []
@@ -361,6 +364,8 @@ def run_backward(
     finally:
         callback_stack.pop()
         state.grad_enabled = prev_grad_mode
+        if state.mode_stack and prev_grad_mode != create_graph:
+            _record(prev_grad_mode)
         state.frees_saved = prev_frees_saved
 
     if inputs is not None and not accumulate:
