@@ -120,7 +120,7 @@ class _LoopIRPrinter:
     def load(self, name, index):
         return self._emit(f"load({name}, {index!r})")
 
-    def indirect_indexing(self, value, size):
+    def indirect_indexing(self, value, size, wrap_negative=True, error="RuntimeError"):
         from ..inductor import sym
 
         self._indirect += 1

@@ -12,7 +12,14 @@ from . import sym
 from .ir import Buffer, ComputedBuffer, Pointwise, Reduction
 from .virtualized import set_ops_handler
 
-__all__ = ["MemoryRead", "RecordingHandler", "reads_of", "read_names", "iteration_vars"]
+__all__ = [
+    "MemoryRead",
+    "RecordingHandler",
+    "reads_of",
+    "read_names",
+    "iteration_vars",
+    "index_error_type",
+]
 
 
 @dataclass(frozen=True)
@@ -34,13 +41,15 @@ class RecordingHandler:
     def __init__(self):
         self.reads: list[MemoryRead] = []
         self.indirect = 0
+        self.errors: set[str] = set()
 
     def load(self, name, index):
         self.reads.append(MemoryRead(name, sym.as_expr(index)))
         return _TOKEN
 
-    def indirect_indexing(self, value, size, wrap_negative=True):
+    def indirect_indexing(self, value, size, wrap_negative=True, error="RuntimeError"):
         self.indirect += 1
+        self.errors.add(error)
         return sym.Indirect(f"_ind{self.indirect}", size)
 
     def __getattr__(self, name):
@@ -74,7 +83,7 @@ def uses_indirect(buf: Buffer, index=None, rindex=None) -> bool:
 
 
 def _recorded(buf: Buffer, index, rindex) -> tuple:
-    """``(loads, indirect indexings)`` of ``buf``'s body, remembered as ``reads_of`` says."""
+    """``(loads, indirect indexings, their exception names)`` of ``buf``'s body, remembered as ``reads_of`` says."""
     if not isinstance(buf, ComputedBuffer):
         return (), 0
     if index is None:
@@ -94,10 +103,31 @@ def _recorded(buf: Buffer, index, rindex) -> tuple:
             data.inner_fn(index)
         else:
             data.inner_fn(index, rindex)
-    result = (tuple(handler.reads), handler.indirect)
+    result = (tuple(handler.reads), handler.indirect, frozenset(handler.errors))
     if key is not None:
         memo[1][key] = result
     return result
+
+
+def index_error_type(bufs) -> type[Exception]:
+    """The exception a kernel computing ``bufs`` raises for an index out of range: the type the
+    ops it gathers for raise eagerly, as PyTorch's (``IndexError`` for ``x[idx]``, ``take``,
+    ``embedding``; ``RuntimeError`` for ``gather``, ``scatter``), which each lowering names in
+    its ``indirect_indexing`` calls. A kernel mixing both cannot tell which of its indices was
+    out of range, and raises ``RuntimeError``."""
+    from .ir import Scatter
+
+    errors: set[str] = set()
+    for buf in bufs:
+        data = getattr(buf, "data", None)
+        if isinstance(data, Scatter):
+            handler = RecordingHandler()
+            with set_ops_handler(handler):
+                data.index_fn([sym.Var(f"x{i}", s) for i, s in enumerate(data.ranges)])
+            errors |= handler.errors
+        elif isinstance(buf, ComputedBuffer):
+            errors |= _recorded(buf, None, None)[2]
+    return IndexError if errors == {"IndexError"} else RuntimeError
 
 
 def read_names(buf: Buffer) -> list[str]:

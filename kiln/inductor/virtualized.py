@@ -57,10 +57,15 @@ class OpsHandler:
     def randn(self, seed, offset):
         raise NotImplementedError
 
-    def indirect_indexing(self, value, size: int, wrap_negative: bool = True):
+    def indirect_indexing(
+        self, value, size: int, wrap_negative: bool = True, error: str = "RuntimeError"
+    ):
         """An index atom usable in expressions for ``value`` read from memory; negative values
         count from the end (``x[idx]``) unless ``wrap_negative`` is False (``gather``,
-        ``scatter``: PyTorch refuses them). Out-of-range values are an error the code reports."""
+        ``scatter``: PyTorch refuses them). Out-of-range values are an error the code reports:
+        ``error`` names the builtin exception the op raises eagerly (``IndexError`` for
+        ``x[idx]``), which the wrapper raises (``dependencies.index_error_type``); kernels only
+        set their flag."""
         raise NotImplementedError
 
 

@@ -85,9 +85,9 @@ def test_valid_neighbours_of_the_refused_cases_still_compile():
 
 
 # an index read from a tensor outside its dimension: eager raises (IndexError or RuntimeError,
-# as PyTorch's eager op does); compiled kernels set an error flag the wrapper raises from
-# (RuntimeError, as PyTorch's compiled code), naming the user's line, instead of returning what
-# a clamped load read
+# as PyTorch's eager op does); compiled kernels set an error flag the wrapper raises from (the
+# exception type eager raises), naming the user's line, instead of returning what a clamped
+# load read
 OUT_OF_RANGE = {
     "x[idx] past the end": lambda lib, x: x[lib.tensor([4])] * 2,
     "x[idx] before the start": lambda lib, x: x[lib.tensor([-9])] * 2,
@@ -99,6 +99,11 @@ OUT_OF_RANGE = {
         0, lib.tensor([[-1, 0]]), lib.ones(1, 2)
     ),
     "index_add": lambda lib, x: x.index_add(0, lib.tensor([5]), lib.ones(1, 5)),
+    "index_add of a negative index": lambda lib, x: x.index_add(
+        0, lib.tensor([-1]), lib.ones(1, 5)
+    ),
+    "scatter of a negative index": lambda lib, x: x.scatter(0, lib.tensor([[-1]]), 1.0),
+    "index_select along dim 0": lambda lib, x: x.index_select(0, lib.tensor([4])),
     "take": lambda lib, x: lib.take(x, lib.tensor([20, -21])),
     "embedding": lambda lib, x: lib.nn.functional.embedding(lib.tensor([4, 1]), x),
     "index_select": lambda lib, x: x.index_select(1, lib.tensor([5])),
@@ -122,11 +127,12 @@ OUT_OF_RANGE = {
 @pytest.mark.parametrize("name", list(OUT_OF_RANGE))
 def test_compiled_gathers_refuse_indices_out_of_range(name):
     case = OUT_OF_RANGE[name]
-    assert _error(case, torch, torch.arange(20.0).reshape(4, 5)) is not None
+    expected = _error(case, torch, torch.arange(20.0).reshape(4, 5))
     x = kiln.arange(20.0).reshape(4, 5)
-    assert _error(case, kiln, x) is not None
+    eager = _error(case, kiln, x)
     compiled = _error(kiln.compile(lambda x: case(kiln, x)), x)
-    assert isinstance(compiled, RuntimeError), compiled
+    assert type(eager) is type(expected), (eager, expected)
+    assert type(compiled) is type(expected), (compiled, expected)
     assert "index out of bounds" in str(compiled)
     assert "test_compiled_refusals.py" in str(compiled)  # the user's line
 
@@ -147,7 +153,7 @@ def test_index_errors_name_the_line_of_the_graph_that_ran(tmp_path, monkeypatch)
     x, bad = kiln.arange(5.0), kiln.tensor([7])
     for fn in (_gather_at_first_line, _gather_at_second_line):
         error = _error(kiln.compile(fn), x, bad)
-        assert isinstance(error, RuntimeError), error
+        assert isinstance(error, IndexError), error  # as eager's x[idx] and PyTorch's
         line = fn.__code__.co_firstlineno + 1
         assert f"test_compiled_refusals.py:{line})" in str(error), (fn.__name__, str(error))
 
@@ -193,5 +199,5 @@ def test_rows_gathered_through_one_index_per_row(dtype):
     for bad in (10, -1):
         wrong = kiln.tensor([[3, bad]]).to(getattr(kiln, dtype))
         compiled = _error(kiln.compile(lambda w, i: fn(kiln, w, i)), weight.detach(), wrong)
-        assert isinstance(compiled, RuntimeError), compiled
+        assert isinstance(compiled, IndexError), compiled  # as PyTorch's embedding
         assert "index out of bounds" in str(compiled)

@@ -57,7 +57,8 @@ class _Recorder:
         self.calls.append((op, args, kwargs, atom))
         return Token(len(self.calls) - 1)
 
-    def indirect_indexing(self, value, size, wrap_negative=True):
+    def indirect_indexing(self, value, size, wrap_negative=True, error="RuntimeError"):
+        # ``error`` is the wrapper's business (the kernel sets the same flag for any): not recorded
         atom = sym.Indirect(f"_recorded{len(self.calls)}", size)
         self._call("indirect_indexing", (value, size, wrap_negative), {}, atom)
         return sym.as_expr(atom)

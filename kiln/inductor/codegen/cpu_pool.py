@@ -398,14 +398,21 @@ def index_flag() -> np.ndarray:
     return np.zeros(1, np.int64)
 
 
-def index_error(where: str, names: tuple = (), lines: dict | None = None):
-    """PyTorch's compiled code raises a RuntimeError for an index outside its dimension (eager
-    raises IndexError or RuntimeError, depending on the op); ``where`` names the kernel, and
-    ``names`` the graph nodes it computes, each with its user line from ``lines``."""
+def index_error(
+    where: str,
+    names: tuple = (),
+    lines: dict | None = None,
+    error: type[Exception] = RuntimeError,
+):
+    """Raise ``error`` for an index outside its dimension: the type the op raises eagerly, as
+    PyTorch's (``IndexError`` for ``x[idx]``, ``take``, ``embedding``; ``RuntimeError`` for
+    ``gather``), so compiled code is caught where eager code is (``dependencies.
+    index_error_type``); ``where`` names the kernel, and ``names`` the graph nodes it
+    computes, each with its user line from ``lines``."""
     if names:
         lines = lines or {}
         where += ": " + ", ".join(f"{n}@{lines[n]}" if n in lines else n for n in names)
-    raise RuntimeError(
+    raise error(
         "index out of bounds: an index tensor holds a value outside the dimension it indexes "
         f"(in compiled code, {where})"
     )

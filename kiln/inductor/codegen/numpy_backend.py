@@ -90,7 +90,7 @@ class NumpyHandler:
     def index_expr(self, expr, dtype):
         return np.asarray(eval_expr(sym.as_expr(expr), self.env, self.values)).astype(_np(dtype))
 
-    def indirect_indexing(self, value, size, wrap_negative=True):
+    def indirect_indexing(self, value, size, wrap_negative=True, error="RuntimeError"):
         self.indirect += 1
         atom = sym.Indirect(f"_ind{self.indirect}", size)
         v = np.asarray(value).astype(np.int64)

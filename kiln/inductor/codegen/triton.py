@@ -502,7 +502,9 @@ class KernelPrinter:
         xdep, rdep = self.expr_deps(expr)
         return self.emit(f"({self.index(expr)}).to({tl_dtype(dtype)})", dtype, xdep, rdep)
 
-    def indirect_indexing(self, value: TVal, size: int, wrap_negative: bool = True):
+    def indirect_indexing(
+        self, value: TVal, size: int, wrap_negative: bool = True, error: str = "RuntimeError"
+    ):
         """An index read from memory (or ``_checked_index``'s). One outside the dimension (after
         counting negatives from the end, when ``wrap_negative``) sets the kernel's error flag,
         ``INDEX_ERRORS``, which the wrapper checks after the graph and raises from, as the CPU

@@ -198,7 +198,7 @@ class _BodyPrinter(KernelPrinter):
     def index_expr(self, expr, dtype):
         raise NotElementwiseError("the body reads element positions")
 
-    def indirect_indexing(self, value, size, wrap_negative=True):
+    def indirect_indexing(self, value, size, wrap_negative=True, error="RuntimeError"):
         raise NotElementwiseError("the body gathers")
 
     def rand(self, seed, offset):

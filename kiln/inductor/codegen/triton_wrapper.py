@@ -29,6 +29,7 @@ from ...runtime.storage import empty_array
 from ...runtime.sym_expr import Symbol
 from ...runtime.symbolic import SymInt
 from .. import sym, wrapper_runtime
+from ..dependencies import index_error_type
 from ..graph_lowering import _layout_of
 from ..ir import InputBuffer
 from ..scheduler import ExternCall, Kernel, ScatterStep, Schedule, _step_reads, _step_writes
@@ -97,6 +98,12 @@ def _plan(sched: Schedule) -> list[_Step]:
         step.reads = [r for r in dict.fromkeys(reads) if r not in step.writes]
         steps.append(step)
     return steps
+
+
+def _step_nodes(step: _Step) -> list:
+    """The buffers a step's generated kernels compute."""
+    nodes = [step.call.buffer] if step.call is not None else []
+    return nodes + (list(step.kernel.nodes) if step.kernel is not None else [])
 
 
 def _origins(nodes) -> str:
@@ -293,8 +300,13 @@ def _render(steps, lowered, buffers, outputs, symbols=(), layouts: dict | None =
     checked = [k for k in kernels if INDEX_ERRORS in k.args]
     flags = {k.name: f"index_flags[{i}]" for i, k in enumerate(checked)}
     if checked:
-        out += ["", "# kernels flagging an index out of range, in flag order (named in the error)"]
-        out.append(f"INDEX_READERS = {tuple(f'{k.name}: {k.comment}' for k in checked)!r}")
+        errors = {
+            k.name: index_error_type(_step_nodes(s)).__name__ for s in steps for k in s.generated
+        }
+        readers = ", ".join(f"({f'{k.name}: {k.comment}'!r}, {errors[k.name]})" for k in checked)
+        out += ["", "# kernels flagging an index out of range, in flag order (named in the error),"]
+        out.append("# each with the exception its ops raise eagerly")
+        out.append(f"INDEX_READERS = ({readers},)")
     allocated: set = set()
     last_use: dict = {}
     for i, step in enumerate(steps):
@@ -349,9 +361,11 @@ def _render(steps, lowered, buffers, outputs, symbols=(), layouts: dict | None =
     returned = ", ".join(f"{n!r}: {names[n]}" for n in dict.fromkeys(outputs) if n in names)
     body.append("")
     if checked:  # once per call: reading the flags waits for the device
-        body.append("for flagged, where in zip(rt.read_index_flags(index_flags), INDEX_READERS):")
+        body.append(
+            "for flagged, (where, error) in zip(rt.read_index_flags(index_flags), INDEX_READERS):"
+        )
         body.append("    if flagged:")
-        body.append("        index_error(where)")
+        body.append("        index_error(where, error=error)")
     body.append(f"return {{{returned}}}")
     out += ["", f"def call(inputs{'' if layouts is None else ', S'}):"] + [
         "    " + line if line else "" for line in body

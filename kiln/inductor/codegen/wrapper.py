@@ -20,6 +20,7 @@ from ...runtime.state import per_thread
 from ...runtime.storage import data_address, pool, pooled
 from ...runtime.symbolic import SymInt
 from .. import wrapper_runtime
+from ..dependencies import index_error_type
 from ..ir import InputBuffer
 from ..scheduler import Kernel, Schedule
 from ..symbolic_sizes import SizeBinding
@@ -231,7 +232,11 @@ def generate_wrapper(
                     src = getattr(o, "meta", {}).get("source")
                     if src:
                         user_lines[o.name] = src
-                body.append(f"if {INDEX_ERRORS}[0]: _index_error({step.name!r}, {names!r}, _lines)")
+                error = index_error_type(step.nodes if isinstance(step, Kernel) else [step.buffer])
+                body.append(
+                    f"if {INDEX_ERRORS}[0]: "
+                    f"_index_error({step.name!r}, {names!r}, _lines, {error.__name__})"
+                )
         elif sizes is not None and i in numpy_steps:  # run by numpy at this call's sizes
             ns[f"S{i}"] = numpy_steps[i]
             keys = [layout_ref(f"N{i}_{k}", buffers[name].layout) for k, name in enumerate(writes)]

@@ -19,14 +19,15 @@ def _indirect(box: TensorBox, index, size: int):
 
 
 @register_lowering("_checked_index")
-def _checked_index(out_meta, index, size):
+def _checked_index(out_meta, index, size, error="RuntimeError"):
     """The index itself, each value passed through ``indirect_indexing`` without counting
     negatives from the end: the kernel that computes it (or a consumer it is fused into) flags
-    a value outside ``[0, size)`` as it flags a gather's."""
+    a value outside ``[0, size)`` as it flags a gather's, and the wrapper raises ``error``."""
     loader = index.loader
 
     def load(i):
-        return ops.index_expr(ops.indirect_indexing(loader(list(i)), size, False), index.dtype)
+        checked = ops.indirect_indexing(loader(list(i)), size, False, error=error)
+        return ops.index_expr(checked, index.dtype)
 
     box = _box(_ctx(index), out_meta.shape, index.dtype, load, index)
     box.realize()  # checked once per index, not again in every consumer's loop (a loss's classes)
@@ -87,7 +88,8 @@ def _index(out_meta, x, indices):
                     sym.ZERO if sym.broadcasts(sz, broadcast_shape[lead + k]) else bidx[lead + k]
                     for k, sz in enumerate(s)
                 ]
-                target[d] = ops.indirect_indexing(loaders[d](sub), x.shape[d])
+                # eager x[idx] (and take, index_put) raise IndexError, as PyTorch's
+                target[d] = ops.indirect_indexing(loaders[d](sub), x.shape[d], error="IndexError")
             else:
                 target[d] = next(rest_iter)
         return inner(target)

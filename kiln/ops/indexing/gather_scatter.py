@@ -61,21 +61,28 @@ def check_index_bounds(
 
 
 @defop(kind="indexing", prim=True, differentiable=False)
-def _checked_index(index: Tensor, size: int): ...
+def _checked_index(index: Tensor, size: int, error: str = "RuntimeError"): ...
+
+
+_INDEX_ERRORS = {"IndexError": IndexError, "RuntimeError": RuntimeError}
 
 
 @_checked_index.register_kernel
-def _checked_index_kernel(index, size):
-    check_index_bounds("", index._data, size, 0)
+def _checked_index_kernel(index, size, error="RuntimeError"):
+    check_index_bounds("", index._data, size, 0, exc=_INDEX_ERRORS[error])
     return wrap(index._data.copy(), index._dtype)
 
 
-_checked_index.register_meta(lambda index, size: fake(index._shape, index._dtype, index))
+_checked_index.register_meta(
+    lambda index, size, error="RuntimeError": fake(index._shape, index._dtype, index)
+)
 _checked_index.__doc__ = """``index`` itself, refused when a value lies outside ``[0, size)``: what a
 decomposition computes from an index without reading memory through it (``nll_loss``'s one-hot
 mask, ``one_hot``, ``embedding``'s and ``index_select``'s rows) checks it this way, so the
 compiled op refuses an index eager refuses (the inductor's kernels flag it as they flag a
-gather's)."""
+gather's). ``error`` names the builtin exception the calling op raises eagerly (PyTorch's
+``IndexError`` for ``embedding``, ``RuntimeError`` for ``one_hot``), which compiled code raises
+too."""
 
 
 def as_1d(a: np.ndarray) -> np.ndarray:
@@ -305,6 +312,9 @@ def _scatter_decomp(x, dim, index, src, reduce=None):
     if reduce == "multiply":
         values = values.expand(tuple(index.shape))
         return scatter_reduce(x, d, index, values, "prod")
+    # scatter refuses negative indices, and raises RuntimeError (not index_put's IndexError) for
+    # one out of range, compiled as eagerly
+    index = OPS["_checked_index"](index, x.shape[d], "RuntimeError")
     coords = _coord_tensors(x, d, index)
     return OPS["index_put"](x, coords, values, reduce == "add")
 

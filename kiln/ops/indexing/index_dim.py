@@ -136,8 +136,10 @@ index_select.result_layout = "contiguous"  # as PyTorch's (the decomposition's i
 def _index_select_decomp(x, dim, index):
     d, shape = _index_select_check(x, dim, index)
     flat = x.reshape(1) if x.ndim == 0 else x
-    # ``index`` counts negative indices from the end; index_select refuses them
-    rows = OPS["_checked_index"](index.reshape(-1), flat.shape[d])
+    # ``index`` counts negative indices from the end; index_select refuses them, with the
+    # kernel's exception type (``_index_select_kernel``)
+    error = "IndexError" if d == 0 or flat.ndim >= 3 and d == flat.ndim - 1 else "RuntimeError"
+    rows = OPS["_checked_index"](index.reshape(-1), flat.shape[d], error)
     return OPS["index"](flat, [None] * d + [rows]).reshape(shape)
 
 
@@ -161,8 +163,12 @@ def _dim_put(x, d, index, values, accumulate, exc=RuntimeError, prefix="", negat
     return wrap(out.reshape(x._shape), x._dtype)
 
 
-def _dim_put_decomp(x, d, index, values, accumulate):
+def _dim_put_decomp(x, d, index, values, accumulate, checked=False):
+    """``checked``: the op refuses negative indices, and raises RuntimeError (index_add), not
+    ``index_put``'s IndexError, for one out of range (``_checked_index``)."""
     flat = x.reshape(1) if x.ndim == 0 else x
+    if checked:
+        index = OPS["_checked_index"](index.reshape(-1), flat.shape[d], "RuntimeError")
     if values.ndim:
         # the slot count spelled out: -1 is ambiguous when another dim is 0
         count = (index.numel(),)
@@ -214,7 +220,8 @@ index_add.result_layout = "contiguous"  # as PyTorch's (its decomposition's part
 @index_add.register_decomposition
 def _index_add_decomp(x, dim, index, source, alpha=1):
     d = _index_add_check(x, dim, index, source)
-    return _dim_put_decomp(x, d, index, source * alpha if alpha != 1 else source, True)
+    values = source * alpha if alpha != 1 else source
+    return _dim_put_decomp(x, d, index, values, True, checked=True)
 
 
 @defop(kind="indexing", inplace_method=True)

@@ -114,7 +114,7 @@ embedding.register_derivative(_embedding_grad, save_inputs=(1,))
 @embedding.register_decomposition
 def _embedding_decomp(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     # ``index`` counts negative indices from the end; an embedding refuses them
-    rows = OPS["index"](weight, [OPS["_checked_index"](indices, weight.shape[0])])
+    rows = OPS["index"](weight, [OPS["_checked_index"](indices, weight.shape[0], "IndexError")])
     if padding_idx < 0 and not scale_grad_by_freq:
         return rows
     if not (weight.dtype.is_floating_point or weight.dtype.is_complex):

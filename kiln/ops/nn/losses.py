@@ -229,7 +229,9 @@ def _nll_parts(x, target, weight, ignore_index, class_dim, n_classes):
     """(one-hot mask of the targets along the class dim, per-target weight with ignores zeroed)."""
     valid = target != ignore_index
     # a target outside [0, n_classes) that is not ignored is an error (the mask would be empty)
-    safe = OPS["_checked_index"](OPS["where"](valid, target, 0).to(dt.int64), n_classes)
+    safe = OPS["_checked_index"](
+        OPS["where"](valid, target, 0).to(dt.int64), n_classes, "IndexError"
+    )
     shape = [1] * x.ndim
     shape[class_dim] = n_classes
     classes = OPS["arange"](0, n_classes, 1, dtype=dt.int64, device=x.device).reshape(shape)

@@ -289,7 +289,7 @@ class LLVMOps:
         v = self.index(expr)
         return self.to_dtype(V(v, dt.int64), dtype)
 
-    def indirect_indexing(self, value, size, wrap_negative=True):
+    def indirect_indexing(self, value, size, wrap_negative=True, error="RuntimeError"):
         """An index read from memory. One that every lane shares (an embedding row's token id,
         read at the row's index) stays a scalar in ``env``: loads through it then move with the
         inner variable like any other (one vector load, not one load per lane)."""
