@@ -554,6 +554,54 @@ def test_scaled_dot_product_attention_rejects_integer_and_mismatched_masks():
         )
 
 
+_CAUSAL_AND_MASK = {
+    "bool": lambda lib, m: {"attn_mask": lib.tensor(m > 0)},
+    "float_4d": lambda lib, m: {"attn_mask": lib.tensor(np.broadcast_to(m, (2, 1) + m.shape))},
+    "finfo_min": lambda lib, m: {
+        "attn_mask": lib.tensor(np.where(m > 0, 0, -3.4e38).astype(np.float32))
+    },
+    "with_dropout": lambda lib, m: {"attn_mask": lib.tensor(m), "dropout_p": 0.5},
+    "3d_mask": lambda lib, m: {"attn_mask": lib.tensor(m[None])},
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("keys", [5, 3])
+@pytest.mark.parametrize("mode", ["eager", "inductor"])
+@pytest.mark.parametrize("case", sorted(_CAUSAL_AND_MASK))
+def test_sdpa_given_is_causal_and_a_mask_folds_them_where_torch_picks_flash(case, mode, keys):
+    """PyTorch's CPU flash kernel takes is_causal with a mask (a 4-d query without dropout:
+    both masks apply, a row left with no key gives zeros); its math path refuses the pair."""
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal((2, 2, 3, 4)).astype(np.float32)]
+    arrays += [rng.standard_normal((2, 2, keys, 4)).astype(np.float32) for _ in range(2)]
+    mask = rng.standard_normal((3, keys)).astype(np.float32)
+    mask[2] = -1.0  # the bool form masks every key of the last query
+
+    def run(lib, compile_):
+        q, k, v = (lib.tensor(a, requires_grad=True) for a in arrays)
+        kwargs = _CAUSAL_AND_MASK[case](lib, mask)
+        fn = compile_(
+            lambda q, k, v: lib.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True, **kwargs
+            )
+        )
+        try:
+            out = fn(q, k, v)
+        except RuntimeError as error:
+            return str(error)
+        out.backward(lib.ones_like(out))
+        return [t.detach() for t in (out, q.grad, k.grad, v.grad)]
+
+    expected = run(torch, lambda f: f)
+    got = run(kiln, (lambda f: f) if mode == "eager" else kiln.compile)
+    if isinstance(expected, str):
+        assert got == expected
+        return
+    for ours, theirs in zip(got, expected):
+        assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
 # ------------------------------------------------------------------------------ compiled
 
 

@@ -67,9 +67,8 @@ def _sdpa_decomp(
             f"{_cpp_name(q.dtype)} instead."
         )
     if is_causal and attn_mask is not None:
-        raise RuntimeError(
-            "_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True"
-        )
+        attn_mask = _causal_within(attn_mask, q, k, v, dropout_p)
+        is_causal = False
     if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
         if q.shape[-3] % k.shape[-3]:
             raise RuntimeError(
@@ -118,6 +117,21 @@ def _sdpa_decomp(
     if flash:
         out = _flash_backward_scale(out, probabilities, row_max, dead)
     return out.to(result_dtype)
+
+
+def _causal_within(attn_mask, q, k, v, dropout_p: float) -> Tensor:
+    """``attn_mask`` with the causal mask folded in, for a call that gives both: PyTorch's CPU
+    flash kernel takes the pair (a query sees the keys up to its own index and the mask's), its
+    math path refuses it, and the dispatcher picks flash only without dropout."""
+    if dropout_p > 0.0 or not _flash_kernel_takes(q, k, v, attn_mask):
+        raise RuntimeError(
+            "_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True"
+        )
+    rows = OPS["arange"](0, q.shape[-2], 1, dtype=dt.int64, device=q.device).unsqueeze(1)
+    future = OPS["arange"](0, k.shape[-2], 1, dtype=dt.int64, device=q.device) > rows
+    if attn_mask.dtype is dt.bool_:
+        return attn_mask.logical_and(future.logical_not())
+    return OPS["masked_fill"](attn_mask, future, float("-inf"))
 
 
 def _flash_kernel_takes(q, k, v, attn_mask) -> bool:
