@@ -329,15 +329,18 @@ class KernelEmitter(ColumnEmitter, TileEmitter):
         A scalar loop after a vector loop (``start`` given, ``step`` 1) runs fewer than a
         vector's lanes: when its bound is a run-time size LLVM cannot see that, and unrolls it
         for long trip counts (code size and compile time for nothing), so it is told not to;
-        so is a loop of a run-time count that ``unroll`` says gains nothing from it."""
+        so is a loop of a run-time count that ``unroll`` says gains nothing from it. A loop of
+        a known count is never unrolled: the emitter already chose its width (wide and split
+        bodies where overlapping chains pay), and LLVM's full unrolling of the rest -- a few
+        vector steps over memory, scalar tails, column blocks -- was a tenth of the LLVM time
+        of resnet18's training step (1.88 -> 1.70 s of CPU) for no step time (A/B in one
+        process: resnet18 0.98, nanoGPT 1.00, DCGAN 1.00)."""
         b = self.builder
         pre = b.block
         head = self.function.append_basic_block(f"{name}_head")
         body_bb = self.function.append_basic_block(f"{name}_body")
         done = self.function.append_basic_block(f"{name}_done")
-        short = not isinstance(count, ir.Constant) and (
-            not unroll or (start is not None and step == 1)
-        )
+        short = isinstance(count, ir.Constant) or not unroll or (start is not None and step == 1)
         start = start if start is not None else ir.Constant(I64, 0)
         b.branch(head)
         b.position_at_end(head)
