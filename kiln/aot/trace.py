@@ -23,13 +23,14 @@ What eager code can observe beyond values is recorded here, not compiled:
   grad (buffers) get their new values copied back without history: captured graphs do not
   record the ``no_grad`` blocks inside library functions (BatchNorm's running-stat update), so
   their in-place updates would otherwise wrongly start requiring grad.
-- *Random ops.* ``rand``/``randn`` become ``philox_rand(seed, offset + k)`` on two extra inputs
+- *Random ops.* ``rand``/``randn`` (and ``randint``, from ``rand``) become ``philox_rand(seed, offset + k)`` on two extra inputs
   filled from the runtime generator on each call, so a mask recomputed in the backward equals
   the forward's, and a compiled call draws the same numbers as eager after the same seed.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -41,6 +42,7 @@ from ..ir.tracer import TracingMode
 from ..ops.core.dispatch import _edge as autograd_edge
 from ..ops.core.dispatch import view_replay
 from ..ops.core.registry import OPS
+from ..ops.creation.factories import randint_from_uniform
 from ..runtime.memory_format import is_non_overlapping_and_dense, preserved_strides
 from ..runtime.state import per_thread
 from ..runtime.symbolic import SymInt
@@ -111,23 +113,34 @@ class _RngState:
             mode.node_of(self.offset).meta["aot_role"] = "rng"
         return self.seed, self.offset
 
+    def draw(self, prim, size, dtype=None, device=None) -> Tensor:
+        """``prim``'s samples at the next counters after the offset input."""
+        seed, offset = self.placeholders()
+        n = 1
+        for s in size:
+            n = n * s
+        start = self.total
+        # the generator rounds every draw up to 4 counters: so do we, to match eager
+        # (written with // so a symbolic size stays symbolic)
+        self.total = self.total + (n + 3) // 4 * 4
+        return prim(size, seed, offset + start if start else offset, dtype=dtype, device=device)
+
     def table(self) -> dict:
         def make(prim):
             def decomposition(size, generator=None, dtype=None, device=None):
-                seed, offset = self.placeholders()
-                n = 1
-                for s in size:
-                    n = n * s
-                start = self.total
-                # the generator rounds every draw up to 4 counters: so do we, to match eager
-                # (written with // so a symbolic size stays symbolic)
-                self.total = self.total + (n + 3) // 4 * 4
-                return prim(size, seed, offset + start if start else offset, dtype=dtype,
-                            device=device)  # fmt: skip
+                return self.draw(prim, size, dtype, device)
 
             return decomposition
 
-        return {OPS["rand"]: make(OPS["philox_rand"]), OPS["randn"]: make(OPS["philox_randn"])}
+        def randint(low, high, size, generator=None, dtype=None, device=None):
+            uniform = functools.partial(self.draw, OPS["philox_rand"])
+            return randint_from_uniform(uniform, low, high, size, dtype, device)
+
+        return {
+            OPS["rand"]: make(OPS["philox_rand"]),
+            OPS["randn"]: make(OPS["philox_randn"]),
+            OPS["randint"]: randint,
+        }
 
 
 def _int_scalar() -> Tensor:

@@ -633,17 +633,26 @@ def randint(
 ): ...
 
 
-@randint.register_decomposition
-def _randint_decomp(low, high, size, generator=None, dtype=None, device=None):
+def randint_from_uniform(draw_uniform, low, high, size, dtype=None, device=None) -> Tensor:
+    """``randint``'s samples from ``draw_uniform(size, dtype, device)``, float64 uniforms in
+    [0, 1) drawn from a generator: eager draws advance the generator, a compiled graph's draw
+    counters after its seed and offset inputs, so both give the same numbers."""
     if high <= low:
         raise RuntimeError(
             f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}"
         )
     check_size(size, dtype or dt.int64)  # before the generator advances
-    gen = generator or rng.default_generator
-    seed, offset = gen.next_offset(_numel(size))
-    u = philox_rand(size, seed, offset, dtype=dt.float64, device=device)
+    u = draw_uniform(size, dt.float64, device)
     return (u * (high - low)).floor().to(dtype or dt.int64) + low
+
+
+@randint.register_decomposition
+def _randint_decomp(low, high, size, generator=None, dtype=None, device=None):
+    def draw_uniform(size, dtype, device):
+        seed, offset = (generator or rng.default_generator).next_offset(_numel(size))
+        return philox_rand(size, seed, offset, dtype=dtype, device=device)
+
+    return randint_from_uniform(draw_uniform, low, high, size, dtype, device)
 
 
 randint.register_meta(
