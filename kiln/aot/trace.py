@@ -42,7 +42,7 @@ from ..ir.tracer import TracingMode
 from ..ops.core.dispatch import _edge as autograd_edge
 from ..ops.core.dispatch import view_replay
 from ..ops.core.registry import OPS
-from ..ops.creation.factories import randint_from_uniform
+from ..ops.creation.factories import draw_maybe_complex, randint_from_uniform
 from ..runtime.memory_format import is_non_overlapping_and_dense, preserved_strides
 from ..runtime.state import per_thread
 from ..runtime.symbolic import SymInt
@@ -128,7 +128,8 @@ class _RngState:
     def table(self) -> dict:
         def make(prim):
             def decomposition(size, generator=None, dtype=None, device=None):
-                return self.draw(prim, size, dtype, device)
+                draw = functools.partial(self.draw, prim)
+                return draw_maybe_complex(prim, draw, size, dtype, device)
 
             return decomposition
 

@@ -66,3 +66,24 @@ def test_a_compiled_diffusion_step_samples_new_timesteps_as_eager(backend):
         compiled_loss, compiled_t = compiled(net, x0)
         np.testing.assert_array_equal(compiled_t.numpy(), t.numpy())
         np.testing.assert_allclose(compiled_loss.item(), loss.item(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_complex_samples_have_eagers_imaginary_parts(backend):
+    """A complex rand/randn draws its real and imaginary parts as eager does (compiled ones
+    were real numbers: the graph's draw took the complex dtype for a real one)."""
+
+    def draws(x):
+        return kiln.randn(3, dtype=kiln.complex64), kiln.rand_like(x), kiln.randn(4) + x.real
+
+    x = kiln.zeros(4, dtype=kiln.complex128)
+    kiln.manual_seed(4)
+    expected = [draws(x) for _ in range(2)]
+    compiled = kiln.compile(draws, backend=backend)
+    kiln.manual_seed(4)
+    got = [compiled(x) for _ in range(2)]
+    for ours, theirs in zip(got, expected):
+        for our_value, value in zip(ours, theirs):
+            assert our_value.dtype == value.dtype
+            np.testing.assert_allclose(our_value.numpy(), value.numpy(), rtol=1e-6)
+    assert np.all(got[0][0].numpy().imag != 0)

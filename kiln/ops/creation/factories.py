@@ -590,20 +590,24 @@ def _stateful(prim):
     def decomp(size, generator=None, dtype=None, device=None):
         check_size(size, _dtype_or_default(dtype))  # before the generator advances
         gen = generator or rng.default_generator
-        if dtype is not None and dtype.is_complex:
-            return _complex_draw(prim, gen, size, dtype, device)
-        seed, offset = gen.next_offset(_numel(size))
-        return prim(size, seed, offset, dtype=dtype, device=device)
+
+        def draw(size, dtype, device):
+            seed, offset = gen.next_offset(_numel(size))
+            return prim(size, seed, offset, dtype=dtype, device=device)
+
+        return draw_maybe_complex(prim, draw, size, dtype, device)
 
     return decomp
 
 
-def _complex_draw(prim, gen, size, dtype, device):
-    """Complex samples: independent real and imaginary parts; normal ones scaled so that the
-    complex variance is 1 (1/2 per part), as PyTorch's complex ``randn``."""
-    parts_size = tuple(size) + (2,)
-    seed, offset = gen.next_offset(_numel(parts_size))
-    parts = prim(parts_size, seed, offset, dtype=dtype.to_real(), device=device)
+def draw_maybe_complex(prim, draw, size, dtype=None, device=None) -> Tensor:
+    """``draw(size, dtype, device)``'s samples of ``prim`` (``philox_rand`` or ``philox_randn``);
+    complex ones from independent real and imaginary parts, normal ones scaled so that the
+    complex variance is 1 (1/2 per part), as PyTorch's complex ``randn``. Eager draws advance
+    the generator, a compiled graph's the counters after its offset input."""
+    if dtype is None or not dtype.is_complex:
+        return draw(size, dtype, device)
+    parts = draw(tuple(size) + (2,), dtype.to_real(), device)
     if prim is philox_randn:
         parts = parts * math.sqrt(0.5)
     return get_op("view_as_complex")(parts).clone()
