@@ -567,7 +567,8 @@ def test_in_place_changes_to_values_whose_backward_needs_only_indices(name):
 
 def _inference_tensor_rules(lib):
     """What PyTorch's inference tensors allow: which tensors are ones, and which uses outside
-    the mode raise (saving for backward, in-place updates, requiring grad)."""
+    the mode raise, with which messages (saving for backward, in-place updates, requiring
+    grad)."""
     made = []
     outside = lib.ones(3)
     with lib.inference_mode():
@@ -592,8 +593,8 @@ def _inference_tensor_rules(lib):
         try:
             use()
             outcomes.append("ok")
-        except RuntimeError as e:
-            outcomes.append(str(e).split(".")[0])
+        except RuntimeError as e:  # the whole message, the library's name as PyTorch's
+            outcomes.append(str(e).replace(lib.__name__ + ".", "torch."))
     return flags, outcomes
 
 

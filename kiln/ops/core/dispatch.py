@@ -296,7 +296,8 @@ def _check_inference_update(state) -> None:
     if not state.inference_mode:
         raise RuntimeError(
             "Inplace update to inference tensor outside InferenceMode is not allowed.You can "
-            "make a clone to get a normal tensor before doing inplace update."
+            "make a clone to get a normal tensor before doing inplace update.See "
+            "https://github.com/pytorch/rfcs/pull/17 for more details."
         )
 
 
