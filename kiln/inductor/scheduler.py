@@ -421,10 +421,6 @@ def schedule(lowered: LoweredGraph) -> Schedule:
 # how many of the following buffers a kernel that cannot take the next one looks through
 _LOOKAHEAD = 64
 
-# a kernel's independent parts are split into kernels of at most this many parts each, fewer
-# when their loops are longer than _SHARED_LAUNCH_ELEMENTS / parts (see ``_split_independent``)
-_PARTS_PER_KERNEL = 8
-_SHARED_LAUNCH_ELEMENTS = 1 << 15
 # a buffer of at most this many elements read by two parts (a learning rate, a step count) does
 # not join them: reading it twice costs nothing
 _SMALL_SHARED_READ = 64
@@ -452,20 +448,21 @@ def _static_elements(dims: tuple) -> int | None:
 
 
 def _split_independent(steps: list, direct_reads, sizes: dict) -> list:
-    """Split kernels made of independent parts into kernels of a few identical parts each.
+    """Split kernels made of independent parts into a kernel per part.
 
     Greedy fusion puts every same-shaped buffer in reach into one loop: the updates of all of an
-    optimizer's equal-shaped parameters, the same recomputation in each of twelve transformer
-    blocks. Such a kernel grows with the model, is never equal to another (so its IR is emitted
-    and optimized anew for every model depth), and its IR grew past 300 KB for GPT-2 small.
-    Parts are connected by what they share: a buffer one computes and another reads, or an input
-    both read (one pass over it). Unconnected parts gain nothing from one loop but a launch (a
-    few microseconds): long loops get a kernel per part, and short ones (an optimizer's biases)
-    share one per ``_PARTS_PER_KERNEL`` parts of one structure. Equal parts then make equal
-    kernels, which the code generator emits and compiles once (``codegen.kernel_structure``).
-    LLVM's time grows faster than a function's size: GPT-2 small's step took 9.5 s optimizing
-    kernels of up to 63 parts, 6.6 s when only kernels of more than 8 parts were cut, and 2.9 s
-    split as here.
+    optimizer's equal-shaped parameters, the norms ``clip_grad_norm_`` takes of them, the same
+    recomputation in each of twelve transformer blocks. Such a kernel grows with the model and
+    is never equal to another, so its IR is emitted and optimized anew; and LLVM's time grows
+    faster than a function's size (GPT-2 small's step took 9.5 s optimizing kernels of up to 63
+    parts). Parts are connected by what they share: a buffer one computes and another reads, or
+    an input both read (one pass over it). Unconnected parts gain nothing from one loop but a
+    launch, which costs ~0.2 us (64 in-place updates of 48 floats compiled as 8 kernels or as 64:
+    303 vs 314 us a call). A part alone is a kernel every equal part shares
+    (``codegen.kernel_structure``): the parts of one shape are emitted and compiled once, where
+    kernels of up to 8 parts made one kernel per mix of parts (GPT-2 small's ``clip_grad_norm_``
+    over 148 gradients: 36 kernels; a gradient norm's part of one kernel could hold its square
+    root and another's not, as the greedy pass reached them).
     """
     out = []
     for step in steps:
@@ -474,23 +471,8 @@ def _split_independent(steps: list, direct_reads, sizes: dict) -> list:
             continue
         elements = _static_elements(tuple(step.outer) + tuple(step.inner))
         parts = _independent_parts(step, direct_reads, sizes) if elements else None
-        if parts is None or len(parts) < 2:
-            out.append(step)
-            continue
-        per_kernel = max(1, min(_PARTS_PER_KERNEL, _SHARED_LAUNCH_ELEMENTS // elements))
-        if len(parts) <= per_kernel:
-            out.append(step)
-            continue
-        groups: dict = {}
-        for part in parts:
-            groups.setdefault(_part_signature(part), []).append(part)
-        chunks = [
-            [node for part in same[i : i + per_kernel] for node in part]
-            for same in groups.values()
-            for i in range(0, len(same), per_kernel)
-        ]
-        pieces = [_piece_kernel(step, nodes) for nodes in chunks]
-        if any(p is None for p in pieces):
+        pieces = [_piece_kernel(step, part) for part in parts or ()]
+        if len(pieces) < 2 or any(p is None for p in pieces):
             out.append(step)
             continue
         for n, piece in enumerate(pieces):
@@ -531,21 +513,6 @@ def _independent_parts(kernel: Kernel, direct_reads, sizes: dict) -> list | None
     for i, node in enumerate(kernel.nodes):
         parts.setdefault(find(i), []).append(node)
     return list(parts.values())
-
-
-def _part_signature(part: list) -> tuple:
-    """What equal parts have in common (only groups parts: a wrong guess costs a kernel, not an
-    answer)."""
-    return tuple(
-        (
-            type(n.data).__name__,
-            tuple(n.data.ranges),
-            tuple(getattr(n.data, "reduction_ranges", ())),
-            n.dtype,
-            tuple(getattr(o, "target", o) for o in n.origins),
-        )
-        for n in part
-    )
 
 
 def _piece_kernel(kernel: Kernel, nodes: list) -> Kernel | None:
