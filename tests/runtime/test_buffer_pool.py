@@ -118,13 +118,16 @@ def test_zero_filled_tensors_from_a_dirty_pool_are_zero_and_keep_negative_zero()
 
 
 def test_release_idle_drops_the_biggest_idle_buffers_until_the_free_ones_fit_the_budget():
-    """Buffers nobody was handed since the previous ``release_idle`` go, the biggest first,
-    until what is free fits the budget: the small ones stay for the next stretch to reuse."""
+    """Buffers free for a whole stretch (free at the previous ``release_idle``, handed to
+    nobody since) go, the biggest first, until what is free fits the budget: the small ones
+    stay for the next stretch to reuse."""
     pool = BufferPool(max_free_bytes=8 * MB)
     buffers = [pool.allocate(n) for n in (2 * MB, 3 * MB, 20 * MB)]
     small = {b.ctypes.data for b in buffers[:2]}
     pool.release_idle()  # the end of a stretch: all three in use, nothing to drop
     del buffers  # 25 MB free, over the budget; nothing scanned yet
+    assert pool.free_bytes == 25 * MB
+    pool.release_idle()  # freed during the stretch: not idle yet
     assert pool.free_bytes == 25 * MB
     pool.release_idle()
     assert pool.free_bytes == 5 * MB
@@ -148,3 +151,22 @@ def test_release_idle_keeps_buffers_handed_out_since_its_last_call_over_the_budg
     pool.release_idle()  # a stretch that did not use it: now it goes
     assert pool.free_bytes == 0
     held[:] = 1  # buffers in use are never dropped
+
+
+def test_release_idle_keeps_buffers_freed_between_stretches_for_the_next_one():
+    """A training step's gradients, freed by ``zero_grad`` after the optimizer's graph
+    returned, stay pooled through the forward graph's return: the backward finds them again
+    and faults in no fresh memory, step after step."""
+    pool = BufferPool(max_free_bytes=1 * MB)
+    made = None
+    for _ in range(4):
+        grads = [pool.allocate(8 * MB) for _ in range(3)]  # the backward's gradients
+        pool.release_idle()  # the backward returns
+        pool.release_idle()  # the optimizer's graph returns, the gradients still held
+        del grads  # zero_grad(set_to_none=True)
+        pool.release_idle()  # the forward returns
+        assert pool.free_bytes == 24 * MB
+        made = pool.fresh_bytes if made is None else made
+        assert pool.fresh_bytes == made == 24 * MB
+    pool.release_idle()  # a stretch that did not use them: now they go
+    assert pool.free_bytes == 0
