@@ -36,6 +36,7 @@ __all__ = [
     "check_lapack_dtype",
     "column_major_strides",
     "raise_info_error",
+    "real_derivative",
 ]
 
 _int32 = dt.int32
@@ -50,14 +51,21 @@ class LinAlgError(RuntimeError):
 
 
 def check_float(
-    name: str, A: Tensor, low_precision_kernel: str | None = None, integers_reach_kernel=False
+    name: str,
+    A: Tensor,
+    low_precision_kernel: str | None = None,
+    integers_reach_kernel=False,
+    complex_ok: bool = False,
 ) -> None:
-    """Linear algebra runs in float32/float64: integers are refused, half types too (PyTorch's
+    """Linear algebra runs in float32/float64 (and complex64/complex128 where ``complex_ok``:
+    numpy's LAPACK wrappers take them): integers are refused, half types too (PyTorch's
     CPU kernels for them either do not exist — ``low_precision_kernel`` names the missing one —
     or are refused up front). Where PyTorch checks no dtype before the kernel
     (``integers_reach_kernel``: LU, eigh, cholesky_inverse), integers and bools are refused as
     half types are, with ``NotImplementedError`` naming the kernel."""
     d = A.dtype
+    if d.is_complex and complex_ok:
+        return
     refuse_complex(name, d)
     if not d.is_floating_point and integers_reach_kernel and low_precision_kernel is not None:
         raise NotImplementedError(
@@ -86,6 +94,25 @@ def refuse_complex(name: str, d: dt.dtype) -> None:
         )
 
 
+def real_derivative(name: str, formula):
+    """``formula`` (written for real matrices) behind a refusal of complex ones: the ops whose
+    kernels take complex matrices but whose derivative kiln has only in its real form (a
+    complex one needs conjugates the real formula leaves out) say so rather than return a
+    wrong gradient."""
+
+    def derivative(c, *grads):
+        outputs = c.out if isinstance(c.out, (tuple, list)) else (c.out,)
+        for t in (*c.args, *outputs, *grads):
+            if isinstance(t, Tensor) and t.dtype.is_complex:
+                raise NotImplementedError(
+                    f"{name}: the derivative for complex inputs is not supported by kiln yet "
+                    "(PyTorch supports it)"
+                )
+        return formula(c, *grads)
+
+    return derivative
+
+
 def check_lapack_dtype(A: Tensor, kernel: str) -> None:
     """Kernels PyTorch has only for float32/float64 refuse other dtypes (integers included)
     with ``NotImplementedError`` naming the missing kernel."""
@@ -102,6 +129,7 @@ def check_matrix(
     low_precision_kernel: str | None = None,
     dtype_check: bool = True,
     integers_reach_kernel: bool = False,
+    complex_ok: bool = False,
 ) -> None:
     """``A`` is a (batch of) matrices, square when asked, of a supported float dtype
     (``check_float``)."""
@@ -113,7 +141,7 @@ def check_matrix(
             f"{A.shape[-2]} by {A.shape[-1]} matrices"
         )
     if dtype_check:
-        check_float(name, A, low_precision_kernel, integers_reach_kernel)
+        check_float(name, A, low_precision_kernel, integers_reach_kernel, complex_ok)
 
 
 def raise_info_error(name: str, info: np.ndarray, message, error=None) -> None:
@@ -153,20 +181,20 @@ def _info_tensor(info: np.ndarray) -> Tensor:
 # ------------------------------------------------------------------------------ det / slogdet
 
 
-@defop(kind="linalg", name="_linalg_det")
+@defop(kind="linalg", name="_linalg_det", holomorphic=True)
 def det(A: Tensor):
     """Determinant of each matrix in ``A`` (``*, n, n``)."""
 
 
 @det.register_kernel
 def _det_kernel(A):
-    check_matrix("linalg.det", A, low_precision_kernel="lu_cpu")
+    check_matrix("linalg.det", A, low_precision_kernel="lu_cpu", complex_ok=True)
     return wrap(np.linalg.det(A._data), A.dtype)
 
 
 @det.register_meta
 def _det_meta(A):
-    check_matrix("linalg.det", A, low_precision_kernel="lu_cpu")
+    check_matrix("linalg.det", A, low_precision_kernel="lu_cpu", complex_ok=True)
     return fake(A.shape[:-2], A.dtype, A)
 
 
@@ -187,6 +215,8 @@ def cofactors(A: Tensor, det_a: Tensor) -> Tensor:
     identity = eye(n, dtype=dt.bool_, device=A.device)
     all_but_one = prod(where(identity, 1, others), -1)
     sign = det(U) * det(Vh)
+    if A.dtype.is_complex:  # adj(A)^T = sign conj(U) diag(...) conj(Vh) for complex A
+        U, Vh = U.conj(), Vh.conj()
     return sign.unsqueeze(-1).unsqueeze(-1) * ((U * all_but_one.unsqueeze(-2)) @ Vh)
 
 
@@ -208,15 +238,17 @@ slogdet.returns = return_type("linalg_slogdet", ("sign", "logabsdet"))
 
 @slogdet.register_kernel
 def _slogdet_kernel(A):
-    check_matrix("linalg.slogdet", A)
+    check_matrix("linalg.slogdet", A, complex_ok=True)
     sign, logabsdet = np.linalg.slogdet(A._data)
-    return slogdet.returns(wrap(sign, A.dtype), wrap(logabsdet, A.dtype))
+    real = A.dtype.to_real()  # log|det| is real for complex matrices too
+    return slogdet.returns(wrap(sign, A.dtype), wrap(logabsdet.astype(real.np), real))
 
 
 @slogdet.register_meta
 def _slogdet_meta(A):
-    check_matrix("linalg.slogdet", A)
-    return slogdet.returns(fake(A.shape[:-2], A.dtype, A), fake(A.shape[:-2], A.dtype, A))
+    check_matrix("linalg.slogdet", A, complex_ok=True)
+    real = A.dtype.to_real()
+    return slogdet.returns(fake(A.shape[:-2], A.dtype, A), fake(A.shape[:-2], real, A))
 
 
 def _slogdet_grad(c, g_sign, g_logabsdet):
@@ -225,7 +257,7 @@ def _slogdet_grad(c, g_sign, g_logabsdet):
     return (g_logabsdet.unsqueeze(-1).unsqueeze(-1) * inv_ex(A)[0].mT,)
 
 
-slogdet.register_derivative(_slogdet_grad)
+slogdet.register_derivative(real_derivative("linalg.slogdet", _slogdet_grad))
 
 
 # ------------------------------------------------------------------------------ inverse
@@ -237,14 +269,14 @@ def _inv_grad_from(X: Tensor, g: Tensor) -> Tensor:
     return -(Xt @ g @ Xt)
 
 
-@defop(kind="linalg", name="_linalg_inv", autocast={"cpu": "fp32"})
+@defop(kind="linalg", name="_linalg_inv", autocast={"cpu": "fp32"}, holomorphic=True)
 def inv(A: Tensor):
     """Inverse of each matrix; a singular one raises ``LinAlgError``."""
 
 
 @inv.register_kernel
 def _inv_kernel(A):
-    check_matrix("linalg.inv", A)
+    check_matrix("linalg.inv", A, complex_ok=True)
     out, info = inverse_with_info(A._data)
     raise_info_error("linalg.inv", info, _singular_message)
     return wrap(out, A.dtype)
@@ -252,14 +284,14 @@ def _inv_kernel(A):
 
 @inv.register_meta
 def _inv_meta(A):
-    check_matrix("linalg.inv", A)
+    check_matrix("linalg.inv", A, complex_ok=True)
     return fake(A.shape, A.dtype, A)
 
 
 inv.register_derivative(lambda c, g: (_inv_grad_from(c.out, g),), save_output=True, save_inputs=())
 
 
-@defop(kind="linalg", name="_linalg_inv_ex", autocast={"cpu": "fp32"})
+@defop(kind="linalg", name="_linalg_inv_ex", autocast={"cpu": "fp32"}, holomorphic=True)
 def inv_ex(A: Tensor, *, check_errors: bool = False):
     """``(inverse, info)``: info > 0 marks a singular matrix instead of raising."""
 
@@ -269,7 +301,7 @@ inv_ex.returns = return_type("linalg_inv_ex", ("inverse", "info"))
 
 @inv_ex.register_kernel
 def _inv_ex_kernel(A, check_errors):
-    check_matrix("linalg.inv", A)
+    check_matrix("linalg.inv", A, complex_ok=True)
     out, info = inverse_with_info(A._data)
     if check_errors:
         raise_info_error("linalg.inv_ex", info, _singular_message)
@@ -278,7 +310,7 @@ def _inv_ex_kernel(A, check_errors):
 
 @inv_ex.register_meta
 def _inv_ex_meta(A, check_errors=False):
-    check_matrix("linalg.inv", A)
+    check_matrix("linalg.inv", A, complex_ok=True)
     return inv_ex.returns(fake(A.shape, A.dtype, A), fake(A.shape[:-2], _int32, A))
 
 
@@ -299,7 +331,7 @@ def solve_is_vector(A, B) -> bool:
 
 def _solve_geometry(name: str, A, B, left: bool):
     """(vector_case, output shape) of ``A X = B`` (``X A = B`` when not left), with checks."""
-    check_matrix(name, A, low_precision_kernel="lu_cpu")
+    check_matrix(name, A, low_precision_kernel="lu_cpu", complex_ok=True)
     if A.dtype is not B.dtype:
         raise RuntimeError(
             f"{name}: Expected A and B to have the same dtype, but found A of type "
@@ -355,7 +387,7 @@ def _solve_grads(c, g, X):
     return gA, (gB if c.needs_input_grad[1] else None)
 
 
-@defop(kind="linalg", name="_linalg_solve", autocast={"cpu": "fp32"})
+@defop(kind="linalg", name="_linalg_solve", autocast={"cpu": "fp32"}, holomorphic=True)
 def solve(A: Tensor, B: Tensor, *, left: bool = True):
     """``X`` with ``A X = B`` (``X A = B`` when not left); ``B`` may be a batch of vectors."""
 
@@ -383,7 +415,7 @@ def _solve_grad(c, g):
 solve.register_derivative(_solve_grad, save_output=True)
 
 
-@defop(kind="linalg", name="_linalg_solve_ex")
+@defop(kind="linalg", name="_linalg_solve_ex", holomorphic=True)
 def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = False):
     """``(result, info)`` of ``solve``; info > 0 marks a singular matrix."""
 
@@ -419,7 +451,7 @@ solve_ex.register_derivative(_solve_ex_grad, save_output=True)
 # ------------------------------------------------------------------------------ triangular solve
 
 
-@defop(kind="linalg", name="_linalg_solve_triangular")
+@defop(kind="linalg", name="_linalg_solve_triangular", holomorphic=True)
 def solve_triangular(
     input: Tensor, B: Tensor, *, upper: bool, left: bool = True, unitriangular: bool = False
 ):
@@ -431,7 +463,8 @@ def _triangular_geometry(A, B, left: bool):
     check_matrix(name, A, dtype_check=False)
     if B.ndim < 2:
         raise RuntimeError(f"{name}: The input tensor B must have at least 2 dimensions.")
-    if A.dtype not in (dt.float32, dt.float64):  # the result has A's dtype, whatever B's
+    if A.dtype not in (dt.float32, dt.float64, dt.complex64, dt.complex128):
+        # (the result has A's dtype, whatever B's)
         raise NotImplementedError(
             f"\"triangular_solve_cpu\" not implemented for '{torch_type_name(A.dtype)}'"
         )
@@ -489,10 +522,10 @@ solve_triangular.register_derivative(_solve_triangular_grad, save_output=True)
 
 def _cholesky_compute(A, upper: bool):
     a = A._data
-    if upper:  # the upper triangle of A is the lower triangle of A^T
-        a = np.swapaxes(a, -1, -2)
+    if upper:  # the upper triangle of A is the lower triangle of A^H (A = U^H U)
+        a = np.swapaxes(a, -1, -2).conj()
     low, info = cholesky_with_info(a)
-    out = np.swapaxes(low, -1, -2) if upper else low
+    out = np.swapaxes(low, -1, -2).conj() if upper else low
     return np.ascontiguousarray(out), info
 
 
@@ -519,7 +552,7 @@ def cholesky(input: Tensor, *, upper: bool = False):
 
 @cholesky.register_kernel
 def _cholesky_kernel(A, upper):
-    check_matrix("linalg.cholesky", A, low_precision_kernel="cholesky_cpu")
+    check_matrix("linalg.cholesky", A, low_precision_kernel="cholesky_cpu", complex_ok=True)
     out, info = _cholesky_compute(A, upper)
     raise_info_error("linalg.cholesky", info, _not_pd_message)
     return wrap(out, A.dtype)
@@ -527,12 +560,14 @@ def _cholesky_kernel(A, upper):
 
 @cholesky.register_meta
 def _cholesky_meta(A, upper=False):
-    check_matrix("linalg.cholesky", A, low_precision_kernel="cholesky_cpu")
+    check_matrix("linalg.cholesky", A, low_precision_kernel="cholesky_cpu", complex_ok=True)
     return fake(A.shape, A.dtype, A)
 
 
 cholesky.register_derivative(
-    lambda c, g: (_cholesky_factor_grad(c.out, g, c.args[1]), None),
+    real_derivative(
+        "linalg.cholesky", lambda c, g: (_cholesky_factor_grad(c.out, g, c.args[1]), None)
+    ),
     save_output=True,
     save_inputs=(),
 )
@@ -548,7 +583,7 @@ cholesky_ex.returns = return_type("linalg_cholesky_ex", ("L", "info"))
 
 @cholesky_ex.register_kernel
 def _cholesky_ex_kernel(A, upper, check_errors):
-    check_matrix("linalg.cholesky_ex", A, low_precision_kernel="cholesky_cpu")
+    check_matrix("linalg.cholesky_ex", A, low_precision_kernel="cholesky_cpu", complex_ok=True)
     out, info = _cholesky_compute(A, upper)
     if check_errors:
         raise_info_error("linalg.cholesky_ex", info, _not_pd_message)
@@ -557,12 +592,15 @@ def _cholesky_ex_kernel(A, upper, check_errors):
 
 @cholesky_ex.register_meta
 def _cholesky_ex_meta(A, upper=False, check_errors=False):
-    check_matrix("linalg.cholesky_ex", A, low_precision_kernel="cholesky_cpu")
+    check_matrix("linalg.cholesky_ex", A, low_precision_kernel="cholesky_cpu", complex_ok=True)
     return cholesky_ex.returns(fake(A.shape, A.dtype, A), fake(A.shape[:-2], _int32, A))
 
 
 cholesky_ex.register_derivative(
-    lambda c, g, g_info=None: (_cholesky_factor_grad(c.out[0], g, c.args[1]), None, None),
+    real_derivative(
+        "linalg.cholesky_ex",
+        lambda c, g, g_info=None: (_cholesky_factor_grad(c.out[0], g, c.args[1]), None, None),
+    ),
     save_output=True,
     save_inputs=(),
 )

@@ -42,7 +42,10 @@ def np_lu_factor(a: np.ndarray):
     info = np.zeros(count, np.int32)
     rows = np.arange(count)
     for j in range(k):
-        p = j + np.argmax(np.abs(lu[:, j:, j]), axis=1)
+        column = lu[:, j:, j]
+        # LAPACK's pivot: the largest |re| + |im| (icamax), the modulus for real matrices
+        size = np.abs(column.real) + np.abs(column.imag) if lu.dtype.kind == "c" else np.abs(column)
+        p = j + np.argmax(size, axis=1)
         pivots[:, j] = p + 1
         row_j = lu[rows, j, :].copy()
         lu[rows, j, :] = lu[rows, p, :]
@@ -92,8 +95,10 @@ def apply_pivots(b: np.ndarray, pivots: np.ndarray, reverse: bool) -> np.ndarray
     return flat.reshape(x.shape)
 
 
-def np_lu_solve(lu: np.ndarray, pivots: np.ndarray, b: np.ndarray, adjoint: bool = False):
-    """Solve ``A X = B`` (or ``A^T X = B``) from ``A``'s packed LU factors."""
+def np_lu_solve(lu: np.ndarray, pivots: np.ndarray, b: np.ndarray, adjoint: bool = False,
+                conjugate: bool = True):  # fmt: skip
+    """Solve ``A X = B`` (or ``A^H X = B``; ``A^T X = B`` when not ``conjugate``) from ``A``'s
+    packed LU factors."""
     batch = broadcast_shapes(lu.shape[:-2], b.shape[:-2])
     lu = np.broadcast_to(lu, batch + lu.shape[-2:])
     b = np.broadcast_to(b, batch + b.shape[-2:])
@@ -102,6 +107,8 @@ def np_lu_solve(lu: np.ndarray, pivots: np.ndarray, b: np.ndarray, adjoint: bool
         y = np_triangular_solve(lu, apply_pivots(b, pivots, False), lower=True, unit=True)
         return np_triangular_solve(lu, y, lower=False, unit=False)
     lu_t = np.swapaxes(lu, -1, -2)
+    if conjugate and lu_t.dtype.kind == "c":
+        lu_t = lu_t.conj()
     z = np_triangular_solve(lu_t, b, lower=True, unit=False)
     w = np_triangular_solve(lu_t, z, lower=False, unit=True)
     return apply_pivots(w, pivots, True)
@@ -128,8 +135,9 @@ def solve_with_info(a: np.ndarray, b: np.ndarray):
 
 
 def cholesky_with_info(a: np.ndarray):
-    """``(L, info)`` from the lower triangle of ``a``. On failure, the columns factored before
-    the failing leading minor and the untouched input after it (as LAPACK's potf2 leaves it)."""
+    """``(L, info)`` from the lower triangle of ``a`` (``A = L L^H``; LAPACK reads only the real
+    part of a complex diagonal). On failure, the columns factored before the failing leading
+    minor, the failing pivot, and the untouched input after it (as LAPACK's potf2 leaves it)."""
     try:
         return np.linalg.cholesky(a), np.zeros(a.shape[:-2], np.int32)
     except np.linalg.LinAlgError:
@@ -140,10 +148,11 @@ def cholesky_with_info(a: np.ndarray):
     for b in range(flat.shape[0]):
         low = flat[b]
         for j in range(n):
-            d = low[j, j] - low[j, :j] @ low[j, :j]
+            d = (low[j, j] - low[j, :j] @ low[j, :j].conj()).real
             if not d > 0:
                 info[b] = j + 1
+                low[j, j] = d  # potf2 stores the failing pivot
                 break
             low[j, j] = np.sqrt(d)
-            low[j + 1 :, j] = (low[j + 1 :, j] - low[j + 1 :, :j] @ low[j, :j]) / low[j, j]
+            low[j + 1 :, j] = (low[j + 1 :, j] - low[j + 1 :, :j] @ low[j, :j].conj()) / low[j, j]
     return flat.reshape(a.shape), info.reshape(a.shape[:-2])

@@ -193,11 +193,14 @@ def matrix_norm(
     name = "linalg.matrix_norm"
     if A.ndim < 2:
         raise RuntimeError(f"{name}: The input tensor A must have at least 2 dimensions.")
-    dec.refuse_complex(name, A.dtype)
-    if not A.dtype.is_floating_point:
+    if not (A.dtype.is_floating_point or A.dtype.is_complex):
         raise RuntimeError(
             f"{name}: Expected a floating point or complex tensor as input. Got "
             f"{torch_type_name(A.dtype)}"
+        )
+    if dtype is not None and A.dtype.is_complex and not dtype.is_complex:
+        raise RuntimeError(
+            f"{name}: dtype should be complex for complex inputs, but got {torch_type_name(dtype)}"
         )
     d0, d1 = _matrix_dims(A, dim)
     if ord not in ("fro", "nuc", 1, -1, 2, -2, _INF, -_INF):
@@ -262,12 +265,12 @@ def cond(input: Tensor, p=None) -> Tensor:
     if p in (None, 2, -2):
         s = spec.svdvals(A)
         if s.shape[-1] == 0:
-            return zeros(A.shape[:-2], dtype=A.dtype, device=A.device)
+            return zeros(A.shape[:-2], dtype=s.dtype, device=A.device)
         big, small = s[..., 0], s[..., -1]
         return big / small if p != -2 else small / big
     dec.check_matrix(f"linalg.cond(ord={p})", A, dtype_check=False)
     if A.numel() == 0:
-        return zeros(A.shape[:-2], dtype=A.dtype, device=A.device)
+        return zeros(A.shape[:-2], dtype=A.dtype.to_real(), device=A.device)
     inverse, info = dec.inv_ex(A)
     r = matrix_norm(A, p) * matrix_norm(inverse, p)
     return where(info > 0, _INF, r)
@@ -285,7 +288,8 @@ def _rank_tolerance(A: Tensor, s_max: Tensor, atol, rtol) -> Tensor:
             rtol = 0.0 if atol > 0 else eps
     tol = s_max * rtol
     if atol is not None:
-        tol = maximum(tol, atol if isinstance(atol, Tensor) else full((), atol, dtype=A.dtype))
+        real = A.dtype.to_real()  # singular values (and tolerances) are real
+        tol = maximum(tol, atol if isinstance(atol, Tensor) else full((), atol, dtype=real))
     return tol
 
 
@@ -299,7 +303,7 @@ def matrix_rank(
         raise RuntimeError(
             "torch.linalg.matrix_rank: The input tensor input must have at least 2 dimensions."
         )
-    if A.dtype not in (dt.float32, dt.float64):
+    if A.dtype not in _LAPACK_DTYPES:
         raise RuntimeError("This function doesn't handle types other than float and double")
     if tol is not None:
         atol, rtol = tol, 0.0
@@ -423,8 +427,8 @@ def cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:
 @writes_out
 @autocast_policy(cpu="lower", cuda="lower")
 def vecdot(x: Tensor, y: Tensor, *, dim: int = -1) -> Tensor:
-    """Dot products along ``dim`` of broadcast ``x`` and ``y``."""
-    if not x.dtype.is_floating_point:
+    """Dot products along ``dim`` of broadcast ``x`` and ``y``, ``x`` conjugated (as PyTorch)."""
+    if not (x.dtype.is_floating_point or x.dtype.is_complex):
         raise RuntimeError(
             "linalg.vecdot: Expected a floating point or complex tensor as input. Got "
             f"{torch_type_name(x.dtype)}"
@@ -434,7 +438,7 @@ def vecdot(x: Tensor, y: Tensor, *, dim: int = -1) -> Tensor:
             "linalg.vecdot: Expected x and y to have the same dtype, but found x of type "
             f"{torch_type_name(x.dtype)} and y of type {torch_type_name(y.dtype)} instead"
         )
-    return sum(x * y, dim)
+    return sum((x.conj() if x.dtype.is_complex else x) * y, dim)
 
 
 def diagonal(A: Tensor, *, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
@@ -594,6 +598,8 @@ def ormqr(
     return _apply_reflectors(input, tau, other, left, order)
 
 
+# the dtypes PyTorch's LAPACK-backed rank and least-squares routines take
+_LAPACK_DTYPES = (dt.float32, dt.float64, dt.complex64, dt.complex128)
 _LSTSQ = return_type("linalg_lstsq", ("solution", "residuals", "rank", "singular_values"))
 _DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
 
@@ -613,7 +619,7 @@ def lstsq(input: Tensor, b: Tensor, rcond: float | None = None, *, driver: str |
             f"{name}: Expected input and other to have the same dtype, but got input's dtype "
             f"{torch_type_name(A.dtype)} and other's dtype {torch_type_name(B.dtype)}"
         )
-    if A.dtype not in (dt.float32, dt.float64):
+    if A.dtype not in _LAPACK_DTYPES:
         raise RuntimeError("This function doesn't handle types other than float and double")
     if not (A.ndim >= B.ndim and A.ndim - B.ndim <= 1):
         raise RuntimeError(
@@ -631,12 +637,18 @@ def lstsq(input: Tensor, b: Tensor, rcond: float | None = None, *, driver: str |
     if B2.shape[-2] != m:
         raise RuntimeError(f"{name}: input.size(-2) should match other.size(-2)")
     if rcond is None:  # a tensor: m or n may be a symbolic size, and max() would pin it
-        rcond = A.new_full((), float(np.finfo(A.dtype.np).eps)) * sym_max(m, n)
+        eps = float(np.finfo(A.dtype.np).eps)
+        rcond = A.new_full((), eps, dtype=A.dtype.to_real()) * sym_max(m, n)
     solution = matmul(spec.pinv(A, None, rcond, False), B2)
-    # PyTorch's empty residuals still belong to the graph; its singular values do not
+    # PyTorch's empty residuals still belong to the graph; its singular values do not; both
+    # are real for complex matrices
     empty = solution.reshape(-1)[:0]
+    if empty.dtype.is_complex:
+        empty = empty.abs()
     singular_values = (
-        spec.svdvals(A).detach() if driver in ("gelsd", "gelss") else A.new_empty((0,))
+        spec.svdvals(A).detach()
+        if driver in ("gelsd", "gelss")
+        else A.new_empty((0,), dtype=A.dtype.to_real())
     )
     if driver == "gels":
         rank = A.new_empty((0,), dtype=dt.int64)
@@ -651,7 +663,8 @@ def lstsq(input: Tensor, b: Tensor, rcond: float | None = None, *, driver: str |
     if driver != "gelsy" and m > n:
         full_rank = driver == "gels" or bool((rank == min(m, n)).all())
         if full_rank:
-            residuals = sum((matmul(A, solution) - B2) ** 2, -2)
+            error = matmul(A, solution) - B2
+            residuals = sum((error.abs() if error.dtype.is_complex else error) ** 2, -2)
     if vector:
         solution = solution.squeeze(-1)
         if residuals.numel():

@@ -21,7 +21,7 @@ from ..core.common import Tensor, broadcast_shapes, fake, wrap
 from ..core.registry import defop, return_type
 from ..creation.api import eye
 from ..shape.cat_split import cat
-from .factorizations import check_float, raise_info_error, solve_triangular
+from .factorizations import check_float, raise_info_error, real_derivative, solve_triangular
 from .lapack_numpy import np_lu_factor, np_lu_solve
 
 __all__ = ["unpack_lu"]
@@ -35,7 +35,7 @@ def _check_lu_input(name: str, A) -> None:
             f"torch.lu_factor: Expected tensor with 2 or more dimensions. Got size: "
             f"{list(A.shape)} instead"
         )
-    check_float(name, A, "lu_cpu", integers_reach_kernel=True)
+    check_float(name, A, "lu_cpu", integers_reach_kernel=True, complex_ok=True)
 
 
 # ------------------------------------------------------------------------------ pivots
@@ -186,7 +186,9 @@ def _lu_factor_grad(c, gLU, *unused):
 
 
 for _op in (lu_factor, lu_factor_ex):
-    _op.register_derivative(_lu_factor_grad, save_output=True, save_inputs=())
+    _op.register_derivative(
+        real_derivative("linalg.lu_factor", _lu_factor_grad), save_output=True, save_inputs=()
+    )
 
 
 # ------------------------------------------------------------------------------ solve
@@ -232,8 +234,10 @@ def _lu_solve_kernel(LU, pivots, B, left, adjoint):
     lu, piv, b = LU._data, pivots._data, B._data
     if left:
         x = np_lu_solve(lu, piv, b, adjoint)
-    else:  # X A = B  <=>  A^T X^T = B^T
-        x = np.swapaxes(np_lu_solve(lu, piv, np.swapaxes(b, -1, -2), not adjoint), -1, -2)
+    elif not adjoint:  # X A = B  <=>  A^T X^T = B^T
+        x = np.swapaxes(np_lu_solve(lu, piv, np.swapaxes(b, -1, -2), True, False), -1, -2)
+    else:  # X A^H = B  <=>  conj(A) X^T = B^T  <=>  A conj(X^T) = conj(B^T)
+        x = np.swapaxes(np_lu_solve(lu, piv, np.swapaxes(b, -1, -2).conj()).conj(), -1, -2)
     return wrap(np.ascontiguousarray(x), LU.dtype)
 
 
@@ -259,4 +263,4 @@ def _lu_solve_grad(c, g):
     return gLU, None, (gB if c.needs_input_grad[2] else None), None, None
 
 
-lu_solve.register_derivative(_lu_solve_grad, save_output=True)
+lu_solve.register_derivative(real_derivative("linalg.lu_solve", _lu_solve_grad), save_output=True)

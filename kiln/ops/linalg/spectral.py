@@ -31,7 +31,7 @@ from .factorizations import (
     check_lapack_dtype,
     check_matrix,
     raise_info_error,
-    refuse_complex,
+    real_derivative,
     solve,
     solve_triangular,
 )
@@ -63,7 +63,7 @@ _QR_MODES = ("reduced", "complete", "r")
 
 
 def _qr_shapes(A, mode):
-    check_matrix("linalg.qr", A, square=False, low_precision_kernel="geqrf_cpu")
+    check_matrix("linalg.qr", A, square=False, low_precision_kernel="geqrf_cpu", complex_ok=True)
     if mode not in _QR_MODES:
         raise RuntimeError(
             f"qr received unrecognized mode '{mode}' but expected one of 'reduced' (default), "
@@ -131,7 +131,7 @@ def _qr_grad(c, gQ, gR):
     return cat([gX, gY], -1), None
 
 
-qr.register_derivative(_qr_grad, save_output=True)
+qr.register_derivative(real_derivative("linalg.qr", _qr_grad), save_output=True)
 
 
 @defop(kind="linalg", name="geqrf", autocast={"cpu": "fp32"})
@@ -203,20 +203,29 @@ eigh.returns = return_type("linalg_eigh", ("eigenvalues", "eigenvectors"))
 @eigh.register_kernel
 def _eigh_kernel(A, UPLO):
     check_matrix(
-        "linalg.eigh", A, low_precision_kernel="linalg_eigh_cpu", integers_reach_kernel=True
+        "linalg.eigh",
+        A,
+        low_precision_kernel="linalg_eigh_cpu",
+        integers_reach_kernel=True,
+        complex_ok=True,
     )
     _check_uplo(UPLO)
     w, v = _np_eigh(A._data, UPLO)
-    return eigh.returns(wrap(w, A.dtype), wrap(v, A.dtype))
+    real = A.dtype.to_real()  # a Hermitian matrix's eigenvalues are real
+    return eigh.returns(wrap(w.astype(real.np), real), wrap(v, A.dtype))
 
 
 @eigh.register_meta
 def _eigh_meta(A, UPLO="L"):
     check_matrix(
-        "linalg.eigh", A, low_precision_kernel="linalg_eigh_cpu", integers_reach_kernel=True
+        "linalg.eigh",
+        A,
+        low_precision_kernel="linalg_eigh_cpu",
+        integers_reach_kernel=True,
+        complex_ok=True,
     )
     _check_uplo(UPLO)
-    return eigh.returns(fake(A.shape[:-1], A.dtype, A), fake(A.shape, A.dtype, A))
+    return eigh.returns(fake(A.shape[:-1], A.dtype.to_real(), A), fake(A.shape, A.dtype, A))
 
 
 def _eigh_grad(c, gL, gV):
@@ -228,7 +237,9 @@ def _eigh_grad(c, gL, gV):
     return V @ inner @ V.mT, None
 
 
-eigh.register_derivative(_eigh_grad, save_output=True, save_inputs=())
+eigh.register_derivative(
+    real_derivative("linalg.eigh", _eigh_grad), save_output=True, save_inputs=()
+)
 
 
 @defop(kind="linalg", name="_linalg_eigvalsh", autocast={"cpu": "fp32"})
@@ -239,25 +250,34 @@ def eigvalsh(input: Tensor, UPLO: str = "L"):
 @eigvalsh.register_kernel
 def _eigvalsh_kernel(A, UPLO):
     check_matrix(
-        "linalg.eigvalsh", A, low_precision_kernel="linalg_eigh_cpu", integers_reach_kernel=True
+        "linalg.eigvalsh",
+        A,
+        low_precision_kernel="linalg_eigh_cpu",
+        integers_reach_kernel=True,
+        complex_ok=True,
     )
     _check_uplo(UPLO)
-    return wrap(_np_eigh(A._data, UPLO)[0], A.dtype)
+    real = A.dtype.to_real()
+    return wrap(_np_eigh(A._data, UPLO)[0].astype(real.np), real)
 
 
 @eigvalsh.register_meta
 def _eigvalsh_meta(A, UPLO="L"):
     check_matrix(
-        "linalg.eigvalsh", A, low_precision_kernel="linalg_eigh_cpu", integers_reach_kernel=True
+        "linalg.eigvalsh",
+        A,
+        low_precision_kernel="linalg_eigh_cpu",
+        integers_reach_kernel=True,
+        complex_ok=True,
     )
     _check_uplo(UPLO)
-    return fake(A.shape[:-1], A.dtype, A)
+    return fake(A.shape[:-1], A.dtype.to_real(), A)
 
 
 def _eigvalsh_grad(c, gL):
     A, UPLO = c.args
     V = eigh(A, UPLO)[1]
-    return (V * gL.unsqueeze(-2)) @ V.mT, None
+    return (V * gL.unsqueeze(-2)) @ V.mH, None  # V diag(gL) V^H (V^T for real matrices)
 
 
 eigvalsh.register_derivative(_eigvalsh_grad)
@@ -266,24 +286,25 @@ eigvalsh.register_derivative(_eigvalsh_grad)
 # ------------------------------------------------------------------------------ eig (real spectra)
 
 _COMPLEX_SPECTRUM = (
-    "The matrix has complex eigenvalues, and kiln has no complex dtype: linalg.eig and "
-    "linalg.eigvals support only matrices whose eigenvalues are all real, and return them (and "
-    "the eigenvectors) as real tensors. For symmetric matrices use linalg.eigh or "
-    "linalg.eigvalsh."
+    "The matrix has complex eigenvalues: kiln's linalg.eig and linalg.eigvals of a real matrix "
+    "return real tensors (PyTorch's return complex ones), so they support only real spectra "
+    "there. Convert the matrix to a complex dtype first (its eigenvalues and eigenvectors are "
+    "then complex), or for symmetric matrices use linalg.eigh or linalg.eigvalsh."
 )
 
 
 def _np_eig(name: str, a: np.ndarray, compute_v: bool):
-    """numpy's (LAPACK geev) eigendecomposition, unsorted, eigenvectors of unit norm. A complex
-    eigenvalue pair cannot be represented, so it raises ``NotImplementedError`` naming the
-    first such matrix of the batch."""
+    """numpy's (LAPACK geev) eigendecomposition, unsorted, eigenvectors of unit norm. For a real
+    matrix, a complex eigenvalue pair cannot be represented in the real result kiln gives, so
+    it raises ``NotImplementedError`` naming the first such matrix of the batch (a complex
+    matrix's are complex)."""
     if _nonfinite_matrices(a).any():
         raise RuntimeError("torch.linalg.eig: input tensor should not contain infs or NaNs.")
     if compute_v:
         w, v = np.linalg.eig(a)
     else:
         w, v = np.linalg.eigvals(a), None
-    if np.iscomplexobj(w):  # numpy returns real arrays when every eigenvalue is real
+    if np.iscomplexobj(w) and not np.iscomplexobj(a):  # numpy: real arrays for real spectra
         has_complex = (w.imag != 0).any(-1)
         raise_info_error(
             name, has_complex.astype(np.int32), lambda _: _COMPLEX_SPECTRUM, NotImplementedError
@@ -302,14 +323,14 @@ eig.returns = return_type("linalg_eig", ("eigenvalues", "eigenvectors"))
 
 @eig.register_kernel
 def _eig_kernel(A):
-    check_matrix("linalg.eig", A, low_precision_kernel="linalg_eig_out_cpu")
+    check_matrix("linalg.eig", A, low_precision_kernel="linalg_eig_out_cpu", complex_ok=True)
     w, v = _np_eig("linalg.eig", A._data, True)
     return eig.returns(wrap(w, A.dtype), wrap(v, A.dtype))
 
 
 @eig.register_meta
 def _eig_meta(A):
-    check_matrix("linalg.eig", A, low_precision_kernel="linalg_eig_out_cpu")
+    check_matrix("linalg.eig", A, low_precision_kernel="linalg_eig_out_cpu", complex_ok=True)
     return eig.returns(fake(A.shape[:-1], A.dtype, A), fake(A.shape, A.dtype, A))
 
 
@@ -329,7 +350,9 @@ def eig_grad(L: Tensor, V: Tensor, gL: Tensor, gV: Tensor) -> Tensor:
 
 
 eig.register_derivative(
-    lambda c, gL, gV: (eig_grad(c.out[0], c.out[1], gL, gV),), save_output=True, save_inputs=()
+    real_derivative("linalg.eig", lambda c, gL, gV: (eig_grad(c.out[0], c.out[1], gL, gV),)),
+    save_output=True,
+    save_inputs=(),
 )
 
 
@@ -340,13 +363,13 @@ def eigvals(input: Tensor):
 
 @eigvals.register_kernel
 def _eigvals_kernel(A):
-    check_matrix("linalg.eigvals", A, low_precision_kernel="linalg_eig_out_cpu")
+    check_matrix("linalg.eigvals", A, low_precision_kernel="linalg_eig_out_cpu", complex_ok=True)
     return wrap(_np_eig("linalg.eigvals", A._data, False)[0], A.dtype)
 
 
 @eigvals.register_meta
 def _eigvals_meta(A):
-    check_matrix("linalg.eigvals", A, low_precision_kernel="linalg_eig_out_cpu")
+    check_matrix("linalg.eigvals", A, low_precision_kernel="linalg_eig_out_cpu", complex_ok=True)
     return fake(A.shape[:-1], A.dtype, A)
 
 
@@ -357,7 +380,7 @@ def _eigvals_grad(c, gL):
     return (solve(Vt, gL.unsqueeze(-1) * Vt),)
 
 
-eigvals.register_derivative(_eigvals_grad)
+eigvals.register_derivative(real_derivative("linalg.eigvals", _eigvals_grad))
 
 
 # ------------------------------------------------------------------------------ SVD
@@ -383,7 +406,9 @@ svd.returns = return_type("linalg_svd", ("U", "S", "Vh"))
 
 
 def _svd_shapes(A, full_matrices):
-    check_matrix("linalg.svd", A, square=False, low_precision_kernel="linalg_svd_cpu")
+    check_matrix(
+        "linalg.svd", A, square=False, low_precision_kernel="linalg_svd_cpu", complex_ok=True
+    )
     batch, (m, n) = tuple(A.shape[:-2]), A.shape[-2:]
     k = min(m, n)
     if full_matrices:
@@ -395,12 +420,14 @@ def _svd_shapes(A, full_matrices):
 def _svd_kernel(A, full_matrices):
     _svd_shapes(A, full_matrices)
     u, s, vh = _np_svd("linalg.svd", A._data, full_matrices)
-    return svd.returns(wrap(u, A.dtype), wrap(s, A.dtype), wrap(vh, A.dtype))
+    real = A.dtype.to_real()  # singular values are real for complex matrices too
+    return svd.returns(wrap(u, A.dtype), wrap(s.astype(real.np), real), wrap(vh, A.dtype))
 
 
 @svd.register_meta
 def _svd_meta(A, full_matrices=True):
-    return svd.returns(*(fake(s, A.dtype, A) for s in _svd_shapes(A, full_matrices)))
+    u, s, vh = _svd_shapes(A, full_matrices)
+    return svd.returns(fake(u, A.dtype, A), fake(s, A.dtype.to_real(), A), fake(vh, A.dtype, A))
 
 
 def svd_grad(U, S, Vh, gU, gS, gVh) -> Tensor:
@@ -432,7 +459,7 @@ def _svd_grad(c, gU, gS, gVh):
     return svd_grad(U, S, Vh, gU, gS, gVh), None
 
 
-svd.register_derivative(_svd_grad, save_output=True, save_inputs=())
+svd.register_derivative(real_derivative("linalg.svd", _svd_grad), save_output=True, save_inputs=())
 
 
 @defop(kind="linalg", name="_linalg_svdvals", autocast={"cpu": "fp32"})
@@ -443,12 +470,13 @@ def svdvals(A: Tensor):
 @svdvals.register_kernel
 def _svdvals_kernel(A):
     _svd_shapes(A, False)
-    return wrap(_np_svd("linalg.svd", A._data, False, compute_uv=False), A.dtype)
+    real = A.dtype.to_real()
+    return wrap(_np_svd("linalg.svd", A._data, False, compute_uv=False).astype(real.np), real)
 
 
 @svdvals.register_meta
 def _svdvals_meta(A):
-    return fake(_svd_shapes(A, False)[1], A.dtype, A)
+    return fake(_svd_shapes(A, False)[1], A.dtype.to_real(), A)
 
 
 def _svdvals_grad(c, gS):
@@ -495,8 +523,7 @@ def pinv_cutoff(A: Tensor, s_max: np.ndarray, atol, rtol) -> np.ndarray:
 
 
 def _pinv_check(A):
-    refuse_complex("linalg.pinv", A.dtype)
-    if A.ndim < 2 or A.dtype not in (dt.float32, dt.float64):
+    if A.ndim < 2 or A.dtype not in (dt.float32, dt.float64, dt.complex64, dt.complex128):
         raise RuntimeError(
             f"linalg.pinv({torch_type_name(A.dtype)}{{{list(A.shape)}}}): expected a tensor with "
             "2 or more dimensions of float, double, cfloat or cdouble types"
@@ -515,12 +542,12 @@ def _pinv_kernel(A, atol, rtol, hermitian):
         size = np.abs(w)
         cutoff = pinv_cutoff(A, size.max(-1), atol, rtol)[..., None]
         inv_w = np.where(size > cutoff, 1 / np.where(size > cutoff, w, 1), 0)
-        out = (v * inv_w[..., None, :]) @ np.swapaxes(v, -1, -2)
+        out = (v * inv_w[..., None, :]) @ np.swapaxes(v, -1, -2).conj()
     else:
         u, s, vh = _np_svd("linalg.pinv", a, False)
         cutoff = pinv_cutoff(A, s[..., 0], atol, rtol)[..., None]
         inv_s = np.where(s > cutoff, 1 / np.where(s > cutoff, s, 1), 0)
-        out = (np.swapaxes(vh, -1, -2) * inv_s[..., None, :]) @ np.swapaxes(u, -1, -2)
+        out = (np.swapaxes(vh, -1, -2).conj() * inv_s[..., None, :]) @ np.swapaxes(u, -1, -2).conj()
     return wrap(out.astype(a.dtype, copy=False), A.dtype)
 
 
@@ -541,7 +568,7 @@ def _pinv_grad(c, g):
     return t1 + t2 + t3, None, None, None
 
 
-pinv.register_derivative(_pinv_grad, save_output=True)
+pinv.register_derivative(real_derivative("linalg.pinv", _pinv_grad), save_output=True)
 
 
 # ------------------------------------------------------------------------------ matrix exponential
@@ -550,8 +577,8 @@ pinv.register_derivative(_pinv_grad, save_output=True)
 def np_matrix_exp(a: np.ndarray) -> np.ndarray:
     """exp(A) by scaling and squaring: each matrix is scaled by 2^-s until its 1-norm is at most
     1, a degree-18 Taylor polynomial (truncation below float64 precision) is evaluated by
-    Horner's rule, and the result is squared s times. Computed in float64."""
-    a = a.astype(np.float64)
+    Horner's rule, and the result is squared s times. Computed in float64 (complex128)."""
+    a = a.astype(np.complex128 if np.iscomplexobj(a) else np.float64)
     n = a.shape[-1]
     if a.size == 0:
         return a.copy()
@@ -570,7 +597,7 @@ def np_matrix_exp(a: np.ndarray) -> np.ndarray:
     return r
 
 
-@defop(kind="linalg", name="_linalg_matrix_exp")
+@defop(kind="linalg", name="_linalg_matrix_exp", holomorphic=True)
 def matrix_exp(input: Tensor):
     """``exp(A) = sum_k A^k / k!`` of each matrix."""
 
@@ -578,7 +605,7 @@ def matrix_exp(input: Tensor):
 def _matrix_exp_check(A):
     check_matrix("linalg.matrix_exp", A, dtype_check=False)
     if not A.dtype.is_floating_point:
-        check_float("linalg.matrix_exp", A)
+        check_float("linalg.matrix_exp", A, complex_ok=True)
 
 
 @matrix_exp.register_kernel

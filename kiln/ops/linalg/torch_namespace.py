@@ -50,8 +50,11 @@ def _slogdet(input: Tensor):
 @torch_function("logdet")
 @tensor_method("logdet")
 def _logdet(input: Tensor) -> Tensor:
-    """log(det): NaN for a negative determinant, -inf for a zero one."""
+    """log(det): NaN for a negative determinant, -inf for a zero one; for complex matrices
+    log(sign) + log|det| (PyTorch's principal branch)."""
     sign, logabsdet = dec.slogdet(input)
+    if sign.dtype.is_complex:
+        return sign.log() + logabsdet
     return where(sign < 0, math.nan, logabsdet)
 
 
