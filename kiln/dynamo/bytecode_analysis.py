@@ -86,6 +86,8 @@ class FrameCode:
         for lab in pending:  # a label at the very end (never jumped to in valid code)
             label_index[lab] = len(self.instructions)
         self.label_index = label_index
+        # each instruction's handler name (``opcodes.HANDLERS``), looked up once per code
+        self.handler_names = [bv.canonical(instr.name) for instr in self.instructions]
         self._live: list[frozenset] | None = None
         self._loops: list[tuple[int, int]] | None = None
 

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from bytecode import Instr
 
 from ..runtime.symbolic import GuardOnDataDependentError
-from . import bytecode_versions as bv
 from . import config
 from .bytecode_analysis import frame_code
 from .exc import BreakReason, Unsupported, unsupported
@@ -119,8 +118,11 @@ class InstructionTranslatorBase:
 
     # ------------------------------------------------------------------ running
     def run(self) -> None:
-        while not self.done:
-            self.step()
+        # the user's code is evaluated here (one ``user_code`` scope for all its steps: a
+        # generator's steps run inside its consumer's, the library calls it makes in their own)
+        with self.output.shape_env.user_code():
+            while not self.done:
+                self.step()
 
     def step(self) -> None:
         ip = self.ip
@@ -130,13 +132,12 @@ class InstructionTranslatorBase:
         output = self.output
         output.current_tx = self
         output.count_instruction()
-        fn = HANDLERS.get(bv.canonical(instr.name))
+        fn = HANDLERS.get(self.fc.handler_names[ip])
         try:
             if fn is None:
                 raise unsupported("unsupported_bytecode", f"opcode {instr.name} is not supported")
             try:
-                with output.shape_env.user_code():
-                    fn(self, instr)
+                fn(self, instr)
             except GuardOnDataDependentError as e:
                 raise unsupported("unbacked_branch", str(e)) from None
         except Unsupported as e:
