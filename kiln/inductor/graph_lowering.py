@@ -278,9 +278,33 @@ def _output_layout(meta) -> Layout | None:
         dense = _dense_for_every_size(meta)
         if dense is not None:
             return dense
-    if meta.is_contiguous() or not is_non_overlapping_and_dense(shape, stride):
+    if meta.is_contiguous():
+        return None
+    if not is_non_overlapping_and_dense(shape, stride) and not _gapped(shape, stride):
         return None
     return Layout(shape, stride, meta.dtype, 0, meta.device.type)
+
+
+def _gapped(shape: tuple, stride: tuple) -> bool:
+    """Strides that leave gaps between elements but never reach one twice, for every size (a
+    view scatter of a sliced input keeps the slice's strides, as eager and PyTorch do): taken
+    from the smallest, each dim longer than one steps over the whole extent of those before."""
+    left = [d for d in range(len(shape)) if not statically_known_true("==", shape[d], 1)]
+    extent = 1
+    while left:
+        pick = next(
+            (
+                d
+                for d in left
+                if all(statically_known_true("<=", stride[d], stride[e]) for e in left)
+            ),
+            None,
+        )
+        if pick is None or not statically_known_true(">=", stride[pick], extent):
+            return False
+        left.remove(pick)
+        extent = stride[pick] * (shape[pick] - 1) + extent
+    return True
 
 
 def _dense_for_every_size(meta: Tensor) -> Layout | None:

@@ -18,14 +18,15 @@ from hypothesis import strategies as st
 from .builder import KNOWN_ISSUES, Builder, FuzzConfig, known_issues_for
 from .nn_rules import NN_NEEDS, NN_OPS
 from .op_rules import NEEDS, OPS
+from .placement_rules import PLACEMENT_NEEDS, PLACEMENT_OPS
 from .programs import Program
 
 __all__ = ["COUNTS", "config_for", "FuzzConfig", "programs", "KNOWN_ISSUES", "known_issues_for"]
 
 # tensor ops first (hypothesis shrinks towards them), then the ops of model code
-_OPS = OPS + NN_OPS
+_OPS = OPS + NN_OPS + PLACEMENT_OPS
 _EMITTERS = dict(_OPS)
-_NEEDS = {**NEEDS, **NN_NEEDS}
+_NEEDS = {**NEEDS, **NN_NEEDS, **PLACEMENT_NEEDS}
 
 # programs per check and profile (KILN_FUZZ); compiling is the cost (~50-300 ms a graph with
 # LLVM, more with Triton's interpreter), so the fast profile spreads its programs over the

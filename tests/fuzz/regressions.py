@@ -581,4 +581,26 @@ REGRESSIONS: list[Case] = [
         ),
         ("pytorch", *COMPILED),
     ),
+    Case(
+        "a view scatter of a sliced input was dense where PyTorch's copy keeps the slice's "
+        "strides (clone_preserve_strides), eager and compiled (placement rules, focused "
+        "pytorch campaign, seed 147; inductor-dynamic, seed 153)",
+        _one(
+            [Input("x0", (3, 2), layout="strided"), Input("x1", (3,), seed=1)],
+            ["v0 = torch.select_scatter(x0, x1, 1, 0)"],
+        ),
+        ("pytorch", *COMPILED, "inductor-dynamic"),
+    ),
+    Case(
+        "a compiled unfold's gathered windows were row-major, so a view scatter of a "
+        "transposed input's windows had other strides than eager's view (inductor, seed 150)",
+        _one(
+            [
+                Input("x0", (3, 3), dtype="bool", layout="transposed"),
+                Input("x1", (2, 3, 1), dtype="bool", layout="transposed", seed=1),
+            ],
+            ["v1 = x0.unfold(0, 1, 1)", "v2 = torch.slice_scatter(v1, x1, 0, None, None, 2)"],
+        ),
+        ("pytorch", *COMPILED),
+    ),
 ]

@@ -332,14 +332,22 @@ def _laid_out_inputs(lib):
     rng = np.random.default_rng(0)
     image = rng.standard_normal((2, 3, 4, 6)).astype(np.float32)
     rows = rng.standard_normal((2, 6, 3)).astype(np.float32)
+    wide = rng.standard_normal((2, 8, 5)).astype(np.float32)
     return {
         "channels-last": lib.tensor(image).contiguous(memory_format=lib.channels_last),
         "transposed": lib.tensor(rows).transpose(1, 2),
+        # not dense: the copy keeps the gaps (clone_preserve_strides), its offset aside
+        "sliced": lib.tensor(image)[..., ::2],
+        "transposed-sliced": lib.tensor(wide).transpose(1, 2)[:, 1:, ::2],
+        # overlapping: the copy is clone's, dense
+        "expanded": lib.tensor(rows[:, :1]).expand(2, 6, 3),
     }
 
 
 @pytest.mark.parametrize("mode", ["eager", "meta", "aot_eager", "inductor"])
-@pytest.mark.parametrize("layout", ["channels-last", "transposed"])
+@pytest.mark.parametrize(
+    "layout", ["channels-last", "transposed", "sliced", "transposed-sliced", "expanded"]
+)
 @pytest.mark.parametrize("op", sorted(_view_scatters(kiln)))
 def test_view_scatters_keep_the_input_layout_as_torch(op, layout, mode):
     fn = _view_scatters(kiln)[op]
@@ -349,5 +357,44 @@ def test_view_scatters_keep_the_input_layout_as_torch(op, layout, mode):
         assert fn(x.to("meta")).stride() == want.stride()
         return
     got = (fn if mode == "eager" else kiln.compile(fn, backend=mode))(x)
+    assert got.stride() == want.stride()
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def _window_readers(lib):
+    return {
+        "slice_scatter": lambda w: lib.slice_scatter(
+            w, lib.ones(w.shape[0], 1, w.shape[2]), 1, 0, 1
+        ),
+        "clone": lambda w: w.clone(),
+        "contiguous-channels": lambda w: w.transpose(0, 1).contiguous(),
+    }
+
+
+# (reader, window size, step); not a view scatter of overlapping windows, whose copy keeps
+# overlapping strides (clone_preserve_strides) that no gather reproduces
+_WINDOW_CASES = [
+    (reader, size, step)
+    for reader in sorted(_window_readers(kiln))
+    for size, step in ((1, 1), (2, 2), (3, 1))
+    if not (reader == "slice_scatter" and step < size)
+]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize(("reader", "size", "step"), _WINDOW_CASES)
+def test_compiled_unfold_is_laid_out_like_the_eager_view(reader, size, step, backend):
+    """A compiled graph gathers ``unfold``'s windows into a copy; the copy takes the view's
+    dim order, so an op that keeps its input's layout gives eager's and PyTorch's strides
+    (a view scatter of a transposed input's windows was row-major)."""
+    rows = np.arange(18, dtype=np.float32).reshape(6, 3)
+
+    def program(lib):
+        return lambda x: _window_readers(lib)[reader](x.unfold(1, size, step))
+
+    want = program(torch)(torch.tensor(rows).t())
+    eager = program(kiln)(kiln.tensor(rows).t())
+    got = kiln.compile(program(kiln), backend=backend)(kiln.tensor(rows).t())
+    assert eager.stride() == want.stride()
     assert got.stride() == want.stride()
     np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -13,9 +13,17 @@ import warnings
 import numpy as np
 
 from ...runtime import dtypes as dt
+from ...runtime.memory_format import preserved_strides
 from ...runtime.symbolic import SymInt, known_same_shape
 from ...runtime.tensor import Size
-from ..core.common import Tensor, broadcast_shapes, fake, tensor_sequence, wrap_dim
+from ..core.common import (
+    Tensor,
+    broadcast_shapes,
+    fake,
+    laid_out_as,
+    tensor_sequence,
+    wrap_dim,
+)
 from ..core.dispatch import dispatch
 from ..core.grad_fn_naming import renames_grad_fn
 from ..core.registry import OPS, defop, tensor_method, torch_function
@@ -422,14 +430,19 @@ def _window_index(windows, size, step, device):
 
 @unfold.register_decomposition
 def _unfold_decomp(x, dimension, size, step):
-    """Gather the windows with ``index_select``: overlapping windows then sum their gradients."""
-    shape, _ = _unfold_geometry(x, dimension, size, step)
+    """Gather the windows with ``index_select``: overlapping windows then sum their gradients.
+    The gathered copy is laid out like eager's view (dense in its dim order), so what reads
+    its layout (a view scatter, a clone, an output) sees eager's strides."""
+    shape, stride = _unfold_geometry(x, dimension, size, step)
     if x.ndim == 0:
         return OPS["reshape"](x, (1,))[:size]
     d = wrap_dim(dimension, x.ndim)
     windows = shape[d]
     picked = OPS["index_select"](x, d, _window_index(windows, size, step, x.device))
-    return movedim(unflatten(picked, d, (windows, size)), d + 1, -1)
+    out = movedim(unflatten(picked, d, (windows, size)), d + 1, -1)
+    if any(v.__class__ is not int for v in (*shape, *stride)):
+        return out
+    return laid_out_as(out, preserved_strides(tuple(shape), tuple(stride), None, "unfold"))
 
 
 def unfold_scatter(x: Tensor, src: Tensor, dimension: int, size: int, step: int) -> Tensor:

@@ -13,7 +13,11 @@ import builtins
 import numpy as np
 
 from ...runtime.device import cpu
-from ...runtime.memory_format import contiguous_format, preserve_format
+from ...runtime.memory_format import (
+    contiguous_format,
+    is_non_overlapping_and_dense,
+    preserve_format,
+)
 from ...runtime.storage import empty_array, storage_of
 from ...runtime.symbolic import (
     GuardOnDataDependentError,
@@ -806,16 +810,42 @@ diagonal.register_derivative(
 # ------------------------------------------------------------------------------ scatter inverses
 # Functional "copy src into a view of a copy of input": gradients of views and functionalized
 # in-place updates. Each is one kernel on the CPU: copy, then assign through the view. The copy
-# is laid out like the input (``empty_like``'s strides, PyTorch's ``clone_preserve_strides``
-# where the input is dense), so a functionalized in-place update keeps its tensor's layout and
-# ``as_strided_scatter`` writes the elements a strided view of the input would reach.
+# keeps the input's strides (PyTorch's ``clone_preserve_strides``: a slice's copy has the
+# slice's gaps; only an input that overlaps itself, an expand, gets ``clone``'s dense layout),
+# so a functionalized in-place update keeps its tensor's layout and ``as_strided_scatter``
+# writes the elements a strided view of the input would reach. PyTorch's eager copy also keeps
+# the input's storage offset; its compiled one, as kiln's, starts at 0.
+
+
+def _scatter_strides(x: Tensor) -> tuple | None:
+    """The strides of a view scatter's result: ``x``'s own unless a dim longer than one has
+    stride 0 (then ``empty_like``'s, ``preserved_layout``); None for row-major."""
+    if x.is_contiguous():
+        return None if tuple(x.stride()) == contiguous_strides(x._shape) else tuple(x.stride())
+    if any(st == 0 and size != 1 for size, st in zip(x._shape, x.stride())):
+        return preserved_layout(x)
+    return tuple(x.stride())
+
+
+def _copy_with_strides(x: Tensor) -> Tensor:
+    """A copy of CPU tensor ``x`` with ``_scatter_strides(x)``: a fresh storage as long as the
+    strides reach (its gaps zero), viewed with them."""
+    strides = _scatter_strides(x)
+    if strides is None or is_non_overlapping_and_dense(x._shape, strides):
+        return x.clone(memory_format=preserve_format)
+    extent = 1 + builtins.sum((n - 1) * st for n, st in zip(x._shape, strides))
+    flat = np.zeros(extent, x._data.dtype)
+    item = flat.itemsize
+    data = np.ndarray(x._shape, flat.dtype, buffer=flat, strides=tuple(s * item for s in strides))
+    data[...] = x._data
+    return wrap_array(data, x._dtype)
 
 
 def _scatter_op(name, view_op, schema):
     op = defop(schema, name=name, kind="scatter", prim=True)
 
     def kernel(x, src, *params):
-        out = x.clone(memory_format=preserve_format) if x._data is not None else None
+        out = _copy_with_strides(x) if x._data is not None else None
         target = view_op.kernel(out, *params)
         if not known_same_shape(target._shape, src._shape):
             raise RuntimeError(
@@ -826,7 +856,7 @@ def _scatter_op(name, view_op, schema):
         return out
 
     def meta(x, src, *params):
-        return fake(x._shape, x._dtype, x, preserved_layout(x))
+        return fake(x._shape, x._dtype, x, _scatter_strides(x))
 
     def derivative(c, g):
         x, src, *params = c.args
