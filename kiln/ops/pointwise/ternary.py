@@ -536,12 +536,31 @@ logaddexp = defop(_log_add_exp_schema, name="logaddexp", kind="pointwise")
 logaddexp2 = defop(_log_add_exp_schema, name="logaddexp2", kind="pointwise")
 
 
+def complex_logaddexp(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """PyTorch's log(exp(a) + exp(b)) of complex arrays: ``max + log1p(exp(min - max))`` with
+    the operands ordered by real part (``b`` the larger only where its real part is greater),
+    NaN + NaNj where either holds a NaN, the smaller itself where both real parts are
+    -inf, and the direct formula where both are +inf."""
+    swap = b.real > a.real
+    larger, smaller = np.where(swap, b, a), np.where(swap, a, b)
+    with np.errstate(all="ignore"):
+        out = np.log1p(np.exp(smaller - larger)) + larger
+        both_infinite = np.isinf(smaller.real) & (smaller.real == larger.real)
+        direct = np.log(np.exp(smaller) + np.exp(larger))
+    out = np.where(both_infinite, np.where(smaller.real < 0, smaller, direct), out)
+    nan = np.isnan(a) | np.isnan(b)  # (either part of either operand)
+    return np.where(nan, complex(math.nan, math.nan), out).astype(out.dtype)
+
+
 def _register_log_add_exp(op, np_fn, exp, log_scale: float) -> None:
     """Kernel, meta, derivative and decomposition of log(base^a + base^b): ``exp`` raises the
-    base, ``log_scale`` turns a natural log into the base's."""
+    base, ``log_scale`` turns a natural log into the base's. ``logaddexp`` takes complex
+    operands too (``complex_logaddexp``), ``logaddexp2`` does not, as in PyTorch."""
 
     def out_dtype(a, b) -> dt.dtype:
         d = result_dtype(a, b)
+        if d.is_complex and op is logaddexp:
+            return d
         if not d.is_floating_point:  # PyTorch has no integer or complex kernel either
             raise NotImplementedError(
                 f"\"{op.name}_cpu\" not implemented for '{torch_type_name(d)}'"
@@ -551,7 +570,8 @@ def _register_log_add_exp(op, np_fn, exp, log_scale: float) -> None:
     def kernel(a, b):
         d = out_dtype(a, b)
         cd = compute_np_dtype(d)  # half types in float32, as PyTorch's CPU kernels do
-        out = np_fn(as_np_operand(a, cd), as_np_operand(b, cd))
+        fn = complex_logaddexp if d.is_complex else np_fn
+        out = fn(as_np_operand(a, cd), as_np_operand(b, cd))
         return wrap(iterator_layout(out, (a, b), d), d)
 
     def meta(a, b):
@@ -559,13 +579,20 @@ def _register_log_add_exp(op, np_fn, exp, log_scale: float) -> None:
 
     def derivative(c, g):
         a, b = c.args  # PyTorch's formulas: a == b == inf gives NaN gradients, as there
+
+        def slope(x, y):  # conjugated for complex operands, as PyTorch's
+            s = 1 + exp(y - x)
+            return s.conj() if s.dtype.is_complex else s
+
         return (
-            g / (1 + exp(b - a)) if needs_grad(c, 0) else None,
-            g / (1 + exp(a - b)) if needs_grad(c, 1) else None,
+            g / slope(a, b) if needs_grad(c, 0) else None,
+            g / slope(b, a) if needs_grad(c, 1) else None,
         )
 
     def decomposition(a, b):
         x, y = _as_float_operands(a, b)
+        if x.dtype.is_complex if isinstance(x, Tensor) else y.dtype.is_complex:
+            return in_iterator_layout(_complex_log_add_exp(x, y), (a, b))
         m = maximum(x, y)
         out = m + exp(-(x - y).abs()).log1p() * log_scale
         out = where((x == y) & x.isinf(), x, out)  # inf, inf -> inf (not inf - inf)
@@ -575,6 +602,18 @@ def _register_log_add_exp(op, np_fn, exp, log_scale: float) -> None:
     op.register_meta(meta)
     op.register_derivative(derivative)
     op.register_decomposition(decomposition)
+
+
+def _complex_log_add_exp(x, y):
+    """``complex_logaddexp`` in ops, for compiled code."""
+    swap = y.real > x.real
+    larger, smaller = where(swap, y, x), where(swap, x, y)
+    out = (smaller - larger).exp().log1p() + larger
+    both_infinite = smaller.real.isinf() & (smaller.real == larger.real)
+    direct = (smaller.exp() + larger.exp()).log()
+    out = where(both_infinite, where(smaller.real < 0, smaller, direct), out)
+    nan = x.isnan() | y.isnan()
+    return where(nan, complex(math.nan, math.nan), out)
 
 
 _register_log_add_exp(logaddexp, np.logaddexp, lambda t: t.exp(), 1.0)

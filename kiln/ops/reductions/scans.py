@@ -15,6 +15,7 @@ from ...runtime import machine_code
 from ..core.common import DType, Tensor, c_contiguous, compute_np_dtype, fake, wrap, wrap_dim
 from ..core.registry import defop
 from ..creation.factories import arange
+from ..pointwise.ternary import complex_logaddexp
 from ..pointwise.unary_binary import where
 from ..shape.repeat_flip import flip, roll
 from .reduce import (
@@ -160,9 +161,9 @@ def logcumsumexp(self: Tensor, dim: int): ...
 
 
 def _check_logcumsumexp_dtype(x) -> None:
-    """Float inputs only: the kernel's check, made by the meta too (compiled code refuses
-    integers as eager does)."""
-    if not x._dtype.is_floating_point:
+    """Float and complex inputs only: the kernel's check, made by the meta too (compiled code
+    refuses integers as eager does)."""
+    if not (x._dtype.is_floating_point or x._dtype.is_complex):
         raise NotImplementedError(
             f"\"logcumsumexp_out_cpu\" not implemented for '{torch_type_name(x._dtype)}'"
         )
@@ -175,6 +176,14 @@ def _logcumsumexp_kernel(x, dim):
     a = x._data.astype(compute_np_dtype(x._dtype), copy=False)
     if not a.ndim:
         return wrap(a.copy(), x._dtype)
+    if a.dtype.kind == "c":
+        # PyTorch's complex log-add-exp of each element and the running value (from -inf + 0j),
+        # in that order: a leading -inf + 1j gives -inf + 0j, as there
+        out = np.moveaxis(a.copy(), d, 0)
+        running = np.full(out.shape[1:], complex(-np.inf, 0), out.dtype)
+        for k in range(out.shape[0]):
+            running = out[k] = complex_logaddexp(out[k], running)
+        return wrap(np.ascontiguousarray(np.moveaxis(out, 0, d)), x._dtype)
     out = np.ascontiguousarray(np.logaddexp.accumulate(a, axis=d))
     # PyTorch adds each element to the running -inf as log1p(exp(-inf)) + x: a -0.0 comes out 0.0
     out += 0.0
@@ -203,6 +212,11 @@ def _logcumsumexp_grad(c, g):
     x, dim = c.args
     if not x.ndim:
         return (g,)
+    if x.dtype.is_complex:
+        raise NotImplementedError(
+            "logcumsumexp: the derivative for complex inputs is not supported by kiln yet "
+            "(PyTorch supports it)"
+        )
     d = wrap_dim(dim, x.ndim)
     out = c.out
 
@@ -224,6 +238,8 @@ logcumsumexp.register_derivative(_logcumsumexp_grad, save_output=True)
 def _logcumsumexp_decomp(x, dim):
     if not x.ndim:
         return x.clone()
+    if x.dtype.is_complex:  # (logsumexp's complex branch is not PyTorch's)
+        raise NotImplementedError("logcumsumexp of complex tensors runs its eager kernel")
     d = wrap_dim(dim, x.ndim)
     mask, row = _triangle(x, d)
     return logsumexp(where(mask, row, -_INF), -1)
