@@ -357,8 +357,8 @@ def test_data_dependent_sizes_match_torch(fn, make, differentiable, backend):
 @pytest.mark.filterwarnings("error:backend")  # a backend failing falls back to eager silently
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_masked_scatter_compiles_forward_and_backward_like_torch(backend):
-    """Its backward concatenates a mask's count of the source with the rest: the legacy
-    empty-tensor rule of ``cat`` must not decide whether that data-dependent length is 0."""
+    """Its backward writes each True position's gradient to its source element with fixed
+    shapes (a running count of the mask), so no data-dependent length enters the graph."""
     data = np.random.default_rng(0).random((3, 4)).astype(np.float32)
     ours, theirs = kiln.tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
     out = kiln.compile(_masked_scatter, backend=backend)(ours)

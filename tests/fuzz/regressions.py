@@ -603,4 +603,13 @@ REGRESSIONS: list[Case] = [
         ),
         ("pytorch", *COMPILED),
     ),
+    Case(
+        "masked_scatter's source gradient took masked_select's data-dependent count, which a "
+        "float16 capture refused: aot_eager and inductor fell back to eager (inductor, seed 152)",
+        _one(
+            [Input("x0", (1, 2), dtype="float16", fill="integral", requires_grad=True)],
+            ["v0 = x0 == -1.5", "v2 = x0.masked_scatter(v0, x0)"],
+        ),
+        ("pytorch", *COMPILED, "inductor-dynamic"),
+    ),
 ]

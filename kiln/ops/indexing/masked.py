@@ -106,9 +106,14 @@ def _masked_scatter_grad(c, g):
     gx = g.masked_fill(mask, 0) if c.needs_input_grad[0] else None
     gs = None
     if c.needs_input_grad[2]:
-        taken = masked_select(g, mask)
-        rest = source.numel() - taken.shape[0]
-        gs = OPS["cat"]([taken, taken.new_zeros((rest,))], 0).reshape(tuple(source.shape))
+        # the k-th True position's gradient is source's k-th element's (zero past the last);
+        # written with fixed shapes, not masked_select's count, so a compiled backward needs no
+        # data-dependent size: an untaken position writes a slot past the end, then dropped
+        count = source.numel()
+        m = mask.expand(tuple(g.shape)).reshape(-1)
+        slots = OPS["where"](m, OPS["cumsum"](m, 0) - 1, count)
+        flat = OPS["index_put"](g.new_zeros((count + 1,)), [slots], g.reshape(-1), False)
+        gs = flat[:count].reshape(tuple(source.shape))
     return gx, None, gs
 
 
