@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kiln
-from tests.oracle import assert_close, needs_torch, torch
+from tests.oracle import assert_close, first_lines_of_errors, needs_torch, torch
 from tests.runtime.helpers import cases, same_as_torch
 
 pytestmark = needs_torch
@@ -172,13 +172,42 @@ def test_setitem_casts_float_tensor_into_int_for_basic_indices():
     assert_close(results[0], results[1])
 
 
-def test_setitem_with_integer_index_needs_matching_dtype_like_torch():
-    for lib in (kiln, torch):
-        x = lib.zeros(3)
-        with pytest.raises(
-            RuntimeError, match="Index put requires the source and destination dtypes match"
-        ):
-            x[lib.tensor([0, 1])] = lib.ones(2, dtype=lib.float64)
+@pytest.mark.parametrize(
+    ("destination", "source"),
+    [("float32", "float64"), ("float32", "int64"), ("int8", "float32"), ("float16", "bool")],
+)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_setitem_with_integer_index_needs_matching_dtype_like_torch(destination, source, compiled):
+    """PyTorch's message names the scalar types as it does ('Float', 'Long', 'Char', 'Half')."""
+
+    def put(lib):
+        def write(x, index, values):
+            x[index] = values
+            return x
+
+        write = kiln.compile(write) if compiled and lib is kiln else write
+        x = lib.zeros(3, dtype=getattr(lib, destination))
+        write(x, lib.tensor([0, 1]), lib.ones(2, dtype=getattr(lib, source)))
+
+    ours, theirs = first_lines_of_errors(lambda: put(kiln), lambda: put(torch))
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("value", [[1.0], [1.0, 2.0], [[3.0]]])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_fill_refuses_a_value_tensor_with_dims_like_torch(value, compiled):
+    """Even a one-element 1-d value: PyTorch checks the dims before it reads the value (a
+    compiled fill_ wrote it, and two elements raised the item() error)."""
+
+    def fill(lib):
+        def write(x, v):
+            return x.fill_(v) * 1
+
+        write = kiln.compile(write) if compiled and lib is kiln else write
+        write(lib.arange(3.0), lib.tensor(value))
+
+    ours, theirs = first_lines_of_errors(lambda: fill(kiln), lambda: fill(torch))
+    assert ours == theirs
 
 
 def test_setitem_shape_mismatch_raises_runtime_error():

@@ -1005,13 +1005,18 @@ def contiguous_meta_strides(shape):
 def fill(self: Tensor, value: TensorOrScalar): ...
 
 
-@fill.register_kernel
-def _fill_kernel(x, value):
-    v = value.item() if isinstance(value, Tensor) else value
+def _check_fill_value(x, value) -> None:
+    """PyTorch's check, before the value is read (a 1-d value of one element is refused too)."""
     if isinstance(value, Tensor) and value._shape:
         raise RuntimeError(
             f"fill_ only supports 0-dimension value tensor but got tensor with {len(value._shape)} dimensions."
         )
+
+
+@fill.register_kernel
+def _fill_kernel(x, value):
+    _check_fill_value(x, value)
+    v = value.item() if isinstance(value, Tensor) else value
     if not isinstance(value, Tensor):
         v = checked_scalar(v, x._dtype, check_float=x._dtype.itemsize != 2 or x.numel() != 1)
     layout = clone_layout(x, preserve_format)
@@ -1027,6 +1032,7 @@ def _fill_kernel(x, value):
 # laid out like ``self``, as PyTorch's ``empty_like(self).fill_(value)``: a functionalized
 # ``fill_`` of a transposed tensor must keep the strides the ops after it read
 fill.register_meta(lambda x, value: fake(x._shape, x._dtype, x, clone_layout(x, preserve_format)))
+fill.check_in_meta(_check_fill_value)
 fill.result_layout = "preserved"
 fill.register_derivative(
     lambda c, g: (

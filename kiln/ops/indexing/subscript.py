@@ -65,12 +65,6 @@ def true_count(mask, what: str):
     return count
 
 
-def _dtype_name(d: dt.dtype) -> str:
-    return {"bool": "Bool", "bfloat16": "BFloat16", "int64": "Long", "int32": "Int"}.get(
-        d.name, d.name.capitalize()
-    )
-
-
 # ------------------------------------------------------------------------------ index (prim)
 
 
@@ -293,7 +287,8 @@ def _check_put_dtype(x, values) -> None:
     if isinstance(values, Tensor) and values._dtype is not x._dtype:
         raise RuntimeError(
             "Index put requires the source and destination dtypes match, got "
-            f"{_dtype_name(x._dtype)} for the destination and {_dtype_name(values._dtype)} "
+            f"{dt.torch_type_name(x._dtype)} for the destination and "
+            f"{dt.torch_type_name(values._dtype)} "
             "for the source."
         )
 
