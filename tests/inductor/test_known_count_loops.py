@@ -61,3 +61,24 @@ def test_kernels_of_known_sizes_leave_llvm_nothing_to_unroll(case, tmp_path, mon
         assert _optimized(text, unroll=True) == _optimized(text, unroll=False)
     expected = fn(*(torch.tensor(a) for a in data))
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=2e-5, atol=1e-5)
+
+
+SHORT_ROWS = {
+    "softmax rows of 9": (lambda x: x.softmax(-1), (7, 9)),
+    "row sums of 5": (lambda x: (x * x).sum(-1), (6, 5)),
+    "transposed 5x3": (lambda x: x.transpose(0, 1) * 2.0 + 1.0, (5, 3)),
+    "permuted 3x4x5": (lambda x: x.permute(2, 0, 1).contiguous() + 1.0, (3, 4, 5)),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("case", SHORT_ROWS)
+def test_rows_shorter_than_a_vector_emit_no_vector_loop(case, tmp_path, monkeypatch):
+    """A vector loop over fewer elements than its lanes never runs: it is not emitted (its
+    scalar loop does the row), and the values are PyTorch's."""
+    fn, shape = SHORT_ROWS[case]
+    data = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    got, texts = _kernel_texts(tmp_path, monkeypatch, fn, [kiln.tensor(data)])
+    assert texts and not any("vec_head" in text for text in texts)
+    expected = fn(torch.tensor(data))
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=2e-6, atol=1e-6)

@@ -640,7 +640,8 @@ def test_flat_pointwise_loops_load_vectors_at_every_size(stats, tmp_path, monkey
         rng = np.random.default_rng(k)
         data = [rng.standard_normal(shape).astype(np.float32) for _ in range(2)]
         args = [kiln.tensor(d) for d in data]
-        if k == 0 or (not dynamic and shape == (9, 1000)):
+        # (static sizes under one vector have no vector loop: it could not run)
+        if (dynamic and k == 0) or (not dynamic and shape == (9, 1000)):
             ir_text = _kernels_ir(tmp_path / str(k), monkeypatch, compiled, *args)
             assert f"load <{LANES} x float>" in ir_text and "extractelement" not in ir_text
         got = compiled(*args)
