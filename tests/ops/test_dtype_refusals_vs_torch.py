@@ -473,3 +473,20 @@ def test_compiled_log_sigmoid_refuses_integers_as_eager_does(call, dtype):
     """log_sigmoid's float-only check runs in front of its meta too: compiled code computed
     integer inputs that eager kiln and PyTorch refuse."""
     assert_agrees_with_torch(_operands(dtype, (3, 4)), call, compiled=True)
+
+
+# integer beta/alpha are cast to the tensors' dtype, as PyTorch's (-1 wraps for uint8)
+SCALED_PRODUCTS = {
+    "addmm": (((3, 4), (3, 2), (2, 4)), lambda lib, *xs: lib.addmm(*xs, beta=-1, alpha=2)),
+    "baddbmm": (
+        ((1, 4), (2, 3, 5), (2, 5, 4)),
+        lambda lib, *xs: lib.baddbmm(*xs, beta=-1, alpha=2),
+    ),
+    "addmv": (((3,), (3, 4), (4,)), lambda lib, *xs: lib.addmv(*xs, beta=3, alpha=-2)),
+}
+
+
+@pytest.mark.parametrize("dtype", ("uint8", "int8", "int16", "int64"))
+@pytest.mark.parametrize("shapes,call", list(SCALED_PRODUCTS.values()), ids=list(SCALED_PRODUCTS))
+def test_integer_products_take_negative_scales_in_their_dtype(shapes, call, dtype):
+    assert_agrees_with_torch(_operands(dtype, *shapes, low=0), call, compiled=True)

@@ -164,6 +164,12 @@ def _blocks_dtype(input: Tensor, kernel: str) -> dt.dtype | None:
 
 def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
     """im2col: (N, C, H, W) -> (N, C*kh*kw, L) sliding blocks, as a grouped convolution."""
+    if input.ndim < 2:  # PyTorch reads the channel size (dim 1) first: an IndexError
+        raise IndexError(
+            "Dimension specified as 1 but tensor has no dimensions"
+            if input.ndim == 0
+            else "Dimension out of range (expected to be in range of [-1, 0], but got 1)"
+        )
     x, unbatched = batched(input, 2, "unfold")
     moved_as = _blocks_dtype(x, "im2col_out_cpu")
     if moved_as is not None:

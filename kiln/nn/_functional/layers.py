@@ -6,6 +6,8 @@ scaled_dot_product_attention.
 
 from __future__ import annotations
 
+import math
+
 from ...amp.autocast_mode import autocast_policy
 from ...autograd.grad_mode import no_grad
 from ...ops import OPS
@@ -116,6 +118,17 @@ linear = OPS["linear"]  # the op itself: its schema is PyTorch's signature
 @autocast_policy(cpu="none", cuda="promote")
 def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None):
     """out[..., o] = input1 @ weight[o] @ input2 (+ bias[o]), as one matmul and a reduction."""
+    # PyTorch's order: the inputs' ranks, then weight.size(1) read (an IndexError below 2-d)
+    if input1.ndim != input2.ndim:
+        raise RuntimeError(
+            f"bilinear(): input dimensions do not match: got {input1.ndim} and {input2.ndim}"
+        )
+    if weight.ndim < 2:
+        raise IndexError(
+            "Dimension specified as 1 but tensor has no dimensions"
+            if weight.ndim == 0
+            else "Dimension out of range (expected to be in range of [-1, 0], but got 1)"
+        )
     if (
         weight.ndim != 3
         or input1.shape[-1] != weight.shape[1]
@@ -127,8 +140,11 @@ def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None
         )
     out_features, in1, in2 = weight.shape
     lead = list(input1.shape[:-1])
-    left = OPS["matmul"](input1.reshape(-1, in1), weight.permute(1, 0, 2).reshape(in1, -1))
-    products = left.reshape(-1, out_features, in2) * input2.reshape(-1, 1, in2)
+    rows = math.prod(lead)  # (spelled out: -1 is ambiguous for empty inputs)
+    left = OPS["matmul"](
+        input1.reshape(rows, in1), weight.permute(1, 0, 2).reshape(in1, out_features * in2)
+    )
+    products = left.reshape(rows, out_features, in2) * input2.reshape(rows, 1, in2)
     out = products.sum(-1, dtype=products.dtype)  # integers stay in their dtype, as PyTorch's
     out = out.reshape(lead + [out_features])
     return out + bias if bias is not None else out

@@ -76,18 +76,42 @@ def batch_norm(
     eps: float = 1e-5,
 ) -> Tensor:
     """Batch norm; in training the running stats are updated in place with the unbiased variance."""
-    # values per channel, as PyTorch's _verify_batch_size counts them (no division by the
-    # channel count, which may be 0)
-    per_channel = math.prod(input.shape[:1] + input.shape[2:])
     if training:
-        if per_channel == 1:
+        if input.ndim == 0:  # PyTorch's _verify_batch_size reads size[0] of the shape tuple
+            raise IndexError("batch_norm: a 0-d input has no batch size (tuple index out of range)")
+        # values per channel, as PyTorch's _verify_batch_size counts them (no division by the
+        # channel count, which may be 0)
+        if math.prod(input.shape[:1] + input.shape[2:]) == 1:
             raise ValueError(
                 f"Expected more than 1 value per channel when training, got input size {input.shape}"
             )
+    return _batch_norm_impl(input, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+def _batch_norm_impl(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """PyTorch's C++ batch_norm before its kernel: an empty input comes back as a copy times
+    ``weight[0]`` plus ``bias[0]`` (an empty weight raises select's IndexError) with no checks
+    and no running-stat update; a 0-d one has 0 features (its statistics must be empty)."""
+    if input.numel() == 0:
+        out = input.clone()
+        if weight is not None:
+            out = out * weight[0]
+        if bias is not None:
+            out = out + bias[0]
+        return out
+    if input.ndim == 0:
+        named = ("running_mean", running_mean), ("running_var", running_var)
+        for name, t in (*named, ("weight", weight), ("bias", bias)):
+            if t is not None and t.numel() != 0:
+                raise RuntimeError(
+                    f"{name} should contain 0 elements not {t.numel()} (a 0-d input has no "
+                    "channel dimension)"
+                )
     out, mean, var = OPS["_native_batch_norm"](
         input, weight, bias, running_mean, running_var, training, momentum, eps
     )
     if training:
+        per_channel = math.prod(input.shape[:1] + input.shape[2:])
         update_running_stats(running_mean, running_var, mean, var, per_channel, momentum)
     return out
 
@@ -178,7 +202,8 @@ def local_response_norm(
 def _torch_batch_norm(
     input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled=True
 ):
-    return batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+    # (no batch-size check: that is torch.nn.functional's)
+    return _batch_norm_impl(input, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
 @torch_function("instance_norm")

@@ -233,9 +233,18 @@ def upsample_bilinear(input, size=None, scale_factor=None):
     return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
 
 
+def _check_rank(name: str, input: Tensor) -> None:
+    if input.ndim < 3:
+        raise RuntimeError(
+            f"{name} expects input to have at least 3 dimensions, but got input with "
+            f"{input.ndim} dimension(s)"
+        )
+
+
 def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
     """(*, C*r*r, H, W) -> (*, C, H*r, W*r)."""
     r = upscale_factor
+    _check_rank("pixel_shuffle", input)
     *lead, c, h, w = input.shape
     if c % (r * r):
         raise RuntimeError(
@@ -252,6 +261,11 @@ def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
 
 def channel_shuffle(input: Tensor, groups: int) -> Tensor:
     """(N, g*k, *) -> (N, k*g, *): interleave the channels of ``groups`` groups."""
+    if input.ndim <= 2:
+        raise RuntimeError(
+            f"channel_shuffle expects input with > 2 dims, but got input with sizes "
+            f"{list(input.shape)}"
+        )
     n, c = input.shape[:2]
     if groups <= 0 or c % groups:
         raise RuntimeError(
@@ -267,12 +281,15 @@ def channel_shuffle(input: Tensor, groups: int) -> Tensor:
 def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
     """(*, C, H*r, W*r) -> (*, C*r*r, H, W)."""
     r = downscale_factor
+    _check_rank("pixel_unshuffle", input)
     *lead, c, h, w = input.shape
     if h % r or w % r:
         raise RuntimeError(
             f"pixel_unshuffle expects height and width to be divisible by downscale_factor, but "
             f"got {h}x{w} and {r}"
         )
+    if input.numel() == 0:  # PyTorch returns an empty input's copy, its shape unchanged
+        return input.clone()
     n = len(lead)
     x = input.reshape(lead + [c, h // r, r, w // r, r])
     x = x.permute(list(range(n)) + [n, n + 2, n + 4, n + 1, n + 3])

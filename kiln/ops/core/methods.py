@@ -8,6 +8,7 @@ written out. In-place variants (``add_``) are generated ops that mutate ``self``
 from __future__ import annotations
 
 import builtins
+import warnings
 
 import numpy as np
 
@@ -455,6 +456,16 @@ def _T(self):  # noqa: N802
 
 
 def _mT(self, name="mT"):  # noqa: N802
+    if self.ndim == 0:  # PyTorch's identity, deprecated
+        hint = (
+            "This function is the identity in these cases."
+            if name == "mT"
+            else "Consider using x.conj()."
+        )
+        warnings.warn(
+            f"Tensor.{name} is deprecated on 0-D tensors. {hint}", UserWarning, stacklevel=3
+        )
+        return OPS["permute"](self, ())
     if self.ndim < 2:
         raise RuntimeError(
             f"tensor.{name} is only supported on matrices or batches of matrices. Got "
@@ -464,6 +475,13 @@ def _mT(self, name="mT"):  # noqa: N802
 
 
 def _H(self):  # noqa: N802
+    if self.ndim == 0:  # PyTorch's conj, deprecated
+        warnings.warn(
+            "Tensor.H is deprecated on 0-D tensors. Consider using x.conj().",
+            UserWarning,
+            stacklevel=3,
+        )
+        return OPS["permute"](self, ()).conj()
     if self.ndim != 2:
         hint = " For batches of matrices, consider using tensor.mH" if self.ndim > 2 else ""
         raise RuntimeError(

@@ -474,6 +474,11 @@ def _addmm_like(name, schema, product_shape, product, np_product, grads, **recor
         cd = compute_np_dtype(x._dtype)
         prod = np_product(m1._data.astype(cd, copy=False), m2._data.astype(cd, copy=False))
         base = np.broadcast_to(x._data, shape).astype(cd, copy=False)
+        if np.dtype(cd).kind in "iu":  # integer scalars in the tensors' dtype, as PyTorch's
+            # (beta=-1 wraps to 255 for uint8 rather than overflow numpy's Python-int check)
+            alpha, beta = (
+                np.asarray(v).astype(cd) if isinstance(v, int) else v for v in (alpha, beta)
+            )
         out = prod * alpha if alpha != 1 else prod
         if beta != 0:
             out = out + (base * beta if beta != 1 else base)
@@ -538,12 +543,28 @@ def _mv_shape(m, v):
     return (m.shape[0],)
 
 
+def _check_batches_have_dims(name: str, a, b, dims: tuple[int, int]) -> None:
+    """PyTorch's baddbmm and addbmm read a size of each batch (``dims``) before checking that
+    it is 3-d: a 0-d one raises IndexError."""
+    for arg, t, d in (("batch1", a, dims[0]), ("batch2", b, dims[1])):
+        if t.ndim == 0:
+            raise IndexError(
+                f"Dimension specified as {d} but tensor has no dimensions ({name}'s {arg} is 0-d)"
+            )
+
+
 def _bmm_shape(a, b):
     _bmm_check(a, b)
     return (a.shape[0], a.shape[1], b.shape[2])
 
 
+def _baddbmm_shape(a, b):
+    _check_batches_have_dims("baddbmm", a, b, (0, 2))
+    return _bmm_shape(a, b)
+
+
 def _addbmm_shape(a, b):
+    _check_batches_have_dims("addbmm", a, b, (1, 2))
     _bmm_check(a, b)
     return (a.shape[1], b.shape[2])
 
@@ -573,7 +594,7 @@ addmv = _addmm_like(
 baddbmm = _addmm_like(
     "baddbmm",
     _baddbmm_schema,
-    _bmm_shape,
+    _baddbmm_shape,
     bmm,
     blas.matmul,
     lambda g, a, b, na, nb: (

@@ -101,6 +101,11 @@ _SVD = return_type("svd", ("U", "S", "V"))
 def _svd(input: Tensor, some: bool = True, compute_uv: bool = True):
     """The old ``torch.svd``: returns ``V`` (not ``Vh``); without ``compute_uv`` U and V are
     zero-filled square matrices."""
+    if input.ndim < 2:
+        raise RuntimeError(
+            f"linalg.svd: input should have at least 2 dimensions, but has {input.ndim} "
+            "dimensions instead"
+        )
     if not compute_uv:
         m, n = input.shape[-2:]
         batch = tuple(input.shape[:-2])

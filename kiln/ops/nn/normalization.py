@@ -341,6 +341,20 @@ def rms_norm(
 ): ...
 
 
+def _check_rms_norm_shape(x, normalized_shape, weight) -> tuple:
+    """``_check_norm_shape`` in PyTorch's order for rms_norm: the weight's shape first, then
+    an input of fewer dims than ``normalized_shape`` is a ValueError, as PyTorch's."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if weight is not None and shape and weight._shape != shape:
+        _refuse_affine_shape("weight", weight, shape)
+    if shape and x.ndim < len(shape):
+        raise ValueError(
+            f"Input tensor must have at least {len(shape)} dimensions, but got {x.ndim} "
+            f"(rms_norm over normalized_shape={list(shape)})"
+        )
+    return _check_norm_shape(x, normalized_shape, weight, None)
+
+
 def _rms_eps(x, eps):
     return float(np.finfo(compute_np_dtype(x._dtype)).eps) if eps is None else eps
 
@@ -348,7 +362,7 @@ def _rms_eps(x, eps):
 @rms_norm.register_kernel
 def _rms_norm_kernel(x, normalized_shape, weight, eps):
     require_float("rms_norm", x)
-    shape, axes = _check_norm_shape(x, normalized_shape, weight, None)
+    shape, axes = _check_rms_norm_shape(x, normalized_shape, weight)
     a = _in_kept_layout(x, compute_array(x))  # the suggested layout, as PyTorch's and the meta's
     w = None if weight is None else weight._data
     native = _native_rows(a, w)
@@ -369,7 +383,7 @@ rms_norm.result_layout = "suggested"  # as PyTorch's
 
 @rms_norm.register_meta
 def _rms_norm_meta(x, normalized_shape, weight=None, eps=None):
-    _check_norm_shape(x, normalized_shape, weight, None)
+    _check_rms_norm_shape(x, normalized_shape, weight)
     return fake(x._shape, x._dtype, x, _kept_layout(x))
 
 
@@ -425,7 +439,7 @@ rms_norm.check_in_meta(lambda x, *rest: require_float("rms_norm", x))
 
 @rms_norm.register_decomposition
 def _rms_norm_decomp(x, normalized_shape, weight=None, eps=None):
-    _, axes = _check_norm_shape(x, normalized_shape, weight, None)
+    _, axes = _check_rms_norm_shape(x, normalized_shape, weight)
     y, _ = _rms_parts(x, axes, eps)
     if weight is not None:
         y = y * weight

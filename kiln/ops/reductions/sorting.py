@@ -255,6 +255,8 @@ def kthvalue(self: Tensor, k: int, dim: int = -1, keepdim: bool = False): ...
 
 def _kthvalue_dim(x, k, dim) -> int:
     d = wrap_dim(dim, x.ndim)
+    if x.ndim and x.shape[d] == 0:  # checked before k, as PyTorch's
+        raise IndexError(f"kthvalue(): Expected reduction dim {d} to have non-zero size.")
     if not 1 <= k <= _size_along(x, d):
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
     return d
