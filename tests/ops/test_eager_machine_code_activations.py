@@ -1,6 +1,6 @@
-"""gelu, silu and log_sigmoid in eager mode as one machine-code pass (``llvm/eager_activations.py``): values
-and gradients against PyTorch, compiled kernels' bits for gelu, and the numpy kernels when the
-machine code is missing."""
+"""gelu, silu, sigmoid and log_sigmoid in eager mode as one machine-code pass
+(``llvm/eager_activations.py``): values and gradients against PyTorch, compiled kernels' bits for
+gelu and sigmoid, and the numpy kernels when the machine code is missing."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ _CASES = {
     "gelu": lambda F, x: F.gelu(x),
     "gelu-tanh": lambda F, x: F.gelu(x, approximate="tanh"),
     "silu": lambda F, x: F.silu(x),
+    "sigmoid": lambda F, x: x.sigmoid(),
     "logsigmoid": lambda F, x: F.logsigmoid(x),
     "bce-with-logits": lambda F, x: F.binary_cross_entropy_with_logits(
         x, (x.detach() > 0).to(x.dtype) * 0.75, reduction="none"
@@ -63,12 +64,31 @@ def test_gelu_zeros_have_torchs_sign():
     np.testing.assert_array_equal(got[(x < -15) & np.isfinite(x)], 0.0)
 
 
-def test_eager_gelu_is_the_compiled_kernels_bits():
+@pytest.mark.parametrize("op", ["gelu", "sigmoid"])
+def test_eager_activation_is_the_compiled_kernels_bits(op):
     x, _ = _inputs(4099)
     t = kiln.tensor(x)
-    eager = kiln.nn.functional.gelu(t).numpy()
-    compiled = kiln.compile(lambda v: kiln.nn.functional.gelu(v))(t).numpy()
+    fn = kiln.nn.functional.gelu if op == "gelu" else kiln.sigmoid
+    eager = fn(t).numpy()
+    compiled = kiln.compile(lambda v: fn(v))(t).numpy()
     np.testing.assert_array_equal(eager, compiled)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16", "int32"])
+def test_sigmoid_of_other_dtypes_and_layouts_matches_torch(dtype):
+    """Only contiguous float32 takes the machine code; numpy's four passes into one result
+    serve the rest (a transposed operand keeps its layout, as PyTorch's result does)."""
+    x, _ = _inputs(64 * 48)
+    x = np.nan_to_num(x, nan=0.5).reshape(64, 48)
+    if dtype == "int32":
+        x = np.round(x).astype(np.int32)
+    k = kiln.tensor(x).to(getattr(kiln, dtype)).T
+    t = torch.tensor(x).to(getattr(torch, dtype)).T
+    got, want = k.sigmoid(), t.sigmoid()
+    assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+    assert got.stride() == want.stride()
+    np.testing.assert_allclose(got.float().numpy(), want.float().numpy(), rtol=4e-3, atol=1e-7)
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])

@@ -32,8 +32,14 @@ __all__ = [
 
 
 def np_sigmoid(a, out=None):
-    # PyTorch's formula, 1 / (1 + e^-x), rounds like it: an e^-x overflowing to inf gives 0
-    return (1 / (1 + np.exp(-a))).astype(a.dtype, copy=False)
+    # PyTorch's formula, 1 / (1 + e^-x), rounds like it: an e^-x overflowing to inf gives 0;
+    # real floats in four passes over one result (``out`` when given), no temporaries
+    if a.dtype.kind != "f":
+        return (1 / (1 + np.exp(-a))).astype(a.dtype, copy=False)
+    o = np.negative(a, out=out)
+    np.exp(o, out=o)
+    o += 1
+    return np.reciprocal(o, out=o)
 
 
 def np_erf(a, out=None):

@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from ...runtime import dtypes as dt
+from ...runtime import machine_code
 from ...runtime.device import cpu
 from ...runtime.storage import _POOL_MIN_BYTES, writable_target
 from ...runtime.tensor import wrap_array
@@ -388,9 +389,23 @@ atanh = unary(
     holomorphic=True,
     aliases=("arctanh",),
 )
+
+
+def _sigmoid_array(a, out=None):
+    """``np_sigmoid``; over float32 one vector pass of machine code (``eager_activations``), the
+    compiled kernels' formula, where numpy makes four (256x256: 133 -> ~25 us, PyTorch 18)."""
+    if a.dtype == np.float32 and a.size and a.flags.c_contiguous:
+        kernels = machine_code.get("activations")
+        if kernels is not None:
+            if out is None or not out.flags.c_contiguous:
+                out = np.empty(a.shape, np.float32)
+            return kernels.run("sigmoid", out, a)
+    return np_sigmoid(a, out)
+
+
 sigmoid = unary(
     "sigmoid",
-    np_sigmoid,
+    _sigmoid_array,
     lambda c, g: (g * c.out * (1 - c.out),),
     save_output=True,
     holomorphic=True,
