@@ -51,6 +51,26 @@ CASES = {
         ((0, 3, 2), (3,), (3,), (3,), (3,)),
         _f("batch_norm"),
     ),
+    # F.instance_norm(input, running_mean, running_var, weight, bias, use_input_stats)
+    "instance_norm eval 0-d": (((), (), ()), _f("instance_norm", use_input_stats=False)),
+    "instance_norm eval 1-d": (((3,), (3,), (3,)), _f("instance_norm", use_input_stats=False)),
+    "instance_norm training 0-d": (((),), _f("instance_norm")),
+    "instance_norm empty input, empty weight": (
+        ((0, 3, 4, 4), (3,), (3,), (0,), (0,)),
+        _f("instance_norm"),
+    ),
+    "instance_norm empty input with weight": (
+        ((0, 3, 4), (3,), (3,), (3,), (3,)),
+        _f("instance_norm", use_input_stats=False),
+    ),
+    "instance_norm eval, empty input and statistics": (
+        ((0, 3, 4), (0,), (0,)),
+        _f("instance_norm", use_input_stats=False),
+    ),
+    "instance_norm training, empty input and statistics": (
+        ((0, 3, 4), (0,), (0,)),
+        _f("instance_norm"),
+    ),
     "rms_norm 0-d": (((),), _f("rms_norm", normalized_shape=(4,))),
     "rms_norm 0-d of two normalized dims": (((),), _f("rms_norm", normalized_shape=(3, 4))),
     "rms_norm weight checked first": (

@@ -153,21 +153,28 @@ def instance_norm(
         raise ValueError(
             f"Expected more than 1 spatial element when training, got input size {input.shape}"
         )
+    if input.ndim < 2:  # PyTorch's C++ instance_norm reads sizes 0 and 1 first
+        raise IndexError(
+            "Dimension specified as 0 but tensor has no dimensions"
+            if input.ndim == 0
+            else "Dimension out of range (expected to be in range of [-1, 0], but got 1)"
+        )
     n, c = input.shape[:2]
 
-    def repeat(t):
-        return None if t is None else t.unsqueeze(0).expand(n, c).reshape(n * c)
+    def repeat(t):  # PyTorch's repeat_if_defined: t.repeat(n), whatever t's size
+        return None if t is None else t.repeat(n)
 
     stats = [repeat(t) for t in (running_mean, running_var)]
     stats = [None if s is None else s.clone() for s in stats]
     flat = input.reshape([1, n * c] + list(input.shape[2:]))
-    out = batch_norm(
-        flat, stats[0], stats[1], repeat(weight), repeat(bias), use_input_stats, momentum, eps
+    out = _batch_norm_impl(
+        flat, repeat(weight), repeat(bias), stats[0], stats[1], use_input_stats, momentum, eps
     )
-    with no_grad():
-        for running, updated in zip((running_mean, running_var), stats):
-            if running is not None:
-                running.copy_(updated.reshape(n, c).mean(0))
+    if use_input_stats:  # (evaluation leaves the statistics as they are)
+        with no_grad():
+            for running, updated in zip((running_mean, running_var), stats):
+                if running is not None:
+                    running.copy_(updated.reshape(n, c).mean(0))
     return out.reshape(tuple(input.shape))
 
 
