@@ -490,3 +490,23 @@ SCALED_PRODUCTS = {
 @pytest.mark.parametrize("shapes,call", list(SCALED_PRODUCTS.values()), ids=list(SCALED_PRODUCTS))
 def test_integer_products_take_negative_scales_in_their_dtype(shapes, call, dtype):
     assert_agrees_with_torch(_operands(dtype, *shapes, low=0), call, compiled=True)
+
+
+@pytest.mark.parametrize("input_dtype", ("float16", "bfloat16", "float32", "float64"))
+@pytest.mark.parametrize("param_dtype", ("float16", "bfloat16", "float32", "float64"))
+@pytest.mark.parametrize("with_weight", [False, True], ids=["stats", "stats-and-weight"])
+def test_batch_norm_mixes_dtypes_only_as_pytorchs_cpu_kernels(
+    input_dtype, param_dtype, with_weight
+):
+    """A half or bfloat16 input takes float32 parameters; any other mix is refused."""
+    rng = np.random.default_rng(0)
+    x, stats = rng.standard_normal((5, 3, 3)), rng.uniform(0.5, 1.5, (3, 3))
+
+    def operands(lib):
+        xs = [lib.tensor(x).to(getattr(lib, input_dtype))]
+        return tuple(xs + [lib.tensor(s).to(getattr(lib, param_dtype)) for s in stats])
+
+    def call(lib, x, mean, var, weight):
+        return lib.nn.functional.batch_norm(x, mean, var, weight if with_weight else None)
+
+    assert_agrees_with_torch(operands, call, compiled=True)

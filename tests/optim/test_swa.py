@@ -172,8 +172,9 @@ def test_update_bn_recomputes_statistics_like_torch(with_targets):
 
 
 def test_update_bn_is_a_plain_average_over_the_batches():
-    bn = kiln.nn.BatchNorm1d(2).double()
-    batches = [kiln.tensor([[0.0, 1.0], [2.0, 3.0]]), kiln.tensor([[4.0, 5.0], [6.0, 7.0]])]
+    bn = kiln.nn.BatchNorm1d(2).double()  # (float32 batches would be refused, as PyTorch's)
+    rows = ([[0.0, 1.0], [2.0, 3.0]], [[4.0, 5.0], [6.0, 7.0]])
+    batches = [kiln.tensor(r, dtype=kiln.float64) for r in rows]
     kiln.optim.swa_utils.update_bn(batches, bn)
     np.testing.assert_allclose(bn.running_mean.numpy(), [3.0, 4.0])
 

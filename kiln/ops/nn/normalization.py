@@ -575,6 +575,18 @@ def _bn_geometry(x, weight, bias, running_mean, running_var, training):
             raise RuntimeError(f"{name} should contain {c} elements not {t.numel()}")
     if not training and (running_mean is None or running_var is None):
         raise RuntimeError("running_mean and running_var must be defined in evaluation mode")
+    # (the derivative's saved statistics are metadata, not tensors: checked in the forward)
+    params = [t for t in (weight, bias, running_mean, running_var) if isinstance(t, Tensor)]
+    mixed = isinstance(x, Tensor) and any(t._dtype is not x._dtype for t in params)
+    if mixed and x.device.type == "cpu":
+        # PyTorch's CPU kernels mix dtypes only as (half or bfloat16 input, float32 parameters)
+        names = f"(input {x._dtype.name}, parameters {sorted({t._dtype.name for t in params})})"
+        if any(t._dtype is not dt.float32 for t in params):
+            raise RuntimeError(
+                f"mixed dtype (CPU): expect parameter to have scalar type of Float {names}"
+            )
+        if x._dtype not in (dt.float16, dt.bfloat16):
+            raise RuntimeError(f"mixed dtype (CPU): all inputs must share same datatype. {names}")
     return c, (0,) + tuple(range(2, x.ndim)), (c,) + (1,) * (x.ndim - 2)
 
 
