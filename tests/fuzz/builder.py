@@ -65,6 +65,9 @@ class Group:
     saved: bool = False  # read by an op that saves it for backward: no in-place any more
     frozen: bool = False  # aliasing not known exactly (reshape may copy or view): no in-place
     members: int = 0
+    # holds an unfold view, which compiled code gathers into a dense copy: of a sliced tensor's
+    # windows eager's view has gaps, which a view scatter's copy keeps (no view scatters here)
+    unfolded: bool = False
 
 
 def category(dtype: str) -> int:

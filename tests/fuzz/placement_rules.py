@@ -29,7 +29,7 @@ def _source(b: Builder, shape: tuple, dtype: str) -> Value | None:
 def _view_scatter(b: Builder, x: Value):
     """slice_scatter, select_scatter, diagonal_scatter: a copy of ``x`` with a view written."""
     rank = len(x.shape)
-    if rank == 0 or x.overlap:
+    if rank == 0 or x.overlap or b.groups[x.group].unfolded:
         return None  # a copy of overlapping memory keeps its strides: the writes would alias
     form = b.pick(("slice_scatter", "select_scatter", "diagonal_scatter"))
     dim = b.integer(0, rank - 1)
@@ -110,15 +110,14 @@ def _window(b: Builder, x: Value):
         window = b.integer(1, max(1, min(size, 3)))
         if window > size:
             return None
-        # not step > window: compiled code gathers the windows densely, where eager's view
-        # (and a view scatter's copy of it) has gaps
-        step = b.pick((1, window))
+        step = b.pick((1, 2, window))
         shape = list(x.shape)
         shape[dim] = (size - window) // step + 1
         shape.append(window)
         if numel(shape) > b.config.max_numel:
             return None
         text = f"{x.name}.unfold({dim}, {window}, {step})"
+        b.groups[x.group].unfolded = True
         return b.emit(text, shape, x.dtype, x.exact, (x,), view_of=x, saves=False,
                       overlap=step < window)  # fmt: skip
     if form == "movedim":
