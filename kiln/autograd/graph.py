@@ -40,6 +40,7 @@ __all__ = [
     "disable_saved_tensors_hooks",
     "GradientEdge",
     "get_gradient_edge",
+    "increment_version",
 ]
 
 _sequence = itertools.count()
@@ -598,3 +599,14 @@ def get_gradient_edge(tensor: Tensor) -> GradientEdge:
 
     node, output_nr = tensor_edge(tensor)
     return GradientEdge(node, output_nr)
+
+
+def increment_version(tensor) -> None:
+    """Tell autograd that ``tensor`` (or each tensor of an iterable) was changed in place by
+    code it cannot see (a kernel writing through ``data_ptr()``, a numpy view of the storage):
+    a backward that saved it then raises PyTorch's in-place error instead of reading the new
+    values. Its views share the count, as its storage's writes do."""
+    for t in (tensor,) if isinstance(tensor, Tensor) else tensor:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"increment_version expects Tensors, got {type(t).__name__}")
+        t._bump_version()
