@@ -421,6 +421,11 @@ def schedule(lowered: LoweredGraph) -> Schedule:
 # how many of the following buffers a kernel that cannot take the next one looks through
 _LOOKAHEAD = 64
 
+# pointwise parts (an optimizer's updates of small parameters) share a kernel, at most this many
+# of one structure, fewer when their loops are longer than _SHARED_LAUNCH_ELEMENTS / parts (see
+# ``_split_independent``)
+_PARTS_PER_KERNEL = 8
+_SHARED_LAUNCH_ELEMENTS = 1 << 15
 # a buffer of at most this many elements read by two parts (a learning rate, a step count) does
 # not join them: reading it twice costs nothing
 _SMALL_SHARED_READ = 64
@@ -448,7 +453,8 @@ def _static_elements(dims: tuple) -> int | None:
 
 
 def _split_independent(steps: list, direct_reads, sizes: dict) -> list:
-    """Split kernels made of independent parts into a kernel per part.
+    """Split kernels made of independent parts into kernels of a few equal pointwise parts, or
+    of one part holding a reduction.
 
     Greedy fusion puts every same-shaped buffer in reach into one loop: the updates of all of an
     optimizer's equal-shaped parameters, the norms ``clip_grad_norm_`` takes of them, the same
@@ -457,12 +463,14 @@ def _split_independent(steps: list, direct_reads, sizes: dict) -> list:
     faster than a function's size (GPT-2 small's step took 9.5 s optimizing kernels of up to 63
     parts). Parts are connected by what they share: a buffer one computes and another reads, or
     an input both read (one pass over it). Unconnected parts gain nothing from one loop but a
-    launch, which costs ~0.2 us (64 in-place updates of 48 floats compiled as 8 kernels or as 64:
-    303 vs 314 us a call). A part alone is a kernel every equal part shares
-    (``codegen.kernel_structure``): the parts of one shape are emitted and compiled once, where
-    kernels of up to 8 parts made one kernel per mix of parts (GPT-2 small's ``clip_grad_norm_``
-    over 148 gradients: 36 kernels; a gradient norm's part of one kernel could hold its square
-    root and another's not, as the greedy pass reached them).
+    launch (a few microseconds of the wrapper's Python): short pointwise ones (an optimizer's
+    biases) share one per ``_PARTS_PER_KERNEL`` parts of one structure; nanoGPT's step ran 2%
+    slower with a kernel per part. A part with a reduction is a kernel of its own: the greedy
+    pass mixes such parts unevenly (a gradient norm's sum with its square root in one kernel,
+    without it in the next), so kernels of several made one kernel per mix -- GPT-2 small's
+    ``clip_grad_norm_`` over 148 gradients scheduled 36 distinct ones (547 KB of IR at width
+    48, 110 KB a part a kernel). Equal parts and equal chunks make equal kernels, which the code
+    generator emits and compiles once (``codegen.kernel_structure``).
     """
     out = []
     for step in steps:
@@ -471,8 +479,26 @@ def _split_independent(steps: list, direct_reads, sizes: dict) -> list:
             continue
         elements = _static_elements(tuple(step.outer) + tuple(step.inner))
         parts = _independent_parts(step, direct_reads, sizes) if elements else None
-        pieces = [_piece_kernel(step, part) for part in parts or ()]
-        if len(pieces) < 2 or any(p is None for p in pieces):
+        if parts is None or len(parts) < 2:
+            out.append(step)
+            continue
+        shared = max(1, min(_PARTS_PER_KERNEL, _SHARED_LAUNCH_ELEMENTS // elements))
+        groups: dict = {}
+        for part in parts:
+            groups.setdefault(_part_signature(part), []).append(part)
+        chunks = []
+        for same in groups.values():
+            reduces = any(isinstance(n.data, Reduction) for n in same[0])
+            per_kernel = 1 if reduces else shared
+            chunks += [
+                [node for part in same[i : i + per_kernel] for node in part]
+                for i in range(0, len(same), per_kernel)
+            ]
+        if len(chunks) < 2:
+            out.append(step)
+            continue
+        pieces = [_piece_kernel(step, nodes) for nodes in chunks]
+        if any(p is None for p in pieces):
             out.append(step)
             continue
         for n, piece in enumerate(pieces):
@@ -513,6 +539,21 @@ def _independent_parts(kernel: Kernel, direct_reads, sizes: dict) -> list | None
     for i, node in enumerate(kernel.nodes):
         parts.setdefault(find(i), []).append(node)
     return list(parts.values())
+
+
+def _part_signature(part: list) -> tuple:
+    """What equal parts have in common (only groups parts: a wrong guess costs a kernel, not an
+    answer)."""
+    return tuple(
+        (
+            type(n.data).__name__,
+            tuple(n.data.ranges),
+            tuple(getattr(n.data, "reduction_ranges", ())),
+            n.dtype,
+            tuple(getattr(o, "target", o) for o in n.origins),
+        )
+        for n in part
+    )
 
 
 def _piece_kernel(kernel: Kernel, nodes: list) -> Kernel | None:
