@@ -483,6 +483,9 @@ def _split_independent(steps: list, direct_reads, sizes: dict) -> list:
             out.append(step)
             continue
         shared = max(1, min(_PARTS_PER_KERNEL, _SHARED_LAUNCH_ELEMENTS // elements))
+        if len(parts) <= shared:  # one short kernel: a few parts share its launch
+            out.append(step)
+            continue
         groups: dict = {}
         for part in parts:
             groups.setdefault(_part_signature(part), []).append(part)
