@@ -392,8 +392,9 @@ atanh = unary(
 
 
 def _sigmoid_array(a, out=None):
-    """``np_sigmoid``; over float32 one vector pass of machine code (``eager_activations``), the
-    compiled kernels' formula, where numpy makes four (256x256: 133 -> ~25 us, PyTorch 18)."""
+    """``np_sigmoid``; over float32 one vector pass of machine code (``eager_activations``,
+    PyTorch's formula with the kernels' exp: 3 of 400 values a bit off PyTorch's where numpy's
+    exp left 69) where numpy makes four (256x256: 133 -> 36 us, PyTorch 15-18)."""
     if a.dtype == np.float32 and a.size and a.flags.c_contiguous:
         kernels = machine_code.get("activations")
         if kernels is not None:

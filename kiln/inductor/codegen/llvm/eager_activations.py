@@ -93,8 +93,9 @@ def _silu_backward(ops, g, x):
 
 
 def _sigmoid(ops, x):
-    """the compiled kernels' sigmoid (1/(1 + e^-|x|), reflected below 0, one correction step)"""
-    return ops.sigmoid(x)
+    """PyTorch's formula, 1 / (1 + e^-x), as the numpy kernel's (an e^-x overflowing to inf
+    gives 0): its rounding is PyTorch's where the two exps agree"""
+    return ops.reciprocal(ops.add(_c(ops, 1.0), ops.exp(ops.neg(x))))
 
 
 def _log_sigmoid(ops, x):
