@@ -83,9 +83,10 @@ def uses_indirect(buf: Buffer, index=None, rindex=None) -> bool:
 
 
 def _recorded(buf: Buffer, index, rindex) -> tuple:
-    """``(loads, indirect indexings, their exception names)`` of ``buf``'s body, remembered as ``reads_of`` says."""
+    """``(loads, indirect indexings, their exception names)`` of ``buf``'s body, remembered as
+    ``reads_of`` says."""
     if not isinstance(buf, ComputedBuffer):
-        return (), 0
+        return (), 0, frozenset()
     if index is None:
         index, rindex = iteration_vars(buf)
     data = buf.data

@@ -469,7 +469,7 @@ def _split_independent(steps: list, direct_reads, sizes: dict) -> list:
     pass mixes such parts unevenly (a gradient norm's sum with its square root in one kernel,
     without it in the next), so kernels of several made one kernel per mix -- GPT-2 small's
     ``clip_grad_norm_`` over 148 gradients scheduled 36 distinct ones (547 KB of IR at width
-    48, 110 KB a part a kernel). Equal parts and equal chunks make equal kernels, which the code
+    48; 173 KB split so). Equal parts and equal chunks make equal kernels, which the code
     generator emits and compiles once (``codegen.kernel_structure``).
     """
     out = []
@@ -497,9 +497,6 @@ def _split_independent(steps: list, direct_reads, sizes: dict) -> list:
                 [node for part in same[i : i + per_kernel] for node in part]
                 for i in range(0, len(same), per_kernel)
             ]
-        if len(chunks) < 2:
-            out.append(step)
-            continue
         pieces = [_piece_kernel(step, nodes) for nodes in chunks]
         if any(p is None for p in pieces):
             out.append(step)

@@ -301,7 +301,10 @@ def _render(steps, lowered, buffers, outputs, symbols=(), layouts: dict | None =
     flags = {k.name: f"index_flags[{i}]" for i, k in enumerate(checked)}
     if checked:
         errors = {
-            k.name: index_error_type(_step_nodes(s)).__name__ for s in steps for k in s.generated
+            k.name: index_error_type(_step_nodes(s)).__name__
+            for s in steps
+            for k in s.generated
+            if INDEX_ERRORS in k.args
         }
         readers = ", ".join(f"({f'{k.name}: {k.comment}'!r}, {errors[k.name]})" for k in checked)
         out += ["", "# kernels flagging an index out of range, in flag order (named in the error),"]
