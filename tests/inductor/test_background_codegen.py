@@ -153,3 +153,27 @@ def test_a_failed_background_compile_of_a_graph_mutating_its_input_runs_eagerly(
         out = kiln.compile(step)(buffer, x)
     assert out.item() == expected.item()
     np.testing.assert_array_equal(buffer.numpy(), expected_buffer.numpy())
+
+
+def test_a_call_dispatched_before_another_thread_bound_the_kernel_still_runs_it(monkeypatch):
+    """Two threads call a kernel still compiling: the first binds it (the object becomes a
+    plain ``RowKernel``) while the second is already inside ``_CompilingKernel.__call__``; the
+    second must run the bound machine code, not look up ``ready`` on the rebound object."""
+    ran = []
+
+    class Job:
+        def result(self):
+            return ({"k": ("module", "name")},)
+
+    def fake_bind(kernel, rows, work, names, plan=None):
+        return cpu.RowKernel(
+            "bound", lambda lo, hi, pointers: ran.append((lo, hi)), 0, rows, 0, names
+        )
+
+    monkeypatch.setattr(cpu, "bind_kernel", fake_bind)
+    kernel = cpu._CompilingKernel.__new__(cpu._CompilingKernel)
+    cpu.RowKernel.__init__(kernel, "compiling", (Job(), "k"), 0, 5, 0, ["a"])
+    kernel.ready()  # the first thread's call binds it
+    assert type(kernel) is cpu.RowKernel
+    cpu._CompilingKernel.__call__(kernel, None)  # the second thread, dispatched before that
+    assert ran == [(0, 5)] and kernel.name == "bound"

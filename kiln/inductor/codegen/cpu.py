@@ -333,7 +333,9 @@ class _CompilingKernel(RowKernel):
         super().__init__(llvm_jit.kernel_function(key), (job, key), 0, plan.rows, work, names, plan)
 
     def __call__(self, pointers, rows: int | None = None, work: int = 0) -> None:
-        self.ready()
+        # through the class, not ``self``: another thread's call may have made this object a
+        # plain RowKernel (which has no ``ready``) since this call was dispatched
+        _CompilingKernel.ready(self)
         RowKernel.__call__(self, pointers, rows, work)
 
     def ready(self) -> None:
