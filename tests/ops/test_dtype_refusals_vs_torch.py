@@ -274,6 +274,25 @@ def test_in_place_composites_refuse_results_their_input_cannot_hold(call, dtype)
     assert_agrees_with_torch(_operands(dtype, (3, 4)), call, compiled=True)
 
 
+IN_PLACE_WITH_GRAD = {
+    "sub_-0d-float64": lambda lib, x: x.clone().sub_(
+        lib.tensor(1.5, dtype=lib.float64, requires_grad=True)
+    ),
+    "isub-0d-float64": lambda lib, x: x.clone().__isub__(lib.tensor(-2.0, requires_grad=True)),
+    "mul_-float32": lambda lib, x: x.clone().mul_(lib.full((3, 4), 0.5, requires_grad=True)),
+    "add_-of-a-view": lambda lib, x: x.clone()[1:].add_(lib.ones(4, requires_grad=True)),
+}
+
+
+@pytest.mark.parametrize("dtype", ("int16", "int64", "uint8", "bool", "float16", "float64"))
+@pytest.mark.parametrize("call", list(IN_PLACE_WITH_GRAD.values()), ids=list(IN_PLACE_WITH_GRAD))
+def test_in_place_ops_with_an_operand_that_requires_grad_refuse_unsafe_casts(call, dtype):
+    """An integer or bool tensor's in-place op with a float operand that requires grad raises
+    PyTorch's cast error, as it does without grad (autograd's in-place path wrote the float
+    result through a cast and gave the integer tensor a grad_fn); float targets compute."""
+    assert_agrees_with_torch(_operands(dtype, (3, 4)), call, compiled=True)
+
+
 LINALG_AND_RANDOM = {
     "triangular_solve-float32-coefficients": (
         ((3, 2),),

@@ -893,6 +893,12 @@ def _inplace_autograd(op, args, state):
     result = dispatch(op.functional, args)
     if not isinstance(result, Tensor):
         raise RuntimeError(f"internal error: in-place {op.name} needs a single-tensor result")
+    if result._dtype is not self._dtype:
+        # the kernel's cast check (an int tensor's add_ of a float that requires grad): the
+        # copy below would cast anything
+        from .out_arguments import refuse_unsafe_cast
+
+        refuse_unsafe_cast(result._dtype, self._dtype)
     state.grad_enabled = False
     try:
         run_below_autograd(_copy_op(), (self, result, False))
