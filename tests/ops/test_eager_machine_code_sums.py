@@ -87,3 +87,50 @@ def test_short_flat_sums_keep_torchs_signed_zeros_and_specials(n):
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(got, want)
         assert np.signbit(got) == np.signbit(want), a
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(np.int32)
+
+
+@needs_torch
+@pytest.mark.parametrize("shape", [(256, 256), (9, 13, 129), (2000, 7), (40, 511), (1100, 1)])
+def test_large_last_dim_sums_are_torchs_bits(shape):
+    """Above the small-sum size, rows shorter than PyTorch's cascade still sum in its order
+    (its threads split the rows, never a row): sum, mean and keepdim, with NaN, infinities and
+    rows of -0.0 among them."""
+    a = _block(int(np.prod(shape[:-1])), shape[-1], seed=len(shape)).reshape(shape)
+    flat = a.reshape(-1, shape[-1])
+    flat[1] = -0.0
+    if shape[-1] > 3:
+        flat[2, 3], flat[3, 0], flat[4, 1], flat[4, 2] = np.nan, np.inf, np.inf, -np.inf
+    k, t = kiln.from_numpy(a.copy()), torch.from_numpy(a.copy())
+    for fn in (
+        lambda x: x.sum(-1),
+        lambda x: x.mean(-1),
+        lambda x: x.sum(len(shape) - 1, keepdim=True),
+    ):
+        got, want = fn(k).numpy(), fn(t).numpy()
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@needs_torch
+@pytest.mark.parametrize("shape", [(0, 300), (300, 0), (3, 0, 600)])
+def test_empty_last_dim_sums(shape):
+    a = np.zeros(shape, np.float32)
+    for fn in (lambda x: x.sum(-1), lambda x: x.mean(-1)):
+        got, want = fn(kiln.from_numpy(a.copy())).numpy(), fn(torch.from_numpy(a.copy())).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+@needs_torch
+def test_non_contiguous_large_last_dim_sums_match_torch():
+    """A transposed or sliced input keeps the general path (numpy's pairwise sums)."""
+    a = _block(300, 260, seed=5)
+    k, t = kiln.from_numpy(a.copy()), torch.from_numpy(a.copy())
+    for fn in (lambda x: x.t().sum(-1), lambda x: x[:, ::2].sum(-1), lambda x: x[::3].mean(-1)):
+        got, want = fn(k), fn(t)
+        assert got.stride() == want.stride()
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-6, atol=1e-3)

@@ -40,6 +40,7 @@ from ..indexing.gather_scatter import gather, scatter_add
 from ..pointwise.unary_binary import maximum, minimum, where
 from .sum_order import (
     EXACT_SUM_MAX_SIZE,
+    native_last_dim_sums,
     torch_order_flat_sum,
     torch_order_last_dim_sums,
     torch_order_sum,
@@ -307,18 +308,21 @@ def _contiguous_float_total(x, dim, keepdim: bool, dtype) -> np.ndarray | None:
 
 
 def _last_dim_sums(x, dim, keepdim: bool, dtype) -> np.ndarray | None:
-    """The row sums of the commonest call along a dim (``x.sum(-1)``, ``x.mean(1)``: a small
+    """The row sums of the commonest call along a dim (``x.sum(-1)``, ``x.mean(1)``: a
     non-empty C-contiguous float32 ``x`` along its last dim, no dtype), PyTorch's additions
-    ``torch_order_sum``'s, as ``float_sum`` would reach them; None for any other call."""
+    ``torch_order_sum``'s: small ones as ``float_sum`` would reach them, larger ones where the
+    machine-code rows take them (rows shorter than PyTorch's cascade); None for any other call."""
     a = x._data
     rank = a.ndim
     if dtype is not None or x._dtype is not dt.float32 or dim.__class__ is not int or not rank:
         return None
     if dim != -1 and dim != rank - 1:
         return None
-    if not 0 < a.size <= EXACT_SUM_MAX_SIZE or not a.flags.c_contiguous:
+    if not a.size or not a.flags.c_contiguous:
         return None
-    return torch_order_last_dim_sums(a, keepdim)
+    if a.size <= EXACT_SUM_MAX_SIZE:
+        return torch_order_last_dim_sums(a, keepdim)
+    return native_last_dim_sums(a, keepdim)
 
 
 @sum.register_kernel
