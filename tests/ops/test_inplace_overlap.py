@@ -28,6 +28,21 @@ CASES = {
     "index_put_ shifted": lambda t, y: y[1:].index_put_((t.tensor([0, 1]),), y[:2]),
     "mul_ by a strided view": lambda t, y: y[::2].mul_(y[1::2]),
     "mul_ by an expanded element": lambda t, y: y[1:].mul_(y[0].expand(5)),
+    # PyTorch's assert_no_overlap: the source of an indexed write may not be the very memory
+    # written either (the kernel reads it while it writes)
+    "index_put_ of itself": lambda t, y: y.index_put_((t.tensor([0, 0, 1, 2, 3, 4]),), y, True),
+    "setitem of itself": lambda t, y: y.__setitem__(t.tensor([5, 4, 3, 2, 1, 0]), y),
+    "index_add_ of itself": lambda t, y: y.index_add_(0, t.tensor([0, 0, 1, 1, 2, 2]), y),
+    "index_copy_ of itself": lambda t, y: y.index_copy_(0, t.tensor([5, 4, 3, 2, 1, 0]), y),
+    "index_reduce_ of itself": lambda t, y: y.index_reduce_(0, t.arange(6), y, "prod"),
+    "scatter_ of itself": lambda t, y: y.scatter_(0, t.tensor([1, 0, 3, 2, 5, 4]), y),
+    "scatter_add_ of itself": lambda t, y: y.scatter_add_(0, t.tensor([1, 0, 3, 2, 5, 4]), y),
+    "scatter_reduce_ of itself": lambda t, y: y.scatter_reduce_(0, t.arange(6), y, "amax"),
+    "put_ of itself": lambda t, y: y.put_(t.tensor([5, 4, 3, 2, 1, 0]), y),
+    "index_add_ of the same bytes": lambda t, y: y.index_add_(0, t.arange(6), y.view(2, 3).view(6)),
+    "scatter_ of a number": lambda t, y: y.scatter_(0, t.tensor([1, 0]), 2.0),
+    "index_fill_ by a value": lambda t, y: y.index_fill_(0, t.tensor([1, 0]), 2.0),
+    "index_add_ of a disjoint part": lambda t, y: y[:3].index_add_(0, t.tensor([0, 0, 2]), y[3:]),
 }
 
 
@@ -68,3 +83,17 @@ def test_compiled_code_refuses_it_too(backend):
 
     with pytest.raises(RuntimeError, match="refer to a single memory location"):
         kiln.compile(shift_add, backend=backend)(kiln.arange(6.0))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_indexed_writes_of_themselves_are_refused(backend):
+    """The fuzzer's case: ``v.index_put_((i,), v, accumulate=True)`` of an intermediate."""
+
+    def accumulate_itself(x):
+        v = x + 1
+        v.index_put_((kiln.tensor([0, 0]),), v[:2].clone(), accumulate=True)
+        v.index_put_((kiln.tensor([0]),), v, accumulate=True)
+        return v
+
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        kiln.compile(accumulate_itself, backend=backend)(kiln.ones(1, 3))

@@ -66,6 +66,8 @@ def dispatch(op, args: tuple, recorded: bool = False, dual_done: bool = False):
                 if getattr(args[p], "_storage", None) is storage and args[p] is not args[0]:
                     _check_no_partial_overlap(op, args, storage)
                     break
+        if op.functional is not None and op.functional.overlap_refused:
+            _check_no_overlap(op.functional.overlap_refused, args, storage)
     if state.autocast is not None and op in state.autocast.policies:
         return state.autocast.run(op, args)  # casts the arguments, then dispatches again
     if state.profiler is not None and not recorded:  # off: this one check is all it costs
@@ -331,6 +333,28 @@ def _check_no_partial_overlap(op, args: tuple, storage) -> None:
         if a is out or getattr(a, "_storage", None) is not storage:
             continue  # (views share their base's storage object: see ``mark_view``)
         if partially_overlapping(out, a):
+            raise RuntimeError(PARTIAL_OVERLAP)
+
+
+def _check_no_overlap(positions: tuple, args: tuple, storage) -> None:
+    """PyTorch's assert_no_overlap for the arguments at ``positions`` (``Op.refuse_overlap``):
+    the very memory written, read as a source (``x.index_add_(0, i, x)``), raises too; partial
+    overlaps are ``_check_no_partial_overlap``'s, pairs PyTorch cannot judge pass."""
+    out = args[0]
+    for p in positions:
+        a = args[p]
+        if a is out:
+            raise RuntimeError(PARTIAL_OVERLAP)
+        if storage is None or getattr(a, "_storage", None) is not storage:
+            continue
+        if (
+            is_non_overlapping_and_dense(a._shape, a.stride())
+            and is_non_overlapping_and_dense(out._shape, out.stride())
+            and a.numel()
+            and _first_byte(a) == _first_byte(out)
+            and a.numel() * a._dtype.itemsize == out.numel() * out._dtype.itemsize
+            and tuple(a.stride()) == tuple(out.stride())
+        ):
             raise RuntimeError(PARTIAL_OVERLAP)
 
 

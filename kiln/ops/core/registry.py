@@ -125,6 +125,7 @@ class Op:
         "inplace_method",
         "recomputable",
         "out_exact_dtype",
+        "overlap_refused",
         "doc",
         "overloadpacket",
         "__weakref__",
@@ -235,7 +236,15 @@ class Op:
         # ``out=`` must have the result's dtype, not one it casts to (PyTorch's abs, neg,
         # rounding ops and bitwise_not check so)
         self.out_exact_dtype = False
+        # positions of the arguments its in-place variant may not share any memory with
+        # ``self``, not even all of it (PyTorch's assert_no_overlap: ``x.index_add_(0, i, x)``)
+        self.overlap_refused = ()
         self.doc = (schema.__doc__ or "").strip()
+
+    def refuse_overlap(self, *names: str) -> None:
+        """The in-place variant raises PyTorch's overlap error where the arguments ``names``
+        share memory with ``self`` at all (the kernel reads them while it writes ``self``)."""
+        self.overlap_refused = tuple(self.param_names.index(name) for name in names)
 
     def __call__(self, *args, **kwargs):
         if "out" in kwargs:  # ``kiln.mul(a, b, out=c)``: compute, then write into ``out``

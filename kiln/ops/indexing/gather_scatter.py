@@ -238,6 +238,9 @@ def scatter(
 ): ...
 
 
+scatter.refuse_overlap("src")  # PyTorch's assert_no_overlap(self, src)
+
+
 _SCATTER_UFUNCS = {"add": np.add, "multiply": np.multiply}
 
 
@@ -345,6 +348,9 @@ def _scatter_inplace(self, dim, index, src=None, *, value=None, reduce=None):
 def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor): ...
 
 
+scatter_add.refuse_overlap("src")  # PyTorch's assert_no_overlap(self, src)
+
+
 @scatter_add.register_kernel
 def _scatter_add_kernel(x, dim, index, src):
     d = _scatter_check(x, dim, index, src)
@@ -376,6 +382,9 @@ scatter_add.register_derivative(_scatter_add_grad, save_inputs=(2,))
 def scatter_reduce(
     self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *, include_self: bool = True
 ): ...
+
+
+scatter_reduce.refuse_overlap("src")  # PyTorch's assert_no_overlap(self, src)
 
 
 @scatter_reduce.canonicalize_args

@@ -186,6 +186,9 @@ def _source_grad(g, dim, index, source, scale=1):
 def index_add(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Scalar = 1): ...
 
 
+index_add.refuse_overlap("source")  # PyTorch's assert_no_overlap(self, source)
+
+
 def _index_add_check(x, dim, index, source):
     d = _wrap_dim(dim, x.ndim)
     _dim_index_check("index_add_", x, d, index, source)
@@ -298,6 +301,9 @@ def _index_fill_decomp(x, dim, index, value):
 def index_copy(self: Tensor, dim: int, index: Tensor, source: Tensor): ...
 
 
+index_copy.refuse_overlap("source")  # PyTorch's assert_no_overlap(self, source)
+
+
 def _index_copy_check(x, dim, index, source):
     d = _wrap_dim(dim, x.ndim)
     _dim_index_check("index_copy_", x, d, index, source)
@@ -339,6 +345,9 @@ index_copy.register_decomposition(
 def index_reduce(
     self: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, *, include_self: bool = True
 ): ...
+
+
+index_reduce.refuse_overlap("source")  # PyTorch's assert_no_overlap(self, source)
 
 
 def _index_reduce_refusal(x, reduce: str, include_self: bool) -> str | None:

@@ -181,6 +181,9 @@ take.register_decomposition(lambda x, index: OPS["index"](x.reshape(-1), [index]
 def put(self: Tensor, index: Tensor, source: Tensor, accumulate: bool = False): ...
 
 
+put.refuse_overlap("source")  # PyTorch's assert_no_overlap(self, source)
+
+
 @put.register_decomposition
 def _put_decomp(x, index, source, accumulate=False):
     if index.numel() != source.numel():

@@ -283,6 +283,9 @@ def index_put(
 ): ...
 
 
+index_put.refuse_overlap("values")  # PyTorch's assert_no_overlap(self, values)
+
+
 def _check_put_dtype(x, values) -> None:
     if isinstance(values, Tensor) and values._dtype is not x._dtype:
         raise RuntimeError(
