@@ -293,6 +293,25 @@ def test_in_place_ops_with_an_operand_that_requires_grad_refuse_unsafe_casts(cal
     assert_agrees_with_torch(_operands(dtype, (3, 4)), call, compiled=True)
 
 
+ROUNDING_DIVISIONS = {
+    "floor_divide-by-True": lambda lib, x: lib.floor_divide(x, True),
+    "floordiv-of-itself": lambda lib, x: x // x,
+    "div-trunc-by-a-bool-0d": lambda lib, x: lib.div(x, lib.tensor(True), rounding_mode="trunc"),
+    "div-floor-of-a-number": lambda lib, x: lib.div(x, 2, rounding_mode="floor"),
+    "div-unknown-mode": lambda lib, x: lib.div(x, 2, rounding_mode="round"),
+}
+
+
+@pytest.mark.parametrize("dtype", ("bool", "uint8", "int64", "float16"))
+@pytest.mark.parametrize("call", list(ROUNDING_DIVISIONS.values()), ids=list(ROUNDING_DIVISIONS))
+def test_rounding_divisions_refuse_bools_compiled_too(call, dtype):
+    """A rounding division (``//``, floor_divide, div with rounding_mode) of a bool result raises
+    NotImplementedError, and an unknown mode RuntimeError, from the meta as from the kernel:
+    compiled code computed a bool floor_divide that eager and PyTorch refuse."""
+    low = 1 if dtype != "bool" else 0
+    assert_agrees_with_torch(_operands(dtype, (3, 4), low=low), call, compiled=True)
+
+
 LINALG_AND_RANDOM = {
     "triangular_solve-float32-coefficients": (
         ((3, 2),),

@@ -44,6 +44,7 @@ from ..core.complex_support import complex_not_implemented, complex_operand, con
 from ..core.grad_fn_naming import is_tensor_arg
 from ..core.registry import defop
 from ..special.numpy_kernels import np_erfc
+from .broadcast_rows import NATIVE_OPERATIONS, broadcast_binary
 from .numpy_math import (
     np_erf,
     np_erfinv,
@@ -659,8 +660,20 @@ def _in_float32(x, d: dt.dtype, fn, second: bool) -> np.ndarray:
 
 def _make_binary_kernel(fn, kind: str):
     """kind: 'same' (result dtype), 'float' (true division style), 'bool' (comparisons)."""
+    native = NATIVE_OPERATIONS.get(fn)  # float32 broadcasts in machine code (+ - * /)
 
     def kernel(x, y):
+        if (
+            native is not None
+            and x.__class__ is Tensor
+            and y.__class__ is Tensor
+            and x._dtype is _float32
+            and y._dtype is _float32
+            and x._shape != y._shape
+        ):
+            r = broadcast_binary(native, x._data, y._data)
+            if r is not None:
+                return wrap_array(r, _float32)
         # hot path: a float tensor and a Python number (numpy treats the number as weak, so
         # the result keeps the tensor's dtype exactly as PyTorch's promotion does)
         if (
@@ -1395,17 +1408,25 @@ def _refuse_complex_rounding(x, y, rounding_mode) -> None:
 _true_div = _make_binary_kernel(np.true_divide, "float")
 
 
-@div.register_kernel
-def _div_kernel(x, y, rounding_mode):
-    if rounding_mode is None:
-        return _true_div(x, y)
-    _refuse_complex_rounding(x, y, rounding_mode)
+def _check_rounding(rounding_mode: str, d) -> None:
+    """PyTorch's refusals of a rounding division of result dtype ``d``, before any data is
+    read: an unknown mode, and bools (no div_floor/div_trunc kernel)."""
     if rounding_mode not in ("trunc", "floor"):
         raise RuntimeError(
             "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
             f"'{rounding_mode}'"
         )
+    if d is _bool:
+        raise NotImplementedError(f"\"div_{rounding_mode}_cpu\" not implemented for 'Bool'")
+
+
+@div.register_kernel
+def _div_kernel(x, y, rounding_mode):
+    if rounding_mode is None:
+        return _true_div(x, y)
+    _refuse_complex_rounding(x, y, rounding_mode)
     d = binary_dtype(x, y)
+    _check_rounding(rounding_mode, d)
     a = as_np_operand(x, d.np)
     b = as_np_operand(y, d.np)
     if d.is_floating_point:
@@ -1424,8 +1445,6 @@ def _div_kernel(x, y, rounding_mode):
             else np.floor_divide(a.astype(cd, copy=False), b.astype(cd, copy=False))
         )
         return wrap(iterator_layout(r, (x, y)), d)
-    if d is _bool:
-        raise NotImplementedError(f"\"div_{rounding_mode}_cpu\" not implemented for 'Bool'")
     _check_integer_divisor(a, b)
     r = np.floor_divide(a, b) if rounding_mode == "floor" else np_trunc_divide(a, b)
     return wrap(iterator_layout(r, (x, y)), d)
@@ -1436,6 +1455,8 @@ def _div_meta(x, y, rounding_mode=None):
     if rounding_mode is not None:
         _refuse_complex_rounding(x, y, rounding_mode)
     d = binary_dtype(x, y)
+    if rounding_mode is not None:
+        _check_rounding(rounding_mode, d)  # as the kernel does, so compiled code raises too
     return pointwise_meta(to_float_dtype(d) if rounding_mode is None else d, x, y)
 
 
