@@ -61,3 +61,132 @@ def test_sixteen_bit_division_rounds_the_other_operand_first(name, dtype):
     got = DIVISIONS[name](kiln, kiln.tensor(_HALF, dtype=getattr(kiln, dtype)))
     want = DIVISIONS[name](torch, torch.tensor(_HALF, dtype=getattr(torch, dtype)))
     assert_close(got, want, equal_nan=True)
+
+
+# einsum replays PyTorch's steps: a pair with no letter contracted between them multiplies
+# (promoting), a contracted letter goes through bmm (equal dtypes only), a letter one side alone
+# holds is summed out first (integers become int64)
+EINSUMS = [
+    ("i,j->ij", (3,), (4,)),
+    ("ij,ij->ij", (2, 3), (2, 3)),
+    ("ij,j->ij", (2, 3), (3,)),
+    ("bi,bj->bij", (2, 3), (2, 4)),
+    ("ij,j->i", (2, 3), (3,)),
+    ("i,i->", (3,), (3,)),
+    ("ij,jk->ik", (2, 3), (3, 4)),
+    ("ij,k->ik", (2, 3), (4,)),
+    ("ij,k->", (2, 3), (4,)),
+    ("ij,jk->ijk", (2, 0), (0, 3)),
+]
+EINSUM_DTYPES = [("float32", "float64"), ("float64", "float32"), ("float32", "int64")]
+EINSUM_DTYPES += [("int32", "float32"), ("int64", "bool"), ("bool", "int32")]
+
+
+def _assert_same_outcome(got, want) -> None:
+    """``want``: PyTorch's result, or its (exception type, message)."""
+    if isinstance(want, tuple):
+        assert got == want
+    else:
+        assert_close(got, want)
+
+
+def _einsum_operands(lib, shapes, dtypes):
+    values = [np.arange(1, 1 + int(np.prod(s))).reshape(s) % 5 - 1.5 for s in shapes]
+    return [lib.tensor(v, dtype=getattr(lib, d)) for v, d in zip(values, dtypes)]
+
+
+def _einsum_outcome(lib, equation, operands, compiled: bool):
+    fn = (lambda *ts: lib.einsum(equation, *ts)) if not compiled else None
+    if compiled:
+        fn = kiln.compile(lambda *ts: kiln.einsum(equation, *ts), backend="inductor")
+    try:
+        return fn(*operands)
+    except (RuntimeError, NotImplementedError) as e:
+        return type(e), str(e)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtypes", EINSUM_DTYPES, ids="-".join)
+@pytest.mark.parametrize("equation,left,right", EINSUMS, ids=[e[0] for e in EINSUMS])
+def test_einsum_of_two_dtypes_promotes_or_refuses_as_pytorch(
+    equation, left, right, dtypes, compiled
+):
+    want = _einsum_outcome(torch, equation, _einsum_operands(torch, (left, right), dtypes), False)
+    got = _einsum_outcome(kiln, equation, _einsum_operands(kiln, (left, right), dtypes), compiled)
+    _assert_same_outcome(got, want)
+
+
+@pytest.mark.parametrize("dtypes", [("float32", "float64"), ("float64", "float32")], ids="-".join)
+@pytest.mark.parametrize("equation,left,right", EINSUMS[:4], ids=[e[0] for e in EINSUMS[:4]])
+def test_einsum_gradients_of_two_dtypes_match_pytorch(equation, left, right, dtypes):
+    grads = []
+    for lib in (kiln, torch):
+        operands = [t.requires_grad_() for t in _einsum_operands(lib, (left, right), dtypes)]
+        out = lib.einsum(equation, *operands)
+        (out * out).sum().backward()
+        grads.append([t.grad for t in operands])
+    for got, want in zip(*grads):
+        assert_close(got, want)
+
+
+# the products refuse operands of two dtypes with the error of the kernel PyTorch reaches:
+# matmul picks mv, mm (a vector or batch folded in) or bmm by the operands' ranks
+_RANK_SHAPES = {1: (4,), 2: (4, 4), 3: (2, 4, 4), 4: (2, 2, 4, 4)}
+PRODUCTS = {
+    "matmul": lambda lib, a, b, c: lib.matmul(a, b),
+    "mm": lambda lib, a, b, c: lib.mm(a, b),
+    "bmm": lambda lib, a, b, c: lib.bmm(a, b),
+    "mv": lambda lib, a, b, c: lib.mv(a, b),
+    "dot": lambda lib, a, b, c: lib.dot(a, b),
+    "vdot": lambda lib, a, b, c: lib.vdot(a, b),
+    "addmm": lambda lib, a, b, c: lib.addmm(c, a, b),
+    "addmv": lambda lib, a, b, c: lib.addmv(c[0], a, b[0]),
+    "baddbmm": lambda lib, a, b, c: lib.baddbmm(
+        c.expand(2, 4, 4), a.expand(2, 4, 4), b.expand(2, 4, 4)
+    ),
+    "addbmm": lambda lib, a, b, c: lib.addbmm(c, a.expand(2, 4, 4), b.expand(2, 4, 4)),
+}
+_PRODUCT_DTYPES = [
+    ("float32", "float64", "float32"),
+    ("float64", "float32", "float32"),
+    ("float32", "float32", "float64"),
+    ("int64", "float32", "int64"),
+    ("float32", "int8", "float16"),
+]
+
+
+def _product_outcome(lib, fn, tensors, compiled: bool):
+    if compiled:
+        fn = kiln.compile(fn, backend="inductor")
+    try:
+        return fn(*tensors)
+    except (RuntimeError, NotImplementedError) as e:
+        return type(e), str(e)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtypes", _PRODUCT_DTYPES, ids="-".join)
+@pytest.mark.parametrize("ranks", [(1, 2), (2, 1), (1, 3), (2, 3), (3, 1), (3, 2), (3, 3), (4, 3)])
+def test_matmul_of_two_dtypes_raises_the_error_of_pytorchs_kernel(ranks, dtypes, compiled):
+    def make(lib):
+        return [lib.ones(_RANK_SHAPES[r], dtype=getattr(lib, d)) for r, d in zip(ranks, dtypes)]
+
+    want = _product_outcome(torch, torch.matmul, make(torch), False)
+    _assert_same_outcome(_product_outcome(kiln, kiln.matmul, make(kiln), compiled), want)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtypes", _PRODUCT_DTYPES, ids="-".join)
+@pytest.mark.parametrize("name", sorted(PRODUCTS))
+def test_products_of_two_dtypes_raise_pytorchs_errors(name, dtypes, compiled):
+    def make(lib):
+        ranks = {"bmm": 3, "dot": 1, "vdot": 1}.get(name, 2)
+        a, b, c = (
+            lib.ones((4,) * ranks if ranks < 3 else (2, 4, 4), dtype=getattr(lib, d))
+            for d in dtypes
+        )
+        return (a, b[..., 0] if name == "mv" else b, c)
+
+    want = _product_outcome(torch, lambda *ts: PRODUCTS[name](torch, *ts), make(torch), False)
+    got = _product_outcome(kiln, lambda *ts: PRODUCTS[name](kiln, *ts), make(kiln), compiled)
+    _assert_same_outcome(got, want)

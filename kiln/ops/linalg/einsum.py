@@ -7,6 +7,7 @@ alphabetical order, size-1 dims broadcasting; ``kiln.einsum`` also takes the sub
 
 from __future__ import annotations
 
+import functools
 import math
 import string
 
@@ -25,7 +26,7 @@ from ..core.common import (
 )
 from ..core.registry import OPS, defop, torch_function
 from ..reductions.reduce import torch_type_name
-from .matmul import bmm, matmul_dtype_name
+from .matmul import bmm
 
 __all__: list[str] = []
 
@@ -113,16 +114,14 @@ def _einsum_plan(equation: str, tensors) -> tuple[list[str], str, dict]:
 def einsum(equation: str, tensors: TensorList): ...
 
 
-def _einsum_dtype(tensors):
+def _require_operands(tensors):
     if not tensors:
         raise RuntimeError("einsum(): must provide at least one operand")
-    d = tensors[0].dtype
-    for t in tensors[1:]:
-        if t.dtype is not d:
-            raise RuntimeError(
-                f"expected scalar type {matmul_dtype_name(d)} but found {matmul_dtype_name(t.dtype)}"
-            )
-    return d
+
+
+def _summed_dtype(d: dt.dtype) -> dt.dtype:
+    """The dtype ``sum`` gives: integers and bools add up as int64."""
+    return dt.int64 if d.category <= 1 else d
 
 
 def _einsum_result_dtype(subs: list[str], out: str, tensors) -> dt.dtype:
@@ -134,8 +133,9 @@ def _einsum_result_dtype(subs: list[str], out: str, tensors) -> dt.dtype:
     no summed letter at all through ``mul`` (which promotes). This replays those steps on the
     letters alone, raising PyTorch's errors where its steps fail.
     """
-    d = tensors[0].dtype
-    if d.category > 1:
+    dtypes = [t.dtype for t in tensors]
+    d = dtypes[0]
+    if d.category > 1 and all(other is d for other in dtypes):
         return d
     shapes = []
     for s, t in zip(subs, tensors):
@@ -144,13 +144,13 @@ def _einsum_result_dtype(subs: list[str], out: str, tensors) -> dt.dtype:
         shapes.append({ch: sizes[ch] for ch in letters})
     summed = sorted({ch for s in subs for ch in s} - set(out))
     if len(tensors) == 1:
-        return dt.int64 if summed else d
+        return _summed_dtype(d) if summed else d
     if any(t.numel() == 0 for t in tensors):
-        return d  # (zeros of the operands' dtype, before any step)
+        return functools.reduce(dt.promote_types, dtypes)  # (zeros, of the operands' product)
     counts = {ch: sum(shape.get(ch, 1) != 1 for shape in shapes) for ch in summed}
     left, left_dtype = dict(shapes[0]), d
-    for right in shapes[1:]:
-        right, right_dtype, contracted = dict(right), d, False
+    for right, right_dtype in zip(shapes[1:], dtypes[1:]):
+        right, contracted = dict(right), False
         for ch in summed:
             a, b = left.get(ch, 1), right.get(ch, 1)
             if a != 1 and b != 1:
@@ -161,17 +161,17 @@ def _einsum_result_dtype(subs: list[str], out: str, tensors) -> dt.dtype:
             elif counts[ch] == 1 and (a != 1 or b != 1):
                 counts[ch] = 0
                 if a != 1:
-                    left[ch], left_dtype = 1, dt.int64
+                    left[ch], left_dtype = 1, _summed_dtype(left_dtype)
                 else:
-                    right[ch], right_dtype = 1, dt.int64
+                    right[ch], right_dtype = 1, _summed_dtype(right_dtype)
         if contracted:
+            if left_dtype is dt.bool_:  # (before the dtype check, as PyTorch's bmm)
+                raise NotImplementedError("\"bmm\" not implemented for 'Bool'")
             if left_dtype is not right_dtype:
                 raise RuntimeError(
                     f"expected scalar type {torch_type_name(left_dtype)} but found "
                     f"{torch_type_name(right_dtype)}"
                 )
-            if left_dtype is dt.bool_:
-                raise NotImplementedError("\"bmm\" not implemented for 'Bool'")
         else:
             left_dtype = dt.promote_types(left_dtype, right_dtype)
         for ch, n in right.items():
@@ -182,7 +182,7 @@ def _einsum_result_dtype(subs: list[str], out: str, tensors) -> dt.dtype:
 @einsum.register_kernel
 def _einsum_kernel(equation, tensors):
     tensors = list(tensors)
-    _einsum_dtype(tensors)
+    _require_operands(tensors)
     subs, out, sizes = _einsum_plan(equation, tensors)
     d = _einsum_result_dtype(subs, out, tensors)
     cd = compute_np_dtype(d)
@@ -200,7 +200,7 @@ def _einsum_kernel(equation, tensors):
 @einsum.register_meta
 def _einsum_meta(equation, tensors):
     tensors = list(tensors)
-    _einsum_dtype(tensors)
+    _require_operands(tensors)
     subs, out, sizes = _einsum_plan(equation, tensors)
     return fake([sizes[c] for c in out], _einsum_result_dtype(subs, out, tensors), tensors[0])
 
@@ -220,9 +220,9 @@ def _einsum_grad(c, g):
     for i, s in enumerate(subs):
         terms, operands = [out], [g]
         for j, t in enumerate(tensors):
-            if j != i:
+            if j != i:  # (in g's dtype: the forward's mul promoted it, its bmm needed equal ones)
                 terms.append(subs[j])
-                operands.append(t)
+                operands.append(t if t.dtype is g.dtype else t.to(g.dtype))
         steps, target = _diagonal_steps(s)
         available = set("".join(terms))
         for ch in target:
@@ -297,7 +297,7 @@ def _einsum_pair(a: Tensor, sa: str, b: Tensor, sb: str, keep: set, sizes: dict)
 def _einsum_decomp(equation, tensors):
     """Diagonals, then sum out private letters, then contract operands left to right with bmm."""
     tensors = list(tensors)
-    _einsum_dtype(tensors)
+    _require_operands(tensors)
     subs, out, sizes = _einsum_plan(equation, tensors)
     d = _einsum_result_dtype(subs, out, tensors)
     tensors = [t.to(d) for t in tensors]  # (int64 where PyTorch's sums give it)

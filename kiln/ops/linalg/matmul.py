@@ -29,10 +29,9 @@ from ..core.common import (
 )
 from ..core.out_arguments import writes_out
 from ..core.registry import OPS, defop, tensor_method, torch_function
+from ..reductions.reduce import c_type_name, torch_type_name
 from ..shape.shape_functions import narrow
 from ..shape.views import expand_shape
-
-__all__ = ["matmul_dtype_name"]
 
 __all__: list[str] = []
 
@@ -41,20 +40,20 @@ _NATIVE = (dt.float32, dt.float64)
 
 
 def _check_mm_dtypes(name, a, b):
+    """PyTorch's dtype-mismatch error of the kernel a product reaches: ``matmul`` picks it by
+    the operands' ranks as ``_matmul_impl`` does (a vector second: ``mv``; a matrix second:
+    ``mm``, a first vector or batch folded in; a batch second: ``bmm``, whatever the first)."""
     if a._dtype is not b._dtype:
-        from ..reductions.reduce import c_type_name, torch_type_name
-
         ta, tb = torch_type_name(a._dtype), torch_type_name(b._dtype)
-        if name == "bmm":
-            raise RuntimeError(f"expected scalar type {ta} but found {tb}")
         if a.ndim == 1 and b.ndim == 1:
             raise RuntimeError(
                 f"dot : expected both vectors to have same dtype, but found {ta} and {tb}"
             )
-        if a.ndim == 1 or b.ndim == 1:  # matrix @ vector runs as addmv(vector, matrix, vector)
-            vec, mat = (tb, ta) if b.ndim == 1 else (ta, tb)
+        if name == "bmm" or b.ndim > 2:
+            raise RuntimeError(f"expected scalar type {ta} but found {tb}")
+        if b.ndim == 1:  # matrix @ vector runs as addmv(vector, matrix, vector)
             raise RuntimeError(
-                f"addmv input tensors must have the same dtype, but got {vec}, {mat}, and {vec}"
+                f"addmv input tensors must have the same dtype, but got {tb}, {ta}, and {tb}"
             )
         raise RuntimeError(
             "expected m1 and m2 to have the same dtype, but got: "
@@ -349,7 +348,7 @@ def _matmul_decomp(a, b):
 # ------------------------------------------------------------------------------ vector products
 
 
-def _vector_check(name, a, b):
+def _vector_check(a, b):
     if a.ndim != 1 or b.ndim != 1:
         raise RuntimeError(f"1D tensors expected, but got {a.ndim}D and {b.ndim}D tensors")
     if a.shape[0] != b.shape[0]:
@@ -358,20 +357,13 @@ def _vector_check(name, a, b):
             f"have the same number of elements, but got {a.shape[0]} and {b.shape[0]} elements "
             "respectively"
         )
-    if a.dtype is not b.dtype:
+    if a.dtype is not b.dtype:  # (vdot's error names dot, as PyTorch's does)
         raise RuntimeError(
-            f"{name} : expected both vectors to have same dtype, but found "
-            f"{matmul_dtype_name(a.dtype)} and {matmul_dtype_name(b.dtype)}"
+            "dot : expected both vectors to have same dtype, but found "
+            f"{torch_type_name(a.dtype)} and {torch_type_name(b.dtype)}"
         )
     if a.dtype is dt.bool_:
         raise NotImplementedError("\"dot\" not implemented for 'Bool'")
-
-
-def matmul_dtype_name(d) -> str:
-    """A dtype's name as the product ops' error messages spell it ('Long', 'Int', 'Float32')."""
-    return {"int64": "Long", "int32": "Int", "bfloat16": "BFloat16"}.get(
-        d.name, d.name.capitalize()
-    )
 
 
 @defop(kind="linalg", autocast={"cuda": "promote"}, grad_fn_name="DotBackward0")
@@ -380,7 +372,7 @@ def dot(self: Tensor, tensor: Tensor): ...
 
 @dot.register_decomposition
 def _dot_decomp(a, b):
-    _vector_check("dot", a, b)
+    _vector_check(a, b)
     return OPS["sum"](a * b, None, False, dtype=a.dtype)
 
 
@@ -390,7 +382,7 @@ def vdot(self: Tensor, other: Tensor): ...
 
 @vdot.register_decomposition
 def _vdot_decomp(a, b):
-    _vector_check("vdot", a, b)
+    _vector_check(a, b)
     return OPS["sum"](a.conj() * b, None, False, dtype=a.dtype)  # conjugates the first vector
 
 
@@ -447,6 +439,28 @@ def _scaled_sum(self_part, product, beta, alpha):
     return out + (self_part * beta if beta != 1 else self_part)
 
 
+def _check_addmm_dtypes(name: str, x, m1, m2) -> None:
+    """PyTorch's error for ``beta * self + alpha * m1 @ m2`` over operands of different dtypes,
+    checked in the order its kernels check them."""
+    if x.dtype is m1.dtype is m2.dtype:
+        return
+    a, b, c = (torch_type_name(t.dtype) for t in (x, m1, m2))
+    if name == "addmv":
+        raise RuntimeError(
+            f"addmv input tensors must have the same dtype, but got {a}, {b}, and {c}"
+        )
+    if name == "baddbmm":
+        if x.dtype is not m1.dtype:
+            raise RuntimeError(
+                f"Input dtypes must be the same, got: input {c_type_name(x.dtype)}, batch1: "
+                f"{c_type_name(m1.dtype)}, batch2: {c_type_name(m2.dtype)}"
+            )
+        raise RuntimeError(f"expected scalar type {b} but found {c}")
+    if x.dtype is not m2.dtype:
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got {a} and {c}")
+    raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got {b} and {c}")
+
+
 def _addmm_like(name, schema, product_shape, product, np_product, grads, **record):
     """An op ``beta * self + alpha * product(m1, m2)`` with a numpy kernel and a decomposition.
 
@@ -457,13 +471,8 @@ def _addmm_like(name, schema, product_shape, product, np_product, grads, **recor
     op = defop(schema, name=name, kind="linalg", **record)
 
     def check(x, m1, m2):
+        _check_addmm_dtypes(name, x, m1, m2)
         shape = product_shape(m1, m2)
-        for t in (m1, m2):
-            if t.dtype is not x.dtype:
-                raise RuntimeError(
-                    f"{name}: self and mat2 must have the same dtype, but got "
-                    f"{matmul_dtype_name(x.dtype)} and {matmul_dtype_name(t.dtype)}"
-                )
         expand_shape(x.shape, shape)
         return shape
 
