@@ -119,10 +119,32 @@ def _gather_kernel(x, dim, index, sparse_grad):
     d = _gather_check(x, dim, index)
     a, idx = as_1d(x._data), as_1d(index._data)
     check_index_bounds("", idx, a.shape[d], d)
-    window = tuple(slice(None) if k == d else slice(0, n) for k, n in enumerate(idx.shape))
-    out = np.take_along_axis(a[window], idx, axis=d)
     # contiguous (numpy follows the index's layout), as PyTorch's result and the meta's
-    return wrap(c_contiguous(out).reshape(index._shape), x._dtype)
+    return wrap(c_contiguous(_take_along(a, idx, d)).reshape(index._shape), x._dtype)
+
+
+def _take_along(a: np.ndarray, idx: np.ndarray, d: int) -> np.ndarray:
+    """``take_along_axis`` of ``a`` (its leading part of ``idx``'s extents) with indices already
+    checked. A C-contiguous ``a`` is one ``np.take`` of flat element offsets, ``idx`` times the
+    step of ``d`` plus each position's offset along the other dims: numpy's take_along_axis
+    builds a fancy index of broadcast aranges (1.1 ms for a 256 x 256 gather, against 0.16 ms
+    here)."""
+    if not a.flags.c_contiguous or not idx.size:
+        window = tuple(slice(None) if k == d else slice(0, n) for k, n in enumerate(idx.shape))
+        return np.take_along_axis(a[window], idx, axis=d)
+    steps = [1] * a.ndim  # row-major element steps, from the shape (a size-1 dim's stride is
+    for k in range(a.ndim - 2, -1, -1):  # arbitrary in a C-contiguous array)
+        steps[k] = steps[k + 1] * a.shape[k + 1]
+    offsets = None
+    for k, n in enumerate(idx.shape):
+        if k != d and n > 1:
+            along = np.arange(0, n * steps[k], steps[k], dtype=np.int64)
+            along = along.reshape((1,) * k + (n,) + (1,) * (idx.ndim - k - 1))
+            offsets = along if offsets is None else offsets + along
+    flat = idx if steps[d] == 1 else idx * np.int64(steps[d])
+    if offsets is not None:
+        flat = np.add(flat, offsets, dtype=np.int64)  # (an int32 index widened)
+    return a.reshape(-1).take(flat)
 
 
 gather.result_layout = "contiguous"  # as PyTorch's
