@@ -30,6 +30,7 @@ from ..runtime.tensor import Tensor, wrap_array
 from .anomaly import anomaly_state, run_node
 from .grad_mode import _record
 from .graph import AccumulateGrad, GradientEdge, Node, OpBackward, grad_accumulator
+from .graph_tasks import graph_task
 
 __all__ = ["run_backward", "backward", "grad", "ExecutionEngine", "execution_engine", "tensor_edge"]
 
@@ -286,24 +287,21 @@ def run_backward(
     callback_stack = execution_engine._stack()
     callbacks: list = []
     callback_stack.append(callbacks)
+    task = graph_task(seen, needed, accumulate)
+    task.__enter__()
     try:
         heappop = heapq.heappop
         heappush = heapq.heappush
         while ready:
             _, _, node = heappop(ready)
             buf = buffers.pop(node, None) or {}
-            if node._tensor_pre_hooks:
-                for nr, hooks in node._tensor_pre_hooks.items():
-                    if nr in buf:
-                        for hook in list(hooks):
-                            out = hook(buf[nr])
-                            if out is not None:
-                                buf[nr] = out
+            run = needed is None or node in needed
+            if run and buf:  # a node the pass does not run gets its hooks not called either
+                _run_tensor_hooks(node, buf)
             if targets is not None:
                 for nr, g in buf.items():
                     for k in targets.get((node, nr), ()):
                         captured[k] = g
-            run = needed is None or node in needed
             if isinstance(node, AccumulateGrad):
                 if accumulate and run and 0 in buf and (targets is None or (node, 0) in targets):
                     if profiler is None:
@@ -362,6 +360,7 @@ def run_backward(
                     heappush(ready, (-nxt.sequence_nr, id(nxt), nxt))
         execution_engine._run_callbacks(callbacks)
     finally:
+        task.__exit__()
         callback_stack.pop()
         state.grad_enabled = prev_grad_mode
         if state.mode_stack and prev_grad_mode != create_graph:
@@ -453,18 +452,31 @@ def _materialize(node: Node, buf: dict) -> tuple:
     return tuple(grads)
 
 
+def _run_tensor_hooks(node: Node, buf: dict) -> None:
+    """The hooks registered on the tensors whose gradients ``buf`` holds (``register_hook``),
+    each taking the gradient and returning a replacement or None: a non-leaf's on its grad_fn,
+    a leaf's on the leaf itself, run on its accumulator's gradient whether the pass then
+    accumulates it or hands it back (``grad``)."""
+    if node._tensor_pre_hooks:
+        for nr, hooks in node._tensor_pre_hooks.items():
+            if nr in buf:
+                for hook in list(hooks):
+                    out = hook(buf[nr])
+                    if out is not None:
+                        buf[nr] = out
+    if node.__class__ is AccumulateGrad and node.variable._hooks and 0 in buf:
+        for hook in list(node.variable._hooks):
+            out = hook(buf[0])
+            if out is not None:
+                buf[0] = out
+
+
 def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, taken: set | None = None) -> None:
     """``leaf.grad``, as PyTorch's AccumulateGrad: the first gradient is kept as it is when
     nothing else holds its buffer (else a copy), later ones are added into it in place, so a
     reference to ``.grad`` (an optimizer's, a numpy view) sees the sum; under ``create_graph``
     the sum is a new tensor with history. ``taken``: the pass's buffers not to keep (see
     ``run_backward``)."""
-    hooks = leaf._hooks
-    if hooks:
-        for hook in list(hooks):
-            out = hook(g)
-            if out is not None:
-                g = out
     if not create_graph:
         g = g.detach()
     with _accumulate_lock:

@@ -17,6 +17,7 @@ from collections import namedtuple
 from ..runtime.state import per_thread
 from ..runtime.tensor import INFERENCE_SAVED, INFERENCE_SEEN, Size, Tensor, mark_inference
 from .anomaly import anomaly_state, forward_stack
+from .graph_tasks import register_multi_grad_hook
 from .saved_hooks import (
     PackedArgs,
     disable_saved_tensors_hooks,
@@ -25,6 +26,7 @@ from .saved_hooks import (
     saved_tensors_hooks,
     unpacked,
 )
+from .saved_mutation import allow_mutation_on_saved_tensors
 
 __all__ = [
     "Node",
@@ -41,6 +43,8 @@ __all__ = [
     "GradientEdge",
     "get_gradient_edge",
     "increment_version",
+    "register_multi_grad_hook",
+    "allow_mutation_on_saved_tensors",
 ]
 
 _sequence = itertools.count()
