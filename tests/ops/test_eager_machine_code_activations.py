@@ -100,6 +100,18 @@ def test_sigmoid_of_other_dtypes_and_layouts_matches_torch(dtype):
     np.testing.assert_allclose(got.float().numpy(), want.float().numpy(), rtol=4e-3, atol=1e-7)
 
 
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("value", [1.5, -30.0, float("inf"), float("nan")])
+def test_sigmoid_of_a_0d_tensor_matches_torch(dtype, value):
+    """A 0-d operand's numpy passes work on an array, not the scalar numpy's ufuncs return for
+    it (float64 0-d sigmoid raised TypeError: the fuzzer's dtype rules found it)."""
+    got = kiln.tensor(value, dtype=getattr(kiln, dtype)).sigmoid()
+    want = torch.tensor(value, dtype=getattr(torch, dtype)).sigmoid()
+    assert got.shape == () and str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+    np.testing.assert_allclose(got.float().item(), want.float().item(), rtol=1e-7)
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_compiled_gelu_tanh_keeps_the_eager_lower_tail(backend):
     """Compiled code computes the tanh form as the eager kernels do, x sigmoid(2 inner): down

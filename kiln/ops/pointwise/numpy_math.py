@@ -36,7 +36,9 @@ def np_sigmoid(a, out=None):
     # real floats in four passes over one result (``out`` when given), no temporaries
     if a.dtype.kind != "f":
         return (1 / (1 + np.exp(-a))).astype(a.dtype, copy=False)
-    o = np.negative(a, out=out)
+    # an array even for a 0-d ``a`` (numpy's ufuncs return those as scalars, which the passes
+    # below cannot write into)
+    o = np.negative(a, out=np.empty_like(a) if out is None else out)
     np.exp(o, out=o)
     o += 1
     return np.reciprocal(o, out=o)
