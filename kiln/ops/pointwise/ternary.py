@@ -321,14 +321,26 @@ def _nan_to_num_kernel(x, nan, posinf, neginf):
         for part, target in ((a.real, out.real), (a.imag, out.imag)):
             fixed = _nan_to_num_kernel(wrap(c_contiguous(part), real), nan, posinf, neginf)
             target[...] = fixed._data
-        return wrap(out, x._dtype)
+        return wrap(out if a.flags.c_contiguous else iterator_layout(out, (x,)), x._dtype)
     if not x._dtype.is_floating_point:  # a copy laid out as PyTorch's clone
         return wrap(iterator_layout(a.copy(), (x,)), x._dtype)
-    info = ml_dtypes.finfo(a.dtype)  # numpy's finfo does not know bfloat16
-    out = np.where(a != a, 0.0 if nan is None else nan, a)
-    out = np.where(out == np.inf, info.max if posinf is None else posinf, out)
-    out = np.where(out == -np.inf, info.min if neginf is None else neginf, out)
-    return wrap(out.astype(a.dtype), x._dtype)
+    # a copy laid out as PyTorch's, the few non-finite elements replaced where there are any:
+    # three np.where passes over every element took 140 us at 256 x 256 (PyTorch: 8 us); a
+    # copy and one isfinite test is what finite data costs
+    if a.flags.c_contiguous:
+        out = empty_array(a.shape, a.dtype)  # (pooled: a fresh large copy faults its pages in)
+        np.copyto(out, a)
+    else:
+        out = iterator_layout(a.copy(), (x,))
+    flat = out.ravel(order="K")  # a view: ``out`` is dense in that order
+    bad = np.flatnonzero(~np.isfinite(flat))
+    if bad.size:
+        info = ml_dtypes.finfo(a.dtype)  # numpy's finfo does not know bfloat16
+        values = flat[bad]
+        flat[bad[values != values]] = 0.0 if nan is None else nan
+        flat[bad[values == np.inf]] = info.max if posinf is None else posinf
+        flat[bad[values == -np.inf]] = info.min if neginf is None else neginf
+    return wrap(out, x._dtype)
 
 
 nan_to_num.register_meta(lambda x, *a: pointwise_meta(x._dtype, x))
