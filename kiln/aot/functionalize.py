@@ -58,6 +58,12 @@ def _is_inplace(node: Node) -> bool:
     return node.op == "call_function" and isinstance(node.target, Op) and node.target.inplace
 
 
+def _layout(t) -> str:
+    """The strides of ``t``'s dims longer than one (a size-1 dim is never stepped over), as
+    text: symbolic sizes compare without adding guards."""
+    return str([(d, st) for d, (n, st) in enumerate(zip(t.shape, t.stride())) if str(n) != "1"])
+
+
 def _inverse_perm(dims):
     ndim = len(dims)
     dims = [d % ndim for d in dims]
@@ -129,6 +135,30 @@ class _Functionalizer:
         value.meta = dict(value.meta, val=got)
         cast = self.new_node(OPS["convert_element_type"], (value, want), inplace, inplace)
         return cast
+
+    def keep_layout(self, functional: Op, value: Node, inplace: Node, target: Node) -> Node:
+        """An in-place op leaves its tensor's strides alone, but its functional form may lay the
+        result out its own way (index_add, scatter, cumsum, masked_fill: row-major): for an
+        intermediate whose strides differ, copy the result into them (``copy_``'s functional
+        form), so later views and the graph's outputs have eager's strides. Inputs are copied
+        back into their own memory, views scattered into their base: both keep theirs."""
+        src = self.source(target)
+        want = inplace.meta.get("val")
+        if src.op == "placeholder" or src in self.parent or want is None:
+            return value
+        args = map_arg(tuple(value.args), lambda n: n.meta.get("val"))
+        try:
+            got = functional.meta(*args) if functional.meta is not None else None
+        except Exception:  # noqa: BLE001 - a meta that cannot rerun here: judge by want alone
+            got = None
+        if got is not None and _layout(got) == _layout(want):
+            return value
+        if got is None and want.is_contiguous():
+            return value  # the decompositions' results are row-major unless they say otherwise
+        if got is not None:
+            value.meta = dict(value.meta, val=got)
+        old = self.read(target, inplace)
+        return self.new_node(OPS["copy_"].functional, (old, value), inplace, inplace)
 
     def read(self, node: Node, anchor: Node) -> Node:
         """The node holding ``node``'s value as of now (regenerating views after mutations)."""
@@ -236,6 +266,7 @@ class _Functionalizer:
                 raise UnsupportedMutationError(f"in-place op {op.name} has no functional variant")
             new_value = self.new_node(functional, tuple(node.args), node, node)
             new_value = self.cast_back(functional, new_value, node)
+            new_value = self.keep_layout(functional, new_value, node, original_target)
             self.alias_of[node] = original_target
             self.write(original_target, new_value, node)
         # mutated graph inputs come back as extra outputs
