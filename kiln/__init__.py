@@ -137,7 +137,7 @@ _random.set_native_sampler(_load_cpu_sampler)
 
 def _build_eager_machine_code(module: str):
     """Eager kernels numpy cannot make fast (16-bit casts, activations, cumsum, row sums,
-    broadcast arithmetic, softmax and norm rows, LSTM steps, Adam, small convolutions) come from machine code built by the LLVM backend;
+    broadcast arithmetic, row maxima, softmax and norm rows, LSTM steps, Adam, small convolutions) come from machine code built by the LLVM backend;
     the runtime and op layers reach each set through ``runtime.machine_code``, which calls this
     on the set's first use."""
     return _importlib.import_module(f".inductor.codegen.llvm.{module}", __name__).build()
@@ -149,6 +149,7 @@ for _name, _module in (
     ("scans", "eager_scans"),
     ("sums", "eager_sums"),
     ("broadcast", "eager_broadcast"),
+    ("extremes", "eager_extremes"),
     ("rows", "eager_rows"),
     ("recurrent", "eager_recurrent"),
     ("optimizers", "eager_optimizers"),

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from ...runtime import blas
+from ...runtime import blas, machine_code
 from ...runtime import dtypes as dt
 from ...runtime.dtypes import c_type_name, torch_type_name  # (their home is the dtypes)
 from ...runtime.tensor import wrap_array
@@ -423,7 +423,7 @@ def _extreme_check(name: str):
     return check
 
 
-def _extreme_kernel(name, np_fn):
+def _extreme_kernel(name, np_fn, kind: str):
     check = _extreme_check(name)
 
     def kernel(x, dim, keepdim):
@@ -431,9 +431,33 @@ def _extreme_kernel(name, np_fn):
         if not a.size:
             check(x, dim, keepdim)
         dims = None if is_full_reduction(dim) else reduce_dims(x, dim)
+        rows = _last_dim_extremes(kind, x, dims, keepdim)
+        if rows is not None:
+            return wrap_array(rows, x._dtype)
         return wrap_array(laid_out(np_fn(a, dims, keepdims=keepdim, out=...)), x._dtype)
 
     return kernel
+
+
+_NATIVE_EXTREMES_MIN_SIZE = 256  # below it numpy's reduction costs no more than the call
+
+
+def _last_dim_extremes(kind: str, x, dims, keepdim: bool) -> np.ndarray | None:
+    """``x.amax(-1)`` / ``x.amin(-1)`` of a non-empty C-contiguous float32 ``x`` by the
+    machine-code rows (numpy reduces a short last axis one element at a time: 21-35 us for 256 x
+    256 against PyTorch's 5); None for any other call."""
+    a = x._data
+    if x._dtype is not dt.float32 or dims is None or len(dims) != 1 or dims[0] != a.ndim - 1:
+        return None
+    if a.size < _NATIVE_EXTREMES_MIN_SIZE or not a.flags.c_contiguous:
+        return None
+    kernels = machine_code.get("extremes")
+    if kernels is None:
+        return None
+    shape = a.shape
+    kept = shape[:-1]
+    out = kernels.rows(kind, a.reshape(-1, shape[-1]))
+    return out.reshape(kept + (1,) if keepdim else kept)
 
 
 def _extreme_grad(c, g):
@@ -459,8 +483,8 @@ amin = defop(
     complex_refused=complex_not_implemented("min_values_cpu"),
 )
 
-for _op, _np_fn in ((amax, np.maximum.reduce), (amin, np.minimum.reduce)):
-    _op.register_kernel(_extreme_kernel(_op.name, _np_fn))
+for _op, _np_fn, _kind in ((amax, np.maximum.reduce, "max"), (amin, np.minimum.reduce, "min")):
+    _op.register_kernel(_extreme_kernel(_op.name, _np_fn, _kind))
     _op.register_meta(_reduce_meta(lambda x: x._dtype))
     _op.check_in_meta(_extreme_check(_op.name))
     _op.register_derivative(_extreme_grad, save_output=True)
