@@ -8,6 +8,8 @@ after the write read the filled value's layout (fuzz campaign).
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -53,3 +55,39 @@ def test_a_compiled_fill_in_place_keeps_the_layout_the_next_op_reads(dtype, layo
     )
     assert_close(got, expected)
     assert got.stride() == expected.stride()
+
+
+def _fill_intermediate(value):
+    def run(x):
+        v = x * 1
+        v.fill_(value)
+        return v.long()
+
+    return run
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("value", [float("nan"), 300, float("inf"), -1, 2.5])
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int32", "float16"])
+def test_a_compiled_fill_of_a_number_the_dtype_cannot_hold_raises_as_eager(dtype, value, backend):
+    """fill's meta checks the number as its kernel does: a compiled ``fill_(nan)`` of an int8
+    tensor raised a ValueError inside the compiler and ran eagerly with a warning (the fuzzer's
+    dtype rules); now it raises PyTorch's RuntimeError, and what fits still computes."""
+
+    def x(lib):
+        return lib.zeros(3, dtype=getattr(lib, dtype))
+
+    try:
+        expected = _fill_intermediate(value)(x(torch))
+    except RuntimeError as e:
+        expected = e
+    kiln.dynamo.reset()
+    compiled = kiln.compile(_fill_intermediate(value), backend=backend, fullgraph=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if isinstance(expected, RuntimeError):
+            with pytest.raises(RuntimeError, match=str(expected).split(" type ")[0]):
+                compiled(x(kiln))
+        else:
+            assert_close(compiled(x(kiln)), expected)
+    assert not [w for w in caught if "failed to compile" in str(w.message)]

@@ -1005,7 +1005,7 @@ def contiguous_meta_strides(shape):
 def fill(self: Tensor, value: TensorOrScalar): ...
 
 
-def _check_fill_value(x, value) -> None:
+def _check_fill_tensor(value) -> None:
     """PyTorch's check, before the value is read (a 1-d value of one element is refused too)."""
     if isinstance(value, Tensor) and value._shape:
         raise RuntimeError(
@@ -1013,12 +1013,22 @@ def _check_fill_value(x, value) -> None:
         )
 
 
+def _checked_fill_number(x, value):
+    """A number ``x``'s dtype can hold (NaN or 300 for uint8 raise, as PyTorch's fill_)."""
+    return checked_scalar(value, x._dtype, check_float=x._dtype.itemsize != 2 or x.numel() != 1)
+
+
+def _check_fill_value(x, value) -> None:
+    """The kernel's checks, for the meta: compiled code raises where eager does."""
+    _check_fill_tensor(value)
+    if not isinstance(value, Tensor):
+        _checked_fill_number(x, value)
+
+
 @fill.register_kernel
 def _fill_kernel(x, value):
-    _check_fill_value(x, value)
-    v = value.item() if isinstance(value, Tensor) else value
-    if not isinstance(value, Tensor):
-        v = checked_scalar(v, x._dtype, check_float=x._dtype.itemsize != 2 or x.numel() != 1)
+    _check_fill_tensor(value)
+    v = value.item() if isinstance(value, Tensor) else _checked_fill_number(x, value)
     layout = clone_layout(x, preserve_format)
     if layout is None:
         a = empty_array(x._shape, x._data.dtype)
