@@ -10,7 +10,16 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from .programs import FILLS, FLOAT_DTYPES, INT_DTYPES, LAYOUTS, Input, Program
+from .programs import (
+    EXTRA_FLOAT_DTYPES,
+    EXTRA_INT_DTYPES,
+    FILLS,
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    LAYOUTS,
+    Input,
+    Program,
+)
 
 __all__ = [
     "Builder", "FuzzConfig", "KNOWN_ISSUES", "Value", "broadcast", "category", "float_of",
@@ -44,6 +53,7 @@ class FuzzConfig:
     dims: tuple[int, ...] = (2, 1, 3, 4, 2, 1, 3, 0)
     max_rank: int = 3
     known_issues: frozenset = frozenset()
+    focus: frozenset = frozenset()  # op names drawn most often (a campaign's --focus family)
 
 
 @dataclass
@@ -70,12 +80,20 @@ class Group:
     unfolded: bool = False
 
 
+_INTS = (*INT_DTYPES, *EXTRA_INT_DTYPES)
+_FLOATS = (*FLOAT_DTYPES, *EXTRA_FLOAT_DTYPES)
+# each kind's dtypes, narrowest first (uint8 and int8 promote to int16, float16 and bfloat16
+# to float32: promote() handles those pairs)
+_WIDTH = {"bool": 0, "uint8": 1, "int8": 1, "int16": 2, "int32": 3, "int64": 4,
+          "float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}  # fmt: skip
+
+
 def category(dtype: str) -> int:
-    return 0 if dtype == "bool" else 1 if dtype in INT_DTYPES else 2
+    return 0 if dtype == "bool" else 1 if dtype in _INTS else 2
 
 
 def is_float(dtype: str) -> bool:
-    return dtype in FLOAT_DTYPES
+    return dtype in _FLOATS
 
 
 def promote(a: str, b: str) -> str:
@@ -85,9 +103,9 @@ def promote(a: str, b: str) -> str:
     ca, cb = category(a), category(b)
     if ca != cb:
         return a if ca > cb else b
-    if ca == 2:
-        return "float32"  # float32 with a half type, or float16 with bfloat16
-    return "int64"
+    if _WIDTH[a] == _WIDTH[b]:  # uint8 with int8, float16 with bfloat16
+        return "int16" if ca == 1 else "float32"
+    return a if _WIDTH[a] > _WIDTH[b] else b
 
 
 def promote_scalar(dtype: str, kind: str) -> str:
@@ -159,7 +177,7 @@ class Builder:
             # float32 most often (gradients, the widest choice of ops)
             dtype = self.pick(("float32", *self.dtypes))
         layout = self.pick(LAYOUTS)
-        fill = self.pick(FILLS) if dtype in FLOAT_DTYPES else "normal"
+        fill = self.pick(FILLS) if is_float(dtype) else "normal"
         requires_grad = is_float(dtype) and self.coin(0.6)
         name = f"x{len(self.inputs)}"
         self.inputs.append(

@@ -23,7 +23,7 @@ import warnings
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from .differential import BACKENDS, ProgramMismatch, check_backend, check_eager
-from .generator import COUNTS, FuzzConfig, config_for, programs
+from .generator import COUNTS, FAMILIES, FuzzConfig, config_for, programs
 from .programs import Program, names_in
 
 
@@ -166,6 +166,8 @@ def main(argv=None) -> int:
                         help="programs per check (default: the profile's count)")  # fmt: skip
     parser.add_argument("--profile", default="long", choices=sorted(COUNTS))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--focus", choices=sorted(FAMILIES), default=None,
+                        help="draw most lines from this rule family's ops")  # fmt: skip
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     checks = ["pytorch", *BACKENDS] if args.check == "all" else [args.check]
@@ -173,7 +175,10 @@ def main(argv=None) -> int:
     start = time.time()
     for check in checks:
         count = args.programs or COUNTS[args.profile][check]
-        ran, bad = campaign(check, count, args.seed, config_for(check, args.profile))
+        config = config_for(check, args.profile)
+        if args.focus:
+            config = dataclasses.replace(config, focus=frozenset(FAMILIES[args.focus]))
+        ran, bad = campaign(check, count, args.seed, config)
         total, failed = total + ran, failed + bad
     seconds = time.time() - start
     print(f"all: {total} programs, {failed} failed, {seconds:.0f} s "

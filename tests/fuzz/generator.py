@@ -16,17 +16,32 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from .builder import KNOWN_ISSUES, Builder, FuzzConfig, known_issues_for
+from .dtype_rules import DTYPE_NEEDS, DTYPE_OPS
 from .nn_rules import NN_NEEDS, NN_OPS
 from .op_rules import NEEDS, OPS
 from .placement_rules import PLACEMENT_NEEDS, PLACEMENT_OPS
 from .programs import Program
+from .reduction_rules import REDUCTION_NEEDS, REDUCTION_OPS
 
-__all__ = ["COUNTS", "config_for", "FuzzConfig", "programs", "KNOWN_ISSUES", "known_issues_for"]
+__all__ = [
+    "COUNTS",
+    "FAMILIES",
+    "config_for",
+    "FuzzConfig",
+    "programs",
+    "KNOWN_ISSUES",
+    "known_issues_for",
+]
 
 # tensor ops first (hypothesis shrinks towards them), then the ops of model code
-_OPS = OPS + NN_OPS + PLACEMENT_OPS
+_OPS = OPS + NN_OPS + PLACEMENT_OPS + DTYPE_OPS + REDUCTION_OPS
 _EMITTERS = dict(_OPS)
-_NEEDS = {**NEEDS, **NN_NEEDS, **PLACEMENT_NEEDS}
+_NEEDS = {**NEEDS, **NN_NEEDS, **PLACEMENT_NEEDS, **DTYPE_NEEDS, **REDUCTION_NEEDS}
+# rule families a campaign can focus on (--focus): most lines then come from the family's ops
+FAMILIES = {
+    "op": dict(OPS), "nn": dict(NN_OPS), "placement": dict(PLACEMENT_OPS),
+    "dtype": dict(DTYPE_OPS), "reduction": dict(REDUCTION_OPS),
+}  # fmt: skip
 
 # programs per check and profile (KILN_FUZZ); compiling is the cost (~50-300 ms a graph with
 # LLVM, more with Triton's interpreter), so the fast profile spreads its programs over the
@@ -67,6 +82,9 @@ def programs(draw, config: FuzzConfig = FuzzConfig()) -> Program:
         attempts += 1
         x = b.operand()
         names = [name for name, _ in _OPS if _NEEDS.get(name, lambda v: True)(x)]
+        focused = [name for name in names if name in config.focus]
+        if focused and b.coin(0.7):
+            names = focused
         name = b.pick(names)
         emitter = _EMITTERS[name]
         if emitter(b, x) is not None:

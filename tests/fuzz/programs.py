@@ -20,6 +20,9 @@ __all__ = ["Input", "Program", "build_input", "cotangent", "magnitudes", "names_
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 INT_DTYPES = ("int32", "int64")
 DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, "bool")
+# dtypes only the dtype rules (dtype_rules.py) make inputs of: the default config leaves them out
+EXTRA_FLOAT_DTYPES = ("float64",)
+EXTRA_INT_DTYPES = ("int8", "uint8", "int16")
 # values an input may be filled with; "special" mixes NaN, +-inf and -0.0 into normal values
 FILLS = ("normal", "integral", "special")
 LAYOUTS = ("contiguous", "transposed", "strided", "offset", "expanded")
@@ -80,7 +83,7 @@ class Program:
 
     def ancestors(self, name: str) -> set[str]:
         """Every name ``name`` is computed from (itself included), through the lines."""
-        defined = {line.split(" = ", 1)[0]: line.split(" = ", 1)[1] for line in self.lines}
+        defined = dict(line.split(" = ", 1) for line in self.lines if " = " in line)
         seen, todo = set(), [name]
         while todo:
             current = todo.pop()
@@ -110,7 +113,9 @@ def _storage_values(spec: Input, numel: int) -> np.ndarray:
     rng = np.random.default_rng(spec.seed)
     if spec.dtype == "bool":
         return rng.integers(0, 2, numel).astype(np.float64)
-    if spec.dtype in INT_DTYPES or spec.fill == "integral":
+    if spec.dtype == "uint8":
+        return rng.integers(0, 9, numel).astype(np.float64)
+    if spec.dtype in INT_DTYPES + EXTRA_INT_DTYPES or spec.fill == "integral":
         return rng.integers(-4, 5, numel).astype(np.float64)
     values = rng.normal(0.0, 1.5, numel)
     if spec.dtype != "float32":
@@ -153,7 +158,7 @@ def build_input(framework, spec: Input):
 def _from_values(framework, spec: Input, shape: tuple, dtype):
     numel = int(np.prod(shape, dtype=np.int64))
     values = _storage_values(spec, numel).reshape(shape)
-    if spec.dtype in INT_DTYPES:
+    if spec.dtype in INT_DTYPES + EXTRA_INT_DTYPES:
         array = values.astype(np.int64)
     elif spec.dtype == "bool":
         array = values.astype(bool)
