@@ -495,7 +495,8 @@ elu = _float_unary_decomp_op(
     "elu",
     _elu_schema,
     lambda a, al: np.where(a > 0, a, al * np.expm1(np.where(a > 0, 0, a))),  # keeps -0.0
-    lambda c, g: (where(c.args[0] <= 0, g * c.args[1] * c.args[0].exp(), g),),
+    # NaN takes the negative branch, as PyTorch's vectorized kernel: its gradient is NaN
+    lambda c, g: (where(c.args[0] > 0, g, g * c.args[1] * c.args[0].exp()),),
     # keeps -0.0 (min(x, 0) may not, and LLVM folds where(x > 0, x, f(where(x > 0, 0, x))) of
     # float16 values into a max that drops it)
     lambda x, al=1.0: where(x <= 0, al * where(x <= 0, x, 0).expm1(), x),
@@ -533,8 +534,9 @@ def _hardtanh_kernel(x, lo=-1.0, hi=1.0):
 
 
 hardtanh.register_meta(lambda x, lo=-1.0, hi=1.0: pointwise_meta(x._dtype, x))
+# zero at NaN, as PyTorch's vectorized kernel (its scalar tail passes the gradient)
 hardtanh.register_derivative(
-    lambda c, g: (where((c.args[0] <= c.args[1]) | (c.args[0] >= c.args[2]), 0, g),)
+    lambda c, g: (where((c.args[0] > c.args[1]) & (c.args[0] < c.args[2]), g, 0),)
 )
 hardtanh.register_decomposition(lambda x, lo=-1.0, hi=1.0: x.clamp(*_hardtanh_bounds(x, lo, hi)))
 
@@ -559,12 +561,17 @@ def _mish_grad(x, g):
 def _hardsigmoid_schema(self: Tensor): ...
 
 
+_FLOAT32_SIXTH = float(np.float32(1.0 / 6.0))
+
+
 hardsigmoid = _float_unary_decomp_op(
     "hardsigmoid",
     _hardsigmoid_schema,
-    lambda a: np.clip(a / 6.0 + 0.5, 0.0, 1.0),
-    lambda c, g: (where((c.args[0] > -3) & (c.args[0] < 3), g * (1.0 / 6.0), 0),),
-    lambda x: (x / 6.0 + 0.5).clamp(0.0, 1.0),
+    # PyTorch's min(max(x + 3, 0), 6) / 6, rounded as it rounds
+    lambda a: np.clip(a + a.dtype.type(3), 0.0, 6.0) / a.dtype.type(6),
+    # PyTorch's slope is the float32 1/6, in double precision too
+    lambda c, g: (where((c.args[0] > -3) & (c.args[0] < 3), g * _FLOAT32_SIXTH, 0),),
+    lambda x: (x + 3.0).clamp(0.0, 6.0) / 6.0,
 )
 
 
@@ -575,7 +582,10 @@ hardswish = _float_unary_decomp_op(
     "hardswish",
     _hardswish_schema,
     lambda a: a * np.clip(a + 3.0, 0.0, 6.0) / 6.0,
-    lambda c, g: (where(c.args[0] <= -3, 0, where(c.args[0] < 3, g * (c.args[0] / 3.0 + 0.5), g)),),
+    # NaN takes the middle branch (a NaN gradient), as PyTorch's vectorized kernel
+    lambda c, g: (
+        where(c.args[0] <= -3, 0, where(c.args[0] >= 3, g, g * (c.args[0] / 3.0 + 0.5))),
+    ),
     lambda x: x * (x + 3.0).clamp(0.0, 6.0) / 6.0,
 )
 
@@ -607,9 +617,11 @@ def _check_softshrink_lambda(x: Tensor, lambd: float) -> None:
 
 
 def _shrink_grad(c, g):
-    """Zero inside [-lambd, lambd], the gradient outside it and at NaN (PyTorch's rule)."""
+    """The gradient outside [-lambd, lambd], zero inside it and at NaN (PyTorch's vectorized
+    kernel's rule: ``((x < -lambd) | (x > lambd)) & g``; its scalar tail, for the last few
+    elements, passes the gradient at NaN)."""
     x, lambd = c.args
-    return (where((x >= -lambd) & (x <= lambd), 0, g),)
+    return (where((x < -lambd) | (x > lambd), g, 0),)
 
 
 # hardshrink and softshrink have kernels and derivatives of their own, not just decompositions:
@@ -642,7 +654,7 @@ softshrink = defop(_shrink_schema, name="softshrink", kind="pointwise")
 def _softshrink_kernel(x, lambd):
     a = _shrink_input(x, "softshrink_check")
     _check_softshrink_lambda(x, lambd)
-    inside = np.where(a < -lambd, a + lambd, a * 0)  # a * 0: NaN stays NaN
+    inside = np.where(a < -lambd, a + lambd, np.abs(a) * 0)  # +0.0 in the band; NaN stays NaN
     return wrap(np.where(a > lambd, a - lambd, inside), x._dtype)
 
 
@@ -655,7 +667,7 @@ def _softshrink_meta(x, lambd=0.5):
 
 softshrink.register_derivative(_shrink_grad)
 softshrink.register_decomposition(
-    lambda x, lambd=0.5: where(x > lambd, x - lambd, where(x < -lambd, x + lambd, x * 0))
+    lambda x, lambd=0.5: where(x > lambd, x - lambd, where(x < -lambd, x + lambd, x.abs() * 0))
 )
 
 
