@@ -108,6 +108,41 @@ FORWARD = {
         lambda d: [_matrix((2, 3), d), _matrix((3,), d, 5)],
         lambda lib, a, b: lib.linalg.vecdot(a, b),
     ),
+    "geqrf": (lambda d: [_matrix((2, 4, 3), d)], lambda lib, a: tuple(lib.geqrf(a))),
+    "householder_product": (
+        lambda d: [_matrix((2, 4, 3), d)],
+        lambda lib, a: lib.linalg.householder_product(*lib.geqrf(a)),
+    ),
+    "orgqr": (lambda d: [_matrix((4, 4), d)], lambda lib, a: lib.orgqr(*lib.geqrf(a))),
+    **{
+        f"ormqr left={left} transpose={transpose}": (
+            lambda d, left=left: [
+                _matrix((2, 4, 3), d),
+                _matrix((2, 4, 2) if left else (2, 2, 4), d, 5),
+            ],
+            lambda lib, a, c, left=left, transpose=transpose: lib.ormqr(
+                *lib.geqrf(a), c, left=left, transpose=transpose
+            ),
+        )
+        for left in (True, False)
+        for transpose in (False, True)
+    },
+    "cholesky_solve": (
+        lambda d: [_matrix((2, 3, 2), d, 5), _hermitian_pd(3, d)],
+        lambda lib, b, a: lib.cholesky_solve(b, lib.linalg.cholesky(a)),
+    ),
+    "cholesky_solve upper": (
+        lambda d: [_matrix((3, 2), d, 5), _hermitian_pd(3, d)],
+        lambda lib, b, a: lib.cholesky_solve(b, lib.linalg.cholesky(a, upper=True), upper=True),
+    ),
+    "cholesky_inverse": (
+        lambda d: [_hermitian_pd(3, d)],
+        lambda lib, a: lib.cholesky_inverse(lib.linalg.cholesky(a)),
+    ),
+    "cholesky_inverse upper": (
+        lambda d: [_hermitian_pd(3, d, batch=())],
+        lambda lib, a: lib.cholesky_inverse(lib.linalg.cholesky(a, upper=True), upper=True),
+    ),
 }
 
 
@@ -175,6 +210,16 @@ GRADIENTS = {
     "matrix_exp": lambda lib, a: lib.linalg.matrix_exp(a),
     "svdvals": lambda lib, a: lib.linalg.svdvals(a),
     "eigvalsh": lambda lib, a: lib.linalg.eigvalsh(a + a.mH),
+    "cholesky_solve": lambda lib, a: lib.cholesky_solve(a, a.tril() + 3 * lib.eye(3)),
+    "cholesky_solve upper": lambda lib, a: lib.cholesky_solve(a, a.triu() + 3, upper=True),
+    # factors with a real diagonal, as Cholesky factors have (LAPACK's potri reads no more)
+    "cholesky_inverse": lambda lib, a: lib.cholesky_inverse(a.tril(-1) + 3 * lib.eye(3)),
+    "cholesky_inverse upper": lambda lib, a: lib.cholesky_inverse(
+        a.triu(1) + 3 * lib.eye(3), upper=True
+    ),
+    "householder_product": lambda lib, a: lib.linalg.householder_product(a, a[..., 0, :2] / 3),
+    "ormqr": lambda lib, a: lib.ormqr(a, a[..., 1, :] / 3, a.mH),
+    "ormqr transpose": lambda lib, a: lib.ormqr(a, a[..., 1, :] / 3, a.mH, transpose=True),
 }
 
 

@@ -392,11 +392,10 @@ def test_eig_of_a_complex_spectrum_names_the_complex_route():
         np.testing.assert_allclose(rotation_values.real, 0, atol=1e-12)
 
 
-# the ops still without complex kernels (det, inv, solve, cholesky, svd, norms, pinv... take
-# complex matrices: tests/ops/test_complex_linalg_vs_torch.py)
+# the ops still without complex kernels (det, inv, solve, cholesky, svd, norms, pinv,
+# cholesky_solve... take complex matrices: tests/ops/test_complex_linalg_vs_torch.py)
 COMPLEX_REFUSED = {
-    "cholesky_solve": lambda lib, a: lib.cholesky_solve(a, a),
-    "cholesky_inverse": lambda lib, a: lib.cholesky_inverse(a),
+    "ldl_factor": lambda lib, a: lib.linalg.ldl_factor(a),
 }
 
 

@@ -113,10 +113,12 @@ def real_derivative(name: str, formula):
     return derivative
 
 
-def check_lapack_dtype(A: Tensor, kernel: str) -> None:
-    """Kernels PyTorch has only for float32/float64 refuse other dtypes (integers included)
-    with ``NotImplementedError`` naming the missing kernel."""
-    if A.dtype not in (dt.float32, dt.float64):
+def check_lapack_dtype(A: Tensor, kernel: str, complex_ok: bool = False) -> None:
+    """Kernels PyTorch has only for float32/float64 (and complex64/complex128 where
+    ``complex_ok``) refuse other dtypes (integers included) with ``NotImplementedError``
+    naming the missing kernel."""
+    allowed = (dt.float32, dt.float64, dt.complex64, dt.complex128) if complex_ok else None
+    if A.dtype not in (allowed or (dt.float32, dt.float64)):
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{torch_type_name(A.dtype)}'")
 
 
@@ -606,14 +608,26 @@ cholesky_ex.register_derivative(
 )
 
 
+def _adjoint(a: np.ndarray) -> np.ndarray:
+    """The conjugate transpose of each matrix (the transpose of a real one)."""
+    a = np.swapaxes(a, -1, -2)
+    return a.conj() if np.iscomplexobj(a) else a
+
+
 def _check_cholesky_inverse(L: Tensor) -> None:
     check_matrix("cholesky_inverse", L, dtype_check=False)
-    check_float("cholesky_inverse", L, "cholesky_inverse_out_cpu", integers_reach_kernel=True)
+    check_float(
+        "cholesky_inverse",
+        L,
+        "cholesky_inverse_out_cpu",
+        integers_reach_kernel=True,
+        complex_ok=True,
+    )
 
 
 @defop(kind="linalg", name="cholesky_inverse")
 def cholesky_inverse(input: Tensor, upper: bool = False):
-    """``A^{-1}`` for ``A = L L^T`` (``U^T U`` when upper) from the factor's triangle (the other
+    """``A^{-1}`` for ``A = L L^H`` (``U^H U`` when upper) from the factor's triangle (the other
     entries are never read). An op of its own, not two triangular solves: PyTorch's gradient
     treats the whole input as the factor (dense), the solves' would be triangular."""
 
@@ -622,10 +636,10 @@ def cholesky_inverse(input: Tensor, upper: bool = False):
 def _cholesky_inverse_kernel(L, upper):
     _check_cholesky_inverse(L)
     a = L._data
-    lower = np.swapaxes(a, -1, -2) if upper else a
+    lower = _adjoint(a) if upper else a
     identity = np.broadcast_to(np.eye(a.shape[-1], dtype=a.dtype), a.shape)
     y = np_triangular_solve(lower, identity, lower=True, unit=False)
-    x = np_triangular_solve(np.swapaxes(lower, -1, -2), y, lower=False, unit=False)
+    x = np_triangular_solve(_adjoint(lower), y, lower=False, unit=False)
     return wrap(np.ascontiguousarray(x), L.dtype)
 
 
@@ -636,11 +650,12 @@ def _cholesky_inverse_meta(L, upper=False):
 
 
 def _cholesky_inverse_grad(c, g):
-    """With ``F = (L L^T)^{-1}``, ``dF = -F (dL L^T + L dL^T) F``: the gradient of L is
-    ``-F (g + g^T) F L`` (``-U F (g + g^T) F`` for ``F = (U^T U)^{-1}``), over every entry."""
+    """With ``F = (L L^H)^{-1}``, ``dF = -F (dL L^H + L dL^H) F``: the gradient of L is
+    ``-F (g + g^H) F L`` (``-U F (g + g^H) F`` for ``F = (U^H U)^{-1}``), over every entry
+    (PyTorch's formula, for complex factors too)."""
     L, upper = c.args
     inverse = c.out
-    middle = inverse @ (g + g.mT) @ inverse
+    middle = inverse @ (g + g.mH) @ inverse
     return (-(L @ middle) if upper else -(middle @ L)), None
 
 
@@ -674,8 +689,7 @@ def _cholesky_solve_geometry(B: Tensor, L: Tensor) -> tuple:
             f"{L.shape[-1]} but each b matrix is {B.shape[-2]} by {B.shape[-1]}"
         )
     batch = broadcast_shapes(tuple(B.shape[:-2]), tuple(L.shape[:-2]))
-    refuse_complex("cholesky_solve", B.dtype)
-    if B.dtype not in (dt.float32, dt.float64):
+    if B.dtype not in (dt.float32, dt.float64, dt.complex64, dt.complex128):
         raise NotImplementedError(
             f"\"cholesky_solve_cpu\" not implemented for '{torch_type_name(B.dtype)}'"
         )
@@ -684,7 +698,7 @@ def _cholesky_solve_geometry(B: Tensor, L: Tensor) -> tuple:
 
 @defop(kind="linalg", name="cholesky_solve")
 def cholesky_solve(input: Tensor, input2: Tensor, upper: bool = False):
-    """``A^{-1} B`` for ``A = L L^T`` (``U^T U`` when upper) from the factor's triangle. An op
+    """``A^{-1} B`` for ``A = L L^H`` (``U^H U`` when upper) from the factor's triangle. An op
     of its own, not two triangular solves: PyTorch's derivative treats the whole factor as
     dense, where the solves' derivatives would keep only its triangle."""
 
@@ -705,9 +719,9 @@ def column_major_strides(shape: tuple) -> tuple:
 def _cholesky_solve_kernel(B, L, upper):
     shape = _cholesky_solve_geometry(B, L)
     factor = L._data
-    lower = np.swapaxes(factor, -1, -2) if upper else factor
+    lower = _adjoint(factor) if upper else factor
     y = np_triangular_solve(lower, B._data, lower=True, unit=False)
-    x = np_triangular_solve(np.swapaxes(lower, -1, -2), y, lower=False, unit=False)
+    x = np_triangular_solve(_adjoint(lower), y, lower=False, unit=False)
     return wrap(laid_out(x, column_major_strides(shape)), B.dtype)
 
 
@@ -718,15 +732,16 @@ def _cholesky_solve_meta(B, L, upper=False):
 
 
 def _cholesky_solve_grad(c, g):
-    """With ``X = (L L^T)^{-1} B`` and ``G = (L L^T)^{-1} g``: ``gB = G`` and, since
-    ``dX = -(L L^T)^{-1} (dL L^T + L dL^T) X``, ``gL = -(G X^T + X G^T) L`` (for
-    ``A = U^T U``: ``gU = -U (G X^T + X G^T)``), over every entry of the factor."""
+    """With ``X = (L L^H)^{-1} B`` and ``G = (L L^H)^{-1} g``: ``gB = G`` and, since
+    ``dX = -(L L^H)^{-1} (dL L^H + L dL^H) X``, ``gL = -(G X^H + X G^H) L`` (for
+    ``A = U^H U``: ``gU = -U (G X^H + X G^H)``), over every entry of the factor (PyTorch's
+    formula, for complex matrices too)."""
     L, upper = c.args[1], c.args[2]
     gB = cholesky_solve(g, L, upper)
     gL = None
     if c.needs_input_grad[1]:
-        middle = gB @ c.out.mT
-        middle = middle + middle.mT
+        middle = gB @ c.out.mH
+        middle = middle + middle.mH
         gL = -(L @ middle) if upper else -(middle @ L)
     return (gB if c.needs_input_grad[0] else None), gL, None
 

@@ -515,10 +515,10 @@ def _check_reflectors(name: str, input: Tensor, tau: Tensor) -> None:
 
 
 def _reflect(X: Tensor, v: Tensor, t: Tensor, left: bool) -> Tensor:
-    """``H X`` (or ``X H``) for ``H = I - t v v^T``, without forming ``H``."""
+    """``H X`` (or ``X H``) for ``H = I - t v v^H``, without forming ``H``."""
     if left:
-        return X - (t * v) @ (v.mT @ X)
-    return X - (X @ v) @ (t * v.mT)
+        return X - (t * v) @ (v.mH @ X)
+    return X - (X @ v) @ (t * v.mH)
 
 
 def _apply_reflectors(input: Tensor, tau: Tensor, X: Tensor, left: bool, order) -> Tensor:
@@ -553,7 +553,7 @@ def householder_product(input: Tensor, tau: Tensor) -> Tensor:
             f"{name}: tau dtype {torch_type_name(tau.dtype)} does not match input dtype "
             f"{torch_type_name(A.dtype)}"
         )
-    dec.check_lapack_dtype(A, "orgqr_cpu")
+    dec.check_lapack_dtype(A, "orgqr_cpu", complex_ok=True)
     identity = eye(m, n, dtype=A.dtype, device=A.device).expand(A.shape)
     # Q I = H_1 (H_2 (... (H_k I))): the last reflector acts first
     return _apply_reflectors(A, tau, identity, True, range(tau.shape[-1] - 1, -1, -1))
@@ -590,8 +590,10 @@ def ormqr(
         raise RuntimeError(
             f"{name}: tau.shape[-1] must be equal to min(other.shape[{side}], input.shape[-1])"
         )
-    dec.check_lapack_dtype(input, "ormqr_cpu")
+    dec.check_lapack_dtype(input, "ormqr_cpu", complex_ok=True)
     k = tau.shape[-1]
+    if transpose:  # Q^H: each H_i^H = I - conj(tau_i) v v^H
+        tau = tau.conj()
     # Q C applies H_k first; Q^T C and C Q apply H_1 first; C Q^T applies H_k first
     forward = left == transpose
     order = range(k) if forward else range(k - 1, -1, -1)

@@ -146,7 +146,7 @@ geqrf.returns = return_type("geqrf", ("a", "tau"))
 def _geqrf_check(A):
     if A.ndim < 2:
         raise RuntimeError("torch.geqrf: input must have at least 2 dimensions.")
-    check_lapack_dtype(A, "geqrf_cpu")
+    check_lapack_dtype(A, "geqrf_cpu", complex_ok=True)
 
 
 @geqrf.register_kernel
