@@ -324,9 +324,13 @@ def _build_wrapper(plan: dict, objects: _Objects | None, eager=None):
             if INDEX_ERRORS in names:  # a kernel with gathers: its out-of-range flag
                 body.append(f"{INDEX_ERRORS} = _index_flag()")
             if sizes is None:
+                called = step.get("sizes")  # a kernel for every size: its sizes follow
                 ns[f"K{i}"] = RowKernel(function, KERNEL_TYPE(address), address,
-                                        int(step["rows"]), int(step["work"]), names)  # fmt: skip
-                ns[f"P{i}"] = ctypes.c_void_p * len(names)
+                                        int(step["rows"]), int(step["work"]), names,
+                                        sizes=called)  # fmt: skip
+                if called is not None:
+                    pointers.append(f"K{i}.size_address")
+                ns[f"P{i}"] = ctypes.c_void_p * len(pointers)
                 body.append(f"K{i}(P{i}({', '.join(pointers)}))")
             else:  # the symbol values follow the buffers; rows and work are this call's
                 ns[f"K{i}"] = RowKernel(function, KERNEL_TYPE(address), address, 0, 0, names)

@@ -328,7 +328,11 @@ def _through_cache(gm, example_inputs, options: dict, sizes=None, fallback=None)
 
     mutations = gm.graph.output_node.meta.get("input_mutations", ())
     # the configuration that changes which kernels a graph gets is part of its key
-    keyed = dict(options, direct_convolutions=config.direct_convolutions)
+    keyed = dict(
+        options,
+        direct_convolutions=config.direct_convolutions,
+        copies_for_every_size=config.copies_for_every_size,
+    )
     saved_from = gm.graph.output_node.meta.get("saved_from")
     if saved_from is not None:  # outputs before it are stored in eager's layout
         keyed["saved_from"] = saved_from

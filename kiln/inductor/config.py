@@ -34,6 +34,12 @@ unserved_size_eager_calls = 16
 # always, as ``set_num_threads`` says.
 threads_follow_load = True
 
+# kiln's own (read): a kernel that only copies one buffer in another layout (a permute made
+# contiguous, a convolution's operand reordered) runs one kernel compiled for every size
+# (``codegen/llvm/transposing_copy.py``) instead of a kernel of its own per size. False: each
+# copy is emitted at its sizes (an A/B switch; part of the compiled-graph cache key).
+copies_for_every_size = True
+
 # kiln's own (read): float32 2-d convolutions of few channels (small CNNs' layers) run the
 # direct register-tiled loops eager mode uses (``extern_convolution.py``) where those pay,
 # forward, input and weight gradients, instead of columns copies and a BLAS product. False: the

@@ -51,7 +51,7 @@ __all__ = ["CachedGraph", "entry_key", "load", "save"]
 
 log = logging.getLogger("kiln.inductor")
 
-FORMAT = 5  # 5: wrappers end by releasing the pool's idle buffers (stored sources lack it)
+FORMAT = 6  # 6: a kernel's entry holds the sizes it is called at (transposing copies)
 _PLAIN = (int, float, bool, str, type(None))
 
 
@@ -217,7 +217,8 @@ def _describe(name: str, value, compiled, attributes: dict, sizes: _Sizes) -> tu
         return ("value", sizes.store(value))
     if isinstance(value, RowKernel):
         rows, work = sizes.store(value.rows), sizes.store(value.work)
-        return ("kernel", int(name[1:]), rows, work, list(value.args))
+        sizes_called = None if value.sizes is None else list(value.sizes)
+        return ("kernel", int(name[1:]), rows, work, list(value.args), sizes_called)
     if isinstance(value, type) and issubclass(value, ctypes.Array):
         return ("pointers", value._length_)
     if isinstance(value, Tensor):
@@ -369,9 +370,10 @@ def _rebuild(payload: bytes, gm, binding=None, fallback=None, env=None) -> Cache
         if kind == "value":
             namespace[name] = sizes.restore(described[1])
         elif kind == "kernel":
-            _, step, rows, work, args = described
+            _, step, rows, work, args, sizes_called = described
             rows, work = sizes.restore(rows), sizes.restore(work)
-            namespace[name] = bind_kernel(entry.kernels[step], rows, work, args)
+            kernel = entry.kernels[step]
+            namespace[name] = bind_kernel(kernel, rows, work, args, sizes=sizes_called)
         elif kind == "pointers":
             namespace[name] = ctypes.c_void_p * int(described[1])
         elif kind == "attribute":

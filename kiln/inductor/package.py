@@ -155,6 +155,8 @@ def wrapper_plan(compiled: CompiledGraph) -> dict:
             k = kernels[i]
             entry = {"kind": "kernel", "function": k.name, "args": list(k.args),
                      "rows": k.rows, "work": k.work}  # fmt: skip
+            if k.sizes is not None:  # a kernel for every size, called at these
+                entry["sizes"] = list(k.sizes)
         elif isinstance(step, ExternCall):
             entry = _extern_step(i, step.buffer)
         else:

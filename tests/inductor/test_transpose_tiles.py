@@ -18,6 +18,13 @@ from tests.inductor.helpers import kernels_ir, seeded_values
 TILED = "tile_rows"
 
 
+@pytest.fixture(autouse=True)
+def _copies_at_their_sizes(monkeypatch):
+    """Plain copies emitted at their own sizes, where the tiles serve them (else they run the
+    kernel for every size, ``test_transposing_copy.py``)."""
+    monkeypatch.setattr(inductor_config, "copies_for_every_size", False)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int8", "int64", "bool"])
 @pytest.mark.parametrize(
     "shape, perm",

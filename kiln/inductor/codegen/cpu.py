@@ -23,6 +23,7 @@ import threading
 from llvmlite import ir
 
 from ...runtime import dtypes as dt
+from .. import config
 from ..ir import Reduction
 from ..scheduler import Kernel, ScatterStep, Schedule
 from . import cpu_pool, graph_index
@@ -32,6 +33,7 @@ from .llvm import jit as llvm_jit
 from .llvm import object_worker
 from .llvm.kernel import UnsupportedInLLVM, emit_kernel, emit_scatter_kernel, release_module
 from .llvm.loop_plan import plan_kernel
+from .llvm.transposing_copy import TransposingCopy, copy_ir, transposing_copy
 
 __all__ = ["CPUKernels", "bind_kernel"]
 
@@ -68,13 +70,21 @@ def _buffer_names(kernel: Kernel, plan, sched: Schedule) -> list:
     return [*names, INDEX_ERRORS] if gathers else names
 
 
-def bind_kernel(kernel: tuple, rows: int, work: int, names: list, plan=None) -> RowKernel:
-    """The callable kernel for ``(compiled module, function name)`` over buffers ``names``."""
+def bind_kernel(
+    kernel: tuple, rows: int, work: int, names: list, plan=None, sizes=None
+) -> RowKernel:
+    """The callable kernel for ``(compiled module, function name)`` over buffers ``names``
+    (``sizes``: those a kernel for every size is called at, ``RowKernel.sizes``)."""
     module, name = kernel
     address = module.address(name)
     fn = KERNEL_TYPE(address)
     fn._kiln_module = module  # the engine owns the machine code: keep it alive
-    return RowKernel(name, fn, address, rows, work, names, plan)
+    return RowKernel(name, fn, address, rows, work, names, plan, _sizes_of(plan, sizes))
+
+
+def _sizes_of(plan, sizes=None):
+    """The size arguments of a kernel: ``sizes`` given, else those of a transposing copy."""
+    return plan.sizes if sizes is None and isinstance(plan, TransposingCopy) else sizes
 
 
 class CPUKernels:
@@ -237,6 +247,10 @@ class CPUKernels:
                 else:  # the first runs in numpy: so does its twin
                     self.numpy_steps[i] = self.numpy_steps[twin]
                 continue
+            if isinstance(plan, TransposingCopy):  # one kernel for every size
+                made[i] = _copy_kernel(plan.width, triple)
+                yield i, *made[i]
+                continue
             local = [n.name for n in getattr(step, "nodes", ()) if n.name not in names]
             structure, traces = None, None
             if not isinstance(step, ScatterStep):
@@ -330,7 +344,9 @@ class _CompilingKernel(RowKernel):
     __slots__ = ()
 
     def __init__(self, job, key: str, plan, work: int, names: list):
-        super().__init__(llvm_jit.kernel_function(key), (job, key), 0, plan.rows, work, names, plan)
+        function = llvm_jit.kernel_function(key)
+        sizes = _sizes_of(plan)
+        super().__init__(function, (job, key), 0, plan.rows, work, names, plan, sizes)
 
     def __call__(self, pointers, rows: int | None = None, work: int = 0) -> None:
         # through the class, not ``self``: another thread's call may have made this object a
@@ -387,6 +403,12 @@ def _plan_steps(sched: Schedule, dtypes: dict, sizes: dict, symbols) -> tuple[li
         if isinstance(step, ScatterStep):
             steps.append((i, step, _SingleRow(), 0, _scatter_buffer_names(step.buffer)))
         elif isinstance(step, Kernel):
+            copy = None
+            if config.copies_for_every_size and not symbols:
+                copy = transposing_copy(step, dtypes)
+            if copy is not None:  # compiled once for every size: no plan of its own
+                steps.append((i, step, copy, _work(step), [copy.source, copy.target]))
+                continue
             shape = kernel_shape(step, dtypes, sizes, symbols)
             earlier = first.get(shape[0]) if shape is not None else None
             if earlier is not None and not verify:
@@ -411,12 +433,20 @@ def _plan_steps(sched: Schedule, dtypes: dict, sizes: dict, symbols) -> tuple[li
     return steps, twins
 
 
+def _copy_kernel(width: int, triple: str) -> tuple:
+    """``(kernel key, IR)`` of the transposing copy of ``width``-byte elements."""
+    text = copy_ir(width, triple)
+    return llvm_jit.kernel_key(text), text
+
+
 def _signature(sched: Schedule, steps, dtypes: dict, sizes: dict, symbols=()) -> str:
     """What the schedule looks like from outside its kernels: names, fusion, argument order,
     row counts, buffer dtypes and sizes. Part of the cache key, so that a kernel found under a
     graph key always has the name and arguments this process will call it with."""
     lines = [step.describe() for step in sched.steps]
-    lines += [f"{i} {plan.rows} {work} {names}" for i, _, plan, work, names in steps]
+    lines += [
+        f"{i} {plan.rows} {work} {names} {_sizes_of(plan)}" for i, _, plan, work, names in steps
+    ]
     lines += [f"{n} {getattr(d, 'name', d)} {sizes.get(n)}" for n, d in sorted(dtypes.items())]
     lines += [f"{s.name} [{s.lower}, {s.upper}]" for s in symbols]
     return "\n".join(lines)

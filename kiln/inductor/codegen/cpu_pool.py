@@ -422,9 +422,12 @@ class RowKernel:
     """A compiled kernel over rows, called with its buffers' pointer array: on the calling
     thread alone, or cut into chunks the pool's threads claim when the work pays for it."""
 
-    __slots__ = ("name", "fn", "address", "rows", "work", "args", "plan", "split")
+    __slots__ = (
+        "name", "fn", "address", "rows", "work", "args", "plan", "split", "sizes", "_size_array",
+        "size_address",
+    )  # fmt: skip
 
-    def __init__(self, name, fn, address, rows, work, args, plan=None):
+    def __init__(self, name, fn, address, rows, work, args, plan=None, sizes=None):
         self.name = name
         self.fn = fn
         self.address = address  # of the machine code, for the native thread pool
@@ -433,6 +436,11 @@ class RowKernel:
         self.args = args  # buffer names in pointer-array order
         self.plan = plan
         self.split = (0, 0)  # (threads, rows per chunk) worked out for; 0 rows: not split
+        # a kernel compiled for every size and called at one (``llvm.transposing_copy``): its
+        # sizes, whose int64 array's address the caller puts after the buffer pointers
+        self.sizes = None if sizes is None else tuple(int(s) for s in sizes)
+        self._size_array = None if sizes is None else (ctypes.c_int64 * len(sizes))(*sizes)
+        self.size_address = 0 if sizes is None else ctypes.addressof(self._size_array)
 
     def __call__(self, pointers, rows: int | None = None, work: int = 0) -> None:
         """Run all rows; ``rows``/``work``: this call's, for a kernel compiled for every size

@@ -219,7 +219,9 @@ def generate_wrapper(
             if gathers:
                 body.append(f"{INDEX_ERRORS} = _index_flag()")
             if sizes is None:
-                ns[ptype] = ctypes.c_void_p * len(k.args)
+                if k.sizes is not None:  # a kernel for every size: its sizes follow the buffers
+                    pointers.append(f"K{i}.size_address")
+                ns[ptype] = ctypes.c_void_p * len(pointers)
                 body.append(f"K{i}({ptype}({', '.join(pointers)}))")
             else:  # the symbol values follow the buffers; rows and work are this call's
                 ns[ptype] = ctypes.c_void_p * (len(k.args) + 1)
