@@ -59,7 +59,7 @@ class _LegacyTensorType(type):
                 if arg.dtype is not cls._dtype:
                     raise TypeError(f"expected {cls._dtype} (got {arg.dtype})")
                 return arg
-            return api.tensor(arg, dtype=cls._dtype)
+            return api.legacy_from_data(arg, cls._dtype)
         raise TypeError(
             f"{cls.__name__}() received an invalid combination of arguments: "
             f"{tuple(type(a).__name__ for a in args)}"

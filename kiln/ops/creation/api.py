@@ -20,6 +20,7 @@ from ...runtime.memory_format import (
     preserved_strides,
 )
 from ...runtime.state import per_thread
+from ...runtime.storage import Storage
 from ...runtime.symbolic import SymInt, as_int, sym_int
 from ...runtime.tensor import (
     Size,
@@ -314,9 +315,11 @@ def _check_python_ints(arr: np.ndarray, d: dt.dtype, has_floats: bool) -> None:
 def tensor(
     data, *, dtype=None, device=None, requires_grad: bool = False, pin_memory: bool = False
 ) -> Tensor:
-    """A new leaf tensor copying ``data`` (nested lists, numbers, numpy arrays or tensors)."""
+    """A new leaf tensor copying ``data`` (nested lists, numbers, numpy arrays or tensors). A
+    numpy array's copy keeps its layout, as PyTorch's (``from_numpy(data).to(copy=True)``)."""
+    source_strides = None
     if isinstance(data, np.ndarray):
-        _refuse_negative_strides(data)  # PyTorch's check, though it copies here
+        source_strides = numpy_element_strides(data)  # PyTorch's checks, though it copies here
     if isinstance(data, np.ndarray) and dtype is None:
         d = dt.from_numpy_dtype(data.dtype)
         arr = np.array(data, copy=True)
@@ -334,10 +337,46 @@ def tensor(
                 arr = np.trunc(raw).astype(d.np)
     arr = np.require(arr, requirements="C")
     out = wrap_array(arr, d)
+    if source_strides is not None:
+        out = _with_layout(out, preserved_strides(arr.shape, source_strides, None, "tensor"))
     dev = as_device(device)
     if dev is not cpu:
         out = to_device(out, dev)
     return _finish(out, requires_grad)
+
+
+def asarray(
+    obj, *, dtype=None, device=None, copy: bool | None = None, requires_grad: bool = False
+) -> Tensor:
+    """``obj`` as a tensor, sharing its memory where it can (a tensor, or a numpy array of the
+    dtype asked for on the CPU); ``copy=True`` always copies, ``copy=False`` refuses to copy."""
+    dev = None if device is None else as_device(device)
+    if isinstance(obj, Tensor):
+        converts = (dtype is not None and dtype is not obj._dtype) or (
+            dev is not None and dev != obj._device
+        )
+        if copy is False and converts:
+            raise ValueError(
+                f"can't alias tensor with dtype '{obj._dtype}' into dtype '{dtype}'."
+                if dtype is not None and dtype is not obj._dtype
+                else f"can't alias tensor from device '{obj._device}' to '{dev}'."
+            )
+        out = obj
+        if converts:
+            out = obj.to(device=dev, dtype=dtype)
+        elif copy:
+            out = obj.clone()
+        return _finish(out, requires_grad) if out is not obj or requires_grad else out
+    if isinstance(obj, np.ndarray):
+        shares = (dtype is None or dtype.np == obj.dtype) and dev in (None, cpu)
+        if copy is False and not shares:
+            target = dt.from_numpy_dtype(obj.dtype)
+            raise ValueError(f"can't alias tensor with dtype '{target}' into dtype '{dtype}'.")
+        if shares and not copy and obj.ndim:  # (PyTorch copies a 0-d array)
+            return _finish(from_numpy(obj), requires_grad)
+    elif copy is False:
+        raise ValueError("can't alias arbitrary sequence into a tensor.")
+    return tensor(obj, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None) -> Tensor:
@@ -358,29 +397,43 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
     return tensor(data, dtype=dtype, device=device)
 
 
-asarray = as_tensor
-
-
-def _refuse_negative_strides(array: np.ndarray) -> None:
+def numpy_element_strides(array: np.ndarray) -> tuple:
+    """``array``'s strides in elements, with PyTorch's refusals of arrays a tensor cannot view
+    (``tensor_from_numpy``: every constructor reading an array makes that view first)."""
+    if not array.dtype.isnative:
+        raise ValueError(
+            "given numpy array has byte order different from the native byte order. Conversion "
+            "between byte orders is currently not supported."
+        )
     if any(s < 0 for s in array.strides):
         raise ValueError(
             "At least one stride in the given numpy array is negative, and tensors with negative "
             "strides are not currently supported. (You can probably work around this by making a "
             "copy of your array  with array.copy().) "
         )
+    if any(s % array.itemsize for s in array.strides):
+        raise ValueError(
+            "given numpy array strides not a multiple of the element byte size. Copy the numpy "
+            "array to reallocate the memory."
+        )
+    return tuple(s // array.itemsize for s in array.strides)
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
-    """A tensor sharing ``array``'s memory (writes through either are seen by both)."""
+    """A tensor sharing ``array``'s memory (writes through either are seen by both): its
+    strides are the array's (an empty array's too), and its storage starts at the array's
+    first element (``storage_offset()`` 0), as PyTorch's."""
     if not isinstance(array, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
     d = dt.from_numpy_dtype(array.dtype)
-    _refuse_negative_strides(array)
-    if any(s % array.itemsize for s in array.strides):
-        array = array.copy()
+    strides = numpy_element_strides(array)
     if not array.flags.writeable:
         array = array.view()
-    return _finish(wrap_array(array, d), False)
+    out = wrap_array(array, d)
+    out._storage = Storage(array)
+    if array.size == 0:
+        out._stride = strides
+    return _finish(out, False)
 
 
 def scalar_tensor(value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -898,6 +951,14 @@ def view_as_dtype(t: Tensor, dtype: dt.dtype) -> Tensor:
     return out
 
 
+def legacy_from_data(data, dtype: dt.dtype) -> Tensor:
+    """``kiln.Tensor(data)`` / ``kiln.FloatTensor(data)``: a numpy array of the constructor's
+    dtype is shared, not copied (PyTorch's legacy constructors view it as ``from_numpy``)."""
+    if isinstance(data, np.ndarray) and data.dtype == dtype.np:
+        return from_numpy(data)
+    return tensor(data, dtype=dtype)
+
+
 def legacy_tensor_constructor(args: tuple, kwargs: dict) -> Tensor:
     """``kiln.Tensor(data)`` / ``kiln.Tensor(2, 3)``: PyTorch's legacy float constructor."""
     if len(args) == 1 and isinstance(args[0], Size):
@@ -905,7 +966,7 @@ def legacy_tensor_constructor(args: tuple, kwargs: dict) -> Tensor:
     if len(args) == 1 and (
         isinstance(args[0], (list, tuple, np.ndarray)) or _is_foreign_sequence(args[0])
     ):
-        return tensor(args[0], dtype=dt.get_default_dtype())
+        return legacy_from_data(args[0], dt.get_default_dtype())
     if all(isinstance(a, int) for a in args):
         return empty(*args)
     raise TypeError(f"kiln.Tensor() got unsupported arguments {args!r}")
