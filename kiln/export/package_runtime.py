@@ -47,6 +47,8 @@ _LLVM_LOCK = threading.Lock()
 _SIZE_SETS = 256  # distinct size sets a package keeps resolved
 # the step kinds that call a function of a native extern module, by that module's ``__all__``
 _NATIVE_EXTERNS = {"matmul": extern_matmul, "convolution": extern_convolution}
+# what a kernel's out-of-range index raises, by the name its plan gives (the eager op's type)
+_INDEX_ERROR_TYPES = {"IndexError": IndexError, "RuntimeError": RuntimeError}
 
 
 # ---------------------------------------------------------------------------- the CPU and LLVM
@@ -337,8 +339,12 @@ def _build_wrapper(plan: dict, objects: _Objects | None, eager=None):
                 ns[f"P{i}"] = ctypes.c_void_p * (len(names) + 1)
                 sizes.rows[i] = (step["rows"], step["work"])
                 body.append(f"K{i}(P{i}({', '.join([*pointers, '_S.address'])}), *_S.rows[{i}])")
-            if INDEX_ERRORS in names:
-                body.append(f"if {INDEX_ERRORS}[0]: _index_error('kernel {i} of the package')")
+            if INDEX_ERRORS in names:  # (a package from before the plan named the type: Runtime)
+                error = _INDEX_ERROR_TYPES.get(step.get("index_error"), RuntimeError).__name__
+                body.append(
+                    f"if {INDEX_ERRORS}[0]: "
+                    f"_index_error('kernel {i} of the package', (), None, {error})"
+                )
             continue
         out = step["out"]
         out_name = check_name(out["buffer"])

@@ -21,8 +21,10 @@ import re
 
 import llvmlite.binding as llvm
 
+from .codegen.cpu_pool import INDEX_ERRORS
 from .codegen.llvm import jit as llvm_jit
 from .compile_fx import CompiledGraph
+from .dependencies import index_error_type
 from .ir import ExternBuffer, InputBuffer, Layout
 from .scheduler import ExternCall, Kernel, ScatterStep
 
@@ -157,6 +159,8 @@ def wrapper_plan(compiled: CompiledGraph) -> dict:
                      "rows": k.rows, "work": k.work}  # fmt: skip
             if k.sizes is not None:  # a kernel for every size, called at these
                 entry["sizes"] = list(k.sizes)
+            if INDEX_ERRORS in k.args:  # the type eager code raises for an index out of range
+                entry["index_error"] = index_error_type(step.nodes).__name__
         elif isinstance(step, ExternCall):
             entry = _extern_step(i, step.buffer)
         else:

@@ -285,3 +285,37 @@ def test_package_of_a_function_with_a_scalar_and_views(tmp_path):
     assert_close(package(x, y), fn(x, y))
     assert isinstance(package, package_runtime.CompiledPackage)
     assert not isinstance(package, nn.Module)
+
+
+class _Lookup(nn.Module):
+    """One index read: PyTorch raises IndexError for embedding's and x[idx]'s index out of
+    range, RuntimeError for gather's."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+        self.emb = nn.Embedding(8, 4)
+
+    def forward(self, idx, x):
+        if self.kind == "embedding":
+            return self.emb(idx).sum(0)
+        if self.kind == "getitem":
+            return x[idx] * 2
+        return x.reshape(2, 4).gather(1, idx.reshape(2, 1)) * 2
+
+
+@pytest.mark.parametrize(
+    "kind, error",
+    [("embedding", IndexError), ("getitem", IndexError), ("gather", RuntimeError)],
+)
+def test_package_raises_eagers_exception_type_for_an_index_out_of_range(tmp_path, kind, error):
+    model = _Lookup(kind)
+    x = kiln.randn(8)
+    path = tmp_path / "lookup.kpkg"
+    aot_compile(export(model, (kiln.tensor([1, 2]), x)), path)
+    package = load_package(path)
+    bad = kiln.tensor([1, 20])
+    with pytest.raises(error):
+        model(bad, x)
+    with pytest.raises(error, match="index out of bounds"):
+        package(bad, x)
