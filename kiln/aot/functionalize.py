@@ -226,6 +226,17 @@ class _Functionalizer:
                     f"(size {size}, step {step}) cannot be functionalized"
                 )
             return self.new_node(unfold_scatter, (parent_value, new) + rest, meta_like, anchor)
+        if name == "expand":
+            # only fill_ writes through an expanded view (other in-place ops refuse it): every
+            # copy of an element holds the same value, so the first copy is the parent's
+            shape = tuple(meta_like.meta["val"].shape)
+            value = new
+            for _ in range(len(view.meta["val"].shape) - len(shape)):
+                value = self.new_node(OPS["select"], (value, 0, 0), None, anchor)
+            for dim, size in enumerate(shape):
+                if str(size) == "1" and str(value.meta["val"].shape[dim]) != "1":
+                    value = self.new_node(OPS["slice"], (value, dim, 0, 1, 1), None, anchor)
+            return value
         if name == "view_as_real":  # the (real, imag) pairs rebuild the complex parent
             parts = [self.new_node(OPS["select"], (new, -1, i), None, anchor) for i in (0, 1)]
             return self.new_node(OPS["complex"], tuple(parts), meta_like, anchor)

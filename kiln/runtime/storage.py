@@ -358,6 +358,16 @@ _OVERLAP_MESSAGE = (
 )
 
 
+def check_no_internal_overlap(shape, strides) -> None:
+    """PyTorch's refusal of an in-place write where one memory location would receive several
+    elements: a stride-0 dimension longer than one, in a non-empty tensor (strides in elements
+    or bytes alike; a tensor's metadata is enough, so compiled code checks it too)."""
+    if any(st == 0 and n > 1 for n, st in zip(shape, strides, strict=True)) and all(
+        n != 0 for n in shape
+    ):
+        raise RuntimeError(_OVERLAP_MESSAGE)
+
+
 def writable_target(array: np.ndarray, allow_overlap: bool = False) -> np.ndarray:
     """``array`` made writable for an in-place op, as PyTorch allows it.
 
@@ -368,12 +378,8 @@ def writable_target(array: np.ndarray, allow_overlap: bool = False) -> np.ndarra
     """
     if array.flags.writeable:
         return array
-    if (
-        not allow_overlap
-        and array.size  # nothing is written to an empty tensor (PyTorch: dense, no overlap)
-        and any(st == 0 and n > 1 for n, st in zip(array.shape, array.strides, strict=True))
-    ):
-        raise RuntimeError(_OVERLAP_MESSAGE)
+    if not allow_overlap:
+        check_no_internal_overlap(array.shape, array.strides)
     owner = storage_of(array)
     if not owner.flags.writeable and isinstance(owner.base, (bytes, memoryview)):
         raise RuntimeError(  # ``kiln.frombuffer`` of bytes: the memory itself is read-only

@@ -35,6 +35,7 @@ from ...runtime.memory_format import (
     suggest_memory_format,
 )
 from ...runtime.state import per_thread
+from ...runtime.storage import check_no_internal_overlap
 from ...runtime.tensor import INFERENCE_SEEN, Tensor, mark_inference
 from . import forward_grad, registry
 from .common import broadcast_shapes, copied_in_order, preserved_layout, zero_grad
@@ -68,6 +69,11 @@ def dispatch(op, args: tuple, recorded: bool = False, dual_done: bool = False):
                     break
         if op.functional is not None and op.functional.overlap_refused:
             _check_no_overlap(op.functional.overlap_refused, args, storage)
+        if args[0]._data is None and not (op.name == "fill_" and not isinstance(args[1], Tensor)):
+            # the kernels' refusal of an expanded self, where capture runs no kernel (fill_ of
+            # a number writes one value: it may); sparse tensors have no strides
+            if not args[0].is_sparse:
+                check_no_internal_overlap(args[0]._shape, args[0].stride())
     if state.autocast is not None and op in state.autocast.policies:
         return state.autocast.run(op, args)  # casts the arguments, then dispatches again
     if state.profiler is not None and not recorded:  # off: this one check is all it costs

@@ -83,7 +83,7 @@ def _make_inplace_op(op: Op) -> Op:
         if write_into is not None and write_into(self, *rest):
             return self
         result = op.kernel(self, *rest) if op.kernel is not None else op.decomposition(self, *rest)
-        _write_result(inplace, self, result)
+        _write_result(self, result, _fills_one_number(inplace, rest))
         return self
 
     inplace.kernel = kernel
@@ -130,10 +130,15 @@ def _check_result_fits(self: Tensor, result) -> None:
     refuse_unsafe_cast(result._dtype, self._dtype)
 
 
-def _write_result(op, self: Tensor, result: Tensor) -> None:
+def _fills_one_number(op, rest: tuple) -> bool:
+    """``fill_`` of a number writes one value, so PyTorch lets it write through expanded
+    (stride-0) dimensions; of a tensor value it goes through TensorIterator, which refuses."""
+    return op.name == "fill_" and not isinstance(rest[0], Tensor)
+
+
+def _write_result(self: Tensor, result: Tensor, allow_overlap: bool) -> None:
     _check_result_fits(self, result)
-    # fill_ writes one value, so PyTorch lets it write through expanded (stride-0) dimensions
-    target = writable_target(self._data, allow_overlap=op.name == "fill_")
+    target = writable_target(self._data, allow_overlap=allow_overlap)
     np.copyto(target, result._data, casting="unsafe")
 
 
