@@ -18,7 +18,7 @@ import numpy as np
 from ...runtime import dtypes as dt
 from ...runtime import machine_code
 from ...runtime.device import cpu
-from ...runtime.storage import _POOL_MIN_BYTES, writable_target
+from ...runtime.storage import _POOL_MIN_BYTES, empty_array, writable_target
 from ...runtime.tensor import wrap_array
 from ..core.common import (
     WIDEN_MIN,
@@ -1526,6 +1526,10 @@ def _pow_kernel(x, y):
     if not isinstance(y, Tensor) and y == 2:
         return wrap(_power_layout(np.square(a), x, y, d), d)
     if d.category == 2 and isinstance(x, Tensor) and not isinstance(y, Tensor):
+        if y == 3 and d is _float32:
+            cube = _native_cube(a)
+            if cube is not None:
+                return wrap(_power_layout(cube, x, y, d), d)
         exact_form = scalar_power_form(y, d is dt.float16)
         if exact_form is not None:
             with np.errstate(all="ignore"):
@@ -1540,6 +1544,20 @@ def _pow_kernel(x, y):
     if not isinstance(x, Tensor) and out.__class__ is np.ndarray and out.ndim > 1:
         return wrap(np.ascontiguousarray(out), d)  # a number's power: PyTorch's is row-major
     return wrap(_power_layout(out, x, y, d), d)
+
+
+_F32_NP = np.dtype(np.float32)
+
+
+def _native_cube(a: np.ndarray) -> np.ndarray | None:
+    """``(a * a) * a`` of a C-contiguous float32 array in one machine-code pass
+    (``eager_activations``' "cube", PyTorch's form and bits); None where it does not apply."""
+    if a.dtype != np.float32 or not a.size or not a.flags.c_contiguous:
+        return None
+    kernels = machine_code.get("activations")
+    if kernels is None:
+        return None
+    return kernels.run("cube", empty_array(a.shape, _F32_NP), a)
 
 
 def _power_layout(out, x, y, d: dt.dtype):
