@@ -339,7 +339,7 @@ def _build_wrapper(plan: dict, objects: _Objects | None, eager=None):
                 ns[f"P{i}"] = ctypes.c_void_p * (len(names) + 1)
                 sizes.rows[i] = (step["rows"], step["work"])
                 body.append(f"K{i}(P{i}({', '.join([*pointers, '_S.address'])}), *_S.rows[{i}])")
-            if INDEX_ERRORS in names:  # (a package from before the plan named the type: Runtime)
+            if INDEX_ERRORS in names:  # (an older plan names no type: RuntimeError, as before)
                 error = _INDEX_ERROR_TYPES.get(step.get("index_error"), RuntimeError).__name__
                 body.append(
                     f"if {INDEX_ERRORS}[0]: "
