@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...runtime.storage import empty_array
 from ..core.common import (
     DType,
     Scalar,
@@ -92,7 +93,10 @@ def _vector_norm_kernel(x, ord, dim, keepdim, dtype):
     _check_norm_identity(x, ord, dim, dims)
     a = x._data.astype(compute_np_dtype(od), copy=False)
     if ord == 2:
-        r = np.sqrt(float_sum(a * a, dims, keepdims=keepdim))
+        # the squares into a pooled buffer: a fresh one the size of ``x`` faults its pages in
+        # (half of a 64x128x128 float32 norm's 1.2 ms, PyTorch's taking 0.13)
+        squares = np.multiply(a, a, out=empty_array(a.shape, a.dtype))
+        r = np.sqrt(float_sum(squares, dims, keepdims=keepdim))
     elif ord == _INF or ord == -_INF:
         fn = np.maximum.reduce if ord > 0 else np.minimum.reduce
         r = fn(np.abs(a), dims, keepdims=keepdim)
