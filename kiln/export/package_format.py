@@ -28,7 +28,9 @@ from ..runtime.symbolic import SymInt
 __all__ = ["FORMAT", "FORMAT_VERSION", "encode", "decode", "check_name", "SizeExpr"]
 
 FORMAT = "kiln.package"
-FORMAT_VERSION = 2
+# 3: a kernel compiled for every size (a transposing copy) takes its sizes after its buffers
+# (the plan step's "sizes"), which a kiln reading version 2 would not pass
+FORMAT_VERSION = 3
 _SYMBOL = re.compile(r"s[0-9]+\Z")
 _DTYPES = {d.name: d for d in dt.all_dtypes}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

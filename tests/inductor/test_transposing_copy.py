@@ -161,3 +161,10 @@ def test_a_package_calls_the_copy_at_its_sizes(tmp_path):
     want = (x.numpy().transpose(0, 2, 3, 1), x.numpy().transpose(1, 0, 2, 3) * 2)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g.numpy(), w)
+    # a kiln of package format 2 knows no sizes after a kernel's buffers: it must refuse this
+    from kiln.export import ExportFileError
+    from kiln.export.container import read_container
+    from kiln.export.package_format import FORMAT
+
+    with pytest.raises(ExportFileError, match="newer than the 2"):
+        read_container(tmp_path / "copies.kpkg", FORMAT, 2, {})
