@@ -22,6 +22,7 @@ from .programs import (
 )
 
 __all__ = [
+    "reduced_shape",
     "Builder", "FuzzConfig", "KNOWN_ISSUES", "Value", "broadcast", "category", "float_of",
     "is_float", "known_issues_for", "numel", "promote", "promote_scalar",
 ]  # fmt: skip
@@ -127,6 +128,16 @@ def broadcast(a: tuple, b: tuple) -> tuple | None:
             return None
         out.append(y if x == 1 else x)
     return tuple(reversed(out))
+
+
+def reduced_shape(shape, dim: int, keepdim: bool) -> list:
+    """The shape a reduction over ``dim`` leaves (``keepdim``: the dim kept with size 1)."""
+    shape = list(shape)
+    if keepdim:
+        shape[dim] = 1
+    else:
+        del shape[dim]
+    return shape
 
 
 def numel(shape) -> int:

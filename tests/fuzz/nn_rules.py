@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .builder import Builder, Value, numel
+from .builder import Builder, Value, numel, reduced_shape
 from .op_rules import _nest
 
 __all__ = ["NN_OPS", "NN_NEEDS"]
@@ -142,11 +142,7 @@ def _normalization(b: Builder, x: Value):
         text = f"{F}.normalize({x.name}, p={b.pick(('2.0', '1.0'))}, dim={dim})"
         return b.emit(text, x.shape, "float32", False, (x,))
     keepdim = b.coin(0.3)
-    shape = list(x.shape)
-    if keepdim:
-        shape[dim] = 1
-    else:
-        del shape[dim]
+    shape = reduced_shape(x.shape, dim, keepdim)
     if form == "std":
         if x.shape[dim] < 2:
             return None

@@ -18,6 +18,7 @@ from .builder import (
     numel,
     promote,
     promote_scalar,
+    reduced_shape,
 )
 
 __all__ = ["OPS", "NEEDS"]
@@ -282,11 +283,7 @@ def _reduce_dims(b: Builder, x: Value, nonempty: bool):
     if nonempty and x.shape[dim] == 0:
         return None
     keepdim = b.coin(0.3)
-    shape = list(x.shape)
-    if keepdim:
-        shape[dim] = 1
-    else:
-        del shape[dim]
+    shape = reduced_shape(x.shape, dim, keepdim)
     return (f"{dim}, keepdim=True" if keepdim else f"{dim}"), tuple(shape), x.shape[dim]
 
 

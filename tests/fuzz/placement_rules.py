@@ -11,7 +11,7 @@ element has one writer and the result does not depend on the order of the writes
 
 from __future__ import annotations
 
-from .builder import Builder, Value, broadcast, is_float, numel, promote
+from .builder import Builder, Value, broadcast, is_float, numel, promote, reduced_shape
 
 __all__ = ["PLACEMENT_OPS", "PLACEMENT_NEEDS"]
 
@@ -151,11 +151,7 @@ def _statistic(b: Builder, x: Value):
         return None
     dim = b.integer(-rank, rank - 1)
     keepdim = b.coin(0.3)
-    shape = list(x.shape)
-    if keepdim:
-        shape[dim] = 1
-    else:
-        del shape[dim]
+    shape = reduced_shape(x.shape, dim, keepdim)
     form = b.pick(("std", "norm", "nansum", "nanmean", "kthvalue"))
     if form == "kthvalue":
         if not x.exact or x.dtype == "bool" or x.requires_grad:

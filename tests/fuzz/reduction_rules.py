@@ -14,7 +14,7 @@ Same contract as ``op_rules``: an emitter returns None when its draws do not fit
 
 from __future__ import annotations
 
-from .builder import Builder, Value, broadcast, category, is_float, numel
+from .builder import Builder, Value, broadcast, category, is_float, numel, reduced_shape
 
 __all__ = ["REDUCTION_OPS", "REDUCTION_NEEDS"]
 
@@ -82,11 +82,7 @@ def _extreme_with_index(b: Builder, x: Value):
     if x.shape[dim] == 0:
         return None
     keepdim = b.coin(0.3)
-    shape = list(x.shape)
-    if keepdim:
-        shape[dim] = 1
-    else:
-        del shape[dim]
+    shape = reduced_shape(x.shape, dim, keepdim)
     name = b.pick(("max", "min", "argmax", "argmin", "amax", "amin", "aminmax"))
     extra = ", keepdim=True" if keepdim else ""
     if name in ("argmax", "argmin"):
@@ -125,11 +121,7 @@ def _rows_of_minus_inf(b: Builder, x: Value):
     name = b.pick(("logsumexp", "softmax", "log_softmax"))
     if name == "logsumexp":
         keepdim = b.coin(0.3)
-        shape = list(x.shape)
-        if keepdim:
-            shape[dim] = 1
-        else:
-            del shape[dim]
+        shape = reduced_shape(x.shape, dim, keepdim)
         text = f"torch.logsumexp({masked}, {dim}{', keepdim=True' if keepdim else ''})"
         return b.emit(text, shape, x.dtype, False, (x, mask))
     return b.emit(f"torch.{name}({masked}, {dim})", x.shape, x.dtype, False, (x, mask))
