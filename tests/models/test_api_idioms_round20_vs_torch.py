@@ -1269,6 +1269,9 @@ def dist_lowrank_mvn(lib, c):
 
 @idiom
 def dist_constraints_validate(lib, c):
+    # PyTorch turns the default off the first time torch.compile runs in a process (dynamo's
+    # TorchPatcher): set it, so the idiom does not depend on what ran before it
+    lib.distributions.Distribution.set_default_validate_args(True)
     try:
         lib.distributions.Normal(lib.tensor([0.0]), lib.tensor([-1.0]))
         err = None
