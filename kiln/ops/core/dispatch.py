@@ -51,6 +51,7 @@ __all__ = [
     "operator_method",
     "writing_method",
     "partially_overlapping",
+    "fills_one_number",
     "PARTIAL_OVERLAP",
 ]
 
@@ -69,11 +70,10 @@ def dispatch(op, args: tuple, recorded: bool = False, dual_done: bool = False):
                     break
         if op.functional is not None and op.functional.overlap_refused:
             _check_no_overlap(op.functional.overlap_refused, args, storage)
-        if args[0]._data is None and not (op.name == "fill_" and not isinstance(args[1], Tensor)):
-            # the kernels' refusal of an expanded self, where capture runs no kernel (fill_ of
-            # a number writes one value: it may); sparse tensors have no strides
-            if not args[0].is_sparse:
-                check_no_internal_overlap(args[0]._shape, args[0].stride())
+        if args[0]._data is None and not args[0].is_sparse and not fills_one_number(op, args[1:]):
+            # the kernels' refusal of an expanded self, where capture runs no kernel (sparse
+            # tensors have no strides)
+            check_no_internal_overlap(args[0]._shape, args[0].stride())
     if state.autocast is not None and op in state.autocast.policies:
         return state.autocast.run(op, args)  # casts the arguments, then dispatches again
     if state.profiler is not None and not recorded:  # off: this one check is all it costs
@@ -340,6 +340,12 @@ def _check_no_partial_overlap(op, args: tuple, storage) -> None:
             continue  # (views share their base's storage object: see ``mark_view``)
         if partially_overlapping(out, a):
             raise RuntimeError(PARTIAL_OVERLAP)
+
+
+def fills_one_number(op, rest: tuple) -> bool:
+    """``fill_`` of a number writes one value, so PyTorch lets it write through expanded
+    (stride-0) dimensions; of a tensor value it goes through TensorIterator, which refuses."""
+    return op.name == "fill_" and not isinstance(rest[0], Tensor)
 
 
 def _check_no_overlap(positions: tuple, args: tuple, storage) -> None:

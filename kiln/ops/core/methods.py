@@ -29,6 +29,7 @@ from ..creation import api
 from .dispatch import (
     dispatch,
     dispatch_self_only,
+    fills_one_number,
     operator_method,
     self_only_method,
     writing_method,
@@ -83,7 +84,7 @@ def _make_inplace_op(op: Op) -> Op:
         if write_into is not None and write_into(self, *rest):
             return self
         result = op.kernel(self, *rest) if op.kernel is not None else op.decomposition(self, *rest)
-        _write_result(self, result, _fills_one_number(inplace, rest))
+        _write_result(self, result, fills_one_number(inplace, rest))
         return self
 
     inplace.kernel = kernel
@@ -128,12 +129,6 @@ def _check_result_fits(self: Tensor, result) -> None:
             f"{list(result._shape)}"
         )
     refuse_unsafe_cast(result._dtype, self._dtype)
-
-
-def _fills_one_number(op, rest: tuple) -> bool:
-    """``fill_`` of a number writes one value, so PyTorch lets it write through expanded
-    (stride-0) dimensions; of a tensor value it goes through TensorIterator, which refuses."""
-    return op.name == "fill_" and not isinstance(rest[0], Tensor)
 
 
 def _write_result(self: Tensor, result: Tensor, allow_overlap: bool) -> None:

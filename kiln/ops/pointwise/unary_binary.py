@@ -392,17 +392,28 @@ atanh = unary(
 )
 
 
+_F32_NP = np.dtype(np.float32)
+
+
+def _native_activation(name: str, a: np.ndarray, out=None) -> np.ndarray | None:
+    """``eager_activations``' ``name`` of a C-contiguous float32 array in one machine-code pass
+    (into ``out`` when it is C-contiguous); None where it does not apply."""
+    if a.dtype != np.float32 or not a.size or not a.flags.c_contiguous:
+        return None
+    kernels = machine_code.get("activations")
+    if kernels is None:
+        return None
+    if out is None or not out.flags.c_contiguous:
+        out = empty_array(a.shape, _F32_NP)
+    return kernels.run(name, out, a)
+
+
 def _sigmoid_array(a, out=None):
-    """``np_sigmoid``; over float32 one vector pass of machine code (``eager_activations``,
-    PyTorch's formula with the kernels' exp: 3 of 400 values a bit off PyTorch's where numpy's
-    exp left 69) where numpy makes four (256x256: 133 -> 36 us, PyTorch 15-18)."""
-    if a.dtype == np.float32 and a.size and a.flags.c_contiguous:
-        kernels = machine_code.get("activations")
-        if kernels is not None:
-            if out is None or not out.flags.c_contiguous:
-                out = np.empty(a.shape, np.float32)
-            return kernels.run("sigmoid", out, a)
-    return np_sigmoid(a, out)
+    """``np_sigmoid``; over float32 one vector pass of machine code (PyTorch's formula with the
+    kernels' exp: 3 of 400 values a bit off PyTorch's where numpy's exp left 69) where numpy
+    makes four (256x256: 133 -> 36 us, PyTorch 15-18)."""
+    r = _native_activation("sigmoid", a, out)
+    return r if r is not None else np_sigmoid(a, out)
 
 
 sigmoid = unary(
@@ -1526,8 +1537,8 @@ def _pow_kernel(x, y):
     if not isinstance(y, Tensor) and y == 2:
         return wrap(_power_layout(np.square(a), x, y, d), d)
     if d.category == 2 and isinstance(x, Tensor) and not isinstance(y, Tensor):
-        if y == 3 and d is _float32:
-            cube = _native_cube(a)
+        if y == 3 and d is _float32:  # (a * a) * a, PyTorch's form and bits
+            cube = _native_activation("cube", a)
             if cube is not None:
                 return wrap(_power_layout(cube, x, y, d), d)
         exact_form = scalar_power_form(y, d is dt.float16)
@@ -1544,20 +1555,6 @@ def _pow_kernel(x, y):
     if not isinstance(x, Tensor) and out.__class__ is np.ndarray and out.ndim > 1:
         return wrap(np.ascontiguousarray(out), d)  # a number's power: PyTorch's is row-major
     return wrap(_power_layout(out, x, y, d), d)
-
-
-_F32_NP = np.dtype(np.float32)
-
-
-def _native_cube(a: np.ndarray) -> np.ndarray | None:
-    """``(a * a) * a`` of a C-contiguous float32 array in one machine-code pass
-    (``eager_activations``' "cube", PyTorch's form and bits); None where it does not apply."""
-    if a.dtype != np.float32 or not a.size or not a.flags.c_contiguous:
-        return None
-    kernels = machine_code.get("activations")
-    if kernels is None:
-        return None
-    return kernels.run("cube", empty_array(a.shape, _F32_NP), a)
 
 
 def _power_layout(out, x, y, d: dt.dtype):

@@ -117,8 +117,7 @@ def stable_head(a: np.ndarray, axis: int, m: int, descending: bool) -> np.ndarra
     # element (a quarter of a (32, 50257) topk(50))
     room = m - chosen.sum(axis=1)
     tie_rows, tie_cols = _positions(tied)  # row-major: each row's ties in position order
-    rank = np.arange(tie_rows.size) - np.searchsorted(tie_rows, tie_rows)
-    keep = rank < room[tie_rows]
+    keep = _ranks_in_rows(tie_rows) < room[tie_rows]
     chosen[tie_rows[keep], tie_cols[keep]] = True
     picked = _positions(chosen)[1].reshape(-1, m)  # each row's m positions, in position order
     values = np.take_along_axis(rows, picked, axis=1)
@@ -130,6 +129,11 @@ def _positions(mask: np.ndarray) -> tuple:
     """``np.nonzero`` of a C-contiguous 2-d mask, by the flat positions (numpy's 2-d nonzero
     costs about 3 ns an element, its flat one a fraction of that)."""
     return np.divmod(np.flatnonzero(mask), mask.shape[1])
+
+
+def _ranks_in_rows(row_ids: np.ndarray) -> np.ndarray:
+    """Each entry's rank among the entries of its row, for ``_positions``' sorted row ids."""
+    return np.arange(row_ids.size) - np.searchsorted(row_ids, row_ids)
 
 
 _BLOCK = 64  # elements per block whose extreme bounds a long row's m-th value
@@ -162,14 +166,14 @@ def _blocked_threshold(rows: np.ndarray, m: int, descending: bool) -> np.ndarray
     per_row = candidates.sum(axis=1)
     width = int(per_row.max())
     # the candidates of each row left-aligned, padded with values that never pass the bound
-    info = np.finfo(rows.dtype) if rows.dtype.kind == "f" else np.iinfo(rows.dtype)
-    pad = (-np.inf if descending else np.inf) if rows.dtype.kind == "f" else None
-    if pad is None:
+    if rows.dtype.kind == "f":
+        pad = -np.inf if descending else np.inf
+    else:
+        info = np.iinfo(rows.dtype)
         pad = info.min if descending else info.max
     packed = np.full((count, width), pad, rows.dtype)
     which_rows, which_cols = _positions(candidates)
-    starts = np.searchsorted(which_rows, which_rows)
-    packed[which_rows, np.arange(which_rows.size) - starts] = rows[which_rows, which_cols]
+    packed[which_rows, _ranks_in_rows(which_rows)] = rows[which_rows, which_cols]
     kth = width - m if descending else m - 1
     return np.partition(packed, kth, axis=1)[:, kth : kth + 1]
 
