@@ -11,6 +11,7 @@ the index they return. The helpers here are shared by ``variance``, ``vector_nor
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -41,6 +42,7 @@ from ..pointwise.unary_binary import maximum, minimum, where
 from .sum_order import (
     EXACT_SUM_MAX_SIZE,
     native_last_dim_sums,
+    over_last_dim,
     torch_order_flat_sum,
     torch_order_last_dim_sums,
     torch_order_sum,
@@ -454,10 +456,7 @@ def _last_dim_extremes(kind: str, x, dims, keepdim: bool) -> np.ndarray | None:
     kernels = machine_code.get("extremes")
     if kernels is None:
         return None
-    shape = a.shape
-    kept = shape[:-1]
-    out = kernels.rows(kind, a.reshape(-1, shape[-1]))
-    return out.reshape(kept + (1,) if keepdim else kept)
+    return over_last_dim(functools.partial(kernels.rows, kind), a, keepdim)
 
 
 def _extreme_grad(c, g):

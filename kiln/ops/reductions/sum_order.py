@@ -28,6 +28,7 @@ __all__ = [
     "torch_order_flat_sum",
     "torch_order_last_dim_sums",
     "native_last_dim_sums",
+    "over_last_dim",
     "EXACT_SUM_MAX_SIZE",
 ]
 
@@ -291,10 +292,7 @@ def torch_order_last_dim_sums(a: np.ndarray, keepdims: bool) -> np.ndarray:
     """``a.sum(-1)`` for a non-empty C-contiguous float32 ``a`` of at least one dim: what
     ``torch_order_sum`` computes there, without its tests of the layout and dims, which the
     caller (``x.sum(-1)``, ``x.mean(1)`` on small tensors) has made."""
-    shape = a.shape
-    kept = shape[:-1]
-    rows = _contiguous_rows(a.reshape(-1, shape[-1]))
-    return rows.reshape(kept + (1,) if keepdims else kept)
+    return over_last_dim(_contiguous_rows, a, keepdims)
 
 
 def native_last_dim_sums(a: np.ndarray, keepdims: bool) -> np.ndarray | None:
@@ -307,8 +305,14 @@ def native_last_dim_sums(a: np.ndarray, keepdims: bool) -> np.ndarray | None:
     kernels = machine_code.get("sums")
     if kernels is None:
         return None
+    return over_last_dim(kernels.rows, a, keepdims)
+
+
+def over_last_dim(rows_of, a: np.ndarray, keepdims: bool) -> np.ndarray | None:
+    """A reduction of C-contiguous ``a`` over its last dim by ``rows_of``, which reduces each row
+    of a (rows, n) block to one value (or returns None: so does this), in ``a``'s kept shape."""
     shape = a.shape
-    rows = kernels.rows(a.reshape(-1, shape[-1]))
+    rows = rows_of(a.reshape(-1, shape[-1]))
     if rows is None:
         return None
     kept = shape[:-1]
